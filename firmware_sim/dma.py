@@ -1,0 +1,180 @@
+"""The DMA engine: every device access goes through the context's page table.
+
+Reads and writes name a device address (IOVA) and a length.  The engine
+translates each page through the page table of the bound ASID and checks the
+permission bits; an unmapped page or a missing permission raises IommuFault
+(the job fails with EFAULT and nothing else is touched).  Accesses inside one
+buffer object come back as zero-copy numpy views of its memory; accesses that
+span objects are gathered (reads) or staged and scattered on ``commit`` (writes).
+"""
+from __future__ import annotations
+
+import mmap
+import os
+from collections import OrderedDict
+from pathlib import Path
+
+import numpy as np
+
+from firmware_sim.spec import iommu, memory
+
+
+class IommuFault(Exception):
+    """A device access the context's page table does not allow."""
+
+    def __init__(self, iova: int, reason: str):
+        super().__init__(f"IOMMU fault at {iova:#x}: {reason}")
+        self.iova = iova
+
+
+class BusError(Exception):
+    """A DMA transfer failed on the bus (fault injection)."""
+
+
+class DmaEngine:
+    """Translates and performs device memory accesses for one core."""
+
+    def __init__(self, bus: Path, max_mapped_objects: int = 128):
+        self.bus = Path(bus)
+        self.asid: int | None = None
+        self._ptes: np.ndarray | None = None
+        self._tables: dict[int, np.ndarray] = {}
+        self._objects: OrderedDict[int, tuple[int, np.ndarray]] = OrderedDict()  # bo id -> (asid, bytes)
+        self._max_objects = max_mapped_objects
+        self._pending: list[tuple[np.ndarray, list[tuple[int, int, int]]]] = []
+        self.inject_bus_error = False
+        self.bytes_moved = 0
+
+    # ---- context binding and invalidation ----
+    def bind(self, asid: int) -> None:
+        """Use ``asid``'s page table for the following accesses."""
+        table = self._tables.get(asid)
+        if table is None:
+            path = memory.page_table_path(self.bus, asid)
+            try:
+                table = np.memmap(path, dtype=iommu.PTE_DTYPE, mode="r", shape=(iommu.PT_ENTRIES,))
+            except (FileNotFoundError, ValueError) as exc:
+                raise IommuFault(0, f"no page table for ASID {asid}: {exc}") from None
+            self._tables[asid] = table
+        self.asid, self._ptes = asid, table
+
+    def invalidate(self, asid: int, bo_id: int = 0) -> None:
+        """Forget cached state of ``asid`` (one object, or all with bo_id 0)."""
+        if bo_id:
+            self._objects.pop(bo_id, None)
+            return
+        self._tables.pop(asid, None)
+        for key in [k for k, (owner, _) in self._objects.items() if owner == asid]:
+            del self._objects[key]
+        if self.asid == asid:
+            self.asid, self._ptes = None, None
+
+    # ---- translation ----
+    def translate(self, iova: int, nbytes: int, write: bool) -> list[tuple[int, int, int]]:
+        """Segments (bo id, byte offset in bo, length) covering [iova, iova + nbytes)."""
+        if self._ptes is None:
+            raise IommuFault(iova, "no address space bound")
+        if nbytes <= 0:
+            return []
+        end = iova + nbytes
+        if iova < iommu.IOVA_BASE or end > iommu.IOVA_LIMIT:
+            raise IommuFault(iova, "outside the IOVA space")
+        if self.inject_bus_error:
+            self.inject_bus_error = False
+            raise BusError(f"bus error at {iova:#x}")
+        shift = iommu.PAGE_SHIFT
+        first = (iova - iommu.IOVA_BASE) >> shift
+        last = (end - 1 - iommu.IOVA_BASE) >> shift
+        ptes = np.asarray(self._ptes[first:last + 1])
+        need = iommu.PTE_VALID | (iommu.PTE_WRITE if write else iommu.PTE_READ)
+        bad = (ptes & np.uint64(need)) != np.uint64(need)
+        if bad.any():
+            page = int(np.argmax(bad))
+            at = max(iova, iommu.IOVA_BASE + ((first + page) << shift))
+            valid = int(ptes[page]) & iommu.PTE_VALID
+            raise IommuFault(at, ("write to a read-only page" if write else "read of a write-only page")
+                             if valid else "page not mapped")
+        _, index, bo = iommu.pte_fields(ptes)
+        in_page = (iova - iommu.IOVA_BASE) & (iommu.PAGE_SIZE - 1)
+        if len(ptes) == 1 or ((bo == bo[0]).all() and (np.diff(index) == 1).all()):
+            return [(int(bo[0]), (int(index[0]) << shift) + in_page, nbytes)]
+        segments, pos = [], iova
+        for bo_id, page in zip(bo.tolist(), index.tolist()):
+            offset = (pos - iommu.IOVA_BASE) & (iommu.PAGE_SIZE - 1)
+            length = min(iommu.PAGE_SIZE - offset, end - pos)
+            start = (page << shift) + offset
+            if segments and segments[-1][0] == bo_id and segments[-1][1] + segments[-1][2] == start:
+                segments[-1] = (bo_id, segments[-1][1], segments[-1][2] + length)
+            else:
+                segments.append((bo_id, start, length))
+            pos += length
+        return segments
+
+    def _object(self, bo_id: int) -> np.ndarray:
+        data = self._objects.get(bo_id)
+        if data is not None:
+            self._objects.move_to_end(bo_id)
+            return data[1]
+        path = memory.bo_path(self.bus, bo_id)
+        try:
+            fd = os.open(path, os.O_RDWR)
+        except FileNotFoundError:
+            raise IommuFault(0, f"buffer object {bo_id} has no backing memory") from None
+        try:
+            size = os.fstat(fd).st_size
+            view = np.frombuffer(mmap.mmap(fd, size), dtype=np.uint8) if size else np.zeros(0, np.uint8)
+        finally:
+            os.close(fd)
+        self._objects[bo_id] = (self.asid, view)
+        while len(self._objects) > self._max_objects:
+            self._objects.popitem(last=False)
+        return view
+
+    def _segment(self, bo_id: int, offset: int, length: int) -> np.ndarray:
+        data = self._object(bo_id)
+        if offset + length > len(data):
+            raise IommuFault(0, f"page table maps past the end of buffer object {bo_id}")
+        return data[offset:offset + length]
+
+    # ---- accesses ----
+    def read(self, iova: int, nbytes: int) -> np.ndarray:
+        """Bytes at [iova, iova + nbytes): a read-only view, or a gathered copy."""
+        segments = self.translate(iova, nbytes, write=False)
+        self.bytes_moved += nbytes
+        if len(segments) == 1:
+            view = self._segment(*segments[0])[:]
+            view.flags.writeable = False
+            return view
+        if not segments:
+            return np.zeros(0, np.uint8)
+        return np.concatenate([self._segment(*s) for s in segments])
+
+    def write(self, iova: int, nbytes: int) -> np.ndarray:
+        """A writable byte array for [iova, iova + nbytes); call ``commit`` after filling it."""
+        segments = self.translate(iova, nbytes, write=True)
+        self.bytes_moved += nbytes
+        if len(segments) == 1:
+            return self._segment(*segments[0])
+        staging = np.zeros(nbytes, np.uint8)
+        if segments:
+            self._pending.append((staging, segments))
+        return staging
+
+    def commit(self) -> None:
+        """Scatter staged writes that spanned several buffer objects."""
+        pending, self._pending = self._pending, []
+        for staging, segments in pending:
+            pos = 0
+            for bo_id, offset, length in segments:
+                self._segment(bo_id, offset, length)[:] = staging[pos:pos + length]
+                pos += length
+
+    def read_array(self, iova: int, dtype, shape) -> np.ndarray:
+        dtype = np.dtype(dtype)
+        count = int(np.prod(shape, dtype=np.int64))
+        return self.read(iova, count * dtype.itemsize).view(dtype).reshape(shape)
+
+    def write_array(self, iova: int, dtype, shape) -> np.ndarray:
+        dtype = np.dtype(dtype)
+        count = int(np.prod(shape, dtype=np.int64))
+        return self.write(iova, count * dtype.itemsize).view(dtype).reshape(shape)

@@ -1,0 +1,90 @@
+"""Register map.  All registers are little-endian; offsets are in bytes.
+
+The register file is one 4 KiB page of shared memory.  A global bank describes
+the chip and holds global controls; each core has a bank of its own at
+``core_bank(core)``.  32-bit registers sit at 4-byte offsets, 64-bit counters at
+8-byte aligned offsets (read them with a 64-bit view).  Each register has one
+writer, named in its comment, so no read-modify-write races arise between the
+KMD's process and the chip's.
+"""
+REGS_SIZE = 4096
+
+DEVICE_ID_VALUE = 0x4E505530        # "NPU0"
+HW_VERSION_VALUE = 0x00010000
+
+# ---- global bank (u32) ----
+ID = 0x00                # chip: DEVICE_ID_VALUE once the chip is up
+HW_VERSION = 0x04        # chip
+NUM_CORES = 0x08         # chip
+CLOCK_MHZ = 0x0C         # chip
+RING_ENTRIES = 0x10      # chip: entries in each core's ring and completion queue
+PAGE_SHIFT = 0x14        # chip: IOMMU page size = 1 << PAGE_SHIFT
+STATUS = 0x18            # chip: STATUS_* bits
+RESET_REQ = 0x1C         # KMD: write an incrementing value to request a full reset
+RESET_ACK = 0x20         # chip: copies RESET_REQ once every core is reset
+FAULT_INJECT = 0x24      # KMD: FAULT_* bits, applied to the next job each core starts
+WATCHDOG_MS = 0x28       # KMD: default job timeout when a ring entry gives none
+MACS_PER_CYCLE = 0x2C    # chip: timing model (per core)
+DMA_BYTES_PER_CYCLE = 0x30  # chip: timing model
+
+STATUS_READY = 0x1
+
+FAULT_HANG = 0x1         # the core stops responding mid-job (watchdog must recover)
+FAULT_DMA_ERROR = 0x2    # the next DMA access fails as a bus error (EIO)
+FAULT_BIT_FLIP = 0x4     # one bit of the job's last output is flipped
+FAULT_LOST_IRQ = 0x8     # the completion is written but no interrupt is raised
+
+# ---- per-core bank ----
+CORE_BANK_BASE = 0x100
+CORE_BANK_SIZE = 0x100
+MAX_CORES = (REGS_SIZE - CORE_BANK_BASE) // CORE_BANK_SIZE
+
+RING_HEAD = 0x00         # core (u32): next entry the core will consume, 0..RING_ENTRIES-1
+RING_TAIL = 0x04         # KMD  (u32): next entry the KMD will write; ring empty when head == tail
+DOORBELL = 0x08          # KMD  (u32): incremented after moving the tail (the doorbell line wakes the core)
+CQ_HEAD = 0x0C           # KMD  (u32): next completion the KMD will read
+CQ_TAIL = 0x10           # core (u32): next completion the core will write
+IRQ_STATUS = 0x14        # core (u32): IRQ_* cause of the last interrupt
+CORE_STATE = 0x18        # core (u32): CORE_IDLE / CORE_BUSY / CORE_HUNG
+IRQ_COUNT = 0x1C         # core (u32): interrupts raised (wraps)
+JOBS_DONE = 0x20         # core (u64): jobs completed (ok or failed)
+BUSY_CYCLES = 0x28       # core (u64): simulated cycles spent on jobs
+CURRENT_JOB = 0x30       # core (u64): job id being executed, 0 when idle
+JOB_START_NS = 0x38      # core (u64): CLOCK_MONOTONIC ns when CURRENT_JOB started (watchdog)
+
+IRQ_JOB_DONE = 0x1
+IRQ_JOB_ERROR = 0x2
+IRQ_MMU_FAULT = 0x4
+IRQ_WATCHDOG = 0x8
+
+CORE_IDLE = 0
+CORE_BUSY = 1
+CORE_HUNG = 2
+
+
+def core_bank(core: int) -> int:
+    """Byte offset of ``core``'s register bank."""
+    if not 0 <= core < MAX_CORES:
+        raise ValueError(f"core {core} out of range 0..{MAX_CORES - 1}")
+    return CORE_BANK_BASE + core * CORE_BANK_SIZE
+
+
+class RegisterView:
+    """Typed access to a mapped register file (any writable buffer of REGS_SIZE bytes)."""
+
+    def __init__(self, buffer):
+        import numpy as np
+        self._u32 = np.frombuffer(buffer, dtype="<u4", count=REGS_SIZE // 4)
+        self._u64 = np.frombuffer(buffer, dtype="<u8", count=REGS_SIZE // 8)
+
+    def read32(self, offset: int) -> int:
+        return int(self._u32[offset >> 2])
+
+    def write32(self, offset: int, value: int) -> None:
+        self._u32[offset >> 2] = value & 0xFFFFFFFF
+
+    def read64(self, offset: int) -> int:
+        return int(self._u64[offset >> 3])
+
+    def write64(self, offset: int, value: int) -> None:
+        self._u64[offset >> 3] = value

@@ -1,0 +1,130 @@
+"""Command-buffer format: a packed sequence of task descriptors.
+
+A job's command buffer (in DMA memory, named by SUBMIT) is a list of task
+descriptors laid end to end.  Every descriptor is 8-byte aligned and starts with
+the common header (opcode u16, size u16 = the whole descriptor's bytes, flags
+u32); the rest is the task type's fields.  Operands are device addresses
+(IOVAs in the submitting context) that the chip's DMA engine translates and
+checks.  Tasks run in order.
+
+Each task type is one numpy structured dtype registered with ``register_task``;
+compute operators beyond the ones here live in ``spec.ops``.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+HEADER_FIELDS = [("opcode", "<u2"), ("size", "<u2"), ("flags", "<u4")]
+HEADER = np.dtype(HEADER_FIELDS)
+
+
+@dataclass(frozen=True)
+class TaskType:
+    """A task descriptor format."""
+
+    opcode: int
+    name: str
+    dtype: np.dtype
+
+    @property
+    def size(self) -> int:
+        return self.dtype.itemsize
+
+
+TASK_TYPES: dict[int, TaskType] = {}
+TASK_BY_NAME: dict[str, TaskType] = {}
+
+
+def register_task(opcode: int, name: str, fields: list[tuple]) -> TaskType:
+    """Define a task type: ``fields`` follow the common header."""
+    if opcode in TASK_TYPES or name in TASK_BY_NAME:
+        raise ValueError(f"task {name} / opcode {opcode:#x} defined twice")
+    dtype = np.dtype(HEADER_FIELDS + list(fields), align=True)
+    if dtype.itemsize % 8:
+        dtype = np.dtype({"names": dtype.names, "formats": [dtype.fields[n][0] for n in dtype.names],
+                          "offsets": [dtype.fields[n][1] for n in dtype.names],
+                          "itemsize": -(-dtype.itemsize // 8) * 8})
+    if dtype.itemsize > 0xFFFF:
+        raise ValueError(f"task {name} descriptor is too large")
+    task = TaskType(opcode, name, dtype)
+    TASK_TYPES[opcode] = task
+    TASK_BY_NAME[name] = task
+    return task
+
+
+def encode_task(name: str, flags: int = 0, **fields) -> bytes:
+    """One descriptor's bytes; unspecified fields are zero."""
+    task = TASK_BY_NAME[name]
+    record = np.zeros((), dtype=task.dtype)
+    record["opcode"] = task.opcode
+    record["size"] = task.size
+    record["flags"] = flags
+    for key, value in fields.items():
+        if key not in task.dtype.names or key in ("opcode", "size"):
+            raise KeyError(f"task {name} has no field {key!r}")
+        record[key] = value
+    return record.tobytes()
+
+
+class CommandBufferError(ValueError):
+    """A malformed command buffer (the job fails with EINVAL)."""
+
+    def __init__(self, offset: int, message: str):
+        super().__init__(f"command buffer offset {offset}: {message}")
+        self.offset = offset
+
+
+def decode_tasks(buf: np.ndarray | bytes):
+    """Yield (offset, TaskType, record) for each descriptor of a command buffer."""
+    data = np.frombuffer(buf, dtype=np.uint8)
+    offset = 0
+    while offset < len(data):
+        if len(data) - offset < HEADER.itemsize:
+            raise CommandBufferError(offset, "truncated descriptor header")
+        header = data[offset:offset + HEADER.itemsize].view(HEADER)[0]
+        task = TASK_TYPES.get(int(header["opcode"]))
+        if task is None:
+            raise CommandBufferError(offset, f"unknown opcode {int(header['opcode']):#x}")
+        if int(header["size"]) != task.size:
+            raise CommandBufferError(offset, f"{task.name} size {int(header['size'])}, expected {task.size}")
+        if len(data) - offset < task.size:
+            raise CommandBufferError(offset, f"truncated {task.name} descriptor")
+        yield offset, task, data[offset:offset + task.size].view(task.dtype)[0]
+        offset += task.size
+
+
+# ---- the task types of the base chip ----
+
+OP_NOP = 0x00
+OP_DMA_COPY = 0x01
+OP_FULLY_CONNECTED = 0x02
+
+NOP = register_task(OP_NOP, "NOP", [])
+
+DMA_COPY = register_task(OP_DMA_COPY, "DMA_COPY", [
+    ("src", "<u8"),
+    ("dst", "<u8"),
+    ("length", "<u8"),
+])
+
+FC_PER_CHANNEL = 0x1   # multiplier/shift are int32[out_features] arrays at mult_iova/shift_iova
+
+FULLY_CONNECTED = register_task(OP_FULLY_CONNECTED, "FULLY_CONNECTED", [
+    ("input", "<u8"),         # int8 [rows, in_features]
+    ("weights", "<u8"),       # int8 [out_features, in_features], symmetric (zero point 0)
+    ("bias", "<u8"),          # int32 [out_features], 0 = no bias
+    ("output", "<u8"),        # int8 [rows, out_features]
+    ("mult_iova", "<u8"),     # per-channel multipliers (FC_PER_CHANNEL)
+    ("shift_iova", "<u8"),    # per-channel shifts (FC_PER_CHANNEL)
+    ("rows", "<u4"),
+    ("in_features", "<u4"),
+    ("out_features", "<u4"),
+    ("input_zp", "<i4"),
+    ("output_zp", "<i4"),
+    ("multiplier", "<i4"),    # per-tensor quantized multiplier (TFLite convention)
+    ("shift", "<i4"),         # per-tensor shift, positive = left
+    ("act_min", "<i4"),
+    ("act_max", "<i4"),
+])

@@ -1,0 +1,133 @@
+"""The user/kernel ABI of the NPU driver, read from ``npu_uapi.h`` with cffi.
+
+This module is the only part of ``kmd_fuse`` that user space (libnpu) may
+import.  It exposes the header's structs through ``ffi``, its constants as
+module attributes, and the frame helpers both sides use.
+"""
+from __future__ import annotations
+
+import errno
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import cffi
+
+HEADER_PATH = Path(__file__).with_name("npu_uapi.h")
+
+_C_ONLY = re.compile(r"^#if !defined\(NPU_UAPI_CDEF\).*?^#endif\n", re.M | re.S)
+
+
+def _cdef_source(text: str) -> str:
+    """The header as cffi's cdef accepts it: no C-only block, no guards/includes."""
+    text = _C_ONLY.sub("", text)
+    keep = []
+    for line in text.splitlines():
+        stripped = line.strip()
+        if stripped.startswith(("#ifndef", "#endif", "#include", "#if", "#else")):
+            continue
+        if stripped.startswith("#define NPU_UAPI_H"):
+            continue
+        keep.append(line)
+    return "\n".join(keep)
+
+
+ffi = cffi.FFI()
+ffi.cdef(_cdef_source(HEADER_PATH.read_text()))
+_lib = ffi.dlopen(None)  # integer constants only; no symbols are looked up
+
+_CONSTANT = re.compile(r"^#define\s+(NPU_[A-Z0-9_]+)\s+(0x[0-9a-fA-F]+|\d+)", re.M)
+CONSTANTS: dict[str, int] = {
+    name: int(value, 0) for name, value in _CONSTANT.findall(HEADER_PATH.read_text())
+}
+globals().update(CONSTANTS)
+
+IOC_WRITE, IOC_READ = 1, 2
+
+
+def iowr(nr: int, struct_name: str) -> int:
+    """Linux's _IOWR(NPU_IOC_TYPE, nr, struct) for a struct of this header."""
+    size = ffi.sizeof(struct_name)
+    if size >= 1 << 14:
+        raise ValueError(f"{struct_name} is too large for an ioctl number")
+    return ((IOC_READ | IOC_WRITE) << 30) | (size << 16) | (CONSTANTS["NPU_IOC_TYPE"] << 8) | nr
+
+
+@dataclass(frozen=True)
+class Command:
+    """One request type: its number, name and payload struct."""
+
+    number: int
+    name: str
+    struct: str
+
+    @property
+    def payload_size(self) -> int:
+        return ffi.sizeof(self.struct)
+
+
+COMMANDS: dict[int, Command] = {}
+for _nr, (_name, _struct) in enumerate([
+    ("GET_INFO", "struct npu_get_info"),
+    ("MEM_ALLOC", "struct npu_mem_alloc"),
+    ("MEM_MAP", "struct npu_mem_map"),
+    ("MEM_FREE", "struct npu_mem_free"),
+    ("SUBMIT", "struct npu_submit"),
+    ("WAIT", "struct npu_wait"),
+    ("GET_STATS", "struct npu_get_stats"),
+    ("RESET", "struct npu_reset"),
+]):
+    _number = CONSTANTS[f"NPU_CMD_{_name}"]
+    if _number != iowr(_nr, _struct):  # the header's spelled-out numbers must match _IOWR
+        raise ImportError(f"npu_uapi.h: NPU_CMD_{_name} is {_number:#x}, _IOWR gives {iowr(_nr, _struct):#x}")
+    COMMANDS[_number] = Command(_number, _name, _struct)
+
+HDR_SIZE = ffi.sizeof("struct npu_frame_hdr")
+
+
+def new_payload(cmd: int):
+    """A zeroed payload struct (cffi owned) for command ``cmd``."""
+    return ffi.new(COMMANDS[cmd].struct + " *")
+
+
+def pack_frame(cmd: int, seq: int, payload=None, result: int = 0) -> bytes:
+    """Header + payload bytes, ready for one write()/read()."""
+    body = b"" if payload is None else bytes(ffi.buffer(payload))
+    hdr = ffi.new("struct npu_frame_hdr *", {
+        "magic": CONSTANTS["NPU_FRAME_MAGIC"], "cmd": cmd, "seq": seq,
+        "size": len(body), "result": result})
+    return bytes(ffi.buffer(hdr)) + body
+
+
+def unpack_header(frame: bytes):
+    """The header of a frame as a cffi struct copy (caller checks the fields)."""
+    if len(frame) < HDR_SIZE:
+        raise ValueError(f"frame of {len(frame)} bytes is shorter than its {HDR_SIZE}-byte header")
+    hdr = ffi.new("struct npu_frame_hdr *")
+    ffi.memmove(hdr, frame[:HDR_SIZE], HDR_SIZE)
+    return hdr
+
+
+def unpack_payload(cmd: int, body: bytes):
+    """Copy ``body`` into a new payload struct of command ``cmd``."""
+    payload = new_payload(cmd)
+    size = ffi.sizeof(payload[0])
+    if len(body) != size:
+        raise ValueError(f"{COMMANDS[cmd].name} payload is {len(body)} bytes, expected {size}")
+    ffi.memmove(payload, body, size)
+    return payload
+
+
+def c_string(char_array) -> str:
+    """A NUL-terminated char[] field as str."""
+    return ffi.string(char_array).decode()
+
+
+class NpuError(OSError):
+    """A request the driver answered with -errno."""
+
+    def __init__(self, err: int, command: str, detail: str = ""):
+        message = f"{command}: {errno.errorcode.get(err, err)} ({__import__('os').strerror(err)})"
+        if detail:
+            message += f": {detail}"
+        super().__init__(err, message)
