@@ -1,0 +1,141 @@
+"""Vectorized requantization arithmetic of TFLite's reference kernels.
+
+All integer functions take and return numpy int64 arrays holding int32 values (int64
+leaves room for the intermediate products).
+
+Which rounding LiteRT uses depends on the op (measured in ``tests/kernels`` against
+``ai-edge-litert`` 2.3.0 BUILTIN_REF, and read in its source):
+
+* Most int8 ops call ``MultiplyByQuantizedMultiplier``. The pip wheels are built with the
+  default ``TFLITE_SINGLE_ROUNDING=0``: gemmlowp's double rounding, here
+  :func:`multiply_by_quantized_multiplier`. The single-rounding build is
+  :func:`multiply_by_quantized_multiplier_single_round`.
+* The fully connected reference kernel (since April 2025) requantizes in double:
+  ``round(double(acc) * (in_scale * filter_scale / out_scale))``, ties away from zero;
+  here :func:`requantize_double`. :func:`multiply_by_quantized_multiplier_round_away` is
+  its closest fixed-point form (one rounding of the 64-bit product, ties away from zero).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+__all__ = [
+    "INT32_MIN",
+    "INT32_MAX",
+    "wrap_int32",
+    "saturating_rounding_doubling_high_mul",
+    "rounding_divide_by_pot",
+    "multiply_by_quantized_multiplier",
+    "multiply_by_quantized_multiplier_single_round",
+    "multiply_by_quantized_multiplier_round_away",
+    "round_half_away",
+    "requantize_double",
+]
+
+INT32_MIN = -(1 << 31)
+INT32_MAX = (1 << 31) - 1
+
+
+def _i64(a: np.ndarray | int) -> np.ndarray:
+    return np.asarray(a, dtype=np.int64)
+
+
+def wrap_int32(x: np.ndarray) -> np.ndarray:
+    """Wrap int64 values to int32 two's complement, as int32 arithmetic does on real hardware."""
+    x = _i64(x)
+    return ((x + (1 << 31)) & 0xFFFFFFFF) - (1 << 31)
+
+
+def saturating_rounding_doubling_high_mul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """gemmlowp ``SaturatingRoundingDoublingHighMul``: round(a * b / 2**31), saturated.
+
+    The only overflow case, ``a == b == INT32_MIN``, returns ``INT32_MAX``.
+    """
+    a, b = _i64(a), _i64(b)
+    ab = a * b  # |a*b| <= 2**62: exact in int64
+    nudge = np.where(ab >= 0, 1 << 30, 1 - (1 << 30))
+    v = ab + nudge
+    # C integer division truncates toward zero; numpy's >> floors.
+    high = np.where(v >= 0, v >> 31, -((-v) >> 31))
+    return np.where((a == INT32_MIN) & (b == INT32_MIN), INT32_MAX, high)
+
+
+def rounding_divide_by_pot(x: np.ndarray, exponent: np.ndarray | int) -> np.ndarray:
+    """gemmlowp ``RoundingDivideByPOT``: x / 2**exponent rounded half away from zero."""
+    x, exponent = _i64(x), _i64(exponent)
+    if np.any((exponent < 0) | (exponent > 31)):
+        raise ValueError("rounding_divide_by_pot exponent must be in [0, 31]")
+    mask = (np.int64(1) << exponent) - 1
+    remainder = x & mask
+    threshold = (mask >> 1) + (x < 0)
+    return (x >> exponent) + (remainder > threshold)
+
+
+def multiply_by_quantized_multiplier(x: np.ndarray, multiplier: np.ndarray,
+                                     shift: np.ndarray) -> np.ndarray:
+    """TFLite ``MultiplyByQuantizedMultiplier``, default build (double rounding).
+
+    ``x`` int32 values; ``multiplier``/``shift`` broadcast against ``x`` (per-channel
+    arrays along the last axis work as they are). Positive shift = left shift, which
+    wraps in int32 like the C code does on x86.
+    """
+    x, multiplier, shift = _i64(x), _i64(multiplier), _i64(shift)
+    left = np.maximum(shift, 0)
+    right = np.maximum(-shift, 0)
+    shifted = wrap_int32(x << left) if np.any(left) else x
+    return rounding_divide_by_pot(saturating_rounding_doubling_high_mul(shifted, multiplier), right)
+
+
+def _check_shift(shift: np.ndarray) -> None:
+    if np.any((shift < -31) | (shift > 30)):
+        raise ValueError("single-rounding shift must be in [-31, 30]")
+
+
+def multiply_by_quantized_multiplier_single_round(x: np.ndarray, multiplier: np.ndarray,
+                                                  shift: np.ndarray) -> np.ndarray:
+    """``MultiplyByQuantizedMultiplier`` of ``TFLITE_SINGLE_ROUNDING`` builds.
+
+    ``(x * m + 2**(t-1)) >> t`` with ``t = 31 - shift``: ties toward +inf.
+    """
+    x, multiplier, shift = _i64(x), _i64(multiplier), _i64(shift)
+    _check_shift(shift)
+    total = 31 - shift
+    # |x * multiplier| < 2**62 and the rounding term is <= 2**61: no int64 overflow.
+    return wrap_int32((x * multiplier + (np.int64(1) << (total - 1))) >> total)
+
+
+def multiply_by_quantized_multiplier_round_away(x: np.ndarray, multiplier: np.ndarray,
+                                                shift: np.ndarray) -> np.ndarray:
+    """One rounding of ``x * m / 2**(31 - shift)``, ties away from zero.
+
+    The fixed-point counterpart of :func:`requantize_double`; it can differ from it only
+    when the exact product lies within ~2**-31 (relative) of a half-integer.
+    """
+    x, multiplier, shift = _i64(x), _i64(multiplier), _i64(shift)
+    _check_shift(shift)
+    total = 31 - shift
+    p = x * multiplier
+    half = np.int64(1) << (total - 1)
+    mag = (np.abs(p) + half) >> total
+    return wrap_int32(np.where(p < 0, -mag, mag))
+
+
+def round_half_away(v: np.ndarray) -> np.ndarray:
+    """C ``round()`` on doubles: nearest integer, ties away from zero (exact, unlike v+0.5)."""
+    a = np.abs(v)
+    r = np.floor(a)
+    r += (a - r) >= 0.5  # a - r is exact for |a| < 2**52
+    return np.copysign(r, v)
+
+
+def requantize_double(acc: np.ndarray, scale: np.ndarray) -> np.ndarray:
+    """LiteRT's fully connected reference requantization: ``(int32)round(acc * scale)``.
+
+    ``acc`` int32 values, ``scale`` float64 effective scales broadcast along the last axis.
+    A result outside int32 becomes INT32_MIN, as x86's double-to-int conversion does.
+    """
+    v = round_half_away(np.asarray(acc, dtype=np.float64) * np.asarray(scale, dtype=np.float64))
+    out_of_range = (v < INT32_MIN) | (v > INT32_MAX)
+    if np.any(out_of_range):
+        v = np.where(out_of_range, INT32_MIN, v)
+    return v.astype(np.int64)

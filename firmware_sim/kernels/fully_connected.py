@@ -1,0 +1,78 @@
+"""int8 fully connected layer, byte-identical to LiteRT's reference kernel.
+
+Follows ``reference_integer_ops::FullyConnected`` / ``FullyConnectedPerChannel``: symmetric
+int8 weights, int32 accumulation (wrapping), int32 bias, requantization per tensor or per
+output channel, output zero point, then the fused-activation clamp.
+
+LiteRT's reference kernel requantizes in double: ``round(acc * scale)`` with
+``scale = in_scale * filter_scale / out_scale`` (see ``spec.fixedpoint.effective_scale``).
+Pass that as ``scale`` for byte-identical results. Without it the kernel uses the fixed-point
+``multiplier``/``shift`` with the same rounding rule (one rounding, ties away from zero),
+which can differ by one LSB only when ``acc * scale`` lies within ~2**-31 (relative) of a
+half-integer.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .fixedpoint import multiply_by_quantized_multiplier_round_away, requantize_double, wrap_int32
+from .gemm import int_matmul
+from .output import check_int8_param, store_int8
+
+__all__ = ["fully_connected"]
+
+
+def fully_connected(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None, *,
+                    input_zp: int, output_zp: int,
+                    multiplier: np.ndarray, shift: np.ndarray,
+                    act_min: int = -128, act_max: int = 127,
+                    out: np.ndarray | None = None,
+                    scale: np.ndarray | None = None) -> np.ndarray:
+    """int8 fully connected: ``out = requant((x - input_zp) @ w.T + bias)``.
+
+    x: int8 (M, K); w: int8 (N, K), zero point 0; bias: int32 (N,) or None;
+    multiplier/shift: int32 (N,) per channel or (1,) per tensor, TFLite convention
+    (positive shift = left). ``act_min``/``act_max`` carry the fused activation.
+    scale: optional float64 effective scales, same shape as ``multiplier``; when given
+    they drive the requantization (LiteRT's exact arithmetic) instead of multiplier/shift.
+    Returns int8 (M, N), written into ``out`` when it is given.
+    """
+    if x.dtype != np.int8 or w.dtype != np.int8:
+        raise TypeError(f"x and w must be int8, got {x.dtype} and {w.dtype}")
+    if x.ndim != 2 or w.ndim != 2:
+        raise ValueError(f"x must be (M, K) and w (N, K), got {x.shape} and {w.shape}")
+    m, k = x.shape
+    n = w.shape[0]
+    if w.shape[1] != k:
+        raise ValueError(f"inner dimensions differ: x {x.shape}, w {w.shape}")
+    input_zp = check_int8_param("input_zp", input_zp)
+    output_zp = check_int8_param("output_zp", output_zp)
+    act_min = check_int8_param("act_min", act_min)
+    act_max = check_int8_param("act_max", act_max)
+    if act_min > act_max:
+        raise ValueError(f"act_min {act_min} > act_max {act_max}")
+    multiplier = np.asarray(multiplier)
+    shift = np.asarray(shift)
+    if multiplier.shape != shift.shape or multiplier.shape not in ((n,), (1,)):
+        raise ValueError(f"multiplier/shift must both be ({n},) or (1,), "
+                         f"got {multiplier.shape} and {shift.shape}")
+    if scale is not None:
+        scale = np.asarray(scale, dtype=np.float64)
+        if scale.shape != multiplier.shape:
+            raise ValueError(f"scale shape {scale.shape} != multiplier shape {multiplier.shape}")
+    if bias is not None:
+        bias = np.asarray(bias)
+        if bias.dtype != np.int32 or bias.shape != (n,):
+            raise ValueError(f"bias must be int32 ({n},), got {bias.dtype} {bias.shape}")
+    if out is not None and (out.dtype != np.int8 or out.shape != (m, n)):
+        raise ValueError(f"out must be int8 {(m, n)}, got {out.dtype} {out.shape}")
+
+    acc = int_matmul(x, w, -input_zp)
+    if bias is not None:
+        acc += bias
+    acc = wrap_int32(acc)
+    if scale is not None:
+        scaled = requantize_double(acc, scale)
+    else:
+        scaled = multiply_by_quantized_multiplier_round_away(acc, multiplier, shift)
+    return store_int8(scaled, output_zp, act_min, act_max, out)

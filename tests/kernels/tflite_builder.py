@@ -1,0 +1,204 @@
+"""Build small int8 .tflite models in memory and run them on LiteRT's reference kernels.
+
+Models are written with the flatbuffer builder functions of the ``tflite`` package, so the
+golden results come from the very TFLite schema and runtime users have, with no converter
+in between. ``run_reference`` uses ``OpResolverType.BUILTIN_REF`` (the reference kernels);
+XNNPACK (the default resolver) rounds differently and is never the golden source.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Sequence
+
+import flatbuffers
+import numpy as np
+import tflite
+from ai_edge_litert.interpreter import Interpreter, OpResolverType
+
+_TENSOR_TYPES = {
+    np.dtype(np.float32): tflite.TensorType.FLOAT32,
+    np.dtype(np.int32): tflite.TensorType.INT32,
+    np.dtype(np.uint8): tflite.TensorType.UINT8,
+    np.dtype(np.int64): tflite.TensorType.INT64,
+    np.dtype(np.int16): tflite.TensorType.INT16,
+    np.dtype(np.int8): tflite.TensorType.INT8,
+    np.dtype(np.bool_): tflite.TensorType.BOOL,
+}
+
+
+@dataclass
+class TensorSpec:
+    """One tensor: a graph input/output when ``data`` is None, a constant otherwise."""
+    shape: Sequence[int]
+    dtype: type | np.dtype
+    scale: Sequence[float] | None = None
+    zero_point: Sequence[int] | None = None
+    quantized_dimension: int = 0
+    data: np.ndarray | None = None
+    name: str = ""
+
+
+@dataclass
+class OpSpec:
+    """One operator: builtin code, tensor indices and an optional options-table writer."""
+    opcode: int
+    inputs: Sequence[int]
+    outputs: Sequence[int]
+    options_type: int = 0
+    options: Callable[[flatbuffers.Builder], int] | None = None
+    version: int = 1
+
+
+def _offset_vector(b: flatbuffers.Builder, offsets: Sequence[int]) -> int:
+    b.StartVector(4, len(offsets), 4)
+    for off in reversed(offsets):
+        b.PrependUOffsetTRelative(off)
+    return b.EndVector()
+
+
+def _quantization(b: flatbuffers.Builder, t: TensorSpec) -> int | None:
+    if t.scale is None:
+        return None
+    scale = b.CreateNumpyVector(np.asarray(t.scale, dtype=np.float32))
+    zp_values = t.zero_point if t.zero_point is not None else [0] * len(t.scale)
+    zp = b.CreateNumpyVector(np.asarray(zp_values, dtype=np.int64))
+    tflite.QuantizationParametersStart(b)
+    tflite.QuantizationParametersAddScale(b, scale)
+    tflite.QuantizationParametersAddZeroPoint(b, zp)
+    tflite.QuantizationParametersAddQuantizedDimension(b, t.quantized_dimension)
+    return tflite.QuantizationParametersEnd(b)
+
+
+def build_model(tensors: Sequence[TensorSpec], ops: Sequence[OpSpec],
+                inputs: Sequence[int], outputs: Sequence[int]) -> bytes:
+    """Serialize a one-subgraph TFLite model (schema version 3)."""
+    b = flatbuffers.Builder(1024)
+    # Buffer 0 is the empty sentinel; every constant tensor gets its own buffer.
+    buffer_data: list[bytes | None] = [None]
+    tensor_buffer: list[int] = []
+    for t in tensors:
+        if t.data is None:
+            tensor_buffer.append(0)
+        else:
+            arr = np.ascontiguousarray(np.asarray(t.data, dtype=t.dtype))
+            if tuple(arr.shape) != tuple(t.shape):
+                raise ValueError(f"tensor {t.name!r}: data shape {arr.shape} != {t.shape}")
+            tensor_buffer.append(len(buffer_data))
+            buffer_data.append(arr.tobytes())
+    buffer_offsets = []
+    for raw in buffer_data:
+        data_off = None
+        if raw is not None:
+            b.StartVector(1, len(raw), 16)  # 16-byte aligned payload
+            b.head -= len(raw)
+            b.Bytes[b.head:b.head + len(raw)] = raw
+            data_off = b.EndVector()
+        tflite.BufferStart(b)
+        if data_off is not None:
+            tflite.BufferAddData(b, data_off)
+        buffer_offsets.append(tflite.BufferEnd(b))
+
+    tensor_offsets = []
+    for i, t in enumerate(tensors):
+        name = b.CreateString(t.name or f"t{i}")
+        shape = b.CreateNumpyVector(np.asarray(t.shape, dtype=np.int32))
+        quant = _quantization(b, t)
+        tflite.TensorStart(b)
+        tflite.TensorAddShape(b, shape)
+        tflite.TensorAddType(b, _TENSOR_TYPES[np.dtype(t.dtype)])
+        tflite.TensorAddBuffer(b, tensor_buffer[i])
+        tflite.TensorAddName(b, name)
+        if quant is not None:
+            tflite.TensorAddQuantization(b, quant)
+        tensor_offsets.append(tflite.TensorEnd(b))
+
+    codes = sorted({(op.opcode, op.version) for op in ops})
+    code_offsets = []
+    for opcode, version in codes:
+        tflite.OperatorCodeStart(b)
+        tflite.OperatorCodeAddDeprecatedBuiltinCode(b, min(opcode, 127))
+        tflite.OperatorCodeAddBuiltinCode(b, opcode)
+        tflite.OperatorCodeAddVersion(b, version)
+        code_offsets.append(tflite.OperatorCodeEnd(b))
+
+    op_offsets = []
+    for op in ops:
+        ins = b.CreateNumpyVector(np.asarray(op.inputs, dtype=np.int32))
+        outs = b.CreateNumpyVector(np.asarray(op.outputs, dtype=np.int32))
+        opts = op.options(b) if op.options is not None else None
+        tflite.OperatorStart(b)
+        tflite.OperatorAddOpcodeIndex(b, codes.index((op.opcode, op.version)))
+        tflite.OperatorAddInputs(b, ins)
+        tflite.OperatorAddOutputs(b, outs)
+        if opts is not None:
+            tflite.OperatorAddBuiltinOptionsType(b, op.options_type)
+            tflite.OperatorAddBuiltinOptions(b, opts)
+        op_offsets.append(tflite.OperatorEnd(b))
+
+    sg_tensors = _offset_vector(b, tensor_offsets)
+    sg_inputs = b.CreateNumpyVector(np.asarray(inputs, dtype=np.int32))
+    sg_outputs = b.CreateNumpyVector(np.asarray(outputs, dtype=np.int32))
+    sg_ops = _offset_vector(b, op_offsets)
+    sg_name = b.CreateString("main")
+    tflite.SubGraphStart(b)
+    tflite.SubGraphAddTensors(b, sg_tensors)
+    tflite.SubGraphAddInputs(b, sg_inputs)
+    tflite.SubGraphAddOutputs(b, sg_outputs)
+    tflite.SubGraphAddOperators(b, sg_ops)
+    tflite.SubGraphAddName(b, sg_name)
+    subgraph = tflite.SubGraphEnd(b)
+
+    subgraphs = _offset_vector(b, [subgraph])
+    opcodes = _offset_vector(b, code_offsets)
+    buffers = _offset_vector(b, buffer_offsets)
+    desc = b.CreateString("npu-emu kernel test")
+    tflite.ModelStart(b)
+    tflite.ModelAddVersion(b, 3)
+    tflite.ModelAddOperatorCodes(b, opcodes)
+    tflite.ModelAddSubgraphs(b, subgraphs)
+    tflite.ModelAddDescription(b, desc)
+    tflite.ModelAddBuffers(b, buffers)
+    b.Finish(tflite.ModelEnd(b), file_identifier=b"TFL3")
+    return bytes(b.Output())
+
+
+def single_op_model(opcode: int, tensors: Sequence[TensorSpec], op_inputs: Sequence[int],
+                    op_outputs: Sequence[int], options_type: int = 0,
+                    options: Callable[[flatbuffers.Builder], int] | None = None,
+                    version: int = 1) -> bytes:
+    """A model with one operator; its non-constant inputs become the graph inputs."""
+    graph_inputs = [i for i in op_inputs if i >= 0 and tensors[i].data is None]
+    op = OpSpec(opcode, op_inputs, op_outputs, options_type, options, version)
+    return build_model(tensors, [op], graph_inputs, op_outputs)
+
+
+@dataclass
+class ReferenceRunner:
+    """A LiteRT interpreter on the reference kernels, reusable across many invocations."""
+    model: bytes
+    interpreter: Interpreter = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.interpreter = Interpreter(
+            model_content=self.model,
+            experimental_op_resolver_type=OpResolverType.BUILTIN_REF)
+        self.interpreter.allocate_tensors()
+
+    def __call__(self, *inputs: np.ndarray) -> list[np.ndarray]:
+        it = self.interpreter
+        details = it.get_input_details()
+        if len(details) != len(inputs):
+            raise ValueError(f"model takes {len(details)} inputs, got {len(inputs)}")
+        for d, x in zip(details, inputs):
+            if tuple(d["shape"]) != x.shape:
+                it.resize_tensor_input(d["index"], x.shape)
+                it.allocate_tensors()
+        for d, x in zip(it.get_input_details(), inputs):
+            it.set_tensor(d["index"], x)
+        it.invoke()
+        return [it.get_tensor(d["index"]).copy() for d in it.get_output_details()]
+
+
+def run_reference(model: bytes, *inputs: np.ndarray) -> list[np.ndarray]:
+    """Run ``model`` once on LiteRT BUILTIN_REF and return copies of its outputs."""
+    return ReferenceRunner(model)(*inputs)
