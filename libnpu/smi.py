@@ -1,0 +1,165 @@
+"""`npu smi` (one-shot device table, or --json) and `npu top` (a refreshing view).
+
+Both read the driver's attribute tree (see libnpu.npu_sysfs): utilization comes from
+busy_time_us deltas between two samples, per-process rows from /proc/<pid>/fd links to
+the device nodes joined with the clients' DRM usage stats.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from typing import Any, TextIO
+
+from libnpu.npu_sysfs import Sampler, SysfsError, class_dir, list_devices, summarize
+
+
+def _size(n: int) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024  # type: ignore[assignment]
+    return f"{n} GiB"
+
+
+def _pct(v: float | None) -> str:
+    return "  -" if v is None else f"{v:.0f}%"
+
+
+def _secs(ns: int) -> str:
+    return f"{ns / 1e9:.3f} s"
+
+
+def format_table(reports: list[dict[str, Any]]) -> str:
+    """The human table both commands print."""
+    lines = [f"{'NPU':>3}  {'Model':<14} {'Cores':>5} {'Clock':>9} {'Util':>5}  "
+             f"{'Memory used / total':<23} {'Jobs':>8} {'Failed':>6} {'Resets':>6}  Node"]
+    for r in reports:
+        mem = f"{_size(r['memory_used_bytes'])} / {_size(r['memory_total_bytes'])}"
+        lines.append(f"{r['index']:>3}  {r['model'][:14]:<14} {r['cores']:>5} "
+                     f"{r['clock_mhz']:>5} MHz {_pct(r['utilization_pct']):>5}  {mem:<23} "
+                     f"{r['jobs_completed']:>8} {r['jobs_failed']:>6} {r['reset_count']:>6}  {r['node']}")
+    lines.append("")
+    lines.append("Processes:")
+    lines.append(f"{'NPU':>3}  {'PID':>7}  {'Command':<16} {'Clients':>7} {'NPU time':>12} {'Util':>5}  Memory")
+    rows = 0
+    for r in reports:
+        for p in r["processes"]:
+            rows += 1
+            busy = sum(p["engine_ns"].values())
+            lines.append(f"{r['index']:>3}  {p['pid']:>7}  {p['comm'][:16]:<16} {len(p['clients']):>7} "
+                         f"{_secs(busy):>12} {_pct(p['utilization_pct']):>5}  {_size(p['memory_bytes'])}")
+    if not rows:
+        lines.append("  (no processes are using an NPU)")
+    return "\n".join(lines) + "\n"
+
+
+def _common_args(ap: argparse.ArgumentParser) -> None:
+    ap.add_argument("--sysroot", default=os.environ.get("NPU_SYSROOT", "/sys"),
+                    help="root of the attribute tree (default $NPU_SYSROOT or /sys)")
+    ap.add_argument("--devroot", default=os.environ.get("NPU_DEVROOT", "/dev"),
+                    help="where the device nodes are (default $NPU_DEVROOT or /dev)")
+    ap.add_argument("--procroot", default="/proc", help=argparse.SUPPRESS)
+    ap.add_argument("-i", "--id", type=int, action="append", dest="ids", metavar="N",
+                    help="only device N (repeatable)")
+    ap.add_argument("--json", action="store_true", help="machine-readable output")
+
+
+def _sampler(args: argparse.Namespace, prog: str, err: TextIO) -> Sampler | None:
+    names = list_devices(args.sysroot)
+    if args.ids:
+        missing = sorted(set(args.ids) - {int(n[3:]) for n in names})
+        if missing:
+            print(f"{prog}: no device npu{missing[0]} under {class_dir(args.sysroot)}", file=err)
+            return None
+    if not names:
+        print(f"{prog}: no NPU devices under {class_dir(args.sysroot)} "
+              f"(is the driver running? set --sysroot or NPU_SYSROOT)", file=err)
+        return None
+    return Sampler(args.sysroot, args.devroot, args.procroot)
+
+
+def smi_main(argv: list[str] | None = None, out: TextIO | None = None, err: TextIO | None = None) -> int:
+    """`npu smi`: print the device table once (utilization sampled over --interval)."""
+    out, err = out or sys.stdout, err or sys.stderr
+    ap = argparse.ArgumentParser(prog="npu smi", description="Show NPU devices, utilization and processes.")
+    _common_args(ap)
+    ap.add_argument("--interval", type=float, default=0.2,
+                    help="seconds to sample utilization over; 0 skips it (default 0.2)")
+    args = ap.parse_args(argv)
+    if args.interval < 0:
+        ap.error("--interval must be >= 0")
+    sampler = _sampler(args, "npu smi", err)
+    if sampler is None:
+        return 1
+    only = set(args.ids) if args.ids else None
+    try:
+        first = sampler.sample(only)
+        prev, cur = None, first
+        if args.interval > 0:
+            time.sleep(args.interval)
+            prev, cur = first, sampler.sample(only)
+        reports = summarize(prev, cur)
+    except SysfsError as exc:
+        print(f"npu smi: {exc}", file=err)
+        return 1
+    if args.json:
+        json.dump({"devices": reports}, out, indent=2)
+        out.write("\n")
+    else:
+        out.write(format_table(reports))
+    return 0
+
+
+def top_main(argv: list[str] | None = None, out: TextIO | None = None, err: TextIO | None = None) -> int:
+    """`npu top`: refresh the table every --delay seconds until interrupted or -n frames."""
+    out, err = out or sys.stdout, err or sys.stderr
+    ap = argparse.ArgumentParser(prog="npu top", description="Watch NPU utilization and processes.")
+    _common_args(ap)
+    ap.add_argument("-d", "--delay", type=float, default=1.0, help="refresh interval in seconds (default 1)")
+    ap.add_argument("-n", "--iterations", type=int, help="stop after this many frames")
+    ap.add_argument("-b", "--batch", action="store_true",
+                    help="append frames instead of redrawing the screen (like top -b)")
+    args = ap.parse_args(argv)
+    if args.delay <= 0:
+        ap.error("--delay must be > 0")
+    if args.iterations is not None and args.iterations < 1:
+        ap.error("--iterations must be >= 1")
+    sampler = _sampler(args, "npu top", err)
+    if sampler is None:
+        return 1
+    only = set(args.ids) if args.ids else None
+    redraw = not args.batch and not args.json and out.isatty()
+    frames = 0
+    try:
+        prev = sampler.sample(only)
+        while args.iterations is None or frames < args.iterations:
+            time.sleep(args.delay)
+            cur = sampler.sample(only)
+            reports = summarize(prev, cur)
+            prev = cur
+            frames += 1
+            if args.json:
+                out.write(json.dumps({"frame": frames, "t": round(cur.t, 6), "devices": reports}) + "\n")
+            else:
+                head = (f"npu top - {time.strftime('%H:%M:%S')}  every {args.delay:g}s  "
+                        f"frame {frames}\n\n")
+                out.write(("\x1b[H\x1b[2J" if redraw else ("" if frames == 1 else "\n")) + head
+                          + format_table(reports))
+            out.flush()
+    except SysfsError as exc:
+        print(f"npu top: {exc}", file=err)
+        return 1
+    except KeyboardInterrupt:
+        pass
+    return 0
+
+
+if __name__ == "__main__":
+    cmd = sys.argv[1] if len(sys.argv) > 1 else ""
+    if cmd not in ("smi", "top"):
+        print("usage: python -m libnpu.smi smi|top [options]", file=sys.stderr)
+        raise SystemExit(2)
+    raise SystemExit((smi_main if cmd == "smi" else top_main)(sys.argv[2:]))
