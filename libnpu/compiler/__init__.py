@@ -1,0 +1,1 @@
+"""The model compiler: graph IR, importers (TFLite, ONNX), float reference, int8 quantizer."""

@@ -1,0 +1,307 @@
+"""Graph IR shared by the importers, the quantizer and the lowering to chip tasks.
+
+Conventions (fixed, so that lowering is a straightforward walk):
+- Layout is NHWC for 4-D activations. Conv weights are OHWI (``[Cout, KH, KW, Cin/groups]``),
+  depthwise weights ``[1, KH, KW, Cin*multiplier]``, fully-connected weights ``[N, K]``.
+- Op type names and semantics follow TFLite builtin ops (``CONV_2D``, ``ADD``...). In an
+  int8 graph every op means what the TFLite int8 reference kernel computes, given the
+  quantization parameters on its tensors.
+- Padding is explicit: ``pads = (top, bottom, left, right)`` (TFLite SAME is resolved
+  at import). Fused activations are ``"NONE" | "RELU" | "RELU6" | "RELU_N1_TO_1"``.
+- An op input named ``""`` is an absent optional input (e.g. a conv without bias).
+"""
+from __future__ import annotations
+
+import copy
+import heapq
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Iterator
+
+import numpy as np
+
+__all__ = ["IRError", "QuantParams", "Tensor", "Op", "Graph", "DTYPES", "ACTIVATIONS"]
+
+DTYPES = ("float32", "float16", "int8", "uint8", "int16", "int32", "int64", "bool")
+ACTIVATIONS = ("NONE", "RELU", "RELU6", "RELU_N1_TO_1")
+
+
+class IRError(ValueError):
+    """The graph is malformed or an operation on it is invalid."""
+
+
+@dataclass
+class QuantParams:
+    """Affine quantization: ``real = scale * (q - zero_point)``.
+
+    ``scale``/``zero_point`` have one entry (per-tensor) or one per slice along ``axis``
+    (per-channel).
+    """
+    scale: np.ndarray
+    zero_point: np.ndarray
+    axis: int = 0
+
+    def __post_init__(self) -> None:
+        self.scale = np.atleast_1d(np.asarray(self.scale, np.float32))
+        self.zero_point = np.atleast_1d(np.asarray(self.zero_point, np.int64))
+        if self.scale.ndim != 1 or self.scale.shape != self.zero_point.shape:
+            raise IRError(f"quantization: scale {self.scale.shape} and zero point "
+                          f"{self.zero_point.shape} must be 1-D of equal length")
+        if self.scale.size == 0 or not np.all(self.scale > 0) or not np.all(np.isfinite(self.scale)):
+            raise IRError("quantization: scales must be finite and > 0")
+
+    @property
+    def per_channel(self) -> bool:
+        return self.scale.size > 1
+
+    def broadcast_shape(self, rank: int) -> tuple[int, ...]:
+        """Shape to reshape scale/zero point to so they broadcast over a tensor of ``rank``."""
+        if not self.per_channel:
+            return (1,) * rank
+        return tuple(self.scale.size if d == self.axis else 1 for d in range(rank))
+
+    def dequantize(self, q: np.ndarray) -> np.ndarray:
+        shape = self.broadcast_shape(q.ndim)
+        return (q.astype(np.float32) - self.zero_point.reshape(shape).astype(np.float32)) \
+            * self.scale.reshape(shape)
+
+    def quantize(self, x: np.ndarray, dtype: str = "int8") -> np.ndarray:
+        info = np.iinfo(dtype)
+        shape = self.broadcast_shape(x.ndim)
+        q = np.round(x / self.scale.reshape(shape)) + self.zero_point.reshape(shape)
+        return np.clip(q, info.min, info.max).astype(dtype)
+
+    def __eq__(self, other: object) -> bool:
+        return (isinstance(other, QuantParams) and self.axis == other.axis
+                and np.array_equal(self.scale, other.scale)
+                and np.array_equal(self.zero_point, other.zero_point))
+
+
+@dataclass
+class Tensor:
+    """A value in the graph: activation (``data is None``) or constant."""
+    name: str
+    shape: tuple[int, ...]
+    dtype: str
+    quant: QuantParams | None = None
+    data: np.ndarray | None = None
+
+    def __post_init__(self) -> None:
+        self.shape = tuple(int(d) for d in self.shape)
+        if self.dtype not in DTYPES:
+            raise IRError(f"tensor {self.name!r}: unsupported dtype {self.dtype!r}")
+        if any(d < 0 for d in self.shape):
+            raise IRError(f"tensor {self.name!r}: dynamic or negative shape {self.shape}")
+        if self.data is not None:
+            self.data = np.asarray(self.data, dtype=self.dtype)
+            if self.data.shape != self.shape:
+                raise IRError(f"tensor {self.name!r}: data shape {self.data.shape} != {self.shape}")
+        if self.quant is not None and self.quant.per_channel:
+            if not 0 <= self.quant.axis < len(self.shape) or \
+                    self.shape[self.quant.axis] != self.quant.scale.size:
+                raise IRError(f"tensor {self.name!r}: {self.quant.scale.size} channel scales "
+                              f"do not match axis {self.quant.axis} of shape {self.shape}")
+
+    @property
+    def is_constant(self) -> bool:
+        return self.data is not None
+
+    @property
+    def size(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64))
+
+    @property
+    def nbytes(self) -> int:
+        return self.size * np.dtype(self.dtype).itemsize
+
+
+@dataclass
+class Op:
+    """One operation: TFLite-style ``type``, input/output tensor names, attributes."""
+    type: str
+    inputs: list[str]
+    outputs: list[str]
+    attrs: dict[str, Any] = field(default_factory=dict)
+    name: str = ""
+
+    def __post_init__(self) -> None:
+        self.inputs = list(self.inputs)
+        self.outputs = list(self.outputs)
+        if not self.name:
+            self.name = self.outputs[0] if self.outputs else self.type
+
+    def describe(self) -> str:
+        return f"{self.type} node {self.name!r}"
+
+
+class Graph:
+    """A dataflow graph: tensors by name, ops (kept in topological order), I/O names."""
+
+    def __init__(self, name: str = "model") -> None:
+        self.name = name
+        self.tensors: dict[str, Tensor] = {}
+        self.ops: list[Op] = []
+        self.inputs: list[str] = []
+        self.outputs: list[str] = []
+        self.metadata: dict[str, Any] = {}
+
+    # construction -------------------------------------------------------------------
+    def add_tensor(self, tensor: Tensor) -> Tensor:
+        if tensor.name in self.tensors:
+            raise IRError(f"duplicate tensor name {tensor.name!r}")
+        self.tensors[tensor.name] = tensor
+        return tensor
+
+    def add_const(self, name: str, data: np.ndarray, quant: QuantParams | None = None) -> Tensor:
+        data = np.asarray(data)
+        return self.add_tensor(Tensor(self.unique_name(name), data.shape, str(data.dtype), quant, data))
+
+    def add_op(self, op: Op) -> Op:
+        for n in op.inputs + op.outputs:
+            if n and n not in self.tensors:
+                raise IRError(f"{op.describe()}: unknown tensor {n!r}")
+        self.ops.append(op)
+        return op
+
+    def unique_name(self, base: str) -> str:
+        if base not in self.tensors:
+            return base
+        i = 1
+        while f"{base}_{i}" in self.tensors:
+            i += 1
+        return f"{base}_{i}"
+
+    # queries ------------------------------------------------------------------------
+    def tensor(self, name: str) -> Tensor:
+        try:
+            return self.tensors[name]
+        except KeyError:
+            raise IRError(f"unknown tensor {name!r}") from None
+
+    def producers(self) -> dict[str, Op]:
+        return {o: op for op in self.ops for o in op.outputs}
+
+    def consumers(self) -> dict[str, list[Op]]:
+        result: dict[str, list[Op]] = defaultdict(list)
+        for op in self.ops:
+            for i in op.inputs:
+                if i:
+                    result[i].append(op)
+        return result
+
+    def op_counts(self) -> dict[str, int]:
+        counts: dict[str, int] = defaultdict(int)
+        for op in self.ops:
+            counts[op.type] += 1
+        return dict(counts)
+
+    def constants(self) -> Iterator[Tensor]:
+        return (t for t in self.tensors.values() if t.is_constant)
+
+    # maintenance --------------------------------------------------------------------
+    def toposort(self) -> None:
+        """Reorder ``ops`` topologically (stable: keeps the given order where it can)."""
+        producer = {}
+        for idx, op in enumerate(self.ops):
+            for o in op.outputs:
+                if o in producer:
+                    raise IRError(f"tensor {o!r} produced by two ops")
+                producer[o] = idx
+        deps = [{producer[i] for i in op.inputs if i in producer} for op in self.ops]
+        users: dict[int, list[int]] = defaultdict(list)
+        for idx, d in enumerate(deps):
+            for p in d:
+                users[p].append(idx)
+        pending = [len(d) for d in deps]
+        ready = [i for i, n in enumerate(pending) if n == 0]
+        heapq.heapify(ready)
+        order = []
+        while ready:
+            i = heapq.heappop(ready)
+            order.append(i)
+            for u in users[i]:
+                pending[u] -= 1
+                if pending[u] == 0:
+                    heapq.heappush(ready, u)
+        if len(order) != len(self.ops):
+            stuck = [self.ops[i].describe() for i, n in enumerate(pending) if n > 0][:3]
+            raise IRError(f"graph has a cycle through {stuck}")
+        self.ops = [self.ops[i] for i in order]
+
+    def prune(self) -> None:
+        """Drop ops whose outputs nobody uses and tensors no op or I/O references."""
+        live = set(self.outputs)
+        kept = []
+        for op in reversed(self.ops):
+            if any(o in live for o in op.outputs):
+                kept.append(op)
+                live.update(i for i in op.inputs if i)
+        self.ops = kept[::-1]
+        live.update(self.inputs)
+        self.tensors = {n: t for n, t in self.tensors.items() if n in live}
+
+    def replace_uses(self, old: str, new: str) -> None:
+        """Make every consumer (and graph output) of ``old`` read ``new`` instead."""
+        for op in self.ops:
+            op.inputs = [new if i == old else i for i in op.inputs]
+        self.outputs = [new if o == old else o for o in self.outputs]
+
+    def validate(self) -> None:
+        """Check references, single producers, topological order and I/O sanity."""
+        defined = set(self.inputs) | {t.name for t in self.constants()}
+        for n in self.inputs:
+            t = self.tensor(n)
+            if t.is_constant:
+                raise IRError(f"graph input {n!r} is a constant")
+        for op in self.ops:
+            for i in op.inputs:
+                if i and i not in defined:
+                    if i in self.tensors:
+                        raise IRError(f"{op.describe()}: input {i!r} used before it is produced")
+                    raise IRError(f"{op.describe()}: unknown input {i!r}")
+            for o in op.outputs:
+                if o in defined:
+                    raise IRError(f"{op.describe()}: output {o!r} already defined")
+                if o not in self.tensors:
+                    raise IRError(f"{op.describe()}: unknown output {o!r}")
+                defined.add(o)
+        for n in self.outputs:
+            if n not in defined:
+                raise IRError(f"graph output {n!r} is never produced")
+
+    def copy(self) -> "Graph":
+        """Deep copy (constant arrays included)."""
+        return copy.deepcopy(self)
+
+    def summary(self) -> str:
+        lines = [f"graph {self.name}: {len(self.ops)} ops, {len(self.tensors)} tensors"]
+        for n in self.inputs:
+            t = self.tensors[n]
+            lines.append(f"  input  {n} {list(t.shape)} {t.dtype}")
+        for op in self.ops:
+            outs = ", ".join(f"{o}{list(self.tensors[o].shape)}" for o in op.outputs)
+            lines.append(f"  {op.type:<20} -> {outs}")
+        for n in self.outputs:
+            t = self.tensors[n]
+            lines.append(f"  output {n} {list(t.shape)} {t.dtype}")
+        return "\n".join(lines)
+
+    def __repr__(self) -> str:
+        return f"<Graph {self.name!r}: {len(self.ops)} ops {self.op_counts()}>"
+
+
+def same_pads(in_size: int, kernel: int, stride: int, dilation: int) -> tuple[int, int, int]:
+    """TFLite SAME padding: (output size, pad before, pad after) along one axis."""
+    eff = (kernel - 1) * dilation + 1
+    out = (in_size + stride - 1) // stride
+    total = max((out - 1) * stride + eff - in_size, 0)
+    return out, total // 2, total - total // 2
+
+
+def conv_out_size(in_size: int, kernel: int, stride: int, dilation: int, before: int, after: int) -> int:
+    eff = (kernel - 1) * dilation + 1
+    return (in_size + before + after - eff) // stride + 1
+
+
+def iter_op_tensors(graph: Graph, op: Op) -> Iterable[Tensor]:
+    return (graph.tensors[n] for n in op.inputs + op.outputs if n)

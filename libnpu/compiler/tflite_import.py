@@ -1,0 +1,331 @@
+"""Import a ``.tflite`` flatbuffer into the graph IR (int8 models as they are, float as float).
+
+Constant operands that only parameterize an op (RESHAPE's shape, PAD's paddings,
+TRANSPOSE's perm, MEAN's axes, RESIZE's size, STRIDED_SLICE's begin/end/strides) become
+attributes, so the IR ops carry only data inputs.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+import tflite
+
+from .ir import Graph, IRError, Op, QuantParams, Tensor, same_pads
+
+__all__ = ["TFLiteImportError", "UnsupportedOpError", "import_tflite", "load_tflite"]
+
+
+class TFLiteImportError(IRError):
+    """The file is not a TFLite model we can read."""
+
+
+class UnsupportedOpError(TFLiteImportError):
+    """The model uses an op (or an op option) the NPU does not support."""
+
+
+_OP_NAMES = {v: k for k, v in vars(tflite.BuiltinOperator).items() if not k.startswith("_")}
+_TYPES = {
+    tflite.TensorType.FLOAT32: "float32", tflite.TensorType.FLOAT16: "float16",
+    tflite.TensorType.INT8: "int8", tflite.TensorType.UINT8: "uint8",
+    tflite.TensorType.INT16: "int16", tflite.TensorType.INT32: "int32",
+    tflite.TensorType.INT64: "int64", tflite.TensorType.BOOL: "bool",
+}
+_ACT = {0: "NONE", 1: "RELU", 2: "RELU_N1_TO_1", 3: "RELU6"}
+
+
+def builtin_code(model: Any, opcode_index: int) -> int:
+    """The op's builtin code, as the TFLite runtime reads it.
+
+    Old files store it in ``deprecated_builtin_code`` (int8 field, codes < 127) and
+    newer ones in ``builtin_code``; the runtime takes the larger of the two.
+    """
+    oc = model.OperatorCodes(opcode_index)
+    return max(int(oc.BuiltinCode()), int(oc.DeprecatedBuiltinCode()))
+
+
+class _Importer:
+    def __init__(self, buf: bytes, name: str) -> None:
+        try:
+            if len(buf) < 8 or buf[4:8] != b"TFL3":
+                raise TFLiteImportError(f"{name}: not a TFLite flatbuffer (no TFL3 identifier)")
+            self.model = tflite.Model.GetRootAsModel(buf, 0)
+        except (IndexError, ValueError) as exc:
+            raise TFLiteImportError(f"{name}: unreadable flatbuffer: {exc}") from exc
+        self.buf = buf
+        if self.model.SubgraphsLength() != 1:
+            raise TFLiteImportError(f"{name}: {self.model.SubgraphsLength()} subgraphs, only 1 supported")
+        self.sg = self.model.Subgraphs(0)
+        self.graph = Graph(name)
+        self.names: dict[int, str] = {}
+
+    # tensors ------------------------------------------------------------------------
+    def _buffer_data(self, index: int) -> np.ndarray | None:
+        if index <= 0 or index >= self.model.BuffersLength():
+            return None
+        b = self.model.Buffers(index)
+        if b.Offset() > 1:  # large-model layout: data lives after the flatbuffer
+            raw = np.frombuffer(self.buf, np.uint8, b.Size(), b.Offset())
+        elif b.DataLength() > 0:
+            raw = b.DataAsNumpy()
+        else:
+            return None
+        return np.asarray(raw, np.uint8)
+
+    def tensor(self, idx: int) -> str:
+        if idx in self.names:
+            return self.names[idx]
+        t = self.sg.Tensors(idx)
+        ttype = t.Type()
+        if ttype not in _TYPES:
+            raise TFLiteImportError(f"tensor {idx} ({t.Name()!r}): unsupported type {ttype}")
+        dtype = _TYPES[ttype]
+        shape = tuple(int(d) for d in t.ShapeAsNumpy()) if t.ShapeLength() else ()
+        quant = None
+        q = t.Quantization()
+        if q is not None and q.ScaleLength() > 0:
+            zp = q.ZeroPointAsNumpy() if q.ZeroPointLength() else np.zeros(q.ScaleLength(), np.int64)
+            quant = QuantParams(q.ScaleAsNumpy(), zp, int(q.QuantizedDimension()))
+        raw = self._buffer_data(t.Buffer())
+        data = None
+        if raw is not None:
+            data = raw.view(dtype).reshape(shape).copy()
+        name = self.graph.unique_name((t.Name() or b"").decode() or f"t{idx}")
+        self.graph.add_tensor(Tensor(name, shape, dtype, quant, data))
+        self.names[idx] = name
+        return name
+
+    def const(self, idx: int, what: str, op: str) -> np.ndarray:
+        data = self.graph.tensors[self.tensor(idx)].data
+        if data is None:
+            raise UnsupportedOpError(f"{op}: {what} must be a constant tensor")
+        return data
+
+    # ops ----------------------------------------------------------------------------
+    def run(self) -> Graph:
+        g = self.graph
+        g.inputs = [self.tensor(i) for i in self.sg.InputsAsNumpy()]
+        for i in range(self.sg.OperatorsLength()):
+            op = self.sg.Operators(i)
+            code = builtin_code(self.model, op.OpcodeIndex())
+            opname = _OP_NAMES.get(code, f"BUILTIN_{code}")
+            ins = [int(j) for j in op.InputsAsNumpy()] if op.InputsLength() else []
+            outs = [int(j) for j in op.OutputsAsNumpy()]
+            out_name = self.tensor(outs[0]) if outs else f"op{i}"
+            where = f"{opname} node {i} (output {out_name!r})"
+            handler = _HANDLERS.get(opname)
+            if handler is None:
+                raise UnsupportedOpError(f"unsupported op {where}")
+            options = op.BuiltinOptions()
+            attrs, data_inputs = handler(self, ins, outs, options, where)
+            g.add_op(Op(opname, [self.tensor(j) if j >= 0 else "" for j in data_inputs],
+                        [self.tensor(j) for j in outs], attrs, name=out_name))
+        g.outputs = [self.tensor(i) for i in self.sg.OutputsAsNumpy()]
+        g.metadata["source"] = "tflite"
+        desc = self.model.Description()
+        if desc:
+            g.metadata["description"] = desc.decode(errors="replace")
+        g.prune()
+        g.validate()
+        return g
+
+    def shape(self, idx: int) -> tuple[int, ...]:
+        return self.graph.tensors[self.tensor(idx)].shape
+
+
+def _opts(table: Any, cls: type) -> Any:
+    o = cls()
+    if table is None:
+        return None
+    o.Init(table.Bytes, table.Pos)
+    return o
+
+
+def _act(code: int, where: str) -> str:
+    if code not in _ACT:
+        raise UnsupportedOpError(f"{where}: fused activation {code} is not supported")
+    return _ACT[code]
+
+
+def _window_pads(im: _Importer, ins: list[int], padding: int, kh: int, kw: int,
+                 sh: int, sw: int, dh: int, dw: int) -> tuple[int, int, int, int]:
+    _, h, w, _ = im.shape(ins[0])
+    if padding == tflite.Padding.VALID:
+        return (0, 0, 0, 0)
+    _, top, bottom = same_pads(h, kh, sh, dh)
+    _, left, right = same_pads(w, kw, sw, dw)
+    return (top, bottom, left, right)
+
+
+def _conv(im: _Importer, ins, outs, table, where):
+    o = _opts(table, tflite.Conv2DOptions)
+    _, kh, kw, cin_g = im.shape(ins[1])
+    cin = im.shape(ins[0])[3]
+    if cin % cin_g:
+        raise UnsupportedOpError(f"{where}: input channels {cin} not a multiple of filter depth {cin_g}")
+    stride, dil = (o.StrideH(), o.StrideW()), (o.DilationHFactor(), o.DilationWFactor())
+    pads = _window_pads(im, ins, o.Padding(), kh, kw, *stride, *dil)
+    attrs = dict(stride=stride, dilation=dil, pads=pads, groups=cin // cin_g,
+                 activation=_act(o.FusedActivationFunction(), where))
+    return attrs, (ins + [-1])[:3]
+
+
+def _dwconv(im: _Importer, ins, outs, table, where):
+    o = _opts(table, tflite.DepthwiseConv2DOptions)
+    _, kh, kw, cout = im.shape(ins[1])
+    cin = im.shape(ins[0])[3]
+    stride, dil = (o.StrideH(), o.StrideW()), (o.DilationHFactor(), o.DilationWFactor())
+    pads = _window_pads(im, ins, o.Padding(), kh, kw, *stride, *dil)
+    attrs = dict(stride=stride, dilation=dil, pads=pads, depth_multiplier=cout // cin,
+                 activation=_act(o.FusedActivationFunction(), where))
+    return attrs, (ins + [-1])[:3]
+
+
+def _fc(im: _Importer, ins, outs, table, where):
+    o = _opts(table, tflite.FullyConnectedOptions)
+    if o is not None and o.WeightsFormat() != 0:
+        raise UnsupportedOpError(f"{where}: shuffled weights format is not supported")
+    attrs = dict(activation=_act(o.FusedActivationFunction() if o else 0, where),
+                 keep_num_dims=bool(o.KeepNumDims()) if o else False)
+    return attrs, (ins + [-1])[:3]
+
+
+def _binary(cls: type) -> Callable:
+    def handler(im, ins, outs, table, where):
+        o = _opts(table, cls)
+        return dict(activation=_act(o.FusedActivationFunction() if o else 0, where)), ins
+    return handler
+
+
+def _pool(im: _Importer, ins, outs, table, where):
+    o = _opts(table, tflite.Pool2DOptions)
+    kh, kw, sh, sw = o.FilterHeight(), o.FilterWidth(), o.StrideH(), o.StrideW()
+    pads = _window_pads(im, ins, o.Padding(), kh, kw, sh, sw, 1, 1)
+    return dict(filter=(kh, kw), stride=(sh, sw), pads=pads,
+                activation=_act(o.FusedActivationFunction(), where)), ins[:1]
+
+
+def _reshape(im, ins, outs, table, where):
+    return dict(new_shape=im.shape(outs[0])), ins[:1]
+
+
+def _softmax(im, ins, outs, table, where):
+    o = _opts(table, tflite.SoftmaxOptions)
+    return dict(beta=float(o.Beta()) if o else 1.0), ins
+
+
+def _concat(im, ins, outs, table, where):
+    o = _opts(table, tflite.ConcatenationOptions)
+    rank = len(im.shape(outs[0]))
+    return dict(axis=int(o.Axis()) % rank, activation=_act(o.FusedActivationFunction(), where)), ins
+
+
+def _pad(im, ins, outs, table, where):
+    pads = im.const(ins[1], "paddings", where).astype(np.int64)
+    if len(ins) > 2 and ins[2] >= 0:  # PADV2: explicit pad value
+        value = im.const(ins[2], "constant value", where).reshape(-1)[0]
+        t = im.graph.tensors[im.tensor(ins[2])]
+        if t.quant is not None and t.quant.zero_point[0] != value:
+            raise UnsupportedOpError(f"{where}: PADV2 value other than zero is not supported")
+        if t.quant is None and float(value) != 0.0:
+            raise UnsupportedOpError(f"{where}: PADV2 value other than zero is not supported")
+    return dict(paddings=tuple(tuple(int(v) for v in row) for row in pads)), ins[:1]
+
+
+def _simple(im, ins, outs, table, where):
+    return {}, ins
+
+
+def _mean(im, ins, outs, table, where):
+    o = _opts(table, tflite.ReducerOptions)
+    rank = len(im.shape(ins[0]))
+    axes = sorted({int(a) % rank for a in im.const(ins[1], "axes", where).reshape(-1)})
+    return dict(axes=tuple(axes), keep_dims=bool(o.KeepDims()) if o else False), ins[:1]
+
+
+def _transpose(im, ins, outs, table, where):
+    perm = im.const(ins[1], "perm", where).reshape(-1)
+    return dict(perm=tuple(int(p) for p in perm)), ins[:1]
+
+
+def _resize(cls: type) -> Callable:
+    def handler(im, ins, outs, table, where):
+        o = _opts(table, cls)
+        size = im.const(ins[1], "size", where).reshape(-1)
+        return dict(size=(int(size[0]), int(size[1])),
+                    align_corners=bool(o.AlignCorners()) if o else False,
+                    half_pixel_centers=bool(o.HalfPixelCenters()) if o else False), ins[:1]
+    return handler
+
+
+def _strided_slice(im, ins, outs, table, where):
+    o = _opts(table, tflite.StridedSliceOptions)
+    if o.EllipsisMask() or o.NewAxisMask():
+        raise UnsupportedOpError(f"{where}: ellipsis/new-axis masks are not supported")
+    shape = im.shape(ins[0])
+    begin = im.const(ins[1], "begin", where).reshape(-1)
+    end = im.const(ins[2], "end", where).reshape(-1)
+    strides = im.const(ins[3], "strides", where).reshape(-1)
+    b_out, e_out = [], []
+    for d, n in enumerate(shape):
+        # Resolve masks and negative indices into a plain Python slice per axis.
+        s = int(strides[d]) if d < len(strides) else 1
+        b = None if (o.BeginMask() >> d) & 1 or d >= len(begin) else int(begin[d])
+        e = None if (o.EndMask() >> d) & 1 or d >= len(end) else int(end[d])
+        if (o.ShrinkAxisMask() >> d) & 1:
+            b = int(begin[d])
+            e = b + 1 if b != -1 else None
+        start, stop, _ = slice(b, e, s).indices(n)
+        b_out.append(start)
+        e_out.append(stop)
+    return dict(begin=tuple(b_out), end=tuple(e_out), strides=tuple(int(s) for s in strides),
+                new_shape=im.shape(outs[0])), ins[:1]
+
+
+_HANDLERS: dict[str, Callable] = {
+    "CONV_2D": _conv,
+    "DEPTHWISE_CONV_2D": _dwconv,
+    "FULLY_CONNECTED": _fc,
+    "ADD": _binary(tflite.AddOptions),
+    "SUB": _binary(tflite.SubOptions),
+    "MUL": _binary(tflite.MulOptions),
+    "AVERAGE_POOL_2D": _pool,
+    "MAX_POOL_2D": _pool,
+    "RESHAPE": _reshape,
+    "SQUEEZE": _reshape,
+    "SOFTMAX": _softmax,
+    "CONCATENATION": _concat,
+    "PAD": _pad,
+    "PADV2": _pad,
+    "RELU": _simple,
+    "RELU6": _simple,
+    "RELU_N1_TO_1": _simple,
+    "LOGISTIC": _simple,
+    "TANH": _simple,
+    "QUANTIZE": _simple,
+    "DEQUANTIZE": _simple,
+    "MEAN": _mean,
+    "TRANSPOSE": _transpose,
+    "RESIZE_BILINEAR": _resize(tflite.ResizeBilinearOptions),
+    "RESIZE_NEAREST_NEIGHBOR": _resize(tflite.ResizeNearestNeighborOptions),
+    "STRIDED_SLICE": _strided_slice,
+}
+
+# SQUEEZE and PADV2 are imported as their simpler equivalents.
+_RENAME = {"SQUEEZE": "RESHAPE", "PADV2": "PAD"}
+
+
+def import_tflite(data: bytes, name: str = "model") -> Graph:
+    """Build an IR graph from the bytes of a ``.tflite`` file."""
+    graph = _Importer(bytes(data), name).run()
+    for op in graph.ops:
+        op.type = _RENAME.get(op.type, op.type)
+    return graph
+
+
+def load_tflite(path: str | os.PathLike) -> Graph:
+    """Read and import a ``.tflite`` file; the graph is named after the file."""
+    p = Path(path)
+    return import_tflite(p.read_bytes(), p.name.removesuffix(".tflite"))

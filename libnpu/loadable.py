@@ -1,0 +1,461 @@
+"""The loadable: a compiled model in one versioned, checksummed file.
+
+Layout (all little-endian)::
+
+    header (64 bytes)      magic "NPULOAD\\0", version major/minor, flags, section count,
+                           file size, section table offset, CRC32 of the header itself
+    section table          per section: kind, flags, offset, size, CRC32, alignment
+    sections               META (JSON), STRINGS, TENSORS, REGIONS, TASKS, INDICES (u32),
+                           QUANT (f32 scales + i32 zero points), PAYLOAD (opaque task
+                           descriptors), WEIGHTS (page-aligned, region contents at their
+                           own alignment, so the file can be mmapped and copied straight
+                           into device memory)
+
+Tensor, region and task records are fixed-size numpy structured records; strings and
+variable-length lists live in STRINGS / INDICES / QUANT and are referenced by offset and
+count. Task payloads are opaque bytes (chip task descriptors from ``firmware_sim.spec``),
+so this format does not change when an op's descriptor does.
+"""
+from __future__ import annotations
+
+import enum
+import json
+import mmap
+import os
+import struct
+import zlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+__all__ = [
+    "LoadableError", "BadMagicError", "VersionError", "TruncatedError", "ChecksumError",
+    "FormatError", "RegionKind", "TensorFlags", "MemoryRegion", "TensorDesc", "Task",
+    "Loadable", "MAGIC", "VERSION",
+]
+
+MAGIC = b"NPULOAD\0"
+VERSION = (1, 0)
+PAGE = 4096
+MAX_RANK = 8
+
+
+class LoadableError(ValueError):
+    """A loadable file cannot be used; subclasses say why."""
+
+
+class BadMagicError(LoadableError):
+    """Not a loadable file at all."""
+
+
+class VersionError(LoadableError):
+    """Written by an incompatible format version."""
+
+
+class TruncatedError(LoadableError):
+    """The file ends before the data it declares."""
+
+
+class ChecksumError(LoadableError):
+    """A header or section CRC does not match its bytes."""
+
+
+class FormatError(LoadableError):
+    """The file is well-formed bytes but its contents are inconsistent."""
+
+
+class Section(enum.IntEnum):
+    META = 1
+    STRINGS = 2
+    TENSORS = 3
+    REGIONS = 4
+    TASKS = 5
+    INDICES = 6
+    QUANT_SCALE = 7
+    QUANT_ZP = 8
+    PAYLOAD = 9
+    WEIGHTS = 10
+
+
+class RegionKind(enum.IntEnum):
+    """What a memory region holds; WEIGHTS regions carry their initial contents."""
+    WEIGHTS = 1
+    ACTIVATIONS = 2
+    INPUT = 3
+    OUTPUT = 4
+    SCRATCH = 5
+
+
+class TensorFlags(enum.IntFlag):
+    NONE = 0
+    INPUT = 1
+    OUTPUT = 2
+    CONSTANT = 4
+
+
+_DTYPES = ["float32", "float16", "int8", "uint8", "int16", "int32", "int64", "bool"]
+
+# magic, major, minor, flags, header size, sections, file size, table offset, table CRC,
+# reserved, header CRC
+_HEADER = struct.Struct("<8sHHIIIQQI16sI")
+_SECTION = struct.Struct("<IIQQII")
+assert _HEADER.size == 64 and _SECTION.size == 32
+
+_TENSOR_DT = np.dtype([
+    ("name_off", "<u4"), ("name_len", "<u4"), ("dtype", "u1"), ("rank", "u1"), ("flags", "<u2"),
+    ("region", "<i4"), ("offset", "<u8"), ("size", "<u8"),
+    ("shape", "<u4", (MAX_RANK,)), ("strides", "<u8", (MAX_RANK,)),
+    ("q_index", "<u4"), ("q_count", "<u4"), ("q_axis", "<i4"), ("_pad", "<u4"),
+])
+_REGION_DT = np.dtype([
+    ("name_off", "<u4"), ("name_len", "<u4"), ("kind", "<u4"), ("alignment", "<u4"),
+    ("size", "<u8"), ("content_off", "<u8"), ("content_size", "<u8"),
+])
+_TASK_DT = np.dtype([
+    ("name_off", "<u4"), ("name_len", "<u4"), ("op_off", "<u4"), ("op_len", "<u4"),
+    ("meta_off", "<u4"), ("meta_len", "<u4"), ("opcode", "<u4"), ("core", "<i4"),
+    ("payload_off", "<u8"), ("payload_size", "<u8"),
+    ("deps_index", "<u4"), ("deps_count", "<u4"), ("tensors_index", "<u4"), ("tensors_count", "<u4"),
+    ("macs", "<u8"), ("bytes_moved", "<u8"),
+])
+
+
+@dataclass
+class MemoryRegion:
+    """A device memory area the runtime allocates: weights (with contents), activations, I/O."""
+    name: str
+    kind: RegionKind
+    size: int
+    alignment: int = 64
+    content: bytes | memoryview | None = None
+
+
+@dataclass
+class TensorDesc:
+    """Where a tensor lives (region + byte offset) and how to read it."""
+    name: str
+    shape: tuple[int, ...]
+    dtype: str
+    region: int
+    offset: int = 0
+    strides: tuple[int, ...] | None = None  # bytes; None means C-contiguous
+    scale: np.ndarray | None = None
+    zero_point: np.ndarray | None = None
+    axis: int = 0
+    flags: TensorFlags = TensorFlags.NONE
+
+    def __post_init__(self) -> None:
+        self.shape = tuple(int(d) for d in self.shape)
+        if self.strides is None:
+            item = np.dtype(self.dtype).itemsize
+            strides, acc = [], item
+            for d in reversed(self.shape):
+                strides.append(acc)
+                acc *= d
+            self.strides = tuple(reversed(strides))
+        self.strides = tuple(int(s) for s in self.strides)
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes spanned in the region (last element's offset + its size)."""
+        if any(d == 0 for d in self.shape):
+            return 0
+        item = np.dtype(self.dtype).itemsize
+        return sum((d - 1) * s for d, s in zip(self.shape, self.strides)) + item
+
+
+@dataclass
+class Task:
+    """One unit of chip work: an opaque descriptor plus what the runtime needs to schedule it."""
+    name: str
+    op: str
+    opcode: int
+    payload: bytes
+    deps: list[int] = field(default_factory=list)
+    tensors: list[int] = field(default_factory=list)
+    macs: int = 0
+    bytes_moved: int = 0
+    core: int = -1
+    meta: dict[str, Any] = field(default_factory=dict)
+
+
+def _align(n: int, a: int) -> int:
+    return (n + a - 1) // a * a
+
+
+class _Strings:
+    def __init__(self) -> None:
+        self.buf = bytearray()
+
+    def add(self, s: str) -> tuple[int, int]:
+        b = s.encode()
+        off = len(self.buf)
+        self.buf += b
+        return off, len(b)
+
+
+@dataclass
+class Loadable:
+    """A compiled model: tensors, memory regions (weights included), tasks, metadata."""
+    name: str
+    tensors: list[TensorDesc] = field(default_factory=list)
+    regions: list[MemoryRegion] = field(default_factory=list)
+    tasks: list[Task] = field(default_factory=list)
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+    # queries ------------------------------------------------------------------------
+    def inputs(self) -> list[TensorDesc]:
+        return [t for t in self.tensors if t.flags & TensorFlags.INPUT]
+
+    def outputs(self) -> list[TensorDesc]:
+        return [t for t in self.tensors if t.flags & TensorFlags.OUTPUT]
+
+    def validate(self) -> None:
+        """Check cross references; raises :class:`FormatError` naming the culprit."""
+        for i, r in enumerate(self.regions):
+            if r.alignment <= 0 or r.alignment & (r.alignment - 1):
+                raise FormatError(f"region {i} ({r.name!r}): alignment {r.alignment} is not a power of two")
+            if r.content is not None and len(r.content) > r.size:
+                raise FormatError(f"region {i} ({r.name!r}): content {len(r.content)} bytes > size {r.size}")
+        for i, t in enumerate(self.tensors):
+            if t.dtype not in _DTYPES:
+                raise FormatError(f"tensor {i} ({t.name!r}): unknown dtype {t.dtype!r}")
+            if len(t.shape) > MAX_RANK or len(t.strides) != len(t.shape):
+                raise FormatError(f"tensor {i} ({t.name!r}): rank {len(t.shape)} / strides mismatch")
+            if not 0 <= t.region < len(self.regions):
+                raise FormatError(f"tensor {i} ({t.name!r}): region {t.region} does not exist")
+            if t.offset + t.nbytes > self.regions[t.region].size:
+                raise FormatError(f"tensor {i} ({t.name!r}): bytes {t.offset}..{t.offset + t.nbytes} "
+                                  f"outside region {self.regions[t.region].name!r} "
+                                  f"({self.regions[t.region].size} bytes)")
+            if (t.scale is None) != (t.zero_point is None) or (
+                    t.scale is not None and len(t.scale) != len(t.zero_point)):
+                raise FormatError(f"tensor {i} ({t.name!r}): scale/zero point mismatch")
+        for i, task in enumerate(self.tasks):
+            for d in task.deps:
+                if not 0 <= d < i:
+                    raise FormatError(f"task {i} ({task.name!r}): dependency {d} is not an earlier task")
+            for ti in task.tensors:
+                if not 0 <= ti < len(self.tensors):
+                    raise FormatError(f"task {i} ({task.name!r}): tensor {ti} does not exist")
+
+    # writing ------------------------------------------------------------------------
+    def to_bytes(self) -> bytes:
+        """Serialize (validates first)."""
+        self.validate()
+        strings, indices = _Strings(), []
+        scales: list[float] = []
+        zps: list[int] = []
+
+        trec = np.zeros(len(self.tensors), _TENSOR_DT)
+        for i, t in enumerate(self.tensors):
+            r = trec[i]
+            r["name_off"], r["name_len"] = strings.add(t.name)
+            r["dtype"], r["rank"], r["flags"] = _DTYPES.index(t.dtype), len(t.shape), int(t.flags)
+            r["region"], r["offset"], r["size"] = t.region, t.offset, t.nbytes
+            r["shape"][:len(t.shape)] = t.shape
+            r["strides"][:len(t.strides)] = t.strides
+            r["q_axis"] = t.axis
+            if t.scale is not None:
+                r["q_index"], r["q_count"] = len(scales), len(t.scale)
+                scales.extend(np.asarray(t.scale, np.float32).tolist())
+                zps.extend(np.asarray(t.zero_point, np.int64).tolist())
+
+        weights = bytearray()
+        rrec = np.zeros(len(self.regions), _REGION_DT)
+        for i, reg in enumerate(self.regions):
+            r = rrec[i]
+            r["name_off"], r["name_len"] = strings.add(reg.name)
+            r["kind"], r["alignment"], r["size"] = int(reg.kind), reg.alignment, reg.size
+            if reg.content is not None:
+                off = _align(len(weights), max(reg.alignment, 64))
+                weights += b"\0" * (off - len(weights))
+                weights += bytes(reg.content)
+                r["content_off"], r["content_size"] = off, len(reg.content)
+
+        payload = bytearray()
+        krec = np.zeros(len(self.tasks), _TASK_DT)
+        for i, task in enumerate(self.tasks):
+            r = krec[i]
+            r["name_off"], r["name_len"] = strings.add(task.name)
+            r["op_off"], r["op_len"] = strings.add(task.op)
+            r["meta_off"], r["meta_len"] = strings.add(json.dumps(task.meta, sort_keys=True) if task.meta else "")
+            r["opcode"], r["core"], r["macs"], r["bytes_moved"] = task.opcode, task.core, task.macs, task.bytes_moved
+            off = _align(len(payload), 8)
+            payload += b"\0" * (off - len(payload)) + bytes(task.payload)
+            r["payload_off"], r["payload_size"] = off, len(task.payload)
+            r["deps_index"], r["deps_count"] = len(indices), len(task.deps)
+            indices.extend(task.deps)
+            r["tensors_index"], r["tensors_count"] = len(indices), len(task.tensors)
+            indices.extend(task.tensors)
+
+        meta = dict(self.metadata, name=self.name)
+        sections = [
+            (Section.META, json.dumps(meta, sort_keys=True).encode(), 8),
+            (Section.STRINGS, bytes(strings.buf), 8),
+            (Section.TENSORS, trec.tobytes(), 8),
+            (Section.REGIONS, rrec.tobytes(), 8),
+            (Section.TASKS, krec.tobytes(), 8),
+            (Section.INDICES, np.asarray(indices, "<u4").tobytes(), 8),
+            (Section.QUANT_SCALE, np.asarray(scales, "<f4").tobytes(), 8),
+            (Section.QUANT_ZP, np.asarray(zps, "<i4").tobytes(), 8),
+            (Section.PAYLOAD, bytes(payload), 8),
+            (Section.WEIGHTS, bytes(weights), PAGE),
+        ]
+        table_off = _HEADER.size
+        pos = table_off + _SECTION.size * len(sections)
+        table, body = [], bytearray()
+        for kind, data, align in sections:
+            pos = _align(pos, align)
+            table.append(_SECTION.pack(kind, 0, pos, len(data), zlib.crc32(data), align))
+            body_start = pos - (table_off + _SECTION.size * len(sections))
+            body += b"\0" * (body_start - len(body)) + data
+            pos += len(data)
+        file_size = pos
+        table_bytes = b"".join(table)
+        header = _HEADER.pack(MAGIC, *VERSION, 0, _HEADER.size, len(sections), file_size,
+                              table_off, zlib.crc32(table_bytes), b"\0" * 16, 0)
+        header = header[:-4] + struct.pack("<I", zlib.crc32(header[:-4]))
+        return header + table_bytes + bytes(body)
+
+    def save(self, path: str | os.PathLike) -> None:
+        """Write atomically (temporary file + rename)."""
+        p = Path(path)
+        tmp = p.with_name(p.name + f".{os.getpid()}.tmp")
+        tmp.write_bytes(self.to_bytes())
+        os.replace(tmp, p)
+
+    # reading ------------------------------------------------------------------------
+    @classmethod
+    def from_bytes(cls, data: bytes | memoryview | mmap.mmap) -> "Loadable":
+        """Parse and check a loadable; region contents are views into ``data`` (no copy)."""
+        buf = memoryview(data).cast("B")
+        if len(buf) < 8 or bytes(buf[:8]) != MAGIC:
+            raise BadMagicError("not an NPU loadable (bad magic)")
+        if len(buf) < _HEADER.size:
+            raise TruncatedError(f"file is {len(buf)} bytes, shorter than the {_HEADER.size}-byte header")
+        magic, major, minor, flags, hsize, nsec, fsize, toff, tcrc, _, hcrc = _HEADER.unpack_from(buf)
+        if major != VERSION[0] or minor > VERSION[1]:
+            raise VersionError(f"loadable format version {major}.{minor}; this reader supports "
+                               f"{VERSION[0]}.0 to {VERSION[0]}.{VERSION[1]}")
+        if zlib.crc32(bytes(buf[:_HEADER.size - 4])) != hcrc:
+            raise ChecksumError("header checksum mismatch")
+        if len(buf) < fsize:
+            raise TruncatedError(f"file is {len(buf)} bytes, header declares {fsize}")
+        if toff + nsec * _SECTION.size > fsize:
+            raise TruncatedError("section table runs past the end of the file")
+        if len(buf) < toff + nsec * _SECTION.size:
+            raise TruncatedError(f"file is {len(buf)} bytes, too short for its section table")
+        if zlib.crc32(buf[toff:toff + nsec * _SECTION.size]) != tcrc:
+            raise ChecksumError("section table checksum mismatch")
+        secs: dict[int, memoryview] = {}
+        for i in range(nsec):
+            kind, _, off, size, crc, _ = _SECTION.unpack_from(buf, toff + i * _SECTION.size)
+            label = Section(kind).name if kind in Section._value2member_map_ else f"#{kind}"
+            if kind in secs:
+                raise FormatError(f"section {label} appears twice")
+            if off + size > fsize:
+                raise TruncatedError(f"section {label} ({off}+{size}) runs past the end of the file")
+            view = buf[off:off + size]
+            if zlib.crc32(view) != crc:
+                raise ChecksumError(f"section {label} checksum mismatch")
+            secs[kind] = view
+        missing = [s.name for s in Section if s not in secs]
+        if missing:
+            raise FormatError(f"missing sections: {', '.join(missing)}")
+        return cls._decode(secs)
+
+    @classmethod
+    def _decode(cls, secs: dict[int, memoryview]) -> "Loadable":
+        def records(kind: Section, dt: np.dtype) -> np.ndarray:
+            raw = secs[kind]
+            if len(raw) % dt.itemsize:
+                raise FormatError(f"section {kind.name}: size {len(raw)} is not a multiple of {dt.itemsize}")
+            return np.frombuffer(raw, dt)
+
+        strings = bytes(secs[Section.STRINGS])
+
+        def string(off: int, n: int, what: str) -> str:
+            if off + n > len(strings):
+                raise FormatError(f"{what}: string out of range")
+            try:
+                return strings[off:off + n].decode()
+            except UnicodeDecodeError as exc:
+                raise FormatError(f"{what}: bad string: {exc}") from None
+
+        def pool(arr: np.ndarray, start: int, n: int, what: str) -> np.ndarray:
+            if start + n > len(arr):
+                raise FormatError(f"{what}: index range {start}+{n} out of range")
+            return arr[start:start + n]
+
+        try:
+            meta = json.loads(bytes(secs[Section.META]).decode())
+        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise FormatError(f"section META: bad JSON: {exc}") from None
+        indices = records(Section.INDICES, np.dtype("<u4"))
+        qscale = records(Section.QUANT_SCALE, np.dtype("<f4"))
+        qzp = records(Section.QUANT_ZP, np.dtype("<i4"))
+        payload, weights = secs[Section.PAYLOAD], secs[Section.WEIGHTS]
+
+        regions = []
+        for i, r in enumerate(records(Section.REGIONS, _REGION_DT)):
+            what = f"region {i}"
+            if r["kind"] not in RegionKind._value2member_map_:
+                raise FormatError(f"{what}: unknown kind {r['kind']}")
+            content = None
+            if r["content_size"]:
+                end = int(r["content_off"] + r["content_size"])
+                if end > len(weights):
+                    raise FormatError(f"{what}: content runs past the WEIGHTS section")
+                content = weights[int(r["content_off"]):end]
+            regions.append(MemoryRegion(string(r["name_off"], r["name_len"], what), RegionKind(int(r["kind"])),
+                                        int(r["size"]), int(r["alignment"]), content))
+        tensors = []
+        for i, r in enumerate(records(Section.TENSORS, _TENSOR_DT)):
+            what = f"tensor {i}"
+            rank = int(r["rank"])
+            if rank > MAX_RANK or r["dtype"] >= len(_DTYPES):
+                raise FormatError(f"{what}: bad rank {rank} or dtype code {r['dtype']}")
+            scale = zp = None
+            if r["q_count"]:
+                scale = pool(qscale, int(r["q_index"]), int(r["q_count"]), what).copy()
+                zp = pool(qzp, int(r["q_index"]), int(r["q_count"]), what).astype(np.int64)
+            tensors.append(TensorDesc(
+                string(r["name_off"], r["name_len"], what), tuple(int(d) for d in r["shape"][:rank]),
+                _DTYPES[r["dtype"]], int(r["region"]), int(r["offset"]),
+                tuple(int(s) for s in r["strides"][:rank]), scale, zp, int(r["q_axis"]),
+                TensorFlags(int(r["flags"]))))
+        tasks = []
+        for i, r in enumerate(records(Section.TASKS, _TASK_DT)):
+            what = f"task {i}"
+            end = int(r["payload_off"] + r["payload_size"])
+            if end > len(payload):
+                raise FormatError(f"{what}: payload runs past the PAYLOAD section")
+            meta_s = string(r["meta_off"], r["meta_len"], what)
+            try:
+                tmeta = json.loads(meta_s) if meta_s else {}
+            except json.JSONDecodeError as exc:
+                raise FormatError(f"{what}: bad metadata JSON: {exc}") from None
+            tasks.append(Task(
+                string(r["name_off"], r["name_len"], what), string(r["op_off"], r["op_len"], what),
+                int(r["opcode"]), bytes(payload[int(r["payload_off"]):end]),
+                pool(indices, int(r["deps_index"]), int(r["deps_count"]), what).tolist(),
+                pool(indices, int(r["tensors_index"]), int(r["tensors_count"]), what).tolist(),
+                int(r["macs"]), int(r["bytes_moved"]), int(r["core"]), tmeta))
+        name = meta.pop("name", "model") if isinstance(meta, dict) else "model"
+        result = cls(name, tensors, regions, tasks, meta if isinstance(meta, dict) else {})
+        result.validate()
+        return result
+
+    @classmethod
+    def load(cls, path: str | os.PathLike, *, use_mmap: bool = True) -> "Loadable":
+        """Read a loadable file; with ``use_mmap`` the weights stay in the page cache."""
+        with open(path, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            if use_mmap and size > 0:
+                data: Any = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+            else:
+                data = f.read()
+        return cls.from_bytes(data)

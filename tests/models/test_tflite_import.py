@@ -1,0 +1,148 @@
+import numpy as np
+import pytest
+
+from libnpu.compiler.ir import IRError
+from libnpu.compiler.tflite_import import TFLiteImportError, UnsupportedOpError, import_tflite, load_tflite
+
+
+def test_resnet8_structure(resnet8_path):
+    g = load_tflite(resnet8_path)
+    assert g.op_counts() == {"CONV_2D": 9, "ADD": 3, "AVERAGE_POOL_2D": 1, "RESHAPE": 1,
+                             "FULLY_CONNECTED": 1, "SOFTMAX": 1}
+    (inp,), (out,) = g.inputs, g.outputs
+    assert g.tensors[inp].shape == (1, 32, 32, 3) and g.tensors[inp].dtype == "int8"
+    assert g.tensors[out].shape == (1, 10) and g.tensors[out].dtype == "int8"
+    # Softmax output follows the TFLite int8 spec: scale 1/256, zero point -128.
+    assert g.tensors[out].quant.scale[0] == pytest.approx(1 / 256)
+    assert g.tensors[out].quant.zero_point[0] == -128
+    convs = [op for op in g.ops if op.type == "CONV_2D"]
+    shapes = [g.tensors[op.outputs[0]].shape for op in convs]
+    assert shapes[0] == (1, 32, 32, 16) and shapes[-1] == (1, 8, 8, 64)
+    for op in convs:
+        w = g.tensors[op.inputs[1]]
+        b = g.tensors[op.inputs[2]]
+        assert w.dtype == "int8" and w.quant.per_channel and w.quant.axis == 0
+        assert w.quant.scale.size == w.shape[0]
+        assert np.all(w.quant.zero_point == 0)
+        assert b.dtype == "int32" and b.shape == (w.shape[0],)
+        assert op.attrs["groups"] == 1
+    # 3x3 stride-1 SAME conv -> 1 pixel each side; 3x3 stride-2 SAME on even size -> (0,1)
+    assert convs[0].attrs["pads"] == (1, 1, 1, 1)
+    s2 = [op for op in convs if op.attrs["stride"] == (2, 2) and g.tensors[op.inputs[1]].shape[1] == 3]
+    assert s2 and all(op.attrs["pads"] == (0, 1, 0, 1) for op in s2)
+    # 12.5 M MACs, as MLPerf-Tiny documents
+    macs = 0
+    for op in g.ops:
+        if op.type in ("CONV_2D", "FULLY_CONNECTED"):
+            w = g.tensors[op.inputs[1]].shape
+            out_t = g.tensors[op.outputs[0]].shape
+            macs += int(np.prod(out_t)) * int(np.prod(w[1:]))
+    assert 12.4e6 < macs < 12.6e6
+
+
+def test_blazeface_structure(blazeface_path):
+    g = load_tflite(blazeface_path)
+    assert g.op_counts() == {"DEQUANTIZE": 74, "CONV_2D": 21, "RELU": 17, "DEPTHWISE_CONV_2D": 16,
+                             "ADD": 16, "PAD": 11, "MAX_POOL_2D": 3, "RESHAPE": 4, "CONCATENATION": 2}
+    assert [g.tensors[n].shape for n in g.inputs] == [(1, 128, 128, 3)]
+    assert {n: g.tensors[n].shape for n in g.outputs} == {
+        "regressors": (1, 896, 16), "classificators": (1, 896, 1)}
+    # fp16 weights sit behind DEQUANTIZE ops
+    deq = [op for op in g.ops if op.type == "DEQUANTIZE"]
+    assert all(g.tensors[op.inputs[0]].dtype == "float16" and g.tensors[op.inputs[0]].is_constant for op in deq)
+    pads = [op.attrs["paddings"] for op in g.ops if op.type == "PAD"]
+    assert all(p[:3] == ((0, 0), (0, 0), (0, 0)) and p[3][0] == 0 for p in pads)
+    dw = [op for op in g.ops if op.type == "DEPTHWISE_CONV_2D"]
+    assert all(op.attrs["depth_multiplier"] == 1 for op in dw)
+    g.validate()
+
+
+def _tiny_model(opcode_index_code: int, deprecated: int) -> bytes:
+    """A one-op model (input -> op -> output) built with the flatbuffer builder."""
+    import importlib
+
+    import flatbuffers
+    # The package re-exports each table class under its module's name, so fetch the
+    # modules themselves (they hold the builder functions).
+    B, M, O, OC, S, T = (importlib.import_module(f"tflite.{m}") for m in
+                         ("Buffer", "Model", "Operator", "OperatorCode", "SubGraph", "Tensor"))
+
+    b = flatbuffers.Builder(256)
+    tensors = []
+    for name in (b"in", b"out"):
+        n = b.CreateString(name)
+        T.TensorStartShapeVector(b, 2)
+        b.PrependInt32(4)
+        b.PrependInt32(1)
+        shape = b.EndVector()
+        T.TensorStart(b)
+        T.TensorAddShape(b, shape)
+        T.TensorAddType(b, 0)
+        T.TensorAddName(b, n)
+        tensors.append(T.TensorEnd(b))
+    S.SubGraphStartTensorsVector(b, 2)
+    for t in reversed(tensors):
+        b.PrependUOffsetTRelative(t)
+    tvec = b.EndVector()
+    ins = b.CreateNumpyVector(np.array([0], np.int32))
+    outs = b.CreateNumpyVector(np.array([1], np.int32))
+    O.OperatorStart(b)
+    O.OperatorAddOpcodeIndex(b, 0)
+    O.OperatorAddInputs(b, ins)
+    O.OperatorAddOutputs(b, outs)
+    op = O.OperatorEnd(b)
+    S.SubGraphStartOperatorsVector(b, 1)
+    b.PrependUOffsetTRelative(op)
+    ovec = b.EndVector()
+    sins = b.CreateNumpyVector(np.array([0], np.int32))
+    souts = b.CreateNumpyVector(np.array([1], np.int32))
+    S.SubGraphStart(b)
+    S.SubGraphAddTensors(b, tvec)
+    S.SubGraphAddOperators(b, ovec)
+    S.SubGraphAddInputs(b, sins)
+    S.SubGraphAddOutputs(b, souts)
+    sg = S.SubGraphEnd(b)
+    OC.OperatorCodeStart(b)
+    OC.OperatorCodeAddBuiltinCode(b, opcode_index_code)
+    OC.OperatorCodeAddDeprecatedBuiltinCode(b, deprecated)
+    oc = OC.OperatorCodeEnd(b)
+    B.BufferStart(b)
+    buf0 = B.BufferEnd(b)
+    M.ModelStartOperatorCodesVector(b, 1)
+    b.PrependUOffsetTRelative(oc)
+    ocvec = b.EndVector()
+    M.ModelStartSubgraphsVector(b, 1)
+    b.PrependUOffsetTRelative(sg)
+    sgvec = b.EndVector()
+    M.ModelStartBuffersVector(b, 1)
+    b.PrependUOffsetTRelative(buf0)
+    bvec = b.EndVector()
+    M.ModelStart(b)
+    M.ModelAddVersion(b, 3)
+    M.ModelAddOperatorCodes(b, ocvec)
+    M.ModelAddSubgraphs(b, sgvec)
+    M.ModelAddBuffers(b, bvec)
+    b.Finish(M.ModelEnd(b), file_identifier=b"TFL3")
+    return bytes(b.Output())
+
+
+def test_opcode_uses_max_of_old_and_new_fields():
+    # Old writers leave builtin_code 0 (ADD) and put the op in the deprecated field.
+    g = import_tflite(_tiny_model(0, 19))  # 19 = RELU
+    assert [op.type for op in g.ops] == ["RELU"]
+    g = import_tflite(_tiny_model(22, 22))  # RESHAPE, written by a new converter
+    assert [op.type for op in g.ops] == ["RESHAPE"]
+    # Codes above 126 keep 127 (PLACEHOLDER_FOR_GREATER_OP_CODES) in the deprecated field.
+    with pytest.raises(UnsupportedOpError, match="unsupported op GELU node 0"):
+        import_tflite(_tiny_model(150, 127))
+
+
+def test_unsupported_op_names_op_and_node():
+    with pytest.raises(UnsupportedOpError, match=r"unsupported op EXP node 0 \(output 'out'\)"):
+        import_tflite(_tiny_model(47, 47))  # 47 = EXP
+
+
+def test_not_a_tflite_file():
+    with pytest.raises(TFLiteImportError, match="not a TFLite"):
+        import_tflite(b"\0" * 64)
+    assert issubclass(TFLiteImportError, IRError)
