@@ -44,6 +44,7 @@ class DmaEngine:
         self._pending: list[tuple[np.ndarray, list[tuple[int, int, int]]]] = []
         self.inject_bus_error = False
         self.bytes_moved = 0
+        self._last_written: np.ndarray | None = None
 
     # ---- context binding and invalidation ----
     def bind(self, asid: int) -> None:
@@ -154,11 +155,18 @@ class DmaEngine:
         segments = self.translate(iova, nbytes, write=True)
         self.bytes_moved += nbytes
         if len(segments) == 1:
-            return self._segment(*segments[0])
+            self._last_written = self._segment(*segments[0])
+            return self._last_written
         staging = np.zeros(nbytes, np.uint8)
         if segments:
             self._pending.append((staging, segments))
+            self._last_written = None
         return staging
+
+    def flip_last_written_bit(self) -> None:
+        """Fault injection: corrupt one bit of the last single-segment output."""
+        if self._last_written is not None and len(self._last_written):
+            self._last_written[0] ^= 1
 
     def commit(self) -> None:
         """Scatter staged writes that spanned several buffer objects."""
@@ -168,6 +176,10 @@ class DmaEngine:
             for bo_id, offset, length in segments:
                 self._segment(bo_id, offset, length)[:] = staging[pos:pos + length]
                 pos += length
+
+    def discard(self) -> None:
+        """Drop staged writes (the task failed)."""
+        self._pending.clear()
 
     def read_array(self, iova: int, dtype, shape) -> np.ndarray:
         dtype = np.dtype(dtype)

@@ -51,6 +51,7 @@ JOBS_DONE = 0x20         # core (u64): jobs completed (ok or failed)
 BUSY_CYCLES = 0x28       # core (u64): simulated cycles spent on jobs
 CURRENT_JOB = 0x30       # core (u64): job id being executed, 0 when idle
 JOB_START_NS = 0x38      # core (u64): CLOCK_MONOTONIC ns when CURRENT_JOB started (watchdog)
+BUSY_NS = 0x40           # core (u64): wall-clock ns spent executing jobs (utilization)
 
 IRQ_JOB_DONE = 0x1
 IRQ_JOB_ERROR = 0x2

@@ -38,8 +38,9 @@ COMPLETION = np.dtype([
     ("fault_iova", "<u8"),      # faulting device address, when status is EFAULT
     ("task_index", "<u4"),      # task that failed (or count of tasks run)
     ("reserved", "<u4"),
+    ("exec_ns", "<u8"),         # wall-clock ns the core spent on the job (utilization)
 ], align=True)
-assert COMPLETION.itemsize == 48
+assert COMPLETION.itemsize == 56
 
 
 def ring_next(index: int, entries: int) -> int:

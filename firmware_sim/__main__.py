@@ -1,0 +1,5 @@
+import sys
+
+from firmware_sim.chip import main
+
+sys.exit(main())

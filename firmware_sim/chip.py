@@ -1,0 +1,161 @@
+"""The chip's top level: brings up the register file, starts one process per
+core, and runs the watchdog and the reset logic.
+
+It is started by the platform (the KMD's probe) as ``python -m firmware_sim``
+with the bus directory, the doorbell eventfds (one per core) and the interrupt
+eventfd; it never talks to the KMD any other way.
+"""
+from __future__ import annotations
+
+import argparse
+import ctypes
+import errno
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from firmware_sim.core import Core, map_file, raise_irq, write_completion
+from firmware_sim.executor import JobResult
+from firmware_sim.spec import memory, regs, ring
+from firmware_sim.timing import HardwareProfile
+
+WATCHDOG_PERIOD_S = 0.02
+DEFAULT_WATCHDOG_MS = 5000
+
+
+def die_with_parent() -> None:
+    """Ask the kernel to SIGKILL us when our parent exits (PR_SET_PDEATHSIG)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(1, signal.SIGKILL, 0, 0, 0)
+
+
+class Chip:
+    def __init__(self, bus: Path, doorbell_fds: list[int], irq_fd: int, profile: HardwareProfile,
+                 ring_entries: int):
+        self.bus, self.doorbell_fds, self.irq_fd, self.profile = bus, doorbell_fds, irq_fd, profile
+        self._regs_map = map_file(memory.regs_path(bus))
+        self.regs = regs.RegisterView(self._regs_map)
+        self.num_cores = len(doorbell_fds)
+        self.ring_entries = ring_entries
+        self.pids: list[int] = [0] * self.num_cores
+        self.rings = [np.frombuffer(map_file(memory.ring_path(bus, core)), ring.RING_ENTRY, count=ring_entries)
+                      for core in range(self.num_cores)]
+        self.cqs = [np.frombuffer(map_file(memory.cq_path(bus, core)), ring.COMPLETION, count=ring_entries)
+                    for core in range(self.num_cores)]
+
+    def power_on(self) -> None:
+        r = self.regs
+        r.write32(regs.HW_VERSION, regs.HW_VERSION_VALUE)
+        r.write32(regs.NUM_CORES, self.num_cores)
+        r.write32(regs.CLOCK_MHZ, self.profile.clock_mhz)
+        r.write32(regs.RING_ENTRIES, self.ring_entries)
+        r.write32(regs.PAGE_SHIFT, 12)
+        r.write32(regs.MACS_PER_CYCLE, self.profile.macs_per_cycle)
+        r.write32(regs.DMA_BYTES_PER_CYCLE, self.profile.dma_bytes_per_cycle)
+        r.write32(regs.RESET_ACK, r.read32(regs.RESET_REQ))
+        for core in range(self.num_cores):
+            self.start_core(core)
+        r.write32(regs.ID, regs.DEVICE_ID_VALUE)
+        r.write32(regs.STATUS, regs.STATUS_READY)
+
+    def start_core(self, core: int) -> None:
+        pid = os.fork()
+        if pid == 0:
+            try:
+                die_with_parent()
+                signal.signal(signal.SIGTERM, signal.SIG_DFL)
+                unit = Core(self.bus, core, self.doorbell_fds[core], self.irq_fd, self.profile)
+                unit.drain_ring()      # entries queued before a reset/respawn
+                unit.run_forever()
+            finally:
+                os._exit(1)
+        self.pids[core] = pid
+
+    def stop_core(self, core: int) -> None:
+        pid = self.pids[core]
+        if pid:
+            try:
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+            except (ProcessLookupError, ChildProcessError):
+                pass
+            self.pids[core] = 0
+
+    def watchdog(self) -> None:
+        """Kill a core whose job ran past its timeout, fail the job, restart the core."""
+        now = time.monotonic_ns()
+        default_ms = self.regs.read32(regs.WATCHDOG_MS) or DEFAULT_WATCHDOG_MS
+        for core in range(self.num_cores):
+            bank = regs.core_bank(core)
+            job_id = self.regs.read64(bank + regs.CURRENT_JOB)
+            if not job_id:
+                continue
+            head = self.regs.read32(bank + regs.RING_HEAD)
+            timeout_ms = int(self.rings[core][head]["timeout_ms"]) or default_ms
+            started = self.regs.read64(bank + regs.JOB_START_NS)
+            if now - started < timeout_ms * 1_000_000 or self.regs.read64(bank + regs.CURRENT_JOB) != job_id:
+                continue
+            self.stop_core(core)
+            self.regs.write32(bank + regs.CORE_STATE, regs.CORE_HUNG)
+            tail = self.regs.read32(bank + regs.CQ_TAIL)
+            write_completion(self.cqs[core], tail, job_id, core, JobResult(status=-errno.ETIMEDOUT), self.profile)
+            self.regs.write32(bank + regs.CQ_TAIL, ring.ring_next(tail, self.ring_entries))
+            self.regs.write32(bank + regs.RING_HEAD, ring.ring_next(head, self.ring_entries))
+            self.regs.write64(bank + regs.CURRENT_JOB, 0)
+            raise_irq(self.regs, bank, self.irq_fd, regs.IRQ_WATCHDOG)
+            self.start_core(core)
+
+    def reset_if_requested(self) -> None:
+        request = self.regs.read32(regs.RESET_REQ)
+        if request == self.regs.read32(regs.RESET_ACK):
+            return
+        for core in range(self.num_cores):
+            self.stop_core(core)
+            bank = regs.core_bank(core)
+            for offset in (regs.RING_HEAD, regs.CQ_TAIL, regs.IRQ_STATUS):
+                self.regs.write32(bank + offset, 0)
+            self.regs.write64(bank + regs.CURRENT_JOB, 0)
+            self.regs.write32(bank + regs.CORE_STATE, regs.CORE_IDLE)
+        for core in range(self.num_cores):
+            self.start_core(core)
+        self.regs.write32(regs.RESET_ACK, request)
+
+    def run(self) -> None:
+        self.power_on()
+        stopping = []
+        signal.signal(signal.SIGTERM, lambda *_: stopping.append(True))
+        try:
+            while not stopping:
+                time.sleep(WATCHDOG_PERIOD_S)
+                self.watchdog()
+                self.reset_if_requested()
+        finally:
+            self.regs.write32(regs.STATUS, 0)
+            for core in range(self.num_cores):
+                self.stop_core(core)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m firmware_sim", description="The emulated NPU chip")
+    parser.add_argument("--bus", required=True, type=Path, help="directory of the chip's memories")
+    parser.add_argument("--doorbell-fds", required=True, help="comma-separated eventfds, one per core")
+    parser.add_argument("--irq-fd", required=True, type=int)
+    parser.add_argument("--ring-entries", type=int, default=ring.DEFAULT_RING_ENTRIES)
+    parser.add_argument("--clock-mhz", type=int, default=HardwareProfile.clock_mhz)
+    parser.add_argument("--macs-per-cycle", type=int, default=HardwareProfile.macs_per_cycle)
+    parser.add_argument("--dma-bytes-per-cycle", type=int, default=HardwareProfile.dma_bytes_per_cycle)
+    args = parser.parse_args(argv)
+    die_with_parent()
+    profile = HardwareProfile(clock_mhz=args.clock_mhz, macs_per_cycle=args.macs_per_cycle,
+                              dma_bytes_per_cycle=args.dma_bytes_per_cycle)
+    doorbells = [int(fd) for fd in args.doorbell_fds.split(",")]
+    Chip(args.bus, doorbells, args.irq_fd, profile, args.ring_entries).run()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,122 @@
+"""One compute core: consumes its command ring, runs jobs, posts completions.
+
+The core sleeps on its doorbell line (an eventfd the KMD writes after moving
+RING_TAIL), runs every entry between RING_HEAD and RING_TAIL, writes a
+completion for each job to its completion queue, advances RING_HEAD and raises
+the interrupt line (an eventfd shared by all cores).
+"""
+from __future__ import annotations
+
+import errno
+import mmap
+import os
+import time
+from pathlib import Path
+
+import numpy as np
+
+from firmware_sim.dma import DmaEngine
+from firmware_sim.executor import JobResult, run_job
+from firmware_sim.spec import memory, regs, ring
+from firmware_sim.timing import HardwareProfile
+
+
+def map_file(path: Path) -> mmap.mmap:
+    fd = os.open(path, os.O_RDWR)
+    try:
+        return mmap.mmap(fd, os.fstat(fd).st_size)
+    finally:
+        os.close(fd)
+
+
+class Core:
+    """The state of one core, as seen from inside it."""
+
+    def __init__(self, bus: Path, core: int, doorbell_fd: int, irq_fd: int, profile: HardwareProfile):
+        self.core, self.doorbell_fd, self.irq_fd, self.profile = core, doorbell_fd, irq_fd, profile
+        self._regs_map = map_file(memory.regs_path(bus))
+        self.regs = regs.RegisterView(self._regs_map)
+        self.bank = regs.core_bank(core)
+        self.entries = self.regs.read32(regs.RING_ENTRIES)
+        self.ring = np.frombuffer(map_file(memory.ring_path(bus, core)), ring.RING_ENTRY, count=self.entries)
+        self.cq = np.frombuffer(map_file(memory.cq_path(bus, core)), ring.COMPLETION, count=self.entries)
+        self.dma = DmaEngine(bus)
+
+    def reg(self, offset: int) -> int:
+        return self.regs.read32(self.bank + offset)
+
+    def set_reg(self, offset: int, value: int) -> None:
+        self.regs.write32(self.bank + offset, value)
+
+    def run_forever(self) -> None:
+        self.set_reg(regs.CORE_STATE, regs.CORE_IDLE)
+        while True:
+            os.read(self.doorbell_fd, 8)   # sleep until the KMD rings the doorbell
+            self.drain_ring()
+
+    def drain_ring(self) -> None:
+        head = self.reg(regs.RING_HEAD)
+        while head != self.reg(regs.RING_TAIL):
+            entry = self.ring[head].copy()
+            if int(entry["opcode"]) == ring.OP_JOB:
+                self.post(self.execute(entry), int(entry["job_id"]))
+            elif int(entry["opcode"]) == ring.OP_INVALIDATE:
+                self.dma.invalidate(int(entry["asid"]), int(entry["bo_id"]))
+            head = ring.ring_next(head, self.entries)
+            self.set_reg(regs.RING_HEAD, head)
+
+    def execute(self, entry: np.void) -> JobResult:
+        job_id = int(entry["job_id"])
+        bank = self.bank
+        self.regs.write64(bank + regs.JOB_START_NS, time.monotonic_ns())
+        self.regs.write64(bank + regs.CURRENT_JOB, job_id)
+        self.set_reg(regs.CORE_STATE, regs.CORE_BUSY)
+        faults = self.regs.read32(regs.FAULT_INJECT)
+        if faults & regs.FAULT_HANG:
+            while True:              # a hung core: only the watchdog's reset ends this
+                time.sleep(1)
+        self.dma.inject_bus_error = bool(faults & regs.FAULT_DMA_ERROR)
+        started = time.monotonic_ns()
+        result = run_job(self.dma, int(entry["asid"]), int(entry["cmd_iova"]),
+                         int(entry["cmd_size"]), self.profile)
+        result.exec_ns = time.monotonic_ns() - started
+        if faults & regs.FAULT_BIT_FLIP and result.status == 0:
+            self.dma.flip_last_written_bit()
+        self.regs.write64(bank + regs.BUSY_NS, self.regs.read64(bank + regs.BUSY_NS) + result.exec_ns)
+        self.regs.write64(bank + regs.BUSY_CYCLES, self.regs.read64(bank + regs.BUSY_CYCLES) + result.cycles)
+        self.regs.write64(bank + regs.CURRENT_JOB, 0)
+        self.set_reg(regs.CORE_STATE, regs.CORE_IDLE)
+        return result
+
+    def post(self, result: JobResult, job_id: int) -> None:
+        """Write the completion and raise the interrupt."""
+        while ring.ring_full(self.reg(regs.CQ_HEAD), self.reg(regs.CQ_TAIL), self.entries):
+            time.sleep(0.0002)  # the KMD keeps fewer jobs in flight than CQ slots; defensive only
+        tail = self.reg(regs.CQ_TAIL)
+        write_completion(self.cq, tail, job_id, self.core, result, self.profile)
+        self.set_reg(regs.CQ_TAIL, ring.ring_next(tail, self.entries))
+        self.regs.write64(self.bank + regs.JOBS_DONE, self.regs.read64(self.bank + regs.JOBS_DONE) + 1)
+        cause = regs.IRQ_JOB_DONE if result.status == 0 else (
+            regs.IRQ_MMU_FAULT if result.status == -errno.EFAULT else regs.IRQ_JOB_ERROR)
+        raise_irq(self.regs, self.bank, self.irq_fd, cause)
+
+
+def write_completion(cq: np.ndarray, slot: int, job_id: int, core: int, result: JobResult,
+                     profile: HardwareProfile) -> None:
+    record = np.zeros((), ring.COMPLETION)
+    record["job_id"] = job_id
+    record["status"] = result.status
+    record["core"] = core
+    record["cycles"] = result.cycles
+    record["device_time_ns"] = profile.nanoseconds(result.cycles)
+    record["fault_iova"] = result.fault_iova
+    record["task_index"] = result.task_index
+    record["exec_ns"] = result.exec_ns
+    cq[slot] = record
+
+
+def raise_irq(view: regs.RegisterView, bank: int, irq_fd: int, cause: int) -> None:
+    view.write32(bank + regs.IRQ_STATUS, cause)
+    view.write32(bank + regs.IRQ_COUNT, view.read32(bank + regs.IRQ_COUNT) + 1)
+    if not view.read32(regs.FAULT_INJECT) & regs.FAULT_LOST_IRQ:
+        os.eventfd_write(irq_fd, 1)

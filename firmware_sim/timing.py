@@ -1,0 +1,39 @@
+"""Timing model: a simulated cycle count for each task.
+
+Cycles come from the work a task does (int8 MACs at MACS_PER_CYCLE) and the
+bytes it moves (at DMA_BYTES_PER_CYCLE), whichever bounds it, plus a fixed
+per-task overhead; device time is cycles at the profile's clock.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from firmware_sim.spec import tasks
+
+
+@dataclass(frozen=True)
+class HardwareProfile:
+    """The simulated chip's speed."""
+
+    clock_mhz: int = 1000
+    macs_per_cycle: int = 512
+    dma_bytes_per_cycle: int = 64
+    task_overhead_cycles: int = 32
+
+    def cycles(self, macs: int, bytes_moved: int) -> int:
+        compute = -(-macs // self.macs_per_cycle)
+        transfer = -(-bytes_moved // self.dma_bytes_per_cycle)
+        return self.task_overhead_cycles + max(compute, transfer)
+
+    def nanoseconds(self, cycles: int) -> int:
+        return cycles * 1000 // self.clock_mhz
+
+
+def task_macs(task: tasks.TaskType, desc: np.void) -> int:
+    """Multiply-accumulates a task performs (0 for data movement)."""
+    if task.opcode == tasks.OP_FULLY_CONNECTED:
+        return int(desc["rows"]) * int(desc["in_features"]) * int(desc["out_features"])
+    cost = getattr(task, "macs", None)
+    return int(cost(desc)) if cost else 0

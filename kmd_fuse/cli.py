@@ -1,0 +1,162 @@
+"""``npu-kmd``: start, stop and inspect the driver daemons (one per device)."""
+from __future__ import annotations
+
+import argparse
+import os
+import select
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from kmd_fuse import paths, uapi
+
+START_TIMEOUT_S = 60.0
+
+
+def probe(node: Path, timeout: float = 2.0) -> dict:
+    """One raw GET_INFO round trip on the node (what 'the node answers' means)."""
+    fd = os.open(node, os.O_RDWR)
+    try:
+        os.write(fd, uapi.pack_frame(uapi.NPU_CMD_GET_INFO, 1, uapi.new_payload(uapi.NPU_CMD_GET_INFO)))
+        poller = select.poll()
+        poller.register(fd, select.POLLIN)
+        if not poller.poll(timeout * 1000):
+            raise TimeoutError(f"{node}: no reply to GET_INFO")
+        frame = os.read(fd, uapi.NPU_MAX_FRAME)
+    finally:
+        os.close(fd)
+    hdr = uapi.unpack_header(frame)
+    if hdr.result:
+        raise OSError(-hdr.result, f"{node}: GET_INFO failed")
+    info = uapi.unpack_payload(uapi.NPU_CMD_GET_INFO, frame[uapi.HDR_SIZE:])
+    return {"cores": info.num_cores, "memory_total": info.memory_total, "model": uapi.c_string(info.model)}
+
+
+def _daemon_pid(root: Path, index: int) -> int | None:
+    try:
+        pid = int(paths.pid_file(root, index).read_text())
+        os.kill(pid, 0)
+        return pid
+    except (OSError, ValueError):
+        return None
+
+
+def _indices(root: Path) -> list[int]:
+    state = paths.state_dir(root)
+    if not state.is_dir():
+        return []
+    return sorted(int(p.stem[3:]) for p in state.glob("npu*.pid") if p.stem[3:].isdigit())
+
+
+def start(args) -> int:
+    root = paths.devroot(args.devroot)
+    root.mkdir(parents=True, exist_ok=True)
+    state = paths.state_dir(root)
+    state.mkdir(parents=True, exist_ok=True)
+    started = []
+    for index in range(args.devices):
+        node = paths.node_path(root, index)
+        if _daemon_pid(root, index) and paths.is_mounted(node):
+            print(f"{node}: already served")
+            continue
+        if paths.is_mounted(node):    # a stale mount of a dead daemon
+            subprocess.run(["umount", "-l", str(node)], check=False)
+        log = open(paths.log_file(root, index), "ab")
+        cmd = [sys.executable, "-m", "kmd_fuse.daemon", "--devroot", str(root), "--index", str(index),
+               "--memory", str(args.memory), "--cores", str(args.cores), "--watchdog-ms", str(args.watchdog_ms),
+               "--mode", args.mode]
+        proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True)
+        started.append((index, node, proc))
+    deadline = time.monotonic() + START_TIMEOUT_S
+    for index, node, proc in started:
+        while True:
+            if proc.poll() is not None:
+                print(f"{node}: daemon exited with status {proc.returncode}; log "
+                      f"{paths.log_file(root, index)}:", file=sys.stderr)
+                print(paths.log_file(root, index).read_text()[-3000:], file=sys.stderr)
+                return 1
+            if paths.is_mounted(node):
+                try:
+                    info = probe(node)
+                    break
+                except OSError:
+                    pass
+            if time.monotonic() > deadline:
+                print(f"{node}: did not answer within {START_TIMEOUT_S:.0f} s", file=sys.stderr)
+                return 1
+            time.sleep(0.05)
+        print(f"{node}: up (pid {proc.pid}, {info['cores']} cores, {info['memory_total'] >> 20} MiB)")
+    return 0
+
+
+def stop(args) -> int:
+    root = paths.devroot(args.devroot)
+    status = 0
+    for index in _indices(root):
+        node = paths.node_path(root, index)
+        pid = _daemon_pid(root, index)
+        if pid:
+            os.kill(pid, signal.SIGTERM)
+            deadline = time.monotonic() + 15
+            while _daemon_pid(root, index) and time.monotonic() < deadline:
+                time.sleep(0.05)
+            if _daemon_pid(root, index):
+                print(f"{node}: daemon {pid} ignored SIGTERM; killing it", file=sys.stderr)
+                os.kill(pid, signal.SIGKILL)
+                status = 1
+        if paths.is_mounted(node):
+            subprocess.run(["umount", "-l", str(node)], check=False)
+        paths.pid_file(root, index).unlink(missing_ok=True)
+        print(f"{node}: stopped")
+    state = paths.state_dir(root)
+    if state.is_dir():
+        for leftover in state.iterdir():
+            if leftover.is_dir():
+                subprocess.run(["rm", "-rf", str(leftover)], check=False)
+            else:
+                leftover.unlink(missing_ok=True)
+        state.rmdir()
+    return status
+
+
+def status(args) -> int:
+    root = paths.devroot(args.devroot)
+    indices = _indices(root)
+    if not indices:
+        print(f"no devices served under {root}")
+        return 3
+    for index in indices:
+        node = paths.node_path(root, index)
+        pid = _daemon_pid(root, index)
+        mounted = paths.is_mounted(node)
+        line = f"{node}: pid {pid or '-'}, {'mounted' if mounted else 'not mounted'}"
+        if pid and mounted:
+            try:
+                info = probe(node)
+                line += f", {info['model']}, {info['cores']} cores, {info['memory_total'] >> 20} MiB"
+            except OSError as exc:
+                line += f", not answering ({exc})"
+        print(line)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="npu-kmd", description="The emulated NPU's kernel-mode driver")
+    sub = parser.add_subparsers(dest="command", required=True)
+    for name in ("start", "stop", "status"):
+        p = sub.add_parser(name)
+        p.add_argument("--devroot", default=None, help="directory of the nodes (default $NPU_DEVROOT or /dev)")
+        if name == "start":
+            p.add_argument("--devices", type=int, default=1)
+            p.add_argument("--memory", default="1G", help="device memory, e.g. 512M, 2G")
+            p.add_argument("--cores", type=int, default=2)
+            p.add_argument("--watchdog-ms", type=int, default=5000)
+            p.add_argument("--mode", default="0660", help="node mode (octal) before udev rules apply")
+    args = parser.parse_args(argv)
+    return {"start": start, "stop": stop, "status": status}[args.command](args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

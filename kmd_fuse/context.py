@@ -1,0 +1,117 @@
+"""Client contexts (one per open() of the node), their jobs and fences."""
+from __future__ import annotations
+
+import errno
+from collections import OrderedDict
+from dataclasses import dataclass, field
+
+import trio
+
+from kmd_fuse.errors import KmdError
+from kmd_fuse.memory import AddressSpace, BufferObject
+
+RESULTS_KEPT = 1 << 16   # signalled fences whose status a context remembers
+
+
+@dataclass(eq=False)
+class Job:
+    job_id: int                # device-wide, what the ring carries
+    ctx: "Context"
+    fence: int                 # per context, what the client sees
+    bos: list[BufferObject]
+    cmd_iova: int
+    cmd_size: int
+    priority: int
+    timeout_ms: int
+    core: int = -1
+    status: int | None = None  # None while pending, then 0 or -errno
+    device_time_ns: int = 0
+
+
+@dataclass(eq=False)
+class Waiter:
+    """A WAIT request whose reply is deferred until its fences signal or it times out."""
+
+    seq: int
+    payload: object            # cffi struct npu_wait *
+    cancel: trio.CancelScope | None = None
+
+
+@dataclass
+class ContextStats:
+    memory_peak: int = 0
+    jobs_submitted: int = 0
+    jobs_completed: int = 0
+    jobs_failed: int = 0
+    busy_time_ns: int = 0      # wall time the chip spent on this context's jobs
+    device_time_ns: int = 0    # simulated device time of its jobs
+
+
+@dataclass(eq=False)
+class Context:
+    """Everything one open file holds: buffers, address space, fences, stats."""
+
+    context_id: int
+    pid: int
+    uid: int
+    gid: int
+    comm: str
+    space: AddressSpace
+    buffers: dict[int, BufferObject] = field(default_factory=dict)
+    next_handle: int = 1
+    last_fence: int = 0
+    pending: dict[int, Job] = field(default_factory=dict)         # fence -> job not yet signalled
+    results: OrderedDict = field(default_factory=OrderedDict)    # recent fence -> (status, device_time_ns)
+    failures: OrderedDict = field(default_factory=OrderedDict)   # failed fence -> (status, device_time_ns)
+    stats: ContextStats = field(default_factory=ContextStats)
+    closed: bool = False
+    # request/reply state of the file
+    busy: bool = False                  # a request was written and its reply not yet read
+    reply: bytes | None = None
+    reply_ready: trio.Event = field(default_factory=trio.Event)
+    poll_handle: object | None = None
+    waiter: Waiter | None = None
+
+    @property
+    def memory_allocated(self) -> int:
+        return sum(bo.size for bo in self.buffers.values())
+
+    def fence_status(self, fence: int) -> tuple[int, int]:
+        """(NPU_FENCE_PENDING / 0 / -errno, device time) of a fence this context issued."""
+        if fence in self.pending:
+            return 1, 0
+        return self.results.get(fence) or self.failures.get(fence) or (0, 0)
+
+    def record_result(self, job: Job) -> None:
+        self.pending.pop(job.fence, None)
+        self.results[job.fence] = (job.status, job.device_time_ns)
+        while len(self.results) > RESULTS_KEPT:
+            self.results.popitem(last=False)   # forgotten successes read as signalled OK
+        if job.status == 0:
+            self.stats.jobs_completed += 1
+        else:
+            self.stats.jobs_failed += 1
+            self.failures[job.fence] = (job.status, job.device_time_ns)
+            while len(self.failures) > RESULTS_KEPT:
+                self.failures.popitem(last=False)
+
+    def set_reply(self, frame: bytes) -> None:
+        self.reply = frame
+        self.reply_ready.set()
+        handle, self.poll_handle = self.poll_handle, None
+        if handle is not None:
+            try:
+                handle.notify()
+            except OSError:
+                pass   # the poller went away
+
+    def take_reply(self) -> bytes:
+        frame, self.reply = self.reply, None
+        self.reply_ready = trio.Event()
+        self.busy = False
+        return frame
+
+
+def check_fence(ctx: Context, fence: int) -> None:
+    if not 1 <= fence <= ctx.last_fence:
+        raise KmdError(errno.EINVAL, f"fence {fence} was never issued by this context")

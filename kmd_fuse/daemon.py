@@ -1,0 +1,89 @@
+"""One device's driver process: powers the chip on, mounts the node, serves it.
+
+Run by ``npu-kmd start`` as ``python -m kmd_fuse.daemon``; SIGTERM/SIGINT
+unmount the node and power the chip off.
+"""
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import sys
+from pathlib import Path
+
+import pyfuse3
+import trio
+
+from kmd_fuse import paths
+from kmd_fuse.device import Device
+from kmd_fuse.fuse_ops import NodeOps
+from kmd_fuse.hw import ChipConfig
+
+log = logging.getLogger("kmd_fuse.daemon")
+
+
+def parse_size(text: str) -> int:
+    units = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
+    text = text.strip().lower().rstrip("b").rstrip("i")
+    if text and text[-1] in units:
+        return int(float(text[:-1]) * units[text[-1]])
+    return int(text)
+
+
+async def serve(device: Device) -> None:
+    async with trio.open_nursery() as nursery:
+        await nursery.start(device.run)
+        nursery.start_soon(pyfuse3.main)
+        with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+            async for signum in signals:
+                log.info("signal %d: shutting down", signum)
+                nursery.cancel_scope.cancel()
+                break
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m kmd_fuse.daemon")
+    parser.add_argument("--devroot", default=None)
+    parser.add_argument("--index", type=int, default=0)
+    parser.add_argument("--memory", type=parse_size, default=parse_size("1G"))
+    parser.add_argument("--cores", type=int, default=2)
+    parser.add_argument("--ring-entries", type=int, default=256)
+    parser.add_argument("--watchdog-ms", type=int, default=5000)
+    parser.add_argument("--mode", type=lambda s: int(s, 8), default=0o660)
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=os.environ.get("NPU_LOG", "INFO"),
+                        format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    root = paths.devroot(args.devroot)
+    node = paths.node_path(root, args.index)
+    state = paths.state_dir(root)
+    state.mkdir(parents=True, exist_ok=True)
+    os.chmod(state, 0o711)
+    if not node.exists():
+        node.touch(mode=args.mode)
+    pid_file = paths.pid_file(root, args.index)
+    pid_file.write_text(f"{os.getpid()}\n")
+
+    device = Device(args.index, paths.bus_dir(root, args.index), args.memory,
+                    ChipConfig(cores=args.cores, ring_entries=args.ring_entries, watchdog_ms=args.watchdog_ms))
+    device.power_on()
+    options = set(pyfuse3.default_options) | {"fsname=npu", f"subtype=npu{args.index}", "allow_other"}
+    try:
+        pyfuse3.init(NodeOps(device, mode=args.mode), str(node), options)
+    except Exception:
+        device.power_off()
+        pid_file.unlink(missing_ok=True)
+        raise
+    log.info("serving %s (%d cores, %d MiB)", node, device.hw.num_cores, args.memory >> 20)
+    try:
+        trio.run(serve, device)
+    finally:
+        pyfuse3.close(unmount=True)
+        device.power_off()
+        pid_file.unlink(missing_ok=True)
+        log.info("stopped %s", node)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

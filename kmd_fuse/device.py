@@ -1,0 +1,342 @@
+"""One NPU device as the driver manages it: contexts, memory, jobs, fences,
+interrupts and reset.  Request handlers (``requests.py``) call into it; nothing
+here blocks: anything that waits (WAIT, RESET) completes later from the
+interrupt handler or a timer task."""
+from __future__ import annotations
+
+import errno
+import itertools
+import logging
+import time
+from pathlib import Path
+
+import trio
+
+from firmware_sim.spec import regs
+
+from kmd_fuse import uapi
+from kmd_fuse.context import Context, Job, Waiter, check_fence
+from kmd_fuse.errors import KmdError
+from kmd_fuse.hw import ChipConfig, Hardware
+from kmd_fuse.memory import BufferObject, DeviceMemory
+from kmd_fuse.scheduler import Scheduler
+
+log = logging.getLogger("kmd_fuse.device")
+
+LOST_IRQ_POLL_S = 0.1      # completions are also collected this often, in case an interrupt was lost
+RESET_TIMEOUT_S = 10.0
+MODEL_NAME = "npu-emu"
+
+
+def _comm(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        return "?"
+
+
+class Device:
+    def __init__(self, index: int, bus: Path, memory_bytes: int, config: ChipConfig):
+        self.index = index
+        self.hw = Hardware(bus, config)
+        self.memory = DeviceMemory(bus, memory_bytes)
+        self.contexts: dict[int, Context] = {}
+        self.zombies: set[Context] = set()     # closed, waiting for their jobs to leave the chip
+        self._context_ids = itertools.count(1)
+        self._job_ids = itertools.count(1)
+        self.jobs_completed = 0
+        self.jobs_failed = 0
+        self.reset_count = 0
+        self.nursery: trio.Nursery | None = None
+        self.resetting = False
+
+    # ---- lifecycle ----
+    def power_on(self) -> None:
+        self.hw.power_on()
+        self.scheduler = Scheduler(self.hw)
+
+    def power_off(self) -> None:
+        for ctx in list(self.contexts.values()):
+            self.close_context(ctx)
+        self.hw.power_off()
+
+    async def run(self, task_status=trio.TASK_STATUS_IGNORED) -> None:
+        """Interrupt handler and housekeeping; runs for the daemon's lifetime."""
+        async with trio.open_nursery() as nursery:
+            self.nursery = nursery
+            nursery.start_soon(self._irq_loop)
+            nursery.start_soon(self._poll_loop)
+            task_status.started()
+
+    async def _irq_loop(self) -> None:
+        while True:
+            await trio.lowlevel.wait_readable(self.hw.irq_fd)
+            self.hw.ack_irq()
+            self.service_completions()
+
+    async def _poll_loop(self) -> None:
+        while True:
+            await trio.sleep(LOST_IRQ_POLL_S)
+            if self.hw.process.poll() is not None and not self.resetting:
+                log.error("chip died (status %s): restarting it", self.hw.process.returncode)
+                self.nursery.start_soon(self._recover_chip)
+            elif not self.resetting:
+                self.service_completions()
+
+    # ---- contexts ----
+    def open_context(self, pid: int, uid: int, gid: int) -> Context:
+        space = self.memory.create_space()
+        ctx = Context(next(self._context_ids), pid, uid, gid, _comm(pid), space)
+        self.contexts[ctx.context_id] = ctx
+        log.info("context %d opened by pid %d (%s)", ctx.context_id, pid, ctx.comm)
+        return ctx
+
+    def close_context(self, ctx: Context) -> None:
+        """The file was released (close or process death): free all it holds."""
+        if ctx.closed:
+            return
+        ctx.closed = True
+        self.contexts.pop(ctx.context_id, None)
+        if ctx.waiter and ctx.waiter.cancel:
+            ctx.waiter.cancel.cancel()
+        ctx.waiter = None
+        for job in self.scheduler.cancel(ctx):
+            self._release_job_buffers(job)
+            ctx.pending.pop(job.fence, None)
+        for bo in list(ctx.buffers.values()):
+            self._free_buffer(ctx, bo)
+        self.zombies.add(ctx)
+        self._reap(ctx)
+        log.info("context %d closed", ctx.context_id)
+
+    def _reap(self, ctx: Context) -> None:
+        """Destroy a closed context's address space once no job of it is on the chip."""
+        if ctx in self.zombies and not ctx.pending:
+            self.zombies.discard(ctx)
+            self.scheduler.invalidate(ctx.space.asid)
+            self.memory.destroy_space(ctx.space)
+            self.scheduler.pump()
+
+    # ---- memory ----
+    def alloc(self, ctx: Context, size: int, flags: int) -> BufferObject:
+        flags = flags or uapi.NPU_MEM_RW
+        if flags & ~uapi.NPU_MEM_RW:
+            raise KmdError(errno.EINVAL, f"unknown MEM_ALLOC flags {flags:#x}")
+        bo = self.memory.allocate(ctx.space, ctx.next_handle, size, flags, ctx.uid, ctx.gid)
+        ctx.next_handle += 1
+        ctx.buffers[bo.handle] = bo
+        ctx.stats.memory_peak = max(ctx.stats.memory_peak, ctx.memory_allocated)
+        return bo
+
+    def lookup(self, ctx: Context, handle: int) -> BufferObject:
+        bo = ctx.buffers.get(handle)
+        if bo is None:
+            raise KmdError(errno.ENOENT, f"no buffer with handle {handle} in this context")
+        return bo
+
+    def free(self, ctx: Context, handle: int) -> None:
+        self._free_buffer(ctx, self.lookup(ctx, handle))
+        self.scheduler.pump()
+
+    def _free_buffer(self, ctx: Context, bo: BufferObject) -> None:
+        del ctx.buffers[bo.handle]
+        bo.freed = True
+        if bo.users == 0:
+            self.memory.release(ctx.space, bo)
+            self.scheduler.invalidate(ctx.space.asid, bo.bo_id)
+
+    def _release_job_buffers(self, job: Job) -> None:
+        for bo in job.bos:
+            bo.users -= 1
+            if bo.freed and bo.users == 0:
+                self.memory.release(job.ctx.space, bo)
+                self.scheduler.invalidate(job.ctx.space.asid, bo.bo_id)
+
+    # ---- jobs ----
+    def submit(self, ctx: Context, req) -> Job:
+        if req.flags:
+            raise KmdError(errno.EINVAL, f"unknown SUBMIT flags {req.flags:#x}")
+        if req.priority > uapi.NPU_PRIO_HIGH:
+            raise KmdError(errno.EINVAL, f"priority {req.priority} out of range")
+        if req.num_bos > uapi.NPU_MAX_SUBMIT_BOS:
+            raise KmdError(errno.E2BIG, f"{req.num_bos} buffers, at most {uapi.NPU_MAX_SUBMIT_BOS}")
+        handles = [req.bo_handles[i] for i in range(req.num_bos)]
+        if len(set(handles)) != len(handles):
+            raise KmdError(errno.EINVAL, "a buffer handle is listed twice")
+        bos = [self.lookup(ctx, h) for h in handles]
+        if req.cmd_size and not any(bo.contains(req.cmd_iova, req.cmd_size) for bo in bos):
+            raise KmdError(errno.EFAULT, f"command buffer [{req.cmd_iova:#x}, +{req.cmd_size}) is not inside "
+                                         "any buffer the job lists")
+        if req.cmd_size % 8:
+            raise KmdError(errno.EINVAL, f"command buffer size {req.cmd_size} is not a multiple of 8")
+        ctx.last_fence += 1
+        job = Job(next(self._job_ids), ctx, ctx.last_fence, bos, req.cmd_iova, req.cmd_size, req.priority,
+                  req.timeout_ms)
+        for bo in bos:
+            bo.users += 1
+        ctx.pending[job.fence] = job
+        ctx.stats.jobs_submitted += 1
+        self.scheduler.enqueue(job)
+        self.scheduler.pump()
+        return job
+
+    def service_completions(self) -> None:
+        done = self.hw.completions()
+        if not done:
+            return
+        touched = set()
+        for completion in done:
+            job = self.scheduler.retire(completion)
+            if job is None:
+                log.warning("completion for unknown job %d", completion.job_id)
+                continue
+            job.status, job.device_time_ns = completion.status, completion.device_time_ns
+            job.ctx.stats.busy_time_ns += completion.exec_ns
+            job.ctx.stats.device_time_ns += completion.device_time_ns
+            if completion.status:
+                log.info("job %d (context %d fence %d) failed: %s at %#x", job.job_id, job.ctx.context_id,
+                         job.fence, errno.errorcode.get(-completion.status, completion.status),
+                         completion.fault_iova)
+            self._finish(job)
+            touched.add(job.ctx)
+        self.scheduler.pump()
+        for ctx in touched:
+            if ctx.closed:
+                self._reap(ctx)
+            else:
+                self._check_waiter(ctx)
+
+    def _finish(self, job: Job) -> None:
+        if job.status == 0:
+            self.jobs_completed += 1
+        else:
+            self.jobs_failed += 1
+        job.ctx.record_result(job)
+        self._release_job_buffers(job)
+
+    # ---- fences ----
+    def wait(self, ctx: Context, seq: int, req) -> bool:
+        """Start a WAIT; returns True when its reply is already complete."""
+        if not 1 <= req.count <= uapi.NPU_MAX_WAIT_FENCES:
+            raise KmdError(errno.EINVAL, f"fence count {req.count} not in 1..{uapi.NPU_MAX_WAIT_FENCES}")
+        if req.flags not in (uapi.NPU_WAIT_ALL, uapi.NPU_WAIT_ANY):
+            raise KmdError(errno.EINVAL, f"unknown WAIT flags {req.flags:#x}")
+        for i in range(req.count):
+            check_fence(ctx, req.fences[i])
+        if self._fill_wait(ctx, req) or req.timeout_ns == 0:
+            return True
+        waiter = Waiter(seq, req)
+        ctx.waiter = waiter
+        if req.timeout_ns > 0:
+            self.nursery.start_soon(self._wait_timeout, ctx, waiter, req.timeout_ns / 1e9)
+        return False
+
+    def _fill_wait(self, ctx: Context, req) -> bool:
+        signaled, first = 0, -1
+        for i in range(req.count):
+            status, device_time = ctx.fence_status(req.fences[i])
+            req.status[i], req.device_time_ns[i] = status, device_time
+            if status != uapi.NPU_FENCE_PENDING:
+                signaled += 1
+                first = i if first < 0 else first
+        req.signaled, req.first_signaled = signaled, max(first, 0)
+        return signaled == req.count or (req.flags == uapi.NPU_WAIT_ANY and signaled > 0)
+
+    def _check_waiter(self, ctx: Context) -> None:
+        waiter = ctx.waiter
+        if waiter and self._fill_wait(ctx, waiter.payload):
+            ctx.waiter = None
+            if waiter.cancel:
+                waiter.cancel.cancel()
+            ctx.set_reply(uapi.pack_frame(uapi.NPU_CMD_WAIT, waiter.seq, waiter.payload))
+
+    async def _wait_timeout(self, ctx: Context, waiter: Waiter, seconds: float) -> None:
+        with trio.CancelScope() as scope:
+            waiter.cancel = scope
+            await trio.sleep(seconds)
+            if ctx.waiter is waiter:
+                ctx.waiter = None
+                self._fill_wait(ctx, waiter.payload)
+                ctx.set_reply(uapi.pack_frame(uapi.NPU_CMD_WAIT, waiter.seq, waiter.payload,
+                                              result=-errno.ETIMEDOUT))
+
+    # ---- reset ----
+    async def reset(self, reason: str) -> None:
+        """Full device reset: jobs on the chip fail with EIO, queued jobs run afterwards."""
+        if self.resetting:
+            raise KmdError(errno.EBUSY, "a reset is already in progress")
+        self.resetting = True
+        self.scheduler.halted = True
+        try:
+            request = self.hw.request_reset()
+            deadline = time.monotonic() + RESET_TIMEOUT_S
+            while not self.hw.reset_done(request):
+                if time.monotonic() > deadline:
+                    raise KmdError(errno.EIO, "the chip did not acknowledge the reset")
+                await trio.sleep(0.005)
+            self._after_reset(reason)
+        finally:
+            self.resetting = False
+            self.scheduler.halted = False
+            self.scheduler.pump()
+
+    def _after_reset(self, reason: str) -> None:
+        self.hw.after_reset()
+        self.reset_count += 1
+        log.warning("device reset #%d (%s)", self.reset_count, reason)
+        touched = set()
+        for job in self.scheduler.abort_in_flight():
+            job.status = -errno.EIO
+            self._finish(job)
+            touched.add(job.ctx)
+        for ctx in touched:
+            self._reap(ctx) if ctx.closed else self._check_waiter(ctx)
+
+    async def _recover_chip(self) -> None:
+        self.resetting = True
+        self.scheduler.halted = True
+        try:
+            self.hw.restart_chip()
+            deadline = time.monotonic() + RESET_TIMEOUT_S
+            while not self.hw.ready():
+                if time.monotonic() > deadline or self.hw.process.poll() is not None:
+                    log.error("the chip did not come back; jobs stay queued")
+                    return
+                await trio.sleep(0.01)
+            self._after_reset("chip died")
+        finally:
+            self.resetting = False
+            self.scheduler.halted = False
+            self.scheduler.pump()
+
+    # ---- reporting ----
+    def fill_info(self, ctx: Context, info) -> None:
+        info.abi_version = uapi.NPU_ABI_VERSION
+        info.device_id = self.index
+        info.hw_version = self.hw.regs.read32(regs.HW_VERSION)
+        info.num_cores = self.hw.num_cores
+        info.clock_mhz = self.hw.clock_mhz
+        info.ring_entries = self.hw.entries
+        info.page_size = 4096
+        info.num_contexts = len(self.contexts)
+        info.memory_total = self.memory.total
+        info.memory_used = self.memory.used
+        info.context_id = ctx.context_id
+        info.jobs_completed = self.jobs_completed
+        info.jobs_failed = self.jobs_failed
+        info.busy_time_ns = self.hw.busy_ns()
+        info.reset_count = self.reset_count
+        info.model = MODEL_NAME.encode()
+
+    def fill_stats(self, ctx: Context, stats) -> None:
+        s = ctx.stats
+        stats.context_id = ctx.context_id
+        stats.memory_allocated = ctx.memory_allocated
+        stats.memory_peak = s.memory_peak
+        stats.buffers = len(ctx.buffers)
+        stats.jobs_submitted = s.jobs_submitted
+        stats.jobs_completed = s.jobs_completed
+        stats.jobs_failed = s.jobs_failed
+        stats.busy_time_ns = s.busy_time_ns
+        stats.jobs_queued = sum(1 for j in ctx.pending.values() if j.core < 0)
+        stats.jobs_running = sum(1 for j in ctx.pending.values() if j.core >= 0)

@@ -1,0 +1,248 @@
+"""Hardware access layer: the only place the KMD touches the chip.
+
+It provides the chip's memories on the bus directory, powers the chip on (the
+platform starts ``python -m firmware_sim`` - a separate process the KMD never
+imports), and then talks to it only through the register file, the command
+rings, the completion queues and the doorbell / interrupt lines.
+"""
+from __future__ import annotations
+
+import errno
+import logging
+import mmap
+import os
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from firmware_sim.spec import iommu, memory, regs, ring
+
+log = logging.getLogger("kmd_fuse.hw")
+
+
+@dataclass(frozen=True)
+class ChipConfig:
+    cores: int = 2
+    ring_entries: int = ring.DEFAULT_RING_ENTRIES
+    clock_mhz: int = 1000
+    watchdog_ms: int = 5000
+
+
+@dataclass
+class Completion:
+    job_id: int
+    status: int
+    core: int
+    cycles: int
+    device_time_ns: int
+    exec_ns: int
+    fault_iova: int
+
+
+def _create_file(path: Path, size: int, mode: int = 0o600) -> None:
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, mode)
+    try:
+        os.ftruncate(fd, size)
+    finally:
+        os.close(fd)
+
+
+def _map(path: Path) -> mmap.mmap:
+    fd = os.open(path, os.O_RDWR)
+    try:
+        return mmap.mmap(fd, os.fstat(fd).st_size)
+    finally:
+        os.close(fd)
+
+
+class Hardware:
+    """The chip as the KMD sees it."""
+
+    def __init__(self, bus: Path, config: ChipConfig):
+        self.bus, self.config = bus, config
+        self.entries = config.ring_entries
+        self.process: subprocess.Popen | None = None
+        self.doorbells: list[int] = []
+        self.irq_fd = -1
+
+    # ---- bring-up ----
+    def power_on(self, timeout: float = 20.0) -> None:
+        """Create the chip's memories, start it, wait until it reports ready."""
+        self.bus.mkdir(parents=True, exist_ok=True)
+        os.chmod(self.bus, 0o711)  # clients open their own buffer files by path
+        _create_file(memory.regs_path(self.bus), regs.REGS_SIZE)
+        for core in range(self.config.cores):
+            _create_file(memory.ring_path(self.bus, core), self.entries * ring.RING_ENTRY.itemsize)
+            _create_file(memory.cq_path(self.bus, core), self.entries * ring.COMPLETION.itemsize)
+        self._regs_map = _map(memory.regs_path(self.bus))
+        self.regs = regs.RegisterView(self._regs_map)
+        self.rings = [np.frombuffer(_map(memory.ring_path(self.bus, c)), ring.RING_ENTRY, count=self.entries)
+                      for c in range(self.config.cores)]
+        self.cqs = [np.frombuffer(_map(memory.cq_path(self.bus, c)), ring.COMPLETION, count=self.entries)
+                    for c in range(self.config.cores)]
+        self.regs.write32(regs.RING_ENTRIES, self.entries)
+        self.regs.write32(regs.WATCHDOG_MS, self.config.watchdog_ms)
+        self._start_chip()
+        deadline = time.monotonic() + timeout
+        while not self.regs.read32(regs.STATUS) & regs.STATUS_READY:
+            if self.process.poll() is not None:
+                raise OSError(errno.ENODEV, f"chip exited during power-on (status {self.process.returncode})")
+            if time.monotonic() > deadline:
+                raise OSError(errno.ETIMEDOUT, "chip did not come up")
+            time.sleep(0.005)
+        if self.regs.read32(regs.ID) != regs.DEVICE_ID_VALUE:
+            raise OSError(errno.ENODEV, "unexpected chip id")
+        self.num_cores = self.regs.read32(regs.NUM_CORES)
+        self.clock_mhz = self.regs.read32(regs.CLOCK_MHZ)
+        self.tails = [self.reg(c, regs.RING_TAIL) for c in range(self.num_cores)]
+
+    def _start_chip(self) -> None:
+        if not self.doorbells:
+            self.doorbells = [os.eventfd(0, os.EFD_CLOEXEC) for _ in range(self.config.cores)]
+            self.irq_fd = os.eventfd(0, os.EFD_CLOEXEC | os.EFD_NONBLOCK)
+        cmd = [sys.executable, "-m", "firmware_sim", "--bus", str(self.bus),
+               "--doorbell-fds", ",".join(map(str, self.doorbells)), "--irq-fd", str(self.irq_fd),
+               "--ring-entries", str(self.entries), "--clock-mhz", str(self.config.clock_mhz)]
+        self.process = subprocess.Popen(cmd, pass_fds=[*self.doorbells, self.irq_fd], stdin=subprocess.DEVNULL)
+        log.info("chip started (pid %d, %d cores)", self.process.pid, self.config.cores)
+
+    def restart_chip(self) -> None:
+        """Cold-restart a chip that died: all ring state starts from zero."""
+        if self.process and self.process.poll() is None:
+            self.process.kill()
+            self.process.wait()
+        self.regs.write32(regs.STATUS, 0)
+        for core in range(self.config.cores):
+            bank = regs.core_bank(core)
+            for offset in (regs.RING_HEAD, regs.RING_TAIL, regs.CQ_HEAD, regs.CQ_TAIL):
+                self.regs.write32(bank + offset, 0)
+            self.regs.write64(bank + regs.CURRENT_JOB, 0)
+        self._start_chip()
+
+    def ready(self) -> bool:
+        return bool(self.regs.read32(regs.STATUS) & regs.STATUS_READY)
+
+    def power_off(self) -> None:
+        if self.process and self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(5)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        for fd in [*self.doorbells, self.irq_fd]:
+            if fd >= 0:
+                os.close(fd)
+        self.doorbells, self.irq_fd = [], -1
+        shutil.rmtree(self.bus, ignore_errors=True)
+
+    # ---- registers ----
+    def reg(self, core: int, offset: int) -> int:
+        return self.regs.read32(regs.core_bank(core) + offset)
+
+    def reg64(self, core: int, offset: int) -> int:
+        return self.regs.read64(regs.core_bank(core) + offset)
+
+    def set_fault_injection(self, bits: int) -> None:
+        self.regs.write32(regs.FAULT_INJECT, bits)
+
+    # ---- command ring ----
+    def ring_space(self, core: int) -> int:
+        """Free ring slots on ``core`` (one slot always stays empty)."""
+        used = (self.tails[core] - self.reg(core, regs.RING_HEAD)) % self.entries
+        return self.entries - 1 - used
+
+    def push(self, core: int, opcode: int, asid: int, job_id: int = 0, cmd_iova: int = 0,
+             cmd_size: int = 0, timeout_ms: int = 0, bo_id: int = 0) -> None:
+        """Write one ring entry (caller checked ``ring_space``); ``doorbell`` publishes it."""
+        tail = self.tails[core]
+        entry = self.rings[core][tail]
+        entry["opcode"], entry["asid"], entry["job_id"] = opcode, asid, job_id
+        entry["cmd_iova"], entry["cmd_size"], entry["timeout_ms"] = cmd_iova, cmd_size, timeout_ms
+        entry["bo_id"], entry["flags"] = bo_id, 0
+        self.tails[core] = ring.ring_next(tail, self.entries)
+
+    def doorbell(self, core: int) -> None:
+        """Publish the new tail and wake the core."""
+        bank = regs.core_bank(core)
+        self.regs.write32(bank + regs.RING_TAIL, self.tails[core])
+        self.regs.write32(bank + regs.DOORBELL, self.regs.read32(bank + regs.DOORBELL) + 1)
+        os.eventfd_write(self.doorbells[core], 1)
+
+    # ---- interrupts and completions ----
+    def ack_irq(self) -> None:
+        try:
+            os.eventfd_read(self.irq_fd)
+        except BlockingIOError:
+            pass
+
+    def completions(self) -> list[Completion]:
+        """Drain every core's completion queue."""
+        done = []
+        for core in range(self.num_cores):
+            bank = regs.core_bank(core)
+            head, tail = self.regs.read32(bank + regs.CQ_HEAD), self.regs.read32(bank + regs.CQ_TAIL)
+            cq = self.cqs[core]
+            while head != tail:
+                c = cq[head]
+                done.append(Completion(int(c["job_id"]), int(c["status"]), int(c["core"]), int(c["cycles"]),
+                                       int(c["device_time_ns"]), int(c["exec_ns"]), int(c["fault_iova"])))
+                head = ring.ring_next(head, self.entries)
+            self.regs.write32(bank + regs.CQ_HEAD, head)
+        return done
+
+    # ---- reset ----
+    def request_reset(self) -> int:
+        """Ask the chip for a full reset; returns the request number to wait for."""
+        request = (self.regs.read32(regs.RESET_REQ) + 1) & 0xFFFFFFFF
+        self.regs.write32(regs.RESET_REQ, request)
+        return request
+
+    def reset_done(self, request: int) -> bool:
+        return self.regs.read32(regs.RESET_ACK) == request
+
+    def after_reset(self) -> None:
+        """The chip emptied its rings: restart the KMD's indices from zero."""
+        for core in range(self.num_cores):
+            bank = regs.core_bank(core)
+            self.regs.write32(bank + regs.RING_TAIL, 0)
+            self.regs.write32(bank + regs.CQ_HEAD, 0)
+            self.tails[core] = 0
+        self.ack_irq()
+
+    # ---- counters ----
+    def busy_ns(self) -> int:
+        """Wall time the cores have spent on jobs, including the jobs running now."""
+        now = time.monotonic_ns()
+        total = 0
+        for core in range(self.num_cores):
+            total += self.reg64(core, regs.BUSY_NS)
+            if self.reg64(core, regs.CURRENT_JOB):
+                total += max(0, now - self.reg64(core, regs.JOB_START_NS))
+        return total
+
+
+class PageTable:
+    """One context's IOMMU page table, in memory the chip reads."""
+
+    def __init__(self, bus: Path, asid: int):
+        self.path = memory.page_table_path(bus, asid)
+        _create_file(self.path, iommu.PT_ENTRIES * iommu.PTE_DTYPE.itemsize)
+        self.entries = np.memmap(self.path, dtype=iommu.PTE_DTYPE, mode="r+", shape=(iommu.PT_ENTRIES,))
+
+    def map(self, iova: int, bo_id: int, npages: int, readable: bool, writable: bool) -> None:
+        first = (iova - iommu.IOVA_BASE) >> iommu.PAGE_SHIFT
+        self.entries[first:first + npages] = iommu.make_ptes(bo_id, 0, npages, readable, writable)
+
+    def unmap(self, iova: int, npages: int) -> None:
+        first = (iova - iommu.IOVA_BASE) >> iommu.PAGE_SHIFT
+        self.entries[first:first + npages] = 0
+
+    def destroy(self) -> None:
+        del self.entries
+        self.path.unlink(missing_ok=True)

@@ -1,0 +1,105 @@
+"""Job scheduler: software queues in front of the cores' command rings.
+
+Jobs wait in per-priority queues, one FIFO per context, served round-robin so
+that one busy client cannot starve another.  A job moves onto the ring of the
+core with the fewest jobs in flight while that ring has room; a core never has
+more jobs in flight than its completion queue has slots, so the chip never
+stalls on completions.  A full ring is back-pressure: the job simply stays
+queued until an interrupt frees a slot.
+"""
+from __future__ import annotations
+
+from collections import OrderedDict, deque
+
+from firmware_sim.spec import ring
+
+from kmd_fuse.context import Context, Job
+from kmd_fuse.hw import Completion, Hardware
+
+PRIORITIES = 3
+
+
+class Scheduler:
+    def __init__(self, hw: Hardware):
+        self.hw = hw
+        self.queues: list[OrderedDict[int, deque[Job]]] = [OrderedDict() for _ in range(PRIORITIES)]
+        self.in_flight: dict[int, Job] = {}                       # job id -> job on a ring
+        self.per_core = [0] * hw.num_cores
+        self.control: list[deque[tuple[int, int]]] = [deque() for _ in range(hw.num_cores)]
+        self.max_per_core = hw.entries - 1
+        self.queued = 0
+        self.halted = False                                       # during a reset
+
+    # ---- queueing ----
+    def enqueue(self, job: Job) -> None:
+        queue = self.queues[job.priority]
+        queue.setdefault(job.ctx.context_id, deque()).append(job)
+        self.queued += 1
+
+    def cancel(self, ctx: Context) -> list[Job]:
+        """Remove a context's queued jobs (those on a ring run to completion)."""
+        cancelled = []
+        for queue in self.queues:
+            jobs = queue.pop(ctx.context_id, None)
+            if jobs:
+                cancelled.extend(jobs)
+        self.queued -= len(cancelled)
+        return cancelled
+
+    def invalidate(self, asid: int, bo_id: int = 0) -> None:
+        """Make every core drop cached translations (ordered after jobs already on its ring)."""
+        for core in range(self.hw.num_cores):
+            self.control[core].append((asid, bo_id))
+
+    def _next_job(self) -> Job | None:
+        for queue in reversed(self.queues):                       # highest priority first
+            while queue:
+                ctx_id, jobs = next(iter(queue.items()))
+                job = jobs.popleft()
+                if jobs:
+                    queue.move_to_end(ctx_id)                     # round-robin between contexts
+                else:
+                    del queue[ctx_id]
+                self.queued -= 1
+                return job
+        return None
+
+    # ---- rings ----
+    def pump(self) -> None:
+        """Move work onto the rings while there is room, then ring the doorbells."""
+        if self.halted:
+            return
+        touched = set()
+        for core in range(self.hw.num_cores):
+            while self.control[core] and self.hw.ring_space(core) > 0:
+                asid, bo_id = self.control[core].popleft()
+                self.hw.push(core, ring.OP_INVALIDATE, asid, bo_id=bo_id)
+                touched.add(core)
+        while self.queued:
+            core = min(range(self.hw.num_cores), key=self.per_core.__getitem__)
+            if self.per_core[core] >= self.max_per_core or self.hw.ring_space(core) == 0:
+                break
+            job = self._next_job()
+            job.core = core
+            self.in_flight[job.job_id] = job
+            self.per_core[core] += 1
+            self.hw.push(core, ring.OP_JOB, job.ctx.space.asid, job.job_id, job.cmd_iova, job.cmd_size,
+                         job.timeout_ms)
+            touched.add(core)
+        for core in touched:
+            self.hw.doorbell(core)
+
+    def retire(self, completion: Completion) -> Job | None:
+        job = self.in_flight.pop(completion.job_id, None)
+        if job is not None:
+            self.per_core[job.core] -= 1
+        return job
+
+    def abort_in_flight(self) -> list[Job]:
+        """A reset emptied the rings: every job on them is lost."""
+        jobs = list(self.in_flight.values())
+        self.in_flight.clear()
+        self.per_core = [0] * self.hw.num_cores
+        for control in self.control:
+            control.clear()
+        return jobs
