@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["int_matmul", "max_abs"]
+__all__ = ["int_matmul", "max_abs", "exact_float_type"]
 
 _F32_EXACT = 1 << 24
 _F64_EXACT = 1 << 53
@@ -20,6 +20,17 @@ def max_abs(a: np.ndarray) -> int:
     if a.size == 0:
         return 0
     return max(-int(a.min()), int(a.max()))
+
+
+def exact_float_type(k: int, bound_a: int, bound_b: int) -> type | None:
+    """float32 or float64 if sums of ``k`` products of magnitudes ``bound_a * bound_b`` stay
+    exact in it, else None (no float type is exact)."""
+    bound = k * bound_a * bound_b
+    if bound < _F32_EXACT:
+        return np.float32
+    if bound < _F64_EXACT:
+        return np.float64
+    return None
 
 
 def int_matmul(a: np.ndarray, b: np.ndarray, a_offset: int = 0) -> np.ndarray:
@@ -34,12 +45,8 @@ def int_matmul(a: np.ndarray, b: np.ndarray, a_offset: int = 0) -> np.ndarray:
     # Bound |a + a_offset| from the int8 range (cheap) and |b| from the data (weights).
     lo, hi = (np.iinfo(a.dtype).min, np.iinfo(a.dtype).max)
     bound_a = max(abs(lo + a_offset), abs(hi + a_offset))
-    bound = k * bound_a * max_abs(b)
-    if bound < _F32_EXACT:
-        ftype = np.float32
-    elif bound < _F64_EXACT:
-        ftype = np.float64
-    else:
+    ftype = exact_float_type(k, bound_a, max_abs(b))
+    if ftype is None:
         return (a.astype(np.int64) + a_offset) @ b.astype(np.int64).T
     af = a.astype(ftype)
     if a_offset:
