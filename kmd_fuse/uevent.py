@@ -187,8 +187,10 @@ class UeventLog:
         if self._seq_fd < 0:
             raise UeventError("event log is closed")
         extras = {k: str(v) for k, v in (extra or {}).items()}
-        # Validate before taking a SEQNUM so a bad event never leaves a gap.
-        Uevent(action, devpath, subsystem, devname, major, minor, 0, extras)
+        # Validate (and bound the size) before taking a SEQNUM, so a bad event leaves no gap.
+        size = len(Uevent(action, devpath, subsystem, devname, major, minor, 0, extras, 0.0).format().encode())
+        if size + 40 > MAX_RECORD_BYTES:  # room for the real SEQNUM and timestamp digits
+            raise UeventError(f"uevent of about {size} bytes exceeds {MAX_RECORD_BYTES}")
         self._lock()
         try:
             raw = os.pread(self._seq_fd, 32, 0).strip()
@@ -201,8 +203,6 @@ class UeventLog:
             event = Uevent(action, devpath, subsystem, devname, major, minor, seq, extras,
                            time.monotonic())
             data = event.format().encode()
-            if len(data) > MAX_RECORD_BYTES:
-                raise UeventError(f"uevent of {len(data)} bytes exceeds {MAX_RECORD_BYTES}")
             written = os.write(self._log_fd, data)
             if written != len(data):
                 raise UeventError(f"short write to event log ({written} of {len(data)} bytes)")
@@ -298,6 +298,13 @@ class UeventMonitor:
             self._pos, self._buf = 0, b""  # truncated: start over
         chunk = os.pread(self._fd, 1 << 16, self._pos)
         if not chunk:
+            try:
+                replaced = os.stat(self.log_path).st_ino != self._ino
+            except FileNotFoundError:
+                replaced = False
+            if replaced:  # a new log took the old one's place: read it from its start
+                os.close(self._fd)
+                self._fd, self._ino, self._pos, self._buf = -1, None, 0, b""
             return False
         self._pos += len(chunk)
         self._buf += chunk
@@ -330,7 +337,8 @@ def main(argv: list[str] | None = None) -> int:
     em.add_argument("subsystem")
     em.add_argument("--devname")
     em.add_argument("--devnum", help="MAJOR:MINOR")
-    em.add_argument("props", nargs="*", metavar="KEY=VALUE")
+    em.add_argument("-p", "--property", action="append", default=[], dest="props", metavar="KEY=VALUE",
+                    help="an extra property (repeatable)")
     args = ap.parse_args(argv)
     try:
         if args.cmd == "emit":
