@@ -195,6 +195,9 @@ def describe_outcome(out: Outcome) -> list[str]:
                          f"'{os.path.relpath(node, os.path.dirname(path))}'")
     elif node is not None:
         lines.append(f"{k}: Removing the symlinks recorded for '{node}'")
+    if ev.action != "remove":
+        lines.append(f"{k}: Result OWNER={out.owner} GROUP={out.group} MODE={out.mode:04o} "
+                     f"SYMLINK={' '.join(out.symlinks) or '(none)'}")
     props = dict(out.properties)
     if node is not None:
         props["DEVNAME"] = node

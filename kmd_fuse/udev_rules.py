@@ -498,6 +498,8 @@ class RuleSet:
                 continue
             if rule.matches or rule.assigns or rule.goto:
                 ev.out.matched.append(rule)
+                conds = ", ".join(map(str, rule.matches)) or "(no match keys)"
+                ev.out.trace.append(f"{event.kernel}: {rule.where} matched {conds}")
             for tok in rule.assigns:
                 ev.assign(tok, rule)
             if rule.goto_index is not None:

@@ -147,6 +147,10 @@ def test_explain_reads_like_udevadm_test(tmp_path) -> None:
     lines = text.splitlines()
     assert lines[0].startswith("Reading rules file: ") and lines[0].endswith("70-npu.rules")
     assert any(line.endswith("GROUP 'render'") and ":13 " in line for line in lines)
+    assert any(line.endswith(':13 matched ACTION=="add|change", SUBSYSTEM=="npu", KERNEL=="npu[0-9]*"')
+               for line in lines)
+    assert ("npu0: Result OWNER=root GROUP=render MODE=0660 "
+            "SYMLINK=accel/accel0 npu/by-path/platform-npu-emu.npu0") in lines
     assert f"npu0: Handling device node '{tmp_path}/npu0', devnum=c240:0" in lines
     assert any(line.startswith(f"npu0: Setting permissions {tmp_path}/npu0, uid=0, gid=") and
                line.endswith("mode=0660") for line in lines)
@@ -156,3 +160,11 @@ def test_explain_reads_like_udevadm_test(tmp_path) -> None:
     assert devlinks.split("=", 1)[1].split() == [os.path.join(str(tmp_path), link) for link in
                                                  ("accel/accel0", "npu/by-path/platform-npu-emu.npu0")]
     assert not os.listdir(tmp_path)  # explain touches nothing
+
+
+def test_explain_remove_shows_the_goto_and_no_permissions() -> None:
+    lines = load_rules().explain(ev("remove")).splitlines()
+    assert any(line.endswith(':8 matched ACTION!="add|change"') for line in lines)
+    assert any(line.endswith(":8 GOTO 'npu_end'") for line in lines)
+    assert "npu0: Removing the symlinks recorded for '/dev/npu0'" in lines
+    assert not any("Setting permissions" in line or "Result" in line for line in lines)
