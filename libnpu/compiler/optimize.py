@@ -1,0 +1,183 @@
+"""Graph clean-ups run before quantization: fold constants, fold affine ops into
+convolutions, fuse activations, drop identities."""
+from __future__ import annotations
+
+import numpy as np
+
+from .float_ref import OPS
+from .ir import Graph, Op, Tensor
+
+__all__ = ["optimize", "fold_constants", "fold_affine_into_conv", "fuse_activations", "remove_identities"]
+
+_WEIGHTED = ("CONV_2D", "DEPTHWISE_CONV_2D", "FULLY_CONNECTED")
+_FUSABLE = ("CONV_2D", "DEPTHWISE_CONV_2D", "FULLY_CONNECTED", "ADD", "SUB", "MUL",
+            "AVERAGE_POOL_2D", "MAX_POOL_2D", "CONCATENATION")
+_ACT_OPS = {"RELU": "RELU", "RELU6": "RELU6", "RELU_N1_TO_1": "RELU_N1_TO_1"}
+
+
+def fold_constants(g: Graph) -> int:
+    """Evaluate ops whose inputs are all constants (e.g. DEQUANTIZE of fp16 weights)."""
+    folded = 0
+    kept = []
+    for op in g.ops:
+        ins = [g.tensors[i] if i else None for i in op.inputs]
+        if op.inputs and all(t is None or t.is_constant for t in ins) and op.type in OPS \
+                and len(op.outputs) == 1 and all(t is None or t.quant is None for t in ins):
+            out = g.tensors[op.outputs[0]]
+            vals = [None if t is None else t.data.astype(np.float32) for t in ins]
+            data = np.asarray(OPS[op.type](op, vals, out), np.float32).reshape(out.shape)
+            g.tensors[out.name] = Tensor(out.name, out.shape, "float32", None, data)
+            folded += 1
+        else:
+            kept.append(op)
+    g.ops = kept
+    return folded
+
+
+def _channel_vector(t: Tensor, channels: int) -> np.ndarray | None:
+    """The per-channel values of a constant that broadcasts only along the last axis."""
+    if not t.is_constant:
+        return None
+    d = t.data.astype(np.float64)
+    if d.size == 1:
+        return np.full(channels, float(d.reshape(-1)[0]))
+    if d.shape[-1] == channels and d.size == channels:
+        return d.reshape(-1)
+    return None
+
+
+def fold_affine_into_conv(g: Graph) -> int:
+    """Fold ``conv -> MUL(c) -> ADD(c)`` per-channel constants (batch norm) into weights/bias."""
+    folded = 0
+    changed = True
+    while changed:
+        changed = False
+        consumers = g.consumers()
+        producers = g.producers()
+        for op in list(g.ops):
+            if op.type not in ("MUL", "ADD", "SUB") or op.attrs.get("activation", "NONE") != "NONE":
+                continue
+            consts = [i for i in op.inputs if g.tensors[i].is_constant]
+            acts = [i for i in op.inputs if not g.tensors[i].is_constant]
+            if len(consts) != 1 or len(acts) != 1:
+                continue
+            if op.type == "SUB" and op.inputs[1] != consts[0]:
+                continue
+            src = producers.get(acts[0])
+            if src is None or src.type not in _WEIGHTED or src.attrs.get("activation", "NONE") != "NONE" \
+                    or len(consumers[acts[0]]) != 1 or acts[0] in g.outputs:
+                continue
+            w_t = g.tensors[src.inputs[1]]
+            if not w_t.is_constant or w_t.quant is not None:
+                continue
+            channels = w_t.shape[3] if src.type == "DEPTHWISE_CONV_2D" else w_t.shape[0]
+            out_shape = g.tensors[op.outputs[0]].shape
+            if out_shape != g.tensors[acts[0]].shape:
+                continue
+            vec = _channel_vector(g.tensors[consts[0]], channels)
+            if vec is None:
+                continue
+            bias_name = src.inputs[2] if len(src.inputs) > 2 else ""
+            bias = g.tensors[bias_name].data.astype(np.float64) if bias_name else np.zeros(channels)
+            w = w_t.data.astype(np.float64)
+            if op.type == "MUL":
+                scale = vec.reshape((1, 1, 1, -1) if src.type == "DEPTHWISE_CONV_2D"
+                                    else (-1,) + (1,) * (w.ndim - 1))
+                w, bias = w * scale, bias * vec
+            else:
+                bias = bias + vec if op.type == "ADD" else bias - vec
+            new_w = g.add_const(f"{w_t.name}_folded", w.astype(np.float32)).name
+            new_b = g.add_const(f"{bias_name or src.outputs[0] + '/bias'}_folded", bias.astype(np.float32)).name
+            src.inputs = [src.inputs[0], new_w, new_b]
+            # The conv now produces the affine op's output directly.
+            old_out = src.outputs[0]
+            src.outputs = [op.outputs[0]]
+            g.ops.remove(op)
+            g.tensors.pop(old_out, None)
+            folded += 1
+            changed = True
+            break
+    return folded
+
+
+def fuse_activations(g: Graph) -> int:
+    """Turn ``op -> RELU/RELU6/RELU_N1_TO_1`` into the op's fused activation."""
+    fused = 0
+    consumers = g.consumers()
+    producers = g.producers()
+    for act in list(g.ops):
+        if act.type not in _ACT_OPS:
+            continue
+        src = producers.get(act.inputs[0])
+        if src is None or src.type not in _FUSABLE or src.attrs.get("activation", "NONE") != "NONE":
+            continue
+        mid = act.inputs[0]
+        if len(consumers[mid]) != 1 or mid in g.outputs:
+            continue
+        src.attrs["activation"] = _ACT_OPS[act.type]
+        src.outputs = [act.outputs[0]]
+        g.ops.remove(act)
+        g.tensors.pop(mid, None)
+        producers[act.outputs[0]] = src
+        fused += 1
+    return fused
+
+
+def remove_identities(g: Graph) -> int:
+    """Drop RESHAPEs to the same shape and identity TRANSPOSEs; merge TRANSPOSE pairs."""
+    removed = 0
+    producers = g.producers()
+    consumers = g.consumers()
+    for op in list(g.ops):
+        src_name = op.inputs[0] if op.inputs else ""
+        out = op.outputs[0] if op.outputs else ""
+        if op.type == "TRANSPOSE":
+            prev = producers.get(src_name)
+            if prev is not None and prev.type == "TRANSPOSE" and len(consumers[src_name]) == 1 \
+                    and src_name not in g.outputs:
+                # compose the two permutations into one
+                op.attrs = {"perm": tuple(prev.attrs["perm"][p] for p in op.attrs["perm"])}
+                op.inputs = list(prev.inputs)
+                g.ops.remove(prev)
+                g.tensors.pop(src_name, None)
+                src_name = op.inputs[0]
+                removed += 1
+            identity = tuple(op.attrs["perm"]) == tuple(range(len(op.attrs["perm"])))
+        elif op.type == "RESHAPE":
+            identity = g.tensors[src_name].shape == g.tensors[out].shape
+        else:
+            continue
+        if not identity:
+            continue
+        if out in g.outputs:
+            # keep the graph output's name: rename the producer's output instead
+            p = producers.get(src_name)
+            if src_name in g.inputs or p is None or len(consumers[src_name]) != 1:
+                continue
+            p.outputs = [out if o == src_name else o for o in p.outputs]
+            g.tensors.pop(src_name, None)
+        else:
+            g.replace_uses(out, src_name)
+            g.tensors.pop(out, None)
+        g.ops.remove(op)
+        removed += 1
+        producers = g.producers()
+        consumers = g.consumers()
+    return removed
+
+
+def optimize(graph: Graph) -> Graph:
+    """Return an optimized copy: constants folded, affine ops folded into convs,
+    activations fused, identities removed, unused tensors pruned."""
+    g = graph.copy()
+    fold_constants(g)
+    for t in list(g.constants()):
+        if t.dtype == "float16":
+            g.tensors[t.name] = Tensor(t.name, t.shape, "float32", None, t.data.astype(np.float32))
+    fold_affine_into_conv(g)
+    fuse_activations(g)
+    remove_identities(g)
+    g.prune()
+    g.toposort()
+    g.validate()
+    return g

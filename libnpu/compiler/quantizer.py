@@ -1,0 +1,312 @@
+"""Post-training int8 quantization of a float IR graph (in the style of FuriosaAI's
+quantizer: optimize -> calibration model -> calibrate -> quantize).
+
+The result follows the TFLite int8 quantization spec, so the chip's TFLite-exact
+kernels run it as they run a TFLite int8 model:
+- activations: int8, per-tensor, asymmetric (zero point in [-128, 127]);
+- CONV_2D / DEPTHWISE_CONV_2D weights: int8, symmetric, per output channel (axis 0 /
+  axis 3); FULLY_CONNECTED weights: per-tensor by default (per-channel optional);
+- biases: int32, zero point 0, scale = input scale * weight scale (per channel);
+- SOFTMAX and LOGISTIC outputs: scale 1/256, zero point -128; TANH: 1/128, 0;
+- ops that move data without rescaling (pools, RESHAPE, PAD, TRANSPOSE, CONCATENATION,
+  STRIDED_SLICE, RESIZE) share one scale/zero point between inputs and output.
+"""
+from __future__ import annotations
+
+from typing import Iterable, Mapping, Sequence
+
+import numpy as np
+
+from .float_ref import FloatInterpreter
+from .ir import Graph, IRError, Op, QuantParams, Tensor
+from .optimize import optimize
+
+__all__ = ["QuantizationError", "build_calibration_model", "Calibrator", "calibrate",
+           "quantize", "quantize_model", "random_dataset", "Range"]
+
+Range = tuple[float, float]
+
+_SAME_SCALE = ("MAX_POOL_2D", "AVERAGE_POOL_2D", "RESHAPE", "PAD", "TRANSPOSE", "CONCATENATION",
+               "STRIDED_SLICE", "RESIZE_BILINEAR", "RESIZE_NEAREST_NEIGHBOR")
+_FIXED_OUTPUT = {"SOFTMAX": (1 / 256, -128), "LOGISTIC": (1 / 256, -128), "TANH": (1 / 128, 0)}
+_WEIGHT_AXIS = {"CONV_2D": 0, "DEPTHWISE_CONV_2D": 3, "FULLY_CONNECTED": 0}
+
+
+class QuantizationError(IRError):
+    """The graph cannot be quantized as asked."""
+
+
+# calibration ------------------------------------------------------------------------
+
+def build_calibration_model(graph: Graph) -> Graph:
+    """A copy of ``graph`` whose outputs are every activation tensor (inputs included)."""
+    g = graph.copy()
+    extra = [n for op in g.ops for n in op.outputs if n not in g.outputs]
+    g.outputs = list(g.outputs) + [n for n in g.inputs if n not in g.outputs] + extra
+    return g
+
+
+def random_dataset(graph: Graph, count: int = 8, *, low: float = -1.0, high: float = 1.0,
+                   seed: int = 0) -> list[dict[str, np.ndarray]]:
+    """``count`` feeds of uniform random values in [low, high) for every graph input."""
+    rng = np.random.default_rng(seed)
+    return [{n: rng.uniform(low, high, graph.tensors[n].shape).astype(np.float32) for n in graph.inputs}
+            for _ in range(count)]
+
+
+class Calibrator:
+    """Collects activation statistics over calibration runs.
+
+    ``method="minmax"`` keeps the running min/max; ``"percentile"`` keeps a bounded
+    random sample of each tensor's values and cuts the range at ``percentile`` (and
+    100 - percentile), ignoring rare outliers.
+    """
+
+    def __init__(self, graph: Graph, method: str = "minmax", percentile: float = 99.99,
+                 sample_cap: int = 50_000, seed: int = 0) -> None:
+        if method not in ("minmax", "percentile"):
+            raise QuantizationError(f"unknown calibration method {method!r}")
+        self.model = build_calibration_model(graph)
+        self.interp = FloatInterpreter(self.model)
+        self.method, self.percentile, self.cap = method, percentile, sample_cap
+        self.rng = np.random.default_rng(seed)
+        self.lo: dict[str, float] = {}
+        self.hi: dict[str, float] = {}
+        self.samples: dict[str, list[np.ndarray]] = {}
+        self.runs = 0
+
+    def collect(self, feeds: Mapping[str, np.ndarray] | Sequence[np.ndarray]) -> None:
+        outs = self.interp.run(feeds)
+        for name in self.model.outputs:
+            v = np.asarray(outs[name], np.float32).reshape(-1)
+            if not np.all(np.isfinite(v)):
+                raise QuantizationError(f"calibration: tensor {name!r} has non-finite values")
+            self.lo[name] = min(self.lo.get(name, np.inf), float(v.min()))
+            self.hi[name] = max(self.hi.get(name, -np.inf), float(v.max()))
+            if self.method == "percentile":
+                take = v if v.size <= self.cap else self.rng.choice(v, self.cap, replace=False)
+                self.samples.setdefault(name, []).append(take)
+        self.runs += 1
+
+    def ranges(self) -> dict[str, Range]:
+        if not self.runs:
+            raise QuantizationError("calibration: no data collected")
+        if self.method == "minmax":
+            return {n: (self.lo[n], self.hi[n]) for n in self.lo}
+        out = {}
+        for n, parts in self.samples.items():
+            v = np.concatenate(parts)
+            lo, hi = np.percentile(v, [100 - self.percentile, self.percentile])
+            out[n] = (float(lo), float(hi))
+        return out
+
+
+def calibrate(graph: Graph, dataset: Iterable[Mapping[str, np.ndarray] | Sequence[np.ndarray]] | None = None,
+              *, method: str = "minmax", percentile: float = 99.99, random_count: int = 8,
+              seed: int = 0) -> dict[str, Range]:
+    """Run ``dataset`` (or ``random_count`` random feeds) and return value ranges per tensor."""
+    cal = Calibrator(graph, method, percentile, seed=seed)
+    for feeds in (dataset if dataset is not None else random_dataset(graph, random_count, seed=seed)):
+        cal.collect(feeds)
+    return cal.ranges()
+
+
+# quantization -----------------------------------------------------------------------
+
+def _activation_params(lo: float, hi: float) -> QuantParams:
+    lo, hi = min(lo, 0.0), max(hi, 0.0)
+    if hi - lo < 1e-8:
+        hi = lo + 1e-8
+    scale = (hi - lo) / 255.0
+    zp = int(np.clip(np.round(-128 - lo / scale), -128, 127))
+    return QuantParams(np.float32(scale), zp)
+
+
+class _UnionFind:
+    def __init__(self) -> None:
+        self.parent: dict[str, str] = {}
+
+    def find(self, x: str) -> str:
+        self.parent.setdefault(x, x)
+        while self.parent[x] != x:
+            self.parent[x] = self.parent[self.parent[x]]
+            x = self.parent[x]
+        return x
+
+    def union(self, a: str, b: str) -> None:
+        self.parent[self.find(a)] = self.find(b)
+
+
+def _roles(g: Graph) -> dict[str, tuple[str, Op]]:
+    """Constants used as weights or biases, with the op using them."""
+    roles: dict[str, tuple[str, Op]] = {}
+    for op in g.ops:
+        if op.type in _WEIGHT_AXIS:
+            for role, name in zip(("weight", "bias"), op.inputs[1:3]):
+                if name:
+                    if name in roles or not g.tensors[name].is_constant:
+                        raise QuantizationError(f"{op.describe()}: {role} {name!r} must be a constant "
+                                                f"used by this op only")
+                    roles[name] = (role, op)
+    return roles
+
+
+def _activation_table(g: Graph, ranges: Mapping[str, Range], roles) -> dict[str, QuantParams]:
+    """Quantization parameters for every non-weight tensor, honouring the spec's constraints."""
+    rng: dict[str, Range] = {}
+    for name, t in g.tensors.items():
+        if name in roles:
+            continue
+        if t.is_constant:
+            d = t.data.astype(np.float32)
+            rng[name] = (float(d.min()), float(d.max())) if d.size else (0.0, 0.0)
+        elif name in ranges:
+            rng[name] = ranges[name]
+    fixed: dict[str, QuantParams] = {}
+    uf = _UnionFind()
+    for op in g.ops:
+        if op.type in _FIXED_OUTPUT:
+            s, z = _FIXED_OUTPUT[op.type]
+            fixed[op.outputs[0]] = QuantParams(np.float32(s), z)
+        elif op.type in _SAME_SCALE:
+            for i in op.inputs:
+                if i:
+                    uf.union(i, op.outputs[0])
+    groups: dict[str, list[str]] = {}
+    for name in rng.keys() | fixed.keys():
+        groups.setdefault(uf.find(name), []).append(name)
+    params: dict[str, QuantParams] = {}
+    for members in groups.values():
+        pinned = [fixed[m] for m in members if m in fixed]
+        if pinned:
+            if any(p != pinned[0] for p in pinned):
+                raise QuantizationError(f"tensors {members} need conflicting fixed quantization")
+            qp = pinned[0]
+        else:
+            known = [rng[m] for m in members if m in rng]
+            if not known:
+                raise QuantizationError(f"no calibration range for tensors {members}")
+            qp = _activation_params(min(r[0] for r in known), max(r[1] for r in known))
+        for m in members:
+            params[m] = qp
+    missing = [n for n, t in g.tensors.items() if n not in roles and n not in params]
+    if missing:
+        raise QuantizationError(f"no calibration range for tensors {missing[:5]}")
+    return params
+
+
+def _quantize_weights(w: np.ndarray, axis: int | None, bias: np.ndarray | None,
+                      in_scale: float) -> tuple[np.ndarray, QuantParams]:
+    """Symmetric int8 weights, per channel along ``axis`` (None: per tensor)."""
+    w = w.astype(np.float64)
+    if axis is None:
+        maxabs = np.array([np.abs(w).max() if w.size else 0.0])
+    else:
+        maxabs = np.abs(np.moveaxis(w, axis, 0).reshape(w.shape[axis], -1)).max(axis=1)
+    scale = maxabs / 127.0
+    if bias is not None:
+        # Keep the int32 bias in range: bias / (in_scale * w_scale) must fit in int32.
+        need = np.abs(bias.astype(np.float64)) / (in_scale * (2 ** 31 - 1)) * 1.01
+        scale = np.maximum(scale, need if axis is not None else need.max(initial=0.0))
+    scale = np.where(scale > 0, scale, 1.0 / 127.0).astype(np.float32)
+    shape = [1] * w.ndim
+    if axis is not None:
+        shape[axis] = -1
+    q = np.clip(np.round(w / scale.reshape(shape)), -127, 127).astype(np.int8)
+    return q, QuantParams(scale, np.zeros(scale.size, np.int64), axis if axis is not None else 0)
+
+
+def quantize(graph: Graph, ranges: Mapping[str, Range], *, fc_per_channel: bool = False,
+             io_dtype: str = "float32") -> Graph:
+    """Quantize a float graph (ideally optimized) with calibration ``ranges``.
+
+    ``io_dtype="float32"`` keeps float inputs/outputs (QUANTIZE / DEQUANTIZE ops at the
+    edges); ``"int8"`` makes the graph inputs/outputs int8 tensors.
+    """
+    if io_dtype not in ("float32", "int8"):
+        raise QuantizationError(f"io_dtype must be 'float32' or 'int8', not {io_dtype!r}")
+    src = graph
+    for t in src.tensors.values():
+        if t.quant is not None or t.dtype not in ("float32", "float16", "int32", "int64"):
+            raise QuantizationError(f"tensor {t.name!r} is {t.dtype}{' (quantized)' if t.quant else ''}: "
+                                    "quantize expects a float graph")
+    roles = _roles(src)
+    params = _activation_table(src, ranges, roles)
+
+    g = Graph(src.name)
+    g.metadata = dict(src.metadata, quantized="int8")
+    for name, t in src.tensors.items():
+        if name in roles:
+            continue
+        qp = params[name]
+        data = qp.quantize(t.data.astype(np.float32)) if t.is_constant else None
+        g.add_tensor(Tensor(name, t.shape, "int8", qp, data))
+    for op in src.ops:
+        new = Op(op.type, list(op.inputs), list(op.outputs), dict(op.attrs), op.name)
+        if op.type in _WEIGHT_AXIS:
+            in_scale = float(params[op.inputs[0]].scale[0])
+            w_t = src.tensors[op.inputs[1]]
+            b_name = op.inputs[2] if len(op.inputs) > 2 else ""
+            bias = src.tensors[b_name].data if b_name else None
+            axis = _WEIGHT_AXIS[op.type] if (op.type != "FULLY_CONNECTED" or fc_per_channel) else None
+            wq, wqp = _quantize_weights(w_t.data, axis, bias, in_scale)
+            g.add_tensor(Tensor(w_t.name, w_t.shape, "int8", wqp, wq))
+            if b_name:
+                bs = (wqp.scale.astype(np.float64) * in_scale)
+                bq = np.clip(np.round(bias.astype(np.float64) / bs), -2 ** 31, 2 ** 31 - 1).astype(np.int32)
+                g.add_tensor(Tensor(b_name, (bq.size,), "int32",
+                                    QuantParams(bs.astype(np.float32), np.zeros(bs.size, np.int64)), bq))
+                new.inputs[2] = b_name
+            if len(new.inputs) < 3:
+                new.inputs.append("")
+        g.ops.append(new)
+    g.inputs, g.outputs = list(src.inputs), list(src.outputs)
+    if io_dtype == "float32":
+        _float_edges(g, src)
+    g.validate()
+    return g
+
+
+def _float_edges(g: Graph, src: Graph) -> None:
+    """Keep float I/O: input -> QUANTIZE -> int8 graph -> DEQUANTIZE -> output."""
+    prologue, epilogue = [], []
+    for name in list(g.inputs):
+        t = g.tensors.pop(name)
+        q_name = g.unique_name(f"{name}_int8")
+        g.tensors[name] = Tensor(name, t.shape, "float32")
+        g.tensors[q_name] = Tensor(q_name, t.shape, "int8", t.quant)
+        for op in g.ops:
+            op.inputs = [q_name if i == name else i for i in op.inputs]
+        prologue.append(Op("QUANTIZE", [name], [q_name], name=q_name))
+    new_outputs = []
+    for name in g.outputs:
+        if any(op.type == "QUANTIZE" and op.inputs == [name] for op in prologue):
+            raise QuantizationError(f"graph input {name!r} is also an output")
+        t = g.tensors.pop(name)
+        q_name = g.unique_name(f"{name}_int8")
+        g.tensors[q_name] = Tensor(q_name, t.shape, "int8", t.quant, t.data)
+        for op in g.ops:
+            op.outputs = [q_name if o == name else o for o in op.outputs]
+            op.inputs = [q_name if i == name else i for i in op.inputs]
+        g.tensors[name] = Tensor(name, t.shape, "float32")
+        epilogue.append(Op("DEQUANTIZE", [q_name], [name], name=name))
+        new_outputs.append(name)
+    g.ops = prologue + g.ops + epilogue
+    g.outputs = new_outputs
+
+
+def quantize_model(graph: Graph,
+                   dataset: Iterable[Mapping[str, np.ndarray] | Sequence[np.ndarray]] | None = None, *,
+                   method: str = "minmax", percentile: float = 99.99, random_count: int = 8,
+                   fc_per_channel: bool = False, io_dtype: str = "float32", seed: int = 0) -> Graph:
+    """Optimize, calibrate (with ``dataset`` or random data) and quantize a float graph.
+
+    Returns an int8 graph whose ops mean what the TFLite int8 reference kernels compute.
+    """
+    opt = optimize(graph)
+    data = list(dataset) if dataset is not None else random_dataset(opt, random_count, seed=seed)
+    ranges = calibrate(opt, data, method=method, percentile=percentile, seed=seed)
+    q = quantize(opt, ranges, fc_per_channel=fc_per_channel, io_dtype=io_dtype)
+    q.metadata["calibration"] = {"method": method, "runs": len(data),
+                                 "random": dataset is None}
+    return q

@@ -1,0 +1,227 @@
+"""Write an IR graph as a ``.tflite`` flatbuffer.
+
+Used to check the compiler against an independent implementation: an int8 graph from
+the quantizer, written out and run by LiteRT's reference kernels, must give what the
+chip gives. Attribute-only operands (RESHAPE's shape, PAD's paddings...) become int32
+constant inputs again; explicit conv padding that TFLite's SAME/VALID cannot express
+becomes a PAD op in front of a VALID conv.
+"""
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+import flatbuffers
+import numpy as np
+import tflite
+
+from .ir import Graph, IRError, Op, Tensor, same_pads
+
+__all__ = ["TFLiteExportError", "export_tflite"]
+
+
+class TFLiteExportError(IRError):
+    """The graph uses something a .tflite file cannot express."""
+
+
+_TYPE = {"float32": 0, "float16": 1, "int32": 2, "uint8": 3, "int64": 4, "bool": 6, "int16": 7, "int8": 9}
+_ACT = {"NONE": 0, "RELU": 1, "RELU_N1_TO_1": 2, "RELU6": 3}
+_CODES = {k: v for k, v in vars(tflite.BuiltinOperator).items() if not k.startswith("_")}
+# Op versions LiteRT expects for int8 kernels (float kernels accept these as well).
+_VERSION = {"CONV_2D": 3, "DEPTHWISE_CONV_2D": 3, "FULLY_CONNECTED": 4, "ADD": 2, "SUB": 2, "MUL": 2,
+            "AVERAGE_POOL_2D": 2, "MAX_POOL_2D": 2, "SOFTMAX": 2, "CONCATENATION": 2, "PAD": 2,
+            "RELU": 2, "RELU6": 2, "LOGISTIC": 2, "TANH": 2, "QUANTIZE": 2, "DEQUANTIZE": 2,
+            "MEAN": 2, "TRANSPOSE": 2, "RESIZE_BILINEAR": 3, "RESIZE_NEAREST_NEIGHBOR": 3, "RESHAPE": 1}
+
+
+def _m(name: str) -> Any:
+    # tflite re-exports each table class under its module's name; the builder
+    # functions live in the module itself.
+    return importlib.import_module(f"tflite.{name}")
+
+
+def _table(b: flatbuffers.Builder, cls: str, **fields: Any) -> int:
+    mod = _m(cls)
+    getattr(mod, f"{cls}Start")(b)
+    for k, v in fields.items():
+        getattr(mod, f"{cls}Add{k}")(b, v)
+    return getattr(mod, f"{cls}End")(b)
+
+
+class _Writer:
+    def __init__(self, graph: Graph) -> None:
+        self.src = graph
+        self.tensors: list[Tensor] = []
+        self.index: dict[str, int] = {}
+        self.ops: list[tuple[str, list[int], list[int], dict]] = []
+
+    def tidx(self, t: Tensor) -> int:
+        if t.name not in self.index:
+            self.index[t.name] = len(self.tensors)
+            self.tensors.append(t)
+        return self.index[t.name]
+
+    def const_i32(self, base: str, values) -> int:
+        data = np.asarray(values, np.int32)
+        name = f"{base}__{len(self.tensors)}"
+        return self.tidx(Tensor(name, data.shape, "int32", None, data))
+
+    def name(self, n: str) -> int:
+        return self.tidx(self.src.tensors[n]) if n else -1
+
+    def add(self, type_: str, ins: list[int], outs: list[int], opts: dict) -> None:
+        self.ops.append((type_, ins, outs, opts))
+
+    # lowering of IR ops to TFLite operators ----------------------------------------
+    def padding(self, op: Op, kh: int, kw: int, dil=(1, 1), allow_pad_op: bool = True) -> tuple[int, int]:
+        """TFLite padding enum for op.attrs['pads']; may insert a PAD op on the input.
+
+        Returns (padding enum, input tensor index to use).
+        """
+        x = self.src.tensors[op.inputs[0]]
+        pads = tuple(op.attrs["pads"])
+        _, h, w, _ = x.shape
+        sh, sw = op.attrs["stride"]
+        same = (*same_pads(h, kh, sh, dil[0])[1:], *same_pads(w, kw, sw, dil[1])[1:])
+        if pads == (0, 0, 0, 0):
+            return 1, self.name(op.inputs[0])
+        if pads == same:
+            return 0, self.name(op.inputs[0])
+        if not allow_pad_op:
+            raise TFLiteExportError(f"{op.describe()}: padding {pads} is neither SAME nor VALID")
+        t, bt, l, r = pads
+        padded = Tensor(f"{x.name}__pad_{len(self.tensors)}", (x.shape[0], h + t + bt, w + l + r, x.shape[3]),
+                        x.dtype, x.quant)
+        out = self.tidx(padded)
+        self.add("PAD", [self.name(op.inputs[0]), self.const_i32(x.name, [[0, 0], [t, bt], [l, r], [0, 0]])],
+                 [out], {})
+        return 1, out
+
+    def lower(self, op: Op) -> None:
+        a = op.attrs
+        outs = [self.name(o) for o in op.outputs]
+        t = op.type
+        if t in ("CONV_2D", "DEPTHWISE_CONV_2D"):
+            w = self.src.tensors[op.inputs[1]]
+            pad, x = self.padding(op, w.shape[1], w.shape[2], a["dilation"])
+            fields = dict(Padding=pad, StrideH=a["stride"][0], StrideW=a["stride"][1],
+                          DilationHFactor=a["dilation"][0], DilationWFactor=a["dilation"][1],
+                          FusedActivationFunction=_ACT[a["activation"]])
+            if t == "DEPTHWISE_CONV_2D":
+                fields["DepthMultiplier"] = a["depth_multiplier"]
+            ins = [x, self.name(op.inputs[1]), self.name(op.inputs[2] if len(op.inputs) > 2 else "")]
+            self.add(t, ins, outs, {"Conv2DOptions" if t == "CONV_2D" else "DepthwiseConv2DOptions": fields})
+        elif t == "FULLY_CONNECTED":
+            ins = [self.name(i) for i in (op.inputs + [""])[:3]]
+            self.add(t, ins, outs, {"FullyConnectedOptions": dict(
+                FusedActivationFunction=_ACT[a["activation"]], KeepNumDims=bool(a.get("keep_num_dims")))})
+        elif t in ("ADD", "SUB", "MUL"):
+            cls = {"ADD": "AddOptions", "SUB": "SubOptions", "MUL": "MulOptions"}[t]
+            self.add(t, [self.name(i) for i in op.inputs], outs,
+                     {cls: dict(FusedActivationFunction=_ACT[a["activation"]])})
+        elif t in ("AVERAGE_POOL_2D", "MAX_POOL_2D"):
+            kh, kw = a["filter"]
+            pad, x = self.padding(op, kh, kw, allow_pad_op=False)
+            self.add(t, [x], outs, {"Pool2DOptions": dict(
+                Padding=pad, StrideH=a["stride"][0], StrideW=a["stride"][1], FilterHeight=kh,
+                FilterWidth=kw, FusedActivationFunction=_ACT[a["activation"]])})
+        elif t == "RESHAPE":
+            self.add(t, [self.name(op.inputs[0]), self.const_i32(op.outputs[0], a["new_shape"])], outs, {})
+        elif t == "SOFTMAX":
+            self.add(t, [self.name(op.inputs[0])], outs, {"SoftmaxOptions": dict(Beta=float(a["beta"]))})
+        elif t == "CONCATENATION":
+            self.add(t, [self.name(i) for i in op.inputs], outs, {"ConcatenationOptions": dict(
+                Axis=a["axis"], FusedActivationFunction=_ACT[a["activation"]])})
+        elif t == "PAD":
+            self.add(t, [self.name(op.inputs[0]), self.const_i32(op.outputs[0], a["paddings"])], outs, {})
+        elif t == "TRANSPOSE":
+            self.add(t, [self.name(op.inputs[0]), self.const_i32(op.outputs[0], a["perm"])], outs, {})
+        elif t == "MEAN":
+            self.add(t, [self.name(op.inputs[0]), self.const_i32(op.outputs[0], a["axes"])], outs,
+                     {"ReducerOptions": dict(KeepDims=bool(a["keep_dims"]))})
+        elif t in ("RESIZE_BILINEAR", "RESIZE_NEAREST_NEIGHBOR"):
+            cls = "ResizeBilinearOptions" if t == "RESIZE_BILINEAR" else "ResizeNearestNeighborOptions"
+            self.add(t, [self.name(op.inputs[0]), self.const_i32(op.outputs[0], a["size"])], outs,
+                     {cls: dict(AlignCorners=bool(a["align_corners"]),
+                                HalfPixelCenters=bool(a["half_pixel_centers"]))})
+        elif t in ("RELU", "RELU6", "RELU_N1_TO_1", "LOGISTIC", "TANH", "QUANTIZE", "DEQUANTIZE"):
+            self.add(t, [self.name(op.inputs[0])], outs, {})
+        else:
+            raise TFLiteExportError(f"cannot export {op.describe()} to TFLite")
+
+    # serialization ------------------------------------------------------------------
+    def build(self) -> bytes:
+        g = self.src
+        inputs = [self.name(n) for n in g.inputs]
+        for op in g.ops:
+            self.lower(op)
+        outputs = [self.name(n) for n in g.outputs]
+        b = flatbuffers.Builder(1 << 16)
+
+        buffers = [_table(b, "Buffer")]
+        tensor_offs = []
+        for t in self.tensors:
+            buf_idx = 0
+            if t.is_constant:
+                raw = np.ascontiguousarray(t.data).view(np.uint8).reshape(-1)
+                b.StartVector(1, raw.size, 16)  # 16-byte aligned constant data
+                b.head -= raw.size
+                b.Bytes[b.head:b.head + raw.size] = raw.tobytes()
+                data_vec = b.EndVector(raw.size)
+                buffers.append(_table(b, "Buffer", Data=data_vec))
+                buf_idx = len(buffers) - 1
+            quant = None
+            if t.quant is not None:
+                sc = b.CreateNumpyVector(t.quant.scale.astype(np.float32))
+                zp = b.CreateNumpyVector(t.quant.zero_point.astype(np.int64))
+                quant = _table(b, "QuantizationParameters", Scale=sc, ZeroPoint=zp,
+                               QuantizedDimension=int(t.quant.axis))
+            name = b.CreateString(t.name)
+            shape = b.CreateNumpyVector(np.asarray(t.shape, np.int32))
+            fields = dict(Shape=shape, Type=_TYPE[t.dtype], Buffer=buf_idx, Name=name)
+            if quant is not None:
+                fields["Quantization"] = quant
+            tensor_offs.append(_table(b, "Tensor", **fields))
+
+        codes: list[str] = []
+        op_offs = []
+        for type_, ins, outs, opts in self.ops:
+            if type_ not in codes:
+                codes.append(type_)
+            opt_fields = {}
+            if opts:
+                (cls, fields), = opts.items()
+                opt_fields = dict(BuiltinOptionsType=getattr(tflite.BuiltinOptions, cls),
+                                  BuiltinOptions=_table(b, cls, **fields))
+            iv = b.CreateNumpyVector(np.asarray(ins, np.int32))
+            ov = b.CreateNumpyVector(np.asarray(outs, np.int32))
+            op_offs.append(_table(b, "Operator", OpcodeIndex=codes.index(type_), Inputs=iv, Outputs=ov,
+                                  **opt_fields))
+
+        def vector(offsets: list[int]) -> int:
+            b.StartVector(4, len(offsets), 4)
+            for o in reversed(offsets):
+                b.PrependUOffsetTRelative(o)
+            return b.EndVector(len(offsets))
+
+        tvec, ovec = vector(tensor_offs), vector(op_offs)
+        sg = _table(b, "SubGraph", Tensors=tvec, Operators=ovec,
+                    Inputs=b.CreateNumpyVector(np.asarray(inputs, np.int32)),
+                    Outputs=b.CreateNumpyVector(np.asarray(outputs, np.int32)),
+                    Name=b.CreateString("main"))
+        code_offs = []
+        for c in codes:
+            code = _CODES[c]
+            code_offs.append(_table(b, "OperatorCode", DeprecatedBuiltinCode=min(code, 127), BuiltinCode=code,
+                                    Version=_VERSION.get(c, 1)))
+        cvec, svec, bvec = vector(code_offs), vector([sg]), vector(buffers)
+        desc = b.CreateString(f"npu-emu export of {g.name}")
+        model = _table(b, "Model", Version=3, OperatorCodes=cvec, Subgraphs=svec, Description=desc, Buffers=bvec)
+        b.Finish(model, file_identifier=b"TFL3")
+        return bytes(b.Output())
+
+
+def export_tflite(graph: Graph) -> bytes:
+    """Serialize ``graph`` as a TFLite flatbuffer (single subgraph)."""
+    graph.validate()
+    return _Writer(graph).build()
