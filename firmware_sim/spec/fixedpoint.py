@@ -18,7 +18,9 @@ import math
 import numpy as np
 
 __all__ = ["quantize_multiplier", "quantize_multiplier_array", "effective_scale",
-           "fused_activation_range",
+           "fused_activation_range", "rescale_multiplier", "relu_multiplier", "mul_multiplier",
+           "add_params", "ADD_LEFT_SHIFT", "softmax_params", "activation_lut", "LUT_TANH",
+           "LUT_LOGISTIC",
            "ACT_NONE", "ACT_RELU", "ACT_RELU_N1_TO_1", "ACT_RELU6"]
 
 _Q31 = 1 << 31
@@ -109,3 +111,98 @@ def fused_activation_range(activation: int, scale: float, zero_point: int,
     if activation == ACT_RELU_N1_TO_1:
         return max(qmin, q(-1.0)), min(qmax, q(1.0))
     raise ValueError(f"unsupported fused activation {activation}")
+
+
+# ---- per-op parameter derivations (each mirrors the op's Prepare in TFLite) ----
+
+def _f32(x: float) -> np.float32:
+    return np.float32(x)
+
+
+def rescale_multiplier(input_scale: float, output_scale: float) -> tuple[int, int]:
+    """QUANTIZE (int8 -> int8), MEAN: ``double(in) / double(out)``."""
+    return quantize_multiplier(float(_f32(input_scale)) / float(_f32(output_scale)))
+
+
+def relu_multiplier(input_scale: float, output_scale: float) -> tuple[int, int]:
+    """RELU / RELU6 / RELU_N1_TO_1: the ratio is divided in float32 first."""
+    return quantize_multiplier(float(_f32(input_scale) / _f32(output_scale)))
+
+
+def mul_multiplier(input1_scale: float, input2_scale: float,
+                   output_scale: float) -> tuple[int, int]:
+    """MUL: ``in1 * in2 / out`` evaluated in float32, then encoded."""
+    return quantize_multiplier(float(_f32(input1_scale) * _f32(input2_scale) / _f32(output_scale)))
+
+
+ADD_LEFT_SHIFT = 20  # int8 ADD scales both inputs up by 2**20 before rescaling
+
+
+def add_params(input1_scale: float, input2_scale: float,
+               output_scale: float) -> dict[str, int]:
+    """ADD's six multiplier/shift values (TFLite add.cc Prepare, int8 case)."""
+    s1, s2, so = _f32(input1_scale), _f32(input2_scale), _f32(output_scale)
+    twice_max = float(np.float32(2) * max(s1, s2))
+    m1, sh1 = quantize_multiplier(float(s1) / twice_max)
+    m2, sh2 = quantize_multiplier(float(s2) / twice_max)
+    mo, sho = quantize_multiplier(twice_max / float(np.float32(1 << ADD_LEFT_SHIFT) * so))
+    return dict(left_shift=ADD_LEFT_SHIFT, input1_multiplier=m1, input1_shift=sh1,
+                input2_multiplier=m2, input2_shift=sh2, output_multiplier=mo, output_shift=sho)
+
+
+SOFTMAX_SCALED_DIFF_INTEGER_BITS = 5
+
+
+def softmax_params(beta: float, input_scale: float) -> tuple[int, int, int]:
+    """SOFTMAX int8: ``(input_beta_multiplier, input_beta_left_shift, diff_min)``.
+
+    ``PreprocessSoftmaxScaling`` (capped at 2**31 - 1) and ``CalculateInputRadius``.
+    """
+    bits = SOFTMAX_SCALED_DIFF_INTEGER_BITS
+    real = min(float(_f32(beta)) * float(_f32(input_scale)) * (1 << (31 - bits)),
+               float((1 << 31) - 1))
+    mult, shift = quantize_multiplier(real)
+    if shift < 0:
+        raise ValueError("softmax beta * input_scale is too small to encode")
+    radius = math.floor(1.0 * ((1 << bits) - 1) * (1 << (31 - bits)) / (1 << shift))
+    return mult, shift, -radius
+
+
+def _libm():
+    import ctypes
+    import ctypes.util
+
+    lib = ctypes.CDLL(ctypes.util.find_library("m") or "libm.so.6")
+    for name in ("tanhf", "expf"):
+        fn = getattr(lib, name)
+        fn.restype, fn.argtypes = ctypes.c_float, [ctypes.c_float]
+    return lib
+
+
+LUT_TANH, LUT_LOGISTIC = 1, 2
+
+
+def activation_lut(kind: int, input_scale: float, input_zp: int, output_scale: float,
+                   output_zp: int) -> np.ndarray:
+    """The 256-entry int8 lookup table TFLite builds for int8 TANH / LOGISTIC.
+
+    Indexed by the input byte as uint8. Same float32 arithmetic as ``LUTPopulateInt8``;
+    the transcendental functions are the C library's ``tanhf``/``expf`` (the ones TFLite
+    calls), so the table matches bit for bit.
+    """
+    if kind not in (LUT_TANH, LUT_LOGISTIC):
+        raise ValueError(f"unknown LUT kind {kind}")
+    libm = _libm()
+    in_s, inv_out = _f32(input_scale), _f32(1.0) / _f32(output_scale)
+    lut = np.empty(256, dtype=np.int8)
+    for val in range(-128, 128):
+        x = float(in_s * _f32(val - input_zp))
+        if kind == LUT_TANH:
+            y = _f32(libm.tanhf(x))
+        else:
+            y = _f32(1.0) / (_f32(1.0) + _f32(libm.expf(_f32(-x))))
+        r = float(y * inv_out)
+        rounded = _f32(math.copysign(math.floor(abs(r) + 0.5), r))
+        q = int(rounded + _f32(output_zp))
+        lut[val & 0xFF] = min(max(q, -128), 127)
+    return lut

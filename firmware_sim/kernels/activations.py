@@ -1,0 +1,92 @@
+"""int8 activations as TFLite's reference kernels compute them.
+
+* ``relu_family``: standalone RELU / RELU6 / RELU_N1_TO_1 (``ReluX``: requantize, clamp).
+* ``lut_lookup``: TANH and LOGISTIC, which TFLite evaluates for int8 through a 256-entry
+  table built at prepare time (``spec.fixedpoint.activation_lut`` builds the same table).
+* ``softmax``: the int8 reference softmax on the last axis (gemmlowp fixed-point exp,
+  Q12 accumulation, fixed-point reciprocal).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .fixedpoint import (multiply_by_quantized_multiplier, rounding_divide_by_pot,
+                         saturating_rounding_doubling_high_mul, wrap_int32)
+from .gemmlowp import exp_on_negative_values_q5, get_reciprocal
+from .output import check_int8_param, store_int8
+
+__all__ = ["relu_family", "lut_lookup", "softmax"]
+
+
+def _check_int8(name: str, a: np.ndarray) -> None:
+    if a.dtype != np.int8:
+        raise TypeError(f"{name} must be int8, got {a.dtype}")
+
+
+def relu_family(x: np.ndarray, *, input_zp: int, output_zp: int, multiplier: int,
+                shift: int, act_min: int, act_max: int,
+                out: np.ndarray | None = None) -> np.ndarray:
+    """``clamp(out_zp + requant(x - in_zp), act_min, act_max)``; any shape.
+
+    multiplier/shift: ``spec.fixedpoint.relu_multiplier``; act_min/act_max:
+    ``fused_activation_range`` with RELU, RELU6 or RELU_N1_TO_1 on the output quantization.
+    """
+    _check_int8("x", x)
+    input_zp = check_int8_param("input_zp", input_zp)
+    output_zp = check_int8_param("output_zp", output_zp)
+    act_min, act_max = check_int8_param("act_min", act_min), check_int8_param("act_max", act_max)
+    if out is not None and (out.dtype != np.int8 or out.shape != x.shape):
+        raise ValueError(f"out must be int8 {x.shape}")
+    scaled = multiply_by_quantized_multiplier(x.astype(np.int64) - input_zp, multiplier, shift)
+    return store_int8(scaled, output_zp, act_min, act_max, out)
+
+
+def lut_lookup(x: np.ndarray, lut: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    """``out[i] = lut[uint8(x[i])]`` with a 256-entry int8 table; any shape."""
+    _check_int8("x", x)
+    if lut.dtype != np.int8 or lut.shape != (256,):
+        raise ValueError(f"lut must be int8 (256,), got {lut.dtype} {lut.shape}")
+    if out is None:
+        return lut[x.view(np.uint8)]
+    if out.dtype != np.int8 or out.shape != x.shape:
+        raise ValueError(f"out must be int8 {x.shape}")
+    np.take(lut, x.view(np.uint8), out=out)
+    return out
+
+
+_ACCUM_INTEGER_BITS = 12
+
+
+def softmax(x: np.ndarray, *, input_beta_multiplier: int, input_beta_left_shift: int,
+            diff_min: int, out: np.ndarray | None = None) -> np.ndarray:
+    """int8 softmax over the last axis; output scale 1/256, zero point -128.
+
+    Parameters come from ``spec.fixedpoint.softmax_params(beta, input_scale)``.
+    """
+    _check_int8("x", x)
+    if x.ndim < 1:
+        raise ValueError("softmax needs at least one dimension")
+    if not 0 <= input_beta_left_shift <= 31:
+        raise ValueError("input_beta_left_shift must be in [0, 31]")
+    if out is not None and (out.dtype != np.int8 or out.shape != x.shape):
+        raise ValueError(f"out must be int8 {x.shape}")
+    xi = x.astype(np.int64)
+    diff = xi - xi.max(axis=-1, keepdims=True)
+    valid = diff >= diff_min
+    rescaled = saturating_rounding_doubling_high_mul(
+        wrap_int32(diff << input_beta_left_shift), input_beta_multiplier)
+    exp = exp_on_negative_values_q5(rescaled)
+    # Rescale<12>: Q0.31 -> Q12.19 is a rounding shift right by 12.
+    terms = np.where(valid, rounding_divide_by_pot(exp, _ACCUM_INTEGER_BITS), 0)
+    sum_of_exps = wrap_int32(terms.sum(axis=-1, keepdims=True))
+    shifted_scale, bits_over_unit = get_reciprocal(sum_of_exps, _ACCUM_INTEGER_BITS)
+    exponent = bits_over_unit + 31 - 8
+    if np.any((exponent < 0) | (exponent > 31)):
+        raise ValueError("softmax reciprocal exponent out of range")
+    unsat = rounding_divide_by_pot(saturating_rounding_doubling_high_mul(shifted_scale, exp),
+                                   exponent)
+    result = np.where(valid, np.clip(unsat - 128, -128, 127), -128)
+    if out is None:
+        return result.astype(np.int8)
+    np.copyto(out, result, casting="unsafe")
+    return out
