@@ -257,3 +257,17 @@ def test_bad_arguments(main, argv: list[str], message: str, capsys) -> None:  # 
     with pytest.raises(SystemExit) as info:
         main(argv)
     assert info.value.code == 2 and message in capsys.readouterr().err
+
+
+def test_top_redraws_the_screen_on_a_terminal(tree: tuple[Path, Path]) -> None:
+    sysroot, devroot = tree
+    make_device(sysroot, devroot, 0)
+    master, slave = os.openpty()
+    try:
+        with open(slave, "w", closefd=False) as tty:
+            assert top_main(["--sysroot", str(sysroot), "-n", "2", "-d", "0.02"], out=tty) == 0
+        text = os.read(master, 65536).decode()
+    finally:
+        os.close(master)
+        os.close(slave)
+    assert text.count("\x1b[H\x1b[2J") == 2 and text.count("npu top - ") == 2
