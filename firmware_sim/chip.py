@@ -44,8 +44,7 @@ class Chip:
         self.pids: list[int] = [0] * self.num_cores
         self.rings = [np.frombuffer(map_file(memory.ring_path(bus, core)), ring.RING_ENTRY, count=ring_entries)
                       for core in range(self.num_cores)]
-        self.cqs = [np.frombuffer(map_file(memory.cq_path(bus, core)), ring.COMPLETION, count=ring_entries)
-                    for core in range(self.num_cores)]
+        self.cqs = [map_file(memory.cq_path(bus, core)) for core in range(self.num_cores)]
 
     def power_on(self) -> None:
         r = self.regs
@@ -70,15 +69,25 @@ class Chip:
                 signal.signal(signal.SIGTERM, signal.SIG_DFL)
                 unit = Core(self.bus, core, self.doorbell_fds[core], self.irq_fd, self.profile)
                 unit.drain_ring()      # entries queued before a reset/respawn
+                profile_path = os.environ.get("NPU_PROFILE_CHIP")  # developer aid: cProfile each core
+                if profile_path:
+                    import cProfile
+                    profiler = cProfile.Profile()
+                    signal.signal(signal.SIGTERM, lambda *_: (profiler.dump_stats(f"{profile_path}.core{core}"),
+                                                               os._exit(0)))
+                    profiler.runcall(unit.run_forever)
                 unit.run_forever()
             finally:
                 os._exit(1)
         self.pids[core] = pid
 
-    def stop_core(self, core: int) -> None:
+    def stop_core(self, core: int, graceful: bool = False) -> None:
         pid = self.pids[core]
         if pid:
             try:
+                if graceful:
+                    os.kill(pid, signal.SIGTERM)
+                    time.sleep(0.2)
                 os.kill(pid, signal.SIGKILL)
                 os.waitpid(pid, 0)
             except (ProcessLookupError, ChildProcessError):
@@ -136,7 +145,7 @@ class Chip:
         finally:
             self.regs.write32(regs.STATUS, 0)
             for core in range(self.num_cores):
-                self.stop_core(core)
+                self.stop_core(core, graceful=bool(os.environ.get("NPU_PROFILE_CHIP")))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -148,10 +157,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--clock-mhz", type=int, default=HardwareProfile.clock_mhz)
     parser.add_argument("--macs-per-cycle", type=int, default=HardwareProfile.macs_per_cycle)
     parser.add_argument("--dma-bytes-per-cycle", type=int, default=HardwareProfile.dma_bytes_per_cycle)
+    parser.add_argument("--idle-poll-us", type=int, default=HardwareProfile.idle_poll_ns // 1000,
+                        help="how long an idle core polls its ring before sleeping (0: sleep at once)")
     args = parser.parse_args(argv)
     die_with_parent()
     profile = HardwareProfile(clock_mhz=args.clock_mhz, macs_per_cycle=args.macs_per_cycle,
-                              dma_bytes_per_cycle=args.dma_bytes_per_cycle)
+                              dma_bytes_per_cycle=args.dma_bytes_per_cycle, idle_poll_ns=args.idle_poll_us * 1000)
     doorbells = [int(fd) for fd in args.doorbell_fds.split(",")]
     Chip(args.bus, doorbells, args.irq_fd, profile, args.ring_entries).run()
     return 0

@@ -13,8 +13,6 @@ import os
 import time
 from pathlib import Path
 
-import numpy as np
-
 from firmware_sim.dma import DmaEngine
 from firmware_sim.executor import JobResult, run_job
 from firmware_sim.spec import memory, regs, ring
@@ -38,8 +36,8 @@ class Core:
         self.regs = regs.RegisterView(self._regs_map)
         self.bank = regs.core_bank(core)
         self.entries = self.regs.read32(regs.RING_ENTRIES)
-        self.ring = np.frombuffer(map_file(memory.ring_path(bus, core)), ring.RING_ENTRY, count=self.entries)
-        self.cq = np.frombuffer(map_file(memory.cq_path(bus, core)), ring.COMPLETION, count=self.entries)
+        self.ring = map_file(memory.ring_path(bus, core))
+        self.cq = map_file(memory.cq_path(bus, core))
         self.dma = DmaEngine(bus)
 
     def reg(self, offset: int) -> int:
@@ -50,23 +48,32 @@ class Core:
 
     def run_forever(self) -> None:
         self.set_reg(regs.CORE_STATE, regs.CORE_IDLE)
+        tail_reg = self.bank + regs.RING_TAIL
         while True:
             os.read(self.doorbell_fd, 8)   # sleep until the KMD rings the doorbell
             self.drain_ring()
+            # Hybrid polling: watch the tail register for a short while before
+            # sleeping again, so back-to-back jobs skip the wake-up latency.
+            deadline = time.monotonic_ns() + self.profile.idle_poll_ns
+            while time.monotonic_ns() < deadline:
+                if self.regs.read32(tail_reg) != self.reg(regs.RING_HEAD):
+                    self.drain_ring()
+                    deadline = time.monotonic_ns() + self.profile.idle_poll_ns
+                os.sched_yield()   # any runnable host process (the KMD, a client) goes first
 
     def drain_ring(self) -> None:
         head = self.reg(regs.RING_HEAD)
         while head != self.reg(regs.RING_TAIL):
-            entry = self.ring[head].copy()
-            if int(entry["opcode"]) == ring.OP_JOB:
-                self.post(self.execute(entry), int(entry["job_id"]))
-            elif int(entry["opcode"]) == ring.OP_INVALIDATE:
-                self.dma.invalidate(int(entry["asid"]), int(entry["bo_id"]))
+            opcode, asid, job_id, cmd_iova, cmd_size, timeout_ms, bo_id, _ = \
+                ring.RING_ENTRY_STRUCT.unpack_from(self.ring, head * ring.RING_ENTRY_STRUCT.size)
+            if opcode == ring.OP_JOB:
+                self.post(self.execute(job_id, asid, cmd_iova, cmd_size), job_id)
+            elif opcode == ring.OP_INVALIDATE:
+                self.dma.invalidate(asid, bo_id)
             head = ring.ring_next(head, self.entries)
             self.set_reg(regs.RING_HEAD, head)
 
-    def execute(self, entry: np.void) -> JobResult:
-        job_id = int(entry["job_id"])
+    def execute(self, job_id: int, asid: int, cmd_iova: int, cmd_size: int) -> JobResult:
         bank = self.bank
         self.regs.write64(bank + regs.JOB_START_NS, time.monotonic_ns())
         self.regs.write64(bank + regs.CURRENT_JOB, job_id)
@@ -77,8 +84,7 @@ class Core:
                 time.sleep(1)
         self.dma.inject_bus_error = bool(faults & regs.FAULT_DMA_ERROR)
         started = time.monotonic_ns()
-        result = run_job(self.dma, int(entry["asid"]), int(entry["cmd_iova"]),
-                         int(entry["cmd_size"]), self.profile)
+        result = run_job(self.dma, asid, cmd_iova, cmd_size, self.profile)
         result.exec_ns = time.monotonic_ns() - started
         if faults & regs.FAULT_BIT_FLIP and result.status == 0:
             self.dma.flip_last_written_bit()
@@ -101,18 +107,10 @@ class Core:
         raise_irq(self.regs, self.bank, self.irq_fd, cause)
 
 
-def write_completion(cq: np.ndarray, slot: int, job_id: int, core: int, result: JobResult,
-                     profile: HardwareProfile) -> None:
-    record = np.zeros((), ring.COMPLETION)
-    record["job_id"] = job_id
-    record["status"] = result.status
-    record["core"] = core
-    record["cycles"] = result.cycles
-    record["device_time_ns"] = profile.nanoseconds(result.cycles)
-    record["fault_iova"] = result.fault_iova
-    record["task_index"] = result.task_index
-    record["exec_ns"] = result.exec_ns
-    cq[slot] = record
+def write_completion(cq, slot: int, job_id: int, core: int, result: JobResult, profile: HardwareProfile) -> None:
+    ring.COMPLETION_STRUCT.pack_into(cq, slot * ring.COMPLETION_STRUCT.size, job_id, result.status, core,
+                                     result.cycles, profile.nanoseconds(result.cycles), result.fault_iova,
+                                     result.task_index, 0, result.exec_ns)
 
 
 def raise_irq(view: regs.RegisterView, bank: int, irq_fd: int, cause: int) -> None:

@@ -86,8 +86,14 @@ class DmaEngine:
         shift = iommu.PAGE_SHIFT
         first = (iova - iommu.IOVA_BASE) >> shift
         last = (end - 1 - iommu.IOVA_BASE) >> shift
-        ptes = np.asarray(self._ptes[first:last + 1])
         need = iommu.PTE_VALID | (iommu.PTE_WRITE if write else iommu.PTE_READ)
+        if first == last:                      # one page: plain integers, no array work
+            pte = int(self._ptes[first])
+            if pte & need == need:
+                page = (pte >> iommu.PTE_INDEX_SHIFT) & iommu.PTE_INDEX_MASK
+                in_page = (iova - iommu.IOVA_BASE) & (iommu.PAGE_SIZE - 1)
+                return [(pte >> iommu.PTE_BO_SHIFT, (page << shift) + in_page, nbytes)]
+        ptes = np.asarray(self._ptes[first:last + 1])
         bad = (ptes & np.uint64(need)) != np.uint64(need)
         if bad.any():
             page = int(np.argmax(bad))

@@ -26,6 +26,7 @@ class Job:
     core: int = -1
     status: int | None = None  # None while pending, then 0 or -errno
     device_time_ns: int = 0
+    sync_reply: tuple | None = None   # (seq, payload) of a NPU_SUBMIT_WAIT request
 
 
 @dataclass(eq=False)

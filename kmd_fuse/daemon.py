@@ -75,8 +75,13 @@ def main(argv: list[str] | None = None) -> int:
         pid_file.unlink(missing_ok=True)
         raise
     log.info("serving %s (%d cores, %d MiB)", node, device.hw.num_cores, args.memory >> 20)
+    profile_path = os.environ.get("NPU_PROFILE_KMD")   # developer aid: cProfile the daemon's loop
     try:
-        trio.run(serve, device)
+        if profile_path:
+            import cProfile
+            cProfile.runctx("trio.run(serve, device)", globals(), locals(), f"{profile_path}.{args.index}")
+        else:
+            trio.run(serve, device)
     finally:
         pyfuse3.close(unmount=True)
         device.power_off()

@@ -153,8 +153,8 @@ class Device:
                 self.scheduler.invalidate(job.ctx.space.asid, bo.bo_id)
 
     # ---- jobs ----
-    def submit(self, ctx: Context, req) -> Job:
-        if req.flags:
+    def submit(self, ctx: Context, req, seq: int = 0) -> Job:
+        if req.flags & ~uapi.NPU_SUBMIT_WAIT:
             raise KmdError(errno.EINVAL, f"unknown SUBMIT flags {req.flags:#x}")
         if req.priority > uapi.NPU_PRIO_HIGH:
             raise KmdError(errno.EINVAL, f"priority {req.priority} out of range")
@@ -172,6 +172,9 @@ class Device:
         ctx.last_fence += 1
         job = Job(next(self._job_ids), ctx, ctx.last_fence, bos, req.cmd_iova, req.cmd_size, req.priority,
                   req.timeout_ms)
+        if req.flags & uapi.NPU_SUBMIT_WAIT:
+            req.fence = job.fence
+            job.sync_reply = (seq, req)
         for bo in bos:
             bo.users += 1
         ctx.pending[job.fence] = job
@@ -213,6 +216,10 @@ class Device:
             self.jobs_failed += 1
         job.ctx.record_result(job)
         self._release_job_buffers(job)
+        if job.sync_reply is not None and not job.ctx.closed:   # NPU_SUBMIT_WAIT
+            seq, req = job.sync_reply
+            req.status, req.device_time_ns = job.status, job.device_time_ns
+            job.ctx.set_reply(uapi.pack_frame(uapi.NPU_CMD_SUBMIT, seq, req))
 
     # ---- fences ----
     def wait(self, ctx: Context, seq: int, req) -> bool:
@@ -223,8 +230,11 @@ class Device:
             raise KmdError(errno.EINVAL, f"unknown WAIT flags {req.flags:#x}")
         for i in range(req.count):
             check_fence(ctx, req.fences[i])
-        if self._fill_wait(ctx, req) or req.timeout_ns == 0:
+        if self._fill_wait(ctx, req):
             return True
+        if req.timeout_ns == 0:   # a poll that found fences pending
+            ctx.set_reply(uapi.pack_frame(uapi.NPU_CMD_WAIT, seq, req, result=-errno.ETIMEDOUT))
+            return False
         waiter = Waiter(seq, req)
         ctx.waiter = waiter
         if req.timeout_ns > 0:

@@ -44,7 +44,7 @@ class NodeOps(pyfuse3.Operations):
         attrs.st_size = 0
         attrs.st_blksize = 4096
         attrs.st_atime_ns = attrs.st_mtime_ns = attrs.st_ctime_ns = self.ctime_ns
-        attrs.attr_timeout = attrs.entry_timeout = 0
+        attrs.attr_timeout = attrs.entry_timeout = 5  # no GETATTR round trip per write
         return attrs
 
     async def setattr(self, inode, attr, fields, fh, ctx):
@@ -82,6 +82,8 @@ class NodeOps(pyfuse3.Operations):
         ctx = self.files[fh]
         if not ctx.busy:
             raise pyfuse3.FUSEError(errno.ENOMSG)   # no request outstanding
+        if ctx.reply is None:
+            self.device.service_completions()    # the job may be done before its interrupt is handled
         if ctx.reply is None:
             with trio.move_on_after(READ_WAIT_S):
                 await ctx.reply_ready.wait()

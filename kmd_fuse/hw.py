@@ -81,10 +81,8 @@ class Hardware:
             _create_file(memory.cq_path(self.bus, core), self.entries * ring.COMPLETION.itemsize)
         self._regs_map = _map(memory.regs_path(self.bus))
         self.regs = regs.RegisterView(self._regs_map)
-        self.rings = [np.frombuffer(_map(memory.ring_path(self.bus, c)), ring.RING_ENTRY, count=self.entries)
-                      for c in range(self.config.cores)]
-        self.cqs = [np.frombuffer(_map(memory.cq_path(self.bus, c)), ring.COMPLETION, count=self.entries)
-                    for c in range(self.config.cores)]
+        self.rings = [_map(memory.ring_path(self.bus, c)) for c in range(self.config.cores)]
+        self.cqs = [_map(memory.cq_path(self.bus, c)) for c in range(self.config.cores)]
         self.regs.write32(regs.RING_ENTRIES, self.entries)
         self.regs.write32(regs.WATCHDOG_MS, self.config.watchdog_ms)
         self._start_chip()
@@ -161,10 +159,8 @@ class Hardware:
              cmd_size: int = 0, timeout_ms: int = 0, bo_id: int = 0) -> None:
         """Write one ring entry (caller checked ``ring_space``); ``doorbell`` publishes it."""
         tail = self.tails[core]
-        entry = self.rings[core][tail]
-        entry["opcode"], entry["asid"], entry["job_id"] = opcode, asid, job_id
-        entry["cmd_iova"], entry["cmd_size"], entry["timeout_ms"] = cmd_iova, cmd_size, timeout_ms
-        entry["bo_id"], entry["flags"] = bo_id, 0
+        ring.RING_ENTRY_STRUCT.pack_into(self.rings[core], tail * ring.RING_ENTRY_STRUCT.size, opcode, asid,
+                                         job_id, cmd_iova, cmd_size, timeout_ms, bo_id, 0)
         self.tails[core] = ring.ring_next(tail, self.entries)
 
     def doorbell(self, core: int) -> None:
@@ -189,9 +185,9 @@ class Hardware:
             head, tail = self.regs.read32(bank + regs.CQ_HEAD), self.regs.read32(bank + regs.CQ_TAIL)
             cq = self.cqs[core]
             while head != tail:
-                c = cq[head]
-                done.append(Completion(int(c["job_id"]), int(c["status"]), int(c["core"]), int(c["cycles"]),
-                                       int(c["device_time_ns"]), int(c["exec_ns"]), int(c["fault_iova"])))
+                job_id, status, unit, cycles, device_ns, fault_iova, _, _, exec_ns = \
+                    ring.COMPLETION_STRUCT.unpack_from(cq, head * ring.COMPLETION_STRUCT.size)
+                done.append(Completion(job_id, status, unit, cycles, device_ns, exec_ns, fault_iova))
                 head = ring.ring_next(head, self.entries)
             self.regs.write32(bank + regs.CQ_HEAD, head)
         return done

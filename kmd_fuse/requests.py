@@ -69,7 +69,9 @@ def _dispatch(device: Device, ctx: Context, name: str, seq: int, req) -> bool:
     elif name == "MEM_FREE":
         device.free(ctx, req.handle)
     elif name == "SUBMIT":
-        req.fence = device.submit(ctx, req).fence
+        job = device.submit(ctx, req, seq)
+        req.fence = job.fence
+        return job.sync_reply is None
     elif name == "WAIT":
         return device.wait(ctx, seq, req)
     elif name == "GET_STATS":

@@ -15,7 +15,8 @@ quotes with \\" and \\\\ escapes.
 Like systemd-udevd, all match keys of a rule are checked before any of its
 assignments run; `:=` makes a value final. Anything else is a RulesSyntaxError
 naming the file and line. Evaluation is pure; `RuleSet.apply` (through
-kmd_fuse.udev_apply) changes the device node and its symlinks.
+kmd_fuse.udev_apply) changes the device node and its symlinks. Shell:
+`python -m kmd_fuse.udevadm test|apply|udevd ...`.
 """
 from __future__ import annotations
 
@@ -559,74 +560,3 @@ def apply(event: Uevent, devroot: str | os.PathLike[str], **kwargs: object) -> O
 def explain(event: Uevent, **kwargs: object) -> str:
     """`udevadm test`-style report of the default NPU rules for an event."""
     return load_rules().explain(event, **kwargs)  # type: ignore[arg-type]
-
-
-def main(argv: list[str] | None = None) -> int:
-    """CLI: `python -m kmd_fuse.udev_rules test|apply|udevd ...` (see --help)."""
-    import argparse
-    import sys
-
-    from kmd_fuse.uevent import UeventError, UeventMonitor
-
-    ap = argparse.ArgumentParser(prog="python -m kmd_fuse.udev_rules",
-                                 description="Run the NPU udev rules like udevadm test / udevd.")
-    ap.add_argument("--rules", action="append", default=[], help="rules file or directory (repeatable)")
-    ap.add_argument("--devroot", default=os.environ.get("NPU_DEVROOT", "/dev"))
-    ap.add_argument("--sysroot", default=os.environ.get("NPU_SYSROOT"))
-    sub = ap.add_subparsers(dest="cmd", required=True)
-    for name in ("test", "apply"):
-        p = sub.add_parser(name, help=("print what the rules do to an event" if name == "test"
-                                       else "apply the rules to an event's node"))
-        p.add_argument("devpath")
-        p.add_argument("subsystem", nargs="?", default="npu")
-        p.add_argument("--action", default="add")
-        p.add_argument("--devname")
-        p.add_argument("--devnum", help="MAJOR:MINOR")
-        p.add_argument("-p", "--property", action="append", default=[], metavar="KEY=VALUE")
-    d = sub.add_parser("udevd", help="apply the rules to every event logged in a runroot")
-    d.add_argument("runroot")
-    d.add_argument("--all", action="store_true", help="also events already in the log")
-    d.add_argument("--timeout", type=float, help="stop after this many seconds without an event")
-    for p in (sub.choices["apply"], d):
-        p.add_argument("--dbdir")
-        p.add_argument("--missing-group", choices=("error", "create", "ignore"), default="error")
-    args = ap.parse_args(argv)
-    try:
-        rules = load_rules(*args.rules)
-        if args.cmd == "udevd":
-            with UeventMonitor(args.runroot, from_start=args.all, timeout=args.timeout) as events:
-                for event in events:
-                    try:
-                        rules.apply(event, args.devroot, sysroot=args.sysroot, dbdir=args.dbdir,
-                                    missing_group=args.missing_group)
-                        print(f"{event.seqnum} {event.action} {event.kernel}: applied", flush=True)
-                    except UdevRulesError as exc:  # one bad event must not stop the others
-                        print(f"{event.seqnum} {event.action} {event.kernel}: {exc}", file=sys.stderr, flush=True)
-            return 0
-        extra = dict(p.split("=", 1) for p in args.property if "=" in p)
-        if len(extra) != len(args.property):
-            ap.error("properties must be KEY=VALUE")
-        major = minor = None
-        if args.devnum:
-            major_s, _, minor_s = args.devnum.partition(":")
-            major, minor = int(major_s), int(minor_s)
-        event = Uevent(args.action, args.devpath, args.subsystem,
-                       args.devname or args.devpath.rsplit("/", 1)[-1], major, minor, None, extra)
-        if args.cmd == "test":
-            sys.stdout.write(rules.explain(event, devroot=args.devroot, sysroot=args.sysroot))
-        else:
-            rules.apply(event, args.devroot, sysroot=args.sysroot, dbdir=args.dbdir,
-                        missing_group=args.missing_group)
-        return 0
-    except (UdevRulesError, UeventError, ValueError) as exc:
-        print(f"udev: {exc}", file=sys.stderr)
-        return 1
-    except KeyboardInterrupt:
-        return 130
-
-
-if __name__ == "__main__":
-    # Run the imported module's main: udev_apply raises that module's exception classes.
-    from kmd_fuse.udev_rules import main as _main
-
-    raise SystemExit(_main())

@@ -11,11 +11,11 @@ run directory, shared by every device daemon process:
 
 Writers take an flock on the seq file, bump SEQNUM and append the whole record with
 one O_APPEND write(), so records from several processes never interleave and file
-order equals SEQNUM order. `UeventMonitor` follows the log like `udevadm monitor`.
+order equals SEQNUM order. `UeventMonitor` follows the log like `udevadm monitor`;
+from the shell: `python -m kmd_fuse.udevadm monitor|emit RUNROOT ...`.
 """
 from __future__ import annotations
 
-import errno
 import fcntl
 import os
 import re
@@ -314,70 +314,3 @@ class UeventMonitor:
 def monitor(runroot: str | os.PathLike[str], **kwargs: object) -> UeventMonitor:
     """A blocking iterator over events of a runroot (see UeventMonitor for options)."""
     return UeventMonitor(runroot, **kwargs)  # type: ignore[arg-type]
-
-
-def main(argv: list[str] | None = None) -> int:
-    """CLI: `python -m kmd_fuse.uevent monitor|emit RUNROOT ...`."""
-    import argparse
-    import sys
-
-    ap = argparse.ArgumentParser(prog="python -m kmd_fuse.uevent", description=__doc__.split("\n")[0])
-    sub = ap.add_subparsers(dest="cmd", required=True)
-    mon = sub.add_parser("monitor", help="print events as they are logged (udevadm monitor --property)")
-    mon.add_argument("runroot")
-    mon.add_argument("--all", action="store_true", help="start at the beginning of the log, not now")
-    mon.add_argument("--since-seqnum", type=int, help="print events with a larger SEQNUM")
-    mon.add_argument("-s", "--subsystem-match", help="only events of this subsystem")
-    mon.add_argument("--timeout", type=float, help="stop after this many seconds without an event")
-    mon.add_argument("-n", "--count", type=int, help="stop after this many events")
-    em = sub.add_parser("emit", help="append one event")
-    em.add_argument("runroot")
-    em.add_argument("action", choices=ACTIONS)
-    em.add_argument("devpath")
-    em.add_argument("subsystem")
-    em.add_argument("--devname")
-    em.add_argument("--devnum", help="MAJOR:MINOR")
-    em.add_argument("-p", "--property", action="append", default=[], dest="props", metavar="KEY=VALUE",
-                    help="an extra property (repeatable)")
-    args = ap.parse_args(argv)
-    try:
-        if args.cmd == "emit":
-            extra = {}
-            for prop in args.props:
-                key, sep, value = prop.partition("=")
-                if not sep:
-                    ap.error(f"expected KEY=VALUE, got {prop!r}")
-                extra[key] = value
-            major = minor = None
-            if args.devnum:
-                major_s, _, minor_s = args.devnum.partition(":")
-                major, minor = int(major_s), int(minor_s)
-            event = emit(args.runroot, args.action, args.devpath, args.subsystem,
-                         devname=args.devname, major=major, minor=minor, extra=extra)
-            print(event.seqnum)
-            return 0
-        print("monitor will print the received events for:\n"
-              "KERNEL - the kernel uevent\n", flush=True)
-        count = 0
-        with UeventMonitor(args.runroot, from_start=args.all, since_seqnum=args.since_seqnum,
-                           subsystem=args.subsystem_match, timeout=args.timeout) as mon_iter:
-            for event in mon_iter:
-                sys.stdout.write(event.format())
-                sys.stdout.flush()
-                count += 1
-                if args.count is not None and count >= args.count:
-                    break
-        return 0
-    except UeventError as exc:
-        print(f"uevent: {exc}", file=sys.stderr)
-        return 1
-    except KeyboardInterrupt:
-        return 130
-    except OSError as exc:
-        print(f"uevent: {exc.filename or args.runroot}: {os.strerror(exc.errno or errno.EIO)}",
-              file=sys.stderr)
-        return 1
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -1,0 +1,12 @@
+"""libnpu: the user-mode driver of the emulated NPU.
+
+``libnpu.initialize()`` opens a session; ``session.open(0)`` a device; see
+``libnpu.portability`` for memory, submission and fences, and ``libnpu.nvdla``
+for the NVDLA-style names.
+"""
+from kmd_fuse.uapi import NpuError
+from libnpu.portability import (MEM_READ, MEM_RW, MEM_WRITE, PRIO_HIGH, PRIO_LOW, PRIO_NORMAL, CommandBuffer,
+                                Device, Fence, JobError, Memory, Session, debug_print, initialize)
+
+__all__ = ["initialize", "Session", "Device", "Memory", "Fence", "CommandBuffer", "NpuError", "JobError",
+           "debug_print", "MEM_READ", "MEM_WRITE", "MEM_RW", "PRIO_LOW", "PRIO_NORMAL", "PRIO_HIGH"]

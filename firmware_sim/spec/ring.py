@@ -9,6 +9,8 @@ For every JOB entry the core writes exactly one completion at CQ_TAIL and raises
 its interrupt.  A core never consumes a ring entry while its completion queue is
 full, so completions are never dropped.
 """
+import struct
+
 import numpy as np
 
 DEFAULT_RING_ENTRIES = 256
@@ -28,6 +30,9 @@ RING_ENTRY = np.dtype([
     ("reserved", "<u8", 3),
 ], align=True)
 assert RING_ENTRY.itemsize == 64
+# The same layout for fast packing on the hot path (field order as above).
+RING_ENTRY_STRUCT = struct.Struct("<IIQQIIII24x")
+assert RING_ENTRY_STRUCT.size == RING_ENTRY.itemsize
 
 COMPLETION = np.dtype([
     ("job_id", "<u8"),
@@ -41,6 +46,8 @@ COMPLETION = np.dtype([
     ("exec_ns", "<u8"),         # wall-clock ns the core spent on the job (utilization)
 ], align=True)
 assert COMPLETION.itemsize == 56
+COMPLETION_STRUCT = struct.Struct("<QiIQQQIIQ")
+assert COMPLETION_STRUCT.size == COMPLETION.itemsize
 
 
 def ring_next(index: int, entries: int) -> int:

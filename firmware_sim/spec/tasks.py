@@ -12,12 +12,14 @@ compute operators beyond the ones here live in ``spec.ops``.
 """
 from __future__ import annotations
 
+import struct
 from dataclasses import dataclass
 
 import numpy as np
 
 HEADER_FIELDS = [("opcode", "<u2"), ("size", "<u2"), ("flags", "<u4")]
 HEADER = np.dtype(HEADER_FIELDS)
+_HEADER_STRUCT = struct.Struct("<HHI")
 
 
 @dataclass(frozen=True)
@@ -78,20 +80,20 @@ class CommandBufferError(ValueError):
 
 def decode_tasks(buf: np.ndarray | bytes):
     """Yield (offset, TaskType, record) for each descriptor of a command buffer."""
-    data = np.frombuffer(buf, dtype=np.uint8)
+    data = memoryview(buf).cast("B")
     offset = 0
     while offset < len(data):
         if len(data) - offset < HEADER.itemsize:
             raise CommandBufferError(offset, "truncated descriptor header")
-        header = data[offset:offset + HEADER.itemsize].view(HEADER)[0]
-        task = TASK_TYPES.get(int(header["opcode"]))
+        opcode, size, _ = _HEADER_STRUCT.unpack_from(data, offset)
+        task = TASK_TYPES.get(opcode)
         if task is None:
-            raise CommandBufferError(offset, f"unknown opcode {int(header['opcode']):#x}")
-        if int(header["size"]) != task.size:
-            raise CommandBufferError(offset, f"{task.name} size {int(header['size'])}, expected {task.size}")
+            raise CommandBufferError(offset, f"unknown opcode {opcode:#x}")
+        if size != task.size:
+            raise CommandBufferError(offset, f"{task.name} size {size}, expected {task.size}")
         if len(data) - offset < task.size:
             raise CommandBufferError(offset, f"truncated {task.name} descriptor")
-        yield offset, task, data[offset:offset + task.size].view(task.dtype)[0]
+        yield offset, task, np.frombuffer(data, task.dtype, count=1, offset=offset)[0]
         offset += task.size
 
 

@@ -7,6 +7,7 @@ module attributes, and the frame helpers both sides use.
 from __future__ import annotations
 
 import errno
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -124,10 +125,13 @@ def c_string(char_array) -> str:
 
 
 class NpuError(OSError):
-    """A request the driver answered with -errno."""
+    """A request the driver answered with -errno (``payload``: the reply's payload, if any)."""
+
+    payload = None
 
     def __init__(self, err: int, command: str, detail: str = ""):
-        message = f"{command}: {errno.errorcode.get(err, err)} ({__import__('os').strerror(err)})"
+        message = f"{command}: {errno.errorcode.get(err, err)} ({os.strerror(err)})"
         if detail:
             message += f": {detail}"
         super().__init__(err, message)
+        self.command = command

@@ -39,6 +39,9 @@
 #define NPU_MEM_WRITE 0x2               /* device may write the buffer */
 #define NPU_MEM_RW 0x3
 
+/* SUBMIT flags */
+#define NPU_SUBMIT_WAIT 0x1             /* reply only when the job is done (one round trip per sync job) */
+
 /* WAIT flags */
 #define NPU_WAIT_ALL 0x0                /* reply when every fence has signalled */
 #define NPU_WAIT_ANY 0x1                /* reply when any fence has signalled */
@@ -111,7 +114,8 @@ struct npu_mem_free {
  * SUBMIT: run the command buffer at [cmd_iova, cmd_iova + cmd_size) - a list of
  * task descriptors (firmware_sim/spec/tasks.py) - which must lie inside one of
  * the listed buffers.  Every buffer the tasks touch must be listed in bo_handles.
- * Returns at once with a fence; the job runs later.
+ * The write returns at once and the job runs later; the reply carries the
+ * fence at once, or - with NPU_SUBMIT_WAIT - when the job is done.
  */
 struct npu_submit {
 	uint64_t cmd_iova;              /* in */
@@ -119,9 +123,10 @@ struct npu_submit {
 	uint32_t num_bos;               /* in: entries used in bo_handles */
 	uint32_t priority;              /* in: NPU_PRIO_* */
 	uint32_t timeout_ms;            /* in: 0 = device default */
-	uint32_t flags;                 /* in: must be 0 */
-	uint32_t pad;
+	uint32_t flags;                 /* in: NPU_SUBMIT_* */
+	int32_t status;                 /* out (NPU_SUBMIT_WAIT): 0 or -errno of the job */
 	uint64_t fence;                 /* out: fence id (per context, increasing) */
+	uint64_t device_time_ns;        /* out (NPU_SUBMIT_WAIT): simulated time the job took */
 	uint32_t bo_handles[NPU_MAX_SUBMIT_BOS]; /* in */
 };
 
@@ -161,7 +166,7 @@ struct npu_reset {
 #define NPU_CMD_MEM_ALLOC 0xc0204e01
 #define NPU_CMD_MEM_MAP   0xc1184e02
 #define NPU_CMD_MEM_FREE  0xc0084e03
-#define NPU_CMD_SUBMIT    0xc1284e04
+#define NPU_CMD_SUBMIT    0xc1304e04
 #define NPU_CMD_WAIT      0xc5184e05
 #define NPU_CMD_GET_STATS 0xc0504e06
 #define NPU_CMD_RESET     0xc0084e07

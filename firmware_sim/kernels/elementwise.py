@@ -1,0 +1,118 @@
+"""int8 binary elementwise ops (ADD, MUL) with numpy broadcasting, and the type
+conversions QUANTIZE (float32 -> int8, int8 -> int8) and DEQUANTIZE (int8 -> float32).
+
+TFLite broadcasts like numpy (up to 6-D), so the arithmetic runs on broadcast int64 views.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .fixedpoint import INT32_MIN, multiply_by_quantized_multiplier, round_half_away, wrap_int32
+from .output import check_int8_param, store_int8
+
+__all__ = ["add", "mul", "quantize", "requantize", "dequantize"]
+
+
+def _check_int8(**arrays: np.ndarray) -> None:
+    for name, a in arrays.items():
+        if a.dtype != np.int8:
+            raise TypeError(f"{name} must be int8, got {a.dtype}")
+
+
+def _out_shape(a: np.ndarray, b: np.ndarray, out: np.ndarray | None) -> tuple[int, ...]:
+    try:
+        shape = np.broadcast_shapes(a.shape, b.shape)
+    except ValueError:
+        raise ValueError(f"shapes {a.shape} and {b.shape} do not broadcast") from None
+    if out is not None and (out.dtype != np.int8 or out.shape != shape):
+        raise ValueError(f"out must be int8 {shape}")
+    return shape
+
+
+def _check_act(act_min: int, act_max: int) -> tuple[int, int]:
+    act_min, act_max = check_int8_param("act_min", act_min), check_int8_param("act_max", act_max)
+    if act_min > act_max:
+        raise ValueError(f"act_min {act_min} > act_max {act_max}")
+    return act_min, act_max
+
+
+def add(a: np.ndarray, b: np.ndarray, *, input1_zp: int, input2_zp: int, output_zp: int,
+        left_shift: int, input1_multiplier: int, input1_shift: int,
+        input2_multiplier: int, input2_shift: int, output_multiplier: int,
+        output_shift: int, act_min: int = -128, act_max: int = 127,
+        out: np.ndarray | None = None) -> np.ndarray:
+    """int8 ADD (``reference_integer_ops::Add``); parameters from ``spec.fixedpoint.add_params``.
+
+    Each input is shifted left by ``left_shift`` and rescaled to a common scale, summed,
+    then rescaled to the output.
+    """
+    _check_int8(a=a, b=b)
+    _out_shape(a, b, out)
+    act_min, act_max = _check_act(act_min, act_max)
+    if not 0 <= left_shift <= 30:
+        raise ValueError("left_shift must be in [0, 30]")
+    if max(input1_shift, input2_shift, output_shift) > 0:
+        raise ValueError("ADD shifts must be <= 0 (multipliers below one)")
+    v1 = wrap_int32((a.astype(np.int64) - check_int8_param("input1_zp", input1_zp)) << left_shift)
+    v2 = wrap_int32((b.astype(np.int64) - check_int8_param("input2_zp", input2_zp)) << left_shift)
+    s1 = multiply_by_quantized_multiplier(v1, input1_multiplier, input1_shift)
+    s2 = multiply_by_quantized_multiplier(v2, input2_multiplier, input2_shift)
+    raw = multiply_by_quantized_multiplier(wrap_int32(s1 + s2), output_multiplier, output_shift)
+    return store_int8(raw, check_int8_param("output_zp", output_zp), act_min, act_max, out)
+
+
+def mul(a: np.ndarray, b: np.ndarray, *, input1_zp: int, input2_zp: int, output_zp: int,
+        multiplier: int, shift: int, act_min: int = -128, act_max: int = 127,
+        out: np.ndarray | None = None) -> np.ndarray:
+    """int8 MUL: ``requant((a - zp1) * (b - zp2))``; multiplier from ``mul_multiplier``."""
+    _check_int8(a=a, b=b)
+    _out_shape(a, b, out)
+    act_min, act_max = _check_act(act_min, act_max)
+    prod = ((a.astype(np.int64) - check_int8_param("input1_zp", input1_zp))
+            * (b.astype(np.int64) - check_int8_param("input2_zp", input2_zp)))
+    raw = multiply_by_quantized_multiplier(prod, multiplier, shift)
+    return store_int8(raw, check_int8_param("output_zp", output_zp), act_min, act_max, out)
+
+
+def quantize(x: np.ndarray, *, scale: float, zero_point: int,
+             out: np.ndarray | None = None) -> np.ndarray:
+    """float32 -> int8: ``clamp(round(x / scale) + zp)`` with the division in float32.
+
+    Values whose quotient does not fit int32 (and NaN) become -128, as x86's conversion
+    gives INT32_MIN there.
+    """
+    if x.dtype != np.float32:
+        raise TypeError(f"x must be float32, got {x.dtype}")
+    zero_point = check_int8_param("zero_point", zero_point)
+    if out is not None and (out.dtype != np.int8 or out.shape != x.shape):
+        raise ValueError(f"out must be int8 {x.shape}")
+    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+        q = round_half_away(x / np.float32(scale))
+        bad = ~((q >= -2.0 ** 31) & (q < 2.0 ** 31))
+        qi = np.where(bad, INT32_MIN, q).astype(np.int64)
+    return store_int8(qi, zero_point, -128, 127, out)
+
+
+def requantize(x: np.ndarray, *, input_zp: int, output_zp: int, multiplier: int, shift: int,
+               out: np.ndarray | None = None) -> np.ndarray:
+    """int8 -> int8 QUANTIZE: ``out_zp + requant(x - in_zp)``; ``rescale_multiplier``."""
+    _check_int8(x=x)
+    if out is not None and (out.dtype != np.int8 or out.shape != x.shape):
+        raise ValueError(f"out must be int8 {x.shape}")
+    raw = multiply_by_quantized_multiplier(
+        x.astype(np.int64) - check_int8_param("input_zp", input_zp), multiplier, shift)
+    return store_int8(raw, check_int8_param("output_zp", output_zp), -128, 127, out)
+
+
+def dequantize(x: np.ndarray, *, scale: float, zero_point: int,
+               out: np.ndarray | None = None) -> np.ndarray:
+    """int8 -> float32: ``float32(double(scale) * (x - zp))``."""
+    _check_int8(x=x)
+    zero_point = check_int8_param("zero_point", zero_point)
+    res = (np.float64(np.float32(scale)) * (x.astype(np.float64) - zero_point)).astype(np.float32)
+    if out is None:
+        return res
+    if out.dtype != np.float32 or out.shape != x.shape:
+        raise ValueError(f"out must be float32 {x.shape}")
+    np.copyto(out, res)
+    return out

@@ -1,0 +1,331 @@
+"""The portability layer: sessions, devices, memory, submission, fences.
+
+It mirrors NVDLA's (NvDlaInitialize / Destroy / Open / Close / AllocMem /
+FreeMem / Submit / DebugPrintf) in Python form::
+
+    import libnpu
+    with libnpu.initialize() as session:
+        dev = session.open(0)
+        src, dst = dev.alloc_mem(4096), dev.alloc_mem(4096)
+        src.view[:] = 7
+        cmds = dev.command_buffer()
+        cmds.add("DMA_COPY", src=src.address, dst=dst.address, length=4096)
+        dev.submit(cmds, buffers=[src, dst]).wait()
+
+Everything goes through the device node and the uapi; nothing here knows how
+the driver or the chip work inside.
+"""
+from __future__ import annotations
+
+import errno
+import logging
+import mmap
+import os
+import threading
+from pathlib import Path
+from typing import Iterable, Sequence
+
+import numpy as np
+
+from firmware_sim.spec import tasks as task_spec
+from kmd_fuse import uapi
+from kmd_fuse.uapi import NpuError
+from libnpu.transport import DeviceFile
+
+log = logging.getLogger("libnpu")
+
+WAIT_SLICE_NS = 20_000_000   # a blocking wait holds the file this long at most, so threads interleave
+MEM_READ, MEM_WRITE, MEM_RW = uapi.NPU_MEM_READ, uapi.NPU_MEM_WRITE, uapi.NPU_MEM_RW
+PRIO_LOW, PRIO_NORMAL, PRIO_HIGH = uapi.NPU_PRIO_LOW, uapi.NPU_PRIO_NORMAL, uapi.NPU_PRIO_HIGH
+
+
+class JobError(NpuError):
+    """A job the device ran and failed (IOMMU fault, bus error, timeout, bad descriptor)."""
+
+
+def default_devroot() -> Path:
+    return Path(os.environ.get("NPU_DEVROOT") or "/dev")
+
+
+def debug_print(fmt: str, *args) -> None:
+    """NvDlaDebugPrintf: debug output through the logging module."""
+    log.debug(fmt, *args)
+
+
+class Memory:
+    """A device buffer mapped into this process (zero copy).
+
+    ``view`` is a writable uint8 numpy array over the same pages the chip
+    reads and writes; ``address`` is the buffer's device address."""
+
+    def __init__(self, device: "Device", handle: int, size: int, address: int, path: str, flags: int):
+        self.device, self.handle, self.size, self.address, self.flags = device, handle, size, address, flags
+        self.path = path
+        fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
+        try:
+            self._map = mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+        finally:
+            os.close(fd)
+        self.view = np.frombuffer(self._map, dtype=np.uint8)
+        self.freed = False
+
+    def array(self, dtype, shape, offset: int = 0) -> np.ndarray:
+        """A typed numpy view of part of the buffer."""
+        dtype = np.dtype(dtype)
+        count = int(np.prod(shape, dtype=np.int64))
+        if offset < 0 or offset + count * dtype.itemsize > self.size:
+            raise ValueError(f"{count} x {dtype} at offset {offset} does not fit in {self.size} bytes")
+        return self.view[offset:offset + count * dtype.itemsize].view(dtype).reshape(shape)
+
+    def _unmap(self) -> None:
+        self.view = None
+        try:
+            self._map.close()
+        except BufferError:
+            pass   # numpy views still refer to it; unmapped when they go away
+
+    def __repr__(self) -> str:
+        return f"<Memory handle={self.handle} size={self.size} address={self.address:#x}>"
+
+
+class CommandBuffer:
+    """Task descriptors built in device memory, ready to submit."""
+
+    def __init__(self, device: "Device", capacity: int = 4096):
+        self.memory = device.alloc_mem(capacity, MEM_READ)
+        self.used = 0
+
+    def add(self, task: str, flags: int = 0, **fields) -> None:
+        """Append one task descriptor (see firmware_sim/spec/tasks.py for the fields)."""
+        blob = task_spec.encode_task(task, flags, **fields)
+        if self.used + len(blob) > self.memory.size:
+            raise ValueError(f"command buffer full ({self.memory.size} bytes)")
+        self.memory.view[self.used:self.used + len(blob)] = np.frombuffer(blob, np.uint8)
+        self.used += len(blob)
+
+    def clear(self) -> None:
+        self.used = 0
+
+    @property
+    def address(self) -> int:
+        return self.memory.address
+
+
+class Fence:
+    """The completion of one submitted job."""
+
+    def __init__(self, device: "Device", fence_id: int):
+        self.device, self.id = device, fence_id
+        self.status: int | None = None        # 0 or -errno once signalled
+        self.device_time_ns = 0
+
+    def wait(self, timeout: float | None = None) -> "Fence":
+        """Block until the job is done; raises JobError if it failed, TimeoutError on timeout."""
+        self.device.wait([self], timeout=timeout)
+        if self.status:
+            raise JobError(-self.status, "job", f"fence {self.id} failed")
+        return self
+
+    @property
+    def signalled(self) -> bool:
+        if self.status is None:
+            self.device.wait([self], timeout=0, raise_on_timeout=False)
+        return self.status is not None
+
+    def __repr__(self) -> str:
+        return f"<Fence {self.id} status={self.status}>"
+
+
+class Device:
+    """An open device instance (one driver context).  Thread-safe."""
+
+    def __init__(self, path: Path, instance: int):
+        self.path, self.instance = path, instance
+        self.file = DeviceFile(path)
+        self._lock = threading.Lock()
+        self.buffers: dict[int, Memory] = {}
+
+    # ---- queries ----
+    def info(self) -> dict:
+        """Device description (GET_INFO) as a dict."""
+        reply = self.file.request(uapi.NPU_CMD_GET_INFO)
+        info = {name: getattr(reply, name) for name in dir(reply) if name not in ("pad", "model")}
+        info["model"] = uapi.c_string(reply.model)
+        return info
+
+    def stats(self) -> dict:
+        """This context's statistics (GET_STATS) as a dict."""
+        reply = self.file.request(uapi.NPU_CMD_GET_STATS)
+        return {name: getattr(reply, name) for name in dir(reply)}
+
+    # ---- memory ----
+    def alloc_mem(self, nbytes: int, flags: int = MEM_RW) -> Memory:
+        """Allocate device memory and map it here (NvDlaAllocMem)."""
+        req = uapi.new_payload(uapi.NPU_CMD_MEM_ALLOC)
+        req.size, req.flags = nbytes, flags
+        reply = self.file.request(uapi.NPU_CMD_MEM_ALLOC, req)
+        mreq = uapi.new_payload(uapi.NPU_CMD_MEM_MAP)
+        mreq.handle = reply.handle
+        try:
+            mapping = self.file.request(uapi.NPU_CMD_MEM_MAP, mreq)
+            memory = Memory(self, reply.handle, mapping.size, reply.iova, uapi.c_string(mapping.path), flags)
+        except BaseException:
+            self._free_handle(reply.handle)
+            raise
+        with self._lock:
+            self.buffers[memory.handle] = memory
+        debug_print("alloc_mem %d bytes -> handle %d at %#x", nbytes, memory.handle, memory.address)
+        return memory
+
+    def free_mem(self, memory: Memory) -> None:
+        """Free device memory (NvDlaFreeMem); a second free raises ENOENT."""
+        if memory.freed:
+            raise NpuError(errno.ENOENT, "MEM_FREE", f"buffer {memory.handle} was already freed")
+        self._free_handle(memory.handle)
+        memory.freed = True
+        with self._lock:
+            self.buffers.pop(memory.handle, None)
+        memory._unmap()
+
+    def _free_handle(self, handle: int) -> None:
+        req = uapi.new_payload(uapi.NPU_CMD_MEM_FREE)
+        req.handle = handle
+        self.file.request(uapi.NPU_CMD_MEM_FREE, req)
+
+    def command_buffer(self, capacity: int = 4096) -> CommandBuffer:
+        return CommandBuffer(self, capacity)
+
+    # ---- jobs ----
+    def submit(self, commands: CommandBuffer | Memory | None, buffers: Iterable[Memory] = (), *,
+               size: int | None = None, offset: int = 0, priority: int = PRIO_NORMAL,
+               timeout_ms: int = 0, wait: bool = False) -> Fence:
+        """Queue a job (NvDlaSubmit) and return its fence at once.
+
+        ``buffers`` lists every buffer the tasks touch; the command buffer is
+        added automatically.  ``commands=None`` submits an empty job.  With
+        ``wait=True`` the reply comes when the job is done (see ``run``)."""
+        req = uapi.new_payload(uapi.NPU_CMD_SUBMIT)
+        handles: list[int] = []
+        if isinstance(commands, CommandBuffer):
+            req.cmd_iova, req.cmd_size = commands.address, commands.used if size is None else size
+            handles.append(commands.memory.handle)
+        elif isinstance(commands, Memory):
+            req.cmd_iova = commands.address + offset
+            req.cmd_size = commands.size - offset if size is None else size
+            handles.append(commands.handle)
+        for memory in buffers:
+            if memory.handle not in handles:
+                handles.append(memory.handle)
+        if len(handles) > uapi.NPU_MAX_SUBMIT_BOS:
+            raise NpuError(errno.E2BIG, "SUBMIT", f"{len(handles)} buffers, at most {uapi.NPU_MAX_SUBMIT_BOS}")
+        req.num_bos = len(handles)
+        for i, handle in enumerate(handles):
+            req.bo_handles[i] = handle
+        req.priority, req.timeout_ms = priority, timeout_ms
+        req.flags = uapi.NPU_SUBMIT_WAIT if wait else 0
+        reply = self.file.request(uapi.NPU_CMD_SUBMIT, req)
+        fence = Fence(self, reply.fence)
+        if wait:
+            fence.status, fence.device_time_ns = reply.status, reply.device_time_ns
+        return fence
+
+    def run(self, commands: CommandBuffer | Memory | None, buffers: Iterable[Memory] = (), **options) -> Fence:
+        """Submit a job and wait for it in one round trip; raises JobError if it failed."""
+        fence = self.submit(commands, buffers, wait=True, **options)
+        if fence.status:
+            raise JobError(-fence.status, "job", f"fence {fence.id} failed")
+        return fence
+
+    def wait(self, fences: Sequence[Fence], timeout: float | None = None, wait_any: bool = False,
+             raise_on_timeout: bool = True) -> int:
+        """Wait for fences (all, or any); returns how many have signalled.
+
+        Fills each fence's ``status`` and ``device_time_ns``.  Job failures are
+        reported in the statuses, not raised; a timeout raises TimeoutError
+        unless ``raise_on_timeout`` is false."""
+        fences = list(fences)
+        if not 1 <= len(fences) <= uapi.NPU_MAX_WAIT_FENCES:
+            raise ValueError(f"wait takes 1..{uapi.NPU_MAX_WAIT_FENCES} fences")
+        deadline_ns = None if timeout is None else int(timeout * 1e9)
+        waited = 0
+        while True:
+            req = uapi.new_payload(uapi.NPU_CMD_WAIT)
+            req.count = len(fences)
+            req.flags = uapi.NPU_WAIT_ANY if wait_any else uapi.NPU_WAIT_ALL
+            slice_ns = WAIT_SLICE_NS if deadline_ns is None else min(WAIT_SLICE_NS, deadline_ns - waited)
+            req.timeout_ns = max(0, slice_ns)
+            for i, fence in enumerate(fences):
+                req.fences[i] = fence.id
+            try:
+                reply, timed_out = self.file.request(uapi.NPU_CMD_WAIT, req), False
+            except NpuError as exc:
+                if exc.errno != errno.ETIMEDOUT or exc.payload is None:
+                    raise
+                reply, timed_out = exc.payload, True
+            for i, fence in enumerate(fences):
+                if reply.status[i] != uapi.NPU_FENCE_PENDING:
+                    fence.status, fence.device_time_ns = reply.status[i], reply.device_time_ns[i]
+            if not timed_out:
+                return reply.signaled
+            waited += slice_ns
+            if deadline_ns is not None and waited >= deadline_ns:
+                if raise_on_timeout:
+                    raise TimeoutError(f"{len(fences) - reply.signaled} fence(s) not signalled "
+                                       f"after {timeout} s")
+                return reply.signaled
+
+    def reset(self) -> int:
+        """Reset the device (root only); returns the reset count."""
+        return self.file.request(uapi.NPU_CMD_RESET).reset_count
+
+    def close(self) -> None:
+        """Close the instance (NvDlaClose); the driver frees what it still holds."""
+        for memory in list(self.buffers.values()):
+            memory._unmap()
+        self.buffers.clear()
+        self.file.close()
+
+    def __enter__(self) -> "Device":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+class Session:
+    """A libnpu session (NvDlaInitialize ... NvDlaDestroy): owns opened devices."""
+
+    def __init__(self, devroot: str | os.PathLike | None = None):
+        self.devroot = Path(devroot) if devroot else default_devroot()
+        self.devices: list[Device] = []
+
+    def device_count(self) -> int:
+        return len(sorted(self.devroot.glob("npu[0-9]*")))
+
+    def open(self, instance: int = 0, devroot: str | os.PathLike | None = None) -> Device:
+        """Open device ``instance`` (NvDlaOpen)."""
+        path = Path(devroot or self.devroot) / f"npu{instance}"
+        device = Device(path, instance)
+        self.devices.append(device)
+        debug_print("opened %s", path)
+        return device
+
+    def close(self, device: Device) -> None:
+        device.close()
+        if device in self.devices:
+            self.devices.remove(device)
+
+    def destroy(self) -> None:
+        for device in list(self.devices):
+            self.close(device)
+
+    def __enter__(self) -> "Session":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.destroy()
+
+
+def initialize(devroot: str | os.PathLike | None = None) -> Session:
+    """Start a session (NvDlaInitialize)."""
+    return Session(devroot)
