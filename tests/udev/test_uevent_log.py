@@ -204,7 +204,7 @@ def test_monitor_blocks_until_an_event_arrives(tmp_path: Path) -> None:
 
 
 def test_cli_monitor_prints_events_emitted_by_the_cli(tmp_path: Path) -> None:
-    cmd = [sys.executable, "-m", "kmd_fuse.uevent"]
+    cmd = [sys.executable, "-m", "kmd_fuse.udevadm"]
     mon = subprocess.Popen(cmd + ["monitor", str(tmp_path), "--count", "2", "--timeout", "20",
                                   "-s", "npu"], stdout=subprocess.PIPE, text=True)
     assert mon.stdout is not None
