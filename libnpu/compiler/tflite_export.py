@@ -15,7 +15,7 @@ import flatbuffers
 import numpy as np
 import tflite
 
-from .ir import Graph, IRError, Op, Tensor, same_pads
+from .ir import Graph, IRError, Op, QuantParams, Tensor, same_pads
 
 __all__ = ["TFLiteExportError", "export_tflite"]
 
@@ -69,6 +69,19 @@ class _Writer:
     def name(self, n: str) -> int:
         return self.tidx(self.src.tensors[n]) if n else -1
 
+    def bias(self, op: Op, channels: int) -> int:
+        """The op's bias, or explicit zeros (LiteRT's conv kernels insist on a bias)."""
+        if len(op.inputs) > 2 and op.inputs[2]:
+            return self.name(op.inputs[2])
+        x, w = self.src.tensors[op.inputs[0]], self.src.tensors[op.inputs[1]]
+        name = f"{op.outputs[0]}__zero_bias"
+        if x.quant is None:
+            return self.tidx(Tensor(name, (channels,), "float32", None, np.zeros(channels, np.float32)))
+        scale = x.quant.scale[0] * np.broadcast_to(w.quant.scale, (channels,)) if w.quant.per_channel \
+            else x.quant.scale * w.quant.scale
+        return self.tidx(Tensor(name, (channels,), "int32", QuantParams(scale, np.zeros(scale.size, np.int64)),
+                                np.zeros(channels, np.int32)))
+
     def add(self, type_: str, ins: list[int], outs: list[int], opts: dict) -> None:
         self.ops.append((type_, ins, outs, opts))
 
@@ -109,7 +122,7 @@ class _Writer:
                           FusedActivationFunction=_ACT[a["activation"]])
             if t == "DEPTHWISE_CONV_2D":
                 fields["DepthMultiplier"] = a["depth_multiplier"]
-            ins = [x, self.name(op.inputs[1]), self.name(op.inputs[2] if len(op.inputs) > 2 else "")]
+            ins = [x, self.name(op.inputs[1]), self.bias(op, w.shape[3] if t == "DEPTHWISE_CONV_2D" else w.shape[0])]
             self.add(t, ins, outs, {"Conv2DOptions" if t == "CONV_2D" else "DepthwiseConv2DOptions": fields})
         elif t == "FULLY_CONNECTED":
             ins = [self.name(i) for i in (op.inputs + [""])[:3]]
@@ -167,7 +180,8 @@ class _Writer:
                 b.StartVector(1, raw.size, 16)  # 16-byte aligned constant data
                 b.head -= raw.size
                 b.Bytes[b.head:b.head + raw.size] = raw.tobytes()
-                data_vec = b.EndVector(raw.size)
+                b.vectorNumElems = raw.size
+                data_vec = b.EndVector()
                 buffers.append(_table(b, "Buffer", Data=data_vec))
                 buf_idx = len(buffers) - 1
             quant = None
@@ -202,7 +216,7 @@ class _Writer:
             b.StartVector(4, len(offsets), 4)
             for o in reversed(offsets):
                 b.PrependUOffsetTRelative(o)
-            return b.EndVector(len(offsets))
+            return b.EndVector()
 
         tvec, ovec = vector(tensor_offs), vector(op_offs)
         sg = _table(b, "SubGraph", Tensors=tvec, Operators=ovec,

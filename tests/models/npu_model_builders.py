@@ -1,0 +1,97 @@
+"""Small float ONNX models built with the ``onnx.helper`` API for the compiler tests."""
+from __future__ import annotations
+
+import numpy as np
+import onnx
+from onnx import TensorProto
+from onnx import helper as h
+from onnx import numpy_helper as nh
+
+
+class _Builder:
+    def __init__(self, seed: int) -> None:
+        self.rng = np.random.default_rng(seed)
+        self.inits: list[onnx.TensorProto] = []
+        self.nodes: list[onnx.NodeProto] = []
+
+    def const(self, name: str, value) -> str:
+        self.inits.append(nh.from_array(np.asarray(value), name))
+        return name
+
+    def weight(self, name: str, *shape: int, scale: float | None = None) -> str:
+        fan = int(np.prod(shape[1:])) if len(shape) > 1 else shape[0]
+        a = self.rng.standard_normal(shape) * (scale if scale is not None else np.sqrt(2.0 / fan))
+        return self.const(name, a.astype(np.float32))
+
+    def bn(self, name: str, c: int) -> list[str]:
+        r = self.rng
+        return [self.const(f"{name}_s", r.uniform(0.5, 1.5, c).astype(np.float32)),
+                self.const(f"{name}_b", r.normal(0, .1, c).astype(np.float32)),
+                self.const(f"{name}_m", r.normal(0, .1, c).astype(np.float32)),
+                self.const(f"{name}_v", r.uniform(0.5, 1.5, c).astype(np.float32))]
+
+    def node(self, op: str, ins: list[str], out: str, **attrs) -> str:
+        self.nodes.append(h.make_node(op, ins, [out], name=f"{op}_{out}", **attrs))
+        return out
+
+    def model(self, name: str, inputs: dict[str, list[int]], outputs: dict[str, list[int]],
+              opset: int = 13) -> onnx.ModelProto:
+        g = h.make_graph(self.nodes, name,
+                         [h.make_tensor_value_info(k, TensorProto.FLOAT, v) for k, v in inputs.items()],
+                         [h.make_tensor_value_info(k, TensorProto.FLOAT, v) for k, v in outputs.items()],
+                         self.inits)
+        m = h.make_model(g, opset_imports=[h.make_opsetid("", opset)])
+        m.ir_version = 8
+        onnx.checker.check_model(m)
+        return m
+
+
+def small_cnn(seed: int = 0, classes: int = 10) -> onnx.ModelProto:
+    """Conv+BN+ReLU, depthwise + ReLU6 (Clip), 1x1 conv, residual add, max pool,
+    strided conv, global average pool, flatten, Gemm, softmax. Input [1, 3, 16, 16]."""
+    b = _Builder(seed)
+    n = b.node
+    n("Conv", ["x", b.weight("w1", 16, 3, 3, 3)], "c1", pads=[1, 1, 1, 1])
+    n("BatchNormalization", ["c1", *b.bn("bn1", 16)], "b1")
+    n("Relu", ["b1"], "r1")
+    n("Conv", ["r1", b.weight("w2", 16, 1, 3, 3), b.weight("bb2", 16, scale=.1)], "c2", pads=[1, 1, 1, 1], group=16)
+    n("Clip", ["c2", b.const("lo", np.float32(0)), b.const("hi", np.float32(6))], "r2")
+    n("Conv", ["r2", b.weight("w3", 16, 16, 1, 1), b.weight("bb3", 16, scale=.1)], "c3")
+    n("Add", ["c3", "r1"], "a3")
+    n("Relu", ["a3"], "r3")
+    n("MaxPool", ["r3"], "p3", kernel_shape=[2, 2], strides=[2, 2])
+    n("Conv", ["p3", b.weight("w4", 32, 16, 3, 3), b.weight("bb4", 32, scale=.1)], "c4", strides=[2, 2],
+      pads=[1, 1, 1, 1])
+    n("Relu", ["c4"], "r4")
+    n("GlobalAveragePool", ["r4"], "g4")
+    n("Flatten", ["g4"], "f4")
+    n("Gemm", ["f4", b.weight("wf", classes, 32), b.weight("bf", classes, scale=.1)], "logits", transB=1)
+    n("Softmax", ["logits"], "prob", axis=-1)
+    return b.model("small_cnn", {"x": [1, 3, 16, 16]}, {"prob": [1, classes]})
+
+
+def layout_mix(seed: int = 1) -> onnx.ModelProto:
+    """Ops whose meaning depends on the layout: channel concat, pad, transpose, flatten of an
+    8x8 map, mean over H/W, per-channel Mul/Sub constants, MatMul, sigmoid. Input [1, 4, 8, 8]."""
+    b = _Builder(seed)
+    n = b.node
+    n("Conv", ["x", b.weight("w1", 6, 4, 3, 3), b.weight("b1", 6, scale=.1)], "c1", auto_pad="SAME_UPPER")
+    n("Mul", ["c1", b.const("scale", b.rng.uniform(0.5, 2, (1, 6, 1, 1)).astype(np.float32))], "m1")
+    n("Sub", ["m1", b.const("shift", b.rng.normal(0, .2, (6, 1, 1)).astype(np.float32))], "s1")
+    n("Concat", ["s1", "x"], "cat", axis=1)
+    n("Pad", ["cat", b.const("pads", np.array([0, 0, 1, 0, 0, 0, 0, 1], np.int64))], "pad")
+    n("AveragePool", ["pad"], "ap", kernel_shape=[3, 3], strides=[1, 1], pads=[1, 1, 1, 1])
+    n("Sigmoid", ["ap"], "sg")
+    n("ReduceMean", ["sg"], "mean", axes=[2, 3], keepdims=1)
+    n("Flatten", ["sg"], "flat")
+    n("MatMul", ["flat", b.weight("wm", 10 * 9 * 9, 5)], "mm")
+    n("Tanh", ["mm"], "y")
+    n("Transpose", ["sg"], "t", perm=[0, 2, 3, 1])
+    return b.model("layout_mix", {"x": [1, 4, 8, 8]}, {"y": [1, 5], "mean": [1, 10, 1, 1], "t": [1, 9, 9, 10]})
+
+
+def unsupported(op: str = "Erf") -> onnx.ModelProto:
+    b = _Builder(0)
+    b.node("Relu", ["x"], "r")
+    b.node(op, ["r"], "y")
+    return b.model("unsupported", {"x": [1, 4]}, {"y": [1, 4]})

@@ -1,0 +1,66 @@
+import numpy as np
+import onnx
+import pytest
+
+import npu_model_builders as builders
+from libnpu.compiler.float_ref import run_float
+from libnpu.compiler.onnx_import import ONNXImportError, import_onnx
+
+ort = pytest.importorskip("onnxruntime")
+
+
+def _ort(model: onnx.ModelProto, x: np.ndarray) -> list[np.ndarray]:
+    s = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    return s.run(None, {"x": x})
+
+
+@pytest.mark.parametrize("make,shape", [(builders.small_cnn, (1, 3, 16, 16)), (builders.layout_mix, (1, 4, 8, 8))])
+@pytest.mark.parametrize("nhwc_io", [False, True])
+def test_float_ir_matches_onnxruntime(make, shape, nhwc_io):
+    model = make()
+    g = import_onnx(model, nhwc_io=nhwc_io)
+    x = np.random.default_rng(7).standard_normal(shape).astype(np.float32)
+    feed = x.transpose(0, 2, 3, 1) if nhwc_io else x
+    ours = run_float(g, [feed])
+    for name, ref in zip(g.outputs, _ort(model, x)):
+        got = ours[name]
+        if nhwc_io and ref.ndim == 4 and got.shape != ref.shape:
+            got = got.transpose(0, 3, 1, 2)
+        np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-5)
+
+
+def test_small_cnn_structure():
+    g = import_onnx(builders.small_cnn())
+    assert g.op_counts() == {"TRANSPOSE": 1, "CONV_2D": 3, "MUL": 1, "ADD": 2, "RELU": 3,
+                             "DEPTHWISE_CONV_2D": 1, "RELU6": 1, "MAX_POOL_2D": 1, "AVERAGE_POOL_2D": 1,
+                             "RESHAPE": 1, "FULLY_CONNECTED": 1, "SOFTMAX": 1}
+    dw = next(op for op in g.ops if op.type == "DEPTHWISE_CONV_2D")
+    assert g.tensors[dw.inputs[1]].shape == (1, 3, 3, 16)  # [1, KH, KW, C * multiplier]
+    conv = next(op for op in g.ops if op.type == "CONV_2D")
+    assert g.tensors[conv.inputs[1]].shape == (16, 3, 3, 3)  # OHWI
+    assert g.tensors[conv.outputs[0]].shape == (1, 16, 16, 16)  # NHWC inside
+    assert g.tensors[g.inputs[0]].shape == (1, 3, 16, 16)  # ONNX layout at the edge
+    strided = [op for op in g.ops if op.type == "CONV_2D" and op.attrs["stride"] == (2, 2)]
+    assert strided[0].attrs["pads"] == (1, 1, 1, 1)  # ONNX explicit pads kept as given
+
+
+def test_layout_sensitive_ops():
+    g = import_onnx(builders.layout_mix(), nhwc_io=True)
+    # Flatten of an 8x8 feature map must see NCHW order: one TRANSPOSE back before RESHAPE.
+    reshape = next(op for op in g.ops if op.type == "RESHAPE")
+    producer = g.producers()[reshape.inputs[0]]
+    assert producer.type == "TRANSPOSE" and producer.attrs["perm"] == (0, 3, 1, 2)
+    cat = next(op for op in g.ops if op.type == "CONCATENATION")
+    assert cat.attrs["axis"] == 3  # ONNX channel axis 1 -> NHWC axis 3
+    mean = next(op for op in g.ops if op.type == "MEAN")
+    assert mean.attrs["axes"] == (1, 2)
+
+
+def test_unsupported_op_is_named():
+    with pytest.raises(ONNXImportError, match=r"unsupported op Erf node 1 \('Erf_y'\)"):
+        import_onnx(builders.unsupported("Erf"))
+
+
+def test_garbage_bytes_rejected():
+    with pytest.raises(ONNXImportError, match="not a readable ONNX model"):
+        import_onnx(b"\x08\x07garbage-not-onnx" * 3)
