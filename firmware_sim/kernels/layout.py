@@ -16,7 +16,7 @@ __all__ = ["concat", "reshape", "transpose", "pad", "strided_slice", "strided_sl
 
 def _emit(res: np.ndarray, out: np.ndarray | None) -> np.ndarray:
     if out is None:
-        return np.ascontiguousarray(res)
+        return np.ascontiguousarray(res).reshape(res.shape)  # keeps 0-d results 0-d
     if out.dtype != res.dtype or out.shape != res.shape:
         raise ValueError(f"out must be {res.dtype} {res.shape}, got {out.dtype} {out.shape}")
     np.copyto(out, res)
@@ -62,6 +62,7 @@ def pad(x: np.ndarray, paddings: Sequence[Sequence[int]], pad_value: int,
 
 def _slice_axis(size: int, begin: int, end: int, stride: int, begin_masked: bool,
                 end_masked: bool, shrink: bool) -> slice | int:
+    """One axis of TFLite's StridedSliceStartForAxis / EndForAxis as a Python index."""
     if shrink:
         idx = begin + size if begin < 0 else begin
         if not 0 <= idx < size:
@@ -69,7 +70,7 @@ def _slice_axis(size: int, begin: int, end: int, stride: int, begin_masked: bool
         return idx
     if stride == 0:
         raise ValueError("strided_slice stride must be non-zero")
-    # TFLite clamps begin/end into the valid range for the direction of travel.
+    # Indices are clamped into the valid range for the direction of travel.
     lo, hi = (0, size) if stride > 0 else (-1, size - 1)
 
     def clamp(v: int, masked: bool, default: int) -> int:
@@ -80,7 +81,19 @@ def _slice_axis(size: int, begin: int, end: int, stride: int, begin_masked: bool
 
     b = clamp(begin, begin_masked, lo if stride > 0 else hi)
     e = clamp(end, end_masked, hi if stride > 0 else lo)
+    if b < 0:  # a backwards slice that starts before element 0 is empty
+        return slice(0, 0)
     return slice(b, e if e >= 0 else None, stride)
+
+
+def _slice_index(shape: Sequence[int], begin, end, strides, begin_mask: int, end_mask: int,
+                 shrink_axis_mask: int) -> tuple:
+    n = len(shape)
+    if not len(begin) == len(end) == len(strides) == n:
+        raise ValueError(f"begin/end/strides need {n} entries each")
+    return tuple(_slice_axis(int(shape[i]), int(begin[i]), int(end[i]), int(strides[i]),
+                             bool(begin_mask >> i & 1), bool(end_mask >> i & 1),
+                             bool(shrink_axis_mask >> i & 1)) for i in range(n))
 
 
 def strided_slice(x: np.ndarray, begin: Sequence[int], end: Sequence[int],
@@ -91,12 +104,7 @@ def strided_slice(x: np.ndarray, begin: Sequence[int], end: Sequence[int],
     Ellipsis and new-axis masks are left to the compiler, which rewrites them to plain
     per-axis ranges before emitting the task.
     """
-    n = x.ndim
-    if not len(begin) == len(end) == len(strides) == n:
-        raise ValueError(f"begin/end/strides need {n} entries each")
-    index = tuple(_slice_axis(x.shape[i], int(begin[i]), int(end[i]), int(strides[i]),
-                              bool(begin_mask >> i & 1), bool(end_mask >> i & 1),
-                              bool(shrink_axis_mask >> i & 1)) for i in range(n))
+    index = _slice_index(x.shape, begin, end, strides, begin_mask, end_mask, shrink_axis_mask)
     return _emit(x[index], out)
 
 
@@ -106,5 +114,5 @@ def strided_slice_shape(shape: Sequence[int], begin: Sequence[int], end: Sequenc
     """Output shape of :func:`strided_slice` for an input of ``shape``."""
     probe = np.lib.stride_tricks.as_strided(np.zeros(1, np.int8), shape=tuple(shape),
                                             strides=(0,) * len(shape))
-    return strided_slice(probe, begin, end, strides, begin_mask=begin_mask, end_mask=end_mask,
-                         shrink_axis_mask=shrink_axis_mask).shape
+    index = _slice_index(shape, begin, end, strides, begin_mask, end_mask, shrink_axis_mask)
+    return probe[index].shape

@@ -22,8 +22,11 @@ def store_int8(scaled: np.ndarray, output_zp: int, act_min: int, act_max: int,
     as TFLite's C code does.
     """
     v = scaled + np.int64(output_zp)
-    v = ((v + (1 << 31)) & 0xFFFFFFFF) - (1 << 31)
-    np.clip(v, act_min, act_max, out=v)
+    v = np.asarray(((v + (1 << 31)) & 0xFFFFFFFF) - (1 << 31))
+    if v.ndim:
+        np.clip(v, act_min, act_max, out=v)
+    else:  # 0-d results (a reduction to a scalar) are numpy scalars after arithmetic
+        v = np.asarray(np.clip(v, act_min, act_max))
     if out is None:
         return v.astype(np.int8)
     np.copyto(out, v, casting="unsafe")

@@ -80,7 +80,7 @@ def build_model(tensors: Sequence[TensorSpec], ops: Sequence[OpSpec],
         if t.data is None:
             tensor_buffer.append(0)
         else:
-            arr = np.ascontiguousarray(np.asarray(t.data, dtype=t.dtype))
+            arr = np.array(t.data, dtype=t.dtype, order="C")
             if tuple(arr.shape) != tuple(t.shape):
                 raise ValueError(f"tensor {t.name!r}: data shape {arr.shape} != {t.shape}")
             tensor_buffer.append(len(buffer_data))
