@@ -7,14 +7,17 @@ Layout (all little-endian)::
     section table          per section: kind, flags, offset, size, CRC32, alignment
     sections               META (JSON), STRINGS, TENSORS, REGIONS, TASKS, INDICES (u32),
                            QUANT (f32 scales + i32 zero points), PAYLOAD (opaque task
-                           descriptors), WEIGHTS (page-aligned, region contents at their
-                           own alignment, so the file can be mmapped and copied straight
-                           into device memory)
+                           descriptors), RELOCS, WEIGHTS (page-aligned, region contents at
+                           their own alignment, so the file can be mmapped and copied
+                           straight into device memory)
 
 Tensor, region and task records are fixed-size numpy structured records; strings and
 variable-length lists live in STRINGS / INDICES / QUANT and are referenced by offset and
 count. Task payloads are opaque bytes (chip task descriptors from ``firmware_sim.spec``),
-so this format does not change when an op's descriptor does.
+so this format does not change when an op's descriptor does. Device addresses inside a
+payload are not known until the runtime allocates the regions: each task lists
+relocations (byte offset in its payload, region, addend) and the runtime writes
+``region base + addend`` as a little-endian u64 there (:meth:`Loadable.command_buffer`).
 """
 from __future__ import annotations
 
@@ -32,7 +35,7 @@ import numpy as np
 
 __all__ = [
     "LoadableError", "BadMagicError", "VersionError", "TruncatedError", "ChecksumError",
-    "FormatError", "RegionKind", "TensorFlags", "MemoryRegion", "TensorDesc", "Task",
+    "FormatError", "RegionKind", "TensorFlags", "MemoryRegion", "TensorDesc", "Task", "Reloc",
     "Loadable", "MAGIC", "VERSION",
 ]
 
@@ -77,6 +80,7 @@ class Section(enum.IntEnum):
     QUANT_ZP = 8
     PAYLOAD = 9
     WEIGHTS = 10
+    RELOCS = 11
 
 
 class RegionKind(enum.IntEnum):
@@ -112,6 +116,9 @@ _TENSOR_DT = np.dtype([
 _REGION_DT = np.dtype([
     ("name_off", "<u4"), ("name_len", "<u4"), ("kind", "<u4"), ("alignment", "<u4"),
     ("size", "<u8"), ("content_off", "<u8"), ("content_size", "<u8"),
+])
+_RELOC_DT = np.dtype([
+    ("task", "<u4"), ("offset", "<u4"), ("region", "<u4"), ("_pad", "<u4"), ("addend", "<u8"),
 ])
 _TASK_DT = np.dtype([
     ("name_off", "<u4"), ("name_len", "<u4"), ("op_off", "<u4"), ("op_len", "<u4"),
@@ -166,6 +173,14 @@ class TensorDesc:
         return sum((d - 1) * s for d, s in zip(self.shape, self.strides)) + item
 
 
+@dataclass(frozen=True)
+class Reloc:
+    """Patch ``payload[offset:offset+8]`` with the device address ``base(region) + addend``."""
+    offset: int
+    region: int
+    addend: int = 0
+
+
 @dataclass
 class Task:
     """One unit of chip work: an opaque descriptor plus what the runtime needs to schedule it."""
@@ -179,6 +194,7 @@ class Task:
     bytes_moved: int = 0
     core: int = -1
     meta: dict[str, Any] = field(default_factory=dict)
+    relocs: list[Reloc] = field(default_factory=list)
 
 
 def _align(n: int, a: int) -> int:
@@ -240,6 +256,28 @@ class Loadable:
             for ti in task.tensors:
                 if not 0 <= ti < len(self.tensors):
                     raise FormatError(f"task {i} ({task.name!r}): tensor {ti} does not exist")
+            for r in task.relocs:
+                if not 0 <= r.offset <= len(task.payload) - 8:
+                    raise FormatError(f"task {i} ({task.name!r}): relocation at byte {r.offset} "
+                                      f"outside its {len(task.payload)}-byte payload")
+                if not 0 <= r.region < len(self.regions) or not 0 <= r.addend <= self.regions[r.region].size:
+                    raise FormatError(f"task {i} ({task.name!r}): relocation to region {r.region} "
+                                      f"+ {r.addend} is out of range")
+
+    def command_buffer(self, region_bases: list[int] | tuple[int, ...]) -> bytes:
+        """All task payloads end to end (8-byte aligned), device addresses patched in.
+
+        ``region_bases[i]`` is the device address where region ``i`` was allocated.
+        """
+        if len(region_bases) != len(self.regions):
+            raise FormatError(f"{len(region_bases)} region addresses given, {len(self.regions)} regions")
+        out = bytearray()
+        for task in self.tasks:
+            start = _align(len(out), 8)
+            out += b"\0" * (start - len(out)) + task.payload
+            for r in task.relocs:
+                struct.pack_into("<Q", out, start + r.offset, region_bases[r.region] + r.addend)
+        return bytes(out)
 
     # writing ------------------------------------------------------------------------
     def to_bytes(self) -> bytes:
@@ -276,6 +314,8 @@ class Loadable:
                 r["content_off"], r["content_size"] = off, len(reg.content)
 
         payload = bytearray()
+        relocs = np.zeros(sum(len(t.relocs) for t in self.tasks), _RELOC_DT)
+        nrel = 0
         krec = np.zeros(len(self.tasks), _TASK_DT)
         for i, task in enumerate(self.tasks):
             r = krec[i]
@@ -290,6 +330,9 @@ class Loadable:
             indices.extend(task.deps)
             r["tensors_index"], r["tensors_count"] = len(indices), len(task.tensors)
             indices.extend(task.tensors)
+            for rl in task.relocs:
+                relocs[nrel] = (i, rl.offset, rl.region, 0, rl.addend)
+                nrel += 1
 
         meta = dict(self.metadata, name=self.name)
         sections = [
@@ -302,6 +345,7 @@ class Loadable:
             (Section.QUANT_SCALE, np.asarray(scales, "<f4").tobytes(), 8),
             (Section.QUANT_ZP, np.asarray(zps, "<i4").tobytes(), 8),
             (Section.PAYLOAD, bytes(payload), 8),
+            (Section.RELOCS, relocs.tobytes(), 8),
             (Section.WEIGHTS, bytes(weights), PAGE),
         ]
         table_off = _HEADER.size
@@ -427,8 +471,14 @@ class Loadable:
                 _DTYPES[r["dtype"]], int(r["region"]), int(r["offset"]),
                 tuple(int(s) for s in r["strides"][:rank]), scale, zp, int(r["q_axis"]),
                 TensorFlags(int(r["flags"]))))
-        tasks = []
-        for i, r in enumerate(records(Section.TASKS, _TASK_DT)):
+        tasks: list[Task] = []
+        task_records = records(Section.TASKS, _TASK_DT)
+        reloc_lists: list[list[Reloc]] = [[] for _ in range(len(task_records))]
+        for r in records(Section.RELOCS, _RELOC_DT):
+            if r["task"] >= len(task_records):
+                raise FormatError(f"relocation for task {r['task']}, which does not exist")
+            reloc_lists[int(r["task"])].append(Reloc(int(r["offset"]), int(r["region"]), int(r["addend"])))
+        for i, r in enumerate(task_records):
             what = f"task {i}"
             end = int(r["payload_off"] + r["payload_size"])
             if end > len(payload):
@@ -443,7 +493,7 @@ class Loadable:
                 int(r["opcode"]), bytes(payload[int(r["payload_off"]):end]),
                 pool(indices, int(r["deps_index"]), int(r["deps_count"]), what).tolist(),
                 pool(indices, int(r["tensors_index"]), int(r["tensors_count"]), what).tolist(),
-                int(r["macs"]), int(r["bytes_moved"]), int(r["core"]), tmeta))
+                int(r["macs"]), int(r["bytes_moved"]), int(r["core"]), tmeta, reloc_lists[i]))
         name = meta.pop("name", "model") if isinstance(meta, dict) else "model"
         result = cls(name, tensors, regions, tasks, meta if isinstance(meta, dict) else {})
         result.validate()

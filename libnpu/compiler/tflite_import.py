@@ -7,6 +7,7 @@ attributes, so the IR ops carry only data inputs.
 from __future__ import annotations
 
 import os
+import struct
 from pathlib import Path
 from typing import Any, Callable
 
@@ -319,7 +320,14 @@ _RENAME = {"SQUEEZE": "RESHAPE", "PADV2": "PAD"}
 
 def import_tflite(data: bytes, name: str = "model") -> Graph:
     """Build an IR graph from the bytes of a ``.tflite`` file."""
-    graph = _Importer(bytes(data), name).run()
+    try:
+        graph = _Importer(bytes(data), name).run()
+    except IRError:
+        raise
+    except (struct.error, IndexError, ValueError, TypeError, UnicodeDecodeError, OverflowError) as exc:
+        # flatbuffers reads lazily: damage shows up as low-level errors anywhere
+        raise TFLiteImportError(f"{name}: corrupted or truncated TFLite file "
+                                f"({type(exc).__name__}: {exc})") from exc
     for op in graph.ops:
         op.type = _RENAME.get(op.type, op.type)
     return graph

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from libnpu.loadable import (MAGIC, BadMagicError, ChecksumError, FormatError, Loadable, LoadableError,
-                             MemoryRegion, RegionKind, Task, TensorDesc, TensorFlags, TruncatedError,
+                             MemoryRegion, RegionKind, Reloc, Task, TensorDesc, TensorFlags, TruncatedError,
                              VersionError)
 
 
@@ -32,8 +32,9 @@ def _sample() -> Loadable:
     ]
     tasks = [
         Task("conv", "CONV_2D", 3, bytes(range(40)), [], [0, 1, 2, 3], macs=442368, bytes_moved=5000,
-             meta={"pads": [1, 1, 1, 1]}),
-        Task("fc", "FULLY_CONNECTED", 9, b"\x01" * 24, [0], [3, 4], macs=160, core=1),
+             meta={"pads": [1, 1, 1, 1]}, relocs=[Reloc(8, 2, 0), Reloc(16, 0, 0), Reloc(24, 1, 0)]),
+        Task("fc", "FULLY_CONNECTED", 9, b"\x01" * 20, [0], [3, 4], macs=160, core=1,
+             relocs=[Reloc(0, 1, 0), Reloc(8, 3, 0)]),
     ]
     return Loadable("resnet-mini", tensors, regions, tasks, {"source_sha256": "ab" * 32, "compiler": "0.1"})
 
@@ -118,7 +119,7 @@ def test_bad_magic_and_versions():
 
 def test_every_byte_flip_in_header_and_table_is_caught():
     data = _sample().to_bytes()
-    table_end = 64 + 32 * 10
+    table_end = 64 + 32 * 11
     for pos in range(table_end):
         buf = bytearray(data)
         buf[pos] ^= 0x40
@@ -129,7 +130,7 @@ def test_every_byte_flip_in_header_and_table_is_caught():
 def test_corruption_in_each_section_names_it():
     data = _sample().to_bytes()
     names = ["META", "STRINGS", "TENSORS", "REGIONS", "TASKS", "INDICES", "QUANT_SCALE", "QUANT_ZP",
-             "PAYLOAD", "WEIGHTS"]
+             "PAYLOAD", "WEIGHTS", "RELOCS"]
     for kind, _, off, size in _sections(data):
         if size == 0:
             continue
@@ -164,3 +165,27 @@ def test_load_missing_or_empty_file(tmp_path):
     (tmp_path / "empty.nlb").write_bytes(b"")
     with pytest.raises(BadMagicError):
         Loadable.load(tmp_path / "empty.nlb")
+
+
+def test_command_buffer_applies_relocations():
+    ld = Loadable.from_bytes(_sample().to_bytes())
+    bases = [0x10000, 0x20000, 0x30000, 0x40000]
+    cmd = ld.command_buffer(bases)
+    assert len(cmd) == 40 + 20
+    assert struct.unpack_from("<QQQ", cmd, 8) == (0x30000, 0x10000, 0x20000)
+    assert cmd[:8] == bytes(range(8)) and cmd[32:40] == bytes(range(32, 40))
+    assert struct.unpack_from("<QQ", cmd, 40) == (0x20000, 0x40000)
+    assert cmd[56:] == b"\x01" * 4
+    with pytest.raises(FormatError, match="4 regions"):
+        ld.command_buffer(bases[:3])
+
+
+def test_bad_relocations_rejected():
+    ld = _sample()
+    ld.tasks[1].relocs = [Reloc(16, 0, 0)]  # 16 + 8 > 20-byte payload
+    with pytest.raises(FormatError, match="relocation at byte 16"):
+        ld.to_bytes()
+    ld = _sample()
+    ld.tasks[0].relocs = [Reloc(0, 7, 0)]
+    with pytest.raises(FormatError, match="relocation to region 7"):
+        ld.to_bytes()

@@ -146,3 +146,22 @@ def test_not_a_tflite_file():
     with pytest.raises(TFLiteImportError, match="not a TFLite"):
         import_tflite(b"\0" * 64)
     assert issubclass(TFLiteImportError, IRError)
+
+
+def test_truncated_or_corrupted_file_gives_clear_error(resnet8_path):
+    data = resnet8_path.read_bytes()
+    for n in (10, 100, 5000, len(data) // 2, len(data) - 1):
+        with pytest.raises(TFLiteImportError, match="corrupted or truncated|not a TFLite"):
+            import_tflite(data[:n])
+    rng = np.random.default_rng(0)
+    outcomes = set()
+    for _ in range(30):
+        buf = bytearray(data)
+        for j in rng.integers(0, len(buf), 20):
+            buf[j] ^= 0xFF
+        try:
+            import_tflite(bytes(buf))
+            outcomes.add("ok")  # flips that land in weight bytes give a valid model
+        except IRError as exc:
+            outcomes.add(type(exc).__name__)
+    assert outcomes - {"ok"}, "random damage was never detected"
