@@ -37,16 +37,22 @@ def _fully_connected(desc: np.void, dma: DmaEngine) -> None:
     x = dma.read_array(int(desc["input"]), np.int8, (rows, k))
     w = dma.read_array(int(desc["weights"]), np.int8, (n, k))
     bias = dma.read_array(int(desc["bias"]), np.int32, (n,)) if desc["bias"] else None
-    if int(desc["flags"]) & tasks.FC_PER_CHANNEL:
+    flags = int(desc["flags"])
+    scale = None
+    if flags & tasks.FC_PER_CHANNEL:
         mult = dma.read_array(int(desc["mult_iova"]), np.int32, (n,))
         shift = dma.read_array(int(desc["shift_iova"]), np.int32, (n,))
+        if flags & tasks.FC_DOUBLE_SCALE:
+            scale = dma.read_array(int(desc["scale_iova"]), np.float64, (n,))
     else:
         mult = np.array([desc["multiplier"]], np.int32)
         shift = np.array([desc["shift"]], np.int32)
+        if flags & tasks.FC_DOUBLE_SCALE:
+            scale = np.array([desc["scale"]], np.float64)
     out = dma.write_array(int(desc["output"]), np.int8, (rows, n))
     fully_connected(x, w, bias, input_zp=int(desc["input_zp"]), output_zp=int(desc["output_zp"]),
                     multiplier=mult, shift=shift, act_min=int(desc["act_min"]),
-                    act_max=int(desc["act_max"]), out=out)
+                    act_max=int(desc["act_max"]), out=out, scale=scale)
 
 
 Handler = Callable[[np.void, DmaEngine], None]

@@ -111,7 +111,13 @@ DMA_COPY = register_task(OP_DMA_COPY, "DMA_COPY", [
     ("length", "<u8"),
 ])
 
-FC_PER_CHANNEL = 0x1   # multiplier/shift are int32[out_features] arrays at mult_iova/shift_iova
+FC_PER_CHANNEL = 0x1   # multiplier/shift (and scale) are arrays[out_features] at mult_iova/shift_iova/scale_iova
+FC_DOUBLE_SCALE = 0x2  # requantize as round(acc * scale) in float64 (LiteRT's FC reference arithmetic)
+
+# FULLY_CONNECTED requantization: acc = sum((x - input_zp) * w) + bias (int32), then
+#  - default: one rounding of acc * multiplier / 2**(31 - shift), ties away from zero;
+#  - FC_DOUBLE_SCALE: round(acc * scale) with scale a float64, ties away from zero;
+# then + output_zp and clamp to [act_min, act_max].
 
 FULLY_CONNECTED = register_task(OP_FULLY_CONNECTED, "FULLY_CONNECTED", [
     ("input", "<u8"),         # int8 [rows, in_features]
@@ -129,4 +135,6 @@ FULLY_CONNECTED = register_task(OP_FULLY_CONNECTED, "FULLY_CONNECTED", [
     ("shift", "<i4"),         # per-tensor shift, positive = left
     ("act_min", "<i4"),
     ("act_max", "<i4"),
+    ("scale", "<f8"),         # per-tensor float64 scale (FC_DOUBLE_SCALE)
+    ("scale_iova", "<u8"),    # per-channel float64 scales (FC_DOUBLE_SCALE | FC_PER_CHANNEL)
 ])
