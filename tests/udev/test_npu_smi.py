@@ -4,6 +4,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import select
 import subprocess
 import sys
 from pathlib import Path
@@ -266,7 +267,10 @@ def test_top_redraws_the_screen_on_a_terminal(tree: tuple[Path, Path]) -> None:
     try:
         with open(slave, "w", closefd=False) as tty:
             assert top_main(["--sysroot", str(sysroot), "-n", "2", "-d", "0.02"], out=tty) == 0
-        text = os.read(master, 65536).decode()
+        chunks = []
+        while select.select([master], [], [], 0.5)[0]:  # the tty hands the output over in pieces
+            chunks.append(os.read(master, 65536))
+        text = b"".join(chunks).decode()
     finally:
         os.close(master)
         os.close(slave)
