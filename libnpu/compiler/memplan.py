@@ -1,0 +1,188 @@
+"""Device memory planning: where every tensor of a graph lives.
+
+Regions (indices fixed so the lowering can rely on them):
+    0            WEIGHTS: every constant, packed at ``alignment``; the lowering may append
+                 more constants (per-channel multipliers, LUTs) with :meth:`MemoryPlan.add_constant`
+    1            ACTIVATIONS: one arena; tensors whose lifetimes do not overlap share bytes
+    2..          one INPUT region per graph input, then one OUTPUT region per graph output,
+                 so the runtime can bind user buffers to them (NVDLA's bindInput/OutputTensor)
+
+The arena is packed greedily, largest tensor first, at the lowest offset that does not
+collide with an already placed tensor whose lifetime (producer op .. last consumer op)
+overlaps — the strategy of TFLite's arena planner. A RESHAPE's output may alias its input
+(same bytes, no data movement), so the lowering can drop the op.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ..loadable import Loadable, MemoryRegion, RegionKind, Reloc, Task, TensorDesc, TensorFlags
+from .ir import Graph, IRError
+
+__all__ = ["Placement", "MemoryPlan", "plan_memory", "WEIGHTS", "ACTIVATIONS"]
+
+WEIGHTS, ACTIVATIONS = 0, 1
+
+
+def _align(n: int, a: int) -> int:
+    return (n + a - 1) // a * a
+
+
+@dataclass(frozen=True)
+class Placement:
+    region: int
+    offset: int
+    nbytes: int
+
+
+@dataclass
+class MemoryPlan:
+    """Regions plus the placement of each tensor (by name)."""
+    regions: list[MemoryRegion]
+    placements: dict[str, Placement]
+    lifetimes: dict[str, tuple[int, int]] = field(default_factory=dict)
+    aliases: dict[str, str] = field(default_factory=dict)  # RESHAPE output -> tensor it shares
+    alignment: int = 64
+
+    @property
+    def arena_size(self) -> int:
+        return self.regions[ACTIVATIONS].size
+
+    @property
+    def weights_size(self) -> int:
+        return self.regions[WEIGHTS].size
+
+    def add_constant(self, name: str, data: np.ndarray, alignment: int | None = None) -> Placement:
+        """Append constant bytes (e.g. lowering-made multiplier arrays) to the weights region."""
+        if name in self.placements:
+            raise IRError(f"memory plan: {name!r} is already placed")
+        reg = self.regions[WEIGHTS]
+        content = bytearray(reg.content or b"")
+        off = _align(len(content), alignment or self.alignment)
+        raw = np.ascontiguousarray(data).tobytes()
+        content += b"\0" * (off - len(content)) + raw
+        reg.content = bytes(content)
+        reg.size = _align(len(content), self.alignment)
+        p = Placement(WEIGHTS, off, len(raw))
+        self.placements[name] = p
+        return p
+
+    def reloc(self, tensor: str, field_offset: int) -> Reloc:
+        """Relocation writing ``tensor``'s device address at ``field_offset`` of a payload."""
+        p = self.placements[tensor]
+        return Reloc(field_offset, p.region, p.offset)
+
+    def descriptors(self, graph: Graph) -> tuple[list[TensorDesc], dict[str, int]]:
+        """Tensor descriptors for every placed graph tensor, and name -> index."""
+        order = list(graph.inputs) + [n for n in graph.outputs if n not in graph.inputs]
+        order += [n for n in graph.tensors if n not in order]
+        descs, index = [], {}
+        for name in order:
+            t = graph.tensors[name]
+            p = self.placements[name]
+            flags = TensorFlags.NONE
+            if name in graph.inputs:
+                flags |= TensorFlags.INPUT
+            if name in graph.outputs:
+                flags |= TensorFlags.OUTPUT
+            if t.is_constant:
+                flags |= TensorFlags.CONSTANT
+            q = t.quant
+            index[name] = len(descs)
+            descs.append(TensorDesc(name, t.shape, t.dtype, p.region, p.offset,
+                                    scale=None if q is None else q.scale,
+                                    zero_point=None if q is None else q.zero_point,
+                                    axis=0 if q is None else q.axis, flags=flags))
+        return descs, index
+
+    def to_loadable(self, graph: Graph, tasks: list[Task], metadata: dict[str, Any] | None = None) -> Loadable:
+        """Package the plan, the graph's tensor descriptors and the lowered ``tasks``."""
+        descs, _ = self.descriptors(graph)
+        ld = Loadable(graph.name, descs, list(self.regions), list(tasks), dict(metadata or {}))
+        ld.validate()
+        return ld
+
+
+def _lifetimes(g: Graph) -> dict[str, tuple[int, int]]:
+    first: dict[str, int] = {}
+    last: dict[str, int] = {}
+    for idx, op in enumerate(g.ops):
+        for o in op.outputs:
+            first.setdefault(o, idx)
+            last.setdefault(o, idx)
+        for i in op.inputs:
+            if i:
+                last[i] = max(last.get(i, idx), idx)
+    return {n: (first.get(n, 0), last.get(n, 0)) for n in set(first) | set(last)}
+
+
+def plan_memory(graph: Graph, *, alignment: int = 64, alias_reshapes: bool = True) -> MemoryPlan:
+    """Place every tensor of ``graph`` (ops must be in topological order)."""
+    graph.validate()
+    g = graph
+    placements: dict[str, Placement] = {}
+
+    weights = bytearray()
+    for t in g.constants():
+        off = _align(len(weights), alignment)
+        raw = np.ascontiguousarray(t.data).tobytes()
+        weights += b"\0" * (off - len(weights)) + raw
+        placements[t.name] = Placement(WEIGHTS, off, len(raw))
+    regions = [MemoryRegion("weights", RegionKind.WEIGHTS, _align(len(weights), alignment), 4096, bytes(weights)),
+               MemoryRegion("activations", RegionKind.ACTIVATIONS, 0, 4096)]
+    io = set(g.inputs) | set(g.outputs)
+    for kind, names in ((RegionKind.INPUT, g.inputs), (RegionKind.OUTPUT, g.outputs)):
+        for n in names:
+            if n in placements:
+                continue  # a graph input that is also an output lives in its input region
+            t = g.tensors[n]
+            regions.append(MemoryRegion(f"{kind.name.lower()}:{n}", kind, _align(max(t.nbytes, 1), alignment), 4096))
+            placements[n] = Placement(len(regions) - 1, 0, t.nbytes)
+
+    life = _lifetimes(g)
+    # RESHAPE outputs alias their input when both live in the arena.
+    parent: dict[str, str] = {}
+
+    def root(n: str) -> str:
+        while n in parent:
+            n = parent[n]
+        return n
+    if alias_reshapes:
+        for op in g.ops:
+            if op.type == "RESHAPE":
+                src, dst = op.inputs[0], op.outputs[0]
+                if src in io or dst in io or g.tensors[src].is_constant:
+                    continue
+                parent[dst] = root(src)
+    groups: dict[str, list[str]] = {}
+    for n, t in g.tensors.items():
+        if t.is_constant or n in io:
+            continue
+        groups.setdefault(root(n), []).append(n)
+    items = []
+    for r, members in groups.items():
+        start = min(life.get(m, (0, 0))[0] for m in members)
+        end = max(life.get(m, (0, 0))[1] for m in members)
+        size = max(g.tensors[m].nbytes for m in members)
+        items.append((r, members, start, end, size))
+    items.sort(key=lambda it: (-it[4], it[2], it[0]))
+
+    placed: list[tuple[int, int, int, int]] = []  # (offset, size, start, end)
+    arena = 0
+    for r, members, start, end, size in items:
+        busy = sorted((o, o + s) for o, s, a, b in placed if a <= end and start <= b)
+        offset = 0
+        for lo, hi in busy:
+            if offset + size <= lo:
+                break
+            offset = max(offset, _align(hi, alignment))
+        placed.append((offset, size, start, end))
+        arena = max(arena, offset + size)
+        for m in members:
+            placements[m] = Placement(ACTIVATIONS, offset, g.tensors[m].nbytes)
+    regions[ACTIVATIONS].size = _align(arena, alignment)
+    aliases = {m: root(m) for m in parent}
+    return MemoryPlan(regions, placements, life, aliases, alignment)
