@@ -77,9 +77,10 @@ def multiply_by_quantized_multiplier(x: np.ndarray, multiplier: np.ndarray,
 
     ``x`` int32 values; ``multiplier``/``shift`` broadcast against ``x`` (per-channel
     arrays along the last axis work as they are). Positive shift = left shift, which
-    wraps in int32 like the C code does on x86.
+    wraps in int32 like the C code does on x86. ``shift`` must be in [-31, 30].
     """
     x, multiplier, shift = _i64(x), _i64(multiplier), _i64(shift)
+    _check_shift(shift)
     left = np.maximum(shift, 0)
     right = np.maximum(-shift, 0)
     shifted = wrap_int32(x << left) if np.any(left) else x
@@ -88,7 +89,7 @@ def multiply_by_quantized_multiplier(x: np.ndarray, multiplier: np.ndarray,
 
 def _check_shift(shift: np.ndarray) -> None:
     if np.any((shift < -31) | (shift > 30)):
-        raise ValueError("single-rounding shift must be in [-31, 30]")
+        raise ValueError("requantization shift must be in [-31, 30]")
 
 
 def multiply_by_quantized_multiplier_single_round(x: np.ndarray, multiplier: np.ndarray,

@@ -1,0 +1,296 @@
+"""Chip-side handlers of the compute descriptors in ``spec.ops``.
+
+``HANDLERS`` maps an opcode to ``handler(desc, dma)``: the handler reads its operands
+through the DMA engine (every access is IOMMU-checked), runs the kernel and writes the
+result in place into the output view. A descriptor whose fields make no sense raises
+``OpDescriptorError`` (a ValueError: the job fails with EINVAL).
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+import numpy as np
+
+from firmware_sim.kernels import activations, conv, elementwise, layout, pooling, resize
+from firmware_sim.spec import ops
+
+__all__ = ["HANDLERS", "OpDescriptorError"]
+
+# Sanity bound on any one tensor (elements); the IOMMU bounds real accesses anyway.
+_MAX_ELEMENTS = 1 << 31
+
+
+class OpDescriptorError(ValueError):
+    """A compute descriptor with impossible fields."""
+
+
+def _dims(values, name: str) -> tuple[int, ...]:
+    dims = tuple(int(v) for v in values)
+    if any(d == 0 for d in dims):
+        raise OpDescriptorError(f"{name} has an empty dimension: {dims}")
+    if int(np.prod(dims, dtype=np.int64)) > _MAX_ELEMENTS:
+        raise OpDescriptorError(f"{name} {dims} is too large")
+    return dims
+
+
+def _ranked(desc: np.void, field: str) -> tuple[int, ...]:
+    rank = int(desc["rank"])
+    if not 1 <= rank <= ops.MAX_RANK:
+        raise OpDescriptorError(f"rank {rank} outside 1..{ops.MAX_RANK}")
+    return _dims(desc[field][:rank], field)
+
+
+def _count(desc: np.void) -> int:
+    n = int(desc["count"])
+    if not 0 < n <= _MAX_ELEMENTS:
+        raise OpDescriptorError(f"element count {n} out of range")
+    return n
+
+
+def _quant_arrays(desc: np.void, dma, n: int) -> tuple[np.ndarray, np.ndarray]:
+    if int(desc["flags"]) & ops.OPF_PER_CHANNEL:
+        return (dma.read_array(int(desc["mult_iova"]), np.int32, (n,)),
+                dma.read_array(int(desc["shift_iova"]), np.int32, (n,)))
+    return np.array([desc["multiplier"]], np.int32), np.array([desc["shift"]], np.int32)
+
+
+def _conv_common(desc: np.void, dma, depthwise: bool) -> None:
+    n, h, w, cin = _dims(desc["in_shape"], "in_shape")
+    on, oh, ow, cout = _dims(desc["out_shape"], "out_shape")
+    kh, kw = _dims(desc["filter_hw"], "filter_hw")
+    if on != n:
+        raise OpDescriptorError("input and output batch differ")
+    if depthwise:
+        w_shape = (1, kh, kw, cout)
+    else:
+        cin_g = int(desc["cin_per_group"])
+        if cin_g == 0 or cin % cin_g:
+            raise OpDescriptorError(f"cin_per_group {cin_g} does not divide Cin {cin}")
+        w_shape = (cout, kh, kw, cin_g)
+    x = dma.read_array(int(desc["input"]), np.int8, (n, h, w, cin))
+    wt = dma.read_array(int(desc["weights"]), np.int8, w_shape)
+    bias = dma.read_array(int(desc["bias"]), np.int32, (cout,)) if desc["bias"] else None
+    mult, shift = _quant_arrays(desc, dma, cout)
+    out = dma.write_array(int(desc["output"]), np.int8, (n, oh, ow, cout))
+    fn = conv.depthwise_conv2d if depthwise else conv.conv2d
+    fn(x, wt, bias, stride=tuple(desc["stride"]), dilation=tuple(desc["dilation"]),
+       padding=tuple(desc["padding"]), out_hw=(oh, ow), input_zp=int(desc["input_zp"]),
+       output_zp=int(desc["output_zp"]), multiplier=mult, shift=shift,
+       act_min=int(desc["act_min"]), act_max=int(desc["act_max"]), out=out)
+
+
+def _conv2d(desc: np.void, dma) -> None:
+    _conv_common(desc, dma, depthwise=False)
+
+
+def _depthwise(desc: np.void, dma) -> None:
+    _conv_common(desc, dma, depthwise=True)
+
+
+def _binary_operands(desc: np.void, dma):
+    s1, s2, so = (_ranked(desc, f) for f in ("in1_shape", "in2_shape", "out_shape"))
+    try:
+        if np.broadcast_shapes(s1, s2) != so:
+            raise OpDescriptorError(f"{s1} and {s2} do not broadcast to {so}")
+    except ValueError as exc:
+        raise OpDescriptorError(str(exc)) from None
+    return (dma.read_array(int(desc["input1"]), np.int8, s1),
+            dma.read_array(int(desc["input2"]), np.int8, s2),
+            dma.write_array(int(desc["output"]), np.int8, so))
+
+
+def _add(desc: np.void, dma) -> None:
+    a, b, out = _binary_operands(desc, dma)
+    elementwise.add(a, b, input1_zp=int(desc["input1_zp"]), input2_zp=int(desc["input2_zp"]),
+                    output_zp=int(desc["output_zp"]), left_shift=int(desc["left_shift"]),
+                    input1_multiplier=int(desc["input1_multiplier"]),
+                    input1_shift=int(desc["input1_shift"]),
+                    input2_multiplier=int(desc["input2_multiplier"]),
+                    input2_shift=int(desc["input2_shift"]),
+                    output_multiplier=int(desc["output_multiplier"]),
+                    output_shift=int(desc["output_shift"]),
+                    act_min=int(desc["act_min"]), act_max=int(desc["act_max"]), out=out)
+
+
+def _mul(desc: np.void, dma) -> None:
+    a, b, out = _binary_operands(desc, dma)
+    elementwise.mul(a, b, input1_zp=int(desc["input1_zp"]), input2_zp=int(desc["input2_zp"]),
+                    output_zp=int(desc["output_zp"]), multiplier=int(desc["multiplier"]),
+                    shift=int(desc["shift"]), act_min=int(desc["act_min"]),
+                    act_max=int(desc["act_max"]), out=out)
+
+
+def _pool(desc: np.void, dma, fn) -> None:
+    n, h, w, c = _dims(desc["in_shape"], "in_shape")
+    on, oh, ow, oc = _dims(desc["out_shape"], "out_shape")
+    if (on, oc) != (n, c):
+        raise OpDescriptorError("pooling keeps batch and channels")
+    x = dma.read_array(int(desc["input"]), np.int8, (n, h, w, c))
+    out = dma.write_array(int(desc["output"]), np.int8, (n, oh, ow, c))
+    fn(x, filter_hw=tuple(desc["filter_hw"]), stride=tuple(desc["stride"]),
+       padding=tuple(desc["padding"]), out_hw=(oh, ow), act_min=int(desc["act_min"]),
+       act_max=int(desc["act_max"]), out=out)
+
+
+def _max_pool(desc: np.void, dma) -> None:
+    _pool(desc, dma, pooling.max_pool2d)
+
+
+def _avg_pool(desc: np.void, dma) -> None:
+    _pool(desc, dma, pooling.avg_pool2d)
+
+
+def _mean(desc: np.void, dma) -> None:
+    shape = _ranked(desc, "in_shape")
+    mask = int(desc["axes_mask"])
+    axes = tuple(i for i in range(len(shape)) if mask >> i & 1)
+    if not axes or mask >> len(shape):
+        raise OpDescriptorError(f"axes mask {mask:#x} does not fit rank {len(shape)}")
+    x = dma.read_array(int(desc["input"]), np.int8, shape)
+    out_shape = tuple(1 if i in axes else d for i, d in enumerate(shape))
+    out = dma.write_array(int(desc["output"]), np.int8, out_shape)
+    pooling.mean(x, axes, input_zp=int(desc["input_zp"]), output_zp=int(desc["output_zp"]),
+                 multiplier=int(desc["multiplier"]), shift=int(desc["shift"]), keep_dims=True,
+                 out=out)
+
+
+def _relu(desc: np.void, dma) -> None:
+    n = _count(desc)
+    x = dma.read_array(int(desc["input"]), np.int8, (n,))
+    out = dma.write_array(int(desc["output"]), np.int8, (n,))
+    activations.relu_family(x, input_zp=int(desc["input_zp"]), output_zp=int(desc["output_zp"]),
+                            multiplier=int(desc["multiplier"]), shift=int(desc["shift"]),
+                            act_min=int(desc["act_min"]), act_max=int(desc["act_max"]), out=out)
+
+
+def _lut(desc: np.void, dma) -> None:
+    n = _count(desc)
+    x = dma.read_array(int(desc["input"]), np.int8, (n,))
+    table = dma.read_array(int(desc["lut"]), np.int8, (256,))
+    activations.lut_lookup(x, table, out=dma.write_array(int(desc["output"]), np.int8, (n,)))
+
+
+def _softmax(desc: np.void, dma) -> None:
+    shape = _dims((desc["rows"], desc["depth"]), "rows/depth")
+    x = dma.read_array(int(desc["input"]), np.int8, shape)
+    activations.softmax(x, input_beta_multiplier=int(desc["input_beta_multiplier"]),
+                        input_beta_left_shift=int(desc["input_beta_left_shift"]),
+                        diff_min=int(desc["diff_min"]),
+                        out=dma.write_array(int(desc["output"]), np.int8, shape))
+
+
+def _concat(desc: np.void, dma) -> None:
+    k = int(desc["num_inputs"])
+    if not 0 < k <= ops.CONCAT_MAX_INPUTS:
+        raise OpDescriptorError(f"concat of {k} inputs")
+    outer, inner, total = _dims((desc["outer"], desc["inner"], desc["axis_total"]), "concat")
+    addrs = dma.read_array(int(desc["inputs_iova"]), np.uint64, (k,)).copy()
+    sizes = dma.read_array(int(desc["sizes_iova"]), np.uint32, (k,)).astype(np.int64)
+    if int(sizes.sum()) != total or np.any(sizes == 0):
+        raise OpDescriptorError("concat input extents do not add up to the output's")
+    xs = [dma.read_array(int(a), np.int8, (outer, int(s), inner)) for a, s in zip(addrs, sizes)]
+    layout.concat(xs, 1, out=dma.write_array(int(desc["output"]), np.int8, (outer, total, inner)))
+
+
+def _reshape(desc: np.void, dma) -> None:
+    n = _count(desc)
+    x = dma.read_array(int(desc["input"]), np.int8, (n,))
+    dma.write_array(int(desc["output"]), np.int8, (n,))[:] = x
+
+
+def _transpose(desc: np.void, dma) -> None:
+    shape = _ranked(desc, "in_shape")
+    perm = tuple(int(p) for p in desc["perm"][:len(shape)])
+    if sorted(perm) != list(range(len(shape))):
+        raise OpDescriptorError(f"perm {perm} is not a permutation")
+    x = dma.read_array(int(desc["input"]), np.int8, shape)
+    out_shape = tuple(shape[p] for p in perm)
+    layout.transpose(x, perm, out=dma.write_array(int(desc["output"]), np.int8, out_shape))
+
+
+def _pad(desc: np.void, dma) -> None:
+    shape = _ranked(desc, "in_shape")
+    r = len(shape)
+    pads = [(int(a), int(b)) for a, b in zip(desc["pad_before"][:r], desc["pad_after"][:r])]
+    out_shape = _dims([d + a + b for d, (a, b) in zip(shape, pads)], "padded shape")
+    x = dma.read_array(int(desc["input"]), np.int8, shape)
+    layout.pad(x, pads, int(desc["pad_value"]),
+               out=dma.write_array(int(desc["output"]), np.int8, out_shape))
+
+
+def _strided_slice(desc: np.void, dma) -> None:
+    shape = _ranked(desc, "in_shape")
+    r = len(shape)
+    args = (desc["begin"][:r], desc["end"][:r], desc["strides"][:r])
+    masks = dict(begin_mask=int(desc["begin_mask"]), end_mask=int(desc["end_mask"]),
+                 shrink_axis_mask=int(desc["shrink_axis_mask"]))
+    out_shape = layout.strided_slice_shape(shape, *args, **masks)
+    x = dma.read_array(int(desc["input"]), np.int8, shape)
+    out = dma.write_array(int(desc["output"]), np.int8, out_shape)
+    layout.strided_slice(x, *args, **masks, out=out)
+
+
+def _resize(desc: np.void, dma, fn) -> None:
+    n, h, w, c = _dims(desc["in_shape"], "in_shape")
+    oh, ow = _dims(desc["out_hw"], "out_hw")
+    flags = int(desc["flags"])
+    x = dma.read_array(int(desc["input"]), np.int8, (n, h, w, c))
+    fn(x, (oh, ow), align_corners=bool(flags & ops.OPF_ALIGN_CORNERS),
+       half_pixel_centers=bool(flags & ops.OPF_HALF_PIXEL_CENTERS),
+       out=dma.write_array(int(desc["output"]), np.int8, (n, oh, ow, c)))
+
+
+def _resize_bilinear(desc: np.void, dma) -> None:
+    _resize(desc, dma, resize.resize_bilinear)
+
+
+def _resize_nearest(desc: np.void, dma) -> None:
+    _resize(desc, dma, resize.resize_nearest)
+
+
+def _quantize(desc: np.void, dma) -> None:
+    n = _count(desc)
+    x = dma.read_array(int(desc["input"]), np.float32, (n,))
+    elementwise.quantize(x, scale=float(desc["scale"]), zero_point=int(desc["zero_point"]),
+                         out=dma.write_array(int(desc["output"]), np.int8, (n,)))
+
+
+def _requantize(desc: np.void, dma) -> None:
+    n = _count(desc)
+    x = dma.read_array(int(desc["input"]), np.int8, (n,))
+    elementwise.requantize(x, input_zp=int(desc["input_zp"]), output_zp=int(desc["output_zp"]),
+                           multiplier=int(desc["multiplier"]), shift=int(desc["shift"]),
+                           out=dma.write_array(int(desc["output"]), np.int8, (n,)))
+
+
+def _dequantize(desc: np.void, dma) -> None:
+    n = _count(desc)
+    x = dma.read_array(int(desc["input"]), np.int8, (n,))
+    elementwise.dequantize(x, scale=float(desc["scale"]), zero_point=int(desc["zero_point"]),
+                           out=dma.write_array(int(desc["output"]), np.float32, (n,)))
+
+
+Handler = Callable[[np.void, object], None]
+
+HANDLERS: dict[int, Handler] = {
+    ops.OP_CONV2D: _conv2d,
+    ops.OP_DEPTHWISE_CONV2D: _depthwise,
+    ops.OP_ADD: _add,
+    ops.OP_MUL: _mul,
+    ops.OP_MAX_POOL2D: _max_pool,
+    ops.OP_AVG_POOL2D: _avg_pool,
+    ops.OP_MEAN: _mean,
+    ops.OP_RELU: _relu,
+    ops.OP_LUT: _lut,
+    ops.OP_SOFTMAX: _softmax,
+    ops.OP_CONCAT: _concat,
+    ops.OP_RESHAPE: _reshape,
+    ops.OP_TRANSPOSE: _transpose,
+    ops.OP_PAD: _pad,
+    ops.OP_STRIDED_SLICE: _strided_slice,
+    ops.OP_RESIZE_BILINEAR: _resize_bilinear,
+    ops.OP_RESIZE_NEAREST: _resize_nearest,
+    ops.OP_QUANTIZE: _quantize,
+    ops.OP_REQUANTIZE: _requantize,
+    ops.OP_DEQUANTIZE: _dequantize,
+}

@@ -1,0 +1,68 @@
+"""A chip-side memory rig for handler tests: a bus directory with one context's page
+table and one buffer object, driven through the real DMA engine and job executor."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from firmware_sim.dma import DmaEngine
+from firmware_sim.executor import JobResult, run_job
+from firmware_sim.spec import iommu, memory, tasks
+from firmware_sim.timing import HardwareProfile
+
+ASID, BO = 1, 7
+
+
+class ChipMemory:
+    """Allocates device memory in one buffer object mapped at IOVA_BASE, read/write."""
+
+    def __init__(self, bus: Path, size: int = 16 << 20):
+        self.bus = Path(bus)
+        self.size = size
+        bo_file = memory.bo_path(self.bus, BO)
+        bo_file.write_bytes(b"")
+        with open(bo_file, "r+b") as f:
+            f.truncate(size)
+        self.bytes = np.memmap(bo_file, dtype=np.uint8, mode="r+", shape=(size,))
+        pt_file = memory.page_table_path(self.bus, ASID)
+        with open(pt_file, "wb") as f:
+            f.truncate(iommu.PT_ENTRIES * iommu.PTE_DTYPE.itemsize)
+        table = np.memmap(pt_file, dtype=iommu.PTE_DTYPE, mode="r+", shape=(iommu.PT_ENTRIES,))
+        npages = size // iommu.PAGE_SIZE
+        table[:npages] = iommu.make_ptes(BO, 0, npages, True, True)
+        table.flush()
+        self._next = 0
+        self.dma = DmaEngine(self.bus)
+
+    def alloc(self, nbytes: int) -> int:
+        """Reserve ``nbytes`` (64-byte aligned); returns the IOVA."""
+        offset = self._next
+        self._next = -(-(offset + max(nbytes, 1)) // 64) * 64
+        if self._next > self.size:
+            raise MemoryError("chip test memory exhausted")
+        return iommu.IOVA_BASE + offset
+
+    def put(self, array: np.ndarray) -> int:
+        """Copy ``array`` into fresh device memory; returns its IOVA."""
+        data = np.ascontiguousarray(array)
+        iova = self.alloc(data.nbytes)
+        off = iova - iommu.IOVA_BASE
+        self.bytes[off:off + data.nbytes] = data.reshape(-1).view(np.uint8)
+        return iova
+
+    def get(self, iova: int, dtype, shape) -> np.ndarray:
+        dtype = np.dtype(dtype)
+        off = iova - iommu.IOVA_BASE
+        n = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+        return self.bytes[off:off + n].view(dtype).reshape(shape).copy()
+
+    def run(self, *descriptors: bytes) -> JobResult:
+        """Run the descriptors as one job on the real executor."""
+        cmd = b"".join(descriptors)
+        iova = self.put(np.frombuffer(cmd, np.uint8))
+        return run_job(self.dma, ASID, iova, len(cmd), HardwareProfile())
+
+
+def encode(name: str, flags: int = 0, **fields) -> bytes:
+    return tasks.encode_task(name, flags, **fields)
