@@ -1,1 +1,39 @@
-"""The model compiler: graph IR, importers (TFLite, ONNX), float reference, int8 quantizer."""
+"""The model compiler.
+
+Pipeline::
+
+    .tflite (int8)  --tflite_import-->  int8 IR  ------------------------------+
+    .tflite (float) --tflite_import-->  float IR --quantizer (optimize,         |
+    .onnx   (float) --onnx_import---->  float IR    calibrate, quantize)--> int8 IR
+                                                                               |
+                                      memplan (weights, activation arena, I/O) v
+                                      lowering to chip tasks  -->  loadable file
+
+Modules: ``ir`` (graph IR), ``tflite_import``, ``onnx_import``, ``float_ref`` (numpy
+float reference interpreter), ``optimize``, ``quantizer``, ``tflite_export`` (IR back to
+.tflite, to check against LiteRT), ``memplan``. The names below are imported lazily so
+``import libnpu.compiler`` does not pull in onnx or tflite until they are used.
+"""
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_EXPORTS = {
+    "Graph": "ir", "Tensor": "ir", "Op": "ir", "QuantParams": "ir", "IRError": "ir",
+    "load_tflite": "tflite_import", "import_tflite": "tflite_import",
+    "load_onnx": "onnx_import", "import_onnx": "onnx_import",
+    "FloatInterpreter": "float_ref", "run_float": "float_ref",
+    "quantize_model": "quantizer", "calibrate": "quantizer", "quantize": "quantizer",
+    "export_tflite": "tflite_export",
+    "plan_memory": "memplan", "MemoryPlan": "memplan",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    if name in _EXPORTS:
+        module = importlib.import_module(f".{_EXPORTS[name]}", __name__)
+        return getattr(module, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -16,7 +16,7 @@ import copy
 import heapq
 from collections import defaultdict
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Iterator
+from typing import Any, Iterator
 
 import numpy as np
 
@@ -296,12 +296,3 @@ def same_pads(in_size: int, kernel: int, stride: int, dilation: int) -> tuple[in
     out = (in_size + stride - 1) // stride
     total = max((out - 1) * stride + eff - in_size, 0)
     return out, total // 2, total - total // 2
-
-
-def conv_out_size(in_size: int, kernel: int, stride: int, dilation: int, before: int, after: int) -> int:
-    eff = (kernel - 1) * dilation + 1
-    return (in_size + before + after - eff) // stride + 1
-
-
-def iter_op_tensors(graph: Graph, op: Op) -> Iterable[Tensor]:
-    return (graph.tensors[n] for n in op.inputs + op.outputs if n)

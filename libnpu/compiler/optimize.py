@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from .float_ref import OPS
-from .ir import Graph, Op, Tensor
+from .ir import Graph, Tensor
 
 __all__ = ["optimize", "fold_constants", "fold_affine_into_conv", "fuse_activations", "remove_identities"]
 
