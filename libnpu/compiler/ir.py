@@ -195,6 +195,24 @@ class Graph:
             counts[op.type] += 1
         return dict(counts)
 
+    def op_macs(self, op: Op) -> int:
+        """Multiply-accumulates of one op (convolutions and fully connected; 0 otherwise)."""
+        if op.type not in ("CONV_2D", "DEPTHWISE_CONV_2D", "FULLY_CONNECTED"):
+            return 0
+        out = self.tensors[op.outputs[0]]
+        w = self.tensors[op.inputs[1]].shape
+        if op.type == "CONV_2D":
+            per_output = w[1] * w[2] * w[3]
+        elif op.type == "DEPTHWISE_CONV_2D":
+            per_output = w[1] * w[2]
+        else:
+            per_output = w[1]
+        return out.size * int(per_output)
+
+    def macs(self) -> int:
+        """Total multiply-accumulates of one inference."""
+        return sum(self.op_macs(op) for op in self.ops)
+
     def constants(self) -> Iterator[Tensor]:
         return (t for t in self.tensors.values() if t.is_constant)
 

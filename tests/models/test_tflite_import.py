@@ -31,13 +31,9 @@ def test_resnet8_structure(resnet8_path):
     s2 = [op for op in convs if op.attrs["stride"] == (2, 2) and g.tensors[op.inputs[1]].shape[1] == 3]
     assert s2 and all(op.attrs["pads"] == (0, 1, 0, 1) for op in s2)
     # 12.5 M MACs, as MLPerf-Tiny documents
-    macs = 0
-    for op in g.ops:
-        if op.type in ("CONV_2D", "FULLY_CONNECTED"):
-            w = g.tensors[op.inputs[1]].shape
-            out_t = g.tensors[op.outputs[0]].shape
-            macs += int(np.prod(out_t)) * int(np.prod(w[1:]))
-    assert 12.4e6 < macs < 12.6e6
+    assert 12.4e6 < g.macs() < 12.6e6
+    fc = next(op for op in g.ops if op.type == "FULLY_CONNECTED")
+    assert g.op_macs(fc) == 640
 
 
 def test_blazeface_structure(blazeface_path):

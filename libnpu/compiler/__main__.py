@@ -1,0 +1,104 @@
+"""Command line for the compiler front half.
+
+    python -m libnpu.compiler fetch                      # model files into the cache
+    python -m libnpu.compiler summary MODEL              # ops, shapes, MACs
+    python -m libnpu.compiler quantize MODEL -o OUT.tflite [--calib X.npy] [--random N]
+    python -m libnpu.compiler plan MODEL                 # device memory plan
+
+MODEL is a .tflite or .onnx file, or a model-zoo name (``resnet8``, ``blazeface``).
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from .. import model_zoo
+from .ir import Graph, IRError
+
+
+def _load(spec: str) -> Graph:
+    if spec in ("resnet8", "blazeface"):
+        spec = str(model_zoo.fetch(spec))
+    path = Path(spec)
+    if not path.is_file():
+        raise IRError(f"{spec}: no such file (or model-zoo name: resnet8, blazeface)")
+    if path.suffix == ".onnx":
+        from .onnx_import import load_onnx
+        return load_onnx(path)
+    from .tflite_import import load_tflite
+    return load_tflite(path)
+
+
+def _cmd_fetch(args: argparse.Namespace) -> int:
+    for key in model_zoo.ASSETS:
+        print(f"{key:10} {model_zoo.fetch(key)}")
+    return 0
+
+
+def _cmd_summary(args: argparse.Namespace) -> int:
+    g = _load(args.model)
+    print(g.summary())
+    counts = ", ".join(f"{k} {v}" for k, v in sorted(g.op_counts().items()))
+    weights = sum(t.nbytes for t in g.constants())
+    print(f"ops: {counts}\nMACs: {g.macs():,}  constant bytes: {weights:,}")
+    return 0
+
+
+def _cmd_quantize(args: argparse.Namespace) -> int:
+    from .quantizer import quantize_model
+    from .tflite_export import export_tflite
+    g = _load(args.model)
+    dataset = None
+    if args.calib:
+        samples = np.load(args.calib).astype(np.float32)
+        if len(g.inputs) != 1:
+            raise IRError("--calib supports single-input models")
+        shape = g.tensors[g.inputs[0]].shape
+        dataset = [[s.reshape(shape)] for s in samples]
+    q = quantize_model(g, dataset, method=args.method, random_count=args.random,
+                       io_dtype="int8" if args.int8_io else "float32")
+    Path(args.output).write_bytes(export_tflite(q))
+    print(f"wrote {args.output}: {len(q.ops)} ops, calibration {q.metadata['calibration']}")
+    return 0
+
+
+def _cmd_plan(args: argparse.Namespace) -> int:
+    from .memplan import plan_memory
+    g = _load(args.model)
+    plan = plan_memory(g)
+    for i, r in enumerate(plan.regions):
+        print(f"region {i}: {r.kind.name:<11} {r.size:>10,} bytes  {r.name}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m libnpu.compiler", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="cmd", required=True)
+    sub.add_parser("fetch", help="download the model-zoo files into the cache").set_defaults(fn=_cmd_fetch)
+    p = sub.add_parser("summary", help="import a model and print its graph")
+    p.add_argument("model")
+    p.set_defaults(fn=_cmd_summary)
+    p = sub.add_parser("quantize", help="post-training int8 quantization, written as .tflite")
+    p.add_argument("model")
+    p.add_argument("-o", "--output", required=True)
+    p.add_argument("--calib", help=".npy array of calibration samples (first axis = sample)")
+    p.add_argument("--random", type=int, default=8, help="random calibration runs when --calib is absent")
+    p.add_argument("--method", choices=("minmax", "percentile"), default="minmax")
+    p.add_argument("--int8-io", action="store_true", help="int8 inputs/outputs instead of float")
+    p.set_defaults(fn=_cmd_quantize)
+    p = sub.add_parser("plan", help="print the device memory plan")
+    p.add_argument("model")
+    p.set_defaults(fn=_cmd_plan)
+    args = parser.parse_args(argv)
+    try:
+        return args.fn(args)
+    except (IRError, model_zoo.ModelZooError, OSError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
