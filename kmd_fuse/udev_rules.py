@@ -48,8 +48,9 @@ _SUBST_LONG = {"kernel": "k", "number": "n", "devpath": "p", "major": "M", "mino
                "env": "E", "attr": "s", "devnode": "N", "name": "name", "links": "links",
                "root": "r", "sys": "S"}
 _SUBST_SHORT = {"k", "n", "p", "M", "m", "E", "s", "N", "r", "S"}
-_UNSUPPORTED_SUBST = {"id": "b", "driver": "d", "result": "c", "parent": "P", "tempnode": "T",
-                      "sysfs": "s"}
+# udev takes the longest known name that prefixes the text after '$' ("$kernelX" is $kernel + "X").
+_SUBST_NAMES = sorted(_SUBST_LONG, key=len, reverse=True)
+_UNSUPPORTED_SUBST = {"id", "driver", "result", "parent", "tempnode", "sysfs"}
 _WITH_ARG = {"E", "s"}
 
 
@@ -163,12 +164,17 @@ def _parse_value_parts(value: str, file: str, line: int) -> tuple[Part, ...]:
             i += 2
             continue
         if ch == "$":
-            m = re.match(r"[a-z]+", value[i + 1:])
-            word = m.group(0) if m else ""
-            if word in _UNSUPPORTED_SUBST:
-                raise RulesSyntaxError(file, line, f"substitution ${word} is not supported")
-            if word not in _SUBST_LONG:
-                raise RulesSyntaxError(file, line, f"unknown substitution ${word or value[i + 1:i + 2]}")
+            rest = value[i + 1:]
+            word = next((n for n in _SUBST_NAMES if rest.startswith(n)), None)
+            unsupported = next((n for n in _UNSUPPORTED_SUBST if rest.startswith(n)), None)
+            if unsupported and len(unsupported) > len(word or ""):  # e.g. $sysfs, not $sys + "fs"
+                raise RulesSyntaxError(file, line, f"substitution ${unsupported} is not supported")
+            if word is None:
+                m = re.match(r"[a-z]*", rest)
+                bad = m.group(0) if m and m.group(0) else rest[:1]
+                if bad in _UNSUPPORTED_SUBST:
+                    raise RulesSyntaxError(file, line, f"substitution ${bad} is not supported")
+                raise RulesSyntaxError(file, line, f"unknown substitution ${bad}")
             code, i = _SUBST_LONG[word], i + 1 + len(word)
         else:
             code = value[i + 1:i + 2]

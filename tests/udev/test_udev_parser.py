@@ -52,6 +52,8 @@ def test_substitutions_are_parsed_into_parts() -> None:
                          "-$-%-", ("n", ""), ("k", ""))
     all_long = parse_rules('ENV{A}="$devpath$major$minor$devnode$name$links$root$sys$attr{x}"')[0]
     assert [p[0] for p in all_long.assigns[0].parts] == ["p", "M", "m", "N", "name", "links", "r", "S", "s"]
+    prefix = parse_rules('ENV{A}="$kernelX$numbers"')[0].assigns[0]
+    assert prefix.parts == (("k", ""), "X", ("n", ""), "s")
     all_short = parse_rules('ENV{A}="%p%M%m%N%r%S%E{B}"')[0]
     assert [p[0] for p in all_short.assigns[0].parts] == ["p", "M", "m", "N", "r", "S", "E"]
 
@@ -95,6 +97,9 @@ def test_goto_index_is_offset_across_files(tmp_path) -> None:
     ('MODE="06600"', 1, "MODE must be octal"),
     ('SYMLINK+="$foo"', 1, "unknown substitution $foo"),
     ('SYMLINK+="$result"', 1, "substitution $result is not supported"),
+    ('SYMLINK+="$sysfs{model}"', 1, "substitution $sysfs is not supported"),
+    ('SYMLINK+="$"', 1, "unknown substitution $"),
+    ('SYMLINK+="$-"', 1, "unknown substitution $-"),
     ('SYMLINK+="%c"', 1, "unknown or unsupported substitution %c"),
     ('SYMLINK+="$env"', 1, "needs {name}"),
     ('SYMLINK+="%s{/abs}"', 1, "bad attribute name"),
