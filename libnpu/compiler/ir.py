@@ -20,10 +20,34 @@ from typing import Any, Iterator
 
 import numpy as np
 
-__all__ = ["IRError", "QuantParams", "Tensor", "Op", "Graph", "DTYPES", "ACTIVATIONS"]
+__all__ = ["IRError", "QuantParams", "Tensor", "Op", "Graph", "DTYPES", "ACTIVATIONS", "OP_ATTRS"]
 
 DTYPES = ("float32", "float16", "int8", "uint8", "int16", "int32", "int64", "bool")
 ACTIVATIONS = ("NONE", "RELU", "RELU6", "RELU_N1_TO_1")
+
+
+# Every op type the IR knows, with the attributes it carries (all required). Inputs are
+# data tensors in TFLite order; parameters that TFLite passes as constant tensors
+# (shapes, paddings, axes...) are attributes here.
+OP_ATTRS: dict[str, tuple[str, ...]] = {
+    "CONV_2D": ("stride", "dilation", "pads", "groups", "activation"),  # in: x, w OHWI, bias|""
+    "DEPTHWISE_CONV_2D": ("stride", "dilation", "pads", "depth_multiplier", "activation"),  # w [1,KH,KW,C*M]
+    "FULLY_CONNECTED": ("activation", "keep_num_dims"),  # in: x, w [N, K], bias|""
+    "ADD": ("activation",), "SUB": ("activation",), "MUL": ("activation",),
+    "AVERAGE_POOL_2D": ("filter", "stride", "pads", "activation"),
+    "MAX_POOL_2D": ("filter", "stride", "pads", "activation"),
+    "RESHAPE": ("new_shape",),
+    "SOFTMAX": ("beta",),
+    "CONCATENATION": ("axis", "activation"),
+    "PAD": ("paddings",),  # ((before, after) per axis); pads with zero (the zero point)
+    "RELU": (), "RELU6": (), "RELU_N1_TO_1": (), "LOGISTIC": (), "TANH": (),
+    "QUANTIZE": (), "DEQUANTIZE": (),
+    "MEAN": ("axes", "keep_dims"),
+    "TRANSPOSE": ("perm",),
+    "RESIZE_BILINEAR": ("size", "align_corners", "half_pixel_centers"),
+    "RESIZE_NEAREST_NEIGHBOR": ("size", "align_corners", "half_pixel_centers"),
+    "STRIDED_SLICE": ("begin", "end", "strides", "new_shape"),  # resolved: no masks
+}
 
 
 class IRError(ValueError):
@@ -272,6 +296,11 @@ class Graph:
             if t.is_constant:
                 raise IRError(f"graph input {n!r} is a constant")
         for op in self.ops:
+            if op.type not in OP_ATTRS:
+                raise IRError(f"{op.describe()}: unknown op type")
+            missing = [a for a in OP_ATTRS[op.type] if a not in op.attrs]
+            if missing:
+                raise IRError(f"{op.describe()}: missing attributes {missing}")
             for i in op.inputs:
                 if i and i not in defined:
                     if i in self.tensors:

@@ -1,0 +1,81 @@
+import numpy as np
+import pytest
+
+from libnpu.compiler.ir import Graph, IRError, Op, QuantParams, Tensor, same_pads
+
+
+def _chain() -> Graph:
+    g = Graph("chain")
+    for n in "abcd":
+        g.add_tensor(Tensor(n, (1, 4), "float32"))
+    g.add_op(Op("RELU", ["a"], ["b"]))
+    g.add_op(Op("LOGISTIC", ["b"], ["c"]))
+    g.add_op(Op("TANH", ["c"], ["d"]))
+    g.inputs, g.outputs = ["a"], ["d"]
+    return g
+
+
+def test_toposort_restores_order_and_detects_cycles():
+    g = _chain()
+    g.ops.reverse()
+    with pytest.raises(IRError, match="used before it is produced"):
+        g.validate()
+    g.toposort()
+    assert [op.type for op in g.ops] == ["RELU", "LOGISTIC", "TANH"]
+    g.validate()
+    g.ops[0].inputs = ["d"]  # a -> ... -> d -> RELU: cycle
+    with pytest.raises(IRError, match="cycle"):
+        g.toposort()
+
+
+def test_validate_catches_bad_graphs():
+    g = _chain()
+    g.ops[1].attrs = {}
+    g.validate()  # LOGISTIC has no attributes
+    g.ops[1].type = "SOFTMAX"
+    with pytest.raises(IRError, match=r"missing attributes \['beta'\]"):
+        g.validate()
+    g = _chain()
+    g.ops[1].type = "FANCY_OP"
+    with pytest.raises(IRError, match="unknown op type"):
+        g.validate()
+    g = _chain()
+    g.outputs = ["zz"]
+    with pytest.raises(IRError, match="never produced"):
+        g.validate()
+    with pytest.raises(IRError, match="duplicate tensor"):
+        g.add_tensor(Tensor("a", (1,), "float32"))
+    with pytest.raises(IRError, match="unknown tensor"):
+        g.add_op(Op("RELU", ["nope"], ["a"]))
+
+
+def test_prune_drops_dead_ops_and_tensors():
+    g = _chain()
+    g.add_tensor(Tensor("dead", (1, 4), "float32"))
+    g.add_op(Op("RELU6", ["b"], ["dead"]))
+    g.add_const("unused", np.zeros(3, np.float32))
+    g.prune()
+    assert "dead" not in g.tensors and "unused" not in g.tensors
+    assert [op.type for op in g.ops] == ["RELU", "LOGISTIC", "TANH"]
+
+
+def test_quant_params():
+    with pytest.raises(IRError, match="scales must be finite and > 0"):
+        QuantParams([0.0], [0])
+    with pytest.raises(IRError, match="equal length"):
+        QuantParams([1.0, 2.0], [0])
+    with pytest.raises(IRError, match="3 channel scales"):
+        Tensor("w", (4, 3), "int8", QuantParams([1, 1, 1], [0, 0, 0], axis=0))
+    qp = QuantParams([0.5, 0.25], [0, 0], axis=1)
+    x = np.array([[1.0, 1.0], [-100.0, 0.3]], np.float32)
+    q = qp.quantize(x)
+    np.testing.assert_array_equal(q, [[2, 4], [-128, 1]])
+    np.testing.assert_allclose(qp.dequantize(q), [[1.0, 1.0], [-64.0, 0.25]])
+
+
+def test_same_pads_matches_tflite():
+    assert same_pads(32, 3, 1, 1) == (32, 1, 1)
+    assert same_pads(32, 3, 2, 1) == (16, 0, 1)
+    assert same_pads(7, 3, 2, 1) == (4, 1, 1)
+    assert same_pads(5, 1, 2, 1) == (3, 0, 0)
+    assert same_pads(10, 3, 1, 2) == (10, 2, 2)
