@@ -98,9 +98,11 @@ def _write_db(path: Path, out: Outcome) -> None:
 def _link_path(devroot: Path, link: str) -> Path:
     path = devroot / link
     real_root = os.path.realpath(devroot)
-    real_parent = os.path.realpath(path.parent) if path.parent.exists() else None
-    if real_parent is not None and os.path.commonpath([real_root, real_parent]) != real_root:
-        raise ApplyError(f"symlink {link!r} would leave the devroot {devroot} (through {path.parent})")
+    existing = path.parent
+    while not existing.exists() and existing != devroot:  # the part mkdir will not create
+        existing = existing.parent
+    if os.path.commonpath([real_root, os.path.realpath(existing)]) != real_root:
+        raise ApplyError(f"symlink {link!r} would leave the devroot {devroot} (through {existing})")
     return path
 
 

@@ -350,7 +350,7 @@ def read_attr(event: Uevent, sysroot: str | None, name: str) -> str | None:
     try:
         with open(os.path.join(base, name), encoding="utf-8", errors="replace") as f:
             return f.read().rstrip()
-    except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
+    except OSError:  # absent or unreadable: udev treats both as no value
         return None
 
 
@@ -363,7 +363,7 @@ class _Eval:
         self.links: list[str] = []
         self.out = Outcome(event, devroot, 0, "root", "root", self.links, self.props)
 
-    def subst(self, tok: Token, rule: Rule, for_symlink: bool = False) -> str:
+    def subst(self, tok: Token, for_symlink: bool = False) -> str:
         out: list[str] = []
         ev = self.event
         for part in tok.parts:
@@ -426,7 +426,7 @@ class _Eval:
             self.out.trace.append(f"{kernel}: {rule.where} {key} ignored, final value set at "
                                   f"{self.out.origin[key]}")
             return
-        value = self.subst(tok, rule, for_symlink=tok.key == "SYMLINK")
+        value = self.subst(tok, for_symlink=tok.key == "SYMLINK")
         if tok.key == "MODE":
             if not re.fullmatch(r"[0-7]{1,4}", value):
                 raise RuleEvalError(f"{rule.where}: MODE must be octal, got {value!r}")

@@ -155,8 +155,9 @@ def test_symlink_cannot_escape_devroot_through_a_symlinked_dir(tmp_path: Path) -
     outside.mkdir()
     node(devroot)
     (devroot / "npu").symlink_to(outside)
-    with pytest.raises(ApplyError, match="would leave the devroot"):
-        RuleSet.from_text('SYMLINK+="npu/x"').apply(ev(), devroot)
+    for link in ("npu/x", "npu/deeper/still/x"):
+        with pytest.raises(ApplyError, match="would leave the devroot"):
+            RuleSet.from_text(f'SYMLINK+="{link}"').apply(ev(), devroot)
     assert os.listdir(outside) == []
 
 
