@@ -193,9 +193,10 @@ def _pct(delta: float, span: float) -> float:
 def summarize(prev: Snapshot | None, cur: Snapshot) -> list[dict[str, Any]]:
     """Per-device reports: attributes, utilization over prev->cur, per-process rows.
 
-    Utilization is None without a previous snapshot. Device utilization is the growth of
-    busy_time_us over the wall time between the snapshots; a process's is the growth of
-    its clients' drm-engine ns divided by wall time and engine capacity.
+    Utilization is None without a previous snapshot. busy_time_us is the time the cores
+    spent on jobs summed over the cores (what the driver counts), so device utilization
+    is its growth over wall time x cores; a process's is the growth of its clients'
+    drm-engine ns over wall time x drm-engine-capacity (1 when absent).
     """
     dt = None if prev is None else cur.t - prev.t
     before = {d.name: d for d in prev.devices} if prev else {}
@@ -204,7 +205,8 @@ def summarize(prev: Snapshot | None, cur: Snapshot) -> list[dict[str, Any]]:
         old = before.get(dev.name)
         util = None
         if dt is not None and old is not None:
-            util = _pct(dev.attrs["busy_time_us"] - old.attrs["busy_time_us"], dt * 1e6)
+            cores = max(1, dev.attrs["cores"])
+            util = _pct(dev.attrs["busy_time_us"] - old.attrs["busy_time_us"], dt * 1e6 * cores)
         procs = _process_rows(dev, old, cur.procs.get(dev.name, {}), dt)
         reports.append({"index": dev.index, "name": dev.name, "node": dev.node, **dev.attrs,
                         "utilization_pct": util, "processes": procs})
