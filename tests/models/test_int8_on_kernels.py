@@ -1,0 +1,39 @@
+"""The compiler's int8 IR, executed by the chip's kernels, equals LiteRT's reference kernels."""
+import numpy as np
+import pytest
+
+import npu_model_builders as builders
+from libnpu.compiler.onnx_import import import_onnx
+from libnpu.compiler.quantizer import quantize_model
+from libnpu.compiler.tflite_export import export_tflite
+from libnpu.compiler.tflite_import import load_tflite
+
+int8_walk = pytest.importorskip("int8_walk", reason="chip kernels not importable")
+
+
+def test_resnet8_on_chip_kernels_is_bit_exact(resnet8_path, litert):
+    g = load_tflite(resnet8_path)
+    rng = np.random.default_rng(11)
+    for _ in range(3):
+        x = rng.integers(-128, 128, (1, 32, 32, 3), dtype=np.int8)
+        np.testing.assert_array_equal(int8_walk.run_int8(g, [x])[0], litert(resnet8_path, [x])[0])
+
+
+@pytest.mark.parametrize("make,shape", [(builders.small_cnn, (1, 3, 16, 16)), (builders.layout_mix, (1, 4, 8, 8))])
+def test_quantized_onnx_on_chip_kernels_is_bit_exact(make, shape, litert):
+    rng = np.random.default_rng(12)
+    q = quantize_model(import_onnx(make()), [[rng.standard_normal(shape).astype(np.float32)] for _ in range(8)])
+    tfl = export_tflite(q)
+    for _ in range(2):
+        x = rng.standard_normal(shape).astype(np.float32)
+        for ours, ref in zip(int8_walk.run_int8(q, [x]), litert(tfl, [x])):
+            np.testing.assert_array_equal(ours, ref)
+
+
+def test_quantized_blazeface_on_chip_kernels_is_bit_exact(blazeface_path, astronaut, litert):
+    img = astronaut.astype(np.float32) / 127.5 - 1.0
+    cal = [img[y:y + 256:2, x:x + 256:2][None].copy() for y, x in ((0, 64), (128, 128), (256, 0))]
+    q = quantize_model(load_tflite(blazeface_path), [[c] for c in cal])
+    face = img[0:384:3, 64:448:3][None].copy()
+    for ours, ref in zip(int8_walk.run_int8(q, [face]), litert(export_tflite(q), [face])):
+        np.testing.assert_array_equal(ours, ref)
