@@ -6,7 +6,7 @@ quotes with \\" and \\\\ escapes.
 
     match keys   ACTION DEVPATH KERNEL SUBSYSTEM ENV{key} ATTR{file}   (== !=)
                  patterns are shell globs (* ? [..]) with `|` alternatives
-    assign keys  MODE OWNER GROUP (= :=)  SYMLINK (= += -= :=)  ENV{key} (= += :=)
+    assign keys  MODE OWNER GROUP SYMLINK (= :=, SYMLINK also +=)  ENV{key} (= +=)
                  LABEL GOTO (=), GOTO only forward to a LABEL of the same file
     substitutions in assigned values: $kernel %k, $number %n, $devpath %p, $major %M,
                  $minor %m, $env{KEY} %E{KEY}, $attr{file} %s{file}, $devnode %N,
@@ -32,7 +32,8 @@ from kmd_fuse.uevent import Uevent
 MATCH_KEYS = {"ACTION", "DEVPATH", "KERNEL", "SUBSYSTEM", "ENV", "ATTR"}
 ASSIGN_OPS = {
     "MODE": ("=", ":="), "OWNER": ("=", ":="), "GROUP": ("=", ":="),
-    "SYMLINK": ("=", "+=", "-=", ":="), "ENV": ("=", "+=", ":="),
+    # As systemd-udevd 252 (Debian 12): no SYMLINK-=, and ENV has no final form.
+    "SYMLINK": ("=", "+=", ":="), "ENV": ("=", "+="),
     "LABEL": ("=",), "GOTO": ("=",),
 }
 NAMED_KEYS = {"ENV", "ATTR"}  # keys that take {name}
@@ -443,10 +444,7 @@ class _Eval:
                     raise RuleEvalError(f"{rule.where}: SYMLINK {link!r} must be a plain relative path")
             if tok.op in ("=", ":="):
                 self.links.clear()
-            if tok.op == "-=":
-                self.links[:] = [lnk for lnk in self.links if lnk not in links]
-            else:
-                self.links.extend(lnk for lnk in links if lnk not in self.links)
+            self.links.extend(lnk for lnk in links if lnk not in self.links)
         else:  # ENV
             name = tok.name or ""
             if tok.op == "+=" and self.props.get(name):
