@@ -41,6 +41,7 @@ class _Importer:
             for d in vi.type.tensor_type.shape.dim:
                 if not d.HasField("dim_value"):
                     d.dim_value = batch
+        model = _fold_constant_subgraphs(model, name)
         try:
             self.model = shape_inference.infer_shapes(model, strict_mode=True)
         except Exception as exc:  # onnx raises its own InferenceError types
@@ -133,10 +134,10 @@ class _Importer:
             self.g.inputs.append(self.env[vi.name][0])
         for idx, node in enumerate(graph.node):
             where = f"{node.op_type} node {idx} ({node.name or node.output[0]!r})"
+            attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
             handler = _HANDLERS.get(node.op_type)
             if handler is None:
                 raise ONNXImportError(f"unsupported op {where}")
-            attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
             handler(self, node, attrs, where)
         for vi in graph.output:
             if vi.name not in self.env:
@@ -318,14 +319,14 @@ def _global_avg(im: _Importer, node, attrs, where):
             dict(filter=(h, w), stride=(1, 1), pads=(0, 0, 0, 0), activation="NONE"))
 
 
-def _reshape_to(im: _Importer, node, where):
-    out_shape = im.onnx_shape(node.output[0], where)
+def _reshape_to(im: _Importer, node, where, out_shape: tuple[int, ...] | None = None):
+    out_shape = out_shape or im.onnx_shape(node.output[0], where)
     src = node.input[0]
     # A feature map with a single pixel has the same element order in NCHW and NHWC.
     in_shape = im.onnx_shape(src, where)
     flat_ok = im.is_nhwc(src) and in_shape[2] * in_shape[3] == 1
     x = im.value(src, None if flat_ok else False, where)
-    im.emit("RESHAPE", [x], node.output[0], False, where, dict(new_shape=out_shape))
+    im.emit("RESHAPE", [x], node.output[0], False, where, dict(new_shape=out_shape), shape=out_shape)
 
 
 def _flatten(im: _Importer, node, attrs, where):
@@ -333,8 +334,18 @@ def _flatten(im: _Importer, node, attrs, where):
 
 
 def _reshape(im: _Importer, node, attrs, where):
-    im.const(node.input[1], where)  # the output shape comes from shape inference
-    _reshape_to(im, node, where)
+    target = [int(d) for d in im.const(node.input[1], where).reshape(-1)]
+    in_shape = im.onnx_shape(node.input[0], where)
+    # ONNX rules: 0 copies the input dimension (unless allowzero), -1 is inferred.
+    dims = [in_shape[i] if d == 0 and not attrs.get("allowzero", 0) else d for i, d in enumerate(target)]
+    if dims.count(-1) > 1:
+        raise ONNXImportError(f"{where}: more than one -1 in shape {target}")
+    if -1 in dims:
+        known = int(np.prod([d for d in dims if d != -1]))
+        dims[dims.index(-1)] = int(np.prod(in_shape)) // max(known, 1)
+    if int(np.prod(dims)) != int(np.prod(in_shape)):
+        raise ONNXImportError(f"{where}: cannot reshape {in_shape} to {target}")
+    _reshape_to(im, node, where, tuple(dims))
 
 
 def _softmax(im: _Importer, node, attrs, where):
@@ -396,7 +407,107 @@ def _reduce_mean(im: _Importer, node, attrs, where):
     im.emit("MEAN", [x], node.output[0], nhwc, where, dict(axes=ir_axes, keep_dims=keep))
 
 
+def _fold_slice(ins, attrs):
+    data, starts, ends = ins[0], ins[1], ins[2]
+    axes = ins[3] if len(ins) > 3 and ins[3] is not None else range(len(starts))
+    steps = ins[4] if len(ins) > 4 and ins[4] is not None else [1] * len(starts)
+    index = [slice(None)] * data.ndim
+    for st, en, ax, sp in zip(starts, ends, axes, steps):
+        index[int(ax)] = slice(int(st), int(en), int(sp))
+    return data[tuple(index)]
+
+
+def _unsqueeze(ins, attrs):
+    axes = attrs.get("axes") if "axes" in attrs else ins[1]
+    out = ins[0]
+    rank = out.ndim + len(axes)
+    for ax in sorted(int(a) % rank for a in axes):
+        out = np.expand_dims(out, ax)
+    return out
+
+
+def _squeeze(ins, attrs):
+    axes = attrs.get("axes") if "axes" in attrs else (ins[1] if len(ins) > 1 else None)
+    return np.squeeze(ins[0], axis=None if axes is None else tuple(int(a) for a in axes))
+
+
+# Ops evaluated when all their inputs are constants (Shape only needs a static shape).
+_FOLDERS: dict[str, Callable] = {
+    "Shape": lambda ins, attrs: np.asarray(ins[0].shape, np.int64),
+    "Gather": lambda ins, attrs: np.take(ins[0], ins[1], axis=int(attrs.get("axis", 0))),
+    "Unsqueeze": _unsqueeze,
+    "Squeeze": _squeeze,
+    "Concat": lambda ins, attrs: np.concatenate([np.atleast_1d(i) for i in ins], axis=int(attrs["axis"])),
+    "Cast": lambda ins, attrs: ins[0].astype(onnx.helper.tensor_dtype_to_np_dtype(attrs["to"])),
+    "Add": lambda ins, attrs: ins[0] + ins[1],
+    "Sub": lambda ins, attrs: ins[0] - ins[1],
+    "Mul": lambda ins, attrs: ins[0] * ins[1],
+    "Div": lambda ins, attrs: (ins[0] // ins[1]) if ins[0].dtype.kind in "iu" else ins[0] / ins[1],
+    "Slice": _fold_slice,
+    "Reshape": lambda ins, attrs: ins[0].reshape([d if d != 0 else ins[0].shape[i]
+                                                  for i, d in enumerate(ins[1].tolist())]),
+    "Transpose": lambda ins, attrs: ins[0].transpose(attrs.get("perm")),
+    "Identity": lambda ins, attrs: ins[0],
+}
+
+
+def _fold_constant_subgraphs(model: onnx.ModelProto, name: str) -> onnx.ModelProto:
+    """Turn nodes computable at import time into initializers: Constant nodes, shape
+    arithmetic (Shape -> Gather -> Concat -> Reshape, as exporters write flatten) and
+    any foldable op whose inputs are all constants. Repeats until nothing changes, so
+    that shape inference afterwards sees every static shape."""
+    graph = model.graph
+    while True:
+        consts = {i.name: numpy_helper.to_array(i) for i in graph.initializer}
+        try:
+            inferred = shape_inference.infer_shapes(model)
+        except Exception as exc:
+            raise ONNXImportError(f"{name}: ONNX shape inference failed: {exc}") from exc
+        static: dict[str, tuple[int, ...]] = {}
+        for vi in list(inferred.graph.value_info) + list(inferred.graph.input):
+            tt = vi.type.tensor_type
+            if tt.HasField("shape") and all(d.HasField("dim_value") for d in tt.shape.dim):
+                static[vi.name] = tuple(d.dim_value for d in tt.shape.dim)
+        kept, changed = [], False
+        for node in graph.node:
+            attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+            value = None
+            if node.op_type == "Constant" and "value" in attrs:
+                value = numpy_helper.to_array(attrs["value"])
+            elif node.op_type == "Shape" and (node.input[0] in static or node.input[0] in consts):
+                src = consts.get(node.input[0])
+                value = np.asarray(src.shape if src is not None else static[node.input[0]], np.int64)
+            elif node.op_type in _FOLDERS and node.op_type != "Shape" and \
+                    all(i in consts for i in node.input if i):
+                try:
+                    value = np.asarray(_FOLDERS[node.op_type]([consts[i] if i else None for i in node.input],
+                                                              attrs))
+                except (ValueError, IndexError, TypeError) as exc:
+                    raise ONNXImportError(f"{name}: cannot evaluate {node.op_type} node "
+                                          f"{node.name or node.output[0]!r} on constants: {exc}") from exc
+            if value is None or len(node.output) != 1:
+                kept.append(node)
+                continue
+            graph.initializer.append(numpy_helper.from_array(value, node.output[0]))
+            consts[node.output[0]] = value
+            changed = True
+        if not changed:
+            return model
+        del graph.node[:]
+        graph.node.extend(kept)
+
+
+def _div(im: _Importer, node, attrs, where):
+    if node.input[1] not in im.consts:
+        raise ONNXImportError(f"{where}: only division by a constant is supported")
+    recip = 1.0 / im.consts[node.input[1]].astype(np.float32)
+    im.consts[f"{node.output[0]}__reciprocal"] = recip
+    node = onnx.helper.make_node("Mul", [node.input[0], f"{node.output[0]}__reciprocal"], list(node.output))
+    _binary("MUL")(im, node, attrs, where)
+
+
 _HANDLERS: dict[str, Callable] = {
+    "Div": _div,
     "Conv": _conv,
     "Gemm": _gemm,
     "MatMul": _matmul,

@@ -95,3 +95,21 @@ def unsupported(op: str = "Erf") -> onnx.ModelProto:
     b.node("Relu", ["x"], "r")
     b.node(op, ["r"], "y")
     return b.model("unsupported", {"x": [1, 4]}, {"y": [1, 4]})
+
+
+def exporter_style(seed: int = 2) -> onnx.ModelProto:
+    """What framework exporters emit: input scaling by Div, and flatten as shape arithmetic
+    (Shape -> Gather -> Unsqueeze -> Concat -> Reshape). Input [1, 3, 8, 8]."""
+    b = _Builder(seed)
+    n = b.node
+    n("Div", ["x", b.const("two", np.float32(2.0))], "xs")
+    n("Conv", ["xs", b.weight("w1", 4, 3, 3, 3), b.weight("b1", 4, scale=.1)], "c1", pads=[1, 1, 1, 1])
+    n("Relu", ["c1"], "r1")
+    n("Shape", ["r1"], "shape")
+    n("Gather", ["shape", b.const("zero", np.int64(0))], "batch", axis=0)
+    n("Unsqueeze", ["batch", b.const("ax0", np.array([0], np.int64))], "batch1")
+    n("Concat", ["batch1", b.const("minus1", np.array([-1], np.int64))], "newshape", axis=0)
+    n("Reshape", ["r1", "newshape"], "flat")
+    n("Gemm", ["flat", b.weight("wf", 5, 4 * 8 * 8), b.weight("bf", 5, scale=.1)], "logits", transB=1)
+    n("Softmax", ["logits"], "y", axis=-1)
+    return b.model("exporter_style", {"x": [1, 3, 8, 8]}, {"y": [1, 5]})

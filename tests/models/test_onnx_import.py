@@ -14,7 +14,8 @@ def _ort(model: onnx.ModelProto, x: np.ndarray) -> list[np.ndarray]:
     return s.run(None, {"x": x})
 
 
-@pytest.mark.parametrize("make,shape", [(builders.small_cnn, (1, 3, 16, 16)), (builders.layout_mix, (1, 4, 8, 8))])
+@pytest.mark.parametrize("make,shape", [(builders.small_cnn, (1, 3, 16, 16)), (builders.layout_mix, (1, 4, 8, 8)),
+                                        (builders.exporter_style, (1, 3, 8, 8))])
 @pytest.mark.parametrize("nhwc_io", [False, True])
 def test_float_ir_matches_onnxruntime(make, shape, nhwc_io):
     model = make()
@@ -64,3 +65,11 @@ def test_unsupported_op_is_named():
 def test_garbage_bytes_rejected():
     with pytest.raises(ONNXImportError, match="not a readable ONNX model"):
         import_onnx(b"\x08\x07garbage-not-onnx" * 3)
+
+
+def test_shape_arithmetic_is_folded():
+    g = import_onnx(builders.exporter_style())
+    assert g.op_counts() == {"TRANSPOSE": 2, "MUL": 1, "CONV_2D": 1, "RELU": 1, "RESHAPE": 1,
+                             "FULLY_CONNECTED": 1, "SOFTMAX": 1}
+    reshape = next(op for op in g.ops if op.type == "RESHAPE")
+    assert reshape.attrs["new_shape"] == (1, 256)
