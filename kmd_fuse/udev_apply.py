@@ -204,7 +204,7 @@ def describe_outcome(out: Outcome) -> list[str]:
     if node is not None:
         props["DEVNAME"] = node
     if out.symlinks and ev.action != "remove":
-        props["DEVLINKS"] = " ".join(os.path.join(out.devroot, link) for link in out.symlinks)
+        props["DEVLINKS"] = " ".join(sorted(os.path.join(out.devroot, link) for link in out.symlinks))
     lines += [f"{key}={value}" for key, value in props.items()]
     return lines
 
