@@ -19,7 +19,8 @@ def test_resnet8_on_chip_kernels_is_bit_exact(resnet8_path, litert):
         np.testing.assert_array_equal(int8_walk.run_int8(g, [x])[0], litert(resnet8_path, [x])[0])
 
 
-@pytest.mark.parametrize("make,shape", [(builders.small_cnn, (1, 3, 16, 16)), (builders.layout_mix, (1, 4, 8, 8))])
+@pytest.mark.parametrize("make,shape", [(builders.small_cnn, (1, 3, 16, 16)), (builders.layout_mix, (1, 4, 8, 8)),
+                                        (builders.exporter_style, (1, 3, 8, 8))])
 def test_quantized_onnx_on_chip_kernels_is_bit_exact(make, shape, litert):
     rng = np.random.default_rng(12)
     q = quantize_model(import_onnx(make()), [[rng.standard_normal(shape).astype(np.float32)] for _ in range(8)])
