@@ -11,7 +11,8 @@ Pipeline::
 
 Modules: ``ir`` (graph IR), ``tflite_import``, ``onnx_import``, ``float_ref`` (numpy
 float reference interpreter), ``optimize``, ``quantizer``, ``tflite_export`` (IR back to
-.tflite, to check against LiteRT), ``memplan``. The names below are imported lazily so
+.tflite, to check against LiteRT), ``memplan``, ``cache`` (compiled models by content
+hash). The names below are imported lazily so
 ``import libnpu.compiler`` does not pull in onnx or tflite until they are used.
 """
 from __future__ import annotations
@@ -27,6 +28,7 @@ _EXPORTS = {
     "quantize_model": "quantizer", "calibrate": "quantizer", "quantize": "quantizer",
     "export_tflite": "tflite_export",
     "plan_memory": "memplan", "MemoryPlan": "memplan",
+    "CompileCache": "cache", "cache_key": "cache",
 }
 
 __all__ = sorted(_EXPORTS)

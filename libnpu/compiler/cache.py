@@ -1,0 +1,72 @@
+"""Cache of compiled models, keyed by content hash.
+
+The key covers the model bytes, the compile options and the loadable format version, so
+a changed model, option or format never hits a stale entry. Entries are loadable files
+under ``<cache dir>/compiled/``, written atomically; an entry that no longer parses
+(truncated, corrupted, old format) is removed and reported as a miss.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+from .. import loadable as _loadable
+from ..model_zoo import cache_dir
+
+__all__ = ["CompileCache", "cache_key"]
+
+
+def cache_key(model: bytes, options: Mapping[str, Any] | None = None) -> str:
+    """sha256 over the model bytes, the options (canonical JSON) and the format version."""
+    h = hashlib.sha256()
+    h.update(b"npu-emu compile cache\0")
+    h.update(json.dumps(list(_loadable.VERSION)).encode())
+    h.update(json.dumps(dict(options or {}), sort_keys=True, default=str).encode())
+    h.update(b"\0")
+    h.update(model)
+    return h.hexdigest()
+
+
+class CompileCache:
+    """Compiled models on disk: ``get``/``put`` by key, or ``get_or_compile``."""
+
+    def __init__(self, root: str | os.PathLike | None = None) -> None:
+        self.root = Path(root) if root is not None else cache_dir() / "compiled"
+        self.root.mkdir(parents=True, exist_ok=True)
+
+    def path(self, key: str) -> Path:
+        if len(key) != 64 or any(c not in "0123456789abcdef" for c in key):
+            raise ValueError(f"bad cache key {key!r}")
+        return self.root / f"{key}.nlb"
+
+    def get(self, key: str) -> _loadable.Loadable | None:
+        p = self.path(key)
+        try:
+            return _loadable.Loadable.load(p)
+        except FileNotFoundError:
+            return None
+        except _loadable.LoadableError:
+            p.unlink(missing_ok=True)  # damaged or outdated: recompile
+            return None
+
+    def put(self, key: str, model: _loadable.Loadable) -> Path:
+        p = self.path(key)
+        model.save(p)
+        return p
+
+    def get_or_compile(self, model: bytes, options: Mapping[str, Any] | None,
+                       compile_fn: Callable[[], _loadable.Loadable]) -> tuple[_loadable.Loadable, bool]:
+        """The cached loadable for ``model``+``options``, compiling (and storing) on a miss.
+
+        Returns ``(loadable, hit)``.
+        """
+        key = cache_key(model, options)
+        found = self.get(key)
+        if found is not None:
+            return found, True
+        built = compile_fn()
+        self.put(key, built)
+        return built, False
