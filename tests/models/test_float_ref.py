@@ -70,3 +70,61 @@ def test_resize_properties(align, half):
     np.testing.assert_allclose(y[:, [0, -1]][:, :, [0, -1]], x[:, [0, -1]][:, :, [0, -1]], rtol=1e-6)
     y = resize_nearest(x, size=(10, 14), align_corners=False, half_pixel_centers=False)
     np.testing.assert_array_equal(y[:, ::2, ::2], x)
+
+
+def _single_op(op_type: str, in_shape, out_shape, attrs, extra_inputs=()):
+    g = Graph(op_type.lower())
+    g.add_tensor(Tensor("x", in_shape, "float32"))
+    names = ["x"]
+    for i, shape in enumerate(extra_inputs):
+        g.add_tensor(Tensor(f"x{i + 1}", shape, "float32"))
+        names.append(f"x{i + 1}")
+    g.add_tensor(Tensor("y", out_shape, "float32"))
+    g.add_op(Op(op_type, names, ["y"], attrs))
+    g.inputs, g.outputs = names, ["y"]
+    return g
+
+
+_CASES = [
+    ("RESIZE_BILINEAR", (1, 5, 7, 3), (1, 9, 4, 3), dict(size=(9, 4), align_corners=False, half_pixel_centers=False)),
+    ("RESIZE_BILINEAR", (1, 5, 7, 3), (1, 9, 4, 3), dict(size=(9, 4), align_corners=True, half_pixel_centers=False)),
+    ("RESIZE_BILINEAR", (1, 5, 7, 3), (1, 9, 4, 3), dict(size=(9, 4), align_corners=False, half_pixel_centers=True)),
+    ("RESIZE_NEAREST_NEIGHBOR", (1, 5, 7, 3), (1, 11, 3, 3),
+     dict(size=(11, 3), align_corners=False, half_pixel_centers=False)),
+    ("RESIZE_NEAREST_NEIGHBOR", (1, 5, 7, 3), (1, 11, 3, 3),
+     dict(size=(11, 3), align_corners=True, half_pixel_centers=False)),
+    ("RESIZE_NEAREST_NEIGHBOR", (1, 5, 7, 3), (1, 11, 3, 3),
+     dict(size=(11, 3), align_corners=False, half_pixel_centers=True)),
+    ("MEAN", (1, 6, 5, 4), (1, 1, 1, 4), dict(axes=(1, 2), keep_dims=True)),
+    ("MEAN", (2, 6, 5, 4), (2, 4), dict(axes=(1, 2), keep_dims=False)),
+    ("AVERAGE_POOL_2D", (1, 7, 6, 2), (1, 4, 3, 2), dict(filter=(3, 3), stride=(2, 2), pads=(1, 1, 0, 1),
+                                                       activation="RELU6")),
+    ("MAX_POOL_2D", (1, 7, 6, 2), (1, 4, 3, 2), dict(filter=(3, 3), stride=(2, 2), pads=(1, 1, 0, 1),
+                                                   activation="NONE")),
+    ("TRANSPOSE", (2, 3, 4, 5), (4, 2, 5, 3), dict(perm=(2, 0, 3, 1))),
+    ("SOFTMAX", (3, 10), (3, 10), dict(beta=0.7)),
+    ("LOGISTIC", (2, 9), (2, 9), {}),
+    ("TANH", (2, 9), (2, 9), {}),
+    ("RELU_N1_TO_1", (2, 9), (2, 9), {}),
+    ("PAD", (1, 3, 4, 2), (1, 6, 5, 2), dict(paddings=((0, 0), (1, 2), (0, 1), (0, 0)))),
+]
+
+
+@pytest.mark.parametrize("case", range(len(_CASES)))
+def test_single_ops_match_litert_float(case, litert):
+    from libnpu.compiler.tflite_export import export_tflite
+    op_type, in_shape, out_shape, attrs = _CASES[case]
+    g = _single_op(op_type, in_shape, out_shape, attrs)
+    x = np.random.default_rng(case).standard_normal(in_shape).astype(np.float32) * 3
+    ref = litert(export_tflite(g), [x], reference=False)[0]
+    np.testing.assert_allclose(FloatInterpreter(g).run([x])["y"], ref, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("op_type", ["ADD", "SUB", "MUL"])
+def test_binary_broadcast_matches_litert_float(op_type, litert):
+    from libnpu.compiler.tflite_export import export_tflite
+    g = _single_op(op_type, (1, 4, 5, 3), (1, 4, 5, 3), dict(activation="RELU"), extra_inputs=[(1, 1, 1, 3)])
+    rng = np.random.default_rng(3)
+    a, b = rng.standard_normal((1, 4, 5, 3)).astype(np.float32), rng.standard_normal((1, 1, 1, 3)).astype(np.float32)
+    ref = litert(export_tflite(g), [a, b], reference=False)[0]
+    np.testing.assert_allclose(FloatInterpreter(g).run([a, b])["y"], ref, rtol=1e-5, atol=1e-6)
