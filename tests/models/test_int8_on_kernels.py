@@ -2,13 +2,14 @@
 import numpy as np
 import pytest
 
-import npu_model_builders as builders
 from libnpu.compiler.onnx_import import import_onnx
 from libnpu.compiler.quantizer import quantize_model
 from libnpu.compiler.tflite_export import export_tflite
 from libnpu.compiler.tflite_import import load_tflite
 
-int8_walk = pytest.importorskip("int8_walk", reason="chip kernels not importable")
+from . import npu_model_builders as builders
+
+int8_walk = pytest.importorskip(f"{__package__}.int8_walk", reason="chip kernels not importable")
 
 
 def test_resnet8_on_chip_kernels_is_bit_exact(resnet8_path, litert):

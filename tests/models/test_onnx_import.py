@@ -2,9 +2,10 @@ import numpy as np
 import onnx
 import pytest
 
-import npu_model_builders as builders
 from libnpu.compiler.float_ref import run_float
 from libnpu.compiler.onnx_import import ONNXImportError, import_onnx
+
+from . import npu_model_builders as builders
 
 ort = pytest.importorskip("onnxruntime")
 

@@ -1,7 +1,6 @@
 import numpy as np
 import pytest
 
-import npu_model_builders as builders
 from libnpu.compiler.float_ref import FloatInterpreter, run_float
 from libnpu.compiler.ir import Graph
 from libnpu.compiler.onnx_import import import_onnx
@@ -10,6 +9,8 @@ from libnpu.compiler.quantizer import (Calibrator, QuantizationError, build_cali
                                        quantize, quantize_model)
 from libnpu.compiler.tflite_export import export_tflite
 from libnpu.compiler.tflite_import import load_tflite
+
+from . import npu_model_builders as builders
 
 
 def _data(shape, n, seed):
