@@ -395,6 +395,7 @@ class Loadable:
         if zlib.crc32(buf[toff:toff + nsec * _SECTION.size]) != tcrc:
             raise ChecksumError("section table checksum mismatch")
         secs: dict[int, memoryview] = {}
+        covered = [(0, _HEADER.size), (toff, toff + nsec * _SECTION.size)]
         for i in range(nsec):
             kind, _, off, size, crc, _ = _SECTION.unpack_from(buf, toff + i * _SECTION.size)
             label = Section(kind).name if kind in Section._value2member_map_ else f"#{kind}"
@@ -406,6 +407,15 @@ class Loadable:
             if zlib.crc32(view) != crc:
                 raise ChecksumError(f"section {label} checksum mismatch")
             secs[kind] = view
+            covered.append((off, off + size))
+        # Alignment gaps carry no checksum; they must be zero so no byte goes unchecked.
+        pos = 0
+        for start, end in sorted(covered):
+            if start > pos and any(buf[pos:start]):
+                raise FormatError(f"non-zero padding at bytes {pos}..{start}")
+            pos = max(pos, end)
+        if fsize > pos and any(buf[pos:fsize]):
+            raise FormatError(f"non-zero padding at bytes {pos}..{fsize}")
         missing = [s.name for s in Section if s not in secs]
         if missing:
             raise FormatError(f"missing sections: {', '.join(missing)}")

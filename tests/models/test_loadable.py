@@ -127,6 +127,15 @@ def test_every_byte_flip_in_header_and_table_is_caught():
             Loadable.from_bytes(bytes(buf))
 
 
+def test_every_single_byte_flip_is_caught():
+    data = _sample().to_bytes()
+    for pos in range(len(data)):
+        buf = bytearray(data)
+        buf[pos] ^= 0x01
+        with pytest.raises(LoadableError):
+            Loadable.from_bytes(bytes(buf))
+
+
 def test_corruption_in_each_section_names_it():
     data = _sample().to_bytes()
     names = ["META", "STRINGS", "TENSORS", "REGIONS", "TASKS", "INDICES", "QUANT_SCALE", "QUANT_ZP",
