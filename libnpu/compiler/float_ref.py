@@ -141,6 +141,14 @@ def _fc(x, w, b, *, activation, keep_num_dims, out_shape) -> np.ndarray:
     return _activation(y, activation).reshape(out_shape)
 
 
+def _strided_slice(x: np.ndarray, op: Op, out: Tensor) -> np.ndarray:
+    # begin/end are resolved, non-negative indices; end -1 with a negative stride means
+    # "through index 0", which a Python slice spells as None.
+    index = tuple(slice(b, None if (e < 0 and s < 0) else e, s)
+                  for b, e, s in zip(op.attrs["begin"], op.attrs["end"], op.attrs["strides"]))
+    return x[index].reshape(out.shape)
+
+
 def _binary(fn: Callable) -> Callable:
     return lambda op, ins, out: _activation(fn(ins[0], ins[1]).astype(np.float32), op.attrs.get("activation", "NONE"))
 
@@ -171,9 +179,7 @@ OPS: dict[str, Callable[[Op, list, Tensor], np.ndarray]] = {
     "TRANSPOSE": lambda op, ins, out: ins[0].transpose(op.attrs["perm"]),
     "RESIZE_BILINEAR": lambda op, ins, out: resize_bilinear(ins[0], **op.attrs),
     "RESIZE_NEAREST_NEIGHBOR": lambda op, ins, out: resize_nearest(ins[0], **op.attrs),
-    "STRIDED_SLICE": lambda op, ins, out: ins[0][tuple(
-        slice(b, e, s) for b, e, s in zip(op.attrs["begin"], op.attrs["end"], op.attrs["strides"])
-    )].reshape(out.shape),
+    "STRIDED_SLICE": lambda op, ins, out: _strided_slice(ins[0], op, out),
 }
 
 

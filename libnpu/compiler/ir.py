@@ -46,7 +46,9 @@ OP_ATTRS: dict[str, tuple[str, ...]] = {
     "TRANSPOSE": ("perm",),
     "RESIZE_BILINEAR": ("size", "align_corners", "half_pixel_centers"),
     "RESIZE_NEAREST_NEIGHBOR": ("size", "align_corners", "half_pixel_centers"),
-    "STRIDED_SLICE": ("begin", "end", "strides", "new_shape"),  # resolved: no masks
+    # STRIDED_SLICE: masks and negative indices resolved to Python-slice bounds per axis;
+    # end == -1 with a negative stride means "through index 0" (a Python slice's None).
+    "STRIDED_SLICE": ("begin", "end", "strides", "new_shape"),
 }
 
 

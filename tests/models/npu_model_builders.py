@@ -113,3 +113,62 @@ def exporter_style(seed: int = 2) -> onnx.ModelProto:
     n("Gemm", ["flat", b.weight("wf", 5, 4 * 8 * 8), b.weight("bf", 5, scale=.1)], "logits", transB=1)
     n("Softmax", ["logits"], "y", axis=-1)
     return b.model("exporter_style", {"x": [1, 3, 8, 8]}, {"y": [1, 5]})
+
+
+def single_op_tflite(opcode: int, tensors: list[tuple[str, tuple[int, ...], "np.ndarray | None"]],
+                     inputs: list[int], outputs: list[int], *, deprecated_code: int | None = None,
+                     options: tuple[str, dict] | None = None) -> bytes:
+    """A one-operator float .tflite file written with the flatbuffer builder.
+
+    ``tensors``: (name, shape, constant data or None); float32 unless the data says
+    otherwise. ``options``: (options table name, {field: value}) e.g.
+    ``("StridedSliceOptions", {"BeginMask": 1})``.
+    """
+    import importlib
+
+    import flatbuffers
+    import tflite
+
+    def mod(name):  # the package re-exports classes under module names; builders live in modules
+        return importlib.import_module(f"tflite.{name}")
+
+    def table(name, **fields):
+        m = mod(name)
+        getattr(m, f"{name}Start")(b)
+        for k, v in fields.items():
+            getattr(m, f"{name}Add{k}")(b, v)
+        return getattr(m, f"{name}End")(b)
+
+    def vector(offsets):
+        b.StartVector(4, len(offsets), 4)
+        for o in reversed(offsets):
+            b.PrependUOffsetTRelative(o)
+        return b.EndVector()
+
+    types = {np.dtype(np.float32): 0, np.dtype(np.int32): 2}
+    b = flatbuffers.Builder(1024)
+    buffers, toffs = [table("Buffer")], []
+    for name, shape, data in tensors:
+        buf = 0
+        if data is not None:
+            buffers.append(table("Buffer", Data=b.CreateNumpyVector(np.asarray(data).reshape(-1).view(np.uint8))))
+            buf = len(buffers) - 1
+        dtype = np.dtype(np.float32) if data is None else np.asarray(data).dtype
+        toffs.append(table("Tensor", Shape=b.CreateNumpyVector(np.asarray(shape, np.int32)), Type=types[dtype],
+                           Buffer=buf, Name=b.CreateString(name)))
+    opt = {}
+    if options is not None:
+        opt = dict(BuiltinOptionsType=getattr(tflite.BuiltinOptions, options[0]),
+                   BuiltinOptions=table(options[0], **options[1]))
+    op = table("Operator", OpcodeIndex=0, Inputs=b.CreateNumpyVector(np.asarray(inputs, np.int32)),
+               Outputs=b.CreateNumpyVector(np.asarray(outputs, np.int32)), **opt)
+    graph_in = [i for i in inputs if tensors[i][2] is None]
+    sg = table("SubGraph", Tensors=vector(toffs), Operators=vector([op]),
+               Inputs=b.CreateNumpyVector(np.asarray(graph_in, np.int32)),
+               Outputs=b.CreateNumpyVector(np.asarray(outputs, np.int32)))
+    code = table("OperatorCode", BuiltinCode=opcode,
+                 DeprecatedBuiltinCode=min(opcode, 127) if deprecated_code is None else deprecated_code)
+    model = table("Model", Version=3, OperatorCodes=vector([code]), Subgraphs=vector([sg]),
+                  Buffers=vector(buffers))
+    b.Finish(model, file_identifier=b"TFL3")
+    return bytes(b.Output())

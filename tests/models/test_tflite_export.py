@@ -54,11 +54,48 @@ def test_explicit_padding_becomes_pad_op(litert):
                                    rtol=1e-5, atol=1e-5)
 
 
-def test_unexportable_op():
-    g = Graph("s")
-    g.add_tensor(Tensor("x", (1, 4), "float32"))
-    g.add_tensor(Tensor("y", (1, 2), "float32"))
-    g.add_op(Op("STRIDED_SLICE", ["x"], ["y"], dict(begin=(0, 0), end=(1, 2), strides=(1, 1), new_shape=(1, 2))))
+def test_pooling_padding_must_be_same_or_valid():
+    g = Graph("pool")
+    g.add_tensor(Tensor("x", (1, 6, 6, 1), "float32"))
+    g.add_tensor(Tensor("y", (1, 3, 3, 1), "float32"))
+    g.add_op(Op("MAX_POOL_2D", ["x"], ["y"], dict(filter=(2, 2), stride=(2, 2), pads=(1, 1, 1, 1),
+                                                 activation="NONE")))
     g.inputs, g.outputs = ["x"], ["y"]
-    with pytest.raises(TFLiteExportError, match="cannot export STRIDED_SLICE"):
+    with pytest.raises(TFLiteExportError, match="neither SAME nor VALID"):
         export_tflite(g)
+
+
+_SLICES = [  # begin, end, strides, begin/end/shrink masks, input shape
+    ([0, 1, 0], [1, 4, 5], [1, 1, 2], 0, 0, 0, (2, 5, 6)),
+    ([0, -1, 0], [2, -6, 6], [1, -1, -2], 0, 0, 0, (2, 5, 6)),
+    ([1, 0, 0], [2, 0, 0], [1, 1, 1], 0, 0b110, 0b001, (2, 5, 6)),  # shrink axis 0, end-mask others
+    ([0, 4, 5], [0, 0, 0], [1, -2, -1], 0b001, 0b111, 0, (2, 5, 6)),  # reversed through index 0
+    ([-1, 2, -3], [0, 3, 0], [1, 1, 1], 0, 0b101, 0b010, (2, 5, 6)),  # negative begins, shrink middle
+]
+
+
+@pytest.mark.parametrize("case", range(len(_SLICES)))
+def test_strided_slice_masks_import_and_export(case, litert):
+    """Masks and negative indices in a STRIDED_SLICE file resolve to bounds that the float
+    reference, and the same op exported again, evaluate exactly like LiteRT."""
+    from libnpu.compiler.float_ref import run_float
+    from .npu_model_builders import single_op_tflite
+    begin, end, strides, bmask, emask, smask, shape = _SLICES[case]
+    x = np.arange(np.prod(shape), dtype=np.float32).reshape(shape)
+    index = []
+    for d in range(len(shape)):
+        if (smask >> d) & 1:
+            index.append(begin[d])
+        else:
+            index.append(slice(None if (bmask >> d) & 1 else begin[d], None if (emask >> d) & 1 else end[d],
+                               strides[d]))
+    expected = x[tuple(index)]
+    i32 = lambda v: np.asarray(v, np.int32)  # noqa: E731
+    model = single_op_tflite(45, [("x", shape, None), ("b", (3,), i32(begin)), ("e", (3,), i32(end)),
+                                  ("s", (3,), i32(strides)), ("y", expected.shape, None)],
+                             [0, 1, 2, 3], [4], options=("StridedSliceOptions", dict(
+                                 BeginMask=bmask, EndMask=emask, ShrinkAxisMask=smask)))
+    np.testing.assert_array_equal(litert(model, [x], reference=False)[0], expected)
+    g = import_tflite(model)
+    np.testing.assert_array_equal(run_float(g, [x])["y"], expected)
+    np.testing.assert_array_equal(litert(export_tflite(g), [x], reference=False)[0], expected)

@@ -4,6 +4,8 @@ import pytest
 from libnpu.compiler.ir import IRError
 from libnpu.compiler.tflite_import import TFLiteImportError, UnsupportedOpError, import_tflite, load_tflite
 
+from .npu_model_builders import single_op_tflite
+
 
 def test_resnet8_structure(resnet8_path):
     g = load_tflite(resnet8_path)
@@ -53,73 +55,10 @@ def test_blazeface_structure(blazeface_path):
     g.validate()
 
 
-def _tiny_model(opcode_index_code: int, deprecated: int) -> bytes:
-    """A one-op model (input -> op -> output) built with the flatbuffer builder."""
-    import importlib
-
-    import flatbuffers
-    # The package re-exports each table class under its module's name, so fetch the
-    # modules themselves (they hold the builder functions).
-    B, M, O, OC, S, T = (importlib.import_module(f"tflite.{m}") for m in
-                         ("Buffer", "Model", "Operator", "OperatorCode", "SubGraph", "Tensor"))
-
-    b = flatbuffers.Builder(256)
-    tensors = []
-    for name in (b"in", b"out"):
-        n = b.CreateString(name)
-        T.TensorStartShapeVector(b, 2)
-        b.PrependInt32(4)
-        b.PrependInt32(1)
-        shape = b.EndVector()
-        T.TensorStart(b)
-        T.TensorAddShape(b, shape)
-        T.TensorAddType(b, 0)
-        T.TensorAddName(b, n)
-        tensors.append(T.TensorEnd(b))
-    S.SubGraphStartTensorsVector(b, 2)
-    for t in reversed(tensors):
-        b.PrependUOffsetTRelative(t)
-    tvec = b.EndVector()
-    ins = b.CreateNumpyVector(np.array([0], np.int32))
-    outs = b.CreateNumpyVector(np.array([1], np.int32))
-    O.OperatorStart(b)
-    O.OperatorAddOpcodeIndex(b, 0)
-    O.OperatorAddInputs(b, ins)
-    O.OperatorAddOutputs(b, outs)
-    op = O.OperatorEnd(b)
-    S.SubGraphStartOperatorsVector(b, 1)
-    b.PrependUOffsetTRelative(op)
-    ovec = b.EndVector()
-    sins = b.CreateNumpyVector(np.array([0], np.int32))
-    souts = b.CreateNumpyVector(np.array([1], np.int32))
-    S.SubGraphStart(b)
-    S.SubGraphAddTensors(b, tvec)
-    S.SubGraphAddOperators(b, ovec)
-    S.SubGraphAddInputs(b, sins)
-    S.SubGraphAddOutputs(b, souts)
-    sg = S.SubGraphEnd(b)
-    OC.OperatorCodeStart(b)
-    OC.OperatorCodeAddBuiltinCode(b, opcode_index_code)
-    OC.OperatorCodeAddDeprecatedBuiltinCode(b, deprecated)
-    oc = OC.OperatorCodeEnd(b)
-    B.BufferStart(b)
-    buf0 = B.BufferEnd(b)
-    M.ModelStartOperatorCodesVector(b, 1)
-    b.PrependUOffsetTRelative(oc)
-    ocvec = b.EndVector()
-    M.ModelStartSubgraphsVector(b, 1)
-    b.PrependUOffsetTRelative(sg)
-    sgvec = b.EndVector()
-    M.ModelStartBuffersVector(b, 1)
-    b.PrependUOffsetTRelative(buf0)
-    bvec = b.EndVector()
-    M.ModelStart(b)
-    M.ModelAddVersion(b, 3)
-    M.ModelAddOperatorCodes(b, ocvec)
-    M.ModelAddSubgraphs(b, sgvec)
-    M.ModelAddBuffers(b, bvec)
-    b.Finish(M.ModelEnd(b), file_identifier=b"TFL3")
-    return bytes(b.Output())
+def _tiny_model(builtin_code: int, deprecated_code: int) -> bytes:
+    """A one-op model (input -> op -> output) with the two op-code fields set as given."""
+    return single_op_tflite(builtin_code, [("in", (1, 4), None), ("out", (1, 4), None)], [0], [1],
+                            deprecated_code=deprecated_code)
 
 
 def test_opcode_uses_max_of_old_and_new_fields():
