@@ -29,6 +29,7 @@ _EXPORTS = {
     "export_tflite": "tflite_export",
     "plan_memory": "memplan", "MemoryPlan": "memplan",
     "CompileCache": "cache", "cache_key": "cache",
+    "load_model": "frontend", "to_int8_graph": "frontend", "check_int8": "frontend",
 }
 
 __all__ = sorted(_EXPORTS)

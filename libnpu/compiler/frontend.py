@@ -1,0 +1,93 @@
+"""One entry point from a model file to the int8 IR the chip runs.
+
+* int8 ``.tflite``: imported as it is;
+* float ``.tflite`` (e.g. fp16 weights behind DEQUANTIZE) and float ``.onnx``: imported,
+  then quantized post-training (calibration data given, or random data).
+
+:func:`check_int8` states what "the chip can run it" means for a graph.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Iterable, Mapping, Sequence
+
+import numpy as np
+
+from .ir import Graph, IRError
+
+__all__ = ["NotInt8Error", "check_int8", "is_int8", "load_model", "to_int8_graph"]
+
+_EDGE_FLOAT = {"QUANTIZE": 0, "DEQUANTIZE": 1}  # op type -> which side may be float32
+
+
+class NotInt8Error(IRError):
+    """The graph has an op the int8 chip cannot run."""
+
+
+def check_int8(graph: Graph) -> None:
+    """Raise :class:`NotInt8Error` naming the first op that is not int8 end to end.
+
+    Every activation must be int8 with per-tensor quantization, except the float side of
+    QUANTIZE (input) and DEQUANTIZE (output) ops at the graph's edges.
+    """
+    for op in graph.ops:
+        names = [n for n in op.inputs if n and not graph.tensors[n].is_constant] + op.outputs
+        for n in names:
+            t = graph.tensors[n]
+            float_ok = (op.type == "QUANTIZE" and n in op.inputs) or (op.type == "DEQUANTIZE" and n in op.outputs)
+            if float_ok and t.dtype == "float32":
+                continue
+            if t.dtype != "int8" or t.quant is None or t.quant.per_channel:
+                raise NotInt8Error(f"{op.describe()}: tensor {n!r} is {t.dtype}"
+                                   f"{'' if t.quant is None else ' per-channel' if t.quant.per_channel else ''}"
+                                   f"{' without quantization' if t.quant is None else ''}; "
+                                   "the chip runs int8 tensors only (quantize the model first)")
+
+
+def is_int8(graph: Graph) -> bool:
+    try:
+        check_int8(graph)
+    except NotInt8Error:
+        return False
+    return True
+
+
+def load_model(model: str | os.PathLike | bytes, *, kind: str | None = None, name: str = "model") -> Graph:
+    """Import a model file (path or bytes) as it is; ``kind`` is "tflite" or "onnx"
+    (guessed from the suffix or the TFLite file identifier when omitted)."""
+    if isinstance(model, (str, os.PathLike)):
+        path = Path(model)
+        data = path.read_bytes()
+        name = path.stem
+        kind = kind or ("onnx" if path.suffix == ".onnx" else "tflite" if path.suffix == ".tflite" else None)
+    else:
+        data = bytes(model)
+    if kind is None:
+        kind = "tflite" if data[4:8] == b"TFL3" else "onnx"
+    if kind == "tflite":
+        from .tflite_import import import_tflite
+        return import_tflite(data, name)
+    if kind == "onnx":
+        from .onnx_import import import_onnx
+        return import_onnx(data, name)
+    raise IRError(f"unknown model kind {kind!r} (expected 'tflite' or 'onnx')")
+
+
+def to_int8_graph(model: str | os.PathLike | bytes | Graph,
+                  dataset: Iterable[Mapping[str, np.ndarray] | Sequence[np.ndarray]] | None = None,
+                  **quantize_options: Any) -> Graph:
+    """The int8 graph for ``model``: int8 models as they are, float ones quantized.
+
+    ``quantize_options`` go to :func:`libnpu.compiler.quantizer.quantize_model`
+    (``method``, ``random_count``, ``io_dtype``, ``fc_per_channel``, ``seed``).
+    """
+    graph = model if isinstance(model, Graph) else load_model(model)
+    if is_int8(graph):
+        return graph
+    if any(t.quant is not None for t in graph.tensors.values() if not t.is_constant):
+        check_int8(graph)  # partly quantized: report the offending op rather than re-quantize
+    from .quantizer import quantize_model
+    q = quantize_model(graph, dataset, **quantize_options)
+    check_int8(q)
+    return q
