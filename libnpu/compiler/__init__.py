@@ -9,11 +9,12 @@ Pipeline::
                                       memplan (weights, activation arena, I/O) v
                                       lowering to chip tasks  -->  loadable file
 
-Modules: ``ir`` (graph IR), ``tflite_import``, ``onnx_import``, ``float_ref`` (numpy
-float reference interpreter), ``optimize``, ``quantizer``, ``tflite_export`` (IR back to
-.tflite, to check against LiteRT), ``memplan``, ``cache`` (compiled models by content
-hash). The names below are imported lazily so
-``import libnpu.compiler`` does not pull in onnx or tflite until they are used.
+``frontend.to_int8_graph`` runs the top half in one call. Modules: ``ir`` (graph IR),
+``tflite_import``, ``onnx_import``, ``float_ref`` (numpy float reference interpreter),
+``optimize``, ``quantizer``, ``tflite_export`` (IR back to .tflite, to check against
+LiteRT), ``memplan``, ``cache`` (compiled models by content hash), ``frontend``. The
+names below are imported lazily, so ``import libnpu.compiler`` pulls in neither onnx
+nor tflite until they are used.
 """
 from __future__ import annotations
 
