@@ -10,8 +10,10 @@ from .ir import Graph, Tensor
 __all__ = ["optimize", "fold_constants", "fold_affine_into_conv", "fuse_activations", "remove_identities"]
 
 _WEIGHTED = ("CONV_2D", "DEPTHWISE_CONV_2D", "FULLY_CONNECTED")
+# Ops whose TFLite kernels apply a fused activation (CONCATENATION's options have the
+# field, but its kernel rejects anything but NONE).
 _FUSABLE = ("CONV_2D", "DEPTHWISE_CONV_2D", "FULLY_CONNECTED", "ADD", "SUB", "MUL",
-            "AVERAGE_POOL_2D", "MAX_POOL_2D", "CONCATENATION")
+            "AVERAGE_POOL_2D", "MAX_POOL_2D")
 _ACT_OPS = {"RELU": "RELU", "RELU6": "RELU6", "RELU_N1_TO_1": "RELU_N1_TO_1"}
 
 

@@ -213,3 +213,15 @@ def test_quantize_rejects_quantized_graph(resnet8_path):
         quantize(g, {})
     with pytest.raises(QuantizationError, match="io_dtype"):
         quantize(g, {}, io_dtype="uint8")
+
+
+def test_relu_after_concatenation_stays_separate():
+    from libnpu.compiler.ir import Op, Tensor
+    g = Graph("cat")
+    for n, shape in (("a", (1, 2, 2, 3)), ("b", (1, 2, 2, 1)), ("c", (1, 2, 2, 4)), ("r", (1, 2, 2, 4))):
+        g.add_tensor(Tensor(n, shape, "float32"))
+    g.add_op(Op("CONCATENATION", ["a", "b"], ["c"], dict(axis=3, activation="NONE")))
+    g.add_op(Op("RELU", ["c"], ["r"]))
+    g.inputs, g.outputs = ["a", "b"], ["r"]
+    o = optimize(g)
+    assert [op.type for op in o.ops] == ["CONCATENATION", "RELU"]  # LiteRT's int8 concat has no activation
