@@ -39,3 +39,12 @@ def test_quantized_blazeface_on_chip_kernels_is_bit_exact(blazeface_path, astron
     face = img[0:384:3, 64:448:3][None].copy()
     for ours, ref in zip(int8_walk.run_int8(q, [face]), litert(export_tflite(q), [face])):
         np.testing.assert_array_equal(ours, ref)
+
+
+def test_per_channel_fully_connected_is_bit_exact(litert):
+    rng = np.random.default_rng(13)
+    q = quantize_model(import_onnx(builders.small_cnn()),
+                       [[rng.standard_normal((1, 3, 16, 16)).astype(np.float32)] for _ in range(4)],
+                       fc_per_channel=True)
+    x = rng.standard_normal((1, 3, 16, 16)).astype(np.float32)
+    np.testing.assert_array_equal(int8_walk.run_int8(q, [x])[0], litert(export_tflite(q), [x])[0])
