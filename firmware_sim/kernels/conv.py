@@ -4,20 +4,22 @@
 image are skipped, which equals padding with the input zero point; int32 accumulation;
 per-channel fixed-point requantization (``MultiplyByQuantizedMultiplier``, double rounding).
 
-Speed: the input is shifted by its zero point into float32 (or float64 when the sums could
-pass 2**24), padded once, and read through ``sliding_window_view``. Conv is one BLAS GEMM
-over an im2col matrix (1x1 stride-1 convs skip im2col); depthwise is KH*KW vectorized
-multiply-adds. All partial sums are integers below the float's exact range, so the
-results are exact.
+Speed: the input is shifted by its zero point into float32, padded once, and read through
+``sliding_window_view``. Output rows are processed in blocks that stay in cache: conv
+builds the block's im2col rows and runs one float32 BLAS GEMM (K-chunked so every partial
+sum stays exact), depthwise does KH*KW vectorized multiply-adds; then the block is
+requantized and stored. All sums are integers within the float's exact range.
 """
 from __future__ import annotations
 
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
-from .fixedpoint import multiply_by_quantized_multiplier, wrap_int32
-from .gemm import exact_float_type, max_abs
-from .output import check_int8_param, store_int8
+from .fixedpoint import (f64_requant_limit, multiply_by_quantized_multiplier,
+                         requantize_fixed_f64_inplace, requantize_fixed_inplace)
+from .gemm import exact_gemm, for_row_blocks, gemm_chunk, int8_offset_bound, max_abs
+from . import weight_cache
+from .output import accumulate_bias, check_int8_param, store_int8
 
 __all__ = ["conv2d", "depthwise_conv2d"]
 
@@ -26,13 +28,6 @@ def _pair(name: str, v) -> tuple[int, int]:
     if len(v) != 2:
         raise ValueError(f"{name} must be a pair (h, w), got {v!r}")
     return int(v[0]), int(v[1])
-
-
-def _float_type(k: int, input_zp: int, w: np.ndarray) -> type:
-    ftype = exact_float_type(k, max(abs(-128 - input_zp), abs(127 - input_zp)), max_abs(w))
-    if ftype is None:
-        raise ValueError(f"reduction depth {k} is too large for exact accumulation")
-    return ftype
 
 
 def _check_common(x: np.ndarray, w: np.ndarray, stride, dilation, padding, out_hw,
@@ -61,33 +56,82 @@ def _check_quant(n_out: int, bias, multiplier, shift) -> tuple[np.ndarray, np.nd
     if multiplier.shape != shift.shape or multiplier.shape not in ((n_out,), (1,)):
         raise ValueError(f"multiplier/shift must both be ({n_out},) or (1,), "
                          f"got {multiplier.shape} and {shift.shape}")
+    if np.any((shift < -31) | (shift > 30)):
+        raise ValueError("requantization shift must be in [-31, 30]")
     if bias is not None and (bias.dtype != np.int32 or bias.shape != (n_out,)):
         raise ValueError(f"bias must be int32 ({n_out},), got {bias.dtype} {bias.shape}")
-    return multiplier, shift
+    return multiplier.astype(np.int64), shift.astype(np.int64)
 
 
-def _windows(x: np.ndarray, input_zp: int, ftype: type, kh: int, kw: int,
-             sh: int, sw: int, dh: int, dw: int, pt: int, pl: int,
-             oh: int, ow: int) -> np.ndarray:
-    """(N, OH, OW, C, KH, KW) view of the zero-point-shifted, zero-padded input."""
+def _check_out(out: np.ndarray | None, shape: tuple[int, ...]) -> np.ndarray:
+    if out is None:
+        return np.empty(shape, np.int8)
+    if out.dtype != np.int8 or out.shape != shape:
+        raise ValueError(f"out must be int8 {shape}, got {out.dtype} {out.shape}")
+    return out
+
+
+def _windows(x: np.ndarray, input_zp: int, kh: int, kw: int, sh: int, sw: int, dh: int,
+             dw: int, pt: int, pl: int, oh: int, ow: int) -> np.ndarray:
+    """(N, OH, OW, C, KH, KW) float32 view of the zero-point-shifted, zero-padded input."""
     n, h, w_, c = x.shape
     need_h = (oh - 1) * sh + (kh - 1) * dh + 1
     need_w = (ow - 1) * sw + (kw - 1) * dw + 1
     pb, pr = max(0, need_h - h - pt), max(0, need_w - w_ - pl)
-    xf = np.zeros((n, pt + h + pb, pl + w_ + pr, c), dtype=ftype)
-    np.subtract(x, ftype(input_zp), out=xf[:, pt:pt + h, pl:pl + w_, :], dtype=ftype)
+    xf = np.zeros((n, pt + h + pb, pl + w_ + pr, c), dtype=np.float32)
+    np.subtract(x, np.float32(input_zp), out=xf[:, pt:pt + h, pl:pl + w_, :], dtype=np.float32)
     xf = xf[:, :max(need_h, 1), :max(need_w, 1), :]
     win = sliding_window_view(xf, ((kh - 1) * dh + 1, (kw - 1) * dw + 1), axis=(1, 2))
     return win[:, :(oh - 1) * sh + 1:sh, :(ow - 1) * sw + 1:sw, :, ::dh, ::dw]
 
 
-def _finish(acc_f: np.ndarray, bias, multiplier, shift, output_zp, act_min, act_max, out):
-    acc = acc_f.astype(np.int64)
-    if bias is not None:
-        acc += bias
-    acc = wrap_int32(acc)
-    scaled = multiply_by_quantized_multiplier(acc, multiplier, shift)
-    return store_int8(scaled, output_zp, act_min, act_max, out)
+class _Requant:
+    """Per-block tail: bias, int32 wrap, per-channel requantization, zero point, clamp.
+
+    Three exact paths, fastest first: float64 arithmetic when the accumulators are small
+    enough for every step to stay below 2**53 (known from the bounds, or checked on the
+    block), folded int64 arithmetic, and the step-by-step TFLite form when the result
+    could wrap int32.
+    """
+
+    def __init__(self, bias, multiplier, shift, output_zp, act_min, act_max, acc_bound):
+        self.bias, self.multiplier, self.shift = bias, multiplier, shift
+        self.output_zp, self.act_min, self.act_max = int(output_zp), int(act_min), int(act_max)
+        self.acc_bound = acc_bound
+        self.bias_max = (int(np.abs(bias.astype(np.int64)).max())
+                         if bias is not None and bias.size else 0)
+        # Can the scaled value plus the zero point leave int32 (where TFLite would wrap)?
+        gain = float(np.max(np.abs(multiplier) * np.exp2(shift.astype(np.float64)))) / 2.0 ** 31
+        self.fast = (acc_bound + self.bias_max) * gain + 256 < 2.0 ** 31
+        self.f64_limit = min(f64_requant_limit(multiplier, shift, self.output_zp),
+                             2.0 ** 31 - 1) if self.fast else 0.0
+        self.f64_always = acc_bound + self.bias_max <= self.f64_limit
+
+    def __call__(self, acc_f: np.ndarray, out_block: np.ndarray) -> None:
+        if self.f64_limit and (self.f64_always or float(np.abs(acc_f).max()) + self.bias_max
+                               <= self.f64_limit):
+            x = acc_f.astype(np.float64)
+            if self.bias is not None:
+                x += self.bias
+            v = requantize_fixed_f64_inplace(x, self.multiplier, self.shift, self.output_zp)
+        else:
+            acc = accumulate_bias(acc_f, self.bias, self.acc_bound)
+            if not self.fast:
+                scaled = multiply_by_quantized_multiplier(acc, self.multiplier, self.shift)
+                store_int8(scaled, self.output_zp, self.act_min, self.act_max, out_block)
+                return
+            v = requantize_fixed_inplace(acc, self.multiplier, self.shift, self.output_zp)
+        np.clip(v, self.act_min, self.act_max, out=v)
+        np.copyto(out_block, v, casting="unsafe")
+
+
+def _prepare_filters(w: np.ndarray, groups: int) -> tuple[np.ndarray, int]:
+    cout, k = w.shape[0], w[0].size
+    wf = np.ascontiguousarray(w.reshape(groups, cout // groups, k).transpose(0, 2, 1),
+                              dtype=np.float32)
+    wf.flags.writeable = False
+    row_abs = np.abs(w.reshape(cout, k).astype(np.int32)).sum(axis=1)
+    return wf, int(row_abs.max()) if row_abs.size else 0
 
 
 def conv2d(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None, *,
@@ -111,26 +155,49 @@ def conv2d(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None, *,
         raise ValueError(f"filter {w.shape} does not group input depth {cin}")
     groups = cin // cin_g
     multiplier, shift = _check_quant(cout, bias, multiplier, shift)
-    if out is not None and (out.dtype != np.int8 or out.shape != (n, oh, ow, cout)):
-        raise ValueError(f"out must be int8 {(n, oh, ow, cout)}, got {out.dtype} {out.shape}")
-
+    out = _check_out(out, (n, oh, ow, cout))
     k = kh * kw * cin_g
-    ftype = _float_type(k, input_zp, w)
-    if kh == kw == 1 and sh == sw == 1 and pt == pl == 0 and (oh, ow) == x.shape[1:3]:
-        cols = (x.reshape(-1, cin).astype(ftype) - ftype(input_zp)).reshape(-1, groups, cin_g)
-    else:
-        win = _windows(x, input_zp, ftype, kh, kw, sh, sw, dh, dw, pt, pl, oh, ow)
-        # (N, OH, OW, C, KH, KW) -> rows of (group, KH, KW, Cin_g) to match the filter layout.
-        win = win.reshape(n, oh, ow, groups, cin_g, kh, kw).transpose(0, 1, 2, 3, 5, 6, 4)
-        cols = win.reshape(n * oh * ow, groups, k)
-    wf = w.reshape(groups, cout // groups, k).astype(ftype)
-    if groups == 1:
-        acc_f = cols[:, 0, :] @ wf[0].T
-    else:
-        acc_f = np.einsum("mgk,gok->mgo", cols, wf, optimize=True).reshape(-1, cout)
-    res = _finish(acc_f, bias, multiplier, shift, output_zp, act_min, act_max,
-                  None if out is None else out.reshape(-1, cout))
-    return out if out is not None else res.reshape(n, oh, ow, cout)
+    # Filters as (groups, K, Cout/groups) float32, K ordered (KH, KW, Cin_g), and the
+    # largest per-filter sum of |w|; cached across calls.
+    wf, row_abs_max = weight_cache.converted(
+        w, f"conv{groups}", lambda a: _prepare_filters(a, groups))
+    bound_x = int8_offset_bound(-input_zp)
+    chunk = gemm_chunk(k, bound_x, row_abs_max)
+    finish = _Requant(bias, multiplier, shift, output_zp, act_min, act_max,
+                      bound_x * row_abs_max)
+    out_rows = out.reshape(n * oh, ow, cout)
+    direct = kh == kw == 1 and sh == sw == 1 and pt == pl == 0 and (oh, ow) == x.shape[1:3]
+    win = None if direct else _windows(x, input_zp, kh, kw, sh, sw, dh, dw, pt, pl, oh, ow)
+
+    def block(r0: int, r1: int) -> None:
+        # Rows r0..r1 of the (N*OH) output rows, each OW pixels wide.
+        if direct:
+            xb = x.reshape(n * oh, ow, cin)[r0:r1]
+            cols = xb.astype(np.float32).reshape(-1, cin)
+            cols -= np.float32(input_zp)
+        else:
+            rows = []
+            r = r0
+            while r < r1:  # a block may span images; slice per image
+                bi, y0 = divmod(r, oh)
+                y1 = min(oh, y0 + (r1 - r))
+                rows.append(win[bi, y0:y1])
+                r += y1 - y0
+            patch = rows[0] if len(rows) == 1 else np.concatenate(rows)
+            # (rows, OW, C, KH, KW) -> (rows*OW, KH, KW, C) to match the filter layout.
+            cols = np.ascontiguousarray(patch.transpose(0, 1, 3, 4, 2)).reshape(-1, kh * kw * cin)
+        ob = out_rows[r0:r1].reshape(-1, cout)
+        if groups == 1:
+            acc = exact_gemm(cols, wf[0], chunk)
+        else:
+            cg = cols.reshape(cols.shape[0], kh * kw, groups, cin_g).transpose(2, 0, 1, 3)
+            cg = cg.reshape(groups, cols.shape[0], k)
+            acc = np.concatenate([exact_gemm(cg[g], wf[g], chunk) for g in range(groups)],
+                                 axis=1)
+        finish(acc, ob)
+
+    for_row_blocks(n * oh, ow * cout, block)
+    return out
 
 
 def depthwise_conv2d(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None, *,
@@ -153,18 +220,30 @@ def depthwise_conv2d(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None, *,
         raise ValueError(f"depthwise filter {w.shape} does not fit input depth {cin}")
     dm = cout // cin
     multiplier, shift = _check_quant(cout, bias, multiplier, shift)
-    if out is not None and (out.dtype != np.int8 or out.shape != (n, oh, ow, cout)):
-        raise ValueError(f"out must be int8 {(n, oh, ow, cout)}, got {out.dtype} {out.shape}")
+    out = _check_out(out, (n, oh, ow, cout))
+    bound = kh * kw * int8_offset_bound(-input_zp) * max_abs(w)
+    if bound >= (1 << 24):
+        raise ValueError(f"a {kh}x{kw} depthwise filter is too large for exact accumulation")
+    finish = _Requant(bias, multiplier, shift, output_zp, act_min, act_max, bound)
+    win = _windows(x, input_zp, kh, kw, sh, sw, dh, dw, pt, pl, oh, ow)
+    wf = w.reshape(kh, kw, cin, dm).astype(np.float32)
+    out_rows = out.reshape(n, oh, ow, cout)
+    step = max(1, (1 << 15) // max(1, ow * cout))
 
-    ftype = _float_type(kh * kw, input_zp, w)
-    win = _windows(x, input_zp, ftype, kh, kw, sh, sw, dh, dw, pt, pl, oh, ow)
-    wf = w.reshape(kh, kw, cin, dm).astype(ftype)
-    acc_f = np.zeros((n, oh, ow, cin, dm), dtype=ftype)
-    tmp = np.empty_like(acc_f)
-    for i in range(kh):  # KH*KW taps, each a whole-tensor multiply-add
-        for j in range(kw):
-            np.multiply(win[:, :, :, :, i, j, None], wf[i, j], out=tmp)
-            acc_f += tmp
-    res = _finish(acc_f.reshape(n, oh, ow, cout), bias, multiplier, shift, output_zp,
-                  act_min, act_max, out)
-    return res
+    for b in range(n):
+        for y0 in range(0, oh, step):
+            y1 = min(oh, y0 + step)
+            wb = win[b, y0:y1]  # (rows, OW, C, KH, KW)
+            # One (rows, OW, C) accumulator per depth-multiplier index keeps the innermost
+            # loop running along C.
+            acc = np.zeros((dm, y1 - y0, ow, cin), dtype=np.float32)
+            tmp = np.empty(acc.shape[1:], dtype=np.float32)
+            for i in range(kh):  # KH*KW taps, each a whole-block multiply-add
+                for j in range(kw):
+                    src = wb[:, :, :, i, j]
+                    for m in range(dm):
+                        np.multiply(src, wf[i, j, :, m], out=tmp)
+                        acc[m] += tmp
+            acc = acc.transpose(1, 2, 3, 0) if dm > 1 else acc[0]
+            finish(acc.reshape(y1 - y0, ow, cout), out_rows[b, y0:y1])
+    return out

@@ -26,6 +26,9 @@ __all__ = [
     "saturating_rounding_doubling_high_mul",
     "rounding_divide_by_pot",
     "multiply_by_quantized_multiplier",
+    "requantize_fixed_inplace",
+    "requantize_fixed_f64_inplace",
+    "f64_requant_limit",
     "multiply_by_quantized_multiplier_single_round",
     "multiply_by_quantized_multiplier_round_away",
     "round_half_away",
@@ -49,26 +52,38 @@ def wrap_int32(x: np.ndarray) -> np.ndarray:
 def saturating_rounding_doubling_high_mul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """gemmlowp ``SaturatingRoundingDoublingHighMul``: round(a * b / 2**31), saturated.
 
+    gemmlowp computes ``trunc((a*b + nudge) / 2**31)`` with ``nudge = 2**30`` for a
+    non-negative product and ``1 - 2**30`` otherwise; for a negative product that
+    truncation equals ``floor((a*b + 2**30) / 2**31)``, so one formula covers both signs.
     The only overflow case, ``a == b == INT32_MIN``, returns ``INT32_MAX``.
     """
     a, b = _i64(a), _i64(b)
     ab = a * b  # |a*b| <= 2**62: exact in int64
-    nudge = np.where(ab >= 0, 1 << 30, 1 - (1 << 30))
-    v = ab + nudge
-    # C integer division truncates toward zero; numpy's >> floors.
-    high = np.where(v >= 0, v >> 31, -((-v) >> 31))
-    return np.where((a == INT32_MIN) & (b == INT32_MIN), INT32_MAX, high)
+    ab += 1 << 30
+    ab >>= 31
+    if np.any(a == INT32_MIN) and np.any(b == INT32_MIN):
+        ab = np.where((a == INT32_MIN) & (b == INT32_MIN), INT32_MAX, ab)
+    return ab
 
 
 def rounding_divide_by_pot(x: np.ndarray, exponent: np.ndarray | int) -> np.ndarray:
-    """gemmlowp ``RoundingDivideByPOT``: x / 2**exponent rounded half away from zero."""
+    """gemmlowp ``RoundingDivideByPOT``: x / 2**exponent rounded half away from zero.
+
+    gemmlowp adds one when the remainder exceeds ``mask/2`` (+1 for negative x); that is
+    ``(x + 2**(e-1) - [x < 0]) >> e`` for e > 0, and x itself for e = 0.
+    """
     x, exponent = _i64(x), _i64(exponent)
     if np.any((exponent < 0) | (exponent > 31)):
         raise ValueError("rounding_divide_by_pot exponent must be in [0, 31]")
-    mask = (np.int64(1) << exponent) - 1
-    remainder = x & mask
-    threshold = (mask >> 1) + (x < 0)
-    return (x >> exponent) + (remainder > threshold)
+    r = x + ((np.int64(1) << exponent) >> 1)
+    negative = x < 0
+    if exponent.ndim == 0:
+        if exponent > 0:
+            r -= negative
+    else:
+        r -= negative & (exponent > 0)
+    r >>= exponent
+    return r
 
 
 def multiply_by_quantized_multiplier(x: np.ndarray, multiplier: np.ndarray,
@@ -85,6 +100,77 @@ def multiply_by_quantized_multiplier(x: np.ndarray, multiplier: np.ndarray,
     right = np.maximum(-shift, 0)
     shifted = wrap_int32(x << left) if np.any(left) else x
     return rounding_divide_by_pot(saturating_rounding_doubling_high_mul(shifted, multiplier), right)
+
+
+def requantize_fixed_inplace(x: np.ndarray, multiplier: np.ndarray, shift: np.ndarray,
+                             addend: int = 0) -> np.ndarray:
+    """``multiply_by_quantized_multiplier(x, multiplier, shift) + addend`` in fewer passes.
+
+    ``x`` must be an int64 array of int32 values; it is overwritten and returned. The two
+    roundings fold into one shift (``floor(floor(a / 2**31) / 2**e) = floor(a / 2**(31+e))``):
+    ``(x*m + 2**30 + c * 2**31) >> (31 + e)`` with ``c = 2**(e-1) - [x*m < -2**30]`` for
+    e > 0 and ``c = 0`` for e = 0; ``addend * 2**(31+e)`` joins the constant when that
+    cannot overflow. Falls back to the step-by-step form for left shifts and the
+    INT32_MIN * INT32_MIN saturation case.
+    """
+    multiplier, shift = _i64(multiplier), _i64(shift)
+    _check_shift(shift)
+    if np.any(shift > 0) or np.any(multiplier == INT32_MIN) or multiplier.ndim > 1:
+        return multiply_by_quantized_multiplier(x, multiplier, shift) + addend
+    right = -shift
+    total = 31 + right
+    const = (1 << 30) + (((np.int64(1) << right) >> 1) << 31)
+    fold = int(np.max(total)) + 8 < 62
+    if fold:
+        const = const + (np.int64(addend) << total)
+    x *= multiplier  # |x * m| < 2**62
+    negative = x < -(1 << 30)
+    if right.ndim == 0:
+        if right == 0:
+            negative = None
+    elif np.any(right == 0):
+        negative &= right > 0
+    x += const
+    if negative is not None:
+        x -= np.left_shift(negative, 31, dtype=np.int64)
+    x >>= total
+    if not fold and addend:
+        x += addend
+    return x
+
+
+def f64_requant_limit(multiplier: np.ndarray, shift: np.ndarray, addend: int) -> float:
+    """Largest |x| for which :func:`requantize_fixed_f64_inplace` is exact (0: never)."""
+    multiplier, shift = _i64(multiplier), _i64(shift)
+    if np.any(shift > 0) or np.any(multiplier < 0) or multiplier.ndim > 1:
+        return 0.0
+    right = -shift
+    const = 2.0 ** 30 + np.exp2(right - 1.0) * (right > 0) * 2.0 ** 31
+    room = 2.0 ** 53 - float(np.max(const)) - 2.0 ** 31
+    return max(0.0, room / max(1.0, float(np.max(multiplier))))
+
+
+def requantize_fixed_f64_inplace(x: np.ndarray, multiplier: np.ndarray, shift: np.ndarray,
+                                 addend: int = 0) -> np.ndarray:
+    """:func:`requantize_fixed_inplace` in float64 arithmetic (SIMD-friendly, no int64
+    multiply). ``x`` is a float64 array of integers with ``|x| <=
+    f64_requant_limit(...)``, so every intermediate is an integer below 2**53 and each
+    step is exact; it is overwritten and returned (integral float64 values)."""
+    multiplier, shift = _i64(multiplier), _i64(shift)
+    right = -shift
+    total = (31 + right).astype(np.float64)
+    const = 2.0 ** 30 + np.exp2(right - 1.0) * (right > 0) * 2.0 ** 31
+    x *= multiplier.astype(np.float64)
+    negative = x < -(2.0 ** 30)
+    if np.any(right == 0):
+        negative &= right > 0
+    x += const
+    x -= negative * 2.0 ** 31
+    x *= np.exp2(-total)
+    np.floor(x, out=x)
+    if addend:
+        x += addend
+    return x
 
 
 def _check_shift(shift: np.ndarray) -> None:

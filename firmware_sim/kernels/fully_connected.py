@@ -15,11 +15,19 @@ from __future__ import annotations
 
 import numpy as np
 
-from .fixedpoint import multiply_by_quantized_multiplier_round_away, requantize_double, wrap_int32
-from .gemm import int_matmul
-from .output import check_int8_param, store_int8
+from .fixedpoint import multiply_by_quantized_multiplier_round_away, requantize_double
+from .gemm import exact_gemm, for_row_blocks, gemm_chunk, int8_offset_bound
+from . import weight_cache
+from .output import accumulate_bias, check_int8_param, store_int8
 
 __all__ = ["fully_connected"]
+
+
+def _prepare_weights(w: np.ndarray) -> tuple[np.ndarray, int]:
+    wf = w.astype(np.float32)
+    wf.flags.writeable = False
+    row_abs = np.abs(w.astype(np.int32)).sum(axis=1) if w.size else np.zeros(1, np.int64)
+    return wf, int(row_abs.max()) if row_abs.size else 0
 
 
 def fully_connected(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None, *,
@@ -67,12 +75,24 @@ def fully_connected(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None, *,
     if out is not None and (out.dtype != np.int8 or out.shape != (m, n)):
         raise ValueError(f"out must be int8 {(m, n)}, got {out.dtype} {out.shape}")
 
-    acc = int_matmul(x, w, -input_zp)
-    if bias is not None:
-        acc += bias
-    acc = wrap_int32(acc)
-    if scale is not None:
-        scaled = requantize_double(acc, scale)
-    else:
-        scaled = multiply_by_quantized_multiplier_round_away(acc, multiplier, shift)
-    return store_int8(scaled, output_zp, act_min, act_max, out)
+    if out is None:
+        out = np.empty((m, n), np.int8)
+    # Weights as float32 (N, K) plus the largest per-row sum of |w|, cached across calls.
+    wf, row_abs_max = weight_cache.converted(w, "fc", _prepare_weights)
+    wt = wf.T  # BLAS takes the transpose as is
+    bound_x = int8_offset_bound(-input_zp)
+    chunk = gemm_chunk(k, bound_x, row_abs_max)
+    acc_bound = bound_x * row_abs_max
+
+    def block(r0: int, r1: int) -> None:
+        xf = x[r0:r1].astype(np.float32)
+        xf -= np.float32(input_zp)
+        acc = accumulate_bias(exact_gemm(xf, wt, chunk), bias, acc_bound)
+        if scale is not None:
+            scaled = requantize_double(acc, scale)
+        else:
+            scaled = multiply_by_quantized_multiplier_round_away(acc, multiplier, shift)
+        store_int8(scaled, output_zp, act_min, act_max, out[r0:r1])
+
+    for_row_blocks(m, n, block)
+    return out

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["store_int8", "check_int8_param"]
+__all__ = ["store_int8", "check_int8_param", "accumulate_bias"]
 
 
 def check_int8_param(name: str, value: int) -> int:
@@ -19,15 +19,23 @@ def store_int8(scaled: np.ndarray, output_zp: int, act_min: int, act_max: int,
     """``clamp(scaled + output_zp, act_min, act_max)`` as int8, into ``out`` when given.
 
     ``scaled`` is an int64 array of int32 values; the zero-point addition wraps in int32
-    as TFLite's C code does.
+    as TFLite's C code does (the int64 -> int32 cast is modular).
     """
-    v = scaled + np.int64(output_zp)
-    v = np.asarray(((v + (1 << 31)) & 0xFFFFFFFF) - (1 << 31))
-    if v.ndim:
-        np.clip(v, act_min, act_max, out=v)
-    else:  # 0-d results (a reduction to a scalar) are numpy scalars after arithmetic
-        v = np.asarray(np.clip(v, act_min, act_max))
+    v = np.asarray(np.asarray(scaled, dtype=np.int64) + np.int64(output_zp)).astype(np.int32)
+    np.clip(v, act_min, act_max, out=v)
     if out is None:
         return v.astype(np.int8)
     np.copyto(out, v, casting="unsafe")
     return out
+
+
+def accumulate_bias(acc_f: np.ndarray, bias: np.ndarray | None, acc_bound: int) -> np.ndarray:
+    """Exact float accumulators + int32 bias as int64 int32 values, wrapping like TFLite's
+    int32 accumulator (skipped when ``acc_bound`` + the bias cannot leave int32)."""
+    acc = acc_f.astype(np.int64)
+    if bias is None:
+        return acc if acc_bound < (1 << 31) else (((acc + (1 << 31)) & 0xFFFFFFFF) - (1 << 31))
+    acc += bias
+    if acc_bound + (int(np.abs(bias.astype(np.int64)).max()) if bias.size else 0) >= (1 << 31):
+        acc = ((acc + (1 << 31)) & 0xFFFFFFFF) - (1 << 31)
+    return acc

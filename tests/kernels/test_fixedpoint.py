@@ -116,3 +116,39 @@ def test_int_matmul_is_exact_on_every_path(k: int, dtype: type) -> None:
     ref = (a.astype(object) + (7 if dtype == np.int8 else 0)) @ b.astype(object).T
     assert got.dtype == np.int64
     assert got.tolist() == ref.tolist()
+
+
+def test_fast_requantize_equals_step_by_step() -> None:
+    rng = np.random.default_rng(9)
+    x = np.concatenate([np.array(EDGE, np.int64), rng.integers(fp.INT32_MIN, fp.INT32_MAX, 4000),
+                        rng.integers(-3000, 3000, 3999)]).reshape(-1, 9)
+    cases = [
+        (np.array([1 << 30]), np.array([-5])),                      # power-of-two ties
+        (rng.integers(1 << 30, fp.INT32_MAX, 9), rng.integers(-31, 1, 9)),  # incl. e = 0
+        (rng.integers(1 << 30, fp.INT32_MAX, 9), rng.integers(-20, 4, 9)),  # left shifts
+        (np.array([fp.INT32_MIN]), np.array([0])),                  # saturation case
+        (rng.integers(0, fp.INT32_MAX, 9), np.full(9, -31)),
+    ]
+    for mult, shift in cases:
+        for addend in (0, -128, 77):
+            ref = fp.multiply_by_quantized_multiplier(x, mult, shift) + addend
+            got = fp.requantize_fixed_inplace(x.copy(), mult, shift, addend)
+            assert got.tolist() == ref.tolist(), (mult[:2], shift[:2], addend)
+
+
+def test_f64_requantize_equals_step_by_step_within_its_limit() -> None:
+    rng = np.random.default_rng(10)
+    for mult, shift in [(np.array([1 << 30]), np.array([-5])),
+                        (rng.integers(1 << 30, fp.INT32_MAX, 9), rng.integers(-20, 1, 9)),
+                        (rng.integers(1 << 30, fp.INT32_MAX, 9), np.full(9, -1))]:
+        for addend in (0, -128, 127):
+            limit = fp.f64_requant_limit(mult, shift, addend)
+            assert limit > 2 ** 20
+            bound = int(min(limit, fp.INT32_MAX))
+            x = np.concatenate([rng.integers(-bound, bound, 3000), [-bound, bound, -1, 0, 1],
+                                np.arange(-64, 64)])
+            x = x[: x.size // 9 * 9].reshape(-1, 9)
+            ref = fp.multiply_by_quantized_multiplier(x, mult, shift) + addend
+            got = fp.requantize_fixed_f64_inplace(x.astype(np.float64), mult, shift, addend)
+            assert got.astype(np.int64).tolist() == ref.tolist()
+    assert fp.f64_requant_limit(np.array([1 << 30]), np.array([2]), 0) == 0.0
