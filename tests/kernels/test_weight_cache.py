@@ -1,0 +1,50 @@
+"""The float-weights cache never serves stale weights."""
+from __future__ import annotations
+
+import numpy as np
+
+from firmware_sim.kernels import weight_cache
+from firmware_sim.kernels.conv import conv2d
+from firmware_sim.kernels.fully_connected import fully_connected
+from firmware_sim.spec.fixedpoint import quantize_multiplier_array
+
+from .quant_utils import random_int8
+
+
+def test_rewritten_weights_are_converted_again() -> None:
+    weight_cache.clear()
+    rng = np.random.default_rng(0)
+    w = random_int8(rng, (256, 512))  # large enough to be cached
+    assert w.nbytes >= weight_cache.MIN_CACHED_BYTES
+    x = random_int8(rng, (3, 512))
+    mult, shift = quantize_multiplier_array(np.full(256, 0.0004))
+    kw = dict(input_zp=5, output_zp=-3, multiplier=mult, shift=shift)
+    first = fully_connected(x, w, None, **kw)
+    w[:, :7] = -w[:, :7] + 1  # rewrite in place: same address, same shape
+    w[17, 100] ^= 0x55
+    again = fully_connected(x, w, None, **kw)
+    weight_cache.clear()
+    fresh = fully_connected(x, w, None, **kw)
+    np.testing.assert_array_equal(again, fresh)
+    assert np.any(first != again)
+
+
+def test_same_bytes_at_another_address_and_layouts_are_separate() -> None:
+    weight_cache.clear()
+    rng = np.random.default_rng(1)
+    w = random_int8(rng, (64, 3, 3, 64))
+    x = random_int8(rng, (1, 6, 6, 64))
+    mult, shift = quantize_multiplier_array(np.full(64, 0.0005))
+    kw = dict(stride=(1, 1), dilation=(1, 1), padding=(1, 1), out_hw=(6, 6), input_zp=0,
+              output_zp=0, multiplier=mult, shift=shift)
+    a = conv2d(x, w, None, **kw)
+    b = conv2d(x, w.copy(), None, **kw)
+    np.testing.assert_array_equal(a, b)
+    # The same buffer read as a grouped conv is another conversion.
+    w2 = w.reshape(128, 3, 3, 32)
+    x2 = random_int8(rng, (1, 6, 6, 64))
+    m2, s2 = quantize_multiplier_array(np.full(128, 0.0005))
+    grouped = conv2d(x2, w2, None, **{**kw, "multiplier": m2, "shift": s2})
+    weight_cache.clear()
+    np.testing.assert_array_equal(grouped, conv2d(x2, w2, None, **{**kw, "multiplier": m2,
+                                                                   "shift": s2}))
