@@ -407,6 +407,33 @@ def _reduce_mean(im: _Importer, node, attrs, where):
     im.emit("MEAN", [x], node.output[0], nhwc, where, dict(axes=ir_axes, keep_dims=keep))
 
 
+def _resize(im: _Importer, node, attrs, where):
+    def text(key: str, default: str) -> str:
+        v = attrs.get(key, default)
+        return v.decode() if isinstance(v, bytes) else v
+    mode, coord = text("mode", "nearest"), text("coordinate_transformation_mode", "half_pixel")
+    nearest = text("nearest_mode", "round_prefer_floor")
+    in_shape, out_shape = im.onnx_shape(node.input[0], where), im.onnx_shape(node.output[0], where)
+    if len(in_shape) != 4 or in_shape[:2] != out_shape[:2]:
+        raise ONNXImportError(f"{where}: only spatial (H, W) resizing of 4-D tensors is supported")
+    if coord == "pytorch_half_pixel" and min(out_shape[2:]) > 1:
+        coord = "half_pixel"
+    # The ONNX settings that mean exactly what TFLite's two resize ops compute.
+    table = {("linear", "asymmetric"): ("RESIZE_BILINEAR", False, False),
+             ("linear", "align_corners"): ("RESIZE_BILINEAR", True, False),
+             ("linear", "half_pixel"): ("RESIZE_BILINEAR", False, True),
+             ("nearest", "asymmetric", "floor"): ("RESIZE_NEAREST_NEIGHBOR", False, False),
+             ("nearest", "align_corners", "round_prefer_ceil"): ("RESIZE_NEAREST_NEIGHBOR", True, False),
+             ("nearest", "tf_half_pixel_for_nn", "floor"): ("RESIZE_NEAREST_NEIGHBOR", False, True)}
+    key = (mode, coord) if mode == "linear" else (mode, coord, nearest)
+    if key not in table or attrs.get("antialias", 0) or attrs.get("exclude_outside", 0):
+        raise ONNXImportError(f"{where}: Resize mode={mode} coordinate_transformation_mode={coord}"
+                              f"{'' if mode == 'linear' else ' nearest_mode=' + nearest} is not supported")
+    op_type, align, half = table[key]
+    im.emit(op_type, [im.value(node.input[0], True, where)], node.output[0], True, where,
+            dict(size=tuple(out_shape[2:]), align_corners=align, half_pixel_centers=half))
+
+
 def _fold_slice(ins, attrs):
     data, starts, ends = ins[0], ins[1], ins[2]
     axes = ins[3] if len(ins) > 3 and ins[3] is not None else range(len(starts))
@@ -532,6 +559,7 @@ _HANDLERS: dict[str, Callable] = {
     "Pad": _pad,
     "Transpose": _transpose,
     "ReduceMean": _reduce_mean,
+    "Resize": _resize,
 }
 
 

@@ -10,7 +10,7 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-from firmware_sim.kernels import activations, conv, elementwise, fully_connected, layout, pooling
+from firmware_sim.kernels import activations, conv, elementwise, fully_connected, layout, pooling, resize
 from firmware_sim.spec import fixedpoint as fp
 from libnpu.compiler.ir import Graph, Op
 
@@ -81,6 +81,10 @@ def _step(g: Graph, op: Op, ins: list[np.ndarray | None]) -> np.ndarray:
         m, sh = fp.rescale_multiplier(si, so)
         return pooling.mean(ins[0], tuple(a["axes"]), input_zp=zi, output_zp=zo, multiplier=m, shift=sh,
                             keep_dims=a["keep_dims"])
+    if t in ("RESIZE_BILINEAR", "RESIZE_NEAREST_NEIGHBOR"):
+        fn = resize.resize_bilinear if t == "RESIZE_BILINEAR" else resize.resize_nearest
+        return fn(ins[0], tuple(a["size"]), align_corners=a["align_corners"],
+                  half_pixel_centers=a["half_pixel_centers"])
     if t == "QUANTIZE":
         so, zo = _qp(g, op.outputs[0])
         if ins[0].dtype == np.float32:

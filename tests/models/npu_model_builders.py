@@ -172,3 +172,15 @@ def single_op_tflite(opcode: int, tensors: list[tuple[str, tuple[int, ...], "np.
                   Buffers=vector(buffers))
     b.Finish(model, file_identifier=b"TFL3")
     return bytes(b.Output())
+
+
+def resize(mode: str, coord: str, nearest_mode: str = "round_prefer_floor",
+           out_hw: tuple[int, int] = (11, 6)) -> onnx.ModelProto:
+    """Conv then Resize to ``out_hw`` (opset 13, sizes input). Input [1, 2, 5, 4]."""
+    b = _Builder(3)
+    b.node("Conv", ["x", b.weight("w", 3, 2, 1, 1)], "c")
+    attrs = dict(mode=mode, coordinate_transformation_mode=coord)
+    if mode == "nearest":
+        attrs["nearest_mode"] = nearest_mode
+    b.node("Resize", ["c", "", "", b.const("sizes", np.array([1, 3, *out_hw], np.int64))], "y", **attrs)
+    return b.model("resize", {"x": [1, 2, 5, 4]}, {"y": [1, 3, *out_hw]})

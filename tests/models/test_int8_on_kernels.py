@@ -48,3 +48,16 @@ def test_per_channel_fully_connected_is_bit_exact(litert):
                        fc_per_channel=True)
     x = rng.standard_normal((1, 3, 16, 16)).astype(np.float32)
     np.testing.assert_array_equal(int8_walk.run_int8(q, [x])[0], litert(export_tflite(q), [x])[0])
+
+
+@pytest.mark.parametrize("mode,coord,nearest", [
+    ("linear", "asymmetric", ""), ("linear", "align_corners", ""), ("linear", "half_pixel", ""),
+    ("nearest", "asymmetric", "floor"), ("nearest", "align_corners", "round_prefer_ceil"),
+    ("nearest", "tf_half_pixel_for_nn", "floor")])
+def test_quantized_resize_is_bit_exact(mode, coord, nearest, litert):
+    rng = np.random.default_rng(14)
+    model = builders.resize(mode, coord, nearest or "round_prefer_floor")
+    q = quantize_model(import_onnx(model), [[rng.standard_normal((1, 2, 5, 4)).astype(np.float32)]
+                                            for _ in range(4)], io_dtype="int8")
+    x = rng.integers(-128, 128, (1, 2, 5, 4), dtype=np.int8)
+    np.testing.assert_array_equal(int8_walk.run_int8(q, [x])[0], litert(export_tflite(q), [x])[0])

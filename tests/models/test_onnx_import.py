@@ -74,3 +74,20 @@ def test_shape_arithmetic_is_folded():
                              "FULLY_CONNECTED": 1, "SOFTMAX": 1}
     reshape = next(op for op in g.ops if op.type == "RESHAPE")
     assert reshape.attrs["new_shape"] == (1, 256)
+
+
+@pytest.mark.parametrize("mode,coord,nearest", [
+    ("linear", "asymmetric", ""), ("linear", "align_corners", ""), ("linear", "half_pixel", ""),
+    ("linear", "pytorch_half_pixel", ""), ("nearest", "asymmetric", "floor"),
+    ("nearest", "align_corners", "round_prefer_ceil"), ("nearest", "tf_half_pixel_for_nn", "floor")])
+def test_resize_matches_onnxruntime(mode, coord, nearest):
+    model = builders.resize(mode, coord, nearest or "round_prefer_floor")
+    g = import_onnx(model)
+    assert any(op.type.startswith("RESIZE_") for op in g.ops)
+    x = np.random.default_rng(5).standard_normal((1, 2, 5, 4)).astype(np.float32)
+    np.testing.assert_allclose(run_float(g, [x])[g.outputs[0]], _ort(model, x)[0], rtol=1e-5, atol=1e-5)
+
+
+def test_resize_without_tflite_equivalent_is_refused():
+    with pytest.raises(ONNXImportError, match="Resize mode=nearest coordinate_transformation_mode=half_pixel"):
+        import_onnx(builders.resize("nearest", "half_pixel", "round_prefer_floor"))
