@@ -228,6 +228,25 @@ class Loadable:
     def outputs(self) -> list[TensorDesc]:
         return [t for t in self.tensors if t.flags & TensorFlags.OUTPUT]
 
+    def summary(self) -> str:
+        """Human-readable overview (regions, I/O tensors, tasks)."""
+        lines = [f"loadable {self.name!r}: {len(self.tensors)} tensors, {len(self.regions)} regions, "
+                 f"{len(self.tasks)} tasks, {sum(t.macs for t in self.tasks):,} MACs"]
+        for i, r in enumerate(self.regions):
+            content = f", {len(r.content):,} bytes of contents" if r.content is not None else ""
+            lines.append(f"  region {i}: {r.kind.name:<11} {r.size:>12,} bytes, align {r.alignment}{content}"
+                         f"  {r.name}")
+        for t in self.inputs() + self.outputs():
+            kind = "input " if t.flags & TensorFlags.INPUT else "output"
+            q = "" if t.scale is None else f" scale {t.scale[0]:.6g} zp {int(t.zero_point[0])}"
+            lines.append(f"  {kind} {t.name} {list(t.shape)} {t.dtype}{q} @ region {t.region}+{t.offset}")
+        ops: dict[str, int] = {}
+        for task in self.tasks:
+            ops[task.op] = ops.get(task.op, 0) + 1
+        if ops:
+            lines.append("  tasks: " + ", ".join(f"{k} {v}" for k, v in sorted(ops.items())))
+        return "\n".join(lines)
+
     def validate(self) -> None:
         """Check cross references; raises :class:`FormatError` naming the culprit."""
         for i, r in enumerate(self.regions):

@@ -4,6 +4,7 @@
     python -m libnpu.compiler summary MODEL              # ops, shapes, MACs
     python -m libnpu.compiler quantize MODEL -o OUT.tflite [--calib X.npy] [--random N]
     python -m libnpu.compiler plan MODEL                 # device memory plan
+    python -m libnpu.compiler inspect FILE.nlb           # check and describe a loadable
 
 MODEL is a .tflite or .onnx file, or a model-zoo name (``resnet8``, ``blazeface``).
 """
@@ -16,6 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from .. import model_zoo
+from ..loadable import LoadableError
 from .ir import Graph, IRError
 
 
@@ -74,6 +76,12 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_inspect(args: argparse.Namespace) -> int:
+    from ..loadable import Loadable
+    print(Loadable.load(args.loadable).summary())
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m libnpu.compiler", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="cmd", required=True)
@@ -92,10 +100,13 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("plan", help="print the device memory plan")
     p.add_argument("model")
     p.set_defaults(fn=_cmd_plan)
+    p = sub.add_parser("inspect", help="check a loadable file and print what it holds")
+    p.add_argument("loadable")
+    p.set_defaults(fn=_cmd_inspect)
     args = parser.parse_args(argv)
     try:
         return args.fn(args)
-    except (IRError, model_zoo.ModelZooError, OSError) as exc:
+    except (IRError, model_zoo.ModelZooError, LoadableError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
 

@@ -31,3 +31,18 @@ def test_errors_are_reported(capsys, tmp_path):
     bad.write_bytes(b"\0" * 100)
     assert main(["summary", str(bad)]) == 1
     assert "not a TFLite" in capsys.readouterr().err
+
+
+def test_inspect_loadable(resnet8_path, tmp_path, capsys):
+    from libnpu.compiler.memplan import plan_memory
+    g = load_tflite(resnet8_path)
+    path = tmp_path / "m.nlb"
+    plan_memory(g).to_loadable(g, []).save(path)
+    assert main(["inspect", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "region 1: ACTIVATIONS" in out and "input  input_1_int8 [1, 32, 32, 3] int8 scale 0.0078125 zp 0" in out
+    raw = bytearray(path.read_bytes())
+    raw[100] ^= 1
+    path.write_bytes(bytes(raw))
+    assert main(["inspect", str(path)]) == 1
+    assert "checksum" in capsys.readouterr().err
