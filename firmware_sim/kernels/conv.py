@@ -64,10 +64,18 @@ def _check_quant(n_out: int, bias, multiplier, shift) -> tuple[np.ndarray, np.nd
 
 
 def _check_out(out: np.ndarray | None, shape: tuple[int, ...]) -> np.ndarray:
+    """A C-contiguous int8 buffer to compute into: ``out`` itself when it is one."""
     if out is None:
         return np.empty(shape, np.int8)
     if out.dtype != np.int8 or out.shape != shape:
         raise ValueError(f"out must be int8 {shape}, got {out.dtype} {out.shape}")
+    return out if out.flags.c_contiguous else np.empty(shape, np.int8)
+
+
+def _deliver(result: np.ndarray, out: np.ndarray | None) -> np.ndarray:
+    if out is None or out is result:
+        return result
+    np.copyto(out, result)
     return out
 
 
@@ -155,7 +163,7 @@ def conv2d(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None, *,
         raise ValueError(f"filter {w.shape} does not group input depth {cin}")
     groups = cin // cin_g
     multiplier, shift = _check_quant(cout, bias, multiplier, shift)
-    out = _check_out(out, (n, oh, ow, cout))
+    target, out = out, _check_out(out, (n, oh, ow, cout))
     k = kh * kw * cin_g
     # Filters as (groups, K, Cout/groups) float32, K ordered (KH, KW, Cin_g), and the
     # largest per-filter sum of |w|; cached across calls.
@@ -176,14 +184,13 @@ def conv2d(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None, *,
             cols = xb.astype(np.float32).reshape(-1, cin)
             cols -= np.float32(input_zp)
         else:
-            rows = []
-            r = r0
-            while r < r1:  # a block may span images; slice per image
-                bi, y0 = divmod(r, oh)
+            pieces, r = [], r0
+            while r < r1:  # a block may span images: slice image by image
+                image, y0 = divmod(r, oh)
                 y1 = min(oh, y0 + (r1 - r))
-                rows.append(win[bi, y0:y1])
+                pieces.append(win[image, y0:y1])
                 r += y1 - y0
-            patch = rows[0] if len(rows) == 1 else np.concatenate(rows)
+            patch = pieces[0] if len(pieces) == 1 else np.concatenate(pieces)
             # (rows, OW, C, KH, KW) -> (rows*OW, KH, KW, C) to match the filter layout.
             cols = np.ascontiguousarray(patch.transpose(0, 1, 3, 4, 2)).reshape(-1, kh * kw * cin)
         ob = out_rows[r0:r1].reshape(-1, cout)
@@ -197,7 +204,7 @@ def conv2d(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None, *,
         finish(acc, ob)
 
     for_row_blocks(n * oh, ow * cout, block)
-    return out
+    return _deliver(out, target)
 
 
 def depthwise_conv2d(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None, *,
@@ -220,7 +227,7 @@ def depthwise_conv2d(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None, *,
         raise ValueError(f"depthwise filter {w.shape} does not fit input depth {cin}")
     dm = cout // cin
     multiplier, shift = _check_quant(cout, bias, multiplier, shift)
-    out = _check_out(out, (n, oh, ow, cout))
+    target, out = out, _check_out(out, (n, oh, ow, cout))
     bound = kh * kw * int8_offset_bound(-input_zp) * max_abs(w)
     if bound >= (1 << 24):
         raise ValueError(f"a {kh}x{kw} depthwise filter is too large for exact accumulation")
@@ -246,4 +253,4 @@ def depthwise_conv2d(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None, *,
                         acc[m] += tmp
             acc = acc.transpose(1, 2, 3, 0) if dm > 1 else acc[0]
             finish(acc.reshape(y1 - y0, ow, cout), out_rows[b, y0:y1])
-    return out
+    return _deliver(out, target)

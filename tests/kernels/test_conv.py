@@ -185,3 +185,20 @@ def test_conv_uses_double_rounding() -> None:
     single = np.clip(multiply_by_quantized_multiplier_single_round(acc, mult, shift), -128, 127)
     assert np.count_nonzero(double != single) > 0
     np.testing.assert_array_equal(expected, double.astype(np.int8))
+
+
+def test_non_contiguous_out_is_filled() -> None:
+    rng = np.random.default_rng(6)
+    x, w = random_int8(rng, (1, 5, 5, 3)), random_int8(rng, (4, 3, 3, 3))
+    mult, shift = conv_multipliers(0.05, np.full(4, 0.01), 0.3)
+    kw = dict(stride=(1, 1), dilation=(1, 1), padding=(1, 1), out_hw=(5, 5), input_zp=2,
+              output_zp=-1, multiplier=mult, shift=shift)
+    big = np.zeros((1, 5, 5, 8), np.int8)
+    view = big[..., ::2]
+    assert conv2d(x, w, None, out=view, **kw) is view
+    np.testing.assert_array_equal(view, conv2d(x, w, None, **kw))
+    assert not big[..., 1::2].any()
+    wd = random_int8(rng, (1, 3, 3, 3))
+    kw_dw = {**kw, "multiplier": mult[:3], "shift": shift[:3]}
+    res = depthwise_conv2d(x, wd, None, out=big[..., 1:7:2], **kw_dw)
+    np.testing.assert_array_equal(res, depthwise_conv2d(x, wd, None, **kw_dw))
