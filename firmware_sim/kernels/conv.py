@@ -229,8 +229,8 @@ def depthwise_conv2d(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None, *,
     multiplier, shift = _check_quant(cout, bias, multiplier, shift)
     target, out = out, _check_out(out, (n, oh, ow, cout))
     bound = kh * kw * int8_offset_bound(-input_zp) * max_abs(w)
-    if bound >= (1 << 24):
-        raise ValueError(f"a {kh}x{kw} depthwise filter is too large for exact accumulation")
+    # float32 sums are exact below 2**24 (any 3x3..20x20 filter); beyond, float64.
+    acc_type = np.float32 if bound < (1 << 24) else np.float64
     finish = _Requant(bias, multiplier, shift, output_zp, act_min, act_max, bound)
     win = _windows(x, input_zp, kh, kw, sh, sw, dh, dw, pt, pl, oh, ow)
     wf = w.reshape(kh, kw, cin, dm).astype(np.float32)
@@ -243,8 +243,8 @@ def depthwise_conv2d(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None, *,
             wb = win[b, y0:y1]  # (rows, OW, C, KH, KW)
             # One (rows, OW, C) accumulator per depth-multiplier index keeps the innermost
             # loop running along C.
-            acc = np.zeros((dm, y1 - y0, ow, cin), dtype=np.float32)
-            tmp = np.empty(acc.shape[1:], dtype=np.float32)
+            acc = np.zeros((dm, y1 - y0, ow, cin), dtype=acc_type)
+            tmp = np.empty(acc.shape[1:], dtype=acc_type)
             for i in range(kh):  # KH*KW taps, each a whole-block multiply-add
                 for j in range(kw):
                     src = wb[:, :, :, i, j]

@@ -202,3 +202,28 @@ def test_non_contiguous_out_is_filled() -> None:
     kw_dw = {**kw, "multiplier": mult[:3], "shift": shift[:3]}
     res = depthwise_conv2d(x, wd, None, out=big[..., 1:7:2], **kw_dw)
     np.testing.assert_array_equal(res, depthwise_conv2d(x, wd, None, **kw_dw))
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_long_reductions_match_reference(seed: int) -> None:
+    """Reductions long enough that float32 needs K-chunking (conv) or float64 (a 24x24
+    depthwise filter) still give LiteRT's bytes."""
+    rng = np.random.default_rng(2500 + seed)
+    for depthwise in (False, True):
+        if depthwise:
+            x, kh, cin, dm = random_int8(rng, (1, 26, 26, 3)), 24, 3, 1
+            w = random_int8(rng, (1, kh, kh, cin * dm))
+            k = kh * kh
+        else:
+            x, kh, cin = random_int8(rng, (1, 6, 6, 320)), 3, 320
+            w = random_int8(rng, (8, kh, kh, cin))
+            k = kh * kh * cin
+            dm = 1
+        q = random_quant(rng, k, w.shape[3] if depthwise else 8)
+        q["in_zp"] = -128  # widest |x - zp|
+        oh, pt = conv_geometry(x.shape[1], kh, 1, 1, PADDING_VALID)
+        c = dict(x=x, w=w, bias=random_bias(rng, k, w.shape[3] if depthwise else 8, False),
+                 q=q, stride=(1, 1), dilation=(1, 1), padding_tfl=1, dm=dm,
+                 geometry=((pt, pt), (oh, oh)))
+        got, expected = run_case(c, depthwise)
+        assert np.count_nonzero(got != expected) == 0, f"depthwise={depthwise} seed={seed}"
