@@ -345,3 +345,25 @@ def same_pads(in_size: int, kernel: int, stride: int, dilation: int) -> tuple[in
     out = (in_size + stride - 1) // stride
     total = max((out - 1) * stride + eff - in_size, 0)
     return out, total // 2, total - total // 2
+
+
+def strided_slice_masks(attrs: dict[str, Any]) -> tuple[int, int]:
+    """``(end_mask, shrink_axis_mask)`` that make TFLite's STRIDED_SLICE, given the IR's
+    resolved ``begin``/``end``/``strides``, produce ``new_shape``: the end mask marks
+    "through index 0" ends, the shrink mask the length-1 axes ``new_shape`` drops."""
+    begin, end, strides = attrs["begin"], attrs["end"], attrs["strides"]
+    end_mask = sum(1 << d for d, (e, s) in enumerate(zip(end, strides)) if e < 0 and s < 0)
+    lengths = [len(range(b, e, s)) if not (e < 0 and s < 0) else b // -s + 1
+               for b, e, s in zip(begin, end, strides)]
+    new_shape, shrink, j = list(attrs["new_shape"]), 0, 0
+    for d, n in enumerate(lengths):
+        if j < len(new_shape) and new_shape[j] == n:
+            j += 1
+        elif n == 1:
+            shrink |= 1 << d
+        else:
+            break
+    else:
+        if j == len(new_shape):
+            return end_mask, shrink
+    raise IRError(f"output shape {tuple(new_shape)} does not match the slice lengths {lengths}")

@@ -1,5 +1,6 @@
 """Graph clean-ups run before quantization: fold constants, fold affine ops into
-convolutions, fuse activations, drop identities."""
+convolutions, turn subtraction of constants into addition, fuse activations, drop
+identities."""
 from __future__ import annotations
 
 import numpy as np
@@ -7,7 +8,8 @@ import numpy as np
 from .float_ref import OPS
 from .ir import Graph, Tensor
 
-__all__ = ["optimize", "fold_constants", "fold_affine_into_conv", "fuse_activations", "remove_identities"]
+__all__ = ["optimize", "fold_constants", "fold_affine_into_conv", "sub_const_to_add", "fuse_activations",
+           "remove_identities"]
 
 _WEIGHTED = ("CONV_2D", "DEPTHWISE_CONV_2D", "FULLY_CONNECTED")
 # Ops whose TFLite kernels apply a fused activation (CONCATENATION's options have the
@@ -102,6 +104,19 @@ def fold_affine_into_conv(g: Graph) -> int:
     return folded
 
 
+def sub_const_to_add(g: Graph) -> int:
+    """``x - c`` -> ``x + (-c)`` for a constant ``c`` (the chip has ADD, not SUB)."""
+    changed = 0
+    for op in g.ops:
+        if op.type == "SUB" and op.inputs[1] and g.tensors[op.inputs[1]].is_constant \
+                and not g.tensors[op.inputs[0]].is_constant:
+            c = g.tensors[op.inputs[1]]
+            neg = g.add_const(f"{c.name}_neg", (-c.data.astype(np.float32)))
+            op.type, op.inputs = "ADD", [op.inputs[0], neg.name]
+            changed += 1
+    return changed
+
+
 def fuse_activations(g: Graph) -> int:
     """Turn ``op -> RELU/RELU6/RELU_N1_TO_1`` into the op's fused activation."""
     fused = 0
@@ -177,6 +192,7 @@ def optimize(graph: Graph) -> Graph:
         if t.dtype == "float16":
             g.tensors[t.name] = Tensor(t.name, t.shape, "float32", None, t.data.astype(np.float32))
     fold_affine_into_conv(g)
+    sub_const_to_add(g)
     fuse_activations(g)
     remove_identities(g)
     g.prune()

@@ -81,6 +81,8 @@ class Calibrator:
             v = np.asarray(outs[name], np.float32).reshape(-1)
             if not np.all(np.isfinite(v)):
                 raise QuantizationError(f"calibration: tensor {name!r} has non-finite values")
+            if v.size == 0:  # an empty tensor: any range will do
+                v = np.zeros(1, np.float32)
             self.lo[name] = min(self.lo.get(name, np.inf), float(v.min()))
             self.hi[name] = max(self.hi.get(name, -np.inf), float(v.max()))
             if self.method == "percentile":

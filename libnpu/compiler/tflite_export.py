@@ -15,7 +15,7 @@ import flatbuffers
 import numpy as np
 import tflite
 
-from .ir import Graph, IRError, Op, QuantParams, Tensor, same_pads
+from .ir import Graph, IRError, Op, QuantParams, Tensor, same_pads, strided_slice_masks
 
 __all__ = ["TFLiteExportError", "export_tflite"]
 
@@ -81,26 +81,6 @@ class _Writer:
             else x.quant.scale * w.quant.scale
         return self.tidx(Tensor(name, (channels,), "int32", QuantParams(scale, np.zeros(scale.size, np.int64)),
                                 np.zeros(channels, np.int32)))
-
-    def slice_masks(self, op: Op) -> dict[str, int]:
-        """End mask for "through index 0" ends, shrink mask for dropped length-1 axes."""
-        a = op.attrs
-        end_mask = sum(1 << d for d, (e, st) in enumerate(zip(a["end"], a["strides"])) if e < 0 and st < 0)
-        lengths = [len(range(b, e, st)) if not (e < 0 and st < 0) else b // -st + 1
-                   for b, e, st in zip(a["begin"], a["end"], a["strides"])]
-        new_shape, shrink, j = list(a["new_shape"]), 0, 0
-        for d, n in enumerate(lengths):
-            if j < len(new_shape) and new_shape[j] == n:
-                j += 1
-            elif n == 1:
-                shrink |= 1 << d
-            else:
-                raise TFLiteExportError(f"{op.describe()}: output shape {a['new_shape']} does not match "
-                                        f"the slice {lengths}")
-        if j != len(new_shape):
-            raise TFLiteExportError(f"{op.describe()}: output shape {a['new_shape']} does not match "
-                                    f"the slice {lengths}")
-        return dict(EndMask=end_mask, ShrinkAxisMask=shrink)
 
     def add(self, type_: str, ins: list[int], outs: list[int], opts: dict) -> None:
         self.ops.append((type_, ins, outs, opts))
@@ -180,7 +160,7 @@ class _Writer:
         elif t == "STRIDED_SLICE":
             self.add(t, [self.name(op.inputs[0])] + [self.const_i32(op.outputs[0], v) for v in
                                                      (a["begin"], a["end"], a["strides"])],
-                     outs, {"StridedSliceOptions": self.slice_masks(op)})
+                     outs, {"StridedSliceOptions": _slice_masks(op)})
         elif t in ("RELU", "RELU6", "RELU_N1_TO_1", "LOGISTIC", "TANH", "QUANTIZE", "DEQUANTIZE"):
             self.add(t, [self.name(op.inputs[0])], outs, {})
         else:
@@ -257,6 +237,14 @@ class _Writer:
         model = _table(b, "Model", Version=3, OperatorCodes=cvec, Subgraphs=svec, Description=desc, Buffers=bvec)
         b.Finish(model, file_identifier=b"TFL3")
         return bytes(b.Output())
+
+
+def _slice_masks(op: Op) -> dict[str, int]:
+    try:
+        end_mask, shrink = strided_slice_masks(op.attrs)
+    except IRError as exc:
+        raise TFLiteExportError(f"{op.describe()}: {exc}") from None
+    return dict(EndMask=end_mask, ShrinkAxisMask=shrink)
 
 
 def export_tflite(graph: Graph) -> bytes:

@@ -184,3 +184,17 @@ def resize(mode: str, coord: str, nearest_mode: str = "round_prefer_floor",
         attrs["nearest_mode"] = nearest_mode
     b.node("Resize", ["c", "", "", b.const("sizes", np.array([1, 3, *out_hw], np.int64))], "y", **attrs)
     return b.model("resize", {"x": [1, 2, 5, 4]}, {"y": [1, 3, *out_hw]})
+
+
+def standalone_activations(seed: int = 4) -> onnx.ModelProto:
+    """ReLU, ReLU6 and ReLU_N1_TO_1 after concatenations (so none can be fused). Input [1, 2, 4, 4]."""
+    b = _Builder(seed)
+    n = b.node
+    n("Conv", ["x", b.weight("w", 2, 2, 1, 1), b.weight("bb", 2, scale=.5)], "c")
+    n("Concat", ["c", "x"], "k1", axis=1)
+    n("Relu", ["k1"], "r")
+    n("Concat", ["r", "x"], "k2", axis=1)
+    n("Clip", ["k2", b.const("z", np.float32(0)), b.const("six", np.float32(6))], "r6")
+    n("Concat", ["r6", "x"], "k3", axis=1)
+    n("Clip", ["k3", b.const("m1", np.float32(-1)), b.const("p1", np.float32(1))], "y")
+    return b.model("standalone_activations", {"x": [1, 2, 4, 4]}, {"y": [1, 8, 4, 4]})

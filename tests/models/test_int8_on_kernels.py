@@ -21,7 +21,8 @@ def test_resnet8_on_chip_kernels_is_bit_exact(resnet8_path, litert):
 
 
 @pytest.mark.parametrize("make,shape", [(builders.small_cnn, (1, 3, 16, 16)), (builders.layout_mix, (1, 4, 8, 8)),
-                                        (builders.exporter_style, (1, 3, 8, 8))])
+                                        (builders.exporter_style, (1, 3, 8, 8)),
+                                        (builders.standalone_activations, (1, 2, 4, 4))])
 def test_quantized_onnx_on_chip_kernels_is_bit_exact(make, shape, litert):
     rng = np.random.default_rng(12)
     q = quantize_model(import_onnx(make()), [[rng.standard_normal(shape).astype(np.float32)] for _ in range(8)])
@@ -61,3 +62,25 @@ def test_quantized_resize_is_bit_exact(mode, coord, nearest, litert):
                                             for _ in range(4)], io_dtype="int8")
     x = rng.integers(-128, 128, (1, 2, 5, 4), dtype=np.int8)
     np.testing.assert_array_equal(int8_walk.run_int8(q, [x])[0], litert(export_tflite(q), [x])[0])
+
+
+def test_quantized_strided_slices_are_bit_exact(litert):
+    from libnpu.compiler.tflite_import import import_tflite
+
+    from .npu_model_builders import single_op_tflite
+    from .test_tflite_export import _SLICES
+    rng = np.random.default_rng(15)
+    for begin, end, strides, bmask, emask, smask, shape in _SLICES:
+        probe = np.zeros(shape, np.float32)
+        index = tuple(begin[d] if (smask >> d) & 1 else
+                      slice(None if (bmask >> d) & 1 else begin[d], None if (emask >> d) & 1 else end[d], strides[d])
+                      for d in range(len(shape)))
+        out_shape = probe[index].shape
+        model = single_op_tflite(45, [("x", shape, None), ("b", (3,), np.int32(begin)), ("e", (3,), np.int32(end)),
+                                      ("s", (3,), np.int32(strides)), ("y", out_shape, None)],
+                                 [0, 1, 2, 3], [4], options=("StridedSliceOptions", dict(
+                                     BeginMask=bmask, EndMask=emask, ShrinkAxisMask=smask)))
+        q = quantize_model(import_tflite(model), [[rng.standard_normal(shape).astype(np.float32)]],
+                           io_dtype="int8")
+        x = rng.integers(-128, 128, shape, dtype=np.int8)
+        np.testing.assert_array_equal(int8_walk.run_int8(q, [x])[0], litert(export_tflite(q), [x])[0])

@@ -67,7 +67,7 @@ def test_pooling_padding_must_be_same_or_valid():
 
 _SLICES = [  # begin, end, strides, begin/end/shrink masks, input shape
     ([0, 1, 0], [1, 4, 5], [1, 1, 2], 0, 0, 0, (2, 5, 6)),
-    ([0, -1, 0], [2, -6, 6], [1, -1, -2], 0, 0, 0, (2, 5, 6)),
+    ([0, -1, 5], [2, -6, 0], [1, -1, -2], 0, 0, 0, (2, 5, 6)),
     ([1, 0, 0], [2, 0, 0], [1, 1, 1], 0, 0b110, 0b001, (2, 5, 6)),  # shrink axis 0, end-mask others
     ([0, 4, 5], [0, 0, 0], [1, -2, -1], 0b001, 0b111, 0, (2, 5, 6)),  # reversed through index 0
     ([-1, 2, -3], [0, 3, 0], [1, 1, 1], 0, 0b101, 0b010, (2, 5, 6)),  # negative begins, shrink middle
