@@ -28,10 +28,14 @@ class NotInt8Error(IRError):
 def check_int8(graph: Graph) -> None:
     """Raise :class:`NotInt8Error` naming the first op that is not int8 end to end.
 
-    Every activation must be int8 with per-tensor quantization, except the float side of
-    QUANTIZE (input) and DEQUANTIZE (output) ops at the graph's edges.
+    Every op must have an int8 kernel on the chip, and every activation must be int8 with
+    per-tensor quantization, except the float side of QUANTIZE (input) and DEQUANTIZE
+    (output) ops at the graph's edges.
     """
+    from .qparams import SUPPORTED_OPS
     for op in graph.ops:
+        if op.type not in SUPPORTED_OPS:
+            raise NotInt8Error(f"{op.describe()}: the chip has no int8 kernel for {op.type}")
         names = [n for n in op.inputs if n and not graph.tensors[n].is_constant] + op.outputs
         for n in names:
             t = graph.tensors[n]

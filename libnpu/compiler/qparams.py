@@ -14,7 +14,7 @@ from firmware_sim.spec import fixedpoint as fp
 
 from .ir import Graph, IRError, Op, strided_slice_masks
 
-__all__ = ["op_params", "ACTIVATION_CODES"]
+__all__ = ["op_params", "ACTIVATION_CODES", "SUPPORTED_OPS"]
 
 ACTIVATION_CODES = {"NONE": fp.ACT_NONE, "RELU": fp.ACT_RELU, "RELU6": fp.ACT_RELU6,
                     "RELU_N1_TO_1": fp.ACT_RELU_N1_TO_1}
@@ -135,6 +135,9 @@ _PARAMS = {
     "PAD": lambda g, op: dict(paddings=tuple(tuple(p) for p in op.attrs["paddings"]),
                               pad_value=_qp(g, op.outputs[0])[1]),
 }
+
+
+SUPPORTED_OPS = frozenset(_PARAMS)
 
 
 def op_params(graph: Graph, op: Op) -> dict[str, Any]:

@@ -29,3 +29,14 @@ def test_float_tflite_and_onnx_are_quantized(blazeface_path):
 def test_unknown_kind():
     with pytest.raises(IRError, match="unknown model kind"):
         load_model(b"\0" * 16, kind="caffe")
+
+
+def test_op_without_chip_kernel_is_reported():
+    from libnpu.compiler.ir import Graph, Op, QuantParams, Tensor
+    g = Graph("sub")
+    for n in "abc":
+        g.add_tensor(Tensor(n, (1, 4), "int8", QuantParams(0.1, 0)))
+    g.add_op(Op("SUB", ["a", "b"], ["c"], {"activation": "NONE"}))
+    g.inputs, g.outputs = ["a", "b"], ["c"]
+    with pytest.raises(NotInt8Error, match="no int8 kernel for SUB"):
+        check_int8(g)
