@@ -15,8 +15,8 @@ from __future__ import annotations
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
-from .fixedpoint import (f64_requant_limit, multiply_by_quantized_multiplier,
-                         requantize_fixed_f64_inplace, requantize_fixed_inplace)
+from .fixedpoint import (F64Requant, multiply_by_quantized_multiplier,
+                         requantize_fixed_inplace)
 from .gemm import exact_gemm, for_row_blocks, gemm_chunk, int8_offset_bound, max_abs
 from . import weight_cache
 from .output import accumulate_bias, check_int8_param, store_int8
@@ -96,32 +96,27 @@ def _windows(x: np.ndarray, input_zp: int, kh: int, kw: int, sh: int, sw: int, d
 class _Requant:
     """Per-block tail: bias, int32 wrap, per-channel requantization, zero point, clamp.
 
-    Three exact paths, fastest first: float64 arithmetic when the accumulators are small
-    enough for every step to stay below 2**53 (known from the bounds, or checked on the
-    block), folded int64 arithmetic, and the step-by-step TFLite form when the result
-    could wrap int32.
+    Three exact paths, fastest first: float64 arithmetic with everything folded into one
+    per-channel constant when the accumulators are small enough for each step to stay
+    below 2**53 (known from the bounds, or checked on the block); folded int64
+    arithmetic; and the step-by-step TFLite form when the result could wrap int32.
     """
 
     def __init__(self, bias, multiplier, shift, output_zp, act_min, act_max, acc_bound):
         self.bias, self.multiplier, self.shift = bias, multiplier, shift
         self.output_zp, self.act_min, self.act_max = int(output_zp), int(act_min), int(act_max)
         self.acc_bound = acc_bound
-        self.bias_max = (int(np.abs(bias.astype(np.int64)).max())
-                         if bias is not None and bias.size else 0)
+        bias_max = int(np.abs(bias.astype(np.int64)).max()) if bias is not None and bias.size else 0
         # Can the scaled value plus the zero point leave int32 (where TFLite would wrap)?
         gain = float(np.max(np.abs(multiplier) * np.exp2(shift.astype(np.float64)))) / 2.0 ** 31
-        self.fast = (acc_bound + self.bias_max) * gain + 256 < 2.0 ** 31
-        self.f64_limit = min(f64_requant_limit(multiplier, shift, self.output_zp),
-                             2.0 ** 31 - 1) if self.fast else 0.0
-        self.f64_always = acc_bound + self.bias_max <= self.f64_limit
+        self.fast = (acc_bound + bias_max) * gain + 256 < 2.0 ** 31
+        self.f64 = F64Requant(multiplier, shift, bias, self.output_zp) if self.fast else None
+        self.f64_always = self.f64 is not None and acc_bound <= self.f64.limit
 
     def __call__(self, acc_f: np.ndarray, out_block: np.ndarray) -> None:
-        if self.f64_limit and (self.f64_always or float(np.abs(acc_f).max()) + self.bias_max
-                               <= self.f64_limit):
-            x = acc_f.astype(np.float64)
-            if self.bias is not None:
-                x += self.bias
-            v = requantize_fixed_f64_inplace(x, self.multiplier, self.shift, self.output_zp)
+        if self.f64 is not None and self.f64.limit and (
+                self.f64_always or float(np.abs(acc_f).max()) <= self.f64.limit):
+            v = self.f64.apply(acc_f)
         else:
             acc = accumulate_bias(acc_f, self.bias, self.acc_bound)
             if not self.fast:
@@ -243,14 +238,16 @@ def depthwise_conv2d(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None, *,
             wb = win[b, y0:y1]  # (rows, OW, C, KH, KW)
             # One (rows, OW, C) accumulator per depth-multiplier index keeps the innermost
             # loop running along C.
-            acc = np.zeros((dm, y1 - y0, ow, cin), dtype=acc_type)
+            acc = np.empty((dm, y1 - y0, ow, cin), dtype=acc_type)
             tmp = np.empty(acc.shape[1:], dtype=acc_type)
-            for i in range(kh):  # KH*KW taps, each a whole-block multiply-add
-                for j in range(kw):
-                    src = wb[:, :, :, i, j]
-                    for m in range(dm):
-                        np.multiply(src, wf[i, j, :, m], out=tmp)
-                        acc[m] += tmp
+            for m in range(dm):
+                np.multiply(wb[:, :, :, 0, 0], wf[0, 0, :, m], out=acc[m])
+            for t in range(1, kh * kw):  # the other taps: whole-block multiply-adds
+                i, j = divmod(t, kw)
+                src = wb[:, :, :, i, j]
+                for m in range(dm):
+                    np.multiply(src, wf[i, j, :, m], out=tmp)
+                    acc[m] += tmp
             acc = acc.transpose(1, 2, 3, 0) if dm > 1 else acc[0]
             finish(acc.reshape(y1 - y0, ow, cout), out_rows[b, y0:y1])
     return _deliver(out, target)

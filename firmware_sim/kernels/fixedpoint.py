@@ -27,8 +27,7 @@ __all__ = [
     "rounding_divide_by_pot",
     "multiply_by_quantized_multiplier",
     "requantize_fixed_inplace",
-    "requantize_fixed_f64_inplace",
-    "f64_requant_limit",
+    "F64Requant",
     "multiply_by_quantized_multiplier_single_round",
     "multiply_by_quantized_multiplier_round_away",
     "round_half_away",
@@ -139,38 +138,55 @@ def requantize_fixed_inplace(x: np.ndarray, multiplier: np.ndarray, shift: np.nd
     return x
 
 
-def f64_requant_limit(multiplier: np.ndarray, shift: np.ndarray, addend: int) -> float:
-    """Largest |x| for which :func:`requantize_fixed_f64_inplace` is exact (0: never)."""
-    multiplier, shift = _i64(multiplier), _i64(shift)
-    if np.any(shift > 0) or np.any(multiplier < 0) or multiplier.ndim > 1:
-        return 0.0
-    right = -shift
-    const = 2.0 ** 30 + np.exp2(right - 1.0) * (right > 0) * 2.0 ** 31
-    room = 2.0 ** 53 - float(np.max(const)) - 2.0 ** 31
-    return max(0.0, room / max(1.0, float(np.max(multiplier))))
+class F64Requant:
+    """``multiply_by_quantized_multiplier(acc + bias, m, shift) + addend`` in float64, with
+    bias, rounding terms and addend folded into one per-channel constant.
 
+    ``(acc + b) * m + 2**30 + c * 2**31 + addend * 2**T`` floored by ``2**T`` (``T = 31 +
+    e``, ``c = 2**(e-1) - [(acc + b) * m < -2**30]``, see ``requantize_fixed_inplace``).
+    Exact while every intermediate is an integer below 2**53, which holds for
+    ``|acc| <= self.limit`` (0 when the parameters never allow it: left shifts, negative
+    multipliers, huge constants).
+    """
 
-def requantize_fixed_f64_inplace(x: np.ndarray, multiplier: np.ndarray, shift: np.ndarray,
-                                 addend: int = 0) -> np.ndarray:
-    """:func:`requantize_fixed_inplace` in float64 arithmetic (SIMD-friendly, no int64
-    multiply). ``x`` is a float64 array of integers with ``|x| <=
-    f64_requant_limit(...)``, so every intermediate is an integer below 2**53 and each
-    step is exact; it is overwritten and returned (integral float64 values)."""
-    multiplier, shift = _i64(multiplier), _i64(shift)
-    right = -shift
-    total = (31 + right).astype(np.float64)
-    const = 2.0 ** 30 + np.exp2(right - 1.0) * (right > 0) * 2.0 ** 31
-    x *= multiplier.astype(np.float64)
-    negative = x < -(2.0 ** 30)
-    if np.any(right == 0):
-        negative &= right > 0
-    x += const
-    x -= negative * 2.0 ** 31
-    x *= np.exp2(-total)
-    np.floor(x, out=x)
-    if addend:
-        x += addend
-    return x
+    def __init__(self, multiplier: np.ndarray, shift: np.ndarray, bias: np.ndarray | None,
+                 addend: int = 0):
+        m, sh = _i64(multiplier).reshape(-1), _i64(shift).reshape(-1)
+        self.limit = 0.0
+        if np.any(sh > 0) or np.any(m < 0) or np.any(sh < -31):
+            return
+        right = -sh
+        total = 31 + right
+        half = np.where(right > 0, np.exp2(right - 1.0), 0.0)
+        b = np.zeros(1) if bias is None else _i64(bias).astype(np.float64)
+        mf = m.astype(np.float64)
+        # Fold the addend in only while it stays small; otherwise add it after the floor.
+        folded = abs(addend) * float(np.max(np.exp2(total))) < 2.0 ** 50
+        self.late_addend = 0 if folded else int(addend)
+        fold = float(addend) * np.exp2(total) if folded else np.zeros(1)
+        base = 2.0 ** 30 + half * 2.0 ** 31
+        if max(float(np.max(np.abs(b) * mf)), float(np.max(base))) >= 2.0 ** 51:
+            return
+        const = b * mf + base + fold
+        room = 2.0 ** 53 - float(np.max(np.abs(const))) - 2.0 ** 32
+        self.limit = min(max(0.0, room / max(1.0, float(np.max(mf)))), 2.0 ** 31 - 1)
+        self.m, self.const = mf, const
+        # (acc + b) * m < -2**30  <=>  folded value < threshold; never for e == 0 channels.
+        self.threshold = np.where(right > 0, half * 2.0 ** 31 + fold, -np.inf)
+        self.scale = np.exp2(-total.astype(np.float64))
+
+    def apply(self, acc: np.ndarray) -> np.ndarray:
+        """Integral float64 results for accumulators (float32/float64) with ``|acc| <=
+        limit``; broadcasts the per-channel constants along the last axis."""
+        x = acc.astype(np.float64)
+        x *= self.m
+        x += self.const
+        x -= (x < self.threshold) * 2.0 ** 31
+        x *= self.scale
+        np.floor(x, out=x)
+        if self.late_addend:
+            x += self.late_addend
+        return x
 
 
 def _check_shift(shift: np.ndarray) -> None:

@@ -136,19 +136,21 @@ def test_fast_requantize_equals_step_by_step() -> None:
             assert got.tolist() == ref.tolist(), (mult[:2], shift[:2], addend)
 
 
-def test_f64_requantize_equals_step_by_step_within_its_limit() -> None:
-    rng = np.random.default_rng(10)
+def test_folded_f64_requant_equals_step_by_step() -> None:
+    rng = np.random.default_rng(12)
     for mult, shift in [(np.array([1 << 30]), np.array([-5])),
                         (rng.integers(1 << 30, fp.INT32_MAX, 9), rng.integers(-20, 1, 9)),
                         (rng.integers(1 << 30, fp.INT32_MAX, 9), np.full(9, -1))]:
-        for addend in (0, -128, 127):
-            limit = fp.f64_requant_limit(mult, shift, addend)
-            assert limit > 2 ** 20
-            bound = int(min(limit, fp.INT32_MAX))
-            x = np.concatenate([rng.integers(-bound, bound, 3000), [-bound, bound, -1, 0, 1],
-                                np.arange(-64, 64)])
-            x = x[: x.size // 9 * 9].reshape(-1, 9)
-            ref = fp.multiply_by_quantized_multiplier(x, mult, shift) + addend
-            got = fp.requantize_fixed_f64_inplace(x.astype(np.float64), mult, shift, addend)
-            assert got.astype(np.int64).tolist() == ref.tolist()
-    assert fp.f64_requant_limit(np.array([1 << 30]), np.array([2]), 0) == 0.0
+        for bias in (None, rng.integers(-50000, 50000, mult.size)):
+            for addend in (0, -128, 127):
+                plan = fp.F64Requant(mult, shift, bias, addend)
+                assert plan.limit > 2 ** 20
+                bound = int(plan.limit)
+                acc = np.concatenate([rng.integers(-bound, bound, 2700), [-bound, bound, -1, 0],
+                                      np.arange(-64, 64)]).astype(np.int64)
+                acc = acc[: acc.size // 9 * 9].reshape(-1, 9)
+                total = acc + (0 if bias is None else bias)
+                ref = fp.multiply_by_quantized_multiplier(total, mult, shift) + addend
+                got = plan.apply(acc.astype(np.float64))
+                assert got.astype(np.int64).tolist() == ref.tolist()
+    assert fp.F64Requant(np.array([1 << 30]), np.array([3]), None).limit == 0.0
