@@ -1,10 +1,11 @@
-"""Exact integer matrix products through float BLAS, and the blocked requantizing GEMM
-driver the conv / FC kernels share.
+"""Exact integer matrix products through float BLAS, and the row blocking the conv / FC
+kernels share.
 
 Float32 BLAS is exact when every partial sum is an integer below 2**24, whatever order the
-library sums in. With int8 operands that holds for reduction depths up to ~500-1000; longer
-reductions are cut into chunks that each stay exact in float32, and the chunk results are
-added in float64 (exact below 2**53).
+library sums in. A partial sum of ``x . w_row`` never exceeds ``max|x| * sum|w_row|``, so
+with int8 operands one GEMM is exact for most layers; longer reductions are cut into
+chunks that each stay exact in float32, and the chunk results are added in float64
+(exact below 2**53).
 """
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ import numpy as np
 
 from .blas import limit_blas_threads
 
-__all__ = ["int_matmul", "max_abs", "exact_float_type", "f32_chunk", "gemm_chunk", "exact_gemm",
+__all__ = ["int_matmul", "max_abs", "f32_chunk", "gemm_chunk", "exact_gemm",
            "int8_offset_bound", "ROW_BLOCK_ELEMS", "for_row_blocks"]
 
 _F32_EXACT = 1 << 24
@@ -36,17 +37,6 @@ def max_abs(a: np.ndarray) -> int:
 def int8_offset_bound(offset: int) -> int:
     """Largest ``|v + offset|`` over int8 ``v``."""
     return max(abs(-128 + offset), abs(127 + offset))
-
-
-def exact_float_type(k: int, bound_a: int, bound_b: int) -> type | None:
-    """float32 or float64 if sums of ``k`` products of magnitudes ``bound_a * bound_b`` stay
-    exact in it, else None (no float type is exact)."""
-    bound = k * bound_a * bound_b
-    if bound < _F32_EXACT:
-        return np.float32
-    if bound < _F64_EXACT:
-        return np.float64
-    return None
 
 
 def f32_chunk(bound_a: int, bound_b: int) -> int:
