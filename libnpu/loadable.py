@@ -7,9 +7,9 @@ Layout (all little-endian)::
     section table          per section: kind, flags, offset, size, CRC32, alignment
     sections               META (JSON), STRINGS, TENSORS, REGIONS, TASKS, INDICES (u32),
                            QUANT (f32 scales + i32 zero points), PAYLOAD (opaque task
-                           descriptors), RELOCS, WEIGHTS (page-aligned, region contents at
-                           their own alignment, so the file can be mmapped and copied
-                           straight into device memory)
+                           descriptors), RELOCS, DATA_RELOCS, WEIGHTS (page-aligned,
+                           region contents at their own alignment, so the file can be
+                           mmapped and copied straight into device memory)
 
 Tensor, region and task records are fixed-size numpy structured records; strings and
 variable-length lists live in STRINGS / INDICES / QUANT and are referenced by offset and
@@ -18,6 +18,8 @@ so this format does not change when an op's descriptor does. Device addresses in
 payload are not known until the runtime allocates the regions: each task lists
 relocations (byte offset in its payload, region, addend) and the runtime writes
 ``region base + addend`` as a little-endian u64 there (:meth:`Loadable.command_buffer`).
+Address tables inside region contents (e.g. CONCAT's list of input addresses) are
+patched the same way through data relocations (:meth:`Loadable.region_image`).
 """
 from __future__ import annotations
 
@@ -35,7 +37,7 @@ import numpy as np
 
 __all__ = [
     "LoadableError", "BadMagicError", "VersionError", "TruncatedError", "ChecksumError",
-    "FormatError", "RegionKind", "TensorFlags", "MemoryRegion", "TensorDesc", "Task", "Reloc",
+    "FormatError", "RegionKind", "TensorFlags", "MemoryRegion", "TensorDesc", "Task", "Reloc", "DataReloc",
     "Loadable", "MAGIC", "VERSION",
 ]
 
@@ -81,6 +83,7 @@ class Section(enum.IntEnum):
     PAYLOAD = 9
     WEIGHTS = 10
     RELOCS = 11
+    DATA_RELOCS = 12
 
 
 class RegionKind(enum.IntEnum):
@@ -119,6 +122,9 @@ _REGION_DT = np.dtype([
 ])
 _RELOC_DT = np.dtype([
     ("task", "<u4"), ("offset", "<u4"), ("region", "<u4"), ("_pad", "<u4"), ("addend", "<u8"),
+])
+_DATA_RELOC_DT = np.dtype([
+    ("region", "<u4"), ("target", "<u4"), ("offset", "<u8"), ("addend", "<u8"),
 ])
 _TASK_DT = np.dtype([
     ("name_off", "<u4"), ("name_len", "<u4"), ("op_off", "<u4"), ("op_len", "<u4"),
@@ -181,6 +187,15 @@ class Reloc:
     addend: int = 0
 
 
+@dataclass(frozen=True)
+class DataReloc:
+    """Patch ``content[offset:offset+8]`` of ``region`` with ``base(target) + addend``."""
+    region: int
+    offset: int
+    target: int
+    addend: int = 0
+
+
 @dataclass
 class Task:
     """One unit of chip work: an opaque descriptor plus what the runtime needs to schedule it."""
@@ -220,6 +235,7 @@ class Loadable:
     regions: list[MemoryRegion] = field(default_factory=list)
     tasks: list[Task] = field(default_factory=list)
     metadata: dict[str, Any] = field(default_factory=dict)
+    data_relocs: list[DataReloc] = field(default_factory=list)
 
     # queries ------------------------------------------------------------------------
     def inputs(self) -> list[TensorDesc]:
@@ -282,6 +298,29 @@ class Loadable:
                 if not 0 <= r.region < len(self.regions) or not 0 <= r.addend <= self.regions[r.region].size:
                     raise FormatError(f"task {i} ({task.name!r}): relocation to region {r.region} "
                                       f"+ {r.addend} is out of range")
+        self._validate_data_relocs()
+
+    def _validate_data_relocs(self) -> None:
+        for r in self.data_relocs:
+            if not 0 <= r.region < len(self.regions) or self.regions[r.region].content is None:
+                raise FormatError(f"data relocation in region {r.region}, which has no contents")
+            if not 0 <= r.offset <= len(self.regions[r.region].content) - 8:
+                raise FormatError(f"data relocation at byte {r.offset} outside region {r.region}'s contents")
+            if not 0 <= r.target < len(self.regions) or not 0 <= r.addend <= self.regions[r.target].size:
+                raise FormatError(f"data relocation to region {r.target} + {r.addend} is out of range")
+
+    def region_image(self, index: int, region_bases: list[int] | tuple[int, ...]) -> bytes:
+        """Region ``index``'s initial contents with its address tables patched."""
+        if len(region_bases) != len(self.regions):
+            raise FormatError(f"{len(region_bases)} region addresses given, {len(self.regions)} regions")
+        content = self.regions[index].content
+        relocs = [r for r in self.data_relocs if r.region == index]
+        if not relocs:
+            return bytes(content or b"")
+        image = bytearray(content)
+        for r in relocs:
+            struct.pack_into("<Q", image, r.offset, region_bases[r.target] + r.addend)
+        return bytes(image)
 
     def command_buffer(self, region_bases: list[int] | tuple[int, ...]) -> bytes:
         """All task payloads end to end (8-byte aligned), device addresses patched in.
@@ -365,6 +404,8 @@ class Loadable:
             (Section.QUANT_ZP, np.asarray(zps, "<i4").tobytes(), 8),
             (Section.PAYLOAD, bytes(payload), 8),
             (Section.RELOCS, relocs.tobytes(), 8),
+            (Section.DATA_RELOCS, np.array([(r.region, r.target, r.offset, r.addend) for r in self.data_relocs],
+                                           _DATA_RELOC_DT).tobytes(), 8),
             (Section.WEIGHTS, bytes(weights), PAGE),
         ]
         table_off = _HEADER.size
@@ -523,8 +564,10 @@ class Loadable:
                 pool(indices, int(r["deps_index"]), int(r["deps_count"]), what).tolist(),
                 pool(indices, int(r["tensors_index"]), int(r["tensors_count"]), what).tolist(),
                 int(r["macs"]), int(r["bytes_moved"]), int(r["core"]), tmeta, reloc_lists[i]))
+        data_relocs = [DataReloc(int(r["region"]), int(r["offset"]), int(r["target"]), int(r["addend"]))
+                       for r in records(Section.DATA_RELOCS, _DATA_RELOC_DT)]
         name = meta.pop("name", "model") if isinstance(meta, dict) else "model"
-        result = cls(name, tensors, regions, tasks, meta if isinstance(meta, dict) else {})
+        result = cls(name, tensors, regions, tasks, meta if isinstance(meta, dict) else {}, data_relocs)
         result.validate()
         return result
 

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from libnpu.loadable import (MAGIC, BadMagicError, ChecksumError, FormatError, Loadable, LoadableError,
-                             MemoryRegion, RegionKind, Reloc, Task, TensorDesc, TensorFlags, TruncatedError,
+                             DataReloc, MemoryRegion, RegionKind, Reloc, Task, TensorDesc, TensorFlags, TruncatedError,
                              VersionError)
 
 
@@ -36,7 +36,10 @@ def _sample() -> Loadable:
         Task("fc", "FULLY_CONNECTED", 9, b"\x01" * 20, [0], [3, 4], macs=160, core=1,
              relocs=[Reloc(0, 1, 0), Reloc(8, 3, 0)]),
     ]
-    return Loadable("resnet-mini", tensors, regions, tasks, {"source_sha256": "ab" * 32, "compiler": "0.1"})
+    table = [DataReloc(0, 1024, 1, 0), DataReloc(0, 1032, 3, 8)]  # an address table in the weights
+    regions[0].content += bytes(1040 - len(regions[0].content))
+    return Loadable("resnet-mini", tensors, regions, tasks, {"source_sha256": "ab" * 32, "compiler": "0.1"},
+                    table)
 
 
 def test_round_trip_bytes_and_file(tmp_path):
@@ -119,7 +122,7 @@ def test_bad_magic_and_versions():
 
 def test_every_byte_flip_in_header_and_table_is_caught():
     data = _sample().to_bytes()
-    table_end = 64 + 32 * 11
+    table_end = 64 + 32 * 12
     for pos in range(table_end):
         buf = bytearray(data)
         buf[pos] ^= 0x40
@@ -139,7 +142,7 @@ def test_every_single_byte_flip_is_caught():
 def test_corruption_in_each_section_names_it():
     data = _sample().to_bytes()
     names = ["META", "STRINGS", "TENSORS", "REGIONS", "TASKS", "INDICES", "QUANT_SCALE", "QUANT_ZP",
-             "PAYLOAD", "WEIGHTS", "RELOCS"]
+             "PAYLOAD", "WEIGHTS", "RELOCS", "DATA_RELOCS"]
     for kind, _, off, size in _sections(data):
         if size == 0:
             continue
@@ -198,3 +201,20 @@ def test_bad_relocations_rejected():
     ld.tasks[0].relocs = [Reloc(0, 7, 0)]
     with pytest.raises(FormatError, match="relocation to region 7"):
         ld.to_bytes()
+
+
+def test_region_image_patches_address_tables():
+    ld = Loadable.from_bytes(_sample().to_bytes())
+    assert ld.data_relocs == _sample().data_relocs
+    bases = [0x10000, 0x20000, 0x30000, 0x40000]
+    image = ld.region_image(0, bases)
+    assert struct.unpack_from("<QQ", image, 1024) == (0x20000, 0x40008)
+    assert image[:1024] == bytes(ld.regions[0].content[:1024])
+    assert ld.region_image(1, bases) == b""  # activations: no contents
+    bad = _sample()
+    bad.data_relocs = [DataReloc(1, 0, 0, 0)]
+    with pytest.raises(FormatError, match="region 1, which has no contents"):
+        bad.to_bytes()
+    bad.data_relocs = [DataReloc(0, 1036, 0, 0)]
+    with pytest.raises(FormatError, match="byte 1036 outside"):
+        bad.to_bytes()
