@@ -125,8 +125,11 @@ class Chip:
         for core in range(self.num_cores):
             self.stop_core(core)
             bank = regs.core_bank(core)
-            for offset in (regs.RING_HEAD, regs.CQ_TAIL, regs.IRQ_STATUS):
-                self.regs.write32(bank + offset, 0)
+            # Empty the ring and the completion queue by moving the chip's own
+            # indices up to the KMD's: entries queued before the reset are dropped.
+            self.regs.write32(bank + regs.RING_HEAD, self.regs.read32(bank + regs.RING_TAIL))
+            self.regs.write32(bank + regs.CQ_TAIL, self.regs.read32(bank + regs.CQ_HEAD))
+            self.regs.write32(bank + regs.IRQ_STATUS, 0)
             self.regs.write64(bank + regs.CURRENT_JOB, 0)
             self.regs.write32(bank + regs.CORE_STATE, regs.CORE_IDLE)
         for core in range(self.num_cores):

@@ -115,11 +115,12 @@ class Hardware:
             self.process.kill()
             self.process.wait()
         self.regs.write32(regs.STATUS, 0)
-        for core in range(self.config.cores):
+        for core in range(self.config.cores):   # the chip is dead: its registers are ours to clear
             bank = regs.core_bank(core)
             for offset in (regs.RING_HEAD, regs.RING_TAIL, regs.CQ_HEAD, regs.CQ_TAIL):
                 self.regs.write32(bank + offset, 0)
             self.regs.write64(bank + regs.CURRENT_JOB, 0)
+            self.tails[core] = 0
         self._start_chip()
 
     def ready(self) -> bool:
@@ -203,12 +204,8 @@ class Hardware:
         return self.regs.read32(regs.RESET_ACK) == request
 
     def after_reset(self) -> None:
-        """The chip emptied its rings: restart the KMD's indices from zero."""
-        for core in range(self.num_cores):
-            bank = regs.core_bank(core)
-            self.regs.write32(bank + regs.RING_TAIL, 0)
-            self.regs.write32(bank + regs.CQ_HEAD, 0)
-            self.tails[core] = 0
+        """The chip emptied its rings (head caught up with our tail): nothing to redo."""
+        self.tails = [self.reg(c, regs.RING_TAIL) for c in range(self.num_cores)]
         self.ack_irq()
 
     # ---- counters ----
