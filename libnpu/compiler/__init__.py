@@ -6,15 +6,16 @@ Pipeline::
     .tflite (float) --tflite_import-->  float IR --quantizer (optimize,         |
     .onnx   (float) --onnx_import---->  float IR    calibrate, quantize)--> int8 IR
                                                                                |
-                                      memplan (weights, activation arena, I/O) v
-                                      lowering to chip tasks  -->  loadable file
+                  memplan (weights, activation arena, I/O regions)             v
+                  qparams (TFLite Prepare arithmetic) + lower (chip task descriptors,
+                  relocations, dependencies)  -->  loadable file
 
-``frontend.to_int8_graph`` runs the top half in one call. Modules: ``ir`` (graph IR),
-``tflite_import``, ``onnx_import``, ``float_ref`` (numpy float reference interpreter),
-``optimize``, ``quantizer``, ``tflite_export`` (IR back to .tflite, to check against
-LiteRT), ``memplan``, ``cache`` (compiled models by content hash), ``frontend``. The
-names below are imported lazily, so ``import libnpu.compiler`` pulls in neither onnx
-nor tflite until they are used.
+``frontend.to_int8_graph`` runs the top half in one call, ``lower.compile_model`` all of
+it. Modules: ``ir`` (graph IR), ``tflite_import``, ``onnx_import``, ``float_ref`` (numpy
+float reference interpreter), ``optimize``, ``quantizer``, ``tflite_export`` (IR back to
+.tflite, to check against LiteRT), ``memplan``, ``qparams``, ``lower``, ``cache``
+(compiled models by content hash), ``frontend``. The names below are imported lazily, so
+``import libnpu.compiler`` pulls in neither onnx nor tflite until they are used.
 """
 from __future__ import annotations
 
@@ -31,6 +32,7 @@ _EXPORTS = {
     "plan_memory": "memplan", "MemoryPlan": "memplan",
     "CompileCache": "cache", "cache_key": "cache",
     "load_model": "frontend", "to_int8_graph": "frontend", "check_int8": "frontend",
+    "compile_model": "lower",
 }
 
 __all__ = sorted(_EXPORTS)

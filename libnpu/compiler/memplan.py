@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from ..loadable import Loadable, MemoryRegion, RegionKind, Reloc, Task, TensorDesc, TensorFlags
+from ..loadable import DataReloc, Loadable, MemoryRegion, RegionKind, Reloc, Task, TensorDesc, TensorFlags
 from .ir import Graph, IRError
 
 __all__ = ["Placement", "MemoryPlan", "plan_memory", "WEIGHTS", "ACTIVATIONS"]
@@ -46,6 +46,7 @@ class MemoryPlan:
     lifetimes: dict[str, tuple[int, int]] = field(default_factory=dict)
     aliases: dict[str, str] = field(default_factory=dict)  # RESHAPE output -> tensor it shares
     alignment: int = 64
+    data_relocs: list[DataReloc] = field(default_factory=list)
 
     @property
     def arena_size(self) -> int:
@@ -68,6 +69,15 @@ class MemoryPlan:
         reg.size = _align(len(content), self.alignment)
         p = Placement(WEIGHTS, off, len(raw))
         self.placements[name] = p
+        return p
+
+    def add_address_table(self, name: str, tensors: list[str]) -> Placement:
+        """A u64 table in the weights region holding the device addresses of ``tensors``
+        (patched at load time through data relocations)."""
+        p = self.add_constant(name, np.zeros(len(tensors), np.uint64), alignment=8)
+        for i, t in enumerate(tensors):
+            target = self.placements[t]
+            self.data_relocs.append(DataReloc(WEIGHTS, p.offset + 8 * i, target.region, target.offset))
         return p
 
     def reloc(self, tensor: str, field_offset: int) -> Reloc:
@@ -101,7 +111,8 @@ class MemoryPlan:
     def to_loadable(self, graph: Graph, tasks: list[Task], metadata: dict[str, Any] | None = None) -> Loadable:
         """Package the plan, the graph's tensor descriptors and the lowered ``tasks``."""
         descs, _ = self.descriptors(graph)
-        ld = Loadable(graph.name, descs, list(self.regions), list(tasks), dict(metadata or {}))
+        ld = Loadable(graph.name, descs, list(self.regions), list(tasks), dict(metadata or {}),
+                      list(self.data_relocs))
         ld.validate()
         return ld
 
