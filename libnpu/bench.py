@@ -1,0 +1,120 @@
+"""``npu bench nop``: job latency through libnpu next to the raw request round
+trip on the same node, measured in one run.
+
+- ``nop``: a job of one NOP task, submitted and waited for through libnpu in one
+  round trip (``Device.run``: SUBMIT with NPU_SUBMIT_WAIT) - the sync path.
+- ``nop_submit_wait``: the same job as two requests (``submit`` then ``wait``).
+- ``rtt``: one GET_INFO frame written and its reply read on the node, no libnpu.
+RTT samples are taken before and after the job samples, with the chip idle, so
+neither figure borrows from the other.
+"""
+from __future__ import annotations
+
+import multiprocessing
+import os
+import time
+from pathlib import Path
+
+from kmd_fuse import uapi
+from libnpu.portability import Session
+
+
+def percentile(samples: list[float], q: float) -> float:
+    ordered = sorted(samples)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def raw_rtt_samples(node: Path, count: int) -> list[float]:
+    fd = os.open(node, os.O_RDWR)
+    frame = uapi.pack_frame(uapi.NPU_CMD_GET_INFO, 1, uapi.new_payload(uapi.NPU_CMD_GET_INFO))
+    samples = []
+    try:
+        for _ in range(count):
+            start = time.perf_counter()
+            os.write(fd, frame)
+            os.read(fd, uapi.NPU_MAX_FRAME)
+            samples.append(time.perf_counter() - start)
+    finally:
+        os.close(fd)
+    return samples
+
+
+def nop_latency(devroot: Path, count: int) -> dict:
+    with Session(devroot) as session:
+        device = session.open(0)
+        nop = device.command_buffer()
+        nop.add("NOP")
+        for _ in range(min(200, count)):                 # warm up
+            device.run(nop)
+        rtt = raw_rtt_samples(device.path, count // 2)
+        sync, split = [], []
+        for _ in range(count):
+            start = time.perf_counter()
+            device.run(nop)
+            sync.append(time.perf_counter() - start)
+        for _ in range(count):
+            start = time.perf_counter()
+            device.submit(nop).wait()
+            split.append(time.perf_counter() - start)
+        time.sleep(0.01)                                 # let the chip go idle again
+        rtt += raw_rtt_samples(device.path, count - count // 2)
+    us = 1e6
+    result = {
+        "jobs": count,
+        "nop_p50_us": round(percentile(sync, 0.5) * us, 1),
+        "nop_p99_us": round(percentile(sync, 0.99) * us, 1),
+        "nop_submit_wait_p50_us": round(percentile(split, 0.5) * us, 1),
+        "nop_submit_wait_p99_us": round(percentile(split, 0.99) * us, 1),
+        "rtt_p50_us": round(percentile(rtt, 0.5) * us, 1),
+    }
+    result["ratio"] = round(result["nop_p50_us"] / result["rtt_p50_us"], 2)
+    result["ratio_submit_wait"] = round(result["nop_submit_wait_p50_us"] / result["rtt_p50_us"], 2)
+    return result
+
+
+def _client(devroot: str, seconds: float, barrier, results) -> None:
+    completed, errors = 0, 0
+    with Session(devroot) as session:
+        device = session.open(0)
+        nop = device.command_buffer()
+        nop.add("NOP")
+        barrier.wait()
+        deadline = time.perf_counter() + seconds
+        while time.perf_counter() < deadline:
+            try:
+                device.run(nop)
+                completed += 1
+            except OSError:
+                errors += 1
+    results.put((completed, errors))
+
+
+def jain_fairness(values: list[int]) -> float:
+    """(sum x)^2 / (n * sum x^2): 1.0 when every client got the same share."""
+    total = sum(values)
+    squares = sum(v * v for v in values)
+    return round(total * total / (len(values) * squares), 4) if squares else 0.0
+
+
+def nop_throughput(devroot: Path, processes: int, seconds: float) -> dict:
+    ctx = multiprocessing.get_context("spawn")
+    barrier, results = ctx.Barrier(processes + 1), ctx.Queue()
+    workers = [ctx.Process(target=_client, args=(str(devroot), seconds, barrier, results))
+               for _ in range(processes)]
+    for worker in workers:
+        worker.start()
+    barrier.wait()
+    start = time.perf_counter()
+    outcomes = [results.get(timeout=seconds + 60) for _ in workers]
+    elapsed = time.perf_counter() - start
+    for worker in workers:
+        worker.join()
+    completed = [c for c, _ in outcomes]
+    return {
+        "processes": processes,
+        "seconds": round(elapsed, 2),
+        "jobs_per_s": round(sum(completed) / elapsed, 1),
+        "completed": completed,
+        "errors": sum(e for _, e in outcomes),
+        "jain_fairness": jain_fairness(completed),
+    }
