@@ -4,6 +4,7 @@
     python -m libnpu.compiler summary MODEL              # ops, shapes, MACs
     python -m libnpu.compiler quantize MODEL -o OUT.tflite [--calib X.npy] [--random N]
     python -m libnpu.compiler plan MODEL                 # device memory plan
+    python -m libnpu.compiler compile MODEL -o OUT.nlb [--calib X.npy] [--random N] [--method M]
     python -m libnpu.compiler inspect FILE.nlb           # check and describe a loadable
 
 MODEL is a .tflite or .onnx file, or a model-zoo name (``resnet8``, ``blazeface``).
@@ -49,18 +50,21 @@ def _cmd_summary(args: argparse.Namespace) -> int:
     return 0
 
 
+def _calibration(g: Graph, args: argparse.Namespace) -> list | None:
+    if not args.calib:
+        return None
+    samples = np.load(args.calib).astype(np.float32)
+    if len(g.inputs) != 1:
+        raise IRError("--calib supports single-input models")
+    shape = g.tensors[g.inputs[0]].shape
+    return [[s.reshape(shape)] for s in samples]
+
+
 def _cmd_quantize(args: argparse.Namespace) -> int:
     from .quantizer import quantize_model
     from .tflite_export import export_tflite
     g = _load(args.model)
-    dataset = None
-    if args.calib:
-        samples = np.load(args.calib).astype(np.float32)
-        if len(g.inputs) != 1:
-            raise IRError("--calib supports single-input models")
-        shape = g.tensors[g.inputs[0]].shape
-        dataset = [[s.reshape(shape)] for s in samples]
-    q = quantize_model(g, dataset, method=args.method, random_count=args.random,
+    q = quantize_model(g, _calibration(g, args), method=args.method, random_count=args.random,
                        io_dtype="int8" if args.int8_io else "float32")
     Path(args.output).write_bytes(export_tflite(q))
     print(f"wrote {args.output}: {len(q.ops)} ops, calibration {q.metadata['calibration']}")
@@ -73,6 +77,18 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     plan = plan_memory(g)
     for i, r in enumerate(plan.regions):
         print(f"region {i}: {r.kind.name:<11} {r.size:>10,} bytes  {r.name}")
+    return 0
+
+
+def _cmd_compile(args: argparse.Namespace) -> int:
+    from .frontend import to_int8_graph
+    from .lower import lower
+    g = _load(args.model)
+    q = to_int8_graph(g, _calibration(g, args), method=args.method, random_count=args.random,
+                      io_dtype="int8" if args.int8_io else "float32")
+    ld = lower(q, metadata={"source": str(args.model)})
+    ld.save(args.output)
+    print(ld.summary())
     return 0
 
 
@@ -89,14 +105,16 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("summary", help="import a model and print its graph")
     p.add_argument("model")
     p.set_defaults(fn=_cmd_summary)
-    p = sub.add_parser("quantize", help="post-training int8 quantization, written as .tflite")
-    p.add_argument("model")
-    p.add_argument("-o", "--output", required=True)
-    p.add_argument("--calib", help=".npy array of calibration samples (first axis = sample)")
-    p.add_argument("--random", type=int, default=8, help="random calibration runs when --calib is absent")
-    p.add_argument("--method", choices=("minmax", "percentile"), default="minmax")
-    p.add_argument("--int8-io", action="store_true", help="int8 inputs/outputs instead of float")
-    p.set_defaults(fn=_cmd_quantize)
+    for cmd, fn, help_ in (("quantize", _cmd_quantize, "post-training int8 quantization, written as .tflite"),
+                           ("compile", _cmd_compile, "compile to a loadable (float models are quantized)")):
+        p = sub.add_parser(cmd, help=help_)
+        p.add_argument("model")
+        p.add_argument("-o", "--output", required=True)
+        p.add_argument("--calib", help=".npy array of calibration samples (first axis = sample)")
+        p.add_argument("--random", type=int, default=8, help="random calibration runs when --calib is absent")
+        p.add_argument("--method", choices=("minmax", "percentile"), default="minmax")
+        p.add_argument("--int8-io", action="store_true", help="int8 inputs/outputs instead of float")
+        p.set_defaults(fn=fn)
     p = sub.add_parser("plan", help="print the device memory plan")
     p.add_argument("model")
     p.set_defaults(fn=_cmd_plan)

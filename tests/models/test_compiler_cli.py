@@ -46,3 +46,12 @@ def test_inspect_loadable(resnet8_path, tmp_path, capsys):
     path.write_bytes(bytes(raw))
     assert main(["inspect", str(path)]) == 1
     assert "checksum" in capsys.readouterr().err
+
+
+def test_compile_and_inspect(tmp_path, capsys):
+    out = tmp_path / "bf.nlb"
+    assert main(["compile", "blazeface", "-o", str(out), "--random", "1"]) == 0
+    assert "CONV_2D 21" in capsys.readouterr().out
+    assert main(["inspect", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "DEPTHWISE_CONV_2D 16" in text and "output regressors [1, 896, 16] float32" in text
