@@ -17,7 +17,7 @@ from numpy.lib.stride_tricks import sliding_window_view
 
 from .fixedpoint import (F64Requant, multiply_by_quantized_multiplier,
                          requantize_fixed_inplace)
-from .gemm import exact_gemm, for_row_blocks, gemm_chunk, int8_offset_bound, max_abs
+from .gemm import ROW_BLOCK_ELEMS, exact_gemm, gemm_chunk, int8_offset_bound, max_abs
 from . import weight_cache
 from .output import accumulate_bias, check_int8_param, store_int8
 
@@ -79,18 +79,33 @@ def _deliver(result: np.ndarray, out: np.ndarray | None) -> np.ndarray:
     return out
 
 
-def _windows(x: np.ndarray, input_zp: int, kh: int, kw: int, sh: int, sw: int, dh: int,
-             dw: int, pt: int, pl: int, oh: int, ow: int) -> np.ndarray:
-    """(N, OH, OW, C, KH, KW) float32 view of the zero-point-shifted, zero-padded input."""
-    n, h, w_, c = x.shape
-    need_h = (oh - 1) * sh + (kh - 1) * dh + 1
-    need_w = (ow - 1) * sw + (kw - 1) * dw + 1
-    pb, pr = max(0, need_h - h - pt), max(0, need_w - w_ - pl)
-    xf = np.zeros((n, pt + h + pb, pl + w_ + pr, c), dtype=np.float32)
-    np.subtract(x, np.float32(input_zp), out=xf[:, pt:pt + h, pl:pl + w_, :], dtype=np.float32)
-    xf = xf[:, :max(need_h, 1), :max(need_w, 1), :]
-    win = sliding_window_view(xf, ((kh - 1) * dh + 1, (kw - 1) * dw + 1), axis=(1, 2))
-    return win[:, :(oh - 1) * sh + 1:sh, :(ow - 1) * sw + 1:sw, :, ::dh, ::dw]
+class _Geometry:
+    """Where each output row block reads the (zero-point-shifted, zero-padded) input."""
+
+    def __init__(self, x: np.ndarray, input_zp: int, kh: int, kw: int, sh: int, sw: int,
+                 dh: int, dw: int, pt: int, pl: int, ow: int):
+        self.x, self.zp = x, np.float32(input_zp)
+        self.kh, self.kw, self.sh, self.sw, self.dh, self.dw = kh, kw, sh, sw, dh, dw
+        self.pt, self.pl, self.ow = pt, pl, ow
+        self.eff_h, self.eff_w = (kh - 1) * dh + 1, (kw - 1) * dw + 1
+        self.need_w = (ow - 1) * sw + self.eff_w
+
+    def windows(self, image: int, y0: int, y1: int) -> np.ndarray:
+        """(rows, OW, C, KH, KW) float32 view for output rows y0..y1 of one image.
+
+        Only the input rows these outputs read are converted, so the block's data is still
+        in cache when the taps / GEMM use it."""
+        _, h, w, c = self.x.shape
+        top = y0 * self.sh - self.pt
+        n_rows = (y1 - 1 - y0) * self.sh + self.eff_h
+        buf = np.zeros((n_rows, self.need_w, c), dtype=np.float32)
+        r_lo, r_hi = max(top, 0), min(top + n_rows, h)
+        c_hi = min(w, self.need_w - self.pl)
+        if r_hi > r_lo and c_hi > 0:
+            np.subtract(self.x[image, r_lo:r_hi, :c_hi], self.zp, dtype=np.float32,
+                        out=buf[r_lo - top:r_hi - top, self.pl:self.pl + c_hi])
+        win = sliding_window_view(buf, (self.eff_h, self.eff_w), axis=(0, 1))
+        return win[::self.sh, ::self.sw][:y1 - y0, :self.ow, :, ::self.dh, ::self.dw]
 
 
 class _Requant:
@@ -168,37 +183,27 @@ def conv2d(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None, *,
     chunk = gemm_chunk(k, bound_x, row_abs_max)
     finish = _Requant(bias, multiplier, shift, output_zp, act_min, act_max,
                       bound_x * row_abs_max)
-    out_rows = out.reshape(n * oh, ow, cout)
     direct = kh == kw == 1 and sh == sw == 1 and pt == pl == 0 and (oh, ow) == x.shape[1:3]
-    win = None if direct else _windows(x, input_zp, kh, kw, sh, sw, dh, dw, pt, pl, oh, ow)
-
-    def block(r0: int, r1: int) -> None:
-        # Rows r0..r1 of the (N*OH) output rows, each OW pixels wide.
-        if direct:
-            xb = x.reshape(n * oh, ow, cin)[r0:r1]
-            cols = xb.astype(np.float32).reshape(-1, cin)
-            cols -= np.float32(input_zp)
-        else:
-            pieces, r = [], r0
-            while r < r1:  # a block may span images: slice image by image
-                image, y0 = divmod(r, oh)
-                y1 = min(oh, y0 + (r1 - r))
-                pieces.append(win[image, y0:y1])
-                r += y1 - y0
-            patch = pieces[0] if len(pieces) == 1 else np.concatenate(pieces)
-            # (rows, OW, C, KH, KW) -> (rows*OW, KH, KW, C) to match the filter layout.
-            cols = np.ascontiguousarray(patch.transpose(0, 1, 3, 4, 2)).reshape(-1, kh * kw * cin)
-        ob = out_rows[r0:r1].reshape(-1, cout)
-        if groups == 1:
-            acc = exact_gemm(cols, wf[0], chunk)
-        else:
-            cg = cols.reshape(cols.shape[0], kh * kw, groups, cin_g).transpose(2, 0, 1, 3)
-            cg = cg.reshape(groups, cols.shape[0], k)
-            acc = np.concatenate([exact_gemm(cg[g], wf[g], chunk) for g in range(groups)],
-                                 axis=1)
-        finish(acc, ob)
-
-    for_row_blocks(n * oh, ow * cout, block)
+    geo = _Geometry(x, input_zp, kh, kw, sh, sw, dh, dw, pt, pl, ow)
+    step = max(1, ROW_BLOCK_ELEMS // max(1, ow * cout))
+    for image in range(n):
+        for y0 in range(0, oh, step):
+            y1 = min(oh, y0 + step)
+            if direct:
+                cols = x[image, y0:y1].reshape(-1, cin).astype(np.float32)
+                cols -= np.float32(input_zp)
+            else:
+                # (rows, OW, C, KH, KW) -> (rows*OW, KH, KW, C) to match the filter layout.
+                patch = geo.windows(image, y0, y1).transpose(0, 1, 3, 4, 2)
+                cols = np.ascontiguousarray(patch).reshape(-1, kh * kw * cin)
+            if groups == 1:
+                acc = exact_gemm(cols, wf[0], chunk)
+            else:
+                cg = cols.reshape(cols.shape[0], kh * kw, groups, cin_g).transpose(2, 0, 1, 3)
+                cg = cg.reshape(groups, cols.shape[0], k)
+                acc = np.concatenate([exact_gemm(cg[g], wf[g], chunk)
+                                      for g in range(groups)], axis=1)
+            finish(acc, out[image, y0:y1].reshape(-1, cout))
     return _deliver(out, target)
 
 
@@ -227,15 +232,14 @@ def depthwise_conv2d(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None, *,
     # float32 sums are exact below 2**24 (any 3x3..20x20 filter); beyond, float64.
     acc_type = np.float32 if bound < (1 << 24) else np.float64
     finish = _Requant(bias, multiplier, shift, output_zp, act_min, act_max, bound)
-    win = _windows(x, input_zp, kh, kw, sh, sw, dh, dw, pt, pl, oh, ow)
+    geo = _Geometry(x, input_zp, kh, kw, sh, sw, dh, dw, pt, pl, ow)
     wf = w.reshape(kh, kw, cin, dm).astype(np.float32)
-    out_rows = out.reshape(n, oh, ow, cout)
-    step = max(1, (1 << 15) // max(1, ow * cout))
+    step = max(1, ROW_BLOCK_ELEMS // max(1, ow * cout))
 
     for b in range(n):
         for y0 in range(0, oh, step):
             y1 = min(oh, y0 + step)
-            wb = win[b, y0:y1]  # (rows, OW, C, KH, KW)
+            wb = geo.windows(b, y0, y1)  # (rows, OW, C, KH, KW)
             # One (rows, OW, C) accumulator per depth-multiplier index keeps the innermost
             # loop running along C.
             acc = np.empty((dm, y1 - y0, ow, cin), dtype=acc_type)
@@ -249,5 +253,5 @@ def depthwise_conv2d(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None, *,
                     np.multiply(src, wf[i, j, :, m], out=tmp)
                     acc[m] += tmp
             acc = acc.transpose(1, 2, 3, 0) if dm > 1 else acc[0]
-            finish(acc.reshape(y1 - y0, ow, cout), out_rows[b, y0:y1])
+            finish(acc.reshape(y1 - y0, ow, cout), out[b, y0:y1])
     return _deliver(out, target)
