@@ -1,0 +1,141 @@
+"""NVDLA portability-layer names over libnpu, for people porting NVDLA UMD code.
+
+The functions follow nvdla_inf.h's shapes - they return an ``NvError`` code
+and hand results back in a tuple instead of through out-pointers::
+
+    err, session = NvDlaInitialize()
+    err, dev = NvDlaOpen(session, 0)
+    err, mem, data = NvDlaAllocMem(session, dev, 4096, NvDlaHeap.System)
+    task = NvDlaTask(task_id=1, address_list=[cmd_mem, src, dst])
+    err = NvDlaSubmit(session, dev, [task])
+
+``address_list[0]`` of a task is the memory holding its command buffer (task
+descriptors, firmware_sim/spec/tasks.py); the rest are the buffers it uses.
+The NvError values are this module's own; only the names follow NVDLA.
+"""
+from __future__ import annotations
+
+import enum
+import errno
+import logging
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from kmd_fuse.uapi import NpuError
+from libnpu.portability import MEM_RW, Device, Memory, Session
+
+log = logging.getLogger("libnpu.nvdla")
+
+
+class NvError(enum.IntEnum):
+    Success = 0
+    NotImplemented = 1
+    NotSupported = 2
+    NotInitialized = 3
+    BadParameter = 4
+    Timeout = 5
+    InsufficientMemory = 6
+    InvalidState = 8
+    InvalidAddress = 9
+    InvalidSize = 10
+    BadValue = 11
+    Busy = 14
+    FileOperationFailed = 15
+    AccessDenied = 16
+    ResourceError = 17
+    IoctlFailed = 18
+
+
+class NvDlaHeap(enum.IntEnum):
+    System = 0
+    SRAM = 1   # the emulated chip has no SRAM: allocations come from device memory
+
+
+@dataclass
+class NvDlaTask:
+    """A unit of work: ``address_list[0]`` holds the command buffer."""
+
+    task_id: int
+    address_list: list[Memory] = field(default_factory=list)
+    command_size: int | None = None     # bytes of task descriptors (default: the whole buffer)
+
+    @property
+    def num_addresses(self) -> int:
+        return len(self.address_list)
+
+
+_ERRNO_TO_NVERROR = {
+    errno.EINVAL: NvError.BadParameter, errno.ENOMEM: NvError.InsufficientMemory,
+    errno.ETIMEDOUT: NvError.Timeout, errno.EFAULT: NvError.InvalidAddress, errno.EBUSY: NvError.Busy,
+    errno.EPERM: NvError.AccessDenied, errno.EACCES: NvError.AccessDenied, errno.ENOENT: NvError.BadValue,
+    errno.E2BIG: NvError.InvalidSize, errno.ENOTTY: NvError.IoctlFailed, errno.EIO: NvError.ResourceError,
+    errno.ENODEV: NvError.NotInitialized,
+}
+
+
+def nv_error(exc: OSError) -> NvError:
+    """The NvError for an OSError/NpuError from libnpu."""
+    if isinstance(exc, FileNotFoundError):
+        return NvError.FileOperationFailed
+    return _ERRNO_TO_NVERROR.get(exc.errno, NvError.IoctlFailed)
+
+
+def _guard(call):
+    try:
+        return NvError.Success, call()
+    except OSError as exc:
+        NvDlaDebugPrintf("%s", exc)
+        return nv_error(exc), None
+
+
+def NvDlaInitialize(devroot: str | None = None) -> tuple[NvError, Session]:
+    return NvError.Success, Session(devroot)
+
+
+def NvDlaDestroy(session: Session) -> NvError:
+    session.destroy()
+    return NvError.Success
+
+
+def NvDlaOpen(session: Session, instance: int) -> tuple[NvError, Device | None]:
+    return _guard(lambda: session.open(instance))
+
+
+def NvDlaClose(session: Session, device: Device) -> NvError:
+    session.close(device)
+    return NvError.Success
+
+
+def NvDlaAllocMem(session: Session, device: Device, size: int, heap: NvDlaHeap = NvDlaHeap.System
+                  ) -> tuple[NvError, Memory | None, np.ndarray | None]:
+    """Returns (error, memory handle, CPU view of the memory)."""
+    if size <= 0:
+        return NvError.BadParameter, None, None
+    err, memory = _guard(lambda: device.alloc_mem(size, MEM_RW))
+    return err, memory, (memory.view if memory else None)
+
+
+def NvDlaFreeMem(session: Session, device: Device, memory: Memory) -> NvError:
+    return _guard(lambda: device.free_mem(memory))[0]
+
+
+def NvDlaSubmit(session: Session, device: Device, tasks: list[NvDlaTask]) -> NvError:
+    """Run the tasks, in order, each to completion (NVDLA's submit is synchronous)."""
+    if not tasks:
+        return NvError.BadParameter
+    for task in tasks:
+        if not task.address_list:
+            return NvError.BadParameter
+        cmd, *buffers = task.address_list
+        err, fence = _guard(lambda: device.submit(cmd, buffers, size=task.command_size, wait=True))
+        if err:
+            return err
+        if fence.status:
+            NvDlaDebugPrintf("task %d failed: %s", task.task_id, errno.errorcode.get(-fence.status))
+            return nv_error(NpuError(-fence.status, "job"))
+    return NvError.Success
+
+
+def NvDlaDebugPrintf(fmt: str, *args) -> None:
+    log.debug(fmt, *args)
