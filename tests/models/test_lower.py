@@ -85,3 +85,37 @@ def test_descriptors_decode_and_float_graph_is_refused(resnet8_path, blazeface_p
     assert len(decoded) == len(ld.tasks)
     with pytest.raises(NotInt8Error, match="float32"):
         lower(load_tflite(blazeface_path))
+
+
+def _random_topological_order(ld: Loadable, rng) -> list[int]:
+    pending = {i: set(t.deps) for i, t in enumerate(ld.tasks)}
+    order: list[int] = []
+    while pending:
+        ready = sorted(i for i, d in pending.items() if not d)
+        pick = int(rng.choice(ready))
+        order.append(pick)
+        del pending[pick]
+        for d in pending.values():
+            d.discard(pick)
+    return order
+
+
+def test_dependencies_cover_every_hazard(blazeface_path, tmp_path):
+    """Any order that respects the task dependencies computes the same bytes, although
+    the activation arena reuses memory heavily."""
+    import dataclasses
+    q = quantize_model(load_tflite(blazeface_path), random_count=1)
+    ld = lower(q)
+    x = np.random.default_rng(23).uniform(-1, 1, (1, 128, 128, 3)).astype(np.float32)
+    expected = run_on_chip(ld, [x], tmp_path / "in-order")
+    rng = np.random.default_rng(24)
+    reordered_any = False
+    for k in range(3):
+        order = _random_topological_order(ld, rng)
+        reordered_any |= order != sorted(order)
+        where = {old: new for new, old in enumerate(order)}
+        tasks = [dataclasses.replace(ld.tasks[i], deps=sorted(where[d] for d in ld.tasks[i].deps)) for i in order]
+        shuffled = dataclasses.replace(ld, tasks=tasks)
+        for got, ref in zip(run_on_chip(shuffled, [x], tmp_path / f"order{k}"), expected, strict=True):
+            np.testing.assert_array_equal(got, ref)
+    assert reordered_any
