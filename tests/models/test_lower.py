@@ -119,3 +119,16 @@ def test_dependencies_cover_every_hazard(blazeface_path, tmp_path):
         for got, ref in zip(run_on_chip(shuffled, [x], tmp_path / f"order{k}"), expected, strict=True):
             np.testing.assert_array_equal(got, ref)
     assert reordered_any
+
+
+def test_rank_beyond_the_chip_is_refused():
+    from libnpu.compiler.ir import Graph, Op, QuantParams, Tensor
+    from libnpu.compiler.lower import LoweringError
+    g = Graph("rank7")
+    q = QuantParams(0.1, 0)
+    g.add_tensor(Tensor("x", (1,) * 6 + (2,), "int8", q))
+    g.add_tensor(Tensor("y", (2,) + (1,) * 6, "int8", q))
+    g.add_op(Op("TRANSPOSE", ["x"], ["y"], {"perm": (6, 0, 1, 2, 3, 4, 5)}))
+    g.inputs, g.outputs = ["x"], ["y"]
+    with pytest.raises(LoweringError, match="rank 7 exceeds the chip's 6"):
+        lower(g)
