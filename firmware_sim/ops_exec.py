@@ -272,7 +272,20 @@ def _dequantize(desc: np.void, dma) -> None:
 
 Handler = Callable[[np.void, object], None]
 
-HANDLERS: dict[int, Handler] = {
+
+def _guarded(handler: Handler) -> Handler:
+    """A descriptor that asks for more working memory than the chip has fails the job
+    (EINVAL) instead of taking the core down."""
+    def run(desc: np.void, dma) -> None:
+        try:
+            handler(desc, dma)
+        except MemoryError:
+            raise OpDescriptorError("task needs more working memory than the chip has") from None
+    run.__name__ = handler.__name__
+    return run
+
+
+_HANDLERS: dict[int, Handler] = {
     ops.OP_CONV2D: _conv2d,
     ops.OP_DEPTHWISE_CONV2D: _depthwise,
     ops.OP_ADD: _add,
@@ -294,3 +307,5 @@ HANDLERS: dict[int, Handler] = {
     ops.OP_REQUANTIZE: _requantize,
     ops.OP_DEQUANTIZE: _dequantize,
 }
+
+HANDLERS: dict[int, Handler] = {op: _guarded(fn) for op, fn in _HANDLERS.items()}

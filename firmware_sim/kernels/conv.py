@@ -30,6 +30,22 @@ def _pair(name: str, v) -> tuple[int, int]:
     return int(v[0]), int(v[1])
 
 
+MAX_FILTER_EXTENT = 4096  # dilated filter size; bounds the padded buffers
+
+
+def _check_extent(axis: str, size: int, k: int, stride: int, dilation: int, pad: int,
+                  out: int) -> None:
+    """Padding on either side must be shorter than the dilated filter (as TFLite's SAME and
+    VALID paddings are); anything else would make the chip pad without limit."""
+    eff = (k - 1) * dilation + 1
+    if eff > MAX_FILTER_EXTENT:
+        raise ValueError(f"dilated filter {axis} {eff} exceeds {MAX_FILTER_EXTENT}")
+    after = (out - 1) * stride + eff - pad - size
+    if out and (pad >= eff or after >= eff):
+        raise ValueError(f"{axis} padding ({pad} before, {after} after) must be smaller "
+                         f"than the dilated filter ({eff})")
+
+
 def _check_common(x: np.ndarray, w: np.ndarray, stride, dilation, padding, out_hw,
                   input_zp: int, output_zp: int, act_min: int, act_max: int) -> tuple:
     if x.dtype != np.int8 or w.dtype != np.int8:
@@ -42,6 +58,8 @@ def _check_common(x: np.ndarray, w: np.ndarray, stride, dilation, padding, out_h
     oh, ow = _pair("out_hw", out_hw)
     if min(sh, sw, dh, dw) < 1 or min(pt, pl, oh, ow) < 0:
         raise ValueError("stride/dilation must be >= 1, padding/output size >= 0")
+    _check_extent("height", x.shape[1], w.shape[1], sh, dh, pt, oh)
+    _check_extent("width", x.shape[2], w.shape[2], sw, dw, pl, ow)
     check_int8_param("input_zp", input_zp)
     check_int8_param("output_zp", output_zp)
     check_int8_param("act_min", act_min)

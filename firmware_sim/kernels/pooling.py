@@ -26,6 +26,8 @@ def _pool_windows(x: np.ndarray, filter_hw, stride, padding, out_hw, fill: int):
     n, h, w, c = x.shape
     need_h, need_w = (oh - 1) * sh + fh, (ow - 1) * sw + fw
     pb, pr = max(0, need_h - h - pt), max(0, need_w - w - pl)
+    if max(fh, fw) > 4096 or pt >= fh or pl >= fw or pb >= fh or pr >= fw:
+        raise ValueError("pooling padding must be smaller than the filter (filter <= 4096)")
     xp = np.full((n, pt + h + pb, pl + w + pr, c), fill, dtype=np.int32)
     xp[:, pt:pt + h, pl:pl + w, :] = x
     win = sliding_window_view(xp[:, :need_h, :need_w, :], (fh, fw), axis=(1, 2))

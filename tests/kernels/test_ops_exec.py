@@ -172,3 +172,12 @@ def test_bad_descriptors_fail_the_job_cleanly(mem: ChipMemory) -> None:
     too_big = encode("RELU", input=ix, output=out, count=1 << 40, multiplier=1 << 30,
                      act_min=-128, act_max=127)
     assert mem.run(too_big).status == -errno.EINVAL
+    w = mem.put(np.ones((1, 1, 1, 4), np.int8))
+    conv = dict(input=ix, weights=w, output=out, in_shape=(1, 4, 4, 4),
+                out_shape=(1, 4, 4, 1), filter_hw=(1, 1), stride=(1, 1), dilation=(1, 1),
+                cin_per_group=4, multiplier=1 << 30, shift=-8, act_min=-128, act_max=127)
+    assert mem.run(encode("CONV2D", **conv)).status == 0
+    for bad in (dict(padding=(1 << 30, 0)), dict(dilation=(1 << 20, 1), filter_hw=(2, 1)),
+                dict(out_shape=(1, 1 << 20, 4, 1))):
+        assert mem.run(encode("CONV2D", **{**conv, **bad})).status in (-errno.EINVAL,
+                                                                       -errno.EFAULT), bad
