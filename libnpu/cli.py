@@ -95,6 +95,11 @@ def main(argv: list[str] | None = None) -> int:
     nop.add_argument("--seconds", type=float, default=3.0, help="duration of the multi-process run")
     nop.set_defaults(func=cmd_bench_nop)
 
+    demo = sub.add_parser("demo", help="run the spine end to end and print what happens")
+    demo.add_argument("--devroot")
+    demo.set_defaults(func=lambda a: __import__("libnpu.demo", fromlist=["run"]).run(
+        Path(a.devroot) if a.devroot else default_devroot()))
+
     for name, func in (("smi", cmd_smi), ("top", cmd_top)):
         p = sub.add_parser(name, help=f"npu {name} (see npu {name} -- --help)", add_help=False)
         p.set_defaults(func=func, passthrough=True)
