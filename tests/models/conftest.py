@@ -22,6 +22,16 @@ def resnet8_path() -> Path:
 
 
 @pytest.fixture(scope="session")
+def kws_path() -> Path:
+    return _fetch(model_zoo.keyword_spotting)
+
+
+@pytest.fixture(scope="session")
+def vww_path() -> Path:
+    return _fetch(model_zoo.visual_wake_words)
+
+
+@pytest.fixture(scope="session")
 def blazeface_path() -> Path:
     return _fetch(model_zoo.blazeface_short_range)
 

