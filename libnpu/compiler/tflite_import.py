@@ -116,10 +116,12 @@ class _Importer:
             outs = [int(j) for j in op.OutputsAsNumpy()]
             out_name = self.tensor(outs[0]) if outs else f"op{i}"
             where = f"{opname} node {i} (output {out_name!r})"
+            options = op.BuiltinOptions()
+            if self.fold(opname, ins, outs, options, where):
+                continue
             handler = _HANDLERS.get(opname)
             if handler is None:
                 raise UnsupportedOpError(f"unsupported op {where}")
-            options = op.BuiltinOptions()
             attrs, data_inputs = handler(self, ins, outs, options, where)
             g.add_op(Op(opname, [self.tensor(j) if j >= 0 else "" for j in data_inputs],
                         [self.tensor(j) for j in outs], attrs, name=out_name))
@@ -131,6 +133,37 @@ class _Importer:
         g.prune()
         g.validate()
         return g
+
+    def fold(self, opname: str, ins: list[int], outs: list[int], table: Any, where: str) -> bool:
+        """Evaluate integer shape arithmetic (SHAPE -> STRIDED_SLICE -> PACK -> RESHAPE's
+        shape operand) at import time. True if the op's output became a constant."""
+        if opname not in _FOLDABLE or len(outs) != 1:
+            return False
+        out = self.graph.tensors[self.tensor(outs[0])]
+        if out.dtype not in ("int32", "int64") or out.quant is not None:
+            return False
+        if opname == "SHAPE":
+            value = np.asarray(self.shape(ins[0]))
+        else:
+            vals = [self.graph.tensors[self.tensor(i)].data for i in ins if i >= 0]
+            if any(v is None for v in vals):
+                return False
+            if opname == "PACK":
+                value = np.stack(vals, axis=int(_opts(table, tflite.PackOptions).Axis()))
+            elif opname == "CONCATENATION":
+                value = np.concatenate([np.atleast_1d(v) for v in vals],
+                                       axis=int(_opts(table, tflite.ConcatenationOptions).Axis()))
+            elif opname == "STRIDED_SLICE":
+                attrs, _ = _strided_slice(self, ins, outs, table, where)
+                value = vals[0][tuple(slice(b, None if (e < 0 and st < 0) else e, st) for b, e, st in
+                                      zip(attrs["begin"], attrs["end"], attrs["strides"]))]
+            else:  # RESHAPE of a constant
+                value = vals[0]
+        try:
+            out.data = np.asarray(value).astype(out.dtype).reshape(out.shape)
+        except ValueError as exc:
+            raise TFLiteImportError(f"{where}: folded value does not fit {out.shape}: {exc}") from exc
+        return True
 
     def shape(self, idx: int) -> tuple[int, ...]:
         return self.graph.tensors[self.tensor(idx)].shape
@@ -313,6 +346,9 @@ _HANDLERS: dict[str, Callable] = {
     "RESIZE_NEAREST_NEIGHBOR": _resize(tflite.ResizeNearestNeighborOptions),
     "STRIDED_SLICE": _strided_slice,
 }
+
+# Integer ops evaluated at import time when their inputs are known (shape arithmetic).
+_FOLDABLE = ("SHAPE", "STRIDED_SLICE", "PACK", "CONCATENATION", "RESHAPE")
 
 # SQUEEZE and PADV2 are imported as their simpler equivalents.
 _RENAME = {"SQUEEZE": "RESHAPE", "PADV2": "PAD"}

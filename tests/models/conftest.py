@@ -32,6 +32,11 @@ def vww_path() -> Path:
 
 
 @pytest.fixture(scope="session")
+def anomaly_path() -> Path:
+    return _fetch(model_zoo.anomaly_detection)
+
+
+@pytest.fixture(scope="session")
 def blazeface_path() -> Path:
     return _fetch(model_zoo.blazeface_short_range)
 

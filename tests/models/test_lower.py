@@ -138,9 +138,11 @@ def test_rank_beyond_the_chip_is_refused():
     ("kws", (1, 50, 10, 1), {"QUANTIZE": 1, "CONV_2D": 5, "DEPTHWISE_CONV_2D": 4, "AVERAGE_POOL_2D": 1,
                              "RESHAPE": 1, "FULLY_CONNECTED": 1, "SOFTMAX": 1, "DEQUANTIZE": 1}),
     ("vww", (1, 96, 96, 3), {"QUANTIZE": 1, "CONV_2D": 14, "DEPTHWISE_CONV_2D": 13, "AVERAGE_POOL_2D": 1,
-                             "RESHAPE": 1, "FULLY_CONNECTED": 1, "SOFTMAX": 1, "DEQUANTIZE": 1})])
+                             "RESHAPE": 1, "FULLY_CONNECTED": 1, "SOFTMAX": 1, "DEQUANTIZE": 1}),
+    # its output reshape takes a shape computed by SHAPE -> STRIDED_SLICE -> PACK, folded at import
+    ("anomaly", (1, 5, 128, 1), {"QUANTIZE": 1, "RESHAPE": 2, "FULLY_CONNECTED": 10, "DEQUANTIZE": 1})])
 def test_mlperf_tiny_int8_models_on_the_chip(which, shape, ops, request, litert, tmp_path):
-    """DS-CNN keyword spotting and MobileNet visual wake words: int8 inside, float I/O."""
+    """DS-CNN keyword spotting, MobileNet visual wake words, FC autoencoder: int8 inside, float I/O."""
     path = request.getfixturevalue(f"{which}_path")
     g = load_tflite(path)
     assert g.op_counts() == ops and g.tensors[g.inputs[0]].shape == shape
