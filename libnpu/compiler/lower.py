@@ -217,7 +217,7 @@ def _encode(e: _Emitted, plan: MemoryPlan) -> tuple[bytes, list[Reloc]]:
     return payload, relocs
 
 
-def _extents(g: Graph, plan: MemoryPlan, names: list[str]) -> list[tuple[int, int, int]]:
+def _extents(plan: MemoryPlan, names: list[str]) -> list[tuple[int, int, int]]:
     out = []
     for n in names:
         p = plan.placements[n]
@@ -246,7 +246,7 @@ def lower(graph: Graph, *, metadata: dict[str, Any] | None = None) -> Loadable:
                 producer[op.outputs[0]] = producer[ins[0]]
             continue
         payload, relocs = _encode(emitted, plan)
-        reads, writes = _extents(graph, plan, ins), _extents(graph, plan, op.outputs)
+        reads, writes = _extents(plan, ins), _extents(plan, op.outputs)
         deps = {producer[i] for i in ins if i in producer}
         deps |= {j for j, (r, w) in enumerate(touched) if _overlaps(writes, r) or _overlaps(writes, w)}
         tasks.append(Task(op.name, op.type, spec_tasks.TASK_BY_NAME[emitted.name].opcode, payload,
