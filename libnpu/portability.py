@@ -126,6 +126,11 @@ class Fence:
             raise JobError(-self.status, "job", f"fence {self.id} failed")
         return self
 
+    async def wait_async(self, timeout: float | None = None) -> "Fence":
+        """``wait`` for trio programs: the event loop keeps running meanwhile."""
+        import trio
+        return await trio.to_thread.run_sync(self.wait, timeout)
+
     @property
     def signalled(self) -> bool:
         if self.status is None:
@@ -273,6 +278,12 @@ class Device:
                     raise TimeoutError(f"{len(fences) - reply.signaled} fence(s) not signalled "
                                        f"after {timeout} s")
                 return reply.signaled
+
+    async def run_async(self, commands: CommandBuffer | Memory | None, buffers: Iterable[Memory] = (),
+                        **options) -> Fence:
+        """``run`` for trio programs (the blocking round trip happens in a worker thread)."""
+        import trio
+        return await trio.to_thread.run_sync(lambda: self.run(commands, buffers, **options))
 
     def reset(self) -> int:
         """Reset the device (root only); returns the reset count."""
