@@ -30,7 +30,7 @@ _EXPORTS = {
     "quantize_model": "quantizer", "calibrate": "quantizer", "quantize": "quantizer",
     "export_tflite": "tflite_export",
     "plan_memory": "memplan", "MemoryPlan": "memplan",
-    "CompileCache": "cache", "cache_key": "cache",
+    "CompileCache": "cache", "cache_key": "cache", "compile_cached": "cache",
     "load_model": "frontend", "to_int8_graph": "frontend", "check_int8": "frontend",
     "compile_model": "lower",
 }

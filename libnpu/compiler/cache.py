@@ -13,10 +13,12 @@ import os
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
+import numpy as np
+
 from .. import loadable as _loadable
 from ..model_zoo import cache_dir
 
-__all__ = ["CompileCache", "cache_key"]
+__all__ = ["CompileCache", "cache_key", "compile_cached"]
 
 
 def cache_key(model: bytes, options: Mapping[str, Any] | None = None) -> str:
@@ -70,3 +72,30 @@ class CompileCache:
         built = compile_fn()
         self.put(key, built)
         return built, False
+
+
+def _dataset_digest(dataset) -> str | None:
+    if dataset is None:
+        return None
+    h = hashlib.sha256()
+    for feeds in dataset:
+        arrays = feeds.values() if isinstance(feeds, Mapping) else feeds
+        for a in arrays:
+            a = np.ascontiguousarray(a)
+            h.update(f"{a.dtype}{a.shape}".encode())
+            h.update(a.tobytes())
+    return h.hexdigest()
+
+
+def compile_cached(model: str | os.PathLike | bytes, dataset=None, *, cache: CompileCache | None = None,
+                   **quantize_options: Any) -> tuple[_loadable.Loadable, bool]:
+    """:func:`libnpu.compiler.lower.compile_model` through the cache; returns (loadable, hit).
+
+    The key covers the model bytes, the quantization options and the calibration data.
+    """
+    from .lower import compile_model
+    data = Path(model).read_bytes() if isinstance(model, (str, os.PathLike)) else bytes(model)
+    dataset = list(dataset) if dataset is not None else None
+    options = dict(quantize_options, calibration=_dataset_digest(dataset))
+    cache = cache or CompileCache()
+    return cache.get_or_compile(data, options, lambda: compile_model(data, dataset, **quantize_options))

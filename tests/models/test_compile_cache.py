@@ -38,3 +38,22 @@ def test_damaged_entry_is_a_miss_and_removed(resnet8_path, tmp_path):
     assert cache.get(key) is None and not path.exists()
     with pytest.raises(ValueError, match="bad cache key"):
         cache.get("../../etc/passwd")
+
+
+def test_compile_cached_keys_on_calibration_data(blazeface_path, tmp_path, monkeypatch):
+    import numpy as np
+
+    import libnpu.compiler.lower as lower_mod
+    from libnpu.compiler.cache import compile_cached
+    cache = CompileCache(tmp_path)
+    calls = []
+    real = lower_mod.compile_model
+    monkeypatch.setattr(lower_mod, "compile_model", lambda *a, **k: calls.append(1) or real(*a, **k))
+    rng = np.random.default_rng(0)
+    data = [[rng.uniform(-1, 1, (1, 128, 128, 3)).astype(np.float32)]]
+    ld1, hit1 = compile_cached(blazeface_path, data, cache=cache)
+    ld2, hit2 = compile_cached(blazeface_path, data, cache=cache)
+    other = [[data[0][0] * 0.5]]
+    _, hit3 = compile_cached(blazeface_path, other, cache=cache)
+    assert (hit1, hit2, hit3) == (False, True, False) and len(calls) == 2
+    assert ld2.to_bytes() == ld1.to_bytes()
