@@ -40,3 +40,27 @@ def test_open_close_many_times(npu):
         os.close(fd)
     with libnpu.initialize(npu.devroot) as session:
         assert session.open(0).info()["num_contexts"] == 1
+
+
+def test_several_devices_are_served_side_by_side(tmp_path):
+    import json
+    import subprocess
+    import sys
+
+    from tests.conftest import start_npu, stop_npu
+    npu = start_npu(tmp_path, devices=2)
+    try:
+        out = subprocess.run([sys.executable, "-m", "libnpu.cli", "info", "--json", "--devroot", str(npu.devroot)],
+                             capture_output=True, text=True, check=True).stdout
+        devices = json.loads(out)["devices"]
+        assert [d["device"] for d in devices] == ["npu0", "npu1"]
+        assert all(d["memory_total_bytes"] == 1 << 30 and d["contexts"] == 0 for d in devices)
+        with libnpu.initialize(npu.devroot) as session:
+            first, second = session.open(0), session.open(1)
+            mem = first.alloc_mem(1 << 20)
+            assert second.info()["memory_used"] == 0          # devices are independent
+            assert first.info()["device_id"] == 0 and second.info()["device_id"] == 1
+            second.run(None)
+            first.free_mem(mem)
+    finally:
+        stop_npu(npu)
