@@ -11,7 +11,7 @@ import hashlib
 import json
 import os
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 
@@ -74,7 +74,10 @@ class CompileCache:
         return built, False
 
 
-def _dataset_digest(dataset) -> str | None:
+Dataset = list[Mapping[str, np.ndarray] | Sequence[np.ndarray]]
+
+
+def _dataset_digest(dataset: Dataset | None) -> str | None:
     if dataset is None:
         return None
     h = hashlib.sha256()
@@ -87,7 +90,9 @@ def _dataset_digest(dataset) -> str | None:
     return h.hexdigest()
 
 
-def compile_cached(model: str | os.PathLike | bytes, dataset=None, *, cache: CompileCache | None = None,
+def compile_cached(model: str | os.PathLike | bytes,
+                   dataset: Iterable[Mapping[str, np.ndarray] | Sequence[np.ndarray]] | None = None, *,
+                   cache: CompileCache | None = None,
                    **quantize_options: Any) -> tuple[_loadable.Loadable, bool]:
     """:func:`libnpu.compiler.lower.compile_model` through the cache; returns (loadable, hit).
 

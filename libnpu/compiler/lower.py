@@ -13,7 +13,8 @@ memory), so a scheduler may run independent tasks in any order.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable
+import os
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 
@@ -266,7 +267,9 @@ def _jsonable(v: Any) -> bool:
     return isinstance(v, (str, int, float, bool, type(None), list, dict))
 
 
-def compile_model(model, dataset=None, **quantize_options: Any) -> Loadable:
+def compile_model(model: str | os.PathLike | bytes | Graph,
+                  dataset: Iterable[Mapping[str, np.ndarray] | Sequence[np.ndarray]] | None = None,
+                  **quantize_options: Any) -> Loadable:
     """Model file (path/bytes) or graph -> int8 graph (quantized if needed) -> loadable."""
     from .frontend import to_int8_graph
     return lower(to_int8_graph(model, dataset, **quantize_options))
