@@ -1,4 +1,5 @@
-"""``npu-kmd``: start, stop and inspect the driver daemons (one per device)."""
+"""``npu-kmd``: start, stop and inspect the driver daemons (one per device);
+``udev-test`` shows what the udev rules do to a device, ``monitor`` prints its uevents."""
 from __future__ import annotations
 
 import argparse
@@ -10,7 +11,9 @@ import sys
 import time
 from pathlib import Path
 
-from kmd_fuse import paths, uapi
+from kmd_fuse import hotplug, paths, uapi
+from kmd_fuse.udev_rules import UdevRulesError, load_rules
+from kmd_fuse.uevent import Uevent, UeventError, UeventLog, UeventMonitor
 
 START_TIMEOUT_S = 60.0
 
@@ -50,23 +53,35 @@ def _indices(root: Path) -> list[int]:
     return sorted(int(p.stem[3:]) for p in state.glob("npu*.pid") if p.stem[3:].isdigit())
 
 
+def sysroot_of(root: Path, value: str | None = None) -> Path:
+    """The sysroot a devroot's daemons serve: argument, else what `start` recorded, else the default."""
+    if not value:
+        try:
+            value = (root / paths.SYSROOT_MARKER).read_text().strip() or None
+        except OSError:
+            pass
+    return paths.sysroot(root, value)
+
+
 def start(args) -> int:
     root = paths.devroot(args.devroot)
     root.mkdir(parents=True, exist_ok=True)
+    sys_root = paths.sysroot(root, args.sysroot)
     state = paths.state_dir(root)
     state.mkdir(parents=True, exist_ok=True)
+    (root / paths.SYSROOT_MARKER).write_text(f"{sys_root}\n")   # where tools (npu smi) find the tree
     started = []
     for index in range(args.devices):
         node = paths.node_path(root, index)
         if _daemon_pid(root, index) and paths.is_mounted(node):
             print(f"{node}: already served")
             continue
-        if paths.is_mounted(node):    # a stale mount of a dead daemon
-            subprocess.run(["umount", "-l", str(node)], check=False)
+        hotplug.unmount_all(root, sys_root, index)    # stale mounts of a dead daemon
+        paths.ready_file(root, index).unlink(missing_ok=True)
         log = open(paths.log_file(root, index), "ab")
-        cmd = [sys.executable, "-m", "kmd_fuse.daemon", "--devroot", str(root), "--index", str(index),
-               "--memory", str(args.memory), "--cores", str(args.cores), "--watchdog-ms", str(args.watchdog_ms),
-               "--mode", args.mode]
+        cmd = [sys.executable, "-m", "kmd_fuse.daemon", "--devroot", str(root), "--sysroot", str(sys_root),
+               "--index", str(index), "--memory", str(args.memory), "--cores", str(args.cores),
+               "--watchdog-ms", str(args.watchdog_ms), "--mode", args.mode]
         proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True)
         started.append((index, node, proc))
     deadline = time.monotonic() + START_TIMEOUT_S
@@ -77,7 +92,7 @@ def start(args) -> int:
                       f"{paths.log_file(root, index)}:", file=sys.stderr)
                 print(paths.log_file(root, index).read_text()[-3000:], file=sys.stderr)
                 return 1
-            if paths.is_mounted(node):
+            if paths.ready_file(root, index).exists():
                 try:
                     info = probe(node)
                     break
@@ -91,8 +106,19 @@ def start(args) -> int:
     return 0
 
 
+def _announce_removal(root: Path, sys_root: Path, index: int) -> None:
+    """A daemon died without saying goodbye: send its "remove" and undo its udev links."""
+    try:
+        with UeventLog(paths.state_dir(root)) as events:
+            event = events.emit(**hotplug.device_event("remove", index, {"REASON": "driver-died"}))
+        hotplug.apply_rules(load_rules(), event, root, sys_root)
+    except (UdevRulesError, UeventError, OSError) as exc:
+        print(f"npu{index}: could not announce the removal: {exc}", file=sys.stderr)
+
+
 def stop(args) -> int:
     root = paths.devroot(args.devroot)
+    sys_root = sysroot_of(root, args.sysroot)
     status = 0
     for index in _indices(root):
         node = paths.node_path(root, index)
@@ -106,9 +132,15 @@ def stop(args) -> int:
                 print(f"{node}: daemon {pid} ignored SIGTERM; killing it", file=sys.stderr)
                 os.kill(pid, signal.SIGKILL)
                 status = 1
-        if paths.is_mounted(node):
-            subprocess.run(["umount", "-l", str(node)], check=False)
+        hotplug.unmount_all(root, sys_root, index)
+        if paths.ready_file(root, index).exists():
+            _announce_removal(root, sys_root, index)
+        try:
+            paths.device_dir(sys_root, index).rmdir()
+        except OSError:
+            pass
         paths.pid_file(root, index).unlink(missing_ok=True)
+        paths.ready_file(root, index).unlink(missing_ok=True)
         print(f"{node}: stopped")
     state = paths.state_dir(root)
     if state.is_dir():
@@ -118,6 +150,7 @@ def stop(args) -> int:
             else:
                 leftover.unlink(missing_ok=True)
         state.rmdir()
+    (root / paths.SYSROOT_MARKER).unlink(missing_ok=True)
     return status
 
 
@@ -132,6 +165,8 @@ def status(args) -> int:
         pid = _daemon_pid(root, index)
         mounted = paths.is_mounted(node)
         line = f"{node}: pid {pid or '-'}, {'mounted' if mounted else 'not mounted'}"
+        tree = paths.device_dir(sysroot_of(root, args.sysroot), index)
+        line += f", attributes {tree}" if paths.is_mounted(tree) else ", no attributes"
         if pid and mounted:
             try:
                 info = probe(node)
@@ -142,12 +177,60 @@ def status(args) -> int:
     return 0
 
 
+def udev_test(args) -> int:
+    """Print what the rules do to a device's uevent, like `udevadm test` (changes nothing)."""
+    root = paths.devroot(args.devroot)
+    sys_root = sysroot_of(root, args.sysroot)
+    extra = {"RESET_COUNT": args.reset_count} if args.reset_count is not None else {}
+    event = Uevent(**hotplug.device_event(args.action, args.index, {k: str(v) for k, v in extra.items()}))
+    try:
+        rules = load_rules(*args.rules)
+        sys.stdout.write(rules.explain(event, devroot=str(root), sysroot=str(sys_root)))
+    except UdevRulesError as exc:
+        print(f"npu-kmd udev-test: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def monitor(args) -> int:
+    """Print the devroot's uevents as they happen, like `udevadm monitor --kernel --property`."""
+    root = paths.devroot(args.devroot)
+    print("monitor will print the received events for:\nKERNEL - the kernel uevent\n", flush=True)
+    count = 0
+    try:
+        with UeventMonitor(paths.state_dir(root), from_start=args.all, subsystem=paths.SUBSYSTEM,
+                           timeout=args.timeout) as events:
+            for event in events:
+                sys.stdout.write(event.format())
+                sys.stdout.flush()
+                count += 1
+                if args.count is not None and count >= args.count:
+                    break
+    except KeyboardInterrupt:
+        return 130
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="npu-kmd", description="The emulated NPU's kernel-mode driver")
     sub = parser.add_subparsers(dest="command", required=True)
-    for name in ("start", "stop", "status"):
+    for name in ("start", "stop", "status", "udev-test", "monitor"):
         p = sub.add_parser(name)
         p.add_argument("--devroot", default=None, help="directory of the nodes (default $NPU_DEVROOT or /dev)")
+        if name != "monitor":
+            p.add_argument("--sysroot", default=None,
+                           help="root of the attribute tree (default $NPU_SYSROOT, else <devroot>/../sys, "
+                                "or /run/npu-emu/sys for /dev)")
+        if name == "udev-test":
+            p.add_argument("-i", "--index", type=int, default=0, help="device number (default 0)")
+            p.add_argument("--action", choices=("add", "change", "remove"), default="add")
+            p.add_argument("--reset-count", type=int, help="RESET_COUNT of a 'change' event")
+            p.add_argument("--rules", action="append", default=[], help="rules file or directory (repeatable; "
+                                                                         "default udev/70-npu.rules)")
+        if name == "monitor":
+            p.add_argument("--all", action="store_true", help="print the events logged so far too")
+            p.add_argument("--timeout", type=float, help="stop after this many seconds without an event")
+            p.add_argument("-n", "--count", type=int, help="stop after this many events")
         if name == "start":
             p.add_argument("--devices", type=int, default=1)
             p.add_argument("--memory", default="1G", help="device memory, e.g. 512M, 2G")
@@ -155,7 +238,8 @@ def main(argv: list[str] | None = None) -> int:
             p.add_argument("--watchdog-ms", type=int, default=5000)
             p.add_argument("--mode", default="0660", help="node mode (octal) before udev rules apply")
     args = parser.parse_args(argv)
-    return {"start": start, "stop": stop, "status": status}[args.command](args)
+    return {"start": start, "stop": stop, "status": status, "udev-test": udev_test,
+            "monitor": monitor}[args.command](args)
 
 
 if __name__ == "__main__":

@@ -1,7 +1,10 @@
-"""One device's driver process: powers the chip on, mounts the node, serves it.
+"""One device's driver process: powers the chip on, mounts its FUSE filesystem
+(node + attribute tree), bind-mounts them to <devroot>/npuN and
+<sysroot>/class/npu/npuN, announces the device (uevent "add", udev rules) and
+serves it.
 
-Run by ``npu-kmd start`` as ``python -m kmd_fuse.daemon``; SIGTERM/SIGINT
-unmount the node and power the chip off.
+Run by ``npu-kmd start`` as ``python -m kmd_fuse.daemon``; SIGTERM/SIGINT send
+"remove", unmount everything and power the chip off.
 """
 from __future__ import annotations
 
@@ -17,8 +20,10 @@ import trio
 
 from kmd_fuse import paths
 from kmd_fuse.device import Device
-from kmd_fuse.fuse_ops import NodeOps
+from kmd_fuse.fuse_ops import DeviceFs
+from kmd_fuse.hotplug import Presence
 from kmd_fuse.hw import ChipConfig
+from kmd_fuse.sysfs import AttributeTree
 
 log = logging.getLogger("kmd_fuse.daemon")
 
@@ -31,20 +36,29 @@ def parse_size(text: str) -> int:
     return int(text)
 
 
-async def serve(device: Device) -> None:
-    async with trio.open_nursery() as nursery:
-        await nursery.start(device.run)
-        nursery.start_soon(pyfuse3.main)
-        with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+async def serve(device: Device, presence: Presence, ready_file: Path) -> None:
+    with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+        async with trio.open_nursery() as nursery:
+            await nursery.start(device.run)
+            nursery.start_soon(pyfuse3.main)
+            await nursery.start(presence.run)
+            device.reset_hooks.append(presence.after_reset)
+            await presence.add()
+            ready_file.write_text(f"{os.getpid()}\n")
+            log.info("device announced")
             async for signum in signals:
                 log.info("signal %d: shutting down", signum)
-                nursery.cancel_scope.cancel()
                 break
+            with trio.move_on_after(10):
+                await presence.remove()
+            ready_file.unlink(missing_ok=True)
+            nursery.cancel_scope.cancel()
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m kmd_fuse.daemon")
     parser.add_argument("--devroot", default=None)
+    parser.add_argument("--sysroot", default=None)
     parser.add_argument("--index", type=int, default=0)
     parser.add_argument("--memory", type=parse_size, default=parse_size("1G"))
     parser.add_argument("--cores", type=int, default=2)
@@ -55,39 +69,57 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=os.environ.get("NPU_LOG", "INFO"),
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
     root = paths.devroot(args.devroot)
+    sys_root = paths.sysroot(root, args.sysroot)
     node = paths.node_path(root, args.index)
     state = paths.state_dir(root)
     state.mkdir(parents=True, exist_ok=True)
     os.chmod(state, 0o711)
-    if not node.exists():
-        node.touch(mode=args.mode)
+    mountpoint = paths.fuse_dir(root, args.index)
+    mountpoint.mkdir(mode=0o700, exist_ok=True)
     pid_file = paths.pid_file(root, args.index)
     pid_file.write_text(f"{os.getpid()}\n")
+    ready_file = paths.ready_file(root, args.index)
 
     device = Device(args.index, paths.bus_dir(root, args.index), args.memory,
                     ChipConfig(cores=args.cores, ring_entries=args.ring_entries, watchdog_ms=args.watchdog_ms))
     device.power_on()
+    # default_permissions (in pyfuse3.default_options) + allow_other: the kernel enforces
+    # the node's mode/owner/group for every user, as udev's rules set them.
     options = set(pyfuse3.default_options) | {"fsname=npu", f"subtype=npu{args.index}", "allow_other"}
+    presence = Presence(root, sys_root, args.index)
+    tree = AttributeTree(device, on_uevent_write=_synthetic_uevent(presence))
     try:
-        pyfuse3.init(NodeOps(device, mode=args.mode), str(node), options)
+        pyfuse3.init(DeviceFs(device, mode=args.mode, tree=tree), str(mountpoint), options)
     except Exception:
         device.power_off()
         pid_file.unlink(missing_ok=True)
         raise
-    log.info("serving %s (%d cores, %d MiB)", node, device.hw.num_cores, args.memory >> 20)
+    log.info("serving %s, attributes in %s (%d cores, %d MiB)", node, paths.device_dir(sys_root, args.index),
+             device.hw.num_cores, args.memory >> 20)
     profile_path = os.environ.get("NPU_PROFILE_KMD")   # developer aid: cProfile the daemon's loop
     try:
         if profile_path:
             import cProfile
-            cProfile.runctx("trio.run(serve, device)", globals(), locals(), f"{profile_path}.{args.index}")
+            cProfile.runctx("trio.run(serve, device, presence, ready_file)", globals(), locals(),
+                            f"{profile_path}.{args.index}")
         else:
-            trio.run(serve, device)
+            trio.run(serve, device, presence, ready_file)
     finally:
+        presence.unmount()           # a no-op after a clean remove
         pyfuse3.close(unmount=True)
+        presence.close()
         device.power_off()
         pid_file.unlink(missing_ok=True)
         log.info("stopped %s", node)
     return 0
+
+
+def _synthetic_uevent(presence: Presence):
+    """Root writing an ACTION to the `uevent` attribute re-sends that event (udevadm trigger)."""
+    async def write(action: str) -> None:
+        presence.emit(action)
+        await presence.settle()
+    return write
 
 
 if __name__ == "__main__":

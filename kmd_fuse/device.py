@@ -9,6 +9,7 @@ import itertools
 import logging
 import time
 from pathlib import Path
+from typing import Callable
 
 import trio
 
@@ -49,6 +50,7 @@ class Device:
         self.reset_count = 0
         self.nursery: trio.Nursery | None = None
         self.resetting = False
+        self.reset_hooks: list[Callable[[int], None]] = []   # called with reset_count after each reset
 
     # ---- lifecycle ----
     def power_on(self) -> None:
@@ -294,6 +296,8 @@ class Device:
         self.hw.after_reset()
         self.reset_count += 1
         log.warning("device reset #%d (%s)", self.reset_count, reason)
+        for hook in self.reset_hooks:
+            hook(self.reset_count)
         touched = set()
         for job in self.scheduler.abort_in_flight():
             job.status = -errno.EIO

@@ -1,5 +1,9 @@
-"""The device node as a FUSE file: open = new context, write = request,
-read = reply, poll = reply ready, release = context teardown."""
+"""One device's FUSE filesystem: a directory holding the device node and its
+attribute tree, each bind-mounted where users look for them (<devroot>/npuN and
+<sysroot>/class/npu/npuN).
+
+The node: open = new context, write = request, read = reply, poll = reply ready,
+release = context teardown. The attribute tree is kmd_fuse.sysfs."""
 from __future__ import annotations
 
 import errno
@@ -12,29 +16,35 @@ import time
 import pyfuse3
 import trio
 
+from kmd_fuse import sysfs
 from kmd_fuse.device import Device
 from kmd_fuse.errors import KmdError
+from kmd_fuse.paths import NPU_MAJOR
 from kmd_fuse.requests import FrameError, handle_write
 
 log = logging.getLogger("kmd_fuse.fuse")
 
 READ_WAIT_S = 0.05   # a read() never blocks longer than this (SIGKILLed readers must not hang)
-NPU_MAJOR = 261      # like the accel subsystem's major
+NODE_INODE = pyfuse3.ROOT_INODE + 1
+TREE_NAME = b"device"  # the attribute tree's directory in the root
 
 
-class NodeOps(pyfuse3.Operations):
-    """A FUSE filesystem whose root is the device node itself."""
+class DeviceFs(pyfuse3.Operations):
+    """Root directory: `npu<N>` (the node) and `device/` (the attribute tree)."""
 
-    def __init__(self, device: Device, mode: int = 0o660, uid: int = 0, gid: int = 0):
+    def __init__(self, device: Device, mode: int = 0o660, uid: int = 0, gid: int = 0,
+                 tree: sysfs.AttributeTree | None = None):
         super().__init__()
         self.device = device
         self.mode, self.uid, self.gid = mode, uid, gid
         self.ctime_ns = time.time_ns()
-        self.files: dict[int, object] = {}
+        self.files: dict[int, object] = {}      # fh (= context id) -> context of an open node
+        self.tree = tree or sysfs.AttributeTree(device)
+        self.node_name = f"npu{device.index}".encode()
 
     async def getattr(self, inode, ctx=None):
-        if inode != pyfuse3.ROOT_INODE:
-            raise pyfuse3.FUSEError(errno.ENOENT)
+        if inode != NODE_INODE:
+            return self._other_attr(inode)
         attrs = pyfuse3.EntryAttributes()
         attrs.st_ino = inode
         attrs.st_mode = stat.S_IFREG | self.mode
@@ -47,7 +57,52 @@ class NodeOps(pyfuse3.Operations):
         attrs.attr_timeout = attrs.entry_timeout = 5  # no GETATTR round trip per write
         return attrs
 
+    def _other_attr(self, inode: int) -> pyfuse3.EntryAttributes:
+        if inode == pyfuse3.ROOT_INODE:
+            attrs = pyfuse3.EntryAttributes()
+            attrs.st_ino, attrs.st_mode, attrs.st_nlink = inode, stat.S_IFDIR | 0o755, 2
+            attrs.st_atime_ns = attrs.st_mtime_ns = attrs.st_ctime_ns = self.ctime_ns
+            attrs.attr_timeout = attrs.entry_timeout = 5
+            return attrs
+        if self.tree.owns(inode):
+            return self.tree.getattr(inode)
+        raise pyfuse3.FUSEError(errno.ENOENT)
+
+    async def lookup(self, parent_inode, name, ctx=None):
+        if parent_inode == pyfuse3.ROOT_INODE:
+            if name == self.node_name:
+                return await self.getattr(NODE_INODE)
+            if name == TREE_NAME:
+                return self.tree.getattr(sysfs.DIR_INODE)
+            raise pyfuse3.FUSEError(errno.ENOENT)
+        return self.tree.lookup(parent_inode, name)
+
+    async def opendir(self, inode, ctx):
+        if inode != pyfuse3.ROOT_INODE and not self.tree.owns(inode):
+            raise pyfuse3.FUSEError(errno.ENOTDIR)
+        return inode
+
+    async def readdir(self, fh, start_id, token):
+        if fh == pyfuse3.ROOT_INODE:
+            entries = [(1, self.node_name, NODE_INODE), (2, TREE_NAME, sysfs.DIR_INODE)]
+        else:
+            entries = self.tree.entries(fh)
+        for next_id, name, inode in entries:
+            if next_id <= start_id:
+                continue
+            try:
+                attrs = await self.getattr(inode)
+            except pyfuse3.FUSEError:
+                continue     # a client that closed meanwhile
+            if not pyfuse3.readdir_reply(token, name, attrs, next_id):
+                break
+
+    async def releasedir(self, fh):
+        pass
+
     async def setattr(self, inode, attr, fields, fh, ctx):
+        if inode != NODE_INODE:
+            raise pyfuse3.FUSEError(errno.EPERM)
         # The kernel (default_permissions) has already checked who may chmod/chown.
         if fields.update_size:
             raise pyfuse3.FUSEError(errno.EINVAL)
@@ -61,6 +116,8 @@ class NodeOps(pyfuse3.Operations):
         return await self.getattr(inode)
 
     async def open(self, inode, flags, ctx):
+        if inode != NODE_INODE:
+            return self.tree.open(inode, flags, ctx.uid)
         if flags & os.O_TRUNC:
             raise pyfuse3.FUSEError(errno.EINVAL)
         try:
@@ -71,15 +128,20 @@ class NodeOps(pyfuse3.Operations):
         return pyfuse3.FileInfo(fh=context.context_id, direct_io=True, nonseekable=True)
 
     async def write(self, fh, off, buf):
+        context = self.files.get(fh)
+        if context is None:
+            return await self.tree.write(fh, off, buf)
         try:
-            handle_write(self.device, self.files[fh], bytes(buf))
+            handle_write(self.device, context, bytes(buf))
         except FrameError as exc:
             log.info("context %d: write refused: %s", fh, exc.strerror)
             raise pyfuse3.FUSEError(exc.errno) from None
         return len(buf)
 
     async def read(self, fh, off, size):
-        ctx = self.files[fh]
+        ctx = self.files.get(fh)
+        if ctx is None:
+            return self.tree.read(fh, off, size)
         if not ctx.busy:
             raise pyfuse3.FUSEError(errno.ENOMSG)   # no request outstanding
         if ctx.reply is None:
@@ -94,7 +156,9 @@ class NodeOps(pyfuse3.Operations):
         return ctx.take_reply()
 
     async def poll(self, inode, fh, poll_handle, ctx):
-        context = self.files[fh]
+        context = self.files.get(fh)
+        if context is None:
+            return select.POLLIN | select.POLLOUT     # attribute files are always ready
         mask = 0 if context.busy else select.POLLOUT
         if context.reply is not None:
             mask |= select.POLLIN
@@ -109,6 +173,8 @@ class NodeOps(pyfuse3.Operations):
         ctx = self.files.pop(fh, None)
         if ctx is not None:
             self.device.close_context(ctx)
+        else:
+            self.tree.release(fh)
 
     async def statfs(self, ctx):
         data = pyfuse3.StatvfsData()

@@ -6,6 +6,10 @@ import os
 from pathlib import Path
 
 DEFAULT_DEVROOT = "/dev"
+SYSROOT_FOR_DEV = Path("/run/npu-emu/sys")   # the real /sys is the kernel's: never mount into it
+SYSROOT_MARKER = ".npu-sysroot"              # in the devroot: the sysroot its daemons serve (for tools)
+NPU_MAJOR = 261      # like the accel subsystem's major
+SUBSYSTEM = "npu"
 SHM_ROOT = Path(os.environ.get("NPU_SHM_ROOT", "/dev/shm/npu-emu"))
 
 
@@ -14,8 +18,26 @@ def devroot(value: str | os.PathLike | None = None) -> Path:
     return Path(value or os.environ.get("NPU_DEVROOT") or DEFAULT_DEVROOT).resolve()
 
 
+def sysroot(root: Path, value: str | os.PathLike | None = None) -> Path:
+    """The attribute tree's root for a devroot: argument, else $NPU_SYSROOT, else
+    `<parent of devroot>/sys`, or /run/npu-emu/sys when the devroot is /dev."""
+    if value or os.environ.get("NPU_SYSROOT"):
+        return Path(value or os.environ["NPU_SYSROOT"]).resolve()
+    return SYSROOT_FOR_DEV if root == Path(DEFAULT_DEVROOT) else root.parent / "sys"
+
+
 def node_path(root: Path, index: int) -> Path:
     return root / f"npu{index}"
+
+
+def device_dir(sys_root: Path, index: int) -> Path:
+    """Where a device's attribute tree is mounted: <sysroot>/class/npu/npuN."""
+    return sys_root / "class" / SUBSYSTEM / f"npu{index}"
+
+
+def devpath(index: int) -> str:
+    """The device's sysfs DEVPATH, as its uevents carry it."""
+    return f"/devices/platform/npu-emu.{index}/{SUBSYSTEM}/npu{index}"
 
 
 def state_dir(root: Path) -> Path:
@@ -30,6 +52,21 @@ def bus_dir(root: Path, index: int) -> Path:
 
 def pid_file(root: Path, index: int) -> Path:
     return state_dir(root) / f"npu{index}.pid"
+
+
+def fuse_dir(root: Path, index: int) -> Path:
+    """The daemon's own FUSE mount (node + attribute tree), bind-mounted to where users look."""
+    return state_dir(root) / f".fuse-npu{index}"
+
+
+def ready_file(root: Path, index: int) -> Path:
+    """Exists from the moment the device is fully announced (mounts, uevent, udev rules)
+    until the daemon has announced its removal."""
+    return state_dir(root) / f"npu{index}.ready"
+
+
+def udev_db(root: Path) -> Path:
+    return state_dir(root) / "udev"
 
 
 def log_file(root: Path, index: int) -> Path:

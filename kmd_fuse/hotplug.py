@@ -1,0 +1,163 @@
+"""How a device appears to the system and goes away again: bind mounts of the
+daemon's FUSE filesystem, uevents, and the udev rules applied to the node.
+
+    <state>/.fuse-npuN/npuN    --bind-->  <devroot>/npuN
+    <state>/.fuse-npuN/device  --bind-->  <sysroot>/class/npu/npuN
+
+Uevents go to the devroot's event log (kmd_fuse.uevent): "add" once the mounts are
+up, "change" with RESET_COUNT after every reset, "remove" before the mounts go. The
+rules (udev/70-npu.rules) are applied after each event, in event order, by one task;
+applying them touches the node and reads attributes through this very daemon's FUSE
+filesystem, so it runs in a worker thread while the trio loop keeps serving.
+"""
+from __future__ import annotations
+
+import ctypes
+import logging
+import math
+import os
+from pathlib import Path
+
+import trio
+
+from kmd_fuse import paths
+from kmd_fuse.udev_rules import RuleSet, UdevRulesError, load_rules
+from kmd_fuse.uevent import Uevent, UeventError, UeventLog
+
+log = logging.getLogger("kmd_fuse.hotplug")
+
+
+MS_BIND = 4096
+MNT_DETACH = 2
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+class MountError(OSError):
+    """A bind mount or unmount failed."""
+
+
+def bind(source: Path, target: Path) -> None:
+    """mount --bind source target (the target must exist, of the same kind)."""
+    if _libc.mount(os.fsencode(source), os.fsencode(target), None, MS_BIND, None):
+        err = ctypes.get_errno()
+        raise MountError(err, f"bind mount {source} on {target}: {os.strerror(err)}")
+
+
+def unmount(target: Path) -> None:
+    """umount -l target: detach now (never waits on a FUSE server that is gone)."""
+    if _libc.umount2(os.fsencode(target), MNT_DETACH):
+        err = ctypes.get_errno()
+        raise MountError(err, f"unmount {target}: {os.strerror(err)}")
+
+
+def mount_points(root: Path, sys_root: Path, index: int) -> list[Path]:
+    """Every mount a device's daemon makes, the outermost (bind mounts) first."""
+    return [paths.node_path(root, index), paths.device_dir(sys_root, index), paths.fuse_dir(root, index)]
+
+
+def unmount_all(root: Path, sys_root: Path, index: int) -> list[Path]:
+    """Unmount whatever of a device's mounts is still mounted; returns those unmounted.
+
+    Stacked mounts (a stale one under a live one) are unmounted until none is left."""
+    done = []
+    for point in mount_points(root, sys_root, index):
+        for _ in range(8):
+            if not paths.is_mounted(point):
+                break
+            unmount(point)
+            done.append(point)
+    return done
+
+
+def device_event(action: str, index: int, extra: dict[str, object] | None = None) -> dict:
+    """The keyword arguments of UeventLog.emit for device npu<index>."""
+    return dict(action=action, devpath=paths.devpath(index), subsystem=paths.SUBSYSTEM,
+                devname=f"npu{index}", major=paths.NPU_MAJOR, minor=index, extra=extra or {})
+
+
+def apply_rules(rules: RuleSet, event: Uevent, root: Path, sys_root: Path) -> None:
+    """Apply the rules to one event's node (blocking: file system calls)."""
+    rules.apply(event, root, sysroot=str(sys_root), dbdir=paths.udev_db(root),
+                missing_group="create" if os.geteuid() == 0 else "ignore")
+
+
+class Presence:
+    """One device's mounts, uevents and udev handling, for its daemon."""
+
+    def __init__(self, root: Path, sys_root: Path, index: int, rules: RuleSet | None = None):
+        self.root, self.sys_root, self.index = root, sys_root, index
+        self.events = UeventLog(paths.state_dir(root))
+        self.rules = rules if rules is not None else load_rules()
+        self._send, self._recv = trio.open_memory_channel(math.inf)
+        self.emitted = self.applied = 0    # events sent / events the rules have been applied to
+
+    # ---- mounts (blocking; run in a thread while the FUSE loop serves) ----
+    def _mount(self) -> None:
+        fuse = paths.fuse_dir(self.root, self.index)
+        node, tree = paths.node_path(self.root, self.index), paths.device_dir(self.sys_root, self.index)
+        if not node.exists():
+            node.touch(mode=0o600)
+        tree.mkdir(parents=True, exist_ok=True)
+        bind(fuse / node.name, node)
+        try:
+            bind(fuse / "device", tree)
+        except MountError:
+            unmount(node)
+            raise
+
+    def unmount(self) -> None:
+        """Detach the node and tree bind mounts (blocking; a no-op when they are gone)."""
+        for point in mount_points(self.root, self.sys_root, self.index)[:2]:
+            if paths.is_mounted(point):
+                unmount(point)
+        try:
+            paths.device_dir(self.sys_root, self.index).rmdir()   # as the sysfs directory vanishes
+        except OSError:
+            pass
+
+    # ---- the daemon's lifecycle ----
+    async def run(self, task_status=trio.TASK_STATUS_IGNORED) -> None:
+        """Apply the rules to each emitted event, in order, for the daemon's lifetime."""
+        task_status.started()
+        async for event in self._recv:
+            try:
+                await trio.to_thread.run_sync(apply_rules, self.rules, event, self.root, self.sys_root)
+            except (UdevRulesError, OSError) as exc:
+                log.error("udev rules on %s %s: %s", event.action, event.kernel, exc)
+            self.applied += 1
+
+    def emit(self, action: str, extra: dict[str, object] | None = None) -> Uevent | None:
+        """Log a uevent now and queue the rules for it; None if the log refused it."""
+        try:
+            event = self.events.emit(**device_event(action, self.index, extra))
+        except (UeventError, OSError) as exc:
+            log.error("uevent %s npu%d not sent: %s", action, self.index, exc)
+            return None
+        self.emitted += 1
+        self._send.send_nowait(event)
+        return event
+
+    async def settle(self) -> None:
+        """Wait until the rules were applied to every event emitted so far (udevadm settle)."""
+        target = self.emitted
+        while self.applied < target:
+            await trio.sleep(0.005)
+
+    async def add(self) -> None:
+        """Bind-mount node and tree, send "add", apply the rules."""
+        await trio.to_thread.run_sync(self._mount)
+        self.emit("add")
+        await self.settle()
+
+    def after_reset(self, reset_count: int) -> None:
+        """Device hook: a reset happened."""
+        self.emit("change", {"RESET_COUNT": reset_count})
+
+    async def remove(self) -> None:
+        """Send "remove", undo the rules' links, unmount node and tree."""
+        self.emit("remove")
+        await self.settle()
+        await trio.to_thread.run_sync(self.unmount)
+
+    def close(self) -> None:
+        self.events.close()
