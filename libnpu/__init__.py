@@ -8,5 +8,7 @@ from kmd_fuse.uapi import NpuError
 from libnpu.portability import (MEM_READ, MEM_RW, MEM_WRITE, PRIO_HIGH, PRIO_LOW, PRIO_NORMAL, CommandBuffer,
                                 Device, Fence, JobError, Memory, Session, debug_print, initialize)
 
-__all__ = ["initialize", "Session", "Device", "Memory", "Fence", "CommandBuffer", "NpuError", "JobError",
+from libnpu.runtime import CompiledModel, InferRequest, Runtime, load  # noqa: E402 - needs the layer above
+
+__all__ = ["load", "CompiledModel", "InferRequest", "Runtime", "initialize", "Session", "Device", "Memory", "Fence", "CommandBuffer", "NpuError", "JobError",
            "debug_print", "MEM_READ", "MEM_WRITE", "MEM_RW", "PRIO_LOW", "PRIO_NORMAL", "PRIO_HIGH"]

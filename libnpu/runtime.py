@@ -1,0 +1,410 @@
+"""The runtime: loads a compiled model (a loadable) onto a device and runs it.
+
+Two levels, as users of NVDLA and of OpenVINO / FuriosaAI expect:
+
+- ``Runtime`` mirrors NVDLA's IRuntime: ``load``, count and describe the input and
+  output tensors, set descriptors, allocate and bind memory, ``submit``, ``unload``.
+- ``libnpu.load(model)`` returns a ``CompiledModel`` with ``infer(inputs)``, trio's
+  ``await infer_async(inputs)``, and ``InferRequest`` objects (``start``, ``wait``,
+  a completion callback) so several inferences can be in flight at once.
+
+One inference is one job: the model's task list, relocated to the addresses of
+that request's memory, in one command buffer.  Weights are loaded once per model
+(read-only device memory, shared by every request); activations, inputs and
+outputs are per request, so requests never share scratch memory.
+"""
+from __future__ import annotations
+
+import os
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Mapping, Sequence
+
+import numpy as np
+
+from libnpu.loadable import Loadable, RegionKind, TensorDesc
+from libnpu.portability import MEM_READ, MEM_RW, Device, Fence, JobError, Memory, Session
+
+ArrayLike = np.ndarray
+Inputs = Sequence[ArrayLike] | Mapping[str, ArrayLike]
+
+
+def _round_half_away(x: np.ndarray) -> np.ndarray:
+    return np.sign(x) * np.floor(np.abs(x) + 0.5)
+
+
+def quantize(values: np.ndarray, desc: TensorDesc) -> np.ndarray:
+    """Float -> the tensor's integer type with its scale and zero point (TFLite rounding)."""
+    info = np.iinfo(desc.dtype)
+    q = _round_half_away(np.asarray(values, np.float32) / desc.scale[0]) + desc.zero_point[0]
+    return np.clip(q, info.min, info.max).astype(desc.dtype)
+
+
+def dequantize(values: np.ndarray, desc: TensorDesc) -> np.ndarray:
+    return ((values.astype(np.int32) - int(desc.zero_point[0])) * np.float32(desc.scale[0])).astype(np.float32)
+
+
+class Runtime:
+    """NVDLA IRuntime-style access to one loaded model on one device."""
+
+    def __init__(self, device: Device):
+        self.device = device
+        self.loadable: Loadable | None = None
+        self.weights: dict[int, Memory] = {}
+        self.memory: dict[int, Memory] = {}          # region -> memory for this runtime's own submits
+        self.bound: dict[int, tuple[Memory, int]] = {}  # region -> (memory, byte offset) bound by the user
+        self.command: Memory | None = None
+
+    # ---- loading ----
+    def load(self, loadable: Loadable | str | os.PathLike) -> None:
+        """Load a model: allocate its weight regions and copy their contents in."""
+        if self.loadable is not None:
+            raise RuntimeError("a model is already loaded; unload it first")
+        if not isinstance(loadable, Loadable):
+            loadable = Loadable.load(loadable)
+        loadable.validate()
+        self.loadable = loadable
+        # Weight regions are shared by every inference, unless their contents hold
+        # addresses of per-inference memory (e.g. CONCAT's input table): those are
+        # per inference too.
+        per_inference = {i for i, r in enumerate(loadable.regions) if r.kind != RegionKind.WEIGHTS}
+        changed = True
+        while changed:
+            changed = False
+            for reloc in loadable.data_relocs:
+                if reloc.target in per_inference and reloc.region not in per_inference:
+                    per_inference.add(reloc.region)
+                    changed = True
+        self.per_inference = per_inference
+        try:
+            for index, region in enumerate(loadable.regions):
+                if index not in per_inference:
+                    self.weights[index] = self.device.alloc_mem(max(region.size, 1), MEM_READ)
+        except BaseException:
+            self.unload()
+            raise
+        bases = self.region_bases({})
+        for index, memory in self.weights.items():
+            image = loadable.region_image(index, bases)
+            memory.view[:len(image)] = np.frombuffer(image, np.uint8)
+
+    def write_images(self, memory: Mapping[int, Memory], bases: list[int]) -> None:
+        """Initial contents of the per-inference regions that have any (patched for ``bases``)."""
+        for index, mem in memory.items():
+            if self.loadable.regions[index].content is not None:
+                image = self.loadable.region_image(index, bases)
+                mem.view[:len(image)] = np.frombuffer(image, np.uint8)
+
+    def region_bases(self, other: Mapping[int, int]) -> list[int]:
+        """Device address of every region: weights from the model, the rest from ``other``."""
+        bases = []
+        for index in range(len(self.loadable.regions)):
+            if index in self.weights:
+                bases.append(self.weights[index].address)
+            else:
+                bases.append(other.get(index, 0))
+        return bases
+
+    def unload(self) -> None:
+        """Free everything the model holds on the device."""
+        for memory in [*self.weights.values(), *self.memory.values(), *([self.command] if self.command else [])]:
+            if not memory.freed:
+                self.device.free_mem(memory)
+        self.weights.clear()
+        self.memory.clear()
+        self.bound.clear()
+        self.command = None
+        self.loadable = None
+
+    # ---- tensors ----
+    def num_input_tensors(self) -> int:
+        return len(self.loadable.inputs())
+
+    def num_output_tensors(self) -> int:
+        return len(self.loadable.outputs())
+
+    def input_tensor_desc(self, index: int) -> TensorDesc:
+        return self.loadable.inputs()[index]
+
+    def output_tensor_desc(self, index: int) -> TensorDesc:
+        return self.loadable.outputs()[index]
+
+    def set_input_tensor_desc(self, index: int, desc: TensorDesc) -> None:
+        """Accepts a descriptor equal in shape, dtype and strides (the compiled layout is fixed)."""
+        current = self.input_tensor_desc(index)
+        if (tuple(desc.shape), desc.dtype, tuple(desc.strides)) != (current.shape, current.dtype, current.strides):
+            raise ValueError(f"input {index} ({current.name}) is compiled for {current.shape} {current.dtype}; "
+                             f"got {tuple(desc.shape)} {desc.dtype}")
+
+    def allocate_system_memory(self, size: int) -> Memory:
+        return self.device.alloc_mem(size, MEM_RW)
+
+    def _bind(self, desc: TensorDesc, memory: Memory, offset: int) -> None:
+        sharing = [t.name for t in self.loadable.tensors if t.region == desc.region and t.name != desc.name]
+        if sharing:
+            raise ValueError(f"{desc.name} shares its region with {sharing[:3]}: it cannot be rebound")
+        if offset + desc.nbytes > memory.size:
+            raise ValueError(f"{desc.name} needs {desc.nbytes} bytes at offset {offset}; memory has {memory.size}")
+        self.bound[desc.region] = (memory, offset - desc.offset)
+
+    def bind_input_tensor(self, index: int, memory: Memory, offset: int = 0) -> None:
+        """The model reads input ``index`` straight from ``memory`` (no copy)."""
+        self._bind(self.input_tensor_desc(index), memory, offset)
+
+    def bind_output_tensor(self, index: int, memory: Memory, offset: int = 0) -> None:
+        """The model writes output ``index`` straight into ``memory`` (no copy)."""
+        self._bind(self.output_tensor_desc(index), memory, offset)
+
+    def _layout(self) -> dict[int, int]:
+        """Addresses of the non-weight regions for this runtime's submits."""
+        bases = {}
+        for index, region in enumerate(self.loadable.regions):
+            if index in self.weights:
+                continue
+            if index in self.bound:
+                memory, delta = self.bound[index]
+                bases[index] = memory.address + delta
+                continue
+            if index not in self.memory:
+                self.memory[index] = self.device.alloc_mem(max(region.size, 1), MEM_RW)
+            bases[index] = self.memory[index].address
+        return bases
+
+    def submit(self, wait: bool = True) -> Fence:
+        """Run the model once on the bound (or runtime-allocated) memory."""
+        bases = self.region_bases(self._layout())
+        self.write_images(self.memory, bases)
+        commands = self.loadable.command_buffer(bases)
+        if self.command is None or self.command.size < len(commands):
+            if self.command is not None:
+                self.device.free_mem(self.command)
+            self.command = self.device.alloc_mem(max(len(commands), 8), MEM_READ)
+        self.command.view[:len(commands)] = np.frombuffer(commands, np.uint8)
+        buffers = [*self.weights.values(), *self.memory.values(), *(m for m, _ in self.bound.values())]
+        return self.device.submit(self.command, buffers, size=len(commands), wait=wait)
+
+
+@dataclass
+class Timing:
+    latency_s: float = 0.0
+    device_time_ns: int = 0
+
+
+class InferRequest:
+    """One inference's memory and job: fill inputs, ``start``, ``wait``, read outputs."""
+
+    def __init__(self, model: "CompiledModel"):
+        self.model = model
+        device, loadable = model.device, model.loadable
+        self.memory = {i: device.alloc_mem(max(r.size, 1), MEM_RW) for i, r in enumerate(loadable.regions)
+                       if i not in model.runtime.weights}
+        bases = model.runtime.region_bases({i: m.address for i, m in self.memory.items()})
+        model.runtime.write_images(self.memory, bases)
+        commands = loadable.command_buffer(bases)
+        self.command = device.alloc_mem(max(len(commands), 8), MEM_READ)
+        self.command.view[:len(commands)] = np.frombuffer(commands, np.uint8)
+        self.command_size = len(commands)
+        self.buffers = [*model.runtime.weights.values(), *self.memory.values()]
+        self.fence: Fence | None = None
+        self.timing = Timing()
+        self._started = 0.0
+        self._callback: Callable[["InferRequest", Exception | None], None] | None = None
+        self._waiter: threading.Thread | None = None
+
+    def _view(self, desc: TensorDesc) -> np.ndarray:
+        memory = self.memory[desc.region]
+        return np.lib.stride_tricks.as_strided(
+            memory.view[desc.offset:desc.offset + desc.nbytes].view(desc.dtype), desc.shape, desc.strides)
+
+    def set_inputs(self, inputs: Inputs) -> None:
+        descs = self.model.loadable.inputs()
+        if isinstance(inputs, Mapping):
+            missing = [d.name for d in descs if d.name not in inputs]
+            if missing:
+                raise KeyError(f"missing inputs {missing}")
+            arrays = [inputs[d.name] for d in descs]
+        else:
+            arrays = list(inputs)
+            if len(arrays) != len(descs):
+                raise ValueError(f"model takes {len(descs)} inputs, got {len(arrays)}")
+        for desc, array in zip(descs, arrays):
+            array = np.asarray(array)
+            if array.shape != desc.shape:
+                if array.size != int(np.prod(desc.shape)):
+                    raise ValueError(f"input {desc.name}: shape {array.shape}, expected {desc.shape}")
+                array = array.reshape(desc.shape)
+            if array.dtype != np.dtype(desc.dtype):
+                if np.issubdtype(array.dtype, np.floating) and desc.scale is not None:
+                    array = quantize(array, desc)
+                else:
+                    array = array.astype(desc.dtype)
+            self._view(desc)[...] = array
+
+    def outputs(self, dequantized: bool = False) -> list[np.ndarray]:
+        """Copies of the outputs, in the model's own dtype (or float with ``dequantized``)."""
+        result = []
+        for desc in self.model.loadable.outputs():
+            value = np.array(self._view(desc))
+            if dequantized and desc.scale is not None and value.dtype.kind in "iu":
+                value = dequantize(value, desc)
+            result.append(value)
+        return result
+
+    def start(self, callback: Callable[["InferRequest", Exception | None], None] | None = None) -> None:
+        """Submit the job; returns at once.  ``callback(request, error)`` runs in a
+        helper thread when the job is done."""
+        if self.fence is not None and self.fence.status is None:
+            raise RuntimeError("this request is still running")
+        self._started = time.perf_counter()
+        self.fence = self.model.device.submit(self.command, self.buffers, size=self.command_size)
+        self._callback = callback
+        if callback is not None:
+            self._waiter = threading.Thread(target=self._wait_then_call, daemon=True)
+            self._waiter.start()
+
+    def _wait_then_call(self) -> None:
+        error = None
+        try:
+            self._finish_wait(None)
+        except Exception as exc:  # noqa: BLE001 - handed to the callback
+            error = exc
+        self._callback(self, error)
+
+    def _finish_wait(self, timeout: float | None) -> None:
+        self.fence.wait(timeout)
+        self.timing = Timing(time.perf_counter() - self._started, self.fence.device_time_ns)
+
+    def wait(self, timeout: float | None = None) -> None:
+        """Block until the job is done (raises JobError / TimeoutError)."""
+        if self.fence is None:
+            raise RuntimeError("request not started")
+        if self._waiter is not None:
+            self._waiter.join(timeout)
+            if self._waiter.is_alive():
+                raise TimeoutError("inference still running")
+            self._waiter = None
+            return
+        self._finish_wait(timeout)
+
+    def infer(self, inputs: Inputs, dequantized: bool = False) -> list[np.ndarray]:
+        """Run once, synchronously (one round trip to the driver)."""
+        self.set_inputs(inputs)
+        started = time.perf_counter()
+        self.fence = self.model.device.run(self.command, self.buffers, size=self.command_size)
+        self.timing = Timing(time.perf_counter() - started, self.fence.device_time_ns)
+        return self.outputs(dequantized)
+
+    def release(self) -> None:
+        for memory in [*self.memory.values(), self.command]:
+            if not memory.freed:
+                self.model.device.free_mem(memory)
+        self.memory.clear()
+
+
+class CompiledModel:
+    """A model loaded on a device, ready to infer."""
+
+    def __init__(self, loadable: Loadable, device: Device, session: Session | None = None):
+        self.loadable, self.device, self._session = loadable, device, session
+        self.runtime = Runtime(device)
+        self.runtime.load(loadable)
+        self._idle: list[InferRequest] = []
+        self._lock = threading.Lock()
+        self.load_info: dict = {}
+
+    @property
+    def inputs(self) -> list[TensorDesc]:
+        return self.loadable.inputs()
+
+    @property
+    def outputs(self) -> list[TensorDesc]:
+        return self.loadable.outputs()
+
+    @property
+    def optimal_requests(self) -> int:
+        """Requests to keep in flight for throughput: one per core, plus one being refilled."""
+        return self.device.info()["num_cores"] + 1
+
+    def create_request(self) -> InferRequest:
+        return InferRequest(self)
+
+    def _borrow(self) -> InferRequest:
+        with self._lock:
+            if self._idle:
+                return self._idle.pop()
+        return InferRequest(self)
+
+    def _give_back(self, request: InferRequest) -> None:
+        with self._lock:
+            self._idle.append(request)
+
+    def infer(self, inputs: Inputs, dequantized: bool = False) -> list[np.ndarray]:
+        """Run one inference; thread-safe (each call borrows its own request)."""
+        request = self._borrow()
+        try:
+            return request.infer(inputs, dequantized)
+        finally:
+            self._give_back(request)
+
+    async def infer_async(self, inputs: Inputs, dequantized: bool = False) -> list[np.ndarray]:
+        """``infer`` for trio: the event loop keeps running while the chip works."""
+        request = self._borrow()
+        try:
+            request.set_inputs(inputs)
+            request.start()
+            await request.fence.wait_async()
+            request.timing = Timing(time.perf_counter() - request._started, request.fence.device_time_ns)
+            return request.outputs(dequantized)
+        finally:
+            self._give_back(request)
+
+    def close(self) -> None:
+        """Free the model's device memory (weights and every request's)."""
+        with self._lock:
+            idle, self._idle = self._idle, []
+        for request in idle:
+            request.release()
+        self.runtime.unload()
+        if self._session is not None:
+            self._session.destroy()
+
+    def __enter__(self) -> "CompiledModel":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def load(model: str | os.PathLike | bytes | Loadable, device: Device | int | None = None, *,
+         devroot: str | os.PathLike | None = None, calibration=None, cache_dir: str | os.PathLike | None = None,
+         **compile_options) -> CompiledModel:
+    """Load a model onto a device: a loadable (.nlb), or a .tflite / .onnx compiled
+    (through the content-hash cache) first.  ``device``: an open Device or an
+    instance number (default 0)."""
+    timings: dict = {}
+    started = time.perf_counter()
+    cache_hit = None
+    if isinstance(model, Loadable):
+        loadable = model
+    elif isinstance(model, (str, os.PathLike)) and Path(model).suffix == ".nlb":
+        loadable = Loadable.load(model)
+    else:
+        from libnpu.compiler.cache import CompileCache, compile_cached
+        cache = CompileCache(cache_dir) if cache_dir else None
+        loadable, cache_hit = compile_cached(model, calibration, cache=cache, **compile_options)
+    timings["compile_s"] = time.perf_counter() - started
+    session = None
+    if not isinstance(device, Device):
+        session = Session(devroot)
+        device = session.open(device or 0)
+    started = time.perf_counter()
+    compiled = CompiledModel(loadable, device, session)
+    timings["load_s"] = time.perf_counter() - started
+    timings["cache_hit"] = cache_hit
+    compiled.load_info = timings
+    return compiled
+
+
+__all__ = ["Runtime", "CompiledModel", "InferRequest", "load", "quantize", "dequantize", "JobError"]
