@@ -11,7 +11,7 @@ import numpy as np
 
 from firmware_sim.dma import BusError, DmaEngine, IommuFault
 from firmware_sim.spec import tasks
-from firmware_sim.timing import HardwareProfile, task_macs
+from firmware_sim.timing import HardwareProfile, task_cycles
 
 
 class DescriptorError(ValueError):
@@ -93,7 +93,7 @@ def run_job(dma: DmaEngine, asid: int, cmd_iova: int, cmd_size: int, profile: Ha
                 raise DescriptorError(f"no compute unit for {task.name}")
             handler(desc, dma)
             dma.commit()
-            result.cycles += profile.cycles(task_macs(task, desc), dma.bytes_moved - moved_before)
+            result.cycles += task_cycles(profile, task, desc, dma.bytes_moved - moved_before)
         result.task_index = index + 1
     except IommuFault as fault:
         result.status, result.fault_iova, result.task_index = -errno.EFAULT, fault.iova, index

@@ -32,9 +32,9 @@ class HardwareProfile:
         return cycles * 1000 // self.clock_mhz
 
 
-def task_macs(task: tasks.TaskType, desc: np.void) -> int:
-    """Multiply-accumulates a task performs (0 for data movement)."""
-    if task.opcode == tasks.OP_FULLY_CONNECTED:
-        return int(desc["rows"]) * int(desc["in_features"]) * int(desc["out_features"])
-    cost = getattr(task, "macs", None)
-    return int(cost(desc)) if cost else 0
+def task_cycles(profile: HardwareProfile, task: tasks.TaskType, desc: np.void, bytes_moved: int) -> int:
+    """Cycles of one task: its MACs and bytes from the per-op cost table, or, for a
+    task the table does not know, the bytes the DMA engine actually moved."""
+    from firmware_sim.kernels.cost import task_cost
+    macs, nbytes = task_cost(task.opcode, desc)
+    return profile.cycles(macs, nbytes or bytes_moved)
