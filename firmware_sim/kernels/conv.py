@@ -108,11 +108,12 @@ class _Geometry:
         self.eff_h, self.eff_w = (kh - 1) * dh + 1, (kw - 1) * dw + 1
         self.need_w = (ow - 1) * sw + self.eff_w
 
-    def windows(self, image: int, y0: int, y1: int) -> np.ndarray:
-        """(rows, OW, C, KH, KW) float32 view for output rows y0..y1 of one image.
+    def block(self, image: int, y0: int, y1: int) -> np.ndarray:
+        """The float32 input rows that output rows y0..y1 of one image read, shifted by
+        the zero point and zero-padded: (rows, need_w, C).
 
-        Only the input rows these outputs read are converted, so the block's data is still
-        in cache when the taps / GEMM use it."""
+        Only these rows are converted, so the data is still in cache when the taps / GEMM
+        use it."""
         _, h, w, c = self.x.shape
         top = y0 * self.sh - self.pt
         n_rows = (y1 - 1 - y0) * self.sh + self.eff_h
@@ -122,8 +123,50 @@ class _Geometry:
         if r_hi > r_lo and c_hi > 0:
             np.subtract(self.x[image, r_lo:r_hi, :c_hi], self.zp, dtype=np.float32,
                         out=buf[r_lo - top:r_hi - top, self.pl:self.pl + c_hi])
-        win = sliding_window_view(buf, (self.eff_h, self.eff_w), axis=(0, 1))
+        return buf
+
+    def windows(self, image: int, y0: int, y1: int) -> np.ndarray:
+        """(rows, OW, C, KH, KW) float32 view for output rows y0..y1 of one image."""
+        win = sliding_window_view(self.block(image, y0, y1), (self.eff_h, self.eff_w),
+                                  axis=(0, 1))
         return win[::self.sh, ::self.sw][:y1 - y0, :self.ow, :, ::self.dh, ::self.dw]
+
+    def phases(self, image: int, y0: int, y1: int) -> list[np.ndarray]:
+        """:meth:`block` split by column phase: ``phases[p][:, q]`` is padded column
+        ``q * sw + p``. Built straight from the int8 input (one strided pass)."""
+        sw = self.sw
+        if sw == 1:
+            return [self.block(image, y0, y1)]
+        _, h, w, c = self.x.shape
+        top = y0 * self.sh - self.pt
+        n_rows = (y1 - 1 - y0) * self.sh + self.eff_h
+        r_lo, r_hi = max(top, 0), min(top + n_rows, h)
+        c_hi = min(w, self.need_w - self.pl)
+        out = []
+        for p in range(sw):
+            width = len(range(p, self.need_w, sw))
+            buf = np.zeros((n_rows, width, c), dtype=np.float32)
+            first = (p - self.pl) % sw  # first input column landing in this phase
+            if r_hi > r_lo and first < c_hi:
+                src = self.x[image, r_lo:r_hi, first:c_hi:sw]
+                q0 = (self.pl + first) // sw
+                np.subtract(src, self.zp, dtype=np.float32,
+                            out=buf[r_lo - top:r_hi - top, q0:q0 + src.shape[1]])
+            out.append(buf)
+        return out
+
+    def taps(self, image: int, y0: int, y1: int):
+        """Yield ``(i, j, view)`` per filter tap: the (rows, OW, C) input each output reads
+        through tap (i, j). Columns are split by stride phase, so each view's (OW, C)
+        plane is contiguous and numpy runs one long inner loop per row."""
+        phases = self.phases(image, y0, y1)
+        sw, rows = self.sw, y1 - y0
+        for i in range(self.kh):
+            r = i * self.dh
+            for j in range(self.kw):
+                col = j * self.dw
+                ph, off = phases[col % sw], col // sw
+                yield i, j, ph[r:r + (rows - 1) * self.sh + 1:self.sh, off:off + self.ow]
 
 
 class _Requant:
@@ -257,19 +300,17 @@ def depthwise_conv2d(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None, *,
     for b in range(n):
         for y0 in range(0, oh, step):
             y1 = min(oh, y0 + step)
-            wb = geo.windows(b, y0, y1)  # (rows, OW, C, KH, KW)
             # One (rows, OW, C) accumulator per depth-multiplier index keeps the innermost
-            # loop running along C.
+            # loop running along C; each tap is a whole-block multiply-add.
             acc = np.empty((dm, y1 - y0, ow, cin), dtype=acc_type)
             tmp = np.empty(acc.shape[1:], dtype=acc_type)
-            for m in range(dm):
-                np.multiply(wb[:, :, :, 0, 0], wf[0, 0, :, m], out=acc[m])
-            for t in range(1, kh * kw):  # the other taps: whole-block multiply-adds
-                i, j = divmod(t, kw)
-                src = wb[:, :, :, i, j]
+            for i, j, src in geo.taps(b, y0, y1):
                 for m in range(dm):
-                    np.multiply(src, wf[i, j, :, m], out=tmp)
-                    acc[m] += tmp
+                    if i == j == 0:
+                        np.multiply(src, wf[0, 0, :, m], out=acc[m])
+                    else:
+                        np.multiply(src, wf[i, j, :, m], out=tmp)
+                        acc[m] += tmp
             acc = acc.transpose(1, 2, 3, 0) if dm > 1 else acc[0]
             finish(acc.reshape(y1 - y0, ow, cout), out[b, y0:y1])
     return _deliver(out, target)
