@@ -4,21 +4,22 @@
 image are skipped, which equals padding with the input zero point; int32 accumulation;
 per-channel fixed-point requantization (``MultiplyByQuantizedMultiplier``, double rounding).
 
-Speed: the input is shifted by its zero point into float32, padded once, and read through
-``sliding_window_view``. Output rows are processed in blocks that stay in cache: conv
-builds the block's im2col rows and runs one float32 BLAS GEMM (K-chunked so every partial
-sum stays exact), depthwise does KH*KW vectorized multiply-adds; then the block is
-requantized and stored. All sums are integers within the float's exact range.
+Speed: output rows are processed in blocks that stay in cache. For each block the input
+rows it reads are shifted by the zero point into float32 and zero-padded; conv gathers
+them into im2col rows (``sliding_window_view``) for one float32 BLAS GEMM (K-chunked when
+a partial sum could pass 2**24), depthwise splits the columns by stride phase and does
+KH*KW contiguous multiply-adds. Then the block is requantized (see ``_Requant``) and
+stored. Every sum is an integer within the float's exact range, so results are exact.
 """
 from __future__ import annotations
 
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
+from . import weight_cache
 from .fixedpoint import (F64Requant, multiply_by_quantized_multiplier,
                          requantize_fixed_inplace)
 from .gemm import ROW_BLOCK_ELEMS, exact_gemm, gemm_chunk, int8_offset_bound, max_abs
-from . import weight_cache
 from .output import accumulate_bias, check_int8_param, store_int8
 
 __all__ = ["conv2d", "depthwise_conv2d"]
