@@ -18,9 +18,10 @@ from pathlib import Path
 
 import numpy as np
 
-from firmware_sim.core import Core, map_file, raise_irq, write_completion
+from firmware_sim.core import Core, raise_irq, write_completion
 from firmware_sim.executor import JobResult
 from firmware_sim.spec import memory, regs, ring
+from firmware_sim.spec.memory import map_file
 from firmware_sim.timing import HardwareProfile
 
 WATCHDOG_PERIOD_S = 0.02

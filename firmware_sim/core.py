@@ -8,7 +8,6 @@ the interrupt line (an eventfd shared by all cores).
 from __future__ import annotations
 
 import errno
-import mmap
 import os
 import time
 from pathlib import Path
@@ -16,15 +15,8 @@ from pathlib import Path
 from firmware_sim.dma import DmaEngine
 from firmware_sim.executor import JobResult, run_job
 from firmware_sim.spec import memory, regs, ring
+from firmware_sim.spec.memory import map_file
 from firmware_sim.timing import HardwareProfile
-
-
-def map_file(path: Path) -> mmap.mmap:
-    fd = os.open(path, os.O_RDWR)
-    try:
-        return mmap.mmap(fd, os.fstat(fd).st_size)
-    finally:
-        os.close(fd)
 
 
 class Core:

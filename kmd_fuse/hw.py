@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import errno
 import logging
-import mmap
 import os
 import shutil
 import subprocess
@@ -21,6 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from firmware_sim.spec import iommu, memory, regs, ring
+from firmware_sim.spec.memory import map_file
 
 log = logging.getLogger("kmd_fuse.hw")
 
@@ -52,14 +52,6 @@ def _create_file(path: Path, size: int, mode: int = 0o600) -> None:
         os.close(fd)
 
 
-def _map(path: Path) -> mmap.mmap:
-    fd = os.open(path, os.O_RDWR)
-    try:
-        return mmap.mmap(fd, os.fstat(fd).st_size)
-    finally:
-        os.close(fd)
-
-
 class Hardware:
     """The chip as the KMD sees it."""
 
@@ -79,10 +71,10 @@ class Hardware:
         for core in range(self.config.cores):
             _create_file(memory.ring_path(self.bus, core), self.entries * ring.RING_ENTRY.itemsize)
             _create_file(memory.cq_path(self.bus, core), self.entries * ring.COMPLETION.itemsize)
-        self._regs_map = _map(memory.regs_path(self.bus))
+        self._regs_map = map_file(memory.regs_path(self.bus))
         self.regs = regs.RegisterView(self._regs_map)
-        self.rings = [_map(memory.ring_path(self.bus, c)) for c in range(self.config.cores)]
-        self.cqs = [_map(memory.cq_path(self.bus, c)) for c in range(self.config.cores)]
+        self.rings = [map_file(memory.ring_path(self.bus, c)) for c in range(self.config.cores)]
+        self.cqs = [map_file(memory.cq_path(self.bus, c)) for c in range(self.config.cores)]
         self.regs.write32(regs.RING_ENTRIES, self.entries)
         self.regs.write32(regs.WATCHDOG_MS, self.config.watchdog_ms)
         self._start_chip()

@@ -5,7 +5,18 @@ and completion queue, one page table per ASID, and one file per buffer object
 ("physical" memory segment, named by its id).  The KMD creates them; the chip
 maps them; user space maps its own buffer files (zero copy).
 """
+import mmap
+import os
 from pathlib import Path
+
+
+def map_file(path: Path) -> mmap.mmap:
+    """Map one of the chip's memories (shared, read-write, whole file)."""
+    fd = os.open(path, os.O_RDWR)
+    try:
+        return mmap.mmap(fd, os.fstat(fd).st_size)
+    finally:
+        os.close(fd)
 
 
 def regs_path(bus: Path) -> Path:
