@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from . import weight_cache
 from .fixedpoint import multiply_by_quantized_multiplier_round_away, requantize_double
 from .gemm import exact_gemm, for_row_blocks, gemm_chunk, int8_offset_bound
-from . import weight_cache
 from .output import accumulate_bias, check_int8_param, store_int8
 
 __all__ = ["fully_connected"]
