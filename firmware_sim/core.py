@@ -67,7 +67,8 @@ class Core:
 
     def execute(self, job_id: int, asid: int, cmd_iova: int, cmd_size: int) -> JobResult:
         bank = self.bank
-        self.regs.write64(bank + regs.JOB_START_NS, time.monotonic_ns())
+        started = time.monotonic_ns()
+        self.regs.write64(bank + regs.JOB_START_NS, started)
         self.regs.write64(bank + regs.CURRENT_JOB, job_id)
         self.set_reg(regs.CORE_STATE, regs.CORE_BUSY)
         faults = self.regs.read32(regs.FAULT_INJECT)
@@ -75,7 +76,6 @@ class Core:
             while True:              # a hung core: only the watchdog's reset ends this
                 time.sleep(1)
         self.dma.inject_bus_error = bool(faults & regs.FAULT_DMA_ERROR)
-        started = time.monotonic_ns()
         result = run_job(self.dma, asid, cmd_iova, cmd_size, self.profile)
         result.exec_ns = time.monotonic_ns() - started
         if faults & regs.FAULT_BIT_FLIP and result.status == 0:

@@ -22,7 +22,7 @@ PAGE_SHIFT = 0x14        # chip: IOMMU page size = 1 << PAGE_SHIFT
 STATUS = 0x18            # chip: STATUS_* bits
 RESET_REQ = 0x1C         # KMD: write an incrementing value to request a full reset
 RESET_ACK = 0x20         # chip: copies RESET_REQ once every core is reset
-FAULT_INJECT = 0x24      # KMD: FAULT_* bits, applied to the next job each core starts
+FAULT_INJECT = 0x24      # KMD: FAULT_* bits, applied to every job a core starts while set
 WATCHDOG_MS = 0x28       # KMD: default job timeout when a ring entry gives none
 MACS_PER_CYCLE = 0x2C    # chip: timing model (per core)
 DMA_BYTES_PER_CYCLE = 0x30  # chip: timing model

@@ -9,6 +9,7 @@ import sys
 import textwrap
 import time
 
+import numpy as np
 import pytest
 
 import libnpu
@@ -118,8 +119,14 @@ def test_dma_error_and_lost_interrupt_injection(fresh_npu):
         assert exc.value.errno == errno.EIO
         _set_fault(npu.devroot, regs.FAULT_LOST_IRQ)
         dev.run(cmds, [src, dst])                       # found by the driver's completion poll
+        src.view[:] = 0x0F
+        _set_fault(npu.devroot, regs.FAULT_BIT_FLIP)
+        dev.run(cmds, [src, dst])
+        flipped = np.unpackbits(dst.view ^ src.view).sum()
+        assert flipped == 1                             # silent data corruption, exactly one bit
         _set_fault(npu.devroot, 0)
         dev.run(cmds, [src, dst])
+        assert (dst.view == 0x0F).all()
 
 
 def test_reset_fails_jobs_in_flight_and_counts(fresh_npu):
