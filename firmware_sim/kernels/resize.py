@@ -14,8 +14,8 @@ __all__ = ["resize_bilinear", "resize_nearest"]
 
 
 def _check(x: np.ndarray, out_hw, align_corners: bool, half_pixel_centers: bool):
-    if x.dtype != np.int8 or x.ndim != 4:
-        raise ValueError(f"resize input must be int8 NHWC, got {x.dtype} {x.shape}")
+    if x.dtype != np.int8 or x.ndim != 4 or min(x.shape[1:3]) < 1:
+        raise ValueError(f"resize input must be non-empty int8 NHWC, got {x.dtype} {x.shape}")
     oh, ow = int(out_hw[0]), int(out_hw[1])
     if oh < 1 or ow < 1:
         raise ValueError("output size must be positive")

@@ -59,3 +59,5 @@ def test_bad_arguments() -> None:
         resize_bilinear(x, (0, 3))
     with pytest.raises(ValueError):
         resize_nearest(x, (3, 3), align_corners=True, half_pixel_centers=True)
+    with pytest.raises(ValueError):
+        resize_bilinear(np.zeros((1, 0, 4, 2), np.int8), (3, 3))
