@@ -1,4 +1,4 @@
-"""``npu``: the user-side command line (device info, benchmarks, monitoring)."""
+"""``npu``: the user-side command line (device info, models, benchmarks, monitoring)."""
 from __future__ import annotations
 
 import argparse
@@ -94,6 +94,9 @@ def main(argv: list[str] | None = None) -> int:
     nop.add_argument("--processes", type=int, default=0, help="also run P client processes at once")
     nop.add_argument("--seconds", type=float, default=3.0, help="duration of the multi-process run")
     nop.set_defaults(func=cmd_bench_nop)
+
+    from libnpu.apps.commands import add_commands
+    add_commands(sub, bench_sub)
 
     demo = sub.add_parser("demo", help="run the spine end to end and print what happens")
     demo.add_argument("--devroot")

@@ -1,0 +1,111 @@
+"""Model files by name or path, calibration data from files, and LiteRT reference runs."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+from libnpu import model_zoo
+
+__all__ = ["ModelSpecError", "ZOO", "resolve", "load_calibration", "litert_available", "LiteRT"]
+
+
+class ModelSpecError(ValueError):
+    """A model name, file or calibration source that cannot be used."""
+
+
+#: Model-zoo names accepted wherever a model file is.
+ZOO = {"resnet8": model_zoo.resnet8_cifar10, "blazeface": model_zoo.blazeface_short_range,
+       "kws": model_zoo.keyword_spotting, "vww": model_zoo.visual_wake_words,
+       "anomaly": model_zoo.anomaly_detection}
+SUFFIXES = (".tflite", ".onnx", ".nlb")
+
+
+def resolve(spec: str | os.PathLike) -> Path:
+    """A model path for ``spec``: an existing .tflite/.onnx/.nlb file or a model-zoo name."""
+    if str(spec) in ZOO and not Path(spec).exists():
+        return ZOO[str(spec)]()
+    path = Path(spec)
+    if not path.is_file():
+        raise ModelSpecError(f"{spec}: no such model file (or model-zoo name: {', '.join(sorted(ZOO))})")
+    if path.suffix not in SUFFIXES:
+        raise ModelSpecError(f"{spec}: unknown model type {path.suffix!r} (expected {', '.join(SUFFIXES)})")
+    return path
+
+
+def _samples_from_array(array: np.ndarray, shape: tuple[int, ...], source: str) -> list[np.ndarray]:
+    size = int(np.prod(shape))
+    if array.size % size:
+        raise ModelSpecError(f"{source}: {array.shape} does not split into samples of shape {shape}")
+    return [s.reshape(shape) for s in array.astype(np.float32).reshape(-1, *shape)]
+
+
+def load_calibration(source: str | os.PathLike, input_shapes: Sequence[tuple[int, ...]],
+                     image_range: tuple[float, float] = (-1.0, 1.0)) -> list[list[np.ndarray]]:
+    """Calibration feeds from a .npy file (samples along the first axis) or a directory.
+
+    A directory may hold .npy files (each one or more samples) and .png pictures, which
+    are resized to the input's height x width and mapped from 0..255 to ``image_range``.
+    Single-input models only: each feed is ``[sample]``.
+    """
+    if len(input_shapes) != 1:
+        raise ModelSpecError(f"calibration files support single-input models; this one has {len(input_shapes)}")
+    shape = tuple(input_shapes[0])
+    path = Path(source)
+    if path.is_file():
+        if path.suffix != ".npy":
+            raise ModelSpecError(f"{source}: calibration file must be .npy (or a directory)")
+        samples = _samples_from_array(np.load(path), shape, str(path))
+    elif path.is_dir():
+        from libnpu.vision import resize
+        samples = []
+        for item in sorted(path.iterdir()):
+            if item.suffix == ".npy":
+                samples += _samples_from_array(np.load(item), shape, str(item))
+            elif item.suffix == ".png":
+                if len(shape) != 4 or shape[-1] not in (1, 3):
+                    raise ModelSpecError(f"{item}: pictures need an NHWC input with 1 or 3 channels, not {shape}")
+                pixels = model_zoo.load_png(item)[..., :shape[-1]]
+                lo, hi = image_range
+                samples.append((resize(pixels, shape[1], shape[2]) / 255.0 * (hi - lo) + lo)[None])
+    else:
+        raise ModelSpecError(f"{source}: no such calibration file or directory")
+    if not samples:
+        raise ModelSpecError(f"{source}: no calibration samples (.npy or .png) found")
+    return [[s.astype(np.float32)] for s in samples]
+
+
+def litert_available() -> bool:
+    try:
+        import ai_edge_litert.interpreter  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+class LiteRT:
+    """A LiteRT interpreter for a .tflite model: ``kernels`` "reference" (BUILTIN_REF) or
+    "default" (XNNPACK and the optimized builtins)."""
+
+    def __init__(self, model: str | os.PathLike, kernels: str = "reference", threads: int | None = None) -> None:
+        from ai_edge_litert import interpreter as litert
+        if kernels not in ("reference", "default"):
+            raise ValueError(f"kernels must be 'reference' or 'default', not {kernels!r}")
+        options = {}
+        if kernels == "reference":
+            options["experimental_op_resolver_type"] = litert.OpResolverType.BUILTIN_REF
+        self.interpreter = litert.Interpreter(model_path=str(model), num_threads=threads, **options)
+        self.interpreter.allocate_tensors()
+        self.input_details = self.interpreter.get_input_details()
+        self.output_details = self.interpreter.get_output_details()
+
+    def run(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
+        """Outputs for ``inputs`` (given in the model's input order, in its input dtypes)."""
+        if len(inputs) != len(self.input_details):
+            raise ValueError(f"model takes {len(self.input_details)} inputs, got {len(inputs)}")
+        for detail, value in zip(self.input_details, inputs):
+            self.interpreter.set_tensor(detail["index"], np.asarray(value, detail["dtype"]).reshape(detail["shape"]))
+        self.interpreter.invoke()
+        return [self.interpreter.get_tensor(d["index"]).copy() for d in self.output_details]

@@ -1,0 +1,158 @@
+"""``npu run``: load a model (compiling it through the cache), run it, report timings.
+
+Timings are reported the way users compare them: the first-ever load of a model
+(compile + load + first inference, when the compile cache missed) next to a cached
+load (cache hit + load + first inference), then the steady-state latency and device
+time of each further inference.
+"""
+from __future__ import annotations
+
+import os
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+import libnpu
+from libnpu.loadable import Loadable, TensorDesc
+
+from .compile import compile_model_file
+from .models import ModelSpecError, resolve
+
+__all__ = ["random_inputs", "read_inputs", "load_timed", "run", "save_outputs"]
+
+
+def random_inputs(descs: Sequence[TensorDesc], seed: int = 0) -> list[np.ndarray]:
+    """One random array per input: uniform [-1, 1) for float inputs, the full range for integers."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for d in descs:
+        if np.issubdtype(np.dtype(d.dtype), np.integer):
+            info = np.iinfo(d.dtype)
+            out.append(rng.integers(info.min, info.max, d.shape, endpoint=True).astype(d.dtype))
+        else:
+            out.append(rng.uniform(-1, 1, d.shape).astype(d.dtype))
+    return out
+
+
+def read_inputs(files: Sequence[str | os.PathLike], descs: Sequence[TensorDesc]) -> list[np.ndarray]:
+    """Inputs from .npy files, in the model's input order; sizes are checked here."""
+    if len(files) != len(descs):
+        raise ModelSpecError(f"the model takes {len(descs)} inputs "
+                             f"({', '.join(d.name for d in descs)}); {len(files)} --input files given")
+    arrays = []
+    for f, d in zip(files, descs):
+        try:
+            a = np.load(f, allow_pickle=False)
+        except (OSError, ValueError) as exc:
+            raise ModelSpecError(f"{f}: not a readable .npy file ({exc})") from exc
+        if a.size != int(np.prod(d.shape)):
+            raise ModelSpecError(f"{f}: shape {a.shape} does not fit input {d.name} {list(d.shape)}")
+        if not (np.issubdtype(a.dtype, np.number)):
+            raise ModelSpecError(f"{f}: dtype {a.dtype} is not numeric")
+        arrays.append(a.reshape(d.shape))
+    return arrays
+
+
+@dataclass
+class LoadTiming:
+    """One load of a model: compile (or cache lookup), load onto the device, first inference."""
+    compile_s: float
+    cache_hit: bool | None          # None: a loadable file, nothing to compile
+    load_s: float
+    first_inference_s: float
+    stages: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def total_s(self) -> float:
+        return self.compile_s + self.load_s + self.first_inference_s
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"compile_s": round(self.compile_s, 4), "cache_hit": self.cache_hit, "load_s": round(self.load_s, 4),
+                "first_inference_s": round(self.first_inference_s, 4), "total_s": round(self.total_s, 4),
+                **({"compile_stages_s": self.stages} if self.stages else {})}
+
+
+MakeInputs = Callable[[Sequence[TensorDesc]], list[np.ndarray]]
+
+
+def load_timed(path: Path, make_inputs: MakeInputs = random_inputs, *, devroot=None, cache_dir=None,
+               progress: bool = False, calibration=None,
+               **options) -> tuple[libnpu.CompiledModel, LoadTiming, list[np.ndarray]]:
+    """Compile (cached) and load ``path``, then infer once on ``make_inputs(model.inputs)``.
+
+    Returns the loaded model, the timings and the inputs used."""
+    started = time.perf_counter()
+    stages: dict[str, float] = {}
+    if path.suffix == ".nlb":
+        loadable, hit = Loadable.load(path), None
+    else:
+        result = compile_model_file(path, calibration, cache_dir=cache_dir, progress=progress, **options)
+        loadable, hit, stages = result.loadable, result.cache_hit, result.stages
+    compile_s = time.perf_counter() - started
+    started = time.perf_counter()
+    model = libnpu.load(loadable, devroot=devroot)
+    load_s = time.perf_counter() - started
+    try:
+        feeds = make_inputs(model.inputs)
+        started = time.perf_counter()
+        model.infer(feeds)
+        first = time.perf_counter() - started
+    except BaseException:
+        model.close()
+        raise
+    return model, LoadTiming(compile_s, hit, load_s, first, stages), feeds
+
+
+def save_outputs(outputs: Sequence[np.ndarray], directory: str | os.PathLike) -> list[Path]:
+    """Write ``DIR/output_<index>.npy`` for each output, in its own dtype."""
+    d = Path(directory)
+    d.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for i, value in enumerate(outputs):
+        paths.append(d / f"output_{i}.npy")
+        np.save(paths[-1], value)
+    return paths
+
+
+def run(spec: str, input_files: Sequence[str] = (), *, repeat: int = 5, devroot=None, cache_dir=None,
+        fresh: bool = False, save: str | None = None, progress: bool = True) -> dict[str, Any]:
+    """Everything ``npu run`` reports, as a dict (see the module docstring)."""
+    path = resolve(spec)
+    with tempfile.TemporaryDirectory(prefix="npu-run-cache-") as tmp:
+        cache = tmp if fresh else cache_dir
+        make: MakeInputs = (lambda descs: read_inputs(input_files, descs)) if input_files else random_inputs
+        model, first, inputs = load_timed(path, make, devroot=devroot, cache_dir=cache, progress=progress)
+        try:
+            request = model.create_request()
+            runs = []
+            outputs: list[np.ndarray] = []
+            for _ in range(max(1, repeat)):
+                outputs = request.infer(inputs)
+                runs.append({"latency_ms": round(request.timing.latency_s * 1e3, 3),
+                             "device_time_ms": round(request.timing.device_time_ns / 1e6, 3)})
+            request.release()
+            descs = model.outputs
+            input_descs = model.inputs
+        finally:
+            model.close()
+        # A second load of the same model: the compile cache now holds it.
+        again, cached, _ = load_timed(path, lambda descs: inputs, devroot=devroot, cache_dir=cache)
+        again.close()
+    saved = save_outputs(outputs, save) if save else []
+    return {
+        "model": str(path),
+        "inputs": [{"name": d.name, "shape": list(d.shape), "dtype": d.dtype,
+                    "source": str(f) if input_files else "random"}
+                   for d, f in zip(input_descs, input_files or [None] * len(input_descs))],
+        "outputs": [{"name": d.name, "shape": list(o.shape), "dtype": str(o.dtype),
+                     "min": float(o.min()), "max": float(o.max()),
+                     **({"argmax": int(o.reshape(-1).argmax())} if o.ndim <= 2 else {})}
+                    for d, o in zip(descs, outputs)],
+        "first_load": first.as_dict(), "cached_load": cached.as_dict(), "inferences": runs,
+        "saved": [str(p) for p in saved],
+    }
+

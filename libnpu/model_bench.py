@@ -1,0 +1,158 @@
+"""``npu bench model``: a model's latency and throughput on the device, in the style of
+OpenVINO's benchmark_app, next to LiteRT's time for the same model in the same run.
+
+- latency: one request, synchronous inferences back to back; p50/p99 of the wall time
+  per inference (set inputs, submit, wait, read outputs) and the device time of each job;
+- throughput: N requests in flight (default: the model's ``optimal_requests``), each
+  restarted as soon as it completes; inferences per second over the run;
+- LiteRT (when ``ai-edge-litert`` is installed and the model is a .tflite file): the
+  same loop with BUILTIN_REF reference kernels (what our chip is bit-exact with) and
+  with the default kernels (XNNPACK), one thread each, on the same inputs.
+"""
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+import libnpu
+from libnpu.apps.models import LiteRT, litert_available, resolve
+from libnpu.apps.run import load_timed, random_inputs
+
+__all__ = ["bench_model", "format_report", "percentiles_ms"]
+
+
+def percentiles_ms(samples: list[float]) -> dict[str, float]:
+    """p50/p90/p99/mean/min of samples in seconds, as milliseconds."""
+    a = np.asarray(samples) * 1e3
+    return {"p50_ms": round(float(np.percentile(a, 50)), 4), "p90_ms": round(float(np.percentile(a, 90)), 4),
+            "p99_ms": round(float(np.percentile(a, 99)), 4), "mean_ms": round(float(a.mean()), 4),
+            "min_ms": round(float(a.min()), 4), "count": len(samples)}
+
+
+def _timed_loop(step: Callable[[], Any], seconds: float, min_count: int = 20) -> list[float]:
+    samples: list[float] = []
+    deadline = time.perf_counter() + seconds
+    while len(samples) < min_count or time.perf_counter() < deadline:
+        started = time.perf_counter()
+        step()
+        samples.append(time.perf_counter() - started)
+    return samples
+
+
+def _latency(model: libnpu.CompiledModel, inputs: list[np.ndarray], seconds: float) -> dict[str, Any]:
+    request = model.create_request()
+    device_ns: list[int] = []
+
+    def step() -> None:
+        request.infer(inputs)
+        device_ns.append(request.timing.device_time_ns)
+    try:
+        for _ in range(3):
+            request.infer(inputs)                     # warm up
+        samples = _timed_loop(step, seconds)
+    finally:
+        request.release()
+    return {**percentiles_ms(samples), "device_time_p50_ms": round(float(np.median(device_ns)) / 1e6, 4)}
+
+
+def _throughput(model: libnpu.CompiledModel, inputs: list[np.ndarray], requests: int,
+                seconds: float) -> dict[str, Any]:
+    pool = [model.create_request() for _ in range(requests)]
+    done = 0
+    latencies: list[float] = []
+    try:
+        for r in pool:
+            r.set_inputs(inputs)
+        started = time.perf_counter()
+        for r in pool:
+            r.start()
+        deadline = started + seconds
+        i = 0
+        while time.perf_counter() < deadline:
+            r = pool[i]
+            r.wait()
+            latencies.append(r.timing.latency_s)
+            done += 1
+            r.outputs()
+            r.start()
+            i = (i + 1) % requests
+        for r in pool[i:] + pool[:i]:
+            r.wait()
+            latencies.append(r.timing.latency_s)
+            done += 1
+        elapsed = time.perf_counter() - started
+    finally:
+        for r in pool:
+            r.release()
+    return {"requests": requests, "inferences": done, "seconds": round(elapsed, 3),
+            "fps": round(done / elapsed, 2), "latency_in_flight": percentiles_ms(latencies)}
+
+
+def _litert(path: Path, inputs: list[np.ndarray], kernels: str, seconds: float) -> dict[str, Any]:
+    it = LiteRT(path, kernels, threads=1)
+    feeds = [np.asarray(x, d["dtype"]) for x, d in zip(inputs, it.input_details)]
+    for _ in range(3):
+        it.run(feeds)
+    return percentiles_ms(_timed_loop(lambda: it.run(feeds), seconds))
+
+
+def bench_model(spec: str | os.PathLike, *, requests: int | None = None, seconds: float = 3.0, devroot=None,
+                cache_dir=None, litert: bool = True) -> dict[str, Any]:
+    """Measure ``spec`` (a model file or model-zoo name); returns the report as a dict."""
+    if seconds <= 0:
+        raise ValueError("--seconds must be positive")
+    path = resolve(spec)
+    model, load, inputs = load_timed(path, lambda descs: random_inputs(descs, seed=1), devroot=devroot,
+                                     cache_dir=cache_dir)
+    try:
+        n = requests or model.optimal_requests
+        if n < 1:
+            raise ValueError("--requests must be at least 1")
+        info = model.device.info()
+        report: dict[str, Any] = {
+            "model": str(path), "device": str(model.device.path), "cores": info["num_cores"],
+            "inputs": [{"name": d.name, "shape": list(d.shape), "dtype": d.dtype} for d in model.inputs],
+            "macs": int(sum(t.macs for t in model.loadable.tasks)),
+            "load": load.as_dict(), "optimal_requests": model.optimal_requests,
+            "latency": _latency(model, inputs, seconds),
+            "throughput": _throughput(model, inputs, n, seconds),
+        }
+    finally:
+        model.close()
+    report["litert"] = {}
+    if litert and path.suffix == ".tflite" and litert_available():
+        for kernels, label in (("reference", "builtin_ref"), ("default", "xnnpack")):
+            report["litert"][label] = _litert(path, inputs, kernels, seconds)
+        npu = report["latency"]["p50_ms"]
+        report["ratios"] = {f"npu_p50_over_litert_{k}_p50": round(npu / v["p50_ms"], 3)
+                            for k, v in report["litert"].items()}
+        report["ratios"].update({f"npu_fps_over_litert_{k}_fps": round(report["throughput"]["fps"] * v["p50_ms"] / 1e3, 3)
+                                 for k, v in report["litert"].items()})
+    elif litert:
+        report["litert_skipped"] = ("ai-edge-litert is not installed" if not litert_available()
+                                    else f"LiteRT runs .tflite files only (model is {path.suffix})")
+    return report
+
+
+def format_report(r: dict[str, Any]) -> str:
+    """The report as benchmark_app-style text."""
+    lat, thr = r["latency"], r["throughput"]
+    lines = [f"model {r['model']} on {r['device']} ({r['cores']} cores), {r['macs']:,} MACs per inference",
+             f"load: compile {'cache hit' if r['load']['cache_hit'] else 'cache miss' if r['load']['cache_hit'] is False else 'none'} "
+             f"{r['load']['compile_s'] * 1e3:.1f} ms, load {r['load']['load_s'] * 1e3:.1f} ms, "
+             f"first inference {r['load']['first_inference_s'] * 1e3:.1f} ms",
+             f"latency (1 request, {lat['count']} inferences): p50 {lat['p50_ms']:.3f} ms, p90 {lat['p90_ms']:.3f} ms, "
+             f"p99 {lat['p99_ms']:.3f} ms, min {lat['min_ms']:.3f} ms; device time p50 {lat['device_time_p50_ms']:.3f} ms",
+             f"throughput ({thr['requests']} requests in flight, {thr['inferences']} inferences in {thr['seconds']} s): "
+             f"{thr['fps']:.1f} inferences/s, latency p50 {thr['latency_in_flight']['p50_ms']:.3f} ms"]
+    for label, v in r.get("litert", {}).items():
+        lines.append(f"LiteRT {label} (1 thread, {v['count']} runs): p50 {v['p50_ms']:.3f} ms, p99 {v['p99_ms']:.3f} ms")
+    for k, v in r.get("ratios", {}).items():
+        lines.append(f"  {k.replace('_', ' ')}: {v}")
+    if "litert_skipped" in r:
+        lines.append(f"LiteRT: skipped ({r['litert_skipped']})")
+    return "\n".join(lines)
