@@ -24,10 +24,12 @@ __all__ = ["fully_connected"]
 
 
 def _prepare_weights(w: np.ndarray) -> tuple[np.ndarray, int]:
-    wf = w.astype(np.float32)
-    wf.flags.writeable = False
+    # (K, N) contiguous float32: OpenBLAS runs x @ W about twice as fast in this layout
+    # as with the transposed view of (N, K).
+    wt = np.ascontiguousarray(w.T, dtype=np.float32)
+    wt.flags.writeable = False
     row_abs = np.abs(w.astype(np.int32)).sum(axis=1) if w.size else np.zeros(1, np.int64)
-    return wf, int(row_abs.max()) if row_abs.size else 0
+    return wt, int(row_abs.max()) if row_abs.size else 0
 
 
 def fully_connected(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None, *,
@@ -77,9 +79,8 @@ def fully_connected(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None, *,
 
     if out is None:
         out = np.empty((m, n), np.int8)
-    # Weights as float32 (N, K) plus the largest per-row sum of |w|, cached across calls.
-    wf, row_abs_max = weight_cache.converted(w, "fc", _prepare_weights)
-    wt = wf.T  # BLAS takes the transpose as is
+    # Weights as float32 (K, N) plus the largest per-row sum of |w|, cached across calls.
+    wt, row_abs_max = weight_cache.converted(w, "fc", _prepare_weights)
     bound_x = int8_offset_bound(-input_zp)
     chunk = gemm_chunk(k, bound_x, row_abs_max)
     acc_bound = bound_x * row_abs_max
