@@ -20,6 +20,9 @@ from typing import Any, Callable
 
 from libnpu.drm_usage import UsageStats, UsageStatsError, parse_usage_stats
 
+SYSROOT_MARKER = ".npu-sysroot"        # written into the devroot by `npu-kmd start`
+SYSROOT_FOR_DEV = "/run/npu-emu/sys"   # the driver never mounts into the kernel's /sys
+
 INT_ATTRS = ("cores", "clock_mhz", "memory_total_bytes", "memory_used_bytes", "busy_time_us",
              "jobs_completed", "jobs_failed", "reset_count")
 STR_ATTRS = ("dev", "model", "abi_version")
@@ -57,6 +60,24 @@ class Snapshot:
     t: float
     devices: list[DeviceState]
     procs: dict[str, dict[int, ProcInfo]]  # device name -> pid -> ProcInfo
+
+
+def default_sysroot(devroot: str) -> str:
+    """The attribute tree the driver serves for a devroot, found the way the driver chose it:
+    $NPU_SYSROOT, else the sysroot `npu-kmd start` recorded in <devroot>/.npu-sysroot, else
+    <parent of devroot>/sys (/run/npu-emu/sys when the devroot is /dev). Mirrors
+    kmd_fuse.paths.sysroot, which libnpu may not import."""
+    if os.environ.get("NPU_SYSROOT"):
+        return os.environ["NPU_SYSROOT"]
+    root = os.path.realpath(devroot)
+    try:
+        with open(os.path.join(root, SYSROOT_MARKER), encoding="utf-8") as f:
+            recorded = f.read().strip()
+        if recorded:
+            return recorded
+    except OSError:
+        pass
+    return SYSROOT_FOR_DEV if root == "/dev" else os.path.join(os.path.dirname(root), "sys")
 
 
 def class_dir(sysroot: str) -> str:

@@ -13,7 +13,7 @@ import sys
 import time
 from typing import Any, TextIO
 
-from libnpu.npu_sysfs import Sampler, SysfsError, class_dir, list_devices, summarize
+from libnpu.npu_sysfs import Sampler, SysfsError, class_dir, default_sysroot, list_devices, summarize
 
 
 def _size(n: int) -> str:
@@ -57,8 +57,9 @@ def format_table(reports: list[dict[str, Any]]) -> str:
 
 
 def _common_args(ap: argparse.ArgumentParser) -> None:
-    ap.add_argument("--sysroot", default=os.environ.get("NPU_SYSROOT", "/sys"),
-                    help="root of the attribute tree (default $NPU_SYSROOT or /sys)")
+    ap.add_argument("--sysroot", default=None,
+                    help="root of the attribute tree (default $NPU_SYSROOT, else the one the driver serves "
+                         "for --devroot)")
     ap.add_argument("--devroot", default=os.environ.get("NPU_DEVROOT", "/dev"),
                     help="where the device nodes are (default $NPU_DEVROOT or /dev)")
     ap.add_argument("--procroot", default="/proc", help=argparse.SUPPRESS)
@@ -68,6 +69,8 @@ def _common_args(ap: argparse.ArgumentParser) -> None:
 
 
 def _sampler(args: argparse.Namespace, prog: str, err: TextIO) -> Sampler | None:
+    if args.sysroot is None:
+        args.sysroot = default_sysroot(args.devroot)
     names = list_devices(args.sysroot)
     if args.ids:
         missing = sorted(set(args.ids) - {int(n[3:]) for n in names})

@@ -1,17 +1,24 @@
 """A tiny frame writer for shell tests: one request on a device node, printed as KEY=VALUE.
 
     python npu_frame.py NODE info | stats | reset     one request, its reply fields
-    python npu_frame.py NODE alloc SIZE [hold]        allocate SIZE bytes; with 'hold', print the
-                                                      reply, then keep the context open until stdin closes
-    python npu_frame.py NODE hold                     open a context, print CONTEXT_ID=, wait for stdin EOF
+    python npu_frame.py NODE alloc SIZE [hold]        allocate SIZE bytes (then hold the context)
+    python npu_frame.py NODE hold                     keep the context open: print CONTEXT_ID= and PID=,
+                                                      then answer 'info'/'stats' lines on stdin, until EOF
     python npu_frame.py NODE bench N                  N raw GET_INFO round trips; prints p50/mean µs
 
-A refused request prints ERROR=<errno name> and exits 1; a refused open() exits 2.
+Options before NODE: `--user NAME|UID` and `--groups G1,G2` drop root's privileges to that
+user (its own gid, only those supplementary groups) before the node is opened, for
+interpreters other users cannot execute themselves.
+
+Each reply is KEY=VALUE lines; in hold mode a line '.' ends each. A refused request
+prints ERROR=<errno name> and exits 1; a refused open() exits 2.
 """
 from __future__ import annotations
 
 import errno
+import grp
 import os
+import pwd
 import select
 import statistics
 import sys
@@ -77,7 +84,24 @@ def _bench(fd: int, n: int) -> None:
           f"P99_US={times[int(n * 0.99)] * 1e6:.1f}")
 
 
+def _drop_privileges(user: str, groups: str) -> None:
+    entry = pwd.getpwuid(int(user)) if user.isdigit() else pwd.getpwnam(user)
+    gids = [int(g) if g.isdigit() else grp.getgrnam(g).gr_gid for g in groups.split(",") if g]
+    os.setgroups(gids)
+    os.setgid(entry.pw_gid)
+    os.setuid(entry.pw_uid)
+
+
 def main(argv: list[str]) -> int:
+    user, groups = None, ""
+    while argv and argv[0] in ("--user", "--groups") and len(argv) > 1:
+        if argv[0] == "--user":
+            user = argv[1]
+        else:
+            groups = argv[1]
+        argv = argv[2:]
+    if user is not None:
+        _drop_privileges(user, groups)
     if len(argv) < 2 or argv[1] not in (*_CMDS, "hold", "bench"):
         print(__doc__, file=sys.stderr)
         return 64
@@ -103,8 +127,14 @@ def main(argv: list[str]) -> int:
             _print(reply)
         if hold:
             result, info = request(fd, uapi.NPU_CMD_GET_INFO)
-            print(f"CONTEXT_ID={info.context_id}\nPID={os.getpid()}", flush=True)
-            sys.stdin.read()
+            print(f"CONTEXT_ID={info.context_id}\nPID={os.getpid()}\n.", flush=True)
+            for line in sys.stdin:
+                if line.strip() in ("info", "stats"):
+                    result, reply = request(fd, _CMDS[line.strip()])
+                    _print(reply) if not result else print(f"ERROR={errno.errorcode.get(-result, result)}")
+                else:
+                    print(f"ERROR=EINVAL unknown command {line.strip()!r}")
+                print(".", flush=True)
         return 0
     finally:
         os.close(fd)
