@@ -97,7 +97,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         print(f"  output {o['name']} {o['shape']} {o['dtype']} range [{o['min']:.4g}, {o['max']:.4g}]{extra}")
     for name, key in (("first load ", "first_load"), ("cached load", "cached_load")):
         t = report[key]
-        what = {True: "compile cache hit", False: "compile (cache miss)", None: "no compile (loadable)"}[t["cache_hit"]]
+        what = {True: "compile cache hit", False: "compile (cache miss)", None: "read loadable"}[t["cache_hit"]]
         print(f"{name}: {what} {t['compile_s'] * 1e3:.1f} ms + load {t['load_s'] * 1e3:.1f} ms + "
               f"first inference {t['first_inference_s'] * 1e3:.1f} ms = {t['total_s'] * 1e3:.1f} ms")
     if report["first_load"]["cache_hit"]:

@@ -37,7 +37,7 @@ def _progress(total: int | None, desc: str, enabled: bool):
                 dynamic_ncols=True)
 
 
-def _compile(data: bytes, name: str, dataset: list | None, options: dict[str, Any], progress: bool,
+def _compile(data: bytes, name: str, kind: str, dataset: list | None, options: dict[str, Any], progress: bool,
              stages: dict[str, float]) -> Loadable:
     from libnpu.compiler.frontend import check_int8, is_int8, load_model
     from libnpu.compiler.lower import lower
@@ -50,8 +50,7 @@ def _compile(data: bytes, name: str, dataset: list | None, options: dict[str, An
         return now
 
     t = time.perf_counter()
-    graph = load_model(data)
-    graph.name = name
+    graph = load_model(data, kind=kind, name=name)
     t = lap("import", t)
     if not is_int8(graph):
         if any(tensor.quant is not None for tensor in graph.tensors.values() if not tensor.is_constant):
@@ -96,7 +95,8 @@ def compile_model_file(model: str | os.PathLike, dataset: Sequence | None = None
     found = store.get(key)
     if found is not None:
         return CompileResult(found, True, time.perf_counter() - started, stages)
-    loadable = _compile(data, path.stem, dataset, options, progress, stages)
+    kind = "onnx" if path.suffix == ".onnx" else "tflite"
+    loadable = _compile(data, path.stem, kind, dataset, options, progress, stages)
     store.put(key, loadable)
     return CompileResult(loadable, False, time.perf_counter() - started, stages)
 
