@@ -1,4 +1,4 @@
-"""scripts/npu-mount, npu-unmount, npu-status: which npu-kmd they run, and with what."""
+"""scripts/npu-mount, npu-unmount, npu-status, npu-monitor, npu-udev-test: which npu-kmd they run, and with what."""
 from __future__ import annotations
 
 import importlib.util
@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-SCRIPTS = {"npu-mount": "start", "npu-unmount": "stop", "npu-status": "status"}
+SCRIPTS = {"npu-mount": "start", "npu-unmount": "stop", "npu-status": "status", "npu-monitor": "monitor",
+           "npu-udev-test": "udev-test"}
 # An npu-kmd that records how it was called: the wrappers' whole job is this dispatch.
 RECORDER = '#!/bin/sh\nprintf "%s\\n" "$0" "$@"\nexit 7\n'
 

@@ -1,0 +1,33 @@
+"""libnpu's copy of the sysroot rule (libnpu may not import kmd_fuse) picks what the driver picks."""
+from pathlib import Path
+
+import pytest
+
+from kmd_fuse import paths
+from libnpu.npu_sysfs import SYSROOT_MARKER, default_sysroot
+
+
+@pytest.fixture(autouse=True)
+def no_env(monkeypatch):
+    monkeypatch.delenv("NPU_SYSROOT", raising=False)
+
+
+def test_default_is_next_to_the_devroot(tmp_path: Path) -> None:
+    devroot = tmp_path / "dev"
+    devroot.mkdir()
+    assert default_sysroot(str(devroot)) == str(paths.sysroot(devroot)) == str(tmp_path / "sys")
+
+
+def test_dev_maps_to_run_not_the_kernels_sys() -> None:
+    assert default_sysroot("/dev") == str(paths.sysroot(Path("/dev"))) == "/run/npu-emu/sys"
+
+
+def test_environment_wins(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv("NPU_SYSROOT", str(tmp_path / "x"))
+    assert default_sysroot(str(tmp_path)) == str(paths.sysroot(tmp_path)) == str(tmp_path / "x")
+
+
+def test_the_marker_npu_kmd_start_writes_is_followed(tmp_path: Path) -> None:
+    assert SYSROOT_MARKER == paths.SYSROOT_MARKER
+    (tmp_path / SYSROOT_MARKER).write_text(f"{tmp_path / 'custom'}\n")
+    assert default_sysroot(str(tmp_path)) == str(tmp_path / "custom")
