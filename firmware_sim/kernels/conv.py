@@ -13,6 +13,8 @@ stored. Every sum is an integer within the float's exact range, so results are e
 """
 from __future__ import annotations
 
+from collections import OrderedDict
+
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
@@ -180,6 +182,9 @@ class _Requant:
     """
 
     def __init__(self, bias, multiplier, shift, output_zp, act_min, act_max, acc_bound):
+        # Own copies: plans are reused, and the arguments may be views of device memory.
+        bias = None if bias is None else np.array(bias, copy=True)
+        multiplier, shift = np.array(multiplier, copy=True), np.array(shift, copy=True)
         self.bias, self.multiplier, self.shift = bias, multiplier, shift
         self.output_zp, self.act_min, self.act_max = int(output_zp), int(act_min), int(act_max)
         self.acc_bound = acc_bound
@@ -203,6 +208,25 @@ class _Requant:
             v = requantize_fixed_inplace(acc, self.multiplier, self.shift, self.output_zp)
         np.clip(v, self.act_min, self.act_max, out=v)
         np.copyto(out_block, v, casting="unsafe")
+
+
+_REQUANT_PLANS: OrderedDict[tuple, _Requant] = OrderedDict()
+
+
+def _requant_plan(bias, multiplier, shift, output_zp, act_min, act_max, acc_bound) -> _Requant:
+    """A :class:`_Requant`, reused while its parameters repeat (every inference of a model
+    reruns the same layers; building the plan costs ~0.1 ms)."""
+    key = (None if bias is None else bias.tobytes(), multiplier.tobytes(), shift.tobytes(),
+           int(output_zp), int(act_min), int(act_max), int(acc_bound))
+    plan = _REQUANT_PLANS.get(key)
+    if plan is None:
+        plan = _Requant(bias, multiplier, shift, output_zp, act_min, act_max, acc_bound)
+        _REQUANT_PLANS[key] = plan
+        if len(_REQUANT_PLANS) > 512:
+            _REQUANT_PLANS.popitem(last=False)
+    else:
+        _REQUANT_PLANS.move_to_end(key)
+    return plan
 
 
 def _prepare_filters(w: np.ndarray, groups: int) -> tuple[np.ndarray, int]:
@@ -243,8 +267,8 @@ def conv2d(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None, *,
         w, f"conv{groups}", lambda a: _prepare_filters(a, groups))
     bound_x = int8_offset_bound(-input_zp)
     chunk = gemm_chunk(k, bound_x, row_abs_max)
-    finish = _Requant(bias, multiplier, shift, output_zp, act_min, act_max,
-                      bound_x * row_abs_max)
+    finish = _requant_plan(bias, multiplier, shift, output_zp, act_min, act_max,
+                           bound_x * row_abs_max)
     direct = kh == kw == 1 and sh == sw == 1 and pt == pl == 0 and (oh, ow) == x.shape[1:3]
     geo = _Geometry(x, input_zp, kh, kw, sh, sw, dh, dw, pt, pl, ow)
     step = max(1, ROW_BLOCK_ELEMS // max(1, ow * cout))
@@ -293,7 +317,7 @@ def depthwise_conv2d(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None, *,
     bound = kh * kw * int8_offset_bound(-input_zp) * max_abs(w)
     # float32 sums are exact below 2**24 (any 3x3..20x20 filter); beyond, float64.
     acc_type = np.float32 if bound < (1 << 24) else np.float64
-    finish = _Requant(bias, multiplier, shift, output_zp, act_min, act_max, bound)
+    finish = _requant_plan(bias, multiplier, shift, output_zp, act_min, act_max, bound)
     geo = _Geometry(x, input_zp, kh, kw, sh, sw, dh, dw, pt, pl, ow)
     wf = w.reshape(kh, kw, cin, dm).astype(np.float32)
     step = max(1, ROW_BLOCK_ELEMS // max(1, ow * cout))

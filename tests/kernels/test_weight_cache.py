@@ -48,3 +48,21 @@ def test_same_bytes_at_another_address_and_layouts_are_separate() -> None:
     weight_cache.clear()
     np.testing.assert_array_equal(grouped, conv2d(x2, w2, None, **{**kw, "multiplier": m2,
                                                                    "shift": s2}))
+
+
+def test_reused_requantization_plans_do_not_alias_caller_arrays() -> None:
+    rng = np.random.default_rng(2)
+    x, w = random_int8(rng, (1, 4, 4, 8)), random_int8(rng, (1, 3, 3, 8))
+    from firmware_sim.kernels.conv import depthwise_conv2d
+
+    mult, shift = quantize_multiplier_array(np.full(8, 0.003))
+    bias = rng.integers(-1000, 1000, 8).astype(np.int32)
+    kw = dict(stride=(1, 1), dilation=(1, 1), padding=(1, 1), out_hw=(4, 4), input_zp=1,
+              output_zp=2, shift=shift)
+    first = depthwise_conv2d(x, w, bias, multiplier=mult, **kw)
+    same_values = bias.copy()
+    bias[:] = 0            # the first call's buffers now hold other values...
+    mult_view = mult.copy()
+    mult[:] = 1 << 30
+    again = depthwise_conv2d(x, w, same_values, multiplier=mult_view, **kw)
+    np.testing.assert_array_equal(first, again)  # ...and must not leak into this call
