@@ -39,7 +39,11 @@ def _conv(desc: np.void) -> tuple[int, int]:
 
 def _fc(desc: np.void) -> tuple[int, int]:
     m, k, n = int(desc["rows"]), int(desc["in_features"]), int(desc["out_features"])
-    params = n * 8 if int(desc["flags"]) & tasks.FC_PER_CHANNEL else 0
+    flags = int(desc["flags"])
+    per_channel = bool(flags & tasks.FC_PER_CHANNEL)
+    params = n * 8 if per_channel else 0
+    if per_channel and flags & tasks.FC_DOUBLE_SCALE:
+        params += n * 8  # float64 scales
     bias = n * 4 if int(desc["bias"]) else 0
     return m * k * n, m * k + n * k + bias + params + m * n
 

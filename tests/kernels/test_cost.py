@@ -24,6 +24,10 @@ def test_conv_depthwise_fc_macs_and_bytes() -> None:
     fc = decode(tasks.encode_task("FULLY_CONNECTED", rows=1, in_features=1024,
                                   out_features=1000))
     assert task_cost(tasks.OP_FULLY_CONNECTED, fc) == (1024 * 1000, 1024 + 1024 * 1000 + 1000)
+    fc_exact = decode(tasks.encode_task("FULLY_CONNECTED",
+                                        tasks.FC_PER_CHANNEL | tasks.FC_DOUBLE_SCALE, rows=2,
+                                        in_features=8, out_features=4, bias=1))
+    assert task_cost(tasks.OP_FULLY_CONNECTED, fc_exact) == (64, 16 + 32 + 16 + 32 + 32 + 8)
 
 
 def test_every_compute_opcode_has_a_cost_and_data_movement_no_macs() -> None:
