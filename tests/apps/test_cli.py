@@ -1,0 +1,152 @@
+"""``npu compile``, ``npu run`` and ``npu bench model`` through the CLI's main()."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from libnpu.cli import main
+from libnpu.loadable import Loadable
+
+
+def _onnx_model(path, *, op: str = "Relu"):
+    """A small float ONNX model: conv -> ``op`` (output 0) -> max pool (output 1)."""
+    onnx = pytest.importorskip("onnx")
+    from onnx import TensorProto, helper, numpy_helper
+    w = numpy_helper.from_array(np.random.default_rng(0).normal(0, 0.3, (4, 3, 3, 3)).astype(np.float32), "w")
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], name="conv0", pads=[1, 1, 1, 1]),
+             helper.make_node(op, ["c"], ["y1"], name="act0"),
+             helper.make_node("MaxPool", ["y1"], ["y2"], name="pool0", kernel_shape=[2, 2], strides=[2, 2])]
+    graph = helper.make_graph(nodes, "small", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
+                              [helper.make_tensor_value_info("y1", TensorProto.FLOAT, [1, 4, 8, 8]),
+                               helper.make_tensor_value_info("y2", TensorProto.FLOAT, [1, 4, 4, 4])], [w])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), path)
+    return path
+
+
+def _json(capsys) -> dict:
+    return json.loads(capsys.readouterr().out)
+
+
+def test_run_save_int8_model_matches_litert(npu, resnet8_path, litert_ok, tmp_path, capsys):
+    from libnpu.apps.models import LiteRT
+    x = np.random.default_rng(5).integers(-128, 128, (1, 32, 32, 3)).astype(np.int8)
+    np.save(tmp_path / "x.npy", x)
+    out = tmp_path / "out"
+    assert main(["run", str(resnet8_path), "--input", str(tmp_path / "x.npy"), "--save", str(out), "--json",
+                 "--repeat", "2", "--devroot", str(npu.devroot), "--cache-dir", str(tmp_path / "c")]) == 0
+    report = _json(capsys)
+    assert sorted(p.name for p in out.iterdir()) == ["output_0.npy"]
+    y = np.load(out / "output_0.npy")
+    assert y.dtype == np.int8 and y.shape == (1, 10)
+    np.testing.assert_array_equal(y, LiteRT(resnet8_path, "reference").run([x])[0])
+    assert report["inputs"][0]["source"].endswith("x.npy") and len(report["inferences"]) == 2
+    assert all(r["latency_ms"] > 0 and r["device_time_ms"] > 0 for r in report["inferences"])
+
+
+def test_run_float_model_fresh_then_cached(npu, tmp_path, capsys):
+    model = _onnx_model(tmp_path / "small.onnx")
+    out = tmp_path / "out"
+    assert main(["run", str(model), "--save", str(out), "--json", "--fresh", "--repeat", "1",
+                 "--devroot", str(npu.devroot)]) == 0
+    report = _json(capsys)
+    # first-ever load compiles (empty cache); the second load in the same run hits the cache
+    assert report["first_load"]["cache_hit"] is False and report["cached_load"]["cache_hit"] is True
+    assert report["cached_load"]["compile_s"] < report["first_load"]["compile_s"]
+    assert set(report["first_load"]["compile_stages_s"]) == {"import", "optimize", "calibrate", "quantize", "lower"}
+    files = sorted(p.name for p in out.iterdir())
+    assert files == ["output_0.npy", "output_1.npy"]
+    y1, y2 = np.load(out / "output_0.npy"), np.load(out / "output_1.npy")
+    assert y1.dtype == y2.dtype == np.float32           # float I/O model: float outputs
+    assert y1.shape == (1, 4, 8, 8) and y2.shape == (1, 4, 4, 4)
+    assert y1.min() >= 0                                 # after RELU
+    np.testing.assert_allclose(y2, y1.reshape(1, 4, 4, 2, 4, 2).max(axis=(3, 5)), atol=1e-6)  # pool of output 0
+    # A loadable runs too: no compile at all.
+    assert main(["compile", str(model), "-o", str(tmp_path / "m.nlb"), "--cache-dir", str(tmp_path / "c"),
+                 "--json"]) == 0
+    capsys.readouterr()
+    assert main(["run", str(tmp_path / "m.nlb"), "--json", "--repeat", "1", "--devroot", str(npu.devroot)]) == 0
+    assert _json(capsys)["first_load"]["cache_hit"] is None
+
+
+def test_run_input_errors(npu, resnet8_path, tmp_path, capsys):
+    np.save(tmp_path / "wrong.npy", np.zeros((1, 31, 32, 3), np.int8))
+    base = ["run", str(resnet8_path), "--devroot", str(npu.devroot)]
+    assert main(base + ["--input", str(tmp_path / "wrong.npy")]) == 2
+    assert "does not fit input input_1_int8" in capsys.readouterr().err
+    assert main(base + ["--input", str(tmp_path / "wrong.npy")] * 2) == 2
+    assert "takes 1 inputs" in capsys.readouterr().err
+    assert main(["run", str(tmp_path / "missing.tflite"), "--devroot", str(npu.devroot)]) == 2
+    assert "no such model file" in capsys.readouterr().err
+
+
+def test_compile_writes_loadable_with_plan_and_caches(tmp_path, capsys):
+    model = _onnx_model(tmp_path / "small.onnx")
+    np.save(tmp_path / "cal.npy", np.random.default_rng(1).normal(size=(4, 1, 3, 8, 8)).astype(np.float32))
+    args = ["compile", str(model), "-o", str(tmp_path / "m.nlb"), "--calibration", str(tmp_path / "cal.npy"),
+            "--cache-dir", str(tmp_path / "c"), "--json"]
+    assert main(args) == 0
+    first = _json(capsys)
+    assert first["cache_hit"] is False and first["calibration"] == "file"
+    plan = first["plan"]
+    assert 0 < plan["activation_arena_bytes"] <= plan["activation_tensors_bytes"]
+    assert plan["bytes_by_kind"]["input"] >= 3 * 8 * 8 and plan["tasks"] >= 3
+    ld = Loadable.load(tmp_path / "m.nlb")
+    assert [t.shape for t in ld.outputs()] == [(1, 4, 8, 8), (1, 4, 4, 4)]
+    assert ld.metadata["calibration"] == {"method": "minmax", "runs": 4, "random": False}
+    assert main(args) == 0
+    assert _json(capsys)["cache_hit"] is True
+    # Text mode prints the memory plan.
+    assert main(args[:-1]) == 0
+    text = capsys.readouterr().out
+    assert "memory plan:" in text and "saved by reusing buffers" in text
+
+
+def test_compile_png_calibration_directory(blazeface_path, astronaut, tmp_path, capsys):
+    from libnpu.vision import write_png
+    cal = tmp_path / "pictures"
+    cal.mkdir()
+    write_png(cal / "a.png", astronaut[:256, 128:384])
+    write_png(cal / "b.png", astronaut[::2, ::2])
+    assert main(["compile", str(blazeface_path), "-o", str(tmp_path / "bf.nlb"), "--calibration", str(cal),
+                 "--cache-dir", str(tmp_path / "c"), "--json"]) == 0
+    report = _json(capsys)
+    assert report["stages_s"]["calibrate"] > 0
+    assert Loadable.load(tmp_path / "bf.nlb").metadata["calibration"]["runs"] == 2
+
+
+def test_compile_errors(tmp_path, capsys):
+    out = ["-o", str(tmp_path / "x.nlb"), "--cache-dir", str(tmp_path / "c")]
+    assert main(["compile", str(_onnx_model(tmp_path / "erf.onnx", op="Erf"))] + out) == 2
+    err = capsys.readouterr().err
+    assert "unsupported op Erf" in err and "act0" in err            # names the op and the node
+    assert main(["compile", str(tmp_path / "none.onnx")] + out) == 2
+    assert "no such model file" in capsys.readouterr().err
+    (tmp_path / "junk.tflite").write_bytes(b"\0" * 64)
+    assert main(["compile", str(tmp_path / "junk.tflite")] + out) == 2
+    assert "TFL3" in capsys.readouterr().err
+    good = _onnx_model(tmp_path / "small.onnx")
+    np.save(tmp_path / "bad.npy", np.zeros((5, 7), np.float32))
+    assert main(["compile", str(good), "--calibration", str(tmp_path / "bad.npy")] + out) == 2
+    assert "does not split into samples" in capsys.readouterr().err
+    assert main(["compile", str(good), "--calibration", str(tmp_path / "bad.npy"),
+                 "--random-calibration", "2"] + out) == 2
+    assert "not both" in capsys.readouterr().err
+    (tmp_path / "m.nlb").write_bytes(b"x")
+    assert main(["compile", str(tmp_path / "m.nlb")] + out) == 2
+    assert "already a compiled loadable" in capsys.readouterr().err
+    assert not (tmp_path / "x.nlb").exists()
+
+
+def test_bench_model_json(npu, resnet8_path, tmp_path, capsys):
+    assert main(["bench", "model", str(resnet8_path), "--seconds", "0.2", "--requests", "2", "--json",
+                 "--devroot", str(npu.devroot), "--cache-dir", str(tmp_path / "c")]) == 0
+    r = _json(capsys)
+    assert r["latency"]["count"] >= 20 and 0 < r["latency"]["p50_ms"] <= r["latency"]["p99_ms"]
+    assert r["latency"]["device_time_p50_ms"] > 0
+    assert r["throughput"]["requests"] == 2 and r["throughput"]["fps"] > 0
+    assert r["macs"] == 12_501_632
+    if "litert_skipped" not in r:
+        assert set(r["litert"]) == {"builtin_ref", "xnnpack"}
+        assert r["ratios"]["npu_p50_over_litert_builtin_ref_p50"] > 0
