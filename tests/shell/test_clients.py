@@ -1,5 +1,6 @@
 """clients/<id>: one DRM usage-stats file per open context, with what GET_STATS reports;
 it appears with open() and goes with close()."""
+import json
 import subprocess
 import sys
 import textwrap
@@ -85,3 +86,32 @@ def test_one_file_per_open_file(npu):
     mine = set(values["open"][0].split()) - set(clients(npu))   # the shell has exited: its files closed
     assert wait_until(lambda: not mine & set(clients(npu)))
     assert len(mine) <= 2
+
+
+def test_npu_top_sees_the_busy_process(npu):
+    job = textwrap.dedent("""
+        import sys, libnpu
+        with libnpu.initialize(sys.argv[1]) as s:
+            d = s.open(0)
+            a, b = d.alloc_mem(64 << 20), d.alloc_mem(64 << 20)
+            c = d.command_buffer()
+            for _ in range(4):
+                c.add("DMA_COPY", src=a.address, dst=b.address, length=64 << 20)
+            d.run(c, [a, b])
+            print("running", flush=True)
+            for _ in range(40):        # many short jobs: a context's engine time grows as each completes
+                d.run(c, [a, b])
+    """)
+    proc = subprocess.Popen([sys.executable, "-c", job, str(npu.devroot)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "running"
+        out = sh('"$PY" -m libnpu.smi top --devroot "$R" --json -n 2 -d 0.2', R=str(npu.devroot)).stdout
+    finally:
+        proc.wait(timeout=60)
+        proc.stdout.close()
+    frames = [json.loads(line) for line in out.splitlines()]
+    (dev,) = frames[0]["devices"]
+    assert 0 < dev["utilization_pct"] <= 100
+    (row,) = [p for p in dev["processes"] if p["pid"] == proc.pid]
+    assert row["comm"] == "python" and row["memory_bytes"] >= 128 << 20
+    assert 0 < row["utilization_pct"] <= 100 and row["engine_ns"]["npu"] > 0
