@@ -31,48 +31,56 @@ class CompileResult:
     stages: dict[str, float] = field(default_factory=dict)
 
 
-def _progress(total: int | None, desc: str, enabled: bool):
+def _progress(enabled: bool):
     from tqdm import tqdm
-    return tqdm(total=total, desc=desc, unit="step", disable=not enabled, file=sys.stderr, leave=False,
+    return tqdm(total=1, desc="import", unit="step", disable=not enabled, file=sys.stderr, leave=False,
                 dynamic_ncols=True)
 
 
 def _compile(data: bytes, name: str, kind: str, dataset: list | None, options: dict[str, Any], progress: bool,
              stages: dict[str, float]) -> Loadable:
+    """The compile stages one by one, timed, under one progress bar (calibration runs are steps)."""
     from libnpu.compiler.frontend import check_int8, is_int8, load_model
     from libnpu.compiler.lower import lower
     from libnpu.compiler.optimize import optimize
     from libnpu.compiler.quantizer import Calibrator, quantize, random_dataset
 
-    def lap(stage: str, started: float) -> float:
-        now = time.perf_counter()
-        stages[stage] = round(now - started, 3)
-        return now
+    with _progress(progress) as bar:
+        def lap(stage: str, started: float, following: str) -> float:
+            now = time.perf_counter()
+            stages[stage] = round(now - started, 3)
+            bar.update()
+            bar.set_description(following)
+            return now
 
-    t = time.perf_counter()
-    graph = load_model(data, kind=kind, name=name)
-    t = lap("import", t)
-    if not is_int8(graph):
-        if any(tensor.quant is not None for tensor in graph.tensors.values() if not tensor.is_constant):
-            check_int8(graph)  # partly quantized: name the op the chip cannot run
-        opt = optimize(graph)
-        seed = options.get("seed", 0)
-        feeds = dataset if dataset is not None else random_dataset(opt, options.get("random_count", 8), seed=seed)
-        t = lap("optimize", t)
-        method = options.get("method", "minmax")
-        calibrator = Calibrator(opt, method, options.get("percentile", 99.99), seed=seed)
-        with _progress(len(feeds), "calibrate", progress) as bar:
+        t = time.perf_counter()
+        graph = load_model(data, kind=kind, name=name)
+        if is_int8(graph):
+            bar.total = 2
+            t = lap("import", t, "lower")
+        else:
+            if any(tensor.quant is not None for tensor in graph.tensors.values() if not tensor.is_constant):
+                check_int8(graph)  # partly quantized: name the op the chip cannot run
+            seed = options.get("seed", 0)
+            count = len(dataset) if dataset is not None else options.get("random_count", 8)
+            bar.total = 5 + count
+            t = lap("import", t, "optimize")
+            opt = optimize(graph)
+            feeds = dataset if dataset is not None else random_dataset(opt, count, seed=seed)
+            t = lap("optimize", t, "calibrate")
+            method = options.get("method", "minmax")
+            calibrator = Calibrator(opt, method, options.get("percentile", 99.99), seed=seed)
             for feed in feeds:
                 calibrator.collect(feed)
                 bar.update()
-        t = lap("calibrate", t)
-        graph = quantize(opt, calibrator.ranges(), fc_per_channel=options.get("fc_per_channel", False),
-                         io_dtype=options.get("io_dtype", "float32"))
-        graph.metadata["calibration"] = {"method": method, "runs": len(feeds), "random": dataset is None}
-        check_int8(graph)
-        t = lap("quantize", t)
-    loadable = lower(graph, metadata={"source": name})
-    lap("lower", t)
+            t = lap("calibrate", t, "quantize")
+            graph = quantize(opt, calibrator.ranges(), fc_per_channel=options.get("fc_per_channel", False),
+                             io_dtype=options.get("io_dtype", "float32"))
+            graph.metadata["calibration"] = {"method": method, "runs": len(feeds), "random": dataset is None}
+            check_int8(graph)
+            t = lap("quantize", t, "lower")
+        loadable = lower(graph, metadata={"source": name})
+        lap("lower", t, "done")
     return loadable
 
 
