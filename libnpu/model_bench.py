@@ -6,8 +6,10 @@ OpenVINO's benchmark_app, next to LiteRT's time for the same model in the same r
 - throughput: N requests in flight (default: the model's ``optimal_requests``), each
   restarted as soon as it completes; inferences per second over the run;
 - LiteRT (when ``ai-edge-litert`` is installed and the model is a .tflite file): the
-  same loop with BUILTIN_REF reference kernels (what our chip is bit-exact with) and
-  with the default kernels (XNNPACK), one thread each, on the same inputs.
+  same inputs with BUILTIN_REF reference kernels (what our chip is bit-exact with) and
+  with the default kernels (XNNPACK), one thread each, timed interleaved with the
+  device's latency loop (one call of each per round) so all see the same machine load;
+  LiteRT's throughput is taken as 1 / its p50 latency (one thread, one request).
 """
 from __future__ import annotations
 
@@ -33,30 +35,19 @@ def percentiles_ms(samples: list[float]) -> dict[str, float]:
             "min_ms": round(float(a.min()), 4), "count": len(samples)}
 
 
-def _timed_loop(step: Callable[[], Any], seconds: float, min_count: int = 20) -> list[float]:
-    samples: list[float] = []
+def _interleaved(steps: dict[str, Callable[[], Any]], seconds: float, min_count: int = 20) -> dict[str, list[float]]:
+    """Time each step in turn, round after round, so every contender sees the same
+    background load (the machine is shared); returns seconds per call for each."""
+    samples: dict[str, list[float]] = {name: [] for name in steps}
     deadline = time.perf_counter() + seconds
-    while len(samples) < min_count or time.perf_counter() < deadline:
-        started = time.perf_counter()
-        step()
-        samples.append(time.perf_counter() - started)
+    rounds = 0
+    while rounds < min_count or time.perf_counter() < deadline:
+        for name, step in steps.items():
+            started = time.perf_counter()
+            step()
+            samples[name].append(time.perf_counter() - started)
+        rounds += 1
     return samples
-
-
-def _latency(model: libnpu.CompiledModel, inputs: list[np.ndarray], seconds: float) -> dict[str, Any]:
-    request = model.create_request()
-    device_ns: list[int] = []
-
-    def step() -> None:
-        request.infer(inputs)
-        device_ns.append(request.timing.device_time_ns)
-    try:
-        for _ in range(3):
-            request.infer(inputs)                     # warm up
-        samples = _timed_loop(step, seconds)
-    finally:
-        request.release()
-    return {**percentiles_ms(samples), "device_time_p50_ms": round(float(np.median(device_ns)) / 1e6, 4)}
 
 
 def _throughput(model: libnpu.CompiledModel, inputs: list[np.ndarray], requests: int,
@@ -92,14 +83,6 @@ def _throughput(model: libnpu.CompiledModel, inputs: list[np.ndarray], requests:
             "fps": round(done / elapsed, 2), "latency_in_flight": percentiles_ms(latencies)}
 
 
-def _litert(path: Path, inputs: list[np.ndarray], kernels: str, seconds: float) -> dict[str, Any]:
-    it = LiteRT(path, kernels, threads=1)
-    feeds = [np.asarray(x, d["dtype"]) for x, d in zip(inputs, it.input_details)]
-    for _ in range(3):
-        it.run(feeds)
-    return percentiles_ms(_timed_loop(lambda: it.run(feeds), seconds))
-
-
 def bench_model(spec: str | os.PathLike, *, requests: int | None = None, seconds: float = 3.0, devroot=None,
                 cache_dir=None, litert: bool = True) -> dict[str, Any]:
     """Measure ``spec`` (a model file or model-zoo name); returns the report as a dict."""
@@ -108,33 +91,52 @@ def bench_model(spec: str | os.PathLike, *, requests: int | None = None, seconds
     path = resolve(spec)
     model, load, inputs = load_timed(path, lambda descs: random_inputs(descs, seed=1), devroot=devroot,
                                      cache_dir=cache_dir)
+    report: dict[str, Any] = {}
     try:
         n = requests or model.optimal_requests
         if n < 1:
             raise ValueError("--requests must be at least 1")
         info = model.device.info()
-        report: dict[str, Any] = {
+        report.update({
             "model": str(path), "device": str(model.device.path), "cores": info["num_cores"],
             "inputs": [{"name": d.name, "shape": list(d.shape), "dtype": d.dtype} for d in model.inputs],
             "macs": int(sum(t.macs for t in model.loadable.tasks)),
-            "load": load.as_dict(), "optimal_requests": model.optimal_requests,
-            "latency": _latency(model, inputs, seconds),
-            "throughput": _throughput(model, inputs, n, seconds),
-        }
+            "load": load.as_dict(), "optimal_requests": model.optimal_requests})
+        request = model.create_request()
+        device_ns: list[int] = []
+
+        def npu_step() -> None:
+            request.infer(inputs)
+            device_ns.append(request.timing.device_time_ns)
+        steps: dict[str, Callable[[], Any]] = {"npu": npu_step}
+        if litert and path.suffix == ".tflite" and litert_available():
+            for kernels, label in (("reference", "builtin_ref"), ("default", "xnnpack")):
+                it = LiteRT(path, kernels, threads=1)
+                feeds = [np.asarray(x, d["dtype"]) for x, d in zip(inputs, it.input_details)]
+                steps[label] = (lambda it=it, feeds=feeds: it.run(feeds))
+        elif litert:
+            report["litert_skipped"] = ("ai-edge-litert is not installed" if not litert_available()
+                                        else f"LiteRT runs .tflite files only (model is {path.suffix})")
+        try:
+            for step in steps.values():                # warm up
+                for _ in range(3):
+                    step()
+            device_ns.clear()
+            samples = _interleaved(steps, seconds)
+        finally:
+            request.release()
+        report["latency"] = {**percentiles_ms(samples.pop("npu")),
+                             "device_time_p50_ms": round(float(np.median(device_ns)) / 1e6, 4)}
+        report["litert"] = {label: percentiles_ms(v) for label, v in samples.items()}
+        report["throughput"] = _throughput(model, inputs, n, seconds)
     finally:
         model.close()
-    report["litert"] = {}
-    if litert and path.suffix == ".tflite" and litert_available():
-        for kernels, label in (("reference", "builtin_ref"), ("default", "xnnpack")):
-            report["litert"][label] = _litert(path, inputs, kernels, seconds)
+    if report["litert"]:
         npu = report["latency"]["p50_ms"]
         report["ratios"] = {f"npu_p50_over_litert_{k}_p50": round(npu / v["p50_ms"], 3)
                             for k, v in report["litert"].items()}
         report["ratios"].update({f"npu_fps_over_litert_{k}_fps": round(report["throughput"]["fps"] * v["p50_ms"] / 1e3, 3)
                                  for k, v in report["litert"].items()})
-    elif litert:
-        report["litert_skipped"] = ("ai-edge-litert is not installed" if not litert_available()
-                                    else f"LiteRT runs .tflite files only (model is {path.suffix})")
     return report
 
 
@@ -150,7 +152,7 @@ def format_report(r: dict[str, Any]) -> str:
              f"throughput ({thr['requests']} requests in flight, {thr['inferences']} inferences in {thr['seconds']} s): "
              f"{thr['fps']:.1f} inferences/s, latency p50 {thr['latency_in_flight']['p50_ms']:.3f} ms"]
     for label, v in r.get("litert", {}).items():
-        lines.append(f"LiteRT {label} (1 thread, {v['count']} runs): p50 {v['p50_ms']:.3f} ms, p99 {v['p99_ms']:.3f} ms")
+        lines.append(f"LiteRT {label} (1 thread, {v['count']} runs, interleaved with the device's): p50 {v['p50_ms']:.3f} ms, p99 {v['p99_ms']:.3f} ms")
     for k, v in r.get("ratios", {}).items():
         lines.append(f"  {k.replace('_', ' ')}: {v}")
     if "litert_skipped" in r:

@@ -31,8 +31,28 @@ class CompileResult:
     stages: dict[str, float] = field(default_factory=dict)
 
 
+class _NoBar:
+    """Stands in for a tqdm bar when tqdm is not installed: counts, prints nothing."""
+    total = n = 0
+
+    def __enter__(self) -> "_NoBar":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        pass
+
+    def update(self, n: int = 1) -> None:
+        self.n += n
+
+    def set_description(self, desc: str) -> None:
+        pass
+
+
 def _progress(enabled: bool):
-    from tqdm import tqdm
+    try:
+        from tqdm import tqdm
+    except ImportError:
+        return _NoBar()
     return tqdm(total=1, desc="import", unit="step", disable=not enabled, file=sys.stderr, leave=False,
                 dynamic_ncols=True)
 
