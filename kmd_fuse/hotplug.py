@@ -9,6 +9,10 @@ up, "change" with RESET_COUNT after every reset, "remove" before the mounts go. 
 rules (udev/70-npu.rules) are applied after each event, in event order, by one task;
 applying them touches the node and reads attributes through this very daemon's FUSE
 filesystem, so it runs in a worker thread while the trio loop keeps serving.
+
+The rules' GROUP ("render") is created with groupadd when this system lacks it and
+the daemon runs as root (missing_group="create"); otherwise it is not changed
+and the node keeps the group it had.
 """
 from __future__ import annotations
 
@@ -25,6 +29,7 @@ from kmd_fuse.udev_rules import RuleSet, UdevRulesError, load_rules
 from kmd_fuse.uevent import Uevent, UeventError, UeventLog
 
 log = logging.getLogger("kmd_fuse.hotplug")
+SETTLE_TIMEOUT_S = 30.0
 
 
 MS_BIND = 4096
@@ -137,11 +142,14 @@ class Presence:
         self._send.send_nowait(event)
         return event
 
-    async def settle(self) -> None:
+    async def settle(self, timeout: float = SETTLE_TIMEOUT_S) -> None:
         """Wait until the rules were applied to every event emitted so far (udevadm settle)."""
         target = self.emitted
-        while self.applied < target:
-            await trio.sleep(0.005)
+        with trio.move_on_after(timeout):
+            while self.applied < target:
+                await trio.sleep(0.005)
+        if self.applied < target:
+            log.warning("udev rules still pending after %.0f s", timeout)
 
     async def add(self) -> None:
         """Bind-mount node and tree, send "add", apply the rules."""
