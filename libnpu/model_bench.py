@@ -21,7 +21,7 @@ from typing import Any, Callable
 import numpy as np
 
 import libnpu
-from libnpu.apps.models import LiteRT, litert_available, resolve
+from libnpu.apps.models import LiteRT, ModelSpecError, litert_available, resolve
 from libnpu.apps.run import load_timed, random_inputs
 
 __all__ = ["bench_model", "format_report", "percentiles_ms"]
@@ -83,19 +83,20 @@ def _throughput(model: libnpu.CompiledModel, inputs: list[np.ndarray], requests:
             "fps": round(done / elapsed, 2), "latency_in_flight": percentiles_ms(latencies)}
 
 
-def bench_model(spec: str | os.PathLike, *, requests: int | None = None, seconds: float = 3.0, devroot=None,
-                cache_dir=None, litert: bool = True) -> dict[str, Any]:
+def bench_model(spec: str | os.PathLike, *, requests: int | None = None, seconds: float = 3.0,
+                devroot: str | os.PathLike | None = None, cache_dir: str | os.PathLike | None = None,
+                litert: bool = True) -> dict[str, Any]:
     """Measure ``spec`` (a model file or model-zoo name); returns the report as a dict."""
     if seconds <= 0:
-        raise ValueError("--seconds must be positive")
+        raise ModelSpecError("--seconds must be positive")
+    if requests is not None and requests < 1:
+        raise ModelSpecError("--requests must be at least 1")
     path = resolve(spec)
     model, load, inputs = load_timed(path, lambda descs: random_inputs(descs, seed=1), devroot=devroot,
                                      cache_dir=cache_dir)
     report: dict[str, Any] = {}
     try:
-        n = requests or model.optimal_requests
-        if n < 1:
-            raise ValueError("--requests must be at least 1")
+        n = model.optimal_requests if requests is None else requests
         info = model.device.info()
         report.update({
             "model": str(path), "device": str(model.device.path), "cores": info["num_cores"],

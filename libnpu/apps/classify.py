@@ -7,6 +7,7 @@ of the astronaut picture and a few synthetic scenes, plus random noise.
 from __future__ import annotations
 
 import json
+import os
 from typing import Any
 
 import numpy as np
@@ -70,7 +71,8 @@ class Classifier:
         self.model.close()
 
 
-def run_classify(*, devroot=None, cache_dir=None, as_json: bool = False) -> int:
+def run_classify(*, devroot: str | os.PathLike | None = None, cache_dir: str | os.PathLike | None = None,
+                 as_json: bool = False) -> int:
     """The classification program of the main job (``npu classify``)."""
     from .models import LiteRT, litert_available
     from .run import load_timed

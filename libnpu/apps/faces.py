@@ -12,7 +12,7 @@ import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 
@@ -22,6 +22,9 @@ from libnpu.vision import (BLAZEFACE_DECODE, BLAZEFACE_SHORT_RANGE, Detection, d
                            letterbox, nms, ssd_anchors, weighted_nms, write_png)
 from libnpu.vision.image import Letterbox, resize
 from libnpu.vision.ssd import DecodeOptions
+
+if TYPE_CHECKING:
+    from .run import LoadTiming
 
 __all__ = ["INPUT_SIZE", "preprocess", "postprocess", "FaceDetector", "calibration_set", "second_picture",
            "annotate", "load_detector", "reference_detections", "run_faces"]
@@ -114,7 +117,8 @@ def annotate(image: np.ndarray, detections: Sequence[Detection]) -> np.ndarray:
     return out
 
 
-def load_detector(*, devroot=None, cache_dir=None, threshold: float = 0.5):
+def load_detector(*, devroot: str | os.PathLike | None = None, cache_dir: str | os.PathLike | None = None,
+                  threshold: float = 0.5) -> tuple[FaceDetector, "LoadTiming"]:
     """Compile (cached) and load the quantized BlazeFace; returns (detector, LoadTiming)."""
     from .run import load_timed
     path = model_zoo.blazeface_short_range()
@@ -132,8 +136,8 @@ def reference_detections(image: np.ndarray, threshold: float = 0.5) -> list[Dete
     return postprocess(outputs["regressors"], outputs["classificators"], box, threshold=threshold)
 
 
-def run_faces(images: Sequence[str | os.PathLike], *, out_dir: str | os.PathLike = ".", devroot=None,
-              cache_dir=None, threshold: float = 0.5, as_json: bool = False, reference: bool = False) -> int:
+def run_faces(images: Sequence[str | os.PathLike], *, out_dir: str | os.PathLike = ".",
+              devroot: str | os.PathLike | None = None, cache_dir: str | os.PathLike | None = None, threshold: float = 0.5, as_json: bool = False, reference: bool = False) -> int:
     """The face-detection program of the main job (``npu faces``)."""
     from .models import ModelSpecError, litert_available
     pictures: list[tuple[str, np.ndarray]] = []

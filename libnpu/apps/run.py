@@ -79,8 +79,9 @@ class LoadTiming:
 MakeInputs = Callable[[Sequence[TensorDesc]], list[np.ndarray]]
 
 
-def load_timed(path: Path, make_inputs: MakeInputs = random_inputs, *, devroot=None, cache_dir=None,
-               progress: bool = False, calibration=None,
+def load_timed(path: Path, make_inputs: MakeInputs = random_inputs, *, devroot: str | os.PathLike | None = None,
+               cache_dir: str | os.PathLike | None = None, progress: bool = False,
+               calibration: Sequence[Sequence[np.ndarray]] | None = None,
                **options) -> tuple[libnpu.CompiledModel, LoadTiming, list[np.ndarray]]:
     """Compile (cached) and load ``path``, then infer once on ``make_inputs(model.inputs)``.
 
@@ -118,8 +119,8 @@ def save_outputs(outputs: Sequence[np.ndarray], directory: str | os.PathLike) ->
     return paths
 
 
-def run(spec: str, input_files: Sequence[str] = (), *, repeat: int = 5, devroot=None, cache_dir=None,
-        fresh: bool = False, save: str | None = None, progress: bool = True) -> dict[str, Any]:
+def run(spec: str, input_files: Sequence[str] = (), *, repeat: int = 5, devroot: str | os.PathLike | None = None,
+        cache_dir: str | os.PathLike | None = None, fresh: bool = False, save: str | None = None, progress: bool = True) -> dict[str, Any]:
     """Everything ``npu run`` reports, as a dict (see the module docstring)."""
     path = resolve(spec)
     with tempfile.TemporaryDirectory(prefix="npu-run-cache-") as tmp:
