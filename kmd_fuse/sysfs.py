@@ -86,19 +86,19 @@ class AttributeTree:
         if name == "uevent":
             return f"MAJOR={paths.NPU_MAJOR}\nMINOR={index}\nDEVNAME=npu{index}\n"
         info = self._info()
-        value = {
-            "model": lambda: uapi.c_string(info.model),
-            "abi_version": lambda: abi_string(info.abi_version),
-            "cores": lambda: info.num_cores,
-            "clock_mhz": lambda: info.clock_mhz,
-            "memory_total_bytes": lambda: info.memory_total,
-            "memory_used_bytes": lambda: info.memory_used,
-            "busy_time_us": lambda: info.busy_time_ns // 1000,
-            "jobs_completed": lambda: info.jobs_completed,
-            "jobs_failed": lambda: info.jobs_failed,
-            "reset_count": lambda: info.reset_count,
-        }[name]()
-        return f"{value}\n"
+        values = {
+            "model": uapi.c_string(info.model),
+            "abi_version": abi_string(info.abi_version),
+            "cores": info.num_cores,
+            "clock_mhz": info.clock_mhz,
+            "memory_total_bytes": info.memory_total,
+            "memory_used_bytes": info.memory_used,
+            "busy_time_us": info.busy_time_ns // 1000,
+            "jobs_completed": info.jobs_completed,
+            "jobs_failed": info.jobs_failed,
+            "reset_count": info.reset_count,
+        }
+        return f"{values[name]}\n"
 
     def client_stats(self, ctx: Context) -> fdinfo.ClientStats:
         """A context's usage stats, from the counters GET_STATS reports."""
