@@ -152,8 +152,8 @@ def add_commands(sub: argparse._SubParsersAction, bench_sub: argparse._SubParser
 
     p = sub.add_parser("run", help="run a model on the device: timings, outputs, --save")
     p.add_argument("model", help=model_help)
-    p.add_argument("--input", action="append", metavar="FILE.npy", help="one per model input, in order "
-                   "(random inputs when omitted)")
+    p.add_argument("--input", action="extend", nargs="+", metavar="FILE.npy",
+                   help="one .npy per model input, in the model's input order (random inputs when omitted)")
     p.add_argument("--save", metavar="DIR", help="write DIR/output_<index>.npy in the model's output dtypes")
     p.add_argument("--repeat", type=int, default=5, help="timed inferences after the first (default 5)")
     p.add_argument("--fresh", action="store_true", help="compile into an empty cache (measures a first-ever load)")

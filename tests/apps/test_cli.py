@@ -75,7 +75,7 @@ def test_run_input_errors(npu, resnet8_path, tmp_path, capsys):
     base = ["run", str(resnet8_path), "--devroot", str(npu.devroot)]
     assert main(base + ["--input", str(tmp_path / "wrong.npy")]) == 2
     assert "does not fit input input_1_int8" in capsys.readouterr().err
-    assert main(base + ["--input", str(tmp_path / "wrong.npy")] * 2) == 2
+    assert main(base + ["--input", str(tmp_path / "wrong.npy"), str(tmp_path / "wrong.npy")]) == 2
     assert "takes 1 inputs" in capsys.readouterr().err
     assert main(["run", str(tmp_path / "missing.tflite"), "--devroot", str(npu.devroot)]) == 2
     assert "no such model file" in capsys.readouterr().err
