@@ -136,7 +136,8 @@ def bench_model(spec: str | os.PathLike, *, requests: int | None = None, seconds
         npu = report["latency"]["p50_ms"]
         report["ratios"] = {f"npu_p50_over_litert_{k}_p50": round(npu / v["p50_ms"], 3)
                             for k, v in report["litert"].items()}
-        report["ratios"].update({f"npu_fps_over_litert_{k}_fps": round(report["throughput"]["fps"] * v["p50_ms"] / 1e3, 3)
+        fps = report["throughput"]["fps"]
+        report["ratios"].update({f"npu_fps_over_litert_{k}_fps": round(fps * v["p50_ms"] / 1e3, 3)
                                  for k, v in report["litert"].items()})
     return report
 
@@ -144,16 +145,20 @@ def bench_model(spec: str | os.PathLike, *, requests: int | None = None, seconds
 def format_report(r: dict[str, Any]) -> str:
     """The report as benchmark_app-style text."""
     lat, thr = r["latency"], r["throughput"]
+    compiled = {True: "cache hit", False: "cache miss", None: "none (loadable)"}[r["load"]["cache_hit"]]
     lines = [f"model {r['model']} on {r['device']} ({r['cores']} cores), {r['macs']:,} MACs per inference",
-             f"load: compile {'cache hit' if r['load']['cache_hit'] else 'cache miss' if r['load']['cache_hit'] is False else 'none'} "
-             f"{r['load']['compile_s'] * 1e3:.1f} ms, load {r['load']['load_s'] * 1e3:.1f} ms, "
+             f"load: compile {compiled} {r['load']['compile_s'] * 1e3:.1f} ms, "
+             f"load {r['load']['load_s'] * 1e3:.1f} ms, "
              f"first inference {r['load']['first_inference_s'] * 1e3:.1f} ms",
-             f"latency (1 request, {lat['count']} inferences): p50 {lat['p50_ms']:.3f} ms, p90 {lat['p90_ms']:.3f} ms, "
-             f"p99 {lat['p99_ms']:.3f} ms, min {lat['min_ms']:.3f} ms; device time p50 {lat['device_time_p50_ms']:.3f} ms",
-             f"throughput ({thr['requests']} requests in flight, {thr['inferences']} inferences in {thr['seconds']} s): "
+             f"latency (1 request, {lat['count']} inferences): p50 {lat['p50_ms']:.3f} ms, "
+             f"p90 {lat['p90_ms']:.3f} ms, p99 {lat['p99_ms']:.3f} ms, min {lat['min_ms']:.3f} ms; "
+             f"device time p50 {lat['device_time_p50_ms']:.3f} ms",
+             f"throughput ({thr['requests']} requests in flight, {thr['inferences']} inferences "
+             f"in {thr['seconds']} s): "
              f"{thr['fps']:.1f} inferences/s, latency p50 {thr['latency_in_flight']['p50_ms']:.3f} ms"]
     for label, v in r.get("litert", {}).items():
-        lines.append(f"LiteRT {label} (1 thread, {v['count']} runs, interleaved with the device's): p50 {v['p50_ms']:.3f} ms, p99 {v['p99_ms']:.3f} ms")
+        lines.append(f"LiteRT {label} (1 thread, {v['count']} runs, interleaved with the device's): "
+                     f"p50 {v['p50_ms']:.3f} ms, p99 {v['p99_ms']:.3f} ms")
     for k, v in r.get("ratios", {}).items():
         lines.append(f"  {k.replace('_', ' ')}: {v}")
     if "litert_skipped" in r:

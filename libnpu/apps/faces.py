@@ -137,7 +137,8 @@ def reference_detections(image: np.ndarray, threshold: float = 0.5) -> list[Dete
 
 
 def run_faces(images: Sequence[str | os.PathLike], *, out_dir: str | os.PathLike = ".",
-              devroot: str | os.PathLike | None = None, cache_dir: str | os.PathLike | None = None, threshold: float = 0.5, as_json: bool = False, reference: bool = False) -> int:
+              devroot: str | os.PathLike | None = None, cache_dir: str | os.PathLike | None = None,
+              threshold: float = 0.5, as_json: bool = False, reference: bool = False) -> int:
     """The face-detection program of the main job (``npu faces``)."""
     from .models import ModelSpecError, litert_available
     pictures: list[tuple[str, np.ndarray]] = []

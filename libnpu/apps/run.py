@@ -120,7 +120,8 @@ def save_outputs(outputs: Sequence[np.ndarray], directory: str | os.PathLike) ->
 
 
 def run(spec: str, input_files: Sequence[str] = (), *, repeat: int = 5, devroot: str | os.PathLike | None = None,
-        cache_dir: str | os.PathLike | None = None, fresh: bool = False, save: str | None = None, progress: bool = True) -> dict[str, Any]:
+        cache_dir: str | os.PathLike | None = None, fresh: bool = False, save: str | None = None,
+        progress: bool = True) -> dict[str, Any]:
     """Everything ``npu run`` reports, as a dict (see the module docstring)."""
     path = resolve(spec)
     with tempfile.TemporaryDirectory(prefix="npu-run-cache-") as tmp:

@@ -72,7 +72,7 @@ def test_run_float_model_fresh_then_cached(npu, tmp_path, capsys):
 
 def test_run_input_errors(npu, resnet8_path, tmp_path, capsys):
     np.save(tmp_path / "wrong.npy", np.zeros((1, 31, 32, 3), np.int8))
-    base = ["run", str(resnet8_path), "--devroot", str(npu.devroot)]
+    base = ["run", str(resnet8_path), "--devroot", str(npu.devroot), "--cache-dir", str(tmp_path / "c")]
     assert main(base + ["--input", str(tmp_path / "wrong.npy")]) == 2
     assert "does not fit input input_1_int8" in capsys.readouterr().err
     assert main(base + ["--input", str(tmp_path / "wrong.npy"), str(tmp_path / "wrong.npy")]) == 2
