@@ -1,12 +1,15 @@
 """int8 binary elementwise ops (ADD, MUL) with numpy broadcasting, and the type
 conversions QUANTIZE (float32 -> int8, int8 -> int8) and DEQUANTIZE (int8 -> float32).
 
-TFLite broadcasts like numpy (up to 6-D), so the arithmetic runs on broadcast int64 views.
+TFLite broadcasts like numpy (up to 6-D), so the arithmetic runs on broadcast int64 views;
+ADD and MUL with a repeating parameter set become one 256 x 256 table lookup
+(``binary_table``).
 """
 from __future__ import annotations
 
 import numpy as np
 
+from . import binary_table
 from .fixedpoint import INT32_MIN, multiply_by_quantized_multiplier, round_half_away, wrap_int32
 from .output import check_int8_param, store_int8
 
@@ -36,6 +39,15 @@ def _check_act(act_min: int, act_max: int) -> tuple[int, int]:
     return act_min, act_max
 
 
+def _binary(key: tuple, compute, a: np.ndarray, b: np.ndarray, shape: tuple[int, ...],
+            out: np.ndarray | None) -> np.ndarray:
+    """Through the parameter set's 256 x 256 table when it has one (see ``binary_table``)."""
+    table = binary_table.table_for(key, int(np.prod(shape, dtype=np.int64)), compute)
+    if table is None:
+        return compute(a, b, out)
+    return binary_table.lookup(table, a, b, shape, out)
+
+
 def add(a: np.ndarray, b: np.ndarray, *, input1_zp: int, input2_zp: int, output_zp: int,
         left_shift: int, input1_multiplier: int, input1_shift: int,
         input2_multiplier: int, input2_shift: int, output_multiplier: int,
@@ -47,18 +59,27 @@ def add(a: np.ndarray, b: np.ndarray, *, input1_zp: int, input2_zp: int, output_
     then rescaled to the output.
     """
     _check_int8(a=a, b=b)
-    _out_shape(a, b, out)
+    shape = _out_shape(a, b, out)
     act_min, act_max = _check_act(act_min, act_max)
     if not 0 <= left_shift <= 30:
         raise ValueError("left_shift must be in [0, 30]")
     if max(input1_shift, input2_shift, output_shift) > 0:
         raise ValueError("ADD shifts must be <= 0 (multipliers below one)")
-    v1 = wrap_int32((a.astype(np.int64) - check_int8_param("input1_zp", input1_zp)) << left_shift)
-    v2 = wrap_int32((b.astype(np.int64) - check_int8_param("input2_zp", input2_zp)) << left_shift)
-    s1 = multiply_by_quantized_multiplier(v1, input1_multiplier, input1_shift)
-    s2 = multiply_by_quantized_multiplier(v2, input2_multiplier, input2_shift)
-    raw = multiply_by_quantized_multiplier(wrap_int32(s1 + s2), output_multiplier, output_shift)
-    return store_int8(raw, check_int8_param("output_zp", output_zp), act_min, act_max, out)
+    zp1, zp2 = check_int8_param("input1_zp", input1_zp), check_int8_param("input2_zp", input2_zp)
+    output_zp = check_int8_param("output_zp", output_zp)
+
+    def compute(a: np.ndarray, b: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+        v1 = wrap_int32((a.astype(np.int64) - zp1) << left_shift)
+        v2 = wrap_int32((b.astype(np.int64) - zp2) << left_shift)
+        s1 = multiply_by_quantized_multiplier(v1, input1_multiplier, input1_shift)
+        s2 = multiply_by_quantized_multiplier(v2, input2_multiplier, input2_shift)
+        raw = multiply_by_quantized_multiplier(wrap_int32(s1 + s2), output_multiplier, output_shift)
+        return store_int8(raw, output_zp, act_min, act_max, out)
+
+    key = ("add", zp1, zp2, output_zp, int(left_shift), int(input1_multiplier), int(input1_shift),
+           int(input2_multiplier), int(input2_shift), int(output_multiplier), int(output_shift),
+           act_min, act_max)
+    return _binary(key, compute, a, b, shape, out)
 
 
 def mul(a: np.ndarray, b: np.ndarray, *, input1_zp: int, input2_zp: int, output_zp: int,
@@ -66,12 +87,20 @@ def mul(a: np.ndarray, b: np.ndarray, *, input1_zp: int, input2_zp: int, output_
         out: np.ndarray | None = None) -> np.ndarray:
     """int8 MUL: ``requant((a - zp1) * (b - zp2))``; multiplier from ``mul_multiplier``."""
     _check_int8(a=a, b=b)
-    _out_shape(a, b, out)
+    shape = _out_shape(a, b, out)
     act_min, act_max = _check_act(act_min, act_max)
-    prod = ((a.astype(np.int64) - check_int8_param("input1_zp", input1_zp))
-            * (b.astype(np.int64) - check_int8_param("input2_zp", input2_zp)))
-    raw = multiply_by_quantized_multiplier(prod, multiplier, shift)
-    return store_int8(raw, check_int8_param("output_zp", output_zp), act_min, act_max, out)
+    zp1, zp2 = check_int8_param("input1_zp", input1_zp), check_int8_param("input2_zp", input2_zp)
+    output_zp = check_int8_param("output_zp", output_zp)
+    if not -31 <= int(shift) <= 30:
+        raise ValueError("requantization shift must be in [-31, 30]")
+
+    def compute(a: np.ndarray, b: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+        prod = (a.astype(np.int64) - zp1) * (b.astype(np.int64) - zp2)
+        raw = multiply_by_quantized_multiplier(prod, multiplier, shift)
+        return store_int8(raw, output_zp, act_min, act_max, out)
+
+    key = ("mul", zp1, zp2, output_zp, int(multiplier), int(shift), act_min, act_max)
+    return _binary(key, compute, a, b, shape, out)
 
 
 def quantize(x: np.ndarray, *, scale: float, zero_point: int,

@@ -65,15 +65,24 @@ def test_binary(seed: int, op: int) -> None:
         (expected,) = run_reference(model, a, b)
         act_min, act_max = fused_activation_range(act, qo[0], qo[1])
         if op == OP.ADD:
-            got = add(a, b, input1_zp=q1[1], input2_zp=q2[1], output_zp=qo[1],
-                      act_min=act_min, act_max=act_max, **add_params(q1[0], q2[0], qo[0]))
+            params = dict(input1_zp=q1[1], input2_zp=q2[1], output_zp=qo[1], act_min=act_min,
+                          act_max=act_max, **add_params(q1[0], q2[0], qo[0]))
+            fn = add
         else:
             m, s = mul_multiplier(q1[0], q2[0], qo[0])
-            got = mul(a, b, input1_zp=q1[1], input2_zp=q2[1], output_zp=qo[1], multiplier=m,
-                      shift=s, act_min=act_min, act_max=act_max)
+            params = dict(input1_zp=q1[1], input2_zp=q2[1], output_zp=qo[1], multiplier=m,
+                          shift=s, act_min=act_min, act_max=act_max)
+            fn = mul
         desc = f"seed {seed} case {case_no}: {sa} {sb} q={q1} {q2} {qo} act={act}"
-        assert got.shape == expected.shape, desc
-        assert np.count_nonzero(got != expected) == 0, desc
+        # First use of a parameter set computes directly; the second goes through its
+        # 256 x 256 table (binary_table): both must match, also into a strided ``out``.
+        for path in ("direct", "table"):
+            got = fn(a, b, **params)
+            assert got.shape == expected.shape, desc
+            assert np.count_nonzero(got != expected) == 0, f"{path}: {desc}"
+        strided = np.zeros(expected.shape + (2,), np.int8)[..., 0]
+        fn(a, b, **params, out=strided)
+        assert np.array_equal(strided, expected), f"table into strided out: {desc}"
 
 
 @pytest.mark.parametrize("seed", SEEDS)
