@@ -55,6 +55,32 @@ def lut_lookup(x: np.ndarray, lut: np.ndarray, out: np.ndarray | None = None) ->
 
 
 _ACCUM_INTEGER_BITS = 12
+_SOFTMAX_TABLES: dict[tuple[int, int, int], tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+
+
+def _softmax_tables(beta_multiplier: int, beta_left_shift: int,
+                    diff_min: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """For every int8 distance below the row maximum (0..255): exp(diff) in Q0.31, its
+    Q12.19 term of the sum (0 where diff < diff_min) and whether diff >= diff_min (else
+    the output is -128). Per-element work depends only on that distance, so it is done
+    once per parameter set with the gemmlowp arithmetic itself."""
+    key = (beta_multiplier, beta_left_shift, diff_min)
+    tables = _SOFTMAX_TABLES.get(key)
+    if tables is None:
+        diff = -np.arange(256, dtype=np.int64)
+        rescaled = saturating_rounding_doubling_high_mul(
+            wrap_int32(diff << beta_left_shift), beta_multiplier)
+        exp = exp_on_negative_values_q5(rescaled)
+        # Rescale<12>: Q0.31 -> Q12.19 is a rounding shift right by 12.
+        valid = diff >= diff_min
+        terms = np.where(valid, rounding_divide_by_pot(exp, _ACCUM_INTEGER_BITS), 0)
+        tables = (exp, terms, valid)
+        for t in tables:
+            t.flags.writeable = False
+        if len(_SOFTMAX_TABLES) >= 256:
+            _SOFTMAX_TABLES.clear()
+        _SOFTMAX_TABLES[key] = tables
+    return tables
 
 
 def softmax(x: np.ndarray, *, input_beta_multiplier: int, input_beta_left_shift: int,
@@ -70,22 +96,19 @@ def softmax(x: np.ndarray, *, input_beta_multiplier: int, input_beta_left_shift:
         raise ValueError("input_beta_left_shift must be in [0, 31]")
     if out is not None and (out.dtype != np.int8 or out.shape != x.shape):
         raise ValueError(f"out must be int8 {x.shape}")
-    xi = x.astype(np.int64)
-    diff = xi - xi.max(axis=-1, keepdims=True)
-    valid = diff >= diff_min
-    rescaled = saturating_rounding_doubling_high_mul(
-        wrap_int32(diff << input_beta_left_shift), input_beta_multiplier)
-    exp = exp_on_negative_values_q5(rescaled)
-    # Rescale<12>: Q0.31 -> Q12.19 is a rounding shift right by 12.
-    terms = np.where(valid, rounding_divide_by_pot(exp, _ACCUM_INTEGER_BITS), 0)
-    sum_of_exps = wrap_int32(terms.sum(axis=-1, keepdims=True))
+    exp_t, terms_t, valid_t = _softmax_tables(int(input_beta_multiplier), int(input_beta_left_shift),
+                                     int(diff_min))
+    # Distance below the row maximum, 0..255: indexes the per-parameter exp tables.
+    below = x.max(axis=-1, keepdims=True).astype(np.int16) - x
+    exp = exp_t[below]
+    sum_of_exps = wrap_int32(terms_t[below].sum(axis=-1, keepdims=True))
     shifted_scale, bits_over_unit = get_reciprocal(sum_of_exps, _ACCUM_INTEGER_BITS)
     exponent = bits_over_unit + 31 - 8
     if np.any((exponent < 0) | (exponent > 31)):
         raise ValueError("softmax reciprocal exponent out of range")
     unsat = rounding_divide_by_pot(saturating_rounding_doubling_high_mul(shifted_scale, exp),
                                    exponent)
-    result = np.where(valid, np.clip(unsat - 128, -128, 127), -128)
+    result = np.where(valid_t[below], np.clip(unsat - 128, -128, 127), -128)
     if out is None:
         return result.astype(np.int8)
     np.copyto(out, result, casting="unsafe")

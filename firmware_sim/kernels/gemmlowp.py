@@ -82,6 +82,10 @@ def get_reciprocal(x: np.ndarray, x_integer_digits: int) -> tuple[np.ndarray, np
     ``x`` must be positive int32 values.
     """
     x = np.asarray(x, dtype=np.int64)
+    if x.size <= _SCALAR_MAX:
+        pairs = [_get_reciprocal_scalar(v, x_integer_digits) for v in x.reshape(-1).tolist()]
+        scale = np.array([p[0] for p in pairs], dtype=np.int64).reshape(x.shape)
+        return scale, np.array([p[1] for p in pairs], dtype=np.int64).reshape(x.shape)
     ux = x & 0xFFFFFFFF
     # Count leading zeros of a uint32: frexp's exponent is the exact bit length.
     _, bit_length = np.frexp(ux.astype(np.float64))
@@ -89,3 +93,46 @@ def get_reciprocal(x: np.ndarray, x_integer_digits: int) -> tuple[np.ndarray, np
     num_bits_over_unit = x_integer_digits - clz
     shifted_sum_minus_one = wrap_int32(((ux << clz) & 0xFFFFFFFF) - (1 << 31))
     return one_over_one_plus_x_for_x_in_0_1(shifted_sum_minus_one), num_bits_over_unit
+
+
+# A few values (softmax over a handful of rows) are cheaper in Python integers than
+# through ~40 numpy calls. The scalar functions below are the same arithmetic; the tests
+# compare both forms.
+_SCALAR_MAX = 16
+
+
+def _wrap_s(x: int) -> int:
+    return ((x + (1 << 31)) & 0xFFFFFFFF) - (1 << 31)
+
+
+def _mul_s(a: int, b: int) -> int:
+    if a == b == INT32_MIN:
+        return INT32_MAX
+    return (a * b + (1 << 30)) >> 31
+
+
+def _saturating_left_shift_s(x: int, exponent: int) -> int:
+    threshold = (1 << (31 - exponent)) - 1
+    if x > threshold:
+        return INT32_MAX
+    if x < -threshold:
+        return INT32_MIN
+    return _wrap_s(x << exponent)
+
+
+def _one_over_one_plus_x_s(a: int) -> int:
+    s = a + INT32_MAX
+    v = s + (1 if s >= 0 else -1)
+    half_denominator = v // 2 if v >= 0 else -((-v) // 2)
+    x = _wrap_s(1515870810 + _mul_s(half_denominator, -1010580540))
+    for _ in range(3):
+        one_minus = _wrap_s((1 << 29) - _mul_s(half_denominator, x))
+        x = _wrap_s(x + _saturating_left_shift_s(_mul_s(x, one_minus), 2))
+    return _saturating_left_shift_s(x, 1)
+
+
+def _get_reciprocal_scalar(x: int, x_integer_digits: int) -> tuple[int, int]:
+    ux = x & 0xFFFFFFFF
+    clz = 32 - ux.bit_length()
+    shifted_sum_minus_one = _wrap_s(((ux << clz) & 0xFFFFFFFF) - (1 << 31))
+    return _one_over_one_plus_x_s(shifted_sum_minus_one), x_integer_digits - clz
