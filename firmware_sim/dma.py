@@ -9,6 +9,7 @@ span objects are gathered (reads) or staged and scattered on ``commit`` (writes)
 """
 from __future__ import annotations
 
+import math
 import mmap
 import os
 from collections import OrderedDict
@@ -45,6 +46,8 @@ class DmaEngine:
         self.inject_bus_error = False
         self.bytes_moved = 0
         self._last_written: np.ndarray | None = None
+        # Multi-page translations, checked against the PTEs they came from on every use.
+        self._translations: dict[tuple[int, int, int, int], tuple[bytes, list]] = {}
 
     # ---- context binding and invalidation ----
     def bind(self, asid: int) -> None:
@@ -54,6 +57,7 @@ class DmaEngine:
             path = memory.page_table_path(self.bus, asid)
             try:
                 table = np.memmap(path, dtype=iommu.PTE_DTYPE, mode="r", shape=(iommu.PT_ENTRIES,))
+                table = table.view(np.ndarray)   # plain views slice faster; the map stays alive
             except (FileNotFoundError, ValueError) as exc:
                 raise IommuFault(0, f"no page table for ASID {asid}: {exc}") from None
             self._tables[asid] = table
@@ -93,6 +97,23 @@ class DmaEngine:
                 page = (pte >> iommu.PTE_INDEX_SHIFT) & iommu.PTE_INDEX_MASK
                 in_page = (iova - iommu.IOVA_BASE) & (iommu.PAGE_SIZE - 1)
                 return [(pte >> iommu.PTE_BO_SHIFT, (page << shift) + in_page, nbytes)]
+        # A range seen before is translated again only if its PTEs changed (comparing
+        # them costs one memcpy; walking them costs a dozen numpy calls).
+        snapshot = self._ptes[first:last + 1].tobytes()
+        key = (self.asid, iova, nbytes, need)
+        cached = self._translations.get(key)
+        if cached is not None and cached[0] == snapshot:
+            return cached[1]
+        segments = self._walk(iova, nbytes, write, first, last, need)
+        if len(self._translations) >= 4096:
+            self._translations.clear()
+        self._translations[key] = (snapshot, segments)
+        return segments
+
+    def _walk(self, iova: int, nbytes: int, write: bool, first: int, last: int,
+              need: int) -> list[tuple[int, int, int]]:
+        shift = iommu.PAGE_SHIFT
+        end = iova + nbytes
         ptes = np.asarray(self._ptes[first:last + 1])
         bad = (ptes & np.uint64(need)) != np.uint64(need)
         if bad.any():
@@ -189,10 +210,10 @@ class DmaEngine:
 
     def read_array(self, iova: int, dtype, shape) -> np.ndarray:
         dtype = np.dtype(dtype)
-        count = int(np.prod(shape, dtype=np.int64))
+        count = math.prod(int(d) for d in shape)
         return self.read(iova, count * dtype.itemsize).view(dtype).reshape(shape)
 
     def write_array(self, iova: int, dtype, shape) -> np.ndarray:
         dtype = np.dtype(dtype)
-        count = int(np.prod(shape, dtype=np.int64))
+        count = math.prod(int(d) for d in shape)
         return self.write(iova, count * dtype.itemsize).view(dtype).reshape(shape)

@@ -142,7 +142,20 @@ COSTS: dict[int, Callable[[np.void], tuple[int, int]]] = {
 }
 
 
+_MEMO: dict[tuple[int, bytes], tuple[int, int]] = {}
+
+
 def task_cost(opcode: int, desc: np.void) -> tuple[int, int]:
-    """``(macs, bytes)`` of one descriptor; ``(0, 0)`` for opcodes without compute."""
-    fn = COSTS.get(int(opcode))
-    return fn(desc) if fn is not None else (0, 0)
+    """``(macs, bytes)`` of one descriptor; ``(0, 0)`` for opcodes without compute.
+
+    A pure function of the descriptor's bytes, remembered: a model's tasks repeat on
+    every inference, and reading the fields costs more than the lookup."""
+    key = (int(opcode), desc.tobytes())
+    cost = _MEMO.get(key)
+    if cost is None:
+        fn = COSTS.get(key[0])
+        cost = fn(desc) if fn is not None else (0, 0)
+        if len(_MEMO) >= 4096:
+            _MEMO.clear()
+        _MEMO[key] = cost
+    return cost
