@@ -80,9 +80,12 @@ class Core:
         result.exec_ns = time.monotonic_ns() - started
         if faults & regs.FAULT_BIT_FLIP and result.status == 0:
             self.dma.flip_last_written_bit()
+        # Clear CURRENT_JOB before adding to BUSY_NS: a reader in between sees the job
+        # neither running nor counted (short, and the KMD never reports less than before)
+        # rather than both (counted twice).
+        self.regs.write64(bank + regs.CURRENT_JOB, 0)
         self.regs.write64(bank + regs.BUSY_NS, self.regs.read64(bank + regs.BUSY_NS) + result.exec_ns)
         self.regs.write64(bank + regs.BUSY_CYCLES, self.regs.read64(bank + regs.BUSY_CYCLES) + result.cycles)
-        self.regs.write64(bank + regs.CURRENT_JOB, 0)
         self.set_reg(regs.CORE_STATE, regs.CORE_IDLE)
         return result
 

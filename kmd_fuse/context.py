@@ -44,7 +44,8 @@ class ContextStats:
     jobs_submitted: int = 0
     jobs_completed: int = 0
     jobs_failed: int = 0
-    busy_time_ns: int = 0      # wall time the chip spent on this context's jobs
+    busy_time_ns: int = 0      # wall time the chip spent on this context's finished jobs
+    busy_reported: int = 0     # the largest busy time reported so far (with running jobs)
     device_time_ns: int = 0    # simulated device time of its jobs
 
 

@@ -342,6 +342,16 @@ class Device:
         info.reset_count = self.reset_count
         info.model = MODEL_NAME.encode()
 
+    def context_busy_ns(self, ctx: Context) -> int:
+        """Chip time of the context's jobs, counting the ones running now (never decreases)."""
+        total = ctx.stats.busy_time_ns
+        for job_id, elapsed in self.hw.running():
+            job = self.scheduler.in_flight.get(job_id)
+            if job is not None and job.ctx is ctx:
+                total += elapsed
+        ctx.stats.busy_reported = max(ctx.stats.busy_reported, total)
+        return ctx.stats.busy_reported
+
     def fill_stats(self, ctx: Context, stats) -> None:
         s = ctx.stats
         stats.context_id = ctx.context_id
@@ -351,6 +361,6 @@ class Device:
         stats.jobs_submitted = s.jobs_submitted
         stats.jobs_completed = s.jobs_completed
         stats.jobs_failed = s.jobs_failed
-        stats.busy_time_ns = s.busy_time_ns
+        stats.busy_time_ns = self.context_busy_ns(ctx)
         stats.jobs_queued = sum(1 for j in ctx.pending.values() if j.core < 0)
         stats.jobs_running = sum(1 for j in ctx.pending.values() if j.core >= 0)

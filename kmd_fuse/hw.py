@@ -202,6 +202,16 @@ class Hardware:
         self.ack_irq()
 
     # ---- counters ----
+    def running(self) -> list[tuple[int, int]]:
+        """(job id, ns it has run so far) of the job each busy core is executing."""
+        now = time.monotonic_ns()
+        jobs = []
+        for core in range(self.num_cores):
+            job_id = self.reg64(core, regs.CURRENT_JOB)
+            if job_id:
+                jobs.append((job_id, max(0, now - self.reg64(core, regs.JOB_START_NS))))
+        return jobs
+
     def busy_ns(self) -> int:
         """Wall time the cores have spent on jobs, including the jobs running now."""
         now = time.monotonic_ns()

@@ -39,3 +39,19 @@ def test_two_jobs_run_on_both_cores_at_once(npu):
         assert both_busy, "the two jobs never ran at the same time"
         done_after = [view.read64(regs.core_bank(c) + regs.JOBS_DONE) for c in (0, 1)]
         assert [after - before for before, after in zip(done_before, done_after)] == [1, 1]
+
+
+def test_context_busy_time_grows_while_its_job_runs(device):
+    a, b = device.alloc_mem(32 << 20), device.alloc_mem(32 << 20)
+    cmds = device.command_buffer()
+    for _ in range(40):
+        cmds.add("DMA_COPY", src=a.address, dst=b.address, length=32 << 20)
+    before = device.stats()["busy_time_ns"]
+    fence = device.submit(cmds, [a, b])
+    samples = []
+    while not fence.signalled:
+        samples.append(device.stats()["busy_time_ns"])
+        time.sleep(0.02)
+    after = device.stats()["busy_time_ns"]
+    assert samples == sorted(samples)                       # never backwards
+    assert any(before < s < after for s in samples), "busy time only moved at completion"
