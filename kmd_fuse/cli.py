@@ -13,7 +13,8 @@ from pathlib import Path
 
 from kmd_fuse import hotplug, paths, uapi
 from kmd_fuse.udev_rules import UdevRulesError, load_rules
-from kmd_fuse.uevent import Uevent, UeventError, UeventLog, UeventMonitor
+from kmd_fuse.udevadm import print_events
+from kmd_fuse.uevent import Uevent, UeventError, UeventLog
 
 START_TIMEOUT_S = 60.0
 
@@ -195,20 +196,11 @@ def udev_test(args) -> int:
 def monitor(args) -> int:
     """Print the devroot's uevents as they happen, like `udevadm monitor --kernel --property`."""
     root = paths.devroot(args.devroot)
-    print("monitor will print the received events for:\nKERNEL - the kernel uevent\n", flush=True)
-    count = 0
     try:
-        with UeventMonitor(paths.state_dir(root), from_start=args.all, subsystem=paths.SUBSYSTEM,
-                           timeout=args.timeout) as events:
-            for event in events:
-                sys.stdout.write(event.format())
-                sys.stdout.flush()
-                count += 1
-                if args.count is not None and count >= args.count:
-                    break
+        return print_events(paths.state_dir(root), count=args.count, from_start=args.all,
+                            subsystem=paths.SUBSYSTEM, timeout=args.timeout)
     except KeyboardInterrupt:
         return 130
-    return 0
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -76,18 +76,23 @@ def _parser() -> argparse.ArgumentParser:
     return ap
 
 
-def _monitor(args: argparse.Namespace) -> int:
+def print_events(runroot, *, count: int | None = None, **monitor_options) -> int:
+    """Print uevents as they arrive, like `udevadm monitor --kernel --property`."""
     print("monitor will print the received events for:\nKERNEL - the kernel uevent\n", flush=True)
-    count = 0
-    with UeventMonitor(args.runroot, from_start=args.all, since_seqnum=args.since_seqnum,
-                       subsystem=args.subsystem_match, timeout=args.timeout) as events:
+    seen = 0
+    with UeventMonitor(runroot, **monitor_options) as events:
         for event in events:
             sys.stdout.write(event.format())
             sys.stdout.flush()
-            count += 1
-            if args.count is not None and count >= args.count:
+            seen += 1
+            if count is not None and seen >= count:
                 break
     return 0
+
+
+def _monitor(args: argparse.Namespace) -> int:
+    return print_events(args.runroot, count=args.count, from_start=args.all, since_seqnum=args.since_seqnum,
+                        subsystem=args.subsystem_match, timeout=args.timeout)
 
 
 def _udevd(args: argparse.Namespace) -> int:

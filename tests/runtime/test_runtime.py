@@ -6,18 +6,9 @@ import pytest
 import trio
 
 import libnpu
-from libnpu import model_zoo
 from libnpu.runtime import Runtime
 
 litert = pytest.importorskip("ai_edge_litert.interpreter")
-
-
-@pytest.fixture(scope="module")
-def resnet8_path():
-    try:
-        return model_zoo.resnet8_cifar10()
-    except Exception as exc:  # noqa: BLE001 - no registry: say why
-        pytest.skip(f"cannot fetch the ResNet-8 model: {exc}")
 
 
 @pytest.fixture(scope="module")

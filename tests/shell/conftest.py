@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -34,23 +33,6 @@ def sh(script: str, *, uid: int | None = None, groups: tuple[str, ...] = (), che
 def kv(text: str) -> dict[str, str]:
     """KEY=VALUE lines (frame writer replies, uevent files) to a dict."""
     return dict(line.split("=", 1) for line in text.splitlines() if "=" in line)
-
-
-def open_to_others(path: Path) -> None:
-    """Let other users traverse the directories above `path` (pytest's tmp dirs are 0700)."""
-    for parent in [path, *path.parents]:
-        if parent == parent.parent or str(parent) == "/tmp":
-            break
-        os.chmod(parent, os.stat(parent).st_mode | 0o011)
-
-
-def wait_until(predicate, timeout: float = 10.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.02)
-    return predicate()
 
 
 class Holder:

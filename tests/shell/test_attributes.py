@@ -3,7 +3,8 @@ one GET_INFO reports, busy time that only grows while a job runs."""
 import textwrap
 import time
 
-from tests.shell.conftest import attr_dir, kv, sh, wait_until
+from tests.conftest import wait_until
+from tests.shell.conftest import attr_dir, kv, sh
 
 FILES = ["abi_version", "busy_time_us", "clients", "clock_mhz", "cores", "dev", "jobs_completed",
          "jobs_failed", "memory_total_bytes", "memory_used_bytes", "model", "reset", "reset_count", "uevent"]

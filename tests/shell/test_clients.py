@@ -6,7 +6,8 @@ import sys
 import textwrap
 
 from kmd_fuse import fdinfo
-from tests.shell.conftest import attr_dir, sh, wait_until
+from tests.conftest import wait_until
+from tests.shell.conftest import attr_dir, sh
 
 
 def clients(npu) -> list[str]:

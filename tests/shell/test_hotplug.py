@@ -11,8 +11,8 @@ from pathlib import Path
 
 from kmd_fuse import paths
 from kmd_fuse.uevent import Uevent
-from tests.conftest import MountedNpu, stop_npu
-from tests.shell.conftest import REPO, attr_dir, kv, sh, wait_until
+from tests.conftest import MountedNpu, stop_npu, wait_until
+from tests.shell.conftest import REPO, attr_dir, kv, sh
 
 LINKS = {"accel/accel0": "../npu0", "npu/by-path/platform-npu-emu.npu0": "../../npu0",
          "npu/by-model/npu-emu-0": "../../npu0"}

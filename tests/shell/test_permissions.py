@@ -2,7 +2,8 @@
 default_permissions) for a real other uid: 'nobody' with and without the group."""
 import pytest
 
-from tests.shell.conftest import NOBODY, attr_dir, kv, open_to_others, sh
+from tests.conftest import open_to_others
+from tests.shell.conftest import NOBODY, attr_dir, kv, sh
 
 
 @pytest.fixture(scope="module")

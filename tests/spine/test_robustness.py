@@ -15,6 +15,7 @@ import pytest
 import libnpu
 from firmware_sim.spec import memory, regs
 from kmd_fuse import paths
+from tests.conftest import open_to_others, start_npu, stop_npu, wait_until
 
 LONG_JOB = textwrap.dedent("""
     import sys, time, libnpu
@@ -34,15 +35,6 @@ LONG_JOB = textwrap.dedent("""
 """)
 
 
-def wait_until(predicate, timeout=20.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.02)
-    return predicate()
-
-
 @pytest.mark.parametrize("blocked_in", ["sleep", "wait"])
 def test_client_killed_mid_job_is_reclaimed(npu, blocked_in):
     bus = paths.bus_dir(npu.devroot, 0)
@@ -60,7 +52,7 @@ def test_client_killed_mid_job_is_reclaimed(npu, blocked_in):
         child.wait(timeout=10)                       # never stuck in D state
         assert time.monotonic() - started < 5
         child.stdout.close()
-        assert wait_until(lambda: watcher.info()["num_contexts"] == base["num_contexts"])
+        assert wait_until(lambda: watcher.info()["num_contexts"] == base["num_contexts"], 20)
         assert wait_until(lambda: watcher.info()["memory_used"] == base["memory_used"])
         assert wait_until(lambda: set(os.listdir(bus)) == files), set(os.listdir(bus)) ^ files
         src, dst = watcher.alloc_mem(4096), watcher.alloc_mem(4096)
@@ -82,7 +74,6 @@ def _set_fault(devroot, bits):
 
 @pytest.fixture
 def fast_watchdog_npu(tmp_path):
-    from tests.conftest import start_npu, stop_npu
     mounted = start_npu(tmp_path, extra=("--watchdog-ms", "300"))
     yield mounted
     stop_npu(mounted)
@@ -152,10 +143,7 @@ def test_reset_fails_jobs_in_flight_and_counts(fresh_npu):
 def test_reset_is_refused_to_non_root(fresh_npu):
     npu = fresh_npu
     os.chmod(npu.node, 0o666)
-    for parent in npu.devroot.parents:              # let 'nobody' reach the node inside pytest's tmp dirs
-        if parent == parent.parent or str(parent) == "/tmp":
-            break
-        os.chmod(parent, os.stat(parent).st_mode | 0o011)
+    open_to_others(npu.devroot)                     # let 'nobody' reach the node inside pytest's tmp dirs
     code = textwrap.dedent(f"""
         import os, errno, libnpu
         os.setgid(65534); os.setuid(65534)
