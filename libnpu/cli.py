@@ -95,6 +95,11 @@ def main(argv: list[str] | None = None) -> int:
     nop.add_argument("--seconds", type=float, default=3.0, help="duration of the multi-process run")
     nop.set_defaults(func=cmd_bench_nop)
 
+    ops = bench_sub.add_parser("ops", add_help=False,
+                               help="conv/depthwise/FC layers through the chip next to LiteRT (npu bench ops --help)")
+    ops.set_defaults(func=lambda a, rest: __import__("libnpu.ops_bench", fromlist=["main"]).main(rest),
+                     passthrough=True)
+
     from libnpu.apps.commands import add_commands
     add_commands(sub, bench_sub)
 
