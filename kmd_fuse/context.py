@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import errno
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 
 import trio
@@ -11,6 +11,7 @@ from kmd_fuse.errors import KmdError
 from kmd_fuse.memory import AddressSpace, BufferObject
 
 RESULTS_KEPT = 1 << 16   # signalled fences whose status a context remembers
+MAX_OUTSTANDING = 64     # requests one open file may have in flight (EBUSY beyond)
 
 
 @dataclass(eq=False)
@@ -67,12 +68,12 @@ class Context:
     failures: OrderedDict = field(default_factory=OrderedDict)   # failed fence -> (status, device_time_ns)
     stats: ContextStats = field(default_factory=ContextStats)
     closed: bool = False
-    # request/reply state of the file
-    busy: bool = False                  # a request was written and its reply not yet read
-    reply: bytes | None = None
+    # request/reply state of the file: requests may overlap, replies come in completion order
+    outstanding: int = 0                # requests accepted whose replies have not been read
+    replies: deque = field(default_factory=deque)
     reply_ready: trio.Event = field(default_factory=trio.Event)
     poll_handle: object | None = None
-    waiter: Waiter | None = None
+    waiters: list[Waiter] = field(default_factory=list)
 
     @property
     def memory_allocated(self) -> int:
@@ -98,7 +99,7 @@ class Context:
                 self.failures.popitem(last=False)
 
     def set_reply(self, frame: bytes) -> None:
-        self.reply = frame
+        self.replies.append(frame)
         self.reply_ready.set()
         handle, self.poll_handle = self.poll_handle, None
         if handle is not None:
@@ -108,9 +109,10 @@ class Context:
                 pass   # the poller went away
 
     def take_reply(self) -> bytes:
-        frame, self.reply = self.reply, None
-        self.reply_ready = trio.Event()
-        self.busy = False
+        frame = self.replies.popleft()
+        self.outstanding -= 1
+        if not self.replies:
+            self.reply_ready = trio.Event()
         return frame
 
 

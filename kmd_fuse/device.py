@@ -99,9 +99,10 @@ class Device:
             return
         ctx.closed = True
         self.contexts.pop(ctx.context_id, None)
-        if ctx.waiter and ctx.waiter.cancel:
-            ctx.waiter.cancel.cancel()
-        ctx.waiter = None
+        for waiter in ctx.waiters:
+            if waiter.cancel:
+                waiter.cancel.cancel()
+        ctx.waiters.clear()
         for job in self.scheduler.cancel(ctx):
             self._release_job_buffers(job)
             ctx.pending.pop(job.fence, None)
@@ -238,7 +239,7 @@ class Device:
             ctx.set_reply(uapi.pack_frame(uapi.NPU_CMD_WAIT, seq, req, result=-errno.ETIMEDOUT))
             return False
         waiter = Waiter(seq, req)
-        ctx.waiter = waiter
+        ctx.waiters.append(waiter)
         if req.timeout_ns > 0:
             self.nursery.start_soon(self._wait_timeout, ctx, waiter, req.timeout_ns / 1e9)
         return False
@@ -255,9 +256,9 @@ class Device:
         return signaled == req.count or (req.flags == uapi.NPU_WAIT_ANY and signaled > 0)
 
     def _check_waiter(self, ctx: Context) -> None:
-        waiter = ctx.waiter
-        if waiter and self._fill_wait(ctx, waiter.payload):
-            ctx.waiter = None
+        """Answer every pending WAIT of the context whose fences are now satisfied."""
+        for waiter in [w for w in ctx.waiters if self._fill_wait(ctx, w.payload)]:
+            ctx.waiters.remove(waiter)
             if waiter.cancel:
                 waiter.cancel.cancel()
             ctx.set_reply(uapi.pack_frame(uapi.NPU_CMD_WAIT, waiter.seq, waiter.payload))
@@ -266,8 +267,8 @@ class Device:
         with trio.CancelScope() as scope:
             waiter.cancel = scope
             await trio.sleep(seconds)
-            if ctx.waiter is waiter:
-                ctx.waiter = None
+            if waiter in ctx.waiters:
+                ctx.waiters.remove(waiter)
                 self._fill_wait(ctx, waiter.payload)
                 ctx.set_reply(uapi.pack_frame(uapi.NPU_CMD_WAIT, waiter.seq, waiter.payload,
                                               result=-errno.ETIMEDOUT))

@@ -17,6 +17,7 @@ import pyfuse3
 import trio
 
 from kmd_fuse import sysfs
+from kmd_fuse.context import MAX_OUTSTANDING
 from kmd_fuse.device import Device
 from kmd_fuse.errors import KmdError
 from kmd_fuse.paths import NPU_MAJOR
@@ -125,7 +126,7 @@ class DeviceFs(pyfuse3.Operations):
         except KmdError as exc:
             raise pyfuse3.FUSEError(exc.errno) from None
         self.files[context.context_id] = context
-        return pyfuse3.FileInfo(fh=context.context_id, direct_io=True, nonseekable=True)
+        return pyfuse3.FileInfo(fh=context.context_id, direct_io=True)  # pread/pwrite allowed: see transport.py
 
     async def write(self, fh, off, buf):
         context = self.files.get(fh)
@@ -142,16 +143,16 @@ class DeviceFs(pyfuse3.Operations):
         ctx = self.files.get(fh)
         if ctx is None:
             return self.tree.read(fh, off, size)
-        if not ctx.busy:
+        if not ctx.outstanding:
             raise pyfuse3.FUSEError(errno.ENOMSG)   # no request outstanding
-        if ctx.reply is None:
+        if not ctx.replies:
             self.device.service_completions()    # the job may be done before its interrupt is handled
-        if ctx.reply is None:
+        if not ctx.replies:
             with trio.move_on_after(READ_WAIT_S):
                 await ctx.reply_ready.wait()
-            if ctx.reply is None or ctx.closed:
+            if not ctx.replies or ctx.closed:
                 raise pyfuse3.FUSEError(errno.EAGAIN)
-        if size < len(ctx.reply):
+        if size < len(ctx.replies[0]):
             raise pyfuse3.FUSEError(errno.EOVERFLOW)
         return ctx.take_reply()
 
@@ -159,8 +160,8 @@ class DeviceFs(pyfuse3.Operations):
         context = self.files.get(fh)
         if context is None:
             return select.POLLIN | select.POLLOUT     # attribute files are always ready
-        mask = 0 if context.busy else select.POLLOUT
-        if context.reply is not None:
+        mask = select.POLLOUT if context.outstanding < MAX_OUTSTANDING else 0
+        if context.replies:
             mask |= select.POLLIN
         elif poll_handle is not None:
             context.poll_handle = poll_handle

@@ -1,8 +1,8 @@
 """Request frames: parse, validate, dispatch to the device, build replies.
 
-Frame-level faults (short frame, bad magic, nonzero reserved fields, a second
-request while one is outstanding) fail the write() itself with an errno, since
-there is no trustworthy request to answer.  Everything past a valid header gets
+Frame-level faults (short frame, bad magic, nonzero reserved fields, more than
+MAX_OUTSTANDING requests in flight) fail the write() itself with an errno, since
+there is no trustworthy request to answer (or no room to queue one).  Everything past a valid header gets
 a reply frame whose result is 0 or -errno: unknown command -> ENOTTY, payload of
 the wrong size -> EINVAL, unknown handle -> ENOENT, and so on.
 """
@@ -13,7 +13,7 @@ import logging
 import os
 
 from kmd_fuse import uapi
-from kmd_fuse.context import Context
+from kmd_fuse.context import MAX_OUTSTANDING, Context
 from kmd_fuse.device import Device
 from kmd_fuse.errors import KmdError
 
@@ -26,8 +26,8 @@ class FrameError(OSError):
 
 def handle_write(device: Device, ctx: Context, frame: bytes) -> None:
     """Accept one request frame; its reply becomes readable now or later."""
-    if ctx.busy:
-        raise FrameError(errno.EBUSY, "a request is still outstanding: read its reply first")
+    if ctx.outstanding >= MAX_OUTSTANDING:
+        raise FrameError(errno.EBUSY, f"{MAX_OUTSTANDING} requests outstanding: read replies first")
     if len(frame) < uapi.HDR_SIZE:
         raise FrameError(errno.EINVAL, f"short frame: {len(frame)} bytes")
     hdr = uapi.unpack_header(frame)
@@ -38,7 +38,7 @@ def handle_write(device: Device, ctx: Context, frame: bytes) -> None:
     if hdr.size != len(frame) - uapi.HDR_SIZE:
         raise FrameError(errno.EINVAL, f"header says {hdr.size} payload bytes, frame has "
                                        f"{len(frame) - uapi.HDR_SIZE}")
-    ctx.busy = True
+    ctx.outstanding += 1
     cmd, seq = hdr.cmd, hdr.seq
     try:
         command = uapi.COMMANDS.get(cmd)

@@ -34,7 +34,6 @@ from libnpu.transport import DeviceFile
 
 log = logging.getLogger("libnpu")
 
-WAIT_SLICE_NS = 20_000_000   # a blocking wait holds the file this long at most, so threads interleave
 MEM_READ, MEM_WRITE, MEM_RW = uapi.NPU_MEM_READ, uapi.NPU_MEM_WRITE, uapi.NPU_MEM_RW
 PRIO_LOW, PRIO_NORMAL, PRIO_HIGH = uapi.NPU_PRIO_LOW, uapi.NPU_PRIO_NORMAL, uapi.NPU_PRIO_HIGH
 
@@ -247,37 +246,29 @@ class Device:
 
         Fills each fence's ``status`` and ``device_time_ns``.  Job failures are
         reported in the statuses, not raised; a timeout raises TimeoutError
-        unless ``raise_on_timeout`` is false."""
+        unless ``raise_on_timeout`` is false.  Other threads keep using the
+        device meanwhile."""
         fences = list(fences)
         if not 1 <= len(fences) <= uapi.NPU_MAX_WAIT_FENCES:
             raise ValueError(f"wait takes 1..{uapi.NPU_MAX_WAIT_FENCES} fences")
-        deadline_ns = None if timeout is None else int(timeout * 1e9)
-        waited = 0
-        while True:
-            req = uapi.new_payload(uapi.NPU_CMD_WAIT)
-            req.count = len(fences)
-            req.flags = uapi.NPU_WAIT_ANY if wait_any else uapi.NPU_WAIT_ALL
-            slice_ns = WAIT_SLICE_NS if deadline_ns is None else min(WAIT_SLICE_NS, deadline_ns - waited)
-            req.timeout_ns = max(0, slice_ns)
-            for i, fence in enumerate(fences):
-                req.fences[i] = fence.id
-            try:
-                reply, timed_out = self.file.request(uapi.NPU_CMD_WAIT, req), False
-            except NpuError as exc:
-                if exc.errno != errno.ETIMEDOUT or exc.payload is None:
-                    raise
-                reply, timed_out = exc.payload, True
-            for i, fence in enumerate(fences):
-                if reply.status[i] != uapi.NPU_FENCE_PENDING:
-                    fence.status, fence.device_time_ns = reply.status[i], reply.device_time_ns[i]
-            if not timed_out:
-                return reply.signaled
-            waited += slice_ns
-            if deadline_ns is not None and waited >= deadline_ns:
-                if raise_on_timeout:
-                    raise TimeoutError(f"{len(fences) - reply.signaled} fence(s) not signalled "
-                                       f"after {timeout} s")
-                return reply.signaled
+        req = uapi.new_payload(uapi.NPU_CMD_WAIT)
+        req.count = len(fences)
+        req.flags = uapi.NPU_WAIT_ANY if wait_any else uapi.NPU_WAIT_ALL
+        req.timeout_ns = -1 if timeout is None else int(timeout * 1e9)
+        for i, fence in enumerate(fences):
+            req.fences[i] = fence.id
+        try:
+            reply, timed_out = self.file.request(uapi.NPU_CMD_WAIT, req), False
+        except NpuError as exc:
+            if exc.errno != errno.ETIMEDOUT or exc.payload is None:
+                raise
+            reply, timed_out = exc.payload, True
+        for i, fence in enumerate(fences):
+            if reply.status[i] != uapi.NPU_FENCE_PENDING:
+                fence.status, fence.device_time_ns = reply.status[i], reply.device_time_ns[i]
+        if timed_out and raise_on_timeout:
+            raise TimeoutError(f"{len(fences) - reply.signaled} fence(s) not signalled after {timeout} s")
+        return reply.signaled
 
     async def run_async(self, commands: CommandBuffer | Memory | None, buffers: Iterable[Memory] = (),
                         **options) -> Fence:

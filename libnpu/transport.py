@@ -1,10 +1,15 @@
 """Request/reply frames over an open device node (the user side of the uapi).
 
-One request is outstanding per open file; ``DeviceFile.request`` holds a lock
-from write to read, so threads sharing a device take turns.  A reply that is not
-ready at once (WAIT, RESET) is read in a loop: the driver holds each read()
-for at most ~50 ms, then fails it with EAGAIN, so a signal or a SIGKILL
-always gets through quickly.  (poll() works too; it costs one more trip.)
+Like ioctls on one file descriptor, requests from several threads may be in
+flight at once (pread/pwrite, not read/write: the kernel serializes read() and
+write() of threads sharing a file on its position lock, so a read held in the
+driver would stall the others' writes; the driver ignores offsets): each is one write() of a frame tagged with a sequence number,
+and replies come back in completion order.  One thread at a time reads; it
+routes each reply to the thread that owns its sequence number.  A reply that is
+not ready at once (WAIT, SUBMIT with NPU_SUBMIT_WAIT, RESET) is read in a loop:
+the driver holds a read() at most ~50 ms and then fails it with EAGAIN, so a
+signal or a SIGKILL always gets through quickly.  (poll() works too; it costs
+one more trip through FUSE.)
 """
 from __future__ import annotations
 
@@ -18,20 +23,24 @@ from kmd_fuse.uapi import NpuError
 
 
 class DeviceFile:
-    """An open /dev/npuN: one driver context."""
+    """An open /dev/npuN: one driver context, safe to share between threads."""
 
     def __init__(self, path: str | os.PathLike):
         self.path = os.fspath(path)
         self.fd = os.open(self.path, os.O_RDWR | os.O_CLOEXEC)
-        self._lock = threading.Lock()
         self._seq = itertools.count(1)
-        self._owed = False
+        self._write_lock = threading.Lock()
+        self._cond = threading.Condition()
+        self._replies: dict[int, bytes] = {}   # seq -> frame read by another thread
+        self._reading = False
+        self._abandoned: set[int] = set()     # seqs whose requester stopped waiting (interrupted)
 
     def close(self) -> None:
-        with self._lock:
+        with self._write_lock, self._cond:
             if self.fd >= 0:
                 os.close(self.fd)
                 self.fd = -1
+            self._cond.notify_all()
 
     def request(self, cmd: int, payload=None):
         """Send one request and return its reply payload (raises NpuError on -errno)."""
@@ -40,22 +49,22 @@ class DeviceFile:
             payload = uapi.new_payload(cmd)
         seq = next(self._seq) & 0xFFFFFFFF
         frame = uapi.pack_frame(cmd, seq, payload)
-        with self._lock:
+        with self._write_lock:
             if self.fd < 0:
                 raise NpuError(errno.EBADF, command.name, "device is closed")
-            if self._owed:                 # an interrupted request's reply is still due
-                self._read_reply(command.name)
-                self._owed = False
             try:
-                os.write(self.fd, frame)
+                os.pwrite(self.fd, frame, 0)
             except OSError as exc:
                 raise NpuError(exc.errno, command.name, "request refused") from None
-            self._owed = True
-            reply = self._read_reply(command.name)
-            self._owed = False
+        try:
+            reply = self._await_reply(seq, command.name)
+        except BaseException:
+            with self._cond:                    # e.g. KeyboardInterrupt: drop the reply when it comes
+                self._abandoned.add(seq)
+            raise
         hdr = uapi.unpack_header(reply)
-        if hdr.cmd != cmd or hdr.seq != seq:
-            raise NpuError(errno.EPROTO, command.name, f"reply for command {hdr.cmd:#x} seq {hdr.seq}")
+        if hdr.cmd != cmd:
+            raise NpuError(errno.EPROTO, command.name, f"reply for command {hdr.cmd:#x} with our seq {seq}")
         body = reply[uapi.HDR_SIZE:]
         if hdr.result:
             error = NpuError(-hdr.result, command.name)
@@ -63,12 +72,33 @@ class DeviceFile:
             raise error
         return uapi.unpack_payload(cmd, body)
 
-    def _read_reply(self, name: str) -> bytes:
-        """Read the reply; the driver holds a read at most ~50 ms and answers
-        EAGAIN if the reply is not ready by then, so we loop (interruptible)."""
+    def _await_reply(self, seq: int, name: str) -> bytes:
+        with self._cond:
+            while seq not in self._replies:
+                if self.fd < 0:
+                    raise NpuError(errno.EBADF, name, "device closed while waiting for the reply")
+                if self._reading:
+                    self._cond.wait()
+                    continue
+                self._reading = True            # our turn to read for everyone
+                self._cond.release()
+                try:
+                    frame = self._read_frame(name)
+                finally:
+                    self._cond.acquire()
+                    self._reading = False
+                    self._cond.notify_all()
+                got = uapi.unpack_header(frame).seq
+                if got in self._abandoned:
+                    self._abandoned.discard(got)
+                else:
+                    self._replies[got] = frame
+            return self._replies.pop(seq)
+
+    def _read_frame(self, name: str) -> bytes:
         while True:
             try:
-                return os.read(self.fd, uapi.NPU_MAX_FRAME)
+                return os.pread(self.fd, uapi.NPU_MAX_FRAME, 0)
             except OSError as exc:
                 if exc.errno != errno.EAGAIN:
                     raise NpuError(exc.errno, name, "reading the reply failed") from None

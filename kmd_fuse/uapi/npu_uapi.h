@@ -11,9 +11,10 @@
  * Transport: the FUSE node has no ioctl(), so each request is one write() of a
  * frame (struct npu_frame_hdr followed by the command's payload struct) and each
  * reply is one read() of a frame of the same shape (hdr.result = 0 or -errno).
- * One request may be outstanding per open file.  A reply that is not ready yet
- * (WAIT) is signalled with POLLIN; read() without a ready reply fails with EAGAIN
- * after a short server-side wait, so a client never blocks unboundedly.
+ * Up to 64 requests may be in flight per open file (EBUSY beyond); replies come
+ * in completion order and are matched to requests by seq.  A reply that is not
+ * ready yet (WAIT) is signalled with POLLIN; read() without a ready reply fails
+ * with EAGAIN after a short server-side wait, so a client never blocks unboundedly.
  *
  * Command numbers are encoded like Linux _IOWR('N', nr, struct npu_xxx):
  * dir(2 bits, 3 = read|write) << 30 | size(14 bits) << 16 | 'N' << 8 | nr.

@@ -118,13 +118,25 @@ def test_wrong_payload_size_is_einval(raw):
     assert raw.reply()[0].result == -errno.EINVAL
 
 
-def test_second_request_before_reading_the_reply_is_ebusy(raw):
-    frame = uapi.pack_frame(uapi.NPU_CMD_GET_INFO, 1, uapi.new_payload(uapi.NPU_CMD_GET_INFO))
-    raw.send(frame)
+def test_requests_overlap_up_to_a_limit_then_ebusy(raw):
+    for seq in range(1, 65):
+        raw.send(uapi.pack_frame(uapi.NPU_CMD_GET_INFO, seq, uapi.new_payload(uapi.NPU_CMD_GET_INFO)))
     with pytest.raises(OSError) as exc:
-        raw.send(frame)
+        raw.send(uapi.pack_frame(uapi.NPU_CMD_GET_INFO, 65, uapi.new_payload(uapi.NPU_CMD_GET_INFO)))
     assert exc.value.errno == errno.EBUSY
-    assert raw.reply()[0].result == 0
+    replies = [raw.reply()[0] for _ in range(64)]
+    assert sorted(r.seq for r in replies) == list(range(1, 65)) and all(r.result == 0 for r in replies)
+    with pytest.raises(OSError) as exc:
+        os.read(raw.fd, uapi.NPU_MAX_FRAME)              # all answered: nothing more to read
+    assert exc.value.errno == errno.ENOMSG
+
+
+def test_small_read_buffer_is_eoverflow_and_keeps_the_reply(raw):
+    raw.send(uapi.pack_frame(uapi.NPU_CMD_GET_INFO, 3, uapi.new_payload(uapi.NPU_CMD_GET_INFO)))
+    with pytest.raises(OSError) as exc:
+        os.read(raw.fd, 16)
+    assert exc.value.errno == errno.EOVERFLOW
+    assert raw.reply()[0].seq == 3
 
 
 def test_read_without_a_request_is_enomsg(raw):

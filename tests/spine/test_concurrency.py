@@ -69,3 +69,20 @@ async def test_a_job_failure_reaches_the_awaiting_task(device):
     else:
         raise AssertionError("the IOMMU fault was not reported")
     assert np.all(src.view == 0)
+
+
+def test_a_thread_waiting_on_a_long_job_does_not_hold_up_the_others(device):
+    a, b = device.alloc_mem(32 << 20), device.alloc_mem(32 << 20)
+    long_job = device.command_buffer()
+    for _ in range(40):
+        long_job.add("DMA_COPY", src=a.address, dst=b.address, length=32 << 20)
+    fence = device.submit(long_job, [a, b])
+    waiter = threading.Thread(target=fence.wait, kwargs={"timeout": 60})
+    waiter.start()
+    nop = device.command_buffer()
+    nop.add("NOP")
+    for _ in range(50):             # on the other core, while the waiter sits in WAIT
+        device.run(nop)
+    assert fence.status is None, "the long job finished before the NOPs: make it longer"
+    waiter.join(60)
+    assert fence.status == 0
