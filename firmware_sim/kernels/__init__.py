@@ -15,3 +15,6 @@ the wheels); FULLY_CONNECTED's reference kernel instead computes
 ``round(acc * (double)in_scale * filter_scale / out_scale)``, which needs the float64
 effective scale (``fully_connected(..., scale=...)``).
 """
+from .allocator import keep_freed_memory
+
+keep_freed_memory()  # block temporaries reuse heap pages instead of faulting fresh ones
