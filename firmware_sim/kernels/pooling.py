@@ -16,22 +16,39 @@ from .output import check_int8_param, store_int8
 __all__ = ["max_pool2d", "avg_pool2d", "mean"]
 
 
-def _pool_windows(x: np.ndarray, filter_hw, stride, padding, out_hw, fill: int):
+def _pool_geometry(x: np.ndarray, filter_hw, stride, padding, out_hw) -> tuple[int, ...]:
     if x.dtype != np.int8 or x.ndim != 4:
         raise ValueError(f"pool input must be int8 NHWC, got {x.dtype} {x.shape}")
     (fh, fw), (sh, sw), (pt, pl), (oh, ow) = (tuple(int(v) for v in p)
                                               for p in (filter_hw, stride, padding, out_hw))
     if min(fh, fw, sh, sw) < 1 or min(pt, pl, oh, ow) < 0:
         raise ValueError("filter/stride must be >= 1, padding/output size >= 0")
-    n, h, w, c = x.shape
+    _, h, w, _ = x.shape
     need_h, need_w = (oh - 1) * sh + fh, (ow - 1) * sw + fw
     pb, pr = max(0, need_h - h - pt), max(0, need_w - w - pl)
     if max(fh, fw) > 4096 or pt >= fh or pl >= fw or pb >= fh or pr >= fw:
         raise ValueError("pooling padding must be smaller than the filter (filter <= 4096)")
+    return fh, fw, sh, sw, pt, pl, oh, ow, h, w, pb, pr
+
+
+def _tiles(x: np.ndarray, g: tuple[int, ...]) -> np.ndarray | None:
+    """(N, OH, FH, OW, FW, C) when the windows tile the image without padding or overlap
+    (global pooling, 2x2/2...): every window is whole, so no padded copy is needed."""
+    fh, fw, sh, sw, pt, pl, oh, ow, h, w, pb, pr = g
+    if (sh, sw) != (fh, fw) or pt or pl or pb or pr or oh * fh > h or ow * fw > w:
+        return None
+    n, c = x.shape[0], x.shape[3]
+    return x[:, :oh * fh, :ow * fw].reshape(n, oh, fh, ow, fw, c)
+
+
+def _pool_windows(x: np.ndarray, g: tuple[int, ...], fill: int) -> np.ndarray:
+    fh, fw, sh, sw, pt, pl, oh, ow, h, w, pb, pr = g
+    n, _, _, c = x.shape
+    need_h, need_w = (oh - 1) * sh + fh, (ow - 1) * sw + fw
     xp = np.full((n, pt + h + pb, pl + w + pr, c), fill, dtype=np.int32)
     xp[:, pt:pt + h, pl:pl + w, :] = x
     win = sliding_window_view(xp[:, :need_h, :need_w, :], (fh, fw), axis=(1, 2))
-    return win[:, ::sh, ::sw][:, :oh, :ow], (fh, fw, sh, sw, pt, pl, oh, ow, h, w)
+    return win[:, ::sh, ::sw][:, :oh, :ow]
 
 
 def _count(out: int, f: int, s: int, p: int, size: int) -> np.ndarray:
@@ -45,10 +62,14 @@ def max_pool2d(x: np.ndarray, *, filter_hw: tuple[int, int], stride: tuple[int, 
                act_min: int = -128, act_max: int = 127,
                out: np.ndarray | None = None) -> np.ndarray:
     """int8 NHWC max pooling; padding (top, left), output (OH, OW) from ``conv_geometry``."""
-    win, _ = _pool_windows(x, filter_hw, stride, padding, out_hw, fill=-(1 << 20))
-    m = win.max(axis=(-2, -1)).astype(np.int64)
-    if np.any(m == -(1 << 20)):
-        raise ValueError("a pooling window lies entirely outside the input")
+    g = _pool_geometry(x, filter_hw, stride, padding, out_hw)
+    tiles = _tiles(x, g)
+    if tiles is not None:
+        m = tiles.max(axis=(2, 4)).astype(np.int64)
+    else:
+        m = _pool_windows(x, g, fill=-(1 << 20)).max(axis=(-2, -1)).astype(np.int64)
+        if np.any(m == -(1 << 20)):
+            raise ValueError("a pooling window lies entirely outside the input")
     return store_int8(m, 0, check_int8_param("act_min", act_min),
                       check_int8_param("act_max", act_max), out)
 
@@ -58,12 +79,17 @@ def avg_pool2d(x: np.ndarray, *, filter_hw: tuple[int, int], stride: tuple[int, 
                act_min: int = -128, act_max: int = 127,
                out: np.ndarray | None = None) -> np.ndarray:
     """int8 NHWC average pooling over the in-image part of each window."""
-    win, (fh, fw, sh, sw, pt, pl, oh, ow, h, w) = _pool_windows(
-        x, filter_hw, stride, padding, out_hw, fill=0)
-    acc = win.sum(axis=(-2, -1), dtype=np.int64)
-    count = np.outer(_count(oh, fh, sh, pt, h), _count(ow, fw, sw, pl, w))[None, :, :, None]
-    if np.any(count <= 0):
-        raise ValueError("a pooling window lies entirely outside the input")
+    g = _pool_geometry(x, filter_hw, stride, padding, out_hw)
+    fh, fw, sh, sw, pt, pl, oh, ow, h, w, _, _ = g
+    tiles = _tiles(x, g)
+    if tiles is not None:
+        acc = tiles.sum(axis=(2, 4), dtype=np.int64)
+        count = np.int64(fh * fw)
+    else:
+        acc = _pool_windows(x, g, fill=0).sum(axis=(-2, -1), dtype=np.int64)
+        count = np.outer(_count(oh, fh, sh, pt, h), _count(ow, fw, sw, pl, w))[None, :, :, None]
+        if np.any(count <= 0):
+            raise ValueError("a pooling window lies entirely outside the input")
     half = count // 2
     num = np.where(acc > 0, acc + half, acc - half)
     avg = np.where(num >= 0, num // count, -((-num) // count))  # C division truncates

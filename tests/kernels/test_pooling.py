@@ -58,6 +58,44 @@ def test_pool(seed: int, op: int) -> None:
         assert np.count_nonzero(got != expected) == 0, desc
 
 
+# Windows that tile the image (the kernels' no-padding fast path): global pooling as in
+# classifier heads, 2x2/2, 3x3/3 with rows/columns left over (VALID).
+_TILED = [((1, 8, 8, 64), (8, 8)), ((2, 6, 9, 5), (3, 3)), ((1, 7, 7, 3), (2, 2)),
+          ((3, 4, 10, 2), (4, 5)), ((1, 1, 1, 4), (1, 1)), ((2, 9, 5, 7), (2, 1))]
+
+
+@pytest.mark.parametrize("op", [OP.MAX_POOL_2D, OP.AVERAGE_POOL_2D], ids=["max", "avg"])
+@pytest.mark.parametrize("case", range(len(_TILED)))
+def test_pool_tiled_windows(case: int, op: int) -> None:
+    shape, (fh, fw) = _TILED[case]
+    rng = np.random.default_rng(8500 + case + op)
+    n, h, w, c = shape
+    oh, ow = h // fh, w // fw
+    fn = max_pool2d if op == OP.MAX_POOL_2D else avg_pool2d
+    for act in ACTIVATIONS:
+        scale, zp = float(f32(log_uniform(rng, 1e-3, 0.2))), int(rng.integers(-128, 128))
+
+        def options(b, act=act):
+            tflite.Pool2DOptionsStart(b)
+            tflite.Pool2DOptionsAddPadding(b, 1)  # VALID
+            tflite.Pool2DOptionsAddStrideH(b, fh)
+            tflite.Pool2DOptionsAddStrideW(b, fw)
+            tflite.Pool2DOptionsAddFilterHeight(b, fh)
+            tflite.Pool2DOptionsAddFilterWidth(b, fw)
+            tflite.Pool2DOptionsAddFusedActivationFunction(b, act)
+            return tflite.Pool2DOptionsEnd(b)
+
+        tensors = [TensorSpec(shape, np.int8, [scale], [zp]), TensorSpec((n, oh, ow, c), np.int8, [scale], [zp])]
+        model = single_op_model(op, tensors, [0], [1], tflite.BuiltinOptions.Pool2DOptions, options)
+        for x in (random_int8(rng, shape), np.full(shape, -128, np.int8), np.full(shape, 127, np.int8)):
+            (expected,) = run_reference(model, x)
+            act_min, act_max = fused_activation_range(act, scale, zp)
+            out = np.zeros((n, oh, ow, c, 2), np.int8)[..., 0]  # strided destination
+            fn(x, filter_hw=(fh, fw), stride=(fh, fw), padding=(0, 0), out_hw=(oh, ow),
+               act_min=act_min, act_max=act_max, out=out)
+            assert np.array_equal(out, expected), f"{shape} f=({fh},{fw}) act={act}"
+
+
 @pytest.mark.parametrize("seed", SEEDS)
 def test_mean(seed: int) -> None:
     rng = np.random.default_rng(9000 + seed)
