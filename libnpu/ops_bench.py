@@ -226,7 +226,10 @@ def bench_ops(layers: Sequence[Layer], *, repeat: int = 5, devroot: str | Path |
     """Run every layer; returns ``{"layers": [...], "totals": {...}}`` (times in ms)."""
     if repeat < 1:
         raise ValueError("--repeat must be at least 1")
-    litert = litert and _litert_available()
+    skipped = None if not litert or _litert_available() else "ai-edge-litert is not installed"
+    if not litert:
+        skipped = "--no-litert"
+    litert = skipped is None
     rng = np.random.default_rng(seed)
     with tempfile.TemporaryDirectory(prefix="npu-bench-ops-") as tmp:
         rows = [bench_layer(layer, rng, repeat=repeat, workdir=Path(tmp), devroot=devroot, litert=litert)
@@ -239,7 +242,7 @@ def bench_ops(layers: Sequence[Layer], *, repeat: int = 5, devroot: str | Path |
         totals["xnnpack_over_npu"] = round(totals["xnnpack_ms"] / totals["npu_ms"], 3)
     report: dict[str, Any] = {"repeat": repeat, "layers": rows, "totals": totals}
     if not litert:
-        report["litert_skipped"] = "ai-edge-litert is not installed (outputs not checked)"
+        report["litert_skipped"] = f"{skipped}: outputs not checked against BUILTIN_REF"
     return report
 
 

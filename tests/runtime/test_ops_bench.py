@@ -24,7 +24,7 @@ def test_quick_layers_match_litert_and_report_json(npu, capsys):
         assert r["macs"] == layer.macs > 0
         for key in ("npu_ms", "builtin_ref_ms", "xnnpack_ms", "device_time_ms"):
             assert r[key] > 0, (r["name"], key)
-        assert r["ref_over_npu"] == pytest.approx(r["builtin_ref_ms"] / r["npu_ms"], rel=1e-2)
+        assert r["ref_over_npu"] == pytest.approx(r["builtin_ref_ms"] / r["npu_ms"], rel=1e-2, abs=1e-3)
     assert report["totals"]["macs"] == sum(layer.macs for layer in ops_bench.QUICK)
 
 
