@@ -269,14 +269,17 @@ def conv2d(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None, *,
     chunk = gemm_chunk(k, bound_x, row_abs_max)
     finish = _requant_plan(bias, multiplier, shift, output_zp, act_min, act_max,
                            bound_x * row_abs_max)
-    direct = kh == kw == 1 and sh == sw == 1 and pt == pl == 0 and (oh, ow) == x.shape[1:3]
+    # 1x1 filters without padding read the input directly (strided rows/columns): no
+    # padded block, no windows. The extent checks guarantee (oh-1)*sh < H, (ow-1)*sw < W.
+    direct = kh == kw == 1 and pt == pl == 0
     geo = _Geometry(x, input_zp, kh, kw, sh, sw, dh, dw, pt, pl, ow)
     step = max(1, ROW_BLOCK_ELEMS // max(1, ow * cout))
     for image in range(n):
         for y0 in range(0, oh, step):
             y1 = min(oh, y0 + step)
             if direct:
-                cols = x[image, y0:y1].reshape(-1, cin).astype(np.float32)
+                src = x[image, y0 * sh:(y1 - 1) * sh + 1:sh, :(ow - 1) * sw + 1:sw]
+                cols = src.astype(np.float32).reshape(-1, cin)
                 cols -= np.float32(input_zp)
             else:
                 # (rows, OW, C, KH, KW) -> (rows*OW, KH, KW, C) to match the filter layout.

@@ -227,3 +227,22 @@ def test_long_reductions_match_reference(seed: int) -> None:
                  geometry=((pt, pt), (oh, oh)))
         got, expected = run_case(c, depthwise)
         assert np.count_nonzero(got != expected) == 0, f"depthwise={depthwise} seed={seed}"
+
+
+@pytest.mark.parametrize("shape,stride,cout", [((1, 16, 16, 32), (2, 2), 64), ((2, 9, 7, 5), (2, 3), 6),
+                                               ((1, 5, 5, 8), (3, 1), 4), ((1, 32, 32, 16), (1, 1), 32)])
+def test_pointwise_strided_reads_input_directly(shape, stride, cout) -> None:
+    """1x1 convolutions (ResNet shortcuts: 1x1/2) take the direct path; SAME and VALID
+    both mean no padding for them."""
+    rng = np.random.default_rng(sum(shape) + cout)
+    x, w = random_int8(rng, shape), random_int8(rng, (cout, 1, 1, shape[3]))
+    bias = rng.integers(-5000, 5000, size=cout).astype(np.int32)
+    w_scales = f32(rng.uniform(0.002, 0.02, cout))
+    q = dict(in_scale=0.05, in_zp=-7, w_scales=w_scales, out_scale=0.1, out_zp=3, activation=0)
+    oh, ow = -(-shape[1] // stride[0]), -(-shape[2] // stride[1])
+    model = build(False, shape, w, bias, q, stride, (1, 1), 0, 1, (shape[0], oh, ow, cout))
+    (expected,) = run_reference(model, x)
+    mult, shift = conv_multipliers(0.05, w_scales, 0.1)
+    got = conv2d(x, w, bias, stride=stride, dilation=(1, 1), padding=(0, 0), out_hw=(oh, ow),
+                 input_zp=-7, output_zp=3, multiplier=mult, shift=shift)
+    np.testing.assert_array_equal(got, expected)
