@@ -7,6 +7,7 @@ result in place into the output view. A descriptor whose fields make no sense ra
 """
 from __future__ import annotations
 
+import math
 from typing import Callable
 
 import numpy as np
@@ -28,7 +29,7 @@ def _dims(values, name: str) -> tuple[int, ...]:
     dims = tuple(int(v) for v in values)
     if any(d == 0 for d in dims):
         raise OpDescriptorError(f"{name} has an empty dimension: {dims}")
-    if int(np.prod(dims, dtype=np.int64)) > _MAX_ELEMENTS:
+    if math.prod(dims) > _MAX_ELEMENTS:
         raise OpDescriptorError(f"{name} {dims} is too large")
     return dims
 
@@ -54,7 +55,29 @@ def _quant_arrays(desc: np.void, dma, n: int) -> tuple[np.ndarray, np.ndarray]:
     return np.array([desc["multiplier"]], np.int32), np.array([desc["shift"]], np.int32)
 
 
-def _conv_common(desc: np.void, dma, depthwise: bool) -> None:
+_PLANS: dict[tuple[str, bytes], tuple] = {}
+
+
+def _plan(kind: str, desc: np.void, parse: Callable[[np.void], tuple]) -> tuple:
+    """``parse(desc)``, remembered by the descriptor's bytes: a model's descriptors repeat
+    on every inference, and reading and checking ~30 fields costs more than small ops.
+    Only the decoding is cached; every operand is still read through the DMA engine."""
+    key = (kind, desc.tobytes())
+    plan = _PLANS.get(key)
+    if plan is None:
+        plan = parse(desc)
+        if len(_PLANS) >= 4096:
+            _PLANS.clear()
+        _PLANS[key] = plan
+    return plan
+
+
+def _frozen(a: np.ndarray) -> np.ndarray:
+    a.flags.writeable = False   # shared by every run of the plan
+    return a
+
+
+def _parse_conv(desc: np.void, depthwise: bool) -> tuple:
     n, h, w, cin = _dims(desc["in_shape"], "in_shape")
     on, oh, ow, cout = _dims(desc["out_shape"], "out_shape")
     kh, kw = _dims(desc["filter_hw"], "filter_hw")
@@ -67,16 +90,33 @@ def _conv_common(desc: np.void, dma, depthwise: bool) -> None:
         if cin_g == 0 or cin % cin_g:
             raise OpDescriptorError(f"cin_per_group {cin_g} does not divide Cin {cin}")
         w_shape = (cout, kh, kw, cin_g)
-    x = dma.read_array(int(desc["input"]), np.int8, (n, h, w, cin))
-    wt = dma.read_array(int(desc["weights"]), np.int8, w_shape)
-    bias = dma.read_array(int(desc["bias"]), np.int32, (cout,)) if desc["bias"] else None
-    mult, shift = _quant_arrays(desc, dma, cout)
-    out = dma.write_array(int(desc["output"]), np.int8, (n, oh, ow, cout))
+    per_channel = bool(int(desc["flags"]) & ops.OPF_PER_CHANNEL)
+    quant = ((int(desc["mult_iova"]), int(desc["shift_iova"])) if per_channel else
+             (_frozen(np.array([desc["multiplier"]], np.int32)), _frozen(np.array([desc["shift"]], np.int32))))
+    kwargs = dict(stride=tuple(int(v) for v in desc["stride"]),
+                  dilation=tuple(int(v) for v in desc["dilation"]),
+                  padding=tuple(int(v) for v in desc["padding"]), out_hw=(oh, ow),
+                  input_zp=int(desc["input_zp"]), output_zp=int(desc["output_zp"]),
+                  act_min=int(desc["act_min"]), act_max=int(desc["act_max"]))
+    return ((int(desc["input"]), (n, h, w, cin)), (int(desc["weights"]), w_shape),
+            int(desc["bias"]), cout, per_channel, quant, (int(desc["output"]), (n, oh, ow, cout)),
+            kwargs)
+
+
+def _conv_common(desc: np.void, dma, depthwise: bool) -> None:
+    (x_at, w_at, bias_at, cout, per_channel, quant, out_at, kwargs) = _plan(
+        "dw" if depthwise else "conv", desc, lambda d: _parse_conv(d, depthwise))
+    x = dma.read_array(x_at[0], np.int8, x_at[1])
+    wt = dma.read_array(w_at[0], np.int8, w_at[1])
+    bias = dma.read_array(bias_at, np.int32, (cout,)) if bias_at else None
+    if per_channel:
+        mult = dma.read_array(quant[0], np.int32, (cout,))
+        shift = dma.read_array(quant[1], np.int32, (cout,))
+    else:
+        mult, shift = quant
+    out = dma.write_array(out_at[0], np.int8, out_at[1])
     fn = conv.depthwise_conv2d if depthwise else conv.conv2d
-    fn(x, wt, bias, stride=tuple(desc["stride"]), dilation=tuple(desc["dilation"]),
-       padding=tuple(desc["padding"]), out_hw=(oh, ow), input_zp=int(desc["input_zp"]),
-       output_zp=int(desc["output_zp"]), multiplier=mult, shift=shift,
-       act_min=int(desc["act_min"]), act_max=int(desc["act_max"]), out=out)
+    fn(x, wt, bias, multiplier=mult, shift=shift, out=out, **kwargs)
 
 
 def _conv2d(desc: np.void, dma) -> None:
@@ -87,49 +127,53 @@ def _depthwise(desc: np.void, dma) -> None:
     _conv_common(desc, dma, depthwise=True)
 
 
-def _binary_operands(desc: np.void, dma):
+def _parse_binary(desc: np.void, params: tuple[str, ...]) -> tuple:
     s1, s2, so = (_ranked(desc, f) for f in ("in1_shape", "in2_shape", "out_shape"))
     try:
         if np.broadcast_shapes(s1, s2) != so:
             raise OpDescriptorError(f"{s1} and {s2} do not broadcast to {so}")
     except ValueError as exc:
         raise OpDescriptorError(str(exc)) from None
-    return (dma.read_array(int(desc["input1"]), np.int8, s1),
-            dma.read_array(int(desc["input2"]), np.int8, s2),
-            dma.write_array(int(desc["output"]), np.int8, so))
+    return ((int(desc["input1"]), s1), (int(desc["input2"]), s2), (int(desc["output"]), so),
+            {name: int(desc[name]) for name in params})
+
+
+_ADD_PARAMS = ("input1_zp", "input2_zp", "output_zp", "left_shift", "input1_multiplier",
+               "input1_shift", "input2_multiplier", "input2_shift", "output_multiplier",
+               "output_shift", "act_min", "act_max")
+_MUL_PARAMS = ("input1_zp", "input2_zp", "output_zp", "multiplier", "shift", "act_min", "act_max")
+
+
+def _binary(desc: np.void, dma, kind: str, params: tuple[str, ...], fn) -> None:
+    a_at, b_at, out_at, kwargs = _plan(kind, desc, lambda d: _parse_binary(d, params))
+    fn(dma.read_array(a_at[0], np.int8, a_at[1]), dma.read_array(b_at[0], np.int8, b_at[1]),
+       out=dma.write_array(out_at[0], np.int8, out_at[1]), **kwargs)
 
 
 def _add(desc: np.void, dma) -> None:
-    a, b, out = _binary_operands(desc, dma)
-    elementwise.add(a, b, input1_zp=int(desc["input1_zp"]), input2_zp=int(desc["input2_zp"]),
-                    output_zp=int(desc["output_zp"]), left_shift=int(desc["left_shift"]),
-                    input1_multiplier=int(desc["input1_multiplier"]),
-                    input1_shift=int(desc["input1_shift"]),
-                    input2_multiplier=int(desc["input2_multiplier"]),
-                    input2_shift=int(desc["input2_shift"]),
-                    output_multiplier=int(desc["output_multiplier"]),
-                    output_shift=int(desc["output_shift"]),
-                    act_min=int(desc["act_min"]), act_max=int(desc["act_max"]), out=out)
+    _binary(desc, dma, "add", _ADD_PARAMS, elementwise.add)
 
 
 def _mul(desc: np.void, dma) -> None:
-    a, b, out = _binary_operands(desc, dma)
-    elementwise.mul(a, b, input1_zp=int(desc["input1_zp"]), input2_zp=int(desc["input2_zp"]),
-                    output_zp=int(desc["output_zp"]), multiplier=int(desc["multiplier"]),
-                    shift=int(desc["shift"]), act_min=int(desc["act_min"]),
-                    act_max=int(desc["act_max"]), out=out)
+    _binary(desc, dma, "mul", _MUL_PARAMS, elementwise.mul)
 
 
-def _pool(desc: np.void, dma, fn) -> None:
+def _parse_pool(desc: np.void) -> tuple:
     n, h, w, c = _dims(desc["in_shape"], "in_shape")
     on, oh, ow, oc = _dims(desc["out_shape"], "out_shape")
     if (on, oc) != (n, c):
         raise OpDescriptorError("pooling keeps batch and channels")
-    x = dma.read_array(int(desc["input"]), np.int8, (n, h, w, c))
-    out = dma.write_array(int(desc["output"]), np.int8, (n, oh, ow, c))
-    fn(x, filter_hw=tuple(desc["filter_hw"]), stride=tuple(desc["stride"]),
-       padding=tuple(desc["padding"]), out_hw=(oh, ow), act_min=int(desc["act_min"]),
-       act_max=int(desc["act_max"]), out=out)
+    kwargs = dict(filter_hw=tuple(int(v) for v in desc["filter_hw"]),
+                  stride=tuple(int(v) for v in desc["stride"]),
+                  padding=tuple(int(v) for v in desc["padding"]), out_hw=(oh, ow),
+                  act_min=int(desc["act_min"]), act_max=int(desc["act_max"]))
+    return (int(desc["input"]), (n, h, w, c)), (int(desc["output"]), (n, oh, ow, c)), kwargs
+
+
+def _pool(desc: np.void, dma, fn) -> None:
+    x_at, out_at, kwargs = _plan("pool", desc, _parse_pool)
+    fn(dma.read_array(x_at[0], np.int8, x_at[1]),
+       out=dma.write_array(out_at[0], np.int8, out_at[1]), **kwargs)
 
 
 def _max_pool(desc: np.void, dma) -> None:

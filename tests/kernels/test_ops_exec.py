@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from firmware_sim.kernels import activations, conv, elementwise, layout, pooling, resize
-from firmware_sim.spec import ops
+from firmware_sim.spec import iommu, ops
 from firmware_sim.spec.fixedpoint import (LUT_TANH, activation_lut, add_params,
                                           quantize_multiplier_array, softmax_params)
 
@@ -44,14 +44,25 @@ def test_conv_handlers(mem: ChipMemory, depthwise: bool) -> None:
     fn = conv.depthwise_conv2d if depthwise else conv.conv2d
     expected = fn(x, w, bias, **kw)
     out = mem.alloc(expected.nbytes)
+    x_at, mult_at = mem.put(x), mem.put(mult)
     desc = encode("DEPTHWISE_CONV2D" if depthwise else "CONV2D", ops.OPF_PER_CHANNEL,
-                  input=mem.put(x), weights=mem.put(w), bias=mem.put(bias), output=out,
-                  mult_iova=mem.put(mult), shift_iova=mem.put(shift), in_shape=x.shape,
+                  input=x_at, weights=mem.put(w), bias=mem.put(bias), output=out,
+                  mult_iova=mult_at, shift_iova=mem.put(shift), in_shape=x.shape,
                   out_shape=expected.shape, filter_hw=(3, 3), stride=(2, 1), dilation=(1, 2),
                   padding=(1, 2), cin_per_group=1 if depthwise else 2, input_zp=-3,
                   output_zp=5, act_min=-100, act_max=120)
     run_ok(mem, desc)
     np.testing.assert_array_equal(mem.get(out, np.int8, expected.shape), expected)
+    # The decoded descriptor is remembered, the operands are not: new input data and
+    # per-channel multipliers in the same memory give the new result.
+    x2 = random_int8(rng, x.shape)
+    mult2 = ((mult.astype(np.int64) + (1 << 31)) // 2).astype(np.int32)  # still in [2**30, 2**31)
+    for at, data in ((x_at, x2), (mult_at, mult2)):
+        off = at - iommu.IOVA_BASE
+        mem.bytes[off:off + data.nbytes] = data.reshape(-1).view(np.uint8)
+    run_ok(mem, desc)
+    np.testing.assert_array_equal(mem.get(out, np.int8, expected.shape),
+                                  fn(x2, w, bias, **dict(kw, multiplier=mult2)))
 
 
 def test_elementwise_and_activation_handlers(mem: ChipMemory) -> None:
