@@ -6,7 +6,7 @@ per-channel fixed-point requantization (``MultiplyByQuantizedMultiplier``, doubl
 
 Speed: output rows are processed in blocks that stay in cache. For each block the input
 rows it reads are shifted by the zero point into float32 and zero-padded; conv gathers
-them into im2col rows (``sliding_window_view``) for one float32 BLAS GEMM (K-chunked when
+them into im2col rows (a strided view of the block) for one float32 BLAS GEMM (K-chunked when
 a partial sum could pass 2**24), depthwise splits the columns by stride phase and does
 KH*KW contiguous multiply-adds. Then the block is requantized (see ``_Requant``) and
 stored. Every sum is an integer within the float's exact range, so results are exact.
@@ -16,7 +16,6 @@ from __future__ import annotations
 from collections import OrderedDict
 
 import numpy as np
-from numpy.lib.stride_tricks import sliding_window_view
 
 from . import weight_cache
 from .fixedpoint import (F64Requant, multiply_by_quantized_multiplier,
@@ -77,11 +76,11 @@ def _check_quant(n_out: int, bias, multiplier, shift) -> tuple[np.ndarray, np.nd
     if multiplier.shape != shift.shape or multiplier.shape not in ((n_out,), (1,)):
         raise ValueError(f"multiplier/shift must both be ({n_out},) or (1,), "
                          f"got {multiplier.shape} and {shift.shape}")
-    if np.any((shift < -31) | (shift > 30)):
-        raise ValueError("requantization shift must be in [-31, 30]")
+    if multiplier.dtype.kind not in "iu" or shift.dtype.kind not in "iu":
+        raise TypeError(f"multiplier/shift must be integers, got {multiplier.dtype} and {shift.dtype}")
     if bias is not None and (bias.dtype != np.int32 or bias.shape != (n_out,)):
         raise ValueError(f"bias must be int32 ({n_out},), got {bias.dtype} {bias.shape}")
-    return multiplier.astype(np.int64), shift.astype(np.int64)
+    return multiplier, shift  # value ranges are checked once per plan (_Requant)
 
 
 def _check_out(out: np.ndarray | None, shape: tuple[int, ...]) -> np.ndarray:
@@ -129,10 +128,15 @@ class _Geometry:
         return buf
 
     def windows(self, image: int, y0: int, y1: int) -> np.ndarray:
-        """(rows, OW, C, KH, KW) float32 view for output rows y0..y1 of one image."""
-        win = sliding_window_view(self.block(image, y0, y1), (self.eff_h, self.eff_w),
-                                  axis=(0, 1))
-        return win[::self.sh, ::self.sw][:y1 - y0, :self.ow, :, ::self.dh, ::self.dw]
+        """(rows, OW, KH, KW, C) float32 view for output rows y0..y1 of one image: what
+        each output reads through each tap, in the filters' (KH, KW, C) order."""
+        block = self.block(image, y0, y1)
+        s0, s1, s2 = block.strides
+        # Built directly (sliding_window_view's checks cost more than a small conv):
+        # the last row read is (rows-1)*sh + (kh-1)*dh < block rows, likewise columns.
+        return np.ndarray((y1 - y0, self.ow, self.kh, self.kw, block.shape[2]), np.float32,
+                          buffer=block, strides=(self.sh * s0, self.sw * s1, self.dh * s0,
+                                                 self.dw * s1, s2))
 
     def phases(self, image: int, y0: int, y1: int) -> list[np.ndarray]:
         """:meth:`block` split by column phase: ``phases[p][:, q]`` is padded column
@@ -184,7 +188,10 @@ class _Requant:
     def __init__(self, bias, multiplier, shift, output_zp, act_min, act_max, acc_bound):
         # Own copies: plans are reused, and the arguments may be views of device memory.
         bias = None if bias is None else np.array(bias, copy=True)
-        multiplier, shift = np.array(multiplier, copy=True), np.array(shift, copy=True)
+        multiplier = np.array(multiplier, dtype=np.int64, copy=True)
+        shift = np.array(shift, dtype=np.int64, copy=True)
+        if np.any((shift < -31) | (shift > 30)):
+            raise ValueError("requantization shift must be in [-31, 30]")
         self.bias, self.multiplier, self.shift = bias, multiplier, shift
         self.output_zp, self.act_min, self.act_max = int(output_zp), int(act_min), int(act_max)
         self.acc_bound = acc_bound
@@ -216,7 +223,8 @@ _REQUANT_PLANS: OrderedDict[tuple, _Requant] = OrderedDict()
 def _requant_plan(bias, multiplier, shift, output_zp, act_min, act_max, acc_bound) -> _Requant:
     """A :class:`_Requant`, reused while its parameters repeat (every inference of a model
     reruns the same layers; building the plan costs ~0.1 ms)."""
-    key = (None if bias is None else bias.tobytes(), multiplier.tobytes(), shift.tobytes(),
+    key = (None if bias is None else bias.tobytes(), multiplier.dtype.str, multiplier.tobytes(),
+           shift.dtype.str, shift.tobytes(),
            int(output_zp), int(act_min), int(act_max), int(acc_bound))
     plan = _REQUANT_PLANS.get(key)
     if plan is None:
@@ -282,9 +290,8 @@ def conv2d(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None, *,
                 cols = src.astype(np.float32).reshape(-1, cin)
                 cols -= np.float32(input_zp)
             else:
-                # (rows, OW, C, KH, KW) -> (rows*OW, KH, KW, C) to match the filter layout.
-                patch = geo.windows(image, y0, y1).transpose(0, 1, 3, 4, 2)
-                cols = np.ascontiguousarray(patch).reshape(-1, kh * kw * cin)
+                # (rows, OW, KH, KW, C) -> (rows*OW, KH*KW*C), the filter layout.
+                cols = np.ascontiguousarray(geo.windows(image, y0, y1)).reshape(-1, kh * kw * cin)
             if groups == 1:
                 acc = exact_gemm(cols, wf[0], chunk)
             else:

@@ -18,7 +18,7 @@ import numpy as np
 
 __all__ = ["converted", "clear", "MIN_CACHED_BYTES", "BUDGET_BYTES"]
 
-MIN_CACHED_BYTES = 32 << 10   # smaller weights convert faster than a lookup pays back
+MIN_CACHED_BYTES = 1 << 10    # a lookup (key + byte compare) costs ~2 us; converting more
 BUDGET_BYTES = 256 << 20      # float32 copies + int8 originals kept at most
 
 _entries: OrderedDict[Hashable, tuple[np.ndarray, Any, int]] = OrderedDict()
