@@ -204,7 +204,7 @@ class _Requant:
 
     def __call__(self, acc_f: np.ndarray, out_block: np.ndarray) -> None:
         if self.f64 is not None and self.f64.limit and (
-                self.f64_always or float(np.abs(acc_f).max()) <= self.f64.limit):
+                self.f64_always or max(-float(acc_f.min()), float(acc_f.max())) <= self.f64.limit):
             v = self.f64.apply(acc_f)
         else:
             acc = accumulate_bias(acc_f, self.bias, self.acc_bound)

@@ -174,15 +174,18 @@ class F64Requant:
         # (acc + b) * m < -2**30  <=>  folded value < threshold; never for e == 0 channels.
         self.threshold = np.where(right > 0, half * 2.0 ** 31 + fold, -np.inf)
         self.scale = np.exp2(-total.astype(np.float64))
+        # The same arithmetic pre-scaled by 2**-T: every intermediate is an integer below
+        # 2**53 times a power of two, so each step stays exact and one pass is saved.
+        self._m_s, self._const_s = self.m * self.scale, self.const * self.scale
+        self._threshold_s, self._step_s = self.threshold * self.scale, 2.0 ** 31 * self.scale
 
     def apply(self, acc: np.ndarray) -> np.ndarray:
         """Integral float64 results for accumulators (float32/float64) with ``|acc| <=
         limit``; broadcasts the per-channel constants along the last axis."""
         x = acc.astype(np.float64)
-        x *= self.m
-        x += self.const
-        x -= (x < self.threshold) * 2.0 ** 31
-        x *= self.scale
+        x *= self._m_s
+        x += self._const_s
+        x -= (x < self._threshold_s) * self._step_s
         np.floor(x, out=x)
         if self.late_addend:
             x += self.late_addend
