@@ -179,17 +179,39 @@ class F64Requant:
         self._m_s, self._const_s = self.m * self.scale, self.const * self.scale
         self._threshold_s, self._step_s = self.threshold * self.scale, 2.0 ** 31 * self.scale
 
+    _TILE_ELEMS = 2048
+
     def apply(self, acc: np.ndarray) -> np.ndarray:
         """Integral float64 results for accumulators (float32/float64) with ``|acc| <=
         limit``; broadcasts the per-channel constants along the last axis."""
         x = acc.astype(np.float64)
-        x *= self._m_s
-        x += self._const_s
-        x -= (x < self._threshold_s) * self._step_s
+        consts = (self._m_s, self._const_s, self._threshold_s, self._step_s)
+        c = self._m_s.size
+        view = x
+        if 1 < c < self._TILE_ELEMS // 2 and x.ndim and x.shape[-1] == c:
+            # Per-channel constants broadcast along a short last axis make each pass loop
+            # over C elements at a time; regroup k rows (k a power of two dividing the row
+            # count) against constants tiled k times for one long inner loop.
+            rows = x.size // c
+            k = min(rows & -rows, self._TILE_ELEMS // c)
+            if k > 1:
+                view = x.reshape(rows // k, k * c)
+                consts = self._tiled(k)
+        m_s, const_s, threshold_s, step_s = consts
+        view *= m_s
+        view += const_s
+        view -= (view < threshold_s) * step_s
         np.floor(x, out=x)
         if self.late_addend:
             x += self.late_addend
         return x
+
+    def _tiled(self, k: int) -> tuple[np.ndarray, ...]:
+        tiles = self.__dict__.setdefault("_tiles", {})
+        if k not in tiles:
+            tiles[k] = tuple(np.tile(np.broadcast_to(v, self._m_s.shape), k)
+                             for v in (self._m_s, self._const_s, self._threshold_s, self._step_s))
+        return tiles[k]
 
 
 def _check_shift(shift: np.ndarray) -> None:
