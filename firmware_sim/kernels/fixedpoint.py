@@ -184,7 +184,7 @@ class F64Requant:
     def apply(self, acc: np.ndarray) -> np.ndarray:
         """Integral float64 results for accumulators (float32/float64) with ``|acc| <=
         limit``; broadcasts the per-channel constants along the last axis."""
-        x = acc.astype(np.float64)
+        x = acc.astype(np.float64, order="C")   # C order: the regrouping below is a view
         consts = (self._m_s, self._const_s, self._threshold_s, self._step_s)
         c = self._m_s.size
         view = x
@@ -193,7 +193,7 @@ class F64Requant:
             # over C elements at a time; regroup k rows (k a power of two dividing the row
             # count) against constants tiled k times for one long inner loop.
             rows = x.size // c
-            k = min(rows & -rows, self._TILE_ELEMS // c)
+            k = min(rows & -rows, 1 << ((self._TILE_ELEMS // c).bit_length() - 1))
             if k > 1:
                 view = x.reshape(rows // k, k * c)
                 consts = self._tiled(k)

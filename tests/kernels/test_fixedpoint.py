@@ -154,3 +154,20 @@ def test_folded_f64_requant_equals_step_by_step() -> None:
                 got = plan.apply(acc.astype(np.float64))
                 assert got.astype(np.int64).tolist() == ref.tolist()
     assert fp.F64Requant(np.array([1 << 30]), np.array([3]), None).limit == 0.0
+
+
+@pytest.mark.parametrize("channels,rows", [(16, 1024), (146, 63), (511, 4), (7, 33), (32, 1008), (3, 1)])
+def test_f64_requant_regrouped_rows(channels: int, rows: int) -> None:
+    """Short channel axes are processed as regrouped rows against tiled constants; the
+    result must not depend on that, for contiguous and transposed accumulators alike."""
+    rng = np.random.default_rng(channels + rows)
+    mult = rng.integers(1 << 30, fp.INT32_MAX, channels)
+    shift = rng.integers(-12, 1, channels)
+    bias = rng.integers(-50000, 50000, channels)
+    plan = fp.F64Requant(mult, shift, bias, -7)
+    acc = rng.integers(-(1 << 20), 1 << 20, (rows, channels))
+    ref = fp.multiply_by_quantized_multiplier(acc + bias, mult, shift) - 7
+    for a in (acc.astype(np.float32), np.asfortranarray(acc.astype(np.float32)),
+              acc.astype(np.float64).reshape(1, rows, channels)):
+        got = plan.apply(a).reshape(rows, channels)
+        assert got.astype(np.int64).tolist() == ref.tolist()
