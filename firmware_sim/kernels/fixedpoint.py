@@ -153,6 +153,7 @@ class F64Requant:
                  addend: int = 0):
         m, sh = _i64(multiplier).reshape(-1), _i64(shift).reshape(-1)
         self.limit = 0.0
+        self._tiles: dict[int, tuple[np.ndarray, ...]] = {}
         if np.any(sh > 0) or np.any(m < 0) or np.any(sh < -31):
             return
         right = -sh
@@ -207,11 +208,12 @@ class F64Requant:
         return x
 
     def _tiled(self, k: int) -> tuple[np.ndarray, ...]:
-        tiles = self.__dict__.setdefault("_tiles", {})
-        if k not in tiles:
-            tiles[k] = tuple(np.tile(np.broadcast_to(v, self._m_s.shape), k)
-                             for v in (self._m_s, self._const_s, self._threshold_s, self._step_s))
-        return tiles[k]
+        tiles = self._tiles.get(k)
+        if tiles is None:
+            tiles = self._tiles[k] = tuple(
+                np.tile(np.broadcast_to(v, self._m_s.shape), k)
+                for v in (self._m_s, self._const_s, self._threshold_s, self._step_s))
+        return tiles
 
 
 def _check_shift(shift: np.ndarray) -> None:
