@@ -91,8 +91,11 @@ def _parse_conv(desc: np.void, depthwise: bool) -> tuple:
             raise OpDescriptorError(f"cin_per_group {cin_g} does not divide Cin {cin}")
         w_shape = (cout, kh, kw, cin_g)
     per_channel = bool(int(desc["flags"]) & ops.OPF_PER_CHANNEL)
-    quant = ((int(desc["mult_iova"]), int(desc["shift_iova"])) if per_channel else
-             (_frozen(np.array([desc["multiplier"]], np.int32)), _frozen(np.array([desc["shift"]], np.int32))))
+    if per_channel:
+        quant = (int(desc["mult_iova"]), int(desc["shift_iova"]))
+    else:
+        quant = (_frozen(np.array([desc["multiplier"]], np.int32)),
+                 _frozen(np.array([desc["shift"]], np.int32)))
     kwargs = dict(stride=tuple(int(v) for v in desc["stride"]),
                   dilation=tuple(int(v) for v in desc["dilation"]),
                   padding=tuple(int(v) for v in desc["padding"]), out_hw=(oh, ow),

@@ -25,6 +25,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 import libnpu
+from libnpu.apps.models import litert_available
 from libnpu.compiler.ir import Graph, Op, QuantParams, Tensor, same_pads
 from libnpu.compiler.lower import lower
 from libnpu.compiler.tflite_export import export_tflite
@@ -139,8 +140,8 @@ def build_graph(layer: Layer, rng: np.random.Generator) -> Graph:
         common = dict(stride=(layer.stride,) * 2, dilation=(1, 1), pads=(top, bottom, top, bottom),
                       activation="NONE")
         if layer.kind == "dw":
-            g.add_op(Op("DEPTHWISE_CONV_2D", ["x", "w", "b"], ["y"], dict(common, depth_multiplier=1),
-                        name=layer.name))
+            g.add_op(Op("DEPTHWISE_CONV_2D", ["x", "w", "b"], ["y"],
+                        dict(common, depth_multiplier=1), name=layer.name))
         else:
             g.add_op(Op("CONV_2D", ["x", "w", "b"], ["y"], dict(common, groups=1), name=layer.name))
     g.inputs, g.outputs = ["x"], ["y"]
@@ -150,7 +151,8 @@ def build_graph(layer: Layer, rng: np.random.Generator) -> Graph:
 
 def _litert(model: Path, reference: bool) -> Callable[[np.ndarray], np.ndarray]:
     from ai_edge_litert import interpreter as litert
-    options = {"experimental_op_resolver_type": litert.OpResolverType.BUILTIN_REF} if reference else {}
+    options = ({"experimental_op_resolver_type": litert.OpResolverType.BUILTIN_REF}
+               if reference else {})
     it = litert.Interpreter(model_path=str(model), num_threads=1, **options)
     it.allocate_tensors()
     x_index, y_index = it.get_input_details()[0]["index"], it.get_output_details()[0]["index"]
@@ -160,14 +162,6 @@ def _litert(model: Path, reference: bool) -> Callable[[np.ndarray], np.ndarray]:
         it.invoke()
         return it.get_tensor(y_index).copy()
     return run
-
-
-def _litert_available() -> bool:
-    try:
-        import ai_edge_litert.interpreter  # noqa: F401
-    except ImportError:
-        return False
-    return True
 
 
 def bench_layer(layer: Layer, rng: np.random.Generator, *, repeat: int, workdir: Path,
@@ -196,11 +190,11 @@ def bench_layer(layer: Layer, rng: np.random.Generator, *, repeat: int, workdir:
         try:
             results = {name: step() for name, step in steps.items()}  # warm-up and check
             if litert:
-                row["matches_builtin_ref"] = bool(np.array_equal(results["npu"], results["builtin_ref"]))
-                if not row["matches_builtin_ref"]:
-                    raise OutputMismatch(f"{layer.name}: device output differs from LiteRT BUILTIN_REF "
-                                         f"in {int(np.count_nonzero(results['npu'] != results['builtin_ref']))} "
-                                         "bytes")
+                differ = int(np.count_nonzero(results["npu"] != results["builtin_ref"]))
+                row["matches_builtin_ref"] = differ == 0
+                if differ:
+                    raise OutputMismatch(f"{layer.name}: device output differs from LiteRT "
+                                         f"BUILTIN_REF in {differ} bytes")
             device_ns.clear()
             samples: dict[str, list[float]] = {name: [] for name in steps}
             for _ in range(repeat):
@@ -226,7 +220,7 @@ def bench_ops(layers: Sequence[Layer], *, repeat: int = 5, devroot: str | Path |
     """Run every layer; returns ``{"layers": [...], "totals": {...}}`` (times in ms)."""
     if repeat < 1:
         raise ValueError("--repeat must be at least 1")
-    skipped = None if not litert or _litert_available() else "ai-edge-litert is not installed"
+    skipped = None if not litert or litert_available() else "ai-edge-litert is not installed"
     if not litert:
         skipped = "--no-litert"
     litert = skipped is None

@@ -29,4 +29,5 @@ def keep_freed_memory(mmap_threshold: int = 64 << 20, trim_threshold: int = 256 
         return False
     mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
     mallopt.restype = ctypes.c_int
-    return bool(mallopt(_M_MMAP_THRESHOLD, mmap_threshold)) and bool(mallopt(_M_TRIM_THRESHOLD, trim_threshold))
+    took_mmap = bool(mallopt(_M_MMAP_THRESHOLD, mmap_threshold))
+    return bool(mallopt(_M_TRIM_THRESHOLD, trim_threshold)) and took_mmap

@@ -77,7 +77,8 @@ def _check_quant(n_out: int, bias, multiplier, shift) -> tuple[np.ndarray, np.nd
         raise ValueError(f"multiplier/shift must both be ({n_out},) or (1,), "
                          f"got {multiplier.shape} and {shift.shape}")
     if multiplier.dtype.kind not in "iu" or shift.dtype.kind not in "iu":
-        raise TypeError(f"multiplier/shift must be integers, got {multiplier.dtype} and {shift.dtype}")
+        raise TypeError(f"multiplier/shift must be integers, got {multiplier.dtype} and "
+                        f"{shift.dtype}")
     if bias is not None and (bias.dtype != np.int32 or bias.shape != (n_out,)):
         raise ValueError(f"bias must be int32 ({n_out},), got {bias.dtype} {bias.shape}")
     return multiplier, shift  # value ranges are checked once per plan (_Requant)

@@ -85,7 +85,8 @@ def test_pool_tiled_windows(case: int, op: int) -> None:
             tflite.Pool2DOptionsAddFusedActivationFunction(b, act)
             return tflite.Pool2DOptionsEnd(b)
 
-        tensors = [TensorSpec(shape, np.int8, [scale], [zp]), TensorSpec((n, oh, ow, c), np.int8, [scale], [zp])]
+        tensors = [TensorSpec(shape, np.int8, [scale], [zp]),
+                   TensorSpec((n, oh, ow, c), np.int8, [scale], [zp])]
         model = single_op_model(op, tensors, [0], [1], tflite.BuiltinOptions.Pool2DOptions, options)
         for x in (random_int8(rng, shape), np.full(shape, -128, np.int8), np.full(shape, 127, np.int8)):
             (expected,) = run_reference(model, x)
