@@ -12,6 +12,7 @@ from kmd_fuse.memory import AddressSpace, BufferObject
 
 RESULTS_KEPT = 1 << 16   # signalled fences whose status a context remembers
 MAX_OUTSTANDING = 64     # requests one open file may have in flight (EBUSY beyond)
+MAX_PENDING_JOBS = 4096  # jobs one context may have queued or running (SUBMIT fails with EAGAIN beyond)
 
 
 @dataclass(eq=False)

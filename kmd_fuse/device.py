@@ -16,7 +16,7 @@ import trio
 from firmware_sim.spec import regs
 
 from kmd_fuse import uapi
-from kmd_fuse.context import Context, Job, Waiter, check_fence
+from kmd_fuse.context import MAX_PENDING_JOBS, Context, Job, Waiter, check_fence
 from kmd_fuse.errors import KmdError
 from kmd_fuse.hw import ChipConfig, Hardware
 from kmd_fuse.memory import BufferObject, DeviceMemory
@@ -163,6 +163,8 @@ class Device:
             raise KmdError(errno.EINVAL, f"priority {req.priority} out of range")
         if req.num_bos > uapi.NPU_MAX_SUBMIT_BOS:
             raise KmdError(errno.E2BIG, f"{req.num_bos} buffers, at most {uapi.NPU_MAX_SUBMIT_BOS}")
+        if len(ctx.pending) >= MAX_PENDING_JOBS:
+            raise KmdError(errno.EAGAIN, f"{MAX_PENDING_JOBS} jobs already pending in this context: wait for some")
         handles = [req.bo_handles[i] for i in range(req.num_bos)]
         if len(set(handles)) != len(handles):
             raise KmdError(errno.EINVAL, "a buffer handle is listed twice")

@@ -173,3 +173,25 @@ def test_chip_death_is_recovered(fresh_npu):
         nop = dev.command_buffer()
         nop.add("NOP")
         dev.run(nop)
+
+
+def test_a_context_cannot_queue_unbounded_jobs(fast_watchdog_npu):
+    """With both cores hung, jobs pile up; past the per-context limit SUBMIT says EAGAIN,
+    another context is unaffected, and everything drains once the fault is gone."""
+    npu = fast_watchdog_npu
+    with libnpu.initialize(npu.devroot) as session:
+        dev, other = session.open(0), session.open(0)
+        _set_fault(npu.devroot, regs.FAULT_HANG)
+        fences = []
+        with pytest.raises(libnpu.NpuError) as exc:
+            for _ in range(5000):
+                fences.append(dev.submit(None))
+        assert exc.value.errno == errno.EAGAIN
+        assert len(fences) >= 4096               # (a few hung jobs were retired by the watchdog meanwhile)
+        late = other.submit(None)                  # the limit is per context
+        _set_fault(npu.devroot, 0)
+        for i in range(0, len(fences), 64):
+            dev.wait(fences[i:i + 64], timeout=60)
+        other.wait([late], timeout=60)
+        assert dev.stats()["jobs_queued"] == 0
+        dev.run(None)
