@@ -262,7 +262,11 @@ def format_report(report: dict[str, Any]) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """``npu bench ops [--quick] [--repeat N] [--json] [--devroot DIR] [--no-litert]``."""
-    ap = argparse.ArgumentParser(prog="npu bench ops", description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(
+        prog="npu bench ops",
+        description="Time single int8 conv2d / depthwise / fully connected layers of MobileNet-like "
+                    "shapes through the device, next to LiteRT BUILTIN_REF and XNNPACK in the same "
+                    "run, and check the device's output equals BUILTIN_REF's.")
     ap.add_argument("--devroot", help="directory holding npu0 (default $NPU_DEVROOT or /dev)")
     ap.add_argument("--quick", action="store_true", help="small layers of every kind (seconds)")
     ap.add_argument("--repeat", type=int, default=7, help="timed calls per layer and contender")
