@@ -1,5 +1,5 @@
 """``npu bench ops``: single int8 layers of MobileNet-like shapes through the device, next
-to LiteRT in the same run.
+to LiteRT and onnxruntime in the same run.
 
 Each layer (conv2d 3x3/2 first layer, pointwise 1x1, depthwise 3x3 stride 1 and 2, fully
 connected) is built as a one-op int8 IR graph with random weights and per-channel
@@ -7,9 +7,12 @@ quantization, lowered to a loadable and run on a mounted device through ``libnpu
 (so every timing includes the whole path: input copy, submit, the chip, wait, output copy).
 The same graph is exported to .tflite and run by LiteRT with its reference kernels
 (BUILTIN_REF, which our chip must equal byte for byte: checked on every layer) and with
-its default kernels (XNNPACK), one thread each. All contenders are timed interleaved, one
-call each per round, so they see the same load on a shared machine; the report gives the
-median per call, the device (timing-model) time and the ratios.
+its default kernels (XNNPACK), one thread each. onnxruntime runs the equivalent
+QLinearConv / QGemm model (:mod:`libnpu.ops_bench_ort`), one thread; it rounds differently,
+so its output is only compared (max absolute difference in LSBs, expect 0 or 1) against
+BUILTIN_REF's, or against the device's when LiteRT is skipped. All contenders are timed
+interleaved, one call each per round, so they see the same load on a shared machine; the
+report gives the median per call, the device (timing-model) time and the ratios.
 """
 from __future__ import annotations
 
@@ -29,6 +32,7 @@ from libnpu.apps.models import litert_available
 from libnpu.compiler.ir import Graph, Op, QuantParams, Tensor, same_pads
 from libnpu.compiler.lower import lower
 from libnpu.compiler.tflite_export import export_tflite
+from libnpu.ops_bench_ort import ort_available, ort_runner
 
 __all__ = ["Layer", "MOBILENET", "QUICK", "OutputMismatch", "build_graph", "bench_layer", "bench_ops",
            "format_report", "main"]
@@ -165,9 +169,11 @@ def _litert(model: Path, reference: bool) -> Callable[[np.ndarray], np.ndarray]:
 
 
 def bench_layer(layer: Layer, rng: np.random.Generator, *, repeat: int, workdir: Path,
-                devroot: str | Path | None, litert: bool) -> dict[str, Any]:
-    """Time one layer on the device and (when ``litert``) on LiteRT; raises
-    :class:`OutputMismatch` if the device's output differs from BUILTIN_REF's."""
+                devroot: str | Path | None, litert: bool, ort: bool = False) -> dict[str, Any]:
+    """Time one layer on the device and (when ``litert``) on LiteRT and (when ``ort``) on
+    onnxruntime; raises :class:`OutputMismatch` if the device's output differs from
+    BUILTIN_REF's. onnxruntime's largest difference from the reference output (BUILTIN_REF,
+    else the device) is ``ort_max_diff_lsb``."""
     graph = build_graph(layer, rng)
     x = rng.integers(-128, 128, graph.tensors["x"].shape, dtype=np.int8)
     model = libnpu.load(lower(graph), devroot=devroot)
@@ -187,6 +193,9 @@ def bench_layer(layer: Layer, rng: np.random.Generator, *, repeat: int, workdir:
             ref, xnn = _litert(path, True), _litert(path, False)
             steps["builtin_ref"] = lambda: ref(x)
             steps["xnnpack"] = lambda: xnn(x)
+        if ort:
+            ort_run = ort_runner(graph)
+            steps["ort"] = lambda: ort_run(x)
         try:
             results = {name: step() for name, step in steps.items()}  # warm-up and check
             if litert:
@@ -195,6 +204,9 @@ def bench_layer(layer: Layer, rng: np.random.Generator, *, repeat: int, workdir:
                 if differ:
                     raise OutputMismatch(f"{layer.name}: device output differs from LiteRT "
                                          f"BUILTIN_REF in {differ} bytes")
+            if ort:
+                reference = results["builtin_ref" if litert else "npu"].astype(np.int16)
+                row["ort_max_diff_lsb"] = int(np.abs(results["ort"].astype(np.int16) - reference).max())
             device_ns.clear()
             samples: dict[str, list[float]] = {name: [] for name in steps}
             for _ in range(repeat):
@@ -212,72 +224,100 @@ def bench_layer(layer: Layer, rng: np.random.Generator, *, repeat: int, workdir:
     if litert:
         row["ref_over_npu"] = round(row["builtin_ref_ms"] / row["npu_ms"], 3)
         row["xnnpack_over_npu"] = round(row["xnnpack_ms"] / row["npu_ms"], 3)
+    if ort:
+        row["ort_over_npu"] = round(row["ort_ms"] / row["npu_ms"], 3)
     return row
 
 
 def bench_ops(layers: Sequence[Layer], *, repeat: int = 5, devroot: str | Path | None = None,
-              litert: bool = True, seed: int = 0) -> dict[str, Any]:
-    """Run every layer; returns ``{"layers": [...], "totals": {...}}`` (times in ms)."""
+              litert: bool = True, ort: bool = True, seed: int = 0) -> dict[str, Any]:
+    """Run every layer; returns ``{"layers": [...], "totals": {...}}`` (times in ms), with
+    ``litert_skipped`` / ``ort_skipped`` giving the reason when a contender did not run."""
     if repeat < 1:
         raise ValueError("--repeat must be at least 1")
     skipped = None if not litert or litert_available() else "ai-edge-litert is not installed"
     if not litert:
         skipped = "--no-litert"
     litert = skipped is None
+    ort_skipped = "--no-ort" if not ort else ort_available()
+    ort = ort_skipped is None
     rng = np.random.default_rng(seed)
     with tempfile.TemporaryDirectory(prefix="npu-bench-ops-") as tmp:
-        rows = [bench_layer(layer, rng, repeat=repeat, workdir=Path(tmp), devroot=devroot, litert=litert)
+        rows = [bench_layer(layer, rng, repeat=repeat, workdir=Path(tmp), devroot=devroot, litert=litert,
+                            ort=ort)
                 for layer in layers]
-    keys = ["npu_ms", "device_time_ms"] + (["builtin_ref_ms", "xnnpack_ms"] if litert else [])
+    keys = (["npu_ms", "device_time_ms"] + (["builtin_ref_ms", "xnnpack_ms"] if litert else [])
+            + (["ort_ms"] if ort else []))
     totals: dict[str, Any] = {k: round(sum(r[k] for r in rows), 4) for k in keys}
     totals["macs"] = sum(r["macs"] for r in rows)
     if litert:
         totals["ref_over_npu"] = round(totals["builtin_ref_ms"] / totals["npu_ms"], 3)
         totals["xnnpack_over_npu"] = round(totals["xnnpack_ms"] / totals["npu_ms"], 3)
+    if ort:
+        totals["ort_over_npu"] = round(totals["ort_ms"] / totals["npu_ms"], 3)
+        totals["ort_max_diff_lsb"] = max(r["ort_max_diff_lsb"] for r in rows)
     report: dict[str, Any] = {"repeat": repeat, "layers": rows, "totals": totals}
     if not litert:
         report["litert_skipped"] = f"{skipped}: outputs not checked against BUILTIN_REF"
+    if ort:
+        report["ort_diff_against"] = "builtin_ref" if litert else "npu"
+    else:
+        report["ort_skipped"] = ort_skipped
     return report
 
 
 def format_report(report: dict[str, Any]) -> str:
     """The report as a table (median ms per call; ratios above 1 mean the device is faster)."""
-    with_litert = "litert_skipped" not in report
+    with_litert, with_ort = "litert_skipped" not in report, "ort_skipped" not in report
     head = f"{'layer':20} {'MMACs':>8} {'npu ms':>8} {'dev ms':>8}"
     if with_litert:
         head += f" {'ref ms':>8} {'xnn ms':>8} {'ref/npu':>8} {'xnn/npu':>8}"
+    if with_ort:
+        head += f" {'ort ms':>8} {'ort/npu':>8} {'ort LSB':>8}"
     lines = [head]
     for r in report["layers"] + [dict(report["totals"], name="total")]:
         line = f"{r['name']:20} {r['macs'] / 1e6:8.2f} {r['npu_ms']:8.3f} {r['device_time_ms']:8.3f}"
         if with_litert:
             line += (f" {r['builtin_ref_ms']:8.3f} {r['xnnpack_ms']:8.3f} {r['ref_over_npu']:8.2f}"
                      f" {r['xnnpack_over_npu']:8.2f}")
+        if with_ort:
+            line += f" {r['ort_ms']:8.3f} {r['ort_over_npu']:8.2f} {r['ort_max_diff_lsb']:8d}"
         lines.append(line)
     if with_litert:
         lines.append("every layer's output equals LiteRT BUILTIN_REF's byte for byte")
     else:
         lines.append(f"LiteRT: skipped ({report['litert_skipped']})")
+    if with_ort:
+        against = "BUILTIN_REF" if report["ort_diff_against"] == "builtin_ref" else "the device"
+        worst = report["totals"]["ort_max_diff_lsb"]
+        lines.append(f"onnxruntime: 'ort LSB' is the largest |ort - {against}| per layer (float "
+                     f"requantization; expect 0 or 1)" + ("" if worst <= 1 else
+                                                          f"; WARNING: {worst} LSB, check the model"))
+    else:
+        lines.append(f"onnxruntime: skipped ({report['ort_skipped']})")
     return "\n".join(lines)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``npu bench ops [--quick] [--repeat N] [--json] [--devroot DIR] [--no-litert]``."""
+    """``npu bench ops [--quick] [--repeat N] [--json] [--devroot DIR] [--no-litert] [--no-ort]``."""
     ap = argparse.ArgumentParser(
         prog="npu bench ops",
         description="Time single int8 conv2d / depthwise / fully connected layers of MobileNet-like "
-                    "shapes through the device, next to LiteRT BUILTIN_REF and XNNPACK in the same "
-                    "run, and check the device's output equals BUILTIN_REF's.")
+                    "shapes through the device, next to LiteRT BUILTIN_REF and XNNPACK and "
+                    "onnxruntime (QLinearConv / QGemm) in the same run, check the device's output "
+                    "equals BUILTIN_REF's and report onnxruntime's difference from it in LSBs.")
     ap.add_argument("--devroot", help="directory holding npu0 (default $NPU_DEVROOT or /dev)")
     ap.add_argument("--quick", action="store_true", help="small layers of every kind (seconds)")
     ap.add_argument("--repeat", type=int, default=7, help="timed calls per layer and contender")
-    ap.add_argument("--no-litert", action="store_true", help="time the device only")
+    ap.add_argument("--no-litert", action="store_true", help="leave LiteRT out")
+    ap.add_argument("--no-ort", action="store_true", help="leave onnxruntime out")
     ap.add_argument("--json", action="store_true", help="print the report as JSON")
     args = ap.parse_args(argv)
     if args.repeat < 1:
         ap.error("--repeat must be at least 1")
     try:
         report = bench_ops(QUICK if args.quick else MOBILENET, repeat=args.repeat, devroot=args.devroot,
-                           litert=not args.no_litert)
+                           litert=not args.no_litert, ort=not args.no_ort)
     except OutputMismatch as exc:
         print(f"npu bench ops: {exc}", file=sys.stderr)
         return 1

@@ -1,5 +1,6 @@
 """``npu bench ops`` (libnpu.ops_bench) on a live device: single layers through the chip,
-byte-identical to LiteRT BUILTIN_REF, timed next to LiteRT."""
+byte-identical to LiteRT BUILTIN_REF, timed next to LiteRT and onnxruntime (whose output
+is within one LSB of BUILTIN_REF's)."""
 from __future__ import annotations
 
 import json
@@ -10,6 +11,8 @@ import pytest
 from libnpu import ops_bench
 
 pytest.importorskip("ai_edge_litert.interpreter")
+pytest.importorskip("onnxruntime")
+pytest.importorskip("onnx")
 
 
 def test_quick_layers_match_litert_and_report_json(npu, capsys):
@@ -25,16 +28,55 @@ def test_quick_layers_match_litert_and_report_json(npu, capsys):
         for key in ("npu_ms", "builtin_ref_ms", "xnnpack_ms", "device_time_ms"):
             assert r[key] > 0, (r["name"], key)
         assert r["ref_over_npu"] == pytest.approx(r["builtin_ref_ms"] / r["npu_ms"], rel=1e-2, abs=1e-3)
+        # onnxruntime rounds its float requantization differently: at most one LSB apart
+        assert r["ort_ms"] > 0 and r["ort_max_diff_lsb"] in (0, 1), r
+        assert r["ort_over_npu"] == pytest.approx(r["ort_ms"] / r["npu_ms"], rel=1e-2, abs=1e-3)
     assert report["totals"]["macs"] == sum(layer.macs for layer in ops_bench.QUICK)
+    assert report["ort_diff_against"] == "builtin_ref" and "ort_skipped" not in report
+    assert report["totals"]["ort_max_diff_lsb"] == max(r["ort_max_diff_lsb"] for r in rows)
+
+
+def test_ort_model_matches_builtin_ref_within_one_lsb(tmp_path):
+    """Depthwise (group=C) and conv models at shapes outside QUICK (odd sizes, 5x5/2, batch-3 FC):
+    a wrong weight layout, pad order or scale would be off by many LSBs."""
+    from libnpu.compiler.tflite_export import export_tflite
+    from libnpu.ops_bench_ort import ort_runner
+    rng = np.random.default_rng(7)
+    layers = [ops_bench.Layer("dw 13/2 5x5", "dw", 13, 24, 24, 5, 2),
+              ops_bench.Layer("conv 11 3x3", "conv", 11, 5, 7, 3, 1),
+              ops_bench.Layer("fc 3x70->9", "fc", 3, 70, 9)]
+    for layer in layers:
+        graph = ops_bench.build_graph(layer, rng)
+        x = rng.integers(-128, 128, graph.tensors["x"].shape, dtype=np.int8)
+        path = tmp_path / "layer.tflite"
+        path.write_bytes(export_tflite(graph))
+        ref = ops_bench._litert(path, True)(x)
+        got = ort_runner(graph)(x)
+        assert got.shape == ref.shape and got.dtype == np.int8
+        diff = np.abs(got.astype(np.int16) - ref)
+        assert diff.max() <= 1, layer.name
+        assert np.mean(diff) < 0.05, layer.name  # rare rounding differences, not a bias
+        assert np.mean((ref > -128) & (ref < 127)) > 0.5, layer.name  # not saturated: a real check
 
 
 def test_text_report_and_device_only(npu, capsys):
     layers = [ops_bench.Layer("pw 8", "conv", 8, 16, 24), ops_bench.Layer("fc 2x40->7", "fc", 2, 40, 7)]
-    report = ops_bench.bench_ops(layers, repeat=1, devroot=npu.devroot, litert=False)
+    report = ops_bench.bench_ops(layers, repeat=1, devroot=npu.devroot, litert=False, ort=False)
     assert "litert_skipped" in report and "builtin_ref_ms" not in report["layers"][0]
+    assert report["ort_skipped"] == "--no-ort" and "ort_ms" not in report["layers"][0]
     text = ops_bench.format_report(report)
     assert text.splitlines()[0].split()[:4] == ["layer", "MMACs", "npu", "ms"]
-    assert "pw 8" in text and "total" in text and "skipped" in text
+    assert "pw 8" in text and "total" in text and "onnxruntime: skipped (--no-ort)" in text
+
+
+def test_ort_without_litert_is_compared_with_the_device(npu):
+    layers = [ops_bench.Layer("dw 9", "dw", 9, 16, 16, 3, 1), ops_bench.Layer("fc 2x40->7", "fc", 2, 40, 7)]
+    report = ops_bench.bench_ops(layers, repeat=1, devroot=npu.devroot, litert=False)
+    assert report["ort_diff_against"] == "npu"
+    assert [r["ort_max_diff_lsb"] <= 1 for r in report["layers"]] == [True, True]
+    text = ops_bench.format_report(report)
+    assert text.splitlines()[0].split()[-5:] == ["ort", "ms", "ort/npu", "ort", "LSB"]
+    assert "|ort - the device|" in text and "LiteRT: skipped" in text
 
 
 def test_layer_graphs_lower_to_one_task_each():
