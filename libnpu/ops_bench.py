@@ -8,7 +8,7 @@ quantization, lowered to a loadable and run on a mounted device through ``libnpu
 The same graph is exported to .tflite and run by LiteRT with its reference kernels
 (BUILTIN_REF, which our chip must equal byte for byte: checked on every layer) and with
 its default kernels (XNNPACK), one thread each. onnxruntime runs the equivalent
-QLinearConv / QGemm model (:mod:`libnpu.ops_bench_ort`), one thread; it rounds differently,
+QLinearConv / QGemm model (:mod:`libnpu.ops_bench_ort`, uint8 activations), one thread; it rounds differently,
 so its output is only compared (max absolute difference in LSBs, expect 0 or 1) against
 BUILTIN_REF's, or against the device's when LiteRT is skipped. All contenders are timed
 interleaved, one call each per round, so they see the same load on a shared machine; the
@@ -32,7 +32,7 @@ from libnpu.apps.models import litert_available
 from libnpu.compiler.ir import Graph, Op, QuantParams, Tensor, same_pads
 from libnpu.compiler.lower import lower
 from libnpu.compiler.tflite_export import export_tflite
-from libnpu.ops_bench_ort import ort_available, ort_runner
+from libnpu.ops_bench_ort import OrtLayer, ort_available
 
 __all__ = ["Layer", "MOBILENET", "QUICK", "OutputMismatch", "build_graph", "bench_layer", "bench_ops",
            "format_report", "main"]
@@ -169,7 +169,8 @@ def _litert(model: Path, reference: bool) -> Callable[[np.ndarray], np.ndarray]:
 
 
 def bench_layer(layer: Layer, rng: np.random.Generator, *, repeat: int, workdir: Path,
-                devroot: str | Path | None, litert: bool, ort: bool = False) -> dict[str, Any]:
+                devroot: str | Path | None, litert: bool, ort: bool = False,
+                ort_activations: str = "uint8") -> dict[str, Any]:
     """Time one layer on the device and (when ``litert``) on LiteRT and (when ``ort``) on
     onnxruntime; raises :class:`OutputMismatch` if the device's output differs from
     BUILTIN_REF's. onnxruntime's largest difference from the reference output (BUILTIN_REF,
@@ -194,8 +195,9 @@ def bench_layer(layer: Layer, rng: np.random.Generator, *, repeat: int, workdir:
             steps["builtin_ref"] = lambda: ref(x)
             steps["xnnpack"] = lambda: xnn(x)
         if ort:
-            ort_run = ort_runner(graph)
-            steps["ort"] = lambda: ort_run(x)
+            ort_layer = OrtLayer(graph, ort_activations)
+            ort_feed = ort_layer.feed(x)  # uint8 activations: converted once, outside the timing
+            steps["ort"] = lambda: ort_layer.run(ort_feed)
         try:
             results = {name: step() for name, step in steps.items()}  # warm-up and check
             if litert:
@@ -206,7 +208,8 @@ def bench_layer(layer: Layer, rng: np.random.Generator, *, repeat: int, workdir:
                                          f"BUILTIN_REF in {differ} bytes")
             if ort:
                 reference = results["builtin_ref" if litert else "npu"].astype(np.int16)
-                row["ort_max_diff_lsb"] = int(np.abs(results["ort"].astype(np.int16) - reference).max())
+                ort_y = ort_layer.as_int8(results["ort"]).astype(np.int16)
+                row["ort_max_diff_lsb"] = int(np.abs(ort_y - reference).max())
             device_ns.clear()
             samples: dict[str, list[float]] = {name: [] for name in steps}
             for _ in range(repeat):
@@ -230,11 +233,15 @@ def bench_layer(layer: Layer, rng: np.random.Generator, *, repeat: int, workdir:
 
 
 def bench_ops(layers: Sequence[Layer], *, repeat: int = 5, devroot: str | Path | None = None,
-              litert: bool = True, ort: bool = True, seed: int = 0) -> dict[str, Any]:
+              litert: bool = True, ort: bool = True, ort_activations: str = "uint8",
+              seed: int = 0) -> dict[str, Any]:
     """Run every layer; returns ``{"layers": [...], "totals": {...}}`` (times in ms), with
-    ``litert_skipped`` / ``ort_skipped`` giving the reason when a contender did not run."""
+    ``litert_skipped`` / ``ort_skipped`` giving the reason when a contender did not run.
+    ``ort_activations`` (uint8 or int8) is the onnxruntime model's activation type."""
     if repeat < 1:
         raise ValueError("--repeat must be at least 1")
+    if ort_activations not in ("uint8", "int8"):
+        raise ValueError(f"onnxruntime activations must be uint8 or int8, not {ort_activations!r}")
     skipped = None if not litert or litert_available() else "ai-edge-litert is not installed"
     if not litert:
         skipped = "--no-litert"
@@ -244,7 +251,7 @@ def bench_ops(layers: Sequence[Layer], *, repeat: int = 5, devroot: str | Path |
     rng = np.random.default_rng(seed)
     with tempfile.TemporaryDirectory(prefix="npu-bench-ops-") as tmp:
         rows = [bench_layer(layer, rng, repeat=repeat, workdir=Path(tmp), devroot=devroot, litert=litert,
-                            ort=ort)
+                            ort=ort, ort_activations=ort_activations)
                 for layer in layers]
     keys = (["npu_ms", "device_time_ms"] + (["builtin_ref_ms", "xnnpack_ms"] if litert else [])
             + (["ort_ms"] if ort else []))
@@ -261,6 +268,7 @@ def bench_ops(layers: Sequence[Layer], *, repeat: int = 5, devroot: str | Path |
         report["litert_skipped"] = f"{skipped}: outputs not checked against BUILTIN_REF"
     if ort:
         report["ort_diff_against"] = "builtin_ref" if litert else "npu"
+        report["ort_activations"] = ort_activations
     else:
         report["ort_skipped"] = ort_skipped
     return report
@@ -290,7 +298,8 @@ def format_report(report: dict[str, Any]) -> str:
     if with_ort:
         against = "BUILTIN_REF" if report["ort_diff_against"] == "builtin_ref" else "the device"
         worst = report["totals"]["ort_max_diff_lsb"]
-        lines.append(f"onnxruntime: 'ort LSB' is the largest |ort - {against}| per layer (float "
+        lines.append(f"onnxruntime ({report['ort_activations']} activations): 'ort LSB' is the "
+                     f"largest |ort - {against}| per layer (float "
                      f"requantization; expect 0 or 1)" + ("" if worst <= 1 else
                                                           f"; WARNING: {worst} LSB, check the model"))
     else:
@@ -299,7 +308,8 @@ def format_report(report: dict[str, Any]) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``npu bench ops [--quick] [--repeat N] [--json] [--devroot DIR] [--no-litert] [--no-ort]``."""
+    """``npu bench ops [--quick] [--repeat N] [--json] [--devroot DIR] [--no-litert] [--no-ort]
+    [--ort-activations uint8|int8]``."""
     ap = argparse.ArgumentParser(
         prog="npu bench ops",
         description="Time single int8 conv2d / depthwise / fully connected layers of MobileNet-like "
@@ -311,13 +321,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--repeat", type=int, default=7, help="timed calls per layer and contender")
     ap.add_argument("--no-litert", action="store_true", help="leave LiteRT out")
     ap.add_argument("--no-ort", action="store_true", help="leave onnxruntime out")
+    ap.add_argument("--ort-activations", choices=("uint8", "int8"), default="uint8",
+                    help="activation type of the onnxruntime models (default uint8, the format "
+                         "onnxruntime's quantizer emits; int8 takes a much slower path on x86)")
     ap.add_argument("--json", action="store_true", help="print the report as JSON")
     args = ap.parse_args(argv)
     if args.repeat < 1:
         ap.error("--repeat must be at least 1")
     try:
         report = bench_ops(QUICK if args.quick else MOBILENET, repeat=args.repeat, devroot=args.devroot,
-                           litert=not args.no_litert, ort=not args.no_ort)
+                           litert=not args.no_litert, ort=not args.no_ort,
+                           ort_activations=args.ort_activations)
     except OutputMismatch as exc:
         print(f"npu bench ops: {exc}", file=sys.stderr)
         return 1

@@ -6,21 +6,24 @@ Convolutions become ``QLinearConv`` (per-channel weight scales, int32 bias, ``gr
 for depthwise); fully connected becomes com.microsoft ``QGemm`` (``transB=1``), which,
 unlike ``QLinearMatMul``, takes the bias. The model keeps the IR's NHWC input and output:
 a Transpose on each side of the NCHW op, which onnxruntime's NHWC transformer cancels
-against its own layout changes, so no transpose runs at inference time and every
-contender gets the same input bytes.
+against its own layout changes, so no transpose runs at inference time.
+
+Activations are uint8 by default (zero points moved by 128: the same real values and the
+same integer arithmetic, the output shifted by 128), the format onnxruntime's own quantizer
+emits: its int8-activation (S8S8) convolution takes a slow path on x86 (onnxruntime 1.31:
+pointwise 7x7x1024->1024 8.4 ms against 0.23 ms with uint8). :class:`OrtLayer` converts the
+int8 input once, before timing, and its output back for comparison.
 
 onnxruntime requantizes in float (scale product, round half to even) where TFLite uses a
 fixed-point multiplier, so outputs may differ from the TFLite reference by one LSB.
 """
 from __future__ import annotations
 
-from typing import Callable
-
 import numpy as np
 
 from libnpu.compiler.ir import Graph
 
-__all__ = ["ort_available", "onnx_layer_model", "ort_runner"]
+__all__ = ["ort_available", "onnx_layer_model", "OrtLayer"]
 
 _OPS = ("CONV_2D", "DEPTHWISE_CONV_2D", "FULLY_CONNECTED")
 
@@ -35,11 +38,16 @@ def ort_available() -> str | None:
     return None
 
 
-def onnx_layer_model(graph: Graph) -> bytes:
+def onnx_layer_model(graph: Graph, activations: str = "uint8") -> bytes:
     """The serialized ONNX model equivalent to ``graph``, a one-op int8 graph ``x -> y``
     whose op is CONV_2D, DEPTHWISE_CONV_2D or FULLY_CONNECTED with constant weights
-    ``w`` (int8, per-channel, zero point 0) and bias ``b`` (int32); input/output NHWC."""
+    ``w`` (int8, per-channel, zero point 0) and bias ``b`` (int32); input/output NHWC,
+    of type ``activations`` (uint8: zero points + 128, or int8 as in the graph)."""
     from onnx import TensorProto, helper, numpy_helper
+
+    if activations not in ("uint8", "int8"):
+        raise ValueError(f"activations must be uint8 or int8, not {activations!r}")
+    act_type, shift = (TensorProto.UINT8, 128) if activations == "uint8" else (TensorProto.INT8, 0)
 
     if len(graph.ops) != 1 or graph.ops[0].type not in _OPS:
         raise ValueError(f"graph {graph.name!r}: need exactly one op of {', '.join(_OPS)}")
@@ -53,13 +61,14 @@ def onnx_layer_model(graph: Graph) -> bytes:
     if np.any(w.quant.zero_point != 0):
         raise ValueError(f"graph {graph.name!r}: weight zero points must be 0")
 
-    def per_tensor(name: str, q, dtype: type) -> list:
-        return [numpy_helper.from_array(np.asarray(q.scale[:1].reshape(()), np.float32), f"{name}_scale"),
-                numpy_helper.from_array(np.asarray(q.zero_point[:1].reshape(()), dtype), f"{name}_zp")]
+    def per_tensor(name: str, q) -> list:
+        zero_point = np.asarray(q.zero_point[0] + shift, activations)
+        return [numpy_helper.from_array(np.asarray(q.scale[0], np.float32), f"{name}_scale"),
+                numpy_helper.from_array(zero_point, f"{name}_zp")]
 
     w_scale = np.asarray(w.quant.scale, np.float32)
     n = w_scale.size
-    inits = per_tensor("x", x.quant, np.int8) + per_tensor("y", y.quant, np.int8) + [
+    inits = per_tensor("x", x.quant) + per_tensor("y", y.quant) + [
         numpy_helper.from_array(w_scale, "w_scale"),
         numpy_helper.from_array(np.zeros(n, np.int8), "w_zp"),
         numpy_helper.from_array(np.asarray(b.data, np.int32), "b")]
@@ -90,25 +99,38 @@ def onnx_layer_model(graph: Graph) -> bytes:
             helper.make_node("Transpose", ["y_nchw"], ["y"], perm=[0, 2, 3, 1])]
     model = helper.make_model(
         helper.make_graph(nodes, graph.name or "layer",
-                          [helper.make_tensor_value_info("x", TensorProto.INT8, list(x.shape))],
-                          [helper.make_tensor_value_info("y", TensorProto.INT8, list(y.shape))],
+                          [helper.make_tensor_value_info("x", act_type, list(x.shape))],
+                          [helper.make_tensor_value_info("y", act_type, list(y.shape))],
                           initializer=inits),
         opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)],
         ir_version=8, producer_name="npu bench ops")
     return model.SerializeToString()
 
 
-def ort_runner(graph: Graph) -> Callable[[np.ndarray], np.ndarray]:
-    """A callable running ``graph`` (see :func:`onnx_layer_model`) in onnxruntime on the
-    CPU execution provider, one thread: int8 NHWC input in, int8 NHWC output out."""
-    import onnxruntime as ort
+class OrtLayer:
+    """``graph`` (see :func:`onnx_layer_model`) in an onnxruntime session on the CPU
+    execution provider, one thread. ``feed(x)`` converts an int8 NHWC input to the model's
+    input; ``run(feed)`` is the timed call; ``as_int8(y)`` maps its output back to int8."""
 
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = 1
-    options.inter_op_num_threads = 1
-    options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-    session = ort.InferenceSession(onnx_layer_model(graph), options, providers=["CPUExecutionProvider"])
+    def __init__(self, graph: Graph, activations: str = "uint8") -> None:
+        import onnxruntime as ort
 
-    def run(x: np.ndarray) -> np.ndarray:
-        return session.run(["y"], {"x": x})[0]
-    return run
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = 1
+        options.inter_op_num_threads = 1
+        options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+        self.activations = activations
+        self.session = ort.InferenceSession(onnx_layer_model(graph, activations), options,
+                                            providers=["CPUExecutionProvider"])
+
+    def feed(self, x: np.ndarray) -> dict[str, np.ndarray]:
+        if x.dtype != np.int8:
+            raise TypeError(f"input must be int8, not {x.dtype}")
+        # int8 q -> uint8 q + 128 is flipping the top bit
+        return {"x": x.view(np.uint8) ^ np.uint8(0x80) if self.activations == "uint8" else x}
+
+    def run(self, feed: dict[str, np.ndarray]) -> np.ndarray:
+        return self.session.run(["y"], feed)[0]
+
+    def as_int8(self, y: np.ndarray) -> np.ndarray:
+        return (y ^ np.uint8(0x80)).view(np.int8) if self.activations == "uint8" else y

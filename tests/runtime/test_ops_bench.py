@@ -40,7 +40,7 @@ def test_ort_model_matches_builtin_ref_within_one_lsb(tmp_path):
     """Depthwise (group=C) and conv models at shapes outside QUICK (odd sizes, 5x5/2, batch-3 FC):
     a wrong weight layout, pad order or scale would be off by many LSBs."""
     from libnpu.compiler.tflite_export import export_tflite
-    from libnpu.ops_bench_ort import ort_runner
+    from libnpu.ops_bench_ort import OrtLayer
     rng = np.random.default_rng(7)
     layers = [ops_bench.Layer("dw 13/2 5x5", "dw", 13, 24, 24, 5, 2),
               ops_bench.Layer("conv 11 3x3", "conv", 11, 5, 7, 3, 1),
@@ -51,11 +51,17 @@ def test_ort_model_matches_builtin_ref_within_one_lsb(tmp_path):
         path = tmp_path / "layer.tflite"
         path.write_bytes(export_tflite(graph))
         ref = ops_bench._litert(path, True)(x)
-        got = ort_runner(graph)(x)
-        assert got.shape == ref.shape and got.dtype == np.int8
-        diff = np.abs(got.astype(np.int16) - ref)
-        assert diff.max() <= 1, layer.name
-        assert np.mean(diff) < 0.05, layer.name  # rare rounding differences, not a bias
+        outputs = {}
+        for activations in ("uint8", "int8"):
+            ort = OrtLayer(graph, activations)
+            got = ort.as_int8(ort.run(ort.feed(x)))
+            assert got.shape == ref.shape and got.dtype == np.int8
+            diff = np.abs(got.astype(np.int16) - ref)
+            assert diff.max() <= 1, (layer.name, activations)
+            assert np.mean(diff) < 0.05, (layer.name, activations)  # rare rounding differences, no bias
+            outputs[activations] = got
+        # the uint8 model is the int8 one with zero points moved by 128: the same results
+        np.testing.assert_array_equal(outputs["uint8"], outputs["int8"])
         assert np.mean((ref > -128) & (ref < 127)) > 0.5, layer.name  # not saturated: a real check
 
 
@@ -71,12 +77,12 @@ def test_text_report_and_device_only(npu, capsys):
 
 def test_ort_without_litert_is_compared_with_the_device(npu):
     layers = [ops_bench.Layer("dw 9", "dw", 9, 16, 16, 3, 1), ops_bench.Layer("fc 2x40->7", "fc", 2, 40, 7)]
-    report = ops_bench.bench_ops(layers, repeat=1, devroot=npu.devroot, litert=False)
-    assert report["ort_diff_against"] == "npu"
+    report = ops_bench.bench_ops(layers, repeat=1, devroot=npu.devroot, litert=False, ort_activations="int8")
+    assert report["ort_diff_against"] == "npu" and report["ort_activations"] == "int8"
     assert [r["ort_max_diff_lsb"] <= 1 for r in report["layers"]] == [True, True]
     text = ops_bench.format_report(report)
     assert text.splitlines()[0].split()[-5:] == ["ort", "ms", "ort/npu", "ort", "LSB"]
-    assert "|ort - the device|" in text and "LiteRT: skipped" in text
+    assert "|ort - the device|" in text and "int8 activations" in text and "LiteRT: skipped" in text
 
 
 def test_layer_graphs_lower_to_one_task_each():
@@ -93,6 +99,11 @@ def test_bad_arguments(npu, capsys):
     with pytest.raises(SystemExit):
         ops_bench.main(["--repeat", "0", "--devroot", str(npu.devroot)])
     assert "--repeat must be at least 1" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        ops_bench.main(["--ort-activations", "int4", "--devroot", str(npu.devroot)])
+    assert "invalid choice" in capsys.readouterr().err
+    with pytest.raises(ValueError, match="uint8 or int8"):
+        ops_bench.bench_ops(ops_bench.QUICK, devroot=npu.devroot, ort_activations="float")
     with pytest.raises(ValueError, match="kind"):
         ops_bench.Layer("x", "pool", 8, 8, 8)
     with pytest.raises(ValueError, match="channel"):
@@ -102,3 +113,19 @@ def test_bad_arguments(npu, capsys):
 def test_missing_device_is_a_clean_error(tmp_path, capsys):
     assert ops_bench.main(["--quick", "--devroot", str(tmp_path)]) == 1
     assert "npu bench ops: device error" in capsys.readouterr().err
+
+
+def test_ort_model_rejects_what_it_cannot_express():
+    from libnpu.compiler.ir import Graph
+    from libnpu.ops_bench_ort import OrtLayer, onnx_layer_model
+    graph = ops_bench.build_graph(ops_bench.Layer("pw 4", "conv", 4, 8, 8), np.random.default_rng(0))
+    with pytest.raises(ValueError, match="uint8 or int8"):
+        onnx_layer_model(graph, "int16")
+    with pytest.raises(ValueError, match="exactly one op"):
+        onnx_layer_model(Graph("empty"))
+    graph.ops[0].attrs["activation"] = "RELU"
+    with pytest.raises(ValueError, match="fused activation"):
+        onnx_layer_model(graph)
+    graph.ops[0].attrs["activation"] = "NONE"
+    with pytest.raises(TypeError, match="int8"):
+        OrtLayer(graph).feed(np.zeros((1, 4, 4, 8), np.float32))
