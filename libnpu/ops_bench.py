@@ -322,8 +322,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--no-litert", action="store_true", help="leave LiteRT out")
     ap.add_argument("--no-ort", action="store_true", help="leave onnxruntime out")
     ap.add_argument("--ort-activations", choices=("uint8", "int8"), default="uint8",
-                    help="activation type of the onnxruntime models (default uint8, the format "
-                         "onnxruntime's quantizer emits; int8 takes a much slower path on x86)")
+                    help="activation type of the onnxruntime models (default uint8: same values, "
+                         "zero points +128; with int8, onnxruntime's x86 conv is much slower)")
     ap.add_argument("--json", action="store_true", help="print the report as JSON")
     args = ap.parse_args(argv)
     if args.repeat < 1:

@@ -9,9 +9,9 @@ a Transpose on each side of the NCHW op, which onnxruntime's NHWC transformer ca
 against its own layout changes, so no transpose runs at inference time.
 
 Activations are uint8 by default (zero points moved by 128: the same real values and the
-same integer arithmetic, the output shifted by 128), the format onnxruntime's own quantizer
-emits: its int8-activation (S8S8) convolution takes a slow path on x86 (onnxruntime 1.31:
-pointwise 7x7x1024->1024 8.4 ms against 0.23 ms with uint8). :class:`OrtLayer` converts the
+same integer arithmetic, the output shifted by 128), i.e. U8S8, onnxruntime's fast x86
+path: with int8 activations (S8S8) its convolution is far slower here (onnxruntime 1.31,
+AVX-512 VNNI: pointwise 7x7x1024->1024 8.4 ms against 0.23 ms with uint8). :class:`OrtLayer` converts the
 int8 input once, before timing, and its output back for comparison.
 
 onnxruntime requantizes in float (scale product, round half to even) where TFLite uses a
