@@ -8,9 +8,9 @@ quantization, lowered to a loadable and run on a mounted device through ``libnpu
 The same graph is exported to .tflite and run by LiteRT with its reference kernels
 (BUILTIN_REF, which our chip must equal byte for byte: checked on every layer) and with
 its default kernels (XNNPACK), one thread each. onnxruntime runs the equivalent
-QLinearConv / QGemm model (:mod:`libnpu.ops_bench_ort`, uint8 activations), one thread; it rounds differently,
-so its output is only compared (max absolute difference in LSBs, expect 0 or 1) against
-BUILTIN_REF's, or against the device's when LiteRT is skipped. All contenders are timed
+QLinearConv / QGemm model (:mod:`libnpu.ops_bench_ort`, uint8 activations), one thread;
+it rounds differently, so its output is only compared (max absolute difference in LSBs,
+expect 0 or 1) against BUILTIN_REF's, or against the device's when LiteRT is skipped. All contenders are timed
 interleaved, one call each per round, so they see the same load on a shared machine; the
 report gives the median per call, the device (timing-model) time and the ratios.
 """
@@ -196,7 +196,7 @@ def bench_layer(layer: Layer, rng: np.random.Generator, *, repeat: int, workdir:
             steps["xnnpack"] = lambda: xnn(x)
         if ort:
             ort_layer = OrtLayer(graph, ort_activations)
-            ort_feed = ort_layer.feed(x)  # uint8 activations: converted once, outside the timing
+            ort_feed = ort_layer.feed(x)  # the input in the model's type, made once, not timed
             steps["ort"] = lambda: ort_layer.run(ort_feed)
         try:
             results = {name: step() for name, step in steps.items()}  # warm-up and check
