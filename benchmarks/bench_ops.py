@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -27,40 +26,9 @@ from firmware_sim.spec.ops import PADDING_SAME, conv_geometry  # noqa: E402
 from tests.kernels.tflite_builder import TensorSpec, single_op_model  # noqa: E402
 
 
-@dataclass(frozen=True)
-class Layer:
-    name: str
-    kind: str          # conv | dw | fc
-    hw: int            # input height = width (fc: rows)
-    cin: int
-    cout: int
-    k: int = 1
-    stride: int = 1
+# The same layers `npu bench ops` runs through the device.
+from libnpu.ops_bench import MOBILENET, Layer  # noqa: E402
 
-
-MOBILENET = [
-    Layer("conv1 3x3/2", "conv", 224, 3, 32, 3, 2),
-    Layer("dw1 112", "dw", 112, 32, 32, 3, 1),
-    Layer("pw1 112", "conv", 112, 32, 64),
-    Layer("dw2 112/2", "dw", 112, 64, 64, 3, 2),
-    Layer("pw2 56", "conv", 56, 64, 128),
-    Layer("dw3 56", "dw", 56, 128, 128, 3, 1),
-    Layer("pw3 56", "conv", 56, 128, 128),
-    Layer("dw4 56/2", "dw", 56, 128, 128, 3, 2),
-    Layer("pw4 28", "conv", 28, 128, 256),
-    Layer("dw5 28", "dw", 28, 256, 256, 3, 1),
-    Layer("pw5 28", "conv", 28, 256, 256),
-    Layer("dw6 28/2", "dw", 28, 256, 256, 3, 2),
-    Layer("pw6 14", "conv", 14, 256, 512),
-    Layer("dw7 14", "dw", 14, 512, 512, 3, 1),
-    Layer("pw7 14", "conv", 14, 512, 512),
-    Layer("dw12 14/2", "dw", 14, 512, 512, 3, 2),
-    Layer("pw12 7", "conv", 7, 512, 1024),
-    Layer("dw13 7", "dw", 7, 1024, 1024, 3, 1),
-    Layer("pw13 7", "conv", 7, 1024, 1024),
-    Layer("fc 1024->1000", "fc", 1, 1024, 1000),  # the classifier (batch 1)
-    Layer("fc x16 1024->1000", "fc", 16, 1024, 1000),
-]
 QUICK = [MOBILENET[i] for i in (0, 1, 2, 5, 8, 13, 14, 19, 20)]
 
 
