@@ -134,6 +134,7 @@ def stop(args) -> int:
                 os.kill(pid, signal.SIGKILL)
                 status = 1
         hotplug.unmount_all(root, sys_root, index)
+        hotplug.remove_node_placeholder(node)
         if paths.ready_file(root, index).exists():
             _announce_removal(root, sys_root, index)
         try:

@@ -20,6 +20,7 @@ import ctypes
 import logging
 import math
 import os
+import stat
 from pathlib import Path
 
 import trio
@@ -35,6 +36,16 @@ SETTLE_TIMEOUT_S = 30.0
 MS_BIND = 4096
 MNT_DETACH = 2
 _libc = ctypes.CDLL(None, use_errno=True)
+
+
+def remove_node_placeholder(node: Path) -> None:
+    """Remove the empty file the node was mounted on, so no stale `npuN` outlives the device."""
+    try:
+        st = node.lstat()
+    except FileNotFoundError:
+        return
+    if stat.S_ISREG(st.st_mode) and st.st_size == 0 and not paths.is_mounted(node):
+        node.unlink(missing_ok=True)
 
 
 class MountError(OSError):
@@ -115,6 +126,7 @@ class Presence:
         for point in mount_points(self.root, self.sys_root, self.index)[:2]:
             if paths.is_mounted(point):
                 unmount(point)
+        remove_node_placeholder(paths.node_path(self.root, self.index))
         try:
             paths.device_dir(self.sys_root, self.index).rmdir()   # as the sysfs directory vanishes
         except OSError:
