@@ -11,7 +11,7 @@ import numpy as np
 
 from . import binary_table
 from .fixedpoint import INT32_MIN, multiply_by_quantized_multiplier, round_half_away, wrap_int32
-from .output import check_int8_param, store_int8
+from .output import check_int8_param, emit, store_int8
 
 __all__ = ["add", "mul", "quantize", "requantize", "dequantize"]
 
@@ -139,9 +139,4 @@ def dequantize(x: np.ndarray, *, scale: float, zero_point: int,
     _check_int8(x=x)
     zero_point = check_int8_param("zero_point", zero_point)
     res = (np.float64(np.float32(scale)) * (x.astype(np.float64) - zero_point)).astype(np.float32)
-    if out is None:
-        return res
-    if out.dtype != np.float32 or out.shape != x.shape:
-        raise ValueError(f"out must be float32 {x.shape}")
-    np.copyto(out, res)
-    return out
+    return emit(res, out)

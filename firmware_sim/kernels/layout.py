@@ -9,18 +9,10 @@ from typing import Sequence
 
 import numpy as np
 
-from .output import check_int8_param
+from .output import check_int8_param, emit
 
 __all__ = ["concat", "reshape", "transpose", "pad", "strided_slice", "strided_slice_shape"]
 
-
-def _emit(res: np.ndarray, out: np.ndarray | None) -> np.ndarray:
-    if out is None:
-        return np.ascontiguousarray(res).reshape(res.shape)  # keeps 0-d results 0-d
-    if out.dtype != res.dtype or out.shape != res.shape:
-        raise ValueError(f"out must be {res.dtype} {res.shape}, got {out.dtype} {out.shape}")
-    np.copyto(out, res)
-    return out
 
 
 def concat(inputs: Sequence[np.ndarray], axis: int, out: np.ndarray | None = None) -> np.ndarray:
@@ -31,7 +23,7 @@ def concat(inputs: Sequence[np.ndarray], axis: int, out: np.ndarray | None = Non
         res = np.concatenate(list(inputs), axis=axis)
     except (ValueError, np.exceptions.AxisError) as exc:
         raise ValueError(f"cannot concatenate: {exc}") from None
-    return _emit(res, out)
+    return emit(res, out)
 
 
 def reshape(x: np.ndarray, shape: Sequence[int], out: np.ndarray | None = None) -> np.ndarray:
@@ -39,7 +31,7 @@ def reshape(x: np.ndarray, shape: Sequence[int], out: np.ndarray | None = None) 
     shape = tuple(int(d) for d in shape)
     if int(np.prod(shape)) != x.size:
         raise ValueError(f"cannot reshape {x.shape} into {shape}")
-    return _emit(x.reshape(shape), out)
+    return emit(x.reshape(shape), out)
 
 
 def transpose(x: np.ndarray, perm: Sequence[int], out: np.ndarray | None = None) -> np.ndarray:
@@ -47,7 +39,7 @@ def transpose(x: np.ndarray, perm: Sequence[int], out: np.ndarray | None = None)
     perm = tuple(int(p) for p in perm)
     if sorted(perm) != list(range(x.ndim)):
         raise ValueError(f"perm {perm} is not a permutation of {x.ndim} axes")
-    return _emit(x.transpose(perm), out)
+    return emit(x.transpose(perm), out)
 
 
 def pad(x: np.ndarray, paddings: Sequence[Sequence[int]], pad_value: int,
@@ -57,7 +49,7 @@ def pad(x: np.ndarray, paddings: Sequence[Sequence[int]], pad_value: int,
     pads = [(int(a), int(b)) for a, b in paddings]
     if len(pads) != x.ndim or any(a < 0 or b < 0 for a, b in pads):
         raise ValueError(f"paddings {paddings} do not fit rank {x.ndim} or are negative")
-    return _emit(np.pad(x, pads, constant_values=check_int8_param("pad_value", pad_value)), out)
+    return emit(np.pad(x, pads, constant_values=check_int8_param("pad_value", pad_value)), out)
 
 
 def _slice_axis(size: int, begin: int, end: int, stride: int, begin_masked: bool,
@@ -105,7 +97,7 @@ def strided_slice(x: np.ndarray, begin: Sequence[int], end: Sequence[int],
     per-axis ranges before emitting the task.
     """
     index = _slice_index(x.shape, begin, end, strides, begin_mask, end_mask, shrink_axis_mask)
-    return _emit(x[index], out)
+    return emit(x[index], out)
 
 
 def strided_slice_shape(shape: Sequence[int], begin: Sequence[int], end: Sequence[int],

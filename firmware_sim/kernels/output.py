@@ -39,3 +39,14 @@ def accumulate_bias(acc_f: np.ndarray, bias: np.ndarray | None, acc_bound: int) 
     if acc_bound + (int(np.abs(bias.astype(np.int64)).max()) if bias.size else 0) >= (1 << 31):
         acc = ((acc + (1 << 31)) & 0xFFFFFFFF) - (1 << 31)
     return acc
+
+
+def emit(res: np.ndarray, out: np.ndarray | None) -> np.ndarray:
+    """``res`` as a fresh contiguous array (views of inputs are copied), or copied into
+    ``out`` (same dtype and shape) and ``out`` returned."""
+    if out is None:
+        return np.ascontiguousarray(res).reshape(res.shape)  # keeps 0-d results 0-d
+    if out.dtype != res.dtype or out.shape != res.shape:
+        raise ValueError(f"out must be {res.dtype} {res.shape}, got {out.dtype} {out.shape}")
+    np.copyto(out, res)
+    return out

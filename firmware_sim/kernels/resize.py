@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from .fixedpoint import round_half_away
+from .output import emit
 
 __all__ = ["resize_bilinear", "resize_nearest"]
 
@@ -23,14 +24,6 @@ def _check(x: np.ndarray, out_hw, align_corners: bool, half_pixel_centers: bool)
         raise ValueError("align_corners and half_pixel_centers are exclusive")
     return oh, ow
 
-
-def _emit(res: np.ndarray, out: np.ndarray | None) -> np.ndarray:
-    if out is None:
-        return res
-    if out.dtype != np.int8 or out.shape != res.shape:
-        raise ValueError(f"out must be int8 {res.shape}")
-    np.copyto(out, res)
-    return out
 
 
 def _c_div(a: np.ndarray | int, b: int) -> np.ndarray:
@@ -64,7 +57,7 @@ def resize_bilinear(x: np.ndarray, out_hw: tuple[int, int], *, align_corners: bo
     total = (rows0[:, :, x0] * wy0 * wx0 + rows1[:, :, x0] * wy1 * wx0
              + rows0[:, :, x1] * wy0 * wx1 + rows1[:, :, x1] * wy1 * wx1)
     rounded = _c_div(total + np.where(total > 0, 1 << 19, -(1 << 19)), 1 << 20)
-    return _emit(rounded.astype(np.int8), out)
+    return emit(rounded.astype(np.int8), out)
 
 
 def _nearest_axis(out: int, size: int, align_corners: bool, half_pixel: bool) -> np.ndarray:
@@ -90,4 +83,4 @@ def resize_nearest(x: np.ndarray, out_hw: tuple[int, int], *, align_corners: boo
     oh, ow = _check(x, out_hw, align_corners, half_pixel_centers)
     ys = _nearest_axis(oh, x.shape[1], align_corners, half_pixel_centers)
     xs = _nearest_axis(ow, x.shape[2], align_corners, half_pixel_centers)
-    return _emit(x[:, ys][:, :, xs], out)
+    return emit(x[:, ys][:, :, xs], out)

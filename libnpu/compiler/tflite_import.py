@@ -199,10 +199,7 @@ def _conv(im: _Importer, ins, outs, table, where):
     cin = im.shape(ins[0])[3]
     if cin % cin_g:
         raise UnsupportedOpError(f"{where}: input channels {cin} not a multiple of filter depth {cin_g}")
-    stride, dil = (o.StrideH(), o.StrideW()), (o.DilationHFactor(), o.DilationWFactor())
-    pads = _window_pads(im, ins, o.Padding(), kh, kw, *stride, *dil)
-    attrs = dict(stride=stride, dilation=dil, pads=pads, groups=cin // cin_g,
-                 activation=_act(o.FusedActivationFunction(), where))
+    attrs = dict(_window_attrs(im, ins, o, kh, kw, where), groups=cin // cin_g)
     return attrs, (ins + [-1])[:3]
 
 
@@ -210,11 +207,15 @@ def _dwconv(im: _Importer, ins, outs, table, where):
     o = _opts(table, tflite.DepthwiseConv2DOptions)
     _, kh, kw, cout = im.shape(ins[1])
     cin = im.shape(ins[0])[3]
-    stride, dil = (o.StrideH(), o.StrideW()), (o.DilationHFactor(), o.DilationWFactor())
-    pads = _window_pads(im, ins, o.Padding(), kh, kw, *stride, *dil)
-    attrs = dict(stride=stride, dilation=dil, pads=pads, depth_multiplier=cout // cin,
-                 activation=_act(o.FusedActivationFunction(), where))
+    attrs = dict(_window_attrs(im, ins, o, kh, kw, where), depth_multiplier=cout // cin)
     return attrs, (ins + [-1])[:3]
+
+
+def _window_attrs(im: _Importer, ins, o, kh: int, kw: int, where) -> dict:
+    """Stride, dilation, explicit pads and fused activation of a conv-like op's options."""
+    stride, dil = (o.StrideH(), o.StrideW()), (o.DilationHFactor(), o.DilationWFactor())
+    return dict(stride=stride, dilation=dil, pads=_window_pads(im, ins, o.Padding(), kh, kw, *stride, *dil),
+                activation=_act(o.FusedActivationFunction(), where))
 
 
 def _fc(im: _Importer, ins, outs, table, where):
