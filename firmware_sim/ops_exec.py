@@ -12,13 +12,15 @@ from typing import Callable
 
 import numpy as np
 
-from firmware_sim.kernels import activations, conv, elementwise, layout, pooling, resize
+from firmware_sim.kernels import activations, conv, elementwise, layout, native, pooling, resize
 from firmware_sim.spec import ops
 
 __all__ = ["HANDLERS", "OpDescriptorError"]
 
 # Sanity bound on any one tensor (elements); the IOMMU bounds real accesses anyway.
 _MAX_ELEMENTS = 1 << 31
+
+native.library()  # load (or build) the C kernels when a core starts, not inside its first job
 
 
 class OpDescriptorError(ValueError):

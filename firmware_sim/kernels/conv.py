@@ -17,7 +17,8 @@ from collections import OrderedDict
 
 import numpy as np
 
-from . import weight_cache
+from . import native, weight_cache
+from .native import calls as native_calls
 from .fixedpoint import (F64Requant, multiply_by_quantized_multiplier,
                          requantize_fixed_inplace)
 from .gemm import ROW_BLOCK_ELEMS, exact_gemm, gemm_chunk, int8_offset_bound, max_abs
@@ -325,6 +326,12 @@ def depthwise_conv2d(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None, *,
     dm = cout // cin
     multiplier, shift = _check_quant(cout, bias, multiplier, shift)
     target, out = out, _check_out(out, (n, oh, ow, cout))
+    if native.library() is not None:
+        if out.size:
+            native_calls.depthwise_s8(x, w, bias, dm, (sh, sw), (dh, dw), (pt, pl), (oh, ow),
+                                      input_zp, output_zp, multiplier, shift, act_min,
+                                      act_max, out)
+        return _deliver(out, target)
     bound = kh * kw * int8_offset_bound(-input_zp) * max_abs(w)
     # float32 sums are exact below 2**24 (any 3x3..20x20 filter); beyond, float64.
     acc_type = np.float32 if bound < (1 << 24) else np.float64

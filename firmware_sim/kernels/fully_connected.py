@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import weight_cache
+from . import native, weight_cache
+from .native import calls as native_calls
 from .fixedpoint import multiply_by_quantized_multiplier_round_away, requantize_double
 from .gemm import exact_gemm, for_row_blocks, gemm_chunk, int8_offset_bound
 from .output import accumulate_bias, check_int8_param, store_int8
@@ -79,6 +80,13 @@ def fully_connected(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None, *,
 
     if out is None:
         out = np.empty((m, n), np.int8)
+    if native.library() is not None:
+        target = out if out.flags.c_contiguous else np.empty((m, n), np.int8)
+        native_calls.fully_connected_s8(x, w, bias, input_zp, output_zp, multiplier, shift,
+                                        scale, act_min, act_max, target)
+        if target is not out:
+            np.copyto(out, target)
+        return out
     # Weights as float32 (K, N) plus the largest per-row sum of |w|, cached across calls.
     wt, row_abs_max = weight_cache.converted(w, "fc", _prepare_weights)
     bound_x = int8_offset_bound(-input_zp)

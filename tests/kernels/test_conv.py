@@ -133,7 +133,7 @@ def run_case(c: dict, depthwise: bool) -> tuple[np.ndarray, np.ndarray]:
 
 @pytest.mark.parametrize("depthwise", [False, True], ids=["conv2d", "depthwise"])
 @pytest.mark.parametrize("seed", SEEDS)
-def test_conv_matches_reference(seed: int, depthwise: bool) -> None:
+def test_conv_matches_reference(seed: int, depthwise: bool, kernel_backend: str) -> None:
     rng = np.random.default_rng(2000 + seed + (100 if depthwise else 0))
     for case_no in range(CASES_PER_SEED):
         c = random_conv_case(rng, depthwise)

@@ -71,7 +71,7 @@ def random_case(rng: np.random.Generator) -> dict:
 
 
 @pytest.mark.parametrize("seed", SEEDS)
-def test_fully_connected_matches_reference(seed: int) -> None:
+def test_fully_connected_matches_reference(seed: int, kernel_backend: str) -> None:
     rng = np.random.default_rng(1000 + seed)
     for case_no in range(CASES_PER_SEED):
         c = random_case(rng)

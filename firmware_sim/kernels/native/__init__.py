@@ -1,0 +1,147 @@
+"""The C inner loops of the int8 kernels (``int8_kernels.c``), built on first use.
+
+numpy cannot get under LiteRT's C++ reference for small depthwise layers and batch-1
+fully connected layers: there the cost is per-call overhead, not arithmetic. These two
+kernels are compiled with the system C compiler into a shared library and called through
+cffi (ABI mode, so no Python headers are needed). The library is cached under
+``$NPU_CACHE_DIR/native`` (default ``~/.cache/npu-emu/native``), named by a hash of the
+source, the flags, the compiler and the CPU, so it is rebuilt whenever any of those change.
+
+``library()`` returns the loaded library, or None when native kernels are turned off
+(``NPU_NATIVE_KERNELS=0``) or cannot be built (no compiler): the kernels then take their
+numpy paths, which compute the same bytes.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator
+
+import cffi
+
+__all__ = ["library", "ffi", "build", "enabled", "SOURCE", "NativeBuildError"]
+
+SOURCE = Path(__file__).with_name("int8_kernels.c")
+_FLAGS = ("-O3", "-fwrapv", "-march=native", "-shared", "-fPIC", "-std=c11", "-Wall",
+          "-Werror")
+
+ffi = cffi.FFI()
+ffi.cdef("""
+int npu_depthwise_s8(const int8_t *x, int32_t n, int32_t h, int32_t w, int32_t cin,
+                     const int8_t *filter, int32_t kh, int32_t kw, int32_t dm,
+                     const int32_t *bias,
+                     int32_t stride_h, int32_t stride_w, int32_t dil_h, int32_t dil_w,
+                     int32_t pad_top, int32_t pad_left, int32_t out_h, int32_t out_w,
+                     int32_t input_offset, int32_t output_offset,
+                     const int32_t *mult, const int32_t *shift, int32_t per_channel,
+                     int32_t act_min, int32_t act_max, int8_t *out);
+int npu_fully_connected_s8(const int8_t *x, int32_t rows, int32_t k,
+                           const int8_t *w, int32_t n, const int32_t *bias,
+                           int32_t input_offset, int32_t output_offset,
+                           const int32_t *mult, const int32_t *shift, const double *scale,
+                           int32_t per_channel, int32_t act_min, int32_t act_max,
+                           int8_t *out);
+""")
+
+
+class NativeBuildError(RuntimeError):
+    """The C kernels could not be compiled."""
+
+
+def _compiler() -> str | None:
+    return os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
+
+
+def _cpu_signature() -> str:
+    """What -march=native depends on: the CPU's model and feature flags."""
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return platform.processor() or platform.machine()
+    wanted = [line for line in text.splitlines()
+              if line.startswith(("model name", "flags", "Features"))]
+    return "\n".join(sorted(set(wanted))) or platform.machine()
+
+
+def _cache_dir() -> Path:
+    root = os.environ.get("NPU_CACHE_DIR") or str(Path.home() / ".cache" / "npu-emu")
+    return Path(root) / "native"
+
+
+def _target(cc: str) -> Path:
+    version = subprocess.run([cc, "--version"], capture_output=True, text=True).stdout
+    h = hashlib.sha256()
+    for part in (SOURCE.read_bytes(), " ".join(_FLAGS).encode(), version.encode(),
+                 _cpu_signature().encode(), platform.machine().encode()):
+        h.update(part)
+        h.update(b"\0")
+    return _cache_dir() / f"int8_kernels-{h.hexdigest()[:16]}.so"
+
+
+def build() -> Path:
+    """Compile the library unless the cache holds it already; returns its path.
+
+    Safe when several processes build at once (each compiles to a private file and
+    renames it into place)."""
+    cc = _compiler()
+    if cc is None:
+        raise NativeBuildError("no C compiler (cc/gcc) found; install gcc")
+    target = _target(cc)
+    if target.exists():
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=target.stem, suffix=".so.tmp", dir=target.parent)
+    os.close(fd)
+    try:
+        done = subprocess.run([cc, *_FLAGS, "-o", tmp, str(SOURCE), "-lm"],
+                              capture_output=True, text=True)
+        if done.returncode != 0:
+            raise NativeBuildError(f"{cc} failed to build {SOURCE.name}:\n{done.stderr}")
+        os.chmod(tmp, 0o755)
+        os.replace(tmp, target)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    return target
+
+
+_lock = threading.Lock()
+_loaded: object | None = None
+_tried = False
+_enabled = os.environ.get("NPU_NATIVE_KERNELS", "1") != "0"
+
+
+def library():
+    """The loaded C kernels (a cffi library), or None when turned off or unbuildable."""
+    global _loaded, _tried
+    if _tried or not _enabled:
+        return _loaded if _enabled else None
+    with _lock:
+        if not _tried:
+            try:
+                _loaded = ffi.dlopen(str(build()))
+            except (NativeBuildError, OSError) as exc:
+                print(f"npu-emu: native int8 kernels unavailable, using numpy: {exc}",
+                      file=sys.stderr)
+            _tried = True
+    return _loaded
+
+
+@contextmanager
+def enabled(flag: bool) -> Iterator[None]:
+    """Turn the C kernels on or off inside a ``with`` block (tests and benchmarks compare
+    the two paths)."""
+    global _enabled
+    before, _enabled = _enabled, bool(flag)
+    try:
+        yield
+    finally:
+        _enabled = before

@@ -1,0 +1,79 @@
+"""Calls into the C kernels with numpy arrays the Python kernels have already checked."""
+from __future__ import annotations
+
+import numpy as np
+
+from . import ffi
+
+__all__ = ["depthwise_s8", "fully_connected_s8", "quant_arrays"]
+
+_I32_MIN, _I32_MAX = -(1 << 31), (1 << 31) - 1
+
+
+def _ptr(ctype: str, a: np.ndarray):
+    return ffi.from_buffer(ctype, a)
+
+
+def _opt_ptr(ctype: str, a: np.ndarray | None):
+    return ffi.NULL if a is None else ffi.from_buffer(ctype, a)
+
+
+def quant_arrays(multiplier: np.ndarray, shift: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Multipliers and shifts as contiguous int32, after TFLite's range rules (shift in
+    [-31, 30], multiplier an int32)."""
+    if multiplier.size and (int(multiplier.min()) < _I32_MIN or int(multiplier.max()) > _I32_MAX):
+        raise ValueError("requantization multiplier must be an int32")
+    if shift.size and (int(shift.min()) < -31 or int(shift.max()) > 30):
+        raise ValueError("requantization shift must be in [-31, 30]")
+    return (np.ascontiguousarray(multiplier, dtype=np.int32),
+            np.ascontiguousarray(shift, dtype=np.int32))
+
+
+def _check_status(status: int) -> None:
+    if status != 0:
+        raise MemoryError("native kernel could not allocate its scratch memory")
+
+
+def depthwise_s8(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None, dm: int,
+                 stride: tuple[int, int], dilation: tuple[int, int], padding: tuple[int, int],
+                 out_hw: tuple[int, int], input_zp: int, output_zp: int,
+                 multiplier: np.ndarray, shift: np.ndarray, act_min: int, act_max: int,
+                 out: np.ndarray) -> None:
+    """Depthwise convolution into ``out`` (C-contiguous int8 (N, OH, OW, Cin * dm))."""
+    from . import library
+
+    lib = library()
+    x = np.ascontiguousarray(x)
+    w = np.ascontiguousarray(w)
+    bias = None if bias is None else np.ascontiguousarray(bias)
+    mult, sh = quant_arrays(multiplier, shift)
+    n, h, wd, cin = x.shape
+    _, kh, kw, _ = w.shape
+    _check_status(lib.npu_depthwise_s8(
+        _ptr("int8_t[]", x), n, h, wd, cin, _ptr("int8_t[]", w), kh, kw, dm,
+        _opt_ptr("int32_t[]", bias), stride[0], stride[1], dilation[0], dilation[1],
+        padding[0], padding[1], out_hw[0], out_hw[1], -input_zp, output_zp,
+        _ptr("int32_t[]", mult), _ptr("int32_t[]", sh), int(mult.size > 1),
+        act_min, act_max, _ptr("int8_t[]", out)))
+
+
+def fully_connected_s8(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None,
+                       input_zp: int, output_zp: int, multiplier: np.ndarray,
+                       shift: np.ndarray, scale: np.ndarray | None, act_min: int,
+                       act_max: int, out: np.ndarray) -> None:
+    """Fully connected into ``out`` (C-contiguous int8 (M, N))."""
+    from . import library
+
+    lib = library()
+    x = np.ascontiguousarray(x)
+    w = np.ascontiguousarray(w)
+    bias = None if bias is None else np.ascontiguousarray(bias)
+    mult, sh = quant_arrays(multiplier, shift)
+    if scale is not None:
+        scale = np.ascontiguousarray(scale, dtype=np.float64)
+    (m, k), n = x.shape, w.shape[0]
+    _check_status(lib.npu_fully_connected_s8(
+        _ptr("int8_t[]", x), m, k, _ptr("int8_t[]", w), n, _opt_ptr("int32_t[]", bias),
+        -input_zp, output_zp, _ptr("int32_t[]", mult), _ptr("int32_t[]", sh),
+        _opt_ptr("double[]", scale), int(mult.size > 1), act_min, act_max,
+        _ptr("int8_t[]", out)))
