@@ -3,28 +3,44 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import ffi
+from . import ffi, library
 
 __all__ = ["depthwise_s8", "fully_connected_s8", "quant_arrays"]
 
 _I32_MIN, _I32_MAX = -(1 << 31), (1 << 31) - 1
 
 
-def _ptr(ctype: str, a: np.ndarray):
-    return ffi.from_buffer(ctype, a)
+# C array types resolved once (parsing the type string costs a microsecond per pointer).
+_CTYPES = {np.dtype(np.int8): ffi.typeof("int8_t[]"), np.dtype(np.int32): ffi.typeof("int32_t[]"),
+           np.dtype(np.float64): ffi.typeof("double[]")}
 
 
-def _opt_ptr(ctype: str, a: np.ndarray | None):
-    return ffi.NULL if a is None else ffi.from_buffer(ctype, a)
+def _ptr(a: np.ndarray):
+    return ffi.from_buffer(_CTYPES[a.dtype], a)
+
+
+def _opt_ptr(a: np.ndarray | None):
+    return ffi.NULL if a is None else ffi.from_buffer(_CTYPES[a.dtype], a)
+
+
+def _int_range(a: np.ndarray) -> tuple[int, int]:
+    if a.size == 1:
+        v = int(a.reshape(-1)[0])
+        return v, v
+    return int(a.min()), int(a.max())
 
 
 def quant_arrays(multiplier: np.ndarray, shift: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Multipliers and shifts as contiguous int32, after TFLite's range rules (shift in
     [-31, 30], multiplier an int32)."""
-    if multiplier.size and (int(multiplier.min()) < _I32_MIN or int(multiplier.max()) > _I32_MAX):
-        raise ValueError("requantization multiplier must be an int32")
-    if shift.size and (int(shift.min()) < -31 or int(shift.max()) > 30):
-        raise ValueError("requantization shift must be in [-31, 30]")
+    if multiplier.dtype != np.int32 and multiplier.size:
+        lo, hi = _int_range(multiplier)
+        if lo < _I32_MIN or hi > _I32_MAX:
+            raise ValueError("requantization multiplier must be an int32")
+    if shift.size:
+        lo, hi = _int_range(shift)
+        if lo < -31 or hi > 30:
+            raise ValueError("requantization shift must be in [-31, 30]")
     return (np.ascontiguousarray(multiplier, dtype=np.int32),
             np.ascontiguousarray(shift, dtype=np.int32))
 
@@ -40,8 +56,6 @@ def depthwise_s8(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None, dm: int,
                  multiplier: np.ndarray, shift: np.ndarray, act_min: int, act_max: int,
                  out: np.ndarray) -> None:
     """Depthwise convolution into ``out`` (C-contiguous int8 (N, OH, OW, Cin * dm))."""
-    from . import library
-
     lib = library()
     x = np.ascontiguousarray(x)
     w = np.ascontiguousarray(w)
@@ -50,11 +64,11 @@ def depthwise_s8(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None, dm: int,
     n, h, wd, cin = x.shape
     _, kh, kw, _ = w.shape
     _check_status(lib.npu_depthwise_s8(
-        _ptr("int8_t[]", x), n, h, wd, cin, _ptr("int8_t[]", w), kh, kw, dm,
-        _opt_ptr("int32_t[]", bias), stride[0], stride[1], dilation[0], dilation[1],
+        _ptr(x), n, h, wd, cin, _ptr(w), kh, kw, dm,
+        _opt_ptr(bias), stride[0], stride[1], dilation[0], dilation[1],
         padding[0], padding[1], out_hw[0], out_hw[1], -input_zp, output_zp,
-        _ptr("int32_t[]", mult), _ptr("int32_t[]", sh), int(mult.size > 1),
-        act_min, act_max, _ptr("int8_t[]", out)))
+        _ptr(mult), _ptr(sh), int(mult.size > 1),
+        act_min, act_max, _ptr(out)))
 
 
 def fully_connected_s8(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None,
@@ -62,8 +76,6 @@ def fully_connected_s8(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None,
                        shift: np.ndarray, scale: np.ndarray | None, act_min: int,
                        act_max: int, out: np.ndarray) -> None:
     """Fully connected into ``out`` (C-contiguous int8 (M, N))."""
-    from . import library
-
     lib = library()
     x = np.ascontiguousarray(x)
     w = np.ascontiguousarray(w)
@@ -73,7 +85,7 @@ def fully_connected_s8(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None,
         scale = np.ascontiguousarray(scale, dtype=np.float64)
     (m, k), n = x.shape, w.shape[0]
     _check_status(lib.npu_fully_connected_s8(
-        _ptr("int8_t[]", x), m, k, _ptr("int8_t[]", w), n, _opt_ptr("int32_t[]", bias),
-        -input_zp, output_zp, _ptr("int32_t[]", mult), _ptr("int32_t[]", sh),
-        _opt_ptr("double[]", scale), int(mult.size > 1), act_min, act_max,
-        _ptr("int8_t[]", out)))
+        _ptr(x), m, k, _ptr(w), n, _opt_ptr(bias),
+        -input_zp, output_zp, _ptr(mult), _ptr(sh),
+        _opt_ptr(scale), int(mult.size > 1), act_min, act_max,
+        _ptr(out)))

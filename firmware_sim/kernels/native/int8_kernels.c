@@ -14,36 +14,56 @@
 #include <stdlib.h>
 #include <math.h>
 
-/* gemmlowp SaturatingRoundingDoublingHighMul: round(a * b / 2**31), saturated. */
-static inline int32_t srdhm(int32_t a, int32_t b)
-{
-    if (a == INT32_MIN && b == INT32_MIN)
-        return INT32_MAX;
-    int64_t ab = (int64_t)a * (int64_t)b;
-    int64_t nudge = ab >= 0 ? (1 << 30) : (1 - (1 << 30));
-    return (int32_t)((ab + nudge) / (INT64_C(1) << 31));
-}
-
-/* gemmlowp RoundingDivideByPOT: x / 2**e, rounded half away from zero. */
-static inline int32_t rounding_divide_by_pot(int32_t x, int e)
-{
-    int32_t mask = (int32_t)((INT64_C(1) << e) - 1);
-    int32_t remainder = x & mask;
-    int32_t threshold = (mask >> 1) + (x < 0);
-    return (x >> e) + (remainder > threshold);
-}
-
-/* TFLite MultiplyByQuantizedMultiplier, default build (double rounding). */
-static inline int32_t multiply_by_quantized_multiplier(int32_t x, int32_t m, int32_t shift)
-{
-    int left = shift > 0 ? shift : 0;
-    int right = shift > 0 ? 0 : -shift;
-    return rounding_divide_by_pot(srdhm((int32_t)((uint32_t)x << left), m), right);
-}
-
 static inline int8_t clamp_s8(int32_t v, int32_t lo, int32_t hi)
 {
     return (int8_t)(v < lo ? lo : v > hi ? hi : v);
+}
+
+/* Per-channel requantization constants, in the form the vectorized loop wants. */
+struct requant {
+    int32_t *mult, *left, *right;
+};
+
+static int requant_init(struct requant *q, const int32_t *mult, const int32_t *shift,
+                        int32_t per_channel, int32_t n)
+{
+    q->mult = malloc(sizeof(int32_t) * (size_t)n * 3);
+    if (!q->mult)
+        return -1;
+    q->left = q->mult + n;
+    q->right = q->mult + 2 * (size_t)n;
+    for (int32_t c = 0; c < n; c++) {
+        int32_t i = per_channel ? c : 0;
+        q->mult[c] = mult[i];
+        q->left[c] = shift[i] > 0 ? shift[i] : 0;
+        q->right[c] = shift[i] > 0 ? 0 : -shift[i];
+    }
+    return 0;
+}
+
+/*
+ * MultiplyByQuantizedMultiplier + output offset + clamp over n channels, written without
+ * branches or divisions so the compiler vectorizes it. gemmlowp's
+ * (ab + nudge) / 2**31 (truncating, nudge = ab >= 0 ? 2**30 : 1 - 2**30) equals
+ * floor((ab + 2**30) / 2**31) for every ab, which is an arithmetic shift.
+ */
+static void requant_store(const int32_t *acc, int32_t n, const struct requant *q,
+                          int32_t output_offset, int32_t act_min, int32_t act_max, int8_t *out)
+{
+    for (int32_t c = 0; c < n; c++) {
+        int32_t x = (int32_t)((uint32_t)acc[c] << q->left[c]);
+        int32_t m = q->mult[c];
+        int64_t ab = (int64_t)x * (int64_t)m;
+        int32_t high = (int32_t)((ab + (INT64_C(1) << 30)) >> 31);
+        high = (x == INT32_MIN && m == INT32_MIN) ? INT32_MAX : high;
+        int32_t e = q->right[c];
+        int32_t mask = (int32_t)((UINT32_C(1) << e) - 1);
+        int32_t threshold = (mask >> 1) + (high < 0);
+        int32_t v = (high >> e) + ((high & mask) > threshold) + output_offset;
+        v = v < act_min ? act_min : v;
+        v = v > act_max ? act_max : v;
+        out[c] = (int8_t)v;
+    }
 }
 
 /*
@@ -62,9 +82,10 @@ int npu_depthwise_s8(const int8_t *x, int32_t n, int32_t h, int32_t w, int32_t c
                      int32_t act_min, int32_t act_max, int8_t *out)
 {
     const int32_t cout = cin * dm;
+    struct requant q;
     int32_t *acc = malloc(sizeof(int32_t) * (size_t)cout);
     int16_t *shifted = malloc(sizeof(int16_t) * (size_t)cin);
-    if (!acc || !shifted) {
+    if (!acc || !shifted || requant_init(&q, mult, shift, per_channel, cout) != 0) {
         free(acc);
         free(shifted);
         return -1;
@@ -85,28 +106,25 @@ int npu_depthwise_s8(const int8_t *x, int32_t n, int32_t h, int32_t w, int32_t c
                         const int8_t *xp = x + (((int64_t)b * h + iy) * w + ix) * cin;
                         const int8_t *fp = filter + ((int64_t)fy * kw + fx) * cout;
                         if (dm == 1) {
-                            /* |x + offset| <= 255 and |filter| <= 128: the product fits int16's
-                               range once widened, and int32 sums wrap like TFLite's. */
+                            /* |x + offset| <= 255 and |filter| <= 128, so each product fits
+                               int16 (a 16-bit multiply); the int32 sums wrap like TFLite's. */
                             for (int32_t c = 0; c < cin; c++)
-                                acc[c] += (int32_t)(int16_t)(xp[c] + input_offset) * fp[c];
+                                acc[c] += (int16_t)((int16_t)(xp[c] + input_offset) * fp[c]);
                         } else {
                             for (int32_t c = 0; c < cin; c++)
                                 shifted[c] = (int16_t)(xp[c] + input_offset);
                             for (int32_t c = 0; c < cin; c++)
-                                for (int32_t q = 0; q < dm; q++)
-                                    acc[c * dm + q] += (int32_t)shifted[c] * fp[c * dm + q];
+                                for (int32_t m = 0; m < dm; m++)
+                                    acc[c * dm + m] += (int16_t)(shifted[c] * fp[c * dm + m]);
                         }
                     }
                 }
                 int8_t *op = out + (((int64_t)b * out_h + oy) * out_w + ox) * cout;
-                for (int32_t c = 0; c < cout; c++) {
-                    int32_t i = per_channel ? c : 0;
-                    int32_t v = multiply_by_quantized_multiplier(acc[c], mult[i], shift[i]);
-                    op[c] = clamp_s8(v + output_offset, act_min, act_max);
-                }
+                requant_store(acc, cout, &q, output_offset, act_min, act_max, op);
             }
         }
     }
+    free(q.mult);
     free(acc);
     free(shifted);
     return 0;
@@ -132,7 +150,8 @@ static inline int32_t requantize_double(int32_t acc, double scale)
     return (int32_t)v;
 }
 
-/* Dot product of k int16 values (input + offset) with k int8 weights, int32 wrapping. */
+/* Dot products of k int16 values (input + offset) with k int8 weights, int32 wrapping:
+   one input row, or four rows sharing each weight load. */
 static inline int32_t dot_s16_s8(const int16_t *a, const int8_t *b, int32_t k)
 {
     int32_t sum = 0;
@@ -141,11 +160,39 @@ static inline int32_t dot_s16_s8(const int16_t *a, const int8_t *b, int32_t k)
     return sum;
 }
 
+static inline void dot4_s16_s8(const int16_t *a, int32_t k, const int8_t *b, int32_t sums[4])
+{
+    const int16_t *a0 = a, *a1 = a + k, *a2 = a + 2 * (int64_t)k, *a3 = a + 3 * (int64_t)k;
+    int32_t s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+    for (int32_t i = 0; i < k; i++) {
+        int16_t wv = b[i];
+        s0 += (int32_t)a0[i] * wv;
+        s1 += (int32_t)a1[i] * wv;
+        s2 += (int32_t)a2[i] * wv;
+        s3 += (int32_t)a3[i] * wv;
+    }
+    sums[0] = s0, sums[1] = s1, sums[2] = s2, sums[3] = s3;
+}
+
+static inline int8_t fc_output(int32_t acc, int32_t o, const int32_t *bias,
+                               const int32_t *mult, const int32_t *shift, const double *scale,
+                               int32_t per_channel, int32_t output_offset,
+                               int32_t act_min, int32_t act_max)
+{
+    if (bias)
+        acc += bias[o];
+    int32_t i = per_channel ? o : 0;
+    int32_t v = scale ? requantize_double(acc, scale[i])
+                      : requantize_round_away(acc, mult[i], shift[i]);
+    return clamp_s8((int32_t)((uint32_t)v + (uint32_t)output_offset), act_min, act_max);
+}
+
 /*
  * Fully connected: out (rows, n) = requant((x + input_offset) @ w.T + bias).
  * x (rows, k); w (n, k). mult/shift (and scale) have n entries, or one when per_channel
  * is 0. With scale non-NULL the requantization is LiteRT's double arithmetic, otherwise
  * the fixed-point multiplier and shift with one rounding, ties away from zero.
+ * Rows go four at a time, so each weight row is read once per four inputs.
  * Returns 0, or -1 when out of memory.
  */
 int npu_fully_connected_s8(const int8_t *x, int32_t rows, int32_t k,
@@ -154,23 +201,30 @@ int npu_fully_connected_s8(const int8_t *x, int32_t rows, int32_t k,
                            const int32_t *mult, const int32_t *shift, const double *scale,
                            int32_t per_channel, int32_t act_min, int32_t act_max, int8_t *out)
 {
-    int16_t *shifted = malloc(sizeof(int16_t) * (size_t)(k > 0 ? k : 1));
+    int16_t *shifted = malloc(sizeof(int16_t) * 4 * (size_t)(k > 0 ? k : 1));
     if (!shifted)
         return -1;
-    for (int32_t r = 0; r < rows; r++) {
+    int32_t r = 0;
+    for (; r + 4 <= rows; r += 4) {
+        for (int64_t i = 0; i < 4 * (int64_t)k; i++)
+            shifted[i] = (int16_t)(x[(int64_t)r * k + i] + input_offset);
+        for (int32_t o = 0; o < n; o++) {
+            int32_t sums[4];
+            dot4_s16_s8(shifted, k, w + (int64_t)o * k, sums);
+            for (int32_t j = 0; j < 4; j++)
+                out[(int64_t)(r + j) * n + o] = fc_output(sums[j], o, bias, mult, shift, scale,
+                                                          per_channel, output_offset,
+                                                          act_min, act_max);
+        }
+    }
+    for (; r < rows; r++) {
         const int8_t *xr = x + (int64_t)r * k;
         for (int32_t i = 0; i < k; i++)
             shifted[i] = (int16_t)(xr[i] + input_offset);
         int8_t *orow = out + (int64_t)r * n;
-        for (int32_t o = 0; o < n; o++) {
-            int32_t acc = dot_s16_s8(shifted, w + (int64_t)o * k, k);
-            if (bias)
-                acc += bias[o];
-            int32_t i = per_channel ? o : 0;
-            int32_t v = scale ? requantize_double(acc, scale[i])
-                              : requantize_round_away(acc, mult[i], shift[i]);
-            orow[o] = clamp_s8((int32_t)((uint32_t)v + (uint32_t)output_offset), act_min, act_max);
-        }
+        for (int32_t o = 0; o < n; o++)
+            orow[o] = fc_output(dot_s16_s8(shifted, w + (int64_t)o * k, k), o, bias, mult, shift,
+                                scale, per_channel, output_offset, act_min, act_max);
     }
     free(shifted);
     return 0;
