@@ -112,6 +112,17 @@ def test_bad_requantization_parameters_are_refused() -> None:
         with pytest.raises(ValueError, match="shift"):
             fully_connected(x, w, None, input_zp=0, output_zp=0,
                             multiplier=np.array([1 << 30]), shift=np.array([31]))
+        for kernel_shift in (np.array([-32], np.int32), np.array([0, 31], np.int32)):
+            with pytest.raises(ValueError, match="shift"):      # checked in C
+                fully_connected(x, w, None, input_zp=0, output_zp=0,
+                                multiplier=np.full(kernel_shift.shape, 1 << 30, np.int32),
+                                shift=kernel_shift)
+        xd, wd = np.zeros((1, 3, 3, 2), np.int8), np.zeros((1, 1, 1, 2), np.int8)
+        with pytest.raises(ValueError, match="shift"):
+            depthwise_conv2d(xd, wd, None, stride=(1, 1), dilation=(1, 1), padding=(0, 0),
+                             out_hw=(3, 3), input_zp=0, output_zp=0,
+                             multiplier=np.array([1, 1], np.int32),
+                             shift=np.array([-3, 40], np.int32))
         with pytest.raises(ValueError, match="multiplier"):
             fully_connected(x, w, None, input_zp=0, output_zp=0,
                             multiplier=np.array([1 << 33]), shift=np.array([0]))

@@ -23,29 +23,22 @@ def _opt_ptr(a: np.ndarray | None):
     return ffi.NULL if a is None else ffi.from_buffer(_CTYPES[a.dtype], a)
 
 
-def _int_range(a: np.ndarray) -> tuple[int, int]:
-    if a.size == 1:
-        v = int(a.reshape(-1)[0])
-        return v, v
-    return int(a.min()), int(a.max())
-
-
 def quant_arrays(multiplier: np.ndarray, shift: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Multipliers and shifts as contiguous int32, after TFLite's range rules (shift in
-    [-31, 30], multiplier an int32)."""
+    """Multipliers and shifts as contiguous int32 (the C code checks each shift is in
+    [-31, 30]; a multiplier must be an int32)."""
     if multiplier.dtype != np.int32 and multiplier.size:
-        lo, hi = _int_range(multiplier)
-        if lo < _I32_MIN or hi > _I32_MAX:
+        if int(multiplier.min()) < _I32_MIN or int(multiplier.max()) > _I32_MAX:
             raise ValueError("requantization multiplier must be an int32")
-    if shift.size:
-        lo, hi = _int_range(shift)
-        if lo < -31 or hi > 30:
+    if shift.dtype != np.int32 and shift.size:
+        if int(shift.min()) < -31 or int(shift.max()) > 30:
             raise ValueError("requantization shift must be in [-31, 30]")
     return (np.ascontiguousarray(multiplier, dtype=np.int32),
             np.ascontiguousarray(shift, dtype=np.int32))
 
 
 def _check_status(status: int) -> None:
+    if status == -2:
+        raise ValueError("requantization shift must be in [-31, 30]")
     if status != 0:
         raise MemoryError("native kernel could not allocate its scratch memory")
 

@@ -14,6 +14,10 @@
 #include <stdlib.h>
 #include <math.h>
 
+/* Return codes (0 is success). */
+#define NPU_KERNEL_NO_MEMORY (-1)
+#define NPU_KERNEL_BAD_SHIFT (-2)   /* a requantization shift outside [-31, 30] */
+
 static inline int8_t clamp_s8(int32_t v, int32_t lo, int32_t hi)
 {
     return (int8_t)(v < lo ? lo : v > hi ? hi : v);
@@ -29,11 +33,15 @@ static int requant_init(struct requant *q, const int32_t *mult, const int32_t *s
 {
     q->mult = malloc(sizeof(int32_t) * (size_t)n * 3);
     if (!q->mult)
-        return -1;
+        return NPU_KERNEL_NO_MEMORY;
     q->left = q->mult + n;
     q->right = q->mult + 2 * (size_t)n;
     for (int32_t c = 0; c < n; c++) {
         int32_t i = per_channel ? c : 0;
+        if (shift[i] < -31 || shift[i] > 30) {
+            free(q->mult);
+            return NPU_KERNEL_BAD_SHIFT;
+        }
         q->mult[c] = mult[i];
         q->left[c] = shift[i] > 0 ? shift[i] : 0;
         q->right[c] = shift[i] > 0 ? 0 : -shift[i];
@@ -70,7 +78,7 @@ static void requant_store(const int32_t *acc, int32_t n, const struct requant *q
  * Depthwise convolution, NHWC. x (n, h, w, cin); filter (kh, kw, cin * dm): output channel
  * c * dm + q reads input channel c. bias (cin * dm) or NULL. mult/shift have cin * dm
  * entries, or one when per_channel is 0. Taps outside the image are skipped (the same as
- * padding with the input zero point). Returns 0, or -1 when out of memory.
+ * padding with the input zero point). Returns 0 or an NPU_KERNEL_* code.
  */
 int npu_depthwise_s8(const int8_t *x, int32_t n, int32_t h, int32_t w, int32_t cin,
                      const int8_t *filter, int32_t kh, int32_t kw, int32_t dm,
@@ -83,12 +91,16 @@ int npu_depthwise_s8(const int8_t *x, int32_t n, int32_t h, int32_t w, int32_t c
 {
     const int32_t cout = cin * dm;
     struct requant q;
+    int status = requant_init(&q, mult, shift, per_channel, cout);
+    if (status != 0)
+        return status;
     int32_t *acc = malloc(sizeof(int32_t) * (size_t)cout);
     int16_t *shifted = malloc(sizeof(int16_t) * (size_t)cin);
-    if (!acc || !shifted || requant_init(&q, mult, shift, per_channel, cout) != 0) {
+    if (!acc || !shifted) {
+        free(q.mult);
         free(acc);
         free(shifted);
-        return -1;
+        return NPU_KERNEL_NO_MEMORY;
     }
     for (int32_t b = 0; b < n; b++) {
         for (int32_t oy = 0; oy < out_h; oy++) {
@@ -193,7 +205,7 @@ static inline int8_t fc_output(int32_t acc, int32_t o, const int32_t *bias,
  * is 0. With scale non-NULL the requantization is LiteRT's double arithmetic, otherwise
  * the fixed-point multiplier and shift with one rounding, ties away from zero.
  * Rows go four at a time, so each weight row is read once per four inputs.
- * Returns 0, or -1 when out of memory.
+ * Returns 0 or an NPU_KERNEL_* code.
  */
 int npu_fully_connected_s8(const int8_t *x, int32_t rows, int32_t k,
                            const int8_t *w, int32_t n, const int32_t *bias,
@@ -201,9 +213,13 @@ int npu_fully_connected_s8(const int8_t *x, int32_t rows, int32_t k,
                            const int32_t *mult, const int32_t *shift, const double *scale,
                            int32_t per_channel, int32_t act_min, int32_t act_max, int8_t *out)
 {
+    if (!scale)
+        for (int32_t o = 0; o < (per_channel ? n : 1); o++)
+            if (shift[o] < -31 || shift[o] > 30)
+                return NPU_KERNEL_BAD_SHIFT;
     int16_t *shifted = malloc(sizeof(int16_t) * 4 * (size_t)(k > 0 ? k : 1));
     if (!shifted)
-        return -1;
+        return NPU_KERNEL_NO_MEMORY;
     int32_t r = 0;
     for (; r + 4 <= rows; r += 4) {
         for (int64_t i = 0; i < 4 * (int64_t)k; i++)
