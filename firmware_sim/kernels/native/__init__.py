@@ -30,26 +30,12 @@ import cffi
 __all__ = ["library", "ffi", "build", "enabled", "SOURCE", "NativeBuildError"]
 
 SOURCE = Path(__file__).with_name("int8_kernels.c")
+HEADER = SOURCE.with_suffix(".h")
 _FLAGS = ("-O3", "-fwrapv", "-march=native", "-shared", "-fPIC", "-std=c11", "-Wall",
           "-Werror")
 
 ffi = cffi.FFI()
-ffi.cdef("""
-int npu_depthwise_s8(const int8_t *x, int32_t n, int32_t h, int32_t w, int32_t cin,
-                     const int8_t *filter, int32_t kh, int32_t kw, int32_t dm,
-                     const int32_t *bias,
-                     int32_t stride_h, int32_t stride_w, int32_t dil_h, int32_t dil_w,
-                     int32_t pad_top, int32_t pad_left, int32_t out_h, int32_t out_w,
-                     int32_t input_offset, int32_t output_offset,
-                     const int32_t *mult, const int32_t *shift, int32_t per_channel,
-                     int32_t act_min, int32_t act_max, int8_t *out);
-int npu_fully_connected_s8(const int8_t *x, int32_t rows, int32_t k,
-                           const int8_t *w, int32_t n, const int32_t *bias,
-                           int32_t input_offset, int32_t output_offset,
-                           const int32_t *mult, const int32_t *shift, const double *scale,
-                           int32_t per_channel, int32_t act_min, int32_t act_max,
-                           int8_t *out);
-""")
+ffi.cdef(HEADER.read_text())
 
 
 class NativeBuildError(RuntimeError):
@@ -79,7 +65,7 @@ def _cache_dir() -> Path:
 def _target(cc: str) -> Path:
     version = subprocess.run([cc, "--version"], capture_output=True, text=True).stdout
     h = hashlib.sha256()
-    for part in (SOURCE.read_bytes(), " ".join(_FLAGS).encode(), version.encode(),
+    for part in (SOURCE.read_bytes(), HEADER.read_bytes(), " ".join(_FLAGS).encode(), version.encode(),
                  _cpu_signature().encode(), platform.machine().encode()):
         h.update(part)
         h.update(b"\0")

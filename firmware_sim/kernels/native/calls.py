@@ -37,7 +37,7 @@ def quant_arrays(multiplier: np.ndarray, shift: np.ndarray) -> tuple[np.ndarray,
 
 
 def _check_status(status: int) -> None:
-    if status == -2:
+    if status == library().NPU_KERNEL_BAD_SHIFT:
         raise ValueError("requantization shift must be in [-31, 30]")
     if status != 0:
         raise MemoryError("native kernel could not allocate its scratch memory")

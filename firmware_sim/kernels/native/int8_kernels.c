@@ -14,9 +14,7 @@
 #include <stdlib.h>
 #include <math.h>
 
-/* Return codes (0 is success). */
-#define NPU_KERNEL_NO_MEMORY (-1)
-#define NPU_KERNEL_BAD_SHIFT (-2)   /* a requantization shift outside [-31, 30] */
+#include "int8_kernels.h"
 
 static inline int8_t clamp_s8(int32_t v, int32_t lo, int32_t hi)
 {
