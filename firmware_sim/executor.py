@@ -3,12 +3,12 @@ executes the task descriptors in order."""
 from __future__ import annotations
 
 import errno
-import importlib.util
 from dataclasses import dataclass
 from typing import Callable
 
 import numpy as np
 
+from firmware_sim import ops_exec
 from firmware_sim.dma import BusError, DmaEngine, IommuFault
 from firmware_sim.spec import tasks
 from firmware_sim.timing import HardwareProfile, task_cycles
@@ -28,44 +28,13 @@ def _dma_copy(desc: np.void, dma: DmaEngine) -> None:
     dma.write(int(desc["dst"]), length)[:] = src
 
 
-def _fully_connected(desc: np.void, dma: DmaEngine) -> None:
-    from firmware_sim.kernels.fully_connected import fully_connected
-
-    rows, k, n = int(desc["rows"]), int(desc["in_features"]), int(desc["out_features"])
-    if not (rows and k and n):
-        raise DescriptorError("FULLY_CONNECTED with an empty dimension")
-    x = dma.read_array(int(desc["input"]), np.int8, (rows, k))
-    w = dma.read_array(int(desc["weights"]), np.int8, (n, k))
-    bias = dma.read_array(int(desc["bias"]), np.int32, (n,)) if desc["bias"] else None
-    flags = int(desc["flags"])
-    scale = None
-    if flags & tasks.FC_PER_CHANNEL:
-        mult = dma.read_array(int(desc["mult_iova"]), np.int32, (n,))
-        shift = dma.read_array(int(desc["shift_iova"]), np.int32, (n,))
-        if flags & tasks.FC_DOUBLE_SCALE:
-            scale = dma.read_array(int(desc["scale_iova"]), np.float64, (n,))
-    else:
-        mult = np.array([desc["multiplier"]], np.int32)
-        shift = np.array([desc["shift"]], np.int32)
-        if flags & tasks.FC_DOUBLE_SCALE:
-            scale = np.array([desc["scale"]], np.float64)
-    out = dma.write_array(int(desc["output"]), np.int8, (rows, n))
-    fully_connected(x, w, bias, input_zp=int(desc["input_zp"]), output_zp=int(desc["output_zp"]),
-                    multiplier=mult, shift=shift, act_min=int(desc["act_min"]),
-                    act_max=int(desc["act_max"]), out=out, scale=scale)
-
-
 Handler = Callable[[np.void, DmaEngine], None]
 
 HANDLERS: dict[int, Handler] = {
     tasks.OP_NOP: _nop,
     tasks.OP_DMA_COPY: _dma_copy,
-    tasks.OP_FULLY_CONNECTED: _fully_connected,
+    **ops_exec.HANDLERS,   # the compute operators: FULLY_CONNECTED and those of spec.ops
 }
-# Compute operators beyond the base set register their handlers in ops_exec.
-if importlib.util.find_spec("firmware_sim.ops_exec") is not None:
-    from firmware_sim import ops_exec
-    HANDLERS.update(ops_exec.HANDLERS)
 
 
 @dataclass

@@ -12,8 +12,9 @@ from typing import Callable
 
 import numpy as np
 
-from firmware_sim.kernels import activations, conv, elementwise, layout, native, pooling, resize
-from firmware_sim.spec import ops
+from firmware_sim.kernels import (activations, conv, elementwise, fully_connected, layout, native,
+                                  pooling, resize)
+from firmware_sim.spec import ops, tasks
 
 __all__ = ["HANDLERS", "OpDescriptorError"]
 
@@ -130,6 +131,42 @@ def _conv2d(desc: np.void, dma) -> None:
 
 def _depthwise(desc: np.void, dma) -> None:
     _conv_common(desc, dma, depthwise=True)
+
+
+def _parse_fully_connected(desc: np.void) -> tuple:
+    rows, k, n = _dims((desc["rows"], desc["in_features"], desc["out_features"]),
+                       "FULLY_CONNECTED rows/in_features/out_features")
+    flags = int(desc["flags"])
+    double = bool(flags & tasks.FC_DOUBLE_SCALE)
+    per_channel = bool(flags & tasks.FC_PER_CHANNEL)
+    if per_channel:
+        quant = (int(desc["mult_iova"]), int(desc["shift_iova"]),
+                 int(desc["scale_iova"]) if double else 0)
+    else:
+        quant = (_frozen(np.array([desc["multiplier"]], np.int32)),
+                 _frozen(np.array([desc["shift"]], np.int32)),
+                 _frozen(np.array([desc["scale"]], np.float64)) if double else None)
+    kwargs = dict(input_zp=int(desc["input_zp"]), output_zp=int(desc["output_zp"]),
+                  act_min=int(desc["act_min"]), act_max=int(desc["act_max"]))
+    return ((int(desc["input"]), (rows, k)), (int(desc["weights"]), (n, k)), int(desc["bias"]),
+            per_channel, quant, (int(desc["output"]), (rows, n)), kwargs)
+
+
+def _fully_connected(desc: np.void, dma) -> None:
+    x_at, w_at, bias_at, per_channel, quant, out_at, kwargs = _plan(
+        "fc", desc, _parse_fully_connected)
+    n = w_at[1][0]
+    bias = dma.read_array(bias_at, np.int32, (n,)) if bias_at else None
+    if per_channel:
+        mult = dma.read_array(quant[0], np.int32, (n,))
+        shift = dma.read_array(quant[1], np.int32, (n,))
+        scale = dma.read_array(quant[2], np.float64, (n,)) if quant[2] else None
+    else:
+        mult, shift, scale = quant
+    fully_connected.fully_connected(
+        dma.read_array(x_at[0], np.int8, x_at[1]), dma.read_array(w_at[0], np.int8, w_at[1]),
+        bias, multiplier=mult, shift=shift, scale=scale,
+        out=dma.write_array(out_at[0], np.int8, out_at[1]), **kwargs)
 
 
 def _parse_binary(desc: np.void, params: tuple[str, ...]) -> tuple:
@@ -335,6 +372,7 @@ def _guarded(handler: Handler) -> Handler:
 
 
 _HANDLERS: dict[int, Handler] = {
+    tasks.OP_FULLY_CONNECTED: _fully_connected,
     ops.OP_CONV2D: _conv2d,
     ops.OP_DEPTHWISE_CONV2D: _depthwise,
     ops.OP_ADD: _add,
