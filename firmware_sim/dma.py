@@ -40,7 +40,8 @@ class DmaEngine:
         self.asid: int | None = None
         self._ptes: np.ndarray | None = None
         self._tables: dict[int, np.ndarray] = {}
-        self._objects: OrderedDict[int, tuple[int, np.ndarray]] = OrderedDict()  # bo id -> (asid, bytes)
+        # bo id -> (asid, bytes, the same bytes read-only): reads slice the read-only view
+        self._objects: OrderedDict[int, tuple[int, np.ndarray, np.ndarray]] = OrderedDict()
         self._max_objects = max_mapped_objects
         self._pending: list[tuple[np.ndarray, list[tuple[int, int, int]]]] = []
         self.inject_bus_error = False
@@ -69,7 +70,7 @@ class DmaEngine:
             self._objects.pop(bo_id, None)
             return
         self._tables.pop(asid, None)
-        for key in [k for k, (owner, _) in self._objects.items() if owner == asid]:
+        for key in [k for k, (owner, _, _) in self._objects.items() if owner == asid]:
             del self._objects[key]
         if self.asid == asid:
             self.asid, self._ptes = None, None
@@ -139,10 +140,13 @@ class DmaEngine:
         return segments
 
     def _object(self, bo_id: int) -> np.ndarray:
+        return self._mapped(bo_id)[1]
+
+    def _mapped(self, bo_id: int) -> tuple[int, np.ndarray, np.ndarray]:
         data = self._objects.get(bo_id)
         if data is not None:
             self._objects.move_to_end(bo_id)
-            return data[1]
+            return data
         path = memory.bo_path(self.bus, bo_id)
         try:
             fd = os.open(path, os.O_RDWR)
@@ -153,10 +157,12 @@ class DmaEngine:
             view = np.frombuffer(mmap.mmap(fd, size), dtype=np.uint8) if size else np.zeros(0, np.uint8)
         finally:
             os.close(fd)
-        self._objects[bo_id] = (self.asid, view)
+        readonly = view.view()
+        readonly.flags.writeable = False
+        data = self._objects[bo_id] = (self.asid, view, readonly)
         while len(self._objects) > self._max_objects:
             self._objects.popitem(last=False)
-        return view
+        return data
 
     def _segment(self, bo_id: int, offset: int, length: int) -> np.ndarray:
         data = self._object(bo_id)
@@ -170,9 +176,11 @@ class DmaEngine:
         segments = self.translate(iova, nbytes, write=False)
         self.bytes_moved += nbytes
         if len(segments) == 1:
-            view = self._segment(*segments[0])[:]
-            view.flags.writeable = False
-            return view
+            bo_id, offset, length = segments[0]
+            readonly = self._mapped(bo_id)[2]
+            if offset + length > len(readonly):
+                raise IommuFault(0, f"page table maps past the end of buffer object {bo_id}")
+            return readonly[offset:offset + length]
         if not segments:
             return np.zeros(0, np.uint8)
         return np.concatenate([self._segment(*s) for s in segments])
@@ -209,11 +217,25 @@ class DmaEngine:
         self._pending.clear()
 
     def read_array(self, iova: int, dtype, shape) -> np.ndarray:
-        dtype = np.dtype(dtype)
-        count = math.prod(int(d) for d in shape)
-        return self.read(iova, count * dtype.itemsize).view(dtype).reshape(shape)
+        dtype = _dtype(dtype)
+        return self.read(iova, math.prod(map(int, shape)) * dtype.itemsize).view(dtype).reshape(shape)
 
     def write_array(self, iova: int, dtype, shape) -> np.ndarray:
-        dtype = np.dtype(dtype)
-        count = math.prod(int(d) for d in shape)
-        return self.write(iova, count * dtype.itemsize).view(dtype).reshape(shape)
+        dtype = _dtype(dtype)
+        return self.write(iova, math.prod(map(int, shape)) * dtype.itemsize).view(dtype).reshape(shape)
+
+
+_DTYPES: dict = {}
+
+
+def _dtype(spec) -> np.dtype:
+    """np.dtype(spec), remembered (read_array is called for every operand of every task)."""
+    try:
+        return _DTYPES[spec]
+    except KeyError:
+        dtype = np.dtype(spec)
+        if len(_DTYPES) < 64:
+            _DTYPES[spec] = dtype
+        return dtype
+    except TypeError:        # an unhashable spec (e.g. a list of fields)
+        return np.dtype(spec)

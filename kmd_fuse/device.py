@@ -165,10 +165,11 @@ class Device:
             raise KmdError(errno.E2BIG, f"{req.num_bos} buffers, at most {uapi.NPU_MAX_SUBMIT_BOS}")
         if len(ctx.pending) >= MAX_PENDING_JOBS:
             raise KmdError(errno.EAGAIN, f"{MAX_PENDING_JOBS} jobs already pending in this context: wait for some")
-        handles = [req.bo_handles[i] for i in range(req.num_bos)]
+        handles = uapi.ffi.unpack(req.bo_handles, req.num_bos)
         if len(set(handles)) != len(handles):
             raise KmdError(errno.EINVAL, "a buffer handle is listed twice")
-        bos = [self.lookup(ctx, h) for h in handles]
+        buffers = ctx.buffers
+        bos = [buffers.get(h) or self.lookup(ctx, h) for h in handles]
         if req.cmd_size and not any(bo.contains(req.cmd_iova, req.cmd_size) for bo in bos):
             raise KmdError(errno.EFAULT, f"command buffer [{req.cmd_iova:#x}, +{req.cmd_size}) is not inside "
                                          "any buffer the job lists")

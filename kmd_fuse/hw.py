@@ -90,6 +90,7 @@ class Hardware:
             raise OSError(errno.ENODEV, "unexpected chip id")
         self.num_cores = self.regs.read32(regs.NUM_CORES)
         self.clock_mhz = self.regs.read32(regs.CLOCK_MHZ)
+        self.banks = [regs.core_bank(c) for c in range(self.num_cores)]
         self.tails = [self.reg(c, regs.RING_TAIL) for c in range(self.num_cores)]
 
     def _start_chip(self) -> None:
@@ -146,7 +147,7 @@ class Hardware:
     # ---- command ring ----
     def ring_space(self, core: int) -> int:
         """Free ring slots on ``core`` (one slot always stays empty)."""
-        used = (self.tails[core] - self.reg(core, regs.RING_HEAD)) % self.entries
+        used = (self.tails[core] - self.regs.read32(self.banks[core] + regs.RING_HEAD)) % self.entries
         return self.entries - 1 - used
 
     def push(self, core: int, opcode: int, asid: int, job_id: int = 0, cmd_iova: int = 0,
@@ -159,7 +160,7 @@ class Hardware:
 
     def doorbell(self, core: int) -> None:
         """Publish the new tail and wake the core."""
-        bank = regs.core_bank(core)
+        bank = self.banks[core]
         self.regs.write32(bank + regs.RING_TAIL, self.tails[core])
         self.regs.write32(bank + regs.DOORBELL, self.regs.read32(bank + regs.DOORBELL) + 1)
         os.eventfd_write(self.doorbells[core], 1)
@@ -174,9 +175,11 @@ class Hardware:
     def completions(self) -> list[Completion]:
         """Drain every core's completion queue."""
         done = []
-        for core in range(self.num_cores):
-            bank = regs.core_bank(core)
-            head, tail = self.regs.read32(bank + regs.CQ_HEAD), self.regs.read32(bank + regs.CQ_TAIL)
+        read32 = self.regs.read32
+        for core, bank in enumerate(self.banks):
+            head, tail = read32(bank + regs.CQ_HEAD), read32(bank + regs.CQ_TAIL)
+            if head == tail:
+                continue
             cq = self.cqs[core]
             while head != tail:
                 job_id, status, unit, cycles, device_ns, fault_iova, _, _, exec_ns = \

@@ -30,24 +30,23 @@ def handle_write(device: Device, ctx: Context, frame: bytes) -> None:
         raise FrameError(errno.EBUSY, f"{MAX_OUTSTANDING} requests outstanding: read replies first")
     if len(frame) < uapi.HDR_SIZE:
         raise FrameError(errno.EINVAL, f"short frame: {len(frame)} bytes")
-    hdr = uapi.unpack_header(frame)
-    if hdr.magic != uapi.NPU_FRAME_MAGIC:
-        raise FrameError(errno.EINVAL, f"bad magic {hdr.magic:#x}")
-    if hdr.result or hdr.reserved:
+    magic, cmd, seq, size, result, reserved = uapi.header_fields(frame)
+    if magic != uapi.NPU_FRAME_MAGIC:
+        raise FrameError(errno.EINVAL, f"bad magic {magic:#x}")
+    if result or reserved:
         raise FrameError(errno.EINVAL, "result/reserved fields of a request must be 0")
-    if hdr.size != len(frame) - uapi.HDR_SIZE:
-        raise FrameError(errno.EINVAL, f"header says {hdr.size} payload bytes, frame has "
+    if size != len(frame) - uapi.HDR_SIZE:
+        raise FrameError(errno.EINVAL, f"header says {size} payload bytes, frame has "
                                        f"{len(frame) - uapi.HDR_SIZE}")
     ctx.outstanding += 1
-    cmd, seq = hdr.cmd, hdr.seq
     try:
         command = uapi.COMMANDS.get(cmd)
         if command is None:
             raise KmdError(errno.ENOTTY, f"unknown command {cmd:#x}")
-        if hdr.size != command.payload_size:
-            raise KmdError(errno.EINVAL, f"{command.name} payload is {hdr.size} bytes, expected "
+        if size != command.payload_size:
+            raise KmdError(errno.EINVAL, f"{command.name} payload is {size} bytes, expected "
                                          f"{command.payload_size}")
-        payload = uapi.unpack_payload(cmd, frame[uapi.HDR_SIZE:])
+        payload = uapi.unpack_payload(cmd, frame, uapi.HDR_SIZE)
         if _dispatch(device, ctx, command.name, seq, payload):
             ctx.set_reply(uapi.pack_frame(cmd, seq, payload))
     except KmdError as exc:
@@ -57,6 +56,10 @@ def handle_write(device: Device, ctx: Context, frame: bytes) -> None:
 
 def _dispatch(device: Device, ctx: Context, name: str, seq: int, req) -> bool:
     """Run a request; True when its reply (``req``) is complete now."""
+    if name == "SUBMIT":                        # the hot path first
+        job = device.submit(ctx, req, seq)
+        req.fence = job.fence
+        return job.sync_reply is None
     if name == "GET_INFO":
         device.fill_info(ctx, req)
     elif name == "MEM_ALLOC":
@@ -68,10 +71,6 @@ def _dispatch(device: Device, ctx: Context, name: str, seq: int, req) -> bool:
         req.path = os.fsencode(bo.path)
     elif name == "MEM_FREE":
         device.free(ctx, req.handle)
-    elif name == "SUBMIT":
-        job = device.submit(ctx, req, seq)
-        req.fence = job.fence
-        return job.sync_reply is None
     elif name == "WAIT":
         return device.wait(ctx, seq, req)
     elif name == "GET_STATS":

@@ -22,6 +22,7 @@ import logging
 import mmap
 import os
 import threading
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Sequence
 
@@ -140,6 +141,15 @@ class Fence:
         return f"<Fence {self.id} status={self.status}>"
 
 
+@dataclass(frozen=True)
+class PreparedSubmit:
+    """A SUBMIT request built once (``Device.prepare_submit``) and sent as often as
+    wanted (``Device.submit_prepared`` / ``run_prepared``): same command buffer,
+    same buffers, new inputs.  The driver checks it in full every time."""
+    body: bytes
+    wait: bool
+
+
 class Device:
     """An open device instance (one driver context).  Thread-safe."""
 
@@ -208,6 +218,13 @@ class Device:
         ``buffers`` lists every buffer the tasks touch; the command buffer is
         added automatically.  ``commands=None`` submits an empty job.  With
         ``wait=True`` the reply comes when the job is done (see ``run``)."""
+        return self.submit_prepared(self.prepare_submit(commands, buffers, size=size, offset=offset,
+                                                        priority=priority, timeout_ms=timeout_ms, wait=wait))
+
+    def prepare_submit(self, commands: CommandBuffer | Memory | None, buffers: Iterable[Memory] = (), *,
+                       size: int | None = None, offset: int = 0, priority: int = PRIO_NORMAL,
+                       timeout_ms: int = 0, wait: bool = False) -> PreparedSubmit:
+        """The SUBMIT request ``submit`` would send, to send later (any number of times)."""
         req = uapi.new_payload(uapi.NPU_CMD_SUBMIT)
         handles: list[int] = []
         if isinstance(commands, CommandBuffer):
@@ -227,15 +244,25 @@ class Device:
             req.bo_handles[i] = handle
         req.priority, req.timeout_ms = priority, timeout_ms
         req.flags = uapi.NPU_SUBMIT_WAIT if wait else 0
-        reply = self.file.request(uapi.NPU_CMD_SUBMIT, req)
+        return PreparedSubmit(uapi.ffi.buffer(req)[:], wait)
+
+    def submit_prepared(self, prepared: PreparedSubmit) -> Fence:
+        """Send a prepared SUBMIT; returns its fence (signalled already if it waited)."""
+        reply = self.file.request_body(uapi.NPU_CMD_SUBMIT, prepared.body)
         fence = Fence(self, reply.fence)
-        if wait:
+        if prepared.wait:
             fence.status, fence.device_time_ns = reply.status, reply.device_time_ns
         return fence
 
     def run(self, commands: CommandBuffer | Memory | None, buffers: Iterable[Memory] = (), **options) -> Fence:
         """Submit a job and wait for it in one round trip; raises JobError if it failed."""
-        fence = self.submit(commands, buffers, wait=True, **options)
+        return self.run_prepared(self.prepare_submit(commands, buffers, wait=True, **options))
+
+    def run_prepared(self, prepared: PreparedSubmit) -> Fence:
+        """``run`` for a request from ``prepare_submit(..., wait=True)``."""
+        if not prepared.wait:
+            raise ValueError("run_prepared needs a request prepared with wait=True")
+        fence = self.submit_prepared(prepared)
         if fence.status:
             raise JobError(-fence.status, "job", f"fence {fence.id} failed")
         return fence

@@ -44,11 +44,15 @@ class DeviceFile:
 
     def request(self, cmd: int, payload=None):
         """Send one request and return its reply payload (raises NpuError on -errno)."""
-        command = uapi.COMMANDS[cmd]
         if payload is None:
             payload = uapi.new_payload(cmd)
+        return self.request_body(cmd, uapi.ffi.buffer(payload)[:])
+
+    def request_body(self, cmd: int, body: bytes):
+        """``request`` with the payload given as bytes (e.g. prepared once for many requests)."""
+        command = uapi.COMMANDS[cmd]
         seq = next(self._seq) & 0xFFFFFFFF
-        frame = uapi.pack_frame(cmd, seq, payload)
+        frame = uapi.pack_frame_body(cmd, seq, body)
         with self._write_lock:
             if self.fd < 0:
                 raise NpuError(errno.EBADF, command.name, "device is closed")
@@ -62,15 +66,14 @@ class DeviceFile:
             with self._cond:                    # e.g. KeyboardInterrupt: drop the reply when it comes
                 self._abandoned.add(seq)
             raise
-        hdr = uapi.unpack_header(reply)
-        if hdr.cmd != cmd:
-            raise NpuError(errno.EPROTO, command.name, f"reply for command {hdr.cmd:#x} with our seq {seq}")
-        body = reply[uapi.HDR_SIZE:]
-        if hdr.result:
-            error = NpuError(-hdr.result, command.name)
-            error.payload = uapi.unpack_payload(cmd, body) if body else None
+        _, reply_cmd, _, _, result, _ = uapi.header_fields(reply)
+        if reply_cmd != cmd:
+            raise NpuError(errno.EPROTO, command.name, f"reply for command {reply_cmd:#x} with our seq {seq}")
+        if result:
+            error = NpuError(-result, command.name)
+            error.payload = uapi.unpack_payload(cmd, reply, uapi.HDR_SIZE) if len(reply) > uapi.HDR_SIZE else None
             raise error
-        return uapi.unpack_payload(cmd, body)
+        return uapi.unpack_payload(cmd, reply, uapi.HDR_SIZE)
 
     def _await_reply(self, seq: int, name: str) -> bytes:
         with self._cond:
@@ -88,7 +91,7 @@ class DeviceFile:
                     self._cond.acquire()
                     self._reading = False
                     self._cond.notify_all()
-                got = uapi.unpack_header(frame).seq
+                got = uapi.header_fields(frame)[2]
                 if got in self._abandoned:
                     self._abandoned.discard(got)
                 else:

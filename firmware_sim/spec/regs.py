@@ -71,12 +71,23 @@ def core_bank(core: int) -> int:
 
 
 class RegisterView:
-    """Typed access to a mapped register file (any writable buffer of REGS_SIZE bytes)."""
+    """Typed access to a mapped register file (any writable buffer of REGS_SIZE bytes).
+
+    Registers are read and written through memoryview casts: one aligned native
+    load or store each, a few times cheaper than numpy scalar access (every job
+    touches a few dozen registers on both sides)."""
 
     def __init__(self, buffer):
-        import numpy as np
-        self._u32 = np.frombuffer(buffer, dtype="<u4", count=REGS_SIZE // 4)
-        self._u64 = np.frombuffer(buffer, dtype="<u8", count=REGS_SIZE // 8)
+        import sys
+        view = memoryview(buffer)
+        if sys.byteorder != "little" or view.nbytes < REGS_SIZE:
+            import numpy as np   # big-endian host (or a short buffer: numpy raises the error)
+            self._u32 = np.frombuffer(buffer, dtype="<u4", count=REGS_SIZE // 4)
+            self._u64 = np.frombuffer(buffer, dtype="<u8", count=REGS_SIZE // 8)
+        else:
+            bytes_view = view.cast("B")[:REGS_SIZE]
+            self._u32 = bytes_view.cast("I")
+            self._u64 = bytes_view.cast("Q")
 
     def read32(self, offset: int) -> int:
         return int(self._u32[offset >> 2])

@@ -9,6 +9,7 @@ from __future__ import annotations
 import errno
 import os
 import re
+import struct
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -85,19 +86,40 @@ for _nr, (_name, _struct) in enumerate([
 
 HDR_SIZE = ffi.sizeof("struct npu_frame_hdr")
 
+# The header as a struct.Struct as well: packing and unpacking it on every request is
+# then one C call instead of a cffi allocation and copy.  Checked against the
+# header's own layout here, so the two can never disagree.
+HDR_STRUCT = struct.Struct("<IIIIiI")
+_HDR_FIELDS = ("magic", "cmd", "seq", "size", "result", "reserved")
+if HDR_STRUCT.size != HDR_SIZE or [name for name, _ in ffi.typeof("struct npu_frame_hdr").fields] != list(
+        _HDR_FIELDS) or [ffi.offsetof("struct npu_frame_hdr", f) for f in _HDR_FIELDS] != [0, 4, 8, 12, 16, 20]:
+    raise ImportError("npu_uapi.h: struct npu_frame_hdr is not the 6 x 32-bit layout HDR_STRUCT expects")
+_MAGIC = CONSTANTS["NPU_FRAME_MAGIC"]
+_PAYLOAD_PTR = {number: ffi.typeof(command.struct + " *") for number, command in COMMANDS.items()}
+_PAYLOAD_SIZE = {number: command.payload_size for number, command in COMMANDS.items()}
+
 
 def new_payload(cmd: int):
     """A zeroed payload struct (cffi owned) for command ``cmd``."""
-    return ffi.new(COMMANDS[cmd].struct + " *")
+    return ffi.new(_PAYLOAD_PTR[cmd])
 
 
 def pack_frame(cmd: int, seq: int, payload=None, result: int = 0) -> bytes:
     """Header + payload bytes, ready for one write()/read()."""
-    body = b"" if payload is None else bytes(ffi.buffer(payload))
-    hdr = ffi.new("struct npu_frame_hdr *", {
-        "magic": CONSTANTS["NPU_FRAME_MAGIC"], "cmd": cmd, "seq": seq,
-        "size": len(body), "result": result})
-    return bytes(ffi.buffer(hdr)) + body
+    body = b"" if payload is None else ffi.buffer(payload)[:]
+    return HDR_STRUCT.pack(_MAGIC, cmd, seq, len(body), result, 0) + body
+
+
+def pack_frame_body(cmd: int, seq: int, body: bytes, result: int = 0) -> bytes:
+    """``pack_frame`` for a payload already in bytes (e.g. a request prepared once, sent many times)."""
+    return HDR_STRUCT.pack(_MAGIC, cmd, seq, len(body), result, 0) + body
+
+
+def header_fields(frame: bytes) -> tuple[int, int, int, int, int, int]:
+    """(magic, cmd, seq, size, result, reserved) of a frame's header (caller checks them)."""
+    if len(frame) < HDR_SIZE:
+        raise ValueError(f"frame of {len(frame)} bytes is shorter than its {HDR_SIZE}-byte header")
+    return HDR_STRUCT.unpack_from(frame)
 
 
 def unpack_header(frame: bytes):
@@ -109,13 +131,13 @@ def unpack_header(frame: bytes):
     return hdr
 
 
-def unpack_payload(cmd: int, body: bytes):
-    """Copy ``body`` into a new payload struct of command ``cmd``."""
-    payload = new_payload(cmd)
-    size = ffi.sizeof(payload[0])
-    if len(body) != size:
-        raise ValueError(f"{COMMANDS[cmd].name} payload is {len(body)} bytes, expected {size}")
-    ffi.memmove(payload, body, size)
+def unpack_payload(cmd: int, body: bytes, offset: int = 0):
+    """Copy ``body[offset:]`` into a new payload struct of command ``cmd``."""
+    payload = ffi.new(_PAYLOAD_PTR[cmd])
+    size = _PAYLOAD_SIZE[cmd]
+    if len(body) - offset != size:
+        raise ValueError(f"{COMMANDS[cmd].name} payload is {len(body) - offset} bytes, expected {size}")
+    ffi.memmove(payload, body[offset:] if offset else body, size)
     return payload
 
 
