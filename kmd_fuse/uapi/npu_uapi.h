@@ -152,7 +152,7 @@ struct npu_get_stats {
 	uint64_t jobs_submitted;
 	uint64_t jobs_completed;
 	uint64_t jobs_failed;
-	uint64_t busy_time_ns;          /* device time of this context's jobs */
+	uint64_t busy_time_ns;          /* wall-clock ns the chip's cores spent on this context's jobs */
 	uint64_t jobs_queued;           /* waiting for a ring slot */
 	uint64_t jobs_running;          /* on the ring or executing */
 };
