@@ -56,6 +56,7 @@ class Device:
         self.nursery: trio.Nursery | None = None
         self.resetting = False
         self.reset_hooks: list[Callable[[int], None]] = []   # called with reset_count after each reset
+        self._polling = False              # a read is polling for its reply (poll_for_reply)
 
     # ---- lifecycle ----
     def power_on(self) -> None:
@@ -98,16 +99,22 @@ class Device:
         blocked in read() on a job of a context whose last job ran for at most
         READ_SPIN_MAX_EXEC_NS, the driver polls the completion queues for up to
         READ_SPIN_S instead, yielding to every other task (other requests are served
-        meanwhile) and to every other runnable process at each round.  Longer jobs, and
-        anything not done in time, wait for the interrupt as before."""
-        if self.resetting or not (READ_SPIN_S and ctx.pending and 0 <= ctx.last_exec_ns <= READ_SPIN_MAX_EXEC_NS):
+        meanwhile) and to every other runnable process at each round.  One read polls at a
+        time (its rounds collect every context's completions); longer jobs, other readers,
+        and anything not done in time wait for the interrupt as before."""
+        if self._polling or self.resetting or not (
+                READ_SPIN_S and ctx.pending and 0 <= ctx.last_exec_ns <= READ_SPIN_MAX_EXEC_NS):
             return
-        deadline = time.monotonic() + READ_SPIN_S
-        while not ctx.replies and ctx.pending and not ctx.closed and time.monotonic() < deadline:
-            os.sched_yield()
-            await trio.lowlevel.checkpoint()
-            if not ctx.replies:
-                self.service_completions()
+        self._polling = True
+        try:
+            deadline = time.monotonic() + READ_SPIN_S
+            while not ctx.replies and ctx.pending and not ctx.closed and time.monotonic() < deadline:
+                os.sched_yield()
+                await trio.lowlevel.checkpoint()
+                if not ctx.replies:
+                    self.service_completions()
+        finally:
+            self._polling = False
 
     # ---- contexts ----
     def open_context(self, pid: int, uid: int, gid: int) -> Context:
