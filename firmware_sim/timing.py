@@ -35,6 +35,12 @@ class HardwareProfile:
 def task_cycles(profile: HardwareProfile, task: tasks.TaskType, desc: np.void, bytes_moved: int) -> int:
     """Cycles of one task: its MACs and bytes from the per-op cost table, or, for a
     task the table does not know, the bytes the DMA engine actually moved."""
-    from firmware_sim.kernels.cost import task_cost
-    macs, nbytes = task_cost(task.opcode, desc)
+    global _task_cost
+    if _task_cost is None:                       # imported on first use, then kept
+        from firmware_sim.kernels.cost import task_cost
+        _task_cost = task_cost
+    macs, nbytes = _task_cost(task.opcode, desc)
     return profile.cycles(macs, nbytes or bytes_moved)
+
+
+_task_cost = None

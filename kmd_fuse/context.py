@@ -75,6 +75,7 @@ class Context:
     reply_ready: trio.Event = field(default_factory=trio.Event)
     poll_handle: object | None = None
     waiters: list[Waiter] = field(default_factory=list)
+    last_exec_ns: int = -1             # chip time of the context's last finished job (read polling)
 
     @property
     def memory_allocated(self) -> int:

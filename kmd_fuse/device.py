@@ -7,6 +7,7 @@ from __future__ import annotations
 import errno
 import itertools
 import logging
+import os
 import time
 from pathlib import Path
 from typing import Callable
@@ -25,6 +26,10 @@ from kmd_fuse.scheduler import Scheduler
 log = logging.getLogger("kmd_fuse.device")
 
 LOST_IRQ_POLL_S = 0.1      # completions are also collected this often, in case an interrupt was lost
+# Hybrid polling of a read that waits for a short job (see Device.poll_for_reply): how long
+# it polls the completion queues, and the longest last job of the context for which it does.
+READ_SPIN_S = float(os.environ.get("NPU_KMD_READ_SPIN_US", "250")) / 1e6
+READ_SPIN_MAX_EXEC_NS = int(READ_SPIN_S * 1.6e9)
 RESET_TIMEOUT_S = 10.0
 MODEL_NAME = "npu-emu"
 
@@ -51,6 +56,7 @@ class Device:
         self.nursery: trio.Nursery | None = None
         self.resetting = False
         self.reset_hooks: list[Callable[[int], None]] = []   # called with reset_count after each reset
+        self._polling = False              # a read is polling for its reply (poll_for_reply)
 
     # ---- lifecycle ----
     def power_on(self) -> None:
@@ -84,6 +90,31 @@ class Device:
                 self.nursery.start_soon(self._recover_chip)
             elif not self.resetting:
                 self.service_completions()
+
+    async def poll_for_reply(self, ctx: Context) -> None:
+        """Hybrid polling for a read whose reply is a short job still running.
+
+        Sleeping until the interrupt costs a wake-up on the critical path (tens of us on
+        these VMs, more than the job itself when it is short).  So while the client is
+        blocked in read() on a job of a context whose last job ran for at most
+        READ_SPIN_MAX_EXEC_NS, the driver polls the completion queues for up to
+        READ_SPIN_S instead, yielding to every other task (other requests are served
+        meanwhile) and to every other runnable process at each round.  One read polls at a
+        time (its rounds collect every context's completions); longer jobs, other readers,
+        and anything not done in time wait for the interrupt as before."""
+        if self._polling or self.resetting or not (
+                READ_SPIN_S and ctx.pending and 0 <= ctx.last_exec_ns <= READ_SPIN_MAX_EXEC_NS):
+            return
+        self._polling = True
+        try:
+            deadline = time.monotonic() + READ_SPIN_S
+            while not ctx.replies and ctx.pending and not ctx.closed and time.monotonic() < deadline:
+                os.sched_yield()
+                await trio.lowlevel.checkpoint()
+                if not ctx.replies:
+                    self.service_completions()
+        finally:
+            self._polling = False
 
     # ---- contexts ----
     def open_context(self, pid: int, uid: int, gid: int) -> Context:
@@ -201,6 +232,7 @@ class Device:
                 continue
             job.status, job.device_time_ns = completion.status, completion.device_time_ns
             job.ctx.stats.busy_time_ns += completion.exec_ns
+            job.ctx.last_exec_ns = completion.exec_ns
             job.ctx.stats.device_time_ns += completion.device_time_ns
             if completion.status:
                 log.info("job %d (context %d fence %d) failed: %s at %#x", job.job_id, job.ctx.context_id,

@@ -148,6 +148,8 @@ class DeviceFs(pyfuse3.Operations):
         if not ctx.replies:
             self.device.service_completions()    # the job may be done before its interrupt is handled
         if not ctx.replies:
+            await self.device.poll_for_reply(ctx)   # a short job: poll for it rather than sleep
+        if not ctx.replies:
             with trio.move_on_after(READ_WAIT_S):
                 await ctx.reply_ready.wait()
             if not ctx.replies or ctx.closed:

@@ -7,6 +7,7 @@ module attributes, and the frame helpers both sides use.
 from __future__ import annotations
 
 import errno
+import functools
 import os
 import re
 import struct
@@ -63,7 +64,7 @@ class Command:
     name: str
     struct: str
 
-    @property
+    @functools.cached_property
     def payload_size(self) -> int:
         return ffi.sizeof(self.struct)
 
