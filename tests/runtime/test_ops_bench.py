@@ -28,8 +28,8 @@ def test_quick_layers_match_litert_and_report_json(npu, capsys):
         for key in ("npu_ms", "builtin_ref_ms", "xnnpack_ms", "device_time_ms"):
             assert r[key] > 0, (r["name"], key)
         assert r["ref_over_npu"] == pytest.approx(r["builtin_ref_ms"] / r["npu_ms"], rel=1e-2, abs=1e-3)
-        # the chip's share of each job: measured (busy time), within the end-to-end time
-        # (with 2 repeats the median is the mean, so the bound is exact)
+        # the chip's share of each timed job: measured (busy time), within the end-to-end
+        # time (with 2 repeats the median is the mean, so the bound is exact)
         assert 0 < r["chip_ms"] <= r["npu_ms"], r
         assert r["ref_over_chip"] == pytest.approx(r["builtin_ref_ms"] / r["chip_ms"], rel=1e-2, abs=1e-3)
         # onnxruntime rounds its float requantization differently: at most one LSB apart
