@@ -106,6 +106,16 @@ def test_non_contiguous_inputs_and_outputs() -> None:
         np.testing.assert_array_equal(out, fully_connected(x, w, None, **kw_args))
 
 
+def test_read_only_output_is_refused() -> None:
+    x, w = np.zeros((1, 8), np.int8), np.zeros((2, 8), np.int8)
+    out = np.zeros((1, 2), np.int8)
+    out.flags.writeable = False
+    for enabled in (True, False):
+        with native.enabled(enabled), pytest.raises(ValueError):
+            fully_connected(x, w, None, input_zp=0, output_zp=0, out=out,
+                            multiplier=np.array([1 << 30], np.int32), shift=np.array([-3], np.int32))
+
+
 def test_bad_requantization_parameters_are_refused() -> None:
     x, w = np.zeros((1, 8), np.int8), np.zeros((2, 8), np.int8)
     with native.enabled(True):

@@ -19,6 +19,12 @@ def _ptr(a: np.ndarray):
     return ffi.from_buffer(_CTYPES[a.dtype], a)
 
 
+def _out_ptr(a: np.ndarray):
+    if not a.flags.writeable:      # the C code would write through it regardless
+        raise ValueError("out must be a writable array")
+    return ffi.from_buffer(_CTYPES[a.dtype], a, require_writable=True)
+
+
 def _opt_ptr(a: np.ndarray | None):
     return ffi.NULL if a is None else ffi.from_buffer(_CTYPES[a.dtype], a)
 
@@ -61,7 +67,7 @@ def depthwise_s8(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None, dm: int,
         _opt_ptr(bias), stride[0], stride[1], dilation[0], dilation[1],
         padding[0], padding[1], out_hw[0], out_hw[1], -input_zp, output_zp,
         _ptr(mult), _ptr(sh), int(mult.size > 1),
-        act_min, act_max, _ptr(out)))
+        act_min, act_max, _out_ptr(out)))
 
 
 def fully_connected_s8(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None,
@@ -81,4 +87,4 @@ def fully_connected_s8(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None,
         _ptr(x), m, k, _ptr(w), n, _opt_ptr(bias),
         -input_zp, output_zp, _ptr(mult), _ptr(sh),
         _opt_ptr(scale), int(mult.size > 1), act_min, act_max,
-        _ptr(out)))
+        _out_ptr(out)))
