@@ -199,8 +199,7 @@ class Device:
         handles = uapi.ffi.unpack(req.bo_handles, req.num_bos)
         if len(set(handles)) != len(handles):
             raise KmdError(errno.EINVAL, "a buffer handle is listed twice")
-        buffers = ctx.buffers
-        bos = [buffers.get(h) or self.lookup(ctx, h) for h in handles]
+        bos = [self.lookup(ctx, h) for h in handles]
         if req.cmd_size and not any(bo.contains(req.cmd_iova, req.cmd_size) for bo in bos):
             raise KmdError(errno.EFAULT, f"command buffer [{req.cmd_iova:#x}, +{req.cmd_size}) is not inside "
                                          "any buffer the job lists")

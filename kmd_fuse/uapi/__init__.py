@@ -97,7 +97,6 @@ if HDR_STRUCT.size != HDR_SIZE or [name for name, _ in ffi.typeof("struct npu_fr
     raise ImportError("npu_uapi.h: struct npu_frame_hdr is not the 6 x 32-bit layout HDR_STRUCT expects")
 _MAGIC = CONSTANTS["NPU_FRAME_MAGIC"]
 _PAYLOAD_PTR = {number: ffi.typeof(command.struct + " *") for number, command in COMMANDS.items()}
-_PAYLOAD_SIZE = {number: command.payload_size for number, command in COMMANDS.items()}
 
 
 def new_payload(cmd: int):
@@ -107,8 +106,7 @@ def new_payload(cmd: int):
 
 def pack_frame(cmd: int, seq: int, payload=None, result: int = 0) -> bytes:
     """Header + payload bytes, ready for one write()/read()."""
-    body = b"" if payload is None else ffi.buffer(payload)[:]
-    return HDR_STRUCT.pack(_MAGIC, cmd, seq, len(body), result, 0) + body
+    return pack_frame_body(cmd, seq, b"" if payload is None else ffi.buffer(payload)[:], result)
 
 
 def pack_frame_body(cmd: int, seq: int, body: bytes, result: int = 0) -> bytes:
@@ -135,7 +133,7 @@ def unpack_header(frame: bytes):
 def unpack_payload(cmd: int, body: bytes, offset: int = 0):
     """Copy ``body[offset:]`` into a new payload struct of command ``cmd``."""
     payload = ffi.new(_PAYLOAD_PTR[cmd])
-    size = _PAYLOAD_SIZE[cmd]
+    size = COMMANDS[cmd].payload_size
     if len(body) - offset != size:
         raise ValueError(f"{COMMANDS[cmd].name} payload is {len(body) - offset} bytes, expected {size}")
     ffi.memmove(payload, body[offset:] if offset else body, size)

@@ -3,12 +3,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..fixedpoint import INT32_MAX, INT32_MIN
 from . import ffi, library
 
 __all__ = ["depthwise_s8", "fully_connected_s8", "quant_arrays"]
-
-_I32_MIN, _I32_MAX = -(1 << 31), (1 << 31) - 1
-
 
 # C array types resolved once (parsing the type string costs a microsecond per pointer).
 _CTYPES = {np.dtype(np.int8): ffi.typeof("int8_t[]"), np.dtype(np.int32): ffi.typeof("int32_t[]"),
@@ -33,7 +31,7 @@ def quant_arrays(multiplier: np.ndarray, shift: np.ndarray) -> tuple[np.ndarray,
     """Multipliers and shifts as contiguous int32 (the C code checks each shift is in
     [-31, 30]; a multiplier must be an int32)."""
     if multiplier.dtype != np.int32 and multiplier.size:
-        if int(multiplier.min()) < _I32_MIN or int(multiplier.max()) > _I32_MAX:
+        if int(multiplier.min()) < INT32_MIN or int(multiplier.max()) > INT32_MAX:
             raise ValueError("requantization multiplier must be an int32")
     if shift.dtype != np.int32 and shift.size:
         if int(shift.min()) < -31 or int(shift.max()) > 30:
