@@ -6,6 +6,11 @@ permission bits; an unmapped page or a missing permission raises IommuFault
 (the job fails with EFAULT and nothing else is touched).  Accesses inside one
 buffer object come back as zero-copy numpy views of its memory; accesses that
 span objects are gathered (reads) or staged and scattered on ``commit`` (writes).
+
+Like a real IOMMU's IOTLB, the engine keeps the translations (and the array views)
+of accesses that succeeded, per ASID, until the driver invalidates that ASID
+(``OP_INVALIDATE`` on the ring, which the KMD sends whenever it unmaps pages).
+Failed translations are never kept, so mapping new pages needs no invalidation.
 """
 from __future__ import annotations
 
@@ -47,8 +52,11 @@ class DmaEngine:
         self.inject_bus_error = False
         self.bytes_moved = 0
         self._last_written: np.ndarray | None = None
-        # Multi-page translations, checked against the PTEs they came from on every use.
-        self._translations: dict[tuple[int, int, int, int], tuple[bytes, list]] = {}
+        # The IOTLB: per ASID, (iova, nbytes, permission) -> segments, and the array views
+        # of single-segment accesses: (iova, dtype, shape, write) -> view. Dropped on invalidate.
+        self._tlbs: dict[int, tuple[dict, dict]] = {}
+        self._tlb: dict = {}
+        self._views: dict = {}
 
     # ---- context binding and invalidation ----
     def bind(self, asid: int) -> None:
@@ -63,13 +71,22 @@ class DmaEngine:
                 raise IommuFault(0, f"no page table for ASID {asid}: {exc}") from None
             self._tables[asid] = table
         self.asid, self._ptes = asid, table
+        cached = self._tlbs.get(asid)
+        if cached is None:
+            cached = self._tlbs[asid] = ({}, {})
+        self._tlb, self._views = cached
 
     def invalidate(self, asid: int, bo_id: int = 0) -> None:
-        """Forget cached state of ``asid`` (one object, or all with bo_id 0)."""
+        """Forget cached state of ``asid``: its translations and views, and one buffer
+        object's mapping (bo_id) or, with bo_id 0, its page table and all its objects."""
+        self._tlbs.pop(asid, None)
+        if self.asid == asid:          # the bound ASID goes on with empty caches
+            self._tlb, self._views = self._tlbs[asid] = ({}, {})
         if bo_id:
             self._objects.pop(bo_id, None)
             return
         self._tables.pop(asid, None)
+        self._tlbs.pop(asid, None)
         for key in [k for k, (owner, _, _) in self._objects.items() if owner == asid]:
             del self._objects[key]
         if self.asid == asid:
@@ -88,27 +105,24 @@ class DmaEngine:
         if self.inject_bus_error:
             self.inject_bus_error = False
             raise BusError(f"bus error at {iova:#x}")
+        key = (iova, nbytes, write)
+        segments = self._tlb.get(key)
+        if segments is not None:
+            return segments
         shift = iommu.PAGE_SHIFT
         first = (iova - iommu.IOVA_BASE) >> shift
         last = (end - 1 - iommu.IOVA_BASE) >> shift
         need = iommu.PTE_VALID | (iommu.PTE_WRITE if write else iommu.PTE_READ)
-        if first == last:                      # one page: plain integers, no array work
-            pte = int(self._ptes[first])
-            if pte & need == need:
-                page = (pte >> iommu.PTE_INDEX_SHIFT) & iommu.PTE_INDEX_MASK
-                in_page = (iova - iommu.IOVA_BASE) & (iommu.PAGE_SIZE - 1)
-                return [(pte >> iommu.PTE_BO_SHIFT, (page << shift) + in_page, nbytes)]
-        # A range seen before is translated again only if its PTEs changed (comparing
-        # them costs one memcpy; walking them costs a dozen numpy calls).
-        snapshot = self._ptes[first:last + 1].tobytes()
-        key = (self.asid, iova, nbytes, need)
-        cached = self._translations.get(key)
-        if cached is not None and cached[0] == snapshot:
-            return cached[1]
-        segments = self._walk(iova, nbytes, write, first, last, need)
-        if len(self._translations) >= 4096:
-            self._translations.clear()
-        self._translations[key] = (snapshot, segments)
+        pte = int(self._ptes[first])
+        if first == last and pte & need == need:   # one page: plain integers, no array work
+            page = (pte >> iommu.PTE_INDEX_SHIFT) & iommu.PTE_INDEX_MASK
+            in_page = (iova - iommu.IOVA_BASE) & (iommu.PAGE_SIZE - 1)
+            segments = [(pte >> iommu.PTE_BO_SHIFT, (page << shift) + in_page, nbytes)]
+        else:
+            segments = self._walk(iova, nbytes, write, first, last, need)
+        if len(self._tlb) >= _TLB_ENTRIES:
+            self._tlb.clear()
+        self._tlb[key] = segments
         return segments
 
     def _walk(self, iova: int, nbytes: int, write: bool, first: int, last: int,
@@ -217,13 +231,37 @@ class DmaEngine:
         self._pending.clear()
 
     def read_array(self, iova: int, dtype, shape) -> np.ndarray:
-        dtype = _dtype(dtype)
-        return self.read(iova, math.prod(map(int, shape)) * dtype.itemsize).view(dtype).reshape(shape)
+        """``read`` as an array of ``dtype`` and ``shape`` (read-only unless gathered)."""
+        return self._array(iova, dtype, shape, False)
 
     def write_array(self, iova: int, dtype, shape) -> np.ndarray:
-        dtype = _dtype(dtype)
-        return self.write(iova, math.prod(map(int, shape)) * dtype.itemsize).view(dtype).reshape(shape)
+        """``write`` as an array of ``dtype`` and ``shape``."""
+        return self._array(iova, dtype, shape, True)
 
+    def _array(self, iova: int, dtype, shape, write: bool) -> np.ndarray:
+        try:
+            key = (iova, dtype, tuple(shape), write)
+            hit = self._views.get(key)
+        except TypeError:                          # an unhashable dtype spec
+            key, hit = None, None
+        if hit is not None and not self.inject_bus_error:
+            view, data = hit                       # translated before: an IOTLB hit
+            self.bytes_moved += data.nbytes
+            if write:
+                self._last_written = data
+            return view
+        np_dtype = _dtype(dtype)
+        nbytes = math.prod(map(int, shape)) * np_dtype.itemsize
+        data = self.write(iova, nbytes) if write else self.read(iova, nbytes)
+        view = data.view(np_dtype).reshape(shape)
+        if key is not None and len(self.translate(iova, nbytes, write)) == 1:
+            if len(self._views) >= _TLB_ENTRIES:
+                self._views.clear()
+            self._views[key] = (view, data)
+        return view
+
+
+_TLB_ENTRIES = 4096   # per ASID; a full table is simply emptied
 
 _DTYPES: dict = {}
 

@@ -24,7 +24,7 @@ from .fixedpoint import (F64Requant, multiply_by_quantized_multiplier,
 from .gemm import ROW_BLOCK_ELEMS, exact_gemm, gemm_chunk, int8_offset_bound, max_abs
 from .output import accumulate_bias, check_int8_param, store_int8
 
-__all__ = ["conv2d", "depthwise_conv2d"]
+__all__ = ["conv2d", "depthwise_conv2d", "depthwise_conv2d_bound"]
 
 
 def _pair(name: str, v) -> tuple[int, int]:
@@ -303,6 +303,28 @@ def conv2d(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None, *,
                                       for g in range(groups)], axis=1)
             finish(acc, out[image, y0:y1].reshape(-1, cout))
     return _deliver(out, target)
+
+
+def depthwise_conv2d_bound(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None, *,
+                           stride: tuple[int, int], dilation: tuple[int, int],
+                           padding: tuple[int, int], out_hw: tuple[int, int],
+                           input_zp: int, output_zp: int,
+                           multiplier: np.ndarray, shift: np.ndarray,
+                           act_min: int = -128, act_max: int = 127,
+                           out: np.ndarray) -> native_calls.BoundCall | None:
+    """:func:`depthwise_conv2d` into ``out``, then a call that reruns it on the same arrays
+    (their contents at the time of the call) without checking or converting anything
+    again; None when that is not possible (numpy path, or an operand had to be copied)."""
+    depthwise_conv2d(x, w, bias, stride=stride, dilation=dilation, padding=padding,
+                     out_hw=out_hw, input_zp=input_zp, output_zp=output_zp,
+                     multiplier=multiplier, shift=shift, act_min=act_min, act_max=act_max, out=out)
+    if native.library() is None or not out.size:
+        return None
+    sh, sw, dh, dw, pt, pl, oh, ow = _check_common(
+        x, w, stride, dilation, padding, out_hw, input_zp, output_zp, act_min, act_max)
+    return native_calls.bind_depthwise(x, w, bias, w.shape[3] // x.shape[3], (sh, sw), (dh, dw),
+                                       (pt, pl), (oh, ow), input_zp, output_zp, multiplier,
+                                       shift, act_min, act_max, out)
 
 
 def depthwise_conv2d(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None, *,

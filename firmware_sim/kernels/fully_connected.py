@@ -21,7 +21,7 @@ from .fixedpoint import multiply_by_quantized_multiplier_round_away, requantize_
 from .gemm import exact_gemm, for_row_blocks, gemm_chunk, int8_offset_bound
 from .output import accumulate_bias, check_int8_param, store_int8
 
-__all__ = ["fully_connected"]
+__all__ = ["fully_connected", "fully_connected_bound"]
 
 
 def _prepare_weights(w: np.ndarray) -> tuple[np.ndarray, int]:
@@ -105,3 +105,20 @@ def fully_connected(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None, *,
 
     for_row_blocks(m, n, block)
     return out
+
+
+def fully_connected_bound(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None, *,
+                          input_zp: int, output_zp: int,
+                          multiplier: np.ndarray, shift: np.ndarray,
+                          act_min: int = -128, act_max: int = 127,
+                          out: np.ndarray, scale: np.ndarray | None = None
+                          ) -> native_calls.BoundCall | None:
+    """:func:`fully_connected` into ``out``, then a call that reruns it on the same arrays
+    (their contents at the time of the call) without checking or converting anything
+    again; None when that is not possible (numpy path, or an operand had to be copied)."""
+    fully_connected(x, w, bias, input_zp=input_zp, output_zp=output_zp, multiplier=multiplier,
+                    shift=shift, act_min=act_min, act_max=act_max, out=out, scale=scale)
+    if native.library() is None:
+        return None
+    return native_calls.bind_fully_connected(x, w, bias, input_zp, output_zp, multiplier, shift,
+                                             scale, act_min, act_max, out)

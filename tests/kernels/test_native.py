@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 from firmware_sim.kernels import native
-from firmware_sim.kernels.conv import depthwise_conv2d
-from firmware_sim.kernels.fully_connected import fully_connected
+from firmware_sim.kernels.conv import depthwise_conv2d, depthwise_conv2d_bound
+from firmware_sim.kernels.fully_connected import fully_connected, fully_connected_bound
 from firmware_sim.spec.ops import PADDING_SAME, conv_geometry
 
 from .quant_utils import random_int8
@@ -158,3 +158,43 @@ def test_turned_off_by_environment() -> None:
     done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
                           text=True, check=True)
     assert done.stdout.strip() == "True"
+
+
+def test_bound_calls_rerun_on_the_arrays_current_contents() -> None:
+    """A bound call (what the chip keeps per task) computes from the operands' memory at
+    each call, and is only offered when no operand had to be copied."""
+    rng = np.random.default_rng(5)
+    x, w = random_int8(rng, (2, 48)), random_int8(rng, (12, 48))
+    bias = rng.integers(-500, 500, 12).astype(np.int32)
+    mult, shift = random_requant(rng, 12)
+    out = np.zeros((2, 12), np.int8)
+    kw_args = dict(input_zp=-4, output_zp=6, act_min=-100, act_max=110)
+    with native.enabled(True):
+        bound = fully_connected_bound(x, w, bias, multiplier=mult, shift=shift, out=out, **kw_args)
+        assert bound is not None and bound.uses((x, w, bias, mult, shift, None, out))
+        assert not bound.uses((x.copy(), w, bias, mult, shift, None, out))
+        x[:] = random_int8(rng, x.shape)
+        mult[:] = mult // 2 + (1 << 29)
+        bound()
+        expected = fully_connected(x, w, bias, multiplier=mult, shift=shift, **kw_args)
+        np.testing.assert_array_equal(out, expected)
+        shift[0] = 40                                  # bad data is still refused, in C
+        with pytest.raises(ValueError, match="shift"):
+            bound()
+        shift[0] = -3
+        # An operand that must be converted (strided) cannot be bound; the result is right.
+        assert fully_connected_bound(x[:, ::2], w[:, ::2], bias, multiplier=mult, shift=shift,
+                                     out=out, **kw_args) is None
+        np.testing.assert_array_equal(out, fully_connected(x[:, ::2], w[:, ::2], bias,
+                                                           multiplier=mult, shift=shift, **kw_args))
+        xd, wd = random_int8(rng, (1, 6, 5, 4)), random_int8(rng, (1, 3, 3, 8))
+        geometry = dict(stride=(1, 2), dilation=(1, 1), padding=(1, 1), out_hw=(6, 3),
+                        input_zp=3, output_zp=-2, multiplier=mult[:8].copy(), shift=shift[:8].copy())
+        outd = np.zeros((1, 6, 3, 8), np.int8)
+        bound = depthwise_conv2d_bound(xd, wd, None, out=outd, **geometry)
+        xd[:] = random_int8(rng, xd.shape)
+        bound()
+        np.testing.assert_array_equal(outd, depthwise_conv2d(xd, wd, None, **geometry))
+    with native.enabled(False):                         # the numpy path binds nothing
+        assert fully_connected_bound(x, w, bias, multiplier=mult, shift=shift, out=out,
+                                     **kw_args) is None

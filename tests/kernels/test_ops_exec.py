@@ -7,8 +7,9 @@ import errno
 import numpy as np
 import pytest
 
-from firmware_sim.kernels import activations, conv, elementwise, layout, pooling, resize
-from firmware_sim.spec import iommu, ops
+from firmware_sim.kernels import (activations, conv, elementwise, fully_connected, layout, pooling,
+                                  resize)
+from firmware_sim.spec import iommu, ops, tasks
 from firmware_sim.spec.fixedpoint import (LUT_TANH, activation_lut, add_params,
                                           quantize_multiplier_array, softmax_params)
 
@@ -63,6 +64,36 @@ def test_conv_handlers(mem: ChipMemory, depthwise: bool) -> None:
     run_ok(mem, desc)
     np.testing.assert_array_equal(mem.get(out, np.int8, expected.shape),
                                   fn(x2, w, bias, **dict(kw, multiplier=mult2)))
+
+
+@pytest.mark.parametrize("flags", [0, tasks.FC_PER_CHANNEL | tasks.FC_DOUBLE_SCALE])
+def test_fully_connected_handler_reruns_on_new_data(mem: ChipMemory, flags: int) -> None:
+    """Like the depthwise handler, FULLY_CONNECTED keeps its C call between jobs; every
+    job still computes from what is in memory then."""
+    rng = np.random.default_rng(2)
+    rows, k, n = 3, 40, 24
+    x, w = random_int8(rng, (rows, k)), random_int8(rng, (n, k))
+    bias = rng.integers(-3000, 3000, n).astype(np.int32)
+    scale = rng.uniform(0.001, 0.01, n if flags else 1)
+    mult, shift = quantize_multiplier_array(scale)
+    kw = dict(input_zp=7, output_zp=-5, act_min=-120, act_max=100)
+    out = mem.alloc(rows * n)
+    x_at, scale_at = mem.put(x), mem.put(scale)
+    quant = (dict(mult_iova=mem.put(mult), shift_iova=mem.put(shift), scale_iova=scale_at)
+             if flags else dict(multiplier=int(mult[0]), shift=int(shift[0])))
+    desc = encode("FULLY_CONNECTED", flags, input=x_at, weights=mem.put(w), bias=mem.put(bias),
+                  output=out, rows=rows, in_features=k, out_features=n, **quant, **kw)
+    for run in range(3):
+        run_ok(mem, desc)
+        expected = fully_connected.fully_connected(
+            x, w, bias, multiplier=mult, shift=shift, scale=scale if flags else None, **kw)
+        np.testing.assert_array_equal(mem.get(out, np.int8, (rows, n)), expected)
+        x = random_int8(rng, x.shape)
+        if flags:                                  # per-channel scales live in memory too
+            scale = scale * 1.5
+        for at, data in ((x_at, x), (scale_at, scale)):
+            off = at - iommu.IOVA_BASE
+            mem.bytes[off:off + data.nbytes] = data.reshape(-1).view(np.uint8)
 
 
 def test_elementwise_and_activation_handlers(mem: ChipMemory) -> None:

@@ -253,3 +253,24 @@ def test_malformed_command_buffer_fails_the_job_with_einval(device):
     with pytest.raises(libnpu.JobError) as exc:
         device.run(cmds, size=8)
     assert exc.value.errno == errno.EINVAL
+
+
+def test_freed_buffer_faults_on_every_core_after_jobs_used_it(device):
+    """The chip keeps translations (an IOTLB) of buffers its jobs used; freeing a buffer
+    makes the driver invalidate them on every core, so a later job that still names its
+    address faults instead of reaching the freed memory."""
+    src, dst = device.alloc_mem(4096), device.alloc_mem(4096)
+    src.view[:] = 9
+    cmds = device.command_buffer()
+    cmds.add("DMA_COPY", src=src.address, dst=dst.address, length=64)
+    cmds.add("DMA_COPY", src=dst.address, dst=src.address + 64, length=64)
+    # Enough jobs in flight at once that both cores run (and cache) them.
+    device.wait([device.submit(cmds, [src, dst]) for _ in range(8)])
+    assert device.stats()["jobs_completed"] >= 8
+    device.free_mem(dst)
+    for _ in range(4):                       # whichever core takes it
+        fences = [device.submit(cmds, [src]) for _ in range(2)]
+        for fence in fences:
+            with pytest.raises(libnpu.JobError) as exc:
+                fence.wait()
+            assert exc.value.errno == errno.EFAULT

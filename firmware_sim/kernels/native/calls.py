@@ -6,7 +6,8 @@ import numpy as np
 from ..fixedpoint import INT32_MAX, INT32_MIN
 from . import ffi, library
 
-__all__ = ["depthwise_s8", "fully_connected_s8", "quant_arrays"]
+__all__ = ["BoundCall", "bind_depthwise", "bind_fully_connected", "depthwise_s8",
+           "fully_connected_s8", "quant_arrays"]
 
 # C array types resolved once (parsing the type string costs a microsecond per pointer).
 _CTYPES = {np.dtype(np.int8): ffi.typeof("int8_t[]"), np.dtype(np.int32): ffi.typeof("int32_t[]"),
@@ -47,25 +48,88 @@ def _check_status(status: int) -> None:
         raise MemoryError("native kernel could not allocate its scratch memory")
 
 
+class BoundCall:
+    """A kernel call whose C arguments (pointers into ``operands``) were made once:
+    calling it runs the kernel again on the operands' current contents. Converting the
+    arguments costs more than a small kernel, and a chip reruns the same tasks on the
+    same buffers for every inference."""
+
+    __slots__ = ("operands", "_fn", "_args")
+
+    def __init__(self, fn, args: tuple, operands: tuple):
+        self._fn, self._args, self.operands = fn, args, operands
+
+    def uses(self, operands: tuple) -> bool:
+        """True when ``operands`` are the very arrays this call was bound to."""
+        return all(a is b for a, b in zip(operands, self.operands)) and len(operands) == len(self.operands)
+
+    def __call__(self) -> None:
+        _check_status(self._fn(*self._args))
+
+
+def _bindable(operands: tuple, converted: tuple, out: np.ndarray) -> bool:
+    # Only when no operand had to be converted: a pointer into a temporary copy would
+    # read stale data on the next call.
+    return out.flags.c_contiguous and all(a is b for a, b in zip(converted, operands))
+
+
+def _depthwise_arrays(x, w, bias, multiplier, shift) -> tuple:
+    mult, sh = quant_arrays(multiplier, shift)
+    return (np.ascontiguousarray(x), np.ascontiguousarray(w),
+            None if bias is None else np.ascontiguousarray(bias), mult, sh)
+
+
+def _depthwise_args(arrays: tuple, dm: int, stride: tuple[int, int], dilation: tuple[int, int],
+                    padding: tuple[int, int], out_hw: tuple[int, int], input_zp: int,
+                    output_zp: int, act_min: int, act_max: int, out: np.ndarray) -> tuple:
+    x, w, bias, mult, sh = arrays
+    n, h, wd, cin = x.shape
+    _, kh, kw, _ = w.shape
+    return (_ptr(x), n, h, wd, cin, _ptr(w), kh, kw, dm,
+            _opt_ptr(bias), stride[0], stride[1], dilation[0], dilation[1],
+            padding[0], padding[1], out_hw[0], out_hw[1], -input_zp, output_zp,
+            _ptr(mult), _ptr(sh), int(mult.size > 1), act_min, act_max, _out_ptr(out))
+
+
 def depthwise_s8(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None, dm: int,
                  stride: tuple[int, int], dilation: tuple[int, int], padding: tuple[int, int],
                  out_hw: tuple[int, int], input_zp: int, output_zp: int,
                  multiplier: np.ndarray, shift: np.ndarray, act_min: int, act_max: int,
                  out: np.ndarray) -> None:
     """Depthwise convolution into ``out`` (C-contiguous int8 (N, OH, OW, Cin * dm))."""
-    lib = library()
-    x = np.ascontiguousarray(x)
-    w = np.ascontiguousarray(w)
-    bias = None if bias is None else np.ascontiguousarray(bias)
+    arrays = _depthwise_arrays(x, w, bias, multiplier, shift)
+    _check_status(library().npu_depthwise_s8(*_depthwise_args(
+        arrays, dm, stride, dilation, padding, out_hw, input_zp, output_zp, act_min, act_max, out)))
+
+
+def bind_depthwise(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None, dm: int,
+                   stride: tuple[int, int], dilation: tuple[int, int], padding: tuple[int, int],
+                   out_hw: tuple[int, int], input_zp: int, output_zp: int,
+                   multiplier: np.ndarray, shift: np.ndarray, act_min: int, act_max: int,
+                   out: np.ndarray) -> BoundCall | None:
+    """:func:`depthwise_s8`'s call, kept for reruns; None if an operand would be copied."""
+    operands = (x, w, bias, multiplier, shift)
+    arrays = _depthwise_arrays(*operands)
+    if not _bindable(operands, arrays, out):
+        return None
+    args = _depthwise_args(arrays, dm, stride, dilation, padding, out_hw, input_zp, output_zp,
+                           act_min, act_max, out)
+    return BoundCall(library().npu_depthwise_s8, args, operands + (out,))
+
+
+def _fc_arrays(x, w, bias, multiplier, shift, scale) -> tuple:
     mult, sh = quant_arrays(multiplier, shift)
-    n, h, wd, cin = x.shape
-    _, kh, kw, _ = w.shape
-    _check_status(lib.npu_depthwise_s8(
-        _ptr(x), n, h, wd, cin, _ptr(w), kh, kw, dm,
-        _opt_ptr(bias), stride[0], stride[1], dilation[0], dilation[1],
-        padding[0], padding[1], out_hw[0], out_hw[1], -input_zp, output_zp,
-        _ptr(mult), _ptr(sh), int(mult.size > 1),
-        act_min, act_max, _out_ptr(out)))
+    return (np.ascontiguousarray(x), np.ascontiguousarray(w),
+            None if bias is None else np.ascontiguousarray(bias), mult, sh,
+            None if scale is None else np.ascontiguousarray(scale, dtype=np.float64))
+
+
+def _fc_args(arrays: tuple, input_zp: int, output_zp: int, act_min: int, act_max: int,
+             out: np.ndarray) -> tuple:
+    x, w, bias, mult, sh, scale = arrays
+    (m, k), n = x.shape, w.shape[0]
+    return (_ptr(x), m, k, _ptr(w), n, _opt_ptr(bias), -input_zp, output_zp, _ptr(mult), _ptr(sh),
+            _opt_ptr(scale), int(mult.size > 1), act_min, act_max, _out_ptr(out))
 
 
 def fully_connected_s8(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None,
@@ -73,16 +137,19 @@ def fully_connected_s8(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None,
                        shift: np.ndarray, scale: np.ndarray | None, act_min: int,
                        act_max: int, out: np.ndarray) -> None:
     """Fully connected into ``out`` (C-contiguous int8 (M, N))."""
-    lib = library()
-    x = np.ascontiguousarray(x)
-    w = np.ascontiguousarray(w)
-    bias = None if bias is None else np.ascontiguousarray(bias)
-    mult, sh = quant_arrays(multiplier, shift)
-    if scale is not None:
-        scale = np.ascontiguousarray(scale, dtype=np.float64)
-    (m, k), n = x.shape, w.shape[0]
-    _check_status(lib.npu_fully_connected_s8(
-        _ptr(x), m, k, _ptr(w), n, _opt_ptr(bias),
-        -input_zp, output_zp, _ptr(mult), _ptr(sh),
-        _opt_ptr(scale), int(mult.size > 1), act_min, act_max,
-        _out_ptr(out)))
+    arrays = _fc_arrays(x, w, bias, multiplier, shift, scale)
+    _check_status(library().npu_fully_connected_s8(
+        *_fc_args(arrays, input_zp, output_zp, act_min, act_max, out)))
+
+
+def bind_fully_connected(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None,
+                         input_zp: int, output_zp: int, multiplier: np.ndarray,
+                         shift: np.ndarray, scale: np.ndarray | None, act_min: int,
+                         act_max: int, out: np.ndarray) -> BoundCall | None:
+    """:func:`fully_connected_s8`'s call, kept for reruns; None if an operand would be copied."""
+    operands = (x, w, bias, multiplier, shift, scale)
+    arrays = _fc_arrays(*operands)
+    if not _bindable(operands, arrays, out):
+        return None
+    args = _fc_args(arrays, input_zp, output_zp, act_min, act_max, out)
+    return BoundCall(library().npu_fully_connected_s8, args, operands + (out,))
