@@ -82,7 +82,7 @@ def test_int32_accumulator_wraps_like_tflite() -> None:
     # 70,000 products of 255 * 127 overflow int32: both paths wrap the sum.
     k = 70_000
     x = np.full((1, k), 127, np.int8)
-    w = np.full((3, k), 127, np.int8)
+    w = np.full((5, k), 127, np.int8)          # four rows at once, and one more
     kw_args = dict(input_zp=-128, output_zp=0, multiplier=np.array([1 << 30], np.int32),
                    shift=np.array([-20], np.int32))
     fast, slow = both(fully_connected, x, w, None, **kw_args)

@@ -170,6 +170,23 @@ static inline int32_t dot_s16_s8(const int16_t *a, const int8_t *b, int32_t k)
     return sum;
 }
 
+/* One input row against four weight rows: four independent sums, so the vector
+   multiply-adds do not wait on each other (one sum per row is latency-bound). */
+static inline void dot_s16_s8x4(const int16_t *a, const int8_t *b, int64_t stride, int32_t k,
+                                int32_t sums[4])
+{
+    const int8_t *b0 = b, *b1 = b + stride, *b2 = b + 2 * stride, *b3 = b + 3 * stride;
+    int32_t s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+    for (int32_t i = 0; i < k; i++) {
+        int32_t av = a[i];
+        s0 += av * b0[i];
+        s1 += av * b1[i];
+        s2 += av * b2[i];
+        s3 += av * b3[i];
+    }
+    sums[0] = s0, sums[1] = s1, sums[2] = s2, sums[3] = s3;
+}
+
 static inline void dot4_s16_s8(const int16_t *a, int32_t k, const int8_t *b, int32_t sums[4])
 {
     const int16_t *a0 = a, *a1 = a + k, *a2 = a + 2 * (int64_t)k, *a3 = a + 3 * (int64_t)k;
@@ -202,7 +219,8 @@ static inline int8_t fc_output(int32_t acc, int32_t o, const int32_t *bias,
  * x (rows, k); w (n, k). mult/shift (and scale) have n entries, or one when per_channel
  * is 0. With scale non-NULL the requantization is LiteRT's double arithmetic, otherwise
  * the fixed-point multiplier and shift with one rounding, ties away from zero.
- * Rows go four at a time, so each weight row is read once per four inputs.
+ * Input rows go four at a time, so each weight row is read once per four inputs; a
+ * single row goes against four weight rows at a time.
  * Returns 0 or an NPU_KERNEL_* code.
  */
 int npu_fully_connected_s8(const int8_t *x, int32_t rows, int32_t k,
@@ -236,7 +254,15 @@ int npu_fully_connected_s8(const int8_t *x, int32_t rows, int32_t k,
         for (int32_t i = 0; i < k; i++)
             shifted[i] = (int16_t)(xr[i] + input_offset);
         int8_t *orow = out + (int64_t)r * n;
-        for (int32_t o = 0; o < n; o++)
+        int32_t o = 0;
+        for (; o + 4 <= n; o += 4) {
+            int32_t sums[4];
+            dot_s16_s8x4(shifted, w + (int64_t)o * k, k, k, sums);
+            for (int32_t j = 0; j < 4; j++)
+                orow[o + j] = fc_output(sums[j], o + j, bias, mult, shift, scale, per_channel,
+                                        output_offset, act_min, act_max);
+        }
+        for (; o < n; o++)
             orow[o] = fc_output(dot_s16_s8(shifted, w + (int64_t)o * k, k), o, bias, mult, shift,
                                 scale, per_channel, output_offset, act_min, act_max);
     }
