@@ -80,17 +80,18 @@ class DmaEngine:
         """Forget cached state of ``asid``: its translations and views, and one buffer
         object's mapping (bo_id) or, with bo_id 0, its page table and all its objects."""
         self._tlbs.pop(asid, None)
-        if self.asid == asid:          # the bound ASID goes on with empty caches
-            self._tlb, self._views = self._tlbs[asid] = ({}, {})
         if bo_id:
             self._objects.pop(bo_id, None)
-            return
-        self._tables.pop(asid, None)
-        self._tlbs.pop(asid, None)
-        for key in [k for k, (owner, _, _) in self._objects.items() if owner == asid]:
-            del self._objects[key]
+        else:
+            self._tables.pop(asid, None)
+            for key in [k for k, (owner, _, _) in self._objects.items() if owner == asid]:
+                del self._objects[key]
         if self.asid == asid:
-            self.asid, self._ptes = None, None
+            if bo_id:                  # still bound, with empty caches
+                self._tlb, self._views = self._tlbs[asid] = ({}, {})
+            else:                      # unbound: the next job binds it again
+                self.asid, self._ptes = None, None
+                self._tlb, self._views = {}, {}
 
     # ---- translation ----
     def translate(self, iova: int, nbytes: int, write: bool) -> list[tuple[int, int, int]]:

@@ -73,7 +73,7 @@ class _Plan:
         if bound is not None and bound.uses(operands) and native.library() is not None:
             bound()
         else:
-            self.bound = None
+            self.bound = None          # a run that raises leaves no call behind
             self.bound = first_run()
 
 
