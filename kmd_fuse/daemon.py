@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import resource
 import signal
 import sys
 from pathlib import Path
@@ -21,6 +22,7 @@ import trio
 from kmd_fuse import paths
 from kmd_fuse.device import Device
 from kmd_fuse.fuse_ops import DeviceFs
+from kmd_fuse.handover import HandoverServer
 from kmd_fuse.hotplug import Presence
 from kmd_fuse.hw import ChipConfig
 from kmd_fuse.sysfs import AttributeTree
@@ -36,10 +38,32 @@ def parse_size(text: str) -> int:
     return int(text)
 
 
-async def serve(device: Device, presence: Presence, ready_file: Path) -> None:
+def raise_fd_limit() -> int:
+    """Raise RLIMIT_NOFILE as far as allowed; returns the new soft limit.
+
+    The daemon holds one descriptor per live buffer (its memfd), so this limit,
+    less the ~100 descriptors the daemon uses otherwise, bounds the buffers a
+    device can hold across all its contexts.  Root may lift the hard limit up
+    to fs.nr_open (1,048,576 here); other users get their hard limit (20,000 here)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    try:
+        nr_open = int(Path("/proc/sys/fs/nr_open").read_text())
+    except (OSError, ValueError):
+        nr_open = hard
+    for limit in dict.fromkeys((max(hard, nr_open), hard)):
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (limit, limit))
+            return limit
+        except (ValueError, OSError):
+            continue          # not allowed to lift the hard limit: try the next
+    return soft
+
+
+async def serve(device: Device, presence: Presence, ready_file: Path, handover: HandoverServer) -> None:
     with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
         async with trio.open_nursery() as nursery:
             await nursery.start(device.run)
+            await nursery.start(handover.run)     # before any request: MEM_MAP names its socket
             nursery.start_soon(pyfuse3.main)
             await nursery.start(presence.run)
             device.reset_hooks.append(presence.after_reset)
@@ -79,6 +103,7 @@ def main(argv: list[str] | None = None) -> int:
     pid_file = paths.pid_file(root, args.index)
     pid_file.write_text(f"{os.getpid()}\n")
     ready_file = paths.ready_file(root, args.index)
+    fd_limit = raise_fd_limit()
 
     device = Device(args.index, paths.bus_dir(root, args.index), args.memory,
                     ChipConfig(cores=args.cores, ring_entries=args.ring_entries, watchdog_ms=args.watchdog_ms))
@@ -94,16 +119,17 @@ def main(argv: list[str] | None = None) -> int:
         device.power_off()
         pid_file.unlink(missing_ok=True)
         raise
-    log.info("serving %s, attributes in %s (%d cores, %d MiB)", node, paths.device_dir(sys_root, args.index),
-             device.hw.num_cores, args.memory >> 20)
+    log.info("serving %s, attributes in %s (%d cores, %d MiB, up to %d descriptors)", node,
+             paths.device_dir(sys_root, args.index), device.hw.num_cores, args.memory >> 20, fd_limit)
+    handover = HandoverServer(paths.handover_socket(root, args.index), device.memory.grants)
     profile_path = os.environ.get("NPU_PROFILE_KMD")   # developer aid: cProfile the daemon's loop
     try:
         if profile_path:
             import cProfile
-            cProfile.runctx("trio.run(serve, device, presence, ready_file)", globals(), locals(),
+            cProfile.runctx("trio.run(serve, device, presence, ready_file, handover)", globals(), locals(),
                             f"{profile_path}.{args.index}")
         else:
-            trio.run(serve, device, presence, ready_file)
+            trio.run(serve, device, presence, ready_file, handover)
     finally:
         presence.unmount()           # a no-op after a clean remove
         pyfuse3.close(unmount=True)
