@@ -15,6 +15,7 @@
  * in completion order and are matched to requests by seq.  A reply that is not
  * ready yet (WAIT) is signalled with POLLIN; read() without a ready reply fails
  * with EAGAIN after a short server-side wait, so a client never blocks unboundedly.
+ * Buffers' memory comes as sealed memfds from a per-device Unix socket (see MEM_MAP).
  *
  * Command numbers are encoded like Linux _IOWR('N', nr, struct npu_xxx):
  * dir(2 bits, 3 = read|write) << 30 | size(14 bits) << 16 | 'N' << 8 | nr.
