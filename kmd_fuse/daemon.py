@@ -42,9 +42,10 @@ def raise_fd_limit() -> int:
     """Raise RLIMIT_NOFILE as far as allowed; returns the new soft limit.
 
     The daemon holds one descriptor per live buffer (its memfd), so this limit,
-    less the ~100 descriptors the daemon uses otherwise, bounds the buffers a
-    device can hold across all its contexts.  Root may lift the hard limit up
-    to fs.nr_open (1,048,576 here); other users get their hard limit (20,000 here)."""
+    less memory.FDS_RESERVED kept for everything else, bounds the buffers a device
+    holds across all its contexts.  With CAP_SYS_RESOURCE the hard limit is lifted
+    to fs.nr_open (1,048,576); otherwise the hard limit holds (20,000 on these
+    machines, where even root lacks CAP_SYS_RESOURCE: 19,488 buffers)."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     try:
         nr_open = int(Path("/proc/sys/fs/nr_open").read_text())

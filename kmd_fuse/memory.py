@@ -32,6 +32,9 @@ from kmd_fuse.handover import Grants
 from kmd_fuse.hw import PageTable
 
 SEALS = fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SEAL
+# Descriptors kept for everything but buffers (FUSE, the chip's memories and lines, page
+# tables being created, hand-over connections), so that buffers cannot starve the daemon.
+FDS_RESERVED = 512
 _FALLOC_FL_KEEP_SIZE, _FALLOC_FL_PUNCH_HOLE = 0x01, 0x02
 _libc = ctypes.CDLL(None, use_errno=True)
 _libc.fallocate.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64]
@@ -124,6 +127,8 @@ class DeviceMemory:
     def __init__(self, bus: Path, total: int):
         self.bus, self.total, self.used = bus, total, 0
         self.grants = Grants()
+        self.buffers = 0          # backings held (freed buffers still used by a job included)
+        self.max_buffers = max(0, resource.getrlimit(resource.RLIMIT_NOFILE)[0] - FDS_RESERVED)
         self._bo_ids = itertools.count(1)
         self._free_asids = list(range(iommu.MAX_ASIDS - 1, 0, -1))
 
@@ -147,6 +152,9 @@ class DeviceMemory:
         if size > self.total - self.used:
             raise KmdError(errno.ENOMEM, f"{size} bytes requested, {self.total - self.used} of "
                                          f"{self.total} free on the device")
+        if self.buffers >= self.max_buffers:
+            raise KmdError(errno.ENOMEM, f"the device holds {self.buffers} buffers, its most (the driver keeps "
+                                         "one file descriptor per buffer)")
         iova = space.iova.alloc(size >> iommu.PAGE_SHIFT)
         bo_id = next(self._bo_ids)
         try:
@@ -157,6 +165,7 @@ class DeviceMemory:
         bo = BufferObject(bo_id, handle, size, iova, fd, link, flags)
         space.table.map(iova, bo_id, bo.npages, readable=bool(flags & 1), writable=bool(flags & 2))
         self.used += size
+        self.buffers += 1
         return bo
 
     def _create_backing(self, bo_id: int, size: int) -> tuple[int, Path]:
@@ -165,7 +174,12 @@ class DeviceMemory:
         try:
             os.ftruncate(fd, size)
             fcntl.fcntl(fd, fcntl.F_ADD_SEALS, SEALS)
-            os.symlink(f"/proc/{os.getpid()}/fd/{fd}", link)
+            target = f"/proc/{os.getpid()}/fd/{fd}"
+            try:
+                os.symlink(target, link)
+            except FileExistsError:     # left by a daemon that was killed: ids restart at 1
+                link.unlink()
+                os.symlink(target, link)
         except BaseException:
             os.close(fd)
             raise
@@ -185,6 +199,7 @@ class DeviceMemory:
         finally:
             os.close(bo.fd)
         self.used -= bo.size
+        self.buffers -= 1
 
 
 def _why(exc: OSError) -> str:

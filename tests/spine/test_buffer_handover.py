@@ -10,6 +10,7 @@ import errno
 import json
 import mmap
 import os
+import resource
 import secrets
 import socket
 import subprocess
@@ -22,8 +23,8 @@ import numpy as np
 import pytest
 
 import libnpu
-from kmd_fuse import handover, paths, uapi
-from tests.conftest import REPO, open_to_others, wait_until
+from kmd_fuse import handover, memory, paths, uapi
+from tests.conftest import REPO, MountedNpu, open_to_others, stop_npu, wait_until
 
 NOBODY = 65534
 AT_EMPTY_PATH, AT_FDCWD = 0x1000, -100
@@ -361,3 +362,33 @@ def test_a_mapping_kept_after_free_reads_zeros_and_holds_no_device_memory(device
             assert kept[:4] == b"\0" * 4 and kept[size - 1] == 0
     finally:
         os.close(fd)
+
+
+def test_buffers_beyond_the_descriptor_budget_are_enomem_and_the_daemon_keeps_serving(tmp_path):
+    """One descriptor per buffer: the daemon keeps FDS_RESERVED for everything else."""
+    if os.geteuid() != 0:
+        pytest.skip("mounting the FUSE device needs root")
+    budget = 200
+    limit = memory.FDS_RESERVED + budget
+    npu = MountedNpu(tmp_path / "dev", 1)
+    npu.devroot.mkdir(parents=True)
+    started = subprocess.run([sys.executable, "-m", "kmd_fuse.cli", "start", "--devroot", str(npu.devroot)],
+                             preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (limit, limit)),
+                             capture_output=True, text=True, timeout=120)
+    try:
+        assert started.returncode == 0, started.stdout + started.stderr
+        with libnpu.initialize(npu.devroot) as session:
+            device = session.open(0)
+            req = uapi.new_payload(uapi.NPU_CMD_MEM_ALLOC)
+            req.size = 4096
+            handles = [device.file.request(uapi.NPU_CMD_MEM_ALLOC, req).handle for _ in range(budget)]
+            with pytest.raises(libnpu.NpuError) as err:
+                device.alloc_mem(4096)
+            assert err.value.errno == errno.ENOMEM
+            other = session.open(0)                  # the daemon still has descriptors of its own
+            assert other.info()["memory_used"] == budget * 4096
+            device._free_handle(handles.pop())
+            mem = device.alloc_mem(4096)             # and hands buffers over again once one is freed
+            mem.view[:] = 1
+    finally:
+        stop_npu(npu)
