@@ -49,7 +49,7 @@ log = logging.getLogger("kmd_fuse.handover")
 TOKENS_PER_CONTEXT = 32
 MAX_CONNECTIONS = 1024
 MAX_CONNECTIONS_PER_UID = 64
-IDLE_TIMEOUT_S = 10.0
+IDLE_TIMEOUT_S = float(os.environ.get("NPU_HANDOVER_IDLE_S", "10"))
 SEND_TIMEOUT_S = 2.0
 _PEERCRED = struct.Struct("3i")    # struct ucred: pid, uid, gid
 
@@ -170,6 +170,8 @@ class HandoverServer:
                     del self._per_uid[uid]
 
     async def _converse(self, conn: trio.socket.SocketType, uid: int) -> None:
+        # recv() takes no ancillary data: descriptors a peer sends are closed by the
+        # kernel, never installed in the daemon
         while True:
             message = None
             with trio.move_on_after(IDLE_TIMEOUT_S):

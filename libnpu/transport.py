@@ -161,8 +161,8 @@ class BufferSocket:
         """(result, size, descriptor or -1), or None if the driver had closed the connection."""
         try:
             self._sock.send(uapi.pack_handover_request(token))
-            message, ancillary, flags, _ = self._sock.recvmsg(uapi.HANDOVER_REPLY.size,
-                                                              socket.CMSG_SPACE(_FD_SIZE))
+            message, ancillary, flags, _ = self._sock.recvmsg(uapi.HANDOVER_REPLY.size, socket.CMSG_SPACE(_FD_SIZE),
+                                                              socket.MSG_CMSG_CLOEXEC)
         except (BrokenPipeError, ConnectionResetError):
             self._disconnect()
             return None

@@ -24,7 +24,7 @@ import pytest
 
 import libnpu
 from kmd_fuse import handover, memory, paths, uapi
-from tests.conftest import REPO, MountedNpu, open_to_others, stop_npu, wait_until
+from tests.conftest import REPO, MountedNpu, open_to_others, start_npu, stop_npu, wait_until
 
 NOBODY = 65534
 AT_EMPTY_PATH, AT_FDCWD = 0x1000, -100
@@ -312,6 +312,28 @@ def test_connections_beyond_the_cap_are_refused_with_ebusy(npu, device):
     result, _, fd = redeem(path, token)
     assert result == 0
     os.close(fd)
+
+
+def test_idle_connections_are_dropped_and_libnpu_reconnects(tmp_path, monkeypatch):
+    monkeypatch.setenv("NPU_HANDOVER_IDLE_S", "0.3")
+    npu = start_npu(tmp_path)
+    try:
+        with libnpu.initialize(npu.devroot) as session:
+            device = session.open(0)
+            mem = device.alloc_mem(4096)
+            token, path, _ = mem_map(device, mem.handle)
+            with connect(path) as idle:
+                assert idle.recv(64) == b""                # closed by the daemon, nothing sent
+            for _ in range(3):                             # libnpu's own connection was dropped too
+                mem = device.alloc_mem(4096)               # ... and is remade transparently
+                mem.view[:] = 3
+                with connect(path) as probe:
+                    assert probe.recv(64) == b""           # wait out one idle period
+            result, _, fd = redeem(path, token)
+            assert result == 0
+            os.close(fd)
+    finally:
+        stop_npu(npu)
 
 
 # ---- accounting and cleanup ----
