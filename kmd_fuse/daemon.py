@@ -18,7 +18,7 @@ from pathlib import Path
 import pyfuse3
 import trio
 
-from kmd_fuse import paths
+from kmd_fuse import paths, pidfile
 from kmd_fuse.device import Device
 from kmd_fuse.fuse_ops import DeviceFs
 from kmd_fuse.hotplug import Presence
@@ -71,28 +71,31 @@ def main(argv: list[str] | None = None) -> int:
     root = paths.devroot(args.devroot)
     sys_root = paths.sysroot(root, args.sysroot)
     node = paths.node_path(root, args.index)
-    state = paths.state_dir(root)
-    state.mkdir(parents=True, exist_ok=True)
-    os.chmod(state, 0o711)
+    try:
+        paths.private_state_dir(root)
+        pid_lock = pidfile.acquire(paths.pid_file(root, args.index))
+    except OSError as exc:     # StateDirError, AlreadyRunning
+        log.error("%s", exc)
+        return 1
     mountpoint = paths.fuse_dir(root, args.index)
     mountpoint.mkdir(mode=0o700, exist_ok=True)
-    pid_file = paths.pid_file(root, args.index)
-    pid_file.write_text(f"{os.getpid()}\n")
     ready_file = paths.ready_file(root, args.index)
 
     device = Device(args.index, paths.bus_dir(root, args.index), args.memory,
                     ChipConfig(cores=args.cores, ring_entries=args.ring_entries, watchdog_ms=args.watchdog_ms))
     device.power_on()
     # default_permissions (in pyfuse3.default_options) + allow_other: the kernel enforces
-    # the node's mode/owner/group for every user, as udev's rules set them.
-    options = set(pyfuse3.default_options) | {"fsname=npu", f"subtype=npu{args.index}", "allow_other"}
+    # the node's mode/owner/group for every user, as udev's rules set them. The source name
+    # tells this device's mounts from any other's.
+    options = set(pyfuse3.default_options) | {f"fsname={paths.mount_source(root, args.index)}",
+                                              f"subtype=npu{args.index}", "allow_other"}
     presence = Presence(root, sys_root, args.index)
     tree = AttributeTree(device, on_uevent_write=_synthetic_uevent(presence))
     try:
         pyfuse3.init(DeviceFs(device, mode=args.mode, tree=tree), str(mountpoint), options)
     except Exception:
         device.power_off()
-        pid_file.unlink(missing_ok=True)
+        paths.pid_file(root, args.index).unlink(missing_ok=True)
         raise
     log.info("serving %s, attributes in %s (%d cores, %d MiB)", node, paths.device_dir(sys_root, args.index),
              device.hw.num_cores, args.memory >> 20)
@@ -109,7 +112,8 @@ def main(argv: list[str] | None = None) -> int:
         pyfuse3.close(unmount=True)
         presence.close()
         device.power_off()
-        pid_file.unlink(missing_ok=True)
+        paths.pid_file(root, args.index).unlink(missing_ok=True)
+        os.close(pid_lock)
         log.info("stopped %s", node)
     return 0
 

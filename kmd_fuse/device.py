@@ -35,10 +35,15 @@ MODEL_NAME = "npu-emu"
 
 
 def _comm(pid: int) -> str:
+    """The process's command name, made safe to print: a process sets its own name
+    (prctl PR_SET_NAME) to any bytes, newlines included, and the name is rendered into
+    text files other users read (clients/<id>, npu smi)."""
     try:
-        return Path(f"/proc/{pid}/comm").read_text().strip()
+        raw = Path(f"/proc/{pid}/comm").read_bytes()
     except OSError:
         return "?"
+    name = raw.removesuffix(b"\n").decode("utf-8", errors="replace")
+    return "".join(c if c.isprintable() else "?" for c in name) or "?"
 
 
 class Device:
