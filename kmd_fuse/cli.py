@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 from kmd_fuse import hotplug, paths, pidfile, uapi
+from kmd_fuse.limits import Limits
 from kmd_fuse.udev_rules import UdevRulesError, load_rules
 from kmd_fuse.udevadm import print_events
 from kmd_fuse.uevent import Uevent, UeventError, UeventLog
@@ -91,7 +92,10 @@ def start(args) -> int:
         log = open(paths.log_file(root, index), "ab")
         cmd = [sys.executable, "-m", "kmd_fuse.daemon", "--devroot", str(root), "--sysroot", str(sys_root),
                "--index", str(index), "--memory", str(args.memory), "--cores", str(args.cores),
-               "--watchdog-ms", str(args.watchdog_ms), "--mode", args.mode]
+               "--watchdog-ms", str(args.watchdog_ms), "--mode", args.mode,
+               "--max-contexts-per-user", str(args.max_contexts_per_user), "--root-contexts", str(args.root_contexts),
+               "--max-memory-per-user", str(args.max_memory_per_user),
+               "--max-buffers-per-user", str(args.max_buffers_per_user)]
         proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True)
         started.append((index, node, proc))
     deadline = time.monotonic() + START_TIMEOUT_S
@@ -252,6 +256,16 @@ def main(argv: list[str] | None = None) -> int:
             p.add_argument("--cores", type=int, default=2)
             p.add_argument("--watchdog-ms", type=int, default=5000)
             p.add_argument("--mode", default="0660", help="node mode (octal) before udev rules apply")
+            p.add_argument("--max-contexts-per-user", type=int, default=Limits.max_contexts_per_user,
+                           help="contexts (open files) one non-root user may hold (EMFILE beyond; default "
+                                "%(default)s)")
+            p.add_argument("--root-contexts", type=int, default=Limits.root_contexts,
+                           help="contexts kept free for root whatever other users hold (default %(default)s)")
+            p.add_argument("--max-memory-per-user", default="0",
+                           help="device memory one non-root user may hold, e.g. 256M (EDQUOT beyond; "
+                                "default 0: the whole device)")
+            p.add_argument("--max-buffers-per-user", type=int, default=Limits.max_buffers_per_user,
+                           help="buffers one non-root user may hold (EDQUOT beyond; default %(default)s)")
     args = parser.parse_args(argv)
     return {"start": start, "stop": stop, "status": status, "udev-test": udev_test,
             "monitor": monitor}[args.command](args)

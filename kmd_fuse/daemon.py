@@ -23,6 +23,7 @@ from kmd_fuse.device import Device
 from kmd_fuse.fuse_ops import DeviceFs
 from kmd_fuse.hotplug import Presence
 from kmd_fuse.hw import ChipConfig
+from kmd_fuse.limits import Limits
 from kmd_fuse.sysfs import AttributeTree
 
 log = logging.getLogger("kmd_fuse.daemon")
@@ -65,6 +66,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ring-entries", type=int, default=256)
     parser.add_argument("--watchdog-ms", type=int, default=5000)
     parser.add_argument("--mode", type=lambda s: int(s, 8), default=0o660)
+    parser.add_argument("--max-contexts-per-user", type=int, default=Limits.max_contexts_per_user)
+    parser.add_argument("--root-contexts", type=int, default=Limits.root_contexts)
+    parser.add_argument("--max-memory-per-user", type=parse_size, default=Limits.max_memory_per_user)
+    parser.add_argument("--max-buffers-per-user", type=int, default=Limits.max_buffers_per_user)
     args = parser.parse_args(argv)
     logging.basicConfig(level=os.environ.get("NPU_LOG", "INFO"),
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
@@ -82,7 +87,10 @@ def main(argv: list[str] | None = None) -> int:
     ready_file = paths.ready_file(root, args.index)
 
     device = Device(args.index, paths.bus_dir(root, args.index), args.memory,
-                    ChipConfig(cores=args.cores, ring_entries=args.ring_entries, watchdog_ms=args.watchdog_ms))
+                    ChipConfig(cores=args.cores, ring_entries=args.ring_entries, watchdog_ms=args.watchdog_ms),
+                    Limits(max_contexts_per_user=args.max_contexts_per_user, root_contexts=args.root_contexts,
+                           max_memory_per_user=args.max_memory_per_user,
+                           max_buffers_per_user=args.max_buffers_per_user))
     device.power_on()
     # default_permissions (in pyfuse3.default_options) + allow_other: the kernel enforces
     # the node's mode/owner/group for every user, as udev's rules set them. The source name
