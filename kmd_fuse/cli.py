@@ -5,13 +5,15 @@ from __future__ import annotations
 import argparse
 import os
 import select
+import shutil
 import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-from kmd_fuse import hotplug, paths, uapi
+from kmd_fuse import hotplug, paths, pidfile, uapi
+from kmd_fuse.limits import Limits
 from kmd_fuse.udev_rules import UdevRulesError, load_rules
 from kmd_fuse.udevadm import print_events
 from kmd_fuse.uevent import Uevent, UeventError, UeventLog
@@ -39,17 +41,13 @@ def probe(node: Path, timeout: float = 2.0) -> dict:
 
 
 def _daemon_pid(root: Path, index: int) -> int | None:
-    try:
-        pid = int(paths.pid_file(root, index).read_text())
-        os.kill(pid, 0)
-        return pid
-    except (OSError, ValueError):
-        return None
+    """The pid of the device's daemon if it is alive (it holds its pid file's lock)."""
+    return pidfile.running_pid(paths.pid_file(root, index))
 
 
 def _indices(root: Path) -> list[int]:
-    state = paths.state_dir(root)
-    if not state.is_dir():
+    state = paths.check_state_dir(root)
+    if state is None:
         return []
     return sorted(int(p.stem[3:]) for p in state.glob("npu*.pid") if p.stem[3:].isdigit())
 
@@ -68,21 +66,36 @@ def start(args) -> int:
     root = paths.devroot(args.devroot)
     root.mkdir(parents=True, exist_ok=True)
     sys_root = paths.sysroot(root, args.sysroot)
-    state = paths.state_dir(root)
-    state.mkdir(parents=True, exist_ok=True)
-    (root / paths.SYSROOT_MARKER).write_text(f"{sys_root}\n")   # where tools (npu smi) find the tree
+    try:
+        paths.private_state_dir(root)
+    except paths.StateDirError as exc:
+        print(f"npu-kmd start: {exc}", file=sys.stderr)
+        return 1
+    paths.write_file(root / paths.SYSROOT_MARKER, f"{sys_root}\n")   # where tools (npu smi) find the tree
     started = []
     for index in range(args.devices):
         node = paths.node_path(root, index)
-        if _daemon_pid(root, index) and paths.is_mounted(node):
+        pid = _daemon_pid(root, index)
+        if pid and paths.is_mounted(node):
             print(f"{node}: already served")
             continue
-        hotplug.unmount_all(root, sys_root, index)    # stale mounts of a dead daemon
+        if pid:
+            print(f"{node}: daemon {pid} runs but the node is not mounted: `npu-kmd stop` first", file=sys.stderr)
+            return 1
+        taken = hotplug.foreign_mount(root, sys_root, index)
+        if taken is not None:
+            print(f"{node}: {taken} is served by another device ({paths.mounted_source(taken)}): give this "
+                  f"devroot its own --sysroot", file=sys.stderr)
+            return 1
+        hotplug.unmount_all(root, sys_root, index)    # stale mounts of a dead daemon (ours only)
         paths.ready_file(root, index).unlink(missing_ok=True)
         log = open(paths.log_file(root, index), "ab")
         cmd = [sys.executable, "-m", "kmd_fuse.daemon", "--devroot", str(root), "--sysroot", str(sys_root),
                "--index", str(index), "--memory", str(args.memory), "--cores", str(args.cores),
-               "--watchdog-ms", str(args.watchdog_ms), "--mode", args.mode]
+               "--watchdog-ms", str(args.watchdog_ms), "--mode", args.mode,
+               "--max-contexts-per-user", str(args.max_contexts_per_user), "--root-contexts", str(args.root_contexts),
+               "--max-memory-per-user", str(args.max_memory_per_user),
+               "--max-buffers-per-user", str(args.max_buffers_per_user)]
         proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True)
         started.append((index, node, proc))
     deadline = time.monotonic() + START_TIMEOUT_S
@@ -120,8 +133,13 @@ def _announce_removal(root: Path, sys_root: Path, index: int) -> None:
 def stop(args) -> int:
     root = paths.devroot(args.devroot)
     sys_root = sysroot_of(root, args.sysroot)
+    try:
+        indices = _indices(root)
+    except paths.StateDirError as exc:
+        print(f"npu-kmd stop: {exc}", file=sys.stderr)
+        return 1
     status = 0
-    for index in _indices(root):
+    for index in indices:
         node = paths.node_path(root, index)
         pid = _daemon_pid(root, index)
         if pid:
@@ -129,7 +147,7 @@ def stop(args) -> int:
             deadline = time.monotonic() + 15
             while _daemon_pid(root, index) and time.monotonic() < deadline:
                 time.sleep(0.05)
-            if _daemon_pid(root, index):
+            if _daemon_pid(root, index) == pid:
                 print(f"{node}: daemon {pid} ignored SIGTERM; killing it", file=sys.stderr)
                 os.kill(pid, signal.SIGKILL)
                 status = 1
@@ -144,21 +162,29 @@ def stop(args) -> int:
         paths.pid_file(root, index).unlink(missing_ok=True)
         paths.ready_file(root, index).unlink(missing_ok=True)
         print(f"{node}: stopped")
-    state = paths.state_dir(root)
-    if state.is_dir():
+    state = paths.check_state_dir(root)
+    if state is not None:
+        # rmtree never follows a symlink (it unlinks the link); the directory itself was
+        # checked to be ours and private, so nobody else put anything in it.
         for leftover in state.iterdir():
-            if leftover.is_dir():
-                subprocess.run(["rm", "-rf", str(leftover)], check=False)
+            if leftover.is_dir() and not leftover.is_symlink():
+                shutil.rmtree(leftover, ignore_errors=True)
             else:
                 leftover.unlink(missing_ok=True)
         state.rmdir()
-    (root / paths.SYSROOT_MARKER).unlink(missing_ok=True)
+    marker = root / paths.SYSROOT_MARKER
+    if marker.is_file() and not marker.is_symlink():
+        marker.unlink(missing_ok=True)
     return status
 
 
 def status(args) -> int:
     root = paths.devroot(args.devroot)
-    indices = _indices(root)
+    try:
+        indices = _indices(root)
+    except paths.StateDirError as exc:
+        print(f"npu-kmd status: {exc}", file=sys.stderr)
+        return 1
     if not indices:
         print(f"no devices served under {root}")
         return 3
@@ -230,6 +256,16 @@ def main(argv: list[str] | None = None) -> int:
             p.add_argument("--cores", type=int, default=2)
             p.add_argument("--watchdog-ms", type=int, default=5000)
             p.add_argument("--mode", default="0660", help="node mode (octal) before udev rules apply")
+            p.add_argument("--max-contexts-per-user", type=int, default=Limits.max_contexts_per_user,
+                           help="contexts (open files) one non-root user may hold (EMFILE beyond; default "
+                                "%(default)s)")
+            p.add_argument("--root-contexts", type=int, default=Limits.root_contexts,
+                           help="contexts kept free for root whatever other users hold (default %(default)s)")
+            p.add_argument("--max-memory-per-user", default="0",
+                           help="device memory one non-root user may hold, e.g. 256M (EDQUOT beyond; "
+                                "default 0: the whole device)")
+            p.add_argument("--max-buffers-per-user", type=int, default=Limits.max_buffers_per_user,
+                           help="buffers one non-root user may hold (EDQUOT beyond; default %(default)s)")
     args = parser.parse_args(argv)
     return {"start": start, "stop": stop, "status": status, "udev-test": udev_test,
             "monitor": monitor}[args.command](args)

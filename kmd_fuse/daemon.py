@@ -19,12 +19,13 @@ from pathlib import Path
 import pyfuse3
 import trio
 
-from kmd_fuse import paths
+from kmd_fuse import paths, pidfile
 from kmd_fuse.device import Device
 from kmd_fuse.fuse_ops import DeviceFs
 from kmd_fuse.handover import HandoverServer
 from kmd_fuse.hotplug import Presence
 from kmd_fuse.hw import ChipConfig
+from kmd_fuse.limits import Limits
 from kmd_fuse.sysfs import AttributeTree
 
 log = logging.getLogger("kmd_fuse.daemon")
@@ -90,35 +91,45 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ring-entries", type=int, default=256)
     parser.add_argument("--watchdog-ms", type=int, default=5000)
     parser.add_argument("--mode", type=lambda s: int(s, 8), default=0o660)
+    parser.add_argument("--max-contexts-per-user", type=int, default=Limits.max_contexts_per_user)
+    parser.add_argument("--root-contexts", type=int, default=Limits.root_contexts)
+    parser.add_argument("--max-memory-per-user", type=parse_size, default=Limits.max_memory_per_user)
+    parser.add_argument("--max-buffers-per-user", type=int, default=Limits.max_buffers_per_user)
     args = parser.parse_args(argv)
     logging.basicConfig(level=os.environ.get("NPU_LOG", "INFO"),
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
     root = paths.devroot(args.devroot)
     sys_root = paths.sysroot(root, args.sysroot)
     node = paths.node_path(root, args.index)
-    state = paths.state_dir(root)
-    state.mkdir(parents=True, exist_ok=True)
-    os.chmod(state, 0o711)
+    try:
+        paths.private_state_dir(root)
+        pid_lock = pidfile.acquire(paths.pid_file(root, args.index))
+    except OSError as exc:     # StateDirError, AlreadyRunning
+        log.error("%s", exc)
+        return 1
     mountpoint = paths.fuse_dir(root, args.index)
     mountpoint.mkdir(mode=0o700, exist_ok=True)
-    pid_file = paths.pid_file(root, args.index)
-    pid_file.write_text(f"{os.getpid()}\n")
     ready_file = paths.ready_file(root, args.index)
     fd_limit = raise_fd_limit()
 
     device = Device(args.index, paths.bus_dir(root, args.index), args.memory,
-                    ChipConfig(cores=args.cores, ring_entries=args.ring_entries, watchdog_ms=args.watchdog_ms))
+                    ChipConfig(cores=args.cores, ring_entries=args.ring_entries, watchdog_ms=args.watchdog_ms),
+                    Limits(max_contexts_per_user=args.max_contexts_per_user, root_contexts=args.root_contexts,
+                           max_memory_per_user=args.max_memory_per_user,
+                           max_buffers_per_user=args.max_buffers_per_user))
     device.power_on()
     # default_permissions (in pyfuse3.default_options) + allow_other: the kernel enforces
-    # the node's mode/owner/group for every user, as udev's rules set them.
-    options = set(pyfuse3.default_options) | {"fsname=npu", f"subtype=npu{args.index}", "allow_other"}
+    # the node's mode/owner/group for every user, as udev's rules set them. The source name
+    # tells this device's mounts from any other's.
+    options = set(pyfuse3.default_options) | {f"fsname={paths.mount_source(root, args.index)}",
+                                              f"subtype=npu{args.index}", "allow_other"}
     presence = Presence(root, sys_root, args.index)
     tree = AttributeTree(device, on_uevent_write=_synthetic_uevent(presence))
     try:
         pyfuse3.init(DeviceFs(device, mode=args.mode, tree=tree), str(mountpoint), options)
     except Exception:
         device.power_off()
-        pid_file.unlink(missing_ok=True)
+        paths.pid_file(root, args.index).unlink(missing_ok=True)
         raise
     log.info("serving %s, attributes in %s (%d cores, %d MiB, up to %d descriptors)", node,
              paths.device_dir(sys_root, args.index), device.hw.num_cores, args.memory >> 20, fd_limit)
@@ -136,7 +147,8 @@ def main(argv: list[str] | None = None) -> int:
         pyfuse3.close(unmount=True)
         presence.close()
         device.power_off()
-        pid_file.unlink(missing_ok=True)
+        paths.pid_file(root, args.index).unlink(missing_ok=True)
+        os.close(pid_lock)
         log.info("stopped %s", node)
     return 0
 

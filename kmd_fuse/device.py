@@ -14,12 +14,13 @@ from typing import Callable
 
 import trio
 
-from firmware_sim.spec import regs
+from firmware_sim.spec import iommu, regs
 
 from kmd_fuse import uapi
 from kmd_fuse.context import MAX_PENDING_JOBS, Context, Job, Waiter, check_fence
 from kmd_fuse.errors import KmdError
 from kmd_fuse.hw import ChipConfig, Hardware
+from kmd_fuse.limits import Limits, Quotas
 from kmd_fuse.memory import BufferObject, DeviceMemory
 from kmd_fuse.scheduler import Scheduler
 
@@ -31,21 +32,29 @@ LOST_IRQ_POLL_S = 0.1      # completions are also collected this often, in case 
 READ_SPIN_S = float(os.environ.get("NPU_KMD_READ_SPIN_US", "250")) / 1e6
 READ_SPIN_MAX_EXEC_NS = int(READ_SPIN_S * 1.6e9)
 RESET_TIMEOUT_S = 10.0
+DRAIN_POLL_S = 0.001       # how often ring-control entries waiting for ring room are pumped
 MODEL_NAME = "npu-emu"
 
 
 def _comm(pid: int) -> str:
+    """The process's command name, made safe to print: a process sets its own name
+    (prctl PR_SET_NAME) to any bytes, newlines included, and the name is rendered into
+    text files other users read (clients/<id>, npu smi)."""
     try:
-        return Path(f"/proc/{pid}/comm").read_text().strip()
+        raw = Path(f"/proc/{pid}/comm").read_bytes()
     except OSError:
         return "?"
+    name = raw.removesuffix(b"\n").decode("utf-8", errors="replace")
+    return "".join(c if c.isprintable() else "?" for c in name) or "?"
 
 
 class Device:
-    def __init__(self, index: int, bus: Path, memory_bytes: int, config: ChipConfig):
+    def __init__(self, index: int, bus: Path, memory_bytes: int, config: ChipConfig,
+                 limits: Limits = Limits()):
         self.index = index
         self.hw = Hardware(bus, config)
         self.memory = DeviceMemory(bus, memory_bytes)
+        self.quotas = Quotas(limits, max_contexts=iommu.MAX_ASIDS - 1, memory_total=memory_bytes)
         self.contexts: dict[int, Context] = {}
         self.zombies: set[Context] = set()     # closed, waiting for their jobs to leave the chip
         self._context_ids = itertools.count(1)
@@ -57,6 +66,7 @@ class Device:
         self.resetting = False
         self.reset_hooks: list[Callable[[int], None]] = []   # called with reset_count after each reset
         self._polling = False              # a read is polling for its reply (poll_for_reply)
+        self._draining = False             # a task is pumping ring-control entries (_drain)
 
     # ---- lifecycle ----
     def power_on(self) -> None:
@@ -76,20 +86,53 @@ class Device:
             nursery.start_soon(self._poll_loop)
             task_status.started()
 
+    def spawn(self, fn, *args) -> None:
+        """Run ``fn(*args)`` in the device's nursery; an exception it raises is logged, never
+        allowed to end the daemon (and with it every other context)."""
+        async def contained():
+            try:
+                await fn(*args)
+            except Exception:
+                log.exception("%s failed", getattr(fn, "__name__", fn))
+        self.nursery.start_soon(contained)
+
     async def _irq_loop(self) -> None:
         while True:
             await trio.lowlevel.wait_readable(self.hw.irq_fd)
-            self.hw.ack_irq()
-            self.service_completions()
+            try:
+                self.hw.ack_irq()
+                self.service_completions()
+            except Exception:
+                log.exception("interrupt handler failed")
 
     async def _poll_loop(self) -> None:
         while True:
             await trio.sleep(LOST_IRQ_POLL_S)
-            if self.hw.process.poll() is not None and not self.resetting:
-                log.error("chip died (status %s): restarting it", self.hw.process.returncode)
-                self.nursery.start_soon(self._recover_chip)
-            elif not self.resetting:
-                self.service_completions()
+            try:
+                if self.hw.process.poll() is not None and not self.resetting:
+                    log.error("chip died (status %s): restarting it", self.hw.process.returncode)
+                    self.spawn(self._recover_chip)
+                elif not self.resetting:
+                    self.service_completions()
+            except Exception:
+                log.exception("housekeeping failed")
+
+    def pump(self) -> None:
+        """Move queued work onto the rings. Ring-control entries (IOTLB invalidations) raise
+        no interrupt when done, so while some wait for ring room a task keeps pumping until
+        they are all on the rings: no later job waits behind them."""
+        self.scheduler.pump()
+        if self.scheduler.control_backlog() and not self._draining and self.nursery is not None:
+            self._draining = True
+            self.spawn(self._drain)
+
+    async def _drain(self) -> None:
+        try:
+            while self.scheduler.control_backlog():
+                await trio.sleep(DRAIN_POLL_S)
+                self.scheduler.pump()
+        finally:
+            self._draining = False
 
     async def poll_for_reply(self, ctx: Context) -> None:
         """Hybrid polling for a read whose reply is a short job still running.
@@ -118,7 +161,12 @@ class Device:
 
     # ---- contexts ----
     def open_context(self, pid: int, uid: int, gid: int) -> Context:
-        space = self.memory.create_space()
+        self.quotas.open_context(uid)
+        try:
+            space = self.memory.create_space()
+        except KmdError:
+            self.quotas.close_context(uid)
+            raise
         ctx = Context(next(self._context_ids), pid, uid, gid, _comm(pid), space)
         self.contexts[ctx.context_id] = ctx
         log.info("context %d opened by pid %d (%s)", ctx.context_id, pid, ctx.comm)
@@ -130,6 +178,7 @@ class Device:
             return
         ctx.closed = True
         self.contexts.pop(ctx.context_id, None)
+        self.quotas.close_context(ctx.uid)
         for waiter in ctx.waiters:
             if waiter.cancel:
                 waiter.cancel.cancel()
@@ -138,7 +187,7 @@ class Device:
             self._release_job_buffers(job)
             ctx.pending.pop(job.fence, None)
         for bo in list(ctx.buffers.values()):
-            self._free_buffer(ctx, bo)
+            self._free_buffer(ctx, bo, invalidate=False)   # _reap invalidates the whole ASID
         self.zombies.add(ctx)
         self._reap(ctx)
         log.info("context %d closed", ctx.context_id)
@@ -149,7 +198,7 @@ class Device:
             self.zombies.discard(ctx)
             self.scheduler.invalidate(ctx.space.asid)
             self.memory.destroy_space(ctx.space)
-            self.scheduler.pump()
+            self.pump()
 
     # ---- memory ----
     def alloc(self, ctx: Context, size: int, flags: int) -> BufferObject:
@@ -157,6 +206,11 @@ class Device:
         if flags & ~uapi.NPU_MEM_RW:
             raise KmdError(errno.EINVAL, f"unknown MEM_ALLOC flags {flags:#x}")
         bo = self.memory.allocate(ctx.space, ctx.next_handle, size, flags)
+        try:
+            self.quotas.charge(ctx.uid, bo.size)
+        except KmdError:
+            self.memory.release(ctx.space, bo)
+            raise
         ctx.next_handle += 1
         ctx.add_buffer(bo)
         return bo
@@ -169,21 +223,27 @@ class Device:
 
     def free(self, ctx: Context, handle: int) -> None:
         self._free_buffer(ctx, self.lookup(ctx, handle))
-        self.scheduler.pump()
+        self.pump()
 
-    def _free_buffer(self, ctx: Context, bo: BufferObject) -> None:
+    def _free_buffer(self, ctx: Context, bo: BufferObject, invalidate: bool = True) -> None:
         ctx.remove_buffer(bo)
         bo.freed = True
         if bo.users == 0:
-            self.memory.release(ctx.space, bo)
-            self.scheduler.invalidate(ctx.space.asid, bo.bo_id)
+            self._release(ctx, bo, invalidate)
 
     def _release_job_buffers(self, job: Job) -> None:
         for bo in job.bos:
             bo.users -= 1
             if bo.freed and bo.users == 0:
-                self.memory.release(job.ctx.space, bo)
-                self.scheduler.invalidate(job.ctx.space.asid, bo.bo_id)
+                self._release(job.ctx, bo, invalidate=not job.ctx.closed)
+
+    def _release(self, ctx: Context, bo: BufferObject, invalidate: bool) -> None:
+        """Give a freed buffer's memory back (no job holds it any more). A closed context's
+        buffers need no invalidation each: _reap invalidates its whole ASID."""
+        self.memory.release(ctx.space, bo)
+        self.quotas.discharge(ctx.uid, bo.size)
+        if invalidate:
+            self.scheduler.invalidate(ctx.space.asid, bo.bo_id)
 
     # ---- jobs ----
     def submit(self, ctx: Context, req, seq: int = 0) -> Job:
@@ -215,7 +275,7 @@ class Device:
         ctx.pending[job.fence] = job
         ctx.stats.jobs_submitted += 1
         self.scheduler.enqueue(job)
-        self.scheduler.pump()
+        self.pump()
         return job
 
     def service_completions(self) -> None:
@@ -238,7 +298,7 @@ class Device:
                          completion.fault_iova)
             self._finish(job)
             touched.add(job.ctx)
-        self.scheduler.pump()
+        self.pump()
         for ctx in touched:
             if ctx.closed:
                 self._reap(ctx)
@@ -274,7 +334,7 @@ class Device:
         waiter = Waiter(seq, req)
         ctx.waiters.append(waiter)
         if req.timeout_ns > 0:
-            self.nursery.start_soon(self._wait_timeout, ctx, waiter, req.timeout_ns / 1e9)
+            self.spawn(self._wait_timeout, ctx, waiter, req.timeout_ns / 1e9)
         return False
 
     def _fill_wait(self, ctx: Context, req) -> bool:
@@ -324,7 +384,7 @@ class Device:
         finally:
             self.resetting = False
             self.scheduler.halted = False
-            self.scheduler.pump()
+            self.pump()
 
     def _after_reset(self, reason: str) -> None:
         self.hw.after_reset()
@@ -355,7 +415,7 @@ class Device:
         finally:
             self.resetting = False
             self.scheduler.halted = False
-            self.scheduler.pump()
+            self.pump()
 
     # ---- reporting ----
     def fill_info(self, ctx: Context, info) -> None:

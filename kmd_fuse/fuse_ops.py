@@ -7,6 +7,7 @@ release = context teardown. The attribute tree is kmd_fuse.sysfs."""
 from __future__ import annotations
 
 import errno
+import functools
 import logging
 import os
 import select
@@ -30,6 +31,32 @@ NODE_INODE = pyfuse3.ROOT_INODE + 1
 TREE_NAME = b"device"  # the attribute tree's directory in the root
 
 
+def contain_errors(cls: type) -> type:
+    """Make every FUSE handler ``cls`` defines answer EIO on an unexpected exception.
+
+    pyfuse3 lets any exception other than FUSEError escape its main loop, which ends the
+    daemon (and with it every context's buffers and jobs): a request must never do that.
+    The traceback goes to the log; the client sees EIO; the daemon keeps serving."""
+    for name, method in list(vars(cls).items()):
+        if name.startswith("_") or not hasattr(pyfuse3.Operations, name):
+            continue
+
+        def guard(method):
+            @functools.wraps(method)
+            async def handler(self, *args, **kwargs):
+                try:
+                    return await method(self, *args, **kwargs)
+                except pyfuse3.FUSEError:
+                    raise
+                except Exception:
+                    log.exception("FUSE %s failed: answering EIO", method.__name__)
+                    raise pyfuse3.FUSEError(errno.EIO) from None
+            return handler
+        setattr(cls, name, guard(method))
+    return cls
+
+
+@contain_errors
 class DeviceFs(pyfuse3.Operations):
     """Root directory: `npu<N>` (the node) and `device/` (the attribute tree)."""
 

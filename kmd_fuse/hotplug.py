@@ -17,6 +17,7 @@ and the node keeps the group it had.
 from __future__ import annotations
 
 import ctypes
+import errno
 import logging
 import math
 import os
@@ -72,17 +73,29 @@ def mount_points(root: Path, sys_root: Path, index: int) -> list[Path]:
 
 
 def unmount_all(root: Path, sys_root: Path, index: int) -> list[Path]:
-    """Unmount whatever of a device's mounts is still mounted; returns those unmounted.
+    """Unmount whatever of this device's own mounts is still mounted; returns those unmounted.
 
-    Stacked mounts (a stale one under a live one) are unmounted until none is left."""
+    Stacked mounts (a stale one under a live one) are unmounted until none of ours is left
+    on top; a mount whose source is another device's is never touched."""
+    ours = paths.mount_source(root, index)
     done = []
     for point in mount_points(root, sys_root, index):
         for _ in range(8):
-            if not paths.is_mounted(point):
+            if paths.mounted_source(point) != ours:
                 break
             unmount(point)
             done.append(point)
     return done
+
+
+def foreign_mount(root: Path, sys_root: Path, index: int) -> Path | None:
+    """A mount point of this device that another device's mount occupies, if any."""
+    ours = paths.mount_source(root, index)
+    for point in mount_points(root, sys_root, index):
+        source = paths.mounted_source(point)
+        if source is not None and source != ours:
+            return point
+    return None
 
 
 def device_event(action: str, index: int, extra: dict[str, object] | None = None) -> dict:
@@ -111,6 +124,10 @@ class Presence:
     def _mount(self) -> None:
         fuse = paths.fuse_dir(self.root, self.index)
         node, tree = paths.node_path(self.root, self.index), paths.device_dir(self.sys_root, self.index)
+        taken = foreign_mount(self.root, self.sys_root, self.index)
+        if taken is not None:
+            raise MountError(errno.EBUSY, f"{taken} is served by another device ({paths.mounted_source(taken)}): "
+                                          "give this devroot its own --sysroot")
         if not node.exists():
             node.touch(mode=0o600)
         tree.mkdir(parents=True, exist_ok=True)
@@ -123,8 +140,9 @@ class Presence:
 
     def unmount(self) -> None:
         """Detach the node and tree bind mounts (blocking; a no-op when they are gone)."""
+        ours = paths.mount_source(self.root, self.index)
         for point in mount_points(self.root, self.sys_root, self.index)[:2]:
-            if paths.is_mounted(point):
+            if paths.mounted_source(point) == ours:
                 unmount(point)
         remove_node_placeholder(paths.node_path(self.root, self.index))
         try:

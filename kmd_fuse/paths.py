@@ -1,8 +1,19 @@
-"""Where a device's node, state and memories live."""
+"""Where a device's node, state and memories live, and the checks that make it safe
+for root to write there.
+
+The state directories sit on a world-writable tmpfs (/dev/shm): any user can create
+`/dev/shm/npu-emu` before the driver first runs, or put a symlink where a device's state
+directory goes. So every state directory is created by the daemon's own user, and refused
+(StateDirError, with what is wrong and how to fix it) when it is a symlink, belongs to
+someone else, or is writable by anyone else; once it passes, nobody else can plant
+anything inside it.
+"""
 from __future__ import annotations
 
 import hashlib
 import os
+import re
+import stat
 from pathlib import Path
 
 DEFAULT_DEVROOT = "/dev"
@@ -20,10 +31,13 @@ def devroot(value: str | os.PathLike | None = None) -> Path:
 
 def sysroot(root: Path, value: str | os.PathLike | None = None) -> Path:
     """The attribute tree's root for a devroot: argument, else $NPU_SYSROOT, else
-    `<parent of devroot>/sys`, or /run/npu-emu/sys when the devroot is /dev."""
+    /run/npu-emu/sys for /dev, `<parent>/sys` for another devroot named `dev`, and
+    `<parent>/<name>.sys` for any other name (sibling devroots never share a tree)."""
     if value or os.environ.get("NPU_SYSROOT"):
         return Path(value or os.environ["NPU_SYSROOT"]).resolve()
-    return SYSROOT_FOR_DEV if root == Path(DEFAULT_DEVROOT) else root.parent / "sys"
+    if root == Path(DEFAULT_DEVROOT):
+        return SYSROOT_FOR_DEV
+    return root.parent / ("sys" if root.name == "dev" else f"{root.name}.sys")
 
 
 def node_path(root: Path, index: int) -> Path:
@@ -78,11 +92,87 @@ def log_file(root: Path, index: int) -> Path:
     return state_dir(root) / f"npu{index}.log"
 
 
-def is_mounted(path: Path) -> bool:
-    target = str(path)
-    with open("/proc/self/mounts") as mounts:
+class StateDirError(OSError):
+    """A state directory that is not safe to use (the message says why and what to do)."""
+
+
+def _check_dir(path: Path, uid: int) -> None:
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        raise StateDirError(f"{path} does not exist") from None
+    if stat.S_ISLNK(st.st_mode):
+        raise StateDirError(f"{path} is a symbolic link: refusing to follow it (remove it and start again)")
+    if not stat.S_ISDIR(st.st_mode):
+        raise StateDirError(f"{path} is not a directory (remove it and start again)")
+    if st.st_uid != uid:
+        raise StateDirError(f"{path} belongs to uid {st.st_uid}, not to uid {uid} who runs the driver: "
+                            "refusing to use it (remove it and start again)")
+    if st.st_mode & 0o022:
+        raise StateDirError(f"{path} is writable by others (mode {stat.S_IMODE(st.st_mode):o}): refusing "
+                            "to use it (remove it and start again)")
+
+
+def _ensure_dir(path: Path, mode: int) -> None:
+    """Create ``path`` (owned by us, ``mode``) unless it exists, then check it is ours and private."""
+    try:
+        os.mkdir(path, mode)
+        os.chmod(path, mode)          # mkdir's mode is masked by the umask
+    except FileExistsError:
+        pass
+    _check_dir(path, os.geteuid())
+
+
+def private_state_dir(root: Path) -> Path:
+    """The devroot's state directory, created if needed and checked (StateDirError otherwise):
+    the shared-memory root and the state directory are real directories of the user the
+    driver runs as, writable by nobody else (mode 0711: clients reach their buffers by name)."""
+    _ensure_dir(SHM_ROOT, 0o711)
+    state = state_dir(root)
+    _ensure_dir(state, 0o711)
+    return state
+
+
+def check_state_dir(root: Path) -> Path | None:
+    """The devroot's state directory if it exists and is safe, None if it does not exist;
+    StateDirError when it exists but is not safe (commands must then touch nothing in it)."""
+    state = state_dir(root)
+    if not os.path.lexists(state):
+        return None
+    _check_dir(SHM_ROOT, os.geteuid())
+    _check_dir(state, os.geteuid())
+    return state
+
+
+def write_file(path: Path, text: str, mode: int = 0o644) -> None:
+    """Write a small file without following a symlink at ``path``."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+
+
+def mount_source(root: Path, index: int) -> str:
+    """The source name of a device's FUSE mount (and so of its bind mounts) in /proc/mounts:
+    unique per devroot and index, so a command can tell its own mounts from another's."""
+    return f"npu-emu:{state_dir(root).name}.{index}"
+
+
+def mounted_source(path: Path) -> str | None:
+    """The source of the topmost mount at ``path``, or None when nothing is mounted there."""
+    target, source = str(path), None
+    with open("/proc/self/mountinfo") as mounts:
         for line in mounts:
-            mountpoint = line.split()[1].replace("\\040", " ")
-            if mountpoint == target:
-                return True
-    return False
+            fields = line.split()
+            dash = fields.index("-")
+            if _unescape(fields[4]) == target:
+                source = _unescape(fields[dash + 2])
+    return source
+
+
+def _unescape(field: str) -> str:
+    """Undo the kernel's octal escapes (\\040 for a space, ...) in a mountinfo field."""
+    return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), field)
+
+
+def is_mounted(path: Path) -> bool:
+    return mounted_source(path) is not None

@@ -80,7 +80,7 @@ def _dispatch(device: Device, ctx: Context, name: str, seq: int, req) -> bool:
             raise KmdError(errno.EPERM, "RESET is for root only")
         if req.flags:
             raise KmdError(errno.EINVAL, f"unknown RESET flags {req.flags:#x}")
-        device.nursery.start_soon(_reset_then_reply, device, ctx, seq, req)
+        device.spawn(_reset_then_reply, device, ctx, seq, req)
         return False
     return True
 

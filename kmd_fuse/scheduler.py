@@ -47,9 +47,19 @@ class Scheduler:
         return cancelled
 
     def invalidate(self, asid: int, bo_id: int = 0) -> None:
-        """Make every core drop cached translations (ordered after jobs already on its ring)."""
-        for core in range(self.hw.num_cores):
-            self.control[core].append((asid, bo_id))
+        """Make every core drop cached translations (ordered after jobs already on its ring).
+        An invalidation of the whole ASID (bo_id 0) replaces that ASID's queued ones."""
+        for control in self.control:
+            if not bo_id and control:
+                kept = [entry for entry in control if entry[0] != asid]
+                if len(kept) != len(control):
+                    control.clear()
+                    control.extend(kept)
+            control.append((asid, bo_id))
+
+    def control_backlog(self) -> bool:
+        """Ring-control entries still wait for ring room (nothing but a pump moves them)."""
+        return any(self.control)
 
     def _next_job(self) -> Job | None:
         for queue in reversed(self.queues):                       # highest priority first

@@ -51,6 +51,16 @@ class _Handle:
     text: bytes | None = None
 
 
+def client_id(name: bytes) -> int | None:
+    """The context id a clients/ entry name stands for: canonical decimal (no sign, no
+    leading zero) and small enough that its inode stays below the tree's file handles
+    (names are user input: `stat clients/18446744069414584320` must be a plain ENOENT)."""
+    if not name.isdigit() or len(name) > 15 or (name.startswith(b"0") and name != b"0"):
+        return None
+    value = int(name)
+    return value if CLIENT_INODE_BASE + value < FH_BASE else None
+
+
 def abi_string(version: int) -> str:
     """NPU_ABI_VERSION (major << 16 | minor) as 'major.minor'."""
     return f"{version >> 16}.{version & 0xffff}"
@@ -155,8 +165,10 @@ class AttributeTree:
                 return self.getattr(CLIENTS_INODE)
             if name in self.inodes:
                 return self.getattr(self.inodes[name])
-        elif parent == CLIENTS_INODE and name.isdigit():
-            return self.getattr(CLIENT_INODE_BASE + int(name))
+        elif parent == CLIENTS_INODE:
+            context_id = client_id(name)
+            if context_id is not None:
+                return self.getattr(CLIENT_INODE_BASE + context_id)
         raise pyfuse3.FUSEError(errno.ENOENT)
 
     def entries(self, inode: int) -> list[tuple[int, bytes, int]]:

@@ -65,7 +65,8 @@ class Snapshot:
 def default_sysroot(devroot: str) -> str:
     """The attribute tree the driver serves for a devroot, found the way the driver chose it:
     $NPU_SYSROOT, else the sysroot `npu-kmd start` recorded in <devroot>/.npu-sysroot, else
-    <parent of devroot>/sys (/run/npu-emu/sys when the devroot is /dev). Mirrors
+    /run/npu-emu/sys for /dev, <parent>/sys for another devroot named dev, <parent>/<name>.sys
+    for any other name. Mirrors
     kmd_fuse.paths.sysroot, which libnpu may not import."""
     if os.environ.get("NPU_SYSROOT"):
         return os.environ["NPU_SYSROOT"]
@@ -77,7 +78,10 @@ def default_sysroot(devroot: str) -> str:
             return recorded
     except OSError:
         pass
-    return SYSROOT_FOR_DEV if root == "/dev" else os.path.join(os.path.dirname(root), "sys")
+    if root == "/dev":
+        return SYSROOT_FOR_DEV
+    name = os.path.basename(root)
+    return os.path.join(os.path.dirname(root), "sys" if name == "dev" else f"{name}.sys")
 
 
 def class_dir(sysroot: str) -> str:

@@ -31,3 +31,9 @@ def test_the_marker_npu_kmd_start_writes_is_followed(tmp_path: Path) -> None:
     assert SYSROOT_MARKER == paths.SYSROOT_MARKER
     (tmp_path / SYSROOT_MARKER).write_text(f"{tmp_path / 'custom'}\n")
     assert default_sysroot(str(tmp_path)) == str(tmp_path / "custom")
+
+
+def test_sibling_devroots_get_different_trees(tmp_path: Path) -> None:
+    a, b = tmp_path / "a", tmp_path / "b"
+    assert default_sysroot(str(a)) == str(paths.sysroot(a)) == str(tmp_path / "a.sys")
+    assert default_sysroot(str(b)) == str(paths.sysroot(b)) == str(tmp_path / "b.sys")

@@ -1,0 +1,103 @@
+"""Per-user limits: no one user of the node's group can take every context, every byte of
+device memory or every buffer, and root always finds a context free.
+
+Each limit has its own errno (docs/abi.md, "Limits"), and the driver's log says which
+limit ran out for whom:
+
+    EMFILE   the user has max_contexts_per_user contexts open
+    ENFILE   the device has no context left (non-root users also leave root_contexts free)
+    EDQUOT   the user's buffers would exceed max_memory_per_user bytes or max_buffers_per_user
+    ENOMEM   the device's memory is full (kmd_fuse.memory, unchanged)
+
+Root (uid 0) is never limited per user.
+"""
+from __future__ import annotations
+
+import errno
+from dataclasses import dataclass, field
+
+from kmd_fuse.errors import KmdError
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Set at `npu-kmd start`; 0 for a per-user limit means "the device's own size"."""
+
+    max_contexts_per_user: int = 256
+    root_contexts: int = 16
+    max_memory_per_user: int = 0
+    max_buffers_per_user: int = 65536
+
+
+@dataclass
+class _Usage:
+    contexts: int = 0
+    memory: int = 0
+    buffers: int = 0
+
+
+@dataclass
+class Quotas:
+    """What each user holds on one device, checked against its Limits."""
+
+    limits: Limits
+    max_contexts: int              # contexts the device has in all
+    memory_total: int              # the device's memory
+    users: dict[int, _Usage] = field(default_factory=dict)
+    contexts: int = 0              # open, everyone's
+    user_contexts: int = 0         # open, non-root users'
+
+    def _usage(self, uid: int) -> _Usage:
+        usage = self.users.get(uid)
+        if usage is None:
+            usage = self.users[uid] = _Usage()
+        return usage
+
+    def _forget_if_idle(self, uid: int) -> None:
+        if self.users.get(uid) == _Usage():
+            del self.users[uid]
+
+    def open_context(self, uid: int) -> None:
+        """Count a context for ``uid``, or raise KmdError(EMFILE / ENFILE)."""
+        usage = self._usage(uid)
+        if uid != 0:
+            if usage.contexts >= self.limits.max_contexts_per_user:
+                self._forget_if_idle(uid)
+                raise KmdError(errno.EMFILE, f"uid {uid} has {usage.contexts} contexts open, the most allowed "
+                                             f"per user (npu-kmd start --max-contexts-per-user)")
+            if self.user_contexts >= self.max_contexts - self.limits.root_contexts or \
+                    self.contexts >= self.max_contexts:
+                self._forget_if_idle(uid)
+                raise KmdError(errno.ENFILE, f"users hold {self.user_contexts} contexts, all the device has for "
+                                             f"them ({self.limits.root_contexts} are kept for root)")
+        elif self.contexts >= self.max_contexts:
+            raise KmdError(errno.ENFILE, f"all {self.max_contexts} contexts of the device are open")
+        usage.contexts += 1
+        self.contexts += 1
+        self.user_contexts += uid != 0
+
+    def close_context(self, uid: int) -> None:
+        self._usage(uid).contexts -= 1
+        self.contexts -= 1
+        self.user_contexts -= uid != 0
+        self._forget_if_idle(uid)
+
+    def charge(self, uid: int, size: int) -> None:
+        """Count a buffer of ``size`` bytes for ``uid``, or raise KmdError(EDQUOT)."""
+        usage = self._usage(uid)
+        if uid != 0:
+            quota = self.limits.max_memory_per_user or self.memory_total
+            if usage.memory + size > quota:
+                raise KmdError(errno.EDQUOT, f"uid {uid} holds {usage.memory} bytes of device memory; {size} more "
+                                             f"would pass its quota of {quota} (npu-kmd start --max-memory-per-user)")
+            if usage.buffers >= self.limits.max_buffers_per_user:
+                raise KmdError(errno.EDQUOT, f"uid {uid} holds {usage.buffers} buffers, the most allowed per user "
+                                             f"(npu-kmd start --max-buffers-per-user)")
+        usage.memory += size
+        usage.buffers += 1
+
+    def discharge(self, uid: int, size: int) -> None:
+        usage = self._usage(uid)
+        usage.memory -= size
+        usage.buffers -= 1
+        self._forget_if_idle(uid)
