@@ -47,7 +47,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("kmd_fuse.handover")
 
 TOKENS_PER_CONTEXT = 32
-MAX_CONNECTIONS = 1024
+MAX_CONNECTIONS = 256           # within memory.FDS_RESERVED, with room to spare
 MAX_CONNECTIONS_PER_UID = 64
 IDLE_TIMEOUT_S = float(os.environ.get("NPU_HANDOVER_IDLE_S", "10"))
 SEND_TIMEOUT_S = 2.0

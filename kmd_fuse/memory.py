@@ -18,6 +18,7 @@ import ctypes
 import errno
 import fcntl
 import itertools
+import logging
 import os
 import resource
 from dataclasses import dataclass, field
@@ -30,6 +31,8 @@ from firmware_sim.spec import iommu, memory
 from kmd_fuse.errors import KmdError
 from kmd_fuse.handover import Grants
 from kmd_fuse.hw import PageTable
+
+log = logging.getLogger("kmd_fuse.memory")
 
 SEALS = fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SEAL
 # Descriptors kept for everything but buffers (FUSE, the chip's memories and lines, page
@@ -196,8 +199,9 @@ class DeviceMemory:
         bo.link.unlink(missing_ok=True)    # before the fd closes: the chip re-checks it (open_bo)
         try:
             punch_hole(bo.fd, bo.size)
-        finally:
-            os.close(bo.fd)
+        except OSError as exc:             # the pages still go when the last mapping does
+            log.warning("buffer object %d: punching its pages out failed: %s", bo.bo_id, exc)
+        os.close(bo.fd)
         self.used -= bo.size
         self.buffers -= 1
 
