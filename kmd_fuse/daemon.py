@@ -22,7 +22,7 @@ import trio
 from kmd_fuse import paths, pidfile
 from kmd_fuse.device import Device
 from kmd_fuse.fuse_ops import DeviceFs
-from kmd_fuse.handover import HandoverServer
+from kmd_fuse.handover import HandoverServer, check_socket_path
 from kmd_fuse.hotplug import Presence
 from kmd_fuse.hw import ChipConfig
 from kmd_fuse.limits import Limits
@@ -103,8 +103,9 @@ def main(argv: list[str] | None = None) -> int:
     node = paths.node_path(root, args.index)
     try:
         paths.private_state_dir(root)
+        check_socket_path(paths.handover_socket(root, args.index))
         pid_lock = pidfile.acquire(paths.pid_file(root, args.index))
-    except OSError as exc:     # StateDirError, AlreadyRunning
+    except OSError as exc:     # StateDirError, ENAMETOOLONG, AlreadyRunning
         log.error("%s", exc)
         return 1
     mountpoint = paths.fuse_dir(root, args.index)

@@ -52,6 +52,7 @@ MAX_CONNECTIONS_PER_UID = 64
 IDLE_TIMEOUT_S = float(os.environ.get("NPU_HANDOVER_IDLE_S", "10"))
 SEND_TIMEOUT_S = 2.0
 _PEERCRED = struct.Struct("3i")    # struct ucred: pid, uid, gid
+_SUN_PATH_MAX = 108                # sizeof(struct sockaddr_un.sun_path) on Linux
 
 
 class Grants:
@@ -110,6 +111,7 @@ class HandoverServer:
     permission; who gets what is decided by SO_PEERCRED and the token)."""
 
     def __init__(self, path: Path, grants: Grants):
+        check_socket_path(path)
         self.path, self.grants = path, grants
         self.connections = 0
         self._per_uid: collections.Counter[int] = collections.Counter()
@@ -213,6 +215,13 @@ class HandoverServer:
         except OSError as exc:                   # dup: out of descriptors
             log.warning("hand-over to uid %d failed: %s", uid, exc)
             return uapi.pack_handover_reply(-(exc.errno or errno.EIO)), -1
+
+
+def check_socket_path(path: Path) -> None:
+    """OSError(ENAMETOOLONG) unless ``path`` fits in a Unix socket address."""
+    if len(os.fsencode(path)) >= _SUN_PATH_MAX:
+        raise OSError(errno.ENAMETOOLONG, f"hand-over socket path {path} is longer than a Unix socket "
+                                          f"address takes ({_SUN_PATH_MAX - 1} bytes): shorten NPU_SHM_ROOT")
 
 
 def _remove_stale_socket(path: Path) -> None:
