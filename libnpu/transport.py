@@ -10,6 +10,9 @@ not ready at once (WAIT, SUBMIT with NPU_SUBMIT_WAIT, RESET) is read in a loop:
 the driver holds a read() at most ~50 ms and then fails it with EAGAIN, so a
 signal or a SIGKILL always gets through quickly.  (poll() works too; it costs
 one more trip through FUSE.)
+
+Buffers' memory does not cross the node (FUSE carries no descriptors): ``BufferSocket``
+trades MEM_MAP's token for the buffer's sealed memfd on the device's hand-over socket.
 """
 from __future__ import annotations
 
