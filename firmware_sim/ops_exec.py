@@ -12,6 +12,7 @@ from typing import Callable
 
 import numpy as np
 
+from firmware_sim.errors import InvalidCommand
 from firmware_sim.kernels import (activations, conv, elementwise, fully_connected, layout, native,
                                   pooling, resize)
 from firmware_sim.spec import ops, tasks
@@ -24,7 +25,7 @@ _MAX_ELEMENTS = 1 << 31
 native.library()  # load (or build) the C kernels when a core starts, not inside its first job
 
 
-class OpDescriptorError(ValueError):
+class OpDescriptorError(InvalidCommand):
     """A compute descriptor with impossible fields."""
 
 
