@@ -81,6 +81,7 @@ class Device:
             await trio.lowlevel.wait_readable(self.hw.irq_fd)
             self.hw.ack_irq()
             self.service_completions()
+            self._account_core_restarts()
 
     async def _poll_loop(self) -> None:
         while True:
@@ -90,6 +91,7 @@ class Device:
                 self.nursery.start_soon(self._recover_chip)
             elif not self.resetting:
                 self.service_completions()
+                self._account_core_restarts()
 
     async def poll_for_reply(self, ctx: Context) -> None:
         """Hybrid polling for a read whose reply is a short job still running.
@@ -206,8 +208,9 @@ class Device:
         if req.cmd_size % 8:
             raise KmdError(errno.EINVAL, f"command buffer size {req.cmd_size} is not a multiple of 8")
         ctx.last_fence += 1
+        timeout_ms = min(req.timeout_ms or self.hw.config.watchdog_ms, self.hw.config.max_job_timeout_ms)
         job = Job(next(self._job_ids), ctx, ctx.last_fence, bos, req.cmd_iova, req.cmd_size, req.priority,
-                  req.timeout_ms)
+                  timeout_ms)
         if req.flags & uapi.NPU_SUBMIT_WAIT:
             req.fence = job.fence
             job.sync_reply = (seq, req)
@@ -340,6 +343,18 @@ class Device:
             touched.add(job.ctx)
         for ctx in touched:
             self._reap(ctx) if ctx.closed else self._check_waiter(ctx)
+
+    def _account_core_restarts(self) -> None:
+        """The chip restarted a core that died or hung: each restart is a reset (counted and
+        announced with a "change" uevent); the job it cost has already failed through the
+        completion queue, and the core's queued jobs run on the new core."""
+        if self.resetting:
+            return
+        for _ in range(self.hw.core_restarts()):
+            self.reset_count += 1
+            log.warning("device reset #%d (the chip restarted a core that died or hung)", self.reset_count)
+            for hook in self.reset_hooks:
+                hook(self.reset_count)
 
     async def _recover_chip(self) -> None:
         self.resetting = True
