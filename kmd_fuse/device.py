@@ -31,6 +31,7 @@ LOST_IRQ_POLL_S = 0.1      # completions are also collected this often, in case 
 READ_SPIN_S = float(os.environ.get("NPU_KMD_READ_SPIN_US", "250")) / 1e6
 READ_SPIN_MAX_EXEC_NS = int(READ_SPIN_S * 1.6e9)
 RESET_TIMEOUT_S = 10.0
+STUCK_JOB_GRACE_MS = 1000  # a job on a core for twice its timeout and this: the chip's watchdog is stuck
 MODEL_NAME = "npu-emu"
 
 
@@ -92,6 +93,7 @@ class Device:
             elif not self.resetting:
                 self.service_completions()
                 self._account_core_restarts()
+                self._check_chip_watchdog()
 
     async def poll_for_reply(self, ctx: Context) -> None:
         """Hybrid polling for a read whose reply is a short job still running.
@@ -355,6 +357,18 @@ class Device:
             log.warning("device reset #%d (the chip restarted a core that died or hung)", self.reset_count)
             for hook in self.reset_hooks:
                 hook(self.reset_count)
+
+    def _check_chip_watchdog(self) -> None:
+        """The driver's own safety net, as drm_sched's timeout handler is one: a job still on
+        a core far past its timeout means the chip's watchdog itself is stuck.  Kill the chip;
+        the poll loop then restarts it (jobs on it fail with EIO, queued ones run after)."""
+        for job_id, elapsed_ns in self.hw.running():
+            job = self.scheduler.in_flight.get(job_id)
+            if job is not None and elapsed_ns > (2 * job.timeout_ms + STUCK_JOB_GRACE_MS) * 1_000_000:
+                log.error("job %d has run %.1f s, its timeout is %d ms: the chip's watchdog is stuck, "
+                          "restarting the chip", job_id, elapsed_ns / 1e9, job.timeout_ms)
+                self.hw.process.kill()
+                return
 
     async def _recover_chip(self) -> None:
         self.resetting = True

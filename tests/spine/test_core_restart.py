@@ -158,15 +158,20 @@ def _chip_registers(devroot: Path) -> regs.RegisterView:
         os.close(fd)
 
 
-def _core_pids(devroot: Path) -> list[int]:
-    """The chip's core processes: the children of its top-level process."""
+def _chip_pid(devroot: Path) -> int:
+    """The chip's top-level process (its cores' processes have the same command line)."""
     bus = paths.bus_dir(devroot, 0)
     matched = {int(p) for p in subprocess.run(["pgrep", "-f", f"firmware_sim --bus {bus}"], capture_output=True,
                                               text=True).stdout.split()}
     tops = [p for p in matched if _parent(p) not in matched]
     assert len(tops) == 1, matched
+    return tops[0]
+
+
+def _core_pids(devroot: Path) -> list[int]:
+    """The chip's core processes: the children of its top-level process."""
     children = []
-    for task in Path(f"/proc/{tops[0]}/task").iterdir():
+    for task in Path(f"/proc/{_chip_pid(devroot)}/task").iterdir():
         children += [int(c) for c in (task / "children").read_text().split()]
     return sorted(children)
 
@@ -253,6 +258,33 @@ def test_a_job_timeout_is_clamped_to_the_devices_maximum(capped_npu):
         assert exc.value.errno == errno.ETIMEDOUT
         for _ in range(5):
             dev.run(None, timeout_ms=0xFFFFFFFF)
+
+
+def test_the_driver_restarts_a_chip_whose_watchdog_is_stuck(capped_npu):
+    """The driver's safety net: a job far past its (clamped) timeout while the chip's own
+    watchdog does nothing (its process stopped) makes the driver restart the chip."""
+    npu = capped_npu
+    with libnpu.initialize(npu.devroot) as session:
+        dev = session.open(0)
+        count = dev.info()["reset_count"]
+        _set_fault(npu.devroot, regs.FAULT_HANG)
+        chip = _chip_pid(npu.devroot)
+        os.kill(chip, signal.SIGSTOP)
+        try:
+            fence = dev.submit(None, timeout_ms=0xFFFFFFFF)
+            time.sleep(0.05)
+            _set_fault(npu.devroot, 0)
+            with pytest.raises(libnpu.JobError) as exc:
+                fence.wait(timeout=60)
+            assert exc.value.errno == errno.EIO           # lost in the chip's restart
+        finally:
+            try:
+                os.kill(chip, signal.SIGCONT)
+            except ProcessLookupError:
+                pass
+        assert dev.info()["reset_count"] == count + 1
+        for _ in range(5):
+            dev.run(None)
 
 
 @pytest.mark.parametrize("value", ["0", "-1", "nan", "1e10", "soon"])
