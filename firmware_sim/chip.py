@@ -17,6 +17,7 @@ import argparse
 import ctypes
 import errno
 import os
+import resource
 import signal
 import sys
 import time
@@ -76,6 +77,7 @@ class Chip:
             try:
                 die_with_parent()
                 signal.signal(signal.SIGTERM, signal.SIG_DFL)
+                resource.setrlimit(resource.RLIMIT_CORE, (0, 0))   # a dying core is recovered, not dumped
                 unit = Core(self.bus, core, self.doorbell_fds[core], self.irq_fd, self.profile)
                 unit.drain_ring()      # entries queued before a reset/respawn
                 profile_path = os.environ.get("NPU_PROFILE_CHIP")  # developer aid: cProfile each core

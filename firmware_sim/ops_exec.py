@@ -3,7 +3,8 @@
 ``HANDLERS`` maps an opcode to ``handler(desc, dma)``: the handler reads its operands
 through the DMA engine (every access is IOMMU-checked), runs the kernel and writes the
 result in place into the output view. A descriptor whose fields make no sense raises
-``OpDescriptorError`` (a ValueError: the job fails with EINVAL).
+``OpDescriptorError``, an ``errors.InvalidCommand`` (the job fails with EINVAL), as the
+kernels' own checks of their operands do.
 """
 from __future__ import annotations
 

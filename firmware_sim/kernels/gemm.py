@@ -76,6 +76,7 @@ def int_matmul(a: np.ndarray, b: np.ndarray, a_offset: int = 0) -> np.ndarray:
     follows the weights of a fully connected layer so that ``b`` is used as stored.
     """
     if a.ndim != 2 or b.ndim != 2 or a.shape[1] != b.shape[1]:
+        # Not InvalidCommand: no descriptor reaches this (the chip never calls it): a caller bug.
         raise ValueError(f"int_matmul shapes do not match: {a.shape} x {b.shape}.T")
     lo, hi = (np.iinfo(a.dtype).min, np.iinfo(a.dtype).max)
     bound_a = max(abs(lo + a_offset), abs(hi + a_offset))

@@ -20,7 +20,7 @@ def _ptr(a: np.ndarray):
 
 
 def _out_ptr(a: np.ndarray):
-    if not a.flags.writeable:      # the C code would write through it regardless
+    if not a.flags.writeable:      # the C code would write through it regardless (a chip bug: EIO)
         raise ValueError("out must be a writable array")
     return ffi.from_buffer(_CTYPES[a.dtype], a, require_writable=True)
 
