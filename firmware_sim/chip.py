@@ -51,6 +51,7 @@ class Chip:
         self.num_cores = len(doorbell_fds)
         self.ring_entries = ring_entries
         self.pids: list[int] = [0] * self.num_cores
+        self.died_before_entry: list[int | None] = [None] * self.num_cores   # see drop_fatal_entry
         self.rings = [np.frombuffer(map_file(memory.ring_path(bus, core)), ring.RING_ENTRY, count=ring_entries)
                       for core in range(self.num_cores)]
         self.cqs = [map_file(memory.cq_path(bus, core)) for core in range(self.num_cores)]
@@ -119,6 +120,7 @@ class Chip:
                 status = -errno.EFAULT if signum == signal.SIGBUS else -errno.EIO
                 how = signal.Signals(signum).name if signum else f"exit status {os.waitstatus_to_exitcode(died)}"
                 print(f"chip: core {core} died ({how}): restarting it", file=sys.stderr, flush=True)
+                self.drop_fatal_entry(core)
                 self.recover_core(core, status)
                 continue
             overdue = self.overdue_job(core)
@@ -152,6 +154,27 @@ class Chip:
             return 0
         # The registers above belong to this job only if it is still the current one.
         return job_id if self.regs.read64(bank + regs.CURRENT_JOB) == job_id else 0
+
+    def drop_fatal_entry(self, core: int) -> None:
+        """A dead core that had not started the entry at RING_HEAD, for the second time in a
+        row at that entry, dies of it: fail it (EIO, if a job) and step past it, instead of
+        restarting the core into it forever."""
+        bank = regs.core_bank(core)
+        head = self.regs.read32(bank + regs.RING_HEAD)
+        pending = head != self.regs.read32(bank + regs.RING_TAIL) and not self.regs.read64(bank + regs.CURRENT_JOB)
+        if not pending or self.died_before_entry[core] != head:
+            self.died_before_entry[core] = head if pending else None
+            return
+        self.died_before_entry[core] = None
+        entry = self.rings[core][head]
+        print(f"chip: core {core} died twice at ring entry {head} before starting it: dropping it",
+              file=sys.stderr, flush=True)
+        if int(entry["opcode"]) == ring.OP_JOB:
+            tail = self.regs.read32(bank + regs.CQ_TAIL)
+            write_completion(self.cqs[core], tail, int(entry["job_id"]), core, JobResult(status=-errno.EIO),
+                             self.profile)
+            self.regs.write32(bank + regs.CQ_TAIL, ring.ring_next(tail, self.ring_entries))
+        self.regs.write32(bank + regs.RING_HEAD, ring.ring_next(head, self.ring_entries))
 
     def recover_core(self, core: int, status: int, overdue: int = 0) -> None:
         """Finish the registers of a core whose process is gone and start a new one.

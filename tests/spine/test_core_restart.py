@@ -139,6 +139,21 @@ def test_an_idle_core_death_fails_nothing(bus):
     assert top.regs.read32(BANK + regs.IRQ_STATUS) == regs.IRQ_CORE_RESTART
 
 
+def test_an_entry_that_kills_the_core_before_it_starts_is_dropped(bus, monkeypatch):
+    """A core that dies twice in a row at the same entry, before starting it, is not
+    restarted into it forever: that job fails with EIO and the next one runs."""
+    top = bus
+    _queue_jobs(top, [21, 22])
+    monkeypatch.setattr(top, "reap_core", lambda core: signal.SIGSEGV)    # a wait status: killed by it
+    top.watchdog()
+    assert _completions(top) == [] and top.regs.read32(BANK + regs.RING_HEAD) == 0
+    top.watchdog()
+    assert _completions(top) == [(21, -errno.EIO)]
+    assert top.restarted == [0, 0] and top.regs.read32(BANK + regs.CORE_RESTARTS) == 2
+    core_unit.Core(top.bus, 0, -1, top.irq_fd, HardwareProfile()).drain_ring()
+    assert _completions(top) == [(21, -errno.EIO), (22, 0)]
+
+
 # ---- real core processes under the mounted driver ----
 
 def _set_fault(devroot: Path, bits: int) -> None:
