@@ -219,6 +219,7 @@ class Chip:
             self.regs.write32(bank + regs.IRQ_STATUS, 0)
             self.regs.write64(bank + regs.CURRENT_JOB, 0)
             self.regs.write32(bank + regs.CORE_STATE, regs.CORE_IDLE)
+            self.died_before_entry[core] = None
         for core in range(self.num_cores):
             self.start_core(core)
         self.regs.write32(regs.RESET_ACK, request)
