@@ -1,6 +1,12 @@
 """The chip's top level: brings up the register file, starts one process per
 core, and runs the watchdog and the reset logic.
 
+Every WATCHDOG_PERIOD_S the watchdog reaps each core's process: a core that died
+(of any cause: a vanished page under a job's buffer is SIGBUS) or whose job ran
+past its timeout is restarted, the job it was running fails (EFAULT for SIGBUS,
+ETIMEDOUT for a timeout, else EIO), the next ones run, and CORE_RESTARTS with the
+IRQ_CORE_RESTART interrupt tell the driver.
+
 It is started by the platform (the KMD's probe) as ``python -m firmware_sim``
 with the bus directory, the doorbell eventfds (one per core) and the interrupt
 eventfd; it never talks to the KMD any other way.
@@ -11,14 +17,16 @@ import argparse
 import ctypes
 import errno
 import os
+import resource
 import signal
 import sys
 import time
+import traceback
 from pathlib import Path
 
 import numpy as np
 
-from firmware_sim.core import Core, raise_irq, write_completion
+from firmware_sim.core import Core, completion_cause, raise_irq, write_completion
 from firmware_sim.executor import JobResult
 from firmware_sim.spec import memory, regs, ring
 from firmware_sim.spec.memory import map_file
@@ -43,6 +51,7 @@ class Chip:
         self.num_cores = len(doorbell_fds)
         self.ring_entries = ring_entries
         self.pids: list[int] = [0] * self.num_cores
+        self.died_before_entry: list[int | None] = [None] * self.num_cores   # see drop_fatal_entry
         self.rings = [np.frombuffer(map_file(memory.ring_path(bus, core)), ring.RING_ENTRY, count=ring_entries)
                       for core in range(self.num_cores)]
         self.cqs = [map_file(memory.cq_path(bus, core)) for core in range(self.num_cores)]
@@ -58,6 +67,7 @@ class Chip:
         r.write32(regs.DMA_BYTES_PER_CYCLE, self.profile.dma_bytes_per_cycle)
         r.write32(regs.RESET_ACK, r.read32(regs.RESET_REQ))
         for core in range(self.num_cores):
+            r.write32(regs.core_bank(core) + regs.CORE_RESTARTS, 0)
             self.start_core(core)
         r.write32(regs.ID, regs.DEVICE_ID_VALUE)
         r.write32(regs.STATUS, regs.STATUS_READY)
@@ -68,6 +78,7 @@ class Chip:
             try:
                 die_with_parent()
                 signal.signal(signal.SIGTERM, signal.SIG_DFL)
+                resource.setrlimit(resource.RLIMIT_CORE, (0, 0))   # a dying core is recovered, not dumped
                 unit = Core(self.bus, core, self.doorbell_fds[core], self.irq_fd, self.profile)
                 unit.drain_ring()      # entries queued before a reset/respawn
                 profile_path = os.environ.get("NPU_PROFILE_CHIP")  # developer aid: cProfile each core
@@ -78,6 +89,10 @@ class Chip:
                                                                os._exit(0)))
                     profiler.runcall(unit.run_forever)
                 unit.run_forever()
+            except BaseException:
+                print(f"chip: core {core} stopped by an internal error:", file=sys.stderr)
+                traceback.print_exc()
+                sys.stderr.flush()
             finally:
                 os._exit(1)
         self.pids[core] = pid
@@ -96,28 +111,99 @@ class Chip:
             self.pids[core] = 0
 
     def watchdog(self) -> None:
-        """Kill a core whose job ran past its timeout, fail the job, restart the core."""
-        now = time.monotonic_ns()
-        default_ms = self.regs.read32(regs.WATCHDOG_MS) or DEFAULT_WATCHDOG_MS
+        """Restart every core whose process died, and every core whose job ran past its timeout."""
         for core in range(self.num_cores):
-            bank = regs.core_bank(core)
-            job_id = self.regs.read64(bank + regs.CURRENT_JOB)
-            if not job_id:
+            died = self.reap_core(core)
+            if died is not None:
+                signum = os.WTERMSIG(died) if os.WIFSIGNALED(died) else 0
+                # SIGBUS: the memory under a mapped buffer vanished (the job's DMA faulted).
+                status = -errno.EFAULT if signum == signal.SIGBUS else -errno.EIO
+                how = signal.Signals(signum).name if signum else f"exit status {os.waitstatus_to_exitcode(died)}"
+                print(f"chip: core {core} died ({how}): restarting it", file=sys.stderr, flush=True)
+                self.drop_fatal_entry(core)
+                self.recover_core(core, status)
                 continue
-            head = self.regs.read32(bank + regs.RING_HEAD)
-            timeout_ms = int(self.rings[core][head]["timeout_ms"]) or default_ms
-            started = self.regs.read64(bank + regs.JOB_START_NS)
-            if now - started < timeout_ms * 1_000_000 or self.regs.read64(bank + regs.CURRENT_JOB) != job_id:
-                continue
-            self.stop_core(core)
-            self.regs.write32(bank + regs.CORE_STATE, regs.CORE_HUNG)
+            overdue = self.overdue_job(core)
+            if overdue:
+                self.stop_core(core)
+                self.recover_core(core, -errno.ETIMEDOUT, overdue)
+
+    def reap_core(self, core: int) -> int | None:
+        """The wait status of ``core``'s process if it has exited (reaping it), else None."""
+        if not self.pids[core]:
+            return None
+        try:
+            pid, status = os.waitpid(self.pids[core], os.WNOHANG)
+        except ChildProcessError:       # reaped elsewhere: treat it as dead of unknown cause
+            pid, status = self.pids[core], 1 << 8
+        if pid == 0:
+            return None
+        self.pids[core] = 0
+        return status
+
+    def overdue_job(self, core: int) -> int:
+        """The id of the job ``core`` has run for longer than its timeout, else 0."""
+        bank = regs.core_bank(core)
+        job_id = self.regs.read64(bank + regs.CURRENT_JOB)
+        if not job_id:
+            return 0
+        timeout_ms = self.regs.read32(bank + regs.JOB_TIMEOUT_MS) or self.regs.read32(regs.WATCHDOG_MS) \
+            or DEFAULT_WATCHDOG_MS
+        started = self.regs.read64(bank + regs.JOB_START_NS)
+        if time.monotonic_ns() - started < timeout_ms * 1_000_000:
+            return 0
+        # The registers above belong to this job only if it is still the current one.
+        return job_id if self.regs.read64(bank + regs.CURRENT_JOB) == job_id else 0
+
+    def drop_fatal_entry(self, core: int) -> None:
+        """A dead core that had not started the entry at RING_HEAD, for the second time in a
+        row at that entry, dies of it: fail it (EIO, if a job) and step past it, instead of
+        restarting the core into it forever."""
+        bank = regs.core_bank(core)
+        head = self.regs.read32(bank + regs.RING_HEAD)
+        pending = head != self.regs.read32(bank + regs.RING_TAIL) and not self.regs.read64(bank + regs.CURRENT_JOB)
+        if not pending or self.died_before_entry[core] != head:
+            self.died_before_entry[core] = head if pending else None
+            return
+        self.died_before_entry[core] = None
+        entry = self.rings[core][head]
+        print(f"chip: core {core} died twice at ring entry {head} before starting it: dropping it",
+              file=sys.stderr, flush=True)
+        if int(entry["opcode"]) == ring.OP_JOB:
             tail = self.regs.read32(bank + regs.CQ_TAIL)
-            write_completion(self.cqs[core], tail, job_id, core, JobResult(status=-errno.ETIMEDOUT), self.profile)
+            write_completion(self.cqs[core], tail, int(entry["job_id"]), core, JobResult(status=-errno.EIO),
+                             self.profile)
             self.regs.write32(bank + regs.CQ_TAIL, ring.ring_next(tail, self.ring_entries))
-            self.regs.write32(bank + regs.RING_HEAD, ring.ring_next(head, self.ring_entries))
+        self.regs.write32(bank + regs.RING_HEAD, ring.ring_next(head, self.ring_entries))
+
+    def recover_core(self, core: int, status: int, overdue: int = 0) -> None:
+        """Finish the registers of a core whose process is gone and start a new one.
+
+        The job it was running (CURRENT_JOB) fails with ``status`` (with ETIMEDOUT only if it
+        is the job found ``overdue``: one that started since ends with EIO) and is never run
+        again: it may be what killed the core.  See ``Core.run_job_entry`` for the order of
+        the core's own writes that this relies on."""
+        bank = regs.core_bank(core)
+        job_id = self.regs.read64(bank + regs.CURRENT_JOB)
+        cause = regs.IRQ_CORE_RESTART
+        if job_id:
+            if status == -errno.ETIMEDOUT and job_id != overdue:
+                status = -errno.EIO
+            tail = self.regs.read32(bank + regs.CQ_TAIL)
+            last = ring.ring_prev(tail, self.ring_entries)
+            posted = ring.COMPLETION_STRUCT.unpack_from(self.cqs[core], last * ring.COMPLETION_STRUCT.size)[0]
+            if posted != job_id:
+                write_completion(self.cqs[core], tail, job_id, core, JobResult(status=status), self.profile)
+                self.regs.write32(bank + regs.CQ_TAIL, ring.ring_next(tail, self.ring_entries))
+                cause |= regs.IRQ_WATCHDOG if status == -errno.ETIMEDOUT else completion_cause(status)
+            head = self.regs.read32(bank + regs.RING_HEAD)
+            if head != self.regs.read32(bank + regs.RING_TAIL) and int(self.rings[core][head]["job_id"]) == job_id:
+                self.regs.write32(bank + regs.RING_HEAD, ring.ring_next(head, self.ring_entries))
             self.regs.write64(bank + regs.CURRENT_JOB, 0)
-            raise_irq(self.regs, bank, self.irq_fd, regs.IRQ_WATCHDOG)
-            self.start_core(core)
+        self.regs.write32(bank + regs.CORE_STATE, regs.CORE_HUNG)
+        self.regs.write32(bank + regs.CORE_RESTARTS, self.regs.read32(bank + regs.CORE_RESTARTS) + 1)
+        raise_irq(self.regs, bank, self.irq_fd, cause)
+        self.start_core(core)
 
     def reset_if_requested(self) -> None:
         request = self.regs.read32(regs.RESET_REQ)
@@ -133,6 +219,7 @@ class Chip:
             self.regs.write32(bank + regs.IRQ_STATUS, 0)
             self.regs.write64(bank + regs.CURRENT_JOB, 0)
             self.regs.write32(bank + regs.CORE_STATE, regs.CORE_IDLE)
+            self.died_before_entry[core] = None
         for core in range(self.num_cores):
             self.start_core(core)
         self.regs.write32(regs.RESET_ACK, request)

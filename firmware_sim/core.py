@@ -3,7 +3,8 @@
 The core sleeps on its doorbell line (an eventfd the KMD writes after moving
 RING_TAIL), runs every entry between RING_HEAD and RING_TAIL, writes a
 completion for each job to its completion queue, advances RING_HEAD and raises
-the interrupt line (an eventfd shared by all cores).
+the interrupt line (an eventfd shared by all cores).  The chip's top-level
+process restarts a core whose process died or hung (``chip.Chip.watchdog``).
 """
 from __future__ import annotations
 
@@ -58,48 +59,74 @@ class Core:
         while head != self.reg(regs.RING_TAIL):
             opcode, asid, job_id, cmd_iova, cmd_size, timeout_ms, bo_id, _ = \
                 ring.RING_ENTRY_STRUCT.unpack_from(self.ring, head * ring.RING_ENTRY_STRUCT.size)
+            following = ring.ring_next(head, self.entries)
             if opcode == ring.OP_JOB:
-                self.post(self.execute(job_id, asid, cmd_iova, cmd_size), job_id)
-            elif opcode == ring.OP_INVALIDATE:
-                self.dma.invalidate(asid, bo_id)
-            head = ring.ring_next(head, self.entries)
-            self.set_reg(regs.RING_HEAD, head)
+                self.run_job_entry(job_id, asid, cmd_iova, cmd_size, timeout_ms, following)
+            else:
+                if opcode == ring.OP_INVALIDATE:
+                    self.dma.invalidate(asid, bo_id)
+                self.set_reg(regs.RING_HEAD, following)
+            head = following
 
-    def execute(self, job_id: int, asid: int, cmd_iova: int, cmd_size: int) -> JobResult:
+    def run_job_entry(self, job_id: int, asid: int, cmd_iova: int, cmd_size: int, timeout_ms: int,
+                      following: int) -> None:
+        """Run the job at RING_HEAD, post its completion and move RING_HEAD to ``following``.
+
+        The order is what lets the chip's watchdog recover from this process dying at any
+        point without losing or skipping a job: (1) JOB_START_NS and JOB_TIMEOUT_MS, then
+        CURRENT_JOB; (2) the job runs; (3) the completion, then CQ_TAIL; (4) RING_HEAD; (5)
+        CURRENT_JOB = 0.  Dying before (1) leaves the entry at RING_HEAD for the restarted
+        core to run.  Dying between (1) and (5), the watchdog finds CURRENT_JOB set: it posts
+        the job's completion unless the last one posted is already that job's (died after
+        (3)), and steps RING_HEAD past the entry only if the entry at RING_HEAD is still
+        that job (died before (4)); the job itself never runs again."""
         bank = self.bank
         started = time.monotonic_ns()
         self.regs.write64(bank + regs.JOB_START_NS, started)
+        self.set_reg(regs.JOB_TIMEOUT_MS, timeout_ms)
         self.regs.write64(bank + regs.CURRENT_JOB, job_id)
         self.set_reg(regs.CORE_STATE, regs.CORE_BUSY)
-        faults = self.regs.read32(regs.FAULT_INJECT)
-        if faults & regs.FAULT_HANG:
-            while True:              # a hung core: only the watchdog's reset ends this
-                time.sleep(1)
-        self.dma.inject_bus_error = bool(faults & regs.FAULT_DMA_ERROR)
-        result = run_job(self.dma, asid, cmd_iova, cmd_size, self.profile)
+        result = self.execute(asid, cmd_iova, cmd_size)
         result.exec_ns = time.monotonic_ns() - started
-        if faults & regs.FAULT_BIT_FLIP and result.status == 0:
-            self.dma.flip_last_written_bit()
+        self.post(result, job_id)
+        self.set_reg(regs.RING_HEAD, following)
         # Clear CURRENT_JOB before adding to BUSY_NS: a reader in between sees the job
         # neither running nor counted (short, and the KMD never reports less than before)
         # rather than both (counted twice).
         self.regs.write64(bank + regs.CURRENT_JOB, 0)
         self.regs.write64(bank + regs.BUSY_NS, self.regs.read64(bank + regs.BUSY_NS) + result.exec_ns)
         self.regs.write64(bank + regs.BUSY_CYCLES, self.regs.read64(bank + regs.BUSY_CYCLES) + result.cycles)
+        self.regs.write64(bank + regs.JOBS_DONE, self.regs.read64(bank + regs.JOBS_DONE) + 1)
         self.set_reg(regs.CORE_STATE, regs.CORE_IDLE)
+        raise_irq(self.regs, bank, self.irq_fd, completion_cause(result.status))
+
+    def execute(self, asid: int, cmd_iova: int, cmd_size: int) -> JobResult:
+        """Run one job's command buffer, applying the fault injection bits set now."""
+        faults = self.regs.read32(regs.FAULT_INJECT)
+        if faults & regs.FAULT_HANG:
+            while True:              # a hung core: only the watchdog's reset ends this
+                time.sleep(1)
+        self.dma.inject_bus_error = bool(faults & regs.FAULT_DMA_ERROR)
+        result = run_job(self.dma, asid, cmd_iova, cmd_size, self.profile,
+                         inject_internal_error=bool(faults & regs.FAULT_INTERNAL))
+        if faults & regs.FAULT_BIT_FLIP and result.status == 0:
+            self.dma.flip_last_written_bit()
         return result
 
     def post(self, result: JobResult, job_id: int) -> None:
-        """Write the completion and raise the interrupt."""
+        """Write the completion and publish it (CQ_TAIL); the interrupt comes later."""
         while ring.ring_full(self.reg(regs.CQ_HEAD), self.reg(regs.CQ_TAIL), self.entries):
             time.sleep(0.0002)  # the KMD keeps fewer jobs in flight than CQ slots; defensive only
         tail = self.reg(regs.CQ_TAIL)
         write_completion(self.cq, tail, job_id, self.core, result, self.profile)
         self.set_reg(regs.CQ_TAIL, ring.ring_next(tail, self.entries))
-        self.regs.write64(self.bank + regs.JOBS_DONE, self.regs.read64(self.bank + regs.JOBS_DONE) + 1)
-        cause = regs.IRQ_JOB_DONE if result.status == 0 else (
-            regs.IRQ_MMU_FAULT if result.status == -errno.EFAULT else regs.IRQ_JOB_ERROR)
-        raise_irq(self.regs, self.bank, self.irq_fd, cause)
+
+
+def completion_cause(status: int) -> int:
+    """The interrupt cause for a job that ended with ``status`` (0 or -errno)."""
+    if status == 0:
+        return regs.IRQ_JOB_DONE
+    return regs.IRQ_MMU_FAULT if status == -errno.EFAULT else regs.IRQ_JOB_ERROR
 
 
 def write_completion(cq, slot: int, job_id: int, core: int, result: JobResult, profile: HardwareProfile) -> None:

@@ -14,6 +14,7 @@ Failed translations are never kept, so mapping new pages needs no invalidation.
 """
 from __future__ import annotations
 
+import errno
 import math
 import mmap
 import os
@@ -22,19 +23,24 @@ from pathlib import Path
 
 import numpy as np
 
+from firmware_sim.errors import JobFailure
 from firmware_sim.spec import iommu, memory
 
 
-class IommuFault(Exception):
-    """A device access the context's page table does not allow."""
+class IommuFault(JobFailure):
+    """A device access the context's page table does not allow (EFAULT)."""
+
+    errno = errno.EFAULT
 
     def __init__(self, iova: int, reason: str):
         super().__init__(f"IOMMU fault at {iova:#x}: {reason}")
         self.iova = iova
 
 
-class BusError(Exception):
-    """A DMA transfer failed on the bus (fault injection)."""
+class BusError(JobFailure):
+    """A DMA transfer failed on the bus (fault injection): EIO."""
+
+    errno = errno.EIO
 
 
 class DmaEngine:

@@ -1,20 +1,29 @@
 """Runs one job: fetches its command buffer through the DMA engine and
-executes the task descriptors in order."""
+executes the task descriptors in order.
+
+A failure is classified only by the explicit check that found it (``errors``):
+``InvalidCommand`` and a malformed command buffer give EINVAL, an IOMMU fault EFAULT,
+a bus error EIO.  Anything else is the chip's own fault: the job fails with EIO, the
+traceback goes to the chip's log (its stderr, the daemon's log file) and the core
+serves the next job."""
 from __future__ import annotations
 
 import errno
+import sys
+import traceback
 from dataclasses import dataclass
 from typing import Callable
 
 import numpy as np
 
 from firmware_sim import ops_exec
-from firmware_sim.dma import BusError, DmaEngine, IommuFault
+from firmware_sim.dma import DmaEngine, IommuFault
+from firmware_sim.errors import InvalidCommand, JobFailure
 from firmware_sim.spec import tasks
 from firmware_sim.timing import HardwareProfile, task_cycles
 
 
-class DescriptorError(ValueError):
+class DescriptorError(InvalidCommand):
     """A descriptor whose fields make no sense (job fails with EINVAL)."""
 
 
@@ -46,13 +55,19 @@ class JobResult:
     exec_ns: int = 0         # wall-clock time spent
 
 
-def run_job(dma: DmaEngine, asid: int, cmd_iova: int, cmd_size: int, profile: HardwareProfile) -> JobResult:
-    """Execute a job's command buffer; never raises for a bad job."""
+def run_job(dma: DmaEngine, asid: int, cmd_iova: int, cmd_size: int, profile: HardwareProfile,
+            inject_internal_error: bool = False) -> JobResult:
+    """Execute a job's command buffer; never raises (short of the process dying).
+
+    ``inject_internal_error`` (fault injection) makes the job meet an unexpected
+    exception, as a bug in a kernel would."""
     result = JobResult()
-    if cmd_size == 0:
+    if cmd_size == 0 and not inject_internal_error:
         return result
     index = 0
     try:
+        if inject_internal_error:
+            raise RuntimeError("injected internal error (FAULT_INTERNAL)")
         dma.bind(asid)
         command_buffer = dma.read(cmd_iova, cmd_size).copy()  # the chip fetches descriptors once
         for index, (_, task, desc) in enumerate(tasks.decode_tasks(command_buffer)):
@@ -65,11 +80,17 @@ def run_job(dma: DmaEngine, asid: int, cmd_iova: int, cmd_size: int, profile: Ha
             result.cycles += task_cycles(profile, task, desc, dma.bytes_moved - moved_before)
         result.task_index = index + 1
     except IommuFault as fault:
-        result.status, result.fault_iova, result.task_index = -errno.EFAULT, fault.iova, index
-    except BusError:
-        result.status, result.task_index = -errno.EIO, index
-    except (tasks.CommandBufferError, DescriptorError, ValueError):
+        result.status, result.fault_iova, result.task_index = -fault.errno, fault.iova, index
+    except JobFailure as failure:
+        result.status, result.task_index = -failure.errno, index
+    except tasks.CommandBufferError:
         result.status, result.task_index = -errno.EINVAL, index
+    except Exception:
+        result.status, result.task_index = -errno.EIO, index
+        print(f"chip: internal error in task {index} of a job of ASID {asid} (the job fails with EIO):",
+              file=sys.stderr)
+        traceback.print_exc()
+        sys.stderr.flush()
     finally:
         dma.discard()
     return result

@@ -3,7 +3,8 @@
 ``HANDLERS`` maps an opcode to ``handler(desc, dma)``: the handler reads its operands
 through the DMA engine (every access is IOMMU-checked), runs the kernel and writes the
 result in place into the output view. A descriptor whose fields make no sense raises
-``OpDescriptorError`` (a ValueError: the job fails with EINVAL).
+``OpDescriptorError``, an ``errors.InvalidCommand`` (the job fails with EINVAL), as the
+kernels' own checks of their operands do.
 """
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from typing import Callable
 
 import numpy as np
 
+from firmware_sim.errors import InvalidCommand
 from firmware_sim.kernels import (activations, conv, elementwise, fully_connected, layout, native,
                                   pooling, resize)
 from firmware_sim.spec import ops, tasks
@@ -24,7 +26,7 @@ _MAX_ELEMENTS = 1 << 31
 native.library()  # load (or build) the C kernels when a core starts, not inside its first job
 
 
-class OpDescriptorError(ValueError):
+class OpDescriptorError(InvalidCommand):
     """A compute descriptor with impossible fields."""
 
 

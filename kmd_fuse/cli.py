@@ -52,6 +52,20 @@ def _indices(root: Path) -> list[int]:
     return sorted(int(p.stem[3:]) for p in state.glob("npu*.pid") if p.stem[3:].isdigit())
 
 
+MAX_JOB_TIMEOUT_LIMIT_S = 0xFFFFFFFF / 1000     # SUBMIT's timeout_ms is a u32
+
+
+def job_timeout_seconds(text: str) -> float:
+    """A --max-job-timeout value: seconds, > 0 and representable in SUBMIT's u32 milliseconds."""
+    try:
+        seconds = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if not 0.001 <= seconds <= MAX_JOB_TIMEOUT_LIMIT_S:
+        raise argparse.ArgumentTypeError(f"{text} s: must be between 0.001 and {MAX_JOB_TIMEOUT_LIMIT_S:.0f}")
+    return seconds
+
+
 def sysroot_of(root: Path, value: str | None = None) -> Path:
     """The sysroot a devroot's daemons serve: argument, else what `start` recorded, else the default."""
     if not value:
@@ -92,7 +106,8 @@ def start(args) -> int:
         log = open(paths.log_file(root, index), "ab")
         cmd = [sys.executable, "-m", "kmd_fuse.daemon", "--devroot", str(root), "--sysroot", str(sys_root),
                "--index", str(index), "--memory", str(args.memory), "--cores", str(args.cores),
-               "--watchdog-ms", str(args.watchdog_ms), "--mode", args.mode,
+               "--watchdog-ms", str(args.watchdog_ms), "--max-job-timeout", str(args.max_job_timeout),
+               "--mode", args.mode,
                "--max-contexts-per-user", str(args.max_contexts_per_user), "--root-contexts", str(args.root_contexts),
                "--max-memory-per-user", str(args.max_memory_per_user),
                "--max-buffers-per-user", str(args.max_buffers_per_user)]
@@ -254,7 +269,12 @@ def main(argv: list[str] | None = None) -> int:
             p.add_argument("--devices", type=int, default=1)
             p.add_argument("--memory", default="1G", help="device memory, e.g. 512M, 2G")
             p.add_argument("--cores", type=int, default=2)
-            p.add_argument("--watchdog-ms", type=int, default=5000)
+            p.add_argument("--watchdog-ms", type=int, default=5000,
+                           help="timeout of a job whose SUBMIT gives none, in ms (default 5000)")
+            p.add_argument("--max-job-timeout", type=job_timeout_seconds, default=10.0, metavar="SECONDS",
+                           help="longest a job may hold a core (default 10): a SUBMIT timeout above it, or "
+                                "the default, is clamped to it (not refused); the chip's watchdog then fails "
+                                "the job with ETIMEDOUT and restarts the core, like drm_sched's timeout")
             p.add_argument("--mode", default="0660", help="node mode (octal) before udev rules apply")
             p.add_argument("--max-contexts-per-user", type=int, default=Limits.max_contexts_per_user,
                            help="contexts (open files) one non-root user may hold (EMFILE beyond; default "

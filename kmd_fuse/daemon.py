@@ -20,6 +20,7 @@ import pyfuse3
 import trio
 
 from kmd_fuse import paths, pidfile
+from kmd_fuse.cli import job_timeout_seconds
 from kmd_fuse.device import Device
 from kmd_fuse.fuse_ops import DeviceFs
 from kmd_fuse.handover import HandoverServer, check_socket_path
@@ -90,6 +91,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cores", type=int, default=2)
     parser.add_argument("--ring-entries", type=int, default=256)
     parser.add_argument("--watchdog-ms", type=int, default=5000)
+    parser.add_argument("--max-job-timeout", type=job_timeout_seconds, default=10.0,
+                        help="seconds (see npu-kmd start --help)")
     parser.add_argument("--mode", type=lambda s: int(s, 8), default=0o660)
     parser.add_argument("--max-contexts-per-user", type=int, default=Limits.max_contexts_per_user)
     parser.add_argument("--root-contexts", type=int, default=Limits.root_contexts)
@@ -114,7 +117,8 @@ def main(argv: list[str] | None = None) -> int:
     fd_limit = raise_fd_limit()
 
     device = Device(args.index, paths.bus_dir(root, args.index), args.memory,
-                    ChipConfig(cores=args.cores, ring_entries=args.ring_entries, watchdog_ms=args.watchdog_ms),
+                    ChipConfig(cores=args.cores, ring_entries=args.ring_entries, watchdog_ms=args.watchdog_ms,
+                               max_job_timeout_ms=round(args.max_job_timeout * 1000)),
                     Limits(max_contexts_per_user=args.max_contexts_per_user, root_contexts=args.root_contexts,
                            max_memory_per_user=args.max_memory_per_user,
                            max_buffers_per_user=args.max_buffers_per_user))

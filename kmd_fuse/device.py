@@ -33,6 +33,7 @@ READ_SPIN_S = float(os.environ.get("NPU_KMD_READ_SPIN_US", "250")) / 1e6
 READ_SPIN_MAX_EXEC_NS = int(READ_SPIN_S * 1.6e9)
 RESET_TIMEOUT_S = 10.0
 DRAIN_POLL_S = 0.001       # how often ring-control entries waiting for ring room are pumped
+STUCK_JOB_GRACE_MS = 1000  # a job on a core for twice its timeout and this: the chip's watchdog is stuck
 MODEL_NAME = "npu-emu"
 
 
@@ -102,6 +103,7 @@ class Device:
             try:
                 self.hw.ack_irq()
                 self.service_completions()
+                self._account_core_restarts()
             except Exception:
                 log.exception("interrupt handler failed")
 
@@ -114,6 +116,8 @@ class Device:
                     self.spawn(self._recover_chip)
                 elif not self.resetting:
                     self.service_completions()
+                    self._account_core_restarts()
+                    self._check_chip_watchdog()
             except Exception:
                 log.exception("housekeeping failed")
 
@@ -265,8 +269,9 @@ class Device:
         if req.cmd_size % 8:
             raise KmdError(errno.EINVAL, f"command buffer size {req.cmd_size} is not a multiple of 8")
         ctx.last_fence += 1
+        timeout_ms = min(req.timeout_ms or self.hw.config.watchdog_ms, self.hw.config.max_job_timeout_ms)
         job = Job(next(self._job_ids), ctx, ctx.last_fence, bos, req.cmd_iova, req.cmd_size, req.priority,
-                  req.timeout_ms)
+                  timeout_ms)
         if req.flags & uapi.NPU_SUBMIT_WAIT:
             req.fence = job.fence
             job.sync_reply = (seq, req)
@@ -399,6 +404,30 @@ class Device:
             touched.add(job.ctx)
         for ctx in touched:
             self._reap(ctx) if ctx.closed else self._check_waiter(ctx)
+
+    def _account_core_restarts(self) -> None:
+        """The chip restarted a core that died or hung: each restart is a reset (counted and
+        announced with a "change" uevent); the job it cost has already failed through the
+        completion queue, and the core's queued jobs run on the new core."""
+        if self.resetting:
+            return
+        for _ in range(self.hw.core_restarts()):
+            self.reset_count += 1
+            log.warning("device reset #%d (the chip restarted a core that died or hung)", self.reset_count)
+            for hook in self.reset_hooks:
+                hook(self.reset_count)
+
+    def _check_chip_watchdog(self) -> None:
+        """The driver's own safety net, as drm_sched's timeout handler is one: a job still on
+        a core far past its timeout means the chip's watchdog itself is stuck.  Kill the chip;
+        the poll loop then restarts it (jobs on it fail with EIO, queued ones run after)."""
+        for job_id, elapsed_ns in self.hw.running():
+            job = self.scheduler.in_flight.get(job_id)
+            if job is not None and elapsed_ns > (2 * job.timeout_ms + STUCK_JOB_GRACE_MS) * 1_000_000:
+                log.error("job %d has run %.1f s, its timeout is %d ms: the chip's watchdog is stuck, "
+                          "restarting the chip", job_id, elapsed_ns / 1e9, job.timeout_ms)
+                self.hw.process.kill()
+                return
 
     async def _recover_chip(self) -> None:
         self.resetting = True

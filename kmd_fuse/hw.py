@@ -30,7 +30,8 @@ class ChipConfig:
     cores: int = 2
     ring_entries: int = ring.DEFAULT_RING_ENTRIES
     clock_mhz: int = 1000
-    watchdog_ms: int = 5000
+    watchdog_ms: int = 5000             # a job's timeout when SUBMIT gives none
+    max_job_timeout_ms: int = 10_000    # SUBMIT's timeouts (and the default) are clamped to this
 
 
 @dataclass
@@ -92,6 +93,7 @@ class Hardware:
         self.clock_mhz = self.regs.read32(regs.CLOCK_MHZ)
         self.banks = [regs.core_bank(c) for c in range(self.num_cores)]
         self.tails = [self.reg(c, regs.RING_TAIL) for c in range(self.num_cores)]
+        self._restarts_seen = [self.reg(c, regs.CORE_RESTARTS) for c in range(self.num_cores)]
 
     def _start_chip(self) -> None:
         if not self.doorbells:
@@ -202,7 +204,19 @@ class Hardware:
     def after_reset(self) -> None:
         """The chip emptied its rings (head caught up with our tail): nothing to redo."""
         self.tails = [self.reg(c, regs.RING_TAIL) for c in range(self.num_cores)]
+        self._restarts_seen = [self.reg(c, regs.CORE_RESTARTS) for c in range(self.num_cores)]
         self.ack_irq()
+
+    def core_restarts(self) -> int:
+        """How many times the chip restarted a core (it died or hung) since the last call.
+
+        The job such a core was running has already failed through its completion queue."""
+        new = 0
+        for core in range(self.num_cores):
+            count = self.reg(core, regs.CORE_RESTARTS)
+            new += (count - self._restarts_seen[core]) & 0xFFFFFFFF
+            self._restarts_seen[core] = count
+        return new
 
     # ---- counters ----
     def running(self) -> list[tuple[int, int]]:

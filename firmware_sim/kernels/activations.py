@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..errors import InvalidCommand
 from .fixedpoint import (multiply_by_quantized_multiplier, rounding_divide_by_pot,
                          saturating_rounding_doubling_high_mul, wrap_int32)
 from .gemmlowp import exp_on_negative_values_q5, get_reciprocal
@@ -36,7 +37,7 @@ def relu_family(x: np.ndarray, *, input_zp: int, output_zp: int, multiplier: int
     output_zp = check_int8_param("output_zp", output_zp)
     act_min, act_max = check_int8_param("act_min", act_min), check_int8_param("act_max", act_max)
     if out is not None and (out.dtype != np.int8 or out.shape != x.shape):
-        raise ValueError(f"out must be int8 {x.shape}")
+        raise InvalidCommand(f"out must be int8 {x.shape}")
     scaled = multiply_by_quantized_multiplier(x.astype(np.int64) - input_zp, multiplier, shift)
     return store_int8(scaled, output_zp, act_min, act_max, out)
 
@@ -45,11 +46,11 @@ def lut_lookup(x: np.ndarray, lut: np.ndarray, out: np.ndarray | None = None) ->
     """``out[i] = lut[uint8(x[i])]`` with a 256-entry int8 table; any shape."""
     _check_int8("x", x)
     if lut.dtype != np.int8 or lut.shape != (256,):
-        raise ValueError(f"lut must be int8 (256,), got {lut.dtype} {lut.shape}")
+        raise InvalidCommand(f"lut must be int8 (256,), got {lut.dtype} {lut.shape}")
     if out is None:
         return lut[x.view(np.uint8)]
     if out.dtype != np.int8 or out.shape != x.shape:
-        raise ValueError(f"out must be int8 {x.shape}")
+        raise InvalidCommand(f"out must be int8 {x.shape}")
     np.take(lut, x.view(np.uint8), out=out)
     return out
 
@@ -91,11 +92,11 @@ def softmax(x: np.ndarray, *, input_beta_multiplier: int, input_beta_left_shift:
     """
     _check_int8("x", x)
     if x.ndim < 1:
-        raise ValueError("softmax needs at least one dimension")
+        raise InvalidCommand("softmax needs at least one dimension")
     if not 0 <= input_beta_left_shift <= 31:
-        raise ValueError("input_beta_left_shift must be in [0, 31]")
+        raise InvalidCommand("input_beta_left_shift must be in [0, 31]")
     if out is not None and (out.dtype != np.int8 or out.shape != x.shape):
-        raise ValueError(f"out must be int8 {x.shape}")
+        raise InvalidCommand(f"out must be int8 {x.shape}")
     exp_t, terms_t, valid_t = _softmax_tables(int(input_beta_multiplier), int(input_beta_left_shift),
                                      int(diff_min))
     # Distance below the row maximum, 0..255: indexes the per-parameter exp tables.
@@ -105,7 +106,7 @@ def softmax(x: np.ndarray, *, input_beta_multiplier: int, input_beta_left_shift:
     shifted_scale, bits_over_unit = get_reciprocal(sum_of_exps, _ACCUM_INTEGER_BITS)
     exponent = bits_over_unit + 31 - 8
     if np.any((exponent < 0) | (exponent > 31)):
-        raise ValueError("softmax reciprocal exponent out of range")
+        raise InvalidCommand("softmax reciprocal exponent out of range")
     unsat = rounding_divide_by_pot(saturating_rounding_doubling_high_mul(shifted_scale, exp),
                                    exponent)
     result = np.where(valid_t[below], np.clip(unsat - 128, -128, 127), -128)

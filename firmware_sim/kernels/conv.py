@@ -17,6 +17,7 @@ from collections import OrderedDict
 
 import numpy as np
 
+from ..errors import InvalidCommand
 from . import native, weight_cache
 from .native import calls as native_calls
 from .fixedpoint import (F64Requant, multiply_by_quantized_multiplier,
@@ -29,7 +30,7 @@ __all__ = ["conv2d", "depthwise_conv2d", "depthwise_conv2d_bound"]
 
 def _pair(name: str, v) -> tuple[int, int]:
     if len(v) != 2:
-        raise ValueError(f"{name} must be a pair (h, w), got {v!r}")
+        raise InvalidCommand(f"{name} must be a pair (h, w), got {v!r}")
     return int(v[0]), int(v[1])
 
 
@@ -42,10 +43,10 @@ def _check_extent(axis: str, size: int, k: int, stride: int, dilation: int, pad:
     VALID paddings are); anything else would make the chip pad without limit."""
     eff = (k - 1) * dilation + 1
     if eff > MAX_FILTER_EXTENT:
-        raise ValueError(f"dilated filter {axis} {eff} exceeds {MAX_FILTER_EXTENT}")
+        raise InvalidCommand(f"dilated filter {axis} {eff} exceeds {MAX_FILTER_EXTENT}")
     after = (out - 1) * stride + eff - pad - size
     if out and (pad >= eff or after >= eff):
-        raise ValueError(f"{axis} padding ({pad} before, {after} after) must be smaller "
+        raise InvalidCommand(f"{axis} padding ({pad} before, {after} after) must be smaller "
                          f"than the dilated filter ({eff})")
 
 
@@ -54,13 +55,13 @@ def _check_common(x: np.ndarray, w: np.ndarray, stride, dilation, padding, out_h
     if x.dtype != np.int8 or w.dtype != np.int8:
         raise TypeError(f"input and filter must be int8, got {x.dtype} and {w.dtype}")
     if x.ndim != 4 or w.ndim != 4:
-        raise ValueError(f"input and filter must be 4-D, got {x.shape} and {w.shape}")
+        raise InvalidCommand(f"input and filter must be 4-D, got {x.shape} and {w.shape}")
     sh, sw = _pair("stride", stride)
     dh, dw = _pair("dilation", dilation)
     pt, pl = _pair("padding", padding)
     oh, ow = _pair("out_hw", out_hw)
     if min(sh, sw, dh, dw) < 1 or min(pt, pl, oh, ow) < 0:
-        raise ValueError("stride/dilation must be >= 1, padding/output size >= 0")
+        raise InvalidCommand("stride/dilation must be >= 1, padding/output size >= 0")
     _check_extent("height", x.shape[1], w.shape[1], sh, dh, pt, oh)
     _check_extent("width", x.shape[2], w.shape[2], sw, dw, pl, ow)
     check_int8_param("input_zp", input_zp)
@@ -68,20 +69,20 @@ def _check_common(x: np.ndarray, w: np.ndarray, stride, dilation, padding, out_h
     check_int8_param("act_min", act_min)
     check_int8_param("act_max", act_max)
     if act_min > act_max:
-        raise ValueError(f"act_min {act_min} > act_max {act_max}")
+        raise InvalidCommand(f"act_min {act_min} > act_max {act_max}")
     return sh, sw, dh, dw, pt, pl, oh, ow
 
 
 def _check_quant(n_out: int, bias, multiplier, shift) -> tuple[np.ndarray, np.ndarray]:
     multiplier, shift = np.asarray(multiplier), np.asarray(shift)
     if multiplier.shape != shift.shape or multiplier.shape not in ((n_out,), (1,)):
-        raise ValueError(f"multiplier/shift must both be ({n_out},) or (1,), "
+        raise InvalidCommand(f"multiplier/shift must both be ({n_out},) or (1,), "
                          f"got {multiplier.shape} and {shift.shape}")
     if multiplier.dtype.kind not in "iu" or shift.dtype.kind not in "iu":
         raise TypeError(f"multiplier/shift must be integers, got {multiplier.dtype} and "
                         f"{shift.dtype}")
     if bias is not None and (bias.dtype != np.int32 or bias.shape != (n_out,)):
-        raise ValueError(f"bias must be int32 ({n_out},), got {bias.dtype} {bias.shape}")
+        raise InvalidCommand(f"bias must be int32 ({n_out},), got {bias.dtype} {bias.shape}")
     return multiplier, shift  # value ranges are checked once per plan (_Requant)
 
 
@@ -90,7 +91,7 @@ def _check_out(out: np.ndarray | None, shape: tuple[int, ...]) -> np.ndarray:
     if out is None:
         return np.empty(shape, np.int8)
     if out.dtype != np.int8 or out.shape != shape:
-        raise ValueError(f"out must be int8 {shape}, got {out.dtype} {out.shape}")
+        raise InvalidCommand(f"out must be int8 {shape}, got {out.dtype} {out.shape}")
     return out if out.flags.c_contiguous else np.empty(shape, np.int8)
 
 
@@ -193,7 +194,7 @@ class _Requant:
         multiplier = np.array(multiplier, dtype=np.int64, copy=True)
         shift = np.array(shift, dtype=np.int64, copy=True)
         if np.any((shift < -31) | (shift > 30)):
-            raise ValueError("requantization shift must be in [-31, 30]")
+            raise InvalidCommand("requantization shift must be in [-31, 30]")
         self.bias, self.multiplier, self.shift = bias, multiplier, shift
         self.output_zp, self.act_min, self.act_max = int(output_zp), int(act_min), int(act_max)
         self.acc_bound = acc_bound
@@ -266,7 +267,7 @@ def conv2d(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None, *,
     n, _, _, cin = x.shape
     cout, kh, kw, cin_g = w.shape
     if cin_g == 0 or cin % cin_g or cout % (cin // cin_g):
-        raise ValueError(f"filter {w.shape} does not group input depth {cin}")
+        raise InvalidCommand(f"filter {w.shape} does not group input depth {cin}")
     groups = cin // cin_g
     multiplier, shift = _check_quant(cout, bias, multiplier, shift)
     target, out = out, _check_out(out, (n, oh, ow, cout))
@@ -344,7 +345,7 @@ def depthwise_conv2d(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None, *,
     n, _, _, cin = x.shape
     one, kh, kw, cout = w.shape
     if one != 1 or cin == 0 or cout % cin:
-        raise ValueError(f"depthwise filter {w.shape} does not fit input depth {cin}")
+        raise InvalidCommand(f"depthwise filter {w.shape} does not fit input depth {cin}")
     dm = cout // cin
     multiplier, shift = _check_quant(cout, bias, multiplier, shift)
     target, out = out, _check_out(out, (n, oh, ow, cout))

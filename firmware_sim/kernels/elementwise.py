@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..errors import InvalidCommand
 from . import binary_table
 from .fixedpoint import INT32_MIN, multiply_by_quantized_multiplier, round_half_away, wrap_int32
 from .output import check_int8_param, emit, store_int8
@@ -26,16 +27,16 @@ def _out_shape(a: np.ndarray, b: np.ndarray, out: np.ndarray | None) -> tuple[in
     try:
         shape = np.broadcast_shapes(a.shape, b.shape)
     except ValueError:
-        raise ValueError(f"shapes {a.shape} and {b.shape} do not broadcast") from None
+        raise InvalidCommand(f"shapes {a.shape} and {b.shape} do not broadcast") from None
     if out is not None and (out.dtype != np.int8 or out.shape != shape):
-        raise ValueError(f"out must be int8 {shape}")
+        raise InvalidCommand(f"out must be int8 {shape}")
     return shape
 
 
 def _check_act(act_min: int, act_max: int) -> tuple[int, int]:
     act_min, act_max = check_int8_param("act_min", act_min), check_int8_param("act_max", act_max)
     if act_min > act_max:
-        raise ValueError(f"act_min {act_min} > act_max {act_max}")
+        raise InvalidCommand(f"act_min {act_min} > act_max {act_max}")
     return act_min, act_max
 
 
@@ -62,9 +63,9 @@ def add(a: np.ndarray, b: np.ndarray, *, input1_zp: int, input2_zp: int, output_
     shape = _out_shape(a, b, out)
     act_min, act_max = _check_act(act_min, act_max)
     if not 0 <= left_shift <= 30:
-        raise ValueError("left_shift must be in [0, 30]")
+        raise InvalidCommand("left_shift must be in [0, 30]")
     if max(input1_shift, input2_shift, output_shift) > 0:
-        raise ValueError("ADD shifts must be <= 0 (multipliers below one)")
+        raise InvalidCommand("ADD shifts must be <= 0 (multipliers below one)")
     zp1, zp2 = check_int8_param("input1_zp", input1_zp), check_int8_param("input2_zp", input2_zp)
     output_zp = check_int8_param("output_zp", output_zp)
 
@@ -92,7 +93,7 @@ def mul(a: np.ndarray, b: np.ndarray, *, input1_zp: int, input2_zp: int, output_
     zp1, zp2 = check_int8_param("input1_zp", input1_zp), check_int8_param("input2_zp", input2_zp)
     output_zp = check_int8_param("output_zp", output_zp)
     if not -31 <= int(shift) <= 30:
-        raise ValueError("requantization shift must be in [-31, 30]")
+        raise InvalidCommand("requantization shift must be in [-31, 30]")
 
     def compute(a: np.ndarray, b: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
         prod = (a.astype(np.int64) - zp1) * (b.astype(np.int64) - zp2)
@@ -114,7 +115,7 @@ def quantize(x: np.ndarray, *, scale: float, zero_point: int,
         raise TypeError(f"x must be float32, got {x.dtype}")
     zero_point = check_int8_param("zero_point", zero_point)
     if out is not None and (out.dtype != np.int8 or out.shape != x.shape):
-        raise ValueError(f"out must be int8 {x.shape}")
+        raise InvalidCommand(f"out must be int8 {x.shape}")
     with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
         q = round_half_away(x / np.float32(scale))
         bad = ~((q >= -2.0 ** 31) & (q < 2.0 ** 31))
@@ -127,7 +128,7 @@ def requantize(x: np.ndarray, *, input_zp: int, output_zp: int, multiplier: int,
     """int8 -> int8 QUANTIZE: ``out_zp + requant(x - in_zp)``; ``rescale_multiplier``."""
     _check_int8(x=x)
     if out is not None and (out.dtype != np.int8 or out.shape != x.shape):
-        raise ValueError(f"out must be int8 {x.shape}")
+        raise InvalidCommand(f"out must be int8 {x.shape}")
     raw = multiply_by_quantized_multiplier(
         x.astype(np.int64) - check_int8_param("input_zp", input_zp), multiplier, shift)
     return store_int8(raw, check_int8_param("output_zp", output_zp), -128, 127, out)

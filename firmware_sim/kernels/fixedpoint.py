@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..errors import InvalidCommand
+
 __all__ = [
     "INT32_MIN",
     "INT32_MAX",
@@ -73,7 +75,7 @@ def rounding_divide_by_pot(x: np.ndarray, exponent: np.ndarray | int) -> np.ndar
     """
     x, exponent = _i64(x), _i64(exponent)
     if np.any((exponent < 0) | (exponent > 31)):
-        raise ValueError("rounding_divide_by_pot exponent must be in [0, 31]")
+        raise InvalidCommand("rounding_divide_by_pot exponent must be in [0, 31]")
     r = x + ((np.int64(1) << exponent) >> 1)
     negative = x < 0
     if exponent.ndim == 0:
@@ -218,7 +220,7 @@ class F64Requant:
 
 def _check_shift(shift: np.ndarray) -> None:
     if np.any((shift < -31) | (shift > 30)):
-        raise ValueError("requantization shift must be in [-31, 30]")
+        raise InvalidCommand("requantization shift must be in [-31, 30]")
 
 
 def multiply_by_quantized_multiplier_single_round(x: np.ndarray, multiplier: np.ndarray,

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..errors import InvalidCommand
 from . import native, weight_cache
 from .native import calls as native_calls
 from .fixedpoint import multiply_by_quantized_multiplier_round_away, requantize_double
@@ -51,32 +52,32 @@ def fully_connected(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None, *,
     if x.dtype != np.int8 or w.dtype != np.int8:
         raise TypeError(f"x and w must be int8, got {x.dtype} and {w.dtype}")
     if x.ndim != 2 or w.ndim != 2:
-        raise ValueError(f"x must be (M, K) and w (N, K), got {x.shape} and {w.shape}")
+        raise InvalidCommand(f"x must be (M, K) and w (N, K), got {x.shape} and {w.shape}")
     m, k = x.shape
     n = w.shape[0]
     if w.shape[1] != k:
-        raise ValueError(f"inner dimensions differ: x {x.shape}, w {w.shape}")
+        raise InvalidCommand(f"inner dimensions differ: x {x.shape}, w {w.shape}")
     input_zp = check_int8_param("input_zp", input_zp)
     output_zp = check_int8_param("output_zp", output_zp)
     act_min = check_int8_param("act_min", act_min)
     act_max = check_int8_param("act_max", act_max)
     if act_min > act_max:
-        raise ValueError(f"act_min {act_min} > act_max {act_max}")
+        raise InvalidCommand(f"act_min {act_min} > act_max {act_max}")
     multiplier = np.asarray(multiplier)
     shift = np.asarray(shift)
     if multiplier.shape != shift.shape or multiplier.shape not in ((n,), (1,)):
-        raise ValueError(f"multiplier/shift must both be ({n},) or (1,), "
+        raise InvalidCommand(f"multiplier/shift must both be ({n},) or (1,), "
                          f"got {multiplier.shape} and {shift.shape}")
     if scale is not None:
         scale = np.asarray(scale, dtype=np.float64)
         if scale.shape != multiplier.shape:
-            raise ValueError(f"scale shape {scale.shape} != multiplier shape {multiplier.shape}")
+            raise InvalidCommand(f"scale shape {scale.shape} != multiplier shape {multiplier.shape}")
     if bias is not None:
         bias = np.asarray(bias)
         if bias.dtype != np.int32 or bias.shape != (n,):
-            raise ValueError(f"bias must be int32 ({n},), got {bias.dtype} {bias.shape}")
+            raise InvalidCommand(f"bias must be int32 ({n},), got {bias.dtype} {bias.shape}")
     if out is not None and (out.dtype != np.int8 or out.shape != (m, n)):
-        raise ValueError(f"out must be int8 {(m, n)}, got {out.dtype} {out.shape}")
+        raise InvalidCommand(f"out must be int8 {(m, n)}, got {out.dtype} {out.shape}")
 
     if out is None:
         out = np.empty((m, n), np.int8)

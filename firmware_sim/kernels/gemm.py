@@ -13,6 +13,7 @@ from typing import Callable
 
 import numpy as np
 
+from ..errors import InvalidCommand
 from .blas import limit_blas_threads
 
 __all__ = ["int_matmul", "max_abs", "f32_chunk", "gemm_chunk", "exact_gemm",
@@ -64,7 +65,7 @@ def exact_gemm(a: np.ndarray, b_t: np.ndarray, chunk: int) -> np.ndarray:
     for c0 in range(chunk, k, chunk):
         acc += a[..., c0:c0 + chunk] @ b_t[c0:c0 + chunk]
     if k * chunk >= _F64_EXACT:  # cannot happen for int8 data; guards misuse
-        raise ValueError("reduction too long for exact accumulation")
+        raise InvalidCommand("reduction too long for exact accumulation")
     return acc
 
 
@@ -75,6 +76,7 @@ def int_matmul(a: np.ndarray, b: np.ndarray, a_offset: int = 0) -> np.ndarray:
     follows the weights of a fully connected layer so that ``b`` is used as stored.
     """
     if a.ndim != 2 or b.ndim != 2 or a.shape[1] != b.shape[1]:
+        # Not InvalidCommand: no descriptor reaches this (the chip never calls it): a caller bug.
         raise ValueError(f"int_matmul shapes do not match: {a.shape} x {b.shape}.T")
     lo, hi = (np.iinfo(a.dtype).min, np.iinfo(a.dtype).max)
     bound_a = max(abs(lo + a_offset), abs(hi + a_offset))

@@ -9,6 +9,7 @@ from typing import Sequence
 
 import numpy as np
 
+from ..errors import InvalidCommand
 from .output import check_int8_param, emit
 
 __all__ = ["concat", "reshape", "transpose", "pad", "strided_slice", "strided_slice_shape"]
@@ -18,11 +19,11 @@ __all__ = ["concat", "reshape", "transpose", "pad", "strided_slice", "strided_sl
 def concat(inputs: Sequence[np.ndarray], axis: int, out: np.ndarray | None = None) -> np.ndarray:
     """Concatenate along ``axis`` (negative counts from the end)."""
     if not inputs:
-        raise ValueError("concat needs at least one input")
+        raise InvalidCommand("concat needs at least one input")
     try:
         res = np.concatenate(list(inputs), axis=axis)
     except (ValueError, np.exceptions.AxisError) as exc:
-        raise ValueError(f"cannot concatenate: {exc}") from None
+        raise InvalidCommand(f"cannot concatenate: {exc}") from None
     return emit(res, out)
 
 
@@ -30,7 +31,7 @@ def reshape(x: np.ndarray, shape: Sequence[int], out: np.ndarray | None = None) 
     """Same bytes, new shape (element counts must match)."""
     shape = tuple(int(d) for d in shape)
     if int(np.prod(shape)) != x.size:
-        raise ValueError(f"cannot reshape {x.shape} into {shape}")
+        raise InvalidCommand(f"cannot reshape {x.shape} into {shape}")
     return emit(x.reshape(shape), out)
 
 
@@ -38,7 +39,7 @@ def transpose(x: np.ndarray, perm: Sequence[int], out: np.ndarray | None = None)
     """Permute axes: output axis i is input axis ``perm[i]``."""
     perm = tuple(int(p) for p in perm)
     if sorted(perm) != list(range(x.ndim)):
-        raise ValueError(f"perm {perm} is not a permutation of {x.ndim} axes")
+        raise InvalidCommand(f"perm {perm} is not a permutation of {x.ndim} axes")
     return emit(x.transpose(perm), out)
 
 
@@ -48,7 +49,7 @@ def pad(x: np.ndarray, paddings: Sequence[Sequence[int]], pad_value: int,
     value to fill with (the output zero point for PAD, the given constant for PADV2)."""
     pads = [(int(a), int(b)) for a, b in paddings]
     if len(pads) != x.ndim or any(a < 0 or b < 0 for a, b in pads):
-        raise ValueError(f"paddings {paddings} do not fit rank {x.ndim} or are negative")
+        raise InvalidCommand(f"paddings {paddings} do not fit rank {x.ndim} or are negative")
     return emit(np.pad(x, pads, constant_values=check_int8_param("pad_value", pad_value)), out)
 
 
@@ -58,10 +59,10 @@ def _slice_axis(size: int, begin: int, end: int, stride: int, begin_masked: bool
     if shrink:
         idx = begin + size if begin < 0 else begin
         if not 0 <= idx < size:
-            raise ValueError(f"shrink index {begin} out of range for size {size}")
+            raise InvalidCommand(f"shrink index {begin} out of range for size {size}")
         return idx
     if stride == 0:
-        raise ValueError("strided_slice stride must be non-zero")
+        raise InvalidCommand("strided_slice stride must be non-zero")
     # Indices are clamped into the valid range for the direction of travel.
     lo, hi = (0, size) if stride > 0 else (-1, size - 1)
 
@@ -82,7 +83,7 @@ def _slice_index(shape: Sequence[int], begin, end, strides, begin_mask: int, end
                  shrink_axis_mask: int) -> tuple:
     n = len(shape)
     if not len(begin) == len(end) == len(strides) == n:
-        raise ValueError(f"begin/end/strides need {n} entries each")
+        raise InvalidCommand(f"begin/end/strides need {n} entries each")
     return tuple(_slice_axis(int(shape[i]), int(begin[i]), int(end[i]), int(strides[i]),
                              bool(begin_mask >> i & 1), bool(end_mask >> i & 1),
                              bool(shrink_axis_mask >> i & 1)) for i in range(n))

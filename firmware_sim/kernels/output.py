@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..errors import InvalidCommand
+
 __all__ = ["store_int8", "check_int8_param", "accumulate_bias"]
 
 
@@ -10,7 +12,7 @@ def check_int8_param(name: str, value: int) -> int:
     """Return ``value`` as int after checking it fits int8 (zero points, clamp bounds)."""
     v = int(value)
     if not -128 <= v <= 127:
-        raise ValueError(f"{name} must be in [-128, 127], got {value}")
+        raise InvalidCommand(f"{name} must be in [-128, 127], got {value}")
     return v
 
 
@@ -47,6 +49,6 @@ def emit(res: np.ndarray, out: np.ndarray | None) -> np.ndarray:
     if out is None:
         return np.ascontiguousarray(res).reshape(res.shape)  # keeps 0-d results 0-d
     if out.dtype != res.dtype or out.shape != res.shape:
-        raise ValueError(f"out must be {res.dtype} {res.shape}, got {out.dtype} {out.shape}")
+        raise InvalidCommand(f"out must be {res.dtype} {res.shape}, got {out.dtype} {out.shape}")
     np.copyto(out, res)
     return out

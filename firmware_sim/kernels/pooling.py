@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
+from ..errors import InvalidCommand
 from .fixedpoint import multiply_by_quantized_multiplier, wrap_int32
 from .output import check_int8_param, store_int8
 
@@ -18,16 +19,16 @@ __all__ = ["max_pool2d", "avg_pool2d", "mean"]
 
 def _pool_geometry(x: np.ndarray, filter_hw, stride, padding, out_hw) -> tuple[int, ...]:
     if x.dtype != np.int8 or x.ndim != 4:
-        raise ValueError(f"pool input must be int8 NHWC, got {x.dtype} {x.shape}")
+        raise InvalidCommand(f"pool input must be int8 NHWC, got {x.dtype} {x.shape}")
     (fh, fw), (sh, sw), (pt, pl), (oh, ow) = (tuple(int(v) for v in p)
                                               for p in (filter_hw, stride, padding, out_hw))
     if min(fh, fw, sh, sw) < 1 or min(pt, pl, oh, ow) < 0:
-        raise ValueError("filter/stride must be >= 1, padding/output size >= 0")
+        raise InvalidCommand("filter/stride must be >= 1, padding/output size >= 0")
     _, h, w, _ = x.shape
     need_h, need_w = (oh - 1) * sh + fh, (ow - 1) * sw + fw
     pb, pr = max(0, need_h - h - pt), max(0, need_w - w - pl)
     if max(fh, fw) > 4096 or pt >= fh or pl >= fw or pb >= fh or pr >= fw:
-        raise ValueError("pooling padding must be smaller than the filter (filter <= 4096)")
+        raise InvalidCommand("pooling padding must be smaller than the filter (filter <= 4096)")
     return fh, fw, sh, sw, pt, pl, oh, ow, h, w, pb, pr
 
 
@@ -69,7 +70,7 @@ def max_pool2d(x: np.ndarray, *, filter_hw: tuple[int, int], stride: tuple[int, 
     else:
         m = _pool_windows(x, g, fill=-(1 << 20)).max(axis=(-2, -1)).astype(np.int64)
         if np.any(m == -(1 << 20)):
-            raise ValueError("a pooling window lies entirely outside the input")
+            raise InvalidCommand("a pooling window lies entirely outside the input")
     return store_int8(m, 0, check_int8_param("act_min", act_min),
                       check_int8_param("act_max", act_max), out)
 
@@ -89,7 +90,7 @@ def avg_pool2d(x: np.ndarray, *, filter_hw: tuple[int, int], stride: tuple[int, 
         acc = _pool_windows(x, g, fill=0).sum(axis=(-2, -1), dtype=np.int64)
         count = np.outer(_count(oh, fh, sh, pt, h), _count(ow, fw, sw, pl, w))[None, :, :, None]
         if np.any(count <= 0):
-            raise ValueError("a pooling window lies entirely outside the input")
+            raise InvalidCommand("a pooling window lies entirely outside the input")
     half = count // 2
     num = np.where(acc > 0, acc + half, acc - half)
     avg = np.where(num >= 0, num // count, -((-num) // count))  # C division truncates
@@ -105,20 +106,20 @@ def mean(x: np.ndarray, axes: tuple[int, ...], *, input_zp: int, output_zp: int,
         raise TypeError(f"x must be int8, got {x.dtype}")
     axes = tuple(sorted({a % x.ndim for a in axes})) if x.ndim else ()
     if not axes and x.ndim:
-        raise ValueError("mean needs at least one axis")
+        raise InvalidCommand("mean needs at least one axis")
     count = int(np.prod([x.shape[a] for a in axes]))
     if count == 0:
-        raise ValueError("mean over an empty axis")
+        raise InvalidCommand("mean over an empty axis")
     total = wrap_int32(x.sum(axis=axes, keepdims=keep_dims, dtype=np.int64))
     # Fold 1/count into the multiplier like QuantizedMeanOrSum: shift it up by
     # floor(log2(count)) (at most 32 and 31 + shift) and divide by count.
     if not -31 <= int(shift) <= 30:
-        raise ValueError("shift must be in [-31, 30]")
+        raise InvalidCommand("shift must be in [-31, 30]")
     up = min(count.bit_length() - 1, 32, 31 + int(shift))
     mult = (int(multiplier) << up) // count
     shifted = wrap_int32(total - check_int8_param("input_zp", input_zp) * count)
     raw = multiply_by_quantized_multiplier(shifted, wrap_int32(np.int64(mult)), int(shift) - up)
     res_shape = total.shape
     if out is not None and (out.dtype != np.int8 or out.shape != res_shape):
-        raise ValueError(f"out must be int8 {res_shape}")
+        raise InvalidCommand(f"out must be int8 {res_shape}")
     return store_int8(raw, check_int8_param("output_zp", output_zp), -128, 127, out)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..errors import InvalidCommand
 from .fixedpoint import round_half_away
 from .output import emit
 
@@ -16,12 +17,12 @@ __all__ = ["resize_bilinear", "resize_nearest"]
 
 def _check(x: np.ndarray, out_hw, align_corners: bool, half_pixel_centers: bool):
     if x.dtype != np.int8 or x.ndim != 4 or min(x.shape[1:3]) < 1:
-        raise ValueError(f"resize input must be non-empty int8 NHWC, got {x.dtype} {x.shape}")
+        raise InvalidCommand(f"resize input must be non-empty int8 NHWC, got {x.dtype} {x.shape}")
     oh, ow = int(out_hw[0]), int(out_hw[1])
     if oh < 1 or ow < 1:
-        raise ValueError("output size must be positive")
+        raise InvalidCommand("output size must be positive")
     if align_corners and half_pixel_centers:
-        raise ValueError("align_corners and half_pixel_centers are exclusive")
+        raise InvalidCommand("align_corners and half_pixel_centers are exclusive")
     return oh, ow
 
 

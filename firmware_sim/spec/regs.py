@@ -5,7 +5,9 @@ the chip and holds global controls; each core has a bank of its own at
 ``core_bank(core)``.  32-bit registers sit at 4-byte offsets, 64-bit counters at
 8-byte aligned offsets (read them with a 64-bit view).  Each register has one
 writer, named in its comment, so no read-modify-write races arise between the
-KMD's process and the chip's.
+KMD's process and the chip's.  "chip" is the chip's top-level process; "core" is
+the core's own process, except while that process is dead: then the top-level
+process's watchdog finishes the core's registers before it starts a new one.
 """
 REGS_SIZE = 4096
 
@@ -33,6 +35,7 @@ FAULT_HANG = 0x1         # the core stops responding mid-job (watchdog must reco
 FAULT_DMA_ERROR = 0x2    # the next DMA access fails as a bus error (EIO)
 FAULT_BIT_FLIP = 0x4     # one bit of the job's last output is flipped
 FAULT_LOST_IRQ = 0x8     # the completion is written but no interrupt is raised
+FAULT_INTERNAL = 0x10    # the job hits an unexpected error inside the chip (EIO, the core keeps serving)
 
 # ---- per-core bank ----
 CORE_BANK_BASE = 0x100
@@ -44,7 +47,7 @@ RING_TAIL = 0x04         # KMD  (u32): next entry the KMD will write; ring empty
 DOORBELL = 0x08          # KMD  (u32): incremented after moving the tail (the doorbell line wakes the core)
 CQ_HEAD = 0x0C           # KMD  (u32): next completion the KMD will read
 CQ_TAIL = 0x10           # core (u32): next completion the core will write
-IRQ_STATUS = 0x14        # core (u32): IRQ_* cause of the last interrupt
+IRQ_STATUS = 0x14        # core (u32): IRQ_* cause of the last interrupt (the chip's watchdog while the core is down)
 CORE_STATE = 0x18        # core (u32): CORE_IDLE / CORE_BUSY / CORE_HUNG
 IRQ_COUNT = 0x1C         # core (u32): interrupts raised (wraps)
 JOBS_DONE = 0x20         # core (u64): jobs completed (ok or failed)
@@ -52,11 +55,14 @@ BUSY_CYCLES = 0x28       # core (u64): simulated cycles spent on jobs
 CURRENT_JOB = 0x30       # core (u64): job id being executed, 0 when idle
 JOB_START_NS = 0x38      # core (u64): CLOCK_MONOTONIC ns when CURRENT_JOB started (watchdog)
 BUSY_NS = 0x40           # core (u64): wall-clock ns spent executing jobs (utilization)
+JOB_TIMEOUT_MS = 0x48    # core (u32): the ring entry's timeout of CURRENT_JOB (0: WATCHDOG_MS)
+CORE_RESTARTS = 0x4C     # chip (u32): times the chip's watchdog restarted this core (it died or hung); wraps
 
 IRQ_JOB_DONE = 0x1
 IRQ_JOB_ERROR = 0x2
 IRQ_MMU_FAULT = 0x4
 IRQ_WATCHDOG = 0x8
+IRQ_CORE_RESTART = 0x10  # the core died or hung and was restarted: CORE_RESTARTS went up
 
 CORE_IDLE = 0
 CORE_BUSY = 1

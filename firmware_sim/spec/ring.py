@@ -54,5 +54,9 @@ def ring_next(index: int, entries: int) -> int:
     return (index + 1) % entries
 
 
+def ring_prev(index: int, entries: int) -> int:
+    return (index - 1) % entries
+
+
 def ring_full(head: int, tail: int, entries: int) -> bool:
     return (tail + 1) % entries == head

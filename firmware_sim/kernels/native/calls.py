@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ...errors import InvalidCommand
 from ..fixedpoint import INT32_MAX, INT32_MIN
 from . import ffi, library
 
@@ -19,7 +20,7 @@ def _ptr(a: np.ndarray):
 
 
 def _out_ptr(a: np.ndarray):
-    if not a.flags.writeable:      # the C code would write through it regardless
+    if not a.flags.writeable:      # the C code would write through it regardless (a chip bug: EIO)
         raise ValueError("out must be a writable array")
     return ffi.from_buffer(_CTYPES[a.dtype], a, require_writable=True)
 
@@ -33,17 +34,17 @@ def quant_arrays(multiplier: np.ndarray, shift: np.ndarray) -> tuple[np.ndarray,
     [-31, 30]; a multiplier must be an int32)."""
     if multiplier.dtype != np.int32 and multiplier.size:
         if int(multiplier.min()) < INT32_MIN or int(multiplier.max()) > INT32_MAX:
-            raise ValueError("requantization multiplier must be an int32")
+            raise InvalidCommand("requantization multiplier must be an int32")
     if shift.dtype != np.int32 and shift.size:
         if int(shift.min()) < -31 or int(shift.max()) > 30:
-            raise ValueError("requantization shift must be in [-31, 30]")
+            raise InvalidCommand("requantization shift must be in [-31, 30]")
     return (np.ascontiguousarray(multiplier, dtype=np.int32),
             np.ascontiguousarray(shift, dtype=np.int32))
 
 
 def _check_status(status: int) -> None:
-    if status == library().NPU_KERNEL_BAD_SHIFT:
-        raise ValueError("requantization shift must be in [-31, 30]")
+    if status == library().NPU_KERNEL_BAD_SHIFT:     # the C kernels' own check of the shift operands
+        raise InvalidCommand("requantization shift must be in [-31, 30]")
     if status != 0:
         raise MemoryError("native kernel could not allocate its scratch memory")
 
