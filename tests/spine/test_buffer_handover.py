@@ -289,6 +289,38 @@ def test_garbage_on_the_socket_leaves_the_daemon_serving(npu, device):
     device.free_mem(device.alloc_mem(4096))                          # still serving, allocations too
 
 
+def test_a_peer_that_never_reads_its_replies_stalls_only_itself(npu, device):
+    """Requests flooded without reading a reply: the daemon's reply blocks on that peer's
+    full socket, everyone else is served meanwhile, and the peer is dropped after
+    SEND_TIMEOUT_S."""
+    mem = device.alloc_mem(4096)
+    token, path, _ = mem_map(device, mem.handle)
+    with connect(path) as flooder:
+        flooder.setblocking(False)
+        sent = 0
+        try:
+            while sent < 100_000:
+                flooder.send(uapi.pack_handover_request(0))
+                sent += 1
+        except BlockingIOError:
+            pass                                     # both directions are full now
+        assert sent < 100_000
+        assert device.info()["memory_used"] >= 4096  # the node is served
+        result, _, fd = redeem(path, token)          # and so is everyone else's hand-over
+        assert result == 0
+        os.close(fd)
+
+        def dropped() -> bool:
+            try:
+                flooder.send(uapi.pack_handover_request(0))
+            except BlockingIOError:
+                return False
+            except (BrokenPipeError, ConnectionResetError):
+                return True
+            return False
+        assert wait_until(dropped, timeout=handover.SEND_TIMEOUT_S + 10)
+
+
 def test_connections_beyond_the_cap_are_refused_with_ebusy(npu, device):
     mem = device.alloc_mem(4096)
     token, path, _ = mem_map(device, mem.handle)
