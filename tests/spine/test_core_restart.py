@@ -216,7 +216,7 @@ def test_a_core_killed_by_sigbus_mid_job_fails_that_job_with_efault(fresh_npu):
         assert wait_until(lambda: len(_core_pids(npu.devroot)) == 2)
         _set_fault(npu.devroot, regs.FAULT_HANG)
         hung = [dev.submit(None, timeout_ms=0xFFFFFFFF) for _ in range(2)]      # one on each core
-        assert wait_until(lambda: all(view.read64(regs.core_bank(c) + regs.CURRENT_JOB) for c in (0, 1)))
+        _wait_until_hung(view, (0, 1))
         _set_fault(npu.devroot, 0)
         queued = [dev.submit(None, timeout_ms=0xFFFFFFFF) for _ in range(6)]    # behind the hung ones
         for pid in _core_pids(npu.devroot):
@@ -258,6 +258,23 @@ def capped_npu(tmp_path):
     stop_npu(mounted)
 
 
+def _wait_until_hung(view, cores, count: int | None = None) -> None:
+    """Wait until ``count`` of ``cores`` (all by default) hang in a job. A core sets
+    CURRENT_JOB just before it reads FAULT_INJECT, so only a job still current a while
+    later surely hangs (an empty job that slipped past the fault ends in microseconds)."""
+    count = len(cores) if count is None else count
+
+    def current():
+        return [view.read64(regs.core_bank(c) + regs.CURRENT_JOB) for c in cores]
+    for _ in range(100):
+        assert wait_until(lambda: sum(map(bool, current())) >= count, 30)
+        running = current()
+        time.sleep(0.3)
+        if current() == running:
+            return
+    raise AssertionError("the cores never settled in a hung job")
+
+
 def test_a_job_timeout_is_clamped_to_the_devices_maximum(capped_npu):
     """timeout_ms = 0xFFFFFFFF on a hung core: the watchdog still ends the job, at the
     device's --max-job-timeout."""
@@ -266,7 +283,7 @@ def test_a_job_timeout_is_clamped_to_the_devices_maximum(capped_npu):
         dev = session.open(0)
         _set_fault(npu.devroot, regs.FAULT_HANG)
         fence = dev.submit(None, timeout_ms=0xFFFFFFFF)
-        time.sleep(0.05)
+        _wait_until_hung(_chip_registers(npu.devroot), (0, 1), count=1)
         _set_fault(npu.devroot, 0)
         with pytest.raises(libnpu.JobError) as exc:
             fence.wait(timeout=60)
@@ -287,7 +304,7 @@ def test_the_driver_restarts_a_chip_whose_watchdog_is_stuck(capped_npu):
         os.kill(chip, signal.SIGSTOP)
         try:
             fence = dev.submit(None, timeout_ms=0xFFFFFFFF)
-            time.sleep(0.05)
+            _wait_until_hung(_chip_registers(npu.devroot), (0, 1), count=1)
             _set_fault(npu.devroot, 0)
             with pytest.raises(libnpu.JobError) as exc:
                 fence.wait(timeout=60)
