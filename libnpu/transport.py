@@ -163,7 +163,7 @@ class BufferSocket:
     def _exchange(self, token: int) -> tuple[int, int, int] | None:
         """(result, size, descriptor or -1), or None if the driver had closed the connection."""
         try:
-            self._sock.send(uapi.pack_handover_request(token))
+            self._sock.send(uapi.pack_handover_request(token), socket.MSG_NOSIGNAL)
             message, ancillary, flags, _ = self._sock.recvmsg(uapi.HANDOVER_REPLY.size, socket.CMSG_SPACE(_FD_SIZE),
                                                               socket.MSG_CMSG_CLOEXEC)
         except (BrokenPipeError, ConnectionResetError):

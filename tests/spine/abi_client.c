@@ -72,7 +72,7 @@ static int receive_buffer(const struct npu_mem_map *map)
 		if (handover < 0 || connect(handover, (struct sockaddr *)&addr, sizeof(addr)) < 0)
 			return -errno;
 	}
-	if (send(handover, &req, sizeof(req), 0) != (ssize_t)sizeof(req))
+	if (send(handover, &req, sizeof(req), MSG_NOSIGNAL) != (ssize_t)sizeof(req))
 		return -errno;
 	ssize_t n = recvmsg(handover, &msg, MSG_CMSG_CLOEXEC);
 	if (n != (ssize_t)sizeof(reply) || reply.magic != NPU_HANDOVER_MAGIC)
