@@ -18,8 +18,8 @@ closes the connection).
 
 The server runs in the daemon's trio loop and never blocks it: every connection
 is its own task, at most MAX_CONNECTIONS in all and MAX_CONNECTIONS_PER_UID per
-uid, dropped after IDLE_TIMEOUT_S without a request or when a reply cannot be
-sent within SEND_TIMEOUT_S.  Whatever a peer does ends at its own connection:
+uid, dropped after IDLE_TIMEOUT_S without a request ($NPU_HANDOVER_IDLE_S, for
+tests) or when a reply cannot be sent within SEND_TIMEOUT_S.  Whatever a peer does ends at its own connection:
 every handler catches everything.
 """
 from __future__ import annotations
@@ -56,7 +56,11 @@ _SUN_PATH_MAX = 108                # sizeof(struct sockaddr_un.sun_path) on Linu
 
 
 class Grants:
-    """Outstanding hand-over tokens: token -> (address space, owner uid, buffer)."""
+    """Outstanding hand-over tokens: token -> (address space, owner uid, buffer).
+
+    Kept per address space (one per context) by DeviceMemory, which forgets a buffer's
+    tokens when it releases the buffer and a context's when it destroys its space; a
+    buffer freed while a job still holds it is refused at redemption (``bo.freed``)."""
 
     def __init__(self) -> None:
         self._owner: dict[int, AddressSpace] = {}
