@@ -168,10 +168,9 @@ class DmaEngine:
         if data is not None:
             self._objects.move_to_end(bo_id)
             return data
-        path = memory.bo_path(self.bus, bo_id)
         try:
-            fd = os.open(path, os.O_RDWR)
-        except FileNotFoundError:
+            fd = memory.open_bo(self.bus, bo_id)
+        except OSError:
             raise IommuFault(0, f"buffer object {bo_id} has no backing memory") from None
         try:
             size = os.fstat(fd).st_size

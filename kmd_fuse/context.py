@@ -77,9 +77,16 @@ class Context:
     waiters: list[Waiter] = field(default_factory=list)
     last_exec_ns: int = -1             # chip time of the context's last finished job (read polling)
 
-    @property
-    def memory_allocated(self) -> int:
-        return sum(bo.size for bo in self.buffers.values())
+    memory_allocated: int = 0          # bytes of the live buffers, kept by add/remove_buffer
+
+    def add_buffer(self, bo: BufferObject) -> None:
+        self.buffers[bo.handle] = bo
+        self.memory_allocated += bo.size
+        self.stats.memory_peak = max(self.stats.memory_peak, self.memory_allocated)
+
+    def remove_buffer(self, bo: BufferObject) -> None:
+        del self.buffers[bo.handle]
+        self.memory_allocated -= bo.size
 
     def fence_status(self, fence: int) -> tuple[int, int]:
         """(NPU_FENCE_PENDING / 0 / -errno, device time) of a fence this context issued."""

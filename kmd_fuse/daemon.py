@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import resource
 import signal
 import sys
 from pathlib import Path
@@ -22,6 +23,7 @@ from kmd_fuse import paths, pidfile
 from kmd_fuse.cli import job_timeout_seconds
 from kmd_fuse.device import Device
 from kmd_fuse.fuse_ops import DeviceFs
+from kmd_fuse.handover import HandoverServer, check_socket_path
 from kmd_fuse.hotplug import Presence
 from kmd_fuse.hw import ChipConfig
 from kmd_fuse.limits import Limits
@@ -38,10 +40,33 @@ def parse_size(text: str) -> int:
     return int(text)
 
 
-async def serve(device: Device, presence: Presence, ready_file: Path) -> None:
+def raise_fd_limit() -> int:
+    """Raise RLIMIT_NOFILE as far as allowed; returns the new soft limit.
+
+    The daemon holds one descriptor per live buffer (its memfd), so this limit,
+    less memory.FDS_RESERVED kept for everything else, bounds the buffers a device
+    holds across all its contexts.  With CAP_SYS_RESOURCE the hard limit is lifted
+    to fs.nr_open (1,048,576); otherwise the hard limit holds (20,000 on these
+    machines, where even root lacks CAP_SYS_RESOURCE: 19,488 buffers)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    try:
+        nr_open = int(Path("/proc/sys/fs/nr_open").read_text())
+    except (OSError, ValueError):
+        nr_open = hard
+    for limit in dict.fromkeys((max(hard, nr_open), hard)):
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (limit, limit))
+            return limit
+        except (ValueError, OSError):
+            continue          # not allowed to lift the hard limit: try the next
+    return soft
+
+
+async def serve(device: Device, presence: Presence, ready_file: Path, handover: HandoverServer) -> None:
     with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
         async with trio.open_nursery() as nursery:
             await nursery.start(device.run)
+            await nursery.start(handover.run)     # before any request: MEM_MAP names its socket
             nursery.start_soon(pyfuse3.main)
             await nursery.start(presence.run)
             device.reset_hooks.append(presence.after_reset)
@@ -81,13 +106,15 @@ def main(argv: list[str] | None = None) -> int:
     node = paths.node_path(root, args.index)
     try:
         paths.private_state_dir(root)
+        check_socket_path(paths.handover_socket(root, args.index))
         pid_lock = pidfile.acquire(paths.pid_file(root, args.index))
-    except OSError as exc:     # StateDirError, AlreadyRunning
+    except OSError as exc:     # StateDirError, ENAMETOOLONG, AlreadyRunning
         log.error("%s", exc)
         return 1
     mountpoint = paths.fuse_dir(root, args.index)
     mountpoint.mkdir(mode=0o700, exist_ok=True)
     ready_file = paths.ready_file(root, args.index)
+    fd_limit = raise_fd_limit()
 
     device = Device(args.index, paths.bus_dir(root, args.index), args.memory,
                     ChipConfig(cores=args.cores, ring_entries=args.ring_entries, watchdog_ms=args.watchdog_ms,
@@ -109,16 +136,17 @@ def main(argv: list[str] | None = None) -> int:
         device.power_off()
         paths.pid_file(root, args.index).unlink(missing_ok=True)
         raise
-    log.info("serving %s, attributes in %s (%d cores, %d MiB)", node, paths.device_dir(sys_root, args.index),
-             device.hw.num_cores, args.memory >> 20)
+    log.info("serving %s, attributes in %s (%d cores, %d MiB, up to %d descriptors)", node,
+             paths.device_dir(sys_root, args.index), device.hw.num_cores, args.memory >> 20, fd_limit)
+    handover = HandoverServer(paths.handover_socket(root, args.index), device.memory.grants)
     profile_path = os.environ.get("NPU_PROFILE_KMD")   # developer aid: cProfile the daemon's loop
     try:
         if profile_path:
             import cProfile
-            cProfile.runctx("trio.run(serve, device, presence, ready_file)", globals(), locals(),
+            cProfile.runctx("trio.run(serve, device, presence, ready_file, handover)", globals(), locals(),
                             f"{profile_path}.{args.index}")
         else:
-            trio.run(serve, device, presence, ready_file)
+            trio.run(serve, device, presence, ready_file, handover)
     finally:
         presence.unmount()           # a no-op after a clean remove
         pyfuse3.close(unmount=True)

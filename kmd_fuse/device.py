@@ -209,15 +209,14 @@ class Device:
         flags = flags or uapi.NPU_MEM_RW
         if flags & ~uapi.NPU_MEM_RW:
             raise KmdError(errno.EINVAL, f"unknown MEM_ALLOC flags {flags:#x}")
-        bo = self.memory.allocate(ctx.space, ctx.next_handle, size, flags, ctx.uid, ctx.gid)
+        bo = self.memory.allocate(ctx.space, ctx.next_handle, size, flags)
         try:
             self.quotas.charge(ctx.uid, bo.size)
         except KmdError:
             self.memory.release(ctx.space, bo)
             raise
         ctx.next_handle += 1
-        ctx.buffers[bo.handle] = bo
-        ctx.stats.memory_peak = max(ctx.stats.memory_peak, ctx.memory_allocated)
+        ctx.add_buffer(bo)
         return bo
 
     def lookup(self, ctx: Context, handle: int) -> BufferObject:
@@ -231,7 +230,7 @@ class Device:
         self.pump()
 
     def _free_buffer(self, ctx: Context, bo: BufferObject, invalidate: bool = True) -> None:
-        del ctx.buffers[bo.handle]
+        ctx.remove_buffer(bo)
         bo.freed = True
         if bo.users == 0:
             self._release(ctx, bo, invalidate)

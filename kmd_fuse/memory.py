@@ -1,61 +1,108 @@
-"""Device memory: accounting, buffer objects on tmpfs, per-context IOVA spaces.
+"""Device memory: accounting, buffer objects as sealed memfds, per-context IOVA spaces.
 
-Each buffer object is a tmpfs file on the bus directory (mode 0600, owned by
-the client that allocated it): user space and the chip both map it, so tensor
-data is never copied.  A buffer is reachable by the chip only through the
-page-table entries of the context that owns it.
+Each buffer object is a memfd the daemon creates, sizes and seals
+(F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) and holds for the buffer's life.
+Nobody - not the client, not root - can resize it, so the chip never touches a
+page that vanished, and a memfd has no name in any filesystem, so it cannot be
+linked to outlive the buffer: what the device accounts is what the host holds.
+Clients receive it on the hand-over socket (``handover.py``); the chip opens
+``bus/bo<id>``, a symlink to ``/proc/<daemon pid>/fd/<fd>`` which procfs lets only
+the daemon's own user follow (``firmware_sim.spec.memory.open_bo``).
+
+A buffer is reachable by the chip only through the page-table entries of the
+context that owns it.  Allocation and release cost O(log n) in the buffers held.
 """
 from __future__ import annotations
 
-import bisect
+import ctypes
 import errno
+import fcntl
 import itertools
+import logging
 import os
+import resource
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from sortedcontainers import SortedDict, SortedList
 
 from firmware_sim.spec import iommu, memory
 
 from kmd_fuse.errors import KmdError
+from kmd_fuse.handover import Grants
 from kmd_fuse.hw import PageTable
+
+log = logging.getLogger("kmd_fuse.memory")
+
+SEALS = fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SEAL
+# Descriptors kept for everything but buffers (FUSE, the chip's memories and lines, page
+# tables being created, hand-over connections), so that buffers cannot starve the daemon.
+FDS_RESERVED = 512
+_FALLOC_FL_KEEP_SIZE, _FALLOC_FL_PUNCH_HOLE = 0x01, 0x02
+_libc = ctypes.CDLL(None, use_errno=True)
+_libc.fallocate.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64]
+
+
+def punch_hole(fd: int, size: int) -> None:
+    """Give a file's pages back to the host now, whoever still maps it (they read zeros)."""
+    if _libc.fallocate(fd, _FALLOC_FL_PUNCH_HOLE | _FALLOC_FL_KEEP_SIZE, 0, size):
+        err = ctypes.get_errno()
+        raise OSError(err, os.strerror(err))
 
 
 class IovaAllocator:
-    """First-fit allocator of page ranges in one context's IOVA space."""
+    """Best-fit allocator of page ranges in one context's IOVA space, O(log n) per call.
+
+    Free ranges are indexed twice: by first page (to merge a freed range with its
+    neighbours) and by (size, first page) (to find the smallest range that fits,
+    lowest address first among equals)."""
 
     def __init__(self, pages: int = iommu.PT_ENTRIES):
-        self._free: list[tuple[int, int]] = [(0, pages)]  # sorted (first page, count)
+        self._by_start: SortedDict = SortedDict()    # first page -> count
+        self._by_size: SortedList = SortedList()     # (count, first page)
+        self._add(0, pages)
+
+    def _add(self, start: int, count: int) -> None:
+        self._by_start[start] = count
+        self._by_size.add((count, start))
+
+    def _remove(self, start: int) -> int:
+        count = self._by_start.pop(start)
+        self._by_size.remove((count, start))
+        return count
 
     def alloc(self, npages: int) -> int:
-        for i, (start, count) in enumerate(self._free):
-            if count >= npages:
-                self._free[i:i + 1] = [(start + npages, count - npages)] if count > npages else []
-                return iommu.IOVA_BASE + (start << iommu.PAGE_SHIFT)
-        raise KmdError(errno.ENOMEM, "IOVA space of the context exhausted")
+        i = self._by_size.bisect_left((npages, -1))
+        if i == len(self._by_size):
+            raise KmdError(errno.ENOMEM, "IOVA space of the context exhausted")
+        count, start = self._by_size[i]
+        self._remove(start)
+        if count > npages:
+            self._add(start + npages, count - npages)
+        return iommu.IOVA_BASE + (start << iommu.PAGE_SHIFT)
 
     def free(self, iova: int, npages: int) -> None:
         start = (iova - iommu.IOVA_BASE) >> iommu.PAGE_SHIFT
-        i = bisect.bisect(self._free, (start, 0))
-        self._free.insert(i, (start, npages))
-        # merge with neighbours
-        merged: list[tuple[int, int]] = []
-        for s, c in self._free[max(0, i - 1):i + 2]:
-            if merged and merged[-1][0] + merged[-1][1] == s:
-                merged[-1] = (merged[-1][0], merged[-1][1] + c)
-            else:
-                merged.append((s, c))
-        self._free[max(0, i - 1):i + 2] = merged
+        before = self._by_start.bisect_left(start) - 1
+        if before >= 0:
+            prev_start, prev_count = self._by_start.peekitem(before)
+            if prev_start + prev_count == start:
+                start, npages = prev_start, npages + self._remove(prev_start)
+        if start + npages in self._by_start:
+            npages += self._remove(start + npages)
+        self._add(start, npages)
 
 
 @dataclass(eq=False)
 class BufferObject:
-    """One allocation: a tmpfs file mapped into one context's IOVA space."""
+    """One allocation: a sealed memfd (held by the daemon) mapped into one context's IOVA space."""
 
     bo_id: int
     handle: int
     size: int
     iova: int
-    path: Path
+    fd: int                   # the daemon's descriptor of the memfd
+    link: Path                # bus/bo<id>, the chip's way to it
     flags: int
     users: int = 0            # jobs in flight that reference it
     freed: bool = False       # handle gone; backing released when users drops to 0
@@ -78,10 +125,13 @@ class AddressSpace:
 
 
 class DeviceMemory:
-    """The device's fixed memory, shared by every context."""
+    """The device's fixed memory, shared by every context, and the tokens that hand it out."""
 
     def __init__(self, bus: Path, total: int):
         self.bus, self.total, self.used = bus, total, 0
+        self.grants = Grants()
+        self.buffers = 0          # backings held (freed buffers still used by a job included)
+        self.max_buffers = max(0, resource.getrlimit(resource.RLIMIT_NOFILE)[0] - FDS_RESERVED)
         self._bo_ids = itertools.count(1)
         self._free_asids = list(range(iommu.MAX_ASIDS - 1, 0, -1))
 
@@ -93,40 +143,72 @@ class DeviceMemory:
         return AddressSpace(asid, PageTable(self.bus, asid))
 
     def destroy_space(self, space: AddressSpace) -> None:
+        self.grants.forget_space(space)
         space.table.destroy()
         self._free_asids.append(space.asid)
 
     # ---- buffers ----
-    def allocate(self, space: AddressSpace, handle: int, size: int, flags: int, uid: int, gid: int
-                 ) -> BufferObject:
+    def allocate(self, space: AddressSpace, handle: int, size: int, flags: int) -> BufferObject:
         if size <= 0:
             raise KmdError(errno.EINVAL, f"buffer size {size} must be positive")
         size = -(-size // iommu.PAGE_SIZE) * iommu.PAGE_SIZE
         if size > self.total - self.used:
             raise KmdError(errno.ENOMEM, f"{size} bytes requested, {self.total - self.used} of "
                                          f"{self.total} free on the device")
+        if self.buffers >= self.max_buffers:
+            raise KmdError(errno.ENOMEM, f"the device holds {self.buffers} buffers, its most (the driver keeps "
+                                         "one file descriptor per buffer)")
         iova = space.iova.alloc(size >> iommu.PAGE_SHIFT)
         bo_id = next(self._bo_ids)
-        path = memory.bo_path(self.bus, bo_id)
         try:
-            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
-            try:
-                os.ftruncate(fd, size)
-                os.fchown(fd, uid, gid)
-            finally:
-                os.close(fd)
+            fd, link = self._create_backing(bo_id, size)
         except OSError as exc:
             space.iova.free(iova, size >> iommu.PAGE_SHIFT)
-            path.unlink(missing_ok=True)
-            raise KmdError(errno.ENOMEM, f"backing memory: {exc.strerror}") from None
-        bo = BufferObject(bo_id, handle, size, iova, path, flags)
+            raise KmdError(errno.ENOMEM, f"backing memory: {_why(exc)}") from None
+        bo = BufferObject(bo_id, handle, size, iova, fd, link, flags)
         space.table.map(iova, bo_id, bo.npages, readable=bool(flags & 1), writable=bool(flags & 2))
         self.used += size
+        self.buffers += 1
         return bo
 
+    def _create_backing(self, bo_id: int, size: int) -> tuple[int, Path]:
+        fd = os.memfd_create(f"npu-bo{bo_id}", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
+        link = memory.bo_path(self.bus, bo_id)
+        try:
+            os.ftruncate(fd, size)
+            fcntl.fcntl(fd, fcntl.F_ADD_SEALS, SEALS)
+            target = f"/proc/{os.getpid()}/fd/{fd}"
+            try:
+                os.symlink(target, link)
+            except FileExistsError:     # left by a daemon that was killed: ids restart at 1
+                link.unlink()
+                os.symlink(target, link)
+        except BaseException:
+            os.close(fd)
+            raise
+        return fd, link
+
     def release(self, space: AddressSpace, bo: BufferObject) -> None:
-        """Unmap and delete the backing (no job may still use it)."""
+        """Unmap the buffer and give its pages back (no job may still use it).
+
+        A client that still maps the buffer reads zeros from then on; pages it
+        dirties after that are its own memory, charged to it like any other."""
+        self.grants.forget_buffer(space, bo)
         space.table.unmap(bo.iova, bo.npages)
         space.iova.free(bo.iova, bo.npages)
-        bo.path.unlink(missing_ok=True)
+        bo.link.unlink(missing_ok=True)    # before the fd closes: the chip re-checks it (open_bo)
+        try:
+            punch_hole(bo.fd, bo.size)
+        except OSError as exc:             # the pages still go when the last mapping does
+            log.warning("buffer object %d: punching its pages out failed: %s", bo.bo_id, exc)
+        os.close(bo.fd)
         self.used -= bo.size
+        self.buffers -= 1
+
+
+def _why(exc: OSError) -> str:
+    if exc.errno in (errno.EMFILE, errno.ENFILE):
+        limit = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+        return (f"no file descriptor left (the driver holds one per buffer, at most {limit} "
+                "descriptors in all)")
+    return exc.strerror or str(exc)

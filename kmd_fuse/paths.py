@@ -68,6 +68,11 @@ def pid_file(root: Path, index: int) -> Path:
     return state_dir(root) / f"npu{index}.pid"
 
 
+def handover_socket(root: Path, index: int) -> Path:
+    """The device's buffer hand-over socket (MEM_MAP tokens traded for memfds)."""
+    return state_dir(root) / f"npu{index}.sock"
+
+
 def fuse_dir(root: Path, index: int) -> Path:
     """The daemon's own FUSE mount (node + attribute tree), bind-mounted to where users look."""
     return state_dir(root) / f".fuse-npu{index}"

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import errno
 import logging
-import os
 
 from kmd_fuse import uapi
 from kmd_fuse.context import MAX_OUTSTANDING, Context
@@ -68,7 +67,8 @@ def _dispatch(device: Device, ctx: Context, name: str, seq: int, req) -> bool:
     elif name == "MEM_MAP":
         bo = device.lookup(ctx, req.handle)
         req.size, req.offset = bo.size, 0
-        req.path = os.fsencode(bo.path)
+        req.token = device.memory.grants.issue(ctx.space, ctx.uid, bo)
+        req.socket_path = device.memory.grants.socket_path
     elif name == "MEM_FREE":
         device.free(ctx, req.handle)
     elif name == "WAIT":

@@ -31,7 +31,7 @@ import numpy as np
 from firmware_sim.spec import tasks as task_spec
 from kmd_fuse import uapi
 from kmd_fuse.uapi import NpuError
-from libnpu.transport import DeviceFile
+from libnpu.transport import BufferSocket, DeviceFile
 
 log = logging.getLogger("libnpu")
 
@@ -56,16 +56,12 @@ class Memory:
     """A device buffer mapped into this process (zero copy).
 
     ``view`` is a writable uint8 numpy array over the same pages the chip
-    reads and writes; ``address`` is the buffer's device address."""
+    reads and writes; ``address`` is the buffer's device address.  The mapping
+    comes from the buffer's sealed memfd (``fd``, closed once mapped)."""
 
-    def __init__(self, device: "Device", handle: int, size: int, address: int, path: str, flags: int):
+    def __init__(self, device: "Device", handle: int, size: int, address: int, fd: int, flags: int):
         self.device, self.handle, self.size, self.address, self.flags = device, handle, size, address, flags
-        self.path = path
-        fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
-        try:
-            self._map = mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
-        finally:
-            os.close(fd)
+        self._map = mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
         self.view = np.frombuffer(self._map, dtype=np.uint8)
         self.freed = False
 
@@ -156,6 +152,7 @@ class Device:
     def __init__(self, path: Path, instance: int):
         self.path, self.instance = path, instance
         self.file = DeviceFile(path)
+        self.buffer_socket = BufferSocket()
         self._lock = threading.Lock()
         self.buffers: dict[int, Memory] = {}
 
@@ -178,11 +175,12 @@ class Device:
         req = uapi.new_payload(uapi.NPU_CMD_MEM_ALLOC)
         req.size, req.flags = nbytes, flags
         reply = self.file.request(uapi.NPU_CMD_MEM_ALLOC, req)
-        mreq = uapi.new_payload(uapi.NPU_CMD_MEM_MAP)
-        mreq.handle = reply.handle
         try:
-            mapping = self.file.request(uapi.NPU_CMD_MEM_MAP, mreq)
-            memory = Memory(self, reply.handle, mapping.size, reply.iova, uapi.c_string(mapping.path), flags)
+            fd, size = self.buffer_fd(reply.handle)
+            try:
+                memory = Memory(self, reply.handle, size, reply.iova, fd, flags)
+            finally:
+                os.close(fd)
         except BaseException:
             self._free_handle(reply.handle)
             raise
@@ -190,6 +188,21 @@ class Device:
             self.buffers[memory.handle] = memory
         debug_print("alloc_mem %d bytes -> handle %d at %#x", nbytes, memory.handle, memory.address)
         return memory
+
+    def buffer_fd(self, handle: int) -> tuple[int, int]:
+        """(descriptor, size) of a buffer of this context: MEM_MAP, then the hand-over.
+
+        The descriptor is a new one (the caller closes it) of a sealed memfd: it
+        maps the same pages as every other mapping of the buffer and cannot be
+        resized or linked; pass it to another process or API as a dma-buf's."""
+        req = uapi.new_payload(uapi.NPU_CMD_MEM_MAP)
+        req.handle = handle
+        mapping = self.file.request(uapi.NPU_CMD_MEM_MAP, req)
+        fd, size = self.buffer_socket.receive(uapi.c_string(mapping.socket_path), mapping.token)
+        if size != mapping.size:
+            os.close(fd)
+            raise NpuError(errno.EPROTO, "MEM_MAP", f"hand-over gave {size} bytes, MEM_MAP said {mapping.size}")
+        return fd, size
 
     def free_mem(self, memory: Memory) -> None:
         """Free device memory (NvDlaFreeMem); a second free raises ENOENT."""
@@ -312,6 +325,7 @@ class Device:
         for memory in list(self.buffers.values()):
             memory._unmap()
         self.buffers.clear()
+        self.buffer_socket.close()
         self.file.close()
 
     def __enter__(self) -> "Device":

@@ -10,12 +10,17 @@ not ready at once (WAIT, SUBMIT with NPU_SUBMIT_WAIT, RESET) is read in a loop:
 the driver holds a read() at most ~50 ms and then fails it with EAGAIN, so a
 signal or a SIGKILL always gets through quickly.  (poll() works too; it costs
 one more trip through FUSE.)
+
+Buffers' memory does not cross the node (FUSE carries no descriptors): ``BufferSocket``
+trades MEM_MAP's token for the buffer's sealed memfd on the device's hand-over socket.
 """
 from __future__ import annotations
 
+import array
 import errno
 import itertools
 import os
+import socket
 import threading
 
 from kmd_fuse import uapi
@@ -105,3 +110,101 @@ class DeviceFile:
             except OSError as exc:
                 if exc.errno != errno.EAGAIN:
                     raise NpuError(exc.errno, name, "reading the reply failed") from None
+
+
+class BufferSocket:
+    """The device's buffer hand-over socket, as one client uses it.
+
+    MEM_MAP answers with a token and this socket's path; ``receive`` trades the
+    token for the buffer's sealed memfd (SCM_RIGHTS).  One connection per open
+    device, made on first use and remade once if the driver dropped it (it drops
+    idle ones); thread-safe.  After anything but a clean reply the connection is
+    closed, so a late reply can never be taken for the next request's."""
+
+    TIMEOUT_S = 10.0
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._sock: socket.socket | None = None
+        self._path = ""
+
+    def receive(self, path: str, token: int) -> tuple[int, int]:
+        """(descriptor, size) of the buffer ``token`` was issued for; NpuError on refusal."""
+        with self._lock:
+            fresh = self._connect(path)
+            reply = self._exchange(token)
+            if reply is None and not fresh:      # an old connection the driver had dropped
+                self._connect(path)
+                reply = self._exchange(token)
+            if reply is None:
+                raise NpuError(errno.ECONNRESET, "MEM_MAP", f"{path} closed the connection")
+            result, size, fd = reply
+            if result:
+                if result == -errno.EBUSY:       # the driver closes it after this reply
+                    self._disconnect()
+                raise NpuError(-result, "MEM_MAP", "the driver refused the buffer hand-over")
+            return fd, size
+
+    def _connect(self, path: str) -> bool:
+        """Connect unless connected to ``path``; True if a new connection was made."""
+        if self._sock is not None and path == self._path:
+            return False
+        self._disconnect()
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET | socket.SOCK_CLOEXEC)
+        sock.settimeout(self.TIMEOUT_S)
+        try:
+            sock.connect(path)
+        except OSError as exc:
+            sock.close()
+            raise NpuError(exc.errno or errno.EIO, "MEM_MAP", f"connecting to {path}") from None
+        self._sock, self._path = sock, path
+        return True
+
+    def _exchange(self, token: int) -> tuple[int, int, int] | None:
+        """(result, size, descriptor or -1), or None if the driver had closed the connection."""
+        try:
+            self._sock.send(uapi.pack_handover_request(token), socket.MSG_NOSIGNAL)
+            message, ancillary, flags, _ = self._sock.recvmsg(uapi.HANDOVER_REPLY.size, socket.CMSG_SPACE(_FD_SIZE),
+                                                              socket.MSG_CMSG_CLOEXEC)
+        except (BrokenPipeError, ConnectionResetError):
+            self._disconnect()
+            return None
+        except OSError as exc:                   # timeout included
+            self._disconnect()
+            raise NpuError(exc.errno or errno.ETIMEDOUT, "MEM_MAP", f"hand-over on {self._path}: {exc}") from None
+        fds = [fd for level, kind, data in ancillary if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS
+               for fd in array.array("i", data[:len(data) - len(data) % _FD_SIZE])]
+        fd = fds.pop() if len(fds) == 1 and not flags & socket.MSG_CTRUNC else -1
+        for extra in fds:
+            os.close(extra)
+        try:
+            if not message:
+                self._disconnect()
+                return None
+            try:
+                result, size = uapi.unpack_handover_reply(message)
+            except ValueError as exc:
+                self._disconnect()
+                raise NpuError(errno.EPROTO, "MEM_MAP", str(exc)) from None
+            if result:
+                return result, size, -1
+            if fd < 0:
+                raise NpuError(errno.EMFILE, "MEM_MAP", "the buffer's descriptor did not arrive "
+                                                        "(no descriptor free in this process?)")
+            fd, kept = -1, fd
+            return 0, size, kept
+        finally:
+            if fd >= 0:
+                os.close(fd)
+
+    def close(self) -> None:
+        with self._lock:
+            self._disconnect()
+
+    def _disconnect(self) -> None:
+        if self._sock is not None:
+            self._sock.close()
+            self._sock = None
+
+
+_FD_SIZE = array.array("i").itemsize

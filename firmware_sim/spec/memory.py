@@ -1,10 +1,18 @@
 """The chip's memories, as files on a tmpfs (the emulated physical bus).
 
 A device's "bus directory" holds: the register file, each core's command ring
-and completion queue, one page table per ASID, and one file per buffer object
+and completion queue, one page table per ASID, and one entry per buffer object
 ("physical" memory segment, named by its id).  The KMD creates them; the chip
-maps them; user space maps its own buffer files (zero copy).
+maps them; user space maps its own buffers (zero copy).
+
+A buffer object's entry is a file, or a symlink to one (the KMD links
+``bo<id>`` to a descriptor it holds, ``/proc/<pid>/fd/<n>``): ``open_bo`` opens
+either, and for a symlink checks that it still exists once the target is open -
+the KMD removes the link before it closes the descriptor, so a descriptor number
+reused for another buffer is never mistaken for this one.  Buffer ids are never
+reused.
 """
+import errno
 import mmap
 import os
 from pathlib import Path
@@ -37,3 +45,25 @@ def page_table_path(bus: Path, asid: int) -> Path:
 
 def bo_path(bus: Path, bo_id: int) -> Path:
     return bus / f"bo{bo_id}"
+
+
+def open_bo(bus: Path, bo_id: int) -> int:
+    """A read-write descriptor of buffer object ``bo_id``; FileNotFoundError if it has none."""
+    path = bo_path(bus, bo_id)
+    try:
+        target = os.readlink(path)
+    except OSError as exc:
+        if exc.errno != errno.EINVAL:    # EINVAL: a plain file, no link to re-check
+            raise
+        return os.open(path, os.O_RDWR | os.O_CLOEXEC)
+    try:
+        fd = os.open(target, os.O_RDWR | os.O_CLOEXEC)
+    except FileNotFoundError:
+        raise FileNotFoundError(errno.ENOENT, f"buffer object {bo_id} was released", str(path)) from None
+    try:
+        if os.readlink(path) == target:
+            return fd
+    except FileNotFoundError:
+        pass
+    os.close(fd)
+    raise FileNotFoundError(errno.ENOENT, f"buffer object {bo_id} was released", str(path))

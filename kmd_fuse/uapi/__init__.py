@@ -99,6 +99,39 @@ _MAGIC = CONSTANTS["NPU_FRAME_MAGIC"]
 _PAYLOAD_PTR = {number: ffi.typeof(command.struct + " *") for number, command in COMMANDS.items()}
 
 
+# The hand-over socket's two messages (npu_handover_request / _reply), packed the same
+# way and checked against the header at import.
+HANDOVER_REQUEST = struct.Struct("<IIQ")   # magic, reserved, token
+HANDOVER_REPLY = struct.Struct("<IiQ")     # magic, result, size
+for _struct_name, _packer, _fields in (
+        ("struct npu_handover_request", HANDOVER_REQUEST, ("magic", "reserved", "token")),
+        ("struct npu_handover_reply", HANDOVER_REPLY, ("magic", "result", "size"))):
+    if (ffi.sizeof(_struct_name) != _packer.size
+            or [name for name, _ in ffi.typeof(_struct_name).fields] != list(_fields)
+            or [ffi.offsetof(_struct_name, f) for f in _fields] != [0, 4, 8]):
+        raise ImportError(f"npu_uapi.h: {_struct_name} is not the (u32, u32, u64) layout expected")
+_HANDOVER_MAGIC = CONSTANTS["NPU_HANDOVER_MAGIC"]
+
+
+def pack_handover_request(token: int, *, magic: int = _HANDOVER_MAGIC) -> bytes:
+    """The message that trades a MEM_MAP token for the buffer's descriptor."""
+    return HANDOVER_REQUEST.pack(magic, 0, token)
+
+
+def pack_handover_reply(result: int, size: int = 0) -> bytes:
+    return HANDOVER_REPLY.pack(_HANDOVER_MAGIC, result, size)
+
+
+def unpack_handover_reply(message: bytes) -> tuple[int, int]:
+    """(result, size) of a hand-over reply; ValueError if it is not one."""
+    if len(message) != HANDOVER_REPLY.size:
+        raise ValueError(f"hand-over reply of {len(message)} bytes, expected {HANDOVER_REPLY.size}")
+    magic, result, size = HANDOVER_REPLY.unpack(message)
+    if magic != _HANDOVER_MAGIC:
+        raise ValueError(f"hand-over reply with bad magic {magic:#x}")
+    return result, size
+
+
 def new_payload(cmd: int):
     """A zeroed payload struct (cffi owned) for command ``cmd``."""
     return ffi.new(_PAYLOAD_PTR[cmd])

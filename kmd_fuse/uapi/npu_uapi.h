@@ -15,6 +15,7 @@
  * in completion order and are matched to requests by seq.  A reply that is not
  * ready yet (WAIT) is signalled with POLLIN; read() without a ready reply fails
  * with EAGAIN after a short server-side wait, so a client never blocks unboundedly.
+ * Buffers' memory comes as sealed memfds from a per-device Unix socket (see MEM_MAP).
  *
  * Command numbers are encoded like Linux _IOWR('N', nr, struct npu_xxx):
  * dir(2 bits, 3 = read|write) << 30 | size(14 bits) << 16 | 'N' << 8 | nr.
@@ -26,7 +27,7 @@
 
 #include <stdint.h>
 
-#define NPU_ABI_VERSION 0x00010000      /* major << 16 | minor */
+#define NPU_ABI_VERSION 0x00020000      /* major << 16 | minor: 2.0 = buffers handed over as sealed memfds */
 #define NPU_FRAME_MAGIC 0x3155504e      /* "NPU1" little endian */
 #define NPU_IOC_TYPE 0x4e               /* 'N' */
 
@@ -34,6 +35,7 @@
 #define NPU_MAX_SUBMIT_BOS 64           /* buffers one job may reference */
 #define NPU_MAX_WAIT_FENCES 64          /* fences one WAIT may name */
 #define NPU_MAX_PATH 256
+#define NPU_HANDOVER_MAGIC 0x4f48504e   /* "NPHO" little endian: buffer hand-over messages */
 
 /* MEM_ALLOC flags */
 #define NPU_MEM_READ 0x1                /* device may read the buffer */
@@ -96,13 +98,35 @@ struct npu_mem_alloc {
 	uint64_t alloc_size;            /* out: bytes actually reserved */
 };
 
-/* MEM_MAP: handle -> the shared-memory file user space mmap()s (zero copy). */
+/*
+ * MEM_MAP: handle -> a one-shot token that buys the buffer's file descriptor on
+ * the device's hand-over socket (FUSE cannot carry descriptors).  The client
+ * connects to socket_path (AF_UNIX, SOCK_SEQPACKET), sends a struct
+ * npu_handover_request with the token and receives a struct npu_handover_reply
+ * with, when result is 0, the descriptor attached (SCM_RIGHTS): a sealed memfd
+ * (F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) to mmap(MAP_SHARED) at offset,
+ * zero copy.  See docs/abi.md, "Buffer hand-over".
+ */
 struct npu_mem_map {
 	uint32_t handle;                /* in */
 	uint32_t pad;
 	uint64_t size;                  /* out: mappable bytes */
-	uint64_t offset;                /* out: mmap offset within the file */
-	char path[NPU_MAX_PATH];        /* out: tmpfs file, mode 0600, owned by the caller */
+	uint64_t offset;                /* out: mmap offset within the descriptor */
+	uint64_t token;                 /* out: one-shot, for this context's uid, this buffer */
+	char socket_path[NPU_MAX_PATH]; /* out: the device's hand-over socket, NUL-terminated */
+};
+
+/* Hand-over socket: one request message, one reply message (the fd rides on the reply). */
+struct npu_handover_request {
+	uint32_t magic;                 /* NPU_HANDOVER_MAGIC */
+	uint32_t reserved;              /* must be 0 */
+	uint64_t token;                 /* from MEM_MAP */
+};
+
+struct npu_handover_reply {
+	uint32_t magic;                 /* NPU_HANDOVER_MAGIC */
+	int32_t result;                 /* 0 (descriptor attached) or -errno */
+	uint64_t size;                  /* bytes of the buffer (0 on error) */
 };
 
 /* MEM_FREE: handle.  The backing stays alive until jobs using it complete. */
@@ -165,7 +189,7 @@ struct npu_reset {
 
 #define NPU_CMD_GET_INFO  0xc0784e00
 #define NPU_CMD_MEM_ALLOC 0xc0204e01
-#define NPU_CMD_MEM_MAP   0xc1184e02
+#define NPU_CMD_MEM_MAP   0xc1204e02
 #define NPU_CMD_MEM_FREE  0xc0084e03
 #define NPU_CMD_SUBMIT    0xc1304e04
 #define NPU_CMD_WAIT      0xc5184e05
@@ -185,6 +209,8 @@ NPU_CHECK_CMD(NPU_CMD_SUBMIT, 0x04, struct npu_submit);
 NPU_CHECK_CMD(NPU_CMD_WAIT, 0x05, struct npu_wait);
 NPU_CHECK_CMD(NPU_CMD_GET_STATS, 0x06, struct npu_get_stats);
 NPU_CHECK_CMD(NPU_CMD_RESET, 0x07, struct npu_reset);
+_Static_assert(sizeof(struct npu_handover_request) == 16, "hand-over request is 16 bytes");
+_Static_assert(sizeof(struct npu_handover_reply) == 16, "hand-over reply is 16 bytes");
 #endif
 /* ---- end of C only ---- */
 

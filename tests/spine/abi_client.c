@@ -1,7 +1,8 @@
 /*
  * A C client of the NPU driver: proof that npu_uapi.h is the whole ABI.
- * GET_INFO, MEM_ALLOC, MEM_MAP + mmap, SUBMIT (a DMA copy) and WAIT, against a
- * live node given as argv[1].  Prints "ok" and exits 0 on success.
+ * GET_INFO, MEM_ALLOC, MEM_MAP + the hand-over of the buffer's memfd (SCM_RIGHTS)
+ * + mmap, SUBMIT (a DMA copy) and WAIT, against a live node given as argv[1].
+ * Checks that a buffer cannot be resized (EPERM).  Prints "ok" and exits 0 on success.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -10,6 +11,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include "npu_uapi.h"
@@ -23,6 +26,7 @@ struct dma_copy_task {
 };
 
 static int fd;
+static int handover = -1;        /* one connection to the hand-over socket, made on first use */
 static uint32_t seq;
 
 static int request(uint32_t cmd, void *payload, size_t size)
@@ -48,6 +52,44 @@ static int request(uint32_t cmd, void *payload, size_t size)
 	}
 }
 
+/* Trade a MEM_MAP token for the buffer's descriptor: returns the fd or -errno. */
+static int receive_buffer(const struct npu_mem_map *map)
+{
+	struct npu_handover_request req = { NPU_HANDOVER_MAGIC, 0, map->token };
+	struct npu_handover_reply reply = { 0 };
+	union { struct cmsghdr align; char buf[CMSG_SPACE(sizeof(int))]; } control;
+	struct iovec iov = { &reply, sizeof(reply) };
+	struct msghdr msg = { .msg_iov = &iov, .msg_iovlen = 1,
+			      .msg_control = control.buf, .msg_controllen = sizeof(control.buf) };
+	int received = -1;
+
+	if (handover < 0) {
+		struct sockaddr_un addr = { .sun_family = AF_UNIX };
+		if (strlen(map->socket_path) >= sizeof(addr.sun_path))
+			return -ENAMETOOLONG;
+		strcpy(addr.sun_path, map->socket_path);
+		handover = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+		if (handover < 0 || connect(handover, (struct sockaddr *)&addr, sizeof(addr)) < 0)
+			return -errno;
+	}
+	if (send(handover, &req, sizeof(req), MSG_NOSIGNAL) != (ssize_t)sizeof(req))
+		return -errno;
+	ssize_t n = recvmsg(handover, &msg, MSG_CMSG_CLOEXEC);
+	if (n != (ssize_t)sizeof(reply) || reply.magic != NPU_HANDOVER_MAGIC)
+		return -EPROTO;
+	for (struct cmsghdr *c = CMSG_FIRSTHDR(&msg); c; c = CMSG_NXTHDR(&msg, c))
+		if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS)
+			memcpy(&received, CMSG_DATA(c), sizeof(int));
+	if (reply.result) {
+		if (received >= 0)
+			close(received);
+		return reply.result;
+	}
+	if (received < 0 || (msg.msg_flags & MSG_CTRUNC) || reply.size != map->size)
+		return -EPROTO;
+	return received;
+}
+
 static void *alloc_map(uint64_t size, struct npu_mem_alloc *out)
 {
 	struct npu_mem_map map = { 0 };
@@ -59,9 +101,16 @@ static void *alloc_map(uint64_t size, struct npu_mem_alloc *out)
 	map.handle = out->handle;
 	if (request(NPU_CMD_MEM_MAP, &map, sizeof(map)))
 		return NULL;
-	int bo = open(map.path, O_RDWR);
-	if (bo < 0)
+	int bo = receive_buffer(&map);
+	if (bo < 0) {
+		printf("hand-over failed: %d\n", bo);
 		return NULL;
+	}
+	if (ftruncate(bo, (off_t)map.size * 2) == 0 || errno != EPERM) {   /* sealed: it cannot grow */
+		printf("ftruncate of a buffer was not refused with EPERM\n");
+		close(bo);
+		return NULL;
+	}
 	void *p = mmap(NULL, map.size, PROT_READ | PROT_WRITE, MAP_SHARED, bo, (off_t)map.offset);
 	close(bo);
 	return p == MAP_FAILED ? NULL : p;
@@ -108,6 +157,7 @@ int main(int argc, char **argv)
 	if (memcmp(src, dst, 65536)) { printf("data mismatch\n"); return 1; }
 	printf("fence %llu done in %llu ns of device time\nok\n", (unsigned long long)submit.fence,
 	       (unsigned long long)wait.device_time_ns[0]);
+	close(handover);
 	close(fd);
 	return 0;
 }

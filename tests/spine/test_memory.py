@@ -19,15 +19,16 @@ def test_alloc_rounds_to_pages_and_gives_device_addresses(device):
 
 
 def test_view_is_the_device_memory_itself(device):
-    """What libnpu writes is in the shared file the chip maps, and vice versa (no copy)."""
+    """What libnpu writes is in the memfd the driver hands over, and vice versa (no copy)."""
     mem = device.alloc_mem(4096)
     mem.view[:] = 0x5A
-    st = os.stat(mem.path)
-    assert st.st_mode & 0o777 == 0o600 and st.st_uid == os.getuid()
-    with open(mem.path, "rb") as f:
-        assert f.read(4096) == b"\x5a" * 4096
-    with open(mem.path, "r+b") as f:            # another mapping of the same pages
-        f.write(b"\x01\x02\x03")
+    fd, size = device.buffer_fd(mem.handle)     # another descriptor of the same pages
+    try:
+        assert size == 4096 and os.fstat(fd).st_size == 4096
+        assert os.pread(fd, 4096, 0) == b"\x5a" * 4096
+        os.pwrite(fd, b"\x01\x02\x03", 0)
+    finally:
+        os.close(fd)
     assert bytes(mem.view[:3]) == b"\x01\x02\x03"
 
 
@@ -42,14 +43,15 @@ def test_chip_reads_and_writes_the_mapped_buffers(device):
     assert np.array_equal(view_before, pattern)
 
 
-def test_free_releases_memory_and_file(device):
+def test_free_releases_memory_and_backing(npu, device):
+    bus = paths.bus_dir(npu.devroot, 0)
     before = device.info()["memory_used"]
     mem = device.alloc_mem(1 << 20)
-    path = mem.path
+    links = set(os.listdir(bus))
     assert device.info()["memory_used"] == before + (1 << 20)
     device.free_mem(mem)
     assert device.info()["memory_used"] == before
-    assert not os.path.exists(path)
+    assert len(links - set(os.listdir(bus))) == 1     # its bo link is gone
 
 
 def test_double_free_is_enoent(device):
