@@ -26,7 +26,7 @@ class Limits:
     max_contexts_per_user: int = 256
     root_contexts: int = 16
     max_memory_per_user: int = 0
-    max_buffers_per_user: int = 65536
+    max_buffers_per_user: int = 4096
 
 
 @dataclass

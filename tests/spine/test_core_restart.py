@@ -346,9 +346,10 @@ def test_an_unexpected_error_in_a_job_is_eio_and_the_core_keeps_serving(fresh_np
     assert "Traceback" in log and "injected internal error (FAULT_INTERNAL)" in log
 
 
-def test_a_job_on_memory_that_vanished_faults_only_itself(fresh_npu):
-    """Finding 4 as a client reached it: a buffer's memory shrunk under the chip's mapping.
-    The core touching it dies of SIGBUS; that job fails with EFAULT, the core is back."""
+def test_buffer_memory_cannot_vanish_under_the_chip(fresh_npu):
+    """Finding 4 as a client reached it was a buffer shrunk under the chip's mapping. Buffers
+    are sealed memfds now: not even root can shrink one through the chip's bus entry, and
+    the chip keeps computing on it. (A core that dies anyway: the SIGBUS test above.)"""
     npu = fresh_npu
     bus = paths.bus_dir(npu.devroot, 0)
     with libnpu.initialize(npu.devroot) as session:
@@ -356,24 +357,13 @@ def test_a_job_on_memory_that_vanished_faults_only_itself(fresh_npu):
         before = set(os.listdir(bus))
         src, dst = dev.alloc_mem(1 << 20), dev.alloc_mem(1 << 20)
         created = sorted(set(os.listdir(bus)) - before)
-        if not created:
-            pytest.skip("buffers are not files on the bus any more")
+        assert len(created) == 2
+        src.view[:] = 3
         copy = dev.command_buffer()
         copy.add("DMA_COPY", src=src.address, dst=dst.address, length=1 << 20)
         dev.wait([dev.submit(copy, [src, dst]) for _ in range(4)], timeout=60)   # both cores map them
         for name in created:
-            try:
+            with pytest.raises(PermissionError):
                 os.truncate(bus / name, 0)
-            except PermissionError:
-                pytest.skip("buffer memory can no longer shrink (sealed)")
-        with pytest.raises(libnpu.JobError) as exc:
-            dev.run(copy, [src, dst])          # the view of src or dst must not be touched from here
-        assert exc.value.errno == errno.EFAULT
-        a, b = dev.alloc_mem(4096), dev.alloc_mem(4096)
-        a.view[:] = 5
-        other = dev.command_buffer()
-        other.add("DMA_COPY", src=a.address, dst=b.address, length=4096)
-        fences = [dev.submit(other, [a, b]) for _ in range(10)]
-        dev.wait(fences, timeout=60)
-        assert all(f.status == 0 for f in fences) and (b.view == 5).all()
-    assert "died (SIGBUS)" in paths.log_file(npu.devroot, 0).read_text()
+        dev.run(copy, [src, dst])
+        assert (dst.view == 3).all()
