@@ -32,7 +32,12 @@ class DeviceFile:
 
     def __init__(self, path: str | os.PathLike):
         self.path = os.fspath(path)
-        self.fd = os.open(self.path, os.O_RDWR | os.O_CLOEXEC)
+        try:
+            self.fd = os.open(self.path, os.O_RDWR | os.O_CLOEXEC)
+        except OSError as exc:
+            if ("OPEN", exc.errno) not in uapi.LIMIT_HINTS:
+                raise
+            raise NpuError(exc.errno, "OPEN", f"{self.path}: {uapi.LIMIT_HINTS['OPEN', exc.errno]}") from None
         self._seq = itertools.count(1)
         self._write_lock = threading.Lock()
         self._cond = threading.Condition()

@@ -178,6 +178,18 @@ def c_string(char_array) -> str:
     return ffi.string(char_array).decode()
 
 
+# What ran out, for the errnos of the driver's limits (docs/abi.md, "Limits"): a reply
+# carries only the errno, so the message a user sees comes from here.
+LIMIT_HINTS = {
+    ("OPEN", errno.EMFILE): "this user holds the most contexts allowed (npu-kmd start "
+                            "--max-contexts-per-user), or this process is out of file descriptors",
+    ("OPEN", errno.ENFILE): "the device has no context left for users (the rest are kept for root)",
+    ("MEM_ALLOC", errno.EDQUOT): "this user's device-memory or buffer quota is used up "
+                                 "(npu-kmd start --max-memory-per-user / --max-buffers-per-user)",
+    ("MEM_ALLOC", errno.ENOMEM): "the device's memory (or its buffer budget) is full",
+}
+
+
 class NpuError(OSError):
     """A request the driver answered with -errno (``payload``: the reply's payload, if any)."""
 
@@ -185,6 +197,7 @@ class NpuError(OSError):
 
     def __init__(self, err: int, command: str, detail: str = ""):
         message = f"{command}: {errno.errorcode.get(err, err)} ({os.strerror(err)})"
+        detail = detail or LIMIT_HINTS.get((command, err), "")
         if detail:
             message += f": {detail}"
         super().__init__(err, message)

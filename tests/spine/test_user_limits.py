@@ -92,3 +92,10 @@ def test_buffer_count_quota_is_edquot_and_released_on_discharge():
     quotas.charge(1000, 4096)
     for _ in range(5):
         quotas.charge(0, 4096)                                  # root is not limited per user
+
+
+def test_libnpu_says_what_ran_out():
+    from kmd_fuse.uapi import NpuError
+    assert "quota" in str(NpuError(errno.EDQUOT, "MEM_ALLOC"))
+    assert "kept for root" in str(NpuError(errno.ENFILE, "OPEN"))
+    assert "--max-contexts-per-user" in str(NpuError(errno.EMFILE, "OPEN"))
