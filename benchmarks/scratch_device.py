@@ -178,10 +178,12 @@ class ScratchDevice:
         main = self.chip_main()
         return [pid for pid in children(main) if is_alive(pid)] if main else []
 
-    def chip_processes(self) -> list[int]:
-        """Every live process serving this device's bus, whoever its parent is now."""
+    def chip_processes(self, include_dead: bool = False) -> list[int]:
+        """Every process serving this device's bus, whoever its parent is now (live ones
+        only, unless ``include_dead``: zombies too)."""
         bus = str(paths.bus_dir(self.devroot, 0))
-        return [pid for pid in _all_pids() if bus in _cmdline(pid) and is_alive(pid)]
+        return [pid for pid in _all_pids()
+                if bus in _cmdline(pid) and (include_dead or is_alive(pid))]
 
     def daemon_alive(self) -> bool:
         return is_alive(self.daemon_pid)
