@@ -15,7 +15,8 @@ every reply.  Checked:
 - no reply takes longer than ``--reply-timeout`` seconds (a wedged driver);
 - the daemon never exits;
 - once the clients are gone: device memory and contexts back to the baseline, the
-  daemon's file descriptors and /dev/shm files back to theirs, its RSS within a margin.
+  daemon's file descriptors and the device's /dev/shm files back to theirs, no file in
+  /dev/shm left owned by the clients' user, the daemon's RSS within a margin.
 
 Prints frames/s and the errno histogram; exit status 0 when every check held.
 """
@@ -39,6 +40,18 @@ from .scratch_device import Resources, ScratchDevice, wait_until
 
 RSS_SLACK = 64 << 20
 PROGRESS_EVERY = 5000
+
+
+def _shm_files_of(uid: int) -> int:
+    """Files anywhere under /dev/shm owned by ``uid`` (the clients' buffers are theirs)."""
+    count = 0
+    for root, dirs, files in os.walk("/dev/shm"):
+        for name in files + dirs:
+            try:
+                count += os.lstat(os.path.join(root, name)).st_uid == uid
+            except OSError:
+                pass            # another program's file, gone meanwhile
+    return count
 
 
 def _name(err: int) -> str:
@@ -173,6 +186,7 @@ def run(frames: int, processes: int, user: str | None, reply_timeout: float, log
             os.chmod(device.tmp, 0o711)
             os.chmod(device.devroot / "npu0", 0o666)
         baseline = device.resources()
+        shm_before = _shm_files_of(uid) if uid is not None else 0
         log(f"device up: daemon {device.daemon_pid}, {baseline}")
         spawn = multiprocessing.get_context("spawn")
         workers = []
@@ -220,6 +234,8 @@ def run(frames: int, processes: int, user: str | None, reply_timeout: float, log
             settled = wait_until(lambda: not device.resources().leaks_against(baseline, RSS_SLACK), 30, 0.5)
             final = device.resources()
             leaks = [] if settled else final.leaks_against(baseline, RSS_SLACK)
+            if uid is not None and _shm_files_of(uid) != shm_before:
+                leaks.append(f"/dev/shm files of uid {uid}: {shm_before} before, {_shm_files_of(uid)} after")
         else:
             final = baseline
     finally:
