@@ -70,8 +70,9 @@ class ChaosReport:
         return daemon + [f"hung: {h}" for h in self.hung] + self.bugs + [f"leak: {leak}" for leak in self.leaks]
 
     def summary(self) -> str:
-        lines = [f"{self.operations:,} operations in {self.seconds:.1f} s ({self.operations / max(self.seconds, 1e-9):,.0f}"
-                 f"/s), {self.config.clients} clients; kills: {dict(self.kills)}; device resets: {self.resets}; "
+        rate = self.operations / max(self.seconds, 1e-9)
+        lines = [f"{self.operations:,} operations in {self.seconds:.1f} s ({rate:,.0f}/s), {self.config.clients} "
+                 f"clients; kills: {dict(self.kills)}; device resets: {self.resets}; "
                  f"daemon exits: {self.daemon_exits}; hung: {len(self.hung)}"]
         if self.baseline and self.final:
             lines.append(f"baseline {self.baseline}\nfinal    {self.final}")
@@ -95,11 +96,8 @@ class _Client:
 
     def kill(self) -> None:
         self.killed = True
-        if self.proc.pid:
-            try:
-                os.kill(self.proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+        if self.proc.exitcode is None:     # not reaped yet: the pid is still our child's
+            self.proc.kill()
 
 
 class _Controller:
@@ -125,7 +123,8 @@ class _Controller:
         """The kills of the 5 s before ``moment``, or the last one: what a hang may come from."""
         earlier = [(t, kind) for t, kind in self.kill_log if t <= moment]
         recent = [(t, kind) for t, kind in earlier if moment - t < 5] or earlier[-1:]
-        return ", ".join(f"{kind} killed {moment - t:.1f} s before it started" for t, kind in recent) or "no kill before"
+        described = [f"{kind} killed {moment - t:.1f} s before it started" for t, kind in recent]
+        return ", ".join(described) or "no kill before"
 
     def pump(self, timeout: float) -> None:
         """Take the clients' messages; notice clients that died and operations past their deadline."""
@@ -265,5 +264,13 @@ class _Controller:
 
 
 def run_chaos(device: ScratchDevice, config: ChaosConfig, log=lambda *_: None) -> ChaosReport:
-    """Run the chaos workload on a started device; the report says what broke."""
-    return _Controller(device, config, log).run()
+    """Run the chaos workload on a started device; the report says what broke.
+
+    Every client process is ended and reaped before this returns, also when it raises."""
+    controller = _Controller(device, config, log)
+    try:
+        return controller.run()
+    finally:
+        for client in controller.clients + controller.retired:
+            client.kill()
+            client.proc.join(10)

@@ -20,7 +20,8 @@ from typing import Any, Iterator
 
 import numpy as np
 
-__all__ = ["IRError", "EmptyModelError", "require_data", "QuantParams", "Tensor", "Op", "Graph", "DTYPES", "ACTIVATIONS", "OP_ATTRS"]
+__all__ = ["IRError", "EmptyModelError", "require_data", "QuantParams", "Tensor", "Op", "Graph", "DTYPES",
+           "ACTIVATIONS", "OP_ATTRS"]
 
 DTYPES = ("float32", "float16", "int8", "uint8", "int16", "int32", "int64", "bool")
 ACTIVATIONS = ("NONE", "RELU", "RELU6", "RELU_N1_TO_1")
