@@ -107,7 +107,8 @@ class _Controller:
         self.ctx = multiprocessing.get_context("spawn")
         self.report = ChaosReport(config)
         self.clients: list[_Client] = []
-        self.retired: list[_Client] = []
+        self.retired: list[_Client] = []            # ended or ending, not reaped yet
+        self.reaped = 0
         self.kill_log: list[tuple[float, str]] = []
         self.next_seed = config.seed * 1000
 
@@ -117,7 +118,17 @@ class _Controller:
 
     def retire(self, client: _Client) -> None:
         self.clients.remove(client)
+        client.conn.close()
         self.retired.append(client)
+
+    def reap(self, timeout: float = 0.0) -> None:
+        """Reap the retired clients that have exited (waiting up to ``timeout`` for each)."""
+        for client in list(self.retired):
+            client.proc.join(timeout)
+            if client.proc.exitcode is not None:
+                client.proc.close()
+                self.retired.remove(client)
+                self.reaped += 1
 
     def kills_before(self, moment: float) -> str:
         """The kills of the 5 s before ``moment``, or the last one: what a hang may come from."""
@@ -149,6 +160,7 @@ class _Controller:
                     client.kill()          # replaced, so that the run goes on
                     self.retire(client)
                     break
+        self.reap()
 
     def _message(self, client: _Client, message: tuple) -> None:
         if message[0] == "start":
@@ -232,11 +244,8 @@ class _Controller:
             self.report.hung.append(f"client {client.proc.pid} did not stop ({len(client.open)} operations open)")
             client.kill()
             self.retire(client)
-        for client in self.retired:
-            client.proc.join(10)
-            if client.proc.exitcode is None:
-                self.report.leaks.append(f"client process {client.proc.pid} not reaped")
-            client.conn.close()
+        self.reap(10)
+        self.report.leaks += [f"client process {client.proc.pid} not reaped" for client in self.retired]
 
     def _reset_count(self) -> int:
         import libnpu
@@ -271,6 +280,8 @@ def run_chaos(device: ScratchDevice, config: ChaosConfig, log=lambda *_: None) -
     try:
         return controller.run()
     finally:
-        for client in controller.clients + controller.retired:
+        for client in list(controller.clients):
+            controller.retire(client)
+        for client in controller.retired:
             client.kill()
-            client.proc.join(10)
+        controller.reap(10)
