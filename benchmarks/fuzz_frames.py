@@ -23,6 +23,7 @@ Prints frames/s and the errno histogram; exit status 0 when every check held.
 from __future__ import annotations
 
 import argparse
+import functools
 import errno
 import json
 import multiprocessing
@@ -260,7 +261,7 @@ def main(argv: list[str] | None = None) -> int:
         print("fuzz_frames: mounting the device needs root", file=sys.stderr)
         return 2
     result = run(args.frames, args.processes, args.user or None, args.reply_timeout,
-                 log=(lambda *a: None) if args.json else print)
+                 log=(lambda *_: None) if args.json else functools.partial(print, flush=True))
     if args.json:
         print(json.dumps(result, indent=2))
     else:

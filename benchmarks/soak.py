@@ -16,6 +16,7 @@ the same as ``tests/spine/test_chaos.py``'s.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import sys
@@ -45,7 +46,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     config = ChaosConfig(seconds=args.seconds, clients=args.clients, kills=kills, job_timeout_ms=args.job_timeout_ms,
                          margin_s=args.margin, rss_slack=args.rss_slack_mib << 20, seed=args.seed)
-    log = (lambda *_: None) if args.json else print
+    log = (lambda *_: None) if args.json else functools.partial(print, flush=True)   # progress when piped too
     device = ScratchDevice(watchdog_ms=args.job_timeout_ms).start()
     try:
         log(f"soak: {args.seconds:.0f} s, {args.clients} clients, kills {kills or 'none'}, device {device.devroot}")
