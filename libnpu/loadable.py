@@ -37,8 +37,8 @@ import numpy as np
 
 __all__ = [
     "LoadableError", "BadMagicError", "VersionError", "TruncatedError", "ChecksumError",
-    "FormatError", "RegionKind", "TensorFlags", "MemoryRegion", "TensorDesc", "Task", "Reloc", "DataReloc",
-    "Loadable", "MAGIC", "VERSION",
+    "FormatError", "EmptyLoadableError", "RegionKind", "TensorFlags", "MemoryRegion", "TensorDesc", "Task",
+    "Reloc", "DataReloc", "Loadable", "MAGIC", "VERSION",
 ]
 
 MAGIC = b"NPULOAD\0"
@@ -69,6 +69,10 @@ class ChecksumError(LoadableError):
 
 class FormatError(LoadableError):
     """The file is well-formed bytes but its contents are inconsistent."""
+
+
+class EmptyLoadableError(LoadableError):
+    """A well-formed loadable with no tasks or no outputs."""
 
 
 class Section(enum.IntEnum):
@@ -300,6 +304,15 @@ class Loadable:
                                       f"+ {r.addend} is out of range")
         self._validate_data_relocs()
 
+    def check_runnable(self) -> None:
+        """Raise :class:`EmptyLoadableError` unless the loadable has tasks and outputs.
+
+        Separate from :meth:`validate`: such a file is well formed (tools may inspect
+        it), but loading it on a device would run nothing and report success."""
+        missing = [what for what, present in (("tasks", self.tasks), ("outputs", self.outputs())) if not present]
+        if missing:
+            raise EmptyLoadableError(f"loadable {self.name!r} has no {' and no '.join(missing)}: nothing to run")
+
     def _validate_data_relocs(self) -> None:
         for r in self.data_relocs:
             if not 0 <= r.region < len(self.regions) or self.regions[r.region].content is None:
@@ -436,6 +449,10 @@ class Loadable:
     def from_bytes(cls, data: bytes | memoryview | mmap.mmap) -> "Loadable":
         """Parse and check a loadable; region contents are views into ``data`` (no copy)."""
         buf = memoryview(data).cast("B")
+        if not buf:
+            raise BadMagicError("empty file (0 bytes), not an NPU loadable")
+        if len(buf) < 8 and MAGIC.startswith(bytes(buf)):
+            raise TruncatedError(f"file is {len(buf)} bytes, shorter than the {_HEADER.size}-byte header")
         if len(buf) < 8 or bytes(buf[:8]) != MAGIC:
             raise BadMagicError("not an NPU loadable (bad magic)")
         if len(buf) < _HEADER.size:
@@ -580,4 +597,7 @@ class Loadable:
                 data: Any = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
             else:
                 data = f.read()
-        return cls.from_bytes(data)
+        try:
+            return cls.from_bytes(data)
+        except LoadableError as exc:
+            raise type(exc)(f"{path}: {exc}") from None

@@ -31,6 +31,11 @@ ArrayLike = np.ndarray
 Inputs = Sequence[ArrayLike] | Mapping[str, ArrayLike]
 
 
+class ClosedError(RuntimeError):
+    """The model was closed, the runtime unloaded or the request released: the device
+    memory behind it is gone, so it cannot run or be read any more."""
+
+
 def _round_half_away(x: np.ndarray) -> np.ndarray:
     return np.sign(x) * np.floor(np.abs(x) + 0.5)
 
@@ -65,6 +70,7 @@ class Runtime:
         if not isinstance(loadable, Loadable):
             loadable = Loadable.load(loadable)
         loadable.validate()
+        loadable.check_runnable()
         self.loadable = loadable
         # Weight regions are shared by every inference, unless their contents hold
         # addresses of per-inference memory (e.g. CONCAT's input table): those are
@@ -89,6 +95,13 @@ class Runtime:
         for index, memory in self.weights.items():
             image = loadable.region_image(index, bases)
             memory.view[:len(image)] = np.frombuffer(image, np.uint8)
+
+    @property
+    def loaded(self) -> Loadable:
+        """The loaded model; :class:`ClosedError` when there is none (never loaded or unloaded)."""
+        if self.loadable is None:
+            raise ClosedError("no model is loaded in this runtime (unloaded, or never loaded)")
+        return self.loadable
 
     def write_images(self, memory: Mapping[int, Memory], bases: list[int]) -> None:
         """Initial contents of the per-inference regions that have any (patched for ``bases``)."""
@@ -120,16 +133,16 @@ class Runtime:
 
     # ---- tensors ----
     def num_input_tensors(self) -> int:
-        return len(self.loadable.inputs())
+        return len(self.loaded.inputs())
 
     def num_output_tensors(self) -> int:
-        return len(self.loadable.outputs())
+        return len(self.loaded.outputs())
 
     def input_tensor_desc(self, index: int) -> TensorDesc:
-        return self.loadable.inputs()[index]
+        return self.loaded.inputs()[index]
 
     def output_tensor_desc(self, index: int) -> TensorDesc:
-        return self.loadable.outputs()[index]
+        return self.loaded.outputs()[index]
 
     def set_input_tensor_desc(self, index: int, desc: TensorDesc) -> None:
         """Accepts a descriptor equal in shape, dtype and strides (the compiled layout is fixed)."""
@@ -174,9 +187,10 @@ class Runtime:
 
     def submit(self, wait: bool = True) -> Fence:
         """Run the model once on the bound (or runtime-allocated) memory."""
+        loadable = self.loaded
         bases = self.region_bases(self._layout())
         self.write_images(self.memory, bases)
-        commands = self.loadable.command_buffer(bases)
+        commands = loadable.command_buffer(bases)
         if self.command is None or self.command.size < len(commands):
             if self.command is not None:
                 self.device.free_mem(self.command)
@@ -197,13 +211,21 @@ class InferRequest:
 
     def __init__(self, model: "CompiledModel"):
         self.model = model
+        self._released = False
         device, loadable = model.device, model.loadable
-        self.memory = {i: device.alloc_mem(max(r.size, 1), MEM_RW) for i, r in enumerate(loadable.regions)
-                       if i not in model.runtime.weights}
-        bases = model.runtime.region_bases({i: m.address for i, m in self.memory.items()})
-        model.runtime.write_images(self.memory, bases)
-        commands = loadable.command_buffer(bases)
-        self.command = device.alloc_mem(max(len(commands), 8), MEM_READ)
+        self.memory: dict[int, Memory] = {}
+        self.command: Memory | None = None
+        try:
+            for i, region in enumerate(loadable.regions):
+                if i not in model.runtime.weights:
+                    self.memory[i] = device.alloc_mem(max(region.size, 1), MEM_RW)
+            bases = model.runtime.region_bases({i: m.address for i, m in self.memory.items()})
+            model.runtime.write_images(self.memory, bases)
+            commands = loadable.command_buffer(bases)
+            self.command = device.alloc_mem(max(len(commands), 8), MEM_READ)
+        except BaseException:
+            self._free_memory()        # e.g. ENOMEM half way: give back what was allocated
+            raise
         self.command.view[:len(commands)] = np.frombuffer(commands, np.uint8)
         self.command_size = len(commands)
         self.buffers = [*model.runtime.weights.values(), *self.memory.values()]
@@ -225,7 +247,13 @@ class InferRequest:
         return np.lib.stride_tricks.as_strided(
             memory.view[desc.offset:desc.offset + desc.nbytes].view(desc.dtype), desc.shape, desc.strides)
 
+    def _check_usable(self) -> None:
+        if self._released:
+            why = "its model was closed" if self.model.closed else "it was released"
+            raise ClosedError(f"this request of model {self.model.loadable.name!r} cannot be used: {why}")
+
     def set_inputs(self, inputs: Inputs) -> None:
+        self._check_usable()
         slots = self._inputs
         if isinstance(inputs, Mapping):
             missing = [d.name for d, _ in slots if d.name not in inputs]
@@ -254,6 +282,7 @@ class InferRequest:
 
     def outputs(self, dequantized: bool = False) -> list[np.ndarray]:
         """Copies of the outputs, in the model's own dtype (or float with ``dequantized``)."""
+        self._check_usable()
         result = []
         for desc, view in self._outputs:
             value = view.copy()
@@ -265,6 +294,7 @@ class InferRequest:
     def start(self, callback: Callable[["InferRequest", Exception | None], None] | None = None) -> None:
         """Submit the job; returns at once.  ``callback(request, error)`` runs in a
         helper thread when the job is done."""
+        self._check_usable()
         if self.fence is not None and self.fence.status is None:
             raise RuntimeError("this request is still running")
         self._started = time.perf_counter()
@@ -288,6 +318,7 @@ class InferRequest:
 
     def wait(self, timeout: float | None = None) -> None:
         """Block until the job is done (raises JobError / TimeoutError)."""
+        self._check_usable()
         if self.fence is None:
             raise RuntimeError("request not started")
         if self._waiter is not None:
@@ -300,15 +331,25 @@ class InferRequest:
 
     def infer(self, inputs: Inputs, dequantized: bool = False) -> list[np.ndarray]:
         """Run once, synchronously (one round trip to the driver)."""
-        self.set_inputs(inputs)
+        self.set_inputs(inputs)     # raises ClosedError once released
         started = time.perf_counter()
         self.fence = self.model.device.run_prepared(self._run)
         self.timing = Timing(time.perf_counter() - started, self.fence.device_time_ns)
         return self.outputs(dequantized)
 
     def release(self) -> None:
+        """Free this request's device memory; using the request afterwards raises
+        :class:`ClosedError`.  A job still running keeps its memory in the driver until
+        it ends.  Releasing twice does nothing."""
+        if self._released:
+            return
+        self._released = True
+        self.model._forget(self)
         self._inputs, self._outputs = [], []     # drop the views before the memory goes
-        for memory in [*self.memory.values(), self.command]:
+        self._free_memory()
+
+    def _free_memory(self) -> None:
+        for memory in [*self.memory.values(), *([self.command] if self.command else [])]:
             if not memory.freed:
                 self.model.device.free_mem(memory)
         self.memory.clear()
@@ -322,7 +363,9 @@ class CompiledModel:
         self.runtime = Runtime(device)
         self.runtime.load(loadable)
         self._idle: list[InferRequest] = []
+        self._requests: set[InferRequest] = set()    # every live request: idle, borrowed or the user's
         self._lock = threading.Lock()
+        self.closed = False
         self.load_info: dict = {}
 
     @property
@@ -338,18 +381,38 @@ class CompiledModel:
         """Requests to keep in flight for throughput: one per core, plus one being refilled."""
         return self.device.info()["num_cores"] + 1
 
+    def _check_open(self) -> None:
+        if self.closed:
+            raise ClosedError(f"model {self.loadable.name!r} is closed")
+
     def create_request(self) -> InferRequest:
-        return InferRequest(self)
+        """A new request with its own memory; ``close()`` frees it with the model."""
+        self._check_open()
+        request = InferRequest(self)
+        with self._lock:
+            if not self.closed:
+                self._requests.add(request)
+                return request
+        request.release()              # the model was closed meanwhile
+        raise ClosedError(f"model {self.loadable.name!r} is closed")
+
+    def _forget(self, request: InferRequest) -> None:
+        with self._lock:
+            self._requests.discard(request)
+            if request in self._idle:
+                self._idle.remove(request)
 
     def _borrow(self) -> InferRequest:
         with self._lock:
+            self._check_open()
             if self._idle:
                 return self._idle.pop()
-        return InferRequest(self)
+        return self.create_request()
 
     def _give_back(self, request: InferRequest) -> None:
         with self._lock:
-            self._idle.append(request)
+            if not self.closed and request in self._requests:
+                self._idle.append(request)
 
     def infer(self, inputs: Inputs, dequantized: bool = False) -> list[np.ndarray]:
         """Run one inference; thread-safe (each call borrows its own request)."""
@@ -372,14 +435,24 @@ class CompiledModel:
             self._give_back(request)
 
     def close(self) -> None:
-        """Free the model's device memory (weights and every request's)."""
+        """Free everything the model allocated on the device: the weights and the memory of
+        every request, those from ``create_request`` included.  Afterwards the model and its
+        requests raise :class:`ClosedError`.  Closing twice does nothing."""
         with self._lock:
-            idle, self._idle = self._idle, []
-        for request in idle:
-            request.release()
-        self.runtime.unload()
+            if self.closed:
+                return
+            self.closed = True
+            requests, self._idle = list(self._requests), []
+        errors: list[BaseException] = []
+        for free in [*(request.release for request in requests), self.runtime.unload]:
+            try:
+                free()
+            except Exception as exc:  # noqa: BLE001 - free the rest, then report the first
+                errors.append(exc)
         if self._session is not None:
             self._session.destroy()
+        if errors:
+            raise errors[0]
 
     def __enter__(self) -> "CompiledModel":
         return self
@@ -406,16 +479,22 @@ def load(model: str | os.PathLike | bytes | Loadable, device: Device | int | Non
         cache = CompileCache(cache_dir) if cache_dir else None
         loadable, cache_hit = compile_cached(model, calibration, cache=cache, **compile_options)
     timings["compile_s"] = time.perf_counter() - started
+    loadable.check_runnable()          # before opening anything
     session = None
     if not isinstance(device, Device):
         session = Session(devroot)
         device = session.open(device or 0)
     started = time.perf_counter()
-    compiled = CompiledModel(loadable, device, session)
+    try:
+        compiled = CompiledModel(loadable, device, session)
+    except BaseException:
+        if session is not None:
+            session.destroy()
+        raise
     timings["load_s"] = time.perf_counter() - started
     timings["cache_hit"] = cache_hit
     compiled.load_info = timings
     return compiled
 
 
-__all__ = ["Runtime", "CompiledModel", "InferRequest", "load", "quantize", "dequantize", "JobError"]
+__all__ = ["Runtime", "CompiledModel", "InferRequest", "ClosedError", "load", "quantize", "dequantize", "JobError"]

@@ -3,7 +3,7 @@
 The key covers the model bytes, the compile options and the loadable format version, so
 a changed model, option or format never hits a stale entry. Entries are loadable files
 under ``<cache dir>/compiled/``, written atomically; an entry that no longer parses
-(truncated, corrupted, old format) is removed and reported as a miss.
+(truncated, corrupted, old format, nothing to run) is removed and reported as a miss.
 """
 from __future__ import annotations
 
@@ -47,7 +47,9 @@ class CompileCache:
     def get(self, key: str) -> _loadable.Loadable | None:
         p = self.path(key)
         try:
-            return _loadable.Loadable.load(p)
+            found = _loadable.Loadable.load(p)
+            found.check_runnable()     # an empty model cached before empty models were refused
+            return found
         except FileNotFoundError:
             return None
         except _loadable.LoadableError:

@@ -20,7 +20,8 @@ from typing import Any, Iterator
 
 import numpy as np
 
-__all__ = ["IRError", "QuantParams", "Tensor", "Op", "Graph", "DTYPES", "ACTIVATIONS", "OP_ATTRS"]
+__all__ = ["IRError", "EmptyModelError", "require_data", "QuantParams", "Tensor", "Op", "Graph", "DTYPES",
+           "ACTIVATIONS", "OP_ATTRS"]
 
 DTYPES = ("float32", "float16", "int8", "uint8", "int16", "int32", "int64", "bool")
 ACTIVATIONS = ("NONE", "RELU", "RELU6", "RELU_N1_TO_1")
@@ -54,6 +55,16 @@ OP_ATTRS: dict[str, tuple[str, ...]] = {
 
 class IRError(ValueError):
     """The graph is malformed or an operation on it is invalid."""
+
+
+class EmptyModelError(IRError):
+    """A model with nothing to run: an empty file, or no operators or no outputs."""
+
+
+def require_data(data: bytes, name: str) -> None:
+    """Refuse an empty model file before a parser reads it as a valid empty message."""
+    if not data:
+        raise EmptyModelError(f"{name}: empty model file (0 bytes)")
 
 
 @dataclass
@@ -317,6 +328,17 @@ class Graph:
         for n in self.outputs:
             if n not in defined:
                 raise IRError(f"graph output {n!r} is never produced")
+
+    def check_runnable(self) -> None:
+        """Raise :class:`EmptyModelError` unless the graph has operators and outputs.
+
+        An empty or truncated ONNX file parses as a valid message with neither, and would
+        otherwise compile to a loadable that runs nothing and "succeeds".
+        """
+        missing = [what for what, present in (("operators", self.ops), ("outputs", self.outputs)) if not present]
+        if missing:
+            raise EmptyModelError(f"{self.name}: the model has no {' and no '.join(missing)} "
+                                  "(empty or truncated file?)")
 
     def copy(self) -> "Graph":
         """Deep copy (constant arrays included)."""

@@ -231,7 +231,11 @@ def _overlaps(a: list[tuple[int, int, int]], b: list[tuple[int, int, int]]) -> b
 
 
 def lower(graph: Graph, *, metadata: dict[str, Any] | None = None) -> Loadable:
-    """Compile an int8 graph (see :func:`frontend.check_int8`) into a loadable."""
+    """Compile an int8 graph (see :func:`frontend.check_int8`) into a loadable.
+
+    A graph with no operators or no outputs, or whose operators all lower to nothing,
+    is refused: its loadable would run no task and report success."""
+    graph.check_runnable()
     check_int8(graph)
     plan = plan_memory(graph)
     _, index = plan.descriptors(graph)
@@ -258,6 +262,8 @@ def lower(graph: Graph, *, metadata: dict[str, Any] | None = None) -> Loadable:
         touched.append((reads, writes))
         for o in op.outputs:
             producer[o] = len(tasks) - 1
+    if not tasks:
+        raise LoweringError(f"{graph.name}: no operator lowers to a chip task (all are aliased reshapes)")
     meta = dict(graph.metadata, **(metadata or {}))
     meta.update(arena_bytes=plan.arena_size, weights_bytes=plan.weights_size, macs=graph.macs())
     return plan.to_loadable(graph, tasks, {k: v for k, v in meta.items() if _jsonable(v)})

@@ -17,7 +17,7 @@ import numpy as np
 import onnx
 from onnx import numpy_helper, shape_inference
 
-from .ir import Graph, IRError, Op, Tensor, same_pads
+from .ir import Graph, IRError, Op, Tensor, require_data, same_pads
 
 __all__ = ["ONNXImportError", "import_onnx", "load_onnx"]
 
@@ -148,6 +148,7 @@ class _Importer:
         self.g.metadata["layout"] = "NHWC" if self.nhwc_io else "as ONNX (NCHW)"
         self.g.prune()
         self.g.validate()
+        self.g.check_runnable()
         return self.g
 
 
@@ -569,8 +570,11 @@ def import_onnx(model: onnx.ModelProto | bytes, name: str = "model", *, nhwc_io:
 
     ``nhwc_io``: make 4-D graph inputs/outputs NHWC (no layout transposes at the edges).
     ``batch``: value for dynamic input dimensions.
+    Raises :class:`~libnpu.compiler.ir.EmptyModelError` for an empty model or one that
+    imports with no operators or no outputs (what a truncated file parses as).
     """
     if isinstance(model, (bytes, bytearray)):
+        require_data(model, name)
         try:
             model = onnx.load_model_from_string(bytes(model))
         except Exception as exc:

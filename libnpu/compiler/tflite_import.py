@@ -14,7 +14,7 @@ from typing import Any, Callable
 import numpy as np
 import tflite
 
-from .ir import Graph, IRError, Op, QuantParams, Tensor, same_pads
+from .ir import Graph, IRError, Op, QuantParams, Tensor, require_data, same_pads
 
 __all__ = ["TFLiteImportError", "UnsupportedOpError", "import_tflite", "load_tflite"]
 
@@ -49,9 +49,10 @@ def builtin_code(model: Any, opcode_index: int) -> int:
 
 class _Importer:
     def __init__(self, buf: bytes, name: str) -> None:
+        require_data(buf, name)
+        if len(buf) < 8 or buf[4:8] != b"TFL3":
+            raise TFLiteImportError(f"{name}: not a TFLite flatbuffer (no TFL3 identifier)")
         try:
-            if len(buf) < 8 or buf[4:8] != b"TFL3":
-                raise TFLiteImportError(f"{name}: not a TFLite flatbuffer (no TFL3 identifier)")
             self.model = tflite.Model.GetRootAsModel(buf, 0)
         except (IndexError, ValueError) as exc:
             raise TFLiteImportError(f"{name}: unreadable flatbuffer: {exc}") from exc
@@ -132,7 +133,20 @@ class _Importer:
             g.metadata["description"] = desc.decode(errors="replace")
         g.prune()
         g.validate()
+        g.check_runnable()
+        self.touch_buffers()
         return g
+
+    def touch_buffers(self) -> None:
+        """Read every buffer table, the unused ones too.
+
+        Flatbuffers are read lazily and written back to front: the last bytes of a file
+        hold the first buffers, including buffer 0 that no tensor reads, so a file cut
+        short there imports without error unless something reads them.
+        """
+        for i in range(self.model.BuffersLength()):
+            b = self.model.Buffers(i)
+            b.DataLength(), b.Offset(), b.Size()
 
     def fold(self, opname: str, ins: list[int], outs: list[int], table: Any, where: str) -> bool:
         """Evaluate integer shape arithmetic (SHAPE -> STRIDED_SLICE -> PACK -> RESHAPE's

@@ -1,6 +1,7 @@
 import pytest
 
 from libnpu.compiler.cache import CompileCache, cache_key
+from libnpu.compiler.lower import lower
 from libnpu.compiler.memplan import plan_memory
 from libnpu.compiler.tflite_import import import_tflite
 
@@ -12,8 +13,7 @@ def test_get_or_compile_hits_after_first_compile(resnet8_path, tmp_path):
 
     def compile_fn():
         calls.append(1)
-        g = import_tflite(data, "resnet8")
-        return plan_memory(g).to_loadable(g, [], {"options": "default"})
+        return lower(import_tflite(data, "resnet8"), metadata={"options": "default"})
 
     first, hit1 = cache.get_or_compile(data, {"io": "int8"}, compile_fn)
     second, hit2 = cache.get_or_compile(data, {"io": "int8"}, compile_fn)
@@ -36,6 +36,8 @@ def test_damaged_entry_is_a_miss_and_removed(resnet8_path, tmp_path):
     raw[len(raw) // 2] ^= 0x55
     path.write_bytes(bytes(raw))
     assert cache.get(key) is None and not path.exists()
+    cache.put(key, plan_memory(g).to_loadable(g, []))      # no tasks: cached before such models were refused
+    assert cache.get(key) is None and not cache.path(key).exists()
     with pytest.raises(ValueError, match="bad cache key"):
         cache.get("../../etc/passwd")
 

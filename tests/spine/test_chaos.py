@@ -1,0 +1,47 @@
+"""The chaos test of issue 11, CI-sized: clients mixing DMA jobs, inferences, async jobs and
+allocations while clients, chip cores or the chip's main process are SIGKILLed at random.
+
+Every operation must end, with success or an errno, before a generous bound (job timeout
++ 15 s); no successful job may return wrong data; the daemon never exits; afterwards
+nothing leaks (device memory, contexts, the daemon's fds and RSS, /dev/shm files,
+processes).  One run per kind of kill, so a failure says which kind broke it, and one with
+all of them.  The same implementation runs for ten minutes as ``python -m benchmarks.soak``.
+"""
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from benchmarks import fuzz_frames
+from benchmarks.chaos import ChaosConfig, run_chaos
+from benchmarks.scratch_device import ScratchDevice
+
+pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="mounting the FUSE device needs root")
+
+SECONDS = 10
+
+
+@pytest.fixture
+def scratch_device():
+    device = ScratchDevice(watchdog_ms=2000).start()
+    yield device
+    left = device.stop()
+    assert not left, left
+
+
+@pytest.mark.parametrize("kills", ["client", "chip", "core", "client,core,chip"])
+def test_jobs_end_and_nothing_leaks_while_processes_are_killed(scratch_device, kills):
+    kinds = tuple(kills.split(","))
+    report = run_chaos(scratch_device, ChaosConfig(seconds=SECONDS, kills=kinds, seed=len(kills)))
+    print(report.summary())
+    assert not report.problems(), report.summary()
+    assert sum(report.kills.values()) >= 3, report.summary()
+    assert report.operations > 100, report.summary()
+
+
+def test_random_frames_get_documented_errnos_and_leak_nothing():
+    """A few thousand frames of ``benchmarks.fuzz_frames`` (a million in the acceptance run)."""
+    result = fuzz_frames.run(3000, 2, "nobody", reply_timeout=30.0, log=lambda *_: None)
+    assert result["frames"] == 3000 and not result["daemon_exits"], result
+    assert not result["problems"], result
