@@ -23,7 +23,8 @@ from typing import Awaitable, Callable
 
 import pyfuse3
 
-from kmd_fuse import fdinfo, paths, uapi
+from kmd_fuse import fdinfo, paths, recovery, uapi
+from kmd_fuse import info as info_facts
 from kmd_fuse.context import Context
 from kmd_fuse.device import Device
 from kmd_fuse.errors import KmdError
@@ -61,11 +62,6 @@ def client_id(name: bytes) -> int | None:
     return value if CLIENT_INODE_BASE + value < FH_BASE else None
 
 
-def abi_string(version: int) -> str:
-    """NPU_ABI_VERSION (major << 16 | minor) as 'major.minor'."""
-    return f"{version >> 16}.{version & 0xffff}"
-
-
 class AttributeTree:
     """The files of <sysroot>/class/npu/npuN (see the module doc)."""
 
@@ -85,7 +81,7 @@ class AttributeTree:
     # ---- rendering ----
     def _info(self):
         info = uapi.new_payload(uapi.NPU_CMD_GET_INFO)
-        self.device.fill_info(_NoContext, info)
+        info_facts.fill_info(self.device, _NoContext, info)
         return info
 
     def render_attr(self, name: str) -> str:
@@ -98,7 +94,7 @@ class AttributeTree:
         info = self._info()
         values = {
             "model": uapi.c_string(info.model),
-            "abi_version": abi_string(info.abi_version),
+            "abi_version": uapi.abi_string(info.abi_version),
             "cores": info.num_cores,
             "clock_mhz": info.clock_mhz,
             "memory_total_bytes": info.memory_total,
@@ -113,7 +109,7 @@ class AttributeTree:
     def client_stats(self, ctx: Context) -> fdinfo.ClientStats:
         """A context's usage stats, from the counters GET_STATS reports."""
         st = uapi.new_payload(uapi.NPU_CMD_GET_STATS)
-        self.device.fill_stats(ctx, st)
+        info_facts.fill_stats(self.device, ctx, st)
         return fdinfo.ClientStats(
             driver=DRIVER_NAME, client_id=ctx.context_id, pid=ctx.pid, comm=ctx.comm,
             pdev=f"platform:npu-emu.{self.device.index}",
@@ -209,7 +205,7 @@ class AttributeTree:
             if value != b"1":
                 raise pyfuse3.FUSEError(errno.EINVAL)
             try:
-                await self.device.reset("requested through sysfs")
+                await recovery.reset(self.device, "requested through sysfs")
             except KmdError as exc:
                 raise pyfuse3.FUSEError(exc.errno) from None
         elif name == "uevent":
