@@ -23,11 +23,12 @@ from typing import Awaitable, Callable
 
 import pyfuse3
 
-from kmd_fuse import fdinfo, paths, recovery, uapi
+from kmd_fuse import paths, recovery, uapi
 from kmd_fuse import info as info_facts
 from kmd_fuse.context import Context
 from kmd_fuse.device import Device
 from kmd_fuse.errors import KmdError
+from kmd_fuse.uapi import usage_stats
 
 DRIVER_NAME = "npu_emu"
 DIR_INODE = pyfuse3.ROOT_INODE + 2        # the device directory (ROOT + 1 is the node)
@@ -106,11 +107,11 @@ class AttributeTree:
         }
         return f"{values[name]}\n"
 
-    def client_stats(self, ctx: Context) -> fdinfo.ClientStats:
+    def client_stats(self, ctx: Context) -> usage_stats.ClientStats:
         """A context's usage stats, from the counters GET_STATS reports."""
         st = uapi.new_payload(uapi.NPU_CMD_GET_STATS)
         info_facts.fill_stats(self.device, ctx, st)
-        return fdinfo.ClientStats(
+        return usage_stats.ClientStats(
             driver=DRIVER_NAME, client_id=ctx.context_id, pid=ctx.pid, comm=ctx.comm,
             pdev=f"platform:npu-emu.{self.device.index}",
             engines={"npu": st.busy_time_ns}, engine_capacity={"npu": self.device.hw.num_cores},
@@ -126,7 +127,7 @@ class AttributeTree:
             ctx = self.device.contexts.get(inode - CLIENT_INODE_BASE)
             if ctx is None:
                 return b""   # closed while open: reads see an empty file, like a removed sysfs attr
-            return fdinfo.render(self.client_stats(ctx)).encode()
+            return usage_stats.render(self.client_stats(ctx)).encode()
         return self.render_attr(self.names[inode]).encode()
 
     # ---- FUSE side ----

@@ -30,7 +30,7 @@ import numpy as np
 
 from firmware_sim.spec import tasks as task_spec
 from kmd_fuse import uapi
-from kmd_fuse.uapi import NpuError
+from kmd_fuse.uapi import NpuError, sysfs_layout
 from libnpu.transport import BufferSocket, DeviceFile
 
 log = logging.getLogger("libnpu")
@@ -49,7 +49,8 @@ class JobError(NpuError):
 
 
 def default_devroot() -> Path:
-    return Path(os.environ.get("NPU_DEVROOT") or "/dev")
+    """$NPU_DEVROOT, else /dev (the driver's rule: kmd_fuse.uapi.sysfs_layout)."""
+    return sysfs_layout.devroot()
 
 
 def debug_print(fmt: str, *args) -> None:
