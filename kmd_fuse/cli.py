@@ -12,12 +12,13 @@ import sys
 import time
 from pathlib import Path
 
-from kmd_fuse import hotplug, paths, pidfile, uapi
+from kmd_fuse import paths, pidfile, uapi
+from kmd_fuse.udev import hotplug
 from kmd_fuse.limits import Limits
 from kmd_fuse.uapi.sysfs_layout import recorded_sysroot
-from kmd_fuse.udev_rules import UdevRulesError, load_rules
-from kmd_fuse.udevadm import print_events
-from kmd_fuse.uevent import Uevent, UeventError, UeventLog
+from kmd_fuse.udev.rules import UdevRulesError, load_rules
+from kmd_fuse.udev.udevadm import print_events
+from kmd_fuse.udev.uevent import Uevent, UeventError, UeventLog
 
 START_TIMEOUT_S = 60.0
 
