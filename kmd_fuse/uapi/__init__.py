@@ -1,8 +1,10 @@
 """The user/kernel ABI of the NPU driver, read from ``npu_uapi.h`` with cffi.
 
-This module is the only part of ``kmd_fuse`` that user space (libnpu) may
-import.  It exposes the header's structs through ``ffi``, its constants as
-module attributes, and the frame helpers both sides use.
+This package is the only part of ``kmd_fuse`` that user space (libnpu) may
+import: the ABI here (the header's structs through ``ffi``, its constants as module
+attributes, its commands and parameters as read from the header, the frame helpers
+both sides use), the sysfs layout (``sysfs_layout``) and the usage-stats format
+(``usage_stats``).  It imports nothing else of the driver.
 """
 from __future__ import annotations
 
