@@ -6,6 +6,7 @@ version and today's are taken and answered at the client's size; new device fact
 come from GET_PARAM by id.
 """
 import errno
+import hashlib
 import os
 import re
 import struct
@@ -66,6 +67,10 @@ def raw(npu):
     client = RawClient(npu.node)
     yield client
     client.close()
+
+
+def test_the_frozen_header_is_the_one_abi_2_0_shipped():
+    assert hashlib.sha256(V2_HEADER.read_bytes()).hexdigest() == "2156bfa57574b30935f87f700c8b936b216bbdcf729c7581e5be339d71ebcd4d"
 
 
 def test_v2_structs_are_prefixes_of_todays():
