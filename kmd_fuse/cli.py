@@ -12,11 +12,13 @@ import sys
 import time
 from pathlib import Path
 
-from kmd_fuse import hotplug, paths, pidfile, uapi
+from kmd_fuse import paths, pidfile, uapi
+from kmd_fuse.udev import hotplug
 from kmd_fuse.limits import Limits
-from kmd_fuse.udev_rules import UdevRulesError, load_rules
-from kmd_fuse.udevadm import print_events
-from kmd_fuse.uevent import Uevent, UeventError, UeventLog
+from kmd_fuse.uapi.sysfs_layout import recorded_sysroot
+from kmd_fuse.udev.rules import UdevRulesError, load_rules
+from kmd_fuse.udev.udevadm import print_events
+from kmd_fuse.udev.uevent import Uevent, UeventError, UeventLog
 
 START_TIMEOUT_S = 60.0
 
@@ -68,12 +70,7 @@ def job_timeout_seconds(text: str) -> float:
 
 def sysroot_of(root: Path, value: str | None = None) -> Path:
     """The sysroot a devroot's daemons serve: argument, else what `start` recorded, else the default."""
-    if not value:
-        try:
-            value = (root / paths.SYSROOT_MARKER).read_text().strip() or None
-        except OSError:
-            pass
-    return paths.sysroot(root, value)
+    return paths.sysroot(root, value or recorded_sysroot(root))
 
 
 def start(args) -> int:

@@ -8,7 +8,8 @@ from dataclasses import dataclass, field
 import trio
 
 from kmd_fuse.errors import KmdError
-from kmd_fuse.memory import AddressSpace, BufferObject
+from kmd_fuse.buffer import BufferObject
+from kmd_fuse.mmu import AddressSpace
 
 RESULTS_KEPT = 1 << 16   # signalled fences whose status a context remembers
 MAX_OUTSTANDING = 64     # requests one open file may have in flight (EBUSY beyond)
@@ -28,15 +29,14 @@ class Job:
     core: int = -1
     status: int | None = None  # None while pending, then 0 or -errno
     device_time_ns: int = 0
-    sync_reply: tuple | None = None   # (seq, payload) of a NPU_SUBMIT_WAIT request
+    sync_reply: object | None = None  # the NPU_SUBMIT_WAIT request (requests.Request) to answer when done
 
 
 @dataclass(eq=False)
 class Waiter:
     """A WAIT request whose reply is deferred until its fences signal or it times out."""
 
-    seq: int
-    payload: object            # cffi struct npu_wait *
+    request: object            # the WAIT (requests.Request), answered with request.reply()
     cancel: trio.CancelScope | None = None
 
 

@@ -19,15 +19,16 @@ from pathlib import Path
 import pyfuse3
 import trio
 
-from kmd_fuse import paths, pidfile
+from kmd_fuse import irq, paths, pidfile
 from kmd_fuse.cli import job_timeout_seconds
 from kmd_fuse.device import Device
 from kmd_fuse.fuse_ops import DeviceFs
 from kmd_fuse.handover import HandoverServer, check_socket_path
-from kmd_fuse.hotplug import Presence
+from kmd_fuse.udev.hotplug import Presence
 from kmd_fuse.hw import ChipConfig
 from kmd_fuse.limits import Limits
 from kmd_fuse.sysfs import AttributeTree
+from kmd_fuse.tasks import BackgroundTasks
 
 log = logging.getLogger("kmd_fuse.daemon")
 
@@ -65,7 +66,8 @@ def raise_fd_limit() -> int:
 async def serve(device: Device, presence: Presence, ready_file: Path, handover: HandoverServer) -> None:
     with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
         async with trio.open_nursery() as nursery:
-            await nursery.start(device.run)
+            await nursery.start(device.tasks.run)
+            await nursery.start(irq.run, device)
             await nursery.start(handover.run)     # before any request: MEM_MAP names its socket
             nursery.start_soon(pyfuse3.main)
             await nursery.start(presence.run)
@@ -121,7 +123,8 @@ def main(argv: list[str] | None = None) -> int:
                                max_job_timeout_ms=round(args.max_job_timeout * 1000)),
                     Limits(max_contexts_per_user=args.max_contexts_per_user, root_contexts=args.root_contexts,
                            max_memory_per_user=args.max_memory_per_user,
-                           max_buffers_per_user=args.max_buffers_per_user))
+                           max_buffers_per_user=args.max_buffers_per_user),
+                    tasks=BackgroundTasks())
     device.power_on()
     # default_permissions (in pyfuse3.default_options) + allow_other: the kernel enforces
     # the node's mode/owner/group for every user, as udev's rules set them. The source name

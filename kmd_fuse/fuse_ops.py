@@ -17,12 +17,13 @@ import time
 import pyfuse3
 import trio
 
-from kmd_fuse import sysfs
+from kmd_fuse import jobs, sysfs
 from kmd_fuse.context import MAX_OUTSTANDING
 from kmd_fuse.device import Device
 from kmd_fuse.errors import KmdError
 from kmd_fuse.paths import NPU_MAJOR
-from kmd_fuse.requests import FrameError, handle_write
+from kmd_fuse.ioctls import handle_write
+from kmd_fuse.requests import FrameError
 
 log = logging.getLogger("kmd_fuse.fuse")
 
@@ -173,9 +174,9 @@ class DeviceFs(pyfuse3.Operations):
         if not ctx.outstanding:
             raise pyfuse3.FUSEError(errno.ENOMSG)   # no request outstanding
         if not ctx.replies:
-            self.device.service_completions()    # the job may be done before its interrupt is handled
+            jobs.service_completions(self.device)    # the job may be done before its interrupt is handled
         if not ctx.replies:
-            await self.device.poll_for_reply(ctx)   # a short job: poll for it rather than sleep
+            await jobs.poll_for_reply(self.device, ctx)   # a short job: poll for it rather than sleep
         if not ctx.replies:
             with trio.move_on_after(READ_WAIT_S):
                 await ctx.reply_ready.wait()

@@ -42,7 +42,8 @@ from kmd_fuse import uapi
 from kmd_fuse.errors import KmdError
 
 if TYPE_CHECKING:
-    from kmd_fuse.memory import AddressSpace, BufferObject
+    from kmd_fuse.buffer import BufferObject
+    from kmd_fuse.mmu import AddressSpace
 
 log = logging.getLogger("kmd_fuse.handover")
 

@@ -17,9 +17,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
-
-from firmware_sim.spec import iommu, memory, regs, ring
+from firmware_sim.spec import memory, regs, ring
 from firmware_sim.spec.memory import map_file
 
 log = logging.getLogger("kmd_fuse.hw")
@@ -241,23 +239,3 @@ class Hardware:
         self._busy_reported = max(self._busy_reported, total)
         return self._busy_reported
 
-
-class PageTable:
-    """One context's IOMMU page table, in memory the chip reads."""
-
-    def __init__(self, bus: Path, asid: int):
-        self.path = memory.page_table_path(bus, asid)
-        _create_file(self.path, iommu.PT_ENTRIES * iommu.PTE_DTYPE.itemsize)
-        self.entries = np.memmap(self.path, dtype=iommu.PTE_DTYPE, mode="r+", shape=(iommu.PT_ENTRIES,))
-
-    def map(self, iova: int, bo_id: int, npages: int, readable: bool, writable: bool) -> None:
-        first = (iova - iommu.IOVA_BASE) >> iommu.PAGE_SHIFT
-        self.entries[first:first + npages] = iommu.make_ptes(bo_id, 0, npages, readable, writable)
-
-    def unmap(self, iova: int, npages: int) -> None:
-        first = (iova - iommu.IOVA_BASE) >> iommu.PAGE_SHIFT
-        self.entries[first:first + npages] = 0
-
-    def destroy(self) -> None:
-        del self.entries
-        self.path.unlink(missing_ok=True)

@@ -10,7 +10,7 @@ Clients receive it on the hand-over socket (``handover.py``); the chip opens
 the daemon's own user follow (``firmware_sim.spec.memory.open_bo``).
 
 A buffer is reachable by the chip only through the page-table entries of the
-context that owns it.  Allocation and release cost O(log n) in the buffers held.
+context that owns it (``mmu.py``).  Allocation and release cost O(log n) in the buffers held.
 """
 from __future__ import annotations
 
@@ -21,16 +21,15 @@ import itertools
 import logging
 import os
 import resource
-from dataclasses import dataclass, field
 from pathlib import Path
-
-from sortedcontainers import SortedDict, SortedList
 
 from firmware_sim.spec import iommu, memory
 
+from kmd_fuse.buffer import BufferObject
 from kmd_fuse.errors import KmdError
 from kmd_fuse.handover import Grants
-from kmd_fuse.hw import PageTable
+from kmd_fuse.mmu import AddressSpace, AddressSpaces
+from kmd_fuse.mmu import IovaAllocator  # noqa: F401  (its old home: benchmarks/bench_alloc.py imports it from here)
 
 log = logging.getLogger("kmd_fuse.memory")
 
@@ -50,80 +49,6 @@ def punch_hole(fd: int, size: int) -> None:
         raise OSError(err, os.strerror(err))
 
 
-class IovaAllocator:
-    """Best-fit allocator of page ranges in one context's IOVA space, O(log n) per call.
-
-    Free ranges are indexed twice: by first page (to merge a freed range with its
-    neighbours) and by (size, first page) (to find the smallest range that fits,
-    lowest address first among equals)."""
-
-    def __init__(self, pages: int = iommu.PT_ENTRIES):
-        self._by_start: SortedDict = SortedDict()    # first page -> count
-        self._by_size: SortedList = SortedList()     # (count, first page)
-        self._add(0, pages)
-
-    def _add(self, start: int, count: int) -> None:
-        self._by_start[start] = count
-        self._by_size.add((count, start))
-
-    def _remove(self, start: int) -> int:
-        count = self._by_start.pop(start)
-        self._by_size.remove((count, start))
-        return count
-
-    def alloc(self, npages: int) -> int:
-        i = self._by_size.bisect_left((npages, -1))
-        if i == len(self._by_size):
-            raise KmdError(errno.ENOMEM, "IOVA space of the context exhausted")
-        count, start = self._by_size[i]
-        self._remove(start)
-        if count > npages:
-            self._add(start + npages, count - npages)
-        return iommu.IOVA_BASE + (start << iommu.PAGE_SHIFT)
-
-    def free(self, iova: int, npages: int) -> None:
-        start = (iova - iommu.IOVA_BASE) >> iommu.PAGE_SHIFT
-        before = self._by_start.bisect_left(start) - 1
-        if before >= 0:
-            prev_start, prev_count = self._by_start.peekitem(before)
-            if prev_start + prev_count == start:
-                start, npages = prev_start, npages + self._remove(prev_start)
-        if start + npages in self._by_start:
-            npages += self._remove(start + npages)
-        self._add(start, npages)
-
-
-@dataclass(eq=False)
-class BufferObject:
-    """One allocation: a sealed memfd (held by the daemon) mapped into one context's IOVA space."""
-
-    bo_id: int
-    handle: int
-    size: int
-    iova: int
-    fd: int                   # the daemon's descriptor of the memfd
-    link: Path                # bus/bo<id>, the chip's way to it
-    flags: int
-    users: int = 0            # jobs in flight that reference it
-    freed: bool = False       # handle gone; backing released when users drops to 0
-
-    @property
-    def npages(self) -> int:
-        return self.size >> iommu.PAGE_SHIFT
-
-    def contains(self, iova: int, length: int) -> bool:
-        return self.iova <= iova and iova + length <= self.iova + self.size
-
-
-@dataclass(eq=False)
-class AddressSpace:
-    """A context's IOMMU domain: ASID, page table, IOVA allocator."""
-
-    asid: int
-    table: PageTable
-    iova: IovaAllocator = field(default_factory=IovaAllocator)
-
-
 class DeviceMemory:
     """The device's fixed memory, shared by every context, and the tokens that hand it out."""
 
@@ -133,19 +58,15 @@ class DeviceMemory:
         self.buffers = 0          # backings held (freed buffers still used by a job included)
         self.max_buffers = max(0, resource.getrlimit(resource.RLIMIT_NOFILE)[0] - FDS_RESERVED)
         self._bo_ids = itertools.count(1)
-        self._free_asids = list(range(iommu.MAX_ASIDS - 1, 0, -1))
+        self.spaces = AddressSpaces(bus)
 
     # ---- address spaces ----
     def create_space(self) -> AddressSpace:
-        if not self._free_asids:
-            raise KmdError(errno.EMFILE, "no free address-space id (too many open contexts)")
-        asid = self._free_asids.pop()
-        return AddressSpace(asid, PageTable(self.bus, asid))
+        return self.spaces.create()
 
     def destroy_space(self, space: AddressSpace) -> None:
         self.grants.forget_space(space)
-        space.table.destroy()
-        self._free_asids.append(space.asid)
+        self.spaces.destroy(space)
 
     # ---- buffers ----
     def allocate(self, space: AddressSpace, handle: int, size: int, flags: int) -> BufferObject:

@@ -16,28 +16,19 @@ import re
 import stat
 from pathlib import Path
 
-DEFAULT_DEVROOT = "/dev"
-SYSROOT_FOR_DEV = Path("/run/npu-emu/sys")   # the real /sys is the kernel's: never mount into it
-SYSROOT_MARKER = ".npu-sysroot"              # in the devroot: the sysroot its daemons serve (for tools)
+from kmd_fuse.uapi.sysfs_layout import SYSROOT_MARKER, SUBSYSTEM, class_dir, sysroot_rule  # noqa: F401 (SYSROOT_MARKER: for npu-kmd)
+from kmd_fuse.uapi.sysfs_layout import devroot as _devroot
+
 NPU_MAJOR = 261      # like the accel subsystem's major
-SUBSYSTEM = "npu"
 SHM_ROOT = Path(os.environ.get("NPU_SHM_ROOT", "/dev/shm/npu-emu"))
 
 
 def devroot(value: str | os.PathLike | None = None) -> Path:
-    """The directory holding the nodes: argument, else $NPU_DEVROOT, else /dev."""
-    return Path(value or os.environ.get("NPU_DEVROOT") or DEFAULT_DEVROOT).resolve()
+    """The directory holding the nodes, resolved (the rule: uapi.sysfs_layout.devroot)."""
+    return _devroot(value).resolve()
 
 
-def sysroot(root: Path, value: str | os.PathLike | None = None) -> Path:
-    """The attribute tree's root for a devroot: argument, else $NPU_SYSROOT, else
-    /run/npu-emu/sys for /dev, `<parent>/sys` for another devroot named `dev`, and
-    `<parent>/<name>.sys` for any other name (sibling devroots never share a tree)."""
-    if value or os.environ.get("NPU_SYSROOT"):
-        return Path(value or os.environ["NPU_SYSROOT"]).resolve()
-    if root == Path(DEFAULT_DEVROOT):
-        return SYSROOT_FOR_DEV
-    return root.parent / ("sys" if root.name == "dev" else f"{root.name}.sys")
+sysroot = sysroot_rule   # the attribute tree's root for a devroot (uapi.sysfs_layout has the rule)
 
 
 def node_path(root: Path, index: int) -> Path:
@@ -46,7 +37,7 @@ def node_path(root: Path, index: int) -> Path:
 
 def device_dir(sys_root: Path, index: int) -> Path:
     """Where a device's attribute tree is mounted: <sysroot>/class/npu/npuN."""
-    return sys_root / "class" / SUBSYSTEM / f"npu{index}"
+    return Path(class_dir(sys_root)) / f"npu{index}"
 
 
 def devpath(index: int) -> str:

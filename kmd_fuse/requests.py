@@ -1,30 +1,48 @@
-"""Request frames: parse, validate, dispatch to the device, build replies.
+"""Request frames: check a frame, read its payload as the client's version of the struct.
 
 Frame-level faults (short frame, bad magic, nonzero reserved fields, more than
 MAX_OUTSTANDING requests in flight) fail the write() itself with an errno, since
-there is no trustworthy request to answer (or no room to queue one).  Everything past a valid header gets
-a reply frame whose result is 0 or -errno: unknown command -> ENOTTY, payload of
-the wrong size -> EINVAL, unknown handle -> ENOENT, and so on.
+there is no trustworthy request to answer (or no room to queue one).  Everything
+past a valid header gets a reply frame (``ioctls.py`` dispatches it).
+
+Payload sizes follow drm_ioctl (docs/abi.md, "Growing the ABI"): the command number
+says how large the client's struct is; anything from the command's first version up
+to today's is taken, zero-extended, and answered with as many bytes as were sent.
 """
 from __future__ import annotations
 
 import errno
-import logging
+from dataclasses import dataclass
 
 from kmd_fuse import uapi
 from kmd_fuse.context import MAX_OUTSTANDING, Context
-from kmd_fuse.device import Device
 from kmd_fuse.errors import KmdError
-
-log = logging.getLogger("kmd_fuse.requests")
 
 
 class FrameError(OSError):
     """The write() itself fails with this errno."""
 
 
-def handle_write(device: Device, ctx: Context, frame: bytes) -> None:
-    """Accept one request frame; its reply becomes readable now or later."""
+@dataclass(eq=False)
+class Request:
+    """One accepted request: what the client sent, and its payload in today's layout."""
+
+    command: uapi.Command
+    cmd: int            # the number as the client sent it: replies echo it
+    seq: int
+    size: int           # payload bytes the client sent: replies carry as many
+    payload: object     # cffi struct of today's layout, zero-extended
+
+    def reply(self, result: int = 0) -> bytes:
+        """The reply frame, payload cut (or zero-extended) to the client's struct size."""
+        body = uapi.ffi.buffer(self.payload)[:self.size]
+        if len(body) < self.size:
+            body += bytes(self.size - len(body))
+        return uapi.pack_frame_body(self.cmd, self.seq, body, result)
+
+
+def check_header(ctx: Context, frame: bytes) -> tuple[int, int, int]:
+    """(cmd, seq, payload size) of a frame whose header is sound; FrameError otherwise."""
     if ctx.outstanding >= MAX_OUTSTANDING:
         raise FrameError(errno.EBUSY, f"{MAX_OUTSTANDING} requests outstanding: read replies first")
     if len(frame) < uapi.HDR_SIZE:
@@ -37,60 +55,32 @@ def handle_write(device: Device, ctx: Context, frame: bytes) -> None:
     if size != len(frame) - uapi.HDR_SIZE:
         raise FrameError(errno.EINVAL, f"header says {size} payload bytes, frame has "
                                        f"{len(frame) - uapi.HDR_SIZE}")
-    ctx.outstanding += 1
-    try:
-        command = uapi.COMMANDS.get(cmd)
-        if command is None:
-            raise KmdError(errno.ENOTTY, f"unknown command {cmd:#x}")
-        if size != command.payload_size:
-            raise KmdError(errno.EINVAL, f"{command.name} payload is {size} bytes, expected "
-                                         f"{command.payload_size}")
-        payload = uapi.unpack_payload(cmd, frame, uapi.HDR_SIZE)
-        if _dispatch(device, ctx, command.name, seq, payload):
-            ctx.set_reply(uapi.pack_frame(cmd, seq, payload))
-    except KmdError as exc:
-        log.info("context %d: %s", ctx.context_id, exc.strerror)
-        ctx.set_reply(uapi.pack_frame(cmd, seq, result=-exc.errno))
+    return cmd, seq, size
 
 
-def _dispatch(device: Device, ctx: Context, name: str, seq: int, req) -> bool:
-    """Run a request; True when its reply (``req``) is complete now."""
-    if name == "SUBMIT":                        # the hot path first
-        job = device.submit(ctx, req, seq)
-        req.fence = job.fence
-        return job.sync_reply is None
-    if name == "GET_INFO":
-        device.fill_info(ctx, req)
-    elif name == "MEM_ALLOC":
-        bo = device.alloc(ctx, req.size, req.flags)
-        req.handle, req.iova, req.alloc_size = bo.handle, bo.iova, bo.size
-    elif name == "MEM_MAP":
-        bo = device.lookup(ctx, req.handle)
-        req.size, req.offset = bo.size, 0
-        req.token = device.memory.grants.issue(ctx.space, ctx.uid, bo)
-        req.socket_path = device.memory.grants.socket_path
-    elif name == "MEM_FREE":
-        device.free(ctx, req.handle)
-    elif name == "WAIT":
-        return device.wait(ctx, seq, req)
-    elif name == "GET_STATS":
-        device.fill_stats(ctx, req)
-    elif name == "RESET":
-        if ctx.uid != 0:
-            raise KmdError(errno.EPERM, "RESET is for root only")
-        if req.flags:
-            raise KmdError(errno.EINVAL, f"unknown RESET flags {req.flags:#x}")
-        device.spawn(_reset_then_reply, device, ctx, seq, req)
-        return False
-    return True
-
-
-async def _reset_then_reply(device: Device, ctx: Context, seq: int, req) -> None:
-    result = 0
-    try:
-        await device.reset(f"requested by pid {ctx.pid}")
-    except KmdError as exc:
-        result = -exc.errno
-    req.reset_count = device.reset_count
-    if not ctx.closed:
-        ctx.set_reply(uapi.pack_frame(uapi.NPU_CMD_RESET, seq, req, result=result))
+def read_request(cmd: int, seq: int, frame: bytes) -> Request:
+    """The request a sound frame carries; KmdError (answered in a reply frame) if it is not one."""
+    command, announced = uapi.match_command(cmd)
+    if command is None:
+        raise KmdError(errno.ENOTTY, f"unknown command {cmd:#x}")
+    body = frame[uapi.HDR_SIZE:]
+    if len(body) != announced:
+        raise KmdError(errno.EINVAL, f"{command.name}: command number {cmd:#x} announces {announced} "
+                                     f"payload bytes, the frame carries {len(body)}")
+    if len(body) < command.min_size:
+        raise KmdError(errno.EINVAL, f"{command.name} payload is {len(body)} bytes, at least "
+                                     f"{command.min_size} expected")
+    current = command.payload_size
+    if len(body) > current:
+        if any(body[current:]):
+            raise KmdError(errno.E2BIG, f"{command.name}: bytes past the {current} this driver knows are "
+                                        "not zero (a newer client using a field this driver lacks)")
+        body = body[:current]
+    else:
+        body = body + bytes(current - len(body))
+    for offset, length in command.reserved_ranges:
+        if any(body[offset:offset + length]):
+            raise KmdError(errno.EINVAL, f"{command.name}: reserved or pad bytes at offset {offset} must be 0")
+    payload = uapi.new_payload(command.number)
+    uapi.ffi.memmove(payload, body, current)
+    return Request(command, cmd, seq, len(frame) - uapi.HDR_SIZE, payload)

@@ -23,10 +23,12 @@ from typing import Awaitable, Callable
 
 import pyfuse3
 
-from kmd_fuse import fdinfo, paths, uapi
+from kmd_fuse import paths, recovery, uapi
+from kmd_fuse import info as info_facts
 from kmd_fuse.context import Context
 from kmd_fuse.device import Device
 from kmd_fuse.errors import KmdError
+from kmd_fuse.uapi import usage_stats
 
 DRIVER_NAME = "npu_emu"
 DIR_INODE = pyfuse3.ROOT_INODE + 2        # the device directory (ROOT + 1 is the node)
@@ -61,11 +63,6 @@ def client_id(name: bytes) -> int | None:
     return value if CLIENT_INODE_BASE + value < FH_BASE else None
 
 
-def abi_string(version: int) -> str:
-    """NPU_ABI_VERSION (major << 16 | minor) as 'major.minor'."""
-    return f"{version >> 16}.{version & 0xffff}"
-
-
 class AttributeTree:
     """The files of <sysroot>/class/npu/npuN (see the module doc)."""
 
@@ -85,7 +82,7 @@ class AttributeTree:
     # ---- rendering ----
     def _info(self):
         info = uapi.new_payload(uapi.NPU_CMD_GET_INFO)
-        self.device.fill_info(_NoContext, info)
+        info_facts.fill_info(self.device, _NoContext, info)
         return info
 
     def render_attr(self, name: str) -> str:
@@ -98,7 +95,7 @@ class AttributeTree:
         info = self._info()
         values = {
             "model": uapi.c_string(info.model),
-            "abi_version": abi_string(info.abi_version),
+            "abi_version": uapi.abi_string(info.abi_version),
             "cores": info.num_cores,
             "clock_mhz": info.clock_mhz,
             "memory_total_bytes": info.memory_total,
@@ -110,11 +107,11 @@ class AttributeTree:
         }
         return f"{values[name]}\n"
 
-    def client_stats(self, ctx: Context) -> fdinfo.ClientStats:
+    def client_stats(self, ctx: Context) -> usage_stats.ClientStats:
         """A context's usage stats, from the counters GET_STATS reports."""
         st = uapi.new_payload(uapi.NPU_CMD_GET_STATS)
-        self.device.fill_stats(ctx, st)
-        return fdinfo.ClientStats(
+        info_facts.fill_stats(self.device, ctx, st)
+        return usage_stats.ClientStats(
             driver=DRIVER_NAME, client_id=ctx.context_id, pid=ctx.pid, comm=ctx.comm,
             pdev=f"platform:npu-emu.{self.device.index}",
             engines={"npu": st.busy_time_ns}, engine_capacity={"npu": self.device.hw.num_cores},
@@ -130,7 +127,7 @@ class AttributeTree:
             ctx = self.device.contexts.get(inode - CLIENT_INODE_BASE)
             if ctx is None:
                 return b""   # closed while open: reads see an empty file, like a removed sysfs attr
-            return fdinfo.render(self.client_stats(ctx)).encode()
+            return usage_stats.render(self.client_stats(ctx)).encode()
         return self.render_attr(self.names[inode]).encode()
 
     # ---- FUSE side ----
@@ -209,7 +206,7 @@ class AttributeTree:
             if value != b"1":
                 raise pyfuse3.FUSEError(errno.EINVAL)
             try:
-                await self.device.reset("requested through sysfs")
+                await recovery.reset(self.device, "requested through sysfs")
             except KmdError as exc:
                 raise pyfuse3.FUSEError(exc.errno) from None
         elif name == "uevent":

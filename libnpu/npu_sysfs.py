@@ -18,10 +18,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from libnpu.drm_usage import UsageStats, UsageStatsError, parse_usage_stats
-
-SYSROOT_MARKER = ".npu-sysroot"        # written into the devroot by `npu-kmd start`
-SYSROOT_FOR_DEV = "/run/npu-emu/sys"   # the driver never mounts into the kernel's /sys
+from kmd_fuse.uapi.sysfs_layout import SYSROOT_MARKER, class_dir, default_sysroot  # noqa: F401 (tools import them from here)
+from kmd_fuse.uapi.usage_stats import UsageStats, UsageStatsError, parse_usage_stats
 
 INT_ATTRS = ("cores", "clock_mhz", "memory_total_bytes", "memory_used_bytes", "busy_time_us",
              "jobs_completed", "jobs_failed", "reset_count")
@@ -60,32 +58,6 @@ class Snapshot:
     t: float
     devices: list[DeviceState]
     procs: dict[str, dict[int, ProcInfo]]  # device name -> pid -> ProcInfo
-
-
-def default_sysroot(devroot: str) -> str:
-    """The attribute tree the driver serves for a devroot, found the way the driver chose it:
-    $NPU_SYSROOT, else the sysroot `npu-kmd start` recorded in <devroot>/.npu-sysroot, else
-    /run/npu-emu/sys for /dev, <parent>/sys for another devroot named dev, <parent>/<name>.sys
-    for any other name. Mirrors
-    kmd_fuse.paths.sysroot, which libnpu may not import."""
-    if os.environ.get("NPU_SYSROOT"):
-        return os.environ["NPU_SYSROOT"]
-    root = os.path.realpath(devroot)
-    try:
-        with open(os.path.join(root, SYSROOT_MARKER), encoding="utf-8") as f:
-            recorded = f.read().strip()
-        if recorded:
-            return recorded
-    except OSError:
-        pass
-    if root == "/dev":
-        return SYSROOT_FOR_DEV
-    name = os.path.basename(root)
-    return os.path.join(os.path.dirname(root), "sys" if name == "dev" else f"{name}.sys")
-
-
-def class_dir(sysroot: str) -> str:
-    return os.path.join(sysroot, "class", "npu")
 
 
 def list_devices(sysroot: str) -> list[str]:

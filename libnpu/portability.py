@@ -30,7 +30,7 @@ import numpy as np
 
 from firmware_sim.spec import tasks as task_spec
 from kmd_fuse import uapi
-from kmd_fuse.uapi import NpuError
+from kmd_fuse.uapi import NpuError, sysfs_layout
 from libnpu.transport import BufferSocket, DeviceFile
 
 log = logging.getLogger("libnpu")
@@ -39,12 +39,18 @@ MEM_READ, MEM_WRITE, MEM_RW = uapi.NPU_MEM_READ, uapi.NPU_MEM_WRITE, uapi.NPU_ME
 PRIO_LOW, PRIO_NORMAL, PRIO_HIGH = uapi.NPU_PRIO_LOW, uapi.NPU_PRIO_NORMAL, uapi.NPU_PRIO_HIGH
 
 
+def _fields(reply) -> list[str]:
+    """A reply struct's fields that carry facts (not its pad and reserved space)."""
+    return [name for name in dir(reply) if name != "pad" and not name.startswith("reserved")]
+
+
 class JobError(NpuError):
     """A job the device ran and failed (IOMMU fault, bus error, timeout, bad descriptor)."""
 
 
 def default_devroot() -> Path:
-    return Path(os.environ.get("NPU_DEVROOT") or "/dev")
+    """$NPU_DEVROOT, else /dev (the driver's rule: kmd_fuse.uapi.sysfs_layout)."""
+    return sysfs_layout.devroot()
 
 
 def debug_print(fmt: str, *args) -> None:
@@ -160,14 +166,27 @@ class Device:
     def info(self) -> dict:
         """Device description (GET_INFO) as a dict."""
         reply = self.file.request(uapi.NPU_CMD_GET_INFO)
-        info = {name: getattr(reply, name) for name in dir(reply) if name not in ("pad", "model")}
+        info = {name: getattr(reply, name) for name in _fields(reply) if name != "model"}
         info["model"] = uapi.c_string(reply.model)
         return info
 
     def stats(self) -> dict:
         """This context's statistics (GET_STATS) as a dict."""
         reply = self.file.request(uapi.NPU_CMD_GET_STATS)
-        return {name: getattr(reply, name) for name in dir(reply)}
+        return {name: getattr(reply, name) for name in _fields(reply)}
+
+    def param(self, param: int | str) -> int:
+        """One device fact (GET_PARAM): an NPU_PARAM_* id, or its name ("MAX_JOB_TIMEOUT_MS").
+
+        A driver that does not know the parameter answers EINVAL (NpuError)."""
+        if isinstance(param, str):
+            try:
+                param = uapi.CONSTANTS[f"NPU_PARAM_{param.upper()}"]
+            except KeyError:
+                raise ValueError(f"no parameter {param!r} in npu_uapi.h") from None
+        req = uapi.new_payload(uapi.NPU_CMD_GET_PARAM)
+        req.param = param
+        return self.file.request(uapi.NPU_CMD_GET_PARAM, req).value
 
     # ---- memory ----
     def alloc_mem(self, nbytes: int, flags: int = MEM_RW) -> Memory:

@@ -1,8 +1,10 @@
 """The user/kernel ABI of the NPU driver, read from ``npu_uapi.h`` with cffi.
 
-This module is the only part of ``kmd_fuse`` that user space (libnpu) may
-import.  It exposes the header's structs through ``ffi``, its constants as
-module attributes, and the frame helpers both sides use.
+This package is the only part of ``kmd_fuse`` that user space (libnpu) may
+import: the ABI here (the header's structs through ``ffi``, its constants as module
+attributes, its commands and parameters as read from the header, the frame helpers
+both sides use), the sysfs layout (``sysfs_layout``) and the usage-stats format
+(``usage_stats``).  It imports nothing else of the driver.
 """
 from __future__ import annotations
 
@@ -58,32 +60,69 @@ def iowr(nr: int, struct_name: str) -> int:
 
 @dataclass(frozen=True)
 class Command:
-    """One request type: its number, name and payload struct."""
+    """One request type as the header defines it: ``NPU_CMD_<name>`` carries ``struct npu_<name>``."""
 
-    number: int
+    number: int                 # the current _IOWR number (its size field is the current struct size)
     name: str
     struct: str
+    min_size: int               # the payload size of the command's first version (NPU_<name>_SIZE_VER0)
+
+    @property
+    def nr(self) -> int:
+        return self.number & 0xFF
 
     @functools.cached_property
     def payload_size(self) -> int:
         return ffi.sizeof(self.struct)
 
+    @functools.cached_property
+    def reserved_ranges(self) -> tuple[tuple[int, int], ...]:
+        """(offset, length) of the fields a request must leave zero: every ``pad`` and ``reserved``."""
+        return tuple((field.offset, ffi.sizeof(field.type)) for name, field in ffi.typeof(self.struct).fields
+                     if name == "pad" or name.startswith("reserved"))
 
-COMMANDS: dict[int, Command] = {}
-for _nr, (_name, _struct) in enumerate([
-    ("GET_INFO", "struct npu_get_info"),
-    ("MEM_ALLOC", "struct npu_mem_alloc"),
-    ("MEM_MAP", "struct npu_mem_map"),
-    ("MEM_FREE", "struct npu_mem_free"),
-    ("SUBMIT", "struct npu_submit"),
-    ("WAIT", "struct npu_wait"),
-    ("GET_STATS", "struct npu_get_stats"),
-    ("RESET", "struct npu_reset"),
-]):
-    _number = CONSTANTS[f"NPU_CMD_{_name}"]
-    if _number != iowr(_nr, _struct):  # the header's spelled-out numbers must match _IOWR
-        raise ImportError(f"npu_uapi.h: NPU_CMD_{_name} is {_number:#x}, _IOWR gives {iowr(_nr, _struct):#x}")
-    COMMANDS[_number] = Command(_number, _name, _struct)
+
+_COMMAND = re.compile(r"^#define\s+NPU_CMD_([A-Z0-9_]+)\s+(0x[0-9a-fA-F]+)", re.M)
+
+
+def _read_commands(header: str) -> dict[int, Command]:
+    """Every NPU_CMD_* of the header, checked: its number is _IOWR of its nr and struct, nrs are unique."""
+    commands: dict[int, Command] = {}
+    for name, value in _COMMAND.findall(header):
+        number, struct_name = int(value, 16), f"struct npu_{name.lower()}"
+        if number != iowr(number & 0xFF, struct_name):
+            raise ImportError(f"npu_uapi.h: NPU_CMD_{name} is {number:#x}, _IOWR gives "
+                              f"{iowr(number & 0xFF, struct_name):#x}")
+        if any(c.nr == number & 0xFF for c in commands.values()):
+            raise ImportError(f"npu_uapi.h: NPU_CMD_{name} reuses nr {number & 0xFF}")
+        size = ffi.sizeof(struct_name)
+        min_size = CONSTANTS.get(f"NPU_{name}_SIZE_VER0", size)
+        if not 0 < min_size <= size:
+            raise ImportError(f"npu_uapi.h: NPU_{name}_SIZE_VER0 is {min_size}, the struct has {size} bytes")
+        commands[number] = Command(number, name, struct_name, min_size)
+    return commands
+
+
+COMMANDS: dict[int, Command] = _read_commands(HEADER_PATH.read_text())
+COMMANDS_BY_NR: dict[int, Command] = {command.nr: command for command in COMMANDS.values()}
+PARAMS: dict[int, str] = {value: name[len("NPU_PARAM_"):] for name, value in CONSTANTS.items()
+                          if name.startswith("NPU_PARAM_")}
+
+
+def match_command(cmd: int) -> tuple[Command | None, int]:
+    """The command a request number means, and the payload size it announces, as drm_ioctl
+    matches them: by type and nr, whatever the size, so a client built against an older
+    (smaller) or newer (larger) struct is still understood.  (None, size) if no command."""
+    size = (cmd >> 16) & 0x3FFF
+    if cmd >> 30 != IOC_READ | IOC_WRITE or (cmd >> 8) & 0xFF != CONSTANTS["NPU_IOC_TYPE"]:
+        return None, size
+    return COMMANDS_BY_NR.get(cmd & 0xFF), size
+
+
+def abi_string(version: int) -> str:
+    """NPU_ABI_VERSION (major << 16 | minor) as 'major.minor'."""
+    return f"{version >> 16}.{version & 0xFFFF}"
+
 
 HDR_SIZE = ffi.sizeof("struct npu_frame_hdr")
 

@@ -21,13 +21,25 @@
  * dir(2 bits, 3 = read|write) << 30 | size(14 bits) << 16 | 'N' << 8 | nr.
  * The values are spelled out below (cffi cannot evaluate macros) and checked
  * against _IOWR by static asserts in the C-only block and by the Python loader.
+ * Command NPU_CMD_<NAME> carries struct npu_<name>; the driver's command list is
+ * read from these #defines, in this header only.
+ *
+ * Growing the ABI (docs/abi.md): as drm_ioctl does, the driver matches a command
+ * by type and nr, accepts any payload size from the command's first version
+ * (NPU_<NAME>_SIZE_VER0, or the current size for a command without one) up to
+ * the current size, zero-extends an older payload, and replies with as many
+ * bytes as the client sent.  So fields are only ever appended, and every struct
+ * ends in reserved space that must be zero (EINVAL otherwise), as must every pad
+ * field; a payload larger than the driver knows is accepted only if the bytes
+ * beyond are zero (E2BIG otherwise).  New device facts are GET_PARAM ids.
  */
 #ifndef NPU_UAPI_H
 #define NPU_UAPI_H
 
 #include <stdint.h>
 
-#define NPU_ABI_VERSION 0x00020000      /* major << 16 | minor: 2.0 = buffers handed over as sealed memfds */
+#define NPU_ABI_VERSION 0x00020001      /* major << 16 | minor: 2.0 = buffers handed over as sealed memfds,
+                                           2.1 = reserved fields, sizes that grow, GET_PARAM */
 #define NPU_FRAME_MAGIC 0x3155504e      /* "NPU1" little endian */
 #define NPU_IOC_TYPE 0x4e               /* 'N' */
 
@@ -85,8 +97,9 @@ struct npu_get_info {
 	uint64_t jobs_failed;
 	uint64_t busy_time_ns;          /* device busy time, all cores */
 	uint32_t reset_count;
-	uint32_t pad;
+	uint32_t pad;                   /* must be 0 */
 	char model[32];
+	uint64_t reserved[2];           /* must be 0 (ABI 2.1) */
 };
 
 /* MEM_ALLOC: size, flags -> handle and device address (IOVA). */
@@ -96,6 +109,7 @@ struct npu_mem_alloc {
 	uint32_t handle;                /* out */
 	uint64_t iova;                  /* out: device address in this context */
 	uint64_t alloc_size;            /* out: bytes actually reserved */
+	uint64_t reserved[2];           /* must be 0 (ABI 2.1) */
 };
 
 /*
@@ -109,11 +123,12 @@ struct npu_mem_alloc {
  */
 struct npu_mem_map {
 	uint32_t handle;                /* in */
-	uint32_t pad;
+	uint32_t pad;                   /* must be 0 */
 	uint64_t size;                  /* out: mappable bytes */
 	uint64_t offset;                /* out: mmap offset within the descriptor */
 	uint64_t token;                 /* out: one-shot, for this context's uid, this buffer */
 	char socket_path[NPU_MAX_PATH]; /* out: the device's hand-over socket, NUL-terminated */
+	uint64_t reserved[2];           /* must be 0 (ABI 2.1) */
 };
 
 /* Hand-over socket: one request message, one reply message (the fd rides on the reply). */
@@ -132,7 +147,8 @@ struct npu_handover_reply {
 /* MEM_FREE: handle.  The backing stays alive until jobs using it complete. */
 struct npu_mem_free {
 	uint32_t handle;
-	uint32_t pad;
+	uint32_t pad;                   /* must be 0 */
+	uint64_t reserved[2];           /* must be 0 (ABI 2.1) */
 };
 
 /*
@@ -153,6 +169,7 @@ struct npu_submit {
 	uint64_t fence;                 /* out: fence id (per context, increasing) */
 	uint64_t device_time_ns;        /* out (NPU_SUBMIT_WAIT): simulated time the job took */
 	uint32_t bo_handles[NPU_MAX_SUBMIT_BOS]; /* in */
+	uint64_t reserved[2];           /* must be 0 (ABI 2.1) */
 };
 
 /* WAIT: block (in poll(), not read()) until fences signal or timeout_ns passes. */
@@ -165,6 +182,7 @@ struct npu_wait {
 	uint64_t fences[NPU_MAX_WAIT_FENCES];      /* in */
 	int32_t status[NPU_MAX_WAIT_FENCES];       /* out: NPU_FENCE_* or -errno */
 	uint64_t device_time_ns[NPU_MAX_WAIT_FENCES]; /* out: simulated time the job took */
+	uint64_t reserved[2];           /* must be 0 (ABI 2.1) */
 };
 
 /* GET_STATS: statistics of the caller's context. */
@@ -179,25 +197,67 @@ struct npu_get_stats {
 	uint64_t busy_time_ns;          /* wall-clock ns the chip's cores spent on this context's jobs */
 	uint64_t jobs_queued;           /* waiting for a ring slot */
 	uint64_t jobs_running;          /* on the ring or executing */
+	uint64_t reserved[2];           /* must be 0 (ABI 2.1) */
 };
 
 /* RESET: reset the device (privileged: root only).  Jobs in flight fail with EIO. */
 struct npu_reset {
 	uint32_t flags;                 /* must be 0 */
 	uint32_t reset_count;           /* out */
+	uint64_t reserved[2];           /* must be 0 (ABI 2.1) */
 };
 
-#define NPU_CMD_GET_INFO  0xc0784e00
-#define NPU_CMD_MEM_ALLOC 0xc0204e01
-#define NPU_CMD_MEM_MAP   0xc1204e02
-#define NPU_CMD_MEM_FREE  0xc0084e03
-#define NPU_CMD_SUBMIT    0xc1304e04
-#define NPU_CMD_WAIT      0xc5184e05
-#define NPU_CMD_GET_STATS 0xc0504e06
-#define NPU_CMD_RESET     0xc0084e07
+/*
+ * GET_PARAM: one device fact by id (ABI 2.1).  An unknown id is EINVAL, so a client
+ * learns what a driver knows by asking.  New facts get a new id here, never a new
+ * GET_INFO field.
+ */
+struct npu_get_param {
+	uint32_t param;                 /* in: NPU_PARAM_* */
+	uint32_t pad;                   /* must be 0 */
+	uint64_t value;                 /* out */
+	uint64_t reserved[2];           /* must be 0 */
+};
+
+#define NPU_PARAM_ABI_VERSION 0         /* NPU_ABI_VERSION of the driver */
+#define NPU_PARAM_DEVICE_ID 1
+#define NPU_PARAM_HW_VERSION 2
+#define NPU_PARAM_NUM_CORES 3
+#define NPU_PARAM_CLOCK_MHZ 4
+#define NPU_PARAM_RING_ENTRIES 5
+#define NPU_PARAM_PAGE_SIZE 6
+#define NPU_PARAM_MEMORY_TOTAL 7        /* bytes */
+#define NPU_PARAM_MEMORY_USED 8         /* bytes, all contexts */
+#define NPU_PARAM_RESET_COUNT 9
+#define NPU_PARAM_DEFAULT_JOB_TIMEOUT_MS 10 /* a SUBMIT's timeout when it gives 0 */
+#define NPU_PARAM_MAX_JOB_TIMEOUT_MS 11 /* SUBMIT timeouts are clamped to this */
+#define NPU_PARAM_MAX_SUBMIT_BOS 12
+#define NPU_PARAM_MAX_WAIT_FENCES 13
+#define NPU_PARAM_MAX_OUTSTANDING 14    /* requests one open file may have in flight */
+
+/* Each command's payload size in the ABI version that introduced it (the smallest the driver takes). */
+#define NPU_GET_INFO_SIZE_VER0 120
+#define NPU_MEM_ALLOC_SIZE_VER0 32
+#define NPU_MEM_MAP_SIZE_VER0 288
+#define NPU_MEM_FREE_SIZE_VER0 8
+#define NPU_SUBMIT_SIZE_VER0 304
+#define NPU_WAIT_SIZE_VER0 1304
+#define NPU_GET_STATS_SIZE_VER0 80
+#define NPU_RESET_SIZE_VER0 8
+
+#define NPU_CMD_GET_INFO  0xc0884e00
+#define NPU_CMD_MEM_ALLOC 0xc0304e01
+#define NPU_CMD_MEM_MAP   0xc1304e02
+#define NPU_CMD_MEM_FREE  0xc0184e03
+#define NPU_CMD_SUBMIT    0xc1404e04
+#define NPU_CMD_WAIT      0xc5284e05
+#define NPU_CMD_GET_STATS 0xc0604e06
+#define NPU_CMD_RESET     0xc0184e07
+#define NPU_CMD_GET_PARAM 0xc0204e08
 
 /* ---- C only: cffi skips everything from here to the end marker ---- */
 #if !defined(NPU_UAPI_CDEF)
+#include <stddef.h>
 #include <linux/ioctl.h>
 #define NPU_CHECK_CMD(cmd, nr, type) \
 	_Static_assert((cmd) == _IOWR(NPU_IOC_TYPE, nr, type), #cmd " does not match _IOWR")
@@ -209,6 +269,17 @@ NPU_CHECK_CMD(NPU_CMD_SUBMIT, 0x04, struct npu_submit);
 NPU_CHECK_CMD(NPU_CMD_WAIT, 0x05, struct npu_wait);
 NPU_CHECK_CMD(NPU_CMD_GET_STATS, 0x06, struct npu_get_stats);
 NPU_CHECK_CMD(NPU_CMD_RESET, 0x07, struct npu_reset);
+NPU_CHECK_CMD(NPU_CMD_GET_PARAM, 0x08, struct npu_get_param);
+#define NPU_CHECK_VER0(name, type) \
+	_Static_assert(offsetof(type, reserved) == NPU_##name##_SIZE_VER0, #type " grew other than by appending")
+NPU_CHECK_VER0(GET_INFO, struct npu_get_info);
+NPU_CHECK_VER0(MEM_ALLOC, struct npu_mem_alloc);
+NPU_CHECK_VER0(MEM_MAP, struct npu_mem_map);
+NPU_CHECK_VER0(MEM_FREE, struct npu_mem_free);
+NPU_CHECK_VER0(SUBMIT, struct npu_submit);
+NPU_CHECK_VER0(WAIT, struct npu_wait);
+NPU_CHECK_VER0(GET_STATS, struct npu_get_stats);
+NPU_CHECK_VER0(RESET, struct npu_reset);
 _Static_assert(sizeof(struct npu_handover_request) == 16, "hand-over request is 16 bytes");
 _Static_assert(sizeof(struct npu_handover_reply) == 16, "hand-over reply is 16 bytes");
 #endif

@@ -5,7 +5,7 @@ import subprocess
 import sys
 import textwrap
 
-from kmd_fuse import fdinfo
+from kmd_fuse.uapi import usage_stats
 from tests.conftest import wait_until
 from tests.shell.conftest import attr_dir, sh
 
@@ -20,7 +20,7 @@ def test_client_file_follows_the_context(npu, holder_factory):
     name = str(holder.context_id)
     assert clients(npu) == sorted(before + [name], key=int)
     text = sh('cat "$D/clients/$C"', D=str(attr_dir(npu)), C=name).stdout
-    stats = fdinfo.parse(text)
+    stats = usage_stats.parse(text)
     assert stats.driver == "npu_emu" and stats.client_id == holder.context_id
     assert stats.pid == holder.pid and stats.comm == "python"
     assert stats.pdev == "platform:npu-emu.0"
@@ -58,7 +58,7 @@ def test_engine_time_counts_the_contexts_jobs(npu):
     try:
         cid, busy_ns = proc.stdout.readline().split()
         text = sh('cat "$D/clients/$C"', D=str(attr_dir(npu)), C=cid).stdout
-        stats = fdinfo.parse(text)
+        stats = usage_stats.parse(text)
         assert stats.engines["npu"] == int(busy_ns) > 0
         assert stats.extra["npu_emu-jobs-completed"] == "2"
         assert stats.memory["device"]["total"] >= 32 << 20

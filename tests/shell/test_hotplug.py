@@ -10,7 +10,7 @@ import threading
 from pathlib import Path
 
 from kmd_fuse import paths
-from kmd_fuse.uevent import Uevent
+from kmd_fuse.udev.uevent import Uevent
 from tests.conftest import MountedNpu, stop_npu, wait_until
 from tests.shell.conftest import REPO, attr_dir, kv, sh
 

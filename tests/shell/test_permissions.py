@@ -46,3 +46,11 @@ def test_anyone_reads_attributes_but_only_root_resets(shared):
     assert out.returncode == 1 and "Invalid argument" in out.stderr
     out = sh('echo x > "$D/model"', D=d, check=False)
     assert out.returncode == 1 and "Permission denied" in out.stderr
+
+
+def test_only_root_may_reset_through_the_node(shared):
+    """RESET is root-only in the driver's command table: a member of the group gets EPERM."""
+    before = sh('cat "$D/reset_count"', D=str(attr_dir(shared))).stdout
+    out = sh('"$PY" "$FRAME" --user nobody --groups render "$N" reset', N=str(shared.node), check=False)
+    assert (out.returncode, out.stdout.strip()) == (1, "ERROR=EPERM"), out.stderr
+    assert sh('cat "$D/reset_count"', D=str(attr_dir(shared))).stdout == before

@@ -1,7 +1,9 @@
 /*
  * A C client of the NPU driver: proof that npu_uapi.h is the whole ABI.
  * GET_INFO, MEM_ALLOC, MEM_MAP + the hand-over of the buffer's memfd (SCM_RIGHTS)
- * + mmap, SUBMIT (a DMA copy) and WAIT, against a live node given as argv[1].
+ * + mmap, SUBMIT (a DMA copy), WAIT, GET_STATS and MEM_FREE, against a live node
+ * given as argv[1].  It uses only what ABI 2.0 had, so it is built both against
+ * today's header and against the frozen 2.0 one (tests/spine/abi_v2/).
  * Checks that a buffer cannot be resized (EPERM).  Prints "ok" and exits 0 on success.
  */
 #define _GNU_SOURCE
@@ -122,6 +124,8 @@ int main(int argc, char **argv)
 	struct npu_mem_alloc a, b, c;
 	struct npu_submit submit = { 0 };
 	struct npu_wait wait = { 0 };
+	struct npu_get_stats stats = { 0 };
+	struct npu_mem_free free_req = { 0 };
 	int err;
 
 	if (argc != 2)
@@ -155,6 +159,14 @@ int main(int argc, char **argv)
 	if ((err = request(NPU_CMD_WAIT, &wait, sizeof(wait)))) { printf("WAIT %d\n", err); return 1; }
 	if (wait.status[0] != NPU_FENCE_OK) { printf("job status %d\n", wait.status[0]); return 1; }
 	if (memcmp(src, dst, 65536)) { printf("data mismatch\n"); return 1; }
+	free_req.handle = a.handle;
+	if ((err = request(NPU_CMD_MEM_FREE, &free_req, sizeof(free_req)))) { printf("MEM_FREE %d\n", err); return 1; }
+	if ((err = request(NPU_CMD_GET_STATS, &stats, sizeof(stats)))) { printf("GET_STATS %d\n", err); return 1; }
+	if (stats.buffers != 2 || stats.jobs_completed != 1) {
+		printf("stats: %llu buffers, %llu jobs completed\n", (unsigned long long)stats.buffers,
+		       (unsigned long long)stats.jobs_completed);
+		return 1;
+	}
 	printf("fence %llu done in %llu ns of device time\nok\n", (unsigned long long)submit.fence,
 	       (unsigned long long)wait.device_time_ns[0]);
 	close(handover);

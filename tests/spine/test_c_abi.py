@@ -1,4 +1,6 @@
-"""The ABI is language-neutral: a C program including npu_uapi.h drives the device."""
+"""The ABI is language-neutral: a C program including npu_uapi.h drives the device,
+built against today's header and against the ABI 2.0 header frozen in abi_v2/ (an
+old client keeps working against a newer driver)."""
 import shutil
 import subprocess
 from pathlib import Path
@@ -8,13 +10,16 @@ import pytest
 from kmd_fuse.uapi import HEADER_PATH
 
 
-@pytest.fixture(scope="module")
-def abi_client(tmp_path_factory):
+HEADERS = {"today": HEADER_PATH.parent, "abi_v2": Path(__file__).with_name("abi_v2")}
+
+
+@pytest.fixture(scope="module", params=sorted(HEADERS))
+def abi_client(tmp_path_factory, request):
     if not shutil.which("gcc"):
         pytest.skip("gcc not installed")
-    out = tmp_path_factory.mktemp("c") / "abi_client"
+    out = tmp_path_factory.mktemp(request.param) / "abi_client"
     source = Path(__file__).with_name("abi_client.c")
-    subprocess.run(["gcc", "-std=c11", "-Wall", "-Wextra", "-Werror", "-I", str(HEADER_PATH.parent),
+    subprocess.run(["gcc", "-std=c11", "-Wall", "-Wextra", "-Werror", "-I", str(HEADERS[request.param]),
                     str(source), "-o", str(out)], check=True)
     return out
 

@@ -22,7 +22,7 @@ from firmware_sim import chip as chip_top, core as core_unit
 from firmware_sim.spec import memory, regs, ring
 from firmware_sim.timing import HardwareProfile
 from kmd_fuse import paths
-from kmd_fuse.uevent import Uevent
+from kmd_fuse.udev.uevent import Uevent
 from tests.conftest import start_npu, stop_npu, wait_until
 
 ENTRIES = 8

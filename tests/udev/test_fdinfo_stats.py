@@ -1,10 +1,10 @@
-"""DRM usage-stats: kmd_fuse.fdinfo renders and parses; libnpu's reader reads the same text."""
+"""DRM usage-stats (kmd_fuse.uapi.usage_stats): the driver renders, the strict parser and the monitors' tolerant reader read the same text."""
 from __future__ import annotations
 
 import pytest
 
-from kmd_fuse.fdinfo import ClientStats, FdinfoError, format_size, parse, parse_size, render
-from libnpu.drm_usage import UsageStatsError, parse_usage_stats
+from kmd_fuse.uapi.usage_stats import (ClientStats, UsageStatsError, format_size, parse, parse_size,
+                                       parse_usage_stats, render)
 
 
 def full_stats() -> ClientStats:
@@ -64,7 +64,7 @@ def test_parser_accepts_kernel_style_whitespace_and_other_keys() -> None:
     ("drm-driver: x\ndrm-driver: y\ndrm-client-id: 1\n", "line 2: drm-driver given twice"),
 ])
 def test_parse_errors_name_the_line(text: str, message: str) -> None:
-    with pytest.raises(FdinfoError, match=message.replace("(", r"\(")):
+    with pytest.raises(UsageStatsError, match=message.replace("(", r"\(")):
         parse(text)
 
 
@@ -81,7 +81,7 @@ def test_parse_errors_name_the_line(text: str, message: str) -> None:
     (ClientStats("npu", 1, extra={"bad key": "v"}), "bad extra key"),
 ])
 def test_render_refuses_what_cannot_be_parsed_back(stats: ClientStats, message: str) -> None:
-    with pytest.raises(FdinfoError, match=message):
+    with pytest.raises(UsageStatsError, match=message):
         render(stats)
 
 

@@ -12,7 +12,7 @@ from typing import Iterator
 
 import pytest
 
-from kmd_fuse.fdinfo import ClientStats, render
+from kmd_fuse.uapi.usage_stats import ClientStats, render
 from libnpu.npu_sysfs import Sampler, list_devices, scan_processes, summarize
 from libnpu.smi import smi_main, top_main
 

@@ -1,4 +1,5 @@
-"""libnpu's copy of the sysroot rule (libnpu may not import kmd_fuse) picks what the driver picks."""
+"""The tools' way to the attribute tree (uapi.sysfs_layout.default_sysroot, which libnpu
+imports) picks what the driver picks."""
 from pathlib import Path
 
 import pytest

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from kmd_fuse.udev_apply import ApplyError, MissingGroupError
-from kmd_fuse.udev_rules import RuleSet, load_rules
-from kmd_fuse.uevent import Uevent
+from kmd_fuse.udev.apply import ApplyError, MissingGroupError
+from kmd_fuse.udev.rules import RuleSet, load_rules
+from kmd_fuse.udev.uevent import Uevent
 
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="chown to other users needs root")
 GROUP = grp.getgrgid(os.getgid()).gr_name if os.geteuid() != 0 else "audio"

@@ -1,4 +1,4 @@
-"""`python -m kmd_fuse.udevadm test|apply|udevd`: the shell face of the rules engine."""
+"""`python -m kmd_fuse.udev.udevadm test|apply|udevd`: the shell face of the rules engine."""
 from __future__ import annotations
 
 import os
@@ -7,9 +7,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from kmd_fuse.uevent import UeventLog
+from kmd_fuse.udev.uevent import UeventLog
 
-CMD = [sys.executable, "-m", "kmd_fuse.udevadm"]
+CMD = [sys.executable, "-m", "kmd_fuse.udev.udevadm"]
 DEVPATH = "/devices/platform/npu-emu.0/npu/npu0"
 
 

@@ -5,8 +5,8 @@ import os
 
 import pytest
 
-from kmd_fuse.udev_rules import RuleEvalError, RuleSet, glob_match, load_rules
-from kmd_fuse.uevent import Uevent
+from kmd_fuse.udev.rules import RuleEvalError, RuleSet, glob_match, load_rules
+from kmd_fuse.udev.uevent import Uevent
 
 DEVPATH = "/devices/platform/npu-emu.0/npu/npu0"
 

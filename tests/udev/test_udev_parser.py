@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from kmd_fuse.udev_rules import RuleSet, RulesSyntaxError, Token, parse_rules
+from kmd_fuse.udev.rules import RuleSet, RulesSyntaxError, Token, parse_rules
 
 
 def test_comments_blank_lines_and_line_numbers() -> None:
@@ -121,7 +121,7 @@ def test_errors_name_file_and_line(text: str, line: int, message: str) -> None:
 
 
 def test_load_reports_unreadable_and_binary_files(tmp_path) -> None:
-    from kmd_fuse.udev_rules import UdevRulesError
+    from kmd_fuse.udev.rules import UdevRulesError
 
     with pytest.raises(UdevRulesError, match="missing.rules: cannot read rules file"):
         RuleSet.load(tmp_path / "missing.rules")
@@ -131,7 +131,7 @@ def test_load_reports_unreadable_and_binary_files(tmp_path) -> None:
 
 
 def test_the_shipped_rules_file_parses() -> None:
-    from kmd_fuse.udev_rules import default_rules_path, load_rules
+    from kmd_fuse.udev.rules import default_rules_path, load_rules
 
     path = default_rules_path()
     assert path.name == "70-npu.rules"

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from kmd_fuse.uevent import (LOG_NAME, SEQ_NAME, Uevent, UeventError, UeventLog, UeventMonitor,
+from kmd_fuse.udev.uevent import (LOG_NAME, SEQ_NAME, Uevent, UeventError, UeventLog, UeventMonitor,
                              emit, monitor)
 
 DEVPATH = "/devices/platform/npu-emu.0/npu/npu0"
@@ -110,7 +110,7 @@ def test_emit_gives_up_when_the_lock_stays_busy(tmp_path: Path) -> None:
 
 WRITER = """
 import os, sys, time
-from kmd_fuse.uevent import UeventLog
+from kmd_fuse.udev.uevent import UeventLog
 runroot, dev, count, go = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
 log = UeventLog(runroot)
 while not os.path.exists(go):
@@ -204,7 +204,7 @@ def test_monitor_blocks_until_an_event_arrives(tmp_path: Path) -> None:
 
 
 def test_cli_monitor_prints_events_emitted_by_the_cli(tmp_path: Path) -> None:
-    cmd = [sys.executable, "-m", "kmd_fuse.udevadm"]
+    cmd = [sys.executable, "-m", "kmd_fuse.udev.udevadm"]
     mon = subprocess.Popen(cmd + ["monitor", str(tmp_path), "--count", "2", "--timeout", "20",
                                   "-s", "npu"], stdout=subprocess.PIPE, text=True)
     assert mon.stdout is not None

@@ -4,7 +4,7 @@ daemon's FUSE filesystem, uevents, and the udev rules applied to the node.
     <state>/.fuse-npuN/npuN    --bind-->  <devroot>/npuN
     <state>/.fuse-npuN/device  --bind-->  <sysroot>/class/npu/npuN
 
-Uevents go to the devroot's event log (kmd_fuse.uevent): "add" once the mounts are
+Uevents go to the devroot's event log (kmd_fuse.udev.uevent): "add" once the mounts are
 up, "change" with RESET_COUNT after every reset, "remove" before the mounts go. The
 rules (udev/70-npu.rules) are applied after each event, in event order, by one task;
 applying them touches the node and reads attributes through this very daemon's FUSE
@@ -27,10 +27,10 @@ from pathlib import Path
 import trio
 
 from kmd_fuse import paths
-from kmd_fuse.udev_rules import RuleSet, UdevRulesError, load_rules
-from kmd_fuse.uevent import Uevent, UeventError, UeventLog
+from kmd_fuse.udev.rules import RuleSet, UdevRulesError, load_rules
+from kmd_fuse.udev.uevent import Uevent, UeventError, UeventLog
 
-log = logging.getLogger("kmd_fuse.hotplug")
+log = logging.getLogger("kmd_fuse.udev.hotplug")
 SETTLE_TIMEOUT_S = 30.0
 
 

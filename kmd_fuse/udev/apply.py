@@ -14,8 +14,8 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from kmd_fuse.udev_rules import Outcome, UdevRulesError
-from kmd_fuse.uevent import Uevent
+from kmd_fuse.udev.outcome import Outcome, UdevRulesError
+from kmd_fuse.udev.uevent import Uevent
 
 MISSING_GROUP_POLICIES = ("error", "create", "ignore")
 

@@ -15,19 +15,21 @@ quotes with \\" and \\\\ escapes.
 Like systemd-udevd, all match keys of a rule are checked before any of its
 assignments run; `:=` makes a value final. Anything else is a RulesSyntaxError
 naming the file and line. Evaluation is pure; `RuleSet.apply` (through
-kmd_fuse.udev_apply) changes the device node and its symlinks. Shell:
-`python -m kmd_fuse.udevadm test|apply|udevd ...`.
+kmd_fuse.udev.apply) changes the device node and its symlinks. Shell:
+`python -m kmd_fuse.udev.udevadm test|apply|udevd ...`.
 """
 from __future__ import annotations
 
 import fnmatch
 import os
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Union
 
-from kmd_fuse.uevent import Uevent
+from kmd_fuse.udev.apply import apply_outcome, describe_outcome
+from kmd_fuse.udev.outcome import Outcome, UdevRulesError
+from kmd_fuse.udev.uevent import Uevent
 
 MATCH_KEYS = {"ACTION", "DEVPATH", "KERNEL", "SUBSYSTEM", "ENV", "ATTR"}
 ASSIGN_OPS = {
@@ -53,10 +55,6 @@ _SUBST_SHORT = {"k", "n", "p", "M", "m", "E", "s", "N", "r", "S"}
 _SUBST_NAMES = sorted(_SUBST_LONG, key=len, reverse=True)
 _UNSUPPORTED_SUBST = {"id", "driver", "result", "parent", "tempnode", "sysfs"}
 _WITH_ARG = {"E", "s"}
-
-
-class UdevRulesError(Exception):
-    """Base of every error this module and udev_apply raise."""
 
 
 class RulesSyntaxError(UdevRulesError):
@@ -104,27 +102,6 @@ class Rule:
     @property
     def where(self) -> str:
         return f"{self.file}:{self.line}"
-
-
-@dataclass
-class Outcome:
-    """The result of running the rules on one event (what `udevadm test` reports)."""
-
-    event: Uevent
-    devroot: str
-    mode: int
-    owner: str
-    group: str
-    symlinks: list[str]
-    properties: dict[str, str]
-    matched: list[Rule] = field(default_factory=list)
-    trace: list[str] = field(default_factory=list)
-    origin: dict[str, str] = field(default_factory=dict)  # key -> "file:line" that set it
-
-    @property
-    def devnode(self) -> str | None:
-        """Absolute path of the device node, or None for a device without one."""
-        return os.path.join(self.devroot, self.event.devname) if self.event.devname else None
 
 
 # ---------------------------------------------------------------- parsing
@@ -519,8 +496,6 @@ class RuleSet:
 
     def explain(self, event: Uevent, *, devroot: str = "/dev", sysroot: str | None = None) -> str:
         """What `udevadm test` would print for this event: rules applied and the result."""
-        from kmd_fuse.udev_apply import describe_outcome
-
         out = self.evaluate(event, devroot=devroot, sysroot=sysroot)
         lines = [f"Reading rules file: {f}" for f in self.files]
         lines.append(f"{event.kernel}: {len(out.matched)} of {len(self.rules)} rules matched")
@@ -535,8 +510,6 @@ class RuleSet:
         missing_group: "error" (raise MissingGroupError), "create" (groupadd --system),
         or "ignore" (leave the node's group alone, as udevd does after a warning).
         """
-        from kmd_fuse.udev_apply import apply_outcome
-
         out = self.evaluate(event, devroot=str(devroot), sysroot=sysroot)
         apply_outcome(out, dbdir=dbdir, missing_group=missing_group)
         return out
@@ -547,7 +520,7 @@ def default_rules_path() -> Path:
     env = os.environ.get("NPU_UDEV_RULES")
     if env:
         return Path(env)
-    repo = Path(__file__).resolve().parent.parent / "udev" / "70-npu.rules"
+    repo = Path(__file__).resolve().parents[2] / "udev" / "70-npu.rules"
     return repo if repo.exists() else Path("/etc/udev/rules.d/70-npu.rules")
 
 

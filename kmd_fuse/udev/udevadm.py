@@ -1,4 +1,4 @@
-"""`python -m kmd_fuse.udevadm`: the shell face of the uevent log and the rules engine.
+"""`python -m kmd_fuse.udev.udevadm`: the shell face of the uevent log and the rules engine.
 
     monitor RUNROOT        print events as they are logged (udevadm monitor --property)
     emit RUNROOT ...       append one event (what a driver does; handy in scripts)
@@ -12,9 +12,9 @@ import argparse
 import os
 import sys
 
-from kmd_fuse.udev_apply import MISSING_GROUP_POLICIES
-from kmd_fuse.udev_rules import UdevRulesError, load_rules
-from kmd_fuse.uevent import ACTIONS, Uevent, UeventError, UeventMonitor, emit
+from kmd_fuse.udev.apply import MISSING_GROUP_POLICIES
+from kmd_fuse.udev.rules import UdevRulesError, load_rules
+from kmd_fuse.udev.uevent import ACTIONS, Uevent, UeventError, UeventMonitor, emit
 
 
 def _props(ap: argparse.ArgumentParser, items: list[str]) -> dict[str, str]:
@@ -37,7 +37,7 @@ def _devnum(ap: argparse.ArgumentParser, text: str | None) -> tuple[int | None, 
 
 
 def _parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="python -m kmd_fuse.udevadm", description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m kmd_fuse.udev.udevadm", description=__doc__.split("\n")[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
     mon = sub.add_parser("monitor", help="print events as they are logged")
     mon.add_argument("runroot")

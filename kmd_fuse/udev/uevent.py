@@ -12,7 +12,7 @@ run directory, shared by every device daemon process:
 Writers take an flock on the seq file, bump SEQNUM and append the whole record with
 one O_APPEND write(), so records from several processes never interleave and file
 order equals SEQNUM order. `UeventMonitor` follows the log like `udevadm monitor`;
-from the shell: `python -m kmd_fuse.udevadm monitor|emit RUNROOT ...`.
+from the shell: `python -m kmd_fuse.udev.udevadm monitor|emit RUNROOT ...`.
 """
 from __future__ import annotations
 

@@ -1,0 +1,96 @@
+"""Device facts as the driver reports them: GET_INFO, GET_STATS and GET_PARAM.
+
+GET_INFO's struct is frozen in content (new fields only ever appended); a new fact
+is a new NPU_PARAM_* id in the header and one line in ``PARAMS`` here (the import
+fails if the header names a parameter this table lacks).
+"""
+from __future__ import annotations
+
+import errno
+from typing import Callable
+
+from firmware_sim.spec import iommu, regs
+
+from kmd_fuse import uapi
+from kmd_fuse.context import MAX_OUTSTANDING, Context
+from kmd_fuse.device import Device
+from kmd_fuse.errors import KmdError
+
+MODEL_NAME = "npu-emu"
+
+
+def fill_info(device: Device, ctx: Context, info) -> None:
+    """A struct npu_get_info for ``ctx`` (context_id 0 for a caller without one)."""
+    info.abi_version = uapi.NPU_ABI_VERSION
+    info.device_id = device.index
+    info.hw_version = device.hw.regs.read32(regs.HW_VERSION)
+    info.num_cores = device.hw.num_cores
+    info.clock_mhz = device.hw.clock_mhz
+    info.ring_entries = device.hw.entries
+    info.page_size = iommu.PAGE_SIZE
+    info.num_contexts = len(device.contexts)
+    info.memory_total = device.memory.total
+    info.memory_used = device.memory.used
+    info.context_id = ctx.context_id
+    info.jobs_completed = device.jobs_completed
+    info.jobs_failed = device.jobs_failed
+    info.busy_time_ns = device.hw.busy_ns()
+    info.reset_count = device.reset_count
+    info.model = MODEL_NAME.encode()
+
+
+def context_busy_ns(device: Device, ctx: Context) -> int:
+    """Chip time of the context's jobs, counting the ones running now (never decreases)."""
+    total = ctx.stats.busy_time_ns
+    for job_id, elapsed in device.hw.running():
+        job = device.scheduler.in_flight.get(job_id)
+        if job is not None and job.ctx is ctx:
+            total += elapsed
+    ctx.stats.busy_reported = max(ctx.stats.busy_reported, total)
+    return ctx.stats.busy_reported
+
+
+def fill_stats(device: Device, ctx: Context, stats) -> None:
+    """A struct npu_get_stats for ``ctx``."""
+    s = ctx.stats
+    stats.context_id = ctx.context_id
+    stats.memory_allocated = ctx.memory_allocated
+    stats.memory_peak = s.memory_peak
+    stats.buffers = len(ctx.buffers)
+    stats.jobs_submitted = s.jobs_submitted
+    stats.jobs_completed = s.jobs_completed
+    stats.jobs_failed = s.jobs_failed
+    stats.busy_time_ns = context_busy_ns(device, ctx)
+    stats.jobs_queued = sum(1 for j in ctx.pending.values() if j.core < 0)
+    stats.jobs_running = sum(1 for j in ctx.pending.values() if j.core >= 0)
+
+
+PARAMS: dict[str, Callable[[Device, Context], int]] = {
+    "ABI_VERSION": lambda device, ctx: uapi.NPU_ABI_VERSION,
+    "DEVICE_ID": lambda device, ctx: device.index,
+    "HW_VERSION": lambda device, ctx: device.hw.regs.read32(regs.HW_VERSION),
+    "NUM_CORES": lambda device, ctx: device.hw.num_cores,
+    "CLOCK_MHZ": lambda device, ctx: device.hw.clock_mhz,
+    "RING_ENTRIES": lambda device, ctx: device.hw.entries,
+    "PAGE_SIZE": lambda device, ctx: iommu.PAGE_SIZE,
+    "MEMORY_TOTAL": lambda device, ctx: device.memory.total,
+    "MEMORY_USED": lambda device, ctx: device.memory.used,
+    "RESET_COUNT": lambda device, ctx: device.reset_count,
+    "DEFAULT_JOB_TIMEOUT_MS": lambda device, ctx: min(device.hw.config.watchdog_ms,
+                                                      device.hw.config.max_job_timeout_ms),
+    "MAX_JOB_TIMEOUT_MS": lambda device, ctx: device.hw.config.max_job_timeout_ms,
+    "MAX_SUBMIT_BOS": lambda device, ctx: uapi.NPU_MAX_SUBMIT_BOS,
+    "MAX_WAIT_FENCES": lambda device, ctx: uapi.NPU_MAX_WAIT_FENCES,
+    "MAX_OUTSTANDING": lambda device, ctx: MAX_OUTSTANDING,
+}
+if set(PARAMS) != set(uapi.PARAMS.values()):
+    raise ImportError(f"info.PARAMS and npu_uapi.h's NPU_PARAM_* differ: "
+                      f"{sorted(set(PARAMS) ^ set(uapi.PARAMS.values()))}")
+
+
+def get_param(device: Device, ctx: Context, param: int) -> int:
+    """The value of parameter ``param`` (an NPU_PARAM_* id); EINVAL for an id this driver lacks."""
+    name = uapi.PARAMS.get(param)
+    if name is None:
+        raise KmdError(errno.EINVAL, f"unknown parameter {param} (this driver knows 0..{max(uapi.PARAMS)})")
+    return PARAMS[name](device, ctx)
