@@ -16,9 +16,18 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 import numpy as np
 
 from .. import loadable as _loadable
-from ..model_zoo import cache_dir
 
-__all__ = ["CompileCache", "cache_key", "compile_cached"]
+__all__ = ["CompileCache", "cache_key", "compile_cached", "user_cache_dir"]
+
+
+def user_cache_dir() -> Path:
+    """The user's cache directory (``$NPU_CACHE_DIR`` or ``~/.cache/npu-emu``), created if missing.
+
+    Compiled models go under ``compiled/``; the tools keep their downloads beside them.
+    """
+    root = Path(os.environ.get("NPU_CACHE_DIR") or Path.home() / ".cache" / "npu-emu")
+    root.mkdir(parents=True, exist_ok=True)
+    return root
 
 
 def cache_key(model: bytes, options: Mapping[str, Any] | None = None) -> str:
@@ -36,7 +45,7 @@ class CompileCache:
     """Compiled models on disk: ``get``/``put`` by key, or ``get_or_compile``."""
 
     def __init__(self, root: str | os.PathLike | None = None) -> None:
-        self.root = Path(root) if root is not None else cache_dir() / "compiled"
+        self.root = Path(root) if root is not None else user_cache_dir() / "compiled"
         self.root.mkdir(parents=True, exist_ok=True)
 
     def path(self, key: str) -> Path:

@@ -6,7 +6,7 @@ import json
 import numpy as np
 import pytest
 
-from libnpu.cli import main
+from libnpu.tools.cli import main
 from libnpu.loadable import Loadable
 
 
@@ -30,7 +30,7 @@ def _json(capsys) -> dict:
 
 
 def test_run_save_int8_model_matches_litert(npu, resnet8_path, litert_ok, tmp_path, capsys):
-    from libnpu.apps.models import LiteRT
+    from libnpu.tools.models import LiteRT
     x = np.random.default_rng(5).integers(-128, 128, (1, 32, 32, 3)).astype(np.int8)
     np.save(tmp_path / "x.npy", x)
     out = tmp_path / "out"
@@ -104,7 +104,7 @@ def test_compile_writes_loadable_with_plan_and_caches(tmp_path, capsys):
 
 
 def test_compile_png_calibration_directory(blazeface_path, astronaut, tmp_path, capsys):
-    from libnpu.vision import write_png
+    from libnpu.tools.vision import write_png
     cal = tmp_path / "pictures"
     cal.mkdir()
     write_png(cal / "a.png", astronaut[:256, 128:384])

@@ -1,6 +1,6 @@
 import numpy as np
 
-from libnpu.compiler.__main__ import main
+from libnpu.tools.compiler_cli import main
 from libnpu.compiler.tflite_import import load_tflite
 
 

@@ -13,8 +13,8 @@ from onnx import TensorProto
 from onnx import helper as h
 
 import libnpu
-from libnpu.cli import main as npu_main
-from libnpu.compiler.__main__ import main as npu_compile_main
+from libnpu.tools.cli import main as npu_main
+from libnpu.tools.compiler_cli import main as npu_compile_main
 from libnpu.compiler.ir import IRError
 from libnpu.compiler.lower import lower
 from libnpu.compiler.memplan import plan_memory

@@ -46,7 +46,7 @@ def cmd_info(args) -> int:
 
 
 def cmd_bench_nop(args) -> int:
-    from libnpu import bench
+    from libnpu.tools import bench
     devroot = Path(args.devroot) if args.devroot else default_devroot()
     result = bench.nop_latency(devroot, args.n)
     if args.processes:
@@ -68,12 +68,12 @@ def cmd_bench_nop(args) -> int:
 
 
 def cmd_smi(args, rest) -> int:
-    from libnpu.smi import smi_main
+    from libnpu.tools.smi import smi_main
     return smi_main(rest)
 
 
 def cmd_top(args, rest) -> int:
-    from libnpu.smi import top_main
+    from libnpu.tools.smi import top_main
     return top_main(rest)
 
 
@@ -97,15 +97,15 @@ def main(argv: list[str] | None = None) -> int:
 
     ops = bench_sub.add_parser("ops", add_help=False,
                                help="conv/depthwise/FC layers through the chip next to LiteRT (npu bench ops --help)")
-    ops.set_defaults(func=lambda a, rest: __import__("libnpu.ops_bench", fromlist=["main"]).main(rest),
+    ops.set_defaults(func=lambda a, rest: __import__("libnpu.tools.ops_bench", fromlist=["main"]).main(rest),
                      passthrough=True)
 
-    from libnpu.apps.commands import add_commands
+    from libnpu.tools.commands import add_commands
     add_commands(sub, bench_sub)
 
     demo = sub.add_parser("demo", help="run the spine end to end and print what happens")
     demo.add_argument("--devroot")
-    demo.set_defaults(func=lambda a: __import__("libnpu.demo", fromlist=["run"]).run(
+    demo.set_defaults(func=lambda a: __import__("libnpu.tools.demo", fromlist=["run"]).run(
         Path(a.devroot) if a.devroot else default_devroot()))
 
     for name, func in (("smi", cmd_smi), ("top", cmd_top)):

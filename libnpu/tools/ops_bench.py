@@ -8,7 +8,7 @@ quantization, lowered to a loadable and run on a mounted device through ``libnpu
 The same graph is exported to .tflite and run by LiteRT with its reference kernels
 (BUILTIN_REF, which our chip must equal byte for byte: checked on every layer) and with
 its default kernels (XNNPACK), one thread each. onnxruntime runs the equivalent
-QLinearConv / QGemm model (:mod:`libnpu.ops_bench_ort`, uint8 activations), one thread;
+QLinearConv / QGemm model (:mod:`libnpu.tools.ops_bench_ort`, uint8 activations), one thread;
 it rounds differently, so its output is only compared (max absolute difference in LSBs,
 expect 0 or 1) against BUILTIN_REF's, or against the device's when LiteRT is skipped. All contenders are timed
 interleaved, one call each per round, so they see the same load on a shared machine; the
@@ -28,11 +28,11 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 import libnpu
-from libnpu.apps.models import litert_available
+from libnpu.tools.models import litert_available
 from libnpu.compiler.ir import Graph, Op, QuantParams, Tensor, same_pads
 from libnpu.compiler.lower import lower
 from libnpu.compiler.tflite_export import export_tflite
-from libnpu.ops_bench_ort import OrtLayer, ort_available
+from libnpu.tools.ops_bench_ort import OrtLayer, ort_available
 
 __all__ = ["Layer", "MOBILENET", "QUICK", "OutputMismatch", "build_graph", "bench_layer", "bench_ops",
            "format_report", "main"]

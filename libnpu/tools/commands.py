@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 from typing import Any, Callable
 
-from libnpu import model_zoo
+from libnpu.tools import model_zoo
 from libnpu.compiler.ir import IRError
 from libnpu.loadable import LoadableError
 from libnpu.portability import NpuError
@@ -110,7 +110,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_bench_model(args: argparse.Namespace) -> int:
-    from libnpu.model_bench import bench_model, format_report
+    from libnpu.tools.model_bench import bench_model, format_report
     report = bench_model(args.model, requests=args.requests, seconds=args.seconds, devroot=args.devroot,
                          cache_dir=args.cache_dir, litert=not args.no_litert)
     print(json.dumps(report, indent=2) if args.json else format_report(report))

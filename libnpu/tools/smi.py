@@ -1,6 +1,6 @@
 """`npu smi` (one-shot device table, or --json) and `npu top` (a refreshing view).
 
-Both read the driver's attribute tree (see libnpu.npu_sysfs): utilization comes from
+Both read the driver's attribute tree (see libnpu.tools.npu_sysfs): utilization comes from
 busy_time_us deltas between two samples, per-process rows from /proc/<pid>/fd links to
 the device nodes joined with the clients' DRM usage stats.
 """
@@ -13,7 +13,7 @@ import sys
 import time
 from typing import Any, TextIO
 
-from libnpu.npu_sysfs import Sampler, SysfsError, class_dir, default_sysroot, list_devices, summarize
+from libnpu.tools.npu_sysfs import Sampler, SysfsError, class_dir, default_sysroot, list_devices, summarize
 
 
 def _size(n: int) -> str:
@@ -163,6 +163,6 @@ def top_main(argv: list[str] | None = None, out: TextIO | None = None, err: Text
 if __name__ == "__main__":
     cmd = sys.argv[1] if len(sys.argv) > 1 else ""
     if cmd not in ("smi", "top"):
-        print("usage: python -m libnpu.smi smi|top [options]", file=sys.stderr)
+        print("usage: python -m libnpu.tools.smi smi|top [options]", file=sys.stderr)
         raise SystemExit(2)
     raise SystemExit((smi_main if cmd == "smi" else top_main)(sys.argv[2:]))

@@ -17,9 +17,9 @@ from pathlib import Path
 
 import numpy as np
 
-from .. import model_zoo
-from ..loadable import LoadableError
-from .ir import Graph, IRError
+from libnpu.tools import model_zoo
+from libnpu.loadable import LoadableError
+from libnpu.compiler.ir import Graph, IRError
 
 
 def _load(spec: str) -> Graph:
@@ -29,9 +29,9 @@ def _load(spec: str) -> Graph:
     if not path.is_file():
         raise IRError(f"{spec}: no such file (or model-zoo name: resnet8, blazeface)")
     if path.suffix == ".onnx":
-        from .onnx_import import load_onnx
+        from libnpu.compiler.onnx_import import load_onnx
         return load_onnx(path)
-    from .tflite_import import load_tflite
+    from libnpu.compiler.tflite_import import load_tflite
     return load_tflite(path)
 
 
@@ -61,8 +61,8 @@ def _calibration(g: Graph, args: argparse.Namespace) -> list | None:
 
 
 def _cmd_quantize(args: argparse.Namespace) -> int:
-    from .quantizer import quantize_model
-    from .tflite_export import export_tflite
+    from libnpu.compiler.quantizer import quantize_model
+    from libnpu.compiler.tflite_export import export_tflite
     g = _load(args.model)
     q = quantize_model(g, _calibration(g, args), method=args.method, random_count=args.random,
                        io_dtype="int8" if args.int8_io else "float32")
@@ -72,7 +72,7 @@ def _cmd_quantize(args: argparse.Namespace) -> int:
 
 
 def _cmd_plan(args: argparse.Namespace) -> int:
-    from .memplan import plan_memory
+    from libnpu.compiler.memplan import plan_memory
     g = _load(args.model)
     plan = plan_memory(g)
     for i, r in enumerate(plan.regions):
@@ -81,8 +81,8 @@ def _cmd_plan(args: argparse.Namespace) -> int:
 
 
 def _cmd_compile(args: argparse.Namespace) -> int:
-    from .frontend import to_int8_graph
-    from .lower import lower
+    from libnpu.compiler.frontend import to_int8_graph
+    from libnpu.compiler.lower import lower
     g = _load(args.model)
     q = to_int8_graph(g, _calibration(g, args), method=args.method, random_count=args.random,
                       io_dtype="int8" if args.int8_io else "float32")
@@ -93,7 +93,7 @@ def _cmd_compile(args: argparse.Namespace) -> int:
 
 
 def _cmd_inspect(args: argparse.Namespace) -> int:
-    from ..loadable import Loadable
+    from libnpu.loadable import Loadable
     print(Loadable.load(args.loadable).summary())
     return 0
 
