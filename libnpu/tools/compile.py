@@ -1,10 +1,9 @@
 """Compile a model with a progress bar, through the compile cache, and report the memory plan.
 
-The stages are those of :func:`libnpu.compiler.lower.compile_model` (import, optimize,
-calibrate, quantize, lower), run one by one so the calibration runs - the long part
-for float models - can show progress.  The cache key is the one
-:func:`libnpu.compiler.cache.compile_cached` uses, so ``libnpu.load`` of the same model
-with the same options afterwards is a cache hit.
+The compile is the library's own (:func:`libnpu.compiler.cache.compile_cached`, the one
+``libnpu.load`` runs): this module only listens to its progress callback, drawing a bar
+(calibration runs are steps) and timing each stage. Same model and options, same cache
+entry, same loadable.
 """
 from __future__ import annotations
 
@@ -15,12 +14,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
-import numpy as np
-
-from libnpu.compiler import cache as _cache
+from libnpu.compiler.cache import CompileCache, compile_cached
 from libnpu.loadable import Loadable, RegionKind
 
-__all__ = ["CompileResult", "compile_model_file", "plan_report"]
+__all__ = ["CompileResult", "StageTimer", "compile_model_file", "plan_report"]
 
 
 @dataclass
@@ -31,77 +28,37 @@ class CompileResult:
     stages: dict[str, float] = field(default_factory=dict)
 
 
-class _NoBar:
-    """Stands in for a tqdm bar when tqdm is not installed: counts, prints nothing."""
-    total = n = 0
+class StageTimer:
+    """A compiler progress callback: times each stage and draws a tqdm bar on stderr if asked."""
 
-    def __enter__(self) -> "_NoBar":
-        return self
+    def __init__(self, bar: bool) -> None:
+        self.stages: dict[str, float] = {}
+        self._started: dict[str, float] = {}
+        self._bar = None
+        if bar:
+            try:
+                from tqdm import tqdm
+            except ImportError:
+                return
+            self._bar = tqdm(total=0, unit="step", file=sys.stderr, leave=False, dynamic_ncols=True)
 
-    def __exit__(self, *exc) -> None:
-        pass
+    def __call__(self, stage: str, done: int, total: int) -> None:
+        now = time.perf_counter()
+        if done == 0:
+            self._started[stage] = now
+            if self._bar is not None:
+                self._bar.total += total
+                self._bar.set_description(stage)
+                self._bar.refresh()
+            return
+        if self._bar is not None:
+            self._bar.update(1)
+        if done == total:
+            self.stages[stage] = round(now - self._started.get(stage, now), 3)
 
-    def update(self, n: int = 1) -> None:
-        self.n += n
-
-    def set_description(self, desc: str) -> None:
-        pass
-
-
-def _progress(enabled: bool):
-    try:
-        from tqdm import tqdm
-    except ImportError:
-        return _NoBar()
-    return tqdm(total=1, desc="import", unit="step", disable=not enabled, file=sys.stderr, leave=False,
-                dynamic_ncols=True)
-
-
-def _compile(data: bytes, name: str, kind: str, dataset: list | None, options: dict[str, Any], progress: bool,
-             stages: dict[str, float]) -> Loadable:
-    """The compile stages one by one, timed, under one progress bar (calibration runs are steps)."""
-    from libnpu.compiler.frontend import check_int8, is_int8, load_model
-    from libnpu.compiler.lower import lower
-    from libnpu.compiler.optimize import optimize
-    from libnpu.compiler.quantizer import Calibrator, quantize, random_dataset
-
-    with _progress(progress) as bar:
-        def lap(stage: str, started: float, following: str) -> float:
-            now = time.perf_counter()
-            stages[stage] = round(now - started, 3)
-            bar.update()
-            bar.set_description(following)
-            return now
-
-        t = time.perf_counter()
-        graph = load_model(data, kind=kind, name=name)
-        if is_int8(graph):
-            bar.total = 2
-            t = lap("import", t, "lower")
-        else:
-            if any(tensor.quant is not None for tensor in graph.tensors.values() if not tensor.is_constant):
-                check_int8(graph)  # partly quantized: name the op the chip cannot run
-            seed = options.get("seed", 0)
-            count = len(dataset) if dataset is not None else options.get("random_count", 8)
-            bar.total = 5 + count
-            t = lap("import", t, "optimize")
-            opt = optimize(graph)
-            feeds = dataset if dataset is not None else random_dataset(opt, count, seed=seed)
-            t = lap("optimize", t, "calibrate")
-            method = options.get("method", "minmax")
-            calibrator = Calibrator(opt, method, options.get("percentile", 99.99), seed=seed)
-            for feed in feeds:
-                calibrator.collect(feed)
-                bar.update()
-            t = lap("calibrate", t, "quantize")
-            graph = quantize(opt, calibrator.ranges(), fc_per_channel=options.get("fc_per_channel", False),
-                             io_dtype=options.get("io_dtype", "float32"))
-            graph.metadata["calibration"] = {"method": method, "runs": len(feeds), "random": dataset is None}
-            check_int8(graph)
-            t = lap("quantize", t, "lower")
-        loadable = lower(graph, metadata={"source": name})
-        lap("lower", t, "done")
-    return loadable
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.close()
 
 
 def compile_model_file(model: str | os.PathLike, dataset: Sequence | None = None, *,
@@ -113,20 +70,13 @@ def compile_model_file(model: str | os.PathLike, dataset: Sequence | None = None
     only those you set, so the cache key matches ``libnpu.load``'s for the same choice.
     Raises the compiler's errors (:class:`libnpu.compiler.ir.IRError`) unchanged.
     """
-    path = Path(model)
-    data = path.read_bytes()
-    dataset = [list(feed) if not isinstance(feed, dict) else feed for feed in dataset] if dataset is not None else None
     started = time.perf_counter()
-    store = _cache.CompileCache(cache_dir)
-    key = _cache.cache_key(data, dict(options, calibration=_cache._dataset_digest(dataset)))
-    stages: dict[str, float] = {}
-    found = store.get(key)
-    if found is not None:
-        return CompileResult(found, True, time.perf_counter() - started, stages)
-    kind = "onnx" if path.suffix == ".onnx" else "tflite"
-    loadable = _compile(data, path.stem, kind, dataset, options, progress, stages)
-    store.put(key, loadable)
-    return CompileResult(loadable, False, time.perf_counter() - started, stages)
+    timer = StageTimer(bar=progress)
+    try:
+        loadable, hit = compile_cached(Path(model), dataset, cache=CompileCache(cache_dir), progress=timer, **options)
+    finally:
+        timer.close()
+    return CompileResult(loadable, hit, time.perf_counter() - started, timer.stages)
 
 
 def plan_report(loadable: Loadable) -> dict[str, Any]:
