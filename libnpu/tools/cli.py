@@ -1,127 +1,217 @@
-"""``npu``: the user-side command line (device info, models, benchmarks, monitoring)."""
+"""``npu``: the user-side command line, one parser built from one table of commands.
+
+Each row of :data:`COMMANDS` is a command: its words (``("bench", "model")``), its help,
+its arguments and its handler in :mod:`libnpu.tools.commands`.  A new command is one
+handler and one row.  Every command that uses a device takes ``--devroot`` (default
+``$NPU_DEVROOT``, else ``/dev``); the compile-side commands (``compile``, ``inspect``,
+``fetch``) use none and refuse it.
+
+Exit codes, the same for every command: 0 done, 1 it failed (the device, the compiler,
+a download, a damaged file), 2 usage (bad arguments, or a model, input or calibration
+file that cannot be used as named).  ``main`` returns the code and never raises
+``SystemExit`` itself (``--help`` returns 0).
+"""
 from __future__ import annotations
 
 import argparse
-import json
 import sys
-from pathlib import Path
+from dataclasses import dataclass
+from typing import Callable
 
-from libnpu.portability import NpuError, Session, default_devroot
+from . import commands
 
+__all__ = ["COMMANDS", "Command", "build_parser", "main"]
 
-def _nodes(devroot: Path) -> list[Path]:
-    return sorted((p for p in devroot.glob("npu[0-9]*") if p.name[3:].isdigit()), key=lambda p: int(p.name[3:]))
-
-
-def cmd_info(args) -> int:
-    devroot = Path(args.devroot) if args.devroot else default_devroot()
-    devices = []
-    with Session(devroot) as session:
-        for node in _nodes(devroot):
-            try:
-                info = session.open(int(node.name[3:])).info()
-            except OSError as exc:
-                print(f"{node}: {exc}", file=sys.stderr)
-                continue
-            devices.append({
-                "device": node.name, "node": str(node), "model": info["model"],
-                "abi_version": f"{info['abi_version'] >> 16}.{info['abi_version'] & 0xFFFF}",
-                "cores": info["num_cores"], "clock_mhz": info["clock_mhz"],
-                "memory_total_bytes": info["memory_total"], "memory_used_bytes": info["memory_used"],
-                "contexts": info["num_contexts"] - 1,          # not counting this query's own
-                "jobs_completed": info["jobs_completed"], "jobs_failed": info["jobs_failed"],
-                "busy_time_us": info["busy_time_ns"] // 1000, "reset_count": info["reset_count"],
-            })
-    if args.json:
-        print(json.dumps({"devroot": str(devroot), "devices": devices}, indent=2))
-    else:
-        if not devices:
-            print(f"no NPU devices under {devroot}")
-        for d in devices:
-            print(f"{d['device']}: {d['model']} abi {d['abi_version']}, {d['cores']} cores @ {d['clock_mhz']} MHz, "
-                  f"memory {d['memory_used_bytes'] >> 20}/{d['memory_total_bytes'] >> 20} MiB, "
-                  f"{d['contexts']} contexts, {d['jobs_completed']} jobs done ({d['jobs_failed']} failed), "
-                  f"busy {d['busy_time_us'] / 1e6:.3f} s, {d['reset_count']} resets")
-    return 0 if devices else 1
+MODEL = "a .tflite, .onnx or .nlb file, or a model-zoo name (resnet8, blazeface, kws, vww, anomaly)"
 
 
-def cmd_bench_nop(args) -> int:
-    from libnpu.tools import bench
-    devroot = Path(args.devroot) if args.devroot else default_devroot()
-    result = bench.nop_latency(devroot, args.n)
-    if args.processes:
-        result.update(bench.nop_throughput(devroot, args.processes, args.seconds))
-    if args.json:
-        print(json.dumps(result, indent=2))
-        return 0
-    print(f"NOP job, submit+wait in one round trip (libnpu run): p50 {result['nop_p50_us']} us, "
-          f"p99 {result['nop_p99_us']} us")
-    print(f"NOP job, submit then wait (two round trips):      p50 {result['nop_submit_wait_p50_us']} us, "
-          f"p99 {result['nop_submit_wait_p99_us']} us")
-    print(f"raw GET_INFO round trip on the node (no libnpu):   p50 {result['rtt_p50_us']} us")
-    print(f"ratio nop/rtt: {result['ratio']} (two round trips: {result['ratio_submit_wait']})")
-    if args.processes:
-        print(f"{result['processes']} processes for {result['seconds']} s: {result['jobs_per_s']} jobs/s, "
-              f"completed {result['completed']}, errors {result['errors']}, "
-              f"Jain fairness {result['jain_fairness']}")
-    return 0
+@dataclass(frozen=True)
+class Command:
+    words: tuple[str, ...]                                   # ("info",) or ("bench", "nop")
+    help: str
+    arguments: Callable[[argparse.ArgumentParser], None]
+    run: Callable[[argparse.Namespace], int]
+    device: bool = True                                      # takes --devroot
 
 
-def cmd_smi(args, rest) -> int:
-    from libnpu.tools.smi import smi_main
-    return smi_main(rest)
+def _json(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--json", action="store_true", help="machine-readable output")
 
 
-def cmd_top(args, rest) -> int:
-    from libnpu.tools.smi import top_main
-    return top_main(rest)
+def _cache(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--cache-dir", help="compile cache directory (default $NPU_CACHE_DIR/compiled)")
+
+
+def _info_args(p: argparse.ArgumentParser) -> None:
+    _json(p)
+
+
+def _monitor_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--sysroot", help="root of the attribute tree (default $NPU_SYSROOT, else the one the driver "
+                                     "serves for --devroot)")
+    p.add_argument("--procroot", default="/proc", help=argparse.SUPPRESS)
+    p.add_argument("-i", "--id", type=int, action="append", dest="ids", metavar="N", help="only device N (repeatable)")
+    _json(p)
+
+
+def _smi_args(p: argparse.ArgumentParser) -> None:
+    _monitor_args(p)
+    p.add_argument("--interval", type=float, default=0.2,
+                   help="seconds to sample utilization over; 0 skips it (default 0.2)")
+
+
+def _top_args(p: argparse.ArgumentParser) -> None:
+    _monitor_args(p)
+    p.add_argument("-d", "--delay", type=float, default=1.0, help="refresh interval in seconds (default 1)")
+    p.add_argument("-n", "--iterations", type=int, help="stop after this many frames")
+    p.add_argument("-b", "--batch", action="store_true",
+                   help="append frames instead of redrawing the screen (like top -b)")
+
+
+def _calibration_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--calibration", help="calibration data: a .npy file (samples on the first axis) or a "
+                                         "directory of .npy files and .png pictures (mapped to [-1, 1])")
+    p.add_argument("--random-calibration", type=int, metavar="N", help="calibrate on N random inputs (default 8)")
+    p.add_argument("--method", choices=("minmax", "percentile"), default="minmax")
+    p.add_argument("--int8-io", action="store_true", help="int8 inputs/outputs instead of float")
+
+
+def _compile_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("model", help=MODEL.replace(".nlb ", ""))
+    p.add_argument("-o", "--output", required=True,
+                   help="the file to write: a loadable (.nlb), or the int8 model as .tflite (quantize only)")
+    _calibration_args(p)
+    p.add_argument("--no-progress", action="store_true")
+    _cache(p)
+    _json(p)
+
+
+def _inspect_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("model", help="a loadable (.nlb: checked, then described) or a model (its graph) - " + MODEL)
+    p.add_argument("--plan", action="store_true", help="a model's device memory plan too")
+
+
+def _fetch_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("names", nargs="*", help="model-zoo files to fetch (default: all)")
+
+
+def _run_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("model", help=MODEL)
+    p.add_argument("--input", action="extend", nargs="+", metavar="FILE.npy",
+                   help="one .npy per model input, in the model's input order (random inputs when omitted)")
+    p.add_argument("--save", metavar="DIR", help="write DIR/output_<index>.npy in the model's output dtypes")
+    p.add_argument("--repeat", type=int, default=5, help="timed inferences after the first (default 5)")
+    p.add_argument("--fresh", action="store_true", help="compile into an empty cache (measures a first-ever load)")
+    p.add_argument("--no-progress", action="store_true")
+    _cache(p)
+    _json(p)
+
+
+def _bench_nop_args(p: argparse.ArgumentParser) -> None:
+    _json(p)
+    p.add_argument("-n", type=int, default=3000, help="jobs per latency series")
+    p.add_argument("--processes", type=int, default=0, help="also run P client processes at once")
+    p.add_argument("--seconds", type=float, default=3.0, help="duration of the multi-process run")
+
+
+def _bench_ops_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--quick", action="store_true", help="small layers of every kind (seconds)")
+    p.add_argument("--repeat", type=int, default=10,
+                   help="timed calls per layer and contender, in turns of back-to-back calls after one warm-up")
+    p.add_argument("--no-litert", action="store_true", help="leave LiteRT out")
+    p.add_argument("--no-ort", action="store_true", help="leave onnxruntime out")
+    p.add_argument("--ort-activations", choices=("uint8", "int8"), default="uint8",
+                   help="activation type of the onnxruntime models (default uint8: same values, zero points "
+                        "+128; with int8, onnxruntime's x86 conv is much slower)")
+    _json(p)
+
+
+def _bench_model_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("model", help=MODEL)
+    p.add_argument("--requests", type=int, help="requests in flight for throughput (default: optimal_requests)")
+    p.add_argument("--seconds", type=float, default=3.0, help="duration of each measurement (default 3)")
+    p.add_argument("--no-litert", action="store_true", help="skip the LiteRT comparison")
+    _cache(p)
+    _json(p)
+
+
+def _faces_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("images", nargs="*", help="PNG files (default: astronaut.png and a made second picture)")
+    p.add_argument("--out", default=".", help="directory for the annotated PNGs (default .)")
+    p.add_argument("--threshold", type=float, default=0.5, help="minimum face score (default 0.5)")
+    p.add_argument("--reference", action="store_true", help="also run the float model in LiteRT and compare")
+    _cache(p)
+    _json(p)
+
+
+def _classify_args(p: argparse.ArgumentParser) -> None:
+    _cache(p)
+    _json(p)
+
+
+def _no_args(p: argparse.ArgumentParser) -> None:
+    pass
+
+
+COMMANDS: tuple[Command, ...] = (
+    Command(("info",), "describe the devices", _info_args, commands.info),
+    Command(("smi",), "devices, utilization and processes, once (nvidia-smi style)", _smi_args, commands.smi),
+    Command(("top",), "watch utilization and processes (nvtop style)", _top_args, commands.top),
+    Command(("compile",), "compile a model into a loadable (.nlb), quantizing float models", _compile_args,
+            commands.compile_, device=False),
+    Command(("inspect",), "describe a loadable (checked) or a model's graph", _inspect_args, commands.inspect,
+            device=False),
+    Command(("fetch",), "download the model-zoo files into the cache", _fetch_args, commands.fetch, device=False),
+    Command(("run",), "run a model on the device: timings, outputs, --save", _run_args, commands.run),
+    Command(("bench", "nop"), "NOP job latency vs raw round trip; throughput with --processes", _bench_nop_args,
+            commands.bench_nop),
+    Command(("bench", "ops"), "conv/depthwise/FC layers through the chip next to LiteRT and onnxruntime",
+            _bench_ops_args, commands.bench_ops),
+    Command(("bench", "model"), "latency and throughput of a model, next to LiteRT", _bench_model_args,
+            commands.bench_model),
+    Command(("faces",), "detect faces (BlazeFace, quantized) and write PNGs with the boxes", _faces_args,
+            commands.faces),
+    Command(("classify",), "classify sample pictures with ResNet-8 (CIFAR-10)", _classify_args, commands.classify),
+    Command(("demo",), "run the spine end to end and print what happens", _no_args, commands.demo),
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``npu`` parser: one subparser per row of :data:`COMMANDS` (two words make a group)."""
+    parser = argparse.ArgumentParser(prog="npu", description="The emulated NPU, from user space")
+    top = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    groups: dict[str, argparse._SubParsersAction] = {}
+    for command in COMMANDS:
+        where = top
+        if len(command.words) == 2:
+            group = command.words[0]
+            if group not in groups:
+                holder = top.add_parser(group, help=f"{group}: " + ", ".join(
+                    c.words[1] for c in COMMANDS if c.words[0] == group and len(c.words) == 2))
+                groups[group] = holder.add_subparsers(dest="what", required=True, metavar="WHAT")
+            where = groups[group]
+        p = where.add_parser(command.words[-1], help=command.help, description=command.help)
+        if command.device:
+            p.add_argument("--devroot", help="where the device nodes are (default $NPU_DEVROOT or /dev)")
+        command.arguments(p)
+        p.set_defaults(handler=command.run, devroot=None, parser=p)
+    return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="npu", description="The emulated NPU, from user space")
-    sub = parser.add_subparsers(dest="command", required=True)
-    info = sub.add_parser("info", help="describe the devices")
-    info.add_argument("--devroot")
-    info.add_argument("--json", action="store_true")
-    info.set_defaults(func=cmd_info)
-
-    bench = sub.add_parser("bench", help="benchmarks")
-    bench_sub = bench.add_subparsers(dest="what", required=True)
-    nop = bench_sub.add_parser("nop", help="NOP job latency vs raw round trip; throughput with --processes")
-    nop.add_argument("--devroot")
-    nop.add_argument("--json", action="store_true")
-    nop.add_argument("-n", type=int, default=3000, help="jobs per latency series")
-    nop.add_argument("--processes", type=int, default=0, help="also run P client processes at once")
-    nop.add_argument("--seconds", type=float, default=3.0, help="duration of the multi-process run")
-    nop.set_defaults(func=cmd_bench_nop)
-
-    ops = bench_sub.add_parser("ops", add_help=False,
-                               help="conv/depthwise/FC layers through the chip next to LiteRT (npu bench ops --help)")
-    ops.set_defaults(func=lambda a, rest: __import__("libnpu.tools.ops_bench", fromlist=["main"]).main(rest),
-                     passthrough=True)
-
-    from libnpu.tools.commands import add_commands
-    add_commands(sub, bench_sub)
-
-    demo = sub.add_parser("demo", help="run the spine end to end and print what happens")
-    demo.add_argument("--devroot")
-    demo.set_defaults(func=lambda a: __import__("libnpu.tools.demo", fromlist=["run"]).run(
-        Path(a.devroot) if a.devroot else default_devroot()))
-
-    for name, func in (("smi", cmd_smi), ("top", cmd_top)):
-        p = sub.add_parser(name, help=f"npu {name} (see npu {name} -- --help)", add_help=False)
-        p.set_defaults(func=func, passthrough=True)
-
-    args, rest = parser.parse_known_args(argv)
-    if getattr(args, "passthrough", False):
-        return args.func(args, rest)
-    if rest:
-        parser.error(f"unrecognized arguments: {' '.join(rest)}")
+    """Run one ``npu`` command; returns its exit code (0 done, 1 failed, 2 usage)."""
     try:
-        return args.func(args)
-    except NpuError as exc:
-        print(f"npu: {exc}", file=sys.stderr)
-        return 1
+        args, rest = build_parser().parse_known_args(argv)
+        if rest:                         # the command's own usage line, not the top parser's
+            args.parser.error(f"unrecognized arguments: {' '.join(rest)}")
+    except SystemExit as exc:            # --help (0) or a usage error (2), already printed by argparse
+        return exc.code if isinstance(exc.code, int) else 2
+    name = " ".join(word for word in (args.command, getattr(args, "what", None)) if word)
+    try:
+        return args.handler(args)
+    except (*commands.USAGE_ERRORS, *commands.FAILURES) as exc:
+        print(f"npu {name}: error: {exc}", file=sys.stderr)
+        return 2 if isinstance(exc, commands.USAGE_ERRORS) else 1
 
 
 if __name__ == "__main__":

@@ -17,7 +17,8 @@ from typing import Any, Sequence
 from libnpu.compiler.cache import CompileCache, compile_cached
 from libnpu.loadable import Loadable, RegionKind
 
-__all__ = ["CompileResult", "StageTimer", "compile_model_file", "plan_report"]
+__all__ = ["CompileResult", "StageTimer", "compile_model_file", "export_int8_tflite", "describe_model", "plan_report",
+           "format_plan", "input_shapes"]
 
 
 @dataclass
@@ -77,6 +78,43 @@ def compile_model_file(model: str | os.PathLike, dataset: Sequence | None = None
     finally:
         timer.close()
     return CompileResult(loadable, hit, time.perf_counter() - started, timer.stages)
+
+
+@dataclass
+class ExportResult:
+    ops: int
+    seconds: float
+    stages: dict[str, float] = field(default_factory=dict)
+
+
+def export_int8_tflite(model: str | os.PathLike, output: str | os.PathLike, dataset: Sequence | None = None, *,
+                       progress: bool = True, **options: Any) -> ExportResult:
+    """Write the int8 graph of ``model`` (quantized as :func:`compile_model_file` would) as a .tflite file,
+    e.g. to run it in LiteRT next to the device."""
+    from libnpu.compiler.frontend import to_int8_graph
+    from libnpu.compiler.tflite_export import export_tflite
+    started = time.perf_counter()
+    timer = StageTimer(bar=progress)
+    try:
+        graph = to_int8_graph(Path(model), dataset, progress=timer, **options)
+    finally:
+        timer.close()
+    Path(output).write_bytes(export_tflite(graph))
+    return ExportResult(len(graph.ops), time.perf_counter() - started, timer.stages)
+
+
+def describe_model(model: str | os.PathLike, *, plan: bool = False) -> str:
+    """A model file's graph as imported (ops, shapes, MACs, constant bytes); ``plan``: its memory plan too."""
+    from libnpu.compiler.frontend import load_model
+    graph = load_model(model)
+    counts = ", ".join(f"{k} {v}" for k, v in sorted(graph.op_counts().items()))
+    weights = sum(t.nbytes for t in graph.constants())
+    lines = [graph.summary(), f"ops: {counts}", f"MACs: {graph.macs():,}  constant bytes: {weights:,}"]
+    if plan:
+        from libnpu.compiler.memplan import plan_memory
+        lines += [f"region {i}: {r.kind.name:<11} {r.size:>10,} bytes  {r.name}"
+                  for i, r in enumerate(plan_memory(graph).regions)]
+    return "\n".join(lines)
 
 
 def plan_report(loadable: Loadable) -> dict[str, Any]:

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from libnpu.tools import ops_bench
+from libnpu.tools.cli import main
 
 pytest.importorskip("ai_edge_litert.interpreter")
 pytest.importorskip("onnxruntime")
@@ -16,7 +17,7 @@ pytest.importorskip("onnx")
 
 
 def test_quick_layers_match_litert_and_report_json(npu, capsys):
-    assert ops_bench.main(["--quick", "--repeat", "2", "--json", "--devroot", str(npu.devroot)]) == 0
+    assert main(["bench", "ops", "--quick", "--repeat", "2", "--json", "--devroot", str(npu.devroot)]) == 0
     report = json.loads(capsys.readouterr().out)
     rows = report["layers"]
     assert [r["name"] for r in rows] == [layer.name for layer in ops_bench.QUICK]
@@ -100,11 +101,9 @@ def test_layer_graphs_lower_to_one_task_each():
 
 
 def test_bad_arguments(npu, capsys):
-    with pytest.raises(SystemExit):
-        ops_bench.main(["--repeat", "0", "--devroot", str(npu.devroot)])
+    assert main(["bench", "ops", "--repeat", "0", "--devroot", str(npu.devroot)]) == 2
     assert "--repeat must be at least 1" in capsys.readouterr().err
-    with pytest.raises(SystemExit):
-        ops_bench.main(["--ort-activations", "int4", "--devroot", str(npu.devroot)])
+    assert main(["bench", "ops", "--ort-activations", "int4", "--devroot", str(npu.devroot)]) == 2
     assert "invalid choice" in capsys.readouterr().err
     with pytest.raises(ValueError, match="uint8 or int8"):
         ops_bench.bench_ops(ops_bench.QUICK, devroot=npu.devroot, ort_activations="float")
@@ -115,8 +114,8 @@ def test_bad_arguments(npu, capsys):
 
 
 def test_missing_device_is_a_clean_error(tmp_path, capsys):
-    assert ops_bench.main(["--quick", "--devroot", str(tmp_path)]) == 1
-    assert "npu bench ops: device error" in capsys.readouterr().err
+    assert main(["bench", "ops", "--quick", "--devroot", str(tmp_path)]) == 1
+    assert "npu bench ops: error: device error" in capsys.readouterr().err
 
 
 def test_ort_model_rejects_what_it_cannot_express():
