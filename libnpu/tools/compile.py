@@ -30,27 +30,37 @@ class CompileResult:
 
 
 class StageTimer:
-    """A compiler progress callback: times each stage and draws a tqdm bar on stderr if asked."""
+    """A compiler progress callback: times each stage and draws a tqdm bar on stderr if asked.
+
+    The bar counts one step per stage and per calibration run; a stage that starts
+    announces the one-step stages it implies (import: lower; optimize: quantize), so the
+    bar's total only grows by the calibration runs, once they are known.
+    """
+
+    _IMPLIES = {"import": ("lower",), "optimize": ("quantize",)}
 
     def __init__(self, bar: bool) -> None:
         self.stages: dict[str, float] = {}
         self._started: dict[str, float] = {}
+        self._counted: set[str] = set()
         self._bar = None
         if bar:
             try:
                 from tqdm import tqdm
             except ImportError:
                 return
-            self._bar = tqdm(total=0, unit="step", file=sys.stderr, leave=False, dynamic_ncols=True)
+            self._bar = tqdm(total=0, unit="step", file=sys.stderr, leave=False, dynamic_ncols=True, delay=0.1)
 
     def __call__(self, stage: str, done: int, total: int) -> None:
         now = time.perf_counter()
         if done == 0:
             self._started[stage] = now
             if self._bar is not None:
-                self._bar.total += total
+                for name, steps in ((stage, total), *((later, 1) for later in self._IMPLIES.get(stage, ()))):
+                    if name not in self._counted:
+                        self._counted.add(name)
+                        self._bar.total += steps
                 self._bar.set_description(stage)
-                self._bar.refresh()
             return
         if self._bar is not None:
             self._bar.update(1)

@@ -91,3 +91,8 @@ def test_usage_and_failure_exit_codes(tmp_path, capsys):
     assert "npu smi: error: --interval must be >= 0" in capsys.readouterr().err
     assert main(["bench", "ops", "--devroot", str(tmp_path), "--repeat", "0"]) == 2
     assert "npu bench ops: error: --repeat must be at least 1" in capsys.readouterr().err
+
+
+def test_fetch_names_the_cached_file(resnet8_path, capsys):
+    assert main(["fetch", "resnet8"]) == 0
+    assert capsys.readouterr().out.split() == ["resnet8", str(resnet8_path)]
