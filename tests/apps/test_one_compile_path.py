@@ -39,3 +39,16 @@ def test_npu_compile_writes_the_loadable_libnpu_load_compiles(tmp_path, capsys):
     assert out.read_bytes() == (tmp_path / "lib.nlb").read_bytes()
     _, hit = compile_cached(model, cache=CompileCache(tmp_path / "cli"))
     assert hit                          # libnpu.load after npu compile: a cache hit
+
+
+def test_libnpu_load_hears_the_same_progress(npu, tmp_path):
+    import libnpu
+    heard = []
+    model = libnpu.load(_onnx_model(tmp_path / "small.onnx"), devroot=npu.devroot, cache_dir=tmp_path / "c",
+                        progress=lambda *call: heard.append(call), random_count=2)
+    try:
+        assert [stage for stage, done, _ in heard if done == 0] == ["import", "optimize", "calibrate", "quantize",
+                                                                     "lower"]
+        assert model.load_info["cache_hit"] is False
+    finally:
+        model.close()
