@@ -30,7 +30,7 @@ from tests.kernels.tflite_builder import TensorSpec, single_op_model  # noqa: E4
 
 
 # The same layers `npu bench ops` runs through the device.
-from libnpu.ops_bench import MOBILENET, Layer  # noqa: E402
+from libnpu.tools.ops_bench import MOBILENET, Layer  # noqa: E402
 
 QUICK = [MOBILENET[i] for i in (0, 1, 2, 5, 8, 13, 14, 19, 20)]
 

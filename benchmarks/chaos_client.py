@@ -73,7 +73,7 @@ def _scratch(device: libnpu.Device) -> Iterator[list]:
 
 def _fc_loadable():
     from libnpu.compiler.lower import lower
-    from libnpu.ops_bench import Layer, build_graph
+    from libnpu.tools.ops_bench import Layer, build_graph
     return lower(build_graph(Layer("chaos_fc", "fc", 4, 256, 64), np.random.default_rng(0)))
 
 

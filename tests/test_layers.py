@@ -50,3 +50,32 @@ def test_the_shared_interface_stands_alone():
     assert not bad, "kmd_fuse.uapi imports the driver:\n" + "\n".join(bad)
     assert sorted(p.stem for p in (ROOT / "kmd_fuse" / "uapi").glob("*.py")) == [
         "__init__", "sysfs_layout", "usage_stats"]
+
+
+TOOLS = "libnpu.tools"
+
+
+def _tool_imports(path: Path):
+    """Absolute and relative imports of ``path`` that name libnpu.tools or a module in it."""
+    package = ".".join(path.relative_to(ROOT).with_suffix("").parts[:-1])
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = package.rsplit(".", node.level - 1)[0] if node.level else ""
+            module = ".".join(filter(None, (base, node.module)))
+            names = [module] + [f"{module}.{alias.name}" for alias in node.names]
+        else:
+            continue
+        for name in names:
+            if name == TOOLS or name.startswith(TOOLS + "."):
+                yield node.lineno, name
+                break
+
+
+def test_the_library_never_imports_its_tools():
+    """libnpu is what a program imports; the CLI, apps, benches and monitors (libnpu.tools) sit on top of it."""
+    library = [p for p in sorted((ROOT / "libnpu").rglob("*.py")) if (ROOT / "libnpu" / "tools") not in p.parents]
+    bad = [f"{path.relative_to(ROOT)}:{line}: {name}" for path in library for line, name in _tool_imports(path)]
+    assert not bad, "the library imports libnpu.tools:\n" + "\n".join(bad)
+    assert (ROOT / "libnpu" / "tools" / "cli.py").is_file()

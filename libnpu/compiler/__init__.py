@@ -11,8 +11,9 @@ Pipeline::
                   relocations, dependencies)  -->  loadable file
 
 ``frontend.to_int8_graph`` runs the top half in one call, ``lower.compile_model`` all of
-it. Modules: ``ir`` (graph IR), ``tflite_import``, ``onnx_import``, ``float_ref`` (numpy
-float reference interpreter), ``optimize``, ``quantizer``, ``tflite_export`` (IR back to
+it (``cache.compile_cached`` through the cache), each taking a ``progress`` callback
+(``progress``). Modules: ``ir`` (graph IR), ``tflite_import``, ``onnx_import``,
+``float_ref`` (numpy float reference interpreter), ``optimize``, ``quantizer``, ``tflite_export`` (IR back to
 .tflite, to check against LiteRT), ``memplan``, ``qparams``, ``lower``, ``cache``
 (compiled models by content hash), ``frontend``. The names below are imported lazily, so
 ``import libnpu.compiler`` pulls in neither onnx nor tflite until they are used.
@@ -32,7 +33,7 @@ _EXPORTS = {
     "plan_memory": "memplan", "MemoryPlan": "memplan",
     "CompileCache": "cache", "cache_key": "cache", "compile_cached": "cache",
     "load_model": "frontend", "to_int8_graph": "frontend", "check_int8": "frontend",
-    "compile_model": "lower",
+    "compile_model": "lower", "Progress": "progress",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -16,9 +16,19 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 import numpy as np
 
 from .. import loadable as _loadable
-from ..model_zoo import cache_dir
+from .progress import Progress
 
-__all__ = ["CompileCache", "cache_key", "compile_cached"]
+__all__ = ["CompileCache", "cache_key", "compile_cached", "user_cache_dir"]
+
+
+def user_cache_dir() -> Path:
+    """The user's cache directory (``$NPU_CACHE_DIR`` or ``~/.cache/npu-emu``), created if missing.
+
+    Compiled models go under ``compiled/``; the tools keep their downloads beside them.
+    """
+    root = Path(os.environ.get("NPU_CACHE_DIR") or Path.home() / ".cache" / "npu-emu")
+    root.mkdir(parents=True, exist_ok=True)
+    return root
 
 
 def cache_key(model: bytes, options: Mapping[str, Any] | None = None) -> str:
@@ -36,7 +46,7 @@ class CompileCache:
     """Compiled models on disk: ``get``/``put`` by key, or ``get_or_compile``."""
 
     def __init__(self, root: str | os.PathLike | None = None) -> None:
-        self.root = Path(root) if root is not None else cache_dir() / "compiled"
+        self.root = Path(root) if root is not None else user_cache_dir() / "compiled"
         self.root.mkdir(parents=True, exist_ok=True)
 
     def path(self, key: str) -> Path:
@@ -94,15 +104,21 @@ def _dataset_digest(dataset: Dataset | None) -> str | None:
 
 def compile_cached(model: str | os.PathLike | bytes,
                    dataset: Iterable[Mapping[str, np.ndarray] | Sequence[np.ndarray]] | None = None, *,
-                   cache: CompileCache | None = None,
+                   cache: CompileCache | None = None, progress: Progress | None = None,
                    **quantize_options: Any) -> tuple[_loadable.Loadable, bool]:
     """:func:`libnpu.compiler.lower.compile_model` through the cache; returns (loadable, hit).
 
-    The key covers the model bytes, the quantization options and the calibration data.
+    The key covers the model bytes, the quantization options and the calibration data;
+    ``progress`` (not part of the key) hears the stages of a compile (a hit reports none).
     """
     from .lower import compile_model
-    data = Path(model).read_bytes() if isinstance(model, (str, os.PathLike)) else bytes(model)
+    kind = None  # bytes: told apart by the TFLite file identifier
+    if isinstance(model, (str, os.PathLike)):
+        data, kind = Path(model).read_bytes(), {".onnx": "onnx", ".tflite": "tflite"}.get(Path(model).suffix)
+    else:
+        data = bytes(model)
     dataset = list(dataset) if dataset is not None else None
     options = dict(quantize_options, calibration=_dataset_digest(dataset))
     cache = cache or CompileCache()
-    return cache.get_or_compile(data, options, lambda: compile_model(data, dataset, **quantize_options))
+    return cache.get_or_compile(data, options, lambda: compile_model(data, dataset, kind=kind, progress=progress,
+                                                                        **quantize_options))

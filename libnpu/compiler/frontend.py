@@ -15,6 +15,7 @@ from typing import Any, Iterable, Mapping, Sequence
 import numpy as np
 
 from .ir import Graph, IRError
+from .progress import Progress, stage
 
 __all__ = ["NotInt8Error", "check_int8", "is_int8", "load_model", "to_int8_graph"]
 
@@ -79,19 +80,21 @@ def load_model(model: str | os.PathLike | bytes, *, kind: str | None = None, nam
 
 
 def to_int8_graph(model: str | os.PathLike | bytes | Graph,
-                  dataset: Iterable[Mapping[str, np.ndarray] | Sequence[np.ndarray]] | None = None,
-                  **quantize_options: Any) -> Graph:
+                  dataset: Iterable[Mapping[str, np.ndarray] | Sequence[np.ndarray]] | None = None, *,
+                  kind: str | None = None, progress: Progress | None = None, **quantize_options: Any) -> Graph:
     """The int8 graph for ``model``: int8 models as they are, float ones quantized.
 
     ``quantize_options`` go to :func:`libnpu.compiler.quantizer.quantize_model`
-    (``method``, ``random_count``, ``io_dtype``, ``fc_per_channel``, ``seed``).
+    (``method``, ``random_count``, ``io_dtype``, ``fc_per_channel``, ``seed``);
+    ``kind`` as for :func:`load_model`; ``progress`` hears the stages (see :mod:`libnpu.compiler.progress`).
     """
-    graph = model if isinstance(model, Graph) else load_model(model)
+    with stage(progress, "import"):
+        graph = model if isinstance(model, Graph) else load_model(model, kind=kind)
     if is_int8(graph):
         return graph
     if any(t.quant is not None for t in graph.tensors.values() if not t.is_constant):
         check_int8(graph)  # partly quantized: report the offending op rather than re-quantize
     from .quantizer import quantize_model
-    q = quantize_model(graph, dataset, **quantize_options)
+    q = quantize_model(graph, dataset, progress=progress, **quantize_options)
     check_int8(q)
     return q

@@ -25,6 +25,7 @@ from ..loadable import Loadable, Reloc, Task
 from .frontend import check_int8
 from .ir import Graph, IRError, Op
 from .memplan import MemoryPlan, plan_memory
+from .progress import Progress, stage
 from .qparams import op_params
 
 __all__ = ["LoweringError", "lower", "compile_model"]
@@ -274,9 +275,14 @@ def _jsonable(v: Any) -> bool:
 
 
 def compile_model(model: str | os.PathLike | bytes | Graph,
-                  dataset: Iterable[Mapping[str, np.ndarray] | Sequence[np.ndarray]] | None = None,
+                  dataset: Iterable[Mapping[str, np.ndarray] | Sequence[np.ndarray]] | None = None, *,
+                  kind: str | None = None, progress: Progress | None = None,
                   **quantize_options: Any) -> Loadable:
-    """Model file (path/bytes) or graph -> int8 graph (quantized if needed) -> loadable."""
+    """Model file (path/bytes) or graph -> int8 graph (quantized if needed) -> loadable.
+
+    The compiler's one entry point: ``progress`` hears every stage (:mod:`libnpu.compiler.progress`)."""
     from .frontend import to_int8_graph
-    return lower(to_int8_graph(model, dataset, **quantize_options))
+    graph = to_int8_graph(model, dataset, kind=kind, progress=progress, **quantize_options)
+    with stage(progress, "lower"):
+        return lower(graph)
 

@@ -20,6 +20,7 @@ import numpy as np
 from .float_ref import FloatInterpreter
 from .ir import Graph, IRError, Op, QuantParams, Tensor
 from .optimize import optimize
+from .progress import Progress, stage
 
 __all__ = ["QuantizationError", "build_calibration_model", "Calibrator", "calibrate",
            "quantize", "quantize_model", "random_dataset", "Range"]
@@ -105,11 +106,18 @@ class Calibrator:
 
 def calibrate(graph: Graph, dataset: Iterable[Mapping[str, np.ndarray] | Sequence[np.ndarray]] | None = None,
               *, method: str = "minmax", percentile: float = 99.99, random_count: int = 8,
-              seed: int = 0) -> dict[str, Range]:
-    """Run ``dataset`` (or ``random_count`` random feeds) and return value ranges per tensor."""
+              seed: int = 0, progress: Progress | None = None) -> dict[str, Range]:
+    """Run ``dataset`` (or ``random_count`` random feeds) and return value ranges per tensor.
+
+    ``progress`` hears ("calibrate", runs done, runs) before the first run and after each."""
     cal = Calibrator(graph, method, percentile, seed=seed)
-    for feeds in (dataset if dataset is not None else random_dataset(graph, random_count, seed=seed)):
-        cal.collect(feeds)
+    feeds = list(dataset) if dataset is not None else random_dataset(graph, random_count, seed=seed)
+    if progress is not None:
+        progress("calibrate", 0, len(feeds))
+    for done, feed in enumerate(feeds, 1):
+        cal.collect(feed)
+        if progress is not None:
+            progress("calibrate", done, len(feeds))
     return cal.ranges()
 
 
@@ -300,15 +308,19 @@ def _float_edges(g: Graph, src: Graph) -> None:
 def quantize_model(graph: Graph,
                    dataset: Iterable[Mapping[str, np.ndarray] | Sequence[np.ndarray]] | None = None, *,
                    method: str = "minmax", percentile: float = 99.99, random_count: int = 8,
-                   fc_per_channel: bool = False, io_dtype: str = "float32", seed: int = 0) -> Graph:
+                   fc_per_channel: bool = False, io_dtype: str = "float32", seed: int = 0,
+                   progress: Progress | None = None) -> Graph:
     """Optimize, calibrate (with ``dataset`` or random data) and quantize a float graph.
 
     Returns an int8 graph whose ops mean what the TFLite int8 reference kernels compute.
+    ``progress`` hears the stages (see :mod:`libnpu.compiler.progress`).
     """
-    opt = optimize(graph)
+    with stage(progress, "optimize"):
+        opt = optimize(graph)
     data = list(dataset) if dataset is not None else random_dataset(opt, random_count, seed=seed)
-    ranges = calibrate(opt, data, method=method, percentile=percentile, seed=seed)
-    q = quantize(opt, ranges, fc_per_channel=fc_per_channel, io_dtype=io_dtype)
+    ranges = calibrate(opt, data, method=method, percentile=percentile, seed=seed, progress=progress)
+    with stage(progress, "quantize"):
+        q = quantize(opt, ranges, fc_per_channel=fc_per_channel, io_dtype=io_dtype)
     q.metadata["calibration"] = {"method": method, "runs": len(data),
                                  "random": dataset is None}
     return q

@@ -5,7 +5,7 @@ import json
 
 import numpy as np
 
-from libnpu.apps import classify
+from libnpu.tools import classify
 
 
 def test_sample_inputs_are_model_inputs(astronaut):

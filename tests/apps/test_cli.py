@@ -6,7 +6,7 @@ import json
 import numpy as np
 import pytest
 
-from libnpu.cli import main
+from libnpu.tools.cli import main
 from libnpu.loadable import Loadable
 
 
@@ -30,7 +30,7 @@ def _json(capsys) -> dict:
 
 
 def test_run_save_int8_model_matches_litert(npu, resnet8_path, litert_ok, tmp_path, capsys):
-    from libnpu.apps.models import LiteRT
+    from libnpu.tools.models import LiteRT
     x = np.random.default_rng(5).integers(-128, 128, (1, 32, 32, 3)).astype(np.int8)
     np.save(tmp_path / "x.npy", x)
     out = tmp_path / "out"
@@ -104,7 +104,7 @@ def test_compile_writes_loadable_with_plan_and_caches(tmp_path, capsys):
 
 
 def test_compile_png_calibration_directory(blazeface_path, astronaut, tmp_path, capsys):
-    from libnpu.vision import write_png
+    from libnpu.tools.vision import write_png
     cal = tmp_path / "pictures"
     cal.mkdir()
     write_png(cal / "a.png", astronaut[:256, 128:384])
@@ -117,14 +117,15 @@ def test_compile_png_calibration_directory(blazeface_path, astronaut, tmp_path, 
 
 
 def test_compile_errors(tmp_path, capsys):
+    """1: the model was found and cannot be compiled; 2: the command line names nothing usable."""
     out = ["-o", str(tmp_path / "x.nlb"), "--cache-dir", str(tmp_path / "c")]
-    assert main(["compile", str(_onnx_model(tmp_path / "erf.onnx", op="Erf"))] + out) == 2
+    assert main(["compile", str(_onnx_model(tmp_path / "erf.onnx", op="Erf"))] + out) == 1
     err = capsys.readouterr().err
     assert "unsupported op Erf" in err and "act0" in err            # names the op and the node
     assert main(["compile", str(tmp_path / "none.onnx")] + out) == 2
     assert "no such model file" in capsys.readouterr().err
     (tmp_path / "junk.tflite").write_bytes(b"\0" * 64)
-    assert main(["compile", str(tmp_path / "junk.tflite")] + out) == 2
+    assert main(["compile", str(tmp_path / "junk.tflite")] + out) == 1
     assert "TFL3" in capsys.readouterr().err
     good = _onnx_model(tmp_path / "small.onnx")
     np.save(tmp_path / "bad.npy", np.zeros((5, 7), np.float32))

@@ -10,9 +10,9 @@ import json
 import numpy as np
 import pytest
 
-from libnpu import model_zoo
-from libnpu.apps import faces
-from libnpu.vision import iou
+from libnpu.tools import model_zoo
+from libnpu.tools import faces
+from libnpu.tools.vision import iou
 
 
 @pytest.fixture(scope="module")
@@ -70,7 +70,7 @@ def test_faces_program_writes_annotated_pngs(detector, npu, tmp_path, capsys):
 
 
 def test_bad_picture_is_a_clear_error(npu, tmp_path):
-    from libnpu.apps.models import ModelSpecError
+    from libnpu.tools.models import ModelSpecError
     bad = tmp_path / "x.png"
     bad.write_bytes(b"not a png")
     with pytest.raises(ModelSpecError, match="cannot read the picture"):

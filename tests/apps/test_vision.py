@@ -4,8 +4,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from libnpu import model_zoo
-from libnpu.vision import (BLAZEFACE_DECODE, BLAZEFACE_SHORT_RANGE, AnchorOptions, Detection, decode_ssd, draw_box,
+from libnpu.tools import model_zoo
+from libnpu.tools.vision import (BLAZEFACE_DECODE, BLAZEFACE_SHORT_RANGE, AnchorOptions, Detection, decode_ssd, draw_box,
                            iou, letterbox, nms, resize, ssd_anchors, weighted_nms, write_png)
 
 

@@ -6,7 +6,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from libnpu import model_zoo
+from libnpu.tools import model_zoo
 from tests.conftest import _fetch
 
 

@@ -4,7 +4,7 @@ import zlib
 import numpy as np
 import pytest
 
-from libnpu import model_zoo
+from libnpu.tools import model_zoo
 
 
 def test_models_are_cached_tflite_files(resnet8_path, blazeface_path):

@@ -14,7 +14,7 @@ import pytest
 import libnpu
 from libnpu.compiler.lower import lower
 from libnpu.loadable import Loadable
-from libnpu.ops_bench import Layer, build_graph
+from libnpu.tools.ops_bench import Layer, build_graph
 from libnpu.runtime import ClosedError, Runtime
 
 PAGE = 4096

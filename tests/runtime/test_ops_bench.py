@@ -1,4 +1,4 @@
-"""``npu bench ops`` (libnpu.ops_bench) on a live device: single layers through the chip,
+"""``npu bench ops`` (libnpu.tools.ops_bench) on a live device: single layers through the chip,
 byte-identical to LiteRT BUILTIN_REF, timed next to LiteRT and onnxruntime (whose output
 is within one LSB of BUILTIN_REF's)."""
 from __future__ import annotations
@@ -8,7 +8,8 @@ import json
 import numpy as np
 import pytest
 
-from libnpu import ops_bench
+from libnpu.tools import ops_bench
+from libnpu.tools.cli import main
 
 pytest.importorskip("ai_edge_litert.interpreter")
 pytest.importorskip("onnxruntime")
@@ -16,7 +17,7 @@ pytest.importorskip("onnx")
 
 
 def test_quick_layers_match_litert_and_report_json(npu, capsys):
-    assert ops_bench.main(["--quick", "--repeat", "2", "--json", "--devroot", str(npu.devroot)]) == 0
+    assert main(["bench", "ops", "--quick", "--repeat", "2", "--json", "--devroot", str(npu.devroot)]) == 0
     report = json.loads(capsys.readouterr().out)
     rows = report["layers"]
     assert [r["name"] for r in rows] == [layer.name for layer in ops_bench.QUICK]
@@ -44,7 +45,7 @@ def test_ort_model_matches_builtin_ref_within_one_lsb(tmp_path):
     """Depthwise (group=C) and conv models at shapes outside QUICK (odd sizes, 5x5/2, batch-3 FC):
     a wrong weight layout, pad order or scale would be off by many LSBs."""
     from libnpu.compiler.tflite_export import export_tflite
-    from libnpu.ops_bench_ort import OrtLayer
+    from libnpu.tools.ops_bench_ort import OrtLayer
     rng = np.random.default_rng(7)
     layers = [ops_bench.Layer("dw 13/2 5x5", "dw", 13, 24, 24, 5, 2),
               ops_bench.Layer("conv 11 3x3", "conv", 11, 5, 7, 3, 1),
@@ -100,11 +101,9 @@ def test_layer_graphs_lower_to_one_task_each():
 
 
 def test_bad_arguments(npu, capsys):
-    with pytest.raises(SystemExit):
-        ops_bench.main(["--repeat", "0", "--devroot", str(npu.devroot)])
+    assert main(["bench", "ops", "--repeat", "0", "--devroot", str(npu.devroot)]) == 2
     assert "--repeat must be at least 1" in capsys.readouterr().err
-    with pytest.raises(SystemExit):
-        ops_bench.main(["--ort-activations", "int4", "--devroot", str(npu.devroot)])
+    assert main(["bench", "ops", "--ort-activations", "int4", "--devroot", str(npu.devroot)]) == 2
     assert "invalid choice" in capsys.readouterr().err
     with pytest.raises(ValueError, match="uint8 or int8"):
         ops_bench.bench_ops(ops_bench.QUICK, devroot=npu.devroot, ort_activations="float")
@@ -115,13 +114,13 @@ def test_bad_arguments(npu, capsys):
 
 
 def test_missing_device_is_a_clean_error(tmp_path, capsys):
-    assert ops_bench.main(["--quick", "--devroot", str(tmp_path)]) == 1
-    assert "npu bench ops: device error" in capsys.readouterr().err
+    assert main(["bench", "ops", "--quick", "--devroot", str(tmp_path)]) == 1
+    assert "npu bench ops: error: device error" in capsys.readouterr().err
 
 
 def test_ort_model_rejects_what_it_cannot_express():
     from libnpu.compiler.ir import Graph
-    from libnpu.ops_bench_ort import OrtLayer, onnx_layer_model
+    from libnpu.tools.ops_bench_ort import OrtLayer, onnx_layer_model
     graph = ops_bench.build_graph(ops_bench.Layer("pw 4", "conv", 4, 8, 8), np.random.default_rng(0))
     with pytest.raises(ValueError, match="uint8 or int8"):
         onnx_layer_model(graph, "int16")

@@ -106,7 +106,7 @@ def test_npu_top_sees_the_busy_process(npu):
     proc = subprocess.Popen([sys.executable, "-c", job, str(npu.devroot)], stdout=subprocess.PIPE, text=True)
     try:
         assert proc.stdout.readline().strip() == "running"
-        out = sh('"$PY" -m libnpu.smi top --devroot "$R" --json -n 2 -d 0.2', R=str(npu.devroot)).stdout
+        out = sh('"$PY" -m libnpu.tools top --devroot "$R" --json -n 2 -d 0.2', R=str(npu.devroot)).stdout
     finally:
         proc.wait(timeout=60)
         proc.stdout.close()

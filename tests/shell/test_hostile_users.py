@@ -48,7 +48,7 @@ def test_a_client_named_with_a_newline_cannot_break_the_stats(npu):
         out = sh('cat "$D"/clients/*', D=str(attr_dir(npu)), uid=NOBODY).stdout
         comms = [line.split("\t", 1)[1] for line in out.splitlines() if line.startswith("comm:")]
         assert "x?y?z?" in comms
-        smi = sh('"$PY" -m libnpu.smi smi --devroot "$R" --json --interval 0.1', R=str(npu.devroot))
+        smi = sh('"$PY" -m libnpu.tools smi --devroot "$R" --json --interval 0.1', R=str(npu.devroot))
         assert smi.returncode == 0
         assert answers(npu)
     finally:

@@ -118,7 +118,7 @@ def test_scripts_and_smi_find_a_custom_sysroot(tmp_path, holder_factory):
         status = sh('"$S/npu-status" --devroot "$R"', S=str(REPO / "scripts"), R=str(devroot)).stdout
         assert f"attributes {sysroot}/class/npu/npu0" in status
         holder = holder_factory(npu.node, alloc=1 << 20)
-        out = sh('"$PY" -m libnpu.smi smi --devroot "$R" --json --interval 0.1', R=str(devroot)).stdout
+        out = sh('"$PY" -m libnpu.tools smi --devroot "$R" --json --interval 0.1', R=str(devroot)).stdout
         (dev,) = json.loads(out)["devices"]
         attrs = kv(sh('cd "$D"; for f in model cores memory_total_bytes memory_used_bytes; do echo "$f=$(cat $f)"; done',
                       D=str(sysroot / "class" / "npu" / "npu0")).stdout)

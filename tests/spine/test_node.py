@@ -50,7 +50,7 @@ def test_several_devices_are_served_side_by_side(tmp_path):
     from tests.conftest import start_npu, stop_npu
     npu = start_npu(tmp_path, devices=2)
     try:
-        out = subprocess.run([sys.executable, "-m", "libnpu.cli", "info", "--json", "--devroot", str(npu.devroot)],
+        out = subprocess.run([sys.executable, "-m", "libnpu.tools", "info", "--json", "--devroot", str(npu.devroot)],
                              capture_output=True, text=True, check=True).stdout
         devices = json.loads(out)["devices"]
         assert [d["device"] for d in devices] == ["npu0", "npu1"]

@@ -13,12 +13,23 @@ from typing import Iterator
 import pytest
 
 from kmd_fuse.uapi.usage_stats import ClientStats, render
-from libnpu.npu_sysfs import Sampler, list_devices, scan_processes, summarize
-from libnpu.smi import smi_main, top_main
+from libnpu.tools.npu_sysfs import Sampler, list_devices, scan_processes, summarize
+from libnpu.tools import commands
+from libnpu.tools.cli import build_parser, main as npu_main
 
 ATTRS = dict(dev="240:{n}", model="npu-emu-v1", abi_version="1.0", cores="4", clock_mhz="1000",
              memory_total_bytes=str(256 << 20), memory_used_bytes=str(12 << 20), busy_time_us="0",
              jobs_completed="5", jobs_failed="1", reset_count="0")
+
+
+def smi_main(argv: list[str], out=None, err=None) -> int:  # type: ignore[no-untyped-def]
+    """``npu smi ARGV`` with its output in ``out``/``err``."""
+    return commands.smi(build_parser().parse_args(["smi", *argv]), out, err)
+
+
+def top_main(argv: list[str], out=None, err=None) -> int:  # type: ignore[no-untyped-def]
+    """``npu top ARGV`` with its output in ``out``/``err``."""
+    return commands.top(build_parser().parse_args(["top", *argv]), out, err)
 
 
 def make_device(sysroot: Path, devroot: Path, n: int) -> Path:
@@ -249,15 +260,14 @@ def test_top_sees_load_appear_between_frames(tree: tuple[Path, Path]) -> None:
     assert all(40.0 <= u <= 60.0 for u in utils), utils
 
 
-@pytest.mark.parametrize("main, argv, message", [
-    (smi_main, ["--interval", "-1"], "--interval must be >= 0"),
-    (top_main, ["-d", "0"], "--delay must be > 0"),
-    (top_main, ["-n", "0"], "--iterations must be >= 1"),
+@pytest.mark.parametrize("argv, message", [
+    (["smi", "--interval", "-1"], "--interval must be >= 0"),
+    (["top", "-d", "0"], "--delay must be > 0"),
+    (["top", "-n", "0"], "--iterations must be >= 1"),
 ])
-def test_bad_arguments(main, argv: list[str], message: str, capsys) -> None:  # type: ignore[no-untyped-def]
-    with pytest.raises(SystemExit) as info:
-        main(argv)
-    assert info.value.code == 2 and message in capsys.readouterr().err
+def test_bad_arguments(argv: list[str], message: str, capsys) -> None:  # type: ignore[no-untyped-def]
+    assert npu_main(argv) == 2
+    assert f"npu {argv[0]}: error: {message}" in capsys.readouterr().err
 
 
 def test_top_redraws_the_screen_on_a_terminal(tree: tuple[Path, Path]) -> None:

@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 from kmd_fuse import paths
-from libnpu.npu_sysfs import SYSROOT_MARKER, default_sysroot
+from libnpu.tools.npu_sysfs import SYSROOT_MARKER, default_sysroot
 
 
 @pytest.fixture(autouse=True)

@@ -1,6 +1,6 @@
 """`npu smi` (one-shot device table, or --json) and `npu top` (a refreshing view).
 
-Both read the driver's attribute tree (see libnpu.npu_sysfs): utilization comes from
+Both read the driver's attribute tree (see libnpu.tools.npu_sysfs): utilization comes from
 busy_time_us deltas between two samples, per-process rows from /proc/<pid>/fd links to
 the device nodes joined with the clients' DRM usage stats.
 """
@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import time
 from typing import Any, TextIO
 
-from libnpu.npu_sysfs import Sampler, SysfsError, class_dir, default_sysroot, list_devices, summarize
+from libnpu.portability import default_devroot
+from libnpu.tools.npu_sysfs import Sampler, SysfsError, class_dir, default_sysroot, list_devices, summarize
 
 
 def _size(n: int) -> str:
@@ -56,19 +56,10 @@ def format_table(reports: list[dict[str, Any]]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _common_args(ap: argparse.ArgumentParser) -> None:
-    ap.add_argument("--sysroot", default=None,
-                    help="root of the attribute tree (default $NPU_SYSROOT, else the one the driver serves "
-                         "for --devroot)")
-    ap.add_argument("--devroot", default=os.environ.get("NPU_DEVROOT", "/dev"),
-                    help="where the device nodes are (default $NPU_DEVROOT or /dev)")
-    ap.add_argument("--procroot", default="/proc", help=argparse.SUPPRESS)
-    ap.add_argument("-i", "--id", type=int, action="append", dest="ids", metavar="N",
-                    help="only device N (repeatable)")
-    ap.add_argument("--json", action="store_true", help="machine-readable output")
-
-
 def _sampler(args: argparse.Namespace, prog: str, err: TextIO) -> Sampler | None:
+    """``args``: sysroot, devroot (None: the defaults), procroot and ids, as ``npu smi`` parses them."""
+    if args.devroot is None:
+        args.devroot = str(default_devroot())
     if args.sysroot is None:
         args.sysroot = default_sysroot(args.devroot)
     names = list_devices(args.sysroot)
@@ -84,16 +75,9 @@ def _sampler(args: argparse.Namespace, prog: str, err: TextIO) -> Sampler | None
     return Sampler(args.sysroot, args.devroot, args.procroot)
 
 
-def smi_main(argv: list[str] | None = None, out: TextIO | None = None, err: TextIO | None = None) -> int:
-    """`npu smi`: print the device table once (utilization sampled over --interval)."""
+def smi(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None = None) -> int:
+    """`npu smi`: print the device table once (utilization sampled over ``args.interval`` >= 0 s)."""
     out, err = out or sys.stdout, err or sys.stderr
-    ap = argparse.ArgumentParser(prog="npu smi", description="Show NPU devices, utilization and processes.")
-    _common_args(ap)
-    ap.add_argument("--interval", type=float, default=0.2,
-                    help="seconds to sample utilization over; 0 skips it (default 0.2)")
-    args = ap.parse_args(argv)
-    if args.interval < 0:
-        ap.error("--interval must be >= 0")
     sampler = _sampler(args, "npu smi", err)
     if sampler is None:
         return 1
@@ -116,20 +100,9 @@ def smi_main(argv: list[str] | None = None, out: TextIO | None = None, err: Text
     return 0
 
 
-def top_main(argv: list[str] | None = None, out: TextIO | None = None, err: TextIO | None = None) -> int:
-    """`npu top`: refresh the table every --delay seconds until interrupted or -n frames."""
+def top(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None = None) -> int:
+    """`npu top`: refresh the table every ``args.delay`` > 0 s until interrupted or ``args.iterations`` frames."""
     out, err = out or sys.stdout, err or sys.stderr
-    ap = argparse.ArgumentParser(prog="npu top", description="Watch NPU utilization and processes.")
-    _common_args(ap)
-    ap.add_argument("-d", "--delay", type=float, default=1.0, help="refresh interval in seconds (default 1)")
-    ap.add_argument("-n", "--iterations", type=int, help="stop after this many frames")
-    ap.add_argument("-b", "--batch", action="store_true",
-                    help="append frames instead of redrawing the screen (like top -b)")
-    args = ap.parse_args(argv)
-    if args.delay <= 0:
-        ap.error("--delay must be > 0")
-    if args.iterations is not None and args.iterations < 1:
-        ap.error("--iterations must be >= 1")
     sampler = _sampler(args, "npu top", err)
     if sampler is None:
         return 1
@@ -159,10 +132,3 @@ def top_main(argv: list[str] | None = None, out: TextIO | None = None, err: Text
         pass
     return 0
 
-
-if __name__ == "__main__":
-    cmd = sys.argv[1] if len(sys.argv) > 1 else ""
-    if cmd not in ("smi", "top"):
-        print("usage: python -m libnpu.smi smi|top [options]", file=sys.stderr)
-        raise SystemExit(2)
-    raise SystemExit((smi_main if cmd == "smi" else top_main)(sys.argv[2:]))

@@ -3,15 +3,13 @@ fully connected layer, a flood of jobs past the ring size - printing what
 happened at each step."""
 from __future__ import annotations
 
-import argparse
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
 
 from firmware_sim.spec import fixedpoint, tasks
-from libnpu.portability import MEM_READ, Session, default_devroot
+from libnpu.portability import MEM_READ, Session
 
 
 def quantize(x: np.ndarray, scale: float, zero_point: int) -> np.ndarray:
@@ -91,13 +89,3 @@ def run(devroot: Path) -> int:
     print("[done] " + ("all steps correct" if good else "SOMETHING WENT WRONG"))
     return 0 if good else 1
 
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="npu demo")
-    parser.add_argument("--devroot")
-    args = parser.parse_args(argv)
-    return run(Path(args.devroot) if args.devroot else default_devroot())
-
-
-if __name__ == "__main__":
-    sys.exit(main())

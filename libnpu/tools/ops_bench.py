@@ -8,7 +8,7 @@ quantization, lowered to a loadable and run on a mounted device through ``libnpu
 The same graph is exported to .tflite and run by LiteRT with its reference kernels
 (BUILTIN_REF, which our chip must equal byte for byte: checked on every layer) and with
 its default kernels (XNNPACK), one thread each. onnxruntime runs the equivalent
-QLinearConv / QGemm model (:mod:`libnpu.ops_bench_ort`, uint8 activations), one thread;
+QLinearConv / QGemm model (:mod:`libnpu.tools.ops_bench_ort`, uint8 activations), one thread;
 it rounds differently, so its output is only compared (max absolute difference in LSBs,
 expect 0 or 1) against BUILTIN_REF's, or against the device's when LiteRT is skipped. All contenders are timed
 interleaved, one call each per round, so they see the same load on a shared machine; the
@@ -16,9 +16,6 @@ report gives the median per call, the device (timing-model) time and the ratios.
 """
 from __future__ import annotations
 
-import argparse
-import json
-import sys
 import tempfile
 import time
 from dataclasses import asdict, dataclass
@@ -28,14 +25,14 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 import libnpu
-from libnpu.apps.models import litert_available
+from libnpu.tools.models import litert_available
 from libnpu.compiler.ir import Graph, Op, QuantParams, Tensor, same_pads
 from libnpu.compiler.lower import lower
 from libnpu.compiler.tflite_export import export_tflite
-from libnpu.ops_bench_ort import OrtLayer, ort_available
+from libnpu.tools.ops_bench_ort import OrtLayer, ort_available
 
 __all__ = ["Layer", "MOBILENET", "QUICK", "OutputMismatch", "build_graph", "bench_layer", "bench_ops",
-           "format_report", "main"]
+           "format_report"]
 
 
 class OutputMismatch(RuntimeError):
@@ -326,43 +323,3 @@ def format_report(report: dict[str, Any]) -> str:
         lines.append(f"onnxruntime: skipped ({report['ort_skipped']})")
     return "\n".join(lines)
 
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """``npu bench ops [--quick] [--repeat N] [--json] [--devroot DIR] [--no-litert] [--no-ort]
-    [--ort-activations uint8|int8]``."""
-    ap = argparse.ArgumentParser(
-        prog="npu bench ops",
-        description="Time single int8 conv2d / depthwise / fully connected layers of MobileNet-like "
-                    "shapes through the device, next to LiteRT BUILTIN_REF and XNNPACK and "
-                    "onnxruntime (QLinearConv / QGemm) in the same run, check the device's output "
-                    "equals BUILTIN_REF's and report onnxruntime's difference from it in LSBs.")
-    ap.add_argument("--devroot", help="directory holding npu0 (default $NPU_DEVROOT or /dev)")
-    ap.add_argument("--quick", action="store_true", help="small layers of every kind (seconds)")
-    ap.add_argument("--repeat", type=int, default=10,
-                    help=f"timed calls per layer and contender, in turns of {BLOCK} back-to-back "
-                         "calls after one warm-up call")
-    ap.add_argument("--no-litert", action="store_true", help="leave LiteRT out")
-    ap.add_argument("--no-ort", action="store_true", help="leave onnxruntime out")
-    ap.add_argument("--ort-activations", choices=("uint8", "int8"), default="uint8",
-                    help="activation type of the onnxruntime models (default uint8: same values, "
-                         "zero points +128; with int8, onnxruntime's x86 conv is much slower)")
-    ap.add_argument("--json", action="store_true", help="print the report as JSON")
-    args = ap.parse_args(argv)
-    if args.repeat < 1:
-        ap.error("--repeat must be at least 1")
-    try:
-        report = bench_ops(QUICK if args.quick else MOBILENET, repeat=args.repeat, devroot=args.devroot,
-                           litert=not args.no_litert, ort=not args.no_ort,
-                           ort_activations=args.ort_activations)
-    except OutputMismatch as exc:
-        print(f"npu bench ops: {exc}", file=sys.stderr)
-        return 1
-    except OSError as exc:
-        print(f"npu bench ops: device error: {exc}", file=sys.stderr)
-        return 1
-    print(json.dumps(report, indent=2) if args.json else format_report(report))
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -15,14 +15,13 @@ from __future__ import annotations
 
 import os
 import time
-from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
 
 import libnpu
-from libnpu.apps.models import LiteRT, ModelSpecError, litert_available, resolve
-from libnpu.apps.run import load_timed, random_inputs
+from libnpu.tools.models import LiteRT, ModelSpecError, litert_available, resolve
+from libnpu.tools.run import load_timed, random_inputs
 
 __all__ = ["bench_model", "format_report", "percentiles_ms"]
 

@@ -22,6 +22,8 @@ from pathlib import Path
 
 import numpy as np
 
+from libnpu.compiler.cache import user_cache_dir
+
 __all__ = [
     "ModelZooError", "cache_dir", "resnet8_cifar10", "keyword_spotting", "visual_wake_words", "anomaly_detection",
     "blazeface_short_range",
@@ -72,10 +74,8 @@ ASSETS: dict[str, Asset] = {
 
 
 def cache_dir() -> Path:
-    """The cache directory (``$NPU_CACHE_DIR`` or ``~/.cache/npu-emu``), created if missing."""
-    root = Path(os.environ.get("NPU_CACHE_DIR") or Path.home() / ".cache" / "npu-emu")
-    root.mkdir(parents=True, exist_ok=True)
-    return root
+    """Where the model files are kept: the library's user cache directory (``$NPU_CACHE_DIR``)."""
+    return user_cache_dir()
 
 
 def _sha256(data: bytes) -> str:

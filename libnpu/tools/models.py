@@ -7,7 +7,7 @@ from typing import Sequence
 
 import numpy as np
 
-from libnpu import model_zoo
+from libnpu.tools import model_zoo
 
 __all__ = ["ModelSpecError", "ZOO", "resolve", "load_calibration", "litert_available", "LiteRT"]
 
@@ -59,7 +59,7 @@ def load_calibration(source: str | os.PathLike, input_shapes: Sequence[tuple[int
             raise ModelSpecError(f"{source}: calibration file must be .npy (or a directory)")
         samples = _samples_from_array(np.load(path), shape, str(path))
     elif path.is_dir():
-        from libnpu.vision import resize
+        from libnpu.tools.vision import resize
         samples = []
         for item in sorted(path.iterdir()):
             if item.suffix == ".npy":

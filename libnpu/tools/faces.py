@@ -17,11 +17,11 @@ from typing import TYPE_CHECKING, Any, Sequence
 import numpy as np
 
 import libnpu
-from libnpu import model_zoo
-from libnpu.vision import (BLAZEFACE_DECODE, BLAZEFACE_SHORT_RANGE, Detection, decode_ssd, draw_box, draw_points,
+from libnpu.tools import model_zoo
+from libnpu.tools.vision import (BLAZEFACE_DECODE, BLAZEFACE_SHORT_RANGE, Detection, decode_ssd, draw_box, draw_points,
                            letterbox, nms, ssd_anchors, weighted_nms, write_png)
-from libnpu.vision.image import Letterbox, resize
-from libnpu.vision.ssd import DecodeOptions
+from libnpu.tools.vision.image import Letterbox, resize
+from libnpu.tools.vision.ssd import DecodeOptions
 
 if TYPE_CHECKING:
     from .run import LoadTiming
@@ -166,7 +166,7 @@ def run_faces(images: Sequence[str | os.PathLike], *, out_dir: str | os.PathLike
                      "faces": [{"score": round(d.score, 4), "box": [round(float(v), 1) for v in d.box]}
                                for d in found]}
             if reference and litert_available():
-                from libnpu.vision import iou
+                from libnpu.tools.vision import iou
                 ref = reference_detections(image, threshold)
                 entry["float_litert_faces"] = [{"score": round(d.score, 4), "box": [round(float(v), 1) for v in d.box]}
                                                for d in ref]

@@ -1,0 +1,26 @@
+"""How the compiler reports progress: one callback, ``progress(stage, done, total)``.
+
+The stages are "import", "optimize", "calibrate", "quantize" and "lower" (an int8 model
+skips the middle three). Each stage is reported as it starts (``done`` 0) and as it
+ends (``done == total``); "calibrate" counts calibration runs, so it is also reported
+after every run. A caller that times the calls gets each stage's duration.
+"""
+from __future__ import annotations
+
+from contextlib import contextmanager
+from typing import Callable, Iterator
+
+__all__ = ["Progress", "stage"]
+
+#: ``progress(stage, done, total)``
+Progress = Callable[[str, int, int], None]
+
+
+@contextmanager
+def stage(progress: Progress | None, name: str, total: int = 1) -> Iterator[None]:
+    """Report ``name`` as started on entry and as done on a normal exit."""
+    if progress is not None:
+        progress(name, 0, total)
+    yield
+    if progress is not None:
+        progress(name, total, total)

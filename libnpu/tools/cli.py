@@ -1,0 +1,218 @@
+"""``npu``: the user-side command line, one parser built from one table of commands.
+
+Each row of :data:`COMMANDS` is a command: its words (``("bench", "model")``), its help,
+its arguments and its handler in :mod:`libnpu.tools.commands`.  A new command is one
+handler and one row.  Every command that uses a device takes ``--devroot`` (default
+``$NPU_DEVROOT``, else ``/dev``); the compile-side commands (``compile``, ``inspect``,
+``fetch``) use none and refuse it.
+
+Exit codes, the same for every command: 0 done, 1 it failed (the device, the compiler,
+a download, a damaged file), 2 usage (bad arguments, or a model, input or calibration
+file that cannot be used as named).  ``main`` returns the code and never raises
+``SystemExit`` itself (``--help`` returns 0).
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from dataclasses import dataclass
+from typing import Callable
+
+from . import commands
+
+__all__ = ["COMMANDS", "Command", "build_parser", "main"]
+
+MODEL = "a .tflite, .onnx or .nlb file, or a model-zoo name (resnet8, blazeface, kws, vww, anomaly)"
+
+
+@dataclass(frozen=True)
+class Command:
+    words: tuple[str, ...]                                   # ("info",) or ("bench", "nop")
+    help: str
+    arguments: Callable[[argparse.ArgumentParser], None]
+    run: Callable[[argparse.Namespace], int]
+    device: bool = True                                      # takes --devroot
+
+
+def _json(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+
+
+def _cache(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--cache-dir", help="compile cache directory (default $NPU_CACHE_DIR/compiled)")
+
+
+def _info_args(p: argparse.ArgumentParser) -> None:
+    _json(p)
+
+
+def _monitor_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--sysroot", help="root of the attribute tree (default $NPU_SYSROOT, else the one the driver "
+                                     "serves for --devroot)")
+    p.add_argument("--procroot", default="/proc", help=argparse.SUPPRESS)
+    p.add_argument("-i", "--id", type=int, action="append", dest="ids", metavar="N", help="only device N (repeatable)")
+    _json(p)
+
+
+def _smi_args(p: argparse.ArgumentParser) -> None:
+    _monitor_args(p)
+    p.add_argument("--interval", type=float, default=0.2,
+                   help="seconds to sample utilization over; 0 skips it (default 0.2)")
+
+
+def _top_args(p: argparse.ArgumentParser) -> None:
+    _monitor_args(p)
+    p.add_argument("-d", "--delay", type=float, default=1.0, help="refresh interval in seconds (default 1)")
+    p.add_argument("-n", "--iterations", type=int, help="stop after this many frames")
+    p.add_argument("-b", "--batch", action="store_true",
+                   help="append frames instead of redrawing the screen (like top -b)")
+
+
+def _calibration_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--calibration", help="calibration data: a .npy file (samples on the first axis) or a "
+                                         "directory of .npy files and .png pictures (mapped to [-1, 1])")
+    p.add_argument("--random-calibration", type=int, metavar="N", help="calibrate on N random inputs (default 8)")
+    p.add_argument("--method", choices=("minmax", "percentile"), default="minmax")
+    p.add_argument("--int8-io", action="store_true", help="int8 inputs/outputs instead of float")
+
+
+def _compile_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("model", help=MODEL.replace(".nlb ", ""))
+    p.add_argument("-o", "--output", required=True,
+                   help="the file to write: a loadable (.nlb), or the int8 model as .tflite (quantize only)")
+    _calibration_args(p)
+    p.add_argument("--no-progress", action="store_true")
+    _cache(p)
+    _json(p)
+
+
+def _inspect_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("model", help="a loadable (.nlb: checked, then described) or a model (its graph) - " + MODEL)
+    p.add_argument("--plan", action="store_true", help="a model's device memory plan too")
+
+
+def _fetch_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("names", nargs="*", help="model-zoo files to fetch (default: all)")
+
+
+def _run_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("model", help=MODEL)
+    p.add_argument("--input", action="extend", nargs="+", metavar="FILE.npy",
+                   help="one .npy per model input, in the model's input order (random inputs when omitted)")
+    p.add_argument("--save", metavar="DIR", help="write DIR/output_<index>.npy in the model's output dtypes")
+    p.add_argument("--repeat", type=int, default=5, help="timed inferences after the first (default 5)")
+    p.add_argument("--fresh", action="store_true", help="compile into an empty cache (measures a first-ever load)")
+    p.add_argument("--no-progress", action="store_true")
+    _cache(p)
+    _json(p)
+
+
+def _bench_nop_args(p: argparse.ArgumentParser) -> None:
+    _json(p)
+    p.add_argument("-n", type=int, default=3000, help="jobs per latency series")
+    p.add_argument("--processes", type=int, default=0, help="also run P client processes at once")
+    p.add_argument("--seconds", type=float, default=3.0, help="duration of the multi-process run")
+
+
+def _bench_ops_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--quick", action="store_true", help="small layers of every kind (seconds)")
+    p.add_argument("--repeat", type=int, default=10,
+                   help="timed calls per layer and contender, in turns of back-to-back calls after one warm-up")
+    p.add_argument("--no-litert", action="store_true", help="leave LiteRT out")
+    p.add_argument("--no-ort", action="store_true", help="leave onnxruntime out")
+    p.add_argument("--ort-activations", choices=("uint8", "int8"), default="uint8",
+                   help="activation type of the onnxruntime models (default uint8: same values, zero points "
+                        "+128; with int8, onnxruntime's x86 conv is much slower)")
+    _json(p)
+
+
+def _bench_model_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("model", help=MODEL)
+    p.add_argument("--requests", type=int, help="requests in flight for throughput (default: optimal_requests)")
+    p.add_argument("--seconds", type=float, default=3.0, help="duration of each measurement (default 3)")
+    p.add_argument("--no-litert", action="store_true", help="skip the LiteRT comparison")
+    _cache(p)
+    _json(p)
+
+
+def _faces_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("images", nargs="*", help="PNG files (default: astronaut.png and a made second picture)")
+    p.add_argument("--out", default=".", help="directory for the annotated PNGs (default .)")
+    p.add_argument("--threshold", type=float, default=0.5, help="minimum face score (default 0.5)")
+    p.add_argument("--reference", action="store_true", help="also run the float model in LiteRT and compare")
+    _cache(p)
+    _json(p)
+
+
+def _classify_args(p: argparse.ArgumentParser) -> None:
+    _cache(p)
+    _json(p)
+
+
+def _no_args(p: argparse.ArgumentParser) -> None:
+    pass
+
+
+COMMANDS: tuple[Command, ...] = (
+    Command(("info",), "describe the devices", _info_args, commands.info),
+    Command(("smi",), "devices, utilization and processes, once (nvidia-smi style)", _smi_args, commands.smi),
+    Command(("top",), "watch utilization and processes (nvtop style)", _top_args, commands.top),
+    Command(("compile",), "compile a model into a loadable (.nlb), quantizing float models", _compile_args,
+            commands.compile_, device=False),
+    Command(("inspect",), "describe a loadable (checked) or a model's graph", _inspect_args, commands.inspect,
+            device=False),
+    Command(("fetch",), "download the model-zoo files into the cache", _fetch_args, commands.fetch, device=False),
+    Command(("run",), "run a model on the device: timings, outputs, --save", _run_args, commands.run),
+    Command(("bench", "nop"), "NOP job latency vs raw round trip; throughput with --processes", _bench_nop_args,
+            commands.bench_nop),
+    Command(("bench", "ops"), "conv/depthwise/FC layers through the chip next to LiteRT and onnxruntime",
+            _bench_ops_args, commands.bench_ops),
+    Command(("bench", "model"), "latency and throughput of a model, next to LiteRT", _bench_model_args,
+            commands.bench_model),
+    Command(("faces",), "detect faces (BlazeFace, quantized) and write PNGs with the boxes", _faces_args,
+            commands.faces),
+    Command(("classify",), "classify sample pictures with ResNet-8 (CIFAR-10)", _classify_args, commands.classify),
+    Command(("demo",), "run the spine end to end and print what happens", _no_args, commands.demo),
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``npu`` parser: one subparser per row of :data:`COMMANDS` (two words make a group)."""
+    parser = argparse.ArgumentParser(prog="npu", description="The emulated NPU, from user space")
+    top = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    groups: dict[str, argparse._SubParsersAction] = {}
+    for command in COMMANDS:
+        where = top
+        if len(command.words) == 2:
+            group = command.words[0]
+            if group not in groups:
+                holder = top.add_parser(group, help=f"{group}: " + ", ".join(
+                    c.words[1] for c in COMMANDS if c.words[0] == group and len(c.words) == 2))
+                groups[group] = holder.add_subparsers(dest="what", required=True, metavar="WHAT")
+            where = groups[group]
+        p = where.add_parser(command.words[-1], help=command.help, description=command.help)
+        if command.device:
+            p.add_argument("--devroot", help="where the device nodes are (default $NPU_DEVROOT or /dev)")
+        command.arguments(p)
+        p.set_defaults(handler=command.run, devroot=None, parser=p)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run one ``npu`` command; returns its exit code (0 done, 1 failed, 2 usage)."""
+    try:
+        args, rest = build_parser().parse_known_args(argv)
+        if rest:                         # the command's own usage line, not the top parser's
+            args.parser.error(f"unrecognized arguments: {' '.join(rest)}")
+    except SystemExit as exc:            # --help (0) or a usage error (2), already printed by argparse
+        return exc.code if isinstance(exc.code, int) else 2
+    name = " ".join(word for word in (args.command, getattr(args, "what", None)) if word)
+    try:
+        return args.handler(args)
+    except (*commands.USAGE_ERRORS, *commands.FAILURES) as exc:
+        print(f"npu {name}: error: {exc}", file=sys.stderr)
+        return 2 if isinstance(exc, commands.USAGE_ERRORS) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
