@@ -79,7 +79,7 @@ class _Lowering:
         addresses = dict(input=op.inputs[0], weights=op.inputs[1], output=op.outputs[0])
         if len(op.inputs) > 2 and op.inputs[2]:
             addresses["bias"] = op.inputs[2]
-        return _Emitted("DEPTHWISE_CONV2D" if depthwise else "CONV2D", flags, fields, addresses, extra)
+        return _Emitted("DEPTHWISE_CONV_2D" if depthwise else "CONV_2D", flags, fields, addresses, extra)
 
     def fully_connected(self, op: Op, p: dict) -> _Emitted:
         n, k = self.shape(op.inputs[1])
@@ -111,7 +111,7 @@ class _Lowering:
         fields = dict(in_shape=self.shape(op.inputs[0]), out_shape=self.shape(op.outputs[0]),
                       filter_hw=p["filter_hw"], stride=p["stride"], padding=p["padding"],
                       act_min=p["act_min"], act_max=p["act_max"])
-        name = "MAX_POOL2D" if op.type == "MAX_POOL_2D" else "AVG_POOL2D"
+        name = "MAX_POOL_2D" if op.type == "MAX_POOL_2D" else "AVERAGE_POOL_2D"
         return _Emitted(name, 0, fields, dict(input=op.inputs[0], output=op.outputs[0]))
 
     def mean(self, op: Op, p: dict) -> _Emitted:
@@ -152,7 +152,7 @@ class _Lowering:
         fields = dict(num_inputs=len(op.inputs), outer=int(np.prod(out[:axis], dtype=np.int64)),
                       inner=int(np.prod(out[axis + 1:], dtype=np.int64)), axis_total=out[axis])
         extra = dict(inputs_iova=(table.region, table.offset), sizes_iova=self.const(op, "sizes", sizes))
-        return _Emitted("CONCAT", 0, fields, dict(output=op.outputs[0]), extra)
+        return _Emitted("CONCATENATION", 0, fields, dict(output=op.outputs[0]), extra)
 
     def reshape(self, op: Op, p: dict) -> _Emitted | None:
         src, dst = self.plan.placements[op.inputs[0]], self.plan.placements[op.outputs[0]]
@@ -183,7 +183,7 @@ class _Lowering:
     def resize(self, op: Op, p: dict) -> _Emitted:
         flags = (spec_ops.OPF_ALIGN_CORNERS if p["align_corners"] else 0) | \
                 (spec_ops.OPF_HALF_PIXEL_CENTERS if p["half_pixel_centers"] else 0)
-        name = "RESIZE_BILINEAR" if op.type == "RESIZE_BILINEAR" else "RESIZE_NEAREST"
+        name = "RESIZE_BILINEAR" if op.type == "RESIZE_BILINEAR" else "RESIZE_NEAREST_NEIGHBOR"
         return _Emitted(name, flags, dict(in_shape=self.shape(op.inputs[0]), out_hw=p["out_hw"]),
                         dict(input=op.inputs[0], output=op.outputs[0]))
 
