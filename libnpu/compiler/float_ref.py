@@ -18,7 +18,7 @@ from typing import Iterable, Mapping
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
-from . import ops
+from . import registry
 from .ir import Graph, IRError, Op, Tensor
 
 __all__ = ["FloatInterpreter", "run_float", "evaluate", "has_reference", "activation", "pad_nhwc",
@@ -54,7 +54,7 @@ def windows(x: np.ndarray, kh: int, kw: int, stride, dilation, pads, value=0.0) 
 
 def evaluate(op: Op, ins: list, out: Tensor) -> np.ndarray:
     """The float value of one op's output, by its operator's float reference."""
-    fn = ops.get(op.type, "float_ref")
+    fn = registry.get(op.type, "float_ref")
     if fn is None:
         raise IRError(f"float reference: unsupported op {op.describe()}")
     return fn(op, ins, out)
@@ -62,7 +62,7 @@ def evaluate(op: Op, ins: list, out: Tensor) -> np.ndarray:
 
 def has_reference(op_type: str) -> bool:
     """Whether the operator has a float reference."""
-    return ops.get(op_type, "float_ref") is not None
+    return registry.get(op_type, "float_ref") is not None
 
 
 def _to_real(t: Tensor, value: np.ndarray) -> np.ndarray:

@@ -6,7 +6,7 @@ Conventions (fixed, so that lowering is a straightforward walk):
 - Op type names and semantics follow TFLite builtin ops (``CONV_2D``, ``ADD``...). In an
   int8 graph every op means what the TFLite int8 reference kernel computes, given the
   quantization parameters on its tensors. The operators, their attributes and every
-  compiler stage's rule for them are declared in ``compiler.ops`` (the registry).
+  compiler stage's rule for them are declared in ``compiler.ops`` (``compiler.registry``).
 - Padding is explicit: ``pads = (top, bottom, left, right)`` (TFLite SAME is resolved
   at import). Fused activations are ``"NONE" | "RELU" | "RELU6" | "RELU_N1_TO_1"``.
 - An op input named ``""`` is an absent optional input (e.g. a conv without bias).
@@ -21,7 +21,7 @@ from typing import Any, Iterator
 
 import numpy as np
 
-from . import ops
+from . import registry
 
 __all__ = ["IRError", "EmptyModelError", "require_data", "QuantParams", "Tensor", "Op", "Graph", "DTYPES",
            "ACTIVATIONS"]
@@ -211,7 +211,7 @@ class Graph:
 
     def op_macs(self, op: Op) -> int:
         """Multiply-accumulates of one op (as its operator counts them; 0 if it does not)."""
-        macs = ops.get(op.type, "macs")
+        macs = registry.get(op.type, "macs")
         return int(macs(self, op)) if macs is not None else 0
 
     def macs(self) -> int:
@@ -277,7 +277,7 @@ class Graph:
             if t.is_constant:
                 raise IRError(f"graph input {n!r} is a constant")
         for op in self.ops:
-            operator = ops.find(op.type)
+            operator = registry.find(op.type)
             if operator is None:
                 raise IRError(f"{op.describe()}: unknown op type")
             missing = [a for a in operator.attrs if a not in op.attrs]

@@ -23,7 +23,7 @@ from firmware_sim.spec import ops as spec_ops
 from firmware_sim.spec import tasks as spec_tasks
 
 from ..loadable import Loadable, Reloc, Task
-from . import ops
+from . import registry
 from .frontend import check_int8
 from .ir import Graph, IRError, Op
 from .memplan import MemoryPlan, plan_memory
@@ -113,7 +113,7 @@ def lower(graph: Graph, *, metadata: dict[str, Any] | None = None) -> Loadable:
     producer: dict[str, int] = {}
     touched: list[tuple[list, list]] = []  # per task: (read extents, written extents)
     for op in graph.ops:
-        emitted = ops.get(op.type, "lower")(low, op, op_params(graph, op))
+        emitted = registry.get(op.type, "lower")(low, op, op_params(graph, op))
         ins = [i for i in op.inputs if i and not graph.tensors[i].is_constant]
         if emitted is None:  # aliased RESHAPE: the output is ready when the input is
             if ins[0] in producer:

@@ -8,7 +8,7 @@ Batch normalization becomes MUL + ADD by per-channel constants (the quantizer's
 optimizer folds them into the preceding convolution).
 
 The glue only: each ONNX node type's handler is declared with the operator it becomes
-(``compiler.ops``, ``ops.onnx``); the helpers here are what those handlers share.
+(``compiler.ops``, ``registry.onnx``); the helpers here are what those handlers share.
 """
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ import numpy as np
 import onnx
 from onnx import numpy_helper, shape_inference
 
-from . import ops
+from . import registry
 from .ir import Graph, IRError, Op, Tensor, require_data, same_pads
 
 __all__ = ["ONNXImportError", "import_onnx", "load_onnx", "pads_2d", "binary", "unary",
@@ -140,7 +140,7 @@ class _Importer:
         for idx, node in enumerate(graph.node):
             where = f"{node.op_type} node {idx} ({node.name or node.output[0]!r})"
             attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
-            handler = _GLUE.get(node.op_type) or ops.onnx_handler(node.op_type)
+            handler = _GLUE.get(node.op_type) or registry.onnx_handler(node.op_type)
             if handler is None:
                 raise ONNXImportError(f"unsupported op {where}")
             handler(self, node, attrs, where)

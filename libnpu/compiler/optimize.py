@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import ops
+from . import registry
 from .float_ref import evaluate, has_reference
 from .ir import ACTIVATIONS, Graph, Tensor
 
@@ -17,13 +17,13 @@ _ACT_OPS = tuple(a for a in ACTIVATIONS if a != "NONE")
 
 
 def _weight_axis(op_type: str) -> int | None:
-    return ops.get(op_type, "weight_axis")
+    return registry.get(op_type, "weight_axis")
 
 
 def _fusable(op_type: str) -> bool:
     """Whether the operator's TFLite kernel applies a fused activation (declared per
     operator: CONCATENATION's options have the field, but its kernel rejects it)."""
-    return bool(ops.get(op_type, "fused_activation"))
+    return bool(registry.get(op_type, "fused_activation"))
 
 
 def fold_constants(g: Graph) -> int:

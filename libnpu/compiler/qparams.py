@@ -13,7 +13,7 @@ import numpy as np
 
 from firmware_sim.spec import fixedpoint as fp
 
-from . import ops
+from . import registry
 from .ir import Graph, IRError, Op
 
 __all__ = ["op_params", "lowerable", "ACTIVATION_CODES", "qp", "act_range", "window", "weighted",
@@ -65,13 +65,13 @@ def rescale(g: Graph, op: Op) -> dict[str, Any]:
 
 def lowerable(op_type: str) -> bool:
     """Whether the chip runs int8 ops of this type (parameters and a lowering)."""
-    operator = ops.find(op_type)
+    operator = registry.find(op_type)
     return operator is not None and operator.params is not None and operator.lower is not None
 
 
 def op_params(graph: Graph, op: Op) -> dict[str, Any]:
     """Keyword parameters of the int8 kernel that computes ``op`` (tensors excluded)."""
-    fn = ops.get(op.type, "params")
+    fn = registry.get(op.type, "params")
     if fn is None:
         raise IRError(f"no int8 kernel parameters for {op.describe()}")
     params = fn(graph, op)

@@ -18,7 +18,7 @@ from typing import Iterable, Mapping, Sequence
 
 import numpy as np
 
-from . import ops
+from . import registry
 from .float_ref import FloatInterpreter
 from .ir import Graph, IRError, Op, QuantParams, Tensor
 from .optimize import optimize
@@ -31,7 +31,7 @@ Range = tuple[float, float]
 
 def _weight_axis(op: Op) -> int | None:
     """Axis of per-channel weight scales if ``op`` takes weights (input 1), else None."""
-    return ops.get(op.type, "weight_axis")
+    return registry.get(op.type, "weight_axis")
 
 
 class QuantizationError(IRError):
@@ -169,7 +169,7 @@ def _activation_table(g: Graph, ranges: Mapping[str, Range], roles) -> dict[str,
     fixed: dict[str, QuantParams] = {}
     uf = _UnionFind()
     for op in g.ops:
-        operator = ops.find(op.type)
+        operator = registry.find(op.type)
         if operator is not None and operator.fixed_output is not None:
             s, z = operator.fixed_output
             fixed[op.outputs[0]] = QuantParams(np.float32(s), z)
@@ -254,7 +254,7 @@ def quantize(graph: Graph, ranges: Mapping[str, Range], *, fc_per_channel: bool 
             w_t = src.tensors[op.inputs[1]]
             b_name = op.inputs[2] if len(op.inputs) > 2 else ""
             bias = src.tensors[b_name].data if b_name else None
-            per_tensor = ops.get(op.type, "fc_weights") and not fc_per_channel
+            per_tensor = registry.get(op.type, "fc_weights") and not fc_per_channel
             axis = None if per_tensor else weight_axis
             wq, wqp = _quantize_weights(w_t.data, axis, bias, in_scale)
             g.add_tensor(Tensor(w_t.name, w_t.shape, "int8", wqp, wq))

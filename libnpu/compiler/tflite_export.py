@@ -16,7 +16,7 @@ import flatbuffers
 import numpy as np
 import tflite
 
-from . import ops
+from . import registry
 from .ir import Graph, IRError, Op, QuantParams, Tensor, same_pads
 
 __all__ = ["TFLiteExportError", "export_tflite", "ACT"]
@@ -108,7 +108,7 @@ class _Writer:
         return 1, out
 
     def lower(self, op: Op) -> None:
-        export = ops.get(op.type, "export")
+        export = registry.get(op.type, "export")
         if export is None:
             raise TFLiteExportError(f"cannot export {op.describe()} to TFLite")
         export(self, op, [self.name(o) for o in op.outputs])
@@ -196,7 +196,7 @@ class _Writer:
 
 def _version(op_type: str) -> int:
     # The operator version LiteRT expects for its int8 kernel (float kernels accept it too).
-    operator = ops.find(op_type)
+    operator = registry.find(op_type)
     return operator.tflite_version if operator is not None else 1
 
 

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import tflite
 
-from . import ops
+from . import registry
 from .ir import Graph, IRError, Op, QuantParams, Tensor, require_data, same_pads
 
 __all__ = ["TFLiteImportError", "UnsupportedOpError", "import_tflite", "load_tflite", "options",
@@ -122,7 +122,7 @@ class _Importer:
             options = op.BuiltinOptions()
             if self.fold(opname, ins, outs, options, where):
                 continue
-            operator = ops.tflite_operator(opname)
+            operator = registry.tflite_operator(opname)
             if operator is None:
                 raise UnsupportedOpError(f"unsupported op {where}")
             attrs, data_inputs = operator.tflite(self, ins, outs, options, where)
@@ -170,7 +170,7 @@ class _Importer:
                 value = np.concatenate([np.atleast_1d(v) for v in vals],
                                        axis=int(options(table, tflite.ConcatenationOptions).Axis()))
             elif opname == "STRIDED_SLICE":
-                attrs, _ = ops.find("STRIDED_SLICE").tflite(self, ins, outs, table, where)
+                attrs, _ = registry.find("STRIDED_SLICE").tflite(self, ins, outs, table, where)
                 value = vals[0][tuple(slice(b, None if (e < 0 and st < 0) else e, st) for b, e, st in
                                       zip(attrs["begin"], attrs["end"], attrs["strides"]))]
             else:  # RESHAPE of a constant

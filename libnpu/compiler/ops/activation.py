@@ -8,7 +8,7 @@ import tflite
 from firmware_sim.spec import fixedpoint as fp
 
 from .. import onnx_import, qparams, tflite_import
-from . import Operator, onnx, register
+from ..registry import Operator, onnx, register
 
 
 def _export_plain(wr, op, outs) -> None:

@@ -12,7 +12,7 @@ from firmware_sim.spec import fixedpoint as fp
 
 from .. import float_ref, onnx_import, qparams, tflite_export, tflite_import
 from ..ir import Op
-from . import Operator, onnx, register
+from ..registry import Operator, onnx, register
 
 
 def _tflite(options_class: type) -> Callable:

@@ -7,7 +7,7 @@ import tflite
 from firmware_sim.spec import tasks as spec_tasks
 
 from .. import float_ref, onnx_import, qparams, tflite_export, tflite_import
-from . import Operator, onnx, register
+from ..registry import Operator, onnx, register
 
 
 def _tflite(im, ins, outs, table, where):

@@ -8,7 +8,7 @@ import tflite
 
 from .. import onnx_import, qparams, tflite_export, tflite_import
 from ..ir import IRError, strided_slice_masks
-from . import Operator, onnx, register
+from ..registry import Operator, onnx, register
 
 # RESHAPE --------------------------------------------------------------------------------
 

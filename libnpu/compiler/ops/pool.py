@@ -8,7 +8,7 @@ import tflite
 from firmware_sim.spec import ops as spec_ops
 
 from .. import float_ref, onnx_import, qparams, tflite_export, tflite_import
-from . import Operator, onnx, register
+from ..registry import Operator, onnx, register
 
 # TFLite -----------------------------------------------------------------------------
 

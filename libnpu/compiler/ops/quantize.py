@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from .. import qparams, tflite_import
-from . import Operator, register
+from ..registry import Operator, register
 
 
 def _quantize_params(g, op) -> dict:

@@ -8,7 +8,7 @@ import tflite
 from firmware_sim.spec import ops as spec_ops
 
 from .. import onnx_import, tflite_import
-from . import Operator, onnx, register
+from ..registry import Operator, onnx, register
 
 
 def _tflite(options_class: type):
