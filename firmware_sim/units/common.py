@@ -135,10 +135,10 @@ def plan(kind: str, desc: np.void, parse: Callable[[np.void], tuple]) -> Plan:
 
 def _unbind_plans(asid: int, bo_id: int, released) -> None:
     # A bound call holds views of the buffers it ran on: drop them all, so a released
-    # buffer is unmapped now. The decoded fields hold no device memory and stay.
-    if released or not bo_id:
-        for p in _PLANS.values():
-            p.bound = None
+    # buffer is unmapped now (also one the IOTLB had already evicted, which ``released``
+    # does not list). The decoded fields hold no device memory and stay.
+    for p in _PLANS.values():
+        p.bound = None
 
 
 caches.register("plans", "decoded descriptors by their bytes, and the C kernels' bound calls "
