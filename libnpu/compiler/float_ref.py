@@ -26,6 +26,7 @@ __all__ = ["FloatInterpreter", "run_float", "evaluate", "has_reference", "activa
 
 
 def activation(x: np.ndarray, act: str) -> np.ndarray:
+    """Apply a fused activation (``ir.ACTIVATIONS``) in float."""
     if act == "NONE":
         return x
     if act == "RELU":
@@ -38,6 +39,7 @@ def activation(x: np.ndarray, act: str) -> np.ndarray:
 
 
 def pad_nhwc(x: np.ndarray, pads: tuple[int, int, int, int], value: float = 0.0) -> np.ndarray:
+    """Pad the H and W axes of an NHWC tensor by ``(top, bottom, left, right)``."""
     top, bottom, left, right = pads
     if not any(pads):
         return x
