@@ -13,6 +13,7 @@ import os
 import time
 from pathlib import Path
 
+from firmware_sim import caches
 from firmware_sim.dma import DmaEngine
 from firmware_sim.executor import JobResult, run_job
 from firmware_sim.spec import memory, regs, ring
@@ -64,7 +65,7 @@ class Core:
                 self.run_job_entry(job_id, asid, cmd_iova, cmd_size, timeout_ms, following)
             else:
                 if opcode == ring.OP_INVALIDATE:
-                    self.dma.invalidate(asid, bo_id)
+                    caches.invalidate(self.dma, asid, bo_id)
                 self.set_reg(regs.RING_HEAD, following)
             head = following
 

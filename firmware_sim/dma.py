@@ -9,7 +9,8 @@ span objects are gathered (reads) or staged and scattered on ``commit`` (writes)
 
 Like a real IOMMU's IOTLB, the engine keeps the translations (and the array views)
 of accesses that succeeded, per ASID, until the driver invalidates that ASID
-(``OP_INVALIDATE`` on the ring, which the KMD sends whenever it unmaps pages).
+(``OP_INVALIDATE`` on the ring, which the KMD sends whenever it unmaps pages; the core
+runs it through ``firmware_sim.caches.invalidate``, the one path for all the chip's caches).
 Failed translations are never kept, so mapping new pages needs no invalidation.
 """
 from __future__ import annotations
@@ -82,22 +83,32 @@ class DmaEngine:
             cached = self._tlbs[asid] = ({}, {})
         self._tlb, self._views = cached
 
-    def invalidate(self, asid: int, bo_id: int = 0) -> None:
+    def invalidate(self, asid: int, bo_id: int = 0) -> list[tuple[int, int]]:
         """Forget cached state of ``asid``: its translations and views, and one buffer
-        object's mapping (bo_id) or, with bo_id 0, its page table and all its objects."""
+        object's mapping (bo_id) or, with bo_id 0, its page table and all its objects.
+
+        Returns the [start, end) host addresses of the mappings dropped, so that the other
+        caches (``firmware_sim.caches``) can drop whatever still refers to them. Called
+        through ``caches.invalidate``, never on its own."""
         self._tlbs.pop(asid, None)
+        self._last_written = None
         if bo_id:
-            self._objects.pop(bo_id, None)
+            dropped = [self._objects.pop(bo_id)] if bo_id in self._objects else []
         else:
             self._tables.pop(asid, None)
-            for key in [k for k, (owner, _, _) in self._objects.items() if owner == asid]:
-                del self._objects[key]
+            dropped = [self._objects.pop(key) for key, (owner, _, _) in list(self._objects.items())
+                       if owner == asid]
         if self.asid == asid:
             if bo_id:                  # still bound, with empty caches
                 self._tlb, self._views = self._tlbs[asid] = ({}, {})
             else:                      # unbound: the next job binds it again
                 self.asid, self._ptes = None, None
                 self._tlb, self._views = {}, {}
+        released = []
+        for _, view, _ in dropped:
+            start = view.__array_interface__["data"][0]
+            released.append((start, start + view.nbytes))
+        return released
 
     # ---- translation ----
     def translate(self, iova: int, nbytes: int, write: bool) -> list[tuple[int, int, int]]:

@@ -16,7 +16,7 @@ from typing import Callable
 
 import numpy as np
 
-from firmware_sim import ops_exec
+from firmware_sim import units
 from firmware_sim.dma import DmaEngine, IommuFault
 from firmware_sim.errors import InvalidCommand, JobFailure
 from firmware_sim.spec import tasks
@@ -42,7 +42,7 @@ Handler = Callable[[np.void, DmaEngine], None]
 HANDLERS: dict[int, Handler] = {
     tasks.OP_NOP: _nop,
     tasks.OP_DMA_COPY: _dma_copy,
-    **ops_exec.HANDLERS,   # the compute operators: FULLY_CONNECTED and those of spec.ops
+    **units.HANDLERS,     # the compute operators: FULLY_CONNECTED and those of spec.ops
 }
 
 

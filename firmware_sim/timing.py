@@ -37,7 +37,7 @@ def task_cycles(profile: HardwareProfile, task: tasks.TaskType, desc: np.void, b
     task the table does not know, the bytes the DMA engine actually moved."""
     global _task_cost
     if _task_cost is None:                       # imported on first use, then kept
-        from firmware_sim.kernels.cost import task_cost
+        from firmware_sim.units import task_cost
         _task_cost = task_cost
     macs, nbytes = _task_cost(task.opcode, desc)
     return profile.cycles(macs, nbytes or bytes_moved)

@@ -5,7 +5,8 @@ Modules: ``fully_connected``, ``conv`` (conv2d, depthwise_conv2d), ``elementwise
 mul, quantize, requantize, dequantize), ``activations`` (ReLU family, tanh/logistic LUT,
 softmax), ``pooling`` (max, average, mean), ``layout`` (concat, reshape, transpose, pad,
 strided slice), ``resize`` (bilinear, nearest). ``fixedpoint`` / ``gemmlowp`` hold the
-integer arithmetic, ``gemm`` the exact float-BLAS products, ``cost`` the timing hints.
+integer arithmetic, ``gemm`` the exact float-BLAS products. Which descriptor runs which kernel, and what it
+costs, is declared per compute unit in ``firmware_sim.units``.
 Quantization parameters come from ``firmware_sim.spec.fixedpoint``, which derives them
 from tensor scales exactly as TFLite's Prepare functions do.
 

@@ -18,6 +18,8 @@ from typing import Callable, Hashable
 
 import numpy as np
 
+from firmware_sim import caches
+
 __all__ = ["table_for", "lookup", "clear", "BUILD_AT_ONCE_ELEMENTS", "MAX_TABLES"]
 
 BUILD_AT_ONCE_ELEMENTS = 1 << 16
@@ -84,3 +86,7 @@ def clear() -> None:
     """Forget every table (and every parameter set seen once)."""
     with _lock:
         _tables.clear()
+
+
+caches.register("binary_table", "ADD/MUL 256 x 256 result tables, by quantization parameters "
+                "(contents only: never invalidated)", None, clear)

@@ -17,6 +17,8 @@ from collections import OrderedDict
 
 import numpy as np
 
+from firmware_sim import caches
+
 from ..errors import InvalidCommand
 from . import native, weight_cache
 from .native import calls as native_calls
@@ -238,6 +240,10 @@ def _requant_plan(bias, multiplier, shift, output_zp, act_min, act_max, acc_boun
     else:
         _REQUANT_PLANS.move_to_end(key)
     return plan
+
+
+caches.register("requant_plans", "conv requantization plans, by bias/multiplier/shift bytes "
+                "(own copies of them: never invalidated)", None, _REQUANT_PLANS.clear)
 
 
 def _prepare_filters(w: np.ndarray, groups: int) -> tuple[np.ndarray, int]:

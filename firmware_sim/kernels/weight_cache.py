@@ -16,6 +16,8 @@ from typing import Any, Callable, Hashable, TypeVar
 
 import numpy as np
 
+from firmware_sim import caches
+
 __all__ = ["converted", "clear", "MIN_CACHED_BYTES", "BUDGET_BYTES"]
 
 MIN_CACHED_BYTES = 1 << 10    # a lookup (key + byte compare) costs ~2 us; converting more
@@ -81,3 +83,19 @@ def clear() -> None:
     with _lock:
         _entries.clear()
         _bytes = 0
+
+
+def drop_released(asid: int, bo_id: int, released) -> None:
+    """Drop the entries of weights that lived in released memory (``caches`` hook): the
+    byte comparison already keeps them correct, this keeps them from outliving it."""
+    global _bytes
+    if not released:
+        return
+    with _lock:
+        for key in [k for k in _entries if any(lo <= k[1] < hi for lo, hi in released)]:
+            _bytes -= _entries.pop(key)[2]
+
+
+caches.register("weight_cache", "float32 conversions of weights, by the weights' host address, "
+                "shape and strides, with a copy of their int8 bytes (entries whose weights lived "
+                "in a released buffer are dropped)", drop_released, clear)

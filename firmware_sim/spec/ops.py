@@ -22,9 +22,9 @@ from firmware_sim.spec.tasks import register_task
 __all__ = [
     "PADDING_SAME", "PADDING_VALID", "conv_geometry", "MAX_RANK", "OPF_PER_CHANNEL",
     "OPF_ALIGN_CORNERS", "OPF_HALF_PIXEL_CENTERS", "OPF_KEEP_DIMS", "CONCAT_MAX_INPUTS",
-    "OP_CONV2D", "OP_DEPTHWISE_CONV2D", "OP_ADD", "OP_MUL", "OP_MAX_POOL2D", "OP_AVG_POOL2D",
-    "OP_MEAN", "OP_RELU", "OP_LUT", "OP_SOFTMAX", "OP_CONCAT", "OP_RESHAPE", "OP_TRANSPOSE",
-    "OP_PAD", "OP_STRIDED_SLICE", "OP_RESIZE_BILINEAR", "OP_RESIZE_NEAREST", "OP_QUANTIZE",
+    "OP_CONV_2D", "OP_DEPTHWISE_CONV_2D", "OP_ADD", "OP_MUL", "OP_MAX_POOL_2D", "OP_AVERAGE_POOL_2D",
+    "OP_MEAN", "OP_RELU", "OP_LUT", "OP_SOFTMAX", "OP_CONCATENATION", "OP_RESHAPE", "OP_TRANSPOSE",
+    "OP_PAD", "OP_STRIDED_SLICE", "OP_RESIZE_BILINEAR", "OP_RESIZE_NEAREST_NEIGHBOR", "OP_QUANTIZE",
     "OP_REQUANTIZE", "OP_DEQUANTIZE",
 ]
 
@@ -62,23 +62,23 @@ OPF_ALIGN_CORNERS = 0x2       # resize
 OPF_HALF_PIXEL_CENTERS = 0x4  # resize
 OPF_KEEP_DIMS = 0x8           # mean (informational: the output bytes are the same)
 
-OP_CONV2D = 0x10
-OP_DEPTHWISE_CONV2D = 0x11
+OP_CONV_2D = 0x10
+OP_DEPTHWISE_CONV_2D = 0x11
 OP_ADD = 0x12
 OP_MUL = 0x13
-OP_MAX_POOL2D = 0x14
-OP_AVG_POOL2D = 0x15
+OP_MAX_POOL_2D = 0x14
+OP_AVERAGE_POOL_2D = 0x15
 OP_MEAN = 0x16
 OP_RELU = 0x17
 OP_LUT = 0x18
 OP_SOFTMAX = 0x19
-OP_CONCAT = 0x1A
+OP_CONCATENATION = 0x1A
 OP_RESHAPE = 0x1B
 OP_TRANSPOSE = 0x1C
 OP_PAD = 0x1D
 OP_STRIDED_SLICE = 0x1E
 OP_RESIZE_BILINEAR = 0x1F
-OP_RESIZE_NEAREST = 0x20
+OP_RESIZE_NEAREST_NEIGHBOR = 0x20
 OP_QUANTIZE = 0x21
 OP_REQUANTIZE = 0x22
 OP_DEQUANTIZE = 0x23
@@ -108,8 +108,8 @@ _CONV_FIELDS = [
     ("act_min", "<i4"),
     ("act_max", "<i4"),
 ]
-CONV2D = register_task(OP_CONV2D, "CONV2D", _CONV_FIELDS)
-DEPTHWISE_CONV2D = register_task(OP_DEPTHWISE_CONV2D, "DEPTHWISE_CONV2D", _CONV_FIELDS)
+CONV_2D = register_task(OP_CONV_2D, "CONV_2D", _CONV_FIELDS)
+DEPTHWISE_CONV_2D = register_task(OP_DEPTHWISE_CONV_2D, "DEPTHWISE_CONV_2D", _CONV_FIELDS)
 
 _BINARY_SHAPES = [
     ("input1", "<u8"), ("input2", "<u8"), ("output", "<u8"),
@@ -135,8 +135,8 @@ _POOL_FIELDS = [
     ("filter_hw", *_U32x2), ("stride", *_U32x2), ("padding", *_U32x2),
     ("act_min", "<i4"), ("act_max", "<i4"),
 ]
-MAX_POOL2D = register_task(OP_MAX_POOL2D, "MAX_POOL2D", _POOL_FIELDS)
-AVG_POOL2D = register_task(OP_AVG_POOL2D, "AVG_POOL2D", _POOL_FIELDS)
+MAX_POOL_2D = register_task(OP_MAX_POOL_2D, "MAX_POOL_2D", _POOL_FIELDS)
+AVERAGE_POOL_2D = register_task(OP_AVERAGE_POOL_2D, "AVERAGE_POOL_2D", _POOL_FIELDS)
 
 MEAN = register_task(OP_MEAN, "MEAN", [
     ("input", "<u8"), ("output", "<u8"),
@@ -162,7 +162,7 @@ SOFTMAX = register_task(OP_SOFTMAX, "SOFTMAX", [
     ("diff_min", "<i4"),                       # spec.fixedpoint.softmax_params
 ])
 
-CONCAT = register_task(OP_CONCAT, "CONCAT", [
+CONCATENATION = register_task(OP_CONCATENATION, "CONCATENATION", [
     ("inputs_iova", "<u8"),    # u64[num_inputs]: each input's IOVA
     ("sizes_iova", "<u8"),     # u32[num_inputs]: each input's extent on the concat axis
     ("output", "<u8"),
@@ -197,7 +197,7 @@ _RESIZE_FIELDS = [
     ("out_hw", *_U32x2),       # flags: OPF_ALIGN_CORNERS, OPF_HALF_PIXEL_CENTERS
 ]
 RESIZE_BILINEAR = register_task(OP_RESIZE_BILINEAR, "RESIZE_BILINEAR", _RESIZE_FIELDS)
-RESIZE_NEAREST = register_task(OP_RESIZE_NEAREST, "RESIZE_NEAREST", _RESIZE_FIELDS)
+RESIZE_NEAREST_NEIGHBOR = register_task(OP_RESIZE_NEAREST_NEIGHBOR, "RESIZE_NEAREST_NEIGHBOR", _RESIZE_FIELDS)
 
 QUANTIZE = register_task(OP_QUANTIZE, "QUANTIZE", _FLAT + [   # float32 -> int8
     ("scale", "<f4"), ("zero_point", "<i4"),

@@ -33,9 +33,9 @@ def check_int8(graph: Graph) -> None:
     per-tensor quantization, except the float side of QUANTIZE (input) and DEQUANTIZE
     (output) ops at the graph's edges.
     """
-    from .qparams import SUPPORTED_OPS
+    from .qparams import lowerable
     for op in graph.ops:
-        if op.type not in SUPPORTED_OPS:
+        if not lowerable(op.type):
             raise NotInt8Error(f"{op.describe()}: the chip has no int8 kernel for {op.type}")
         names = [n for n in op.inputs if n and not graph.tensors[n].is_constant] + op.outputs
         for n in names:

@@ -5,7 +5,8 @@ Conventions (fixed, so that lowering is a straightforward walk):
   depthwise weights ``[1, KH, KW, Cin*multiplier]``, fully-connected weights ``[N, K]``.
 - Op type names and semantics follow TFLite builtin ops (``CONV_2D``, ``ADD``...). In an
   int8 graph every op means what the TFLite int8 reference kernel computes, given the
-  quantization parameters on its tensors.
+  quantization parameters on its tensors. The operators, their attributes and every
+  compiler stage's rule for them are declared in ``compiler.ops`` (``compiler.registry``).
 - Padding is explicit: ``pads = (top, bottom, left, right)`` (TFLite SAME is resolved
   at import). Fused activations are ``"NONE" | "RELU" | "RELU6" | "RELU_N1_TO_1"``.
 - An op input named ``""`` is an absent optional input (e.g. a conv without bias).
@@ -20,37 +21,13 @@ from typing import Any, Iterator
 
 import numpy as np
 
+from . import registry
+
 __all__ = ["IRError", "EmptyModelError", "require_data", "QuantParams", "Tensor", "Op", "Graph", "DTYPES",
-           "ACTIVATIONS", "OP_ATTRS"]
+           "ACTIVATIONS"]
 
 DTYPES = ("float32", "float16", "int8", "uint8", "int16", "int32", "int64", "bool")
 ACTIVATIONS = ("NONE", "RELU", "RELU6", "RELU_N1_TO_1")
-
-
-# Every op type the IR knows, with the attributes it carries (all required). Inputs are
-# data tensors in TFLite order; parameters that TFLite passes as constant tensors
-# (shapes, paddings, axes...) are attributes here.
-OP_ATTRS: dict[str, tuple[str, ...]] = {
-    "CONV_2D": ("stride", "dilation", "pads", "groups", "activation"),  # in: x, w OHWI, bias|""
-    "DEPTHWISE_CONV_2D": ("stride", "dilation", "pads", "depth_multiplier", "activation"),  # w [1,KH,KW,C*M]
-    "FULLY_CONNECTED": ("activation", "keep_num_dims"),  # in: x, w [N, K], bias|""
-    "ADD": ("activation",), "SUB": ("activation",), "MUL": ("activation",),
-    "AVERAGE_POOL_2D": ("filter", "stride", "pads", "activation"),
-    "MAX_POOL_2D": ("filter", "stride", "pads", "activation"),
-    "RESHAPE": ("new_shape",),
-    "SOFTMAX": ("beta",),
-    "CONCATENATION": ("axis", "activation"),
-    "PAD": ("paddings",),  # ((before, after) per axis); pads with zero (the zero point)
-    "RELU": (), "RELU6": (), "RELU_N1_TO_1": (), "LOGISTIC": (), "TANH": (),
-    "QUANTIZE": (), "DEQUANTIZE": (),
-    "MEAN": ("axes", "keep_dims"),
-    "TRANSPOSE": ("perm",),
-    "RESIZE_BILINEAR": ("size", "align_corners", "half_pixel_centers"),
-    "RESIZE_NEAREST_NEIGHBOR": ("size", "align_corners", "half_pixel_centers"),
-    # STRIDED_SLICE: masks and negative indices resolved to Python-slice bounds per axis;
-    # end == -1 with a negative stride means "through index 0" (a Python slice's None).
-    "STRIDED_SLICE": ("begin", "end", "strides", "new_shape"),
-}
 
 
 class IRError(ValueError):
@@ -233,18 +210,9 @@ class Graph:
         return dict(counts)
 
     def op_macs(self, op: Op) -> int:
-        """Multiply-accumulates of one op (convolutions and fully connected; 0 otherwise)."""
-        if op.type not in ("CONV_2D", "DEPTHWISE_CONV_2D", "FULLY_CONNECTED"):
-            return 0
-        out = self.tensors[op.outputs[0]]
-        w = self.tensors[op.inputs[1]].shape
-        if op.type == "CONV_2D":
-            per_output = w[1] * w[2] * w[3]
-        elif op.type == "DEPTHWISE_CONV_2D":
-            per_output = w[1] * w[2]
-        else:
-            per_output = w[1]
-        return out.size * int(per_output)
+        """Multiply-accumulates of one op (as its operator counts them; 0 if it does not)."""
+        macs = registry.get(op.type, "macs")
+        return int(macs(self, op)) if macs is not None else 0
 
     def macs(self) -> int:
         """Total multiply-accumulates of one inference."""
@@ -309,9 +277,10 @@ class Graph:
             if t.is_constant:
                 raise IRError(f"graph input {n!r} is a constant")
         for op in self.ops:
-            if op.type not in OP_ATTRS:
+            operator = registry.find(op.type)
+            if operator is None:
                 raise IRError(f"{op.describe()}: unknown op type")
-            missing = [a for a in OP_ATTRS[op.type] if a not in op.attrs]
+            missing = [a for a in operator.attrs if a not in op.attrs]
             if missing:
                 raise IRError(f"{op.describe()}: missing attributes {missing}")
             for i in op.inputs:

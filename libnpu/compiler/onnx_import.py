@@ -6,6 +6,9 @@ inside the graph; a TRANSPOSE is inserted only where an op needs the ONNX layout
 graph inputs and outputs so the imported graph keeps the ONNX model's I/O layout.
 Batch normalization becomes MUL + ADD by per-channel constants (the quantizer's
 optimizer folds them into the preceding convolution).
+
+The glue only: each ONNX node type's handler is declared with the operator it becomes
+(``compiler.ops``, ``registry.onnx``); the helpers here are what those handlers share.
 """
 from __future__ import annotations
 
@@ -17,13 +20,15 @@ import numpy as np
 import onnx
 from onnx import numpy_helper, shape_inference
 
+from . import registry
 from .ir import Graph, IRError, Op, Tensor, require_data, same_pads
 
-__all__ = ["ONNXImportError", "import_onnx", "load_onnx"]
+__all__ = ["ONNXImportError", "import_onnx", "load_onnx", "pads_2d", "binary", "unary",
+           "squeeze_leading", "TO_NHWC", "TO_NCHW", "AXIS_TO_NHWC"]
 
 TO_NHWC = (0, 2, 3, 1)
 TO_NCHW = (0, 3, 1, 2)
-_AXIS_TO_NHWC = {0: 0, 1: 3, 2: 1, 3: 2}
+AXIS_TO_NHWC = {0: 0, 1: 3, 2: 1, 3: 2}
 
 
 class ONNXImportError(IRError):
@@ -135,7 +140,7 @@ class _Importer:
         for idx, node in enumerate(graph.node):
             where = f"{node.op_type} node {idx} ({node.name or node.output[0]!r})"
             attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
-            handler = _HANDLERS.get(node.op_type)
+            handler = _GLUE.get(node.op_type) or registry.onnx_handler(node.op_type)
             if handler is None:
                 raise ONNXImportError(f"unsupported op {where}")
             handler(self, node, attrs, where)
@@ -152,9 +157,9 @@ class _Importer:
         return self.g
 
 
-# op handlers ------------------------------------------------------------------------
+# helpers shared by the operators' ONNX handlers ------------------------------------
 
-def _pads_2d(im: _Importer, node, attrs, kernel, strides, dilations, where) -> tuple[int, int, int, int]:
+def pads_2d(im: _Importer, node, attrs, kernel, strides, dilations, where) -> tuple[int, int, int, int]:
     auto = attrs.get("auto_pad", b"NOTSET")
     auto = auto.decode() if isinstance(auto, bytes) else auto
     if auto in ("NOTSET", ""):
@@ -170,58 +175,9 @@ def _pads_2d(im: _Importer, node, attrs, kernel, strides, dilations, where) -> t
     return (t, b, l, r)
 
 
-def _conv(im: _Importer, node, attrs, where):
-    w = im.const(node.input[1], where).astype(np.float32)
-    if w.ndim != 4:
-        raise ONNXImportError(f"{where}: only 2-D convolutions are supported")
-    cout, cin_g, kh, kw = w.shape
-    group = int(attrs.get("group", 1))
-    strides = tuple(attrs.get("strides", (1, 1)))
-    dil = tuple(attrs.get("dilations", (1, 1)))
-    pads = _pads_2d(im, node, attrs, (kh, kw), strides, dil, where)
-    cin = im.onnx_shape(node.input[0], where)[1]
-    x = im.value(node.input[0], True, where)
-    bias = ""
-    if len(node.input) > 2 and node.input[2]:
-        bias = im.g.add_const(node.input[2], im.const(node.input[2], where).astype(np.float32)).name
-    common = dict(stride=strides, dilation=dil, pads=pads, activation="NONE")
-    if group > 1 and group == cin and cin_g == 1:
-        wt = im.g.add_const(node.input[1], w.transpose(1, 2, 3, 0)).name  # [1, KH, KW, Cout]
-        im.emit("DEPTHWISE_CONV_2D", [x, wt, bias], node.output[0], True, where,
-                dict(common, depth_multiplier=cout // cin))
-    else:
-        wt = im.g.add_const(node.input[1], w.transpose(0, 2, 3, 1)).name  # OHWI
-        im.emit("CONV_2D", [x, wt, bias], node.output[0], True, where, dict(common, groups=group))
-
-
-def _gemm(im: _Importer, node, attrs, where):
-    if attrs.get("transA", 0):
-        raise ONNXImportError(f"{where}: transA is not supported")
-    w = im.const(node.input[1], where).astype(np.float32) * float(attrs.get("alpha", 1.0))
-    if not attrs.get("transB", 0):
-        w = w.T
-    bias = ""
-    if len(node.input) > 2 and node.input[2]:
-        c = im.const(node.input[2], where).astype(np.float32) * float(attrs.get("beta", 1.0))
-        bias = im.g.add_const(node.input[2], np.broadcast_to(c.reshape(-1), (w.shape[0],)).copy()).name
-    wt = im.g.add_const(node.input[1], np.ascontiguousarray(w)).name
-    im.emit("FULLY_CONNECTED", [im.value(node.input[0], False, where), wt, bias], node.output[0], False,
-            where, dict(activation="NONE", keep_num_dims=False))
-
-
-def _matmul(im: _Importer, node, attrs, where):
-    if node.input[1] not in im.consts:
-        raise ONNXImportError(f"{where}: only MatMul by a constant weight is supported")
-    w = im.const(node.input[1], where).astype(np.float32)
-    if w.ndim != 2:
-        raise ONNXImportError(f"{where}: weight must be 2-D")
-    wt = im.g.add_const(node.input[1], np.ascontiguousarray(w.T)).name
-    x = im.value(node.input[0], False, where)
-    im.emit("FULLY_CONNECTED", [x, wt, ""], node.output[0], False, where,
-            dict(activation="NONE", keep_num_dims=len(im.g.tensors[x].shape) > 2))
-
-
-def _binary(op_type: str) -> Callable:
+def binary(op_type: str) -> Callable:
+    """A handler emitting IR ``op_type`` for an elementwise binary node (constants laid
+    out like the activation they meet)."""
     def handler(im: _Importer, node, attrs, where):
         a, b = node.input[0], node.input[1]
         shapes = [im.onnx_shape(n, where) for n in (a, b)]
@@ -233,7 +189,7 @@ def _binary(op_type: str) -> Callable:
                 data = im.consts[n].astype(np.float32)
                 if nhwc:  # right-align to rank 4, then permute like the activation
                     data = data.reshape((1,) * (4 - data.ndim) + data.shape).transpose(TO_NHWC)
-                    data = _squeeze_leading(data)
+                    data = squeeze_leading(data)
                 ins.append(im.g.add_const(n, data).name)
             else:
                 ins.append(im.value(n, nhwc if len(s) == 4 else None, where))
@@ -241,48 +197,18 @@ def _binary(op_type: str) -> Callable:
     return handler
 
 
-def _squeeze_leading(data: np.ndarray) -> np.ndarray:
+def squeeze_leading(data: np.ndarray) -> np.ndarray:
     while data.ndim > 1 and data.shape[0] == 1:
         data = data[0]
     return data
 
 
-def _batchnorm(im: _Importer, node, attrs, where):
-    scale, bias, mean, var = (im.const(n, where).astype(np.float64) for n in node.input[1:5])
-    a = scale / np.sqrt(var + float(attrs.get("epsilon", 1e-5)))
-    b = bias - mean * a
-    x = node.input[0]
-    rank = len(im.onnx_shape(x, where))
-    nhwc = rank == 4
-    xin = im.value(x, True if nhwc else None, where)
-    if not nhwc and rank != 2:
-        raise ONNXImportError(f"{where}: batch normalization of a rank-{rank} tensor is not supported")
-    mid_name = f"{node.output[0]}__bn_mul"
-    mid = im.new_tensor(mid_name, nhwc, where, im.onnx_shape(node.output[0], where))
-    ca = im.g.add_const(f"{node.output[0]}__bn_scale", a.astype(np.float32)).name
-    cb = im.g.add_const(f"{node.output[0]}__bn_shift", b.astype(np.float32)).name
-    im.g.add_op(Op("MUL", [xin, ca], [mid], {"activation": "NONE"}))
-    im.emit("ADD", [mid, cb], node.output[0], nhwc, where, dict(activation="NONE"))
-
-
-def _unary(op_type: str) -> Callable:
+def unary(op_type: str) -> Callable:
+    """A handler emitting IR ``op_type`` for a one-input node, in its input's layout."""
     def handler(im: _Importer, node, attrs, where):
         nhwc = im.is_nhwc(node.input[0])
         im.emit(op_type, [im.value(node.input[0], None, where)], node.output[0], nhwc, where)
     return handler
-
-
-def _clip(im: _Importer, node, attrs, where):
-    lo = attrs.get("min", -np.inf)
-    hi = attrs.get("max", np.inf)
-    if len(node.input) > 1 and node.input[1]:
-        lo = float(im.const(node.input[1], where))
-    if len(node.input) > 2 and node.input[2]:
-        hi = float(im.const(node.input[2], where))
-    kind = {(0.0, np.inf): "RELU", (0.0, 6.0): "RELU6", (-1.0, 1.0): "RELU_N1_TO_1"}.get((float(lo), float(hi)))
-    if kind is None:
-        raise ONNXImportError(f"{where}: Clip({lo}, {hi}) is not a supported activation")
-    _unary(kind)(im, node, attrs, where)
 
 
 def _identity(im: _Importer, node, attrs, where):
@@ -296,143 +222,6 @@ def _constant(im: _Importer, node, attrs, where):
     if "value" not in attrs:
         raise ONNXImportError(f"{where}: only tensor-valued Constant nodes are supported")
     im.consts[node.output[0]] = numpy_helper.to_array(attrs["value"])
-
-
-def _pool(op_type: str) -> Callable:
-    def handler(im: _Importer, node, attrs, where):
-        if attrs.get("ceil_mode", 0):
-            raise ONNXImportError(f"{where}: ceil_mode is not supported")
-        if any(d != 1 for d in attrs.get("dilations", (1, 1))):
-            raise ONNXImportError(f"{where}: dilated pooling is not supported")
-        kernel = tuple(attrs["kernel_shape"])
-        strides = tuple(attrs.get("strides", (1, 1)))
-        pads = _pads_2d(im, node, attrs, kernel, strides, (1, 1), where)
-        if op_type == "AVERAGE_POOL_2D" and attrs.get("count_include_pad", 0) and any(pads):
-            raise ONNXImportError(f"{where}: count_include_pad with padding is not supported")
-        im.emit(op_type, [im.value(node.input[0], True, where)], node.output[0], True, where,
-                dict(filter=kernel, stride=strides, pads=pads, activation="NONE"))
-    return handler
-
-
-def _global_avg(im: _Importer, node, attrs, where):
-    _, _, h, w = im.onnx_shape(node.input[0], where)
-    im.emit("AVERAGE_POOL_2D", [im.value(node.input[0], True, where)], node.output[0], True, where,
-            dict(filter=(h, w), stride=(1, 1), pads=(0, 0, 0, 0), activation="NONE"))
-
-
-def _reshape_to(im: _Importer, node, where, out_shape: tuple[int, ...] | None = None):
-    out_shape = out_shape or im.onnx_shape(node.output[0], where)
-    src = node.input[0]
-    # A feature map with a single pixel has the same element order in NCHW and NHWC.
-    in_shape = im.onnx_shape(src, where)
-    flat_ok = im.is_nhwc(src) and in_shape[2] * in_shape[3] == 1
-    x = im.value(src, None if flat_ok else False, where)
-    im.emit("RESHAPE", [x], node.output[0], False, where, dict(new_shape=out_shape), shape=out_shape)
-
-
-def _flatten(im: _Importer, node, attrs, where):
-    _reshape_to(im, node, where)
-
-
-def _reshape(im: _Importer, node, attrs, where):
-    target = [int(d) for d in im.const(node.input[1], where).reshape(-1)]
-    in_shape = im.onnx_shape(node.input[0], where)
-    # ONNX rules: 0 copies the input dimension (unless allowzero), -1 is inferred.
-    dims = [in_shape[i] if d == 0 and not attrs.get("allowzero", 0) else d for i, d in enumerate(target)]
-    if dims.count(-1) > 1:
-        raise ONNXImportError(f"{where}: more than one -1 in shape {target}")
-    if -1 in dims:
-        known = int(np.prod([d for d in dims if d != -1]))
-        dims[dims.index(-1)] = int(np.prod(in_shape)) // max(known, 1)
-    if int(np.prod(dims)) != int(np.prod(in_shape)):
-        raise ONNXImportError(f"{where}: cannot reshape {in_shape} to {target}")
-    _reshape_to(im, node, where, tuple(dims))
-
-
-def _softmax(im: _Importer, node, attrs, where):
-    shape = im.onnx_shape(node.input[0], where)
-    axis = int(attrs.get("axis", -1)) % len(shape)
-    if axis != len(shape) - 1:
-        raise ONNXImportError(f"{where}: softmax over axis {axis} (not the last) is not supported")
-    im.emit("SOFTMAX", [im.value(node.input[0], False, where)], node.output[0], False, where,
-            dict(beta=1.0))
-
-
-def _concat(im: _Importer, node, attrs, where):
-    rank = len(im.onnx_shape(node.output[0], where))
-    axis = int(attrs["axis"]) % rank
-    nhwc = rank == 4 and any(im.is_nhwc(n) for n in node.input)
-    ins = [im.value(n, nhwc if rank == 4 else None, where) for n in node.input]
-    im.emit("CONCATENATION", ins, node.output[0], nhwc, where,
-            dict(axis=_AXIS_TO_NHWC[axis] if nhwc else axis, activation="NONE"))
-
-
-def _pad(im: _Importer, node, attrs, where):
-    mode = attrs.get("mode", b"constant")
-    if (mode.decode() if isinstance(mode, bytes) else mode) != "constant":
-        raise ONNXImportError(f"{where}: only constant padding is supported")
-    pads = attrs.get("pads")
-    if pads is None:
-        pads = im.const(node.input[1], where)
-    if len(node.input) > 2 and node.input[2] and float(im.const(node.input[2], where)) != 0.0:
-        raise ONNXImportError(f"{where}: padding value other than 0 is not supported")
-    pads = [int(p) for p in np.asarray(pads).reshape(-1)]
-    rank = len(pads) // 2
-    pairs = [(pads[i], pads[i + rank]) for i in range(rank)]
-    nhwc = rank == 4 and im.is_nhwc(node.input[0])
-    if nhwc:
-        pairs = [pairs[p] for p in TO_NHWC]
-    im.emit("PAD", [im.value(node.input[0], None, where)], node.output[0], nhwc, where,
-            dict(paddings=tuple(pairs)))
-
-
-def _transpose(im: _Importer, node, attrs, where):
-    shape = im.onnx_shape(node.input[0], where)
-    perm = tuple(attrs.get("perm", tuple(reversed(range(len(shape))))))
-    x = node.input[0]
-    if im.is_nhwc(x):  # compose: the IR tensor is NCHW.transpose(TO_NHWC)
-        perm = tuple(TO_NCHW[p] for p in perm)
-    im.emit("TRANSPOSE", [im.value(x, None, where)], node.output[0], False, where, dict(perm=perm))
-
-
-def _reduce_mean(im: _Importer, node, attrs, where):
-    shape = im.onnx_shape(node.input[0], where)
-    axes = attrs.get("axes")
-    if axes is None and len(node.input) > 1 and node.input[1]:
-        axes = im.const(node.input[1], where).tolist()
-    axes = sorted(int(a) % len(shape) for a in (axes if axes is not None else range(len(shape))))
-    keep = bool(attrs.get("keepdims", 1))
-    nhwc = im.is_nhwc(node.input[0]) and keep
-    ir_axes = tuple(sorted(_AXIS_TO_NHWC[a] for a in axes)) if nhwc else tuple(axes)
-    x = im.value(node.input[0], True if nhwc else False, where)
-    im.emit("MEAN", [x], node.output[0], nhwc, where, dict(axes=ir_axes, keep_dims=keep))
-
-
-def _resize(im: _Importer, node, attrs, where):
-    def text(key: str, default: str) -> str:
-        v = attrs.get(key, default)
-        return v.decode() if isinstance(v, bytes) else v
-    mode, coord = text("mode", "nearest"), text("coordinate_transformation_mode", "half_pixel")
-    nearest = text("nearest_mode", "round_prefer_floor")
-    in_shape, out_shape = im.onnx_shape(node.input[0], where), im.onnx_shape(node.output[0], where)
-    if len(in_shape) != 4 or in_shape[:2] != out_shape[:2]:
-        raise ONNXImportError(f"{where}: only spatial (H, W) resizing of 4-D tensors is supported")
-    if coord == "pytorch_half_pixel" and min(out_shape[2:]) > 1:
-        coord = "half_pixel"
-    # The ONNX settings that mean exactly what TFLite's two resize ops compute.
-    table = {("linear", "asymmetric"): ("RESIZE_BILINEAR", False, False),
-             ("linear", "align_corners"): ("RESIZE_BILINEAR", True, False),
-             ("linear", "half_pixel"): ("RESIZE_BILINEAR", False, True),
-             ("nearest", "asymmetric", "floor"): ("RESIZE_NEAREST_NEIGHBOR", False, False),
-             ("nearest", "align_corners", "round_prefer_ceil"): ("RESIZE_NEAREST_NEIGHBOR", True, False),
-             ("nearest", "tf_half_pixel_for_nn", "floor"): ("RESIZE_NEAREST_NEIGHBOR", False, True)}
-    key = (mode, coord) if mode == "linear" else (mode, coord, nearest)
-    if key not in table or attrs.get("antialias", 0) or attrs.get("exclude_outside", 0):
-        raise ONNXImportError(f"{where}: Resize mode={mode} coordinate_transformation_mode={coord}"
-                              f"{'' if mode == 'linear' else ' nearest_mode=' + nearest} is not supported")
-    op_type, align, half = table[key]
-    im.emit(op_type, [im.value(node.input[0], True, where)], node.output[0], True, where,
-            dict(size=tuple(out_shape[2:]), align_corners=align, half_pixel_centers=half))
 
 
 def _fold_slice(ins, attrs):
@@ -525,42 +314,11 @@ def _fold_constant_subgraphs(model: onnx.ModelProto, name: str) -> onnx.ModelPro
         graph.node.extend(kept)
 
 
-def _div(im: _Importer, node, attrs, where):
-    if node.input[1] not in im.consts:
-        raise ONNXImportError(f"{where}: only division by a constant is supported")
-    recip = 1.0 / im.consts[node.input[1]].astype(np.float32)
-    im.consts[f"{node.output[0]}__reciprocal"] = recip
-    node = onnx.helper.make_node("Mul", [node.input[0], f"{node.output[0]}__reciprocal"], list(node.output))
-    _binary("MUL")(im, node, attrs, where)
-
-
-_HANDLERS: dict[str, Callable] = {
-    "Div": _div,
-    "Conv": _conv,
-    "Gemm": _gemm,
-    "MatMul": _matmul,
-    "Add": _binary("ADD"),
-    "Sub": _binary("SUB"),
-    "Mul": _binary("MUL"),
-    "BatchNormalization": _batchnorm,
-    "Relu": _unary("RELU"),
-    "Sigmoid": _unary("LOGISTIC"),
-    "Tanh": _unary("TANH"),
-    "Clip": _clip,
+# Nodes that produce no IR op: the importer resolves them to their input or a constant.
+_GLUE: dict[str, Callable] = {
     "Identity": _identity,
     "Dropout": _identity,
     "Constant": _constant,
-    "MaxPool": _pool("MAX_POOL_2D"),
-    "AveragePool": _pool("AVERAGE_POOL_2D"),
-    "GlobalAveragePool": _global_avg,
-    "Flatten": _flatten,
-    "Reshape": _reshape,
-    "Softmax": _softmax,
-    "Concat": _concat,
-    "Pad": _pad,
-    "Transpose": _transpose,
-    "ReduceMean": _reduce_mean,
-    "Resize": _resize,
 }
 
 

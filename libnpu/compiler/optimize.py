@@ -5,18 +5,25 @@ from __future__ import annotations
 
 import numpy as np
 
-from .float_ref import OPS
-from .ir import Graph, Tensor
+from . import registry
+from .float_ref import evaluate, has_reference
+from .ir import ACTIVATIONS, Graph, Tensor
 
 __all__ = ["optimize", "fold_constants", "fold_affine_into_conv", "sub_const_to_add", "fuse_activations",
            "remove_identities"]
 
-_WEIGHTED = ("CONV_2D", "DEPTHWISE_CONV_2D", "FULLY_CONNECTED")
-# Ops whose TFLite kernels apply a fused activation (CONCATENATION's options have the
-# field, but its kernel rejects anything but NONE).
-_FUSABLE = ("CONV_2D", "DEPTHWISE_CONV_2D", "FULLY_CONNECTED", "ADD", "SUB", "MUL",
-            "AVERAGE_POOL_2D", "MAX_POOL_2D")
-_ACT_OPS = {"RELU": "RELU", "RELU6": "RELU6", "RELU_N1_TO_1": "RELU_N1_TO_1"}
+# The activation ops that are also fused activations (same names).
+_ACT_OPS = tuple(a for a in ACTIVATIONS if a != "NONE")
+
+
+def _weight_axis(op_type: str) -> int | None:
+    return registry.get(op_type, "weight_axis")
+
+
+def _fusable(op_type: str) -> bool:
+    """Whether the operator's TFLite kernel applies a fused activation (declared per
+    operator: CONCATENATION's options have the field, but its kernel rejects it)."""
+    return bool(registry.get(op_type, "fused_activation"))
 
 
 def fold_constants(g: Graph) -> int:
@@ -25,11 +32,11 @@ def fold_constants(g: Graph) -> int:
     kept = []
     for op in g.ops:
         ins = [g.tensors[i] if i else None for i in op.inputs]
-        if op.inputs and all(t is None or t.is_constant for t in ins) and op.type in OPS \
+        if op.inputs and all(t is None or t.is_constant for t in ins) and has_reference(op.type) \
                 and len(op.outputs) == 1 and all(t is None or t.quant is None for t in ins):
             out = g.tensors[op.outputs[0]]
             vals = [None if t is None else t.data.astype(np.float32) for t in ins]
-            data = np.asarray(OPS[op.type](op, vals, out), np.float32).reshape(out.shape)
+            data = np.asarray(evaluate(op, vals, out), np.float32).reshape(out.shape)
             g.tensors[out.name] = Tensor(out.name, out.shape, "float32", None, data)
             folded += 1
         else:
@@ -68,13 +75,14 @@ def fold_affine_into_conv(g: Graph) -> int:
             if op.type == "SUB" and op.inputs[1] != consts[0]:
                 continue
             src = producers.get(acts[0])
-            if src is None or src.type not in _WEIGHTED or src.attrs.get("activation", "NONE") != "NONE" \
+            if src is None or _weight_axis(src.type) is None or src.attrs.get("activation", "NONE") != "NONE" \
                     or len(consumers[acts[0]]) != 1 or acts[0] in g.outputs:
                 continue
             w_t = g.tensors[src.inputs[1]]
             if not w_t.is_constant or w_t.quant is not None:
                 continue
-            channels = w_t.shape[3] if src.type == "DEPTHWISE_CONV_2D" else w_t.shape[0]
+            axis = _weight_axis(src.type)
+            channels = w_t.shape[axis]
             out_shape = g.tensors[op.outputs[0]].shape
             if out_shape != g.tensors[acts[0]].shape:
                 continue
@@ -85,8 +93,7 @@ def fold_affine_into_conv(g: Graph) -> int:
             bias = g.tensors[bias_name].data.astype(np.float64) if bias_name else np.zeros(channels)
             w = w_t.data.astype(np.float64)
             if op.type == "MUL":
-                scale = vec.reshape((1, 1, 1, -1) if src.type == "DEPTHWISE_CONV_2D"
-                                    else (-1,) + (1,) * (w.ndim - 1))
+                scale = vec.reshape(tuple(-1 if d == axis else 1 for d in range(w.ndim)))
                 w, bias = w * scale, bias * vec
             else:
                 bias = bias + vec if op.type == "ADD" else bias - vec
@@ -126,12 +133,12 @@ def fuse_activations(g: Graph) -> int:
         if act.type not in _ACT_OPS:
             continue
         src = producers.get(act.inputs[0])
-        if src is None or src.type not in _FUSABLE or src.attrs.get("activation", "NONE") != "NONE":
+        if src is None or not _fusable(src.type) or src.attrs.get("activation", "NONE") != "NONE":
             continue
         mid = act.inputs[0]
         if len(consumers[mid]) != 1 or mid in g.outputs:
             continue
-        src.attrs["activation"] = _ACT_OPS[act.type]
+        src.attrs["activation"] = act.type
         src.outputs = [act.outputs[0]]
         g.ops.remove(act)
         g.tensors.pop(mid, None)

@@ -4,12 +4,13 @@ quantizer: optimize -> calibration model -> calibrate -> quantize).
 The result follows the TFLite int8 quantization spec, so the chip's TFLite-exact
 kernels run it as they run a TFLite int8 model:
 - activations: int8, per-tensor, asymmetric (zero point in [-128, 127]);
-- CONV_2D / DEPTHWISE_CONV_2D weights: int8, symmetric, per output channel (axis 0 /
-  axis 3); FULLY_CONNECTED weights: per-tensor by default (per-channel optional);
+- weights (an operator's ``weight_axis``): int8, symmetric, per output channel; fully
+  connected weights (``fc_weights``) per-tensor by default (per-channel optional);
 - biases: int32, zero point 0, scale = input scale * weight scale (per channel);
-- SOFTMAX and LOGISTIC outputs: scale 1/256, zero point -128; TANH: 1/128, 0;
-- ops that move data without rescaling (pools, RESHAPE, PAD, TRANSPOSE, CONCATENATION,
-  STRIDED_SLICE, RESIZE) share one scale/zero point between inputs and output.
+- outputs the int8 spec fixes (``fixed_output``, e.g. scale 1/256, zero point -128) get that;
+- ops that move data without rescaling (``same_scale``: pools, reshapes, ...) share one
+  scale/zero point between inputs and output.
+Each operator declares its rule in ``compiler.ops``.
 """
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from typing import Iterable, Mapping, Sequence
 
 import numpy as np
 
+from . import registry
 from .float_ref import FloatInterpreter
 from .ir import Graph, IRError, Op, QuantParams, Tensor
 from .optimize import optimize
@@ -27,10 +29,10 @@ __all__ = ["QuantizationError", "build_calibration_model", "Calibrator", "calibr
 
 Range = tuple[float, float]
 
-_SAME_SCALE = ("MAX_POOL_2D", "AVERAGE_POOL_2D", "RESHAPE", "PAD", "TRANSPOSE", "CONCATENATION",
-               "STRIDED_SLICE", "RESIZE_BILINEAR", "RESIZE_NEAREST_NEIGHBOR")
-_FIXED_OUTPUT = {"SOFTMAX": (1 / 256, -128), "LOGISTIC": (1 / 256, -128), "TANH": (1 / 128, 0)}
-_WEIGHT_AXIS = {"CONV_2D": 0, "DEPTHWISE_CONV_2D": 3, "FULLY_CONNECTED": 0}
+
+def _weight_axis(op: Op) -> int | None:
+    """Axis of per-channel weight scales if ``op`` takes weights (input 1), else None."""
+    return registry.get(op.type, "weight_axis")
 
 
 class QuantizationError(IRError):
@@ -151,7 +153,7 @@ def _roles(g: Graph) -> dict[str, tuple[str, Op]]:
     """Constants used as weights or biases, with the op using them."""
     roles: dict[str, tuple[str, Op]] = {}
     for op in g.ops:
-        if op.type in _WEIGHT_AXIS:
+        if _weight_axis(op) is not None:
             for role, name in zip(("weight", "bias"), op.inputs[1:3]):
                 if name:
                     if name in roles or not g.tensors[name].is_constant:
@@ -175,10 +177,11 @@ def _activation_table(g: Graph, ranges: Mapping[str, Range], roles) -> dict[str,
     fixed: dict[str, QuantParams] = {}
     uf = _UnionFind()
     for op in g.ops:
-        if op.type in _FIXED_OUTPUT:
-            s, z = _FIXED_OUTPUT[op.type]
+        operator = registry.find(op.type)
+        if operator is not None and operator.fixed_output is not None:
+            s, z = operator.fixed_output
             fixed[op.outputs[0]] = QuantParams(np.float32(s), z)
-        elif op.type in _SAME_SCALE:
+        elif operator is not None and operator.same_scale:
             for i in op.inputs:
                 if i:
                     uf.union(i, op.outputs[0])
@@ -253,12 +256,14 @@ def quantize(graph: Graph, ranges: Mapping[str, Range], *, fc_per_channel: bool 
         g.add_tensor(Tensor(name, t.shape, "int8", qp, data))
     for op in src.ops:
         new = Op(op.type, list(op.inputs), list(op.outputs), dict(op.attrs), op.name)
-        if op.type in _WEIGHT_AXIS:
+        weight_axis = _weight_axis(op)
+        if weight_axis is not None:
             in_scale = float(params[op.inputs[0]].scale[0])
             w_t = src.tensors[op.inputs[1]]
             b_name = op.inputs[2] if len(op.inputs) > 2 else ""
             bias = src.tensors[b_name].data if b_name else None
-            axis = _WEIGHT_AXIS[op.type] if (op.type != "FULLY_CONNECTED" or fc_per_channel) else None
+            per_tensor = registry.get(op.type, "fc_weights") and not fc_per_channel
+            axis = None if per_tensor else weight_axis
             wq, wqp = _quantize_weights(w_t.data, axis, bias, in_scale)
             g.add_tensor(Tensor(w_t.name, w_t.shape, "int8", wqp, wq))
             if b_name:

@@ -4,7 +4,8 @@ Used to check the compiler against an independent implementation: an int8 graph 
 the quantizer, written out and run by LiteRT's reference kernels, must give what the
 chip gives. Attribute-only operands (RESHAPE's shape, PAD's paddings...) become int32
 constant inputs again; explicit conv padding that TFLite's SAME/VALID cannot express
-becomes a PAD op in front of a VALID conv.
+becomes a PAD op in front of a VALID conv. Each operator's export is declared with the
+operator (``compiler.ops``); the writer's helpers are what those declarations share.
 """
 from __future__ import annotations
 
@@ -15,9 +16,10 @@ import flatbuffers
 import numpy as np
 import tflite
 
-from .ir import Graph, IRError, Op, QuantParams, Tensor, same_pads, strided_slice_masks
+from . import registry
+from .ir import Graph, IRError, Op, QuantParams, Tensor, same_pads
 
-__all__ = ["TFLiteExportError", "export_tflite"]
+__all__ = ["TFLiteExportError", "export_tflite", "ACT"]
 
 
 class TFLiteExportError(IRError):
@@ -25,13 +27,8 @@ class TFLiteExportError(IRError):
 
 
 _TYPE = {"float32": 0, "float16": 1, "int32": 2, "uint8": 3, "int64": 4, "bool": 6, "int16": 7, "int8": 9}
-_ACT = {"NONE": 0, "RELU": 1, "RELU_N1_TO_1": 2, "RELU6": 3}
+ACT = {"NONE": 0, "RELU": 1, "RELU_N1_TO_1": 2, "RELU6": 3}
 _CODES = {k: v for k, v in vars(tflite.BuiltinOperator).items() if not k.startswith("_")}
-# Op versions LiteRT expects for int8 kernels (float kernels accept these as well).
-_VERSION = {"CONV_2D": 3, "DEPTHWISE_CONV_2D": 3, "FULLY_CONNECTED": 4, "ADD": 2, "SUB": 2, "MUL": 2,
-            "AVERAGE_POOL_2D": 2, "MAX_POOL_2D": 2, "SOFTMAX": 2, "CONCATENATION": 2, "PAD": 2,
-            "RELU": 2, "RELU6": 2, "LOGISTIC": 2, "TANH": 2, "QUANTIZE": 2, "DEQUANTIZE": 2,
-            "MEAN": 2, "TRANSPOSE": 2, "RESIZE_BILINEAR": 3, "RESIZE_NEAREST_NEIGHBOR": 3, "RESHAPE": 1}
 
 
 def _m(name: str) -> Any:
@@ -111,60 +108,18 @@ class _Writer:
         return 1, out
 
     def lower(self, op: Op) -> None:
-        a = op.attrs
-        outs = [self.name(o) for o in op.outputs]
-        t = op.type
-        if t in ("CONV_2D", "DEPTHWISE_CONV_2D"):
-            w = self.src.tensors[op.inputs[1]]
-            pad, x = self.padding(op, w.shape[1], w.shape[2], a["dilation"])
-            fields = dict(Padding=pad, StrideH=a["stride"][0], StrideW=a["stride"][1],
-                          DilationHFactor=a["dilation"][0], DilationWFactor=a["dilation"][1],
-                          FusedActivationFunction=_ACT[a["activation"]])
-            if t == "DEPTHWISE_CONV_2D":
-                fields["DepthMultiplier"] = a["depth_multiplier"]
-            ins = [x, self.name(op.inputs[1]), self.bias(op, w.shape[3] if t == "DEPTHWISE_CONV_2D" else w.shape[0])]
-            self.add(t, ins, outs, {"Conv2DOptions" if t == "CONV_2D" else "DepthwiseConv2DOptions": fields})
-        elif t == "FULLY_CONNECTED":
-            ins = [self.name(i) for i in (op.inputs + [""])[:3]]
-            self.add(t, ins, outs, {"FullyConnectedOptions": dict(
-                FusedActivationFunction=_ACT[a["activation"]], KeepNumDims=bool(a.get("keep_num_dims")))})
-        elif t in ("ADD", "SUB", "MUL"):
-            cls = {"ADD": "AddOptions", "SUB": "SubOptions", "MUL": "MulOptions"}[t]
-            self.add(t, [self.name(i) for i in op.inputs], outs,
-                     {cls: dict(FusedActivationFunction=_ACT[a["activation"]])})
-        elif t in ("AVERAGE_POOL_2D", "MAX_POOL_2D"):
-            kh, kw = a["filter"]
-            pad, x = self.padding(op, kh, kw, allow_pad_op=False)
-            self.add(t, [x], outs, {"Pool2DOptions": dict(
-                Padding=pad, StrideH=a["stride"][0], StrideW=a["stride"][1], FilterHeight=kh,
-                FilterWidth=kw, FusedActivationFunction=_ACT[a["activation"]])})
-        elif t == "RESHAPE":
-            self.add(t, [self.name(op.inputs[0]), self.const_i32(op.outputs[0], a["new_shape"])], outs, {})
-        elif t == "SOFTMAX":
-            self.add(t, [self.name(op.inputs[0])], outs, {"SoftmaxOptions": dict(Beta=float(a["beta"]))})
-        elif t == "CONCATENATION":
-            self.add(t, [self.name(i) for i in op.inputs], outs, {"ConcatenationOptions": dict(
-                Axis=a["axis"], FusedActivationFunction=_ACT[a["activation"]])})
-        elif t == "PAD":
-            self.add(t, [self.name(op.inputs[0]), self.const_i32(op.outputs[0], a["paddings"])], outs, {})
-        elif t == "TRANSPOSE":
-            self.add(t, [self.name(op.inputs[0]), self.const_i32(op.outputs[0], a["perm"])], outs, {})
-        elif t == "MEAN":
-            self.add(t, [self.name(op.inputs[0]), self.const_i32(op.outputs[0], a["axes"])], outs,
-                     {"ReducerOptions": dict(KeepDims=bool(a["keep_dims"]))})
-        elif t in ("RESIZE_BILINEAR", "RESIZE_NEAREST_NEIGHBOR"):
-            cls = "ResizeBilinearOptions" if t == "RESIZE_BILINEAR" else "ResizeNearestNeighborOptions"
-            self.add(t, [self.name(op.inputs[0]), self.const_i32(op.outputs[0], a["size"])], outs,
-                     {cls: dict(AlignCorners=bool(a["align_corners"]),
-                                HalfPixelCenters=bool(a["half_pixel_centers"]))})
-        elif t == "STRIDED_SLICE":
-            self.add(t, [self.name(op.inputs[0])] + [self.const_i32(op.outputs[0], v) for v in
-                                                     (a["begin"], a["end"], a["strides"])],
-                     outs, {"StridedSliceOptions": _slice_masks(op)})
-        elif t in ("RELU", "RELU6", "RELU_N1_TO_1", "LOGISTIC", "TANH", "QUANTIZE", "DEQUANTIZE"):
-            self.add(t, [self.name(op.inputs[0])], outs, {})
-        else:
+        export = registry.get(op.type, "export")
+        if export is None:
             raise TFLiteExportError(f"cannot export {op.describe()} to TFLite")
+        export(self, op, [self.name(o) for o in op.outputs])
+
+    def simple(self, op: Op, outs: list[int]) -> None:
+        """An operator with its data inputs only and no options."""
+        self.add(op.type, [self.name(i) for i in op.inputs], outs, {})
+
+    def with_constant(self, op: Op, outs: list[int], values, opts: dict | None = None) -> None:
+        """An operator of one data input and one int32 constant operand (shape, axes...)."""
+        self.add(op.type, [self.name(op.inputs[0]), self.const_i32(op.outputs[0], values)], outs, opts or {})
 
     # serialization ------------------------------------------------------------------
     def build(self) -> bytes:
@@ -231,7 +186,7 @@ class _Writer:
         for c in codes:
             code = _CODES[c]
             code_offs.append(_table(b, "OperatorCode", DeprecatedBuiltinCode=min(code, 127), BuiltinCode=code,
-                                    Version=_VERSION.get(c, 1)))
+                                    Version=_version(c)))
         cvec, svec, bvec = vector(code_offs), vector([sg]), vector(buffers)
         desc = b.CreateString(f"npu-emu export of {g.name}")
         model = _table(b, "Model", Version=3, OperatorCodes=cvec, Subgraphs=svec, Description=desc, Buffers=bvec)
@@ -239,12 +194,10 @@ class _Writer:
         return bytes(b.Output())
 
 
-def _slice_masks(op: Op) -> dict[str, int]:
-    try:
-        end_mask, shrink = strided_slice_masks(op.attrs)
-    except IRError as exc:
-        raise TFLiteExportError(f"{op.describe()}: {exc}") from None
-    return dict(EndMask=end_mask, ShrinkAxisMask=shrink)
+def _version(op_type: str) -> int:
+    # The operator version LiteRT expects for its int8 kernel (float kernels accept it too).
+    operator = registry.find(op_type)
+    return operator.tflite_version if operator is not None else 1
 
 
 def export_tflite(graph: Graph) -> bytes:

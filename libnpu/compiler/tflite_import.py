@@ -1,22 +1,24 @@
 """Import a ``.tflite`` flatbuffer into the graph IR (int8 models as they are, float as float).
 
-Constant operands that only parameterize an op (RESHAPE's shape, PAD's paddings,
-TRANSPOSE's perm, MEAN's axes, RESIZE's size, STRIDED_SLICE's begin/end/strides) become
-attributes, so the IR ops carry only data inputs.
+The glue only: each operator's import (its options, and the constant operands that
+become attributes so the IR ops carry only data inputs) is declared with the operator
+(``compiler.ops``); the helpers below are what those declarations share.
 """
 from __future__ import annotations
 
 import os
 import struct
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import tflite
 
+from . import registry
 from .ir import Graph, IRError, Op, QuantParams, Tensor, require_data, same_pads
 
-__all__ = ["TFLiteImportError", "UnsupportedOpError", "import_tflite", "load_tflite"]
+__all__ = ["TFLiteImportError", "UnsupportedOpError", "import_tflite", "load_tflite", "options",
+           "activation", "window_pads", "simple"]
 
 
 class TFLiteImportError(IRError):
@@ -120,11 +122,11 @@ class _Importer:
             options = op.BuiltinOptions()
             if self.fold(opname, ins, outs, options, where):
                 continue
-            handler = _HANDLERS.get(opname)
-            if handler is None:
+            operator = registry.tflite_operator(opname)
+            if operator is None:
                 raise UnsupportedOpError(f"unsupported op {where}")
-            attrs, data_inputs = handler(self, ins, outs, options, where)
-            g.add_op(Op(opname, [self.tensor(j) if j >= 0 else "" for j in data_inputs],
+            attrs, data_inputs = operator.tflite(self, ins, outs, options, where)
+            g.add_op(Op(operator.name, [self.tensor(j) if j >= 0 else "" for j in data_inputs],
                         [self.tensor(j) for j in outs], attrs, name=out_name))
         g.outputs = [self.tensor(i) for i in self.sg.OutputsAsNumpy()]
         g.metadata["source"] = "tflite"
@@ -163,12 +165,12 @@ class _Importer:
             if any(v is None for v in vals):
                 return False
             if opname == "PACK":
-                value = np.stack(vals, axis=int(_opts(table, tflite.PackOptions).Axis()))
+                value = np.stack(vals, axis=int(options(table, tflite.PackOptions).Axis()))
             elif opname == "CONCATENATION":
                 value = np.concatenate([np.atleast_1d(v) for v in vals],
-                                       axis=int(_opts(table, tflite.ConcatenationOptions).Axis()))
+                                       axis=int(options(table, tflite.ConcatenationOptions).Axis()))
             elif opname == "STRIDED_SLICE":
-                attrs, _ = _strided_slice(self, ins, outs, table, where)
+                attrs, _ = registry.find("STRIDED_SLICE").tflite(self, ins, outs, table, where)
                 value = vals[0][tuple(slice(b, None if (e < 0 and st < 0) else e, st) for b, e, st in
                                       zip(attrs["begin"], attrs["end"], attrs["strides"]))]
             else:  # RESHAPE of a constant
@@ -183,7 +185,8 @@ class _Importer:
         return self.graph.tensors[self.tensor(idx)].shape
 
 
-def _opts(table: Any, cls: type) -> Any:
+def options(table: Any, cls: type) -> Any:
+    """The op's builtin options table as ``cls`` (None when the op has none)."""
     o = cls()
     if table is None:
         return None
@@ -191,14 +194,16 @@ def _opts(table: Any, cls: type) -> Any:
     return o
 
 
-def _act(code: int, where: str) -> str:
+def activation(code: int, where: str) -> str:
+    """The IR name of a TFLite fused activation code."""
     if code not in _ACT:
         raise UnsupportedOpError(f"{where}: fused activation {code} is not supported")
     return _ACT[code]
 
 
-def _window_pads(im: _Importer, ins: list[int], padding: int, kh: int, kw: int,
-                 sh: int, sw: int, dh: int, dw: int) -> tuple[int, int, int, int]:
+def window_pads(im: _Importer, ins: list[int], padding: int, kh: int, kw: int,
+                sh: int, sw: int, dh: int, dw: int) -> tuple[int, int, int, int]:
+    """Explicit ``(top, bottom, left, right)`` pads of a windowed op on input ``ins[0]``."""
     _, h, w, _ = im.shape(ins[0])
     if padding == tflite.Padding.VALID:
         return (0, 0, 0, 0)
@@ -207,167 +212,13 @@ def _window_pads(im: _Importer, ins: list[int], padding: int, kh: int, kw: int,
     return (top, bottom, left, right)
 
 
-def _conv(im: _Importer, ins, outs, table, where):
-    o = _opts(table, tflite.Conv2DOptions)
-    _, kh, kw, cin_g = im.shape(ins[1])
-    cin = im.shape(ins[0])[3]
-    if cin % cin_g:
-        raise UnsupportedOpError(f"{where}: input channels {cin} not a multiple of filter depth {cin_g}")
-    attrs = dict(_window_attrs(im, ins, o, kh, kw, where), groups=cin // cin_g)
-    return attrs, (ins + [-1])[:3]
-
-
-def _dwconv(im: _Importer, ins, outs, table, where):
-    o = _opts(table, tflite.DepthwiseConv2DOptions)
-    _, kh, kw, cout = im.shape(ins[1])
-    cin = im.shape(ins[0])[3]
-    attrs = dict(_window_attrs(im, ins, o, kh, kw, where), depth_multiplier=cout // cin)
-    return attrs, (ins + [-1])[:3]
-
-
-def _window_attrs(im: _Importer, ins, o, kh: int, kw: int, where) -> dict:
-    """Stride, dilation, explicit pads and fused activation of a conv-like op's options."""
-    stride, dil = (o.StrideH(), o.StrideW()), (o.DilationHFactor(), o.DilationWFactor())
-    return dict(stride=stride, dilation=dil, pads=_window_pads(im, ins, o.Padding(), kh, kw, *stride, *dil),
-                activation=_act(o.FusedActivationFunction(), where))
-
-
-def _fc(im: _Importer, ins, outs, table, where):
-    o = _opts(table, tflite.FullyConnectedOptions)
-    if o is not None and o.WeightsFormat() != 0:
-        raise UnsupportedOpError(f"{where}: shuffled weights format is not supported")
-    attrs = dict(activation=_act(o.FusedActivationFunction() if o else 0, where),
-                 keep_num_dims=bool(o.KeepNumDims()) if o else False)
-    return attrs, (ins + [-1])[:3]
-
-
-def _binary(cls: type) -> Callable:
-    def handler(im, ins, outs, table, where):
-        o = _opts(table, cls)
-        return dict(activation=_act(o.FusedActivationFunction() if o else 0, where)), ins
-    return handler
-
-
-def _pool(im: _Importer, ins, outs, table, where):
-    o = _opts(table, tflite.Pool2DOptions)
-    kh, kw, sh, sw = o.FilterHeight(), o.FilterWidth(), o.StrideH(), o.StrideW()
-    pads = _window_pads(im, ins, o.Padding(), kh, kw, sh, sw, 1, 1)
-    return dict(filter=(kh, kw), stride=(sh, sw), pads=pads,
-                activation=_act(o.FusedActivationFunction(), where)), ins[:1]
-
-
-def _reshape(im, ins, outs, table, where):
-    return dict(new_shape=im.shape(outs[0])), ins[:1]
-
-
-def _softmax(im, ins, outs, table, where):
-    o = _opts(table, tflite.SoftmaxOptions)
-    return dict(beta=float(o.Beta()) if o else 1.0), ins
-
-
-def _concat(im, ins, outs, table, where):
-    o = _opts(table, tflite.ConcatenationOptions)
-    rank = len(im.shape(outs[0]))
-    return dict(axis=int(o.Axis()) % rank, activation=_act(o.FusedActivationFunction(), where)), ins
-
-
-def _pad(im, ins, outs, table, where):
-    pads = im.const(ins[1], "paddings", where).astype(np.int64)
-    if len(ins) > 2 and ins[2] >= 0:  # PADV2: explicit pad value
-        value = im.const(ins[2], "constant value", where).reshape(-1)[0]
-        t = im.graph.tensors[im.tensor(ins[2])]
-        if t.quant is not None and t.quant.zero_point[0] != value:
-            raise UnsupportedOpError(f"{where}: PADV2 value other than zero is not supported")
-        if t.quant is None and float(value) != 0.0:
-            raise UnsupportedOpError(f"{where}: PADV2 value other than zero is not supported")
-    return dict(paddings=tuple(tuple(int(v) for v in row) for row in pads)), ins[:1]
-
-
-def _simple(im, ins, outs, table, where):
+def simple(im, ins, outs, table, where):
+    """Import of an op with no options and only data inputs."""
     return {}, ins
 
 
-def _mean(im, ins, outs, table, where):
-    o = _opts(table, tflite.ReducerOptions)
-    rank = len(im.shape(ins[0]))
-    axes = sorted({int(a) % rank for a in im.const(ins[1], "axes", where).reshape(-1)})
-    return dict(axes=tuple(axes), keep_dims=bool(o.KeepDims()) if o else False), ins[:1]
-
-
-def _transpose(im, ins, outs, table, where):
-    perm = im.const(ins[1], "perm", where).reshape(-1)
-    return dict(perm=tuple(int(p) for p in perm)), ins[:1]
-
-
-def _resize(cls: type) -> Callable:
-    def handler(im, ins, outs, table, where):
-        o = _opts(table, cls)
-        size = im.const(ins[1], "size", where).reshape(-1)
-        return dict(size=(int(size[0]), int(size[1])),
-                    align_corners=bool(o.AlignCorners()) if o else False,
-                    half_pixel_centers=bool(o.HalfPixelCenters()) if o else False), ins[:1]
-    return handler
-
-
-def _strided_slice(im, ins, outs, table, where):
-    o = _opts(table, tflite.StridedSliceOptions)
-    if o.EllipsisMask() or o.NewAxisMask():
-        raise UnsupportedOpError(f"{where}: ellipsis/new-axis masks are not supported")
-    shape = im.shape(ins[0])
-    begin = im.const(ins[1], "begin", where).reshape(-1)
-    end = im.const(ins[2], "end", where).reshape(-1)
-    strides = im.const(ins[3], "strides", where).reshape(-1)
-    b_out, e_out = [], []
-    for d, n in enumerate(shape):
-        # Resolve masks and negative indices into a plain Python slice per axis.
-        s = int(strides[d]) if d < len(strides) else 1
-        b = None if (o.BeginMask() >> d) & 1 or d >= len(begin) else int(begin[d])
-        e = None if (o.EndMask() >> d) & 1 or d >= len(end) else int(end[d])
-        if (o.ShrinkAxisMask() >> d) & 1:
-            b = int(begin[d])
-            e = b + 1 if b != -1 else None
-        start, stop, _ = slice(b, e, s).indices(n)
-        b_out.append(start)
-        e_out.append(stop)
-    return dict(begin=tuple(b_out), end=tuple(e_out), strides=tuple(int(s) for s in strides),
-                new_shape=im.shape(outs[0])), ins[:1]
-
-
-_HANDLERS: dict[str, Callable] = {
-    "CONV_2D": _conv,
-    "DEPTHWISE_CONV_2D": _dwconv,
-    "FULLY_CONNECTED": _fc,
-    "ADD": _binary(tflite.AddOptions),
-    "SUB": _binary(tflite.SubOptions),
-    "MUL": _binary(tflite.MulOptions),
-    "AVERAGE_POOL_2D": _pool,
-    "MAX_POOL_2D": _pool,
-    "RESHAPE": _reshape,
-    "SQUEEZE": _reshape,
-    "SOFTMAX": _softmax,
-    "CONCATENATION": _concat,
-    "PAD": _pad,
-    "PADV2": _pad,
-    "RELU": _simple,
-    "RELU6": _simple,
-    "RELU_N1_TO_1": _simple,
-    "LOGISTIC": _simple,
-    "TANH": _simple,
-    "QUANTIZE": _simple,
-    "DEQUANTIZE": _simple,
-    "MEAN": _mean,
-    "TRANSPOSE": _transpose,
-    "RESIZE_BILINEAR": _resize(tflite.ResizeBilinearOptions),
-    "RESIZE_NEAREST_NEIGHBOR": _resize(tflite.ResizeNearestNeighborOptions),
-    "STRIDED_SLICE": _strided_slice,
-}
-
 # Integer ops evaluated at import time when their inputs are known (shape arithmetic).
 _FOLDABLE = ("SHAPE", "STRIDED_SLICE", "PACK", "CONCATENATION", "RESHAPE")
-
-# SQUEEZE and PADV2 are imported as their simpler equivalents.
-_RENAME = {"SQUEEZE": "RESHAPE", "PADV2": "PAD"}
-
 
 def import_tflite(data: bytes, name: str = "model") -> Graph:
     """Build an IR graph from the bytes of a ``.tflite`` file."""
@@ -379,8 +230,6 @@ def import_tflite(data: bytes, name: str = "model") -> Graph:
         # flatbuffers reads lazily: damage shows up as low-level errors anywhere
         raise TFLiteImportError(f"{name}: corrupted or truncated TFLite file "
                                 f"({type(exc).__name__}: {exc})") from exc
-    for op in graph.ops:
-        op.type = _RENAME.get(op.type, op.type)
     return graph
 
 

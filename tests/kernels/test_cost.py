@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from firmware_sim.kernels.cost import COSTS, task_cost
+from firmware_sim.units import UNITS, task_cost
 from firmware_sim.spec import ops, tasks
 
 
@@ -12,15 +12,15 @@ def decode(blob: bytes) -> np.void:
 
 
 def test_conv_depthwise_fc_macs_and_bytes() -> None:
-    conv = decode(tasks.encode_task("CONV2D", ops.OPF_PER_CHANNEL, in_shape=(1, 56, 56, 64),
+    conv = decode(tasks.encode_task("CONV_2D", ops.OPF_PER_CHANNEL, in_shape=(1, 56, 56, 64),
                                     out_shape=(1, 56, 56, 128), filter_hw=(1, 1),
                                     cin_per_group=64, bias=1))
-    assert task_cost(ops.OP_CONV2D, conv) == (56 * 56 * 128 * 64,
+    assert task_cost(ops.OP_CONV_2D, conv) == (56 * 56 * 128 * 64,
                                               56 * 56 * 64 + 128 * 64 + 128 * 4 + 128 * 8
                                               + 56 * 56 * 128)
-    dw = decode(tasks.encode_task("DEPTHWISE_CONV2D", in_shape=(1, 112, 112, 32),
+    dw = decode(tasks.encode_task("DEPTHWISE_CONV_2D", in_shape=(1, 112, 112, 32),
                                   out_shape=(1, 56, 56, 32), filter_hw=(3, 3)))
-    assert task_cost(ops.OP_DEPTHWISE_CONV2D, dw)[0] == 56 * 56 * 32 * 9
+    assert task_cost(ops.OP_DEPTHWISE_CONV_2D, dw)[0] == 56 * 56 * 32 * 9
     fc = decode(tasks.encode_task("FULLY_CONNECTED", rows=1, in_features=1024,
                                   out_features=1000))
     assert task_cost(tasks.OP_FULLY_CONNECTED, fc) == (1024 * 1000, 1024 + 1024 * 1000 + 1000)
@@ -32,7 +32,7 @@ def test_conv_depthwise_fc_macs_and_bytes() -> None:
 
 def test_every_compute_opcode_has_a_cost_and_data_movement_no_macs() -> None:
     compute = {v for k, v in vars(ops).items() if k.startswith("OP_")}
-    assert compute <= set(COSTS)
+    assert compute <= set(UNITS)
     tr = decode(tasks.encode_task("TRANSPOSE", rank=2, in_shape=[3, 5, 0, 0, 0, 0],
                                   perm=[1, 0, 0, 0, 0, 0]))
     assert task_cost(ops.OP_TRANSPOSE, tr) == (0, 30)

@@ -39,7 +39,7 @@ def test_conv_logistic_pool_softmax_job(device) -> None:
     a = device.alloc_mem(16 * 16 * 16)
     b = device.alloc_mem(16 * 16 * 16)
     cmds = device.command_buffer()
-    cmds.add("CONV2D", ops.OPF_PER_CHANNEL, input=bufs["x"].address, weights=bufs["w"].address,
+    cmds.add("CONV_2D", ops.OPF_PER_CHANNEL, input=bufs["x"].address, weights=bufs["w"].address,
              bias=bufs["bias"].address, output=a.address, mult_iova=bufs["mult"].address,
              shift_iova=bufs["shift"].address, in_shape=(1, 16, 16, 8),
              out_shape=(1, 16, 16, 16), filter_hw=(3, 3), stride=(1, 1), dilation=(1, 1),
@@ -47,7 +47,7 @@ def test_conv_logistic_pool_softmax_job(device) -> None:
              act_max=127)
     cmds.add("LUT", input=a.address, output=b.address, count=16 * 16 * 16,
              lut=bufs["lut"].address)
-    cmds.add("MAX_POOL2D", input=b.address, output=a.address, in_shape=(1, 16, 16, 16),
+    cmds.add("MAX_POOL_2D", input=b.address, output=a.address, in_shape=(1, 16, 16, 16),
              out_shape=(1, 8, 8, 16), filter_hw=(2, 2), stride=(2, 2), padding=(0, 0),
              act_min=-128, act_max=127)
     cmds.add("SOFTMAX", input=a.address, output=b.address, rows=64, depth=16,

@@ -46,7 +46,7 @@ def test_conv_handlers(mem: ChipMemory, depthwise: bool) -> None:
     expected = fn(x, w, bias, **kw)
     out = mem.alloc(expected.nbytes)
     x_at, mult_at = mem.put(x), mem.put(mult)
-    desc = encode("DEPTHWISE_CONV2D" if depthwise else "CONV2D", ops.OPF_PER_CHANNEL,
+    desc = encode("DEPTHWISE_CONV_2D" if depthwise else "CONV_2D", ops.OPF_PER_CHANNEL,
                   input=x_at, weights=mem.put(w), bias=mem.put(bias), output=out,
                   mult_iova=mult_at, shift_iova=mem.put(shift), in_shape=x.shape,
                   out_shape=expected.shape, filter_hw=(3, 3), stride=(2, 1), dilation=(1, 2),
@@ -154,13 +154,13 @@ def test_pool_mean_resize_handlers(mem: ChipMemory) -> None:
     pool = dict(input=ix, in_shape=x.shape, out_shape=(2, 4, 3, 3), filter_hw=(3, 2),
                 stride=(2, 2), padding=(1, 0))
     run_ok(mem,
-           encode("MAX_POOL2D", output=outs[0], act_min=-50, act_max=127, **pool),
-           encode("AVG_POOL2D", output=outs[1], act_min=-128, act_max=127, **pool),
+           encode("MAX_POOL_2D", output=outs[0], act_min=-50, act_max=127, **pool),
+           encode("AVERAGE_POOL_2D", output=outs[1], act_min=-128, act_max=127, **pool),
            encode("MEAN", input=ix, output=outs[2], rank=4, in_shape=ranked(x.shape),
                   axes_mask=0b0110, input_zp=3, output_zp=-1, multiplier=1 << 30, shift=1),
            encode("RESIZE_BILINEAR", ops.OPF_HALF_PIXEL_CENTERS, input=ix, output=outs[3],
                   in_shape=x.shape, out_hw=(11, 4)),
-           encode("RESIZE_NEAREST", ops.OPF_ALIGN_CORNERS, input=ix, output=outs[4],
+           encode("RESIZE_NEAREST_NEIGHBOR", ops.OPF_ALIGN_CORNERS, input=ix, output=outs[4],
                   in_shape=x.shape, out_hw=(3, 13)))
     for iova, exp in zip(outs, [exp_max, exp_avg, exp_mean, exp_bil, exp_nn]):
         np.testing.assert_array_equal(mem.get(iova, np.int8, exp.shape), exp)
@@ -182,7 +182,7 @@ def test_layout_handlers(mem: ChipMemory) -> None:
     addrs = np.array([mem.put(p) for p in parts], np.uint64)
     r = ranked
     run_ok(mem,
-           encode("CONCAT", inputs_iova=mem.put(addrs), sizes_iova=mem.put(np.array([1, 3, 2],
+           encode("CONCATENATION", inputs_iova=mem.put(addrs), sizes_iova=mem.put(np.array([1, 3, 2],
                   np.uint32)), output=outs[0], num_inputs=3, outer=2, inner=4, axis_total=6),
            encode("TRANSPOSE", input=ix, output=outs[1], rank=3, in_shape=r(x.shape),
                   perm=r((2, 0, 1))),
@@ -218,8 +218,8 @@ def test_bad_descriptors_fail_the_job_cleanly(mem: ChipMemory) -> None:
     conv = dict(input=ix, weights=w, output=out, in_shape=(1, 4, 4, 4),
                 out_shape=(1, 4, 4, 1), filter_hw=(1, 1), stride=(1, 1), dilation=(1, 1),
                 cin_per_group=4, multiplier=1 << 30, shift=-8, act_min=-128, act_max=127)
-    assert mem.run(encode("CONV2D", **conv)).status == 0
+    assert mem.run(encode("CONV_2D", **conv)).status == 0
     for bad in (dict(padding=(1 << 30, 0)), dict(dilation=(1 << 20, 1), filter_hw=(2, 1)),
                 dict(out_shape=(1, 1 << 20, 4, 1))):
-        assert mem.run(encode("CONV2D", **{**conv, **bad})).status in (-errno.EINVAL,
+        assert mem.run(encode("CONV_2D", **{**conv, **bad})).status in (-errno.EINVAL,
                                                                        -errno.EFAULT), bad

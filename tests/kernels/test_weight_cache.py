@@ -66,3 +66,25 @@ def test_reused_requantization_plans_do_not_alias_caller_arrays() -> None:
     mult[:] = 1 << 30
     again = depthwise_conv2d(x, w, same_values, multiplier=mult_view, **kw)
     np.testing.assert_array_equal(first, again)  # ...and must not leak into this call
+
+
+def test_the_invalidation_drops_entries_of_released_memory() -> None:
+    """``caches.invalidate`` hands the cache the host ranges of released buffers; entries of
+    weights that lived there go, the others stay."""
+    weight_cache.clear()
+    rng = np.random.default_rng(1)
+    kept, released = random_int8(rng, (64, 64)), random_int8(rng, (64, 64))
+    for w in (kept, released):
+        weight_cache.converted(w, "test", lambda a: a.astype(np.float32))
+    start = released.__array_interface__["data"][0]
+    weight_cache.drop_released(1, 7, [(start, start + released.nbytes)])
+    calls = []
+
+    def convert(a: np.ndarray) -> np.ndarray:
+        calls.append(a)
+        return a.astype(np.float32)
+    weight_cache.converted(kept, "test", convert)
+    assert not calls                       # still cached
+    weight_cache.converted(released, "test", convert)
+    assert len(calls) == 1                 # dropped, converted again
+    weight_cache.clear()

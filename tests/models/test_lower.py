@@ -81,7 +81,7 @@ def test_descriptors_decode_and_float_graph_is_refused(resnet8_path, blazeface_p
     ld = lower(load_tflite(resnet8_path))
     cmd = ld.command_buffer([0x1000_0000 * (i + 1) for i in range(len(ld.regions))])
     decoded = list(spec_tasks.decode_tasks(cmd))
-    assert [t.name for _, t, _ in decoded][:2] == ["CONV2D", "CONV2D"]
+    assert [t.name for _, t, _ in decoded][:2] == ["CONV_2D", "CONV_2D"]
     assert len(decoded) == len(ld.tasks)
     with pytest.raises(NotInt8Error, match="float32"):
         lower(load_tflite(blazeface_path))

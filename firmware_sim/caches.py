@@ -1,0 +1,72 @@
+"""The chip's caches, listed in one place, and their one invalidation path.
+
+A core process keeps state across jobs so that a model's tasks, which repeat on every
+inference, cost less the second time. Every such cache registers here, saying what it
+holds and what an invalidation does to it. The only invalidation is the driver's IOTLB
+invalidation (``OP_INVALIDATE`` on a core's ring, sent whenever the KMD unmaps pages:
+a buffer freed, a context closed): the core calls :func:`invalidate`, which drops the
+DMA engine's translations and mappings for the ASID (or one buffer object) and then asks
+every registered cache to drop what could still refer to the released memory. After
+it returns, no cache holds a view of a released buffer, so its pages leave the core's
+address space (``memfd:npu-bo<id>`` disappears from /proc/<pid>/maps).
+
+Caches keyed only by contents (descriptor bytes, quantization parameters) and holding
+copies never refer to device memory: they register without a hook, so the list is
+complete and docs/hardware.md can describe all of them from here.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+__all__ = ["Cache", "register", "registered", "invalidate", "clear", "AddressRange"]
+
+AddressRange = tuple[int, int]
+"""[start, end) of a host mapping of a released buffer object, in this process."""
+
+Invalidate = Callable[[int, int, Sequence[AddressRange]], None]
+
+
+@dataclass(frozen=True)
+class Cache:
+    """One of the chip's caches: its name, what it holds, and its invalidation hook
+    (``hook(asid, bo_id, released)``; bo_id 0 means the whole ASID), if it needs one."""
+    name: str
+    holds: str
+    hook: Invalidate | None = None
+    clear: Callable[[], None] | None = None
+
+
+_CACHES: dict[str, Cache] = {}
+
+
+def register(name: str, holds: str, hook: Invalidate | None = None,
+             clear: Callable[[], None] | None = None) -> Cache:
+    """Declare a cache (idempotent per name: a module imported again replaces its entry)."""
+    cache = _CACHES[name] = Cache(name, holds, hook, clear)
+    return cache
+
+
+def registered() -> list[Cache]:
+    """Every cache of the chip, in registration order (the IOTLB first)."""
+    return list(_CACHES.values())
+
+
+def invalidate(dma, asid: int, bo_id: int = 0) -> None:
+    """The IOTLB invalidation: forget ``asid``'s translations (one buffer object's with
+    ``bo_id``, else all), then let every cache drop what may refer to the released memory."""
+    released = dma.invalidate(asid, bo_id)
+    for cache in _CACHES.values():
+        if cache.hook is not None:
+            cache.hook(asid, bo_id, released)
+
+
+def clear() -> None:
+    """Empty every cache that can be emptied (tests, and a core's reset)."""
+    for cache in _CACHES.values():
+        if cache.clear is not None:
+            cache.clear()
+
+
+register("iotlb", "per core and ASID: translations (iova, length, permission) -> segments, array "
+         "views of single-buffer accesses, and each buffer object's host mapping (firmware_sim.dma)")

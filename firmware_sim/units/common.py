@@ -1,0 +1,146 @@
+"""What every compute unit shares: descriptor checks, the plan cache, and the registry
+that a unit's module fills with one :func:`unit` declaration per opcode.
+
+A unit module declares, for each opcode it serves (the descriptor layout and the opcode
+are in ``firmware_sim.spec``, the hardware interface the compiler also reads), the
+handler that runs a descriptor and the cost model of the chip's timing. Handlers read
+their operands through the DMA engine (every access is IOMMU-checked), run the kernel
+and write the result in place into the output view. A descriptor whose fields make no
+sense raises :class:`OpDescriptorError` (the job fails with EINVAL).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+from firmware_sim import caches
+from firmware_sim.errors import InvalidCommand
+from firmware_sim.kernels import native
+from firmware_sim.spec import ops, tasks
+
+__all__ = ["OpDescriptorError", "Handler", "Cost", "Unit", "UNITS", "unit", "dims", "ranked",
+           "count", "frozen", "plan", "Plan", "prod"]
+
+# Sanity bound on any one tensor (elements); the IOMMU bounds real accesses anyway.
+MAX_ELEMENTS = 1 << 31
+
+Handler = Callable[[np.void, object], None]
+Cost = Callable[[np.void], tuple[int, int]]
+
+
+class OpDescriptorError(InvalidCommand):
+    """A compute descriptor with impossible fields."""
+
+
+@dataclass(frozen=True)
+class Unit:
+    """One opcode of the chip: its descriptor's name (``spec``), handler and cost.
+
+    ``cost(desc)`` is ``(macs, bytes)``: multiply-accumulates (elementwise ops count one
+    per output element, pooling one per window tap, data movement zero) and the bytes the
+    task reads and writes in device memory; the timing model turns them into cycles."""
+    opcode: int
+    name: str
+    handler: Handler
+    cost: Cost
+
+
+UNITS: dict[int, Unit] = {}
+
+
+def unit(opcode: int, cost: Cost) -> Callable[[Handler], Handler]:
+    """Declare ``handler`` as the chip's implementation of ``opcode`` (a decorator)."""
+    def declare(handler: Handler) -> Handler:
+        if opcode in UNITS:
+            raise ValueError(f"opcode {opcode:#x} declared twice")
+        UNITS[opcode] = Unit(opcode, tasks.TASK_TYPES[opcode].name, handler, cost)
+        return handler
+    return declare
+
+
+def dims(values, name: str) -> tuple[int, ...]:
+    """Positive dimensions of a bounded size, else :class:`OpDescriptorError`."""
+    result = tuple(int(v) for v in values)
+    if any(d == 0 for d in result):
+        raise OpDescriptorError(f"{name} has an empty dimension: {result}")
+    if math.prod(result) > MAX_ELEMENTS:
+        raise OpDescriptorError(f"{name} {result} is too large")
+    return result
+
+
+def ranked(desc: np.void, field: str) -> tuple[int, ...]:
+    """An arbitrary-rank shape field (``rank`` + ``u32[MAX_RANK]``), checked."""
+    rank = int(desc["rank"])
+    if not 1 <= rank <= ops.MAX_RANK:
+        raise OpDescriptorError(f"rank {rank} outside 1..{ops.MAX_RANK}")
+    return dims(desc[field][:rank], field)
+
+
+def count(desc: np.void) -> int:
+    """The element count of a flat descriptor, checked."""
+    n = int(desc["count"])
+    if not 0 < n <= MAX_ELEMENTS:
+        raise OpDescriptorError(f"element count {n} out of range")
+    return n
+
+
+def prod(values) -> int:
+    return int(np.prod([int(v) for v in values], dtype=np.int64))
+
+
+def frozen(a: np.ndarray) -> np.ndarray:
+    a.flags.writeable = False   # shared by every run of the plan
+    return a
+
+
+class Plan:
+    """A decoded descriptor (``fields``) and, for the C kernels, the last call made for it
+    (``bound``: reused while the task's operands are the same DMA views)."""
+    __slots__ = ("fields", "bound")
+
+    def __init__(self, fields: tuple):
+        self.fields, self.bound = fields, None
+
+    def run(self, operands: tuple, first_run: Callable[[], object]) -> None:
+        """Rerun the bound call if it was made for ``operands``, else ``first_run()``
+        (which checks everything, runs the kernel and returns a bound call or None)."""
+        bound = self.bound
+        if bound is not None and bound.uses(operands) and native.library() is not None:
+            bound()
+        else:
+            self.bound = None          # a run that raises leaves no call behind
+            self.bound = first_run()
+
+
+_PLANS: dict[tuple[str, bytes], Plan] = {}
+PLAN_ENTRIES = 4096
+
+
+def plan(kind: str, desc: np.void, parse: Callable[[np.void], tuple]) -> Plan:
+    """``parse(desc)``, remembered by the descriptor's bytes: a model's descriptors repeat
+    on every inference, and reading and checking ~30 fields costs more than small ops.
+    Only the decoding is cached; every operand is still read through the DMA engine."""
+    key = (kind, desc.tobytes())
+    found = _PLANS.get(key)
+    if found is None:
+        found = Plan(parse(desc))
+        if len(_PLANS) >= PLAN_ENTRIES:
+            _PLANS.clear()
+        _PLANS[key] = found
+    return found
+
+
+def _unbind_plans(asid: int, bo_id: int, released) -> None:
+    # A bound call holds views of the buffers it ran on: drop them all, so a released
+    # buffer is unmapped now (also one the IOTLB had already evicted, which ``released``
+    # does not list). The decoded fields hold no device memory and stay.
+    for p in _PLANS.values():
+        p.bound = None
+
+
+caches.register("plans", "decoded descriptors by their bytes, and the C kernels' bound calls "
+                "(which hold views of the operands' buffers: dropped on every invalidation)",
+                _unbind_plans, _PLANS.clear)

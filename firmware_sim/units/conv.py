@@ -1,0 +1,80 @@
+"""The convolution unit: CONV_2D and DEPTHWISE_CONV_2D (descriptor: ``spec.ops``)."""
+from __future__ import annotations
+
+import numpy as np
+
+from firmware_sim.kernels import conv
+from firmware_sim.spec import ops
+
+from .common import OpDescriptorError, dims, frozen, plan, unit
+
+
+def _parse(desc: np.void, depthwise: bool) -> tuple:
+    n, h, w, cin = dims(desc["in_shape"], "in_shape")
+    on, oh, ow, cout = dims(desc["out_shape"], "out_shape")
+    kh, kw = dims(desc["filter_hw"], "filter_hw")
+    if on != n:
+        raise OpDescriptorError("input and output batch differ")
+    if depthwise:
+        w_shape = (1, kh, kw, cout)
+    else:
+        cin_g = int(desc["cin_per_group"])
+        if cin_g == 0 or cin % cin_g:
+            raise OpDescriptorError(f"cin_per_group {cin_g} does not divide Cin {cin}")
+        w_shape = (cout, kh, kw, cin_g)
+    per_channel = bool(int(desc["flags"]) & ops.OPF_PER_CHANNEL)
+    if per_channel:
+        quant = (int(desc["mult_iova"]), int(desc["shift_iova"]))
+    else:
+        quant = (frozen(np.array([desc["multiplier"]], np.int32)),
+                 frozen(np.array([desc["shift"]], np.int32)))
+    kwargs = dict(stride=tuple(int(v) for v in desc["stride"]),
+                  dilation=tuple(int(v) for v in desc["dilation"]),
+                  padding=tuple(int(v) for v in desc["padding"]), out_hw=(oh, ow),
+                  input_zp=int(desc["input_zp"]), output_zp=int(desc["output_zp"]),
+                  act_min=int(desc["act_min"]), act_max=int(desc["act_max"]))
+    return ((int(desc["input"]), (n, h, w, cin)), (int(desc["weights"]), w_shape),
+            int(desc["bias"]), cout, per_channel, quant, (int(desc["output"]), (n, oh, ow, cout)),
+            kwargs)
+
+
+def _run(desc: np.void, dma, depthwise: bool) -> None:
+    p = plan("dw" if depthwise else "conv", desc, lambda d: _parse(d, depthwise))
+    (x_at, w_at, bias_at, cout, per_channel, quant, out_at, kwargs) = p.fields
+    x = dma.read_array(x_at[0], np.int8, x_at[1])
+    wt = dma.read_array(w_at[0], np.int8, w_at[1])
+    bias = dma.read_array(bias_at, np.int32, (cout,)) if bias_at else None
+    if per_channel:
+        mult = dma.read_array(quant[0], np.int32, (cout,))
+        shift = dma.read_array(quant[1], np.int32, (cout,))
+    else:
+        mult, shift = quant
+    out = dma.write_array(out_at[0], np.int8, out_at[1])
+    if depthwise:
+        p.run((x, wt, bias, mult, shift, out), lambda: conv.depthwise_conv2d_bound(
+            x, wt, bias, multiplier=mult, shift=shift, out=out, **kwargs))
+    else:
+        conv.conv2d(x, wt, bias, multiplier=mult, shift=shift, out=out, **kwargs)
+
+
+def _cost(desc: np.void) -> tuple[int, int]:
+    n, h, w, cin = (int(v) for v in desc["in_shape"])
+    _, oh, ow, cout = (int(v) for v in desc["out_shape"])
+    kh, kw = (int(v) for v in desc["filter_hw"])
+    depthwise = int(desc["opcode"]) == ops.OP_DEPTHWISE_CONV_2D
+    per_out = kh * kw * (1 if depthwise else int(desc["cin_per_group"]))
+    outputs = n * oh * ow * cout
+    weights = cout * per_out
+    params = cout * 8 if int(desc["flags"]) & ops.OPF_PER_CHANNEL else 0
+    bias = cout * 4 if int(desc["bias"]) else 0
+    return outputs * per_out, n * h * w * cin + weights + bias + params + outputs
+
+
+@unit(ops.OP_CONV_2D, _cost)
+def conv_2d(desc: np.void, dma) -> None:
+    _run(desc, dma, depthwise=False)
+
+
+@unit(ops.OP_DEPTHWISE_CONV_2D, _cost)
+def depthwise_conv_2d(desc: np.void, dma) -> None:
+    _run(desc, dma, depthwise=True)

@@ -1,0 +1,58 @@
+"""The fully connected unit: FULLY_CONNECTED (descriptor: ``spec.tasks``)."""
+from __future__ import annotations
+
+import numpy as np
+
+from firmware_sim.kernels import fully_connected as fc
+from firmware_sim.spec import tasks
+
+from .common import dims, frozen, plan, unit
+
+
+def _parse(desc: np.void) -> tuple:
+    rows, k, n = dims((desc["rows"], desc["in_features"], desc["out_features"]),
+                      "FULLY_CONNECTED rows/in_features/out_features")
+    flags = int(desc["flags"])
+    double = bool(flags & tasks.FC_DOUBLE_SCALE)
+    per_channel = bool(flags & tasks.FC_PER_CHANNEL)
+    if per_channel:
+        quant = (int(desc["mult_iova"]), int(desc["shift_iova"]),
+                 int(desc["scale_iova"]) if double else 0)
+    else:
+        quant = (frozen(np.array([desc["multiplier"]], np.int32)),
+                 frozen(np.array([desc["shift"]], np.int32)),
+                 frozen(np.array([desc["scale"]], np.float64)) if double else None)
+    kwargs = dict(input_zp=int(desc["input_zp"]), output_zp=int(desc["output_zp"]),
+                  act_min=int(desc["act_min"]), act_max=int(desc["act_max"]))
+    return ((int(desc["input"]), (rows, k)), (int(desc["weights"]), (n, k)), int(desc["bias"]),
+            per_channel, quant, (int(desc["output"]), (rows, n)), kwargs)
+
+
+def _cost(desc: np.void) -> tuple[int, int]:
+    m, k, n = int(desc["rows"]), int(desc["in_features"]), int(desc["out_features"])
+    flags = int(desc["flags"])
+    per_channel = bool(flags & tasks.FC_PER_CHANNEL)
+    params = n * 8 if per_channel else 0
+    if per_channel and flags & tasks.FC_DOUBLE_SCALE:
+        params += n * 8  # float64 scales
+    bias = n * 4 if int(desc["bias"]) else 0
+    return m * k * n, m * k + n * k + bias + params + m * n
+
+
+@unit(tasks.OP_FULLY_CONNECTED, _cost)
+def fully_connected(desc: np.void, dma) -> None:
+    p = plan("fc", desc, _parse)
+    x_at, w_at, bias_at, per_channel, quant, out_at, kwargs = p.fields
+    n = w_at[1][0]
+    bias = dma.read_array(bias_at, np.int32, (n,)) if bias_at else None
+    if per_channel:
+        mult = dma.read_array(quant[0], np.int32, (n,))
+        shift = dma.read_array(quant[1], np.int32, (n,))
+        scale = dma.read_array(quant[2], np.float64, (n,)) if quant[2] else None
+    else:
+        mult, shift, scale = quant
+    x = dma.read_array(x_at[0], np.int8, x_at[1])
+    w = dma.read_array(w_at[0], np.int8, w_at[1])
+    out = dma.write_array(out_at[0], np.int8, out_at[1])
+    p.run((x, w, bias, mult, shift, scale, out), lambda: fc.fully_connected_bound(
+        x, w, bias, multiplier=mult, shift=shift, scale=scale, out=out, **kwargs))

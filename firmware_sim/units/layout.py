@@ -1,0 +1,94 @@
+"""The data movement unit: CONCATENATION, RESHAPE, TRANSPOSE, PAD, STRIDED_SLICE
+(descriptors: ``spec.ops``). No arithmetic: their cost is bytes only."""
+from __future__ import annotations
+
+import numpy as np
+
+from firmware_sim.kernels import layout
+from firmware_sim.spec import ops
+
+from .common import OpDescriptorError, count, dims, prod, ranked, unit
+
+
+def _ranked_raw(desc: np.void, field: str) -> list[int]:
+    return [int(v) for v in desc[field][:int(desc["rank"])]]
+
+
+def _concat_cost(desc: np.void) -> tuple[int, int]:
+    out = int(desc["outer"]) * int(desc["inner"]) * int(desc["axis_total"])
+    return 0, 2 * out + 12 * int(desc["num_inputs"])
+
+
+@unit(ops.OP_CONCATENATION, _concat_cost)
+def concatenation(desc: np.void, dma) -> None:
+    k = int(desc["num_inputs"])
+    if not 0 < k <= ops.CONCAT_MAX_INPUTS:
+        raise OpDescriptorError(f"concat of {k} inputs")
+    outer, inner, total = dims((desc["outer"], desc["inner"], desc["axis_total"]), "concat")
+    addrs = dma.read_array(int(desc["inputs_iova"]), np.uint64, (k,)).copy()
+    sizes = dma.read_array(int(desc["sizes_iova"]), np.uint32, (k,)).astype(np.int64)
+    if int(sizes.sum()) != total or np.any(sizes == 0):
+        raise OpDescriptorError("concat input extents do not add up to the output's")
+    xs = [dma.read_array(int(a), np.int8, (outer, int(s), inner)) for a, s in zip(addrs, sizes)]
+    layout.concat(xs, 1, out=dma.write_array(int(desc["output"]), np.int8, (outer, total, inner)))
+
+
+@unit(ops.OP_RESHAPE, lambda desc: (0, 2 * int(desc["count"])))
+def reshape(desc: np.void, dma) -> None:
+    n = count(desc)
+    x = dma.read_array(int(desc["input"]), np.int8, (n,))
+    dma.write_array(int(desc["output"]), np.int8, (n,))[:] = x
+
+
+@unit(ops.OP_TRANSPOSE, lambda desc: (0, 2 * prod(_ranked_raw(desc, "in_shape"))))
+def transpose(desc: np.void, dma) -> None:
+    shape = ranked(desc, "in_shape")
+    perm = tuple(int(p) for p in desc["perm"][:len(shape)])
+    if sorted(perm) != list(range(len(shape))):
+        raise OpDescriptorError(f"perm {perm} is not a permutation")
+    x = dma.read_array(int(desc["input"]), np.int8, shape)
+    out_shape = tuple(shape[p] for p in perm)
+    layout.transpose(x, perm, out=dma.write_array(int(desc["output"]), np.int8, out_shape))
+
+
+def _pad_cost(desc: np.void) -> tuple[int, int]:
+    shape = _ranked_raw(desc, "in_shape")
+    r = len(shape)
+    out = prod(d + int(a) + int(b) for d, a, b in
+               zip(shape, desc["pad_before"][:r], desc["pad_after"][:r]))
+    return 0, prod(shape) + out
+
+
+@unit(ops.OP_PAD, _pad_cost)
+def pad(desc: np.void, dma) -> None:
+    shape = ranked(desc, "in_shape")
+    r = len(shape)
+    pads = [(int(a), int(b)) for a, b in zip(desc["pad_before"][:r], desc["pad_after"][:r])]
+    out_shape = dims([d + a + b for d, (a, b) in zip(shape, pads)], "padded shape")
+    x = dma.read_array(int(desc["input"]), np.int8, shape)
+    layout.pad(x, pads, int(desc["pad_value"]),
+               out=dma.write_array(int(desc["output"]), np.int8, out_shape))
+
+
+def _slice_args(desc: np.void, shape) -> tuple[tuple, dict]:
+    r = len(shape)
+    args = (desc["begin"][:r], desc["end"][:r], desc["strides"][:r])
+    masks = dict(begin_mask=int(desc["begin_mask"]), end_mask=int(desc["end_mask"]),
+                 shrink_axis_mask=int(desc["shrink_axis_mask"]))
+    return args, masks
+
+
+def _slice_cost(desc: np.void) -> tuple[int, int]:
+    shape = _ranked_raw(desc, "in_shape")
+    args, masks = _slice_args(desc, shape)
+    return 0, 2 * prod(layout.strided_slice_shape(shape, *args, **masks))
+
+
+@unit(ops.OP_STRIDED_SLICE, _slice_cost)
+def strided_slice(desc: np.void, dma) -> None:
+    shape = ranked(desc, "in_shape")
+    args, masks = _slice_args(desc, shape)
+    out_shape = layout.strided_slice_shape(shape, *args, **masks)
+    x = dma.read_array(int(desc["input"]), np.int8, shape)
+    out = dma.write_array(int(desc["output"]), np.int8, out_shape)
+    layout.strided_slice(x, *args, **masks, out=out)

@@ -1,0 +1,120 @@
+"""Activations: RELU, RELU6, RELU_N1_TO_1, LOGISTIC, TANH and SOFTMAX (ONNX Relu, Clip
+with ReLU-like bounds, Sigmoid, Tanh, Softmax over the last axis)."""
+from __future__ import annotations
+
+import numpy as np
+import tflite
+
+from firmware_sim.spec import fixedpoint as fp
+
+from .. import onnx_import, qparams, tflite_import
+from ..registry import Operator, onnx, register
+
+
+def _export_plain(wr, op, outs) -> None:
+    wr.simple(op, outs)
+
+
+# ReLU family: one chip descriptor, the range set by the activation's name -------------
+
+
+def _relu_params(g, op) -> dict:
+    (si, zi), (so, zo) = qparams.qp(g, op.inputs[0]), qparams.qp(g, op.outputs[0])
+    m, sh = fp.relu_multiplier(si, so)
+    lo, hi = fp.fused_activation_range(qparams.ACTIVATION_CODES[op.type], so, zo)
+    return dict(input_zp=zi, output_zp=zo, multiplier=m, shift=sh, act_min=lo, act_max=hi)
+
+
+_RELUS = {"RELU": lambda x: np.maximum(x, 0), "RELU6": lambda x: np.clip(x, 0, 6),
+          "RELU_N1_TO_1": lambda x: np.clip(x, -1, 1)}
+for _name, _fn in _RELUS.items():
+    register(Operator(_name, tflite=tflite_import.simple, float_ref=lambda op, ins, out, fn=_fn: fn(ins[0]),
+                      params=_relu_params, lower=lambda low, op, p: low.flat("RELU", op, p),
+                      export=_export_plain, tflite_version=1 if _name == "RELU_N1_TO_1" else 2))
+
+
+# LOGISTIC / TANH: a 256-entry table on the chip ----------------------------------------
+
+
+def _lut_params(kind: int):
+    def params(g, op) -> dict:
+        return dict(lut=fp.activation_lut(kind, *qparams.qp(g, op.inputs[0]), *qparams.qp(g, op.outputs[0])))
+    return params
+
+
+def _lower_lut(low, op, p):
+    return low.flat("LUT", op, {}, dict(lut=low.const(op, "lut", p["lut"])))
+
+
+register(Operator("LOGISTIC", tflite=tflite_import.simple,
+                  float_ref=lambda op, ins, out: (1 / (1 + np.exp(-ins[0]))).astype(np.float32),
+                  fixed_output=(1 / 256, -128), params=_lut_params(fp.LUT_LOGISTIC), lower=_lower_lut,
+                  export=_export_plain, tflite_version=2))
+register(Operator("TANH", tflite=tflite_import.simple, float_ref=lambda op, ins, out: np.tanh(ins[0]),
+                  fixed_output=(1 / 128, 0), params=_lut_params(fp.LUT_TANH), lower=_lower_lut,
+                  export=_export_plain, tflite_version=2))
+
+
+# SOFTMAX ---------------------------------------------------------------------------------
+
+
+def _tflite_softmax(im, ins, outs, table, where):
+    o = tflite_import.options(table, tflite.SoftmaxOptions)
+    return dict(beta=float(o.Beta()) if o else 1.0), ins
+
+
+def softmax(x, *, beta) -> np.ndarray:
+    """Softmax over the last axis in float."""
+    z = (x - x.max(axis=-1, keepdims=True)) * beta
+    e = np.exp(z)
+    return (e / e.sum(axis=-1, keepdims=True)).astype(np.float32)
+
+
+def _softmax_params(g, op) -> dict:
+    m, sh, dmin = fp.softmax_params(op.attrs["beta"], qparams.qp(g, op.inputs[0])[0])
+    return dict(input_beta_multiplier=m, input_beta_left_shift=sh, diff_min=dmin)
+
+
+def _lower_softmax(low, op, p):
+    shape = low.shape(op.inputs[0])
+    return low.emit("SOFTMAX", op, dict(p, rows=int(np.prod(shape[:-1], dtype=np.int64)), depth=shape[-1]))
+
+
+def _export_softmax(wr, op, outs) -> None:
+    wr.add(op.type, [wr.name(op.inputs[0])], outs, {"SoftmaxOptions": dict(Beta=float(op.attrs["beta"]))})
+
+
+register(Operator("SOFTMAX", ("beta",), tflite=_tflite_softmax,
+                  float_ref=lambda op, ins, out: softmax(ins[0], **op.attrs), fixed_output=(1 / 256, -128),
+                  params=_softmax_params, lower=_lower_softmax, export=_export_softmax, tflite_version=2))
+
+
+# ONNX ----------------------------------------------------------------------------------
+
+onnx("Relu")(onnx_import.unary("RELU"))
+onnx("Sigmoid")(onnx_import.unary("LOGISTIC"))
+onnx("Tanh")(onnx_import.unary("TANH"))
+
+
+@onnx("Clip")
+def _onnx_clip(im, node, attrs, where):
+    lo = attrs.get("min", -np.inf)
+    hi = attrs.get("max", np.inf)
+    if len(node.input) > 1 and node.input[1]:
+        lo = float(im.const(node.input[1], where))
+    if len(node.input) > 2 and node.input[2]:
+        hi = float(im.const(node.input[2], where))
+    kind = {(0.0, np.inf): "RELU", (0.0, 6.0): "RELU6", (-1.0, 1.0): "RELU_N1_TO_1"}.get((float(lo), float(hi)))
+    if kind is None:
+        raise onnx_import.ONNXImportError(f"{where}: Clip({lo}, {hi}) is not a supported activation")
+    onnx_import.unary(kind)(im, node, attrs, where)
+
+
+@onnx("Softmax")
+def _onnx_softmax(im, node, attrs, where):
+    shape = im.onnx_shape(node.input[0], where)
+    axis = int(attrs.get("axis", -1)) % len(shape)
+    if axis != len(shape) - 1:
+        raise onnx_import.ONNXImportError(f"{where}: softmax over axis {axis} (not the last) is not supported")
+    im.emit("SOFTMAX", [im.value(node.input[0], False, where)], node.output[0], False, where,
+            dict(beta=1.0))

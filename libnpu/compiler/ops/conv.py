@@ -1,0 +1,174 @@
+"""Convolutions: CONV_2D and DEPTHWISE_CONV_2D (ONNX Conv)."""
+from __future__ import annotations
+
+import numpy as np
+import tflite
+
+from firmware_sim.spec import ops as spec_ops
+
+from .. import float_ref, onnx_import, qparams, tflite_export, tflite_import
+from ..registry import Operator, onnx, register
+
+# TFLite -----------------------------------------------------------------------------
+
+
+def _window_attrs(im, ins, o, kh: int, kw: int, where) -> dict:
+    """Stride, dilation, explicit pads and fused activation of a conv's options."""
+    stride, dil = (o.StrideH(), o.StrideW()), (o.DilationHFactor(), o.DilationWFactor())
+    return dict(stride=stride, dilation=dil,
+                pads=tflite_import.window_pads(im, ins, o.Padding(), kh, kw, *stride, *dil),
+                activation=tflite_import.activation(o.FusedActivationFunction(), where))
+
+
+def _tflite_conv(im, ins, outs, table, where):
+    o = tflite_import.options(table, tflite.Conv2DOptions)
+    _, kh, kw, cin_g = im.shape(ins[1])
+    cin = im.shape(ins[0])[3]
+    if cin % cin_g:
+        raise tflite_import.UnsupportedOpError(
+            f"{where}: input channels {cin} not a multiple of filter depth {cin_g}")
+    attrs = dict(_window_attrs(im, ins, o, kh, kw, where), groups=cin // cin_g)
+    return attrs, (ins + [-1])[:3]
+
+
+def _tflite_depthwise(im, ins, outs, table, where):
+    o = tflite_import.options(table, tflite.DepthwiseConv2DOptions)
+    _, kh, kw, cout = im.shape(ins[1])
+    cin = im.shape(ins[0])[3]
+    attrs = dict(_window_attrs(im, ins, o, kh, kw, where), depth_multiplier=cout // cin)
+    return attrs, (ins + [-1])[:3]
+
+
+# float reference ---------------------------------------------------------------------
+
+
+def conv2d(x, w, b, *, stride, dilation, pads, groups, activation) -> np.ndarray:
+    """Grouped 2-D convolution of NHWC ``x`` by OHWI ``w`` in float."""
+    cout, kh, kw, cin_g = w.shape
+    win = float_ref.windows(x, kh, kw, stride, dilation, pads)
+    outs = []
+    cout_g = cout // groups
+    for g in range(groups):
+        patches = win[:, :, :, g * cin_g:(g + 1) * cin_g]
+        wg = w[g * cout_g:(g + 1) * cout_g].transpose(3, 1, 2, 0)  # (Cin_g, KH, KW, Cout_g)
+        outs.append(np.tensordot(patches, wg, axes=([3, 4, 5], [0, 1, 2])))
+    y = outs[0] if groups == 1 else np.concatenate(outs, axis=3)
+    if b is not None:
+        y = y + b
+    return float_ref.activation(y.astype(np.float32), activation)
+
+
+def depthwise_conv2d(x, w, b, *, stride, dilation, pads, depth_multiplier, activation) -> np.ndarray:
+    """Depthwise convolution of NHWC ``x`` by ``w`` [1, KH, KW, C*M] in float."""
+    _, kh, kw, cout = w.shape
+    if depth_multiplier > 1:
+        x = np.repeat(x, depth_multiplier, axis=3)
+    xp = float_ref.pad_nhwc(x, pads)
+    n, hp, wp, _ = xp.shape
+    sh, sw = stride
+    dh, dw = dilation
+    oh = (hp - (kh - 1) * dh - 1) // sh + 1
+    ow = (wp - (kw - 1) * dw - 1) // sw + 1
+    y = np.zeros((n, oh, ow, cout), np.float32)
+    for i in range(kh):
+        for j in range(kw):
+            y += xp[:, i * dh:i * dh + (oh - 1) * sh + 1:sh, j * dw:j * dw + (ow - 1) * sw + 1:sw] * w[0, i, j]
+    if b is not None:
+        y = y + b
+    return float_ref.activation(y, activation)
+
+
+# int8 parameters and lowering ---------------------------------------------------------
+
+
+def _params(g, op) -> dict:
+    p = qparams.weighted(g, op)
+    del p["scale"]
+    return dict(p, **qparams.window(g, op), dilation=tuple(op.attrs["dilation"]))
+
+
+def _lower(descriptor: str, depthwise: bool):
+    def lower(low, op, p):
+        from ..lower import Emitted
+        x, w = low.shape(op.inputs[0]), low.shape(op.inputs[1])
+        out = low.shape(op.outputs[0])
+        fields = dict(in_shape=x, out_shape=out, filter_hw=w[1:3], stride=p["stride"],
+                      dilation=p["dilation"], padding=p["padding"],
+                      cin_per_group=1 if depthwise else w[3], input_zp=p["input_zp"],
+                      output_zp=p["output_zp"], act_min=p["act_min"], act_max=p["act_max"])
+        flags, extra = 0, {}
+        mult, shift = p["multiplier"], p["shift"]
+        if mult.size > 1:
+            flags |= spec_ops.OPF_PER_CHANNEL
+            extra = dict(mult_iova=low.const(op, "multiplier", mult), shift_iova=low.const(op, "shift", shift))
+        else:
+            fields.update(multiplier=int(mult[0]), shift=int(shift[0]))
+        addresses = dict(input=op.inputs[0], weights=op.inputs[1], output=op.outputs[0])
+        if len(op.inputs) > 2 and op.inputs[2]:
+            addresses["bias"] = op.inputs[2]
+        return Emitted(descriptor, flags, fields, addresses, extra)
+    return lower
+
+
+def _export(options: str, channel_axis: int):
+    def export(wr, op, outs) -> None:
+        a = op.attrs
+        w = wr.src.tensors[op.inputs[1]]
+        pad, x = wr.padding(op, w.shape[1], w.shape[2], a["dilation"])
+        fields = dict(Padding=pad, StrideH=a["stride"][0], StrideW=a["stride"][1],
+                      DilationHFactor=a["dilation"][0], DilationWFactor=a["dilation"][1],
+                      FusedActivationFunction=tflite_export.ACT[a["activation"]])
+        if "depth_multiplier" in a:
+            fields["DepthMultiplier"] = a["depth_multiplier"]
+        ins = [x, wr.name(op.inputs[1]), wr.bias(op, w.shape[channel_axis])]
+        wr.add(op.type, ins, outs, {options: fields})
+    return export
+
+
+def _macs(per_output_axes: tuple[int, ...]):
+    def macs(g, op) -> int:
+        w = g.tensors[op.inputs[1]].shape
+        return g.tensors[op.outputs[0]].size * int(np.prod([w[a] for a in per_output_axes]))
+    return macs
+
+
+_WINDOW = ("stride", "dilation", "pads")
+register(Operator(
+    "CONV_2D", (*_WINDOW, "groups", "activation"), tflite=_tflite_conv,  # in: x, w OHWI, bias|""
+    float_ref=lambda op, ins, out: conv2d(ins[0], ins[1], ins[2], **op.attrs),
+    weight_axis=0, fused_activation=True, params=_params, lower=_lower("CONV_2D", False),
+    export=_export("Conv2DOptions", 0), tflite_version=3, macs=_macs((1, 2, 3))))
+register(Operator(
+    "DEPTHWISE_CONV_2D", (*_WINDOW, "depth_multiplier", "activation"),  # w [1, KH, KW, C*M]
+    tflite=_tflite_depthwise,
+    float_ref=lambda op, ins, out: depthwise_conv2d(ins[0], ins[1], ins[2], **op.attrs),
+    weight_axis=3, fused_activation=True, params=_params, lower=_lower("DEPTHWISE_CONV_2D", True),
+    export=_export("DepthwiseConv2DOptions", 3), tflite_version=3, macs=_macs((1, 2))))
+
+
+# ONNX ----------------------------------------------------------------------------------
+
+
+@onnx("Conv")
+def _onnx_conv(im, node, attrs, where):
+    w = im.const(node.input[1], where).astype(np.float32)
+    if w.ndim != 4:
+        raise onnx_import.ONNXImportError(f"{where}: only 2-D convolutions are supported")
+    cout, cin_g, kh, kw = w.shape
+    group = int(attrs.get("group", 1))
+    strides = tuple(attrs.get("strides", (1, 1)))
+    dil = tuple(attrs.get("dilations", (1, 1)))
+    pads = onnx_import.pads_2d(im, node, attrs, (kh, kw), strides, dil, where)
+    cin = im.onnx_shape(node.input[0], where)[1]
+    x = im.value(node.input[0], True, where)
+    bias = ""
+    if len(node.input) > 2 and node.input[2]:
+        bias = im.g.add_const(node.input[2], im.const(node.input[2], where).astype(np.float32)).name
+    common = dict(stride=strides, dilation=dil, pads=pads, activation="NONE")
+    if group > 1 and group == cin and cin_g == 1:
+        wt = im.g.add_const(node.input[1], w.transpose(1, 2, 3, 0)).name  # [1, KH, KW, Cout]
+        im.emit("DEPTHWISE_CONV_2D", [x, wt, bias], node.output[0], True, where,
+                dict(common, depth_multiplier=cout // cin))
+    else:
+        wt = im.g.add_const(node.input[1], w.transpose(0, 2, 3, 1)).name  # OHWI
+        im.emit("CONV_2D", [x, wt, bias], node.output[0], True, where, dict(common, groups=group))

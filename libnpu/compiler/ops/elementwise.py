@@ -1,0 +1,103 @@
+"""Elementwise binary ops: ADD, SUB, MUL (ONNX Add, Sub, Mul, Div by a constant, and
+BatchNormalization as MUL + ADD by per-channel constants)."""
+from __future__ import annotations
+
+from typing import Callable
+
+import numpy as np
+import onnx as onnx_proto
+import tflite
+
+from firmware_sim.spec import fixedpoint as fp
+
+from .. import float_ref, onnx_import, qparams, tflite_export, tflite_import
+from ..ir import Op
+from ..registry import Operator, onnx, register
+
+
+def _tflite(options_class: type) -> Callable:
+    def handler(im, ins, outs, table, where):
+        o = tflite_import.options(table, options_class)
+        return dict(activation=tflite_import.activation(o.FusedActivationFunction() if o else 0, where)), ins
+    return handler
+
+
+def _float(fn: Callable) -> Callable:
+    return lambda op, ins, out: float_ref.activation(fn(ins[0], ins[1]).astype(np.float32),
+                                                     op.attrs.get("activation", "NONE"))
+
+
+def _scales(g, op):
+    return [qparams.qp(g, n) for n in (*op.inputs, op.outputs[0])]
+
+
+def _add_params(g, op) -> dict:
+    (s1, z1), (s2, z2), (so, zo) = _scales(g, op)
+    return dict(input1_zp=z1, input2_zp=z2, output_zp=zo, **fp.add_params(s1, s2, so), **qparams.act_range(g, op))
+
+
+def _mul_params(g, op) -> dict:
+    (s1, z1), (s2, z2), (so, zo) = _scales(g, op)
+    m, sh = fp.mul_multiplier(s1, s2, so)
+    return dict(input1_zp=z1, input2_zp=z2, output_zp=zo, multiplier=m, shift=sh, **qparams.act_range(g, op))
+
+
+def _lower(low, op, p):
+    from ..lower import Emitted, pad_rank
+    out = low.shape(op.outputs[0])
+    rank = len(out)
+    shapes = [(1,) * (rank - len(low.shape(i))) + tuple(low.shape(i)) for i in op.inputs]
+    fields = dict(p, rank=rank, in1_shape=pad_rank(shapes[0]), in2_shape=pad_rank(shapes[1]),
+                  out_shape=pad_rank(out))
+    return Emitted(op.type, 0, fields, dict(input1=op.inputs[0], input2=op.inputs[1], output=op.outputs[0]))
+
+
+def _export(options: str):
+    def export(wr, op, outs) -> None:
+        wr.add(op.type, [wr.name(i) for i in op.inputs], outs,
+               {options: dict(FusedActivationFunction=tflite_export.ACT[op.attrs["activation"]])})
+    return export
+
+
+register(Operator("ADD", ("activation",), tflite=_tflite(tflite.AddOptions), float_ref=_float(np.add),
+                  fused_activation=True, params=_add_params, lower=_lower, export=_export("AddOptions"),
+                  tflite_version=2))
+# SUB has no chip kernel: the optimizer turns x - constant into ADD.
+register(Operator("SUB", ("activation",), tflite=_tflite(tflite.SubOptions), float_ref=_float(np.subtract),
+                  fused_activation=True, export=_export("SubOptions"), tflite_version=2))
+register(Operator("MUL", ("activation",), tflite=_tflite(tflite.MulOptions), float_ref=_float(np.multiply),
+                  fused_activation=True, params=_mul_params, lower=_lower, export=_export("MulOptions"),
+                  tflite_version=2))
+
+onnx("Add")(onnx_import.binary("ADD"))
+onnx("Sub")(onnx_import.binary("SUB"))
+onnx("Mul")(onnx_import.binary("MUL"))
+
+
+@onnx("Div")
+def _onnx_div(im, node, attrs, where):
+    if node.input[1] not in im.consts:
+        raise onnx_import.ONNXImportError(f"{where}: only division by a constant is supported")
+    recip = 1.0 / im.consts[node.input[1]].astype(np.float32)
+    im.consts[f"{node.output[0]}__reciprocal"] = recip
+    node = onnx_proto.helper.make_node("Mul", [node.input[0], f"{node.output[0]}__reciprocal"], list(node.output))
+    onnx_import.binary("MUL")(im, node, attrs, where)
+
+
+@onnx("BatchNormalization")
+def _onnx_batchnorm(im, node, attrs, where):
+    scale, bias, mean, var = (im.const(n, where).astype(np.float64) for n in node.input[1:5])
+    a = scale / np.sqrt(var + float(attrs.get("epsilon", 1e-5)))
+    b = bias - mean * a
+    x = node.input[0]
+    rank = len(im.onnx_shape(x, where))
+    nhwc = rank == 4
+    xin = im.value(x, True if nhwc else None, where)
+    if not nhwc and rank != 2:
+        raise onnx_import.ONNXImportError(f"{where}: batch normalization of a rank-{rank} tensor is not supported")
+    mid_name = f"{node.output[0]}__bn_mul"
+    mid = im.new_tensor(mid_name, nhwc, where, im.onnx_shape(node.output[0], where))
+    ca = im.g.add_const(f"{node.output[0]}__bn_scale", a.astype(np.float32)).name
+    cb = im.g.add_const(f"{node.output[0]}__bn_shift", b.astype(np.float32)).name
+    im.g.add_op(Op("MUL", [xin, ca], [mid], {"activation": "NONE"}))
+    im.emit("ADD", [mid, cb], node.output[0], nhwc, where, dict(activation="NONE"))

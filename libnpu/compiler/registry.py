@@ -1,0 +1,130 @@
+"""The compiler's registry of operators; the operators themselves are declared in the
+modules of ``compiler.ops``, one per operator or small family.
+
+An operator module declares everything the compiler knows about its operators in one
+:class:`Operator` each: the IR attributes, the TFLite import, the float reference, the
+quantization rule, the int8 kernel parameters, the lowering to chip descriptors and the
+TFLite export; ONNX node types are declared beside them with :func:`onnx`. The pipeline
+modules (``tflite_import``, ``onnx_import``, ``float_ref``, ``optimize``, ``quantizer``,
+``qparams``, ``lower``, ``tflite_export``) are the glue, written once: they look
+operators up here and keep no per-operator tables. Operator names are TFLite's builtin
+names, shared with the chip's descriptors (``firmware_sim.spec``) and the docs.
+
+Every module of ``compiler.ops`` is loaded the first time the registry is consulted, so
+a new family is a new module and nothing else (see docs/contributing.md). The registry
+sits below everything: the pipeline modules consult it, the operator modules fill it.
+"""
+from __future__ import annotations
+
+import importlib
+import pkgutil
+from dataclasses import dataclass
+from typing import Any, Callable
+
+__all__ = ["Operator", "register", "onnx", "find", "get", "operators", "onnx_handler",
+           "tflite_operator"]
+
+
+@dataclass(frozen=True)
+class Operator:
+    """One IR operator and every stage's rule for it (None: the stage does not apply).
+
+    - ``attrs``: the attributes an op of this type carries (all required).
+    - ``tflite``: ``(importer, ins, outs, options, where) -> (attrs, data input indices)``;
+      ``tflite_aliases``: other TFLite builtins imported as this operator.
+    - ``float_ref``: ``(op, input values, output tensor) -> value`` in float32.
+    - ``same_scale``: inputs and output share one quantization (data movement);
+      ``fixed_output``: the output's ``(scale, zero_point)`` is fixed by the int8 spec;
+      ``weight_axis``: input 1 is a weight quantized per channel along this axis (input
+      2 the bias); ``fc_weights``: per-tensor unless per-channel FC is asked for.
+    - ``fused_activation``: the TFLite kernel applies a fused RELU/RELU6/RELU_N1_TO_1.
+    - ``params``: ``(graph, op) -> kernel parameters`` (int8 only);
+      ``lower``: ``(lowering, op, params) -> Emitted | None`` (chip descriptors).
+    - ``export``: ``(writer, op, output indices) -> None`` (TFLite export);
+      ``tflite_version``: the operator version written.
+    - ``macs``: ``(graph, op) -> multiply-accumulates`` for the reports.
+    """
+    name: str
+    attrs: tuple[str, ...] = ()
+    tflite: Callable | None = None
+    tflite_aliases: tuple[str, ...] = ()
+    float_ref: Callable | None = None
+    same_scale: bool = False
+    fixed_output: tuple[float, int] | None = None
+    weight_axis: int | None = None
+    fc_weights: bool = False
+    fused_activation: bool = False
+    params: Callable | None = None
+    lower: Callable | None = None
+    export: Callable | None = None
+    tflite_version: int = 1
+    macs: Callable | None = None
+
+
+_OPERATORS: dict[str, Operator] = {}
+_TFLITE: dict[str, str] = {}
+_ONNX: dict[str, Callable] = {}
+_loaded = False
+
+
+def register(operator: Operator) -> Operator:
+    """Add ``operator`` to the registry (called by the operator modules)."""
+    if operator.name in _OPERATORS:
+        raise ValueError(f"operator {operator.name} registered twice")
+    _OPERATORS[operator.name] = operator
+    for builtin in (operator.name, *operator.tflite_aliases):
+        if operator.tflite is not None:
+            _TFLITE[builtin] = operator.name
+    return operator
+
+
+def onnx(*op_types: str) -> Callable[[Callable], Callable]:
+    """Declare an ONNX node handler ``(importer, node, attrs, where)`` (a decorator)."""
+    def declare(handler: Callable) -> Callable:
+        for op_type in op_types:
+            if op_type in _ONNX:
+                raise ValueError(f"ONNX {op_type} handled twice")
+            _ONNX[op_type] = handler
+        return handler
+    return declare
+
+
+def _load() -> None:
+    global _loaded
+    if _loaded:
+        return
+    _loaded = True
+    package = importlib.import_module(f"{__package__}.ops")
+    for module in pkgutil.iter_modules(package.__path__):
+        importlib.import_module(f"{package.__name__}.{module.name}")
+
+
+def find(name: str) -> Operator | None:
+    """The operator called ``name``, or None."""
+    _load()
+    return _OPERATORS.get(name)
+
+
+def get(name: str, stage: str) -> Any:
+    """``name``'s rule for ``stage`` (an :class:`Operator` field), or None."""
+    op = find(name)
+    return None if op is None else getattr(op, stage)
+
+
+def operators() -> dict[str, Operator]:
+    """Every operator, by name."""
+    _load()
+    return dict(_OPERATORS)
+
+
+def onnx_handler(op_type: str) -> Callable | None:
+    """The handler of ONNX node type ``op_type``, or None."""
+    _load()
+    return _ONNX.get(op_type)
+
+
+def tflite_operator(builtin: str) -> Operator | None:
+    """The operator a TFLite builtin imports as (its own name or an alias), or None."""
+    _load()
+    name = _TFLITE.get(builtin)
+    return None if name is None else _OPERATORS[name]
