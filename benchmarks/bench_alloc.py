@@ -28,7 +28,7 @@ alloc_mem/s | free_mem/s at N held, and bare MEM_ALLOC/s while filling up to N:
 IOVA allocator alone, alloc+free pairs/s with N free holes: 137k (1k), 131k (10k),
 124k (18k), 71k (60k).
 
-Run: ``PYTHONPATH=. python benchmarks/bench_alloc.py [--devroot DIR] [--held 1000,10000,18000]``.
+Run: ``python -m benchmarks.bench_alloc [--devroot DIR] [--held 1000,10000,18000]``.
 Without ``--devroot`` it starts a device of its own under a temporary directory (root).
 """
 from __future__ import annotations
@@ -41,10 +41,8 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-import libnpu  # noqa: E402
-from kmd_fuse import uapi  # noqa: E402
+import libnpu
+from kmd_fuse import uapi
 
 
 def hold(device, count: int) -> list[int]:

@@ -12,7 +12,7 @@ round so every figure sees the same load:
 The chip's own time per job (``exec``: wall time in ``run_job``, from the context's
 GET_STATS busy time) is subtracted to give the path's overhead (``infer - exec``).
 
-Run: ``PYTHONPATH=. python benchmarks/bench_job_path.py --devroot /tmp/fx/dev [--n 2000] [--fc]``.
+Run: ``python -m benchmarks.bench_job_path --devroot /tmp/fx/dev [--n 2000] [--fc]``.
 """
 from __future__ import annotations
 
@@ -25,13 +25,11 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-import libnpu  # noqa: E402
-from kmd_fuse import uapi  # noqa: E402
-from libnpu.compiler.lower import lower  # noqa: E402
-from libnpu.tools.ops_bench import Layer, build_graph  # noqa: E402
-from libnpu.portability import Session  # noqa: E402
+import libnpu
+from kmd_fuse import uapi
+from libnpu.compiler.lower import lower
+from libnpu.tools.ops_bench import Layer, build_graph
+from libnpu.portability import Session
 
 
 def p50(samples: list[int]) -> float:

