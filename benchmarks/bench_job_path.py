@@ -30,8 +30,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import libnpu  # noqa: E402
 from kmd_fuse import uapi  # noqa: E402
 from libnpu.compiler.lower import lower  # noqa: E402
-from libnpu.tools.ops_bench import Layer, build_graph  # noqa: E402
 from libnpu.portability import Session  # noqa: E402
+from libnpu.tools.ops_bench import Layer, build_graph  # noqa: E402
 
 
 def p50(samples: list[int]) -> float:

@@ -26,11 +26,10 @@ from firmware_sim.kernels.conv import conv2d, depthwise_conv2d  # noqa: E402
 from firmware_sim.kernels.fully_connected import fully_connected  # noqa: E402
 from firmware_sim.spec.fixedpoint import effective_scale, quantize_multiplier_array  # noqa: E402
 from firmware_sim.spec.ops import PADDING_SAME, conv_geometry  # noqa: E402
-from tests.kernels.tflite_builder import TensorSpec, single_op_model  # noqa: E402
-
 
 # The same layers `npu bench ops` runs through the device.
 from libnpu.tools.ops_bench import MOBILENET, Layer  # noqa: E402
+from tests.kernels.tflite_builder import TensorSpec, single_op_model  # noqa: E402
 
 QUICK = [MOBILENET[i] for i in (0, 1, 2, 5, 8, 13, 14, 19, 20)]
 

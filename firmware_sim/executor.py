@@ -11,8 +11,8 @@ from __future__ import annotations
 import errno
 import sys
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import numpy as np
 

@@ -446,7 +446,7 @@ class Loadable:
 
     # reading ------------------------------------------------------------------------
     @classmethod
-    def from_bytes(cls, data: bytes | memoryview | mmap.mmap) -> "Loadable":
+    def from_bytes(cls, data: bytes | memoryview | mmap.mmap) -> Loadable:
         """Parse and check a loadable; region contents are views into ``data`` (no copy)."""
         buf = memoryview(data).cast("B")
         if not buf:
@@ -499,7 +499,7 @@ class Loadable:
         return cls._decode(secs)
 
     @classmethod
-    def _decode(cls, secs: dict[int, memoryview]) -> "Loadable":
+    def _decode(cls, secs: dict[int, memoryview]) -> Loadable:
         def records(kind: Section, dt: np.dtype) -> np.ndarray:
             raw = secs[kind]
             if len(raw) % dt.itemsize:
@@ -589,7 +589,7 @@ class Loadable:
         return result
 
     @classmethod
-    def load(cls, path: str | os.PathLike, *, use_mmap: bool = True) -> "Loadable":
+    def load(cls, path: str | os.PathLike, *, use_mmap: bool = True) -> Loadable:
         """Read a loadable file; with ``use_mmap`` the weights stay in the page cache."""
         with open(path, "rb") as f:
             size = os.fstat(f.fileno()).st_size

@@ -18,9 +18,9 @@ from __future__ import annotations
 import os
 import threading
 import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -209,7 +209,7 @@ class Timing:
 class InferRequest:
     """One inference's memory and job: fill inputs, ``start``, ``wait``, read outputs."""
 
-    def __init__(self, model: "CompiledModel"):
+    def __init__(self, model: CompiledModel):
         self.model = model
         self._released = False
         device, loadable = model.device, model.loadable
@@ -239,7 +239,7 @@ class InferRequest:
         self.fence: Fence | None = None
         self.timing = Timing()
         self._started = 0.0
-        self._callback: Callable[["InferRequest", Exception | None], None] | None = None
+        self._callback: Callable[[InferRequest, Exception | None], None] | None = None
         self._waiter: threading.Thread | None = None
 
     def _view(self, desc: TensorDesc) -> np.ndarray:
@@ -291,7 +291,7 @@ class InferRequest:
             result.append(value)
         return result
 
-    def start(self, callback: Callable[["InferRequest", Exception | None], None] | None = None) -> None:
+    def start(self, callback: Callable[[InferRequest, Exception | None], None] | None = None) -> None:
         """Submit the job; returns at once.  ``callback(request, error)`` runs in a
         helper thread when the job is done."""
         self._check_usable()
@@ -454,7 +454,7 @@ class CompiledModel:
         if errors:
             raise errors[0]
 
-    def __enter__(self) -> "CompiledModel":
+    def __enter__(self) -> CompiledModel:
         return self
 
     def __exit__(self, *exc) -> None:

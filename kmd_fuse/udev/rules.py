@@ -445,12 +445,12 @@ class RuleSet:
         self.files = tuple(files)
 
     @classmethod
-    def from_text(cls, text: str, file: str = "<rules>") -> "RuleSet":
+    def from_text(cls, text: str, file: str = "<rules>") -> RuleSet:
         """Parse rules text (for tests and tools)."""
         return cls(parse_rules(text, file), [file])
 
     @classmethod
-    def load(cls, *paths: str | os.PathLike[str]) -> "RuleSet":
+    def load(cls, *paths: str | os.PathLike[str]) -> RuleSet:
         """Load rules files; a directory contributes its *.rules files sorted by name."""
         files: list[str] = []
         for p in map(Path, paths):

@@ -13,8 +13,9 @@ The glue only: each ONNX node type's handler is declared with the operator it be
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import onnx
