@@ -128,7 +128,8 @@ def NvDlaSubmit(session: Session, device: Device, tasks: list[NvDlaTask]) -> NvE
         if not task.address_list:
             return NvError.BadParameter
         cmd, *buffers = task.address_list
-        err, fence = _guard(lambda: device.submit(cmd, buffers, size=task.command_size, wait=True))
+        # _guard calls the lambda at once, within this iteration
+        err, fence = _guard(lambda: device.submit(cmd, buffers, size=task.command_size, wait=True))  # noqa: B023
         if err:
             return err
         if fence.status:

@@ -3,8 +3,9 @@
 Like ioctls on one file descriptor, requests from several threads may be in
 flight at once (pread/pwrite, not read/write: the kernel serializes read() and
 write() of threads sharing a file on its position lock, so a read held in the
-driver would stall the others' writes; the driver ignores offsets): each is one write() of a frame tagged with a sequence number,
-and replies come back in completion order.  One thread at a time reads; it
+driver would stall the others' writes; the driver ignores offsets): each is one
+write() of a frame tagged with a sequence number, and replies come back in
+completion order.  One thread at a time reads; it
 routes each reply to the thread that owns its sequence number.  A reply that is
 not ready at once (WAIT, SUBMIT with NPU_SUBMIT_WAIT, RESET) is read in a loop:
 the driver holds a read() at most ~50 ms and then fails it with EAGAIN, so a

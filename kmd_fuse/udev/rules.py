@@ -25,7 +25,6 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Union
 
 from kmd_fuse.udev.apply import apply_outcome, describe_outcome
 from kmd_fuse.udev.outcome import Outcome, UdevRulesError
@@ -69,7 +68,7 @@ class RuleEvalError(UdevRulesError):
     """A rule produced an invalid value for an event (e.g. MODE is not octal)."""
 
 
-Part = Union[str, tuple[str, str]]  # literal text, or (substitution code, argument)
+Part = str | tuple[str, str]  # literal text, or (substitution code, argument)
 
 
 @dataclass(frozen=True)
