@@ -78,6 +78,8 @@ def nv_error(exc: OSError) -> NvError:
     """The NvError for an OSError/NpuError from libnpu."""
     if isinstance(exc, FileNotFoundError):
         return NvError.FileOperationFailed
+    if exc.errno is None:
+        return NvError.IoctlFailed
     return _ERRNO_TO_NVERROR.get(exc.errno, NvError.IoctlFailed)
 
 

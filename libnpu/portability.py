@@ -80,7 +80,8 @@ class Memory:
         return self.view[offset:offset + count * dtype.itemsize].view(dtype).reshape(shape)
 
     def _unmap(self) -> None:
-        self.view = None
+        # No view once freed: a use after free fails at once instead of touching stale pages.
+        self.view = None  # type: ignore[assignment]
         try:
             self._map.close()
         except BufferError:
