@@ -70,7 +70,7 @@ def bench_iova_allocator(levels: list[int], batch: int) -> list[dict]:
     """The driver's IOVA allocator alone, in this process, at every level (the device's
     descriptor limit does not apply): ``levels`` ranges held, every other one freed
     first so the free space is fragmented, then ``batch`` alloc + free pairs timed."""
-    from kmd_fuse.memory import IovaAllocator
+    from kmd_fuse.mmu import IovaAllocator
     rows = []
     for level in levels:
         space = IovaAllocator()

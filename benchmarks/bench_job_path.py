@@ -28,8 +28,8 @@ import numpy as np
 import libnpu
 from kmd_fuse import uapi
 from libnpu.compiler.lower import lower
-from libnpu.tools.ops_bench import Layer, build_graph
 from libnpu.portability import Session
+from libnpu.tools.ops_bench import Layer, build_graph
 
 
 def p50(samples: list[int]) -> float:

@@ -12,10 +12,8 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from pathlib import Path
 
 import numpy as np
-
 import tflite
 from ai_edge_litert.interpreter import Interpreter, OpResolverType
 
@@ -24,11 +22,10 @@ from firmware_sim.kernels.conv import conv2d, depthwise_conv2d
 from firmware_sim.kernels.fully_connected import fully_connected
 from firmware_sim.spec.fixedpoint import effective_scale, quantize_multiplier_array
 from firmware_sim.spec.ops import PADDING_SAME, conv_geometry
-from tests.support.tflite_builder import TensorSpec, single_op_model
-
 
 # The same layers `npu bench ops` runs through the device.
 from libnpu.tools.ops_bench import MOBILENET, Layer
+from tests.support.tflite_builder import TensorSpec, single_op_model
 
 QUICK = [MOBILENET[i] for i in (0, 1, 2, 5, 8, 13, 14, 19, 20)]
 

@@ -152,7 +152,7 @@ class _Controller:
                 self.retire(client)
         now = time.monotonic()
         for client in list(self.clients):
-            for op_id, (kind, started, deadline) in list(client.open.items()):
+            for kind, started, deadline in list(client.open.values()):
                 if now > deadline:
                     self.report.hung.append(f"{kind} of client {client.proc.pid} not done after {now - started:.1f} s "
                                             f"({self.kills_before(started)})")

@@ -23,8 +23,8 @@ import errno
 import random
 import time
 import traceback
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Iterator
 
 import numpy as np
 

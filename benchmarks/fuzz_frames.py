@@ -23,8 +23,8 @@ Prints frames/s and the errno histogram; exit status 0 when every check held.
 from __future__ import annotations
 
 import argparse
-import functools
 import errno
+import functools
 import json
 import multiprocessing
 import os
@@ -32,12 +32,11 @@ import pwd
 import sys
 import time
 from collections import Counter
-from pathlib import Path
 
 from kmd_fuse import uapi
 
 from .frames import FrameGenerator, documented_errnos
-from .scratch_device import Resources, ScratchDevice, wait_until
+from .scratch_device import ScratchDevice, wait_until
 
 RSS_SLACK = 64 << 20
 PROGRESS_EVERY = 5000

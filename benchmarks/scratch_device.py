@@ -18,9 +18,9 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 import libnpu
 from kmd_fuse import paths
@@ -98,7 +98,7 @@ class Resources:
     daemon_rss: int
     shm_files: int
 
-    def leaks_against(self, baseline: "Resources", rss_slack: int) -> list[str]:
+    def leaks_against(self, baseline: Resources, rss_slack: int) -> list[str]:
         """What did not come back to ``baseline`` (RSS may grow by ``rss_slack`` bytes)."""
         leaks = []
         for name in ("memory_used", "contexts", "daemon_fds", "shm_files"):
@@ -127,7 +127,7 @@ class ScratchDevice:
         return subprocess.run([sys.executable, "-m", "kmd_fuse.cli", *args, "--devroot", str(self.devroot)],
                               capture_output=True, text=True, timeout=120)
 
-    def start(self) -> "ScratchDevice":
+    def start(self) -> ScratchDevice:
         result = self._kmd("start", *self.args)
         if result.returncode:
             self.stop()
@@ -152,7 +152,7 @@ class ScratchDevice:
         shutil.rmtree(self.tmp, ignore_errors=True)
         return problems
 
-    def __enter__(self) -> "ScratchDevice":
+    def __enter__(self) -> ScratchDevice:
         return self.start()
 
     def __exit__(self, *exc) -> None:

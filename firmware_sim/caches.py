@@ -16,8 +16,8 @@ complete and docs/hardware.md can describe all of them from here.
 """
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Callable, Sequence
 
 __all__ = ["Cache", "register", "registered", "invalidate", "clear", "AddressRange"]
 

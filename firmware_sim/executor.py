@@ -11,8 +11,8 @@ from __future__ import annotations
 import errno
 import sys
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import numpy as np
 
@@ -64,13 +64,13 @@ def run_job(dma: DmaEngine, asid: int, cmd_iova: int, cmd_size: int, profile: Ha
     result = JobResult()
     if cmd_size == 0 and not inject_internal_error:
         return result
-    index = 0
+    index = 0  # the task being run; after the loop, how many ran
     try:
         if inject_internal_error:
             raise RuntimeError("injected internal error (FAULT_INTERNAL)")
         dma.bind(asid)
         command_buffer = dma.read(cmd_iova, cmd_size).copy()  # the chip fetches descriptors once
-        for index, (_, task, desc) in enumerate(tasks.decode_tasks(command_buffer)):
+        for _, task, desc in tasks.decode_tasks(command_buffer):
             moved_before = dma.bytes_moved
             handler = HANDLERS.get(task.opcode)
             if handler is None:
@@ -78,7 +78,8 @@ def run_job(dma: DmaEngine, asid: int, cmd_iova: int, cmd_size: int, profile: Ha
             handler(desc, dma)
             dma.commit()
             result.cycles += task_cycles(profile, task, desc, dma.bytes_moved - moved_before)
-        result.task_index = index + 1
+            index += 1
+        result.task_index = index
     except IommuFault as fault:
         result.status, result.fault_iova, result.task_index = -fault.errno, fault.iova, index
     except JobFailure as failure:

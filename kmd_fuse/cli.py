@@ -13,9 +13,9 @@ import time
 from pathlib import Path
 
 from kmd_fuse import paths, pidfile, uapi
-from kmd_fuse.udev import hotplug
 from kmd_fuse.limits import Limits
 from kmd_fuse.uapi.sysfs_layout import recorded_sysroot
+from kmd_fuse.udev import hotplug
 from kmd_fuse.udev.rules import UdevRulesError, load_rules
 from kmd_fuse.udev.udevadm import print_events
 from kmd_fuse.udev.uevent import Uevent, UeventError, UeventLog

@@ -7,8 +7,8 @@ from dataclasses import dataclass, field
 
 import trio
 
-from kmd_fuse.errors import KmdError
 from kmd_fuse.buffer import BufferObject
+from kmd_fuse.errors import KmdError
 from kmd_fuse.mmu import AddressSpace
 
 RESULTS_KEPT = 1 << 16   # signalled fences whose status a context remembers
@@ -19,7 +19,7 @@ MAX_PENDING_JOBS = 4096  # jobs one context may have queued or running (SUBMIT f
 @dataclass(eq=False)
 class Job:
     job_id: int                # device-wide, what the ring carries
-    ctx: "Context"
+    ctx: Context
     fence: int                 # per context, what the client sees
     bos: list[BufferObject]
     cmd_iova: int

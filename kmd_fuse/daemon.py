@@ -24,11 +24,11 @@ from kmd_fuse.cli import job_timeout_seconds
 from kmd_fuse.device import Device
 from kmd_fuse.fuse_ops import DeviceFs
 from kmd_fuse.handover import HandoverServer, check_socket_path
-from kmd_fuse.udev.hotplug import Presence
 from kmd_fuse.hw import ChipConfig
 from kmd_fuse.limits import Limits
 from kmd_fuse.sysfs import AttributeTree
 from kmd_fuse.tasks import BackgroundTasks
+from kmd_fuse.udev.hotplug import Presence
 
 log = logging.getLogger("kmd_fuse.daemon")
 

@@ -11,13 +11,12 @@ from __future__ import annotations
 import errno
 import itertools
 import logging
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import trio
 
 from firmware_sim.spec import iommu
-
 from kmd_fuse import uapi
 from kmd_fuse.buffer import BufferObject
 from kmd_fuse.context import Context, Job

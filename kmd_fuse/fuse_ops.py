@@ -21,8 +21,8 @@ from kmd_fuse import jobs, sysfs
 from kmd_fuse.context import MAX_OUTSTANDING
 from kmd_fuse.device import Device
 from kmd_fuse.errors import KmdError
-from kmd_fuse.paths import NPU_MAJOR
 from kmd_fuse.ioctls import handle_write
+from kmd_fuse.paths import NPU_MAJOR
 from kmd_fuse.requests import FrameError
 
 log = logging.getLogger("kmd_fuse.fuse")

@@ -7,10 +7,9 @@ fails if the header names a parameter this table lacks).
 from __future__ import annotations
 
 import errno
-from typing import Callable
+from collections.abc import Callable
 
 from firmware_sim.spec import iommu, regs
-
 from kmd_fuse import uapi
 from kmd_fuse.context import MAX_OUTSTANDING, Context
 from kmd_fuse.device import Device

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import errno
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from kmd_fuse import info, jobs, recovery, uapi
 from kmd_fuse.context import Context

@@ -24,12 +24,10 @@ import resource
 from pathlib import Path
 
 from firmware_sim.spec import iommu, memory
-
 from kmd_fuse.buffer import BufferObject
 from kmd_fuse.errors import KmdError
 from kmd_fuse.handover import Grants
 from kmd_fuse.mmu import AddressSpace, AddressSpaces
-from kmd_fuse.mmu import IovaAllocator  # noqa: F401  (its old home: benchmarks/bench_alloc.py imports it from here)
 
 log = logging.getLogger("kmd_fuse.memory")
 

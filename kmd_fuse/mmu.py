@@ -17,7 +17,6 @@ import numpy as np
 from sortedcontainers import SortedDict, SortedList
 
 from firmware_sim.spec import iommu, memory
-
 from kmd_fuse.errors import KmdError
 
 

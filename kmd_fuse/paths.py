@@ -16,7 +16,7 @@ import re
 import stat
 from pathlib import Path
 
-from kmd_fuse.uapi.sysfs_layout import SYSROOT_MARKER, SUBSYSTEM, class_dir, sysroot_rule  # noqa: F401 (SYSROOT_MARKER: for npu-kmd)
+from kmd_fuse.uapi.sysfs_layout import SUBSYSTEM, SYSROOT_MARKER, class_dir, sysroot_rule  # noqa: F401 (SYSROOT_MARKER: for npu-kmd)
 from kmd_fuse.uapi.sysfs_layout import devroot as _devroot
 
 NPU_MAJOR = 261      # like the accel subsystem's major

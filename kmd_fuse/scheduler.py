@@ -12,7 +12,6 @@ from __future__ import annotations
 from collections import OrderedDict, deque
 
 from firmware_sim.spec import ring
-
 from kmd_fuse.context import Context, Job
 from kmd_fuse.hw import Completion, Hardware
 

@@ -18,13 +18,13 @@ import itertools
 import os
 import stat
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Awaitable, Callable
 
 import pyfuse3
 
-from kmd_fuse import paths, recovery, uapi
 from kmd_fuse import info as info_facts
+from kmd_fuse import paths, recovery, uapi
 from kmd_fuse.context import Context
 from kmd_fuse.device import Device
 from kmd_fuse.errors import KmdError

@@ -10,7 +10,8 @@ end the daemon (and with it every other context)."""
 from __future__ import annotations
 
 import logging
-from typing import Any, Awaitable, Callable
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 import trio
 

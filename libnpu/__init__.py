@@ -5,10 +5,24 @@
 for the NVDLA-style names.
 """
 from kmd_fuse.uapi import NpuError
-from libnpu.portability import (MEM_READ, MEM_RW, MEM_WRITE, PRIO_HIGH, PRIO_LOW, PRIO_NORMAL, CommandBuffer,
-                                Device, Fence, JobError, Memory, Session, debug_print, initialize)
+from libnpu.portability import (
+    MEM_READ,
+    MEM_RW,
+    MEM_WRITE,
+    PRIO_HIGH,
+    PRIO_LOW,
+    PRIO_NORMAL,
+    CommandBuffer,
+    Device,
+    Fence,
+    JobError,
+    Memory,
+    Session,
+    debug_print,
+    initialize,
+)
+from libnpu.runtime import CompiledModel, InferRequest, Runtime, load
 
-from libnpu.runtime import CompiledModel, InferRequest, Runtime, load  # noqa: E402 - needs the layer above
-
-__all__ = ["load", "CompiledModel", "InferRequest", "Runtime", "initialize", "Session", "Device", "Memory", "Fence", "CommandBuffer", "NpuError", "JobError",
-           "debug_print", "MEM_READ", "MEM_WRITE", "MEM_RW", "PRIO_LOW", "PRIO_NORMAL", "PRIO_HIGH"]
+__all__ = ["load", "CompiledModel", "InferRequest", "Runtime", "initialize", "Session", "Device", "Memory", "Fence",
+           "CommandBuffer", "NpuError", "JobError", "debug_print", "MEM_READ", "MEM_WRITE", "MEM_RW", "PRIO_LOW",
+           "PRIO_NORMAL", "PRIO_HIGH"]

@@ -157,7 +157,7 @@ class TensorDesc:
     dtype: str
     region: int
     offset: int = 0
-    strides: tuple[int, ...] | None = None  # bytes; None means C-contiguous
+    strides: tuple[int, ...] = ()  # bytes; () (or None) means C-contiguous
     scale: np.ndarray | None = None
     zero_point: np.ndarray | None = None
     axis: int = 0
@@ -165,7 +165,7 @@ class TensorDesc:
 
     def __post_init__(self) -> None:
         self.shape = tuple(int(d) for d in self.shape)
-        if self.strides is None:
+        if not self.strides:
             item = np.dtype(self.dtype).itemsize
             strides, acc = [], item
             for d in reversed(self.shape):
@@ -258,7 +258,7 @@ class Loadable:
                          f"  {r.name}")
         for t in self.inputs() + self.outputs():
             kind = "input " if t.flags & TensorFlags.INPUT else "output"
-            q = "" if t.scale is None else f" scale {t.scale[0]:.6g} zp {int(t.zero_point[0])}"
+            q = "" if t.scale is None or t.zero_point is None else f" scale {t.scale[0]:.6g} zp {int(t.zero_point[0])}"
             lines.append(f"  {kind} {t.name} {list(t.shape)} {t.dtype}{q} @ region {t.region}+{t.offset}")
         ops: dict[str, int] = {}
         for task in self.tasks:
@@ -286,7 +286,7 @@ class Loadable:
                                   f"outside region {self.regions[t.region].name!r} "
                                   f"({self.regions[t.region].size} bytes)")
             if (t.scale is None) != (t.zero_point is None) or (
-                    t.scale is not None and len(t.scale) != len(t.zero_point)):
+                    t.scale is not None and t.zero_point is not None and len(t.scale) != len(t.zero_point)):
                 raise FormatError(f"tensor {i} ({t.name!r}): scale/zero point mismatch")
         for i, task in enumerate(self.tasks):
             for d in task.deps:
@@ -295,13 +295,14 @@ class Loadable:
             for ti in task.tensors:
                 if not 0 <= ti < len(self.tensors):
                     raise FormatError(f"task {i} ({task.name!r}): tensor {ti} does not exist")
-            for r in task.relocs:
-                if not 0 <= r.offset <= len(task.payload) - 8:
-                    raise FormatError(f"task {i} ({task.name!r}): relocation at byte {r.offset} "
+            for reloc in task.relocs:
+                if not 0 <= reloc.offset <= len(task.payload) - 8:
+                    raise FormatError(f"task {i} ({task.name!r}): relocation at byte {reloc.offset} "
                                       f"outside its {len(task.payload)}-byte payload")
-                if not 0 <= r.region < len(self.regions) or not 0 <= r.addend <= self.regions[r.region].size:
-                    raise FormatError(f"task {i} ({task.name!r}): relocation to region {r.region} "
-                                      f"+ {r.addend} is out of range")
+                if not (0 <= reloc.region < len(self.regions)
+                        and 0 <= reloc.addend <= self.regions[reloc.region].size):
+                    raise FormatError(f"task {i} ({task.name!r}): relocation to region {reloc.region} "
+                                      f"+ {reloc.addend} is out of range")
         self._validate_data_relocs()
 
     def check_runnable(self) -> None:
@@ -315,9 +316,10 @@ class Loadable:
 
     def _validate_data_relocs(self) -> None:
         for r in self.data_relocs:
-            if not 0 <= r.region < len(self.regions) or self.regions[r.region].content is None:
+            content = self.regions[r.region].content if 0 <= r.region < len(self.regions) else None
+            if content is None:
                 raise FormatError(f"data relocation in region {r.region}, which has no contents")
-            if not 0 <= r.offset <= len(self.regions[r.region].content) - 8:
+            if not 0 <= r.offset <= len(content) - 8:
                 raise FormatError(f"data relocation at byte {r.offset} outside region {r.region}'s contents")
             if not 0 <= r.target < len(self.regions) or not 0 <= r.addend <= self.regions[r.target].size:
                 raise FormatError(f"data relocation to region {r.target} + {r.addend} is out of range")
@@ -330,6 +332,7 @@ class Loadable:
         relocs = [r for r in self.data_relocs if r.region == index]
         if not relocs:
             return bytes(content or b"")
+        assert content is not None, "validate(): data relocations are only in regions with contents"
         image = bytearray(content)
         for r in relocs:
             struct.pack_into("<Q", image, r.offset, region_bases[r.target] + r.addend)
@@ -354,7 +357,8 @@ class Loadable:
     def to_bytes(self) -> bytes:
         """Serialize (validates first)."""
         self.validate()
-        strings, indices = _Strings(), []
+        strings = _Strings()
+        indices: list[int] = []
         scales: list[float] = []
         zps: list[int] = []
 
@@ -446,7 +450,7 @@ class Loadable:
 
     # reading ------------------------------------------------------------------------
     @classmethod
-    def from_bytes(cls, data: bytes | memoryview | mmap.mmap) -> "Loadable":
+    def from_bytes(cls, data: bytes | memoryview | mmap.mmap) -> Loadable:
         """Parse and check a loadable; region contents are views into ``data`` (no copy)."""
         buf = memoryview(data).cast("B")
         if not buf:
@@ -499,7 +503,7 @@ class Loadable:
         return cls._decode(secs)
 
     @classmethod
-    def _decode(cls, secs: dict[int, memoryview]) -> "Loadable":
+    def _decode(cls, secs: dict[int, memoryview]) -> Loadable:
         def records(kind: Section, dt: np.dtype) -> np.ndarray:
             raw = secs[kind]
             if len(raw) % dt.itemsize:
@@ -589,7 +593,7 @@ class Loadable:
         return result
 
     @classmethod
-    def load(cls, path: str | os.PathLike, *, use_mmap: bool = True) -> "Loadable":
+    def load(cls, path: str | os.PathLike, *, use_mmap: bool = True) -> Loadable:
         """Read a loadable file; with ``use_mmap`` the weights stay in the page cache."""
         with open(path, "rb") as f:
             size = os.fstat(f.fileno()).st_size

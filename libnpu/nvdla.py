@@ -78,6 +78,8 @@ def nv_error(exc: OSError) -> NvError:
     """The NvError for an OSError/NpuError from libnpu."""
     if isinstance(exc, FileNotFoundError):
         return NvError.FileOperationFailed
+    if exc.errno is None:
+        return NvError.IoctlFailed
     return _ERRNO_TO_NVERROR.get(exc.errno, NvError.IoctlFailed)
 
 
@@ -128,7 +130,8 @@ def NvDlaSubmit(session: Session, device: Device, tasks: list[NvDlaTask]) -> NvE
         if not task.address_list:
             return NvError.BadParameter
         cmd, *buffers = task.address_list
-        err, fence = _guard(lambda: device.submit(cmd, buffers, size=task.command_size, wait=True))
+        # _guard calls the lambda at once, within this iteration
+        err, fence = _guard(lambda: device.submit(cmd, buffers, size=task.command_size, wait=True))  # noqa: B023
         if err:
             return err
         if fence.status:

@@ -22,9 +22,9 @@ import logging
 import mmap
 import os
 import threading
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Sequence
 
 import numpy as np
 
@@ -65,7 +65,7 @@ class Memory:
     reads and writes; ``address`` is the buffer's device address.  The mapping
     comes from the buffer's sealed memfd (``fd``, closed once mapped)."""
 
-    def __init__(self, device: "Device", handle: int, size: int, address: int, fd: int, flags: int):
+    def __init__(self, device: Device, handle: int, size: int, address: int, fd: int, flags: int):
         self.device, self.handle, self.size, self.address, self.flags = device, handle, size, address, flags
         self._map = mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
         self.view = np.frombuffer(self._map, dtype=np.uint8)
@@ -80,7 +80,8 @@ class Memory:
         return self.view[offset:offset + count * dtype.itemsize].view(dtype).reshape(shape)
 
     def _unmap(self) -> None:
-        self.view = None
+        # No view once freed: a use after free fails at once instead of touching stale pages.
+        self.view = None  # type: ignore[assignment]
         try:
             self._map.close()
         except BufferError:
@@ -93,7 +94,7 @@ class Memory:
 class CommandBuffer:
     """Task descriptors built in device memory, ready to submit."""
 
-    def __init__(self, device: "Device", capacity: int = 4096):
+    def __init__(self, device: Device, capacity: int = 4096):
         self.memory = device.alloc_mem(capacity, MEM_READ)
         self.used = 0
 
@@ -116,19 +117,19 @@ class CommandBuffer:
 class Fence:
     """The completion of one submitted job."""
 
-    def __init__(self, device: "Device", fence_id: int):
+    def __init__(self, device: Device, fence_id: int):
         self.device, self.id = device, fence_id
         self.status: int | None = None        # 0 or -errno once signalled
         self.device_time_ns = 0
 
-    def wait(self, timeout: float | None = None) -> "Fence":
+    def wait(self, timeout: float | None = None) -> Fence:
         """Block until the job is done; raises JobError if it failed, TimeoutError on timeout."""
         self.device.wait([self], timeout=timeout)
         if self.status:
             raise JobError(-self.status, "job", f"fence {self.id} failed")
         return self
 
-    async def wait_async(self, timeout: float | None = None) -> "Fence":
+    async def wait_async(self, timeout: float | None = None) -> Fence:
         """``wait`` for trio programs: the event loop keeps running meanwhile."""
         import trio
         return await trio.to_thread.run_sync(self.wait, timeout)
@@ -347,7 +348,7 @@ class Device:
         self.buffer_socket.close()
         self.file.close()
 
-    def __enter__(self) -> "Device":
+    def __enter__(self) -> Device:
         return self
 
     def __exit__(self, *exc) -> None:
@@ -381,7 +382,7 @@ class Session:
         for device in list(self.devices):
             self.close(device)
 
-    def __enter__(self) -> "Session":
+    def __enter__(self) -> Session:
         return self
 
     def __exit__(self, *exc) -> None:

@@ -18,9 +18,9 @@ from __future__ import annotations
 import os
 import threading
 import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -40,15 +40,24 @@ def _round_half_away(x: np.ndarray) -> np.ndarray:
     return np.sign(x) * np.floor(np.abs(x) + 0.5)
 
 
+def _quantization(desc: TensorDesc) -> tuple[np.ndarray, np.ndarray]:
+    """(scale, zero point) of a quantized tensor; ValueError for a float one."""
+    if desc.scale is None or desc.zero_point is None:
+        raise ValueError(f"tensor {desc.name} is not quantized")
+    return desc.scale, desc.zero_point
+
+
 def quantize(values: np.ndarray, desc: TensorDesc) -> np.ndarray:
     """Float -> the tensor's integer type with its scale and zero point (TFLite rounding)."""
+    scale, zero_point = _quantization(desc)
     info = np.iinfo(desc.dtype)
-    q = _round_half_away(np.asarray(values, np.float32) / desc.scale[0]) + desc.zero_point[0]
+    q = _round_half_away(np.asarray(values, np.float32) / scale[0]) + zero_point[0]
     return np.clip(q, info.min, info.max).astype(desc.dtype)
 
 
 def dequantize(values: np.ndarray, desc: TensorDesc) -> np.ndarray:
-    return ((values.astype(np.int32) - int(desc.zero_point[0])) * np.float32(desc.scale[0])).astype(np.float32)
+    scale, zero_point = _quantization(desc)
+    return ((values.astype(np.int32) - int(zero_point[0])) * np.float32(scale[0])).astype(np.float32)
 
 
 class Runtime:
@@ -106,14 +115,14 @@ class Runtime:
     def write_images(self, memory: Mapping[int, Memory], bases: list[int]) -> None:
         """Initial contents of the per-inference regions that have any (patched for ``bases``)."""
         for index, mem in memory.items():
-            if self.loadable.regions[index].content is not None:
-                image = self.loadable.region_image(index, bases)
+            if self.loaded.regions[index].content is not None:
+                image = self.loaded.region_image(index, bases)
                 mem.view[:len(image)] = np.frombuffer(image, np.uint8)
 
     def region_bases(self, other: Mapping[int, int]) -> list[int]:
         """Device address of every region: weights from the model, the rest from ``other``."""
         bases = []
-        for index in range(len(self.loadable.regions)):
+        for index in range(len(self.loaded.regions)):
             if index in self.weights:
                 bases.append(self.weights[index].address)
             else:
@@ -155,7 +164,7 @@ class Runtime:
         return self.device.alloc_mem(size, MEM_RW)
 
     def _bind(self, desc: TensorDesc, memory: Memory, offset: int) -> None:
-        sharing = [t.name for t in self.loadable.tensors if t.region == desc.region and t.name != desc.name]
+        sharing = [t.name for t in self.loaded.tensors if t.region == desc.region and t.name != desc.name]
         if sharing:
             raise ValueError(f"{desc.name} shares its region with {sharing[:3]}: it cannot be rebound")
         if offset + desc.nbytes > memory.size:
@@ -173,7 +182,7 @@ class Runtime:
     def _layout(self) -> dict[int, int]:
         """Addresses of the non-weight regions for this runtime's submits."""
         bases = {}
-        for index, region in enumerate(self.loadable.regions):
+        for index, region in enumerate(self.loaded.regions):
             if index in self.weights:
                 continue
             if index in self.bound:
@@ -209,7 +218,7 @@ class Timing:
 class InferRequest:
     """One inference's memory and job: fill inputs, ``start``, ``wait``, read outputs."""
 
-    def __init__(self, model: "CompiledModel"):
+    def __init__(self, model: CompiledModel):
         self.model = model
         self._released = False
         device, loadable = model.device, model.loadable
@@ -239,7 +248,6 @@ class InferRequest:
         self.fence: Fence | None = None
         self.timing = Timing()
         self._started = 0.0
-        self._callback: Callable[["InferRequest", Exception | None], None] | None = None
         self._waiter: threading.Thread | None = None
 
     def _view(self, desc: TensorDesc) -> np.ndarray:
@@ -291,7 +299,7 @@ class InferRequest:
             result.append(value)
         return result
 
-    def start(self, callback: Callable[["InferRequest", Exception | None], None] | None = None) -> None:
+    def start(self, callback: Callable[[InferRequest, Exception | None], None] | None = None) -> None:
         """Submit the job; returns at once.  ``callback(request, error)`` runs in a
         helper thread when the job is done."""
         self._check_usable()
@@ -299,22 +307,23 @@ class InferRequest:
             raise RuntimeError("this request is still running")
         self._started = time.perf_counter()
         self.fence = self.model.device.submit_prepared(self._submit)
-        self._callback = callback
         if callback is not None:
-            self._waiter = threading.Thread(target=self._wait_then_call, daemon=True)
+            self._waiter = threading.Thread(target=self._wait_then_call, args=(callback,), daemon=True)
             self._waiter.start()
 
-    def _wait_then_call(self) -> None:
+    def _wait_then_call(self, callback: Callable[[InferRequest, Exception | None], None]) -> None:
         error = None
         try:
             self._finish_wait(None)
         except Exception as exc:  # noqa: BLE001 - handed to the callback
             error = exc
-        self._callback(self, error)
+        callback(self, error)
 
     def _finish_wait(self, timeout: float | None) -> None:
-        self.fence.wait(timeout)
-        self.timing = Timing(time.perf_counter() - self._started, self.fence.device_time_ns)
+        fence = self.fence
+        assert fence is not None, "waits follow start()"
+        fence.wait(timeout)
+        self.timing = Timing(time.perf_counter() - self._started, fence.device_time_ns)
 
     def wait(self, timeout: float | None = None) -> None:
         """Block until the job is done (raises JobError / TimeoutError)."""
@@ -428,8 +437,10 @@ class CompiledModel:
         try:
             request.set_inputs(inputs)
             request.start()
-            await request.fence.wait_async()
-            request.timing = Timing(time.perf_counter() - request._started, request.fence.device_time_ns)
+            fence = request.fence
+            assert fence is not None, "start() submitted the job"
+            await fence.wait_async()
+            request.timing = Timing(time.perf_counter() - request._started, fence.device_time_ns)
             return request.outputs(dequantized)
         finally:
             self._give_back(request)
@@ -454,7 +465,7 @@ class CompiledModel:
         if errors:
             raise errors[0]
 
-    def __enter__(self) -> "CompiledModel":
+    def __enter__(self) -> CompiledModel:
         return self
 
     def __exit__(self, *exc) -> None:

@@ -3,8 +3,9 @@
 Like ioctls on one file descriptor, requests from several threads may be in
 flight at once (pread/pwrite, not read/write: the kernel serializes read() and
 write() of threads sharing a file on its position lock, so a read held in the
-driver would stall the others' writes; the driver ignores offsets): each is one write() of a frame tagged with a sequence number,
-and replies come back in completion order.  One thread at a time reads; it
+driver would stall the others' writes; the driver ignores offsets): each is one
+write() of a frame tagged with a sequence number, and replies come back in
+completion order.  One thread at a time reads; it
 routes each reply to the thread that owns its sequence number.  A reply that is
 not ready at once (WAIT, SUBMIT with NPU_SUBMIT_WAIT, RESET) is read in a loop:
 the driver holds a read() at most ~50 ms and then fails it with EAGAIN, so a
@@ -35,9 +36,10 @@ class DeviceFile:
         try:
             self.fd = os.open(self.path, os.O_RDWR | os.O_CLOEXEC)
         except OSError as exc:
-            if ("OPEN", exc.errno) not in uapi.LIMIT_HINTS:
+            code = exc.errno or errno.EIO
+            if ("OPEN", code) not in uapi.LIMIT_HINTS:
                 raise
-            raise NpuError(exc.errno, "OPEN", f"{self.path}: {uapi.LIMIT_HINTS['OPEN', exc.errno]}") from None
+            raise NpuError(code, "OPEN", f"{self.path}: {uapi.LIMIT_HINTS['OPEN', code]}") from None
         self._seq = itertools.count(1)
         self._write_lock = threading.Lock()
         self._cond = threading.Condition()
@@ -69,7 +71,7 @@ class DeviceFile:
             try:
                 os.pwrite(self.fd, frame, 0)
             except OSError as exc:
-                raise NpuError(exc.errno, command.name, "request refused") from None
+                raise NpuError(exc.errno or errno.EIO, command.name, "request refused") from None
         try:
             reply = self._await_reply(seq, command.name)
         except BaseException:
@@ -114,7 +116,7 @@ class DeviceFile:
                 return os.pread(self.fd, uapi.NPU_MAX_FRAME, 0)
             except OSError as exc:
                 if exc.errno != errno.EAGAIN:
-                    raise NpuError(exc.errno, name, "reading the reply failed") from None
+                    raise NpuError(exc.errno or errno.EIO, name, "reading the reply failed") from None
 
 
 class BufferSocket:
@@ -167,10 +169,12 @@ class BufferSocket:
 
     def _exchange(self, token: int) -> tuple[int, int, int] | None:
         """(result, size, descriptor or -1), or None if the driver had closed the connection."""
+        sock = self._sock
+        assert sock is not None, "_exchange follows _connect"
         try:
-            self._sock.send(uapi.pack_handover_request(token), socket.MSG_NOSIGNAL)
-            message, ancillary, flags, _ = self._sock.recvmsg(uapi.HANDOVER_REPLY.size, socket.CMSG_SPACE(_FD_SIZE),
-                                                              socket.MSG_CMSG_CLOEXEC)
+            sock.send(uapi.pack_handover_request(token), socket.MSG_NOSIGNAL)
+            message, ancillary, flags, _ = sock.recvmsg(uapi.HANDOVER_REPLY.size, socket.CMSG_SPACE(_FD_SIZE),
+                                                        socket.MSG_CMSG_CLOEXEC)
         except (BrokenPipeError, ConnectionResetError):
             self._disconnect()
             return None

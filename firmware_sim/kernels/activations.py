@@ -11,8 +11,12 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import InvalidCommand
-from .fixedpoint import (multiply_by_quantized_multiplier, rounding_divide_by_pot,
-                         saturating_rounding_doubling_high_mul, wrap_int32)
+from .fixedpoint import (
+    multiply_by_quantized_multiplier,
+    rounding_divide_by_pot,
+    saturating_rounding_doubling_high_mul,
+    wrap_int32,
+)
 from .gemmlowp import exp_on_negative_values_q5, get_reciprocal
 from .output import check_int8_param, store_int8
 

@@ -21,10 +21,9 @@ from firmware_sim import caches
 
 from ..errors import InvalidCommand
 from . import native, weight_cache
-from .native import calls as native_calls
-from .fixedpoint import (F64Requant, multiply_by_quantized_multiplier,
-                         requantize_fixed_inplace)
+from .fixedpoint import F64Requant, multiply_by_quantized_multiplier, requantize_fixed_inplace
 from .gemm import ROW_BLOCK_ELEMS, exact_gemm, gemm_chunk, int8_offset_bound, max_abs
+from .native import calls as native_calls
 from .output import accumulate_bias, check_int8_param, store_int8
 
 __all__ = ["conv2d", "depthwise_conv2d", "depthwise_conv2d_bound"]

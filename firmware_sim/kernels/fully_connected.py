@@ -17,9 +17,9 @@ import numpy as np
 
 from ..errors import InvalidCommand
 from . import native, weight_cache
-from .native import calls as native_calls
 from .fixedpoint import multiply_by_quantized_multiplier_round_away, requantize_double
 from .gemm import exact_gemm, for_row_blocks, gemm_chunk, int8_offset_bound
+from .native import calls as native_calls
 from .output import accumulate_bias, check_int8_param, store_int8
 
 __all__ = ["fully_connected", "fully_connected_bound"]

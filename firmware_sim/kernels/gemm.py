@@ -9,7 +9,7 @@ chunks that each stay exact in float32, and the chunk results are added in float
 """
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 

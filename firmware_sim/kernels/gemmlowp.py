@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .fixedpoint import (INT32_MAX, INT32_MIN, rounding_divide_by_pot,
-                         saturating_rounding_doubling_high_mul as mul, wrap_int32)
+from .fixedpoint import INT32_MAX, INT32_MIN, rounding_divide_by_pot, wrap_int32
+from .fixedpoint import saturating_rounding_doubling_high_mul as mul
 
 __all__ = ["exp_on_negative_values_q5", "one_over_one_plus_x_for_x_in_0_1", "get_reciprocal",
            "saturating_left_shift"]

@@ -5,7 +5,7 @@ output's scale and zero point), so each is a numpy copy into the output.
 """
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 

@@ -87,7 +87,7 @@ class RegisterView:
         import sys
         view = memoryview(buffer)
         if sys.byteorder != "little" or view.nbytes < REGS_SIZE:
-            import numpy as np   # big-endian host (or a short buffer: numpy raises the error)
+            import numpy as np  # big-endian host (or a short buffer: numpy raises the error)
             self._u32 = np.frombuffer(buffer, dtype="<u4", count=REGS_SIZE // 4)
             self._u64 = np.frombuffer(buffer, dtype="<u8", count=REGS_SIZE // 8)
         else:

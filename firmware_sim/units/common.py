@@ -11,8 +11,8 @@ sense raises :class:`OpDescriptorError` (the job fails with EINVAL).
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import numpy as np
 

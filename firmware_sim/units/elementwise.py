@@ -2,7 +2,7 @@
 DEQUANTIZE (descriptors: ``spec.ops``)."""
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 

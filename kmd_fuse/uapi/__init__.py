@@ -15,6 +15,7 @@ import re
 import struct
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import cffi
 
@@ -46,6 +47,10 @@ CONSTANTS: dict[str, int] = {
     name: int(value, 0) for name, value in _CONSTANT.findall(HEADER_PATH.read_text())
 }
 globals().update(CONSTANTS)
+
+if TYPE_CHECKING:
+    def __getattr__(name: str) -> int:
+        """Tells type checkers that the header's NPU_* constants, set above, are ints."""
 
 IOC_WRITE, IOC_READ = 1, 2
 

@@ -25,7 +25,6 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Union
 
 from kmd_fuse.udev.apply import apply_outcome, describe_outcome
 from kmd_fuse.udev.outcome import Outcome, UdevRulesError
@@ -69,7 +68,7 @@ class RuleEvalError(UdevRulesError):
     """A rule produced an invalid value for an event (e.g. MODE is not octal)."""
 
 
-Part = Union[str, tuple[str, str]]  # literal text, or (substitution code, argument)
+Part = str | tuple[str, str]  # literal text, or (substitution code, argument)
 
 
 @dataclass(frozen=True)
@@ -445,12 +444,12 @@ class RuleSet:
         self.files = tuple(files)
 
     @classmethod
-    def from_text(cls, text: str, file: str = "<rules>") -> "RuleSet":
+    def from_text(cls, text: str, file: str = "<rules>") -> RuleSet:
         """Parse rules text (for tests and tools)."""
         return cls(parse_rules(text, file), [file])
 
     @classmethod
-    def load(cls, *paths: str | os.PathLike[str]) -> "RuleSet":
+    def load(cls, *paths: str | os.PathLike[str]) -> RuleSet:
         """Load rules files; a directory contributes its *.rules files sorted by name."""
         files: list[str] = []
         for p in map(Path, paths):

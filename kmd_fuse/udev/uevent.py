@@ -20,9 +20,9 @@ import fcntl
 import os
 import re
 import time
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator, Mapping
 
 LOG_NAME = "uevents.log"
 SEQ_NAME = "uevents.seq"
@@ -98,7 +98,7 @@ class Uevent:
         return "\n".join(lines) + "\n\n"
 
     @classmethod
-    def parse(cls, record: str) -> "Uevent":
+    def parse(cls, record: str) -> Uevent:
         """Parse one record made by `format()` (the trailing blank line is optional)."""
         lines = record.rstrip("\n").split("\n")
         header = _HEADER_RE.match(lines[0])
@@ -162,7 +162,7 @@ class UeventLog:
                 os.close(fd)
         self._seq_fd = self._log_fd = -1
 
-    def __enter__(self) -> "UeventLog":
+    def __enter__(self) -> UeventLog:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -251,7 +251,7 @@ class UeventMonitor:
             os.close(self._fd)
             self._fd = -1
 
-    def __enter__(self) -> "UeventMonitor":
+    def __enter__(self) -> UeventMonitor:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -13,7 +13,7 @@ helpers here (fused activations, padded windows) are what those references share
 """
 from __future__ import annotations
 
-from typing import Iterable, Mapping
+from collections.abc import Iterable, Mapping
 
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view

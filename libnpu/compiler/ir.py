@@ -16,8 +16,9 @@ from __future__ import annotations
 import copy
 import heapq
 from collections import defaultdict
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from typing import Any
 
 import numpy as np
 
@@ -309,7 +310,7 @@ class Graph:
             raise EmptyModelError(f"{self.name}: the model has no {' and no '.join(missing)} "
                                   "(empty or truncated file?)")
 
-    def copy(self) -> "Graph":
+    def copy(self) -> Graph:
         """Deep copy (constant arrays included)."""
         return copy.deepcopy(self)
 

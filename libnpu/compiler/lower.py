@@ -13,9 +13,10 @@ memory), so a scheduler may run independent tasks in any order.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 import os
-from typing import Any, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 

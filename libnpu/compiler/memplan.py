@@ -183,7 +183,7 @@ def plan_memory(graph: Graph, *, alignment: int = 64, alias_reshapes: bool = Tru
 
     placed: list[tuple[int, int, int, int]] = []  # (offset, size, start, end)
     arena = 0
-    for r, members, start, end, size in items:
+    for _root, members, start, end, size in items:
         busy = sorted((o, o + s) for o, s, a, b in placed if a <= end and start <= b)
         offset = 0
         for lo, hi in busy:

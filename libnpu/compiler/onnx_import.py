@@ -13,8 +13,9 @@ The glue only: each ONNX node type's handler is declared with the operator it be
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import onnx
@@ -169,10 +170,10 @@ def pads_2d(im: _Importer, node, attrs, kernel, strides, dilations, where) -> tu
         return (0, 0, 0, 0)
     _, _, h, w = im.onnx_shape(node.input[0], where)
     _, t, b = same_pads(h, kernel[0], strides[0], dilations[0])
-    _, l, r = same_pads(w, kernel[1], strides[1], dilations[1])
+    _, left, right = same_pads(w, kernel[1], strides[1], dilations[1])
     if auto == "SAME_LOWER":
-        t, b, l, r = b, t, r, l
-    return (t, b, l, r)
+        t, b, left, right = b, t, right, left
+    return (t, b, left, right)
 
 
 def binary(op_type: str) -> Callable:

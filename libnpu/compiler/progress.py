@@ -7,8 +7,8 @@ after every run. A caller that times the calls gets each stage's duration.
 """
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Callable, Iterator
 
 __all__ = ["Progress", "stage"]
 

@@ -14,7 +14,7 @@ Each operator declares its rule in ``compiler.ops``.
 """
 from __future__ import annotations
 
-from typing import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 import numpy as np
 

@@ -18,8 +18,9 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 __all__ = ["Operator", "register", "onnx", "find", "get", "operators", "onnx_handler",
            "tflite_operator"]

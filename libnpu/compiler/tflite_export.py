@@ -99,11 +99,12 @@ class _Writer:
             return 0, self.name(op.inputs[0])
         if not allow_pad_op:
             raise TFLiteExportError(f"{op.describe()}: padding {pads} is neither SAME nor VALID")
-        t, bt, l, r = pads
-        padded = Tensor(f"{x.name}__pad_{len(self.tensors)}", (x.shape[0], h + t + bt, w + l + r, x.shape[3]),
-                        x.dtype, x.quant)
+        top, bottom, left, right = pads
+        padded = Tensor(f"{x.name}__pad_{len(self.tensors)}",
+                        (x.shape[0], h + top + bottom, w + left + right, x.shape[3]), x.dtype, x.quant)
         out = self.tidx(padded)
-        self.add("PAD", [self.name(op.inputs[0]), self.const_i32(x.name, [[0, 0], [t, bt], [l, r], [0, 0]])],
+        self.add("PAD", [self.name(op.inputs[0]),
+                         self.const_i32(x.name, [[0, 0], [top, bottom], [left, right], [0, 0]])],
                  [out], {})
         return 1, out
 

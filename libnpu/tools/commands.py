@@ -239,7 +239,8 @@ def bench_nop(args: argparse.Namespace) -> int:
 
 
 def bench_ops(args: argparse.Namespace) -> int:
-    from .ops_bench import MOBILENET, QUICK, OutputMismatch, bench_ops as measure, format_report
+    from .ops_bench import MOBILENET, QUICK, OutputMismatch, format_report
+    from .ops_bench import bench_ops as measure
     if args.repeat < 1:
         raise UsageError("--repeat must be at least 1")
     try:
@@ -254,7 +255,8 @@ def bench_ops(args: argparse.Namespace) -> int:
 
 
 def bench_model(args: argparse.Namespace) -> int:
-    from .model_bench import bench_model as measure, format_report
+    from .model_bench import bench_model as measure
+    from .model_bench import format_report
     report = measure(args.model, requests=args.requests, seconds=args.seconds, devroot=args.devroot,
                      cache_dir=args.cache_dir, litert=not args.no_litert)
     print(json.dumps(report, indent=2) if args.json else format_report(report))

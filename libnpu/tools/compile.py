@@ -10,9 +10,10 @@ from __future__ import annotations
 import os
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from libnpu.compiler.cache import CompileCache, compile_cached
 from libnpu.loadable import Loadable, RegionKind

@@ -10,16 +10,28 @@ from __future__ import annotations
 import json
 import os
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 import libnpu
 from libnpu.tools import model_zoo
-from libnpu.tools.vision import (BLAZEFACE_DECODE, BLAZEFACE_SHORT_RANGE, Detection, decode_ssd, draw_box, draw_points,
-                           letterbox, nms, ssd_anchors, weighted_nms, write_png)
+from libnpu.tools.vision import (
+    BLAZEFACE_DECODE,
+    BLAZEFACE_SHORT_RANGE,
+    Detection,
+    decode_ssd,
+    draw_box,
+    draw_points,
+    letterbox,
+    nms,
+    ssd_anchors,
+    weighted_nms,
+    write_png,
+)
 from libnpu.tools.vision.image import Letterbox, resize
 from libnpu.tools.vision.ssd import DecodeOptions
 
@@ -118,7 +130,7 @@ def annotate(image: np.ndarray, detections: Sequence[Detection]) -> np.ndarray:
 
 
 def load_detector(*, devroot: str | os.PathLike | None = None, cache_dir: str | os.PathLike | None = None,
-                  threshold: float = 0.5) -> tuple[FaceDetector, "LoadTiming"]:
+                  threshold: float = 0.5) -> tuple[FaceDetector, LoadTiming]:
     """Compile (cached) and load the quantized BlazeFace; returns (detector, LoadTiming)."""
     from .run import load_timed
     path = model_zoo.blazeface_short_range()

@@ -15,8 +15,9 @@ from __future__ import annotations
 import os
 import re
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from kmd_fuse.uapi.sysfs_layout import SYSROOT_MARKER, class_dir, default_sysroot  # noqa: F401 (tools import them from here)
 from kmd_fuse.uapi.usage_stats import UsageStats, UsageStatsError, parse_usage_stats

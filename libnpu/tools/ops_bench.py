@@ -18,17 +18,18 @@ from __future__ import annotations
 
 import tempfile
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import numpy as np
 
 import libnpu
-from libnpu.tools.models import litert_available
 from libnpu.compiler.ir import Graph, Op, QuantParams, Tensor, same_pads
 from libnpu.compiler.lower import lower
 from libnpu.compiler.tflite_export import export_tflite
+from libnpu.tools.models import litert_available
 from libnpu.tools.ops_bench_ort import OrtLayer, ort_available
 
 __all__ = ["Layer", "MOBILENET", "QUICK", "OutputMismatch", "build_graph", "bench_layer", "bench_ops",

@@ -2,7 +2,7 @@
 BatchNormalization as MUL + ADD by per-channel constants)."""
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 import onnx as onnx_proto

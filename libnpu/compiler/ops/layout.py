@@ -243,7 +243,8 @@ def _export_strided_slice(wr, op, outs) -> None:
         raise tflite_export.TFLiteExportError(f"{op.describe()}: {exc}") from None
     a = op.attrs
     bounds = [wr.const_i32(op.outputs[0], v) for v in (a["begin"], a["end"], a["strides"])]
-    wr.add(op.type, [wr.name(op.inputs[0]), *bounds], outs, {"StridedSliceOptions": dict(EndMask=end_mask, ShrinkAxisMask=shrink)})
+    wr.add(op.type, [wr.name(op.inputs[0]), *bounds], outs,
+           {"StridedSliceOptions": dict(EndMask=end_mask, ShrinkAxisMask=shrink)})
 
 
 register(Operator(

@@ -43,7 +43,7 @@ class Detection:
     box: np.ndarray
     keypoints: np.ndarray = field(default_factory=lambda: np.zeros((0, 2), np.float32))
 
-    def scaled(self, width: float, height: float) -> "Detection":
+    def scaled(self, width: float, height: float) -> Detection:
         """The detection with coordinates multiplied by (width, height), e.g. to pixels."""
         s = np.array([width, height], np.float64)
         return Detection(self.score, self.box * np.tile(s, 2), self.keypoints * s)
