@@ -6,10 +6,14 @@ import pytest
 import tflite
 
 from firmware_sim.kernels.activations import lut_lookup, relu_family, softmax
-from firmware_sim.spec.fixedpoint import (LUT_LOGISTIC, LUT_TANH, activation_lut,
-                                          fused_activation_range, relu_multiplier,
-                                          softmax_params)
-
+from firmware_sim.spec.fixedpoint import (
+    LUT_LOGISTIC,
+    LUT_TANH,
+    activation_lut,
+    fused_activation_range,
+    relu_multiplier,
+    softmax_params,
+)
 from tests.support.quant_utils import f32, log_uniform, random_int8
 from tests.support.tflite_builder import TensorSpec, run_reference, single_op_model
 

@@ -8,7 +8,6 @@ import tflite
 from firmware_sim.kernels.conv import conv2d, depthwise_conv2d
 from firmware_sim.spec.fixedpoint import fused_activation_range
 from firmware_sim.spec.ops import PADDING_SAME, PADDING_VALID, conv_geometry
-
 from tests.support.quant_utils import ACTIVATIONS, conv_multipliers, f32, log_uniform, random_int8
 from tests.support.tflite_builder import TensorSpec, run_reference, single_op_model
 
@@ -176,8 +175,10 @@ def test_out_parameter_and_errors() -> None:
 def test_conv_uses_double_rounding() -> None:
     """Unlike FC, LiteRT's conv requantizes with gemmlowp's double rounding (the default
     ``TFLITE_SINGLE_ROUNDING=0`` build): a 1x1 conv with w=1 hits rounding ties."""
-    from firmware_sim.kernels.fixedpoint import (multiply_by_quantized_multiplier,
-                                                 multiply_by_quantized_multiplier_single_round)
+    from firmware_sim.kernels.fixedpoint import (
+        multiply_by_quantized_multiplier,
+        multiply_by_quantized_multiplier_single_round,
+    )
     rng = np.random.default_rng(11)
     cout = 24
     x = random_int8(rng, (1, 8, 8, 1))

@@ -18,7 +18,8 @@ from pathlib import Path
 import pytest
 
 import libnpu
-from firmware_sim import chip as chip_top, core as core_unit
+from firmware_sim import chip as chip_top
+from firmware_sim import core as core_unit
 from firmware_sim.spec import memory, regs, ring
 from firmware_sim.timing import HardwareProfile
 from kmd_fuse import paths

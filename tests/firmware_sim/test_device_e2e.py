@@ -7,9 +7,7 @@ import numpy as np
 
 from firmware_sim.kernels import activations, conv, pooling
 from firmware_sim.spec import ops
-from firmware_sim.spec.fixedpoint import (LUT_LOGISTIC, activation_lut,
-                                          quantize_multiplier_array, softmax_params)
-
+from firmware_sim.spec.fixedpoint import LUT_LOGISTIC, activation_lut, quantize_multiplier_array, softmax_params
 from tests.support.quant_utils import random_int8
 
 

@@ -8,7 +8,6 @@ import pytest
 
 from firmware_sim.dma import IommuFault
 from firmware_sim.spec import iommu, memory
-
 from tests.support.chip_memory import ASID, BO, ChipMemory
 
 

@@ -8,8 +8,12 @@ import pytest
 
 from firmware_sim.kernels import fixedpoint as fp
 from firmware_sim.kernels.gemm import int_matmul
-from firmware_sim.spec.fixedpoint import (effective_scale, fused_activation_range,
-                                          quantize_multiplier, quantize_multiplier_array)
+from firmware_sim.spec.fixedpoint import (
+    effective_scale,
+    fused_activation_range,
+    quantize_multiplier,
+    quantize_multiplier_array,
+)
 
 EDGE = [fp.INT32_MIN, fp.INT32_MIN + 1, -(1 << 30), -12345, -1, 0, 1, 7, 12345, 1 << 30,
         fp.INT32_MAX]

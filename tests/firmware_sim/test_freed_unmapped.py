@@ -14,7 +14,6 @@ import numpy as np
 
 from firmware_sim.spec import ops, tasks  # noqa: F401 (ops registers its descriptors)
 from kmd_fuse import paths
-
 from tests.support.device import wait_until
 from tests.support.quant_utils import random_int8
 

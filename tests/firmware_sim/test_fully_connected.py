@@ -5,12 +5,13 @@ import numpy as np
 import pytest
 import tflite
 
-from firmware_sim.kernels.fixedpoint import (multiply_by_quantized_multiplier,
-                                             multiply_by_quantized_multiplier_single_round,
-                                             requantize_double)
+from firmware_sim.kernels.fixedpoint import (
+    multiply_by_quantized_multiplier,
+    multiply_by_quantized_multiplier_single_round,
+    requantize_double,
+)
 from firmware_sim.kernels.fully_connected import fully_connected
 from firmware_sim.spec.fixedpoint import effective_scale, fused_activation_range
-
 from tests.support.quant_utils import ACTIVATIONS, conv_multipliers, f32, log_uniform, random_int8
 from tests.support.tflite_builder import TensorSpec, run_reference, single_op_model
 

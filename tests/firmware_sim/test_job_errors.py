@@ -14,7 +14,6 @@ from firmware_sim.errors import InvalidCommand
 from firmware_sim.kernels import activations, native
 from firmware_sim.kernels.native import calls
 from firmware_sim.spec import tasks
-
 from tests.support.chip_memory import ChipMemory, encode
 
 

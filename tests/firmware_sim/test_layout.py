@@ -5,9 +5,7 @@ import numpy as np
 import pytest
 import tflite
 
-from firmware_sim.kernels.layout import (concat, pad, reshape, strided_slice,
-                                         strided_slice_shape, transpose)
-
+from firmware_sim.kernels.layout import concat, pad, reshape, strided_slice, strided_slice_shape, transpose
 from tests.support.quant_utils import random_int8
 from tests.support.tflite_builder import TensorSpec, run_reference, single_op_model
 

@@ -15,7 +15,6 @@ from firmware_sim.kernels import native
 from firmware_sim.kernels.conv import depthwise_conv2d, depthwise_conv2d_bound
 from firmware_sim.kernels.fully_connected import fully_connected, fully_connected_bound
 from firmware_sim.spec.ops import PADDING_SAME, conv_geometry
-
 from tests.support.quant_utils import random_int8
 
 

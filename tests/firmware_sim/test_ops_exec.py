@@ -7,12 +7,9 @@ import errno
 import numpy as np
 import pytest
 
-from firmware_sim.kernels import (activations, conv, elementwise, fully_connected, layout, pooling,
-                                  resize)
+from firmware_sim.kernels import activations, conv, elementwise, fully_connected, layout, pooling, resize
 from firmware_sim.spec import iommu, ops, tasks
-from firmware_sim.spec.fixedpoint import (LUT_TANH, activation_lut, add_params,
-                                          quantize_multiplier_array, softmax_params)
-
+from firmware_sim.spec.fixedpoint import LUT_TANH, activation_lut, add_params, quantize_multiplier_array, softmax_params
 from tests.support.chip_memory import ChipMemory, encode
 from tests.support.quant_utils import random_int8
 
@@ -83,7 +80,7 @@ def test_fully_connected_handler_reruns_on_new_data(mem: ChipMemory, flags: int)
              if flags else dict(multiplier=int(mult[0]), shift=int(shift[0])))
     desc = encode("FULLY_CONNECTED", flags, input=x_at, weights=mem.put(w), bias=mem.put(bias),
                   output=out, rows=rows, in_features=k, out_features=n, **quant, **kw)
-    for run in range(3):
+    for _run in range(3):
         run_ok(mem, desc)
         expected = fully_connected.fully_connected(
             x, w, bias, multiplier=mult, shift=shift, scale=scale if flags else None, **kw)

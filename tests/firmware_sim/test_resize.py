@@ -6,7 +6,6 @@ import pytest
 import tflite
 
 from firmware_sim.kernels.resize import resize_bilinear, resize_nearest
-
 from tests.support.quant_utils import random_int8
 from tests.support.tflite_builder import TensorSpec, run_reference, single_op_model
 

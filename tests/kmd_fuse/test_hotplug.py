@@ -120,7 +120,8 @@ def test_scripts_and_smi_find_a_custom_sysroot(tmp_path, holder_factory):
         holder = holder_factory(npu.node, alloc=1 << 20)
         out = sh('"$PY" -m libnpu.tools smi --devroot "$R" --json --interval 0.1', R=str(devroot)).stdout
         (dev,) = json.loads(out)["devices"]
-        attrs = kv(sh('cd "$D"; for f in model cores memory_total_bytes memory_used_bytes; do echo "$f=$(cat $f)"; done',
+        attrs = kv(sh('cd "$D"; for f in model cores memory_total_bytes memory_used_bytes; do '
+                      'echo "$f=$(cat $f)"; done',
                       D=str(sysroot / "class" / "npu" / "npu0")).stdout)
         assert (dev["model"], dev["cores"], dev["memory_total_bytes"], dev["memory_used_bytes"]) == (
             attrs["model"], 2, 256 << 20, int(attrs["memory_used_bytes"]))

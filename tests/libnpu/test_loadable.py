@@ -4,9 +4,23 @@ import zlib
 import numpy as np
 import pytest
 
-from libnpu.loadable import (MAGIC, BadMagicError, ChecksumError, FormatError, Loadable, LoadableError,
-                             DataReloc, MemoryRegion, RegionKind, Reloc, Task, TensorDesc, TensorFlags, TruncatedError,
-                             VersionError)
+from libnpu.loadable import (
+    MAGIC,
+    BadMagicError,
+    ChecksumError,
+    DataReloc,
+    FormatError,
+    Loadable,
+    LoadableError,
+    MemoryRegion,
+    RegionKind,
+    Reloc,
+    Task,
+    TensorDesc,
+    TensorFlags,
+    TruncatedError,
+    VersionError,
+)
 
 
 def _sample() -> Loadable:

@@ -14,8 +14,8 @@ import pytest
 import libnpu
 from libnpu.compiler.lower import lower
 from libnpu.loadable import Loadable
-from libnpu.tools.ops_bench import Layer, build_graph
 from libnpu.runtime import ClosedError, Runtime
+from libnpu.tools.ops_bench import Layer, build_graph
 
 PAGE = 4096
 

@@ -2,8 +2,17 @@
 import numpy as np
 
 from firmware_sim.spec import tasks
-from libnpu.nvdla import (NvDlaAllocMem, NvDlaClose, NvDlaDestroy, NvDlaFreeMem, NvDlaInitialize, NvDlaOpen,
-                          NvDlaSubmit, NvDlaTask, NvError)
+from libnpu.nvdla import (
+    NvDlaAllocMem,
+    NvDlaClose,
+    NvDlaDestroy,
+    NvDlaFreeMem,
+    NvDlaInitialize,
+    NvDlaOpen,
+    NvDlaSubmit,
+    NvDlaTask,
+    NvError,
+)
 
 
 def test_nvdla_flow_copies_data(npu):

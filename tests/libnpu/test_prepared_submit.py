@@ -9,7 +9,6 @@ import pytest
 
 import libnpu
 from kmd_fuse.uapi import NpuError
-
 from tests.support.device import start_npu, stop_npu
 
 

@@ -6,7 +6,7 @@ compare the result byte for byte with LiteRT's reference kernels.
 """
 from __future__ import annotations
 
-from typing import Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 

@@ -115,7 +115,7 @@ def exporter_style(seed: int = 2) -> onnx.ModelProto:
     return b.model("exporter_style", {"x": [1, 3, 8, 8]}, {"y": [1, 5]})
 
 
-def single_op_tflite(opcode: int, tensors: list[tuple[str, tuple[int, ...], "np.ndarray | None"]],
+def single_op_tflite(opcode: int, tensors: list[tuple[str, tuple[int, ...], np.ndarray | None]],
                      inputs: list[int], outputs: list[int], *, deprecated_code: int | None = None,
                      options: tuple[str, dict] | None = None) -> bytes:
     """A one-operator float .tflite file written with the flatbuffer builder.

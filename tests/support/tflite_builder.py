@@ -7,8 +7,8 @@ XNNPACK (the default resolver) rounds differently and is never the golden source
 """
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Callable, Sequence
 
 import flatbuffers
 import numpy as np

@@ -9,7 +9,6 @@ import pytest
 
 from kmd_fuse.uapi import HEADER_PATH
 
-
 HEADERS = {"today": HEADER_PATH.parent, "abi_v2": Path(__file__).with_name("abi_v2")}
 
 

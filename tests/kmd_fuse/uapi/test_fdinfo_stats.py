@@ -1,10 +1,18 @@
-"""DRM usage-stats (kmd_fuse.uapi.usage_stats): the driver renders, the strict parser and the monitors' tolerant reader read the same text."""
+"""DRM usage-stats (kmd_fuse.uapi.usage_stats): the driver renders, the strict parser and
+the monitors' tolerant reader read the same text."""
 from __future__ import annotations
 
 import pytest
 
-from kmd_fuse.uapi.usage_stats import (ClientStats, UsageStatsError, format_size, parse, parse_size,
-                                       parse_usage_stats, render)
+from kmd_fuse.uapi.usage_stats import (
+    ClientStats,
+    UsageStatsError,
+    format_size,
+    parse,
+    parse_size,
+    parse_usage_stats,
+    render,
+)
 
 
 def full_stats() -> ClientStats:

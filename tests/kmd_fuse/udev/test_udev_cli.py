@@ -57,7 +57,8 @@ def test_cli_udevd_applies_logged_events(tmp_path: Path) -> None:
         log.emit("remove", DEVPATH, "npu", devname="npu0", major=240, minor=0)
     (devroot / "npu0").chmod(0o666)
     done = subprocess.run(CMD + ["udevd", str(runroot), "--rules", str(rules_file(tmp_path)),
-                                 "--devroot", str(devroot), "--all", "--timeout", "0.3"], capture_output=True, text=True)
+                                 "--devroot", str(devroot), "--all", "--timeout", "0.3"],
+                                capture_output=True, text=True)
     assert done.returncode == 0
     assert done.stdout.splitlines() == ["1 add npu0: applied", "3 remove npu0: applied"]
     assert "2 add npu1: device node" in done.stderr  # npu1 has no node: reported, others go on

@@ -11,8 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from kmd_fuse.udev.uevent import (LOG_NAME, SEQ_NAME, Uevent, UeventError, UeventLog, UeventMonitor,
-                             emit, monitor)
+from kmd_fuse.udev.uevent import LOG_NAME, SEQ_NAME, Uevent, UeventError, UeventLog, UeventMonitor, emit, monitor
 
 DEVPATH = "/devices/platform/npu-emu.0/npu/npu0"
 

@@ -14,7 +14,6 @@ from onnx import TensorProto
 from onnx import helper as h
 
 import libnpu
-from libnpu.tools.cli import main as npu_main
 from libnpu.compiler.ir import IRError
 from libnpu.compiler.lower import lower
 from libnpu.compiler.memplan import plan_memory
@@ -23,6 +22,7 @@ from libnpu.compiler.quantizer import quantize_model
 from libnpu.compiler.tflite_export import export_tflite
 from libnpu.compiler.tflite_import import import_tflite
 from libnpu.loadable import Loadable, LoadableError
+from libnpu.tools.cli import main as npu_main
 from tests.support.model_builders import small_cnn
 
 

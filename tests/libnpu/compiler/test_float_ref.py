@@ -2,9 +2,9 @@ import numpy as np
 import pytest
 
 from libnpu.compiler.float_ref import FloatInterpreter
+from libnpu.compiler.ir import Graph, IRError, Op, Tensor
 from libnpu.compiler.ops.pool import pool
 from libnpu.compiler.ops.resize import resize_bilinear, resize_nearest
-from libnpu.compiler.ir import Graph, IRError, Op, Tensor
 from libnpu.compiler.tflite_import import load_tflite
 
 

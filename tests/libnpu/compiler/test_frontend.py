@@ -3,7 +3,6 @@ import pytest
 
 from libnpu.compiler.frontend import NotInt8Error, check_int8, is_int8, load_model, to_int8_graph
 from libnpu.compiler.ir import IRError
-
 from tests.support import model_builders as builders
 
 

@@ -6,10 +6,8 @@ from libnpu.compiler.onnx_import import import_onnx
 from libnpu.compiler.quantizer import quantize_model
 from libnpu.compiler.tflite_export import export_tflite
 from libnpu.compiler.tflite_import import load_tflite
-
-from tests.support import model_builders as builders
-
 from tests.support import int8_walk
+from tests.support import model_builders as builders
 
 
 def test_resnet8_on_chip_kernels_is_bit_exact(resnet8_path, litert):
@@ -66,8 +64,8 @@ def test_quantized_resize_is_bit_exact(mode, coord, nearest, litert):
 
 def test_quantized_strided_slices_are_bit_exact(litert):
     from libnpu.compiler.tflite_import import import_tflite
-
     from tests.support.model_builders import single_op_tflite
+
     from .test_tflite_export import _SLICES
     rng = np.random.default_rng(15)
     for begin, end, strides, bmask, emask, smask, shape in _SLICES:

@@ -11,10 +11,8 @@ from libnpu.compiler.quantizer import quantize_model
 from libnpu.compiler.tflite_export import export_tflite
 from libnpu.compiler.tflite_import import load_tflite
 from libnpu.loadable import Loadable, RegionKind
-
-from tests.support import model_builders as builders
-
 from tests.support import chip_memory
+from tests.support import model_builders as builders
 
 
 def run_on_chip(ld: Loadable, feeds: list[np.ndarray], tmp_path) -> list[np.ndarray]:

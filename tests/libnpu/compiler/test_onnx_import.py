@@ -4,7 +4,6 @@ import pytest
 
 from libnpu.compiler.float_ref import run_float
 from libnpu.compiler.onnx_import import ONNXImportError, import_onnx
-
 from tests.support import model_builders as builders
 
 ort = pytest.importorskip("onnxruntime")

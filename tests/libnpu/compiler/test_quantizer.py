@@ -5,11 +5,16 @@ from libnpu.compiler.float_ref import FloatInterpreter, run_float
 from libnpu.compiler.ir import Graph
 from libnpu.compiler.onnx_import import import_onnx
 from libnpu.compiler.optimize import optimize
-from libnpu.compiler.quantizer import (Calibrator, QuantizationError, build_calibration_model, calibrate,
-                                       quantize, quantize_model)
+from libnpu.compiler.quantizer import (
+    Calibrator,
+    QuantizationError,
+    build_calibration_model,
+    calibrate,
+    quantize,
+    quantize_model,
+)
 from libnpu.compiler.tflite_export import export_tflite
 from libnpu.compiler.tflite_import import load_tflite
-
 from tests.support import blazeface
 from tests.support import model_builders as builders
 
@@ -141,8 +146,13 @@ def test_accuracy_against_float_and_onnxruntime(litert):
     assert np.mean(ours_err) < 0.03 and ours_top1 >= 44
 
     ort = pytest.importorskip("onnxruntime")
-    from onnxruntime.quantization import (CalibrationDataReader, CalibrationMethod, QuantFormat, QuantType,
-                                          quantize_static)
+    from onnxruntime.quantization import (
+        CalibrationDataReader,
+        CalibrationMethod,
+        QuantFormat,
+        QuantType,
+        quantize_static,
+    )
 
     class Reader(CalibrationDataReader):
         def __init__(self):

@@ -3,7 +3,6 @@ import pytest
 
 from libnpu.compiler.ir import IRError
 from libnpu.compiler.tflite_import import TFLiteImportError, UnsupportedOpError, import_tflite, load_tflite
-
 from tests.support.model_builders import single_op_tflite
 
 

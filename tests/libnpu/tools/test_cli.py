@@ -6,8 +6,8 @@ import json
 import numpy as np
 import pytest
 
-from libnpu.tools.cli import main
 from libnpu.loadable import Loadable
+from libnpu.tools.cli import main
 
 
 def _onnx_model(path, *, op: str = "Relu"):

@@ -10,8 +10,7 @@ import json
 import numpy as np
 import pytest
 
-from libnpu.tools import model_zoo
-from libnpu.tools import faces
+from libnpu.tools import faces, model_zoo
 from libnpu.tools.vision import iou
 
 

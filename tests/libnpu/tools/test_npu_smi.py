@@ -7,15 +7,16 @@ import os
 import select
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 
 from kmd_fuse.uapi.usage_stats import ClientStats, render
-from libnpu.tools.npu_sysfs import Sampler, list_devices, scan_processes, summarize
 from libnpu.tools import commands
-from libnpu.tools.cli import build_parser, main as npu_main
+from libnpu.tools.cli import build_parser
+from libnpu.tools.cli import main as npu_main
+from libnpu.tools.npu_sysfs import Sampler, list_devices, scan_processes, summarize
 
 ATTRS = dict(dev="240:{n}", model="npu-emu-v1", abi_version="1.0", cores="4", clock_mhz="1000",
              memory_total_bytes=str(256 << 20), memory_used_bytes=str(12 << 20), busy_time_us="0",

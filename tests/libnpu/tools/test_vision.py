@@ -5,8 +5,21 @@ import numpy as np
 import pytest
 
 from libnpu.tools import model_zoo
-from libnpu.tools.vision import (BLAZEFACE_DECODE, BLAZEFACE_SHORT_RANGE, AnchorOptions, Detection, decode_ssd, draw_box,
-                           iou, letterbox, nms, resize, ssd_anchors, weighted_nms, write_png)
+from libnpu.tools.vision import (
+    BLAZEFACE_DECODE,
+    BLAZEFACE_SHORT_RANGE,
+    AnchorOptions,
+    Detection,
+    decode_ssd,
+    draw_box,
+    iou,
+    letterbox,
+    nms,
+    resize,
+    ssd_anchors,
+    weighted_nms,
+    write_png,
+)
 
 
 def test_blazeface_anchor_layout():
