@@ -178,6 +178,8 @@ COMMANDS: tuple[Command, ...] = (
     Command(("faces",), "detect faces (BlazeFace, quantized) and write PNGs with the boxes", _faces_args,
             commands.faces),
     Command(("classify",), "classify sample pictures with ResNet-8 (CIFAR-10)", _classify_args, commands.classify),
+    Command(("doctor",), "check what the stack needs (FUSE, state, C kernels, the device) and say how to fix it",
+            _no_args, commands.doctor),
     Command(("demo",), "run the spine end to end and print what happens", _no_args, commands.demo),
 )
 

@@ -105,6 +105,17 @@ def top(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None 
     return watch(args, out, err)
 
 
+def doctor(args: argparse.Namespace) -> int:
+    from .doctor import doctor as run_checks
+    checks = run_checks(_devroot(args))
+    for check in checks:
+        print(check.line())
+    failed = [c for c in checks if not c.ok]
+    if failed:
+        print(f"{len(failed)} of {len(checks)} checks failed", file=sys.stderr)
+    return 1 if failed else 0
+
+
 def demo(args: argparse.Namespace) -> int:
     from .demo import run
     return run(_devroot(args))
