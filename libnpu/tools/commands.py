@@ -79,7 +79,7 @@ def info(args: argparse.Namespace) -> int:
         print(json.dumps({"devroot": str(devroot), "devices": devices}, indent=2))
     else:
         if not devices:
-            print(f"npu info: no NPU devices under {devroot}; start one with: {start_command(devroot)}",
+            print(f"npu info: error: no NPU devices under {devroot}; start one with: {start_command(devroot)}",
                   file=sys.stderr)
         for d in devices:
             print(f"{d['device']}: {d['model']} abi {d['abi_version']}, {d['cores']} cores @ {d['clock_mhz']} MHz, "

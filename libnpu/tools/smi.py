@@ -73,7 +73,7 @@ def _sampler(args: argparse.Namespace, prog: str, err: TextIO) -> Sampler | None
             print(f"{prog}: no device npu{missing[0]} under {class_dir(args.sysroot)}", file=err)
             return None
     if not names:
-        print(f"{prog}: no NPU devices under {class_dir(args.sysroot)}: no driver serves {args.devroot}; "
+        print(f"{prog}: error: no NPU devices under {class_dir(args.sysroot)}: no driver serves {args.devroot}; "
               f"start one with: {start_command(args.devroot)} (or give --sysroot)", file=err)
         return None
     return Sampler(args.sysroot, args.devroot, args.procroot)
