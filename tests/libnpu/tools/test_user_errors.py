@@ -102,3 +102,10 @@ def test_a_driver_that_died_says_restart(fresh_npu):
                     f"npu-kmd start --devroot {devroot}")
     doctor = _cli(NPU, ["doctor", "--devroot", str(devroot)])
     assert doctor.returncode == 1 and "FAIL  npu0: " in doctor.stdout and "the driver is down" in doctor.stdout
+
+
+def test_smi_reads_the_tree_its_devroot_recorded(npu, tmp_path):
+    """NPU_SYSROOT left over from another devroot does not hide this devroot's devices."""
+    result = _cli(NPU, ["smi", "--interval", "0", "--devroot", str(npu.devroot)], NPU_SYSROOT=str(tmp_path))
+    assert result.returncode == 0, result.stderr
+    assert f"{npu.devroot}/npu0" in result.stdout
