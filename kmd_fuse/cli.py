@@ -13,6 +13,14 @@ import time
 from pathlib import Path
 
 from kmd_fuse import paths, pidfile, uapi
+from kmd_fuse.cli_errors import (
+    OneLineParser,
+    count_argument,
+    debug_wanted,
+    mode_argument,
+    run_reporting_errors,
+    size_argument,
+)
 from kmd_fuse.limits import Limits
 from kmd_fuse.uapi.sysfs_layout import recorded_sysroot
 from kmd_fuse.udev import hotplug
@@ -243,7 +251,9 @@ def monitor(args) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="npu-kmd", description="The emulated NPU's kernel-mode driver")
+    debug, argv = debug_wanted(argv)
+    parser = OneLineParser(prog="npu-kmd", description="The emulated NPU's kernel-mode driver")
+    parser.add_argument("--debug", action="store_true", help="show the traceback of an error (or NPU_DEBUG=1)")
     sub = parser.add_subparsers(dest="command", required=True)
     for name in ("start", "stop", "status", "udev-test", "monitor"):
         p = sub.add_parser(name)
@@ -263,29 +273,31 @@ def main(argv: list[str] | None = None) -> int:
             p.add_argument("--timeout", type=float, help="stop after this many seconds without an event")
             p.add_argument("-n", "--count", type=int, help="stop after this many events")
         if name == "start":
-            p.add_argument("--devices", type=int, default=1)
-            p.add_argument("--memory", default="1G", help="device memory, e.g. 512M, 2G")
-            p.add_argument("--cores", type=int, default=2)
+            p.add_argument("--devices", type=count_argument, default=1)
+            p.add_argument("--memory", type=size_argument, default="1G", help="device memory, e.g. 512M, 2G")
+            p.add_argument("--cores", type=count_argument, default=2)
             p.add_argument("--watchdog-ms", type=int, default=5000,
                            help="timeout of a job whose SUBMIT gives none, in ms (default 5000)")
             p.add_argument("--max-job-timeout", type=job_timeout_seconds, default=10.0, metavar="SECONDS",
                            help="longest a job may hold a core (default 10): a SUBMIT timeout above it, or "
                                 "the default, is clamped to it (not refused); the chip's watchdog then fails "
                                 "the job with ETIMEDOUT and restarts the core, like drm_sched's timeout")
-            p.add_argument("--mode", default="0660", help="node mode (octal) before udev rules apply")
+            p.add_argument("--mode", type=mode_argument, default="0660",
+                           help="node mode (octal) before udev rules apply")
             p.add_argument("--max-contexts-per-user", type=int, default=Limits.max_contexts_per_user,
                            help="contexts (open files) one non-root user may hold (EMFILE beyond; default "
                                 "%(default)s)")
             p.add_argument("--root-contexts", type=int, default=Limits.root_contexts,
                            help="contexts kept free for root whatever other users hold (default %(default)s)")
-            p.add_argument("--max-memory-per-user", default="0",
+            p.add_argument("--max-memory-per-user", type=size_argument, default="0",
                            help="device memory one non-root user may hold, e.g. 256M (EDQUOT beyond; "
                                 "default 0: the whole device)")
             p.add_argument("--max-buffers-per-user", type=int, default=Limits.max_buffers_per_user,
                            help="buffers one non-root user may hold (EDQUOT beyond; default %(default)s)")
     args = parser.parse_args(argv)
-    return {"start": start, "stop": stop, "status": status, "udev-test": udev_test,
-            "monitor": monitor}[args.command](args)
+    return run_reporting_errors(args.command, {"start": start, "stop": stop, "status": status,
+                                               "udev-test": udev_test, "monitor": monitor}[args.command],
+                                args, debug)
 
 
 if __name__ == "__main__":

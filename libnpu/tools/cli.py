@@ -9,16 +9,22 @@ handler and one row.  Every command that uses a device takes ``--devroot`` (defa
 Exit codes, the same for every command: 0 done, 1 it failed (the device, the compiler,
 a download, a damaged file), 2 usage (bad arguments, or a model, input or calibration
 file that cannot be used as named).  ``main`` returns the code and never raises
-``SystemExit`` itself (``--help`` returns 0).
+``SystemExit`` itself (``--help`` returns 0).  Whatever goes wrong, stderr gets one line
+naming the problem and the next step; ``--debug`` (or ``NPU_DEBUG=1``) adds the traceback.
 """
 from __future__ import annotations
 
 import argparse
 import sys
+import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
+
+from libnpu.portability import default_devroot
 
 from . import commands
+from .errors import OneLineParser, debug_wanted, device_hint
 
 __all__ = ["COMMANDS", "Command", "build_parser", "main"]
 
@@ -172,13 +178,16 @@ COMMANDS: tuple[Command, ...] = (
     Command(("faces",), "detect faces (BlazeFace, quantized) and write PNGs with the boxes", _faces_args,
             commands.faces),
     Command(("classify",), "classify sample pictures with ResNet-8 (CIFAR-10)", _classify_args, commands.classify),
+    Command(("doctor",), "check what the stack needs (FUSE, state, C kernels, the device) and say how to fix it",
+            _no_args, commands.doctor),
     Command(("demo",), "run the spine end to end and print what happens", _no_args, commands.demo),
 )
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The ``npu`` parser: one subparser per row of :data:`COMMANDS` (two words make a group)."""
-    parser = argparse.ArgumentParser(prog="npu", description="The emulated NPU, from user space")
+    parser = OneLineParser(prog="npu", description="The emulated NPU, from user space")
+    parser.add_argument("--debug", action="store_true", help="show the traceback of an error (or NPU_DEBUG=1)")
     top = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     groups: dict[str, argparse._SubParsersAction] = {}
     for command in COMMANDS:
@@ -200,6 +209,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """Run one ``npu`` command; returns its exit code (0 done, 1 failed, 2 usage)."""
+    debug, argv = debug_wanted(sys.argv[1:] if argv is None else list(argv))
     try:
         args, rest = build_parser().parse_known_args(argv)
         if rest:                         # the command's own usage line, not the top parser's
@@ -209,10 +219,30 @@ def main(argv: list[str] | None = None) -> int:
     name = " ".join(word for word in (args.command, getattr(args, "what", None)) if word)
     try:
         return args.handler(args)
-    except (*commands.USAGE_ERRORS, *commands.FAILURES) as exc:
-        print(f"npu {name}: error: {exc}", file=sys.stderr)
-        return 2 if isinstance(exc, commands.USAGE_ERRORS) else 1
+    except KeyboardInterrupt:
+        return 130
+    except Exception as exc:
+        if debug:
+            traceback.print_exc()
+        message, code = _explain(exc, args)
+        print(f"npu {name}: error: {message}", file=sys.stderr)
+        return code
 
+
+def _explain(exc: Exception, args: argparse.Namespace) -> tuple[str, int]:
+    """One line for ``exc`` (no newline in it) and the exit code it means."""
+    devroot = Path(args.devroot) if getattr(args, "devroot", None) else default_devroot()
+    hint = device_hint(exc, devroot)
+    if hint is None and isinstance(exc.__cause__ or exc.__context__, OSError):   # wrapped: Failure from OSError
+        hint = device_hint(exc.__cause__ or exc.__context__, devroot)    # type: ignore[arg-type]
+    if hint is not None:
+        return hint, 1
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    if isinstance(exc, commands.USAGE_ERRORS):
+        return text, 2
+    if isinstance(exc, commands.FAILURES):
+        return text, 1
+    return f"unexpected {type(exc).__name__}: {text} (a bug: run again with --debug and report the traceback)", 1
 
 if __name__ == "__main__":
     sys.exit(main())

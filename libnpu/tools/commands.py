@@ -18,6 +18,7 @@ from libnpu.loadable import LoadableError
 from libnpu.portability import NpuError, Session, default_devroot
 
 from . import model_zoo
+from .errors import start_command
 from .models import ModelSpecError
 
 __all__ = ["USAGE_ERRORS", "FAILURES", "UsageError", "Failure"]
@@ -37,6 +38,12 @@ FAILURES = (Failure, IRError, LoadableError, NpuError, model_zoo.ModelZooError, 
 
 def _devroot(args: argparse.Namespace) -> Path:
     return Path(args.devroot) if args.devroot else default_devroot()
+
+
+def _require(ok: bool, message: str) -> None:
+    """Refuse an option value the command cannot use (exit 2) before touching the device."""
+    if not ok:
+        raise UsageError(message)
 
 
 def _progress_wanted(args: argparse.Namespace) -> bool:
@@ -72,7 +79,8 @@ def info(args: argparse.Namespace) -> int:
         print(json.dumps({"devroot": str(devroot), "devices": devices}, indent=2))
     else:
         if not devices:
-            print(f"no NPU devices under {devroot}")
+            print(f"npu info: error: no NPU devices under {devroot}; start one with: {start_command(devroot)}",
+                  file=sys.stderr)
         for d in devices:
             print(f"{d['device']}: {d['model']} abi {d['abi_version']}, {d['cores']} cores @ {d['clock_mhz']} MHz, "
                   f"memory {d['memory_used_bytes'] >> 20}/{d['memory_total_bytes'] >> 20} MiB, "
@@ -95,6 +103,17 @@ def top(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None 
     if args.iterations is not None and args.iterations < 1:
         raise UsageError("--iterations must be >= 1")
     return watch(args, out, err)
+
+
+def doctor(args: argparse.Namespace) -> int:
+    from .doctor import doctor as run_checks
+    checks = run_checks(_devroot(args))
+    for check in checks:
+        print(check.line())
+    failed = [c for c in checks if not c.ok]
+    if failed:
+        print(f"{len(failed)} of {len(checks)} checks failed", file=sys.stderr)
+    return 1 if failed else 0
 
 
 def demo(args: argparse.Namespace) -> int:
@@ -178,6 +197,7 @@ def fetch(args: argparse.Namespace) -> int:
 
 def run(args: argparse.Namespace) -> int:
     from .run import run as run_model
+    _require(args.repeat >= 0, "--repeat must be >= 0")
     report = run_model(args.model, args.input or (), repeat=args.repeat, devroot=args.devroot,
                        cache_dir=args.cache_dir, fresh=args.fresh, save=args.save, progress=_progress_wanted(args))
     if args.json:
@@ -205,6 +225,7 @@ def run(args: argparse.Namespace) -> int:
 
 def faces(args: argparse.Namespace) -> int:
     from .faces import run_faces
+    _require(0 <= args.threshold <= 1, "--threshold is a score between 0 and 1")
     return run_faces(args.images, out_dir=args.out, devroot=args.devroot, cache_dir=args.cache_dir,
                      threshold=args.threshold, as_json=args.json, reference=args.reference)
 
@@ -218,6 +239,9 @@ def classify(args: argparse.Namespace) -> int:
 
 def bench_nop(args: argparse.Namespace) -> int:
     from . import bench
+    _require(args.n >= 1, "-n must be at least 1")
+    _require(args.processes >= 0, "--processes must be >= 0")
+    _require(args.seconds > 0, "--seconds must be > 0")
     devroot = _devroot(args)
     result = bench.nop_latency(devroot, args.n)
     if args.processes:
@@ -257,6 +281,8 @@ def bench_ops(args: argparse.Namespace) -> int:
 def bench_model(args: argparse.Namespace) -> int:
     from .model_bench import bench_model as measure
     from .model_bench import format_report
+    _require(args.requests is None or args.requests >= 1, "--requests must be at least 1")
+    _require(args.seconds > 0, "--seconds must be > 0")
     report = measure(args.model, requests=args.requests, seconds=args.seconds, devroot=args.devroot,
                      cache_dir=args.cache_dir, litert=not args.no_litert)
     print(json.dumps(report, indent=2) if args.json else format_report(report))

@@ -8,11 +8,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from typing import Any, TextIO
 
+from kmd_fuse.uapi.sysfs_layout import recorded_sysroot
 from libnpu.portability import default_devroot
+from libnpu.tools.errors import start_command
 from libnpu.tools.npu_sysfs import Sampler, SysfsError, class_dir, default_sysroot, list_devices, summarize
 
 
@@ -61,7 +64,8 @@ def _sampler(args: argparse.Namespace, prog: str, err: TextIO) -> Sampler | None
     if args.devroot is None:
         args.devroot = str(default_devroot())
     if args.sysroot is None:
-        args.sysroot = default_sysroot(args.devroot)
+        # what the devroot's own daemons serve comes first: NPU_SYSROOT may name another devroot's tree
+        args.sysroot = recorded_sysroot(os.path.realpath(args.devroot)) or default_sysroot(args.devroot)
     names = list_devices(args.sysroot)
     if args.ids:
         missing = sorted(set(args.ids) - {int(n[3:]) for n in names})
@@ -69,8 +73,8 @@ def _sampler(args: argparse.Namespace, prog: str, err: TextIO) -> Sampler | None
             print(f"{prog}: no device npu{missing[0]} under {class_dir(args.sysroot)}", file=err)
             return None
     if not names:
-        print(f"{prog}: no NPU devices under {class_dir(args.sysroot)} "
-              f"(is the driver running? set --sysroot or NPU_SYSROOT)", file=err)
+        print(f"{prog}: error: no NPU devices under {class_dir(args.sysroot)}: no driver serves {args.devroot}; "
+              f"start one with: {start_command(args.devroot)} (or give --sysroot)", file=err)
         return None
     return Sampler(args.sysroot, args.devroot, args.procroot)
 

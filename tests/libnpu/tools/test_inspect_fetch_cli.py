@@ -71,15 +71,17 @@ def _every_command() -> list[list[str]]:
 
 @pytest.mark.parametrize("words", _every_command(), ids=" ".join)
 def test_one_parser_style(words, capsys):
-    """--help answers the same way everywhere (exit 0, 'usage: npu ...'); an unknown option is usage (2);
-    a command that uses a device takes --devroot."""
+    """--help answers the same way everywhere (exit 0, 'usage: npu ...'); an unknown option is usage (2),
+    in one line naming the command and its help; a command that uses a device takes --devroot."""
     assert main(words + ["--help"]) == 0
     text = capsys.readouterr().out
     assert text.startswith(f"usage: npu {' '.join(words)} ")
     command = next(c for c in COMMANDS if list(c.words) == words)
     assert ("--devroot" in text) == command.device
     assert main(words + ["--no-such-option"]) == 2
-    assert capsys.readouterr().err.startswith(f"usage: npu {' '.join(words)} ")
+    err = capsys.readouterr().err
+    assert err.startswith(f"npu {' '.join(words)}: error: ")
+    assert err.count("\n") == 1 and f"npu {' '.join(words)} --help" in err
 
 
 def test_usage_and_failure_exit_codes(tmp_path, capsys):
