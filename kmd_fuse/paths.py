@@ -20,7 +20,28 @@ from kmd_fuse.uapi.sysfs_layout import SUBSYSTEM, SYSROOT_MARKER, class_dir, sys
 from kmd_fuse.uapi.sysfs_layout import devroot as _devroot
 
 NPU_MAJOR = 261      # like the accel subsystem's major
-SHM_ROOT = Path(os.environ.get("NPU_SHM_ROOT", "/dev/shm/npu-emu"))
+ROOT_SHM_ROOT = Path("/dev/shm/npu-emu")
+
+
+def state_root(uid: int | None = None, runtime_dir: str | None = None) -> Path:
+    """Where the state directories of the driver's user live: $NPU_SHM_ROOT if set; root's
+    /dev/shm/npu-emu; for a normal user $XDG_RUNTIME_DIR/npu-emu when that directory is
+    theirs and private, else /dev/shm/npu-emu-<uid> (checked like every state directory
+    when it is created: owned by that user, writable by nobody else, no symlink)."""
+    env = os.environ.get("NPU_SHM_ROOT")
+    if env:
+        return Path(env)
+    uid = os.geteuid() if uid is None else uid
+    if uid == 0:
+        return ROOT_SHM_ROOT
+    runtime = os.environ.get("XDG_RUNTIME_DIR") if runtime_dir is None else runtime_dir
+    if runtime and os.path.isabs(runtime):
+        try:
+            _check_dir(Path(runtime), uid)
+            return Path(runtime) / "npu-emu"
+        except StateDirError:
+            pass          # another user's (e.g. root's, kept by sudo): not a place for ours
+    return Path(f"/dev/shm/npu-emu-{uid}")
 
 
 def devroot(value: str | os.PathLike | None = None) -> Path:
@@ -88,6 +109,7 @@ class StateDirError(OSError):
 
 
 def _check_dir(path: Path, uid: int) -> None:
+    """StateDirError unless ``path`` is a real directory of ``uid`` that nobody else may write."""
     try:
         st = os.lstat(path)
     except FileNotFoundError:
@@ -112,6 +134,9 @@ def _ensure_dir(path: Path, mode: int) -> None:
     except FileExistsError:
         pass
     _check_dir(path, os.geteuid())
+
+
+SHM_ROOT = state_root()
 
 
 def private_state_dir(root: Path) -> Path:
