@@ -1,5 +1,5 @@
 """Where a device's node, state and memories live, and the checks that make it safe
-for root to write there.
+for root (or, in rootless mode, the user running the driver) to write there.
 
 The state directories sit on a world-writable tmpfs (/dev/shm): any user can create
 `/dev/shm/npu-emu` before the driver first runs, or put a symlink where a device's state
@@ -86,7 +86,8 @@ def handover_socket(root: Path, index: int) -> Path:
 
 
 def fuse_dir(root: Path, index: int) -> Path:
-    """The daemon's own FUSE mount (node + attribute tree), bind-mounted to where users look."""
+    """The daemon's own FUSE mount (node + attribute tree), bind-mounted (rootless: symlinked)
+    to where users look."""
     return state_dir(root) / f".fuse-npu{index}"
 
 
