@@ -208,6 +208,34 @@ def _fuse_node_for_everyone(workdir: Path) -> Path | None:
     return node
 
 
+def _run_as_user(user: pwd.struct_passwd, venv: Path, workdir: Path, script: str) -> str:
+    """Run a bash script (argument $1: ``workdir``) as ``user`` with ``venv`` first on PATH;
+    its stdout, once it printed DONE without a traceback."""
+    (workdir / "scenario.sh").write_text(script)
+    as_user = ["setpriv", f"--reuid={user.pw_uid}", f"--regid={user.pw_gid}", "--init-groups",
+               "env", "-i", f"HOME={user.pw_dir}", f"PATH={venv}/bin:/usr/bin:/bin", "LC_ALL=C",
+               "bash", str(workdir / "scenario.sh"), str(workdir)]
+    fuse_node = _fuse_node_for_everyone(workdir)
+    if fuse_node is not None:
+        inner = " ".join(f"'{arg}'" for arg in as_user)
+        cmd = ["unshare", "--mount", "--propagation", "private", "--", "bash", "-c",
+               f"mount --bind '{fuse_node}' {FUSE_DEVICE} && exec {inner}"]
+    else:
+        cmd = as_user
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=workdir)
+    assert done.returncode == 0 and "DONE" in done.stdout, f"stdout:\n{done.stdout}\nstderr:\n{done.stderr}"
+    assert "Traceback" not in done.stdout + done.stderr
+    return done.stdout
+
+
+def _wait_until_gone(uid: int) -> dict[int, str]:
+    """The user's processes still alive after a while (the chip's exit just after its daemon)."""
+    deadline = time.monotonic() + 10
+    while _processes_of(uid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return {pid: _cmdline(pid) for pid in _processes_of(uid)}
+
+
 SCENARIO = r"""
 set -euo pipefail
 D=$1
@@ -218,7 +246,9 @@ echo "TREE $(readlink "$D/sys/class/npu/npu0")"
 echo "ACCEL $(readlink "$D/dev/accel/accel0")"
 echo "NODEMODE $(stat -L -c '%a %u %g' "$D/dev/npu0")"
 echo "STATUS $(npu-kmd status --devroot "$D/dev")"
-grep ' npu-emu:' /proc/self/mountinfo | sed 's/^/MOUNT /'
+# this user's mounts only: a new mount namespace shows other tests' mounts too
+mounts() { grep ' npu-emu:' /proc/self/mountinfo | grep "user_id=$(id -u)," || true; }
+mounts | sed 's/^/MOUNT /'
 npu demo --devroot "$D/dev" | sed 's/^/DEMO /'
 npu run "$D/model.tflite" --devroot "$D/dev" --repeat 1 --no-progress | sed 's/^/RUN /'
 npu bench nop --devroot "$D/dev" -n 200 | sed 's/^/BENCH /'
@@ -232,7 +262,7 @@ kill "$holder"; wait "$holder" || true
 echo 1 > "$D/sys/class/npu/npu0/reset"
 echo "RESETS $(cat "$D/sys/class/npu/npu0/reset_count")"
 npu-kmd stop --devroot "$D/dev" | sed 's/^/STOP /'
-echo "AFTER-MOUNTS $(grep -c ' npu-emu:' /proc/self/mountinfo || true)"
+echo "AFTER-MOUNTS $(mounts | wc -l)"
 echo "AFTER-DEV $(ls -A "$D/dev" | tr '\n' ' ')"
 echo "AFTER-CLASS $(ls -A "$D/sys/class/npu" | tr '\n' ' ')"
 echo "DONE"
@@ -247,23 +277,8 @@ def test_a_normal_user_runs_the_whole_stack_and_leaves_nothing(rootless_user, ro
                                                                 resnet8_path):
     uid, gid = rootless_user.pw_uid, rootless_user.pw_gid
     shutil.copy(resnet8_path, user_dir / "model.tflite")
-    (user_dir / "scenario.sh").write_text(SCENARIO)
-    for made in (user_dir / "model.tflite", user_dir / "scenario.sh"):
-        os.chown(made, uid, gid)
-    as_user = ["setpriv", f"--reuid={uid}", f"--regid={gid}", "--init-groups",
-               "env", "-i", f"HOME={rootless_user.pw_dir}", f"PATH={rootless_venv}/bin:/usr/bin:/bin", "LC_ALL=C",
-               "bash", str(user_dir / "scenario.sh"), str(user_dir)]
-    fuse_node = _fuse_node_for_everyone(user_dir)
-    if fuse_node is not None:
-        inner = " ".join(f"'{arg}'" for arg in as_user)
-        cmd = ["unshare", "--mount", "--propagation", "private", "--", "bash", "-c",
-               f"mount --bind '{fuse_node}' {FUSE_DEVICE} && exec {inner}"]
-    else:
-        cmd = as_user
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=user_dir)
-    out = done.stdout
-    assert done.returncode == 0 and "DONE" in out, f"stdout:\n{out}\nstderr:\n{done.stderr}"
-    assert "Traceback" not in out + done.stderr
+    os.chown(user_dir / "model.tflite", uid, gid)
+    out = _run_as_user(rootless_user, rootless_venv, user_dir, SCENARIO)
 
     state = Path(f"/dev/shm/npu-emu-{uid}")
     fuse = _lines(out, "NODE")[0].rsplit("/", 1)[0]
@@ -285,9 +300,34 @@ def test_a_normal_user_runs_the_whole_stack_and_leaves_nothing(rootless_user, ro
     assert _lines(out, "STOP") == [f"{user_dir}/dev/npu0: stopped"]
     assert _lines(out, "AFTER-MOUNTS") == ["0"]
     assert _lines(out, "AFTER-DEV") == [""] and _lines(out, "AFTER-CLASS") == [""]
-    deadline = time.monotonic() + 10         # the daemon's chip processes exit just after it
-    while _processes_of(uid) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert {pid: _cmdline(pid) for pid in _processes_of(uid)} == {}
+    assert _wait_until_gone(uid) == {}
     assert not any(state.iterdir())   # the devroot's state directory is gone; the user's root stays
     assert stat.S_IMODE(state.stat().st_mode) == 0o711 and state.stat().st_uid == uid
+
+
+CRASH = r"""
+set -euo pipefail
+D=$1
+# this user's mounts only: a new mount namespace shows other tests' mounts too
+mounts() { grep ' npu-emu:' /proc/self/mountinfo | grep "user_id=$(id -u)," || true; }
+npu-kmd start --devroot "$D/dev" --sysroot "$D/sys" --memory 64M > /dev/null
+pid=$(npu-kmd status --devroot "$D/dev" | sed -n 's/.*: pid \([0-9]*\),.*/\1/p')
+kill -9 "$pid"
+while kill -0 "$pid" 2>/dev/null; do sleep 0.05; done
+echo "STATUS $(npu-kmd status --devroot "$D/dev" || true)"
+npu-kmd stop --devroot "$D/dev" | sed 's/^/STOP /'
+echo "AFTER-MOUNTS $(mounts | wc -l)"
+echo "AFTER-DEV $(ls -A "$D/dev" | tr '\n' ' ')"
+echo "AFTER-CLASS $(ls -A "$D/sys/class/npu" | tr '\n' ' ')"
+echo "DONE"
+"""
+
+
+def test_stop_after_a_killed_rootless_daemon_removes_its_mount_and_links(rootless_user, rootless_venv, user_dir):
+    out = _run_as_user(rootless_user, rootless_venv, user_dir, CRASH)
+    assert ": pid -," in _lines(out, "STATUS")[0]
+    assert _lines(out, "STOP") == [f"{user_dir}/dev/npu0: stopped"]
+    assert _lines(out, "AFTER-MOUNTS") == ["0"]
+    assert _lines(out, "AFTER-DEV") == [""] and _lines(out, "AFTER-CLASS") == [""]
+    assert _wait_until_gone(rootless_user.pw_uid) == {}
+    assert not any(Path(f"/dev/shm/npu-emu-{rootless_user.pw_uid}").iterdir())
