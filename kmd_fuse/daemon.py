@@ -133,15 +133,17 @@ def main(argv: list[str] | None = None) -> int:
     tree = AttributeTree(device, on_uevent_write=_synthetic_uevent(presence), uid=uid, gid=gid)
     try:
         options = mount_options(root, args.index)
-        if owner.rootless():
-            fuse_fd = fusermount.mount(mountpoint, options)
-            pyfuse3.init(DeviceFs(device, mode=args.mode, uid=uid, gid=gid, tree=tree), f"/dev/fd/{fuse_fd}",
-                         options)
-        else:
-            pyfuse3.init(DeviceFs(device, mode=args.mode, uid=uid, gid=gid, tree=tree), str(mountpoint), options)
-    except Exception:
+        # rootless: fusermount3 mounts, libfuse serves the descriptor it hands back
+        served = f"/dev/fd/{fusermount.mount(mountpoint, options)}" if owner.rootless() else str(mountpoint)
+        pyfuse3.init(DeviceFs(device, mode=args.mode, uid=uid, gid=gid, tree=tree), served, options)
+    except Exception as exc:
+        if paths.mounted_source(mountpoint) == paths.mount_source(root, args.index):
+            unmount(mountpoint)
         device.power_off()
         paths.pid_file(root, args.index).unlink(missing_ok=True)
+        if isinstance(exc, fusermount.FusermountError):
+            log.error("%s", exc)      # says what to do; no traceback
+            return 1
         raise
     log.info("serving %s, attributes in %s (%d cores, %d MiB, up to %d descriptors)", node,
              paths.device_dir(sys_root, args.index), device.hw.num_cores, args.memory >> 20, fd_limit)

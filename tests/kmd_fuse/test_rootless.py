@@ -208,14 +208,15 @@ def _fuse_node_for_everyone(workdir: Path) -> Path | None:
     return node
 
 
-def _run_as_user(user: pwd.struct_passwd, venv: Path, workdir: Path, script: str) -> str:
+def _run_as_user(user: pwd.struct_passwd, venv: Path, workdir: Path, script: str, open_fuse: bool = True) -> str:
     """Run a bash script (argument $1: ``workdir``) as ``user`` with ``venv`` first on PATH;
-    its stdout, once it printed DONE without a traceback."""
+    its stdout, once it printed DONE without a traceback. ``open_fuse``: give the user a
+    /dev/fuse they may open (see the module doc) when the machine's is root's alone."""
     (workdir / "scenario.sh").write_text(script)
     as_user = ["setpriv", f"--reuid={user.pw_uid}", f"--regid={user.pw_gid}", "--init-groups",
                "env", "-i", f"HOME={user.pw_dir}", f"PATH={venv}/bin:/usr/bin:/bin", "LC_ALL=C",
                "bash", str(workdir / "scenario.sh"), str(workdir)]
-    fuse_node = _fuse_node_for_everyone(workdir)
+    fuse_node = _fuse_node_for_everyone(workdir) if open_fuse else None
     if fuse_node is not None:
         inner = " ".join(f"'{arg}'" for arg in as_user)
         cmd = ["unshare", "--mount", "--propagation", "private", "--", "bash", "-c",
@@ -331,3 +332,24 @@ def test_stop_after_a_killed_rootless_daemon_removes_its_mount_and_links(rootles
     assert _lines(out, "AFTER-DEV") == [""] and _lines(out, "AFTER-CLASS") == [""]
     assert _wait_until_gone(rootless_user.pw_uid) == {}
     assert not any(Path(f"/dev/shm/npu-emu-{rootless_user.pw_uid}").iterdir())
+
+
+CLOSED_FUSE = r"""
+set -uo pipefail
+D=$1
+npu-kmd start --devroot "$D/dev" --sysroot "$D/sys" --memory 64M 2>&1 | sed 's/^/START /'
+echo "RC ${PIPESTATUS[0]}"
+npu-kmd stop --devroot "$D/dev" > /dev/null
+echo "AFTER-DEV $(ls -A "$D/dev" | tr '\n' ' ')"
+echo "DONE"
+"""
+
+
+def test_a_dev_fuse_closed_to_the_user_is_one_clear_error(rootless_user, rootless_venv, user_dir):
+    if FUSE_DEVICE.stat().st_mode & 0o006 == 0o006:
+        pytest.skip("/dev/fuse is open to every user here")
+    out = _run_as_user(rootless_user, rootless_venv, user_dir, CLOSED_FUSE, open_fuse=False)
+    assert _lines(out, "RC") == ["1"]
+    assert any("chmod 0666 /dev/fuse" in line for line in _lines(out, "START")), out
+    assert _lines(out, "AFTER-DEV") == [""]
+    assert _wait_until_gone(rootless_user.pw_uid) == {}
