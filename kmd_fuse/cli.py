@@ -95,7 +95,7 @@ def start(args) -> int:
     for index in range(args.devices):
         node = paths.node_path(root, index)
         pid = _daemon_pid(root, index)
-        if pid and paths.is_mounted(node):
+        if pid and hotplug.attached(root, sys_root, index, node):
             print(f"{node}: already served")
             continue
         if pid:
@@ -211,10 +211,11 @@ def status(args) -> int:
     for index in indices:
         node = paths.node_path(root, index)
         pid = _daemon_pid(root, index)
-        mounted = paths.is_mounted(node)
+        sys_root = sysroot_of(root, args.sysroot)
+        mounted = hotplug.attached(root, sys_root, index, node)
         line = f"{node}: pid {pid or '-'}, {'mounted' if mounted else 'not mounted'}"
-        tree = paths.device_dir(sysroot_of(root, args.sysroot), index)
-        line += f", attributes {tree}" if paths.is_mounted(tree) else ", no attributes"
+        tree = paths.device_dir(sys_root, index)
+        line += f", attributes {tree}" if hotplug.attached(root, sys_root, index, tree) else ", no attributes"
         if pid and mounted:
             try:
                 info = probe(node)

@@ -1,6 +1,6 @@
 """One device's driver process: powers the chip on, mounts its FUSE filesystem
-(node + attribute tree), bind-mounts them to <devroot>/npuN and
-<sysroot>/class/npu/npuN, announces the device (uevent "add", udev rules) and
+(node + attribute tree), bind-mounts them (rootless mode: symlinks them) to
+<devroot>/npuN and <sysroot>/class/npu/npuN, announces the device (uevent "add", udev rules) and
 serves it.
 
 Run by ``npu-kmd start`` as ``python -m kmd_fuse.daemon``; SIGTERM/SIGINT send
@@ -19,7 +19,7 @@ from pathlib import Path
 import pyfuse3
 import trio
 
-from kmd_fuse import irq, paths, pidfile
+from kmd_fuse import fusermount, irq, owner, paths, pidfile
 from kmd_fuse.cli import job_timeout_seconds
 from kmd_fuse.device import Device
 from kmd_fuse.fuse_ops import DeviceFs
@@ -28,7 +28,7 @@ from kmd_fuse.hw import ChipConfig
 from kmd_fuse.limits import Limits
 from kmd_fuse.sysfs import AttributeTree
 from kmd_fuse.tasks import BackgroundTasks
-from kmd_fuse.udev.hotplug import Presence
+from kmd_fuse.udev.hotplug import Presence, unmount
 
 log = logging.getLogger("kmd_fuse.daemon")
 
@@ -126,18 +126,24 @@ def main(argv: list[str] | None = None) -> int:
                            max_buffers_per_user=args.max_buffers_per_user),
                     tasks=BackgroundTasks())
     device.power_on()
-    # default_permissions (in pyfuse3.default_options) + allow_other: the kernel enforces
-    # the node's mode/owner/group for every user, as udev's rules set them. The source name
-    # tells this device's mounts from any other's.
-    options = set(pyfuse3.default_options) | {f"fsname={paths.mount_source(root, args.index)}",
-                                              f"subtype=npu{args.index}", "allow_other"}
     presence = Presence(root, sys_root, args.index)
-    tree = AttributeTree(device, on_uevent_write=_synthetic_uevent(presence))
+    # Rootless: the node and the tree are the user's own (root's uid 0 otherwise), so the
+    # kernel's permission checks let the owner apply the rules and write `reset`.
+    uid, gid = (os.geteuid(), os.getegid()) if owner.rootless() else (0, 0)
+    tree = AttributeTree(device, on_uevent_write=_synthetic_uevent(presence), uid=uid, gid=gid)
     try:
-        pyfuse3.init(DeviceFs(device, mode=args.mode, tree=tree), str(mountpoint), options)
-    except Exception:
+        options = mount_options(root, args.index)
+        # rootless: fusermount3 mounts, libfuse serves the descriptor it hands back
+        served = f"/dev/fd/{fusermount.mount(mountpoint, options)}" if owner.rootless() else str(mountpoint)
+        pyfuse3.init(DeviceFs(device, mode=args.mode, uid=uid, gid=gid, tree=tree), served, options)
+    except Exception as exc:
+        if paths.mounted_source(mountpoint) == paths.mount_source(root, args.index):
+            unmount(mountpoint)
         device.power_off()
         paths.pid_file(root, args.index).unlink(missing_ok=True)
+        if isinstance(exc, fusermount.FusermountError):
+            log.error("%s", exc)      # says what to do; no traceback
+            return 1
         raise
     log.info("serving %s, attributes in %s (%d cores, %d MiB, up to %d descriptors)", node,
              paths.device_dir(sys_root, args.index), device.hw.num_cores, args.memory >> 20, fd_limit)
@@ -152,7 +158,9 @@ def main(argv: list[str] | None = None) -> int:
             trio.run(serve, device, presence, ready_file, handover)
     finally:
         presence.unmount()           # a no-op after a clean remove
-        pyfuse3.close(unmount=True)
+        pyfuse3.close(unmount=True)   # rootless: libfuse did not mount it, so it does not unmount it
+        if paths.mounted_source(mountpoint) == paths.mount_source(root, args.index):
+            unmount(mountpoint)
         presence.close()
         device.power_off()
         paths.pid_file(root, args.index).unlink(missing_ok=True)
@@ -161,8 +169,20 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def mount_options(root: Path, index: int) -> set[str]:
+    """The FUSE mount's options. default_permissions (in pyfuse3.default_options) +
+    allow_other: the kernel enforces the node's mode/owner/group for every user, as udev's
+    rules set them. A normal user gets allow_other only when /etc/fuse.conf has
+    user_allow_other; without it only that user reaches the device. The source name
+    tells this device's mounts from any other's."""
+    options = set(pyfuse3.default_options) | {f"fsname={paths.mount_source(root, index)}", f"subtype=npu{index}"}
+    if owner.may_allow_other():
+        options.add("allow_other")
+    return options
+
+
 def _synthetic_uevent(presence: Presence):
-    """Root writing an ACTION to the `uevent` attribute re-sends that event (udevadm trigger)."""
+    """The owner writing an ACTION to the `uevent` attribute re-sends that event (udevadm trigger)."""
     async def write(action: str) -> None:
         presence.emit(action)
         await presence.settle()

@@ -15,7 +15,7 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from kmd_fuse import info, jobs, recovery, uapi
+from kmd_fuse import info, jobs, owner, recovery, uapi
 from kmd_fuse.context import Context
 from kmd_fuse.device import Device
 from kmd_fuse.errors import KmdError
@@ -30,7 +30,7 @@ Handler = Callable[[Device, Context, Request], "bool | None"]
 class Ioctl:
     name: str                   # NPU_CMD_<name> in the header
     handler: Handler
-    root_only: bool = False     # EPERM for anyone else (checked before the payload)
+    owner_only: bool = False    # the device's owner (kmd_fuse.owner): EPERM for anyone else, before the payload
 
 
 def get_info(device: Device, ctx: Context, request: Request) -> None:
@@ -97,7 +97,7 @@ IOCTLS: dict[str, Ioctl] = {entry.name: entry for entry in (
     Ioctl("SUBMIT", submit),
     Ioctl("WAIT", wait),
     Ioctl("GET_STATS", get_stats),
-    Ioctl("RESET", reset, root_only=True),
+    Ioctl("RESET", reset, owner_only=True),
     Ioctl("GET_PARAM", get_param),
 )}
 _HEADER_NAMES = {command.name for command in uapi.COMMANDS.values()}
@@ -113,8 +113,9 @@ def handle_write(device: Device, ctx: Context, frame: bytes) -> None:
     try:
         request = read_request(cmd, seq, frame)
         entry = IOCTLS[request.command.name]
-        if entry.root_only and ctx.uid != 0:
-            raise KmdError(errno.EPERM, f"{entry.name} is for root only")
+        if entry.owner_only and not owner.is_owner(ctx.uid):
+            raise KmdError(errno.EPERM, f"{entry.name} is for the device's owner only (root, or the user "
+                                        "running a rootless driver)")
         if not entry.handler(device, ctx, request):
             ctx.set_reply(request.reply())
     except KmdError as exc:

@@ -1,5 +1,5 @@
 """Where a device's node, state and memories live, and the checks that make it safe
-for root to write there.
+for root (or, in rootless mode, the user running the driver) to write there.
 
 The state directories sit on a world-writable tmpfs (/dev/shm): any user can create
 `/dev/shm/npu-emu` before the driver first runs, or put a symlink where a device's state
@@ -20,7 +20,28 @@ from kmd_fuse.uapi.sysfs_layout import SUBSYSTEM, SYSROOT_MARKER, class_dir, sys
 from kmd_fuse.uapi.sysfs_layout import devroot as _devroot
 
 NPU_MAJOR = 261      # like the accel subsystem's major
-SHM_ROOT = Path(os.environ.get("NPU_SHM_ROOT", "/dev/shm/npu-emu"))
+ROOT_SHM_ROOT = Path("/dev/shm/npu-emu")
+
+
+def state_root(uid: int | None = None, runtime_dir: str | None = None) -> Path:
+    """Where the state directories of the driver's user live: $NPU_SHM_ROOT if set; root's
+    /dev/shm/npu-emu; for a normal user $XDG_RUNTIME_DIR/npu-emu when that directory is
+    theirs and private, else /dev/shm/npu-emu-<uid> (checked like every state directory
+    when it is created: owned by that user, writable by nobody else, no symlink)."""
+    env = os.environ.get("NPU_SHM_ROOT")
+    if env:
+        return Path(env)
+    uid = os.geteuid() if uid is None else uid
+    if uid == 0:
+        return ROOT_SHM_ROOT
+    runtime = os.environ.get("XDG_RUNTIME_DIR") if runtime_dir is None else runtime_dir
+    if runtime and os.path.isabs(runtime):
+        try:
+            _check_dir(Path(runtime), uid)
+            return Path(runtime) / "npu-emu"
+        except StateDirError:
+            pass          # another user's (e.g. root's, kept by sudo): not a place for ours
+    return Path(f"/dev/shm/npu-emu-{uid}")
 
 
 def devroot(value: str | os.PathLike | None = None) -> Path:
@@ -65,7 +86,8 @@ def handover_socket(root: Path, index: int) -> Path:
 
 
 def fuse_dir(root: Path, index: int) -> Path:
-    """The daemon's own FUSE mount (node + attribute tree), bind-mounted to where users look."""
+    """The daemon's own FUSE mount (node + attribute tree), bind-mounted (rootless: symlinked)
+    to where users look."""
     return state_dir(root) / f".fuse-npu{index}"
 
 
@@ -88,6 +110,7 @@ class StateDirError(OSError):
 
 
 def _check_dir(path: Path, uid: int) -> None:
+    """StateDirError unless ``path`` is a real directory of ``uid`` that nobody else may write."""
     try:
         st = os.lstat(path)
     except FileNotFoundError:
@@ -112,6 +135,9 @@ def _ensure_dir(path: Path, mode: int) -> None:
     except FileExistsError:
         pass
     _check_dir(path, os.geteuid())
+
+
+SHM_ROOT = state_root()
 
 
 def private_state_dir(root: Path) -> Path:

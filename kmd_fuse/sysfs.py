@@ -2,9 +2,9 @@
 
     dev model abi_version cores clock_mhz memory_total_bytes memory_used_bytes
     busy_time_us jobs_completed jobs_failed reset_count      read-only, one value a line
-    uevent                                                   MAJOR/MINOR/DEVNAME; root may write
+    uevent                                                   MAJOR/MINOR/DEVNAME; the owner (kmd_fuse.owner) may write
                                                              an ACTION to synthesize an event
-    reset                                                    write-only, root only: "1" resets
+    reset                                                    write-only, the owner only: "1" resets
     clients/<client_id>                                      DRM usage stats of an open context
 
 Every value is rendered when a read starts at offset 0 (as sysfs does), from the very
@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import pyfuse3
 
 from kmd_fuse import info as info_facts
-from kmd_fuse import paths, recovery, uapi
+from kmd_fuse import owner, paths, recovery, uapi
 from kmd_fuse.context import Context
 from kmd_fuse.device import Device
 from kmd_fuse.errors import KmdError
@@ -69,8 +69,9 @@ class AttributeTree:
     READ_ONLY = ("dev", "model", "abi_version", "cores", "clock_mhz", "memory_total_bytes",
                  "memory_used_bytes", "busy_time_us", "jobs_completed", "jobs_failed", "reset_count")
 
-    def __init__(self, device: Device, on_uevent_write: UeventWriter | None = None):
+    def __init__(self, device: Device, on_uevent_write: UeventWriter | None = None, uid: int = 0, gid: int = 0):
         self.device = device
+        self.uid, self.gid = uid, gid     # the attributes' owner: root, or a rootless driver's user
         self.on_uevent_write = on_uevent_write
         self.ctime_ns = time.time_ns()
         names = (*self.READ_ONLY, "uevent", "reset")
@@ -137,7 +138,7 @@ class AttributeTree:
     def getattr(self, inode: int) -> pyfuse3.EntryAttributes:
         attrs = pyfuse3.EntryAttributes()
         attrs.st_ino = inode
-        attrs.st_uid = attrs.st_gid = 0
+        attrs.st_uid, attrs.st_gid = self.uid, self.gid
         attrs.st_blksize = 4096
         attrs.st_atime_ns = attrs.st_mtime_ns = attrs.st_ctime_ns = self.ctime_ns
         attrs.attr_timeout = attrs.entry_timeout = ATTR_TIMEOUT_S
@@ -185,7 +186,7 @@ class AttributeTree:
         writing = flags & os.O_ACCMODE != os.O_RDONLY
         if writing and name not in ("reset", "uevent"):
             raise pyfuse3.FUSEError(errno.EACCES)
-        if writing and uid != 0:
+        if writing and not owner.is_owner(uid):
             raise pyfuse3.FUSEError(errno.EACCES)   # the kernel checks the mode first; this is a backstop
         if name == "reset" and not writing:
             raise pyfuse3.FUSEError(errno.EACCES)

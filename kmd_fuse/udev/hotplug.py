@@ -4,6 +4,10 @@ daemon's FUSE filesystem, uevents, and the udev rules applied to the node.
     <state>/.fuse-npuN/npuN    --bind-->  <devroot>/npuN
     <state>/.fuse-npuN/device  --bind-->  <sysroot>/class/npu/npuN
 
+In rootless mode (kmd_fuse.owner: a normal user, who may not bind-mount) the same two
+places are symlinks to those paths instead; only a symlink with exactly that target is
+ever replaced or removed, and the FUSE mount itself goes through fusermount3.
+
 Uevents go to the devroot's event log (kmd_fuse.udev.uevent): "add" once the mounts are
 up, "change" with RESET_COUNT after every reset, "remove" before the mounts go. The
 rules (udev/70-npu.rules) are applied after each event, in event order, by one task;
@@ -18,15 +22,18 @@ from __future__ import annotations
 
 import ctypes
 import errno
+import grp
 import logging
 import math
 import os
 import stat
+import subprocess
 from pathlib import Path
 
 import trio
 
-from kmd_fuse import paths
+from kmd_fuse import owner, paths
+from kmd_fuse.udev.apply import apply_outcome
 from kmd_fuse.udev.rules import RuleSet, UdevRulesError, load_rules
 from kmd_fuse.udev.uevent import Uevent, UeventError, UeventLog
 
@@ -61,10 +68,64 @@ def bind(source: Path, target: Path) -> None:
 
 
 def unmount(target: Path) -> None:
-    """umount -l target: detach now (never waits on a FUSE server that is gone)."""
+    """umount -l target: detach now (never waits on a FUSE server that is gone). A normal
+    user detaches their own FUSE mount with fusermount3 -u -z."""
+    if owner.rootless():
+        proc = subprocess.run(["fusermount3", "-u", "-z", str(target)], capture_output=True, text=True)
+        if proc.returncode:
+            raise MountError(errno.EPERM, f"unmount {target}: {proc.stderr.strip() or 'fusermount3 failed'}")
+        return
     if _libc.umount2(os.fsencode(target), MNT_DETACH):
         err = ctypes.get_errno()
         raise MountError(err, f"unmount {target}: {os.strerror(err)}")
+
+
+def link_targets(root: Path, sys_root: Path, index: int) -> dict[Path, Path]:
+    """Rootless mode's symlinks: where users look -> the daemon's FUSE mount."""
+    fuse = paths.fuse_dir(root, index)
+    return {paths.node_path(root, index): fuse / f"npu{index}", paths.device_dir(sys_root, index): fuse / "device"}
+
+
+def is_our_link(link: Path, target: Path) -> bool:
+    """Is ``link`` a symlink to exactly ``target`` (one this device made)?"""
+    try:
+        return os.readlink(link) == str(target)
+    except OSError:
+        return False
+
+
+def make_link(link: Path, target: Path) -> None:
+    """Create ``link`` -> ``target``; an older link of ours is replaced, anything else refused."""
+    if os.path.lexists(link) and not is_our_link(link, target):
+        raise MountError(errno.EEXIST, f"{link} exists and is not this device's link: remove it and start again")
+    link.parent.mkdir(parents=True, exist_ok=True)
+    tmp = link.with_name(f".{link.name}.npu-link")
+    if os.path.lexists(tmp) and not is_our_link(tmp, target):
+        raise MountError(errno.EEXIST, f"{tmp} is in the way: remove it and start again")
+    tmp.unlink(missing_ok=True)
+    os.symlink(target, tmp)
+    os.replace(tmp, link)
+
+
+def remove_links(root: Path, sys_root: Path, index: int) -> list[Path]:
+    """Remove this device's rootless links (never anything else); returns those removed."""
+    done = []
+    for link, target in link_targets(root, sys_root, index).items():
+        if is_our_link(link, target):
+            link.unlink(missing_ok=True)
+            done.append(link)
+    return done
+
+
+def attached(root: Path, sys_root: Path, index: int, point: Path) -> bool:
+    """Is ``point`` (the node or the tree) this device's: its bind mount, or in rootless mode
+    its symlink into a FUSE mount that is up?"""
+    ours = paths.mount_source(root, index)
+    if paths.mounted_source(point) == ours:
+        return True
+    target = link_targets(root, sys_root, index).get(point)
+    return (target is not None and is_our_link(point, target)
+            and paths.mounted_source(paths.fuse_dir(root, index)) == ours)
 
 
 def mount_points(root: Path, sys_root: Path, index: int) -> list[Path]:
@@ -85,7 +146,7 @@ def unmount_all(root: Path, sys_root: Path, index: int) -> list[Path]:
                 break
             unmount(point)
             done.append(point)
-    return done
+    return done + remove_links(root, sys_root, index)
 
 
 def foreign_mount(root: Path, sys_root: Path, index: int) -> Path | None:
@@ -105,9 +166,25 @@ def device_event(action: str, index: int, extra: dict[str, object] | None = None
 
 
 def apply_rules(rules: RuleSet, event: Uevent, root: Path, sys_root: Path) -> None:
-    """Apply the rules to one event's node (blocking: file system calls)."""
-    rules.apply(event, root, sysroot=str(sys_root), dbdir=paths.udev_db(root),
-                missing_group="create" if os.geteuid() == 0 else "ignore")
+    """Apply the rules to one event's node (blocking: file system calls).
+
+    In rootless mode the rules apply as far as a normal user may: the mode and symlinks
+    as written, the node stays the user's own, and its group is the rules' group only
+    if the user belongs to it (else the user's own group)."""
+    out = rules.evaluate(event, devroot=str(root), sysroot=str(sys_root))
+    if owner.rootless():
+        out.owner = str(os.geteuid())
+        out.group = str(_own_group(out.group))
+    apply_outcome(out, dbdir=paths.udev_db(root), missing_group="ignore" if owner.rootless() else "create")
+
+
+def _own_group(name: str) -> int:
+    """``name``'s gid if this user belongs to that group, else the user's own group."""
+    try:
+        gid = int(name) if name.isdigit() else grp.getgrnam(name).gr_gid
+    except KeyError:
+        return os.getegid()
+    return gid if gid == os.getegid() or gid in os.getgroups() else os.getegid()
 
 
 class Presence:
@@ -128,6 +205,10 @@ class Presence:
         if taken is not None:
             raise MountError(errno.EBUSY, f"{taken} is served by another device ({paths.mounted_source(taken)}): "
                                           "give this devroot its own --sysroot")
+        if owner.rootless():
+            for link, target in link_targets(self.root, self.sys_root, self.index).items():
+                make_link(link, target)
+            return
         if not node.exists():
             node.touch(mode=0o600)
         tree.mkdir(parents=True, exist_ok=True)
@@ -144,6 +225,7 @@ class Presence:
         for point in mount_points(self.root, self.sys_root, self.index)[:2]:
             if paths.mounted_source(point) == ours:
                 unmount(point)
+        remove_links(self.root, self.sys_root, self.index)
         remove_node_placeholder(paths.node_path(self.root, self.index))
         try:
             paths.device_dir(self.sys_root, self.index).rmdir()   # as the sysfs directory vanishes

@@ -158,6 +158,6 @@ def test_command_table_is_the_headers_command_list():
     names = [c.name for c in sorted(uapi.COMMANDS.values(), key=lambda c: c.nr)]
     assert names == re.findall(r"#define NPU_CMD_(\w+)", uapi.HEADER_PATH.read_text())
     assert list(ioctls.IOCTLS) == names
-    assert [name for name, entry in ioctls.IOCTLS.items() if entry.root_only] == ["RESET"]
+    assert [name for name, entry in ioctls.IOCTLS.items() if entry.owner_only] == ["RESET"]
     with pytest.raises(ImportError, match="_IOWR gives"):
         uapi._read_commands("#define NPU_CMD_GET_INFO  0xc0784e00\n")    # 2.0's number for today's struct

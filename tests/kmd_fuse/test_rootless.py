@@ -1,0 +1,355 @@
+"""Rootless mode (issue 17): a normal user serves a devroot of their own.
+
+The scenario runs for real as an unprivileged user (npu-rootless, created once with
+useradd): start, a DMA job (`npu demo`), ResNet-8, `npu bench nop`, `npu smi` finding the
+user's process through the symlinked node, a reset by the device's owner, stop; then
+nothing is left (mounts, processes, links, state directory).
+
+The user runs a venv of their own, built once with the system's python3 (the suite's
+interpreter may live under /root, out of the user's reach) and cached under
+/var/cache/npu-emu, keyed by pyproject.toml and this checkout's path. fusermount3 opens
+/dev/fuse as the calling user, and some machines (containers) leave it root's alone: the
+scenario then runs in a private mount namespace whose /dev/fuse is a mode-0666 node of
+the same device, the mode distributions ship. Nothing of that namespace outlives it.
+"""
+from __future__ import annotations
+
+import errno
+import fcntl
+import hashlib
+import json
+import os
+import pwd
+import shutil
+import signal
+import stat
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+from kmd_fuse import owner, paths
+from kmd_fuse.udev import hotplug
+from tests.support.shell import REPO
+
+USER = "npu-rootless"
+CACHE = Path("/var/cache/npu-emu")
+SYSTEM_PYTHON = "/usr/bin/python3"
+FUSE_DEVICE = Path("/dev/fuse")
+
+
+# ---- the pieces, without a second user ----
+
+def test_state_root_is_roots_for_root_and_the_users_own_otherwise(tmp_path, monkeypatch):
+    monkeypatch.delenv("NPU_SHM_ROOT", raising=False)
+    assert paths.state_root(uid=0) == Path("/dev/shm/npu-emu")
+    runtime = tmp_path / "run-user"
+    runtime.mkdir(mode=0o700)
+    os.chown(runtime, 4321, 4321)
+    assert paths.state_root(uid=4321, runtime_dir=str(runtime)) == runtime / "npu-emu"
+    # someone else's runtime directory (sudo keeps root's $XDG_RUNTIME_DIR): the per-uid one
+    assert paths.state_root(uid=4322, runtime_dir=str(runtime)) == Path("/dev/shm/npu-emu-4322")
+    runtime.chmod(0o777)       # writable by others: not a safe place either
+    assert paths.state_root(uid=4321, runtime_dir=str(runtime)) == Path("/dev/shm/npu-emu-4321")
+    assert paths.state_root(uid=4321, runtime_dir="") == Path("/dev/shm/npu-emu-4321")
+
+
+def test_fuse_conf_user_allow_other_is_read_line_by_line(tmp_path):
+    conf = tmp_path / "fuse.conf"
+    for text, allowed in (("#user_allow_other\n", False), ("# user_allow_other is off\n", False),
+                          ("mount_max = 1000\nuser_allow_other\n", True), ("  user_allow_other  # yes\n", True),
+                          ("user_allow_other_not\n", False)):
+        conf.write_text(text)
+        assert owner.user_allow_other(str(conf)) is allowed, text
+    assert owner.user_allow_other(str(tmp_path / "missing")) is False
+
+
+def test_the_owner_is_root_or_the_drivers_user(monkeypatch):
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    assert owner.rootless() and owner.is_owner(1000) and owner.is_owner(0) and not owner.is_owner(1001)
+    monkeypatch.setattr(os, "geteuid", lambda: 0)
+    assert not owner.rootless() and owner.is_owner(0) and not owner.is_owner(1000)
+
+
+def test_allow_other_only_when_root_or_fuse_conf_allows(monkeypatch):
+    from kmd_fuse import daemon
+    root = Path("/tmp/npu-rootless-options")
+    assert "allow_other" in daemon.mount_options(root, 0)      # the suite runs as root
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    monkeypatch.setattr(owner, "user_allow_other", lambda conf=owner.FUSE_CONF: False)
+    assert "allow_other" not in daemon.mount_options(root, 0)
+    monkeypatch.setattr(owner, "user_allow_other", lambda conf=owner.FUSE_CONF: True)
+    assert "allow_other" in daemon.mount_options(root, 0)
+
+
+def test_rootless_links_never_replace_or_remove_what_is_not_theirs(tmp_path):
+    root, sys_root = tmp_path / "dev", tmp_path / "sys"
+    root.mkdir()
+    node, tree = paths.node_path(root, 0), paths.device_dir(sys_root, 0)
+    node.write_text("mine")
+    with pytest.raises(hotplug.MountError) as caught:
+        hotplug.make_link(node, paths.fuse_dir(root, 0) / "npu0")
+    assert caught.value.errno == errno.EEXIST and node.read_text() == "mine"
+    node.unlink()
+    node.symlink_to("/elsewhere")
+    tree.parent.mkdir(parents=True)
+    tree.symlink_to("/elsewhere/too")
+    assert hotplug.remove_links(root, sys_root, 0) == []
+    assert os.readlink(node) == "/elsewhere" and os.readlink(tree) == "/elsewhere/too"
+    node.unlink()
+    tree.unlink()
+    for link, target in hotplug.link_targets(root, sys_root, 0).items():
+        hotplug.make_link(link, target)
+        hotplug.make_link(link, target)          # again: its own older link is replaced
+    assert sorted(hotplug.remove_links(root, sys_root, 0)) == sorted([node, tree])
+    assert not os.path.lexists(node) and not os.path.lexists(tree)
+
+
+# ---- the whole stack as a normal user ----
+
+@pytest.fixture(scope="module")
+def rootless_user() -> pwd.struct_passwd:
+    if os.geteuid() != 0:
+        pytest.skip("creating the unprivileged user needs root")
+    for tool in ("useradd", "setpriv", "unshare", "fusermount3"):
+        if shutil.which(tool) is None:
+            pytest.skip(f"{tool} is not installed")
+    try:
+        return pwd.getpwnam(USER)
+    except KeyError:
+        pass
+    made = subprocess.run(["useradd", "--create-home", "--shell", "/usr/sbin/nologin", "--user-group", USER],
+                          capture_output=True, text=True)
+    if made.returncode not in (0, 9):        # 9: created meanwhile
+        pytest.skip(f"cannot create the user {USER}: {made.stderr.strip()}")
+    return pwd.getpwnam(USER)
+
+
+def _venv_key() -> str:
+    digest = hashlib.sha256((REPO / "pyproject.toml").read_bytes() + str(REPO).encode())
+    return digest.hexdigest()[:16]
+
+
+@pytest.fixture(scope="module")
+def rootless_venv(rootless_user) -> Path:
+    """A venv the user can execute, with this checkout installed editable (built once)."""
+    if not os.access(SYSTEM_PYTHON, os.X_OK):
+        pytest.skip(f"{SYSTEM_PYTHON} is missing: no interpreter a normal user can run")
+    version = subprocess.run([SYSTEM_PYTHON, "-c", "import sys; print(sys.version_info >= (3, 11))"],
+                             capture_output=True, text=True)
+    if version.stdout.strip() != "True":
+        pytest.skip(f"{SYSTEM_PYTHON} is older than 3.11")
+    CACHE.mkdir(parents=True, exist_ok=True)
+    CACHE.chmod(0o755)
+    venv = CACHE / f"rootless-venv-{_venv_key()}"
+    with open(CACHE / "rootless-venv.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)          # a parallel run waits for the first build
+        if not (venv / ".npu-installed").exists():
+            shutil.rmtree(venv, ignore_errors=True)
+            for cmd in ([SYSTEM_PYTHON, "-m", "venv", str(venv)],
+                        [str(venv / "bin" / "pip"), "install", "-q", "--disable-pip-version-check", "-e", str(REPO)]):
+                done = subprocess.run(cmd, capture_output=True, text=True, timeout=400)
+                if done.returncode:
+                    shutil.rmtree(venv, ignore_errors=True)
+                    pytest.skip(f"cannot build the rootless venv ({' '.join(cmd[:3])}): {done.stderr.strip()[-500:]}")
+            (venv / ".npu-installed").touch()
+    return venv
+
+
+def _processes_of(uid: int) -> list[int]:
+    pids = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                if os.stat(f"/proc/{entry}").st_uid == uid:
+                    pids.append(int(entry))
+            except FileNotFoundError:
+                pass
+    return pids
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return "?"
+
+
+@pytest.fixture
+def user_dir(rootless_user):
+    """A directory of the user's own; afterwards every process the scenario left is killed
+    (by pid: only this suite runs as that user) and its state removed."""
+    workdir = Path(tempfile.mkdtemp(prefix="npu-rootless-", dir="/tmp"))
+    os.chown(workdir, rootless_user.pw_uid, rootless_user.pw_gid)
+    try:
+        yield workdir
+    finally:
+        for pid in _processes_of(rootless_user.pw_uid):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        shutil.rmtree(f"/dev/shm/npu-emu-{rootless_user.pw_uid}", ignore_errors=True)
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _fuse_node_for_everyone(workdir: Path) -> Path | None:
+    """A mode-0666 node of /dev/fuse's device when /dev/fuse itself is closed to other users."""
+    st = FUSE_DEVICE.stat()
+    if st.st_mode & 0o006 == 0o006:
+        return None
+    holder = workdir / "fusedev"
+    holder.mkdir(mode=0o755)
+    node = holder / "fuse"
+    os.mknod(node, stat.S_IFCHR | 0o666, st.st_rdev)
+    node.chmod(0o666)
+    return node
+
+
+def _run_as_user(user: pwd.struct_passwd, venv: Path, workdir: Path, script: str, open_fuse: bool = True) -> str:
+    """Run a bash script (argument $1: ``workdir``) as ``user`` with ``venv`` first on PATH;
+    its stdout, once it printed DONE without a traceback. ``open_fuse``: give the user a
+    /dev/fuse they may open (see the module doc) when the machine's is root's alone."""
+    (workdir / "scenario.sh").write_text(script)
+    as_user = ["setpriv", f"--reuid={user.pw_uid}", f"--regid={user.pw_gid}", "--init-groups",
+               "env", "-i", f"HOME={user.pw_dir}", f"PATH={venv}/bin:/usr/bin:/bin", "LC_ALL=C",
+               "bash", str(workdir / "scenario.sh"), str(workdir)]
+    fuse_node = _fuse_node_for_everyone(workdir) if open_fuse else None
+    if fuse_node is not None:
+        inner = " ".join(f"'{arg}'" for arg in as_user)
+        cmd = ["unshare", "--mount", "--propagation", "private", "--", "bash", "-c",
+               f"mount --bind '{fuse_node}' {FUSE_DEVICE} && exec {inner}"]
+    else:
+        cmd = as_user
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=workdir)
+    assert done.returncode == 0 and "DONE" in done.stdout, f"stdout:\n{done.stdout}\nstderr:\n{done.stderr}"
+    assert "Traceback" not in done.stdout + done.stderr
+    return done.stdout
+
+
+def _wait_until_gone(uid: int) -> dict[int, str]:
+    """The user's processes still alive after a while (the chip's exit just after its daemon)."""
+    deadline = time.monotonic() + 10
+    while _processes_of(uid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return {pid: _cmdline(pid) for pid in _processes_of(uid)}
+
+
+SCENARIO = r"""
+set -euo pipefail
+D=$1
+start=$(npu-kmd start --devroot "$D/dev" --sysroot "$D/sys" --memory 256M)
+echo "START $start"
+echo "NODE $(readlink "$D/dev/npu0")"
+echo "TREE $(readlink "$D/sys/class/npu/npu0")"
+echo "ACCEL $(readlink "$D/dev/accel/accel0")"
+echo "NODEMODE $(stat -L -c '%a %u %g' "$D/dev/npu0")"
+echo "STATUS $(npu-kmd status --devroot "$D/dev")"
+# this user's mounts only: a new mount namespace shows other tests' mounts too
+mounts() { grep ' npu-emu:' /proc/self/mountinfo | grep "user_id=$(id -u)," || true; }
+mounts | sed 's/^/MOUNT /'
+npu demo --devroot "$D/dev" | sed 's/^/DEMO /'
+npu run "$D/model.tflite" --devroot "$D/dev" --repeat 1 --no-progress | sed 's/^/RUN /'
+npu bench nop --devroot "$D/dev" -n 200 | sed 's/^/BENCH /'
+python3 -c 'import os, sys, time; os.open(sys.argv[1], os.O_RDWR); print(os.getpid(), flush=True); time.sleep(30)' \
+    "$D/dev/npu0" > "$D/holder.pid" &
+holder=$!
+while [ ! -s "$D/holder.pid" ]; do sleep 0.05; done
+echo "HOLDER $(cat "$D/holder.pid")"
+echo "SMI $(npu smi --devroot "$D/dev" --json | tr -d '\n')"
+kill "$holder"; wait "$holder" || true
+echo 1 > "$D/sys/class/npu/npu0/reset"
+echo "RESETS $(cat "$D/sys/class/npu/npu0/reset_count")"
+npu-kmd stop --devroot "$D/dev" | sed 's/^/STOP /'
+echo "AFTER-MOUNTS $(mounts | wc -l)"
+echo "AFTER-DEV $(ls -A "$D/dev" | tr '\n' ' ')"
+echo "AFTER-CLASS $(ls -A "$D/sys/class/npu" | tr '\n' ' ')"
+echo "DONE"
+"""
+
+
+def _lines(out: str, tag: str) -> list[str]:
+    return [line[len(tag) + 1:] for line in out.splitlines() if line.startswith(tag + " ")]
+
+
+def test_a_normal_user_runs_the_whole_stack_and_leaves_nothing(rootless_user, rootless_venv, user_dir,
+                                                                resnet8_path):
+    uid, gid = rootless_user.pw_uid, rootless_user.pw_gid
+    shutil.copy(resnet8_path, user_dir / "model.tflite")
+    os.chown(user_dir / "model.tflite", uid, gid)
+    out = _run_as_user(rootless_user, rootless_venv, user_dir, SCENARIO)
+
+    state = Path(f"/dev/shm/npu-emu-{uid}")
+    fuse = _lines(out, "NODE")[0].rsplit("/", 1)[0]
+    assert fuse.startswith(f"{state}/") and fuse.endswith("/.fuse-npu0")
+    assert _lines(out, "TREE") == [f"{fuse}/device"] and _lines(out, "ACCEL") == ["../npu0"]
+    mode, node_uid, node_gid = _lines(out, "NODEMODE")[0].split()
+    assert (mode, int(node_uid), int(node_gid)) == ("660", uid, gid)     # the rules' mode; render is not theirs
+    assert "mounted, attributes" in _lines(out, "STATUS")[0]
+    mount = _lines(out, "MOUNT")
+    assert len(mount) == 1 and f"user_id={uid}" in mount[0]
+    assert ("allow_other" in mount[0]) == owner.user_allow_other()
+    assert "[done] all steps correct" in _lines(out, "DEMO") and any("[dma]" in line for line in _lines(out, "DEMO"))
+    assert any(line.startswith("inference 1:") for line in _lines(out, "RUN"))
+    assert any(line.startswith("NOP job") for line in _lines(out, "BENCH"))
+    holder = int(_lines(out, "HOLDER")[0])
+    smi = json.loads(_lines(out, "SMI")[0])
+    assert [p["pid"] for p in smi["devices"][0]["processes"]] == [holder]
+    assert _lines(out, "RESETS") == ["1"]
+    assert _lines(out, "STOP") == [f"{user_dir}/dev/npu0: stopped"]
+    assert _lines(out, "AFTER-MOUNTS") == ["0"]
+    assert _lines(out, "AFTER-DEV") == [""] and _lines(out, "AFTER-CLASS") == [""]
+    assert _wait_until_gone(uid) == {}
+    assert not any(state.iterdir())   # the devroot's state directory is gone; the user's root stays
+    assert stat.S_IMODE(state.stat().st_mode) == 0o711 and state.stat().st_uid == uid
+
+
+CRASH = r"""
+set -euo pipefail
+D=$1
+# this user's mounts only: a new mount namespace shows other tests' mounts too
+mounts() { grep ' npu-emu:' /proc/self/mountinfo | grep "user_id=$(id -u)," || true; }
+npu-kmd start --devroot "$D/dev" --sysroot "$D/sys" --memory 64M > /dev/null
+pid=$(npu-kmd status --devroot "$D/dev" | sed -n 's/.*: pid \([0-9]*\),.*/\1/p')
+kill -9 "$pid"
+while kill -0 "$pid" 2>/dev/null; do sleep 0.05; done
+echo "STATUS $(npu-kmd status --devroot "$D/dev" || true)"
+npu-kmd stop --devroot "$D/dev" | sed 's/^/STOP /'
+echo "AFTER-MOUNTS $(mounts | wc -l)"
+echo "AFTER-DEV $(ls -A "$D/dev" | tr '\n' ' ')"
+echo "AFTER-CLASS $(ls -A "$D/sys/class/npu" | tr '\n' ' ')"
+echo "DONE"
+"""
+
+
+def test_stop_after_a_killed_rootless_daemon_removes_its_mount_and_links(rootless_user, rootless_venv, user_dir):
+    out = _run_as_user(rootless_user, rootless_venv, user_dir, CRASH)
+    assert ": pid -," in _lines(out, "STATUS")[0]
+    assert _lines(out, "STOP") == [f"{user_dir}/dev/npu0: stopped"]
+    assert _lines(out, "AFTER-MOUNTS") == ["0"]
+    assert _lines(out, "AFTER-DEV") == [""] and _lines(out, "AFTER-CLASS") == [""]
+    assert _wait_until_gone(rootless_user.pw_uid) == {}
+    assert not any(Path(f"/dev/shm/npu-emu-{rootless_user.pw_uid}").iterdir())
+
+
+CLOSED_FUSE = r"""
+set -uo pipefail
+D=$1
+npu-kmd start --devroot "$D/dev" --sysroot "$D/sys" --memory 64M 2>&1 | sed 's/^/START /'
+echo "RC ${PIPESTATUS[0]}"
+npu-kmd stop --devroot "$D/dev" > /dev/null
+echo "AFTER-DEV $(ls -A "$D/dev" | tr '\n' ' ')"
+echo "DONE"
+"""
+
+
+def test_a_dev_fuse_closed_to_the_user_is_one_clear_error(rootless_user, rootless_venv, user_dir):
+    if FUSE_DEVICE.stat().st_mode & 0o006 == 0o006:
+        pytest.skip("/dev/fuse is open to every user here")
+    out = _run_as_user(rootless_user, rootless_venv, user_dir, CLOSED_FUSE, open_fuse=False)
+    assert _lines(out, "RC") == ["1"]
+    assert any("chmod 0666 /dev/fuse" in line for line in _lines(out, "START")), out
+    assert _lines(out, "AFTER-DEV") == [""]
+    assert _wait_until_gone(rootless_user.pw_uid) == {}
