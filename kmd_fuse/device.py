@@ -11,6 +11,7 @@ from __future__ import annotations
 import errno
 import itertools
 import logging
+import os
 from collections.abc import Callable
 from pathlib import Path
 
@@ -51,7 +52,8 @@ class Device:
         self.tasks = tasks
         self.hw = Hardware(bus, config)
         self.memory = DeviceMemory(bus, memory_bytes)
-        self.quotas = Quotas(limits, max_contexts=iommu.MAX_ASIDS - 1, memory_total=memory_bytes)
+        self.quotas = Quotas(limits, max_contexts=iommu.MAX_ASIDS - 1, memory_total=memory_bytes,
+                             owner_uid=os.geteuid())
         self.contexts: dict[int, Context] = {}
         self.zombies: set[Context] = set()     # closed, waiting for their jobs to leave the chip
         self._context_ids = itertools.count(1)

@@ -9,7 +9,8 @@ limit ran out for whom:
     EDQUOT   the user's buffers would exceed max_memory_per_user bytes or max_buffers_per_user
     ENOMEM   the device's memory is full (kmd_fuse.memory, unchanged)
 
-Root (uid 0) is never limited per user.
+The device's owner is never limited per user: root, and in rootless mode also the user
+the driver runs as (``owner_uid``), who then gets root's reserved contexts too.
 """
 from __future__ import annotations
 
@@ -43,9 +44,13 @@ class Quotas:
     limits: Limits
     max_contexts: int              # contexts the device has in all
     memory_total: int              # the device's memory
+    owner_uid: int = 0             # the driver's own user (rootless mode), unlimited like root
     users: dict[int, _Usage] = field(default_factory=dict)
     contexts: int = 0              # open, everyone's
     user_contexts: int = 0         # open, non-root users'
+
+    def _limited(self, uid: int) -> bool:
+        return uid not in (0, self.owner_uid)
 
     def _usage(self, uid: int) -> _Usage:
         usage = self.users.get(uid)
@@ -60,7 +65,7 @@ class Quotas:
     def open_context(self, uid: int) -> None:
         """Count a context for ``uid``, or raise KmdError(EMFILE / ENFILE)."""
         usage = self._usage(uid)
-        if uid != 0:
+        if self._limited(uid):
             if usage.contexts >= self.limits.max_contexts_per_user:
                 self._forget_if_idle(uid)
                 raise KmdError(errno.EMFILE, f"uid {uid} has {usage.contexts} contexts open, the most allowed "
@@ -74,18 +79,18 @@ class Quotas:
             raise KmdError(errno.ENFILE, f"all {self.max_contexts} contexts of the device are open")
         usage.contexts += 1
         self.contexts += 1
-        self.user_contexts += uid != 0
+        self.user_contexts += self._limited(uid)
 
     def close_context(self, uid: int) -> None:
         self._usage(uid).contexts -= 1
         self.contexts -= 1
-        self.user_contexts -= uid != 0
+        self.user_contexts -= self._limited(uid)
         self._forget_if_idle(uid)
 
     def charge(self, uid: int, size: int) -> None:
         """Count a buffer of ``size`` bytes for ``uid``, or raise KmdError(EDQUOT)."""
         usage = self._usage(uid)
-        if uid != 0:
+        if self._limited(uid):
             quota = self.limits.max_memory_per_user or self.memory_total
             if usage.memory + size > quota:
                 raise KmdError(errno.EDQUOT, f"uid {uid} holds {usage.memory} bytes of device memory; {size} more "

@@ -99,3 +99,15 @@ def test_libnpu_says_what_ran_out():
     assert "quota" in str(NpuError(errno.EDQUOT, "MEM_ALLOC"))
     assert "kept for root" in str(NpuError(errno.ENFILE, "OPEN"))
     assert "--max-contexts-per-user" in str(NpuError(errno.EMFILE, "OPEN"))
+
+
+def test_a_rootless_owner_is_limited_like_root():
+    quotas = Quotas(Limits(max_contexts_per_user=1, root_contexts=2, max_buffers_per_user=1), max_contexts=4,
+                    memory_total=1 << 20, owner_uid=1000)
+    for _ in range(4):
+        quotas.open_context(1000)          # past the per-user limit and into the reserve
+    for _ in range(3):
+        quotas.charge(1000, 4096)
+    with pytest.raises(KmdError) as full:
+        quotas.open_context(1001)
+    assert full.value.errno == errno.ENFILE
