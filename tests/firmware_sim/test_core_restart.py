@@ -24,7 +24,7 @@ from firmware_sim.spec import memory, regs, ring
 from firmware_sim.timing import HardwareProfile
 from kmd_fuse import paths
 from kmd_fuse.udev.uevent import Uevent
-from tests.support.device import start_npu, stop_npu, wait_until
+from tests.support.device import set_fault_injection, start_npu, stop_npu, wait_until
 
 ENTRIES = 8
 BANK = regs.core_bank(0)
@@ -157,13 +157,6 @@ def test_an_entry_that_kills_the_core_before_it_starts_is_dropped(bus, monkeypat
 
 # ---- real core processes under the mounted driver ----
 
-def _set_fault(devroot: Path, bits: int) -> None:
-    fd = os.open(memory.regs_path(paths.bus_dir(devroot, 0)), os.O_RDWR)
-    try:
-        with mmap.mmap(fd, regs.REGS_SIZE) as m:
-            regs.RegisterView(m).write32(regs.FAULT_INJECT, bits)
-    finally:
-        os.close(fd)
 
 
 def _chip_registers(devroot: Path) -> regs.RegisterView:
@@ -215,10 +208,10 @@ def test_a_core_killed_by_sigbus_mid_job_fails_that_job_with_efault(fresh_npu):
         dev = session.open(0)
         count = dev.info()["reset_count"]
         assert wait_until(lambda: len(_core_pids(npu.devroot)) == 2)
-        _set_fault(npu.devroot, regs.FAULT_HANG)
+        set_fault_injection(npu.devroot, regs.FAULT_HANG)
         hung = [dev.submit(None, timeout_ms=0xFFFFFFFF) for _ in range(2)]      # one on each core
         _wait_until_hung(view, (0, 1))
-        _set_fault(npu.devroot, 0)
+        set_fault_injection(npu.devroot, 0)
         queued = [dev.submit(None, timeout_ms=0xFFFFFFFF) for _ in range(6)]    # behind the hung ones
         for pid in _core_pids(npu.devroot):
             os.kill(pid, signal.SIGBUS)
@@ -282,10 +275,10 @@ def test_a_job_timeout_is_clamped_to_the_devices_maximum(capped_npu):
     npu = capped_npu
     with libnpu.initialize(npu.devroot) as session:
         dev = session.open(0)
-        _set_fault(npu.devroot, regs.FAULT_HANG)
+        set_fault_injection(npu.devroot, regs.FAULT_HANG)
         fence = dev.submit(None, timeout_ms=0xFFFFFFFF)
         _wait_until_hung(_chip_registers(npu.devroot), (0, 1), count=1)
-        _set_fault(npu.devroot, 0)
+        set_fault_injection(npu.devroot, 0)
         with pytest.raises(libnpu.JobError) as exc:
             fence.wait(timeout=60)
         assert exc.value.errno == errno.ETIMEDOUT
@@ -300,13 +293,13 @@ def test_the_driver_restarts_a_chip_whose_watchdog_is_stuck(capped_npu):
     with libnpu.initialize(npu.devroot) as session:
         dev = session.open(0)
         count = dev.info()["reset_count"]
-        _set_fault(npu.devroot, regs.FAULT_HANG)
+        set_fault_injection(npu.devroot, regs.FAULT_HANG)
         chip = _chip_pid(npu.devroot)
         os.kill(chip, signal.SIGSTOP)
         try:
             fence = dev.submit(None, timeout_ms=0xFFFFFFFF)
             _wait_until_hung(_chip_registers(npu.devroot), (0, 1), count=1)
-            _set_fault(npu.devroot, 0)
+            set_fault_injection(npu.devroot, 0)
             with pytest.raises(libnpu.JobError) as exc:
                 fence.wait(timeout=60)
             assert exc.value.errno == errno.EIO           # lost in the chip's restart
@@ -335,11 +328,11 @@ def test_an_unexpected_error_in_a_job_is_eio_and_the_core_keeps_serving(fresh_np
         count = dev.info()["reset_count"]
         assert wait_until(lambda: len(_core_pids(npu.devroot)) == 2)
         cores = _core_pids(npu.devroot)
-        _set_fault(npu.devroot, regs.FAULT_INTERNAL)
+        set_fault_injection(npu.devroot, regs.FAULT_INTERNAL)
         with pytest.raises(libnpu.JobError) as exc:
             dev.run(None)
         assert exc.value.errno == errno.EIO
-        _set_fault(npu.devroot, 0)
+        set_fault_injection(npu.devroot, 0)
         for _ in range(5):
             dev.run(None)
         assert _core_pids(npu.devroot) == cores and dev.info()["reset_count"] == count

@@ -1,7 +1,6 @@
 """Clients that die, jobs that hang, a chip that dies, resets: the device keeps
 serving everyone else and nothing leaks."""
 import errno
-import mmap
 import os
 import signal
 import subprocess
@@ -13,9 +12,9 @@ import numpy as np
 import pytest
 
 import libnpu
-from firmware_sim.spec import memory, regs
+from firmware_sim.spec import regs
 from kmd_fuse import paths
-from tests.support.device import open_to_others, start_npu, stop_npu, wait_until
+from tests.support.device import open_to_others, set_fault_injection, start_npu, stop_npu, wait_until
 
 LONG_JOB = textwrap.dedent("""
     import sys, time, libnpu
@@ -63,13 +62,6 @@ def test_client_killed_mid_job_is_reclaimed(npu, blocked_in):
         assert (dst.view == 9).all()
 
 
-def _set_fault(devroot, bits):
-    fd = os.open(memory.regs_path(paths.bus_dir(devroot, 0)), os.O_RDWR)
-    try:
-        with mmap.mmap(fd, regs.REGS_SIZE) as m:
-            regs.RegisterView(m).write32(regs.FAULT_INJECT, bits)
-    finally:
-        os.close(fd)
 
 
 @pytest.fixture
@@ -85,10 +77,10 @@ def test_hung_job_is_killed_by_the_watchdog(fast_watchdog_npu):
         dev = session.open(0)
         nop = dev.command_buffer()
         nop.add("NOP")
-        _set_fault(npu.devroot, regs.FAULT_HANG)
+        set_fault_injection(npu.devroot, regs.FAULT_HANG)
         fence = dev.submit(nop)
         time.sleep(0.05)
-        _set_fault(npu.devroot, 0)
+        set_fault_injection(npu.devroot, 0)
         with pytest.raises(libnpu.JobError) as exc:
             fence.wait(timeout=10)
         assert exc.value.errno == errno.ETIMEDOUT
@@ -104,18 +96,18 @@ def test_dma_error_and_lost_interrupt_injection(fresh_npu):
         src, dst = dev.alloc_mem(4096), dev.alloc_mem(4096)
         cmds = dev.command_buffer()
         cmds.add("DMA_COPY", src=src.address, dst=dst.address, length=4096)
-        _set_fault(npu.devroot, regs.FAULT_DMA_ERROR)
+        set_fault_injection(npu.devroot, regs.FAULT_DMA_ERROR)
         with pytest.raises(libnpu.JobError) as exc:
             dev.run(cmds, [src, dst])
         assert exc.value.errno == errno.EIO
-        _set_fault(npu.devroot, regs.FAULT_LOST_IRQ)
+        set_fault_injection(npu.devroot, regs.FAULT_LOST_IRQ)
         dev.run(cmds, [src, dst])                       # found by the driver's completion poll
         src.view[:] = 0x0F
-        _set_fault(npu.devroot, regs.FAULT_BIT_FLIP)
+        set_fault_injection(npu.devroot, regs.FAULT_BIT_FLIP)
         dev.run(cmds, [src, dst])
         flipped = np.unpackbits(dst.view ^ src.view).sum()
         assert flipped == 1                             # silent data corruption, exactly one bit
-        _set_fault(npu.devroot, 0)
+        set_fault_injection(npu.devroot, 0)
         dev.run(cmds, [src, dst])
         assert (dst.view == 0x0F).all()
 
@@ -181,7 +173,7 @@ def test_a_context_cannot_queue_unbounded_jobs(fast_watchdog_npu):
     npu = fast_watchdog_npu
     with libnpu.initialize(npu.devroot) as session:
         dev, other = session.open(0), session.open(0)
-        _set_fault(npu.devroot, regs.FAULT_HANG)
+        set_fault_injection(npu.devroot, regs.FAULT_HANG)
         fences = []
         with pytest.raises(libnpu.NpuError) as exc:
             for _ in range(5000):
@@ -189,7 +181,7 @@ def test_a_context_cannot_queue_unbounded_jobs(fast_watchdog_npu):
         assert exc.value.errno == errno.EAGAIN
         assert len(fences) >= 4096               # (a few hung jobs were retired by the watchdog meanwhile)
         late = other.submit(None)                  # the limit is per context
-        _set_fault(npu.devroot, 0)
+        set_fault_injection(npu.devroot, 0)
         for i in range(0, len(fences), 64):
             dev.wait(fences[i:i + 64], timeout=60)
         other.wait([late], timeout=60)

