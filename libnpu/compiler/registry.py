@@ -31,8 +31,10 @@ class Operator:
     """One IR operator and every stage's rule for it (None: the stage does not apply).
 
     - ``attrs``: the attributes an op of this type carries (all required).
-    - ``tflite``: ``(importer, ins, outs, options, where) -> (attrs, data input indices)``;
-      ``tflite_aliases``: other TFLite builtins imported as this operator.
+    - ``tflite``: ``(importer, ins, outs, options, where) -> (attrs, data input indices)``,
+      or None when it added the ops itself (an operator imported as others, e.g. SPLIT as
+      STRIDED_SLICEs) or folded its output to a constant (DENSIFY); ``tflite_aliases``:
+      other TFLite builtins imported as this operator.
     - ``float_ref``: ``(op, input values, output tensor) -> value`` in float32.
     - ``same_scale``: inputs and output share one quantization (data movement);
       ``fixed_output``: the output's ``(scale, zero_point)`` is fixed by the int8 spec;
