@@ -27,7 +27,8 @@ register(Operator(
     export=lambda wr, op, outs: wr.with_constant(op, outs, op.attrs["new_shape"])))
 
 
-def _onnx_reshape_to(im, node, where, out_shape: tuple[int, ...] | None = None):
+def reshape_to(im, node, where, out_shape: tuple[int, ...] | None = None) -> None:
+    """Emit a RESHAPE of ONNX node ``node``'s input to its output's (or ``out_shape``) shape."""
     out_shape = out_shape or im.onnx_shape(node.output[0], where)
     src = node.input[0]
     # A feature map with a single pixel has the same element order in NCHW and NHWC.
@@ -39,7 +40,7 @@ def _onnx_reshape_to(im, node, where, out_shape: tuple[int, ...] | None = None):
 
 @onnx("Flatten")
 def _onnx_flatten(im, node, attrs, where):
-    _onnx_reshape_to(im, node, where)
+    reshape_to(im, node, where)
 
 
 @onnx("Reshape")
@@ -55,7 +56,7 @@ def _onnx_reshape(im, node, attrs, where):
         dims[dims.index(-1)] = int(np.prod(in_shape)) // max(known, 1)
     if int(np.prod(dims)) != int(np.prod(in_shape)):
         raise onnx_import.ONNXImportError(f"{where}: cannot reshape {in_shape} to {target}")
-    _onnx_reshape_to(im, node, where, tuple(dims))
+    reshape_to(im, node, where, tuple(dims))
 
 
 # CONCATENATION --------------------------------------------------------------------------
