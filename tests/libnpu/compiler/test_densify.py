@@ -80,3 +80,19 @@ def test_bad_sparsity_is_one_import_error() -> None:
     values, sp = sparse.encode(dense, [0, 1], [sparse.DENSE, sparse.SPARSE_CSR])
     with pytest.raises(TFLiteImportError, match="sparsity"):
         import_tflite(_densify_model(dense, values[:2], sp))   # fewer values than the format names
+
+
+@pytest.mark.parametrize("name", ["face_detection_full_range_sparse", "pose_detection"])
+def test_mediapipe_sparse_models_compile(name, litert) -> None:
+    """The two mediapipe models with DENSIFY (and DEPTH_TO_SPACE) import with the float
+    results of LiteRT and compile for the chip (a shared bias constant included)."""
+    from libnpu.compiler.lower import compile_model
+    from libnpu.tools.model_zoo import cache_dir
+    path = cache_dir() / f"{name}.tflite"
+    if not path.exists():
+        pytest.skip(f"{path} is not in the model cache")
+    g = import_tflite(path.read_bytes(), name)
+    x = np.random.default_rng(42).uniform(0, 1, g.tensors[g.inputs[0]].shape).astype(np.float32)
+    for got, ref in zip(run_float(g, [x]).values(), litert(path, [x])):
+        np.testing.assert_allclose(got, ref, atol=1e-3 * max(1.0, float(np.abs(ref).max())))
+    assert compile_model(path, random_count=1).tasks

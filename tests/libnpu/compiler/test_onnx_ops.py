@@ -1,0 +1,80 @@
+"""Single-node float ONNX models: imported, quantized on random calibration in [-1, 1],
+lowered, run on the chip; on inputs in [-1, 1] every output matches onnxruntime within
+5% of its largest magnitude (issue 13's bar for the FuriosaAI operator list)."""
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto
+from onnx import helper as h
+from onnx import numpy_helper as nh
+
+from libnpu.compiler.lower import lower
+from libnpu.compiler.onnx_import import import_onnx
+from libnpu.compiler.quantizer import quantize_model
+from tests.support.chip_memory import ChipMemory, run_loadable
+
+ort = pytest.importorskip("onnxruntime")
+
+
+@pytest.fixture(scope="module")
+def mem(tmp_path_factory) -> ChipMemory:
+    return ChipMemory(tmp_path_factory.mktemp("chip"), size=8 << 20)
+
+
+def single_node(op: str, inputs: dict[str, tuple], outputs: dict[str, tuple], consts: dict | None = None,
+                opset: int = 13, **attrs) -> onnx.ModelProto:
+    """A model of one ``op`` node: float inputs/outputs, constants as initializers."""
+    consts = consts or {}
+    node = h.make_node(op, list(inputs) + list(consts) if not attrs.get("_order") else attrs.pop("_order"),
+                       list(outputs), **{k: v for k, v in attrs.items() if k != "_order"})
+    graph = h.make_graph([node], op,
+                         [h.make_tensor_value_info(k, TensorProto.FLOAT, list(v)) for k, v in inputs.items()],
+                         [h.make_tensor_value_info(k, TensorProto.FLOAT, list(v)) for k, v in outputs.items()],
+                         [nh.from_array(np.asarray(v), k) for k, v in consts.items()])
+    model = h.make_model(graph, opset_imports=[h.make_opsetid("", opset)])
+    model.ir_version = 8
+    onnx.checker.check_model(model)
+    return model
+
+
+def check_against_onnxruntime(mem: ChipMemory, model: onnx.ModelProto, seed: int = 0, runs: int = 3) -> None:
+    graph = import_onnx(model)
+    q = quantize_model(graph, random_count=8, seed=seed)
+    ld = lower(q)
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    rng = np.random.default_rng(seed + 1)
+    names = [i.name for i in sess.get_inputs()]
+    for _ in range(runs):
+        feeds = [rng.uniform(-1, 1, graph.tensors[n].shape).astype(np.float32) for n in graph.inputs]
+        expected = sess.run(None, dict(zip(names, feeds)))
+        got = run_loadable(mem, ld, feeds)
+        for k, (a, b) in enumerate(zip(got, expected, strict=True)):
+            assert a.shape == b.shape, (k, a.shape, b.shape)
+            bound = 0.05 * float(np.abs(b).max())
+            err = float(np.abs(a - b).max())
+            assert err <= bound + 1e-6, f"output {k}: max|err| {err:.4g} > 5% of max|ref| ({bound:.4g})"
+
+
+X4 = (1, 8, 6, 6)
+
+
+@pytest.mark.parametrize("name,model", [
+    ("Split", single_node("Split", {"x": X4}, {"a": (1, 3, 6, 6), "b": (1, 5, 6, 6)},
+                          {"split": np.int64([3, 5])}, axis=1)),
+    ("Split equal", single_node("Split", {"x": (2, 6, 4)}, {"a": (2, 3, 4), "b": (2, 3, 4)}, axis=1)),
+    ("Slice NCHW", single_node("Slice", {"x": X4}, {"y": (1, 3, 2, 6)},
+                               {"s": np.int64([1, 1]), "e": np.int64([7, 5]), "a": np.int64([1, 2]),
+                                "st": np.int64([2, 2])})),
+    ("Slice negative step", single_node("Slice", {"x": (3, 10)}, {"y": (3, 3)},
+                                        {"s": np.int64([-2]), "e": np.int64([-100]), "a": np.int64([1]),
+                                         "st": np.int64([-3])})),
+    ("Unsqueeze", single_node("Unsqueeze", {"x": (4, 6)}, {"y": (1, 4, 1, 6)}, {"axes": np.int64([0, 2])})),
+    ("Squeeze", single_node("Squeeze", {"x": (1, 4, 1, 6)}, {"y": (4, 6)}, {"axes": np.int64([0, 2])})),
+    ("DepthToSpace DCR", single_node("DepthToSpace", {"x": X4}, {"y": (1, 2, 12, 12)}, blocksize=2)),
+    ("DepthToSpace CRD", single_node("DepthToSpace", {"x": X4}, {"y": (1, 2, 12, 12)}, blocksize=2, mode="CRD")),
+    ("SpaceToDepth", single_node("SpaceToDepth", {"x": X4}, {"y": (1, 32, 3, 3)}, blocksize=2)),
+], ids=lambda v: v if isinstance(v, str) else "")
+def test_movement(mem, name, model) -> None:
+    check_against_onnxruntime(mem, model)
