@@ -25,7 +25,7 @@ __all__ = [
     "OP_CONV_2D", "OP_DEPTHWISE_CONV_2D", "OP_ADD", "OP_MUL", "OP_MAX_POOL_2D", "OP_AVERAGE_POOL_2D",
     "OP_MEAN", "OP_RELU", "OP_LUT", "OP_SOFTMAX", "OP_CONCATENATION", "OP_RESHAPE", "OP_TRANSPOSE",
     "OP_PAD", "OP_STRIDED_SLICE", "OP_RESIZE_BILINEAR", "OP_RESIZE_NEAREST_NEIGHBOR", "OP_QUANTIZE",
-    "OP_REQUANTIZE", "OP_DEQUANTIZE",
+    "OP_REQUANTIZE", "OP_DEQUANTIZE", "OP_SUM", "OP_REDUCE_MAX", "OP_REDUCE_MIN", "OP_REDUCE_L2",
 ]
 
 PADDING_SAME, PADDING_VALID = 1, 2
@@ -208,4 +208,30 @@ REQUANTIZE = register_task(OP_REQUANTIZE, "REQUANTIZE", _FLAT + [  # int8 -> int
 ])
 DEQUANTIZE = register_task(OP_DEQUANTIZE, "DEQUANTIZE", _FLAT + [  # int8 -> float32
     ("scale", "<f4"), ("zero_point", "<i4"),
+])
+
+# ---- reductions (opcodes 0x50..0x53) ----
+OP_SUM = 0x50
+OP_REDUCE_MAX = 0x51
+OP_REDUCE_MIN = 0x52
+OP_REDUCE_L2 = 0x53
+
+_REDUCE = [
+    ("input", "<u8"), ("output", "<u8"),
+    ("rank", "<u4"), ("in_shape", *_SHAPE),
+    ("axes_mask", "<u4"),      # bit i set: reduce axis i (the output keeps it as 1)
+]
+# SUM: acc = sum(x - input_zp) (int32), y = clamp(MultiplyByQuantizedMultiplier(acc, multiplier,
+#   shift) + output_zp, -128, 127), multiplier/shift = spec.fixedpoint.rescale_multiplier: LiteRT's
+#   integer arithmetic, on int8 values (LiteRT 2.3 reads and writes them as uint8: docs/hardware.md).
+SUM = register_task(OP_SUM, "SUM", _REDUCE + [
+    ("input_zp", "<i4"), ("output_zp", "<i4"), ("multiplier", "<i4"), ("shift", "<i4"),
+])
+REDUCE_MAX = register_task(OP_REDUCE_MAX, "REDUCE_MAX", _REDUCE)   # one quantization in and out
+REDUCE_MIN = register_task(OP_REDUCE_MIN, "REDUCE_MIN", _REDUCE)
+# REDUCE_L2 (no TFLite kernel; docs/hardware.md): acc = sum((x - input_zp)^2) exactly (int64),
+#   y = clamp(output_zp + round_half_away(sqrt_f64(acc) * scale), -128, 127),
+#   scale = f64(input_scale / output_scale).
+REDUCE_L2 = register_task(OP_REDUCE_L2, "REDUCE_L2", _REDUCE + [
+    ("input_zp", "<i4"), ("output_zp", "<i4"), ("scale", "<f8"),
 ])
