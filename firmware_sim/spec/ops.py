@@ -26,6 +26,7 @@ __all__ = [
     "OP_MEAN", "OP_RELU", "OP_LUT", "OP_SOFTMAX", "OP_CONCATENATION", "OP_RESHAPE", "OP_TRANSPOSE",
     "OP_PAD", "OP_STRIDED_SLICE", "OP_RESIZE_BILINEAR", "OP_RESIZE_NEAREST_NEIGHBOR", "OP_QUANTIZE",
     "OP_REQUANTIZE", "OP_DEQUANTIZE", "OP_SUM", "OP_REDUCE_MAX", "OP_REDUCE_MIN", "OP_REDUCE_L2",
+    "OP_BATCH_MATMUL", "OPF_ADJ_X", "OPF_ADJ_Y",
 ]
 
 PADDING_SAME, PADDING_VALID = 1, 2
@@ -234,4 +235,21 @@ REDUCE_MIN = register_task(OP_REDUCE_MIN, "REDUCE_MIN", _REDUCE)
 #   scale = f64(input_scale / output_scale).
 REDUCE_L2 = register_task(OP_REDUCE_L2, "REDUCE_L2", _REDUCE + [
     ("input_zp", "<i4"), ("output_zp", "<i4"), ("scale", "<f8"),
+])
+
+# ---- matrix products of two activations (opcode 0x54) ----
+OP_BATCH_MATMUL = 0x54
+OPF_ADJ_X = 0x20   # batch_matmul: lhs is stored [..., depth, rows] (transposed)
+OPF_ADJ_Y = 0x40   # batch_matmul: rhs is stored [..., cols, depth]
+
+# out[..., i, j] = clamp(MultiplyByQuantizedMultiplier(sum_k (lhs[..., i, k] - lhs_zp) *
+#   (rhs[..., k, j] - rhs_zp), multiplier, shift) + output_zp, act_min, act_max); the batch
+#   axes broadcast like numpy (shapes given at one rank, leading 1s added).
+BATCH_MATMUL = register_task(OP_BATCH_MATMUL, "BATCH_MATMUL", [
+    ("lhs", "<u8"), ("rhs", "<u8"), ("output", "<u8"),
+    ("rank", "<u4"),                   # >= 2: batch axes, then the two matrix axes
+    ("lhs_shape", *_SHAPE), ("rhs_shape", *_SHAPE),   # as stored (adj flags say the order)
+    ("lhs_zp", "<i4"), ("rhs_zp", "<i4"), ("output_zp", "<i4"),
+    ("multiplier", "<i4"), ("shift", "<i4"),
+    ("act_min", "<i4"), ("act_max", "<i4"),
 ])

@@ -89,3 +89,14 @@ def test_reductions(mem, op, axes, keep) -> None:
     opset = 13 if op == "ReduceSum" else 18   # the opsets where axes became an input
     model = single_node(op, {"x": X4}, {"y": out}, {"axes": np.int64(axes)}, opset=opset, keepdims=keep)
     check_against_onnxruntime(mem, model)
+
+
+@pytest.mark.parametrize("a,b,out", [((4, 8), (8, 5), (4, 5)), ((2, 3, 4, 8), (2, 3, 8, 6), (2, 3, 4, 6)),
+                                     ((2, 1, 4, 8), (3, 8, 6), (2, 3, 4, 6))])
+def test_matmul_of_two_activations(mem, a, b, out) -> None:
+    check_against_onnxruntime(mem, single_node("MatMul", {"a": a, "b": b}, {"y": out}))
+
+
+def test_gemm_of_two_activations(mem) -> None:
+    model = single_node("Gemm", {"a": (8, 4), "b": (5, 8)}, {"y": (4, 5)}, transA=1, transB=1, alpha=0.5)
+    check_against_onnxruntime(mem, model)
