@@ -26,7 +26,7 @@ __all__ = [
     "OP_MEAN", "OP_RELU", "OP_LUT", "OP_SOFTMAX", "OP_CONCATENATION", "OP_RESHAPE", "OP_TRANSPOSE",
     "OP_PAD", "OP_STRIDED_SLICE", "OP_RESIZE_BILINEAR", "OP_RESIZE_NEAREST_NEIGHBOR", "OP_QUANTIZE",
     "OP_REQUANTIZE", "OP_DEQUANTIZE", "OP_SUM", "OP_REDUCE_MAX", "OP_REDUCE_MIN", "OP_REDUCE_L2",
-    "OP_BATCH_MATMUL", "OPF_ADJ_X", "OPF_ADJ_Y",
+    "OP_BATCH_MATMUL", "OPF_ADJ_X", "OPF_ADJ_Y", "OP_TRANSPOSE_CONV",
 ]
 
 PADDING_SAME, PADDING_VALID = 1, 2
@@ -253,3 +253,13 @@ BATCH_MATMUL = register_task(OP_BATCH_MATMUL, "BATCH_MATMUL", [
     ("multiplier", "<i4"), ("shift", "<i4"),
     ("act_min", "<i4"), ("act_max", "<i4"),
 ])
+
+# ---- transposed convolution (opcode 0x55) ----
+OP_TRANSPOSE_CONV = 0x55
+# The conv layout: weights [Cout, KH, KW, Cin] (symmetric, per channel with OPF_PER_CHANNEL),
+# bias int32 [Cout] or 0, padding = (top, left) cropped from the full result. Each input
+# pixel (y, x) adds (input - input_zp) * weights into output (y * stride - top + ky,
+# x * stride - left + kx) when that lies inside out_shape; then + bias,
+# MultiplyByQuantizedMultiplier per channel, + output_zp, clamp. dilation must be (1, 1)
+# and cin_per_group Cin.
+TRANSPOSE_CONV = register_task(OP_TRANSPOSE_CONV, "TRANSPOSE_CONV", _CONV_FIELDS)

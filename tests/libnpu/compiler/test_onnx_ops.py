@@ -100,3 +100,17 @@ def test_matmul_of_two_activations(mem, a, b, out) -> None:
 def test_gemm_of_two_activations(mem) -> None:
     model = single_node("Gemm", {"a": (8, 4), "b": (5, 8)}, {"y": (4, 5)}, transA=1, transB=1, alpha=0.5)
     check_against_onnxruntime(mem, model)
+
+
+@pytest.mark.parametrize("attrs,out", [
+    (dict(strides=[2, 2]), (1, 4, 13, 13)),
+    (dict(strides=[2, 2], pads=[1, 1, 1, 1], output_padding=[1, 1]), (1, 4, 12, 12)),
+    (dict(strides=[1, 2], pads=[0, 1, 0, 0]), (1, 4, 8, 12)),
+    (dict(strides=[2, 2], auto_pad="SAME_UPPER"), (1, 4, 12, 12)),
+    (dict(strides=[2, 2], output_shape=[12, 12]), (1, 4, 12, 12)),
+])
+def test_conv_transpose(mem, attrs, out) -> None:
+    rng = np.random.default_rng(9)
+    consts = {"w": (rng.standard_normal((8, 4, 3, 3)) * 0.3).astype(np.float32),
+              "b": (rng.standard_normal(4) * 0.1).astype(np.float32)}
+    check_against_onnxruntime(mem, single_node("ConvTranspose", {"x": X4}, {"y": out}, consts, **attrs))
