@@ -70,15 +70,14 @@ def _export(wr, op, outs) -> None:
     a = op.attrs
     out = wr.src.tensors[op.outputs[0]].shape
     w = wr.src.tensors[op.inputs[1]].shape
-    for code, enum in ((spec_ops.PADDING_SAME, 0), (spec_ops.PADDING_VALID, 1)):
-        if all(spec_ops.conv_geometry(size, k, s, 1, code)[1] == pad
-               for size, k, s, pad in zip(out[1:3], w[1:3], a["stride"], a["padding"])):
-            break
-    else:
+    fits = [enum for code, enum in ((spec_ops.PADDING_SAME, 0), (spec_ops.PADDING_VALID, 1))
+            if all(spec_ops.conv_geometry(size, k, s, 1, code)[1] == pad
+                   for size, k, s, pad in zip(out[1:3], w[1:3], a["stride"], a["padding"]))]
+    if not fits:
         raise tflite_export.TFLiteExportError(f"{op.describe()}: padding {a['padding']} is neither SAME nor VALID")
     ins = [wr.const_i32(op.outputs[0], out), wr.name(op.inputs[1]), wr.name(op.inputs[0]), wr.bias(op, w[0])]
     wr.add(op.type, ins, outs, {"TransposeConvOptions": dict(
-        Padding=enum, StrideH=a["stride"][0], StrideW=a["stride"][1],
+        Padding=fits[0], StrideH=a["stride"][0], StrideW=a["stride"][1],
         FusedActivationFunction=tflite_export.ACT[a["activation"]])})
 
 
