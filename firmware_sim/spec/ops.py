@@ -26,7 +26,7 @@ __all__ = [
     "OP_MEAN", "OP_RELU", "OP_LUT", "OP_SOFTMAX", "OP_CONCATENATION", "OP_RESHAPE", "OP_TRANSPOSE",
     "OP_PAD", "OP_STRIDED_SLICE", "OP_RESIZE_BILINEAR", "OP_RESIZE_NEAREST_NEIGHBOR", "OP_QUANTIZE",
     "OP_REQUANTIZE", "OP_DEQUANTIZE", "OP_SUM", "OP_REDUCE_MAX", "OP_REDUCE_MIN", "OP_REDUCE_L2",
-    "OP_BATCH_MATMUL", "OPF_ADJ_X", "OPF_ADJ_Y", "OP_TRANSPOSE_CONV",
+    "OP_BATCH_MATMUL", "OPF_ADJ_X", "OPF_ADJ_Y", "OP_TRANSPOSE_CONV", "OP_GATHER",
 ]
 
 PADDING_SAME, PADDING_VALID = 1, 2
@@ -263,3 +263,15 @@ OP_TRANSPOSE_CONV = 0x55
 # MultiplyByQuantizedMultiplier per channel, + output_zp, clamp. dilation must be (1, 1)
 # and cin_per_group Cin.
 TRANSPOSE_CONV = register_task(OP_TRANSPOSE_CONV, "TRANSPOSE_CONV", _CONV_FIELDS)
+
+# ---- gather along one axis by an index table (opcode 0x56) ----
+OP_GATHER = 0x56
+# The input is viewed as [outer, axis_size, inner] (inner counted in elements), the output
+# as [outer, count, inner]: output[o, i, :] = input[o, indices[i], :]. Serves GATHER with
+# constant indices, and one axis at a time MIRROR_PAD, BROADCAST_TO and ONNX Pad
+# reflect/edge. An index outside [0, axis_size) fails the job (EINVAL).
+GATHER = register_task(OP_GATHER, "GATHER", [
+    ("input", "<u8"), ("output", "<u8"),
+    ("indices_iova", "<u8"),   # int32[count]
+    ("outer", "<u4"), ("axis_size", "<u4"), ("inner", "<u4"), ("count", "<u4"),
+])

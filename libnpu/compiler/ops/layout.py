@@ -140,8 +140,9 @@ register(Operator(
 @onnx("Pad")
 def _onnx_pad(im, node, attrs, where):
     mode = attrs.get("mode", b"constant")
-    if (mode.decode() if isinstance(mode, bytes) else mode) != "constant":
-        raise onnx_import.ONNXImportError(f"{where}: only constant padding is supported")
+    mode = mode.decode() if isinstance(mode, bytes) else mode
+    if mode not in ("constant", "reflect", "edge"):
+        raise onnx_import.ONNXImportError(f"{where}: padding mode {mode!r} is not supported")
     pads = attrs.get("pads")
     if pads is None:
         pads = im.const(node.input[1], where)
@@ -150,6 +151,10 @@ def _onnx_pad(im, node, attrs, where):
     pads = [int(p) for p in np.asarray(pads).reshape(-1)]
     rank = len(pads) // 2
     pairs = [(pads[i], pads[i + rank]) for i in range(rank)]
+    if mode != "constant":
+        from .gather import onnx_pad_by_gather
+        onnx_pad_by_gather(im, node, pairs, mode.upper(), where)
+        return
     nhwc = rank == 4 and im.is_nhwc(node.input[0])
     if nhwc:
         pairs = [pairs[p] for p in onnx_import.TO_NHWC]

@@ -114,3 +114,18 @@ def test_conv_transpose(mem, attrs, out) -> None:
     consts = {"w": (rng.standard_normal((8, 4, 3, 3)) * 0.3).astype(np.float32),
               "b": (rng.standard_normal(4) * 0.1).astype(np.float32)}
     check_against_onnxruntime(mem, single_node("ConvTranspose", {"x": X4}, {"y": out}, consts, **attrs))
+
+
+@pytest.mark.parametrize("name,model", [
+    ("Gather", single_node("Gather", {"x": X4}, {"y": (1, 3, 6, 6)}, {"i": np.int64([4, -1, 0])}, axis=1)),
+    ("Gather 2-D indices", single_node("Gather", {"x": (5, 7)}, {"y": (5, 2, 2)}, {"i": np.int64([[1, 2], [6, 0]])},
+                                       axis=1)),
+    ("Expand", single_node("Expand", {"x": (1, 8, 1, 6)}, {"y": (2, 8, 5, 6)}, {"s": np.int64([2, 1, 5, 6])})),
+    ("Expand rank", single_node("Expand", {"x": (6,)}, {"y": (3, 4, 6)}, {"s": np.int64([3, 4, 1])})),
+    ("Pad reflect", single_node("Pad", {"x": X4}, {"y": (1, 8, 9, 8)}, {"p": np.int64([0, 0, 1, 2, 0, 0, 2, 0])},
+                                mode="reflect")),
+    ("Pad edge", single_node("Pad", {"x": X4}, {"y": (1, 8, 10, 7)}, {"p": np.int64([0, 0, 3, 0, 0, 0, 1, 1])},
+                             mode="edge")),
+], ids=lambda v: v if isinstance(v, str) else "")
+def test_gathers(mem, name, model) -> None:
+    check_against_onnxruntime(mem, model)
