@@ -129,3 +129,30 @@ def test_conv_transpose(mem, attrs, out) -> None:
 ], ids=lambda v: v if isinstance(v, str) else "")
 def test_gathers(mem, name, model) -> None:
     check_against_onnxruntime(mem, model)
+
+
+@pytest.mark.parametrize("coord,nearest,out", [
+    ("half_pixel", "round_prefer_floor", (1, 8, 12, 12)),      # ONNX's defaults
+    ("half_pixel", "round_prefer_floor", (1, 8, 9, 4)),
+    ("pytorch_half_pixel", "round_prefer_ceil", (1, 8, 10, 7)),
+    ("asymmetric", "round_prefer_floor", (1, 8, 11, 3)),
+    ("align_corners", "floor", (1, 8, 12, 12)),
+    ("tf_half_pixel_for_nn", "ceil", (1, 8, 7, 13)),
+])
+def test_resize_nearest_any_mode(mem, coord, nearest, out) -> None:
+    model = single_node("Resize", {"x": X4}, {"y": out}, {"roi": np.zeros(0, np.float32),
+                        "scales": np.zeros(0, np.float32), "sizes": np.int64(out)},
+                        mode="nearest", coordinate_transformation_mode=coord, nearest_mode=nearest)
+    check_against_onnxruntime(mem, model)
+
+
+@pytest.mark.parametrize("coord", ["asymmetric", "align_corners", "half_pixel"])
+def test_resize_linear(mem, coord) -> None:
+    model = single_node("Resize", {"x": X4}, {"y": (1, 8, 11, 9)}, {"roi": np.zeros(0, np.float32),
+                        "scales": np.zeros(0, np.float32), "sizes": np.int64([1, 8, 11, 9])},
+                        mode="linear", coordinate_transformation_mode=coord)
+    check_against_onnxruntime(mem, model)
+
+
+def test_global_average_pool(mem) -> None:
+    check_against_onnxruntime(mem, single_node("GlobalAveragePool", {"x": X4}, {"y": (1, 8, 1, 1)}))
