@@ -14,7 +14,7 @@ from ..errors import InvalidCommand
 from .fixedpoint import multiply_by_quantized_multiplier, wrap_int32
 from .output import check_int8_param, emit, store_int8
 
-__all__ = ["reduce_sum", "reduce_max", "reduce_min", "reduce_l2"]
+__all__ = ["reduce_sum", "reduce_max", "reduce_min", "reduce_l2", "arg_max", "arg_min"]
 
 
 def _axes(x: np.ndarray, axes) -> tuple[int, ...]:
@@ -67,3 +67,20 @@ def reduce_l2(x: np.ndarray, axes, *, input_zp: int, output_zp: int, scale: floa
     val = np.sqrt(acc.astype(np.float64)) * np.float64(scale)
     q = np.clip(_round_half_away(val) + check_int8_param("output_zp", output_zp), -128, 127)
     return emit(q.astype(np.int8), out)
+
+
+def _arg(x: np.ndarray, axis: int, pick, out: np.ndarray | None, dtype) -> np.ndarray:
+    if x.dtype != np.int8 or not 0 <= int(axis) < x.ndim or x.shape[int(axis)] == 0:
+        raise InvalidCommand(f"arg index: int8 input with a non-empty axis needed, got {x.dtype} {x.shape} "
+                             f"axis {axis}")
+    return emit(pick(x, axis=int(axis)).astype(dtype), out)
+
+
+def arg_max(x: np.ndarray, axis: int, *, dtype=np.int32, out: np.ndarray | None = None) -> np.ndarray:
+    """The first index of the largest value along ``axis`` (the axis dropped)."""
+    return _arg(x, axis, np.argmax, out, dtype)
+
+
+def arg_min(x: np.ndarray, axis: int, *, dtype=np.int32, out: np.ndarray | None = None) -> np.ndarray:
+    """The first index of the smallest value along ``axis`` (the axis dropped)."""
+    return _arg(x, axis, np.argmin, out, dtype)

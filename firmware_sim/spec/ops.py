@@ -27,6 +27,7 @@ __all__ = [
     "OP_PAD", "OP_STRIDED_SLICE", "OP_RESIZE_BILINEAR", "OP_RESIZE_NEAREST_NEIGHBOR", "OP_QUANTIZE",
     "OP_REQUANTIZE", "OP_DEQUANTIZE", "OP_SUM", "OP_REDUCE_MAX", "OP_REDUCE_MIN", "OP_REDUCE_L2",
     "OP_BATCH_MATMUL", "OPF_ADJ_X", "OPF_ADJ_Y", "OP_TRANSPOSE_CONV", "OP_GATHER",
+    "OP_ARG_MAX", "OP_ARG_MIN", "OPF_INDEX_INT64",
 ]
 
 PADDING_SAME, PADDING_VALID = 1, 2
@@ -275,3 +276,16 @@ GATHER = register_task(OP_GATHER, "GATHER", [
     ("indices_iova", "<u8"),   # int32[count]
     ("outer", "<u4"), ("axis_size", "<u4"), ("inner", "<u4"), ("count", "<u4"),
 ])
+
+# ---- index of the largest / smallest value along one axis (opcodes 0x57, 0x58) ----
+OP_ARG_MAX = 0x57
+OP_ARG_MIN = 0x58
+OPF_INDEX_INT64 = 0x80   # arg_max/arg_min: the output is int64 (else int32)
+# The output (the input's shape without ``axis``) holds the first index of the extreme
+# int8 value; ties go to the lowest index, as LiteRT's kernel.
+_ARG = [
+    ("input", "<u8"), ("output", "<u8"),
+    ("rank", "<u4"), ("in_shape", *_SHAPE), ("axis", "<u4"),
+]
+ARG_MAX = register_task(OP_ARG_MAX, "ARG_MAX", _ARG)
+ARG_MIN = register_task(OP_ARG_MIN, "ARG_MIN", _ARG)

@@ -1,5 +1,5 @@
-"""The reduction unit: SUM, REDUCE_MAX, REDUCE_MIN, REDUCE_L2 over any axes
-(descriptors: ``spec.ops``)."""
+"""The reduction unit: SUM, REDUCE_MAX, REDUCE_MIN, REDUCE_L2 over any axes, ARG_MAX and
+ARG_MIN along one (descriptors: ``spec.ops``)."""
 from __future__ import annotations
 
 import numpy as np
@@ -58,3 +58,31 @@ def reduce_l2(desc: np.void, dma) -> None:
     x, axes, out = _operands(desc, dma)
     reduce.reduce_l2(x, axes, input_zp=int(desc["input_zp"]), output_zp=int(desc["output_zp"]),
                      scale=_scale(desc), out=out)
+
+
+def _arg_cost(desc: np.void) -> tuple[int, int]:
+    shape = [int(v) for v in desc["in_shape"][:int(desc["rank"])]]
+    axis = int(desc["axis"])
+    rest = prod(d for i, d in enumerate(shape) if i != axis)
+    return prod(shape), prod(shape) + 8 * rest
+
+
+def _arg(desc: np.void, dma, pick) -> None:
+    shape = ranked(desc, "in_shape")
+    axis = int(desc["axis"])
+    if not 0 <= axis < len(shape):
+        raise OpDescriptorError(f"axis {axis} outside rank {len(shape)}")
+    dtype = np.int64 if int(desc["flags"]) & ops.OPF_INDEX_INT64 else np.int32
+    x = dma.read_array(int(desc["input"]), np.int8, shape)
+    out_shape = tuple(d for i, d in enumerate(shape) if i != axis)
+    pick(x, axis, dtype=dtype, out=dma.write_array(int(desc["output"]), dtype, out_shape))
+
+
+@unit(ops.OP_ARG_MAX, _arg_cost)
+def arg_max(desc: np.void, dma) -> None:
+    _arg(desc, dma, reduce.arg_max)
+
+
+@unit(ops.OP_ARG_MIN, _arg_cost)
+def arg_min(desc: np.void, dma) -> None:
+    _arg(desc, dma, reduce.arg_min)

@@ -1,13 +1,17 @@
 """Reductions over any axes: SUM, REDUCE_MAX, REDUCE_MIN (TFLite) and REDUCE_L2 (ONNX
 ReduceL2: no TFLite builtin, the chip's formula is in docs/hardware.md); ONNX ReduceSum,
-ReduceMax, ReduceMin, ReduceL2. MEAN is in ``pool``. The IR keeps TFLite's ``axes`` and
+ReduceMax, ReduceMin, ReduceL2. ARG_MAX / ARG_MIN (ONNX ArgMax, ArgMin) along one axis,
+whose int32/int64 output is never quantized. MEAN is in ``pool``. The IR keeps TFLite's ``axes`` and
 ``keep_dims``; the chip reduces with the axes kept, a dropped axis is the same bytes."""
 from __future__ import annotations
 
 import numpy as np
 import tflite
 
+from firmware_sim.spec import ops as spec_ops
+
 from .. import onnx_import, qparams, tflite_import
+from ..ir import Op, Tensor
 from ..registry import Operator, onnx, register
 
 _ATTRS = ("axes", "keep_dims")
@@ -90,3 +94,72 @@ def _onnx_reduce(im, node, attrs, where):
             "ReduceL2": "REDUCE_L2"}[node.op_type]
     x = im.value(node.input[0], True if nhwc else False, where)
     im.emit(kind, [x], node.output[0], nhwc, where, dict(axes=ir_axes, keep_dims=keep))
+
+
+# ARG_MAX / ARG_MIN ---------------------------------------------------------------------------
+
+_INDEX_TYPES = {tflite.TensorType.INT32: "int32", tflite.TensorType.INT64: "int64"}
+
+
+def _tflite_arg(cls):
+    def imported(im, ins, outs, table, where):
+        o = tflite_import.options(table, cls)
+        rank = len(im.shape(ins[0]))
+        axis = int(im.const(ins[1], "axis", where).reshape(-1)[0]) % rank
+        out = im.graph.tensors[im.tensor(outs[0])]
+        if out.dtype not in ("int32", "int64") or (o is not None and o.OutputType() not in _INDEX_TYPES):
+            raise tflite_import.UnsupportedOpError(f"{where}: output type {out.dtype}")
+        return dict(axis=axis, keep_dims=False), ins[:1]
+    return imported
+
+
+def _float_arg(pick):
+    def ref(op, ins, out):
+        y = pick(ins[0], axis=op.attrs["axis"])
+        return (np.expand_dims(y, op.attrs["axis"]) if op.attrs["keep_dims"] else y).astype(out.dtype)
+    return ref
+
+
+def _lower_arg(name: str):
+    def lower(low, op, p):
+        from ..lower import pad_rank
+        shape = low.shape(op.inputs[0])
+        flags = spec_ops.OPF_INDEX_INT64 if low.g.tensors[op.outputs[0]].dtype == "int64" else 0
+        return low.emit(name, op, dict(rank=len(shape), in_shape=pad_rank(shape), axis=p["axis"]), flags)
+    return lower
+
+
+def _export_arg(options: str):
+    def export(wr, op, outs) -> None:
+        out = wr.src.tensors[op.outputs[0]]
+        kind = tflite.TensorType.INT64 if out.dtype == "int64" else tflite.TensorType.INT32
+        target = outs
+        if op.attrs["keep_dims"]:  # TFLite drops the axis: reshape back
+            shape = tuple(d for i, d in enumerate(out.shape) if i != op.attrs["axis"])
+            target = [wr.tidx(Tensor(f"{out.name}__dropped", shape, out.dtype))]
+        wr.add(op.type, [wr.name(op.inputs[0]), wr.const_i32(op.outputs[0], [op.attrs["axis"]])], target,
+               {options: dict(OutputType=kind)})
+        if op.attrs["keep_dims"]:
+            wr.add("RESHAPE", [target[0], wr.const_i32(op.outputs[0], out.shape)], outs, {})
+    return export
+
+
+for _name, _pick, _cls, _opts in (("ARG_MAX", np.argmax, tflite.ArgMaxOptions, "ArgMaxOptions"),
+                                  ("ARG_MIN", np.argmin, tflite.ArgMinOptions, "ArgMinOptions")):
+    register(Operator(
+        _name, ("axis", "keep_dims"), tflite=_tflite_arg(_cls), float_ref=_float_arg(_pick), index_output=True,
+        params=lambda g, op: dict(axis=int(op.attrs["axis"])), lower=_lower_arg(_name),
+        export=_export_arg(_opts), tflite_version=2))
+
+
+@onnx("ArgMax", "ArgMin")
+def _onnx_arg(im, node, attrs, where):
+    if attrs.get("select_last_index", 0):
+        raise onnx_import.ONNXImportError(f"{where}: select_last_index is not supported")
+    shape = im.onnx_shape(node.input[0], where)
+    axis = int(attrs.get("axis", 0)) % len(shape)
+    keep = bool(attrs.get("keepdims", 1))
+    out = im.new_tensor(node.output[0], False, where)
+    im.g.tensors[out] = Tensor(out, im.g.tensors[out].shape, "int64")
+    im.g.add_op(Op("ARG_MAX" if node.op_type == "ArgMax" else "ARG_MIN", [im.value(node.input[0], False, where)],
+                   [out], dict(axis=axis, keep_dims=keep), name=node.output[0]))
