@@ -163,3 +163,26 @@ def _onnx_arg(im, node, attrs, where):
     im.g.tensors[out] = Tensor(out, im.g.tensors[out].shape, "int64")
     im.g.add_op(Op("ARG_MAX" if node.op_type == "ArgMax" else "ARG_MIN", [im.value(node.input[0], False, where)],
                    [out], dict(axis=axis, keep_dims=keep), name=node.output[0]))
+
+
+@onnx("Mean")
+def _onnx_mean_of_inputs(im, node, attrs, where):
+    """ONNX Mean, the elementwise mean of its inputs: ADDs, then MUL by 1 / count."""
+    import onnx as onnx_proto
+    ins = [n for n in node.input if n]
+    if len(ins) == 1:
+        if ins[0] in im.consts:
+            im.consts[node.output[0]] = im.consts[ins[0]]
+        else:
+            im.env[node.output[0]] = im.env[ins[0]]
+        return
+    total = ins[0]
+    out_shape = im.onnx_shape(node.output[0], where)
+    for k, other in enumerate(ins[1:]):
+        name = f"{node.output[0]}__sum{k}"
+        im.shapes[name] = (out_shape, "float32")
+        onnx_import.binary("ADD")(im, onnx_proto.helper.make_node("Add", [total, other], [name]), {}, where)
+        total = name
+    im.consts[f"{node.output[0]}__count"] = np.float32(1.0 / len(ins))
+    onnx_import.binary("MUL")(im, onnx_proto.helper.make_node(
+        "Mul", [total, f"{node.output[0]}__count"], list(node.output)), {}, where)

@@ -156,3 +156,90 @@ def test_resize_linear(mem, coord) -> None:
 
 def test_global_average_pool(mem) -> None:
     check_against_onnxruntime(mem, single_node("GlobalAveragePool", {"x": X4}, {"y": (1, 8, 1, 1)}))
+
+
+def after_conv(op: str, out: tuple[int, ...], consts: dict | None = None, extra_outputs: dict | None = None,
+               opset: int = 13, inputs: list[str] | None = None, **attrs) -> onnx.ModelProto:
+    """Conv (so the operator meets an NHWC activation inside the graph) then ``op``."""
+    rng = np.random.default_rng(5)
+    consts = consts or {}
+    inits = [nh.from_array((rng.standard_normal((8, 8, 3, 3)) * 0.2).astype(np.float32), "w")]
+    inits += [nh.from_array(np.asarray(v), k) for k, v in consts.items()]
+    outputs = {"y": out, **(extra_outputs or {})}
+    nodes = [h.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+             h.make_node(op, inputs or ["c", *consts], list(outputs), **attrs)]
+    graph = h.make_graph(nodes, op, [h.make_tensor_value_info("x", TensorProto.FLOAT, list(X4))],
+                         [h.make_tensor_value_info(k, TensorProto.FLOAT, list(v)) for k, v in outputs.items()],
+                         inits)
+    model = h.make_model(graph, opset_imports=[h.make_opsetid("", opset)])
+    model.ir_version = 8
+    onnx.checker.check_model(model)
+    return model
+
+
+@pytest.mark.parametrize("name,model", [
+    ("Split channels", after_conv("Split", (1, 3, 6, 6), {"s": np.int64([3, 5])}, {"z": (1, 5, 6, 6)}, axis=1)),
+    ("Split H", after_conv("Split", (1, 8, 2, 6), {"s": np.int64([2, 4])}, {"z": (1, 8, 4, 6)}, axis=2)),
+    ("Slice C and W", after_conv("Slice", (1, 3, 6, 2), {"s": np.int64([1, 5]), "e": np.int64([7, 1]),
+                                                          "a": np.int64([1, 3]), "t": np.int64([2, -2])})),
+    ("Squeeze", after_conv("Squeeze", (8, 6, 6), {"a": np.int64([0])})),
+    ("Unsqueeze", after_conv("Unsqueeze", (1, 8, 1, 6, 6), {"a": np.int64([2])})),
+    ("Flatten", after_conv("Flatten", (1, 288), axis=1)),
+    ("DepthToSpace", after_conv("DepthToSpace", (1, 2, 12, 12), blocksize=2)),
+    ("DepthToSpace CRD", after_conv("DepthToSpace", (1, 2, 12, 12), blocksize=2, mode="CRD")),
+    ("SpaceToDepth", after_conv("SpaceToDepth", (1, 32, 3, 3), blocksize=2)),
+    ("ReduceSum C", after_conv("ReduceSum", (1, 1, 6, 6), {"a": np.int64([1])})),
+    ("ReduceMax HW", after_conv("ReduceMax", (1, 8), {"a": np.int64([2, 3])}, opset=18, keepdims=0)),
+    ("ReduceL2 C", after_conv("ReduceL2", (1, 6, 6), {"a": np.int64([1])}, opset=18, keepdims=0)),
+    ("ReduceMean C", after_conv("ReduceMean", (1, 1, 6, 6), {"a": np.int64([1])}, opset=18)),
+    ("Gather C", after_conv("Gather", (1, 2, 6, 6), {"i": np.int64([5, 1])}, axis=1)),
+    ("Expand", after_conv("Expand", (2, 8, 6, 6), {"s": np.int64([2, 1, 1, 1])})),
+    ("Pad reflect", after_conv("Pad", (1, 8, 8, 9), {"p": np.int64([0, 0, 1, 1, 0, 0, 1, 2])}, mode="reflect")),
+    ("Resize nearest", after_conv("Resize", (1, 8, 12, 12), {"r": np.zeros(0, np.float32),
+                                                             "sc": np.float32([1, 1, 2, 2])}, mode="nearest")),
+    ("Resize nearest 1.5", after_conv("Resize", (1, 8, 9, 9), {"r": np.zeros(0, np.float32),
+                                                               "sc": np.float32([1, 1, 1.5, 1.5])}, mode="nearest")),
+    ("ConvTranspose", after_conv("ConvTranspose", (1, 4, 12, 12), {
+        "wt": (np.random.default_rng(6).standard_normal((8, 4, 2, 2)) * 0.3).astype(np.float32)}, strides=[2, 2])),
+    ("MatMul", after_conv("MatMul", (1, 8, 6, 6), inputs=["c", "c"])),
+], ids=lambda v: v if isinstance(v, str) else "")
+def test_after_a_convolution(mem, name, model) -> None:
+    check_against_onnxruntime(mem, model)
+
+
+@pytest.mark.parametrize("count", [1, 2, 3])
+def test_mean_of_inputs(mem, count) -> None:
+    if count == 1:  # a lone Mean is its input: give the graph an operator to run
+        model = after_conv("Mean", (1, 8, 6, 6))
+    else:
+        model = single_node("Mean", {f"x{k}": X4 for k in range(count)}, {"y": X4})
+    check_against_onnxruntime(mem, model)
+
+
+def test_batch_normalization(mem) -> None:
+    rng = np.random.default_rng(8)
+    consts = {"s": rng.uniform(0.5, 1.5, 8).astype(np.float32), "b": rng.normal(0, .1, 8).astype(np.float32),
+              "m": rng.normal(0, .1, 8).astype(np.float32), "v": rng.uniform(0.5, 1.5, 8).astype(np.float32)}
+    check_against_onnxruntime(mem, single_node("BatchNormalization", {"x": X4}, {"y": X4}, consts))   # standalone
+    model = after_conv("BatchNormalization", X4, consts)                                              # folded
+    check_against_onnxruntime(mem, model)
+    from libnpu.compiler.optimize import optimize
+    assert optimize(import_onnx(model)).op_counts() == {"CONV_2D": 1, "TRANSPOSE": 2}
+
+
+def test_batch_normalization_after_conv_transpose_is_folded(mem) -> None:
+    rng = np.random.default_rng(10)
+    nodes = [h.make_node("ConvTranspose", ["x", "w"], ["t"], strides=[2, 2]),
+             h.make_node("BatchNormalization", ["t", "s", "b", "m", "v"], ["y"])]
+    inits = [nh.from_array((rng.standard_normal((8, 4, 2, 2)) * 0.3).astype(np.float32), "w"),
+             nh.from_array(rng.uniform(0.5, 1.5, 4).astype(np.float32), "s"),
+             nh.from_array(rng.normal(0, .1, 4).astype(np.float32), "b"),
+             nh.from_array(rng.normal(0, .1, 4).astype(np.float32), "m"),
+             nh.from_array(rng.uniform(0.5, 1.5, 4).astype(np.float32), "v")]
+    graph = h.make_graph(nodes, "ct_bn", [h.make_tensor_value_info("x", TensorProto.FLOAT, list(X4))],
+                         [h.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 12, 12])], inits)
+    model = h.make_model(graph, opset_imports=[h.make_opsetid("", 13)])
+    model.ir_version = 8
+    check_against_onnxruntime(mem, model)
+    from libnpu.compiler.optimize import optimize
+    assert "MUL" not in optimize(import_onnx(model)).op_counts()
