@@ -243,3 +243,31 @@ def test_batch_normalization_after_conv_transpose_is_folded(mem) -> None:
     check_against_onnxruntime(mem, model)
     from libnpu.compiler.optimize import optimize
     assert "MUL" not in optimize(import_onnx(model)).op_counts()
+
+
+@pytest.mark.parametrize("name,model", [
+    ("ConvTranspose", after_conv("ConvTranspose", (1, 4, 12, 12), {
+        "wt": (np.random.default_rng(6).standard_normal((8, 4, 2, 2)) * 0.3).astype(np.float32)}, strides=[2, 2])),
+    ("MatMul", after_conv("MatMul", (1, 8, 6, 6), inputs=["c", "c"])),
+    ("Split", after_conv("Split", (1, 3, 6, 6), {"s": np.int64([3, 5])}, {"z": (1, 5, 6, 6)}, axis=1)),
+    ("DepthToSpace", after_conv("DepthToSpace", (1, 2, 12, 12), blocksize=2)),
+    ("ReduceMax", after_conv("ReduceMax", (1, 8), {"a": np.int64([2, 3])}, opset=18, keepdims=0)),
+    ("Gather", after_conv("Gather", (1, 2, 6, 6), {"i": np.int64([5, 1])}, axis=1)),
+    ("Pad reflect", after_conv("Pad", (1, 8, 8, 9), {"p": np.int64([0, 0, 1, 1, 0, 0, 1, 2])}, mode="reflect")),
+    ("Expand", after_conv("Expand", (2, 8, 6, 6), {"s": np.int64([2, 1, 1, 1])})),
+    ("ArgMax", after_conv("ArgMax", (1, 6, 6), axis=1, keepdims=0)),
+], ids=lambda v: v if isinstance(v, str) else "")
+def test_quantized_graph_exported_runs_like_litert(mem, name, model) -> None:
+    """The quantizer's int8 graph, exported to TFLite, gives on LiteRT BUILTIN_REF the bytes
+    the chip gives (quantizer-chosen zero points and per-channel weights included)."""
+    from libnpu.compiler.tflite_export import export_tflite
+    from tests.support.tflite_builder import run_reference
+    if name == "ArgMax":
+        model.graph.output[0].type.tensor_type.elem_type = TensorProto.INT64
+    q = quantize_model(import_onnx(model), random_count=8, io_dtype="int8")
+    ld = lower(q)
+    rng = np.random.default_rng(12)
+    for _ in range(2):
+        x = rng.integers(-128, 128, X4, dtype=np.int8)
+        for k, (a, b) in enumerate(zip(run_loadable(mem, ld, [x]), run_reference(export_tflite(q), x), strict=True)):
+            assert a.dtype == b.dtype and a.tobytes() == b.tobytes(), f"{name}: output {k}"
