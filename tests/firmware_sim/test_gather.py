@@ -95,3 +95,28 @@ def test_index_outside_the_axis_fails_the_job(mem) -> None:
     assert mem.run(encode("GATHER", input=x, output=out, indices_iova=table, outer=3, axis_size=4, inner=1,
                           count=2)).status == 0
     assert mem.get(out, np.int8, (6,)).tolist() == [3, 0, 7, 4, 11, 8]
+
+
+def test_tile(mem) -> None:
+    rng = np.random.default_rng(903)
+    for case in range(CASES):
+        shape = rshape(rng, 1, 4)
+        multiples = [int(m) for m in rng.integers(1, 4, size=len(shape))]
+        out = tuple(d * m for d, m in zip(shape, multiples))
+        tensors = [TensorSpec(shape, np.int8, *Q), TensorSpec((len(shape),), np.int32, data=np.int32(multiples)),
+                   TensorSpec(out, np.int8, *Q)]
+        model = single_op_model(OP.TILE, tensors, [0, 1], [2], version=2)
+        check_on_chip(mem, model, [random_int8(rng, shape)], f"case {case}: {shape} x {multiples}", export=case < 5)
+
+
+def test_expand_dims(mem) -> None:
+    rng = np.random.default_rng(904)
+    for case in range(20):
+        shape = rshape(rng, 1, 4)
+        axis = int(rng.integers(-len(shape) - 1, len(shape) + 1))
+        out = list(shape)
+        out.insert(axis % (len(shape) + 1), 1)
+        tensors = [TensorSpec(shape, np.int8, *Q), TensorSpec((1,), np.int32, data=np.int32([axis])),
+                   TensorSpec(tuple(out), np.int8, *Q)]
+        model = single_op_model(OP.EXPAND_DIMS, tensors, [0, 1], [2])
+        check_on_chip(mem, model, [random_int8(rng, shape)], f"case {case}: {shape} axis {axis}")

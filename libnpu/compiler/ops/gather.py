@@ -1,6 +1,6 @@
 """GATHER along one axis by constant indices, and the operators the chip runs as gathers,
-one axis at a time: MIRROR_PAD (REFLECT / SYMMETRIC), BROADCAST_TO (ONNX Expand) and ONNX
-Pad in reflect or edge mode. Pure data movement: one quantization, exact copies."""
+one axis at a time: MIRROR_PAD (REFLECT / SYMMETRIC), BROADCAST_TO (ONNX Expand), TILE
+(ONNX Tile) and ONNX Pad in reflect or edge mode. Pure data movement: one quantization, exact copies."""
 from __future__ import annotations
 
 import numpy as np
@@ -162,3 +162,31 @@ def _onnx_expand(im, node, attrs, where):
     shape = im.onnx_shape(node.output[0], where)
     out = im.new_tensor(node.output[0], False, where)
     broadcast_to(im.g, im.value(node.input[0], False, where), tuple(shape), out, where)
+
+
+# TILE ---------------------------------------------------------------------------------------
+
+
+def _tile_tables(shape: tuple[int, ...], multiples) -> list[np.ndarray | None]:
+    return [np.tile(np.arange(n), int(m)) if int(m) != 1 else None for n, m in zip(shape, multiples)]
+
+
+def _tflite_tile(im, ins, outs, table, where):
+    multiples = [int(m) for m in im.const(ins[1], "multiples", where).reshape(-1)]
+    shape = im.shape(ins[0])
+    if len(multiples) != len(shape) or min(multiples, default=1) < 1:
+        raise tflite_import.UnsupportedOpError(f"{where}: multiples {multiples} for shape {shape}")
+    _chain(im.graph, im.tensor(ins[0]), _tile_tables(shape, multiples), im.tensor(outs[0]))
+
+
+register(Operator("TILE", tflite=_tflite_tile))
+
+
+@onnx("Tile")
+def _onnx_tile(im, node, attrs, where):
+    multiples = [int(m) for m in im.const(node.input[1], where).reshape(-1)]
+    x = im.value(node.input[0], False, where)
+    shape = im.g.tensors[x].shape
+    if len(multiples) != len(shape) or min(multiples, default=1) < 1:
+        raise onnx_import.ONNXImportError(f"{where}: repeats {multiples} for shape {shape}")
+    _chain(im.g, x, _tile_tables(shape, multiples), im.new_tensor(node.output[0], False, where))

@@ -22,7 +22,8 @@ def _lower_reshape(low, op, p):
 
 register(Operator(
     "RESHAPE", ("new_shape",), tflite=lambda im, ins, outs, table, where: (dict(new_shape=im.shape(outs[0])), ins[:1]),
-    tflite_aliases=("SQUEEZE",), float_ref=lambda op, ins, out: ins[0].reshape(out.shape), same_scale=True,
+    tflite_aliases=("SQUEEZE", "EXPAND_DIMS"), float_ref=lambda op, ins, out: ins[0].reshape(out.shape),
+    same_scale=True,
     params=lambda g, op: dict(shape=tuple(g.tensors[op.outputs[0]].shape)), lower=_lower_reshape,
     export=lambda wr, op, outs: wr.with_constant(op, outs, op.attrs["new_shape"])))
 

@@ -271,3 +271,8 @@ def test_quantized_graph_exported_runs_like_litert(mem, name, model) -> None:
         x = rng.integers(-128, 128, X4, dtype=np.int8)
         for k, (a, b) in enumerate(zip(run_loadable(mem, ld, [x]), run_reference(export_tflite(q), x), strict=True)):
             assert a.dtype == b.dtype and a.tobytes() == b.tobytes(), f"{name}: output {k}"
+
+
+def test_tile(mem) -> None:
+    check_against_onnxruntime(mem, single_node("Tile", {"x": X4}, {"y": (2, 8, 12, 6)}, {"r": np.int64([2, 1, 2, 1])}))
+    check_against_onnxruntime(mem, after_conv("Tile", (1, 16, 6, 18), {"r": np.int64([1, 2, 1, 3])}))
