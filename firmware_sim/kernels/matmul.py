@@ -1,4 +1,4 @@
-"""int8 matrix products of two activations (BATCH_MATMUL), as LiteRT's reference kernel:
+"""int8 matrix products of two activations, batched, as LiteRT's reference kernel:
 int32 sums of ``(lhs - lhs_zp) * (rhs - rhs_zp)``, requantized with
 MultiplyByQuantizedMultiplier (gemmlowp double rounding), plus the output zero point,
 clamped. The batch axes broadcast like numpy. The sums are exact: float64 products of
@@ -11,18 +11,18 @@ from ..errors import InvalidCommand
 from .fixedpoint import multiply_by_quantized_multiplier, wrap_int32
 from .output import check_int8_param, store_int8
 
-__all__ = ["batch_matmul", "batch_matmul_shape"]
+__all__ = ["matmul_int8", "matmul_shape"]
 
 
-def batch_matmul_shape(lhs_shape, rhs_shape, adj_x: bool = False, adj_y: bool = False) -> tuple[int, ...]:
+def matmul_shape(lhs_shape, rhs_shape, adj_x: bool = False, adj_y: bool = False) -> tuple[int, ...]:
     """The output shape, or :class:`InvalidCommand` when the operands do not fit."""
     lhs_shape, rhs_shape = tuple(int(d) for d in lhs_shape), tuple(int(d) for d in rhs_shape)
     if len(lhs_shape) < 2 or len(lhs_shape) != len(rhs_shape):
-        raise InvalidCommand(f"batch_matmul operands {lhs_shape} and {rhs_shape} need one rank >= 2")
+        raise InvalidCommand(f"matmul operands {lhs_shape} and {rhs_shape} need one rank >= 2")
     rows, depth = lhs_shape[-1:-3:-1] if adj_x else lhs_shape[-2:]
     rdepth, cols = rhs_shape[-1:-3:-1] if adj_y else rhs_shape[-2:]
     if depth != rdepth:
-        raise InvalidCommand(f"batch_matmul depth {depth} != {rdepth}")
+        raise InvalidCommand(f"matmul depth {depth} != {rdepth}")
     batch = []
     for a, b in zip(lhs_shape[:-2], rhs_shape[:-2]):
         if a != b and 1 not in (a, b):
@@ -31,13 +31,13 @@ def batch_matmul_shape(lhs_shape, rhs_shape, adj_x: bool = False, adj_y: bool = 
     return (*batch, rows, cols)
 
 
-def batch_matmul(lhs: np.ndarray, rhs: np.ndarray, *, lhs_zp: int, rhs_zp: int, output_zp: int,
+def matmul_int8(lhs: np.ndarray, rhs: np.ndarray, *, lhs_zp: int, rhs_zp: int, output_zp: int,
                  multiplier: int, shift: int, act_min: int = -128, act_max: int = 127,
                  adj_x: bool = False, adj_y: bool = False, out: np.ndarray | None = None) -> np.ndarray:
     """int8 ``lhs @ rhs`` (``adj_x`` / ``adj_y``: the operand is stored transposed)."""
     if lhs.dtype != np.int8 or rhs.dtype != np.int8:
-        raise InvalidCommand("batch_matmul operands must be int8")
-    shape = batch_matmul_shape(lhs.shape, rhs.shape, adj_x, adj_y)
+        raise InvalidCommand("matmul operands must be int8")
+    shape = matmul_shape(lhs.shape, rhs.shape, adj_x, adj_y)
     a = lhs.astype(np.float64) - check_int8_param("lhs_zp", lhs_zp)
     b = rhs.astype(np.float64) - check_int8_param("rhs_zp", rhs_zp)
     if adj_x:

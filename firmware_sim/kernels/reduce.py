@@ -14,7 +14,7 @@ from ..errors import InvalidCommand
 from .fixedpoint import multiply_by_quantized_multiplier, wrap_int32
 from .output import check_int8_param, emit, store_int8
 
-__all__ = ["reduce_sum", "reduce_max", "reduce_min", "reduce_l2", "arg_max", "arg_min"]
+__all__ = ["reduce_sum", "reduce_max", "reduce_min", "reduce_l2", "index_of_max", "index_of_min"]
 
 
 def _axes(x: np.ndarray, axes) -> tuple[int, ...]:
@@ -76,11 +76,11 @@ def _arg(x: np.ndarray, axis: int, pick, out: np.ndarray | None, dtype) -> np.nd
     return emit(pick(x, axis=int(axis)).astype(dtype), out)
 
 
-def arg_max(x: np.ndarray, axis: int, *, dtype=np.int32, out: np.ndarray | None = None) -> np.ndarray:
+def index_of_max(x: np.ndarray, axis: int, *, dtype=np.int32, out: np.ndarray | None = None) -> np.ndarray:
     """The first index of the largest value along ``axis`` (the axis dropped)."""
     return _arg(x, axis, np.argmax, out, dtype)
 
 
-def arg_min(x: np.ndarray, axis: int, *, dtype=np.int32, out: np.ndarray | None = None) -> np.ndarray:
+def index_of_min(x: np.ndarray, axis: int, *, dtype=np.int32, out: np.ndarray | None = None) -> np.ndarray:
     """The first index of the smallest value along ``axis`` (the axis dropped)."""
     return _arg(x, axis, np.argmin, out, dtype)

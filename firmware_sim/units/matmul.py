@@ -16,7 +16,7 @@ def _shapes(desc: np.void) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int,
     flags = int(desc["flags"])
     adj_x, adj_y = bool(flags & ops.OPF_ADJ_X), bool(flags & ops.OPF_ADJ_Y)
     try:
-        out = matmul.batch_matmul_shape(lhs, rhs, adj_x, adj_y)
+        out = matmul.matmul_shape(lhs, rhs, adj_x, adj_y)
     except ValueError as exc:
         raise OpDescriptorError(str(exc)) from None
     return lhs, rhs, out, adj_x, adj_y
@@ -37,7 +37,7 @@ def batch_matmul(desc: np.void, dma) -> None:
     lhs = dma.read_array(int(desc["lhs"]), np.int8, lhs_shape)
     rhs = dma.read_array(int(desc["rhs"]), np.int8, rhs_shape)
     out = dma.write_array(int(desc["output"]), np.int8, out_shape)
-    matmul.batch_matmul(lhs, rhs, lhs_zp=int(desc["lhs_zp"]), rhs_zp=int(desc["rhs_zp"]),
+    matmul.matmul_int8(lhs, rhs, lhs_zp=int(desc["lhs_zp"]), rhs_zp=int(desc["rhs_zp"]),
                         output_zp=int(desc["output_zp"]), multiplier=int(desc["multiplier"]),
                         shift=int(desc["shift"]), act_min=int(desc["act_min"]), act_max=int(desc["act_max"]),
                         adj_x=adj_x, adj_y=adj_y, out=out)

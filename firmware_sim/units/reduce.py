@@ -80,9 +80,9 @@ def _arg(desc: np.void, dma, pick) -> None:
 
 @unit(ops.OP_ARG_MAX, _arg_cost)
 def arg_max(desc: np.void, dma) -> None:
-    _arg(desc, dma, reduce.arg_max)
+    _arg(desc, dma, reduce.index_of_max)
 
 
 @unit(ops.OP_ARG_MIN, _arg_cost)
 def arg_min(desc: np.void, dma) -> None:
-    _arg(desc, dma, reduce.arg_min)
+    _arg(desc, dma, reduce.index_of_min)

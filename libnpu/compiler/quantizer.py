@@ -252,7 +252,7 @@ def quantize(graph: Graph, ranges: Mapping[str, Range], *, fc_per_channel: bool 
     for name, t in src.tensors.items():
         if name in roles:
             continue
-        if name in indices:  # ARG_MAX's output: integer indices, as they are
+        if name in indices:  # positions (an arg max): integers, as they are
             g.add_tensor(Tensor(name, t.shape, t.dtype))
             continue
         qp = params[name]
@@ -300,7 +300,7 @@ def _float_edges(g: Graph, src: Graph) -> None:
     new_outputs = []
     for name in g.outputs:
         if g.tensors[name].quant is None and g.tensors[name].dtype in ("int32", "int64"):
-            new_outputs.append(name)  # indices (ARG_MAX) leave the chip as they are
+            new_outputs.append(name)  # positions (an arg max) leave the chip as they are
             continue
         if any(op.type == "QUANTIZE" and op.inputs == [name] for op in prologue):
             raise QuantizationError(f"graph input {name!r} is also an output")

@@ -40,7 +40,8 @@ class Operator:
       ``fixed_output``: the output's ``(scale, zero_point)`` is fixed by the int8 spec;
       ``weight_axis``: input 1 is a weight quantized per channel along this axis (input
       2 the bias); ``fc_weights``: per-tensor unless per-channel FC is asked for.
-    - ``index_output``: the output is an int32/int64 index tensor (ARG_MAX), never quantized.
+    - ``index_output``: the output is an int32/int64 tensor of positions (an arg max), never
+      quantized.
     - ``fused_activation``: the TFLite kernel applies a fused RELU/RELU6/RELU_N1_TO_1.
     - ``params``: ``(graph, op) -> kernel parameters`` (int8 only);
       ``lower``: ``(lowering, op, params) -> Emitted | None`` (chip descriptors).

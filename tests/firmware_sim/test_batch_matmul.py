@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import tflite
 
-from firmware_sim.kernels.matmul import batch_matmul_shape
+from firmware_sim.kernels.matmul import matmul_shape
 from tests.support.chip_memory import ChipMemory
 from tests.support.op_check import check_on_chip
 from tests.support.quant_utils import random_int8
@@ -32,7 +32,7 @@ def test_batch_matmul_matches_litert(mem) -> None:
         adj_x, adj_y = bool(rng.integers(2)), bool(rng.integers(2))
         lhs = (*lb, *((depth, rows) if adj_x else (rows, depth)))
         rhs = (*rb, *((cols, depth) if adj_y else (depth, cols)))
-        out = batch_matmul_shape(lhs, rhs, adj_x, adj_y)
+        out = matmul_shape(lhs, rhs, adj_x, adj_y)
         q = [([float(rng.uniform(0.005, 0.05))], [int(rng.integers(-30, 31))]) for _ in range(2)]
         qo = ([float(rng.uniform(0.05, 0.5)) * np.sqrt(depth)], [int(rng.integers(-30, 31))])
 

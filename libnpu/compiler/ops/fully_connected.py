@@ -8,7 +8,7 @@ from firmware_sim.spec import tasks as spec_tasks
 
 from .. import float_ref, onnx_import, qparams, tflite_export, tflite_import
 from ..registry import Operator, onnx, register
-from .batch_matmul import onnx_matmul
+from .matmul import onnx_matmul
 
 
 def _tflite(im, ins, outs, table, where):
