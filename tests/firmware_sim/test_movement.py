@@ -150,3 +150,95 @@ def test_pack(mem) -> None:
                                 version=2)
         check_on_chip(mem, model, [random_int8(rng, shape) for _ in range(k)], f"case {case}: {k}x{shape} axis {axis}",
                       export=case < 5)
+
+
+def test_strided_slice_with_ellipsis_and_new_axes(mem) -> None:
+    rng = np.random.default_rng(507)
+    done = 0
+    for case in range(CASES):
+        shape = rshape(rng, 1, 5)
+        entries, ellipsis, new_axis, shrink, begin_mask, end_mask = [], 0, 0, 0, 0, 0
+        used_ellipsis = False
+        dims = list(shape)
+        while dims or (rng.random() < 0.3 and len(entries) < 6):
+            i = len(entries)
+            r = rng.random()
+            if r < 0.15 and not used_ellipsis and dims:
+                ellipsis |= 1 << i
+                used_ellipsis = True
+                take = int(rng.integers(1, len(dims) + 1)) if dims else 0
+                dims = dims[take:]
+                entries.append((0, 0, 1))
+            elif r < 0.3 or not dims:
+                new_axis |= 1 << i
+                entries.append((0, 0, 1))
+            else:
+                d = dims.pop(0)
+                b, e = int(rng.integers(-d, d)), int(rng.integers(-d, d + 1))
+                st = int(rng.choice([1, 1, 2, -1]))
+                if rng.random() < 0.2:
+                    shrink |= 1 << i
+                    e, st = b + 1, 1
+                begin_mask |= int(rng.random() < 0.3) << i
+                end_mask |= int(rng.random() < 0.3) << i
+                entries.append((b, e, st))
+            if len(entries) >= 6:
+                break
+        if not (ellipsis or new_axis) or len(entries) > 6:
+            continue
+        begin, end, strides = (np.int32([e[k] for e in entries]) for k in range(3))
+        probe = np.arange(int(np.prod(shape))).reshape(shape)
+        index, j = [], 0
+        for i, (b, e, st) in enumerate(entries):
+            if (ellipsis >> i) & 1:
+                index.append(Ellipsis)
+            elif (new_axis >> i) & 1:
+                index.append(None)
+            elif (shrink >> i) & 1:
+                index.append(b)
+            else:
+                index.append(slice(None if (begin_mask >> i) & 1 else b, None if (end_mask >> i) & 1 else e, st))
+        try:
+            out_shape = probe[tuple(index)].shape
+        except IndexError:
+            continue
+        if 0 in out_shape or len(out_shape) > 6:
+            continue
+
+        def options(bld):
+            tflite.StridedSliceOptionsStart(bld)
+            tflite.StridedSliceOptionsAddBeginMask(bld, begin_mask)
+            tflite.StridedSliceOptionsAddEndMask(bld, end_mask)
+            tflite.StridedSliceOptionsAddEllipsisMask(bld, ellipsis)
+            tflite.StridedSliceOptionsAddNewAxisMask(bld, new_axis)
+            tflite.StridedSliceOptionsAddShrinkAxisMask(bld, shrink)
+            return tflite.StridedSliceOptionsEnd(bld)
+
+        n = len(entries)
+        tensors = [TensorSpec(shape, np.int8, *Q), TensorSpec((n,), np.int32, data=begin),
+                   TensorSpec((n,), np.int32, data=end), TensorSpec((n,), np.int32, data=strides),
+                   TensorSpec(out_shape, np.int8, *Q)]
+        model = single_op_model(OP.STRIDED_SLICE, tensors, [0, 1, 2, 3], [4],
+                                tflite.BuiltinOptions.StridedSliceOptions, options, version=4)
+        check_on_chip(mem, model, [random_int8(rng, shape)],
+                      f"case {case}: {shape} {entries} ellipsis {ellipsis:b} new {new_axis:b} shrink {shrink:b} "
+                      f"masks {begin_mask:b},{end_mask:b}")
+        done += 1
+    assert done >= 50
+
+
+def test_an_ellipsis_for_no_axis_is_refused() -> None:
+    from libnpu.compiler.tflite_import import UnsupportedOpError, import_tflite
+
+    def options(bld):
+        tflite.StridedSliceOptionsStart(bld)
+        tflite.StridedSliceOptionsAddEllipsisMask(bld, 0b10)
+        return tflite.StridedSliceOptionsEnd(bld)
+
+    tensors = [TensorSpec((3, 3), np.int8, *Q)] + [TensorSpec((3,), np.int32, data=i32(v))
+                                                    for v in ([0, 0, 1], [2, 0, 3], [1, 1, 1])]
+    tensors.append(TensorSpec((2, 2), np.int8, *Q))
+    model = single_op_model(OP.STRIDED_SLICE, tensors, [0, 1, 2, 3], [4], tflite.BuiltinOptions.StridedSliceOptions,
+                            options, version=4)
+    with pytest.raises(UnsupportedOpError, match="ellipsis standing for no axis"):
+        import_tflite(model)

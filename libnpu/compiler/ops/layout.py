@@ -199,27 +199,47 @@ def _onnx_transpose(im, node, attrs, where):
 # negative stride means "through index 0" (a Python slice's None).
 
 
+def _dense_slice_spec(rank: int, begin, end, strides, o) -> list[tuple[int | None, int | None, int, bool]]:
+    """TFLite's sparse slice spec (entries with ellipsis and new-axis bits) as one
+    ``(begin, end, stride, shrink)`` per input axis, masked bounds as None."""
+    entries = len(begin)
+    ellipsis, new_axis = o.EllipsisMask(), o.NewAxisMask()
+    real = sum(1 for i in range(entries) if not (ellipsis >> i) & 1 and not (new_axis >> i) & 1)
+    if ellipsis and rank - real < 1:
+        # LiteRT 2.3 computes a wrong shape for an ellipsis that stands for no axis.
+        raise tflite_import.UnsupportedOpError("STRIDED_SLICE: an ellipsis standing for no axis is not supported")
+    dense: list[tuple[int | None, int | None, int, bool]] = []
+    for i in range(entries):
+        if (ellipsis >> i) & 1:
+            dense += [(None, None, 1, False)] * max(rank - real, 0)
+        elif not (new_axis >> i) & 1:
+            s = int(strides[i]) if i < len(strides) else 1
+            b = None if (o.BeginMask() >> i) & 1 else int(begin[i])
+            e = None if (o.EndMask() >> i) & 1 or i >= len(end) else int(end[i])
+            dense.append((b, e, s, bool((o.ShrinkAxisMask() >> i) & 1)))
+    return dense + [(None, None, 1, False)] * (rank - len(dense))
+
+
 def _tflite_strided_slice(im, ins, outs, table, where):
     o = tflite_import.options(table, tflite.StridedSliceOptions)
-    if o.EllipsisMask() or o.NewAxisMask():
-        raise tflite_import.UnsupportedOpError(f"{where}: ellipsis/new-axis masks are not supported")
     shape = im.shape(ins[0])
     begin = im.const(ins[1], "begin", where).reshape(-1)
     end = im.const(ins[2], "end", where).reshape(-1)
     strides = im.const(ins[3], "strides", where).reshape(-1)
-    b_out, e_out = [], []
-    for d, n in enumerate(shape):
+    dense = _dense_slice_spec(len(shape), begin, end, strides, o)
+    if len(dense) != len(shape):
+        raise tflite_import.UnsupportedOpError(f"{where}: the slice spec does not fit rank {len(shape)}")
+    b_out, e_out, s_out = [], [], []
+    for n, (b, e, s, shrink) in zip(shape, dense):
         # Resolve masks and negative indices into a plain Python slice per axis.
-        s = int(strides[d]) if d < len(strides) else 1
-        b = None if (o.BeginMask() >> d) & 1 or d >= len(begin) else int(begin[d])
-        e = None if (o.EndMask() >> d) & 1 or d >= len(end) else int(end[d])
-        if (o.ShrinkAxisMask() >> d) & 1:
-            b = int(begin[d])
-            e = b + 1 if b != -1 else None
+        if shrink:
+            b = b if b is not None else 0
+            e, s = (b + 1 if b != -1 else None), 1
         start, stop, _ = slice(b, e, s).indices(n)
         b_out.append(start)
         e_out.append(stop)
-    return dict(begin=tuple(b_out), end=tuple(e_out), strides=tuple(int(s) for s in strides),
+        s_out.append(s)
+    return dict(begin=tuple(b_out), end=tuple(e_out), strides=tuple(s_out),
                 new_shape=im.shape(outs[0])), ins[:1]
 
 
@@ -230,7 +250,11 @@ def _float_strided_slice(op, ins, out):
 
 
 def _slice_params(g, op) -> dict:
-    end_mask, shrink = strided_slice_masks(op.attrs)
+    try:
+        end_mask, shrink = strided_slice_masks(op.attrs)
+    except IRError:  # new axes (TFLite's new_axis_mask): the same bytes as the plain slice
+        end_mask, shrink = sum(1 << d for d, (e, s) in enumerate(zip(op.attrs["end"], op.attrs["strides"]))
+                               if e < 0 and s < 0), 0
     return dict(begin=tuple(op.attrs["begin"]), end=tuple(op.attrs["end"]), strides=tuple(op.attrs["strides"]),
                 end_mask=end_mask, shrink_axis_mask=shrink)
 
