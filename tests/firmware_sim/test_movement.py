@@ -188,7 +188,7 @@ def test_strided_slice_with_ellipsis_and_new_axes(mem) -> None:
             continue
         begin, end, strides = (np.int32([e[k] for e in entries]) for k in range(3))
         probe = np.arange(int(np.prod(shape))).reshape(shape)
-        index, j = [], 0
+        index = []
         for i, (b, e, st) in enumerate(entries):
             if (ellipsis >> i) & 1:
                 index.append(Ellipsis)
