@@ -48,6 +48,9 @@ def check_int8(graph: Graph) -> None:
             if n in op.outputs and t.dtype in ("int32", "int64") and t.quant is None \
                     and registry.get(op.type, "index_output"):
                 continue
+            if t.dtype == "int32" and t.quant is None and n in op.inputs \
+                    and op.inputs.index(n) in registry.get(op.type, "index_inputs"):
+                continue
             if t.dtype != "int8" or t.quant is None or t.quant.per_channel:
                 raise NotInt8Error(f"{op.describe()}: tensor {n!r} is {t.dtype}"
                                    f"{'' if t.quant is None else ' per-channel' if t.quant.per_channel else ''}"

@@ -40,6 +40,8 @@ class Operator:
       ``fixed_output``: the output's ``(scale, zero_point)`` is fixed by the int8 spec;
       ``weight_axis``: input 1 is a weight quantized per channel along this axis (input
       2 the bias); ``fc_weights``: per-tensor unless per-channel FC is asked for.
+    - ``index_inputs``: positions of inputs that hold int32 indices computed by the model
+      (GATHER's ids in an embedding lookup): never quantized.
     - ``index_output``: the output is an int32/int64 tensor of positions (an arg max), never
       quantized.
     - ``fused_activation``: the TFLite kernel applies a fused RELU/RELU6/RELU_N1_TO_1.
@@ -60,6 +62,7 @@ class Operator:
     fc_weights: bool = False
     fused_activation: bool = False
     index_output: bool = False
+    index_inputs: tuple[int, ...] = ()
     params: Callable | None = None
     lower: Callable | None = None
     export: Callable | None = None

@@ -120,3 +120,48 @@ def test_expand_dims(mem) -> None:
                    TensorSpec(tuple(out), np.int8, *Q)]
         model = single_op_model(OP.EXPAND_DIMS, tensors, [0, 1], [2])
         check_on_chip(mem, model, [random_int8(rng, shape)], f"case {case}: {shape} axis {axis}")
+
+
+def test_gather_by_run_time_indices(mem) -> None:
+    """An embedding lookup: int32 ids are a model input, the table a constant or an activation."""
+    rng = np.random.default_rng(905)
+    for case in range(CASES):
+        shape = rshape(rng, 1, 4)
+        axis = int(rng.integers(0, len(shape)))
+        idx_shape = tuple(int(d) for d in rng.integers(1, 4, size=int(rng.integers(1, 3))))
+        out = shape[:axis] + idx_shape + shape[axis + 1:]
+        constant_table = bool(rng.integers(2))
+        table = random_int8(rng, shape)
+
+        def options(b):
+            tflite.GatherOptionsStart(b)
+            tflite.GatherOptionsAddAxis(b, axis)
+            return tflite.GatherOptionsEnd(b)
+
+        tensors = [TensorSpec(shape, np.int8, *Q, data=table if constant_table else None),
+                   TensorSpec(idx_shape, np.int32), TensorSpec(out, np.int8, *Q)]
+        model = single_op_model(OP.GATHER, tensors, [0, 1], [2], tflite.BuiltinOptions.GatherOptions, options,
+                                version=2)
+        ids = rng.integers(0, shape[axis], idx_shape).astype(np.int32)
+        feeds = [ids] if constant_table else [table, ids]
+        check_on_chip(mem, model, feeds, f"case {case}: {shape} axis {axis} ids {ids.tolist()} "
+                      f"constant table {constant_table}", export=case < 5)
+
+
+def test_run_time_index_outside_the_table_fails_the_job(mem, tmp_path) -> None:
+    from libnpu.compiler.lower import lower
+    from libnpu.compiler.tflite_import import import_tflite
+    from tests.support.chip_memory import run_loadable
+
+    def options(b):
+        tflite.GatherOptionsStart(b)
+        return tflite.GatherOptionsEnd(b)
+
+    tensors = [TensorSpec((4, 3), np.int8, *Q, data=np.zeros((4, 3), np.int8)), TensorSpec((2,), np.int32),
+               TensorSpec((2, 3), np.int8, *Q)]
+    ld = lower(import_tflite(single_op_model(OP.GATHER, tensors, [0, 1], [2], tflite.BuiltinOptions.GatherOptions,
+                                             options, version=2)))
+    with pytest.raises(AssertionError, match="status=-22"):
+        run_loadable(mem, ld, [np.int32([1, 4])])
+    (got,) = run_loadable(mem, ld, [np.int32([3, 0])])
+    assert got.shape == (2, 3)

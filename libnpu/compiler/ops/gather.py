@@ -56,6 +56,10 @@ def _tflite_gather(im, ins, outs, table, where):
     if o is not None and o.BatchDims():
         raise tflite_import.UnsupportedOpError(f"{where}: batch_dims is not supported")
     axis = int(o.Axis()) % rank if o else 0
+    if im.graph.tensors[im.tensor(ins[1])].data is None:  # ids computed by the model: read at run time
+        if im.graph.tensors[im.tensor(ins[1])].dtype != "int32":
+            raise tflite_import.UnsupportedOpError(f"{where}: indices computed at run time must be int32")
+        return dict(axis=axis, indices=(), indices_shape=im.shape(ins[1])), ins[:2]
     idx = np.asarray(im.const(ins[1], "indices", where), np.int64)
     if idx.size and (idx.min() < 0 or idx.max() >= im.shape(ins[0])[axis]):
         raise tflite_import.UnsupportedOpError(f"{where}: an index lies outside axis {axis}")
@@ -63,28 +67,43 @@ def _tflite_gather(im, ins, outs, table, where):
 
 
 def _float_gather(op, ins, out):
+    if len(ins) > 1:  # indices computed by the model
+        return np.take(ins[0], np.asarray(ins[1]).astype(np.int64), axis=op.attrs["axis"])
     idx = np.asarray(op.attrs["indices"], np.int64).reshape(op.attrs["indices_shape"])
     return np.take(ins[0], idx, axis=op.attrs["axis"])
 
 
 def _lower_gather(low, op, p):
+    from ..lower import Emitted, LoweringError
     shape = low.shape(op.inputs[0])
     axis = p["axis"]
+    dynamic = len(op.inputs) > 1
     fields = dict(outer=int(np.prod(shape[:axis], dtype=np.int64)), axis_size=shape[axis],
-                  inner=int(np.prod(shape[axis + 1:], dtype=np.int64)), count=len(p["indices"]))
-    return low.emit("GATHER", op, fields, extra=dict(
-        indices_iova=low.const(op, "indices", np.asarray(p["indices"], np.int32))))
+                  inner=int(np.prod(shape[axis + 1:], dtype=np.int64)),
+                  count=low.g.tensors[op.inputs[1]].size if dynamic else len(p["indices"]))
+    if not dynamic:
+        return low.emit("GATHER", op, fields, extra=dict(
+            indices_iova=low.const(op, "indices", np.asarray(p["indices"], np.int32))))
+    if low.g.tensors[op.inputs[1]].dtype != "int32":
+        raise LoweringError(f"{op.describe()}: run-time indices must stay int32 (a float model's computed "
+                            "indices cannot be quantized)")
+    return Emitted("GATHER", 0, fields, dict(input=op.inputs[0], indices_iova=op.inputs[1], output=op.outputs[0]))
 
 
 def _export_gather(wr, op, outs) -> None:
-    idx = np.asarray(op.attrs["indices"], np.int32).reshape(op.attrs["indices_shape"])
-    wr.add(op.type, [wr.name(op.inputs[0]), wr.const_i32(op.outputs[0], idx)], outs,
+    if len(op.inputs) > 1:
+        indices = wr.name(op.inputs[1])
+    else:
+        indices = wr.const_i32(op.outputs[0], np.asarray(op.attrs["indices"], np.int32).reshape(
+            op.attrs["indices_shape"]))
+    wr.add(op.type, [wr.name(op.inputs[0]), indices], outs,
            {"GatherOptions": dict(Axis=op.attrs["axis"])})
 
 
 register(Operator(
     "GATHER", ("axis", "indices", "indices_shape"), tflite=_tflite_gather, float_ref=_float_gather,
-    same_scale=True, params=lambda g, op: dict(axis=int(op.attrs["axis"]), indices=tuple(op.attrs["indices"])),
+    same_scale=True, index_inputs=(1,),
+    params=lambda g, op: dict(axis=int(op.attrs["axis"]), indices=tuple(op.attrs["indices"])),
     lower=_lower_gather, export=_export_gather, tflite_version=2))
 
 
