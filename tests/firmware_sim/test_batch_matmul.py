@@ -1,4 +1,5 @@
-"""BATCH_MATMUL of two int8 activations (adjoint flags, broadcast batch axes): single-op
+"""BATCH_MATMUL of two int8 activations (adjoint flags, broadcast batch axes; a constant
+right-hand side in a quarter of the cases): single-op
 models imported, lowered and run on the chip, byte-identical to LiteRT BUILTIN_REF
 (200 random cases)."""
 from __future__ import annotations
@@ -42,8 +43,11 @@ def test_batch_matmul_matches_litert(mem) -> None:
             tflite.BatchMatMulOptionsAddAdjY(b, adj_y)
             return tflite.BatchMatMulOptionsEnd(b)
 
-        tensors = [TensorSpec(lhs, np.int8, *q[0]), TensorSpec(rhs, np.int8, *q[1]), TensorSpec(out, np.int8, *qo)]
+        rhs_data = random_int8(rng, rhs) if case % 4 == 3 else None   # a constant right-hand side
+        tensors = [TensorSpec(lhs, np.int8, *q[0]), TensorSpec(rhs, np.int8, *q[1], data=rhs_data),
+                   TensorSpec(out, np.int8, *qo)]
         model = single_op_model(OP.BATCH_MATMUL, tensors, [0, 1], [2], tflite.BuiltinOptions.BatchMatMulOptions,
                                 options, version=2)
-        check_on_chip(mem, model, [random_int8(rng, lhs), random_int8(rng, rhs)],
+        feeds = [random_int8(rng, lhs)] + ([random_int8(rng, rhs)] if rhs_data is None else [])
+        check_on_chip(mem, model, feeds,
                       f"case {case}: {lhs} x {rhs} adj {adj_x},{adj_y} {q} -> {qo}", export=case < 5)

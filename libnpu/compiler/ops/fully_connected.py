@@ -65,10 +65,9 @@ register(Operator(
 @onnx("Gemm")
 def _onnx_gemm(im, node, attrs, where):
     if node.input[1] not in im.consts:
-        if len(node.input) > 2 and node.input[2]:
-            raise onnx_import.ONNXImportError(f"{where}: Gemm of two activations with a C input is not supported")
         onnx_matmul(im, node, where, bool(attrs.get("transA", 0)), bool(attrs.get("transB", 0)),
-                    float(attrs.get("alpha", 1.0)))
+                    float(attrs.get("alpha", 1.0)), node.input[2] if len(node.input) > 2 else "",
+                    float(attrs.get("beta", 1.0)))
         return
     if attrs.get("transA", 0):
         raise onnx_import.ONNXImportError(f"{where}: transA is not supported")

@@ -62,19 +62,39 @@ register(Operator(
     export=_export, tflite_version=2, macs=_macs))
 
 
-def onnx_matmul(im, node, where, trans_a: bool = False, trans_b: bool = False, scale: float = 1.0) -> None:
-    """Emit ONNX MatMul (or Gemm without bias) of two activations as BATCH_MATMUL."""
+def onnx_matmul(im, node, where, trans_a: bool = False, trans_b: bool = False, scale: float = 1.0,
+                addend: str = "", addend_scale: float = 1.0) -> None:
+    """Emit ONNX MatMul (or Gemm: ``alpha * A' B' + beta * C``) of two activations as
+    BATCH_MATMUL, then MUL by alpha and ADD of C when they are not the identity."""
     ins = []
     for n in node.input[:2]:
         name = im.value(n, False, where)
         if len(im.g.tensors[name].shape) < 2:
             raise onnx_import.ONNXImportError(f"{where}: operands of rank < 2 are not supported")
         ins.append(name)
-    if scale != 1.0:
-        out_shape = im.onnx_shape(node.output[0], where)
-        mid = im.g.add_tensor(Tensor(im.g.unique_name(f"{node.output[0]}__product"), out_shape, "float32"))
-        im.g.add_op(Op("BATCH_MATMUL", ins, [mid.name], dict(adj_x=trans_a, adj_y=trans_b)))
-        alpha = im.g.add_const(f"{node.output[0]}__alpha", np.float32(scale).reshape(1)).name
-        im.emit("MUL", [mid.name, alpha], node.output[0], False, where, dict(activation="NONE"))
-        return
-    im.emit("BATCH_MATMUL", ins, node.output[0], False, where, dict(adj_x=trans_a, adj_y=trans_b))
+    out_shape = im.onnx_shape(node.output[0], where)
+    tail = [(op, value) for op, value in (("MUL", scale), ("ADD", addend)) if value not in (1.0, "")]
+    current = ins
+    for k, (op_type, value) in enumerate([("BATCH_MATMUL", None), *tail]):
+        last = k == len(tail)
+        if op_type == "BATCH_MATMUL":
+            attrs = dict(adj_x=trans_a, adj_y=trans_b)
+        else:
+            attrs = dict(activation="NONE")
+            if op_type == "MUL":
+                other = im.g.add_const(f"{node.output[0]}__alpha", np.float32(value).reshape(1)).name
+            elif value in im.consts:
+                c = im.consts[value].astype(np.float32) * np.float32(addend_scale)
+                other = im.g.add_const(f"{node.output[0]}__c", c).name
+            else:
+                if addend_scale != 1.0:
+                    raise onnx_import.ONNXImportError(f"{where}: beta with a computed C is not supported")
+                other = im.value(value, False, where)
+            current = [current[0], other]
+        if last:
+            im.emit(op_type, current, node.output[0], False, where, attrs)
+        else:
+            mid = im.g.add_tensor(Tensor(im.g.unique_name(f"{node.output[0]}__{op_type.lower()}"), out_shape,
+                                         "float32"))
+            im.g.add_op(Op(op_type, current, [mid.name], attrs))
+            current = [mid.name]

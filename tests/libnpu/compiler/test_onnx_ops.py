@@ -276,3 +276,9 @@ def test_quantized_graph_exported_runs_like_litert(mem, name, model) -> None:
 def test_tile(mem) -> None:
     check_against_onnxruntime(mem, single_node("Tile", {"x": X4}, {"y": (2, 8, 12, 6)}, {"r": np.int64([2, 1, 2, 1])}))
     check_against_onnxruntime(mem, after_conv("Tile", (1, 16, 6, 18), {"r": np.int64([1, 2, 1, 3])}))
+
+
+def test_gemm_of_two_activations_with_c(mem) -> None:
+    c = np.random.default_rng(11).standard_normal(5).astype(np.float32)
+    model = single_node("Gemm", {"a": (4, 8), "b": (8, 5)}, {"y": (4, 5)}, {"c": c}, alpha=0.7, beta=0.5)
+    check_against_onnxruntime(mem, model)
