@@ -88,11 +88,32 @@ register(Operator(
     macs=lambda g, op: g.tensors[op.inputs[0]].size * int(np.prod(g.tensors[op.inputs[1]].shape[:3]))))
 
 
+def _dense_weights(w: np.ndarray, group: int, dilations: tuple[int, int], where: str) -> np.ndarray:
+    """ONNX ConvTranspose weights ``[Cin, Cout/group, KH, KW]`` as the equivalent ungrouped,
+    undilated ones: zeros between the groups' blocks and between dilated taps (exact)."""
+    cin, cout_g, kh, kw = w.shape
+    if group < 1 or cin % group or min(dilations) < 1:
+        raise onnx_import.ONNXImportError(f"{where}: group {group} / dilations {dilations} do not fit {w.shape}")
+    if group > 1:
+        cin_g = cin // group
+        dense = np.zeros((cin, cout_g * group, kh, kw), np.float32)
+        for g in range(group):
+            dense[g * cin_g:(g + 1) * cin_g, g * cout_g:(g + 1) * cout_g] = w[g * cin_g:(g + 1) * cin_g]
+        w = dense
+    dh, dw = dilations
+    if (dh, dw) != (1, 1):
+        spread = np.zeros(w.shape[:2] + ((kh - 1) * dh + 1, (kw - 1) * dw + 1), np.float32)
+        spread[:, :, ::dh, ::dw] = w
+        w = spread
+    return w
+
+
 @onnx("ConvTranspose")
 def _onnx_conv_transpose(im, node, attrs, where):
     w = im.const(node.input[1], where).astype(np.float32)
-    if w.ndim != 4 or int(attrs.get("group", 1)) != 1 or any(d != 1 for d in attrs.get("dilations", (1, 1))):
-        raise onnx_import.ONNXImportError(f"{where}: only 2-D, ungrouped, undilated ConvTranspose is supported")
+    if w.ndim != 4:
+        raise onnx_import.ONNXImportError(f"{where}: only 2-D ConvTranspose is supported")
+    w = _dense_weights(w, int(attrs.get("group", 1)), tuple(int(d) for d in attrs.get("dilations", (1, 1))), where)
     cin, cout, kh, kw = w.shape
     strides = tuple(int(s) for s in attrs.get("strides", (1, 1)))
     _, _, h, wd = im.onnx_shape(node.input[0], where)

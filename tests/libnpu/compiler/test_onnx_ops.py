@@ -282,3 +282,12 @@ def test_gemm_of_two_activations_with_c(mem) -> None:
     c = np.random.default_rng(11).standard_normal(5).astype(np.float32)
     model = single_node("Gemm", {"a": (4, 8), "b": (8, 5)}, {"y": (4, 5)}, {"c": c}, alpha=0.7, beta=0.5)
     check_against_onnxruntime(mem, model)
+
+
+@pytest.mark.parametrize("group,dilations,wshape,out", [(8, [1, 1], (8, 1, 3, 3), (1, 8, 13, 13)),
+                                                        (2, [2, 2], (8, 2, 3, 3), (1, 4, 15, 15))])
+def test_conv_transpose_grouped_and_dilated(mem, group, dilations, wshape, out) -> None:
+    w = (np.random.default_rng(13).standard_normal(wshape) * 0.3).astype(np.float32)
+    model = single_node("ConvTranspose", {"x": X4}, {"y": out}, {"w": w}, strides=[2, 2], group=group,
+                        dilations=dilations)
+    check_against_onnxruntime(mem, model)
