@@ -133,8 +133,12 @@ def _onnx_split(im, node, attrs, where):
 def _onnx_slice(im, node, attrs, where):
     x = node.input[0]
     shape = im.onnx_shape(x, where)
-    consts = [im.const(n, where).reshape(-1) if n else None for n in list(node.input[1:]) + [""] * 4][:4]
-    starts, ends, axes, steps = consts
+    if "starts" in attrs:  # opset < 10: the bounds are attributes
+        starts, ends = np.asarray(attrs["starts"]), np.asarray(attrs["ends"])
+        axes, steps = (np.asarray(attrs["axes"]) if "axes" in attrs else None), None
+    else:
+        starts, ends, axes, steps = [im.const(n, where).reshape(-1) if n else None
+                                     for n in list(node.input[1:]) + [""] * 4][:4]
     axes = axes if axes is not None else np.arange(len(starts))
     steps = steps if steps is not None else np.ones(len(starts), np.int64)
     index = [slice(None)] * len(shape)

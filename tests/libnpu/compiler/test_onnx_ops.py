@@ -291,3 +291,8 @@ def test_conv_transpose_grouped_and_dilated(mem, group, dilations, wshape, out) 
     model = single_node("ConvTranspose", {"x": X4}, {"y": out}, {"w": w}, strides=[2, 2], group=group,
                         dilations=dilations)
     check_against_onnxruntime(mem, model)
+
+
+def test_slice_with_attributes_of_opset_9(mem) -> None:
+    model = single_node("Slice", {"x": X4}, {"y": (1, 8, 3, 5)}, opset=9, starts=[1, -5], ends=[4, 100], axes=[2, 3])
+    check_against_onnxruntime(mem, model)
