@@ -12,7 +12,7 @@ import numpy as np
 from ..errors import InvalidCommand
 from .output import check_int8_param, emit
 
-__all__ = ["concat", "reshape", "transpose", "pad", "strided_slice", "strided_slice_shape"]
+__all__ = ["concat", "reshape", "transpose", "pad", "strided_slice", "strided_slice_shape", "gather"]
 
 
 
@@ -109,3 +109,13 @@ def strided_slice_shape(shape: Sequence[int], begin: Sequence[int], end: Sequenc
                                             strides=(0,) * len(shape))
     index = _slice_index(shape, begin, end, strides, begin_mask, end_mask, shrink_axis_mask)
     return probe[index].shape
+
+
+def gather(x: np.ndarray, indices: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    """``x`` viewed as (outer, axis, inner): rows of the middle axis picked by ``indices``."""
+    if x.ndim != 3:
+        raise InvalidCommand(f"gather input must be (outer, axis, inner), got {x.shape}")
+    idx = np.asarray(indices).astype(np.int64).reshape(-1)
+    if idx.size and (idx.min() < 0 or idx.max() >= x.shape[1]):
+        raise InvalidCommand(f"gather index outside [0, {x.shape[1]})")
+    return emit(x[:, idx, :], out)

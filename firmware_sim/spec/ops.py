@@ -25,7 +25,9 @@ __all__ = [
     "OP_CONV_2D", "OP_DEPTHWISE_CONV_2D", "OP_ADD", "OP_MUL", "OP_MAX_POOL_2D", "OP_AVERAGE_POOL_2D",
     "OP_MEAN", "OP_RELU", "OP_LUT", "OP_SOFTMAX", "OP_CONCATENATION", "OP_RESHAPE", "OP_TRANSPOSE",
     "OP_PAD", "OP_STRIDED_SLICE", "OP_RESIZE_BILINEAR", "OP_RESIZE_NEAREST_NEIGHBOR", "OP_QUANTIZE",
-    "OP_REQUANTIZE", "OP_DEQUANTIZE",
+    "OP_REQUANTIZE", "OP_DEQUANTIZE", "OP_SUM", "OP_REDUCE_MAX", "OP_REDUCE_MIN", "OP_REDUCE_L2",
+    "OP_BATCH_MATMUL", "OPF_ADJ_X", "OPF_ADJ_Y", "OP_TRANSPOSE_CONV", "OP_GATHER",
+    "OP_ARG_MAX", "OP_ARG_MIN", "OPF_INDEX_INT64",
 ]
 
 PADDING_SAME, PADDING_VALID = 1, 2
@@ -209,3 +211,81 @@ REQUANTIZE = register_task(OP_REQUANTIZE, "REQUANTIZE", _FLAT + [  # int8 -> int
 DEQUANTIZE = register_task(OP_DEQUANTIZE, "DEQUANTIZE", _FLAT + [  # int8 -> float32
     ("scale", "<f4"), ("zero_point", "<i4"),
 ])
+
+# ---- reductions (opcodes 0x50..0x53) ----
+OP_SUM = 0x50
+OP_REDUCE_MAX = 0x51
+OP_REDUCE_MIN = 0x52
+OP_REDUCE_L2 = 0x53
+
+_REDUCE = [
+    ("input", "<u8"), ("output", "<u8"),
+    ("rank", "<u4"), ("in_shape", *_SHAPE),
+    ("axes_mask", "<u4"),      # bit i set: reduce axis i (the output keeps it as 1)
+]
+# SUM: acc = sum(x - input_zp) (int32), y = clamp(MultiplyByQuantizedMultiplier(acc, multiplier,
+#   shift) + output_zp, -128, 127), multiplier/shift = spec.fixedpoint.rescale_multiplier: LiteRT's
+#   integer arithmetic, on int8 values (LiteRT 2.3 reads and writes them as uint8: docs/hardware.md).
+SUM = register_task(OP_SUM, "SUM", _REDUCE + [
+    ("input_zp", "<i4"), ("output_zp", "<i4"), ("multiplier", "<i4"), ("shift", "<i4"),
+])
+REDUCE_MAX = register_task(OP_REDUCE_MAX, "REDUCE_MAX", _REDUCE)   # one quantization in and out
+REDUCE_MIN = register_task(OP_REDUCE_MIN, "REDUCE_MIN", _REDUCE)
+# REDUCE_L2 (no TFLite kernel; docs/hardware.md): acc = sum((x - input_zp)^2) exactly (int64),
+#   y = clamp(output_zp + round_half_away(sqrt_f64(acc) * scale), -128, 127),
+#   scale = f64(input_scale / output_scale).
+REDUCE_L2 = register_task(OP_REDUCE_L2, "REDUCE_L2", _REDUCE + [
+    ("input_zp", "<i4"), ("output_zp", "<i4"), ("scale", "<f8"),
+])
+
+# ---- matrix products of two activations (opcode 0x54) ----
+OP_BATCH_MATMUL = 0x54
+OPF_ADJ_X = 0x20   # batch_matmul: lhs is stored [..., depth, rows] (transposed)
+OPF_ADJ_Y = 0x40   # batch_matmul: rhs is stored [..., cols, depth]
+
+# out[..., i, j] = clamp(MultiplyByQuantizedMultiplier(sum_k (lhs[..., i, k] - lhs_zp) *
+#   (rhs[..., k, j] - rhs_zp), multiplier, shift) + output_zp, act_min, act_max); the batch
+#   axes broadcast like numpy (shapes given at one rank, leading 1s added).
+BATCH_MATMUL = register_task(OP_BATCH_MATMUL, "BATCH_MATMUL", [
+    ("lhs", "<u8"), ("rhs", "<u8"), ("output", "<u8"),
+    ("rank", "<u4"),                   # >= 2: batch axes, then the two matrix axes
+    ("lhs_shape", *_SHAPE), ("rhs_shape", *_SHAPE),   # as stored (adj flags say the order)
+    ("lhs_zp", "<i4"), ("rhs_zp", "<i4"), ("output_zp", "<i4"),
+    ("multiplier", "<i4"), ("shift", "<i4"),
+    ("act_min", "<i4"), ("act_max", "<i4"),
+])
+
+# ---- transposed convolution (opcode 0x55) ----
+OP_TRANSPOSE_CONV = 0x55
+# The conv layout: weights [Cout, KH, KW, Cin] (symmetric, per channel with OPF_PER_CHANNEL),
+# bias int32 [Cout] or 0, padding = (top, left) cropped from the full result. Each input
+# pixel (y, x) adds (input - input_zp) * weights into output (y * stride - top + ky,
+# x * stride - left + kx) when that lies inside out_shape; then + bias,
+# MultiplyByQuantizedMultiplier per channel, + output_zp, clamp. dilation must be (1, 1)
+# and cin_per_group Cin.
+TRANSPOSE_CONV = register_task(OP_TRANSPOSE_CONV, "TRANSPOSE_CONV", _CONV_FIELDS)
+
+# ---- gather along one axis by an index table (opcode 0x56) ----
+OP_GATHER = 0x56
+# The input is viewed as [outer, axis_size, inner] (inner counted in elements), the output
+# as [outer, count, inner]: output[o, i, :] = input[o, indices[i], :]. Serves GATHER with
+# constant indices, and one axis at a time MIRROR_PAD, BROADCAST_TO and ONNX Pad
+# reflect/edge. An index outside [0, axis_size) fails the job (EINVAL).
+GATHER = register_task(OP_GATHER, "GATHER", [
+    ("input", "<u8"), ("output", "<u8"),
+    ("indices_iova", "<u8"),   # int32[count]
+    ("outer", "<u4"), ("axis_size", "<u4"), ("inner", "<u4"), ("count", "<u4"),
+])
+
+# ---- index of the largest / smallest value along one axis (opcodes 0x57, 0x58) ----
+OP_ARG_MAX = 0x57
+OP_ARG_MIN = 0x58
+OPF_INDEX_INT64 = 0x80   # arg_max/arg_min: the output is int64 (else int32)
+# The output (the input's shape without ``axis``) holds the first index of the extreme
+# int8 value; ties go to the lowest index, as LiteRT's kernel.
+_ARG = [
+    ("input", "<u8"), ("output", "<u8"),
+    ("rank", "<u4"), ("in_shape", *_SHAPE), ("axis", "<u4"),
+]
+ARG_MAX = register_task(OP_ARG_MAX, "ARG_MAX", _ARG)
+ARG_MIN = register_task(OP_ARG_MIN, "ARG_MIN", _ARG)

@@ -1,4 +1,4 @@
-"""The data movement unit: CONCATENATION, RESHAPE, TRANSPOSE, PAD, STRIDED_SLICE
+"""The data movement unit: CONCATENATION, RESHAPE, TRANSPOSE, PAD, STRIDED_SLICE, GATHER
 (descriptors: ``spec.ops``). No arithmetic: their cost is bytes only."""
 from __future__ import annotations
 
@@ -92,3 +92,16 @@ def strided_slice(desc: np.void, dma) -> None:
     x = dma.read_array(int(desc["input"]), np.int8, shape)
     out = dma.write_array(int(desc["output"]), np.int8, out_shape)
     layout.strided_slice(x, *args, **masks, out=out)
+
+
+def _gather_cost(desc: np.void) -> tuple[int, int]:
+    return 0, 2 * int(desc["outer"]) * int(desc["count"]) * int(desc["inner"]) + 4 * int(desc["count"])
+
+
+@unit(ops.OP_GATHER, _gather_cost)
+def gather(desc: np.void, dma) -> None:
+    outer, axis, inner, k = dims((desc["outer"], desc["axis_size"], desc["inner"], desc["count"]), "gather")
+    dims((outer, k, inner), "gather output")
+    indices = dma.read_array(int(desc["indices_iova"]), np.int32, (k,))
+    x = dma.read_array(int(desc["input"]), np.int8, (outer, axis, inner))
+    layout.gather(x, indices, out=dma.write_array(int(desc["output"]), np.int8, (outer, k, inner)))

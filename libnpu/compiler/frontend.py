@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from . import registry
 from .ir import Graph, IRError
 from .progress import Progress, stage
 
@@ -43,6 +44,12 @@ def check_int8(graph: Graph) -> None:
             t = graph.tensors[n]
             float_ok = (op.type == "QUANTIZE" and n in op.inputs) or (op.type == "DEQUANTIZE" and n in op.outputs)
             if float_ok and t.dtype == "float32":
+                continue
+            if n in op.outputs and t.dtype in ("int32", "int64") and t.quant is None \
+                    and registry.get(op.type, "index_output"):
+                continue
+            if t.dtype == "int32" and t.quant is None and n in op.inputs \
+                    and op.inputs.index(n) in registry.get(op.type, "index_inputs"):
                 continue
             if t.dtype != "int8" or t.quant is None or t.quant.per_channel:
                 raise NotInt8Error(f"{op.describe()}: tensor {n!r} is {t.dtype}"

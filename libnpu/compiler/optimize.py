@@ -10,7 +10,7 @@ from .float_ref import evaluate, has_reference
 from .ir import ACTIVATIONS, Graph, Tensor
 
 __all__ = ["optimize", "fold_constants", "fold_affine_into_conv", "sub_const_to_add", "fuse_activations",
-           "remove_identities"]
+           "remove_identities", "unshare_weights"]
 
 # The activation ops that are also fused activations (same names).
 _ACT_OPS = tuple(a for a in ACTIVATIONS if a != "NONE")
@@ -190,6 +190,26 @@ def remove_identities(g: Graph) -> int:
     return removed
 
 
+def unshare_weights(g: Graph) -> int:
+    """Give every weighted op its own weight and bias constants: converters deduplicate
+    equal buffers (pose_detection's fp16 file shares one bias between two convolutions),
+    but each op's weights are quantized with its own scales."""
+    copied = 0
+    seen: set[str] = set()
+    for op in g.ops:
+        if _weight_axis(op.type) is None:
+            continue
+        for k in (1, 2):
+            name = op.inputs[k] if len(op.inputs) > k else ""
+            if not name or not g.tensors[name].is_constant:
+                continue
+            if name in seen:
+                op.inputs[k] = g.add_const(f"{name}_{op.name}", g.tensors[name].data.copy()).name
+                copied += 1
+            seen.add(op.inputs[k])
+    return copied
+
+
 def optimize(graph: Graph) -> Graph:
     """Return an optimized copy: constants folded, affine ops folded into convs,
     activations fused, identities removed, unused tensors pruned."""
@@ -198,6 +218,7 @@ def optimize(graph: Graph) -> Graph:
     for t in list(g.constants()):
         if t.dtype == "float16":
             g.tensors[t.name] = Tensor(t.name, t.shape, "float32", None, t.data.astype(np.float32))
+    unshare_weights(g)
     fold_affine_into_conv(g)
     sub_const_to_add(g)
     fuse_activations(g)

@@ -244,12 +244,16 @@ def quantize(graph: Graph, ranges: Mapping[str, Range], *, fc_per_channel: bool 
             raise QuantizationError(f"tensor {t.name!r} is {t.dtype}{' (quantized)' if t.quant else ''}: "
                                     "quantize expects a float graph")
     roles = _roles(src)
-    params = _activation_table(src, ranges, roles)
+    indices = {o for op in src.ops if registry.get(op.type, "index_output") for o in op.outputs}
+    params = _activation_table(src, ranges, {**roles, **{n: ("index", None) for n in indices}})
 
     g = Graph(src.name)
     g.metadata = dict(src.metadata, quantized="int8")
     for name, t in src.tensors.items():
         if name in roles:
+            continue
+        if name in indices:  # positions (an arg max): integers, as they are
+            g.add_tensor(Tensor(name, t.shape, t.dtype))
             continue
         qp = params[name]
         data = qp.quantize(t.data.astype(np.float32)) if t.is_constant else None
@@ -295,6 +299,9 @@ def _float_edges(g: Graph, src: Graph) -> None:
         prologue.append(Op("QUANTIZE", [name], [q_name], name=q_name))
     new_outputs = []
     for name in g.outputs:
+        if g.tensors[name].quant is None and g.tensors[name].dtype in ("int32", "int64"):
+            new_outputs.append(name)  # positions (an arg max) leave the chip as they are
+            continue
         if any(op.type == "QUANTIZE" and op.inputs == [name] for op in prologue):
             raise QuantizationError(f"graph input {name!r} is also an output")
         t = g.tensors.pop(name)

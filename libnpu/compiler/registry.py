@@ -31,13 +31,19 @@ class Operator:
     """One IR operator and every stage's rule for it (None: the stage does not apply).
 
     - ``attrs``: the attributes an op of this type carries (all required).
-    - ``tflite``: ``(importer, ins, outs, options, where) -> (attrs, data input indices)``;
-      ``tflite_aliases``: other TFLite builtins imported as this operator.
+    - ``tflite``: ``(importer, ins, outs, options, where) -> (attrs, data input indices)``,
+      or None when it added the ops itself (an operator imported as others, e.g. SPLIT as
+      STRIDED_SLICEs) or folded its output to a constant (DENSIFY); ``tflite_aliases``:
+      other TFLite builtins imported as this operator.
     - ``float_ref``: ``(op, input values, output tensor) -> value`` in float32.
     - ``same_scale``: inputs and output share one quantization (data movement);
       ``fixed_output``: the output's ``(scale, zero_point)`` is fixed by the int8 spec;
       ``weight_axis``: input 1 is a weight quantized per channel along this axis (input
       2 the bias); ``fc_weights``: per-tensor unless per-channel FC is asked for.
+    - ``index_inputs``: positions of inputs that hold int32 indices computed by the model
+      (GATHER's ids in an embedding lookup): never quantized.
+    - ``index_output``: the output is an int32/int64 tensor of positions (an arg max), never
+      quantized.
     - ``fused_activation``: the TFLite kernel applies a fused RELU/RELU6/RELU_N1_TO_1.
     - ``params``: ``(graph, op) -> kernel parameters`` (int8 only);
       ``lower``: ``(lowering, op, params) -> Emitted | None`` (chip descriptors).
@@ -55,6 +61,8 @@ class Operator:
     weight_axis: int | None = None
     fc_weights: bool = False
     fused_activation: bool = False
+    index_output: bool = False
+    index_inputs: tuple[int, ...] = ()
     params: Callable | None = None
     lower: Callable | None = None
     export: Callable | None = None

@@ -16,6 +16,7 @@ import tflite
 
 from . import registry
 from .ir import Graph, IRError, Op, QuantParams, Tensor, require_data, same_pads
+from .tflite_sparsity import SparsityError, densify
 
 __all__ = ["TFLiteImportError", "UnsupportedOpError", "import_tflite", "load_tflite", "options",
            "activation", "window_pads", "simple"]
@@ -94,7 +95,14 @@ class _Importer:
             quant = QuantParams(q.ScaleAsNumpy(), zp, int(q.QuantizedDimension()))
         raw = self._buffer_data(t.Buffer())
         data = None
-        if raw is not None:
+        if t.Sparsity() is not None and t.Buffer() > 0:
+            if raw is None:  # an all-zero sparse constant stores no values
+                raw = np.zeros(0, np.uint8)
+            try:
+                data = densify(t.Sparsity(), shape, raw.view(dtype))
+            except SparsityError as exc:
+                raise TFLiteImportError(f"tensor {idx} ({t.Name()!r}): bad sparsity parameters: {exc}") from None
+        elif raw is not None:
             data = raw.view(dtype).reshape(shape).copy()
         name = self.graph.unique_name((t.Name() or b"").decode() or f"t{idx}")
         self.graph.add_tensor(Tensor(name, shape, dtype, quant, data))
@@ -125,7 +133,10 @@ class _Importer:
             operator = registry.tflite_operator(opname)
             if operator is None:
                 raise UnsupportedOpError(f"unsupported op {where}")
-            attrs, data_inputs = operator.tflite(self, ins, outs, options, where)
+            imported = operator.tflite(self, ins, outs, options, where)
+            if imported is None:  # the operator added its ops itself, or folded to a constant
+                continue
+            attrs, data_inputs = imported
             g.add_op(Op(operator.name, [self.tensor(j) if j >= 0 else "" for j in data_inputs],
                         [self.tensor(j) for j in outs], attrs, name=out_name))
         g.outputs = [self.tensor(i) for i in self.sg.OutputsAsNumpy()]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import flatbuffers
 import numpy as np
@@ -17,6 +18,7 @@ from ai_edge_litert.interpreter import Interpreter, OpResolverType
 
 _TENSOR_TYPES = {
     np.dtype(np.float32): tflite.TensorType.FLOAT32,
+    np.dtype(np.float16): tflite.TensorType.FLOAT16,
     np.dtype(np.int32): tflite.TensorType.INT32,
     np.dtype(np.uint8): tflite.TensorType.UINT8,
     np.dtype(np.int64): tflite.TensorType.INT64,
@@ -36,6 +38,7 @@ class TensorSpec:
     quantized_dimension: int = 0
     data: np.ndarray | None = None
     name: str = ""
+    sparsity: Any = None   # tests.support.sparse.Sparsity: ``data`` holds the stored values
 
 
 @dataclass
@@ -81,7 +84,7 @@ def build_model(tensors: Sequence[TensorSpec], ops: Sequence[OpSpec],
             tensor_buffer.append(0)
         else:
             arr = np.array(t.data, dtype=t.dtype, order="C")
-            if tuple(arr.shape) != tuple(t.shape):
+            if t.sparsity is None and tuple(arr.shape) != tuple(t.shape):
                 raise ValueError(f"tensor {t.name!r}: data shape {arr.shape} != {t.shape}")
             tensor_buffer.append(len(buffer_data))
             buffer_data.append(arr.tobytes())
@@ -103,6 +106,7 @@ def build_model(tensors: Sequence[TensorSpec], ops: Sequence[OpSpec],
         name = b.CreateString(t.name or f"t{i}")
         shape = b.CreateNumpyVector(np.asarray(t.shape, dtype=np.int32))
         quant = _quantization(b, t)
+        sparsity = t.sparsity.write(b) if t.sparsity is not None else None
         tflite.TensorStart(b)
         tflite.TensorAddShape(b, shape)
         tflite.TensorAddType(b, _TENSOR_TYPES[np.dtype(t.dtype)])
@@ -110,6 +114,8 @@ def build_model(tensors: Sequence[TensorSpec], ops: Sequence[OpSpec],
         tflite.TensorAddName(b, name)
         if quant is not None:
             tflite.TensorAddQuantization(b, quant)
+        if sparsity is not None:
+            tflite.TensorAddSparsity(b, sparsity)
         tensor_offsets.append(tflite.TensorEnd(b))
 
     codes = sorted({(op.opcode, op.version) for op in ops})
