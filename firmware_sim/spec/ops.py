@@ -26,6 +26,8 @@ __all__ = [
     "OP_MEAN", "OP_RELU", "OP_LUT", "OP_SOFTMAX", "OP_CONCATENATION", "OP_RESHAPE", "OP_TRANSPOSE",
     "OP_PAD", "OP_STRIDED_SLICE", "OP_RESIZE_BILINEAR", "OP_RESIZE_NEAREST_NEIGHBOR", "OP_QUANTIZE",
     "OP_REQUANTIZE", "OP_DEQUANTIZE",
+    "OP_PRELU", "OP_HARD_SWISH", "OP_LEAKY_RELU", "OP_SQUARED_DIFFERENCE", "OP_SUB", "OP_MAXIMUM",
+    "OP_MINIMUM", "OP_RSQRT", "OP_ABS", "OP_DIV", "OP_L2_NORMALIZATION",
 ]
 
 PADDING_SAME, PADDING_VALID = 1, 2
@@ -82,6 +84,18 @@ OP_RESIZE_NEAREST_NEIGHBOR = 0x20
 OP_QUANTIZE = 0x21
 OP_REQUANTIZE = 0x22
 OP_DEQUANTIZE = 0x23
+# Activations and elementwise math (0x30..0x4F).
+OP_PRELU = 0x30
+OP_HARD_SWISH = 0x31
+OP_LEAKY_RELU = 0x32
+OP_SQUARED_DIFFERENCE = 0x33
+OP_SUB = 0x34
+OP_MAXIMUM = 0x35
+OP_MINIMUM = 0x36
+OP_RSQRT = 0x37
+OP_ABS = 0x38
+OP_DIV = 0x39
+OP_L2_NORMALIZATION = 0x3A
 
 _U32x2, _U32x4 = ("<u4", (2,)), ("<u4", (4,))
 _SHAPE = ("<u4", (MAX_RANK,))
@@ -208,4 +222,54 @@ REQUANTIZE = register_task(OP_REQUANTIZE, "REQUANTIZE", _FLAT + [  # int8 -> int
 ])
 DEQUANTIZE = register_task(OP_DEQUANTIZE, "DEQUANTIZE", _FLAT + [  # int8 -> float32
     ("scale", "<f4"), ("zero_point", "<i4"),
+])
+
+# Activations and elementwise math. Unary ops whose TFLite int8 kernel is a table built
+# from float (ELU, GELU, EXP, LOG, SQRT, NEG...) run on LUT; these carry the parameters
+# of an integer formula (``firmware_sim.kernels.math``).
+PRELU = register_task(OP_PRELU, "PRELU", _BINARY_SHAPES + [   # input1: x, input2: alpha
+    ("output_multiplier_1", "<i4"), ("output_shift_1", "<i4"),  # x >= 0: in / out
+    ("output_multiplier_2", "<i4"), ("output_shift_2", "<i4"),  # x < 0: in * alpha / out
+])
+SQUARED_DIFFERENCE = register_task(OP_SQUARED_DIFFERENCE, "SQUARED_DIFFERENCE", _BINARY_SHAPES + [
+    ("left_shift", "<i4"),
+    ("input1_multiplier", "<i4"), ("input1_shift", "<i4"),
+    ("input2_multiplier", "<i4"), ("input2_shift", "<i4"),
+    ("output_multiplier", "<i4"), ("output_shift", "<i4"),
+])
+SUB = register_task(OP_SUB, "SUB", _BINARY_SHAPES + [   # ADD's fields (spec.fixedpoint.add_params)
+    ("left_shift", "<i4"),
+    ("input1_multiplier", "<i4"), ("input1_shift", "<i4"),
+    ("input2_multiplier", "<i4"), ("input2_shift", "<i4"),
+    ("output_multiplier", "<i4"), ("output_shift", "<i4"),
+    ("act_min", "<i4"), ("act_max", "<i4"),
+])
+MAXIMUM = register_task(OP_MAXIMUM, "MAXIMUM", _BINARY_SHAPES)   # one scale: compares the bytes
+MINIMUM = register_task(OP_MINIMUM, "MINIMUM", _BINARY_SHAPES)
+DIV = register_task(OP_DIV, "DIV", _BINARY_SHAPES + [
+    ("output_multiplier", "<i4"), ("output_shift", "<i4"),   # in1 / (in2 * out)
+    ("act_min", "<i4"), ("act_max", "<i4"),
+])
+HARD_SWISH = register_task(OP_HARD_SWISH, "HARD_SWISH", _FLAT + [
+    ("input_zp", "<i4"), ("output_zp", "<i4"),
+    ("output_multiplier", "<i4"), ("output_shift", "<i4"),     # int16 fixed point, shift <= 0
+    ("reluish_multiplier", "<i4"), ("reluish_shift", "<i4"),   # int16 fixed point
+])
+LEAKY_RELU = register_task(OP_LEAKY_RELU, "LEAKY_RELU", _FLAT + [
+    ("input_zp", "<i4"), ("output_zp", "<i4"),
+    ("multiplier_identity", "<i4"), ("shift_identity", "<i4"),  # x >= 0: in / out
+    ("multiplier_alpha", "<i4"), ("shift_alpha", "<i4"),        # x < 0: in * alpha / out
+])
+RSQRT = register_task(OP_RSQRT, "RSQRT", _FLAT + [
+    ("input_zp", "<i4"), ("output_zp", "<i4"),
+    ("multiplier", "<i4"), ("shift", "<i4"),   # 1 / (sqrt(in) * out)
+])
+ABS = register_task(OP_ABS, "ABS", _FLAT + [
+    ("input_zp", "<i4"), ("output_zp", "<i4"),
+    ("rescale", "<u4"),                        # 0: same scale (no multiplier)
+    ("multiplier", "<i4"), ("shift", "<i4"),   # in / out
+])
+_ROWS = [("input", "<u8"), ("output", "<u8"), ("rows", "<u4"), ("depth", "<u4")]  # over the last axis
+L2_NORMALIZATION = register_task(OP_L2_NORMALIZATION, "L2_NORMALIZATION", _ROWS + [
+    ("input_zp", "<i4"),                       # output: scale 1/128, zero point 0
 ])
