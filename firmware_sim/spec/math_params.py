@@ -5,7 +5,7 @@ LiteRT int8 kernel is a table built from float (they run on the LUT descriptor).
 Float tables follow ``LUTPopulateInt8``: for every int8 ``q``,
 ``clamp(round_half_away(f(in_scale * (q - in_zp)) * (1 / out_scale)) + out_zp)`` in
 float32, with the C library's float functions (``expf``, ``expm1f``, ``logf``,
-``erfcf``, ``tanhf``, ``log1pf``) so that the tables match LiteRT bit for bit.
+``erff``, ``erfcf``, ``tanhf``, ``log1pf``) so that the tables match LiteRT bit for bit.
 """
 from __future__ import annotations
 
@@ -30,7 +30,7 @@ _f32 = np.float32
 def libm() -> ctypes.CDLL:
     """The C math library with its float (``f``-suffixed) functions typed."""
     lib = ctypes.CDLL(ctypes.util.find_library("m") or "libm.so.6")
-    for name in ("expf", "expm1f", "logf", "erfcf", "tanhf", "log1pf", "sqrtf"):
+    for name in ("expf", "expm1f", "logf", "erff", "erfcf", "tanhf", "log1pf", "sqrtf"):
         fn = getattr(lib, name)
         fn.restype, fn.argtypes = ctypes.c_float, [ctypes.c_float]
     return lib

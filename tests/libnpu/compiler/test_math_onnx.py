@@ -1,0 +1,125 @@
+"""Single-node float ONNX models of the activations and elementwise math compile (random
+calibration in [-1, 1]), run on the chip and match onnxruntime within 5% of the largest
+reference value on inputs in [-1, 1]."""
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import libnpu
+from libnpu.compiler.lower import compile_model
+
+ort = pytest.importorskip("onnxruntime")
+
+SHAPE = [1, 3, 4, 5]
+
+
+def _model(op: str, *, inputs: int = 1, consts: dict[str, np.ndarray] | None = None, opset: int = 17,
+           shape: list[int] = SHAPE, extra_nodes: list | None = None, **attrs) -> onnx.ModelProto:
+    names = ["x", "y", "z"][:inputs]
+    consts = consts or {}
+    node = helper.make_node(op, names + list(consts), ["out"], **attrs)
+    graph = helper.make_graph(
+        [node] + (extra_nodes or []), op,
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, shape) for n in names],
+        [helper.make_tensor_value_info("out", TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(np.asarray(v, np.float32), k) for k, v in consts.items()])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+
+
+def _gelu_pattern() -> onnx.ModelProto:
+    """x * 0.5 * (1 + erf(x / sqrt(2))), as exporters write GELU."""
+    c = {"sqrt2": np.float32(np.sqrt(2)), "one": np.float32(1), "half": np.float32(0.5)}
+    nodes = [helper.make_node("Div", ["x", "sqrt2"], ["d"]), helper.make_node("Erf", ["d"], ["e"]),
+             helper.make_node("Add", ["e", "one"], ["a"]), helper.make_node("Mul", ["x", "a"], ["m"]),
+             helper.make_node("Mul", ["m", "half"], ["out"])]
+    graph = helper.make_graph(nodes, "gelu", [helper.make_tensor_value_info("x", TensorProto.FLOAT, SHAPE)],
+                              [helper.make_tensor_value_info("out", TensorProto.FLOAT, None)],
+                              [numpy_helper.from_array(np.asarray(v, np.float32), k) for k, v in c.items()])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+_SLOPE = np.array([0.1, -0.3, 0.25], np.float32).reshape(3, 1, 1)
+CASES = {
+    "HardSigmoid": lambda: _model("HardSigmoid", alpha=0.3, beta=0.4),
+    "HardSwish": lambda: _model("HardSwish"),
+    "LeakyRelu": lambda: _model("LeakyRelu", alpha=0.1),
+    "PRelu": lambda: _model("PRelu", consts={"slope": _SLOPE}),
+    "Gelu": lambda: _model("Gelu", opset=20),
+    "Gelu-tanh": lambda: _model("Gelu", opset=20, approximate="tanh"),
+    "Erf-GELU": _gelu_pattern,
+    "Div": lambda: _model("Div", inputs=2),
+    "Sub": lambda: _model("Sub", inputs=2),
+    "Sqrt": lambda: _model("Sqrt"),
+    "Pow2": lambda: _model("Pow", consts={"two": np.float32(2)}),
+    "Exp": lambda: _model("Exp"),
+    "Log": lambda: _model("Log"),
+    "Softplus": lambda: _model("Softplus"),
+    "Clip": lambda: _model("Clip", consts={"lo": np.float32(-0.4), "hi": np.float32(0.7)}),
+    "Clip-min": lambda: _model("Clip", consts={"lo": np.float32(-0.25)}),
+    "LpNormalization": lambda: _model("LpNormalization", axis=1, p=2),
+    "LpNormalization-last": lambda: _model("LpNormalization", axis=-1, p=2),
+    "Abs": lambda: _model("Abs"),
+    "Neg": lambda: _model("Neg"),
+    "Max": lambda: _model("Max", inputs=2),
+    "Min": lambda: _model("Min", inputs=3),
+    "Elu": lambda: _model("Elu"),
+}
+
+# Inputs where the operator is defined (the calibration and the check use the same range).
+_POSITIVE = {"Sqrt", "Log"}
+_NONZERO_DIVISOR = {"Div"}
+
+
+def _inputs(name: str, model: onnx.ModelProto, rng: np.random.Generator) -> list[np.ndarray]:
+    feeds = []
+    for i, vi in enumerate(model.graph.input):
+        lo = 0.05 if name in _POSITIVE or (name in _NONZERO_DIVISOR and i == 1) else -1.0
+        feeds.append(rng.uniform(lo, 1.0, [d.dim_value for d in vi.type.tensor_type.shape.dim]).astype(np.float32))
+    return feeds
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_onnx_op_on_the_chip_matches_onnxruntime(name: str, npu, tmp_path) -> None:
+    model = CASES[name]()
+    rng = np.random.default_rng(21)
+    calibration = [_inputs(name, model, rng) for _ in range(8)]
+    loadable = compile_model(model.SerializeToString(), calibration, kind="onnx")
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    compiled = libnpu.load(loadable, devroot=npu.devroot)
+    try:
+        for _ in range(3):
+            feeds = _inputs(name, model, rng)
+            (ref,) = session.run(None, {vi.name: x for vi, x in zip(model.graph.input, feeds)})
+            (got,) = compiled.infer(feeds, dequantized=True)
+            err = np.abs(got.reshape(ref.shape) - ref).max()
+            assert err <= 0.05 * np.abs(ref).max(), f"{name}: max |err| {err} vs max |ref| {np.abs(ref).max()}"
+    finally:
+        compiled.close()
+
+
+def test_clip_bounds_are_exact_on_the_grid() -> None:
+    """Clip with any bounds runs on the RELU descriptor: the clamp lands on the bounds."""
+    from libnpu.compiler.frontend import to_int8_graph
+    g = to_int8_graph(CASES["Clip"]().SerializeToString(), kind="onnx")
+    (clip,) = [op for op in g.ops if op.type == "CLIP"]
+    assert clip.attrs == {"min": pytest.approx(-0.4), "max": pytest.approx(0.7)}
+
+
+@pytest.mark.parametrize("op,attrs,message", [
+    ("Elu", dict(alpha=0.5), "Elu with alpha 0.5"),
+    ("LpNormalization", dict(axis=2, p=2), "over axis 2"),
+    ("LpNormalization", dict(axis=1, p=1), "p=1"),
+])
+def test_unsupported_variants_are_named(op, attrs, message) -> None:
+    from libnpu.compiler.onnx_import import ONNXImportError, import_onnx
+    with pytest.raises(ONNXImportError, match=message):
+        import_onnx(_model(op, **attrs))
+
+
+def test_pow_by_other_exponents_is_refused() -> None:
+    from libnpu.compiler.onnx_import import ONNXImportError, import_onnx
+    with pytest.raises(ONNXImportError, match="Pow by"):
+        import_onnx(_model("Pow", consts={"e": np.float32(3)}))
