@@ -94,7 +94,7 @@ def squared_difference(a: np.ndarray, b: np.ndarray, *, input1_zp: int, input2_z
                        left_shift: int, input1_multiplier: int, input1_shift: int,
                        input2_multiplier: int, input2_shift: int, output_multiplier: int,
                        output_shift: int, out: np.ndarray | None = None) -> np.ndarray:
-    """int8 SQUARED_DIFFERENCE (``spec.fixedpoint.squared_difference_params``)."""
+    """int8 SQUARED_DIFFERENCE (parameters as LiteRT's Prepare derives them)."""
     z1, z2, zo = _zps(("input1_zp", input1_zp), ("input2_zp", input2_zp), ("output_zp", output_zp))
     if not 0 <= int(left_shift) <= 15:
         raise InvalidCommand("left_shift must be in [0, 15]")

@@ -112,7 +112,7 @@ def _saturating_left_shift16(x: np.ndarray, amount: int) -> np.ndarray:
 def hard_swish(x: np.ndarray, *, input_zp: int, output_zp: int, output_multiplier: int,
                output_shift: int, reluish_multiplier: int, reluish_shift: int,
                out: np.ndarray | None = None) -> np.ndarray:
-    """int8 HARD_SWISH; multipliers are int16 fixed point (``spec.fixedpoint.hard_swish_params``)."""
+    """int8 HARD_SWISH; multipliers are int16 fixed point (the compiler derives them as LiteRT's HardSwishPrepare)."""
     _check(x)
     input_zp, output_zp = check_int8_param("input_zp", input_zp), check_int8_param("output_zp", output_zp)
     out_shift = _shift("output_shift", output_shift, -15, 0)

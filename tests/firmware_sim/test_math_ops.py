@@ -11,7 +11,9 @@ from ai_edge_litert.interpreter import Interpreter, OpResolverType
 from firmware_sim.kernels import binary, normalization, unary
 from firmware_sim.kernels.activations import lut_lookup
 from firmware_sim.spec import fixedpoint as fp
-from firmware_sim.spec import math_params as mp
+from firmware_sim.spec import tables
+from libnpu.compiler.ops import binary as binary_params
+from libnpu.compiler.ops import unary as unary_params
 from tests.support.quant_utils import f32, log_uniform, random_int8
 from tests.support.tflite_builder import TensorSpec, run_reference, single_op_model
 
@@ -61,7 +63,7 @@ def check_unary(op: int, seed: int, kernel, *, version: int = 1, options_type: i
 @pytest.mark.parametrize("seed", SEEDS)
 def test_hard_swish(seed: int) -> None:
     def kernel(x, in_q, out_q):
-        return unary.hard_swish(x, **mp.hard_swish_params(in_q[0], in_q[1], *out_q))
+        return unary.hard_swish(x, **unary_params.hard_swish_params(in_q[0], in_q[1], *out_q))
     # output scale >= input scale / 128 keeps the output multiplier below one, as LiteRT requires
     check_unary(OP.HARD_SWISH, seed, kernel, in_range=(2e-3, 0.2), out_range=(2e-3, 0.2))
 
@@ -77,14 +79,14 @@ def test_leaky_relu(seed: int) -> None:
 
     def kernel(x, in_q, out_q):
         return unary.leaky_relu(x, input_zp=in_q[1], output_zp=out_q[1],
-                                **mp.leaky_relu_params(in_q[0], alpha, out_q[0]))
+                                **unary_params.leaky_relu_params(in_q[0], alpha, out_q[0]))
     check_unary(OP.LEAKY_RELU, seed, kernel, version=2, options_type=OPTS.LeakyReluOptions, options=options)
 
 
 @pytest.mark.parametrize("seed", SEEDS)
 def test_rsqrt(seed: int) -> None:
     def kernel(x, in_q, out_q):
-        return unary.rsqrt(x, input_zp=in_q[1], output_zp=out_q[1], **mp.rsqrt_params(in_q[0], out_q[0]))
+        return unary.rsqrt(x, input_zp=in_q[1], output_zp=out_q[1], **unary_params.rsqrt_params(in_q[0], out_q[0]))
     # LiteRT refuses inputs below the zero point
     check_unary(OP.RSQRT, seed, kernel, version=2, in_range=(1e-3, 0.1), out_range=(0.02, 0.5),
                 valid=lambda x, q: x >= q[1])
@@ -93,21 +95,21 @@ def test_rsqrt(seed: int) -> None:
 @pytest.mark.parametrize("seed", SEEDS)
 def test_abs(seed: int) -> None:
     def kernel(x, in_q, out_q):
-        return unary.abs_(x, input_zp=in_q[1], output_zp=out_q[1], **mp.abs_params(in_q[0], out_q[0]))
+        return unary.abs_(x, input_zp=in_q[1], output_zp=out_q[1], **unary_params.abs_params(in_q[0], out_q[0]))
     check_unary(OP.ABS, seed, kernel, version=2)
 
 
 def test_abs_same_scale() -> None:
     x = ALL_BYTES
     (expected,) = run_reference(unary_model(OP.ABS, x.size, (0.05, 3), (0.05, -100), version=2), x)
-    assert np.array_equal(unary.abs_(x, input_zp=3, output_zp=-100, **mp.abs_params(0.05, 0.05)), expected)
+    assert np.array_equal(unary.abs_(x, input_zp=3, output_zp=-100, **unary_params.abs_params(0.05, 0.05)), expected)
 
 
 # Unary ops whose LiteRT kernel is a table built from float --------------------------------------
 
 
 def _lut_kernel(fn):
-    return lambda x, in_q, out_q: lut_lookup(x, mp.float_lut(fn, *in_q, *out_q))
+    return lambda x, in_q, out_q: lut_lookup(x, tables.float_lut(fn, *in_q, *out_q))
 
 
 def run_builtin(model: bytes, *inputs: np.ndarray) -> list[np.ndarray]:
@@ -125,7 +127,7 @@ def run_builtin(model: bytes, *inputs: np.ndarray) -> list[np.ndarray]:
 @pytest.mark.parametrize("seed", SEEDS)
 def test_elu(seed: int) -> None:
     def elu(v):
-        return f32(mp.libm().expm1f(float(v))) if v < 0 else v
+        return f32(tables.libm().expm1f(float(v))) if v < 0 else v
     check_unary(OP.ELU, seed, _lut_kernel(elu), reference=run_builtin)
 
 
@@ -136,27 +138,27 @@ def test_gelu(seed: int, approximate: bool) -> None:
         tflite.GeluOptionsStart(b)
         tflite.GeluOptionsAddApproximate(b, approximate)
         return tflite.GeluOptionsEnd(b)
-    check_unary(OP.GELU, seed, _lut_kernel(mp.gelu_transform(approximate)), options_type=OPTS.GeluOptions,
+    check_unary(OP.GELU, seed, _lut_kernel(unary_params.gelu_transform(approximate)), options_type=OPTS.GeluOptions,
                 options=options)
 
 
 @pytest.mark.parametrize("seed", SEEDS)
 def test_exp(seed: int) -> None:
-    check_unary(OP.EXP, seed, _lut_kernel(lambda v: f32(mp.libm().expf(float(v)))), version=2,
+    check_unary(OP.EXP, seed, _lut_kernel(lambda v: f32(tables.libm().expf(float(v)))), version=2,
                 in_range=(2e-3, 0.03), out_range=(0.01, 0.5))
 
 
 @pytest.mark.parametrize("seed", SEEDS)
 def test_log(seed: int) -> None:
     def kernel(x, in_q, out_q):
-        return lut_lookup(x, mp.float_lut(mp.log_transform(*out_q), *in_q, *out_q))
+        return lut_lookup(x, tables.float_lut(unary_params.log_transform(*out_q), *in_q, *out_q))
     check_unary(OP.LOG, seed, kernel, version=2, in_range=(0.01, 0.5), out_range=(0.01, 0.1))
 
 
 @pytest.mark.parametrize("seed", SEEDS)
 def test_sqrt(seed: int) -> None:
     def kernel(x, in_q, out_q):
-        return lut_lookup(x, mp.sqrt_lut(*in_q, *out_q))
+        return lut_lookup(x, unary_params.sqrt_lut(*in_q, *out_q))
     check_unary(OP.SQRT, seed, kernel, version=2, in_range=(1e-3, 0.5), out_range=(1e-3, 0.1),
                 valid=lambda x, q: x >= q[1])
 
@@ -167,7 +169,7 @@ def test_neg() -> None:
         x = every_byte(rng)
         in_q, out_q = random_q(rng), random_q(rng)
         (expected,) = run_reference(unary_model(OP.NEG, x.size, in_q, out_q), x)
-        assert np.array_equal(lut_lookup(x, mp.neg_lut()), expected)
+        assert np.array_equal(lut_lookup(x, unary_params.neg_lut()), expected)
 
 
 # Binary ops -----------------------------------------------------------------------------------
@@ -212,7 +214,7 @@ def test_prelu(seed: int) -> None:
 
     def kernel(a, b, q1, q2, qo):
         return binary.prelu(a, b, input1_zp=q1[1], input2_zp=q2[1], output_zp=qo[1],
-                            **mp.prelu_params(q1[0], q2[0], qo[0]))
+                            **binary_params.prelu_params(q1[0], q2[0], qo[0]))
     check_binary(OP.PRELU, seed, kernel, shapes=shapes)
 
 
@@ -224,7 +226,7 @@ def test_squared_difference(seed: int) -> None:
 
     def kernel(a, b, q1, q2, qo):
         return binary.squared_difference(a, b, input1_zp=q1[1], input2_zp=q2[1], output_zp=qo[1],
-                                         **mp.squared_difference_params(q1[0], q2[0], qo[0]))
+                                         **binary_params.squared_difference_params(q1[0], q2[0], qo[0]))
     check_binary(OP.SQUARED_DIFFERENCE, seed, kernel, version=2, quants=quants)
 
 
@@ -267,7 +269,7 @@ def test_div(seed: int) -> None:
         a, b = random_int8(rng, s1), random_int8(rng, s2)
         b = np.where(b == q2[1], np.int8(q2[1] + 1 if q2[1] < 127 else q2[1] - 1), b).astype(np.int8)
         got = binary.div(a, b, input1_zp=q1[1], input2_zp=q2[1], output_zp=qo[1],
-                         **mp.div_params(q1[0], q2[0], qo[0]))
+                         **binary_params.div_params(q1[0], q2[0], qo[0]))
         real = (q1[0] * (a.astype(np.float64) - q1[1])) / (q2[0] * (b.astype(np.float64) - q2[1]))
         exact = np.clip(real / qo[0] + qo[1], -128, 127)
         assert np.abs(got - exact).max() <= 1.0, f"seed {seed} case {case_no}: {q1} {q2} {qo}"
@@ -276,7 +278,7 @@ def test_div(seed: int) -> None:
 def test_div_by_the_zero_point_saturates() -> None:
     a = np.array([-5, 0, 5], np.int8)
     b = np.zeros(3, np.int8)
-    got = binary.div(a, b, input1_zp=0, input2_zp=0, output_zp=3, **mp.div_params(0.1, 0.1, 0.1))
+    got = binary.div(a, b, input1_zp=0, input2_zp=0, output_zp=3, **binary_params.div_params(0.1, 0.1, 0.1))
     assert got.tolist() == [-128, 3, 127]
 
 

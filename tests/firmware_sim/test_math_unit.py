@@ -9,7 +9,8 @@ import pytest
 
 from firmware_sim.kernels import binary, normalization, unary
 from firmware_sim.spec import fixedpoint as fp
-from firmware_sim.spec import math_params as mp
+from libnpu.compiler.ops import binary as binary_params
+from libnpu.compiler.ops import unary as unary_params
 from tests.support.chip_memory import ChipMemory, encode
 from tests.support.quant_utils import random_int8
 
@@ -27,19 +28,20 @@ def test_math_handlers(mem: ChipMemory) -> None:
     zps = dict(input1_zp=1, input2_zp=-2, output_zp=3)
     b_nonzero = np.where(b == -2, np.int8(5), b).astype(np.int8)
     binaries = {
-        "PRELU": (binary.prelu, mp.prelu_params(0.05, 0.02, 0.04), b),
-        "SQUARED_DIFFERENCE": (binary.squared_difference, mp.squared_difference_params(0.05, 0.03, 0.5), b),
+        "PRELU": (binary.prelu, binary_params.prelu_params(0.05, 0.02, 0.04), b),
+        "SQUARED_DIFFERENCE": (binary.squared_difference, binary_params.squared_difference_params(0.05, 0.03, 0.5), b),
         "SUB": (binary.sub, dict(fp.add_params(0.05, 0.03, 0.06), act_min=-128, act_max=127), b),
         "MAXIMUM": (binary.maximum, {}, b),
         "MINIMUM": (binary.minimum, {}, b),
-        "DIV": (binary.div, dict(mp.div_params(0.05, 0.03, 0.2), act_min=-128, act_max=127), b_nonzero),
+        "DIV": (binary.div, dict(binary_params.div_params(0.05, 0.03, 0.2), act_min=-128, act_max=127), b_nonzero),
     }
     flat = a.reshape(-1)
     unaries = {
-        "HARD_SWISH": (unary.hard_swish, mp.hard_swish_params(0.05, 1, 0.04, -3)),
-        "LEAKY_RELU": (unary.leaky_relu, dict(input_zp=1, output_zp=2, **mp.leaky_relu_params(0.05, 0.2, 0.04))),
-        "RSQRT": (unary.rsqrt, dict(input_zp=-128, output_zp=-100, **mp.rsqrt_params(0.05, 0.1))),
-        "ABS": (unary.abs_, dict(input_zp=1, output_zp=-128, **mp.abs_params(0.05, 0.03))),
+        "HARD_SWISH": (unary.hard_swish, unary_params.hard_swish_params(0.05, 1, 0.04, -3)),
+        "LEAKY_RELU": (unary.leaky_relu,
+                       dict(input_zp=1, output_zp=2, **unary_params.leaky_relu_params(0.05, 0.2, 0.04))),
+        "RSQRT": (unary.rsqrt, dict(input_zp=-128, output_zp=-100, **unary_params.rsqrt_params(0.05, 0.1))),
+        "ABS": (unary.abs_, dict(input_zp=1, output_zp=-128, **unary_params.abs_params(0.05, 0.03))),
     }
     ia, descs, expected = mem.put(a), [], []
     for name, (kernel, params, second) in binaries.items():

@@ -7,11 +7,46 @@ from collections.abc import Callable
 import numpy as np
 import tflite
 
-from firmware_sim.spec import math_params as mp
+from firmware_sim.spec import fixedpoint as fp
 
 from .. import onnx_import, qparams, tflite_import
 from ..registry import Operator, onnx, register
 from .elementwise import _export, _float, _lower, _scales, _tflite
+
+_f32 = np.float32
+
+
+# Parameters, as LiteRT's Prepare derives them ----------------------------------------------
+
+
+def prelu_params(input_scale: float, alpha_scale: float, output_scale: float) -> dict[str, int]:
+    """PRELU int8 (``PreluPrepare``)."""
+    s_in, s_out = _f32(input_scale), _f32(output_scale)
+    m1, s1 = fp.quantize_multiplier(float(s_in / s_out))
+    m2, s2 = fp.quantize_multiplier(float(s_in * _f32(alpha_scale) / s_out))
+    return dict(output_multiplier_1=m1, output_shift_1=s1, output_multiplier_2=m2, output_shift_2=s2)
+
+
+SQUARED_DIFFERENCE_LEFT_SHIFT = 7
+
+
+def squared_difference_params(input1_scale: float, input2_scale: float, output_scale: float) -> dict[str, int]:
+    """SQUARED_DIFFERENCE int8: inputs to a common scale, the square to the output."""
+    twice_max = float(_f32(2) * max(_f32(input1_scale), _f32(input2_scale)))
+    m1, s1 = fp.quantize_multiplier(float(_f32(input1_scale)) / twice_max)
+    m2, s2 = fp.quantize_multiplier(float(_f32(input2_scale)) / twice_max)
+    real_out = twice_max * twice_max / float(_f32(1 << (2 * SQUARED_DIFFERENCE_LEFT_SHIFT)) * _f32(output_scale))
+    if real_out >= 1.0:
+        raise ValueError("SQUARED_DIFFERENCE: output scale too small for the input scales")
+    mo, so = fp.quantize_multiplier(real_out)
+    return dict(left_shift=SQUARED_DIFFERENCE_LEFT_SHIFT, input1_multiplier=m1, input1_shift=s1,
+                input2_multiplier=m2, input2_shift=s2, output_multiplier=mo, output_shift=so)
+
+
+def div_params(input1_scale: float, input2_scale: float, output_scale: float) -> dict[str, int]:
+    """DIV int8: ``in1 / (in2 * out)`` in float32."""
+    m, s = fp.quantize_multiplier(float(_f32(input1_scale) / (_f32(input2_scale) * _f32(output_scale))))
+    return dict(output_multiplier=m, output_shift=s)
 
 
 def _zps(g, op) -> dict:
@@ -25,7 +60,7 @@ def _export_plain(wr, op, outs) -> None:
 
 def _prelu_params(g, op) -> dict:
     (s1, _), (s2, _), (so, _) = _scales(g, op)
-    return dict(_zps(g, op), **mp.prelu_params(s1, s2, so))
+    return dict(_zps(g, op), **prelu_params(s1, s2, so))
 
 
 register(Operator("PRELU", tflite=tflite_import.simple,
@@ -35,7 +70,7 @@ register(Operator("PRELU", tflite=tflite_import.simple,
 
 def _squared_difference_params(g, op) -> dict:
     (s1, _), (s2, _), (so, _) = _scales(g, op)
-    return dict(_zps(g, op), **mp.squared_difference_params(s1, s2, so))
+    return dict(_zps(g, op), **squared_difference_params(s1, s2, so))
 
 
 register(Operator("SQUARED_DIFFERENCE", tflite=tflite_import.simple,
@@ -45,7 +80,7 @@ register(Operator("SQUARED_DIFFERENCE", tflite=tflite_import.simple,
 
 def _div_params(g, op) -> dict:
     (s1, _), (s2, _), (so, _) = _scales(g, op)
-    return dict(_zps(g, op), **mp.div_params(s1, s2, so), **qparams.act_range(g, op))
+    return dict(_zps(g, op), **div_params(s1, s2, so), **qparams.act_range(g, op))
 
 
 def _float_div(op, ins, out):

@@ -8,19 +8,98 @@ HardSigmoid, Softplus, Erf, Clip, Reciprocal (as DIV), Pow by 2 (as MUL by itsel
 """
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 import numpy as np
 import tflite
 
 from firmware_sim.spec import fixedpoint as fp
-from firmware_sim.spec import math_params as mp
+from firmware_sim.spec import tables
 
 from .. import onnx_import, qparams, tflite_import
 from ..ir import IRError
 from ..registry import Operator, onnx, register
 
 _f32 = np.float32
+
+
+# Parameters and tables, as LiteRT's Prepare derives them ---------------------------------------
+
+
+def sqrt_lut(input_scale: float, input_zp: int, output_scale: float, output_zp: int) -> np.ndarray:
+    """SQRT int8: ``trunc(sqrtf(in_scale * (q - in_zp)) / out_scale) + out_zp`` (LiteRT
+    truncates here); inputs below the zero point, where LiteRT fails, give ``out_zp``."""
+    in_s, out_s = _f32(input_scale), _f32(output_scale)
+    lut = np.empty(256, dtype=np.int8)
+    for q in range(-128, 128):
+        x = _f32(in_s * _f32(q - input_zp))
+        y = _f32(tables.libm().sqrtf(max(float(x), 0.0)))
+        lut[q & 0xFF] = min(max(int(y / out_s) + output_zp, -128), 127)
+    return lut
+
+
+def neg_lut() -> np.ndarray:
+    """NEG int8: the byte negated (``-(-128)`` wraps to -128), whatever the quantization."""
+    q = np.arange(256, dtype=np.int64).astype(np.uint8).view(np.int8).astype(np.int64)
+    return (-q).astype(np.int8)
+
+
+def hard_swish_params(input_scale: float, input_zp: int, output_scale: float, output_zp: int) -> dict[str, int]:
+    """HARD_SWISH int8 (``HardSwishPrepare``): int16 output and "reluish" multipliers."""
+    hires = _f32(1.0 / 128.0) * _f32(input_scale)
+    out_m, out_shift = tables.int16_multiplier(float(hires / _f32(output_scale)))
+    if out_shift > 0:
+        raise ValueError("HARD_SWISH: output scale too small for the input scale (multiplier > 1)")
+    rel_m, rel_shift = tables.int16_multiplier(float(hires / _f32(3.0 / 32768.0)))
+    return dict(input_zp=input_zp, output_zp=output_zp, output_multiplier=out_m, output_shift=out_shift,
+                reluish_multiplier=rel_m, reluish_shift=rel_shift)
+
+
+def leaky_relu_params(input_scale: float, alpha: float, output_scale: float) -> dict[str, int]:
+    """LEAKY_RELU int8 (``LeakyReluPrepare``): scales multiplied in float32."""
+    s_in, s_out = _f32(input_scale), _f32(output_scale)
+    m_a, s_a = fp.quantize_multiplier(float(s_in * _f32(alpha) / s_out))
+    m_i, s_i = fp.quantize_multiplier(float(s_in / s_out))
+    return dict(multiplier_identity=m_i, shift_identity=s_i, multiplier_alpha=m_a, shift_alpha=s_a)
+
+
+def rsqrt_params(input_scale: float, output_scale: float) -> dict[str, int]:
+    """RSQRT int8: ``1 / (sqrtf(in_scale) * out_scale)`` (the product in float32)."""
+    m, s = fp.quantize_multiplier(1.0 / float(_f32(tables.libm().sqrtf(float(_f32(input_scale)))) * _f32(output_scale)))
+    return dict(multiplier=m, shift=s)
+
+
+def abs_params(input_scale: float, output_scale: float) -> dict[str, int]:
+    """ABS int8: no rescaling when the scales are equal, else ``in / out`` in float32."""
+    if _f32(input_scale) == _f32(output_scale):
+        return dict(rescale=0, multiplier=0, shift=0)
+    m, s = fp.quantize_multiplier(float(_f32(input_scale) / _f32(output_scale)))
+    return dict(rescale=1, multiplier=m, shift=s)
+
+
+def gelu_transform(approximate: bool) -> Callable[[np.float32], np.float32]:
+    """GELU's float function as LiteRT's table uses it (erfc form, or the tanh approximation)."""
+    if approximate:
+        k = _f32((2.0 / math.sqrt(math.pi)) * math.sqrt(0.5))  # M_2_SQRTPI * M_SQRT1_2
+
+        def gelu(v: np.float32) -> np.float32:
+            inner = v + _f32(_f32(_f32(_f32(0.044715) * v) * v) * v)
+            return _f32(_f32(_f32(0.5) * v) * _f32(_f32(1.0) + _f32(tables.libm().tanhf(float(_f32(k * inner))))))
+        return gelu
+
+    def gelu_erfc(v: np.float32) -> np.float32:
+        return _f32(_f32(_f32(0.5) * v) * _f32(tables.libm().erfcf(float(_f32(v * _f32(-math.sqrt(0.5)))))))
+    return gelu_erfc
+
+
+def log_transform(output_scale: float, output_zp: int) -> Callable[[np.float32], np.float32]:
+    """LOG's float function for its table: ``logf``, and the lowest output for x <= 0."""
+    lowest = _f32(_f32(-128 - output_zp) * _f32(output_scale))
+
+    def log(v: np.float32) -> np.float32:
+        return lowest if v <= 0 else _f32(tables.libm().logf(float(v)))
+    return log
 
 
 def _export_plain(wr, op, outs) -> None:
@@ -44,7 +123,7 @@ def _lower_lut(low, op, p):
 
 def _hard_swish_params(g, op) -> dict:
     (si, zi), (so, zo) = _zps(g, op)
-    return mp.hard_swish_params(si, zi, so, zo)
+    return hard_swish_params(si, zi, so, zo)
 
 
 register(Operator("HARD_SWISH", tflite=tflite_import.simple,
@@ -59,7 +138,7 @@ def _tflite_leaky(im, ins, outs, table, where):
 
 def _leaky_params(g, op) -> dict:
     (si, zi), (so, zo) = _zps(g, op)
-    return dict(input_zp=zi, output_zp=zo, **mp.leaky_relu_params(si, op.attrs["alpha"], so))
+    return dict(input_zp=zi, output_zp=zo, **leaky_relu_params(si, op.attrs["alpha"], so))
 
 
 def _export_leaky(wr, op, outs) -> None:
@@ -73,7 +152,7 @@ register(Operator("LEAKY_RELU", ("alpha",), tflite=_tflite_leaky,
 
 def _rsqrt_params(g, op) -> dict:
     (si, zi), (so, zo) = _zps(g, op)
-    return dict(input_zp=zi, output_zp=zo, **mp.rsqrt_params(si, so))
+    return dict(input_zp=zi, output_zp=zo, **rsqrt_params(si, so))
 
 
 def _rsqrt(op, ins, out):
@@ -87,7 +166,7 @@ register(Operator("RSQRT", tflite=tflite_import.simple, float_ref=_rsqrt, params
 
 def _abs_params(g, op) -> dict:
     (si, zi), (so, zo) = _zps(g, op)
-    return dict(input_zp=zi, output_zp=zo, **mp.abs_params(si, so))
+    return dict(input_zp=zi, output_zp=zo, **abs_params(si, so))
 
 
 register(Operator("ABS", tflite=tflite_import.simple, float_ref=lambda op, ins, out: np.abs(ins[0]),
@@ -98,7 +177,7 @@ register(Operator("ABS", tflite=tflite_import.simple, float_ref=lambda op, ins, 
 
 
 def _libm(name: str) -> Callable[[np.float32], np.float32]:
-    return lambda v: _f32(getattr(mp.libm(), name)(float(v)))
+    return lambda v: _f32(getattr(tables.libm(), name)(float(v)))
 
 
 def _vectorize(fn: Callable[[np.float32], np.float32]) -> Callable:
@@ -112,21 +191,21 @@ def _vectorize(fn: Callable[[np.float32], np.float32]) -> Callable:
 def _table_op(name: str, fn: Callable[[dict], Callable[[np.float32], np.float32]], float_ref: Callable,
               attrs: tuple[str, ...] = (), tflite: Callable | None = tflite_import.simple,
               export: Callable | None = _export_plain, version: int = 1) -> None:
-    """An operator whose int8 kernel is the table of ``fn(attrs)`` (``math_params.float_lut``)."""
+    """An operator whose int8 kernel is the table of ``fn(attrs)`` (``spec.tables.float_lut``)."""
     def params(g, op) -> dict:
         (si, zi), (so, zo) = _zps(g, op)
-        return dict(lut=mp.float_lut(fn(dict(op.attrs, output_scale=so, output_zp=zo)), si, zi, so, zo))
+        return dict(lut=tables.float_lut(fn(dict(op.attrs, output_scale=so, output_zp=zo)), si, zi, so, zo))
     register(Operator(name, attrs, tflite=tflite, float_ref=float_ref, params=params, lower=_lower_lut,
                       export=export, tflite_version=version))
 
 
 def _elu(v: np.float32) -> np.float32:
-    return _f32(mp.libm().expm1f(float(v))) if v < 0 else v
+    return _f32(tables.libm().expm1f(float(v))) if v < 0 else v
 
 
 _table_op("ELU", lambda a: _elu, lambda op, ins, out: np.where(ins[0] < 0, np.expm1(ins[0]), ins[0]))
 _table_op("EXP", lambda a: _libm("expf"), lambda op, ins, out: np.exp(ins[0]), version=2)
-_table_op("LOG", lambda a: mp.log_transform(a["output_scale"], a["output_zp"]),
+_table_op("LOG", lambda a: log_transform(a["output_scale"], a["output_zp"]),
           lambda op, ins, out: np.log(np.maximum(ins[0], np.float32(1e-30))), version=2)
 
 
@@ -149,13 +228,13 @@ def _float_gelu(op, ins, out):
     return y.astype(np.float32)
 
 
-_table_op("GELU", lambda a: mp.gelu_transform(bool(a["approximate"])), _float_gelu, ("approximate",),
+_table_op("GELU", lambda a: gelu_transform(bool(a["approximate"])), _float_gelu, ("approximate",),
           tflite=_tflite_gelu, export=_export_gelu)
 
 
 def _sqrt_params(g, op) -> dict:
     (si, zi), (so, zo) = _zps(g, op)
-    return dict(lut=mp.sqrt_lut(si, zi, so, zo))
+    return dict(lut=sqrt_lut(si, zi, so, zo))
 
 
 register(Operator("SQRT", tflite=tflite_import.simple,
@@ -168,7 +247,7 @@ def _neg_params(g, op) -> dict:
     if _f32(si) != _f32(so) or zo != -zi:
         raise IRError(f"{op.describe()}: int8 NEG negates the bytes, so its output must have the "
                       f"input's scale and the negated zero point (got {si}/{zi} -> {so}/{zo})")
-    return dict(lut=mp.neg_lut())
+    return dict(lut=neg_lut())
 
 
 register(Operator("NEG", tflite=tflite_import.simple, float_ref=lambda op, ins, out: -ins[0],
@@ -191,8 +270,8 @@ _table_op("HARD_SIGMOID", _hard_sigmoid,
 def _softplus(v: np.float32) -> np.float32:
     # log(1 + exp(x)) without overflow: x + log1p(exp(-x)) for x > 0
     if v > 0:
-        return _f32(v + _f32(mp.libm().log1pf(float(_f32(mp.libm().expf(float(-v)))))))
-    return _f32(mp.libm().log1pf(float(_f32(mp.libm().expf(float(v))))))
+        return _f32(v + _f32(tables.libm().log1pf(float(_f32(tables.libm().expf(float(-v)))))))
+    return _f32(tables.libm().log1pf(float(_f32(tables.libm().expf(float(v))))))
 
 
 _table_op("SOFTPLUS", lambda a: _softplus, lambda op, ins, out: np.logaddexp(ins[0], 0).astype(np.float32),
