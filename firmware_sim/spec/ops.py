@@ -27,7 +27,7 @@ __all__ = [
     "OP_PAD", "OP_STRIDED_SLICE", "OP_RESIZE_BILINEAR", "OP_RESIZE_NEAREST_NEIGHBOR", "OP_QUANTIZE",
     "OP_REQUANTIZE", "OP_DEQUANTIZE",
     "OP_PRELU", "OP_HARD_SWISH", "OP_LEAKY_RELU", "OP_SQUARED_DIFFERENCE", "OP_SUB", "OP_MAXIMUM",
-    "OP_MINIMUM", "OP_RSQRT", "OP_ABS", "OP_DIV", "OP_L2_NORMALIZATION",
+    "OP_MINIMUM", "OP_RSQRT", "OP_ABS", "OP_DIV", "OP_L2_NORMALIZATION", "OP_LOG_SOFTMAX",
 ]
 
 PADDING_SAME, PADDING_VALID = 1, 2
@@ -96,6 +96,7 @@ OP_RSQRT = 0x37
 OP_ABS = 0x38
 OP_DIV = 0x39
 OP_L2_NORMALIZATION = 0x3A
+OP_LOG_SOFTMAX = 0x3B
 
 _U32x2, _U32x4 = ("<u4", (2,)), ("<u4", (4,))
 _SHAPE = ("<u4", (MAX_RANK,))
@@ -272,4 +273,9 @@ ABS = register_task(OP_ABS, "ABS", _FLAT + [
 _ROWS = [("input", "<u8"), ("output", "<u8"), ("rows", "<u4"), ("depth", "<u4")]  # over the last axis
 L2_NORMALIZATION = register_task(OP_L2_NORMALIZATION, "L2_NORMALIZATION", _ROWS + [
     ("input_zp", "<i4"),                       # output: scale 1/128, zero point 0
+])
+LOG_SOFTMAX = register_task(OP_LOG_SOFTMAX, "LOG_SOFTMAX", _ROWS + [   # output: scale 16/256, zero point 127
+    ("input_multiplier", "<i4"), ("input_left_shift", "<i4"),
+    ("reverse_scaling_divisor", "<i4"), ("reverse_scaling_right_shift", "<i4"),
+    ("diff_min", "<i4"),
 ])

@@ -1,6 +1,6 @@
 """The math unit: PRELU, SQUARED_DIFFERENCE, SUB, MAXIMUM, MINIMUM, DIV (broadcasting
-binary ops), HARD_SWISH, LEAKY_RELU, RSQRT, ABS (unary integer formulas) and the row op
-L2_NORMALIZATION (descriptors: ``spec.ops``)."""
+binary ops), HARD_SWISH, LEAKY_RELU, RSQRT, ABS (unary integer formulas) and the row ops
+L2_NORMALIZATION and LOG_SOFTMAX (descriptors: ``spec.ops``)."""
 from __future__ import annotations
 
 import numpy as np
@@ -90,3 +90,9 @@ def _rows(desc: np.void, dma, kernel, params: tuple[str, ...]) -> None:
 def l2_normalization(desc: np.void, dma) -> None:
     _rows(desc, dma, normalization.l2_normalization, ("input_zp",))
 
+
+
+@unit(ops.OP_LOG_SOFTMAX, _rows_cost)
+def log_softmax(desc: np.void, dma) -> None:
+    _rows(desc, dma, normalization.log_softmax, ("input_multiplier", "input_left_shift", "reverse_scaling_divisor",
+                                                 "reverse_scaling_right_shift", "diff_min"))

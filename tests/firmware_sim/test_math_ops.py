@@ -297,3 +297,18 @@ def test_l2_normalization(seed: int) -> None:
         (expected,) = run_reference(single_op_model(OP.L2_NORMALIZATION, tensors, [0], [1], version=2), x)
         got = normalization.l2_normalization(x, input_zp=in_q[1])
         assert np.array_equal(got, expected), f"seed {seed} case {case_no}: {shape} {in_q}"
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_log_softmax(seed: int) -> None:
+    from libnpu.compiler.ops.normalization import log_softmax_params
+    rng = np.random.default_rng(14000 + seed)
+    for case_no in range(CASES_PER_SEED):
+        shape = random_shape(rng)[:-1] + (int(rng.integers(1, 70)),)
+        in_q = (float(f32(log_uniform(rng, 5e-3, 0.5))), int(rng.integers(-128, 128)))
+        x = random_int8(rng, shape)
+        tensors = [TensorSpec(shape, np.int8, [in_q[0]], [in_q[1]], name="x"),
+                   TensorSpec(shape, np.int8, [16 / 256], [127], name="y")]
+        (expected,) = run_reference(single_op_model(OP.LOG_SOFTMAX, tensors, [0], [1], version=2), x)
+        got = normalization.log_softmax(x, **log_softmax_params(in_q[0]))
+        assert np.array_equal(got, expected), f"seed {seed} case {case_no}: {shape} {in_q}"

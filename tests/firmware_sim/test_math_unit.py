@@ -11,6 +11,7 @@ from firmware_sim.kernels import binary, normalization, unary
 from firmware_sim.spec import fixedpoint as fp
 from libnpu.compiler.ops import binary as binary_params
 from libnpu.compiler.ops import unary as unary_params
+from libnpu.compiler.ops.normalization import log_softmax_params
 from tests.support.chip_memory import ChipMemory, encode
 from tests.support.quant_utils import random_int8
 
@@ -56,6 +57,10 @@ def test_math_handlers(mem: ChipMemory) -> None:
     out = mem.alloc(64)
     expected.append((out, normalization.l2_normalization(a.reshape(6, 4), input_zp=1)))
     descs.append(encode("L2_NORMALIZATION", input=ia, output=out, rows=6, depth=4, input_zp=1))
+    out = mem.alloc(64)
+    ls = log_softmax_params(0.05)
+    expected.append((out, normalization.log_softmax(a.reshape(4, 6), **ls)))
+    descs.append(encode("LOG_SOFTMAX", input=ia, output=out, rows=4, depth=6, **ls))
     run_ok(mem, *descs)
     for iova, exp in expected:
         np.testing.assert_array_equal(mem.get(iova, np.int8, exp.shape), exp)
@@ -75,6 +80,7 @@ def test_bad_math_descriptors_fail_the_job_cleanly(mem: ChipMemory) -> None:
         encode("LEAKY_RELU", input=ix, output=out, count=64, shift_alpha=99),
         encode("RSQRT", input=ix, output=out, count=1 << 40),
         encode("L2_NORMALIZATION", input=ix, output=out, rows=0, depth=4),
+        encode("LOG_SOFTMAX", input=ix, output=out, rows=4, depth=4, input_left_shift=40),
     ]
     for desc in bad:
         assert mem.run(desc).status == -errno.EINVAL

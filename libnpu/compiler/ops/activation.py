@@ -1,5 +1,5 @@
 """Activations: RELU, RELU6, RELU_N1_TO_1, LOGISTIC, TANH and SOFTMAX (ONNX Relu, Sigmoid,
-Tanh, Softmax over the last axis; Clip is in ``ops.unary``)."""
+Tanh; Clip is in ``ops.unary``, Softmax in ``ops.normalization``)."""
 from __future__ import annotations
 
 import numpy as np
@@ -94,13 +94,3 @@ register(Operator("SOFTMAX", ("beta",), tflite=_tflite_softmax,
 onnx("Relu")(onnx_import.unary("RELU"))
 onnx("Sigmoid")(onnx_import.unary("LOGISTIC"))
 onnx("Tanh")(onnx_import.unary("TANH"))
-
-
-@onnx("Softmax")
-def _onnx_softmax(im, node, attrs, where):
-    shape = im.onnx_shape(node.input[0], where)
-    axis = int(attrs.get("axis", -1)) % len(shape)
-    if axis != len(shape) - 1:
-        raise onnx_import.ONNXImportError(f"{where}: softmax over axis {axis} (not the last) is not supported")
-    im.emit("SOFTMAX", [im.value(node.input[0], False, where)], node.output[0], False, where,
-            dict(beta=1.0))

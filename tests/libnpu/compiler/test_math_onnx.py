@@ -66,6 +66,10 @@ CASES = {
     "Max": lambda: _model("Max", inputs=2),
     "Min": lambda: _model("Min", inputs=3),
     "Elu": lambda: _model("Elu"),
+    "LogSoftmax": lambda: _model("LogSoftmax"),
+    "LogSoftmax-axis1": lambda: _model("LogSoftmax", axis=1),
+    "Softmax-axis1": lambda: _model("Softmax", axis=1),
+    "Softmax-axis2": lambda: _model("Softmax", axis=2),
 }
 
 # Inputs where the operator is defined (the calibration and the check use the same range).
@@ -109,6 +113,7 @@ def test_clip_bounds_are_exact_on_the_grid() -> None:
 
 
 @pytest.mark.parametrize("op,attrs,message", [
+    ("Softmax", dict(axis=1, opset=11), "before opset 13"),
     ("Elu", dict(alpha=0.5), "Elu with alpha 0.5"),
     ("LpNormalization", dict(axis=2, p=2), "over axis 2"),
     ("LpNormalization", dict(axis=1, p=1), "p=1"),
@@ -116,7 +121,8 @@ def test_clip_bounds_are_exact_on_the_grid() -> None:
 def test_unsupported_variants_are_named(op, attrs, message) -> None:
     from libnpu.compiler.onnx_import import ONNXImportError, import_onnx
     with pytest.raises(ONNXImportError, match=message):
-        import_onnx(_model(op, **attrs))
+        opset = attrs.pop("opset", 17)
+        import_onnx(_model(op, opset=opset, **attrs))
 
 
 def test_pow_by_other_exponents_is_refused() -> None:

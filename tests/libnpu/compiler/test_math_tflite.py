@@ -68,6 +68,7 @@ CASES = {
     "MAXIMUM": Case(OP.MAXIMUM, 2, inputs=2),
     "MINIMUM": Case(OP.MINIMUM, 2, inputs=2),
     "L2_NORMALIZATION": Case(OP.L2_NORMALIZATION, 2, out_q=(1 / 128, 0)),
+    "LOG_SOFTMAX": Case(OP.LOG_SOFTMAX, 2, out_q=(16 / 256, 127)),
 }
 
 

@@ -77,6 +77,6 @@ def test_a_self_contained_operator_lives_in_at_most_four_source_files() -> None:
 
 def test_activations_and_math_live_in_at_most_four_source_files() -> None:
     for name in ("PRELU", "HARD_SWISH", "LEAKY_RELU", "SQUARED_DIFFERENCE", "RSQRT", "L2_NORMALIZATION",
-                 "HARD_SIGMOID", "SOFTPLUS", "GELU"):
+                 "HARD_SIGMOID", "SOFTPLUS", "GELU", "LOG_SOFTMAX"):
         files = _source_files_naming(name)
         assert len(files) <= 4, (name, files)
