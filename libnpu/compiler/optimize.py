@@ -7,10 +7,10 @@ import numpy as np
 
 from . import registry
 from .float_ref import evaluate, has_reference
-from .ir import ACTIVATIONS, Graph, Tensor
+from .ir import ACTIVATIONS, Graph, Op, Tensor
 
 __all__ = ["optimize", "fold_constants", "fold_affine_into_conv", "sub_const_to_add", "fuse_activations",
-           "remove_identities"]
+           "remove_identities", "fuse_gelu"]
 
 # The activation ops that are also fused activations (same names).
 _ACT_OPS = tuple(a for a in ACTIVATIONS if a != "NONE")
@@ -190,6 +190,64 @@ def remove_identities(g: Graph) -> int:
     return removed
 
 
+def _scalar(g: Graph, name: str) -> float | None:
+    t = g.tensors.get(name)
+    if t is None or not t.is_constant or t.data.size != 1:
+        return None
+    return float(t.data.reshape(-1)[0])
+
+
+def fuse_gelu(g: Graph) -> int:
+    """``x * 0.5 * (1 + erf(x / sqrt2))`` (as ONNX exporters write GELU: MUL by 1/sqrt2,
+    ERF, ADD 1, two MULs in either order) -> one GELU, whose int8 kernel is one table."""
+    fused = 0
+    producers, consumers = g.producers(), g.consumers()
+
+    def only_use(name: str) -> Op | None:
+        users = consumers.get(name, [])
+        return users[0] if len(users) == 1 and name not in g.outputs else None
+
+    def other(op: Op, name: str) -> str:
+        return op.inputs[1] if op.inputs[0] == name else op.inputs[0]
+
+    def is_scalar(name: str, value: float) -> bool:
+        v = _scalar(g, name)
+        return v is not None and abs(v - value) < 1e-4
+
+    for erf in [op for op in g.ops if op.type == "ERF"]:
+        scale = producers.get(erf.inputs[0])
+        if scale is None or scale.type != "MUL" or only_use(scale.outputs[0]) is not erf:
+            continue
+        x = next((i for i in scale.inputs if is_scalar(other(scale, i), 2 ** -0.5)), None)
+        add = only_use(erf.outputs[0])
+        if x is None or add is None or add.type != "ADD" or not is_scalar(other(add, erf.outputs[0]), 1.0):
+            continue
+        mul = only_use(add.outputs[0])
+        if mul is None or mul.type != "MUL":
+            continue
+        partner = producers.get(other(mul, add.outputs[0]))
+        if other(mul, add.outputs[0]) == x:            # (x * (1 + erf)) * 0.5
+            half = only_use(mul.outputs[0])
+            if half is None or half.type != "MUL" or not is_scalar(other(half, mul.outputs[0]), 0.5):
+                continue
+            chain = [scale, erf, add, mul, half]
+        elif partner is not None and partner.type == "MUL" and x in partner.inputs \
+                and is_scalar(other(partner, x), 0.5) and only_use(partner.outputs[0]) is mul:
+            chain = [scale, erf, add, partner, mul]    # (x * 0.5) * (1 + erf)
+        else:
+            continue
+        if any(op.attrs.get("activation", "NONE") != "NONE" for op in chain):
+            continue
+        last = chain[-1]
+        at = g.ops.index(last)
+        g.ops[at] = Op("GELU", [x], list(last.outputs), {"approximate": False}, last.name)
+        for op in chain[:-1]:
+            g.ops.remove(op)
+        fused += 1
+        producers, consumers = g.producers(), g.consumers()
+    return fused
+
+
 def optimize(graph: Graph) -> Graph:
     """Return an optimized copy: constants folded, affine ops folded into convs,
     activations fused, identities removed, unused tensors pruned."""
@@ -201,6 +259,7 @@ def optimize(graph: Graph) -> Graph:
     fold_affine_into_conv(g)
     sub_const_to_add(g)
     fuse_activations(g)
+    fuse_gelu(g)
     remove_identities(g)
     g.prune()
     g.toposort()

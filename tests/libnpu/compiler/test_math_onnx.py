@@ -29,12 +29,15 @@ def _model(op: str, *, inputs: int = 1, consts: dict[str, np.ndarray] | None = N
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
 
 
-def _gelu_pattern() -> onnx.ModelProto:
-    """x * 0.5 * (1 + erf(x / sqrt(2))), as exporters write GELU."""
+def _gelu_pattern(half_first: bool = False) -> onnx.ModelProto:
+    """x * 0.5 * (1 + erf(x / sqrt(2))), as exporters write GELU (0.5 applied last or first)."""
     c = {"sqrt2": np.float32(np.sqrt(2)), "one": np.float32(1), "half": np.float32(0.5)}
     nodes = [helper.make_node("Div", ["x", "sqrt2"], ["d"]), helper.make_node("Erf", ["d"], ["e"]),
-             helper.make_node("Add", ["e", "one"], ["a"]), helper.make_node("Mul", ["x", "a"], ["m"]),
-             helper.make_node("Mul", ["m", "half"], ["out"])]
+             helper.make_node("Add", ["e", "one"], ["a"])]
+    if half_first:
+        nodes += [helper.make_node("Mul", ["half", "x"], ["m"]), helper.make_node("Mul", ["a", "m"], ["out"])]
+    else:
+        nodes += [helper.make_node("Mul", ["x", "a"], ["m"]), helper.make_node("Mul", ["m", "half"], ["out"])]
     graph = helper.make_graph(nodes, "gelu", [helper.make_tensor_value_info("x", TensorProto.FLOAT, SHAPE)],
                               [helper.make_tensor_value_info("out", TensorProto.FLOAT, None)],
                               [numpy_helper.from_array(np.asarray(v, np.float32), k) for k, v in c.items()])
@@ -50,6 +53,8 @@ CASES = {
     "Gelu": lambda: _model("Gelu", opset=20),
     "Gelu-tanh": lambda: _model("Gelu", opset=20, approximate="tanh"),
     "Erf-GELU": _gelu_pattern,
+    "Erf-GELU-half-first": lambda: _gelu_pattern(half_first=True),
+    "Erf": lambda: _model("Erf"),
     "Div": lambda: _model("Div", inputs=2),
     "Sub": lambda: _model("Sub", inputs=2),
     "Sqrt": lambda: _model("Sqrt"),
@@ -102,6 +107,14 @@ def test_onnx_op_on_the_chip_matches_onnxruntime(name: str, npu, tmp_path) -> No
             assert err <= 0.05 * np.abs(ref).max(), f"{name}: max |err| {err} vs max |ref| {np.abs(ref).max()}"
     finally:
         compiled.close()
+
+
+@pytest.mark.parametrize("half_first", [False, True])
+def test_erf_gelu_pattern_becomes_one_gelu(half_first: bool) -> None:
+    from libnpu.compiler.onnx_import import import_onnx
+    from libnpu.compiler.optimize import optimize
+    g = optimize(import_onnx(_gelu_pattern(half_first)))
+    assert g.op_counts() == {"GELU": 1} and g.ops[0].attrs == {"approximate": False}
 
 
 def test_clip_bounds_are_exact_on_the_grid() -> None:
