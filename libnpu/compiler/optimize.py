@@ -10,7 +10,7 @@ from .float_ref import evaluate, has_reference
 from .ir import ACTIVATIONS, Graph, Op, Tensor
 
 __all__ = ["optimize", "fold_constants", "fold_affine_into_conv", "sub_const_to_add", "fuse_activations",
-           "remove_identities", "fuse_gelu"]
+           "remove_identities", "fuse_gelu", "neg_to_mul"]
 
 # The activation ops that are also fused activations (same names).
 _ACT_OPS = tuple(a for a in ACTIVATIONS if a != "NONE")
@@ -248,6 +248,18 @@ def fuse_gelu(g: Graph) -> int:
     return fused
 
 
+def neg_to_mul(g: Graph) -> int:
+    """``-x`` -> ``x * -1``: int8 NEG negates the bytes, which means negation only when the
+    output's zero point is the input's negated; MUL quantizes like any op."""
+    changed = 0
+    for op in g.ops:
+        if op.type == "NEG":
+            minus_one = g.add_const(f"{op.outputs[0]}__minus_one", np.full((1,), -1.0, np.float32))
+            op.type, op.inputs, op.attrs = "MUL", [op.inputs[0], minus_one.name], {"activation": "NONE"}
+            changed += 1
+    return changed
+
+
 def optimize(graph: Graph) -> Graph:
     """Return an optimized copy: constants folded, affine ops folded into convs,
     activations fused, identities removed, unused tensors pruned."""
@@ -258,6 +270,7 @@ def optimize(graph: Graph) -> Graph:
             g.tensors[t.name] = Tensor(t.name, t.shape, "float32", None, t.data.astype(np.float32))
     fold_affine_into_conv(g)
     sub_const_to_add(g)
+    neg_to_mul(g)
     fuse_activations(g)
     fuse_gelu(g)
     remove_identities(g)

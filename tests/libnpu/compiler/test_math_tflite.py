@@ -161,8 +161,18 @@ def test_neg_int8_negates_the_bytes(npu) -> None:
     np.testing.assert_array_equal(got[0], run_reference(model, x)[0])
 
 
-def test_neg_of_a_float_model_needs_a_negated_zero_point() -> None:
+def test_neg_of_a_float_model_is_quantized_as_mul_by_minus_one(npu, litert) -> None:
+    rng = np.random.default_rng(1)
     q = quantize_model(import_tflite(_float_model(Case(OP.NEG)), "neg"),
-                       [[np.random.default_rng(1).uniform(-1, 0.5, SHAPE).astype(np.float32)]])
+                       [[rng.uniform(-1, 0.5, SHAPE).astype(np.float32)] for _ in range(4)])
+    assert q.op_counts() == {"QUANTIZE": 1, "MUL": 1, "DEQUANTIZE": 1}
+    x = rng.uniform(-1, 0.5, SHAPE).astype(np.float32)
+    (got,) = _on_chip(npu, q, [[x]])
+    np.testing.assert_array_equal(got[0], litert(export_tflite(q), [x])[0])
+    np.testing.assert_allclose(got[0], -x, atol=0.01)
+
+
+def test_neg_needs_a_negated_zero_point() -> None:
+    tensors = [TensorSpec(SHAPE, np.int8, [0.02], [5], name="x"), TensorSpec(SHAPE, np.int8, [0.02], [3], name="y")]
     with pytest.raises(IRError, match="negated zero point"):
-        lower(q)
+        lower(import_tflite(single_op_model(OP.NEG, tensors, [0], [1]), "neg"))
