@@ -4,7 +4,8 @@ LiteRT builds them), and the ONNX-only HARD_SIGMOID, SOFTPLUS, ERF (tables of th
 functions) and CLIP (any bounds, on the RELU descriptor).
 
 ONNX: HardSwish, LeakyRelu, Elu (alpha 1), Gelu, Exp, Log, Sqrt, Abs, Neg (as MUL by -1),
-HardSigmoid, Softplus, Erf, Clip, Reciprocal (as DIV), Pow by 2 (as MUL by itself).
+HardSigmoid, Softplus, Erf, Clip, Reciprocal (as DIV), Pow by 2 (as MUL by itself), 0.5 (SQRT)
+and 1.
 """
 from __future__ import annotations
 
@@ -375,6 +376,13 @@ def _with_constant(op_type: str, value: float) -> Callable:
 
 
 onnx("Neg")(_with_constant("MUL", -1.0))
+
+
+@onnx("Reciprocal")
+def _onnx_reciprocal(im, node, attrs, where):
+    nhwc = im.is_nhwc(node.input[0])
+    one = im.g.add_const(f"{node.output[0]}__one", np.ones((1,), np.float32)).name
+    im.emit("DIV", [one, im.value(node.input[0], None, where)], node.output[0], nhwc, where, dict(activation="NONE"))
 
 
 @onnx("Pow")

@@ -58,6 +58,8 @@ CASES = {
     "Div": lambda: _model("Div", inputs=2),
     "Sub": lambda: _model("Sub", inputs=2),
     "Sqrt": lambda: _model("Sqrt"),
+    "Reciprocal": lambda: _model("Reciprocal"),
+    "Pow0.5": lambda: _model("Pow", consts={"half": np.float32(0.5)}),
     "Pow2": lambda: _model("Pow", consts={"two": np.float32(2)}),
     "Exp": lambda: _model("Exp"),
     "Log": lambda: _model("Log"),
@@ -78,7 +80,7 @@ CASES = {
 }
 
 # Inputs where the operator is defined (the calibration and the check use the same range).
-_POSITIVE = {"Sqrt", "Log"}
+_POSITIVE = {"Sqrt", "Log", "Reciprocal", "Pow0.5"}
 _NONZERO_DIVISOR = {"Div"}
 
 
