@@ -8,9 +8,10 @@ numpy broadcasting (up to 6-D) and the 256 x 256 result tables of ``binary_table
 * ``sub``: ADD's arithmetic with the rescaled inputs subtracted.
 * ``maximum`` / ``minimum``: compare the bytes (inputs and output share one quantization).
 * ``div``: ``reference_ops::Div`` (fixed-point reciprocal of the divisor, headroom shift).
-  LiteRT leaves a divisor at its zero point undefined (a debug check); the chip gives
-  ``act_max`` for a positive dividend, ``act_min`` for a negative one and the output zero
-  point (clamped) for a zero one.
+  Its final right shift can reach 31 bits or more (undefined in C, garbage in LiteRT);
+  the chip clamps it to 31. LiteRT leaves a divisor at its zero point undefined (a debug
+  check); the chip gives ``act_max`` for a positive dividend, ``act_min`` for a negative
+  one and the output zero point (clamped) for a zero one.
 """
 from __future__ import annotations
 
