@@ -10,7 +10,7 @@ from .float_ref import evaluate, has_reference
 from .ir import ACTIVATIONS, Graph, Op, Tensor
 
 __all__ = ["optimize", "fold_constants", "fold_affine_into_conv", "sub_const_to_add", "fuse_activations",
-           "remove_identities", "fuse_gelu", "neg_to_mul"]
+           "remove_identities", "fuse_gelu", "fuse_hard_swish", "neg_to_mul"]
 
 # The activation ops that are also fused activations (same names).
 _ACT_OPS = tuple(a for a in ACTIVATIONS if a != "NONE")
@@ -248,6 +248,26 @@ def fuse_gelu(g: Graph) -> int:
     return fused
 
 
+def fuse_hard_swish(g: Graph) -> int:
+    """``x * hard_sigmoid(x)`` with alpha 1/6 and beta 1/2 (as exporters write HardSwish)
+    -> one HARD_SWISH."""
+    fused = 0
+    producers, consumers = g.producers(), g.consumers()
+    for mul in [op for op in g.ops if op.type == "MUL" and op.attrs.get("activation", "NONE") == "NONE"]:
+        for i, name in enumerate(mul.inputs):
+            hs = producers.get(name)
+            x = mul.inputs[1 - i]
+            if hs is None or hs.type != "HARD_SIGMOID" or hs.inputs[0] != x or len(consumers[name]) != 1 \
+                    or name in g.outputs or abs(hs.attrs["alpha"] - 1 / 6) > 1e-4 or abs(hs.attrs["beta"] - 0.5) > 1e-6:
+                continue
+            g.ops.remove(hs)
+            mul.type, mul.inputs, mul.attrs = "HARD_SWISH", [x], {}
+            fused += 1
+            producers, consumers = g.producers(), g.consumers()
+            break
+    return fused
+
+
 def neg_to_mul(g: Graph) -> int:
     """``-x`` -> ``x * -1``: int8 NEG negates the bytes, which means negation only when the
     output's zero point is the input's negated; MUL quantizes like any op."""
@@ -273,6 +293,7 @@ def optimize(graph: Graph) -> Graph:
     neg_to_mul(g)
     fuse_activations(g)
     fuse_gelu(g)
+    fuse_hard_swish(g)
     remove_identities(g)
     g.prune()
     g.toposort()

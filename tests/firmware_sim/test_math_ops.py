@@ -1,5 +1,6 @@
 """Activations and elementwise math (PRELU, HARD_SWISH, LEAKY_RELU, ELU, GELU, EXP, LOG,
-RSQRT, SQRT, ABS, NEG, SQUARED_DIFFERENCE, SUB, DIV, MAXIMUM, MINIMUM, L2_NORMALIZATION)
+RSQRT, SQRT, ABS, NEG, SQUARED_DIFFERENCE, SUB, DIV, MAXIMUM, MINIMUM, L2_NORMALIZATION,
+LOG_SOFTMAX)
 against LiteRT BUILTIN_REF: 200 random cases each."""
 from __future__ import annotations
 
@@ -70,7 +71,7 @@ def test_hard_swish(seed: int) -> None:
 
 @pytest.mark.parametrize("seed", SEEDS)
 def test_leaky_relu(seed: int) -> None:
-    alpha = float(f32(np.random.default_rng(seed).choice([0.01, 0.1, 0.2, 0.3, 0.7, 1.5])))
+    alpha = float(f32(np.random.default_rng(seed).choice([0.01, 0.1, 0.2, 0.3, 0.7, 1.5, -0.5])))
 
     def options(b):
         tflite.LeakyReluOptionsStart(b)

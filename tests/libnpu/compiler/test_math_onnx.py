@@ -44,10 +44,20 @@ def _gelu_pattern(half_first: bool = False) -> onnx.ModelProto:
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
 
 
+def _hard_swish_pattern() -> onnx.ModelProto:
+    """x * HardSigmoid(x, 1/6, 1/2), as exporters write HardSwish."""
+    nodes = [helper.make_node("HardSigmoid", ["x"], ["h"], alpha=1 / 6, beta=0.5),
+             helper.make_node("Mul", ["x", "h"], ["out"])]
+    graph = helper.make_graph(nodes, "hswish", [helper.make_tensor_value_info("x", TensorProto.FLOAT, SHAPE)],
+                              [helper.make_tensor_value_info("out", TensorProto.FLOAT, None)])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
 _SLOPE = np.array([0.1, -0.3, 0.25], np.float32).reshape(3, 1, 1)
 CASES = {
     "HardSigmoid": lambda: _model("HardSigmoid", alpha=0.3, beta=0.4),
     "HardSwish": lambda: _model("HardSwish"),
+    "HardSwish-pattern": _hard_swish_pattern,
     "LeakyRelu": lambda: _model("LeakyRelu", alpha=0.1),
     "PRelu": lambda: _model("PRelu", consts={"slope": _SLOPE}),
     "Gelu": lambda: _model("Gelu", opset=20),
@@ -117,6 +127,12 @@ def test_erf_gelu_pattern_becomes_one_gelu(half_first: bool) -> None:
     from libnpu.compiler.optimize import optimize
     g = optimize(import_onnx(_gelu_pattern(half_first)))
     assert g.op_counts() == {"GELU": 1} and g.ops[0].attrs == {"approximate": False}
+
+
+def test_hard_sigmoid_times_x_becomes_one_hard_swish() -> None:
+    from libnpu.compiler.onnx_import import import_onnx
+    from libnpu.compiler.optimize import optimize
+    assert optimize(import_onnx(_hard_swish_pattern())).op_counts() == {"HARD_SWISH": 1}
 
 
 def test_clip_bounds_are_exact_on_the_grid() -> None:
