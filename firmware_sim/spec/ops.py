@@ -26,8 +26,6 @@ __all__ = [
     "OP_MEAN", "OP_RELU", "OP_LUT", "OP_SOFTMAX", "OP_CONCATENATION", "OP_RESHAPE", "OP_TRANSPOSE",
     "OP_PAD", "OP_STRIDED_SLICE", "OP_RESIZE_BILINEAR", "OP_RESIZE_NEAREST_NEIGHBOR", "OP_QUANTIZE",
     "OP_REQUANTIZE", "OP_DEQUANTIZE",
-    "OP_PRELU", "OP_HARD_SWISH", "OP_LEAKY_RELU", "OP_SQUARED_DIFFERENCE", "OP_SUB", "OP_MAXIMUM",
-    "OP_MINIMUM", "OP_RSQRT", "OP_ABS", "OP_DIV", "OP_L2_NORMALIZATION", "OP_LOG_SOFTMAX",
 ]
 
 PADDING_SAME, PADDING_VALID = 1, 2
@@ -84,19 +82,6 @@ OP_RESIZE_NEAREST_NEIGHBOR = 0x20
 OP_QUANTIZE = 0x21
 OP_REQUANTIZE = 0x22
 OP_DEQUANTIZE = 0x23
-# Activations and elementwise math (0x30..0x4F).
-OP_PRELU = 0x30
-OP_HARD_SWISH = 0x31
-OP_LEAKY_RELU = 0x32
-OP_SQUARED_DIFFERENCE = 0x33
-OP_SUB = 0x34
-OP_MAXIMUM = 0x35
-OP_MINIMUM = 0x36
-OP_RSQRT = 0x37
-OP_ABS = 0x38
-OP_DIV = 0x39
-OP_L2_NORMALIZATION = 0x3A
-OP_LOG_SOFTMAX = 0x3B
 
 _U32x2, _U32x4 = ("<u4", (2,)), ("<u4", (4,))
 _SHAPE = ("<u4", (MAX_RANK,))
@@ -177,57 +162,25 @@ SOFTMAX = register_task(OP_SOFTMAX, "SOFTMAX", [
     ("diff_min", "<i4"),                       # spec.fixedpoint.softmax_params
 ])
 
-CONCATENATION = register_task(OP_CONCATENATION, "CONCATENATION", [
-    ("inputs_iova", "<u8"),    # u64[num_inputs]: each input's IOVA
-    ("sizes_iova", "<u8"),     # u32[num_inputs]: each input's extent on the concat axis
-    ("output", "<u8"),
-    ("num_inputs", "<u4"),
-    ("outer", "<u4"),          # product of the dims before the axis
-    ("inner", "<u4"),          # product of the dims after the axis (bytes per axis step)
-    ("axis_total", "<u4"),     # output extent on the axis
-])
-RESHAPE = register_task(OP_RESHAPE, "RESHAPE", [
-    ("input", "<u8"), ("output", "<u8"), ("count", "<u8"),   # bytes (same data, new shape)
-])
-TRANSPOSE = register_task(OP_TRANSPOSE, "TRANSPOSE", [
-    ("input", "<u8"), ("output", "<u8"),
-    ("rank", "<u4"), ("in_shape", *_SHAPE),
-    ("perm", *_SHAPE),         # output axis i is input axis perm[i]
-])
-PAD = register_task(OP_PAD, "PAD", [
-    ("input", "<u8"), ("output", "<u8"),
-    ("rank", "<u4"), ("in_shape", *_SHAPE),
-    ("pad_before", *_SHAPE), ("pad_after", *_SHAPE),
-    ("pad_value", "<i4"),      # quantized fill value (the output zero point for PAD)
-])
-STRIDED_SLICE = register_task(OP_STRIDED_SLICE, "STRIDED_SLICE", [
-    ("input", "<u8"), ("output", "<u8"),
-    ("rank", "<u4"), ("in_shape", *_SHAPE),
-    ("begin", *_I32xR), ("end", *_I32xR), ("strides", *_I32xR),
-    ("begin_mask", "<u4"), ("end_mask", "<u4"), ("shrink_axis_mask", "<u4"),
-])
-_RESIZE_FIELDS = [
-    ("input", "<u8"), ("output", "<u8"),
-    ("in_shape", *_U32x4),     # N, H, W, C
-    ("out_hw", *_U32x2),       # flags: OPF_ALIGN_CORNERS, OPF_HALF_PIXEL_CENTERS
-]
-RESIZE_BILINEAR = register_task(OP_RESIZE_BILINEAR, "RESIZE_BILINEAR", _RESIZE_FIELDS)
-RESIZE_NEAREST_NEIGHBOR = register_task(OP_RESIZE_NEAREST_NEIGHBOR, "RESIZE_NEAREST_NEIGHBOR", _RESIZE_FIELDS)
+# ---- activations and elementwise math (opcodes 0x30..0x4F) ----
+OP_PRELU = 0x30
+OP_HARD_SWISH = 0x31
+OP_LEAKY_RELU = 0x32
+OP_SQUARED_DIFFERENCE = 0x33
+OP_SUB = 0x34
+OP_MAXIMUM = 0x35
+OP_MINIMUM = 0x36
+OP_RSQRT = 0x37
+OP_ABS = 0x38
+OP_DIV = 0x39
+OP_L2_NORMALIZATION = 0x3A
+OP_LOG_SOFTMAX = 0x3B
+__all__ += ["OP_PRELU", "OP_HARD_SWISH", "OP_LEAKY_RELU", "OP_SQUARED_DIFFERENCE", "OP_SUB", "OP_MAXIMUM",
+            "OP_MINIMUM", "OP_RSQRT", "OP_ABS", "OP_DIV", "OP_L2_NORMALIZATION", "OP_LOG_SOFTMAX"]
 
-QUANTIZE = register_task(OP_QUANTIZE, "QUANTIZE", _FLAT + [   # float32 -> int8
-    ("scale", "<f4"), ("zero_point", "<i4"),
-])
-REQUANTIZE = register_task(OP_REQUANTIZE, "REQUANTIZE", _FLAT + [  # int8 -> int8
-    ("input_zp", "<i4"), ("output_zp", "<i4"),
-    ("multiplier", "<i4"), ("shift", "<i4"),   # spec.fixedpoint.rescale_multiplier
-])
-DEQUANTIZE = register_task(OP_DEQUANTIZE, "DEQUANTIZE", _FLAT + [  # int8 -> float32
-    ("scale", "<f4"), ("zero_point", "<i4"),
-])
-
-# Activations and elementwise math. Unary ops whose TFLite int8 kernel is a table built
-# from float (ELU, GELU, EXP, LOG, SQRT, NEG...) run on LUT; these carry the parameters
-# of an integer formula (``firmware_sim.kernels.math``).
+# Unary ops whose TFLite int8 kernel is a table built from float (ELU, GELU, EXP, LOG,
+# SQRT, NEG...) run on LUT; these carry the parameters of an integer formula (kernels:
+# ``firmware_sim.kernels.binary``, ``.unary``, ``.normalization``).
 PRELU = register_task(OP_PRELU, "PRELU", _BINARY_SHAPES + [   # input1: x, input2: alpha
     ("output_multiplier_1", "<i4"), ("output_shift_1", "<i4"),  # x >= 0: in / out
     ("output_multiplier_2", "<i4"), ("output_shift_2", "<i4"),  # x < 0: in * alpha / out
@@ -278,4 +231,52 @@ LOG_SOFTMAX = register_task(OP_LOG_SOFTMAX, "LOG_SOFTMAX", _ROWS + [   # output:
     ("input_multiplier", "<i4"), ("input_left_shift", "<i4"),
     ("reverse_scaling_divisor", "<i4"), ("reverse_scaling_right_shift", "<i4"),
     ("diff_min", "<i4"),
+])
+
+CONCATENATION = register_task(OP_CONCATENATION, "CONCATENATION", [
+    ("inputs_iova", "<u8"),    # u64[num_inputs]: each input's IOVA
+    ("sizes_iova", "<u8"),     # u32[num_inputs]: each input's extent on the concat axis
+    ("output", "<u8"),
+    ("num_inputs", "<u4"),
+    ("outer", "<u4"),          # product of the dims before the axis
+    ("inner", "<u4"),          # product of the dims after the axis (bytes per axis step)
+    ("axis_total", "<u4"),     # output extent on the axis
+])
+RESHAPE = register_task(OP_RESHAPE, "RESHAPE", [
+    ("input", "<u8"), ("output", "<u8"), ("count", "<u8"),   # bytes (same data, new shape)
+])
+TRANSPOSE = register_task(OP_TRANSPOSE, "TRANSPOSE", [
+    ("input", "<u8"), ("output", "<u8"),
+    ("rank", "<u4"), ("in_shape", *_SHAPE),
+    ("perm", *_SHAPE),         # output axis i is input axis perm[i]
+])
+PAD = register_task(OP_PAD, "PAD", [
+    ("input", "<u8"), ("output", "<u8"),
+    ("rank", "<u4"), ("in_shape", *_SHAPE),
+    ("pad_before", *_SHAPE), ("pad_after", *_SHAPE),
+    ("pad_value", "<i4"),      # quantized fill value (the output zero point for PAD)
+])
+STRIDED_SLICE = register_task(OP_STRIDED_SLICE, "STRIDED_SLICE", [
+    ("input", "<u8"), ("output", "<u8"),
+    ("rank", "<u4"), ("in_shape", *_SHAPE),
+    ("begin", *_I32xR), ("end", *_I32xR), ("strides", *_I32xR),
+    ("begin_mask", "<u4"), ("end_mask", "<u4"), ("shrink_axis_mask", "<u4"),
+])
+_RESIZE_FIELDS = [
+    ("input", "<u8"), ("output", "<u8"),
+    ("in_shape", *_U32x4),     # N, H, W, C
+    ("out_hw", *_U32x2),       # flags: OPF_ALIGN_CORNERS, OPF_HALF_PIXEL_CENTERS
+]
+RESIZE_BILINEAR = register_task(OP_RESIZE_BILINEAR, "RESIZE_BILINEAR", _RESIZE_FIELDS)
+RESIZE_NEAREST_NEIGHBOR = register_task(OP_RESIZE_NEAREST_NEIGHBOR, "RESIZE_NEAREST_NEIGHBOR", _RESIZE_FIELDS)
+
+QUANTIZE = register_task(OP_QUANTIZE, "QUANTIZE", _FLAT + [   # float32 -> int8
+    ("scale", "<f4"), ("zero_point", "<i4"),
+])
+REQUANTIZE = register_task(OP_REQUANTIZE, "REQUANTIZE", _FLAT + [  # int8 -> int8
+    ("input_zp", "<i4"), ("output_zp", "<i4"),
+    ("multiplier", "<i4"), ("shift", "<i4"),   # spec.fixedpoint.rescale_multiplier
+])
+DEQUANTIZE = register_task(OP_DEQUANTIZE, "DEQUANTIZE", _FLAT + [  # int8 -> float32
+    ("scale", "<f4"), ("zero_point", "<i4"),
 ])

@@ -7,10 +7,10 @@ import numpy as np
 
 from . import registry
 from .float_ref import evaluate, has_reference
-from .ir import ACTIVATIONS, Graph, Op, Tensor
+from .ir import ACTIVATIONS, Graph, Tensor
 
 __all__ = ["optimize", "fold_constants", "fold_affine_into_conv", "sub_const_to_add", "fuse_activations",
-           "remove_identities", "fuse_gelu", "fuse_hard_swish", "neg_to_mul"]
+           "remove_identities"]
 
 # The activation ops that are also fused activations (same names).
 _ACT_OPS = tuple(a for a in ACTIVATIONS if a != "NONE")
@@ -124,6 +124,14 @@ def sub_const_to_add(g: Graph) -> int:
     return changed
 
 
+def operator_rewrites(g: Graph) -> int:
+    """Apply every operator's float-graph rewrite (``Operator.rewrite``: an activation that
+    exporters write as several ops becomes the one op); returns how many were made."""
+    return sum(operator.rewrite(g) for operator in registry.operators().values() if operator.rewrite is not None)
+
+
+__all__ += ["operator_rewrites"]
+
 def fuse_activations(g: Graph) -> int:
     """Turn ``op -> RELU/RELU6/RELU_N1_TO_1`` into the op's fused activation."""
     fused = 0
@@ -190,96 +198,6 @@ def remove_identities(g: Graph) -> int:
     return removed
 
 
-def _scalar(g: Graph, name: str) -> float | None:
-    t = g.tensors.get(name)
-    if t is None or not t.is_constant or t.data.size != 1:
-        return None
-    return float(t.data.reshape(-1)[0])
-
-
-def fuse_gelu(g: Graph) -> int:
-    """``x * 0.5 * (1 + erf(x / sqrt2))`` (as ONNX exporters write GELU: MUL by 1/sqrt2,
-    ERF, ADD 1, two MULs in either order) -> one GELU, whose int8 kernel is one table."""
-    fused = 0
-    producers, consumers = g.producers(), g.consumers()
-
-    def only_use(name: str) -> Op | None:
-        users = consumers.get(name, [])
-        return users[0] if len(users) == 1 and name not in g.outputs else None
-
-    def other(op: Op, name: str) -> str:
-        return op.inputs[1] if op.inputs[0] == name else op.inputs[0]
-
-    def is_scalar(name: str, value: float) -> bool:
-        v = _scalar(g, name)
-        return v is not None and abs(v - value) < 1e-4
-
-    for erf in [op for op in g.ops if op.type == "ERF"]:
-        scale = producers.get(erf.inputs[0])
-        if scale is None or scale.type != "MUL" or only_use(scale.outputs[0]) is not erf:
-            continue
-        x = next((i for i in scale.inputs if is_scalar(other(scale, i), 2 ** -0.5)), None)
-        add = only_use(erf.outputs[0])
-        if x is None or add is None or add.type != "ADD" or not is_scalar(other(add, erf.outputs[0]), 1.0):
-            continue
-        mul = only_use(add.outputs[0])
-        if mul is None or mul.type != "MUL":
-            continue
-        partner = producers.get(other(mul, add.outputs[0]))
-        if other(mul, add.outputs[0]) == x:            # (x * (1 + erf)) * 0.5
-            half = only_use(mul.outputs[0])
-            if half is None or half.type != "MUL" or not is_scalar(other(half, mul.outputs[0]), 0.5):
-                continue
-            chain = [scale, erf, add, mul, half]
-        elif partner is not None and partner.type == "MUL" and x in partner.inputs \
-                and is_scalar(other(partner, x), 0.5) and only_use(partner.outputs[0]) is mul:
-            chain = [scale, erf, add, partner, mul]    # (x * 0.5) * (1 + erf)
-        else:
-            continue
-        if any(op.attrs.get("activation", "NONE") != "NONE" for op in chain):
-            continue
-        last = chain[-1]
-        at = g.ops.index(last)
-        g.ops[at] = Op("GELU", [x], list(last.outputs), {"approximate": False}, last.name)
-        for op in chain[:-1]:
-            g.ops.remove(op)
-        fused += 1
-        producers, consumers = g.producers(), g.consumers()
-    return fused
-
-
-def fuse_hard_swish(g: Graph) -> int:
-    """``x * hard_sigmoid(x)`` with alpha 1/6 and beta 1/2 (as exporters write HardSwish)
-    -> one HARD_SWISH."""
-    fused = 0
-    producers, consumers = g.producers(), g.consumers()
-    for mul in [op for op in g.ops if op.type == "MUL" and op.attrs.get("activation", "NONE") == "NONE"]:
-        for i, name in enumerate(mul.inputs):
-            hs = producers.get(name)
-            x = mul.inputs[1 - i]
-            if hs is None or hs.type != "HARD_SIGMOID" or hs.inputs[0] != x or len(consumers[name]) != 1 \
-                    or name in g.outputs or abs(hs.attrs["alpha"] - 1 / 6) > 1e-4 or abs(hs.attrs["beta"] - 0.5) > 1e-6:
-                continue
-            g.ops.remove(hs)
-            mul.type, mul.inputs, mul.attrs = "HARD_SWISH", [x], {}
-            fused += 1
-            producers, consumers = g.producers(), g.consumers()
-            break
-    return fused
-
-
-def neg_to_mul(g: Graph) -> int:
-    """``-x`` -> ``x * -1``: int8 NEG negates the bytes, which means negation only when the
-    output's zero point is the input's negated; MUL quantizes like any op."""
-    changed = 0
-    for op in g.ops:
-        if op.type == "NEG":
-            minus_one = g.add_const(f"{op.outputs[0]}__minus_one", np.full((1,), -1.0, np.float32))
-            op.type, op.inputs, op.attrs = "MUL", [op.inputs[0], minus_one.name], {"activation": "NONE"}
-            changed += 1
-    return changed
-
-
 def optimize(graph: Graph) -> Graph:
     """Return an optimized copy: constants folded, affine ops folded into convs,
     activations fused, identities removed, unused tensors pruned."""
@@ -290,11 +208,9 @@ def optimize(graph: Graph) -> Graph:
             g.tensors[t.name] = Tensor(t.name, t.shape, "float32", None, t.data.astype(np.float32))
     fold_affine_into_conv(g)
     sub_const_to_add(g)
-    neg_to_mul(g)
     fuse_activations(g)
-    fuse_gelu(g)
-    fuse_hard_swish(g)
     remove_identities(g)
+    operator_rewrites(g)
     g.prune()
     g.toposort()
     g.validate()

@@ -19,7 +19,7 @@ from firmware_sim.spec import fixedpoint as fp
 from firmware_sim.spec import tables
 
 from .. import onnx_import, qparams, tflite_import
-from ..ir import IRError
+from ..ir import Graph, IRError, Op
 from ..registry import Operator, onnx, register
 
 _f32 = np.float32
@@ -119,6 +119,99 @@ def _lower_lut(low, op, p):
     return low.flat("LUT", op, {}, dict(lut=low.const(op, "lut", p["lut"])))
 
 
+# Float-graph rewrites (the optimizer applies them before quantization) ----------------------------
+
+
+def _scalar(g: Graph, name: str) -> float | None:
+    t = g.tensors.get(name)
+    if t is None or not t.is_constant or t.data.size != 1:
+        return None
+    return float(t.data.reshape(-1)[0])
+
+
+def fuse_gelu(g: Graph) -> int:
+    """``x * 0.5 * (1 + erf(x / sqrt2))`` (as ONNX exporters write GELU: MUL by 1/sqrt2,
+    ERF, ADD 1, two MULs in either order) -> one GELU, whose int8 kernel is one table."""
+    fused = 0
+    producers, consumers = g.producers(), g.consumers()
+
+    def only_use(name: str) -> Op | None:
+        users = consumers.get(name, [])
+        return users[0] if len(users) == 1 and name not in g.outputs else None
+
+    def other(op: Op, name: str) -> str:
+        return op.inputs[1] if op.inputs[0] == name else op.inputs[0]
+
+    def is_scalar(name: str, value: float) -> bool:
+        v = _scalar(g, name)
+        return v is not None and abs(v - value) < 1e-4
+
+    for erf in [op for op in g.ops if op.type == "ERF"]:
+        scale = producers.get(erf.inputs[0])
+        if scale is None or scale.type != "MUL" or only_use(scale.outputs[0]) is not erf:
+            continue
+        x = next((i for i in scale.inputs if is_scalar(other(scale, i), 2 ** -0.5)), None)
+        add = only_use(erf.outputs[0])
+        if x is None or add is None or add.type != "ADD" or not is_scalar(other(add, erf.outputs[0]), 1.0):
+            continue
+        mul = only_use(add.outputs[0])
+        if mul is None or mul.type != "MUL":
+            continue
+        partner = producers.get(other(mul, add.outputs[0]))
+        if other(mul, add.outputs[0]) == x:            # (x * (1 + erf)) * 0.5
+            half = only_use(mul.outputs[0])
+            if half is None or half.type != "MUL" or not is_scalar(other(half, mul.outputs[0]), 0.5):
+                continue
+            chain = [scale, erf, add, mul, half]
+        elif partner is not None and partner.type == "MUL" and x in partner.inputs \
+                and is_scalar(other(partner, x), 0.5) and only_use(partner.outputs[0]) is mul:
+            chain = [scale, erf, add, partner, mul]    # (x * 0.5) * (1 + erf)
+        else:
+            continue
+        if any(op.attrs.get("activation", "NONE") != "NONE" for op in chain):
+            continue
+        last = chain[-1]
+        at = g.ops.index(last)
+        g.ops[at] = Op("GELU", [x], list(last.outputs), {"approximate": False}, last.name)
+        for op in chain[:-1]:
+            g.ops.remove(op)
+        fused += 1
+        producers, consumers = g.producers(), g.consumers()
+    return fused
+
+
+def fuse_hard_swish(g: Graph) -> int:
+    """``x * hard_sigmoid(x)`` with alpha 1/6 and beta 1/2 (as exporters write HardSwish)
+    -> one HARD_SWISH."""
+    fused = 0
+    producers, consumers = g.producers(), g.consumers()
+    for mul in [op for op in g.ops if op.type == "MUL" and op.attrs.get("activation", "NONE") == "NONE"]:
+        for i, name in enumerate(mul.inputs):
+            hs = producers.get(name)
+            x = mul.inputs[1 - i]
+            if hs is None or hs.type != "HARD_SIGMOID" or hs.inputs[0] != x or len(consumers[name]) != 1 \
+                    or name in g.outputs or abs(hs.attrs["alpha"] - 1 / 6) > 1e-4 or abs(hs.attrs["beta"] - 0.5) > 1e-6:
+                continue
+            g.ops.remove(hs)
+            mul.type, mul.inputs, mul.attrs = "HARD_SWISH", [x], {}
+            fused += 1
+            producers, consumers = g.producers(), g.consumers()
+            break
+    return fused
+
+
+def neg_to_mul(g: Graph) -> int:
+    """``-x`` -> ``x * -1``: int8 NEG negates the bytes, which means negation only when the
+    output's zero point is the input's negated; MUL quantizes like any op."""
+    changed = 0
+    for op in g.ops:
+        if op.type == "NEG":
+            minus_one = g.add_const(f"{op.outputs[0]}__minus_one", np.full((1,), -1.0, np.float32))
+            op.type, op.inputs, op.attrs = "MUL", [op.inputs[0], minus_one.name], {"activation": "NONE"}
+            changed += 1
+    return changed
+
+
 # Integer formulas on the math unit -----------------------------------------------------------
 
 
@@ -127,7 +220,7 @@ def _hard_swish_params(g, op) -> dict:
     return hard_swish_params(si, zi, so, zo)
 
 
-register(Operator("HARD_SWISH", tflite=tflite_import.simple,
+register(Operator("HARD_SWISH", rewrite=fuse_hard_swish, tflite=tflite_import.simple,
                   float_ref=lambda op, ins, out: (ins[0] * np.clip(ins[0] + 3, 0, 6) / 6).astype(np.float32),
                   params=_hard_swish_params, lower=_flat("HARD_SWISH"), export=_export_plain))
 
@@ -191,13 +284,13 @@ def _erf(x: np.ndarray) -> np.ndarray:
 
 def _table_op(name: str, fn: Callable[[dict], Callable[[np.float32], np.float32]], float_ref: Callable,
               attrs: tuple[str, ...] = (), tflite: Callable | None = tflite_import.simple,
-              export: Callable | None = _export_plain, version: int = 1) -> None:
+              export: Callable | None = _export_plain, version: int = 1, rewrite: Callable | None = None) -> None:
     """An operator whose int8 kernel is the table of ``fn(attrs)`` (``spec.tables.float_lut``)."""
     def params(g, op) -> dict:
         (si, zi), (so, zo) = _zps(g, op)
         return dict(lut=tables.float_lut(fn(dict(op.attrs, output_scale=so, output_zp=zo)), si, zi, so, zo))
-    register(Operator(name, attrs, tflite=tflite, float_ref=float_ref, params=params, lower=_lower_lut,
-                      export=export, tflite_version=version))
+    register(Operator(name, attrs, rewrite=rewrite, tflite=tflite, float_ref=float_ref, params=params,
+                      lower=_lower_lut, export=export, tflite_version=version))
 
 
 def _elu(v: np.float32) -> np.float32:
@@ -229,7 +322,7 @@ def _float_gelu(op, ins, out):
 
 
 _table_op("GELU", lambda a: gelu_transform(bool(a["approximate"])), _float_gelu, ("approximate",),
-          tflite=_tflite_gelu, export=_export_gelu)
+          tflite=_tflite_gelu, export=_export_gelu, rewrite=fuse_gelu)
 
 
 def _sqrt_params(g, op) -> dict:
@@ -250,7 +343,7 @@ def _neg_params(g, op) -> dict:
     return dict(lut=neg_lut())
 
 
-register(Operator("NEG", tflite=tflite_import.simple, float_ref=lambda op, ins, out: -ins[0],
+register(Operator("NEG", rewrite=neg_to_mul, tflite=tflite_import.simple, float_ref=lambda op, ins, out: -ins[0],
                   params=_neg_params, lower=_lower_lut, export=_export_plain))
 
 
