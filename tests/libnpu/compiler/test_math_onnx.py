@@ -53,6 +53,18 @@ def _hard_swish_pattern() -> onnx.ModelProto:
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
 
 
+def _after_conv(op: str, consts: dict[str, np.ndarray] | None = None, **attrs) -> onnx.ModelProto:
+    """Conv (NHWC inside the compiler) -> ``op``: the operator on a channels-last tensor."""
+    rng = np.random.default_rng(3)
+    consts = consts or {}
+    inits = {"w": rng.normal(0, 0.4, (3, 3, 1, 1)).astype(np.float32), **consts}
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"]), helper.make_node(op, ["c", *consts], ["out"], **attrs)]
+    graph = helper.make_graph(nodes, op, [helper.make_tensor_value_info("x", TensorProto.FLOAT, SHAPE)],
+                              [helper.make_tensor_value_info("out", TensorProto.FLOAT, None)],
+                              [numpy_helper.from_array(np.asarray(v, np.float32), k) for k, v in inits.items()])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
 _SLOPE = np.array([0.1, -0.3, 0.25], np.float32).reshape(3, 1, 1)
 CASES = {
     "HardSigmoid": lambda: _model("HardSigmoid", alpha=0.3, beta=0.4),
@@ -83,6 +95,11 @@ CASES = {
     "Max": lambda: _model("Max", inputs=2),
     "Min": lambda: _model("Min", inputs=3),
     "Elu": lambda: _model("Elu"),
+    "Conv-PRelu": lambda: _after_conv("PRelu", {"slope": _SLOPE}),
+    "Conv-LpNormalization": lambda: _after_conv("LpNormalization", axis=1, p=2),
+    "Conv-Softmax-channels": lambda: _after_conv("Softmax", axis=1),
+    "Conv-LogSoftmax-width": lambda: _after_conv("LogSoftmax", axis=3),
+    "Conv-HardSwish": lambda: _after_conv("HardSwish"),
     "LogSoftmax": lambda: _model("LogSoftmax"),
     "LogSoftmax-axis1": lambda: _model("LogSoftmax", axis=1),
     "Softmax-axis1": lambda: _model("Softmax", axis=1),
@@ -94,11 +111,15 @@ _POSITIVE = {"Sqrt", "Log", "Reciprocal", "Pow0.5"}
 _NONZERO_DIVISOR = {"Div"}
 
 
-def _inputs(name: str, model: onnx.ModelProto, rng: np.random.Generator) -> list[np.ndarray]:
+def _inputs(name: str, model: onnx.ModelProto, rng: np.random.Generator, corners: bool = False) -> list[np.ndarray]:
+    """Uniform inputs in the operator's range, or (``corners``) each element at one end of it:
+    calibration sees the extremes a convolution in front of the operator can reach."""
     feeds = []
     for i, vi in enumerate(model.graph.input):
         lo = 0.05 if name in _POSITIVE or (name in _NONZERO_DIVISOR and i == 1) else -1.0
-        feeds.append(rng.uniform(lo, 1.0, [d.dim_value for d in vi.type.tensor_type.shape.dim]).astype(np.float32))
+        shape = [d.dim_value for d in vi.type.tensor_type.shape.dim]
+        x = rng.choice([lo, 1.0], shape) if corners else rng.uniform(lo, 1.0, shape)
+        feeds.append(x.astype(np.float32))
     return feeds
 
 
@@ -106,7 +127,7 @@ def _inputs(name: str, model: onnx.ModelProto, rng: np.random.Generator) -> list
 def test_onnx_op_on_the_chip_matches_onnxruntime(name: str, npu, tmp_path) -> None:
     model = CASES[name]()
     rng = np.random.default_rng(21)
-    calibration = [_inputs(name, model, rng) for _ in range(8)]
+    calibration = [_inputs(name, model, rng, corners=k % 2 == 1) for k in range(16)]
     loadable = compile_model(model.SerializeToString(), calibration, kind="onnx")
     session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
     compiled = libnpu.load(loadable, devroot=npu.devroot)
