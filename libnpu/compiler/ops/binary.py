@@ -10,6 +10,7 @@ import tflite
 from firmware_sim.spec import fixedpoint as fp
 
 from .. import onnx_import, qparams, tflite_import
+from ..ir import IRError
 from ..registry import Operator, onnx, register
 from .elementwise import _export, _float, _lower, _scales, _tflite
 
@@ -37,7 +38,8 @@ def squared_difference_params(input1_scale: float, input2_scale: float, output_s
     m2, s2 = fp.quantize_multiplier(float(_f32(input2_scale)) / twice_max)
     real_out = twice_max * twice_max / float(_f32(1 << (2 * SQUARED_DIFFERENCE_LEFT_SHIFT)) * _f32(output_scale))
     if real_out >= 1.0:
-        raise ValueError("SQUARED_DIFFERENCE: output scale too small for the input scales")
+        raise IRError(f"SQUARED_DIFFERENCE: output scale {output_scale} too small for input scales "
+                      f"{input1_scale} and {input2_scale} (LiteRT needs the output multiplier below one)")
     mo, so = fp.quantize_multiplier(real_out)
     return dict(left_shift=SQUARED_DIFFERENCE_LEFT_SHIFT, input1_multiplier=m1, input1_shift=s1,
                 input2_multiplier=m2, input2_shift=s2, output_multiplier=mo, output_shift=so)

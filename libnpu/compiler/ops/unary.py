@@ -51,7 +51,8 @@ def hard_swish_params(input_scale: float, input_zp: int, output_scale: float, ou
     hires = _f32(1.0 / 128.0) * _f32(input_scale)
     out_m, out_shift = tables.int16_multiplier(float(hires / _f32(output_scale)))
     if out_shift > 0:
-        raise ValueError("HARD_SWISH: output scale too small for the input scale (multiplier > 1)")
+        raise IRError(f"HARD_SWISH: output scale {output_scale} too small for input scale {input_scale} "
+                      "(LiteRT needs the output multiplier at most one)")
     rel_m, rel_shift = tables.int16_multiplier(float(hires / _f32(3.0 / 32768.0)))
     return dict(input_zp=input_zp, output_zp=output_zp, output_multiplier=out_m, output_shift=out_shift,
                 reluish_multiplier=rel_m, reluish_shift=rel_shift)

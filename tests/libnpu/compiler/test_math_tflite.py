@@ -176,3 +176,12 @@ def test_neg_needs_a_negated_zero_point() -> None:
     tensors = [TensorSpec(SHAPE, np.int8, [0.02], [5], name="x"), TensorSpec(SHAPE, np.int8, [0.02], [3], name="y")]
     with pytest.raises(IRError, match="negated zero point"):
         lower(import_tflite(single_op_model(OP.NEG, tensors, [0], [1]), "neg"))
+
+
+@pytest.mark.parametrize("opcode,inputs,message", [(OP.HARD_SWISH, 1, "HARD_SWISH: output scale"),
+                                                   (OP.SQUARED_DIFFERENCE, 2, "SQUARED_DIFFERENCE: output scale")])
+def test_scales_litert_cannot_run_are_one_clear_error(opcode: int, inputs: int, message: str) -> None:
+    tensors = [TensorSpec(SHAPE, np.int8, [0.5], [0], name=f"in{i}") for i in range(inputs)]
+    tensors.append(TensorSpec(SHAPE, np.int8, [1e-6], [0], name="y"))
+    with pytest.raises(IRError, match=message):
+        lower(import_tflite(single_op_model(opcode, tensors, list(range(inputs)), [inputs]), "bad"))
