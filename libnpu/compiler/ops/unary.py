@@ -3,7 +3,7 @@ chip's math unit), ELU, GELU, EXP, LOG, SQRT, NEG (256-entry tables on LUT, buil
 LiteRT builds them), and the ONNX-only HARD_SIGMOID, SOFTPLUS, ERF (tables of their float
 functions) and CLIP (any bounds, on the RELU descriptor).
 
-ONNX: HardSwish, LeakyRelu, Elu (alpha 1), Gelu, Exp, Log, Sqrt, Abs, Neg (as MUL by -1),
+ONNX: HardSwish, LeakyRelu, Elu (any alpha; TFLite export only with 1), Gelu, Exp, Log, Sqrt, Abs, Neg (as MUL by -1),
 HardSigmoid, Softplus, Erf, Clip, Reciprocal (as DIV), Pow by 2 (as MUL by itself), 0.5 (SQRT)
 and 1.
 """
@@ -294,11 +294,25 @@ def _table_op(name: str, fn: Callable[[dict], Callable[[np.float32], np.float32]
                       lower=_lower_lut, export=export, tflite_version=version))
 
 
-def _elu(v: np.float32) -> np.float32:
-    return _f32(tables.libm().expm1f(float(v))) if v < 0 else v
+def elu_transform(a: dict) -> Callable[[np.float32], np.float32]:
+    """``alpha * expm1f(x)`` below 0 (TFLite's ELU has alpha 1: exactly ``expm1f``)."""
+    alpha = _f32(a["alpha"])
+    return lambda v: _f32(alpha * _f32(tables.libm().expm1f(float(v)))) if v < 0 else v
 
 
-_table_op("ELU", lambda a: _elu, lambda op, ins, out: np.where(ins[0] < 0, np.expm1(ins[0]), ins[0]))
+def _tflite_elu(im, ins, outs, table, where):
+    return dict(alpha=1.0), ins
+
+
+def _export_elu(wr, op, outs) -> None:
+    if float(op.attrs["alpha"]) != 1.0:
+        from ..tflite_export import TFLiteExportError
+        raise TFLiteExportError(f"{op.describe()}: TFLite's ELU has alpha 1, not {op.attrs['alpha']}")
+    wr.simple(op, outs)
+
+
+_table_op("ELU", elu_transform, lambda op, ins, out: np.where(ins[0] < 0, _f32(op.attrs["alpha"]) * np.expm1(ins[0]), ins[0]),
+          ("alpha",), tflite=_tflite_elu, export=_export_elu)
 _table_op("EXP", lambda a: _libm("expf"), lambda op, ins, out: np.exp(ins[0]), version=2)
 _table_op("LOG", lambda a: log_transform(a["output_scale"], a["output_zp"]),
           lambda op, ins, out: np.log(np.maximum(ins[0], np.float32(1e-30))), version=2)
@@ -419,9 +433,7 @@ def _onnx_leaky(im, node, attrs, where):
 
 @onnx("Elu")
 def _onnx_elu(im, node, attrs, where):
-    if float(attrs.get("alpha", 1.0)) != 1.0:
-        raise onnx_import.ONNXImportError(f"{where}: Elu with alpha {attrs['alpha']} (only 1.0) is not supported")
-    _unary_with("ELU", {})(im, node, where)
+    _unary_with("ELU", dict(alpha=float(attrs.get("alpha", 1.0))))(im, node, where)
 
 
 @onnx("Gelu")
