@@ -164,6 +164,77 @@ SOFTMAX = register_task(OP_SOFTMAX, "SOFTMAX", [
     ("diff_min", "<i4"),                       # spec.fixedpoint.softmax_params
 ])
 
+# ---- activations and elementwise math (opcodes 0x30..0x4F) ----
+OP_PRELU = 0x30
+OP_HARD_SWISH = 0x31
+OP_LEAKY_RELU = 0x32
+OP_SQUARED_DIFFERENCE = 0x33
+OP_SUB = 0x34
+OP_MAXIMUM = 0x35
+OP_MINIMUM = 0x36
+OP_RSQRT = 0x37
+OP_ABS = 0x38
+OP_DIV = 0x39
+OP_L2_NORMALIZATION = 0x3A
+OP_LOG_SOFTMAX = 0x3B
+__all__ += ["OP_PRELU", "OP_HARD_SWISH", "OP_LEAKY_RELU", "OP_SQUARED_DIFFERENCE", "OP_SUB", "OP_MAXIMUM",
+            "OP_MINIMUM", "OP_RSQRT", "OP_ABS", "OP_DIV", "OP_L2_NORMALIZATION", "OP_LOG_SOFTMAX"]
+
+# Unary ops whose TFLite int8 kernel is a table built from float (ELU, GELU, EXP, LOG,
+# SQRT, NEG...) run on LUT; these carry the parameters of an integer formula (kernels:
+# ``firmware_sim.kernels.binary``, ``.unary``, ``.normalization``).
+PRELU = register_task(OP_PRELU, "PRELU", _BINARY_SHAPES + [   # input1: x, input2: alpha
+    ("output_multiplier_1", "<i4"), ("output_shift_1", "<i4"),  # x >= 0: in / out
+    ("output_multiplier_2", "<i4"), ("output_shift_2", "<i4"),  # x < 0: in * alpha / out
+])
+SQUARED_DIFFERENCE = register_task(OP_SQUARED_DIFFERENCE, "SQUARED_DIFFERENCE", _BINARY_SHAPES + [
+    ("left_shift", "<i4"),
+    ("input1_multiplier", "<i4"), ("input1_shift", "<i4"),
+    ("input2_multiplier", "<i4"), ("input2_shift", "<i4"),
+    ("output_multiplier", "<i4"), ("output_shift", "<i4"),
+])
+SUB = register_task(OP_SUB, "SUB", _BINARY_SHAPES + [   # ADD's fields (spec.fixedpoint.add_params)
+    ("left_shift", "<i4"),
+    ("input1_multiplier", "<i4"), ("input1_shift", "<i4"),
+    ("input2_multiplier", "<i4"), ("input2_shift", "<i4"),
+    ("output_multiplier", "<i4"), ("output_shift", "<i4"),
+    ("act_min", "<i4"), ("act_max", "<i4"),
+])
+MAXIMUM = register_task(OP_MAXIMUM, "MAXIMUM", _BINARY_SHAPES)   # one scale: compares the bytes
+MINIMUM = register_task(OP_MINIMUM, "MINIMUM", _BINARY_SHAPES)
+DIV = register_task(OP_DIV, "DIV", _BINARY_SHAPES + [
+    ("output_multiplier", "<i4"), ("output_shift", "<i4"),   # in1 / (in2 * out)
+    ("act_min", "<i4"), ("act_max", "<i4"),
+])
+HARD_SWISH = register_task(OP_HARD_SWISH, "HARD_SWISH", _FLAT + [
+    ("input_zp", "<i4"), ("output_zp", "<i4"),
+    ("output_multiplier", "<i4"), ("output_shift", "<i4"),     # int16 fixed point, shift <= 0
+    ("reluish_multiplier", "<i4"), ("reluish_shift", "<i4"),   # int16 fixed point
+])
+LEAKY_RELU = register_task(OP_LEAKY_RELU, "LEAKY_RELU", _FLAT + [
+    ("input_zp", "<i4"), ("output_zp", "<i4"),
+    ("multiplier_identity", "<i4"), ("shift_identity", "<i4"),  # x >= 0: in / out
+    ("multiplier_alpha", "<i4"), ("shift_alpha", "<i4"),        # x < 0: in * alpha / out
+])
+RSQRT = register_task(OP_RSQRT, "RSQRT", _FLAT + [
+    ("input_zp", "<i4"), ("output_zp", "<i4"),
+    ("multiplier", "<i4"), ("shift", "<i4"),   # 1 / (sqrt(in) * out)
+])
+ABS = register_task(OP_ABS, "ABS", _FLAT + [
+    ("input_zp", "<i4"), ("output_zp", "<i4"),
+    ("rescale", "<u4"),                        # 0: same scale (no multiplier)
+    ("multiplier", "<i4"), ("shift", "<i4"),   # in / out
+])
+_ROWS = [("input", "<u8"), ("output", "<u8"), ("rows", "<u4"), ("depth", "<u4")]  # over the last axis
+L2_NORMALIZATION = register_task(OP_L2_NORMALIZATION, "L2_NORMALIZATION", _ROWS + [
+    ("input_zp", "<i4"),                       # output: scale 1/128, zero point 0
+])
+LOG_SOFTMAX = register_task(OP_LOG_SOFTMAX, "LOG_SOFTMAX", _ROWS + [   # output: scale 16/256, zero point 127
+    ("input_multiplier", "<i4"), ("input_left_shift", "<i4"),
+    ("reverse_scaling_divisor", "<i4"), ("reverse_scaling_right_shift", "<i4"),
+    ("diff_min", "<i4"),
+])
+
 CONCATENATION = register_task(OP_CONCATENATION, "CONCATENATION", [
     ("inputs_iova", "<u8"),    # u64[num_inputs]: each input's IOVA
     ("sizes_iova", "<u8"),     # u32[num_inputs]: each input's extent on the concat axis

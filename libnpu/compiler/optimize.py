@@ -124,6 +124,14 @@ def sub_const_to_add(g: Graph) -> int:
     return changed
 
 
+def operator_rewrites(g: Graph) -> int:
+    """Apply every operator's float-graph rewrite (``Operator.rewrite``: an activation that
+    exporters write as several ops becomes the one op); returns how many were made."""
+    return sum(operator.rewrite(g) for operator in registry.operators().values() if operator.rewrite is not None)
+
+
+__all__ += ["operator_rewrites"]
+
 def fuse_activations(g: Graph) -> int:
     """Turn ``op -> RELU/RELU6/RELU_N1_TO_1`` into the op's fused activation."""
     fused = 0
@@ -223,6 +231,7 @@ def optimize(graph: Graph) -> Graph:
     sub_const_to_add(g)
     fuse_activations(g)
     remove_identities(g)
+    operator_rewrites(g)
     g.prune()
     g.toposort()
     g.validate()

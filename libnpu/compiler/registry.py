@@ -53,6 +53,7 @@ class Operator:
     """
     name: str
     attrs: tuple[str, ...] = ()
+    rewrite: Callable | None = None   # (float graph) -> rewrites made: patterns the optimizer turns into this op
     tflite: Callable | None = None
     tflite_aliases: tuple[str, ...] = ()
     float_ref: Callable | None = None

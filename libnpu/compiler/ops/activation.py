@@ -1,5 +1,5 @@
-"""Activations: RELU, RELU6, RELU_N1_TO_1, LOGISTIC, TANH and SOFTMAX (ONNX Relu, Clip
-with ReLU-like bounds, Sigmoid, Tanh, Softmax over the last axis)."""
+"""Activations: RELU, RELU6, RELU_N1_TO_1, LOGISTIC, TANH and SOFTMAX (ONNX Relu, Sigmoid,
+Tanh; Clip is in ``ops.unary``, Softmax in ``ops.normalization``)."""
 from __future__ import annotations
 
 import numpy as np
@@ -94,27 +94,3 @@ register(Operator("SOFTMAX", ("beta",), tflite=_tflite_softmax,
 onnx("Relu")(onnx_import.unary("RELU"))
 onnx("Sigmoid")(onnx_import.unary("LOGISTIC"))
 onnx("Tanh")(onnx_import.unary("TANH"))
-
-
-@onnx("Clip")
-def _onnx_clip(im, node, attrs, where):
-    lo = attrs.get("min", -np.inf)
-    hi = attrs.get("max", np.inf)
-    if len(node.input) > 1 and node.input[1]:
-        lo = float(im.const(node.input[1], where))
-    if len(node.input) > 2 and node.input[2]:
-        hi = float(im.const(node.input[2], where))
-    kind = {(0.0, np.inf): "RELU", (0.0, 6.0): "RELU6", (-1.0, 1.0): "RELU_N1_TO_1"}.get((float(lo), float(hi)))
-    if kind is None:
-        raise onnx_import.ONNXImportError(f"{where}: Clip({lo}, {hi}) is not a supported activation")
-    onnx_import.unary(kind)(im, node, attrs, where)
-
-
-@onnx("Softmax")
-def _onnx_softmax(im, node, attrs, where):
-    shape = im.onnx_shape(node.input[0], where)
-    axis = int(attrs.get("axis", -1)) % len(shape)
-    if axis != len(shape) - 1:
-        raise onnx_import.ONNXImportError(f"{where}: softmax over axis {axis} (not the last) is not supported")
-    im.emit("SOFTMAX", [im.value(node.input[0], False, where)], node.output[0], False, where,
-            dict(beta=1.0))

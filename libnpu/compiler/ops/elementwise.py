@@ -1,5 +1,5 @@
-"""Elementwise binary ops: ADD, SUB, MUL (ONNX Add, Sub, Mul, Div by a constant, and
-BatchNormalization as MUL + ADD by per-channel constants)."""
+"""Elementwise binary ops: ADD, SUB, MUL (ONNX Add, Sub, Mul, Div (by a constant as MUL,
+else DIV), and BatchNormalization as MUL + ADD by per-channel constants)."""
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -62,9 +62,11 @@ def _export(options: str):
 register(Operator("ADD", ("activation",), tflite=_tflite(tflite.AddOptions), float_ref=_float(np.add),
                   fused_activation=True, params=_add_params, lower=_lower, export=_export("AddOptions"),
                   tflite_version=2))
-# SUB has no chip kernel: the optimizer turns x - constant into ADD.
+# The optimizer still turns x - constant into ADD (one op fewer to quantize); SUB of two
+# activations runs on the chip's SUB.
 register(Operator("SUB", ("activation",), tflite=_tflite(tflite.SubOptions), float_ref=_float(np.subtract),
-                  fused_activation=True, export=_export("SubOptions"), tflite_version=2))
+                  fused_activation=True, params=_add_params, lower=_lower, export=_export("SubOptions"),
+                  tflite_version=2))
 register(Operator("MUL", ("activation",), tflite=_tflite(tflite.MulOptions), float_ref=_float(np.multiply),
                   fused_activation=True, params=_mul_params, lower=_lower, export=_export("MulOptions"),
                   tflite_version=2))
@@ -77,7 +79,8 @@ onnx("Mul")(onnx_import.binary("MUL"))
 @onnx("Div")
 def _onnx_div(im, node, attrs, where):
     if node.input[1] not in im.consts:
-        raise onnx_import.ONNXImportError(f"{where}: only division by a constant is supported")
+        onnx_import.binary("DIV")(im, node, attrs, where)  # ops.binary
+        return
     recip = 1.0 / im.consts[node.input[1]].astype(np.float32)
     im.consts[f"{node.output[0]}__reciprocal"] = recip
     node = onnx_proto.helper.make_node("Mul", [node.input[0], f"{node.output[0]}__reciprocal"], list(node.output))

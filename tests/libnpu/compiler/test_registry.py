@@ -28,6 +28,13 @@ def test_every_operator_is_declared_once_with_its_stages() -> None:
         assert not (op.same_scale and op.fixed_output), name
 
 
+def test_activations_and_math_live_in_at_most_four_source_files() -> None:
+    for name in ("PRELU", "HARD_SWISH", "LEAKY_RELU", "SQUARED_DIFFERENCE", "RSQRT", "L2_NORMALIZATION",
+                 "HARD_SIGMOID", "SOFTPLUS", "GELU", "LOG_SOFTMAX"):
+        files = _source_files_naming(name)
+        assert len(files) <= 4, (name, files)
+
+
 def test_tflite_aliases_import_as_their_operator() -> None:
     assert registry.tflite_operator("SQUEEZE").name == "RESHAPE"
     assert registry.tflite_operator("PADV2").name == "PAD"
