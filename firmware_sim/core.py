@@ -88,6 +88,8 @@ class Core:
         self.regs.write64(bank + regs.CURRENT_JOB, job_id)
         self.set_reg(regs.CORE_STATE, regs.CORE_BUSY)
         result = self.execute(asid, cmd_iova, cmd_size)
+        if self.regs.read32(regs.PACING) & regs.PACING_ON and result.status == 0:
+            pace_until(started + self.profile.nanoseconds(result.cycles))
         result.exec_ns = time.monotonic_ns() - started
         self.post(result, job_id)
         self.set_reg(regs.RING_HEAD, following)
@@ -121,6 +123,13 @@ class Core:
         tail = self.reg(regs.CQ_TAIL)
         write_completion(self.cq, tail, job_id, self.core, result, self.profile)
         self.set_reg(regs.CQ_TAIL, ring.ring_next(tail, self.entries))
+
+
+def pace_until(deadline_ns: int) -> None:
+    """Pacing: hold the job until the modeled chip would have finished it (never earlier).
+    The core sleeps rather than spins, so paced cores leave the host's CPUs to the others."""
+    while (left := deadline_ns - time.monotonic_ns()) > 0:
+        time.sleep(left / 1e9)
 
 
 def completion_cause(status: int) -> int:

@@ -17,7 +17,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from firmware_sim.spec import memory, regs, ring
+from firmware_sim.spec import memory, profiles, regs, ring
 from firmware_sim.spec.memory import map_file
 
 log = logging.getLogger("kmd_fuse.hw")
@@ -27,7 +27,8 @@ log = logging.getLogger("kmd_fuse.hw")
 class ChipConfig:
     cores: int = 2
     ring_entries: int = ring.DEFAULT_RING_ENTRIES
-    clock_mhz: int = 1000
+    profile: str = profiles.DEFAULT_PROFILE   # spec.profiles: the timing model the chip runs
+    pacing: bool = False                      # jobs end no earlier than their modeled device time
     watchdog_ms: int = 5000             # a job's timeout when SUBMIT gives none
     max_job_timeout_ms: int = 10_000    # SUBMIT's timeouts (and the default) are clamped to this
 
@@ -77,6 +78,7 @@ class Hardware:
         self.cqs = [map_file(memory.cq_path(self.bus, c)) for c in range(self.config.cores)]
         self.regs.write32(regs.RING_ENTRIES, self.entries)
         self.regs.write32(regs.WATCHDOG_MS, self.config.watchdog_ms)
+        self.regs.write32(regs.PACING, regs.PACING_ON if self.config.pacing else 0)
         self._start_chip()
         deadline = time.monotonic() + timeout
         while not self.regs.read32(regs.STATUS) & regs.STATUS_READY:
@@ -89,6 +91,7 @@ class Hardware:
             raise OSError(errno.ENODEV, "unexpected chip id")
         self.num_cores = self.regs.read32(regs.NUM_CORES)
         self.clock_mhz = self.regs.read32(regs.CLOCK_MHZ)
+        self.profile = profiles.BY_ID.get(self.regs.read32(regs.PROFILE_ID))
         self.banks = [regs.core_bank(c) for c in range(self.num_cores)]
         self.tails = [self.reg(c, regs.RING_TAIL) for c in range(self.num_cores)]
         self._restarts_seen = [self.reg(c, regs.CORE_RESTARTS) for c in range(self.num_cores)]
@@ -99,7 +102,7 @@ class Hardware:
             self.irq_fd = os.eventfd(0, os.EFD_CLOEXEC | os.EFD_NONBLOCK)
         cmd = [sys.executable, "-m", "firmware_sim", "--bus", str(self.bus),
                "--doorbell-fds", ",".join(map(str, self.doorbells)), "--irq-fd", str(self.irq_fd),
-               "--ring-entries", str(self.entries), "--clock-mhz", str(self.config.clock_mhz)]
+               "--ring-entries", str(self.entries), "--profile", self.config.profile]
         self.process = subprocess.Popen(cmd, pass_fds=[*self.doorbells, self.irq_fd], stdin=subprocess.DEVNULL)
         log.info("chip started (pid %d, %d cores)", self.process.pid, self.config.cores)
 

@@ -1,7 +1,9 @@
 """A device's sysfs-like attribute tree, served by its daemon's FUSE filesystem.
 
     dev model abi_version cores clock_mhz memory_total_bytes memory_used_bytes
-    busy_time_us jobs_completed jobs_failed reset_count      read-only, one value a line
+    busy_time_us jobs_completed jobs_failed reset_count
+    profile macs_per_cycle dma_bytes_per_cycle sram_bytes
+    pacing uuid                                              read-only, one value a line
     uevent                                                   MAJOR/MINOR/DEVNAME; the owner (kmd_fuse.owner) may write
                                                              an ACTION to synthesize an event
     reset                                                    write-only, the owner only: "1" resets
@@ -67,7 +69,10 @@ class AttributeTree:
     """The files of <sysroot>/class/npu/npuN (see the module doc)."""
 
     READ_ONLY = ("dev", "model", "abi_version", "cores", "clock_mhz", "memory_total_bytes",
-                 "memory_used_bytes", "busy_time_us", "jobs_completed", "jobs_failed", "reset_count")
+                 "memory_used_bytes", "busy_time_us", "jobs_completed", "jobs_failed", "reset_count",
+                 "profile", "macs_per_cycle", "dma_bytes_per_cycle", "sram_bytes", "pacing", "uuid")
+    PARAM_ATTRS = {"macs_per_cycle": "MACS_PER_CYCLE", "dma_bytes_per_cycle": "DMA_BYTES_PER_CYCLE",
+                   "sram_bytes": "SRAM_BYTES", "pacing": "PACING"}   # GET_PARAM's values, as they are
 
     def __init__(self, device: Device, on_uevent_write: UeventWriter | None = None, uid: int = 0, gid: int = 0):
         self.device = device
@@ -93,6 +98,13 @@ class AttributeTree:
             return f"{paths.NPU_MAJOR}:{index}\n"
         if name == "uevent":
             return f"MAJOR={paths.NPU_MAJOR}\nMINOR={index}\nDEVNAME=npu{index}\n"
+        if name in self.PARAM_ATTRS:
+            return f"{info_facts.PARAMS[self.PARAM_ATTRS[name]](self.device, _NoContext)}\n"
+        if name == "profile":
+            profile = self.device.hw.profile
+            return f"{profile.name if profile else 'unknown'}\n"
+        if name == "uuid":
+            return f"{info_facts.device_uuid(self.device)}\n"
         info = self._info()
         values = {
             "model": uapi.c_string(info.model),

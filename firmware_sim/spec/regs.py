@@ -28,8 +28,14 @@ FAULT_INJECT = 0x24      # KMD: FAULT_* bits, applied to every job a core starts
 WATCHDOG_MS = 0x28       # KMD: default job timeout when a ring entry gives none
 MACS_PER_CYCLE = 0x2C    # chip: timing model (per core)
 DMA_BYTES_PER_CYCLE = 0x30  # chip: timing model
+PROFILE_ID = 0x34        # chip: the hardware profile it runs (spec.profiles: Profile.id)
+SRAM_KB = 0x38           # chip: on-chip SRAM per core, KiB
+TASK_OVERHEAD_CYCLES = 0x3C  # chip: timing model, cycles each task costs besides its work
+PACING = 0x40            # KMD: PACING_ON makes every job end no earlier than its modeled device time
 
 STATUS_READY = 0x1
+
+PACING_ON = 0x1
 
 FAULT_HANG = 0x1         # the core stops responding mid-job (watchdog must recover)
 FAULT_DMA_ERROR = 0x2    # the next DMA access fails as a bus error (EIO)

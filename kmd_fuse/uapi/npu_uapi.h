@@ -234,6 +234,14 @@ struct npu_get_param {
 #define NPU_PARAM_MAX_SUBMIT_BOS 12
 #define NPU_PARAM_MAX_WAIT_FENCES 13
 #define NPU_PARAM_MAX_OUTSTANDING 14    /* requests one open file may have in flight */
+#define NPU_PARAM_PROFILE 15            /* hardware profile id (firmware_sim/spec/profiles.py) */
+#define NPU_PARAM_MACS_PER_CYCLE 16     /* int8 MACs per cycle, per core */
+#define NPU_PARAM_DMA_BYTES_PER_CYCLE 17 /* memory bandwidth: bytes per cycle */
+#define NPU_PARAM_SRAM_BYTES 18         /* on-chip SRAM per core */
+#define NPU_PARAM_TASK_OVERHEAD_CYCLES 19 /* timing model: cycles each task costs besides its work */
+#define NPU_PARAM_PACING 20             /* 1: a job ends no earlier than its modeled device time */
+#define NPU_PARAM_UUID_LO 21            /* the device's UUID, bytes 0..7 (little endian) */
+#define NPU_PARAM_UUID_HI 22            /* the device's UUID, bytes 8..15 */
 
 /* Each command's payload size in the ABI version that introduced it (the smallest the driver takes). */
 #define NPU_GET_INFO_SIZE_VER0 120

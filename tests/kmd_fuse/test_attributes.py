@@ -6,8 +6,9 @@ import time
 from tests.support.device import wait_until
 from tests.support.shell import attr_dir, kv, sh
 
-FILES = ["abi_version", "busy_time_us", "clients", "clock_mhz", "cores", "dev", "jobs_completed",
-         "jobs_failed", "memory_total_bytes", "memory_used_bytes", "model", "reset", "reset_count", "uevent"]
+FILES = ["abi_version", "busy_time_us", "clients", "clock_mhz", "cores", "dev", "dma_bytes_per_cycle",
+         "jobs_completed", "jobs_failed", "macs_per_cycle", "memory_total_bytes", "memory_used_bytes", "model",
+         "pacing", "profile", "reset", "reset_count", "sram_bytes", "uevent", "uuid"]
 RUN_JOB = textwrap.dedent("""
     import sys, libnpu
     with libnpu.initialize(sys.argv[1]) as s:
