@@ -22,15 +22,17 @@ import logging
 import mmap
 import os
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from firmware_sim.spec import tasks as task_spec
 from kmd_fuse import uapi
 from kmd_fuse.uapi import NpuError, sysfs_layout
+from libnpu import properties
 from libnpu.transport import BufferSocket, DeviceFile
 
 log = logging.getLogger("libnpu")
@@ -162,6 +164,23 @@ class Device:
         self.buffer_socket = BufferSocket()
         self._lock = threading.Lock()
         self.buffers: dict[int, Memory] = {}
+        self.settings = properties.defaults()    # the writable properties; models loaded here start with them
+
+    # ---- properties (OpenVINO's names: libnpu.properties) ----
+    def get_property(self, name: str) -> Any:
+        """One property by OpenVINO key ("DEVICE_UUID", "PERFORMANCE_HINT"...) or JSON name;
+        KeyError for an unknown name."""
+        return properties.value(self.settings, lambda: properties.device_facts(self), name, model=False)
+
+    def set_property(self, values: Mapping[str, Any]) -> None:
+        """Set writable properties (all or none): KeyError for an unknown name,
+        PropertyError for a read-only one, ValueError for a bad value."""
+        self.settings.update(properties.checked(values, model=False))
+        properties.apply_log_level(self.settings)
+
+    def properties(self) -> dict[str, Any]:
+        """Every property, by JSON name."""
+        return properties.snapshot(self.settings, self, model=False)
 
     # ---- queries ----
     def info(self) -> dict:

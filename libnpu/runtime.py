@@ -21,9 +21,12 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
+from libnpu import properties
+from libnpu.loadable import MAGIC as LOADABLE_MAGIC
 from libnpu.loadable import Loadable, RegionKind, TensorDesc
 from libnpu.portability import MEM_READ, MEM_RW, Device, Fence, JobError, Memory, Session
 
@@ -243,12 +246,23 @@ class InferRequest:
         # inputs change between inferences).
         self._inputs = [(desc, self._view(desc)) for desc in loadable.inputs()]
         self._outputs = [(desc, self._view(desc)) for desc in loadable.outputs()]
-        self._run = device.prepare_submit(self.command, self.buffers, size=self.command_size, wait=True)
-        self._submit = device.prepare_submit(self.command, self.buffers, size=self.command_size)
+        self._prepare(model.priority)
         self.fence: Fence | None = None
         self.timing = Timing()
         self._started = 0.0
         self._waiter: threading.Thread | None = None
+
+    def _prepare(self, priority: int) -> None:
+        device = self.model.device
+        self._priority = priority
+        self._run = device.prepare_submit(self.command, self.buffers, size=self.command_size, wait=True,
+                                          priority=priority)
+        self._submit = device.prepare_submit(self.command, self.buffers, size=self.command_size, priority=priority)
+
+    def _follow_priority(self) -> None:
+        """MODEL_PRIORITY may change between inferences: rebuild the SUBMITs when it did."""
+        if self.model.priority != self._priority:
+            self._prepare(self.model.priority)
 
     def _view(self, desc: TensorDesc) -> np.ndarray:
         memory = self.memory[desc.region]
@@ -305,6 +319,7 @@ class InferRequest:
         self._check_usable()
         if self.fence is not None and self.fence.status is None:
             raise RuntimeError("this request is still running")
+        self._follow_priority()
         self._started = time.perf_counter()
         self.fence = self.model.device.submit_prepared(self._submit)
         if callback is not None:
@@ -341,6 +356,7 @@ class InferRequest:
     def infer(self, inputs: Inputs, dequantized: bool = False) -> list[np.ndarray]:
         """Run once, synchronously (one round trip to the driver)."""
         self.set_inputs(inputs)     # raises ClosedError once released
+        self._follow_priority()
         started = time.perf_counter()
         self.fence = self.model.device.run_prepared(self._run)
         self.timing = Timing(time.perf_counter() - started, self.fence.device_time_ns)
@@ -367,10 +383,14 @@ class InferRequest:
 class CompiledModel:
     """A model loaded on a device, ready to infer."""
 
-    def __init__(self, loadable: Loadable, device: Device, session: Session | None = None):
+    def __init__(self, loadable: Loadable, device: Device, session: Session | None = None,
+                 config: Mapping[str, Any] | None = None):
         self.loadable, self.device, self._session = loadable, device, session
+        self.settings = {**device.settings, **properties.checked(config or {}, model=False)}
+        properties.apply_log_level(self.settings)
         self.runtime = Runtime(device)
-        self.runtime.load(loadable)
+        if not self.settings["NPU_DEFER_WEIGHTS_LOAD"]:
+            self.runtime.load(loadable)
         self._idle: list[InferRequest] = []
         self._requests: set[InferRequest] = set()    # every live request: idle, borrowed or the user's
         self._lock = threading.Lock()
@@ -387,16 +407,47 @@ class CompiledModel:
 
     @property
     def optimal_requests(self) -> int:
-        """Requests to keep in flight for throughput: one per core, plus one being refilled."""
-        return self.device.info()["num_cores"] + 1
+        """Requests to keep in flight for throughput: OPTIMAL_NUMBER_OF_INFER_REQUESTS under
+        the THROUGHPUT hint, whatever this model's hint is."""
+        return properties.optimal_requests({**self.settings, "PERFORMANCE_HINT": "THROUGHPUT"},
+                                           self.device.info()["num_cores"])
+
+    # ---- properties (OpenVINO's names: libnpu.properties) ----
+    def get_property(self, name: str) -> Any:
+        """One property by OpenVINO key or JSON name: the model's settings (the device's when
+        it was loaded, with load()'s ``config``) and the device's facts."""
+        return properties.value(self.settings, lambda: properties.device_facts(self.device), name, model=True)
+
+    def set_property(self, values: Mapping[str, Any]) -> None:
+        """Change how the model runs: PERFORMANCE_HINT, PERFORMANCE_HINT_NUM_REQUESTS,
+        MODEL_PRIORITY, PERF_COUNT, LOG_LEVEL (all or none).  Properties fixed at load
+        raise PropertyError; unknown names KeyError."""
+        self.settings.update(properties.checked(values, model=True))
+        properties.apply_log_level(self.settings)
+
+    def properties(self) -> dict[str, Any]:
+        """Every property, by JSON name."""
+        return properties.snapshot(self.settings, self.device, model=True)
+
+    @property
+    def priority(self) -> int:
+        """The driver's job priority for this model's inferences (from MODEL_PRIORITY)."""
+        return properties.PRIORITIES[self.settings["MODEL_PRIORITY"]]
 
     def _check_open(self) -> None:
         if self.closed:
             raise ClosedError(f"model {self.loadable.name!r} is closed")
 
+    def _load_weights(self) -> None:
+        """NPU_DEFER_WEIGHTS_LOAD: the weights go to the device with the first request."""
+        with self._lock:
+            if self.runtime.loadable is None and not self.closed:
+                self.runtime.load(self.loadable)
+
     def create_request(self) -> InferRequest:
         """A new request with its own memory; ``close()`` frees it with the model."""
         self._check_open()
+        self._load_weights()
         request = InferRequest(self)
         with self._lock:
             if not self.closed:
@@ -474,10 +525,14 @@ class CompiledModel:
 
 def load(model: str | os.PathLike | bytes | Loadable, device: Device | int | None = None, *,
          devroot: str | os.PathLike | None = None, calibration=None, cache_dir: str | os.PathLike | None = None,
-         **compile_options) -> CompiledModel:
+         config: Mapping[str, Any] | None = None, **compile_options) -> CompiledModel:
     """Load a model onto a device: a loadable (.nlb), or a .tflite / .onnx compiled
     (through the content-hash cache) first.  ``device``: an open Device or an
-    instance number (default 0)."""
+    instance number (default 0).  ``config``: properties for this model (OpenVINO's
+    ``compile_model(model, "NPU", config)``), over the device's settings; CACHE_DIR and
+    NPU_BYPASS_UMD_CACHING steer the compile cache (``cache_dir`` wins over CACHE_DIR)."""
+    settings = {**(device.settings if isinstance(device, Device) else properties.defaults()),
+                **properties.checked(config or {}, model=False)}
     timings: dict = {}
     started = time.perf_counter()
     cache_hit = None
@@ -485,8 +540,14 @@ def load(model: str | os.PathLike | bytes | Loadable, device: Device | int | Non
         loadable = model
     elif isinstance(model, (str, os.PathLike)) and Path(model).suffix == ".nlb":
         loadable = Loadable.load(model)
+    elif isinstance(model, (bytes, bytearray, memoryview)) and bytes(model[:len(LOADABLE_MAGIC)]) == LOADABLE_MAGIC:
+        loadable = Loadable.from_bytes(bytes(model))
+    elif settings["NPU_BYPASS_UMD_CACHING"]:
+        from libnpu.compiler.lower import compile_model
+        loadable, cache_hit = compile_model(model, calibration, **compile_options), False
     else:
         from libnpu.compiler.cache import CompileCache, compile_cached
+        cache_dir = cache_dir or settings["CACHE_DIR"] or None
         cache = CompileCache(cache_dir) if cache_dir else None
         loadable, cache_hit = compile_cached(model, calibration, cache=cache, **compile_options)
     timings["compile_s"] = time.perf_counter() - started
@@ -497,7 +558,7 @@ def load(model: str | os.PathLike | bytes | Loadable, device: Device | int | Non
         device = session.open(device or 0)
     started = time.perf_counter()
     try:
-        compiled = CompiledModel(loadable, device, session)
+        compiled = CompiledModel(loadable, device, session, config)
     except BaseException:
         if session is not None:
             session.destroy()

@@ -62,7 +62,9 @@ def info(args: argparse.Namespace) -> int:
     with Session(devroot) as session:
         for node in _nodes(devroot):
             try:
-                facts = session.open(int(node.name[3:])).info()
+                device = session.open(int(node.name[3:]))
+                facts = device.info()
+                props = device.properties()
             except OSError as exc:
                 print(f"{node}: {exc}", file=sys.stderr)
                 continue
@@ -74,6 +76,7 @@ def info(args: argparse.Namespace) -> int:
                 "contexts": facts["num_contexts"] - 1,          # not counting this query's own
                 "jobs_completed": facts["jobs_completed"], "jobs_failed": facts["jobs_failed"],
                 "busy_time_us": facts["busy_time_ns"] // 1000, "reset_count": facts["reset_count"],
+                "properties": props,
             })
     if args.json:
         print(json.dumps({"devroot": str(devroot), "devices": devices}, indent=2))
@@ -86,6 +89,8 @@ def info(args: argparse.Namespace) -> int:
                   f"memory {d['memory_used_bytes'] >> 20}/{d['memory_total_bytes'] >> 20} MiB, "
                   f"{d['contexts']} contexts, {d['jobs_completed']} jobs done ({d['jobs_failed']} failed), "
                   f"busy {d['busy_time_us'] / 1e6:.3f} s, {d['reset_count']} resets")
+            p = d["properties"]
+            print(f"  {p['full_device_name']}, uuid {p['device_uuid']}, {p['device_gops']['int8']:g} int8 GOPS")
     return 0 if devices else 1
 
 
