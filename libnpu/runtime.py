@@ -28,6 +28,7 @@ import numpy as np
 from libnpu import properties
 from libnpu.loadable import MAGIC as LOADABLE_MAGIC
 from libnpu.loadable import Loadable, RegionKind, TensorDesc
+from libnpu.pool import ErrorCallback, FinishCallback, OutputCallback, RequestPool
 from libnpu.portability import MEM_READ, MEM_RW, Device, Fence, JobError, Memory, Session
 
 ArrayLike = np.ndarray
@@ -75,11 +76,23 @@ class Runtime:
         self.command: Memory | None = None
 
     # ---- loading ----
-    def load(self, loadable: Loadable | str | os.PathLike) -> None:
-        """Load a model: allocate its weight regions and copy their contents in."""
+    def get_max_devices(self) -> int:
+        """NVDLA's getMaxDevices: how many devices the devroot holds (instances 0..n-1)."""
+        return len(properties.available_devices(self.device.path.parent))
+
+    def get_num_devices(self) -> int:
+        """NVDLA's getNumDevices: the devices this runtime drives (its one device)."""
+        return 1
+
+    def load(self, loadable: Loadable | str | os.PathLike | bytes | bytearray | memoryview) -> None:
+        """Load a model: allocate its weight regions and copy their contents in.
+
+        ``loadable``: a Loadable, a file path, or the loadable's bytes (NVDLA's ``load(buf)``)."""
         if self.loadable is not None:
             raise RuntimeError("a model is already loaded; unload it first")
-        if not isinstance(loadable, Loadable):
+        if isinstance(loadable, (bytes, bytearray, memoryview)):
+            loadable = Loadable.from_bytes(bytes(loadable))
+        elif not isinstance(loadable, Loadable):
             loadable = Loadable.load(loadable)
         loadable.validate()
         loadable.check_runnable()
@@ -158,10 +171,19 @@ class Runtime:
 
     def set_input_tensor_desc(self, index: int, desc: TensorDesc) -> None:
         """Accepts a descriptor equal in shape, dtype and strides (the compiled layout is fixed)."""
-        current = self.input_tensor_desc(index)
-        if (tuple(desc.shape), desc.dtype, tuple(desc.strides)) != (current.shape, current.dtype, current.strides):
-            raise ValueError(f"input {index} ({current.name}) is compiled for {current.shape} {current.dtype}; "
-                             f"got {tuple(desc.shape)} {desc.dtype}")
+        self._check_desc("input", self.input_tensor_desc(index), index, desc)
+
+    def set_output_tensor_desc(self, index: int, desc: TensorDesc) -> None:
+        """Accepts a descriptor equal in shape, dtype and strides (the compiled layout is fixed)."""
+        self._check_desc("output", self.output_tensor_desc(index), index, desc)
+
+    @staticmethod
+    def _check_desc(kind: str, current: TensorDesc, index: int, desc: TensorDesc) -> None:
+        if (tuple(desc.shape), np.dtype(desc.dtype), tuple(desc.strides)) != (
+                tuple(current.shape), np.dtype(current.dtype), tuple(current.strides)):
+            raise ValueError(f"{kind} {index} ({current.name}) is compiled for {tuple(current.shape)} "
+                             f"{current.dtype} strides {tuple(current.strides)}; got {tuple(desc.shape)} "
+                             f"{desc.dtype} strides {tuple(desc.strides)}")
 
     def allocate_system_memory(self, size: int) -> Memory:
         return self.device.alloc_mem(size, MEM_RW)
@@ -249,6 +271,7 @@ class InferRequest:
         self._prepare(model.priority)
         self.fence: Fence | None = None
         self.timing = Timing()
+        self.profile = None            # the last inference's per-layer profile (PERF_COUNT)
         self._started = 0.0
         self._waiter: threading.Thread | None = None
 
@@ -393,6 +416,7 @@ class CompiledModel:
             self.runtime.load(loadable)
         self._idle: list[InferRequest] = []
         self._requests: set[InferRequest] = set()    # every live request: idle, borrowed or the user's
+        self._pools: set[RequestPool] = set()
         self._lock = threading.Lock()
         self.closed = False
         self.load_info: dict = {}
@@ -456,6 +480,25 @@ class CompiledModel:
         request.release()              # the model was closed meanwhile
         raise ClosedError(f"model {self.loadable.name!r} is closed")
 
+    def create_pool(self, max_batch: int | None = None, *, on_output: OutputCallback | None = None,
+                    on_error: ErrorCallback | None = None, on_finish: FinishCallback | None = None) -> RequestPool:
+        """A bounded pool of ``max_batch`` requests (default: OPTIMAL_NUMBER_OF_INFER_REQUESTS)
+        with ``get_task`` / ``try_get_task`` and output, error and finish callbacks
+        (:mod:`libnpu.pool`); ``close()`` closes it with the model."""
+        self._check_open()
+        size = self.get_property("OPTIMAL_NUMBER_OF_INFER_REQUESTS") if max_batch is None else max_batch
+        pool = RequestPool(self, size, on_output, on_error, on_finish)
+        with self._lock:
+            if not self.closed:
+                self._pools.add(pool)
+                return pool
+        pool.close()
+        raise ClosedError(f"model {self.loadable.name!r} is closed")
+
+    def _forget_pool(self, pool: RequestPool) -> None:
+        with self._lock:
+            self._pools.discard(pool)
+
     def _forget(self, request: InferRequest) -> None:
         with self._lock:
             self._requests.discard(request)
@@ -504,8 +547,15 @@ class CompiledModel:
             if self.closed:
                 return
             self.closed = True
-            requests, self._idle = list(self._requests), []
+            pools = list(self._pools)
         errors: list[BaseException] = []
+        for pool in pools:              # waits for their running tasks, stops their workers
+            try:
+                pool.close()
+            except Exception as exc:  # noqa: BLE001 - free the rest, then report the first
+                errors.append(exc)
+        with self._lock:
+            requests, self._idle = list(self._requests), []
         for free in [*(request.release for request in requests), self.runtime.unload]:
             try:
                 free()
