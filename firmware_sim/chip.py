@@ -219,6 +219,7 @@ class Chip:
             # indices up to the KMD's: entries queued before the reset are dropped.
             self.regs.write32(bank + regs.RING_HEAD, self.regs.read32(bank + regs.RING_TAIL))
             self.regs.write32(bank + regs.CQ_TAIL, self.regs.read32(bank + regs.CQ_HEAD))
+            self.regs.write32(bank + regs.PQ_TAIL, self.regs.read32(bank + regs.PQ_HEAD))
             self.regs.write32(bank + regs.IRQ_STATUS, 0)
             self.regs.write64(bank + regs.CURRENT_JOB, 0)
             self.regs.write32(bank + regs.CORE_STATE, regs.CORE_IDLE)

@@ -34,6 +34,18 @@ class ChipConfig:
 
 
 @dataclass
+class ProfileRecord:
+    """One record of a core's profile queue (firmware_sim/spec/ring.py, PROFILE_RECORD)."""
+    job_id: int
+    index: int
+    opcode: int
+    kind: int
+    start_ns: int
+    end_ns: int
+    cycles: int
+
+
+@dataclass
 class Completion:
     job_id: int
     status: int
@@ -72,10 +84,12 @@ class Hardware:
         for core in range(self.config.cores):
             _create_file(memory.ring_path(self.bus, core), self.entries * ring.RING_ENTRY.itemsize)
             _create_file(memory.cq_path(self.bus, core), self.entries * ring.COMPLETION.itemsize)
+            _create_file(memory.profile_queue_path(self.bus, core), ring.PROFILE_ENTRIES * ring.PROFILE_RECORD.itemsize)
         self._regs_map = map_file(memory.regs_path(self.bus))
         self.regs = regs.RegisterView(self._regs_map)
         self.rings = [map_file(memory.ring_path(self.bus, c)) for c in range(self.config.cores)]
         self.cqs = [map_file(memory.cq_path(self.bus, c)) for c in range(self.config.cores)]
+        self.pqs = [map_file(memory.profile_queue_path(self.bus, c)) for c in range(self.config.cores)]
         self.regs.write32(regs.RING_ENTRIES, self.entries)
         self.regs.write32(regs.WATCHDOG_MS, self.config.watchdog_ms)
         self.regs.write32(regs.PACING, regs.PACING_ON if self.config.pacing else 0)
@@ -114,7 +128,7 @@ class Hardware:
         self.regs.write32(regs.STATUS, 0)
         for core in range(self.config.cores):   # the chip is dead: its registers are ours to clear
             bank = regs.core_bank(core)
-            for offset in (regs.RING_HEAD, regs.RING_TAIL, regs.CQ_HEAD, regs.CQ_TAIL):
+            for offset in (regs.RING_HEAD, regs.RING_TAIL, regs.CQ_HEAD, regs.CQ_TAIL, regs.PQ_HEAD, regs.PQ_TAIL):
                 self.regs.write32(bank + offset, 0)
             self.regs.write64(bank + regs.CURRENT_JOB, 0)
             self.tails[core] = 0
@@ -154,11 +168,11 @@ class Hardware:
         return self.entries - 1 - used
 
     def push(self, core: int, opcode: int, asid: int, job_id: int = 0, cmd_iova: int = 0,
-             cmd_size: int = 0, timeout_ms: int = 0, bo_id: int = 0) -> None:
+             cmd_size: int = 0, timeout_ms: int = 0, bo_id: int = 0, flags: int = 0) -> None:
         """Write one ring entry (caller checked ``ring_space``); ``doorbell`` publishes it."""
         tail = self.tails[core]
         ring.RING_ENTRY_STRUCT.pack_into(self.rings[core], tail * ring.RING_ENTRY_STRUCT.size, opcode, asid,
-                                         job_id, cmd_iova, cmd_size, timeout_ms, bo_id, 0)
+                                         job_id, cmd_iova, cmd_size, timeout_ms, bo_id, flags)
         self.tails[core] = ring.ring_next(tail, self.entries)
 
     def doorbell(self, core: int) -> None:
@@ -191,6 +205,26 @@ class Hardware:
                 head = ring.ring_next(head, self.entries)
             self.regs.write32(bank + regs.CQ_HEAD, head)
         return done
+
+    def profile_records(self) -> list[ProfileRecord]:
+        """Drain every core's profile queue (read after ``completions``: a job's records are
+        published before its completion)."""
+        records = []
+        size = ring.PROFILE_RECORD_STRUCT.size
+        for core, bank in enumerate(self.banks):
+            head, tail = self.regs.read32(bank + regs.PQ_HEAD), self.regs.read32(bank + regs.PQ_TAIL)
+            if head == tail:
+                continue
+            pq = self.pqs[core]
+            while head != tail:
+                records.append(ProfileRecord(*ring.PROFILE_RECORD_STRUCT.unpack_from(pq, head * size)))
+                head = (head + 1) % ring.PROFILE_ENTRIES
+            self.regs.write32(bank + regs.PQ_HEAD, head)
+        return records
+
+    def profile_dropped(self) -> int:
+        """Profile records the cores dropped so far (their queues were full)."""
+        return sum(self.reg(core, regs.PQ_DROPPED) for core in range(self.num_cores))
 
     # ---- reset ----
     def request_reset(self) -> int:

@@ -30,6 +30,7 @@ from libnpu.loadable import MAGIC as LOADABLE_MAGIC
 from libnpu.loadable import Loadable, RegionKind, TensorDesc
 from libnpu.pool import ErrorCallback, FinishCallback, OutputCallback, RequestPool
 from libnpu.portability import MEM_READ, MEM_RW, Device, Fence, JobError, Memory, Session
+from libnpu.profiling import InferenceProfile
 
 ArrayLike = np.ndarray
 Inputs = Sequence[ArrayLike] | Mapping[str, ArrayLike]
@@ -268,24 +269,32 @@ class InferRequest:
         # inputs change between inferences).
         self._inputs = [(desc, self._view(desc)) for desc in loadable.inputs()]
         self._outputs = [(desc, self._view(desc)) for desc in loadable.outputs()]
-        self._prepare(model.priority)
+        self._prepare(model.priority, model.profiling)
         self.fence: Fence | None = None
         self.timing = Timing()
-        self.profile = None            # the last inference's per-layer profile (PERF_COUNT)
+        self.profile: InferenceProfile | None = None   # the last inference's per-layer profile (PERF_COUNT)
         self._started = 0.0
         self._waiter: threading.Thread | None = None
 
-    def _prepare(self, priority: int) -> None:
+    def _prepare(self, priority: int, profile: bool) -> None:
         device = self.model.device
-        self._priority = priority
+        self._priority, self._profiled = priority, profile
         self._run = device.prepare_submit(self.command, self.buffers, size=self.command_size, wait=True,
-                                          priority=priority)
-        self._submit = device.prepare_submit(self.command, self.buffers, size=self.command_size, priority=priority)
+                                          priority=priority, profile=profile)
+        self._submit = device.prepare_submit(self.command, self.buffers, size=self.command_size, priority=priority,
+                                             profile=profile)
 
-    def _follow_priority(self) -> None:
-        """MODEL_PRIORITY may change between inferences: rebuild the SUBMITs when it did."""
-        if self.model.priority != self._priority:
-            self._prepare(self.model.priority)
+    def _follow_settings(self) -> None:
+        """MODEL_PRIORITY and PERF_COUNT may change between inferences: rebuild the SUBMITs when they did."""
+        if (self.model.priority, self.model.profiling) != (self._priority, self._profiled):
+            self._prepare(self.model.priority, self.model.profiling)
+
+    def _collect_profile(self) -> None:
+        """PERF_COUNT: the chip's per-layer timing of the job just finished."""
+        fence = self.fence
+        if self._profiled and fence is not None:
+            self.profile = InferenceProfile.from_job(self.model.loadable, self.model.device.get_profile(fence),
+                                                     self.model.clock_mhz)
 
     def _view(self, desc: TensorDesc) -> np.ndarray:
         memory = self.memory[desc.region]
@@ -342,7 +351,7 @@ class InferRequest:
         self._check_usable()
         if self.fence is not None and self.fence.status is None:
             raise RuntimeError("this request is still running")
-        self._follow_priority()
+        self._follow_settings()
         self._started = time.perf_counter()
         self.fence = self.model.device.submit_prepared(self._submit)
         if callback is not None:
@@ -362,6 +371,7 @@ class InferRequest:
         assert fence is not None, "waits follow start()"
         fence.wait(timeout)
         self.timing = Timing(time.perf_counter() - self._started, fence.device_time_ns)
+        self._collect_profile()
 
     def wait(self, timeout: float | None = None) -> None:
         """Block until the job is done (raises JobError / TimeoutError)."""
@@ -379,10 +389,11 @@ class InferRequest:
     def infer(self, inputs: Inputs, dequantized: bool = False) -> list[np.ndarray]:
         """Run once, synchronously (one round trip to the driver)."""
         self.set_inputs(inputs)     # raises ClosedError once released
-        self._follow_priority()
+        self._follow_settings()
         started = time.perf_counter()
         self.fence = self.model.device.run_prepared(self._run)
         self.timing = Timing(time.perf_counter() - started, self.fence.device_time_ns)
+        self._collect_profile()
         return self.outputs(dequantized)
 
     def release(self) -> None:
@@ -420,6 +431,8 @@ class CompiledModel:
         self._lock = threading.Lock()
         self.closed = False
         self.load_info: dict = {}
+        self.last_profile: InferenceProfile | None = None
+        self._clock_mhz: int | None = None
 
     @property
     def inputs(self) -> list[TensorDesc]:
@@ -452,6 +465,22 @@ class CompiledModel:
     def properties(self) -> dict[str, Any]:
         """Every property, by JSON name."""
         return properties.snapshot(self.settings, self.device, model=True)
+
+    @property
+    def profiling(self) -> bool:
+        """PERF_COUNT: inferences record per-layer counters."""
+        return bool(self.settings["PERF_COUNT"])
+
+    @property
+    def clock_mhz(self) -> int:
+        if self._clock_mhz is None:
+            self._clock_mhz = self.device.param("CLOCK_MHZ")
+        return self._clock_mhz
+
+    def get_profiling_info(self) -> InferenceProfile | None:
+        """The per-layer profile of the last ``infer`` / ``infer_async`` (PERF_COUNT on), as
+        OpenVINO's ``get_profiling_info``; a request's own is ``request.profile``."""
+        return self.last_profile
 
     @property
     def priority(self) -> int:
@@ -521,7 +550,9 @@ class CompiledModel:
         """Run one inference; thread-safe (each call borrows its own request)."""
         request = self._borrow()
         try:
-            return request.infer(inputs, dequantized)
+            outputs = request.infer(inputs, dequantized)
+            self.last_profile = request.profile
+            return outputs
         finally:
             self._give_back(request)
 
@@ -535,6 +566,8 @@ class CompiledModel:
             assert fence is not None, "start() submitted the job"
             await fence.wait_async()
             request.timing = Timing(time.perf_counter() - request._started, fence.device_time_ns)
+            request._collect_profile()
+            self.last_profile = request.profile
             return request.outputs(dequantized)
         finally:
             self._give_back(request)

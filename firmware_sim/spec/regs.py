@@ -63,6 +63,9 @@ JOB_START_NS = 0x38      # core (u64): CLOCK_MONOTONIC ns when CURRENT_JOB start
 BUSY_NS = 0x40           # core (u64): wall-clock ns spent executing jobs (utilization)
 JOB_TIMEOUT_MS = 0x48    # core (u32): the ring entry's timeout of CURRENT_JOB (0: WATCHDOG_MS)
 CORE_RESTARTS = 0x4C     # chip (u32): times the chip's watchdog restarted this core (it died or hung); wraps
+PQ_HEAD = 0x50           # KMD  (u32): next profile record the KMD will read (ring.PROFILE_ENTRIES)
+PQ_TAIL = 0x54           # core (u32): next profile record the core will write
+PQ_DROPPED = 0x58        # core (u32): profile records dropped because the queue was full (wraps)
 
 IRQ_JOB_DONE = 0x1
 IRQ_JOB_ERROR = 0x2

@@ -228,6 +228,25 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def profile(args: argparse.Namespace) -> int:
+    from .profile import TraceError, profile_model
+    _require(args.runs >= 1, "--runs must be >= 1")
+    try:
+        report = profile_model(args.model, devroot=args.devroot, runs=args.runs, trace=args.trace, png=args.png,
+                               cache_dir=args.cache_dir)
+    except TraceError as exc:
+        raise Failure(str(exc)) from None
+    if args.json:
+        print(json.dumps({k: v for k, v in report.items() if k != "table"}, indent=2))
+        return 0
+    print(f"model {report['model']}: the last of {report['runs']} profiled inferences")
+    print(report["table"])
+    for key, what in (("trace", "trace (open in ui.perfetto.dev)"), ("png", "timeline")):
+        if key in report:
+            print(f"{what}: {report[key]} ({report['trace_events']} events, contexts {report['trace_contexts']})")
+    return 0
+
+
 def faces(args: argparse.Namespace) -> int:
     from .faces import run_faces
     _require(0 <= args.threshold <= 1, "--threshold is a score between 0 and 1")
