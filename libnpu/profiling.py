@@ -92,6 +92,8 @@ class InferenceProfile:
 
 
 def short_name(name: str, width: int = 34) -> str:
-    """A layer's name for a table: the last of TFLite's ';'-joined tensor names, cut to ``width``."""
-    last = name.split(";")[-1]
+    """A layer's name for a table: the last of TFLite's ';'-joined tensor names that is not
+    a weight's (``.../ReadVariableOp/...``), cut to ``width``."""
+    parts = name.split(";")
+    last = next((p for p in reversed(parts) if "ReadVariableOp" not in p), parts[-1])
     return last if len(last) <= width else "..." + last[-(width - 3):]
