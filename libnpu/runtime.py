@@ -389,12 +389,17 @@ class InferRequest:
     def infer(self, inputs: Inputs, dequantized: bool = False) -> list[np.ndarray]:
         """Run once, synchronously (one round trip to the driver)."""
         self.set_inputs(inputs)     # raises ClosedError once released
+        self.run_sync(time.perf_counter())
+        return self.outputs(dequantized)
+
+    def run_sync(self, started: float) -> None:
+        """Run the inputs already set, to the end, in one round trip (SUBMIT with WAIT);
+        ``timing.latency_s`` counts from ``started`` (a ``time.perf_counter()``)."""
+        self._check_usable()
         self._follow_settings()
-        started = time.perf_counter()
         self.fence = self.model.device.run_prepared(self._run)
         self.timing = Timing(time.perf_counter() - started, self.fence.device_time_ns)
         self._collect_profile()
-        return self.outputs(dequantized)
 
     def release(self) -> None:
         """Free this request's device memory; using the request afterwards raises
