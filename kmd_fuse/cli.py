@@ -137,7 +137,8 @@ def start(args) -> int:
                 print(f"{node}: did not answer within {START_TIMEOUT_S:.0f} s", file=sys.stderr)
                 return 1
             time.sleep(0.05)
-        print(f"{node}: up (pid {proc.pid}, {info['cores']} cores, {info['memory_total'] >> 20} MiB)")
+        print(f"{node}: up (pid {proc.pid}, {info['cores']} cores, {info['memory_total'] >> 20} MiB, "
+              f"profile {args.profile}{', paced' if args.pacing else ''})")
     return 0
 
 

@@ -12,7 +12,9 @@ Each request has a worker thread of its own: ``run`` copies the inputs in and wa
 and the worker submits the job and waits for it in one round trip to the driver (SUBMIT
 with WAIT: half the requests a submit-then-WAIT costs, which shows on a busy 2-vCPU
 machine); no thread is started per inference.  Callbacks run in those workers; an
-exception a callback raises is logged and the pool carries on.
+exception a callback raises is logged and the pool carries on.  A callback may take and
+run tasks, but must not close the pool or its model (``close`` waits for the running
+tasks, the callback's own among them).
 """
 from __future__ import annotations
 

@@ -163,6 +163,8 @@ def test_nvdla_runtime_loads_from_bytes_and_checks_output_descs(npu, resnet8_nlb
         assert runtime.load(b"NPULOAD\0 but damaged", 0) is False
         with libnpu.load(resnet8_nlb, session.open(0)) as model:
             assert np.array_equal(got, model.infer([x])[0])
+        with libnpu.load(data, session.open(0)) as from_bytes:      # so does libnpu.load
+            assert np.array_equal(got, from_bytes.infer([x])[0])
         plain = Runtime(session.open(0))                          # libnpu's own Runtime takes bytes too
         plain.load(memoryview(data))
         assert plain.num_output_tensors() == 1 and plain.get_max_devices() == 1
