@@ -24,6 +24,23 @@ from libnpu.portability import JobTiming
 
 
 @dataclass(frozen=True)
+class ChipPart:
+    """A chip job of an inference: its timing (GET_PROFILE) and the model task its first task is."""
+    job: JobTiming
+    first_task: int = 0
+
+
+@dataclass(frozen=True)
+class HostPart:
+    """A layer the host ran (CPU fallback), timed by the host."""
+    index: int
+    name: str
+    op: str
+    start_ns: int               # CLOCK_MONOTONIC
+    end_ns: int
+
+
+@dataclass(frozen=True)
 class LayerProfile:
     index: int
     name: str
@@ -46,24 +63,41 @@ class InferenceProfile:
     chip_ns: int                # the job's measured execution on its core
     queue_ns: int               # driver accepted the job -> a core started it
     signal_ns: int              # execution ended -> fence signalled: any pacing, the completion, the interrupt
-    core: int
+    core: int                   # the (first) chip job's core
     complete: bool              # every layer's record arrived from the chip
     clock_mhz: int
-    timing: JobTiming | None = field(default=None, repr=False)
+    timing: JobTiming | None = field(default=None, repr=False)    # the (last) chip job's
 
     @classmethod
     def from_job(cls, loadable: Loadable, job: JobTiming, clock_mhz: int) -> InferenceProfile:
-        layers = []
-        for record in job.tasks:
-            task = loadable.tasks[record.index] if record.index < len(loadable.tasks) else None
-            spec = task_spec.TASK_TYPES.get(record.opcode)
-            op = task.op if task else (spec.name if spec else f"op{record.opcode:#x}")
-            layers.append(LayerProfile(record.index, task.name if task else op, op, "NPU", record.cycles,
-                                       record.cycles * 1000 // clock_mhz, record.end_ns - record.start_ns,
-                                       record.start_ns, record.end_ns))
-        chip_ns = job.end_ns - job.start_ns
-        return cls(layers, job.cycles, job.device_time_ns, chip_ns, job.queue_ns,
-                   max(0, job.signal_ns - job.end_ns), job.core, job.complete, clock_mhz, job)
+        """The profile of an inference that is one job (the model's whole task list)."""
+        return cls.from_parts(loadable, [ChipPart(job)], clock_mhz)
+
+    @classmethod
+    def from_parts(cls, loadable: Loadable, parts: list[ChipPart | HostPart], clock_mhz: int) -> InferenceProfile:
+        """The profile of an inference run in parts, in order: chip jobs (each a partition of
+        the model's tasks, from ``first_task``) and layers the host ran in between (a CPU
+        fallback).  Cycles and device time are the chip jobs' sums; chip time is the sum
+        of the jobs' execution; the queue wait is the sum of their waits."""
+        layers: list[LayerProfile] = []
+        jobs = [part.job for part in parts if isinstance(part, ChipPart)]
+        for part in parts:
+            if isinstance(part, HostPart):
+                layers.append(LayerProfile(part.index, part.name, part.op, "CPU", 0, 0, part.end_ns - part.start_ns,
+                                           part.start_ns, part.end_ns))
+                continue
+            for record in part.job.tasks:
+                index = part.first_task + record.index
+                task = loadable.tasks[index] if index < len(loadable.tasks) else None
+                spec = task_spec.TASK_TYPES.get(record.opcode)
+                op = task.op if task else (spec.name if spec else f"op{record.opcode:#x}")
+                layers.append(LayerProfile(index, task.name if task else op, op, "NPU", record.cycles,
+                                           record.cycles * 1000 // clock_mhz, record.end_ns - record.start_ns,
+                                           record.start_ns, record.end_ns))
+        return cls(layers, sum(j.cycles for j in jobs), sum(j.device_time_ns for j in jobs),
+                   sum(j.end_ns - j.start_ns for j in jobs), sum(j.queue_ns for j in jobs),
+                   sum(max(0, j.signal_ns - j.end_ns) for j in jobs), jobs[0].core if jobs else -1,
+                   all(j.complete for j in jobs), clock_mhz, jobs[-1] if jobs else None)
 
     def as_dict(self) -> dict:
         out = {k: v for k, v in asdict(self).items() if k not in ("timing", "layers")}

@@ -239,7 +239,7 @@ def profile(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps({k: v for k, v in report.items() if k != "table"}, indent=2))
         return 0
-    print(f"model {report['model']}: the last of {report['runs']} profiled inferences")
+    print(f"model {report['model']}: the median (by chip time) of {report['runs']} profiled inferences")
     print(report["table"])
     for key, what in (("trace", "trace (open in ui.perfetto.dev)"), ("png", "timeline")):
         if key in report:

@@ -3,6 +3,7 @@ table, and the device's trace collected into a Chrome/Perfetto trace-event file 
 PNG, with the jobs of two processes."""
 from __future__ import annotations
 
+import dataclasses
 import errno
 import json
 import subprocess
@@ -44,11 +45,13 @@ def resnet8_nlb(resnet8_path, tmp_path_factory):
 
 def test_layers_add_up_to_the_inference(device, resnet8_nlb):
     """Simulated cycles add up exactly to the inference's; measured chip times to the
-    job's within 10% (the rest: fetching the command buffer, binding the address space)."""
+    job's within 10% (the rest: fetching the command buffer, binding the address space).
+    A run whose core was preempted between two layers counts the gap in the job only, so
+    the best of 5 runs is checked (every run's layers fit inside its job)."""
     with libnpu.load(resnet8_nlb, device, config={"PERF_COUNT": True}) as model:
         x = np.random.default_rng(3).integers(-128, 128, model.inputs[0].shape, dtype=np.int8)
         model.infer([x])
-        layer_ns = job_ns = 0
+        ratios = []
         for _ in range(5):
             model.infer([x])
             profile = model.get_profiling_info()
@@ -59,9 +62,8 @@ def test_layers_add_up_to_the_inference(device, resnet8_nlb):
             assert profile.cycles * 1000 // device.info()["clock_mhz"] == profile.device_time_ns
             assert all(layer.device == "NPU" and layer.start_ns <= layer.end_ns for layer in profile.layers)
             assert profile.queue_ns >= 0
-            layer_ns += sum(layer.chip_ns for layer in profile.layers)
-            job_ns += profile.chip_ns
-        assert 0.9 * job_ns <= layer_ns <= job_ns
+            ratios.append(sum(layer.chip_ns for layer in profile.layers) / profile.chip_ns)
+        assert max(ratios) >= 0.9 and all(ratio <= 1 for ratio in ratios), ratios
         request = model.create_request()                      # a request's own, through start/wait too
         request.set_inputs([x])
         request.start()
@@ -153,3 +155,25 @@ def test_the_trace_file_takes_only_0_and_1(npu):
     path.write_text("0\n")
     header = json.loads(path.read_text().splitlines()[0])
     assert header["type"] == "trace" and header["clock"] == "CLOCK_MONOTONIC"
+
+
+def test_a_profile_in_parts_shows_host_layers_as_cpu(device, resnet8_nlb):
+    """An inference run as chip jobs with host layers between them (a CPU fallback): the
+    chip's layers keep their model indices, the host's show as CPU with no cycles."""
+    from libnpu.loadable import Loadable
+    from libnpu.profiling import ChipPart, HostPart, InferenceProfile
+    loadable = Loadable.load(resnet8_nlb)
+    with libnpu.load(loadable, device, config={"PERF_COUNT": True}) as model:
+        model.infer([np.zeros(model.inputs[0].shape, np.int8)])
+        whole = model.get_profiling_info()
+    job = whole.timing
+    first, second = dataclasses.replace(job, tasks=job.tasks[:7]), dataclasses.replace(job, tasks=job.tasks[8:])
+    second = dataclasses.replace(second, tasks=[dataclasses.replace(t, index=t.index - 8) for t in second.tasks])
+    host = HostPart(7, loadable.tasks[7].name, loadable.tasks[7].op, job.tasks[7].start_ns, job.tasks[7].end_ns)
+    parts = InferenceProfile.from_parts(loadable, [ChipPart(first), host, ChipPart(second, first_task=8)],
+                                        whole.clock_mhz)
+    assert [(layer.index, layer.device) for layer in parts.layers] == \
+        [(i, "CPU" if i == 7 else "NPU") for i in range(15)]
+    assert parts.layers[7].cycles == 0 and parts.layers[7].chip_ns == job.tasks[7].end_ns - job.tasks[7].start_ns
+    assert [layer.op for layer in parts.layers] == [task.op for task in loadable.tasks]
+    assert " CPU " in parts.table()
