@@ -130,6 +130,8 @@ PROPERTIES: dict[str, Property] = {p.key: p for p in (
              _flag("NPU_BYPASS_UMD_CACHING")),
     Property("NPU_DEFER_WEIGHTS_LOAD", "defer_weights_load",
              "load the weights with the first request instead of at load time", _flag("NPU_DEFER_WEIGHTS_LOAD")),
+    Property("NPU_HW_PROFILE", "hw_profile", "this emulator's own: the hardware profile the chip runs (its name, "
+             "clock, MACs/cycle, memory bandwidth, SRAM) and whether jobs are paced to it"),
 )}
 BY_JSON_NAME = {p.json_name: p for p in PROPERTIES.values()}
 CACHING_PROPERTIES = ["DEVICE_ARCHITECTURE"]
@@ -195,6 +197,11 @@ def device_facts(device: Device) -> dict[str, Any]:
         "NPU_MAX_TILES": cores,
         "CACHING_PROPERTIES": list(CACHING_PROPERTIES),
         "RANGE_FOR_ASYNC_INFER_REQUESTS": (1, min(MAX_ASYNC_REQUESTS, param("MAX_OUTSTANDING")), 1),
+        "NPU_HW_PROFILE": {"name": profile_name, "clock_mhz": clock, "macs_per_cycle": macs,
+                           "dma_bytes_per_cycle": param("DMA_BYTES_PER_CYCLE"),
+                           "bandwidth_bytes_per_s": param("DMA_BYTES_PER_CYCLE") * clock * 1_000_000,
+                           "sram_bytes": param("SRAM_BYTES"), "task_overhead_cycles": param("TASK_OVERHEAD_CYCLES"),
+                           "pacing": bool(param("PACING"))},
     }
 
 

@@ -36,7 +36,7 @@ def resnet8_nlb(resnet8_path, tmp_path_factory):
 def test_npu_info_json_lists_every_property_with_the_drivers_facts(npu, capsys):
     assert main(["info", "--json", "--devroot", str(npu.devroot)]) == 0
     props = json.loads(capsys.readouterr().out)["devices"][0]["properties"]
-    assert list(props) == ISSUE_NAMES
+    assert list(props) == ISSUE_NAMES + ["hw_profile"]
     with libnpu.initialize(npu.devroot) as session:
         dev = session.open(0)
         info = dev.info()
@@ -52,6 +52,9 @@ def test_npu_info_json_lists_every_property_with_the_drivers_facts(npu, capsys):
     assert props["device_architecture"].endswith("-standard")
     assert props["performance_hint"] == "LATENCY" and props["optimal_number_of_infer_requests"] == 1
     assert props["range_for_async_infer_requests"] == [1, 64, 1]
+    assert props["hw_profile"] == {"name": "standard", "clock_mhz": 1000, "macs_per_cycle": 512,
+                                   "dma_bytes_per_cycle": 64, "bandwidth_bytes_per_s": 64_000_000_000,
+                                   "sram_bytes": 2 << 20, "task_overhead_cycles": 32, "pacing": False}
     assert props["supported_properties"]["DEVICE_UUID"] == "RO"
     assert props["supported_properties"]["PERFORMANCE_HINT"] == "RW"
 
@@ -144,7 +147,7 @@ def test_log_level_sets_libnpus_logger(device):
 def test_npu_run_json_shows_the_models_properties(npu, resnet8_nlb, capsys):
     assert main(["run", str(resnet8_nlb), "--json", "--repeat", "1", "--devroot", str(npu.devroot)]) == 0
     props = json.loads(capsys.readouterr().out)["properties"]
-    assert list(props) == ISSUE_NAMES
+    assert list(props) == ISSUE_NAMES + ["hw_profile"]
     assert props["performance_hint"] == "LATENCY" and props["model_priority"] == "MEDIUM"
 
 
