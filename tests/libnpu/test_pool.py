@@ -79,6 +79,17 @@ def test_the_pool_is_bounded_and_calls_back_per_task(device, resnet8_nlb):
             pool.get_task()
 
 
+def test_pool_tasks_carry_their_profile_with_perf_count(device, resnet8_nlb):
+    with libnpu.load(resnet8_nlb, device, config={"PERF_COUNT": True}) as model:
+        seen: list = []
+        pool = model.create_pool(2, on_output=lambda task, outputs: seen.append(task.profile))
+        for x in _inputs(model, 4):
+            pool.get_task().run(x)
+        assert pool.wait_all(timeout=30)
+        assert len(seen) == 4
+        assert all(p is not None and len(p.layers) == len(model.loadable.tasks) for p in seen)
+
+
 def test_a_failed_job_goes_to_on_error_and_the_pool_carries_on(fresh_npu, resnet8_nlb):
     with libnpu.initialize(fresh_npu.devroot) as session:
         with libnpu.load(resnet8_nlb, session.open(0)) as model:

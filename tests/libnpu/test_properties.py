@@ -181,3 +181,18 @@ def test_model_priority_high_overtakes_a_low_priority_flood(paced_edge, resnet8_
             flood.wait(fences[-64:], timeout=60)
         finally:
             model.close()
+
+
+def test_the_hints_script_chooses_through_properties_only(npu, resnet8_nlb):
+    """benchmarks.hints on this device, briefly: its choices come from the properties (1
+    request for LATENCY, 2 per core for THROUGHPUT) and every inference is counted.  The
+    figures themselves are the script's to report, not a test's to check."""
+    from benchmarks.hints import measure
+    lines: list[str] = []
+    report = measure(npu.devroot, str(resnet8_nlb), 0.6, False, lines.append, rounds=2)
+    cores = report["device"]["NPU_MAX_TILES"]
+    assert report["hints"]["LATENCY"].requests == 1
+    assert report["hints"]["THROUGHPUT"].requests == properties.REQUESTS_PER_TILE * cores
+    for m in report["hints"].values():
+        assert m.inferences > 0 and m.p50_ms > 0 and m.device_time_ms > 0
+    assert "FULL_DEVICE_NAME" in report["device"] and any("THROUGHPUT" in line for line in lines)
