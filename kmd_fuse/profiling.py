@@ -22,6 +22,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from firmware_sim.spec import ops as _ops  # noqa: F401 (registers the operators' task types, for their names)
 from firmware_sim.spec import ring, tasks
 from kmd_fuse.errors import KmdError
 from kmd_fuse.hw import Completion, ProfileRecord

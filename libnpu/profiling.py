@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
+from firmware_sim.spec import ops as _ops  # noqa: F401 (registers the operators' task types, for their names)
 from firmware_sim.spec import tasks as task_spec
 from libnpu.loadable import Loadable
 from libnpu.portability import JobTiming

@@ -10,7 +10,7 @@ attribute tree's ``trace`` file; this module collects them:
   command), where each job is a slice from SUBMIT to its fence with "queued" and
   "running" nested in it, and each fence signalled an instant.
 - ``timeline_png(events, path)``: the same tracks as rows of coloured bars, one colour
-  per operator, written with zlib (no plotting library needed).
+  per operator (named in a legend), written with zlib (no plotting library needed).
 """
 from __future__ import annotations
 
@@ -102,6 +102,15 @@ _FONT = {  # 3x5 glyphs, one row per string, '#' = ink
     "T": ["###", ".#.", ".#.", ".#.", ".#."], "X": ["#.#", "#.#", ".#.", "#.#", "#.#"],
     "M": ["#.#", "###", "###", "#.#", "#.#"], "S": [".##", "#..", ".#.", "..#", "##."],
     "I": ["###", ".#.", ".#.", ".#.", "###"], "Q": [".#.", "#.#", "#.#", "##.", ".##"],
+    "A": [".#.", "#.#", "###", "#.#", "#.#"], "B": ["##.", "#.#", "##.", "#.#", "##."],
+    "D": ["##.", "#.#", "#.#", "#.#", "##."], "F": ["###", "#..", "##.", "#..", "#.."],
+    "G": [".##", "#..", "#.#", "#.#", ".##"], "H": ["#.#", "#.#", "###", "#.#", "#.#"],
+    "J": ["..#", "..#", "..#", "#.#", ".#."], "K": ["#.#", "#.#", "##.", "#.#", "#.#"],
+    "L": ["#..", "#..", "#..", "#..", "###"], "N": ["##.", "#.#", "#.#", "#.#", "#.#"],
+    "P": ["##.", "#.#", "##.", "#..", "#.."], "U": ["#.#", "#.#", "#.#", "#.#", "###"],
+    "V": ["#.#", "#.#", "#.#", "#.#", ".#."], "W": ["#.#", "#.#", "###", "###", "#.#"],
+    "Y": ["#.#", "#.#", ".#.", ".#.", ".#."], "Z": ["###", "..#", ".#.", "#..", "###"],
+    "_": ["...", "...", "...", "...", "###"], "-": ["...", "...", "###", "...", "..."],
     ".": ["...", "...", "...", "...", ".#."], " ": ["...", "...", "...", "...", "..."],
 }
 _PALETTE = [(66, 133, 244), (219, 68, 55), (244, 180, 0), (15, 157, 88), (171, 71, 188), (0, 172, 193),
@@ -143,7 +152,7 @@ def timeline_png(events: Iterable[dict], path: str | Path, width: int = 1200) ->
     end = max(max(e["end_ns"], e["signal_ns"]) for e in jobs)
     span = max(end - start, 1)
     rows = [("CORE " + str(c), c) for c in cores] + [("CTX " + str(c), c) for c in contexts]
-    height = ROW * (len(rows) + 1) + 4
+    height = ROW * (len(rows) + 2) + 4
     img = np.full((height, width, 3), 255, np.uint8)
     plot_w = width - LABEL_W - 8
 
@@ -172,6 +181,13 @@ def timeline_png(events: Iterable[dict], path: str | Path, width: int = 1200) ->
         bar(row, e["start_ns"], e["end_ns"], _PALETTE[e["context"] % len(_PALETTE)])
     for e in layers:
         bar(cores.index(e["core"]), e["start_ns"], e["end_ns"], ops[e["name"]])
+    x, y = 4, ROW * (len(rows) + 1) + 6               # the legend: a swatch and the operator's name
+    for name, color in ops.items():
+        if x + 16 + 4 * SCALE * len(name) > width:
+            break
+        img[y:y + 5 * SCALE, x:x + 10] = color
+        _text(img, x + 14, y, name)
+        x += 14 + 4 * SCALE * len(name) + 12
     path = Path(path)
     path.write_bytes(_png(img))
     return path

@@ -132,6 +132,8 @@ def test_trace_of_two_processes(npu, resnet8_nlb, tmp_path, capsys):
     contexts = {name for (pid, tid), name in names.items() if pid == 2 and tid is not None}
     pids = {int(name.split("pid ")[1].split()[0]) for name in contexts}
     assert {other.pid, __import__("os").getpid()} <= pids      # both processes' contexts
+    layer_names = {e["name"] for e in events if e["ph"] == "X" and e["cat"] == "layer"}
+    assert {"CONV_2D", "ADD", "SOFTMAX", "FULLY_CONNECTED"} <= layer_names      # the operators' own names
     jobs = [e for e in events if e["ph"] == "X" and e["pid"] == 1 and e["cat"] == "job"]
     for layer in (e for e in events if e["ph"] == "X" and e["cat"] == "layer"):    # nested in their job
         assert any(j["tid"] == layer["tid"] and j["args"]["fence"] == layer["args"]["fence"]
