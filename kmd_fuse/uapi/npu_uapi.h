@@ -269,14 +269,15 @@ struct npu_get_profile {
 #define NPU_PARAM_MAX_SUBMIT_BOS 12
 #define NPU_PARAM_MAX_WAIT_FENCES 13
 #define NPU_PARAM_MAX_OUTSTANDING 14    /* requests one open file may have in flight */
-#define NPU_PARAM_PROFILE 15            /* hardware profile id (firmware_sim/spec/profiles.py) */
-#define NPU_PARAM_MACS_PER_CYCLE 16     /* int8 MACs per cycle, per core */
-#define NPU_PARAM_DMA_BYTES_PER_CYCLE 17 /* memory bandwidth: bytes per cycle */
-#define NPU_PARAM_SRAM_BYTES 18         /* on-chip SRAM per core */
-#define NPU_PARAM_TASK_OVERHEAD_CYCLES 19 /* timing model: cycles each task costs besides its work */
-#define NPU_PARAM_PACING 20             /* 1: a job ends no earlier than its modeled device time */
-#define NPU_PARAM_UUID_LO 21            /* the device's UUID, bytes 0..7 (little endian) */
-#define NPU_PARAM_UUID_HI 22            /* the device's UUID, bytes 8..15 */
+/* 15 is left for branch perf's NPU_PARAM_MAX_BATCH_JOBS */
+#define NPU_PARAM_PROFILE 16            /* hardware profile id (firmware_sim/spec/profiles.py) */
+#define NPU_PARAM_MACS_PER_CYCLE 17     /* int8 MACs per cycle, per core */
+#define NPU_PARAM_DMA_BYTES_PER_CYCLE 18 /* memory bandwidth: bytes per cycle */
+#define NPU_PARAM_SRAM_BYTES 19         /* on-chip SRAM per core */
+#define NPU_PARAM_TASK_OVERHEAD_CYCLES 20 /* timing model: cycles each task costs besides its work */
+#define NPU_PARAM_PACING 21             /* 1: a job ends no earlier than its modeled device time */
+#define NPU_PARAM_UUID_LO 22            /* the device's UUID, bytes 0..7 (little endian) */
+#define NPU_PARAM_UUID_HI 23            /* the device's UUID, bytes 8..15 */
 
 /* Each command's payload size in the ABI version that introduced it (the smallest the driver takes). */
 #define NPU_GET_INFO_SIZE_VER0 120
@@ -297,7 +298,7 @@ struct npu_get_profile {
 #define NPU_CMD_GET_STATS 0xc0604e06
 #define NPU_CMD_RESET     0xc0184e07
 #define NPU_CMD_GET_PARAM 0xc0204e08
-#define NPU_CMD_GET_PROFILE 0xcc604e09
+#define NPU_CMD_GET_PROFILE 0xcc604e0a
 
 /* ---- C only: cffi skips everything from here to the end marker ---- */
 #if !defined(NPU_UAPI_CDEF)
@@ -314,7 +315,7 @@ NPU_CHECK_CMD(NPU_CMD_WAIT, 0x05, struct npu_wait);
 NPU_CHECK_CMD(NPU_CMD_GET_STATS, 0x06, struct npu_get_stats);
 NPU_CHECK_CMD(NPU_CMD_RESET, 0x07, struct npu_reset);
 NPU_CHECK_CMD(NPU_CMD_GET_PARAM, 0x08, struct npu_get_param);
-NPU_CHECK_CMD(NPU_CMD_GET_PROFILE, 0x09, struct npu_get_profile);
+NPU_CHECK_CMD(NPU_CMD_GET_PROFILE, 0x0a, struct npu_get_profile);
 #define NPU_CHECK_VER0(name, type) \
 	_Static_assert(offsetof(type, reserved) == NPU_##name##_SIZE_VER0, #type " grew other than by appending")
 NPU_CHECK_VER0(GET_INFO, struct npu_get_info);
