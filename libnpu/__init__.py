@@ -21,8 +21,9 @@ from libnpu.portability import (
     debug_print,
     initialize,
 )
+from libnpu.properties import PropertyError
 from libnpu.runtime import CompiledModel, InferRequest, Runtime, load
 
 __all__ = ["load", "CompiledModel", "InferRequest", "Runtime", "initialize", "Session", "Device", "Memory", "Fence",
-           "CommandBuffer", "NpuError", "JobError", "debug_print", "MEM_READ", "MEM_WRITE", "MEM_RW", "PRIO_LOW",
-           "PRIO_NORMAL", "PRIO_HIGH"]
+           "CommandBuffer", "NpuError", "PropertyError", "JobError", "debug_print", "MEM_READ", "MEM_WRITE", "MEM_RW",
+           "PRIO_LOW", "PRIO_NORMAL", "PRIO_HIGH"]

@@ -21,11 +21,16 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
+from libnpu import properties
+from libnpu.loadable import MAGIC as LOADABLE_MAGIC
 from libnpu.loadable import Loadable, RegionKind, TensorDesc
+from libnpu.pool import ErrorCallback, FinishCallback, OutputCallback, RequestPool
 from libnpu.portability import MEM_READ, MEM_RW, Device, Fence, JobError, Memory, Session
+from libnpu.profiling import InferenceProfile
 
 ArrayLike = np.ndarray
 Inputs = Sequence[ArrayLike] | Mapping[str, ArrayLike]
@@ -72,11 +77,23 @@ class Runtime:
         self.command: Memory | None = None
 
     # ---- loading ----
-    def load(self, loadable: Loadable | str | os.PathLike) -> None:
-        """Load a model: allocate its weight regions and copy their contents in."""
+    def get_max_devices(self) -> int:
+        """NVDLA's getMaxDevices: how many devices the devroot holds (instances 0..n-1)."""
+        return len(properties.available_devices(self.device.path.parent))
+
+    def get_num_devices(self) -> int:
+        """NVDLA's getNumDevices: the devices this runtime drives (its one device)."""
+        return 1
+
+    def load(self, loadable: Loadable | str | os.PathLike | bytes | bytearray | memoryview) -> None:
+        """Load a model: allocate its weight regions and copy their contents in.
+
+        ``loadable``: a Loadable, a file path, or the loadable's bytes (NVDLA's ``load(buf)``)."""
         if self.loadable is not None:
             raise RuntimeError("a model is already loaded; unload it first")
-        if not isinstance(loadable, Loadable):
+        if isinstance(loadable, (bytes, bytearray, memoryview)):
+            loadable = Loadable.from_bytes(bytes(loadable))
+        elif not isinstance(loadable, Loadable):
             loadable = Loadable.load(loadable)
         loadable.validate()
         loadable.check_runnable()
@@ -155,10 +172,19 @@ class Runtime:
 
     def set_input_tensor_desc(self, index: int, desc: TensorDesc) -> None:
         """Accepts a descriptor equal in shape, dtype and strides (the compiled layout is fixed)."""
-        current = self.input_tensor_desc(index)
-        if (tuple(desc.shape), desc.dtype, tuple(desc.strides)) != (current.shape, current.dtype, current.strides):
-            raise ValueError(f"input {index} ({current.name}) is compiled for {current.shape} {current.dtype}; "
-                             f"got {tuple(desc.shape)} {desc.dtype}")
+        self._check_desc("input", self.input_tensor_desc(index), index, desc)
+
+    def set_output_tensor_desc(self, index: int, desc: TensorDesc) -> None:
+        """Accepts a descriptor equal in shape, dtype and strides (the compiled layout is fixed)."""
+        self._check_desc("output", self.output_tensor_desc(index), index, desc)
+
+    @staticmethod
+    def _check_desc(kind: str, current: TensorDesc, index: int, desc: TensorDesc) -> None:
+        if (tuple(desc.shape), np.dtype(desc.dtype), tuple(desc.strides)) != (
+                tuple(current.shape), np.dtype(current.dtype), tuple(current.strides)):
+            raise ValueError(f"{kind} {index} ({current.name}) is compiled for {tuple(current.shape)} "
+                             f"{current.dtype} strides {tuple(current.strides)}; got {tuple(desc.shape)} "
+                             f"{desc.dtype} strides {tuple(desc.strides)}")
 
     def allocate_system_memory(self, size: int) -> Memory:
         return self.device.alloc_mem(size, MEM_RW)
@@ -243,12 +269,32 @@ class InferRequest:
         # inputs change between inferences).
         self._inputs = [(desc, self._view(desc)) for desc in loadable.inputs()]
         self._outputs = [(desc, self._view(desc)) for desc in loadable.outputs()]
-        self._run = device.prepare_submit(self.command, self.buffers, size=self.command_size, wait=True)
-        self._submit = device.prepare_submit(self.command, self.buffers, size=self.command_size)
+        self._prepare(model.priority, model.profiling)
         self.fence: Fence | None = None
         self.timing = Timing()
+        self.profile: InferenceProfile | None = None   # the last inference's per-layer profile (PERF_COUNT)
         self._started = 0.0
         self._waiter: threading.Thread | None = None
+
+    def _prepare(self, priority: int, profile: bool) -> None:
+        device = self.model.device
+        self._priority, self._profiled = priority, profile
+        self._run = device.prepare_submit(self.command, self.buffers, size=self.command_size, wait=True,
+                                          priority=priority, profile=profile)
+        self._submit = device.prepare_submit(self.command, self.buffers, size=self.command_size, priority=priority,
+                                             profile=profile)
+
+    def _follow_settings(self) -> None:
+        """MODEL_PRIORITY and PERF_COUNT may change between inferences: rebuild the SUBMITs when they did."""
+        if (self.model.priority, self.model.profiling) != (self._priority, self._profiled):
+            self._prepare(self.model.priority, self.model.profiling)
+
+    def _collect_profile(self) -> None:
+        """PERF_COUNT: the chip's per-layer timing of the job just finished."""
+        fence = self.fence
+        if self._profiled and fence is not None:
+            self.profile = InferenceProfile.from_job(self.model.loadable, self.model.device.get_profile(fence),
+                                                     self.model.clock_mhz)
 
     def _view(self, desc: TensorDesc) -> np.ndarray:
         memory = self.memory[desc.region]
@@ -305,6 +351,7 @@ class InferRequest:
         self._check_usable()
         if self.fence is not None and self.fence.status is None:
             raise RuntimeError("this request is still running")
+        self._follow_settings()
         self._started = time.perf_counter()
         self.fence = self.model.device.submit_prepared(self._submit)
         if callback is not None:
@@ -324,6 +371,7 @@ class InferRequest:
         assert fence is not None, "waits follow start()"
         fence.wait(timeout)
         self.timing = Timing(time.perf_counter() - self._started, fence.device_time_ns)
+        self._collect_profile()
 
     def wait(self, timeout: float | None = None) -> None:
         """Block until the job is done (raises JobError / TimeoutError)."""
@@ -341,10 +389,17 @@ class InferRequest:
     def infer(self, inputs: Inputs, dequantized: bool = False) -> list[np.ndarray]:
         """Run once, synchronously (one round trip to the driver)."""
         self.set_inputs(inputs)     # raises ClosedError once released
-        started = time.perf_counter()
+        self.run_sync(time.perf_counter())
+        return self.outputs(dequantized)
+
+    def run_sync(self, started: float) -> None:
+        """Run the inputs already set, to the end, in one round trip (SUBMIT with WAIT);
+        ``timing.latency_s`` counts from ``started`` (a ``time.perf_counter()``)."""
+        self._check_usable()
+        self._follow_settings()
         self.fence = self.model.device.run_prepared(self._run)
         self.timing = Timing(time.perf_counter() - started, self.fence.device_time_ns)
-        return self.outputs(dequantized)
+        self._collect_profile()
 
     def release(self) -> None:
         """Free this request's device memory; using the request afterwards raises
@@ -367,15 +422,22 @@ class InferRequest:
 class CompiledModel:
     """A model loaded on a device, ready to infer."""
 
-    def __init__(self, loadable: Loadable, device: Device, session: Session | None = None):
+    def __init__(self, loadable: Loadable, device: Device, session: Session | None = None,
+                 config: Mapping[str, Any] | None = None):
         self.loadable, self.device, self._session = loadable, device, session
+        self.settings = {**device.settings, **properties.checked(config or {}, model=False)}
+        properties.apply_log_level(self.settings)
         self.runtime = Runtime(device)
-        self.runtime.load(loadable)
+        if not self.settings["NPU_DEFER_WEIGHTS_LOAD"]:
+            self.runtime.load(loadable)
         self._idle: list[InferRequest] = []
         self._requests: set[InferRequest] = set()    # every live request: idle, borrowed or the user's
+        self._pools: set[RequestPool] = set()
         self._lock = threading.Lock()
         self.closed = False
         self.load_info: dict = {}
+        self.last_profile: InferenceProfile | None = None
+        self._clock_mhz: int | None = None
 
     @property
     def inputs(self) -> list[TensorDesc]:
@@ -387,16 +449,63 @@ class CompiledModel:
 
     @property
     def optimal_requests(self) -> int:
-        """Requests to keep in flight for throughput: one per core, plus one being refilled."""
-        return self.device.info()["num_cores"] + 1
+        """Requests to keep in flight for throughput: OPTIMAL_NUMBER_OF_INFER_REQUESTS under
+        the THROUGHPUT hint, whatever this model's hint is."""
+        return properties.optimal_requests({**self.settings, "PERFORMANCE_HINT": "THROUGHPUT"},
+                                           self.device.info()["num_cores"])
+
+    # ---- properties (OpenVINO's names: libnpu.properties) ----
+    def get_property(self, name: str) -> Any:
+        """One property by OpenVINO key or JSON name: the model's settings (the device's when
+        it was loaded, with load()'s ``config``) and the device's facts."""
+        return properties.value(self.settings, lambda: properties.device_facts(self.device), name, model=True)
+
+    def set_property(self, values: Mapping[str, Any]) -> None:
+        """Change how the model runs: PERFORMANCE_HINT, PERFORMANCE_HINT_NUM_REQUESTS,
+        MODEL_PRIORITY, PERF_COUNT, LOG_LEVEL (all or none).  Properties fixed at load
+        raise PropertyError; unknown names KeyError."""
+        self.settings.update(properties.checked(values, model=True))
+        properties.apply_log_level(self.settings)
+
+    def properties(self) -> dict[str, Any]:
+        """Every property, by JSON name."""
+        return properties.snapshot(self.settings, self.device, model=True)
+
+    @property
+    def profiling(self) -> bool:
+        """PERF_COUNT: inferences record per-layer counters."""
+        return bool(self.settings["PERF_COUNT"])
+
+    @property
+    def clock_mhz(self) -> int:
+        if self._clock_mhz is None:
+            self._clock_mhz = self.device.param("CLOCK_MHZ")
+        return self._clock_mhz
+
+    def get_profiling_info(self) -> InferenceProfile | None:
+        """The per-layer profile of the last ``infer`` / ``infer_async`` (PERF_COUNT on), as
+        OpenVINO's ``get_profiling_info``; a request's own is ``request.profile``."""
+        return self.last_profile
+
+    @property
+    def priority(self) -> int:
+        """The driver's job priority for this model's inferences (from MODEL_PRIORITY)."""
+        return properties.PRIORITIES[self.settings["MODEL_PRIORITY"]]
 
     def _check_open(self) -> None:
         if self.closed:
             raise ClosedError(f"model {self.loadable.name!r} is closed")
 
+    def _load_weights(self) -> None:
+        """NPU_DEFER_WEIGHTS_LOAD: the weights go to the device with the first request."""
+        with self._lock:
+            if self.runtime.loadable is None and not self.closed:
+                self.runtime.load(self.loadable)
+
     def create_request(self) -> InferRequest:
         """A new request with its own memory; ``close()`` frees it with the model."""
         self._check_open()
+        self._load_weights()
         request = InferRequest(self)
         with self._lock:
             if not self.closed:
@@ -404,6 +513,25 @@ class CompiledModel:
                 return request
         request.release()              # the model was closed meanwhile
         raise ClosedError(f"model {self.loadable.name!r} is closed")
+
+    def create_pool(self, max_batch: int | None = None, *, on_output: OutputCallback | None = None,
+                    on_error: ErrorCallback | None = None, on_finish: FinishCallback | None = None) -> RequestPool:
+        """A bounded pool of ``max_batch`` requests (default: OPTIMAL_NUMBER_OF_INFER_REQUESTS)
+        with ``get_task`` / ``try_get_task`` and output, error and finish callbacks
+        (:mod:`libnpu.pool`); ``close()`` closes it with the model."""
+        self._check_open()
+        size = self.get_property("OPTIMAL_NUMBER_OF_INFER_REQUESTS") if max_batch is None else max_batch
+        pool = RequestPool(self, size, on_output, on_error, on_finish)
+        with self._lock:
+            if not self.closed:
+                self._pools.add(pool)
+                return pool
+        pool.close()
+        raise ClosedError(f"model {self.loadable.name!r} is closed")
+
+    def _forget_pool(self, pool: RequestPool) -> None:
+        with self._lock:
+            self._pools.discard(pool)
 
     def _forget(self, request: InferRequest) -> None:
         with self._lock:
@@ -427,7 +555,9 @@ class CompiledModel:
         """Run one inference; thread-safe (each call borrows its own request)."""
         request = self._borrow()
         try:
-            return request.infer(inputs, dequantized)
+            outputs = request.infer(inputs, dequantized)
+            self.last_profile = request.profile
+            return outputs
         finally:
             self._give_back(request)
 
@@ -441,6 +571,8 @@ class CompiledModel:
             assert fence is not None, "start() submitted the job"
             await fence.wait_async()
             request.timing = Timing(time.perf_counter() - request._started, fence.device_time_ns)
+            request._collect_profile()
+            self.last_profile = request.profile
             return request.outputs(dequantized)
         finally:
             self._give_back(request)
@@ -453,8 +585,15 @@ class CompiledModel:
             if self.closed:
                 return
             self.closed = True
-            requests, self._idle = list(self._requests), []
+            pools = list(self._pools)
         errors: list[BaseException] = []
+        for pool in pools:              # waits for their running tasks, stops their workers
+            try:
+                pool.close()
+            except Exception as exc:  # noqa: BLE001 - free the rest, then report the first
+                errors.append(exc)
+        with self._lock:
+            requests, self._idle = list(self._requests), []
         for free in [*(request.release for request in requests), self.runtime.unload]:
             try:
                 free()
@@ -474,10 +613,14 @@ class CompiledModel:
 
 def load(model: str | os.PathLike | bytes | Loadable, device: Device | int | None = None, *,
          devroot: str | os.PathLike | None = None, calibration=None, cache_dir: str | os.PathLike | None = None,
-         **compile_options) -> CompiledModel:
+         config: Mapping[str, Any] | None = None, **compile_options) -> CompiledModel:
     """Load a model onto a device: a loadable (.nlb), or a .tflite / .onnx compiled
     (through the content-hash cache) first.  ``device``: an open Device or an
-    instance number (default 0)."""
+    instance number (default 0).  ``config``: properties for this model (OpenVINO's
+    ``compile_model(model, "NPU", config)``), over the device's settings; CACHE_DIR and
+    NPU_BYPASS_UMD_CACHING steer the compile cache (``cache_dir`` wins over CACHE_DIR)."""
+    settings = {**(device.settings if isinstance(device, Device) else properties.defaults()),
+                **properties.checked(config or {}, model=False)}
     timings: dict = {}
     started = time.perf_counter()
     cache_hit = None
@@ -485,8 +628,14 @@ def load(model: str | os.PathLike | bytes | Loadable, device: Device | int | Non
         loadable = model
     elif isinstance(model, (str, os.PathLike)) and Path(model).suffix == ".nlb":
         loadable = Loadable.load(model)
+    elif isinstance(model, (bytes, bytearray, memoryview)) and bytes(model[:len(LOADABLE_MAGIC)]) == LOADABLE_MAGIC:
+        loadable = Loadable.from_bytes(bytes(model))
+    elif settings["NPU_BYPASS_UMD_CACHING"]:
+        from libnpu.compiler.lower import compile_model
+        loadable, cache_hit = compile_model(model, calibration, **compile_options), False
     else:
         from libnpu.compiler.cache import CompileCache, compile_cached
+        cache_dir = cache_dir or settings["CACHE_DIR"] or None
         cache = CompileCache(cache_dir) if cache_dir else None
         loadable, cache_hit = compile_cached(model, calibration, cache=cache, **compile_options)
     timings["compile_s"] = time.perf_counter() - started
@@ -497,7 +646,7 @@ def load(model: str | os.PathLike | bytes | Loadable, device: Device | int | Non
         device = session.open(device or 0)
     started = time.perf_counter()
     try:
-        compiled = CompiledModel(loadable, device, session)
+        compiled = CompiledModel(loadable, device, session, config)
     except BaseException:
         if session is not None:
             session.destroy()

@@ -113,6 +113,16 @@ def _run_args(p: argparse.ArgumentParser) -> None:
     _json(p)
 
 
+def _profile_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("model", help=MODEL)
+    p.add_argument("--runs", type=int, default=5, help="profiled inferences after a warm-up one (default 5)")
+    p.add_argument("--trace", metavar="FILE.json", help="record the device's trace meanwhile (every process's "
+                   "jobs; the device owner's to switch on) and write it as a Chrome/Perfetto trace-event file")
+    p.add_argument("--png", metavar="FILE.png", help="draw the trace as a timeline picture")
+    _cache(p)
+    _json(p)
+
+
 def _bench_nop_args(p: argparse.ArgumentParser) -> None:
     _json(p)
     p.add_argument("-n", type=int, default=3000, help="jobs per latency series")
@@ -169,6 +179,8 @@ COMMANDS: tuple[Command, ...] = (
             device=False),
     Command(("fetch",), "download the model-zoo files into the cache", _fetch_args, commands.fetch, device=False),
     Command(("run",), "run a model on the device: timings, outputs, --save", _run_args, commands.run),
+    Command(("profile",), "per-layer cycles and chip time of a model's inference; --trace: a Perfetto trace",
+            _profile_args, commands.profile),
     Command(("bench", "nop"), "NOP job latency vs raw round trip; throughput with --processes", _bench_nop_args,
             commands.bench_nop),
     Command(("bench", "ops"), "conv/depthwise/FC layers through the chip next to LiteRT and onnxruntime",

@@ -62,7 +62,9 @@ def info(args: argparse.Namespace) -> int:
     with Session(devroot) as session:
         for node in _nodes(devroot):
             try:
-                facts = session.open(int(node.name[3:])).info()
+                device = session.open(int(node.name[3:]))
+                facts = device.info()
+                props = device.properties()
             except OSError as exc:
                 print(f"{node}: {exc}", file=sys.stderr)
                 continue
@@ -74,6 +76,7 @@ def info(args: argparse.Namespace) -> int:
                 "contexts": facts["num_contexts"] - 1,          # not counting this query's own
                 "jobs_completed": facts["jobs_completed"], "jobs_failed": facts["jobs_failed"],
                 "busy_time_us": facts["busy_time_ns"] // 1000, "reset_count": facts["reset_count"],
+                "properties": props,
             })
     if args.json:
         print(json.dumps({"devroot": str(devroot), "devices": devices}, indent=2))
@@ -86,6 +89,8 @@ def info(args: argparse.Namespace) -> int:
                   f"memory {d['memory_used_bytes'] >> 20}/{d['memory_total_bytes'] >> 20} MiB, "
                   f"{d['contexts']} contexts, {d['jobs_completed']} jobs done ({d['jobs_failed']} failed), "
                   f"busy {d['busy_time_us'] / 1e6:.3f} s, {d['reset_count']} resets")
+            p = d["properties"]
+            print(f"  {p['full_device_name']}, uuid {p['device_uuid']}, {p['device_gops']['int8']:g} int8 GOPS")
     return 0 if devices else 1
 
 
@@ -220,6 +225,25 @@ def run(args: argparse.Namespace) -> int:
         print(f"inference {n}: latency {r['latency_ms']:.3f} ms, device time {r['device_time_ms']:.3f} ms")
     for p in report["saved"]:
         print(f"saved {p}")
+    return 0
+
+
+def profile(args: argparse.Namespace) -> int:
+    from .profile import TraceError, profile_model
+    _require(args.runs >= 1, "--runs must be >= 1")
+    try:
+        report = profile_model(args.model, devroot=args.devroot, runs=args.runs, trace=args.trace, png=args.png,
+                               cache_dir=args.cache_dir)
+    except TraceError as exc:
+        raise Failure(str(exc)) from None
+    if args.json:
+        print(json.dumps({k: v for k, v in report.items() if k != "table"}, indent=2))
+        return 0
+    print(f"model {report['model']}: the median (by chip time) of {report['runs']} profiled inferences")
+    print(report["table"])
+    for key, what in (("trace", "trace (open in ui.perfetto.dev)"), ("png", "timeline")):
+        if key in report:
+            print(f"{what}: {report[key]} ({report['trace_events']} events, contexts {report['trace_contexts']})")
     return 0
 
 
