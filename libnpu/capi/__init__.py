@@ -13,4 +13,8 @@ from pathlib import Path
 #: Where the C sources and headers of this package live (also an include directory).
 SOURCE_DIR = Path(__file__).resolve().parent
 
-__all__ = ["SOURCE_DIR"]
+__all__ = ["SOURCE_DIR", "CBuildError"]
+
+
+class CBuildError(RuntimeError):
+    """A C library could not be built (no compiler, missing headers, a compile error)."""

@@ -57,12 +57,14 @@ from pathlib import Path
 
 import cffi  # type: ignore[import-untyped]  # no stubs shipped
 
+from libnpu.capi import CBuildError
+
 __all__ = ["build_embedded", "cache_dir", "module_name", "EmbeddingBuildError"]
 
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
-class EmbeddingBuildError(RuntimeError):
+class EmbeddingBuildError(CBuildError):
     """The embedded library could not be built (no compiler, no Python headers, a C error)."""
 
 
@@ -219,7 +221,7 @@ def build_embedded(name: str, *, api: str, init_code: str, c_source: str = "", c
     key = hashlib.sha256()
     for part in (name, api, cdef, c_source, full_init, json.dumps([str(d) for d in include_dirs]),
                  json.dumps(cflags + ldflags), *(Path(d).read_bytes().hex() for d in depends),
-                 sys.version, sys.executable, sysconfig.get_config_var("LIBDIR") or "", cffi.__version__,
+                 sys.version, sysconfig.get_config_var("LIBDIR") or "", cffi.__version__,
                  _compiler_version()):
         key.update(part.encode() if isinstance(part, str) else part)
         key.update(b"\0")
