@@ -3,8 +3,9 @@
 No Python runs in it: ``nvdla_port.c`` speaks the driver's ABI (``npu_uapi.h``) over the
 device node and takes buffers over the hand-over socket itself. Built with the system C
 compiler into ``$NPU_CACHE_DIR/clib/libnvdla_port-<hash>/libnvdla_port.so`` (the hash
-covers the sources, the headers, the flags and the compiler), through a private file
-renamed into place like the chip's C kernels.
+covers the sources, the headers, the flags and the compiler), through a private
+directory renamed into place like the chip's C kernels. The generated ``npu_tasks.h``
+(:mod:`libnpu.capi.tasks_header`) goes to ``include/`` beside it.
 """
 from __future__ import annotations
 
@@ -17,15 +18,13 @@ from pathlib import Path
 
 from kmd_fuse.uapi import HEADER_PATH as UAPI_HEADER
 
-from . import SOURCE_DIR, CBuildError
+from . import SOURCE_DIR, CBuildError, tasks_header
 
-__all__ = ["LIBRARY_NAME", "HEADER", "INCLUDE_DIRS", "build"]
+__all__ = ["LIBRARY_NAME", "HEADER", "build", "include_dirs"]
 
 LIBRARY_NAME = "libnvdla_port"
 HEADER = SOURCE_DIR / "nvdla_port.h"
 SOURCE = SOURCE_DIR / "nvdla_port.c"
-#: What a program including nvdla_port.h needs: it includes npu_uapi.h and npu_tasks.h.
-INCLUDE_DIRS = (SOURCE_DIR, UAPI_HEADER.parent)
 _FLAGS = ("-O2", "-shared", "-fPIC", "-std=gnu11", "-Wall", "-Wextra", "-Werror", "-pthread")
 
 
@@ -41,7 +40,8 @@ def build() -> Path:
         raise CBuildError("no C compiler (cc/gcc) found; install gcc (./scripts/bootstrap does)")
     key = hashlib.sha256()
     headers = sorted(SOURCE_DIR.glob("*.h")) + [UAPI_HEADER]
-    for part in (SOURCE.read_bytes(), *(h.read_bytes() for h in headers), " ".join(_FLAGS).encode(),
+    tasks_h = tasks_header.render()
+    for part in (SOURCE.read_bytes(), *(h.read_bytes() for h in headers), tasks_h.encode(), " ".join(_FLAGS).encode(),
                  subprocess.run([cc, "--version"], capture_output=True).stdout):
         key.update(part)
         key.update(b"\0")
@@ -53,7 +53,10 @@ def build() -> Path:
     staging = Path(tempfile.mkdtemp(prefix=f".{LIBRARY_NAME}-", dir=directory.parent))
     try:
         built = staging / target.name
-        done = subprocess.run([cc, *_FLAGS, *(f"-I{d}" for d in INCLUDE_DIRS), f"-Wl,-soname,{target.name}",
+        (staging / "include").mkdir()
+        (staging / "include" / "npu_tasks.h").write_text(tasks_h)
+        dirs = (SOURCE_DIR, UAPI_HEADER.parent, staging / "include")
+        done = subprocess.run([cc, *_FLAGS, *(f"-I{d}" for d in dirs), f"-Wl,-soname,{target.name}",
                                "-o", str(built), str(SOURCE)], capture_output=True, text=True)
         if done.returncode != 0:
             raise CBuildError(f"{cc} failed to build {SOURCE.name}:\n{done.stderr.strip()}")
@@ -65,3 +68,9 @@ def build() -> Path:
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return target
+
+
+def include_dirs() -> tuple[Path, ...]:
+    """What a program including nvdla_port.h needs: nvdla_port.h, npu_uapi.h and the
+    generated npu_tasks.h (building the library if needed)."""
+    return (SOURCE_DIR, UAPI_HEADER.parent, build().parent / "include")

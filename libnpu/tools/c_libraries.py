@@ -25,10 +25,10 @@ __all__ = ["CLibrary", "RUNTIME", "NVDLA", "CBuildError"]
 class CLibrary:
     header: Path
     build: Callable[[], Path]
-    include_dirs: tuple[Path, ...]
+    include_dirs: Callable[[], tuple[Path, ...]]
 
     def cflags(self) -> str:
-        return " ".join(f"-I{d}" for d in self.include_dirs)
+        return " ".join(f"-I{d}" for d in self.include_dirs())
 
     def libs(self) -> str:
         path = self.build()
@@ -41,5 +41,5 @@ class CLibrary:
         return self.cflags() if what == "cflags" else self.libs()
 
 
-RUNTIME = CLibrary(c_runtime.HEADER, c_runtime.library, (SOURCE_DIR,))
-NVDLA = CLibrary(nvdla.HEADER, nvdla.build, tuple(nvdla.INCLUDE_DIRS))
+RUNTIME = CLibrary(c_runtime.HEADER, c_runtime.library, lambda: (SOURCE_DIR,))
+NVDLA = CLibrary(nvdla.HEADER, nvdla.build, nvdla.include_dirs)
