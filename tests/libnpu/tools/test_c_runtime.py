@@ -268,3 +268,71 @@ def test_last_error_is_per_thread(capi):
     capi.npu_runtime_free(None)                  # a call that succeeds in this thread
     assert capi.npu_runtime_last_error() == b""
     assert seen["failing"].startswith(b"/no/such/model.tflite: no such model file")
+
+
+def memory_used(devroot: Path) -> int:
+    import libnpu
+    with libnpu.initialize(devroot) as session:
+        return session.open(0).info()["memory_used"]
+
+
+def test_ctypes_float_model_keeps_float32_io_and_matches_libnpu(capi, npu, on_device, tmp_path):
+    import onnx
+
+    import libnpu
+    from tests.support.model_builders import small_cnn
+    path = tmp_path / "small_cnn.onnx"
+    onnx.save(small_cnn(), path)
+    before = memory_used(npu.devroot)
+    handle = ctypes.c_void_p()
+    assert capi.npu_runtime_init(str(path).encode(), ctypes.byref(handle)) == Status.OK, \
+        capi.npu_runtime_last_error()
+    try:
+        assert capi.npu_runtime_input_bytes(handle, 0) == 1 * 3 * 16 * 16 * 4       # float32, as the model
+        assert capi.npu_runtime_output_bytes(handle, 0) == 10 * 4
+        x = np.random.default_rng(3).uniform(-1, 1, (1, 3, 16, 16)).astype(np.float32)
+        y = np.zeros(10, np.float32)
+        assert capi.npu_runtime_infer(handle, (ctypes.c_void_p * 1)(x.ctypes.data),
+                                      (ctypes.c_void_p * 1)(y.ctypes.data)) == Status.OK
+        with libnpu.load(path, devroot=npu.devroot) as model:          # the same compile (cache), in Python
+            [expected] = model.infer([x])
+        assert y.tobytes() == expected.reshape(-1).tobytes()
+    finally:
+        capi.npu_runtime_free(handle)
+    assert memory_used(npu.devroot) == before                              # free gave everything back
+
+
+def test_ctypes_threads_share_one_handle(capi, on_device, resnet8_path, litert):
+    handle = ctypes.c_void_p()
+    assert capi.npu_runtime_init(str(resnet8_path).encode(), ctypes.byref(handle)) == Status.OK
+    rng = np.random.default_rng(11)
+    inputs = [rng.integers(-128, 128, (1, 32, 32, 3), dtype=np.int8) for _ in range(4)]
+    expected = [litert(resnet8_path, [x])[0].tobytes() for x in inputs]
+    wrong: list[str] = []
+
+    def infer_many(x: np.ndarray, want: bytes) -> None:
+        y = np.zeros(10, np.int8)
+        for _ in range(10):
+            status = capi.npu_runtime_infer(handle, (ctypes.c_void_p * 1)(x.ctypes.data),
+                                            (ctypes.c_void_p * 1)(y.ctypes.data))
+            if status != Status.OK or y.tobytes() != want:
+                wrong.append(f"status {status}: {capi.npu_runtime_last_error()}")
+
+    threads = [threading.Thread(target=infer_many, args=pair) for pair in zip(inputs, expected)]
+    try:
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        capi.npu_runtime_free(handle)
+    assert wrong == []
+
+
+def test_npu_capi_lists_both_libraries(capsys):
+    from libnpu.tools.cli import main
+    assert main(["capi"]) == 0
+    out = capsys.readouterr().out
+    assert "npu.h:" in out and "nvdla_port.h:" in out and "-lnpu_runtime" in out and "-lnvdla_port" in out
+    assert main(["capi", "--path"]) == 0
+    assert Path(capsys.readouterr().out.strip()) == c_runtime.library()
