@@ -336,3 +336,16 @@ def test_npu_capi_lists_both_libraries(capsys):
     assert "npu.h:" in out and "nvdla_port.h:" in out and "-lnpu_runtime" in out and "-lnvdla_port" in out
     assert main(["capi", "--path"]) == 0
     assert Path(capsys.readouterr().out.strip()) == c_runtime.library()
+
+
+def test_python_that_cannot_start_is_an_internal_error_not_a_crash(programs, resnet8_path, tmp_path):
+    broken = tmp_path / "shadow" / "libnpu"
+    broken.mkdir(parents=True)
+    (broken / "__init__.py").write_text("raise ImportError('a libnpu that cannot be imported')\n")
+    env = {**os.environ, "PYTHONPATH": str(broken.parent), "NPU_DEVROOT": str(tmp_path)}
+    done = subprocess.run([str(programs["run_model"]), str(resnet8_path), str(tmp_path / "o")], capture_output=True,
+                          text=True, timeout=120, env=env)
+    assert done.returncode == 1
+    assert f"npu_runtime_init: status {Status.INTERNAL_ERROR}: libnpu's Python runtime could not start " \
+           "(its traceback is on stderr)" in done.stderr
+    assert "a libnpu that cannot be imported" in done.stderr          # cffi printed the init code's traceback
