@@ -3,7 +3,8 @@
  * Allocates device memory, fills it through the CPU mappings, and submits one job of two
  * tasks: a DMA copy of 64 KiB and an int8 FULLY_CONNECTED layer (2 rows x 16 inputs ->
  * 8 outputs, per-tensor requantization). Checks both results against the same arithmetic
- * done here on the CPU, then frees everything. Prints "ok" and exits 0 on success.
+ * done here on the CPU, checks three refusals (an empty task, a foreign memory, an IOMMU
+ * fault, after which the device still works), then frees everything. Prints "ok", exit 0.
  * Build: cc nvdla_fc.c $(npu capi --nvdla --cflags) $(npu capi --nvdla --libs) -o nvdla_fc
  * Run:   NPU_DEVROOT=<devroot> ./nvdla_fc   (device instance 0)
  */
@@ -118,7 +119,8 @@ int main(void)
     printf("dma copy %d bytes ok; fully connected %dx%d -> %dx%d ok (output[0][0..3] = %d %d %d %d)\n",
            COPY_BYTES, ROWS, IN, ROWS, OUT, y[0], y[1], y[2], y[3]);
 
-    /* refusals: an empty task, a memory that is not this device's */
+    /* refusals: an empty task, a memory that is not this device's, and a copy from an
+     * address the context never mapped (an IOMMU fault on the chip; the device carries on) */
     NvDlaTask empty = { .task_id = 3, .num_addresses = 0 };
     int dummy;
     if (NvDlaSubmit(session, device, &empty, 1) != NvError_BadParameter ||
@@ -126,6 +128,14 @@ int main(void)
         NvDlaDebugPrintf("a bad task or memory was not refused with NvError_BadParameter\n");
         return 1;
     }
+    copy->src = 0x7fff00000000ull;
+    NvError fault = NvDlaSubmit(session, device, &tasks[0], 1);
+    if (fault != NvError_InvalidAddress) {
+        NvDlaDebugPrintf("a copy from an unmapped address gave NvError %d, not InvalidAddress\n", (int)fault);
+        return 1;
+    }
+    copy->src = a_src;
+    CHECK(NvDlaSubmit(session, device, &tasks[0], 1));     /* and the device still works */
 
     CHECK(NvDlaFreeMem(session, device, src, src_p, COPY_BYTES));
     CHECK(NvDlaFreeMem(session, device, dst, dst_p, COPY_BYTES));

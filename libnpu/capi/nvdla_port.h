@@ -13,8 +13,9 @@
  *
  * Submission: NvDlaSubmit runs each task to completion, in order, as NVDLA's does. A
  * task's address_list[0] is the memory holding its command buffer (descriptors laid end
- * to end from offset 0), the others are the memories its descriptors use; every memory
- * a descriptor touches must be listed (the IOMMU refuses the rest: NvError_InvalidAddress).
+ * to end from offset 0), the others are the memories its descriptors use: list every one
+ * (npu_uapi.h's SUBMIT contract). An address the context has not mapped is an IOMMU fault:
+ * the task fails with NvError_InvalidAddress and the device carries on.
  *
  * Threads: a session and its devices may be used from several threads; requests on one
  * device are serialized. NvDlaDebugPrintf writes to stderr; the library's own diagnostics
@@ -47,7 +48,7 @@ typedef enum {
     NvError_Timeout = 5,             /* a job ran past its timeout */
     NvError_InsufficientMemory = 6,  /* device memory, a quota, or host memory */
     NvError_InvalidState = 8,
-    NvError_InvalidAddress = 9,      /* a job touched memory it did not list (IOMMU fault) */
+    NvError_InvalidAddress = 9,      /* a job touched an address its context has not mapped (IOMMU fault) */
     NvError_InvalidSize = 10,
     NvError_BadValue = 11,
     NvError_Busy = 14,
