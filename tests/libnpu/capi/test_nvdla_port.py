@@ -102,3 +102,17 @@ def test_task_header_covers_the_spec_and_compiles_with_its_layout_checks(tmp_pat
     source = tmp_path / "layout.c"
     source.write_text('#include "npu_tasks.h"\nint main(void) { return 0; }\n')
     compile_c(source, tmp_path / "layout", flags)
+
+
+def test_allocations_reconnect_after_the_driver_drops_an_idle_hand_over(tmp_path, monkeypatch, flags):
+    from tests.support.device import start_npu, stop_npu
+    program = compile_c(Path(__file__).with_name("nvdla_reconnect.c"), tmp_path / "reconnect", flags)
+    monkeypatch.setenv("NPU_HANDOVER_IDLE_S", "0.3")
+    npu = start_npu(tmp_path)
+    try:
+        done = subprocess.run([str(program)], capture_output=True, text=True, timeout=60,
+                              env={**os.environ, "NPU_DEVROOT": str(npu.devroot), "NPU_DEBUG": "1"})
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert done.stdout.strip() == "ok"
+    finally:
+        stop_npu(npu)
