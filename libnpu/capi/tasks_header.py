@@ -4,7 +4,7 @@ One ``struct npu_task_<name>`` per registered task type (``spec.tasks`` and ``sp
 its ``NPU_OP_<NAME>`` opcode and ``NPU_TASK_<NAME>_SIZE``, the descriptor flags and
 geometry constants. The numpy dtypes of the spec are the source: each field becomes a
 C member at the same offset (explicit padding members where numpy's aligned layout
-leaves a gap), and ``_Static_assert``s on every offset and size make the C compiler
+leaves a gap), and static asserts on every offset and size make the C (or C++) compiler
 confirm the layout whenever the header is compiled.
 
 The header is generated, not stored: ``libnpu.capi.nvdla.build()`` writes it next to
@@ -50,13 +50,13 @@ def _struct(task: tasks.TaskType) -> list[str]:
             pads += 1
         ctype, declarator = _member(field, dtype)
         lines.append(f"\t{ctype} {declarator};")
-        checks.append(f"_Static_assert(offsetof(struct npu_task_{name}, {field}) == {offset}, "
+        checks.append(f"NPU_TASKS_ASSERT(offsetof(struct npu_task_{name}, {field}) == {offset}, "
                       f"\"{task.name}.{field}\");")
         at = offset + dtype.itemsize
     if task.size > at:
         lines.append(f"\tuint8_t pad{pads}[{task.size - at}];")
     lines.append("};")
-    checks.append(f"_Static_assert(sizeof(struct npu_task_{name}) == {task.size}, \"{task.name} size\");")
+    checks.append(f"NPU_TASKS_ASSERT(sizeof(struct npu_task_{name}) == {task.size}, \"{task.name} size\");")
     return lines + checks + [""]
 
 
@@ -69,7 +69,9 @@ def render() -> str:
            " * (= NPU_TASK_<NAME>_SIZE) and flags. Operands are device addresses (IOVAs) of the",
            " * submitting context; see firmware_sim/spec/tasks.py and ops.py for every field's meaning.",
            " */",
-           "#ifndef NPU_TASKS_H", "#define NPU_TASKS_H", "", "#include <stddef.h>", "#include <stdint.h>", ""]
+           "#ifndef NPU_TASKS_H", "#define NPU_TASKS_H", "", "#include <stddef.h>", "#include <stdint.h>", "",
+           "#ifdef __cplusplus", "#define NPU_TASKS_ASSERT static_assert", "#else",
+           "#define NPU_TASKS_ASSERT _Static_assert", "#endif", ""]
     out += [f"#define NPU_{name} {value:#x}" for name, value in _CONSTANTS] + [""]
     for task in sorted(tasks.TASK_TYPES.values(), key=lambda t: t.opcode):
         out.append(f"#define NPU_OP_{task.name} {task.opcode:#04x}")
@@ -77,7 +79,7 @@ def render() -> str:
     out.append("")
     for task in sorted(tasks.TASK_TYPES.values(), key=lambda t: t.opcode):
         out += _struct(task)
-    out += ["#endif /* NPU_TASKS_H */", ""]
+    out += ["#undef NPU_TASKS_ASSERT", "", "#endif /* NPU_TASKS_H */", ""]
     return "\n".join(out)
 
 

@@ -94,14 +94,19 @@ def test_task_header_covers_the_spec_and_compiles_with_its_layout_checks(tmp_pat
     for task in tasks.TASK_TYPES.values():
         assert f"#define NPU_OP_{task.name} {task.opcode:#04x}\n" in text
         assert f"struct npu_task_{task.name.lower()} {{" in text
-        assert f"sizeof(struct npu_task_{task.name.lower()}) == {task.size}" in text
+        assert f"NPU_TASKS_ASSERT(sizeof(struct npu_task_{task.name.lower()}) == {task.size}" in text
         for field, (_, offset, *_rest) in task.dtype.fields.items():
-            assert f"offsetof(struct npu_task_{task.name.lower()}, {field}) == {offset}" in text
+            assert f"NPU_TASKS_ASSERT(offsetof(struct npu_task_{task.name.lower()}, {field}) == {offset}" in text
     # the header the build wrote is the spec's, and the C compiler agrees with every offset
     assert (nvdla.build().parent / "include" / "npu_tasks.h").read_text() == text
     source = tmp_path / "layout.c"
     source.write_text('#include "npu_tasks.h"\nint main(void) { return 0; }\n')
     compile_c(source, tmp_path / "layout", flags)
+    if not shutil.which("g++"):
+        return
+    include = next(f for f in flags if f.startswith("-I") and f.endswith("/include"))
+    subprocess.run(["g++", "-std=c++17", "-Wall", "-Werror", "-x", "c++", str(source), include, "-o",
+                    str(tmp_path / "layout_cxx")], check=True)             # C++ programs too
 
 
 def test_allocations_reconnect_after_the_driver_drops_an_idle_hand_over(tmp_path, monkeypatch, flags):
