@@ -165,6 +165,14 @@ def _classify_args(p: argparse.ArgumentParser) -> None:
     _json(p)
 
 
+def _capi_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--cflags", action="store_true", help="print the compiler flags (the header's directory)")
+    p.add_argument("--libs", action="store_true", help="print the linker flags (-L, -l and the rpath)")
+    p.add_argument("--path", action="store_true", help="print the shared library's absolute path")
+    p.add_argument("--nvdla", action="store_true",
+                   help="for NVDLA's portability layer in C (nvdla_port.h) instead of the runtime (npu.h)")
+
+
 def _no_args(p: argparse.ArgumentParser) -> None:
     pass
 
@@ -190,6 +198,8 @@ COMMANDS: tuple[Command, ...] = (
     Command(("faces",), "detect faces (BlazeFace, quantized) and write PNGs with the boxes", _faces_args,
             commands.faces),
     Command(("classify",), "classify sample pictures with ResNet-8 (CIFAR-10)", _classify_args, commands.classify),
+    Command(("capi",), "flags to build a C program against npu.h (or nvdla_port.h), building the library if needed",
+            _capi_args, commands.capi, device=False),
     Command(("doctor",), "check what the stack needs (FUSE, state, C kernels, the device) and say how to fix it",
             _no_args, commands.doctor),
     Command(("demo",), "run the spine end to end and print what happens", _no_args, commands.demo),

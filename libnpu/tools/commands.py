@@ -121,6 +121,27 @@ def doctor(args: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
+def capi(args: argparse.Namespace) -> int:
+    """Flags for a C program (pkg-config style, on one line); without options, what there is."""
+    from libnpu.capi.embedding import EmbeddingBuildError
+
+    from . import c_libraries
+    try:
+        build = c_libraries.NVDLA if args.nvdla else c_libraries.RUNTIME
+        wanted = [flag for flag, asked in (("cflags", args.cflags), ("libs", args.libs), ("path", args.path)) if asked]
+        if wanted:
+            print(" ".join(build.describe(flag) for flag in wanted))
+            return 0
+        for library in (c_libraries.RUNTIME, c_libraries.NVDLA):
+            print(f"{library.header.name}: {library.header}")
+            print(f"  library: {library.describe('path')}")
+            print(f"  cflags:  {library.describe('cflags')}")
+            print(f"  libs:    {library.describe('libs')}")
+    except (EmbeddingBuildError, c_libraries.CBuildError) as exc:
+        raise Failure(str(exc)) from exc
+    return 0
+
+
 def demo(args: argparse.Namespace) -> int:
     from .demo import run
     return run(_devroot(args))
