@@ -21,8 +21,9 @@ from libnpu.portability import (
     debug_print,
     initialize,
 )
+from libnpu.host import HostOpError, register_host_op, unregister_host_op
 from libnpu.runtime import CompiledModel, InferRequest, Runtime, load
 
-__all__ = ["load", "CompiledModel", "InferRequest", "Runtime", "initialize", "Session", "Device", "Memory", "Fence",
+__all__ = ["load", "register_host_op", "unregister_host_op", "HostOpError", "CompiledModel", "InferRequest", "Runtime", "initialize", "Session", "Device", "Memory", "Fence",
            "CommandBuffer", "NpuError", "JobError", "debug_print", "MEM_READ", "MEM_WRITE", "MEM_RW", "PRIO_LOW",
            "PRIO_NORMAL", "PRIO_HIGH"]

@@ -7,7 +7,9 @@ carrying what the host needs to run it:
 - ``kind="tflite"``: a sub-model cut from the source ``.tflite`` holding the original
   operator (builtin code, options, custom options), run by LiteRT's own CPU kernels on
   the reference resolver (``BUILTIN_REF``), so an int8 model stays byte-exact;
-- ``kind="onnx"``: a one-node ONNX model, run by the compiler's numpy float reference;
+- ``kind="onnx"``: a one-node ONNX model, run by the compiler's numpy float reference
+  when the compiler imports the node (the chip only lacks a kernel for it), else by
+  onnxruntime's CPU kernels when onnxruntime is installed;
 - either kind, when its operator is a custom op (TFLite ``CUSTOM:<code>``) or an ONNX
   op type with a host implementation registered by :func:`register_host_op`: that
   Python function, on float values.
@@ -216,8 +218,32 @@ def _onnx_kernel(call: HostCall) -> HostKernel:
         graph = import_onnx(model, f"host:{call.op}")
         return _FloatReferenceKernel(call, graph)
     except IRError as exc:
-        raise HostOpError(f"{call.op} (node {call.source}) runs on the CPU, but the host has no implementation "
-                          f"({exc}); register one with libnpu.register_host_op({call.op!r}, fn)") from exc
+        why = str(exc)
+    try:
+        return _OnnxRuntimeKernel(call, arity)
+    except ImportError:
+        why += "; onnxruntime is not installed"
+    raise HostOpError(f"{call.op} (node {call.source}) runs on the CPU, but the host has no implementation "
+                      f"({why}); register one with libnpu.register_host_op({call.op!r}, fn)")
+
+
+class _OnnxRuntimeKernel(HostKernel):
+    """An ONNX node the compiler does not know: onnxruntime's CPU kernels, when installed."""
+
+    def __init__(self, call: HostCall, arity: tuple[int, int]) -> None:
+        super().__init__(call)
+        import onnxruntime
+        try:
+            self.session = onnxruntime.InferenceSession(call.model, providers=["CPUExecutionProvider"])
+        except Exception as exc:  # onnxruntime raises its own exception types
+            raise HostOpError(f"{call.op} (node {call.source}): onnxruntime cannot run it: "
+                              f"{str(exc).splitlines()[0]}") from exc
+        self.names = [i.name for i in self.session.get_inputs()]
+        self.inputs = [FLOAT] * arity[0]
+        self.outputs = [FLOAT] * arity[1]
+
+    def compute(self, values: list[np.ndarray]) -> list[np.ndarray]:
+        return [np.asarray(o, np.float32) for o in self.session.run(None, dict(zip(self.names, values)))]
 
 
 def _tflite_kernel(call: HostCall) -> HostKernel:

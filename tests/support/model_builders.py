@@ -212,11 +212,11 @@ def with_cumsum(seed: int = 5) -> onnx.ModelProto:
     return b.model("with_cumsum", {"x": [1, 3, 6, 6]}, {"y": [1, 2, 6, 6]})
 
 
-def int8_fc_sandwich(middle: int | str, seed: int = 0) -> bytes:
+def int8_fc_sandwich(middle: int | str, seed: int = 0, *, axis_operand: bool = True) -> bytes:
     """int8 TFLite: FULLY_CONNECTED -> ``middle`` -> FULLY_CONNECTED, input [1, 16] int8.
 
-    ``middle``: a builtin code taking (x, int32 axis [1]) like REVERSE_V2, or a custom
-    op's code (a string: one input, no options)."""
+    ``middle``: a builtin code taking (x, int32 axis [1]) like REVERSE_V2 (or only x
+    without ``axis_operand``), or a custom op's code (a string: one input, no options)."""
     import tflite
 
     from .tflite_builder import OpSpec, TensorSpec, build_model
@@ -240,7 +240,7 @@ def int8_fc_sandwich(middle: int | str, seed: int = 0) -> bytes:
     if isinstance(middle, str):
         mid = OpSpec(tflite.BuiltinOperator.CUSTOM, [3], [5], custom_code=middle)
     else:
-        mid = OpSpec(middle, [3, 4], [5])
+        mid = OpSpec(middle, [3, 4] if axis_operand else [3], [5])
     ops = [OpSpec(tflite.BuiltinOperator.FULLY_CONNECTED, [0, 1, 2], [3], fc, fc_options), mid,
            OpSpec(tflite.BuiltinOperator.FULLY_CONNECTED, [5, 6, 7], [8], fc, fc_options)]
     return build_model(tensors, ops, [0], [8])
