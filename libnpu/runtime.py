@@ -37,6 +37,10 @@ ArrayLike = np.ndarray
 Inputs = Sequence[ArrayLike] | Mapping[str, ArrayLike]
 
 
+class InputError(ValueError):
+    """Inputs that do not fit the model: wrong count, missing name, shape or dtype."""
+
+
 class ClosedError(RuntimeError):
     """The model was closed, the runtime unloaded or the request released: the device
     memory behind it is gone, so it cannot run or be read any more."""
@@ -121,6 +125,31 @@ def _segments(device: Device, loadable: Loadable, command: Memory, buffers: list
             prepared = device.prepare_submit(command, buffers, size=end - start, offset=start, wait=wait)
         result.append((prepared, steps))
     return result
+
+
+def _as_input(array: np.ndarray, desc: TensorDesc) -> np.ndarray:
+    """``array`` as input ``desc`` stores it: reshaped if only the shape's grouping differs,
+    floats quantized for a quantized input; :class:`InputError` when it does not fit."""
+    if array.shape != desc.shape:
+        if array.size != int(np.prod(desc.shape)):
+            raise InputError(f"input {desc.name}: shape {array.shape}, expected {desc.shape}")
+        array = array.reshape(desc.shape)
+    want = np.dtype(desc.dtype)
+    if array.dtype == want:
+        return array
+    if array.dtype.kind not in "biuf":
+        raise InputError(f"input {desc.name}: dtype {array.dtype} is not numeric (expected {want})")
+    if want.kind == "f":
+        return array.astype(want)
+    if array.dtype.kind == "f":
+        if desc.scale is None:
+            raise InputError(f"input {desc.name}: {array.dtype} values for an unquantized {want} input")
+        return quantize(array, desc)
+    info = np.iinfo(want)
+    if array.size and (array.min() < info.min or array.max() > info.max):
+        raise InputError(f"input {desc.name}: {array.dtype} values in [{array.min()}, {array.max()}] do not fit "
+                         f"{want} [{info.min}, {info.max}]")
+    return array.astype(want)
 
 
 class Runtime:
@@ -362,27 +391,17 @@ class InferRequest:
         if isinstance(inputs, Mapping):
             missing = [d.name for d, _ in slots if d.name not in inputs]
             if missing:
-                raise KeyError(f"missing inputs {missing}")
+                raise InputError(f"missing inputs {missing} (the model takes {[d.name for d, _ in slots]})")
             arrays = [inputs[d.name] for d, _ in slots]
         else:
             arrays = list(inputs)
             if len(arrays) != len(slots):
-                raise ValueError(f"model takes {len(slots)} inputs, got {len(arrays)}")
+                raise InputError(f"model takes {len(slots)} inputs, got {len(arrays)}")
         for (desc, view), array in zip(slots, arrays):
             if type(array) is np.ndarray and array.shape == view.shape and array.dtype == view.dtype:
                 view[...] = array                 # the common case: already the model's shape and type
                 continue
-            array = np.asarray(array)
-            if array.shape != desc.shape:
-                if array.size != int(np.prod(desc.shape)):
-                    raise ValueError(f"input {desc.name}: shape {array.shape}, expected {desc.shape}")
-                array = array.reshape(desc.shape)
-            if array.dtype != np.dtype(desc.dtype):
-                if np.issubdtype(array.dtype, np.floating) and desc.scale is not None:
-                    array = quantize(array, desc)
-                else:
-                    array = array.astype(desc.dtype)
-            view[...] = array
+            view[...] = _as_input(np.asarray(array), desc)
 
     def outputs(self, dequantized: bool = False) -> list[np.ndarray]:
         """Copies of the outputs, in the model's own dtype (or float with ``dequantized``)."""
@@ -653,4 +672,4 @@ def load(model: str | os.PathLike | bytes | Loadable, device: Device | int | Non
     return compiled
 
 
-__all__ = ["Runtime", "CompiledModel", "InferRequest", "ClosedError", "load", "quantize", "dequantize", "JobError"]
+__all__ = ["Runtime", "CompiledModel", "InferRequest", "ClosedError", "InputError", "load", "quantize", "dequantize", "JobError"]

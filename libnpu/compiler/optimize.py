@@ -32,7 +32,9 @@ def fold_constants(g: Graph) -> int:
     kept = []
     for op in g.ops:
         ins = [g.tensors[i] if i else None for i in op.inputs]
-        if op.inputs and all(t is None or t.is_constant for t in ins) and has_reference(op.type) \
+        # (a HOST op without inputs computes a constant too: e.g. DENSIFY of sparse weights)
+        if (op.inputs or op.type == "HOST") and all(t is None or t.is_constant for t in ins) \
+                and has_reference(op.type) \
                 and len(op.outputs) == 1 and all(t is None or t.quant is None for t in ins):
             out = g.tensors[op.outputs[0]]
             vals = [None if t is None else t.data.astype(np.float32) for t in ins]

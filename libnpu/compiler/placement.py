@@ -166,7 +166,17 @@ def plan_placement(model: bytes | str | os.PathLike, *, ops: Collection[str] | N
     data, name, kind = _read(model, kind)
     graph, sources = import_with_fallback(data, kind, name)
     quantized = _is_quantized(graph)
-    live = {id(op) for op in graph.ops}          # ops the import pruned as unused need no device
+    same: dict[int, Op] = {id(op): op for op in graph.ops}
+    if not quantized:
+        # As the quantizer does first: fold constant subgraphs (fp16 weights behind
+        # DEQUANTIZE), so each op is judged with the constants it will really get.
+        from .optimize import fold_constants
+        memo: dict[int, object] = {}
+        folded = copy.deepcopy(graph, memo)
+        fold_constants(folded)
+        same = {i: memo[i] for i in same}      # type: ignore[misc]
+        graph = folded
+    live = {id(op) for op in graph.ops}          # ops pruned or folded at compile time need no device
     allowed = None if ops is None else set(ops)
     plan = PlacementPlan(name, kind, data)
     for src in sources:
@@ -174,7 +184,7 @@ def plan_placement(model: bytes | str | os.PathLike, *, ops: Collection[str] | N
         if not reason and allowed is not None and src.op not in allowed:
             reason = "not in the allow-list"
         if not reason:
-            for op in src.ir_ops:
+            for op in (same[id(op)] for op in src.ir_ops if id(op) in same):
                 if id(op) in live and op.type != "HOST":
                     reason = _refusal(graph, op, quantized)
                     if reason:
