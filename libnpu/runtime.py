@@ -137,7 +137,7 @@ def _as_input(array: np.ndarray, desc: TensorDesc) -> np.ndarray:
     want = np.dtype(desc.dtype)
     if array.dtype == want:
         return array
-    if array.dtype.kind not in "biuf":
+    if array.dtype.kind not in "iuf":
         raise InputError(f"input {desc.name}: dtype {array.dtype} is not numeric (expected {want})")
     if want.kind == "f":
         return array.astype(want)

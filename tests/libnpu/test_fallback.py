@@ -182,3 +182,16 @@ def test_float_tflite_model_runs_its_cpu_op_on_litert(npu):
             (y,) = compiled.infer([x], dequantized=True)
             expected = litert_run(data, [x], reference=False)[0]
             assert np.abs(y - expected).max() <= 0.05 * np.abs(expected).max()
+
+
+def test_inputs_that_do_not_fit_raise_input_error(reversed_model):
+    from libnpu.runtime import InputError
+    _, model = reversed_model
+    for bad, says in (([np.zeros((1, 15), np.int8)], r"shape \(1, 15\), expected \(1, 16\)"),
+                      ([np.zeros((1, 16), bool)], None),
+                      ([np.full((1, 16), 300, np.int16)], "do not fit int8"),
+                      ([np.zeros((1, 16), np.int8)] * 2, "model takes 1 inputs, got 2"),
+                      ({"nope": np.zeros((1, 16), np.int8)}, r"missing inputs \['x'\]")):
+        with pytest.raises(InputError, match=says):
+            model.infer(bad)
+    assert model.infer([np.zeros((1, 16), np.int16)])[0].shape == (1, 4)   # values that fit are taken
