@@ -168,25 +168,38 @@ def compile_model(model: str | os.PathLike | bytes | Graph,
     the names the chip may run) become host steps; ``strict`` refuses that
     (:class:`~libnpu.compiler.placement.FallbackRefusedError` listing them all)."""
     from .frontend import to_int8_graph
-    if not isinstance(model, Graph):
+    dataset = list(dataset) if dataset is not None else None
+    if isinstance(model, Graph):
+        graph = model
+    elif ops is None:
+        try:    # the whole model on the chip, as it always compiled; placement only when that fails
+            graph = to_int8_graph(model, dataset, kind=kind, progress=progress, **quantize_options)
+            with stage(progress, "lower"):
+                return lower(graph)
+        except IRError as refused:
+            with stage(progress, "import"):
+                graph = _placed_graph(model, kind, ops, strict, refused)
+    else:
         with stage(progress, "import"):
-            model = _placed_graph(model, kind, ops, strict)
-    graph = to_int8_graph(model, dataset, progress=progress, **quantize_options)
+            graph = _placed_graph(model, kind, ops, strict, None)
+    graph = to_int8_graph(graph, dataset, progress=progress, **quantize_options)
     with stage(progress, "lower"):
         return lower(graph)
 
 
-
 def _placed_graph(model: str | os.PathLike | bytes, kind: str | None, ops: Collection[str] | None,
-                  strict: bool) -> Graph:
-    """The model imported with the operators placed on the CPU as HOST ops (none: the
-    plain import, so a model the chip runs whole compiles as it always did)."""
+                  strict: bool, refused: IRError | None) -> Graph:
+    """The model imported with the operators placed on the CPU as HOST ops. ``refused``:
+    why the whole model did not compile for the chip, raised again when no operator
+    needs the CPU (the cause is elsewhere)."""
     from .frontend import load_model
     from .placement import import_with_fallback, plan_placement
     plan = plan_placement(model, ops=ops, kind=kind)
     if strict:
         plan.refuse_fallback()
     if not plan.cpu:
+        if refused is not None:
+            raise refused
         return load_model(plan.data, kind=plan.kind, name=plan.name)
     graph, _ = import_with_fallback(plan.data, plan.kind, plan.name, force_host=plan.cpu)
     graph.metadata["placement"] = [[p.index, p.op, p.device, p.reason] for p in plan.placements]
