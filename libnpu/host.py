@@ -144,7 +144,7 @@ def _tflite_boundary(detail: dict) -> Boundary:
 class _LiteRTKernel(HostKernel):
     def __init__(self, call: HostCall) -> None:
         super().__init__(call)
-        from ai_edge_litert.interpreter import Interpreter, OpResolverType
+        from ai_edge_litert.interpreter import Interpreter, OpResolverType  # type: ignore[import-untyped]
         try:
             self.interpreter = Interpreter(model_content=call.model,
                                            experimental_op_resolver_type=OpResolverType.BUILTIN_REF)
@@ -232,7 +232,7 @@ class _OnnxRuntimeKernel(HostKernel):
 
     def __init__(self, call: HostCall, arity: tuple[int, int]) -> None:
         super().__init__(call)
-        import onnxruntime
+        import onnxruntime  # type: ignore[import-untyped]
         try:
             self.session = onnxruntime.InferenceSession(call.model, providers=["CPUExecutionProvider"])
         except Exception as exc:  # onnxruntime raises its own exception types
@@ -253,7 +253,7 @@ def _tflite_kernel(call: HostCall) -> HostKernel:
     if fn is None:
         raise HostOpError(f"custom op {call.custom_name!r} (operator {call.source}) runs on the CPU, but no host "
                           f"implementation is registered: libnpu.register_host_op({call.custom_name!r}, fn)")
-    import tflite
+    import tflite  # type: ignore[import-untyped]
     m = tflite.Model.GetRootAsModel(call.model, 0)
     sg = m.Subgraphs(0)
     op = sg.Operators(0)

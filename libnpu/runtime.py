@@ -672,4 +672,5 @@ def load(model: str | os.PathLike | bytes | Loadable, device: Device | int | Non
     return compiled
 
 
-__all__ = ["Runtime", "CompiledModel", "InferRequest", "ClosedError", "InputError", "load", "quantize", "dequantize", "JobError"]
+__all__ = ["Runtime", "CompiledModel", "InferRequest", "ClosedError", "InputError", "load", "quantize", "dequantize",
+           "JobError"]
