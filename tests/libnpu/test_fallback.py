@@ -195,3 +195,36 @@ def test_inputs_that_do_not_fit_raise_input_error(reversed_model):
         with pytest.raises(InputError, match=says):
             model.infer(bad)
     assert model.infer([np.zeros((1, 16), np.int16)])[0].shape == (1, 4)   # values that fit are taken
+
+
+@pytest.mark.parametrize("ops", [["CONV_2D"], ["DEPTHWISE_CONV_2D", "FULLY_CONNECTED"]])
+def test_resnet8_split_by_an_allow_list_stays_byte_identical(npu, resnet8_path, ops, tmp_path):
+    rng = np.random.default_rng(7)
+    with libnpu.load(resnet8_path, devroot=npu.devroot, cache_dir=tmp_path, ops=ops) as model:
+        loadable = model.loadable
+        assert loadable.host_steps and all(s.reason == "not in the allow-list" for s in loadable.host_steps)
+        assert {t.op for t in loadable.tasks} <= set(ops)
+        for _ in range(5):
+            x = rng.integers(-128, 128, model.inputs[0].shape, dtype=np.int8)
+            assert np.array_equal(model.infer([x])[0], litert_run(resnet8_path, [x])[0])
+
+
+def test_nvdla_style_runtime_submits_the_partitions_in_order(device):
+    from libnpu.runtime import Runtime
+    data = model_builders.int8_fc_sandwich(REVERSE_V2)
+    runtime = Runtime(device)
+    runtime.load(compile_model(data))
+    try:
+        x = _inputs(1, seed=9)[0]
+        memory = runtime.allocate_system_memory(64)
+        runtime.bind_input_tensor(0, memory)
+        memory.view[:16] = x.view(np.uint8).reshape(-1)
+        with pytest.raises(ValueError, match="wait=True"):
+            runtime.submit(wait=False)
+        runtime.submit(wait=True)
+        out = runtime.output_tensor_desc(0)
+        y = runtime.memory[out.region].view[out.offset:out.offset + 4].view(np.int8).reshape(1, 4)
+        assert np.array_equal(y, litert_run(data, [x])[0])
+        device.free_mem(memory)
+    finally:
+        runtime.unload()
