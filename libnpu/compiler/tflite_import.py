@@ -116,6 +116,7 @@ class _Importer:
     def run(self) -> Graph:
         g = self.graph
         g.inputs = [self.tensor(i) for i in self.sg.InputsAsNumpy()]
+        pending: list[SourceOp] = []     # consecutive operators placed on the CPU: one host call
         for i in range(self.sg.OperatorsLength()):
             op = self.sg.Operators(i)
             code = builtin_code(self.model, op.OpcodeIndex())
@@ -128,18 +129,26 @@ class _Importer:
             where = f"{opname} node {i} (output {out_name!r})"
             source = SourceOp(i, opname)
             self.sources.append(source)
+            if self.fallback and i in self.force_host:
+                source.reason = self.force_host[i]
+                if opname.startswith("CUSTOM:"):     # a user's Python function: a call of its own
+                    self.host_op(pending)
+                    self.host_op([source])
+                else:
+                    pending.append(source)
+                continue
+            self.host_op(pending)
             before = len(g.ops)
             try:
-                if i in self.force_host:
-                    raise UnsupportedOpError(self.force_host[i])
                 self.import_op(opname, ins, outs, op.BuiltinOptions(), where, out_name)
             except UnsupportedOpError as exc:
                 if not self.fallback:
                     raise
                 del g.ops[before:]
                 source.reason = _reason(exc, where)
-                self.host_op(source, out_name)
+                self.host_op([source])
             source.ir_ops = g.ops[before:]
+        self.host_op(pending)
         g.outputs = [self.tensor(i) for i in self.sg.OutputsAsNumpy()]
         g.metadata["source"] = "tflite"
         desc = self.model.Description()
@@ -164,14 +173,30 @@ class _Importer:
         self.graph.add_op(Op(operator.name, [self.tensor(j) if j >= 0 else "" for j in data_inputs],
                              [self.tensor(j) for j in outs], attrs, name=out_name))
 
-    def host_op(self, source: SourceOp, out_name: str) -> None:
-        """A HOST op running the source operator with LiteRT (a cut one-operator model)."""
+    def host_op(self, group: list[SourceOp]) -> None:
+        """One HOST op running ``group`` (consecutive source operators; emptied) with LiteRT:
+        a model cut from the source holding them, returning what the rest of the graph reads."""
+        if not group:
+            return
         from ..host import HostCall
         from .tflite_cut import cut_tflite
-        cut = cut_tflite(self.buf, [source.index])
-        call = HostCall("tflite", cut.model, source.op, source.index, source.reason)
-        self.graph.add_op(Op("HOST", [self.tensor(j) for j in cut.inputs], [self.tensor(j) for j in cut.outputs],
-                             {"host": call}, name=out_name))
+        indices = [src.index for src in group]
+        inside = set(indices)
+        written = [int(t) for i in indices for t in self.sg.Operators(i).OutputsAsNumpy()]
+        read_outside = set(int(t) for t in self.sg.OutputsAsNumpy())
+        for k in range(self.sg.OperatorsLength()):
+            op = self.sg.Operators(k)
+            if k not in inside and op.InputsLength():
+                read_outside.update(int(t) for t in op.InputsAsNumpy())
+        cut = cut_tflite(self.buf, indices, [t for t in written if t in read_outside] or written)
+        reasons = list(dict.fromkeys(src.reason for src in group))
+        call = HostCall("tflite", cut.model, "+".join(src.op for src in group), indices[0], "; ".join(reasons))
+        outputs = [self.tensor(j) for j in cut.outputs]
+        host = self.graph.add_op(Op("HOST", [self.tensor(j) for j in cut.inputs], outputs, {"host": call},
+                                    name=outputs[0]))
+        for src in group:
+            src.ir_ops = [host]
+        group.clear()
 
     def touch_buffers(self) -> None:
         """Read every buffer table, the unused ones too.
