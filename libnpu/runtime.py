@@ -513,7 +513,11 @@ class InferRequest:
             return
         self._released = True
         self.model._forget(self)
+        waiter = self._waiter
+        if self.partitioned and waiter is not None and waiter is not threading.current_thread():
+            waiter.join()       # its host steps write through this request's mappings
         self._inputs, self._outputs = [], []     # drop the views before the memory goes
+        self._host.clear()
         self._free_memory()
 
     def _free_memory(self) -> None:

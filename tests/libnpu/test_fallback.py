@@ -229,3 +229,15 @@ def test_nvdla_style_runtime_submits_the_partitions_in_order(device):
         device.free_mem(memory)
     finally:
         runtime.unload()
+
+
+def test_closing_the_model_while_a_partitioned_request_runs(npu):
+    data = model_builders.int8_fc_sandwich(REVERSE_V2)
+    model = libnpu.load(compile_model(data), devroot=npu.devroot)
+    request = model.create_request()
+    request.set_inputs(_inputs(1)[0:1])
+    request.start()
+    model.close()                      # waits for the host steps writing into the request's memory
+    from libnpu.runtime import ClosedError
+    with pytest.raises(ClosedError):
+        request.wait()
