@@ -49,6 +49,25 @@ def fold_constants(g: Graph) -> int:
     return folded
 
 
+def unshare_weights(g: Graph) -> int:
+    """Give each op with weights its own copy of a constant weight or bias that other ops
+    also read (converters share e.g. an all-zero bias): each op quantizes its own."""
+    seen: set[str] = set()
+    copies = 0
+    for op in g.ops:
+        if registry.get(op.type, "weight_axis") is None:
+            continue
+        for k in (1, 2):
+            name = op.inputs[k] if len(op.inputs) > k else ""
+            if not name or not g.tensors[name].is_constant:
+                continue
+            if name in seen:
+                op.inputs[k] = g.add_const(f"{name}_{op.name}", g.tensors[name].data.copy()).name
+                copies += 1
+            seen.add(op.inputs[k])
+    return copies
+
+
 def _channel_vector(t: Tensor, channels: int) -> np.ndarray | None:
     """The per-channel values of a constant that broadcasts only along the last axis."""
     if not t.is_constant:
@@ -192,25 +211,6 @@ def remove_identities(g: Graph) -> int:
         producers = g.producers()
         consumers = g.consumers()
     return removed
-
-
-def unshare_weights(g: Graph) -> int:
-    """Give each op with weights its own copy of a constant weight or bias that other ops
-    also read (converters share e.g. an all-zero bias): each op quantizes its own."""
-    seen: set[str] = set()
-    copies = 0
-    for op in g.ops:
-        if registry.get(op.type, "weight_axis") is None:
-            continue
-        for k in (1, 2):
-            name = op.inputs[k] if len(op.inputs) > k else ""
-            if not name or not g.tensors[name].is_constant:
-                continue
-            if name in seen:
-                op.inputs[k] = g.add_const(f"{name}_{op.name}", g.tensors[name].data.copy()).name
-                copies += 1
-            seen.add(op.inputs[k])
-    return copies
 
 
 def optimize(graph: Graph) -> Graph:
