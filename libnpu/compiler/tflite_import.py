@@ -169,7 +169,10 @@ class _Importer:
         operator = registry.tflite_operator(opname)
         if operator is None:
             raise UnsupportedOpError(f"unsupported op {where}")
-        attrs, data_inputs = operator.tflite(self, ins, outs, options, where)
+        imported = operator.tflite(self, ins, outs, options, where)
+        if imported is None:  # the operator added its ops itself, or folded to a constant
+            return
+        attrs, data_inputs = imported
         self.graph.add_op(Op(operator.name, [self.tensor(j) if j >= 0 else "" for j in data_inputs],
                              [self.tensor(j) for j in outs], attrs, name=out_name))
 
