@@ -93,10 +93,10 @@ def _compile_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("model", help=MODEL.replace(".nlb ", ""))
     p.add_argument("-o", "--output", required=True,
                    help="the file to write: a loadable (.nlb), or the int8 model as .tflite (quantize only)")
-    p.add_argument("--report", action="store_true",
-                   help="print where each operator runs (NPU or CPU, and why) and a summary")
     _placement_args(p)
     _calibration_args(p)
+    p.add_argument("--report", action="store_true",
+                   help="print where each operator runs (NPU or CPU, and why) and a summary")
     p.add_argument("--no-progress", action="store_true")
     _cache(p)
     _json(p)
