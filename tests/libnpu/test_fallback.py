@@ -13,7 +13,7 @@ from libnpu.compiler.lower import compile_model
 from libnpu.compiler.placement import FallbackRefusedError
 from libnpu.host import HostOpError
 from libnpu.loadable import Loadable
-from tests.support import model_builders
+from tests.support import host_models
 from tests.support.litert import litert_run
 
 REVERSE_V2 = tflite.BuiltinOperator.REVERSE_V2
@@ -21,7 +21,7 @@ REVERSE_V2 = tflite.BuiltinOperator.REVERSE_V2
 
 @pytest.fixture(scope="module")
 def reversed_model(npu):
-    data = model_builders.int8_fc_sandwich(REVERSE_V2)
+    data = host_models.int8_fc_sandwich(REVERSE_V2)
     model = libnpu.load(compile_model(data), devroot=npu.devroot)
     yield data, model
     model.close()
@@ -33,7 +33,7 @@ def _inputs(count: int, seed: int = 0) -> list[np.ndarray]:
 
 
 def test_the_loadable_carries_the_host_step():
-    loadable = Loadable.from_bytes(compile_model(model_builders.int8_fc_sandwich(REVERSE_V2)).to_bytes())
+    loadable = Loadable.from_bytes(compile_model(host_models.int8_fc_sandwich(REVERSE_V2)).to_bytes())
     (step,) = loadable.host_steps
     assert (step.op, step.kind, step.source, step.after_task) == ("REVERSE_V2", "tflite", 1, 1)
     assert [t.op for t in loadable.tasks] == ["FULLY_CONNECTED", "FULLY_CONNECTED"]
@@ -81,7 +81,7 @@ async def test_async_inference(reversed_model):
 
 
 def test_allow_list_keeps_results_identical(npu):
-    data = model_builders.int8_fc_sandwich(REVERSE_V2)
+    data = host_models.int8_fc_sandwich(REVERSE_V2)
     loadable = compile_model(data, ops=["FULLY_CONNECTED"], fc_per_channel=False)
     assert [s.op for s in loadable.host_steps] == ["REVERSE_V2"]
     only_first = compile_model(data, ops=["REVERSE_V2"])     # nothing the chip runs is allowed
@@ -94,7 +94,7 @@ def test_allow_list_keeps_results_identical(npu):
 
 
 def test_custom_op_with_a_registered_host_op(npu):
-    data = model_builders.int8_fc_sandwich("Flip")
+    data = host_models.int8_fc_sandwich("Flip")
     loadable = compile_model(data)
     assert [(s.op, s.reason) for s in loadable.host_steps] == \
         [("CUSTOM:Flip", "custom op 'Flip': the chip has no custom operators")]
@@ -106,7 +106,7 @@ def test_custom_op_with_a_registered_host_op(npu):
     try:
         with libnpu.load(loadable, devroot=npu.devroot) as model:
             for x in _inputs(5, seed=4):
-                expected = litert_run(model_builders.int8_fc_sandwich(REVERSE_V2), [x])[0]
+                expected = litert_run(host_models.int8_fc_sandwich(REVERSE_V2), [x])[0]
                 assert np.array_equal(model.infer([x])[0], expected)
     finally:
         libnpu.unregister_host_op("Flip")
@@ -114,12 +114,12 @@ def test_custom_op_with_a_registered_host_op(npu):
 
 def test_strict_refuses_and_lists_the_missing_operators():
     with pytest.raises(FallbackRefusedError, match="missing: REVERSE_V2"):
-        compile_model(model_builders.int8_fc_sandwich(REVERSE_V2), strict=True)
+        compile_model(host_models.int8_fc_sandwich(REVERSE_V2), strict=True)
 
 
 @pytest.fixture(scope="module")
 def cumsum_model():
-    model = model_builders.with_cumsum()
+    model = host_models.with_cumsum()
     rng = np.random.default_rng(5)
     calibration = [{"x": rng.uniform(-1, 1, (1, 3, 6, 6)).astype(np.float32)} for _ in range(16)]
     session = onnxruntime.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
@@ -212,7 +212,7 @@ def test_resnet8_split_by_an_allow_list_stays_byte_identical(npu, resnet8_path, 
 
 def test_nvdla_style_runtime_submits_the_partitions_in_order(device):
     from libnpu.runtime import Runtime
-    data = model_builders.int8_fc_sandwich(REVERSE_V2)
+    data = host_models.int8_fc_sandwich(REVERSE_V2)
     runtime = Runtime(device)
     runtime.load(compile_model(data))
     try:
@@ -232,7 +232,7 @@ def test_nvdla_style_runtime_submits_the_partitions_in_order(device):
 
 
 def test_closing_the_model_while_a_partitioned_request_runs(npu):
-    data = model_builders.int8_fc_sandwich(REVERSE_V2)
+    data = host_models.int8_fc_sandwich(REVERSE_V2)
     model = libnpu.load(compile_model(data), devroot=npu.devroot)
     request = model.create_request()
     request.set_inputs(_inputs(1)[0:1])

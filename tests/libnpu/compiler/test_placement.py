@@ -1,18 +1,17 @@
 """The placement decision (compiler.placement): NPU or CPU for every source operator, and why."""
 from __future__ import annotations
 
-import onnx
 import pytest
 import tflite
 
 from libnpu.compiler.placement import CPU, NPU, FallbackRefusedError, Placement, place_model, plan_placement
-from tests.support import model_builders
+from tests.support import host_models, model_builders
 
 REVERSE_V2 = tflite.BuiltinOperator.REVERSE_V2
 
 
 def test_tflite_op_the_chip_lacks_goes_to_the_cpu():
-    placements = place_model(model_builders.int8_fc_sandwich(REVERSE_V2))
+    placements = place_model(host_models.int8_fc_sandwich(REVERSE_V2))
     assert placements == [
         Placement(0, "FULLY_CONNECTED", NPU, ""),
         Placement(1, "REVERSE_V2", CPU, "no NPU operator of this type"),
@@ -21,7 +20,7 @@ def test_tflite_op_the_chip_lacks_goes_to_the_cpu():
 
 
 def test_custom_op_is_named_by_its_code():
-    placements = place_model(model_builders.int8_fc_sandwich("MyOp"))
+    placements = place_model(host_models.int8_fc_sandwich("MyOp"))
     assert [(p.op, p.device) for p in placements] == [("FULLY_CONNECTED", NPU), ("CUSTOM:MyOp", CPU),
                                                        ("FULLY_CONNECTED", NPU)]
     assert "custom op 'MyOp'" in placements[1].reason
@@ -29,7 +28,7 @@ def test_custom_op_is_named_by_its_code():
 
 def test_allow_list_moves_the_rest_to_the_cpu(tmp_path):
     path = tmp_path / "m.tflite"
-    path.write_bytes(model_builders.int8_fc_sandwich(REVERSE_V2))
+    path.write_bytes(host_models.int8_fc_sandwich(REVERSE_V2))
     placements = place_model(path, ops=["REVERSE_V2"])
     assert [p.device for p in placements] == [CPU, CPU, CPU]
     assert placements[0].reason == "not in the allow-list"
@@ -51,7 +50,7 @@ def test_refusal_comes_from_the_lowering_not_a_name_lookup():
 
 
 def test_onnx_node_indices_and_reasons():
-    model = model_builders.with_cumsum()
+    model = host_models.with_cumsum()
     placements = place_model(model.SerializeToString())
     assert [(p.index, p.op, p.device) for p in placements] == [
         (0, "Conv", NPU), (1, "CumSum", CPU), (2, "Relu", NPU), (3, "Conv", NPU)]
@@ -59,8 +58,7 @@ def test_onnx_node_indices_and_reasons():
 
 
 def test_strict_lists_every_missing_operator():
-    plan = plan_placement(model_builders.int8_fc_sandwich(REVERSE_V2))
+    plan = plan_placement(host_models.int8_fc_sandwich(REVERSE_V2))
     with pytest.raises(FallbackRefusedError, match=r"missing: REVERSE_V2\).*REVERSE_V2 \(op 1\)"):
         plan.refuse_fallback()
-    plan_placement(onnx.load_model_from_string(model_builders.small_cnn().SerializeToString())
-                   .SerializeToString()).refuse_fallback()   # everything on the NPU: nothing refused
+    plan_placement(model_builders.small_cnn().SerializeToString()).refuse_fallback()   # all on the NPU

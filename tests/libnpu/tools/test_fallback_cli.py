@@ -10,14 +10,14 @@ import tflite
 
 from libnpu.loadable import Loadable
 from libnpu.tools.cli import main
-from tests.support import model_builders
+from tests.support import host_models
 from tests.support.litert import litert_run
 
 
 @pytest.fixture
 def reverse_model(tmp_path):
     path = tmp_path / "reverse.tflite"
-    path.write_bytes(model_builders.int8_fc_sandwich(tflite.BuiltinOperator.REVERSE_V2))
+    path.write_bytes(host_models.int8_fc_sandwich(tflite.BuiltinOperator.REVERSE_V2))
     return path
 
 

@@ -59,8 +59,8 @@ def places(tmp_path, resnet8_path) -> dict[str, str]:
     (tmp_path / "truncated.tflite").write_bytes(resnet8_path.read_bytes()[:40_000])
     import tflite
 
-    from tests.support import model_builders
-    (tmp_path / "reverse.tflite").write_bytes(model_builders.int8_fc_sandwich(tflite.BuiltinOperator.REVERSE_V2))
+    from tests.support import host_models
+    (tmp_path / "reverse.tflite").write_bytes(host_models.int8_fc_sandwich(tflite.BuiltinOperator.REVERSE_V2))
     return {"dev": str(tmp_path / "dev"), "missing": str(tmp_path / "nowhere"), "model": str(resnet8_path),
             "tmp": str(tmp_path)}
 
