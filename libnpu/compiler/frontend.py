@@ -32,12 +32,12 @@ def check_int8(graph: Graph) -> None:
 
     Every op must have an int8 kernel on the chip, and every activation must be int8 with
     per-tensor quantization, except the float side of QUANTIZE (input) and DEQUANTIZE
-    (output) ops at the graph's edges. HOST ops (run by the host) are not checked.
+    (output) ops at the graph's edges.
     """
     from .qparams import lowerable
     for op in graph.ops:
         if op.type == "HOST":
-            continue         # the host runs it, on whatever types its operator takes
+            continue         # not the chip's: the host runs it, on whatever types its operator takes
         if not lowerable(op.type):
             raise NotInt8Error(f"{op.describe()}: the chip has no int8 kernel for {op.type}")
         names = [n for n in op.inputs if n and not graph.tensors[n].is_constant] + op.outputs

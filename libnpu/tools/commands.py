@@ -139,26 +139,6 @@ def _quantizer_options(args: argparse.Namespace) -> dict[str, Any]:
     return options
 
 
-def _allow_list(text: str | None) -> list[str] | None:
-    if text is None:
-        return None
-    ops = sorted({op.strip() for op in text.split(",") if op.strip()})
-    if not ops:
-        raise UsageError("--ops needs at least one operator name (e.g. --ops CONV_2D,ADD)")
-    return ops
-
-
-def _placement_options(args: argparse.Namespace) -> dict[str, Any]:
-    """Only the placement options the user set (the default shares libnpu.load's cache key)."""
-    options: dict[str, Any] = {}
-    ops = _allow_list(args.ops)
-    if ops is not None:
-        options["ops"] = ops
-    if args.strict:
-        options["strict"] = True
-    return options
-
-
 def compile_(args: argparse.Namespace) -> int:
     from .compile import compile_model_file, export_int8_tflite, format_plan, input_shapes, plan_report
     from .models import load_calibration, resolve
@@ -212,6 +192,26 @@ def _report(path: Path, ops: list[str] | None, loadable: Any = None) -> tuple[st
 
     from .report import ReportContext, build_report
     return build_report(ReportContext(path, place_model(path, ops=ops), loadable))
+
+
+def _allow_list(text: str | None) -> list[str] | None:
+    if text is None:
+        return None
+    ops = sorted({op.strip() for op in text.split(",") if op.strip()})
+    if not ops:
+        raise UsageError("--ops needs at least one operator name (e.g. --ops CONV_2D,ADD)")
+    return ops
+
+
+def _placement_options(args: argparse.Namespace) -> dict[str, Any]:
+    """Only the placement options the user set (the default shares libnpu.load's cache key)."""
+    options: dict[str, Any] = {}
+    ops = _allow_list(args.ops)
+    if ops is not None:
+        options["ops"] = ops
+    if args.strict:
+        options["strict"] = True
+    return options
 
 
 def inspect(args: argparse.Namespace) -> int:
