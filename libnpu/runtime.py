@@ -351,6 +351,7 @@ class InferRequest:
         self.command.view[:len(commands)] = np.frombuffer(commands, np.uint8)
         self.command_size = len(commands)
         self.buffers = [*model.runtime.weights.values(), *self.memory.values()]
+        self._init_partitions(model, loadable)
         # Built once: the tensors' views into this request's memory and the SUBMIT
         # request itself (same command buffer and buffers every time; only the
         # inputs change between inferences).
@@ -358,22 +359,26 @@ class InferRequest:
         self._outputs = [(desc, self._view(desc)) for desc in loadable.outputs()]
         self._run = device.prepare_submit(self.command, self.buffers, size=self.command_size, wait=True)
         self._submit = device.prepare_submit(self.command, self.buffers, size=self.command_size)
-        # A partitioned model: one job per chip partition, host steps in between.
-        self.partitioned = bool(loadable.host_steps)
-        self._host: dict[int, _HostStepRun] = {}
-        self._sync_segments: list[tuple[PreparedSubmit | None, list[HostStep]]] = []
-        self._async_segments: list[tuple[PreparedSubmit | None, list[HostStep]]] = []
-        if self.partitioned:
-            for step, kernel in zip(loadable.host_steps, model.host_kernels):
-                self._host[id(step)] = _HostStepRun(step, kernel, loadable, self._view)
-            self._sync_segments = _segments(device, loadable, self.command, self.buffers, True)
-            self._async_segments = _segments(device, loadable, self.command, self.buffers, False)
         self.fence: Fence | None = None
         self.timing = Timing()
         self._started = 0.0
         self._waiter: threading.Thread | None = None
+
+    def _init_partitions(self, model: CompiledModel, loadable: Loadable) -> None:
+        """A partitioned model (host steps): one job per chip partition, the host steps in between."""
+        self.partitioned = bool(loadable.host_steps)
+        self._host: dict[int, _HostStepRun] = {}
+        self._sync_segments: list[tuple[PreparedSubmit | None, list[HostStep]]] = []
+        self._async_segments: list[tuple[PreparedSubmit | None, list[HostStep]]] = []
         self._error: Exception | None = None
         self._raise_on_wait = False
+        if self.partitioned:
+            assert self.command is not None, "allocated with the request's memory"
+            for step, kernel in zip(loadable.host_steps, model.host_kernels):
+                self._host[id(step)] = _HostStepRun(step, kernel, loadable, self._view)
+            device = model.device
+            self._sync_segments = _segments(device, loadable, self.command, self.buffers, True)
+            self._async_segments = _segments(device, loadable, self.command, self.buffers, False)
 
     def _view(self, desc: TensorDesc) -> np.ndarray:
         memory = self.memory[desc.region]
@@ -418,15 +423,11 @@ class InferRequest:
         """Submit the job; returns at once.  ``callback(request, error)`` runs in a
         helper thread when the job is done."""
         self._check_usable()
-        if (self.fence is not None and self.fence.status is None) or \
-                (self._waiter is not None and self._waiter.is_alive()):
+        if self.partitioned:
+            return self._start_partitions(callback)
+        if self.fence is not None and self.fence.status is None:
             raise RuntimeError("this request is still running")
         self._started = time.perf_counter()
-        if self.partitioned:     # the partitions and host steps run in order, in a helper thread
-            self._error, self._raise_on_wait = None, callback is None
-            self._waiter = threading.Thread(target=self._run_then_call, args=(callback,), daemon=True)
-            self._waiter.start()
-            return
         self.fence = self.model.device.submit_prepared(self._submit)
         if callback is not None:
             self._waiter = threading.Thread(target=self._wait_then_call, args=(callback,), daemon=True)
@@ -439,6 +440,15 @@ class InferRequest:
         except Exception as exc:  # noqa: BLE001 - handed to the callback
             error = exc
         callback(self, error)
+
+    def _start_partitions(self, callback: Callable[[InferRequest, Exception | None], None] | None) -> None:
+        """``start`` of a partitioned model: the partitions and host steps run in order, in a helper thread."""
+        if self._waiter is not None and self._waiter.is_alive():
+            raise RuntimeError("this request is still running")
+        self._started = time.perf_counter()
+        self._error, self._raise_on_wait = None, callback is None
+        self._waiter = threading.Thread(target=self._run_then_call, args=(callback,), daemon=True)
+        self._waiter.start()
 
     def _run_then_call(self, callback: Callable[[InferRequest, Exception | None], None] | None) -> None:
         try:
