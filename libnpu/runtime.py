@@ -364,22 +364,6 @@ class InferRequest:
         self._started = 0.0
         self._waiter: threading.Thread | None = None
 
-    def _init_partitions(self, model: CompiledModel, loadable: Loadable) -> None:
-        """A partitioned model (host steps): one job per chip partition, the host steps in between."""
-        self.partitioned = bool(loadable.host_steps)
-        self._host: dict[int, _HostStepRun] = {}
-        self._sync_segments: list[tuple[PreparedSubmit | None, list[HostStep]]] = []
-        self._async_segments: list[tuple[PreparedSubmit | None, list[HostStep]]] = []
-        self._error: Exception | None = None
-        self._raise_on_wait = False
-        if self.partitioned:
-            assert self.command is not None, "allocated with the request's memory"
-            for step, kernel in zip(loadable.host_steps, model.host_kernels):
-                self._host[id(step)] = _HostStepRun(step, kernel, loadable, self._view)
-            device = model.device
-            self._sync_segments = _segments(device, loadable, self.command, self.buffers, True)
-            self._async_segments = _segments(device, loadable, self.command, self.buffers, False)
-
     def _view(self, desc: TensorDesc) -> np.ndarray:
         memory = self.memory[desc.region]
         return np.lib.stride_tricks.as_strided(
@@ -440,6 +424,22 @@ class InferRequest:
         except Exception as exc:  # noqa: BLE001 - handed to the callback
             error = exc
         callback(self, error)
+
+    def _init_partitions(self, model: CompiledModel, loadable: Loadable) -> None:
+        """A partitioned model (host steps): one job per chip partition, the host steps in between."""
+        self.partitioned = bool(loadable.host_steps)
+        self._host: dict[int, _HostStepRun] = {}
+        self._sync_segments: list[tuple[PreparedSubmit | None, list[HostStep]]] = []
+        self._async_segments: list[tuple[PreparedSubmit | None, list[HostStep]]] = []
+        self._error: Exception | None = None
+        self._raise_on_wait = False
+        if self.partitioned:
+            assert self.command is not None, "allocated with the request's memory"
+            for step, kernel in zip(loadable.host_steps, model.host_kernels):
+                self._host[id(step)] = _HostStepRun(step, kernel, loadable, self._view)
+            device = model.device
+            self._sync_segments = _segments(device, loadable, self.command, self.buffers, True)
+            self._async_segments = _segments(device, loadable, self.command, self.buffers, False)
 
     def _start_partitions(self, callback: Callable[[InferRequest, Exception | None], None] | None) -> None:
         """``start`` of a partitioned model: the partitions and host steps run in order, in a helper thread."""
@@ -541,8 +541,8 @@ class CompiledModel:
     """A model loaded on a device, ready to infer."""
 
     def __init__(self, loadable: Loadable, device: Device, session: Session | None = None):
-        self.loadable, self.device, self._session = loadable, device, session
         self.host_kernels = host_kernels(loadable)      # before any device memory: fails early
+        self.loadable, self.device, self._session = loadable, device, session
         self.runtime = Runtime(device)
         self.runtime.load(loadable)
         self._idle: list[InferRequest] = []
