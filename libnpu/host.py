@@ -5,8 +5,9 @@ The compiler places each operator of a model on the NPU or the CPU
 carrying what the host needs to run it:
 
 - ``kind="tflite"``: a sub-model cut from the source ``.tflite`` holding the original
-  operator (builtin code, options, custom options), run by LiteRT's own CPU kernels on
-  the reference resolver (``BUILTIN_REF``), so an int8 model stays byte-exact;
+  operators (builtin code, options, custom options; a run of consecutive CPU operators
+  makes one), run by LiteRT's own CPU kernels on the reference resolver
+  (``BUILTIN_REF``), so an int8 model stays byte-exact;
 - ``kind="onnx"``: a one-node ONNX model, run by the compiler's numpy float reference
   when the compiler imports the node (the chip only lacks a kernel for it), else by
   onnxruntime's CPU kernels when onnxruntime is installed;
@@ -39,8 +40,8 @@ class HostCall:
     """One operator the host runs: what the compiler stores for it in the loadable."""
     kind: str            # "tflite" or "onnx"
     model: bytes         # the cut sub-model (its inputs and outputs are the call's)
-    op: str              # the source operator's name ("REVERSE_V2", "CUSTOM:MyOp", "CumSum")
-    source: int          # its index in the source model
+    op: str              # the source operator's name ("REVERSE_V2", "CUSTOM:MyOp", "CumSum"; "A+B" for a run)
+    source: int          # its index in the source model (a run's first)
     reason: str = ""     # why it is not on the NPU
 
     @property

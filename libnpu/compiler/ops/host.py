@@ -1,9 +1,10 @@
 """HOST: an operator the chip lacks, run by the host between the chip's partitions.
 
 Not an operator of any model format: the importers make one for every source operator
-the placement decision (:mod:`libnpu.compiler.placement`) puts on the CPU. Its one
-attribute is the :class:`libnpu.host.HostCall` (the cut sub-model and the source
-operator's name); its inputs and outputs are the source operator's activations. The
+the placement decision (:mod:`libnpu.compiler.placement`) puts on the CPU (for a
+``.tflite``, one per run of consecutive such operators). Its one attribute is the
+:class:`libnpu.host.HostCall` (the cut sub-model and the source operators' names); its
+inputs and outputs are the activations the rest of the graph gives and takes. The
 lowering emits no chip task for it: the runtime runs it on the host in its place.
 """
 from __future__ import annotations
