@@ -183,6 +183,9 @@ class _Importer:
     def import_node(self, node, where: str) -> None:
         attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
         handler = _GLUE.get(node.op_type) or registry.onnx_handler(node.op_type)
+        if handler is None and node.domain not in ("", "ai.onnx"):
+            raise ONNXImportError(f"custom op {node.op_type!r} (domain {node.domain}): the chip has no custom "
+                                  "operators")
         if handler is None:
             raise ONNXImportError(f"unsupported op {where}")
         handler(self, node, attrs, where)

@@ -62,3 +62,17 @@ def test_strict_lists_every_missing_operator():
     with pytest.raises(FallbackRefusedError, match=r"missing: REVERSE_V2\).*REVERSE_V2 \(op 1\)"):
         plan.refuse_fallback()
     plan_placement(model_builders.small_cnn().SerializeToString()).refuse_fallback()   # all on the NPU
+
+
+def test_onnx_custom_domain_op_is_named_custom():
+    from onnx import TensorProto
+    from onnx import helper as h
+    nodes = [h.make_node("Relu", ["x"], ["r"]), h.make_node("MyOp", ["r"], ["m"], domain="my.ops"),
+             h.make_node("Relu", ["m"], ["y"])]
+    graph = h.make_graph(nodes, "custom", [h.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
+                         [h.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])],
+                         value_info=[h.make_tensor_value_info("m", TensorProto.FLOAT, [1, 4])])
+    model = h.make_model(graph, opset_imports=[h.make_opsetid("", 13), h.make_opsetid("my.ops", 1)])
+    placements = place_model(model.SerializeToString())
+    assert [p.device for p in placements] == [NPU, CPU, NPU]
+    assert placements[1].reason == "custom op 'MyOp' (domain my.ops): the chip has no custom operators"
