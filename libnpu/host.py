@@ -13,7 +13,8 @@ carrying what the host needs to run it:
   onnxruntime's CPU kernels when onnxruntime is installed;
 - either kind, when its operator is a custom op (TFLite ``CUSTOM:<code>``) or an ONNX
   op type with a host implementation registered by :func:`register_host_op`: that
-  Python function, on float values.
+  Python function, on float values (a TFLite custom op without one runs on LiteRT's
+  default resolver when it knows the op).
 
 Tensors cross the boundary as the model stores them: a quantized tensor is dequantized
 to float for a float kernel and quantized back on the way out (TFLite rounding).
@@ -146,13 +147,19 @@ class _LiteRTKernel(HostKernel):
     def __init__(self, call: HostCall) -> None:
         super().__init__(call)
         from ai_edge_litert.interpreter import Interpreter, OpResolverType  # type: ignore[import-untyped]
-        try:
-            self.interpreter = Interpreter(model_content=call.model,
-                                           experimental_op_resolver_type=OpResolverType.BUILTIN_REF)
-            self.interpreter.allocate_tensors()
-        except (RuntimeError, ValueError) as exc:
+        failure = None
+        # The reference kernels first (int8 byte-exact); LiteRT's default resolver has more
+        # (e.g. mediapipe's Convolution2DTransposeBias custom op).
+        for resolver in (OpResolverType.BUILTIN_REF, OpResolverType.AUTO):
+            try:
+                self.interpreter = Interpreter(model_content=call.model, experimental_op_resolver_type=resolver)
+                self.interpreter.allocate_tensors()
+                break
+            except (RuntimeError, ValueError) as exc:
+                failure = failure or exc
+        else:
             raise HostOpError(f"{call.op} (operator {call.source}): LiteRT cannot run it on the CPU: "
-                              f"{str(exc).strip().splitlines()[0]}") from exc
+                              f"{str(failure).strip().splitlines()[0]}") from failure
         self._in = self.interpreter.get_input_details()
         self._out = self.interpreter.get_output_details()
         self.inputs = [_tflite_boundary(d) for d in self._in]
@@ -252,8 +259,12 @@ def _tflite_kernel(call: HostCall) -> HostKernel:
         return _LiteRTKernel(call)
     fn = host_op(call.custom_name)
     if fn is None:
-        raise HostOpError(f"custom op {call.custom_name!r} (operator {call.source}) runs on the CPU, but no host "
-                          f"implementation is registered: libnpu.register_host_op({call.custom_name!r}, fn)")
+        try:
+            return _LiteRTKernel(call)       # LiteRT's default resolver knows some custom ops
+        except HostOpError:
+            raise HostOpError(f"custom op {call.custom_name!r} (operator {call.source}) runs on the CPU, but no "
+                              f"host implementation is registered: libnpu.register_host_op({call.custom_name!r}, "
+                              "fn)") from None
     import tflite  # type: ignore[import-untyped]
     m = tflite.Model.GetRootAsModel(call.model, 0)
     sg = m.Subgraphs(0)
