@@ -40,21 +40,25 @@ def cut_tflite(model: bytes, op_indices: Sequence[int], outputs: Sequence[int] |
     """The operators ``op_indices`` of subgraph 0 of ``model`` as a model of their own.
 
     ``outputs``: the source tensors the sub-model returns (default: every tensor its
-    operators write).
+    operators write). Operators computing their inputs from constants alone come along.
     """
     schema = _schema()
     try:
         src = schema.ModelT.InitFromPackedBuf(bytearray(model), 0)
     except Exception as exc:  # flatbuffers reads lazily: damage is any low-level error
         raise IRError(f"cannot read the TFLite model to cut operators {list(op_indices)}: {exc}") from exc
+    if not src.subgraphs or any(not 0 <= i < len(src.subgraphs[0].operators or []) for i in op_indices):
+        raise IRError(f"operators {list(op_indices)}: not all in the model's subgraph 0")
     graph = src.subgraphs[0]
-    chosen = [graph.operators[i] for i in op_indices]
-    written = [t for op in chosen for t in op.outputs if t >= 0]
-    read = [t for op in chosen for t in (op.inputs if op.inputs is not None else []) if t >= 0]
 
     def is_constant(t: int) -> bool:
         buf = src.buffers[graph.tensors[t].buffer] if graph.tensors[t].buffer > 0 else None
         return buf is not None and (buf.data is not None and len(buf.data) > 0 or buf.offset > 1)
+
+    indices = _with_constant_producers(graph, list(op_indices), is_constant)
+    chosen = [graph.operators[i] for i in indices]
+    written = [t for op in chosen for t in op.outputs if t >= 0]
+    read = [t for op in chosen for t in (op.inputs if op.inputs is not None else []) if t >= 0]
 
     inputs = list(dict.fromkeys(t for t in read if t not in written and not is_constant(t)))
     outs = list(dict.fromkeys(outputs if outputs is not None else written))
@@ -96,6 +100,36 @@ def cut_tflite(model: bytes, op_indices: Sequence[int], outputs: Sequence[int] |
     builder = flatbuffers.Builder(1024)
     builder.Finish(cut.Pack(builder), file_identifier=b"TFL3")
     return CutModel(bytes(builder.Output()), tuple(inputs), tuple(outs))
+
+
+def _with_constant_producers(graph, indices: list[int], is_constant) -> list[int]:
+    """``indices`` plus the operators computing their inputs from constants alone (fp16
+    weights behind DEQUANTIZE, DENSIFY of sparse weights), so that a kernel needing
+    constant weights (e.g. a custom transposed convolution) gets them as the source had."""
+    producer = {t: k for k, op in enumerate(graph.operators) for t in op.outputs}
+    constant_result: dict[int, bool] = {}
+
+    def computable(t: int) -> bool:      # a constant, or computed from constants only
+        if t < 0 or is_constant(t):
+            return True
+        if t not in constant_result:
+            constant_result[t] = False   # (no cycles in a TFLite graph; guards anyway)
+            k = producer.get(t)
+            inputs = graph.operators[k].inputs if k is not None else None
+            constant_result[t] = k is not None and inputs is not None and len(inputs) > 0 and \
+                all(computable(int(i)) for i in inputs)
+        return constant_result[t]
+
+    wanted = set(indices)
+    pending = list(indices)
+    while pending:
+        op = graph.operators[pending.pop()]
+        for t in (op.inputs if op.inputs is not None else []):
+            k = producer.get(int(t))
+            if k is not None and k not in wanted and not is_constant(int(t)) and computable(int(t)):
+                wanted.add(k)
+                pending.append(k)
+    return sorted(wanted)
 
 
 def _inline_buffer(schema, buffer, model: bytes):
