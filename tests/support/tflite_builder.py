@@ -17,6 +17,7 @@ from ai_edge_litert.interpreter import Interpreter, OpResolverType
 
 _TENSOR_TYPES = {
     np.dtype(np.float32): tflite.TensorType.FLOAT32,
+    np.dtype(np.float16): tflite.TensorType.FLOAT16,
     np.dtype(np.int32): tflite.TensorType.INT32,
     np.dtype(np.uint8): tflite.TensorType.UINT8,
     np.dtype(np.int64): tflite.TensorType.INT64,
