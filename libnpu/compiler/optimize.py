@@ -32,7 +32,7 @@ def fold_constants(g: Graph) -> int:
     kept = []
     for op in g.ops:
         ins = [g.tensors[i] if i else None for i in op.inputs]
-        # (a HOST op without inputs computes constants too: e.g. DENSIFY of sparse weights)
+        # (a HOST op without inputs computes constants too: e.g. sparse weights made dense)
         if (op.inputs or op.type == "HOST") and all(t is None or t.is_constant for t in ins) \
                 and has_reference(op.type) and (len(op.outputs) == 1 or op.type == "HOST") \
                 and all(t is None or t.quant is None for t in ins):

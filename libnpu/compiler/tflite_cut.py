@@ -105,7 +105,7 @@ def cut_tflite(model: bytes, op_indices: Sequence[int], outputs: Sequence[int] |
 
 def _with_constant_producers(graph, indices: list[int], is_constant) -> list[int]:
     """``indices`` plus the operators computing their inputs from constants alone (fp16
-    weights behind DEQUANTIZE, DENSIFY of sparse weights), so that a kernel needing
+    weights behind DEQUANTIZE, sparse weights made dense), so that a kernel needing
     constant weights (e.g. a custom transposed convolution) gets them as the source had."""
     producer = {t: k for k, op in enumerate(graph.operators) for t in op.outputs}
     constant_result: dict[int, bool] = {}
