@@ -20,6 +20,7 @@ import os
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from .ir import Graph, IRError, Op, SourceOp
 
@@ -171,10 +172,10 @@ def plan_placement(model: bytes | str | os.PathLike, *, ops: Collection[str] | N
         # As the quantizer does first: fold constant subgraphs (fp16 weights behind
         # DEQUANTIZE), so each op is judged with the constants it will really get.
         from .optimize import fold_constants
-        memo: dict[int, object] = {}
-        folded = copy.deepcopy(graph, memo)
+        memo: dict[int, Any] = {}
+        folded = copy.deepcopy(graph, memo)      # memo: id of each original object -> its copy
         fold_constants(folded)
-        same = {i: memo[i] for i in same}      # type: ignore[misc]
+        same = {i: memo[i] for i in same}
         graph = folded
     live = {id(op) for op in graph.ops}          # ops pruned or folded at compile time need no device
     allowed = None if ops is None else set(ops)
