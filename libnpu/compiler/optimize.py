@@ -49,25 +49,6 @@ def fold_constants(g: Graph) -> int:
     return folded
 
 
-def unshare_weights(g: Graph) -> int:
-    """Give each op with weights its own copy of a constant weight or bias that other ops
-    also read (converters share e.g. an all-zero bias): each op quantizes its own."""
-    seen: set[str] = set()
-    copies = 0
-    for op in g.ops:
-        if registry.get(op.type, "weight_axis") is None:
-            continue
-        for k in (1, 2):
-            name = op.inputs[k] if len(op.inputs) > k else ""
-            if not name or not g.tensors[name].is_constant:
-                continue
-            if name in seen:
-                op.inputs[k] = g.add_const(f"{name}_{op.name}", g.tensors[name].data.copy()).name
-                copies += 1
-            seen.add(op.inputs[k])
-    return copies
-
-
 def _channel_vector(t: Tensor, channels: int) -> np.ndarray | None:
     """The per-channel values of a constant that broadcasts only along the last axis."""
     if not t.is_constant:
@@ -221,7 +202,6 @@ def optimize(graph: Graph) -> Graph:
     for t in list(g.constants()):
         if t.dtype == "float16":
             g.tensors[t.name] = Tensor(t.name, t.shape, "float32", None, t.data.astype(np.float32))
-    unshare_weights(g)
     fold_affine_into_conv(g)
     sub_const_to_add(g)
     fuse_activations(g)
