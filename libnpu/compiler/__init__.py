@@ -34,6 +34,7 @@ _EXPORTS = {
     "CompileCache": "cache", "cache_key": "cache", "compile_cached": "cache",
     "load_model": "frontend", "to_int8_graph": "frontend", "check_int8": "frontend",
     "compile_model": "lower", "Progress": "progress",
+    "place_model": "placement", "Placement": "placement", "FallbackRefusedError": "placement",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -32,12 +32,16 @@ def fold_constants(g: Graph) -> int:
     kept = []
     for op in g.ops:
         ins = [g.tensors[i] if i else None for i in op.inputs]
-        if op.inputs and all(t is None or t.is_constant for t in ins) and has_reference(op.type) \
-                and len(op.outputs) == 1 and all(t is None or t.quant is None for t in ins):
-            out = g.tensors[op.outputs[0]]
+        # (a HOST op without inputs computes constants too: e.g. sparse weights made dense)
+        if (op.inputs or op.type == "HOST") and all(t is None or t.is_constant for t in ins) \
+                and has_reference(op.type) and (len(op.outputs) == 1 or op.type == "HOST") \
+                and all(t is None or t.quant is None for t in ins):
             vals = [None if t is None else t.data.astype(np.float32) for t in ins]
-            data = np.asarray(evaluate(op, vals, out), np.float32).reshape(out.shape)
-            g.tensors[out.name] = Tensor(out.name, out.shape, "float32", None, data)
+            value = evaluate(op, vals, g.tensors[op.outputs[0]])
+            for name, v in zip(op.outputs, value if isinstance(value, (list, tuple)) else [value]):
+                out = g.tensors[name]
+                dtype = out.dtype if out.dtype in ("int32", "int64") else "float32"   # shapes stay integers
+                g.tensors[name] = Tensor(name, out.shape, dtype, None, np.asarray(v).astype(dtype).reshape(out.shape))
             folded += 1
         else:
             kept.append(op)
