@@ -19,6 +19,7 @@ from collections.abc import Iterable, Mapping, Sequence
 import numpy as np
 
 from . import registry
+from .calibration import METHODS, Histogram, choose_range
 from .float_ref import FloatInterpreter
 from .ir import Graph, IRError, Op, QuantParams, Tensor
 from .optimize import optimize
@@ -60,22 +61,22 @@ def random_dataset(graph: Graph, count: int = 8, *, low: float = -1.0, high: flo
 class Calibrator:
     """Collects activation statistics over calibration runs.
 
-    ``method="minmax"`` keeps the running min/max; ``"percentile"`` keeps a bounded
-    random sample of each tensor's values and cuts the range at ``percentile`` (and
-    100 - percentile), ignoring rare outliers.
+    ``method="minmax"`` keeps the running min/max; the other methods (``percentile``,
+    ``mse``, ``entropy``; see :mod:`libnpu.compiler.calibration`) keep a histogram of each
+    tensor's values and choose its range from it once every run is in.
     """
 
-    def __init__(self, graph: Graph, method: str = "minmax", percentile: float = 99.99,
-                 sample_cap: int = 50_000, seed: int = 0) -> None:
-        if method not in ("minmax", "percentile"):
-            raise QuantizationError(f"unknown calibration method {method!r}")
+    def __init__(self, graph: Graph, method: str = "minmax", percentile: float = 99.99, seed: int = 0) -> None:
+        if method not in METHODS:
+            raise QuantizationError(f"unknown calibration method {method!r} (expected one of {', '.join(METHODS)})")
+        if not 50.0 < percentile <= 100.0:
+            raise QuantizationError(f"percentile must be in (50, 100], not {percentile}")
         self.model = build_calibration_model(graph)
         self.interp = FloatInterpreter(self.model)
-        self.method, self.percentile, self.cap = method, percentile, sample_cap
-        self.rng = np.random.default_rng(seed)
+        self.method, self.percentile = method, percentile
         self.lo: dict[str, float] = {}
         self.hi: dict[str, float] = {}
-        self.samples: dict[str, list[np.ndarray]] = {}
+        self.histograms: dict[str, Histogram] = {}
         self.runs = 0
 
     def collect(self, feeds: Mapping[str, np.ndarray] | Sequence[np.ndarray]) -> None:
@@ -88,9 +89,8 @@ class Calibrator:
                 v = np.zeros(1, np.float32)
             self.lo[name] = min(self.lo.get(name, np.inf), float(v.min()))
             self.hi[name] = max(self.hi.get(name, -np.inf), float(v.max()))
-            if self.method == "percentile":
-                take = v if v.size <= self.cap else self.rng.choice(v, self.cap, replace=False)
-                self.samples.setdefault(name, []).append(take)
+            if self.method != "minmax":
+                self.histograms.setdefault(name, Histogram()).add(v)
         self.runs += 1
 
     def ranges(self) -> dict[str, Range]:
@@ -98,12 +98,7 @@ class Calibrator:
             raise QuantizationError("calibration: no data collected")
         if self.method == "minmax":
             return {n: (self.lo[n], self.hi[n]) for n in self.lo}
-        out = {}
-        for n, parts in self.samples.items():
-            v = np.concatenate(parts)
-            lo, hi = np.percentile(v, [100 - self.percentile, self.percentile])
-            out[n] = (float(lo), float(hi))
-        return out
+        return {n: choose_range(h, self.method, self.percentile) for n, h in self.histograms.items()}
 
 
 def calibrate(graph: Graph, dataset: Iterable[Mapping[str, np.ndarray] | Sequence[np.ndarray]] | None = None,
@@ -313,11 +308,16 @@ def _float_edges(g: Graph, src: Graph) -> None:
 def quantize_model(graph: Graph,
                    dataset: Iterable[Mapping[str, np.ndarray] | Sequence[np.ndarray]] | None = None, *,
                    method: str = "minmax", percentile: float = 99.99, random_count: int = 8,
-                   fc_per_channel: bool = False, io_dtype: str = "float32", seed: int = 0,
-                   progress: Progress | None = None) -> Graph:
+                   fc_per_channel: bool = False, bias_correction: bool = False, layer_report: bool = False,
+                   io_dtype: str = "float32", seed: int = 0, progress: Progress | None = None) -> Graph:
     """Optimize, calibrate (with ``dataset`` or random data) and quantize a float graph.
 
     Returns an int8 graph whose ops mean what the TFLite int8 reference kernels compute.
+    ``method``: how activation ranges are chosen (:mod:`libnpu.compiler.calibration`);
+    ``bias_correction``: cancel each layer's mean quantization error on the calibration
+    data (:mod:`libnpu.compiler.bias_correction`); ``layer_report``: measure every
+    layer's error against float on the calibration data and keep it in the graph's
+    metadata (``"layer_errors"``, rows of :func:`libnpu.compiler.accuracy.errors_to_json`).
     ``progress`` hears the stages (see :mod:`libnpu.compiler.progress`).
     """
     with stage(progress, "optimize"):
@@ -326,6 +326,14 @@ def quantize_model(graph: Graph,
     ranges = calibrate(opt, data, method=method, percentile=percentile, seed=seed, progress=progress)
     with stage(progress, "quantize"):
         q = quantize(opt, ranges, fc_per_channel=fc_per_channel, io_dtype=io_dtype)
-    q.metadata["calibration"] = {"method": method, "runs": len(data),
-                                 "random": dataset is None}
+    if bias_correction:
+        from .bias_correction import correct_biases
+        correct_biases(opt, q, data, progress=progress)
+        q.validate()
+    q.metadata["calibration"] = {"method": method, "runs": len(data), "random": dataset is None,
+                                 "bias_correction": bias_correction}
+    if layer_report:
+        from .accuracy import errors_to_json, layer_errors
+        with stage(progress, "accuracy"):
+            q.metadata["layer_errors"] = errors_to_json(layer_errors(opt, q, data))
     return q
