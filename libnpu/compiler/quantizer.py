@@ -1,16 +1,20 @@
 """Post-training int8 quantization of a float IR graph (in the style of FuriosaAI's
-quantizer: optimize -> calibration model -> calibrate -> quantize).
+quantizer: optimize -> calibration model -> calibrate -> quantize [-> bias correction]
+[-> per-layer accuracy report]).
 
 The result follows the TFLite int8 quantization spec, so the chip's TFLite-exact
 kernels run it as they run a TFLite int8 model:
 - activations: int8, per-tensor, asymmetric (zero point in [-128, 127]);
-- weights (an operator's ``weight_axis``): int8, symmetric, per output channel; fully
-  connected weights (``fc_weights``) per-tensor by default (per-channel optional);
+- weights (an operator's ``weight_axis``): int8, symmetric, per output channel, fully
+  connected weights (``fc_weights``) included (LiteRT's reference FULLY_CONNECTED takes
+  per-channel int8 weights, byte-exact with the chip: tests/libnpu/compiler/
+  test_int8_on_kernels.py); ``fc_per_channel=False`` gives per-tensor FC weights;
 - biases: int32, zero point 0, scale = input scale * weight scale (per channel);
 - outputs the int8 spec fixes (``fixed_output``, e.g. scale 1/256, zero point -128) get that;
 - ops that move data without rescaling (``same_scale``: pools, reshapes, ...) share one
   scale/zero point between inputs and output.
-Each operator declares its rule in ``compiler.ops``.
+Each operator declares its rule in ``compiler.ops``. Activation ranges come from the
+calibration data by one of the methods of :mod:`libnpu.compiler.calibration`.
 """
 from __future__ import annotations
 
@@ -224,7 +228,7 @@ def _quantize_weights(w: np.ndarray, axis: int | None, bias: np.ndarray | None,
     return q, QuantParams(scale, np.zeros(scale.size, np.int64), axis if axis is not None else 0)
 
 
-def quantize(graph: Graph, ranges: Mapping[str, Range], *, fc_per_channel: bool = False,
+def quantize(graph: Graph, ranges: Mapping[str, Range], *, fc_per_channel: bool = True,
              io_dtype: str = "float32") -> Graph:
     """Quantize a float graph (ideally optimized) with calibration ``ranges``.
 
@@ -308,7 +312,7 @@ def _float_edges(g: Graph, src: Graph) -> None:
 def quantize_model(graph: Graph,
                    dataset: Iterable[Mapping[str, np.ndarray] | Sequence[np.ndarray]] | None = None, *,
                    method: str = "minmax", percentile: float = 99.99, random_count: int = 8,
-                   fc_per_channel: bool = False, bias_correction: bool = False, layer_report: bool = False,
+                   fc_per_channel: bool = True, bias_correction: bool = False, layer_report: bool = False,
                    io_dtype: str = "float32", seed: int = 0, progress: Progress | None = None) -> Graph:
     """Optimize, calibrate (with ``dataset`` or random data) and quantize a float graph.
 
