@@ -229,11 +229,13 @@ def _quantize_weights(w: np.ndarray, axis: int | None, bias: np.ndarray | None,
 
 
 def quantize(graph: Graph, ranges: Mapping[str, Range], *, fc_per_channel: bool = True,
-             io_dtype: str = "float32") -> Graph:
+             io_dtype: str = "float32", moments: Mapping[str, np.ndarray] | None = None) -> Graph:
     """Quantize a float graph (ideally optimized) with calibration ``ranges``.
 
     ``io_dtype="float32"`` keeps float inputs/outputs (QUANTIZE / DEQUANTIZE ops at the
-    edges); ``"int8"`` makes the graph inputs/outputs int8 tensors.
+    edges); ``"int8"`` makes the graph inputs/outputs int8 tensors. ``moments`` (by weight
+    tensor name, from :func:`libnpu.compiler.weight_rounding.input_moments`): round those
+    weights by GPTQ instead of to the nearest step.
     """
     if io_dtype not in ("float32", "int8"):
         raise QuantizationError(f"io_dtype must be 'float32' or 'int8', not {io_dtype!r}")
@@ -264,6 +266,9 @@ def quantize(graph: Graph, ranges: Mapping[str, Range], *, fc_per_channel: bool 
             per_tensor = registry.get(op.type, "fc_weights") and not fc_per_channel
             axis = None if per_tensor else weight_axis
             wq, wqp = _quantize_weights(w_t.data, axis, bias, in_scale)
+            if moments is not None and w_t.name in moments and axis in (0, None):
+                from .weight_rounding import gptq_round
+                wq = gptq_round(w_t.data, wqp.scale, moments[w_t.name])
             g.add_tensor(Tensor(w_t.name, w_t.shape, "int8", wqp, wq))
             if b_name:
                 bs = (wqp.scale.astype(np.float64) * in_scale)
@@ -312,30 +317,41 @@ def _float_edges(g: Graph, src: Graph) -> None:
 def quantize_model(graph: Graph,
                    dataset: Iterable[Mapping[str, np.ndarray] | Sequence[np.ndarray]] | None = None, *,
                    method: str = "minmax", percentile: float = 99.99, random_count: int = 8,
-                   fc_per_channel: bool = True, bias_correction: bool = False, layer_report: bool = False,
-                   io_dtype: str = "float32", seed: int = 0, progress: Progress | None = None) -> Graph:
+                   fc_per_channel: bool = True, weight_rounding: str = "nearest", bias_correction: bool = False,
+                   layer_report: bool = False, io_dtype: str = "float32", seed: int = 0,
+                   progress: Progress | None = None) -> Graph:
     """Optimize, calibrate (with ``dataset`` or random data) and quantize a float graph.
 
     Returns an int8 graph whose ops mean what the TFLite int8 reference kernels compute.
     ``method``: how activation ranges are chosen (:mod:`libnpu.compiler.calibration`);
+    ``weight_rounding``: ``"nearest"`` or ``"gptq"`` (conv / FC weights rounded for the
+    calibration data's inputs, :mod:`libnpu.compiler.weight_rounding`);
     ``bias_correction``: cancel each layer's mean quantization error on the calibration
     data (:mod:`libnpu.compiler.bias_correction`); ``layer_report``: measure every
     layer's error against float on the calibration data and keep it in the graph's
     metadata (``"layer_errors"``, rows of :func:`libnpu.compiler.accuracy.errors_to_json`).
     ``progress`` hears the stages (see :mod:`libnpu.compiler.progress`).
     """
+    if weight_rounding not in ("nearest", "gptq"):
+        raise QuantizationError(f"weight_rounding must be 'nearest' or 'gptq', not {weight_rounding!r}")
     with stage(progress, "optimize"):
         opt = optimize(graph)
     data = list(dataset) if dataset is not None else random_dataset(opt, random_count, seed=seed)
     ranges = calibrate(opt, data, method=method, percentile=percentile, seed=seed, progress=progress)
+    moments = None
+    if weight_rounding == "gptq":
+        from .weight_rounding import input_moments
+        with stage(progress, "weight rounding"):
+            moments = input_moments(opt, data, seed=seed)
     with stage(progress, "quantize"):
-        q = quantize(opt, ranges, fc_per_channel=fc_per_channel, io_dtype=io_dtype)
+        q = quantize(opt, ranges, fc_per_channel=fc_per_channel, io_dtype=io_dtype, moments=moments)
     if bias_correction:
         from .bias_correction import correct_biases
         correct_biases(opt, q, data, progress=progress)
         q.validate()
     q.metadata["calibration"] = {"method": method, "runs": len(data), "random": dataset is None,
-                                 "bias_correction": bias_correction}
+                                 "bias_correction": bias_correction,
+                                 **({"weight_rounding": weight_rounding} if weight_rounding != "nearest" else {})}
     if layer_report:
         from .accuracy import errors_to_json, layer_errors
         with stage(progress, "accuracy"):

@@ -138,6 +138,8 @@ def _quantizer_options(args: argparse.Namespace) -> dict[str, Any]:
         if not 50 < args.percentile <= 100:
             raise UsageError(f"--percentile must be in (50, 100], not {args.percentile}")
         options["percentile"] = args.percentile
+    if args.weight_rounding != "nearest":
+        options["weight_rounding"] = args.weight_rounding
     if args.bias_correction:
         options["bias_correction"] = True
     if args.fc_per_tensor:

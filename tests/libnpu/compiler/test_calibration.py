@@ -119,3 +119,39 @@ def test_layer_report_lands_in_the_metadata():
     rows = q.metadata["layer_errors"]
     assert [r["tensor"] for r in rows][-1] == next(op for op in q.ops if op.type == "SOFTMAX").outputs[0]
     assert all(r["sqnr_db"] is None or r["sqnr_db"] > 10 for r in rows)
+
+
+def test_gptq_rounds_for_the_inputs_and_keeps_the_grid():
+    from libnpu.compiler.weight_rounding import gptq_round
+    rng = np.random.default_rng(3)
+    # Correlated inputs and an output much smaller than its terms (a regression head).
+    basis = rng.standard_normal((8, 64))
+    x = np.abs(rng.standard_normal((400, 8)) @ basis)
+    w = rng.standard_normal((16, 64)) * 0.3
+    w -= (x.mean(0) @ w.T)[:, None] * x.mean(0)[None, :] / (x.mean(0) @ x.mean(0))  # cancel on average
+    scale = np.abs(w).max(axis=1) / 127
+    nearest = np.clip(np.round(w / scale[:, None]), -127, 127)
+    moment = x[:200].T @ x[:200] / 200
+    rounded = gptq_round(w.astype(np.float32), scale, moment)
+    assert rounded.dtype == np.int8 and np.abs(rounded.astype(int)).max() <= 127
+    assert np.abs(rounded - nearest).max() >= 1                 # some weights took the other step
+    held_out = x[200:]
+    ref = held_out @ w.T
+
+    def err(q):
+        return np.square(held_out @ (q * scale[:, None]).T - ref).mean()
+    assert err(rounded) < err(nearest) / 4
+
+
+def test_gptq_option_on_a_model():
+    model = import_onnx(builders.small_cnn())
+    feeds = [[RNG.standard_normal((1, 3, 16, 16)).astype(np.float32)] for _ in range(4)]
+    plain = quantize_model(model, feeds)
+    gptq = quantize_model(model, feeds, weight_rounding="gptq")
+    assert gptq.metadata["calibration"]["weight_rounding"] == "gptq"
+    changed = [n for n, t in plain.tensors.items() if t.dtype == "int8" and t.is_constant
+               and not np.array_equal(t.data, gptq.tensors[n].data)]
+    assert changed                                               # conv / FC weights re-rounded
+    assert all(gptq.tensors[n].quant == plain.tensors[n].quant for n in changed)   # same grids
+    with pytest.raises(QuantizationError, match="weight_rounding"):
+        quantize_model(model, feeds, weight_rounding="adaround")
