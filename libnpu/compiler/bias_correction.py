@@ -43,6 +43,20 @@ def _on_grid(t: Tensor, value: np.ndarray) -> np.ndarray:
     return value
 
 
+def _quant(t: Tensor) -> QuantParams:
+    if t.quant is None:
+        raise IRError(f"bias correction: tensor {t.name!r} is not quantized")
+    return t.quant
+
+
+def _free(envs: Sequence[dict[str, np.ndarray]], names: Iterable[str], last: Mapping[str, int], index: int) -> None:
+    """Drop the tensors whose last use is op ``index``."""
+    for name in names:
+        if name and last.get(name) == index:
+            for env in envs:
+                env.pop(name, None)
+
+
 def _last_uses(ops: Sequence[Op]) -> dict[str, int]:
     last: dict[str, int] = {}
     for index, op in enumerate(ops):
@@ -57,7 +71,7 @@ def _bias_tensor(q: Graph, op: Op, channels: int, in_scale: float) -> Tensor:
     if len(op.inputs) > 2 and op.inputs[2]:
         return q.tensors[op.inputs[2]]
     w = q.tensors[op.inputs[1]]
-    scale = (w.quant.scale.astype(np.float64) * in_scale).astype(np.float32)
+    scale = (_quant(w).scale.astype(np.float64) * in_scale).astype(np.float32)
     if scale.size == 1:
         scale = np.full(channels, scale[0], np.float32)
     name = q.unique_name(f"{op.outputs[0]}_bias")
@@ -87,7 +101,7 @@ def correct_biases(float_graph: Graph, quantized: Graph, dataset: Iterable[Feed]
         for n in quantized.inputs:
             t = quantized.tensors[n]
             value = np.asarray(feed[n], np.float32)
-            env[n] = t.quant.dequantize(t.quant.quantize(value, t.dtype)) if t.dtype != "float32" else value
+            env[n] = _on_grid(t, value)
     last = _last_uses(quantized.ops)
     float_last: dict[str, int] = {}
     for index, op in enumerate(quantized.ops):
@@ -124,23 +138,21 @@ def correct_biases(float_graph: Graph, quantized: Graph, dataset: Iterable[Feed]
             channels = out_t.shape[-1] if out_t.shape else 0
             if weighted and channels and all(y.shape == ys_f[0].shape for y in ys_q):
                 shift = np.mean([(yq - yf).reshape(-1, channels).mean(axis=0) for yq, yf in zip(ys_q, ys_f)], axis=0)
-                in_scale = float(quantized.tensors[op.inputs[0]].quant.scale[0])
+                in_scale = float(_quant(quantized.tensors[op.inputs[0]]).scale[0])
                 bias = _bias_tensor(quantized, op, channels, in_scale)
-                if bias.shape == (channels,):
-                    bs = bias.quant.scale.astype(np.float64)
-                    new = np.clip(np.round(bias.data.astype(np.float64) - shift / bs), -2 ** 31, 2 ** 31 - 1)
-                    delta = ((new - bias.data) * bs).astype(np.float32)
+                if bias.shape == (channels,) and bias.data is not None:
+                    bs = _quant(bias).scale.astype(np.float64)
+                    old = bias.data.astype(np.float64)
+                    new = np.clip(np.round(old - shift / bs), -2 ** 31, 2 ** 31 - 1)
+                    delta = ((new - old) * bs).astype(np.float32)
                     bias.data = new.astype(np.int32)
                     ys_q = [y + delta for y in ys_q]
                     corrections[out] = float(np.abs(delta).max(initial=0.0))
             for fe, qe, yf, yq in zip(fenv, qenv, ys_f, ys_q):
                 fe[fop.outputs[0]] = activation(yf, act) if weighted else yf
                 qe[out] = _on_grid(out_t, activation(yq, act) if weighted else yq)
-        for env, table, used in ((qenv, last, op.inputs), (fenv, float_last, fop.inputs if fop else ())):
-            for name in used:
-                if name and table.get(name) == index:
-                    for e in env:
-                        e.pop(name, None)
+        _free(qenv, op.inputs, last, index)
+        _free(fenv, fop.inputs if fop is not None else (), float_last, index)
         if progress is not None:
             progress("bias correction", index + 1, total)
     return corrections
