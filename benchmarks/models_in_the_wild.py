@@ -104,11 +104,11 @@ def judge_onnx(name: str, got: np.ndarray, want: np.ndarray) -> OutputCheck:
 
 
 def cpu_ops(loadable: Loadable) -> list[str]:
-    """Operators the loadable leaves to the host (the compiler's placement, when it records one)."""
-    placement = loadable.metadata.get("placement") or {}
-    if isinstance(placement, dict):
-        return sorted(str(op) for op, where in placement.items() if str(where).lower() in ("cpu", "host"))
-    return []
+    """Operators the compiler left to the host: the loadable's ``placement`` metadata, rows
+    ``[index, operator, device, reason]`` (device "NPU" or "CPU"); none without it."""
+    rows = loadable.metadata.get("placement") or []
+    return [str(row[1]) for row in rows if isinstance(row, (list, tuple)) and len(row) > 2
+            and str(row[2]).upper() == "CPU"]
 
 
 def _reason(exc: BaseException) -> str:

@@ -19,7 +19,7 @@ from libnpu.compiler.cache import CompileCache, compile_cached
 from libnpu.loadable import Loadable, RegionKind
 
 __all__ = ["CompileResult", "StageTimer", "compile_model_file", "export_int8_tflite", "describe_model", "plan_report",
-           "format_plan", "input_shapes", "quantization_report"]
+           "format_plan", "input_shapes", "quantization_report", "quantization_section"]
 
 
 @dataclass
@@ -113,6 +113,13 @@ def export_int8_tflite(model: str | os.PathLike, output: str | os.PathLike, data
         timer.close()
     Path(output).write_bytes(export_tflite(graph))
     return ExportResult(len(graph.ops), time.perf_counter() - started, timer.stages, dict(graph.metadata))
+
+
+def quantization_section(metadata: dict[str, Any], worst: int | None = 10) -> tuple[list[str], Any]:
+    """The quantization section of a report as (text lines, JSON value): how the model was
+    calibrated and each layer's error against float on the calibration data."""
+    text = quantization_report(metadata, worst).splitlines()
+    return text, {"calibration": metadata.get("calibration"), "layer_errors": metadata.get("layer_errors")}
 
 
 def quantization_report(metadata: dict[str, Any], worst: int | None = 10) -> str:
