@@ -18,6 +18,7 @@ calibration data by one of the methods of :mod:`libnpu.compiler.calibration`.
 """
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Mapping, Sequence
 
 import numpy as np
@@ -162,6 +163,34 @@ def _roles(g: Graph) -> dict[str, tuple[str, Op]]:
     return roles
 
 
+_PROBE = np.linspace(-64.0, 64.0, 16385, dtype=np.float32).reshape(-1, 1)
+
+
+@functools.cache
+def _unsaturated_domain(op_type: str) -> Range | None:
+    """The inputs over which an operator with a fixed output grid (LOGISTIC, TANH) has not
+    yet reached the grid's ends, probed with its float reference; None if it has no such
+    finite domain (e.g. SOFTMAX, whose value depends on a whole row)."""
+    operator = registry.find(op_type)
+    if operator is None or operator.fixed_output is None or operator.float_ref is None:
+        return None
+    scale, zp = operator.fixed_output
+    out = Tensor("probe", _PROBE.shape, "float32")
+    try:
+        with np.errstate(all="ignore"):
+            y = np.asarray(operator.float_ref(Op(op_type, ["x"], ["probe"], {}), [_PROBE], out), np.float64)
+    except Exception:  # an operator whose reference needs attributes: no domain to probe
+        return None
+    if y.shape != _PROBE.shape:
+        return None
+    q = np.round(y.reshape(-1) / scale) + zp
+    inside = (q > -128) & (q < 127)
+    if not inside.any() or inside[0] or inside[-1]:
+        return None
+    x = _PROBE.reshape(-1)[inside]
+    return float(x.min()), float(x.max())
+
+
 def _activation_table(g: Graph, ranges: Mapping[str, Range], roles) -> dict[str, QuantParams]:
     """Quantization parameters for every non-weight tensor, honouring the spec's constraints."""
     rng: dict[str, Range] = {}
@@ -173,6 +202,20 @@ def _activation_table(g: Graph, ranges: Mapping[str, Range], roles) -> dict[str,
             rng[name] = (float(d.min()), float(d.max())) if d.size else (0.0, 0.0)
         elif name in ranges:
             rng[name] = ranges[name]
+    # A saturating op's input keeps the whole domain where its output still moves: a
+    # presence score the calibration pictures never raised (no person in them) must not be
+    # clipped at the highest logit they gave (pose_landmark_full: 0.35, so every person
+    # scored sigmoid(0.35) = 0.59 instead of 0.91). It costs the input grid a little
+    # resolution that the output's 1/256 grid mostly hides.
+    # Only a tensor with a grid of its own (not one shared by same-scale data movement).
+    producers = {op.outputs[0]: op for op in g.ops}
+    for op in g.ops:
+        domain = _unsaturated_domain(op.type)
+        x = op.inputs[0] if op.inputs else ""
+        producer = producers.get(x)
+        if domain is not None and x in rng and producer is not None and \
+                not registry.get(producer.type, "same_scale"):
+            rng[x] = (min(rng[x][0], domain[0]), max(rng[x][1], domain[1]))
     fixed: dict[str, QuantParams] = {}
     uf = _UnionFind()
     for op in g.ops:

@@ -155,3 +155,17 @@ def test_gptq_option_on_a_model():
     assert all(gptq.tensors[n].quant == plain.tensors[n].quant for n in changed)   # same grids
     with pytest.raises(QuantizationError, match="weight_rounding"):
         quantize_model(model, feeds, weight_rounding="adaround")
+
+
+def test_a_saturating_ops_input_keeps_the_domain_where_its_output_moves():
+    model = import_onnx(builders.layout_mix())
+    feeds = [[0.01 * RNG.standard_normal((1, 4, 8, 8)).astype(np.float32)] for _ in range(2)]   # tiny logits
+    q = quantize_model(model, feeds)
+    tanh_in = next(op for op in q.ops if op.type == "TANH").inputs[0]
+    qp = q.tensors[tanh_in].quant
+    lo, hi = qp.dequantize(np.array([-128, 127]))
+    assert lo < -3.1 and hi > 2.5           # tanh reaches its last int8 step near +-3.1 / 2.6
+    # A same-scale tensor (average pool -> sigmoid) keeps its calibrated range.
+    sig_in = next(op for op in q.ops if op.type == "LOGISTIC").inputs[0]
+    lo, hi = q.tensors[sig_in].quant.dequantize(np.array([-128, 127]))
+    assert hi - lo < 1
