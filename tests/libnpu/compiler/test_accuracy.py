@@ -58,3 +58,16 @@ def test_json_round_trip_keeps_infinite_sqnr():
         b = back[name]
         assert (b.sqnr_db == e.sqnr_db) or (math.isclose(b.sqnr_db, e.sqnr_db))
         assert b.float_range == e.float_range
+
+
+def test_tensors_only_the_quantized_graph_has_are_followed():
+    """A precision change the float graph lacks (here a requantizing QUANTIZE) does not stop the report."""
+    from libnpu.compiler.ir import Op, Tensor
+    g, q = _small_cnn()
+    pool = next(op for op in q.ops if op.type == "MAX_POOL_2D")
+    src = q.tensors[pool.inputs[0]]
+    q.tensors["moved"] = Tensor("moved", src.shape, "int8", src.quant)
+    q.ops.insert(q.ops.index(pool), Op("QUANTIZE", [src.name], ["moved"], name="moved"))
+    pool.inputs[0] = "moved"
+    errors = layer_errors(g, q, _feeds(1))
+    assert "moved" not in errors and errors[pool.outputs[0]].local_sqnr_db > 20
