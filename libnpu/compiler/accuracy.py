@@ -1,9 +1,14 @@
 """How far a quantized graph's tensors drift from the float graph's, layer by layer.
 
-:func:`layer_errors` runs the float graph and the quantized graph (simulated by the float
-reference interpreter: every quantized tensor rounded to its int grid, which the chip's
-TFLite-exact kernels match to within a few LSBs of requantization rounding) on the same
-data and measures every tensor both graphs have, two ways:
+:func:`layer_errors` runs the float graph and the quantized graph on the same data and
+measures every tensor both graphs have, two ways. The quantized graph is simulated by the
+float reference interpreter (every quantized tensor rounded to its int grid), not run by
+the chip's integer kernels: each op differs from them by requantization rounding only,
+but a network that amplifies rounding shows it. Measured on mediapipe's hand_landmark_lite
+(one picture, against LiteRT's BUILTIN_REF int8 kernels, which the chip matches byte for
+byte): mean differences under 0.4 LSB on every tensor, single elements up to 58 LSB apart
+in depthwise layers. The figures are statistics of the same error process as the chip's,
+not the chip's own values:
 
 * **cumulative** (``sqnr_db``, ``cosine``): the quantized graph run end to end, so a
   tensor's error includes every error upstream of it; this is what the outputs show.
