@@ -309,9 +309,12 @@ def quantize(graph: Graph, ranges: Mapping[str, Range], *, fc_per_channel: bool 
             per_tensor = registry.get(op.type, "fc_weights") and not fc_per_channel
             axis = None if per_tensor else weight_axis
             wq, wqp = _quantize_weights(w_t.data, axis, bias, in_scale)
-            if moments is not None and w_t.name in moments and axis in (0, None):
-                from .weight_rounding import gptq_round
-                wq = gptq_round(w_t.data, wqp.scale, moments[w_t.name])
+            if moments is not None and w_t.name in moments:
+                from .weight_rounding import gptq_round, gptq_round_depthwise
+                if op.type == "DEPTHWISE_CONV_2D":
+                    wq = gptq_round_depthwise(w_t.data, wqp.scale, moments[w_t.name])
+                elif axis in (0, None):
+                    wq = gptq_round(w_t.data, wqp.scale, moments[w_t.name])
             g.add_tensor(Tensor(w_t.name, w_t.shape, "int8", wqp, wq))
             if b_name:
                 bs = (wqp.scale.astype(np.float64) * in_scale)

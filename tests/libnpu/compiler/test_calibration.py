@@ -169,3 +169,25 @@ def test_a_saturating_ops_input_keeps_the_domain_where_its_output_moves():
     sig_in = next(op for op in q.ops if op.type == "LOGISTIC").inputs[0]
     lo, hi = q.tensors[sig_in].quant.dequantize(np.array([-128, 127]))
     assert hi - lo < 1
+
+
+def test_gptq_depthwise_rounds_each_channel_for_its_own_inputs():
+    from libnpu.compiler.weight_rounding import gptq_round_depthwise
+    rng = np.random.default_rng(4)
+    # Smooth (correlated) pictures and channels whose taps nearly cancel, as folded batch norm leaves them.
+    pics = np.cumsum(np.cumsum(rng.standard_normal((60, 12, 12, 3)), axis=1), axis=2)
+    rows = np.stack([np.lib.stride_tricks.sliding_window_view(pics[..., c], (3, 3), axis=(1, 2))
+                     .reshape(-1, 9) for c in range(3)])                         # [C, rows, 9]
+    w = rng.standard_normal((9, 3)) * 20
+    w -= w.mean(axis=0)                                                          # taps sum to ~0
+    w = w.reshape(1, 3, 3, 3)
+    scale = np.abs(w).reshape(9, 3).max(axis=0) / 127
+    moments = np.einsum("cri,crj->cij", rows[:, :3000], rows[:, :3000]) / 3000
+    rounded = gptq_round_depthwise(w.astype(np.float32), scale, moments)
+    nearest = np.clip(np.round(w / scale), -127, 127)
+    held_out = rows[:, 3000:]
+
+    def err(q):
+        return np.square(np.einsum("cri,ic->cr", held_out, (q * scale - w).reshape(9, 3))).mean()
+    assert rounded.shape == w.shape and rounded.dtype == np.int8
+    assert err(rounded) < err(nearest) / 2
