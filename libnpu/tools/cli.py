@@ -89,7 +89,7 @@ def _calibration_args(p: argparse.ArgumentParser) -> None:
                    help="how activation ranges are chosen from the calibration data (default minmax)")
     p.add_argument("--percentile", type=float, help="with --method percentile: the kept percentile (default 99.99)")
     p.add_argument("--weight-rounding", choices=("nearest", "gptq"), default="nearest",
-                   help="gptq: round conv/FC weights for the calibration data's inputs (GPTQ) instead of "
+                   help="gptq: round conv/depthwise/FC weights for the calibration data's inputs (GPTQ) instead of "
                         "to the nearest step (default nearest)")
     p.add_argument("--bias-correction", action="store_true",
                    help="correct each layer's bias for its mean quantization error on the calibration data")
