@@ -22,14 +22,14 @@ reason: nothing is skipped. Run from the repository root::
 
 Measured 2026-11-24 on branch quant (before the operator and fallback branches merged),
 recipe below, on the device: mediapipe 1/13 pass (face_detection_short_range, cosine
-0.993/0.996); 9 are refused (PRELU 6, HARD_SWISH 2, DENSIFY 2 - counted once each);
-hand_landmark_lite / _full fail on world landmarks (cosine 0.969 / 0.962) and handedness
-(|diff| 0.104 / 0.104); pose_landmark_full fails on four of five outputs (segmentation
-0.51, world landmarks 0.56, presence |diff| 0.97): its trunk falls to 7-15 dB cumulative
-SQNR in int8 (``npu compile --report``). ONNX: 24/44 pass, the 20 others refused by the
-importer (Clip with general bounds, ConvTranspose, DepthToSpace, Exp, Expand,
-LpNormalization, MatMul of two activations, Mean, ReduceL2, ReduceSum, Slice, Softplus,
-Split, Unsqueeze).
+0.994/0.996); 9 are refused (PRELU 6, HARD_SWISH 2, DENSIFY 2 - counted once each);
+hand_landmark_lite / _full fail on world landmarks (cosine 0.964 / 0.979; 0.52 / 0.61
+before this branch) and handedness (|diff| 0.092 / 0.132); pose_landmark_full fails on
+four of five outputs (segmentation 0.62, world landmarks 0.61, presence |diff| 0.97): its
+trunk falls to 7-15 dB cumulative SQNR in int8 (``npu compile --report``). ONNX: 24/44
+pass, the 20 others refused by the importer (Clip with general bounds, ConvTranspose,
+DepthToSpace, Exp, Expand, LpNormalization, MatMul of two activations, Mean, ReduceL2,
+ReduceSum, Slice, Softplus, Split, Unsqueeze).
 
 The mediapipe models are compiled with ``RECIPE`` (``--plain``: the compiler's defaults);
 quantizer options (``--method``, ``--option key=json``) go to the compiler as ``npu compile``
@@ -62,7 +62,7 @@ CALIBRATION = ("coffee", "camera", "motorcycle_left", "coins", "moon", "brick", 
 EVALUATION = ("astronaut", "chelsea")
 
 #: Quantizer options the mediapipe models are compiled with unless --plain: GPTQ weight
-#: rounding took hand_landmark_lite's world landmarks from cosine 0.77 to 0.96 (simulated).
+#: rounding took hand_landmark_lite's world landmarks from cosine 0.77 to 0.96-0.98.
 RECIPE: dict[str, Any] = {"weight_rounding": "gptq"}
 
 COSINE_BAR = 0.98
