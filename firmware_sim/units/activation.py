@@ -7,12 +7,18 @@ import numpy as np
 from firmware_sim.kernels import activations
 from firmware_sim.spec import ops
 
-from .common import count, dims, unit
+from .common import OpDescriptorError, count, dims, unit
 from .elementwise import flat_cost
+
+
+def _int8_only(desc: np.void) -> None:
+    if int(desc["flags"]) & ops.OPF_INT16:
+        raise OpDescriptorError("this activation has no int16 mode (OPF_INT16)")
 
 
 @unit(ops.OP_RELU, flat_cost(1, 1))
 def relu(desc: np.void, dma) -> None:
+    _int8_only(desc)
     n = count(desc)
     x = dma.read_array(int(desc["input"]), np.int8, (n,))
     out = dma.write_array(int(desc["output"]), np.int8, (n,))
@@ -23,6 +29,7 @@ def relu(desc: np.void, dma) -> None:
 
 @unit(ops.OP_LUT, flat_cost(1, 1, 256))
 def lut(desc: np.void, dma) -> None:
+    _int8_only(desc)
     n = count(desc)
     x = dma.read_array(int(desc["input"]), np.int8, (n,))
     table = dma.read_array(int(desc["lut"]), np.int8, (256,))
@@ -36,6 +43,7 @@ def _softmax_cost(desc: np.void) -> tuple[int, int]:
 
 @unit(ops.OP_SOFTMAX, _softmax_cost)
 def softmax(desc: np.void, dma) -> None:
+    _int8_only(desc)
     shape = dims((desc["rows"], desc["depth"]), "rows/depth")
     x = dma.read_array(int(desc["input"]), np.int8, shape)
     activations.softmax(x, input_beta_multiplier=int(desc["input_beta_multiplier"]),

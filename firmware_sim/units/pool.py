@@ -6,7 +6,7 @@ import numpy as np
 from firmware_sim.kernels import pooling
 from firmware_sim.spec import ops
 
-from .common import OpDescriptorError, dims, plan, prod, ranked, unit
+from .common import OpDescriptorError, act_dtype, dims, plan, prod, ranked, unit
 
 
 def _parse(desc: np.void) -> tuple:
@@ -23,13 +23,15 @@ def _parse(desc: np.void) -> tuple:
 
 def _pool(desc: np.void, dma, fn) -> None:
     x_at, out_at, kwargs = plan("pool", desc, _parse).fields
-    fn(dma.read_array(x_at[0], np.int8, x_at[1]),
-       out=dma.write_array(out_at[0], np.int8, out_at[1]), **kwargs)
+    dtype = act_dtype(desc)
+    fn(dma.read_array(x_at[0], dtype, x_at[1]),
+       out=dma.write_array(out_at[0], dtype, out_at[1]), **kwargs)
 
 
 def _pool_cost(desc: np.void) -> tuple[int, int]:
     out = prod(desc["out_shape"])
-    return out * prod(desc["filter_hw"]), prod(desc["in_shape"]) + out
+    size = np.dtype(act_dtype(desc)).itemsize
+    return out * prod(desc["filter_hw"]), (prod(desc["in_shape"]) + out) * size
 
 
 @unit(ops.OP_MAX_POOL_2D, _pool_cost)
@@ -51,6 +53,8 @@ def _mean_cost(desc: np.void) -> tuple[int, int]:
 
 @unit(ops.OP_MEAN, _mean_cost)
 def mean(desc: np.void, dma) -> None:
+    if int(desc["flags"]) & ops.OPF_INT16:
+        raise OpDescriptorError("MEAN has no int16 mode")
     shape = ranked(desc, "in_shape")
     mask = int(desc["axes_mask"])
     axes = tuple(i for i in range(len(shape)) if mask >> i & 1)
