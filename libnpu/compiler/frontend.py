@@ -32,8 +32,10 @@ def check_int8(graph: Graph) -> None:
 
     Every op must have an int8 kernel on the chip, and every activation must be int8 with
     per-tensor quantization, except the float side of QUANTIZE (input) and DEQUANTIZE
-    (output) ops at the graph's edges.
+    (output) ops at the graph's edges, and int16 activations (symmetric, per tensor) of
+    the operators the chip also runs in int16 (mixed precision, TFLite's 16x8 scheme).
     """
+    from . import registry
     from .qparams import lowerable
     for op in graph.ops:
         if not lowerable(op.type):
@@ -43,6 +45,11 @@ def check_int8(graph: Graph) -> None:
             t = graph.tensors[n]
             float_ok = (op.type == "QUANTIZE" and n in op.inputs) or (op.type == "DEQUANTIZE" and n in op.outputs)
             if float_ok and t.dtype == "float32":
+                continue
+            if t.dtype == "int16" and registry.get(op.type, "int16"):
+                if t.quant is None or t.quant.per_channel or int(t.quant.zero_point[0]) != 0:
+                    raise NotInt8Error(f"{op.describe()}: int16 tensor {n!r} must be quantized "
+                                       "per tensor with zero point 0")
                 continue
             if t.dtype != "int8" or t.quant is None or t.quant.per_channel:
                 raise NotInt8Error(f"{op.describe()}: tensor {n!r} is {t.dtype}"

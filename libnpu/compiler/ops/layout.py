@@ -24,7 +24,7 @@ register(Operator(
     "RESHAPE", ("new_shape",), tflite=lambda im, ins, outs, table, where: (dict(new_shape=im.shape(outs[0])), ins[:1]),
     tflite_aliases=("SQUEEZE",), float_ref=lambda op, ins, out: ins[0].reshape(out.shape), same_scale=True,
     params=lambda g, op: dict(shape=tuple(g.tensors[op.outputs[0]].shape)), lower=_lower_reshape,
-    export=lambda wr, op, outs: wr.with_constant(op, outs, op.attrs["new_shape"])))
+    export=lambda wr, op, outs: wr.with_constant(op, outs, op.attrs["new_shape"]), int16=True))
 
 
 def _onnx_reshape_to(im, node, where, out_shape: tuple[int, ...] | None = None):
@@ -133,7 +133,7 @@ register(Operator(
     params=lambda g, op: dict(paddings=tuple(tuple(p) for p in op.attrs["paddings"]),
                               pad_value=qparams.qp(g, op.outputs[0])[1]),
     lower=_lower_pad, export=lambda wr, op, outs: wr.with_constant(op, outs, op.attrs["paddings"]),
-    tflite_version=2))
+    tflite_version=2, int16=True))
 
 
 @onnx("Pad")
@@ -174,7 +174,8 @@ register(Operator(
     "TRANSPOSE", ("perm",), tflite=_tflite_transpose,
     float_ref=lambda op, ins, out: ins[0].transpose(op.attrs["perm"]), same_scale=True,
     params=lambda g, op: dict(perm=tuple(op.attrs["perm"])), lower=_lower_transpose,
-    export=lambda wr, op, outs: wr.with_constant(op, outs, op.attrs["perm"]), tflite_version=2))
+    export=lambda wr, op, outs: wr.with_constant(op, outs, op.attrs["perm"]), tflite_version=2,
+    int16=True))
 
 
 @onnx("Transpose")
@@ -250,4 +251,4 @@ def _export_strided_slice(wr, op, outs) -> None:
 register(Operator(
     "STRIDED_SLICE", ("begin", "end", "strides", "new_shape"), tflite=_tflite_strided_slice,
     float_ref=_float_strided_slice, same_scale=True, params=_slice_params, lower=_lower_strided_slice,
-    export=_export_strided_slice))
+    export=_export_strided_slice, int16=True))
