@@ -122,7 +122,7 @@ def _on_grid(quantized: Graph, name: str, value: np.ndarray) -> np.ndarray:
 def _constant(graph: Graph, name: str) -> np.ndarray:
     """A constant's real value (dequantized if quantized)."""
     t = graph.tensors[name]
-    if t.quant is not None and t.dtype in ("int8", "uint8", "int16", "int32"):
+    if t.quant is not None and t.dtype in ("int8", "uint8", "int16", "int32", "int64"):
         return t.quant.dequantize(np.asarray(t.data))
     return np.asarray(t.data, np.float32)
 

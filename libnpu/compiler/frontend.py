@@ -93,7 +93,9 @@ def to_int8_graph(model: str | os.PathLike | bytes | Graph,
     """The int8 graph for ``model``: int8 models as they are, float ones quantized.
 
     ``quantize_options`` go to :func:`libnpu.compiler.quantizer.quantize_model`
-    (``method``, ``random_count``, ``io_dtype``, ``fc_per_channel``, ``seed``);
+    (``method``, ``random_count``, ``io_dtype``, ``fc_per_channel``, ``seed``), and
+    ``int16`` ("none", "auto" or op names), ``target_cosine`` and ``max_int16_layers`` to
+    :func:`libnpu.compiler.mixed_precision.quantize_mixed` (int16 activations where needed);
     ``kind`` as for :func:`load_model`; ``progress`` hears the stages (see :mod:`libnpu.compiler.progress`).
     """
     with stage(progress, "import"):
@@ -102,7 +104,13 @@ def to_int8_graph(model: str | os.PathLike | bytes | Graph,
         return graph
     if any(t.quant is not None for t in graph.tensors.values() if not t.is_constant):
         check_int8(graph)  # partly quantized: report the offending op rather than re-quantize
-    from .quantizer import quantize_model
-    q = quantize_model(graph, dataset, progress=progress, **quantize_options)
+    if quantize_options.get("int16", "none") not in (None, "none"):
+        from .mixed_precision import quantize_mixed
+        q = quantize_mixed(graph, dataset, progress=progress, **quantize_options)
+    else:
+        from .quantizer import quantize_model
+        options = {k: v for k, v in quantize_options.items()
+                   if k not in ("int16", "target_cosine", "max_int16_layers")}
+        q = quantize_model(graph, dataset, progress=progress, **options)
     check_int8(q)
     return q
