@@ -48,7 +48,18 @@ def int16_quant(int8: QuantParams) -> QuantParams:
     """Symmetric int16 parameters covering the real range of an int8 tensor's grid."""
     s, z = float(int8.scale[0]), int(int8.zero_point[0])
     reach = max(abs(-128 - z), abs(127 - z)) * s
-    return QuantParams(np.float32(reach / INT16_MAX), 0)
+    return _symmetric(reach)
+
+
+def _symmetric(reach: float) -> QuantParams:
+    return QuantParams(np.array([reach / INT16_MAX], np.float32), np.zeros(1, np.int64))
+
+
+def _quant(g: Graph, name: str) -> QuantParams:
+    quant = g.tensors[name].quant
+    if quant is None:
+        raise MixedPrecisionError(f"int16: tensor {name!r} is not quantized")
+    return quant
 
 
 def promotable(op: Op) -> bool:
@@ -97,7 +108,7 @@ def _int16_constant(g: Graph, name: str, src: Graph | None) -> str:
     """An int16 copy of a constant activation operand (ADD / MUL by a constant)."""
     real = _real(g, name, src)
     reach = float(np.abs(real).max(initial=0.0)) or 1.0
-    qp = QuantParams(np.float32(reach / INT16_MAX), 0)
+    qp = _symmetric(reach)
     new = g.unique_name(f"{name}__int16")
     g.add_tensor(Tensor(new, g.tensors[name].shape, "int16", qp, qp.quantize(real.astype(np.float32), "int16")))
     return new
@@ -107,9 +118,10 @@ def _int64_bias(g: Graph, op: Op, in_scale: float, src: Graph | None) -> None:
     """Requantize the op's bias to int64 at ``in_scale`` x weight scale (16x8 spec)."""
     if len(op.inputs) < 3 or not op.inputs[2]:
         return
-    name, w = op.inputs[2], g.tensors[op.inputs[1]]
+    name = op.inputs[2]
     real = _real(g, name, src)
-    scale = (np.float64(np.float32(in_scale)) * w.quant.scale.astype(np.float64)).astype(np.float32)
+    w_scale = _quant(g, op.inputs[1]).scale.astype(np.float64)
+    scale = (np.float64(np.float32(in_scale)) * w_scale).astype(np.float32)
     scale = np.broadcast_to(scale, real.shape) if scale.size == 1 and real.size > 1 else scale
     q = np.round(real / scale.astype(np.float64)).astype(np.int64)
     g.tensors[name] = Tensor(name, g.tensors[name].shape, "int64",
@@ -154,10 +166,10 @@ def promote(graph: Graph, names: Iterable[str], src: Graph | None = None) -> Gra
                     int16_of[i] = _convert_to_int16(g, i, producer, new_ops)
                 ins[k] = int16_of[i]
         if weight_axis is not None:
-            _int64_bias(g, op, float(g.tensors[ins[0]].quant.scale[0]), src)
+            _int64_bias(g, op, float(_quant(g, ins[0]).scale[0]), src)
         out = op.outputs[0]
         t8 = g.tensors[out]
-        quant = g.tensors[ins[0]].quant if registry.get(op.type, "same_scale") else int16_quant(t8.quant)
+        quant = _quant(g, ins[0]) if registry.get(op.type, "same_scale") else int16_quant(_quant(g, out))
         after: list[Op] = []
         int8_users = [c for c in consumers.get(out, []) if id(c) not in chosen and c.type != "DEQUANTIZE"]
         if out in g.outputs:  # an int8 graph output stays int8
@@ -194,7 +206,7 @@ def _convert_to_int16(g: Graph, name: str, producer: Mapping[str, Op], ops: list
     source = p.inputs[0] if p is not None and p.type == "QUANTIZE" and \
         g.tensors[p.inputs[0]].dtype == "float32" else name
     new = g.unique_name(f"{name}__int16")
-    g.add_tensor(Tensor(new, g.tensors[name].shape, "int16", int16_quant(g.tensors[name].quant)))
+    g.add_tensor(Tensor(new, g.tensors[name].shape, "int16", int16_quant(_quant(g, name))))
     ops.append(Op("QUANTIZE", [source], [new], name=new))
     return new
 
