@@ -82,11 +82,21 @@ def _calibration_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--int8-io", action="store_true", help="int8 inputs/outputs instead of float")
 
 
+def _int16_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--int16", metavar="auto|none|NAME,...", default="none",
+                   help="int16 activations (a16w8) for the layers int8 loses most on ('auto': the worst, until "
+                        "the outputs reach --int16-target cosine against float), or for the named ops / tensors "
+                        "(default none)")
+    p.add_argument("--int16-target", type=float, metavar="COSINE", help="output cosine 'auto' aims at (default 0.99)")
+    p.add_argument("--int16-max-layers", type=int, metavar="N", help="promote at most N layers with 'auto'")
+
+
 def _compile_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("model", help=MODEL.replace(".nlb ", ""))
     p.add_argument("-o", "--output", required=True,
                    help="the file to write: a loadable (.nlb), or the int8 model as .tflite (quantize only)")
     _calibration_args(p)
+    _int16_args(p)
     p.add_argument("--no-progress", action="store_true")
     _cache(p)
     _json(p)

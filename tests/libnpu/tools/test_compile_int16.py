@@ -1,0 +1,48 @@
+"""``npu compile --int16``: mixed precision from the command line."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import onnx
+
+from libnpu.loadable import Loadable
+from libnpu.tools.cli import main
+from tests.support import model_builders as builders
+
+
+def _model(tmp_path):
+    path = tmp_path / "outlier.onnx"
+    onnx.save(builders.outlier_channel(), path)
+    np.save(tmp_path / "cal.npy", np.random.default_rng(4).standard_normal((6, 1, 4, 8, 8)).astype(np.float32))
+    return path, ["--calibration", str(tmp_path / "cal.npy"), "--cache-dir", str(tmp_path / "c")]
+
+
+def test_auto_and_named_int16_layers_are_reported(npu, tmp_path, capsys):
+    model, common = _model(tmp_path)
+    out = tmp_path / "auto.nlb"
+    assert main(["compile", str(model), "-o", str(out), "--int16", "auto", "--int16-target", "0.999", "--json",
+                 *common]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert sorted(report["int16_layers"]) == ["c1", "y"]
+    assert min(report["int16_output_cosine"].values()) >= 0.999
+    assert Loadable.load(out).metadata["int16_layers"] == report["int16_layers"]
+    assert main(["run", str(out), "--repeat", "0", "--devroot", str(npu.devroot)]) == 0
+    capsys.readouterr()
+    assert main(["compile", str(model), "-o", str(tmp_path / "named.nlb"), "--int16", "c1", *common]) == 0
+    text = capsys.readouterr().out
+    assert "int16 activations: 1 layer (c1)" in text and "memory plan:" in text
+    assert main(["compile", str(model), "-o", str(tmp_path / "plain.nlb"), *common]) == 0
+    assert "int16 activations" not in capsys.readouterr().out
+
+
+def test_int16_option_errors(tmp_path, capsys):
+    model, common = _model(tmp_path)
+    out = ["-o", str(tmp_path / "x.nlb"), *common]
+    assert main(["compile", str(model), "--int16", "nope", *out]) == 1
+    assert "no op or tensor named 'nope'" in capsys.readouterr().err
+    assert main(["compile", str(model), "--int16", "c1", "--int16-target", "0.9", *out]) == 2
+    assert "need --int16 auto" in capsys.readouterr().err
+    assert main(["compile", str(model), "--int16", "auto", "--int16-max-layers", "0", *out]) == 2
+    assert "at least 1" in capsys.readouterr().err
+    assert not (tmp_path / "x.nlb").exists()
