@@ -79,7 +79,7 @@ def test_none_is_the_int8_quantizer_unchanged(small_cnn) -> None:
 
 
 @pytest.mark.parametrize("io_dtype", ["float32", "int8"])
-def test_mixed_model_on_the_device_equals_litert(npu, small_cnn, litert, io_dtype, tmp_path) -> None:
+def test_mixed_model_on_the_device_equals_litert(npu, small_cnn, litert, io_dtype) -> None:
     """The end-to-end check: quantized with int16 layers, compiled, run on the device, and
     byte-identical to LiteRT BUILTIN_REF running our exported 16x8 .tflite."""
     q = quantize_mixed(small_cnn, _data(CNN_SHAPE, 6, 2), int16=",".join(PROMOTED), io_dtype=io_dtype)
@@ -97,6 +97,22 @@ def test_mixed_model_on_the_device_equals_litert(npu, small_cnn, litert, io_dtyp
             (ref,) = litert(tfl, [x])
             assert ours.dtype == ref.dtype
             np.testing.assert_array_equal(ours, ref)
+    finally:
+        model.close()
+
+
+def test_an_imported_16x8_tflite_runs_on_the_device_as_it_is(npu, small_cnn, litert, tmp_path) -> None:
+    """A .tflite with int16 activations (here our own export; ai-edge-quantizer's a16w8
+    recipes write the same operators) is compiled as it is, no re-quantization."""
+    from libnpu.compiler.tflite_import import import_tflite
+    q = quantize_mixed(small_cnn, _data(CNN_SHAPE, 4, 5), int16=",".join(PROMOTED), io_dtype="int8")
+    tfl = export_tflite(q)
+    imported = import_tflite(tfl)
+    assert sum(t.dtype == "int16" for t in imported.tensors.values()) >= len(PROMOTED)
+    model = libnpu.load(tfl, devroot=npu.devroot, cache_dir=tmp_path)
+    try:
+        x = q.tensors[q.inputs[0]].quant.quantize(_data(CNN_SHAPE, 1, 6)[0][0], "int8")
+        np.testing.assert_array_equal(model.infer([x])[0], litert(tfl, [x])[0])
     finally:
         model.close()
 
