@@ -79,8 +79,9 @@ def _lower_concat(low, op, p):
     axis = p["axis"]
     sizes = np.asarray([low.shape(i)[axis] for i in op.inputs], np.uint32)
     table = low.plan.add_address_table(f"{op.name}/inputs", list(op.inputs))
+    item = np.dtype(low.g.tensors[op.outputs[0]].dtype).itemsize  # the chip copies bytes
     fields = dict(num_inputs=len(op.inputs), outer=int(np.prod(out[:axis], dtype=np.int64)),
-                  inner=int(np.prod(out[axis + 1:], dtype=np.int64)), axis_total=out[axis])
+                  inner=int(np.prod(out[axis + 1:], dtype=np.int64)) * item, axis_total=out[axis])
     extra = dict(inputs_iova=(table.region, table.offset), sizes_iova=low.const(op, "sizes", sizes))
     return Emitted("CONCATENATION", 0, fields, dict(output=op.outputs[0]), extra)
 
@@ -93,7 +94,7 @@ def _export_concat(wr, op, outs) -> None:
 register(Operator(
     "CONCATENATION", ("axis", "activation"), tflite=_tflite_concat, float_ref=_float_concat, same_scale=True,
     params=lambda g, op: dict(axis=op.attrs["axis"]), lower=_lower_concat, export=_export_concat,
-    tflite_version=2))
+    tflite_version=2, int16=True))
 
 
 @onnx("Concat")

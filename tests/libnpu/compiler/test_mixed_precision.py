@@ -101,6 +101,39 @@ def test_mixed_model_on_the_device_equals_litert(npu, small_cnn, litert, io_dtyp
         model.close()
 
 
+def test_every_int16_operator_of_a_layout_model_on_the_device(npu, litert) -> None:
+    """Concat, pad, average pool, transpose, reshape, MatMul (FC), conv: all int16."""
+    from libnpu.compiler.mixed_precision import promotable
+    graph = import_onnx(builders.layout_mix())
+    shape = (1, 4, 8, 8)
+    q8 = quantize_mixed(graph, _data(shape, 4, 7), int16="none")
+    names = [op.outputs[0] for op in q8.ops if promotable(op)]
+    q = promote(q8, names, optimize(graph))
+    kinds = {op.type for op in q.ops if q.tensors[op.outputs[0]].dtype == "int16" and op.type != "QUANTIZE"}
+    assert {"CONCATENATION", "PAD", "AVERAGE_POOL_2D", "TRANSPOSE", "FULLY_CONNECTED", "CONV_2D", "RESHAPE"} <= kinds
+    model = libnpu.load(lower(q), devroot=npu.devroot)
+    try:
+        for x in _data(shape, 3, 8):
+            for ours, ref in zip(model.infer(x), litert(export_tflite(q), x)):
+                np.testing.assert_array_equal(ours, ref)
+    finally:
+        model.close()
+
+
+def test_mul_by_a_constant_gets_an_int16_constant(npu, litert) -> None:
+    graph = import_onnx(builders.exporter_style())
+    shape = (1, 3, 8, 8)
+    q = quantize_mixed(graph, _data(shape, 4, 10), int16="xs,c1")
+    mul = next(op for op in q.ops if op.type == "MUL")
+    assert [q.tensors[i].dtype for i in mul.inputs] == ["int16", "int16"] and q.tensors[mul.inputs[1]].is_constant
+    model = libnpu.load(lower(q), devroot=npu.devroot)
+    try:
+        x = _data(shape, 1, 11)[0]
+        np.testing.assert_array_equal(model.infer(x)[0], litert(export_tflite(q), x)[0])
+    finally:
+        model.close()
+
+
 def test_an_imported_16x8_tflite_runs_on_the_device_as_it_is(npu, small_cnn, litert, tmp_path) -> None:
     """A .tflite with int16 activations (here our own export; ai-edge-quantizer's a16w8
     recipes write the same operators) is compiled as it is, no re-quantization."""
