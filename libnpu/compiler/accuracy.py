@@ -30,7 +30,7 @@ import numpy as np
 from .float_ref import FloatInterpreter, evaluate
 from .ir import Graph, IRError
 
-__all__ = ["LayerError", "layer_errors", "worst_layers", "format_layer_errors", "errors_to_json",
+__all__ = ["LayerError", "layer_errors", "float_names", "worst_layers", "format_layer_errors", "errors_to_json",
            "errors_from_json"]
 
 Feed = Mapping[str, np.ndarray] | Sequence[np.ndarray]
@@ -90,12 +90,14 @@ def _cosine(s: _Sums) -> float:
     return s.dot / math.sqrt(s.ref2 * s.q2)
 
 
-def _float_names(quantized: Graph, float_graph: Graph) -> dict[str, str]:
+def float_names(quantized: Graph, float_graph: Graph) -> dict[str, str]:
     """Quantized tensor name -> the float tensor it stands for (edges included)."""
     names = {n: n for n in quantized.tensors if n in float_graph.tensors}
     for op in quantized.ops:
         if op.type == "QUANTIZE" and op.inputs[0] in quantized.inputs:
             names[op.outputs[0]] = op.inputs[0]
+        elif op.type == "QUANTIZE" and op.inputs[0] in names and op.outputs[0] not in names:
+            names[op.outputs[0]] = names[op.inputs[0]]  # an int8 <-> int16 conversion (mixed precision)
         elif op.type == "DEQUANTIZE" and op.outputs[0] in quantized.outputs:
             names[op.inputs[0]] = op.outputs[0]
     return names
@@ -137,7 +139,7 @@ def layer_errors(float_graph: Graph, quantized_graph: Graph, dataset: Iterable[F
     """
     float_run = FloatInterpreter(float_graph)
     quant_run = FloatInterpreter(quantized_graph)
-    names = _float_names(quantized_graph, float_graph)
+    names = float_names(quantized_graph, float_graph)
     measured = [op for op in quantized_graph.ops if op.type not in ("QUANTIZE", "DEQUANTIZE")
                 and op.outputs[0] in names]
     sums = {op.outputs[0]: _Sums() for op in measured}

@@ -114,12 +114,12 @@ def _int16_constant(g: Graph, name: str, src: Graph | None) -> str:
     return new
 
 
-def _int64_bias(g: Graph, op: Op, in_scale: float, src: Graph | None) -> None:
+def _int64_bias(g: Graph, op: Op, in_scale: float) -> None:
     """Requantize the op's bias to int64 at ``in_scale`` x weight scale (16x8 spec)."""
     if len(op.inputs) < 3 or not op.inputs[2]:
         return
     name = op.inputs[2]
-    real = _real(g, name, src)
+    real = _real(g, name, None)  # the quantizer's bias (bias correction included), dequantized
     w_scale = _quant(g, op.inputs[1]).scale.astype(np.float64)
     scale = (np.float64(np.float32(in_scale)) * w_scale).astype(np.float32)
     scale = np.broadcast_to(scale, real.shape) if scale.size == 1 and real.size > 1 else scale
@@ -132,8 +132,9 @@ def promote(graph: Graph, names: Iterable[str], src: Graph | None = None) -> Gra
     """A copy of the int8 graph ``graph`` with the ops ``names`` (op or output tensor names)
     running on int16 activations, and the conversions they need.
 
-    ``src`` is the float graph ``graph`` was quantized from (biases and constant operands
-    are then requantized from their float values); without it they are dequantized first.
+    ``src`` is the float graph ``graph`` was quantized from (constant operands of ADD / MUL
+    are then requantized from their float values; without it they are dequantized first).
+    Biases are the quantizer's (bias correction included), requantized to int64.
     The int16 output of a promoted op keeps the op's output name (a graph output of an
     int8-I/O graph stays int8: the int16 one is then ``<name>__int16``).
     """
@@ -166,7 +167,7 @@ def promote(graph: Graph, names: Iterable[str], src: Graph | None = None) -> Gra
                     int16_of[i] = _convert_to_int16(g, i, producer, new_ops)
                 ins[k] = int16_of[i]
         if weight_axis is not None:
-            _int64_bias(g, op, float(_quant(g, ins[0]).scale[0]), src)
+            _int64_bias(g, op, float(_quant(g, ins[0]).scale[0]))
         out = op.outputs[0]
         t8 = g.tensors[out]
         quant = _quant(g, ins[0]) if registry.get(op.type, "same_scale") else int16_quant(_quant(g, out))
@@ -303,6 +304,8 @@ def quantize_mixed(graph: Graph, dataset: Iterable[Feed] | None = None, *,
         data = random_dataset(opt, quantize_options.get("random_count", 8), seed=quantize_options.get("seed", 0))
     else:
         data = list(dataset)  # type: ignore[arg-type]
+    # With int16 layers the per-layer report is measured on the mixed graph, below.
+    report = quantize_options.pop("layer_report", False) if selection != "none" else False
     q = quantize_model(graph, data, progress=progress, **quantize_options)
     if isinstance(q.metadata.get("calibration"), dict):
         q.metadata["calibration"]["random"] = random
@@ -316,4 +319,9 @@ def quantize_mixed(graph: Graph, dataset: Iterable[Feed] | None = None, *,
         else:
             result = promote(q, selection, opt)
     result.metadata.setdefault("int16_layers", [])
+    result.metadata.pop("layer_errors", None)
+    if report:
+        from .accuracy import errors_to_json, layer_errors
+        with stage(progress, "accuracy"):
+            result.metadata["layer_errors"] = errors_to_json(layer_errors(opt, result, data))
     return result

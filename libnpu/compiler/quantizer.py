@@ -1,16 +1,20 @@
 """Post-training int8 quantization of a float IR graph (in the style of FuriosaAI's
-quantizer: optimize -> calibration model -> calibrate -> quantize).
+quantizer: optimize -> calibration model -> calibrate -> quantize [-> bias correction]
+[-> per-layer accuracy report]).
 
 The result follows the TFLite int8 quantization spec, so the chip's TFLite-exact
 kernels run it as they run a TFLite int8 model:
 - activations: int8, per-tensor, asymmetric (zero point in [-128, 127]);
-- weights (an operator's ``weight_axis``): int8, symmetric, per output channel; fully
-  connected weights (``fc_weights``) per-tensor by default (per-channel optional);
+- weights (an operator's ``weight_axis``): int8, symmetric, per output channel, fully
+  connected weights (``fc_weights``) included (LiteRT's reference FULLY_CONNECTED takes
+  per-channel int8 weights, byte-exact with the chip: tests/libnpu/compiler/
+  test_int8_on_kernels.py); ``fc_per_channel=False`` gives per-tensor FC weights;
 - biases: int32, zero point 0, scale = input scale * weight scale (per channel);
 - outputs the int8 spec fixes (``fixed_output``, e.g. scale 1/256, zero point -128) get that;
 - ops that move data without rescaling (``same_scale``: pools, reshapes, ...) share one
   scale/zero point between inputs and output.
-Each operator declares its rule in ``compiler.ops``.
+Each operator declares its rule in ``compiler.ops``. Activation ranges come from the
+calibration data by one of the methods of :mod:`libnpu.compiler.calibration`.
 """
 from __future__ import annotations
 
@@ -19,6 +23,7 @@ from collections.abc import Iterable, Mapping, Sequence
 import numpy as np
 
 from . import registry
+from .calibration import METHODS, Histogram, choose_range
 from .float_ref import FloatInterpreter
 from .ir import Graph, IRError, Op, QuantParams, Tensor
 from .optimize import optimize
@@ -60,22 +65,22 @@ def random_dataset(graph: Graph, count: int = 8, *, low: float = -1.0, high: flo
 class Calibrator:
     """Collects activation statistics over calibration runs.
 
-    ``method="minmax"`` keeps the running min/max; ``"percentile"`` keeps a bounded
-    random sample of each tensor's values and cuts the range at ``percentile`` (and
-    100 - percentile), ignoring rare outliers.
+    ``method="minmax"`` keeps the running min/max; the other methods (``percentile``,
+    ``mse``, ``entropy``; see :mod:`libnpu.compiler.calibration`) keep a histogram of each
+    tensor's values and choose its range from it once every run is in.
     """
 
-    def __init__(self, graph: Graph, method: str = "minmax", percentile: float = 99.99,
-                 sample_cap: int = 50_000, seed: int = 0) -> None:
-        if method not in ("minmax", "percentile"):
-            raise QuantizationError(f"unknown calibration method {method!r}")
+    def __init__(self, graph: Graph, method: str = "minmax", percentile: float = 99.99, seed: int = 0) -> None:
+        if method not in METHODS:
+            raise QuantizationError(f"unknown calibration method {method!r} (expected one of {', '.join(METHODS)})")
+        if not 50.0 < percentile <= 100.0:
+            raise QuantizationError(f"percentile must be in (50, 100], not {percentile}")
         self.model = build_calibration_model(graph)
         self.interp = FloatInterpreter(self.model)
-        self.method, self.percentile, self.cap = method, percentile, sample_cap
-        self.rng = np.random.default_rng(seed)
+        self.method, self.percentile = method, percentile
         self.lo: dict[str, float] = {}
         self.hi: dict[str, float] = {}
-        self.samples: dict[str, list[np.ndarray]] = {}
+        self.histograms: dict[str, Histogram] = {}
         self.runs = 0
 
     def collect(self, feeds: Mapping[str, np.ndarray] | Sequence[np.ndarray]) -> None:
@@ -88,9 +93,8 @@ class Calibrator:
                 v = np.zeros(1, np.float32)
             self.lo[name] = min(self.lo.get(name, np.inf), float(v.min()))
             self.hi[name] = max(self.hi.get(name, -np.inf), float(v.max()))
-            if self.method == "percentile":
-                take = v if v.size <= self.cap else self.rng.choice(v, self.cap, replace=False)
-                self.samples.setdefault(name, []).append(take)
+            if self.method != "minmax":
+                self.histograms.setdefault(name, Histogram()).add(v)
         self.runs += 1
 
     def ranges(self) -> dict[str, Range]:
@@ -98,12 +102,7 @@ class Calibrator:
             raise QuantizationError("calibration: no data collected")
         if self.method == "minmax":
             return {n: (self.lo[n], self.hi[n]) for n in self.lo}
-        out = {}
-        for n, parts in self.samples.items():
-            v = np.concatenate(parts)
-            lo, hi = np.percentile(v, [100 - self.percentile, self.percentile])
-            out[n] = (float(lo), float(hi))
-        return out
+        return {n: choose_range(h, self.method, self.percentile) for n, h in self.histograms.items()}
 
 
 def calibrate(graph: Graph, dataset: Iterable[Mapping[str, np.ndarray] | Sequence[np.ndarray]] | None = None,
@@ -229,7 +228,7 @@ def _quantize_weights(w: np.ndarray, axis: int | None, bias: np.ndarray | None,
     return q, QuantParams(scale, np.zeros(scale.size, np.int64), axis if axis is not None else 0)
 
 
-def quantize(graph: Graph, ranges: Mapping[str, Range], *, fc_per_channel: bool = False,
+def quantize(graph: Graph, ranges: Mapping[str, Range], *, fc_per_channel: bool = True,
              io_dtype: str = "float32") -> Graph:
     """Quantize a float graph (ideally optimized) with calibration ``ranges``.
 
@@ -313,11 +312,16 @@ def _float_edges(g: Graph, src: Graph) -> None:
 def quantize_model(graph: Graph,
                    dataset: Iterable[Mapping[str, np.ndarray] | Sequence[np.ndarray]] | None = None, *,
                    method: str = "minmax", percentile: float = 99.99, random_count: int = 8,
-                   fc_per_channel: bool = False, io_dtype: str = "float32", seed: int = 0,
-                   progress: Progress | None = None) -> Graph:
+                   fc_per_channel: bool = True, bias_correction: bool = False, layer_report: bool = False,
+                   io_dtype: str = "float32", seed: int = 0, progress: Progress | None = None) -> Graph:
     """Optimize, calibrate (with ``dataset`` or random data) and quantize a float graph.
 
     Returns an int8 graph whose ops mean what the TFLite int8 reference kernels compute.
+    ``method``: how activation ranges are chosen (:mod:`libnpu.compiler.calibration`);
+    ``bias_correction``: cancel each layer's mean quantization error on the calibration
+    data (:mod:`libnpu.compiler.bias_correction`); ``layer_report``: measure every
+    layer's error against float on the calibration data and keep it in the graph's
+    metadata (``"layer_errors"``, rows of :func:`libnpu.compiler.accuracy.errors_to_json`).
     ``progress`` hears the stages (see :mod:`libnpu.compiler.progress`).
     """
     with stage(progress, "optimize"):
@@ -326,6 +330,14 @@ def quantize_model(graph: Graph,
     ranges = calibrate(opt, data, method=method, percentile=percentile, seed=seed, progress=progress)
     with stage(progress, "quantize"):
         q = quantize(opt, ranges, fc_per_channel=fc_per_channel, io_dtype=io_dtype)
-    q.metadata["calibration"] = {"method": method, "runs": len(data),
-                                 "random": dataset is None}
+    if bias_correction:
+        from .bias_correction import correct_biases
+        correct_biases(opt, q, data, progress=progress)
+        q.validate()
+    q.metadata["calibration"] = {"method": method, "runs": len(data), "random": dataset is None,
+                                 "bias_correction": bias_correction}
+    if layer_report:
+        from .accuracy import errors_to_json, layer_errors
+        with stage(progress, "accuracy"):
+            q.metadata["layer_errors"] = errors_to_json(layer_errors(opt, q, data))
     return q

@@ -76,9 +76,22 @@ def _top_args(p: argparse.ArgumentParser) -> None:
 
 def _calibration_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--calibration", help="calibration data: a .npy file (samples on the first axis) or a "
-                                         "directory of .npy files and .png pictures (mapped to [-1, 1])")
+                                         "directory of .npy files and .png pictures (preprocessed as "
+                                         "--input-range or --mean/--std say)")
+    p.add_argument("--input-range", metavar="LO,HI",
+                   help="map picture pixels 0..255 to [LO, HI], the model's own preprocessing "
+                        "(default -1,1; mediapipe models: 0,1)")
+    p.add_argument("--mean", metavar="M[,M,M]", help="instead of --input-range: (pixel - mean) / std, "
+                                                    "per channel, in pixel units 0..255")
+    p.add_argument("--std", metavar="S[,S,S]", help="with --mean (default 1)")
     p.add_argument("--random-calibration", type=int, metavar="N", help="calibrate on N random inputs (default 8)")
-    p.add_argument("--method", choices=("minmax", "percentile"), default="minmax")
+    p.add_argument("--method", choices=("minmax", "percentile", "mse", "entropy"), default="minmax",
+                   help="how activation ranges are chosen from the calibration data (default minmax)")
+    p.add_argument("--percentile", type=float, help="with --method percentile: the kept percentile (default 99.99)")
+    p.add_argument("--bias-correction", action="store_true",
+                   help="correct each layer's bias for its mean quantization error on the calibration data")
+    p.add_argument("--fc-per-tensor", action="store_true",
+                   help="per-tensor fully connected weights (default per channel)")
     p.add_argument("--int8-io", action="store_true", help="int8 inputs/outputs instead of float")
 
 
@@ -97,6 +110,9 @@ def _compile_args(p: argparse.ArgumentParser) -> None:
                    help="the file to write: a loadable (.nlb), or the int8 model as .tflite (quantize only)")
     _calibration_args(p)
     _int16_args(p)
+    p.add_argument("--report", action="store_true",
+                   help="float models: each layer's quantization error vs float on the calibration data")
+    p.add_argument("--report-all", action="store_true", help="with --report: every layer, not the 10 worst")
     p.add_argument("--no-progress", action="store_true")
     _cache(p)
     _json(p)

@@ -132,9 +132,21 @@ def _quantizer_options(args: argparse.Namespace) -> dict[str, Any]:
         options["random_count"] = args.random_calibration
     if args.method != "minmax":
         options["method"] = args.method
+    if args.percentile is not None:
+        if args.method != "percentile":
+            raise UsageError("--percentile goes with --method percentile")
+        if not 50 < args.percentile <= 100:
+            raise UsageError(f"--percentile must be in (50, 100], not {args.percentile}")
+        options["percentile"] = args.percentile
+    if args.bias_correction:
+        options["bias_correction"] = True
+    if args.fc_per_tensor:
+        options["fc_per_channel"] = False
     if args.int8_io:
         options["io_dtype"] = "int8"
     options.update(_int16_options(args))
+    if getattr(args, "report", False):
+        options["layer_report"] = True
     return options
 
 
@@ -173,8 +185,44 @@ def _int16_report(metadata: dict[str, Any]) -> str | None:
     return text
 
 
+def _numbers(text: str, option: str, count: int | None = None) -> tuple[float, ...]:
+    try:
+        values = tuple(float(v) for v in text.split(","))
+    except ValueError:
+        raise UsageError(f"{option} takes comma-separated numbers, not {text!r}") from None
+    if count is not None and len(values) != count:
+        raise UsageError(f"{option} takes {count} numbers, not {text!r}")
+    return values
+
+
+def _preprocessing(args: argparse.Namespace) -> dict[str, Any]:
+    """load_calibration's picture preprocessing from --input-range / --mean / --std."""
+    if args.std is not None and args.mean is None:
+        raise UsageError("--std goes with --mean")
+    if args.mean is not None:
+        if args.input_range is not None:
+            raise UsageError("give --input-range or --mean/--std, not both")
+        std = _numbers(args.std, "--std") if args.std is not None else (1.0,)
+        if any(s == 0 for s in std):
+            raise UsageError("--std must not be 0")
+        return {"mean": _numbers(args.mean, "--mean"), "std": std}
+    if args.input_range is not None:
+        lo, hi = _numbers(args.input_range, "--input-range", 2)
+        if not lo < hi:
+            raise UsageError(f"--input-range needs LO < HI, not {args.input_range}")
+        return {"image_range": (lo, hi)}
+    return {}
+
+
 def compile_(args: argparse.Namespace) -> int:
-    from .compile import compile_model_file, export_int8_tflite, format_plan, input_shapes, plan_report
+    from .compile import (
+        compile_model_file,
+        export_int8_tflite,
+        format_plan,
+        input_shapes,
+        plan_report,
+        quantization_report,
+    )
     from .models import load_calibration, resolve
     path = resolve(args.model)
     if path.suffix == ".nlb":
@@ -185,15 +233,23 @@ def compile_(args: argparse.Namespace) -> int:
     if args.calibration and args.random_calibration is not None:
         raise UsageError("give --calibration or --random-calibration, not both")
     options = _quantizer_options(args)
-    dataset = load_calibration(args.calibration, input_shapes(path)) if args.calibration else None
+    preprocessing = _preprocessing(args)
+    if preprocessing and not args.calibration:
+        raise UsageError("--input-range / --mean / --std preprocess --calibration pictures: give --calibration")
+    dataset = load_calibration(args.calibration, input_shapes(path), **preprocessing) if args.calibration else None
     calibration = "file" if dataset is not None else "random"
+    worst = None if args.report_all else 10
     if out.suffix == ".tflite":
         result = export_int8_tflite(path, out, dataset, progress=_progress_wanted(args), **options)
         if args.json:
             print(json.dumps({"model": str(path), "output": str(out), "seconds": round(result.seconds, 3),
-                              "stages_s": result.stages, "calibration": calibration}, indent=2))
+                              "stages_s": result.stages, "calibration": calibration,
+                              **({"layer_errors": result.metadata.get("layer_errors")} if args.report else {})},
+                             indent=2))
         else:
             print(f"quantized {path.name} -> {out} in {result.seconds:.2f} s ({result.ops} ops)")
+            if args.report:
+                print(quantization_report(result.metadata, worst))
         return 0
     result = compile_model_file(path, dataset, cache_dir=args.cache_dir, progress=_progress_wanted(args), **options)
     result.loadable.save(out)
@@ -203,7 +259,9 @@ def compile_(args: argparse.Namespace) -> int:
                           "seconds": round(result.seconds, 3), "stages_s": result.stages,
                           "calibration": calibration, "plan": plan,
                           "int16_layers": result.loadable.metadata.get("int16_layers", []),
-                          "int16_output_cosine": result.loadable.metadata.get("int16_output_cosine")}, indent=2))
+                          "int16_output_cosine": result.loadable.metadata.get("int16_output_cosine"),
+                          **({"layer_errors": result.loadable.metadata.get("layer_errors")} if args.report else {})},
+                         indent=2))
         return 0
     how = "from the compile cache" if result.cache_hit else \
         "(" + ", ".join(f"{k} {v:.2f} s" for k, v in result.stages.items()) + ")"
@@ -212,6 +270,8 @@ def compile_(args: argparse.Namespace) -> int:
     if int16:
         print(int16)
     print(format_plan(plan))
+    if args.report:
+        print(quantization_report(result.loadable.metadata, worst))
     return 0
 
 

@@ -46,3 +46,21 @@ def test_int16_option_errors(tmp_path, capsys):
     assert main(["compile", str(model), "--int16", "auto", "--int16-max-layers", "0", *out]) == 2
     assert "at least 1" in capsys.readouterr().err
     assert not (tmp_path / "x.nlb").exists()
+
+
+def test_report_measures_the_mixed_graph(tmp_path, capsys):
+    """--report with --int16: each layer's error is that of the graph that runs (its int16
+    layers more precise than in plain int8)."""
+    model, common = _model(tmp_path)
+
+    def errors(*extra: str) -> dict:
+        assert main(["compile", str(model), "-o", str(tmp_path / "r.nlb"), "--report", "--json", *extra,
+                     *common]) == 0
+        return {row["tensor"]: row for row in json.loads(capsys.readouterr().out)["layer_errors"]}
+
+    plain, mixed = errors(), errors("--int16", "c1,y")
+    assert mixed["r1"]["local_sqnr_db"] > plain["r1"]["local_sqnr_db"] + 6  # int8 weights remain
+    assert mixed["y"]["cosine"] > 0.999 > 0.99 > plain["y"]["cosine"]
+    assert main(["compile", str(model), "-o", str(tmp_path / "r.nlb"), "--report", "--int16", "auto", *common]) == 0
+    text = capsys.readouterr().out
+    assert "int16 activations: 2 layers" in text and "quantization accuracy per layer" in text
