@@ -14,6 +14,8 @@ ADD and MUL keep the int8 arithmetic (``elementwise``) with ADD's left shift 15 
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
@@ -27,7 +29,7 @@ from .fixedpoint import (
 )
 from .output import emit
 
-__all__ = ["INT16_MIN", "INT16_MAX", "ADD_LEFT_SHIFT_INT16", "check_int16_param", "check_zero_points", "store_int16",
+__all__ = ["softmax_int16", "int16_lut", "lut_lookup_int16", "INT16_MIN", "INT16_MAX", "ADD_LEFT_SHIFT_INT16", "check_int16_param", "check_zero_points", "store_int16",
            "multiply_by_quantized_multiplier_int64", "conv2d_16x8", "depthwise_conv2d_16x8",
            "fully_connected_16x8", "add_int16", "mul_int16", "requantize", "quantize_int16",
            "dequantize_int16"]
@@ -263,6 +265,90 @@ def mul_int16(a: np.ndarray, b: np.ndarray, *, multiplier: int, shift: int,
     raw = multiply_by_quantized_multiplier(a.astype(np.int64) * b.astype(np.int64),
                                            multiplier, shift)
     return store_int16(raw, 0, act_min, act_max, out)
+
+
+def _round(v: float) -> float:
+    """C ``round()``: nearest, ties away from zero (exact for every double)."""
+    a = abs(v)
+    r = math.floor(a)
+    return math.copysign(r + 1.0 if a - r >= 0.5 else r, v)
+
+
+def int16_lut(fn, input_scale: float, input_zp: int, output_scale: float, output_zp: int) -> np.ndarray:
+    """The 513-entry int16 table TFLite's ``LUTPopulateInt16<double>`` builds for ``fn``.
+
+    512 samples of ``fn`` over the input range, each lowered by half the error a linear
+    interpolation to the next sample makes at the midpoint, plus the last value; all in
+    double, rounding half away from zero, clamped to int16.
+    """
+    in_min = input_scale * float(INT16_MIN - input_zp)
+    in_max = input_scale * float(INT16_MAX - input_zp)
+    out_min = output_scale * float(INT16_MIN - output_zp)
+    out_max = output_scale * float(INT16_MAX - output_zp)
+    steps = 512
+    step = (in_max - in_min) / steps
+    half = step / 2
+    inv = float(INT16_MAX - INT16_MIN + 1) / (out_max - out_min)
+    lut = np.empty(steps + 1, np.int16)
+    for i in range(steps):
+        val, mid, nxt = fn(in_min + i * step), fn(in_min + i * step + half), fn(in_min + (i + 1) * step)
+        sample = _round(val * inv)
+        interpolated = _round((nxt * inv + _round(val * inv)) / 2)
+        bias = _round((interpolated - _round(mid * inv)) / 2)
+        lut[i] = int(min(max(sample - bias, float(INT16_MIN)), float(INT16_MAX)))
+    lut[steps] = int(min(max(_round(fn(in_max) * inv), float(INT16_MIN)), float(INT16_MAX)))
+    return lut
+
+
+def lut_lookup_int16(x: np.ndarray, lut: np.ndarray) -> np.ndarray:
+    """TFLite's int16 ``LUTLookup``: the top 9 bits index the 513-entry table, the low 7
+    interpolate (rounded); int16 arithmetic wraps as in C."""
+    v = x.astype(np.int64)
+    index = 256 + (v >> 7)
+    base = lut[index].astype(np.int64)
+    slope = ((lut[index + 1].astype(np.int64) - base + (1 << 15)) & 0xFFFF) - (1 << 15)
+    delta = (slope * (v & 0x7F) + 64) >> 7
+    return (((base + delta + (1 << 15)) & 0xFFFF) - (1 << 15)).astype(np.int16)
+
+
+_RANGE = INT16_MAX - INT16_MIN
+_SOFTMAX_LUTS: list[np.ndarray] = []
+
+
+def _softmax_luts() -> tuple[np.ndarray, np.ndarray]:
+    """exp on [-10, 0] and 1 / (1 + x) on [0, 1], both to [-1, 1] (built once)."""
+    if not _SOFTMAX_LUTS:
+        _SOFTMAX_LUTS.append(int16_lut(math.exp, 10.0 / _RANGE, INT16_MAX, 2.0 / _RANGE, 0))
+        _SOFTMAX_LUTS.append(int16_lut(lambda v: 1.0 / (1.0 + v), 1.0 / _RANGE, INT16_MIN, 2.0 / _RANGE, 0))
+    return _SOFTMAX_LUTS[0], _SOFTMAX_LUTS[1]
+
+
+def softmax_int16(x: np.ndarray, *, input_multiplier: int, input_left_shift: int,
+                  out: np.ndarray | None = None) -> np.ndarray:
+    """int16 SOFTMAX over the last axis of ``x`` (rows, depth), output scale 2**-15.
+
+    Differences to the row maximum, rescaled (``softmax_int16_params``) so that [-65535, 0]
+    is [-10, 0], go through the exp table; their sum is normalized by its leading zeros and
+    inverted through the 1 / (1 + x) table; each exp times that reciprocal, rounded, is the
+    output (clamped to [0, 32767]).
+    """
+    if x.dtype != np.int16 or x.ndim != 2 or x.shape[1] == 0:
+        raise InvalidCommand(f"softmax input must be int16 (rows, depth), got {x.dtype} {x.shape}")
+    if not -31 <= int(input_left_shift) <= 30:
+        raise InvalidCommand("input_left_shift must be in [-31, 30]")
+    exp_lut, recip_lut = _softmax_luts()
+    diff = x.astype(np.int64) - x.max(axis=1, keepdims=True)
+    scaled = multiply_by_quantized_multiplier(diff, input_multiplier, input_left_shift)
+    exps = lut_lookup_int16(np.clip(scaled + 32767, INT16_MIN, INT16_MAX), exp_lut).astype(np.int64)
+    total = wrap_int32(exps.sum(axis=1, keepdims=True))
+    if np.any(total <= 0):
+        raise InvalidCommand("softmax: the exponentials sum to zero (bad input multiplier)")
+    headroom = 32 - np.frompyfunc(int.bit_length, 1, 1)(total).astype(np.int64)  # leading zeros
+    shifted = ((total << (headroom - 1)) + (1 << 13)) >> 14
+    recip = lut_lookup_int16(np.clip(shifted - (1 << 15) - (1 << 16), INT16_MIN, INT16_MAX), recip_lut)
+    right = 31 - headroom
+    result = (exps * recip.astype(np.int64) + (np.int64(1) << (right - 1))) >> right
+    return emit(np.clip(result, 0, INT16_MAX).astype(np.int16), out)
 
 
 def requantize(x: np.ndarray, out_dtype: type | np.dtype, *, input_zp: int, output_zp: int,

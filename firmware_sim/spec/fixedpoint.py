@@ -19,7 +19,7 @@ import numpy as np
 
 __all__ = ["quantize_multiplier", "quantize_multiplier_array", "effective_scale",
            "fused_activation_range", "rescale_multiplier", "relu_multiplier", "mul_multiplier",
-           "add_params", "ADD_LEFT_SHIFT", "ADD_LEFT_SHIFT_INT16", "softmax_params", "activation_lut", "LUT_TANH",
+           "add_params", "ADD_LEFT_SHIFT", "ADD_LEFT_SHIFT_INT16", "softmax_int16_params", "softmax_params", "activation_lut", "LUT_TANH",
            "LUT_LOGISTIC",
            "ACT_NONE", "ACT_RELU", "ACT_RELU_N1_TO_1", "ACT_RELU6"]
 
@@ -168,6 +168,13 @@ def softmax_params(beta: float, input_scale: float) -> tuple[int, int, int]:
         raise ValueError("softmax beta * input_scale is too small to encode")
     radius = math.floor(1.0 * ((1 << bits) - 1) * (1 << (31 - bits)) / (1 << shift))
     return mult, shift, -radius
+
+
+def softmax_int16_params(beta: float, input_scale: float) -> tuple[int, int]:
+    """int16 SOFTMAX: ``(input_multiplier, input_left_shift)`` taking an input difference
+    to the exp table's grid, where [-65535, 0] stands for [-10, 0] (TFLite's Prepare: the
+    product ``input_scale * beta`` is a float32 one)."""
+    return quantize_multiplier(float(_f32(input_scale) * _f32(beta)) / (10.0 / 65535.0))
 
 
 def _libm():

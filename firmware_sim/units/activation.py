@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from firmware_sim.kernels import activations
+from firmware_sim.kernels import activations, int16x8
 from firmware_sim.spec import ops
 
 from .common import OpDescriptorError, count, dims, unit
@@ -38,13 +38,18 @@ def lut(desc: np.void, dma) -> None:
 
 def _softmax_cost(desc: np.void) -> tuple[int, int]:
     n = int(desc["rows"]) * int(desc["depth"])
-    return 2 * n, 2 * n
+    return 2 * n, (4 if int(desc["flags"]) & ops.OPF_INT16 else 2) * n
 
 
 @unit(ops.OP_SOFTMAX, _softmax_cost)
 def softmax(desc: np.void, dma) -> None:
-    _int8_only(desc)
     shape = dims((desc["rows"], desc["depth"]), "rows/depth")
+    if int(desc["flags"]) & ops.OPF_INT16:  # the multiplier / shift take the input to the exp table
+        x16 = dma.read_array(int(desc["input"]), np.int16, shape)
+        int16x8.softmax_int16(x16, input_multiplier=int(desc["input_beta_multiplier"]),
+                              input_left_shift=int(desc["input_beta_left_shift"]),
+                              out=dma.write_array(int(desc["output"]), np.int16, shape))
+        return
     x = dma.read_array(int(desc["input"]), np.int8, shape)
     activations.softmax(x, input_beta_multiplier=int(desc["input_beta_multiplier"]),
                         input_beta_left_shift=int(desc["input_beta_left_shift"]),

@@ -55,6 +55,9 @@ def _symmetric(reach: float) -> QuantParams:
     return QuantParams(np.array([reach / INT16_MAX], np.float32), np.zeros(1, np.int64))
 
 
+_SCALE_2_POW_15 = QuantParams(np.array([2.0 ** -15], np.float32), np.zeros(1, np.int64))
+
+
 def _quant(g: Graph, name: str) -> QuantParams:
     quant = g.tensors[name].quant
     if quant is None:
@@ -84,11 +87,13 @@ def _select(g: Graph, names: Iterable[str]) -> set[int]:
     for name in names:
         # The op producing a tensor of that name (unique), else the ops of that name (the
         # quantizer's edge ops share names with the ops they follow).
-        found = [op for op in g.ops if name in op.outputs] or [op for op in g.ops if op.name == name]
-        if not found:
+        by_tensor = [op for op in g.ops if name in op.outputs]
+        by_name = [op for op in g.ops if op.name == name]
+        if not by_tensor and not by_name:
             raise MixedPrecisionError(f"int16: no op or tensor named {name!r}")
-        ops = [op for op in found if promotable(op)]
+        ops = [op for op in by_tensor if promotable(op)] or [op for op in by_name if promotable(op)]
         if not ops:
+            found = by_tensor or by_name
             raise MixedPrecisionError(f"int16: {found[0].describe()} has no int16 kernel on the chip")
         chosen.update(id(op) for op in ops)
     return chosen
@@ -170,7 +175,12 @@ def promote(graph: Graph, names: Iterable[str], src: Graph | None = None) -> Gra
             _int64_bias(g, op, float(_quant(g, ins[0]).scale[0]))
         out = op.outputs[0]
         t8 = g.tensors[out]
-        quant = _quant(g, ins[0]) if registry.get(op.type, "same_scale") else int16_quant(_quant(g, out))
+        if registry.get(op.type, "fixed_output") is not None:
+            quant = _SCALE_2_POW_15  # the int16 spec's fixed output (SOFTMAX)
+        elif registry.get(op.type, "same_scale"):
+            quant = _quant(g, ins[0])
+        else:
+            quant = int16_quant(_quant(g, out))
         after: list[Op] = []
         int8_users = [c for c in consumers.get(out, []) if id(c) not in chosen and c.type != "DEQUANTIZE"]
         if out in g.outputs:  # an int8 graph output stays int8

@@ -160,6 +160,18 @@ def test_data_movement_int16(mem: ChipMemory) -> None:
                           pad_value=40000)).status == -errno.EINVAL
 
 
+def test_softmax_int16(mem: ChipMemory) -> None:
+    from firmware_sim.spec.fixedpoint import softmax_int16_params
+    rng = np.random.default_rng(7)
+    x = random_int16(rng, (3, 17))
+    mult, shift = softmax_int16_params(1.0, 0.0005)
+    want = int16x8.softmax_int16(x, input_multiplier=mult, input_left_shift=shift)
+    out = mem.alloc(want.nbytes)
+    run_ok(mem, encode("SOFTMAX", I16, input=mem.put(x), output=out, rows=3, depth=17,
+                       input_beta_multiplier=mult, input_beta_left_shift=shift))
+    np.testing.assert_array_equal(mem.get(out, np.int16, want.shape), want)
+
+
 def test_conversions_int16(mem: ChipMemory) -> None:
     rng = np.random.default_rng(6)
     f = (rng.standard_normal(64) * 3).astype(np.float32)
@@ -192,7 +204,6 @@ def test_conversions_int16(mem: ChipMemory) -> None:
 @pytest.mark.parametrize("name,fields", [
     ("RELU", dict(count=4, multiplier=1 << 30, act_min=-128, act_max=127)),
     ("LUT", dict(count=4)),
-    ("SOFTMAX", dict(rows=1, depth=4)),
     ("MEAN", dict(rank=1, in_shape=[4, 0, 0, 0, 0, 0], axes_mask=1, multiplier=1 << 30)),
 ])
 def test_int8_only_ops_refuse_int16(mem: ChipMemory, name: str, fields: dict) -> None:

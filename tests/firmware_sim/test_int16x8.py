@@ -349,3 +349,29 @@ def test_int16_kernels_refuse_bad_operands() -> None:
                            multiplier=1 << 30, shift=0)
     with pytest.raises(ValueError, match="must be 0"):
         int16x8.check_zero_points(input_zero_point=3)
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_softmax_int16_matches_reference(seed: int) -> None:
+    from firmware_sim.spec.fixedpoint import softmax_int16_params
+    rng = np.random.default_rng(16900 + seed)
+    for case_no in range(CASES_PER_SEED):
+        rows, depth = int(rng.integers(1, 6)), int(rng.integers(1, 40))
+        scale = float(f32(log_uniform(rng, 1e-5, 2e-3)))
+        beta = float(f32(rng.choice([1.0, 1.0, rng.uniform(0.3, 2.0)])))
+        x = random_int16(rng, (rows, depth))
+        if rng.random() < 0.5:  # values that are mostly close to each other
+            x = (x // int(rng.integers(1, 200))).astype(np.int16)
+        tensors = [TensorSpec(x.shape, np.int16, [scale], [0], name="x"),
+                   TensorSpec(x.shape, np.int16, [1.0 / 32768], [0], name="y")]
+
+        def options(b, beta=beta):
+            tflite.SoftmaxOptionsStart(b)
+            tflite.SoftmaxOptionsAddBeta(b, beta)
+            return tflite.SoftmaxOptionsEnd(b)
+
+        model = single_op_model(OP.SOFTMAX, tensors, [0], [1], OPTIONS.SoftmaxOptions, options, version=3)
+        (expected,) = run_reference(model, x)
+        mult, shift = softmax_int16_params(beta, scale)
+        got = int16x8.softmax_int16(x, input_multiplier=mult, input_left_shift=shift)
+        check(got, expected, f"seed {seed} case {case_no} scale {scale} beta {beta}")

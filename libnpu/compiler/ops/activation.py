@@ -71,6 +71,9 @@ def softmax(x, *, beta) -> np.ndarray:
 
 
 def _softmax_params(g, op) -> dict:
+    if g.tensors[op.inputs[0]].dtype == "int16":  # the int16 kernel's exp-table rescaling
+        m, sh = fp.softmax_int16_params(op.attrs["beta"], qparams.qp(g, op.inputs[0])[0])
+        return dict(input_beta_multiplier=m, input_beta_left_shift=sh, diff_min=0)
     m, sh, dmin = fp.softmax_params(op.attrs["beta"], qparams.qp(g, op.inputs[0])[0])
     return dict(input_beta_multiplier=m, input_beta_left_shift=sh, diff_min=dmin)
 
@@ -86,7 +89,8 @@ def _export_softmax(wr, op, outs) -> None:
 
 register(Operator("SOFTMAX", ("beta",), tflite=_tflite_softmax,
                   float_ref=lambda op, ins, out: softmax(ins[0], **op.attrs), fixed_output=(1 / 256, -128),
-                  params=_softmax_params, lower=_lower_softmax, export=_export_softmax, tflite_version=2))
+                  params=_softmax_params, lower=_lower_softmax, export=_export_softmax, tflite_version=2,
+                  int16=True))
 
 
 # ONNX ----------------------------------------------------------------------------------

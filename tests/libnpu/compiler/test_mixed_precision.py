@@ -23,7 +23,7 @@ from libnpu.compiler.tflite_export import export_tflite
 from tests.support import model_builders as builders
 
 CNN_SHAPE = (1, 3, 16, 16)
-PROMOTED = ["c1", "c2", "c3", "a3", "p3", "c4", "logits"]  # conv, depthwise, add, max pool, FC
+PROMOTED = ["c1", "c2", "c3", "a3", "p3", "c4", "logits", "prob"]  # conv, depthwise, add, max pool, FC, softmax
 
 
 def _data(shape, count, seed):
@@ -64,8 +64,8 @@ def test_selection_errors_are_clear(small_cnn) -> None:
     q8 = quantize_mixed(small_cnn, _data(CNN_SHAPE, 2, 0), int16="none")
     with pytest.raises(MixedPrecisionError, match="no op or tensor named 'nope'"):
         promote(q8, ["nope"])
-    with pytest.raises(MixedPrecisionError, match="SOFTMAX"):
-        promote(q8, ["prob_int8"])
+    with pytest.raises(MixedPrecisionError, match="QUANTIZE node 'x_int8' has no int16 kernel"):
+        promote(q8, ["x_int8"])
     assert parse_selection(" c1, a3 ,c1") == ["a3", "c1"]
     assert parse_selection("auto") == "auto" and parse_selection(None) == parse_selection("") == "none"
 
