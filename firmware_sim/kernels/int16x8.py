@@ -29,7 +29,8 @@ from .fixedpoint import (
 )
 from .output import emit
 
-__all__ = ["softmax_int16", "int16_lut", "lut_lookup_int16", "INT16_MIN", "INT16_MAX", "ADD_LEFT_SHIFT_INT16", "check_int16_param", "check_zero_points", "store_int16",
+__all__ = ["softmax_int16", "int16_lut", "lut_lookup_int16", "INT16_MIN", "INT16_MAX",
+           "ADD_LEFT_SHIFT_INT16", "check_int16_param", "check_zero_points", "store_int16",
            "multiply_by_quantized_multiplier_int64", "conv2d_16x8", "depthwise_conv2d_16x8",
            "fully_connected_16x8", "add_int16", "mul_int16", "requantize", "quantize_int16",
            "dequantize_int16"]

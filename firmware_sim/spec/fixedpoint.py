@@ -19,7 +19,8 @@ import numpy as np
 
 __all__ = ["quantize_multiplier", "quantize_multiplier_array", "effective_scale",
            "fused_activation_range", "rescale_multiplier", "relu_multiplier", "mul_multiplier",
-           "add_params", "ADD_LEFT_SHIFT", "ADD_LEFT_SHIFT_INT16", "softmax_int16_params", "softmax_params", "activation_lut", "LUT_TANH",
+           "add_params", "ADD_LEFT_SHIFT", "ADD_LEFT_SHIFT_INT16",
+           "softmax_int16_params", "softmax_params", "activation_lut", "LUT_TANH",
            "LUT_LOGISTIC",
            "ACT_NONE", "ACT_RELU", "ACT_RELU_N1_TO_1", "ACT_RELU6"]
 
