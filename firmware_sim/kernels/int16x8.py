@@ -67,7 +67,7 @@ def store_int16(scaled: np.ndarray, output_zp: int, act_min: int, act_max: int,
                 out: np.ndarray | None = None) -> np.ndarray:
     """``clamp(scaled + output_zp, act_min, act_max)`` as int16 (the addition wraps in
     int32 as TFLite's C code does), into ``out`` when given."""
-    v = wrap_int32(np.asarray(scaled, dtype=np.int64) + np.int64(output_zp))
+    v = np.array(wrap_int32(np.asarray(scaled, dtype=np.int64) + np.int64(output_zp)), np.int64)
     np.clip(v, act_min, act_max, out=v)
     return emit(v.astype(np.int16), out)
 

@@ -1,4 +1,4 @@
-"""int8 / int16 pooling (NHWC) and int8 MEAN, as TFLite's reference kernels.
+"""int8 / int16 pooling (NHWC) and MEAN, as TFLite's reference kernels.
 
 Max and average pooling consider only window positions inside the image; the average
 divides the int32 sum by that count, rounding half away from zero (input and output
@@ -110,9 +110,10 @@ def avg_pool2d(x: np.ndarray, *, filter_hw: tuple[int, int], stride: tuple[int, 
 def mean(x: np.ndarray, axes: tuple[int, ...], *, input_zp: int, output_zp: int,
          multiplier: int, shift: int, keep_dims: bool = True,
          out: np.ndarray | None = None) -> np.ndarray:
-    """int8 MEAN over ``axes``; multiplier/shift from ``spec.fixedpoint.rescale_multiplier``."""
-    if x.dtype != np.int8:
-        raise TypeError(f"x must be int8, got {x.dtype}")
+    """int8 or int16 MEAN over ``axes``; multiplier/shift from
+    ``spec.fixedpoint.rescale_multiplier`` (int16: zero points 0, the same arithmetic)."""
+    if x.dtype not in (np.int8, np.int16):
+        raise TypeError(f"x must be int8 or int16, got {x.dtype}")
     axes = tuple(sorted({a % x.ndim for a in axes})) if x.ndim else ()
     if not axes and x.ndim:
         raise InvalidCommand("mean needs at least one axis")
@@ -126,9 +127,13 @@ def mean(x: np.ndarray, axes: tuple[int, ...], *, input_zp: int, output_zp: int,
         raise InvalidCommand("shift must be in [-31, 30]")
     up = min(count.bit_length() - 1, 32, 31 + int(shift))
     mult = (int(multiplier) << up) // count
-    shifted = wrap_int32(total - check_int8_param("input_zp", input_zp) * count)
+    int16 = x.dtype == np.int16
+    check = check_int16_param if int16 else check_int8_param
+    shifted = wrap_int32(total - check("input_zp", input_zp) * count)
     raw = multiply_by_quantized_multiplier(shifted, wrap_int32(np.int64(mult)), int(shift) - up)
     res_shape = total.shape
-    if out is not None and (out.dtype != np.int8 or out.shape != res_shape):
-        raise InvalidCommand(f"out must be int8 {res_shape}")
+    if out is not None and (out.dtype != x.dtype or out.shape != res_shape):
+        raise InvalidCommand(f"out must be {x.dtype} {res_shape}")
+    if int16:
+        return store_int16(raw, check("output_zp", output_zp), -(1 << 15), (1 << 15) - 1, out)
     return store_int8(raw, check_int8_param("output_zp", output_zp), -128, 127, out)

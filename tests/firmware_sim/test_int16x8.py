@@ -375,3 +375,34 @@ def test_softmax_int16_matches_reference(seed: int) -> None:
         mult, shift = softmax_int16_params(beta, scale)
         got = int16x8.softmax_int16(x, input_multiplier=mult, input_left_shift=shift)
         check(got, expected, f"seed {seed} case {case_no} scale {scale} beta {beta}")
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_mean_int16_matches_reference(seed: int) -> None:
+    rng = np.random.default_rng(17000 + seed)
+    for case_no in range(CASES_PER_SEED):
+        rank = int(rng.integers(1, 5))
+        shape = tuple(int(d) for d in rng.integers(1, 12, size=rank))
+        k = int(rng.integers(1, rank + 1))
+        axes = (1, 2) if rank == 4 and rng.random() < 0.5 else \
+            tuple(sorted(int(a) for a in rng.choice(rank, size=k, replace=False)))
+        keep = bool(rng.integers(2))
+        si = float(f32(log_uniform(rng, 1e-5, 1e-2)))
+        so = float(f32(si * rng.uniform(0.3, 3)))
+        out_shape = tuple(1 if i in axes else d for i, d in enumerate(shape)) if keep else \
+            tuple(d for i, d in enumerate(shape) if i not in axes)
+
+        def options(b, keep=keep):
+            tflite.ReducerOptionsStart(b)
+            tflite.ReducerOptionsAddKeepDims(b, keep)
+            return tflite.ReducerOptionsEnd(b)
+
+        tensors = [TensorSpec(shape, np.int16, [si], [0], name="x"),
+                   TensorSpec((len(axes),), np.int32, data=np.array(axes, np.int32), name="axes"),
+                   TensorSpec(out_shape, np.int16, [so], [0], name="y")]
+        model = single_op_model(OP.MEAN, tensors, [0, 1], [2], OPTIONS.ReducerOptions, options)
+        x = random_int16(rng, shape)
+        (expected,) = run_reference(model, x)
+        m, s = rescale_multiplier(si, so)
+        got = pooling.mean(x, axes, input_zp=0, output_zp=0, multiplier=m, shift=s, keep_dims=keep)
+        check(got, expected, f"seed {seed} case {case_no}: {shape} axes={axes}")

@@ -101,7 +101,7 @@ for _name, _kind in (("MAX_POOL_2D", "max"), ("AVERAGE_POOL_2D", "avg")):
 register(Operator(
     "MEAN", ("axes", "keep_dims"), tflite=_tflite_mean,
     float_ref=lambda op, ins, out: ins[0].mean(axis=op.attrs["axes"], keepdims=op.attrs["keep_dims"]),
-    params=_mean_params, lower=_lower_mean, export=_export_mean, tflite_version=2))
+    params=_mean_params, lower=_lower_mean, export=_export_mean, tflite_version=2, int16=True))
 
 
 # ONNX ----------------------------------------------------------------------------------

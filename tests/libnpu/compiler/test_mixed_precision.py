@@ -110,7 +110,8 @@ def test_every_int16_operator_of_a_layout_model_on_the_device(npu, litert) -> No
     names = [op.outputs[0] for op in q8.ops if promotable(op)]
     q = promote(q8, names, optimize(graph))
     kinds = {op.type for op in q.ops if q.tensors[op.outputs[0]].dtype == "int16" and op.type != "QUANTIZE"}
-    assert {"CONCATENATION", "PAD", "AVERAGE_POOL_2D", "TRANSPOSE", "FULLY_CONNECTED", "CONV_2D", "RESHAPE"} <= kinds
+    assert {"CONCATENATION", "PAD", "AVERAGE_POOL_2D", "TRANSPOSE", "FULLY_CONNECTED", "CONV_2D", "RESHAPE",
+            "MEAN"} <= kinds
     model = libnpu.load(lower(q), devroot=npu.devroot)
     try:
         for x in _data(shape, 3, 8):
