@@ -244,10 +244,14 @@ def compile_(args: argparse.Namespace) -> int:
         if args.json:
             print(json.dumps({"model": str(path), "output": str(out), "seconds": round(result.seconds, 3),
                               "stages_s": result.stages, "calibration": calibration,
+                              "int16_layers": result.metadata.get("int16_layers", []),
                               **({"layer_errors": result.metadata.get("layer_errors")} if args.report else {})},
                              indent=2))
         else:
             print(f"quantized {path.name} -> {out} in {result.seconds:.2f} s ({result.ops} ops)")
+            int16 = _int16_report(result.metadata)
+            if int16:
+                print(int16)
             if args.report:
                 print(quantization_report(result.metadata, worst))
         return 0

@@ -64,3 +64,14 @@ def test_report_measures_the_mixed_graph(tmp_path, capsys):
     assert main(["compile", str(model), "-o", str(tmp_path / "r.nlb"), "--report", "--int16", "auto", *common]) == 0
     text = capsys.readouterr().out
     assert "int16 activations: 2 layers" in text and "quantization accuracy per layer" in text
+
+
+def test_int16_tflite_export_runs_in_litert(tmp_path, capsys, litert):
+    """-o OUT.tflite --int16: the 16x8 model for LiteRT."""
+    model, common = _model(tmp_path)
+    out = tmp_path / "mixed.tflite"
+    assert main(["compile", str(model), "-o", str(out), "--int16", "c1,y", *common]) == 0
+    assert "int16 activations: 2 layers (c1, y)" in capsys.readouterr().out
+    x = np.random.default_rng(1).standard_normal((1, 4, 8, 8)).astype(np.float32)
+    (y,) = litert(out, [x])
+    assert y.shape == (1, 4, 8, 8) and y.dtype == np.float32
