@@ -16,7 +16,9 @@ straight to int16 and an int16 output is dequantized straight to float.
 * ``"auto"``: rank the ops the chip can run in int16 by the error each adds in int8 (its
   own SQNR against float on the calibration data, ``accuracy.layer_errors``), then promote
   the worst 1, 2, 4, ... until every graph output reaches ``target_cosine`` against the
-  float graph (or ``max_layers`` are promoted).
+  float graph (or ``max_layers`` are promoted). An output that even all-int16 activations
+  cannot bring to the target settles for most of what they would gain, and one they would
+  not improve is left alone (its error is not the activations': int8 weights, say).
 """
 from __future__ import annotations
 
@@ -270,31 +272,55 @@ def output_cosines(float_graph: Graph, graph: Graph, dataset: Sequence[Feed]) ->
     return result
 
 
+#: An output whose cosine all-int16 activations would raise by less than this is left
+#: alone by "auto": its error is not the activations' (e.g. int8 weights).
+MIN_GAIN = 0.002
+#: The share of the reachable gain "auto" settles for when the target is out of reach.
+GAIN_SHARE = 0.9
+
+
 def choose_auto(float_graph: Graph, graph: Graph, dataset: Sequence[Feed], *,
                 target_cosine: float = DEFAULT_TARGET_COSINE,
                 max_layers: int | None = None) -> tuple[list[str], dict[str, float]]:
-    """The ops to promote: the worst by their own int8 error, as few as reach
-    ``target_cosine`` on every output (1, 2, 4, ... of them, at most ``max_layers``).
+    """The ops to promote: the worst by their own int8 error, as few as reach the goal on
+    every output (1, 2, 4, ... of them, at most ``max_layers``).
 
+    An output's goal is ``target_cosine``, or, when even int16 activations everywhere
+    cannot reach it, ``GAIN_SHARE`` of what they would gain (nothing when that is below
+    ``MIN_GAIN``: then its error comes from elsewhere, and promoting layers would only cost).
     Returns ``(output tensor names of the chosen ops, output cosines of the chosen graph)``."""
     from .accuracy import layer_errors
-    cosines = output_cosines(float_graph, graph, dataset)
-    if min(cosines.values(), default=1.0) >= target_cosine:
-        return [], cosines
+    base = output_cosines(float_graph, graph, dataset)
+    if min(base.values(), default=1.0) >= target_cosine:
+        return [], base
     errors = layer_errors(float_graph, graph, dataset)
     by_output = {op.outputs[0]: op for op in graph.ops}
     ranked = [e.tensor for e in sorted(errors.values(), key=lambda e: e.local_sqnr_db)
               if e.tensor in by_output and promotable(by_output[e.tensor])]
     limit = len(ranked) if max_layers is None else min(max_layers, len(ranked))
+    if not limit:
+        return [], base
+    ceiling = output_cosines(float_graph, promote(graph, ranked, float_graph), dataset)
+    goal = {}
+    for name, b in base.items():
+        if b >= target_cosine or ceiling[name] >= target_cosine:
+            goal[name] = min(target_cosine, ceiling[name]) if b < target_cosine else b
+        elif ceiling[name] - b < MIN_GAIN:
+            goal[name] = -1.0  # nothing to win on this output
+        else:
+            goal[name] = b + GAIN_SHARE * (ceiling[name] - b)
+    if all(goal[n] <= base[n] for n in base):
+        return [], base
     chosen: list[str] = []
+    cosines = base
     k = 1
-    while limit:
+    while True:
         chosen = ranked[:k]
-        cosines = output_cosines(float_graph, promote(graph, chosen, float_graph), dataset)
-        if min(cosines.values(), default=1.0) >= target_cosine or k >= limit:
-            break
+        cosines = ceiling if k == len(ranked) else \
+            output_cosines(float_graph, promote(graph, chosen, float_graph), dataset)
+        if all(cosines[n] >= goal[n] for n in goal) or k >= limit:
+            return chosen, cosines
         k = min(2 * k, limit)
-    return chosen, cosines
 
 
 def quantize_mixed(graph: Graph, dataset: Iterable[Feed] | None = None, *,
