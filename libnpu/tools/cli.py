@@ -98,9 +98,11 @@ def _calibration_args(p: argparse.ArgumentParser) -> None:
 def _int16_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--int16", metavar="auto|none|NAME,...", default="none",
                    help="int16 activations (a16w8) for the layers int8 loses most on ('auto': the worst, until "
-                        "the outputs reach --int16-target cosine against float), or for the named ops / tensors "
+                        "the outputs reach --int16-target against float), or for the named ops / tensors "
                         "(default none)")
-    p.add_argument("--int16-target", type=float, metavar="COSINE", help="output cosine 'auto' aims at (default 0.99)")
+    p.add_argument("--int16-target", type=float, metavar="SCORE",
+                   help="output score 'auto' aims at: cosine vs float, for outputs of < 8 values "
+                        "1 - max|error| / max|value| (default 0.99)")
     p.add_argument("--int16-max-layers", type=int, metavar="N", help="promote at most N layers with 'auto'")
 
 

@@ -163,8 +163,8 @@ def _int16_options(args: argparse.Namespace) -> dict[str, Any]:
         if selection != "auto":
             raise UsageError("--int16-target and --int16-max-layers need --int16 auto")
         if args.int16_target is not None:
-            _require(0.0 < args.int16_target <= 1.0, "--int16-target is a cosine in (0, 1]")
-            options["target_cosine"] = args.int16_target
+            _require(0.0 < args.int16_target <= 1.0, "--int16-target is a score in (0, 1]")
+            options["int16_target"] = args.int16_target
         if args.int16_max_layers is not None:
             _require(args.int16_max_layers >= 1, "--int16-max-layers needs at least 1")
             options["max_int16_layers"] = args.int16_max_layers
@@ -179,9 +179,9 @@ def _int16_report(metadata: dict[str, Any]) -> str | None:
     text = f"int16 activations: {len(layers)} layer{'s' if len(layers) != 1 else ''}"
     if layers:
         text += " (" + ", ".join(layers) + ")"
-    cosines = metadata.get("int16_output_cosine")
-    if cosines:
-        text += "; output cosine vs float " + ", ".join(f"{k} {v:.4f}" for k, v in cosines.items())
+    scores = metadata.get("int16_output_score")
+    if scores:
+        text += "; output score vs float " + ", ".join(f"{k} {v:.4f}" for k, v in scores.items())
     return text
 
 
@@ -263,7 +263,7 @@ def compile_(args: argparse.Namespace) -> int:
                           "seconds": round(result.seconds, 3), "stages_s": result.stages,
                           "calibration": calibration, "plan": plan,
                           "int16_layers": result.loadable.metadata.get("int16_layers", []),
-                          "int16_output_cosine": result.loadable.metadata.get("int16_output_cosine"),
+                          "int16_output_score": result.loadable.metadata.get("int16_output_score"),
                           **({"layer_errors": result.loadable.metadata.get("layer_errors")} if args.report else {})},
                          indent=2))
         return 0

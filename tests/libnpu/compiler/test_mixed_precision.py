@@ -11,7 +11,7 @@ from firmware_sim.spec import ops as spec_ops
 from libnpu.compiler.lower import lower
 from libnpu.compiler.mixed_precision import (
     MixedPrecisionError,
-    output_cosines,
+    output_scores,
     parse_selection,
     promote,
     quantize_mixed,
@@ -157,12 +157,12 @@ def test_auto_promotes_the_layers_int8_ruins(npu, litert) -> None:
     data = _data(shape, 6, 4)
     opt = optimize(graph)
     plain = quantize_mixed(graph, data, int16="none")
-    auto = quantize_mixed(graph, data, int16="auto", target_cosine=0.999)
-    before = min(output_cosines(opt, plain, data).values())
-    after = min(output_cosines(opt, auto, data).values())
+    auto = quantize_mixed(graph, data, int16="auto", int16_target=0.999)
+    before = min(output_scores(opt, plain, data).values())
+    after = min(output_scores(opt, auto, data).values())
     assert before < 0.99 < 0.999 <= after
     assert set(auto.metadata["int16_layers"]) == {"c1", "y"}
-    assert min(auto.metadata["int16_output_cosine"].values()) >= 0.999
+    assert min(auto.metadata["int16_output_score"].values()) >= 0.999
     capped = quantize_mixed(graph, data, int16="auto", max_int16_layers=1)
     assert len(capped.metadata["int16_layers"]) == 1
     # ...and the chip computes the auto-selected graph exactly as LiteRT does.
