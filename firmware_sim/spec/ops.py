@@ -65,7 +65,7 @@ OPF_HALF_PIXEL_CENTERS = 0x4  # resize
 OPF_KEEP_DIMS = 0x8           # mean (informational: the output bytes are the same)
 # int16 activations (TFLite's 16x8 scheme: symmetric int16, zero point 0, int8 weights):
 # CONV_2D / DEPTHWISE_CONV_2D / FULLY_CONNECTED (bias int64, FC with FC_DOUBLE_SCALE), ADD,
-# MUL, MAX/AVERAGE_POOL_2D, MEAN, SOFTMAX (input_beta_* from fixedpoint.softmax_int16_params,
+# MUL, MAX/AVERAGE_POOL_2D, MEAN, RELU, SOFTMAX (input_beta_* from fixedpoint.softmax_int16_params,
 # output scale 2**-15), RESIZE_*, TRANSPOSE, PAD, STRIDED_SLICE (2-byte elements),
 # QUANTIZE (float32 -> int16), DEQUANTIZE (int16 -> float32) and REQUANTIZE (its output).
 # RESHAPE and CONCATENATION count bytes and need no flag.

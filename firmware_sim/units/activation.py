@@ -16,12 +16,12 @@ def _int8_only(desc: np.void) -> None:
         raise OpDescriptorError("this activation has no int16 mode (OPF_INT16)")
 
 
-@unit(ops.OP_RELU, flat_cost(1, 1))
+@unit(ops.OP_RELU, lambda desc: flat_cost(*(2, 2) if int(desc["flags"]) & ops.OPF_INT16 else (1, 1))(desc))
 def relu(desc: np.void, dma) -> None:
-    _int8_only(desc)
     n = count(desc)
-    x = dma.read_array(int(desc["input"]), np.int8, (n,))
-    out = dma.write_array(int(desc["output"]), np.int8, (n,))
+    dtype = np.int16 if int(desc["flags"]) & ops.OPF_INT16 else np.int8
+    x = dma.read_array(int(desc["input"]), dtype, (n,))
+    out = dma.write_array(int(desc["output"]), dtype, (n,))
     activations.relu_family(x, input_zp=int(desc["input_zp"]), output_zp=int(desc["output_zp"]),
                             multiplier=int(desc["multiplier"]), shift=int(desc["shift"]),
                             act_min=int(desc["act_min"]), act_max=int(desc["act_max"]), out=out)

@@ -406,3 +406,24 @@ def test_mean_int16_matches_reference(seed: int) -> None:
         m, s = rescale_multiplier(si, so)
         got = pooling.mean(x, axes, input_zp=0, output_zp=0, multiplier=m, shift=s, keep_dims=keep)
         check(got, expected, f"seed {seed} case {case_no}: {shape} axes={axes}")
+
+
+@pytest.mark.parametrize("op", [OP.RELU, OP.RELU6], ids=["relu", "relu6"])  # LiteRT: no int16 RELU_N1_TO_1
+@pytest.mark.parametrize("seed", SEEDS)
+def test_relu_family_int16_matches_reference(seed: int, op: int) -> None:
+    from firmware_sim.kernels.activations import relu_family
+    from firmware_sim.spec.fixedpoint import ACT_RELU, ACT_RELU6, relu_multiplier
+    rng = np.random.default_rng(17100 + seed + op)
+    code = {OP.RELU: ACT_RELU, OP.RELU6: ACT_RELU6}[op]
+    for case_no in range(CASES_PER_SEED):
+        shape = tuple(int(d) for d in rng.integers(1, 9, size=int(rng.integers(1, 4))))
+        si = float(f32(log_uniform(rng, 1e-5, 1e-3)))
+        so = float(f32(si * rng.uniform(0.3, 3)))
+        x = random_int16(rng, shape)
+        tensors = [TensorSpec(shape, np.int16, [si], [0], name="x"),
+                   TensorSpec(shape, np.int16, [so], [0], name="y")]
+        (expected,) = run_reference(single_op_model(op, tensors, [0], [1]), x)
+        m, s = relu_multiplier(si, so)
+        lo, hi = fused_activation_range(code, so, 0, *I16)
+        got = relu_family(x, input_zp=0, output_zp=0, multiplier=m, shift=s, act_min=lo, act_max=hi)
+        check(got, expected, f"seed {seed} case {case_no}")

@@ -21,7 +21,8 @@ def _export_plain(wr, op, outs) -> None:
 def _relu_params(g, op) -> dict:
     (si, zi), (so, zo) = qparams.qp(g, op.inputs[0]), qparams.qp(g, op.outputs[0])
     m, sh = fp.relu_multiplier(si, so)
-    lo, hi = fp.fused_activation_range(qparams.ACTIVATION_CODES[op.type], so, zo)
+    info = np.iinfo(g.tensors[op.outputs[0]].dtype)
+    lo, hi = fp.fused_activation_range(qparams.ACTIVATION_CODES[op.type], so, zo, int(info.min), int(info.max))
     return dict(input_zp=zi, output_zp=zo, multiplier=m, shift=sh, act_min=lo, act_max=hi)
 
 
@@ -30,7 +31,8 @@ _RELUS = {"RELU": lambda x: np.maximum(x, 0), "RELU6": lambda x: np.clip(x, 0, 6
 for _name, _fn in _RELUS.items():
     register(Operator(_name, tflite=tflite_import.simple, float_ref=lambda op, ins, out, fn=_fn: fn(ins[0]),
                       params=_relu_params, lower=lambda low, op, p: low.flat("RELU", op, p),
-                      export=_export_plain, tflite_version=1 if _name == "RELU_N1_TO_1" else 2))
+                      export=_export_plain, tflite_version=1 if _name == "RELU_N1_TO_1" else 2,
+                      int16=_name != "RELU_N1_TO_1"))  # LiteRT has no int16 RELU_N1_TO_1
 
 
 # LOGISTIC / TANH: a 256-entry table on the chip ----------------------------------------

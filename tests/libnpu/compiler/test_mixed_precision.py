@@ -121,6 +121,23 @@ def test_every_int16_operator_of_a_layout_model_on_the_device(npu, litert) -> No
         model.close()
 
 
+def test_standalone_relus_in_int16_on_the_device(npu, litert) -> None:
+    from libnpu.compiler.mixed_precision import promotable
+    graph = import_onnx(builders.standalone_activations())
+    shape = (1, 2, 4, 4)
+    q8 = quantize_mixed(graph, _data(shape, 4, 12), int16="none")
+    q = promote(q8, [op.outputs[0] for op in q8.ops if promotable(op)], optimize(graph))
+    kinds = {op.type for op in q.ops if q.tensors[op.outputs[0]].dtype == "int16"}
+    assert {"RELU", "RELU6"} <= kinds
+    model = libnpu.load(lower(q), devroot=npu.devroot)
+    try:
+        for x in _data(shape, 2, 13):
+            for ours, ref in zip(model.infer(x), litert(export_tflite(q), x)):
+                np.testing.assert_array_equal(ours, ref)
+    finally:
+        model.close()
+
+
 def test_mul_by_a_constant_gets_an_int16_constant(npu, litert) -> None:
     graph = import_onnx(builders.exporter_style())
     shape = (1, 3, 8, 8)
