@@ -190,11 +190,14 @@ def depthwise_conv2d_16x8(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None,
     if one != 1 or cin == 0 or cout % cin:
         raise InvalidCommand(f"depthwise filter {w.shape} does not fit input depth {cin}")
     multiplier, shift = _check_quant(cout, bias, multiplier, shift)
-    win = _padded_windows(x, kh, kw, stride, dilation, padding, out_hw)  # (N,OH,OW,Cin,KH,KW)
     dm = cout // cin
-    wf = w.astype(np.float64).reshape(kh, kw, cin, dm).transpose(2, 3, 0, 1)  # (Cin,dm,KH,KW)
-    acc = np.einsum("nhwcij,cmij->nhwcm", win, wf, optimize=True)
-    acc = acc.reshape(*acc.shape[:3], cout)
+    xr = np.repeat(x, dm, axis=3) if dm > 1 else x  # output channel c * dm + m reads channel c
+    win = _padded_windows(xr, kh, kw, stride, dilation, padding, out_hw)  # (N, OH, OW, Cout, KH, KW)
+    wf = w[0].astype(np.float64)
+    acc = np.zeros(win.shape[:4], np.float64)
+    for i in range(kh):  # one multiply-add over the whole output per tap
+        for j in range(kw):
+            acc += win[..., i, j] * wf[i, j]
     return _finish(acc, bias, multiplier, shift, act_min, act_max, out)
 
 
