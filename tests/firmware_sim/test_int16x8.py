@@ -427,3 +427,57 @@ def test_relu_family_int16_matches_reference(seed: int, op: int) -> None:
         lo, hi = fused_activation_range(code, so, 0, *I16)
         got = relu_family(x, input_zp=0, output_zp=0, multiplier=m, shift=s, act_min=lo, act_max=hi)
         check(got, expected, f"seed {seed} case {case_no}")
+
+
+@pytest.mark.parametrize("op", ["TRANSPOSE", "PAD", "CONCATENATION", "STRIDED_SLICE"])
+@pytest.mark.parametrize("seed", SEEDS)
+def test_data_movement_int16_matches_reference(seed: int, op: str) -> None:
+    """The layout kernels move int16 elements as LiteRT's int16 kernels do."""
+    from firmware_sim.kernels import layout
+    rng = np.random.default_rng(17200 + seed + 1000 * len(op))
+    for case_no in range(CASES_PER_SEED):
+        rank = int(rng.integers(1, 5))
+        shape = tuple(int(d) for d in rng.integers(1, 6, size=rank))
+        x = random_int16(rng, shape)
+        q = ([0.001], [0])
+        feeds, extra, opt = [x], [], (0, None)
+        if op == "TRANSPOSE":
+            perm = [int(p) for p in rng.permutation(rank)]
+            got = layout.transpose(x, perm)
+            extra = [TensorSpec((rank,), np.int32, data=np.array(perm, np.int32), name="perm")]
+        elif op == "PAD":
+            pads = rng.integers(0, 3, size=(rank, 2))
+            got = layout.pad(x, pads.tolist(), 0)
+            extra = [TensorSpec((rank, 2), np.int32, data=pads.astype(np.int32), name="pads")]
+        elif op == "CONCATENATION":
+            axis = int(rng.integers(rank))
+            other = list(shape)
+            other[axis] = int(rng.integers(1, 4))
+            y = random_int16(rng, other)
+            got = layout.concat([x, y], axis)
+            feeds = [x, y]
+
+            def concat_options(b, axis=axis):
+                tflite.ConcatenationOptionsStart(b)
+                tflite.ConcatenationOptionsAddAxis(b, axis)
+                return tflite.ConcatenationOptionsEnd(b)
+            opt = (OPTIONS.ConcatenationOptions, concat_options)
+        else:
+            begin = [int(rng.integers(0, d)) for d in shape]
+            end = [int(rng.integers(b + 1, d + 1)) for b, d in zip(begin, shape)]
+            strides = [int(rng.integers(1, 3)) for _ in shape]
+            got = layout.strided_slice(x, begin, end, strides)
+            extra = [TensorSpec((rank,), np.int32, data=np.array(v, np.int32), name=n)
+                     for v, n in ((begin, "b"), (end, "e"), (strides, "s"))]
+
+            def slice_options(b):
+                tflite.StridedSliceOptionsStart(b)
+                return tflite.StridedSliceOptionsEnd(b)
+            opt = (OPTIONS.StridedSliceOptions, slice_options)
+        tensors = [TensorSpec(f.shape, np.int16, *q, name=f"in{k}") for k, f in enumerate(feeds)]
+        tensors += extra
+        tensors.append(TensorSpec(got.shape, np.int16, *q, name="out"))
+        op_inputs = list(range(len(tensors) - 1))
+        model = single_op_model(getattr(OP, op), tensors, op_inputs, [len(tensors) - 1], *opt)
+        (expected,) = run_reference(model, *feeds)
+        check(got, expected, f"{op} seed {seed} case {case_no} {shape}")
