@@ -1,4 +1,4 @@
-"""Data-movement ops on int8 tensors: CONCATENATION, RESHAPE, TRANSPOSE, PAD, STRIDED_SLICE.
+"""Data-movement ops on int8 (or int16) tensors: CONCATENATION, RESHAPE, TRANSPOSE, PAD, STRIDED_SLICE.
 
 They never change values (TFLite's int8 CONCATENATION requires every input to share the
 output's scale and zero point), so each is a numpy copy into the output.
@@ -10,6 +10,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from ..errors import InvalidCommand
+from .int16x8 import check_int16_param
 from .output import check_int8_param, emit
 
 __all__ = ["concat", "reshape", "transpose", "pad", "strided_slice", "strided_slice_shape", "gather"]
@@ -50,7 +51,11 @@ def pad(x: np.ndarray, paddings: Sequence[Sequence[int]], pad_value: int,
     pads = [(int(a), int(b)) for a, b in paddings]
     if len(pads) != x.ndim or any(a < 0 or b < 0 for a, b in pads):
         raise InvalidCommand(f"paddings {paddings} do not fit rank {x.ndim} or are negative")
-    return emit(np.pad(x, pads, constant_values=check_int8_param("pad_value", pad_value)), out)
+    if x.dtype == np.int16:
+        fill = check_int16_param("pad_value", pad_value)
+    else:
+        fill = check_int8_param("pad_value", pad_value)
+    return emit(np.pad(x, pads, constant_values=fill), out)
 
 
 def _slice_axis(size: int, begin: int, end: int, stride: int, begin_masked: bool,

@@ -3,8 +3,9 @@ the geometry rules the compiler and the chip share.
 
 Conventions (all descriptors follow ``spec.tasks``: common header, 8-byte aligned):
 
-* Operands are device addresses (u64 IOVAs). Activations are int8 unless noted, dense
-  row-major; 4-D image tensors are NHWC.
+* Operands are device addresses (u64 IOVAs). Activations are int8 unless noted (the
+  header flag ``OPF_INT16`` makes them int16, see below), dense row-major; 4-D image
+  tensors are NHWC.
 * ``*_shape`` fields are u32 arrays. Arbitrary-rank tensors use ``rank`` plus a
   ``u32[MAX_RANK]`` shape whose unused trailing entries are 0. For ADD / MUL all three
   shapes are given at the output's rank (inputs padded with leading 1s), and inputs
@@ -21,7 +22,8 @@ from firmware_sim.spec.tasks import register_task
 
 __all__ = [
     "PADDING_SAME", "PADDING_VALID", "conv_geometry", "MAX_RANK", "OPF_PER_CHANNEL",
-    "OPF_ALIGN_CORNERS", "OPF_HALF_PIXEL_CENTERS", "OPF_KEEP_DIMS", "CONCAT_MAX_INPUTS",
+    "OPF_ALIGN_CORNERS", "OPF_HALF_PIXEL_CENTERS", "OPF_KEEP_DIMS", "OPF_INT16", "OPF_INT16_INPUT",
+    "CONCAT_MAX_INPUTS",
     "OP_CONV_2D", "OP_DEPTHWISE_CONV_2D", "OP_ADD", "OP_MUL", "OP_MAX_POOL_2D", "OP_AVERAGE_POOL_2D",
     "OP_MEAN", "OP_RELU", "OP_LUT", "OP_SOFTMAX", "OP_CONCATENATION", "OP_RESHAPE", "OP_TRANSPOSE",
     "OP_PAD", "OP_STRIDED_SLICE", "OP_RESIZE_BILINEAR", "OP_RESIZE_NEAREST_NEIGHBOR", "OP_QUANTIZE",
@@ -63,6 +65,14 @@ OPF_PER_CHANNEL = 0x1         # conv/depthwise: multipliers/shifts are arrays (m
 OPF_ALIGN_CORNERS = 0x2       # resize
 OPF_HALF_PIXEL_CENTERS = 0x4  # resize
 OPF_KEEP_DIMS = 0x8           # mean (informational: the output bytes are the same)
+# int16 activations (TFLite's 16x8 scheme: symmetric int16, zero point 0, int8 weights):
+# CONV_2D / DEPTHWISE_CONV_2D / FULLY_CONNECTED (bias int64, FC with FC_DOUBLE_SCALE), ADD,
+# MUL, MAX/AVERAGE_POOL_2D, MEAN, RELU, SOFTMAX (input_beta_* from fixedpoint.softmax_int16_params,
+# output scale 2**-15), RESIZE_*, TRANSPOSE, PAD, STRIDED_SLICE (2-byte elements),
+# QUANTIZE (float32 -> int16), DEQUANTIZE (int16 -> float32) and REQUANTIZE (its output).
+# RESHAPE and CONCATENATION count bytes and need no flag.
+OPF_INT16 = 0x100
+OPF_INT16_INPUT = 0x200       # REQUANTIZE: the input is int16 (int16 -> int8 / int16)
 
 OP_CONV_2D = 0x10
 OP_DEPTHWISE_CONV_2D = 0x11

@@ -101,6 +101,8 @@ def float_names(quantized: Graph, float_graph: Graph) -> dict[str, str]:
     for op in quantized.ops:
         if op.type == "QUANTIZE" and op.inputs[0] in quantized.inputs:
             names[op.outputs[0]] = op.inputs[0]
+        elif op.type == "QUANTIZE" and op.inputs[0] in names and op.outputs[0] not in names:
+            names[op.outputs[0]] = names[op.inputs[0]]  # an int8 <-> int16 conversion (mixed precision)
         elif op.type == "DEQUANTIZE" and op.outputs[0] in quantized.outputs:
             names[op.inputs[0]] = op.outputs[0]
     return names
@@ -127,7 +129,7 @@ def _on_grid(quantized: Graph, name: str, value: np.ndarray) -> np.ndarray:
 def _constant(graph: Graph, name: str) -> np.ndarray:
     """A constant's real value (dequantized if quantized)."""
     t = graph.tensors[name]
-    if t.quant is not None and t.dtype in ("int8", "uint8", "int16", "int32"):
+    if t.quant is not None and t.dtype in ("int8", "uint8", "int16", "int32", "int64"):
         return t.quant.dequantize(np.asarray(t.data))
     return np.asarray(t.data, np.float32)
 

@@ -68,7 +68,7 @@ def has_reference(op_type: str) -> bool:
 
 
 def _to_real(t: Tensor, value: np.ndarray) -> np.ndarray:
-    if t.quant is not None and t.dtype in ("int8", "uint8", "int16", "int32"):
+    if t.quant is not None and t.dtype in ("int8", "uint8", "int16", "int32", "int64"):
         return t.quant.dequantize(np.asarray(value))
     return np.asarray(value, np.float32)
 

@@ -33,7 +33,8 @@ def check_int8(graph: Graph) -> None:
 
     Every op must have an int8 kernel on the chip, and every activation must be int8 with
     per-tensor quantization, except the float side of QUANTIZE (input) and DEQUANTIZE
-    (output) ops at the graph's edges.
+    (output) ops at the graph's edges, and int16 activations (symmetric, per tensor) of
+    the operators the chip also runs in int16 (mixed precision, TFLite's 16x8 scheme).
     """
     from .qparams import lowerable
     for op in graph.ops:
@@ -49,6 +50,11 @@ def check_int8(graph: Graph) -> None:
                 continue
             if n in op.outputs and t.dtype in ("int32", "int64") and t.quant is None \
                     and registry.get(op.type, "index_output"):
+                continue
+            if t.dtype == "int16" and registry.get(op.type, "int16"):
+                if t.quant is None or t.quant.per_channel or int(t.quant.zero_point[0]) != 0:
+                    raise NotInt8Error(f"{op.describe()}: int16 tensor {n!r} must be quantized "
+                                       "per tensor with zero point 0")
                 continue
             if t.dtype == "int32" and t.quant is None and n in op.inputs \
                     and op.inputs.index(n) in registry.get(op.type, "index_inputs"):
@@ -95,7 +101,9 @@ def to_int8_graph(model: str | os.PathLike | bytes | Graph,
     """The int8 graph for ``model``: int8 models as they are, float ones quantized.
 
     ``quantize_options`` go to :func:`libnpu.compiler.quantizer.quantize_model`
-    (``method``, ``random_count``, ``io_dtype``, ``fc_per_channel``, ``seed``);
+    (``method``, ``random_count``, ``io_dtype``, ``fc_per_channel``, ``seed``), and
+    ``int16`` ("none", "auto" or op names), ``int16_target`` and ``max_int16_layers`` to
+    :func:`libnpu.compiler.mixed_precision.quantize_mixed` (int16 activations where needed);
     ``kind`` as for :func:`load_model`; ``progress`` hears the stages (see :mod:`libnpu.compiler.progress`).
     """
     if isinstance(model, Graph):
@@ -107,7 +115,13 @@ def to_int8_graph(model: str | os.PathLike | bytes | Graph,
         return graph
     if any(t.quant is not None for t in graph.tensors.values() if not t.is_constant):
         check_int8(graph)  # partly quantized: report the offending op rather than re-quantize
-    from .quantizer import quantize_model
-    q = quantize_model(graph, dataset, progress=progress, **quantize_options)
+    if quantize_options.get("int16", "none") not in (None, "none"):
+        from .mixed_precision import quantize_mixed
+        q = quantize_mixed(graph, dataset, progress=progress, **quantize_options)
+    else:
+        from .quantizer import quantize_model
+        options = {k: v for k, v in quantize_options.items()
+                   if k not in ("int16", "int16_target", "max_int16_layers")}
+        q = quantize_model(graph, dataset, progress=progress, **options)
     check_int8(q)
     return q

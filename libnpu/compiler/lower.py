@@ -31,7 +31,7 @@ from .memplan import MemoryPlan, plan_memory
 from .progress import Progress, stage
 from .qparams import op_params
 
-__all__ = ["LoweringError", "lower", "compile_model", "Emitted", "Lowering", "pad_rank"]
+__all__ = ["LoweringError", "lower", "compile_model", "Emitted", "Lowering", "pad_rank", "int16_flags"]
 
 
 class LoweringError(IRError):
@@ -78,6 +78,18 @@ class Lowering:
         return self.emit(name, op, dict(fields, count=self.g.tensors[op.inputs[0]].size), extra=extra)
 
 
+def int16_flags(graph: Graph, op: Op, descriptor: str) -> int:
+    """The descriptor flags that make the chip run ``op`` on int16 activations: its integer
+    tensors are int16 (``OPF_INT16``); REQUANTIZE marks each side (``OPF_INT16`` the
+    output, ``OPF_INT16_INPUT`` the input)."""
+    data_in = [graph.tensors[n].dtype for n in op.inputs if n and not graph.tensors[n].is_constant]
+    data_out = [graph.tensors[n].dtype for n in op.outputs]
+    if descriptor == "REQUANTIZE":
+        return ((spec_ops.OPF_INT16 if "int16" in data_out else 0)
+                | (spec_ops.OPF_INT16_INPUT if "int16" in data_in else 0))
+    return spec_ops.OPF_INT16 if "int16" in data_in + data_out else 0
+
+
 def _encode(e: Emitted, plan: MemoryPlan) -> tuple[bytes, list[Reloc]]:
     task_type = spec_tasks.TASK_BY_NAME[e.name]
     try:
@@ -120,6 +132,8 @@ def lower(graph: Graph, *, metadata: dict[str, Any] | None = None) -> Loadable:
             host_steps.append(_host_step(op, len(tasks), index))
             continue
         emitted = registry.get(op.type, "lower")(low, op, op_params(graph, op))
+        if emitted is not None:
+            emitted.flags |= int16_flags(graph, op, emitted.name)
         ins = [i for i in op.inputs if i and not graph.tensors[i].is_constant]
         if emitted is None:  # aliased RESHAPE: the output is ready when the input is
             if ins[0] in producer:

@@ -50,6 +50,8 @@ class Operator:
     - ``export``: ``(writer, op, output indices) -> None`` (TFLite export);
       ``tflite_version``: the operator version written.
     - ``macs``: ``(graph, op) -> multiply-accumulates`` for the reports.
+    - ``int16``: the chip also runs it with int16 activations (TFLite's 16x8 scheme:
+      symmetric int16, int8 weights, int64 bias), so mixed precision may promote it.
     """
     name: str
     attrs: tuple[str, ...] = ()
@@ -69,6 +71,7 @@ class Operator:
     export: Callable | None = None
     tflite_version: int = 1
     macs: Callable | None = None
+    int16: bool = False
 
 
 _OPERATORS: dict[str, Operator] = {}

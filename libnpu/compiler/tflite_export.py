@@ -76,8 +76,9 @@ class _Writer:
             return self.tidx(Tensor(name, (channels,), "float32", None, np.zeros(channels, np.float32)))
         scale = x.quant.scale[0] * np.broadcast_to(w.quant.scale, (channels,)) if w.quant.per_channel \
             else x.quant.scale * w.quant.scale
-        return self.tidx(Tensor(name, (channels,), "int32", QuantParams(scale, np.zeros(scale.size, np.int64)),
-                                np.zeros(channels, np.int32)))
+        dtype = "int64" if x.dtype == "int16" else "int32"  # 16x8 kernels take an int64 bias
+        return self.tidx(Tensor(name, (channels,), dtype, QuantParams(scale, np.zeros(scale.size, np.int64)),
+                                np.zeros(channels, dtype)))
 
     def add(self, type_: str, ins: list[int], outs: list[int], opts: dict) -> None:
         self.ops.append((type_, ins, outs, opts))

@@ -105,12 +105,24 @@ def _placement_args(p: argparse.ArgumentParser) -> None:
                    help="refuse any CPU fallback: fail, listing every operator the NPU cannot run")
 
 
+def _int16_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--int16", metavar="auto|none|NAME,...", default="none",
+                   help="int16 activations (a16w8) for the layers int8 loses most on ('auto': the worst, until "
+                        "the outputs reach --int16-target against float), or for the named ops / tensors "
+                        "(default none)")
+    p.add_argument("--int16-target", type=float, metavar="SCORE",
+                   help="output score 'auto' aims at: cosine vs float, for outputs of < 8 values "
+                        "1 - max|error| / max|value| (default 0.99)")
+    p.add_argument("--int16-max-layers", type=int, metavar="N", help="promote at most N layers with 'auto'")
+
+
 def _compile_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("model", help=MODEL.replace(".nlb ", ""))
     p.add_argument("-o", "--output", required=True,
                    help="the file to write: a loadable (.nlb), or the int8 model as .tflite (quantize only)")
     _placement_args(p)
     _calibration_args(p)
+    _int16_args(p)
     p.add_argument("--report", action="store_true",
                    help="print where each operator runs (NPU or CPU, and why) and a summary; for float models "
                         "also each layer's quantization error vs float on the calibration data")

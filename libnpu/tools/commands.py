@@ -174,9 +174,45 @@ def _quantizer_options(args: argparse.Namespace) -> dict[str, Any]:
         options["fc_per_channel"] = False
     if args.int8_io:
         options["io_dtype"] = "int8"
+    options.update(_int16_options(args))
     if getattr(args, "report", False):
         options["layer_report"] = True
     return options
+
+
+def _int16_options(args: argparse.Namespace) -> dict[str, Any]:
+    """``--int16`` and its limits (only what was set, so the default keeps the cache key)."""
+    from libnpu.compiler.mixed_precision import parse_selection
+    selection = parse_selection(getattr(args, "int16", None))
+    if selection == "none":
+        if getattr(args, "int16_target", None) is not None or getattr(args, "int16_max_layers", None) is not None:
+            raise UsageError("--int16-target and --int16-max-layers need --int16 auto")
+        return {}
+    options: dict[str, Any] = {"int16": selection if isinstance(selection, str) else ",".join(selection)}
+    if args.int16_target is not None or args.int16_max_layers is not None:
+        if selection != "auto":
+            raise UsageError("--int16-target and --int16-max-layers need --int16 auto")
+        if args.int16_target is not None:
+            _require(0.0 < args.int16_target <= 1.0, "--int16-target is a score in (0, 1]")
+            options["int16_target"] = args.int16_target
+        if args.int16_max_layers is not None:
+            _require(args.int16_max_layers >= 1, "--int16-max-layers needs at least 1")
+            options["max_int16_layers"] = args.int16_max_layers
+    return options
+
+
+def _int16_report(metadata: dict[str, Any]) -> str | None:
+    """The compile output's line naming the layers that run with int16 activations."""
+    layers = metadata.get("int16_layers")
+    if layers is None:
+        return None
+    text = f"int16 activations: {len(layers)} layer{'s' if len(layers) != 1 else ''}"
+    if layers:
+        text += " (" + ", ".join(layers) + ")"
+    scores = metadata.get("int16_output_score")
+    if scores:
+        text += "; output score vs float " + ", ".join(f"{k} {v:.4f}" for k, v in scores.items())
+    return text
 
 
 def _numbers(text: str, option: str, count: int | None = None) -> tuple[float, ...]:
@@ -244,10 +280,14 @@ def compile_(args: argparse.Namespace) -> int:
         if args.json:
             print(json.dumps({"model": str(path), "output": str(out), "seconds": round(result.seconds, 3),
                               "stages_s": result.stages, "calibration": calibration,
+                              "int16_layers": result.metadata.get("int16_layers", []),
                               **({"layer_errors": result.metadata.get("layer_errors")} if args.report else {})},
                              indent=2))
         else:
             print(f"quantized {path.name} -> {out} in {result.seconds:.2f} s ({result.ops} ops)")
+            int16 = _int16_report(result.metadata)
+            if int16:
+                print(int16)
             if args.report:
                 print(quantization_report(result.metadata, worst))
         return 0
@@ -260,12 +300,17 @@ def compile_(args: argparse.Namespace) -> int:
         print(json.dumps({"model": str(path), "output": str(out), "cache_hit": result.cache_hit,
                           "seconds": round(result.seconds, 3), "stages_s": result.stages,
                           "calibration": calibration, "plan": plan,
+                          "int16_layers": result.loadable.metadata.get("int16_layers", []),
+                          "int16_output_score": result.loadable.metadata.get("int16_output_score"),
                           **({"report": report, "layer_errors": result.loadable.metadata.get("layer_errors")}
                              if args.report else {})}, indent=2))
         return 0
     how = "from the compile cache" if result.cache_hit else \
         "(" + ", ".join(f"{k} {v:.2f} s" for k, v in result.stages.items()) + ")"
     print(f"compiled {path.name} -> {out} in {result.seconds:.2f} s {how}")
+    int16 = _int16_report(result.loadable.metadata)
+    if int16:
+        print(int16)
     print(format_plan(plan))
     if report_text:
         print(report_text)

@@ -21,7 +21,8 @@ def _export_plain(wr, op, outs) -> None:
 def _relu_params(g, op) -> dict:
     (si, zi), (so, zo) = qparams.qp(g, op.inputs[0]), qparams.qp(g, op.outputs[0])
     m, sh = fp.relu_multiplier(si, so)
-    lo, hi = fp.fused_activation_range(qparams.ACTIVATION_CODES[op.type], so, zo)
+    info = np.iinfo(g.tensors[op.outputs[0]].dtype)
+    lo, hi = fp.fused_activation_range(qparams.ACTIVATION_CODES[op.type], so, zo, int(info.min), int(info.max))
     return dict(input_zp=zi, output_zp=zo, multiplier=m, shift=sh, act_min=lo, act_max=hi)
 
 
@@ -30,7 +31,8 @@ _RELUS = {"RELU": lambda x: np.maximum(x, 0), "RELU6": lambda x: np.clip(x, 0, 6
 for _name, _fn in _RELUS.items():
     register(Operator(_name, tflite=tflite_import.simple, float_ref=lambda op, ins, out, fn=_fn: fn(ins[0]),
                       params=_relu_params, lower=lambda low, op, p: low.flat("RELU", op, p),
-                      export=_export_plain, tflite_version=1 if _name == "RELU_N1_TO_1" else 2))
+                      export=_export_plain, tflite_version=1 if _name == "RELU_N1_TO_1" else 2,
+                      int16=_name != "RELU_N1_TO_1"))  # LiteRT has no int16 RELU_N1_TO_1
 
 
 # LOGISTIC / TANH: a 256-entry table on the chip ----------------------------------------
@@ -71,6 +73,9 @@ def softmax(x, *, beta) -> np.ndarray:
 
 
 def _softmax_params(g, op) -> dict:
+    if g.tensors[op.inputs[0]].dtype == "int16":  # the int16 kernel's exp-table rescaling
+        m, sh = fp.softmax_int16_params(op.attrs["beta"], qparams.qp(g, op.inputs[0])[0])
+        return dict(input_beta_multiplier=m, input_beta_left_shift=sh, diff_min=0)
     m, sh, dmin = fp.softmax_params(op.attrs["beta"], qparams.qp(g, op.inputs[0])[0])
     return dict(input_beta_multiplier=m, input_beta_left_shift=sh, diff_min=dmin)
 
@@ -86,7 +91,8 @@ def _export_softmax(wr, op, outs) -> None:
 
 register(Operator("SOFTMAX", ("beta",), tflite=_tflite_softmax,
                   float_ref=lambda op, ins, out: softmax(ins[0], **op.attrs), fixed_output=(1 / 256, -128),
-                  params=_softmax_params, lower=_lower_softmax, export=_export_softmax, tflite_version=2))
+                  params=_softmax_params, lower=_lower_softmax, export=_export_softmax, tflite_version=2,
+                  int16=True))
 
 
 # ONNX ----------------------------------------------------------------------------------

@@ -59,7 +59,7 @@ register(Operator(
     "FULLY_CONNECTED", ("activation", "keep_num_dims"), tflite=_tflite,  # in: x, w [N, K], bias|""
     float_ref=_float, weight_axis=0, fc_weights=True, fused_activation=True,
     params=qparams.weighted, lower=_lower, export=_export, tflite_version=4,
-    macs=lambda g, op: g.tensors[op.outputs[0]].size * int(g.tensors[op.inputs[1]].shape[1])))
+    macs=lambda g, op: g.tensors[op.outputs[0]].size * int(g.tensors[op.inputs[1]].shape[1]), int16=True))
 
 
 @onnx("Gemm")

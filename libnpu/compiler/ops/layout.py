@@ -25,7 +25,7 @@ register(Operator(
     tflite_aliases=("SQUEEZE", "EXPAND_DIMS"), float_ref=lambda op, ins, out: ins[0].reshape(out.shape),
     same_scale=True,
     params=lambda g, op: dict(shape=tuple(g.tensors[op.outputs[0]].shape)), lower=_lower_reshape,
-    export=lambda wr, op, outs: wr.with_constant(op, outs, op.attrs["new_shape"])))
+    export=lambda wr, op, outs: wr.with_constant(op, outs, op.attrs["new_shape"]), int16=True))
 
 
 def reshape_to(im, node, where, out_shape: tuple[int, ...] | None = None) -> None:
@@ -81,8 +81,9 @@ def _lower_concat(low, op, p):
     axis = p["axis"]
     sizes = np.asarray([low.shape(i)[axis] for i in op.inputs], np.uint32)
     table = low.plan.add_address_table(f"{op.name}/inputs", list(op.inputs))
+    item = np.dtype(low.g.tensors[op.outputs[0]].dtype).itemsize  # the chip copies bytes
     fields = dict(num_inputs=len(op.inputs), outer=int(np.prod(out[:axis], dtype=np.int64)),
-                  inner=int(np.prod(out[axis + 1:], dtype=np.int64)), axis_total=out[axis])
+                  inner=int(np.prod(out[axis + 1:], dtype=np.int64)) * item, axis_total=out[axis])
     extra = dict(inputs_iova=(table.region, table.offset), sizes_iova=low.const(op, "sizes", sizes))
     return Emitted("CONCATENATION", 0, fields, dict(output=op.outputs[0]), extra)
 
@@ -95,7 +96,7 @@ def _export_concat(wr, op, outs) -> None:
 register(Operator(
     "CONCATENATION", ("axis", "activation"), tflite=_tflite_concat, float_ref=_float_concat, same_scale=True,
     params=lambda g, op: dict(axis=op.attrs["axis"]), lower=_lower_concat, export=_export_concat,
-    tflite_version=2))
+    tflite_version=2, int16=True))
 
 
 @onnx("Concat")
@@ -135,7 +136,7 @@ register(Operator(
     params=lambda g, op: dict(paddings=tuple(tuple(p) for p in op.attrs["paddings"]),
                               pad_value=qparams.qp(g, op.outputs[0])[1]),
     lower=_lower_pad, export=lambda wr, op, outs: wr.with_constant(op, outs, op.attrs["paddings"]),
-    tflite_version=2))
+    tflite_version=2, int16=True))
 
 
 @onnx("Pad")
@@ -181,7 +182,8 @@ register(Operator(
     "TRANSPOSE", ("perm",), tflite=_tflite_transpose,
     float_ref=lambda op, ins, out: ins[0].transpose(op.attrs["perm"]), same_scale=True,
     params=lambda g, op: dict(perm=tuple(op.attrs["perm"])), lower=_lower_transpose,
-    export=lambda wr, op, outs: wr.with_constant(op, outs, op.attrs["perm"]), tflite_version=2))
+    export=lambda wr, op, outs: wr.with_constant(op, outs, op.attrs["perm"]), tflite_version=2,
+    int16=True))
 
 
 @onnx("Transpose")
@@ -281,4 +283,4 @@ def _export_strided_slice(wr, op, outs) -> None:
 register(Operator(
     "STRIDED_SLICE", ("begin", "end", "strides", "new_shape"), tflite=_tflite_strided_slice,
     float_ref=_float_strided_slice, same_scale=True, params=_slice_params, lower=_lower_strided_slice,
-    export=_export_strided_slice))
+    export=_export_strided_slice, int16=True))

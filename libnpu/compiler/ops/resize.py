@@ -77,11 +77,12 @@ def _export(options: str):
 _ATTRS = ("size", "align_corners", "half_pixel_centers")
 register(Operator("RESIZE_BILINEAR", _ATTRS, tflite=_tflite(tflite.ResizeBilinearOptions),
                   float_ref=lambda op, ins, out: resize_bilinear(ins[0], **op.attrs), same_scale=True,
-                  params=_params, lower=_lower, export=_export("ResizeBilinearOptions"), tflite_version=3))
+                  params=_params, lower=_lower, export=_export("ResizeBilinearOptions"), tflite_version=3,
+                  int16=True))
 register(Operator("RESIZE_NEAREST_NEIGHBOR", _ATTRS, tflite=_tflite(tflite.ResizeNearestNeighborOptions),
                   float_ref=lambda op, ins, out: resize_nearest(ins[0], **op.attrs), same_scale=True,
                   params=_params, lower=_lower, export=_export("ResizeNearestNeighborOptions"),
-                  tflite_version=3))
+                  tflite_version=3, int16=True))
 
 
 @onnx("Resize")
