@@ -5,6 +5,7 @@
 for the NVDLA-style names.
 """
 from kmd_fuse.uapi import NpuError
+from libnpu.host import HostOpError, register_host_op, unregister_host_op
 from libnpu.portability import (
     MEM_READ,
     MEM_RW,
@@ -23,6 +24,6 @@ from libnpu.portability import (
 )
 from libnpu.runtime import CompiledModel, InferRequest, Runtime, load
 
-__all__ = ["load", "CompiledModel", "InferRequest", "Runtime", "initialize", "Session", "Device", "Memory", "Fence",
-           "CommandBuffer", "NpuError", "JobError", "debug_print", "MEM_READ", "MEM_WRITE", "MEM_RW", "PRIO_LOW",
-           "PRIO_NORMAL", "PRIO_HIGH"]
+__all__ = ["load", "register_host_op", "unregister_host_op", "HostOpError", "CompiledModel", "InferRequest",
+           "Runtime", "initialize", "Session", "Device", "Memory", "Fence", "CommandBuffer", "NpuError", "JobError",
+           "debug_print", "MEM_READ", "MEM_WRITE", "MEM_RW", "PRIO_LOW", "PRIO_NORMAL", "PRIO_HIGH"]

@@ -12,6 +12,11 @@ One inference is one job: the model's task list, relocated to the addresses of
 that request's memory, in one command buffer.  Weights are loaded once per model
 (read-only device memory, shared by every request); activations, inputs and
 outputs are per request, so requests never share scratch memory.
+
+A model with operators the chip lacks has host steps (``Loadable.host_steps``): an
+inference is then one job per chip partition with the host steps run in between on the
+request's memory (mapped here), in order — for ``infer``, ``start``/``wait`` (in a helper
+thread) and ``infer_async`` alike (see :mod:`libnpu.host`).
 """
 from __future__ import annotations
 
@@ -24,11 +29,16 @@ from pathlib import Path
 
 import numpy as np
 
-from libnpu.loadable import Loadable, RegionKind, TensorDesc
-from libnpu.portability import MEM_READ, MEM_RW, Device, Fence, JobError, Memory, Session
+from libnpu.host import Boundary, HostCall, HostKernel, kernel_for
+from libnpu.loadable import HostStep, Loadable, RegionKind, TensorDesc, TensorFlags
+from libnpu.portability import MEM_READ, MEM_RW, Device, Fence, JobError, Memory, PreparedSubmit, Session
 
 ArrayLike = np.ndarray
 Inputs = Sequence[ArrayLike] | Mapping[str, ArrayLike]
+
+
+class InputError(ValueError):
+    """Inputs that do not fit the model: wrong count, missing name, shape or dtype."""
 
 
 class ClosedError(RuntimeError):
@@ -58,6 +68,88 @@ def quantize(values: np.ndarray, desc: TensorDesc) -> np.ndarray:
 def dequantize(values: np.ndarray, desc: TensorDesc) -> np.ndarray:
     scale, zero_point = _quantization(desc)
     return ((values.astype(np.int32) - int(zero_point[0])) * np.float32(scale[0])).astype(np.float32)
+
+
+def boundary(desc: TensorDesc) -> Boundary:
+    """How a tensor is stored, for a host step."""
+    if desc.scale is None or desc.zero_point is None:
+        return Boundary(desc.dtype)
+    return Boundary(desc.dtype, float(desc.scale[0]), int(desc.zero_point[0]))
+
+
+def host_kernels(loadable: Loadable) -> list[HostKernel]:
+    """A kernel per host step (:class:`libnpu.host.HostOpError` if the host cannot run one)."""
+    return [kernel_for(HostCall(step.kind, bytes(step.model), step.op, step.source, step.reason))
+            for step in loadable.host_steps]
+
+
+class _HostStepRun:
+    """One host step bound to one request's memory: reads its inputs, runs, writes its outputs."""
+
+    def __init__(self, step: HostStep, kernel: HostKernel, loadable: Loadable,
+                 view: Callable[[TensorDesc], np.ndarray]) -> None:
+        self.step, self.kernel = step, kernel
+        self.ins = [loadable.tensors[i] for i in step.inputs]
+        self.outs = [loadable.tensors[i] for i in step.outputs]
+        self.in_views = [_constant(loadable, d) if d.flags & TensorFlags.CONSTANT else view(d) for d in self.ins]
+        self.out_views = [view(d) for d in self.outs]
+        self.sources = [boundary(d) for d in self.ins]
+        self.targets = [boundary(d) for d in self.outs]
+
+    def __call__(self) -> None:
+        results = self.kernel.run([v.copy() for v in self.in_views], self.sources, self.targets)
+        for view, value, desc in zip(self.out_views, results, self.outs):
+            if value.size != view.size:
+                raise ValueError(f"host step {self.step.op}: output {desc.name} has {value.size} values, "
+                                 f"expected {view.size} {desc.shape}")
+            view[...] = value.reshape(view.shape)
+
+
+def _constant(loadable: Loadable, desc: TensorDesc) -> np.ndarray:
+    content = loadable.regions[desc.region].content
+    assert content is not None, "constants live in regions with contents"
+    raw = np.frombuffer(content, np.uint8, desc.nbytes, desc.offset)
+    return np.lib.stride_tricks.as_strided(raw.view(desc.dtype), desc.shape, desc.strides).copy()
+
+
+def _segments(device: Device, loadable: Loadable, command: Memory, buffers: list[Memory], wait: bool,
+              ) -> list[tuple[PreparedSubmit | None, list[HostStep]]]:
+    """Per partition: the prepared job of its tasks (None when it has none) and the host
+    steps after it."""
+    offsets = loadable.task_offsets()
+    result: list[tuple[PreparedSubmit | None, list[HostStep]]] = []
+    for tasks, steps in loadable.partitions():
+        prepared = None
+        if tasks:
+            start, end = offsets[tasks.start], offsets[tasks.stop - 1] + len(loadable.tasks[tasks.stop - 1].payload)
+            prepared = device.prepare_submit(command, buffers, size=end - start, offset=start, wait=wait)
+        result.append((prepared, steps))
+    return result
+
+
+def _as_input(array: np.ndarray, desc: TensorDesc) -> np.ndarray:
+    """``array`` as input ``desc`` stores it: reshaped if only the shape's grouping differs,
+    floats quantized for a quantized input; :class:`InputError` when it does not fit."""
+    if array.shape != desc.shape:
+        if array.size != int(np.prod(desc.shape)):
+            raise InputError(f"input {desc.name}: shape {array.shape}, expected {desc.shape}")
+        array = array.reshape(desc.shape)
+    want = np.dtype(desc.dtype)
+    if array.dtype == want:
+        return array
+    if array.dtype.kind not in "iuf":
+        raise InputError(f"input {desc.name}: dtype {array.dtype} is not numeric (expected {want})")
+    if want.kind == "f":
+        return array.astype(want)
+    if array.dtype.kind == "f":
+        if desc.scale is None:
+            raise InputError(f"input {desc.name}: {array.dtype} values for an unquantized {want} input")
+        return quantize(array, desc)
+    info = np.iinfo(want)
+    if array.size and (array.min() < info.min or array.max() > info.max):
+        raise InputError(f"input {desc.name}: {array.dtype} values in [{array.min()}, {array.max()}] do not fit "
+                         f"{want} [{info.min}, {info.max}]")
+    return array.astype(want)
 
 
 class Runtime:
@@ -206,7 +298,28 @@ class Runtime:
             self.command = self.device.alloc_mem(max(len(commands), 8), MEM_READ)
         self.command.view[:len(commands)] = np.frombuffer(commands, np.uint8)
         buffers = [*self.weights.values(), *self.memory.values(), *(m for m, _ in self.bound.values())]
-        return self.device.submit(self.command, buffers, size=len(commands), wait=wait)
+        if not loadable.host_steps:
+            return self.device.submit(self.command, buffers, size=len(commands), wait=wait)
+        if not wait:
+            raise ValueError(f"model {loadable.name!r} has host steps between its chip partitions: "
+                             "submit it with wait=True (or use libnpu.load(...).create_request())")
+        kernels = host_kernels(loadable)
+        fence = None
+        for prepared, steps in _segments(self.device, loadable, self.command, buffers, True):
+            if prepared is not None:
+                fence = self.device.run_prepared(prepared)
+            for step in steps:
+                _HostStepRun(step, kernels[loadable.host_steps.index(step)], loadable, self._host_view)()
+        return fence if fence is not None else self.device.submit(None, wait=True)
+
+    def _host_view(self, desc: TensorDesc) -> np.ndarray:
+        if desc.region in self.bound:
+            memory, delta = self.bound[desc.region]
+            start = desc.offset + delta
+        else:
+            memory, start = self.memory[desc.region], desc.offset
+        return np.lib.stride_tricks.as_strided(
+            memory.view[start:start + desc.nbytes].view(desc.dtype), desc.shape, desc.strides)
 
 
 @dataclass
@@ -238,6 +351,7 @@ class InferRequest:
         self.command.view[:len(commands)] = np.frombuffer(commands, np.uint8)
         self.command_size = len(commands)
         self.buffers = [*model.runtime.weights.values(), *self.memory.values()]
+        self._init_partitions(model, loadable)
         # Built once: the tensors' views into this request's memory and the SUBMIT
         # request itself (same command buffer and buffers every time; only the
         # inputs change between inferences).
@@ -266,27 +380,17 @@ class InferRequest:
         if isinstance(inputs, Mapping):
             missing = [d.name for d, _ in slots if d.name not in inputs]
             if missing:
-                raise KeyError(f"missing inputs {missing}")
+                raise InputError(f"missing inputs {missing} (the model takes {[d.name for d, _ in slots]})")
             arrays = [inputs[d.name] for d, _ in slots]
         else:
             arrays = list(inputs)
             if len(arrays) != len(slots):
-                raise ValueError(f"model takes {len(slots)} inputs, got {len(arrays)}")
+                raise InputError(f"model takes {len(slots)} inputs, got {len(arrays)}")
         for (desc, view), array in zip(slots, arrays):
             if type(array) is np.ndarray and array.shape == view.shape and array.dtype == view.dtype:
                 view[...] = array                 # the common case: already the model's shape and type
                 continue
-            array = np.asarray(array)
-            if array.shape != desc.shape:
-                if array.size != int(np.prod(desc.shape)):
-                    raise ValueError(f"input {desc.name}: shape {array.shape}, expected {desc.shape}")
-                array = array.reshape(desc.shape)
-            if array.dtype != np.dtype(desc.dtype):
-                if np.issubdtype(array.dtype, np.floating) and desc.scale is not None:
-                    array = quantize(array, desc)
-                else:
-                    array = array.astype(desc.dtype)
-            view[...] = array
+            view[...] = _as_input(np.asarray(array), desc)
 
     def outputs(self, dequantized: bool = False) -> list[np.ndarray]:
         """Copies of the outputs, in the model's own dtype (or float with ``dequantized``)."""
@@ -303,6 +407,8 @@ class InferRequest:
         """Submit the job; returns at once.  ``callback(request, error)`` runs in a
         helper thread when the job is done."""
         self._check_usable()
+        if self.partitioned:
+            return self._start_partitions(callback)
         if self.fence is not None and self.fence.status is None:
             raise RuntimeError("this request is still running")
         self._started = time.perf_counter()
@@ -319,6 +425,62 @@ class InferRequest:
             error = exc
         callback(self, error)
 
+    def _init_partitions(self, model: CompiledModel, loadable: Loadable) -> None:
+        """A partitioned model (host steps): one job per chip partition, the host steps in between."""
+        self.partitioned = bool(loadable.host_steps)
+        self._host: dict[int, _HostStepRun] = {}
+        self._sync_segments: list[tuple[PreparedSubmit | None, list[HostStep]]] = []
+        self._async_segments: list[tuple[PreparedSubmit | None, list[HostStep]]] = []
+        self._error: Exception | None = None
+        self._raise_on_wait = False
+        if self.partitioned:
+            assert self.command is not None, "allocated with the request's memory"
+            for step, kernel in zip(loadable.host_steps, model.host_kernels):
+                self._host[id(step)] = _HostStepRun(step, kernel, loadable, self._view)
+            device = model.device
+            self._sync_segments = _segments(device, loadable, self.command, self.buffers, True)
+            self._async_segments = _segments(device, loadable, self.command, self.buffers, False)
+
+    def _start_partitions(self, callback: Callable[[InferRequest, Exception | None], None] | None) -> None:
+        """``start`` of a partitioned model: the partitions and host steps run in order, in a helper thread."""
+        if self._waiter is not None and self._waiter.is_alive():
+            raise RuntimeError("this request is still running")
+        self._started = time.perf_counter()
+        self._error, self._raise_on_wait = None, callback is None
+        self._waiter = threading.Thread(target=self._run_then_call, args=(callback,), daemon=True)
+        self._waiter.start()
+
+    def _run_then_call(self, callback: Callable[[InferRequest, Exception | None], None] | None) -> None:
+        try:
+            self._run_partitions()
+        except Exception as exc:  # noqa: BLE001 - handed to the callback or to wait()
+            self._error = exc
+        if callback is not None:
+            callback(self, self._error)
+
+    def _run_partitions(self) -> None:
+        """One inference of a partitioned model: each chip partition as a job, then its host steps."""
+        device_ns = 0
+        for prepared, steps in self._sync_segments:
+            if prepared is not None:
+                self.fence = self.model.device.run_prepared(prepared)
+                device_ns += self.fence.device_time_ns
+            for step in steps:
+                self._host[id(step)]()
+        self.timing = Timing(time.perf_counter() - self._started, device_ns)
+
+    async def _run_partitions_async(self) -> None:
+        import trio
+        device_ns = 0
+        for prepared, steps in self._async_segments:
+            if prepared is not None:
+                fence = self.model.device.submit_prepared(prepared)
+                await fence.wait_async()
+                self.fence, device_ns = fence, device_ns + fence.device_time_ns
+            for step in steps:
+                await trio.to_thread.run_sync(self._host[id(step)])
+        self.timing = Timing(time.perf_counter() - self._started, device_ns)
+
     def _finish_wait(self, timeout: float | None) -> None:
         fence = self.fence
         assert fence is not None, "waits follow start()"
@@ -328,13 +490,16 @@ class InferRequest:
     def wait(self, timeout: float | None = None) -> None:
         """Block until the job is done (raises JobError / TimeoutError)."""
         self._check_usable()
-        if self.fence is None:
+        if self.fence is None and self._waiter is None:
             raise RuntimeError("request not started")
         if self._waiter is not None:
             self._waiter.join(timeout)
             if self._waiter.is_alive():
                 raise TimeoutError("inference still running")
             self._waiter = None
+            if self._raise_on_wait and self._error is not None:
+                error, self._error = self._error, None
+                raise error
             return
         self._finish_wait(timeout)
 
@@ -342,6 +507,10 @@ class InferRequest:
         """Run once, synchronously (one round trip to the driver)."""
         self.set_inputs(inputs)     # raises ClosedError once released
         started = time.perf_counter()
+        if self.partitioned:
+            self._started = started
+            self._run_partitions()
+            return self.outputs(dequantized)
         self.fence = self.model.device.run_prepared(self._run)
         self.timing = Timing(time.perf_counter() - started, self.fence.device_time_ns)
         return self.outputs(dequantized)
@@ -354,7 +523,11 @@ class InferRequest:
             return
         self._released = True
         self.model._forget(self)
+        waiter = self._waiter
+        if self.partitioned and waiter is not None and waiter is not threading.current_thread():
+            waiter.join()       # its host steps write through this request's mappings
         self._inputs, self._outputs = [], []     # drop the views before the memory goes
+        self._host.clear()
         self._free_memory()
 
     def _free_memory(self) -> None:
@@ -368,6 +541,7 @@ class CompiledModel:
     """A model loaded on a device, ready to infer."""
 
     def __init__(self, loadable: Loadable, device: Device, session: Session | None = None):
+        self.host_kernels = host_kernels(loadable)      # before any device memory: fails early
         self.loadable, self.device, self._session = loadable, device, session
         self.runtime = Runtime(device)
         self.runtime.load(loadable)
@@ -436,6 +610,10 @@ class CompiledModel:
         request = self._borrow()
         try:
             request.set_inputs(inputs)
+            if request.partitioned:
+                request._started = time.perf_counter()
+                await request._run_partitions_async()
+                return request.outputs(dequantized)
             request.start()
             fence = request.fence
             assert fence is not None, "start() submitted the job"
@@ -508,4 +686,5 @@ def load(model: str | os.PathLike | bytes | Loadable, device: Device | int | Non
     return compiled
 
 
-__all__ = ["Runtime", "CompiledModel", "InferRequest", "ClosedError", "load", "quantize", "dequantize", "JobError"]
+__all__ = ["Runtime", "CompiledModel", "InferRequest", "ClosedError", "InputError", "load", "quantize", "dequantize",
+           "JobError"]

@@ -119,6 +119,8 @@ def compile_cached(model: str | os.PathLike | bytes,
     else:
         data = bytes(model)
     dataset = list(dataset) if dataset is not None else None
+    if quantize_options.get("ops") is not None:      # an allow-list: one key whatever its order or type
+        quantize_options["ops"] = sorted(set(quantize_options["ops"]))
     options = dict(quantize_options, calibration=_dataset_digest(dataset))
     cache = cache or CompileCache()
     return cache.get_or_compile(data, options, lambda: compile_model(data, dataset, kind=kind, progress=progress,

@@ -36,6 +36,8 @@ def check_int8(graph: Graph) -> None:
     """
     from .qparams import lowerable
     for op in graph.ops:
+        if op.type == "HOST":
+            continue         # not the chip's: the host runs it, on whatever types its operator takes
         if not lowerable(op.type):
             raise NotInt8Error(f"{op.describe()}: the chip has no int8 kernel for {op.type}")
         names = [n for n in op.inputs if n and not graph.tensors[n].is_constant] + op.outputs
@@ -89,8 +91,11 @@ def to_int8_graph(model: str | os.PathLike | bytes | Graph,
     (``method``, ``random_count``, ``io_dtype``, ``fc_per_channel``, ``seed``);
     ``kind`` as for :func:`load_model`; ``progress`` hears the stages (see :mod:`libnpu.compiler.progress`).
     """
-    with stage(progress, "import"):
-        graph = model if isinstance(model, Graph) else load_model(model, kind=kind)
+    if isinstance(model, Graph):
+        graph = model          # imported already (compile_model's import stage places its operators)
+    else:
+        with stage(progress, "import"):
+            graph = load_model(model, kind=kind)
     if is_int8(graph):
         return graph
     if any(t.quant is not None for t in graph.tensors.values() if not t.is_constant):

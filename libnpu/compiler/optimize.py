@@ -32,17 +32,40 @@ def fold_constants(g: Graph) -> int:
     kept = []
     for op in g.ops:
         ins = [g.tensors[i] if i else None for i in op.inputs]
-        if op.inputs and all(t is None or t.is_constant for t in ins) and has_reference(op.type) \
-                and len(op.outputs) == 1 and all(t is None or t.quant is None for t in ins):
-            out = g.tensors[op.outputs[0]]
+        # (a HOST op without inputs computes constants too: e.g. DENSIFY of sparse weights)
+        if (op.inputs or op.type == "HOST") and all(t is None or t.is_constant for t in ins) \
+                and has_reference(op.type) and (len(op.outputs) == 1 or op.type == "HOST") \
+                and all(t is None or t.quant is None for t in ins):
             vals = [None if t is None else t.data.astype(np.float32) for t in ins]
-            data = np.asarray(evaluate(op, vals, out), np.float32).reshape(out.shape)
-            g.tensors[out.name] = Tensor(out.name, out.shape, "float32", None, data)
+            value = evaluate(op, vals, g.tensors[op.outputs[0]])
+            for name, v in zip(op.outputs, value if isinstance(value, (list, tuple)) else [value]):
+                out = g.tensors[name]
+                dtype = out.dtype if out.dtype in ("int32", "int64") else "float32"   # shapes stay integers
+                g.tensors[name] = Tensor(name, out.shape, dtype, None, np.asarray(v).astype(dtype).reshape(out.shape))
             folded += 1
         else:
             kept.append(op)
     g.ops = kept
     return folded
+
+
+def unshare_weights(g: Graph) -> int:
+    """Give each op with weights its own copy of a constant weight or bias that other ops
+    also read (converters share e.g. an all-zero bias): each op quantizes its own."""
+    seen: set[str] = set()
+    copies = 0
+    for op in g.ops:
+        if registry.get(op.type, "weight_axis") is None:
+            continue
+        for k in (1, 2):
+            name = op.inputs[k] if len(op.inputs) > k else ""
+            if not name or not g.tensors[name].is_constant:
+                continue
+            if name in seen:
+                op.inputs[k] = g.add_const(f"{name}_{op.name}", g.tensors[name].data.copy()).name
+                copies += 1
+            seen.add(op.inputs[k])
+    return copies
 
 
 def _channel_vector(t: Tensor, channels: int) -> np.ndarray | None:
@@ -198,6 +221,7 @@ def optimize(graph: Graph) -> Graph:
     for t in list(g.constants()):
         if t.dtype == "float16":
             g.tensors[t.name] = Tensor(t.name, t.shape, "float32", None, t.data.astype(np.float32))
+    unshare_weights(g)
     fold_affine_into_conv(g)
     sub_const_to_add(g)
     fuse_activations(g)

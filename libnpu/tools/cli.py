@@ -82,11 +82,21 @@ def _calibration_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--int8-io", action="store_true", help="int8 inputs/outputs instead of float")
 
 
+def _placement_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--ops", metavar="OP,OP", help="allow-list: only these operators (TFLite builtin names, ONNX op "
+                                                  "types) run on the NPU, the others on the CPU")
+    p.add_argument("--strict", action="store_true",
+                   help="refuse any CPU fallback: fail, listing every operator the NPU cannot run")
+
+
 def _compile_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("model", help=MODEL.replace(".nlb ", ""))
     p.add_argument("-o", "--output", required=True,
                    help="the file to write: a loadable (.nlb), or the int8 model as .tflite (quantize only)")
+    _placement_args(p)
     _calibration_args(p)
+    p.add_argument("--report", action="store_true",
+                   help="print where each operator runs (NPU or CPU, and why) and a summary")
     p.add_argument("--no-progress", action="store_true")
     _cache(p)
     _json(p)
@@ -95,6 +105,7 @@ def _compile_args(p: argparse.ArgumentParser) -> None:
 def _inspect_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("model", help="a loadable (.nlb: checked, then described) or a model (its graph) - " + MODEL)
     p.add_argument("--plan", action="store_true", help="a model's device memory plan too")
+    p.add_argument("--ops", metavar="OP,OP", help="placement with this allow-list of NPU operators")
 
 
 def _fetch_args(p: argparse.ArgumentParser) -> None:

@@ -14,8 +14,10 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from libnpu.compiler.ir import IRError
+from libnpu.host import HostOpError
 from libnpu.loadable import LoadableError
 from libnpu.portability import NpuError, Session, default_devroot
+from libnpu.runtime import InputError
 
 from . import model_zoo
 from .errors import start_command
@@ -32,8 +34,8 @@ class Failure(RuntimeError):
     """The command ran and failed for a reason the message states (exit 1)."""
 
 
-USAGE_ERRORS = (UsageError, ModelSpecError)
-FAILURES = (Failure, IRError, LoadableError, NpuError, model_zoo.ModelZooError, OSError)
+USAGE_ERRORS = (UsageError, ModelSpecError, InputError)
+FAILURES = (Failure, IRError, HostOpError, LoadableError, NpuError, model_zoo.ModelZooError, OSError)
 
 
 def _devroot(args: argparse.Namespace) -> Path:
@@ -148,6 +150,12 @@ def compile_(args: argparse.Namespace) -> int:
         raise UsageError(f"{out}: the output is a loadable (.nlb) or an int8 model (.tflite)")
     if args.calibration and args.random_calibration is not None:
         raise UsageError("give --calibration or --random-calibration, not both")
+    placement = _placement_options(args)
+    if out.suffix == ".tflite" and placement:
+        raise UsageError("--ops and --strict place operators for a loadable (.nlb); a .tflite output keeps them all")
+    if placement.get("strict"):       # refused before any calibration, naming the file
+        from libnpu.compiler.placement import plan_placement
+        plan_placement(path, ops=placement.get("ops")).refuse_fallback()
     options = _quantizer_options(args)
     dataset = load_calibration(args.calibration, input_shapes(path)) if args.calibration else None
     calibration = "file" if dataset is not None else "random"
@@ -159,19 +167,51 @@ def compile_(args: argparse.Namespace) -> int:
         else:
             print(f"quantized {path.name} -> {out} in {result.seconds:.2f} s ({result.ops} ops)")
         return 0
-    result = compile_model_file(path, dataset, cache_dir=args.cache_dir, progress=_progress_wanted(args), **options)
+    result = compile_model_file(path, dataset, cache_dir=args.cache_dir, progress=_progress_wanted(args),
+                                **options, **placement)
     result.loadable.save(out)
     plan = plan_report(result.loadable)
+    report_text, report = _report(path, placement.get("ops"), result.loadable) if args.report else ("", None)
     if args.json:
         print(json.dumps({"model": str(path), "output": str(out), "cache_hit": result.cache_hit,
                           "seconds": round(result.seconds, 3), "stages_s": result.stages,
-                          "calibration": calibration, "plan": plan}, indent=2))
+                          "calibration": calibration, "plan": plan,
+                          **({"report": report} if report is not None else {})}, indent=2))
         return 0
     how = "from the compile cache" if result.cache_hit else \
         "(" + ", ".join(f"{k} {v:.2f} s" for k, v in result.stages.items()) + ")"
     print(f"compiled {path.name} -> {out} in {result.seconds:.2f} s {how}")
     print(format_plan(plan))
+    if report_text:
+        print(report_text)
     return 0
+
+
+def _report(path: Path, ops: list[str] | None, loadable: Any = None) -> tuple[str, dict[str, Any]]:
+    from libnpu.compiler.placement import place_model
+
+    from .report import ReportContext, build_report
+    return build_report(ReportContext(path, place_model(path, ops=ops), loadable))
+
+
+def _allow_list(text: str | None) -> list[str] | None:
+    if text is None:
+        return None
+    ops = sorted({op.strip() for op in text.split(",") if op.strip()})
+    if not ops:
+        raise UsageError("--ops needs at least one operator name (e.g. --ops CONV_2D,ADD)")
+    return ops
+
+
+def _placement_options(args: argparse.Namespace) -> dict[str, Any]:
+    """Only the placement options the user set (the default shares libnpu.load's cache key)."""
+    options: dict[str, Any] = {}
+    ops = _allow_list(args.ops)
+    if ops is not None:
+        options["ops"] = ops
+    if args.strict:
+        options["strict"] = True
+    return options
 
 
 def inspect(args: argparse.Namespace) -> int:
@@ -183,6 +223,7 @@ def inspect(args: argparse.Namespace) -> int:
         print(Loadable.load(path).summary())
     else:
         print(describe_model(path, plan=args.plan))
+        print(_report(path, _allow_list(args.ops))[0])
     return 0
 
 

@@ -116,8 +116,7 @@ def export_int8_tflite(model: str | os.PathLike, output: str | os.PathLike, data
 
 def describe_model(model: str | os.PathLike, *, plan: bool = False) -> str:
     """A model file's graph as imported (ops, shapes, MACs, constant bytes); ``plan``: its memory plan too."""
-    from libnpu.compiler.frontend import load_model
-    graph = load_model(model)
+    graph = _graph(model)
     counts = ", ".join(f"{k} {v}" for k, v in sorted(graph.op_counts().items()))
     weights = sum(t.nbytes for t in graph.constants())
     lines = [graph.summary(), f"ops: {counts}", f"MACs: {graph.macs():,}  constant bytes: {weights:,}"]
@@ -159,7 +158,13 @@ def format_plan(report: dict[str, Any]) -> str:
 
 def input_shapes(model: str | os.PathLike) -> list[tuple[int, ...]]:
     """Shapes of a model file's inputs (imports the model, compiles nothing)."""
-    from libnpu.compiler.frontend import load_model
-    graph = load_model(model)
+    graph = _graph(model)
     return [tuple(graph.tensors[n].shape) for n in graph.inputs]
+
+
+def _graph(model: str | os.PathLike) -> Any:
+    """The model's graph as the compiler takes it: operators placed on the CPU as HOST ops."""
+    from libnpu.compiler.placement import import_with_fallback, plan_placement
+    plan = plan_placement(model)
+    return import_with_fallback(plan.data, plan.kind, plan.name, force_host=plan.cpu)[0]
 

@@ -47,6 +47,7 @@ class OpSpec:
     options_type: int = 0
     options: Callable[[flatbuffers.Builder], int] | None = None
     version: int = 1
+    custom_code: str = ""            # for opcode CUSTOM: the custom op's name
 
 
 def _offset_vector(b: flatbuffers.Builder, offsets: Sequence[int]) -> int:
@@ -112,13 +113,16 @@ def build_model(tensors: Sequence[TensorSpec], ops: Sequence[OpSpec],
             tflite.TensorAddQuantization(b, quant)
         tensor_offsets.append(tflite.TensorEnd(b))
 
-    codes = sorted({(op.opcode, op.version) for op in ops})
+    codes = sorted({(op.opcode, op.version, op.custom_code) for op in ops})
     code_offsets = []
-    for opcode, version in codes:
+    for opcode, version, custom_code in codes:
+        custom = b.CreateString(custom_code) if custom_code else None
         tflite.OperatorCodeStart(b)
         tflite.OperatorCodeAddDeprecatedBuiltinCode(b, min(opcode, 127))
         tflite.OperatorCodeAddBuiltinCode(b, opcode)
         tflite.OperatorCodeAddVersion(b, version)
+        if custom is not None:
+            tflite.OperatorCodeAddCustomCode(b, custom)
         code_offsets.append(tflite.OperatorCodeEnd(b))
 
     op_offsets = []
@@ -127,7 +131,7 @@ def build_model(tensors: Sequence[TensorSpec], ops: Sequence[OpSpec],
         outs = b.CreateNumpyVector(np.asarray(op.outputs, dtype=np.int32))
         opts = op.options(b) if op.options is not None else None
         tflite.OperatorStart(b)
-        tflite.OperatorAddOpcodeIndex(b, codes.index((op.opcode, op.version)))
+        tflite.OperatorAddOpcodeIndex(b, codes.index((op.opcode, op.version, op.custom_code)))
         tflite.OperatorAddInputs(b, ins)
         tflite.OperatorAddOutputs(b, outs)
         if opts is not None:

@@ -119,9 +119,10 @@ def test_compile_png_calibration_directory(blazeface_path, astronaut, tmp_path, 
 def test_compile_errors(tmp_path, capsys):
     """1: the model was found and cannot be compiled; 2: the command line names nothing usable."""
     out = ["-o", str(tmp_path / "x.nlb"), "--cache-dir", str(tmp_path / "c")]
-    assert main(["compile", str(_onnx_model(tmp_path / "erf.onnx", op="Erf"))] + out) == 1
+    sin = str(_onnx_model(tmp_path / "sin.onnx", op="Sin"))
+    assert main(["compile", sin, "--strict"] + out) == 1                # strict: no CPU fallback
     err = capsys.readouterr().err
-    assert "unsupported op Erf" in err and "act0" in err            # names the op and the node
+    assert "(missing: Sin)" in err and "Sin (op 1): no NPU operator" in err   # names the op and the node
     assert main(["compile", str(tmp_path / "none.onnx")] + out) == 2
     assert "no such model file" in capsys.readouterr().err
     (tmp_path / "junk.tflite").write_bytes(b"\0" * 64)

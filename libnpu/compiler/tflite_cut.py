@@ -1,0 +1,108 @@
+"""Cut a sub-model out of a ``.tflite`` flatbuffer: some of its operators, as they are.
+
+The host runs the operators the chip lacks with LiteRT's own kernels; this module writes
+the model LiteRT gets: the chosen operators of subgraph 0 with their builtin code,
+version, builtin options and custom options copied from the source file, the tensors
+they touch (quantization included) and the constant buffers they read. Its inputs are
+the non-constant tensors the operators read and nobody among them writes, its outputs
+what they write.
+
+It uses the object API of the schema module that ships with LiteRT
+(``ai_edge_litert.schema_py_generated``), so every options table is copied whole,
+whatever the operator.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from .ir import IRError
+
+__all__ = ["CutModel", "cut_tflite"]
+
+
+@dataclass(frozen=True)
+class CutModel:
+    """A sub-model and where its inputs and outputs come from in the source model."""
+    model: bytes
+    inputs: tuple[int, ...]     # source tensor indices, in the sub-model's input order
+    outputs: tuple[int, ...]    # source tensor indices, in the sub-model's output order
+
+
+def _schema():
+    from ai_edge_litert import schema_py_generated as schema
+    return schema
+
+
+def cut_tflite(model: bytes, op_indices: Sequence[int], outputs: Sequence[int] | None = None) -> CutModel:
+    """The operators ``op_indices`` of subgraph 0 of ``model`` as a model of their own.
+
+    ``outputs``: the source tensors the sub-model returns (default: every tensor its
+    operators write).
+    """
+    schema = _schema()
+    try:
+        src = schema.ModelT.InitFromPackedBuf(bytearray(model), 0)
+    except Exception as exc:  # flatbuffers reads lazily: damage is any low-level error
+        raise IRError(f"cannot read the TFLite model to cut operators {list(op_indices)}: {exc}") from exc
+    graph = src.subgraphs[0]
+    chosen = [graph.operators[i] for i in op_indices]
+    written = [t for op in chosen for t in op.outputs if t >= 0]
+    read = [t for op in chosen for t in (op.inputs if op.inputs is not None else []) if t >= 0]
+
+    def is_constant(t: int) -> bool:
+        buf = src.buffers[graph.tensors[t].buffer] if graph.tensors[t].buffer > 0 else None
+        return buf is not None and (buf.data is not None and len(buf.data) > 0 or buf.offset > 1)
+
+    inputs = list(dict.fromkeys(t for t in read if t not in written and not is_constant(t)))
+    outs = list(dict.fromkeys(outputs if outputs is not None else written))
+    used = list(dict.fromkeys([*inputs, *read, *written, *outs]))
+    new_index = {t: i for i, t in enumerate(used)}
+
+    buffers = [schema.BufferT()]
+    tensors = []
+    for t in used:
+        tensor = graph.tensors[t]
+        if tensor.buffer > 0 and is_constant(t):
+            buffers.append(_inline_buffer(schema, src.buffers[tensor.buffer], model))
+            tensor.buffer = len(buffers) - 1
+        else:
+            tensor.buffer = 0
+        tensors.append(tensor)
+    codes: list = []
+    code_index: dict[int, int] = {}
+    operators = []
+    for op in chosen:
+        if op.opcodeIndex not in code_index:
+            code_index[op.opcodeIndex] = len(codes)
+            codes.append(src.operatorCodes[op.opcodeIndex])
+        op.opcodeIndex = code_index[op.opcodeIndex]
+        op.inputs = [new_index[t] if t >= 0 else -1 for t in (op.inputs if op.inputs is not None else [])]
+        op.outputs = [new_index[t] for t in op.outputs]
+        op.intermediates = None
+        operators.append(op)
+
+    sub = schema.SubGraphT()
+    sub.tensors, sub.operators, sub.name = tensors, operators, b"host"
+    sub.inputs = [new_index[t] for t in inputs]
+    sub.outputs = [new_index[t] for t in outs]
+    cut = schema.ModelT()
+    cut.version, cut.operatorCodes, cut.subgraphs, cut.buffers = 3, codes, [sub], buffers
+    cut.description = b"npu-emu host partition"
+
+    import flatbuffers
+    builder = flatbuffers.Builder(1024)
+    builder.Finish(cut.Pack(builder), file_identifier=b"TFL3")
+    return CutModel(bytes(builder.Output()), tuple(inputs), tuple(outs))
+
+
+def _inline_buffer(schema, buffer, model: bytes):
+    """The buffer with its data inline (large-model files keep it after the flatbuffer)."""
+    out = schema.BufferT()
+    if buffer.offset > 1:
+        out.data = np.frombuffer(model, np.uint8, buffer.size, buffer.offset).copy()
+    else:
+        out.data = np.asarray(buffer.data, np.uint8)
+    return out
