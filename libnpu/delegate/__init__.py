@@ -29,8 +29,9 @@ _C_SOURCE = "#include <stddef.h>\n#include <stdint.h>\n" + C_TYPES + _API + """
 TfLiteDelegate* tflite_plugin_create_delegate(const char* const* keys, const char* const* values, size_t count,
                                               void (*report_error)(const char*))
 {
+    /* LiteRT's Python loader passes the count as a C int: only its low 32 bits are meaningful. */
     embedded_python_start();
-    return npu_delegate_create_py(keys, values, count, report_error);
+    return npu_delegate_create_py(keys, values, (size_t)(uint32_t)count, report_error);
 }
 
 void tflite_plugin_destroy_delegate(TfLiteDelegate* delegate)
