@@ -135,3 +135,12 @@ def test_destroy_order_frees_device_memory(npu, library, tmp_path, order):
     del delegate
     gc.collect()
     assert memory_used(npu) == before
+
+
+def test_cli_prints_the_library_path(library):
+    import subprocess
+    import sys
+    done = subprocess.run([sys.executable, "-m", "libnpu.tools", "delegate", "--path"], capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == library
