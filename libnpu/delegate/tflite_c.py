@@ -224,6 +224,7 @@ _POOL = OptionsLayout("TfLitePoolParams", "Pool2DOptions", dict(
     FusedActivationFunction=("activation", _activation)))
 _ACT = dict(FusedActivationFunction=("activation", _activation))
 _REDUCER = OptionsLayout("TfLiteReducerParams", "ReducerOptions", dict(KeepDims=("keep_dims", _b)))
+_BLOCK = dict(BlockSize=("block_size", int))
 _RESIZE = dict(AlignCorners=("align_corners", _b), HalfPixelCenters=("half_pixel_centers", _b))
 
 OPTIONS: dict[str, OptionsLayout] = {
@@ -256,8 +257,8 @@ OPTIONS: dict[str, OptionsLayout] = {
     "UNPACK": OptionsLayout("TfLiteUnpackParams", "UnpackOptions", dict(Num=("num", int), Axis=("axis", int))),
     "GATHER": OptionsLayout("TfLiteGatherParams", "GatherOptions", dict(Axis=("axis", int),
                                                                         BatchDims=("batch_dims", int))),
-    "DEPTH_TO_SPACE": OptionsLayout("TfLiteBlockSizeParams", "DepthToSpaceOptions", dict(BlockSize=("block_size", int))),
-    "SPACE_TO_DEPTH": OptionsLayout("TfLiteBlockSizeParams", "SpaceToDepthOptions", dict(BlockSize=("block_size", int))),
+    "DEPTH_TO_SPACE": OptionsLayout("TfLiteBlockSizeParams", "DepthToSpaceOptions", _BLOCK),
+    "SPACE_TO_DEPTH": OptionsLayout("TfLiteBlockSizeParams", "SpaceToDepthOptions", _BLOCK),
     "TRANSPOSE_CONV": OptionsLayout("TfLiteTransposeConvParams", "TransposeConvOptions", dict(
         Padding=("padding", _padding), StrideW=("stride_width", int), StrideH=("stride_height", int),
         FusedActivationFunction=("activation", _activation))),
