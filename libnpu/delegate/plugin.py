@@ -198,8 +198,10 @@ class _Partition:
 class NpuDelegate:
     """One ``TfLiteDelegate``: its options, its device and its partitions."""
 
-    def __init__(self, ffi: Any, lib: Any, options: DelegateOptions) -> None:
+    def __init__(self, ffi: Any, lib: Any, options: DelegateOptions, callbacks: dict[str, Any],
+                 registration_name: Any) -> None:
         self.ffi, self.options = ffi, options
+        self.lib_callbacks, self.registration_name = callbacks, registration_name
         self.shared = _SharedDevice(options)
         self.handle = ffi.new_handle(self)
         self.struct = ffi.new("TfLiteDelegate*")
@@ -341,7 +343,7 @@ def install(ffi: Any, lib: Any) -> None:
         try:
             pairs = [(ffi.string(keys[i]).decode(), ffi.string(values[i]).decode()) for i in range(count)]
             options = parse_options(pairs)
-            delegate = NpuDelegate(ffi, lib, options)
+            delegate = NpuDelegate(ffi, lib, options, callbacks, registration_name)
         except Exception as exc:  # noqa: BLE001 - every failure becomes NULL and a message
             message = str(exc) if isinstance(exc, ValueError) else f"npu delegate: {type(exc).__name__}: {exc}"
             if "npu delegate" not in message:
@@ -351,8 +353,6 @@ def install(ffi: Any, lib: Any) -> None:
             else:
                 print(message, file=sys.stderr)
             return ffi.NULL
-        delegate.lib_callbacks = callbacks
-        delegate.registration_name = registration_name
         with _lock:
             _live[_address(ffi, delegate.struct)] = delegate
         return delegate.struct

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-import flatbuffers
+import flatbuffers  # type: ignore[import-untyped]
 import numpy as np
 import tflite  # type: ignore[import-untyped]
 

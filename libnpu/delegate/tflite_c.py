@@ -13,7 +13,7 @@ absent from it (and not in ``NO_OPTIONS``) are left to the interpreter.
 """
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -199,7 +199,7 @@ class OptionsLayout:
     """How one builtin's ``builtin_data`` becomes its flatbuffer options table."""
     struct: str                              # C struct of builtin_data
     table: str                               # the schema's options table (e.g. "Conv2DOptions")
-    fields: dict[str, tuple[str, Callable[[Any], Any]]] = field(default_factory=dict)  # table field -> C field
+    fields: Mapping[str, tuple[str, Callable[[Any], Any]]] = field(default_factory=dict)  # table field -> C
 
     def read(self, ffi: Any, builtin_data: Any) -> dict[str, Any]:
         """The options table's fields, read from ``builtin_data`` (a ``void*``)."""
@@ -215,17 +215,17 @@ def _b(v: Any) -> bool:
     return bool(v)
 
 
-_CONV = dict(Padding=("padding", _padding), StrideW=("stride_width", int), StrideH=("stride_height", int),
+_CONV: dict[str, tuple[str, Callable[[Any], Any]]] = dict(Padding=("padding", _padding), StrideW=("stride_width", int), StrideH=("stride_height", int),
              FusedActivationFunction=("activation", _activation), DilationWFactor=("dilation_width_factor", int),
              DilationHFactor=("dilation_height_factor", int))
 _POOL = OptionsLayout("TfLitePoolParams", "Pool2DOptions", dict(
     Padding=("padding", _padding), StrideW=("stride_width", int), StrideH=("stride_height", int),
     FilterWidth=("filter_width", int), FilterHeight=("filter_height", int),
     FusedActivationFunction=("activation", _activation)))
-_ACT = dict(FusedActivationFunction=("activation", _activation))
+_ACT: dict[str, tuple[str, Callable[[Any], Any]]] = dict(FusedActivationFunction=("activation", _activation))
 _REDUCER = OptionsLayout("TfLiteReducerParams", "ReducerOptions", dict(KeepDims=("keep_dims", _b)))
-_BLOCK = dict(BlockSize=("block_size", int))
-_RESIZE = dict(AlignCorners=("align_corners", _b), HalfPixelCenters=("half_pixel_centers", _b))
+_BLOCK: dict[str, tuple[str, Callable[[Any], Any]]] = dict(BlockSize=("block_size", int))
+_RESIZE: dict[str, tuple[str, Callable[[Any], Any]]] = dict(AlignCorners=("align_corners", _b), HalfPixelCenters=("half_pixel_centers", _b))
 
 OPTIONS: dict[str, OptionsLayout] = {
     "CONV_2D": OptionsLayout("TfLiteConvParams", "Conv2DOptions", _CONV),
