@@ -19,7 +19,7 @@ import tflite
 from . import registry
 from .ir import Graph, IRError, Op, QuantParams, Tensor, same_pads
 
-__all__ = ["TFLiteExportError", "export_tflite", "ACT"]
+__all__ = ["TFLiteExportError", "export_tflite", "options_table", "ACT"]
 
 
 class TFLiteExportError(IRError):
@@ -37,7 +37,8 @@ def _m(name: str) -> Any:
     return importlib.import_module(f"tflite.{name}")
 
 
-def _table(b: flatbuffers.Builder, cls: str, **fields: Any) -> int:
+def options_table(b: flatbuffers.Builder, cls: str, **fields: Any) -> int:
+    """Write flatbuffer table ``cls`` (a tflite schema table: "Tensor", "Conv2DOptions"...) with ``fields``."""
     mod = _m(cls)
     getattr(mod, f"{cls}Start")(b)
     for k, v in fields.items():
@@ -132,7 +133,7 @@ class _Writer:
         outputs = [self.name(n) for n in g.outputs]
         b = flatbuffers.Builder(1 << 16)
 
-        buffers = [_table(b, "Buffer")]
+        buffers = [options_table(b, "Buffer")]
         tensor_offs = []
         for t in self.tensors:
             buf_idx = 0
@@ -143,20 +144,20 @@ class _Writer:
                 b.Bytes[b.head:b.head + raw.size] = raw.tobytes()
                 b.vectorNumElems = raw.size
                 data_vec = b.EndVector()
-                buffers.append(_table(b, "Buffer", Data=data_vec))
+                buffers.append(options_table(b, "Buffer", Data=data_vec))
                 buf_idx = len(buffers) - 1
             quant = None
             if t.quant is not None:
                 sc = b.CreateNumpyVector(t.quant.scale.astype(np.float32))
                 zp = b.CreateNumpyVector(t.quant.zero_point.astype(np.int64))
-                quant = _table(b, "QuantizationParameters", Scale=sc, ZeroPoint=zp,
+                quant = options_table(b, "QuantizationParameters", Scale=sc, ZeroPoint=zp,
                                QuantizedDimension=int(t.quant.axis))
             name = b.CreateString(t.name)
             shape = b.CreateNumpyVector(np.asarray(t.shape, np.int32))
             fields = dict(Shape=shape, Type=_TYPE[t.dtype], Buffer=buf_idx, Name=name)
             if quant is not None:
                 fields["Quantization"] = quant
-            tensor_offs.append(_table(b, "Tensor", **fields))
+            tensor_offs.append(options_table(b, "Tensor", **fields))
 
         codes: list[str] = []
         op_offs = []
@@ -167,10 +168,10 @@ class _Writer:
             if opts:
                 (cls, fields), = opts.items()
                 opt_fields = dict(BuiltinOptionsType=getattr(tflite.BuiltinOptions, cls),
-                                  BuiltinOptions=_table(b, cls, **fields))
+                                  BuiltinOptions=options_table(b, cls, **fields))
             iv = b.CreateNumpyVector(np.asarray(ins, np.int32))
             ov = b.CreateNumpyVector(np.asarray(outs, np.int32))
-            op_offs.append(_table(b, "Operator", OpcodeIndex=codes.index(type_), Inputs=iv, Outputs=ov,
+            op_offs.append(options_table(b, "Operator", OpcodeIndex=codes.index(type_), Inputs=iv, Outputs=ov,
                                   **opt_fields))
 
         def vector(offsets: list[int]) -> int:
@@ -180,18 +181,18 @@ class _Writer:
             return b.EndVector()
 
         tvec, ovec = vector(tensor_offs), vector(op_offs)
-        sg = _table(b, "SubGraph", Tensors=tvec, Operators=ovec,
+        sg = options_table(b, "SubGraph", Tensors=tvec, Operators=ovec,
                     Inputs=b.CreateNumpyVector(np.asarray(inputs, np.int32)),
                     Outputs=b.CreateNumpyVector(np.asarray(outputs, np.int32)),
                     Name=b.CreateString("main"))
         code_offs = []
         for c in codes:
             code = _CODES[c]
-            code_offs.append(_table(b, "OperatorCode", DeprecatedBuiltinCode=min(code, 127), BuiltinCode=code,
+            code_offs.append(options_table(b, "OperatorCode", DeprecatedBuiltinCode=min(code, 127), BuiltinCode=code,
                                     Version=_version(c)))
         cvec, svec, bvec = vector(code_offs), vector([sg]), vector(buffers)
         desc = b.CreateString(f"npu-emu export of {g.name}")
-        model = _table(b, "Model", Version=3, OperatorCodes=cvec, Subgraphs=svec, Description=desc, Buffers=bvec)
+        model = options_table(b, "Model", Version=3, OperatorCodes=cvec, Subgraphs=svec, Description=desc, Buffers=bvec)
         b.Finish(model, file_identifier=b"TFL3")
         return bytes(b.Output())
 

@@ -188,8 +188,15 @@ def _bench_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--requests", type=int, help="requests in flight for throughput (default: optimal_requests)")
     p.add_argument("--seconds", type=float, default=3.0, help="duration of each measurement (default 3)")
     p.add_argument("--no-litert", action="store_true", help="skip the LiteRT comparison")
+    p.add_argument("--delegate", action="store_true",
+                   help="also time LiteRT with the npu external delegate (partitions on this device)")
     _cache(p)
     _json(p)
+
+
+def _delegate_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--path", action="store_true", required=True,
+                   help="print the absolute path of the delegate library (built if needed)")
 
 
 def _faces_args(p: argparse.ArgumentParser) -> None:
@@ -236,6 +243,8 @@ COMMANDS: tuple[Command, ...] = (
             _bench_ops_args, commands.bench_ops),
     Command(("bench", "model"), "latency and throughput of a model, next to LiteRT", _bench_model_args,
             commands.bench_model),
+    Command(("delegate",), "the LiteRT external delegate: --path prints its library (for load_delegate)",
+            _delegate_args, commands.delegate, device=False),
     Command(("faces",), "detect faces (BlazeFace, quantized) and write PNGs with the boxes", _faces_args,
             commands.faces),
     Command(("classify",), "classify sample pictures with ResNet-8 (CIFAR-10)", _classify_args, commands.classify),

@@ -476,6 +476,16 @@ def bench_model(args: argparse.Namespace) -> int:
     _require(args.requests is None or args.requests >= 1, "--requests must be at least 1")
     _require(args.seconds > 0, "--seconds must be > 0")
     report = measure(args.model, requests=args.requests, seconds=args.seconds, devroot=args.devroot,
-                     cache_dir=args.cache_dir, litert=not args.no_litert)
+                     cache_dir=args.cache_dir, litert=not args.no_litert, delegate=args.delegate)
     print(json.dumps(report, indent=2) if args.json else format_report(report))
+    return 0
+
+
+def delegate(args: argparse.Namespace) -> int:
+    from libnpu.capi.embedding import EmbeddingBuildError
+    from libnpu.delegate import library_path
+    try:
+        print(library_path())
+    except EmbeddingBuildError as exc:
+        raise Failure(f"cannot build the delegate library: {exc}") from exc
     return 0

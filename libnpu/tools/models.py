@@ -4,6 +4,7 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -113,16 +114,21 @@ def litert_available() -> bool:
 
 
 class LiteRT:
-    """A LiteRT interpreter for a .tflite model: ``kernels`` "reference" (BUILTIN_REF) or
-    "default" (XNNPACK and the optimized builtins)."""
+    """A LiteRT interpreter for a .tflite model: ``kernels`` "reference" (BUILTIN_REF),
+    "default" (XNNPACK and the optimized builtins) or "delegate" (our external delegate,
+    loaded with ``delegate_options``, the rest on BUILTIN_REF)."""
 
-    def __init__(self, model: str | os.PathLike, kernels: str = "reference", threads: int | None = None) -> None:
+    def __init__(self, model: str | os.PathLike, kernels: str = "reference", threads: int | None = None,
+                 delegate_options: dict[str, str] | None = None) -> None:
         from ai_edge_litert import interpreter as litert
-        if kernels not in ("reference", "default"):
-            raise ValueError(f"kernels must be 'reference' or 'default', not {kernels!r}")
-        options = {}
-        if kernels == "reference":
+        if kernels not in ("reference", "default", "delegate"):
+            raise ValueError(f"kernels must be 'reference', 'default' or 'delegate', not {kernels!r}")
+        options: dict[str, Any] = {}
+        if kernels in ("reference", "delegate"):
             options["experimental_op_resolver_type"] = litert.OpResolverType.BUILTIN_REF
+        if kernels == "delegate":
+            from libnpu.delegate import library_path
+            options["experimental_delegates"] = [litert.load_delegate(str(library_path()), delegate_options or {})]
         self.interpreter = litert.Interpreter(model_path=str(model), num_threads=threads, **options)
         self.interpreter.allocate_tensors()
         self.input_details = self.interpreter.get_input_details()
