@@ -35,8 +35,8 @@ from libnpu.host import Boundary, HostCall, HostKernel, kernel_for
 from libnpu.loadable import MAGIC as LOADABLE_MAGIC
 from libnpu.loadable import HostStep, Loadable, RegionKind, TensorDesc, TensorFlags
 from libnpu.pool import ErrorCallback, FinishCallback, OutputCallback, RequestPool
-from libnpu.portability import MEM_READ, MEM_RW, Device, Fence, JobError, Memory, PreparedSubmit, Session
-from libnpu.profiling import InferenceProfile
+from libnpu.portability import MEM_READ, MEM_RW, PRIO_NORMAL, Device, Fence, JobError, Memory, PreparedSubmit, Session
+from libnpu.profiling import ChipPart, HostPart, InferenceProfile
 
 ArrayLike = np.ndarray
 Inputs = Sequence[ArrayLike] | Mapping[str, ArrayLike]
@@ -117,18 +117,28 @@ def _constant(loadable: Loadable, desc: TensorDesc) -> np.ndarray:
     return np.lib.stride_tricks.as_strided(raw.view(desc.dtype), desc.shape, desc.strides).copy()
 
 
+@dataclass
+class _Segment:
+    """One chip partition of a partitioned model (its prepared job, None when it has no
+    task) and the host steps that follow it."""
+    prepared: PreparedSubmit | None
+    first_task: int
+    steps: list[HostStep]
+
+
 def _segments(device: Device, loadable: Loadable, command: Memory, buffers: list[Memory], wait: bool,
-              ) -> list[tuple[PreparedSubmit | None, list[HostStep]]]:
-    """Per partition: the prepared job of its tasks (None when it has none) and the host
-    steps after it."""
+              priority: int = PRIO_NORMAL, profile: bool = False) -> list[_Segment]:
+    """The partitions of ``loadable`` in run order, each job prepared with ``priority``
+    (and PERF_COUNT when ``profile``)."""
     offsets = loadable.task_offsets()
-    result: list[tuple[PreparedSubmit | None, list[HostStep]]] = []
+    result: list[_Segment] = []
     for tasks, steps in loadable.partitions():
         prepared = None
         if tasks:
             start, end = offsets[tasks.start], offsets[tasks.stop - 1] + len(loadable.tasks[tasks.stop - 1].payload)
-            prepared = device.prepare_submit(command, buffers, size=end - start, offset=start, wait=wait)
-        result.append((prepared, steps))
+            prepared = device.prepare_submit(command, buffers, size=end - start, offset=start, wait=wait,
+                                             priority=priority, profile=profile)
+        result.append(_Segment(prepared, tasks.start, steps))
     return result
 
 
@@ -331,10 +341,10 @@ class Runtime:
                              "submit it with wait=True (or use libnpu.load(...).create_request())")
         kernels = host_kernels(loadable)
         fence = None
-        for prepared, steps in _segments(self.device, loadable, self.command, buffers, True):
-            if prepared is not None:
-                fence = self.device.run_prepared(prepared)
-            for step in steps:
+        for segment in _segments(self.device, loadable, self.command, buffers, True):
+            if segment.prepared is not None:
+                fence = self.device.run_prepared(segment.prepared)
+            for step in segment.steps:
                 _HostStepRun(step, kernels[loadable.host_steps.index(step)], loadable, self._host_view)()
         return fence if fence is not None else self.device.submit(None, wait=True)
 
@@ -402,6 +412,8 @@ class InferRequest:
         """MODEL_PRIORITY and PERF_COUNT may change between inferences: rebuild the SUBMITs when they did."""
         if (self.model.priority, self.model.profiling) != (self._priority, self._profiled):
             self._prepare(self.model.priority, self.model.profiling)
+            if self.partitioned:
+                self._prepare_partitions()
 
     def _collect_profile(self) -> None:
         """PERF_COUNT: the chip's per-layer timing of the job just finished."""
@@ -476,17 +488,26 @@ class InferRequest:
         """A partitioned model (host steps): one job per chip partition, the host steps in between."""
         self.partitioned = bool(loadable.host_steps)
         self._host: dict[int, _HostStepRun] = {}
-        self._sync_segments: list[tuple[PreparedSubmit | None, list[HostStep]]] = []
-        self._async_segments: list[tuple[PreparedSubmit | None, list[HostStep]]] = []
+        self._sync_segments: list[_Segment] = []
+        self._async_segments: list[_Segment] = []
         self._error: Exception | None = None
         self._raise_on_wait = False
         if self.partitioned:
             assert self.command is not None, "allocated with the request's memory"
             for step, kernel in zip(loadable.host_steps, model.host_kernels):
                 self._host[id(step)] = _HostStepRun(step, kernel, loadable, self._view)
-            device = model.device
-            self._sync_segments = _segments(device, loadable, self.command, self.buffers, True)
-            self._async_segments = _segments(device, loadable, self.command, self.buffers, False)
+            self._prepare_partitions(model.priority, model.profiling)
+
+    def _prepare_partitions(self, priority: int | None = None, profile: bool | None = None) -> None:
+        """The partitions' jobs, prepared with the model's priority and PERF_COUNT setting."""
+        model = self.model
+        priority = model.priority if priority is None else priority
+        profile = model.profiling if profile is None else profile
+        assert self.command is not None, "allocated with the request's memory"
+        self._sync_segments = _segments(model.device, model.loadable, self.command, self.buffers, True,
+                                        priority, profile)
+        self._async_segments = _segments(model.device, model.loadable, self.command, self.buffers, False,
+                                         priority, profile)
 
     def _start_partitions(self, callback: Callable[[InferRequest, Exception | None], None] | None) -> None:
         """``start`` of a partitioned model: the partitions and host steps run in order, in a helper thread."""
@@ -505,28 +526,49 @@ class InferRequest:
         if callback is not None:
             callback(self, self._error)
 
+    def _run_host_step(self, step: HostStep, parts: list[ChipPart | HostPart]) -> None:
+        started = time.monotonic_ns()
+        self._host[id(step)]()
+        if self._profiled:
+            parts.append(HostPart(step.after_task, step.name, step.op, started, time.monotonic_ns()))
+
+    def _chip_part(self, fence: Fence, segment: _Segment, parts: list[ChipPart | HostPart]) -> None:
+        if self._profiled:
+            parts.append(ChipPart(self.model.device.get_profile(fence), segment.first_task))
+
+    def _finish_partitions(self, device_ns: int, parts: list[ChipPart | HostPart]) -> None:
+        self.timing = Timing(time.perf_counter() - self._started, device_ns)
+        if self._profiled:
+            self.profile = InferenceProfile.from_parts(self.model.loadable, parts, self.model.clock_mhz)
+
     def _run_partitions(self) -> None:
         """One inference of a partitioned model: each chip partition as a job, then its host steps."""
+        self._follow_settings()
         device_ns = 0
-        for prepared, steps in self._sync_segments:
-            if prepared is not None:
-                self.fence = self.model.device.run_prepared(prepared)
+        parts: list[ChipPart | HostPart] = []
+        for segment in self._sync_segments:
+            if segment.prepared is not None:
+                self.fence = self.model.device.run_prepared(segment.prepared)
                 device_ns += self.fence.device_time_ns
-            for step in steps:
-                self._host[id(step)]()
-        self.timing = Timing(time.perf_counter() - self._started, device_ns)
+                self._chip_part(self.fence, segment, parts)
+            for step in segment.steps:
+                self._run_host_step(step, parts)
+        self._finish_partitions(device_ns, parts)
 
     async def _run_partitions_async(self) -> None:
         import trio
+        self._follow_settings()
         device_ns = 0
-        for prepared, steps in self._async_segments:
-            if prepared is not None:
-                fence = self.model.device.submit_prepared(prepared)
+        parts: list[ChipPart | HostPart] = []
+        for segment in self._async_segments:
+            if segment.prepared is not None:
+                fence = self.model.device.submit_prepared(segment.prepared)
                 await fence.wait_async()
                 self.fence, device_ns = fence, device_ns + fence.device_time_ns
-            for step in steps:
-                await trio.to_thread.run_sync(self._host[id(step)])
-        self.timing = Timing(time.perf_counter() - self._started, device_ns)
+                self._chip_part(fence, segment, parts)
+            for step in segment.steps:
+                await trio.to_thread.run_sync(self._run_host_step, step, parts)
+        self._finish_partitions(device_ns, parts)
 
     def _finish_wait(self, timeout: float | None) -> None:
         fence = self.fence
@@ -744,6 +786,7 @@ class CompiledModel:
             if request.partitioned:
                 request._started = time.perf_counter()
                 await request._run_partitions_async()
+                self.last_profile = request.profile
                 return request.outputs(dequantized)
             request.start()
             fence = request.fence

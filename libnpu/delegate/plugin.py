@@ -160,7 +160,7 @@ class _Partition:
         data = write_model(self.tensors, self.nodes, self.inputs, self.outputs)
         import libnpu
         self.model = libnpu.load(data, self.shared.device, cache_dir=self.options.cache_dir)
-        if self.options.priority != "MEDIUM" and hasattr(self.model, "set_property"):
+        if self.options.priority != "MEDIUM":
             self.model.set_property({"MODEL_PRIORITY": self.options.priority})
         self.request = self.model.create_request()
         self.shapes = shapes

@@ -241,3 +241,25 @@ def test_closing_the_model_while_a_partitioned_request_runs(npu):
     from libnpu.runtime import ClosedError
     with pytest.raises(ClosedError):
         request.wait()
+
+
+def test_profiling_and_priority_reach_every_partition(npu):
+    """PERF_COUNT and MODEL_PRIORITY apply to each chip partition; the host's layer shows as CPU."""
+    data = host_models.int8_fc_sandwich(REVERSE_V2)
+    (x,) = _inputs(1, seed=5)
+    expected = litert_run(data, [x])[0]
+    with libnpu.load(compile_model(data), devroot=npu.devroot,
+                     config={"PERF_COUNT": True, "MODEL_PRIORITY": "HIGH"}) as model:
+        assert np.array_equal(model.infer([x])[0], expected)
+        profile = model.get_profiling_info()
+        assert [(layer.op, layer.device) for layer in profile.layers] == \
+            [("FULLY_CONNECTED", "NPU"), ("REVERSE_V2", "CPU"), ("FULLY_CONNECTED", "NPU")]
+        assert profile.cycles == sum(layer.cycles for layer in profile.layers) > 0
+        assert profile.layers[1].cycles == 0 and profile.layers[1].chip_ns > 0
+        request = model.create_request()
+        request.start()
+        request.wait()
+        assert [layer.device for layer in request.profile.layers] == ["NPU", "CPU", "NPU"]
+        model.set_property({"PERF_COUNT": False, "MODEL_PRIORITY": "LOW"})
+        assert np.array_equal(request.infer([x])[0], expected)
+        assert trio.run(model.infer_async, [x])[0].tobytes() == expected.tobytes()

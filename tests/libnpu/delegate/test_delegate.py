@@ -144,3 +144,15 @@ def test_cli_prints_the_library_path(library):
                           text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == library
+
+
+def test_priority_option_sets_the_partitions_job_priority(npu, library, tmp_path):
+    path = model_path("resnet8_cifar10")
+    delegate = litert.load_delegate(library, {"devroot": str(npu.devroot), "priority": "high",
+                                              "cache_dir": str(tmp_path)})
+    it = interpreter(path, delegate)
+    x = random_input(it.get_input_details()[0], np.random.default_rng(3))
+    assert np.array_equal(run(it, x)[0], run(interpreter(path), x)[0])
+    from libnpu.delegate import plugin
+    partitions = [entry[1] for entry in plugin._live.values() if isinstance(entry, tuple)]
+    assert partitions and all(p.model.get_property("MODEL_PRIORITY") == "HIGH" for p in partitions)
