@@ -12,6 +12,12 @@ One inference is one job: the model's task list, relocated to the addresses of
 that request's memory, in one command buffer.  Weights are loaded once per model
 (read-only device memory, shared by every request); activations, inputs and
 outputs are per request, so requests never share scratch memory.
+
+A stateful model (TFLite resource variables, ONNX state pairs) keeps its variables in
+device memory of each request: the job reads them in place and writes their new values
+back at its end, so nothing crosses to the host between calls.  As in OpenVINO,
+``InferRequest.query_state()`` lists them (``VariableState``: name, value, ``reset``)
+and ``reset_state()`` puts every one back to its initial value.
 """
 from __future__ import annotations
 
@@ -112,10 +118,14 @@ class Runtime:
             raise ClosedError("no model is loaded in this runtime (unloaded, or never loaded)")
         return self.loadable
 
-    def write_images(self, memory: Mapping[int, Memory], bases: list[int]) -> None:
-        """Initial contents of the per-inference regions that have any (patched for ``bases``)."""
+    def write_images(self, memory: Mapping[int, Memory], bases: list[int], *, states: bool = True) -> None:
+        """Initial contents of the per-inference regions that have any (patched for ``bases``);
+        ``states=False`` leaves the STATE regions (variables kept between inferences) alone."""
         for index, mem in memory.items():
-            if self.loaded.regions[index].content is not None:
+            region = self.loaded.regions[index]
+            if region.kind == RegionKind.STATE and not states:
+                continue
+            if region.content is not None:
                 image = self.loaded.region_image(index, bases)
                 mem.view[:len(image)] = np.frombuffer(image, np.uint8)
 
@@ -197,8 +207,10 @@ class Runtime:
     def submit(self, wait: bool = True) -> Fence:
         """Run the model once on the bound (or runtime-allocated) memory."""
         loadable = self.loaded
+        fresh = [i for i in range(len(loadable.regions)) if i not in self.weights and i not in self.memory]
         bases = self.region_bases(self._layout())
-        self.write_images(self.memory, bases)
+        self.write_images(self.memory, bases, states=False)
+        self.write_images({i: self.memory[i] for i in fresh if i in self.memory}, bases)  # first values of states
         commands = loadable.command_buffer(bases)
         if self.command is None or self.command.size < len(commands):
             if self.command is not None:
@@ -243,6 +255,7 @@ class InferRequest:
         # inputs change between inferences).
         self._inputs = [(desc, self._view(desc)) for desc in loadable.inputs()]
         self._outputs = [(desc, self._view(desc)) for desc in loadable.outputs()]
+        self._states = [VariableState(self, desc, self._view(desc)) for desc in loadable.states()]
         self._run = device.prepare_submit(self.command, self.buffers, size=self.command_size, wait=True)
         self._submit = device.prepare_submit(self.command, self.buffers, size=self.command_size)
         self.fence: Fence | None = None
@@ -299,6 +312,22 @@ class InferRequest:
             result.append(value)
         return result
 
+    def query_state(self) -> list[VariableState]:
+        """The variables this request keeps between inferences (OpenVINO's ``query_state``);
+        empty for a model without state."""
+        self._check_usable()
+        return list(self._states)
+
+    def reset_state(self) -> None:
+        """Put every variable back to its initial value (OpenVINO's ``reset_state``)."""
+        for state in self.query_state():
+            state.reset()
+
+    def _check_idle(self) -> None:
+        self._check_usable()
+        if self.fence is not None and self.fence.status is None:
+            raise RuntimeError("this request is still running: wait() before touching its state")
+
     def start(self, callback: Callable[[InferRequest, Exception | None], None] | None = None) -> None:
         """Submit the job; returns at once.  ``callback(request, error)`` runs in a
         helper thread when the job is done."""
@@ -354,7 +383,7 @@ class InferRequest:
             return
         self._released = True
         self.model._forget(self)
-        self._inputs, self._outputs = [], []     # drop the views before the memory goes
+        self._inputs, self._outputs, self._states = [], [], []   # drop the views before the memory goes
         self._free_memory()
 
     def _free_memory(self) -> None:
@@ -364,8 +393,55 @@ class InferRequest:
         self.memory.clear()
 
 
+class VariableState:
+    """One variable of a request (OpenVINO's ``VariableState``): its ``name``, its current
+    value ``state`` (a copy, in the model's dtype), ``set_state`` and ``reset``.  The value
+    lives in the request's device memory; these read or write it between inferences."""
+
+    def __init__(self, request: InferRequest, desc: TensorDesc, view: np.ndarray):
+        self._request, self.desc, self._view = request, desc, view
+        self.name = request.model.loadable.regions[desc.region].name.removeprefix("state:")
+
+    @property
+    def state(self) -> np.ndarray:
+        """The current value (a copy)."""
+        self._request._check_idle()
+        return self._view.copy()
+
+    def dequantized(self) -> np.ndarray:
+        """The current value as float32, with the variable's scale and zero point."""
+        return dequantize(self.state, self.desc)
+
+    def set_state(self, value: ArrayLike) -> None:
+        """Overwrite the value: an array of the variable's shape in its dtype (or a float
+        array, quantized with its scale and zero point)."""
+        self._request._check_idle()
+        array = np.asarray(value)
+        if array.shape != self.desc.shape:
+            raise ValueError(f"state {self.name}: shape {array.shape}, expected {self.desc.shape}")
+        if np.issubdtype(array.dtype, np.floating) and self.desc.scale is not None:
+            array = quantize(array, self.desc)
+        elif array.dtype != np.dtype(self.desc.dtype):
+            raise ValueError(f"state {self.name}: dtype {array.dtype}, expected {self.desc.dtype}")
+        self._view[...] = array
+
+    def reset(self) -> None:
+        """Back to the initial value the model declares."""
+        self._request._check_idle()
+        initial = self._request.model.loadable.regions[self.desc.region].content
+        assert initial is not None, "the compiler gives every STATE region its initial value"
+        self._view[...] = np.frombuffer(bytes(initial[:self.desc.nbytes]), self.desc.dtype).reshape(self.desc.shape)
+
+    def __repr__(self) -> str:
+        return f"<VariableState {self.name} {list(self.desc.shape)} {self.desc.dtype}>"
+
+
 class CompiledModel:
-    """A model loaded on a device, ready to infer."""
+    """A model loaded on a device, ready to infer.
+
+    A stateful model's variables belong to each request: use ``create_request()`` for a
+    stream whose state you follow (``infer`` and ``infer_async`` borrow pooled requests,
+    each with state of its own)."""
 
     def __init__(self, loadable: Loadable, device: Device, session: Session | None = None):
         self.loadable, self.device, self._session = loadable, device, session
@@ -384,6 +460,11 @@ class CompiledModel:
     @property
     def outputs(self) -> list[TensorDesc]:
         return self.loadable.outputs()
+
+    @property
+    def states(self) -> list[TensorDesc]:
+        """The variables each request keeps between inferences (empty for most models)."""
+        return self.loadable.states()
 
     @property
     def optimal_requests(self) -> int:
@@ -508,4 +589,4 @@ def load(model: str | os.PathLike | bytes | Loadable, device: Device | int | Non
     return compiled
 
 
-__all__ = ["Runtime", "CompiledModel", "InferRequest", "ClosedError", "load", "quantize", "dequantize", "JobError"]
+__all__ = ["Runtime", "CompiledModel", "InferRequest", "VariableState", "ClosedError", "load", "quantize", "dequantize", "JobError"]

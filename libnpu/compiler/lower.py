@@ -9,7 +9,9 @@ multipliers, LUTs and CONCATENATION's tables are appended to the weights region.
 
 Dependencies list, for each task, the earlier tasks it must follow: the producers of
 its inputs and every earlier task touching bytes it overwrites (the arena reuses
-memory), so a scheduler may run independent tasks in any order.
+memory), so a scheduler may run independent tasks in any order. A stateful graph's
+write-backs (``ASSIGN_VARIABLE``, ``compiler.ops.variables``) come last, so they follow
+every task that reads a state's old value.
 """
 from __future__ import annotations
 
@@ -114,7 +116,10 @@ def lower(graph: Graph, *, metadata: dict[str, Any] | None = None) -> Loadable:
     tasks: list[Task] = []
     producer: dict[str, int] = {}
     touched: list[tuple[list, list]] = []  # per task: (read extents, written extents)
-    for op in graph.ops:
+    # After the last op, each changed state's new value is copied into its STATE region.
+    write_backs = [Op("ASSIGN_VARIABLE", [s.output], [s.input], name=f"{s.name}/assign")
+                   for s in graph.states if s.output != s.input]
+    for op in [*graph.ops, *write_backs]:
         emitted = registry.get(op.type, "lower")(low, op, op_params(graph, op))
         ins = [i for i in op.inputs if i and not graph.tensors[i].is_constant]
         if emitted is None:  # aliased RESHAPE: the output is ready when the input is

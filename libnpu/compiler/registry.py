@@ -44,6 +44,9 @@ class Operator:
     - ``export``: ``(writer, op, output indices) -> None`` (TFLite export);
       ``tflite_version``: the operator version written.
     - ``macs``: ``(graph, op) -> multiply-accumulates`` for the reports.
+    - ``graph_op``: False for an operator the importer resolves into the graph's
+      structure (resource variables become :class:`ir.State`; its ``tflite`` handler
+      edits the graph and returns None): it never appears as an IR op, so has no float reference or export.
     """
     name: str
     attrs: tuple[str, ...] = ()
@@ -60,6 +63,7 @@ class Operator:
     export: Callable | None = None
     tflite_version: int = 1
     macs: Callable | None = None
+    graph_op: bool = True
 
 
 _OPERATORS: dict[str, Operator] = {}

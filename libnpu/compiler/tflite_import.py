@@ -17,7 +17,7 @@ import tflite
 from . import registry
 from .ir import Graph, IRError, Op, QuantParams, Tensor, require_data, same_pads
 
-__all__ = ["TFLiteImportError", "UnsupportedOpError", "import_tflite", "load_tflite", "options",
+__all__ = ["TFLiteImportError", "UnsupportedOpError", "import_tflite", "load_tflite", "options", "builtin_name",
            "activation", "window_pads", "simple"]
 
 
@@ -49,6 +49,12 @@ def builtin_code(model: Any, opcode_index: int) -> int:
     return max(int(oc.BuiltinCode()), int(oc.DeprecatedBuiltinCode()))
 
 
+def builtin_name(model: Any, opcode_index: int) -> str:
+    """The op's builtin name (``BUILTIN_<code>`` for a code this schema does not know)."""
+    code = builtin_code(model, opcode_index)
+    return _OP_NAMES.get(code, f"BUILTIN_{code}")
+
+
 class _Importer:
     def __init__(self, buf: bytes, name: str) -> None:
         require_data(buf, name)
@@ -59,11 +65,13 @@ class _Importer:
         except (IndexError, ValueError) as exc:
             raise TFLiteImportError(f"{name}: unreadable flatbuffer: {exc}") from exc
         self.buf = buf
-        if self.model.SubgraphsLength() != 1:
-            raise TFLiteImportError(f"{name}: {self.model.SubgraphsLength()} subgraphs, only 1 supported")
+        if self.model.SubgraphsLength() < 1:
+            raise TFLiteImportError(f"{name}: the model has no subgraph")
+        # Subgraph 0 runs; another is read only by an operator naming it (CALL_ONCE's init).
         self.sg = self.model.Subgraphs(0)
         self.graph = Graph(name)
         self.names: dict[int, str] = {}
+        self.extensions: dict[str, Any] = {}  # what an operator family keeps during one import
 
     # tensors ------------------------------------------------------------------------
     def _buffer_data(self, index: int) -> np.ndarray | None:
@@ -101,6 +109,10 @@ class _Importer:
         self.names[idx] = name
         return name
 
+    def label(self, idx: int) -> str:
+        """Tensor ``idx``'s name for messages, without importing it (it may be a resource)."""
+        return self.names.get(idx) or (self.sg.Tensors(idx).Name() or b"").decode() or f"t{idx}"
+
     def const(self, idx: int, what: str, op: str) -> np.ndarray:
         data = self.graph.tensors[self.tensor(idx)].data
         if data is None:
@@ -113,18 +125,20 @@ class _Importer:
         g.inputs = [self.tensor(i) for i in self.sg.InputsAsNumpy()]
         for i in range(self.sg.OperatorsLength()):
             op = self.sg.Operators(i)
-            code = builtin_code(self.model, op.OpcodeIndex())
-            opname = _OP_NAMES.get(code, f"BUILTIN_{code}")
+            opname = builtin_name(self.model, op.OpcodeIndex())
             ins = [int(j) for j in op.InputsAsNumpy()] if op.InputsLength() else []
-            outs = [int(j) for j in op.OutputsAsNumpy()]
-            out_name = self.tensor(outs[0]) if outs else f"op{i}"
-            where = f"{opname} node {i} (output {out_name!r})"
+            outs = [int(j) for j in op.OutputsAsNumpy()] if op.OutputsLength() else []
+            where = f"{opname} node {i} (output {self.label(outs[0]) if outs else '-'!r})"
             options = op.BuiltinOptions()
             if self.fold(opname, ins, outs, options, where):
                 continue
             operator = registry.tflite_operator(opname)
             if operator is None:
                 raise UnsupportedOpError(f"unsupported op {where}")
+            if not operator.graph_op:  # resolved into the graph's structure (resource variables)
+                operator.tflite(self, ins, outs, options, where)
+                continue
+            out_name = self.tensor(outs[0]) if outs else f"op{i}"
             attrs, data_inputs = operator.tflite(self, ins, outs, options, where)
             g.add_op(Op(operator.name, [self.tensor(j) if j >= 0 else "" for j in data_inputs],
                         [self.tensor(j) for j in outs], attrs, name=out_name))

@@ -1,0 +1,86 @@
+"""Small int8 streaming models with TFLite resource variables, built in memory.
+
+``streaming_model()`` keeps two variables, initialized by a CALL_ONCE init subgraph as the
+TFLite converter writes them:
+
+- ``ema``:   an exponential moving average of the input, ``ema = 0.75 * ema + 0.25 * x``;
+- ``total``: a running sum of the input (saturating at int8's range).
+
+Outputs: ``ema + x`` read back after the assignment (so a read sees the value assigned
+earlier in the same call), and the new ``total``.
+"""
+from __future__ import annotations
+
+import numpy as np
+import tflite
+
+from tests.support.tflite_builder import (
+    RESOURCE, OpSpec, SubgraphSpec, TensorSpec, build_model, call_once, var_handle)
+
+SHAPE = (1, 8)
+X_Q = dict(scale=[0.04], zero_point=[2])
+EMA_Q = dict(scale=[0.05], zero_point=[-3])
+TOTAL_Q = dict(scale=[0.2], zero_point=[0])
+HALF_Q = dict(scale=[1 / 128], zero_point=[0])
+EMA_INITIAL = np.array([[-40, -20, -3, 0, 5, 17, 60, 100]], np.int8)
+TOTAL_INITIAL = np.zeros(SHAPE, np.int8)
+
+_B = tflite.BuiltinOperator
+_O = tflite.BuiltinOptions
+
+
+def _handle(name: str, index: int) -> OpSpec:
+    return OpSpec(_B.VAR_HANDLE, [], [index], _O.VarHandleOptions, var_handle(name))
+
+
+def _init_subgraph() -> SubgraphSpec:
+    tensors = [TensorSpec((), RESOURCE, name="ema_handle"), TensorSpec((), RESOURCE, name="total_handle"),
+               TensorSpec(SHAPE, np.int8, **EMA_Q, data=EMA_INITIAL, name="ema_initial"),
+               TensorSpec(SHAPE, np.int8, **TOTAL_Q, data=TOTAL_INITIAL, name="total_initial")]
+    ops = [_handle("ema", 0), _handle("total", 1),
+           OpSpec(_B.ASSIGN_VARIABLE, [0, 2], []), OpSpec(_B.ASSIGN_VARIABLE, [1, 3], [])]
+    return SubgraphSpec(tensors, ops, name="init")
+
+
+def streaming_model() -> bytes:
+    """The two-variable streaming model (see the module docstring)."""
+    t = [
+        TensorSpec(SHAPE, np.int8, **X_Q, name="x"),                          # 0
+        TensorSpec((), RESOURCE, name="ema_handle"),                          # 1
+        TensorSpec((), RESOURCE, name="total_handle"),                        # 2
+        TensorSpec(SHAPE, np.int8, **EMA_Q, name="ema_previous"),             # 3
+        TensorSpec((1,), np.int8, **HALF_Q, data=np.array([96], np.int8), name="decay"),   # 4
+        TensorSpec(SHAPE, np.int8, **EMA_Q, name="ema_decayed"),              # 5
+        TensorSpec((1,), np.int8, **HALF_Q, data=np.array([32], np.int8), name="gain"),    # 6
+        TensorSpec(SHAPE, np.int8, scale=[0.01], zero_point=[0], name="x_gained"),         # 7
+        TensorSpec(SHAPE, np.int8, **EMA_Q, name="ema_new"),                  # 8
+        TensorSpec(SHAPE, np.int8, **TOTAL_Q, name="total_previous"),         # 9
+        TensorSpec(SHAPE, np.int8, **TOTAL_Q, name="total_new"),              # 10
+        TensorSpec(SHAPE, np.int8, **EMA_Q, name="ema_read_back"),            # 11
+        TensorSpec(SHAPE, np.int8, scale=[0.08], zero_point=[1], name="ema_plus_x"),       # 12
+    ]
+    ops = [
+        OpSpec(_B.CALL_ONCE, [], [], _O.CallOnceOptions, call_once(1)),
+        _handle("ema", 1), _handle("total", 2),
+        OpSpec(_B.READ_VARIABLE, [1], [3]),
+        OpSpec(_B.MUL, [3, 4], [5], _O.MulOptions, _mul_options),
+        OpSpec(_B.MUL, [0, 6], [7], _O.MulOptions, _mul_options),
+        OpSpec(_B.ADD, [5, 7], [8], _O.AddOptions, _add_options),
+        OpSpec(_B.ASSIGN_VARIABLE, [1, 8], []),
+        OpSpec(_B.READ_VARIABLE, [2], [9]),
+        OpSpec(_B.ADD, [9, 0], [10], _O.AddOptions, _add_options),
+        OpSpec(_B.ASSIGN_VARIABLE, [2, 10], []),
+        OpSpec(_B.READ_VARIABLE, [1], [11]),
+        OpSpec(_B.ADD, [11, 0], [12], _O.AddOptions, _add_options),
+    ]
+    return build_model(t, ops, [0], [12, 10], [_init_subgraph()])
+
+
+def _mul_options(b):
+    tflite.MulOptionsStart(b)
+    return tflite.MulOptionsEnd(b)
+
+
+def _add_options(b):
+    tflite.AddOptionsStart(b)
+    return tflite.AddOptionsEnd(b)
