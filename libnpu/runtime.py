@@ -589,4 +589,5 @@ def load(model: str | os.PathLike | bytes | Loadable, device: Device | int | Non
     return compiled
 
 
-__all__ = ["Runtime", "CompiledModel", "InferRequest", "VariableState", "ClosedError", "load", "quantize", "dequantize", "JobError"]
+__all__ = ["Runtime", "CompiledModel", "InferRequest", "VariableState", "ClosedError", "load", "quantize",
+           "dequantize", "JobError"]

@@ -46,7 +46,8 @@ class Operator:
     - ``macs``: ``(graph, op) -> multiply-accumulates`` for the reports.
     - ``graph_op``: False for an operator the importer resolves into the graph's
       structure (resource variables become :class:`ir.State`; its ``tflite`` handler
-      edits the graph and returns None): it never appears as an IR op, so has no float reference or export.
+      edits the graph and returns None): it never appears as an IR op, so it has no float
+      reference or export.
     """
     name: str
     attrs: tuple[str, ...] = ()

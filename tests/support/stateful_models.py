@@ -14,8 +14,7 @@ from __future__ import annotations
 import numpy as np
 import tflite
 
-from tests.support.tflite_builder import (
-    RESOURCE, OpSpec, SubgraphSpec, TensorSpec, build_model, call_once, var_handle)
+from tests.support.tflite_builder import RESOURCE, OpSpec, SubgraphSpec, TensorSpec, build_model, call_once, var_handle
 
 SHAPE = (1, 8)
 X_Q = dict(scale=[0.04], zero_point=[2])
