@@ -82,15 +82,21 @@ def load_model(model: str | os.PathLike | bytes, *, kind: str | None = None, nam
 
 def to_int8_graph(model: str | os.PathLike | bytes | Graph,
                   dataset: Iterable[Mapping[str, np.ndarray] | Sequence[np.ndarray]] | None = None, *,
-                  kind: str | None = None, progress: Progress | None = None, **quantize_options: Any) -> Graph:
+                  kind: str | None = None, progress: Progress | None = None,
+                  states: Mapping[str, str] | None = None, **quantize_options: Any) -> Graph:
     """The int8 graph for ``model``: int8 models as they are, float ones quantized.
 
     ``quantize_options`` go to :func:`libnpu.compiler.quantizer.quantize_model`
     (``method``, ``random_count``, ``io_dtype``, ``fc_per_channel``, ``seed``);
     ``kind`` as for :func:`load_model`; ``progress`` hears the stages (see :mod:`libnpu.compiler.progress`).
+    ``states`` marks input -> output pairs whose value the model carries from one call to
+    the next (:meth:`Graph.make_stateful`); a calibration dataset is then one stream.
     """
     with stage(progress, "import"):
         graph = model if isinstance(model, Graph) else load_model(model, kind=kind)
+        if states:
+            graph = graph.copy()
+            graph.make_stateful(dict(states))
     if is_int8(graph):
         return graph
     if any(t.quant is not None for t in graph.tensors.values() if not t.is_constant):

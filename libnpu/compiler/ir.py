@@ -220,6 +220,40 @@ class Graph:
                     result[i].append(op)
         return result
 
+    def results(self) -> set[str]:
+        """Tensors whose values leave a call: the outputs and the states' new values
+        (a rewrite must keep them)."""
+        return set(self.outputs) | {s.output for s in self.states}
+
+    def make_stateful(self, pairs: dict[str, str]) -> None:
+        """Turn input/output pairs into states (as OpenVINO's MakeStateful does): for each
+        ``input -> output``, the input is no longer fed by the user but holds the output's
+        value from the previous call, and the output is no longer returned. Each state
+        starts (and resets) at zero: the zero point of a quantized tensor."""
+        for source, result in pairs.items():
+            if source not in self.inputs:
+                raise IRError(f"state {source!r}: not a graph input (inputs: {self.inputs})")
+            if result not in self.outputs:
+                raise IRError(f"state {source!r}: {result!r} is not a graph output (outputs: {self.outputs})")
+            t = self.tensors[source]
+            initial = np.zeros(t.shape, t.dtype)
+            if t.quant is not None:
+                initial[...] = t.quant.zero_point[0]
+            self.inputs.remove(source)
+            self.outputs.remove(result)
+            self.states.append(State(source, source, result, initial))
+        self.validate()
+
+    def stateless(self) -> Graph:
+        """A copy whose states are plain inputs and outputs again (after the others, in
+        state order): one call of it is one step, the caller carries the state."""
+        g = self.copy()
+        g.inputs += [s.input for s in g.states]
+        g.outputs += [s.output for s in g.states if s.output not in g.outputs]
+        g.states = []
+        g.validate()
+        return g
+
     def op_counts(self) -> dict[str, int]:
         counts: dict[str, int] = defaultdict(int)
         for op in self.ops:

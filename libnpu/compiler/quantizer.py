@@ -20,7 +20,7 @@ import numpy as np
 
 from . import registry
 from .float_ref import FloatInterpreter
-from .ir import Graph, IRError, Op, QuantParams, Tensor
+from .ir import Graph, IRError, Op, QuantParams, State, Tensor
 from .optimize import optimize
 from .progress import Progress, stage
 
@@ -42,10 +42,11 @@ class QuantizationError(IRError):
 # calibration ------------------------------------------------------------------------
 
 def build_calibration_model(graph: Graph) -> Graph:
-    """A copy of ``graph`` whose outputs are every activation tensor (inputs included)."""
+    """A copy of ``graph`` whose outputs are every activation tensor (inputs and states included)."""
     g = graph.copy()
     extra = [n for op in g.ops for n in op.outputs if n not in g.outputs]
-    g.outputs = list(g.outputs) + [n for n in g.inputs if n not in g.outputs] + extra
+    sources = [*g.inputs, *(s.input for s in g.states)]
+    g.outputs = list(g.outputs) + [n for n in sources if n not in g.outputs] + extra
     return g
 
 
@@ -62,7 +63,8 @@ class Calibrator:
 
     ``method="minmax"`` keeps the running min/max; ``"percentile"`` keeps a bounded
     random sample of each tensor's values and cuts the range at ``percentile`` (and
-    100 - percentile), ignoring rare outliers.
+    100 - percentile), ignoring rare outliers. A stateful graph's runs are one stream:
+    each run starts from the states the previous one left.
     """
 
     def __init__(self, graph: Graph, method: str = "minmax", percentile: float = 99.99,
@@ -77,9 +79,13 @@ class Calibrator:
         self.hi: dict[str, float] = {}
         self.samples: dict[str, list[np.ndarray]] = {}
         self.runs = 0
+        self.carried: dict[str, np.ndarray] = {}      # state -> its value after the last run
 
     def collect(self, feeds: Mapping[str, np.ndarray] | Sequence[np.ndarray]) -> None:
-        outs = self.interp.run(feeds)
+        if not isinstance(feeds, Mapping):
+            feeds = dict(zip(self.model.inputs, feeds, strict=True))
+        outs = self.interp.run({**feeds, **self.carried})
+        self.carried = {s.input: outs[s.output] for s in self.model.states}
         for name in self.model.outputs:
             v = np.asarray(outs[name], np.float32).reshape(-1)
             if not np.all(np.isfinite(v)):
@@ -185,6 +191,8 @@ def _activation_table(g: Graph, ranges: Mapping[str, Range], roles) -> dict[str,
             for i in op.inputs:
                 if i:
                     uf.union(i, op.outputs[0])
+    for state in g.states:             # the value written back is read by the next call: one scale
+        uf.union(state.input, state.output)
     groups: dict[str, list[str]] = {}
     for name in rng.keys() | fixed.keys():
         groups.setdefault(uf.find(name), []).append(name)
@@ -276,6 +284,8 @@ def quantize(graph: Graph, ranges: Mapping[str, Range], *, fc_per_channel: bool 
                 new.inputs.append("")
         g.ops.append(new)
     g.inputs, g.outputs = list(src.inputs), list(src.outputs)
+    g.states = [State(s.name, s.input, s.output, params[s.input].quantize(s.initial.astype(np.float32)))
+                for s in src.states]
     if io_dtype == "float32":
         _float_edges(g, src)
     g.validate()

@@ -6,10 +6,13 @@ import numpy as np
 import pytest
 
 import libnpu
-from libnpu.compiler.lower import compile_model
+from libnpu.compiler.frontend import to_int8_graph
+from libnpu.compiler.ir import IRError
+from libnpu.compiler.lower import compile_model, lower
+from libnpu.compiler.tflite_export import export_tflite
 from libnpu.loadable import Loadable
 from libnpu.runtime import ClosedError, Runtime
-from tests.support.stateful_models import EMA_INITIAL, SHAPE, TOTAL_INITIAL, streaming_model
+from tests.support.stateful_models import EMA_INITIAL, SHAPE, TOTAL_INITIAL, recurrent_onnx, streaming_model
 from tests.support.tflite_builder import ReferenceRunner
 
 CALLS = 10
@@ -154,3 +157,60 @@ def test_nvdla_runtime_keeps_state_across_submits(npu, stream):
             runtime.unload()
             for memory in (inp, out):
                 runtime.device.free_mem(memory)
+
+
+# ONNX: a state pair the user marks --------------------------------------------------------
+
+STATES = {"h_in": "h_out"}
+
+
+@pytest.fixture(scope="module")
+def elman():
+    """The recurrent model, its calibration stream and its int8 graph (hidden state marked)."""
+    model = recurrent_onnx().SerializeToString()
+    rng = np.random.default_rng(11)
+    stream = [{"x": rng.standard_normal((1, 16)).astype(np.float32)} for _ in range(32)]
+    return model, stream, to_int8_graph(model, stream, states=STATES)
+
+
+def test_onnx_state_pair_byte_identical_to_litert_carrying_the_state(npu, elman):
+    _, stream, graph = elman
+    (state,) = graph.states
+    reference = ReferenceRunner(export_tflite(graph.stateless()))   # x, h_in -> y, h_out
+    h = state.initial
+    with libnpu.load(lower(graph), devroot=npu.devroot) as model:
+        assert [d.name for d in model.inputs] == ["x"] and [d.name for d in model.outputs] == ["y"]
+        request = model.create_request()
+        for i, feed in enumerate(stream[:CALLS]):
+            y, h = reference(feed["x"], h)
+            (got,) = request.infer([feed["x"]])
+            assert np.array_equal(got, y), f"call {i}"
+            assert np.array_equal(request.query_state()[0].state, h), f"call {i}"
+
+
+def test_onnx_state_pair_follows_onnxruntime_carrying_the_state(npu, elman, tmp_path):
+    ort = pytest.importorskip("onnxruntime")
+    model_bytes, stream, graph = elman
+    session = ort.InferenceSession(model_bytes, providers=["CPUExecutionProvider"])
+    h = np.zeros((1, 8), np.float32)
+    y_scale = float(graph.tensors[graph.outputs[0] + "_int8"].quant.scale[0])
+    with libnpu.load(model_bytes, devroot=npu.devroot, cache_dir=tmp_path, calibration=stream,
+                     states=STATES) as model:
+        assert [d.name for d in model.states] == ["h_in"]
+        request = model.create_request()
+        errors = []
+        for feed in stream[:CALLS]:
+            y, h = session.run(["y", "h_out"], {"x": feed["x"], "h_in": h})
+            (got,) = request.infer([feed["x"]])
+            errors.append(float(np.abs(got - y).max()))
+        assert max(errors) < 6 * y_scale, errors           # int8 error only, not growing with the calls
+        request.reset_state()
+        assert np.array_equal(request.query_state()[0].state, np.zeros((1, 8), np.int8))
+
+
+def test_marking_a_pair_that_is_not_one_is_refused(elman):
+    model, stream, _ = elman
+    with pytest.raises(IRError, match="not a graph input"):
+        to_int8_graph(model, stream, states={"x_missing": "h_out"})
+    with pytest.raises(IRError, match="not a graph output"):
+        to_int8_graph(model, stream, states={"h_in": "nope"})

@@ -83,3 +83,18 @@ def _mul_options(b):
 def _add_options(b):
     tflite.AddOptionsStart(b)
     return tflite.AddOptionsEnd(b)
+
+
+def recurrent_onnx(seed: int = 0, features: int = 16, hidden: int = 8, classes: int = 4):
+    """A float Elman cell as ONNX: ``h = tanh(x Wx + h_in Wh + b)``, ``y = h Wy``; inputs
+    ``x``, ``h_in``, outputs ``y``, ``h_out``. Marked ``{"h_in": "h_out"}`` it is a
+    stateful model (the hidden state carried between calls), as OpenVINO's MakeStateful
+    makes of such a pair."""
+    from tests.support.model_builders import _Builder
+    b = _Builder(seed)
+    xw = b.node("MatMul", ["x", b.weight("wx", features, hidden, scale=0.3)], "xw")
+    hw = b.node("MatMul", ["h_in", b.weight("wh", hidden, hidden, scale=0.3)], "hw")
+    pre = b.node("Add", [b.node("Add", [xw, hw], "sum"), b.weight("b", hidden, scale=0.1)], "pre")
+    b.node("Tanh", [pre], "h_out")
+    b.node("MatMul", ["h_out", b.weight("wy", hidden, classes, scale=0.5)], "y")
+    return b.model("elman", {"x": [1, features], "h_in": [1, hidden]}, {"y": [1, classes], "h_out": [1, hidden]})
