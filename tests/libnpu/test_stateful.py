@@ -12,7 +12,14 @@ from libnpu.compiler.lower import compile_model, lower
 from libnpu.compiler.tflite_export import export_tflite
 from libnpu.loadable import Loadable
 from libnpu.runtime import ClosedError, Runtime
-from tests.support.stateful_models import EMA_INITIAL, SHAPE, TOTAL_INITIAL, recurrent_onnx, streaming_model
+from tests.support.stateful_models import (
+    EMA_INITIAL,
+    SHAPE,
+    TOTAL_INITIAL,
+    delay_model,
+    recurrent_onnx,
+    streaming_model,
+)
 from tests.support.tflite_builder import ReferenceRunner
 
 CALLS = 10
@@ -45,6 +52,19 @@ def test_ten_calls_byte_identical_to_litert_carrying_the_same_state(npu, stream)
         # the output after ten calls depends on every earlier call: a fresh request differs
         fresh = model.create_request()
         assert not np.array_equal(fresh.infer([x])[1], want[1])
+
+
+@pytest.mark.parametrize("read_back", [False, True])
+def test_delay_line_byte_identical_to_litert(npu, read_back):
+    """The variable read straight to an output (copied out before the write-back), and
+    read again after the assignment."""
+    model_bytes = delay_model(read_back_scale=0.1 if read_back else None)
+    reference = ReferenceRunner(model_bytes)
+    with libnpu.load(compile_model(model_bytes), devroot=npu.devroot) as model:
+        request = model.create_request()
+        for i, x in enumerate(_inputs(9)):
+            for got, want in zip(request.infer([x]), reference(x), strict=True):
+                assert np.array_equal(got, want), f"call {i}"
 
 
 def test_query_state_names_and_values_follow_the_calls(npu, stream):

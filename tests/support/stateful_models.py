@@ -98,3 +98,33 @@ def recurrent_onnx(seed: int = 0, features: int = 16, hidden: int = 8, classes: 
     b.node("Tanh", [pre], "h_out")
     b.node("MatMul", ["h_out", b.weight("wy", hidden, classes, scale=0.5)], "y")
     return b.model("elman", {"x": [1, features], "h_in": [1, hidden]}, {"y": [1, classes], "h_out": [1, hidden]})
+
+
+def delay_model(*, with_init: bool = True, init_op: bool = False, read_back_scale: float | None = None) -> bytes:
+    """A one-call delay line: output ``y`` is the variable ``previous`` read straight out (the
+    input of the call before), then ``x`` is assigned to it. ``with_init=False`` leaves out
+    the CALL_ONCE init; ``init_op`` makes the init subgraph compute its value (an ADD);
+    ``read_back_scale`` adds a second output reading the variable back after the assignment
+    with that scale."""
+    q = dict(scale=[0.1], zero_point=[-5])
+    t = [TensorSpec(SHAPE, np.int8, **q, name="x"), TensorSpec((), RESOURCE, name="previous_handle"),
+         TensorSpec(SHAPE, np.int8, **q, name="y")]
+    ops = [_handle("previous", 1), OpSpec(_B.READ_VARIABLE, [1], [2]), OpSpec(_B.ASSIGN_VARIABLE, [1, 0], [])]
+    outputs = [2]
+    if read_back_scale is not None:
+        t.append(TensorSpec(SHAPE, np.int8, scale=[read_back_scale], zero_point=[-5], name="read_back"))
+        ops.append(OpSpec(_B.READ_VARIABLE, [1], [3]))
+        t.append(TensorSpec(SHAPE, np.int8, **q, name="doubled"))
+        ops.append(OpSpec(_B.ADD, [3, 0], [4], _O.AddOptions, _add_options))
+        outputs.append(4)
+    init_tensors = [TensorSpec((), RESOURCE, name="previous_handle"),
+                    TensorSpec(SHAPE, np.int8, **q, data=np.arange(8, dtype=np.int8).reshape(SHAPE), name="start")]
+    init_ops = [_handle("previous", 0), OpSpec(_B.ASSIGN_VARIABLE, [0, 1], [])]
+    if init_op:
+        init_tensors.append(TensorSpec(SHAPE, np.int8, **q, name="start_doubled"))
+        init_ops.insert(1, OpSpec(_B.ADD, [1, 1], [2], _O.AddOptions, _add_options))
+        init_ops[-1] = OpSpec(_B.ASSIGN_VARIABLE, [0, 2], [])
+    if not with_init:
+        return build_model(t, ops, [0], outputs)
+    ops.insert(0, OpSpec(_B.CALL_ONCE, [], [], _O.CallOnceOptions, call_once(1)))
+    return build_model(t, ops, [0], outputs, [SubgraphSpec(init_tensors, init_ops, name="init")])
