@@ -196,15 +196,16 @@ def elman():
 def test_onnx_state_pair_byte_identical_to_litert_carrying_the_state(npu, elman):
     _, stream, graph = elman
     (state,) = graph.states
-    reference = ReferenceRunner(export_tflite(graph.stateless()))   # x, h_in -> y, h_out
+    stateful = ReferenceRunner(export_tflite(graph))               # a resource variable in LiteRT
+    step = ReferenceRunner(export_tflite(graph.stateless()))       # x, h_in -> y, h_out: we carry h
     h = state.initial
     with libnpu.load(lower(graph), devroot=npu.devroot) as model:
         assert [d.name for d in model.inputs] == ["x"] and [d.name for d in model.outputs] == ["y"]
         request = model.create_request()
         for i, feed in enumerate(stream[:CALLS]):
-            y, h = reference(feed["x"], h)
+            y, h = step(feed["x"], h)
             (got,) = request.infer([feed["x"]])
-            assert np.array_equal(got, y), f"call {i}"
+            assert np.array_equal(got, y) and np.array_equal(stateful(feed["x"])[0], y), f"call {i}"
             assert np.array_equal(request.query_state()[0].state, h), f"call {i}"
 
 

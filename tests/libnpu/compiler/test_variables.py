@@ -8,9 +8,11 @@ import pytest
 from libnpu.compiler.float_ref import FloatInterpreter
 from libnpu.compiler.ir import IRError
 from libnpu.compiler.lower import compile_model
+from libnpu.compiler.tflite_export import export_tflite
 from libnpu.compiler.tflite_import import UnsupportedOpError, import_tflite
 from libnpu.loadable import FormatError, Loadable, RegionKind, TensorFlags
 from tests.support.stateful_models import EMA_INITIAL, delay_model, streaming_model
+from tests.support.tflite_builder import ReferenceRunner
 
 
 def test_variables_become_states_with_their_initial_values():
@@ -82,6 +84,19 @@ def test_float_reference_carries_state_when_fed():
 def test_refused_by_name(model, message):
     with pytest.raises(UnsupportedOpError, match=message):
         import_tflite(model(), "bad")
+
+
+def test_export_writes_resource_variables_litert_carries():
+    g = import_tflite(streaming_model(), "stream")
+    exported = export_tflite(g)
+    original, again = ReferenceRunner(streaming_model()), ReferenceRunner(exported)
+    rng = np.random.default_rng(3)
+    for i in range(10):
+        x = rng.integers(-128, 128, (1, 8), dtype=np.int8)
+        for p, q in zip(original(x), again(x), strict=True):
+            assert np.array_equal(p, q), f"call {i}"
+    back = import_tflite(exported, "again")
+    assert [(s.name, s.input, s.output) for s in back.states] == [(s.name, s.input, s.output) for s in g.states]
 
 
 def test_stateless_copy_makes_states_inputs_and_outputs_again():
