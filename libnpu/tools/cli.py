@@ -80,6 +80,8 @@ def _calibration_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--random-calibration", type=int, metavar="N", help="calibrate on N random inputs (default 8)")
     p.add_argument("--method", choices=("minmax", "percentile"), default="minmax")
     p.add_argument("--int8-io", action="store_true", help="int8 inputs/outputs instead of float")
+    p.add_argument("--state", action="append", metavar="IN=OUT", default=[],
+                   help="carry output OUT into input IN between calls: a stateful model (repeatable)")
 
 
 def _compile_args(p: argparse.ArgumentParser) -> None:

@@ -134,6 +134,11 @@ def _quantizer_options(args: argparse.Namespace) -> dict[str, Any]:
         options["method"] = args.method
     if args.int8_io:
         options["io_dtype"] = "int8"
+    if args.state:
+        pairs = [pair.split("=") for pair in args.state]
+        if any(len(p) != 2 or not all(p) for p in pairs):
+            raise UsageError(f"--state takes INPUT=OUTPUT, got {args.state}")
+        options["states"] = dict(pairs)
     return options
 
 
