@@ -10,6 +10,7 @@ from libnpu.compiler.frontend import to_int8_graph
 from libnpu.compiler.ir import IRError
 from libnpu.compiler.lower import compile_model, lower
 from libnpu.compiler.tflite_export import export_tflite
+from libnpu.compiler.tflite_import import import_tflite
 from libnpu.loadable import Loadable
 from libnpu.runtime import ClosedError, Runtime
 from tests.support.stateful_models import (
@@ -19,6 +20,7 @@ from tests.support.stateful_models import (
     delay_model,
     recurrent_onnx,
     streaming_model,
+    swap_model,
 )
 from tests.support.tflite_builder import ReferenceRunner
 
@@ -54,17 +56,33 @@ def test_ten_calls_byte_identical_to_litert_carrying_the_same_state(npu, stream)
         assert not np.array_equal(fresh.infer([x])[1], want[1])
 
 
-@pytest.mark.parametrize("read_back", [False, True])
-def test_delay_line_byte_identical_to_litert(npu, read_back):
-    """The variable read straight to an output (copied out before the write-back), and
-    read again after the assignment."""
-    model_bytes = delay_model(read_back_scale=0.1 if read_back else None)
+@pytest.mark.parametrize("kind", ["delay", "delay_read_back", "swap"])
+def test_small_streams_byte_identical_to_litert(npu, kind):
+    """A variable read straight to an output (copied out before the write-back), read
+    again after the assignment, and two variables swapping values (each write-back's
+    source is the other's old value)."""
+    model_bytes = {"delay": delay_model, "delay_read_back": lambda: delay_model(read_back_scale=0.1),
+                   "swap": swap_model}[kind]()
     reference = ReferenceRunner(model_bytes)
     with libnpu.load(compile_model(model_bytes), devroot=npu.devroot) as model:
         request = model.create_request()
         for i, x in enumerate(_inputs(9)):
             for got, want in zip(request.infer([x]), reference(x), strict=True):
                 assert np.array_equal(got, want), f"call {i}"
+
+
+def test_an_old_value_returned_as_an_output_is_the_value_before_the_call(npu):
+    graph = import_tflite(delay_model(), "delay").stateless()
+    graph.make_stateful({graph.inputs[1]: "x"})
+    graph.outputs.append(graph.states[0].input)          # y (the importer's copy) and the state itself
+    previous = np.arange(8, dtype=np.int8).reshape(SHAPE)
+    with libnpu.load(compile_model(graph), devroot=npu.devroot) as model:
+        request = model.create_request()
+        request.query_state()[0].set_state(previous)
+        for i, x in enumerate(_inputs(10)):
+            y, old = request.infer([x])
+            assert np.array_equal(y, previous) and np.array_equal(old, previous), f"call {i}"
+            previous = x
 
 
 def test_query_state_names_and_values_follow_the_calls(npu, stream):

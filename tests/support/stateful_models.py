@@ -128,3 +128,23 @@ def delay_model(*, with_init: bool = True, init_op: bool = False, read_back_scal
         return build_model(t, ops, [0], outputs)
     ops.insert(0, OpSpec(_B.CALL_ONCE, [], [], _O.CallOnceOptions, call_once(1)))
     return build_model(t, ops, [0], outputs, [SubgraphSpec(init_tensors, init_ops, name="init")])
+
+
+def swap_model() -> bytes:
+    """Two variables that swap their values every call (``a, b = b, a``); the output is
+    ``a + x``. Each new value is the other's old one, so neither may be written back
+    before the other is read."""
+    q = dict(scale=[0.1], zero_point=[0])
+    t = [TensorSpec(SHAPE, np.int8, **q, name="x"), TensorSpec((), RESOURCE, name="a_handle"),
+         TensorSpec((), RESOURCE, name="b_handle"), TensorSpec(SHAPE, np.int8, **q, name="a_old"),
+         TensorSpec(SHAPE, np.int8, **q, name="b_old"), TensorSpec(SHAPE, np.int8, **q, name="y")]
+    ops = [OpSpec(_B.CALL_ONCE, [], [], _O.CallOnceOptions, call_once(1)), _handle("a", 1), _handle("b", 2),
+           OpSpec(_B.READ_VARIABLE, [1], [3]), OpSpec(_B.READ_VARIABLE, [2], [4]),
+           OpSpec(_B.ASSIGN_VARIABLE, [1, 4], []), OpSpec(_B.ASSIGN_VARIABLE, [2, 3], []),
+           OpSpec(_B.ADD, [3, 0], [5], _O.AddOptions, _add_options)]
+    init = SubgraphSpec([TensorSpec((), RESOURCE, name="a_handle"), TensorSpec((), RESOURCE, name="b_handle"),
+                         TensorSpec(SHAPE, np.int8, **q, data=np.full(SHAPE, 10, np.int8), name="a0"),
+                         TensorSpec(SHAPE, np.int8, **q, data=np.full(SHAPE, -20, np.int8), name="b0")],
+                        [_handle("a", 0), _handle("b", 1), OpSpec(_B.ASSIGN_VARIABLE, [0, 2], []),
+                         OpSpec(_B.ASSIGN_VARIABLE, [1, 3], [])], name="init")
+    return build_model(t, ops, [0], [5], [init])

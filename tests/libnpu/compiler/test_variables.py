@@ -106,3 +106,17 @@ def test_stateless_copy_makes_states_inputs_and_outputs_again():
     assert plain.outputs == ["ema_plus_x", "total_new", "ema_new"] and not plain.states
     with pytest.raises(IRError, match="not a graph input"):
         g.copy().make_stateful({"nope": "total_new"})
+
+
+def test_a_state_that_is_also_an_output_is_copied_out_under_the_output_name():
+    """An ONNX pair whose input is also returned: the output is read after the job, when
+    the state already holds the new value, so it gets bytes of its own."""
+    g = import_tflite(delay_model(), "delay").stateless()   # x, previous -> y (a copy), x
+    g.make_stateful({g.inputs[1]: "x"})
+    g.outputs.append(g.states[0].input)                      # return the old value directly too
+    ld = compile_model(g)
+    out = [t for t in ld.outputs() if t.name == g.states[0].input]
+    assert out and ld.regions[out[0].region].kind == RegionKind.OUTPUT
+    assert [t.op for t in ld.tasks][-1] == "ASSIGN_VARIABLE"
+    (state,) = ld.states()
+    assert state.name != out[0].name and ld.regions[state.region].kind == RegionKind.STATE
