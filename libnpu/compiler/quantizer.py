@@ -302,6 +302,7 @@ def _float_edges(g: Graph, src: Graph) -> None:
         g.tensors[q_name] = Tensor(q_name, t.shape, "int8", t.quant)
         for op in g.ops:
             op.inputs = [q_name if i == name else i for i in op.inputs]
+        _keep_states_int8(g, name, q_name)
         prologue.append(Op("QUANTIZE", [name], [q_name], name=q_name))
     new_outputs = []
     for name in g.outputs:
@@ -313,11 +314,19 @@ def _float_edges(g: Graph, src: Graph) -> None:
         for op in g.ops:
             op.outputs = [q_name if o == name else o for o in op.outputs]
             op.inputs = [q_name if i == name else i for i in op.inputs]
+        _keep_states_int8(g, name, q_name)
         g.tensors[name] = Tensor(name, t.shape, "float32")
         epilogue.append(Op("DEQUANTIZE", [q_name], [name], name=name))
         new_outputs.append(name)
     g.ops = prologue + g.ops + epilogue
     g.outputs = new_outputs
+
+
+def _keep_states_int8(g: Graph, name: str, q_name: str) -> None:
+    """A state's new value that is also a graph input or output stays the int8 tensor."""
+    for state in g.states:
+        if state.output == name:
+            state.output = q_name
 
 
 def quantize_model(graph: Graph,

@@ -18,6 +18,7 @@ from tests.support.stateful_models import (
     SHAPE,
     TOTAL_INITIAL,
     delay_model,
+    float_ema_model,
     recurrent_onnx,
     streaming_model,
     swap_model,
@@ -195,6 +196,24 @@ def test_nvdla_runtime_keeps_state_across_submits(npu, stream):
             runtime.unload()
             for memory in (inp, out):
                 runtime.device.free_mem(memory)
+
+
+def test_float_tflite_variable_is_quantized_with_its_state(npu):
+    """A float model's variable: calibrated as one stream, its state int8 on the chip,
+    byte-identical to the int8 model in LiteRT and close to the float one."""
+    rng = np.random.default_rng(12)
+    stream = [{"x": rng.uniform(-1, 1, SHAPE).astype(np.float32)} for _ in range(32)]
+    graph = to_int8_graph(float_ema_model(), stream)
+    (state,) = graph.states
+    assert graph.tensors[state.input].dtype == "int8" and graph.tensors[state.output].dtype == "int8"
+    int8_ref, float_ref = ReferenceRunner(export_tflite(graph)), ReferenceRunner(float_ema_model())
+    scale = float(graph.tensors[state.input].quant.scale[0])
+    with libnpu.load(lower(graph), devroot=npu.devroot) as model:
+        request = model.create_request()
+        for i, feed in enumerate(stream[:CALLS]):
+            (got,) = request.infer([feed["x"]])
+            assert np.array_equal(got, int8_ref(feed["x"])[0]), f"call {i}"
+            assert np.abs(got - float_ref(feed["x"])[0]).max() <= 2 * scale, f"call {i}"
 
 
 # ONNX: a state pair the user marks --------------------------------------------------------

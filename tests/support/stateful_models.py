@@ -148,3 +148,21 @@ def swap_model() -> bytes:
                         [_handle("a", 0), _handle("b", 1), OpSpec(_B.ASSIGN_VARIABLE, [0, 2], []),
                          OpSpec(_B.ASSIGN_VARIABLE, [1, 3], [])], name="init")
     return build_model(t, ops, [0], [5], [init])
+
+
+def float_ema_model() -> bytes:
+    """A float32 streaming model: ``ema = 0.75 * ema + 0.25 * x`` in a variable starting at
+    0.5, returned and assigned (the quantizer makes it int8, its state included)."""
+    f32 = np.float32
+    t = [TensorSpec(SHAPE, f32, name="x"), TensorSpec((), RESOURCE, name="ema_handle"),
+         TensorSpec(SHAPE, f32, name="ema_old"), TensorSpec((1,), f32, data=np.array([0.75], f32), name="decay"),
+         TensorSpec(SHAPE, f32, name="decayed"), TensorSpec((1,), f32, data=np.array([0.25], f32), name="gain"),
+         TensorSpec(SHAPE, f32, name="gained"), TensorSpec(SHAPE, f32, name="ema")]
+    ops = [OpSpec(_B.CALL_ONCE, [], [], _O.CallOnceOptions, call_once(1)), _handle("ema", 1),
+           OpSpec(_B.READ_VARIABLE, [1], [2]), OpSpec(_B.MUL, [2, 3], [4], _O.MulOptions, _mul_options),
+           OpSpec(_B.MUL, [0, 5], [6], _O.MulOptions, _mul_options),
+           OpSpec(_B.ADD, [4, 6], [7], _O.AddOptions, _add_options), OpSpec(_B.ASSIGN_VARIABLE, [1, 7], [])]
+    init = SubgraphSpec([TensorSpec((), RESOURCE, name="ema_handle"),
+                         TensorSpec(SHAPE, f32, data=np.full(SHAPE, 0.5, f32), name="ema_initial")],
+                        [_handle("ema", 0), OpSpec(_B.ASSIGN_VARIABLE, [0, 1], [])], name="init")
+    return build_model(t, ops, [0], [7], [init])
