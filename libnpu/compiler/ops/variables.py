@@ -26,7 +26,13 @@ import tflite
 from .. import tflite_import
 from ..ir import Op, State
 from ..registry import Operator, register
-from ..tflite_import import UnsupportedOpError
+from ..tflite_import import TFLiteImportError
+
+
+class VariableError(TFLiteImportError):
+    """Resource variables used in a way the compiler cannot carry. Not an
+    ``UnsupportedOpError``: a variable's state belongs to the request, so its operators
+    can never be handed to another runtime operator by operator."""
 
 
 @dataclass
@@ -45,7 +51,7 @@ def _variables(im) -> _Variables:
 def _variable_name(table: Any) -> str:
     o = tflite_import.options(table, tflite.VarHandleOptions)
     if o is None or not o.SharedName():
-        raise UnsupportedOpError("VAR_HANDLE without a shared name")
+        raise VariableError("VAR_HANDLE without a shared name")
     container = (o.Container() or b"").decode()
     name = o.SharedName().decode()
     return f"{container}/{name}" if container else name
@@ -54,14 +60,14 @@ def _variable_name(table: Any) -> str:
 def _handle(im, ins, outs, table, where):
     try:
         _variables(im).handles[outs[0]] = _variable_name(table)
-    except UnsupportedOpError as exc:
-        raise UnsupportedOpError(f"{where}: {exc}") from None
+    except VariableError as exc:
+        raise VariableError(f"{where}: {exc}") from None
 
 
 def _variable_of(im, handle: int, where: str) -> str:
     name = _variables(im).handles.get(handle)
     if name is None:
-        raise UnsupportedOpError(f"{where}: its resource was not made by a VAR_HANDLE of this subgraph")
+        raise VariableError(f"{where}: its resource was not made by a VAR_HANDLE of this subgraph")
     return name
 
 
@@ -86,7 +92,7 @@ def _initial(raw: bytes | None, spec, variable: str, where: str) -> np.ndarray:
     if raw is None:
         return np.zeros(spec.shape, spec.dtype)
     if len(raw) != spec.nbytes:
-        raise UnsupportedOpError(f"{where}: variable {variable!r} is initialized with {len(raw)} bytes "
+        raise VariableError(f"{where}: variable {variable!r} is initialized with {len(raw)} bytes "
                                  f"but used as {spec.shape} {spec.dtype}")
     return np.frombuffer(raw, spec.dtype).reshape(spec.shape).copy()
 
@@ -104,14 +110,14 @@ def _read(im, ins, outs, table, where):
     is_output = outs[0] in {int(i) for i in im.sg.OutputsAsNumpy()}
     if variable not in v.current:           # the first read of this call: the state itself
         if variable not in v.initial:
-            raise UnsupportedOpError(f"{where}: variable {variable!r} is read before any value is assigned "
+            raise VariableError(f"{where}: variable {variable!r} is read before any value is assigned "
                                      "(no CALL_ONCE init subgraph assigns it)")
         v.current[variable] = _state(im, variable, out, where, own=not is_output).input
     value = v.current[variable]
     if value == out:
         return
     if not _same_value(g, value, out):
-        raise UnsupportedOpError(f"{where}: reads variable {variable!r} as {g.tensors[out].shape} "
+        raise VariableError(f"{where}: reads variable {variable!r} as {g.tensors[out].shape} "
                                  f"{g.tensors[out].dtype} with other quantization than its value {value!r}")
     if is_output:
         g.add_op(Op("RESHAPE", [value], [out], dict(new_shape=g.tensors[out].shape), name=out))
@@ -127,7 +133,7 @@ def _assign(im, ins, outs, table, where):
     state = _state(im, variable, value, where, own=False)
     spec, state_spec = g.tensors[value], g.tensors[state.input]
     if (spec.shape, spec.dtype) != (state_spec.shape, state_spec.dtype):
-        raise UnsupportedOpError(f"{where}: assigns {spec.shape} {spec.dtype} to variable {variable!r} "
+        raise VariableError(f"{where}: assigns {spec.shape} {spec.dtype} to variable {variable!r} "
                                  f"of {state_spec.shape} {state_spec.dtype}")
     v.current[variable] = state.output = value
 
@@ -137,7 +143,7 @@ def _call_once(im, ins, outs, table, where):
     o = tflite_import.options(table, tflite.CallOnceOptions)
     index = int(o.InitSubgraphIndex()) if o is not None else -1
     if not 0 < index < im.model.SubgraphsLength():
-        raise UnsupportedOpError(f"{where}: init subgraph {index} does not exist")
+        raise VariableError(f"{where}: init subgraph {index} does not exist")
     sg, v = im.model.Subgraphs(index), _variables(im)
     handles: dict[int, str] = {}
     for i in range(sg.OperatorsLength()):
@@ -149,7 +155,7 @@ def _call_once(im, ins, outs, table, where):
         elif name == "ASSIGN_VARIABLE" and ins_i and ins_i[0] in handles:
             raw = im._buffer_data(sg.Tensors(ins_i[1]).Buffer())
             if raw is None:
-                raise UnsupportedOpError(f"{where}: init subgraph {index} assigns a computed value to "
+                raise VariableError(f"{where}: init subgraph {index} assigns a computed value to "
                                          f"{handles[ins_i[0]]!r}; only constants are supported")
             variable = handles[ins_i[0]]
             v.initial[variable] = raw.tobytes()
@@ -157,7 +163,7 @@ def _call_once(im, ins, outs, table, where):
                 state = v.states[variable]
                 state.initial = _initial(v.initial[variable], im.graph.tensors[state.input], variable, where)
         else:
-            raise UnsupportedOpError(f"{where}: init subgraph {index} runs {name}; only constant "
+            raise VariableError(f"{where}: init subgraph {index} runs {name}; only constant "
                                      "assignments to variables (VAR_HANDLE, ASSIGN_VARIABLE) are supported")
 
 
