@@ -139,6 +139,12 @@ class Runtime:
                 bases.append(other.get(index, 0))
         return bases
 
+    def reset_state(self) -> None:
+        """Put a stateful model's variables back to their initial values (the next
+        ``submit`` reads them); a model without state has nothing to reset."""
+        states = {i: m for i, m in self.memory.items() if self.loaded.regions[i].kind == RegionKind.STATE}
+        self.write_images(states, self.region_bases({i: m.address for i, m in self.memory.items()}))
+
     def unload(self) -> None:
         """Free everything the model holds on the device."""
         for memory in [*self.weights.values(), *self.memory.values(), *([self.command] if self.command else [])]:

@@ -179,7 +179,8 @@ def test_close_frees_the_state_buffers(npu, stream):
 
 
 def test_nvdla_runtime_keeps_state_across_submits(npu, stream):
-    """The IRuntime-style path writes the initial values once, not at every submit."""
+    """The IRuntime-style path writes the initial values once, not at every submit, and
+    again on ``reset_state``."""
     reference = ReferenceRunner(streaming_model())
     with libnpu.initialize(npu.devroot) as session:
         runtime = Runtime(session.open(0))
@@ -188,10 +189,16 @@ def test_nvdla_runtime_keeps_state_across_submits(npu, stream):
             inp, out = runtime.allocate_system_memory(64), runtime.allocate_system_memory(64)
             runtime.bind_input_tensor(0, inp)
             runtime.bind_output_tensor(1, out)
-            for x in _inputs(8)[:5]:
+            inputs = _inputs(8)[:5]
+            for x in inputs:
                 inp.view[:8] = x.view(np.uint8).reshape(-1)
                 runtime.submit(wait=True)
                 assert np.array_equal(out.view[:8].view(np.int8).reshape(SHAPE), reference(x)[1])
+            runtime.reset_state()
+            inp.view[:8] = inputs[0].view(np.uint8).reshape(-1)
+            runtime.submit(wait=True)
+            assert np.array_equal(out.view[:8].view(np.int8).reshape(SHAPE),
+                                  ReferenceRunner(streaming_model())(inputs[0])[1])
         finally:
             runtime.unload()
             for memory in (inp, out):

@@ -37,3 +37,16 @@ def test_a_malformed_state_pair_is_a_usage_error(tmp_path, capsys):
     assert main(["compile", str(model), "-o", str(tmp_path / "m.nlb"), "--state", "x_in=h_out",
                  "--no-progress"]) == 1
     assert "not a graph input" in capsys.readouterr().err
+
+
+def test_run_a_stateful_loadable(npu, tmp_path, capsys):
+    model = tmp_path / "elman.onnx"
+    model.write_bytes(recurrent_onnx().SerializeToString())
+    nlb = tmp_path / "elman.nlb"
+    assert main(["compile", str(model), "-o", str(nlb), "--state", "h_in=h_out", "--no-progress",
+                 "--cache-dir", str(tmp_path / "cache")]) == 0
+    capsys.readouterr()
+    out = tmp_path / "out"
+    assert main(["run", str(nlb), "--json", "--repeat", "3", "--save", str(out), "--devroot", str(npu.devroot)]) == 0
+    capsys.readouterr()
+    assert sorted(p.name for p in out.iterdir()) == ["output_0.npy"]          # y only: h stays on the device
