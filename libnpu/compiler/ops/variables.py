@@ -93,7 +93,7 @@ def _initial(raw: bytes | None, spec, variable: str, where: str) -> np.ndarray:
         return np.zeros(spec.shape, spec.dtype)
     if len(raw) != spec.nbytes:
         raise VariableError(f"{where}: variable {variable!r} is initialized with {len(raw)} bytes "
-                                 f"but used as {spec.shape} {spec.dtype}")
+                            f"but used as {spec.shape} {spec.dtype}")
     return np.frombuffer(raw, spec.dtype).reshape(spec.shape).copy()
 
 
@@ -111,14 +111,14 @@ def _read(im, ins, outs, table, where):
     if variable not in v.current:           # the first read of this call: the state itself
         if variable not in v.initial:
             raise VariableError(f"{where}: variable {variable!r} is read before any value is assigned "
-                                     "(no CALL_ONCE init subgraph assigns it)")
+                                "(no CALL_ONCE init subgraph assigns it)")
         v.current[variable] = _state(im, variable, out, where, own=not is_output).input
     value = v.current[variable]
     if value == out:
         return
     if not _same_value(g, value, out):
         raise VariableError(f"{where}: reads variable {variable!r} as {g.tensors[out].shape} "
-                                 f"{g.tensors[out].dtype} with other quantization than its value {value!r}")
+                            f"{g.tensors[out].dtype} with other quantization than its value {value!r}")
     if is_output:
         g.add_op(Op("RESHAPE", [value], [out], dict(new_shape=g.tensors[out].shape), name=out))
     else:
@@ -134,7 +134,7 @@ def _assign(im, ins, outs, table, where):
     spec, state_spec = g.tensors[value], g.tensors[state.input]
     if (spec.shape, spec.dtype) != (state_spec.shape, state_spec.dtype):
         raise VariableError(f"{where}: assigns {spec.shape} {spec.dtype} to variable {variable!r} "
-                                 f"of {state_spec.shape} {state_spec.dtype}")
+                            f"of {state_spec.shape} {state_spec.dtype}")
     v.current[variable] = state.output = value
 
 
@@ -156,7 +156,7 @@ def _call_once(im, ins, outs, table, where):
             raw = im._buffer_data(sg.Tensors(ins_i[1]).Buffer())
             if raw is None:
                 raise VariableError(f"{where}: init subgraph {index} assigns a computed value to "
-                                         f"{handles[ins_i[0]]!r}; only constants are supported")
+                                    f"{handles[ins_i[0]]!r}; only constants are supported")
             variable = handles[ins_i[0]]
             v.initial[variable] = raw.tobytes()
             if variable in v.states:        # declared before CALL_ONCE ran: give it the value now
@@ -164,7 +164,7 @@ def _call_once(im, ins, outs, table, where):
                 state.initial = _initial(v.initial[variable], im.graph.tensors[state.input], variable, where)
         else:
             raise VariableError(f"{where}: init subgraph {index} runs {name}; only constant "
-                                     "assignments to variables (VAR_HANDLE, ASSIGN_VARIABLE) are supported")
+                                "assignments to variables (VAR_HANDLE, ASSIGN_VARIABLE) are supported")
 
 
 def _lower_assign(low, op, p):
