@@ -28,7 +28,7 @@ import numpy as np
 
 from firmware_sim.core import Core, completion_cause, raise_irq, write_completion
 from firmware_sim.executor import JobResult
-from firmware_sim.spec import memory, regs, ring
+from firmware_sim.spec import memory, profiles, regs, ring
 from firmware_sim.spec.memory import map_file
 from firmware_sim.timing import HardwareProfile
 
@@ -65,6 +65,9 @@ class Chip:
         r.write32(regs.PAGE_SHIFT, 12)
         r.write32(regs.MACS_PER_CYCLE, self.profile.macs_per_cycle)
         r.write32(regs.DMA_BYTES_PER_CYCLE, self.profile.dma_bytes_per_cycle)
+        r.write32(regs.TASK_OVERHEAD_CYCLES, self.profile.task_overhead_cycles)
+        r.write32(regs.SRAM_KB, self.profile.sram_bytes >> 10)
+        r.write32(regs.PROFILE_ID, self.profile.profile_id)
         r.write32(regs.RESET_ACK, r.read32(regs.RESET_REQ))
         for core in range(self.num_cores):
             r.write32(regs.core_bank(core) + regs.CORE_RESTARTS, 0)
@@ -216,6 +219,7 @@ class Chip:
             # indices up to the KMD's: entries queued before the reset are dropped.
             self.regs.write32(bank + regs.RING_HEAD, self.regs.read32(bank + regs.RING_TAIL))
             self.regs.write32(bank + regs.CQ_TAIL, self.regs.read32(bank + regs.CQ_HEAD))
+            self.regs.write32(bank + regs.PQ_TAIL, self.regs.read32(bank + regs.PQ_HEAD))
             self.regs.write32(bank + regs.IRQ_STATUS, 0)
             self.regs.write64(bank + regs.CURRENT_JOB, 0)
             self.regs.write32(bank + regs.CORE_STATE, regs.CORE_IDLE)
@@ -245,15 +249,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--doorbell-fds", required=True, help="comma-separated eventfds, one per core")
     parser.add_argument("--irq-fd", required=True, type=int)
     parser.add_argument("--ring-entries", type=int, default=ring.DEFAULT_RING_ENTRIES)
-    parser.add_argument("--clock-mhz", type=int, default=HardwareProfile.clock_mhz)
-    parser.add_argument("--macs-per-cycle", type=int, default=HardwareProfile.macs_per_cycle)
-    parser.add_argument("--dma-bytes-per-cycle", type=int, default=HardwareProfile.dma_bytes_per_cycle)
+    parser.add_argument("--profile", choices=sorted(profiles.PROFILES), default=profiles.DEFAULT_PROFILE,
+                        help="hardware profile: the timing model's clock, MACs/cycle, bandwidth and SRAM")
     parser.add_argument("--idle-poll-us", type=int, default=HardwareProfile.idle_poll_ns // 1000,
                         help="how long an idle core polls its ring before sleeping (0: sleep at once)")
     args = parser.parse_args(argv)
     die_with_parent()
-    profile = HardwareProfile(clock_mhz=args.clock_mhz, macs_per_cycle=args.macs_per_cycle,
-                              dma_bytes_per_cycle=args.dma_bytes_per_cycle, idle_poll_ns=args.idle_poll_us * 1000)
+    profile = HardwareProfile.named(args.profile, idle_poll_ns=args.idle_poll_us * 1000)
     doorbells = [int(fd) for fd in args.doorbell_fds.split(",")]
     Chip(args.bus, doorbells, args.irq_fd, profile, args.ring_entries).run()
     return 0

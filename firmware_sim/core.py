@@ -9,13 +9,14 @@ process restarts a core whose process died or hung (``chip.Chip.watchdog``).
 from __future__ import annotations
 
 import errno
+import mmap
 import os
 import time
 from pathlib import Path
 
 from firmware_sim import caches
 from firmware_sim.dma import DmaEngine
-from firmware_sim.executor import JobResult, run_job
+from firmware_sim.executor import JobResult, TaskHook, run_job
 from firmware_sim.spec import memory, regs, ring
 from firmware_sim.spec.memory import map_file
 from firmware_sim.timing import HardwareProfile
@@ -33,6 +34,8 @@ class Core:
         self.ring = map_file(memory.ring_path(bus, core))
         self.cq = map_file(memory.cq_path(bus, core))
         self.dma = DmaEngine(bus)
+        self.bus = bus
+        self.pq: mmap.mmap | bytes | None = None     # the profile queue, mapped at the first profiled job
 
     def reg(self, offset: int) -> int:
         return self.regs.read32(self.bank + offset)
@@ -58,11 +61,11 @@ class Core:
     def drain_ring(self) -> None:
         head = self.reg(regs.RING_HEAD)
         while head != self.reg(regs.RING_TAIL):
-            opcode, asid, job_id, cmd_iova, cmd_size, timeout_ms, bo_id, _ = \
+            opcode, asid, job_id, cmd_iova, cmd_size, timeout_ms, bo_id, flags = \
                 ring.RING_ENTRY_STRUCT.unpack_from(self.ring, head * ring.RING_ENTRY_STRUCT.size)
             following = ring.ring_next(head, self.entries)
             if opcode == ring.OP_JOB:
-                self.run_job_entry(job_id, asid, cmd_iova, cmd_size, timeout_ms, following)
+                self.run_job_entry(job_id, asid, cmd_iova, cmd_size, timeout_ms, following, flags)
             else:
                 if opcode == ring.OP_INVALIDATE:
                     caches.invalidate(self.dma, asid, bo_id)
@@ -70,7 +73,7 @@ class Core:
             head = following
 
     def run_job_entry(self, job_id: int, asid: int, cmd_iova: int, cmd_size: int, timeout_ms: int,
-                      following: int) -> None:
+                      following: int, flags: int = 0) -> None:
         """Run the job at RING_HEAD, post its completion and move RING_HEAD to ``following``.
 
         The order is what lets the chip's watchdog recover from this process dying at any
@@ -87,8 +90,15 @@ class Core:
         self.set_reg(regs.JOB_TIMEOUT_MS, timeout_ms)
         self.regs.write64(bank + regs.CURRENT_JOB, job_id)
         self.set_reg(regs.CORE_STATE, regs.CORE_BUSY)
-        result = self.execute(asid, cmd_iova, cmd_size)
+        tasks: list[tuple[int, int, int, int, int]] | None = [] if flags & ring.RING_FLAG_PROFILE else None
+        result = self.execute(asid, cmd_iova, cmd_size, (lambda *task: tasks.append(task)) if tasks is not None
+                              else None)
+        executed = time.monotonic_ns()
+        if self.regs.read32(regs.PACING) & regs.PACING_ON and result.status == 0:
+            pace_until(started + self.profile.nanoseconds(result.cycles))
         result.exec_ns = time.monotonic_ns() - started
+        if tasks is not None:
+            self.record_profile(job_id, tasks, started, executed, result)
         self.post(result, job_id)
         self.set_reg(regs.RING_HEAD, following)
         # Clear CURRENT_JOB before adding to BUSY_NS: a reader in between sees the job
@@ -101,7 +111,7 @@ class Core:
         self.set_reg(regs.CORE_STATE, regs.CORE_IDLE)
         raise_irq(self.regs, bank, self.irq_fd, completion_cause(result.status))
 
-    def execute(self, asid: int, cmd_iova: int, cmd_size: int) -> JobResult:
+    def execute(self, asid: int, cmd_iova: int, cmd_size: int, on_task: TaskHook | None = None) -> JobResult:
         """Run one job's command buffer, applying the fault injection bits set now."""
         faults = self.regs.read32(regs.FAULT_INJECT)
         if faults & regs.FAULT_HANG:
@@ -109,10 +119,33 @@ class Core:
                 time.sleep(1)
         self.dma.inject_bus_error = bool(faults & regs.FAULT_DMA_ERROR)
         result = run_job(self.dma, asid, cmd_iova, cmd_size, self.profile,
-                         inject_internal_error=bool(faults & regs.FAULT_INTERNAL))
+                         inject_internal_error=bool(faults & regs.FAULT_INTERNAL), on_task=on_task)
         if faults & regs.FAULT_BIT_FLIP and result.status == 0:
             self.dma.flip_last_written_bit()
         return result
+
+    def record_profile(self, job_id: int, tasks: list[tuple[int, int, int, int, int]], started: int,
+                       executed: int, result: JobResult) -> None:
+        """Publish a profiled job's records (one per task, then the job's: its execution without
+        any pacing) in the profile queue, before its completion; what does not fit is dropped."""
+        if self.pq is None:
+            try:
+                self.pq = map_file(memory.profile_queue_path(self.bus, self.core))
+            except OSError:
+                self.pq = b""              # a chip without profile queues: every record is dropped
+        capacity = len(self.pq) // ring.PROFILE_RECORD_STRUCT.size
+        head, tail = self.reg(regs.PQ_HEAD), self.reg(regs.PQ_TAIL)
+        free = (capacity - 1 - (tail - head) % capacity) if capacity else 0
+        records = [(job_id, index, opcode, ring.PROFILE_TASK, start, end, cycles)
+                   for index, opcode, start, end, cycles in tasks]
+        records.append((job_id, len(tasks), 0, ring.PROFILE_JOB, started, executed, result.cycles))
+        if len(records) > free:
+            self.set_reg(regs.PQ_DROPPED, self.reg(regs.PQ_DROPPED) + len(records))
+            return
+        for record in records:
+            ring.PROFILE_RECORD_STRUCT.pack_into(self.pq, tail * ring.PROFILE_RECORD_STRUCT.size, *record)
+            tail = (tail + 1) % capacity
+        self.set_reg(regs.PQ_TAIL, tail)
 
     def post(self, result: JobResult, job_id: int) -> None:
         """Write the completion and publish it (CQ_TAIL); the interrupt comes later."""
@@ -121,6 +154,13 @@ class Core:
         tail = self.reg(regs.CQ_TAIL)
         write_completion(self.cq, tail, job_id, self.core, result, self.profile)
         self.set_reg(regs.CQ_TAIL, ring.ring_next(tail, self.entries))
+
+
+def pace_until(deadline_ns: int) -> None:
+    """Pacing: hold the job until the modeled chip would have finished it (never earlier).
+    The core sleeps rather than spins, so paced cores leave the host's CPUs to the others."""
+    while (left := deadline_ns - time.monotonic_ns()) > 0:
+        time.sleep(left / 1e9)
 
 
 def completion_cause(status: int) -> int:

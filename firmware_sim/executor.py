@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import errno
 import sys
+import time
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -38,6 +39,7 @@ def _dma_copy(desc: np.void, dma: DmaEngine) -> None:
 
 
 Handler = Callable[[np.void, DmaEngine], None]
+TaskHook = Callable[[int, int, int, int, int], None]   # (index, opcode, start_ns, end_ns, cycles)
 
 HANDLERS: dict[int, Handler] = {
     tasks.OP_NOP: _nop,
@@ -56,11 +58,12 @@ class JobResult:
 
 
 def run_job(dma: DmaEngine, asid: int, cmd_iova: int, cmd_size: int, profile: HardwareProfile,
-            inject_internal_error: bool = False) -> JobResult:
+            inject_internal_error: bool = False, on_task: TaskHook | None = None) -> JobResult:
     """Execute a job's command buffer; never raises (short of the process dying).
 
     ``inject_internal_error`` (fault injection) makes the job meet an unexpected
-    exception, as a bug in a kernel would."""
+    exception, as a bug in a kernel would.  ``on_task`` (profiling) hears each task
+    that completed: its index, opcode, CLOCK_MONOTONIC start and end, and cycles."""
     result = JobResult()
     if cmd_size == 0 and not inject_internal_error:
         return result
@@ -72,12 +75,16 @@ def run_job(dma: DmaEngine, asid: int, cmd_iova: int, cmd_size: int, profile: Ha
         command_buffer = dma.read(cmd_iova, cmd_size).copy()  # the chip fetches descriptors once
         for _, task, desc in tasks.decode_tasks(command_buffer):
             moved_before = dma.bytes_moved
+            started = time.monotonic_ns() if on_task else 0
             handler = HANDLERS.get(task.opcode)
             if handler is None:
                 raise DescriptorError(f"no compute unit for {task.name}")
             handler(desc, dma)
             dma.commit()
-            result.cycles += task_cycles(profile, task, desc, dma.bytes_moved - moved_before)
+            cycles = task_cycles(profile, task, desc, dma.bytes_moved - moved_before)
+            result.cycles += cycles
+            if on_task:
+                on_task(index, task.opcode, started, time.monotonic_ns(), cycles)
             index += 1
         result.task_index = index
     except IommuFault as fault:

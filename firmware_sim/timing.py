@@ -2,7 +2,8 @@
 
 Cycles come from the work a task does (int8 MACs at MACS_PER_CYCLE) and the
 bytes it moves (at DMA_BYTES_PER_CYCLE), whichever bounds it, plus a fixed
-per-task overhead; device time is cycles at the profile's clock.
+per-task overhead; device time is cycles at the profile's clock.  The numbers
+come from one of the named profiles of ``firmware_sim.spec.profiles``.
 """
 from __future__ import annotations
 
@@ -10,18 +11,34 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from firmware_sim.spec import tasks
+from firmware_sim.spec import profiles, tasks
+
+_DEFAULT = profiles.PROFILES[profiles.DEFAULT_PROFILE]
 
 
 @dataclass(frozen=True)
 class HardwareProfile:
-    """The simulated chip's speed."""
+    """The simulated chip's speed (defaults: the standard profile)."""
 
-    clock_mhz: int = 1000
-    macs_per_cycle: int = 512
-    dma_bytes_per_cycle: int = 64
-    task_overhead_cycles: int = 32
+    clock_mhz: int = _DEFAULT.clock_mhz
+    macs_per_cycle: int = _DEFAULT.macs_per_cycle
+    dma_bytes_per_cycle: int = _DEFAULT.dma_bytes_per_cycle
+    task_overhead_cycles: int = _DEFAULT.task_overhead_cycles
     idle_poll_ns: int = 300_000   # host-side: how long an idle core keeps polling its ring before sleeping
+    name: str = _DEFAULT.name
+    sram_bytes: int = _DEFAULT.sram_bytes
+
+    @classmethod
+    def named(cls, name: str, idle_poll_ns: int = 300_000) -> HardwareProfile:
+        """The timing model of profile ``name`` (ValueError for an unknown one)."""
+        spec = profiles.profile(name)
+        return cls(clock_mhz=spec.clock_mhz, macs_per_cycle=spec.macs_per_cycle,
+                   dma_bytes_per_cycle=spec.dma_bytes_per_cycle, task_overhead_cycles=spec.task_overhead_cycles,
+                   idle_poll_ns=idle_poll_ns, name=spec.name, sram_bytes=spec.sram_bytes)
+
+    @property
+    def profile_id(self) -> int:
+        return profiles.PROFILES[self.name].id
 
     def cycles(self, macs: int, bytes_moved: int) -> int:
         compute = -(-macs // self.macs_per_cycle)

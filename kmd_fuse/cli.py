@@ -12,6 +12,7 @@ import sys
 import time
 from pathlib import Path
 
+from firmware_sim.spec import profiles
 from kmd_fuse import paths, pidfile, uapi
 from kmd_fuse.cli_errors import (
     OneLineParser,
@@ -112,7 +113,7 @@ def start(args) -> int:
         cmd = [sys.executable, "-m", "kmd_fuse.daemon", "--devroot", str(root), "--sysroot", str(sys_root),
                "--index", str(index), "--memory", str(args.memory), "--cores", str(args.cores),
                "--watchdog-ms", str(args.watchdog_ms), "--max-job-timeout", str(args.max_job_timeout),
-               "--mode", args.mode,
+               "--mode", args.mode, "--profile", args.profile, *(["--pacing"] if args.pacing else []),
                "--max-contexts-per-user", str(args.max_contexts_per_user), "--root-contexts", str(args.root_contexts),
                "--max-memory-per-user", str(args.max_memory_per_user),
                "--max-buffers-per-user", str(args.max_buffers_per_user)]
@@ -136,7 +137,8 @@ def start(args) -> int:
                 print(f"{node}: did not answer within {START_TIMEOUT_S:.0f} s", file=sys.stderr)
                 return 1
             time.sleep(0.05)
-        print(f"{node}: up (pid {proc.pid}, {info['cores']} cores, {info['memory_total'] >> 20} MiB)")
+        print(f"{node}: up (pid {proc.pid}, {info['cores']} cores, {info['memory_total'] >> 20} MiB, "
+              f"profile {args.profile}{', paced' if args.pacing else ''})")
     return 0
 
 
@@ -277,6 +279,13 @@ def main(argv: list[str] | None = None) -> int:
             p.add_argument("--devices", type=count_argument, default=1)
             p.add_argument("--memory", type=size_argument, default="1G", help="device memory, e.g. 512M, 2G")
             p.add_argument("--cores", type=count_argument, default=2)
+            p.add_argument("--profile", choices=sorted(profiles.PROFILES), default=profiles.DEFAULT_PROFILE,
+                           help="hardware profile: the timing model's clock, MACs/cycle, memory bandwidth and "
+                                "SRAM (" + "; ".join(f"{prof.name}: {prof.description}"
+                                                     for prof in profiles.PROFILES.values()) + "; default %(default)s)")
+            p.add_argument("--pacing", action="store_true",
+                           help="a job completes no earlier than its modeled device time, so applications see "
+                                "the modeled chip's latency rather than the emulator's")
             p.add_argument("--watchdog-ms", type=int, default=5000,
                            help="timeout of a job whose SUBMIT gives none, in ms (default 5000)")
             p.add_argument("--max-job-timeout", type=job_timeout_seconds, default=10.0, metavar="SECONDS",

@@ -30,6 +30,9 @@ class Job:
     status: int | None = None  # None while pending, then 0 or -errno
     device_time_ns: int = 0
     sync_reply: object | None = None  # the NPU_SUBMIT_WAIT request (requests.Request) to answer when done
+    submit_ns: int = 0         # CLOCK_MONOTONIC when SUBMIT accepted it
+    profiled: bool = False     # on the ring with RING_FLAG_PROFILE (NPU_SUBMIT_PROFILE, or the trace records)
+    profile_wanted: bool = False  # NPU_SUBMIT_PROFILE: keep its profile for GET_PROFILE
 
 
 @dataclass(eq=False)
@@ -76,6 +79,7 @@ class Context:
     poll_handle: object | None = None
     waiters: list[Waiter] = field(default_factory=list)
     last_exec_ns: int = -1             # chip time of the context's last finished job (read polling)
+    profiles: OrderedDict = field(default_factory=OrderedDict)   # fence -> profiling.JobProfile (GET_PROFILE)
 
     memory_allocated: int = 0          # bytes of the live buffers, kept by add/remove_buffer
 

@@ -19,6 +19,7 @@ from pathlib import Path
 import pyfuse3
 import trio
 
+from firmware_sim.spec import profiles
 from kmd_fuse import fusermount, irq, owner, paths, pidfile
 from kmd_fuse.cli import job_timeout_seconds
 from kmd_fuse.device import Device
@@ -92,6 +93,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--memory", type=parse_size, default=parse_size("1G"))
     parser.add_argument("--cores", type=int, default=2)
     parser.add_argument("--ring-entries", type=int, default=256)
+    parser.add_argument("--profile", choices=sorted(profiles.PROFILES), default=profiles.DEFAULT_PROFILE)
+    parser.add_argument("--pacing", action="store_true")
     parser.add_argument("--watchdog-ms", type=int, default=5000)
     parser.add_argument("--max-job-timeout", type=job_timeout_seconds, default=10.0,
                         help="seconds (see npu-kmd start --help)")
@@ -120,6 +123,7 @@ def main(argv: list[str] | None = None) -> int:
 
     device = Device(args.index, paths.bus_dir(root, args.index), args.memory,
                     ChipConfig(cores=args.cores, ring_entries=args.ring_entries, watchdog_ms=args.watchdog_ms,
+                               profile=args.profile, pacing=args.pacing,
                                max_job_timeout_ms=round(args.max_job_timeout * 1000)),
                     Limits(max_contexts_per_user=args.max_contexts_per_user, root_contexts=args.root_contexts,
                            max_memory_per_user=args.max_memory_per_user,

@@ -25,6 +25,7 @@ from kmd_fuse.errors import KmdError
 from kmd_fuse.hw import ChipConfig, Hardware
 from kmd_fuse.limits import Limits, Quotas
 from kmd_fuse.memory import DeviceMemory
+from kmd_fuse.profiling import Trace
 from kmd_fuse.scheduler import Scheduler
 from kmd_fuse.tasks import BackgroundTasks
 
@@ -65,6 +66,8 @@ class Device:
         self.reset_hooks: list[Callable[[int], None]] = []   # called with reset_count after each reset
         self.polling = False               # a read is polling for its reply (jobs.poll_for_reply)
         self._draining = False             # a task is pumping ring-control entries (_drain)
+        self.trace = Trace()                # the device's event recorder (kmd_fuse.profiling)
+        self.unclaimed_profiles: dict[int, list] = {}   # job id -> profile records read before its completion
 
     # ---- lifecycle ----
     def power_on(self) -> None:

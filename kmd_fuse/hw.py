@@ -17,7 +17,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from firmware_sim.spec import memory, regs, ring
+from firmware_sim.spec import memory, profiles, regs, ring
 from firmware_sim.spec.memory import map_file
 
 log = logging.getLogger("kmd_fuse.hw")
@@ -27,9 +27,22 @@ log = logging.getLogger("kmd_fuse.hw")
 class ChipConfig:
     cores: int = 2
     ring_entries: int = ring.DEFAULT_RING_ENTRIES
-    clock_mhz: int = 1000
+    profile: str = profiles.DEFAULT_PROFILE   # spec.profiles: the timing model the chip runs
+    pacing: bool = False                      # jobs end no earlier than their modeled device time
     watchdog_ms: int = 5000             # a job's timeout when SUBMIT gives none
     max_job_timeout_ms: int = 10_000    # SUBMIT's timeouts (and the default) are clamped to this
+
+
+@dataclass
+class ProfileRecord:
+    """One record of a core's profile queue (firmware_sim/spec/ring.py, PROFILE_RECORD)."""
+    job_id: int
+    index: int
+    opcode: int
+    kind: int
+    start_ns: int
+    end_ns: int
+    cycles: int
 
 
 @dataclass
@@ -71,12 +84,15 @@ class Hardware:
         for core in range(self.config.cores):
             _create_file(memory.ring_path(self.bus, core), self.entries * ring.RING_ENTRY.itemsize)
             _create_file(memory.cq_path(self.bus, core), self.entries * ring.COMPLETION.itemsize)
+            _create_file(memory.profile_queue_path(self.bus, core), ring.PROFILE_ENTRIES * ring.PROFILE_RECORD.itemsize)
         self._regs_map = map_file(memory.regs_path(self.bus))
         self.regs = regs.RegisterView(self._regs_map)
         self.rings = [map_file(memory.ring_path(self.bus, c)) for c in range(self.config.cores)]
         self.cqs = [map_file(memory.cq_path(self.bus, c)) for c in range(self.config.cores)]
+        self.pqs = [map_file(memory.profile_queue_path(self.bus, c)) for c in range(self.config.cores)]
         self.regs.write32(regs.RING_ENTRIES, self.entries)
         self.regs.write32(regs.WATCHDOG_MS, self.config.watchdog_ms)
+        self.regs.write32(regs.PACING, regs.PACING_ON if self.config.pacing else 0)
         self._start_chip()
         deadline = time.monotonic() + timeout
         while not self.regs.read32(regs.STATUS) & regs.STATUS_READY:
@@ -89,6 +105,7 @@ class Hardware:
             raise OSError(errno.ENODEV, "unexpected chip id")
         self.num_cores = self.regs.read32(regs.NUM_CORES)
         self.clock_mhz = self.regs.read32(regs.CLOCK_MHZ)
+        self.profile = profiles.BY_ID.get(self.regs.read32(regs.PROFILE_ID))
         self.banks = [regs.core_bank(c) for c in range(self.num_cores)]
         self.tails = [self.reg(c, regs.RING_TAIL) for c in range(self.num_cores)]
         self._restarts_seen = [self.reg(c, regs.CORE_RESTARTS) for c in range(self.num_cores)]
@@ -99,7 +116,7 @@ class Hardware:
             self.irq_fd = os.eventfd(0, os.EFD_CLOEXEC | os.EFD_NONBLOCK)
         cmd = [sys.executable, "-m", "firmware_sim", "--bus", str(self.bus),
                "--doorbell-fds", ",".join(map(str, self.doorbells)), "--irq-fd", str(self.irq_fd),
-               "--ring-entries", str(self.entries), "--clock-mhz", str(self.config.clock_mhz)]
+               "--ring-entries", str(self.entries), "--profile", self.config.profile]
         self.process = subprocess.Popen(cmd, pass_fds=[*self.doorbells, self.irq_fd], stdin=subprocess.DEVNULL)
         log.info("chip started (pid %d, %d cores)", self.process.pid, self.config.cores)
 
@@ -111,7 +128,7 @@ class Hardware:
         self.regs.write32(regs.STATUS, 0)
         for core in range(self.config.cores):   # the chip is dead: its registers are ours to clear
             bank = regs.core_bank(core)
-            for offset in (regs.RING_HEAD, regs.RING_TAIL, regs.CQ_HEAD, regs.CQ_TAIL):
+            for offset in (regs.RING_HEAD, regs.RING_TAIL, regs.CQ_HEAD, regs.CQ_TAIL, regs.PQ_HEAD, regs.PQ_TAIL):
                 self.regs.write32(bank + offset, 0)
             self.regs.write64(bank + regs.CURRENT_JOB, 0)
             self.tails[core] = 0
@@ -151,11 +168,11 @@ class Hardware:
         return self.entries - 1 - used
 
     def push(self, core: int, opcode: int, asid: int, job_id: int = 0, cmd_iova: int = 0,
-             cmd_size: int = 0, timeout_ms: int = 0, bo_id: int = 0) -> None:
+             cmd_size: int = 0, timeout_ms: int = 0, bo_id: int = 0, flags: int = 0) -> None:
         """Write one ring entry (caller checked ``ring_space``); ``doorbell`` publishes it."""
         tail = self.tails[core]
         ring.RING_ENTRY_STRUCT.pack_into(self.rings[core], tail * ring.RING_ENTRY_STRUCT.size, opcode, asid,
-                                         job_id, cmd_iova, cmd_size, timeout_ms, bo_id, 0)
+                                         job_id, cmd_iova, cmd_size, timeout_ms, bo_id, flags)
         self.tails[core] = ring.ring_next(tail, self.entries)
 
     def doorbell(self, core: int) -> None:
@@ -188,6 +205,26 @@ class Hardware:
                 head = ring.ring_next(head, self.entries)
             self.regs.write32(bank + regs.CQ_HEAD, head)
         return done
+
+    def profile_records(self) -> list[ProfileRecord]:
+        """Drain every core's profile queue (read after ``completions``: a job's records are
+        published before its completion)."""
+        records = []
+        size = ring.PROFILE_RECORD_STRUCT.size
+        for core, bank in enumerate(self.banks):
+            head, tail = self.regs.read32(bank + regs.PQ_HEAD), self.regs.read32(bank + regs.PQ_TAIL)
+            if head == tail:
+                continue
+            pq = self.pqs[core]
+            while head != tail:
+                records.append(ProfileRecord(*ring.PROFILE_RECORD_STRUCT.unpack_from(pq, head * size)))
+                head = (head + 1) % ring.PROFILE_ENTRIES
+            self.regs.write32(bank + regs.PQ_HEAD, head)
+        return records
+
+    def profile_dropped(self) -> int:
+        """Profile records the cores dropped so far (their queues were full)."""
+        return sum(self.reg(core, regs.PQ_DROPPED) for core in range(self.num_cores))
 
     # ---- reset ----
     def request_reset(self) -> int:

@@ -7,6 +7,8 @@ fails if the header names a parameter this table lacks).
 from __future__ import annotations
 
 import errno
+import os
+import uuid
 from collections.abc import Callable
 
 from firmware_sim.spec import iommu, regs
@@ -64,6 +66,22 @@ def fill_stats(device: Device, ctx: Context, stats) -> None:
     stats.jobs_running = sum(1 for j in ctx.pending.values() if j.core >= 0)
 
 
+def device_uuid(device: Device) -> uuid.UUID:
+    """The device's identity: the same for the same device (machine, devroot, index)
+    across restarts of the driver, different for any other."""
+    try:
+        with open("/etc/machine-id", encoding="ascii") as f:
+            machine = f.read().strip()
+    except OSError:
+        machine = os.uname().nodename
+    return uuid.uuid5(uuid.NAMESPACE_URL, f"npu-emu://{machine}{os.path.realpath(device.hw.bus)}")
+
+
+def _uuid_half(device: Device, high: bool) -> int:
+    raw = device_uuid(device).bytes
+    return int.from_bytes(raw[8:] if high else raw[:8], "little")
+
+
 PARAMS: dict[str, Callable[[Device, Context], int]] = {
     "ABI_VERSION": lambda device, ctx: uapi.NPU_ABI_VERSION,
     "DEVICE_ID": lambda device, ctx: device.index,
@@ -81,6 +99,14 @@ PARAMS: dict[str, Callable[[Device, Context], int]] = {
     "MAX_SUBMIT_BOS": lambda device, ctx: uapi.NPU_MAX_SUBMIT_BOS,
     "MAX_WAIT_FENCES": lambda device, ctx: uapi.NPU_MAX_WAIT_FENCES,
     "MAX_OUTSTANDING": lambda device, ctx: MAX_OUTSTANDING,
+    "PROFILE": lambda device, ctx: device.hw.regs.read32(regs.PROFILE_ID),
+    "MACS_PER_CYCLE": lambda device, ctx: device.hw.regs.read32(regs.MACS_PER_CYCLE),
+    "DMA_BYTES_PER_CYCLE": lambda device, ctx: device.hw.regs.read32(regs.DMA_BYTES_PER_CYCLE),
+    "SRAM_BYTES": lambda device, ctx: device.hw.regs.read32(regs.SRAM_KB) << 10,
+    "TASK_OVERHEAD_CYCLES": lambda device, ctx: device.hw.regs.read32(regs.TASK_OVERHEAD_CYCLES),
+    "PACING": lambda device, ctx: int(bool(device.hw.regs.read32(regs.PACING) & regs.PACING_ON)),
+    "UUID_LO": lambda device, ctx: _uuid_half(device, high=False),
+    "UUID_HI": lambda device, ctx: _uuid_half(device, high=True),
 }
 if set(PARAMS) != set(uapi.PARAMS.values()):
     raise ImportError(f"info.PARAMS and npu_uapi.h's NPU_PARAM_* differ: "

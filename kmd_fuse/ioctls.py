@@ -15,8 +15,8 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from kmd_fuse import info, jobs, owner, recovery, uapi
-from kmd_fuse.context import Context
+from kmd_fuse import info, jobs, owner, profiling, recovery, uapi
+from kmd_fuse.context import Context, check_fence
 from kmd_fuse.device import Device
 from kmd_fuse.errors import KmdError
 from kmd_fuse.requests import Request, check_header, read_request
@@ -89,6 +89,12 @@ def get_param(device: Device, ctx: Context, request: Request) -> None:
     request.payload.value = info.get_param(device, ctx, request.payload.param)
 
 
+def get_profile(device: Device, ctx: Context, request: Request) -> None:
+    req = request.payload
+    check_fence(ctx, req.fence)
+    profiling.fill_profile(ctx, req, uapi.NPU_MAX_PROFILE_TASKS)
+
+
 IOCTLS: dict[str, Ioctl] = {entry.name: entry for entry in (
     Ioctl("GET_INFO", get_info),
     Ioctl("MEM_ALLOC", mem_alloc),
@@ -99,6 +105,7 @@ IOCTLS: dict[str, Ioctl] = {entry.name: entry for entry in (
     Ioctl("GET_STATS", get_stats),
     Ioctl("RESET", reset, owner_only=True),
     Ioctl("GET_PARAM", get_param),
+    Ioctl("GET_PROFILE", get_profile),
 )}
 _HEADER_NAMES = {command.name for command in uapi.COMMANDS.values()}
 if set(IOCTLS) != _HEADER_NAMES:

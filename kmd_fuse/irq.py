@@ -3,6 +3,7 @@ for the daemon's lifetime (``daemon.serve`` starts them in its nursery)."""
 from __future__ import annotations
 
 import logging
+import time
 
 import trio
 
@@ -18,6 +19,8 @@ async def serve_interrupts(device: Device) -> None:
     while True:
         await trio.lowlevel.wait_readable(device.hw.irq_fd)
         try:
+            if device.trace.enabled:
+                device.trace.interrupt(time.monotonic_ns())
             device.hw.ack_irq()
             jobs.service_completions(device)
             recovery.account_core_restarts(device)

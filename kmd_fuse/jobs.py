@@ -13,7 +13,7 @@ import time
 
 import trio
 
-from kmd_fuse import uapi
+from kmd_fuse import profiling, uapi
 from kmd_fuse.context import MAX_PENDING_JOBS, Context, Job, Waiter, check_fence
 from kmd_fuse.device import Device
 from kmd_fuse.errors import KmdError
@@ -32,7 +32,7 @@ def submit(device: Device, ctx: Context, request: Request) -> Job:
     """Queue the job a SUBMIT describes; its fence is in the job (and, with NPU_SUBMIT_WAIT,
     the request is answered when the job is done)."""
     req = request.payload
-    if req.flags & ~uapi.NPU_SUBMIT_WAIT:
+    if req.flags & ~(uapi.NPU_SUBMIT_WAIT | uapi.NPU_SUBMIT_PROFILE):
         raise KmdError(errno.EINVAL, f"unknown SUBMIT flags {req.flags:#x}")
     if req.priority > uapi.NPU_PRIO_HIGH:
         raise KmdError(errno.EINVAL, f"priority {req.priority} out of range")
@@ -53,7 +53,8 @@ def submit(device: Device, ctx: Context, request: Request) -> Job:
     config = device.hw.config
     timeout_ms = min(req.timeout_ms or config.watchdog_ms, config.max_job_timeout_ms)
     job = Job(next(device.job_ids), ctx, ctx.last_fence, bos, req.cmd_iova, req.cmd_size, req.priority,
-              timeout_ms)
+              timeout_ms, submit_ns=time.monotonic_ns(), profile_wanted=bool(req.flags & uapi.NPU_SUBMIT_PROFILE))
+    job.profiled = job.profile_wanted or device.trace.enabled
     req.fence = job.fence
     if req.flags & uapi.NPU_SUBMIT_WAIT:
         job.sync_reply = request
@@ -72,11 +73,15 @@ def service_completions(device: Device) -> None:
     if not done:
         return
     touched = set()
+    retired = []
     for completion in done:
         job = device.scheduler.retire(completion)
         if job is None:
             log.warning("completion for unknown job %d", completion.job_id)
             continue
+        retired.append((job, completion))
+    profiling.collect(device, retired)
+    for job, completion in retired:
         job.status, job.device_time_ns = completion.status, completion.device_time_ns
         job.ctx.stats.busy_time_ns += completion.exec_ns
         job.ctx.last_exec_ns = completion.exec_ns

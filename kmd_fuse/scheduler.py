@@ -93,7 +93,7 @@ class Scheduler:
             self.in_flight[job.job_id] = job
             self.per_core[core] += 1
             self.hw.push(core, ring.OP_JOB, job.ctx.space.asid, job.job_id, job.cmd_iova, job.cmd_size,
-                         job.timeout_ms)
+                         job.timeout_ms, flags=ring.RING_FLAG_PROFILE if job.profiled else 0)
             touched.add(core)
         for core in touched:
             self.hw.doorbell(core)

@@ -1,10 +1,14 @@
 """A device's sysfs-like attribute tree, served by its daemon's FUSE filesystem.
 
     dev model abi_version cores clock_mhz memory_total_bytes memory_used_bytes
-    busy_time_us jobs_completed jobs_failed reset_count      read-only, one value a line
+    busy_time_us jobs_completed jobs_failed reset_count
+    profile macs_per_cycle dma_bytes_per_cycle sram_bytes
+    pacing uuid                                              read-only, one value a line
     uevent                                                   MAJOR/MINOR/DEVNAME; the owner (kmd_fuse.owner) may write
                                                              an ACTION to synthesize an event
     reset                                                    write-only, the owner only: "1" resets
+    trace                                                    the device's trace as JSON lines (kmd_fuse.profiling);
+                                                             the owner writes 1 to start it afresh, 0 to stop it
     clients/<client_id>                                      DRM usage stats of an open context
 
 Every value is rendered when a read starts at offset 0 (as sysfs does), from the very
@@ -67,14 +71,17 @@ class AttributeTree:
     """The files of <sysroot>/class/npu/npuN (see the module doc)."""
 
     READ_ONLY = ("dev", "model", "abi_version", "cores", "clock_mhz", "memory_total_bytes",
-                 "memory_used_bytes", "busy_time_us", "jobs_completed", "jobs_failed", "reset_count")
+                 "memory_used_bytes", "busy_time_us", "jobs_completed", "jobs_failed", "reset_count",
+                 "profile", "macs_per_cycle", "dma_bytes_per_cycle", "sram_bytes", "pacing", "uuid")
+    PARAM_ATTRS = {"macs_per_cycle": "MACS_PER_CYCLE", "dma_bytes_per_cycle": "DMA_BYTES_PER_CYCLE",
+                   "sram_bytes": "SRAM_BYTES", "pacing": "PACING"}   # GET_PARAM's values, as they are
 
     def __init__(self, device: Device, on_uevent_write: UeventWriter | None = None, uid: int = 0, gid: int = 0):
         self.device = device
         self.uid, self.gid = uid, gid     # the attributes' owner: root, or a rootless driver's user
         self.on_uevent_write = on_uevent_write
         self.ctime_ns = time.time_ns()
-        names = (*self.READ_ONLY, "uevent", "reset")
+        names = (*self.READ_ONLY, "uevent", "reset", "trace")
         self.inodes = {name.encode(): ATTR_INODE_BASE + i for i, name in enumerate(names)}
         self.names = {ino: name.decode() for name, ino in self.inodes.items()}
         self.handles: dict[int, _Handle] = {}
@@ -93,6 +100,15 @@ class AttributeTree:
             return f"{paths.NPU_MAJOR}:{index}\n"
         if name == "uevent":
             return f"MAJOR={paths.NPU_MAJOR}\nMINOR={index}\nDEVNAME=npu{index}\n"
+        if name == "trace":
+            return self.device.trace.render()
+        if name in self.PARAM_ATTRS:
+            return f"{info_facts.PARAMS[self.PARAM_ATTRS[name]](self.device, _NoContext)}\n"
+        if name == "profile":
+            profile = self.device.hw.profile
+            return f"{profile.name if profile else 'unknown'}\n"
+        if name == "uuid":
+            return f"{info_facts.device_uuid(self.device)}\n"
         info = self._info()
         values = {
             "model": uapi.c_string(info.model),
@@ -146,7 +162,7 @@ class AttributeTree:
             attrs.st_mode, attrs.st_nlink = stat.S_IFDIR | 0o755, 2
         elif inode in self.names:
             name = self.names[inode]
-            mode = 0o200 if name == "reset" else 0o644 if name == "uevent" else 0o444
+            mode = 0o200 if name == "reset" else 0o644 if name in ("uevent", "trace") else 0o444
             attrs.st_mode, attrs.st_nlink, attrs.st_size = stat.S_IFREG | mode, 1, 4096
         elif inode >= CLIENT_INODE_BASE and inode - CLIENT_INODE_BASE in self.device.contexts:
             ctx = self.device.contexts[inode - CLIENT_INODE_BASE]
@@ -184,7 +200,7 @@ class AttributeTree:
         self.getattr(inode)    # ENOENT for a client that is gone
         name = self.names.get(inode)
         writing = flags & os.O_ACCMODE != os.O_RDONLY
-        if writing and name not in ("reset", "uevent"):
+        if writing and name not in ("reset", "uevent", "trace"):
             raise pyfuse3.FUSEError(errno.EACCES)
         if writing and not owner.is_owner(uid):
             raise pyfuse3.FUSEError(errno.EACCES)   # the kernel checks the mode first; this is a backstop
@@ -210,6 +226,13 @@ class AttributeTree:
                 await recovery.reset(self.device, "requested through sysfs")
             except KmdError as exc:
                 raise pyfuse3.FUSEError(exc.errno) from None
+        elif name == "trace":
+            if value not in (b"0", b"1"):
+                raise pyfuse3.FUSEError(errno.EINVAL)
+            if value == b"1":
+                self.device.trace.start()
+            else:
+                self.device.trace.stop()
         elif name == "uevent":
             action = value.decode(errors="replace").split(" ", 1)[0]
             if action not in ("add", "change", "remove") or self.on_uevent_write is None:

@@ -5,6 +5,7 @@
 for the NVDLA-style names.
 """
 from kmd_fuse.uapi import NpuError
+from libnpu.host import HostOpError, register_host_op, unregister_host_op
 from libnpu.portability import (
     MEM_READ,
     MEM_RW,
@@ -21,8 +22,10 @@ from libnpu.portability import (
     debug_print,
     initialize,
 )
+from libnpu.properties import PropertyError
 from libnpu.runtime import CompiledModel, InferRequest, Runtime, load
 
-__all__ = ["load", "CompiledModel", "InferRequest", "Runtime", "initialize", "Session", "Device", "Memory", "Fence",
-           "CommandBuffer", "NpuError", "JobError", "debug_print", "MEM_READ", "MEM_WRITE", "MEM_RW", "PRIO_LOW",
+__all__ = ["load", "register_host_op", "unregister_host_op", "HostOpError", "CompiledModel", "InferRequest",
+           "Runtime", "initialize", "Session", "Device", "Memory", "Fence", "CommandBuffer", "NpuError",
+           "PropertyError", "JobError", "debug_print", "MEM_READ", "MEM_WRITE", "MEM_RW", "PRIO_LOW",
            "PRIO_NORMAL", "PRIO_HIGH"]

@@ -9,7 +9,8 @@ Layout (all little-endian)::
                            QUANT (f32 scales + i32 zero points), PAYLOAD (opaque task
                            descriptors), RELOCS, DATA_RELOCS, WEIGHTS (page-aligned,
                            region contents at their own alignment, so the file can be
-                           mmapped and copied straight into device memory)
+                           mmapped and copied straight into device memory); since 1.1
+                           HOST (JSON: the host steps) and HOST_DATA (their sub-models)
 
 Tensor, region and task records are fixed-size numpy structured records; strings and
 variable-length lists live in STRINGS / INDICES / QUANT and are referenced by offset and
@@ -21,7 +22,13 @@ relocations (byte offset in its payload, region, addend) and the runtime writes
 Address tables inside region contents (e.g. CONCAT's list of input addresses) are
 patched the same way through data relocations (:meth:`Loadable.region_image`).
 
-Version 1.1 added state carried between inferences (stateful models): a STATE region per
+A model with operators the chip lacks also carries host steps (:class:`HostStep`): each
+runs after a given number of tasks, reads and writes tensors of the same memory plan, and
+holds what the host needs to run its operator (:mod:`libnpu.host`). The runtime submits
+the tasks between two host steps as one job (a partition) and runs the host steps in
+between. Version 1.1 added the HOST sections; 1.0 files (no host steps) still load.
+
+Version 1.2 added state carried between inferences (stateful models): a STATE region per
 variable, holding its initial value as contents, and a tensor flagged STATE in it (its
 name, type and quantization); the model's tasks read it in place and write it back.
 """
@@ -42,11 +49,11 @@ import numpy as np
 __all__ = [
     "LoadableError", "BadMagicError", "VersionError", "TruncatedError", "ChecksumError",
     "FormatError", "EmptyLoadableError", "RegionKind", "TensorFlags", "MemoryRegion", "TensorDesc", "Task",
-    "Reloc", "DataReloc", "Loadable", "MAGIC", "VERSION",
+    "Reloc", "DataReloc", "HostStep", "Loadable", "MAGIC", "VERSION",
 ]
 
 MAGIC = b"NPULOAD\0"
-VERSION = (1, 1)
+VERSION = (1, 2)
 PAGE = 4096
 MAX_RANK = 8
 
@@ -92,6 +99,11 @@ class Section(enum.IntEnum):
     WEIGHTS = 10
     RELOCS = 11
     DATA_RELOCS = 12
+    HOST = 13
+    HOST_DATA = 14
+
+
+_OPTIONAL_SECTIONS = (Section.HOST, Section.HOST_DATA)   # absent from 1.0 files
 
 
 class RegionKind(enum.IntEnum):
@@ -224,6 +236,20 @@ class Task:
     relocs: list[Reloc] = field(default_factory=list)
 
 
+@dataclass
+class HostStep:
+    """An operator the host runs, after ``after_task`` tasks (see :mod:`libnpu.host`)."""
+    name: str
+    kind: str                  # "tflite" or "onnx": what ``model`` is
+    op: str                    # the source operator ("REVERSE_V2", "CUSTOM:MyOp", "CumSum")
+    model: bytes = field(repr=False)   # the sub-model holding it
+    after_task: int
+    inputs: list[int] = field(default_factory=list)    # tensor indices, in the sub-model's input order
+    outputs: list[int] = field(default_factory=list)
+    source: int = -1           # the operator's index in the source model
+    reason: str = ""           # why it is not on the chip
+
+
 def _align(n: int, a: int) -> int:
     return (n + a - 1) // a * a
 
@@ -248,6 +274,7 @@ class Loadable:
     tasks: list[Task] = field(default_factory=list)
     metadata: dict[str, Any] = field(default_factory=dict)
     data_relocs: list[DataReloc] = field(default_factory=list)
+    host_steps: list[HostStep] = field(default_factory=list)
 
     # queries ------------------------------------------------------------------------
     def inputs(self) -> list[TensorDesc]:
@@ -280,7 +307,33 @@ class Loadable:
             ops[task.op] = ops.get(task.op, 0) + 1
         if ops:
             lines.append("  tasks: " + ", ".join(f"{k} {v}" for k, v in sorted(ops.items())))
+        for step in self.host_steps:
+            lines.append(f"  host step after task {step.after_task}: {step.op} (source op {step.source}, "
+                         f"{step.kind}): {step.reason}")
         return "\n".join(lines)
+
+    def partitions(self) -> list[tuple[range, list[HostStep]]]:
+        """The run order: chip tasks ``range`` (one job; may be empty), then host steps."""
+        order: list[tuple[range, list[HostStep]]] = []
+        start = 0
+        for step in self.host_steps:
+            if order and step.after_task == start:     # no task since the previous host step
+                order[-1][1].append(step)
+            else:
+                order.append((range(start, step.after_task), [step]))
+                start = step.after_task
+        if start < len(self.tasks) or not order:
+            order.append((range(start, len(self.tasks)), []))
+        return order
+
+    def task_offsets(self) -> list[int]:
+        """Byte offset of each task in :meth:`command_buffer`, plus its total size."""
+        offsets, pos = [], 0
+        for task in self.tasks:
+            pos = _align(pos, 8)
+            offsets.append(pos)
+            pos += len(task.payload)
+        return offsets + [pos]
 
     def validate(self) -> None:
         """Check cross references; raises :class:`FormatError` naming the culprit."""
@@ -321,13 +374,25 @@ class Loadable:
                     raise FormatError(f"task {i} ({task.name!r}): relocation to region {reloc.region} "
                                       f"+ {reloc.addend} is out of range")
         self._validate_data_relocs()
+        previous = 0
+        for i, step in enumerate(self.host_steps):
+            if not previous <= step.after_task <= len(self.tasks):
+                raise FormatError(f"host step {i} ({step.name!r}): runs after task {step.after_task}, "
+                                  f"out of order or past the {len(self.tasks)} tasks")
+            previous = step.after_task
+            if step.kind not in ("tflite", "onnx"):
+                raise FormatError(f"host step {i} ({step.name!r}): unknown kind {step.kind!r}")
+            for ti in step.inputs + step.outputs:
+                if not 0 <= ti < len(self.tensors):
+                    raise FormatError(f"host step {i} ({step.name!r}): tensor {ti} does not exist")
 
     def check_runnable(self) -> None:
         """Raise :class:`EmptyLoadableError` unless the loadable has tasks and outputs.
 
         Separate from :meth:`validate`: such a file is well formed (tools may inspect
         it), but loading it on a device would run nothing and report success."""
-        missing = [what for what, present in (("tasks", self.tasks), ("outputs", self.outputs())) if not present]
+        work = self.tasks or self.host_steps
+        missing = [what for what, present in (("tasks", work), ("outputs", self.outputs())) if not present]
         if missing:
             raise EmptyLoadableError(f"loadable {self.name!r} has no {' and no '.join(missing)}: nothing to run")
 
@@ -426,6 +491,14 @@ class Loadable:
                 relocs[nrel] = (i, rl.offset, rl.region, 0, rl.addend)
                 nrel += 1
 
+        host_data = bytearray()
+        host = []
+        for step in self.host_steps:
+            off = _align(len(host_data), 8)
+            host_data += b"\0" * (off - len(host_data)) + bytes(step.model)
+            host.append(dict(name=step.name, kind=step.kind, op=step.op, after_task=step.after_task,
+                             inputs=step.inputs, outputs=step.outputs, source=step.source, reason=step.reason,
+                             model_off=off, model_len=len(step.model)))
         meta = dict(self.metadata, name=self.name)
         sections = [
             (Section.META, json.dumps(meta, sort_keys=True).encode(), 8),
@@ -441,6 +514,8 @@ class Loadable:
             (Section.DATA_RELOCS, np.array([(r.region, r.target, r.offset, r.addend) for r in self.data_relocs],
                                            _DATA_RELOC_DT).tobytes(), 8),
             (Section.WEIGHTS, bytes(weights), PAGE),
+            (Section.HOST, json.dumps(host).encode(), 8),
+            (Section.HOST_DATA, bytes(host_data), 8),
         ]
         table_off = _HEADER.size
         pos = table_off + _SECTION.size * len(sections)
@@ -514,7 +589,7 @@ class Loadable:
             pos = max(pos, end)
         if fsize > pos and any(buf[pos:fsize]):
             raise FormatError(f"non-zero padding at bytes {pos}..{fsize}")
-        missing = [s.name for s in Section if s not in secs]
+        missing = [s.name for s in Section if s not in secs and s not in _OPTIONAL_SECTIONS]
         if missing:
             raise FormatError(f"missing sections: {', '.join(missing)}")
         return cls._decode(secs)
@@ -604,8 +679,10 @@ class Loadable:
                 int(r["macs"]), int(r["bytes_moved"]), int(r["core"]), tmeta, reloc_lists[i]))
         data_relocs = [DataReloc(int(r["region"]), int(r["offset"]), int(r["target"]), int(r["addend"]))
                        for r in records(Section.DATA_RELOCS, _DATA_RELOC_DT)]
+        host_steps = _decode_host(secs)
         name = meta.pop("name", "model") if isinstance(meta, dict) else "model"
-        result = cls(name, tensors, regions, tasks, meta if isinstance(meta, dict) else {}, data_relocs)
+        result = cls(name, tensors, regions, tasks, meta if isinstance(meta, dict) else {}, data_relocs,
+                     host_steps)
         result.validate()
         return result
 
@@ -622,3 +699,24 @@ class Loadable:
             return cls.from_bytes(data)
         except LoadableError as exc:
             raise type(exc)(f"{path}: {exc}") from None
+
+
+def _decode_host(secs: dict[int, memoryview]) -> list[HostStep]:
+    if Section.HOST not in secs:
+        return []
+    data = bytes(secs.get(Section.HOST_DATA, b""))
+    try:
+        records = json.loads(bytes(secs[Section.HOST]).decode())
+        steps = []
+        for i, r in enumerate(records):
+            off, size = int(r["model_off"]), int(r["model_len"])
+            if off < 0 or size < 0 or off + size > len(data):
+                raise FormatError(f"host step {i}: its model runs past the HOST_DATA section")
+            steps.append(HostStep(str(r["name"]), str(r["kind"]), str(r["op"]), data[off:off + size],
+                                  int(r["after_task"]), [int(t) for t in r["inputs"]],
+                                  [int(t) for t in r["outputs"]], int(r["source"]), str(r["reason"])))
+    except (UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
+        if isinstance(exc, FormatError):
+            raise
+        raise FormatError(f"section HOST: bad host step records: {exc}") from None
+    return steps

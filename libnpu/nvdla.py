@@ -11,7 +11,9 @@ and hand results back in a tuple instead of through out-pointers::
 
 ``address_list[0]`` of a task is the memory holding its command buffer (task
 descriptors, firmware_sim/spec/tasks.py); the rest are the buffers it uses.
-The NvError values are this module's own; only the names follow NVDLA.
+The NvError values are this module's own; only the names follow NVDLA.  ``createRuntime()``
+gives NVDLA's IRuntime (``load(buf, instance)``, ``getMaxDevices``, tensor descriptors,
+``bindInputTensor``, ``submit``...) over :class:`libnpu.runtime.Runtime`.
 """
 from __future__ import annotations
 
@@ -23,7 +25,10 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from kmd_fuse.uapi import NpuError
+from libnpu.loadable import TensorDesc
 from libnpu.portability import MEM_RW, Device, Memory, Session
+from libnpu.properties import available_devices
+from libnpu.runtime import Runtime
 
 log = logging.getLogger("libnpu.nvdla")
 
@@ -142,3 +147,118 @@ def NvDlaSubmit(session: Session, device: Device, tasks: list[NvDlaTask]) -> NvE
 
 def NvDlaDebugPrintf(fmt: str, *args) -> None:
     log.debug(fmt, *args)
+
+
+class IRuntime:
+    """NVDLA's IRuntime names over :class:`libnpu.runtime.Runtime`, for ported UMD code.
+
+    Methods that NVDLA gives an ``NvDlaError`` return an :class:`NvError` (with the result
+    in a tuple); ``load`` returns a bool as NVDLA's does.  ``load`` takes the loadable's
+    bytes (NVDLA's ``load(buf, instance)``) and opens device ``instance``."""
+
+    def __init__(self, session: Session | None = None):
+        self.session = session or Session()
+        self.runtime: Runtime | None = None
+        self._device: Device | None = None
+
+    def getMaxDevices(self) -> int:
+        return len(available_devices(self.session.devroot))
+
+    def getNumDevices(self) -> int:
+        return 0 if self.runtime is None else self.runtime.get_num_devices()
+
+    def load(self, buf: bytes | bytearray | memoryview, instance: int = 0) -> bool:
+        if self.runtime is not None:
+            NvDlaDebugPrintf("load: a loadable is already loaded; unload() first")
+            return False
+        try:
+            self._device = self.session.open(instance)
+            runtime = Runtime(self._device)
+            runtime.load(buf)
+        except (OSError, ValueError) as exc:     # no device, or a damaged loadable (LoadableError)
+            NvDlaDebugPrintf("load: %s", exc)
+            self._close_device()
+            return False
+        self.runtime = runtime
+        return True
+
+    def unload(self) -> None:
+        if self.runtime is not None:
+            self.runtime.unload()
+            self.runtime = None
+        self._close_device()
+
+    def _close_device(self) -> None:
+        if self._device is not None:
+            self.session.close(self._device)
+            self._device = None
+
+    def _loaded(self) -> Runtime:
+        if self.runtime is None:
+            raise _NotLoaded()
+        return self.runtime
+
+    def _call(self, call):
+        try:
+            return NvError.Success, call()
+        except _NotLoaded:
+            return NvError.InvalidState, None
+        except IndexError:
+            return NvError.BadParameter, None
+        except ValueError as exc:
+            NvDlaDebugPrintf("%s", exc)
+            return NvError.BadValue, None
+        except OSError as exc:
+            NvDlaDebugPrintf("%s", exc)
+            return nv_error(exc), None
+
+    def getNumInputTensors(self) -> tuple[NvError, int | None]:
+        return self._call(lambda: self._loaded().num_input_tensors())
+
+    def getNumOutputTensors(self) -> tuple[NvError, int | None]:
+        return self._call(lambda: self._loaded().num_output_tensors())
+
+    def getInputTensorDesc(self, index: int) -> tuple[NvError, TensorDesc | None]:
+        return self._call(lambda: self._loaded().input_tensor_desc(index))
+
+    def getOutputTensorDesc(self, index: int) -> tuple[NvError, TensorDesc | None]:
+        return self._call(lambda: self._loaded().output_tensor_desc(index))
+
+    def setInputTensorDesc(self, index: int, desc: TensorDesc) -> NvError:
+        return self._call(lambda: self._loaded().set_input_tensor_desc(index, desc))[0]
+
+    def setOutputTensorDesc(self, index: int, desc: TensorDesc) -> NvError:
+        return self._call(lambda: self._loaded().set_output_tensor_desc(index, desc))[0]
+
+    def allocateSystemMemory(self, size: int) -> tuple[NvError, Memory | None, np.ndarray | None]:
+        if size <= 0:
+            return NvError.BadParameter, None, None
+        err, memory = self._call(lambda: self._loaded().allocate_system_memory(size))
+        return err, memory, (memory.view if memory else None)
+
+    def freeSystemMemory(self, memory: Memory) -> NvError:
+        return self._call(lambda: self._loaded().device.free_mem(memory))[0]
+
+    def bindInputTensor(self, index: int, memory: Memory) -> NvError:
+        return self._call(lambda: self._loaded().bind_input_tensor(index, memory))[0]
+
+    def bindOutputTensor(self, index: int, memory: Memory) -> NvError:
+        return self._call(lambda: self._loaded().bind_output_tensor(index, memory))[0]
+
+    def submit(self) -> NvError:
+        """Run the loaded model once on the bound memory, to completion."""
+        err, fence = self._call(lambda: self._loaded().submit(wait=True))
+        if err:
+            return err
+        if fence.status:
+            return nv_error(NpuError(-fence.status, "job"))
+        return NvError.Success
+
+
+class _NotLoaded(Exception):
+    pass
+
+
+def createRuntime(session: Session | None = None) -> IRuntime:
+    """NVDLA's ``nvdla::createRuntime()``."""
+    return IRuntime(session)

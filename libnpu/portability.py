@@ -22,15 +22,17 @@ import logging
 import mmap
 import os
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from firmware_sim.spec import tasks as task_spec
 from kmd_fuse import uapi
 from kmd_fuse.uapi import NpuError, sysfs_layout
+from libnpu import properties
 from libnpu.transport import BufferSocket, DeviceFile
 
 log = logging.getLogger("libnpu")
@@ -145,6 +147,37 @@ class Fence:
 
 
 @dataclass(frozen=True)
+class TaskTiming:
+    """One task of a profiled job, as the chip timed it (GET_PROFILE)."""
+    index: int
+    opcode: int
+    cycles: int
+    start_ns: int
+    end_ns: int
+
+
+@dataclass(frozen=True)
+class JobTiming:
+    """A profiled job (GET_PROFILE): CLOCK_MONOTONIC times, simulated cycles, its tasks."""
+    fence: int
+    core: int
+    status: int
+    complete: bool            # every task's record arrived
+    submit_ns: int
+    start_ns: int
+    end_ns: int               # execution ended (before any pacing)
+    signal_ns: int
+    cycles: int
+    device_time_ns: int
+    tasks: list[TaskTiming]
+
+    @property
+    def queue_ns(self) -> int:
+        """From the driver accepting the job to a core starting it."""
+        return max(0, self.start_ns - self.submit_ns)
+
+
+@dataclass(frozen=True)
 class PreparedSubmit:
     """A SUBMIT request built once (``Device.prepare_submit``) and sent as often as
     wanted (``Device.submit_prepared`` / ``run_prepared``): same command buffer,
@@ -162,6 +195,23 @@ class Device:
         self.buffer_socket = BufferSocket()
         self._lock = threading.Lock()
         self.buffers: dict[int, Memory] = {}
+        self.settings = properties.defaults()    # the writable properties; models loaded here start with them
+
+    # ---- properties (OpenVINO's names: libnpu.properties) ----
+    def get_property(self, name: str) -> Any:
+        """One property by OpenVINO key ("DEVICE_UUID", "PERFORMANCE_HINT"...) or JSON name;
+        KeyError for an unknown name."""
+        return properties.value(self.settings, lambda: properties.device_facts(self), name, model=False)
+
+    def set_property(self, values: Mapping[str, Any]) -> None:
+        """Set writable properties (all or none): KeyError for an unknown name,
+        PropertyError for a read-only one, ValueError for a bad value."""
+        self.settings.update(properties.checked(values, model=False))
+        properties.apply_log_level(self.settings)
+
+    def properties(self) -> dict[str, Any]:
+        """Every property, by JSON name."""
+        return properties.snapshot(self.settings, self, model=False)
 
     # ---- queries ----
     def info(self) -> dict:
@@ -256,7 +306,7 @@ class Device:
 
     def prepare_submit(self, commands: CommandBuffer | Memory | None, buffers: Iterable[Memory] = (), *,
                        size: int | None = None, offset: int = 0, priority: int = PRIO_NORMAL,
-                       timeout_ms: int = 0, wait: bool = False) -> PreparedSubmit:
+                       timeout_ms: int = 0, wait: bool = False, profile: bool = False) -> PreparedSubmit:
         """The SUBMIT request ``submit`` would send, to send later (any number of times)."""
         req = uapi.new_payload(uapi.NPU_CMD_SUBMIT)
         handles: list[int] = []
@@ -276,7 +326,7 @@ class Device:
         for i, handle in enumerate(handles):
             req.bo_handles[i] = handle
         req.priority, req.timeout_ms = priority, timeout_ms
-        req.flags = uapi.NPU_SUBMIT_WAIT if wait else 0
+        req.flags = (uapi.NPU_SUBMIT_WAIT if wait else 0) | (uapi.NPU_SUBMIT_PROFILE if profile else 0)
         return PreparedSubmit(uapi.ffi.buffer(req)[:], wait)
 
     def submit_prepared(self, prepared: PreparedSubmit) -> Fence:
@@ -335,6 +385,24 @@ class Device:
         """``run`` for trio programs (the blocking round trip happens in a worker thread)."""
         import trio
         return await trio.to_thread.run_sync(lambda: self.run(commands, buffers, **options))
+
+    def get_profile(self, fence: Fence | int) -> JobTiming:
+        """How the chip spent a finished job submitted with ``profile=True`` (GET_PROFILE):
+        per task its opcode, simulated cycles and CLOCK_MONOTONIC start/end; for the job
+        when the driver took it, when a core started and finished it, when its fence
+        signalled.  ENOENT (NpuError) for a job not profiled or long forgotten."""
+        fence_id = fence.id if isinstance(fence, Fence) else fence
+        records: list[TaskTiming] = []
+        while True:
+            req = uapi.new_payload(uapi.NPU_CMD_GET_PROFILE)
+            req.fence, req.first = fence_id, len(records)
+            reply = self.file.request(uapi.NPU_CMD_GET_PROFILE, req)
+            records += [TaskTiming(t.index, t.opcode, t.cycles, t.start_ns, t.end_ns)
+                        for t in (reply.tasks[i] for i in range(reply.count))]
+            if reply.count == 0 or len(records) >= reply.num_tasks:
+                break
+        return JobTiming(fence_id, reply.core, reply.status, bool(reply.complete), reply.submit_ns, reply.start_ns,
+                         reply.end_ns, reply.signal_ns, reply.cycles, reply.device_time_ns, records)
 
     def reset(self) -> int:
         """Reset the device (root only); returns the reset count."""

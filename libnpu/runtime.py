@@ -13,6 +13,11 @@ that request's memory, in one command buffer.  Weights are loaded once per model
 (read-only device memory, shared by every request); activations, inputs and
 outputs are per request, so requests never share scratch memory.
 
+A model with operators the chip lacks has host steps (``Loadable.host_steps``): an
+inference is then one job per chip partition with the host steps run in between on the
+request's memory (mapped here), in order — for ``infer``, ``start``/``wait`` (in a helper
+thread) and ``infer_async`` alike (see :mod:`libnpu.host`).
+
 A stateful model (TFLite resource variables, ONNX state pairs) keeps its variables in
 device memory of each request: the job reads them in place and writes their new values
 back at its end, so nothing crosses to the host between calls.  As in OpenVINO,
@@ -27,14 +32,24 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
-from libnpu.loadable import Loadable, RegionKind, TensorDesc
-from libnpu.portability import MEM_READ, MEM_RW, Device, Fence, JobError, Memory, Session
+from libnpu import properties
+from libnpu.host import Boundary, HostCall, HostKernel, kernel_for
+from libnpu.loadable import MAGIC as LOADABLE_MAGIC
+from libnpu.loadable import HostStep, Loadable, RegionKind, TensorDesc, TensorFlags
+from libnpu.pool import ErrorCallback, FinishCallback, OutputCallback, RequestPool
+from libnpu.portability import MEM_READ, MEM_RW, Device, Fence, JobError, Memory, PreparedSubmit, Session
+from libnpu.profiling import InferenceProfile
 
 ArrayLike = np.ndarray
 Inputs = Sequence[ArrayLike] | Mapping[str, ArrayLike]
+
+
+class InputError(ValueError):
+    """Inputs that do not fit the model: wrong count, missing name, shape or dtype."""
 
 
 class ClosedError(RuntimeError):
@@ -66,6 +81,88 @@ def dequantize(values: np.ndarray, desc: TensorDesc) -> np.ndarray:
     return ((values.astype(np.int32) - int(zero_point[0])) * np.float32(scale[0])).astype(np.float32)
 
 
+def boundary(desc: TensorDesc) -> Boundary:
+    """How a tensor is stored, for a host step."""
+    if desc.scale is None or desc.zero_point is None:
+        return Boundary(desc.dtype)
+    return Boundary(desc.dtype, float(desc.scale[0]), int(desc.zero_point[0]))
+
+
+def host_kernels(loadable: Loadable) -> list[HostKernel]:
+    """A kernel per host step (:class:`libnpu.host.HostOpError` if the host cannot run one)."""
+    return [kernel_for(HostCall(step.kind, bytes(step.model), step.op, step.source, step.reason))
+            for step in loadable.host_steps]
+
+
+class _HostStepRun:
+    """One host step bound to one request's memory: reads its inputs, runs, writes its outputs."""
+
+    def __init__(self, step: HostStep, kernel: HostKernel, loadable: Loadable,
+                 view: Callable[[TensorDesc], np.ndarray]) -> None:
+        self.step, self.kernel = step, kernel
+        self.ins = [loadable.tensors[i] for i in step.inputs]
+        self.outs = [loadable.tensors[i] for i in step.outputs]
+        self.in_views = [_constant(loadable, d) if d.flags & TensorFlags.CONSTANT else view(d) for d in self.ins]
+        self.out_views = [view(d) for d in self.outs]
+        self.sources = [boundary(d) for d in self.ins]
+        self.targets = [boundary(d) for d in self.outs]
+
+    def __call__(self) -> None:
+        results = self.kernel.run([v.copy() for v in self.in_views], self.sources, self.targets)
+        for view, value, desc in zip(self.out_views, results, self.outs):
+            if value.size != view.size:
+                raise ValueError(f"host step {self.step.op}: output {desc.name} has {value.size} values, "
+                                 f"expected {view.size} {desc.shape}")
+            view[...] = value.reshape(view.shape)
+
+
+def _constant(loadable: Loadable, desc: TensorDesc) -> np.ndarray:
+    content = loadable.regions[desc.region].content
+    assert content is not None, "constants live in regions with contents"
+    raw = np.frombuffer(content, np.uint8, desc.nbytes, desc.offset)
+    return np.lib.stride_tricks.as_strided(raw.view(desc.dtype), desc.shape, desc.strides).copy()
+
+
+def _segments(device: Device, loadable: Loadable, command: Memory, buffers: list[Memory], wait: bool,
+              ) -> list[tuple[PreparedSubmit | None, list[HostStep]]]:
+    """Per partition: the prepared job of its tasks (None when it has none) and the host
+    steps after it."""
+    offsets = loadable.task_offsets()
+    result: list[tuple[PreparedSubmit | None, list[HostStep]]] = []
+    for tasks, steps in loadable.partitions():
+        prepared = None
+        if tasks:
+            start, end = offsets[tasks.start], offsets[tasks.stop - 1] + len(loadable.tasks[tasks.stop - 1].payload)
+            prepared = device.prepare_submit(command, buffers, size=end - start, offset=start, wait=wait)
+        result.append((prepared, steps))
+    return result
+
+
+def _as_input(array: np.ndarray, desc: TensorDesc) -> np.ndarray:
+    """``array`` as input ``desc`` stores it: reshaped if only the shape's grouping differs,
+    floats quantized for a quantized input; :class:`InputError` when it does not fit."""
+    if array.shape != desc.shape:
+        if array.size != int(np.prod(desc.shape)):
+            raise InputError(f"input {desc.name}: shape {array.shape}, expected {desc.shape}")
+        array = array.reshape(desc.shape)
+    want = np.dtype(desc.dtype)
+    if array.dtype == want:
+        return array
+    if array.dtype.kind not in "iuf":
+        raise InputError(f"input {desc.name}: dtype {array.dtype} is not numeric (expected {want})")
+    if want.kind == "f":
+        return array.astype(want)
+    if array.dtype.kind == "f":
+        if desc.scale is None:
+            raise InputError(f"input {desc.name}: {array.dtype} values for an unquantized {want} input")
+        return quantize(array, desc)
+    info = np.iinfo(want)
+    if array.size and (array.min() < info.min or array.max() > info.max):
+        raise InputError(f"input {desc.name}: {array.dtype} values in [{array.min()}, {array.max()}] do not fit "
+                         f"{want} [{info.min}, {info.max}]")
+    return array.astype(want)
+
+
 class Runtime:
     """NVDLA IRuntime-style access to one loaded model on one device."""
 
@@ -78,11 +175,23 @@ class Runtime:
         self.command: Memory | None = None
 
     # ---- loading ----
-    def load(self, loadable: Loadable | str | os.PathLike) -> None:
-        """Load a model: allocate its weight regions and copy their contents in."""
+    def get_max_devices(self) -> int:
+        """NVDLA's getMaxDevices: how many devices the devroot holds (instances 0..n-1)."""
+        return len(properties.available_devices(self.device.path.parent))
+
+    def get_num_devices(self) -> int:
+        """NVDLA's getNumDevices: the devices this runtime drives (its one device)."""
+        return 1
+
+    def load(self, loadable: Loadable | str | os.PathLike | bytes | bytearray | memoryview) -> None:
+        """Load a model: allocate its weight regions and copy their contents in.
+
+        ``loadable``: a Loadable, a file path, or the loadable's bytes (NVDLA's ``load(buf)``)."""
         if self.loadable is not None:
             raise RuntimeError("a model is already loaded; unload it first")
-        if not isinstance(loadable, Loadable):
+        if isinstance(loadable, (bytes, bytearray, memoryview)):
+            loadable = Loadable.from_bytes(bytes(loadable))
+        elif not isinstance(loadable, Loadable):
             loadable = Loadable.load(loadable)
         loadable.validate()
         loadable.check_runnable()
@@ -171,10 +280,19 @@ class Runtime:
 
     def set_input_tensor_desc(self, index: int, desc: TensorDesc) -> None:
         """Accepts a descriptor equal in shape, dtype and strides (the compiled layout is fixed)."""
-        current = self.input_tensor_desc(index)
-        if (tuple(desc.shape), desc.dtype, tuple(desc.strides)) != (current.shape, current.dtype, current.strides):
-            raise ValueError(f"input {index} ({current.name}) is compiled for {current.shape} {current.dtype}; "
-                             f"got {tuple(desc.shape)} {desc.dtype}")
+        self._check_desc("input", self.input_tensor_desc(index), index, desc)
+
+    def set_output_tensor_desc(self, index: int, desc: TensorDesc) -> None:
+        """Accepts a descriptor equal in shape, dtype and strides (the compiled layout is fixed)."""
+        self._check_desc("output", self.output_tensor_desc(index), index, desc)
+
+    @staticmethod
+    def _check_desc(kind: str, current: TensorDesc, index: int, desc: TensorDesc) -> None:
+        if (tuple(desc.shape), np.dtype(desc.dtype), tuple(desc.strides)) != (
+                tuple(current.shape), np.dtype(current.dtype), tuple(current.strides)):
+            raise ValueError(f"{kind} {index} ({current.name}) is compiled for {tuple(current.shape)} "
+                             f"{current.dtype} strides {tuple(current.strides)}; got {tuple(desc.shape)} "
+                             f"{desc.dtype} strides {tuple(desc.strides)}")
 
     def allocate_system_memory(self, size: int) -> Memory:
         return self.device.alloc_mem(size, MEM_RW)
@@ -224,7 +342,28 @@ class Runtime:
             self.command = self.device.alloc_mem(max(len(commands), 8), MEM_READ)
         self.command.view[:len(commands)] = np.frombuffer(commands, np.uint8)
         buffers = [*self.weights.values(), *self.memory.values(), *(m for m, _ in self.bound.values())]
-        return self.device.submit(self.command, buffers, size=len(commands), wait=wait)
+        if not loadable.host_steps:
+            return self.device.submit(self.command, buffers, size=len(commands), wait=wait)
+        if not wait:
+            raise ValueError(f"model {loadable.name!r} has host steps between its chip partitions: "
+                             "submit it with wait=True (or use libnpu.load(...).create_request())")
+        kernels = host_kernels(loadable)
+        fence = None
+        for prepared, steps in _segments(self.device, loadable, self.command, buffers, True):
+            if prepared is not None:
+                fence = self.device.run_prepared(prepared)
+            for step in steps:
+                _HostStepRun(step, kernels[loadable.host_steps.index(step)], loadable, self._host_view)()
+        return fence if fence is not None else self.device.submit(None, wait=True)
+
+    def _host_view(self, desc: TensorDesc) -> np.ndarray:
+        if desc.region in self.bound:
+            memory, delta = self.bound[desc.region]
+            start = desc.offset + delta
+        else:
+            memory, start = self.memory[desc.region], desc.offset
+        return np.lib.stride_tricks.as_strided(
+            memory.view[start:start + desc.nbytes].view(desc.dtype), desc.shape, desc.strides)
 
 
 @dataclass
@@ -256,18 +395,39 @@ class InferRequest:
         self.command.view[:len(commands)] = np.frombuffer(commands, np.uint8)
         self.command_size = len(commands)
         self.buffers = [*model.runtime.weights.values(), *self.memory.values()]
+        self._init_partitions(model, loadable)
         # Built once: the tensors' views into this request's memory and the SUBMIT
         # request itself (same command buffer and buffers every time; only the
         # inputs change between inferences).
         self._inputs = [(desc, self._view(desc)) for desc in loadable.inputs()]
         self._outputs = [(desc, self._view(desc)) for desc in loadable.outputs()]
         self._states = [VariableState(self, desc, self._view(desc)) for desc in loadable.states()]
-        self._run = device.prepare_submit(self.command, self.buffers, size=self.command_size, wait=True)
-        self._submit = device.prepare_submit(self.command, self.buffers, size=self.command_size)
+        self._prepare(model.priority, model.profiling)
         self.fence: Fence | None = None
         self.timing = Timing()
+        self.profile: InferenceProfile | None = None   # the last inference's per-layer profile (PERF_COUNT)
         self._started = 0.0
         self._waiter: threading.Thread | None = None
+
+    def _prepare(self, priority: int, profile: bool) -> None:
+        device = self.model.device
+        self._priority, self._profiled = priority, profile
+        self._run = device.prepare_submit(self.command, self.buffers, size=self.command_size, wait=True,
+                                          priority=priority, profile=profile)
+        self._submit = device.prepare_submit(self.command, self.buffers, size=self.command_size, priority=priority,
+                                             profile=profile)
+
+    def _follow_settings(self) -> None:
+        """MODEL_PRIORITY and PERF_COUNT may change between inferences: rebuild the SUBMITs when they did."""
+        if (self.model.priority, self.model.profiling) != (self._priority, self._profiled):
+            self._prepare(self.model.priority, self.model.profiling)
+
+    def _collect_profile(self) -> None:
+        """PERF_COUNT: the chip's per-layer timing of the job just finished."""
+        fence = self.fence
+        if self._profiled and fence is not None:
+            self.profile = InferenceProfile.from_job(self.model.loadable, self.model.device.get_profile(fence),
+                                                     self.model.clock_mhz)
 
     def _view(self, desc: TensorDesc) -> np.ndarray:
         memory = self.memory[desc.region]
@@ -285,27 +445,17 @@ class InferRequest:
         if isinstance(inputs, Mapping):
             missing = [d.name for d, _ in slots if d.name not in inputs]
             if missing:
-                raise KeyError(f"missing inputs {missing}")
+                raise InputError(f"missing inputs {missing} (the model takes {[d.name for d, _ in slots]})")
             arrays = [inputs[d.name] for d, _ in slots]
         else:
             arrays = list(inputs)
             if len(arrays) != len(slots):
-                raise ValueError(f"model takes {len(slots)} inputs, got {len(arrays)}")
+                raise InputError(f"model takes {len(slots)} inputs, got {len(arrays)}")
         for (desc, view), array in zip(slots, arrays):
             if type(array) is np.ndarray and array.shape == view.shape and array.dtype == view.dtype:
                 view[...] = array                 # the common case: already the model's shape and type
                 continue
-            array = np.asarray(array)
-            if array.shape != desc.shape:
-                if array.size != int(np.prod(desc.shape)):
-                    raise ValueError(f"input {desc.name}: shape {array.shape}, expected {desc.shape}")
-                array = array.reshape(desc.shape)
-            if array.dtype != np.dtype(desc.dtype):
-                if np.issubdtype(array.dtype, np.floating) and desc.scale is not None:
-                    array = quantize(array, desc)
-                else:
-                    array = array.astype(desc.dtype)
-            view[...] = array
+            view[...] = _as_input(np.asarray(array), desc)
 
     def outputs(self, dequantized: bool = False) -> list[np.ndarray]:
         """Copies of the outputs, in the model's own dtype (or float with ``dequantized``)."""
@@ -331,15 +481,19 @@ class InferRequest:
 
     def _check_idle(self) -> None:
         self._check_usable()
-        if self.fence is not None and self.fence.status is None:
+        running = self.fence is not None and self.fence.status is None
+        if running or (self._waiter is not None and self._waiter.is_alive()):
             raise RuntimeError("this request is still running: wait() before touching its state")
 
     def start(self, callback: Callable[[InferRequest, Exception | None], None] | None = None) -> None:
         """Submit the job; returns at once.  ``callback(request, error)`` runs in a
         helper thread when the job is done."""
         self._check_usable()
+        if self.partitioned:
+            return self._start_partitions(callback)
         if self.fence is not None and self.fence.status is None:
             raise RuntimeError("this request is still running")
+        self._follow_settings()
         self._started = time.perf_counter()
         self.fence = self.model.device.submit_prepared(self._submit)
         if callback is not None:
@@ -354,32 +508,104 @@ class InferRequest:
             error = exc
         callback(self, error)
 
+    def _init_partitions(self, model: CompiledModel, loadable: Loadable) -> None:
+        """A partitioned model (host steps): one job per chip partition, the host steps in between."""
+        self.partitioned = bool(loadable.host_steps)
+        self._host: dict[int, _HostStepRun] = {}
+        self._sync_segments: list[tuple[PreparedSubmit | None, list[HostStep]]] = []
+        self._async_segments: list[tuple[PreparedSubmit | None, list[HostStep]]] = []
+        self._error: Exception | None = None
+        self._raise_on_wait = False
+        if self.partitioned:
+            assert self.command is not None, "allocated with the request's memory"
+            for step, kernel in zip(loadable.host_steps, model.host_kernels):
+                self._host[id(step)] = _HostStepRun(step, kernel, loadable, self._view)
+            device = model.device
+            self._sync_segments = _segments(device, loadable, self.command, self.buffers, True)
+            self._async_segments = _segments(device, loadable, self.command, self.buffers, False)
+
+    def _start_partitions(self, callback: Callable[[InferRequest, Exception | None], None] | None) -> None:
+        """``start`` of a partitioned model: the partitions and host steps run in order, in a helper thread."""
+        if self._waiter is not None and self._waiter.is_alive():
+            raise RuntimeError("this request is still running")
+        self._started = time.perf_counter()
+        self._error, self._raise_on_wait = None, callback is None
+        self._waiter = threading.Thread(target=self._run_then_call, args=(callback,), daemon=True)
+        self._waiter.start()
+
+    def _run_then_call(self, callback: Callable[[InferRequest, Exception | None], None] | None) -> None:
+        try:
+            self._run_partitions()
+        except Exception as exc:  # noqa: BLE001 - handed to the callback or to wait()
+            self._error = exc
+        if callback is not None:
+            callback(self, self._error)
+
+    def _run_partitions(self) -> None:
+        """One inference of a partitioned model: each chip partition as a job, then its host steps."""
+        device_ns = 0
+        for prepared, steps in self._sync_segments:
+            if prepared is not None:
+                self.fence = self.model.device.run_prepared(prepared)
+                device_ns += self.fence.device_time_ns
+            for step in steps:
+                self._host[id(step)]()
+        self.timing = Timing(time.perf_counter() - self._started, device_ns)
+
+    async def _run_partitions_async(self) -> None:
+        import trio
+        device_ns = 0
+        for prepared, steps in self._async_segments:
+            if prepared is not None:
+                fence = self.model.device.submit_prepared(prepared)
+                await fence.wait_async()
+                self.fence, device_ns = fence, device_ns + fence.device_time_ns
+            for step in steps:
+                await trio.to_thread.run_sync(self._host[id(step)])
+        self.timing = Timing(time.perf_counter() - self._started, device_ns)
+
     def _finish_wait(self, timeout: float | None) -> None:
         fence = self.fence
         assert fence is not None, "waits follow start()"
         fence.wait(timeout)
         self.timing = Timing(time.perf_counter() - self._started, fence.device_time_ns)
+        self._collect_profile()
 
     def wait(self, timeout: float | None = None) -> None:
         """Block until the job is done (raises JobError / TimeoutError)."""
         self._check_usable()
-        if self.fence is None:
+        if self.fence is None and self._waiter is None:
             raise RuntimeError("request not started")
         if self._waiter is not None:
             self._waiter.join(timeout)
             if self._waiter.is_alive():
                 raise TimeoutError("inference still running")
             self._waiter = None
+            if self._raise_on_wait and self._error is not None:
+                error, self._error = self._error, None
+                raise error
             return
         self._finish_wait(timeout)
 
     def infer(self, inputs: Inputs, dequantized: bool = False) -> list[np.ndarray]:
         """Run once, synchronously (one round trip to the driver)."""
         self.set_inputs(inputs)     # raises ClosedError once released
-        started = time.perf_counter()
+        self.run_sync(time.perf_counter())
+        return self.outputs(dequantized)
+
+    def run_sync(self, started: float) -> None:
+        """Run the inputs already set, to the end, in one round trip (SUBMIT with WAIT);
+        ``timing.latency_s`` counts from ``started`` (a ``time.perf_counter()``).  A model with
+        CPU operators runs its chip partitions and host steps in turn."""
+        self._check_usable()
+        if self.partitioned:
+            self._started = started
+            self._run_partitions()
+            return
+        self._follow_settings()
         self.fence = self.model.device.run_prepared(self._run)
         self.timing = Timing(time.perf_counter() - started, self.fence.device_time_ns)
-        return self.outputs(dequantized)
+        self._collect_profile()
 
     def release(self) -> None:
         """Free this request's device memory; using the request afterwards raises
@@ -389,7 +615,11 @@ class InferRequest:
             return
         self._released = True
         self.model._forget(self)
+        waiter = self._waiter
+        if self.partitioned and waiter is not None and waiter is not threading.current_thread():
+            waiter.join()       # its host steps write through this request's mappings
         self._inputs, self._outputs, self._states = [], [], []   # drop the views before the memory goes
+        self._host.clear()
         self._free_memory()
 
     def _free_memory(self) -> None:
@@ -449,15 +679,23 @@ class CompiledModel:
     stream whose state you follow (``infer`` and ``infer_async`` borrow pooled requests,
     each with state of its own)."""
 
-    def __init__(self, loadable: Loadable, device: Device, session: Session | None = None):
+    def __init__(self, loadable: Loadable, device: Device, session: Session | None = None,
+                 config: Mapping[str, Any] | None = None):
+        self.host_kernels = host_kernels(loadable)      # before any device memory: fails early
         self.loadable, self.device, self._session = loadable, device, session
+        self.settings = {**device.settings, **properties.checked(config or {}, model=False)}
+        properties.apply_log_level(self.settings)
         self.runtime = Runtime(device)
-        self.runtime.load(loadable)
+        if not self.settings["NPU_DEFER_WEIGHTS_LOAD"]:
+            self.runtime.load(loadable)
         self._idle: list[InferRequest] = []
         self._requests: set[InferRequest] = set()    # every live request: idle, borrowed or the user's
+        self._pools: set[RequestPool] = set()
         self._lock = threading.Lock()
         self.closed = False
         self.load_info: dict = {}
+        self.last_profile: InferenceProfile | None = None
+        self._clock_mhz: int | None = None
 
     @property
     def inputs(self) -> list[TensorDesc]:
@@ -474,16 +712,63 @@ class CompiledModel:
 
     @property
     def optimal_requests(self) -> int:
-        """Requests to keep in flight for throughput: one per core, plus one being refilled."""
-        return self.device.info()["num_cores"] + 1
+        """Requests to keep in flight for throughput: OPTIMAL_NUMBER_OF_INFER_REQUESTS under
+        the THROUGHPUT hint, whatever this model's hint is."""
+        return properties.optimal_requests({**self.settings, "PERFORMANCE_HINT": "THROUGHPUT"},
+                                           self.device.info()["num_cores"])
+
+    # ---- properties (OpenVINO's names: libnpu.properties) ----
+    def get_property(self, name: str) -> Any:
+        """One property by OpenVINO key or JSON name: the model's settings (the device's when
+        it was loaded, with load()'s ``config``) and the device's facts."""
+        return properties.value(self.settings, lambda: properties.device_facts(self.device), name, model=True)
+
+    def set_property(self, values: Mapping[str, Any]) -> None:
+        """Change how the model runs: PERFORMANCE_HINT, PERFORMANCE_HINT_NUM_REQUESTS,
+        MODEL_PRIORITY, PERF_COUNT, LOG_LEVEL (all or none).  Properties fixed at load
+        raise PropertyError; unknown names KeyError."""
+        self.settings.update(properties.checked(values, model=True))
+        properties.apply_log_level(self.settings)
+
+    def properties(self) -> dict[str, Any]:
+        """Every property, by JSON name."""
+        return properties.snapshot(self.settings, self.device, model=True)
+
+    @property
+    def profiling(self) -> bool:
+        """PERF_COUNT: inferences record per-layer counters."""
+        return bool(self.settings["PERF_COUNT"])
+
+    @property
+    def clock_mhz(self) -> int:
+        if self._clock_mhz is None:
+            self._clock_mhz = self.device.param("CLOCK_MHZ")
+        return self._clock_mhz
+
+    def get_profiling_info(self) -> InferenceProfile | None:
+        """The per-layer profile of the last ``infer`` / ``infer_async`` (PERF_COUNT on), as
+        OpenVINO's ``get_profiling_info``; a request's own is ``request.profile``."""
+        return self.last_profile
+
+    @property
+    def priority(self) -> int:
+        """The driver's job priority for this model's inferences (from MODEL_PRIORITY)."""
+        return properties.PRIORITIES[self.settings["MODEL_PRIORITY"]]
 
     def _check_open(self) -> None:
         if self.closed:
             raise ClosedError(f"model {self.loadable.name!r} is closed")
 
+    def _load_weights(self) -> None:
+        """NPU_DEFER_WEIGHTS_LOAD: the weights go to the device with the first request."""
+        with self._lock:
+            if self.runtime.loadable is None and not self.closed:
+                self.runtime.load(self.loadable)
+
     def create_request(self) -> InferRequest:
         """A new request with its own memory; ``close()`` frees it with the model."""
         self._check_open()
+        self._load_weights()
         request = InferRequest(self)
         with self._lock:
             if not self.closed:
@@ -491,6 +776,25 @@ class CompiledModel:
                 return request
         request.release()              # the model was closed meanwhile
         raise ClosedError(f"model {self.loadable.name!r} is closed")
+
+    def create_pool(self, max_batch: int | None = None, *, on_output: OutputCallback | None = None,
+                    on_error: ErrorCallback | None = None, on_finish: FinishCallback | None = None) -> RequestPool:
+        """A bounded pool of ``max_batch`` requests (default: OPTIMAL_NUMBER_OF_INFER_REQUESTS)
+        with ``get_task`` / ``try_get_task`` and output, error and finish callbacks
+        (:mod:`libnpu.pool`); ``close()`` closes it with the model."""
+        self._check_open()
+        size = self.get_property("OPTIMAL_NUMBER_OF_INFER_REQUESTS") if max_batch is None else max_batch
+        pool = RequestPool(self, size, on_output, on_error, on_finish)
+        with self._lock:
+            if not self.closed:
+                self._pools.add(pool)
+                return pool
+        pool.close()
+        raise ClosedError(f"model {self.loadable.name!r} is closed")
+
+    def _forget_pool(self, pool: RequestPool) -> None:
+        with self._lock:
+            self._pools.discard(pool)
 
     def _forget(self, request: InferRequest) -> None:
         with self._lock:
@@ -514,7 +818,9 @@ class CompiledModel:
         """Run one inference; thread-safe (each call borrows its own request)."""
         request = self._borrow()
         try:
-            return request.infer(inputs, dequantized)
+            outputs = request.infer(inputs, dequantized)
+            self.last_profile = request.profile
+            return outputs
         finally:
             self._give_back(request)
 
@@ -523,11 +829,17 @@ class CompiledModel:
         request = self._borrow()
         try:
             request.set_inputs(inputs)
+            if request.partitioned:
+                request._started = time.perf_counter()
+                await request._run_partitions_async()
+                return request.outputs(dequantized)
             request.start()
             fence = request.fence
             assert fence is not None, "start() submitted the job"
             await fence.wait_async()
             request.timing = Timing(time.perf_counter() - request._started, fence.device_time_ns)
+            request._collect_profile()
+            self.last_profile = request.profile
             return request.outputs(dequantized)
         finally:
             self._give_back(request)
@@ -540,8 +852,15 @@ class CompiledModel:
             if self.closed:
                 return
             self.closed = True
-            requests, self._idle = list(self._requests), []
+            pools = list(self._pools)
         errors: list[BaseException] = []
+        for pool in pools:              # waits for their running tasks, stops their workers
+            try:
+                pool.close()
+            except Exception as exc:  # noqa: BLE001 - free the rest, then report the first
+                errors.append(exc)
+        with self._lock:
+            requests, self._idle = list(self._requests), []
         for free in [*(request.release for request in requests), self.runtime.unload]:
             try:
                 free()
@@ -561,10 +880,14 @@ class CompiledModel:
 
 def load(model: str | os.PathLike | bytes | Loadable, device: Device | int | None = None, *,
          devroot: str | os.PathLike | None = None, calibration=None, cache_dir: str | os.PathLike | None = None,
-         **compile_options) -> CompiledModel:
+         config: Mapping[str, Any] | None = None, **compile_options) -> CompiledModel:
     """Load a model onto a device: a loadable (.nlb), or a .tflite / .onnx compiled
     (through the content-hash cache) first.  ``device``: an open Device or an
-    instance number (default 0)."""
+    instance number (default 0).  ``config``: properties for this model (OpenVINO's
+    ``compile_model(model, "NPU", config)``), over the device's settings; CACHE_DIR and
+    NPU_BYPASS_UMD_CACHING steer the compile cache (``cache_dir`` wins over CACHE_DIR)."""
+    settings = {**(device.settings if isinstance(device, Device) else properties.defaults()),
+                **properties.checked(config or {}, model=False)}
     timings: dict = {}
     started = time.perf_counter()
     cache_hit = None
@@ -572,8 +895,14 @@ def load(model: str | os.PathLike | bytes | Loadable, device: Device | int | Non
         loadable = model
     elif isinstance(model, (str, os.PathLike)) and Path(model).suffix == ".nlb":
         loadable = Loadable.load(model)
+    elif isinstance(model, (bytes, bytearray, memoryview)) and bytes(model[:len(LOADABLE_MAGIC)]) == LOADABLE_MAGIC:
+        loadable = Loadable.from_bytes(bytes(model))
+    elif settings["NPU_BYPASS_UMD_CACHING"]:
+        from libnpu.compiler.lower import compile_model
+        loadable, cache_hit = compile_model(model, calibration, **compile_options), False
     else:
         from libnpu.compiler.cache import CompileCache, compile_cached
+        cache_dir = cache_dir or settings["CACHE_DIR"] or None
         cache = CompileCache(cache_dir) if cache_dir else None
         loadable, cache_hit = compile_cached(model, calibration, cache=cache, **compile_options)
     timings["compile_s"] = time.perf_counter() - started
@@ -584,7 +913,7 @@ def load(model: str | os.PathLike | bytes | Loadable, device: Device | int | Non
         device = session.open(device or 0)
     started = time.perf_counter()
     try:
-        compiled = CompiledModel(loadable, device, session)
+        compiled = CompiledModel(loadable, device, session, config)
     except BaseException:
         if session is not None:
             session.destroy()
@@ -595,5 +924,5 @@ def load(model: str | os.PathLike | bytes | Loadable, device: Device | int | Non
     return compiled
 
 
-__all__ = ["Runtime", "CompiledModel", "InferRequest", "VariableState", "ClosedError", "load", "quantize",
-           "dequantize", "JobError"]
+__all__ = ["Runtime", "CompiledModel", "InferRequest", "VariableState", "ClosedError", "InputError", "load",
+           "quantize", "dequantize", "JobError"]

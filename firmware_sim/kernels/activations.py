@@ -18,6 +18,7 @@ from .fixedpoint import (
     wrap_int32,
 )
 from .gemmlowp import exp_on_negative_values_q5, get_reciprocal
+from .int16x8 import check_int16_param, check_zero_points, store_int16
 from .output import check_int8_param, store_int8
 
 __all__ = ["relu_family", "lut_lookup", "softmax"]
@@ -35,7 +36,15 @@ def relu_family(x: np.ndarray, *, input_zp: int, output_zp: int, multiplier: int
 
     multiplier/shift: ``spec.fixedpoint.relu_multiplier``; act_min/act_max:
     ``fused_activation_range`` with RELU, RELU6 or RELU_N1_TO_1 on the output quantization.
+    ``x`` int8, or int16 (zero points 0, the same arithmetic with int16 bounds).
     """
+    if x.dtype == np.int16:
+        check_zero_points(input_zp=input_zp, output_zp=output_zp)
+        if act_min > act_max or out is not None and (out.dtype != np.int16 or out.shape != x.shape):
+            raise InvalidCommand(f"act_min > act_max, or out is not int16 {x.shape}")
+        scaled = multiply_by_quantized_multiplier(x.astype(np.int64), multiplier, shift)
+        return store_int16(scaled, 0, check_int16_param("act_min", act_min),
+                           check_int16_param("act_max", act_max), out)
     _check_int8("x", x)
     input_zp = check_int8_param("input_zp", input_zp)
     output_zp = check_int8_param("output_zp", output_zp)

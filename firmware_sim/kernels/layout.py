@@ -1,4 +1,4 @@
-"""Data-movement ops on int8 tensors: CONCATENATION, RESHAPE, TRANSPOSE, PAD, STRIDED_SLICE.
+"""Data-movement ops on int8 (or int16) tensors: CONCATENATION, RESHAPE, TRANSPOSE, PAD, STRIDED_SLICE.
 
 They never change values (TFLite's int8 CONCATENATION requires every input to share the
 output's scale and zero point), so each is a numpy copy into the output.
@@ -10,9 +10,10 @@ from collections.abc import Sequence
 import numpy as np
 
 from ..errors import InvalidCommand
+from .int16x8 import check_int16_param
 from .output import check_int8_param, emit
 
-__all__ = ["concat", "reshape", "transpose", "pad", "strided_slice", "strided_slice_shape"]
+__all__ = ["concat", "reshape", "transpose", "pad", "strided_slice", "strided_slice_shape", "gather"]
 
 
 
@@ -50,7 +51,11 @@ def pad(x: np.ndarray, paddings: Sequence[Sequence[int]], pad_value: int,
     pads = [(int(a), int(b)) for a, b in paddings]
     if len(pads) != x.ndim or any(a < 0 or b < 0 for a, b in pads):
         raise InvalidCommand(f"paddings {paddings} do not fit rank {x.ndim} or are negative")
-    return emit(np.pad(x, pads, constant_values=check_int8_param("pad_value", pad_value)), out)
+    if x.dtype == np.int16:
+        fill = check_int16_param("pad_value", pad_value)
+    else:
+        fill = check_int8_param("pad_value", pad_value)
+    return emit(np.pad(x, pads, constant_values=fill), out)
 
 
 def _slice_axis(size: int, begin: int, end: int, stride: int, begin_masked: bool,
@@ -109,3 +114,13 @@ def strided_slice_shape(shape: Sequence[int], begin: Sequence[int], end: Sequenc
                                             strides=(0,) * len(shape))
     index = _slice_index(shape, begin, end, strides, begin_mask, end_mask, shrink_axis_mask)
     return probe[index].shape
+
+
+def gather(x: np.ndarray, indices: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    """``x`` viewed as (outer, axis, inner): rows of the middle axis picked by ``indices``."""
+    if x.ndim != 3:
+        raise InvalidCommand(f"gather input must be (outer, axis, inner), got {x.shape}")
+    idx = np.asarray(indices).astype(np.int64).reshape(-1)
+    if idx.size and (idx.min() < 0 or idx.max() >= x.shape[1]):
+        raise InvalidCommand(f"gather index outside [0, {x.shape[1]})")
+    return emit(x[:, idx, :], out)

@@ -1,4 +1,4 @@
-"""int8 pooling (NHWC) and MEAN, as TFLite's reference kernels.
+"""int8 / int16 pooling (NHWC) and MEAN, as TFLite's reference kernels.
 
 Max and average pooling consider only window positions inside the image; the average
 divides the int32 sum by that count, rounding half away from zero (input and output
@@ -12,14 +12,15 @@ from numpy.lib.stride_tricks import sliding_window_view
 
 from ..errors import InvalidCommand
 from .fixedpoint import multiply_by_quantized_multiplier, wrap_int32
+from .int16x8 import check_int16_param, store_int16
 from .output import check_int8_param, store_int8
 
 __all__ = ["max_pool2d", "avg_pool2d", "mean"]
 
 
 def _pool_geometry(x: np.ndarray, filter_hw, stride, padding, out_hw) -> tuple[int, ...]:
-    if x.dtype != np.int8 or x.ndim != 4:
-        raise InvalidCommand(f"pool input must be int8 NHWC, got {x.dtype} {x.shape}")
+    if x.dtype not in (np.int8, np.int16) or x.ndim != 4:
+        raise InvalidCommand(f"pool input must be int8 or int16 NHWC, got {x.dtype} {x.shape}")
     (fh, fw), (sh, sw), (pt, pl), (oh, ow) = (tuple(int(v) for v in p)
                                               for p in (filter_hw, stride, padding, out_hw))
     if min(fh, fw, sh, sw) < 1 or min(pt, pl, oh, ow) < 0:
@@ -58,11 +59,21 @@ def _count(out: int, f: int, s: int, p: int, size: int) -> np.ndarray:
     return np.minimum(f, size - origin) - np.maximum(0, -origin)
 
 
+def _store(v: np.ndarray, dtype: np.dtype, act_min: int, act_max: int,
+           out: np.ndarray | None) -> np.ndarray:
+    """Clamp and store in the input's type (int16 pooling: TFLite's 16x8 kernels)."""
+    if dtype == np.int16:
+        return store_int16(v, 0, check_int16_param("act_min", act_min),
+                           check_int16_param("act_max", act_max), out)
+    return store_int8(v, 0, check_int8_param("act_min", act_min),
+                      check_int8_param("act_max", act_max), out)
+
+
 def max_pool2d(x: np.ndarray, *, filter_hw: tuple[int, int], stride: tuple[int, int],
                padding: tuple[int, int], out_hw: tuple[int, int],
                act_min: int = -128, act_max: int = 127,
                out: np.ndarray | None = None) -> np.ndarray:
-    """int8 NHWC max pooling; padding (top, left), output (OH, OW) from ``conv_geometry``."""
+    """int8 or int16 NHWC max pooling; padding (top, left), output (OH, OW) from ``conv_geometry``."""
     g = _pool_geometry(x, filter_hw, stride, padding, out_hw)
     tiles = _tiles(x, g)
     if tiles is not None:
@@ -71,15 +82,14 @@ def max_pool2d(x: np.ndarray, *, filter_hw: tuple[int, int], stride: tuple[int, 
         m = _pool_windows(x, g, fill=-(1 << 20)).max(axis=(-2, -1)).astype(np.int64)
         if np.any(m == -(1 << 20)):
             raise InvalidCommand("a pooling window lies entirely outside the input")
-    return store_int8(m, 0, check_int8_param("act_min", act_min),
-                      check_int8_param("act_max", act_max), out)
+    return _store(m, x.dtype, act_min, act_max, out)
 
 
 def avg_pool2d(x: np.ndarray, *, filter_hw: tuple[int, int], stride: tuple[int, int],
                padding: tuple[int, int], out_hw: tuple[int, int],
                act_min: int = -128, act_max: int = 127,
                out: np.ndarray | None = None) -> np.ndarray:
-    """int8 NHWC average pooling over the in-image part of each window."""
+    """int8 or int16 NHWC average pooling over the in-image part of each window."""
     g = _pool_geometry(x, filter_hw, stride, padding, out_hw)
     fh, fw, sh, sw, pt, pl, oh, ow, h, w, _, _ = g
     tiles = _tiles(x, g)
@@ -94,16 +104,16 @@ def avg_pool2d(x: np.ndarray, *, filter_hw: tuple[int, int], stride: tuple[int, 
     half = count // 2
     num = np.where(acc > 0, acc + half, acc - half)
     avg = np.where(num >= 0, num // count, -((-num) // count))  # C division truncates
-    return store_int8(avg, 0, check_int8_param("act_min", act_min),
-                      check_int8_param("act_max", act_max), out)
+    return _store(avg, x.dtype, act_min, act_max, out)
 
 
 def mean(x: np.ndarray, axes: tuple[int, ...], *, input_zp: int, output_zp: int,
          multiplier: int, shift: int, keep_dims: bool = True,
          out: np.ndarray | None = None) -> np.ndarray:
-    """int8 MEAN over ``axes``; multiplier/shift from ``spec.fixedpoint.rescale_multiplier``."""
-    if x.dtype != np.int8:
-        raise TypeError(f"x must be int8, got {x.dtype}")
+    """int8 or int16 MEAN over ``axes``; multiplier/shift from
+    ``spec.fixedpoint.rescale_multiplier`` (int16: zero points 0, the same arithmetic)."""
+    if x.dtype not in (np.int8, np.int16):
+        raise TypeError(f"x must be int8 or int16, got {x.dtype}")
     axes = tuple(sorted({a % x.ndim for a in axes})) if x.ndim else ()
     if not axes and x.ndim:
         raise InvalidCommand("mean needs at least one axis")
@@ -117,9 +127,13 @@ def mean(x: np.ndarray, axes: tuple[int, ...], *, input_zp: int, output_zp: int,
         raise InvalidCommand("shift must be in [-31, 30]")
     up = min(count.bit_length() - 1, 32, 31 + int(shift))
     mult = (int(multiplier) << up) // count
-    shifted = wrap_int32(total - check_int8_param("input_zp", input_zp) * count)
+    int16 = x.dtype == np.int16
+    check = check_int16_param if int16 else check_int8_param
+    shifted = wrap_int32(total - check("input_zp", input_zp) * count)
     raw = multiply_by_quantized_multiplier(shifted, wrap_int32(np.int64(mult)), int(shift) - up)
     res_shape = total.shape
-    if out is not None and (out.dtype != np.int8 or out.shape != res_shape):
-        raise InvalidCommand(f"out must be int8 {res_shape}")
+    if out is not None and (out.dtype != x.dtype or out.shape != res_shape):
+        raise InvalidCommand(f"out must be {x.dtype} {res_shape}")
+    if int16:
+        return store_int16(raw, check("output_zp", output_zp), -(1 << 15), (1 << 15) - 1, out)
     return store_int8(raw, check_int8_param("output_zp", output_zp), -128, 127, out)

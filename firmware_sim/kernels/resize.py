@@ -1,4 +1,4 @@
-"""int8 image resizing (NHWC), as TFLite's reference kernels.
+"""int8 / int16 image resizing (NHWC), as TFLite's reference kernels.
 
 Bilinear: ``ResizeBilinearInteger`` (10-bit fixed-point source coordinates, 20-bit
 weights, rounding half away from zero). Nearest: ``GetNearestNeighbor`` with its float32
@@ -16,8 +16,8 @@ __all__ = ["resize_bilinear", "resize_nearest"]
 
 
 def _check(x: np.ndarray, out_hw, align_corners: bool, half_pixel_centers: bool):
-    if x.dtype != np.int8 or x.ndim != 4 or min(x.shape[1:3]) < 1:
-        raise InvalidCommand(f"resize input must be non-empty int8 NHWC, got {x.dtype} {x.shape}")
+    if x.dtype not in (np.int8, np.int16) or x.ndim != 4 or min(x.shape[1:3]) < 1:
+        raise InvalidCommand(f"resize input must be non-empty int8 or int16 NHWC, got {x.dtype} {x.shape}")
     oh, ow = int(out_hw[0]), int(out_hw[1])
     if oh < 1 or ow < 1:
         raise InvalidCommand("output size must be positive")
@@ -47,7 +47,7 @@ def _bilinear_axis(out: int, size: int, align_corners: bool, half_pixel: bool):
 def resize_bilinear(x: np.ndarray, out_hw: tuple[int, int], *, align_corners: bool = False,
                     half_pixel_centers: bool = False,
                     out: np.ndarray | None = None) -> np.ndarray:
-    """int8 bilinear resize to ``out_hw`` (input and output share quantization)."""
+    """int8 / int16 bilinear resize to ``out_hw`` (input and output share quantization)."""
     oh, ow = _check(x, out_hw, align_corners, half_pixel_centers)
     y0, y1, fy = _bilinear_axis(oh, x.shape[1], align_corners, half_pixel_centers)
     x0, x1, fx = _bilinear_axis(ow, x.shape[2], align_corners, half_pixel_centers)
@@ -58,7 +58,7 @@ def resize_bilinear(x: np.ndarray, out_hw: tuple[int, int], *, align_corners: bo
     total = (rows0[:, :, x0] * wy0 * wx0 + rows1[:, :, x0] * wy1 * wx0
              + rows0[:, :, x1] * wy0 * wx1 + rows1[:, :, x1] * wy1 * wx1)
     rounded = _c_div(total + np.where(total > 0, 1 << 19, -(1 << 19)), 1 << 20)
-    return emit(rounded.astype(np.int8), out)
+    return emit(rounded.astype(x.dtype), out)
 
 
 def _nearest_axis(out: int, size: int, align_corners: bool, half_pixel: bool) -> np.ndarray:
@@ -80,7 +80,7 @@ def _nearest_axis(out: int, size: int, align_corners: bool, half_pixel: bool) ->
 def resize_nearest(x: np.ndarray, out_hw: tuple[int, int], *, align_corners: bool = False,
                    half_pixel_centers: bool = False,
                    out: np.ndarray | None = None) -> np.ndarray:
-    """int8 nearest-neighbour resize to ``out_hw``."""
+    """int8 / int16 nearest-neighbour resize to ``out_hw``."""
     oh, ow = _check(x, out_hw, align_corners, half_pixel_centers)
     ys = _nearest_axis(oh, x.shape[1], align_corners, half_pixel_centers)
     xs = _nearest_axis(ow, x.shape[2], align_corners, half_pixel_centers)

@@ -19,7 +19,8 @@ import numpy as np
 
 __all__ = ["quantize_multiplier", "quantize_multiplier_array", "effective_scale",
            "fused_activation_range", "rescale_multiplier", "relu_multiplier", "mul_multiplier",
-           "add_params", "ADD_LEFT_SHIFT", "softmax_params", "activation_lut", "LUT_TANH",
+           "add_params", "ADD_LEFT_SHIFT", "ADD_LEFT_SHIFT_INT16",
+           "softmax_int16_params", "softmax_params", "activation_lut", "LUT_TANH",
            "LUT_LOGISTIC",
            "ACT_NONE", "ACT_RELU", "ACT_RELU_N1_TO_1", "ACT_RELU6"]
 
@@ -136,17 +137,19 @@ def mul_multiplier(input1_scale: float, input2_scale: float,
 
 
 ADD_LEFT_SHIFT = 20  # int8 ADD scales both inputs up by 2**20 before rescaling
+ADD_LEFT_SHIFT_INT16 = 15
 
 
-def add_params(input1_scale: float, input2_scale: float,
-               output_scale: float) -> dict[str, int]:
-    """ADD's six multiplier/shift values (TFLite add.cc Prepare, int8 case)."""
+def add_params(input1_scale: float, input2_scale: float, output_scale: float,
+               left_shift: int = ADD_LEFT_SHIFT) -> dict[str, int]:
+    """ADD's six multiplier/shift values (TFLite add.cc Prepare): int8 scales the inputs
+    up by 2**20, int16 (the general, non power-of-two path) by 2**15."""
     s1, s2, so = _f32(input1_scale), _f32(input2_scale), _f32(output_scale)
     twice_max = float(np.float32(2) * max(s1, s2))
     m1, sh1 = quantize_multiplier(float(s1) / twice_max)
     m2, sh2 = quantize_multiplier(float(s2) / twice_max)
-    mo, sho = quantize_multiplier(twice_max / float(np.float32(1 << ADD_LEFT_SHIFT) * so))
-    return dict(left_shift=ADD_LEFT_SHIFT, input1_multiplier=m1, input1_shift=sh1,
+    mo, sho = quantize_multiplier(twice_max / float(np.float32(1 << left_shift) * so))
+    return dict(left_shift=left_shift, input1_multiplier=m1, input1_shift=sh1,
                 input2_multiplier=m2, input2_shift=sh2, output_multiplier=mo, output_shift=sho)
 
 
@@ -166,6 +169,13 @@ def softmax_params(beta: float, input_scale: float) -> tuple[int, int, int]:
         raise ValueError("softmax beta * input_scale is too small to encode")
     radius = math.floor(1.0 * ((1 << bits) - 1) * (1 << (31 - bits)) / (1 << shift))
     return mult, shift, -radius
+
+
+def softmax_int16_params(beta: float, input_scale: float) -> tuple[int, int]:
+    """int16 SOFTMAX: ``(input_multiplier, input_left_shift)`` taking an input difference
+    to the exp table's grid, where [-65535, 0] stands for [-10, 0] (TFLite's Prepare: the
+    product ``input_scale * beta`` is a float32 one)."""
+    return quantize_multiplier(float(_f32(input_scale) * _f32(beta)) / (10.0 / 65535.0))
 
 
 def _libm():

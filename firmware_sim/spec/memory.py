@@ -39,6 +39,10 @@ def cq_path(bus: Path, core: int) -> Path:
     return bus / f"cq{core}"
 
 
+def profile_queue_path(bus: Path, core: int) -> Path:
+    return bus / f"pq{core}"
+
+
 def page_table_path(bus: Path, asid: int) -> Path:
     return bus / f"pt{asid}"
 

@@ -3,8 +3,9 @@ the geometry rules the compiler and the chip share.
 
 Conventions (all descriptors follow ``spec.tasks``: common header, 8-byte aligned):
 
-* Operands are device addresses (u64 IOVAs). Activations are int8 unless noted, dense
-  row-major; 4-D image tensors are NHWC.
+* Operands are device addresses (u64 IOVAs). Activations are int8 unless noted (the
+  header flag ``OPF_INT16`` makes them int16, see below), dense row-major; 4-D image
+  tensors are NHWC.
 * ``*_shape`` fields are u32 arrays. Arbitrary-rank tensors use ``rank`` plus a
   ``u32[MAX_RANK]`` shape whose unused trailing entries are 0. For ADD / MUL all three
   shapes are given at the output's rank (inputs padded with leading 1s), and inputs
@@ -21,11 +22,14 @@ from firmware_sim.spec.tasks import register_task
 
 __all__ = [
     "PADDING_SAME", "PADDING_VALID", "conv_geometry", "MAX_RANK", "OPF_PER_CHANNEL",
-    "OPF_ALIGN_CORNERS", "OPF_HALF_PIXEL_CENTERS", "OPF_KEEP_DIMS", "CONCAT_MAX_INPUTS",
+    "OPF_ALIGN_CORNERS", "OPF_HALF_PIXEL_CENTERS", "OPF_KEEP_DIMS", "OPF_INT16", "OPF_INT16_INPUT",
+    "CONCAT_MAX_INPUTS",
     "OP_CONV_2D", "OP_DEPTHWISE_CONV_2D", "OP_ADD", "OP_MUL", "OP_MAX_POOL_2D", "OP_AVERAGE_POOL_2D",
     "OP_MEAN", "OP_RELU", "OP_LUT", "OP_SOFTMAX", "OP_CONCATENATION", "OP_RESHAPE", "OP_TRANSPOSE",
     "OP_PAD", "OP_STRIDED_SLICE", "OP_RESIZE_BILINEAR", "OP_RESIZE_NEAREST_NEIGHBOR", "OP_QUANTIZE",
-    "OP_REQUANTIZE", "OP_DEQUANTIZE",
+    "OP_REQUANTIZE", "OP_DEQUANTIZE", "OP_SUM", "OP_REDUCE_MAX", "OP_REDUCE_MIN", "OP_REDUCE_L2",
+    "OP_BATCH_MATMUL", "OPF_ADJ_X", "OPF_ADJ_Y", "OP_TRANSPOSE_CONV", "OP_GATHER",
+    "OP_ARG_MAX", "OP_ARG_MIN", "OPF_INDEX_INT64",
 ]
 
 PADDING_SAME, PADDING_VALID = 1, 2
@@ -61,6 +65,14 @@ OPF_PER_CHANNEL = 0x1         # conv/depthwise: multipliers/shifts are arrays (m
 OPF_ALIGN_CORNERS = 0x2       # resize
 OPF_HALF_PIXEL_CENTERS = 0x4  # resize
 OPF_KEEP_DIMS = 0x8           # mean (informational: the output bytes are the same)
+# int16 activations (TFLite's 16x8 scheme: symmetric int16, zero point 0, int8 weights):
+# CONV_2D / DEPTHWISE_CONV_2D / FULLY_CONNECTED (bias int64, FC with FC_DOUBLE_SCALE), ADD,
+# MUL, MAX/AVERAGE_POOL_2D, MEAN, RELU, SOFTMAX (input_beta_* from fixedpoint.softmax_int16_params,
+# output scale 2**-15), RESIZE_*, TRANSPOSE, PAD, STRIDED_SLICE (2-byte elements),
+# QUANTIZE (float32 -> int16), DEQUANTIZE (int16 -> float32) and REQUANTIZE (its output).
+# RESHAPE and CONCATENATION count bytes and need no flag.
+OPF_INT16 = 0x100
+OPF_INT16_INPUT = 0x200       # REQUANTIZE: the input is int16 (int16 -> int8 / int16)
 
 OP_CONV_2D = 0x10
 OP_DEPTHWISE_CONV_2D = 0x11
@@ -162,6 +174,77 @@ SOFTMAX = register_task(OP_SOFTMAX, "SOFTMAX", [
     ("diff_min", "<i4"),                       # spec.fixedpoint.softmax_params
 ])
 
+# ---- activations and elementwise math (opcodes 0x30..0x4F) ----
+OP_PRELU = 0x30
+OP_HARD_SWISH = 0x31
+OP_LEAKY_RELU = 0x32
+OP_SQUARED_DIFFERENCE = 0x33
+OP_SUB = 0x34
+OP_MAXIMUM = 0x35
+OP_MINIMUM = 0x36
+OP_RSQRT = 0x37
+OP_ABS = 0x38
+OP_DIV = 0x39
+OP_L2_NORMALIZATION = 0x3A
+OP_LOG_SOFTMAX = 0x3B
+__all__ += ["OP_PRELU", "OP_HARD_SWISH", "OP_LEAKY_RELU", "OP_SQUARED_DIFFERENCE", "OP_SUB", "OP_MAXIMUM",
+            "OP_MINIMUM", "OP_RSQRT", "OP_ABS", "OP_DIV", "OP_L2_NORMALIZATION", "OP_LOG_SOFTMAX"]
+
+# Unary ops whose TFLite int8 kernel is a table built from float (ELU, GELU, EXP, LOG,
+# SQRT, NEG...) run on LUT; these carry the parameters of an integer formula (kernels:
+# ``firmware_sim.kernels.binary``, ``.unary``, ``.normalization``).
+PRELU = register_task(OP_PRELU, "PRELU", _BINARY_SHAPES + [   # input1: x, input2: alpha
+    ("output_multiplier_1", "<i4"), ("output_shift_1", "<i4"),  # x >= 0: in / out
+    ("output_multiplier_2", "<i4"), ("output_shift_2", "<i4"),  # x < 0: in * alpha / out
+])
+SQUARED_DIFFERENCE = register_task(OP_SQUARED_DIFFERENCE, "SQUARED_DIFFERENCE", _BINARY_SHAPES + [
+    ("left_shift", "<i4"),
+    ("input1_multiplier", "<i4"), ("input1_shift", "<i4"),
+    ("input2_multiplier", "<i4"), ("input2_shift", "<i4"),
+    ("output_multiplier", "<i4"), ("output_shift", "<i4"),
+])
+SUB = register_task(OP_SUB, "SUB", _BINARY_SHAPES + [   # ADD's fields (spec.fixedpoint.add_params)
+    ("left_shift", "<i4"),
+    ("input1_multiplier", "<i4"), ("input1_shift", "<i4"),
+    ("input2_multiplier", "<i4"), ("input2_shift", "<i4"),
+    ("output_multiplier", "<i4"), ("output_shift", "<i4"),
+    ("act_min", "<i4"), ("act_max", "<i4"),
+])
+MAXIMUM = register_task(OP_MAXIMUM, "MAXIMUM", _BINARY_SHAPES)   # one scale: compares the bytes
+MINIMUM = register_task(OP_MINIMUM, "MINIMUM", _BINARY_SHAPES)
+DIV = register_task(OP_DIV, "DIV", _BINARY_SHAPES + [
+    ("output_multiplier", "<i4"), ("output_shift", "<i4"),   # in1 / (in2 * out)
+    ("act_min", "<i4"), ("act_max", "<i4"),
+])
+HARD_SWISH = register_task(OP_HARD_SWISH, "HARD_SWISH", _FLAT + [
+    ("input_zp", "<i4"), ("output_zp", "<i4"),
+    ("output_multiplier", "<i4"), ("output_shift", "<i4"),     # int16 fixed point, shift <= 0
+    ("reluish_multiplier", "<i4"), ("reluish_shift", "<i4"),   # int16 fixed point
+])
+LEAKY_RELU = register_task(OP_LEAKY_RELU, "LEAKY_RELU", _FLAT + [
+    ("input_zp", "<i4"), ("output_zp", "<i4"),
+    ("multiplier_identity", "<i4"), ("shift_identity", "<i4"),  # x >= 0: in / out
+    ("multiplier_alpha", "<i4"), ("shift_alpha", "<i4"),        # x < 0: in * alpha / out
+])
+RSQRT = register_task(OP_RSQRT, "RSQRT", _FLAT + [
+    ("input_zp", "<i4"), ("output_zp", "<i4"),
+    ("multiplier", "<i4"), ("shift", "<i4"),   # 1 / (sqrt(in) * out)
+])
+ABS = register_task(OP_ABS, "ABS", _FLAT + [
+    ("input_zp", "<i4"), ("output_zp", "<i4"),
+    ("rescale", "<u4"),                        # 0: same scale (no multiplier)
+    ("multiplier", "<i4"), ("shift", "<i4"),   # in / out
+])
+_ROWS = [("input", "<u8"), ("output", "<u8"), ("rows", "<u4"), ("depth", "<u4")]  # over the last axis
+L2_NORMALIZATION = register_task(OP_L2_NORMALIZATION, "L2_NORMALIZATION", _ROWS + [
+    ("input_zp", "<i4"),                       # output: scale 1/128, zero point 0
+])
+LOG_SOFTMAX = register_task(OP_LOG_SOFTMAX, "LOG_SOFTMAX", _ROWS + [   # output: scale 16/256, zero point 127
+    ("input_multiplier", "<i4"), ("input_left_shift", "<i4"),
+    ("reverse_scaling_divisor", "<i4"), ("reverse_scaling_right_shift", "<i4"),
+    ("diff_min", "<i4"),
+])
+
 CONCATENATION = register_task(OP_CONCATENATION, "CONCATENATION", [
     ("inputs_iova", "<u8"),    # u64[num_inputs]: each input's IOVA
     ("sizes_iova", "<u8"),     # u32[num_inputs]: each input's extent on the concat axis
@@ -209,3 +292,81 @@ REQUANTIZE = register_task(OP_REQUANTIZE, "REQUANTIZE", _FLAT + [  # int8 -> int
 DEQUANTIZE = register_task(OP_DEQUANTIZE, "DEQUANTIZE", _FLAT + [  # int8 -> float32
     ("scale", "<f4"), ("zero_point", "<i4"),
 ])
+
+# ---- reductions (opcodes 0x50..0x53) ----
+OP_SUM = 0x50
+OP_REDUCE_MAX = 0x51
+OP_REDUCE_MIN = 0x52
+OP_REDUCE_L2 = 0x53
+
+_REDUCE = [
+    ("input", "<u8"), ("output", "<u8"),
+    ("rank", "<u4"), ("in_shape", *_SHAPE),
+    ("axes_mask", "<u4"),      # bit i set: reduce axis i (the output keeps it as 1)
+]
+# SUM: acc = sum(x - input_zp) (int32), y = clamp(MultiplyByQuantizedMultiplier(acc, multiplier,
+#   shift) + output_zp, -128, 127), multiplier/shift = spec.fixedpoint.rescale_multiplier: LiteRT's
+#   integer arithmetic, on int8 values (LiteRT 2.3 reads and writes them as uint8: docs/hardware.md).
+SUM = register_task(OP_SUM, "SUM", _REDUCE + [
+    ("input_zp", "<i4"), ("output_zp", "<i4"), ("multiplier", "<i4"), ("shift", "<i4"),
+])
+REDUCE_MAX = register_task(OP_REDUCE_MAX, "REDUCE_MAX", _REDUCE)   # one quantization in and out
+REDUCE_MIN = register_task(OP_REDUCE_MIN, "REDUCE_MIN", _REDUCE)
+# REDUCE_L2 (no TFLite kernel; docs/hardware.md): acc = sum((x - input_zp)^2) exactly (int64),
+#   y = clamp(output_zp + round_half_away(sqrt_f64(acc) * scale), -128, 127),
+#   scale = f64(input_scale / output_scale).
+REDUCE_L2 = register_task(OP_REDUCE_L2, "REDUCE_L2", _REDUCE + [
+    ("input_zp", "<i4"), ("output_zp", "<i4"), ("scale", "<f8"),
+])
+
+# ---- matrix products of two activations (opcode 0x54) ----
+OP_BATCH_MATMUL = 0x54
+OPF_ADJ_X = 0x20   # batch_matmul: lhs is stored [..., depth, rows] (transposed)
+OPF_ADJ_Y = 0x40   # batch_matmul: rhs is stored [..., cols, depth]
+
+# out[..., i, j] = clamp(MultiplyByQuantizedMultiplier(sum_k (lhs[..., i, k] - lhs_zp) *
+#   (rhs[..., k, j] - rhs_zp), multiplier, shift) + output_zp, act_min, act_max); the batch
+#   axes broadcast like numpy (shapes given at one rank, leading 1s added).
+BATCH_MATMUL = register_task(OP_BATCH_MATMUL, "BATCH_MATMUL", [
+    ("lhs", "<u8"), ("rhs", "<u8"), ("output", "<u8"),
+    ("rank", "<u4"),                   # >= 2: batch axes, then the two matrix axes
+    ("lhs_shape", *_SHAPE), ("rhs_shape", *_SHAPE),   # as stored (adj flags say the order)
+    ("lhs_zp", "<i4"), ("rhs_zp", "<i4"), ("output_zp", "<i4"),
+    ("multiplier", "<i4"), ("shift", "<i4"),
+    ("act_min", "<i4"), ("act_max", "<i4"),
+])
+
+# ---- transposed convolution (opcode 0x55) ----
+OP_TRANSPOSE_CONV = 0x55
+# The conv layout: weights [Cout, KH, KW, Cin] (symmetric, per channel with OPF_PER_CHANNEL),
+# bias int32 [Cout] or 0, padding = (top, left) cropped from the full result. Each input
+# pixel (y, x) adds (input - input_zp) * weights into output (y * stride - top + ky,
+# x * stride - left + kx) when that lies inside out_shape; then + bias,
+# MultiplyByQuantizedMultiplier per channel, + output_zp, clamp. dilation must be (1, 1)
+# and cin_per_group Cin.
+TRANSPOSE_CONV = register_task(OP_TRANSPOSE_CONV, "TRANSPOSE_CONV", _CONV_FIELDS)
+
+# ---- gather along one axis by an index table (opcode 0x56) ----
+OP_GATHER = 0x56
+# The input is viewed as [outer, axis_size, inner] (inner counted in elements), the output
+# as [outer, count, inner]: output[o, i, :] = input[o, indices[i], :]. Serves GATHER with
+# constant indices, and one axis at a time MIRROR_PAD, BROADCAST_TO and ONNX Pad
+# reflect/edge. An index outside [0, axis_size) fails the job (EINVAL).
+GATHER = register_task(OP_GATHER, "GATHER", [
+    ("input", "<u8"), ("output", "<u8"),
+    ("indices_iova", "<u8"),   # int32[count]
+    ("outer", "<u4"), ("axis_size", "<u4"), ("inner", "<u4"), ("count", "<u4"),
+])
+
+# ---- index of the largest / smallest value along one axis (opcodes 0x57, 0x58) ----
+OP_ARG_MAX = 0x57
+OP_ARG_MIN = 0x58
+OPF_INDEX_INT64 = 0x80   # arg_max/arg_min: the output is int64 (else int32)
+# The output (the input's shape without ``axis``) holds the first index of the extreme
+# int8 value; ties go to the lowest index, as LiteRT's kernel.
+_ARG = [
+    ("input", "<u8"), ("output", "<u8"),
+    ("rank", "<u4"), ("in_shape", *_SHAPE), ("axis", "<u4"),
+]
+ARG_MAX = register_task(OP_ARG_MAX, "ARG_MAX", _ARG)
+ARG_MIN = register_task(OP_ARG_MIN, "ARG_MIN", _ARG)

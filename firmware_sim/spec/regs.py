@@ -28,8 +28,14 @@ FAULT_INJECT = 0x24      # KMD: FAULT_* bits, applied to every job a core starts
 WATCHDOG_MS = 0x28       # KMD: default job timeout when a ring entry gives none
 MACS_PER_CYCLE = 0x2C    # chip: timing model (per core)
 DMA_BYTES_PER_CYCLE = 0x30  # chip: timing model
+PROFILE_ID = 0x34        # chip: the hardware profile it runs (spec.profiles: Profile.id)
+SRAM_KB = 0x38           # chip: on-chip SRAM per core, KiB
+TASK_OVERHEAD_CYCLES = 0x3C  # chip: timing model, cycles each task costs besides its work
+PACING = 0x40            # KMD: PACING_ON makes every job end no earlier than its modeled device time
 
 STATUS_READY = 0x1
+
+PACING_ON = 0x1
 
 FAULT_HANG = 0x1         # the core stops responding mid-job (watchdog must recover)
 FAULT_DMA_ERROR = 0x2    # the next DMA access fails as a bus error (EIO)
@@ -57,6 +63,9 @@ JOB_START_NS = 0x38      # core (u64): CLOCK_MONOTONIC ns when CURRENT_JOB start
 BUSY_NS = 0x40           # core (u64): wall-clock ns spent executing jobs (utilization)
 JOB_TIMEOUT_MS = 0x48    # core (u32): the ring entry's timeout of CURRENT_JOB (0: WATCHDOG_MS)
 CORE_RESTARTS = 0x4C     # chip (u32): times the chip's watchdog restarted this core (it died or hung); wraps
+PQ_HEAD = 0x50           # KMD  (u32): next profile record the KMD will read (ring.PROFILE_ENTRIES)
+PQ_TAIL = 0x54           # core (u32): next profile record the core will write
+PQ_DROPPED = 0x58        # core (u32): profile records dropped because the queue was full (wraps)
 
 IRQ_JOB_DONE = 0x1
 IRQ_JOB_ERROR = 0x2

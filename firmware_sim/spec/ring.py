@@ -18,6 +18,8 @@ DEFAULT_RING_ENTRIES = 256
 OP_JOB = 1          # run the command buffer of a job
 OP_INVALIDATE = 2   # drop cached translations/mappings of asid (bo_id 0: all of them)
 
+RING_FLAG_PROFILE = 0x1   # OP_JOB: record the job's per-task timestamps in the core's profile queue
+
 RING_ENTRY = np.dtype([
     ("opcode", "<u4"),
     ("asid", "<u4"),
@@ -48,6 +50,27 @@ COMPLETION = np.dtype([
 assert COMPLETION.itemsize == 56
 COMPLETION_STRUCT = struct.Struct("<QiIQQQIIQ")
 assert COMPLETION_STRUCT.size == COMPLETION.itemsize
+
+
+# Profile queue (one per core, PROFILE_ENTRIES records): for a job whose ring entry has
+# RING_FLAG_PROFILE the core appends one PROFILE_TASK record per task it ran, then one
+# PROFILE_JOB record, then moves PQ_TAIL, all before the job's completion; the KMD reads
+# from PQ_HEAD.  Records that do not fit are dropped (PQ_DROPPED counts them), never waited for.
+PROFILE_ENTRIES = 4096
+PROFILE_TASK = 1
+PROFILE_JOB = 2
+PROFILE_RECORD = np.dtype([
+    ("job_id", "<u8"),
+    ("index", "<u4"),           # PROFILE_TASK: the task's index in the command buffer; PROFILE_JOB: tasks run
+    ("opcode", "<u2"),          # PROFILE_TASK: the task's opcode
+    ("kind", "<u2"),            # PROFILE_TASK or PROFILE_JOB
+    ("start_ns", "<u8"),        # CLOCK_MONOTONIC
+    ("end_ns", "<u8"),
+    ("cycles", "<u8"),          # simulated cycles (PROFILE_JOB: the job's, as in its completion)
+], align=True)
+assert PROFILE_RECORD.itemsize == 40
+PROFILE_RECORD_STRUCT = struct.Struct("<QIHHQQQ")
+assert PROFILE_RECORD_STRUCT.size == PROFILE_RECORD.itemsize
 
 
 def ring_next(index: int, entries: int) -> int:

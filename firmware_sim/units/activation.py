@@ -4,18 +4,24 @@ from __future__ import annotations
 
 import numpy as np
 
-from firmware_sim.kernels import activations
+from firmware_sim.kernels import activations, int16x8
 from firmware_sim.spec import ops
 
-from .common import count, dims, unit
+from .common import OpDescriptorError, count, dims, unit
 from .elementwise import flat_cost
 
 
-@unit(ops.OP_RELU, flat_cost(1, 1))
+def _int8_only(desc: np.void) -> None:
+    if int(desc["flags"]) & ops.OPF_INT16:
+        raise OpDescriptorError("this activation has no int16 mode (OPF_INT16)")
+
+
+@unit(ops.OP_RELU, lambda desc: flat_cost(*(2, 2) if int(desc["flags"]) & ops.OPF_INT16 else (1, 1))(desc))
 def relu(desc: np.void, dma) -> None:
     n = count(desc)
-    x = dma.read_array(int(desc["input"]), np.int8, (n,))
-    out = dma.write_array(int(desc["output"]), np.int8, (n,))
+    dtype = np.int16 if int(desc["flags"]) & ops.OPF_INT16 else np.int8
+    x = dma.read_array(int(desc["input"]), dtype, (n,))
+    out = dma.write_array(int(desc["output"]), dtype, (n,))
     activations.relu_family(x, input_zp=int(desc["input_zp"]), output_zp=int(desc["output_zp"]),
                             multiplier=int(desc["multiplier"]), shift=int(desc["shift"]),
                             act_min=int(desc["act_min"]), act_max=int(desc["act_max"]), out=out)
@@ -23,6 +29,7 @@ def relu(desc: np.void, dma) -> None:
 
 @unit(ops.OP_LUT, flat_cost(1, 1, 256))
 def lut(desc: np.void, dma) -> None:
+    _int8_only(desc)
     n = count(desc)
     x = dma.read_array(int(desc["input"]), np.int8, (n,))
     table = dma.read_array(int(desc["lut"]), np.int8, (256,))
@@ -31,12 +38,18 @@ def lut(desc: np.void, dma) -> None:
 
 def _softmax_cost(desc: np.void) -> tuple[int, int]:
     n = int(desc["rows"]) * int(desc["depth"])
-    return 2 * n, 2 * n
+    return 2 * n, (4 if int(desc["flags"]) & ops.OPF_INT16 else 2) * n
 
 
 @unit(ops.OP_SOFTMAX, _softmax_cost)
 def softmax(desc: np.void, dma) -> None:
     shape = dims((desc["rows"], desc["depth"]), "rows/depth")
+    if int(desc["flags"]) & ops.OPF_INT16:  # the multiplier / shift take the input to the exp table
+        x16 = dma.read_array(int(desc["input"]), np.int16, shape)
+        int16x8.softmax_int16(x16, input_multiplier=int(desc["input_beta_multiplier"]),
+                              input_left_shift=int(desc["input_beta_left_shift"]),
+                              out=dma.write_array(int(desc["output"]), np.int16, shape))
+        return
     x = dma.read_array(int(desc["input"]), np.int8, shape)
     activations.softmax(x, input_beta_multiplier=int(desc["input_beta_multiplier"]),
                         input_beta_left_shift=int(desc["input_beta_left_shift"]),

@@ -22,7 +22,7 @@ from firmware_sim.kernels import native
 from firmware_sim.spec import ops, tasks
 
 __all__ = ["OpDescriptorError", "Handler", "Cost", "Unit", "UNITS", "unit", "dims", "ranked",
-           "count", "frozen", "plan", "Plan", "prod"]
+           "count", "frozen", "plan", "Plan", "prod", "act_dtype", "int16_zero_points"]
 
 # Sanity bound on any one tensor (elements); the IOMMU bounds real accesses anyway.
 MAX_ELEMENTS = 1 << 31
@@ -77,6 +77,18 @@ def ranked(desc: np.void, field: str) -> tuple[int, ...]:
     if not 1 <= rank <= ops.MAX_RANK:
         raise OpDescriptorError(f"rank {rank} outside 1..{ops.MAX_RANK}")
     return dims(desc[field][:rank], field)
+
+
+def act_dtype(desc: np.void) -> type:
+    """The activation type of a descriptor: int16 with ``OPF_INT16``, else int8."""
+    return np.int16 if int(desc["flags"]) & ops.OPF_INT16 else np.int8
+
+
+def int16_zero_points(desc: np.void, *fields: str) -> None:
+    """int16 activations are symmetric: their zero point fields must be 0."""
+    for f in fields:
+        if int(desc[f]):
+            raise OpDescriptorError(f"{f} must be 0 with int16 activations, got {int(desc[f])}")
 
 
 def count(desc: np.void) -> int:

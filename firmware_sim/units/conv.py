@@ -1,12 +1,13 @@
-"""The convolution unit: CONV_2D and DEPTHWISE_CONV_2D (descriptor: ``spec.ops``)."""
+"""The convolution unit: CONV_2D and DEPTHWISE_CONV_2D (descriptor: ``spec.ops``), int8 or,
+with ``OPF_INT16``, int16 x int8 (int64 bias)."""
 from __future__ import annotations
 
 import numpy as np
 
-from firmware_sim.kernels import conv
+from firmware_sim.kernels import conv, int16x8
 from firmware_sim.spec import ops
 
-from .common import OpDescriptorError, dims, frozen, plan, unit
+from .common import OpDescriptorError, dims, frozen, int16_zero_points, plan, unit
 
 
 def _parse(desc: np.void, depthwise: bool) -> tuple:
@@ -33,24 +34,32 @@ def _parse(desc: np.void, depthwise: bool) -> tuple:
                   padding=tuple(int(v) for v in desc["padding"]), out_hw=(oh, ow),
                   input_zp=int(desc["input_zp"]), output_zp=int(desc["output_zp"]),
                   act_min=int(desc["act_min"]), act_max=int(desc["act_max"]))
+    int16 = bool(int(desc["flags"]) & ops.OPF_INT16)
+    if int16:
+        int16_zero_points(desc, "input_zp", "output_zp")
+        del kwargs["input_zp"], kwargs["output_zp"]
     return ((int(desc["input"]), (n, h, w, cin)), (int(desc["weights"]), w_shape),
             int(desc["bias"]), cout, per_channel, quant, (int(desc["output"]), (n, oh, ow, cout)),
-            kwargs)
+            kwargs, int16)
 
 
 def _run(desc: np.void, dma, depthwise: bool) -> None:
     p = plan("dw" if depthwise else "conv", desc, lambda d: _parse(d, depthwise))
-    (x_at, w_at, bias_at, cout, per_channel, quant, out_at, kwargs) = p.fields
-    x = dma.read_array(x_at[0], np.int8, x_at[1])
+    (x_at, w_at, bias_at, cout, per_channel, quant, out_at, kwargs, int16) = p.fields
+    act = np.int16 if int16 else np.int8
+    x = dma.read_array(x_at[0], act, x_at[1])
     wt = dma.read_array(w_at[0], np.int8, w_at[1])
-    bias = dma.read_array(bias_at, np.int32, (cout,)) if bias_at else None
+    bias = dma.read_array(bias_at, np.int64 if int16 else np.int32, (cout,)) if bias_at else None
     if per_channel:
         mult = dma.read_array(quant[0], np.int32, (cout,))
         shift = dma.read_array(quant[1], np.int32, (cout,))
     else:
         mult, shift = quant
-    out = dma.write_array(out_at[0], np.int8, out_at[1])
-    if depthwise:
+    out = dma.write_array(out_at[0], act, out_at[1])
+    if int16:
+        fn = int16x8.depthwise_conv2d_16x8 if depthwise else int16x8.conv2d_16x8
+        fn(x, wt, bias, multiplier=mult, shift=shift, out=out, **kwargs)
+    elif depthwise:
         p.run((x, wt, bias, mult, shift, out), lambda: conv.depthwise_conv2d_bound(
             x, wt, bias, multiplier=mult, shift=shift, out=out, **kwargs))
     else:
@@ -66,8 +75,9 @@ def _cost(desc: np.void) -> tuple[int, int]:
     outputs = n * oh * ow * cout
     weights = cout * per_out
     params = cout * 8 if int(desc["flags"]) & ops.OPF_PER_CHANNEL else 0
-    bias = cout * 4 if int(desc["bias"]) else 0
-    return outputs * per_out, n * h * w * cin + weights + bias + params + outputs
+    act = 2 if int(desc["flags"]) & ops.OPF_INT16 else 1
+    bias = cout * 4 * act if int(desc["bias"]) else 0
+    return outputs * per_out, (n * h * w * cin + outputs) * act + weights + bias + params
 
 
 @unit(ops.OP_CONV_2D, _cost)

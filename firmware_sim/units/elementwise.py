@@ -1,15 +1,15 @@
 """The elementwise unit: ADD, MUL and the (re/de)quantization ops QUANTIZE, REQUANTIZE,
-DEQUANTIZE (descriptors: ``spec.ops``)."""
+DEQUANTIZE (descriptors: ``spec.ops``), int8 or int16 (``OPF_INT16``, ``OPF_INT16_INPUT``)."""
 from __future__ import annotations
 
 from collections.abc import Callable
 
 import numpy as np
 
-from firmware_sim.kernels import elementwise
+from firmware_sim.kernels import elementwise, int16x8
 from firmware_sim.spec import ops
 
-from .common import OpDescriptorError, count, plan, prod, ranked, unit
+from .common import OpDescriptorError, act_dtype, count, int16_zero_points, plan, prod, ranked, unit
 
 
 def _parse_binary(desc: np.void, params: tuple[str, ...]) -> tuple:
@@ -29,27 +29,40 @@ _ADD_PARAMS = ("input1_zp", "input2_zp", "output_zp", "left_shift", "input1_mult
 _MUL_PARAMS = ("input1_zp", "input2_zp", "output_zp", "multiplier", "shift", "act_min", "act_max")
 
 
-def _binary(desc: np.void, dma, kind: str, params: tuple[str, ...], fn) -> None:
-    a_at, b_at, out_at, kwargs = plan(kind, desc, lambda d: _parse_binary(d, params)).fields
-    fn(dma.read_array(a_at[0], np.int8, a_at[1]), dma.read_array(b_at[0], np.int8, b_at[1]),
-       out=dma.write_array(out_at[0], np.int8, out_at[1]), **kwargs)
+_ZERO_POINTS = ("input1_zp", "input2_zp", "output_zp")
+
+
+def _parse_int16(desc: np.void, params: tuple[str, ...]) -> tuple:
+    int16_zero_points(desc, *_ZERO_POINTS)
+    return _parse_binary(desc, tuple(p for p in params if p not in _ZERO_POINTS))
+
+
+def _binary(desc: np.void, dma, kind: str, params: tuple[str, ...], fn, fn16) -> None:
+    if int(desc["flags"]) & ops.OPF_INT16:
+        kind, fn, dtype = kind + "16", fn16, np.int16
+        parse = _parse_int16
+    else:
+        dtype, parse = np.int8, _parse_binary
+    a_at, b_at, out_at, kwargs = plan(kind, desc, lambda d: parse(d, params)).fields
+    fn(dma.read_array(a_at[0], dtype, a_at[1]), dma.read_array(b_at[0], dtype, b_at[1]),
+       out=dma.write_array(out_at[0], dtype, out_at[1]), **kwargs)
 
 
 def _binary_cost(desc: np.void) -> tuple[int, int]:
     def size(field: str) -> int:
         return prod(desc[field][:int(desc["rank"])])
     out = size("out_shape")
-    return out, size("in1_shape") + size("in2_shape") + out
+    return out, (size("in1_shape") + size("in2_shape") + out) * np.dtype(act_dtype(desc)).itemsize
 
 
 @unit(ops.OP_ADD, _binary_cost)
 def add(desc: np.void, dma) -> None:
-    _binary(desc, dma, "add", _ADD_PARAMS, elementwise.add)
+    _binary(desc, dma, "add", _ADD_PARAMS, elementwise.add, int16x8.add_int16)
 
 
 @unit(ops.OP_MUL, _binary_cost)
 def mul(desc: np.void, dma) -> None:
-    _binary(desc, dma, "mul", _MUL_PARAMS, elementwise.mul)
+    _binary(desc, dma, "mul", _MUL_PARAMS, elementwise.mul, int16x8.mul_int16)
 
 
 def flat_cost(in_bytes: int, out_bytes: int, extra: int = 0) -> Callable[[np.void], tuple[int, int]]:
@@ -60,26 +73,54 @@ def flat_cost(in_bytes: int, out_bytes: int, extra: int = 0) -> Callable[[np.voi
     return cost
 
 
-@unit(ops.OP_QUANTIZE, flat_cost(4, 1))
+def _conversion_cost(in_bytes: int, out_bytes: int, in_int16: int,
+                     out_int16: int) -> Callable[[np.void], tuple[int, int]]:
+    """A conversion's cost; a side whose int16 flag (``in_int16`` / ``out_int16``) is set
+    has 2-byte elements."""
+    def cost(desc: np.void) -> tuple[int, int]:
+        flags = int(desc["flags"])
+        return flat_cost(2 if flags & in_int16 else in_bytes,
+                         2 if flags & out_int16 else out_bytes)(desc)
+    return cost
+
+
+@unit(ops.OP_QUANTIZE, _conversion_cost(4, 1, 0, ops.OPF_INT16))
 def quantize(desc: np.void, dma) -> None:
     n = count(desc)
     x = dma.read_array(int(desc["input"]), np.float32, (n,))
+    if int(desc["flags"]) & ops.OPF_INT16:
+        int16x8.quantize_int16(x, scale=float(desc["scale"]), zero_point=int(desc["zero_point"]),
+                               out=dma.write_array(int(desc["output"]), np.int16, (n,)))
+        return
     elementwise.quantize(x, scale=float(desc["scale"]), zero_point=int(desc["zero_point"]),
                          out=dma.write_array(int(desc["output"]), np.int8, (n,)))
 
 
-@unit(ops.OP_REQUANTIZE, flat_cost(1, 1))
+@unit(ops.OP_REQUANTIZE, _conversion_cost(1, 1, ops.OPF_INT16_INPUT, ops.OPF_INT16))
 def requantize(desc: np.void, dma) -> None:
     n = count(desc)
-    x = dma.read_array(int(desc["input"]), np.int8, (n,))
-    elementwise.requantize(x, input_zp=int(desc["input_zp"]), output_zp=int(desc["output_zp"]),
-                           multiplier=int(desc["multiplier"]), shift=int(desc["shift"]),
-                           out=dma.write_array(int(desc["output"]), np.int8, (n,)))
+    flags = int(desc["flags"])
+    src = np.int16 if flags & ops.OPF_INT16_INPUT else np.int8
+    dst = np.int16 if flags & ops.OPF_INT16 else np.int8
+    x = dma.read_array(int(desc["input"]), src, (n,))
+    out = dma.write_array(int(desc["output"]), dst, (n,))
+    kwargs = dict(input_zp=int(desc["input_zp"]), output_zp=int(desc["output_zp"]),
+                  multiplier=int(desc["multiplier"]), shift=int(desc["shift"]), out=out)
+    if src is np.int8 and dst is np.int8:
+        elementwise.requantize(x, **kwargs)
+    else:
+        int16x8.requantize(x, dst, **kwargs)
 
 
-@unit(ops.OP_DEQUANTIZE, flat_cost(1, 4))
+@unit(ops.OP_DEQUANTIZE, _conversion_cost(1, 4, ops.OPF_INT16, 0))
 def dequantize(desc: np.void, dma) -> None:
     n = count(desc)
+    out = dma.write_array(int(desc["output"]), np.float32, (n,))
+    if int(desc["flags"]) & ops.OPF_INT16:
+        x16 = dma.read_array(int(desc["input"]), np.int16, (n,))
+        int16x8.dequantize_int16(x16, scale=float(desc["scale"]),
+                                 zero_point=int(desc["zero_point"]), out=out)
+        return
     x = dma.read_array(int(desc["input"]), np.int8, (n,))
     elementwise.dequantize(x, scale=float(desc["scale"]), zero_point=int(desc["zero_point"]),
-                           out=dma.write_array(int(desc["output"]), np.float32, (n,)))
+                           out=out)

@@ -4,9 +4,10 @@ from __future__ import annotations
 import numpy as np
 
 from firmware_sim.kernels import fully_connected as fc
-from firmware_sim.spec import tasks
+from firmware_sim.kernels import int16x8
+from firmware_sim.spec import ops, tasks
 
-from .common import dims, frozen, plan, unit
+from .common import OpDescriptorError, dims, frozen, int16_zero_points, plan, unit
 
 
 def _parse(desc: np.void) -> tuple:
@@ -24,8 +25,15 @@ def _parse(desc: np.void) -> tuple:
                  frozen(np.array([desc["scale"]], np.float64)) if double else None)
     kwargs = dict(input_zp=int(desc["input_zp"]), output_zp=int(desc["output_zp"]),
                   act_min=int(desc["act_min"]), act_max=int(desc["act_max"]))
+    int16 = bool(flags & ops.OPF_INT16)
+    if int16:
+        int16_zero_points(desc, "input_zp", "output_zp")
+        if not double:
+            raise OpDescriptorError("int16 FULLY_CONNECTED requantizes by its float64 scale "
+                                    "(FC_DOUBLE_SCALE)")
+        del kwargs["input_zp"], kwargs["output_zp"]
     return ((int(desc["input"]), (rows, k)), (int(desc["weights"]), (n, k)), int(desc["bias"]),
-            per_channel, quant, (int(desc["output"]), (rows, n)), kwargs)
+            per_channel, quant, (int(desc["output"]), (rows, n)), kwargs, int16)
 
 
 def _cost(desc: np.void) -> tuple[int, int]:
@@ -35,22 +43,29 @@ def _cost(desc: np.void) -> tuple[int, int]:
     params = n * 8 if per_channel else 0
     if per_channel and flags & tasks.FC_DOUBLE_SCALE:
         params += n * 8  # float64 scales
-    bias = n * 4 if int(desc["bias"]) else 0
-    return m * k * n, m * k + n * k + bias + params + m * n
+    act = 2 if flags & ops.OPF_INT16 else 1
+    bias = n * 4 * act if int(desc["bias"]) else 0
+    return m * k * n, (m * k + m * n) * act + n * k + bias + params
 
 
 @unit(tasks.OP_FULLY_CONNECTED, _cost)
 def fully_connected(desc: np.void, dma) -> None:
     p = plan("fc", desc, _parse)
-    x_at, w_at, bias_at, per_channel, quant, out_at, kwargs = p.fields
+    x_at, w_at, bias_at, per_channel, quant, out_at, kwargs, int16 = p.fields
     n = w_at[1][0]
-    bias = dma.read_array(bias_at, np.int32, (n,)) if bias_at else None
+    bias = dma.read_array(bias_at, np.int64 if int16 else np.int32, (n,)) if bias_at else None
     if per_channel:
         mult = dma.read_array(quant[0], np.int32, (n,))
         shift = dma.read_array(quant[1], np.int32, (n,))
         scale = dma.read_array(quant[2], np.float64, (n,)) if quant[2] else None
     else:
         mult, shift, scale = quant
+    if int16:
+        x16 = dma.read_array(x_at[0], np.int16, x_at[1])
+        w = dma.read_array(w_at[0], np.int8, w_at[1])
+        int16x8.fully_connected_16x8(x16, w, bias, scale=scale,
+                                     out=dma.write_array(out_at[0], np.int16, out_at[1]), **kwargs)
+        return
     x = dma.read_array(x_at[0], np.int8, x_at[1])
     w = dma.read_array(w_at[0], np.int8, w_at[1])
     out = dma.write_array(out_at[0], np.int8, out_at[1])

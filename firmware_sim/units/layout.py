@@ -1,5 +1,6 @@
-"""The data movement unit: CONCATENATION, RESHAPE, TRANSPOSE, PAD, STRIDED_SLICE
-(descriptors: ``spec.ops``). No arithmetic: their cost is bytes only."""
+"""The data movement unit: CONCATENATION, RESHAPE, TRANSPOSE, PAD, STRIDED_SLICE, GATHER
+(descriptors: ``spec.ops``). No arithmetic: their cost is bytes only. CONCATENATION and
+RESHAPE move bytes; the others move int8, or int16 elements with ``OPF_INT16``."""
 from __future__ import annotations
 
 import numpy as np
@@ -7,7 +8,7 @@ import numpy as np
 from firmware_sim.kernels import layout
 from firmware_sim.spec import ops
 
-from .common import OpDescriptorError, count, dims, prod, ranked, unit
+from .common import OpDescriptorError, act_dtype, count, dims, prod, ranked, unit
 
 
 def _ranked_raw(desc: np.void, field: str) -> list[int]:
@@ -40,15 +41,20 @@ def reshape(desc: np.void, dma) -> None:
     dma.write_array(int(desc["output"]), np.int8, (n,))[:] = x
 
 
-@unit(ops.OP_TRANSPOSE, lambda desc: (0, 2 * prod(_ranked_raw(desc, "in_shape"))))
+def _elem(desc: np.void) -> int:
+    return np.dtype(act_dtype(desc)).itemsize
+
+
+@unit(ops.OP_TRANSPOSE, lambda desc: (0, 2 * _elem(desc) * prod(_ranked_raw(desc, "in_shape"))))
 def transpose(desc: np.void, dma) -> None:
     shape = ranked(desc, "in_shape")
     perm = tuple(int(p) for p in desc["perm"][:len(shape)])
     if sorted(perm) != list(range(len(shape))):
         raise OpDescriptorError(f"perm {perm} is not a permutation")
-    x = dma.read_array(int(desc["input"]), np.int8, shape)
+    dtype = act_dtype(desc)
+    x = dma.read_array(int(desc["input"]), dtype, shape)
     out_shape = tuple(shape[p] for p in perm)
-    layout.transpose(x, perm, out=dma.write_array(int(desc["output"]), np.int8, out_shape))
+    layout.transpose(x, perm, out=dma.write_array(int(desc["output"]), dtype, out_shape))
 
 
 def _pad_cost(desc: np.void) -> tuple[int, int]:
@@ -56,7 +62,7 @@ def _pad_cost(desc: np.void) -> tuple[int, int]:
     r = len(shape)
     out = prod(d + int(a) + int(b) for d, a, b in
                zip(shape, desc["pad_before"][:r], desc["pad_after"][:r]))
-    return 0, prod(shape) + out
+    return 0, (prod(shape) + out) * _elem(desc)
 
 
 @unit(ops.OP_PAD, _pad_cost)
@@ -65,9 +71,10 @@ def pad(desc: np.void, dma) -> None:
     r = len(shape)
     pads = [(int(a), int(b)) for a, b in zip(desc["pad_before"][:r], desc["pad_after"][:r])]
     out_shape = dims([d + a + b for d, (a, b) in zip(shape, pads)], "padded shape")
-    x = dma.read_array(int(desc["input"]), np.int8, shape)
+    dtype = act_dtype(desc)
+    x = dma.read_array(int(desc["input"]), dtype, shape)
     layout.pad(x, pads, int(desc["pad_value"]),
-               out=dma.write_array(int(desc["output"]), np.int8, out_shape))
+               out=dma.write_array(int(desc["output"]), dtype, out_shape))
 
 
 def _slice_args(desc: np.void, shape) -> tuple[tuple, dict]:
@@ -81,7 +88,7 @@ def _slice_args(desc: np.void, shape) -> tuple[tuple, dict]:
 def _slice_cost(desc: np.void) -> tuple[int, int]:
     shape = _ranked_raw(desc, "in_shape")
     args, masks = _slice_args(desc, shape)
-    return 0, 2 * prod(layout.strided_slice_shape(shape, *args, **masks))
+    return 0, 2 * _elem(desc) * prod(layout.strided_slice_shape(shape, *args, **masks))
 
 
 @unit(ops.OP_STRIDED_SLICE, _slice_cost)
@@ -89,6 +96,20 @@ def strided_slice(desc: np.void, dma) -> None:
     shape = ranked(desc, "in_shape")
     args, masks = _slice_args(desc, shape)
     out_shape = layout.strided_slice_shape(shape, *args, **masks)
-    x = dma.read_array(int(desc["input"]), np.int8, shape)
-    out = dma.write_array(int(desc["output"]), np.int8, out_shape)
+    dtype = act_dtype(desc)
+    x = dma.read_array(int(desc["input"]), dtype, shape)
+    out = dma.write_array(int(desc["output"]), dtype, out_shape)
     layout.strided_slice(x, *args, **masks, out=out)
+
+
+def _gather_cost(desc: np.void) -> tuple[int, int]:
+    return 0, 2 * int(desc["outer"]) * int(desc["count"]) * int(desc["inner"]) + 4 * int(desc["count"])
+
+
+@unit(ops.OP_GATHER, _gather_cost)
+def gather(desc: np.void, dma) -> None:
+    outer, axis, inner, k = dims((desc["outer"], desc["axis_size"], desc["inner"], desc["count"]), "gather")
+    dims((outer, k, inner), "gather output")
+    indices = dma.read_array(int(desc["indices_iova"]), np.int32, (k,))
+    x = dma.read_array(int(desc["input"]), np.int8, (outer, axis, inner))
+    layout.gather(x, indices, out=dma.write_array(int(desc["output"]), np.int8, (outer, k, inner)))

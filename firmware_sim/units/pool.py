@@ -6,7 +6,7 @@ import numpy as np
 from firmware_sim.kernels import pooling
 from firmware_sim.spec import ops
 
-from .common import OpDescriptorError, dims, plan, prod, ranked, unit
+from .common import OpDescriptorError, act_dtype, dims, plan, prod, ranked, unit
 
 
 def _parse(desc: np.void) -> tuple:
@@ -23,13 +23,15 @@ def _parse(desc: np.void) -> tuple:
 
 def _pool(desc: np.void, dma, fn) -> None:
     x_at, out_at, kwargs = plan("pool", desc, _parse).fields
-    fn(dma.read_array(x_at[0], np.int8, x_at[1]),
-       out=dma.write_array(out_at[0], np.int8, out_at[1]), **kwargs)
+    dtype = act_dtype(desc)
+    fn(dma.read_array(x_at[0], dtype, x_at[1]),
+       out=dma.write_array(out_at[0], dtype, out_at[1]), **kwargs)
 
 
 def _pool_cost(desc: np.void) -> tuple[int, int]:
     out = prod(desc["out_shape"])
-    return out * prod(desc["filter_hw"]), prod(desc["in_shape"]) + out
+    size = np.dtype(act_dtype(desc)).itemsize
+    return out * prod(desc["filter_hw"]), (prod(desc["in_shape"]) + out) * size
 
 
 @unit(ops.OP_MAX_POOL_2D, _pool_cost)
@@ -46,19 +48,22 @@ def _mean_cost(desc: np.void) -> tuple[int, int]:
     shape = [int(v) for v in desc["in_shape"][:int(desc["rank"])]]
     mask = int(desc["axes_mask"])
     out = prod(d for i, d in enumerate(shape) if not mask >> i & 1)
-    return prod(shape), prod(shape) + out
+    return prod(shape), (prod(shape) + out) * np.dtype(act_dtype(desc)).itemsize
 
 
 @unit(ops.OP_MEAN, _mean_cost)
 def mean(desc: np.void, dma) -> None:
+    dtype = act_dtype(desc)
+    if dtype is np.int16 and (int(desc["input_zp"]) or int(desc["output_zp"])):
+        raise OpDescriptorError("int16 MEAN needs zero points 0")
     shape = ranked(desc, "in_shape")
     mask = int(desc["axes_mask"])
     axes = tuple(i for i in range(len(shape)) if mask >> i & 1)
     if not axes or mask >> len(shape):
         raise OpDescriptorError(f"axes mask {mask:#x} does not fit rank {len(shape)}")
-    x = dma.read_array(int(desc["input"]), np.int8, shape)
+    x = dma.read_array(int(desc["input"]), dtype, shape)
     out_shape = tuple(1 if i in axes else d for i, d in enumerate(shape))
-    out = dma.write_array(int(desc["output"]), np.int8, out_shape)
+    out = dma.write_array(int(desc["output"]), dtype, out_shape)
     pooling.mean(x, axes, input_zp=int(desc["input_zp"]), output_zp=int(desc["output_zp"]),
                  multiplier=int(desc["multiplier"]), shift=int(desc["shift"]), keep_dims=True,
                  out=out)

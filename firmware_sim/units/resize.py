@@ -6,24 +6,25 @@ import numpy as np
 from firmware_sim.kernels import resize
 from firmware_sim.spec import ops
 
-from .common import dims, prod, unit
+from .common import act_dtype, dims, prod, unit
 
 
 def _run(desc: np.void, dma, fn) -> None:
     n, h, w, c = dims(desc["in_shape"], "in_shape")
     oh, ow = dims(desc["out_hw"], "out_hw")
     flags = int(desc["flags"])
-    x = dma.read_array(int(desc["input"]), np.int8, (n, h, w, c))
+    dtype = act_dtype(desc)
+    x = dma.read_array(int(desc["input"]), dtype, (n, h, w, c))
     fn(x, (oh, ow), align_corners=bool(flags & ops.OPF_ALIGN_CORNERS),
        half_pixel_centers=bool(flags & ops.OPF_HALF_PIXEL_CENTERS),
-       out=dma.write_array(int(desc["output"]), np.int8, (n, oh, ow, c)))
+       out=dma.write_array(int(desc["output"]), dtype, (n, oh, ow, c)))
 
 
 def _cost(taps: int):
     def cost(desc: np.void) -> tuple[int, int]:
         n, h, w, c = (int(v) for v in desc["in_shape"])
         out = n * c * prod(desc["out_hw"])
-        return out * taps, n * h * w * c + out
+        return out * taps, (n * h * w * c + out) * np.dtype(act_dtype(desc)).itemsize
     return cost
 
 

@@ -56,6 +56,9 @@
 
 /* SUBMIT flags */
 #define NPU_SUBMIT_WAIT 0x1             /* reply only when the job is done (one round trip per sync job) */
+#define NPU_SUBMIT_PROFILE 0x2          /* the chip times each task of the job: read them with GET_PROFILE */
+
+#define NPU_MAX_PROFILE_TASKS 96        /* task records one GET_PROFILE reply carries */
 
 /* WAIT flags */
 #define NPU_WAIT_ALL 0x0                /* reply when every fence has signalled */
@@ -219,6 +222,38 @@ struct npu_get_param {
 	uint64_t reserved[2];           /* must be 0 */
 };
 
+/* GET_PROFILE: one task of a profiled job, as the chip timed it. */
+struct npu_task_profile {
+	uint32_t opcode;                /* the task's opcode (firmware_sim/spec) */
+	uint32_t index;                 /* the task's index in the command buffer */
+	uint64_t cycles;                /* simulated cycles (they add up to the job's) */
+	uint64_t start_ns;              /* CLOCK_MONOTONIC, when the core started the task */
+	uint64_t end_ns;                /* CLOCK_MONOTONIC, when it finished */
+};
+
+/*
+ * GET_PROFILE: the per-task timing of a finished job submitted with NPU_SUBMIT_PROFILE
+ * (the driver keeps the last 256 of each context).  A job with more than
+ * NPU_MAX_PROFILE_TASKS tasks takes several calls: `first` pages through them.
+ */
+struct npu_get_profile {
+	uint64_t fence;                 /* in: a fence of this context */
+	uint32_t first;                 /* in: index of the first task record wanted */
+	uint32_t count;                 /* out: records filled in tasks[] */
+	uint32_t num_tasks;             /* out: tasks the job ran */
+	uint32_t core;                  /* out: the core that ran it */
+	int32_t status;                 /* out: the job's status (0 or -errno) */
+	uint32_t complete;              /* out: 1 if every record arrived (0: the chip's profile queue overflowed) */
+	uint64_t submit_ns;             /* out: CLOCK_MONOTONIC when the driver accepted the SUBMIT */
+	uint64_t start_ns;              /* out: when the core started the job (queue wait = start - submit) */
+	uint64_t end_ns;                /* out: when it finished executing (before any pacing) */
+	uint64_t signal_ns;             /* out: when the driver signalled the fence */
+	uint64_t cycles;                /* out: simulated cycles of the job */
+	uint64_t device_time_ns;        /* out: simulated time of the job */
+	struct npu_task_profile tasks[NPU_MAX_PROFILE_TASKS]; /* out */
+	uint64_t reserved[2];           /* must be 0 */
+};
+
 #define NPU_PARAM_ABI_VERSION 0         /* NPU_ABI_VERSION of the driver */
 #define NPU_PARAM_DEVICE_ID 1
 #define NPU_PARAM_HW_VERSION 2
@@ -234,6 +269,15 @@ struct npu_get_param {
 #define NPU_PARAM_MAX_SUBMIT_BOS 12
 #define NPU_PARAM_MAX_WAIT_FENCES 13
 #define NPU_PARAM_MAX_OUTSTANDING 14    /* requests one open file may have in flight */
+/* 15 is left for branch perf's NPU_PARAM_MAX_BATCH_JOBS */
+#define NPU_PARAM_PROFILE 16            /* hardware profile id (firmware_sim/spec/profiles.py) */
+#define NPU_PARAM_MACS_PER_CYCLE 17     /* int8 MACs per cycle, per core */
+#define NPU_PARAM_DMA_BYTES_PER_CYCLE 18 /* memory bandwidth: bytes per cycle */
+#define NPU_PARAM_SRAM_BYTES 19         /* on-chip SRAM per core */
+#define NPU_PARAM_TASK_OVERHEAD_CYCLES 20 /* timing model: cycles each task costs besides its work */
+#define NPU_PARAM_PACING 21             /* 1: a job ends no earlier than its modeled device time */
+#define NPU_PARAM_UUID_LO 22            /* the device's UUID, bytes 0..7 (little endian) */
+#define NPU_PARAM_UUID_HI 23            /* the device's UUID, bytes 8..15 */
 
 /* Each command's payload size in the ABI version that introduced it (the smallest the driver takes). */
 #define NPU_GET_INFO_SIZE_VER0 120
@@ -254,6 +298,7 @@ struct npu_get_param {
 #define NPU_CMD_GET_STATS 0xc0604e06
 #define NPU_CMD_RESET     0xc0184e07
 #define NPU_CMD_GET_PARAM 0xc0204e08
+#define NPU_CMD_GET_PROFILE 0xcc604e0a
 
 /* ---- C only: cffi skips everything from here to the end marker ---- */
 #if !defined(NPU_UAPI_CDEF)
@@ -270,6 +315,7 @@ NPU_CHECK_CMD(NPU_CMD_WAIT, 0x05, struct npu_wait);
 NPU_CHECK_CMD(NPU_CMD_GET_STATS, 0x06, struct npu_get_stats);
 NPU_CHECK_CMD(NPU_CMD_RESET, 0x07, struct npu_reset);
 NPU_CHECK_CMD(NPU_CMD_GET_PARAM, 0x08, struct npu_get_param);
+NPU_CHECK_CMD(NPU_CMD_GET_PROFILE, 0x0a, struct npu_get_profile);
 #define NPU_CHECK_VER0(name, type) \
 	_Static_assert(offsetof(type, reserved) == NPU_##name##_SIZE_VER0, #type " grew other than by appending")
 NPU_CHECK_VER0(GET_INFO, struct npu_get_info);

@@ -13,7 +13,8 @@ Pipeline::
 ``frontend.to_int8_graph`` runs the top half in one call, ``lower.compile_model`` all of
 it (``cache.compile_cached`` through the cache), each taking a ``progress`` callback
 (``progress``). Modules: ``ir`` (graph IR), ``tflite_import``, ``onnx_import``,
-``float_ref`` (numpy float reference interpreter), ``optimize``, ``quantizer``, ``tflite_export`` (IR back to
+``float_ref`` (numpy float reference interpreter), ``optimize``, ``quantizer`` (with ``calibration``,
+``weight_rounding``, ``bias_correction``; ``accuracy``: per-layer error vs float), ``tflite_export`` (IR back to
 .tflite, to check against LiteRT), ``memplan``, ``qparams``, ``lower``, ``cache``
 (compiled models by content hash), ``frontend``. The names below are imported lazily, so
 ``import libnpu.compiler`` pulls in neither onnx nor tflite until they are used.
@@ -34,6 +35,7 @@ _EXPORTS = {
     "CompileCache": "cache", "cache_key": "cache", "compile_cached": "cache",
     "load_model": "frontend", "to_int8_graph": "frontend", "check_int8": "frontend",
     "compile_model": "lower", "Progress": "progress",
+    "place_model": "placement", "Placement": "placement", "FallbackRefusedError": "placement",
 }
 
 __all__ = sorted(_EXPORTS)

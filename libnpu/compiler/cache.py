@@ -32,11 +32,19 @@ def user_cache_dir() -> Path:
     return root
 
 
+#: Bumped whenever the compiler gives another loadable for the same model and options (a
+#: quantizer default changed, ...), so that no cache hands out what the old one compiled.
+#: 2: per-channel FC weights by default; LOGISTIC/TANH inputs cover the unsaturated domain.
+COMPILER_REVISION = 2
+
+
 def cache_key(model: bytes, options: Mapping[str, Any] | None = None) -> str:
-    """sha256 over the model bytes, the options (canonical JSON) and the format version."""
+    """sha256 over the model bytes, the options (canonical JSON), the format version and
+    the compiler revision."""
     h = hashlib.sha256()
     h.update(b"npu-emu compile cache\0")
     h.update(json.dumps(list(_loadable.VERSION)).encode())
+    h.update(f"compiler {COMPILER_REVISION}\0".encode())
     h.update(json.dumps(dict(options or {}), sort_keys=True, default=str).encode())
     h.update(b"\0")
     h.update(model)
@@ -119,6 +127,8 @@ def compile_cached(model: str | os.PathLike | bytes,
     else:
         data = bytes(model)
     dataset = list(dataset) if dataset is not None else None
+    if quantize_options.get("ops") is not None:      # an allow-list: one key whatever its order or type
+        quantize_options["ops"] = sorted(set(quantize_options["ops"]))
     options = dict(quantize_options, calibration=_dataset_digest(dataset))
     cache = cache or CompileCache()
     return cache.get_or_compile(data, options, lambda: compile_model(data, dataset, kind=kind, progress=progress,

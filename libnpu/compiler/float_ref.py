@@ -68,7 +68,7 @@ def has_reference(op_type: str) -> bool:
 
 
 def _to_real(t: Tensor, value: np.ndarray) -> np.ndarray:
-    if t.quant is not None and t.dtype in ("int8", "uint8", "int16", "int32"):
+    if t.quant is not None and t.dtype in ("int8", "uint8", "int16", "int32", "int64"):
         return t.quant.dequantize(np.asarray(value))
     return np.asarray(value, np.float32)
 
@@ -120,10 +120,13 @@ class FloatInterpreter:
                 y = evaluate(op, ins, out_t)
             except (ValueError, IndexError, TypeError) as exc:
                 raise IRError(f"float reference: {op.describe()} failed: {exc}") from exc
-            if y.shape != out_t.shape:
-                raise IRError(f"float reference: {op.describe()} produced shape {y.shape}, "
-                              f"expected {out_t.shape}")
-            env[op.outputs[0]] = _on_grid(out_t, np.asarray(y, np.float32))
+            values = list(y) if isinstance(y, (list, tuple)) else [y]   # ops with several outputs give a list
+            for name, value in zip(op.outputs, values):
+                t = g.tensors[name]
+                if value.shape != t.shape:
+                    raise IRError(f"float reference: {op.describe()} produced shape {value.shape} for {name!r}, "
+                                  f"expected {t.shape}")
+                env[name] = _on_grid(t, np.asarray(value, np.float32))
         result = {}
         for name in g.outputs:
             t = g.tensors[name]

@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from . import registry
 from .ir import Graph, IRError
 from .progress import Progress, stage
 
@@ -32,10 +33,13 @@ def check_int8(graph: Graph) -> None:
 
     Every op must have an int8 kernel on the chip, and every activation must be int8 with
     per-tensor quantization, except the float side of QUANTIZE (input) and DEQUANTIZE
-    (output) ops at the graph's edges.
+    (output) ops at the graph's edges, and int16 activations (symmetric, per tensor) of
+    the operators the chip also runs in int16 (mixed precision, TFLite's 16x8 scheme).
     """
     from .qparams import lowerable
     for op in graph.ops:
+        if op.type == "HOST":
+            continue         # not the chip's: the host runs it, on whatever types its operator takes
         if not lowerable(op.type):
             raise NotInt8Error(f"{op.describe()}: the chip has no int8 kernel for {op.type}")
         names = [n for n in op.inputs if n and not graph.tensors[n].is_constant] + op.outputs
@@ -43,6 +47,17 @@ def check_int8(graph: Graph) -> None:
             t = graph.tensors[n]
             float_ok = (op.type == "QUANTIZE" and n in op.inputs) or (op.type == "DEQUANTIZE" and n in op.outputs)
             if float_ok and t.dtype == "float32":
+                continue
+            if n in op.outputs and t.dtype in ("int32", "int64") and t.quant is None \
+                    and registry.get(op.type, "index_output"):
+                continue
+            if t.dtype == "int16" and registry.get(op.type, "int16"):
+                if t.quant is None or t.quant.per_channel or int(t.quant.zero_point[0]) != 0:
+                    raise NotInt8Error(f"{op.describe()}: int16 tensor {n!r} must be quantized "
+                                       "per tensor with zero point 0")
+                continue
+            if t.dtype == "int32" and t.quant is None and n in op.inputs \
+                    and op.inputs.index(n) in registry.get(op.type, "index_inputs"):
                 continue
             if t.dtype != "int8" or t.quant is None or t.quant.per_channel:
                 raise NotInt8Error(f"{op.describe()}: tensor {n!r} is {t.dtype}"
@@ -87,21 +102,32 @@ def to_int8_graph(model: str | os.PathLike | bytes | Graph,
     """The int8 graph for ``model``: int8 models as they are, float ones quantized.
 
     ``quantize_options`` go to :func:`libnpu.compiler.quantizer.quantize_model`
-    (``method``, ``random_count``, ``io_dtype``, ``fc_per_channel``, ``seed``);
+    (``method``, ``random_count``, ``io_dtype``, ``fc_per_channel``, ``seed``), and
+    ``int16`` ("none", "auto" or op names), ``int16_target`` and ``max_int16_layers`` to
+    :func:`libnpu.compiler.mixed_precision.quantize_mixed` (int16 activations where needed);
     ``kind`` as for :func:`load_model`; ``progress`` hears the stages (see :mod:`libnpu.compiler.progress`).
     ``states`` marks input -> output pairs whose value the model carries from one call to
     the next (:meth:`Graph.make_stateful`); a calibration dataset is then one stream.
     """
-    with stage(progress, "import"):
-        graph = model if isinstance(model, Graph) else load_model(model, kind=kind)
-        if states:
-            graph = graph.copy()
-            graph.make_stateful(dict(states))
+    if isinstance(model, Graph):
+        graph = model          # imported already (compile_model's import stage places its operators)
+    else:
+        with stage(progress, "import"):
+            graph = load_model(model, kind=kind)
+    if states:
+        graph = graph.copy()
+        graph.make_stateful(dict(states))
     if is_int8(graph):
         return graph
     if any(t.quant is not None for t in graph.tensors.values() if not t.is_constant):
         check_int8(graph)  # partly quantized: report the offending op rather than re-quantize
-    from .quantizer import quantize_model
-    q = quantize_model(graph, dataset, progress=progress, **quantize_options)
+    if quantize_options.get("int16", "none") not in (None, "none"):
+        from .mixed_precision import quantize_mixed
+        q = quantize_mixed(graph, dataset, progress=progress, **quantize_options)
+    else:
+        from .quantizer import quantize_model
+        options = {k: v for k, v in quantize_options.items()
+                   if k not in ("int16", "int16_target", "max_int16_layers")}
+        q = quantize_model(graph, dataset, progress=progress, **options)
     check_int8(q)
     return q

@@ -27,7 +27,7 @@ import numpy as np
 
 from . import registry
 
-__all__ = ["IRError", "EmptyModelError", "require_data", "QuantParams", "Tensor", "Op", "State", "Graph",
+__all__ = ["IRError", "EmptyModelError", "require_data", "QuantParams", "Tensor", "Op", "SourceOp", "State", "Graph",
            "DTYPES", "ACTIVATIONS"]
 
 DTYPES = ("float32", "float16", "int8", "uint8", "int16", "int32", "int64", "bool")
@@ -150,6 +150,16 @@ class Op:
 
     def describe(self) -> str:
         return f"{self.type} node {self.name!r}"
+
+
+@dataclass
+class SourceOp:
+    """One operator of the source model and what the import made of it: the IR ops it
+    became (none when folded at import time), or why it became a host call."""
+    index: int
+    op: str
+    ir_ops: list[Op] = field(default_factory=list)
+    reason: str = ""          # non-empty: not importable for the chip (a HOST op stands in)
 
 
 @dataclass

@@ -16,7 +16,7 @@ every task that reads a state's old value.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -25,7 +25,7 @@ import numpy as np
 from firmware_sim.spec import ops as spec_ops
 from firmware_sim.spec import tasks as spec_tasks
 
-from ..loadable import Loadable, Reloc, Task
+from ..loadable import HostStep, Loadable, Reloc, Task
 from . import registry
 from .frontend import check_int8
 from .ir import Graph, IRError, Op, Tensor
@@ -33,7 +33,7 @@ from .memplan import MemoryPlan, plan_memory
 from .progress import Progress, stage
 from .qparams import op_params
 
-__all__ = ["LoweringError", "lower", "compile_model", "Emitted", "Lowering", "pad_rank"]
+__all__ = ["LoweringError", "lower", "compile_model", "Emitted", "Lowering", "pad_rank", "int16_flags"]
 
 
 class LoweringError(IRError):
@@ -80,6 +80,18 @@ class Lowering:
         return self.emit(name, op, dict(fields, count=self.g.tensors[op.inputs[0]].size), extra=extra)
 
 
+def int16_flags(graph: Graph, op: Op, descriptor: str) -> int:
+    """The descriptor flags that make the chip run ``op`` on int16 activations: its integer
+    tensors are int16 (``OPF_INT16``); REQUANTIZE marks each side (``OPF_INT16`` the
+    output, ``OPF_INT16_INPUT`` the input)."""
+    data_in = [graph.tensors[n].dtype for n in op.inputs if n and not graph.tensors[n].is_constant]
+    data_out = [graph.tensors[n].dtype for n in op.outputs]
+    if descriptor == "REQUANTIZE":
+        return ((spec_ops.OPF_INT16 if "int16" in data_out else 0)
+                | (spec_ops.OPF_INT16_INPUT if "int16" in data_in else 0))
+    return spec_ops.OPF_INT16 if "int16" in data_in + data_out else 0
+
+
 def _encode(e: Emitted, plan: MemoryPlan) -> tuple[bytes, list[Reloc]]:
     task_type = spec_tasks.TASK_BY_NAME[e.name]
     try:
@@ -115,13 +127,19 @@ def lower(graph: Graph, *, metadata: dict[str, Any] | None = None) -> Loadable:
     _, index = plan.descriptors(graph)
     low = Lowering(graph, plan)
     tasks: list[Task] = []
+    host_steps: list[HostStep] = []
     producer: dict[str, int] = {}
     touched: list[tuple[list, list]] = []  # per task: (read extents, written extents)
     # After the last op, each changed state's new value is copied into its STATE region.
     write_backs = [Op("ASSIGN_VARIABLE", [s.output], [s.input], name=f"{s.name}/assign")
                    for s in graph.states if s.output != s.input]
     for op in [*graph.ops, *write_backs]:
+        if op.type == "HOST":
+            host_steps.append(_host_step(op, len(tasks), index))
+            continue
         emitted = registry.get(op.type, "lower")(low, op, op_params(graph, op))
+        if emitted is not None:
+            emitted.flags |= int16_flags(graph, op, emitted.name)
         ins = [i for i in op.inputs if i and not graph.tensors[i].is_constant]
         if emitted is None:  # aliased RESHAPE: the output is ready when the input is
             if ins[0] in producer:
@@ -139,11 +157,19 @@ def lower(graph: Graph, *, metadata: dict[str, Any] | None = None) -> Loadable:
         touched.append((reads, writes))
         for o in op.outputs:
             producer[o] = len(tasks) - 1
-    if not tasks:
+    if not tasks and not host_steps:
         raise LoweringError(f"{graph.name}: no operator lowers to a chip task (all are aliased reshapes)")
     meta = dict(graph.metadata, **(metadata or {}))
     meta.update(arena_bytes=plan.arena_size, weights_bytes=plan.weights_size, macs=graph.macs())
-    return plan.to_loadable(graph, tasks, {k: v for k, v in meta.items() if _jsonable(v)})
+    return plan.to_loadable(graph, tasks, {k: v for k, v in meta.items() if _jsonable(v)}, host_steps)
+
+
+def _host_step(op: Op, after_task: int, index: Mapping[str, int]) -> HostStep:
+    """A HOST op as the loadable stores it: the host runs it once ``after_task`` tasks are done
+    (dependencies across it are kept by the runtime, which runs the partitions in order)."""
+    call = op.attrs["host"]
+    return HostStep(op.name, call.kind, call.op, call.model, after_task,
+                    [index[n] for n in op.inputs], [index[n] for n in op.outputs], call.source, call.reason)
 
 
 def _copy_crossed_states(graph: Graph) -> Graph:
@@ -184,12 +210,48 @@ def _jsonable(v: Any) -> bool:
 def compile_model(model: str | os.PathLike | bytes | Graph,
                   dataset: Iterable[Mapping[str, np.ndarray] | Sequence[np.ndarray]] | None = None, *,
                   kind: str | None = None, progress: Progress | None = None,
+                  ops: Collection[str] | None = None, strict: bool = False,
                   **quantize_options: Any) -> Loadable:
     """Model file (path/bytes) or graph -> int8 graph (quantized if needed) -> loadable.
 
-    The compiler's one entry point: ``progress`` hears every stage (:mod:`libnpu.compiler.progress`)."""
+    The compiler's one entry point: ``progress`` hears every stage (:mod:`libnpu.compiler.progress`).
+    Operators the chip cannot run (:mod:`libnpu.compiler.placement`; ``ops`` an allow-list of
+    the names the chip may run) become host steps; ``strict`` refuses that
+    (:class:`~libnpu.compiler.placement.FallbackRefusedError` listing them all)."""
     from .frontend import to_int8_graph
-    graph = to_int8_graph(model, dataset, kind=kind, progress=progress, **quantize_options)
+    dataset = list(dataset) if dataset is not None else None
+    if isinstance(model, Graph):
+        graph = model
+    elif ops is None:
+        try:    # the whole model on the chip, as it always compiled; placement only when that fails
+            graph = to_int8_graph(model, dataset, kind=kind, progress=progress, **quantize_options)
+            with stage(progress, "lower"):
+                return lower(graph)
+        except IRError as refused:
+            with stage(progress, "import"):
+                graph = _placed_graph(model, kind, ops, strict, refused)
+    else:
+        with stage(progress, "import"):
+            graph = _placed_graph(model, kind, ops, strict, None)
+    graph = to_int8_graph(graph, dataset, progress=progress, **quantize_options)
     with stage(progress, "lower"):
         return lower(graph)
 
+
+def _placed_graph(model: str | os.PathLike | bytes, kind: str | None, ops: Collection[str] | None,
+                  strict: bool, refused: IRError | None) -> Graph:
+    """The model imported with the operators placed on the CPU as HOST ops. ``refused``:
+    why the whole model did not compile for the chip, raised again when no operator
+    needs the CPU (the cause is elsewhere)."""
+    from .frontend import load_model
+    from .placement import import_with_fallback, plan_placement
+    plan = plan_placement(model, ops=ops, kind=kind)
+    if strict:
+        plan.refuse_fallback()
+    if not plan.cpu:
+        if refused is not None:
+            raise refused
+        return load_model(plan.data, kind=plan.kind, name=plan.name)
+    graph, _ = import_with_fallback(plan.data, plan.kind, plan.name, force_host=plan.cpu)
+    graph.metadata["placement"] = [[p.index, p.op, p.device, p.reason] for p in plan.placements]
+    return graph

@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from ..loadable import DataReloc, Loadable, MemoryRegion, RegionKind, Reloc, Task, TensorDesc, TensorFlags
+from ..loadable import DataReloc, HostStep, Loadable, MemoryRegion, RegionKind, Reloc, Task, TensorDesc, TensorFlags
 from .ir import Graph, IRError
 
 __all__ = ["Placement", "MemoryPlan", "plan_memory", "WEIGHTS", "ACTIVATIONS"]
@@ -114,11 +114,13 @@ class MemoryPlan:
                                     axis=0 if q is None else q.axis, flags=flags))
         return descs, index
 
-    def to_loadable(self, graph: Graph, tasks: list[Task], metadata: dict[str, Any] | None = None) -> Loadable:
-        """Package the plan, the graph's tensor descriptors and the lowered ``tasks``."""
+    def to_loadable(self, graph: Graph, tasks: list[Task], metadata: dict[str, Any] | None = None,
+                    host_steps: list[HostStep] | None = None) -> Loadable:
+        """Package the plan, the graph's tensor descriptors, the lowered ``tasks`` and the
+        ``host_steps`` between them."""
         descs, _ = self.descriptors(graph)
         ld = Loadable(graph.name, descs, list(self.regions), list(tasks), dict(metadata or {}),
-                      list(self.data_relocs))
+                      list(self.data_relocs), list(host_steps or []))
         ld.validate()
         return ld
 

@@ -13,7 +13,7 @@ The glue only: each ONNX node type's handler is declared with the operator it be
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -22,9 +22,9 @@ import onnx
 from onnx import numpy_helper, shape_inference
 
 from . import registry
-from .ir import Graph, IRError, Op, Tensor, require_data, same_pads
+from .ir import Graph, IRError, Op, SourceOp, Tensor, require_data, same_pads
 
-__all__ = ["ONNXImportError", "import_onnx", "load_onnx", "pads_2d", "binary", "unary",
+__all__ = ["ONNXImportError", "import_onnx", "import_onnx_sources", "load_onnx", "pads_2d", "binary", "unary",
            "squeeze_leading", "TO_NHWC", "TO_NCHW", "AXIS_TO_NHWC"]
 
 TO_NHWC = (0, 2, 3, 1)
@@ -41,8 +41,13 @@ def _onnx_dtype(elem_type: int) -> str:
 
 
 class _Importer:
-    def __init__(self, model: onnx.ModelProto, name: str, nhwc_io: bool, batch: int) -> None:
+    def __init__(self, model: onnx.ModelProto, name: str, nhwc_io: bool, batch: int, *,
+                 fallback: bool = False, force_host: Mapping[int, str] | None = None) -> None:
         model = onnx.ModelProto.FromString(model.SerializeToString())
+        self.fallback, self.force_host = fallback, dict(force_host or {})
+        # node index in the file, found again by the node's outputs after folding
+        self.origin = {tuple(n.output): (i, n.op_type) for i, n in enumerate(model.graph.node)}
+        self.sources: list[SourceOp] = []
         for vi in model.graph.input:  # pin dynamic dims (batch) before shape inference
             for d in vi.type.tensor_type.shape.dim:
                 if not d.HasField("dim_value"):
@@ -138,13 +143,30 @@ class _Importer:
             else:
                 self.new_tensor(vi.name, False, "input")
             self.g.inputs.append(self.env[vi.name][0])
-        for idx, node in enumerate(graph.node):
+        seen = set()
+        for node in graph.node:
+            idx = self.origin.get(tuple(node.output), (len(self.origin), node.op_type))[0]
+            seen.add(idx)
+            source = SourceOp(idx, node.op_type)
+            self.sources.append(source)
             where = f"{node.op_type} node {idx} ({node.name or node.output[0]!r})"
-            attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
-            handler = _GLUE.get(node.op_type) or registry.onnx_handler(node.op_type)
-            if handler is None:
-                raise ONNXImportError(f"unsupported op {where}")
-            handler(self, node, attrs, where)
+            before = len(self.g.ops)
+            try:
+                if idx in self.force_host:
+                    raise ONNXImportError(self.force_host[idx])
+                self.import_node(node, where)
+            except IRError as exc:
+                if not self.fallback:
+                    raise
+                del self.g.ops[before:]
+                for o in node.output:
+                    self.env.pop(o, None)
+                source.reason = _reason(exc, where)
+                self.host_node(node, source, where)
+            source.ir_ops = self.g.ops[before:]
+        # nodes folded into constants at import time run nowhere
+        self.sources += [SourceOp(i, op) for i, op in self.origin.values() if i not in seen]
+        self.sources.sort(key=lambda src: src.index)
         for vi in graph.output:
             if vi.name not in self.env:
                 raise ONNXImportError(f"graph output {vi.name!r} is not computed by any node")
@@ -156,6 +178,41 @@ class _Importer:
         self.g.validate()
         self.g.check_runnable()
         return self.g
+
+
+    def import_node(self, node, where: str) -> None:
+        attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+        handler = _GLUE.get(node.op_type) or registry.onnx_handler(node.op_type)
+        if handler is None and node.domain not in ("", "ai.onnx"):
+            raise ONNXImportError(f"custom op {node.op_type!r} (domain {node.domain}): the chip has no custom "
+                                  "operators")
+        if handler is None:
+            raise ONNXImportError(f"unsupported op {where}")
+        handler(self, node, attrs, where)
+
+    def host_node(self, node, source: SourceOp, where: str) -> None:
+        """A HOST op running ``node`` on the host (a one-node ONNX model, ONNX layout)."""
+        from ..host import HostCall
+        data = [n for n in node.input if n and n not in self.consts]
+        ins = [self.value(n, False, where) for n in data]
+        outs = [self.new_tensor(o, False, where) for o in node.output if o]
+        helper = onnx.helper
+
+        def info(name: str, ir_name: str):
+            return helper.make_tensor_value_info(name, onnx.TensorProto.FLOAT, list(self.g.tensors[ir_name].shape))
+        inits = [numpy_helper.from_array(self.consts[n], n) for n in dict.fromkeys(node.input) if n in self.consts]
+        sub = helper.make_graph([node], f"host_{source.index}", [info(n, i) for n, i in zip(data, ins)],
+                                [info(o, i) for o, i in zip([o for o in node.output if o], outs)], inits)
+        model = helper.make_model(sub, opset_imports=list(self.model.opset_import),
+                                  ir_version=self.model.ir_version)
+        call = HostCall("onnx", model.SerializeToString(), node.op_type, source.index, source.reason)
+        self.g.add_op(Op("HOST", ins, outs, {"host": call}, name=node.output[0]))
+
+
+def _reason(exc: Exception, where: str) -> str:
+    """The one-line reason an import failure gives, without the node's own location."""
+    text = str(exc).replace(f"unsupported op {where}", "no NPU operator of this type")
+    return text.replace(f"{where}: ", "").splitlines()[0] if text else type(exc).__name__
 
 
 # helpers shared by the operators' ONNX handlers ------------------------------------
@@ -325,10 +382,20 @@ _GLUE: dict[str, Callable] = {
 
 def import_onnx(model: onnx.ModelProto | bytes, name: str = "model", *, nhwc_io: bool = False,
                 batch: int = 1) -> Graph:
+    """Build a float IR graph from an ONNX model; see :func:`import_onnx_sources`."""
+    return import_onnx_sources(model, name, nhwc_io=nhwc_io, batch=batch)[0]
+
+
+def import_onnx_sources(model: onnx.ModelProto | bytes, name: str = "model", *, nhwc_io: bool = False,
+                        batch: int = 1, fallback: bool = False,
+                        force_host: Mapping[int, str] | None = None) -> tuple[Graph, list[SourceOp]]:
     """Build a float IR graph from an ONNX model (proto or serialized bytes).
 
     ``nhwc_io``: make 4-D graph inputs/outputs NHWC (no layout transposes at the edges).
     ``batch``: value for dynamic input dimensions.
+    ``fallback``: a node the import cannot take for the chip becomes a HOST op (run on the
+    host) instead of an error; ``force_host`` maps more node indices to the reason they
+    go to the host. Also returns what became of each node (:class:`SourceOp`).
     Raises :class:`~libnpu.compiler.ir.EmptyModelError` for an empty model or one that
     imports with no operators or no outputs (what a truncated file parses as).
     """
@@ -338,7 +405,8 @@ def import_onnx(model: onnx.ModelProto | bytes, name: str = "model", *, nhwc_io:
             model = onnx.load_model_from_string(bytes(model))
         except Exception as exc:
             raise ONNXImportError(f"{name}: not a readable ONNX model: {exc}") from exc
-    return _Importer(model, name, nhwc_io, batch).run()
+    importer = _Importer(model, name, nhwc_io, batch, fallback=fallback, force_host=force_host)
+    return importer.run(), importer.sources
 
 
 def load_onnx(path: str | os.PathLike, **kw: Any) -> Graph:

@@ -10,7 +10,7 @@ from .float_ref import evaluate, has_reference
 from .ir import ACTIVATIONS, Graph, Tensor
 
 __all__ = ["optimize", "fold_constants", "fold_affine_into_conv", "sub_const_to_add", "fuse_activations",
-           "remove_identities"]
+           "remove_identities", "unshare_weights"]
 
 # The activation ops that are also fused activations (same names).
 _ACT_OPS = tuple(a for a in ACTIVATIONS if a != "NONE")
@@ -32,12 +32,16 @@ def fold_constants(g: Graph) -> int:
     kept = []
     for op in g.ops:
         ins = [g.tensors[i] if i else None for i in op.inputs]
-        if op.inputs and all(t is None or t.is_constant for t in ins) and has_reference(op.type) \
-                and len(op.outputs) == 1 and all(t is None or t.quant is None for t in ins):
-            out = g.tensors[op.outputs[0]]
+        # (a HOST op without inputs computes constants too: e.g. sparse weights made dense)
+        if (op.inputs or op.type == "HOST") and all(t is None or t.is_constant for t in ins) \
+                and has_reference(op.type) and (len(op.outputs) == 1 or op.type == "HOST") \
+                and all(t is None or t.quant is None for t in ins):
             vals = [None if t is None else t.data.astype(np.float32) for t in ins]
-            data = np.asarray(evaluate(op, vals, out), np.float32).reshape(out.shape)
-            g.tensors[out.name] = Tensor(out.name, out.shape, "float32", None, data)
+            value = evaluate(op, vals, g.tensors[op.outputs[0]])
+            for name, v in zip(op.outputs, value if isinstance(value, (list, tuple)) else [value]):
+                out = g.tensors[name]
+                dtype = out.dtype if out.dtype in ("int32", "int64") else "float32"   # shapes stay integers
+                g.tensors[name] = Tensor(name, out.shape, dtype, None, np.asarray(v).astype(dtype).reshape(out.shape))
             folded += 1
         else:
             kept.append(op)
@@ -124,6 +128,14 @@ def sub_const_to_add(g: Graph) -> int:
     return changed
 
 
+def operator_rewrites(g: Graph) -> int:
+    """Apply every operator's float-graph rewrite (``Operator.rewrite``: an activation that
+    exporters write as several ops becomes the one op); returns how many were made."""
+    return sum(operator.rewrite(g) for operator in registry.operators().values() if operator.rewrite is not None)
+
+
+__all__ += ["operator_rewrites"]
+
 def fuse_activations(g: Graph) -> int:
     """Turn ``op -> RELU/RELU6/RELU_N1_TO_1`` into the op's fused activation."""
     fused = 0
@@ -190,6 +202,26 @@ def remove_identities(g: Graph) -> int:
     return removed
 
 
+def unshare_weights(g: Graph) -> int:
+    """Give every weighted op its own weight and bias constants: converters deduplicate
+    equal buffers (pose_detection's fp16 file shares one bias between two convolutions),
+    but each op's weights are quantized with its own scales."""
+    copied = 0
+    seen: set[str] = set()
+    for op in g.ops:
+        if _weight_axis(op.type) is None:
+            continue
+        for k in (1, 2):
+            name = op.inputs[k] if len(op.inputs) > k else ""
+            if not name or not g.tensors[name].is_constant:
+                continue
+            if name in seen:
+                op.inputs[k] = g.add_const(f"{name}_{op.name}", g.tensors[name].data.copy()).name
+                copied += 1
+            seen.add(op.inputs[k])
+    return copied
+
+
 def optimize(graph: Graph) -> Graph:
     """Return an optimized copy: constants folded, affine ops folded into convs,
     activations fused, identities removed, unused tensors pruned."""
@@ -198,10 +230,12 @@ def optimize(graph: Graph) -> Graph:
     for t in list(g.constants()):
         if t.dtype == "float16":
             g.tensors[t.name] = Tensor(t.name, t.shape, "float32", None, t.data.astype(np.float32))
+    unshare_weights(g)
     fold_affine_into_conv(g)
     sub_const_to_add(g)
     fuse_activations(g)
     remove_identities(g)
+    operator_rewrites(g)
     g.prune()
     g.toposort()
     g.validate()

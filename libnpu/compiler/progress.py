@@ -1,9 +1,11 @@
 """How the compiler reports progress: one callback, ``progress(stage, done, total)``.
 
 The stages are "import", "optimize", "calibrate", "quantize" and "lower" (an int8 model
-skips the middle three). Each stage is reported as it starts (``done`` 0) and as it
-ends (``done == total``); "calibrate" counts calibration runs, so it is also reported
-after every run. A caller that times the calls gets each stage's duration.
+skips the middle three), and when the quantizer is asked for them "weight rounding"
+(before "quantize"), "bias correction" and "accuracy" (after it). Each stage is reported
+as it starts (``done`` 0) and as it ends (``done == total``); "calibrate" counts
+calibration runs and "bias correction" ops, so they are also reported after every step.
+A caller that times the calls gets each stage's duration.
 """
 from __future__ import annotations
 

@@ -34,7 +34,9 @@ def qp(g: Graph, name: str) -> tuple[float, int]:
 def act_range(g: Graph, op: Op) -> dict[str, int]:
     """``act_min`` / ``act_max`` of the op's fused activation on its output's grid."""
     s, z = qp(g, op.outputs[0])
-    lo, hi = fp.fused_activation_range(ACTIVATION_CODES[op.attrs.get("activation", "NONE")], s, z)
+    info = np.iinfo(g.tensors[op.outputs[0]].dtype)
+    lo, hi = fp.fused_activation_range(ACTIVATION_CODES[op.attrs.get("activation", "NONE")], s, z,
+                                       int(info.min), int(info.max))
     return dict(act_min=lo, act_max=hi)
 
 

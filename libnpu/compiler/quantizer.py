@@ -1,24 +1,30 @@
 """Post-training int8 quantization of a float IR graph (in the style of FuriosaAI's
-quantizer: optimize -> calibration model -> calibrate -> quantize).
+quantizer: optimize -> calibration model -> calibrate -> quantize [-> bias correction]
+[-> per-layer accuracy report]).
 
 The result follows the TFLite int8 quantization spec, so the chip's TFLite-exact
 kernels run it as they run a TFLite int8 model:
 - activations: int8, per-tensor, asymmetric (zero point in [-128, 127]);
-- weights (an operator's ``weight_axis``): int8, symmetric, per output channel; fully
-  connected weights (``fc_weights``) per-tensor by default (per-channel optional);
+- weights (an operator's ``weight_axis``): int8, symmetric, per output channel, fully
+  connected weights (``fc_weights``) included (LiteRT's reference FULLY_CONNECTED takes
+  per-channel int8 weights, byte-exact with the chip: tests/libnpu/compiler/
+  test_int8_on_kernels.py); ``fc_per_channel=False`` gives per-tensor FC weights;
 - biases: int32, zero point 0, scale = input scale * weight scale (per channel);
 - outputs the int8 spec fixes (``fixed_output``, e.g. scale 1/256, zero point -128) get that;
 - ops that move data without rescaling (``same_scale``: pools, reshapes, ...) share one
   scale/zero point between inputs and output.
-Each operator declares its rule in ``compiler.ops``.
+Each operator declares its rule in ``compiler.ops``. Activation ranges come from the
+calibration data by one of the methods of :mod:`libnpu.compiler.calibration`.
 """
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Mapping, Sequence
 
 import numpy as np
 
 from . import registry
+from .calibration import METHODS, Histogram, choose_range
 from .float_ref import FloatInterpreter
 from .ir import Graph, IRError, Op, QuantParams, State, Tensor
 from .optimize import optimize
@@ -61,23 +67,23 @@ def random_dataset(graph: Graph, count: int = 8, *, low: float = -1.0, high: flo
 class Calibrator:
     """Collects activation statistics over calibration runs.
 
-    ``method="minmax"`` keeps the running min/max; ``"percentile"`` keeps a bounded
-    random sample of each tensor's values and cuts the range at ``percentile`` (and
-    100 - percentile), ignoring rare outliers. A stateful graph's runs are one stream:
-    each run starts from the states the previous one left.
+    ``method="minmax"`` keeps the running min/max; the other methods (``percentile``,
+    ``mse``, ``entropy``; see :mod:`libnpu.compiler.calibration`) keep a histogram of each
+    tensor's values and choose its range from it once every run is in. A stateful graph's
+    runs are one stream: each run starts from the states the previous one left.
     """
 
-    def __init__(self, graph: Graph, method: str = "minmax", percentile: float = 99.99,
-                 sample_cap: int = 50_000, seed: int = 0) -> None:
-        if method not in ("minmax", "percentile"):
-            raise QuantizationError(f"unknown calibration method {method!r}")
+    def __init__(self, graph: Graph, method: str = "minmax", percentile: float = 99.99, seed: int = 0) -> None:
+        if method not in METHODS:
+            raise QuantizationError(f"unknown calibration method {method!r} (expected one of {', '.join(METHODS)})")
+        if not 50.0 < percentile <= 100.0:
+            raise QuantizationError(f"percentile must be in (50, 100], not {percentile}")
         self.model = build_calibration_model(graph)
         self.interp = FloatInterpreter(self.model)
-        self.method, self.percentile, self.cap = method, percentile, sample_cap
-        self.rng = np.random.default_rng(seed)
+        self.method, self.percentile = method, percentile
         self.lo: dict[str, float] = {}
         self.hi: dict[str, float] = {}
-        self.samples: dict[str, list[np.ndarray]] = {}
+        self.histograms: dict[str, Histogram] = {}
         self.runs = 0
         self.carried: dict[str, np.ndarray] = {}      # state -> its value after the last run
 
@@ -94,9 +100,8 @@ class Calibrator:
                 v = np.zeros(1, np.float32)
             self.lo[name] = min(self.lo.get(name, np.inf), float(v.min()))
             self.hi[name] = max(self.hi.get(name, -np.inf), float(v.max()))
-            if self.method == "percentile":
-                take = v if v.size <= self.cap else self.rng.choice(v, self.cap, replace=False)
-                self.samples.setdefault(name, []).append(take)
+            if self.method != "minmax":
+                self.histograms.setdefault(name, Histogram()).add(v)
         self.runs += 1
 
     def ranges(self) -> dict[str, Range]:
@@ -104,12 +109,7 @@ class Calibrator:
             raise QuantizationError("calibration: no data collected")
         if self.method == "minmax":
             return {n: (self.lo[n], self.hi[n]) for n in self.lo}
-        out = {}
-        for n, parts in self.samples.items():
-            v = np.concatenate(parts)
-            lo, hi = np.percentile(v, [100 - self.percentile, self.percentile])
-            out[n] = (float(lo), float(hi))
-        return out
+        return {n: choose_range(h, self.method, self.percentile) for n, h in self.histograms.items()}
 
 
 def calibrate(graph: Graph, dataset: Iterable[Mapping[str, np.ndarray] | Sequence[np.ndarray]] | None = None,
@@ -169,6 +169,34 @@ def _roles(g: Graph) -> dict[str, tuple[str, Op]]:
     return roles
 
 
+_PROBE = np.linspace(-64.0, 64.0, 16385, dtype=np.float32).reshape(-1, 1)
+
+
+@functools.cache
+def _unsaturated_domain(op_type: str) -> Range | None:
+    """The inputs over which an operator with a fixed output grid (LOGISTIC, TANH) has not
+    yet reached the grid's ends, probed with its float reference; None if it has no such
+    finite domain (e.g. SOFTMAX, whose value depends on a whole row)."""
+    operator = registry.find(op_type)
+    if operator is None or operator.fixed_output is None or operator.float_ref is None:
+        return None
+    scale, zp = operator.fixed_output
+    out = Tensor("probe", _PROBE.shape, "float32")
+    try:
+        with np.errstate(all="ignore"):
+            y = np.asarray(operator.float_ref(Op(op_type, ["x"], ["probe"], {}), [_PROBE], out), np.float64)
+    except Exception:  # an operator whose reference needs attributes: no domain to probe
+        return None
+    if y.shape != _PROBE.shape:
+        return None
+    q = np.round(y.reshape(-1) / scale) + zp
+    inside = (q > -128) & (q < 127)
+    if not inside.any() or inside[0] or inside[-1]:
+        return None
+    x = _PROBE.reshape(-1)[inside]
+    return float(x.min()), float(x.max())
+
+
 def _activation_table(g: Graph, ranges: Mapping[str, Range], roles) -> dict[str, QuantParams]:
     """Quantization parameters for every non-weight tensor, honouring the spec's constraints."""
     rng: dict[str, Range] = {}
@@ -180,6 +208,20 @@ def _activation_table(g: Graph, ranges: Mapping[str, Range], roles) -> dict[str,
             rng[name] = (float(d.min()), float(d.max())) if d.size else (0.0, 0.0)
         elif name in ranges:
             rng[name] = ranges[name]
+    # A saturating op's input keeps the whole domain where its output still moves: a
+    # presence score the calibration pictures never raised (no person in them) must not be
+    # clipped at the highest logit they gave (pose_landmark_full: 0.35, so every person
+    # scored sigmoid(0.35) = 0.59 instead of 0.91). It costs the input grid a little
+    # resolution that the output's 1/256 grid mostly hides.
+    # Only a tensor with a grid of its own (not one shared by same-scale data movement).
+    producers = {op.outputs[0]: op for op in g.ops}
+    for op in g.ops:
+        domain = _unsaturated_domain(op.type)
+        x = op.inputs[0] if op.inputs else ""
+        producer = producers.get(x)
+        if domain is not None and x in rng and producer is not None and \
+                not registry.get(producer.type, "same_scale"):
+            rng[x] = (min(rng[x][0], domain[0]), max(rng[x][1], domain[1]))
     fixed: dict[str, QuantParams] = {}
     uf = _UnionFind()
     for op in g.ops:
@@ -237,12 +279,14 @@ def _quantize_weights(w: np.ndarray, axis: int | None, bias: np.ndarray | None,
     return q, QuantParams(scale, np.zeros(scale.size, np.int64), axis if axis is not None else 0)
 
 
-def quantize(graph: Graph, ranges: Mapping[str, Range], *, fc_per_channel: bool = False,
-             io_dtype: str = "float32") -> Graph:
+def quantize(graph: Graph, ranges: Mapping[str, Range], *, fc_per_channel: bool = True,
+             io_dtype: str = "float32", moments: Mapping[str, np.ndarray] | None = None) -> Graph:
     """Quantize a float graph (ideally optimized) with calibration ``ranges``.
 
     ``io_dtype="float32"`` keeps float inputs/outputs (QUANTIZE / DEQUANTIZE ops at the
-    edges); ``"int8"`` makes the graph inputs/outputs int8 tensors.
+    edges); ``"int8"`` makes the graph inputs/outputs int8 tensors. ``moments`` (by weight
+    tensor name, from :func:`libnpu.compiler.weight_rounding.input_moments`): round those
+    weights by GPTQ instead of to the nearest step.
     """
     if io_dtype not in ("float32", "int8"):
         raise QuantizationError(f"io_dtype must be 'float32' or 'int8', not {io_dtype!r}")
@@ -252,12 +296,16 @@ def quantize(graph: Graph, ranges: Mapping[str, Range], *, fc_per_channel: bool 
             raise QuantizationError(f"tensor {t.name!r} is {t.dtype}{' (quantized)' if t.quant else ''}: "
                                     "quantize expects a float graph")
     roles = _roles(src)
-    params = _activation_table(src, ranges, roles)
+    indices = {o for op in src.ops if registry.get(op.type, "index_output") for o in op.outputs}
+    params = _activation_table(src, ranges, {**roles, **{n: ("index", None) for n in indices}})
 
     g = Graph(src.name)
     g.metadata = dict(src.metadata, quantized="int8")
     for name, t in src.tensors.items():
         if name in roles:
+            continue
+        if name in indices:  # positions (an arg max): integers, as they are
+            g.add_tensor(Tensor(name, t.shape, t.dtype))
             continue
         qp = params[name]
         data = qp.quantize(t.data.astype(np.float32)) if t.is_constant else None
@@ -273,6 +321,12 @@ def quantize(graph: Graph, ranges: Mapping[str, Range], *, fc_per_channel: bool 
             per_tensor = registry.get(op.type, "fc_weights") and not fc_per_channel
             axis = None if per_tensor else weight_axis
             wq, wqp = _quantize_weights(w_t.data, axis, bias, in_scale)
+            if moments is not None and w_t.name in moments:
+                from .weight_rounding import gptq_round, gptq_round_depthwise
+                if op.type == "DEPTHWISE_CONV_2D":
+                    wq = gptq_round_depthwise(w_t.data, wqp.scale, moments[w_t.name])
+                elif axis in (0, None):
+                    wq = gptq_round(w_t.data, wqp.scale, moments[w_t.name])
             g.add_tensor(Tensor(w_t.name, w_t.shape, "int8", wqp, wq))
             if b_name:
                 bs = (wqp.scale.astype(np.float64) * in_scale)
@@ -284,7 +338,8 @@ def quantize(graph: Graph, ranges: Mapping[str, Range], *, fc_per_channel: bool 
                 new.inputs.append("")
         g.ops.append(new)
     g.inputs, g.outputs = list(src.inputs), list(src.outputs)
-    g.states = [State(s.name, s.input, s.output, params[s.input].quantize(s.initial.astype(np.float32)))
+    g.states = [State(s.name, s.input, s.output,
+                      params[s.input].quantize(s.initial.astype(np.float32), g.tensors[s.input].dtype))
                 for s in src.states]
     if io_dtype == "float32":
         _float_edges(g, src)
@@ -306,6 +361,9 @@ def _float_edges(g: Graph, src: Graph) -> None:
         prologue.append(Op("QUANTIZE", [name], [q_name], name=q_name))
     new_outputs = []
     for name in g.outputs:
+        if g.tensors[name].quant is None and g.tensors[name].dtype in ("int32", "int64"):
+            new_outputs.append(name)  # positions (an arg max) leave the chip as they are
+            continue
         if any(op.type == "QUANTIZE" and op.inputs == [name] for op in prologue):
             raise QuantizationError(f"graph input {name!r} is also an output")
         t = g.tensors.pop(name)
@@ -332,19 +390,43 @@ def _keep_states_int8(g: Graph, name: str, q_name: str) -> None:
 def quantize_model(graph: Graph,
                    dataset: Iterable[Mapping[str, np.ndarray] | Sequence[np.ndarray]] | None = None, *,
                    method: str = "minmax", percentile: float = 99.99, random_count: int = 8,
-                   fc_per_channel: bool = False, io_dtype: str = "float32", seed: int = 0,
+                   fc_per_channel: bool = True, weight_rounding: str = "nearest", bias_correction: bool = False,
+                   layer_report: bool = False, io_dtype: str = "float32", seed: int = 0,
                    progress: Progress | None = None) -> Graph:
     """Optimize, calibrate (with ``dataset`` or random data) and quantize a float graph.
 
     Returns an int8 graph whose ops mean what the TFLite int8 reference kernels compute.
+    ``method``: how activation ranges are chosen (:mod:`libnpu.compiler.calibration`);
+    ``weight_rounding``: ``"nearest"`` or ``"gptq"`` (conv / FC weights rounded for the
+    calibration data's inputs, :mod:`libnpu.compiler.weight_rounding`);
+    ``bias_correction``: cancel each layer's mean quantization error on the calibration
+    data (:mod:`libnpu.compiler.bias_correction`); ``layer_report``: measure every
+    layer's error against float on the calibration data and keep it in the graph's
+    metadata (``"layer_errors"``, rows of :func:`libnpu.compiler.accuracy.errors_to_json`).
     ``progress`` hears the stages (see :mod:`libnpu.compiler.progress`).
     """
+    if weight_rounding not in ("nearest", "gptq"):
+        raise QuantizationError(f"weight_rounding must be 'nearest' or 'gptq', not {weight_rounding!r}")
     with stage(progress, "optimize"):
         opt = optimize(graph)
     data = list(dataset) if dataset is not None else random_dataset(opt, random_count, seed=seed)
     ranges = calibrate(opt, data, method=method, percentile=percentile, seed=seed, progress=progress)
+    moments = None
+    if weight_rounding == "gptq":
+        from .weight_rounding import input_moments
+        with stage(progress, "weight rounding"):
+            moments = input_moments(opt, data, seed=seed)
     with stage(progress, "quantize"):
-        q = quantize(opt, ranges, fc_per_channel=fc_per_channel, io_dtype=io_dtype)
-    q.metadata["calibration"] = {"method": method, "runs": len(data),
-                                 "random": dataset is None}
+        q = quantize(opt, ranges, fc_per_channel=fc_per_channel, io_dtype=io_dtype, moments=moments)
+    if bias_correction:
+        from .bias_correction import correct_biases
+        correct_biases(opt, q, data, progress=progress)
+        q.validate()
+    q.metadata["calibration"] = {"method": method, "runs": len(data), "random": dataset is None,
+                                 "bias_correction": bias_correction,
+                                 **({"weight_rounding": weight_rounding} if weight_rounding != "nearest" else {})}
+    if layer_report:
+        from .accuracy import errors_to_json, layer_errors
+        with stage(progress, "accuracy"):
+            q.metadata["layer_errors"] = errors_to_json(layer_errors(opt, q, data))
     return q

@@ -31,13 +31,19 @@ class Operator:
     """One IR operator and every stage's rule for it (None: the stage does not apply).
 
     - ``attrs``: the attributes an op of this type carries (all required).
-    - ``tflite``: ``(importer, ins, outs, options, where) -> (attrs, data input indices)``;
-      ``tflite_aliases``: other TFLite builtins imported as this operator.
+    - ``tflite``: ``(importer, ins, outs, options, where) -> (attrs, data input indices)``,
+      or None when it added the ops itself (an operator imported as others, e.g. SPLIT as
+      STRIDED_SLICEs) or folded its output to a constant (DENSIFY); ``tflite_aliases``:
+      other TFLite builtins imported as this operator.
     - ``float_ref``: ``(op, input values, output tensor) -> value`` in float32.
     - ``same_scale``: inputs and output share one quantization (data movement);
       ``fixed_output``: the output's ``(scale, zero_point)`` is fixed by the int8 spec;
       ``weight_axis``: input 1 is a weight quantized per channel along this axis (input
       2 the bias); ``fc_weights``: per-tensor unless per-channel FC is asked for.
+    - ``index_inputs``: positions of inputs that hold int32 indices computed by the model
+      (GATHER's ids in an embedding lookup): never quantized.
+    - ``index_output``: the output is an int32/int64 tensor of positions (an arg max), never
+      quantized.
     - ``fused_activation``: the TFLite kernel applies a fused RELU/RELU6/RELU_N1_TO_1.
     - ``params``: ``(graph, op) -> kernel parameters`` (int8 only);
       ``lower``: ``(lowering, op, params) -> Emitted | None`` (chip descriptors).
@@ -48,9 +54,12 @@ class Operator:
       structure (resource variables become :class:`ir.State`; its ``tflite`` handler
       edits the graph and returns None): it never appears as an IR op, so it has no float
       reference or export.
+    - ``int16``: the chip also runs it with int16 activations (TFLite's 16x8 scheme:
+      symmetric int16, int8 weights, int64 bias), so mixed precision may promote it.
     """
     name: str
     attrs: tuple[str, ...] = ()
+    rewrite: Callable | None = None   # (float graph) -> rewrites made: patterns the optimizer turns into this op
     tflite: Callable | None = None
     tflite_aliases: tuple[str, ...] = ()
     float_ref: Callable | None = None
@@ -59,12 +68,15 @@ class Operator:
     weight_axis: int | None = None
     fc_weights: bool = False
     fused_activation: bool = False
+    index_output: bool = False
+    index_inputs: tuple[int, ...] = ()
     params: Callable | None = None
     lower: Callable | None = None
     export: Callable | None = None
     tflite_version: int = 1
     macs: Callable | None = None
     graph_op: bool = True
+    int16: bool = False
 
 
 _OPERATORS: dict[str, Operator] = {}

@@ -24,7 +24,7 @@ import tflite
 from . import registry
 from .ir import Graph, IRError, Op, QuantParams, Tensor, same_pads
 
-__all__ = ["TFLiteExportError", "export_tflite", "ACT"]
+__all__ = ["TFLiteExportError", "export_tflite", "options_table", "ACT"]
 
 
 class TFLiteExportError(IRError):
@@ -43,7 +43,8 @@ def _m(name: str) -> Any:
     return importlib.import_module(f"tflite.{name}")
 
 
-def _table(b: flatbuffers.Builder, cls: str, **fields: Any) -> int:
+def options_table(b: flatbuffers.Builder, cls: str, **fields: Any) -> int:
+    """Write flatbuffer table ``cls`` (a tflite schema table: "Tensor", "Conv2DOptions"...) with ``fields``."""
     mod = _m(cls)
     getattr(mod, f"{cls}Start")(b)
     for k, v in fields.items():
@@ -91,8 +92,9 @@ class _Writer:
             return self.tidx(Tensor(name, (channels,), "float32", None, np.zeros(channels, np.float32)))
         scale = x.quant.scale[0] * np.broadcast_to(w.quant.scale, (channels,)) if w.quant.per_channel \
             else x.quant.scale * w.quant.scale
-        return self.tidx(Tensor(name, (channels,), "int32", QuantParams(scale, np.zeros(scale.size, np.int64)),
-                                np.zeros(channels, np.int32)))
+        dtype = "int64" if x.dtype == "int16" else "int32"  # 16x8 kernels take an int64 bias
+        return self.tidx(Tensor(name, (channels,), dtype, QuantParams(scale, np.zeros(scale.size, np.int64)),
+                                np.zeros(channels, dtype)))
 
     def add(self, type_: str, ins: list[int], outs: list[int], opts: dict) -> None:
         self.ops.append((type_, ins, outs, opts))
@@ -159,7 +161,7 @@ class _Writer:
                 self.add("ASSIGN_VARIABLE", [handle, self.name(s.output)], [], {})
         outputs = [self.name(n) for n in g.outputs]
         b = flatbuffers.Builder(1 << 16)
-        buffers = [_table(b, "Buffer")]
+        buffers = [options_table(b, "Buffer")]
         codes: list[str] = []
         subgraphs = [self.subgraph(b, buffers, codes, inputs, outputs, "main")]
         if init is not None:
@@ -167,11 +169,11 @@ class _Writer:
         code_offs = []
         for c in codes:
             code = _CODES[c]
-            code_offs.append(_table(b, "OperatorCode", DeprecatedBuiltinCode=min(code, 127), BuiltinCode=code,
+            code_offs.append(options_table(b, "OperatorCode", DeprecatedBuiltinCode=min(code, 127), BuiltinCode=code,
                                     Version=_version(c)))
         cvec, svec, bvec = _vector(b, code_offs), _vector(b, subgraphs), _vector(b, buffers)
         desc = b.CreateString(f"npu-emu export of {g.name}")
-        model = _table(b, "Model", Version=3, OperatorCodes=cvec, Subgraphs=svec, Description=desc, Buffers=bvec)
+        model = options_table(b, "Model", Version=3, OperatorCodes=cvec, Subgraphs=svec, Description=desc, Buffers=bvec)
         b.Finish(model, file_identifier=b"TFL3")
         return bytes(b.Output())
 
@@ -189,13 +191,13 @@ class _Writer:
                 b.Bytes[b.head:b.head + raw.size] = raw.tobytes()
                 b.vectorNumElems = raw.size
                 data_vec = b.EndVector()
-                buffers.append(_table(b, "Buffer", Data=data_vec))
+                buffers.append(options_table(b, "Buffer", Data=data_vec))
                 buf_idx = len(buffers) - 1
             quant = None
             if t.quant is not None:
                 sc = b.CreateNumpyVector(t.quant.scale.astype(np.float32))
                 zp = b.CreateNumpyVector(t.quant.zero_point.astype(np.int64))
-                quant = _table(b, "QuantizationParameters", Scale=sc, ZeroPoint=zp,
+                quant = options_table(b, "QuantizationParameters", Scale=sc, ZeroPoint=zp,
                                QuantizedDimension=int(t.quant.axis))
             tname = b.CreateString(t.name)
             shape = b.CreateNumpyVector(np.asarray(t.shape, np.int32))
@@ -203,7 +205,7 @@ class _Writer:
             fields = dict(Shape=shape, Type=dtype, Buffer=buf_idx, Name=tname)
             if quant is not None:
                 fields["Quantization"] = quant
-            tensor_offs.append(_table(b, "Tensor", **fields))
+            tensor_offs.append(options_table(b, "Tensor", **fields))
 
         op_offs = []
         for type_, ins, outs, opts in self.ops:
@@ -214,13 +216,13 @@ class _Writer:
                 (cls, fields), = opts.items()
                 fields = {k: b.CreateString(v) if isinstance(v, str) else v for k, v in fields.items()}
                 opt_fields = dict(BuiltinOptionsType=getattr(tflite.BuiltinOptions, cls),
-                                  BuiltinOptions=_table(b, cls, **fields))
+                                  BuiltinOptions=options_table(b, cls, **fields))
             iv = b.CreateNumpyVector(np.asarray(ins, np.int32))
             ov = b.CreateNumpyVector(np.asarray(outs, np.int32))
-            op_offs.append(_table(b, "Operator", OpcodeIndex=codes.index(type_), Inputs=iv, Outputs=ov,
+            op_offs.append(options_table(b, "Operator", OpcodeIndex=codes.index(type_), Inputs=iv, Outputs=ov,
                                   **opt_fields))
         tvec, ovec = _vector(b, tensor_offs), _vector(b, op_offs)
-        return _table(b, "SubGraph", Tensors=tvec, Operators=ovec,
+        return options_table(b, "SubGraph", Tensors=tvec, Operators=ovec,
                       Inputs=b.CreateNumpyVector(np.asarray(inputs, np.int32)),
                       Outputs=b.CreateNumpyVector(np.asarray(outputs, np.int32)),
                       Name=b.CreateString(name))

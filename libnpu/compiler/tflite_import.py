@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import struct
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -15,9 +16,11 @@ import numpy as np
 import tflite
 
 from . import registry
-from .ir import Graph, IRError, Op, QuantParams, Tensor, require_data, same_pads
+from .ir import Graph, IRError, Op, QuantParams, SourceOp, Tensor, require_data, same_pads
+from .tflite_sparsity import SparsityError, densify
 
-__all__ = ["TFLiteImportError", "UnsupportedOpError", "import_tflite", "load_tflite", "options", "builtin_name",
+__all__ = ["TFLiteImportError", "UnsupportedOpError", "SourceOp", "import_tflite", "import_tflite_sources",
+           "load_tflite", "options", "builtin_name",
            "activation", "window_pads", "simple"]
 
 
@@ -56,7 +59,10 @@ def builtin_name(model: Any, opcode_index: int) -> str:
 
 
 class _Importer:
-    def __init__(self, buf: bytes, name: str) -> None:
+    def __init__(self, buf: bytes, name: str, *, fallback: bool = False,
+                 force_host: Mapping[int, str] | None = None) -> None:
+        self.fallback, self.force_host = fallback, dict(force_host or {})
+        self.sources: list[SourceOp] = []
         require_data(buf, name)
         if len(buf) < 8 or buf[4:8] != b"TFL3":
             raise TFLiteImportError(f"{name}: not a TFLite flatbuffer (no TFL3 identifier)")
@@ -102,12 +108,22 @@ class _Importer:
             quant = QuantParams(q.ScaleAsNumpy(), zp, int(q.QuantizedDimension()))
         raw = self._buffer_data(t.Buffer())
         data = None
-        if raw is not None:
+        if t.Sparsity() is not None and t.Buffer() > 0:
+            if raw is None:  # an all-zero sparse constant stores no values
+                raw = np.zeros(0, np.uint8)
+            try:
+                data = densify(t.Sparsity(), shape, raw.view(dtype))
+            except SparsityError as exc:
+                raise TFLiteImportError(f"tensor {idx} ({t.Name()!r}): bad sparsity parameters: {exc}") from None
+        elif raw is not None:
             data = raw.view(dtype).reshape(shape).copy()
         name = self.graph.unique_name((t.Name() or b"").decode() or f"t{idx}")
         self.graph.add_tensor(Tensor(name, shape, dtype, quant, data))
         self.names[idx] = name
         return name
+
+    def is_resource(self, idx: int) -> bool:
+        return int(self.sg.Tensors(idx).Type()) == tflite.TensorType.RESOURCE
 
     def label(self, idx: int) -> str:
         """Tensor ``idx``'s name for messages, without importing it (it may be a resource)."""
@@ -123,25 +139,40 @@ class _Importer:
     def run(self) -> Graph:
         g = self.graph
         g.inputs = [self.tensor(i) for i in self.sg.InputsAsNumpy()]
+        pending: list[SourceOp] = []     # consecutive operators placed on the CPU: one host call
         for i in range(self.sg.OperatorsLength()):
             op = self.sg.Operators(i)
             opname = builtin_name(self.model, op.OpcodeIndex())
+            if opname == "CUSTOM":
+                opname = f"CUSTOM:{(self.model.OperatorCodes(op.OpcodeIndex()).CustomCode() or b'').decode()}"
             ins = [int(j) for j in op.InputsAsNumpy()] if op.InputsLength() else []
             outs = [int(j) for j in op.OutputsAsNumpy()] if op.OutputsLength() else []
-            where = f"{opname} node {i} (output {self.label(outs[0]) if outs else '-'!r})"
-            options = op.BuiltinOptions()
-            if self.fold(opname, ins, outs, options, where):
+            # a resource (VAR_HANDLE's output) is no IR tensor: the variables' handlers resolve it
+            out_name = (self.label(outs[0]) if self.is_resource(outs[0]) else self.tensor(outs[0])) if outs \
+                else f"op{i}"
+            where = f"{opname} node {i} (output {out_name!r})"
+            source = SourceOp(i, opname)
+            self.sources.append(source)
+            if self.fallback and i in self.force_host:
+                source.reason = self.force_host[i]
+                if opname.startswith("CUSTOM:"):     # a user's Python function: a call of its own
+                    self.host_op(pending)
+                    self.host_op([source])
+                else:
+                    pending.append(source)
                 continue
-            operator = registry.tflite_operator(opname)
-            if operator is None:
-                raise UnsupportedOpError(f"unsupported op {where}")
-            if not operator.graph_op:  # resolved into the graph's structure (resource variables)
-                operator.tflite(self, ins, outs, options, where)
-                continue
-            out_name = self.tensor(outs[0]) if outs else f"op{i}"
-            attrs, data_inputs = operator.tflite(self, ins, outs, options, where)
-            g.add_op(Op(operator.name, [self.tensor(j) if j >= 0 else "" for j in data_inputs],
-                        [self.tensor(j) for j in outs], attrs, name=out_name))
+            self.host_op(pending)
+            before = len(g.ops)
+            try:
+                self.import_op(opname, ins, outs, op.BuiltinOptions(), where, out_name)
+            except UnsupportedOpError as exc:
+                if not self.fallback:
+                    raise
+                del g.ops[before:]
+                source.reason = _reason(exc, where)
+                self.host_op([source])
+            source.ir_ops = g.ops[before:]
+        self.host_op(pending)
         g.outputs = [self.tensor(i) for i in self.sg.OutputsAsNumpy()]
         g.metadata["source"] = "tflite"
         desc = self.model.Description()
@@ -152,6 +183,47 @@ class _Importer:
         g.check_runnable()
         self.touch_buffers()
         return g
+
+    def import_op(self, opname: str, ins: list[int], outs: list[int], options: Any, where: str,
+                  out_name: str) -> None:
+        if self.fold(opname, ins, outs, options, where):
+            return
+        if opname.startswith("CUSTOM:"):
+            raise UnsupportedOpError(f"custom op {opname[7:]!r}: the chip has no custom operators")
+        operator = registry.tflite_operator(opname)
+        if operator is None:
+            raise UnsupportedOpError(f"unsupported op {where}")
+        imported = operator.tflite(self, ins, outs, options, where)
+        if imported is None:  # the operator added its ops itself, or folded to a constant
+            return
+        attrs, data_inputs = imported
+        self.graph.add_op(Op(operator.name, [self.tensor(j) if j >= 0 else "" for j in data_inputs],
+                             [self.tensor(j) for j in outs], attrs, name=out_name))
+
+    def host_op(self, group: list[SourceOp]) -> None:
+        """One HOST op running ``group`` (consecutive source operators; emptied) with LiteRT:
+        a model cut from the source holding them, returning what the rest of the graph reads."""
+        if not group:
+            return
+        from ..host import HostCall
+        from .tflite_cut import cut_tflite
+        indices = [src.index for src in group]
+        inside = set(indices)
+        written = [int(t) for i in indices for t in self.sg.Operators(i).OutputsAsNumpy()]
+        read_outside = set(int(t) for t in self.sg.OutputsAsNumpy())
+        for k in range(self.sg.OperatorsLength()):
+            op = self.sg.Operators(k)
+            if k not in inside and op.InputsLength():
+                read_outside.update(int(t) for t in op.InputsAsNumpy())
+        cut = cut_tflite(self.buf, indices, [t for t in written if t in read_outside] or written)
+        reasons = list(dict.fromkeys(src.reason for src in group))
+        call = HostCall("tflite", cut.model, "+".join(src.op for src in group), indices[0], "; ".join(reasons))
+        outputs = [self.tensor(j) for j in cut.outputs]
+        host = self.graph.add_op(Op("HOST", [self.tensor(j) for j in cut.inputs], outputs, {"host": call},
+                                    name=outputs[0]))
+        for src in group:
+            src.ir_ops = [host]
+        group.clear()
 
     def touch_buffers(self) -> None:
         """Read every buffer table, the unused ones too.
@@ -234,17 +306,35 @@ def simple(im, ins, outs, table, where):
 # Integer ops evaluated at import time when their inputs are known (shape arithmetic).
 _FOLDABLE = ("SHAPE", "STRIDED_SLICE", "PACK", "CONCATENATION", "RESHAPE")
 
+def _reason(exc: Exception, where: str) -> str:
+    """The one-line reason an import failure gives, without the op's own location."""
+    text = str(exc).replace(f"unsupported op {where}", "no NPU operator of this type")
+    return text.replace(f"{where}: ", "").splitlines()[0] if text else type(exc).__name__
+
+
 def import_tflite(data: bytes, name: str = "model") -> Graph:
     """Build an IR graph from the bytes of a ``.tflite`` file."""
+    return import_tflite_sources(data, name)[0]
+
+
+def import_tflite_sources(data: bytes, name: str = "model", *, fallback: bool = False,
+                          force_host: Mapping[int, str] | None = None) -> tuple[Graph, list[SourceOp]]:
+    """Import, also returning what became of each source operator.
+
+    ``fallback``: an operator the import cannot take for the chip becomes a HOST op (run
+    by LiteRT on the host) instead of an error; ``force_host`` maps more operator indices
+    to the reason they go to the host.
+    """
     try:
-        graph = _Importer(bytes(data), name).run()
+        importer = _Importer(bytes(data), name, fallback=fallback, force_host=force_host)
+        graph = importer.run()
     except IRError:
         raise
     except (struct.error, IndexError, ValueError, TypeError, UnicodeDecodeError, OverflowError) as exc:
         # flatbuffers reads lazily: damage shows up as low-level errors anywhere
         raise TFLiteImportError(f"{name}: corrupted or truncated TFLite file "
                                 f"({type(exc).__name__}: {exc})") from exc
-    return graph
+    return graph, importer.sources
 
 
 def load_tflite(path: str | os.PathLike) -> Graph:

@@ -76,19 +76,59 @@ def _top_args(p: argparse.ArgumentParser) -> None:
 
 def _calibration_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--calibration", help="calibration data: a .npy file (samples on the first axis) or a "
-                                         "directory of .npy files and .png pictures (mapped to [-1, 1])")
+                                         "directory of .npy files and .png pictures (preprocessed as "
+                                         "--input-range or --mean/--std say)")
+    p.add_argument("--input-range", metavar="LO,HI",
+                   help="map picture pixels 0..255 to [LO, HI], the model's own preprocessing "
+                        "(default -1,1; mediapipe models: 0,1)")
+    p.add_argument("--mean", metavar="M[,M,M]", help="instead of --input-range: (pixel - mean) / std, "
+                                                    "per channel, in pixel units 0..255")
+    p.add_argument("--std", metavar="S[,S,S]", help="with --mean (default 1)")
     p.add_argument("--random-calibration", type=int, metavar="N", help="calibrate on N random inputs (default 8)")
-    p.add_argument("--method", choices=("minmax", "percentile"), default="minmax")
+    p.add_argument("--method", choices=("minmax", "percentile", "mse", "entropy"), default="minmax",
+                   help="how activation ranges are chosen from the calibration data (default minmax)")
+    p.add_argument("--percentile", type=float, help="with --method percentile: the kept percentile (default 99.99)")
+    p.add_argument("--weight-rounding", choices=("nearest", "gptq"), default="nearest",
+                   help="gptq: round conv/depthwise/FC weights for the calibration data's inputs (GPTQ) instead of "
+                        "to the nearest step (default nearest)")
+    p.add_argument("--bias-correction", action="store_true",
+                   help="correct each layer's bias for its mean quantization error on the calibration data")
+    p.add_argument("--fc-per-tensor", action="store_true",
+                   help="per-tensor fully connected weights (default per channel)")
     p.add_argument("--int8-io", action="store_true", help="int8 inputs/outputs instead of float")
     p.add_argument("--state", action="append", metavar="IN=OUT", default=[],
                    help="carry output OUT into input IN between calls: a stateful model (repeatable)")
+
+
+def _placement_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--ops", metavar="OP,OP", help="allow-list: only these operators (TFLite builtin names, ONNX op "
+                                                  "types) run on the NPU, the others on the CPU")
+    p.add_argument("--strict", action="store_true",
+                   help="refuse any CPU fallback: fail, listing every operator the NPU cannot run")
+
+
+def _int16_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--int16", metavar="auto|none|NAME,...", default="none",
+                   help="int16 activations (a16w8) for the layers int8 loses most on ('auto': the worst, until "
+                        "the outputs reach --int16-target against float), or for the named ops / tensors "
+                        "(default none)")
+    p.add_argument("--int16-target", type=float, metavar="SCORE",
+                   help="output score 'auto' aims at: cosine vs float, for outputs of < 8 values "
+                        "1 - max|error| / max|value| (default 0.99)")
+    p.add_argument("--int16-max-layers", type=int, metavar="N", help="promote at most N layers with 'auto'")
 
 
 def _compile_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("model", help=MODEL.replace(".nlb ", ""))
     p.add_argument("-o", "--output", required=True,
                    help="the file to write: a loadable (.nlb), or the int8 model as .tflite (quantize only)")
+    _placement_args(p)
     _calibration_args(p)
+    _int16_args(p)
+    p.add_argument("--report", action="store_true",
+                   help="print where each operator runs (NPU or CPU, and why) and a summary; for float models "
+                        "also each layer's quantization error vs float on the calibration data")
+    p.add_argument("--report-all", action="store_true", help="with --report: every layer, not the 10 worst")
     p.add_argument("--no-progress", action="store_true")
     _cache(p)
     _json(p)
@@ -97,6 +137,7 @@ def _compile_args(p: argparse.ArgumentParser) -> None:
 def _inspect_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("model", help="a loadable (.nlb: checked, then described) or a model (its graph) - " + MODEL)
     p.add_argument("--plan", action="store_true", help="a model's device memory plan too")
+    p.add_argument("--ops", metavar="OP,OP", help="placement with this allow-list of NPU operators")
 
 
 def _fetch_args(p: argparse.ArgumentParser) -> None:
@@ -111,6 +152,16 @@ def _run_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--repeat", type=int, default=5, help="timed inferences after the first (default 5)")
     p.add_argument("--fresh", action="store_true", help="compile into an empty cache (measures a first-ever load)")
     p.add_argument("--no-progress", action="store_true")
+    _cache(p)
+    _json(p)
+
+
+def _profile_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("model", help=MODEL)
+    p.add_argument("--runs", type=int, default=5, help="profiled inferences after a warm-up one (default 5)")
+    p.add_argument("--trace", metavar="FILE.json", help="record the device's trace meanwhile (every process's "
+                   "jobs; the device owner's to switch on) and write it as a Chrome/Perfetto trace-event file")
+    p.add_argument("--png", metavar="FILE.png", help="draw the trace as a timeline picture")
     _cache(p)
     _json(p)
 
@@ -139,8 +190,15 @@ def _bench_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--requests", type=int, help="requests in flight for throughput (default: optimal_requests)")
     p.add_argument("--seconds", type=float, default=3.0, help="duration of each measurement (default 3)")
     p.add_argument("--no-litert", action="store_true", help="skip the LiteRT comparison")
+    p.add_argument("--delegate", action="store_true",
+                   help="also time LiteRT with the npu external delegate (partitions on this device)")
     _cache(p)
     _json(p)
+
+
+def _delegate_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--path", action="store_true", required=True,
+                   help="print the absolute path of the delegate library (built if needed)")
 
 
 def _faces_args(p: argparse.ArgumentParser) -> None:
@@ -157,6 +215,14 @@ def _classify_args(p: argparse.ArgumentParser) -> None:
     _json(p)
 
 
+def _capi_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--cflags", action="store_true", help="print the compiler flags (the header's directory)")
+    p.add_argument("--libs", action="store_true", help="print the linker flags (-L, -l and the rpath)")
+    p.add_argument("--path", action="store_true", help="print the shared library's absolute path")
+    p.add_argument("--nvdla", action="store_true",
+                   help="for NVDLA's portability layer in C (nvdla_port.h) instead of the runtime (npu.h)")
+
+
 def _no_args(p: argparse.ArgumentParser) -> None:
     pass
 
@@ -171,15 +237,21 @@ COMMANDS: tuple[Command, ...] = (
             device=False),
     Command(("fetch",), "download the model-zoo files into the cache", _fetch_args, commands.fetch, device=False),
     Command(("run",), "run a model on the device: timings, outputs, --save", _run_args, commands.run),
+    Command(("profile",), "per-layer cycles and chip time of a model's inference; --trace: a Perfetto trace",
+            _profile_args, commands.profile),
     Command(("bench", "nop"), "NOP job latency vs raw round trip; throughput with --processes", _bench_nop_args,
             commands.bench_nop),
     Command(("bench", "ops"), "conv/depthwise/FC layers through the chip next to LiteRT and onnxruntime",
             _bench_ops_args, commands.bench_ops),
     Command(("bench", "model"), "latency and throughput of a model, next to LiteRT", _bench_model_args,
             commands.bench_model),
+    Command(("delegate",), "the LiteRT external delegate: --path prints its library (for load_delegate)",
+            _delegate_args, commands.delegate, device=False),
     Command(("faces",), "detect faces (BlazeFace, quantized) and write PNGs with the boxes", _faces_args,
             commands.faces),
     Command(("classify",), "classify sample pictures with ResNet-8 (CIFAR-10)", _classify_args, commands.classify),
+    Command(("capi",), "flags to build a C program against npu.h (or nvdla_port.h), building the library if needed",
+            _capi_args, commands.capi, device=False),
     Command(("doctor",), "check what the stack needs (FUSE, state, C kernels, the device) and say how to fix it",
             _no_args, commands.doctor),
     Command(("demo",), "run the spine end to end and print what happens", _no_args, commands.demo),

@@ -14,8 +14,10 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from libnpu.compiler.ir import IRError
+from libnpu.host import HostOpError
 from libnpu.loadable import LoadableError
 from libnpu.portability import NpuError, Session, default_devroot
+from libnpu.runtime import InputError
 
 from . import model_zoo
 from .errors import start_command
@@ -32,8 +34,8 @@ class Failure(RuntimeError):
     """The command ran and failed for a reason the message states (exit 1)."""
 
 
-USAGE_ERRORS = (UsageError, ModelSpecError)
-FAILURES = (Failure, IRError, LoadableError, NpuError, model_zoo.ModelZooError, OSError)
+USAGE_ERRORS = (UsageError, ModelSpecError, InputError)
+FAILURES = (Failure, IRError, HostOpError, LoadableError, NpuError, model_zoo.ModelZooError, OSError)
 
 
 def _devroot(args: argparse.Namespace) -> Path:
@@ -62,7 +64,9 @@ def info(args: argparse.Namespace) -> int:
     with Session(devroot) as session:
         for node in _nodes(devroot):
             try:
-                facts = session.open(int(node.name[3:])).info()
+                device = session.open(int(node.name[3:]))
+                facts = device.info()
+                props = device.properties()
             except OSError as exc:
                 print(f"{node}: {exc}", file=sys.stderr)
                 continue
@@ -74,6 +78,7 @@ def info(args: argparse.Namespace) -> int:
                 "contexts": facts["num_contexts"] - 1,          # not counting this query's own
                 "jobs_completed": facts["jobs_completed"], "jobs_failed": facts["jobs_failed"],
                 "busy_time_us": facts["busy_time_ns"] // 1000, "reset_count": facts["reset_count"],
+                "properties": props,
             })
     if args.json:
         print(json.dumps({"devroot": str(devroot), "devices": devices}, indent=2))
@@ -86,6 +91,8 @@ def info(args: argparse.Namespace) -> int:
                   f"memory {d['memory_used_bytes'] >> 20}/{d['memory_total_bytes'] >> 20} MiB, "
                   f"{d['contexts']} contexts, {d['jobs_completed']} jobs done ({d['jobs_failed']} failed), "
                   f"busy {d['busy_time_us'] / 1e6:.3f} s, {d['reset_count']} resets")
+            p = d["properties"]
+            print(f"  {p['full_device_name']}, uuid {p['device_uuid']}, {p['device_gops']['int8']:g} int8 GOPS")
     return 0 if devices else 1
 
 
@@ -116,6 +123,27 @@ def doctor(args: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
+def capi(args: argparse.Namespace) -> int:
+    """Flags for a C program (pkg-config style, on one line); without options, what there is."""
+    from libnpu.capi.embedding import EmbeddingBuildError
+
+    from . import c_libraries
+    try:
+        build = c_libraries.NVDLA if args.nvdla else c_libraries.RUNTIME
+        wanted = [flag for flag, asked in (("cflags", args.cflags), ("libs", args.libs), ("path", args.path)) if asked]
+        if wanted:
+            print(" ".join(build.describe(flag) for flag in wanted))
+            return 0
+        for library in (c_libraries.RUNTIME, c_libraries.NVDLA):
+            print(f"{library.header.name}: {library.header}")
+            print(f"  library: {library.describe('path')}")
+            print(f"  cflags:  {library.describe('cflags')}")
+            print(f"  libs:    {library.describe('libs')}")
+    except (EmbeddingBuildError, c_libraries.CBuildError) as exc:
+        raise Failure(str(exc)) from exc
+    return 0
+
+
 def demo(args: argparse.Namespace) -> int:
     from .demo import run
     return run(_devroot(args))
@@ -132,6 +160,18 @@ def _quantizer_options(args: argparse.Namespace) -> dict[str, Any]:
         options["random_count"] = args.random_calibration
     if args.method != "minmax":
         options["method"] = args.method
+    if args.percentile is not None:
+        if args.method != "percentile":
+            raise UsageError("--percentile goes with --method percentile")
+        if not 50 < args.percentile <= 100:
+            raise UsageError(f"--percentile must be in (50, 100], not {args.percentile}")
+        options["percentile"] = args.percentile
+    if args.weight_rounding != "nearest":
+        options["weight_rounding"] = args.weight_rounding
+    if args.bias_correction:
+        options["bias_correction"] = True
+    if args.fc_per_tensor:
+        options["fc_per_channel"] = False
     if args.int8_io:
         options["io_dtype"] = "int8"
     if args.state:
@@ -139,11 +179,85 @@ def _quantizer_options(args: argparse.Namespace) -> dict[str, Any]:
         if any(len(p) != 2 or not all(p) for p in pairs):
             raise UsageError(f"--state takes INPUT=OUTPUT, got {args.state}")
         options["states"] = dict(pairs)
+    options.update(_int16_options(args))
+    if getattr(args, "report", False):
+        options["layer_report"] = True
     return options
 
 
+def _int16_options(args: argparse.Namespace) -> dict[str, Any]:
+    """``--int16`` and its limits (only what was set, so the default keeps the cache key)."""
+    from libnpu.compiler.mixed_precision import parse_selection
+    selection = parse_selection(getattr(args, "int16", None))
+    if selection == "none":
+        if getattr(args, "int16_target", None) is not None or getattr(args, "int16_max_layers", None) is not None:
+            raise UsageError("--int16-target and --int16-max-layers need --int16 auto")
+        return {}
+    options: dict[str, Any] = {"int16": selection if isinstance(selection, str) else ",".join(selection)}
+    if args.int16_target is not None or args.int16_max_layers is not None:
+        if selection != "auto":
+            raise UsageError("--int16-target and --int16-max-layers need --int16 auto")
+        if args.int16_target is not None:
+            _require(0.0 < args.int16_target <= 1.0, "--int16-target is a score in (0, 1]")
+            options["int16_target"] = args.int16_target
+        if args.int16_max_layers is not None:
+            _require(args.int16_max_layers >= 1, "--int16-max-layers needs at least 1")
+            options["max_int16_layers"] = args.int16_max_layers
+    return options
+
+
+def _int16_report(metadata: dict[str, Any]) -> str | None:
+    """The compile output's line naming the layers that run with int16 activations."""
+    layers = metadata.get("int16_layers")
+    if layers is None:
+        return None
+    text = f"int16 activations: {len(layers)} layer{'s' if len(layers) != 1 else ''}"
+    if layers:
+        text += " (" + ", ".join(layers) + ")"
+    scores = metadata.get("int16_output_score")
+    if scores:
+        text += "; output score vs float " + ", ".join(f"{k} {v:.4f}" for k, v in scores.items())
+    return text
+
+
+def _numbers(text: str, option: str, count: int | None = None) -> tuple[float, ...]:
+    try:
+        values = tuple(float(v) for v in text.split(","))
+    except ValueError:
+        raise UsageError(f"{option} takes comma-separated numbers, not {text!r}") from None
+    if count is not None and len(values) != count:
+        raise UsageError(f"{option} takes {count} numbers, not {text!r}")
+    return values
+
+
+def _preprocessing(args: argparse.Namespace) -> dict[str, Any]:
+    """load_calibration's picture preprocessing from --input-range / --mean / --std."""
+    if args.std is not None and args.mean is None:
+        raise UsageError("--std goes with --mean")
+    if args.mean is not None:
+        if args.input_range is not None:
+            raise UsageError("give --input-range or --mean/--std, not both")
+        std = _numbers(args.std, "--std") if args.std is not None else (1.0,)
+        if any(s == 0 for s in std):
+            raise UsageError("--std must not be 0")
+        return {"mean": _numbers(args.mean, "--mean"), "std": std}
+    if args.input_range is not None:
+        lo, hi = _numbers(args.input_range, "--input-range", 2)
+        if not lo < hi:
+            raise UsageError(f"--input-range needs LO < HI, not {args.input_range}")
+        return {"image_range": (lo, hi)}
+    return {}
+
+
 def compile_(args: argparse.Namespace) -> int:
-    from .compile import compile_model_file, export_int8_tflite, format_plan, input_shapes, plan_report
+    from .compile import (
+        compile_model_file,
+        export_int8_tflite,
+        format_plan,
+        input_shapes,
+        plan_report,
+        quantization_report,
+    )
     from .models import load_calibration, resolve
     path = resolve(args.model)
     if path.suffix == ".nlb":
@@ -153,30 +267,88 @@ def compile_(args: argparse.Namespace) -> int:
         raise UsageError(f"{out}: the output is a loadable (.nlb) or an int8 model (.tflite)")
     if args.calibration and args.random_calibration is not None:
         raise UsageError("give --calibration or --random-calibration, not both")
+    placement = _placement_options(args)
+    if out.suffix == ".tflite" and placement:
+        raise UsageError("--ops and --strict place operators for a loadable (.nlb); a .tflite output keeps them all")
+    if placement.get("strict"):       # refused before any calibration, naming the file
+        from libnpu.compiler.placement import plan_placement
+        plan_placement(path, ops=placement.get("ops")).refuse_fallback()
     options = _quantizer_options(args)
-    dataset = load_calibration(args.calibration, input_shapes(path)) if args.calibration else None
+    preprocessing = _preprocessing(args)
+    if preprocessing and not args.calibration:
+        raise UsageError("--input-range / --mean / --std preprocess --calibration pictures: give --calibration")
+    dataset = load_calibration(args.calibration, input_shapes(path), **preprocessing) if args.calibration else None
     calibration = "file" if dataset is not None else "random"
+    worst = None if args.report_all else 10
     if out.suffix == ".tflite":
         result = export_int8_tflite(path, out, dataset, progress=_progress_wanted(args), **options)
         if args.json:
             print(json.dumps({"model": str(path), "output": str(out), "seconds": round(result.seconds, 3),
-                              "stages_s": result.stages, "calibration": calibration}, indent=2))
+                              "stages_s": result.stages, "calibration": calibration,
+                              "int16_layers": result.metadata.get("int16_layers", []),
+                              **({"layer_errors": result.metadata.get("layer_errors")} if args.report else {})},
+                             indent=2))
         else:
             print(f"quantized {path.name} -> {out} in {result.seconds:.2f} s ({result.ops} ops)")
+            int16 = _int16_report(result.metadata)
+            if int16:
+                print(int16)
+            if args.report:
+                print(quantization_report(result.metadata, worst))
         return 0
-    result = compile_model_file(path, dataset, cache_dir=args.cache_dir, progress=_progress_wanted(args), **options)
+    result = compile_model_file(path, dataset, cache_dir=args.cache_dir, progress=_progress_wanted(args),
+                                **options, **placement)
     result.loadable.save(out)
     plan = plan_report(result.loadable)
+    report_text, report = _report(path, placement.get("ops"), result.loadable) if args.report else ("", None)
     if args.json:
         print(json.dumps({"model": str(path), "output": str(out), "cache_hit": result.cache_hit,
                           "seconds": round(result.seconds, 3), "stages_s": result.stages,
-                          "calibration": calibration, "plan": plan}, indent=2))
+                          "calibration": calibration, "plan": plan,
+                          "int16_layers": result.loadable.metadata.get("int16_layers", []),
+                          "int16_output_score": result.loadable.metadata.get("int16_output_score"),
+                          **({"report": report, "layer_errors": result.loadable.metadata.get("layer_errors")}
+                             if args.report else {})}, indent=2))
         return 0
     how = "from the compile cache" if result.cache_hit else \
         "(" + ", ".join(f"{k} {v:.2f} s" for k, v in result.stages.items()) + ")"
     print(f"compiled {path.name} -> {out} in {result.seconds:.2f} s {how}")
+    int16 = _int16_report(result.loadable.metadata)
+    if int16:
+        print(int16)
     print(format_plan(plan))
+    if report_text:
+        print(report_text)
+    if args.report:
+        print(quantization_report(result.loadable.metadata, worst))
     return 0
+
+
+def _report(path: Path, ops: list[str] | None, loadable: Any = None) -> tuple[str, dict[str, Any]]:
+    from libnpu.compiler.placement import place_model
+
+    from .report import ReportContext, build_report
+    return build_report(ReportContext(path, place_model(path, ops=ops), loadable))
+
+
+def _allow_list(text: str | None) -> list[str] | None:
+    if text is None:
+        return None
+    ops = sorted({op.strip() for op in text.split(",") if op.strip()})
+    if not ops:
+        raise UsageError("--ops needs at least one operator name (e.g. --ops CONV_2D,ADD)")
+    return ops
+
+
+def _placement_options(args: argparse.Namespace) -> dict[str, Any]:
+    """Only the placement options the user set (the default shares libnpu.load's cache key)."""
+    options: dict[str, Any] = {}
+    ops = _allow_list(args.ops)
+    if ops is not None:
+        options["ops"] = ops
+    if args.strict:
+        options["strict"] = True
+    return options
 
 
 def inspect(args: argparse.Namespace) -> int:
@@ -188,6 +360,7 @@ def inspect(args: argparse.Namespace) -> int:
         print(Loadable.load(path).summary())
     else:
         print(describe_model(path, plan=args.plan))
+        print(_report(path, _allow_list(args.ops))[0])
     return 0
 
 
@@ -225,6 +398,25 @@ def run(args: argparse.Namespace) -> int:
         print(f"inference {n}: latency {r['latency_ms']:.3f} ms, device time {r['device_time_ms']:.3f} ms")
     for p in report["saved"]:
         print(f"saved {p}")
+    return 0
+
+
+def profile(args: argparse.Namespace) -> int:
+    from .profile import TraceError, profile_model
+    _require(args.runs >= 1, "--runs must be >= 1")
+    try:
+        report = profile_model(args.model, devroot=args.devroot, runs=args.runs, trace=args.trace, png=args.png,
+                               cache_dir=args.cache_dir)
+    except TraceError as exc:
+        raise Failure(str(exc)) from None
+    if args.json:
+        print(json.dumps({k: v for k, v in report.items() if k != "table"}, indent=2))
+        return 0
+    print(f"model {report['model']}: the median (by chip time) of {report['runs']} profiled inferences")
+    print(report["table"])
+    for key, what in (("trace", "trace (open in ui.perfetto.dev)"), ("png", "timeline")):
+        if key in report:
+            print(f"{what}: {report[key]} ({report['trace_events']} events, contexts {report['trace_contexts']})")
     return 0
 
 
@@ -289,6 +481,16 @@ def bench_model(args: argparse.Namespace) -> int:
     _require(args.requests is None or args.requests >= 1, "--requests must be at least 1")
     _require(args.seconds > 0, "--seconds must be > 0")
     report = measure(args.model, requests=args.requests, seconds=args.seconds, devroot=args.devroot,
-                     cache_dir=args.cache_dir, litert=not args.no_litert)
+                     cache_dir=args.cache_dir, litert=not args.no_litert, delegate=args.delegate)
     print(json.dumps(report, indent=2) if args.json else format_report(report))
+    return 0
+
+
+def delegate(args: argparse.Namespace) -> int:
+    from libnpu.capi.embedding import EmbeddingBuildError
+    from libnpu.delegate import library_path
+    try:
+        print(library_path())
+    except EmbeddingBuildError as exc:
+        raise Failure(f"cannot build the delegate library: {exc}") from exc
     return 0

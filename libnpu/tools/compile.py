@@ -19,7 +19,7 @@ from libnpu.compiler.cache import CompileCache, compile_cached
 from libnpu.loadable import Loadable, RegionKind
 
 __all__ = ["CompileResult", "StageTimer", "compile_model_file", "export_int8_tflite", "describe_model", "plan_report",
-           "format_plan", "input_shapes"]
+           "format_plan", "input_shapes", "quantization_report", "quantization_section"]
 
 
 @dataclass
@@ -96,6 +96,7 @@ class ExportResult:
     ops: int
     seconds: float
     stages: dict[str, float] = field(default_factory=dict)
+    metadata: dict[str, Any] = field(default_factory=dict)
 
 
 def export_int8_tflite(model: str | os.PathLike, output: str | os.PathLike, dataset: Sequence | None = None, *,
@@ -111,13 +112,36 @@ def export_int8_tflite(model: str | os.PathLike, output: str | os.PathLike, data
     finally:
         timer.close()
     Path(output).write_bytes(export_tflite(graph))
-    return ExportResult(len(graph.ops), time.perf_counter() - started, timer.stages)
+    return ExportResult(len(graph.ops), time.perf_counter() - started, timer.stages, dict(graph.metadata))
+
+
+def quantization_section(metadata: dict[str, Any], worst: int | None = 10) -> tuple[list[str], Any]:
+    """The quantization section of a report as (text lines, JSON value): how the model was
+    calibrated and each layer's error against float on the calibration data."""
+    text = quantization_report(metadata, worst).splitlines()
+    return text, {"calibration": metadata.get("calibration"), "layer_errors": metadata.get("layer_errors")}
+
+
+def quantization_report(metadata: dict[str, Any], worst: int | None = 10) -> str:
+    """``npu compile --report``'s quantization section, from a compiled model's metadata:
+    how it was calibrated and each layer's error against float on the calibration data."""
+    from libnpu.compiler.accuracy import errors_from_json, format_layer_errors
+    if metadata.get("quantized") != "int8" or "calibration" not in metadata:
+        return "quantization: an int8 model, compiled as it is (no quantization to report)"
+    cal = metadata["calibration"]
+    head = (f"quantization: {cal.get('method', 'minmax')} calibration on {cal.get('runs')} "
+            f"{'random inputs' if cal.get('random') else 'samples'}"
+            f"{', GPTQ weight rounding' if cal.get('weight_rounding') == 'gptq' else ''}"
+            f"{', bias correction' if cal.get('bias_correction') else ''}")
+    rows = metadata.get("layer_errors")
+    if not rows:
+        return head + "\n  (no per-layer figures: compiled without --report)"
+    return head + "\n" + format_layer_errors(errors_from_json(rows), worst)
 
 
 def describe_model(model: str | os.PathLike, *, plan: bool = False) -> str:
     """A model file's graph as imported (ops, shapes, MACs, constant bytes); ``plan``: its memory plan too."""
-    from libnpu.compiler.frontend import load_model
-    graph = load_model(model)
+    graph = _graph(model)
     counts = ", ".join(f"{k} {v}" for k, v in sorted(graph.op_counts().items()))
     weights = sum(t.nbytes for t in graph.constants())
     lines = [graph.summary(), f"ops: {counts}", f"MACs: {graph.macs():,}  constant bytes: {weights:,}"]
@@ -159,7 +183,13 @@ def format_plan(report: dict[str, Any]) -> str:
 
 def input_shapes(model: str | os.PathLike) -> list[tuple[int, ...]]:
     """Shapes of a model file's inputs (imports the model, compiles nothing)."""
-    from libnpu.compiler.frontend import load_model
-    graph = load_model(model)
+    graph = _graph(model)
     return [tuple(graph.tensors[n].shape) for n in graph.inputs]
+
+
+def _graph(model: str | os.PathLike) -> Any:
+    """The model's graph as the compiler takes it: operators placed on the CPU as HOST ops."""
+    from libnpu.compiler.placement import import_with_fallback, plan_placement
+    plan = plan_placement(model)
+    return import_with_fallback(plan.data, plan.kind, plan.name, force_host=plan.cpu)[0]
 

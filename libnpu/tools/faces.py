@@ -38,11 +38,16 @@ from libnpu.tools.vision.ssd import DecodeOptions
 if TYPE_CHECKING:
     from .run import LoadTiming
 
-__all__ = ["INPUT_SIZE", "preprocess", "postprocess", "FaceDetector", "calibration_set", "second_picture",
-           "annotate", "load_detector", "reference_detections", "run_faces"]
+__all__ = ["INPUT_SIZE", "model_input", "preprocess", "detect_normalized", "postprocess", "FaceDetector",
+           "calibration_set", "second_picture", "annotate", "load_detector", "reference_detections", "run_faces"]
 
 INPUT_SIZE = 128
 _ANCHORS = ssd_anchors(BLAZEFACE_SHORT_RANGE)
+
+
+def model_input(pixels: np.ndarray) -> np.ndarray:
+    """RGB pixels (H, W, 3), 0..255, already at the model's size -> the (1, H, W, 3) float32 input in [-1, 1]."""
+    return (np.asarray(pixels) / 127.5 - 1.0).astype(np.float32)[None]
 
 
 def preprocess(image: np.ndarray) -> tuple[np.ndarray, Letterbox]:
@@ -51,15 +56,26 @@ def preprocess(image: np.ndarray) -> tuple[np.ndarray, Letterbox]:
     if image.ndim != 3 or image.shape[2] < 3:
         raise ValueError(f"expected an RGB picture (H, W, 3), got shape {image.shape}")
     fitted, box = letterbox(image[..., :3], INPUT_SIZE, INPUT_SIZE, fill=0.0)
-    return (fitted / 127.5 - 1.0).astype(np.float32)[None], box
+    return model_input(fitted), box
+
+
+def detect_normalized(regressors: np.ndarray, scores: np.ndarray, anchors: np.ndarray | None = None, *,
+                      input_size: tuple[int, int] = (INPUT_SIZE, INPUT_SIZE), threshold: float = 0.5,
+                      iou_threshold: float = 0.3, weighted: bool = True) -> list[Detection]:
+    """Raw model outputs -> detections in coordinates normalized to the model input, best
+    first. ``anchors``: (N, 4) x/y centre, width, height (default: short range's 896);
+    ``input_size``: the model input's (width, height), the regressors' pixel scale."""
+    width, height = input_size
+    options = DecodeOptions(**{**BLAZEFACE_DECODE.__dict__, "min_score_thresh": threshold, "x_scale": float(width),
+                               "w_scale": float(width), "y_scale": float(height), "h_scale": float(height)})
+    found = decode_ssd(regressors, scores, _ANCHORS if anchors is None else anchors, options)
+    return (weighted_nms if weighted else nms)(found, iou_threshold)
 
 
 def postprocess(regressors: np.ndarray, scores: np.ndarray, box: Letterbox, *, threshold: float = 0.5,
                 iou_threshold: float = 0.3, weighted: bool = True) -> list[Detection]:
     """Raw model outputs -> detections in the source picture's pixels, best first."""
-    options = DecodeOptions(**{**BLAZEFACE_DECODE.__dict__, "min_score_thresh": threshold})
-    found = decode_ssd(regressors, scores, _ANCHORS, options)
-    found = (weighted_nms if weighted else nms)(found, iou_threshold)
+    found = detect_normalized(regressors, scores, threshold=threshold, iou_threshold=iou_threshold, weighted=weighted)
     out = []
     for d in found:
         corners = box.to_source(d.box.reshape(2, 2)).reshape(4)
@@ -104,7 +120,7 @@ def calibration_set() -> list[list[np.ndarray]]:
              [(0, 64, 384), (128, 128, 256), (0, 0, 256), (256, 256, 256), (0, 256, 256), (64, 0, 384),
               (128, 0, 384), (32, 96, 320)]]
     crops += [c[:, ::-1] for c in crops[:4]]
-    return [[(c / 127.5 - 1.0).astype(np.float32)[None]] for c in crops]
+    return [[model_input(c)] for c in crops]
 
 
 def second_picture() -> np.ndarray:

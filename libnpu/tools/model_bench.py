@@ -85,8 +85,11 @@ def _throughput(model: libnpu.CompiledModel, inputs: list[np.ndarray], requests:
 
 def bench_model(spec: str | os.PathLike, *, requests: int | None = None, seconds: float = 3.0,
                 devroot: str | os.PathLike | None = None, cache_dir: str | os.PathLike | None = None,
-                litert: bool = True) -> dict[str, Any]:
-    """Measure ``spec`` (a model file or model-zoo name); returns the report as a dict."""
+                litert: bool = True, delegate: bool = False) -> dict[str, Any]:
+    """Measure ``spec`` (a model file or model-zoo name); returns the report as a dict.
+
+    ``delegate``: also time LiteRT with our external delegate (label ``delegate``), whose
+    partitions run on the same device."""
     if seconds <= 0:
         raise ModelSpecError("--seconds must be positive")
     if requests is not None and requests < 1:
@@ -111,8 +114,13 @@ def bench_model(spec: str | os.PathLike, *, requests: int | None = None, seconds
             device_ns.append(request.timing.device_time_ns)
         steps: dict[str, Callable[[], Any]] = {"npu": npu_step}
         if litert and path.suffix == ".tflite" and litert_available():
-            for kernels, label in (("reference", "builtin_ref"), ("default", "xnnpack")):
-                it = LiteRT(path, kernels, threads=1)
+            kinds = [("reference", "builtin_ref"), ("default", "xnnpack")] + ([("delegate", "delegate")] if delegate
+                                                                               else [])
+            delegate_options = {"devroot": str(devroot)} if devroot else {}
+            if cache_dir:
+                delegate_options["cache_dir"] = str(cache_dir)
+            for kernels, label in kinds:
+                it = LiteRT(path, kernels, threads=1, delegate_options=delegate_options)
                 feeds = [np.asarray(x, d["dtype"]) for x, d in zip(inputs, it.input_details)]
                 steps[label] = (lambda it=it, feeds=feeds: it.run(feeds))
         elif litert:

@@ -27,7 +27,8 @@ from libnpu.compiler.cache import user_cache_dir
 __all__ = [
     "ModelZooError", "cache_dir", "resnet8_cifar10", "keyword_spotting", "visual_wake_words", "anomaly_detection",
     "blazeface_short_range",
-    "astronaut_png", "load_png", "sample_image", "ASSETS",
+    "astronaut_png", "load_png", "sample_image", "ASSETS", "MEDIAPIPE_MODELS", "PICTURES", "mediapipe_model",
+    "picture",
 ]
 
 
@@ -71,6 +72,51 @@ ASSETS: dict[str, Asset] = {
         "astronaut.png", "scikit-image==0.26.0", "skimage/data/astronaut.png",
         "88431cd9653ccd539741b555fb0a46b61558b301d4110412b5bc28b5e3ea6cb5"),
 }
+
+#: The float models of the mediapipe 0.10.14 wheel that plain LiteRT runs (face
+#: landmark with attention needs a custom op LiteRT lacks), by model name.
+MEDIAPIPE_MODELS: dict[str, tuple[str, str]] = {
+    "face_detection_short_range": (
+        "face_detection", "bbff11cebd1eb27a1e004cae0b0e63ec8c551cbf34a4451148b4908b8db3eca8"),
+    "face_detection_full_range_sparse": (
+        "face_detection", "2c3728e6da56f21e21a320433396fb06d40d9088f2247c05e5635a688d45dfe1"),
+    "face_landmark": ("face_landmark", "1055cb9d4a9ca8b8c688902a3a5194311138ba256bcc94e336d8373a5f30c814"),
+    "hand_landmark_lite": ("hand_landmark", "048edd3645c9bf7397d19a9f6e3a42957d6e414c9bea6598030a2e9b624156e6"),
+    "hand_landmark_full": ("hand_landmark", "11c272b891e1a99ab034208e23937a8008388cf11ed2a9d776ed3d01d0ba00e3"),
+    "hand_recrop": ("holistic_landmark", "67d996ce96f9d36fe17d2693022c6da93168026ab2f028f9e2365398d8ac7d5d"),
+    "iris_landmark": ("iris_landmark", "d1744d2a09c25f501d39eba4faff47e53ecca8852c5ce19bce8eeac39357521f"),
+    "palm_detection_lite": ("palm_detection", "e9a4aaddf90dda56a87235303cf00e4c2d3fb28725f68fd88772997dac905c18"),
+    "palm_detection_full": ("palm_detection", "1b14e9422c6ad006cde6581a46c8b90dd573c07ab7f3934b5589e7cea3f89a54"),
+    "pose_detection": ("pose_detection", "9ba9dd3d42efaaba86b4ff0122b06f29c4122e756b329d89dca1e297fd8f866c"),
+    "pose_landmark_full": ("pose_landmark", "e9a5c5cb17f736fafd4c2ec1da3b3d331d6edbe8a0d32395855aeb2cdfd64b9f"),
+    "selfie_segmentation": (
+        "selfie_segmentation", "9ee168ec7c8f2a16c56fe8e1cfbc514974cbbb7e434051b455635f1bd1462f5c"),
+    "selfie_segmentation_landscape": (
+        "selfie_segmentation", "a77d03f4659b9f6b6c1f5106947bf40e99d7655094b6527f214ea7d451106edd"),
+}
+
+#: Natural 8-bit PNG pictures of the scikit-image 0.26.0 wheel's data directory, by name.
+PICTURES: dict[str, str] = {
+    "chelsea": "596aa1e7cb875eb79f437e310381d26b338a81c2da23439704a73c4651e8c4bb",
+    "coffee": "cc02f8ca188b167c775a7101b5d767d1e71792cf762c33d6fa15a4599b5a8de7",
+    "camera": "b0793d2adda0fa6ae899c03989482bff9a42d3d5690fc7e3648f2795d730c23a",
+    "motorcycle_left": "db18e9c4157617403c3537a6ba355dfeafe9a7eabb6b9b94cb33f6525dd49179",
+    "coins": "f8d773fc9cfa6f4d8e5942dc34d0a0788fcaed2a4fefbbed0aef5398d7ef4cba",
+    "moon": "78739619d11f7eb9c165bb5d2efd4772cee557812ec847532dbb1d92ef71f577",
+    "brick": "7966caf324f6ba843118d98f7a07746d22f6a343430add0233eca5f6eaaa8fcf",
+    "grass": "b6b6022426b38936c43a4ac09635cd78af074e90f42ffa8227ac8b7452d39f89",
+    "gravel": "c48615b451bf1e606fbd72c0aa9f8cc0f068ab7111ef7d93bb9b0f2586440c12",
+    "ihc": "f8dd1aa387ddd1f49d8ad13b50921b237df8e9b262606d258770687b0ef93cef",
+    "page": "341a6f0a61557662b02734a9b6e56ec33a915b2c41886b97509dedf2a43b47a3",
+    "text": "bd84aa3a6e3c9887850d45d606c96b2e59433fbef50338570b63c319e668e6d1",
+}
+
+for _name, (_module, _digest) in MEDIAPIPE_MODELS.items():
+    if _name != "face_detection_short_range":  # already the "blazeface" asset
+        ASSETS[f"mp_{_name}"] = Asset(f"{_name}.tflite", "mediapipe==0.10.14",
+                                      f"mediapipe/modules/{_module}/{_name}.tflite", _digest)
+for _name, _digest in PICTURES.items():
+    ASSETS[_name] = Asset(f"{_name}.png", "scikit-image==0.26.0", f"skimage/data/{_name}.png", _digest)
 
 
 def cache_dir() -> Path:
@@ -187,6 +233,23 @@ def blazeface_short_range() -> Path:
 def astronaut_png() -> Path:
     """scikit-image's ``astronaut.png`` (512x512 RGB portrait)."""
     return fetch("astronaut")
+
+
+def mediapipe_model(name: str) -> Path:
+    """One float model of the mediapipe 0.10.14 wheel (a key of ``MEDIAPIPE_MODELS``)."""
+    if name not in MEDIAPIPE_MODELS:
+        raise ModelZooError(f"unknown mediapipe model {name!r}; known: {sorted(MEDIAPIPE_MODELS)}")
+    return fetch("blazeface" if name == "face_detection_short_range" else f"mp_{name}")
+
+
+def picture(name: str) -> np.ndarray:
+    """A scikit-image picture (``"astronaut"`` or a key of ``PICTURES``) as uint8 RGB (H, W, 3)."""
+    if name != "astronaut" and name not in PICTURES:
+        raise ModelZooError(f"unknown picture {name!r}; known: astronaut, {', '.join(sorted(PICTURES))}")
+    pixels = load_png(fetch(name))
+    if pixels.shape[-1] in (1, 2):  # grey (+ alpha): the same grey on every channel
+        pixels = np.repeat(pixels[..., :1], 3, axis=-1)
+    return pixels[..., :3]
 
 
 def _unfilter(raw: bytes, width: int, height: int, bpp: int) -> np.ndarray:

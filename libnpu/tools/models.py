@@ -4,12 +4,13 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from libnpu.tools import model_zoo
 
-__all__ = ["ModelSpecError", "ZOO", "resolve", "load_calibration", "litert_available", "LiteRT"]
+__all__ = ["ModelSpecError", "ZOO", "resolve", "load_calibration", "preprocess_picture", "litert_available", "LiteRT"]
 
 
 class ModelSpecError(ValueError):
@@ -42,12 +43,41 @@ def _samples_from_array(array: np.ndarray, shape: tuple[int, ...], source: str) 
     return [s.reshape(shape) for s in array.astype(np.float32).reshape(-1, *shape)]
 
 
+def preprocess_picture(pixels: np.ndarray, shape: Sequence[int], image_range: tuple[float, float] = (-1.0, 1.0),
+                       mean: Sequence[float] | None = None, std: Sequence[float] | None = None) -> np.ndarray:
+    """A uint8 picture (H, W, C) as one sample of an NHWC input ``shape``, preprocessed as the
+    model expects: resized, then pixels 0..255 mapped linearly to ``image_range`` or, if
+    ``mean`` is given, ``(pixel - mean) / std`` per channel (pixel units, as TFLite's
+    normalization metadata states them)."""
+    from libnpu.tools.vision import resize
+    if len(shape) != 4 or shape[-1] not in (1, 3):
+        raise ModelSpecError(f"pictures need an NHWC input with 1 or 3 channels, not {tuple(shape)}")
+    if pixels.ndim == 2:
+        pixels = pixels[..., None]
+    if pixels.shape[-1] < shape[-1]:  # a grey picture for a colour model
+        pixels = np.repeat(pixels[..., :1], shape[-1], axis=-1)
+    x = resize(pixels[..., :shape[-1]], shape[1], shape[2]).astype(np.float32)
+    if mean is not None:
+        m = np.asarray(mean, np.float32)
+        s = np.asarray(std if std is not None else (1.0,), np.float32)
+        for name, v in (("mean", m), ("std", s)):
+            if v.size not in (1, shape[-1]):
+                raise ModelSpecError(f"{name} has {v.size} values; the input has {shape[-1]} channels")
+        if np.any(s == 0):
+            raise ModelSpecError("std must not be 0")
+        return ((x - m) / s)[None].astype(np.float32)
+    lo, hi = image_range
+    return (x / 255.0 * (hi - lo) + lo)[None].astype(np.float32)
+
+
 def load_calibration(source: str | os.PathLike, input_shapes: Sequence[tuple[int, ...]],
-                     image_range: tuple[float, float] = (-1.0, 1.0)) -> list[list[np.ndarray]]:
+                     image_range: tuple[float, float] = (-1.0, 1.0), *, mean: Sequence[float] | None = None,
+                     std: Sequence[float] | None = None) -> list[list[np.ndarray]]:
     """Calibration feeds from a .npy file (samples along the first axis) or a directory.
 
     A directory may hold .npy files (each one or more samples) and .png pictures, which
-    are resized to the input's height x width and mapped from 0..255 to ``image_range``.
+    are preprocessed by :func:`preprocess_picture` (``image_range``, or ``mean``/``std``:
+    use the model's own preprocessing, e.g. [0, 1] for mediapipe models).
     Single-input models only: each feed is ``[sample]``.
     """
     if len(input_shapes) != 1:
@@ -59,17 +89,15 @@ def load_calibration(source: str | os.PathLike, input_shapes: Sequence[tuple[int
             raise ModelSpecError(f"{source}: calibration file must be .npy (or a directory)")
         samples = _samples_from_array(np.load(path), shape, str(path))
     elif path.is_dir():
-        from libnpu.tools.vision import resize
         samples = []
         for item in sorted(path.iterdir()):
             if item.suffix == ".npy":
                 samples += _samples_from_array(np.load(item), shape, str(item))
             elif item.suffix == ".png":
-                if len(shape) != 4 or shape[-1] not in (1, 3):
-                    raise ModelSpecError(f"{item}: pictures need an NHWC input with 1 or 3 channels, not {shape}")
-                pixels = model_zoo.load_png(item)[..., :shape[-1]]
-                lo, hi = image_range
-                samples.append((resize(pixels, shape[1], shape[2]) / 255.0 * (hi - lo) + lo)[None])
+                try:
+                    samples.append(preprocess_picture(model_zoo.load_png(item), shape, image_range, mean, std))
+                except ModelSpecError as exc:
+                    raise ModelSpecError(f"{item}: {exc}") from None
     else:
         raise ModelSpecError(f"{source}: no such calibration file or directory")
     if not samples:
@@ -86,16 +114,21 @@ def litert_available() -> bool:
 
 
 class LiteRT:
-    """A LiteRT interpreter for a .tflite model: ``kernels`` "reference" (BUILTIN_REF) or
-    "default" (XNNPACK and the optimized builtins)."""
+    """A LiteRT interpreter for a .tflite model: ``kernels`` "reference" (BUILTIN_REF),
+    "default" (XNNPACK and the optimized builtins) or "delegate" (our external delegate,
+    loaded with ``delegate_options``, the rest on BUILTIN_REF)."""
 
-    def __init__(self, model: str | os.PathLike, kernels: str = "reference", threads: int | None = None) -> None:
+    def __init__(self, model: str | os.PathLike, kernels: str = "reference", threads: int | None = None,
+                 delegate_options: dict[str, str] | None = None) -> None:
         from ai_edge_litert import interpreter as litert
-        if kernels not in ("reference", "default"):
-            raise ValueError(f"kernels must be 'reference' or 'default', not {kernels!r}")
-        options = {}
-        if kernels == "reference":
+        if kernels not in ("reference", "default", "delegate"):
+            raise ValueError(f"kernels must be 'reference', 'default' or 'delegate', not {kernels!r}")
+        options: dict[str, Any] = {}
+        if kernels in ("reference", "delegate"):
             options["experimental_op_resolver_type"] = litert.OpResolverType.BUILTIN_REF
+        if kernels == "delegate":
+            from libnpu.delegate import library_path
+            options["experimental_delegates"] = [litert.load_delegate(str(library_path()), delegate_options or {})]
         self.interpreter = litert.Interpreter(model_path=str(model), num_threads=threads, **options)
         self.interpreter.allocate_tensors()
         self.input_details = self.interpreter.get_input_details()

@@ -138,6 +138,7 @@ def run(spec: str, input_files: Sequence[str] = (), *, repeat: int = 5, devroot:
                 runs.append({"latency_ms": round(request.timing.latency_s * 1e3, 3),
                              "device_time_ms": round(request.timing.device_time_ns / 1e6, 3)})
             request.release()
+            props = model.properties()
             descs = model.outputs
             input_descs = model.inputs
         finally:
@@ -156,6 +157,6 @@ def run(spec: str, input_files: Sequence[str] = (), *, repeat: int = 5, devroot:
                      **({"argmax": int(o.reshape(-1).argmax())} if o.ndim <= 2 else {})}
                     for d, o in zip(descs, outputs)],
         "first_load": first.as_dict(), "cached_load": cached.as_dict(), "inferences": runs,
-        "saved": [str(p) for p in saved],
+        "saved": [str(p) for p in saved], "properties": props,
     }
 

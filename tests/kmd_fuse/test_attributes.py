@@ -6,8 +6,9 @@ import time
 from tests.support.device import wait_until
 from tests.support.shell import attr_dir, kv, sh
 
-FILES = ["abi_version", "busy_time_us", "clients", "clock_mhz", "cores", "dev", "jobs_completed",
-         "jobs_failed", "memory_total_bytes", "memory_used_bytes", "model", "reset", "reset_count", "uevent"]
+FILES = ["abi_version", "busy_time_us", "clients", "clock_mhz", "cores", "dev", "dma_bytes_per_cycle",
+         "jobs_completed", "jobs_failed", "macs_per_cycle", "memory_total_bytes", "memory_used_bytes", "model",
+         "pacing", "profile", "reset", "reset_count", "sram_bytes", "trace", "uevent", "uuid"]
 RUN_JOB = textwrap.dedent("""
     import sys, libnpu
     with libnpu.initialize(sys.argv[1]) as s:
@@ -23,8 +24,8 @@ RUN_JOB = textwrap.dedent("""
 
 
 def read_attrs(npu) -> dict[str, str]:
-    out = sh('cd "$D"; for f in *; do [ -f "$f" ] && [ "$f" != reset ] && echo "$f=$(cat "$f")"; done',
-             D=str(attr_dir(npu))).stdout
+    out = sh('cd "$D"; for f in *; do [ -f "$f" ] && [ "$f" != reset ] && [ "$f" != trace ] && '
+             'echo "$f=$(cat "$f")"; done', D=str(attr_dir(npu))).stdout
     return kv(out)
 
 
@@ -35,6 +36,7 @@ def test_the_tree_has_the_sysfs_files(npu):
     assert modes["model"] == "-r--r--r-- root 4096"
     assert modes["reset"] == "--w------- root 4096"
     assert modes["uevent"] == "-rw-r--r-- root 4096"
+    assert modes["trace"] == "-rw-r--r-- root 4096"
     assert modes["clients"].startswith("drwxr-xr-x root")
     mounts = sh("cat /proc/self/mounts").stdout
     assert f" {attr_dir(npu)} fuse.npu0 " in mounts and f" {npu.node} fuse.npu0 " in mounts

@@ -162,7 +162,7 @@ def test_every_single_byte_flip_is_caught():
 def test_corruption_in_each_section_names_it():
     data = _sample().to_bytes()
     names = ["META", "STRINGS", "TENSORS", "REGIONS", "TASKS", "INDICES", "QUANT_SCALE", "QUANT_ZP",
-             "PAYLOAD", "WEIGHTS", "RELOCS", "DATA_RELOCS"]
+             "PAYLOAD", "WEIGHTS", "RELOCS", "DATA_RELOCS", "HOST", "HOST_DATA"]
     for kind, _, off, size in _sections(data):
         if size == 0:
             continue
@@ -238,3 +238,50 @@ def test_region_image_patches_address_tables():
     bad.data_relocs = [DataReloc(0, 1036, 0, 0)]
     with pytest.raises(FormatError, match="byte 1036 outside"):
         bad.to_bytes()
+
+
+def test_host_steps_round_trip_and_split_the_tasks_into_partitions():
+    from libnpu.loadable import HostStep
+    src = _sample()
+    src.host_steps = [HostStep("rev", "tflite", "REVERSE_V2", b"TFL3-model", 1, [3], [3], 7, "no NPU operator"),
+                      HostStep("neg", "onnx", "Neg", b"onnx-model", 1, [3], [4], 8, "not in the allow-list")]
+    back = Loadable.from_bytes(src.to_bytes())
+    assert back.host_steps == src.host_steps
+    assert [(list(tasks), [s.name for s in steps]) for tasks, steps in back.partitions()] == \
+        [([0], ["rev", "neg"]), ([1], [])]
+    assert "host step after task 1: REVERSE_V2 (source op 7, tflite): no NPU operator" in back.summary()
+    offsets = back.task_offsets()
+    assert offsets[0] == 0 and offsets[1] == 40 and offsets[2] == 60
+    src.host_steps[1].after_task = 0
+    with pytest.raises(FormatError, match="host step 1 .* out of order"):
+        src.validate()
+    src.host_steps[1].after_task, src.host_steps[1].outputs = 1, [99]
+    with pytest.raises(FormatError, match="tensor 99 does not exist"):
+        src.validate()
+
+
+def test_a_model_run_entirely_by_the_host_is_runnable():
+    from libnpu.loadable import HostStep
+    src = _sample()
+    src.tasks = []
+    src.host_steps = [HostStep("all", "tflite", "CUMSUM", b"m", 0, [0], [4])]
+    src.check_runnable()
+    assert [(list(tasks), len(steps)) for tasks, steps in src.partitions()] == [([], 1)]
+
+
+def test_format_1_0_files_without_host_sections_still_load():
+    data = bytearray(_sample().to_bytes())
+    sections = _sections(bytes(data))
+    kept = [s for s in sections if s[0] <= 12]             # the 1.0 sections
+    table = struct.unpack_from("<Q", data, 32)[0]
+    end = max(off + size for _, _, off, size in kept)
+    entries = bytes(data[table:table + 32 * len(kept)])
+    data[table + 32 * len(kept):table + 32 * len(sections)] = bytes(32 * (len(sections) - len(kept)))
+    old = data[:end]
+    struct.pack_into("<HH", old, 8, 1, 0)
+    struct.pack_into("<I", old, 20, len(kept))
+    struct.pack_into("<Q", old, 24, end)
+    struct.pack_into("<I", old, 40, zlib.crc32(entries))
+    _fix_header_crc(old)
+    back = Loadable.from_bytes(bytes(old))
+    assert back.host_steps == [] and len(back.tasks) == 2

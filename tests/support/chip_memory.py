@@ -66,3 +66,26 @@ class ChipMemory:
 
 def encode(name: str, flags: int = 0, **fields) -> bytes:
     return tasks.encode_task(name, flags, **fields)
+
+
+def run_loadable(mem: ChipMemory, ld, feeds) -> list[np.ndarray]:
+    """What the runtime does with a loadable: place its regions (from the start of
+    ``mem``, reused call after call), copy the weights and inputs, run its command
+    buffer as one job; the outputs. A failed job raises AssertionError."""
+    mem._next = 0
+    bases = [mem.alloc(r.size) for r in ld.regions]
+    for i in range(len(ld.regions)):
+        image = ld.region_image(i, bases)
+        if image:
+            _write(mem, bases[i], image)
+    for t, x in zip(ld.inputs(), feeds, strict=True):
+        assert x.shape == t.shape and x.dtype == np.dtype(t.dtype), (x.shape, t.shape)
+        _write(mem, bases[t.region] + t.offset, np.ascontiguousarray(x).tobytes())
+    result = mem.run(ld.command_buffer(bases))
+    assert result.status == 0 and result.task_index == len(ld.tasks), result
+    return [mem.get(bases[t.region] + t.offset, t.dtype, t.shape) for t in ld.outputs()]
+
+
+def _write(mem: ChipMemory, iova: int, data: bytes) -> None:
+    off = iova - iommu.IOVA_BASE
+    mem.bytes[off:off + len(data)] = np.frombuffer(data, np.uint8)

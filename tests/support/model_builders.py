@@ -90,7 +90,7 @@ def layout_mix(seed: int = 1) -> onnx.ModelProto:
     return b.model("layout_mix", {"x": [1, 4, 8, 8]}, {"y": [1, 5], "mean": [1, 10, 1, 1], "t": [1, 9, 9, 10]})
 
 
-def unsupported(op: str = "Erf") -> onnx.ModelProto:
+def unsupported(op: str = "Sin") -> onnx.ModelProto:
     b = _Builder(0)
     b.node("Relu", ["x"], "r")
     b.node(op, ["r"], "y")
@@ -198,3 +198,18 @@ def standalone_activations(seed: int = 4) -> onnx.ModelProto:
     n("Concat", ["r6", "x"], "k3", axis=1)
     n("Clip", ["k3", b.const("m1", np.float32(-1)), b.const("p1", np.float32(1))], "y")
     return b.model("standalone_activations", {"x": [1, 2, 4, 4]}, {"y": [1, 8, 4, 4]})
+
+
+def outlier_channel(seed: int = 5) -> onnx.ModelProto:
+    """A conv whose first output channel is ~300x the others, then a 1x1 conv that reads
+    only the others: the shared int8 scale of the first conv's output leaves them a few
+    levels (the output drifts far from float), int16 keeps them. Input [1, 4, 8, 8]."""
+    b = _Builder(seed)
+    w1 = b.rng.standard_normal((8, 4, 3, 3)).astype(np.float32) * 0.3
+    w1[0] *= 300.0
+    w2 = b.rng.standard_normal((4, 8, 1, 1)).astype(np.float32) * 0.3
+    w2[:, 0] = 0.0
+    b.node("Conv", ["x", b.const("w1", w1), b.weight("b1", 8, scale=.1)], "c1", pads=[1, 1, 1, 1])
+    b.node("Relu", ["c1"], "r1")
+    b.node("Conv", ["r1", b.const("w2", w2), b.weight("b2", 4, scale=.1)], "y")
+    return b.model("outlier_channel", {"x": [1, 4, 8, 8]}, {"y": [1, 4, 8, 8]})

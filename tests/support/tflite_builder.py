@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import flatbuffers
 import numpy as np
@@ -17,6 +18,7 @@ from ai_edge_litert.interpreter import Interpreter, OpResolverType
 
 _TENSOR_TYPES = {
     np.dtype(np.float32): tflite.TensorType.FLOAT32,
+    np.dtype(np.float16): tflite.TensorType.FLOAT16,
     np.dtype(np.int32): tflite.TensorType.INT32,
     np.dtype(np.uint8): tflite.TensorType.UINT8,
     np.dtype(np.int64): tflite.TensorType.INT64,
@@ -38,6 +40,7 @@ class TensorSpec:
     quantized_dimension: int = 0
     data: np.ndarray | None = None
     name: str = ""
+    sparsity: Any = None   # tests.support.sparse.Sparsity: ``data`` holds the stored values
 
 
 @dataclass
@@ -49,6 +52,7 @@ class OpSpec:
     options_type: int = 0
     options: Callable[[flatbuffers.Builder], int] | None = None
     version: int = 1
+    custom_code: str = ""            # for opcode CUSTOM: the custom op's name
 
 
 @dataclass
@@ -97,7 +101,7 @@ def build_model(tensors: Sequence[TensorSpec], ops: Sequence[OpSpec],
                 tensor_buffers[-1].append(0)
                 continue
             arr = np.array(t.data, dtype=t.dtype, order="C")
-            if tuple(arr.shape) != tuple(t.shape):
+            if t.sparsity is None and tuple(arr.shape) != tuple(t.shape):
                 raise ValueError(f"tensor {t.name!r}: data shape {arr.shape} != {t.shape}")
             tensor_buffers[-1].append(len(buffer_data))
             buffer_data.append(arr.tobytes())
@@ -114,13 +118,16 @@ def build_model(tensors: Sequence[TensorSpec], ops: Sequence[OpSpec],
             tflite.BufferAddData(b, data_off)
         buffer_offsets.append(tflite.BufferEnd(b))
 
-    codes = sorted({(op.opcode, op.version) for graph in graphs for op in graph.ops})
+    codes = sorted({(op.opcode, op.version, op.custom_code) for graph in graphs for op in graph.ops})
     code_offsets = []
-    for opcode, version in codes:
+    for opcode, version, custom_code in codes:
+        custom = b.CreateString(custom_code) if custom_code else None
         tflite.OperatorCodeStart(b)
         tflite.OperatorCodeAddDeprecatedBuiltinCode(b, min(opcode, 127))
         tflite.OperatorCodeAddBuiltinCode(b, opcode)
         tflite.OperatorCodeAddVersion(b, version)
+        if custom is not None:
+            tflite.OperatorCodeAddCustomCode(b, custom)
         code_offsets.append(tflite.OperatorCodeEnd(b))
 
     subgraph_offsets = [_subgraph(b, graph, buffers, codes) for graph, buffers in zip(graphs, tensor_buffers)]
@@ -138,12 +145,14 @@ def build_model(tensors: Sequence[TensorSpec], ops: Sequence[OpSpec],
     return bytes(b.Output())
 
 
-def _subgraph(b: flatbuffers.Builder, graph: SubgraphSpec, buffers: list[int], codes: list[tuple[int, int]]) -> int:
+def _subgraph(b: flatbuffers.Builder, graph: SubgraphSpec, buffers: list[int],
+              codes: list[tuple[int, int, str]]) -> int:
     tensor_offsets = []
     for i, t in enumerate(graph.tensors):
         name = b.CreateString(t.name or f"t{i}")
         shape = b.CreateNumpyVector(np.asarray(t.shape, dtype=np.int32))
         quant = _quantization(b, t)
+        sparsity = t.sparsity.write(b) if t.sparsity is not None else None
         tflite.TensorStart(b)
         tflite.TensorAddShape(b, shape)
         tflite.TensorAddType(b, tflite.TensorType.RESOURCE if t.dtype == RESOURCE
@@ -152,6 +161,8 @@ def _subgraph(b: flatbuffers.Builder, graph: SubgraphSpec, buffers: list[int], c
         tflite.TensorAddName(b, name)
         if quant is not None:
             tflite.TensorAddQuantization(b, quant)
+        if sparsity is not None:
+            tflite.TensorAddSparsity(b, sparsity)
         tensor_offsets.append(tflite.TensorEnd(b))
 
     op_offsets = []
@@ -160,7 +171,7 @@ def _subgraph(b: flatbuffers.Builder, graph: SubgraphSpec, buffers: list[int], c
         outs = b.CreateNumpyVector(np.asarray(op.outputs, dtype=np.int32))
         opts = op.options(b) if op.options is not None else None
         tflite.OperatorStart(b)
-        tflite.OperatorAddOpcodeIndex(b, codes.index((op.opcode, op.version)))
+        tflite.OperatorAddOpcodeIndex(b, codes.index((op.opcode, op.version, op.custom_code)))
         tflite.OperatorAddInputs(b, ins)
         tflite.OperatorAddOutputs(b, outs)
         if opts is not None:

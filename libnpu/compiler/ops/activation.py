@@ -1,5 +1,5 @@
-"""Activations: RELU, RELU6, RELU_N1_TO_1, LOGISTIC, TANH and SOFTMAX (ONNX Relu, Clip
-with ReLU-like bounds, Sigmoid, Tanh, Softmax over the last axis)."""
+"""Activations: RELU, RELU6, RELU_N1_TO_1, LOGISTIC, TANH and SOFTMAX (ONNX Relu, Sigmoid,
+Tanh; Clip is in ``ops.unary``, Softmax in ``ops.normalization``)."""
 from __future__ import annotations
 
 import numpy as np
@@ -21,7 +21,8 @@ def _export_plain(wr, op, outs) -> None:
 def _relu_params(g, op) -> dict:
     (si, zi), (so, zo) = qparams.qp(g, op.inputs[0]), qparams.qp(g, op.outputs[0])
     m, sh = fp.relu_multiplier(si, so)
-    lo, hi = fp.fused_activation_range(qparams.ACTIVATION_CODES[op.type], so, zo)
+    info = np.iinfo(g.tensors[op.outputs[0]].dtype)
+    lo, hi = fp.fused_activation_range(qparams.ACTIVATION_CODES[op.type], so, zo, int(info.min), int(info.max))
     return dict(input_zp=zi, output_zp=zo, multiplier=m, shift=sh, act_min=lo, act_max=hi)
 
 
@@ -30,7 +31,8 @@ _RELUS = {"RELU": lambda x: np.maximum(x, 0), "RELU6": lambda x: np.clip(x, 0, 6
 for _name, _fn in _RELUS.items():
     register(Operator(_name, tflite=tflite_import.simple, float_ref=lambda op, ins, out, fn=_fn: fn(ins[0]),
                       params=_relu_params, lower=lambda low, op, p: low.flat("RELU", op, p),
-                      export=_export_plain, tflite_version=1 if _name == "RELU_N1_TO_1" else 2))
+                      export=_export_plain, tflite_version=1 if _name == "RELU_N1_TO_1" else 2,
+                      int16=_name != "RELU_N1_TO_1"))  # LiteRT has no int16 RELU_N1_TO_1
 
 
 # LOGISTIC / TANH: a 256-entry table on the chip ----------------------------------------
@@ -71,6 +73,9 @@ def softmax(x, *, beta) -> np.ndarray:
 
 
 def _softmax_params(g, op) -> dict:
+    if g.tensors[op.inputs[0]].dtype == "int16":  # the int16 kernel's exp-table rescaling
+        m, sh = fp.softmax_int16_params(op.attrs["beta"], qparams.qp(g, op.inputs[0])[0])
+        return dict(input_beta_multiplier=m, input_beta_left_shift=sh, diff_min=0)
     m, sh, dmin = fp.softmax_params(op.attrs["beta"], qparams.qp(g, op.inputs[0])[0])
     return dict(input_beta_multiplier=m, input_beta_left_shift=sh, diff_min=dmin)
 
@@ -86,7 +91,8 @@ def _export_softmax(wr, op, outs) -> None:
 
 register(Operator("SOFTMAX", ("beta",), tflite=_tflite_softmax,
                   float_ref=lambda op, ins, out: softmax(ins[0], **op.attrs), fixed_output=(1 / 256, -128),
-                  params=_softmax_params, lower=_lower_softmax, export=_export_softmax, tflite_version=2))
+                  params=_softmax_params, lower=_lower_softmax, export=_export_softmax, tflite_version=2,
+                  int16=True))
 
 
 # ONNX ----------------------------------------------------------------------------------
@@ -94,27 +100,3 @@ register(Operator("SOFTMAX", ("beta",), tflite=_tflite_softmax,
 onnx("Relu")(onnx_import.unary("RELU"))
 onnx("Sigmoid")(onnx_import.unary("LOGISTIC"))
 onnx("Tanh")(onnx_import.unary("TANH"))
-
-
-@onnx("Clip")
-def _onnx_clip(im, node, attrs, where):
-    lo = attrs.get("min", -np.inf)
-    hi = attrs.get("max", np.inf)
-    if len(node.input) > 1 and node.input[1]:
-        lo = float(im.const(node.input[1], where))
-    if len(node.input) > 2 and node.input[2]:
-        hi = float(im.const(node.input[2], where))
-    kind = {(0.0, np.inf): "RELU", (0.0, 6.0): "RELU6", (-1.0, 1.0): "RELU_N1_TO_1"}.get((float(lo), float(hi)))
-    if kind is None:
-        raise onnx_import.ONNXImportError(f"{where}: Clip({lo}, {hi}) is not a supported activation")
-    onnx_import.unary(kind)(im, node, attrs, where)
-
-
-@onnx("Softmax")
-def _onnx_softmax(im, node, attrs, where):
-    shape = im.onnx_shape(node.input[0], where)
-    axis = int(attrs.get("axis", -1)) % len(shape)
-    if axis != len(shape) - 1:
-        raise onnx_import.ONNXImportError(f"{where}: softmax over axis {axis} (not the last) is not supported")
-    im.emit("SOFTMAX", [im.value(node.input[0], False, where)], node.output[0], False, where,
-            dict(beta=1.0))

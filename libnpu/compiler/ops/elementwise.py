@@ -1,5 +1,5 @@
-"""Elementwise binary ops: ADD, SUB, MUL (ONNX Add, Sub, Mul, Div by a constant, and
-BatchNormalization as MUL + ADD by per-channel constants)."""
+"""Elementwise binary ops: ADD, SUB, MUL (ONNX Add, Sub, Mul, Div (by a constant as MUL,
+else DIV), and BatchNormalization as MUL + ADD by per-channel constants)."""
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -33,7 +33,10 @@ def _scales(g, op):
 
 def _add_params(g, op) -> dict:
     (s1, z1), (s2, z2), (so, zo) = _scales(g, op)
-    return dict(input1_zp=z1, input2_zp=z2, output_zp=zo, **fp.add_params(s1, s2, so), **qparams.act_range(g, op))
+    int16 = g.tensors[op.outputs[0]].dtype == "int16"  # TFLite's general int16 path shifts by 15
+    shift = fp.ADD_LEFT_SHIFT_INT16 if int16 else fp.ADD_LEFT_SHIFT
+    return dict(input1_zp=z1, input2_zp=z2, output_zp=zo, **fp.add_params(s1, s2, so, shift),
+                **qparams.act_range(g, op))
 
 
 def _mul_params(g, op) -> dict:
@@ -54,20 +57,24 @@ def _lower(low, op, p):
 
 def _export(options: str):
     def export(wr, op, outs) -> None:
-        wr.add(op.type, [wr.name(i) for i in op.inputs], outs,
-               {options: dict(FusedActivationFunction=tflite_export.ACT[op.attrs["activation"]])})
+        fields = dict(FusedActivationFunction=tflite_export.ACT[op.attrs["activation"]])
+        if options == "AddOptions" and wr.src.tensors[op.outputs[0]].dtype == "int16":
+            fields["PotScaleInt16"] = False  # the general-scale int16 kernel, as the chip's
+        wr.add(op.type, [wr.name(i) for i in op.inputs], outs, {options: fields})
     return export
 
 
 register(Operator("ADD", ("activation",), tflite=_tflite(tflite.AddOptions), float_ref=_float(np.add),
                   fused_activation=True, params=_add_params, lower=_lower, export=_export("AddOptions"),
-                  tflite_version=2))
-# SUB has no chip kernel: the optimizer turns x - constant into ADD.
+                  tflite_version=2, int16=True))
+# The optimizer still turns x - constant into ADD (one op fewer to quantize); SUB of two
+# activations runs on the chip's SUB.
 register(Operator("SUB", ("activation",), tflite=_tflite(tflite.SubOptions), float_ref=_float(np.subtract),
-                  fused_activation=True, export=_export("SubOptions"), tflite_version=2))
+                  fused_activation=True, params=_add_params, lower=_lower, export=_export("SubOptions"),
+                  tflite_version=2))
 register(Operator("MUL", ("activation",), tflite=_tflite(tflite.MulOptions), float_ref=_float(np.multiply),
                   fused_activation=True, params=_mul_params, lower=_lower, export=_export("MulOptions"),
-                  tflite_version=2))
+                  tflite_version=2, int16=True))
 
 onnx("Add")(onnx_import.binary("ADD"))
 onnx("Sub")(onnx_import.binary("SUB"))
@@ -77,7 +84,8 @@ onnx("Mul")(onnx_import.binary("MUL"))
 @onnx("Div")
 def _onnx_div(im, node, attrs, where):
     if node.input[1] not in im.consts:
-        raise onnx_import.ONNXImportError(f"{where}: only division by a constant is supported")
+        onnx_import.binary("DIV")(im, node, attrs, where)  # ops.binary
+        return
     recip = 1.0 / im.consts[node.input[1]].astype(np.float32)
     im.consts[f"{node.output[0]}__reciprocal"] = recip
     node = onnx_proto.helper.make_node("Mul", [node.input[0], f"{node.output[0]}__reciprocal"], list(node.output))

@@ -8,6 +8,7 @@ from firmware_sim.spec import tasks as spec_tasks
 
 from .. import float_ref, onnx_import, qparams, tflite_export, tflite_import
 from ..registry import Operator, onnx, register
+from .matmul import onnx_matmul
 
 
 def _tflite(im, ins, outs, table, where):
@@ -58,11 +59,16 @@ register(Operator(
     "FULLY_CONNECTED", ("activation", "keep_num_dims"), tflite=_tflite,  # in: x, w [N, K], bias|""
     float_ref=_float, weight_axis=0, fc_weights=True, fused_activation=True,
     params=qparams.weighted, lower=_lower, export=_export, tflite_version=4,
-    macs=lambda g, op: g.tensors[op.outputs[0]].size * int(g.tensors[op.inputs[1]].shape[1])))
+    macs=lambda g, op: g.tensors[op.outputs[0]].size * int(g.tensors[op.inputs[1]].shape[1]), int16=True))
 
 
 @onnx("Gemm")
 def _onnx_gemm(im, node, attrs, where):
+    if node.input[1] not in im.consts:
+        onnx_matmul(im, node, where, bool(attrs.get("transA", 0)), bool(attrs.get("transB", 0)),
+                    float(attrs.get("alpha", 1.0)), node.input[2] if len(node.input) > 2 else "",
+                    float(attrs.get("beta", 1.0)))
+        return
     if attrs.get("transA", 0):
         raise onnx_import.ONNXImportError(f"{where}: transA is not supported")
     w = im.const(node.input[1], where).astype(np.float32) * float(attrs.get("alpha", 1.0))
@@ -80,7 +86,8 @@ def _onnx_gemm(im, node, attrs, where):
 @onnx("MatMul")
 def _onnx_matmul(im, node, attrs, where):
     if node.input[1] not in im.consts:
-        raise onnx_import.ONNXImportError(f"{where}: only MatMul by a constant weight is supported")
+        onnx_matmul(im, node, where)
+        return
     w = im.const(node.input[1], where).astype(np.float32)
     if w.ndim != 2:
         raise onnx_import.ONNXImportError(f"{where}: weight must be 2-D")

@@ -22,12 +22,14 @@ def _lower_reshape(low, op, p):
 
 register(Operator(
     "RESHAPE", ("new_shape",), tflite=lambda im, ins, outs, table, where: (dict(new_shape=im.shape(outs[0])), ins[:1]),
-    tflite_aliases=("SQUEEZE",), float_ref=lambda op, ins, out: ins[0].reshape(out.shape), same_scale=True,
+    tflite_aliases=("SQUEEZE", "EXPAND_DIMS"), float_ref=lambda op, ins, out: ins[0].reshape(out.shape),
+    same_scale=True,
     params=lambda g, op: dict(shape=tuple(g.tensors[op.outputs[0]].shape)), lower=_lower_reshape,
-    export=lambda wr, op, outs: wr.with_constant(op, outs, op.attrs["new_shape"])))
+    export=lambda wr, op, outs: wr.with_constant(op, outs, op.attrs["new_shape"]), int16=True))
 
 
-def _onnx_reshape_to(im, node, where, out_shape: tuple[int, ...] | None = None):
+def reshape_to(im, node, where, out_shape: tuple[int, ...] | None = None) -> None:
+    """Emit a RESHAPE of ONNX node ``node``'s input to its output's (or ``out_shape``) shape."""
     out_shape = out_shape or im.onnx_shape(node.output[0], where)
     src = node.input[0]
     # A feature map with a single pixel has the same element order in NCHW and NHWC.
@@ -39,7 +41,7 @@ def _onnx_reshape_to(im, node, where, out_shape: tuple[int, ...] | None = None):
 
 @onnx("Flatten")
 def _onnx_flatten(im, node, attrs, where):
-    _onnx_reshape_to(im, node, where)
+    reshape_to(im, node, where)
 
 
 @onnx("Reshape")
@@ -55,7 +57,7 @@ def _onnx_reshape(im, node, attrs, where):
         dims[dims.index(-1)] = int(np.prod(in_shape)) // max(known, 1)
     if int(np.prod(dims)) != int(np.prod(in_shape)):
         raise onnx_import.ONNXImportError(f"{where}: cannot reshape {in_shape} to {target}")
-    _onnx_reshape_to(im, node, where, tuple(dims))
+    reshape_to(im, node, where, tuple(dims))
 
 
 # CONCATENATION --------------------------------------------------------------------------
@@ -79,8 +81,9 @@ def _lower_concat(low, op, p):
     axis = p["axis"]
     sizes = np.asarray([low.shape(i)[axis] for i in op.inputs], np.uint32)
     table = low.plan.add_address_table(f"{op.name}/inputs", list(op.inputs))
+    item = np.dtype(low.g.tensors[op.outputs[0]].dtype).itemsize  # the chip copies bytes
     fields = dict(num_inputs=len(op.inputs), outer=int(np.prod(out[:axis], dtype=np.int64)),
-                  inner=int(np.prod(out[axis + 1:], dtype=np.int64)), axis_total=out[axis])
+                  inner=int(np.prod(out[axis + 1:], dtype=np.int64)) * item, axis_total=out[axis])
     extra = dict(inputs_iova=(table.region, table.offset), sizes_iova=low.const(op, "sizes", sizes))
     return Emitted("CONCATENATION", 0, fields, dict(output=op.outputs[0]), extra)
 
@@ -93,7 +96,7 @@ def _export_concat(wr, op, outs) -> None:
 register(Operator(
     "CONCATENATION", ("axis", "activation"), tflite=_tflite_concat, float_ref=_float_concat, same_scale=True,
     params=lambda g, op: dict(axis=op.attrs["axis"]), lower=_lower_concat, export=_export_concat,
-    tflite_version=2))
+    tflite_version=2, int16=True))
 
 
 @onnx("Concat")
@@ -133,14 +136,15 @@ register(Operator(
     params=lambda g, op: dict(paddings=tuple(tuple(p) for p in op.attrs["paddings"]),
                               pad_value=qparams.qp(g, op.outputs[0])[1]),
     lower=_lower_pad, export=lambda wr, op, outs: wr.with_constant(op, outs, op.attrs["paddings"]),
-    tflite_version=2))
+    tflite_version=2, int16=True))
 
 
 @onnx("Pad")
 def _onnx_pad(im, node, attrs, where):
     mode = attrs.get("mode", b"constant")
-    if (mode.decode() if isinstance(mode, bytes) else mode) != "constant":
-        raise onnx_import.ONNXImportError(f"{where}: only constant padding is supported")
+    mode = mode.decode() if isinstance(mode, bytes) else mode
+    if mode not in ("constant", "reflect", "edge"):
+        raise onnx_import.ONNXImportError(f"{where}: padding mode {mode!r} is not supported")
     pads = attrs.get("pads")
     if pads is None:
         pads = im.const(node.input[1], where)
@@ -149,6 +153,10 @@ def _onnx_pad(im, node, attrs, where):
     pads = [int(p) for p in np.asarray(pads).reshape(-1)]
     rank = len(pads) // 2
     pairs = [(pads[i], pads[i + rank]) for i in range(rank)]
+    if mode != "constant":
+        from .gather import onnx_pad_by_gather
+        onnx_pad_by_gather(im, node, pairs, mode.upper(), where)
+        return
     nhwc = rank == 4 and im.is_nhwc(node.input[0])
     if nhwc:
         pairs = [pairs[p] for p in onnx_import.TO_NHWC]
@@ -174,7 +182,8 @@ register(Operator(
     "TRANSPOSE", ("perm",), tflite=_tflite_transpose,
     float_ref=lambda op, ins, out: ins[0].transpose(op.attrs["perm"]), same_scale=True,
     params=lambda g, op: dict(perm=tuple(op.attrs["perm"])), lower=_lower_transpose,
-    export=lambda wr, op, outs: wr.with_constant(op, outs, op.attrs["perm"]), tflite_version=2))
+    export=lambda wr, op, outs: wr.with_constant(op, outs, op.attrs["perm"]), tflite_version=2,
+    int16=True))
 
 
 @onnx("Transpose")
@@ -192,27 +201,47 @@ def _onnx_transpose(im, node, attrs, where):
 # negative stride means "through index 0" (a Python slice's None).
 
 
+def _dense_slice_spec(rank: int, begin, end, strides, o) -> list[tuple[int | None, int | None, int, bool]]:
+    """TFLite's sparse slice spec (entries with ellipsis and new-axis bits) as one
+    ``(begin, end, stride, shrink)`` per input axis, masked bounds as None."""
+    entries = len(begin)
+    ellipsis, new_axis = o.EllipsisMask(), o.NewAxisMask()
+    real = sum(1 for i in range(entries) if not (ellipsis >> i) & 1 and not (new_axis >> i) & 1)
+    if ellipsis and rank - real < 1:
+        # LiteRT 2.3 computes a wrong shape for an ellipsis that stands for no axis.
+        raise tflite_import.UnsupportedOpError("STRIDED_SLICE: an ellipsis standing for no axis is not supported")
+    dense: list[tuple[int | None, int | None, int, bool]] = []
+    for i in range(entries):
+        if (ellipsis >> i) & 1:
+            dense += [(None, None, 1, False)] * max(rank - real, 0)
+        elif not (new_axis >> i) & 1:
+            s = int(strides[i]) if i < len(strides) else 1
+            b = None if (o.BeginMask() >> i) & 1 else int(begin[i])
+            e = None if (o.EndMask() >> i) & 1 or i >= len(end) else int(end[i])
+            dense.append((b, e, s, bool((o.ShrinkAxisMask() >> i) & 1)))
+    return dense + [(None, None, 1, False)] * (rank - len(dense))
+
+
 def _tflite_strided_slice(im, ins, outs, table, where):
     o = tflite_import.options(table, tflite.StridedSliceOptions)
-    if o.EllipsisMask() or o.NewAxisMask():
-        raise tflite_import.UnsupportedOpError(f"{where}: ellipsis/new-axis masks are not supported")
     shape = im.shape(ins[0])
     begin = im.const(ins[1], "begin", where).reshape(-1)
     end = im.const(ins[2], "end", where).reshape(-1)
     strides = im.const(ins[3], "strides", where).reshape(-1)
-    b_out, e_out = [], []
-    for d, n in enumerate(shape):
+    dense = _dense_slice_spec(len(shape), begin, end, strides, o)
+    if len(dense) != len(shape):
+        raise tflite_import.UnsupportedOpError(f"{where}: the slice spec does not fit rank {len(shape)}")
+    b_out, e_out, s_out = [], [], []
+    for n, (b, e, s, shrink) in zip(shape, dense):
         # Resolve masks and negative indices into a plain Python slice per axis.
-        s = int(strides[d]) if d < len(strides) else 1
-        b = None if (o.BeginMask() >> d) & 1 or d >= len(begin) else int(begin[d])
-        e = None if (o.EndMask() >> d) & 1 or d >= len(end) else int(end[d])
-        if (o.ShrinkAxisMask() >> d) & 1:
-            b = int(begin[d])
-            e = b + 1 if b != -1 else None
+        if shrink:
+            b = b if b is not None else 0
+            e, s = (b + 1 if b != -1 else None), 1
         start, stop, _ = slice(b, e, s).indices(n)
         b_out.append(start)
         e_out.append(stop)
-    return dict(begin=tuple(b_out), end=tuple(e_out), strides=tuple(int(s) for s in strides),
+        s_out.append(s)
+    return dict(begin=tuple(b_out), end=tuple(e_out), strides=tuple(s_out),
                 new_shape=im.shape(outs[0])), ins[:1]
 
 
@@ -223,7 +252,11 @@ def _float_strided_slice(op, ins, out):
 
 
 def _slice_params(g, op) -> dict:
-    end_mask, shrink = strided_slice_masks(op.attrs)
+    try:
+        end_mask, shrink = strided_slice_masks(op.attrs)
+    except IRError:  # new axes (TFLite's new_axis_mask): the same bytes as the plain slice
+        end_mask, shrink = sum(1 << d for d, (e, s) in enumerate(zip(op.attrs["end"], op.attrs["strides"]))
+                               if e < 0 and s < 0), 0
     return dict(begin=tuple(op.attrs["begin"]), end=tuple(op.attrs["end"]), strides=tuple(op.attrs["strides"]),
                 end_mask=end_mask, shrink_axis_mask=shrink)
 
@@ -250,4 +283,4 @@ def _export_strided_slice(wr, op, outs) -> None:
 register(Operator(
     "STRIDED_SLICE", ("begin", "end", "strides", "new_shape"), tflite=_tflite_strided_slice,
     float_ref=_float_strided_slice, same_scale=True, params=_slice_params, lower=_lower_strided_slice,
-    export=_export_strided_slice))
+    export=_export_strided_slice, int16=True))

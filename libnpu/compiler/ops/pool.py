@@ -96,12 +96,12 @@ for _name, _kind in (("MAX_POOL_2D", "max"), ("AVERAGE_POOL_2D", "avg")):
         _name, _POOL_ATTRS, tflite=_tflite_pool,
         float_ref=lambda op, ins, out, kind=_kind: pool(ins[0], kind=kind, **op.attrs),
         same_scale=True, fused_activation=True, params=_pool_params, lower=_lower_pool(_name),
-        export=_export_pool, tflite_version=2))
+        export=_export_pool, tflite_version=2, int16=True))
 
 register(Operator(
     "MEAN", ("axes", "keep_dims"), tflite=_tflite_mean,
     float_ref=lambda op, ins, out: ins[0].mean(axis=op.attrs["axes"], keepdims=op.attrs["keep_dims"]),
-    params=_mean_params, lower=_lower_mean, export=_export_mean, tflite_version=2))
+    params=_mean_params, lower=_lower_mean, export=_export_mean, tflite_version=2, int16=True))
 
 
 # ONNX ----------------------------------------------------------------------------------

@@ -1,5 +1,5 @@
-"""QUANTIZE and DEQUANTIZE: float <-> int8 at a graph's edges, and int8 -> int8 rescaling
-(the chip's QUANTIZE / REQUANTIZE / DEQUANTIZE descriptors)."""
+"""QUANTIZE and DEQUANTIZE: float <-> int8 / int16 at a graph's edges, and int8 / int16
+rescaling (the chip's QUANTIZE / REQUANTIZE / DEQUANTIZE descriptors)."""
 from __future__ import annotations
 
 from .. import qparams, tflite_import
@@ -30,7 +30,8 @@ def _export(wr, op, outs) -> None:
 # In the real-valued domain both are identities; the float reference's write path
 # rounds to the output's grid.
 register(Operator("QUANTIZE", tflite=tflite_import.simple, float_ref=lambda op, ins, out: ins[0],
-                  params=_quantize_params, lower=_lower_quantize, export=_export, tflite_version=2))
+                  params=_quantize_params, lower=_lower_quantize, export=_export, tflite_version=2,
+                  int16=True))
 register(Operator("DEQUANTIZE", tflite=tflite_import.simple, float_ref=lambda op, ins, out: ins[0],
                   params=_dequantize_params, lower=lambda low, op, p: low.flat("DEQUANTIZE", op, p),
-                  export=_export, tflite_version=2))
+                  export=_export, tflite_version=2, int16=True))

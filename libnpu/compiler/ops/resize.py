@@ -77,11 +77,12 @@ def _export(options: str):
 _ATTRS = ("size", "align_corners", "half_pixel_centers")
 register(Operator("RESIZE_BILINEAR", _ATTRS, tflite=_tflite(tflite.ResizeBilinearOptions),
                   float_ref=lambda op, ins, out: resize_bilinear(ins[0], **op.attrs), same_scale=True,
-                  params=_params, lower=_lower, export=_export("ResizeBilinearOptions"), tflite_version=3))
+                  params=_params, lower=_lower, export=_export("ResizeBilinearOptions"), tflite_version=3,
+                  int16=True))
 register(Operator("RESIZE_NEAREST_NEIGHBOR", _ATTRS, tflite=_tflite(tflite.ResizeNearestNeighborOptions),
                   float_ref=lambda op, ins, out: resize_nearest(ins[0], **op.attrs), same_scale=True,
                   params=_params, lower=_lower, export=_export("ResizeNearestNeighborOptions"),
-                  tflite_version=3))
+                  tflite_version=3, int16=True))
 
 
 @onnx("Resize")
@@ -104,6 +105,9 @@ def _onnx_resize(im, node, attrs, where):
              ("nearest", "align_corners", "round_prefer_ceil"): ("RESIZE_NEAREST_NEIGHBOR", True, False),
              ("nearest", "tf_half_pixel_for_nn", "floor"): ("RESIZE_NEAREST_NEIGHBOR", False, True)}
     key = (mode, coord) if mode == "linear" else (mode, coord, nearest)
+    if mode == "nearest" and key not in table and not attrs.get("antialias", 0):
+        _onnx_nearest_by_gather(im, node, coord, nearest, in_shape, out_shape, where)
+        return
     if key not in table or attrs.get("antialias", 0) or attrs.get("exclude_outside", 0):
         raise onnx_import.ONNXImportError(
             f"{where}: Resize mode={mode} coordinate_transformation_mode={coord}"
@@ -111,3 +115,48 @@ def _onnx_resize(im, node, attrs, where):
     op_type, align, half = table[key]
     im.emit(op_type, [im.value(node.input[0], True, where)], node.output[0], True, where,
             dict(size=tuple(out_shape[2:]), align_corners=align, half_pixel_centers=half))
+
+
+def nearest_indices(in_len: int, out_len: int, scale: float, coord: str, nearest: str) -> np.ndarray:
+    """ONNX Resize's source index of every output position along one axis (nearest mode)."""
+    x = np.arange(out_len, dtype=np.float64)
+    if coord == "half_pixel":
+        src = (x + 0.5) / scale - 0.5
+    elif coord == "pytorch_half_pixel":
+        src = (x + 0.5) / scale - 0.5 if out_len > 1 else np.zeros(out_len)
+    elif coord == "align_corners":
+        src = x * (in_len - 1) / (out_len - 1) if out_len > 1 else np.zeros(out_len)
+    elif coord == "asymmetric":
+        src = x / scale
+    elif coord == "tf_half_pixel_for_nn":
+        src = (x + 0.5) / scale
+    else:
+        raise ValueError(f"coordinate_transformation_mode {coord}")
+    rounding = {"round_prefer_floor": lambda v: np.ceil(v - 0.5), "round_prefer_ceil": lambda v: np.floor(v + 0.5),
+                "floor": np.floor, "ceil": np.ceil}
+    if nearest not in rounding:
+        raise ValueError(f"nearest_mode {nearest}")
+    return np.clip(rounding[nearest](src), 0, in_len - 1).astype(np.int64)
+
+
+def _onnx_nearest_by_gather(im, node, coord, nearest, in_shape, out_shape, where) -> None:
+    """Nearest resizing in any coordinate and rounding mode: one GATHER per resized axis."""
+    from .gather import add_gather
+    scales = None
+    if len(node.input) > 2 and node.input[2] and node.input[2] in im.consts and im.consts[node.input[2]].size:
+        scales = [float(v) for v in im.consts[node.input[2]].reshape(-1)]
+    x = im.value(node.input[0], True, where)
+    steps = []
+    for onnx_axis, nhwc_axis in ((2, 1), (3, 2)):
+        scale = scales[onnx_axis] if scales else out_shape[onnx_axis] / in_shape[onnx_axis]
+        try:
+            idx = nearest_indices(in_shape[onnx_axis], out_shape[onnx_axis], scale, coord, nearest)
+        except ValueError as exc:
+            raise onnx_import.ONNXImportError(f"{where}: Resize {exc} is not supported") from None
+        if in_shape[onnx_axis] != out_shape[onnx_axis] or np.any(idx != np.arange(len(idx))):
+            steps.append((nhwc_axis, idx))
+    if not steps:
+        steps = [(1, np.arange(in_shape[2]))]
+    out = im.new_tensor(node.output[0], True, where)
+    for k, (axis, idx) in enumerate(steps):
+        x = add_gather(im.g, x, axis, idx, out if k == len(steps) - 1 else None)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import tflite
+
 from firmware_sim.spec import ops as spec_ops  # noqa: F401 (registers the descriptors)
 from firmware_sim.spec import tasks
 from libnpu.compiler import registry
@@ -17,13 +19,23 @@ def test_every_operator_is_declared_once_with_its_stages() -> None:
             "SOFTMAX", "RESHAPE", "STRIDED_SLICE"} <= set(operators)
     for name, op in operators.items():
         assert op.name == name
-        assert op.tflite is not None, name
         if not op.graph_op:        # resolved at import (resource variables): never an IR op
-            assert op.float_ref is None and op.export is None and not op.attrs, name
+            assert op.tflite is not None and op.float_ref is None and op.export is None and not op.attrs, name
             continue
-        assert op.float_ref is not None and op.export is not None, name
+        if op.float_ref is None:  # an import rule: imported as other operators, or folded
+            assert op.tflite is not None and op.params is None and op.export is None, name
+            continue
+        has_builtin = hasattr(tflite.BuiltinOperator, name)   # REDUCE_L2 (ONNX ReduceL2) has none
+        assert (op.tflite is not None) == has_builtin and (op.export is not None) == has_builtin, name
         assert (op.params is None) == (op.lower is None), name
         assert not (op.same_scale and op.fixed_output), name
+
+
+def test_activations_and_math_live_in_at_most_four_source_files() -> None:
+    for name in ("PRELU", "HARD_SWISH", "LEAKY_RELU", "SQUARED_DIFFERENCE", "RSQRT", "L2_NORMALIZATION",
+                 "HARD_SIGMOID", "SOFTPLUS", "GELU", "LOG_SOFTMAX"):
+        files = _source_files_naming(name)
+        assert len(files) <= 4, (name, files)
 
 
 def test_tflite_aliases_import_as_their_operator() -> None:
@@ -67,6 +79,8 @@ def _source_files_naming(word: str) -> list[str]:
 def test_a_self_contained_operator_lives_in_at_most_four_source_files() -> None:
     """The chip's descriptor (spec), its unit (handler + cost), the compiler's operator module,
     and at most a kernel: pooling was in 9 files before the registries."""
-    for name in ("MAX_POOL_2D", "AVERAGE_POOL_2D", "RESIZE_BILINEAR", "RESIZE_NEAREST_NEIGHBOR"):
+    for name in ("MAX_POOL_2D", "AVERAGE_POOL_2D", "RESIZE_BILINEAR", "RESIZE_NEAREST_NEIGHBOR", "REDUCE_MAX",
+                 "REDUCE_MIN", "REDUCE_L2", "DEPTH_TO_SPACE", "SPACE_TO_DEPTH", "DENSIFY", "SPLIT_V", "BATCH_MATMUL",
+                 "TRANSPOSE_CONV", "ARG_MAX", "ARG_MIN"):
         files = _source_files_naming(name)
         assert len(files) <= 4, (name, files)

@@ -94,7 +94,7 @@ def test_compile_writes_loadable_with_plan_and_caches(tmp_path, capsys):
     assert plan["bytes_by_kind"]["input"] >= 3 * 8 * 8 and plan["tasks"] >= 3
     ld = Loadable.load(tmp_path / "m.nlb")
     assert [t.shape for t in ld.outputs()] == [(1, 4, 8, 8), (1, 4, 4, 4)]
-    assert ld.metadata["calibration"] == {"method": "minmax", "runs": 4, "random": False}
+    assert ld.metadata["calibration"] == {"method": "minmax", "runs": 4, "random": False, "bias_correction": False}
     assert main(args) == 0
     assert _json(capsys)["cache_hit"] is True
     # Text mode prints the memory plan.
@@ -116,12 +116,78 @@ def test_compile_png_calibration_directory(blazeface_path, astronaut, tmp_path, 
     assert Loadable.load(tmp_path / "bf.nlb").metadata["calibration"]["runs"] == 2
 
 
+def test_compile_with_the_models_preprocessing_and_a_report(blazeface_path, astronaut, tmp_path, capsys):
+    from libnpu.tools.vision import write_png
+    cal = tmp_path / "pictures"
+    cal.mkdir()
+    write_png(cal / "a.png", astronaut[:256, 128:384])
+    write_png(cal / "b.png", astronaut[::2, ::2])
+    args = ["compile", str(blazeface_path), "-o", str(tmp_path / "bf.nlb"), "--calibration", str(cal),
+            "--cache-dir", str(tmp_path / "c"), "--input-range", "0,1", "--method", "mse", "--bias-correction",
+            "--report", "--no-progress"]
+    assert main(args) == 0
+    text = capsys.readouterr().out
+    assert "quantization: mse calibration on 2 samples, bias correction" in text
+    assert "the 10 worst of" in text and "own SQNR" in text
+    meta = Loadable.load(tmp_path / "bf.nlb").metadata
+    assert meta["calibration"] == {"method": "mse", "runs": 2, "random": False, "bias_correction": True}
+    assert len(meta["layer_errors"]) > 30
+    assert main(args + ["--json"]) == 0
+    report = _json(capsys)
+    assert report["cache_hit"] is True and report["layer_errors"] == meta["layer_errors"]
+    # An int8 model has nothing to report; the section says so.
+    assert main(["compile", "resnet8", "-o", str(tmp_path / "r.nlb"), "--cache-dir", str(tmp_path / "c"),
+                 "--report", "--no-progress"]) == 0
+    assert "an int8 model, compiled as it is" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("extra,message", [
+    (["--std", "2"], "--std goes with --mean"),
+    (["--mean", "127", "--input-range", "0,1"], "not both"),
+    (["--input-range", "1,0"], "LO < HI"),
+    (["--input-range", "0"], "takes 2 numbers"),
+    (["--mean", "a,b"], "comma-separated numbers"),
+    (["--mean", "1", "--std", "0"], "must not be 0"),
+    (["--percentile", "99.9"], "--percentile goes with --method percentile"),
+    (["--method", "percentile", "--percentile", "20"], "(50, 100]"),
+])
+def test_preprocessing_usage_errors(extra, message, tmp_path, capsys):
+    model = _onnx_model(tmp_path / "small.onnx")
+    np.save(tmp_path / "cal.npy", np.zeros((1, 1, 3, 8, 8), np.float32))
+    assert main(["compile", str(model), "-o", str(tmp_path / "m.nlb"), "--calibration", str(tmp_path / "cal.npy"),
+                 "--cache-dir", str(tmp_path / "c"), *extra]) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_preprocessing_without_calibration_is_a_usage_error(tmp_path, capsys):
+    model = _onnx_model(tmp_path / "small.onnx")
+    assert main(["compile", str(model), "-o", str(tmp_path / "m.nlb"), "--input-range", "0,1"]) == 2
+    assert "give --calibration" in capsys.readouterr().err
+
+
+def test_picture_preprocessing_values():
+    from libnpu.tools.models import ModelSpecError, preprocess_picture
+    pixels = np.full((4, 6, 3), 51, np.uint8)
+    pixels[..., 1] = 255
+    shape = (1, 2, 3, 3)
+    np.testing.assert_allclose(preprocess_picture(pixels, shape, (0.0, 1.0))[0, 0, 0], [0.2, 1.0, 0.2])
+    np.testing.assert_allclose(preprocess_picture(pixels, shape)[0, 0, 0], [-0.6, 1.0, -0.6])
+    got = preprocess_picture(pixels, shape, mean=(51.0, 127.5, 0.0), std=(1.0, 127.5, 51.0))
+    np.testing.assert_allclose(got[0, 0, 0], [0.0, 1.0, 1.0])
+    grey = preprocess_picture(np.full((4, 6), 255, np.uint8), shape, (0.0, 1.0))
+    assert grey.shape == (1, 2, 3, 3)
+    np.testing.assert_allclose(grey, 1.0, rtol=1e-6)
+    with pytest.raises(ModelSpecError, match="std has 2 values"):
+        preprocess_picture(pixels, shape, mean=(0,), std=(1, 2))
+
+
 def test_compile_errors(tmp_path, capsys):
     """1: the model was found and cannot be compiled; 2: the command line names nothing usable."""
     out = ["-o", str(tmp_path / "x.nlb"), "--cache-dir", str(tmp_path / "c")]
-    assert main(["compile", str(_onnx_model(tmp_path / "erf.onnx", op="Erf"))] + out) == 1
+    sin = str(_onnx_model(tmp_path / "sin.onnx", op="Sin"))
+    assert main(["compile", sin, "--strict"] + out) == 1                # strict: no CPU fallback
     err = capsys.readouterr().err
-    assert "unsupported op Erf" in err and "act0" in err            # names the op and the node
+    assert "(missing: Sin)" in err and "Sin (op 1): no NPU operator" in err   # names the op and the node
     assert main(["compile", str(tmp_path / "none.onnx")] + out) == 2
     assert "no such model file" in capsys.readouterr().err
     (tmp_path / "junk.tflite").write_bytes(b"\0" * 64)

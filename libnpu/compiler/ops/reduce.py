@@ -1,0 +1,188 @@
+"""Reductions over any axes: SUM, REDUCE_MAX, REDUCE_MIN (TFLite) and REDUCE_L2 (ONNX
+ReduceL2: no TFLite builtin, the chip's formula is in docs/hardware.md); ONNX ReduceSum,
+ReduceMax, ReduceMin, ReduceL2. ARG_MAX / ARG_MIN (ONNX ArgMax, ArgMin) along one axis,
+whose int32/int64 output is never quantized. MEAN is in ``pool``. The IR keeps TFLite's ``axes`` and
+``keep_dims``; the chip reduces with the axes kept, a dropped axis is the same bytes."""
+from __future__ import annotations
+
+import numpy as np
+import tflite
+
+from firmware_sim.spec import ops as spec_ops
+
+from .. import onnx_import, qparams, tflite_import
+from ..ir import Op, Tensor
+from ..registry import Operator, onnx, register
+
+_ATTRS = ("axes", "keep_dims")
+
+
+def _tflite_reduce(im, ins, outs, table, where):
+    o = tflite_import.options(table, tflite.ReducerOptions)
+    rank = len(im.shape(ins[0]))
+    axes = sorted({int(a) % rank for a in im.const(ins[1], "axes", where).reshape(-1)})
+    if not axes:
+        raise tflite_import.UnsupportedOpError(f"{where}: a reduction over no axes")
+    return dict(axes=tuple(axes), keep_dims=bool(o.KeepDims()) if o else False), ins[:1]
+
+
+def _float(fn):
+    return lambda op, ins, out: fn(ins[0], axis=tuple(op.attrs["axes"]), keepdims=op.attrs["keep_dims"])
+
+
+def _l2(x, axis, keepdims):
+    return np.sqrt(np.sum(np.square(x, dtype=np.float64), axis=axis, keepdims=keepdims)).astype(np.float32)
+
+
+def _fields(low, op, p) -> dict:
+    from ..lower import pad_rank
+    shape = low.shape(op.inputs[0])
+    return dict(rank=len(shape), in_shape=pad_rank(shape), axes_mask=sum(1 << a for a in p["axes"]))
+
+
+def _sum_params(g, op) -> dict:
+    return dict(axes=tuple(op.attrs["axes"]), **qparams.rescale(g, op))
+
+
+def _l2_params(g, op) -> dict:
+    (si, zi), (so, zo) = qparams.qp(g, op.inputs[0]), qparams.qp(g, op.outputs[0])
+    return dict(axes=tuple(op.attrs["axes"]), input_zp=zi, output_zp=zo, scale=float(np.float64(si) / np.float64(so)))
+
+
+def _lower_sum(low, op, p):
+    return low.emit("SUM", op, dict(_fields(low, op, p), input_zp=p["input_zp"], output_zp=p["output_zp"],
+                                    multiplier=p["multiplier"], shift=p["shift"]))
+
+
+def _lower_l2(low, op, p):
+    return low.emit("REDUCE_L2", op, dict(_fields(low, op, p), input_zp=p["input_zp"], output_zp=p["output_zp"],
+                                          scale=p["scale"]))
+
+
+def _export_reduce(w, op, outs) -> None:
+    w.with_constant(op, outs, op.attrs["axes"], {"ReducerOptions": dict(KeepDims=bool(op.attrs["keep_dims"]))})
+
+
+register(Operator(
+    "SUM", _ATTRS, tflite=_tflite_reduce, float_ref=_float(np.sum), params=_sum_params, lower=_lower_sum,
+    export=_export_reduce))
+for _name, _fn in (("REDUCE_MAX", np.max), ("REDUCE_MIN", np.min)):
+    register(Operator(
+        _name, _ATTRS, tflite=_tflite_reduce, float_ref=_float(_fn), same_scale=True,
+        params=lambda g, op: dict(axes=tuple(op.attrs["axes"])),
+        lower=lambda low, op, p, name=_name: low.emit(name, op, _fields(low, op, p)),
+        export=_export_reduce, tflite_version=2))
+register(Operator(
+    "REDUCE_L2", _ATTRS, float_ref=_float(_l2), params=_l2_params, lower=_lower_l2))
+
+
+@onnx("ReduceSum", "ReduceMax", "ReduceMin", "ReduceL2")
+def _onnx_reduce(im, node, attrs, where):
+    shape = im.onnx_shape(node.input[0], where)
+    axes = attrs.get("axes")
+    if axes is None and len(node.input) > 1 and node.input[1]:
+        axes = im.const(node.input[1], where).reshape(-1).tolist()
+    if not axes:
+        if attrs.get("noop_with_empty_axes", 0):
+            raise onnx_import.ONNXImportError(f"{where}: noop_with_empty_axes is not supported")
+        axes = range(len(shape))
+    axes = sorted({int(a) % len(shape) for a in axes})
+    keep = bool(attrs.get("keepdims", 1))
+    nhwc = im.is_nhwc(node.input[0]) and keep and len(shape) == 4
+    ir_axes = tuple(sorted(onnx_import.AXIS_TO_NHWC[a] for a in axes)) if nhwc else tuple(axes)
+    kind = {"ReduceSum": "SUM", "ReduceMax": "REDUCE_MAX", "ReduceMin": "REDUCE_MIN",
+            "ReduceL2": "REDUCE_L2"}[node.op_type]
+    x = im.value(node.input[0], True if nhwc else False, where)
+    im.emit(kind, [x], node.output[0], nhwc, where, dict(axes=ir_axes, keep_dims=keep))
+
+
+# ARG_MAX / ARG_MIN ---------------------------------------------------------------------------
+
+_INDEX_TYPES = {tflite.TensorType.INT32: "int32", tflite.TensorType.INT64: "int64"}
+
+
+def _tflite_arg(cls):
+    def imported(im, ins, outs, table, where):
+        o = tflite_import.options(table, cls)
+        rank = len(im.shape(ins[0]))
+        axis = int(im.const(ins[1], "axis", where).reshape(-1)[0]) % rank
+        out = im.graph.tensors[im.tensor(outs[0])]
+        if out.dtype not in ("int32", "int64") or (o is not None and o.OutputType() not in _INDEX_TYPES):
+            raise tflite_import.UnsupportedOpError(f"{where}: output type {out.dtype}")
+        return dict(axis=axis, keep_dims=False), ins[:1]
+    return imported
+
+
+def _float_arg(pick):
+    def ref(op, ins, out):
+        y = pick(ins[0], axis=op.attrs["axis"])
+        return (np.expand_dims(y, op.attrs["axis"]) if op.attrs["keep_dims"] else y).astype(out.dtype)
+    return ref
+
+
+def _lower_arg(name: str):
+    def lower(low, op, p):
+        from ..lower import pad_rank
+        shape = low.shape(op.inputs[0])
+        flags = spec_ops.OPF_INDEX_INT64 if low.g.tensors[op.outputs[0]].dtype == "int64" else 0
+        return low.emit(name, op, dict(rank=len(shape), in_shape=pad_rank(shape), axis=p["axis"]), flags)
+    return lower
+
+
+def _export_arg(options: str):
+    def export(wr, op, outs) -> None:
+        out = wr.src.tensors[op.outputs[0]]
+        kind = tflite.TensorType.INT64 if out.dtype == "int64" else tflite.TensorType.INT32
+        target = outs
+        if op.attrs["keep_dims"]:  # TFLite drops the axis: reshape back
+            shape = tuple(d for i, d in enumerate(out.shape) if i != op.attrs["axis"])
+            target = [wr.tidx(Tensor(f"{out.name}__dropped", shape, out.dtype))]
+        wr.add(op.type, [wr.name(op.inputs[0]), wr.const_i32(op.outputs[0], [op.attrs["axis"]])], target,
+               {options: dict(OutputType=kind)})
+        if op.attrs["keep_dims"]:
+            wr.add("RESHAPE", [target[0], wr.const_i32(op.outputs[0], out.shape)], outs, {})
+    return export
+
+
+for _name, _pick, _cls, _opts in (("ARG_MAX", np.argmax, tflite.ArgMaxOptions, "ArgMaxOptions"),
+                                  ("ARG_MIN", np.argmin, tflite.ArgMinOptions, "ArgMinOptions")):
+    register(Operator(
+        _name, ("axis", "keep_dims"), tflite=_tflite_arg(_cls), float_ref=_float_arg(_pick), index_output=True,
+        params=lambda g, op: dict(axis=int(op.attrs["axis"])), lower=_lower_arg(_name),
+        export=_export_arg(_opts), tflite_version=2))
+
+
+@onnx("ArgMax", "ArgMin")
+def _onnx_arg(im, node, attrs, where):
+    if attrs.get("select_last_index", 0):
+        raise onnx_import.ONNXImportError(f"{where}: select_last_index is not supported")
+    shape = im.onnx_shape(node.input[0], where)
+    axis = int(attrs.get("axis", 0)) % len(shape)
+    keep = bool(attrs.get("keepdims", 1))
+    out = im.new_tensor(node.output[0], False, where)
+    im.g.tensors[out] = Tensor(out, im.g.tensors[out].shape, "int64")
+    im.g.add_op(Op("ARG_MAX" if node.op_type == "ArgMax" else "ARG_MIN", [im.value(node.input[0], False, where)],
+                   [out], dict(axis=axis, keep_dims=keep), name=node.output[0]))
+
+
+@onnx("Mean")
+def _onnx_mean_of_inputs(im, node, attrs, where):
+    """ONNX Mean, the elementwise mean of its inputs: ADDs, then MUL by 1 / count."""
+    import onnx as onnx_proto
+    ins = [n for n in node.input if n]
+    if len(ins) == 1:
+        if ins[0] in im.consts:
+            im.consts[node.output[0]] = im.consts[ins[0]]
+        else:
+            im.env[node.output[0]] = im.env[ins[0]]
+        return
+    total = ins[0]
+    out_shape = im.onnx_shape(node.output[0], where)
+    for k, other in enumerate(ins[1:]):
+        name = f"{node.output[0]}__sum{k}"
+        im.shapes[name] = (out_shape, "float32")
+        onnx_import.binary("ADD")(im, onnx_proto.helper.make_node("Add", [total, other], [name]), {}, where)
+        total = name
+    im.consts[f"{node.output[0]}__count"] = np.float32(1.0 / len(ins))
+    onnx_import.binary("MUL")(im, onnx_proto.helper.make_node(
+        "Mul", [total, f"{node.output[0]}__count"], list(node.output)), {}, where)

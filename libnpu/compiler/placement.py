@@ -1,0 +1,204 @@
+"""The placement decision: which operators of a model the chip runs and which the host runs.
+
+Decided once, here, and used by everything that splits a model: the compiler (the
+chip's partitions become device tasks, the rest host calls, see :mod:`libnpu.host`),
+``npu compile --report`` / ``--strict``, and the LiteRT delegate (the nodes it claims).
+
+An operator goes to the NPU only if the compiler really lowers it: it imports (its
+attributes accepted), and the op it becomes passes the int8 rules and gets kernel
+parameters and a chip descriptor, checked by running those very stages on a graph of
+that one op (a float model's op is first quantized with random calibration, as the
+compiler would). Everything else goes to the CPU with the first reason found: a custom
+op, no NPU operator of that type, an attribute, dtype or shape the import or the
+lowering refuses, or an allow-list (``ops``) that leaves it out. Operators folded into
+constants at compile time (shape arithmetic, fp16 weight DEQUANTIZE) count as NPU.
+"""
+from __future__ import annotations
+
+import copy
+import os
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .ir import Graph, IRError, Op, SourceOp
+
+__all__ = ["Placement", "PlacementPlan", "FallbackRefusedError", "NPU", "CPU", "place_model", "plan_placement",
+           "import_with_fallback"]
+
+NPU = "NPU"
+CPU = "CPU"
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where one operator of the source model runs."""
+    index: int      # the op's index in the source model (TFLite: operator index in subgraph 0; ONNX: node index)
+    op: str         # TFLite builtin name (custom ops: "CUSTOM:<code>") / ONNX op type
+    device: str     # "NPU" or "CPU"
+    reason: str     # "" when NPU; otherwise one line saying why
+
+
+class FallbackRefusedError(IRError):
+    """Strict mode: the model has operators the chip cannot run (all listed)."""
+
+
+@dataclass
+class PlacementPlan:
+    """A model's placements, with the model itself (what the compiler needs next)."""
+    name: str
+    kind: str                     # "tflite" or "onnx"
+    data: bytes
+    placements: list[Placement] = field(default_factory=list)
+
+    @property
+    def cpu(self) -> dict[int, str]:
+        """Source index -> reason, for the operators on the CPU."""
+        return {p.index: p.reason for p in self.placements if p.device == CPU}
+
+    def partitions(self) -> list[tuple[str, list[Placement]]]:
+        """Runs of consecutive operators (source order) on one device."""
+        runs: list[tuple[str, list[Placement]]] = []
+        for p in self.placements:
+            if runs and runs[-1][0] == p.device:
+                runs[-1][1].append(p)
+            else:
+                runs.append((p.device, [p]))
+        return runs
+
+    def refuse_fallback(self) -> None:
+        """Raise :class:`FallbackRefusedError` listing every CPU operator (strict mode)."""
+        cpu = [p for p in self.placements if p.device == CPU]
+        if cpu:
+            listed = "; ".join(f"{p.op} (op {p.index}): {p.reason}" for p in cpu)
+            missing = sorted({p.op for p in cpu})
+            raise FallbackRefusedError(f"{self.name}: {len(cpu)} operator(s) cannot run on the NPU "
+                                       f"(missing: {', '.join(missing)}) and strict mode refuses CPU fallback: "
+                                       f"{listed}")
+
+
+def _read(model: bytes | str | os.PathLike, kind: str | None) -> tuple[bytes, str, str]:
+    if isinstance(model, (str, os.PathLike)):
+        path = Path(model)
+        data, name = path.read_bytes(), path.stem
+        kind = kind or ("onnx" if path.suffix == ".onnx" else "tflite" if path.suffix == ".tflite" else None)
+    else:
+        data, name = bytes(model), "model"
+    if kind is None:
+        kind = "tflite" if data[4:8] == b"TFL3" else "onnx"
+    if kind not in ("tflite", "onnx"):
+        raise IRError(f"unknown model kind {kind!r} (expected 'tflite' or 'onnx')")
+    return data, name, kind
+
+
+def import_with_fallback(data: bytes, kind: str, name: str = "model",
+                         force_host: Mapping[int, str] | None = None) -> tuple[Graph, list[SourceOp]]:
+    """Import a model with every operator the import refuses (and those in
+    ``force_host``) as a HOST op, and what became of each source operator."""
+    if kind == "tflite":
+        from .tflite_import import import_tflite_sources
+        return import_tflite_sources(data, name, fallback=True, force_host=force_host)
+    from .onnx_import import import_onnx_sources
+    return import_onnx_sources(data, name, fallback=True, force_host=force_host)
+
+
+# Errors the compiler's stages raise for an op they do not take.
+_REFUSALS = (ValueError, KeyError, TypeError, IndexError, ArithmeticError, NotImplementedError)
+
+
+def _single_op_graph(graph: Graph, op: Op) -> Graph:
+    g = Graph(f"{graph.name}:{op.name}")
+    for n in dict.fromkeys([*op.inputs, *op.outputs]):
+        if n:
+            g.add_tensor(copy.copy(graph.tensors[n]))
+    g.inputs = [n for n in dict.fromkeys(op.inputs) if n and not g.tensors[n].is_constant]
+    g.outputs = list(op.outputs)
+    g.ops = [Op(op.type, list(op.inputs), list(op.outputs), copy.deepcopy(op.attrs), op.name)]
+    return g
+
+
+def _lower_all(graph: Graph) -> None:
+    """Run the int8 rules, the memory plan, kernel parameters, lowering and descriptor
+    encoding for every op of ``graph`` (what :func:`lower.lower` does, without the task list)."""
+    from .frontend import check_int8
+    from .lower import Lowering, _encode
+    from .memplan import plan_memory
+    from .qparams import lowerable, op_params
+    from .registry import get
+    for op in graph.ops:
+        if not lowerable(op.type):
+            raise IRError(f"the chip has no int8 kernel for {op.type}")
+    check_int8(graph)
+    plan = plan_memory(graph)
+    low = Lowering(graph, plan)
+    for op in graph.ops:
+        emitted = get(op.type, "lower")(low, op, op_params(graph, op))
+        if emitted is not None:
+            _encode(emitted, plan)
+
+
+def _refusal(graph: Graph, op: Op, quantized: bool) -> str:
+    """Why the compiler would not lower ``op`` to the chip ("" if it would)."""
+    from .qparams import lowerable
+    if not any(i and not graph.tensors[i].is_constant for i in op.inputs):
+        return ""            # constant inputs only: folded at compile time
+    if not lowerable(op.type) and quantized:
+        return f"the chip has no int8 kernel for {op.type}"
+    sub = _single_op_graph(graph, op)
+    try:
+        if not quantized:
+            from .quantizer import quantize_model
+            sub = quantize_model(sub, random_count=2)
+        _lower_all(sub)
+    except _REFUSALS as exc:
+        text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        return text.replace(f"{op.describe()}: ", "")
+    return ""
+
+
+def _is_quantized(graph: Graph) -> bool:
+    return any(t.quant is not None for t in graph.tensors.values() if not t.is_constant)
+
+
+def plan_placement(model: bytes | str | os.PathLike, *, ops: Collection[str] | None = None,
+                   kind: str | None = None) -> PlacementPlan:
+    """:func:`place_model`, keeping the model's bytes for the compiler."""
+    data, name, kind = _read(model, kind)
+    graph, sources = import_with_fallback(data, kind, name)
+    quantized = _is_quantized(graph)
+    same: dict[int, Op] = {id(op): op for op in graph.ops}
+    if not quantized:
+        # As the quantizer does first: fold constant subgraphs (fp16 weights behind
+        # DEQUANTIZE), so each op is judged with the constants it will really get.
+        from .optimize import fold_constants
+        memo: dict[int, Any] = {}
+        folded = copy.deepcopy(graph, memo)      # memo: id of each original object -> its copy
+        fold_constants(folded)
+        same = {i: memo[i] for i in same}
+        graph = folded
+    live = {id(op) for op in graph.ops}          # ops pruned or folded at compile time need no device
+    allowed = None if ops is None else set(ops)
+    plan = PlacementPlan(name, kind, data)
+    for src in sources:
+        reason = src.reason
+        if not reason and allowed is not None and src.op not in allowed:
+            reason = "not in the allow-list"
+        if not reason:
+            for op in (same[id(op)] for op in src.ir_ops if id(op) in same):
+                if id(op) in live and op.type != "HOST":
+                    reason = _refusal(graph, op, quantized)
+                    if reason:
+                        break
+        plan.placements.append(Placement(src.index, src.op, CPU if reason else NPU, reason))
+    return plan
+
+
+def place_model(model: bytes | os.PathLike, *, ops: Collection[str] | None = None) -> list[Placement]:
+    """Where each operator of ``model`` (a .tflite or .onnx file, path or bytes) runs.
+
+    ``ops``: an allow-list of the op names the chip may run (TFLite builtin names, ONNX op
+    types); the others go to the CPU with the reason "not in the allow-list". One
+    :class:`Placement` per source operator, in source order.
+    """
+    return plan_placement(model, ops=ops).placements

@@ -1,0 +1,143 @@
+"""Cut a sub-model out of a ``.tflite`` flatbuffer: some of its operators, as they are.
+
+The host runs the operators the chip lacks with LiteRT's own kernels; this module writes
+the model LiteRT gets: the chosen operators of subgraph 0 with their builtin code,
+version, builtin options and custom options copied from the source file, the tensors
+they touch (quantization included) and the constant buffers they read. Its inputs are
+the non-constant tensors the operators read and nobody among them writes, its outputs
+what they write.
+
+It uses the object API of the schema module that ships with LiteRT
+(``ai_edge_litert.schema_py_generated``), so every options table is copied whole,
+whatever the operator.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from .ir import IRError
+
+__all__ = ["CutModel", "cut_tflite"]
+
+
+@dataclass(frozen=True)
+class CutModel:
+    """A sub-model and where its inputs and outputs come from in the source model."""
+    model: bytes
+    inputs: tuple[int, ...]     # source tensor indices, in the sub-model's input order
+    outputs: tuple[int, ...]    # source tensor indices, in the sub-model's output order
+
+
+def _schema():
+    from ai_edge_litert import schema_py_generated as schema
+    return schema
+
+
+def cut_tflite(model: bytes, op_indices: Sequence[int], outputs: Sequence[int] | None = None) -> CutModel:
+    """The operators ``op_indices`` of subgraph 0 of ``model`` as a model of their own.
+
+    ``outputs``: the source tensors the sub-model returns (default: every tensor its
+    operators write). Operators computing their inputs from constants alone come along.
+    """
+    schema = _schema()
+    try:
+        src = schema.ModelT.InitFromPackedBuf(bytearray(model), 0)
+    except Exception as exc:  # flatbuffers reads lazily: damage is any low-level error
+        raise IRError(f"cannot read the TFLite model to cut operators {list(op_indices)}: {exc}") from exc
+    if not src.subgraphs or any(not 0 <= i < len(src.subgraphs[0].operators or []) for i in op_indices):
+        raise IRError(f"operators {list(op_indices)}: not all in the model's subgraph 0")
+    graph = src.subgraphs[0]
+
+    def is_constant(t: int) -> bool:
+        buf = src.buffers[graph.tensors[t].buffer] if graph.tensors[t].buffer > 0 else None
+        return buf is not None and (buf.data is not None and len(buf.data) > 0 or buf.offset > 1)
+
+    indices = _with_constant_producers(graph, list(op_indices), is_constant)
+    chosen = [graph.operators[i] for i in indices]
+    written = [t for op in chosen for t in op.outputs if t >= 0]
+    read = [t for op in chosen for t in (op.inputs if op.inputs is not None else []) if t >= 0]
+
+    inputs = list(dict.fromkeys(int(t) for t in read if t not in written and not is_constant(t)))
+    requested = [int(t) for i in op_indices for t in graph.operators[i].outputs if t >= 0]
+    outs = list(dict.fromkeys(int(t) for t in (outputs if outputs is not None else requested)))
+    used = list(dict.fromkeys([*inputs, *read, *written, *outs]))
+    new_index = {t: i for i, t in enumerate(used)}
+
+    buffers = [schema.BufferT()]
+    tensors = []
+    for t in used:
+        tensor = graph.tensors[t]
+        if tensor.buffer > 0 and is_constant(t):
+            buffers.append(_inline_buffer(schema, src.buffers[tensor.buffer], model))
+            tensor.buffer = len(buffers) - 1
+        else:
+            tensor.buffer = 0
+        tensors.append(tensor)
+    codes: list = []
+    code_index: dict[int, int] = {}
+    operators = []
+    for op in chosen:
+        if op.opcodeIndex not in code_index:
+            code_index[op.opcodeIndex] = len(codes)
+            codes.append(src.operatorCodes[op.opcodeIndex])
+        op.opcodeIndex = code_index[op.opcodeIndex]
+        op.inputs = [new_index[t] if t >= 0 else -1 for t in (op.inputs if op.inputs is not None else [])]
+        op.outputs = [new_index[t] for t in op.outputs]
+        op.intermediates = None
+        operators.append(op)
+
+    sub = schema.SubGraphT()
+    sub.tensors, sub.operators, sub.name = tensors, operators, b"host"
+    sub.inputs = [new_index[t] for t in inputs]
+    sub.outputs = [new_index[t] for t in outs]
+    cut = schema.ModelT()
+    cut.version, cut.operatorCodes, cut.subgraphs, cut.buffers = 3, codes, [sub], buffers
+    cut.description = b"npu-emu host partition"
+
+    import flatbuffers
+    builder = flatbuffers.Builder(1024)
+    builder.Finish(cut.Pack(builder), file_identifier=b"TFL3")
+    return CutModel(bytes(builder.Output()), tuple(inputs), tuple(outs))
+
+
+def _with_constant_producers(graph, indices: list[int], is_constant) -> list[int]:
+    """``indices`` plus the operators computing their inputs from constants alone (fp16
+    weights behind DEQUANTIZE, sparse weights made dense), so that a kernel needing
+    constant weights (e.g. a custom transposed convolution) gets them as the source had."""
+    producer = {t: k for k, op in enumerate(graph.operators) for t in op.outputs}
+    constant_result: dict[int, bool] = {}
+
+    def computable(t: int) -> bool:      # a constant, or computed from constants only
+        if t < 0 or is_constant(t):
+            return True
+        if t not in constant_result:
+            constant_result[t] = False   # (no cycles in a TFLite graph; guards anyway)
+            k = producer.get(t)
+            inputs = graph.operators[k].inputs if k is not None else None
+            constant_result[t] = k is not None and inputs is not None and len(inputs) > 0 and \
+                all(computable(int(i)) for i in inputs)
+        return constant_result[t]
+
+    wanted = set(indices)
+    pending = list(indices)
+    while pending:
+        op = graph.operators[pending.pop()]
+        for t in (op.inputs if op.inputs is not None else []):
+            k = producer.get(int(t))
+            if k is not None and k not in wanted and not is_constant(int(t)) and computable(int(t)):
+                wanted.add(k)
+                pending.append(k)
+    return sorted(wanted)
+
+
+def _inline_buffer(schema, buffer, model: bytes):
+    """The buffer with its data inline (large-model files keep it after the flatbuffer)."""
+    out = schema.BufferT()
+    if buffer.offset > 1:
+        out.data = np.frombuffer(model, np.uint8, buffer.size, buffer.offset).copy()
+    else:
+        out.data = np.asarray(buffer.data, np.uint8)
+    return out

@@ -1,0 +1,284 @@
+"""Host execution of the operators the chip lacks (the CPU side of a partitioned model).
+
+The compiler places each operator of a model on the NPU or the CPU
+(:mod:`libnpu.compiler.placement`); a CPU operator becomes a host call (:class:`HostCall`)
+carrying what the host needs to run it:
+
+- ``kind="tflite"``: a sub-model cut from the source ``.tflite`` holding the original
+  operators (builtin code, options, custom options; a run of consecutive CPU operators
+  makes one), run by LiteRT's own CPU kernels on the reference resolver
+  (``BUILTIN_REF``), so an int8 model stays byte-exact;
+- ``kind="onnx"``: a one-node ONNX model, run by the compiler's numpy float reference
+  when the compiler imports the node (the chip only lacks a kernel for it), else by
+  onnxruntime's CPU kernels when onnxruntime is installed;
+- either kind, when its operator is a custom op (TFLite ``CUSTOM:<code>``) or an ONNX
+  op type with a host implementation registered by :func:`register_host_op`: that
+  Python function, on float values (a TFLite custom op without one runs on LiteRT's
+  default resolver when it knows the op).
+
+Tensors cross the boundary as the model stores them: a quantized tensor is dequantized
+to float for a float kernel and quantized back on the way out (TFLite rounding).
+"""
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+__all__ = ["HostCall", "HostOpError", "Boundary", "HostKernel", "register_host_op", "unregister_host_op",
+           "host_op", "kernel_for", "convert"]
+
+
+class HostOpError(RuntimeError):
+    """The host cannot run an operator placed on the CPU (no implementation, or it failed)."""
+
+
+@dataclass(frozen=True)
+class HostCall:
+    """One operator the host runs: what the compiler stores for it in the loadable."""
+    kind: str            # "tflite" or "onnx"
+    model: bytes         # the cut sub-model (its inputs and outputs are the call's)
+    op: str              # the source operator's name ("REVERSE_V2", "CUSTOM:MyOp", "CumSum"; "A+B" for a run)
+    source: int          # its index in the source model (a run's first)
+    reason: str = ""     # why it is not on the NPU
+
+    @property
+    def custom_name(self) -> str:
+        """The name a user registers an implementation under."""
+        return self.op.split(":", 1)[1] if self.op.startswith("CUSTOM:") else self.op
+
+
+@dataclass(frozen=True)
+class Boundary:
+    """How a tensor is stored on one side of a host call."""
+    dtype: str
+    scale: float | None = None
+    zero_point: int = 0
+
+    @property
+    def quantized(self) -> bool:
+        return self.scale is not None and np.dtype(self.dtype).kind in "iu"
+
+
+FLOAT = Boundary("float32")
+
+_HOST_OPS: dict[str, Callable[..., Any]] = {}
+_lock = threading.Lock()
+
+
+def register_host_op(name: str, fn: Callable[..., Any]) -> None:
+    """Run operator ``name`` on the host with ``fn`` when the chip lacks it.
+
+    ``name`` is a TFLite custom op's code (``"MyOp"`` for ``CUSTOM:MyOp``) or an ONNX op
+    type (``"CumSum"``). ``fn(*inputs, **attributes)`` gets the operator's inputs as
+    float32 numpy arrays (dequantized when the model stores them quantized) and, for an
+    ONNX node, its attributes by name; it returns one array or a sequence of arrays, one
+    per output, which the runtime quantizes to the output tensors' types. Registering a
+    name again replaces the function.
+    """
+    if not callable(fn):
+        raise TypeError(f"host op {name!r}: {fn!r} is not callable")
+    with _lock:
+        _HOST_OPS[name] = fn
+
+
+def unregister_host_op(name: str) -> None:
+    """Forget the implementation registered under ``name`` (nothing if there is none)."""
+    with _lock:
+        _HOST_OPS.pop(name, None)
+
+
+def host_op(name: str) -> Callable[..., Any] | None:
+    """The function registered under ``name``, or None."""
+    return _HOST_OPS.get(name)
+
+
+def convert(value: np.ndarray, src: Boundary, dst: Boundary) -> np.ndarray:
+    """``value`` stored as ``src``, stored as ``dst`` (dequantize / quantize as needed)."""
+    if src == dst:
+        return value
+    real = (value.astype(np.float32) - np.float32(src.zero_point)) * np.float32(src.scale) if src.quantized \
+        else np.asarray(value, np.float32)
+    if not dst.quantized:
+        return real.astype(dst.dtype)
+    assert dst.scale is not None
+    info = np.iinfo(dst.dtype)
+    scaled = real / np.float32(dst.scale)
+    q = np.sign(scaled) * np.floor(np.abs(scaled) + 0.5) + dst.zero_point   # TFLite rounds half away from 0
+    return np.clip(q, info.min, info.max).astype(dst.dtype)
+
+
+class HostKernel:
+    """Runs one host call: ``run(values, sources, targets)`` with the values stored as
+    ``sources`` (one :class:`Boundary` per input) and results stored as ``targets``."""
+
+    inputs: list[Boundary]
+    outputs: list[Boundary]
+
+    def __init__(self, call: HostCall) -> None:
+        self.call = call
+        self._lock = threading.Lock()
+
+    def compute(self, values: list[np.ndarray]) -> list[np.ndarray]:
+        raise NotImplementedError
+
+    def run(self, values: Sequence[np.ndarray], sources: Sequence[Boundary],
+            targets: Sequence[Boundary]) -> list[np.ndarray]:
+        if len(values) != len(self.inputs):
+            raise HostOpError(f"{self.call.op}: {len(values)} inputs given, the host call takes {len(self.inputs)}")
+        ins = [convert(np.asarray(v), s, b) for v, s, b in zip(values, sources, self.inputs)]
+        with self._lock:   # one interpreter per kernel; requests may run in several threads
+            outs = self.compute(ins)
+        if len(outs) != len(targets):
+            raise HostOpError(f"{self.call.op}: {len(outs)} outputs computed, {len(targets)} expected")
+        return [convert(np.asarray(o), b, t) for o, b, t in zip(outs, self.outputs, targets)]
+
+
+def _tflite_boundary(detail: dict) -> Boundary:
+    scale, zero_point = detail.get("quantization", (0.0, 0))
+    dtype = np.dtype(detail["dtype"]).name
+    return Boundary(dtype, float(scale), int(zero_point)) if scale else Boundary(dtype)
+
+
+class _LiteRTKernel(HostKernel):
+    def __init__(self, call: HostCall) -> None:
+        super().__init__(call)
+        from ai_edge_litert.interpreter import Interpreter, OpResolverType  # type: ignore[import-untyped]
+        failure = None
+        # The reference kernels first (int8 byte-exact); LiteRT's default resolver has more
+        # (e.g. mediapipe's Convolution2DTransposeBias custom op).
+        for resolver in (OpResolverType.BUILTIN_REF, OpResolverType.AUTO):
+            try:
+                self.interpreter = Interpreter(model_content=call.model, experimental_op_resolver_type=resolver)
+                self.interpreter.allocate_tensors()
+                break
+            except (RuntimeError, ValueError) as exc:
+                failure = failure or exc
+        else:
+            raise HostOpError(f"{call.op} (operator {call.source}): LiteRT cannot run it on the CPU: "
+                              f"{str(failure).strip().splitlines()[0]}") from failure
+        self._in = self.interpreter.get_input_details()
+        self._out = self.interpreter.get_output_details()
+        self.inputs = [_tflite_boundary(d) for d in self._in]
+        self.outputs = [_tflite_boundary(d) for d in self._out]
+
+    def compute(self, values: list[np.ndarray]) -> list[np.ndarray]:
+        it = self.interpreter
+        for detail, value in zip(self._in, values):
+            it.set_tensor(detail["index"], np.ascontiguousarray(value).reshape(detail["shape"]))
+        it.invoke()
+        return [it.get_tensor(d["index"]).copy() for d in self._out]
+
+
+class _PythonKernel(HostKernel):
+    def __init__(self, call: HostCall, fn: Callable[..., Any], arity: tuple[int, int],
+                 attrs: dict[str, Any], constants: dict[int, np.ndarray] | None = None) -> None:
+        super().__init__(call)
+        self.fn, self.attrs, self.constants = fn, attrs, constants or {}
+        self.inputs = [FLOAT] * arity[0]
+        self.outputs = [FLOAT] * arity[1]
+
+    def compute(self, values: list[np.ndarray]) -> list[np.ndarray]:
+        args, feed = [], iter(values)
+        for position in range(len(values) + len(self.constants)):   # constant operands at their places
+            args.append(self.constants[position] if position in self.constants else next(feed))
+        try:
+            result = self.fn(*args, **self.attrs)
+        except Exception as exc:
+            raise HostOpError(f"host op {self.call.custom_name!r} raised {type(exc).__name__}: {exc}") from exc
+        outs = list(result) if isinstance(result, (tuple, list)) else [result]
+        return [np.asarray(o, np.float32) for o in outs]
+
+
+class _FloatReferenceKernel(HostKernel):
+    """An ONNX node the compiler imports but the chip cannot run: numpy float reference."""
+
+    def __init__(self, call: HostCall, graph: Any) -> None:
+        super().__init__(call)
+        from libnpu.compiler.float_ref import FloatInterpreter
+        self.graph = graph
+        self.interpreter = FloatInterpreter(graph)
+        self.inputs = [FLOAT] * len(graph.inputs)
+        self.outputs = [FLOAT] * len(graph.outputs)
+
+    def compute(self, values: list[np.ndarray]) -> list[np.ndarray]:
+        result = self.interpreter.run(dict(zip(self.graph.inputs, values)))
+        return [result[n] for n in self.graph.outputs]
+
+
+def _onnx_kernel(call: HostCall) -> HostKernel:
+    import onnx
+    model = onnx.load_model_from_string(call.model)
+    node = model.graph.node[0]
+    arity = (len([i for i in model.graph.input]), len(model.graph.output))
+    fn = host_op(call.op)
+    if fn is not None:
+        attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+        initializers = {i.name: onnx.numpy_helper.to_array(i) for i in model.graph.initializer}
+        constants = {k: initializers[n] for k, n in enumerate(node.input) if n in initializers}
+        return _PythonKernel(call, fn, arity, attrs, constants)
+    from libnpu.compiler.ir import IRError
+    from libnpu.compiler.onnx_import import import_onnx
+    try:
+        graph = import_onnx(model, f"host:{call.op}")
+        return _FloatReferenceKernel(call, graph)
+    except IRError as exc:
+        why = str(exc)
+    try:
+        return _OnnxRuntimeKernel(call, arity)
+    except ImportError:
+        why += "; onnxruntime is not installed"
+    raise HostOpError(f"{call.op} (node {call.source}) runs on the CPU, but the host has no implementation "
+                      f"({why}); register one with libnpu.register_host_op({call.op!r}, fn)")
+
+
+class _OnnxRuntimeKernel(HostKernel):
+    """An ONNX node the compiler does not know: onnxruntime's CPU kernels, when installed."""
+
+    def __init__(self, call: HostCall, arity: tuple[int, int]) -> None:
+        super().__init__(call)
+        import onnxruntime  # type: ignore[import-untyped]
+        try:
+            self.session = onnxruntime.InferenceSession(call.model, providers=["CPUExecutionProvider"])
+        except Exception as exc:  # onnxruntime raises its own exception types
+            raise HostOpError(f"{call.op} (node {call.source}): onnxruntime cannot run it: "
+                              f"{str(exc).splitlines()[0]}") from exc
+        self.names = [i.name for i in self.session.get_inputs()]
+        self.inputs = [FLOAT] * arity[0]
+        self.outputs = [FLOAT] * arity[1]
+
+    def compute(self, values: list[np.ndarray]) -> list[np.ndarray]:
+        return [np.asarray(o, np.float32) for o in self.session.run(None, dict(zip(self.names, values)))]
+
+
+def _tflite_kernel(call: HostCall) -> HostKernel:
+    if not call.op.startswith("CUSTOM:"):
+        return _LiteRTKernel(call)
+    fn = host_op(call.custom_name)
+    if fn is None:
+        try:
+            return _LiteRTKernel(call)       # LiteRT's default resolver knows some custom ops
+        except HostOpError:
+            raise HostOpError(f"custom op {call.custom_name!r} (operator {call.source}) runs on the CPU, but no "
+                              f"host implementation is registered: libnpu.register_host_op({call.custom_name!r}, "
+                              "fn)") from None
+    import tflite  # type: ignore[import-untyped]
+    m = tflite.Model.GetRootAsModel(call.model, 0)
+    sg = m.Subgraphs(0)
+    op = sg.Operators(0)
+    attrs: dict[str, Any] = {}
+    if op.CustomOptionsLength():
+        attrs["custom_options"] = op.CustomOptionsAsNumpy().tobytes()
+    return _PythonKernel(call, fn, (sg.InputsLength(), sg.OutputsLength()), attrs)
+
+
+def kernel_for(call: HostCall) -> HostKernel:
+    """A ready-to-run kernel for ``call`` (:class:`HostOpError` if the host cannot run it)."""
+    if call.kind == "tflite":
+        return _tflite_kernel(call)
+    if call.kind == "onnx":
+        return _onnx_kernel(call)
+    raise HostOpError(f"{call.op}: unknown host call kind {call.kind!r}")

@@ -1,0 +1,134 @@
+"""Per-layer profiles of inferences (PERF_COUNT), as OpenVINO's ``get_profiling_info``.
+
+With the property ``PERF_COUNT`` on, each inference is submitted with
+``NPU_SUBMIT_PROFILE``: the chip times every task (one task per layer of the compiled
+model) and the driver hands the records back (GET_PROFILE).  ``InferenceProfile``
+pairs them with the model's layers: per layer the timing model's cycles and simulated
+time, the chip's measured wall time, and where it ran; per inference the queue wait
+(driver accepted the job -> a core started it), the job's measured chip time and the
+time from its end to its fence (pacing, the completion, the interrupt).  The layers'
+cycles add up exactly to the inference's (the job's cycles are their sum), and their
+measured times to nearly the job's (the rest is the chip fetching the command buffer
+and binding the address space: 6% for ResNet-8).
+
+Layers run on the host CPU (a CPU fallback) are shown with ``device == "CPU"``; the chip
+reports only its own tasks.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+from firmware_sim.spec import ops as _ops  # noqa: F401 (registers the operators' task types, for their names)
+from firmware_sim.spec import tasks as task_spec
+from libnpu.loadable import Loadable
+from libnpu.portability import JobTiming
+
+
+@dataclass(frozen=True)
+class ChipPart:
+    """A chip job of an inference: its timing (GET_PROFILE) and the model task its first task is."""
+    job: JobTiming
+    first_task: int = 0
+
+
+@dataclass(frozen=True)
+class HostPart:
+    """A layer the host ran (CPU fallback), timed by the host."""
+    index: int
+    name: str
+    op: str
+    start_ns: int               # CLOCK_MONOTONIC
+    end_ns: int
+
+
+@dataclass(frozen=True)
+class LayerProfile:
+    index: int
+    name: str
+    op: str
+    device: str                 # "NPU" (the chip timed it) or "CPU"
+    cycles: int                 # the timing model's
+    device_time_ns: int         # cycles at the chip's clock
+    chip_ns: int                # measured wall time on the chip
+    start_ns: int               # CLOCK_MONOTONIC
+    end_ns: int
+
+
+@dataclass
+class InferenceProfile:
+    """One inference's layers and totals (see the module doc)."""
+
+    layers: list[LayerProfile]
+    cycles: int
+    device_time_ns: int
+    chip_ns: int                # the job's measured execution on its core
+    queue_ns: int               # driver accepted the job -> a core started it
+    signal_ns: int              # execution ended -> fence signalled: any pacing, the completion, the interrupt
+    core: int                   # the (first) chip job's core
+    complete: bool              # every layer's record arrived from the chip
+    clock_mhz: int
+    timing: JobTiming | None = field(default=None, repr=False)    # the (last) chip job's
+
+    @classmethod
+    def from_job(cls, loadable: Loadable, job: JobTiming, clock_mhz: int) -> InferenceProfile:
+        """The profile of an inference that is one job (the model's whole task list)."""
+        return cls.from_parts(loadable, [ChipPart(job)], clock_mhz)
+
+    @classmethod
+    def from_parts(cls, loadable: Loadable, parts: list[ChipPart | HostPart], clock_mhz: int) -> InferenceProfile:
+        """The profile of an inference run in parts, in order: chip jobs (each a partition of
+        the model's tasks, from ``first_task``) and layers the host ran in between (a CPU
+        fallback).  Cycles and device time are the chip jobs' sums; chip time is the sum
+        of the jobs' execution; the queue wait is the sum of their waits."""
+        layers: list[LayerProfile] = []
+        jobs = [part.job for part in parts if isinstance(part, ChipPart)]
+        for part in parts:
+            if isinstance(part, HostPart):
+                layers.append(LayerProfile(part.index, part.name, part.op, "CPU", 0, 0, part.end_ns - part.start_ns,
+                                           part.start_ns, part.end_ns))
+                continue
+            for record in part.job.tasks:
+                index = part.first_task + record.index
+                task = loadable.tasks[index] if index < len(loadable.tasks) else None
+                spec = task_spec.TASK_TYPES.get(record.opcode)
+                op = task.op if task else (spec.name if spec else f"op{record.opcode:#x}")
+                layers.append(LayerProfile(index, task.name if task else op, op, "NPU", record.cycles,
+                                           record.cycles * 1000 // clock_mhz, record.end_ns - record.start_ns,
+                                           record.start_ns, record.end_ns))
+        return cls(layers, sum(j.cycles for j in jobs), sum(j.device_time_ns for j in jobs),
+                   sum(j.end_ns - j.start_ns for j in jobs), sum(j.queue_ns for j in jobs),
+                   sum(max(0, j.signal_ns - j.end_ns) for j in jobs), jobs[0].core if jobs else -1,
+                   all(j.complete for j in jobs), clock_mhz, jobs[-1] if jobs else None)
+
+    def as_dict(self) -> dict:
+        out = {k: v for k, v in asdict(self).items() if k not in ("timing", "layers")}
+        out["layers"] = [asdict(layer) for layer in self.layers]
+        return out
+
+    def table(self) -> str:
+        """The per-layer table ``npu profile`` prints."""
+        rows = [f"{'#':>3} {'layer':<34} {'op':<18} {'on':<3} {'cycles':>10} {'sim us':>9} {'chip us':>9} "
+                f"{'chip %':>6}"]
+        total_chip = sum(layer.chip_ns for layer in self.layers) or 1
+        for layer in self.layers:
+            rows.append(f"{layer.index:>3} {short_name(layer.name):<34} {layer.op:<18} {layer.device:<3} "
+                        f"{layer.cycles:>10} {layer.device_time_ns / 1e3:>9.2f} {layer.chip_ns / 1e3:>9.1f} "
+                        f"{100 * layer.chip_ns / total_chip:>6.1f}")
+        layer_cycles = sum(layer.cycles for layer in self.layers)
+        layer_chip = sum(layer.chip_ns for layer in self.layers)
+        rows.append(f"{'':>3} {'layers (sum)':<34} {'':<18} {'':<3} {layer_cycles:>10} "
+                    f"{layer_cycles * 1000 // self.clock_mhz / 1e3:>9.2f} {layer_chip / 1e3:>9.1f}")
+        rows.append(f"{'':>3} {'inference (job)':<34} {'':<18} {'':<3} {self.cycles:>10} "
+                    f"{self.device_time_ns / 1e3:>9.2f} {self.chip_ns / 1e3:>9.1f}")
+        rows.append(f"queue wait {self.queue_ns / 1e3:.1f} us, core {self.core}, then {self.signal_ns / 1e3:.1f} us "
+                    "to the fence (pacing, completion, interrupt)"
+                    + ("" if self.complete else "; some layers' records were lost (the chip's profile queue was full)"))
+        return "\n".join(rows)
+
+
+def short_name(name: str, width: int = 34) -> str:
+    """A layer's name for a table: the last of TFLite's ';'-joined tensor names that is not
+    a weight's (``.../ReadVariableOp/...``), cut to ``width``."""
+    parts = name.split(";")
+    last = next((p for p in reversed(parts) if "ReadVariableOp" not in p), parts[-1])
+    return last if len(last) <= width else "..." + last[-(width - 3):]

@@ -1,0 +1,191 @@
+"""Mixed precision: int16 activations (a16w8) for chosen or automatically found layers,
+compiled, run on the device and byte-identical to LiteRT BUILTIN_REF on the exported
+.tflite (TFLite's 16x8 kernels)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import libnpu
+from firmware_sim.spec import ops as spec_ops
+from libnpu.compiler.lower import lower
+from libnpu.compiler.mixed_precision import (
+    MixedPrecisionError,
+    output_scores,
+    parse_selection,
+    promote,
+    quantize_mixed,
+)
+from libnpu.compiler.onnx_import import import_onnx
+from libnpu.compiler.optimize import optimize
+from libnpu.compiler.quantizer import quantize_model
+from libnpu.compiler.tflite_export import export_tflite
+from tests.support import model_builders as builders
+
+CNN_SHAPE = (1, 3, 16, 16)
+PROMOTED = ["c1", "c2", "c3", "a3", "p3", "c4", "logits", "prob"]  # conv, depthwise, add, max pool, FC, softmax
+
+
+def _data(shape, count, seed):
+    rng = np.random.default_rng(seed)
+    return [[rng.standard_normal(shape).astype(np.float32)] for _ in range(count)]
+
+
+@pytest.fixture(scope="module")
+def small_cnn():
+    return import_onnx(builders.small_cnn())
+
+
+def test_promoted_ops_get_int16_tensors_int64_bias_and_conversions(small_cnn) -> None:
+    q8 = quantize_mixed(small_cnn, _data(CNN_SHAPE, 4, 0), int16="none")
+    q = promote(q8, ["c1", "a3", "logits"], optimize(small_cnn))
+    assert q.metadata["int16_layers"] == ["c1", "a3", "logits"]
+    by_name = {op.name: op for op in q.ops}
+    for name in ("c1", "a3", "logits"):
+        op = by_name[name]
+        for t in [q.tensors[i] for i in op.inputs if i and not q.tensors[i].is_constant] + \
+                [q.tensors[o] for o in op.outputs]:
+            assert t.dtype == "int16" and int(t.quant.zero_point[0]) == 0, (name, t.name)
+        assert q.tensors[op.inputs[1]].dtype == "int8" if op.type != "ADD" else True
+    assert q.tensors[by_name["c1"].inputs[2]].dtype == "int64"
+    assert q.tensors[by_name["logits"].inputs[2]].dtype == "int64"
+    # int8 <-> int16 conversions where precisions meet, and nothing else changed.
+    conversions = [op for op in q.ops if op.type == "QUANTIZE" and op not in q8.ops]
+    assert {q.tensors[op.outputs[0]].dtype for op in conversions} == {"int8", "int16"}
+    untouched = [op for op in q8.ops if op.name not in ("c1", "a3", "logits")]
+    assert all(q8.tensors[o].dtype == "int8" for op in untouched for o in op.outputs
+               if q8.tensors[o].dtype != "float32")
+    flags = {t.name: t.payload[4:8] for t in lower(q).tasks}
+    assert int.from_bytes(flags["c1"], "little") & spec_ops.OPF_INT16
+    assert not int.from_bytes(flags["c2"], "little") & spec_ops.OPF_INT16
+
+
+def test_selection_errors_are_clear(small_cnn) -> None:
+    q8 = quantize_mixed(small_cnn, _data(CNN_SHAPE, 2, 0), int16="none")
+    with pytest.raises(MixedPrecisionError, match="no op or tensor named 'nope'"):
+        promote(q8, ["nope"])
+    with pytest.raises(MixedPrecisionError, match="QUANTIZE node 'x_int8' has no int16 kernel"):
+        promote(q8, ["x_int8"])
+    assert parse_selection(" c1, a3 ,c1") == ["a3", "c1"]
+    assert parse_selection("auto") == "auto" and parse_selection(None) == parse_selection("") == "none"
+
+
+def test_none_is_the_int8_quantizer_unchanged(small_cnn) -> None:
+    data = _data(CNN_SHAPE, 3, 1)
+    plain = quantize_model(small_cnn, data)
+    mixed = quantize_mixed(small_cnn, data, int16="none")
+    assert export_tflite(plain) == export_tflite(mixed)
+    assert lower(plain).to_bytes() == lower(mixed).to_bytes()
+
+
+@pytest.mark.parametrize("io_dtype", ["float32", "int8"])
+def test_mixed_model_on_the_device_equals_litert(npu, small_cnn, litert, io_dtype) -> None:
+    """The end-to-end check: quantized with int16 layers, compiled, run on the device, and
+    byte-identical to LiteRT BUILTIN_REF running our exported 16x8 .tflite."""
+    q = quantize_mixed(small_cnn, _data(CNN_SHAPE, 6, 2), int16=",".join(PROMOTED), io_dtype=io_dtype)
+    assert q.metadata["int16_layers"] == PROMOTED
+    tfl = export_tflite(q)
+    model = libnpu.load(lower(q), devroot=npu.devroot)
+    try:
+        rng = np.random.default_rng(3)
+        for _ in range(4):
+            x = rng.standard_normal(CNN_SHAPE).astype(np.float32)
+            if io_dtype == "int8":
+                t = q.tensors[q.inputs[0]]
+                x = t.quant.quantize(x, "int8")
+            (ours,) = model.infer([x])
+            (ref,) = litert(tfl, [x])
+            assert ours.dtype == ref.dtype
+            np.testing.assert_array_equal(ours, ref)
+    finally:
+        model.close()
+
+
+def test_every_int16_operator_of_a_layout_model_on_the_device(npu, litert) -> None:
+    """Concat, pad, average pool, transpose, reshape, MatMul (FC), conv: all int16."""
+    from libnpu.compiler.mixed_precision import promotable
+    graph = import_onnx(builders.layout_mix())
+    shape = (1, 4, 8, 8)
+    q8 = quantize_mixed(graph, _data(shape, 4, 7), int16="none")
+    names = [op.outputs[0] for op in q8.ops if promotable(op)]
+    q = promote(q8, names, optimize(graph))
+    kinds = {op.type for op in q.ops if q.tensors[op.outputs[0]].dtype == "int16" and op.type != "QUANTIZE"}
+    assert {"CONCATENATION", "PAD", "AVERAGE_POOL_2D", "TRANSPOSE", "FULLY_CONNECTED", "CONV_2D", "RESHAPE",
+            "MEAN"} <= kinds
+    model = libnpu.load(lower(q), devroot=npu.devroot)
+    try:
+        for x in _data(shape, 3, 8):
+            for ours, ref in zip(model.infer(x), litert(export_tflite(q), x)):
+                np.testing.assert_array_equal(ours, ref)
+    finally:
+        model.close()
+
+
+def test_standalone_relus_in_int16_on_the_device(npu, litert) -> None:
+    from libnpu.compiler.mixed_precision import promotable
+    graph = import_onnx(builders.standalone_activations())
+    shape = (1, 2, 4, 4)
+    q8 = quantize_mixed(graph, _data(shape, 4, 12), int16="none")
+    q = promote(q8, [op.outputs[0] for op in q8.ops if promotable(op)], optimize(graph))
+    kinds = {op.type for op in q.ops if q.tensors[op.outputs[0]].dtype == "int16"}
+    assert {"RELU", "RELU6"} <= kinds
+    model = libnpu.load(lower(q), devroot=npu.devroot)
+    try:
+        for x in _data(shape, 2, 13):
+            for ours, ref in zip(model.infer(x), litert(export_tflite(q), x)):
+                np.testing.assert_array_equal(ours, ref)
+    finally:
+        model.close()
+
+
+def test_mul_by_a_constant_gets_an_int16_constant(npu, litert) -> None:
+    graph = import_onnx(builders.exporter_style())
+    shape = (1, 3, 8, 8)
+    q = quantize_mixed(graph, _data(shape, 4, 10), int16="xs,c1")
+    mul = next(op for op in q.ops if op.type == "MUL")
+    assert [q.tensors[i].dtype for i in mul.inputs] == ["int16", "int16"] and q.tensors[mul.inputs[1]].is_constant
+    model = libnpu.load(lower(q), devroot=npu.devroot)
+    try:
+        x = _data(shape, 1, 11)[0]
+        np.testing.assert_array_equal(model.infer(x)[0], litert(export_tflite(q), x)[0])
+    finally:
+        model.close()
+
+
+def test_an_imported_16x8_tflite_runs_on_the_device_as_it_is(npu, small_cnn, litert, tmp_path) -> None:
+    """A .tflite with int16 activations (here our own export; ai-edge-quantizer's a16w8
+    recipes write the same operators) is compiled as it is, no re-quantization."""
+    from libnpu.compiler.tflite_import import import_tflite
+    q = quantize_mixed(small_cnn, _data(CNN_SHAPE, 4, 5), int16=",".join(PROMOTED), io_dtype="int8")
+    tfl = export_tflite(q)
+    imported = import_tflite(tfl)
+    assert sum(t.dtype == "int16" for t in imported.tensors.values()) >= len(PROMOTED)
+    model = libnpu.load(tfl, devroot=npu.devroot, cache_dir=tmp_path)
+    try:
+        x = q.tensors[q.inputs[0]].quant.quantize(_data(CNN_SHAPE, 1, 6)[0][0], "int8")
+        np.testing.assert_array_equal(model.infer([x])[0], litert(tfl, [x])[0])
+    finally:
+        model.close()
+
+
+def test_auto_promotes_the_layers_int8_ruins(npu, litert) -> None:
+    graph = import_onnx(builders.outlier_channel())
+    shape = (1, 4, 8, 8)
+    data = _data(shape, 6, 4)
+    opt = optimize(graph)
+    plain = quantize_mixed(graph, data, int16="none")
+    auto = quantize_mixed(graph, data, int16="auto", int16_target=0.999)
+    before = min(output_scores(opt, plain, data).values())
+    after = min(output_scores(opt, auto, data).values())
+    assert before < 0.99 < 0.999 <= after
+    assert set(auto.metadata["int16_layers"]) == {"c1", "y"}
+    assert min(auto.metadata["int16_output_score"].values()) >= 0.999
+    capped = quantize_mixed(graph, data, int16="auto", max_int16_layers=1)
+    assert len(capped.metadata["int16_layers"]) == 1
+    # ...and the chip computes the auto-selected graph exactly as LiteRT does.
+    model = libnpu.load(lower(auto), devroot=npu.devroot)
+    try:
+        x = _data(shape, 1, 9)[0][0]
+        np.testing.assert_array_equal(model.infer([x])[0], litert(export_tflite(auto), [x])[0])
+    finally:
+        model.close()

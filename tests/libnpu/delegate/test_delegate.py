@@ -1,0 +1,146 @@
+"""The LiteRT external delegate, loaded unchanged by ``ai_edge_litert.interpreter.load_delegate``:
+the MLPerf-Tiny int8 models byte-identical to LiteRT BUILTIN_REF, whole and split into
+partitions by the ``ops`` allow-list; bad options and an absent device raise ValueError;
+destroying the delegate before or after its interpreter frees the device memory once."""
+from __future__ import annotations
+
+import gc
+import shutil
+
+import numpy as np
+import pytest
+
+from tests.support.device import fetch_model
+
+litert = pytest.importorskip("ai_edge_litert.interpreter")
+pytestmark = pytest.mark.skipif(not shutil.which("gcc"), reason="gcc not installed")
+
+MODELS = ["resnet8_cifar10", "keyword_spotting", "visual_wake_words", "anomaly_detection"]
+
+
+@pytest.fixture(scope="module")
+def library() -> str:
+    from libnpu.delegate import library_path
+    return str(library_path())
+
+
+def model_path(name: str) -> str:
+    from libnpu.tools import model_zoo
+    return str(fetch_model(getattr(model_zoo, name)))
+
+
+def interpreter(path: str, delegate=None):
+    kw = {"experimental_delegates": [delegate]} if delegate is not None else {}
+    it = litert.Interpreter(model_path=path, experimental_op_resolver_type=litert.OpResolverType.BUILTIN_REF, **kw)
+    it.allocate_tensors()
+    return it
+
+
+def random_input(detail: dict, rng: np.random.Generator) -> np.ndarray:
+    if detail["dtype"] == np.int8:
+        return rng.integers(-128, 128, detail["shape"], dtype=np.int8)
+    return rng.uniform(-1, 1, detail["shape"]).astype(detail["dtype"])
+
+
+def run(it, x: np.ndarray) -> list[np.ndarray]:
+    it.set_tensor(it.get_input_details()[0]["index"], x)
+    it.invoke()
+    return [it.get_tensor(d["index"]) for d in it.get_output_details()]
+
+
+def memory_used(npu) -> int:
+    import libnpu
+    with libnpu.initialize(npu.devroot) as session:
+        return session.open(0).info()["memory_used"]
+
+
+@pytest.mark.parametrize("ops", [None, "CONV_2D"], ids=["whole", "conv-only"])
+@pytest.mark.parametrize("name", MODELS)
+def test_mlperf_tiny_byte_identical_to_builtin_ref(npu, library, tmp_path, capfd, name, ops):
+    path = model_path(name)
+    options = {"devroot": str(npu.devroot), "cache_dir": str(tmp_path / "cache"), "verbose": "true"}
+    if ops:
+        options["ops"] = ops
+    delegate = litert.load_delegate(library, options)
+    delegated, reference = interpreter(path, delegate), interpreter(path)
+    log = capfd.readouterr().err
+    assert "partition(s)" in log, log
+    if ops and name != "anomaly_detection":       # convolutions split by the other operators
+        assert log.count("NPU partition") >= 2, log
+    rng = np.random.default_rng(7)
+    for _ in range(3):
+        x = random_input(reference.get_input_details()[0], rng)
+        for got, want in zip(run(delegated, x), run(reference, x), strict=True):
+            assert got.dtype == want.dtype and np.array_equal(got, want)
+    del delegated, delegate
+
+
+def test_claims_only_what_the_allow_list_names(npu, library, tmp_path, capfd):
+    delegate = litert.load_delegate(library, {"devroot": str(npu.devroot), "verbose": "1", "ops": "ADD",
+                                              "cache_dir": str(tmp_path)})
+    interpreter(model_path("resnet8_cifar10"), delegate)
+    log = capfd.readouterr().err
+    assert "3 of 16 nodes on the NPU in 3 partition(s)" in log
+    assert "CPU node 0 CONV_2D: not in the allow-list" in log
+
+
+def test_partition_options(npu, library, tmp_path, capfd):
+    base = {"devroot": str(npu.devroot), "verbose": "1", "ops": "CONV_2D", "cache_dir": str(tmp_path)}
+    interpreter(model_path("resnet8_cifar10"), litert.load_delegate(library, dict(base, max_partitions="1")))
+    assert "3 of 16 nodes on the NPU in 1 partition(s)" in capfd.readouterr().err
+    interpreter(model_path("resnet8_cifar10"), litert.load_delegate(library, dict(base, min_nodes_per_partition="4")))
+    assert "0 of 16 nodes on the NPU in 0 partition(s)" in capfd.readouterr().err
+
+
+@pytest.mark.parametrize("options, message", [
+    ({"colour": "blue"}, "unknown option 'colour'"),
+    ({"device": "one"}, "device='one' is not an integer"),
+    ({"max_partitions": "-1"}, "max_partitions=-1 must be >= 0"),
+    ({"ops": "CONV_2D,NOT_AN_OP"}, "unknown TFLite operators: NOT_AN_OP"),
+    ({"verbose": "maybe"}, "not a boolean"),
+    ({"priority": "urgent"}, "priority='urgent' must be one of LOW, MEDIUM, HIGH"),
+])
+def test_bad_options_raise_value_error(npu, library, options, message):
+    with pytest.raises(ValueError, match=message):
+        litert.load_delegate(library, dict(options, devroot=str(npu.devroot)))
+
+
+def test_absent_device_raises_value_error(library, tmp_path):
+    with pytest.raises(ValueError, match="npu delegate"):
+        litert.load_delegate(library, {"devroot": str(tmp_path)})
+
+
+def test_no_device_instance_raises_value_error(npu, library):
+    with pytest.raises(ValueError, match="npu delegate"):
+        litert.load_delegate(library, {"devroot": str(npu.devroot), "device": "7"})
+
+
+@pytest.mark.parametrize("order", ["interpreter-first", "delegate-first"])
+def test_destroy_order_frees_device_memory(npu, library, tmp_path, order):
+    path = model_path("resnet8_cifar10")
+    before = memory_used(npu)
+    delegate = litert.load_delegate(library, {"devroot": str(npu.devroot), "cache_dir": str(tmp_path)})
+    it = interpreter(path, delegate)
+    x = random_input(it.get_input_details()[0], np.random.default_rng(1))
+    expected = run(interpreter(path), x)
+    assert np.array_equal(run(it, x)[0], expected[0])
+    assert memory_used(npu) > before
+    if order == "delegate-first":
+        delegate.__del__()                       # what a C program destroying it first does
+        assert np.array_equal(run(it, x)[0], expected[0])   # the partitions keep what they need
+        del it
+    else:
+        del it
+        delegate.__del__()
+    del delegate
+    gc.collect()
+    assert memory_used(npu) == before
+
+
+def test_cli_prints_the_library_path(library):
+    import subprocess
+    import sys
+    done = subprocess.run([sys.executable, "-m", "libnpu.tools", "delegate", "--path"], capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == library

@@ -1,0 +1,77 @@
+"""``npu compile --int16``: mixed precision from the command line."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import onnx
+
+from libnpu.loadable import Loadable
+from libnpu.tools.cli import main
+from tests.support import model_builders as builders
+
+
+def _model(tmp_path):
+    path = tmp_path / "outlier.onnx"
+    onnx.save(builders.outlier_channel(), path)
+    np.save(tmp_path / "cal.npy", np.random.default_rng(4).standard_normal((6, 1, 4, 8, 8)).astype(np.float32))
+    return path, ["--calibration", str(tmp_path / "cal.npy"), "--cache-dir", str(tmp_path / "c")]
+
+
+def test_auto_and_named_int16_layers_are_reported(npu, tmp_path, capsys):
+    model, common = _model(tmp_path)
+    out = tmp_path / "auto.nlb"
+    assert main(["compile", str(model), "-o", str(out), "--int16", "auto", "--int16-target", "0.999", "--json",
+                 *common]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert sorted(report["int16_layers"]) == ["c1", "y"]
+    assert min(report["int16_output_score"].values()) >= 0.999
+    assert Loadable.load(out).metadata["int16_layers"] == report["int16_layers"]
+    assert main(["run", str(out), "--repeat", "0", "--devroot", str(npu.devroot)]) == 0
+    capsys.readouterr()
+    assert main(["compile", str(model), "-o", str(tmp_path / "named.nlb"), "--int16", "c1", *common]) == 0
+    text = capsys.readouterr().out
+    assert "int16 activations: 1 layer (c1)" in text and "memory plan:" in text
+    assert main(["compile", str(model), "-o", str(tmp_path / "plain.nlb"), *common]) == 0
+    assert "int16 activations" not in capsys.readouterr().out
+
+
+def test_int16_option_errors(tmp_path, capsys):
+    model, common = _model(tmp_path)
+    out = ["-o", str(tmp_path / "x.nlb"), *common]
+    assert main(["compile", str(model), "--int16", "nope", *out]) == 1
+    assert "no op or tensor named 'nope'" in capsys.readouterr().err
+    assert main(["compile", str(model), "--int16", "c1", "--int16-target", "0.9", *out]) == 2
+    assert "need --int16 auto" in capsys.readouterr().err
+    assert main(["compile", str(model), "--int16", "auto", "--int16-max-layers", "0", *out]) == 2
+    assert "at least 1" in capsys.readouterr().err
+    assert not (tmp_path / "x.nlb").exists()
+
+
+def test_report_measures_the_mixed_graph(tmp_path, capsys):
+    """--report with --int16: each layer's error is that of the graph that runs (its int16
+    layers more precise than in plain int8)."""
+    model, common = _model(tmp_path)
+
+    def errors(*extra: str) -> dict:
+        assert main(["compile", str(model), "-o", str(tmp_path / "r.nlb"), "--report", "--json", *extra,
+                     *common]) == 0
+        return {row["tensor"]: row for row in json.loads(capsys.readouterr().out)["layer_errors"]}
+
+    plain, mixed = errors(), errors("--int16", "c1,y")
+    assert mixed["r1"]["local_sqnr_db"] > plain["r1"]["local_sqnr_db"] + 6  # int8 weights remain
+    assert mixed["y"]["cosine"] > 0.999 > 0.99 > plain["y"]["cosine"]
+    assert main(["compile", str(model), "-o", str(tmp_path / "r.nlb"), "--report", "--int16", "auto", *common]) == 0
+    text = capsys.readouterr().out
+    assert "int16 activations: 2 layers" in text and "quantization accuracy per layer" in text
+
+
+def test_int16_tflite_export_runs_in_litert(tmp_path, capsys, litert):
+    """-o OUT.tflite --int16: the 16x8 model for LiteRT."""
+    model, common = _model(tmp_path)
+    out = tmp_path / "mixed.tflite"
+    assert main(["compile", str(model), "-o", str(out), "--int16", "c1,y", *common]) == 0
+    assert "int16 activations: 2 layers (c1, y)" in capsys.readouterr().out
+    x = np.random.default_rng(1).standard_normal((1, 4, 8, 8)).astype(np.float32)
+    (y,) = litert(out, [x])
+    assert y.shape == (1, 4, 8, 8) and y.dtype == np.float32
