@@ -331,7 +331,8 @@ class InferRequest:
 
     def _check_idle(self) -> None:
         self._check_usable()
-        if self.fence is not None and self.fence.status is None:
+        running = self.fence is not None and self.fence.status is None
+        if running or (self._waiter is not None and self._waiter.is_alive()):
             raise RuntimeError("this request is still running: wait() before touching its state")
 
     def start(self, callback: Callable[[InferRequest, Exception | None], None] | None = None) -> None:

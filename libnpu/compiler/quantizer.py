@@ -284,7 +284,8 @@ def quantize(graph: Graph, ranges: Mapping[str, Range], *, fc_per_channel: bool 
                 new.inputs.append("")
         g.ops.append(new)
     g.inputs, g.outputs = list(src.inputs), list(src.outputs)
-    g.states = [State(s.name, s.input, s.output, params[s.input].quantize(s.initial.astype(np.float32)))
+    g.states = [State(s.name, s.input, s.output,
+                      params[s.input].quantize(s.initial.astype(np.float32), g.tensors[s.input].dtype))
                 for s in src.states]
     if io_dtype == "float32":
         _float_edges(g, src)
