@@ -27,6 +27,10 @@ runs after a given number of tasks, reads and writes tensors of the same memory 
 holds what the host needs to run its operator (:mod:`libnpu.host`). The runtime submits
 the tasks between two host steps as one job (a partition) and runs the host steps in
 between. Version 1.1 added the HOST sections; 1.0 files (no host steps) still load.
+
+Version 1.2 added state carried between inferences (stateful models): a STATE region per
+variable, holding its initial value as contents, and a tensor flagged STATE in it (its
+name, type and quantization); the model's tasks read it in place and write it back.
 """
 from __future__ import annotations
 
@@ -49,7 +53,7 @@ __all__ = [
 ]
 
 MAGIC = b"NPULOAD\0"
-VERSION = (1, 1)
+VERSION = (1, 2)
 PAGE = 4096
 MAX_RANK = 8
 
@@ -103,12 +107,15 @@ _OPTIONAL_SECTIONS = (Section.HOST, Section.HOST_DATA)   # absent from 1.0 files
 
 
 class RegionKind(enum.IntEnum):
-    """What a memory region holds; WEIGHTS regions carry their initial contents."""
+    """What a memory region holds; WEIGHTS regions carry their initial contents, STATE
+    regions (one per variable of a stateful model, per inference request) their initial
+    value, kept from one inference to the next."""
     WEIGHTS = 1
     ACTIVATIONS = 2
     INPUT = 3
     OUTPUT = 4
     SCRATCH = 5
+    STATE = 6
 
 
 class TensorFlags(enum.IntFlag):
@@ -116,6 +123,7 @@ class TensorFlags(enum.IntFlag):
     INPUT = 1
     OUTPUT = 2
     CONSTANT = 4
+    STATE = 8      # a variable kept between inferences (its region is a STATE region)
 
 
 _DTYPES = ["float32", "float16", "int8", "uint8", "int16", "int32", "int64", "bool"]
@@ -275,6 +283,10 @@ class Loadable:
     def outputs(self) -> list[TensorDesc]:
         return [t for t in self.tensors if t.flags & TensorFlags.OUTPUT]
 
+    def states(self) -> list[TensorDesc]:
+        """The variables a stateful model keeps between inferences (empty for others)."""
+        return [t for t in self.tensors if t.flags & TensorFlags.STATE]
+
     def summary(self) -> str:
         """Human-readable overview (regions, I/O tensors, tasks)."""
         lines = [f"loadable {self.name!r}: {len(self.tensors)} tensors, {len(self.regions)} regions, "
@@ -287,6 +299,9 @@ class Loadable:
             kind = "input " if t.flags & TensorFlags.INPUT else "output"
             q = "" if t.scale is None or t.zero_point is None else f" scale {t.scale[0]:.6g} zp {int(t.zero_point[0])}"
             lines.append(f"  {kind} {t.name} {list(t.shape)} {t.dtype}{q} @ region {t.region}+{t.offset}")
+        for t in self.states():
+            lines.append(f"  state  {self.regions[t.region].name.removeprefix('state:')} {list(t.shape)} {t.dtype}"
+                         f" @ region {t.region}")
         ops: dict[str, int] = {}
         for task in self.tasks:
             ops[task.op] = ops.get(task.op, 0) + 1
@@ -338,6 +353,8 @@ class Loadable:
                 raise FormatError(f"tensor {i} ({t.name!r}): bytes {t.offset}..{t.offset + t.nbytes} "
                                   f"outside region {self.regions[t.region].name!r} "
                                   f"({self.regions[t.region].size} bytes)")
+            if t.flags & TensorFlags.STATE and (self.regions[t.region].kind != RegionKind.STATE or t.offset):
+                raise FormatError(f"tensor {i} ({t.name!r}): a state must start its own STATE region")
             if (t.scale is None) != (t.zero_point is None) or (
                     t.scale is not None and t.zero_point is not None and len(t.scale) != len(t.zero_point)):
                 raise FormatError(f"tensor {i} ({t.name!r}): scale/zero point mismatch")

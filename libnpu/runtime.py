@@ -17,6 +17,12 @@ A model with operators the chip lacks has host steps (``Loadable.host_steps``): 
 inference is then one job per chip partition with the host steps run in between on the
 request's memory (mapped here), in order — for ``infer``, ``start``/``wait`` (in a helper
 thread) and ``infer_async`` alike (see :mod:`libnpu.host`).
+
+A stateful model (TFLite resource variables, ONNX state pairs) keeps its variables in
+device memory of each request: the job reads them in place and writes their new values
+back at its end, so nothing crosses to the host between calls.  As in OpenVINO,
+``InferRequest.query_state()`` lists them (``VariableState``: name, value, ``reset``)
+and ``reset_state()`` puts every one back to its initial value.
 """
 from __future__ import annotations
 
@@ -231,10 +237,14 @@ class Runtime:
             raise ClosedError("no model is loaded in this runtime (unloaded, or never loaded)")
         return self.loadable
 
-    def write_images(self, memory: Mapping[int, Memory], bases: list[int]) -> None:
-        """Initial contents of the per-inference regions that have any (patched for ``bases``)."""
+    def write_images(self, memory: Mapping[int, Memory], bases: list[int], *, states: bool = True) -> None:
+        """Initial contents of the per-inference regions that have any (patched for ``bases``);
+        ``states=False`` leaves the STATE regions (variables kept between inferences) alone."""
         for index, mem in memory.items():
-            if self.loaded.regions[index].content is not None:
+            region = self.loaded.regions[index]
+            if region.kind == RegionKind.STATE and not states:
+                continue
+            if region.content is not None:
                 image = self.loaded.region_image(index, bases)
                 mem.view[:len(image)] = np.frombuffer(image, np.uint8)
 
@@ -247,6 +257,12 @@ class Runtime:
             else:
                 bases.append(other.get(index, 0))
         return bases
+
+    def reset_state(self) -> None:
+        """Put a stateful model's variables back to their initial values (the next
+        ``submit`` reads them); a model without state has nothing to reset."""
+        states = {i: m for i, m in self.memory.items() if self.loaded.regions[i].kind == RegionKind.STATE}
+        self.write_images(states, self.region_bases({i: m.address for i, m in self.memory.items()}))
 
     def unload(self) -> None:
         """Free everything the model holds on the device."""
@@ -325,8 +341,10 @@ class Runtime:
     def submit(self, wait: bool = True) -> Fence:
         """Run the model once on the bound (or runtime-allocated) memory."""
         loadable = self.loaded
+        fresh = [i for i in range(len(loadable.regions)) if i not in self.weights and i not in self.memory]
         bases = self.region_bases(self._layout())
-        self.write_images(self.memory, bases)
+        self.write_images(self.memory, bases, states=False)
+        self.write_images({i: self.memory[i] for i in fresh if i in self.memory}, bases)  # first values of states
         commands = loadable.command_buffer(bases)
         if self.command is None or self.command.size < len(commands):
             if self.command is not None:
@@ -393,6 +411,7 @@ class InferRequest:
         # inputs change between inferences).
         self._inputs = [(desc, self._view(desc)) for desc in loadable.inputs()]
         self._outputs = [(desc, self._view(desc)) for desc in loadable.outputs()]
+        self._states = [VariableState(self, desc, self._view(desc)) for desc in loadable.states()]
         self._prepare(model.priority, model.profiling)
         self.fence: Fence | None = None
         self.timing = Timing()
@@ -460,6 +479,23 @@ class InferRequest:
                 value = dequantize(value, desc)
             result.append(value)
         return result
+
+    def query_state(self) -> list[VariableState]:
+        """The variables this request keeps between inferences (OpenVINO's ``query_state``);
+        empty for a model without state."""
+        self._check_usable()
+        return list(self._states)
+
+    def reset_state(self) -> None:
+        """Put every variable back to its initial value (OpenVINO's ``reset_state``)."""
+        for state in self.query_state():
+            state.reset()
+
+    def _check_idle(self) -> None:
+        self._check_usable()
+        running = self.fence is not None and self.fence.status is None
+        if running or (self._waiter is not None and self._waiter.is_alive()):
+            raise RuntimeError("this request is still running: wait() before touching its state")
 
     def start(self, callback: Callable[[InferRequest, Exception | None], None] | None = None) -> None:
         """Submit the job; returns at once.  ``callback(request, error)`` runs in a
@@ -624,7 +660,7 @@ class InferRequest:
         waiter = self._waiter
         if self.partitioned and waiter is not None and waiter is not threading.current_thread():
             waiter.join()       # its host steps write through this request's mappings
-        self._inputs, self._outputs = [], []     # drop the views before the memory goes
+        self._inputs, self._outputs, self._states = [], [], []   # drop the views before the memory goes
         self._host.clear()
         self._free_memory()
 
@@ -635,8 +671,55 @@ class InferRequest:
         self.memory.clear()
 
 
+class VariableState:
+    """One variable of a request (OpenVINO's ``VariableState``): its ``name``, its current
+    value ``state`` (a copy, in the model's dtype), ``set_state`` and ``reset``.  The value
+    lives in the request's device memory; these read or write it between inferences."""
+
+    def __init__(self, request: InferRequest, desc: TensorDesc, view: np.ndarray):
+        self._request, self.desc, self._view = request, desc, view
+        self.name = request.model.loadable.regions[desc.region].name.removeprefix("state:")
+
+    @property
+    def state(self) -> np.ndarray:
+        """The current value (a copy)."""
+        self._request._check_idle()
+        return self._view.copy()
+
+    def dequantized(self) -> np.ndarray:
+        """The current value as float32, with the variable's scale and zero point."""
+        return dequantize(self.state, self.desc)
+
+    def set_state(self, value: ArrayLike) -> None:
+        """Overwrite the value: an array of the variable's shape in its dtype (or a float
+        array, quantized with its scale and zero point)."""
+        self._request._check_idle()
+        array = np.asarray(value)
+        if array.shape != self.desc.shape:
+            raise ValueError(f"state {self.name}: shape {array.shape}, expected {self.desc.shape}")
+        if np.issubdtype(array.dtype, np.floating) and self.desc.scale is not None:
+            array = quantize(array, self.desc)
+        elif array.dtype != np.dtype(self.desc.dtype):
+            raise ValueError(f"state {self.name}: dtype {array.dtype}, expected {self.desc.dtype}")
+        self._view[...] = array
+
+    def reset(self) -> None:
+        """Back to the initial value the model declares."""
+        self._request._check_idle()
+        initial = self._request.model.loadable.regions[self.desc.region].content
+        assert initial is not None, "the compiler gives every STATE region its initial value"
+        self._view[...] = np.frombuffer(bytes(initial[:self.desc.nbytes]), self.desc.dtype).reshape(self.desc.shape)
+
+    def __repr__(self) -> str:
+        return f"<VariableState {self.name} {list(self.desc.shape)} {self.desc.dtype}>"
+
+
 class CompiledModel:
-    """A model loaded on a device, ready to infer."""
+    """A model loaded on a device, ready to infer.
+
+    A stateful model's variables belong to each request: use ``create_request()`` for a
+    stream whose state you follow (``infer`` and ``infer_async`` borrow pooled requests,
+    each with state of its own)."""
 
     def __init__(self, loadable: Loadable, device: Device, session: Session | None = None,
                  config: Mapping[str, Any] | None = None):
@@ -663,6 +746,11 @@ class CompiledModel:
     @property
     def outputs(self) -> list[TensorDesc]:
         return self.loadable.outputs()
+
+    @property
+    def states(self) -> list[TensorDesc]:
+        """The variables each request keeps between inferences (empty for most models)."""
+        return self.loadable.states()
 
     @property
     def optimal_requests(self) -> int:
@@ -879,5 +967,5 @@ def load(model: str | os.PathLike | bytes | Loadable, device: Device | int | Non
     return compiled
 
 
-__all__ = ["Runtime", "CompiledModel", "InferRequest", "ClosedError", "InputError", "load", "quantize", "dequantize",
-           "JobError"]
+__all__ = ["Runtime", "CompiledModel", "InferRequest", "VariableState", "ClosedError", "InputError", "load",
+           "quantize", "dequantize", "JobError"]

@@ -110,6 +110,9 @@ class FloatInterpreter:
             if arr.shape != t.shape:
                 raise IRError(f"input {name!r}: shape {arr.shape} != {t.shape}")
             env[name] = _to_real(t, arr)
+        for state in g.states:        # its value from the previous call if given, else its initial one
+            t = g.tensors[state.input]
+            env[state.input] = _to_real(t, np.asarray(feeds.get(state.input, state.initial)).reshape(t.shape))
         for op in g.ops:
             ins = [env[i] if i else None for i in op.inputs]
             out_t = g.tensors[op.outputs[0]]

@@ -97,7 +97,8 @@ def load_model(model: str | os.PathLike | bytes, *, kind: str | None = None, nam
 
 def to_int8_graph(model: str | os.PathLike | bytes | Graph,
                   dataset: Iterable[Mapping[str, np.ndarray] | Sequence[np.ndarray]] | None = None, *,
-                  kind: str | None = None, progress: Progress | None = None, **quantize_options: Any) -> Graph:
+                  kind: str | None = None, progress: Progress | None = None,
+                  states: Mapping[str, str] | None = None, **quantize_options: Any) -> Graph:
     """The int8 graph for ``model``: int8 models as they are, float ones quantized.
 
     ``quantize_options`` go to :func:`libnpu.compiler.quantizer.quantize_model`
@@ -105,12 +106,17 @@ def to_int8_graph(model: str | os.PathLike | bytes | Graph,
     ``int16`` ("none", "auto" or op names), ``int16_target`` and ``max_int16_layers`` to
     :func:`libnpu.compiler.mixed_precision.quantize_mixed` (int16 activations where needed);
     ``kind`` as for :func:`load_model`; ``progress`` hears the stages (see :mod:`libnpu.compiler.progress`).
+    ``states`` marks input -> output pairs whose value the model carries from one call to
+    the next (:meth:`Graph.make_stateful`); a calibration dataset is then one stream.
     """
     if isinstance(model, Graph):
         graph = model          # imported already (compile_model's import stage places its operators)
     else:
         with stage(progress, "import"):
             graph = load_model(model, kind=kind)
+    if states:
+        graph = graph.copy()
+        graph.make_stateful(dict(states))
     if is_int8(graph):
         return graph
     if any(t.quant is not None for t in graph.tensors.values() if not t.is_constant):

@@ -10,6 +10,9 @@ Conventions (fixed, so that lowering is a straightforward walk):
 - Padding is explicit: ``pads = (top, bottom, left, right)`` (TFLite SAME is resolved
   at import). Fused activations are ``"NONE" | "RELU" | "RELU6" | "RELU_N1_TO_1"``.
 - An op input named ``""`` is an absent optional input (e.g. a conv without bias).
+- State carried between calls (TFLite resource variables, ONNX state pairs) is a
+  :class:`State`: a tensor the graph reads at the start of a call (defined like an input,
+  but not one the user feeds) and the tensor whose value it holds for the next call.
 """
 from __future__ import annotations
 
@@ -24,8 +27,8 @@ import numpy as np
 
 from . import registry
 
-__all__ = ["IRError", "EmptyModelError", "require_data", "QuantParams", "Tensor", "Op", "SourceOp", "Graph", "DTYPES",
-           "ACTIVATIONS"]
+__all__ = ["IRError", "EmptyModelError", "require_data", "QuantParams", "Tensor", "Op", "SourceOp", "State", "Graph",
+           "DTYPES", "ACTIVATIONS"]
 
 DTYPES = ("float32", "float16", "int8", "uint8", "int16", "int32", "int64", "bool")
 ACTIVATIONS = ("NONE", "RELU", "RELU6", "RELU_N1_TO_1")
@@ -159,6 +162,18 @@ class SourceOp:
     reason: str = ""          # non-empty: not importable for the chip (a HOST op stands in)
 
 
+@dataclass
+class State:
+    """A variable kept between calls: the graph reads it as tensor ``input`` (its value at
+    the start of a call) and leaves tensor ``output``'s value in it for the next call
+    (``output == input``: the call does not change it). ``initial``: its bytes before
+    the first call and after a reset, in ``input``'s dtype and shape."""
+    name: str
+    input: str
+    output: str
+    initial: np.ndarray
+
+
 class Graph:
     """A dataflow graph: tensors by name, ops (kept in topological order), I/O names."""
 
@@ -168,6 +183,7 @@ class Graph:
         self.ops: list[Op] = []
         self.inputs: list[str] = []
         self.outputs: list[str] = []
+        self.states: list[State] = []
         self.metadata: dict[str, Any] = {}
 
     # construction -------------------------------------------------------------------
@@ -213,6 +229,40 @@ class Graph:
                 if i:
                     result[i].append(op)
         return result
+
+    def results(self) -> set[str]:
+        """Tensors whose values leave a call: the outputs and the states' new values
+        (a rewrite must keep them)."""
+        return set(self.outputs) | {s.output for s in self.states}
+
+    def make_stateful(self, pairs: dict[str, str]) -> None:
+        """Turn input/output pairs into states (as OpenVINO's MakeStateful does): for each
+        ``input -> output``, the input is no longer fed by the user but holds the output's
+        value from the previous call, and the output is no longer returned. Each state
+        starts (and resets) at zero: the zero point of a quantized tensor."""
+        for source, result in pairs.items():
+            if source not in self.inputs:
+                raise IRError(f"state {source!r}: not a graph input (inputs: {self.inputs})")
+            if result not in self.outputs:
+                raise IRError(f"state {source!r}: {result!r} is not a graph output (outputs: {self.outputs})")
+            t = self.tensors[source]
+            initial = np.zeros(t.shape, t.dtype)
+            if t.quant is not None:
+                initial[...] = t.quant.zero_point[0]
+            self.inputs.remove(source)
+            self.outputs.remove(result)
+            self.states.append(State(source, source, result, initial))
+        self.validate()
+
+    def stateless(self) -> Graph:
+        """A copy whose states are plain inputs and outputs again (after the others, in
+        state order): one call of it is one step, the caller carries the state."""
+        g = self.copy()
+        g.inputs += [s.input for s in g.states]
+        g.outputs += [s.output for s in g.states if s.output not in g.outputs]
+        g.states = []
+        g.validate()
+        return g
 
     def op_counts(self) -> dict[str, int]:
         counts: dict[str, int] = defaultdict(int)
@@ -264,7 +314,7 @@ class Graph:
 
     def prune(self) -> None:
         """Drop ops whose outputs nobody uses and tensors no op or I/O references."""
-        live = set(self.outputs)
+        live = set(self.outputs) | {s.output for s in self.states}
         kept = []
         for op in reversed(self.ops):
             if any(o in live for o in op.outputs):
@@ -272,6 +322,7 @@ class Graph:
                 live.update(i for i in op.inputs if i)
         self.ops = kept[::-1]
         live.update(self.inputs)
+        live.update(s.input for s in self.states)
         self.tensors = {n: t for n, t in self.tensors.items() if n in live}
 
     def replace_uses(self, old: str, new: str) -> None:
@@ -279,14 +330,17 @@ class Graph:
         for op in self.ops:
             op.inputs = [new if i == old else i for i in op.inputs]
         self.outputs = [new if o == old else o for o in self.outputs]
+        for s in self.states:
+            s.output = new if s.output == old else s.output
 
     def validate(self) -> None:
         """Check references, single producers, topological order and I/O sanity."""
-        defined = set(self.inputs) | {t.name for t in self.constants()}
+        defined = set(self.inputs) | {s.input for s in self.states} | {t.name for t in self.constants()}
         for n in self.inputs:
             t = self.tensor(n)
             if t.is_constant:
                 raise IRError(f"graph input {n!r} is a constant")
+        self._validate_states()
         for op in self.ops:
             operator = registry.find(op.type)
             if operator is None:
@@ -308,6 +362,27 @@ class Graph:
         for n in self.outputs:
             if n not in defined:
                 raise IRError(f"graph output {n!r} is never produced")
+        for s in self.states:
+            if s.output not in defined:
+                raise IRError(f"state {s.name!r}: its new value {s.output!r} is never produced")
+
+    def _validate_states(self) -> None:
+        names, inputs = set(), set(self.inputs)
+        for s in self.states:
+            t = self.tensor(s.input)
+            if s.name in names:
+                raise IRError(f"state {s.name!r} declared twice")
+            names.add(s.name)
+            if s.input in inputs or t.is_constant:
+                raise IRError(f"state {s.name!r}: tensor {s.input!r} is also a graph input or a constant")
+            inputs.add(s.input)
+            out = self.tensor(s.output)
+            if (out.shape, out.dtype) != (t.shape, t.dtype):
+                raise IRError(f"state {s.name!r}: new value {s.output!r} is {out.shape} {out.dtype}, "
+                              f"the state is {t.shape} {t.dtype}")
+            if s.initial.dtype != np.dtype(t.dtype) or s.initial.shape != t.shape:
+                raise IRError(f"state {s.name!r}: initial value is {s.initial.shape} {s.initial.dtype}, "
+                              f"the state is {t.shape} {t.dtype}")
 
     def check_runnable(self) -> None:
         """Raise :class:`EmptyModelError` unless the graph has operators and outputs.
@@ -335,6 +410,9 @@ class Graph:
         for n in self.outputs:
             t = self.tensors[n]
             lines.append(f"  output {n} {list(t.shape)} {t.dtype}")
+        for s in self.states:
+            t = self.tensors[s.input]
+            lines.append(f"  state  {s.name} {list(t.shape)} {t.dtype}: {s.input} -> {s.output}")
         return "\n".join(lines)
 
     def __repr__(self) -> str:

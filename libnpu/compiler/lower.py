@@ -9,7 +9,9 @@ multipliers, LUTs and CONCATENATION's tables are appended to the weights region.
 
 Dependencies list, for each task, the earlier tasks it must follow: the producers of
 its inputs and every earlier task touching bytes it overwrites (the arena reuses
-memory), so a scheduler may run independent tasks in any order.
+memory), so a scheduler may run independent tasks in any order. A stateful graph's
+write-backs (``ASSIGN_VARIABLE``, ``compiler.ops.variables``) come last, so they follow
+every task that reads a state's old value.
 """
 from __future__ import annotations
 
@@ -26,7 +28,7 @@ from firmware_sim.spec import tasks as spec_tasks
 from ..loadable import HostStep, Loadable, Reloc, Task
 from . import registry
 from .frontend import check_int8
-from .ir import Graph, IRError, Op
+from .ir import Graph, IRError, Op, Tensor
 from .memplan import MemoryPlan, plan_memory
 from .progress import Progress, stage
 from .qparams import op_params
@@ -120,6 +122,7 @@ def lower(graph: Graph, *, metadata: dict[str, Any] | None = None) -> Loadable:
     is refused: its loadable would run no task and report success."""
     graph.check_runnable()
     check_int8(graph)
+    graph = _copy_crossed_states(graph)
     plan = plan_memory(graph)
     _, index = plan.descriptors(graph)
     low = Lowering(graph, plan)
@@ -127,7 +130,10 @@ def lower(graph: Graph, *, metadata: dict[str, Any] | None = None) -> Loadable:
     host_steps: list[HostStep] = []
     producer: dict[str, int] = {}
     touched: list[tuple[list, list]] = []  # per task: (read extents, written extents)
-    for op in graph.ops:
+    # After the last op, each changed state's new value is copied into its STATE region.
+    write_backs = [Op("ASSIGN_VARIABLE", [s.output], [s.input], name=f"{s.name}/assign")
+                   for s in graph.states if s.output != s.input]
+    for op in [*graph.ops, *write_backs]:
         if op.type == "HOST":
             host_steps.append(_host_step(op, len(tasks), index))
             continue
@@ -164,6 +170,37 @@ def _host_step(op: Op, after_task: int, index: Mapping[str, int]) -> HostStep:
     call = op.attrs["host"]
     return HostStep(op.name, call.kind, call.op, call.model, after_task,
                     [index[n] for n in op.inputs], [index[n] for n in op.outputs], call.source, call.reason)
+
+
+def _copy_crossed_states(graph: Graph) -> Graph:
+    """Copies where a state's old value must outlive its write-back: the new value of
+    another state (``a, b = b, a``: the write-backs run one after another, the second
+    would read the first's new value) and a graph output (read after the job). A copy is
+    an ordinary op, so it runs before every write-back."""
+    old_values = {s.input for s in graph.states}
+    crossed = [s for s in graph.states if s.output in old_values and s.output != s.input]
+    if not crossed and not old_values & set(graph.outputs):
+        return graph
+    graph = graph.copy()
+
+    def copy_of(name: str, label: str) -> str:
+        source = graph.tensors[name]
+        copy = graph.add_tensor(Tensor(graph.unique_name(label), source.shape, source.dtype, source.quant))
+        graph.add_op(Op("RESHAPE", [name], [copy.name], dict(new_shape=source.shape), name=copy.name))
+        return copy.name
+
+    for state in graph.states:
+        if state.output in old_values and state.output != state.input:
+            state.output = copy_of(state.output, f"{state.name}/new")
+    for state in graph.states:
+        if state.input in graph.outputs:     # the output keeps its name; the state takes another
+            old, t = state.input, graph.tensors[state.input]
+            state.input = graph.add_tensor(Tensor(graph.unique_name(f"{old}/state"), t.shape, t.dtype, t.quant)).name
+            state.output = state.input if state.output == old else state.output
+            for op in graph.ops:
+                op.inputs = [state.input if i == old else i for i in op.inputs]
+            graph.add_op(Op("RESHAPE", [state.input], [old], dict(new_shape=t.shape), name=old))
+    return graph
 
 
 def _jsonable(v: Any) -> bool:

@@ -5,7 +5,10 @@ Regions (indices fixed so the lowering can rely on them):
                  more constants (per-channel multipliers, LUTs) with :meth:`MemoryPlan.add_constant`
     1            ACTIVATIONS: one arena; tensors whose lifetimes do not overlap share bytes
     2..          one INPUT region per graph input, then one OUTPUT region per graph output,
-                 so the runtime can bind user buffers to them (NVDLA's bindInput/OutputTensor)
+                 so the runtime can bind user buffers to them (NVDLA's bindInput/OutputTensor),
+                 then one STATE region per state (``Graph.states``), its initial value as
+                 contents; a state's new value lives until the end of the job, when the
+                 lowering's write-back copies it into the STATE region
 
 The arena is packed greedily, largest tensor first, at the lowest offset that does not
 collide with an already placed tensor whose lifetime (producer op .. last consumer op)
@@ -90,6 +93,7 @@ class MemoryPlan:
         order = list(graph.inputs) + [n for n in graph.outputs if n not in graph.inputs]
         order += [n for n in graph.tensors if n not in order]
         descs, index = [], {}
+        states = {s.input for s in graph.states}
         for name in order:
             t = graph.tensors[name]
             p = self.placements[name]
@@ -100,6 +104,8 @@ class MemoryPlan:
                 flags |= TensorFlags.OUTPUT
             if t.is_constant:
                 flags |= TensorFlags.CONSTANT
+            if name in states:
+                flags |= TensorFlags.STATE
             q = t.quant
             index[name] = len(descs)
             descs.append(TensorDesc(name, t.shape, t.dtype, p.region, p.offset,
@@ -154,8 +160,16 @@ def plan_memory(graph: Graph, *, alignment: int = 64, alias_reshapes: bool = Tru
             t = g.tensors[n]
             regions.append(MemoryRegion(f"{kind.name.lower()}:{n}", kind, _align(max(t.nbytes, 1), alignment), 4096))
             placements[n] = Placement(len(regions) - 1, 0, t.nbytes)
+    for state in g.states:
+        t = g.tensors[state.input]
+        regions.append(MemoryRegion(f"state:{state.name}", RegionKind.STATE, _align(max(t.nbytes, 1), alignment),
+                                    4096, state.initial.tobytes()))
+        placements[state.input] = Placement(len(regions) - 1, 0, t.nbytes)
+        io.add(state.input)
 
     life = _lifetimes(g)
+    for state in g.states:             # read by the write-back, after the last op
+        life[state.output] = (life.get(state.output, (0, 0))[0], len(g.ops))
     # RESHAPE outputs alias their input when both live in the arena.
     parent: dict[str, str] = {}
 

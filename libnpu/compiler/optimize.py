@@ -80,7 +80,7 @@ def fold_affine_into_conv(g: Graph) -> int:
                 continue
             src = producers.get(acts[0])
             if src is None or _weight_axis(src.type) is None or src.attrs.get("activation", "NONE") != "NONE" \
-                    or len(consumers[acts[0]]) != 1 or acts[0] in g.outputs:
+                    or len(consumers[acts[0]]) != 1 or acts[0] in g.results():
                 continue
             w_t = g.tensors[src.inputs[1]]
             if not w_t.is_constant or w_t.quant is not None:
@@ -148,7 +148,7 @@ def fuse_activations(g: Graph) -> int:
         if src is None or not _fusable(src.type) or src.attrs.get("activation", "NONE") != "NONE":
             continue
         mid = act.inputs[0]
-        if len(consumers[mid]) != 1 or mid in g.outputs:
+        if len(consumers[mid]) != 1 or mid in g.results():
             continue
         src.attrs["activation"] = act.type
         src.outputs = [act.outputs[0]]
@@ -170,7 +170,7 @@ def remove_identities(g: Graph) -> int:
         if op.type == "TRANSPOSE":
             prev = producers.get(src_name)
             if prev is not None and prev.type == "TRANSPOSE" and len(consumers[src_name]) == 1 \
-                    and src_name not in g.outputs:
+                    and src_name not in g.results():
                 # compose the two permutations into one
                 op.attrs = {"perm": tuple(prev.attrs["perm"][p] for p in op.attrs["perm"])}
                 op.inputs = list(prev.inputs)
@@ -185,7 +185,7 @@ def remove_identities(g: Graph) -> int:
             continue
         if not identity:
             continue
-        if out in g.outputs:
+        if out in g.results():
             # keep the graph output's name: rename the producer's output instead
             p = producers.get(src_name)
             if src_name in g.inputs or p is None or len(consumers[src_name]) != 1:

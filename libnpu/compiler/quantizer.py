@@ -26,7 +26,7 @@ import numpy as np
 from . import registry
 from .calibration import METHODS, Histogram, choose_range
 from .float_ref import FloatInterpreter
-from .ir import Graph, IRError, Op, QuantParams, Tensor
+from .ir import Graph, IRError, Op, QuantParams, State, Tensor
 from .optimize import optimize
 from .progress import Progress, stage
 
@@ -48,10 +48,11 @@ class QuantizationError(IRError):
 # calibration ------------------------------------------------------------------------
 
 def build_calibration_model(graph: Graph) -> Graph:
-    """A copy of ``graph`` whose outputs are every activation tensor (inputs included)."""
+    """A copy of ``graph`` whose outputs are every activation tensor (inputs and states included)."""
     g = graph.copy()
     extra = [n for op in g.ops for n in op.outputs if n not in g.outputs]
-    g.outputs = list(g.outputs) + [n for n in g.inputs if n not in g.outputs] + extra
+    sources = [*g.inputs, *(s.input for s in g.states)]
+    g.outputs = list(g.outputs) + [n for n in sources if n not in g.outputs] + extra
     return g
 
 
@@ -68,7 +69,8 @@ class Calibrator:
 
     ``method="minmax"`` keeps the running min/max; the other methods (``percentile``,
     ``mse``, ``entropy``; see :mod:`libnpu.compiler.calibration`) keep a histogram of each
-    tensor's values and choose its range from it once every run is in.
+    tensor's values and choose its range from it once every run is in. A stateful graph's
+    runs are one stream: each run starts from the states the previous one left.
     """
 
     def __init__(self, graph: Graph, method: str = "minmax", percentile: float = 99.99, seed: int = 0) -> None:
@@ -83,9 +85,13 @@ class Calibrator:
         self.hi: dict[str, float] = {}
         self.histograms: dict[str, Histogram] = {}
         self.runs = 0
+        self.carried: dict[str, np.ndarray] = {}      # state -> its value after the last run
 
     def collect(self, feeds: Mapping[str, np.ndarray] | Sequence[np.ndarray]) -> None:
-        outs = self.interp.run(feeds)
+        if not isinstance(feeds, Mapping):
+            feeds = dict(zip(self.model.inputs, feeds, strict=True))
+        outs = self.interp.run({**feeds, **self.carried})
+        self.carried = {s.input: outs[s.output] for s in self.model.states}
         for name in self.model.outputs:
             v = np.asarray(outs[name], np.float32).reshape(-1)
             if not np.all(np.isfinite(v)):
@@ -227,6 +233,8 @@ def _activation_table(g: Graph, ranges: Mapping[str, Range], roles) -> dict[str,
             for i in op.inputs:
                 if i:
                     uf.union(i, op.outputs[0])
+    for state in g.states:             # the value written back is read by the next call: one scale
+        uf.union(state.input, state.output)
     groups: dict[str, list[str]] = {}
     for name in rng.keys() | fixed.keys():
         groups.setdefault(uf.find(name), []).append(name)
@@ -330,6 +338,9 @@ def quantize(graph: Graph, ranges: Mapping[str, Range], *, fc_per_channel: bool 
                 new.inputs.append("")
         g.ops.append(new)
     g.inputs, g.outputs = list(src.inputs), list(src.outputs)
+    g.states = [State(s.name, s.input, s.output,
+                      params[s.input].quantize(s.initial.astype(np.float32), g.tensors[s.input].dtype))
+                for s in src.states]
     if io_dtype == "float32":
         _float_edges(g, src)
     g.validate()
@@ -346,6 +357,7 @@ def _float_edges(g: Graph, src: Graph) -> None:
         g.tensors[q_name] = Tensor(q_name, t.shape, "int8", t.quant)
         for op in g.ops:
             op.inputs = [q_name if i == name else i for i in op.inputs]
+        _keep_states_int8(g, name, q_name)
         prologue.append(Op("QUANTIZE", [name], [q_name], name=q_name))
     new_outputs = []
     for name in g.outputs:
@@ -360,11 +372,19 @@ def _float_edges(g: Graph, src: Graph) -> None:
         for op in g.ops:
             op.outputs = [q_name if o == name else o for o in op.outputs]
             op.inputs = [q_name if i == name else i for i in op.inputs]
+        _keep_states_int8(g, name, q_name)
         g.tensors[name] = Tensor(name, t.shape, "float32")
         epilogue.append(Op("DEQUANTIZE", [q_name], [name], name=name))
         new_outputs.append(name)
     g.ops = prologue + g.ops + epilogue
     g.outputs = new_outputs
+
+
+def _keep_states_int8(g: Graph, name: str, q_name: str) -> None:
+    """A state's new value that is also a graph input or output stays the int8 tensor."""
+    for state in g.states:
+        if state.output == name:
+            state.output = q_name
 
 
 def quantize_model(graph: Graph,

@@ -50,6 +50,10 @@ class Operator:
     - ``export``: ``(writer, op, output indices) -> None`` (TFLite export);
       ``tflite_version``: the operator version written.
     - ``macs``: ``(graph, op) -> multiply-accumulates`` for the reports.
+    - ``graph_op``: False for an operator the importer resolves into the graph's
+      structure (resource variables become :class:`ir.State`; its ``tflite`` handler
+      edits the graph and returns None): it never appears as an IR op, so it has no float
+      reference or export.
     - ``int16``: the chip also runs it with int16 activations (TFLite's 16x8 scheme:
       symmetric int16, int8 weights, int64 bias), so mixed precision may promote it.
     """
@@ -71,6 +75,7 @@ class Operator:
     export: Callable | None = None
     tflite_version: int = 1
     macs: Callable | None = None
+    graph_op: bool = True
     int16: bool = False
 
 

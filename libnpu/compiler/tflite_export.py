@@ -6,6 +6,11 @@ chip gives. Attribute-only operands (RESHAPE's shape, PAD's paddings...) become 
 constant inputs again; explicit conv padding that TFLite's SAME/VALID cannot express
 becomes a PAD op in front of a VALID conv. Each operator's export is declared with the
 operator (``compiler.ops``); the writer's helpers are what those declarations share.
+
+A stateful graph's states become resource variables as the TFLite converter writes them:
+CALL_ONCE of an init subgraph assigning each its initial value, then VAR_HANDLE and
+READ_VARIABLE at the start of the main subgraph, and ASSIGN_VARIABLE of each new value at
+its end, so LiteRT carries the state between invocations as the chip does.
 """
 from __future__ import annotations
 
@@ -27,6 +32,7 @@ class TFLiteExportError(IRError):
 
 
 _TYPE = {"float32": 0, "float16": 1, "int32": 2, "uint8": 3, "int64": 4, "bool": 6, "int16": 7, "int8": 9}
+_RESOURCE = tflite.TensorType.RESOURCE
 ACT = {"NONE": 0, "RELU": 1, "RELU_N1_TO_1": 2, "RELU6": 3}
 _CODES = {k: v for k, v in vars(tflite.BuiltinOperator).items() if not k.startswith("_")}
 
@@ -52,6 +58,15 @@ class _Writer:
         self.tensors: list[Tensor] = []
         self.index: dict[str, int] = {}
         self.ops: list[tuple[str, list[int], list[int], dict]] = []
+        self.resources: set[str] = set()        # tensors of type RESOURCE (variable handles)
+
+    def handle(self, variable: str) -> int:
+        """A VAR_HANDLE of ``variable`` and its resource tensor."""
+        name = f"{variable}__handle_{len(self.tensors)}"
+        self.resources.add(name)
+        index = self.tidx(Tensor(name, (), "int32"))
+        self.add("VAR_HANDLE", [], [index], {"VarHandleOptions": dict(SharedName=variable)})
+        return index
 
     def tidx(self, t: Tensor) -> int:
         if t.name not in self.index:
@@ -128,12 +143,44 @@ class _Writer:
     def build(self) -> bytes:
         g = self.src
         inputs = [self.name(n) for n in g.inputs]
+        init = None
+        if g.states:
+            self.add("CALL_ONCE", [], [], {"CallOnceOptions": dict(InitSubgraphIndex=1)})
+            handles = [self.handle(s.name) for s in g.states]
+            for s, handle in zip(g.states, handles):
+                self.add("READ_VARIABLE", [handle], [self.name(s.input)], {})
+            init = _Writer(g)
+            for s in g.states:
+                value = Tensor(f"{s.name}__initial", s.initial.shape, g.tensors[s.input].dtype,
+                               g.tensors[s.input].quant, s.initial)
+                init.add("ASSIGN_VARIABLE", [init.handle(s.name), init.tidx(value)], [], {})
         for op in g.ops:
             self.lower(op)
+        for s, handle in zip(g.states, handles if g.states else []):
+            if s.output != s.input:
+                self.add("ASSIGN_VARIABLE", [handle, self.name(s.output)], [], {})
         outputs = [self.name(n) for n in g.outputs]
         b = flatbuffers.Builder(1 << 16)
-
         buffers = [options_table(b, "Buffer")]
+        codes: list[str] = []
+        subgraphs = [self.subgraph(b, buffers, codes, inputs, outputs, "main")]
+        if init is not None:
+            subgraphs.append(init.subgraph(b, buffers, codes, [], [], "init"))
+        code_offs = []
+        for c in codes:
+            code = _CODES[c]
+            code_offs.append(options_table(b, "OperatorCode", DeprecatedBuiltinCode=min(code, 127), BuiltinCode=code,
+                                    Version=_version(c)))
+        cvec, svec, bvec = _vector(b, code_offs), _vector(b, subgraphs), _vector(b, buffers)
+        desc = b.CreateString(f"npu-emu export of {g.name}")
+        model = options_table(b, "Model", Version=3, OperatorCodes=cvec, Subgraphs=svec, Description=desc, Buffers=bvec)
+        b.Finish(model, file_identifier=b"TFL3")
+        return bytes(b.Output())
+
+    def subgraph(self, b: flatbuffers.Builder, buffers: list[int], codes: list[str],
+                 inputs: list[int], outputs: list[int], name: str) -> int:
+        """This writer's tensors and ops as one subgraph (constants appended to ``buffers``,
+        operator codes to ``codes``)."""
         tensor_offs = []
         for t in self.tensors:
             buf_idx = 0
@@ -152,14 +199,14 @@ class _Writer:
                 zp = b.CreateNumpyVector(t.quant.zero_point.astype(np.int64))
                 quant = options_table(b, "QuantizationParameters", Scale=sc, ZeroPoint=zp,
                                QuantizedDimension=int(t.quant.axis))
-            name = b.CreateString(t.name)
+            tname = b.CreateString(t.name)
             shape = b.CreateNumpyVector(np.asarray(t.shape, np.int32))
-            fields = dict(Shape=shape, Type=_TYPE[t.dtype], Buffer=buf_idx, Name=name)
+            dtype = _RESOURCE if t.name in self.resources else _TYPE[t.dtype]
+            fields = dict(Shape=shape, Type=dtype, Buffer=buf_idx, Name=tname)
             if quant is not None:
                 fields["Quantization"] = quant
             tensor_offs.append(options_table(b, "Tensor", **fields))
 
-        codes: list[str] = []
         op_offs = []
         for type_, ins, outs, opts in self.ops:
             if type_ not in codes:
@@ -167,34 +214,25 @@ class _Writer:
             opt_fields = {}
             if opts:
                 (cls, fields), = opts.items()
+                fields = {k: b.CreateString(v) if isinstance(v, str) else v for k, v in fields.items()}
                 opt_fields = dict(BuiltinOptionsType=getattr(tflite.BuiltinOptions, cls),
                                   BuiltinOptions=options_table(b, cls, **fields))
             iv = b.CreateNumpyVector(np.asarray(ins, np.int32))
             ov = b.CreateNumpyVector(np.asarray(outs, np.int32))
             op_offs.append(options_table(b, "Operator", OpcodeIndex=codes.index(type_), Inputs=iv, Outputs=ov,
                                   **opt_fields))
+        tvec, ovec = _vector(b, tensor_offs), _vector(b, op_offs)
+        return options_table(b, "SubGraph", Tensors=tvec, Operators=ovec,
+                      Inputs=b.CreateNumpyVector(np.asarray(inputs, np.int32)),
+                      Outputs=b.CreateNumpyVector(np.asarray(outputs, np.int32)),
+                      Name=b.CreateString(name))
 
-        def vector(offsets: list[int]) -> int:
-            b.StartVector(4, len(offsets), 4)
-            for o in reversed(offsets):
-                b.PrependUOffsetTRelative(o)
-            return b.EndVector()
 
-        tvec, ovec = vector(tensor_offs), vector(op_offs)
-        sg = options_table(b, "SubGraph", Tensors=tvec, Operators=ovec,
-                    Inputs=b.CreateNumpyVector(np.asarray(inputs, np.int32)),
-                    Outputs=b.CreateNumpyVector(np.asarray(outputs, np.int32)),
-                    Name=b.CreateString("main"))
-        code_offs = []
-        for c in codes:
-            code = _CODES[c]
-            code_offs.append(options_table(b, "OperatorCode", DeprecatedBuiltinCode=min(code, 127), BuiltinCode=code,
-                                    Version=_version(c)))
-        cvec, svec, bvec = vector(code_offs), vector([sg]), vector(buffers)
-        desc = b.CreateString(f"npu-emu export of {g.name}")
-        model = options_table(b, "Model", Version=3, OperatorCodes=cvec, Subgraphs=svec, Description=desc, Buffers=bvec)
-        b.Finish(model, file_identifier=b"TFL3")
-        return bytes(b.Output())
+def _vector(b: flatbuffers.Builder, offsets: list[int]) -> int:
+    b.StartVector(4, len(offsets), 4)
+    for o in reversed(offsets):
+        b.PrependUOffsetTRelative(o)
+    return b.EndVector()
 
 
 def _version(op_type: str) -> int:
@@ -204,6 +242,7 @@ def _version(op_type: str) -> int:
 
 
 def export_tflite(graph: Graph) -> bytes:
-    """Serialize ``graph`` as a TFLite flatbuffer (single subgraph)."""
+    """Serialize ``graph`` as a TFLite flatbuffer (a stateful graph's states as resource
+    variables, with their init subgraph)."""
     graph.validate()
     return _Writer(graph).build()

@@ -20,7 +20,7 @@ from .ir import Graph, IRError, Op, QuantParams, SourceOp, Tensor, require_data,
 from .tflite_sparsity import SparsityError, densify
 
 __all__ = ["TFLiteImportError", "UnsupportedOpError", "SourceOp", "import_tflite", "import_tflite_sources",
-           "load_tflite", "options",
+           "load_tflite", "options", "builtin_name",
            "activation", "window_pads", "simple"]
 
 
@@ -52,6 +52,12 @@ def builtin_code(model: Any, opcode_index: int) -> int:
     return max(int(oc.BuiltinCode()), int(oc.DeprecatedBuiltinCode()))
 
 
+def builtin_name(model: Any, opcode_index: int) -> str:
+    """The op's builtin name (``BUILTIN_<code>`` for a code this schema does not know)."""
+    code = builtin_code(model, opcode_index)
+    return _OP_NAMES.get(code, f"BUILTIN_{code}")
+
+
 class _Importer:
     def __init__(self, buf: bytes, name: str, *, fallback: bool = False,
                  force_host: Mapping[int, str] | None = None) -> None:
@@ -65,11 +71,13 @@ class _Importer:
         except (IndexError, ValueError) as exc:
             raise TFLiteImportError(f"{name}: unreadable flatbuffer: {exc}") from exc
         self.buf = buf
-        if self.model.SubgraphsLength() != 1:
-            raise TFLiteImportError(f"{name}: {self.model.SubgraphsLength()} subgraphs, only 1 supported")
+        if self.model.SubgraphsLength() < 1:
+            raise TFLiteImportError(f"{name}: the model has no subgraph")
+        # Subgraph 0 runs; another is read only by an operator naming it (CALL_ONCE's init).
         self.sg = self.model.Subgraphs(0)
         self.graph = Graph(name)
         self.names: dict[int, str] = {}
+        self.extensions: dict[str, Any] = {}  # what an operator family keeps during one import
 
     # tensors ------------------------------------------------------------------------
     def _buffer_data(self, index: int) -> np.ndarray | None:
@@ -114,6 +122,13 @@ class _Importer:
         self.names[idx] = name
         return name
 
+    def is_resource(self, idx: int) -> bool:
+        return int(self.sg.Tensors(idx).Type()) == tflite.TensorType.RESOURCE
+
+    def label(self, idx: int) -> str:
+        """Tensor ``idx``'s name for messages, without importing it (it may be a resource)."""
+        return self.names.get(idx) or (self.sg.Tensors(idx).Name() or b"").decode() or f"t{idx}"
+
     def const(self, idx: int, what: str, op: str) -> np.ndarray:
         data = self.graph.tensors[self.tensor(idx)].data
         if data is None:
@@ -127,13 +142,14 @@ class _Importer:
         pending: list[SourceOp] = []     # consecutive operators placed on the CPU: one host call
         for i in range(self.sg.OperatorsLength()):
             op = self.sg.Operators(i)
-            code = builtin_code(self.model, op.OpcodeIndex())
-            opname = _OP_NAMES.get(code, f"BUILTIN_{code}")
+            opname = builtin_name(self.model, op.OpcodeIndex())
             if opname == "CUSTOM":
                 opname = f"CUSTOM:{(self.model.OperatorCodes(op.OpcodeIndex()).CustomCode() or b'').decode()}"
             ins = [int(j) for j in op.InputsAsNumpy()] if op.InputsLength() else []
-            outs = [int(j) for j in op.OutputsAsNumpy()]
-            out_name = self.tensor(outs[0]) if outs else f"op{i}"
+            outs = [int(j) for j in op.OutputsAsNumpy()] if op.OutputsLength() else []
+            # a resource (VAR_HANDLE's output) is no IR tensor: the variables' handlers resolve it
+            out_name = (self.label(outs[0]) if self.is_resource(outs[0]) else self.tensor(outs[0])) if outs \
+                else f"op{i}"
             where = f"{opname} node {i} (output {out_name!r})"
             source = SourceOp(i, opname)
             self.sources.append(source)

@@ -96,6 +96,8 @@ def _calibration_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--fc-per-tensor", action="store_true",
                    help="per-tensor fully connected weights (default per channel)")
     p.add_argument("--int8-io", action="store_true", help="int8 inputs/outputs instead of float")
+    p.add_argument("--state", action="append", metavar="IN=OUT", default=[],
+                   help="carry output OUT into input IN between calls: a stateful model (repeatable)")
 
 
 def _placement_args(p: argparse.ArgumentParser) -> None:

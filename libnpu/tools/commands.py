@@ -174,6 +174,11 @@ def _quantizer_options(args: argparse.Namespace) -> dict[str, Any]:
         options["fc_per_channel"] = False
     if args.int8_io:
         options["io_dtype"] = "int8"
+    if args.state:
+        pairs = [pair.split("=") for pair in args.state]
+        if any(len(p) != 2 or not all(p) for p in pairs):
+            raise UsageError(f"--state takes INPUT=OUTPUT, got {args.state}")
+        options["states"] = dict(pairs)
     options.update(_int16_options(args))
     if getattr(args, "report", False):
         options["layer_report"] = True

@@ -173,7 +173,7 @@ def format_plan(report: dict[str, Any]) -> str:
     for r in report["regions"]:
         lines.append(f"  {r['kind']:<11} {r['bytes']:>12,} bytes  {r['name']}")
     lines.append(f"  total {report['total_bytes']:,} bytes of device memory per model "
-                 f"(weights shared; activations, inputs and outputs per request)")
+                 f"(weights shared; activations, inputs, outputs and states per request)")
     lines.append(f"  activations: {report['activation_tensors_bytes']:,} bytes of tensors in a "
                  f"{report['activation_arena_bytes']:,}-byte arena "
                  f"({report['activation_reuse_saving']:.0%} saved by reusing buffers)")

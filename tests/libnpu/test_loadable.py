@@ -6,6 +6,7 @@ import pytest
 
 from libnpu.loadable import (
     MAGIC,
+    VERSION,
     BadMagicError,
     ChecksumError,
     DataReloc,
@@ -126,12 +127,17 @@ def test_bad_magic_and_versions():
     data = bytearray(_sample().to_bytes())
     with pytest.raises(BadMagicError, match="not an NPU loadable"):
         Loadable.from_bytes(b"PK\x03\x04" + bytes(data[4:]))
-    for major, minor in ((2, 0), (0, 9), (1, 2)):
+    for major, minor in ((2, 0), (0, 9), (1, VERSION[1] + 1)):   # a newer minor: fields this reader lacks
         buf = bytearray(data)
         buf[8:12] = struct.pack("<HH", major, minor)
         _fix_header_crc(buf)
         with pytest.raises(VersionError, match=f"version {major}.{minor}"):
             Loadable.from_bytes(bytes(buf))
+    for minor in range(VERSION[1] + 1):               # every older minor still reads
+        buf = bytearray(data)
+        buf[8:12] = struct.pack("<HH", 1, minor)
+        _fix_header_crc(buf)
+        assert Loadable.from_bytes(bytes(buf)).name == _sample().name
 
 
 def test_every_byte_flip_in_header_and_table_is_caught():

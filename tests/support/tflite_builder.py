@@ -26,13 +26,15 @@ _TENSOR_TYPES = {
     np.dtype(np.int8): tflite.TensorType.INT8,
     np.dtype(np.bool_): tflite.TensorType.BOOL,
 }
+RESOURCE = "resource"
+"""``TensorSpec.dtype`` of a resource handle (VAR_HANDLE's output)."""
 
 
 @dataclass
 class TensorSpec:
     """One tensor: a graph input/output when ``data`` is None, a constant otherwise."""
     shape: Sequence[int]
-    dtype: type | np.dtype
+    dtype: type | np.dtype | str
     scale: Sequence[float] | None = None
     zero_point: Sequence[int] | None = None
     quantized_dimension: int = 0
@@ -51,6 +53,16 @@ class OpSpec:
     options: Callable[[flatbuffers.Builder], int] | None = None
     version: int = 1
     custom_code: str = ""            # for opcode CUSTOM: the custom op's name
+
+
+@dataclass
+class SubgraphSpec:
+    """A further subgraph (e.g. the init subgraph CALL_ONCE runs); subgraph 0 is the main one."""
+    tensors: Sequence[TensorSpec]
+    ops: Sequence[OpSpec]
+    inputs: Sequence[int] = ()
+    outputs: Sequence[int] = ()
+    name: str = ""
 
 
 def _offset_vector(b: flatbuffers.Builder, offsets: Sequence[int]) -> int:
@@ -74,20 +86,24 @@ def _quantization(b: flatbuffers.Builder, t: TensorSpec) -> int | None:
 
 
 def build_model(tensors: Sequence[TensorSpec], ops: Sequence[OpSpec],
-                inputs: Sequence[int], outputs: Sequence[int]) -> bytes:
-    """Serialize a one-subgraph TFLite model (schema version 3)."""
+                inputs: Sequence[int], outputs: Sequence[int],
+                subgraphs: Sequence[SubgraphSpec] = ()) -> bytes:
+    """Serialize a TFLite model (schema version 3): the main subgraph, then ``subgraphs``."""
     b = flatbuffers.Builder(1024)
+    graphs = [SubgraphSpec(tensors, ops, inputs, outputs, "main"), *subgraphs]
     # Buffer 0 is the empty sentinel; every constant tensor gets its own buffer.
     buffer_data: list[bytes | None] = [None]
-    tensor_buffer: list[int] = []
-    for t in tensors:
-        if t.data is None:
-            tensor_buffer.append(0)
-        else:
+    tensor_buffers: list[list[int]] = []
+    for graph in graphs:
+        tensor_buffers.append([])
+        for t in graph.tensors:
+            if t.data is None:
+                tensor_buffers[-1].append(0)
+                continue
             arr = np.array(t.data, dtype=t.dtype, order="C")
             if t.sparsity is None and tuple(arr.shape) != tuple(t.shape):
                 raise ValueError(f"tensor {t.name!r}: data shape {arr.shape} != {t.shape}")
-            tensor_buffer.append(len(buffer_data))
+            tensor_buffers[-1].append(len(buffer_data))
             buffer_data.append(arr.tobytes())
     buffer_offsets = []
     for raw in buffer_data:
@@ -102,24 +118,7 @@ def build_model(tensors: Sequence[TensorSpec], ops: Sequence[OpSpec],
             tflite.BufferAddData(b, data_off)
         buffer_offsets.append(tflite.BufferEnd(b))
 
-    tensor_offsets = []
-    for i, t in enumerate(tensors):
-        name = b.CreateString(t.name or f"t{i}")
-        shape = b.CreateNumpyVector(np.asarray(t.shape, dtype=np.int32))
-        quant = _quantization(b, t)
-        sparsity = t.sparsity.write(b) if t.sparsity is not None else None
-        tflite.TensorStart(b)
-        tflite.TensorAddShape(b, shape)
-        tflite.TensorAddType(b, _TENSOR_TYPES[np.dtype(t.dtype)])
-        tflite.TensorAddBuffer(b, tensor_buffer[i])
-        tflite.TensorAddName(b, name)
-        if quant is not None:
-            tflite.TensorAddQuantization(b, quant)
-        if sparsity is not None:
-            tflite.TensorAddSparsity(b, sparsity)
-        tensor_offsets.append(tflite.TensorEnd(b))
-
-    codes = sorted({(op.opcode, op.version, op.custom_code) for op in ops})
+    codes = sorted({(op.opcode, op.version, op.custom_code) for graph in graphs for op in graph.ops})
     code_offsets = []
     for opcode, version, custom_code in codes:
         custom = b.CreateString(custom_code) if custom_code else None
@@ -131,8 +130,43 @@ def build_model(tensors: Sequence[TensorSpec], ops: Sequence[OpSpec],
             tflite.OperatorCodeAddCustomCode(b, custom)
         code_offsets.append(tflite.OperatorCodeEnd(b))
 
+    subgraph_offsets = [_subgraph(b, graph, buffers, codes) for graph, buffers in zip(graphs, tensor_buffers)]
+    subgraphs_vector = _offset_vector(b, subgraph_offsets)
+    opcodes = _offset_vector(b, code_offsets)
+    buffers_vector = _offset_vector(b, buffer_offsets)
+    desc = b.CreateString("npu-emu kernel test")
+    tflite.ModelStart(b)
+    tflite.ModelAddVersion(b, 3)
+    tflite.ModelAddOperatorCodes(b, opcodes)
+    tflite.ModelAddSubgraphs(b, subgraphs_vector)
+    tflite.ModelAddDescription(b, desc)
+    tflite.ModelAddBuffers(b, buffers_vector)
+    b.Finish(tflite.ModelEnd(b), file_identifier=b"TFL3")
+    return bytes(b.Output())
+
+
+def _subgraph(b: flatbuffers.Builder, graph: SubgraphSpec, buffers: list[int],
+              codes: list[tuple[int, int, str]]) -> int:
+    tensor_offsets = []
+    for i, t in enumerate(graph.tensors):
+        name = b.CreateString(t.name or f"t{i}")
+        shape = b.CreateNumpyVector(np.asarray(t.shape, dtype=np.int32))
+        quant = _quantization(b, t)
+        sparsity = t.sparsity.write(b) if t.sparsity is not None else None
+        tflite.TensorStart(b)
+        tflite.TensorAddShape(b, shape)
+        tflite.TensorAddType(b, tflite.TensorType.RESOURCE if t.dtype == RESOURCE
+                             else _TENSOR_TYPES[np.dtype(t.dtype)])
+        tflite.TensorAddBuffer(b, buffers[i])
+        tflite.TensorAddName(b, name)
+        if quant is not None:
+            tflite.TensorAddQuantization(b, quant)
+        if sparsity is not None:
+            tflite.TensorAddSparsity(b, sparsity)
+        tensor_offsets.append(tflite.TensorEnd(b))
+
     op_offsets = []
-    for op in ops:
+    for op in graph.ops:
         ins = b.CreateNumpyVector(np.asarray(op.inputs, dtype=np.int32))
         outs = b.CreateNumpyVector(np.asarray(op.outputs, dtype=np.int32))
         opts = op.options(b) if op.options is not None else None
@@ -146,30 +180,37 @@ def build_model(tensors: Sequence[TensorSpec], ops: Sequence[OpSpec],
         op_offsets.append(tflite.OperatorEnd(b))
 
     sg_tensors = _offset_vector(b, tensor_offsets)
-    sg_inputs = b.CreateNumpyVector(np.asarray(inputs, dtype=np.int32))
-    sg_outputs = b.CreateNumpyVector(np.asarray(outputs, dtype=np.int32))
+    sg_inputs = b.CreateNumpyVector(np.asarray(graph.inputs, dtype=np.int32))
+    sg_outputs = b.CreateNumpyVector(np.asarray(graph.outputs, dtype=np.int32))
     sg_ops = _offset_vector(b, op_offsets)
-    sg_name = b.CreateString("main")
+    sg_name = b.CreateString(graph.name or "subgraph")
     tflite.SubGraphStart(b)
     tflite.SubGraphAddTensors(b, sg_tensors)
     tflite.SubGraphAddInputs(b, sg_inputs)
     tflite.SubGraphAddOutputs(b, sg_outputs)
     tflite.SubGraphAddOperators(b, sg_ops)
     tflite.SubGraphAddName(b, sg_name)
-    subgraph = tflite.SubGraphEnd(b)
+    return tflite.SubGraphEnd(b)
 
-    subgraphs = _offset_vector(b, [subgraph])
-    opcodes = _offset_vector(b, code_offsets)
-    buffers = _offset_vector(b, buffer_offsets)
-    desc = b.CreateString("npu-emu kernel test")
-    tflite.ModelStart(b)
-    tflite.ModelAddVersion(b, 3)
-    tflite.ModelAddOperatorCodes(b, opcodes)
-    tflite.ModelAddSubgraphs(b, subgraphs)
-    tflite.ModelAddDescription(b, desc)
-    tflite.ModelAddBuffers(b, buffers)
-    b.Finish(tflite.ModelEnd(b), file_identifier=b"TFL3")
-    return bytes(b.Output())
+
+def var_handle(shared_name: str, container: str = "") -> Callable[[flatbuffers.Builder], int]:
+    """VAR_HANDLE's options writer (``options_type=tflite.BuiltinOptions.VarHandleOptions``)."""
+    def write(b: flatbuffers.Builder) -> int:
+        name, box = b.CreateString(shared_name), b.CreateString(container)
+        tflite.VarHandleOptionsStart(b)
+        tflite.VarHandleOptionsAddContainer(b, box)
+        tflite.VarHandleOptionsAddSharedName(b, name)
+        return tflite.VarHandleOptionsEnd(b)
+    return write
+
+
+def call_once(init_subgraph: int) -> Callable[[flatbuffers.Builder], int]:
+    """CALL_ONCE's options writer (``options_type=tflite.BuiltinOptions.CallOnceOptions``)."""
+    def write(b: flatbuffers.Builder) -> int:
+        tflite.CallOnceOptionsStart(b)
+        tflite.CallOnceOptionsAddInitSubgraphIndex(b, init_subgraph)
+        return tflite.CallOnceOptionsEnd(b)
+    return write
 
 
 def single_op_model(opcode: int, tensors: Sequence[TensorSpec], op_inputs: Sequence[int],
