@@ -215,17 +215,19 @@ def _b(v: Any) -> bool:
     return bool(v)
 
 
-_CONV: dict[str, tuple[str, Callable[[Any], Any]]] = dict(Padding=("padding", _padding), StrideW=("stride_width", int), StrideH=("stride_height", int),
-             FusedActivationFunction=("activation", _activation), DilationWFactor=("dilation_width_factor", int),
-             DilationHFactor=("dilation_height_factor", int))
+_Fields = dict[str, tuple[str, Callable[[Any], Any]]]
+_CONV: _Fields = dict(
+    Padding=("padding", _padding), StrideW=("stride_width", int), StrideH=("stride_height", int),
+    FusedActivationFunction=("activation", _activation), DilationWFactor=("dilation_width_factor", int),
+    DilationHFactor=("dilation_height_factor", int))
 _POOL = OptionsLayout("TfLitePoolParams", "Pool2DOptions", dict(
     Padding=("padding", _padding), StrideW=("stride_width", int), StrideH=("stride_height", int),
     FilterWidth=("filter_width", int), FilterHeight=("filter_height", int),
     FusedActivationFunction=("activation", _activation)))
-_ACT: dict[str, tuple[str, Callable[[Any], Any]]] = dict(FusedActivationFunction=("activation", _activation))
+_ACT: _Fields = dict(FusedActivationFunction=("activation", _activation))
 _REDUCER = OptionsLayout("TfLiteReducerParams", "ReducerOptions", dict(KeepDims=("keep_dims", _b)))
-_BLOCK: dict[str, tuple[str, Callable[[Any], Any]]] = dict(BlockSize=("block_size", int))
-_RESIZE: dict[str, tuple[str, Callable[[Any], Any]]] = dict(AlignCorners=("align_corners", _b), HalfPixelCenters=("half_pixel_centers", _b))
+_BLOCK: _Fields = dict(BlockSize=("block_size", int))
+_RESIZE: _Fields = dict(AlignCorners=("align_corners", _b), HalfPixelCenters=("half_pixel_centers", _b))
 
 OPTIONS: dict[str, OptionsLayout] = {
     "CONV_2D": OptionsLayout("TfLiteConvParams", "Conv2DOptions", _CONV),
