@@ -26,14 +26,13 @@ from pathlib import Path
 
 import numpy as np
 
-from firmware_sim.core import Core, completion_cause, raise_irq, write_completion
+from firmware_sim.core import DEFAULT_WATCHDOG_MS, Core, completion_cause, raise_irq, write_completion
 from firmware_sim.executor import JobResult
 from firmware_sim.spec import memory, profiles, regs, ring
 from firmware_sim.spec.memory import map_file
 from firmware_sim.timing import HardwareProfile
 
 WATCHDOG_PERIOD_S = 0.02
-DEFAULT_WATCHDOG_MS = 5000
 
 
 def die_with_parent() -> None:

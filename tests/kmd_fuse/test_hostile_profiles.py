@@ -7,6 +7,7 @@ from __future__ import annotations
 import errno
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -14,7 +15,7 @@ import libnpu
 from benchmarks.scratch_device import rss_bytes
 from kmd_fuse import paths, pidfile, profiling
 from libnpu.tools.profile import set_tracing, trace_file
-from tests.support.device import open_to_others
+from tests.support.device import open_to_others, start_npu, stop_npu
 from tests.support.shell import NOBODY, attr_dir, sh
 
 NOPS_PER_JOB = 4000
@@ -109,3 +110,31 @@ def test_readers_of_the_trace_share_one_rendering(npu, session):
     finally:
         set_tracing(path, False)
         device.close()
+
+
+@pytest.fixture(scope="module")
+def edge_paced(tmp_path_factory):
+    mounted = start_npu(tmp_path_factory.mktemp("edge"), extra=("--profile", "edge", "--pacing"))
+    yield mounted
+    stop_npu(mounted)
+
+
+def test_pacing_past_the_jobs_timeout_fails_it_without_restarting_the_core(edge_paced):
+    # A paced core slept until the modeled end however far that was; past the job's timeout
+    # the watchdog killed and restarted the core (a reset, a uevent) for any client that
+    # asked for a job longer than its timeout. The core now fails the job itself.
+    with libnpu.initialize(edge_paced.devroot) as session:
+        dev = session.open(0)
+        nbytes = 4 << 20        # 2 M cycles at 100 MHz: ~21 ms modeled, a few ms emulated
+        src, dst = dev.alloc_mem(nbytes), dev.alloc_mem(nbytes)
+        cmds = dev.command_buffer()
+        cmds.add("DMA_COPY", src=src.address, dst=dst.address, length=nbytes)
+        started = time.monotonic_ns()
+        fence = dev.run(cmds, [src, dst], timeout_ms=1000)     # in time: paced to the model
+        assert time.monotonic_ns() - started >= fence.device_time_ns > 20_000_000
+        resets = dev.info()["reset_count"]
+        for _ in range(3):
+            with pytest.raises(libnpu.JobError) as late:
+                dev.run(cmds, [src, dst], timeout_ms=15)
+            assert late.value.errno == errno.ETIMEDOUT
+        assert dev.info()["reset_count"] == resets
