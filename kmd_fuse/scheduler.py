@@ -1,7 +1,9 @@
 """Job scheduler: software queues in front of the cores' command rings.
 
 Jobs wait in per-priority queues, one FIFO per context, served round-robin so
-that one busy client cannot starve another.  A job moves onto the ring of the
+that one busy client cannot starve another; higher priorities go first, but a lower
+queue that has waited STARVATION_NS gives one job before them (every client may ask
+for HIGH).  A job moves onto the ring of the
 core with the fewest jobs in flight while that ring has room; a core never has
 more jobs in flight than its completion queue has slots, so the chip never
 stalls on completions.  A full ring is back-pressure: the job simply stays
@@ -9,6 +11,7 @@ queued until an interrupt frees a slot.
 """
 from __future__ import annotations
 
+import time
 from collections import OrderedDict, deque
 
 from firmware_sim.spec import ring
@@ -16,12 +19,14 @@ from kmd_fuse.context import Context, Job
 from kmd_fuse.hw import Completion, Hardware
 
 PRIORITIES = 3
+STARVATION_NS = 200_000_000   # a lower queue gives at least one job this often, whatever waits above it
 
 
 class Scheduler:
     def __init__(self, hw: Hardware):
         self.hw = hw
         self.queues: list[OrderedDict[int, deque[Job]]] = [OrderedDict() for _ in range(PRIORITIES)]
+        self.served_ns = [0] * PRIORITIES                         # when each queue last gave a job
         self.in_flight: dict[int, Job] = {}                       # job id -> job on a ring
         self.per_core = [0] * hw.num_cores
         self.control: list[deque[tuple[int, int]]] = [deque() for _ in range(hw.num_cores)]
@@ -61,17 +66,39 @@ class Scheduler:
         return any(self.control)
 
     def _next_job(self) -> Job | None:
-        for queue in reversed(self.queues):                       # highest priority first
-            while queue:
-                ctx_id, jobs = next(iter(queue.items()))
-                job = jobs.popleft()
-                if jobs:
-                    queue.move_to_end(ctx_id)                     # round-robin between contexts
-                else:
-                    del queue[ctx_id]
-                self.queued -= 1
-                return job
+        # Highest priority first, except that a lower queue that has waited STARVATION_NS
+        # gives one job first: any client may submit at NPU_PRIO_HIGH, and a flood of such
+        # jobs must not hold everyone else's until it ends.
+        now = time.monotonic_ns()
+        for priority in range(PRIORITIES - 1):
+            if self._starved(priority, now):
+                return self._pop(priority, now)
+        for priority in reversed(range(PRIORITIES)):
+            if self.queues[priority]:
+                return self._pop(priority, now)
         return None
+
+    def _starved(self, priority: int, now: int) -> bool:
+        """Whether ``priority``'s queue has had a job waiting, and no job served, for
+        STARVATION_NS: then it gets one job (one per STARVATION_NS at worst, so a flood of
+        old low-priority jobs does not turn the order around either)."""
+        queue = self.queues[priority]
+        if not queue:
+            return False
+        waiting_since = max(self.served_ns[priority], next(iter(queue.values()))[0].submit_ns)
+        return now - waiting_since >= STARVATION_NS
+
+    def _pop(self, priority: int, now: int) -> Job:
+        queue = self.queues[priority]
+        self.served_ns[priority] = now
+        ctx_id, jobs = next(iter(queue.items()))
+        job = jobs.popleft()
+        if jobs:
+            queue.move_to_end(ctx_id)                             # round-robin between contexts
+        else:
+            del queue[ctx_id]
+        self.queued -= 1
+        return job
 
     # ---- rings ----
     def pump(self) -> None:
