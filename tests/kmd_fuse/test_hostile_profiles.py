@@ -138,3 +138,13 @@ def test_pacing_past_the_jobs_timeout_fails_it_without_restarting_the_core(edge_
                 dev.run(cmds, [src, dst], timeout_ms=15)
             assert late.value.errno == errno.ETIMEDOUT
         assert dev.info()["reset_count"] == resets
+
+
+def test_a_job_too_big_for_the_profile_queue_is_reported_incomplete(device):
+    # 4,095 tasks + the job's record overflow a core's 4,096-entry profile queue (one
+    # slot stays empty): the chip drops the job's records, the driver says so, and the
+    # next profiled job is whole again.
+    huge = device.get_profile(_profiled_nops(device, 4095))
+    assert huge.tasks == [] and not huge.complete and huge.status == 0
+    small = device.get_profile(_profiled_nops(device, 5))
+    assert len(small.tasks) == 5 and small.complete
