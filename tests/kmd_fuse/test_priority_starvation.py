@@ -43,3 +43,22 @@ def test_a_flood_of_high_priority_jobs_does_not_starve_a_normal_one(paced):
             fence.wait()
         flooder.close()
         victim.close()
+
+
+def test_one_context_cannot_fill_the_rings_ahead_of_everyone(paced):
+    # The driver used to hand the chip up to 255 jobs a core of whoever submitted first;
+    # a context that arrived next waited behind all of them whatever the round-robin.
+    flood = 600
+    with libnpu.initialize(paced.devroot) as session:
+        flooder, victim = session.open(0), session.open(0)
+        flood_cmds, flood_buffers = _copy(flooder)
+        job, job_buffers = _copy(victim)
+        prepared = flooder.prepare_submit(flood_cmds, flood_buffers)
+        fences = [flooder.submit_prepared(prepared) for _ in range(flood)]
+        victim.run(job, job_buffers)
+        left = flooder.stats()["jobs_submitted"] - flooder.stats()["jobs_completed"]
+        assert left > flood * 3 // 4, f"the second context's job ran after {flood - left} of the first's {flood}"
+        for fence in fences:
+            fence.wait()
+        flooder.close()
+        victim.close()
