@@ -7,11 +7,15 @@ the working memory."""
 from __future__ import annotations
 
 import errno
+import os
+from pathlib import Path
 
 import numpy as np
 
 import libnpu
+from firmware_sim.chip import core_address_space
 from firmware_sim.spec import ops
+from kmd_fuse import paths
 
 
 def _r(shape) -> list[int]:
@@ -68,3 +72,35 @@ def test_hostile_descriptors_fail_precisely_and_nobody_else_notices(session):
     attacker.close()
     bystander.close()
 
+
+
+def _address_space_limits(bus) -> list[str]:
+    """The "Max address space" soft limit of each process of the chip serving ``bus``."""
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+            limits = Path(f"/proc/{pid}/limits").read_text()
+        except OSError:
+            continue
+        if b"firmware_sim" in cmdline and str(bus).encode() in cmdline:
+            found += [line.split()[3] for line in limits.splitlines() if line.startswith("Max address space")]
+    return found
+
+
+def test_a_core_cannot_take_many_times_the_device_memory_of_the_host(fresh_npu):
+    # REDUCE_L2 widens its input to int64 (8x) and squares it: over a 512 MiB buffer of a
+    # 1 GiB device that is 8 GiB of the host's memory for one descriptor, on each core.
+    # The cores now run with an address space of the device memory plus a few GiB.
+    bus = paths.bus_dir(fresh_npu.devroot, 0)
+    expected = str(core_address_space(1 << 30))
+    assert _address_space_limits(bus).count(expected) == 2, _address_space_limits(bus)
+    with libnpu.initialize(fresh_npu.devroot) as session:
+        dev = session.open(0)
+        big, out = dev.alloc_mem(512 << 20), dev.alloc_mem(4096)
+        status = _run_one(dev, [big, out], "REDUCE_L2", input=big.address, output=out.address, rank=1,
+                          in_shape=_r((512 << 20,)), axes_mask=1, scale=1.0)
+        assert status == errno.EINVAL                      # more working memory than the chip has
+        assert _run_one(dev, [big, out], "REDUCE_L2", input=big.address, output=out.address, rank=1,
+                        in_shape=_r((4096,)), axes_mask=1, scale=1.0) == 0
+        assert dev.info()["reset_count"] == 0
