@@ -8,7 +8,8 @@ Run from the repository root (not in CI)::
 Each job is one descriptor: a valid template of its opcode (small shapes over random
 data in a 16 MiB context) with one to three fields replaced by a hostile value (0, 1,
 2^31, 2^32 - 1, -2^31, addresses outside or straddling the mapping, NaN and infinite
-scales, random flag bits, random index tables), or a random body. The jobs run on the
+scales, random flag bits, random index tables), or a random body, a header whose size
+field lies, a truncated descriptor. The jobs run on the
 real job executor and DMA engine (IOMMU-checked) in this process, under an address-space
 limit so that a descriptor asking for gigabytes cannot take the host down. Checked:
 
@@ -28,6 +29,7 @@ import errno
 import json
 import random
 import resource
+import struct
 import sys
 import tempfile
 import time
@@ -144,10 +146,17 @@ def mutate(rig: Rig, name: str, flags: int, fields: dict, rng: random.Random) ->
     """The template with one to three fields (or array entries) made hostile, or a random body."""
     task = tasks.TASK_BY_NAME[name]
     record = np.frombuffer(bytearray(encode(name, flags, **fields)), task.dtype)[0]
-    if rng.random() < 0.05:                      # a random body behind a valid header
+    roll = rng.random()
+    if roll < 0.05:                              # a random body behind a valid header
         raw = bytearray(record.tobytes())
         raw[8:] = rng.randbytes(len(raw) - 8)
         return bytes(raw)
+    if roll < 0.08:                              # a header whose size lies, or a truncated descriptor
+        raw = bytearray(record.tobytes())
+        if rng.random() < 0.5:
+            struct.pack_into("<H", raw, 2, rng.choice((0, 8, task.size - 8, task.size + 8, 0xFFFF)))
+            return bytes(raw)
+        return bytes(raw[:rng.randrange(0, len(raw), 8)])
     layout: dict = dict(task.dtype.fields or {})
     names = [n for n in layout if n not in ("opcode", "size")]
     for _ in range(rng.randint(1, 3)):
