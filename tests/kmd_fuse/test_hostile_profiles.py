@@ -83,7 +83,7 @@ def test_readers_of_the_trace_share_one_rendering(npu, session):
     # Anyone may read the trace. Each open handle used to render every event into a text
     # of its own (~150 bytes an event, up to 200,000 events: ~30 MiB a handle, held while
     # open): a user without access to the node could make the driver hold gigabytes, and
-    # spend ~0.5 s of its only thread per open. Now one shared snapshot, rendered lines
+    # spend seconds of its only thread per open. Now one shared snapshot, rendered lines
     # joined, and at most TRACE_READERS_PER_USER open trace files per user.
     path = trace_file(npu.devroot)
     device = session.open(0)
