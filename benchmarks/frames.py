@@ -112,6 +112,15 @@ class FrameGenerator:
             payload.num_bos, payload.bo_handles[0] = 1, self.handles[index]
             payload.priority, payload.timeout_ms = rng.randrange(3), rng.choice((0, 1, 100, 1000))
             payload.flags = rng.choice((0, uapi.NPU_SUBMIT_WAIT))
+        if command.name == "SUBMIT" and rng.random() < 0.3:                   # profiled: the chip's profile queue
+            payload.flags = (payload.flags & uapi.NPU_SUBMIT_WAIT) | uapi.NPU_SUBMIT_PROFILE
+        if command.name == "GET_PROFILE" and rng.random() < 0.6:             # fences that exist, any page
+            payload.fence = rng.choice(self.fences) if self.fences and rng.random() < 0.7 else payload.fence
+            payload.first = rng.choice((0, 1, uapi.NPU_MAX_PROFILE_TASKS, 4095, _U32, payload.first))
+        if command.name == "GET_PARAM" and rng.random() < 0.6:               # the ids around the known ones
+            payload.param = rng.randrange(32)
+            if rng.random() < 0.8:
+                payload.pad = payload.reserved[0] = payload.reserved[1] = 0
         if command.name == "WAIT" and self.fences and rng.random() < 0.4:     # fences that exist
             payload.count = rng.randrange(1, min(len(self.fences), 8) + 1)
             for i, fence in enumerate(rng.sample(self.fences, payload.count)):

@@ -26,14 +26,13 @@ from pathlib import Path
 
 import numpy as np
 
-from firmware_sim.core import Core, completion_cause, raise_irq, write_completion
+from firmware_sim.core import DEFAULT_WATCHDOG_MS, Core, completion_cause, raise_irq, write_completion
 from firmware_sim.executor import JobResult
 from firmware_sim.spec import memory, profiles, regs, ring
 from firmware_sim.spec.memory import map_file
 from firmware_sim.timing import HardwareProfile
 
 WATCHDOG_PERIOD_S = 0.02
-DEFAULT_WATCHDOG_MS = 5000
 
 
 def die_with_parent() -> None:
@@ -42,10 +41,25 @@ def die_with_parent() -> None:
     libc.prctl(1, signal.SIGKILL, 0, 0, 0)
 
 
+CORE_CODE_BYTES = 1 << 30      # a core's interpreter, numpy, the C kernels and their libraries
+CORE_WORKING_BYTES = 2 << 30   # a task's scratch memory beyond the device memory it maps
+
+
+def core_address_space(device_memory: int) -> int:
+    """The address space a core may use (its RLIMIT_AS; 0: no limit, the memory size unknown).
+
+    A core maps device memory (at most all of it) and takes scratch memory for its
+    kernels, which size it from the operands: a descriptor over large buffers could ask
+    for many times the device's memory of the host's. Past the limit an allocation fails
+    and the job with it (EINVAL: more working memory than the chip has, units._guarded)."""
+    return device_memory + CORE_CODE_BYTES + CORE_WORKING_BYTES if device_memory > 0 else 0
+
+
 class Chip:
     def __init__(self, bus: Path, doorbell_fds: list[int], irq_fd: int, profile: HardwareProfile,
-                 ring_entries: int):
+                 ring_entries: int, device_memory: int = 0):
         self.bus, self.doorbell_fds, self.irq_fd, self.profile = bus, doorbell_fds, irq_fd, profile
+        self.address_space = core_address_space(device_memory)
         self._regs_map = map_file(memory.regs_path(bus))
         self.regs = regs.RegisterView(self._regs_map)
         self.num_cores = len(doorbell_fds)
@@ -82,6 +96,8 @@ class Chip:
                 die_with_parent()
                 signal.signal(signal.SIGTERM, signal.SIG_DFL)
                 resource.setrlimit(resource.RLIMIT_CORE, (0, 0))   # a dying core is recovered, not dumped
+                if self.address_space:
+                    resource.setrlimit(resource.RLIMIT_AS, (self.address_space, self.address_space))
                 unit = Core(self.bus, core, self.doorbell_fds[core], self.irq_fd, self.profile)
                 unit.drain_ring()      # entries queued before a reset/respawn
                 profile_path = os.environ.get("NPU_PROFILE_CHIP")  # developer aid: cProfile each core
@@ -249,6 +265,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--doorbell-fds", required=True, help="comma-separated eventfds, one per core")
     parser.add_argument("--irq-fd", required=True, type=int)
     parser.add_argument("--ring-entries", type=int, default=ring.DEFAULT_RING_ENTRIES)
+    parser.add_argument("--memory", type=int, default=0,
+                        help="device memory in bytes: bounds each core's address space (0: no bound)")
     parser.add_argument("--profile", choices=sorted(profiles.PROFILES), default=profiles.DEFAULT_PROFILE,
                         help="hardware profile: the timing model's clock, MACs/cycle, bandwidth and SRAM")
     parser.add_argument("--idle-poll-us", type=int, default=HardwareProfile.idle_poll_ns // 1000,
@@ -257,7 +275,7 @@ def main(argv: list[str] | None = None) -> int:
     die_with_parent()
     profile = HardwareProfile.named(args.profile, idle_poll_ns=args.idle_poll_us * 1000)
     doorbells = [int(fd) for fd in args.doorbell_fds.split(",")]
-    Chip(args.bus, doorbells, args.irq_fd, profile, args.ring_entries).run()
+    Chip(args.bus, doorbells, args.irq_fd, profile, args.ring_entries, args.memory).run()
     return 0
 
 

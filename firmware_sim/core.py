@@ -95,7 +95,13 @@ class Core:
                               else None)
         executed = time.monotonic_ns()
         if self.regs.read32(regs.PACING) & regs.PACING_ON and result.status == 0:
-            pace_until(started + self.profile.nanoseconds(result.cycles))
+            modeled_ns = self.profile.nanoseconds(result.cycles)
+            if modeled_ns >= (timeout_ms or self.regs.read32(regs.WATCHDOG_MS) or DEFAULT_WATCHDOG_MS) * 1_000_000:
+                # The modeled chip would run past the job's timeout: fail it now rather than
+                # sleep into the watchdog, which would restart the core for it.
+                result.status = -errno.ETIMEDOUT
+            else:
+                pace_until(started + modeled_ns)
         result.exec_ns = time.monotonic_ns() - started
         if tasks is not None:
             self.record_profile(job_id, tasks, started, executed, result)
@@ -154,6 +160,9 @@ class Core:
         tail = self.reg(regs.CQ_TAIL)
         write_completion(self.cq, tail, job_id, self.core, result, self.profile)
         self.set_reg(regs.CQ_TAIL, ring.ring_next(tail, self.entries))
+
+
+DEFAULT_WATCHDOG_MS = 5000   # a job's timeout when neither its ring entry nor WATCHDOG_MS gives one
 
 
 def pace_until(deadline_ns: int) -> None:

@@ -80,6 +80,7 @@ class Context:
     waiters: list[Waiter] = field(default_factory=list)
     last_exec_ns: int = -1             # chip time of the context's last finished job (read polling)
     profiles: OrderedDict = field(default_factory=OrderedDict)   # fence -> profiling.JobProfile (GET_PROFILE)
+    profile_tasks: int = 0     # task records in ``profiles`` (bounded: profiling.keep)
 
     memory_allocated: int = 0          # bytes of the live buffers, kept by add/remove_buffer
 

@@ -51,7 +51,7 @@ class Device:
                  limits: Limits = Limits(), *, tasks: BackgroundTasks):
         self.index = index
         self.tasks = tasks
-        self.hw = Hardware(bus, config)
+        self.hw = Hardware(bus, config, memory_bytes)
         self.memory = DeviceMemory(bus, memory_bytes)
         self.quotas = Quotas(limits, max_contexts=iommu.MAX_ASIDS - 1, memory_total=memory_bytes,
                              owner_uid=os.geteuid())

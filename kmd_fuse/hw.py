@@ -67,8 +67,9 @@ def _create_file(path: Path, size: int, mode: int = 0o600) -> None:
 class Hardware:
     """The chip as the KMD sees it."""
 
-    def __init__(self, bus: Path, config: ChipConfig):
+    def __init__(self, bus: Path, config: ChipConfig, device_memory: int = 0):
         self.bus, self.config = bus, config
+        self.device_memory = device_memory      # bytes: the chip bounds its cores' address space by it
         self.entries = config.ring_entries
         self.process: subprocess.Popen | None = None
         self.doorbells: list[int] = []
@@ -116,7 +117,8 @@ class Hardware:
             self.irq_fd = os.eventfd(0, os.EFD_CLOEXEC | os.EFD_NONBLOCK)
         cmd = [sys.executable, "-m", "firmware_sim", "--bus", str(self.bus),
                "--doorbell-fds", ",".join(map(str, self.doorbells)), "--irq-fd", str(self.irq_fd),
-               "--ring-entries", str(self.entries), "--profile", self.config.profile]
+               "--ring-entries", str(self.entries), "--profile", self.config.profile,
+               "--memory", str(self.device_memory)]
         self.process = subprocess.Popen(cmd, pass_fds=[*self.doorbells, self.irq_fd], stdin=subprocess.DEVNULL)
         log.info("chip started (pid %d, %d cores)", self.process.pid, self.config.cores)
 

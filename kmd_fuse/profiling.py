@@ -4,7 +4,8 @@ A job submitted with NPU_SUBMIT_PROFILE (or any job while the trace records) goe
 ring with RING_FLAG_PROFILE; the core then times each task and publishes the records in
 its profile queue before the job's completion (firmware_sim/spec/ring.py).  When the
 driver retires the job it reads them (``collect``) and keeps a ``JobProfile``: in the
-context, for GET_PROFILE (the last PROFILES_KEPT of each), and in the trace.
+context, for GET_PROFILE (the last PROFILES_KEPT of each, PROFILE_TASKS_KEPT task records at
+most), and in the trace.
 
 The trace (``Trace``) is the device's recorder of everything that happened on it, for
 every context: jobs on their cores with their tasks, fences signalled, interrupts.  It
@@ -32,8 +33,10 @@ if TYPE_CHECKING:
     from kmd_fuse.device import Device
 
 PROFILES_KEPT = 256         # finished profiled jobs a context can still ask about
+PROFILE_TASKS_KEPT = 16_384  # and their task records at most (each ~200 bytes of the driver's memory)
 UNCLAIMED_KEPT = 4096       # jobs whose records came before their completion (a reset can orphan some)
 TRACE_EVENTS = 200_000      # events the trace keeps
+TRACE_READERS_PER_USER = 4  # trace files a user may hold open at once (EMFILE beyond)
 
 
 @dataclass
@@ -52,42 +55,63 @@ class JobProfile:
 
 
 class Trace:
-    """The device's event recorder (see the module doc)."""
+    """The device's event recorder (see the module doc).
+
+    Anyone may read the trace, so reading it costs the driver little: each event is
+    rendered once, when recorded, and readers share one snapshot of the text (``snapshot``);
+    a user holds at most TRACE_READERS_PER_USER trace files open (kmd_fuse.sysfs)."""
 
     def __init__(self, capacity: int = TRACE_EVENTS):
         self.enabled = False
-        self.events: deque[dict] = deque(maxlen=capacity)
+        self.lines: deque[bytes] = deque(maxlen=capacity)   # one JSON line per event
         self.started_ns = 0
+        self.changes = 0
+        self._snapshot: tuple[int, bytes] = (-1, b"")   # (changes, text)
 
     def start(self) -> None:
-        self.events.clear()
+        self.lines.clear()
         self.started_ns = time.monotonic_ns()
         self.enabled = True
+        self.changes += 1
 
     def stop(self) -> None:
         self.enabled = False
+        self.changes += 1
+
+    def _add(self, event: dict) -> None:
+        self.lines.append(json.dumps(event, separators=(",", ":")).encode() + b"\n")
+        self.changes += 1
 
     def job(self, ctx: Context, job: Job, profile: JobProfile) -> None:
         base = {"context": ctx.context_id, "fence": job.fence, "core": profile.core}
-        self.events.append({"type": "job", **base, "pid": ctx.pid, "comm": ctx.comm, "priority": job.priority,
-                            "status": profile.status, "submit_ns": profile.submit_ns, "start_ns": profile.start_ns,
-                            "end_ns": profile.end_ns, "signal_ns": profile.signal_ns, "cycles": profile.cycles,
-                            "device_time_ns": profile.device_time_ns, "tasks": len(profile.tasks)})
+        self._add({"type": "job", **base, "pid": ctx.pid, "comm": ctx.comm, "priority": job.priority,
+                   "status": profile.status, "submit_ns": profile.submit_ns, "start_ns": profile.start_ns,
+                   "end_ns": profile.end_ns, "signal_ns": profile.signal_ns, "cycles": profile.cycles,
+                   "device_time_ns": profile.device_time_ns, "tasks": len(profile.tasks)})
         for record in profile.tasks:
             task = tasks.TASK_TYPES.get(record.opcode)
-            self.events.append({"type": "task", **base, "index": record.index, "opcode": record.opcode,
-                                "name": task.name if task else f"op{record.opcode:#x}", "start_ns": record.start_ns,
-                                "end_ns": record.end_ns, "cycles": record.cycles})
-        self.events.append({"type": "fence", **base, "ts_ns": profile.signal_ns, "status": profile.status})
+            self._add({"type": "task", **base, "index": record.index, "opcode": record.opcode,
+                       "name": task.name if task else f"op{record.opcode:#x}", "start_ns": record.start_ns,
+                       "end_ns": record.end_ns, "cycles": record.cycles})
+        self._add({"type": "fence", **base, "ts_ns": profile.signal_ns, "status": profile.status})
 
     def interrupt(self, ts_ns: int) -> None:
-        self.events.append({"type": "irq", "ts_ns": ts_ns})
+        self._add({"type": "irq", "ts_ns": ts_ns})
 
     def render(self) -> str:
         """The events as JSON lines, oldest first (a header line says when recording began)."""
-        head = {"type": "trace", "recording": self.enabled, "started_ns": self.started_ns,
-                "clock": "CLOCK_MONOTONIC", "events": len(self.events)}
-        return "".join(json.dumps(event, separators=(",", ":")) + "\n" for event in (head, *self.events))
+        return self.snapshot().decode()
+
+    def snapshot(self) -> bytes:
+        """``render``'s text as bytes, one copy shared by every reader, made anew only when
+        something was recorded since (joining the rendered lines: a copy, no encoding)."""
+        changes, text = self._snapshot
+        if changes != self.changes:
+            head = {"type": "trace", "recording": self.enabled, "started_ns": self.started_ns,
+                    "clock": "CLOCK_MONOTONIC", "events": len(self.lines)}
+            text = json.dumps(head, separators=(",", ":")).encode() + b"\n" + b"".join(self.lines)
+            self._snapshot = (self.changes, text)
+        return text
 
 
 def collect(device: Device, retired: list[tuple[Job, Completion]]) -> None:
@@ -112,11 +136,20 @@ def collect(device: Device, retired: list[tuple[Job, Completion]]) -> None:
                              completion.cycles, completion.device_time_ns,
                              [r for r in mine if r.kind == ring.PROFILE_TASK], complete=bool(closing))
         if job.profile_wanted:
-            job.ctx.profiles[job.fence] = profile
-            while len(job.ctx.profiles) > PROFILES_KEPT:
-                job.ctx.profiles.popitem(last=False)
+            keep(job.ctx, profile)
         if device.trace.enabled:
             device.trace.job(job.ctx, job, profile)
+
+
+def keep(ctx: Context, profile: JobProfile) -> None:
+    """Keep ``profile`` for GET_PROFILE, forgetting the context's oldest ones beyond
+    PROFILES_KEPT jobs or PROFILE_TASKS_KEPT task records (a client's profiles are the
+    driver's memory: they stay bounded per context however many tasks its jobs have)."""
+    ctx.profiles[profile.fence] = profile
+    ctx.profile_tasks += len(profile.tasks)
+    while len(ctx.profiles) > PROFILES_KEPT or (ctx.profile_tasks > PROFILE_TASKS_KEPT and len(ctx.profiles) > 1):
+        _, gone = ctx.profiles.popitem(last=False)
+        ctx.profile_tasks -= len(gone.tasks)
 
 
 def fill_profile(ctx: Context, req, max_tasks: int) -> None:
@@ -126,7 +159,8 @@ def fill_profile(ctx: Context, req, max_tasks: int) -> None:
         if req.fence in ctx.pending:
             raise KmdError(errno.EBUSY, f"fence {req.fence} has not signalled yet")
         raise KmdError(errno.ENOENT, f"no profile of fence {req.fence}: submitted without NPU_SUBMIT_PROFILE, "
-                                     f"or older than the last {PROFILES_KEPT} profiled jobs")
+                                     f"or older than the last {PROFILES_KEPT} profiled jobs "
+                                     f"({PROFILE_TASKS_KEPT} task records)")
     if req.first > len(profile.tasks):
         raise KmdError(errno.EINVAL, f"first task {req.first} beyond the job's {len(profile.tasks)}")
     page = profile.tasks[req.first:req.first + max_tasks]

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 import pyfuse3
 
 from kmd_fuse import info as info_facts
-from kmd_fuse import owner, paths, recovery, uapi
+from kmd_fuse import owner, paths, profiling, recovery, uapi
 from kmd_fuse.context import Context
 from kmd_fuse.device import Device
 from kmd_fuse.errors import KmdError
@@ -55,6 +55,7 @@ class _NoContext:
 class _Handle:
     inode: int
     text: bytes | None = None
+    uid: int = 0
 
 
 def client_id(name: bytes) -> int | None:
@@ -145,6 +146,8 @@ class AttributeTree:
             if ctx is None:
                 return b""   # closed while open: reads see an empty file, like a removed sysfs attr
             return usage_stats.render(self.client_stats(ctx)).encode()
+        if self.names[inode] == "trace":
+            return self.device.trace.snapshot()      # shared by the readers, not a copy each
         return self.render_attr(self.names[inode]).encode()
 
     # ---- FUSE side ----
@@ -206,8 +209,11 @@ class AttributeTree:
             raise pyfuse3.FUSEError(errno.EACCES)   # the kernel checks the mode first; this is a backstop
         if name == "reset" and not writing:
             raise pyfuse3.FUSEError(errno.EACCES)
+        if name == "trace" and not writing and sum(
+                h.inode == inode and h.uid == uid for h in self.handles.values()) >= profiling.TRACE_READERS_PER_USER:
+            raise pyfuse3.FUSEError(errno.EMFILE)   # anyone may read it: each open handle holds a snapshot
         fh = next(self._fhs)
-        self.handles[fh] = _Handle(inode)
+        self.handles[fh] = _Handle(inode, uid=uid)
         return pyfuse3.FileInfo(fh=fh, direct_io=True, keep_cache=False)
 
     def read(self, fh: int, off: int, size: int) -> bytes:

@@ -34,15 +34,23 @@ def transpose_conv2d(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None, *, s
     if mult.size not in (1, cout) or sft.size != mult.size or np.any(sft < -31) or np.any(sft > 30):
         raise InvalidCommand("multiplier/shift must have 1 or Cout entries, shift in [-31, 30]")
     xf = x.astype(np.float64) - check_int8_param("input_zp", input_zp)
-    # (N, H, W, Cin) x (Cin, KH*KW*Cout): every tap of every input pixel at once.
-    taps = (xf.reshape(-1, cin) @ w.astype(np.float64).transpose(3, 1, 2, 0).reshape(cin, -1))
-    taps = taps.reshape(n, h, wd, kh, kw, cout)
-    full_h, full_w = max((h - 1) * sh + kh, pt + oh), max((wd - 1) * sw + kw, pl + ow)
-    acc = np.zeros((n, full_h, full_w, cout), np.float64)
+    wf = w.astype(np.float64)
+    # Only the output window receives anything: per filter tap, the input rows and
+    # columns that land inside it (so the working memory follows the output, whatever
+    # the stride, padding or filter size a descriptor names).
+    acc = np.zeros((n, oh, ow, cout), np.float64)
     for ky in range(kh):
+        rows = _landing(h, sh, ky - pt, oh)
+        if rows is None:
+            continue
         for kx in range(kw):
-            acc[:, ky:ky + (h - 1) * sh + 1:sh, kx:kx + (wd - 1) * sw + 1:sw] += taps[:, :, :, ky, kx]
-    total = wrap_int32(acc[:, pt:pt + oh, pl:pl + ow].astype(np.int64))
+            cols = _landing(wd, sw, kx - pl, ow)
+            if cols is None:
+                continue
+            (y0, y1, oy), (x0, x1, ox) = rows, cols
+            part = xf[:, y0:y1, x0:x1] @ wf[:, ky, kx].T
+            acc[:, oy:oy + (y1 - y0 - 1) * sh + 1:sh, ox:ox + (x1 - x0 - 1) * sw + 1:sw] += part
+    total = wrap_int32(acc.astype(np.int64))
     if bias is not None:
         total = wrap_int32(total + bias.astype(np.int64))
     raw = multiply_by_quantized_multiplier(total, mult, sft)
@@ -50,3 +58,13 @@ def transpose_conv2d(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None, *, s
         raise InvalidCommand(f"out must be int8 {(n, oh, ow, cout)}")
     return store_int8(raw, check_int8_param("output_zp", output_zp), check_int8_param("act_min", act_min),
                       check_int8_param("act_max", act_max), out)
+
+
+def _landing(size: int, stride: int, offset: int, out_size: int) -> tuple[int, int, int] | None:
+    """Input positions ``i`` in ``[first, end)`` whose ``i * stride + offset`` lies in
+    ``[0, out_size)``, and the first one's output position; None when there are none."""
+    first = max(0, -(offset // stride))              # ceil(-offset / stride)
+    end = min(size, (out_size - 1 - offset) // stride + 1) if out_size - 1 - offset >= 0 else 0
+    if first >= end:
+        return None
+    return first, end, first * stride + offset

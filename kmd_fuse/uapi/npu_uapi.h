@@ -233,7 +233,7 @@ struct npu_task_profile {
 
 /*
  * GET_PROFILE: the per-task timing of a finished job submitted with NPU_SUBMIT_PROFILE
- * (the driver keeps the last 256 of each context).  A job with more than
+ * (the driver keeps the last 256 of each context, 16384 task records at most).  A job with more than
  * NPU_MAX_PROFILE_TASKS tasks takes several calls: `first` pages through them.
  */
 struct npu_get_profile {

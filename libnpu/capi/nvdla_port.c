@@ -28,6 +28,7 @@
 #define SESSION_MAGIC 0x53414c44u   /* "DLAS" */
 #define DEVICE_MAGIC 0x44414c44u    /* "DLAD" */
 #define MEMORY_MAGIC 0x4d414c44u    /* "DLAM" */
+#define HANDOVER_MAX_FDS 8          /* room to receive (and close) what a lying peer attaches */
 
 struct memory {
     uint32_t magic;
@@ -123,6 +124,8 @@ static int request(struct device *dev, uint32_t cmd, void *payload, size_t size)
         memcpy(&hdr, frame, sizeof hdr);
         if (hdr.magic != NPU_FRAME_MAGIC || hdr.seq != dev->seq || hdr.cmd != cmd)
             return -EPROTO;         /* one request in flight per device: nothing else may come */
+        if (hdr.result > 0 || hdr.result <= -4096)
+            return -EPROTO;         /* a result is 0 or -errno: anything else is not the driver */
         if (hdr.size == size && (size_t)n == sizeof hdr + size)
             memcpy(payload, frame + sizeof hdr, size);
         else if (hdr.result == 0)
@@ -150,16 +153,19 @@ static int handover_connect(struct device *dev, const char *path)
 }
 
 /* One exchange on the hand-over socket: the buffer's descriptor, or -errno
- * (-EPIPE / -ECONNRESET when the driver dropped an idle connection). */
+ * (-EPIPE / -ECONNRESET when the driver dropped an idle connection). The peer is
+ * believed only for exactly one reply of the right size with exactly one descriptor:
+ * every descriptor that came is closed otherwise, and a result that is not a negative
+ * errno is a protocol error, never taken for a descriptor. */
 static int handover_once(struct device *dev, const struct npu_mem_map *map)
 {
     struct npu_handover_request req = { NPU_HANDOVER_MAGIC, 0, map->token };
     struct npu_handover_reply reply = { 0, 0, 0 };
-    union { struct cmsghdr align; char buf[CMSG_SPACE(sizeof(int))]; } control;
+    union { struct cmsghdr align; char buf[CMSG_SPACE(HANDOVER_MAX_FDS * sizeof(int))]; } control;
     struct iovec iov = { &reply, sizeof reply };
     struct msghdr msg = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = control.buf,
                           .msg_controllen = sizeof control.buf };
-    int received = -1;
+    int received = -1, count = 0;
 
     if (send(dev->handover, &req, sizeof req, MSG_NOSIGNAL) != (ssize_t)sizeof req)
         return -errno;
@@ -168,16 +174,29 @@ static int handover_once(struct device *dev, const struct npu_mem_map *map)
         return -ECONNRESET;
     if (n < 0)
         return -errno;
-    for (struct cmsghdr *c = CMSG_FIRSTHDR(&msg); c != NULL; c = CMSG_NXTHDR(&msg, c))
-        if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS)
-            memcpy(&received, CMSG_DATA(c), sizeof(int));
-    if (n != (ssize_t)sizeof reply || reply.magic != NPU_HANDOVER_MAGIC || reply.result != 0 ||
-        received < 0 || (msg.msg_flags & MSG_CTRUNC) || reply.size != map->size) {
-        if (received >= 0)
-            close(received);
-        return reply.result != 0 ? reply.result : -EPROTO;
+    for (struct cmsghdr *c = CMSG_FIRSTHDR(&msg); c != NULL; c = CMSG_NXTHDR(&msg, c)) {
+        if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS || c->cmsg_len < CMSG_LEN(0))
+            continue;
+        size_t fds = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+        for (size_t i = 0; i < fds; i++) {
+            int fd;
+            memcpy(&fd, CMSG_DATA(c) + i * sizeof(int), sizeof fd);
+            if (count++ == 0)
+                received = fd;
+            else
+                close(fd);
+        }
     }
-    return received;
+    if (n == (ssize_t)sizeof reply && !(msg.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) &&
+        reply.magic == NPU_HANDOVER_MAGIC && reply.result == 0 && count == 1 && reply.size == map->size)
+        return received;
+    if (received >= 0)
+        close(received);
+    if (n == (ssize_t)sizeof reply && reply.magic == NPU_HANDOVER_MAGIC && reply.result < 0 &&
+        reply.result > -4096 && count == 0)
+        return reply.result;
+    debug("hand-over: a malformed reply (%zd bytes, %d descriptors)", n, count);
+    return -EPROTO;
 }
 
 static int receive_buffer(struct device *dev, const struct npu_mem_map *map)
@@ -353,6 +372,8 @@ NvError NvDlaAllocMem(void *session, void *device, void **mem_handle, void **pDa
         err = request(d, NPU_CMD_MEM_MAP, &map, sizeof map);
         if (err == 0)
             map.socket_path[sizeof map.socket_path - 1] = '\0';
+        if (err == 0 && (map.size < size || map.size > SIZE_MAX / 2 || map.offset > SIZE_MAX / 2))
+            err = -EPROTO;          /* not the buffer just allocated: never map less than asked for */
     }
     void *cpu = MAP_FAILED;
     if (err == 0) {
