@@ -54,7 +54,8 @@ def _run(desc: np.void, dma, depthwise: bool) -> None:
         p.run((x, wt, bias, mult, shift, out), lambda: conv.depthwise_conv2d_bound(
             x, wt, bias, multiplier=mult, shift=shift, out=out, **kwargs))
     else:
-        conv.conv2d(x, wt, bias, multiplier=mult, shift=shift, out=out, **kwargs)
+        p.run((x, wt, bias, mult, shift, out), lambda: conv.conv2d_bound(
+            x, wt, bias, multiplier=mult, shift=shift, out=out, **kwargs))
 
 
 def _cost(desc: np.void) -> tuple[int, int]:

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from firmware_sim.kernels import native
-from firmware_sim.kernels.conv import depthwise_conv2d, depthwise_conv2d_bound
+from firmware_sim.kernels.conv import conv2d, depthwise_conv2d, depthwise_conv2d_bound
 from firmware_sim.kernels.fully_connected import fully_connected, fully_connected_bound
 from firmware_sim.spec.ops import PADDING_SAME, conv_geometry
 from tests.support.quant_utils import random_int8
@@ -35,6 +35,38 @@ def random_requant(rng: np.random.Generator, n: int) -> tuple[np.ndarray, np.nda
     if rng.random() < 0.2:
         shift = rng.integers(0, 8, size=size).astype(np.int32)
     return mult, shift
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_conv_native_equals_numpy(seed: int) -> None:
+    """oneDNN's GEMM with the requantization in C against the numpy path: 1x1 (direct and
+    strided), 3x3, dilated, grouped, batches; biases up to the size where a sum could wrap
+    int32 (the C path then declines and numpy runs, so both still agree)."""
+    assert native.has_dnnl(), f"oneDNN convolution missing: {native.dnnl_missing()}"
+    rng = np.random.default_rng(9000 + seed)
+    for _ in range(8):
+        n, h, w = int(rng.integers(1, 3)), int(rng.integers(1, 24)), int(rng.integers(1, 24))
+        groups = 1 if rng.random() < 0.7 else int(rng.choice([2, 3, 4]))
+        cin_g, cout_g = int(rng.integers(1, 40)), int(rng.integers(1, 24))
+        kh, kw = (1, 1) if rng.random() < 0.4 else (int(rng.integers(1, 6)), int(rng.integers(1, 6)))
+        stride = (int(rng.integers(1, 3)), int(rng.integers(1, 3)))
+        dilation = (1, 1) if rng.random() < 0.7 else (int(rng.integers(1, 3)), int(rng.integers(1, 3)))
+        oh, pt = conv_geometry(h, kh, stride[0], dilation[0], PADDING_SAME)
+        ow, pl = conv_geometry(w, kw, stride[1], dilation[1], PADDING_SAME)
+        if rng.random() < 0.3:
+            oh, ow, pt, pl = (h - 1) // stride[0] + 1, (w - 1) // stride[1] + 1, 0, 0
+            kh = kw = 1
+        cout = cout_g * groups
+        x = random_int8(rng, (n, h, w, cin_g * groups))
+        wt = random_int8(rng, (cout, kh, kw, cin_g))
+        limit = 1 << int(rng.choice([20, 31]))
+        bias = rng.integers(-limit, limit, size=cout, dtype=np.int64).astype(np.int32)
+        mult, shift = random_requant(rng, cout)
+        kw_args = dict(stride=stride, dilation=dilation, padding=(pt, pl), out_hw=(oh, ow),
+                       input_zp=int(rng.integers(-128, 128)), output_zp=int(rng.integers(-128, 128)),
+                       multiplier=mult, shift=shift, act_min=-128, act_max=int(rng.integers(0, 128)))
+        fast, slow = both(conv2d, x, wt, bias if rng.random() < 0.8 else None, **kw_args)
+        np.testing.assert_array_equal(fast, slow)
 
 
 @pytest.mark.parametrize("seed", range(12))
@@ -157,6 +189,30 @@ def test_turned_off_by_environment() -> None:
     done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
                           text=True, check=True)
     assert done.stdout.strip() == "True"
+
+
+def test_without_onednn_convolutions_take_the_numpy_path(tmp_path) -> None:
+    """A library built without oneDNN (as on a machine without libdnnl-dev) is a separate
+    cache entry, says why, and its convolutions still give the same bytes (numpy path)."""
+    env = {**os.environ, "NPU_CACHE_DIR": str(tmp_path), "NPU_NATIVE_DNNL": "0"}
+    code = ("import numpy as np\n"
+            "from firmware_sim.kernels import native\n"
+            "from firmware_sim.kernels.conv import conv2d\n"
+            "rng = np.random.default_rng(3)\n"
+            "x = rng.integers(-128, 128, (1, 5, 5, 3), dtype=np.int8)\n"
+            "w = rng.integers(-128, 128, (4, 3, 3, 3), dtype=np.int8)\n"
+            "y = conv2d(x, w, None, stride=(1, 1), dilation=(1, 1), padding=(1, 1), out_hw=(5, 5),\n"
+            "           input_zp=3, output_zp=-2, multiplier=np.array([1 << 30], np.int32),\n"
+            "           shift=np.array([-8], np.int32))\n"
+            "print(native.has_dnnl(), native.dnnl_missing(), y.tobytes().hex())\n")
+    without = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                             text=True, check=True).stdout.split()
+    assert without[:2] == ["False", "NPU_NATIVE_DNNL=0"]
+    env["NPU_NATIVE_DNNL"] = "1"
+    with_dnnl = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                               text=True, check=True).stdout.split()
+    assert with_dnnl[:2] == ["True", "None"] and with_dnnl[2] == without[2]
+    assert len(list((tmp_path / "native").iterdir())) == 2
 
 
 def test_bound_calls_rerun_on_the_arrays_current_contents() -> None:

@@ -7,8 +7,8 @@ from ...errors import InvalidCommand
 from ..fixedpoint import INT32_MAX, INT32_MIN
 from . import ffi, library
 
-__all__ = ["BoundCall", "bind_depthwise", "bind_fully_connected", "depthwise_s8",
-           "fully_connected_s8", "quant_arrays"]
+__all__ = ["BoundCall", "bind_depthwise", "bind_fully_connected", "conv_s8",
+           "depthwise_s8", "fully_connected_s8", "quant_arrays"]
 
 # C array types resolved once (parsing the type string costs a microsecond per pointer).
 _CTYPES = {np.dtype(np.int8): ffi.typeof("int8_t[]"), np.dtype(np.int32): ffi.typeof("int32_t[]"),
@@ -45,6 +45,8 @@ def quant_arrays(multiplier: np.ndarray, shift: np.ndarray) -> tuple[np.ndarray,
 def _check_status(status: int) -> None:
     if status == library().NPU_KERNEL_BAD_SHIFT:     # the C kernels' own check of the shift operands
         raise InvalidCommand("requantization shift must be in [-31, 30]")
+    if status == library().NPU_KERNEL_DNNL_FAILED:
+        raise RuntimeError("oneDNN's int8 GEMM failed")
     if status != 0:
         raise MemoryError("native kernel could not allocate its scratch memory")
 
@@ -154,3 +156,32 @@ def bind_fully_connected(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None,
         return None
     args = _fc_args(arrays, input_zp, output_zp, act_min, act_max, out)
     return BoundCall(library().npu_fully_connected_s8, args, operands + (out,))
+
+
+def _conv_args(arrays: tuple, groups: int, stride: tuple[int, int], dilation: tuple[int, int],
+               padding: tuple[int, int], out_hw: tuple[int, int], input_zp: int, output_zp: int,
+               act_min: int, act_max: int, out: np.ndarray) -> tuple:
+    x, w, bias, mult, sh = arrays
+    n, h, wd, cin = x.shape
+    cout, kh, kw, _ = w.shape
+    return (_ptr(x), n, h, wd, cin, _ptr(w), cout, kh, kw, groups,
+            _opt_ptr(bias), stride[0], stride[1], dilation[0], dilation[1],
+            padding[0], padding[1], out_hw[0], out_hw[1], -input_zp, output_zp,
+            _ptr(mult), _ptr(sh), int(mult.size > 1), act_min, act_max, _out_ptr(out))
+
+
+def conv_s8(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None, groups: int,
+            stride: tuple[int, int], dilation: tuple[int, int], padding: tuple[int, int],
+            out_hw: tuple[int, int], input_zp: int, output_zp: int,
+            multiplier: np.ndarray, shift: np.ndarray, act_min: int, act_max: int,
+            out: np.ndarray) -> BoundCall | None:
+    """Convolution into ``out`` (C-contiguous int8 (N, OH, OW, Cout)) through oneDNN
+    (only when ``native.has_dnnl()``); returns the call bound for reruns, or None if an
+    operand had to be copied."""
+    operands = (x, w, bias, multiplier, shift)
+    arrays = _depthwise_arrays(*operands)
+    fn = library().npu_conv_s8
+    args = _conv_args(arrays, groups, stride, dilation, padding, out_hw, input_zp, output_zp,
+                      act_min, act_max, out)
+    _check_status(fn(*args))
+    return BoundCall(fn, args, operands + (out,)) if _bindable(operands, arrays, out) else None

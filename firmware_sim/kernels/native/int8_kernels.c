@@ -26,8 +26,10 @@ struct requant {
     int32_t *mult, *left, *right;
 };
 
-static int requant_init(struct requant *q, const int32_t *mult, const int32_t *shift,
-                        int32_t per_channel, int32_t n)
+/* The constants of `channels` channels repeated to fill n entries (n a multiple of
+   channels), so one requant_store call covers several output pixels of few channels. */
+static int requant_init_tiled(struct requant *q, const int32_t *mult, const int32_t *shift,
+                              int32_t per_channel, int32_t n, int32_t channels)
 {
     q->mult = malloc(sizeof(int32_t) * (size_t)n * 3);
     if (!q->mult)
@@ -35,7 +37,7 @@ static int requant_init(struct requant *q, const int32_t *mult, const int32_t *s
     q->left = q->mult + n;
     q->right = q->mult + 2 * (size_t)n;
     for (int32_t c = 0; c < n; c++) {
-        int32_t i = per_channel ? c : 0;
+        int32_t i = per_channel ? c % channels : 0;
         if (shift[i] < -31 || shift[i] > 30) {
             free(q->mult);
             return NPU_KERNEL_BAD_SHIFT;
@@ -47,22 +49,31 @@ static int requant_init(struct requant *q, const int32_t *mult, const int32_t *s
     return 0;
 }
 
+static int requant_init(struct requant *q, const int32_t *mult, const int32_t *shift,
+                        int32_t per_channel, int32_t n)
+{
+    return requant_init_tiled(q, mult, shift, per_channel, n, n);
+}
+
 /*
  * MultiplyByQuantizedMultiplier + output offset + clamp over n channels, written without
  * branches or divisions so the compiler vectorizes it. gemmlowp's
  * (ab + nudge) / 2**31 (truncating, nudge = ab >= 0 ? 2**30 : 1 - 2**30) equals
  * floor((ab + 2**30) / 2**31) for every ab, which is an arithmetic shift.
  */
-static void requant_store(const int32_t *acc, int32_t n, const struct requant *q,
-                          int32_t output_offset, int32_t act_min, int32_t act_max, int8_t *out)
+static void requant_store(const int32_t *restrict acc, int32_t n, const struct requant *q,
+                          int32_t output_offset, int32_t act_min, int32_t act_max,
+                          int8_t *restrict out)
 {
+    /* restrict: an int8 store may alias anything, which would stop vectorization. */
+    const int32_t *restrict mult = q->mult, *restrict left = q->left, *restrict right = q->right;
     for (int32_t c = 0; c < n; c++) {
-        int32_t x = (int32_t)((uint32_t)acc[c] << q->left[c]);
-        int32_t m = q->mult[c];
+        int32_t x = (int32_t)((uint32_t)acc[c] << left[c]);
+        int32_t m = mult[c];
         int64_t ab = (int64_t)x * (int64_t)m;
         int32_t high = (int32_t)((ab + (INT64_C(1) << 30)) >> 31);
         high = (x == INT32_MIN && m == INT32_MIN) ? INT32_MAX : high;
-        int32_t e = q->right[c];
+        int32_t e = right[c];
         int32_t mask = (int32_t)((UINT32_C(1) << e) - 1);
         int32_t threshold = (mask >> 1) + (high < 0);
         int32_t v = (high >> e) + ((high & mask) > threshold) + output_offset;
@@ -269,3 +280,148 @@ int npu_fully_connected_s8(const int8_t *x, int32_t rows, int32_t k,
     free(shifted);
     return 0;
 }
+
+/*
+ * Convolution, NHWC, grouped: im2col into int8 rows, one oneDNN int8 GEMM per group with
+ * exact int32 accumulation (dnnl_gemm_s8s8s32 subtracts the input zero point itself, so
+ * padding is filled with the zero point and contributes nothing), then bias and the
+ * gemmlowp requantization in the store loop. x (n, h, w, cin); filter (cout, kh, kw,
+ * cin / groups); bias (cout) or NULL; mult/shift as npu_depthwise_s8. The caller makes
+ * sure no sum can leave int32 (where TFLite would wrap). Returns 0 or an NPU_KERNEL_* code.
+ */
+#ifdef NPU_HAVE_DNNL
+#include <string.h>
+#include <oneapi/dnnl/dnnl.h>
+
+/* oneDNN's OpenMP runtime must stay on this thread: a simulated core is one process on a
+   shared 2-vCPU machine, where waking a thread pool costs more than the small GEMMs. */
+extern void omp_set_num_threads(int) __attribute__((weak));
+
+int npu_have_dnnl(void) { return 1; }
+
+/* Rows of im2col per GEMM: keeps the int8 rows and int32 results in L2. */
+#define CONV_BLOCK_BYTES (256 * 1024)
+
+static void im2col_rows(const int8_t *x, int32_t h, int32_t w, int32_t cin, int32_t g,
+                        int32_t cin_g, int32_t kh, int32_t kw, int32_t stride_h,
+                        int32_t stride_w, int32_t dil_h, int32_t dil_w, int32_t pad_top,
+                        int32_t pad_left, int32_t out_w, int64_t p0, int64_t p1,
+                        int8_t pad_value, int8_t *cols)
+{
+    const int64_t k = (int64_t)kh * kw * cin_g;
+    for (int64_t p = p0; p < p1; p++) {
+        int32_t oy = (int32_t)(p / out_w), ox = (int32_t)(p % out_w);
+        int8_t *row = cols + (p - p0) * k;
+        const int32_t ix0 = ox * stride_w - pad_left;
+        /* The taps of a filter row are one contiguous run of the input row when every
+           channel is read and the row lies inside the image: one copy. */
+        const int whole_rows = cin_g == cin && dil_w == 1 && ix0 >= 0 && ix0 + kw <= w;
+        for (int32_t fy = 0; fy < kh; fy++) {
+            int32_t iy = oy * stride_h - pad_top + fy * dil_h;
+            if (whole_rows && iy >= 0 && iy < h) {
+                memcpy(row + (int64_t)fy * kw * cin, x + ((int64_t)iy * w + ix0) * cin,
+                       (size_t)kw * cin);
+                continue;
+            }
+            for (int32_t fx = 0; fx < kw; fx++) {
+                int32_t ix = ox * stride_w - pad_left + fx * dil_w;
+                int8_t *dst = row + ((int64_t)fy * kw + fx) * cin_g;
+                if (iy < 0 || iy >= h || ix < 0 || ix >= w)
+                    memset(dst, pad_value, (size_t)cin_g);
+                else
+                    memcpy(dst, x + ((int64_t)iy * w + ix) * cin + (int64_t)g * cin_g,
+                           (size_t)cin_g);
+            }
+        }
+    }
+}
+
+int npu_conv_s8(const int8_t *x, int32_t n, int32_t h, int32_t w, int32_t cin,
+                const int8_t *filter, int32_t cout, int32_t kh, int32_t kw, int32_t groups,
+                const int32_t *bias,
+                int32_t stride_h, int32_t stride_w, int32_t dil_h, int32_t dil_w,
+                int32_t pad_top, int32_t pad_left, int32_t out_h, int32_t out_w,
+                int32_t input_offset, int32_t output_offset,
+                const int32_t *mult, const int32_t *shift, int32_t per_channel,
+                int32_t act_min, int32_t act_max, int8_t *out)
+{
+    static int single_threaded;
+    if (!single_threaded && omp_set_num_threads) {
+        omp_set_num_threads(1);
+        single_threaded = 1;
+    }
+    const int32_t cin_g = cin / groups, cout_g = cout / groups;
+    const int64_t k = (int64_t)kh * kw * cin_g, pixels = (int64_t)out_h * out_w;
+    /* A 1x1 ungrouped filter reading every pixel in order is a GEMM on the input itself. */
+    const int direct = kh == 1 && kw == 1 && groups == 1 && stride_h == 1 && stride_w == 1 &&
+                       pad_top == 0 && pad_left == 0 && out_h == h && out_w == w;
+    /* Pixels per requantization call: at least 64 values, so its loop vectorizes. */
+    const int32_t per_store = cout >= 64 ? 1 : (64 + cout - 1) / cout;
+    int64_t block = CONV_BLOCK_BYTES / (k + 4 * (int64_t)cout);
+    block = block < per_store ? per_store : block > pixels ? pixels : block;
+    struct requant q;
+    int status = requant_init_tiled(&q, mult, shift, per_channel, per_store * cout, cout);
+    if (status != 0)
+        return status;
+    int8_t *cols = direct ? NULL : malloc((size_t)(block * k));
+    int32_t *acc = malloc(sizeof(int32_t) * (size_t)(block * cout));
+    if ((!direct && !cols) || !acc) {
+        free(q.mult);
+        free(cols);
+        free(acc);
+        return NPU_KERNEL_NO_MEMORY;
+    }
+    const int8_t ao = (int8_t)(-input_offset);
+    const int32_t no_offset = 0;
+    for (int32_t b = 0; b < n && status == 0; b++) {
+        const int8_t *image = x + (int64_t)b * h * w * cin;
+        for (int64_t p0 = 0; p0 < pixels && status == 0; p0 += block) {
+            int64_t p1 = p0 + block < pixels ? p0 + block : pixels, rows = p1 - p0;
+            for (int32_t g = 0; g < groups; g++) {
+                const int8_t *a = image + p0 * cin;
+                if (!direct) {
+                    im2col_rows(image, h, w, cin, g, cin_g, kh, kw, stride_h, stride_w, dil_h,
+                                dil_w, pad_top, pad_left, out_w, p0, p1, ao, cols);
+                    a = cols;
+                }
+                if (dnnl_gemm_s8s8s32('N', 'T', 'F', rows, cout_g, k, 1.0f, a, k, ao,
+                                      filter + (int64_t)g * cout_g * k, k, 0, 0.0f,
+                                      acc + (int64_t)g * cout_g, cout, &no_offset)
+                        != dnnl_success) {
+                    status = NPU_KERNEL_DNNL_FAILED;
+                    break;
+                }
+            }
+            if (status != 0)
+                break;
+            if (bias)
+                for (int64_t r = 0; r < rows; r++)
+                    for (int32_t c = 0; c < cout; c++)
+                        acc[r * cout + c] = (int32_t)((uint32_t)acc[r * cout + c] + (uint32_t)bias[c]);
+            for (int64_t r = 0; r < rows; r += per_store) {
+                int64_t count = rows - r < per_store ? rows - r : per_store;
+                requant_store(acc + r * cout, (int32_t)(count * cout), &q, output_offset, act_min,
+                              act_max, out + ((int64_t)b * pixels + p0 + r) * cout);
+            }
+        }
+    }
+    free(q.mult);
+    free(cols);
+    free(acc);
+    return status;
+}
+#else
+int npu_have_dnnl(void) { return 0; }
+
+int npu_conv_s8(const int8_t *x, int32_t n, int32_t h, int32_t w, int32_t cin,
+                const int8_t *filter, int32_t cout, int32_t kh, int32_t kw, int32_t groups,
+                const int32_t *bias,
+                int32_t stride_h, int32_t stride_w, int32_t dil_h, int32_t dil_w,
+                int32_t pad_top, int32_t pad_left, int32_t out_h, int32_t out_w,
+                int32_t input_offset, int32_t output_offset,
+                const int32_t *mult, const int32_t *shift, int32_t per_channel,
+                int32_t act_min, int32_t act_max, int8_t *out)
+{
+    return NPU_KERNEL_NO_DNNL;
+}
+#endif

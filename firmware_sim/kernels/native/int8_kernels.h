@@ -7,6 +7,8 @@
 /* Return codes (0 is success). */
 #define NPU_KERNEL_NO_MEMORY -1
 #define NPU_KERNEL_BAD_SHIFT -2
+#define NPU_KERNEL_NO_DNNL -3
+#define NPU_KERNEL_DNNL_FAILED -4
 
 int npu_depthwise_s8(const int8_t *x, int32_t n, int32_t h, int32_t w, int32_t cin,
                      const int8_t *filter, int32_t kh, int32_t kw, int32_t dm,
@@ -23,3 +25,15 @@ int npu_fully_connected_s8(const int8_t *x, int32_t rows, int32_t k,
                            const int32_t *mult, const int32_t *shift, const double *scale,
                            int32_t per_channel, int32_t act_min, int32_t act_max,
                            int8_t *out);
+
+/* 1 when the library was built with oneDNN (npu_conv_s8 available), else 0. */
+int npu_have_dnnl(void);
+
+int npu_conv_s8(const int8_t *x, int32_t n, int32_t h, int32_t w, int32_t cin,
+                const int8_t *filter, int32_t cout, int32_t kh, int32_t kw, int32_t groups,
+                const int32_t *bias,
+                int32_t stride_h, int32_t stride_w, int32_t dil_h, int32_t dil_w,
+                int32_t pad_top, int32_t pad_left, int32_t out_h, int32_t out_w,
+                int32_t input_offset, int32_t output_offset,
+                const int32_t *mult, const int32_t *shift, int32_t per_channel,
+                int32_t act_min, int32_t act_max, int8_t *out);
