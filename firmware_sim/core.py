@@ -109,7 +109,7 @@ class Core:
                 time.sleep(1)
         self.dma.inject_bus_error = bool(faults & regs.FAULT_DMA_ERROR)
         result = run_job(self.dma, asid, cmd_iova, cmd_size, self.profile,
-                         inject_internal_error=bool(faults & regs.FAULT_INTERNAL))
+                         inject_internal_error=bool(faults & regs.FAULT_INTERNAL), replay=not faults)
         if faults & regs.FAULT_BIT_FLIP and result.status == 0:
             self.dma.flip_last_written_bit()
         return result

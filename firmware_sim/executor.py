@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from firmware_sim import units
+from firmware_sim import job_plans, units
 from firmware_sim.dma import DmaEngine, IommuFault
 from firmware_sim.errors import InvalidCommand, JobFailure
 from firmware_sim.spec import tasks
@@ -37,7 +37,7 @@ def _dma_copy(desc: np.void, dma: DmaEngine) -> None:
     dma.write(int(desc["dst"]), length)[:] = src
 
 
-Handler = Callable[[np.void, DmaEngine], None]
+Handler = Callable[[np.void, DmaEngine], "Callable[[], None] | None"]
 
 HANDLERS: dict[int, Handler] = {
     tasks.OP_NOP: _nop,
@@ -56,11 +56,13 @@ class JobResult:
 
 
 def run_job(dma: DmaEngine, asid: int, cmd_iova: int, cmd_size: int, profile: HardwareProfile,
-            inject_internal_error: bool = False) -> JobResult:
+            inject_internal_error: bool = False, replay: bool = True) -> JobResult:
     """Execute a job's command buffer; never raises (short of the process dying).
 
-    ``inject_internal_error`` (fault injection) makes the job meet an unexpected
-    exception, as a bug in a kernel would."""
+    A command buffer run before (same ASID, address and bytes, no invalidation since)
+    replays its job plan (``job_plans``) unless ``replay`` is False (fault injection
+    needs every access made). ``inject_internal_error`` (fault injection) makes the job
+    meet an unexpected exception, as a bug in a kernel would."""
     result = JobResult()
     if cmd_size == 0 and not inject_internal_error:
         return result
@@ -70,15 +72,28 @@ def run_job(dma: DmaEngine, asid: int, cmd_iova: int, cmd_size: int, profile: Ha
             raise RuntimeError("injected internal error (FAULT_INTERNAL)")
         dma.bind(asid)
         command_buffer = dma.read(cmd_iova, cmd_size).copy()  # the chip fetches descriptors once
-        for _, task, desc in tasks.decode_tasks(command_buffer):
-            moved_before = dma.bytes_moved
-            handler = HANDLERS.get(task.opcode)
-            if handler is None:
-                raise DescriptorError(f"no compute unit for {task.name}")
-            handler(desc, dma)
-            dma.commit()
-            result.cycles += task_cycles(profile, task, desc, dma.bytes_moved - moved_before)
-            index += 1
+        plan = job_plans.lookup(asid, cmd_iova, command_buffer) if replay else None
+        if plan is not None:
+            for index, step in plan.steps:   # noqa: B007 (a failing step's index is reported)
+                step()
+            index, result.cycles = plan.tasks, plan.cycles
+        else:
+            steps = []
+            for _, task, desc in tasks.decode_tasks(command_buffer):
+                moved_before, copies_before = dma.bytes_moved, dma.copies
+                handler = HANDLERS.get(task.opcode)
+                if handler is None:
+                    raise DescriptorError(f"no compute unit for {task.name}")
+                rerun = handler(desc, dma)
+                dma.commit()
+                result.cycles += task_cycles(profile, task, desc, dma.bytes_moved - moved_before)
+                if task.opcode != tasks.OP_NOP:
+                    steps.append((index, rerun if rerun is not None and dma.copies == copies_before
+                                  else job_plans.generic_step(handler, desc, dma)))
+                index += 1
+            if replay:
+                job_plans.store(asid, cmd_iova, job_plans.JobPlan(
+                    command_buffer.tobytes(), steps, index, result.cycles))
         result.task_index = index
     except IommuFault as fault:
         result.status, result.fault_iova, result.task_index = -fault.errno, fault.iova, index

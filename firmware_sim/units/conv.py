@@ -6,7 +6,7 @@ import numpy as np
 from firmware_sim.kernels import conv
 from firmware_sim.spec import ops
 
-from .common import OpDescriptorError, dims, frozen, plan, unit
+from .common import OpDescriptorError, Rerun, dims, frozen, plan, unit
 
 
 def _parse(desc: np.void, depthwise: bool) -> tuple:
@@ -38,7 +38,7 @@ def _parse(desc: np.void, depthwise: bool) -> tuple:
             kwargs)
 
 
-def _run(desc: np.void, dma, depthwise: bool) -> None:
+def _run(desc: np.void, dma, depthwise: bool) -> Rerun | None:
     p = plan("dw" if depthwise else "conv", desc, lambda d: _parse(d, depthwise))
     (x_at, w_at, bias_at, cout, per_channel, quant, out_at, kwargs) = p.fields
     x = dma.read_array(x_at[0], np.int8, x_at[1])
@@ -51,11 +51,10 @@ def _run(desc: np.void, dma, depthwise: bool) -> None:
         mult, shift = quant
     out = dma.write_array(out_at[0], np.int8, out_at[1])
     if depthwise:
-        p.run((x, wt, bias, mult, shift, out), lambda: conv.depthwise_conv2d_bound(
+        return p.run((x, wt, bias, mult, shift, out), lambda: conv.depthwise_conv2d_bound(
             x, wt, bias, multiplier=mult, shift=shift, out=out, **kwargs))
-    else:
-        p.run((x, wt, bias, mult, shift, out), lambda: conv.conv2d_bound(
-            x, wt, bias, multiplier=mult, shift=shift, out=out, **kwargs))
+    return p.run((x, wt, bias, mult, shift, out), lambda: conv.conv2d_bound(
+        x, wt, bias, multiplier=mult, shift=shift, out=out, **kwargs))
 
 
 def _cost(desc: np.void) -> tuple[int, int]:
@@ -72,10 +71,10 @@ def _cost(desc: np.void) -> tuple[int, int]:
 
 
 @unit(ops.OP_CONV_2D, _cost)
-def conv_2d(desc: np.void, dma) -> None:
-    _run(desc, dma, depthwise=False)
+def conv_2d(desc: np.void, dma) -> Rerun | None:
+    return _run(desc, dma, depthwise=False)
 
 
 @unit(ops.OP_DEPTHWISE_CONV_2D, _cost)
-def depthwise_conv_2d(desc: np.void, dma) -> None:
-    _run(desc, dma, depthwise=True)
+def depthwise_conv_2d(desc: np.void, dma) -> Rerun | None:
+    return _run(desc, dma, depthwise=True)

@@ -6,7 +6,7 @@ import numpy as np
 from firmware_sim.kernels import fully_connected as fc
 from firmware_sim.spec import tasks
 
-from .common import dims, frozen, plan, unit
+from .common import Rerun, dims, frozen, plan, unit
 
 
 def _parse(desc: np.void) -> tuple:
@@ -40,7 +40,7 @@ def _cost(desc: np.void) -> tuple[int, int]:
 
 
 @unit(tasks.OP_FULLY_CONNECTED, _cost)
-def fully_connected(desc: np.void, dma) -> None:
+def fully_connected(desc: np.void, dma) -> Rerun | None:
     p = plan("fc", desc, _parse)
     x_at, w_at, bias_at, per_channel, quant, out_at, kwargs = p.fields
     n = w_at[1][0]
@@ -54,5 +54,5 @@ def fully_connected(desc: np.void, dma) -> None:
     x = dma.read_array(x_at[0], np.int8, x_at[1])
     w = dma.read_array(w_at[0], np.int8, w_at[1])
     out = dma.write_array(out_at[0], np.int8, out_at[1])
-    p.run((x, w, bias, mult, shift, scale, out), lambda: fc.fully_connected_bound(
+    return p.run((x, w, bias, mult, shift, scale, out), lambda: fc.fully_connected_bound(
         x, w, bias, multiplier=mult, shift=shift, scale=scale, out=out, **kwargs))
