@@ -9,7 +9,7 @@ import numpy as np
 from firmware_sim.kernels import elementwise
 from firmware_sim.spec import ops
 
-from .common import OpDescriptorError, count, plan, prod, ranked, unit
+from .common import OpDescriptorError, Rerun, count, plan, prod, ranked, unit
 
 
 def _parse_binary(desc: np.void, params: tuple[str, ...]) -> tuple:
@@ -29,10 +29,11 @@ _ADD_PARAMS = ("input1_zp", "input2_zp", "output_zp", "left_shift", "input1_mult
 _MUL_PARAMS = ("input1_zp", "input2_zp", "output_zp", "multiplier", "shift", "act_min", "act_max")
 
 
-def _binary(desc: np.void, dma, kind: str, params: tuple[str, ...], fn) -> None:
+def _binary(desc: np.void, dma, kind: str, params: tuple[str, ...]) -> Rerun | None:
     a_at, b_at, out_at, kwargs = plan(kind, desc, lambda d: _parse_binary(d, params)).fields
-    fn(dma.read_array(a_at[0], np.int8, a_at[1]), dma.read_array(b_at[0], np.int8, b_at[1]),
-       out=dma.write_array(out_at[0], np.int8, out_at[1]), **kwargs)
+    return elementwise.binary_bound(
+        kind, dma.read_array(a_at[0], np.int8, a_at[1]), dma.read_array(b_at[0], np.int8, b_at[1]),
+        out=dma.write_array(out_at[0], np.int8, out_at[1]), **kwargs)
 
 
 def _binary_cost(desc: np.void) -> tuple[int, int]:
@@ -43,13 +44,13 @@ def _binary_cost(desc: np.void) -> tuple[int, int]:
 
 
 @unit(ops.OP_ADD, _binary_cost)
-def add(desc: np.void, dma) -> None:
-    _binary(desc, dma, "add", _ADD_PARAMS, elementwise.add)
+def add(desc: np.void, dma) -> Rerun | None:
+    return _binary(desc, dma, "add", _ADD_PARAMS)
 
 
 @unit(ops.OP_MUL, _binary_cost)
-def mul(desc: np.void, dma) -> None:
-    _binary(desc, dma, "mul", _MUL_PARAMS, elementwise.mul)
+def mul(desc: np.void, dma) -> Rerun | None:
+    return _binary(desc, dma, "mul", _MUL_PARAMS)
 
 
 def flat_cost(in_bytes: int, out_bytes: int, extra: int = 0) -> Callable[[np.void], tuple[int, int]]:

@@ -253,3 +253,27 @@ def test_bound_calls_rerun_on_the_arrays_current_contents() -> None:
     with native.enabled(False):                         # the numpy path binds nothing
         assert fully_connected_bound(x, w, bias, multiplier=mult, shift=shift, out=out,
                                      **kw_args) is None
+
+
+def test_add_and_mul_reruns_through_their_table_in_c() -> None:
+    """The rerun of an ADD / MUL (its 64K table looked up in C) gives the numpy kernel's
+    bytes for the operands' new contents."""
+    from firmware_sim.kernels import elementwise
+    rng = np.random.default_rng(21)
+    params = {"add": dict(input1_zp=3, input2_zp=-7, output_zp=1, left_shift=20,
+                          input1_multiplier=1 << 30, input1_shift=-1, input2_multiplier=1_500_000_000,
+                          input2_shift=-2, output_multiplier=1_800_000_000, output_shift=-18,
+                          act_min=-100, act_max=127),
+              "mul": dict(input1_zp=3, input2_zp=-7, output_zp=1, multiplier=1_300_000_000, shift=-9,
+                          act_min=-128, act_max=127)}
+    for kind, kw in params.items():
+        a, b = random_int8(rng, (1, 9, 9, 16)), random_int8(rng, (1, 9, 9, 16))
+        out = np.empty_like(a)
+        rerun = elementwise.binary_bound(kind, a, b, out=out, **kw)     # first use: no table yet
+        rerun = rerun or elementwise.binary_bound(kind, a, b, out=out, **kw)
+        assert rerun is not None
+        for _ in range(3):
+            a[...], b[...] = random_int8(rng, a.shape), random_int8(rng, b.shape)
+            rerun()
+            with native.enabled(False):
+                np.testing.assert_array_equal(out, getattr(elementwise, kind)(a, b, **kw))

@@ -7,7 +7,7 @@ from ...errors import InvalidCommand
 from ..fixedpoint import INT32_MAX, INT32_MIN
 from . import ffi, library
 
-__all__ = ["BoundCall", "bind_depthwise", "bind_fully_connected", "conv_s8",
+__all__ = ["BoundCall", "bind_table2", "bind_depthwise", "bind_fully_connected", "conv_s8",
            "depthwise_s8", "fully_connected_s8", "quant_arrays"]
 
 # C array types resolved once (parsing the type string costs a microsecond per pointer).
@@ -67,7 +67,9 @@ class BoundCall:
         return all(a is b for a, b in zip(operands, self.operands)) and len(operands) == len(self.operands)
 
     def __call__(self) -> None:
-        _check_status(self._fn(*self._args))
+        status = self._fn(*self._args)
+        if status:
+            _check_status(status)
 
 
 def _bindable(operands: tuple, converted: tuple, out: np.ndarray) -> bool:
@@ -185,3 +187,14 @@ def conv_s8(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None, groups: int,
                       act_min, act_max, out)
     _check_status(fn(*args))
     return BoundCall(fn, args, operands + (out,)) if _bindable(operands, arrays, out) else None
+
+
+def bind_table2(a: np.ndarray, b: np.ndarray, table: np.ndarray, out: np.ndarray) -> BoundCall | None:
+    """``out = table[a << 8 | b]`` elementwise, as a call for reruns; None unless all four
+    are C-contiguous int8 with a, b and out of one shape (no broadcasting)."""
+    arrays = (a, b, table, out)
+    if (a.shape != b.shape or a.shape != out.shape or table.size != 1 << 16
+            or any(x.dtype != np.int8 or not x.flags.c_contiguous for x in arrays)):
+        return None
+    args = (_ptr(a), _ptr(b), a.size, _ptr(table), _out_ptr(out))
+    return BoundCall(library().npu_table2_s8, args, arrays)

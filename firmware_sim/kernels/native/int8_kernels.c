@@ -281,6 +281,13 @@ int npu_fully_connected_s8(const int8_t *x, int32_t rows, int32_t k,
     return 0;
 }
 
+void npu_table2_s8(const int8_t *restrict a, const int8_t *restrict b, int64_t n,
+                   const int8_t *restrict table, int8_t *restrict out)
+{
+    for (int64_t i = 0; i < n; i++)
+        out[i] = table[(uint16_t)((uint8_t)a[i] << 8 | (uint8_t)b[i])];
+}
+
 /*
  * Convolution, NHWC, grouped: im2col into int8 rows, one oneDNN int8 GEMM per group with
  * exact int32 accumulation (dnnl_gemm_s8s8s32 subtracts the input zero point itself, so

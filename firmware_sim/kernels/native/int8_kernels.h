@@ -26,6 +26,10 @@ int npu_fully_connected_s8(const int8_t *x, int32_t rows, int32_t k,
                            int32_t per_channel, int32_t act_min, int32_t act_max,
                            int8_t *out);
 
+/* out[i] = table[(uint8_t)a[i] << 8 | (uint8_t)b[i]]: an int8 binary op with fixed
+   quantization as one 64K-entry table (ADD, MUL). */
+void npu_table2_s8(const int8_t *a, const int8_t *b, int64_t n, const int8_t *table, int8_t *out);
+
 /* 1 when the library was built with oneDNN (npu_conv_s8 available), else 0. */
 int npu_have_dnnl(void);
 
