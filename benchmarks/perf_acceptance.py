@@ -12,7 +12,9 @@ measures, printing one line per criterion with its figure, its bar and PASS/FAIL
    processes measure right after under the same load, and the aggregate jobs/s >= 1.5x
    one process alone;
 4. the summed RSS of the device's processes (daemon, chip, cores): idle <= 150 MB, and
-   back to that idle figure (within ``--rss-slack-mb``) once the models are unloaded.
+   back to that idle figure (within ``--rss-slack-mb``) once the models are unloaded;
+   the same for their anonymous memory alone (heap and caches, without the file pages
+   of the libraries the kernels touched, which stay mapped).
 
 The machine is shared: every ratio is taken from figures measured in the same run, but
 a loaded machine moves them; the load average is printed with the results.
@@ -58,9 +60,21 @@ class Report:
               flush=True)
 
 
+def _pids(dev: ScratchDevice) -> list[int]:
+    return [p for p in (dev.daemon_pid, dev.chip_main(), *dev.chip_cores()) if p]
+
+
 def _rss_mb(dev: ScratchDevice) -> float:
-    pids = [dev.daemon_pid, dev.chip_main(), *dev.chip_cores()]
-    return sum(rss_bytes(p) for p in pids if p) / 2 ** 20
+    return sum(rss_bytes(p) for p in _pids(dev)) / 2 ** 20
+
+
+def _anonymous_mb(dev: ScratchDevice) -> float:
+    """Summed anonymous memory (heap, caches; not the libraries' file pages)."""
+    total = 0
+    for pid in _pids(dev):
+        with open(f"/proc/{pid}/smaps_rollup") as f:
+            total += sum(int(line.split()[1]) for line in f if line.startswith("Anonymous:"))
+    return total / 1024
 
 
 def check_models(dev: ScratchDevice, report: Report, seconds: float, inputs: int,
@@ -173,16 +187,20 @@ def main(argv: list[str] | None = None) -> int:
     print(f"load average at start: {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs", flush=True)
     with ScratchDevice(cores=2) as dev:
         time.sleep(1.0)
-        idle = _rss_mb(dev)
+        idle, idle_anon = _rss_mb(dev), _anonymous_mb(dev)
         report.check("idle RSS of the device's processes (daemon, chip, cores)", idle, 150, idle <= 150, " MB")
         cache = dev.tmp / "cache"
         check_models(dev, report, args.seconds, args.inputs, cache)
         check_nop_tasks(dev, report)
         check_nop_load(dev, report, args.seconds)
         time.sleep(1.0)                     # the models are closed: their buffers freed
-        after = _rss_mb(dev)
+        after, after_anon = _rss_mb(dev), _anonymous_mb(dev)
         report.check("RSS after the models were unloaded, over idle", after - idle, args.rss_slack_mb,
-                     after - idle <= args.rss_slack_mb, " MB", f"idle {idle:.1f} MB, after {after:.1f} MB")
+                     after - idle <= args.rss_slack_mb, " MB", f"idle {idle:.1f} MB, after {after:.1f} MB "
+                     "(includes the file pages of libraries the kernels touched, e.g. libdnnl)")
+        report.check("anonymous memory after the models were unloaded, over idle", after_anon - idle_anon,
+                     args.rss_slack_mb, after_anon - idle_anon <= args.rss_slack_mb, " MB",
+                     f"idle {idle_anon:.1f} MB, after {after_anon:.1f} MB")
     print(f"load average at end: {os.getloadavg()[0]:.2f}")
     passed = sum(r["passed"] for r in report.rows)
     print(f"{passed} of {len(report.rows)} criteria passed")

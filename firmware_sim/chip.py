@@ -249,7 +249,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--macs-per-cycle", type=int, default=HardwareProfile.macs_per_cycle)
     parser.add_argument("--dma-bytes-per-cycle", type=int, default=HardwareProfile.dma_bytes_per_cycle)
     parser.add_argument("--idle-poll-us", type=int, default=HardwareProfile.idle_poll_ns // 1000,
-                        help="the longest an idle core polls its ring before sleeping (adapted below it; 0: sleep at once)")
+                        help="the longest an idle core polls its ring before sleeping (adapted; 0: never)")
     args = parser.parse_args(argv)
     die_with_parent()
     profile = HardwareProfile(clock_mhz=args.clock_mhz, macs_per_cycle=args.macs_per_cycle,

@@ -21,7 +21,7 @@ class HardwareProfile:
     macs_per_cycle: int = 512
     dma_bytes_per_cycle: int = 64
     task_overhead_cycles: int = 32
-    idle_poll_ns: int = 300_000   # host-side: the longest an idle core polls its ring before sleeping (adaptive: idle_poll)
+    idle_poll_ns: int = 300_000   # host-side: the longest idle ring poll (adaptive: idle_poll.py)
 
     def cycles(self, macs: int, bytes_moved: int) -> int:
         compute = -(-macs // self.macs_per_cycle)
