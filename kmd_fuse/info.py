@@ -81,6 +81,7 @@ PARAMS: dict[str, Callable[[Device, Context], int]] = {
     "MAX_SUBMIT_BOS": lambda device, ctx: uapi.NPU_MAX_SUBMIT_BOS,
     "MAX_WAIT_FENCES": lambda device, ctx: uapi.NPU_MAX_WAIT_FENCES,
     "MAX_OUTSTANDING": lambda device, ctx: MAX_OUTSTANDING,
+    "MAX_BATCH_JOBS": lambda device, ctx: uapi.NPU_MAX_BATCH_JOBS,
 }
 if set(PARAMS) != set(uapi.PARAMS.values()):
     raise ImportError(f"info.PARAMS and npu_uapi.h's NPU_PARAM_* differ: "
