@@ -72,7 +72,7 @@ def run_job(dma: DmaEngine, asid: int, cmd_iova: int, cmd_size: int, profile: Ha
             raise RuntimeError("injected internal error (FAULT_INTERNAL)")
         dma.bind(asid)
         command_buffer = dma.read(cmd_iova, cmd_size).copy()  # the chip fetches descriptors once
-        plan = job_plans.lookup(asid, cmd_iova, command_buffer) if replay else None
+        plan = job_plans.lookup(dma, asid, cmd_iova, command_buffer) if replay else None
         if plan is not None:
             for index, step in plan.steps:   # noqa: B007 (a failing step's index is reported)
                 step()
@@ -92,7 +92,7 @@ def run_job(dma: DmaEngine, asid: int, cmd_iova: int, cmd_size: int, profile: Ha
                                   else job_plans.generic_step(handler, desc, dma)))
                 index += 1
             if replay:
-                job_plans.store(asid, cmd_iova, job_plans.JobPlan(
+                job_plans.store(dma, asid, cmd_iova, job_plans.JobPlan(
                     command_buffer.tobytes(), steps, index, result.cycles))
         result.task_index = index
     except IommuFault as fault:

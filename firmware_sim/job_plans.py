@@ -1,4 +1,4 @@
-"""Job plans: a command buffer decoded once per (ASID, address, size), then replayed.
+"""Job plans: a command buffer decoded once per (DMA engine, ASID, address, size), then replayed.
 
 A model's job is the same command buffer, at the same device address, for every
 inference. The first run decodes each descriptor, translates every operand through the
@@ -43,22 +43,23 @@ class JobPlan:
     cycles: int
 
 
-_PLANS: dict[tuple[int, int, int], JobPlan] = {}
+# Keyed by the DMA engine too: a core has one, but a process may run several chips (tests).
+_PLANS: dict[tuple[object, int, int, int], JobPlan] = {}
 
 
-def lookup(asid: int, cmd_iova: int, command: np.ndarray) -> JobPlan | None:
-    """The plan of this command buffer, if it was decoded since the last invalidation
-    of ``asid`` and its bytes did not change."""
-    found = _PLANS.get((asid, cmd_iova, len(command)))
+def lookup(dma, asid: int, cmd_iova: int, command: np.ndarray) -> JobPlan | None:
+    """The plan of this command buffer on ``dma``, if it was decoded since the last
+    invalidation of ``asid`` and its bytes did not change."""
+    found = _PLANS.get((dma, asid, cmd_iova, len(command)))
     if found is not None and found.command == command.tobytes():
         return found
     return None
 
 
-def store(asid: int, cmd_iova: int, plan: JobPlan) -> None:
+def store(dma, asid: int, cmd_iova: int, plan: JobPlan) -> None:
     if len(_PLANS) >= PLAN_JOBS:
         _PLANS.clear()
-    _PLANS[(asid, cmd_iova, len(plan.command))] = plan
+    _PLANS[(dma, asid, cmd_iova, len(plan.command))] = plan
 
 
 def generic_step(handler: Callable, desc: np.void, dma) -> Callable[[], None]:
@@ -73,7 +74,7 @@ def generic_step(handler: Callable, desc: np.void, dma) -> Callable[[], None]:
 
 def _drop(asid: int, bo_id: int, released) -> None:
     # Any unmapping in the ASID may concern a plan's operands: drop all of its plans.
-    for key in [k for k in _PLANS if k[0] == asid]:
+    for key in [k for k in _PLANS if k[1] == asid]:
         del _PLANS[key]
 
 
