@@ -89,7 +89,7 @@ def run_job(dma: DmaEngine, asid: int, cmd_iova: int, cmd_size: int, profile: Ha
                 result.cycles += task_cycles(profile, task, desc, dma.bytes_moved - moved_before)
                 if task.opcode != tasks.OP_NOP:
                     steps.append((index, rerun if rerun is not None and dma.copies == copies_before
-                                  else job_plans.generic_step(handler, desc, dma)))
+                                  else job_plans.HandlerStep(handler, desc, dma)))
                 index += 1
             if replay:
                 job_plans.store(dma, asid, cmd_iova, job_plans.JobPlan(

@@ -28,7 +28,7 @@ import numpy as np
 
 from firmware_sim import caches
 
-__all__ = ["JobPlan", "lookup", "store", "PLAN_JOBS"]
+__all__ = ["JobPlan", "HandlerStep", "lookup", "store", "PLAN_JOBS"]
 
 PLAN_JOBS = 256          # plans kept per core; a full table is simply emptied
 
@@ -62,14 +62,27 @@ def store(dma, asid: int, cmd_iova: int, plan: JobPlan) -> None:
     _PLANS[(dma, asid, cmd_iova, len(plan.command))] = plan
 
 
-def generic_step(handler: Callable, desc: np.void, dma) -> Callable[[], None]:
-    """A task without a rerun: its handler on its descriptor, then the DMA commit."""
-    desc = desc.copy()         # the plan outlives the command buffer it was read from
+class HandlerStep:
+    """A task without a rerun yet: its handler on its descriptor, then the DMA commit.
+    When a later run of the handler does return a rerun (a kernel that binds only from
+    its second call, e.g. ADD once its table exists), the step keeps and uses it."""
 
-    def step() -> None:
-        handler(desc, dma)
+    __slots__ = ("handler", "desc", "dma", "rerun")
+
+    def __init__(self, handler: Callable, desc: np.void, dma):
+        self.handler, self.dma, self.rerun = handler, dma, None
+        self.desc = desc.copy()       # the plan outlives the command buffer it was read from
+
+    def __call__(self) -> None:
+        if self.rerun is not None:
+            self.rerun()
+            return
+        dma = self.dma
+        copies = dma.copies
+        rerun = self.handler(self.desc, dma)
         dma.commit()
-    return step
+        if rerun is not None and dma.copies == copies:
+            self.rerun = rerun
 
 
 def _drop(asid: int, bo_id: int, released) -> None:
