@@ -15,7 +15,7 @@ from .fixedpoint import INT32_MIN, multiply_by_quantized_multiplier, round_half_
 from .native import calls as native_calls
 from .output import check_int8_param, emit, store_int8
 
-__all__ = ["add", "mul", "binary_bound", "quantize", "requantize", "dequantize"]
+__all__ = ["add", "mul", "binary_bound", "quantize", "requantize", "dequantize", "convert_bound"]
 
 
 def _check_int8(**arrays: np.ndarray) -> None:
@@ -173,3 +173,15 @@ def dequantize(x: np.ndarray, *, scale: float, zero_point: int,
     zero_point = check_int8_param("zero_point", zero_point)
     res = (np.float64(np.float32(scale)) * (x.astype(np.float64) - zero_point)).astype(np.float32)
     return emit(res, out)
+
+
+def convert_bound(x: np.ndarray, *, scale: float, zero_point: int,
+                  out: np.ndarray) -> native_calls.BoundCall | None:
+    """:func:`quantize` (float32 ``x``) or :func:`dequantize` (int8 ``x``) into ``out``, then a
+    call that reruns it in C on the same arrays; None without the C kernels or when an
+    array is not contiguous."""
+    convert = quantize if x.dtype == np.float32 else dequantize
+    convert(x, scale=scale, zero_point=zero_point, out=out)
+    if native.library() is None:
+        return None
+    return native_calls.bind_convert(x, out, scale, zero_point)

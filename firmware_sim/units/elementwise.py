@@ -62,11 +62,11 @@ def flat_cost(in_bytes: int, out_bytes: int, extra: int = 0) -> Callable[[np.voi
 
 
 @unit(ops.OP_QUANTIZE, flat_cost(4, 1))
-def quantize(desc: np.void, dma) -> None:
+def quantize(desc: np.void, dma) -> Rerun | None:
     n = count(desc)
     x = dma.read_array(int(desc["input"]), np.float32, (n,))
-    elementwise.quantize(x, scale=float(desc["scale"]), zero_point=int(desc["zero_point"]),
-                         out=dma.write_array(int(desc["output"]), np.int8, (n,)))
+    return elementwise.convert_bound(x, scale=float(desc["scale"]), zero_point=int(desc["zero_point"]),
+                                     out=dma.write_array(int(desc["output"]), np.int8, (n,)))
 
 
 @unit(ops.OP_REQUANTIZE, flat_cost(1, 1))
@@ -79,8 +79,8 @@ def requantize(desc: np.void, dma) -> None:
 
 
 @unit(ops.OP_DEQUANTIZE, flat_cost(1, 4))
-def dequantize(desc: np.void, dma) -> None:
+def dequantize(desc: np.void, dma) -> Rerun | None:
     n = count(desc)
     x = dma.read_array(int(desc["input"]), np.int8, (n,))
-    elementwise.dequantize(x, scale=float(desc["scale"]), zero_point=int(desc["zero_point"]),
-                           out=dma.write_array(int(desc["output"]), np.float32, (n,)))
+    return elementwise.convert_bound(x, scale=float(desc["scale"]), zero_point=int(desc["zero_point"]),
+                                     out=dma.write_array(int(desc["output"]), np.float32, (n,)))

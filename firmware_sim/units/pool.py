@@ -6,7 +6,7 @@ import numpy as np
 from firmware_sim.kernels import pooling
 from firmware_sim.spec import ops
 
-from .common import OpDescriptorError, dims, plan, prod, ranked, unit
+from .common import OpDescriptorError, Rerun, dims, plan, prod, ranked, unit
 
 
 def _parse(desc: np.void) -> tuple:
@@ -21,10 +21,10 @@ def _parse(desc: np.void) -> tuple:
     return (int(desc["input"]), (n, h, w, c)), (int(desc["output"]), (n, oh, ow, c)), kwargs
 
 
-def _pool(desc: np.void, dma, fn) -> None:
+def _pool(desc: np.void, dma, fn) -> Rerun | None:
     x_at, out_at, kwargs = plan("pool", desc, _parse).fields
-    fn(dma.read_array(x_at[0], np.int8, x_at[1]),
-       out=dma.write_array(out_at[0], np.int8, out_at[1]), **kwargs)
+    return fn(dma.read_array(x_at[0], np.int8, x_at[1]),
+              out=dma.write_array(out_at[0], np.int8, out_at[1]), **kwargs)
 
 
 def _pool_cost(desc: np.void) -> tuple[int, int]:
@@ -34,12 +34,12 @@ def _pool_cost(desc: np.void) -> tuple[int, int]:
 
 @unit(ops.OP_MAX_POOL_2D, _pool_cost)
 def max_pool_2d(desc: np.void, dma) -> None:
-    _pool(desc, dma, pooling.max_pool2d)
+    _pool(desc, dma, pooling.max_pool2d)        # returns its output, not a rerun
 
 
 @unit(ops.OP_AVERAGE_POOL_2D, _pool_cost)
-def average_pool_2d(desc: np.void, dma) -> None:
-    _pool(desc, dma, pooling.avg_pool2d)
+def average_pool_2d(desc: np.void, dma) -> Rerun | None:
+    return _pool(desc, dma, pooling.avg_pool2d_bound)
 
 
 def _mean_cost(desc: np.void) -> tuple[int, int]:

@@ -277,3 +277,34 @@ def test_add_and_mul_reruns_through_their_table_in_c() -> None:
             rerun()
             with native.enabled(False):
                 np.testing.assert_array_equal(out, getattr(elementwise, kind)(a, b, **kw))
+
+
+def test_avg_pool_and_conversions_rerun_in_c_as_numpy_computes() -> None:
+    """AVERAGE_POOL_2D, QUANTIZE and DEQUANTIZE reruns (C) against the numpy kernels, on new
+    operand contents: padded windows, negative sums, ties, NaN/huge floats, zero points."""
+    from firmware_sim.kernels import elementwise, pooling
+    rng = np.random.default_rng(31)
+    for filt, stride, pad, hw in [((3, 3), (2, 2), (1, 1), (9, 9)), ((5, 5), (5, 5), (0, 0), (10, 10)),
+                                  ((2, 3), (1, 2), (1, 1), (6, 7))]:
+        oh = (hw[0] + 2 * pad[0] - filt[0]) // stride[0] + 1
+        ow = (hw[1] + 2 * pad[1] - filt[1]) // stride[1] + 1
+        x = random_int8(rng, (2, *hw, 5))
+        out = np.empty((2, oh, ow, 5), np.int8)
+        kw = dict(filter_hw=filt, stride=stride, padding=pad, out_hw=(oh, ow), act_min=-100, act_max=120)
+        rerun = pooling.avg_pool2d_bound(x, out=out, **kw)
+        assert rerun is not None
+        for _ in range(3):
+            x[...] = random_int8(rng, x.shape)
+            rerun()
+            np.testing.assert_array_equal(out, pooling.avg_pool2d(x, **kw))
+    f = rng.normal(0, 40, 4096).astype(np.float32)
+    f[:6] = [np.nan, np.inf, -np.inf, 3e9, -3e9, 2.5]
+    q = np.empty(f.shape, np.int8)
+    for scale, zp in [(0.5, -5), (0.37, 3), (1e-3, -128)]:
+        rerun = elementwise.convert_bound(f, scale=scale, zero_point=zp, out=q)
+        rerun()
+        with np.errstate(invalid="ignore"):
+            np.testing.assert_array_equal(q, elementwise.quantize(f, scale=scale, zero_point=zp))
+        d = np.empty(q.shape, np.float32)
+        elementwise.convert_bound(q, scale=scale, zero_point=zp, out=d)()
+        np.testing.assert_array_equal(d, elementwise.dequantize(q, scale=scale, zero_point=zp))

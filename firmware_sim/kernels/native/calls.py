@@ -7,12 +7,12 @@ from ...errors import InvalidCommand
 from ..fixedpoint import INT32_MAX, INT32_MIN
 from . import ffi, library
 
-__all__ = ["BoundCall", "bind_table2", "bind_depthwise", "bind_fully_connected", "conv_s8",
-           "depthwise_s8", "fully_connected_s8", "quant_arrays"]
+__all__ = ["BoundCall", "bind_table2", "bind_avg_pool", "bind_convert", "bind_depthwise",
+           "bind_fully_connected", "conv_s8", "depthwise_s8", "fully_connected_s8", "quant_arrays"]
 
 # C array types resolved once (parsing the type string costs a microsecond per pointer).
 _CTYPES = {np.dtype(np.int8): ffi.typeof("int8_t[]"), np.dtype(np.int32): ffi.typeof("int32_t[]"),
-           np.dtype(np.float64): ffi.typeof("double[]")}
+           np.dtype(np.float64): ffi.typeof("double[]"), np.dtype(np.float32): ffi.typeof("float[]")}
 
 
 def _ptr(a: np.ndarray):
@@ -45,6 +45,8 @@ def quant_arrays(multiplier: np.ndarray, shift: np.ndarray) -> tuple[np.ndarray,
 def _check_status(status: int) -> None:
     if status == library().NPU_KERNEL_BAD_SHIFT:     # the C kernels' own check of the shift operands
         raise InvalidCommand("requantization shift must be in [-31, 30]")
+    if status == library().NPU_KERNEL_EMPTY_WINDOW:
+        raise InvalidCommand("a pooling window lies entirely outside the input")
     if status == library().NPU_KERNEL_DNNL_FAILED:
         raise RuntimeError("oneDNN's int8 GEMM failed")
     if status != 0:
@@ -67,7 +69,7 @@ class BoundCall:
         return all(a is b for a, b in zip(operands, self.operands)) and len(operands) == len(self.operands)
 
     def __call__(self) -> None:
-        status = self._fn(*self._args)
+        status = self._fn(*self._args)     # None from the void kernels
         if status:
             _check_status(status)
 
@@ -198,3 +200,35 @@ def bind_table2(a: np.ndarray, b: np.ndarray, table: np.ndarray, out: np.ndarray
         return None
     args = (_ptr(a), _ptr(b), a.size, _ptr(table), _out_ptr(out))
     return BoundCall(library().npu_table2_s8, args, arrays)
+
+
+def _flat_ok(*arrays: np.ndarray) -> bool:
+    return all(a.flags.c_contiguous for a in arrays)
+
+
+def bind_avg_pool(x: np.ndarray, out: np.ndarray, filter_hw: tuple[int, int], stride: tuple[int, int],
+                  padding: tuple[int, int], act_min: int, act_max: int) -> BoundCall | None:
+    """Average pooling of int8 NHWC ``x`` into ``out`` as a call (run it for the result);
+    None unless both are C-contiguous int8. Geometry checked by the caller."""
+    if x.dtype != np.int8 or out.dtype != np.int8 or not _flat_ok(x, out):
+        return None
+    n, h, w, c = x.shape
+    _, oh, ow, _ = out.shape
+    args = (_ptr(x), n, h, w, c, filter_hw[0], filter_hw[1], stride[0], stride[1], padding[0],
+            padding[1], oh, ow, act_min, act_max, _out_ptr(out))
+    return BoundCall(library().npu_avg_pool_s8, args, (x, out))
+
+
+def bind_convert(x: np.ndarray, out: np.ndarray, scale: float, zero_point: int) -> BoundCall | None:
+    """QUANTIZE (float32 -> int8) or DEQUANTIZE (int8 -> float32) of ``x`` into ``out`` as a
+    call; None unless both are C-contiguous of one size and those dtypes."""
+    if x.size != out.size or not _flat_ok(x, out):
+        return None
+    if x.dtype == np.float32 and out.dtype == np.int8:
+        fn = library().npu_quantize_f32_s8
+    elif x.dtype == np.int8 and out.dtype == np.float32:
+        fn = library().npu_dequantize_s8_f32
+    else:
+        return None
+    args = (_ptr(x), x.size, float(np.float32(scale)), int(zero_point), _out_ptr(out))
+    return BoundCall(fn, args, (x, out))

@@ -281,6 +281,65 @@ int npu_fully_connected_s8(const int8_t *x, int32_t rows, int32_t k,
     return 0;
 }
 
+int npu_avg_pool_s8(const int8_t *x, int32_t n, int32_t h, int32_t w, int32_t c,
+                    int32_t fh, int32_t fw, int32_t sh, int32_t sw, int32_t pt, int32_t pl,
+                    int32_t oh, int32_t ow, int32_t act_min, int32_t act_max, int8_t *out)
+{
+    int64_t *acc = malloc(sizeof(int64_t) * (size_t)(c > 0 ? c : 1));
+    if (!acc)
+        return NPU_KERNEL_NO_MEMORY;
+    for (int32_t b = 0; b < n; b++)
+        for (int32_t oy = 0; oy < oh; oy++) {
+            int32_t y0 = oy * sh - pt, y1 = y0 + fh;
+            y0 = y0 < 0 ? 0 : y0;
+            y1 = y1 > h ? h : y1;
+            for (int32_t ox = 0; ox < ow; ox++) {
+                int32_t x0 = ox * sw - pl, x1 = x0 + fw;
+                x0 = x0 < 0 ? 0 : x0;
+                x1 = x1 > w ? w : x1;
+                int64_t count = (int64_t)(y1 - y0) * (x1 - x0);
+                if (y1 <= y0 || x1 <= x0) {
+                    free(acc);
+                    return NPU_KERNEL_EMPTY_WINDOW;
+                }
+                for (int32_t ch = 0; ch < c; ch++)
+                    acc[ch] = 0;
+                for (int32_t iy = y0; iy < y1; iy++)
+                    for (int32_t ix = x0; ix < x1; ix++) {
+                        const int8_t *xp = x + (((int64_t)b * h + iy) * w + ix) * c;
+                        for (int32_t ch = 0; ch < c; ch++)
+                            acc[ch] += xp[ch];
+                    }
+                int8_t *op = out + (((int64_t)b * oh + oy) * ow + ox) * c;
+                for (int32_t ch = 0; ch < c; ch++) {
+                    int64_t num = acc[ch] > 0 ? acc[ch] + count / 2 : acc[ch] - count / 2;
+                    op[ch] = clamp_s8((int32_t)(num / count), act_min, act_max);
+                }
+            }
+        }
+    free(acc);
+    return 0;
+}
+
+void npu_quantize_f32_s8(const float *restrict x, int64_t n, float scale, int32_t zero_point,
+                         int8_t *restrict out)
+{
+    for (int64_t i = 0; i < n; i++) {
+        float q = roundf(x[i] / scale);
+        int64_t v = ((double)q >= -2147483648.0 && (double)q < 2147483648.0) ? (int64_t)q
+                                                                              : INT32_MIN;
+        /* + zero point wraps in int32, as TFLite's C code does */
+        out[i] = clamp_s8((int32_t)((uint32_t)v + (uint32_t)zero_point), -128, 127);
+    }
+}
+
+void npu_dequantize_s8_f32(const int8_t *restrict x, int64_t n, float scale, int32_t zero_point,
+                           float *restrict out)
+{
+    for (int64_t i = 0; i < n; i++)
+        out[i] = (float)((double)scale * ((double)x[i] - (double)zero_point));
+}
+
 void npu_table2_s8(const int8_t *restrict a, const int8_t *restrict b, int64_t n,
                    const int8_t *restrict table, int8_t *restrict out)
 {
