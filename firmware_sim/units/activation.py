@@ -7,7 +7,7 @@ import numpy as np
 from firmware_sim.kernels import activations
 from firmware_sim.spec import ops
 
-from .common import count, dims, unit
+from .common import Rerun, count, dims, unit
 from .elementwise import flat_cost
 
 
@@ -35,10 +35,10 @@ def _softmax_cost(desc: np.void) -> tuple[int, int]:
 
 
 @unit(ops.OP_SOFTMAX, _softmax_cost)
-def softmax(desc: np.void, dma) -> None:
+def softmax(desc: np.void, dma) -> Rerun | None:
     shape = dims((desc["rows"], desc["depth"]), "rows/depth")
     x = dma.read_array(int(desc["input"]), np.int8, shape)
-    activations.softmax(x, input_beta_multiplier=int(desc["input_beta_multiplier"]),
-                        input_beta_left_shift=int(desc["input_beta_left_shift"]),
-                        diff_min=int(desc["diff_min"]),
-                        out=dma.write_array(int(desc["output"]), np.int8, shape))
+    return activations.softmax_bound(x, input_beta_multiplier=int(desc["input_beta_multiplier"]),
+                                     input_beta_left_shift=int(desc["input_beta_left_shift"]),
+                                     diff_min=int(desc["diff_min"]),
+                                     out=dma.write_array(int(desc["output"]), np.int8, shape))

@@ -11,6 +11,7 @@ import sys
 import numpy as np
 import pytest
 
+from firmware_sim.errors import InvalidCommand
 from firmware_sim.kernels import native
 from firmware_sim.kernels.conv import conv2d, depthwise_conv2d, depthwise_conv2d_bound
 from firmware_sim.kernels.fully_connected import fully_connected, fully_connected_bound
@@ -308,3 +309,35 @@ def test_avg_pool_and_conversions_rerun_in_c_as_numpy_computes() -> None:
         d = np.empty(q.shape, np.float32)
         elementwise.convert_bound(q, scale=scale, zero_point=zp, out=d)()
         np.testing.assert_array_equal(d, elementwise.dequantize(q, scale=scale, zero_point=zp))
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_softmax_reruns_in_c_as_numpy_computes(seed: int) -> None:
+    """Softmax's C rerun (gemmlowp reciprocal in C) against the numpy kernel: random
+    betas and input scales, rows from 1 to 64 of depths 1 to 256, random and flat rows;
+    a row whose sum passes 2**8 fails in C as in numpy (TFLite aborts there)."""
+    from firmware_sim.kernels import activations
+    from firmware_sim.spec.fixedpoint import softmax_params
+    rng = np.random.default_rng(4100 + seed)
+    for _ in range(12):
+        rows, depth = int(rng.integers(1, 65)), int(rng.choice([1, 2, 10, 100, 256]))
+        mult, shift, diff_min = softmax_params(float(rng.uniform(0.1, 4)), float(rng.uniform(0.005, 0.5)))
+        kw = dict(input_beta_multiplier=mult, input_beta_left_shift=shift, diff_min=diff_min)
+        x = random_int8(rng, (rows, depth))
+        out = np.empty_like(x)
+        rerun = activations.softmax_bound(x, out=out, **kw)
+        assert rerun is not None
+        for _ in range(2):
+            x[...] = random_int8(rng, x.shape) if rng.random() < 0.5 else np.int8(rng.integers(-128, 128))
+            rerun()
+            np.testing.assert_array_equal(out, activations.softmax(x, **kw))
+    mult, shift, diff_min = softmax_params(1.0, 0.1)
+    kw = dict(input_beta_multiplier=mult, input_beta_left_shift=shift, diff_min=diff_min)
+    x = np.full((2, 1045), -128, np.int8)
+    x[:, 0] = 127                                     # one peak: the sum is about 1
+    rerun = activations.softmax_bound(x, out=np.empty_like(x), **kw)
+    x[...] = 0                                        # 1045 equal logits: the sum is too large
+    with pytest.raises(InvalidCommand):
+        rerun()
+    with pytest.raises(InvalidCommand):
+        activations.softmax(x, **kw)

@@ -7,7 +7,7 @@ from ...errors import InvalidCommand
 from ..fixedpoint import INT32_MAX, INT32_MIN
 from . import ffi, library
 
-__all__ = ["BoundCall", "bind_table2", "bind_avg_pool", "bind_convert", "bind_depthwise",
+__all__ = ["BoundCall", "bind_table2", "bind_avg_pool", "bind_convert", "bind_softmax", "bind_depthwise",
            "bind_fully_connected", "conv_s8", "depthwise_s8", "fully_connected_s8", "quant_arrays"]
 
 # C array types resolved once (parsing the type string costs a microsecond per pointer).
@@ -47,6 +47,8 @@ def _check_status(status: int) -> None:
         raise InvalidCommand("requantization shift must be in [-31, 30]")
     if status == library().NPU_KERNEL_EMPTY_WINDOW:
         raise InvalidCommand("a pooling window lies entirely outside the input")
+    if status == library().NPU_KERNEL_BAD_EXPONENT:
+        raise InvalidCommand("softmax reciprocal exponent out of range")
     if status == library().NPU_KERNEL_DNNL_FAILED:
         raise RuntimeError("oneDNN's int8 GEMM failed")
     if status != 0:
@@ -232,3 +234,16 @@ def bind_convert(x: np.ndarray, out: np.ndarray, scale: float, zero_point: int) 
         return None
     args = (_ptr(x), x.size, float(np.float32(scale)), int(zero_point), _out_ptr(out))
     return BoundCall(fn, args, (x, out))
+
+
+def bind_softmax(x: np.ndarray, out: np.ndarray, exp_t: np.ndarray, terms_t: np.ndarray,
+                 valid_t: np.ndarray) -> BoundCall | None:
+    """Softmax over the last axis of int8 ``x`` into ``out`` with a parameter set's tables
+    (256 entries each), as a call; None unless x and out are C-contiguous int8."""
+    if x.dtype != np.int8 or out.dtype != np.int8 or x.shape != out.shape or not _flat_ok(x, out):
+        return None
+    tables = (np.ascontiguousarray(exp_t, dtype=np.int32), np.ascontiguousarray(terms_t, dtype=np.int32),
+              np.ascontiguousarray(valid_t, dtype=np.int8))
+    depth = x.shape[-1] if x.ndim else 1
+    args = (_ptr(x), x.size // max(depth, 1), depth, *(_ptr(t) for t in tables), _out_ptr(out))
+    return BoundCall(library().npu_softmax_s8, args, (x, out, *tables))

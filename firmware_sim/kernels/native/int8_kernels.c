@@ -340,6 +340,80 @@ void npu_dequantize_s8_f32(const int8_t *restrict x, int64_t n, float scale, int
         out[i] = (float)((double)scale * ((double)x[i] - (double)zero_point));
 }
 
+/* gemmlowp's fixed-point primitives, as kernels/fixedpoint.py and gemmlowp.py write them. */
+static inline int32_t srdhm(int32_t a, int32_t b)
+{
+    if (a == INT32_MIN && b == INT32_MIN)
+        return INT32_MAX;
+    return (int32_t)(((int64_t)a * b + (INT64_C(1) << 30)) >> 31);
+}
+
+static inline int32_t wrap32(int64_t v)
+{
+    return (int32_t)(uint32_t)(uint64_t)v;
+}
+
+static inline int32_t saturating_left_shift(int32_t x, int e)
+{
+    int64_t threshold = (INT64_C(1) << (31 - e)) - 1;
+    return x > threshold ? INT32_MAX : x < -threshold ? INT32_MIN : (int32_t)((uint32_t)x << e);
+}
+
+static inline int64_t rounding_divide_by_pot(int64_t x, int e)
+{
+    int64_t r = x + ((INT64_C(1) << e) >> 1);
+    if (e > 0)
+        r -= x < 0;
+    return r >> e;
+}
+
+/* 1 / (1 + a) for a in [0, 1), Q0.31 (Newton-Raphson, three steps). */
+static int32_t one_over_one_plus_x(int32_t a)
+{
+    int64_t s = (int64_t)a + INT32_MAX;
+    int64_t v = s + (s >= 0 ? 1 : -1);
+    int32_t half = (int32_t)(v >= 0 ? v / 2 : -((-v) / 2));
+    int32_t x = wrap32((int64_t)1515870810 + srdhm(half, -1010580540));
+    for (int i = 0; i < 3; i++) {
+        int32_t one_minus = wrap32((INT64_C(1) << 29) - srdhm(half, x));
+        x = wrap32((int64_t)x + saturating_left_shift(srdhm(x, one_minus), 2));
+    }
+    return saturating_left_shift(x, 1);
+}
+
+int npu_softmax_s8(const int8_t *x, int32_t rows, int32_t depth, const int32_t *exp_t,
+                   const int32_t *terms_t, const int8_t *valid_t, int8_t *out)
+{
+    for (int32_t r = 0; r < rows; r++) {
+        const int8_t *xr = x + (int64_t)r * depth;
+        int8_t *orow = out + (int64_t)r * depth;
+        int32_t max = -128;
+        for (int32_t i = 0; i < depth; i++)
+            max = xr[i] > max ? xr[i] : max;
+        uint32_t sum = 0;
+        for (int32_t i = 0; i < depth; i++)
+            sum += (uint32_t)terms_t[max - xr[i]];
+        int clz = sum ? __builtin_clz(sum) : 32;
+        int32_t shifted_sum_minus_one =
+            (int32_t)((uint32_t)((uint64_t)sum << clz) - UINT32_C(0x80000000));
+        int32_t shifted_scale = one_over_one_plus_x(shifted_sum_minus_one);
+        int exponent = 12 - clz + 31 - 8;         /* num_bits_over_unit + 31 - 8 */
+        if (exponent < 0 || exponent > 31)
+            return NPU_KERNEL_BAD_EXPONENT;
+        for (int32_t i = 0; i < depth; i++) {
+            int32_t below = max - xr[i];
+            if (!valid_t[below]) {
+                orow[i] = -128;
+                continue;
+            }
+            int64_t unsat = rounding_divide_by_pot(srdhm(shifted_scale, exp_t[below]), exponent);
+            int64_t v = unsat - 128;
+            orow[i] = (int8_t)(v < -128 ? -128 : v > 127 ? 127 : v);
+        }
+    }
+    return 0;
+}
+
 void npu_table2_s8(const int8_t *restrict a, const int8_t *restrict b, int64_t n,
                    const int8_t *restrict table, int8_t *restrict out)
 {

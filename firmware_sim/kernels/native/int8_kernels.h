@@ -10,6 +10,7 @@
 #define NPU_KERNEL_NO_DNNL -3
 #define NPU_KERNEL_DNNL_FAILED -4
 #define NPU_KERNEL_EMPTY_WINDOW -5
+#define NPU_KERNEL_BAD_EXPONENT -6
 
 int npu_depthwise_s8(const int8_t *x, int32_t n, int32_t h, int32_t w, int32_t cin,
                      const int8_t *filter, int32_t kh, int32_t kw, int32_t dm,
@@ -42,6 +43,13 @@ void npu_quantize_f32_s8(const float *x, int64_t n, float scale, int32_t zero_po
 
 /* int8 -> float32: float(double(scale) * (x - zero_point)). */
 void npu_dequantize_s8_f32(const int8_t *x, int64_t n, float scale, int32_t zero_point, float *out);
+
+/* int8 softmax over rows of `depth` (TFLite's reference arithmetic): exp_t, terms_t and
+   valid_t are the per-parameter tables indexed by the distance below the row maximum
+   (kernels/activations.py). Returns NPU_KERNEL_BAD_EXPONENT when a row's reciprocal
+   exponent leaves [0, 31]. */
+int npu_softmax_s8(const int8_t *x, int32_t rows, int32_t depth, const int32_t *exp_t,
+                   const int32_t *terms_t, const int8_t *valid_t, int8_t *out);
 
 /* 1 when the library was built with oneDNN (npu_conv_s8 available), else 0. */
 int npu_have_dnnl(void);
