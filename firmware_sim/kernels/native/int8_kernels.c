@@ -12,6 +12,7 @@
  */
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 #include <math.h>
 
 #include "int8_kernels.h"
@@ -49,12 +50,6 @@ static int requant_init_tiled(struct requant *q, const int32_t *mult, const int3
     return 0;
 }
 
-static int requant_init(struct requant *q, const int32_t *mult, const int32_t *shift,
-                        int32_t per_channel, int32_t n)
-{
-    return requant_init_tiled(q, mult, shift, per_channel, n, n);
-}
-
 /*
  * MultiplyByQuantizedMultiplier + output offset + clamp over n channels, written without
  * branches or divisions so the compiler vectorizes it. gemmlowp's
@@ -83,6 +78,16 @@ static void requant_store(const int32_t *restrict acc, int32_t n, const struct r
     }
 }
 
+/* acc[i] += (x[i] + offset) * f[i]: |x + offset| <= 255 and |f| <= 128, so each product
+   fits int16 (a 16-bit multiply); the int32 sums wrap like TFLite's. restrict: the int8
+   operands may otherwise alias acc, which stops vectorization. */
+static inline void dw_taps(int32_t *restrict acc, const int8_t *restrict x,
+                           const int8_t *restrict f, int64_t n, int32_t input_offset)
+{
+    for (int64_t i = 0; i < n; i++)
+        acc[i] += (int16_t)((int16_t)(x[i] + input_offset) * f[i]);
+}
+
 /*
  * Depthwise convolution, NHWC. x (n, h, w, cin); filter (kh, kw, cin * dm): output channel
  * c * dm + q reads input channel c. bias (cin * dm) or NULL. mult/shift have cin * dm
@@ -99,21 +104,76 @@ int npu_depthwise_s8(const int8_t *x, int32_t n, int32_t h, int32_t w, int32_t c
                      int32_t act_min, int32_t act_max, int8_t *out)
 {
     const int32_t cout = cin * dm;
+    /* A whole output row is requantized at once (constants tiled out_w times): with few
+       channels a per-pixel call would run the loop's scalar tail only. */
+    const int64_t row = (int64_t)out_w * cout;
     struct requant q;
-    int status = requant_init(&q, mult, shift, per_channel, cout);
+    int status = requant_init_tiled(&q, mult, shift, per_channel, (int32_t)row, cout);
     if (status != 0)
         return status;
-    int32_t *acc = malloc(sizeof(int32_t) * (size_t)cout);
+    int32_t *acc_row = malloc(sizeof(int32_t) * (size_t)row);
     int16_t *shifted = malloc(sizeof(int16_t) * (size_t)cin);
-    if (!acc || !shifted) {
+    if (!acc_row || !shifted) {
         free(q.mult);
-        free(acc);
+        free(acc_row);
         free(shifted);
         return NPU_KERNEL_NO_MEMORY;
     }
+    /* With one output per input channel, a filter tap reads, for a whole output row, one
+       run of input pixels (contiguous at unit column stride, else gathered first): the
+       filter is tiled along the row once and each tap is one long multiply-add, which
+       vectorizes where per-pixel loops of a few channels do not. */
+    int8_t *tiled = NULL, *gathered = NULL;
+    if (dm == 1) {
+        tiled = malloc((size_t)kh * kw * (size_t)row);
+        gathered = malloc((size_t)row);
+        if (!tiled || !gathered) {
+            free(tiled);
+            free(gathered);
+            free(q.mult);
+            free(acc_row);
+            free(shifted);
+            return NPU_KERNEL_NO_MEMORY;
+        }
+        for (int64_t t = 0; t < (int64_t)kh * kw; t++)
+            for (int32_t ox = 0; ox < out_w; ox++)
+                memcpy(tiled + t * row + (int64_t)ox * cin, filter + t * cin, (size_t)cin);
+    }
     for (int32_t b = 0; b < n; b++) {
-        for (int32_t oy = 0; oy < out_h; oy++) {
+        for (int32_t oy = 0; tiled && oy < out_h; oy++) {
+            for (int32_t ox = 0; ox < out_w; ox++)
+                for (int32_t c = 0; c < cout; c++)
+                    acc_row[(int64_t)ox * cout + c] = bias ? bias[c] : 0;
+            for (int32_t fy = 0; fy < kh; fy++) {
+                int32_t iy = oy * stride_h - pad_top + fy * dil_h;
+                if (iy < 0 || iy >= h)
+                    continue;
+                const int8_t *x_row = x + ((int64_t)b * h + iy) * w * cin;
+                for (int32_t fx = 0; fx < kw; fx++) {
+                    int32_t off = fx * dil_w - pad_left;          /* ix = ox * stride_w + off */
+                    int32_t ox0 = off < 0 ? (-off + stride_w - 1) / stride_w : 0;
+                    int32_t ox1 = w - 1 - off < 0 ? 0 : (w - 1 - off) / stride_w + 1;
+                    ox1 = ox1 < out_w ? ox1 : out_w;
+                    if (ox0 >= ox1)
+                        continue;
+                    const int8_t *src = x_row + ((int64_t)ox0 * stride_w + off) * cin;
+                    if (stride_w != 1) {
+                        for (int32_t ox = ox0; ox < ox1; ox++)
+                            memcpy(gathered + (int64_t)(ox - ox0) * cin,
+                                   x_row + ((int64_t)ox * stride_w + off) * cin, (size_t)cin);
+                        src = gathered;
+                    }
+                    dw_taps(acc_row + (int64_t)ox0 * cin, src,
+                            tiled + ((int64_t)fy * kw + fx) * row + (int64_t)ox0 * cin,
+                            (int64_t)(ox1 - ox0) * cin, input_offset);
+                }
+            }
+            requant_store(acc_row, (int32_t)row, &q, output_offset, act_min, act_max,
+                          out + ((int64_t)b * out_h + oy) * row);
+        }
+        for (int32_t oy = 0; !tiled && oy < out_h; oy++) {
             for (int32_t ox = 0; ox < out_w; ox++) {
+                int32_t *acc = acc_row + (int64_t)ox * cout;
                 for (int32_t c = 0; c < cout; c++)
                     acc[c] = bias ? bias[c] : 0;
                 for (int32_t fy = 0; fy < kh; fy++) {
@@ -127,10 +187,7 @@ int npu_depthwise_s8(const int8_t *x, int32_t n, int32_t h, int32_t w, int32_t c
                         const int8_t *xp = x + (((int64_t)b * h + iy) * w + ix) * cin;
                         const int8_t *fp = filter + ((int64_t)fy * kw + fx) * cout;
                         if (dm == 1) {
-                            /* |x + offset| <= 255 and |filter| <= 128, so each product fits
-                               int16 (a 16-bit multiply); the int32 sums wrap like TFLite's. */
-                            for (int32_t c = 0; c < cin; c++)
-                                acc[c] += (int16_t)((int16_t)(xp[c] + input_offset) * fp[c]);
+                            dw_taps(acc, xp, fp, cin, input_offset);
                         } else {
                             for (int32_t c = 0; c < cin; c++)
                                 shifted[c] = (int16_t)(xp[c] + input_offset);
@@ -140,14 +197,16 @@ int npu_depthwise_s8(const int8_t *x, int32_t n, int32_t h, int32_t w, int32_t c
                         }
                     }
                 }
-                int8_t *op = out + (((int64_t)b * out_h + oy) * out_w + ox) * cout;
-                requant_store(acc, cout, &q, output_offset, act_min, act_max, op);
             }
+            requant_store(acc_row, (int32_t)row, &q, output_offset, act_min, act_max,
+                          out + ((int64_t)b * out_h + oy) * row);
         }
     }
     free(q.mult);
-    free(acc);
+    free(acc_row);
     free(shifted);
+    free(tiled);
+    free(gathered);
     return 0;
 }
 
@@ -430,7 +489,6 @@ void npu_table2_s8(const int8_t *restrict a, const int8_t *restrict b, int64_t n
  * sure no sum can leave int32 (where TFLite would wrap). Returns 0 or an NPU_KERNEL_* code.
  */
 #ifdef NPU_HAVE_DNNL
-#include <string.h>
 #include <oneapi/dnnl/dnnl.h>
 
 /* oneDNN's OpenMP runtime must stay on this thread: a simulated core is one process on a
