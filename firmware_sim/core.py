@@ -17,6 +17,7 @@ from firmware_sim import caches
 from firmware_sim.dma import DmaEngine
 from firmware_sim.executor import JobResult, run_job
 from firmware_sim.idle_poll import IdlePoll
+from firmware_sim.kernels.warm_up import warm_up
 from firmware_sim.spec import memory, regs, ring
 from firmware_sim.spec.memory import map_file
 from firmware_sim.timing import HardwareProfile
@@ -34,6 +35,7 @@ class Core:
         self.ring = map_file(memory.ring_path(bus, core))
         self.cq = map_file(memory.cq_path(bus, core))
         self.dma = DmaEngine(bus)
+        warm_up()   # each C kernel once: a model's first job does not pay for code generation
 
     def reg(self, offset: int) -> int:
         return self.regs.read32(self.bank + offset)

@@ -341,3 +341,15 @@ def test_softmax_reruns_in_c_as_numpy_computes(seed: int) -> None:
         rerun()
     with pytest.raises(InvalidCommand):
         activations.softmax(x, **kw)
+
+
+def test_warm_up_runs_every_c_kernel_without_touching_shared_state() -> None:
+    """A core's start-up warm-up: runs, twice, and leaves no cached table or plan behind
+    that a model could pick up (it uses only its own arrays)."""
+    from firmware_sim.kernels import binary_table
+    from firmware_sim.kernels.warm_up import warm_up
+    from firmware_sim.units import common
+    tables, plans = dict(binary_table._tables), dict(common._PLANS)
+    warm_up()
+    warm_up()
+    assert dict(common._PLANS) == plans and set(binary_table._tables) == set(tables)
