@@ -15,22 +15,27 @@ from . import activations, conv, elementwise, fully_connected, native, pooling
 __all__ = ["warm_up"]
 
 
+def _pattern(shape: tuple[int, ...]) -> np.ndarray:
+    n = int(np.prod(shape))
+    return ((np.arange(n) * 37 + 11) % 255 - 127).astype(np.int8).reshape(shape)
+
+
 def warm_up() -> None:
     """Each C kernel once (no-op without the C kernels)."""
     if native.library() is None:
         return
-    rng = np.random.default_rng(0)
-    x = rng.integers(-128, 128, (1, 8, 8, 16), dtype=np.int8)
+    # Fixed patterns, not numpy.random: its modules would add their pages to every core.
+    x = _pattern((1, 8, 8, 16))
     one, shift = np.array([1 << 30], np.int32), np.array([-8], np.int32)
     window = dict(stride=(1, 1), dilation=(1, 1), padding=(1, 1), out_hw=(8, 8), input_zp=1, output_zp=0,
                   multiplier=one, shift=shift)
     for k, cin in ((3, 16), (1, 16), (3, 4)):                 # oneDNN's GEMM: several shapes
-        w = rng.integers(-127, 128, (16, k, k, cin), dtype=np.int8)
+        w = _pattern((16, k, k, cin))
         pad = (k // 2, k // 2)
         conv.conv2d_bound(x, w, None, **{**window, "padding": pad}, out=np.empty((1, 8, 8, 16), np.int8))
-    dw = rng.integers(-127, 128, (1, 3, 3, 16), dtype=np.int8)
+    dw = _pattern((1, 3, 3, 16))
     conv.depthwise_conv2d_bound(x, dw, None, **window, out=np.empty((1, 8, 8, 16), np.int8))
-    fc_w = rng.integers(-127, 128, (10, 64), dtype=np.int8)
+    fc_w = _pattern((10, 64))
     fully_connected.fully_connected_bound(x.reshape(16, 64), fc_w, None, input_zp=0, output_zp=0,
                                           multiplier=one, shift=shift, scale=None, act_min=-128,
                                           act_max=127, out=np.empty((16, 10), np.int8))

@@ -20,7 +20,6 @@ numpy paths, which compute the same bytes.
 """
 from __future__ import annotations
 
-import hashlib
 import os
 import platform
 import shutil
@@ -28,6 +27,10 @@ import subprocess
 import sys
 import tempfile
 import threading
+
+# CPython's built-in BLAKE2, not hashlib: hashlib loads OpenSSL, whose start-up touches
+# 3 MB in every chip process (measured in /proc/<pid>/smaps) for one hash of the source.
+from _blake2 import blake2b
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -94,7 +97,7 @@ def _variant(cc: str) -> tuple[str, ...]:
 
 def _target(cc: str, variant: tuple[str, ...]) -> Path:
     version = subprocess.run([cc, "--version"], capture_output=True, text=True).stdout
-    h = hashlib.sha256()
+    h = blake2b(digest_size=16)
     for part in (SOURCE.read_bytes(), HEADER.read_bytes(), " ".join(_FLAGS + variant).encode(),
                  version.encode(),
                  _cpu_signature().encode(), platform.machine().encode()):
