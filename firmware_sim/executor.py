@@ -88,7 +88,8 @@ def run_job(dma: DmaEngine, asid: int, cmd_iova: int, cmd_size: int, profile: Ha
                 dma.commit()
                 result.cycles += task_cycles(profile, task, desc, dma.bytes_moved - moved_before)
                 if task.opcode != tasks.OP_NOP:
-                    steps.append((index, rerun if rerun is not None and dma.copies == copies_before
+                    # Only a callable is a rerun (a handler may return anything else).
+                    steps.append((index, rerun if callable(rerun) and dma.copies == copies_before
                                   else job_plans.HandlerStep(handler, desc, dma)))
                 index += 1
             if replay:

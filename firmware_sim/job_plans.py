@@ -81,7 +81,7 @@ class HandlerStep:
         copies = dma.copies
         rerun = self.handler(self.desc, dma)
         dma.commit()
-        if rerun is not None and dma.copies == copies:
+        if callable(rerun) and dma.copies == copies:
             self.rerun = rerun
 
 
