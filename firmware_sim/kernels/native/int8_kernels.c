@@ -507,8 +507,12 @@ static void im2col_rows(const int8_t *x, int32_t h, int32_t w, int32_t cin, int3
                         int8_t pad_value, int8_t *cols)
 {
     const int64_t k = (int64_t)kh * kw * cin_g;
+    int32_t oy = (int32_t)(p0 / out_w), ox = (int32_t)(p0 % out_w) - 1;
     for (int64_t p = p0; p < p1; p++) {
-        int32_t oy = (int32_t)(p / out_w), ox = (int32_t)(p % out_w);
+        if (++ox == out_w) {                  /* the next output pixel, without a division */
+            ox = 0;
+            oy++;
+        }
         int8_t *row = cols + (p - p0) * k;
         const int32_t ix0 = ox * stride_w - pad_left;
         /* The taps of a filter row are one contiguous run of the input row when every
