@@ -52,9 +52,9 @@ def submit_batch(device: Device, ctx: Context, request: Request) -> list[Job]:
         raise KmdError(errno.EINVAL, f"{batch.count} jobs in a batch, 1 to {uapi.NPU_MAX_BATCH_JOBS}")
     entries = [batch.jobs[i] for i in range(batch.count)]
     for i, req in enumerate(entries):
-        if req.flags:
-            raise KmdError(errno.EINVAL, f"batch entry {i}: flags {req.flags:#x} (NPU_SUBMIT_WAIT "
-                                         "is not taken in a batch: WAIT on the fences)")
+        if req.flags & ~uapi.NPU_SUBMIT_PROFILE:
+            raise KmdError(errno.EINVAL, f"batch entry {i}: flags {req.flags:#x} (only NPU_SUBMIT_PROFILE; "
+                                         "NPU_SUBMIT_WAIT is not taken in a batch: WAIT on the fences)")
         if any(req.reserved):
             raise KmdError(errno.EINVAL, f"batch entry {i}: reserved bytes must be zero")
     _check_room(ctx, len(entries))

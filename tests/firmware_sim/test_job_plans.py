@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from firmware_sim.kernels import conv
-from firmware_sim.spec import ops
+from firmware_sim.spec import ops, tasks
 from firmware_sim.spec.fixedpoint import quantize_multiplier_array
 from libnpu.portability import JobError
 from tests.support.quant_utils import random_int8
@@ -21,8 +21,8 @@ def put(device, array: np.ndarray):
     return mem
 
 
-def conv_job(device, bufs: dict, out) -> object:
-    cmds = device.command_buffer()
+def conv_job(device, bufs: dict, out, cmds=None) -> object:
+    cmds = cmds if cmds is not None else device.command_buffer()
     cmds.add("CONV_2D", ops.OPF_PER_CHANNEL, input=bufs["x"].address, weights=bufs["w"].address,
              bias=bufs["bias"].address, output=out.address, mult_iova=bufs["mult"].address,
              shift_iova=bufs["shift"].address, in_shape=SHAPE, out_shape=SHAPE, filter_hw=(3, 3),
@@ -94,3 +94,27 @@ def test_a_nop_job_replays(device) -> None:
         cmds.add("NOP")
     for _ in range(5):
         assert device.run(cmds).status == 0
+
+
+def test_a_profiled_replay_reports_every_task(device, operands) -> None:
+    """A profiled job keeps one record per task (NOPs too) with the first run's cycles when
+    later runs replay its plan, and unprofiled runs in between change nothing."""
+    arrays, _ = operands
+    bufs = {name: put(device, a) for name, a in arrays.items()}
+    out = device.alloc_mem(int(np.prod(SHAPE)))
+    cmds = device.command_buffer()
+    cmds.add("NOP")
+    conv_job(device, bufs, out, cmds)
+    cmds.add("NOP")
+    timings = []
+    for profile in (True, False, True, True):
+        fence = device.run(cmds, [*bufs.values(), out], profile=profile)
+        np.testing.assert_array_equal(out.array(np.int8, SHAPE), expected(**arrays))
+        if profile:
+            timings.append(device.get_profile(fence))
+    for timing in timings:
+        assert timing.complete and [t.index for t in timing.tasks] == [0, 1, 2]
+        assert [t.opcode for t in timing.tasks] == [tasks.OP_NOP, ops.OP_CONV_2D, tasks.OP_NOP]
+        assert sum(t.cycles for t in timing.tasks) == timing.cycles
+        assert all(t.start_ns <= t.end_ns for t in timing.tasks)
+        assert [t.cycles for t in timing.tasks] == [t.cycles for t in timings[0].tasks]

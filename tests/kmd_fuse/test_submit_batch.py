@@ -1,4 +1,5 @@
-"""SUBMIT_BATCH (ABI 2.2): several jobs queued in one request, all or nothing."""
+"""SUBMIT_BATCH (ABI 2.2): several jobs queued in one request, all or nothing; its entries
+may ask for NPU_SUBMIT_PROFILE (2.3) as a SUBMIT may."""
 from __future__ import annotations
 
 import errno
@@ -61,6 +62,23 @@ def test_bad_batches_are_einval(device, count: int, flags: int, entry_flags: int
     with pytest.raises(NpuError) as refused:
         raw_batch(device, count, flags, entry_flags, prepared)
     assert refused.value.errno == errno.EINVAL
+
+
+def test_batched_jobs_may_be_profiled(device) -> None:
+    pairs = [(device.alloc_mem(4096), device.alloc_mem(4096)) for _ in range(3)]
+    prepared = []
+    for i, (src, dst) in enumerate(pairs):
+        cmds, _ = copy_job(device, src, dst, i + 1)
+        prepared.append(device.prepare_submit(cmds, [src, dst], profile=i != 1))
+    fences = device.submit_batch(prepared)
+    device.wait(fences)
+    assert all(f.status == 0 for f in fences)
+    for i in (0, 2):
+        timing = device.get_profile(fences[i])
+        assert timing.complete and [t.index for t in timing.tasks] == [0] and timing.cycles > 0
+    with pytest.raises(NpuError) as not_profiled:
+        device.get_profile(fences[1])
+    assert not_profiled.value.errno == errno.ENOENT
 
 
 def test_jobs_prepared_to_wait_are_not_batched(device) -> None:
