@@ -118,3 +118,20 @@ def test_a_profiled_replay_reports_every_task(device, operands) -> None:
         assert sum(t.cycles for t in timing.tasks) == timing.cycles
         assert all(t.start_ns <= t.end_ns for t in timing.tasks)
         assert [t.cycles for t in timing.tasks] == [t.cycles for t in timings[0].tasks]
+
+
+def test_a_replayed_gather_reads_its_indices_each_run(device) -> None:
+    """Units without a C rerun (here ops-layout's GATHER) replay by running their handler
+    again, so indices rewritten in place between runs are honoured."""
+    rng = np.random.default_rng(5)
+    x = random_int8(rng, (2, 10, 3))
+    data, out = put(device, x), device.alloc_mem(64)
+    indices = device.alloc_mem(64)
+    cmds = device.command_buffer()
+    cmds.add("GATHER", input=data.address, indices_iova=indices.address, output=out.address,
+             outer=2, axis_size=10, inner=3, count=4)
+    for _ in range(4):
+        picked = rng.integers(0, 10, 4).astype(np.int32)
+        indices.view[:16] = picked.view(np.uint8)
+        device.run(cmds, [data, indices, out])
+        np.testing.assert_array_equal(out.array(np.int8, (2, 4, 3)), x[:, picked, :])
