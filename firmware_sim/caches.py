@@ -16,6 +16,7 @@ complete and docs/hardware.md can describe all of them from here.
 """
 from __future__ import annotations
 
+import ctypes
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -54,11 +55,36 @@ def registered() -> list[Cache]:
 
 def invalidate(dma, asid: int, bo_id: int = 0) -> None:
     """The IOTLB invalidation: forget ``asid``'s translations (one buffer object's with
-    ``bo_id``, else all), then let every cache drop what may refer to the released memory."""
+    ``bo_id``, else all), then let every cache drop what may refer to the released memory.
+
+    A whole ASID's invalidation (its context closed: a model unloaded) also empties the
+    caches keyed by contents, which no longer know whose they are, and hands the freed
+    heap back to the system, so the core's memory returns to its idle size; other
+    contexts' next jobs rebuild what they need."""
     released = dma.invalidate(asid, bo_id)
     for cache in _CACHES.values():
         if cache.hook is not None:
             cache.hook(asid, bo_id, released)
+    if not bo_id:
+        for cache in _CACHES.values():
+            if cache.hook is None and cache.clear is not None:
+                cache.clear()
+        _trim_heap()
+
+
+def _trim_heap() -> None:
+    """glibc's malloc_trim(0): return free heap pages to the system (no-op elsewhere)."""
+    global _malloc_trim
+    if _malloc_trim is None:
+        try:
+            _malloc_trim = ctypes.CDLL(None).malloc_trim
+        except (OSError, AttributeError):
+            _malloc_trim = False
+    if _malloc_trim:
+        _malloc_trim(0)
+
+
+_malloc_trim = None
 
 
 def clear() -> None:

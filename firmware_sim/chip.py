@@ -270,7 +270,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--profile", choices=sorted(profiles.PROFILES), default=profiles.DEFAULT_PROFILE,
                         help="hardware profile: the timing model's clock, MACs/cycle, bandwidth and SRAM")
     parser.add_argument("--idle-poll-us", type=int, default=HardwareProfile.idle_poll_ns // 1000,
-                        help="how long an idle core polls its ring before sleeping (0: sleep at once)")
+                        help="the longest an idle core polls its ring before sleeping (adapted; 0: never)")
     args = parser.parse_args(argv)
     die_with_parent()
     profile = HardwareProfile.named(args.profile, idle_poll_ns=args.idle_poll_us * 1000)

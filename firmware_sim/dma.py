@@ -58,6 +58,7 @@ class DmaEngine:
         self._pending: list[tuple[np.ndarray, list[tuple[int, int, int]]]] = []
         self.inject_bus_error = False
         self.bytes_moved = 0
+        self.copies = 0          # accesses served by a gathered copy or a staging buffer
         self._last_written: np.ndarray | None = None
         # The IOTLB: per ASID, (iova, nbytes, permission) -> segments, and the array views
         # of single-segment accesses: (iova, dtype, shape, write) -> view. Dropped on invalidate.
@@ -214,6 +215,7 @@ class DmaEngine:
             return readonly[offset:offset + length]
         if not segments:
             return np.zeros(0, np.uint8)
+        self.copies += 1
         return np.concatenate([self._segment(*s) for s in segments])
 
     def write(self, iova: int, nbytes: int) -> np.ndarray:
@@ -224,6 +226,7 @@ class DmaEngine:
             self._last_written = self._segment(*segments[0])
             return self._last_written
         staging = np.zeros(nbytes, np.uint8)
+        self.copies += 1
         if segments:
             self._pending.append((staging, segments))
             self._last_written = None

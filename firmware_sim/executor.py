@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from firmware_sim import units
+from firmware_sim import job_plans, units
 from firmware_sim.dma import DmaEngine, IommuFault
 from firmware_sim.errors import InvalidCommand, JobFailure
 from firmware_sim.spec import tasks
@@ -38,7 +38,7 @@ def _dma_copy(desc: np.void, dma: DmaEngine) -> None:
     dma.write(int(desc["dst"]), length)[:] = src
 
 
-Handler = Callable[[np.void, DmaEngine], None]
+Handler = Callable[[np.void, DmaEngine], "Callable[[], None] | None"]
 TaskHook = Callable[[int, int, int, int, int], None]   # (index, opcode, start_ns, end_ns, cycles)
 
 HANDLERS: dict[int, Handler] = {
@@ -58,12 +58,16 @@ class JobResult:
 
 
 def run_job(dma: DmaEngine, asid: int, cmd_iova: int, cmd_size: int, profile: HardwareProfile,
-            inject_internal_error: bool = False, on_task: TaskHook | None = None) -> JobResult:
+            inject_internal_error: bool = False, on_task: TaskHook | None = None,
+            replay: bool = True) -> JobResult:
     """Execute a job's command buffer; never raises (short of the process dying).
 
-    ``inject_internal_error`` (fault injection) makes the job meet an unexpected
-    exception, as a bug in a kernel would.  ``on_task`` (profiling) hears each task
-    that completed: its index, opcode, CLOCK_MONOTONIC start and end, and cycles."""
+    A command buffer run before (same ASID, address and bytes, no invalidation since)
+    replays its job plan (``job_plans``) unless ``replay`` is False (fault injection
+    needs every access made). ``inject_internal_error`` (fault injection) makes the job
+    meet an unexpected exception, as a bug in a kernel would.  ``on_task`` (profiling)
+    hears each task that completed, on the first run and on replays alike: its index,
+    opcode, CLOCK_MONOTONIC start and end, and cycles."""
     result = JobResult()
     if cmd_size == 0 and not inject_internal_error:
         return result
@@ -73,19 +77,46 @@ def run_job(dma: DmaEngine, asid: int, cmd_iova: int, cmd_size: int, profile: Ha
             raise RuntimeError("injected internal error (FAULT_INTERNAL)")
         dma.bind(asid)
         command_buffer = dma.read(cmd_iova, cmd_size).copy()  # the chip fetches descriptors once
-        for _, task, desc in tasks.decode_tasks(command_buffer):
-            moved_before = dma.bytes_moved
-            started = time.monotonic_ns() if on_task else 0
-            handler = HANDLERS.get(task.opcode)
-            if handler is None:
-                raise DescriptorError(f"no compute unit for {task.name}")
-            handler(desc, dma)
-            dma.commit()
-            cycles = task_cycles(profile, task, desc, dma.bytes_moved - moved_before)
-            result.cycles += cycles
-            if on_task:
-                on_task(index, task.opcode, started, time.monotonic_ns(), cycles)
-            index += 1
+        plan = job_plans.lookup(dma, asid, cmd_iova, command_buffer) if replay else None
+        if plan is not None and on_task is None:
+            for index, step in plan.steps:   # noqa: B007 (a failing step's index is reported)
+                step()
+            index, result.cycles = plan.tasks, plan.cycles
+        elif plan is not None:
+            # Profiled replay: every task (NOPs too) timed around its step, as a first run would.
+            for index, opcode, cycles, step in plan.timed_steps:  # noqa: B007 (as above)
+                started = time.monotonic_ns()
+                if step is not None:
+                    step()
+                result.cycles += cycles
+                on_task(index, opcode, started, time.monotonic_ns(), cycles)
+            index = plan.tasks
+        else:
+            steps: list[tuple[int, Callable[[], None]]] = []
+            timed_steps: list[job_plans.TimedStep] = []
+            for _, task, desc in tasks.decode_tasks(command_buffer):
+                moved_before, copies_before = dma.bytes_moved, dma.copies
+                started = time.monotonic_ns() if on_task else 0
+                handler = HANDLERS.get(task.opcode)
+                if handler is None:
+                    raise DescriptorError(f"no compute unit for {task.name}")
+                rerun = handler(desc, dma)
+                dma.commit()
+                cycles = task_cycles(profile, task, desc, dma.bytes_moved - moved_before)
+                result.cycles += cycles
+                if on_task:
+                    on_task(index, task.opcode, started, time.monotonic_ns(), cycles)
+                step: Callable[[], None] | None = None
+                if task.opcode != tasks.OP_NOP:
+                    # Only a callable is a rerun (a handler may return anything else).
+                    step = (rerun if callable(rerun) and dma.copies == copies_before
+                            else job_plans.HandlerStep(handler, desc, dma))
+                    steps.append((index, step))
+                timed_steps.append((index, task.opcode, cycles, step))
+                index += 1
+            if replay:
+                job_plans.store(dma, asid, cmd_iova, job_plans.JobPlan(
+                    command_buffer.tobytes(), steps, index, result.cycles, timed_steps))
         result.task_index = index
     except IommuFault as fault:
         result.status, result.fault_iova, result.task_index = -fault.errno, fault.iova, index

@@ -24,7 +24,7 @@ class HardwareProfile:
     macs_per_cycle: int = _DEFAULT.macs_per_cycle
     dma_bytes_per_cycle: int = _DEFAULT.dma_bytes_per_cycle
     task_overhead_cycles: int = _DEFAULT.task_overhead_cycles
-    idle_poll_ns: int = 300_000   # host-side: how long an idle core keeps polling its ring before sleeping
+    idle_poll_ns: int = 300_000   # host-side: the longest idle ring poll (adaptive: idle_poll.py)
     name: str = _DEFAULT.name
     sram_bytes: int = _DEFAULT.sram_bytes
 

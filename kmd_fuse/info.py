@@ -99,6 +99,7 @@ PARAMS: dict[str, Callable[[Device, Context], int]] = {
     "MAX_SUBMIT_BOS": lambda device, ctx: uapi.NPU_MAX_SUBMIT_BOS,
     "MAX_WAIT_FENCES": lambda device, ctx: uapi.NPU_MAX_WAIT_FENCES,
     "MAX_OUTSTANDING": lambda device, ctx: MAX_OUTSTANDING,
+    "MAX_BATCH_JOBS": lambda device, ctx: uapi.NPU_MAX_BATCH_JOBS,
     "PROFILE": lambda device, ctx: device.hw.regs.read32(regs.PROFILE_ID),
     "MACS_PER_CYCLE": lambda device, ctx: device.hw.regs.read32(regs.MACS_PER_CYCLE),
     "DMA_BYTES_PER_CYCLE": lambda device, ctx: device.hw.regs.read32(regs.DMA_BYTES_PER_CYCLE),

@@ -59,6 +59,10 @@ def submit(device: Device, ctx: Context, request: Request) -> bool:
     return jobs.submit(device, ctx, request).sync_reply is not None
 
 
+def submit_batch(device: Device, ctx: Context, request: Request) -> None:
+    jobs.submit_batch(device, ctx, request)
+
+
 def wait(device: Device, ctx: Context, request: Request) -> bool:
     return not jobs.wait(device, ctx, request)
 
@@ -105,6 +109,7 @@ IOCTLS: dict[str, Ioctl] = {entry.name: entry for entry in (
     Ioctl("GET_STATS", get_stats),
     Ioctl("RESET", reset, owner_only=True),
     Ioctl("GET_PARAM", get_param),
+    Ioctl("SUBMIT_BATCH", submit_batch),
     Ioctl("GET_PROFILE", get_profile),
 )}
 _HEADER_NAMES = {command.name for command in uapi.COMMANDS.values()}

@@ -34,12 +34,47 @@ def submit(device: Device, ctx: Context, request: Request) -> Job:
     req = request.payload
     if req.flags & ~(uapi.NPU_SUBMIT_WAIT | uapi.NPU_SUBMIT_PROFILE):
         raise KmdError(errno.EINVAL, f"unknown SUBMIT flags {req.flags:#x}")
+    _check_room(ctx, 1)
+    job = _queue(device, ctx, req, _checked_buffers(device, ctx, req))
+    if req.flags & uapi.NPU_SUBMIT_WAIT:
+        job.sync_reply = request
+    device.pump()
+    return job
+
+
+def submit_batch(device: Device, ctx: Context, request: Request) -> list[Job]:
+    """Queue the first ``count`` SUBMITs of a SUBMIT_BATCH, in order, each checked as
+    SUBMIT checks it; all or none (the first refused entry's errno answers the request)."""
+    batch = request.payload
+    if batch.flags:
+        raise KmdError(errno.EINVAL, f"unknown SUBMIT_BATCH flags {batch.flags:#x}")
+    if not 1 <= batch.count <= uapi.NPU_MAX_BATCH_JOBS:
+        raise KmdError(errno.EINVAL, f"{batch.count} jobs in a batch, 1 to {uapi.NPU_MAX_BATCH_JOBS}")
+    entries = [batch.jobs[i] for i in range(batch.count)]
+    for i, req in enumerate(entries):
+        if req.flags & ~uapi.NPU_SUBMIT_PROFILE:
+            raise KmdError(errno.EINVAL, f"batch entry {i}: flags {req.flags:#x} (only NPU_SUBMIT_PROFILE; "
+                                         "NPU_SUBMIT_WAIT is not taken in a batch: WAIT on the fences)")
+        if any(req.reserved):
+            raise KmdError(errno.EINVAL, f"batch entry {i}: reserved bytes must be zero")
+    _check_room(ctx, len(entries))
+    buffers = [_checked_buffers(device, ctx, req) for req in entries]
+    queued = [_queue(device, ctx, req, bos) for req, bos in zip(entries, buffers)]
+    device.pump()
+    return queued
+
+
+def _check_room(ctx: Context, jobs: int) -> None:
+    if len(ctx.pending) + jobs > MAX_PENDING_JOBS:
+        raise KmdError(errno.EAGAIN, f"{MAX_PENDING_JOBS} jobs already pending in this context: wait for some")
+
+
+def _checked_buffers(device: Device, ctx: Context, req) -> list:
+    """The buffers a SUBMIT payload lists, after every check of its fields."""
     if req.priority > uapi.NPU_PRIO_HIGH:
         raise KmdError(errno.EINVAL, f"priority {req.priority} out of range")
     if req.num_bos > uapi.NPU_MAX_SUBMIT_BOS:
         raise KmdError(errno.E2BIG, f"{req.num_bos} buffers, at most {uapi.NPU_MAX_SUBMIT_BOS}")
-    if len(ctx.pending) >= MAX_PENDING_JOBS:
-        raise KmdError(errno.EAGAIN, f"{MAX_PENDING_JOBS} jobs already pending in this context: wait for some")
     handles = uapi.ffi.unpack(req.bo_handles, req.num_bos)
     if len(set(handles)) != len(handles):
         raise KmdError(errno.EINVAL, "a buffer handle is listed twice")
@@ -49,6 +84,11 @@ def submit(device: Device, ctx: Context, request: Request) -> Job:
                                      "any buffer the job lists")
     if req.cmd_size % 8:
         raise KmdError(errno.EINVAL, f"command buffer size {req.cmd_size} is not a multiple of 8")
+    return bos
+
+
+def _queue(device: Device, ctx: Context, req, bos: list) -> Job:
+    """Give a checked SUBMIT payload its fence (written into ``req``) and queue its job."""
     ctx.last_fence += 1
     config = device.hw.config
     timeout_ms = min(req.timeout_ms or config.watchdog_ms, config.max_job_timeout_ms)
@@ -56,14 +96,11 @@ def submit(device: Device, ctx: Context, request: Request) -> Job:
               timeout_ms, submit_ns=time.monotonic_ns(), profile_wanted=bool(req.flags & uapi.NPU_SUBMIT_PROFILE))
     job.profiled = job.profile_wanted or device.trace.enabled
     req.fence = job.fence
-    if req.flags & uapi.NPU_SUBMIT_WAIT:
-        job.sync_reply = request
     for bo in bos:
         bo.users += 1
     ctx.pending[job.fence] = job
     ctx.stats.jobs_submitted += 1
     device.scheduler.enqueue(job)
-    device.pump()
     return job
 
 

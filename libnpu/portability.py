@@ -329,6 +329,25 @@ class Device:
         req.flags = (uapi.NPU_SUBMIT_WAIT if wait else 0) | (uapi.NPU_SUBMIT_PROFILE if profile else 0)
         return PreparedSubmit(uapi.ffi.buffer(req)[:], wait)
 
+    def submit_batch(self, jobs: Sequence[PreparedSubmit]) -> list[Fence]:
+        """Queue several prepared jobs in one request (SUBMIT_BATCH, ABI 2.2), in order;
+        returns their fences at once (wait for them with ``wait``). All or nothing: if
+        the driver refuses one job, none is queued (NpuError with that job's errno).
+        Jobs prepared with ``wait=True`` cannot be batched (wait on the fences instead).
+        More than NPU_MAX_BATCH_JOBS (8) jobs go as several requests."""
+        fences: list[Fence] = []
+        for start in range(0, len(jobs), uapi.NPU_MAX_BATCH_JOBS):
+            chunk = jobs[start:start + uapi.NPU_MAX_BATCH_JOBS]
+            batch = uapi.new_payload(uapi.NPU_CMD_SUBMIT_BATCH)
+            batch.count = len(chunk)
+            for i, prepared in enumerate(chunk):
+                if prepared.wait:
+                    raise ValueError("a job prepared with wait=True cannot be batched")
+                uapi.ffi.memmove(uapi.ffi.addressof(batch.jobs[i]), prepared.body, len(prepared.body))
+            reply = self.file.request(uapi.NPU_CMD_SUBMIT_BATCH, batch)
+            fences += [Fence(self, reply.jobs[i].fence) for i in range(len(chunk))]
+        return fences
+
     def submit_prepared(self, prepared: PreparedSubmit) -> Fence:
         """Send a prepared SUBMIT; returns its fence (signalled already if it waited)."""
         reply = self.file.request_body(uapi.NPU_CMD_SUBMIT, prepared.body)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import InvalidCommand
+from . import native
 from .fixedpoint import (
     multiply_by_quantized_multiplier,
     rounding_divide_by_pot,
@@ -19,9 +20,10 @@ from .fixedpoint import (
 )
 from .gemmlowp import exp_on_negative_values_q5, get_reciprocal
 from .int16x8 import check_int16_param, check_zero_points, store_int16
+from .native import calls as native_calls
 from .output import check_int8_param, store_int8
 
-__all__ = ["relu_family", "lut_lookup", "softmax"]
+__all__ = ["relu_family", "lut_lookup", "softmax", "softmax_bound"]
 
 
 def _check_int8(name: str, a: np.ndarray) -> None:
@@ -127,3 +129,16 @@ def softmax(x: np.ndarray, *, input_beta_multiplier: int, input_beta_left_shift:
         return result.astype(np.int8)
     np.copyto(out, result, casting="unsafe")
     return out
+
+
+def softmax_bound(x: np.ndarray, *, input_beta_multiplier: int, input_beta_left_shift: int,
+                  diff_min: int, out: np.ndarray) -> native_calls.BoundCall | None:
+    """:func:`softmax` into ``out``, then a call that reruns it in C on the same arrays with
+    the same tables (``npu_softmax_s8``); None without the C kernels or contiguous arrays."""
+    softmax(x, input_beta_multiplier=input_beta_multiplier, input_beta_left_shift=input_beta_left_shift,
+            diff_min=diff_min, out=out)
+    if native.library() is None:
+        return None
+    exp_t, terms_t, valid_t = _softmax_tables(int(input_beta_multiplier), int(input_beta_left_shift),
+                                              int(diff_min))
+    return native_calls.bind_softmax(x, out, exp_t, terms_t, valid_t)

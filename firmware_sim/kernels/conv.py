@@ -10,6 +10,11 @@ them into im2col rows (a strided view of the block) for one float32 BLAS GEMM (K
 a partial sum could pass 2**24), depthwise splits the columns by stride phase and does
 KH*KW contiguous multiply-adds. Then the block is requantized (see ``_Requant``) and
 stored. Every sum is an integer within the float's exact range, so results are exact.
+
+That numpy path is the readable reference. When the C kernels have oneDNN
+(``native.has_dnnl()``), convolutions run in C instead: int8 im2col, oneDNN's int8 GEMM with
+exact int32 sums, requantization in the store loop (``npu_conv_s8``), whenever no sum can
+wrap int32; depthwise convolutions run in C whenever the C kernels are there.
 """
 from __future__ import annotations
 
@@ -26,7 +31,7 @@ from .gemm import ROW_BLOCK_ELEMS, exact_gemm, gemm_chunk, int8_offset_bound, ma
 from .native import calls as native_calls
 from .output import accumulate_bias, check_int8_param, store_int8
 
-__all__ = ["conv2d", "depthwise_conv2d", "depthwise_conv2d_bound"]
+__all__ = ["conv2d", "conv2d_bound", "depthwise_conv2d", "depthwise_conv2d_bound"]
 
 
 def _pair(name: str, v) -> tuple[int, int]:
@@ -267,6 +272,25 @@ def conv2d(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None, *,
     image (see ``spec.ops.conv_geometry``); out_hw the output (OH, OW);
     multiplier/shift int32 (Cout,) or (1,). Returns int8 (N, OH, OW, Cout).
     """
+    return _conv2d(x, w, bias, stride, dilation, padding, out_hw, input_zp, output_zp,
+                   multiplier, shift, act_min, act_max, out)[0]
+
+
+def conv2d_bound(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None, *,
+                 stride: tuple[int, int], dilation: tuple[int, int], padding: tuple[int, int],
+                 out_hw: tuple[int, int], input_zp: int, output_zp: int,
+                 multiplier: np.ndarray, shift: np.ndarray,
+                 act_min: int = -128, act_max: int = 127,
+                 out: np.ndarray) -> native_calls.BoundCall | None:
+    """:func:`conv2d` into ``out``, then a call that reruns it on the same arrays without
+    checking or converting anything again; None when that is not possible (numpy path, or
+    an operand had to be copied)."""
+    return _conv2d(x, w, bias, stride, dilation, padding, out_hw, input_zp, output_zp,
+                   multiplier, shift, act_min, act_max, out)[1]
+
+
+def _conv2d(x, w, bias, stride, dilation, padding, out_hw, input_zp, output_zp, multiplier,
+            shift, act_min, act_max, out) -> tuple[np.ndarray, native_calls.BoundCall | None]:
     sh, sw, dh, dw, pt, pl, oh, ow = _check_common(
         x, w, stride, dilation, padding, out_hw, input_zp, output_zp, act_min, act_max)
     n, _, _, cin = x.shape
@@ -277,11 +301,18 @@ def conv2d(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None, *,
     multiplier, shift = _check_quant(cout, bias, multiplier, shift)
     target, out = out, _check_out(out, (n, oh, ow, cout))
     k = kh * kw * cin_g
+    bound_x = int8_offset_bound(-input_zp)
+    if native.has_dnnl() and out.size:
+        bound = bound_x * k * 128 + (int(np.abs(bias.astype(np.int64)).max()) if bias is not None else 0)
+        if bound < 2 ** 31:     # no sum can wrap int32, where oneDNN's and TFLite's would differ
+            bound_call = native_calls.conv_s8(x, w, bias, groups, (sh, sw), (dh, dw), (pt, pl),
+                                              (oh, ow), input_zp, output_zp, multiplier, shift,
+                                              act_min, act_max, out)
+            return _deliver(out, target), bound_call if target is out else None
     # Filters as (groups, K, Cout/groups) float32, K ordered (KH, KW, Cin_g), and the
     # largest per-filter sum of |w|; cached across calls.
     wf, row_abs_max = weight_cache.converted(
         w, f"conv{groups}", lambda a: _prepare_filters(a, groups))
-    bound_x = int8_offset_bound(-input_zp)
     chunk = gemm_chunk(k, bound_x, row_abs_max)
     finish = _requant_plan(bias, multiplier, shift, output_zp, act_min, act_max,
                            bound_x * row_abs_max)
@@ -308,7 +339,7 @@ def conv2d(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None, *,
                 acc = np.concatenate([exact_gemm(cg[g], wf[g], chunk)
                                       for g in range(groups)], axis=1)
             finish(acc, out[image, y0:y1].reshape(-1, cout))
-    return _deliver(out, target)
+    return _deliver(out, target), None
 
 
 def depthwise_conv2d_bound(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None, *,

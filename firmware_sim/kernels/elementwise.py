@@ -10,11 +10,12 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import InvalidCommand
-from . import binary_table
+from . import binary_table, native
 from .fixedpoint import INT32_MIN, multiply_by_quantized_multiplier, round_half_away, wrap_int32
+from .native import calls as native_calls
 from .output import check_int8_param, emit, store_int8
 
-__all__ = ["add", "mul", "quantize", "requantize", "dequantize"]
+__all__ = ["add", "mul", "binary_bound", "quantize", "requantize", "dequantize", "convert_bound"]
 
 
 def _check_int8(**arrays: np.ndarray) -> None:
@@ -41,12 +42,24 @@ def _check_act(act_min: int, act_max: int) -> tuple[int, int]:
 
 
 def _binary(key: tuple, compute, a: np.ndarray, b: np.ndarray, shape: tuple[int, ...],
-            out: np.ndarray | None) -> np.ndarray:
-    """Through the parameter set's 256 x 256 table when it has one (see ``binary_table``)."""
+            out: np.ndarray | None) -> tuple[np.ndarray, np.ndarray | None]:
+    """Through the parameter set's 256 x 256 table when it has one (see ``binary_table``);
+    returns the result and the table used, if any."""
     table = binary_table.table_for(key, int(np.prod(shape, dtype=np.int64)), compute)
     if table is None:
-        return compute(a, b, out)
-    return binary_table.lookup(table, a, b, shape, out)
+        return compute(a, b, out), None
+    return binary_table.lookup(table, a, b, shape, out), table
+
+
+def binary_bound(kind: str, a: np.ndarray, b: np.ndarray, *, out: np.ndarray,
+                 **params) -> native_calls.BoundCall | None:
+    """ADD or MUL (``kind``) into ``out``, then a call that reruns it on the same arrays
+    through its table in C; None when that is not possible (no C kernels, no table yet,
+    broadcasting, or a non-contiguous operand)."""
+    _, table = _BINARY[kind](a, b, out=out, **params)
+    if table is None or native.library() is None:
+        return None
+    return native_calls.bind_table2(a, b, table, out)
 
 
 def add(a: np.ndarray, b: np.ndarray, *, input1_zp: int, input2_zp: int, output_zp: int,
@@ -59,6 +72,16 @@ def add(a: np.ndarray, b: np.ndarray, *, input1_zp: int, input2_zp: int, output_
     Each input is shifted left by ``left_shift`` and rescaled to a common scale, summed,
     then rescaled to the output.
     """
+    return _add(a, b, input1_zp=input1_zp, input2_zp=input2_zp, output_zp=output_zp,
+                left_shift=left_shift, input1_multiplier=input1_multiplier,
+                input1_shift=input1_shift, input2_multiplier=input2_multiplier,
+                input2_shift=input2_shift, output_multiplier=output_multiplier,
+                output_shift=output_shift, act_min=act_min, act_max=act_max, out=out)[0]
+
+
+def _add(a, b, *, input1_zp, input2_zp, output_zp, left_shift, input1_multiplier, input1_shift,
+         input2_multiplier, input2_shift, output_multiplier, output_shift, act_min, act_max,
+         out) -> tuple[np.ndarray, np.ndarray | None]:
     _check_int8(a=a, b=b)
     shape = _out_shape(a, b, out)
     act_min, act_max = _check_act(act_min, act_max)
@@ -87,6 +110,12 @@ def mul(a: np.ndarray, b: np.ndarray, *, input1_zp: int, input2_zp: int, output_
         multiplier: int, shift: int, act_min: int = -128, act_max: int = 127,
         out: np.ndarray | None = None) -> np.ndarray:
     """int8 MUL: ``requant((a - zp1) * (b - zp2))``; multiplier from ``mul_multiplier``."""
+    return _mul(a, b, input1_zp=input1_zp, input2_zp=input2_zp, output_zp=output_zp,
+                multiplier=multiplier, shift=shift, act_min=act_min, act_max=act_max, out=out)[0]
+
+
+def _mul(a, b, *, input1_zp, input2_zp, output_zp, multiplier, shift, act_min, act_max,
+         out) -> tuple[np.ndarray, np.ndarray | None]:
     _check_int8(a=a, b=b)
     shape = _out_shape(a, b, out)
     act_min, act_max = _check_act(act_min, act_max)
@@ -102,6 +131,9 @@ def mul(a: np.ndarray, b: np.ndarray, *, input1_zp: int, input2_zp: int, output_
 
     key = ("mul", zp1, zp2, output_zp, int(multiplier), int(shift), act_min, act_max)
     return _binary(key, compute, a, b, shape, out)
+
+
+_BINARY = {"add": _add, "mul": _mul}
 
 
 def quantize(x: np.ndarray, *, scale: float, zero_point: int,
@@ -141,3 +173,15 @@ def dequantize(x: np.ndarray, *, scale: float, zero_point: int,
     zero_point = check_int8_param("zero_point", zero_point)
     res = (np.float64(np.float32(scale)) * (x.astype(np.float64) - zero_point)).astype(np.float32)
     return emit(res, out)
+
+
+def convert_bound(x: np.ndarray, *, scale: float, zero_point: int,
+                  out: np.ndarray) -> native_calls.BoundCall | None:
+    """:func:`quantize` (float32 ``x``) or :func:`dequantize` (int8 ``x``) into ``out``, then a
+    call that reruns it in C on the same arrays; None without the C kernels or when an
+    array is not contiguous."""
+    convert = quantize if x.dtype == np.float32 else dequantize
+    convert(x, scale=scale, zero_point=zero_point, out=out)
+    if native.library() is None:
+        return None
+    return native_calls.bind_convert(x, out, scale, zero_point)

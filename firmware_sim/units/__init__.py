@@ -32,9 +32,9 @@ native.library()  # load (or build) the C kernels when a core starts, not inside
 def _guarded(handler: Handler) -> Handler:
     """A descriptor that asks for more working memory than the chip has fails the job
     (EINVAL) instead of taking the core down."""
-    def run(desc: np.void, dma) -> None:
+    def run(desc: np.void, dma):
         try:
-            handler(desc, dma)
+            return handler(desc, dma)
         except MemoryError:
             raise OpDescriptorError("task needs more working memory than the chip has") from None
     run.__name__ = handler.__name__

@@ -7,7 +7,7 @@ import numpy as np
 from firmware_sim.kernels import activations, int16x8
 from firmware_sim.spec import ops
 
-from .common import OpDescriptorError, count, dims, unit
+from .common import OpDescriptorError, Rerun, count, dims, unit
 from .elementwise import flat_cost
 
 
@@ -42,16 +42,16 @@ def _softmax_cost(desc: np.void) -> tuple[int, int]:
 
 
 @unit(ops.OP_SOFTMAX, _softmax_cost)
-def softmax(desc: np.void, dma) -> None:
+def softmax(desc: np.void, dma) -> Rerun | None:
     shape = dims((desc["rows"], desc["depth"]), "rows/depth")
     if int(desc["flags"]) & ops.OPF_INT16:  # the multiplier / shift take the input to the exp table
         x16 = dma.read_array(int(desc["input"]), np.int16, shape)
         int16x8.softmax_int16(x16, input_multiplier=int(desc["input_beta_multiplier"]),
                               input_left_shift=int(desc["input_beta_left_shift"]),
                               out=dma.write_array(int(desc["output"]), np.int16, shape))
-        return
+        return None    # int16 runs in numpy only: nothing to rerun
     x = dma.read_array(int(desc["input"]), np.int8, shape)
-    activations.softmax(x, input_beta_multiplier=int(desc["input_beta_multiplier"]),
-                        input_beta_left_shift=int(desc["input_beta_left_shift"]),
-                        diff_min=int(desc["diff_min"]),
-                        out=dma.write_array(int(desc["output"]), np.int8, shape))
+    return activations.softmax_bound(x, input_beta_multiplier=int(desc["input_beta_multiplier"]),
+                                     input_beta_left_shift=int(desc["input_beta_left_shift"]),
+                                     diff_min=int(desc["diff_min"]),
+                                     out=dma.write_array(int(desc["output"]), np.int8, shape))

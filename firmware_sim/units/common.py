@@ -5,7 +5,9 @@ A unit module declares, for each opcode it serves (the descriptor layout and the
 are in ``firmware_sim.spec``, the hardware interface the compiler also reads), the
 handler that runs a descriptor and the cost model of the chip's timing. Handlers read
 their operands through the DMA engine (every access is IOMMU-checked), run the kernel
-and write the result in place into the output view. A descriptor whose fields make no
+and write the result in place into the output view. A handler may return a *rerun*: a
+call that does the same task again on the same operand views, with nothing decoded or
+checked again (the C kernels' bound calls); the executor's job plans replay it. A descriptor whose fields make no
 sense raises :class:`OpDescriptorError` (the job fails with EINVAL).
 """
 from __future__ import annotations
@@ -21,13 +23,14 @@ from firmware_sim.errors import InvalidCommand
 from firmware_sim.kernels import native
 from firmware_sim.spec import ops, tasks
 
-__all__ = ["OpDescriptorError", "Handler", "Cost", "Unit", "UNITS", "unit", "dims", "ranked",
+__all__ = ["OpDescriptorError", "Handler", "Rerun", "Cost", "Unit", "UNITS", "unit", "dims", "ranked",
            "count", "frozen", "plan", "Plan", "prod", "act_dtype", "int16_zero_points"]
 
 # Sanity bound on any one tensor (elements); the IOMMU bounds real accesses anyway.
 MAX_ELEMENTS = 1 << 31
 
-Handler = Callable[[np.void, object], None]
+Rerun = Callable[[], None]
+Handler = Callable[[np.void, object], "Rerun | None"]
 Cost = Callable[[np.void], tuple[int, int]]
 
 
@@ -116,15 +119,17 @@ class Plan:
     def __init__(self, fields: tuple):
         self.fields, self.bound = fields, None
 
-    def run(self, operands: tuple, first_run: Callable[[], object]) -> None:
+    def run(self, operands: tuple, first_run: Callable[[], object]) -> Rerun | None:
         """Rerun the bound call if it was made for ``operands``, else ``first_run()``
-        (which checks everything, runs the kernel and returns a bound call or None)."""
+        (which checks everything, runs the kernel and returns a bound call or None).
+        Returns the bound call (the task's rerun), if any."""
         bound = self.bound
         if bound is not None and bound.uses(operands) and native.library() is not None:
             bound()
         else:
             self.bound = None          # a run that raises leaves no call behind
             self.bound = first_run()
+        return self.bound
 
 
 _PLANS: dict[tuple[str, bytes], Plan] = {}

@@ -7,7 +7,7 @@ import numpy as np
 from firmware_sim.kernels import conv, int16x8
 from firmware_sim.spec import ops
 
-from .common import OpDescriptorError, dims, frozen, int16_zero_points, plan, unit
+from .common import OpDescriptorError, Rerun, dims, frozen, int16_zero_points, plan, unit
 
 
 def _parse(desc: np.void, depthwise: bool) -> tuple:
@@ -43,7 +43,7 @@ def _parse(desc: np.void, depthwise: bool) -> tuple:
             kwargs, int16)
 
 
-def _run(desc: np.void, dma, depthwise: bool) -> None:
+def _run(desc: np.void, dma, depthwise: bool) -> Rerun | None:
     p = plan("dw" if depthwise else "conv", desc, lambda d: _parse(d, depthwise))
     (x_at, w_at, bias_at, cout, per_channel, quant, out_at, kwargs, int16) = p.fields
     act = np.int16 if int16 else np.int8
@@ -56,14 +56,15 @@ def _run(desc: np.void, dma, depthwise: bool) -> None:
     else:
         mult, shift = quant
     out = dma.write_array(out_at[0], act, out_at[1])
-    if int16:
+    if int16:      # int16 runs in numpy only: nothing to rerun
         fn = int16x8.depthwise_conv2d_16x8 if depthwise else int16x8.conv2d_16x8
         fn(x, wt, bias, multiplier=mult, shift=shift, out=out, **kwargs)
-    elif depthwise:
-        p.run((x, wt, bias, mult, shift, out), lambda: conv.depthwise_conv2d_bound(
+        return None
+    if depthwise:
+        return p.run((x, wt, bias, mult, shift, out), lambda: conv.depthwise_conv2d_bound(
             x, wt, bias, multiplier=mult, shift=shift, out=out, **kwargs))
-    else:
-        conv.conv2d(x, wt, bias, multiplier=mult, shift=shift, out=out, **kwargs)
+    return p.run((x, wt, bias, mult, shift, out), lambda: conv.conv2d_bound(
+        x, wt, bias, multiplier=mult, shift=shift, out=out, **kwargs))
 
 
 def _cost(desc: np.void) -> tuple[int, int]:
@@ -81,10 +82,10 @@ def _cost(desc: np.void) -> tuple[int, int]:
 
 
 @unit(ops.OP_CONV_2D, _cost)
-def conv_2d(desc: np.void, dma) -> None:
-    _run(desc, dma, depthwise=False)
+def conv_2d(desc: np.void, dma) -> Rerun | None:
+    return _run(desc, dma, depthwise=False)
 
 
 @unit(ops.OP_DEPTHWISE_CONV_2D, _cost)
-def depthwise_conv_2d(desc: np.void, dma) -> None:
-    _run(desc, dma, depthwise=True)
+def depthwise_conv_2d(desc: np.void, dma) -> Rerun | None:
+    return _run(desc, dma, depthwise=True)

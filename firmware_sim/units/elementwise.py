@@ -9,7 +9,7 @@ import numpy as np
 from firmware_sim.kernels import elementwise, int16x8
 from firmware_sim.spec import ops
 
-from .common import OpDescriptorError, act_dtype, count, int16_zero_points, plan, prod, ranked, unit
+from .common import OpDescriptorError, Rerun, act_dtype, count, int16_zero_points, plan, prod, ranked, unit
 
 
 def _parse_binary(desc: np.void, params: tuple[str, ...]) -> tuple:
@@ -37,15 +37,18 @@ def _parse_int16(desc: np.void, params: tuple[str, ...]) -> tuple:
     return _parse_binary(desc, tuple(p for p in params if p not in _ZERO_POINTS))
 
 
-def _binary(desc: np.void, dma, kind: str, params: tuple[str, ...], fn, fn16) -> None:
+def _binary(desc: np.void, dma, kind: str, params: tuple[str, ...], fn16) -> Rerun | None:
+    """ADD or MUL (``kind``): int16 with ``fn16`` in numpy (nothing to rerun), int8 through
+    ``elementwise.binary_bound`` (its rerun, if any)."""
     if int(desc["flags"]) & ops.OPF_INT16:
-        kind, fn, dtype = kind + "16", fn16, np.int16
-        parse = _parse_int16
-    else:
-        dtype, parse = np.int8, _parse_binary
-    a_at, b_at, out_at, kwargs = plan(kind, desc, lambda d: parse(d, params)).fields
-    fn(dma.read_array(a_at[0], dtype, a_at[1]), dma.read_array(b_at[0], dtype, b_at[1]),
-       out=dma.write_array(out_at[0], dtype, out_at[1]), **kwargs)
+        a_at, b_at, out_at, kwargs = plan(kind + "16", desc, lambda d: _parse_int16(d, params)).fields
+        fn16(dma.read_array(a_at[0], np.int16, a_at[1]), dma.read_array(b_at[0], np.int16, b_at[1]),
+             out=dma.write_array(out_at[0], np.int16, out_at[1]), **kwargs)
+        return None
+    a_at, b_at, out_at, kwargs = plan(kind, desc, lambda d: _parse_binary(d, params)).fields
+    return elementwise.binary_bound(
+        kind, dma.read_array(a_at[0], np.int8, a_at[1]), dma.read_array(b_at[0], np.int8, b_at[1]),
+        out=dma.write_array(out_at[0], np.int8, out_at[1]), **kwargs)
 
 
 def _binary_cost(desc: np.void) -> tuple[int, int]:
@@ -56,13 +59,13 @@ def _binary_cost(desc: np.void) -> tuple[int, int]:
 
 
 @unit(ops.OP_ADD, _binary_cost)
-def add(desc: np.void, dma) -> None:
-    _binary(desc, dma, "add", _ADD_PARAMS, elementwise.add, int16x8.add_int16)
+def add(desc: np.void, dma) -> Rerun | None:
+    return _binary(desc, dma, "add", _ADD_PARAMS, int16x8.add_int16)
 
 
 @unit(ops.OP_MUL, _binary_cost)
-def mul(desc: np.void, dma) -> None:
-    _binary(desc, dma, "mul", _MUL_PARAMS, elementwise.mul, int16x8.mul_int16)
+def mul(desc: np.void, dma) -> Rerun | None:
+    return _binary(desc, dma, "mul", _MUL_PARAMS, int16x8.mul_int16)
 
 
 def flat_cost(in_bytes: int, out_bytes: int, extra: int = 0) -> Callable[[np.void], tuple[int, int]]:
@@ -85,15 +88,15 @@ def _conversion_cost(in_bytes: int, out_bytes: int, in_int16: int,
 
 
 @unit(ops.OP_QUANTIZE, _conversion_cost(4, 1, 0, ops.OPF_INT16))
-def quantize(desc: np.void, dma) -> None:
+def quantize(desc: np.void, dma) -> Rerun | None:
     n = count(desc)
     x = dma.read_array(int(desc["input"]), np.float32, (n,))
-    if int(desc["flags"]) & ops.OPF_INT16:
+    if int(desc["flags"]) & ops.OPF_INT16:      # int16 runs in numpy only: nothing to rerun
         int16x8.quantize_int16(x, scale=float(desc["scale"]), zero_point=int(desc["zero_point"]),
                                out=dma.write_array(int(desc["output"]), np.int16, (n,)))
-        return
-    elementwise.quantize(x, scale=float(desc["scale"]), zero_point=int(desc["zero_point"]),
-                         out=dma.write_array(int(desc["output"]), np.int8, (n,)))
+        return None
+    return elementwise.convert_bound(x, scale=float(desc["scale"]), zero_point=int(desc["zero_point"]),
+                                     out=dma.write_array(int(desc["output"]), np.int8, (n,)))
 
 
 @unit(ops.OP_REQUANTIZE, _conversion_cost(1, 1, ops.OPF_INT16_INPUT, ops.OPF_INT16))
@@ -113,14 +116,14 @@ def requantize(desc: np.void, dma) -> None:
 
 
 @unit(ops.OP_DEQUANTIZE, _conversion_cost(1, 4, ops.OPF_INT16, 0))
-def dequantize(desc: np.void, dma) -> None:
+def dequantize(desc: np.void, dma) -> Rerun | None:
     n = count(desc)
     out = dma.write_array(int(desc["output"]), np.float32, (n,))
     if int(desc["flags"]) & ops.OPF_INT16:
         x16 = dma.read_array(int(desc["input"]), np.int16, (n,))
         int16x8.dequantize_int16(x16, scale=float(desc["scale"]),
                                  zero_point=int(desc["zero_point"]), out=out)
-        return
+        return None    # int16 runs in numpy only: nothing to rerun
     x = dma.read_array(int(desc["input"]), np.int8, (n,))
-    elementwise.dequantize(x, scale=float(desc["scale"]), zero_point=int(desc["zero_point"]),
-                           out=out)
+    return elementwise.convert_bound(x, scale=float(desc["scale"]), zero_point=int(desc["zero_point"]),
+                                     out=out)

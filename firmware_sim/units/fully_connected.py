@@ -7,7 +7,7 @@ from firmware_sim.kernels import fully_connected as fc
 from firmware_sim.kernels import int16x8
 from firmware_sim.spec import ops, tasks
 
-from .common import OpDescriptorError, dims, frozen, int16_zero_points, plan, unit
+from .common import OpDescriptorError, Rerun, dims, frozen, int16_zero_points, plan, unit
 
 
 def _parse(desc: np.void) -> tuple:
@@ -49,7 +49,7 @@ def _cost(desc: np.void) -> tuple[int, int]:
 
 
 @unit(tasks.OP_FULLY_CONNECTED, _cost)
-def fully_connected(desc: np.void, dma) -> None:
+def fully_connected(desc: np.void, dma) -> Rerun | None:
     p = plan("fc", desc, _parse)
     x_at, w_at, bias_at, per_channel, quant, out_at, kwargs, int16 = p.fields
     n = w_at[1][0]
@@ -65,9 +65,9 @@ def fully_connected(desc: np.void, dma) -> None:
         w = dma.read_array(w_at[0], np.int8, w_at[1])
         int16x8.fully_connected_16x8(x16, w, bias, scale=scale,
                                      out=dma.write_array(out_at[0], np.int16, out_at[1]), **kwargs)
-        return
+        return None    # int16 runs in numpy only: nothing to rerun
     x = dma.read_array(x_at[0], np.int8, x_at[1])
     w = dma.read_array(w_at[0], np.int8, w_at[1])
     out = dma.write_array(out_at[0], np.int8, out_at[1])
-    p.run((x, w, bias, mult, shift, scale, out), lambda: fc.fully_connected_bound(
+    return p.run((x, w, bias, mult, shift, scale, out), lambda: fc.fully_connected_bound(
         x, w, bias, multiplier=mult, shift=shift, scale=scale, out=out, **kwargs))

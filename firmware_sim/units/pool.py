@@ -6,7 +6,7 @@ import numpy as np
 from firmware_sim.kernels import pooling
 from firmware_sim.spec import ops
 
-from .common import OpDescriptorError, act_dtype, dims, plan, prod, ranked, unit
+from .common import OpDescriptorError, Rerun, act_dtype, dims, plan, prod, ranked, unit
 
 
 def _parse(desc: np.void) -> tuple:
@@ -21,11 +21,16 @@ def _parse(desc: np.void) -> tuple:
     return (int(desc["input"]), (n, h, w, c)), (int(desc["output"]), (n, oh, ow, c)), kwargs
 
 
-def _pool(desc: np.void, dma, fn) -> None:
+def _pool(desc: np.void, dma, fn, bound=None) -> Rerun | None:
+    """Pool with ``fn``; an int8 pool with a ``bound`` variant runs that and returns its rerun."""
     x_at, out_at, kwargs = plan("pool", desc, _parse).fields
     dtype = act_dtype(desc)
-    fn(dma.read_array(x_at[0], dtype, x_at[1]),
-       out=dma.write_array(out_at[0], dtype, out_at[1]), **kwargs)
+    x = dma.read_array(x_at[0], dtype, x_at[1])
+    out = dma.write_array(out_at[0], dtype, out_at[1])
+    if dtype is np.int16 or bound is None:     # int16 runs in numpy only: nothing to rerun
+        fn(x, out=out, **kwargs)
+        return None
+    return bound(x, out=out, **kwargs)
 
 
 def _pool_cost(desc: np.void) -> tuple[int, int]:
@@ -40,8 +45,8 @@ def max_pool_2d(desc: np.void, dma) -> None:
 
 
 @unit(ops.OP_AVERAGE_POOL_2D, _pool_cost)
-def average_pool_2d(desc: np.void, dma) -> None:
-    _pool(desc, dma, pooling.avg_pool2d)
+def average_pool_2d(desc: np.void, dma) -> Rerun | None:
+    return _pool(desc, dma, pooling.avg_pool2d, pooling.avg_pool2d_bound)
 
 
 def _mean_cost(desc: np.void) -> tuple[int, int]:

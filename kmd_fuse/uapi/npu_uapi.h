@@ -38,14 +38,17 @@
 
 #include <stdint.h>
 
-#define NPU_ABI_VERSION 0x00020001      /* major << 16 | minor: 2.0 = buffers handed over as sealed memfds,
-                                           2.1 = reserved fields, sizes that grow, GET_PARAM */
+#define NPU_ABI_VERSION 0x00020003      /* major << 16 | minor: 2.0 = buffers handed over as sealed memfds,
+                                           2.1 = reserved fields, sizes that grow, GET_PARAM,
+                                           2.2 = SUBMIT_BATCH,
+                                           2.3 = GET_PROFILE, NPU_SUBMIT_PROFILE, params 16..23 */
 #define NPU_FRAME_MAGIC 0x3155504e      /* "NPU1" little endian */
 #define NPU_IOC_TYPE 0x4e               /* 'N' */
 
 #define NPU_MAX_FRAME 4096              /* largest request or reply frame */
 #define NPU_MAX_SUBMIT_BOS 64           /* buffers one job may reference */
 #define NPU_MAX_WAIT_FENCES 64          /* fences one WAIT may name */
+#define NPU_MAX_BATCH_JOBS 8            /* jobs one SUBMIT_BATCH may carry */
 #define NPU_MAX_PATH 256
 #define NPU_HANDOVER_MAGIC 0x4f48504e   /* "NPHO" little endian: buffer hand-over messages */
 
@@ -215,6 +218,21 @@ struct npu_reset {
  * learns what a driver knows by asking.  New facts get a new id here, never a new
  * GET_INFO field.
  */
+/*
+ * SUBMIT_BATCH (2.2): the first `count` entries of `jobs`, each a SUBMIT's payload,
+ * checked as SUBMIT checks them and queued in order, in one request (one round trip
+ * for several jobs; wait for them with WAIT).  All or nothing: when any entry is
+ * refused (its errno is the reply's) none is queued.  An entry may not ask for
+ * NPU_SUBMIT_WAIT (EINVAL); its reserved space must be zero.  Entries past `count`
+ * are ignored.  The reply fills each queued entry's `fence`.
+ */
+struct npu_submit_batch {
+	uint32_t count;                 /* in: 1..NPU_MAX_BATCH_JOBS */
+	uint32_t flags;                 /* in: must be 0 */
+	struct npu_submit jobs[NPU_MAX_BATCH_JOBS]; /* in; out: fence */
+	uint64_t reserved[2];           /* must be 0 */
+};
+
 struct npu_get_param {
 	uint32_t param;                 /* in: NPU_PARAM_* */
 	uint32_t pad;                   /* must be 0 */
@@ -269,7 +287,7 @@ struct npu_get_profile {
 #define NPU_PARAM_MAX_SUBMIT_BOS 12
 #define NPU_PARAM_MAX_WAIT_FENCES 13
 #define NPU_PARAM_MAX_OUTSTANDING 14    /* requests one open file may have in flight */
-/* 15 is left for branch perf's NPU_PARAM_MAX_BATCH_JOBS */
+#define NPU_PARAM_MAX_BATCH_JOBS 15     /* (2.2) jobs one SUBMIT_BATCH may carry */
 #define NPU_PARAM_PROFILE 16            /* hardware profile id (firmware_sim/spec/profiles.py) */
 #define NPU_PARAM_MACS_PER_CYCLE 17     /* int8 MACs per cycle, per core */
 #define NPU_PARAM_DMA_BYTES_PER_CYCLE 18 /* memory bandwidth: bytes per cycle */
@@ -298,6 +316,7 @@ struct npu_get_profile {
 #define NPU_CMD_GET_STATS 0xc0604e06
 #define NPU_CMD_RESET     0xc0184e07
 #define NPU_CMD_GET_PARAM 0xc0204e08
+#define NPU_CMD_SUBMIT_BATCH 0xca184e09
 #define NPU_CMD_GET_PROFILE 0xcc604e0a
 
 /* ---- C only: cffi skips everything from here to the end marker ---- */
@@ -315,6 +334,7 @@ NPU_CHECK_CMD(NPU_CMD_WAIT, 0x05, struct npu_wait);
 NPU_CHECK_CMD(NPU_CMD_GET_STATS, 0x06, struct npu_get_stats);
 NPU_CHECK_CMD(NPU_CMD_RESET, 0x07, struct npu_reset);
 NPU_CHECK_CMD(NPU_CMD_GET_PARAM, 0x08, struct npu_get_param);
+NPU_CHECK_CMD(NPU_CMD_SUBMIT_BATCH, 0x09, struct npu_submit_batch);
 NPU_CHECK_CMD(NPU_CMD_GET_PROFILE, 0x0a, struct npu_get_profile);
 #define NPU_CHECK_VER0(name, type) \
 	_Static_assert(offsetof(type, reserved) == NPU_##name##_SIZE_VER0, #type " grew other than by appending")

@@ -1,6 +1,6 @@
 """Graph clean-ups run before quantization: fold constants, fold affine ops into
-convolutions, turn subtraction of constants into addition, fuse activations, drop
-identities."""
+convolutions, turn subtraction of constants into addition, fold zero PADs into the
+convolutions they feed, fuse activations, drop identities."""
 from __future__ import annotations
 
 import numpy as np
@@ -9,8 +9,8 @@ from . import registry
 from .float_ref import evaluate, has_reference
 from .ir import ACTIVATIONS, Graph, Tensor
 
-__all__ = ["optimize", "fold_constants", "fold_affine_into_conv", "sub_const_to_add", "fuse_activations",
-           "remove_identities", "unshare_weights"]
+__all__ = ["optimize", "fold_constants", "fold_affine_into_conv", "sub_const_to_add", "fold_pad_into_conv",
+           "fuse_activations", "remove_identities", "unshare_weights"]
 
 # The activation ops that are also fused activations (same names).
 _ACT_OPS = tuple(a for a in ACTIVATIONS if a != "NONE")
@@ -136,6 +136,38 @@ def operator_rewrites(g: Graph) -> int:
 
 __all__ += ["operator_rewrites"]
 
+def fold_pad_into_conv(g: Graph) -> int:
+    """Turn ``PAD (zeros, height/width only) -> CONV_2D / DEPTHWISE_CONV_2D`` into the
+    convolution's own padding: one task less, and the padded copy never exists. Exact:
+    a convolution's padding reads the input zero point, as the PAD's zeros quantize to.
+    Only while each side stays shorter than the dilated filter (what the chip accepts)."""
+    folded = 0
+    consumers, producers = g.consumers(), g.producers()
+    for op in list(g.ops):
+        if op.type not in ("CONV_2D", "DEPTHWISE_CONV_2D") or "pads" not in op.attrs:
+            continue
+        mid = op.inputs[0]
+        pad = producers.get(mid)
+        if pad is None or pad.type != "PAD" or len(consumers[mid]) != 1 or mid in g.outputs:
+            continue
+        pairs = tuple(tuple(int(v) for v in pair) for pair in pad.attrs["paddings"])
+        if len(pairs) != 4 or pairs[0] != (0, 0) or pairs[3] != (0, 0) or min(min(p) for p in pairs) < 0:
+            continue
+        kh, kw = g.tensors[op.inputs[1]].shape[1:3]
+        dh, dw = op.attrs.get("dilation", (1, 1))
+        top, bottom, left, right = op.attrs["pads"]
+        pads = (top + pairs[1][0], bottom + pairs[1][1], left + pairs[2][0], right + pairs[2][1])
+        if max(pads[:2]) >= (kh - 1) * dh + 1 or max(pads[2:]) >= (kw - 1) * dw + 1:
+            continue
+        op.attrs["pads"] = pads
+        op.inputs[0] = pad.inputs[0]
+        g.ops.remove(pad)
+        g.tensors.pop(mid, None)
+        consumers, producers = g.consumers(), g.producers()
+        folded += 1
+    return folded
+
+
 def fuse_activations(g: Graph) -> int:
     """Turn ``op -> RELU/RELU6/RELU_N1_TO_1`` into the op's fused activation."""
     fused = 0
@@ -223,8 +255,8 @@ def unshare_weights(g: Graph) -> int:
 
 
 def optimize(graph: Graph) -> Graph:
-    """Return an optimized copy: constants folded, affine ops folded into convs,
-    activations fused, identities removed, unused tensors pruned."""
+    """Return an optimized copy: constants folded, affine ops and zero PADs folded into
+    convs, activations fused, identities removed, unused tensors pruned."""
     g = graph.copy()
     fold_constants(g)
     for t in list(g.constants()):
@@ -233,6 +265,7 @@ def optimize(graph: Graph) -> Graph:
     unshare_weights(g)
     fold_affine_into_conv(g)
     sub_const_to_add(g)
+    fold_pad_into_conv(g)
     fuse_activations(g)
     remove_identities(g)
     operator_rewrites(g)

@@ -5,6 +5,8 @@ trip on the same node, measured in one run.
   round trip (``Device.run``: SUBMIT with NPU_SUBMIT_WAIT) - the sync path.
 - ``nop_submit_wait``: the same job as two requests (``submit`` then ``wait``).
 - ``rtt``: one GET_INFO frame written and its reply read on the node, no libnpu.
+- ``jobs_per_s_one_by_one`` / ``jobs_per_s_batched_8``: NOP jobs per second run one
+  by one (``run``) and queued eight per request (SUBMIT_BATCH) then waited for at once.
 RTT samples are taken before and after the job samples, with the chip idle, so
 neither figure borrows from the other.
 """
@@ -56,6 +58,11 @@ def nop_latency(devroot: Path, count: int) -> dict:
             start = time.perf_counter()
             device.submit(nop).wait()
             split.append(time.perf_counter() - start)
+        batch = [device.prepare_submit(nop) for _ in range(8)]
+        started = time.perf_counter()
+        for _ in range(max(1, count // 8)):
+            device.wait(device.submit_batch(batch))
+        batched_s = (time.perf_counter() - started) / (max(1, count // 8) * 8)
         time.sleep(0.01)                                 # let the chip go idle again
         rtt += raw_rtt_samples(device.path, count - count // 2)
     us = 1e6
@@ -67,6 +74,8 @@ def nop_latency(devroot: Path, count: int) -> dict:
         "nop_submit_wait_p99_us": round(percentile(split, 0.99) * us, 1),
         "rtt_p50_us": round(percentile(rtt, 0.5) * us, 1),
     }
+    result["jobs_per_s_one_by_one"] = round(len(sync) / sum(sync), 1)
+    result["jobs_per_s_batched_8"] = round(1 / batched_s, 1)     # SUBMIT_BATCH of 8, then one WAIT
     result["ratio"] = round(result["nop_p50_us"] / result["rtt_p50_us"], 2)
     result["ratio_submit_wait"] = round(result["nop_submit_wait_p50_us"] / result["rtt_p50_us"], 2)
     return result

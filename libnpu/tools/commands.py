@@ -452,6 +452,8 @@ def bench_nop(args: argparse.Namespace) -> int:
           f"p99 {result['nop_submit_wait_p99_us']} us")
     print(f"raw GET_INFO round trip on the node (no libnpu):   p50 {result['rtt_p50_us']} us")
     print(f"ratio nop/rtt: {result['ratio']} (two round trips: {result['ratio_submit_wait']})")
+    print(f"NOP jobs/s one by one: {result['jobs_per_s_one_by_one']}, eight per SUBMIT_BATCH + one WAIT: "
+          f"{result['jobs_per_s_batched_8']}")
     if args.processes:
         print(f"{result['processes']} processes for {result['seconds']} s: {result['jobs_per_s']} jobs/s, "
               f"completed {result['completed']}, errors {result['errors']}, "

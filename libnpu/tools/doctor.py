@@ -120,7 +120,13 @@ def check_kernels() -> Check:
     if isinstance(done, str):
         return Check("c-kernels", False, f"the build did not run: {done}", "reinstall the package (pip install -e .)")
     if done.returncode == 0:
-        return Check("c-kernels", True, f"built: {_last_line(done.stdout)}")
+        lines = done.stdout.strip().splitlines() or [""]
+        if "NPU_NATIVE_DNNL=0" in lines[-1]:
+            return Check("c-kernels", True, f"built: {lines[0]}; {lines[-1]}", info=True)
+        if "missing" in lines[-1]:
+            return Check("c-kernels", False, f"built: {lines[0]}, but {lines[-1]}",
+                         "apt-get install libdnnl-dev (scripts/bootstrap does), then run npu doctor again")
+        return Check("c-kernels", True, f"built: {lines[0]}; {lines[-1]}")
     return Check("c-kernels", False, _last_line(done.stderr),
                  "install a C compiler (apt-get install gcc) and check $NPU_CACHE_DIR is writable; "
                  "without them the chip falls back to numpy")

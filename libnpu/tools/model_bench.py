@@ -9,6 +9,8 @@ OpenVINO's benchmark_app, next to LiteRT's time for the same model in the same r
   same inputs with BUILTIN_REF reference kernels (what our chip is bit-exact with) and
   with the default kernels (XNNPACK), one thread each, timed interleaved with the
   device's latency loop (one call of each per round) so all see the same machine load;
+- chip: the cores' wall-clock busy time over the latency loop (GET_STATS), per job, per
+  task and per MAC: what the chip itself costs, without the transport;
   LiteRT's throughput is taken as 1 / its p50 latency (one thread, one request).
 """
 from __future__ import annotations
@@ -83,6 +85,18 @@ def _throughput(model: libnpu.CompiledModel, inputs: list[np.ndarray], requests:
             "fps": round(done / elapsed, 2), "latency_in_flight": percentiles_ms(latencies)}
 
 
+def _chip_busy(before: dict, after: dict, tasks: int, macs: int) -> dict[str, Any]:
+    """The chip's wall-clock busy time over the latency loop (GET_STATS of the model's
+    context: the cores' own clock from job start to completion, no transport), per job,
+    per task and per MAC."""
+    jobs = after["jobs_completed"] - before["jobs_completed"]
+    busy_ns = after["busy_time_ns"] - before["busy_time_ns"]
+    per_job = busy_ns / jobs if jobs else 0.0
+    return {"jobs": jobs, "tasks_per_job": tasks, "busy_per_job_us": round(per_job / 1e3, 2),
+            "busy_per_task_us": round(per_job / max(tasks, 1) / 1e3, 3),
+            "busy_per_mac_ps": round(per_job / max(macs, 1) * 1e3, 3)}
+
+
 def bench_model(spec: str | os.PathLike, *, requests: int | None = None, seconds: float = 3.0,
                 devroot: str | os.PathLike | None = None, cache_dir: str | os.PathLike | None = None,
                 litert: bool = True, delegate: bool = False) -> dict[str, Any]:
@@ -131,11 +145,14 @@ def bench_model(spec: str | os.PathLike, *, requests: int | None = None, seconds
                 for _ in range(3):
                     step()
             device_ns.clear()
+            before = model.device.stats()
             samples = _interleaved(steps, seconds)
+            after = model.device.stats()
         finally:
             request.release()
         report["latency"] = {**percentiles_ms(samples.pop("npu")),
                              "device_time_p50_ms": round(float(np.median(device_ns)) / 1e6, 4)}
+        report["chip"] = _chip_busy(before, after, len(model.loadable.tasks), report["macs"])
         report["litert"] = {label: percentiles_ms(v) for label, v in samples.items()}
         report["throughput"] = _throughput(model, inputs, n, seconds)
     finally:
@@ -161,6 +178,9 @@ def format_report(r: dict[str, Any]) -> str:
              f"latency (1 request, {lat['count']} inferences): p50 {lat['p50_ms']:.3f} ms, "
              f"p90 {lat['p90_ms']:.3f} ms, p99 {lat['p99_ms']:.3f} ms, min {lat['min_ms']:.3f} ms; "
              f"device time p50 {lat['device_time_p50_ms']:.3f} ms",
+             f"chip busy per job {r['chip']['busy_per_job_us']:.1f} us "
+             f"({r['chip']['tasks_per_job']} tasks: {r['chip']['busy_per_task_us']:.2f} us per task, "
+             f"{r['chip']['busy_per_mac_ps']:.2f} ps per MAC)",
              f"throughput ({thr['requests']} requests in flight, {thr['inferences']} inferences "
              f"in {thr['seconds']} s): "
              f"{thr['fps']:.1f} inferences/s, latency p50 {thr['latency_in_flight']['p50_ms']:.3f} ms"]

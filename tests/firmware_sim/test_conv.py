@@ -131,8 +131,8 @@ def run_case(c: dict, depthwise: bool) -> tuple[np.ndarray, np.ndarray]:
 
 
 @pytest.mark.parametrize("seed", SEEDS)
-def test_conv2d_matches_reference(seed: int) -> None:
-    check_against_reference(seed, depthwise=False)
+def test_conv2d_matches_reference(seed: int, kernel_backend: str) -> None:
+    check_against_reference(seed, depthwise=False)   # oneDNN and numpy paths
 
 
 @pytest.mark.parametrize("seed", SEEDS)

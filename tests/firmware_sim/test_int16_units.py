@@ -8,8 +8,9 @@ import errno
 import numpy as np
 import pytest
 
+from firmware_sim.executor import run_job
 from firmware_sim.kernels import int16x8, layout, pooling, resize
-from firmware_sim.spec import ops, tasks
+from firmware_sim.spec import iommu, ops, tasks
 from firmware_sim.spec.fixedpoint import (
     ADD_LEFT_SHIFT_INT16,
     add_params,
@@ -17,7 +18,8 @@ from firmware_sim.spec.fixedpoint import (
     quantize_multiplier_array,
     rescale_multiplier,
 )
-from tests.support.chip_memory import ChipMemory, encode
+from firmware_sim.timing import HardwareProfile
+from tests.support.chip_memory import ASID, ChipMemory, encode
 from tests.support.quant_utils import random_int8
 
 I16 = ops.OPF_INT16
@@ -237,3 +239,32 @@ def test_int8_only_ops_refuse_int16(mem: ChipMemory, name: str, fields: dict) ->
     extra = dict(lut=buf) if name == "LUT" else {}
     assert mem.run(encode(name, 0, input=buf, output=buf, **fields, **extra)).status == 0
     assert mem.run(encode(name, I16, input=buf, output=buf, **fields, **extra)).status == -errno.EINVAL
+
+
+def test_int16_jobs_replay_with_new_inputs(mem: ChipMemory) -> None:
+    """The same command buffer run again replays its job plan (``job_plans``); int16 tasks
+    have no C rerun, so their handlers run again and read the inputs written in between."""
+    rng = np.random.default_rng(8)
+    a, b = random_int16(rng, (4, 6)), random_int16(rng, (4, 6))
+    x = random_int16(rng, (1, 7, 6, 3))
+    add_p = add_params(0.001, 0.002, 0.003, left_shift=ADD_LEFT_SHIFT_INT16)
+    geo = dict(filter_hw=(3, 2), stride=(2, 2), padding=(1, 0), out_hw=(4, 3))
+    a_at, b_at, x_at = mem.put(a), mem.put(b), mem.put(x)
+    out_add, out_avg = mem.alloc(a.nbytes), mem.alloc(4 * 3 * 3 * 2)
+    shapes = dict(rank=2, in1_shape=ranked(a.shape), in2_shape=ranked(b.shape), out_shape=ranked(a.shape))
+    cmd = (encode("ADD", I16, input1=a_at, input2=b_at, output=out_add, **shapes, **add_p,
+                  act_min=-32768, act_max=32767)
+           + encode("AVERAGE_POOL_2D", I16, input=x_at, output=out_avg, in_shape=x.shape,
+                    out_shape=(1, 4, 3, 3), filter_hw=(3, 2), stride=(2, 2), padding=(1, 0),
+                    act_min=-1000, act_max=32767))
+    cmd_at = mem.put(np.frombuffer(cmd, np.uint8))
+    for _ in range(3):
+        for at, array in ((a_at, a), (b_at, b), (x_at, x)):
+            array[...] = random_int16(rng, array.shape)
+            offset = at - iommu.IOVA_BASE
+            mem.bytes[offset:offset + array.nbytes] = array.reshape(-1).view(np.uint8)
+        result = run_job(mem.dma, ASID, cmd_at, len(cmd), HardwareProfile())
+        assert result.status == 0 and result.task_index == 2, result
+        np.testing.assert_array_equal(mem.get(out_add, np.int16, a.shape), int16x8.add_int16(a, b, **add_p))
+        np.testing.assert_array_equal(mem.get(out_avg, np.int16, (1, 4, 3, 3)),
+                                      pooling.avg_pool2d(x, **geo, act_min=-1000, act_max=32767))

@@ -11,8 +11,9 @@ import sys
 import numpy as np
 import pytest
 
+from firmware_sim.errors import InvalidCommand
 from firmware_sim.kernels import native
-from firmware_sim.kernels.conv import depthwise_conv2d, depthwise_conv2d_bound
+from firmware_sim.kernels.conv import conv2d, depthwise_conv2d, depthwise_conv2d_bound
 from firmware_sim.kernels.fully_connected import fully_connected, fully_connected_bound
 from firmware_sim.spec.ops import PADDING_SAME, conv_geometry
 from tests.support.quant_utils import random_int8
@@ -35,6 +36,38 @@ def random_requant(rng: np.random.Generator, n: int) -> tuple[np.ndarray, np.nda
     if rng.random() < 0.2:
         shift = rng.integers(0, 8, size=size).astype(np.int32)
     return mult, shift
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_conv_native_equals_numpy(seed: int) -> None:
+    """oneDNN's GEMM with the requantization in C against the numpy path: 1x1 (direct and
+    strided), 3x3, dilated, grouped, batches; biases up to the size where a sum could wrap
+    int32 (the C path then declines and numpy runs, so both still agree)."""
+    assert native.has_dnnl(), f"oneDNN convolution missing: {native.dnnl_missing()}"
+    rng = np.random.default_rng(9000 + seed)
+    for _ in range(8):
+        n, h, w = int(rng.integers(1, 3)), int(rng.integers(1, 24)), int(rng.integers(1, 24))
+        groups = 1 if rng.random() < 0.7 else int(rng.choice([2, 3, 4]))
+        cin_g, cout_g = int(rng.integers(1, 40)), int(rng.integers(1, 24))
+        kh, kw = (1, 1) if rng.random() < 0.4 else (int(rng.integers(1, 6)), int(rng.integers(1, 6)))
+        stride = (int(rng.integers(1, 3)), int(rng.integers(1, 3)))
+        dilation = (1, 1) if rng.random() < 0.7 else (int(rng.integers(1, 3)), int(rng.integers(1, 3)))
+        oh, pt = conv_geometry(h, kh, stride[0], dilation[0], PADDING_SAME)
+        ow, pl = conv_geometry(w, kw, stride[1], dilation[1], PADDING_SAME)
+        if rng.random() < 0.3:
+            oh, ow, pt, pl = (h - 1) // stride[0] + 1, (w - 1) // stride[1] + 1, 0, 0
+            kh = kw = 1
+        cout = cout_g * groups
+        x = random_int8(rng, (n, h, w, cin_g * groups))
+        wt = random_int8(rng, (cout, kh, kw, cin_g))
+        limit = 1 << int(rng.choice([20, 31]))
+        bias = rng.integers(-limit, limit, size=cout, dtype=np.int64).astype(np.int32)
+        mult, shift = random_requant(rng, cout)
+        kw_args = dict(stride=stride, dilation=dilation, padding=(pt, pl), out_hw=(oh, ow),
+                       input_zp=int(rng.integers(-128, 128)), output_zp=int(rng.integers(-128, 128)),
+                       multiplier=mult, shift=shift, act_min=-128, act_max=int(rng.integers(0, 128)))
+        fast, slow = both(conv2d, x, wt, bias if rng.random() < 0.8 else None, **kw_args)
+        np.testing.assert_array_equal(fast, slow)
 
 
 @pytest.mark.parametrize("seed", range(12))
@@ -159,6 +192,30 @@ def test_turned_off_by_environment() -> None:
     assert done.stdout.strip() == "True"
 
 
+def test_without_onednn_convolutions_take_the_numpy_path(tmp_path) -> None:
+    """A library built without oneDNN (as on a machine without libdnnl-dev) is a separate
+    cache entry, says why, and its convolutions still give the same bytes (numpy path)."""
+    env = {**os.environ, "NPU_CACHE_DIR": str(tmp_path), "NPU_NATIVE_DNNL": "0"}
+    code = ("import numpy as np\n"
+            "from firmware_sim.kernels import native\n"
+            "from firmware_sim.kernels.conv import conv2d\n"
+            "rng = np.random.default_rng(3)\n"
+            "x = rng.integers(-128, 128, (1, 5, 5, 3), dtype=np.int8)\n"
+            "w = rng.integers(-128, 128, (4, 3, 3, 3), dtype=np.int8)\n"
+            "y = conv2d(x, w, None, stride=(1, 1), dilation=(1, 1), padding=(1, 1), out_hw=(5, 5),\n"
+            "           input_zp=3, output_zp=-2, multiplier=np.array([1 << 30], np.int32),\n"
+            "           shift=np.array([-8], np.int32))\n"
+            "print(native.has_dnnl(), native.dnnl_missing(), y.tobytes().hex())\n")
+    without = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                             text=True, check=True).stdout.split()
+    assert without[:2] == ["False", "NPU_NATIVE_DNNL=0"]
+    env["NPU_NATIVE_DNNL"] = "1"
+    with_dnnl = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                               text=True, check=True).stdout.split()
+    assert with_dnnl[:2] == ["True", "None"] and with_dnnl[2] == without[2]
+    assert len(list((tmp_path / "native").iterdir())) == 2
+
+
 def test_bound_calls_rerun_on_the_arrays_current_contents() -> None:
     """A bound call (what the chip keeps per task) computes from the operands' memory at
     each call, and is only offered when no operand had to be copied."""
@@ -197,3 +254,102 @@ def test_bound_calls_rerun_on_the_arrays_current_contents() -> None:
     with native.enabled(False):                         # the numpy path binds nothing
         assert fully_connected_bound(x, w, bias, multiplier=mult, shift=shift, out=out,
                                      **kw_args) is None
+
+
+def test_add_and_mul_reruns_through_their_table_in_c() -> None:
+    """The rerun of an ADD / MUL (its 64K table looked up in C) gives the numpy kernel's
+    bytes for the operands' new contents."""
+    from firmware_sim.kernels import elementwise
+    rng = np.random.default_rng(21)
+    params = {"add": dict(input1_zp=3, input2_zp=-7, output_zp=1, left_shift=20,
+                          input1_multiplier=1 << 30, input1_shift=-1, input2_multiplier=1_500_000_000,
+                          input2_shift=-2, output_multiplier=1_800_000_000, output_shift=-18,
+                          act_min=-100, act_max=127),
+              "mul": dict(input1_zp=3, input2_zp=-7, output_zp=1, multiplier=1_300_000_000, shift=-9,
+                          act_min=-128, act_max=127)}
+    for kind, kw in params.items():
+        a, b = random_int8(rng, (1, 9, 9, 16)), random_int8(rng, (1, 9, 9, 16))
+        out = np.empty_like(a)
+        rerun = elementwise.binary_bound(kind, a, b, out=out, **kw)     # first use: no table yet
+        rerun = rerun or elementwise.binary_bound(kind, a, b, out=out, **kw)
+        assert rerun is not None
+        for _ in range(3):
+            a[...], b[...] = random_int8(rng, a.shape), random_int8(rng, b.shape)
+            rerun()
+            with native.enabled(False):
+                np.testing.assert_array_equal(out, getattr(elementwise, kind)(a, b, **kw))
+
+
+def test_avg_pool_and_conversions_rerun_in_c_as_numpy_computes() -> None:
+    """AVERAGE_POOL_2D, QUANTIZE and DEQUANTIZE reruns (C) against the numpy kernels, on new
+    operand contents: padded windows, negative sums, ties, NaN/huge floats, zero points."""
+    from firmware_sim.kernels import elementwise, pooling
+    rng = np.random.default_rng(31)
+    for filt, stride, pad, hw in [((3, 3), (2, 2), (1, 1), (9, 9)), ((5, 5), (5, 5), (0, 0), (10, 10)),
+                                  ((2, 3), (1, 2), (1, 1), (6, 7))]:
+        oh = (hw[0] + 2 * pad[0] - filt[0]) // stride[0] + 1
+        ow = (hw[1] + 2 * pad[1] - filt[1]) // stride[1] + 1
+        x = random_int8(rng, (2, *hw, 5))
+        out = np.empty((2, oh, ow, 5), np.int8)
+        kw = dict(filter_hw=filt, stride=stride, padding=pad, out_hw=(oh, ow), act_min=-100, act_max=120)
+        rerun = pooling.avg_pool2d_bound(x, out=out, **kw)
+        assert rerun is not None
+        for _ in range(3):
+            x[...] = random_int8(rng, x.shape)
+            rerun()
+            np.testing.assert_array_equal(out, pooling.avg_pool2d(x, **kw))
+    f = rng.normal(0, 40, 4096).astype(np.float32)
+    f[:6] = [np.nan, np.inf, -np.inf, 3e9, -3e9, 2.5]
+    q = np.empty(f.shape, np.int8)
+    for scale, zp in [(0.5, -5), (0.37, 3), (1e-3, -128)]:
+        rerun = elementwise.convert_bound(f, scale=scale, zero_point=zp, out=q)
+        rerun()
+        with np.errstate(invalid="ignore"):
+            np.testing.assert_array_equal(q, elementwise.quantize(f, scale=scale, zero_point=zp))
+        d = np.empty(q.shape, np.float32)
+        elementwise.convert_bound(q, scale=scale, zero_point=zp, out=d)()
+        np.testing.assert_array_equal(d, elementwise.dequantize(q, scale=scale, zero_point=zp))
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_softmax_reruns_in_c_as_numpy_computes(seed: int) -> None:
+    """Softmax's C rerun (gemmlowp reciprocal in C) against the numpy kernel: random
+    betas and input scales, rows from 1 to 64 of depths 1 to 256, random and flat rows;
+    a row whose sum passes 2**8 fails in C as in numpy (TFLite aborts there)."""
+    from firmware_sim.kernels import activations
+    from firmware_sim.spec.fixedpoint import softmax_params
+    rng = np.random.default_rng(4100 + seed)
+    for _ in range(12):
+        rows, depth = int(rng.integers(1, 65)), int(rng.choice([1, 2, 10, 100, 256]))
+        mult, shift, diff_min = softmax_params(float(rng.uniform(0.1, 4)), float(rng.uniform(0.005, 0.5)))
+        kw = dict(input_beta_multiplier=mult, input_beta_left_shift=shift, diff_min=diff_min)
+        x = random_int8(rng, (rows, depth))
+        out = np.empty_like(x)
+        rerun = activations.softmax_bound(x, out=out, **kw)
+        assert rerun is not None
+        for _ in range(2):
+            x[...] = random_int8(rng, x.shape) if rng.random() < 0.5 else np.int8(rng.integers(-128, 128))
+            rerun()
+            np.testing.assert_array_equal(out, activations.softmax(x, **kw))
+    mult, shift, diff_min = softmax_params(1.0, 0.1)
+    kw = dict(input_beta_multiplier=mult, input_beta_left_shift=shift, diff_min=diff_min)
+    x = np.full((2, 1045), -128, np.int8)
+    x[:, 0] = 127                                     # one peak: the sum is about 1
+    rerun = activations.softmax_bound(x, out=np.empty_like(x), **kw)
+    x[...] = 0                                        # 1045 equal logits: the sum is too large
+    with pytest.raises(InvalidCommand):
+        rerun()
+    with pytest.raises(InvalidCommand):
+        activations.softmax(x, **kw)
+
+
+def test_warm_up_runs_every_c_kernel_without_touching_shared_state() -> None:
+    """A core's start-up warm-up: runs, twice, and leaves no cached table or plan behind
+    that a model could pick up (it uses only its own arrays)."""
+    from firmware_sim.kernels import binary_table
+    from firmware_sim.kernels.warm_up import warm_up
+    from firmware_sim.units import common
+    tables, plans = dict(binary_table._tables), dict(common._PLANS)
+    warm_up()
+    warm_up()
+    assert dict(common._PLANS) == plans and set(binary_table._tables) == set(tables)

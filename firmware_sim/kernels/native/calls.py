@@ -7,12 +7,12 @@ from ...errors import InvalidCommand
 from ..fixedpoint import INT32_MAX, INT32_MIN
 from . import ffi, library
 
-__all__ = ["BoundCall", "bind_depthwise", "bind_fully_connected", "depthwise_s8",
-           "fully_connected_s8", "quant_arrays"]
+__all__ = ["BoundCall", "bind_table2", "bind_avg_pool", "bind_convert", "bind_softmax", "bind_depthwise",
+           "bind_fully_connected", "conv_s8", "depthwise_s8", "fully_connected_s8", "quant_arrays"]
 
 # C array types resolved once (parsing the type string costs a microsecond per pointer).
 _CTYPES = {np.dtype(np.int8): ffi.typeof("int8_t[]"), np.dtype(np.int32): ffi.typeof("int32_t[]"),
-           np.dtype(np.float64): ffi.typeof("double[]")}
+           np.dtype(np.float64): ffi.typeof("double[]"), np.dtype(np.float32): ffi.typeof("float[]")}
 
 
 def _ptr(a: np.ndarray):
@@ -45,6 +45,12 @@ def quant_arrays(multiplier: np.ndarray, shift: np.ndarray) -> tuple[np.ndarray,
 def _check_status(status: int) -> None:
     if status == library().NPU_KERNEL_BAD_SHIFT:     # the C kernels' own check of the shift operands
         raise InvalidCommand("requantization shift must be in [-31, 30]")
+    if status == library().NPU_KERNEL_EMPTY_WINDOW:
+        raise InvalidCommand("a pooling window lies entirely outside the input")
+    if status == library().NPU_KERNEL_BAD_EXPONENT:
+        raise InvalidCommand("softmax reciprocal exponent out of range")
+    if status == library().NPU_KERNEL_DNNL_FAILED:
+        raise RuntimeError("oneDNN's int8 GEMM failed")
     if status != 0:
         raise MemoryError("native kernel could not allocate its scratch memory")
 
@@ -65,7 +71,9 @@ class BoundCall:
         return all(a is b for a, b in zip(operands, self.operands)) and len(operands) == len(self.operands)
 
     def __call__(self) -> None:
-        _check_status(self._fn(*self._args))
+        status = self._fn(*self._args)     # None from the void kernels
+        if status:
+            _check_status(status)
 
 
 def _bindable(operands: tuple, converted: tuple, out: np.ndarray) -> bool:
@@ -154,3 +162,88 @@ def bind_fully_connected(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None,
         return None
     args = _fc_args(arrays, input_zp, output_zp, act_min, act_max, out)
     return BoundCall(library().npu_fully_connected_s8, args, operands + (out,))
+
+
+def _conv_args(arrays: tuple, groups: int, stride: tuple[int, int], dilation: tuple[int, int],
+               padding: tuple[int, int], out_hw: tuple[int, int], input_zp: int, output_zp: int,
+               act_min: int, act_max: int, out: np.ndarray) -> tuple:
+    x, w, bias, mult, sh = arrays
+    n, h, wd, cin = x.shape
+    cout, kh, kw, _ = w.shape
+    return (_ptr(x), n, h, wd, cin, _ptr(w), cout, kh, kw, groups,
+            _opt_ptr(bias), stride[0], stride[1], dilation[0], dilation[1],
+            padding[0], padding[1], out_hw[0], out_hw[1], -input_zp, output_zp,
+            _ptr(mult), _ptr(sh), int(mult.size > 1), act_min, act_max, _out_ptr(out))
+
+
+def conv_s8(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None, groups: int,
+            stride: tuple[int, int], dilation: tuple[int, int], padding: tuple[int, int],
+            out_hw: tuple[int, int], input_zp: int, output_zp: int,
+            multiplier: np.ndarray, shift: np.ndarray, act_min: int, act_max: int,
+            out: np.ndarray) -> BoundCall | None:
+    """Convolution into ``out`` (C-contiguous int8 (N, OH, OW, Cout)) through oneDNN
+    (only when ``native.has_dnnl()``); returns the call bound for reruns, or None if an
+    operand had to be copied."""
+    operands = (x, w, bias, multiplier, shift)
+    arrays = _depthwise_arrays(*operands)
+    fn = library().npu_conv_s8
+    args = _conv_args(arrays, groups, stride, dilation, padding, out_hw, input_zp, output_zp,
+                      act_min, act_max, out)
+    _check_status(fn(*args))
+    return BoundCall(fn, args, operands + (out,)) if _bindable(operands, arrays, out) else None
+
+
+def bind_table2(a: np.ndarray, b: np.ndarray, table: np.ndarray, out: np.ndarray) -> BoundCall | None:
+    """``out = table[a << 8 | b]`` elementwise, as a call for reruns; None unless all four
+    are C-contiguous int8 with a, b and out of one shape (no broadcasting)."""
+    arrays = (a, b, table, out)
+    if (a.shape != b.shape or a.shape != out.shape or table.size != 1 << 16
+            or any(x.dtype != np.int8 or not x.flags.c_contiguous for x in arrays)):
+        return None
+    args = (_ptr(a), _ptr(b), a.size, _ptr(table), _out_ptr(out))
+    return BoundCall(library().npu_table2_s8, args, arrays)
+
+
+def _flat_ok(*arrays: np.ndarray) -> bool:
+    return all(a.flags.c_contiguous for a in arrays)
+
+
+def bind_avg_pool(x: np.ndarray, out: np.ndarray, filter_hw: tuple[int, int], stride: tuple[int, int],
+                  padding: tuple[int, int], act_min: int, act_max: int) -> BoundCall | None:
+    """Average pooling of int8 NHWC ``x`` into ``out`` as a call (run it for the result);
+    None unless both are C-contiguous int8. Geometry checked by the caller."""
+    if x.dtype != np.int8 or out.dtype != np.int8 or not _flat_ok(x, out):
+        return None
+    n, h, w, c = x.shape
+    _, oh, ow, _ = out.shape
+    args = (_ptr(x), n, h, w, c, filter_hw[0], filter_hw[1], stride[0], stride[1], padding[0],
+            padding[1], oh, ow, act_min, act_max, _out_ptr(out))
+    return BoundCall(library().npu_avg_pool_s8, args, (x, out))
+
+
+def bind_convert(x: np.ndarray, out: np.ndarray, scale: float, zero_point: int) -> BoundCall | None:
+    """QUANTIZE (float32 -> int8) or DEQUANTIZE (int8 -> float32) of ``x`` into ``out`` as a
+    call; None unless both are C-contiguous of one size and those dtypes."""
+    if x.size != out.size or not _flat_ok(x, out):
+        return None
+    if x.dtype == np.float32 and out.dtype == np.int8:
+        fn = library().npu_quantize_f32_s8
+    elif x.dtype == np.int8 and out.dtype == np.float32:
+        fn = library().npu_dequantize_s8_f32
+    else:
+        return None
+    args = (_ptr(x), x.size, float(np.float32(scale)), int(zero_point), _out_ptr(out))
+    return BoundCall(fn, args, (x, out))
+
+
+def bind_softmax(x: np.ndarray, out: np.ndarray, exp_t: np.ndarray, terms_t: np.ndarray,
+                 valid_t: np.ndarray) -> BoundCall | None:
+    """Softmax over the last axis of int8 ``x`` into ``out`` with a parameter set's tables
+    (256 entries each), as a call; None unless x and out are C-contiguous int8."""
+    if x.dtype != np.int8 or out.dtype != np.int8 or x.shape != out.shape or not _flat_ok(x, out):
+        return None
+    tables = (np.ascontiguousarray(exp_t, dtype=np.int32), np.ascontiguousarray(terms_t, dtype=np.int32),
+              np.ascontiguousarray(valid_t, dtype=np.int8))
+    depth = x.shape[-1] if x.ndim else 1
+    args = (_ptr(x), x.size // max(depth, 1), depth, *(_ptr(t) for t in tables), _out_ptr(out))
+    return BoundCall(library().npu_softmax_s8, args, (x, out, *tables))

@@ -12,6 +12,7 @@
  */
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 #include <math.h>
 
 #include "int8_kernels.h"
@@ -26,8 +27,10 @@ struct requant {
     int32_t *mult, *left, *right;
 };
 
-static int requant_init(struct requant *q, const int32_t *mult, const int32_t *shift,
-                        int32_t per_channel, int32_t n)
+/* The constants of `channels` channels repeated to fill n entries (n a multiple of
+   channels), so one requant_store call covers several output pixels of few channels. */
+static int requant_init_tiled(struct requant *q, const int32_t *mult, const int32_t *shift,
+                              int32_t per_channel, int32_t n, int32_t channels)
 {
     q->mult = malloc(sizeof(int32_t) * (size_t)n * 3);
     if (!q->mult)
@@ -35,7 +38,7 @@ static int requant_init(struct requant *q, const int32_t *mult, const int32_t *s
     q->left = q->mult + n;
     q->right = q->mult + 2 * (size_t)n;
     for (int32_t c = 0; c < n; c++) {
-        int32_t i = per_channel ? c : 0;
+        int32_t i = per_channel ? c % channels : 0;
         if (shift[i] < -31 || shift[i] > 30) {
             free(q->mult);
             return NPU_KERNEL_BAD_SHIFT;
@@ -53,16 +56,19 @@ static int requant_init(struct requant *q, const int32_t *mult, const int32_t *s
  * (ab + nudge) / 2**31 (truncating, nudge = ab >= 0 ? 2**30 : 1 - 2**30) equals
  * floor((ab + 2**30) / 2**31) for every ab, which is an arithmetic shift.
  */
-static void requant_store(const int32_t *acc, int32_t n, const struct requant *q,
-                          int32_t output_offset, int32_t act_min, int32_t act_max, int8_t *out)
+static void requant_store(const int32_t *restrict acc, int32_t n, const struct requant *q,
+                          int32_t output_offset, int32_t act_min, int32_t act_max,
+                          int8_t *restrict out)
 {
+    /* restrict: an int8 store may alias anything, which would stop vectorization. */
+    const int32_t *restrict mult = q->mult, *restrict left = q->left, *restrict right = q->right;
     for (int32_t c = 0; c < n; c++) {
-        int32_t x = (int32_t)((uint32_t)acc[c] << q->left[c]);
-        int32_t m = q->mult[c];
+        int32_t x = (int32_t)((uint32_t)acc[c] << left[c]);
+        int32_t m = mult[c];
         int64_t ab = (int64_t)x * (int64_t)m;
         int32_t high = (int32_t)((ab + (INT64_C(1) << 30)) >> 31);
         high = (x == INT32_MIN && m == INT32_MIN) ? INT32_MAX : high;
-        int32_t e = q->right[c];
+        int32_t e = right[c];
         int32_t mask = (int32_t)((UINT32_C(1) << e) - 1);
         int32_t threshold = (mask >> 1) + (high < 0);
         int32_t v = (high >> e) + ((high & mask) > threshold) + output_offset;
@@ -70,6 +76,16 @@ static void requant_store(const int32_t *acc, int32_t n, const struct requant *q
         v = v > act_max ? act_max : v;
         out[c] = (int8_t)v;
     }
+}
+
+/* acc[i] += (x[i] + offset) * f[i]: |x + offset| <= 255 and |f| <= 128, so each product
+   fits int16 (a 16-bit multiply); the int32 sums wrap like TFLite's. restrict: the int8
+   operands may otherwise alias acc, which stops vectorization. */
+static inline void dw_taps(int32_t *restrict acc, const int8_t *restrict x,
+                           const int8_t *restrict f, int64_t n, int32_t input_offset)
+{
+    for (int64_t i = 0; i < n; i++)
+        acc[i] += (int16_t)((int16_t)(x[i] + input_offset) * f[i]);
 }
 
 /*
@@ -88,21 +104,76 @@ int npu_depthwise_s8(const int8_t *x, int32_t n, int32_t h, int32_t w, int32_t c
                      int32_t act_min, int32_t act_max, int8_t *out)
 {
     const int32_t cout = cin * dm;
+    /* A whole output row is requantized at once (constants tiled out_w times): with few
+       channels a per-pixel call would run the loop's scalar tail only. */
+    const int64_t row = (int64_t)out_w * cout;
     struct requant q;
-    int status = requant_init(&q, mult, shift, per_channel, cout);
+    int status = requant_init_tiled(&q, mult, shift, per_channel, (int32_t)row, cout);
     if (status != 0)
         return status;
-    int32_t *acc = malloc(sizeof(int32_t) * (size_t)cout);
+    int32_t *acc_row = malloc(sizeof(int32_t) * (size_t)row);
     int16_t *shifted = malloc(sizeof(int16_t) * (size_t)cin);
-    if (!acc || !shifted) {
+    if (!acc_row || !shifted) {
         free(q.mult);
-        free(acc);
+        free(acc_row);
         free(shifted);
         return NPU_KERNEL_NO_MEMORY;
     }
+    /* With one output per input channel, a filter tap reads, for a whole output row, one
+       run of input pixels (contiguous at unit column stride, else gathered first): the
+       filter is tiled along the row once and each tap is one long multiply-add, which
+       vectorizes where per-pixel loops of a few channels do not. */
+    int8_t *tiled = NULL, *gathered = NULL;
+    if (dm == 1) {
+        tiled = malloc((size_t)kh * kw * (size_t)row);
+        gathered = malloc((size_t)row);
+        if (!tiled || !gathered) {
+            free(tiled);
+            free(gathered);
+            free(q.mult);
+            free(acc_row);
+            free(shifted);
+            return NPU_KERNEL_NO_MEMORY;
+        }
+        for (int64_t t = 0; t < (int64_t)kh * kw; t++)
+            for (int32_t ox = 0; ox < out_w; ox++)
+                memcpy(tiled + t * row + (int64_t)ox * cin, filter + t * cin, (size_t)cin);
+    }
     for (int32_t b = 0; b < n; b++) {
-        for (int32_t oy = 0; oy < out_h; oy++) {
+        for (int32_t oy = 0; tiled && oy < out_h; oy++) {
+            for (int32_t ox = 0; ox < out_w; ox++)
+                for (int32_t c = 0; c < cout; c++)
+                    acc_row[(int64_t)ox * cout + c] = bias ? bias[c] : 0;
+            for (int32_t fy = 0; fy < kh; fy++) {
+                int32_t iy = oy * stride_h - pad_top + fy * dil_h;
+                if (iy < 0 || iy >= h)
+                    continue;
+                const int8_t *x_row = x + ((int64_t)b * h + iy) * w * cin;
+                for (int32_t fx = 0; fx < kw; fx++) {
+                    int32_t off = fx * dil_w - pad_left;          /* ix = ox * stride_w + off */
+                    int32_t ox0 = off < 0 ? (-off + stride_w - 1) / stride_w : 0;
+                    int32_t ox1 = w - 1 - off < 0 ? 0 : (w - 1 - off) / stride_w + 1;
+                    ox1 = ox1 < out_w ? ox1 : out_w;
+                    if (ox0 >= ox1)
+                        continue;
+                    const int8_t *src = x_row + ((int64_t)ox0 * stride_w + off) * cin;
+                    if (stride_w != 1) {
+                        for (int32_t ox = ox0; ox < ox1; ox++)
+                            memcpy(gathered + (int64_t)(ox - ox0) * cin,
+                                   x_row + ((int64_t)ox * stride_w + off) * cin, (size_t)cin);
+                        src = gathered;
+                    }
+                    dw_taps(acc_row + (int64_t)ox0 * cin, src,
+                            tiled + ((int64_t)fy * kw + fx) * row + (int64_t)ox0 * cin,
+                            (int64_t)(ox1 - ox0) * cin, input_offset);
+                }
+            }
+            requant_store(acc_row, (int32_t)row, &q, output_offset, act_min, act_max,
+                          out + ((int64_t)b * out_h + oy) * row);
+        }
+        for (int32_t oy = 0; !tiled && oy < out_h; oy++) {
             for (int32_t ox = 0; ox < out_w; ox++) {
+                int32_t *acc = acc_row + (int64_t)ox * cout;
                 for (int32_t c = 0; c < cout; c++)
                     acc[c] = bias ? bias[c] : 0;
                 for (int32_t fy = 0; fy < kh; fy++) {
@@ -116,10 +187,7 @@ int npu_depthwise_s8(const int8_t *x, int32_t n, int32_t h, int32_t w, int32_t c
                         const int8_t *xp = x + (((int64_t)b * h + iy) * w + ix) * cin;
                         const int8_t *fp = filter + ((int64_t)fy * kw + fx) * cout;
                         if (dm == 1) {
-                            /* |x + offset| <= 255 and |filter| <= 128, so each product fits
-                               int16 (a 16-bit multiply); the int32 sums wrap like TFLite's. */
-                            for (int32_t c = 0; c < cin; c++)
-                                acc[c] += (int16_t)((int16_t)(xp[c] + input_offset) * fp[c]);
+                            dw_taps(acc, xp, fp, cin, input_offset);
                         } else {
                             for (int32_t c = 0; c < cin; c++)
                                 shifted[c] = (int16_t)(xp[c] + input_offset);
@@ -129,14 +197,16 @@ int npu_depthwise_s8(const int8_t *x, int32_t n, int32_t h, int32_t w, int32_t c
                         }
                     }
                 }
-                int8_t *op = out + (((int64_t)b * out_h + oy) * out_w + ox) * cout;
-                requant_store(acc, cout, &q, output_offset, act_min, act_max, op);
             }
+            requant_store(acc_row, (int32_t)row, &q, output_offset, act_min, act_max,
+                          out + ((int64_t)b * out_h + oy) * row);
         }
     }
     free(q.mult);
-    free(acc);
+    free(acc_row);
     free(shifted);
+    free(tiled);
+    free(gathered);
     return 0;
 }
 
@@ -269,3 +339,291 @@ int npu_fully_connected_s8(const int8_t *x, int32_t rows, int32_t k,
     free(shifted);
     return 0;
 }
+
+int npu_avg_pool_s8(const int8_t *x, int32_t n, int32_t h, int32_t w, int32_t c,
+                    int32_t fh, int32_t fw, int32_t sh, int32_t sw, int32_t pt, int32_t pl,
+                    int32_t oh, int32_t ow, int32_t act_min, int32_t act_max, int8_t *out)
+{
+    int64_t *acc = malloc(sizeof(int64_t) * (size_t)(c > 0 ? c : 1));
+    if (!acc)
+        return NPU_KERNEL_NO_MEMORY;
+    for (int32_t b = 0; b < n; b++)
+        for (int32_t oy = 0; oy < oh; oy++) {
+            int32_t y0 = oy * sh - pt, y1 = y0 + fh;
+            y0 = y0 < 0 ? 0 : y0;
+            y1 = y1 > h ? h : y1;
+            for (int32_t ox = 0; ox < ow; ox++) {
+                int32_t x0 = ox * sw - pl, x1 = x0 + fw;
+                x0 = x0 < 0 ? 0 : x0;
+                x1 = x1 > w ? w : x1;
+                int64_t count = (int64_t)(y1 - y0) * (x1 - x0);
+                if (y1 <= y0 || x1 <= x0) {
+                    free(acc);
+                    return NPU_KERNEL_EMPTY_WINDOW;
+                }
+                for (int32_t ch = 0; ch < c; ch++)
+                    acc[ch] = 0;
+                for (int32_t iy = y0; iy < y1; iy++)
+                    for (int32_t ix = x0; ix < x1; ix++) {
+                        const int8_t *xp = x + (((int64_t)b * h + iy) * w + ix) * c;
+                        for (int32_t ch = 0; ch < c; ch++)
+                            acc[ch] += xp[ch];
+                    }
+                int8_t *op = out + (((int64_t)b * oh + oy) * ow + ox) * c;
+                for (int32_t ch = 0; ch < c; ch++) {
+                    int64_t num = acc[ch] > 0 ? acc[ch] + count / 2 : acc[ch] - count / 2;
+                    op[ch] = clamp_s8((int32_t)(num / count), act_min, act_max);
+                }
+            }
+        }
+    free(acc);
+    return 0;
+}
+
+void npu_quantize_f32_s8(const float *restrict x, int64_t n, float scale, int32_t zero_point,
+                         int8_t *restrict out)
+{
+    for (int64_t i = 0; i < n; i++) {
+        float q = roundf(x[i] / scale);
+        int64_t v = ((double)q >= -2147483648.0 && (double)q < 2147483648.0) ? (int64_t)q
+                                                                              : INT32_MIN;
+        /* + zero point wraps in int32, as TFLite's C code does */
+        out[i] = clamp_s8((int32_t)((uint32_t)v + (uint32_t)zero_point), -128, 127);
+    }
+}
+
+void npu_dequantize_s8_f32(const int8_t *restrict x, int64_t n, float scale, int32_t zero_point,
+                           float *restrict out)
+{
+    for (int64_t i = 0; i < n; i++)
+        out[i] = (float)((double)scale * ((double)x[i] - (double)zero_point));
+}
+
+/* gemmlowp's fixed-point primitives, as kernels/fixedpoint.py and gemmlowp.py write them. */
+static inline int32_t srdhm(int32_t a, int32_t b)
+{
+    if (a == INT32_MIN && b == INT32_MIN)
+        return INT32_MAX;
+    return (int32_t)(((int64_t)a * b + (INT64_C(1) << 30)) >> 31);
+}
+
+static inline int32_t wrap32(int64_t v)
+{
+    return (int32_t)(uint32_t)(uint64_t)v;
+}
+
+static inline int32_t saturating_left_shift(int32_t x, int e)
+{
+    int64_t threshold = (INT64_C(1) << (31 - e)) - 1;
+    return x > threshold ? INT32_MAX : x < -threshold ? INT32_MIN : (int32_t)((uint32_t)x << e);
+}
+
+static inline int64_t rounding_divide_by_pot(int64_t x, int e)
+{
+    int64_t r = x + ((INT64_C(1) << e) >> 1);
+    if (e > 0)
+        r -= x < 0;
+    return r >> e;
+}
+
+/* 1 / (1 + a) for a in [0, 1), Q0.31 (Newton-Raphson, three steps). */
+static int32_t one_over_one_plus_x(int32_t a)
+{
+    int64_t s = (int64_t)a + INT32_MAX;
+    int64_t v = s + (s >= 0 ? 1 : -1);
+    int32_t half = (int32_t)(v >= 0 ? v / 2 : -((-v) / 2));
+    int32_t x = wrap32((int64_t)1515870810 + srdhm(half, -1010580540));
+    for (int i = 0; i < 3; i++) {
+        int32_t one_minus = wrap32((INT64_C(1) << 29) - srdhm(half, x));
+        x = wrap32((int64_t)x + saturating_left_shift(srdhm(x, one_minus), 2));
+    }
+    return saturating_left_shift(x, 1);
+}
+
+int npu_softmax_s8(const int8_t *x, int32_t rows, int32_t depth, const int32_t *exp_t,
+                   const int32_t *terms_t, const int8_t *valid_t, int8_t *out)
+{
+    for (int32_t r = 0; r < rows; r++) {
+        const int8_t *xr = x + (int64_t)r * depth;
+        int8_t *orow = out + (int64_t)r * depth;
+        int32_t max = -128;
+        for (int32_t i = 0; i < depth; i++)
+            max = xr[i] > max ? xr[i] : max;
+        uint32_t sum = 0;
+        for (int32_t i = 0; i < depth; i++)
+            sum += (uint32_t)terms_t[max - xr[i]];
+        int clz = sum ? __builtin_clz(sum) : 32;
+        int32_t shifted_sum_minus_one =
+            (int32_t)((uint32_t)((uint64_t)sum << clz) - UINT32_C(0x80000000));
+        int32_t shifted_scale = one_over_one_plus_x(shifted_sum_minus_one);
+        int exponent = 12 - clz + 31 - 8;         /* num_bits_over_unit + 31 - 8 */
+        if (exponent < 0 || exponent > 31)
+            return NPU_KERNEL_BAD_EXPONENT;
+        for (int32_t i = 0; i < depth; i++) {
+            int32_t below = max - xr[i];
+            if (!valid_t[below]) {
+                orow[i] = -128;
+                continue;
+            }
+            int64_t unsat = rounding_divide_by_pot(srdhm(shifted_scale, exp_t[below]), exponent);
+            int64_t v = unsat - 128;
+            orow[i] = (int8_t)(v < -128 ? -128 : v > 127 ? 127 : v);
+        }
+    }
+    return 0;
+}
+
+void npu_table2_s8(const int8_t *restrict a, const int8_t *restrict b, int64_t n,
+                   const int8_t *restrict table, int8_t *restrict out)
+{
+    for (int64_t i = 0; i < n; i++)
+        out[i] = table[(uint16_t)((uint8_t)a[i] << 8 | (uint8_t)b[i])];
+}
+
+/*
+ * Convolution, NHWC, grouped: im2col into int8 rows, one oneDNN int8 GEMM per group with
+ * exact int32 accumulation (dnnl_gemm_s8s8s32 subtracts the input zero point itself, so
+ * padding is filled with the zero point and contributes nothing), then bias and the
+ * gemmlowp requantization in the store loop. x (n, h, w, cin); filter (cout, kh, kw,
+ * cin / groups); bias (cout) or NULL; mult/shift as npu_depthwise_s8. The caller makes
+ * sure no sum can leave int32 (where TFLite would wrap). Returns 0 or an NPU_KERNEL_* code.
+ */
+#ifdef NPU_HAVE_DNNL
+#include <oneapi/dnnl/dnnl.h>
+
+/* oneDNN's OpenMP runtime must stay on this thread: a simulated core is one process on a
+   shared 2-vCPU machine, where waking a thread pool costs more than the small GEMMs. */
+extern void omp_set_num_threads(int) __attribute__((weak));
+
+int npu_have_dnnl(void) { return 1; }
+
+/* Rows of im2col per GEMM: keeps the int8 rows and int32 results in L2. */
+#define CONV_BLOCK_BYTES (256 * 1024)
+
+static void im2col_rows(const int8_t *x, int32_t h, int32_t w, int32_t cin, int32_t g,
+                        int32_t cin_g, int32_t kh, int32_t kw, int32_t stride_h,
+                        int32_t stride_w, int32_t dil_h, int32_t dil_w, int32_t pad_top,
+                        int32_t pad_left, int32_t out_w, int64_t p0, int64_t p1,
+                        int8_t pad_value, int8_t *cols)
+{
+    const int64_t k = (int64_t)kh * kw * cin_g;
+    int32_t oy = (int32_t)(p0 / out_w), ox = (int32_t)(p0 % out_w) - 1;
+    for (int64_t p = p0; p < p1; p++) {
+        if (++ox == out_w) {                  /* the next output pixel, without a division */
+            ox = 0;
+            oy++;
+        }
+        int8_t *row = cols + (p - p0) * k;
+        const int32_t ix0 = ox * stride_w - pad_left;
+        /* The taps of a filter row are one contiguous run of the input row when every
+           channel is read and the row lies inside the image: one copy. */
+        const int whole_rows = cin_g == cin && dil_w == 1 && ix0 >= 0 && ix0 + kw <= w;
+        for (int32_t fy = 0; fy < kh; fy++) {
+            int32_t iy = oy * stride_h - pad_top + fy * dil_h;
+            if (whole_rows && iy >= 0 && iy < h) {
+                memcpy(row + (int64_t)fy * kw * cin, x + ((int64_t)iy * w + ix0) * cin,
+                       (size_t)kw * cin);
+                continue;
+            }
+            for (int32_t fx = 0; fx < kw; fx++) {
+                int32_t ix = ox * stride_w - pad_left + fx * dil_w;
+                int8_t *dst = row + ((int64_t)fy * kw + fx) * cin_g;
+                if (iy < 0 || iy >= h || ix < 0 || ix >= w)
+                    memset(dst, pad_value, (size_t)cin_g);
+                else
+                    memcpy(dst, x + ((int64_t)iy * w + ix) * cin + (int64_t)g * cin_g,
+                           (size_t)cin_g);
+            }
+        }
+    }
+}
+
+int npu_conv_s8(const int8_t *x, int32_t n, int32_t h, int32_t w, int32_t cin,
+                const int8_t *filter, int32_t cout, int32_t kh, int32_t kw, int32_t groups,
+                const int32_t *bias,
+                int32_t stride_h, int32_t stride_w, int32_t dil_h, int32_t dil_w,
+                int32_t pad_top, int32_t pad_left, int32_t out_h, int32_t out_w,
+                int32_t input_offset, int32_t output_offset,
+                const int32_t *mult, const int32_t *shift, int32_t per_channel,
+                int32_t act_min, int32_t act_max, int8_t *out)
+{
+    static int single_threaded;
+    if (!single_threaded && omp_set_num_threads) {
+        omp_set_num_threads(1);
+        single_threaded = 1;
+    }
+    const int32_t cin_g = cin / groups, cout_g = cout / groups;
+    const int64_t k = (int64_t)kh * kw * cin_g, pixels = (int64_t)out_h * out_w;
+    /* A 1x1 ungrouped filter reading every pixel in order is a GEMM on the input itself. */
+    const int direct = kh == 1 && kw == 1 && groups == 1 && stride_h == 1 && stride_w == 1 &&
+                       pad_top == 0 && pad_left == 0 && out_h == h && out_w == w;
+    /* Pixels per requantization call: at least 64 values, so its loop vectorizes. */
+    const int32_t per_store = cout >= 64 ? 1 : (64 + cout - 1) / cout;
+    int64_t block = CONV_BLOCK_BYTES / (k + 4 * (int64_t)cout);
+    block = block < per_store ? per_store : block > pixels ? pixels : block;
+    struct requant q;
+    int status = requant_init_tiled(&q, mult, shift, per_channel, per_store * cout, cout);
+    if (status != 0)
+        return status;
+    int8_t *cols = direct ? NULL : malloc((size_t)(block * k));
+    int32_t *acc = malloc(sizeof(int32_t) * (size_t)(block * cout));
+    if ((!direct && !cols) || !acc) {
+        free(q.mult);
+        free(cols);
+        free(acc);
+        return NPU_KERNEL_NO_MEMORY;
+    }
+    const int8_t ao = (int8_t)(-input_offset);
+    const int32_t no_offset = 0;
+    for (int32_t b = 0; b < n && status == 0; b++) {
+        const int8_t *image = x + (int64_t)b * h * w * cin;
+        for (int64_t p0 = 0; p0 < pixels && status == 0; p0 += block) {
+            int64_t p1 = p0 + block < pixels ? p0 + block : pixels, rows = p1 - p0;
+            for (int32_t g = 0; g < groups; g++) {
+                const int8_t *a = image + p0 * cin;
+                if (!direct) {
+                    im2col_rows(image, h, w, cin, g, cin_g, kh, kw, stride_h, stride_w, dil_h,
+                                dil_w, pad_top, pad_left, out_w, p0, p1, ao, cols);
+                    a = cols;
+                }
+                if (dnnl_gemm_s8s8s32('N', 'T', 'F', rows, cout_g, k, 1.0f, a, k, ao,
+                                      filter + (int64_t)g * cout_g * k, k, 0, 0.0f,
+                                      acc + (int64_t)g * cout_g, cout, &no_offset)
+                        != dnnl_success) {
+                    status = NPU_KERNEL_DNNL_FAILED;
+                    break;
+                }
+            }
+            if (status != 0)
+                break;
+            if (bias)
+                for (int64_t r = 0; r < rows; r++)
+                    for (int32_t c = 0; c < cout; c++)
+                        acc[r * cout + c] = (int32_t)((uint32_t)acc[r * cout + c] + (uint32_t)bias[c]);
+            for (int64_t r = 0; r < rows; r += per_store) {
+                int64_t count = rows - r < per_store ? rows - r : per_store;
+                requant_store(acc + r * cout, (int32_t)(count * cout), &q, output_offset, act_min,
+                              act_max, out + ((int64_t)b * pixels + p0 + r) * cout);
+            }
+        }
+    }
+    free(q.mult);
+    free(cols);
+    free(acc);
+    return status;
+}
+#else
+int npu_have_dnnl(void) { return 0; }
+
+int npu_conv_s8(const int8_t *x, int32_t n, int32_t h, int32_t w, int32_t cin,
+                const int8_t *filter, int32_t cout, int32_t kh, int32_t kw, int32_t groups,
+                const int32_t *bias,
+                int32_t stride_h, int32_t stride_w, int32_t dil_h, int32_t dil_w,
+                int32_t pad_top, int32_t pad_left, int32_t out_h, int32_t out_w,
+                int32_t input_offset, int32_t output_offset,
+                const int32_t *mult, const int32_t *shift, int32_t per_channel,
+                int32_t act_min, int32_t act_max, int8_t *out)
+{
+    return NPU_KERNEL_NO_DNNL;
+}
+#endif

@@ -7,6 +7,10 @@
 /* Return codes (0 is success). */
 #define NPU_KERNEL_NO_MEMORY -1
 #define NPU_KERNEL_BAD_SHIFT -2
+#define NPU_KERNEL_NO_DNNL -3
+#define NPU_KERNEL_DNNL_FAILED -4
+#define NPU_KERNEL_EMPTY_WINDOW -5
+#define NPU_KERNEL_BAD_EXPONENT -6
 
 int npu_depthwise_s8(const int8_t *x, int32_t n, int32_t h, int32_t w, int32_t cin,
                      const int8_t *filter, int32_t kh, int32_t kw, int32_t dm,
@@ -23,3 +27,38 @@ int npu_fully_connected_s8(const int8_t *x, int32_t rows, int32_t k,
                            const int32_t *mult, const int32_t *shift, const double *scale,
                            int32_t per_channel, int32_t act_min, int32_t act_max,
                            int8_t *out);
+
+/* out[i] = table[(uint8_t)a[i] << 8 | (uint8_t)b[i]]: an int8 binary op with fixed
+   quantization as one 64K-entry table (ADD, MUL). */
+void npu_table2_s8(const int8_t *a, const int8_t *b, int64_t n, const int8_t *table, int8_t *out);
+
+/* Average pooling, NHWC, over the in-image part of each window (int64 sums, rounded half
+   away from zero, clamped). Returns NPU_KERNEL_EMPTY_WINDOW if a window misses the image. */
+int npu_avg_pool_s8(const int8_t *x, int32_t n, int32_t h, int32_t w, int32_t c,
+                    int32_t fh, int32_t fw, int32_t sh, int32_t sw, int32_t pt, int32_t pl,
+                    int32_t oh, int32_t ow, int32_t act_min, int32_t act_max, int8_t *out);
+
+/* float32 -> int8: clamp(round(x / scale) + zero_point), the division in float32. */
+void npu_quantize_f32_s8(const float *x, int64_t n, float scale, int32_t zero_point, int8_t *out);
+
+/* int8 -> float32: float(double(scale) * (x - zero_point)). */
+void npu_dequantize_s8_f32(const int8_t *x, int64_t n, float scale, int32_t zero_point, float *out);
+
+/* int8 softmax over rows of `depth` (TFLite's reference arithmetic): exp_t, terms_t and
+   valid_t are the per-parameter tables indexed by the distance below the row maximum
+   (kernels/activations.py). Returns NPU_KERNEL_BAD_EXPONENT when a row's reciprocal
+   exponent leaves [0, 31]. */
+int npu_softmax_s8(const int8_t *x, int32_t rows, int32_t depth, const int32_t *exp_t,
+                   const int32_t *terms_t, const int8_t *valid_t, int8_t *out);
+
+/* 1 when the library was built with oneDNN (npu_conv_s8 available), else 0. */
+int npu_have_dnnl(void);
+
+int npu_conv_s8(const int8_t *x, int32_t n, int32_t h, int32_t w, int32_t cin,
+                const int8_t *filter, int32_t cout, int32_t kh, int32_t kw, int32_t groups,
+                const int32_t *bias,
+                int32_t stride_h, int32_t stride_w, int32_t dil_h, int32_t dil_w,
+                int32_t pad_top, int32_t pad_left, int32_t out_h, int32_t out_w,
+                int32_t input_offset, int32_t output_offset,
+                const int32_t *mult, const int32_t *shift, int32_t per_channel,
+                int32_t act_min, int32_t act_max, int8_t *out);

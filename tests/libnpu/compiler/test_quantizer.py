@@ -235,3 +235,38 @@ def test_relu_after_concatenation_stays_separate():
     g.inputs, g.outputs = ["a", "b"], ["r"]
     o = optimize(g)
     assert [op.type for op in o.ops] == ["CONCATENATION", "RELU"]  # LiteRT's int8 concat has no activation
+
+
+def _pad_conv_model(pads_hw, kernel: int, stride: int):
+    """ONNX: Conv 1x1 -> Pad (zeros, H/W) -> Conv (no padding of its own) -> Relu."""
+    pytest.importorskip("onnx")
+    from onnx import TensorProto, helper, numpy_helper
+    rng = np.random.default_rng(4)
+    w0 = numpy_helper.from_array(rng.normal(0, 0.3, (3, 3, 1, 1)).astype(np.float32), "w0")
+    w = numpy_helper.from_array(rng.normal(0, 0.3, (6, 3, kernel, kernel)).astype(np.float32), "w")
+    (top, bottom), (left, right) = pads_hw
+    pads = numpy_helper.from_array(np.array([0, 0, top, left, 0, 0, bottom, right], np.int64), "pads")
+    nodes = [helper.make_node("Conv", ["x", "w0"], ["a"], name="conv_in"),
+             helper.make_node("Pad", ["a", "pads"], ["p"], name="pad0"),
+             helper.make_node("Conv", ["p", "w"], ["c"], name="conv0", strides=[stride, stride]),
+             helper.make_node("Relu", ["c"], ["y"], name="act0")]
+    h = 12
+    oh = (h + top + bottom - kernel) // stride + 1
+    ow = (h + left + right - kernel) // stride + 1
+    graph = helper.make_graph(nodes, "padconv", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, h, h])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 6, oh, ow])], [w0, w, pads])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+
+
+@pytest.mark.parametrize("pads_hw, kernel, stride, folds", [
+    (((1, 1), (1, 1)), 3, 1, True),       # SAME 3x3
+    (((0, 1), (0, 1)), 3, 2, True),       # Keras' ZeroPadding2D before a stride-2 conv
+    (((3, 3), (3, 3)), 3, 1, False),      # wider than the filter: the PAD stays
+])
+def test_optimize_folds_zero_pad_into_the_conv(pads_hw, kernel, stride, folds):
+    g = import_onnx(_pad_conv_model(pads_hw, kernel, stride))
+    o = optimize(g)
+    assert ("PAD" not in o.op_counts()) == folds
+    x = _data((1, 3, 12, 12), 1, 0)[0]
+    out = g.outputs[0]
+    np.testing.assert_allclose(run_float(o, [x])[out], run_float(g, [x])[out], rtol=1e-5, atol=1e-6)

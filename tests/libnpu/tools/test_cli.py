@@ -214,6 +214,17 @@ def test_bench_model_json(npu, resnet8_path, tmp_path, capsys):
     assert r["latency"]["device_time_p50_ms"] > 0
     assert r["throughput"]["requests"] == 2 and r["throughput"]["fps"] > 0
     assert r["macs"] == 12_501_632
+    chip = r["chip"]                    # the cores' busy time over the latency loop (GET_STATS)
+    assert chip["jobs"] == r["latency"]["count"] and chip["tasks_per_job"] == 15
+    assert chip["busy_per_job_us"] > 0 and chip["busy_per_task_us"] > 0 and chip["busy_per_mac_ps"] > 0
     if "litert_skipped" not in r:
         assert set(r["litert"]) == {"builtin_ref", "xnnpack"}
         assert r["ratios"]["npu_p50_over_litert_builtin_ref_p50"] > 0
+
+
+def test_bench_nop_json(npu, capsys):
+    assert main(["bench", "nop", "-n", "40", "--json", "--devroot", str(npu.devroot)]) == 0
+    r = _json(capsys)
+    assert {"nop_p50_us", "nop_p99_us", "nop_submit_wait_p50_us", "rtt_p50_us", "ratio",
+            "ratio_submit_wait"} <= set(r)                       # the keys scripts rely on
+    assert r["jobs_per_s_one_by_one"] > 0 and r["jobs_per_s_batched_8"] > 0

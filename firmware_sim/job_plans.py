@@ -1,0 +1,103 @@
+"""Job plans: a command buffer decoded once per (DMA engine, ASID, address, size), then replayed.
+
+A model's job is the same command buffer, at the same device address, for every
+inference. The first run decodes each descriptor, translates every operand through the
+IOMMU and checks every field; the plan keeps what that run produced: per task either the
+handler's *rerun* (a C kernel call bound to the operand views, see ``units.common``) or,
+for a task without one, its handler and descriptor; and the job's cycle count, which
+depends only on the descriptors. A replay calls the reruns in order: no parsing, no view
+building, no translation, no weight handling.
+
+When a plan is valid: its views are the IOMMU translations of the first run, which only
+an invalidation can change (``OP_INVALIDATE``, sent whenever the KMD unmaps pages); the
+plans of an ASID are dropped by that one path (``firmware_sim.caches``), with everything
+else that holds views of its memory. The command buffer's bytes are compared with the
+plan's copy on every run (a client may rewrite a command buffer in place; comparing
+a few KB costs about a microsecond), and fault injection always takes the full path.
+A task whose operands were gathered from several buffer objects gets no rerun (its
+data is copied per access): the plan runs its handler, as a first run does.
+
+Measured (2026-11-24, 2-vCPU VM): a 256-NOP job's chip time per task 7.7 -> 0.1 us.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from firmware_sim import caches
+
+__all__ = ["JobPlan", "TimedStep", "HandlerStep", "lookup", "store", "PLAN_JOBS"]
+
+PLAN_JOBS = 256          # plans kept per core; a full table is simply emptied
+
+
+# (task index, opcode, cycles, rerun or None for a task with no effect): what a profiled
+# replay needs to report each task as a first run does.
+TimedStep = tuple[int, int, int, "Callable[[], None] | None"]
+
+
+@dataclass
+class JobPlan:
+    """A decoded job: ``steps`` run in order (each a task's rerun; tasks with no effect
+    left out), ``tasks`` its task count, ``cycles`` its simulated duration;
+    ``timed_steps`` every task with its opcode and cycles, for profiled replays."""
+    command: bytes
+    steps: list[tuple[int, Callable[[], None]]]     # (task index, rerun)
+    tasks: int
+    cycles: int
+    timed_steps: list[TimedStep]
+
+
+# Keyed by the DMA engine too: a core has one, but a process may run several chips (tests).
+_PLANS: dict[tuple[object, int, int, int], JobPlan] = {}
+
+
+def lookup(dma, asid: int, cmd_iova: int, command: np.ndarray) -> JobPlan | None:
+    """The plan of this command buffer on ``dma``, if it was decoded since the last
+    invalidation of ``asid`` and its bytes did not change."""
+    found = _PLANS.get((dma, asid, cmd_iova, len(command)))
+    if found is not None and found.command == command.tobytes():
+        return found
+    return None
+
+
+def store(dma, asid: int, cmd_iova: int, plan: JobPlan) -> None:
+    if len(_PLANS) >= PLAN_JOBS:
+        _PLANS.clear()
+    _PLANS[(dma, asid, cmd_iova, len(plan.command))] = plan
+
+
+class HandlerStep:
+    """A task without a rerun yet: its handler on its descriptor, then the DMA commit.
+    When a later run of the handler does return a rerun (a kernel that binds only from
+    its second call, e.g. ADD once its table exists), the step keeps and uses it."""
+
+    __slots__ = ("handler", "desc", "dma", "rerun")
+
+    def __init__(self, handler: Callable, desc: np.void, dma):
+        self.handler, self.dma, self.rerun = handler, dma, None
+        self.desc = desc.copy()       # the plan outlives the command buffer it was read from
+
+    def __call__(self) -> None:
+        if self.rerun is not None:
+            self.rerun()
+            return
+        dma = self.dma
+        copies = dma.copies
+        rerun = self.handler(self.desc, dma)
+        dma.commit()
+        if callable(rerun) and dma.copies == copies:
+            self.rerun = rerun
+
+
+def _drop(asid: int, bo_id: int, released) -> None:
+    # Any unmapping in the ASID may concern a plan's operands: drop all of its plans.
+    for key in [k for k in _PLANS if k[1] == asid]:
+        del _PLANS[key]
+
+
+caches.register("job_plans", "decoded command buffers by (ASID, address, size) with a copy of "
+                "their bytes, holding the tasks' bound C calls (views of the operands): an ASID's "
+                "plans are dropped on any invalidation of it", _drop, _PLANS.clear)
