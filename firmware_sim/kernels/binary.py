@@ -28,7 +28,7 @@ from .fixedpoint import (
     wrap_int32,
 )
 from .gemmlowp import get_reciprocal
-from .output import check_int8_param, store_int8
+from .output import check_act_range, check_int8_param, check_int_param, store_int8
 
 __all__ = ["prelu", "squared_difference", "sub", "maximum", "minimum", "div"]
 
@@ -61,17 +61,7 @@ def _zps(*pairs: tuple[str, int]) -> list[int]:
 
 
 def _shift(name: str, value: int, low: int = -31, high: int = 30) -> int:
-    v = int(value)
-    if not low <= v <= high:
-        raise InvalidCommand(f"{name} must be in [{low}, {high}], got {value}")
-    return v
-
-
-def _acts(act_min: int, act_max: int) -> tuple[int, int]:
-    lo, hi = check_int8_param("act_min", act_min), check_int8_param("act_max", act_max)
-    if lo > hi:
-        raise InvalidCommand(f"act_min {lo} > act_max {hi}")
-    return lo, hi
+    return check_int_param(name, value, low, high)
 
 
 def prelu(x: np.ndarray, alpha: np.ndarray, *, input1_zp: int, input2_zp: int, output_zp: int,
@@ -119,7 +109,7 @@ def sub(a: np.ndarray, b: np.ndarray, *, input1_zp: int, input2_zp: int, output_
         act_max: int = 127, out: np.ndarray | None = None) -> np.ndarray:
     """int8 SUB: ADD's parameters (``spec.fixedpoint.add_params``), inputs subtracted."""
     z1, z2, zo = _zps(("input1_zp", input1_zp), ("input2_zp", input2_zp), ("output_zp", output_zp))
-    lo, hi = _acts(act_min, act_max)
+    lo, hi = check_act_range(act_min, act_max)
     if not 0 <= int(left_shift) <= 30:
         raise InvalidCommand("left_shift must be in [0, 30]")
     sh = [_shift(n, v, -31, 0) for n, v in (("input1_shift", input1_shift), ("input2_shift", input2_shift),
@@ -163,7 +153,7 @@ def div(a: np.ndarray, b: np.ndarray, *, input1_zp: int, input2_zp: int, output_
         out: np.ndarray | None = None) -> np.ndarray:
     """int8 DIV; ``output_multiplier``/``output_shift`` encode ``in1 / (in2 * out)``."""
     z1, z2, zo = _zps(("input1_zp", input1_zp), ("input2_zp", input2_zp), ("output_zp", output_zp))
-    lo, hi = _acts(act_min, act_max)
+    lo, hi = check_act_range(act_min, act_max)
     shift = _shift("output_shift", output_shift)
     mult = int(output_multiplier)
 

@@ -13,7 +13,7 @@ from ..errors import InvalidCommand
 from . import binary_table, native
 from .fixedpoint import INT32_MIN, multiply_by_quantized_multiplier, round_half_away, wrap_int32
 from .native import calls as native_calls
-from .output import check_int8_param, emit, store_int8
+from .output import check_act_range, check_int8_param, emit, store_int8
 
 __all__ = ["add", "mul", "binary_bound", "quantize", "requantize", "dequantize", "convert_bound"]
 
@@ -32,13 +32,6 @@ def _out_shape(a: np.ndarray, b: np.ndarray, out: np.ndarray | None) -> tuple[in
     if out is not None and (out.dtype != np.int8 or out.shape != shape):
         raise InvalidCommand(f"out must be int8 {shape}")
     return shape
-
-
-def _check_act(act_min: int, act_max: int) -> tuple[int, int]:
-    act_min, act_max = check_int8_param("act_min", act_min), check_int8_param("act_max", act_max)
-    if act_min > act_max:
-        raise InvalidCommand(f"act_min {act_min} > act_max {act_max}")
-    return act_min, act_max
 
 
 def _binary(key: tuple, compute, a: np.ndarray, b: np.ndarray, shape: tuple[int, ...],
@@ -84,7 +77,7 @@ def _add(a, b, *, input1_zp, input2_zp, output_zp, left_shift, input1_multiplier
          out) -> tuple[np.ndarray, np.ndarray | None]:
     _check_int8(a=a, b=b)
     shape = _out_shape(a, b, out)
-    act_min, act_max = _check_act(act_min, act_max)
+    act_min, act_max = check_act_range(act_min, act_max)
     if not 0 <= left_shift <= 30:
         raise InvalidCommand("left_shift must be in [0, 30]")
     if max(input1_shift, input2_shift, output_shift) > 0:
@@ -118,7 +111,7 @@ def _mul(a, b, *, input1_zp, input2_zp, output_zp, multiplier, shift, act_min, a
          out) -> tuple[np.ndarray, np.ndarray | None]:
     _check_int8(a=a, b=b)
     shape = _out_shape(a, b, out)
-    act_min, act_max = _check_act(act_min, act_max)
+    act_min, act_max = check_act_range(act_min, act_max)
     zp1, zp2 = check_int8_param("input1_zp", input1_zp), check_int8_param("input2_zp", input2_zp)
     output_zp = check_int8_param("output_zp", output_zp)
     if not -31 <= int(shift) <= 30:

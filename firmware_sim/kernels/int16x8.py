@@ -27,7 +27,7 @@ from .fixedpoint import (
     round_half_away,
     wrap_int32,
 )
-from .output import emit
+from .output import check_act_range, check_int_param, emit
 
 __all__ = ["softmax_int16", "int16_lut", "lut_lookup_int16", "INT16_MIN", "INT16_MAX",
            "ADD_LEFT_SHIFT_INT16", "check_int16_param", "check_zero_points", "store_int16",
@@ -43,17 +43,11 @@ _QMAX = {np.dtype(np.int8): 127, np.dtype(np.int16): INT16_MAX}
 
 def check_int16_param(name: str, value: int) -> int:
     """``value`` as int after checking it fits int16 (clamp bounds, fill values)."""
-    v = int(value)
-    if not INT16_MIN <= v <= INT16_MAX:
-        raise InvalidCommand(f"{name} must be in [{INT16_MIN}, {INT16_MAX}], got {value}")
-    return v
+    return check_int_param(name, value, INT16_MIN, INT16_MAX)
 
 
 def _check_act(act_min: int, act_max: int) -> tuple[int, int]:
-    lo, hi = check_int16_param("act_min", act_min), check_int16_param("act_max", act_max)
-    if lo > hi:
-        raise InvalidCommand(f"act_min {lo} > act_max {hi}")
-    return lo, hi
+    return check_act_range(act_min, act_max, INT16_MIN, INT16_MAX)
 
 
 def check_zero_points(**zero_points: int) -> None:
