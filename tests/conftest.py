@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tests.support.chip_memory import ChipMemory
 from tests.support.device import MountedNpu, fetch_model, start_npu, stop_npu
 from tests.support.litert import litert_run
 from tests.support.shell import Holder
@@ -96,6 +97,13 @@ def litert():
 
 
 # ---- the chip's kernels ----
+
+@pytest.fixture
+def mem(tmp_path) -> ChipMemory:
+    """16 MiB of device memory behind a real DMA engine and IOMMU, for running descriptors
+    on the chip's job executor in-process."""
+    return ChipMemory(tmp_path)
+
 
 @pytest.fixture(params=["native", "numpy"])
 def kernel_backend(request) -> str:

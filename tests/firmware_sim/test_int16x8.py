@@ -14,7 +14,7 @@ from firmware_sim.spec.fixedpoint import (
     rescale_multiplier,
 )
 from firmware_sim.spec.ops import PADDING_SAME, PADDING_VALID, conv_geometry
-from tests.support.quant_utils import ACTIVATIONS, conv_multipliers, f32, log_uniform, random_int8
+from tests.support.quant_utils import ACTIVATIONS, conv_multipliers, f32, log_uniform, random_int8, random_int16
 from tests.support.tflite_builder import (
     TensorSpec,
     pool2d_options,
@@ -27,10 +27,6 @@ SEEDS = range(25)
 CASES_PER_SEED = 8  # 200 cases per op
 OP, OPTIONS = tflite.BuiltinOperator, tflite.BuiltinOptions
 I16 = (-32768, 32767)
-
-
-def random_int16(rng: np.random.Generator, shape) -> np.ndarray:
-    return rng.integers(-32768, 32768, size=shape, dtype=np.int16)
 
 
 def act_range(rng: np.random.Generator, scale: float) -> tuple[int, tuple[int, int]]:

@@ -7,7 +7,6 @@ import numpy as np
 import pytest
 import tflite
 
-from tests.support.chip_memory import ChipMemory
 from tests.support.op_check import check_on_chip
 from tests.support.quant_utils import random_int8
 from tests.support.tflite_builder import TensorSpec, single_op_model
@@ -16,10 +15,6 @@ OP = tflite.BuiltinOperator
 CASES = 200
 Q = ([0.05], [3])
 
-
-@pytest.fixture
-def mem(tmp_path) -> ChipMemory:
-    return ChipMemory(tmp_path, size=4 << 20)
 
 
 def rshape(rng, lo=1, hi=5, top=6) -> tuple[int, ...]:
