@@ -20,6 +20,7 @@ import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
 from ..errors import InvalidCommand
+from .conv import conv_groups
 from .fixedpoint import (
     INT32_MIN,
     multiply_by_quantized_multiplier,
@@ -155,9 +156,7 @@ def conv2d_16x8(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None, *,
     act_min, act_max = _check_act(act_min, act_max)
     n, _, _, cin = x.shape
     cout, kh, kw, cin_g = w.shape
-    if cin_g == 0 or cin % cin_g or cout % (cin // cin_g):
-        raise InvalidCommand(f"filter {w.shape} does not group input depth {cin}")
-    groups = cin // cin_g
+    groups = conv_groups(cin, w.shape)
     multiplier, shift = _check_quant(cout, bias, multiplier, shift)
     win = _padded_windows(x, kh, kw, stride, dilation, padding, out_hw)
     _, oh, ow = win.shape[:3]
