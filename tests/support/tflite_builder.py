@@ -213,6 +213,23 @@ def call_once(init_subgraph: int) -> Callable[[flatbuffers.Builder], int]:
     return write
 
 
+def named_options(table: str, **fields: Any) -> tuple[int, Callable[[flatbuffers.Builder], int]]:
+    """Any operator's options type and writer by the table's name: ``named_options(
+    "GatherOptions", Axis=0)`` calls ``tflite.GatherOptionsAddAxis(b, 0)`` between Start and End."""
+    def write(b: flatbuffers.Builder) -> int:
+        getattr(tflite, f"{table}Start")(b)
+        for field_name, value in fields.items():
+            getattr(tflite, f"{table}Add{field_name}")(b, value)
+        return getattr(tflite, f"{table}End")(b)
+    return getattr(tflite.BuiltinOptions, table), write
+
+
+def int32_const(values: Any) -> TensorSpec:
+    """A constant int32 tensor (axes, sizes, paddings) holding ``values``."""
+    a = np.asarray(values, np.int32)
+    return TensorSpec(a.shape, np.int32, data=a)
+
+
 def pool2d_options(filter_hw: tuple[int, int], stride: tuple[int, int], same: bool,
                    activation: int = 0) -> Callable[[flatbuffers.Builder], int]:
     """MAX/AVERAGE_POOL_2D's options writer (``options_type=tflite.BuiltinOptions.Pool2DOptions``)."""
