@@ -52,6 +52,15 @@ def resnet8_path() -> Path:
 
 
 @pytest.fixture(scope="session")
+def resnet8_nlb(resnet8_path, tmp_path_factory) -> Path:
+    """ResNet-8 compiled once (tests load the loadable, no compile on the way)."""
+    from libnpu.compiler.lower import compile_model
+    path = tmp_path_factory.mktemp("nlb") / "resnet8.nlb"
+    compile_model(resnet8_path).save(path)
+    return path
+
+
+@pytest.fixture(scope="session")
 def blazeface_path() -> Path:
     from libnpu.tools import model_zoo
     return fetch_model(model_zoo.blazeface_short_range)
