@@ -28,7 +28,7 @@ from .fixedpoint import (
     wrap_int32,
 )
 from .gemmlowp import get_reciprocal
-from .output import check_act_range, check_int8_param, check_int_param, store_int8
+from .output import broadcast_out_shape, check_act_range, check_int8_param, check_int_param, store_int8
 
 __all__ = ["prelu", "squared_difference", "sub", "maximum", "minimum", "div"]
 
@@ -39,13 +39,7 @@ def _prepare(a: np.ndarray, b: np.ndarray, out: np.ndarray | None) -> tuple[int,
     for name, arr in (("input1", a), ("input2", b)):
         if arr.dtype != np.int8:
             raise TypeError(f"{name} must be int8, got {arr.dtype}")
-    try:
-        shape = np.broadcast_shapes(a.shape, b.shape)
-    except ValueError:
-        raise InvalidCommand(f"shapes {a.shape} and {b.shape} do not broadcast") from None
-    if out is not None and (out.dtype != np.int8 or out.shape != shape):
-        raise InvalidCommand(f"out must be int8 {shape}")
-    return shape
+    return broadcast_out_shape(a, b, out)
 
 
 def _run(key: tuple, compute: Compute, a: np.ndarray, b: np.ndarray, out: np.ndarray | None) -> np.ndarray:

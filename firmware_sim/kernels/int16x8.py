@@ -28,7 +28,7 @@ from .fixedpoint import (
     round_half_away,
     wrap_int32,
 )
-from .output import check_act_range, check_int_param, emit
+from .output import broadcast_out_shape, check_act_range, check_int_param, emit
 
 __all__ = ["softmax_int16", "int16_lut", "lut_lookup_int16", "INT16_MIN", "INT16_MAX",
            "ADD_LEFT_SHIFT_INT16", "check_int16_param", "check_zero_points", "store_int16",
@@ -223,12 +223,7 @@ def _broadcast(a: np.ndarray, b: np.ndarray, out: np.ndarray | None) -> None:
     for name, v in (("a", a), ("b", b)):
         if v.dtype != np.int16:
             raise TypeError(f"{name} must be int16, got {v.dtype}")
-    try:
-        shape = np.broadcast_shapes(a.shape, b.shape)
-    except ValueError:
-        raise InvalidCommand(f"shapes {a.shape} and {b.shape} do not broadcast") from None
-    if out is not None and (out.dtype != np.int16 or out.shape != shape):
-        raise InvalidCommand(f"out must be int16 {shape}")
+    broadcast_out_shape(a, b, out, np.int16)
 
 
 def add_int16(a: np.ndarray, b: np.ndarray, *, left_shift: int, input1_multiplier: int,

@@ -6,7 +6,7 @@ import numpy as np
 from ..errors import InvalidCommand
 
 __all__ = ["store_int8", "check_int_param", "check_int8_param", "check_act_range",
-           "accumulate_bias"]
+           "broadcast_out_shape", "accumulate_bias"]
 
 
 def check_int_param(name: str, value: int, low: int, high: int) -> int:
@@ -29,6 +29,19 @@ def check_act_range(act_min: int, act_max: int, low: int = -128,
     if lo > hi:
         raise InvalidCommand(f"act_min {lo} > act_max {hi}")
     return lo, hi
+
+
+def broadcast_out_shape(a: np.ndarray, b: np.ndarray, out: np.ndarray | None,
+                        dtype: type = np.int8) -> tuple[int, ...]:
+    """The shape ``a`` and ``b`` broadcast to, after checking they do and that ``out`` (when
+    given) is a ``dtype`` array of that shape."""
+    try:
+        shape = np.broadcast_shapes(a.shape, b.shape)
+    except ValueError:
+        raise InvalidCommand(f"shapes {a.shape} and {b.shape} do not broadcast") from None
+    if out is not None and (out.dtype != dtype or out.shape != shape):
+        raise InvalidCommand(f"out must be {np.dtype(dtype)} {shape}")
+    return shape
 
 
 def store_int8(scaled: np.ndarray, output_zp: int, act_min: int, act_max: int,
