@@ -11,7 +11,7 @@ import numpy as np
 
 from ..errors import InvalidCommand
 from . import binary_table, native
-from .fixedpoint import INT32_MIN, multiply_by_quantized_multiplier, round_half_away, wrap_int32
+from .fixedpoint import multiply_by_quantized_multiplier, quantize_quotient, wrap_int32
 from .native import calls as native_calls
 from .output import broadcast_out_shape, check_act_range, check_int8_param, emit, store_int8
 
@@ -131,10 +131,7 @@ def quantize(x: np.ndarray, *, scale: float, zero_point: int,
     zero_point = check_int8_param("zero_point", zero_point)
     if out is not None and (out.dtype != np.int8 or out.shape != x.shape):
         raise InvalidCommand(f"out must be int8 {x.shape}")
-    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
-        q = round_half_away(x / np.float32(scale))
-        bad = ~((q >= -2.0 ** 31) & (q < 2.0 ** 31))
-        qi = np.where(bad, INT32_MIN, q).astype(np.int64)
+    qi = quantize_quotient(x, scale)
     return store_int8(qi, zero_point, -128, 127, out)
 
 

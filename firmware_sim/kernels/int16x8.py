@@ -22,10 +22,9 @@ from numpy.lib.stride_tricks import sliding_window_view
 from ..errors import InvalidCommand
 from .conv import conv_groups
 from .fixedpoint import (
-    INT32_MIN,
     multiply_by_quantized_multiplier,
+    quantize_quotient,
     requantize_double,
-    round_half_away,
     wrap_int32,
 )
 from .output import broadcast_out_shape, check_act_range, check_int_param, emit
@@ -370,10 +369,7 @@ def quantize_int16(x: np.ndarray, *, scale: float, zero_point: int = 0,
     zero_point = check_int16_param("zero_point", zero_point)
     if out is not None and (out.dtype != np.int16 or out.shape != x.shape):
         raise InvalidCommand(f"out must be int16 {x.shape}")
-    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
-        q = round_half_away(x / np.float32(scale))
-        bad = ~((q >= -2.0 ** 31) & (q < 2.0 ** 31))
-        qi = np.where(bad, INT32_MIN, q).astype(np.int64)
+    qi = quantize_quotient(x, scale)
     return store_int16(qi, zero_point, INT16_MIN, INT16_MAX, out)
 
 
