@@ -75,17 +75,25 @@ def prelu(x: np.ndarray, alpha: np.ndarray, *, input1_zp: int, input2_zp: int, o
     return _run(("prelu", zx, za, zo, m1, s1, m2, s2), compute, x, alpha, out)
 
 
+def _add_style(left_shift: int, max_left_shift: int, shifts: tuple[int, int, int],
+               multipliers: tuple[int, int, int]) -> tuple[list[int], list[int]]:
+    """ADD-style requantization (``spec.fixedpoint.add_params``): ``left_shift`` checked
+    against ``[0, max_left_shift]``; the input1, input2 and output shifts (checked to be
+    right shifts) and multipliers as ints."""
+    if not 0 <= int(left_shift) <= max_left_shift:
+        raise InvalidCommand(f"left_shift must be in [0, {max_left_shift}]")
+    names = ("input1_shift", "input2_shift", "output_shift")
+    return [_shift(n, v, -31, 0) for n, v in zip(names, shifts, strict=True)], [int(v) for v in multipliers]
+
+
 def squared_difference(a: np.ndarray, b: np.ndarray, *, input1_zp: int, input2_zp: int, output_zp: int,
                        left_shift: int, input1_multiplier: int, input1_shift: int,
                        input2_multiplier: int, input2_shift: int, output_multiplier: int,
                        output_shift: int, out: np.ndarray | None = None) -> np.ndarray:
     """int8 SQUARED_DIFFERENCE (parameters as LiteRT's Prepare derives them)."""
     z1, z2, zo = _zps(("input1_zp", input1_zp), ("input2_zp", input2_zp), ("output_zp", output_zp))
-    if not 0 <= int(left_shift) <= 15:
-        raise InvalidCommand("left_shift must be in [0, 15]")
-    sh = [_shift(n, v, -31, 0) for n, v in (("input1_shift", input1_shift), ("input2_shift", input2_shift),
-                                            ("output_shift", output_shift))]
-    m = [int(input1_multiplier), int(input2_multiplier), int(output_multiplier)]
+    sh, m = _add_style(left_shift, 15, (input1_shift, input2_shift, output_shift),
+                       (input1_multiplier, input2_multiplier, output_multiplier))
 
     def compute(a: np.ndarray, b: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
         v1 = multiply_by_quantized_multiplier((a.astype(np.int64) - z1) << int(left_shift), m[0], sh[0])
@@ -104,11 +112,8 @@ def sub(a: np.ndarray, b: np.ndarray, *, input1_zp: int, input2_zp: int, output_
     """int8 SUB: ADD's parameters (``spec.fixedpoint.add_params``), inputs subtracted."""
     z1, z2, zo = _zps(("input1_zp", input1_zp), ("input2_zp", input2_zp), ("output_zp", output_zp))
     lo, hi = check_act_range(act_min, act_max)
-    if not 0 <= int(left_shift) <= 30:
-        raise InvalidCommand("left_shift must be in [0, 30]")
-    sh = [_shift(n, v, -31, 0) for n, v in (("input1_shift", input1_shift), ("input2_shift", input2_shift),
-                                            ("output_shift", output_shift))]
-    m = [int(input1_multiplier), int(input2_multiplier), int(output_multiplier)]
+    sh, m = _add_style(left_shift, 30, (input1_shift, input2_shift, output_shift),
+                       (input1_multiplier, input2_multiplier, output_multiplier))
 
     def compute(a: np.ndarray, b: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
         v1 = multiply_by_quantized_multiplier(wrap_int32((a.astype(np.int64) - z1) << int(left_shift)), m[0], sh[0])
