@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import multiprocessing
 import os
 import sys
 import time
@@ -149,19 +148,8 @@ def _rtt_client(devroot: str, seconds: float, barrier, results) -> None:
 
 
 def _run_clients(target, devroot: Path, processes: int, seconds: float) -> tuple[list[float], float]:
-    ctx = multiprocessing.get_context("spawn")
-    barrier, results = ctx.Barrier(processes + 1), ctx.Queue()
-    workers = [ctx.Process(target=target, args=(str(devroot), seconds, barrier, results))
-               for _ in range(processes)]
-    for w in workers:
-        w.start()
-    barrier.wait()
-    started = time.perf_counter()
-    samples = [s for _ in workers for s in results.get(timeout=seconds + 120)]
-    elapsed = time.perf_counter() - started
-    for w in workers:
-        w.join()
-    return samples, elapsed
+    per_client, elapsed = bench.run_clients(target, devroot, processes, seconds, grace=120)
+    return [s for samples in per_client for s in samples], elapsed
 
 
 def check_nop_load(dev: ScratchDevice, report: Report, seconds: float) -> None:

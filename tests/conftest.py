@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tests.support.chip_memory import ChipMemory
 from tests.support.device import MountedNpu, fetch_model, start_npu, stop_npu
 from tests.support.litert import litert_run
 from tests.support.shell import Holder
@@ -48,6 +49,15 @@ def device(session):
 def resnet8_path() -> Path:
     from libnpu.tools import model_zoo
     return fetch_model(model_zoo.resnet8_cifar10)
+
+
+@pytest.fixture(scope="session")
+def resnet8_nlb(resnet8_path, tmp_path_factory) -> Path:
+    """ResNet-8 compiled once (tests load the loadable, no compile on the way)."""
+    from libnpu.compiler.lower import compile_model
+    path = tmp_path_factory.mktemp("nlb") / "resnet8.nlb"
+    compile_model(resnet8_path).save(path)
+    return path
 
 
 @pytest.fixture(scope="session")
@@ -96,6 +106,13 @@ def litert():
 
 
 # ---- the chip's kernels ----
+
+@pytest.fixture
+def mem(tmp_path) -> ChipMemory:
+    """16 MiB of device memory behind a real DMA engine and IOMMU, for running descriptors
+    on the chip's job executor in-process."""
+    return ChipMemory(tmp_path)
+
 
 @pytest.fixture(params=["native", "numpy"])
 def kernel_backend(request) -> str:

@@ -28,7 +28,7 @@ from .fixedpoint import (
     wrap_int32,
 )
 from .gemmlowp import get_reciprocal
-from .output import check_int8_param, store_int8
+from .output import broadcast_out_shape, check_act_range, check_int8_param, check_int_param, store_int8
 
 __all__ = ["prelu", "squared_difference", "sub", "maximum", "minimum", "div"]
 
@@ -39,13 +39,7 @@ def _prepare(a: np.ndarray, b: np.ndarray, out: np.ndarray | None) -> tuple[int,
     for name, arr in (("input1", a), ("input2", b)):
         if arr.dtype != np.int8:
             raise TypeError(f"{name} must be int8, got {arr.dtype}")
-    try:
-        shape = np.broadcast_shapes(a.shape, b.shape)
-    except ValueError:
-        raise InvalidCommand(f"shapes {a.shape} and {b.shape} do not broadcast") from None
-    if out is not None and (out.dtype != np.int8 or out.shape != shape):
-        raise InvalidCommand(f"out must be int8 {shape}")
-    return shape
+    return broadcast_out_shape(a, b, out)
 
 
 def _run(key: tuple, compute: Compute, a: np.ndarray, b: np.ndarray, out: np.ndarray | None) -> np.ndarray:
@@ -61,17 +55,7 @@ def _zps(*pairs: tuple[str, int]) -> list[int]:
 
 
 def _shift(name: str, value: int, low: int = -31, high: int = 30) -> int:
-    v = int(value)
-    if not low <= v <= high:
-        raise InvalidCommand(f"{name} must be in [{low}, {high}], got {value}")
-    return v
-
-
-def _acts(act_min: int, act_max: int) -> tuple[int, int]:
-    lo, hi = check_int8_param("act_min", act_min), check_int8_param("act_max", act_max)
-    if lo > hi:
-        raise InvalidCommand(f"act_min {lo} > act_max {hi}")
-    return lo, hi
+    return check_int_param(name, value, low, high)
 
 
 def prelu(x: np.ndarray, alpha: np.ndarray, *, input1_zp: int, input2_zp: int, output_zp: int,
@@ -91,17 +75,25 @@ def prelu(x: np.ndarray, alpha: np.ndarray, *, input1_zp: int, input2_zp: int, o
     return _run(("prelu", zx, za, zo, m1, s1, m2, s2), compute, x, alpha, out)
 
 
+def _add_style(left_shift: int, max_left_shift: int, shifts: tuple[int, int, int],
+               multipliers: tuple[int, int, int]) -> tuple[list[int], list[int]]:
+    """ADD-style requantization (``spec.fixedpoint.add_params``): ``left_shift`` checked
+    against ``[0, max_left_shift]``; the input1, input2 and output shifts (checked to be
+    right shifts) and multipliers as ints."""
+    if not 0 <= int(left_shift) <= max_left_shift:
+        raise InvalidCommand(f"left_shift must be in [0, {max_left_shift}]")
+    names = ("input1_shift", "input2_shift", "output_shift")
+    return [_shift(n, v, -31, 0) for n, v in zip(names, shifts, strict=True)], [int(v) for v in multipliers]
+
+
 def squared_difference(a: np.ndarray, b: np.ndarray, *, input1_zp: int, input2_zp: int, output_zp: int,
                        left_shift: int, input1_multiplier: int, input1_shift: int,
                        input2_multiplier: int, input2_shift: int, output_multiplier: int,
                        output_shift: int, out: np.ndarray | None = None) -> np.ndarray:
     """int8 SQUARED_DIFFERENCE (parameters as LiteRT's Prepare derives them)."""
     z1, z2, zo = _zps(("input1_zp", input1_zp), ("input2_zp", input2_zp), ("output_zp", output_zp))
-    if not 0 <= int(left_shift) <= 15:
-        raise InvalidCommand("left_shift must be in [0, 15]")
-    sh = [_shift(n, v, -31, 0) for n, v in (("input1_shift", input1_shift), ("input2_shift", input2_shift),
-                                            ("output_shift", output_shift))]
-    m = [int(input1_multiplier), int(input2_multiplier), int(output_multiplier)]
+    sh, m = _add_style(left_shift, 15, (input1_shift, input2_shift, output_shift),
+                       (input1_multiplier, input2_multiplier, output_multiplier))
 
     def compute(a: np.ndarray, b: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
         v1 = multiply_by_quantized_multiplier((a.astype(np.int64) - z1) << int(left_shift), m[0], sh[0])
@@ -119,12 +111,9 @@ def sub(a: np.ndarray, b: np.ndarray, *, input1_zp: int, input2_zp: int, output_
         act_max: int = 127, out: np.ndarray | None = None) -> np.ndarray:
     """int8 SUB: ADD's parameters (``spec.fixedpoint.add_params``), inputs subtracted."""
     z1, z2, zo = _zps(("input1_zp", input1_zp), ("input2_zp", input2_zp), ("output_zp", output_zp))
-    lo, hi = _acts(act_min, act_max)
-    if not 0 <= int(left_shift) <= 30:
-        raise InvalidCommand("left_shift must be in [0, 30]")
-    sh = [_shift(n, v, -31, 0) for n, v in (("input1_shift", input1_shift), ("input2_shift", input2_shift),
-                                            ("output_shift", output_shift))]
-    m = [int(input1_multiplier), int(input2_multiplier), int(output_multiplier)]
+    lo, hi = check_act_range(act_min, act_max)
+    sh, m = _add_style(left_shift, 30, (input1_shift, input2_shift, output_shift),
+                       (input1_multiplier, input2_multiplier, output_multiplier))
 
     def compute(a: np.ndarray, b: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
         v1 = multiply_by_quantized_multiplier(wrap_int32((a.astype(np.int64) - z1) << int(left_shift)), m[0], sh[0])
@@ -163,7 +152,7 @@ def div(a: np.ndarray, b: np.ndarray, *, input1_zp: int, input2_zp: int, output_
         out: np.ndarray | None = None) -> np.ndarray:
     """int8 DIV; ``output_multiplier``/``output_shift`` encode ``in1 / (in2 * out)``."""
     z1, z2, zo = _zps(("input1_zp", input1_zp), ("input2_zp", input2_zp), ("output_zp", output_zp))
-    lo, hi = _acts(act_min, act_max)
+    lo, hi = check_act_range(act_min, act_max)
     shift = _shift("output_shift", output_shift)
     mult = int(output_multiplier)
 

@@ -31,7 +31,7 @@ from .gemm import ROW_BLOCK_ELEMS, exact_gemm, gemm_chunk, int8_offset_bound, ma
 from .native import calls as native_calls
 from .output import accumulate_bias, check_int8_param, store_int8
 
-__all__ = ["conv2d", "conv2d_bound", "depthwise_conv2d", "depthwise_conv2d_bound"]
+__all__ = ["conv2d", "conv2d_bound", "depthwise_conv2d", "depthwise_conv2d_bound", "conv_groups"]
 
 
 def _pair(name: str, v) -> tuple[int, int]:
@@ -289,15 +289,21 @@ def conv2d_bound(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None, *,
                    multiplier, shift, act_min, act_max, out)[1]
 
 
+def conv_groups(cin: int, w_shape: tuple[int, ...]) -> int:
+    """How many groups a filter ``(Cout, KH, KW, Cin / groups)`` splits ``cin`` input channels into."""
+    cout, cin_g = w_shape[0], w_shape[3]
+    if cin_g == 0 or cin % cin_g or cout % (cin // cin_g):
+        raise InvalidCommand(f"filter {w_shape} does not group input depth {cin}")
+    return cin // cin_g
+
+
 def _conv2d(x, w, bias, stride, dilation, padding, out_hw, input_zp, output_zp, multiplier,
             shift, act_min, act_max, out) -> tuple[np.ndarray, native_calls.BoundCall | None]:
     sh, sw, dh, dw, pt, pl, oh, ow = _check_common(
         x, w, stride, dilation, padding, out_hw, input_zp, output_zp, act_min, act_max)
     n, _, _, cin = x.shape
     cout, kh, kw, cin_g = w.shape
-    if cin_g == 0 or cin % cin_g or cout % (cin // cin_g):
-        raise InvalidCommand(f"filter {w.shape} does not group input depth {cin}")
-    groups = cin // cin_g
+    groups = conv_groups(cin, w.shape)
     multiplier, shift = _check_quant(cout, bias, multiplier, shift)
     target, out = out, _check_out(out, (n, oh, ow, cout))
     k = kh * kw * cin_g

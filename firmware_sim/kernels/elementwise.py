@@ -11,9 +11,9 @@ import numpy as np
 
 from ..errors import InvalidCommand
 from . import binary_table, native
-from .fixedpoint import INT32_MIN, multiply_by_quantized_multiplier, round_half_away, wrap_int32
+from .fixedpoint import multiply_by_quantized_multiplier, quantize_quotient, wrap_int32
 from .native import calls as native_calls
-from .output import check_int8_param, emit, store_int8
+from .output import broadcast_out_shape, check_act_range, check_int8_param, emit, store_int8
 
 __all__ = ["add", "mul", "binary_bound", "quantize", "requantize", "dequantize", "convert_bound"]
 
@@ -22,23 +22,6 @@ def _check_int8(**arrays: np.ndarray) -> None:
     for name, a in arrays.items():
         if a.dtype != np.int8:
             raise TypeError(f"{name} must be int8, got {a.dtype}")
-
-
-def _out_shape(a: np.ndarray, b: np.ndarray, out: np.ndarray | None) -> tuple[int, ...]:
-    try:
-        shape = np.broadcast_shapes(a.shape, b.shape)
-    except ValueError:
-        raise InvalidCommand(f"shapes {a.shape} and {b.shape} do not broadcast") from None
-    if out is not None and (out.dtype != np.int8 or out.shape != shape):
-        raise InvalidCommand(f"out must be int8 {shape}")
-    return shape
-
-
-def _check_act(act_min: int, act_max: int) -> tuple[int, int]:
-    act_min, act_max = check_int8_param("act_min", act_min), check_int8_param("act_max", act_max)
-    if act_min > act_max:
-        raise InvalidCommand(f"act_min {act_min} > act_max {act_max}")
-    return act_min, act_max
 
 
 def _binary(key: tuple, compute, a: np.ndarray, b: np.ndarray, shape: tuple[int, ...],
@@ -83,8 +66,8 @@ def _add(a, b, *, input1_zp, input2_zp, output_zp, left_shift, input1_multiplier
          input2_multiplier, input2_shift, output_multiplier, output_shift, act_min, act_max,
          out) -> tuple[np.ndarray, np.ndarray | None]:
     _check_int8(a=a, b=b)
-    shape = _out_shape(a, b, out)
-    act_min, act_max = _check_act(act_min, act_max)
+    shape = broadcast_out_shape(a, b, out)
+    act_min, act_max = check_act_range(act_min, act_max)
     if not 0 <= left_shift <= 30:
         raise InvalidCommand("left_shift must be in [0, 30]")
     if max(input1_shift, input2_shift, output_shift) > 0:
@@ -117,8 +100,8 @@ def mul(a: np.ndarray, b: np.ndarray, *, input1_zp: int, input2_zp: int, output_
 def _mul(a, b, *, input1_zp, input2_zp, output_zp, multiplier, shift, act_min, act_max,
          out) -> tuple[np.ndarray, np.ndarray | None]:
     _check_int8(a=a, b=b)
-    shape = _out_shape(a, b, out)
-    act_min, act_max = _check_act(act_min, act_max)
+    shape = broadcast_out_shape(a, b, out)
+    act_min, act_max = check_act_range(act_min, act_max)
     zp1, zp2 = check_int8_param("input1_zp", input1_zp), check_int8_param("input2_zp", input2_zp)
     output_zp = check_int8_param("output_zp", output_zp)
     if not -31 <= int(shift) <= 30:
@@ -148,10 +131,7 @@ def quantize(x: np.ndarray, *, scale: float, zero_point: int,
     zero_point = check_int8_param("zero_point", zero_point)
     if out is not None and (out.dtype != np.int8 or out.shape != x.shape):
         raise InvalidCommand(f"out must be int8 {x.shape}")
-    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
-        q = round_half_away(x / np.float32(scale))
-        bad = ~((q >= -2.0 ** 31) & (q < 2.0 ** 31))
-        qi = np.where(bad, INT32_MIN, q).astype(np.int64)
+    qi = quantize_quotient(x, scale)
     return store_int8(qi, zero_point, -128, 127, out)
 
 

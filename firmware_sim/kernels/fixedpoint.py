@@ -22,6 +22,7 @@ import numpy as np
 from ..errors import InvalidCommand
 
 __all__ = [
+    "quantize_quotient",
     "INT32_MIN",
     "INT32_MAX",
     "wrap_int32",
@@ -258,6 +259,16 @@ def round_half_away(v: np.ndarray) -> np.ndarray:
     r = np.floor(a)
     r += (a - r) >= 0.5  # a - r is exact for |a| < 2**52
     return np.copysign(r, v)
+
+
+def quantize_quotient(x: np.ndarray, scale: float) -> np.ndarray:
+    """float32 ``x`` -> ``round(x / scale)`` (the division in float32, ties away from zero)
+    as int64 values of int32; quotients that leave int32, and NaN, become INT32_MIN as
+    x86's conversion gives. QUANTIZE adds the zero point and clamps."""
+    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+        q = round_half_away(x / np.float32(scale))
+        bad = ~((q >= -2.0 ** 31) & (q < 2.0 ** 31))
+        return np.where(bad, INT32_MIN, q).astype(np.int64)
 
 
 def requantize_double(acc: np.ndarray, scale: np.ndarray) -> np.ndarray:

@@ -20,14 +20,14 @@ import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
 from ..errors import InvalidCommand
+from .conv import conv_groups
 from .fixedpoint import (
-    INT32_MIN,
     multiply_by_quantized_multiplier,
+    quantize_quotient,
     requantize_double,
-    round_half_away,
     wrap_int32,
 )
-from .output import emit
+from .output import broadcast_out_shape, check_act_range, check_int_param, emit
 
 __all__ = ["softmax_int16", "int16_lut", "lut_lookup_int16", "INT16_MIN", "INT16_MAX",
            "ADD_LEFT_SHIFT_INT16", "check_int16_param", "check_zero_points", "store_int16",
@@ -43,17 +43,11 @@ _QMAX = {np.dtype(np.int8): 127, np.dtype(np.int16): INT16_MAX}
 
 def check_int16_param(name: str, value: int) -> int:
     """``value`` as int after checking it fits int16 (clamp bounds, fill values)."""
-    v = int(value)
-    if not INT16_MIN <= v <= INT16_MAX:
-        raise InvalidCommand(f"{name} must be in [{INT16_MIN}, {INT16_MAX}], got {value}")
-    return v
+    return check_int_param(name, value, INT16_MIN, INT16_MAX)
 
 
 def _check_act(act_min: int, act_max: int) -> tuple[int, int]:
-    lo, hi = check_int16_param("act_min", act_min), check_int16_param("act_max", act_max)
-    if lo > hi:
-        raise InvalidCommand(f"act_min {lo} > act_max {hi}")
-    return lo, hi
+    return check_act_range(act_min, act_max, INT16_MIN, INT16_MAX)
 
 
 def check_zero_points(**zero_points: int) -> None:
@@ -161,9 +155,7 @@ def conv2d_16x8(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None, *,
     act_min, act_max = _check_act(act_min, act_max)
     n, _, _, cin = x.shape
     cout, kh, kw, cin_g = w.shape
-    if cin_g == 0 or cin % cin_g or cout % (cin // cin_g):
-        raise InvalidCommand(f"filter {w.shape} does not group input depth {cin}")
-    groups = cin // cin_g
+    groups = conv_groups(cin, w.shape)
     multiplier, shift = _check_quant(cout, bias, multiplier, shift)
     win = _padded_windows(x, kh, kw, stride, dilation, padding, out_hw)
     _, oh, ow = win.shape[:3]
@@ -230,12 +222,7 @@ def _broadcast(a: np.ndarray, b: np.ndarray, out: np.ndarray | None) -> None:
     for name, v in (("a", a), ("b", b)):
         if v.dtype != np.int16:
             raise TypeError(f"{name} must be int16, got {v.dtype}")
-    try:
-        shape = np.broadcast_shapes(a.shape, b.shape)
-    except ValueError:
-        raise InvalidCommand(f"shapes {a.shape} and {b.shape} do not broadcast") from None
-    if out is not None and (out.dtype != np.int16 or out.shape != shape):
-        raise InvalidCommand(f"out must be int16 {shape}")
+    broadcast_out_shape(a, b, out, np.int16)
 
 
 def add_int16(a: np.ndarray, b: np.ndarray, *, left_shift: int, input1_multiplier: int,
@@ -382,10 +369,7 @@ def quantize_int16(x: np.ndarray, *, scale: float, zero_point: int = 0,
     zero_point = check_int16_param("zero_point", zero_point)
     if out is not None and (out.dtype != np.int16 or out.shape != x.shape):
         raise InvalidCommand(f"out must be int16 {x.shape}")
-    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
-        q = round_half_away(x / np.float32(scale))
-        bad = ~((q >= -2.0 ** 31) & (q < 2.0 ** 31))
-        qi = np.where(bad, INT32_MIN, q).astype(np.int64)
+    qi = quantize_quotient(x, scale)
     return store_int16(qi, zero_point, INT16_MIN, INT16_MAX, out)
 
 

@@ -5,15 +5,43 @@ import numpy as np
 
 from ..errors import InvalidCommand
 
-__all__ = ["store_int8", "check_int8_param", "accumulate_bias"]
+__all__ = ["store_int8", "check_int_param", "check_int8_param", "check_act_range",
+           "broadcast_out_shape", "accumulate_bias"]
+
+
+def check_int_param(name: str, value: int, low: int, high: int) -> int:
+    """Return ``value`` as int after checking ``low <= value <= high``."""
+    v = int(value)
+    if not low <= v <= high:
+        raise InvalidCommand(f"{name} must be in [{low}, {high}], got {value}")
+    return v
 
 
 def check_int8_param(name: str, value: int) -> int:
     """Return ``value`` as int after checking it fits int8 (zero points, clamp bounds)."""
-    v = int(value)
-    if not -128 <= v <= 127:
-        raise InvalidCommand(f"{name} must be in [-128, 127], got {value}")
-    return v
+    return check_int_param(name, value, -128, 127)
+
+
+def check_act_range(act_min: int, act_max: int, low: int = -128,
+                    high: int = 127) -> tuple[int, int]:
+    """The clamp bounds as ints after checking each fits ``[low, high]`` and ``act_min <= act_max``."""
+    lo, hi = check_int_param("act_min", act_min, low, high), check_int_param("act_max", act_max, low, high)
+    if lo > hi:
+        raise InvalidCommand(f"act_min {lo} > act_max {hi}")
+    return lo, hi
+
+
+def broadcast_out_shape(a: np.ndarray, b: np.ndarray, out: np.ndarray | None,
+                        dtype: type = np.int8) -> tuple[int, ...]:
+    """The shape ``a`` and ``b`` broadcast to, after checking they do and that ``out`` (when
+    given) is a ``dtype`` array of that shape."""
+    try:
+        shape = np.broadcast_shapes(a.shape, b.shape)
+    except ValueError:
+        raise InvalidCommand(f"shapes {a.shape} and {b.shape} do not broadcast") from None
+    if out is not None and (out.dtype != dtype or out.shape != shape):
+        raise InvalidCommand(f"out must be {np.dtype(dtype)} {shape}")
+    return shape
 
 
 def store_int8(scaled: np.ndarray, output_zp: int, act_min: int, act_max: int,

@@ -24,7 +24,8 @@ from firmware_sim.kernels import native
 from firmware_sim.spec import ops, tasks
 
 __all__ = ["OpDescriptorError", "Handler", "Rerun", "Cost", "Unit", "UNITS", "unit", "dims", "ranked",
-           "count", "frozen", "plan", "Plan", "prod", "act_dtype", "int16_zero_points"]
+           "count", "frozen", "plan", "Plan", "prod", "act_dtype", "int16_zero_points",
+           "parse_binary"]
 
 # Sanity bound on any one tensor (elements); the IOMMU bounds real accesses anyway.
 MAX_ELEMENTS = 1 << 31
@@ -80,6 +81,19 @@ def ranked(desc: np.void, field: str) -> tuple[int, ...]:
     if not 1 <= rank <= ops.MAX_RANK:
         raise OpDescriptorError(f"rank {rank} outside 1..{ops.MAX_RANK}")
     return dims(desc[field][:rank], field)
+
+
+def parse_binary(desc: np.void, params: tuple[str, ...]) -> tuple:
+    """A broadcasting binary descriptor: ``(address, shape)`` of input1, input2 and the
+    output (shapes at the output's rank, checked to broadcast), and the ``params`` as ints."""
+    s1, s2, so = (ranked(desc, f) for f in ("in1_shape", "in2_shape", "out_shape"))
+    try:
+        if np.broadcast_shapes(s1, s2) != so:
+            raise OpDescriptorError(f"{s1} and {s2} do not broadcast to {so}")
+    except ValueError as exc:
+        raise OpDescriptorError(str(exc)) from None
+    return ((int(desc["input1"]), s1), (int(desc["input2"]), s2), (int(desc["output"]), so),
+            {name: int(desc[name]) for name in params})
 
 
 def act_dtype(desc: np.void) -> type:

@@ -9,19 +9,7 @@ import numpy as np
 from firmware_sim.kernels import elementwise, int16x8
 from firmware_sim.spec import ops
 
-from .common import OpDescriptorError, Rerun, act_dtype, count, int16_zero_points, plan, prod, ranked, unit
-
-
-def _parse_binary(desc: np.void, params: tuple[str, ...]) -> tuple:
-    s1, s2, so = (ranked(desc, f) for f in ("in1_shape", "in2_shape", "out_shape"))
-    try:
-        if np.broadcast_shapes(s1, s2) != so:
-            raise OpDescriptorError(f"{s1} and {s2} do not broadcast to {so}")
-    except ValueError as exc:
-        raise OpDescriptorError(str(exc)) from None
-    return ((int(desc["input1"]), s1), (int(desc["input2"]), s2), (int(desc["output"]), so),
-            {name: int(desc[name]) for name in params})
-
+from .common import Rerun, act_dtype, count, int16_zero_points, parse_binary, plan, prod, unit
 
 _ADD_PARAMS = ("input1_zp", "input2_zp", "output_zp", "left_shift", "input1_multiplier",
                "input1_shift", "input2_multiplier", "input2_shift", "output_multiplier",
@@ -34,7 +22,7 @@ _ZERO_POINTS = ("input1_zp", "input2_zp", "output_zp")
 
 def _parse_int16(desc: np.void, params: tuple[str, ...]) -> tuple:
     int16_zero_points(desc, *_ZERO_POINTS)
-    return _parse_binary(desc, tuple(p for p in params if p not in _ZERO_POINTS))
+    return parse_binary(desc, tuple(p for p in params if p not in _ZERO_POINTS))
 
 
 def _binary(desc: np.void, dma, kind: str, params: tuple[str, ...], fn16) -> Rerun | None:
@@ -45,7 +33,7 @@ def _binary(desc: np.void, dma, kind: str, params: tuple[str, ...], fn16) -> Rer
         fn16(dma.read_array(a_at[0], np.int16, a_at[1]), dma.read_array(b_at[0], np.int16, b_at[1]),
              out=dma.write_array(out_at[0], np.int16, out_at[1]), **kwargs)
         return None
-    a_at, b_at, out_at, kwargs = plan(kind, desc, lambda d: _parse_binary(d, params)).fields
+    a_at, b_at, out_at, kwargs = plan(kind, desc, lambda d: parse_binary(d, params)).fields
     return elementwise.binary_bound(
         kind, dma.read_array(a_at[0], np.int8, a_at[1]), dma.read_array(b_at[0], np.int8, b_at[1]),
         out=dma.write_array(out_at[0], np.int8, out_at[1]), **kwargs)

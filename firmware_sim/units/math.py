@@ -8,24 +8,13 @@ import numpy as np
 from firmware_sim.kernels import binary, normalization, unary
 from firmware_sim.spec import ops
 
-from .common import OpDescriptorError, count, dims, plan, prod, ranked, unit
+from .common import count, dims, parse_binary, plan, prod, unit
 from .elementwise import flat_cost
-
-
-def _parse_binary(desc: np.void, params: tuple[str, ...]) -> tuple:
-    s1, s2, so = (ranked(desc, f) for f in ("in1_shape", "in2_shape", "out_shape"))
-    try:
-        if np.broadcast_shapes(s1, s2) != so:
-            raise OpDescriptorError(f"{s1} and {s2} do not broadcast to {so}")
-    except ValueError as exc:
-        raise OpDescriptorError(str(exc)) from None
-    return ((int(desc["input1"]), s1), (int(desc["input2"]), s2), (int(desc["output"]), so),
-            {name: int(desc[name]) for name in params})
 
 
 def _binary(desc: np.void, dma, kind: str, params: tuple[str, ...], kernel) -> None:
     """Two int8 operands broadcast to the output (shapes at the output's rank)."""
-    a_at, b_at, out_at, kwargs = plan(kind, desc, lambda d: _parse_binary(d, params)).fields
+    a_at, b_at, out_at, kwargs = plan(kind, desc, lambda d: parse_binary(d, params)).fields
     kernel(dma.read_array(a_at[0], np.int8, a_at[1]), dma.read_array(b_at[0], np.int8, b_at[1]),
            out=dma.write_array(out_at[0], np.int8, out_at[1]), **kwargs)
 

@@ -13,8 +13,19 @@ from pathlib import Path
 #: Where the C sources and headers of this package live (also an include directory).
 SOURCE_DIR = Path(__file__).resolve().parent
 
-__all__ = ["SOURCE_DIR", "CBuildError"]
+__all__ = ["SOURCE_DIR", "CBuildError", "publish_build"]
 
 
 class CBuildError(RuntimeError):
     """A C library could not be built (no compiler, missing headers, a compile error)."""
+
+
+def publish_build(built: Path, directory: Path, target: Path) -> None:
+    """Rename the finished private build directory ``built`` to the cache entry ``directory``
+    (one atomic step, so no reader sees half a library). Losing that race to another
+    builder of the same entry is fine: ``target``, the library in ``directory``, is there."""
+    try:
+        built.rename(directory)
+    except OSError:
+        if not target.exists():          # another builder won the race, or a real error
+            raise

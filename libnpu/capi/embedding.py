@@ -57,7 +57,7 @@ from pathlib import Path
 
 import cffi  # type: ignore[import-untyped]  # no stubs shipped
 
-from libnpu.capi import CBuildError
+from libnpu.capi import CBuildError, publish_build
 
 __all__ = ["build_embedded", "cache_dir", "module_name", "EmbeddingBuildError"]
 
@@ -245,11 +245,7 @@ def build_embedded(name: str, *, api: str, init_code: str, c_source: str = "", c
         final.mkdir()
         built.rename(final / built.name)
         os.chmod(final / built.name, 0o755)
-        try:
-            final.rename(directory)
-        except OSError:
-            if not target.exists():          # another builder won the race, or a real error
-                raise
+        publish_build(final, directory, target)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return target

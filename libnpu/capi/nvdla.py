@@ -18,7 +18,7 @@ from pathlib import Path
 
 from kmd_fuse.uapi import HEADER_PATH as UAPI_HEADER
 
-from . import SOURCE_DIR, CBuildError, tasks_header
+from . import SOURCE_DIR, CBuildError, publish_build, tasks_header
 
 __all__ = ["LIBRARY_NAME", "HEADER", "build", "include_dirs"]
 
@@ -60,11 +60,7 @@ def build() -> Path:
                                "-o", str(built), str(SOURCE)], capture_output=True, text=True)
         if done.returncode != 0:
             raise CBuildError(f"{cc} failed to build {SOURCE.name}:\n{done.stderr.strip()}")
-        try:
-            staging.rename(directory)
-        except OSError:
-            if not target.exists():      # another builder won the race, or a real error
-                raise
+        publish_build(staging, directory, target)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return target

@@ -79,6 +79,23 @@ class Lowering:
         """A flat elementwise descriptor (``count`` elements)."""
         return self.emit(name, op, dict(fields, count=self.g.tensors[op.inputs[0]].size), extra=extra)
 
+    def weighted(self, name: str, op: Op, fields: dict, flags: int = 0,
+                 extra: dict | None = None) -> Emitted:
+        """A descriptor reading ``op``'s input, weights and optional bias, writing its output."""
+        addresses = dict(input=op.inputs[0], weights=op.inputs[1], output=op.outputs[0])
+        if len(op.inputs) > 2 and op.inputs[2]:
+            addresses["bias"] = op.inputs[2]
+        return Emitted(name, flags, fields, addresses, extra or {})
+
+    def convolution(self, name: str, op: Op, fields: dict, p: dict) -> Emitted:
+        """A convolution-family descriptor: one requantization in ``fields``, or per-channel
+        multipliers and shifts as lowering constants (``OPF_PER_CHANNEL``)."""
+        mult, shift = p["multiplier"], p["shift"]
+        if mult.size > 1:
+            extra = dict(mult_iova=self.const(op, "multiplier", mult), shift_iova=self.const(op, "shift", shift))
+            return self.weighted(name, op, fields, spec_ops.OPF_PER_CHANNEL, extra)
+        return self.weighted(name, op, dict(fields, multiplier=int(mult[0]), shift=int(shift[0])))
+
 
 def int16_flags(graph: Graph, op: Op, descriptor: str) -> int:
     """The descriptor flags that make the chip run ``op`` on int16 activations: its integer

@@ -409,27 +409,27 @@ def install(ffi: Any, lib: Any) -> None:
             return None
         return ffi.from_handle(node.user_data)
 
-    @ffi.def_extern(error=K_ERROR)
-    def npu_kernel_prepare(context, node):
-        partition = _partition(node)
-        if partition is None:
-            _report(ffi, context, "npu delegate: a partition failed to initialize")
-            return K_ERROR
+    def _status(context, step) -> int:
+        """Run a partition's prepare/invoke step; an exception becomes LiteRT's error status
+        with its message reported through ``context``."""
         try:
-            partition.prepare(ffi, context)
+            step(ffi, context)
             return K_OK
         except Exception as exc:  # noqa: BLE001
             _report(ffi, context, f"npu delegate: {type(exc).__name__}: {exc}")
             return K_ERROR
 
     @ffi.def_extern(error=K_ERROR)
+    def npu_kernel_prepare(context, node):
+        partition = _partition(node)
+        if partition is None:
+            _report(ffi, context, "npu delegate: a partition failed to initialize")
+            return K_ERROR
+        return _status(context, partition.prepare)
+
+    @ffi.def_extern(error=K_ERROR)
     def npu_kernel_invoke(context, node):
         partition = _partition(node)
         if partition is None:
             return K_ERROR
-        try:
-            partition.invoke(ffi, context)
-            return K_OK
-        except Exception as exc:  # noqa: BLE001
-            _report(ffi, context, f"npu delegate: {type(exc).__name__}: {exc}")
-            return K_ERROR
+        return _status(context, partition.invoke)

@@ -15,7 +15,9 @@ from __future__ import annotations
 import multiprocessing
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from kmd_fuse import uapi
 from libnpu.portability import Session
@@ -105,19 +107,28 @@ def jain_fairness(values: list[int]) -> float:
     return round(total * total / (len(values) * squares), 4) if squares else 0.0
 
 
-def nop_throughput(devroot: Path, processes: int, seconds: float) -> dict:
+def run_clients(target: Callable[[str, float, Any, Any], None], devroot: Path, processes: int,
+                seconds: float, grace: float = 60) -> tuple[list[Any], float]:
+    """Run ``target(devroot, seconds, barrier, results)`` in ``processes`` spawned processes,
+    all let go at once by the barrier; each puts one result on ``results``. The results
+    (waiting up to ``seconds + grace`` for each) and the seconds from release to the last."""
     ctx = multiprocessing.get_context("spawn")
     barrier, results = ctx.Barrier(processes + 1), ctx.Queue()
-    workers = [ctx.Process(target=_client, args=(str(devroot), seconds, barrier, results))
+    workers = [ctx.Process(target=target, args=(str(devroot), seconds, barrier, results))
                for _ in range(processes)]
     for worker in workers:
         worker.start()
     barrier.wait()
     start = time.perf_counter()
-    outcomes = [results.get(timeout=seconds + 60) for _ in workers]
+    outcomes = [results.get(timeout=seconds + grace) for _ in workers]
     elapsed = time.perf_counter() - start
     for worker in workers:
         worker.join()
+    return outcomes, elapsed
+
+
+def nop_throughput(devroot: Path, processes: int, seconds: float) -> dict:
+    outcomes, elapsed = run_clients(_client, devroot, processes, seconds)
     completed = [c for c, _ in outcomes]
     return {
         "processes": processes,

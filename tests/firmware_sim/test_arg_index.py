@@ -10,17 +10,13 @@ import tflite
 from libnpu.compiler.lower import lower
 from libnpu.compiler.onnx_import import import_onnx
 from libnpu.compiler.quantizer import quantize_model
-from tests.support.chip_memory import ChipMemory, run_loadable
+from tests.support.chip_memory import run_loadable
 from tests.support.op_check import check_on_chip
 from tests.support.quant_utils import random_int8
 from tests.support.tflite_builder import TensorSpec, single_op_model
 
 OP = tflite.BuiltinOperator
 
-
-@pytest.fixture
-def mem(tmp_path) -> ChipMemory:
-    return ChipMemory(tmp_path, size=4 << 20)
 
 
 @pytest.mark.parametrize("kind", ["ARG_MAX", "ARG_MIN"])

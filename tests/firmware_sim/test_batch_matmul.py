@@ -5,21 +5,15 @@ models imported, lowered and run on the chip, byte-identical to LiteRT BUILTIN_R
 from __future__ import annotations
 
 import numpy as np
-import pytest
 import tflite
 
 from firmware_sim.kernels.matmul import matmul_shape
-from tests.support.chip_memory import ChipMemory
 from tests.support.op_check import check_on_chip
 from tests.support.quant_utils import random_int8
 from tests.support.tflite_builder import TensorSpec, single_op_model
 
 OP = tflite.BuiltinOperator
 
-
-@pytest.fixture
-def mem(tmp_path) -> ChipMemory:
-    return ChipMemory(tmp_path, size=4 << 20)
 
 
 def test_batch_matmul_matches_litert(mem) -> None:

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import tflite
 
-from tests.support.chip_memory import ChipMemory, encode
+from tests.support.chip_memory import encode
 from tests.support.op_check import check_on_chip
 from tests.support.quant_utils import random_int8
 from tests.support.tflite_builder import TensorSpec, single_op_model
@@ -18,10 +18,6 @@ OP = tflite.BuiltinOperator
 CASES = 200
 Q = ([0.05], [3])
 
-
-@pytest.fixture
-def mem(tmp_path) -> ChipMemory:
-    return ChipMemory(tmp_path, size=4 << 20)
 
 
 def rshape(rng, lo=1, hi=5) -> tuple[int, ...]:

@@ -19,29 +19,11 @@ from firmware_sim.spec.fixedpoint import (
     rescale_multiplier,
 )
 from firmware_sim.timing import HardwareProfile
-from tests.support.chip_memory import ASID, ChipMemory, encode
-from tests.support.quant_utils import random_int8
+from tests.support.chip_memory import ASID, ChipMemory, encode, ranked, run_ok
+from tests.support.quant_utils import random_int8, random_int16
 
 I16 = ops.OPF_INT16
 
-
-@pytest.fixture
-def mem(tmp_path) -> ChipMemory:
-    return ChipMemory(tmp_path)
-
-
-def ranked(shape) -> list[int]:
-    return list(shape) + [0] * (ops.MAX_RANK - len(shape))
-
-
-def run_ok(mem: ChipMemory, *descs: bytes) -> None:
-    result = mem.run(*descs)
-    assert result.status == 0, result
-    assert result.task_index == len(descs)
-
-
-def random_int16(rng: np.random.Generator, shape) -> np.ndarray:
-    return rng.integers(-32768, 32768, size=shape, dtype=np.int16)
 
 
 @pytest.mark.parametrize("depthwise", [False, True])

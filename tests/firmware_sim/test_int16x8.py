@@ -14,17 +14,19 @@ from firmware_sim.spec.fixedpoint import (
     rescale_multiplier,
 )
 from firmware_sim.spec.ops import PADDING_SAME, PADDING_VALID, conv_geometry
-from tests.support.quant_utils import ACTIVATIONS, conv_multipliers, f32, log_uniform, random_int8
-from tests.support.tflite_builder import TensorSpec, run_reference, single_op_model
+from tests.support.quant_utils import ACTIVATIONS, conv_multipliers, f32, log_uniform, random_int8, random_int16
+from tests.support.tflite_builder import (
+    TensorSpec,
+    pool2d_options,
+    resize_options,
+    run_reference,
+    single_op_model,
+)
 
 SEEDS = range(25)
 CASES_PER_SEED = 8  # 200 cases per op
 OP, OPTIONS = tflite.BuiltinOperator, tflite.BuiltinOptions
 I16 = (-32768, 32767)
-
-
-def random_int16(rng: np.random.Generator, shape) -> np.ndarray:
-    return rng.integers(-32768, 32768, size=shape, dtype=np.int16)
 
 
 def act_range(rng: np.random.Generator, scale: float) -> tuple[int, tuple[int, int]]:
@@ -228,18 +230,8 @@ def test_pool_int16_matches_reference(seed: int, op: int) -> None:
         x = random_int16(rng, (n, h, w, c))
         tensors = [TensorSpec(x.shape, np.int16, [scale], [0], name="x"),
                    TensorSpec((n, oh, ow, c), np.int16, [scale], [0], name="y")]
-
-        def options(b, act=act, fh=fh, fw=fw, sh=sh, sw=sw, same=same):
-            tflite.Pool2DOptionsStart(b)
-            tflite.Pool2DOptionsAddPadding(b, 0 if same else 1)
-            tflite.Pool2DOptionsAddStrideH(b, sh)
-            tflite.Pool2DOptionsAddStrideW(b, sw)
-            tflite.Pool2DOptionsAddFilterHeight(b, fh)
-            tflite.Pool2DOptionsAddFilterWidth(b, fw)
-            tflite.Pool2DOptionsAddFusedActivationFunction(b, act)
-            return tflite.Pool2DOptionsEnd(b)
-
-        model = single_op_model(op, tensors, [0], [1], OPTIONS.Pool2DOptions, options, version=3)
+        model = single_op_model(op, tensors, [0], [1], OPTIONS.Pool2DOptions,
+                                pool2d_options((fh, fw), (sh, sw), same, act), version=3)
         (expected,) = run_reference(model, x)
         fn = pooling.max_pool2d if op == OP.MAX_POOL_2D else pooling.avg_pool2d
         got = fn(x, filter_hw=(fh, fw), stride=(sh, sw), padding=(pt, pl), out_hw=(oh, ow),
@@ -309,20 +301,7 @@ def test_resize_int16_matches_reference(seed: int, op: int) -> None:
         tensors = [TensorSpec(x.shape, np.int16, [0.001], [0], name="x"),
                    TensorSpec((2,), np.int32, data=size, name="size"),
                    TensorSpec((n, oh, ow, c), np.int16, [0.001], [0], name="y")]
-
-        def options(b, align=align, half=half):
-            if op == OP.RESIZE_BILINEAR:
-                tflite.ResizeBilinearOptionsStart(b)
-                tflite.ResizeBilinearOptionsAddAlignCorners(b, align)
-                tflite.ResizeBilinearOptionsAddHalfPixelCenters(b, half)
-                return tflite.ResizeBilinearOptionsEnd(b)
-            tflite.ResizeNearestNeighborOptionsStart(b)
-            tflite.ResizeNearestNeighborOptionsAddAlignCorners(b, align)
-            tflite.ResizeNearestNeighborOptionsAddHalfPixelCenters(b, half)
-            return tflite.ResizeNearestNeighborOptionsEnd(b)
-
-        opt_type = (OPTIONS.ResizeBilinearOptions if op == OP.RESIZE_BILINEAR
-                    else OPTIONS.ResizeNearestNeighborOptions)
+        opt_type, options = resize_options(op, align, half)
         model = single_op_model(op, tensors, [0, 1], [2], opt_type, options, version=4)
         (expected,) = run_reference(model, x)
         fn = resize.resize_bilinear if op == OP.RESIZE_BILINEAR else resize.resize_nearest

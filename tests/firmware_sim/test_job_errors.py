@@ -14,12 +14,7 @@ from firmware_sim.errors import InvalidCommand
 from firmware_sim.kernels import activations, native
 from firmware_sim.kernels.native import calls
 from firmware_sim.spec import tasks
-from tests.support.chip_memory import ChipMemory, encode
-
-
-@pytest.fixture
-def mem(tmp_path) -> ChipMemory:
-    return ChipMemory(tmp_path)
+from tests.support.chip_memory import encode
 
 
 def _nop_raising(monkeypatch, exc: BaseException) -> None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import errno
 
 import numpy as np
-import pytest
 
 from firmware_sim.kernels import binary, normalization, unary
 from firmware_sim.spec import fixedpoint as fp
@@ -16,11 +15,6 @@ from tests.support.chip_memory import ChipMemory, encode
 from tests.support.quant_utils import random_int8
 
 from .test_ops_exec import ranked, run_ok
-
-
-@pytest.fixture
-def mem(tmp_path) -> ChipMemory:
-    return ChipMemory(tmp_path)
 
 
 def test_math_handlers(mem: ChipMemory) -> None:

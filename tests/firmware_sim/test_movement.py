@@ -7,19 +7,14 @@ import numpy as np
 import pytest
 import tflite
 
-from tests.support.chip_memory import ChipMemory
 from tests.support.op_check import check_on_chip
 from tests.support.quant_utils import random_int8
-from tests.support.tflite_builder import TensorSpec, single_op_model
+from tests.support.tflite_builder import TensorSpec, named_options, single_op_model
 
 OP = tflite.BuiltinOperator
 CASES = 200
 Q = ([0.05], [3])
 
-
-@pytest.fixture
-def mem(tmp_path) -> ChipMemory:
-    return ChipMemory(tmp_path, size=4 << 20)
 
 
 def rshape(rng, lo=1, hi=5, top=6) -> tuple[int, ...]:
@@ -28,15 +23,6 @@ def rshape(rng, lo=1, hi=5, top=6) -> tuple[int, ...]:
 
 def i32(v) -> np.ndarray:
     return np.asarray(v, np.int32)
-
-
-def _options(start, end, **fields):
-    def write(b):
-        start(b)
-        for add, value in fields.values():
-            add(b, value)
-        return end(b)
-    return write
 
 
 def test_split(mem) -> None:
@@ -50,9 +36,8 @@ def test_split(mem) -> None:
         out[axis] //= n
         tensors = [TensorSpec((1,), np.int32, data=i32([axis])), TensorSpec(tuple(shape), np.int8, *Q)]
         tensors += [TensorSpec(tuple(out), np.int8, *Q) for _ in range(n)]
-        model = single_op_model(OP.SPLIT, tensors, [0, 1], list(range(2, 2 + n)), tflite.BuiltinOptions.SplitOptions,
-                                _options(tflite.SplitOptionsStart, tflite.SplitOptionsEnd,
-                                         n=(tflite.SplitOptionsAddNumSplits, n)))
+        model = single_op_model(OP.SPLIT, tensors, [0, 1], list(range(2, 2 + n)),
+                                *named_options("SplitOptions", NumSplits=n))
         check_on_chip(mem, model, [random_int8(rng, tuple(shape))], f"case {case}: {shape} axis {axis} n {n}",
                       export=case < 5)
 
@@ -78,9 +63,7 @@ def test_split_v(mem) -> None:
         tensors = [TensorSpec(tuple(shape), np.int8, *Q), TensorSpec((n,), np.int32, data=i32(given)),
                    TensorSpec((1,), np.int32, data=i32([axis])), *outs]
         model = single_op_model(OP.SPLIT_V, tensors, [0, 1, 2], list(range(3, 3 + n)),
-                                tflite.BuiltinOptions.SplitVOptions,
-                                _options(tflite.SplitVOptionsStart, tflite.SplitVOptionsEnd,
-                                         n=(tflite.SplitVOptionsAddNumSplits, n)))
+                                *named_options("SplitVOptions", NumSplits=n))
         check_on_chip(mem, model, [random_int8(rng, tuple(shape))], f"case {case}: {shape} axis {axis} {given}")
 
 
@@ -92,9 +75,8 @@ def test_unpack(mem) -> None:
         n = shape[axis]
         out = tuple(d for i, d in enumerate(shape) if i != axis % len(shape))
         tensors = [TensorSpec(shape, np.int8, *Q)] + [TensorSpec(out, np.int8, *Q) for _ in range(n)]
-        model = single_op_model(OP.UNPACK, tensors, [0], list(range(1, 1 + n)), tflite.BuiltinOptions.UnpackOptions,
-                                _options(tflite.UnpackOptionsStart, tflite.UnpackOptionsEnd,
-                                         num=(tflite.UnpackOptionsAddNum, n), axis=(tflite.UnpackOptionsAddAxis, axis)))
+        model = single_op_model(OP.UNPACK, tensors, [0], list(range(1, 1 + n)),
+                                *named_options("UnpackOptions", Num=n, Axis=axis))
         check_on_chip(mem, model, [random_int8(rng, shape)], f"case {case}: {shape} axis {axis}", export=case < 5)
 
 
@@ -120,14 +102,10 @@ def test_depth_space(mem, kind) -> None:
         n, h, w, c = (int(v) for v in rng.integers(1, 5, size=4))
         if kind == "DEPTH_TO_SPACE":
             shape, out = (n, h, w, c * b * b), (n, h * b, w * b, c)
-            opts = _options(tflite.DepthToSpaceOptionsStart, tflite.DepthToSpaceOptionsEnd,
-                            b=(tflite.DepthToSpaceOptionsAddBlockSize, b))
-            otype = tflite.BuiltinOptions.DepthToSpaceOptions
+            otype, opts = named_options("DepthToSpaceOptions", BlockSize=b)
         else:
             shape, out = (n, h * b, w * b, c), (n, h, w, c * b * b)
-            opts = _options(tflite.SpaceToDepthOptionsStart, tflite.SpaceToDepthOptionsEnd,
-                            b=(tflite.SpaceToDepthOptionsAddBlockSize, b))
-            otype = tflite.BuiltinOptions.SpaceToDepthOptions
+            otype, opts = named_options("SpaceToDepthOptions", BlockSize=b)
         tensors = [TensorSpec(shape, np.int8, *Q), TensorSpec(out, np.int8, *Q)]
         model = single_op_model(getattr(OP, kind), tensors, [0], [1], otype, opts)
         check_on_chip(mem, model, [random_int8(rng, shape)], f"case {case}: {shape} block {b}", export=case < 5)
@@ -142,10 +120,8 @@ def test_pack(mem) -> None:
         out = list(shape)
         out.insert(axis % (len(shape) + 1), k)
         tensors = [TensorSpec(shape, np.int8, *Q) for _ in range(k)] + [TensorSpec(tuple(out), np.int8, *Q)]
-        model = single_op_model(OP.PACK, tensors, list(range(k)), [k], tflite.BuiltinOptions.PackOptions,
-                                _options(tflite.PackOptionsStart, tflite.PackOptionsEnd,
-                                         n=(tflite.PackOptionsAddValuesCount, k), a=(tflite.PackOptionsAddAxis, axis)),
-                                version=2)
+        model = single_op_model(OP.PACK, tensors, list(range(k)), [k],
+                                *named_options("PackOptions", ValuesCount=k, Axis=axis), version=2)
         check_on_chip(mem, model, [random_int8(rng, shape) for _ in range(k)], f"case {case}: {k}x{shape} axis {axis}",
                       export=case < 5)
 

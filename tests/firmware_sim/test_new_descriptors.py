@@ -5,19 +5,8 @@ from __future__ import annotations
 import errno
 
 import numpy as np
-import pytest
 
-from firmware_sim.spec import ops
-from tests.support.chip_memory import ChipMemory, encode
-
-
-@pytest.fixture
-def mem(tmp_path) -> ChipMemory:
-    return ChipMemory(tmp_path)
-
-
-def ranked(shape) -> list[int]:
-    return list(shape) + [0] * (ops.MAX_RANK - len(shape))
+from tests.support.chip_memory import ChipMemory, encode, ranked
 
 
 def test_bad_fields_fail_with_einval_and_the_core_carries_on(mem: ChipMemory) -> None:

@@ -10,23 +10,8 @@ import pytest
 from firmware_sim.kernels import activations, conv, elementwise, fully_connected, layout, pooling, resize
 from firmware_sim.spec import iommu, ops, tasks
 from firmware_sim.spec.fixedpoint import LUT_TANH, activation_lut, add_params, quantize_multiplier_array, softmax_params
-from tests.support.chip_memory import ChipMemory, encode
+from tests.support.chip_memory import ChipMemory, encode, ranked, run_ok
 from tests.support.quant_utils import random_int8
-
-
-@pytest.fixture
-def mem(tmp_path) -> ChipMemory:
-    return ChipMemory(tmp_path)
-
-
-def ranked(shape) -> list[int]:
-    return list(shape) + [0] * (ops.MAX_RANK - len(shape))
-
-
-def run_ok(mem: ChipMemory, *descs: bytes) -> None:
-    result = mem.run(*descs)
-    assert result.status == 0, result
-    assert result.task_index == len(descs)
 
 
 @pytest.mark.parametrize("depthwise", [False, True])

@@ -9,7 +9,12 @@ from firmware_sim.kernels.pooling import avg_pool2d, max_pool2d, mean
 from firmware_sim.spec.fixedpoint import fused_activation_range, rescale_multiplier
 from firmware_sim.spec.ops import PADDING_SAME, PADDING_VALID, conv_geometry
 from tests.support.quant_utils import ACTIVATIONS, f32, log_uniform, random_int8
-from tests.support.tflite_builder import TensorSpec, run_reference, single_op_model
+from tests.support.tflite_builder import (
+    TensorSpec,
+    pool2d_options,
+    run_reference,
+    single_op_model,
+)
 
 SEEDS = range(20)
 CASES_PER_SEED = 10
@@ -31,17 +36,7 @@ def test_pool(seed: int, op: int) -> None:
         ow, pl = conv_geometry(w, fw, sw, 1, pad)
         scale, zp = float(f32(log_uniform(rng, 1e-3, 0.2))), int(rng.integers(-128, 128))
         act = int(rng.choice(ACTIVATIONS))
-
-        def options(b):
-            tflite.Pool2DOptionsStart(b)
-            tflite.Pool2DOptionsAddPadding(b, 0 if same else 1)
-            tflite.Pool2DOptionsAddStrideH(b, sh)
-            tflite.Pool2DOptionsAddStrideW(b, sw)
-            tflite.Pool2DOptionsAddFilterHeight(b, fh)
-            tflite.Pool2DOptionsAddFilterWidth(b, fw)
-            tflite.Pool2DOptionsAddFusedActivationFunction(b, act)
-            return tflite.Pool2DOptionsEnd(b)
-
+        options = pool2d_options((fh, fw), (sh, sw), same, act)
         tensors = [TensorSpec((n, h, w, c), np.int8, [scale], [zp]),
                    TensorSpec((n, oh, ow, c), np.int8, [scale], [zp])]
         model = single_op_model(op, tensors, [0], [1], tflite.BuiltinOptions.Pool2DOptions,
@@ -73,17 +68,7 @@ def test_pool_tiled_windows(case: int, op: int) -> None:
     fn = max_pool2d if op == OP.MAX_POOL_2D else avg_pool2d
     for act in ACTIVATIONS:
         scale, zp = float(f32(log_uniform(rng, 1e-3, 0.2))), int(rng.integers(-128, 128))
-
-        def options(b, act=act):
-            tflite.Pool2DOptionsStart(b)
-            tflite.Pool2DOptionsAddPadding(b, 1)  # VALID
-            tflite.Pool2DOptionsAddStrideH(b, fh)
-            tflite.Pool2DOptionsAddStrideW(b, fw)
-            tflite.Pool2DOptionsAddFilterHeight(b, fh)
-            tflite.Pool2DOptionsAddFilterWidth(b, fw)
-            tflite.Pool2DOptionsAddFusedActivationFunction(b, act)
-            return tflite.Pool2DOptionsEnd(b)
-
+        options = pool2d_options((fh, fw), (fh, fw), False, act)
         tensors = [TensorSpec(shape, np.int8, [scale], [zp]),
                    TensorSpec((n, oh, ow, c), np.int8, [scale], [zp])]
         model = single_op_model(op, tensors, [0], [1], tflite.BuiltinOptions.Pool2DOptions, options)

@@ -14,7 +14,7 @@ from libnpu.compiler.lower import lower
 from libnpu.compiler.onnx_import import import_onnx
 from libnpu.compiler.quantizer import quantize_model
 from libnpu.compiler.tflite_import import import_tflite
-from tests.support.chip_memory import ChipMemory, run_loadable
+from tests.support.chip_memory import run_loadable
 from tests.support.op_check import check_on_chip
 from tests.support.quant_utils import random_int8
 from tests.support.tflite_builder import TensorSpec, run_reference, single_op_model
@@ -22,10 +22,6 @@ from tests.support.tflite_builder import TensorSpec, run_reference, single_op_mo
 OP = tflite.BuiltinOperator
 CASES = 200
 
-
-@pytest.fixture
-def mem(tmp_path) -> ChipMemory:
-    return ChipMemory(tmp_path, size=4 << 20)
 
 
 def _case(rng):

@@ -7,7 +7,12 @@ import tflite
 
 from firmware_sim.kernels.resize import resize_bilinear, resize_nearest
 from tests.support.quant_utils import random_int8
-from tests.support.tflite_builder import TensorSpec, run_reference, single_op_model
+from tests.support.tflite_builder import (
+    TensorSpec,
+    resize_options,
+    run_reference,
+    single_op_model,
+)
 
 SEEDS = range(20)
 CASES_PER_SEED = 10
@@ -25,20 +30,7 @@ def test_resize(seed: int, op: int) -> None:
         oh, ow = int(rng.integers(1, 21)), int(rng.integers(1, 21))
         mode = int(rng.integers(3))  # plain, align_corners, half_pixel_centers
         align, half = mode == 1, mode == 2
-
-        def options(b):
-            if op == OP.RESIZE_BILINEAR:
-                tflite.ResizeBilinearOptionsStart(b)
-                tflite.ResizeBilinearOptionsAddAlignCorners(b, align)
-                tflite.ResizeBilinearOptionsAddHalfPixelCenters(b, half)
-                return tflite.ResizeBilinearOptionsEnd(b)
-            tflite.ResizeNearestNeighborOptionsStart(b)
-            tflite.ResizeNearestNeighborOptionsAddAlignCorners(b, align)
-            tflite.ResizeNearestNeighborOptionsAddHalfPixelCenters(b, half)
-            return tflite.ResizeNearestNeighborOptionsEnd(b)
-
-        opt_type = (tflite.BuiltinOptions.ResizeBilinearOptions if op == OP.RESIZE_BILINEAR
-                    else tflite.BuiltinOptions.ResizeNearestNeighborOptions)
+        opt_type, options = resize_options(op, align, half)
         tensors = [TensorSpec((n, h, w, c), np.int8, [0.02], [-5]),
                    TensorSpec((2,), np.int32, data=np.array([oh, ow], np.int32)),
                    TensorSpec((n, oh, ow, c), np.int8, [0.02], [-5])]

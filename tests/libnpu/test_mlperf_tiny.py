@@ -6,27 +6,16 @@ import numpy as np
 import pytest
 
 import libnpu
+from tests.support.litert import ReferenceModel
 
-litert = pytest.importorskip("ai_edge_litert.interpreter")
-
-
-def reference_runner(path):
-    interp = litert.Interpreter(model_path=str(path),
-                                experimental_op_resolver_type=litert.OpResolverType.BUILTIN_REF)
-    interp.allocate_tensors()
-    inp, out = interp.get_input_details()[0], interp.get_output_details()[0]
-
-    def run(x):
-        interp.set_tensor(inp["index"], x)
-        interp.invoke()
-        return interp.get_tensor(out["index"]).copy()
-    return run, tuple(inp["shape"]), np.dtype(inp["dtype"])
+pytest.importorskip("ai_edge_litert.interpreter")
 
 
 @pytest.mark.parametrize("name", ["vww", "kws"])
 def test_byte_identical_to_builtin_ref(name, request, npu, tmp_path):
     path = request.getfixturevalue(f"{name}_path")
-    reference, shape, dtype = reference_runner(path)
+    reference = ReferenceModel(path)
+    shape, dtype = reference.shape, reference.dtype
     model = libnpu.load(path, devroot=npu.devroot, cache_dir=tmp_path)
     try:
         rng = np.random.default_rng(15)

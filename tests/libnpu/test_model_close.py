@@ -16,6 +16,7 @@ from libnpu.compiler.lower import lower
 from libnpu.loadable import Loadable
 from libnpu.runtime import ClosedError, Runtime
 from libnpu.tools.ops_bench import Layer, build_graph
+from tests.support.device import held
 
 PAGE = 4096
 
@@ -24,11 +25,6 @@ PAGE = 4096
 def fc_model() -> Loadable:
     """One int8 fully connected layer, 64 -> 32, batch 4 (compiled here, no download)."""
     return lower(build_graph(Layer("fc", "fc", 4, 64, 32), np.random.default_rng(0)))
-
-
-def held(device) -> tuple[int, int]:
-    stats = device.stats()
-    return stats["buffers"], stats["memory_allocated"]
 
 
 def test_close_frees_requests_from_create_request(npu, fc_model):

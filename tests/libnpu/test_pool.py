@@ -17,14 +17,6 @@ from libnpu.runtime import ClosedError, Runtime
 from tests.support.device import set_fault_injection
 
 
-@pytest.fixture(scope="module")
-def resnet8_nlb(resnet8_path, tmp_path_factory):
-    path = tmp_path_factory.mktemp("nlb") / "resnet8.nlb"
-    from libnpu.compiler.lower import compile_model
-    compile_model(resnet8_path).save(path)
-    return path
-
-
 def _inputs(model, count: int) -> list[np.ndarray]:
     rng = np.random.default_rng(16)
     return [rng.integers(-128, 128, model.inputs[0].shape, dtype=np.int8) for _ in range(count)]

@@ -24,14 +24,6 @@ ISSUE_NAMES = ["supported_properties", "available_devices", "device_id", "device
                "enable_profiling", "log_level", "bypass_umd_caching", "defer_weights_load"]
 
 
-@pytest.fixture(scope="module")
-def resnet8_nlb(resnet8_path, tmp_path_factory):
-    """ResNet-8 compiled once (the tests load the loadable, no compile on the way)."""
-    path = tmp_path_factory.mktemp("nlb") / "resnet8.nlb"
-    from libnpu.compiler.lower import compile_model
-    compile_model(resnet8_path).save(path)
-    return path
-
 
 def test_npu_info_json_lists_every_property_with_the_drivers_facts(npu, capsys):
     assert main(["info", "--json", "--devroot", str(npu.devroot)]) == 0

@@ -7,23 +7,14 @@ import trio
 
 import libnpu
 from libnpu.runtime import Runtime
+from tests.support.litert import ReferenceModel
 
-litert = pytest.importorskip("ai_edge_litert.interpreter")
+pytest.importorskip("ai_edge_litert.interpreter")
 
 
 @pytest.fixture(scope="module")
-def reference(resnet8_path):
-    interp = litert.Interpreter(model_path=str(resnet8_path),
-                                experimental_op_resolver_type=litert.OpResolverType.BUILTIN_REF)
-    interp.allocate_tensors()
-    inp, out = interp.get_input_details()[0], interp.get_output_details()[0]
-
-    def run(x):
-        interp.set_tensor(inp["index"], x)
-        interp.invoke()
-        return interp.get_tensor(out["index"]).copy()
-    run.shape = tuple(inp["shape"])
-    return run
+def reference(resnet8_path) -> ReferenceModel:
+    return ReferenceModel(resnet8_path)
 
 
 @pytest.fixture(scope="module")

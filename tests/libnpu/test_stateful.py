@@ -13,6 +13,7 @@ from libnpu.compiler.tflite_export import export_tflite
 from libnpu.compiler.tflite_import import import_tflite
 from libnpu.loadable import Loadable
 from libnpu.runtime import ClosedError, Runtime
+from tests.support.device import held
 from tests.support.stateful_models import (
     EMA_INITIAL,
     SHAPE,
@@ -36,11 +37,6 @@ def stream() -> Loadable:
 def _inputs(seed: int) -> list[np.ndarray]:
     rng = np.random.default_rng(seed)
     return [rng.integers(-128, 128, SHAPE, dtype=np.int8) for _ in range(CALLS)]
-
-
-def held(device) -> tuple[int, int]:
-    stats = device.stats()
-    return stats["buffers"], stats["memory_allocated"]
 
 
 def test_ten_calls_byte_identical_to_litert_carrying_the_same_state(npu, stream):

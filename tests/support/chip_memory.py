@@ -8,7 +8,7 @@ import numpy as np
 
 from firmware_sim.dma import DmaEngine
 from firmware_sim.executor import JobResult, run_job
-from firmware_sim.spec import iommu, memory, tasks
+from firmware_sim.spec import iommu, memory, ops, tasks
 from firmware_sim.timing import HardwareProfile
 
 ASID, BO = 1, 7
@@ -66,6 +66,18 @@ class ChipMemory:
 
 def encode(name: str, flags: int = 0, **fields) -> bytes:
     return tasks.encode_task(name, flags, **fields)
+
+
+def ranked(shape) -> list[int]:
+    """A shape as a descriptor's ``u32[MAX_RANK]`` field (unused trailing entries 0)."""
+    return list(shape) + [0] * (ops.MAX_RANK - len(shape))
+
+
+def run_ok(mem: ChipMemory, *descs: bytes) -> None:
+    """Run ``descs`` as one job; assert every task completed."""
+    result = mem.run(*descs)
+    assert result.status == 0, result
+    assert result.task_index == len(descs)
 
 
 def run_loadable(mem: ChipMemory, ld, feeds) -> list[np.ndarray]:

@@ -50,6 +50,12 @@ def stop_npu(npu: MountedNpu) -> None:
     assert str(npu.devroot) not in mounts, f"mount left behind: {result.stdout}{result.stderr}"
 
 
+def held(device) -> tuple[int, int]:
+    """The buffers and bytes of device memory a libnpu device's context holds now."""
+    stats = device.stats()
+    return stats["buffers"], stats["memory_allocated"]
+
+
 def wait_until(predicate, timeout: float = 10.0) -> bool:
     """Poll ``predicate`` every 20 ms until it holds or ``timeout`` passes; its last value."""
     deadline = time.monotonic() + timeout

@@ -28,5 +28,9 @@ def random_int8(rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray:
     return rng.integers(-128, 128, size=shape, dtype=np.int8)
 
 
+def random_int16(rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray:
+    return rng.integers(-32768, 32768, size=shape, dtype=np.int16)
+
+
 def log_uniform(rng: np.random.Generator, lo: float, hi: float, size=None):
     return np.exp(rng.uniform(np.log(lo), np.log(hi), size=size))

@@ -213,6 +213,57 @@ def call_once(init_subgraph: int) -> Callable[[flatbuffers.Builder], int]:
     return write
 
 
+def named_options(table: str, **fields: Any) -> tuple[int, Callable[[flatbuffers.Builder], int]]:
+    """Any operator's options type and writer by the table's name: ``named_options(
+    "GatherOptions", Axis=0)`` calls ``tflite.GatherOptionsAddAxis(b, 0)`` between Start and End."""
+    def write(b: flatbuffers.Builder) -> int:
+        getattr(tflite, f"{table}Start")(b)
+        for field_name, value in fields.items():
+            getattr(tflite, f"{table}Add{field_name}")(b, value)
+        return getattr(tflite, f"{table}End")(b)
+    return getattr(tflite.BuiltinOptions, table), write
+
+
+def int32_const(values: Any) -> TensorSpec:
+    """A constant int32 tensor (axes, sizes, paddings) holding ``values``."""
+    a = np.asarray(values, np.int32)
+    return TensorSpec(a.shape, np.int32, data=a)
+
+
+def pool2d_options(filter_hw: tuple[int, int], stride: tuple[int, int], same: bool,
+                   activation: int = 0) -> Callable[[flatbuffers.Builder], int]:
+    """MAX/AVERAGE_POOL_2D's options writer (``options_type=tflite.BuiltinOptions.Pool2DOptions``)."""
+    def write(b: flatbuffers.Builder) -> int:
+        tflite.Pool2DOptionsStart(b)
+        tflite.Pool2DOptionsAddPadding(b, tflite.Padding.SAME if same else tflite.Padding.VALID)
+        tflite.Pool2DOptionsAddStrideH(b, stride[0])
+        tflite.Pool2DOptionsAddStrideW(b, stride[1])
+        tflite.Pool2DOptionsAddFilterHeight(b, filter_hw[0])
+        tflite.Pool2DOptionsAddFilterWidth(b, filter_hw[1])
+        tflite.Pool2DOptionsAddFusedActivationFunction(b, activation)
+        return tflite.Pool2DOptionsEnd(b)
+    return write
+
+
+def resize_options(opcode: int, align_corners: bool,
+                   half_pixel_centers: bool) -> tuple[int, Callable[[flatbuffers.Builder], int]]:
+    """RESIZE_BILINEAR's or RESIZE_NEAREST_NEIGHBOR's options type and writer."""
+    if opcode == tflite.BuiltinOperator.RESIZE_BILINEAR:
+        def bilinear(b: flatbuffers.Builder) -> int:
+            tflite.ResizeBilinearOptionsStart(b)
+            tflite.ResizeBilinearOptionsAddAlignCorners(b, align_corners)
+            tflite.ResizeBilinearOptionsAddHalfPixelCenters(b, half_pixel_centers)
+            return tflite.ResizeBilinearOptionsEnd(b)
+        return tflite.BuiltinOptions.ResizeBilinearOptions, bilinear
+
+    def nearest(b: flatbuffers.Builder) -> int:
+        tflite.ResizeNearestNeighborOptionsStart(b)
+        tflite.ResizeNearestNeighborOptionsAddAlignCorners(b, align_corners)
+        tflite.ResizeNearestNeighborOptionsAddHalfPixelCenters(b, half_pixel_centers)
+        return tflite.ResizeNearestNeighborOptionsEnd(b)
+    return tflite.BuiltinOptions.ResizeNearestNeighborOptions, nearest
+
+
 def single_op_model(opcode: int, tensors: Sequence[TensorSpec], op_inputs: Sequence[int],
                     op_outputs: Sequence[int], options_type: int = 0,
                     options: Callable[[flatbuffers.Builder], int] | None = None,

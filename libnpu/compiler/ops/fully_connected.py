@@ -29,7 +29,6 @@ def _float(op, ins, out) -> np.ndarray:
 
 
 def _lower(low, op, p):
-    from ..lower import Emitted
     n, k = low.shape(op.inputs[1])
     rows = low.g.tensors[op.inputs[0]].size // k
     fields = dict(rows=rows, in_features=k, out_features=n, input_zp=p["input_zp"],
@@ -42,10 +41,7 @@ def _lower(low, op, p):
                      scale_iova=low.const(op, "scale", scale))
     else:
         fields.update(multiplier=int(mult[0]), shift=int(shift[0]), scale=float(scale[0]))
-    addresses = dict(input=op.inputs[0], weights=op.inputs[1], output=op.outputs[0])
-    if len(op.inputs) > 2 and op.inputs[2]:
-        addresses["bias"] = op.inputs[2]
-    return Emitted("FULLY_CONNECTED", flags, fields, addresses, extra)
+    return low.weighted("FULLY_CONNECTED", op, fields, flags, extra)
 
 
 def _export(wr, op, outs) -> None:

@@ -48,22 +48,11 @@ def _params(g, op) -> dict:
 
 
 def _lower(low, op, p):
-    from ..lower import Emitted
     x, w, out = low.shape(op.inputs[0]), low.shape(op.inputs[1]), low.shape(op.outputs[0])
     fields = dict(in_shape=x, out_shape=out, filter_hw=w[1:3], stride=p["stride"], dilation=(1, 1),
                   padding=p["padding"], cin_per_group=x[3], input_zp=p["input_zp"], output_zp=p["output_zp"],
                   act_min=p["act_min"], act_max=p["act_max"])
-    flags, extra = 0, {}
-    mult, shift = p["multiplier"], p["shift"]
-    if mult.size > 1:
-        flags |= spec_ops.OPF_PER_CHANNEL
-        extra = dict(mult_iova=low.const(op, "multiplier", mult), shift_iova=low.const(op, "shift", shift))
-    else:
-        fields.update(multiplier=int(mult[0]), shift=int(shift[0]))
-    addresses = dict(input=op.inputs[0], weights=op.inputs[1], output=op.outputs[0])
-    if len(op.inputs) > 2 and op.inputs[2]:
-        addresses["bias"] = op.inputs[2]
-    return Emitted("TRANSPOSE_CONV", flags, fields, addresses, extra)
+    return low.convolution("TRANSPOSE_CONV", op, fields, p)
 
 
 def _export(wr, op, outs) -> None:

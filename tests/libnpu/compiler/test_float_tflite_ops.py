@@ -13,6 +13,8 @@ from libnpu.compiler.quantizer import quantize_model
 from libnpu.compiler.tflite_import import import_tflite
 from tests.support.chip_memory import ChipMemory, run_loadable
 from tests.support.tflite_builder import TensorSpec, run_reference, single_op_model
+from tests.support.tflite_builder import int32_const as _i32  # short: the case tables below are wide
+from tests.support.tflite_builder import named_options as _opts
 
 OP = tflite.BuiltinOperator
 F = np.float32
@@ -22,20 +24,6 @@ X = (1, 6, 6, 8)
 @pytest.fixture(scope="module")
 def mem(tmp_path_factory) -> ChipMemory:
     return ChipMemory(tmp_path_factory.mktemp("chip"), size=8 << 20)
-
-
-def _opts(name: str, **fields):
-    def write(b):
-        getattr(tflite, f"{name}Start")(b)
-        for k, v in fields.items():
-            getattr(tflite, f"{name}Add{k}")(b, v)
-        return getattr(tflite, f"{name}End")(b)
-    return getattr(tflite.BuiltinOptions, name), write
-
-
-def _i32(v) -> TensorSpec:
-    a = np.asarray(v, np.int32)
-    return TensorSpec(a.shape, np.int32, data=a)
 
 
 def _model(opcode, tensors, ins, outs, options=None, version: int = 1) -> bytes:

@@ -16,26 +16,9 @@ from tests.support import model_builders as builders
 
 
 def run_on_chip(ld: Loadable, feeds: list[np.ndarray], tmp_path) -> list[np.ndarray]:
-    """What the runtime will do: allocate regions, copy weights, bind I/O, submit."""
+    """What the runtime will do, on fresh chip memory: allocate regions, copy weights, bind I/O, submit."""
     tmp_path.mkdir(parents=True, exist_ok=True)
-    mem = chip_memory.ChipMemory(tmp_path, size=32 << 20)
-    bases = [mem.alloc(r.size) for r in ld.regions]
-    for i in range(len(ld.regions)):
-        image = ld.region_image(i, bases)
-        if image:
-            _write(mem, bases[i], image)
-    for t, x in zip(ld.inputs(), feeds, strict=True):
-        assert x.shape == t.shape and x.dtype == np.dtype(t.dtype)
-        _write(mem, bases[t.region] + t.offset, np.ascontiguousarray(x).tobytes())
-    result = mem.run(ld.command_buffer(bases))
-    assert result.status == 0, result
-    assert result.task_index == len(ld.tasks)
-    return [mem.get(bases[t.region] + t.offset, t.dtype, t.shape) for t in ld.outputs()]
-
-
-def _write(mem, iova: int, data: bytes) -> None:
-    off = iova - chip_memory.iommu.IOVA_BASE
-    mem.bytes[off:off + len(data)] = np.frombuffer(data, np.uint8)
+    return chip_memory.run_loadable(chip_memory.ChipMemory(tmp_path, size=32 << 20), ld, feeds)
 
 
 def test_resnet8_on_the_chip(resnet8_path, litert, tmp_path):

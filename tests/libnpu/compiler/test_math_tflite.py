@@ -20,20 +20,10 @@ from libnpu.compiler.quantizer import quantize_model
 from libnpu.compiler.tflite_export import export_tflite
 from libnpu.compiler.tflite_import import import_tflite
 from tests.firmware_sim.test_math_ops import run_builtin
-from tests.support.tflite_builder import TensorSpec, run_reference, single_op_model
+from tests.support.tflite_builder import TensorSpec, named_options, run_reference, single_op_model
 
 OP = tflite.BuiltinOperator
-OPTS = tflite.BuiltinOptions
 SHAPE = (1, 4, 5, 3)
-
-
-def _options(start, *adds, end):
-    def build(b):
-        start(b)
-        for add, value in adds:
-            add(b, value)
-        return end(b)
-    return build
 
 
 @dataclass
@@ -52,19 +42,16 @@ _ALPHA = np.array([0.25, -0.1, 0.5], np.float32).reshape(1, 1, 3)
 CASES = {
     "PRELU": Case(OP.PRELU, inputs=2, second=_ALPHA),
     "HARD_SWISH": Case(OP.HARD_SWISH),
-    "LEAKY_RELU": Case(OP.LEAKY_RELU, 2, options=(OPTS.LeakyReluOptions, _options(
-        tflite.LeakyReluOptionsStart, (tflite.LeakyReluOptionsAddAlpha, 0.2), end=tflite.LeakyReluOptionsEnd))),
+    "LEAKY_RELU": Case(OP.LEAKY_RELU, 2, options=named_options("LeakyReluOptions", Alpha=0.2)),
     "ELU": Case(OP.ELU, reference=run_builtin),
-    "GELU": Case(OP.GELU, options=(OPTS.GeluOptions, _options(
-        tflite.GeluOptionsStart, (tflite.GeluOptionsAddApproximate, True), end=tflite.GeluOptionsEnd))),
+    "GELU": Case(OP.GELU, options=named_options("GeluOptions", Approximate=True)),
     "EXP": Case(OP.EXP, 2),
     "LOG": Case(OP.LOG, 2, positive=True),
     "RSQRT": Case(OP.RSQRT, 2, positive=True),
     "SQRT": Case(OP.SQRT, 2, positive=True),
     "ABS": Case(OP.ABS, 2),
     "SQUARED_DIFFERENCE": Case(OP.SQUARED_DIFFERENCE, 2, inputs=2),
-    "SUB": Case(OP.SUB, 2, inputs=2, options=(OPTS.SubOptions, _options(
-        tflite.SubOptionsStart, (tflite.SubOptionsAddFusedActivationFunction, 1), end=tflite.SubOptionsEnd))),
+    "SUB": Case(OP.SUB, 2, inputs=2, options=named_options("SubOptions", FusedActivationFunction=1)),
     "MAXIMUM": Case(OP.MAXIMUM, 2, inputs=2),
     "MINIMUM": Case(OP.MINIMUM, 2, inputs=2),
     "L2_NORMALIZATION": Case(OP.L2_NORMALIZATION, 2, out_q=(1 / 128, 0)),

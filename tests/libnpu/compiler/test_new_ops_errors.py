@@ -10,23 +10,11 @@ from libnpu.compiler.onnx_import import ONNXImportError, import_onnx
 from libnpu.compiler.tflite_import import UnsupportedOpError, import_tflite
 from tests.libnpu.compiler.test_onnx_ops import X4, single_node
 from tests.support.tflite_builder import TensorSpec, single_op_model
+from tests.support.tflite_builder import int32_const as _i32  # short: the case tables below are wide
+from tests.support.tflite_builder import named_options as _opts
 
 OP = tflite.BuiltinOperator
 Q = ([0.05], [3])
-
-
-def _i32(v) -> TensorSpec:
-    a = np.asarray(v, np.int32)
-    return TensorSpec(a.shape, np.int32, data=a)
-
-
-def _opts(name: str, **fields):
-    def write(b):
-        getattr(tflite, f"{name}Start")(b)
-        for k, v in fields.items():
-            getattr(tflite, f"{name}Add{k}")(b, v)
-        return getattr(tflite, f"{name}End")(b)
-    return getattr(tflite.BuiltinOptions, name), write
 
 
 @pytest.mark.parametrize("model,match", [

@@ -228,3 +228,11 @@ def test_bench_nop_json(npu, capsys):
     assert {"nop_p50_us", "nop_p99_us", "nop_submit_wait_p50_us", "rtt_p50_us", "ratio",
             "ratio_submit_wait"} <= set(r)                       # the keys scripts rely on
     assert r["jobs_per_s_one_by_one"] > 0 and r["jobs_per_s_batched_8"] > 0
+
+
+def test_bench_nop_processes_json(npu, capsys):
+    assert main(["bench", "nop", "-n", "5", "--processes", "2", "--seconds", "0.3", "--json",
+                 "--devroot", str(npu.devroot)]) == 0
+    r = _json(capsys)
+    assert r["processes"] == 2 and len(r["completed"]) == 2 and r["errors"] == 0
+    assert all(c > 0 for c in r["completed"]) and 0 < r["jain_fairness"] <= 1

@@ -35,13 +35,6 @@ OTHER_PROCESS = textwrap.dedent("""
 """)
 
 
-@pytest.fixture(scope="module")
-def resnet8_nlb(resnet8_path, tmp_path_factory):
-    path = tmp_path_factory.mktemp("nlb") / "resnet8.nlb"
-    from libnpu.compiler.lower import compile_model
-    compile_model(resnet8_path).save(path)
-    return path
-
 
 def test_layers_add_up_to_the_inference(device, resnet8_nlb):
     """Simulated cycles add up exactly to the inference's; measured chip times to the
