@@ -88,7 +88,10 @@ def _calibration_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--method", choices=("minmax", "percentile", "mse", "entropy"), default="minmax",
                    help="how activation ranges are chosen from the calibration data (default minmax)")
     p.add_argument("--percentile", type=float, help="with --method percentile: the kept percentile (default 99.99)")
-    p.add_argument("--weight-rounding", choices=("nearest", "gptq"), default="nearest",
+    p.add_argument("--recipe", choices=("default", "accurate"), default="default",
+                   help="a set of the options below: 'accurate' = --weight-rounding gptq --int16 auto (slower to "
+                        "compile and, where layers go int16, to run); options given explicitly win (default: default)")
+    p.add_argument("--weight-rounding", choices=("nearest", "gptq"),
                    help="gptq: round conv/depthwise/FC weights for the calibration data's inputs (GPTQ) instead of "
                         "to the nearest step (default nearest)")
     p.add_argument("--bias-correction", action="store_true",
@@ -106,7 +109,7 @@ def _placement_args(p: argparse.ArgumentParser) -> None:
 
 
 def _int16_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--int16", metavar="auto|none|NAME,...", default="none",
+    p.add_argument("--int16", metavar="auto|none|NAME,...",
                    help="int16 activations (a16w8) for the layers int8 loses most on ('auto': the worst, until "
                         "the outputs reach --int16-target against float), or for the named ops / tensors "
                         "(default none)")

@@ -75,3 +75,19 @@ def test_int16_tflite_export_runs_in_litert(tmp_path, capsys, litert):
     x = np.random.default_rng(1).standard_normal((1, 4, 8, 8)).astype(np.float32)
     (y,) = litert(out, [x])
     assert y.shape == (1, 4, 8, 8) and y.dtype == np.float32
+
+
+def test_recipe_accurate_from_the_command_line(tmp_path, capsys):
+    """--recipe accurate: GPTQ rounding and --int16 auto; --int16 given explicitly wins."""
+    model, common = _model(tmp_path)
+    out = tmp_path / "accurate.nlb"
+    assert main(["compile", str(model), "-o", str(out), "--recipe", "accurate", "--int16-target", "0.999",
+                 "--json", *common]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert sorted(report["int16_layers"]) == ["c1", "y"]
+    assert Loadable.load(out).metadata["calibration"]["weight_rounding"] == "gptq"
+    assert main(["compile", str(model), "-o", str(out), "--recipe", "accurate", "--int16", "none", *common]) == 0
+    assert "int16 activations" not in capsys.readouterr().out
+    assert main(["compile", str(model), "-o", str(out), "--recipe", "accurate", "--int16", "none",
+                 "--int16-target", "0.9", *common]) == 2
+    assert "need --int16 auto" in capsys.readouterr().err
