@@ -171,8 +171,8 @@ def _quantizer_options(args: argparse.Namespace) -> dict[str, Any]:
         options["recipe"] = recipe
     if args.weight_rounding is not None and (args.weight_rounding != "nearest" or recipe != "default"):
         options["weight_rounding"] = args.weight_rounding
-    if args.bias_correction:
-        options["bias_correction"] = True
+    if args.bias_correction is not None and (args.bias_correction or recipe != "default"):
+        options["bias_correction"] = args.bias_correction
     if args.fc_per_tensor:
         options["fc_per_channel"] = False
     if args.int8_io:
