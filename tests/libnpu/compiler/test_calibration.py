@@ -208,3 +208,21 @@ def test_bias_correction_takes_a_well_measured_shift_whole_and_shrinks_noise():
     assert abs(float(head.mean())) > 0.3 and float(_significant_shift(head)[0]) == 0.0
     assert _significant_shift(np.full((1, 3), 0.7)).tolist() == [0.0, 0.0, 0.0]  # one observation: unknown
     assert _significant_shift(np.full((5, 2), 0.25)) == pytest.approx([0.25, 0.25])  # no spread: exact
+
+
+def test_auto_bias_correction_keeps_it_only_where_held_out_data_agree():
+    from libnpu.compiler.quantizer import _bias_correction_helps
+    model = import_onnx(builders.small_cnn())
+    g = optimize(model)
+    feeds = [[RNG.standard_normal((1, 3, 16, 16)).astype(np.float32)] for _ in range(8)]
+    plain = quantize_model(model, feeds)
+    helps = _bias_correction_helps(g, plain, feeds)
+    auto = quantize_model(model, feeds, bias_correction="auto")
+    assert auto.metadata["calibration"]["bias_correction"] is helps
+    same = quantize_model(model, feeds, bias_correction=helps)
+    for name, t in same.tensors.items():
+        if t.is_constant:
+            np.testing.assert_array_equal(auto.tensors[name].data, t.data)
+    assert _bias_correction_helps(g, plain, feeds[:3]) is False      # too few samples to hold any out
+    with pytest.raises(QuantizationError, match="bias_correction must be"):
+        quantize_model(model, feeds, bias_correction="sometimes")
