@@ -35,7 +35,8 @@ def user_cache_dir() -> Path:
 #: Bumped whenever the compiler gives another loadable for the same model and options (a
 #: quantizer default changed, ...), so that no cache hands out what the old one compiled.
 #: 2: per-channel FC weights by default; LOGISTIC/TANH inputs cover the unsaturated domain.
-COMPILER_REVISION = 2
+#: 3: bias correction corrects a channel's mean error only as far as it stands out of its noise.
+COMPILER_REVISION = 3
 
 
 def cache_key(model: bytes, options: Mapping[str, Any] | None = None) -> str:

@@ -105,10 +105,14 @@ def to_int8_graph(model: str | os.PathLike | bytes | Graph,
     (``method``, ``random_count``, ``io_dtype``, ``fc_per_channel``, ``seed``), and
     ``int16`` ("none", "auto" or op names), ``int16_target`` and ``max_int16_layers`` to
     :func:`libnpu.compiler.mixed_precision.quantize_mixed` (int16 activations where needed);
-    ``kind`` as for :func:`load_model`; ``progress`` hears the stages (see :mod:`libnpu.compiler.progress`).
+    ``kind`` as for :func:`load_model`; ``progress`` hears the stages (see :mod:`libnpu.compiler.progress`);
+    ``recipe`` names a set of those options (:mod:`libnpu.compiler.recipes`, e.g. "accurate"),
+    the ones given explicitly winning.
     ``states`` marks input -> output pairs whose value the model carries from one call to
     the next (:meth:`Graph.make_stateful`); a calibration dataset is then one stream.
     """
+    from .recipes import apply_recipe
+    quantize_options = apply_recipe(quantize_options)
     if isinstance(model, Graph):
         graph = model          # imported already (compile_model's import stage places its operators)
     else:

@@ -88,11 +88,16 @@ def _calibration_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--method", choices=("minmax", "percentile", "mse", "entropy"), default="minmax",
                    help="how activation ranges are chosen from the calibration data (default minmax)")
     p.add_argument("--percentile", type=float, help="with --method percentile: the kept percentile (default 99.99)")
-    p.add_argument("--weight-rounding", choices=("nearest", "gptq"), default="nearest",
+    p.add_argument("--recipe", choices=("default", "accurate"), default="default",
+                   help="a set of the options below: 'accurate' = --weight-rounding gptq --int16 auto"
+                        " (slower to compile and, where "
+                        "layers go int16, to run); options given explicitly win (default: default)")
+    p.add_argument("--weight-rounding", choices=("nearest", "gptq"),
                    help="gptq: round conv/depthwise/FC weights for the calibration data's inputs (GPTQ) instead of "
                         "to the nearest step (default nearest)")
-    p.add_argument("--bias-correction", action="store_true",
-                   help="correct each layer's bias for its mean quantization error on the calibration data")
+    p.add_argument("--bias-correction", action=argparse.BooleanOptionalAction,
+                   help="correct each layer's bias for its mean quantization error on the calibration data "
+                        "(default off; --no-bias-correction turns off a recipe's)")
     p.add_argument("--fc-per-tensor", action="store_true",
                    help="per-tensor fully connected weights (default per channel)")
     p.add_argument("--int8-io", action="store_true", help="int8 inputs/outputs instead of float")
@@ -108,7 +113,7 @@ def _placement_args(p: argparse.ArgumentParser) -> None:
 
 
 def _int16_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--int16", metavar="auto|none|NAME,...", default="none",
+    p.add_argument("--int16", metavar="auto|none|NAME,...",
                    help="int16 activations (a16w8) for the layers int8 loses most on ('auto': the worst, until "
                         "the outputs reach --int16-target against float), or for the named ops / tensors "
                         "(default none)")

@@ -166,10 +166,13 @@ def _quantizer_options(args: argparse.Namespace) -> dict[str, Any]:
         if not 50 < args.percentile <= 100:
             raise UsageError(f"--percentile must be in (50, 100], not {args.percentile}")
         options["percentile"] = args.percentile
-    if args.weight_rounding != "nearest":
+    recipe = getattr(args, "recipe", "default") or "default"
+    if recipe != "default":
+        options["recipe"] = recipe
+    if args.weight_rounding is not None and (args.weight_rounding != "nearest" or recipe != "default"):
         options["weight_rounding"] = args.weight_rounding
-    if args.bias_correction:
-        options["bias_correction"] = True
+    if args.bias_correction is not None and (args.bias_correction or recipe != "default"):
+        options["bias_correction"] = args.bias_correction
     if args.fc_per_tensor:
         options["fc_per_channel"] = False
     if args.int8_io:
@@ -179,21 +182,28 @@ def _quantizer_options(args: argparse.Namespace) -> dict[str, Any]:
         if any(len(p) != 2 or not all(p) for p in pairs):
             raise UsageError(f"--state takes INPUT=OUTPUT, got {args.state}")
         options["states"] = dict(pairs)
-    options.update(_int16_options(args))
+    options.update(_int16_options(args, recipe))
     if getattr(args, "report", False):
         options["layer_report"] = True
     return options
 
 
-def _int16_options(args: argparse.Namespace) -> dict[str, Any]:
-    """``--int16`` and its limits (only what was set, so the default keeps the cache key)."""
+def _int16_options(args: argparse.Namespace, recipe: str = "default") -> dict[str, Any]:
+    """``--int16`` and its limits (only what was set, so the default keeps the cache key;
+    ``recipe``'s own int16 choice applies when ``--int16`` is not given)."""
     from libnpu.compiler.mixed_precision import parse_selection
-    selection = parse_selection(getattr(args, "int16", None))
+    from libnpu.compiler.recipes import RECIPES
+    given = getattr(args, "int16", None)
+    selection = parse_selection(given if given is not None else RECIPES[recipe].get("int16"))
+    options: dict[str, Any] = {}
+    if given is not None and recipe != "default":
+        options["int16"] = selection if isinstance(selection, str) else ",".join(selection)
     if selection == "none":
         if getattr(args, "int16_target", None) is not None or getattr(args, "int16_max_layers", None) is not None:
             raise UsageError("--int16-target and --int16-max-layers need --int16 auto")
-        return {}
-    options: dict[str, Any] = {"int16": selection if isinstance(selection, str) else ",".join(selection)}
+        return options
+    if given is not None:
+        options["int16"] = selection if isinstance(selection, str) else ",".join(selection)
     if args.int16_target is not None or args.int16_max_layers is not None:
         if selection != "auto":
             raise UsageError("--int16-target and --int16-max-layers need --int16 auto")
