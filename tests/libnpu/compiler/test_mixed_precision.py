@@ -189,3 +189,34 @@ def test_auto_promotes_the_layers_int8_ruins(npu, litert) -> None:
         np.testing.assert_array_equal(model.infer([x])[0], litert(export_tflite(auto), [x])[0])
     finally:
         model.close()
+
+
+def test_prelu_in_int16_on_the_device(npu) -> None:
+    """LiteRT has no int16 PRELU: the device follows the float simulation of the quantized
+    graph within an output step, and does not lose to the all-int8 graph against float."""
+    from libnpu.compiler.float_ref import FloatInterpreter
+    graph = import_onnx(builders.prelu_between_convs())
+    data = _data((1, 3, 8, 8), 8, 21)
+    q8 = quantize_mixed(graph, data, int16="none")
+    q = quantize_mixed(graph, data, int16=["p"])
+    (prelu,) = [op for op in q.ops if op.type == "PRELU"]
+    assert q.metadata["int16_layers"] == ["p"]
+    assert {q.tensors[n].dtype for n in (*prelu.inputs, *prelu.outputs)} == {"int16"}
+    flags = {t.name: int.from_bytes(t.payload[4:8], "little") for t in lower(q).tasks}
+    assert flags["p"] & spec_ops.OPF_INT16
+    step = float(q.tensors["y"].quant.scale[0])
+    reference, simulated = FloatInterpreter(graph), FloatInterpreter(q)
+    errors = []
+    for g in (q8, q):
+        model = libnpu.load(lower(g), devroot=npu.devroot)
+        try:
+            worst = 0.0
+            for x in data[:4]:
+                got = model.infer(x)[0]
+                worst = max(worst, float(np.abs(got - reference.run(x)[graph.outputs[0]]).max()))
+                if g is q:
+                    np.testing.assert_allclose(got, simulated.run(x)[q.outputs[0]], rtol=0, atol=1.01 * step)
+            errors.append(worst)
+        finally:
+            model.close()
+    assert errors[1] <= errors[0] + step / 2, (errors, step)
