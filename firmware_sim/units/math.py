@@ -64,16 +64,23 @@ def div(desc: np.void, dma) -> None:
     _binary(desc, dma, "div", _ZPS + ("output_multiplier", "output_shift", "act_min", "act_max"), binary.div)
 
 
-def _flat(desc: np.void, dma, kernel, params: tuple[str, ...]) -> None:
+def _flat(desc: np.void, dma, kernel, params: tuple[str, ...], dtype: type = np.int8) -> None:
     n = count(desc)
-    x = dma.read_array(int(desc["input"]), np.int8, (n,))
-    kernel(x, out=dma.write_array(int(desc["output"]), np.int8, (n,)), **{p: int(desc[p]) for p in params})
+    x = dma.read_array(int(desc["input"]), dtype, (n,))
+    kernel(x, out=dma.write_array(int(desc["output"]), dtype, (n,)), **{p: int(desc[p]) for p in params})
 
 
-@unit(ops.OP_HARD_SWISH, flat_cost(1, 1, 256))
+def _hard_swish_cost(desc: np.void) -> tuple[int, int]:
+    if int(desc["flags"]) & ops.OPF_INT16:
+        return flat_cost(2, 2)(desc)
+    return flat_cost(1, 1, 256)(desc)
+
+
+@unit(ops.OP_HARD_SWISH, _hard_swish_cost)
 def hard_swish(desc: np.void, dma) -> None:
+    """int8 (LiteRT's formula), or int16 with ``OPF_INT16`` (ours: docs/hardware.md)."""
     _flat(desc, dma, unary.hard_swish, ("input_zp", "output_zp", "output_multiplier", "output_shift",
-                                        "reluish_multiplier", "reluish_shift"))
+                                        "reluish_multiplier", "reluish_shift"), act_dtype(desc))
 
 
 @unit(ops.OP_LEAKY_RELU, flat_cost(1, 1, 256))
