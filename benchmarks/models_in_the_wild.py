@@ -45,6 +45,11 @@ outputs pass; bias correction ruins its presence score). PRELU (face_landmark, h
 and HARD_SWISH / LOGISTIC (selfie models) have no int16 kernel, which leaves their
 activations int8.
 
+Measured 2026-11-24 on branch int16-more (int16 PRELU and HARD_SWISH, our formulas, so
+``auto`` can promote them), ``--recipe accurate``: face_landmark's face logit |diff| 0.37
+-> 0.147 (landmarks cosine 0.9999), hand_recrop 8.0 -> 1.06 (pixels; bar 0.05): better,
+still short of the bar. LOGISTIC (selfie models) still has no int16 mode.
+
 The mediapipe models are compiled with ``RECIPE`` (``--plain``: the compiler's defaults);
 quantizer options (``--method``, ``--option key=json``) go to the compiler as ``npu compile``
 would pass them, so the script also compares calibration methods. The ONNX single-node
