@@ -45,6 +45,16 @@ outputs pass; bias correction ruins its presence score). PRELU (face_landmark, h
 and HARD_SWISH / LOGISTIC (selfie models) have no int16 kernel, which leaves their
 activations int8.
 
+Measured 2026-11-24 on branch int16-more (int16 PRELU and HARD_SWISH, our formulas, so
+``auto`` can promote them), ``--recipe accurate``: selfie_segmentation 0.41 -> 0.996
+(passes: 9/13); face_landmark's face logit |diff| 0.37 -> 0.147 (landmarks cosine 0.9999)
+and hand_recrop 8.0 -> 1.06 (pixels; bar 0.05) improve but miss the bar with every
+activation int16 (97 and 63 layers): what is left is the int8 weights';
+selfie_segmentation_landscape 0.916 -> 0.889 (its LOGISTIC has no int16 mode yet). The
+eight that passed still pass (palm_detection_lite 0.988 -> 0.990, palm_detection_full
+0.983 -> 0.999; the others as before); pose_landmark_full as before (segmentation 0.68,
+its four other outputs pass). mediapipe: 9/13.
+
 The mediapipe models are compiled with ``RECIPE`` (``--plain``: the compiler's defaults);
 quantizer options (``--method``, ``--option key=json``) go to the compiler as ``npu compile``
 would pass them, so the script also compares calibration methods. The ONNX single-node

@@ -2,7 +2,9 @@
 numpy broadcasting (up to 6-D) and the 256 x 256 result tables of ``binary_table``.
 
 * ``prelu``: ``reference_ops::BroadcastPrelu4DSlow`` (x >= 0: one multiplier; x < 0:
-  ``x * alpha`` through a second).
+  ``x * alpha`` through a second). Also int16 (x, alpha and output symmetric int16, zero
+  points 0; LiteRT has no int16 PRELU): the same arithmetic with int16 bounds
+  (``|x * alpha| <= 2**30`` fits the int32 product).
 * ``squared_difference``: inputs scaled up by ``2**left_shift`` (7) to a common scale,
   subtracted, squared, rescaled.
 * ``sub``: ADD's arithmetic with the rescaled inputs subtracted.
@@ -28,6 +30,7 @@ from .fixedpoint import (
     wrap_int32,
 )
 from .gemmlowp import get_reciprocal
+from .int16x8 import INT16_MAX, INT16_MIN, check_zero_points, store_int16
 from .output import broadcast_out_shape, check_act_range, check_int8_param, check_int_param, store_int8
 
 __all__ = ["prelu", "squared_difference", "sub", "maximum", "minimum", "div"]
@@ -61,7 +64,12 @@ def _shift(name: str, value: int, low: int = -31, high: int = 30) -> int:
 def prelu(x: np.ndarray, alpha: np.ndarray, *, input1_zp: int, input2_zp: int, output_zp: int,
           output_multiplier_1: int, output_shift_1: int, output_multiplier_2: int,
           output_shift_2: int, out: np.ndarray | None = None) -> np.ndarray:
-    """int8 PRELU of ``x`` with slopes ``alpha`` (``input1_zp``: x's zero point, ``input2_zp``: alpha's)."""
+    """int8 PRELU of ``x`` with slopes ``alpha`` (``input1_zp``: x's zero point, ``input2_zp``: alpha's),
+    or int16 PRELU when ``x`` is int16 (``alpha`` int16 too, every zero point 0)."""
+    if x.dtype == np.int16:
+        return _prelu_int16(x, alpha, zero_points=(input1_zp, input2_zp, output_zp),
+                            multipliers=(output_multiplier_1, output_multiplier_2),
+                            shifts=(output_shift_1, output_shift_2), out=out)
     zx, za, zo = _zps(("input1_zp", input1_zp), ("input2_zp", input2_zp), ("output_zp", output_zp))
     s1, s2 = _shift("output_shift_1", output_shift_1), _shift("output_shift_2", output_shift_2)
     m1, m2 = int(output_multiplier_1), int(output_multiplier_2)
@@ -73,6 +81,19 @@ def prelu(x: np.ndarray, alpha: np.ndarray, *, input1_zp: int, input2_zp: int, o
         return store_int8(np.where(xv >= 0, pos, neg), zo, -128, 127, out)
 
     return _run(("prelu", zx, za, zo, m1, s1, m2, s2), compute, x, alpha, out)
+
+
+def _prelu_int16(x: np.ndarray, alpha: np.ndarray, *, zero_points: tuple[int, int, int],
+                 multipliers: tuple[int, int], shifts: tuple[int, int], out: np.ndarray | None) -> np.ndarray:
+    if alpha.dtype != np.int16:
+        raise TypeError(f"input2 (alpha) must be int16 with an int16 input1, got {alpha.dtype}")
+    check_zero_points(input1_zp=zero_points[0], input2_zp=zero_points[1], output_zp=zero_points[2])
+    s1, s2 = _shift("output_shift_1", shifts[0]), _shift("output_shift_2", shifts[1])
+    shape = broadcast_out_shape(x, alpha, out, np.int16)
+    xv = np.broadcast_to(x.astype(np.int64), shape)
+    pos = multiply_by_quantized_multiplier(xv, int(multipliers[0]), s1)
+    neg = multiply_by_quantized_multiplier(xv * alpha.astype(np.int64), int(multipliers[1]), s2)
+    return store_int16(np.where(xv >= 0, pos, neg), 0, INT16_MIN, INT16_MAX, out)
 
 
 def _add_style(left_shift: int, max_left_shift: int, shifts: tuple[int, int, int],

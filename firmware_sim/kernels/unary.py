@@ -5,6 +5,8 @@ its formula once on all 256 bytes (with LiteRT's exact int32/int16 arithmetic) a
 looks every element up in that table; tables are kept per parameter set.
 
 * ``hard_swish``: ``reference_ops::HardSwish`` (int16 fixed point, ``x * relu6(x+3) / 6``).
+  Also on int16 activations (ours: LiteRT has no int16 HARD_SWISH; docs/hardware.md):
+  a Q15 "reluish" factor, the int32 product ``x * reluish``, one requantization.
 * ``leaky_relu``: ``QuantizeLeakyRelu`` (one multiplier for x >= 0, one for x < 0).
 * ``rsqrt``: int8 ``RsqrtEvalQuantizedInt8`` (Newton-Raphson ``GetInvSqrtQuantizedMultiplierExp``);
   an input at the zero point gives 127, as LiteRT's does. LiteRT fails the whole
@@ -24,6 +26,7 @@ from firmware_sim import caches
 from ..errors import InvalidCommand
 from .activations import lut_lookup
 from .fixedpoint import multiply_by_quantized_multiplier, rounding_divide_by_pot
+from .int16x8 import INT16_MAX, INT16_MIN, check_zero_points, store_int16
 from .output import check_int8_param
 
 __all__ = ["hard_swish", "leaky_relu", "rsqrt", "abs_", "table_of", "clear", "inv_sqrt_multiplier_exp"]
@@ -112,7 +115,13 @@ def _saturating_left_shift16(x: np.ndarray, amount: int) -> np.ndarray:
 def hard_swish(x: np.ndarray, *, input_zp: int, output_zp: int, output_multiplier: int,
                output_shift: int, reluish_multiplier: int, reluish_shift: int,
                out: np.ndarray | None = None) -> np.ndarray:
-    """int8 HARD_SWISH; multipliers are int16 fixed point (the compiler derives them as LiteRT's HardSwishPrepare)."""
+    """int8 HARD_SWISH; multipliers are int16 fixed point (the compiler derives them as LiteRT's HardSwishPrepare).
+
+    int16 ``x``: :func:`hard_swish_int16` (Q31 multipliers, zero points 0)."""
+    if x.dtype == np.int16:
+        check_zero_points(input_zp=input_zp, output_zp=output_zp)
+        return hard_swish_int16(x, output_multiplier=output_multiplier, output_shift=output_shift,
+                                reluish_multiplier=reluish_multiplier, reluish_shift=reluish_shift, out=out)
     _check(x)
     input_zp, output_zp = check_int8_param("input_zp", input_zp), check_int8_param("output_zp", output_zp)
     out_shift = _shift("output_shift", output_shift, -15, 0)
@@ -138,6 +147,31 @@ def hard_swish(x: np.ndarray, *, input_zp: int, output_zp: int, output_multiplie
 
     key = ("hard_swish", input_zp, output_zp, out_mult, out_shift, rel_mult, rel_shift)
     return lut_lookup(x, table_of(key, formula), out)
+
+
+#: The int16 HARD_SWISH's reluish factor ``relu6(x + 3) / 6`` is Q15: 1.0 is 2**15.
+HARD_SWISH_INT16_ONE = 1 << 15
+
+
+def hard_swish_int16(x: np.ndarray, *, output_multiplier: int, output_shift: int, reluish_multiplier: int,
+                     reluish_shift: int, out: np.ndarray | None = None) -> np.ndarray:
+    """int16 HARD_SWISH (symmetric, zero points 0): ``reluish = clamp(MBQM(x, reluish) + 2**14,
+    0, 2**15)`` (Q15 of ``relu6(x + 3) / 6``), then ``clamp(MBQM(x * reluish, output))`` to
+    int16. ``(reluish_multiplier, reluish_shift)`` quantize ``in_scale * 2**15 / 6``,
+    ``(output_multiplier, output_shift)`` ``in_scale / (out_scale * 2**15)``; Q31, as
+    ``spec.fixedpoint.quantize_multiplier`` gives them."""
+    if x.dtype != np.int16 or out is not None and (out.dtype != np.int16 or out.shape != x.shape):
+        raise InvalidCommand(f"x must be int16 and out int16 {x.shape}")
+    rel_shift = _shift("reluish_shift", reluish_shift, -31, 15)   # |x| << 15 fits int32
+    out_shift = _shift("output_shift", output_shift, -31, 0)      # |x * reluish| <= 2**30
+    rel_mult, out_mult = int(reluish_multiplier), int(output_multiplier)
+    if not (0 <= rel_mult < 1 << 31 and 0 <= out_mult < 1 << 31):
+        raise InvalidCommand("HARD_SWISH int16 multipliers must be Q31 in [0, 2**31)")
+    xv = x.astype(np.int64)
+    half = HARD_SWISH_INT16_ONE // 2
+    reluish = np.clip(multiply_by_quantized_multiplier(xv, rel_mult, rel_shift) + half, 0, HARD_SWISH_INT16_ONE)
+    scaled = multiply_by_quantized_multiplier(xv * reluish, out_mult, out_shift)
+    return store_int16(scaled, 0, INT16_MIN, INT16_MAX, out)
 
 
 def leaky_relu(x: np.ndarray, *, input_zp: int, output_zp: int, multiplier_identity: int,

@@ -69,7 +69,8 @@ OPF_KEEP_DIMS = 0x8           # mean (informational: the output bytes are the sa
 # CONV_2D / DEPTHWISE_CONV_2D / FULLY_CONNECTED (bias int64, FC with FC_DOUBLE_SCALE), ADD,
 # MUL, MAX/AVERAGE_POOL_2D, MEAN, RELU, SOFTMAX (input_beta_* from fixedpoint.softmax_int16_params,
 # output scale 2**-15), RESIZE_*, TRANSPOSE, PAD, STRIDED_SLICE (2-byte elements),
-# QUANTIZE (float32 -> int16), DEQUANTIZE (int16 -> float32) and REQUANTIZE (its output).
+# QUANTIZE (float32 -> int16), DEQUANTIZE (int16 -> float32), REQUANTIZE (its output), and
+# with our formulas (docs/hardware.md) PRELU (x, alpha and output int16) and HARD_SWISH (Q31 multipliers).
 # RESHAPE and CONCATENATION count bytes and need no flag.
 OPF_INT16 = 0x100
 OPF_INT16_INPUT = 0x200       # REQUANTIZE: the input is int16 (int16 -> int8 / int16)

@@ -8,22 +8,23 @@ import numpy as np
 from firmware_sim.kernels import binary, normalization, unary
 from firmware_sim.spec import ops
 
-from .common import count, dims, parse_binary, plan, prod, unit
+from .common import act_dtype, count, dims, parse_binary, plan, prod, unit
 from .elementwise import flat_cost
 
 
-def _binary(desc: np.void, dma, kind: str, params: tuple[str, ...], kernel) -> None:
-    """Two int8 operands broadcast to the output (shapes at the output's rank)."""
+def _binary(desc: np.void, dma, kind: str, params: tuple[str, ...], kernel, dtype: type = np.int8) -> None:
+    """Two operands of ``dtype`` broadcast to the output (shapes at the output's rank)."""
     a_at, b_at, out_at, kwargs = plan(kind, desc, lambda d: parse_binary(d, params)).fields
-    kernel(dma.read_array(a_at[0], np.int8, a_at[1]), dma.read_array(b_at[0], np.int8, b_at[1]),
-           out=dma.write_array(out_at[0], np.int8, out_at[1]), **kwargs)
+    kernel(dma.read_array(a_at[0], dtype, a_at[1]), dma.read_array(b_at[0], dtype, b_at[1]),
+           out=dma.write_array(out_at[0], dtype, out_at[1]), **kwargs)
 
 
 def _binary_cost(desc: np.void) -> tuple[int, int]:
     def size(field: str) -> int:
         return prod(desc[field][:int(desc["rank"])])
     out = size("out_shape")
-    return out, size("in1_shape") + size("in2_shape") + out
+    width = np.dtype(act_dtype(desc)).itemsize
+    return out, width * (size("in1_shape") + size("in2_shape") + out)
 
 
 _ZPS = ("input1_zp", "input2_zp", "output_zp")
@@ -33,8 +34,9 @@ _ADD_LIKE = _ZPS + ("left_shift", "input1_multiplier", "input1_shift", "input2_m
 
 @unit(ops.OP_PRELU, _binary_cost)
 def prelu(desc: np.void, dma) -> None:
+    """int8, or int16 with ``OPF_INT16`` (x, alpha and output)."""
     _binary(desc, dma, "prelu", _ZPS + ("output_multiplier_1", "output_shift_1", "output_multiplier_2",
-                                        "output_shift_2"), binary.prelu)
+                                        "output_shift_2"), binary.prelu, act_dtype(desc))
 
 
 @unit(ops.OP_SQUARED_DIFFERENCE, _binary_cost)
@@ -62,16 +64,23 @@ def div(desc: np.void, dma) -> None:
     _binary(desc, dma, "div", _ZPS + ("output_multiplier", "output_shift", "act_min", "act_max"), binary.div)
 
 
-def _flat(desc: np.void, dma, kernel, params: tuple[str, ...]) -> None:
+def _flat(desc: np.void, dma, kernel, params: tuple[str, ...], dtype: type = np.int8) -> None:
     n = count(desc)
-    x = dma.read_array(int(desc["input"]), np.int8, (n,))
-    kernel(x, out=dma.write_array(int(desc["output"]), np.int8, (n,)), **{p: int(desc[p]) for p in params})
+    x = dma.read_array(int(desc["input"]), dtype, (n,))
+    kernel(x, out=dma.write_array(int(desc["output"]), dtype, (n,)), **{p: int(desc[p]) for p in params})
 
 
-@unit(ops.OP_HARD_SWISH, flat_cost(1, 1, 256))
+def _hard_swish_cost(desc: np.void) -> tuple[int, int]:
+    if int(desc["flags"]) & ops.OPF_INT16:
+        return flat_cost(2, 2)(desc)
+    return flat_cost(1, 1, 256)(desc)
+
+
+@unit(ops.OP_HARD_SWISH, _hard_swish_cost)
 def hard_swish(desc: np.void, dma) -> None:
+    """int8 (LiteRT's formula), or int16 with ``OPF_INT16`` (ours: docs/hardware.md)."""
     _flat(desc, dma, unary.hard_swish, ("input_zp", "output_zp", "output_multiplier", "output_shift",
-                                        "reluish_multiplier", "reluish_shift"))
+                                        "reluish_multiplier", "reluish_shift"), act_dtype(desc))
 
 
 @unit(ops.OP_LEAKY_RELU, flat_cost(1, 1, 256))

@@ -200,6 +200,26 @@ def standalone_activations(seed: int = 4) -> onnx.ModelProto:
     return b.model("standalone_activations", {"x": [1, 2, 4, 4]}, {"y": [1, 8, 4, 4]})
 
 
+def prelu_between_convs(seed: int = 6) -> onnx.ModelProto:
+    """Conv, PRelu (a slope per channel, some negative), conv: the PRelu's output is not a
+    graph output, so mixed precision can keep it int16. Input [1, 3, 8, 8]."""
+    b = _Builder(seed)
+    slope = b.rng.uniform(-0.5, 0.5, (4, 1, 1)).astype(np.float32)
+    b.node("Conv", ["x", b.weight("w1", 4, 3, 3, 3), b.weight("b1", 4, scale=.1)], "c1", pads=[1, 1, 1, 1])
+    b.node("PRelu", ["c1", b.const("slope", slope)], "p")
+    b.node("Conv", ["p", b.weight("w2", 2, 4, 1, 1), b.weight("b2", 2, scale=.1)], "y")
+    return b.model("prelu_between_convs", {"x": [1, 3, 8, 8]}, {"y": [1, 2, 8, 8]})
+
+
+def hard_swish_between_convs(seed: int = 7) -> onnx.ModelProto:
+    """Conv, HardSwish, conv (the HardSwish's output is not a graph output). Input [1, 3, 8, 8]."""
+    b = _Builder(seed)
+    b.node("Conv", ["x", b.weight("w1", 4, 3, 3, 3, scale=1.5), b.weight("b1", 4)], "c1", pads=[1, 1, 1, 1])
+    b.node("HardSwish", ["c1"], "h")
+    b.node("Conv", ["h", b.weight("w2", 2, 4, 1, 1), b.weight("b2", 2, scale=.1)], "y")
+    return b.model("hard_swish_between_convs", {"x": [1, 3, 8, 8]}, {"y": [1, 2, 8, 8]}, opset=14)
+
+
 def outlier_channel(seed: int = 5) -> onnx.ModelProto:
     """A conv whose first output channel is ~300x the others, then a 1x1 conv that reads
     only the others: the shared int8 scale of the first conv's output leaves them a few

@@ -67,7 +67,8 @@ def _prelu_params(g, op) -> dict:
 
 register(Operator("PRELU", tflite=tflite_import.simple,
                   float_ref=lambda op, ins, out: np.where(ins[0] >= 0, ins[0], ins[0] * ins[1]).astype(np.float32),
-                  params=_prelu_params, lower=_lower, export=_export_plain))
+                  params=_prelu_params, lower=_lower, export=_export_plain,
+                  int16=True))  # alpha an int16 constant (LiteRT has no int16 PRELU: docs/hardware.md)
 
 
 def _squared_difference_params(g, op) -> dict:

@@ -58,6 +58,19 @@ def hard_swish_params(input_scale: float, input_zp: int, output_scale: float, ou
                 reluish_multiplier=rel_m, reluish_shift=rel_shift)
 
 
+def hard_swish_int16_params(input_scale: float, output_scale: float) -> dict[str, int]:
+    """HARD_SWISH int16 (ours, docs/hardware.md): Q31 multipliers for the Q15 reluish factor
+    ``in_scale * 2**15 / 6`` and for the output ``in_scale / (out_scale * 2**15)``."""
+    one = float(1 << 15)
+    rel_m, rel_shift = fp.quantize_multiplier(float(input_scale) * one / 6.0)
+    out_m, out_shift = fp.quantize_multiplier(float(input_scale) / (float(output_scale) * one))
+    if rel_shift > 15 or out_shift > 0:
+        raise IRError(f"HARD_SWISH int16: input scale {input_scale} / output scale {output_scale} out of range "
+                      "(needs in_scale < 6 and out_scale >= in_scale / 2**15)")
+    return dict(input_zp=0, output_zp=0, output_multiplier=out_m, output_shift=out_shift,
+                reluish_multiplier=rel_m, reluish_shift=rel_shift)
+
+
 def leaky_relu_params(input_scale: float, alpha: float, output_scale: float) -> dict[str, int]:
     """LEAKY_RELU int8 (``LeakyReluPrepare``): scales multiplied in float32."""
     s_in, s_out = _f32(input_scale), _f32(output_scale)
@@ -218,12 +231,15 @@ def neg_to_mul(g: Graph) -> int:
 
 def _hard_swish_params(g, op) -> dict:
     (si, zi), (so, zo) = _zps(g, op)
+    if g.tensors[op.outputs[0]].dtype == "int16":
+        return hard_swish_int16_params(si, so)
     return hard_swish_params(si, zi, so, zo)
 
 
 register(Operator("HARD_SWISH", rewrite=fuse_hard_swish, tflite=tflite_import.simple,
                   float_ref=lambda op, ins, out: (ins[0] * np.clip(ins[0] + 3, 0, 6) / 6).astype(np.float32),
-                  params=_hard_swish_params, lower=_flat("HARD_SWISH"), export=_export_plain))
+                  params=_hard_swish_params, lower=_flat("HARD_SWISH"), export=_export_plain,
+                  int16=True))  # our int16 formula: LiteRT has no int16 HARD_SWISH (docs/hardware.md)
 
 
 def _tflite_leaky(im, ins, outs, table, where):

@@ -189,3 +189,39 @@ def test_auto_promotes_the_layers_int8_ruins(npu, litert) -> None:
         np.testing.assert_array_equal(model.infer([x])[0], litert(export_tflite(auto), [x])[0])
     finally:
         model.close()
+
+
+@pytest.mark.parametrize("builder,kind,name", [
+    (builders.prelu_between_convs, "PRELU", "p"),
+    (builders.hard_swish_between_convs, "HARD_SWISH", "h"),
+])
+def test_our_int16_formulas_on_the_device(npu, builder, kind: str, name: str) -> None:
+    """LiteRT has no int16 PRELU or HARD_SWISH: the device follows the float simulation of
+    the quantized graph within an output step, and does not lose to the all-int8 graph
+    against float."""
+    from libnpu.compiler.float_ref import FloatInterpreter
+    graph = import_onnx(builder())
+    data = _data((1, 3, 8, 8), 8, 21)
+    q8 = quantize_mixed(graph, data, int16="none")
+    q = quantize_mixed(graph, data, int16=[name])
+    (promoted,) = [op for op in q.ops if op.type == kind]
+    assert q.metadata["int16_layers"] == [name]
+    assert {q.tensors[n].dtype for n in (*promoted.inputs, *promoted.outputs)} == {"int16"}
+    flags = {t.name: int.from_bytes(t.payload[4:8], "little") for t in lower(q).tasks}
+    assert flags[name] & spec_ops.OPF_INT16
+    step = float(q.tensors["y"].quant.scale[0])
+    reference, simulated = FloatInterpreter(graph), FloatInterpreter(q)
+    errors = []
+    for g in (q8, q):
+        model = libnpu.load(lower(g), devroot=npu.devroot)
+        try:
+            worst = 0.0
+            for x in data[:4]:
+                got = model.infer(x)[0]
+                worst = max(worst, float(np.abs(got - reference.run(x)[graph.outputs[0]]).max()))
+                if g is q:
+                    np.testing.assert_allclose(got, simulated.run(x)[q.outputs[0]], rtol=0, atol=1.01 * step)
+            errors.append(worst)
+        finally:
+            model.close()
+    assert errors[1] <= errors[0] + step / 2, (errors, step)
