@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 __all__ = ["Operator", "register", "onnx", "find", "get", "operators", "onnx_handler",
-           "tflite_operator"]
+           "tflite_operator", "tflite_options", "tflite_options_table"]
 
 
 @dataclass(frozen=True)
@@ -82,6 +82,7 @@ class Operator:
 _OPERATORS: dict[str, Operator] = {}
 _TFLITE: dict[str, str] = {}
 _ONNX: dict[str, Callable] = {}
+_TFLITE_OPTIONS: dict[str, str | None] = {}
 _loaded = False
 
 
@@ -105,6 +106,22 @@ def onnx(*op_types: str) -> Callable[[Callable], Callable]:
             _ONNX[op_type] = handler
         return handler
     return declare
+
+
+def tflite_options(**tables: str | None) -> None:
+    """Declare the options table (schema name, e.g. "Conv2DOptions"; None: it has none) that
+    each TFLite builtin carries, by builtin name: what the LiteRT delegate reads back from
+    the interpreter's ``builtin_data`` (``libnpu/delegate``)."""
+    for builtin, table in tables.items():
+        if builtin in _TFLITE_OPTIONS:
+            raise ValueError(f"TFLite options of {builtin} declared twice")
+        _TFLITE_OPTIONS[builtin] = table
+
+
+def tflite_options_table(builtin: str) -> tuple[bool, str | None]:
+    """(declared, options table) for a TFLite builtin: undeclared builtins' options are unknown."""
+    _load()
+    return builtin in _TFLITE_OPTIONS, _TFLITE_OPTIONS.get(builtin)
 
 
 def _load() -> None:

@@ -17,9 +17,10 @@ import flatbuffers  # type: ignore[import-untyped]
 import numpy as np
 import tflite  # type: ignore[import-untyped]
 
+from libnpu.compiler import registry
 from libnpu.compiler.tflite_export import options_table
 
-from .tflite_c import ALLOCATION_CONSTANT, NO_OPTIONS, OPTIONS, TYPES
+from .tflite_c import ALLOCATION_CONSTANT, LAYOUTS, TYPES
 
 __all__ = ["TensorInfo", "Node", "read_tensor", "read_node", "write_model", "tensor_name", "BUILTIN_NAMES"]
 
@@ -99,8 +100,11 @@ def read_node(ffi: Any, context: Any, index: int) -> Node:
         return Node(index, f"CUSTOM:{name}", int(reg.version), inputs, outputs, unreadable="a custom operator")
     op = BUILTIN_NAMES.get(code, f"BUILTIN_{code}")
     found = Node(index, op, int(reg.version), inputs, outputs)
-    layout = OPTIONS.get(op)
-    if layout is not None:
+    declared, table = registry.tflite_options_table(op)
+    layout = LAYOUTS.get(table) if table else None
+    if not declared or (table and layout is None):
+        found.unreadable = "the delegate does not read this operator's options"
+    elif layout is not None:
         if node.builtin_data == ffi.NULL:
             found.unreadable = "its options are missing"
         else:
@@ -108,8 +112,6 @@ def read_node(ffi: Any, context: Any, index: int) -> Node:
                 found.options = (layout.table, layout.read(ffi, node.builtin_data))
             except ValueError as exc:
                 found.unreadable = str(exc)
-    elif op not in NO_OPTIONS:
-        found.unreadable = "the delegate does not read this operator's options"
     return found
 
 

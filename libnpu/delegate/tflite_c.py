@@ -7,9 +7,10 @@ except the ones TFLite allocates from our side (``TfLiteDelegate``) or receives 
 (``TfLiteRegistration``), which are declared whole with their newest layout and a zeroed
 tail. Enums are plain ``int``s (their C size) with the values as constants.
 
-``OPTIONS`` declares, per TFLite builtin the delegate can hand to the chip, the C struct of
-its ``builtin_data`` and how each field maps onto the flatbuffer's options table; operators
-absent from it (and not in ``NO_OPTIONS``) are left to the interpreter.
+``LAYOUTS`` declares, per options table of the TFLite schema, the C struct of a node's
+``builtin_data`` and how each field maps onto the table; which table each builtin carries
+is declared with its operator (``libnpu.compiler.registry.tflite_options``), and builtins
+declared nowhere are left to the interpreter.
 """
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["C_TYPES", "CDEF", "OPTIONS", "NO_OPTIONS", "OptionsLayout", "TYPES", "K_OK", "K_ERROR", "K_DELEGATE_ERROR",
+__all__ = ["C_TYPES", "CDEF", "LAYOUTS", "OptionsLayout", "TYPES", "K_OK", "K_ERROR", "K_DELEGATE_ERROR",
            "ALLOCATION_CONSTANT", "FLAGS"]
 
 K_OK, K_ERROR, K_DELEGATE_ERROR = 0, 1, 2
@@ -229,51 +230,41 @@ _REDUCER = OptionsLayout("TfLiteReducerParams", "ReducerOptions", dict(KeepDims=
 _BLOCK: _Fields = dict(BlockSize=("block_size", int))
 _RESIZE: _Fields = dict(AlignCorners=("align_corners", _b), HalfPixelCenters=("half_pixel_centers", _b))
 
-OPTIONS: dict[str, OptionsLayout] = {
-    "CONV_2D": OptionsLayout("TfLiteConvParams", "Conv2DOptions", _CONV),
-    "DEPTHWISE_CONV_2D": OptionsLayout("TfLiteDepthwiseConvParams", "DepthwiseConv2DOptions", dict(
+# Each options table's C struct and fields, keyed by the schema's table name; which builtin
+# carries which table is declared with the operators (``registry.tflite_options``).
+LAYOUTS: dict[str, OptionsLayout] = {layout.table: layout for layout in (
+    OptionsLayout("TfLiteConvParams", "Conv2DOptions", _CONV),
+    OptionsLayout("TfLiteDepthwiseConvParams", "DepthwiseConv2DOptions", dict(
         _CONV, DepthMultiplier=("depth_multiplier", int))),
-    "FULLY_CONNECTED": OptionsLayout("TfLiteFullyConnectedParams", "FullyConnectedOptions", dict(
+    OptionsLayout("TfLiteFullyConnectedParams", "FullyConnectedOptions", dict(
         _ACT, WeightsFormat=("weights_format", int), KeepNumDims=("keep_num_dims", _b))),
-    "AVERAGE_POOL_2D": _POOL,
-    "MAX_POOL_2D": _POOL,
-    "ADD": OptionsLayout("TfLiteAddParams", "AddOptions", dict(_ACT, PotScaleInt16=("pot_scale_int16", _b))),
-    "SUB": OptionsLayout("TfLiteAddParams", "SubOptions", dict(_ACT, PotScaleInt16=("pot_scale_int16", _b))),
-    "MUL": OptionsLayout("TfLiteActivationParams", "MulOptions", _ACT),
-    "DIV": OptionsLayout("TfLiteActivationParams", "DivOptions", _ACT),
-    "L2_NORMALIZATION": OptionsLayout("TfLiteActivationParams", "L2NormOptions", _ACT),
-    "SOFTMAX": OptionsLayout("TfLiteSoftmaxParams", "SoftmaxOptions", dict(Beta=("beta", float))),
-    "CONCATENATION": OptionsLayout("TfLiteConcatenationParams", "ConcatenationOptions", dict(
-        _ACT, Axis=("axis", int))),
-    "MEAN": _REDUCER, "SUM": _REDUCER, "REDUCE_MAX": _REDUCER, "REDUCE_MIN": _REDUCER,
-    "RESIZE_BILINEAR": OptionsLayout("TfLiteResizeParams", "ResizeBilinearOptions", _RESIZE),
-    "RESIZE_NEAREST_NEIGHBOR": OptionsLayout("TfLiteResizeParams", "ResizeNearestNeighborOptions", _RESIZE),
-    "STRIDED_SLICE": OptionsLayout("TfLiteStridedSliceParams", "StridedSliceOptions", dict(
+    _POOL,
+    OptionsLayout("TfLiteAddParams", "AddOptions", dict(_ACT, PotScaleInt16=("pot_scale_int16", _b))),
+    OptionsLayout("TfLiteAddParams", "SubOptions", dict(_ACT, PotScaleInt16=("pot_scale_int16", _b))),
+    OptionsLayout("TfLiteActivationParams", "MulOptions", _ACT),
+    OptionsLayout("TfLiteActivationParams", "DivOptions", _ACT),
+    OptionsLayout("TfLiteActivationParams", "L2NormOptions", _ACT),
+    OptionsLayout("TfLiteSoftmaxParams", "SoftmaxOptions", dict(Beta=("beta", float))),
+    OptionsLayout("TfLiteConcatenationParams", "ConcatenationOptions", dict(_ACT, Axis=("axis", int))),
+    _REDUCER,
+    OptionsLayout("TfLiteResizeParams", "ResizeBilinearOptions", _RESIZE),
+    OptionsLayout("TfLiteResizeParams", "ResizeNearestNeighborOptions", _RESIZE),
+    OptionsLayout("TfLiteStridedSliceParams", "StridedSliceOptions", dict(
         BeginMask=("begin_mask", int), EndMask=("end_mask", int), EllipsisMask=("ellipsis_mask", int),
         NewAxisMask=("new_axis_mask", int), ShrinkAxisMask=("shrink_axis_mask", int), Offset=("offset", _b))),
-    "LEAKY_RELU": OptionsLayout("TfLiteLeakyReluParams", "LeakyReluOptions", dict(Alpha=("alpha", float))),
-    "SPLIT": OptionsLayout("TfLiteSplitParams", "SplitOptions", dict(NumSplits=("num_splits", int))),
-    "SPLIT_V": OptionsLayout("TfLiteSplitParams", "SplitVOptions", dict(NumSplits=("num_splits", int))),
-    "PACK": OptionsLayout("TfLitePackParams", "PackOptions", dict(ValuesCount=("values_count", int),
-                                                                  Axis=("axis", int))),
-    "UNPACK": OptionsLayout("TfLiteUnpackParams", "UnpackOptions", dict(Num=("num", int), Axis=("axis", int))),
-    "GATHER": OptionsLayout("TfLiteGatherParams", "GatherOptions", dict(Axis=("axis", int),
-                                                                        BatchDims=("batch_dims", int))),
-    "DEPTH_TO_SPACE": OptionsLayout("TfLiteBlockSizeParams", "DepthToSpaceOptions", _BLOCK),
-    "SPACE_TO_DEPTH": OptionsLayout("TfLiteBlockSizeParams", "SpaceToDepthOptions", _BLOCK),
-    "TRANSPOSE_CONV": OptionsLayout("TfLiteTransposeConvParams", "TransposeConvOptions", dict(
+    OptionsLayout("TfLiteLeakyReluParams", "LeakyReluOptions", dict(Alpha=("alpha", float))),
+    OptionsLayout("TfLiteSplitParams", "SplitOptions", dict(NumSplits=("num_splits", int))),
+    OptionsLayout("TfLiteSplitParams", "SplitVOptions", dict(NumSplits=("num_splits", int))),
+    OptionsLayout("TfLitePackParams", "PackOptions", dict(ValuesCount=("values_count", int), Axis=("axis", int))),
+    OptionsLayout("TfLiteUnpackParams", "UnpackOptions", dict(Num=("num", int), Axis=("axis", int))),
+    OptionsLayout("TfLiteGatherParams", "GatherOptions", dict(Axis=("axis", int), BatchDims=("batch_dims", int))),
+    OptionsLayout("TfLiteBlockSizeParams", "DepthToSpaceOptions", _BLOCK),
+    OptionsLayout("TfLiteBlockSizeParams", "SpaceToDepthOptions", _BLOCK),
+    OptionsLayout("TfLiteTransposeConvParams", "TransposeConvOptions", dict(
         Padding=("padding", _padding), StrideW=("stride_width", int), StrideH=("stride_height", int),
         FusedActivationFunction=("activation", _activation))),
-    "BATCH_MATMUL": OptionsLayout("TfLiteBatchMatMulParams", "BatchMatMulOptions", dict(
-        AdjX=("adj_x", _b), AdjY=("adj_y", _b))),
-    "MIRROR_PAD": OptionsLayout("TfLiteMirrorPaddingParams", "MirrorPadOptions", dict(Mode=("mode", _mirror_mode))),
-    "ARG_MAX": OptionsLayout("TfLiteArgMaxParams", "ArgMaxOptions", dict(OutputType=("output_type", _same))),
-    "GELU": OptionsLayout("TfLiteGeluParams", "GeluOptions", dict(Approximate=("approximate", _b))),
-}
-
-# Builtins whose builtin_data is NULL or unused (their operands say everything).
-NO_OPTIONS = frozenset({
-    "RELU", "RELU6", "RELU_N1_TO_1", "LOGISTIC", "TANH", "HARD_SWISH", "QUANTIZE", "DEQUANTIZE", "PAD", "PADV2",
-    "TRANSPOSE", "PRELU", "MAXIMUM", "MINIMUM", "EXP", "LOG", "RSQRT", "SQRT", "SQUARED_DIFFERENCE", "ABS", "NEG",
-    "ELU", "LOG_SOFTMAX", "SLICE", "RESHAPE", "DENSIFY",
-})
+    OptionsLayout("TfLiteBatchMatMulParams", "BatchMatMulOptions", dict(AdjX=("adj_x", _b), AdjY=("adj_y", _b))),
+    OptionsLayout("TfLiteMirrorPaddingParams", "MirrorPadOptions", dict(Mode=("mode", _mirror_mode))),
+    OptionsLayout("TfLiteArgMaxParams", "ArgMaxOptions", dict(OutputType=("output_type", _same))),
+    OptionsLayout("TfLiteGeluParams", "GeluOptions", dict(Approximate=("approximate", _b))),
+)}

@@ -8,7 +8,7 @@ import tflite
 from firmware_sim.spec import fixedpoint as fp
 
 from .. import onnx_import, qparams, tflite_import
-from ..registry import Operator, onnx, register
+from ..registry import Operator, onnx, register, tflite_options
 
 
 def _export_plain(wr, op, outs) -> None:
@@ -100,3 +100,7 @@ register(Operator("SOFTMAX", ("beta",), tflite=_tflite_softmax,
 onnx("Relu")(onnx_import.unary("RELU"))
 onnx("Sigmoid")(onnx_import.unary("LOGISTIC"))
 onnx("Tanh")(onnx_import.unary("TANH"))
+
+
+# The options table each builtin's TFLite form carries (None: none), for the LiteRT delegate.
+tflite_options(LOGISTIC=None, RELU=None, RELU6=None, RELU_N1_TO_1=None, TANH=None)

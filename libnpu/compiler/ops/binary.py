@@ -11,7 +11,7 @@ from firmware_sim.spec import fixedpoint as fp
 
 from .. import onnx_import, qparams, tflite_import
 from ..ir import IRError
-from ..registry import Operator, onnx, register
+from ..registry import Operator, onnx, register, tflite_options
 from .elementwise import _export, _float, _lower, _scales, _tflite
 
 _f32 = np.float32
@@ -135,3 +135,7 @@ class _Node:
 onnx("PRelu")(onnx_import.binary("PRELU"))
 onnx("Max")(_variadic("MAXIMUM"))
 onnx("Min")(_variadic("MINIMUM"))
+
+
+# The options table each builtin's TFLite form carries (None: none), for the LiteRT delegate.
+tflite_options(DIV='DivOptions', MAXIMUM=None, MINIMUM=None, PRELU=None, SQUARED_DIFFERENCE=None)

@@ -5,7 +5,7 @@ import numpy as np
 import tflite
 
 from .. import float_ref, onnx_import, qparams, tflite_export, tflite_import
-from ..registry import Operator, onnx, register
+from ..registry import Operator, onnx, register, tflite_options
 
 # TFLite -----------------------------------------------------------------------------
 
@@ -159,3 +159,7 @@ def _onnx_conv(im, node, attrs, where):
     else:
         wt = im.g.add_const(node.input[1], w.transpose(0, 2, 3, 1)).name  # OHWI
         im.emit("CONV_2D", [x, wt, bias], node.output[0], True, where, dict(common, groups=group))
+
+
+# The options table each builtin's TFLite form carries (None: none), for the LiteRT delegate.
+tflite_options(CONV_2D='Conv2DOptions', DEPTHWISE_CONV_2D='DepthwiseConv2DOptions')

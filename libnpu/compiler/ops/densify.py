@@ -3,7 +3,7 @@ imported, ``compiler.tflite_sparsity``) made dense. The chip runs dense weights,
 operator folds away at import: its output becomes the dense constant."""
 from __future__ import annotations
 
-from ..registry import Operator, register
+from ..registry import Operator, register, tflite_options
 
 
 def _tflite_densify(im, ins, outs, table, where):
@@ -17,3 +17,7 @@ def _tflite_densify(im, ins, outs, table, where):
 
 
 register(Operator("DENSIFY", tflite=_tflite_densify))
+
+
+# The options table each builtin's TFLite form carries (None: none), for the LiteRT delegate.
+tflite_options(DENSIFY=None)

@@ -12,7 +12,7 @@ from firmware_sim.spec import fixedpoint as fp
 
 from .. import float_ref, onnx_import, qparams, tflite_export, tflite_import
 from ..ir import Op
-from ..registry import Operator, onnx, register
+from ..registry import Operator, onnx, register, tflite_options
 
 
 def _tflite(options_class: type) -> Callable:
@@ -109,3 +109,7 @@ def _onnx_batchnorm(im, node, attrs, where):
     cb = im.g.add_const(f"{node.output[0]}__bn_shift", b.astype(np.float32)).name
     im.g.add_op(Op("MUL", [xin, ca], [mid], {"activation": "NONE"}))
     im.emit("ADD", [mid, cb], node.output[0], nhwc, where, dict(activation="NONE"))
+
+
+# The options table each builtin's TFLite form carries (None: none), for the LiteRT delegate.
+tflite_options(ADD='AddOptions', MUL='MulOptions', SUB='SubOptions')

@@ -7,7 +7,7 @@ import tflite
 from firmware_sim.spec import tasks as spec_tasks
 
 from .. import float_ref, onnx_import, qparams, tflite_export, tflite_import
-from ..registry import Operator, onnx, register
+from ..registry import Operator, onnx, register, tflite_options
 from .matmul import onnx_matmul
 
 
@@ -91,3 +91,7 @@ def _onnx_matmul(im, node, attrs, where):
     x = im.value(node.input[0], False, where)
     im.emit("FULLY_CONNECTED", [x, wt, ""], node.output[0], False, where,
             dict(activation="NONE", keep_num_dims=len(im.g.tensors[x].shape) > 2))
+
+
+# The options table each builtin's TFLite form carries (None: none), for the LiteRT delegate.
+tflite_options(FULLY_CONNECTED='FullyConnectedOptions')

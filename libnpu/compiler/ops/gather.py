@@ -8,7 +8,7 @@ import tflite
 
 from .. import onnx_import, tflite_import
 from ..ir import Graph, Op, Tensor
-from ..registry import Operator, onnx, register
+from ..registry import Operator, onnx, register, tflite_options
 
 
 def add_gather(g: Graph, x: str, axis: int, indices, out: str | None = None, name: str = "") -> str:
@@ -209,3 +209,7 @@ def _onnx_tile(im, node, attrs, where):
     if len(multiples) != len(shape) or min(multiples, default=1) < 1:
         raise onnx_import.ONNXImportError(f"{where}: repeats {multiples} for shape {shape}")
     _chain(im.g, x, _tile_tables(shape, multiples), im.new_tensor(node.output[0], False, where))
+
+
+# The options table each builtin's TFLite form carries (None: none), for the LiteRT delegate.
+tflite_options(GATHER='GatherOptions', MIRROR_PAD='MirrorPadOptions')

@@ -8,7 +8,7 @@ import tflite
 
 from .. import onnx_import, qparams, tflite_export, tflite_import
 from ..ir import IRError, strided_slice_masks
-from ..registry import Operator, onnx, register
+from ..registry import Operator, onnx, register, tflite_options
 
 # RESHAPE --------------------------------------------------------------------------------
 
@@ -284,3 +284,8 @@ register(Operator(
     "STRIDED_SLICE", ("begin", "end", "strides", "new_shape"), tflite=_tflite_strided_slice,
     float_ref=_float_strided_slice, same_scale=True, params=_slice_params, lower=_lower_strided_slice,
     export=_export_strided_slice, int16=True))
+
+
+# The options table each builtin's TFLite form carries (None: none), for the LiteRT delegate.
+tflite_options(CONCATENATION='ConcatenationOptions', PAD=None, PADV2=None, RESHAPE=None,
+               STRIDED_SLICE='StridedSliceOptions', TRANSPOSE=None)

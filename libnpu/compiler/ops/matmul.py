@@ -11,7 +11,7 @@ from firmware_sim.spec import ops as spec_ops
 
 from .. import onnx_import, qparams, tflite_import
 from ..ir import Op, Tensor
-from ..registry import Operator, register
+from ..registry import Operator, register, tflite_options
 
 
 def _tflite(im, ins, outs, table, where):
@@ -98,3 +98,7 @@ def onnx_matmul(im, node, where, trans_a: bool = False, trans_b: bool = False, s
                                          "float32"))
             im.g.add_op(Op(op_type, current, [mid.name], attrs))
             current = [mid.name]
+
+
+# The options table each builtin's TFLite form carries (None: none), for the LiteRT delegate.
+tflite_options(BATCH_MATMUL='BatchMatMulOptions')

@@ -10,7 +10,7 @@ from firmware_sim.spec import fixedpoint as fp
 
 from .. import onnx_import, qparams, tflite_import
 from ..ir import Op, Tensor
-from ..registry import Operator, onnx, register
+from ..registry import Operator, onnx, register, tflite_options
 
 _EPSILON = 1e-6   # TFLite's float kernel: x / sqrt(max(sum(x^2), epsilon))
 
@@ -126,3 +126,7 @@ def _onnx_log_softmax(im, node, attrs, where):
 @onnx("Softmax")
 def _onnx_softmax(im, node, attrs, where):
     over_axis(im, node, attrs, where, "SOFTMAX", dict(beta=1.0))
+
+
+# The options table each builtin's TFLite form carries (None: none), for the LiteRT delegate.
+tflite_options(L2_NORMALIZATION='L2NormOptions', LOG_SOFTMAX=None, SOFTMAX='SoftmaxOptions')

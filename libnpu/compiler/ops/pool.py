@@ -8,7 +8,7 @@ import tflite
 from firmware_sim.spec import ops as spec_ops
 
 from .. import float_ref, onnx_import, qparams, tflite_export, tflite_import
-from ..registry import Operator, onnx, register
+from ..registry import Operator, onnx, register, tflite_options
 
 # TFLite -----------------------------------------------------------------------------
 
@@ -142,3 +142,7 @@ def _onnx_reduce_mean(im, node, attrs, where):
     ir_axes = tuple(sorted(onnx_import.AXIS_TO_NHWC[a] for a in axes)) if nhwc else tuple(axes)
     x = im.value(node.input[0], True if nhwc else False, where)
     im.emit("MEAN", [x], node.output[0], nhwc, where, dict(axes=ir_axes, keep_dims=keep))
+
+
+# The options table each builtin's TFLite form carries (None: none), for the LiteRT delegate.
+tflite_options(AVERAGE_POOL_2D='Pool2DOptions', MAX_POOL_2D='Pool2DOptions', MEAN='ReducerOptions')

@@ -3,7 +3,7 @@ rescaling (the chip's QUANTIZE / REQUANTIZE / DEQUANTIZE descriptors)."""
 from __future__ import annotations
 
 from .. import qparams, tflite_import
-from ..registry import Operator, register
+from ..registry import Operator, register, tflite_options
 
 
 def _quantize_params(g, op) -> dict:
@@ -35,3 +35,7 @@ register(Operator("QUANTIZE", tflite=tflite_import.simple, float_ref=lambda op, 
 register(Operator("DEQUANTIZE", tflite=tflite_import.simple, float_ref=lambda op, ins, out: ins[0],
                   params=_dequantize_params, lower=lambda low, op, p: low.flat("DEQUANTIZE", op, p),
                   export=_export, tflite_version=2, int16=True))
+
+
+# The options table each builtin's TFLite form carries (None: none), for the LiteRT delegate.
+tflite_options(DEQUANTIZE=None, QUANTIZE=None)

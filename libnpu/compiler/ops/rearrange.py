@@ -9,7 +9,7 @@ import tflite
 
 from .. import tflite_import
 from ..ir import Op, Tensor
-from ..registry import Operator, onnx, register
+from ..registry import Operator, onnx, register, tflite_options
 
 # Both are the same permutation of a 6-D view: DEPTH_TO_SPACE reads [N, H, W, b, b, C] and
 # writes [N, H, b, W, b, C]; SPACE_TO_DEPTH reads [N, H, b, W, b, C] and writes [N, H, W, b, b, C].
@@ -115,3 +115,5 @@ register(Operator(
     tflite_version=2))
 
 
+# The options table each builtin's TFLite form carries (None: none), for the LiteRT delegate.
+tflite_options(DEPTH_TO_SPACE='DepthToSpaceOptions', PACK='PackOptions', SPACE_TO_DEPTH='SpaceToDepthOptions')

@@ -12,7 +12,7 @@ from firmware_sim.spec import ops as spec_ops
 
 from .. import onnx_import, qparams, tflite_import
 from ..ir import Op, Tensor
-from ..registry import Operator, onnx, register
+from ..registry import Operator, onnx, register, tflite_options
 
 _ATTRS = ("axes", "keep_dims")
 
@@ -186,3 +186,7 @@ def _onnx_mean_of_inputs(im, node, attrs, where):
     im.consts[f"{node.output[0]}__count"] = np.float32(1.0 / len(ins))
     onnx_import.binary("MUL")(im, onnx_proto.helper.make_node(
         "Mul", [total, f"{node.output[0]}__count"], list(node.output)), {}, where)
+
+
+# The options table each builtin's TFLite form carries (None: none), for the LiteRT delegate.
+tflite_options(ARG_MAX='ArgMaxOptions', REDUCE_MAX='ReducerOptions', REDUCE_MIN='ReducerOptions', SUM='ReducerOptions')

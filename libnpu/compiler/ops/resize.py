@@ -8,7 +8,7 @@ import tflite
 from firmware_sim.spec import ops as spec_ops
 
 from .. import onnx_import, tflite_import
-from ..registry import Operator, onnx, register
+from ..registry import Operator, onnx, register, tflite_options
 
 
 def _tflite(options_class: type):
@@ -160,3 +160,7 @@ def _onnx_nearest_by_gather(im, node, coord, nearest, in_shape, out_shape, where
     out = im.new_tensor(node.output[0], True, where)
     for k, (axis, idx) in enumerate(steps):
         x = add_gather(im.g, x, axis, idx, out if k == len(steps) - 1 else None)
+
+
+# The options table each builtin's TFLite form carries (None: none), for the LiteRT delegate.
+tflite_options(RESIZE_BILINEAR='ResizeBilinearOptions', RESIZE_NEAREST_NEIGHBOR='ResizeNearestNeighborOptions')

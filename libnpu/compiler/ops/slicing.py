@@ -9,7 +9,7 @@ import tflite
 
 from .. import onnx_import, tflite_import
 from ..ir import Op
-from ..registry import Operator, onnx, register
+from ..registry import Operator, onnx, register, tflite_options
 from .layout import reshape_to
 
 
@@ -155,3 +155,7 @@ def _onnx_slice(im, node, attrs, where):
 @onnx("Squeeze", "Unsqueeze")
 def _onnx_squeeze(im, node, attrs, where):
     reshape_to(im, node, where)
+
+
+# The options table each builtin's TFLite form carries (None: none), for the LiteRT delegate.
+tflite_options(SLICE=None, SPLIT='SplitOptions', SPLIT_V='SplitVOptions', UNPACK='UnpackOptions')

@@ -10,7 +10,7 @@ import tflite
 from firmware_sim.spec import ops as spec_ops
 
 from .. import float_ref, onnx_import, qparams, tflite_export, tflite_import
-from ..registry import Operator, onnx, register
+from ..registry import Operator, onnx, register, tflite_options
 
 
 def _tflite(im, ins, outs, table, where):
@@ -124,3 +124,7 @@ def _onnx_conv_transpose(im, node, attrs, where):
         bias = im.g.add_const(node.input[2], im.const(node.input[2], where).astype(np.float32)).name
     im.emit("TRANSPOSE_CONV", [x, wt, bias], node.output[0], True, where,
             dict(stride=strides, padding=padding, activation="NONE"))
+
+
+# The options table each builtin's TFLite form carries (None: none), for the LiteRT delegate.
+tflite_options(TRANSPOSE_CONV='TransposeConvOptions')

@@ -20,7 +20,7 @@ from firmware_sim.spec import tables
 
 from .. import onnx_import, qparams, tflite_import
 from ..ir import Graph, IRError, Op
-from ..registry import Operator, onnx, register
+from ..registry import Operator, onnx, register, tflite_options
 
 _f32 = np.float32
 
@@ -520,3 +520,8 @@ def _onnx_pow(im, node, attrs, where):
         im.emit("SQRT", [x], node.output[0], nhwc, where)
     else:
         _with_constant("MUL", 1.0)(im, node, attrs, where)
+
+
+# The options table each builtin's TFLite form carries (None: none), for the LiteRT delegate.
+tflite_options(ABS=None, ELU=None, EXP=None, GELU='GeluOptions', HARD_SWISH=None, LEAKY_RELU='LeakyReluOptions',
+               LOG=None, NEG=None, RSQRT=None, SQRT=None)

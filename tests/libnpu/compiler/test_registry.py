@@ -60,19 +60,13 @@ def test_one_name_across_the_ir_and_the_chip() -> None:
         assert registry.find(name) is not None and name in tasks.TASK_BY_NAME, name
 
 
-# Files that mirror a foreign ABI naming every builtin, not a place an operator lives: the
-# delegate's copy of TFLite's builtin_op_data.h (which options struct each builtin has).
-FOREIGN_ABI = {"libnpu/delegate/tflite_c.py"}
-
-
 def _source_files_naming(word: str) -> list[str]:
-    """What ``grep -ril WORD kmd_fuse firmware_sim libnpu | grep -v tests`` lists (minus :data:`FOREIGN_ABI`)."""
+    """What ``grep -ril WORD kmd_fuse firmware_sim libnpu | grep -v tests`` lists."""
     found = []
     for top in ("kmd_fuse", "firmware_sim", "libnpu"):
         for path in (REPO / top).rglob("*"):
             rel = str(path.relative_to(REPO))
-            if not path.is_file() or "tests" in rel or "__pycache__" in rel or path.suffix in (".so", ".pyc") \
-                    or rel in FOREIGN_ABI:
+            if not path.is_file() or "tests" in rel or "__pycache__" in rel or path.suffix in (".so", ".pyc"):
                 continue
             try:
                 if word.lower() in path.read_text(errors="ignore").lower():
