@@ -11,18 +11,10 @@
 #include <string.h>
 
 #include "npu.h"
+/* @NPU_PY_API@ the build puts here the prototypes of the npu_py_* functions implemented in
+ * Python: c_runtime._API, the one list cffi also reads. */
 
 #define STATUS_UNSET (-1)
-
-/* Implemented in Python (the library's embedding API). */
-void npu_py_init(const char *model, const char *anchors, int face, npu_handle_t *out, int *status);
-void npu_py_input_size(npu_handle_t h, uint32_t *whc, int *status);
-void npu_py_infer_image(npu_handle_t h, const uint8_t *image, uint32_t length, npu_detection_t *dets,
-                        uint32_t max, uint32_t *count, int *status);
-void npu_py_free(npu_handle_t h);
-void npu_py_tensor_count(npu_handle_t h, int outputs, uint32_t *count, int *status);
-void npu_py_tensor_bytes(npu_handle_t h, int outputs, uint32_t index, size_t *bytes, int *status);
-void npu_py_infer(npu_handle_t h, const void *const *inputs, void *const *outputs, int *status);
 
 static _Thread_local char last_error[1024];
 

@@ -51,6 +51,7 @@ log = logging.getLogger("libnpu.capi")
 LIBRARY_NAME = "libnpu_runtime"
 HEADER = SOURCE_DIR / "npu.h"
 _C_SOURCE = SOURCE_DIR / "npu_runtime.c"
+_API_SLOT = "/* @NPU_PY_API@"
 
 
 class Status:
@@ -85,9 +86,17 @@ void npu_py_infer(npu_handle_t h, const void *const *inputs, void *const *output
 _INIT = "import libnpu.tools.c_runtime as _runtime\n_runtime.bind(ffi, lib)\n"
 
 
+def _c_source() -> str:
+    """npu_runtime.c with the prototypes of the Python-implemented functions (``_API``) in their slot."""
+    text = _C_SOURCE.read_text()
+    if _API_SLOT not in text:
+        raise RuntimeError(f"{_C_SOURCE} lost its {_API_SLOT} slot")
+    return text.replace(_API_SLOT, _API + _API_SLOT, 1)
+
+
 def library() -> Path:
     """Build ``libnpu_runtime.so`` unless cached; its absolute path."""
-    return build_embedded(LIBRARY_NAME, api=_API, cdef=_CDEF, c_source=_C_SOURCE.read_text(), init_code=_INIT,
+    return build_embedded(LIBRARY_NAME, api=_API, cdef=_CDEF, c_source=_c_source(), init_code=_INIT,
                           include_dirs=[SOURCE_DIR], depends=[HEADER, _C_SOURCE])
 
 
