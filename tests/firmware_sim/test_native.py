@@ -312,6 +312,34 @@ def test_avg_pool_and_conversions_rerun_in_c_as_numpy_computes() -> None:
 
 
 @pytest.mark.parametrize("seed", range(4))
+def test_quantize_in_c_equals_numpy_on_ties_and_extremes(seed: int) -> None:
+    """QUANTIZE's vectorized C loop (roundf done as truncation plus a half test) against the
+    numpy kernel, 50 cases per seed: scales from 1e-6 to 1e3, every zero point, values on
+    exact ties (powers-of-two scales), at the int32 limits, infinities, NaN and denormals."""
+    from firmware_sim.kernels import elementwise
+    rng = np.random.default_rng(5200 + seed)
+    for _ in range(50):
+        n = int(rng.integers(1, 3000))
+        if rng.random() < 0.3:
+            scale = float(2.0 ** int(rng.integers(-8, 4)))    # x / scale exact: ties stay ties
+            f = (rng.integers(-600, 600, n) * 0.5 * scale).astype(np.float32)
+        else:
+            scale = float(10 ** rng.uniform(-6, 3))
+            f = (rng.normal(0, 1, n) * 10 ** rng.uniform(-3, 4) * scale).astype(np.float32)
+        picks = rng.integers(0, n, size=min(n, 8))
+        f[picks] = rng.choice(np.array([np.nan, np.inf, -np.inf, 2.1e9 * scale, -2.2e9 * scale,
+                                        3e38, 1e-45, -0.0], np.float32), size=picks.size)
+        zp = int(rng.integers(-128, 128))
+        q = np.empty(f.shape, np.int8)
+        rerun = elementwise.convert_bound(f, scale=scale, zero_point=zp, out=q)
+        assert rerun is not None
+        q[...] = 0
+        rerun()
+        with np.errstate(invalid="ignore", over="ignore"):
+            np.testing.assert_array_equal(q, elementwise.quantize(f, scale=scale, zero_point=zp))
+
+
+@pytest.mark.parametrize("seed", range(4))
 def test_softmax_reruns_in_c_as_numpy_computes(seed: int) -> None:
     """Softmax's C rerun (gemmlowp reciprocal in C) against the numpy kernel: random
     betas and input scales, rows from 1 to 64 of depths 1 to 256, random and flat rows;

@@ -380,15 +380,25 @@ int npu_avg_pool_s8(const int8_t *x, int32_t n, int32_t h, int32_t w, int32_t c,
     return 0;
 }
 
+/* roundf(x / scale), converted as x86 converts (INT32_MIN outside int32 and for NaN),
+   + zero point wrapping in int32 as TFLite's C code does, clamped. Written without calls
+   or branches so it vectorizes (a roundf call per element ran at 3.6 ns, 100 us for VWW's
+   96x96x3 input): roundf(y) is trunc(y) plus or minus one when the remainder y - trunc(y),
+   which is exact in float, reaches one half; an infinity's remainder is NaN, so it stays
+   as it is. The conversion sees a value clamped into int32 range, and the range test
+   picks INT32_MIN outside it. */
 void npu_quantize_f32_s8(const float *restrict x, int64_t n, float scale, int32_t zero_point,
                          int8_t *restrict out)
 {
     for (int64_t i = 0; i < n; i++) {
-        float q = roundf(x[i] / scale);
-        int64_t v = ((double)q >= -2147483648.0 && (double)q < 2147483648.0) ? (int64_t)q
-                                                                              : INT32_MIN;
-        /* + zero point wraps in int32, as TFLite's C code does */
-        out[i] = clamp_s8((int32_t)((uint32_t)v + (uint32_t)zero_point), -128, 127);
+        float y = x[i] / scale;
+        float t = truncf(y), rest = y - t;
+        float q = t + (rest >= 0.5f ? 1.0f : 0.0f) - (rest <= -0.5f ? 1.0f : 0.0f);
+        int in_range = q >= -2147483648.0f && q < 2147483648.0f;
+        float held = in_range ? q : 0.0f;
+        int32_t v = in_range ? (int32_t)held : INT32_MIN;
+        v = (int32_t)((uint32_t)v + (uint32_t)zero_point);
+        out[i] = clamp_s8(v, -128, 127);
     }
 }
 
