@@ -93,6 +93,35 @@ def test_depthwise_native_equals_numpy(seed: int) -> None:
         np.testing.assert_array_equal(fast, slow)
 
 
+@pytest.mark.parametrize("seed", range(4))
+def test_requantization_in_c_equals_numpy_at_the_extremes(seed: int) -> None:
+    """The C store loop (AVX-512 lanes, or the scalar loop elsewhere) against numpy's
+    gemmlowp arithmetic, 50 cases per seed: 1x1 depthwise layers whose accumulators are the
+    bias itself (input at the zero point) or near it, with biases, multipliers (INT32_MIN,
+    negative) and shifts over their whole int32 / [-31, 30] ranges, and channel counts
+    around the 16-lane width."""
+    rng = np.random.default_rng(6100 + seed)
+    extremes = np.array([-(1 << 31), (1 << 31) - 1, 0, 1, -1, 1 << 30, -(1 << 30)], np.int64)
+    for _ in range(50):
+        cin, h, w = int(rng.choice([1, 15, 16, 17, 31, 33, 64, 70])), int(rng.integers(1, 4)), int(rng.integers(1, 5))
+        zp = int(rng.integers(-128, 128))
+        x = random_int8(rng, (1, h, w, cin))
+        if rng.random() < 0.5:
+            x[...] = np.int8(zp)                   # every accumulator is its bias
+        bias = rng.integers(-(1 << 31), 1 << 31, size=cin, dtype=np.int64)
+        mult = rng.integers(-(1 << 31), 1 << 31, size=cin if rng.random() < 0.7 else 1, dtype=np.int64)
+        for values in (bias, mult):
+            picks = rng.integers(0, values.size, size=max(1, values.size // 3))
+            values[picks] = rng.choice(extremes, size=picks.size)
+        shift = rng.integers(-31, 31, size=mult.size).astype(np.int32)
+        lo = int(rng.integers(-128, 128))
+        kw_args = dict(stride=(1, 1), dilation=(1, 1), padding=(0, 0), out_hw=(h, w), input_zp=zp,
+                       output_zp=int(rng.integers(-128, 128)), multiplier=mult.astype(np.int32), shift=shift,
+                       act_min=lo, act_max=int(rng.integers(lo, 128)))
+        fast, slow = both(depthwise_conv2d, x, random_int8(rng, (1, 1, 1, cin)), bias.astype(np.int32), **kw_args)
+        np.testing.assert_array_equal(fast, slow)
+
+
 @pytest.mark.parametrize("seed", range(12))
 def test_fully_connected_native_equals_numpy(seed: int) -> None:
     rng = np.random.default_rng(8000 + seed)
