@@ -637,3 +637,20 @@ int npu_conv_s8(const int8_t *x, int32_t n, int32_t h, int32_t w, int32_t cin,
     return NPU_KERNEL_NO_DNNL;
 }
 #endif
+
+int npu_conv_call(const struct npu_conv_call *c)
+{
+    return npu_conv_s8(c->x, c->n, c->h, c->w, c->cin, c->filter, c->cout, c->kh, c->kw, c->groups,
+                       c->bias, c->stride_h, c->stride_w, c->dil_h, c->dil_w, c->pad_top,
+                       c->pad_left, c->out_h, c->out_w, c->input_offset, c->output_offset, c->mult,
+                       c->shift, c->per_channel, c->act_min, c->act_max, c->out);
+}
+
+int npu_depthwise_call(const struct npu_conv_call *c)
+{
+    return npu_depthwise_s8(c->x, c->n, c->h, c->w, c->cin, c->filter, c->kh, c->kw,
+                            c->depth_multiplier, c->bias, c->stride_h, c->stride_w, c->dil_h,
+                            c->dil_w, c->pad_top, c->pad_left, c->out_h, c->out_w,
+                            c->input_offset, c->output_offset, c->mult, c->shift, c->per_channel,
+                            c->act_min, c->act_max, c->out);
+}
