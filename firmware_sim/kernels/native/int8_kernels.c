@@ -37,8 +37,8 @@ static int requant_init_tiled(struct requant *q, const int32_t *mult, const int3
         return NPU_KERNEL_NO_MEMORY;
     q->left = q->mult + n;
     q->right = q->mult + 2 * (size_t)n;
-    for (int32_t c = 0; c < n; c++) {
-        int32_t i = per_channel ? c % channels : 0;
+    for (int32_t c = 0, channel = 0; c < n; c++, channel = channel + 1 == channels ? 0 : channel + 1) {
+        int32_t i = per_channel ? channel : 0;
         if (shift[i] < -31 || shift[i] > 30) {
             free(q->mult);
             return NPU_KERNEL_BAD_SHIFT;
@@ -88,6 +88,148 @@ static inline void dw_taps(int32_t *restrict acc, const int8_t *restrict x,
         acc[i] += (int16_t)((int16_t)(x[i] + input_offset) * f[i]);
 }
 
+#if defined(__AVX512BW__)
+#include <immintrin.h>
+
+/*
+ * Depthwise convolution with one output per input channel, 32 channel-pixels at a time in
+ * registers across all the taps (the loop below keeps its sums in memory, one pass per tap).
+ * vpmaddwd multiplies int16 pairs and adds each pair into an int32: the pairs are two taps
+ * of one channel-pixel, interleaved by vpunpck{l,h}wd, which leaves the sums in an order
+ * that one permutation undoes at the end. The input is first laid out once, padded with
+ * the zero point (whose taps then add exactly 0, as TFLite's skipped taps do) and split
+ * into `stride_w` column phases, so every tap of an output row reads one contiguous run.
+ * The int32 sums wrap as the scalar loop's do (a wrapping sum's order does not matter).
+ * Returns 0 or NPU_KERNEL_NO_MEMORY.
+ */
+static int depthwise_pairs_avx512(const int8_t *x, int32_t n, int32_t h, int32_t w, int32_t cin,
+                                  const int8_t *filter, int32_t kh, int32_t kw, const int32_t *bias,
+                                  int32_t stride_h, int32_t stride_w, int32_t dil_h, int32_t dil_w,
+                                  int32_t pad_top, int32_t pad_left, int32_t out_h, int32_t out_w,
+                                  int32_t input_offset, int32_t output_offset, const struct requant *q,
+                                  int32_t act_min, int32_t act_max, int8_t *out)
+{
+    if (n <= 0 || out_h <= 0 || out_w <= 0 || cin <= 0)
+        return 0;                                   /* nothing to write */
+    const int64_t row = (int64_t)out_w * cin, chunks = (row + 31) / 32, taps = (int64_t)kh * kw;
+    const int64_t pairs = (taps + 1) / 2;
+    /* Along a row, channel c of pixel ox is element ox * cin + c: the filter and bias repeat
+       every lcm(cin, 32) elements, so `period` chunks of 32 hold them for the whole row. */
+    int64_t period = cin;
+    while (period % 32)
+        period += cin;
+    period /= 32;
+    /* The padded input: rows and columns that some tap reads, column phases side by side. */
+    const int64_t hp = (int64_t)(out_h - 1) * stride_h + (int64_t)(kh - 1) * dil_h + 1;
+    const int64_t wp = (int64_t)(out_w - 1) * stride_w + (int64_t)(kw - 1) * dil_w + 1;
+    const int64_t wq = (wp + stride_w - 1) / stride_w;              /* columns per phase */
+    const int64_t plane = hp * wq * cin;
+    /* + 64: the last chunk of a row reads up to 31 bytes past it (into lanes never stored) */
+    int8_t *phases = malloc((size_t)(plane * stride_w + 64));
+    int16_t *fpairs = aligned_alloc(64, (size_t)(pairs * period * 128));
+    int32_t *acc_row = aligned_alloc(64, sizeof(int32_t) * (size_t)(chunks * 32));
+    int32_t *bias_row = aligned_alloc(64, sizeof(int32_t) * (size_t)(period * 32));
+    int16_t *fa = aligned_alloc(64, sizeof(int16_t) * (size_t)(period * 32 * (pairs * 2)));
+    const int8_t **src = malloc(sizeof(*src) * (size_t)(pairs * 2));
+    if (!phases || !fpairs || !acc_row || !bias_row || !fa || !src) {
+        free(phases);
+        free(fpairs);
+        free(acc_row);
+        free(bias_row);
+        free(fa);
+        free(src);
+        return NPU_KERNEL_NO_MEMORY;
+    }
+    memset(phases + plane * stride_w, 0, 64);
+    /* Each tap's filter and the bias over `period` chunks (the missing tap of an odd pair is
+       zeros), then the filter pairs interleaved as the input will be: (tap 2p, tap 2p + 1). */
+    for (int64_t t = 0; t < pairs * 2; t++) {
+        int16_t *tap_row = fa + t * period * 32;
+        for (int64_t c = 0; c < cin; c++)
+            tap_row[c] = t < taps ? filter[t * cin + c] : 0;
+        for (int64_t e = cin; e < period * 32; e += cin)
+            memcpy(tap_row + e, tap_row, sizeof(int16_t) * (size_t)cin);
+    }
+    for (int64_t c = 0; c < cin; c++)
+        bias_row[c] = bias ? bias[c] : 0;
+    for (int64_t e = cin; e < period * 32; e += cin)
+        memcpy(bias_row + e, bias_row, sizeof(int32_t) * (size_t)cin);
+    for (int64_t p = 0; p < pairs; p++)
+        for (int64_t k = 0; k < period; k++) {
+            const __m512i va = _mm512_load_si512(fa + (2 * p * period + k) * 32);
+            const __m512i vb = _mm512_load_si512(fa + ((2 * p + 1) * period + k) * 32);
+            _mm512_store_si512(fpairs + (p * period + k) * 64, _mm512_unpacklo_epi16(va, vb));
+            _mm512_store_si512(fpairs + (p * period + k) * 64 + 32, _mm512_unpackhi_epi16(va, vb));
+        }
+    const int8_t zero_point = (int8_t)(-input_offset);
+    const __m512i offset = _mm512_set1_epi16((int16_t)input_offset);
+    const __m512i first = _mm512_set_epi32(23, 22, 21, 20, 7, 6, 5, 4, 19, 18, 17, 16, 3, 2, 1, 0);
+    const __m512i second = _mm512_set_epi32(31, 30, 29, 28, 15, 14, 13, 12, 27, 26, 25, 24, 11, 10, 9, 8);
+    for (int32_t b = 0; b < n; b++) {
+        const int8_t *image = x + (int64_t)b * h * w * cin;
+        for (int64_t r = 0; r < hp; r++) {
+            const int64_t iy = r - pad_top;
+            for (int64_t phase = 0; phase < stride_w; phase++) {
+                int8_t *dst = phases + phase * plane + r * wq * cin;
+                if (iy < 0 || iy >= h) {
+                    memset(dst, zero_point, (size_t)(wq * cin));
+                    continue;
+                }
+                const int8_t *line = image + iy * w * cin;
+                for (int64_t j = 0, ix = phase - pad_left; j < wq; j++, ix += stride_w, dst += cin) {
+                    if (ix < 0 || ix >= w) {
+                        memset(dst, zero_point, (size_t)cin);
+                    } else if (stride_w == 1) {              /* the rest of the line in one copy */
+                        const int64_t run = (w - ix < wq - j ? w - ix : wq - j);
+                        memcpy(dst, line + ix * cin, (size_t)(run * cin));
+                        j += run - 1;
+                        ix += run - 1;
+                        dst += (run - 1) * cin;
+                    } else {
+                        memcpy(dst, line + ix * cin, (size_t)cin);
+                    }
+                }
+            }
+        }
+        for (int32_t oy = 0; oy < out_h; oy++) {
+            for (int64_t t = 0; t < pairs * 2; t++) {
+                const int64_t tap = t < taps ? t : 0;       /* the zero half of an odd pair */
+                const int64_t fy = tap / kw, fx = tap % kw, col = fx * dil_w;
+                src[t] = phases + (col % stride_w) * plane +
+                         (((int64_t)oy * stride_h + fy * dil_h) * wq + col / stride_w) * cin;
+            }
+            for (int64_t k = 0, kp = 0; k < chunks; k++, kp = kp + 1 == period ? 0 : kp + 1) {
+                __m512i lo = _mm512_setzero_si512(), hi = _mm512_setzero_si512();
+                const int16_t *f = fpairs + kp * 64;
+                for (int64_t p = 0; p < pairs; p++, f += period * 64) {
+                    const __m512i xa = _mm512_add_epi16(
+                        _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *)(src[2 * p] + k * 32))), offset);
+                    const __m512i xb = _mm512_add_epi16(
+                        _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *)(src[2 * p + 1] + k * 32))), offset);
+                    lo = _mm512_add_epi32(lo, _mm512_madd_epi16(_mm512_unpacklo_epi16(xa, xb),
+                                                                _mm512_load_si512(f)));
+                    hi = _mm512_add_epi32(hi, _mm512_madd_epi16(_mm512_unpackhi_epi16(xa, xb),
+                                                                _mm512_load_si512(f + 32)));
+                }
+                _mm512_store_si512(acc_row + k * 32, _mm512_add_epi32(
+                    _mm512_permutex2var_epi32(lo, first, hi), _mm512_load_si512(bias_row + kp * 32)));
+                _mm512_store_si512(acc_row + k * 32 + 16, _mm512_add_epi32(
+                    _mm512_permutex2var_epi32(lo, second, hi), _mm512_load_si512(bias_row + kp * 32 + 16)));
+            }
+            requant_store(acc_row, (int32_t)row, q, output_offset, act_min, act_max,
+                          out + ((int64_t)b * out_h + oy) * row);
+        }
+    }
+    free(phases);
+    free(fpairs);
+    free(acc_row);
+    free(bias_row);
+    free(fa);
+    free(src);
+    return 0;
+}
+#endif
+
 /*
  * Depthwise convolution, NHWC. x (n, h, w, cin); filter (kh, kw, cin * dm): output channel
  * c * dm + q reads input channel c. bias (cin * dm) or NULL. mult/shift have cin * dm
@@ -111,6 +253,15 @@ int npu_depthwise_s8(const int8_t *x, int32_t n, int32_t h, int32_t w, int32_t c
     int status = requant_init_tiled(&q, mult, shift, per_channel, (int32_t)row, cout);
     if (status != 0)
         return status;
+#if defined(__AVX512BW__)
+    if (dm == 1) {
+        status = depthwise_pairs_avx512(x, n, h, w, cin, filter, kh, kw, bias, stride_h, stride_w,
+                                        dil_h, dil_w, pad_top, pad_left, out_h, out_w, input_offset,
+                                        output_offset, &q, act_min, act_max, out);
+        free(q.mult);
+        return status;
+    }
+#endif
     int32_t *acc_row = malloc(sizeof(int32_t) * (size_t)row);
     int16_t *shifted = malloc(sizeof(int16_t) * (size_t)cin);
     if (!acc_row || !shifted) {
