@@ -668,6 +668,10 @@ static void im2col_rows(const int8_t *x, int32_t h, int32_t w, int32_t cin, int3
                         int8_t pad_value, int8_t *cols)
 {
     const int64_t k = (int64_t)kh * kw * cin_g;
+#if defined(__AVX512BW__)
+    const int64_t run_bytes = (int64_t)kw * cin;
+    const __mmask64 run_mask = run_bytes >= 64 ? ~(__mmask64)0 : ((__mmask64)1 << run_bytes) - 1;
+#endif
     int32_t oy = (int32_t)(p0 / out_w), ox = (int32_t)(p0 % out_w) - 1;
     for (int64_t p = p0; p < p1; p++) {
         if (++ox == out_w) {                  /* the next output pixel, without a division */
@@ -679,6 +683,19 @@ static void im2col_rows(const int8_t *x, int32_t h, int32_t w, int32_t cin, int3
         /* The taps of a filter row are one contiguous run of the input row when every
            channel is read and the row lies inside the image: one copy. */
         const int whole_rows = cin_g == cin && dil_w == 1 && ix0 >= 0 && ix0 + kw <= w;
+#if defined(__AVX512BW__)
+        /* A filter row of at most 64 bytes (3x3 up to 21 channels): one masked 64-byte move
+           per filter row, inlined; memcpy's call and size dispatch per 48-byte run cost
+           more than the move. */
+        const int32_t iy0 = oy * stride_h - pad_top;
+        if (whole_rows && run_bytes <= 64 && iy0 >= 0 && iy0 + (kh - 1) * dil_h < h) {
+            const int8_t *src = x + ((int64_t)iy0 * w + ix0) * cin;
+            for (int32_t fy = 0; fy < kh; fy++, src += (int64_t)dil_h * w * cin)
+                _mm512_mask_storeu_epi8(row + (int64_t)fy * run_bytes, run_mask,
+                                        _mm512_maskz_loadu_epi8(run_mask, src));
+            continue;
+        }
+#endif
         for (int32_t fy = 0; fy < kh; fy++) {
             int32_t iy = oy * stride_h - pad_top + fy * dil_h;
             if (whole_rows && iy >= 0 && iy < h) {
