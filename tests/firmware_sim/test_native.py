@@ -38,10 +38,11 @@ def random_requant(rng: np.random.Generator, n: int) -> tuple[np.ndarray, np.nda
     return mult, shift
 
 
-@pytest.mark.parametrize("seed", range(8))
+@pytest.mark.parametrize("seed", range(25))
 def test_conv_native_equals_numpy(seed: int) -> None:
-    """oneDNN's GEMM with the requantization in C against the numpy path: 1x1 (direct and
-    strided), 3x3, dilated, grouped, batches; biases up to the size where a sum could wrap
+    """200 cases: oneDNN's GEMM with the requantization in C against the numpy path: 1x1
+    (direct and strided), 3x3, dilated, grouped, batches, filter rows under and over the
+    64 bytes im2col moves in one masked store; biases up to the size where a sum could wrap
     int32 (the C path then declines and numpy runs, so both still agree)."""
     assert native.has_dnnl(), f"oneDNN convolution missing: {native.dnnl_missing()}"
     rng = np.random.default_rng(9000 + seed)
