@@ -661,17 +661,56 @@ int npu_have_dnnl(void) { return 1; }
 /* Rows of im2col per GEMM: keeps the int8 rows and int32 results in L2. */
 #define CONV_BLOCK_BYTES (256 * 1024)
 
+/* memcpy / memset of one im2col run: a filter row or one tap's channels, often a few
+   bytes (KWS's first layer reads one channel: 5,000 one-byte calls per layer) to a few
+   dozen. Up to 64 bytes it is one masked move, inlined, as narrow as the run (a 64-byte
+   masked store of a few bytes mostly straddles two cache lines, which costs as much as
+   the call it replaces). */
+static inline void run_copy(int8_t *restrict dst, const int8_t *restrict src, int64_t n)
+{
+#if defined(__AVX512BW__) && defined(__AVX512VL__)
+    if (n <= 16) {
+        const __mmask16 k = (__mmask16)((1u << n) - 1);
+        _mm_mask_storeu_epi8(dst, k, _mm_maskz_loadu_epi8(k, src));
+        return;
+    }
+    if (n <= 32) {
+        const __mmask32 k = n == 32 ? ~(__mmask32)0 : ((__mmask32)1 << n) - 1;
+        _mm256_mask_storeu_epi8(dst, k, _mm256_maskz_loadu_epi8(k, src));
+        return;
+    }
+    if (n <= 64) {
+        const __mmask64 k = n == 64 ? ~(__mmask64)0 : ((__mmask64)1 << n) - 1;
+        _mm512_mask_storeu_epi8(dst, k, _mm512_maskz_loadu_epi8(k, src));
+        return;
+    }
+#endif
+    memcpy(dst, src, (size_t)n);
+}
+
+static inline void run_fill(int8_t *dst, int8_t value, int64_t n)
+{
+#if defined(__AVX512BW__) && defined(__AVX512VL__)
+    if (n <= 16) {
+        _mm_mask_storeu_epi8(dst, (__mmask16)((1u << n) - 1), _mm_set1_epi8(value));
+        return;
+    }
+    if (n <= 64) {
+        const __mmask64 k = n == 64 ? ~(__mmask64)0 : ((__mmask64)1 << n) - 1;
+        _mm512_mask_storeu_epi8(dst, k, _mm512_set1_epi8(value));
+        return;
+    }
+#endif
+    memset(dst, value, (size_t)n);
+}
+
 static void im2col_rows(const int8_t *x, int32_t h, int32_t w, int32_t cin, int32_t g,
                         int32_t cin_g, int32_t kh, int32_t kw, int32_t stride_h,
                         int32_t stride_w, int32_t dil_h, int32_t dil_w, int32_t pad_top,
                         int32_t pad_left, int32_t out_w, int64_t p0, int64_t p1,
                         int8_t pad_value, int8_t *cols)
 {
-    const int64_t k = (int64_t)kh * kw * cin_g;
-#if defined(__AVX512BW__)
-    const int64_t run_bytes = (int64_t)kw * cin;
-    const __mmask64 run_mask = run_bytes >= 64 ? ~(__mmask64)0 : ((__mmask64)1 << run_bytes) - 1;
-#endif
+    const int64_t k = (int64_t)kh * kw * cin_g, run = (int64_t)kw * cin_g;
     int32_t oy = (int32_t)(p0 / out_w), ox = (int32_t)(p0 % out_w) - 1;
     for (int64_t p = p0; p < p1; p++) {
         if (++ox == out_w) {                  /* the next output pixel, without a division */
@@ -683,34 +722,24 @@ static void im2col_rows(const int8_t *x, int32_t h, int32_t w, int32_t cin, int3
         /* The taps of a filter row are one contiguous run of the input row when every
            channel is read and the row lies inside the image: one copy. */
         const int whole_rows = cin_g == cin && dil_w == 1 && ix0 >= 0 && ix0 + kw <= w;
-#if defined(__AVX512BW__)
-        /* A filter row of at most 64 bytes (3x3 up to 21 channels): one masked 64-byte move
-           per filter row, inlined; memcpy's call and size dispatch per 48-byte run cost
-           more than the move. */
-        const int32_t iy0 = oy * stride_h - pad_top;
-        if (whole_rows && run_bytes <= 64 && iy0 >= 0 && iy0 + (kh - 1) * dil_h < h) {
-            const int8_t *src = x + ((int64_t)iy0 * w + ix0) * cin;
-            for (int32_t fy = 0; fy < kh; fy++, src += (int64_t)dil_h * w * cin)
-                _mm512_mask_storeu_epi8(row + (int64_t)fy * run_bytes, run_mask,
-                                        _mm512_maskz_loadu_epi8(run_mask, src));
-            continue;
-        }
-#endif
         for (int32_t fy = 0; fy < kh; fy++) {
-            int32_t iy = oy * stride_h - pad_top + fy * dil_h;
-            if (whole_rows && iy >= 0 && iy < h) {
-                memcpy(row + (int64_t)fy * kw * cin, x + ((int64_t)iy * w + ix0) * cin,
-                       (size_t)kw * cin);
+            const int32_t iy = oy * stride_h - pad_top + fy * dil_h;
+            int8_t *dst = row + (int64_t)fy * run;
+            if (iy < 0 || iy >= h) {
+                run_fill(dst, pad_value, run);
                 continue;
             }
-            for (int32_t fx = 0; fx < kw; fx++) {
-                int32_t ix = ox * stride_w - pad_left + fx * dil_w;
-                int8_t *dst = row + ((int64_t)fy * kw + fx) * cin_g;
-                if (iy < 0 || iy >= h || ix < 0 || ix >= w)
-                    memset(dst, pad_value, (size_t)cin_g);
+            const int8_t *line = x + (int64_t)iy * w * cin + (int64_t)g * cin_g;
+            if (whole_rows) {
+                run_copy(dst, line + (int64_t)ix0 * cin, run);
+                continue;
+            }
+            for (int32_t fx = 0; fx < kw; fx++, dst += cin_g) {
+                const int32_t ix = ix0 + fx * dil_w;
+                if (ix < 0 || ix >= w)
+                    run_fill(dst, pad_value, cin_g);
                 else
-                    memcpy(dst, x + ((int64_t)iy * w + ix) * cin + (int64_t)g * cin_g,
-                           (size_t)cin_g);
+                    run_copy(dst, line + (int64_t)ix * cin, cin_g);
             }
         }
     }
