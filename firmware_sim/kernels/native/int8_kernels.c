@@ -92,38 +92,43 @@ static inline void dw_taps(int32_t *restrict acc, const int8_t *restrict x,
 #include <immintrin.h>
 
 /*
- * Depthwise convolution with one output per input channel, 32 channel-pixels at a time in
- * registers across all the taps (the loop below keeps its sums in memory, one pass per tap).
+ * Depthwise convolution, 32 channel-pixels at a time in registers across all the taps (the
+ * portable loops below keep their sums in memory, one pass per tap).
  * vpmaddwd multiplies int16 pairs and adds each pair into an int32: the pairs are two taps
  * of one channel-pixel, interleaved by vpunpck{l,h}wd, which leaves the sums in an order
  * that one permutation undoes at the end. The input is first laid out once, padded with
- * the zero point (whose taps then add exactly 0, as TFLite's skipped taps do) and split
- * into `stride_w` column phases, so every tap of an output row reads one contiguous run.
+ * the zero point (whose taps then add exactly 0, as TFLite's skipped taps do), each
+ * channel repeated `dm` times (the depth multiplier) and split into `stride_w` column
+ * phases, so every tap of an output row reads one contiguous run.
  * The int32 sums wrap as the scalar loop's do (a wrapping sum's order does not matter).
  * Returns 0 or NPU_KERNEL_NO_MEMORY.
  */
 static int depthwise_pairs_avx512(const int8_t *x, int32_t n, int32_t h, int32_t w, int32_t cin,
-                                  const int8_t *filter, int32_t kh, int32_t kw, const int32_t *bias,
+                                  const int8_t *filter, int32_t kh, int32_t kw, int32_t dm,
+                                  const int32_t *bias,
                                   int32_t stride_h, int32_t stride_w, int32_t dil_h, int32_t dil_w,
                                   int32_t pad_top, int32_t pad_left, int32_t out_h, int32_t out_w,
                                   int32_t input_offset, int32_t output_offset, const struct requant *q,
                                   int32_t act_min, int32_t act_max, int8_t *out)
 {
-    if (n <= 0 || out_h <= 0 || out_w <= 0 || cin <= 0)
+    if (n <= 0 || out_h <= 0 || out_w <= 0 || cin <= 0 || dm <= 0)
         return 0;                                   /* nothing to write */
-    const int64_t row = (int64_t)out_w * cin, chunks = (row + 31) / 32, taps = (int64_t)kh * kw;
+    /* With a depth multiplier the padded input holds each channel dm times, so output
+       channel c * dm + m meets its input channel c in its own lane. */
+    const int64_t ch = (int64_t)cin * dm;
+    const int64_t row = (int64_t)out_w * ch, chunks = (row + 31) / 32, taps = (int64_t)kh * kw;
     const int64_t pairs = (taps + 1) / 2;
-    /* Along a row, channel c of pixel ox is element ox * cin + c: the filter and bias repeat
-       every lcm(cin, 32) elements, so `period` chunks of 32 hold them for the whole row. */
-    int64_t period = cin;
+    /* Along a row, channel c of pixel ox is element ox * ch + c: the filter and bias repeat
+       every lcm(ch, 32) elements, so `period` chunks of 32 hold them for the whole row. */
+    int64_t period = ch;
     while (period % 32)
-        period += cin;
+        period += ch;
     period /= 32;
     /* The padded input: rows and columns that some tap reads, column phases side by side. */
     const int64_t hp = (int64_t)(out_h - 1) * stride_h + (int64_t)(kh - 1) * dil_h + 1;
     const int64_t wp = (int64_t)(out_w - 1) * stride_w + (int64_t)(kw - 1) * dil_w + 1;
     const int64_t wq = (wp + stride_w - 1) / stride_w;              /* columns per phase */
-    const int64_t plane = hp * wq * cin;
+    const int64_t plane = hp * wq * ch;
     /* + 64: the last chunk of a row reads up to 31 bytes past it (into lanes never stored) */
     int8_t *phases = malloc((size_t)(plane * stride_w + 64));
     int16_t *fpairs = aligned_alloc(64, (size_t)(pairs * period * 128));
@@ -145,15 +150,15 @@ static int depthwise_pairs_avx512(const int8_t *x, int32_t n, int32_t h, int32_t
        zeros), then the filter pairs interleaved as the input will be: (tap 2p, tap 2p + 1). */
     for (int64_t t = 0; t < pairs * 2; t++) {
         int16_t *tap_row = fa + t * period * 32;
-        for (int64_t c = 0; c < cin; c++)
-            tap_row[c] = t < taps ? filter[t * cin + c] : 0;
-        for (int64_t e = cin; e < period * 32; e += cin)
-            memcpy(tap_row + e, tap_row, sizeof(int16_t) * (size_t)cin);
+        for (int64_t c = 0; c < ch; c++)
+            tap_row[c] = t < taps ? filter[t * ch + c] : 0;
+        for (int64_t e = ch; e < period * 32; e += ch)
+            memcpy(tap_row + e, tap_row, sizeof(int16_t) * (size_t)ch);
     }
-    for (int64_t c = 0; c < cin; c++)
+    for (int64_t c = 0; c < ch; c++)
         bias_row[c] = bias ? bias[c] : 0;
-    for (int64_t e = cin; e < period * 32; e += cin)
-        memcpy(bias_row + e, bias_row, sizeof(int32_t) * (size_t)cin);
+    for (int64_t e = ch; e < period * 32; e += ch)
+        memcpy(bias_row + e, bias_row, sizeof(int32_t) * (size_t)ch);
     for (int64_t p = 0; p < pairs; p++)
         for (int64_t k = 0; k < period; k++) {
             const __m512i va = _mm512_load_si512(fa + (2 * p * period + k) * 32);
@@ -170,15 +175,18 @@ static int depthwise_pairs_avx512(const int8_t *x, int32_t n, int32_t h, int32_t
         for (int64_t r = 0; r < hp; r++) {
             const int64_t iy = r - pad_top;
             for (int64_t phase = 0; phase < stride_w; phase++) {
-                int8_t *dst = phases + phase * plane + r * wq * cin;
+                int8_t *dst = phases + phase * plane + r * wq * ch;
                 if (iy < 0 || iy >= h) {
-                    memset(dst, zero_point, (size_t)(wq * cin));
+                    memset(dst, zero_point, (size_t)(wq * ch));
                     continue;
                 }
                 const int8_t *line = image + iy * w * cin;
-                for (int64_t j = 0, ix = phase - pad_left; j < wq; j++, ix += stride_w, dst += cin) {
+                for (int64_t j = 0, ix = phase - pad_left; j < wq; j++, ix += stride_w, dst += ch) {
                     if (ix < 0 || ix >= w) {
-                        memset(dst, zero_point, (size_t)cin);
+                        memset(dst, zero_point, (size_t)ch);
+                    } else if (dm > 1) {
+                        for (int64_t c = 0; c < cin; c++)
+                            memset(dst + c * dm, line[ix * cin + c], (size_t)dm);
                     } else if (stride_w == 1) {              /* the rest of the line in one copy */
                         const int64_t run = (w - ix < wq - j ? w - ix : wq - j);
                         memcpy(dst, line + ix * cin, (size_t)(run * cin));
@@ -196,7 +204,7 @@ static int depthwise_pairs_avx512(const int8_t *x, int32_t n, int32_t h, int32_t
                 const int64_t tap = t < taps ? t : 0;       /* the zero half of an odd pair */
                 const int64_t fy = tap / kw, fx = tap % kw, col = fx * dil_w;
                 src[t] = phases + (col % stride_w) * plane +
-                         (((int64_t)oy * stride_h + fy * dil_h) * wq + col / stride_w) * cin;
+                         (((int64_t)oy * stride_h + fy * dil_h) * wq + col / stride_w) * ch;
             }
             for (int64_t k = 0, kp = 0; k < chunks; k++, kp = kp + 1 == period ? 0 : kp + 1) {
                 __m512i lo = _mm512_setzero_si512(), hi = _mm512_setzero_si512();
@@ -254,13 +262,13 @@ int npu_depthwise_s8(const int8_t *x, int32_t n, int32_t h, int32_t w, int32_t c
     if (status != 0)
         return status;
 #if defined(__AVX512BW__)
-    if (dm == 1) {
-        status = depthwise_pairs_avx512(x, n, h, w, cin, filter, kh, kw, bias, stride_h, stride_w,
-                                        dil_h, dil_w, pad_top, pad_left, out_h, out_w, input_offset,
-                                        output_offset, &q, act_min, act_max, out);
-        free(q.mult);
-        return status;
-    }
+    /* The loops below are the portable path (and the reference the AVX-512 one was
+       checked against through the numpy kernel). */
+    status = depthwise_pairs_avx512(x, n, h, w, cin, filter, kh, kw, dm, bias, stride_h, stride_w,
+                                    dil_h, dil_w, pad_top, pad_left, out_h, out_w, input_offset,
+                                    output_offset, &q, act_min, act_max, out);
+    free(q.mult);
+    return status;
 #endif
     int32_t *acc_row = malloc(sizeof(int32_t) * (size_t)row);
     int16_t *shifted = malloc(sizeof(int16_t) * (size_t)cin);
