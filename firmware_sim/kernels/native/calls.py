@@ -7,7 +7,7 @@ from ...errors import InvalidCommand
 from ..fixedpoint import INT32_MAX, INT32_MIN
 from . import ffi, library
 
-__all__ = ["BoundCall", "bind_table2", "bind_avg_pool", "bind_convert", "bind_softmax", "bind_depthwise",
+__all__ = ["BoundCall", "bind_table2", "bind_pool", "bind_convert", "bind_softmax", "bind_depthwise",
            "bind_fully_connected", "conv_s8", "depthwise_s8", "fully_connected_s8", "quant_arrays"]
 
 # C array types resolved once (parsing the type string costs a microsecond per pointer).
@@ -206,17 +206,19 @@ def _flat_ok(*arrays: np.ndarray) -> bool:
     return all(a.flags.c_contiguous for a in arrays)
 
 
-def bind_avg_pool(x: np.ndarray, out: np.ndarray, filter_hw: tuple[int, int], stride: tuple[int, int],
-                  padding: tuple[int, int], act_min: int, act_max: int) -> BoundCall | None:
-    """Average pooling of int8 NHWC ``x`` into ``out`` as a call (run it for the result);
-    None unless both are C-contiguous int8. Geometry checked by the caller."""
+def bind_pool(kind: str, x: np.ndarray, out: np.ndarray, filter_hw: tuple[int, int], stride: tuple[int, int],
+              padding: tuple[int, int], act_min: int, act_max: int) -> BoundCall | None:
+    """Average or max pooling (``kind`` "avg" / "max") of int8 NHWC ``x`` into ``out`` as a
+    call (run it for the result); None unless both are C-contiguous int8. Geometry checked
+    by the caller."""
     if x.dtype != np.int8 or out.dtype != np.int8 or not _flat_ok(x, out):
         return None
     n, h, w, c = x.shape
     _, oh, ow, _ = out.shape
     args = (_ptr(x), n, h, w, c, filter_hw[0], filter_hw[1], stride[0], stride[1], padding[0],
             padding[1], oh, ow, act_min, act_max, _out_ptr(out))
-    return BoundCall(library().npu_avg_pool_s8, args, (x, out))
+    fn = library().npu_avg_pool_s8 if kind == "avg" else library().npu_max_pool_s8
+    return BoundCall(fn, args, (x, out))
 
 
 def bind_convert(x: np.ndarray, out: np.ndarray, scale: float, zero_point: int) -> BoundCall | None:

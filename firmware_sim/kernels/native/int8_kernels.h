@@ -38,6 +38,12 @@ int npu_avg_pool_s8(const int8_t *x, int32_t n, int32_t h, int32_t w, int32_t c,
                     int32_t fh, int32_t fw, int32_t sh, int32_t sw, int32_t pt, int32_t pl,
                     int32_t oh, int32_t ow, int32_t act_min, int32_t act_max, int8_t *out);
 
+/* Max pooling, NHWC, over the in-image part of each window, clamped to [act_min, act_max].
+   Returns NPU_KERNEL_EMPTY_WINDOW if a window misses the image. */
+int npu_max_pool_s8(const int8_t *x, int32_t n, int32_t h, int32_t w, int32_t c,
+                    int32_t fh, int32_t fw, int32_t sh, int32_t sw, int32_t pt, int32_t pl,
+                    int32_t oh, int32_t ow, int32_t act_min, int32_t act_max, int8_t *out);
+
 /* float32 -> int8: clamp(round(x / scale) + zero_point), the division in float32. */
 void npu_quantize_f32_s8(const float *x, int64_t n, float scale, int32_t zero_point, int8_t *out);
 
