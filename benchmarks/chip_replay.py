@@ -47,8 +47,11 @@ def replay(spec: str, jobs: int, rounds: int, cache: CompileCache | None = None)
             if region.content is not None:
                 _write(memory, bases[index], np.frombuffer(loadable.region_image(index, bases), np.uint8))
         rng = np.random.default_rng(1)
-        for desc in loadable.inputs():
-            _write(memory, bases[desc.region] + desc.offset, rng.integers(0, 256, desc.nbytes, dtype=np.uint8))
+        for desc in loadable.inputs():     # floats in [-1, 1) (random bytes would be NaNs and denormals)
+            dtype = np.dtype(desc.dtype)
+            values = (rng.uniform(-1, 1, desc.nbytes // dtype.itemsize).astype(dtype) if dtype.kind == "f"
+                      else rng.integers(0, 256, desc.nbytes, dtype=np.uint8))
+            _write(memory, bases[desc.region] + desc.offset, values.view(np.uint8))
         command = loadable.command_buffer(bases)
         at = memory.put(np.frombuffer(command, np.uint8))
         profile = HardwareProfile()
