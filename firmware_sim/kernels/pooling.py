@@ -17,7 +17,7 @@ from .int16x8 import check_int16_param, store_int16
 from .native import calls as native_calls
 from .output import check_int8_param, store_int8
 
-__all__ = ["max_pool2d", "avg_pool2d", "avg_pool2d_bound", "mean"]
+__all__ = ["max_pool2d", "max_pool2d_bound", "avg_pool2d", "avg_pool2d_bound", "mean"]
 
 
 def _pool_geometry(x: np.ndarray, filter_hw, stride, padding, out_hw) -> tuple[int, ...]:
@@ -109,17 +109,32 @@ def avg_pool2d(x: np.ndarray, *, filter_hw: tuple[int, int], stride: tuple[int, 
     return _store(avg, x.dtype, act_min, act_max, out)
 
 
+def _pool_bound(kind: str, pool, x: np.ndarray, filter_hw: tuple[int, int], stride: tuple[int, int],
+                padding: tuple[int, int], out_hw: tuple[int, int], act_min: int, act_max: int,
+                out: np.ndarray) -> native_calls.BoundCall | None:
+    pool(x, filter_hw=filter_hw, stride=stride, padding=padding, out_hw=out_hw, act_min=act_min,
+         act_max=act_max, out=out)
+    if native.library() is None:
+        return None
+    return native_calls.bind_pool(kind, x, out, filter_hw, stride, padding, int(act_min), int(act_max))
+
+
 def avg_pool2d_bound(x: np.ndarray, *, filter_hw: tuple[int, int], stride: tuple[int, int],
                      padding: tuple[int, int], out_hw: tuple[int, int],
                      act_min: int = -128, act_max: int = 127,
                      out: np.ndarray) -> native_calls.BoundCall | None:
     """:func:`avg_pool2d` into ``out``, then a call that reruns it in C on the same arrays
     (``npu_avg_pool_s8``, same arithmetic); None without the C kernels or contiguous arrays."""
-    avg_pool2d(x, filter_hw=filter_hw, stride=stride, padding=padding, out_hw=out_hw,
-               act_min=act_min, act_max=act_max, out=out)
-    if native.library() is None:
-        return None
-    return native_calls.bind_avg_pool(x, out, filter_hw, stride, padding, int(act_min), int(act_max))
+    return _pool_bound("avg", avg_pool2d, x, filter_hw, stride, padding, out_hw, act_min, act_max, out)
+
+
+def max_pool2d_bound(x: np.ndarray, *, filter_hw: tuple[int, int], stride: tuple[int, int],
+                     padding: tuple[int, int], out_hw: tuple[int, int],
+                     act_min: int = -128, act_max: int = 127,
+                     out: np.ndarray) -> native_calls.BoundCall | None:
+    """:func:`max_pool2d` into ``out``, then a call that reruns it in C on the same arrays
+    (``npu_max_pool_s8``); None without the C kernels or contiguous arrays."""
+    return _pool_bound("max", max_pool2d, x, filter_hw, stride, padding, out_hw, act_min, act_max, out)
 
 
 def mean(x: np.ndarray, axes: tuple[int, ...], *, input_zp: int, output_zp: int,

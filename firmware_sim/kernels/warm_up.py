@@ -39,8 +39,8 @@ def warm_up() -> None:
     fully_connected.fully_connected_bound(x.reshape(16, 64), fc_w, None, input_zp=0, output_zp=0,
                                           multiplier=one, shift=shift, scale=None, act_min=-128,
                                           act_max=127, out=np.empty((16, 10), np.int8))
-    pooling.avg_pool2d_bound(x, filter_hw=(2, 2), stride=(2, 2), padding=(0, 0), out_hw=(4, 4),
-                             out=np.empty((1, 4, 4, 16), np.int8))
+    for pool in (pooling.avg_pool2d_bound, pooling.max_pool2d_bound):
+        pool(x, filter_hw=(2, 2), stride=(2, 2), padding=(0, 0), out_hw=(4, 4), out=np.empty((1, 4, 4, 16), np.int8))
     activations.softmax_bound(x.reshape(64, 16), input_beta_multiplier=1 << 30, input_beta_left_shift=20,
                               diff_min=-248, out=np.empty((64, 16), np.int8))
     f = x.astype(np.float32)

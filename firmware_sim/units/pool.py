@@ -40,8 +40,8 @@ def _pool_cost(desc: np.void) -> tuple[int, int]:
 
 
 @unit(ops.OP_MAX_POOL_2D, _pool_cost)
-def max_pool_2d(desc: np.void, dma) -> None:
-    _pool(desc, dma, pooling.max_pool2d)
+def max_pool_2d(desc: np.void, dma) -> Rerun | None:
+    return _pool(desc, dma, pooling.max_pool2d, pooling.max_pool2d_bound)
 
 
 @unit(ops.OP_AVERAGE_POOL_2D, _pool_cost)

@@ -38,10 +38,11 @@ def random_requant(rng: np.random.Generator, n: int) -> tuple[np.ndarray, np.nda
     return mult, shift
 
 
-@pytest.mark.parametrize("seed", range(8))
+@pytest.mark.parametrize("seed", range(25))
 def test_conv_native_equals_numpy(seed: int) -> None:
-    """oneDNN's GEMM with the requantization in C against the numpy path: 1x1 (direct and
-    strided), 3x3, dilated, grouped, batches; biases up to the size where a sum could wrap
+    """200 cases: oneDNN's GEMM with the requantization in C against the numpy path: 1x1
+    (direct and strided), 3x3, dilated, grouped, batches, filter rows under and over the
+    64 bytes im2col moves in one masked store; biases up to the size where a sum could wrap
     int32 (the C path then declines and numpy runs, so both still agree)."""
     assert native.has_dnnl(), f"oneDNN convolution missing: {native.dnnl_missing()}"
     rng = np.random.default_rng(9000 + seed)
@@ -51,7 +52,8 @@ def test_conv_native_equals_numpy(seed: int) -> None:
         cin_g, cout_g = int(rng.integers(1, 40)), int(rng.integers(1, 24))
         kh, kw = (1, 1) if rng.random() < 0.4 else (int(rng.integers(1, 6)), int(rng.integers(1, 6)))
         stride = (int(rng.integers(1, 3)), int(rng.integers(1, 3)))
-        dilation = (1, 1) if rng.random() < 0.7 else (int(rng.integers(1, 3)), int(rng.integers(1, 3)))
+        # Dilated rows with undilated columns too: im2col's one-move path steps rows by it.
+        dilation = (1, 1) if rng.random() < 0.6 else (int(rng.integers(1, 4)), int(rng.choice([1, 1, 2])))
         oh, pt = conv_geometry(h, kh, stride[0], dilation[0], PADDING_SAME)
         ow, pl = conv_geometry(w, kw, stride[1], dilation[1], PADDING_SAME)
         if rng.random() < 0.3:
@@ -60,9 +62,11 @@ def test_conv_native_equals_numpy(seed: int) -> None:
         cout = cout_g * groups
         x = random_int8(rng, (n, h, w, cin_g * groups))
         wt = random_int8(rng, (cout, kh, kw, cin_g))
-        limit = 1 << int(rng.choice([20, 31]))
+        limit = 1 << int(rng.choice([20, 20, 20, 31]))
         bias = rng.integers(-limit, limit, size=cout, dtype=np.int64).astype(np.int32)
         mult, shift = random_requant(rng, cout)
+        if rng.random() < 0.7:   # a real layer's scale: outputs spread over int8, not clamped
+            shift = rng.integers(-16, -5, size=shift.size).astype(np.int32)
         kw_args = dict(stride=stride, dilation=dilation, padding=(pt, pl), out_hw=(oh, ow),
                        input_zp=int(rng.integers(-128, 128)), output_zp=int(rng.integers(-128, 128)),
                        multiplier=mult, shift=shift, act_min=-128, act_max=int(rng.integers(0, 128)))
@@ -70,12 +74,17 @@ def test_conv_native_equals_numpy(seed: int) -> None:
         np.testing.assert_array_equal(fast, slow)
 
 
-@pytest.mark.parametrize("seed", range(12))
+@pytest.mark.parametrize("seed", range(20))
 def test_depthwise_native_equals_numpy(seed: int) -> None:
+    """200 cases: the C loops (pairs of taps in AVX-512 registers for one output per channel,
+    the per-pixel loop for depth multipliers) against numpy, with channel counts below, at
+    and across the 32-lane chunk, strides, dilations, batches and wrapping biases."""
     rng = np.random.default_rng(7000 + seed)
     for _ in range(10):
         n, h, w = int(rng.integers(1, 3)), int(rng.integers(1, 20)), int(rng.integers(1, 20))
         cin, dm = int(rng.integers(1, 40)), int(rng.choice([1, 1, 2, 4]))
+        if rng.random() < 0.25:
+            cin = int(rng.choice([48, 64, 96, 100, 130]))
         kh, kw = int(rng.integers(1, 8)), int(rng.integers(1, 8))
         stride = (int(rng.integers(1, 4)), int(rng.integers(1, 4)))
         dilation = (int(rng.integers(1, 3)), int(rng.integers(1, 3)))
@@ -90,6 +99,35 @@ def test_depthwise_native_equals_numpy(seed: int) -> None:
                        input_zp=int(rng.integers(-128, 128)), output_zp=int(rng.integers(-128, 128)),
                        multiplier=mult, shift=shift, act_min=-128, act_max=int(rng.integers(0, 128)))
         fast, slow = both(depthwise_conv2d, x, wt, bias if rng.random() < 0.8 else None, **kw_args)
+        np.testing.assert_array_equal(fast, slow)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_requantization_in_c_equals_numpy_at_the_extremes(seed: int) -> None:
+    """The C store loop (AVX-512 lanes, or the scalar loop elsewhere) against numpy's
+    gemmlowp arithmetic, 50 cases per seed: 1x1 depthwise layers whose accumulators are the
+    bias itself (input at the zero point) or near it, with biases, multipliers (INT32_MIN,
+    negative) and shifts over their whole int32 / [-31, 30] ranges, and channel counts
+    around the 16-lane width."""
+    rng = np.random.default_rng(6100 + seed)
+    extremes = np.array([-(1 << 31), (1 << 31) - 1, 0, 1, -1, 1 << 30, -(1 << 30)], np.int64)
+    for _ in range(50):
+        cin, h, w = int(rng.choice([1, 15, 16, 17, 31, 33, 64, 70])), int(rng.integers(1, 4)), int(rng.integers(1, 5))
+        zp = int(rng.integers(-128, 128))
+        x = random_int8(rng, (1, h, w, cin))
+        if rng.random() < 0.5:
+            x[...] = np.int8(zp)                   # every accumulator is its bias
+        bias = rng.integers(-(1 << 31), 1 << 31, size=cin, dtype=np.int64)
+        mult = rng.integers(-(1 << 31), 1 << 31, size=cin if rng.random() < 0.7 else 1, dtype=np.int64)
+        for values in (bias, mult):
+            picks = rng.integers(0, values.size, size=max(1, values.size // 3))
+            values[picks] = rng.choice(extremes, size=picks.size)
+        shift = rng.integers(-31, 31, size=mult.size).astype(np.int32)
+        lo = int(rng.integers(-128, 128))
+        kw_args = dict(stride=(1, 1), dilation=(1, 1), padding=(0, 0), out_hw=(h, w), input_zp=zp,
+                       output_zp=int(rng.integers(-128, 128)), multiplier=mult.astype(np.int32), shift=shift,
+                       act_min=lo, act_max=int(rng.integers(lo, 128)))
+        fast, slow = both(depthwise_conv2d, x, random_int8(rng, (1, 1, 1, cin)), bias.astype(np.int32), **kw_args)
         np.testing.assert_array_equal(fast, slow)
 
 
@@ -280,6 +318,59 @@ def test_add_and_mul_reruns_through_their_table_in_c() -> None:
                 np.testing.assert_array_equal(out, getattr(elementwise, kind)(a, b, **kw))
 
 
+@pytest.mark.parametrize("seed", range(4))
+def test_table_lookup_in_c_equals_numpy(seed: int) -> None:
+    """The C lookup of a binary op's 64K table (AVX-512 gathers, then the scalar tail)
+    against numpy's, 50 cases per seed: random tables, sizes around the 16-lane width and
+    operands that hit the table's first and last entries."""
+    from firmware_sim.kernels import binary_table
+    from firmware_sim.kernels.native import calls
+    rng = np.random.default_rng(3300 + seed)
+    for _ in range(50):
+        n = int(rng.choice([1, 15, 16, 17, 31, 33, 1000, int(rng.integers(1, 20000))]))
+        a, b = random_int8(rng, (n,)), random_int8(rng, (n,))
+        a[: min(n, 2)] = b[: min(n, 2)] = [0, -1][: min(n, 2)]      # entries 0 and 0xFFFF
+        table = random_int8(rng, (1 << 16,))
+        out = np.empty(n, np.int8)
+        rerun = calls.bind_table2(a, b, table, out)
+        assert rerun is not None
+        rerun()
+        np.testing.assert_array_equal(out, binary_table.lookup(table, a, b, (n,)))
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_max_pool_reruns_in_c_as_numpy_computes(seed: int) -> None:
+    """MAX_POOL_2D's C rerun against the numpy kernel on new operand contents, 50 cases per
+    seed: padded and overlapping windows, strides, activation clamps, batches; a window
+    outside the image fails in C as in numpy."""
+    from firmware_sim.kernels import pooling
+    rng = np.random.default_rng(8800 + seed)
+    for _ in range(50):
+        fh, fw = int(rng.integers(1, 5)), int(rng.integers(1, 5))
+        sh, sw = int(rng.integers(1, 4)), int(rng.integers(1, 4))
+        h, w = int(rng.integers(fh, 14)), int(rng.integers(fw, 14))
+        pt, pl = int(rng.integers(0, fh)), int(rng.integers(0, fw))
+        oh, ow = (h + 2 * pt - fh) // sh + 1, (w + 2 * pl - fw) // sw + 1
+        lo = int(rng.integers(-128, 0))
+        kw = dict(filter_hw=(fh, fw), stride=(sh, sw), padding=(pt, pl), out_hw=(oh, ow), act_min=lo,
+                  act_max=int(rng.integers(lo, 128)))
+        x = random_int8(rng, (int(rng.integers(1, 3)), h, w, int(rng.choice([1, 3, 16, 33]))))
+        out = np.empty((x.shape[0], oh, ow, x.shape[3]), np.int8)
+        rerun = pooling.max_pool2d_bound(x, out=out, **kw)
+        assert rerun is not None
+        x[...] = random_int8(rng, x.shape)
+        out[...] = 0
+        rerun()
+        np.testing.assert_array_equal(out, pooling.max_pool2d(x, **kw))
+    # A window past the image (the unit's geometry checks refuse it first): C refuses it too.
+    from firmware_sim.kernels.native import calls
+    outside = calls.bind_pool("max", random_int8(rng, (1, 4, 4, 2)), np.empty((1, 1, 1, 2), np.int8),
+                              (2, 2), (9, 9), (-8, -8), -128, 127)
+    assert outside is not None
+    with pytest.raises(InvalidCommand):
+        outside()
+
+
 def test_avg_pool_and_conversions_rerun_in_c_as_numpy_computes() -> None:
     """AVERAGE_POOL_2D, QUANTIZE and DEQUANTIZE reruns (C) against the numpy kernels, on new
     operand contents: padded windows, negative sums, ties, NaN/huge floats, zero points."""
@@ -309,6 +400,34 @@ def test_avg_pool_and_conversions_rerun_in_c_as_numpy_computes() -> None:
         d = np.empty(q.shape, np.float32)
         elementwise.convert_bound(q, scale=scale, zero_point=zp, out=d)()
         np.testing.assert_array_equal(d, elementwise.dequantize(q, scale=scale, zero_point=zp))
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_quantize_in_c_equals_numpy_on_ties_and_extremes(seed: int) -> None:
+    """QUANTIZE's vectorized C loop (roundf done as truncation plus a half test) against the
+    numpy kernel, 50 cases per seed: scales from 1e-6 to 1e3, every zero point, values on
+    exact ties (powers-of-two scales), at the int32 limits, infinities, NaN and denormals."""
+    from firmware_sim.kernels import elementwise
+    rng = np.random.default_rng(5200 + seed)
+    for _ in range(50):
+        n = int(rng.integers(1, 3000))
+        if rng.random() < 0.3:
+            scale = float(2.0 ** int(rng.integers(-8, 4)))    # x / scale exact: ties stay ties
+            f = (rng.integers(-600, 600, n) * 0.5 * scale).astype(np.float32)
+        else:
+            scale = float(10 ** rng.uniform(-6, 3))
+            f = (rng.normal(0, 1, n) * 10 ** rng.uniform(-3, 4) * scale).astype(np.float32)
+        picks = rng.integers(0, n, size=min(n, 8))
+        f[picks] = rng.choice(np.array([np.nan, np.inf, -np.inf, 2.1e9 * scale, -2.2e9 * scale,
+                                        3e38, 1e-45, -0.0], np.float32), size=picks.size)
+        zp = int(rng.integers(-128, 128))
+        q = np.empty(f.shape, np.int8)
+        rerun = elementwise.convert_bound(f, scale=scale, zero_point=zp, out=q)
+        assert rerun is not None
+        q[...] = 0
+        rerun()
+        with np.errstate(invalid="ignore", over="ignore"):
+            np.testing.assert_array_equal(q, elementwise.quantize(f, scale=scale, zero_point=zp))
 
 
 @pytest.mark.parametrize("seed", range(4))

@@ -7,7 +7,7 @@ from ...errors import InvalidCommand
 from ..fixedpoint import INT32_MAX, INT32_MIN
 from . import ffi, library
 
-__all__ = ["BoundCall", "bind_table2", "bind_avg_pool", "bind_convert", "bind_softmax", "bind_depthwise",
+__all__ = ["BoundCall", "bind_table2", "bind_pool", "bind_convert", "bind_softmax", "bind_depthwise",
            "bind_fully_connected", "conv_s8", "depthwise_s8", "fully_connected_s8", "quant_arrays"]
 
 # C array types resolved once (parsing the type string costs a microsecond per pointer).
@@ -61,10 +61,11 @@ class BoundCall:
     arguments costs more than a small kernel, and a chip reruns the same tasks on the
     same buffers for every inference."""
 
-    __slots__ = ("operands", "_fn", "_args")
+    __slots__ = ("operands", "_fn", "_args", "_keep")
 
-    def __init__(self, fn, args: tuple, operands: tuple):
-        self._fn, self._args, self.operands = fn, args, operands
+    def __init__(self, fn, args: tuple, operands: tuple, keep: tuple = ()):
+        # keep: C buffers that ``args`` point to without holding them (a struct's pointers)
+        self._fn, self._args, self.operands, self._keep = fn, args, operands, keep
 
     def uses(self, operands: tuple) -> bool:
         """True when ``operands`` are the very arrays this call was bound to."""
@@ -88,16 +89,24 @@ def _depthwise_arrays(x, w, bias, multiplier, shift) -> tuple:
             None if bias is None else np.ascontiguousarray(bias), mult, sh)
 
 
-def _depthwise_args(arrays: tuple, dm: int, stride: tuple[int, int], dilation: tuple[int, int],
-                    padding: tuple[int, int], out_hw: tuple[int, int], input_zp: int,
-                    output_zp: int, act_min: int, act_max: int, out: np.ndarray) -> tuple:
+def _conv_call(arrays: tuple, stride: tuple[int, int], dilation: tuple[int, int],
+               padding: tuple[int, int], out_hw: tuple[int, int], input_zp: int, output_zp: int,
+               act_min: int, act_max: int, out: np.ndarray, *, groups: int = 1,
+               depth_multiplier: int = 1) -> tuple:
+    """A ``struct npu_conv_call`` for ``arrays`` (x, w, bias, mult, shift) and the C buffers
+    its pointers need alive: one argument for ``npu_conv_call`` / ``npu_depthwise_call``."""
     x, w, bias, mult, sh = arrays
     n, h, wd, cin = x.shape
-    _, kh, kw, _ = w.shape
-    return (_ptr(x), n, h, wd, cin, _ptr(w), kh, kw, dm,
-            _opt_ptr(bias), stride[0], stride[1], dilation[0], dilation[1],
-            padding[0], padding[1], out_hw[0], out_hw[1], -input_zp, output_zp,
-            _ptr(mult), _ptr(sh), int(mult.size > 1), act_min, act_max, _out_ptr(out))
+    buffers = (_ptr(x), _ptr(w), _opt_ptr(bias), _ptr(mult), _ptr(sh), _out_ptr(out))
+    call = ffi.new("struct npu_conv_call *", {
+        "x": buffers[0], "n": n, "h": h, "w": wd, "cin": cin, "filter": buffers[1],
+        "cout": out.shape[3], "kh": w.shape[1], "kw": w.shape[2], "groups": groups,
+        "depth_multiplier": depth_multiplier, "bias": buffers[2],
+        "stride_h": stride[0], "stride_w": stride[1], "dil_h": dilation[0], "dil_w": dilation[1],
+        "pad_top": padding[0], "pad_left": padding[1], "out_h": out_hw[0], "out_w": out_hw[1],
+        "input_offset": -input_zp, "output_offset": output_zp, "mult": buffers[3], "shift": buffers[4],
+        "per_channel": int(mult.size > 1), "act_min": act_min, "act_max": act_max, "out": buffers[5]})
+    return call, buffers
 
 
 def depthwise_s8(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None, dm: int,
@@ -107,8 +116,9 @@ def depthwise_s8(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None, dm: int,
                  out: np.ndarray) -> None:
     """Depthwise convolution into ``out`` (C-contiguous int8 (N, OH, OW, Cin * dm))."""
     arrays = _depthwise_arrays(x, w, bias, multiplier, shift)
-    _check_status(library().npu_depthwise_s8(*_depthwise_args(
-        arrays, dm, stride, dilation, padding, out_hw, input_zp, output_zp, act_min, act_max, out)))
+    call, _buffers = _conv_call(arrays, stride, dilation, padding, out_hw, input_zp, output_zp, act_min,
+                                act_max, out, depth_multiplier=dm)
+    _check_status(library().npu_depthwise_call(call))
 
 
 def bind_depthwise(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None, dm: int,
@@ -121,9 +131,9 @@ def bind_depthwise(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None, dm: in
     arrays = _depthwise_arrays(*operands)
     if not _bindable(operands, arrays, out):
         return None
-    args = _depthwise_args(arrays, dm, stride, dilation, padding, out_hw, input_zp, output_zp,
-                           act_min, act_max, out)
-    return BoundCall(library().npu_depthwise_s8, args, operands + (out,))
+    call, buffers = _conv_call(arrays, stride, dilation, padding, out_hw, input_zp, output_zp, act_min,
+                               act_max, out, depth_multiplier=dm)
+    return BoundCall(library().npu_depthwise_call, (call,), operands + (out,), buffers)
 
 
 def _fc_arrays(x, w, bias, multiplier, shift, scale) -> tuple:
@@ -164,18 +174,6 @@ def bind_fully_connected(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None,
     return BoundCall(library().npu_fully_connected_s8, args, operands + (out,))
 
 
-def _conv_args(arrays: tuple, groups: int, stride: tuple[int, int], dilation: tuple[int, int],
-               padding: tuple[int, int], out_hw: tuple[int, int], input_zp: int, output_zp: int,
-               act_min: int, act_max: int, out: np.ndarray) -> tuple:
-    x, w, bias, mult, sh = arrays
-    n, h, wd, cin = x.shape
-    cout, kh, kw, _ = w.shape
-    return (_ptr(x), n, h, wd, cin, _ptr(w), cout, kh, kw, groups,
-            _opt_ptr(bias), stride[0], stride[1], dilation[0], dilation[1],
-            padding[0], padding[1], out_hw[0], out_hw[1], -input_zp, output_zp,
-            _ptr(mult), _ptr(sh), int(mult.size > 1), act_min, act_max, _out_ptr(out))
-
-
 def conv_s8(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None, groups: int,
             stride: tuple[int, int], dilation: tuple[int, int], padding: tuple[int, int],
             out_hw: tuple[int, int], input_zp: int, output_zp: int,
@@ -186,11 +184,11 @@ def conv_s8(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None, groups: int,
     operand had to be copied."""
     operands = (x, w, bias, multiplier, shift)
     arrays = _depthwise_arrays(*operands)
-    fn = library().npu_conv_s8
-    args = _conv_args(arrays, groups, stride, dilation, padding, out_hw, input_zp, output_zp,
-                      act_min, act_max, out)
-    _check_status(fn(*args))
-    return BoundCall(fn, args, operands + (out,)) if _bindable(operands, arrays, out) else None
+    fn = library().npu_conv_call
+    call, buffers = _conv_call(arrays, stride, dilation, padding, out_hw, input_zp, output_zp, act_min,
+                               act_max, out, groups=groups)
+    _check_status(fn(call))
+    return BoundCall(fn, (call,), operands + (out,), buffers) if _bindable(operands, arrays, out) else None
 
 
 def bind_table2(a: np.ndarray, b: np.ndarray, table: np.ndarray, out: np.ndarray) -> BoundCall | None:
@@ -208,17 +206,19 @@ def _flat_ok(*arrays: np.ndarray) -> bool:
     return all(a.flags.c_contiguous for a in arrays)
 
 
-def bind_avg_pool(x: np.ndarray, out: np.ndarray, filter_hw: tuple[int, int], stride: tuple[int, int],
-                  padding: tuple[int, int], act_min: int, act_max: int) -> BoundCall | None:
-    """Average pooling of int8 NHWC ``x`` into ``out`` as a call (run it for the result);
-    None unless both are C-contiguous int8. Geometry checked by the caller."""
+def bind_pool(kind: str, x: np.ndarray, out: np.ndarray, filter_hw: tuple[int, int], stride: tuple[int, int],
+              padding: tuple[int, int], act_min: int, act_max: int) -> BoundCall | None:
+    """Average or max pooling (``kind`` "avg" / "max") of int8 NHWC ``x`` into ``out`` as a
+    call (run it for the result); None unless both are C-contiguous int8. Geometry checked
+    by the caller."""
     if x.dtype != np.int8 or out.dtype != np.int8 or not _flat_ok(x, out):
         return None
     n, h, w, c = x.shape
     _, oh, ow, _ = out.shape
     args = (_ptr(x), n, h, w, c, filter_hw[0], filter_hw[1], stride[0], stride[1], padding[0],
             padding[1], oh, ow, act_min, act_max, _out_ptr(out))
-    return BoundCall(library().npu_avg_pool_s8, args, (x, out))
+    fn = library().npu_avg_pool_s8 if kind == "avg" else library().npu_max_pool_s8
+    return BoundCall(fn, args, (x, out))
 
 
 def bind_convert(x: np.ndarray, out: np.ndarray, scale: float, zero_point: int) -> BoundCall | None:

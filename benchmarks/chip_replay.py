@@ -1,0 +1,94 @@
+"""The chip's own time per job, without the transport: a model's command buffer replayed
+in this process by the chip's real executor.
+
+`npu bench model` times an inference through the driver and the cores' processes; on a
+shared 2-vCPU machine most of that is the client -> driver -> core hops and their
+wake-ups, and its chip figure (GET_STATS busy time) is wall time, which the other
+processes' preemptions inflate. This runs the same job plans (decoded once, then replayed
+with the C kernels bound to the operands) on one buffer object through the real DMA
+engine and `firmware_sim.executor.run_job`, and reports the CPU time per job
+(``time.thread_time``, which a preempted thread does not accrue) next to the wall time,
+best of ``--rounds``: the figure to compare kernel changes by.
+
+Run: ``python -m benchmarks.chip_replay [resnet8 vww kws] [--jobs 200] [--rounds 5]``.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+from firmware_sim.executor import run_job
+from firmware_sim.spec import iommu
+from firmware_sim.timing import HardwareProfile
+from libnpu.compiler.cache import CompileCache, compile_cached
+from libnpu.tools.models import resolve
+from tests.support.chip_memory import ASID, ChipMemory
+
+
+def _write(memory: ChipMemory, iova: int, data: np.ndarray) -> None:
+    offset = iova - iommu.IOVA_BASE
+    memory.bytes[offset:offset + data.size] = data
+
+
+def replay(spec: str, jobs: int, rounds: int, cache: CompileCache | None = None) -> dict[str, float]:
+    """CPU and wall microseconds per job (best of ``rounds`` runs of ``jobs`` jobs) of model
+    ``spec``'s inference on random inputs, after a first run that decodes the job; raises
+    RuntimeError if the job fails or its replays write other outputs than that first run."""
+    loadable, _ = compile_cached(resolve(spec), cache=cache)
+    with tempfile.TemporaryDirectory() as bus:
+        memory = ChipMemory(Path(bus), size=64 << 20)
+        bases = [memory.alloc(max(region.size, 1)) for region in loadable.regions]
+        for index, region in enumerate(loadable.regions):
+            if region.content is not None:
+                _write(memory, bases[index], np.frombuffer(loadable.region_image(index, bases), np.uint8))
+        rng = np.random.default_rng(1)
+        for desc in loadable.inputs():     # floats in [-1, 1) (random bytes would be NaNs and denormals)
+            dtype = np.dtype(desc.dtype)
+            values = (rng.uniform(-1, 1, desc.nbytes // dtype.itemsize).astype(dtype) if dtype.kind == "f"
+                      else rng.integers(0, 256, desc.nbytes, dtype=np.uint8))
+            _write(memory, bases[desc.region] + desc.offset, values.view(np.uint8))
+        command = loadable.command_buffer(bases)
+        at = memory.put(np.frombuffer(command, np.uint8))
+        profile = HardwareProfile()
+        first = run_job(memory.dma, ASID, at, len(command), profile)
+        if first.status:
+            raise RuntimeError(f"{spec}: the job failed with status {first.status}")
+        outputs = [(bases[d.region] + d.offset, d.nbytes) for d in loadable.outputs()]
+        decoded = [memory.get(iova, np.uint8, (size,)) for iova, size in outputs]
+        for iova, size in outputs:
+            _write(memory, iova, np.zeros(size, np.uint8))
+        cpu, wall = [], []
+        for _ in range(rounds):
+            cpu0, wall0 = time.thread_time_ns(), time.perf_counter_ns()
+            for _ in range(jobs):
+                run_job(memory.dma, ASID, at, len(command), profile)
+            cpu.append((time.thread_time_ns() - cpu0) / jobs / 1e3)
+            wall.append((time.perf_counter_ns() - wall0) / jobs / 1e3)
+        replayed = [memory.get(iova, np.uint8, (size,)) for iova, size in outputs]
+        if any(not np.array_equal(a, b) for a, b in zip(decoded, replayed)):
+            raise RuntimeError(f"{spec}: the replayed job's outputs differ from the first run's")
+    return {"tasks": len(loadable.tasks), "cpu_us": round(min(cpu), 1), "wall_us": round(min(wall), 1)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("models", nargs="*", default=["resnet8", "vww", "kws"], help="model-zoo names or files")
+    ap.add_argument("--jobs", type=int, default=200, help="jobs per round")
+    ap.add_argument("--rounds", type=int, default=5, help="rounds (the best is reported)")
+    ap.add_argument("--cache-dir", help="compile cache directory (default: the user's)")
+    args = ap.parse_args(argv)
+    cache = CompileCache(args.cache_dir) if args.cache_dir else None
+    for spec in args.models:
+        r = replay(spec, args.jobs, args.rounds, cache)
+        print(f"{spec:10} {r['tasks']:3} tasks  chip CPU {r['cpu_us']:7.1f} us/job  wall {r['wall_us']:7.1f} us/job",
+              flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
