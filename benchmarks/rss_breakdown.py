@@ -8,9 +8,10 @@ data of libraries, shared with the page cache). ``table`` prints the biggest ent
 one snapshot, ``growth`` what grew or shrank between two: after the models are unloaded
 it names the pages that did not come back (issue 15: back to the idle figure).
 
-Run: ``python -m benchmarks.rss_breakdown [--models resnet8,vww,kws] [--inferences 20]``
-starts a scratch device, prints its idle table, runs each model and unloads it, and
-prints the growth.
+Run: ``python -m benchmarks.rss_breakdown [--models resnet8,vww,kws] [--inferences 20]
+[--rounds 1]`` starts a scratch device, prints its idle table, runs each model and
+unloads it (``--rounds`` times, printing the total growth after each round), and prints
+the growth per mapping.
 """
 from __future__ import annotations
 
@@ -105,21 +106,27 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--models", default="resnet8,vww,kws", help="comma-separated model-zoo names or files")
     ap.add_argument("--inferences", type=int, default=20, help="inferences per model before it is unloaded")
     ap.add_argument("--rows", type=int, default=12, help="mappings listed per process in the idle table")
+    ap.add_argument("--rounds", type=int, default=1,
+                    help="load, run and unload the models this many times (a leak grows every round; "
+                         "pages touched once do not)")
     args = ap.parse_args(argv)
     with ScratchDevice(cores=2) as dev:
         time.sleep(1.0)
         idle = snapshot(dev)
         print(f"idle: {total_mb(idle):.1f} MB\n{table(idle, args.rows)}")
         cache = Path(dev.tmp) / "cache"
-        for name in args.models.split(","):
-            model = libnpu.load(resolve(name), devroot=dev.devroot, cache_dir=cache)
-            try:
-                for seed in range(args.inferences):
-                    model.infer(random_inputs(model.inputs, seed=seed))
-            finally:
-                model.close()
-        time.sleep(1.0)
-        after = snapshot(dev)
+        for round_ in range(1, args.rounds + 1):
+            for name in args.models.split(","):
+                model = libnpu.load(resolve(name), devroot=dev.devroot, cache_dir=cache)
+                try:
+                    for seed in range(args.inferences):
+                        model.infer(random_inputs(model.inputs, seed=seed))
+                finally:
+                    model.close()
+            time.sleep(1.0)
+            after = snapshot(dev)
+            print(f"round {round_}: {total_mb(after) - total_mb(idle):+.2f} MB over idle "
+                  f"(anonymous {total_mb(after, 'anon') - total_mb(idle, 'anon'):+.2f})", flush=True)
         print(f"\nafter the models were unloaded: {total_mb(after):.1f} MB "
               f"({total_mb(after) - total_mb(idle):+.1f}; anonymous "
               f"{total_mb(after, 'anon') - total_mb(idle, 'anon'):+.1f}, file "
