@@ -50,9 +50,14 @@ keeps a few pages of libc/libm code (+0.13 MB) that the first model's jobs touch
 the self-test job (firmware_sim/self_test.py). Loading, running and unloading the three
 models three times grows the device by +0.53, +0.64, +0.68 MB: pages touched once. This
 script's whole run (``npu bench model`` with several requests, NOPs from 4 processes)
-left +2.1 MB (+1.4 MB anonymous, in the cores' anonymous mappings) and repeating its
-model part grew it by ~0.2 MB a round: not explained yet, so the bar stays where pages
-touched once put it. ``python -m benchmarks.rss_breakdown`` names the pages."""
+left +2.1 MB (+1.4 MB anonymous, ~0.5 MB in each core's anonymous mappings), and
+repeating its model part grows it by less each round (+1.79, +2.09, +2.26 MB). In a core,
+tracemalloc finds only +14 kB of live Python objects after the unload and every cache is
+empty (caches.census): the rest is CPython's small-object arenas, which keep the pages of
+pools freed inside an arena that still holds any object (the high-water mark of a job's
+Python objects), not objects kept. The bar stays where pages touched once put it, so
+that line fails until that is reduced. ``python -m benchmarks.rss_breakdown`` names the
+pages."""
 
 
 class Report:
