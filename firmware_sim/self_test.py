@@ -5,8 +5,9 @@ descriptors, binds the kernels (requantization plans, per-channel parameters), b
 job plan and replays it, and every one of those steps runs numpy and C-library code of
 its own. Run first by a model, those code pages would be faulted into the core then and
 stay resident after the model is unloaded (issue 15: a device's memory back to its idle
-figure). So a starting core runs the operators of the int8 model zoo (convolutions,
-depthwise, ADD, average pooling, RESHAPE, FULLY_CONNECTED, SOFTMAX) as one job, twice (decoded,
+figure). So a starting core runs the operators of the int8 model zoo (QUANTIZE,
+convolutions, depthwise, ADD, average pooling, RESHAPE, FULLY_CONNECTED, SOFTMAX,
+DEQUANTIZE, with the flags the compiler gives them) as one job, twice (decoded,
 then replayed), in a private address space: its own page table and buffer object in a
 temporary directory, never the device's memory or ASIDs. The job's state then leaves
 through the one invalidation path (``caches.invalidate``) and the directory is removed.
@@ -101,8 +102,10 @@ def network(mem) -> list[bytes]:
     """The descriptors of a tiny int8 network with each operator the model zoo uses, its
     operands placed by ``mem`` (``put(array)`` and ``alloc(nbytes)`` return IOVAs)."""
     shape = (1, 8, 8, 8)
-    descs = []
-    x = mem.put(_pattern(shape))
+    count = int(np.prod(shape))
+    x = mem.alloc(count)
+    descs = [tasks.encode_task("QUANTIZE", input=mem.put(_pattern(shape).astype(np.float32) / 64), output=x,
+                               count=count, scale=0.02, zero_point=-7)]
     d, a, a_shape = _conv(mem, x, shape, 16, 3, 2, depthwise=False)
     descs.append(d)
     d, b, _ = _conv(mem, a, a_shape, 16, 3, 1, depthwise=True)
@@ -122,18 +125,19 @@ def network(mem) -> list[bytes]:
     flat = mem.alloc(64)
     descs.append(tasks.encode_task("RESHAPE", input=pooled, output=flat, count=64))
     classes = 10
-    mult, shift = _per_channel(classes)
     logits = mem.alloc(classes)
     descs.append(tasks.encode_task(
-        "FULLY_CONNECTED", tasks.FC_PER_CHANNEL | tasks.FC_DOUBLE_SCALE, input=flat,
-        weights=mem.put(_pattern((classes, 64))), bias=mem.put(_pattern((classes,), np.int32)),
-        output=logits, rows=1, in_features=64, out_features=classes, mult_iova=mem.put(mult),
-        shift_iova=mem.put(shift), scale_iova=mem.put(np.full(classes, 0.004)),
-        input_zp=7, output_zp=-5, act_min=-128, act_max=127))
+        "FULLY_CONNECTED", tasks.FC_DOUBLE_SCALE, input=flat, weights=mem.put(_pattern((classes, 64))),
+        bias=mem.put(_pattern((classes,), np.int32)), output=logits, rows=1, in_features=64,
+        out_features=classes, multiplier=1 << 30, shift=-7, scale=0.004, input_zp=7, output_zp=-5,
+        act_min=-128, act_max=127))
     beta_multiplier, beta_shift, diff_min = softmax_params(1.0, 0.1)
-    descs.append(tasks.encode_task("SOFTMAX", input=logits, output=mem.alloc(classes), rows=1, depth=classes,
+    probabilities = mem.alloc(classes)
+    descs.append(tasks.encode_task("SOFTMAX", input=logits, output=probabilities, rows=1, depth=classes,
                                    input_beta_multiplier=beta_multiplier, input_beta_left_shift=beta_shift,
                                    diff_min=diff_min))
+    descs.append(tasks.encode_task("DEQUANTIZE", input=probabilities, output=mem.alloc(4 * classes),
+                                   count=classes, scale=1 / 256, zero_point=-128))
     return descs
 
 

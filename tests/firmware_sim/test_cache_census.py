@@ -22,7 +22,7 @@ def _run_network(mem: ChipMemory, times: int) -> None:
     at = mem.put(np.frombuffer(command, np.uint8))
     for _ in range(times):
         result = run_job(mem.dma, ASID, at, len(command), HardwareProfile())
-        assert result.status == 0 and result.task_index == 8, result
+        assert result.status == 0 and result.task_index == 10, result
 
 
 def test_every_cache_counts_its_entries() -> None:

@@ -361,4 +361,4 @@ def test_the_self_test_job_runs_every_task_decoded_and_replayed() -> None:
     from firmware_sim.self_test import self_test
     first, replayed = self_test()
     assert first.status == replayed.status == 0
-    assert first.task_index == replayed.task_index == 8
+    assert first.task_index == replayed.task_index == 10
