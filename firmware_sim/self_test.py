@@ -39,10 +39,10 @@ class _Memory:
     def __init__(self, bus: Path):
         with open(memory.bo_path(bus, BO), "wb") as f:
             f.truncate(MEMORY_BYTES)
-        table = np.zeros(iommu.PT_ENTRIES, iommu.PTE_DTYPE)
-        table[:MEMORY_BYTES // iommu.PAGE_SIZE] = iommu.make_ptes(BO, 0, MEMORY_BYTES // iommu.PAGE_SIZE,
-                                                                 True, True)
-        table.tofile(memory.page_table_path(bus, ASID))
+        pages = MEMORY_BYTES // iommu.PAGE_SIZE
+        with open(memory.page_table_path(bus, ASID), "wb") as f:
+            f.truncate(iommu.PT_ENTRIES * iommu.PTE_DTYPE.itemsize)   # sparse: only the entries written take memory
+            f.write(np.asarray(iommu.make_ptes(BO, 0, pages, True, True), iommu.PTE_DTYPE).tobytes())
         self.bo = memory.bo_path(bus, BO)
         self.dma = DmaEngine(bus)
         self.next = 0

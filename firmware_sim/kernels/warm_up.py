@@ -29,7 +29,11 @@ def warm_up() -> None:
     if native.library() is not None:
         _c_kernels()
     from firmware_sim.self_test import self_test  # not at the top: the executor imports the kernels
-    failed = [r for r in self_test() if r.status]
+    try:
+        failed = [r for r in self_test() if r.status]
+    except OSError as exc:      # no room for its private memory: the core serves jobs all the same
+        print(f"chip: the self-test job could not run: {exc}", file=sys.stderr, flush=True)
+        return
     if failed:
         print(f"chip: the self-test job failed: {failed[0]}", file=sys.stderr, flush=True)
 
