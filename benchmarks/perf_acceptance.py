@@ -34,6 +34,7 @@ from typing import Any
 import numpy as np
 
 import libnpu
+from benchmarks import rss_breakdown
 from benchmarks.scratch_device import ScratchDevice, rss_bytes
 from libnpu.portability import Session
 from libnpu.tools import bench
@@ -42,6 +43,21 @@ from libnpu.tools.models import LiteRT, resolve
 from libnpu.tools.run import random_inputs
 
 MODELS = ("resnet8", "vww", "kws")
+RSS_SLACK_MB = 1.0
+"""What may stay after the models are unloaded, and why (measured 2026-11-24): the daemon's
+first requests of some kinds fault numpy code pages in once (+0.25 MB), and each core
+keeps a few pages of libc/libm code (+0.13 MB) that the first model's jobs touch beyond
+the self-test job (firmware_sim/self_test.py). Loading, running and unloading the three
+models three times grows the device by +0.53, +0.64, +0.68 MB: pages touched once. This
+script's whole run (``npu bench model`` with several requests, NOPs from 4 processes)
+left +2.1 MB (+1.4 MB anonymous, ~0.5 MB in each core's anonymous mappings), and
+repeating its model part grows it by less each round (+1.79, +2.09, +2.26 MB). In a core,
+tracemalloc finds only +14 kB of live Python objects after the unload and every cache is
+empty (caches.census): the rest is CPython's small-object arenas, which keep the pages of
+pools freed inside an arena that still holds any object (the high-water mark of a job's
+Python objects), not objects kept. The bar stays where pages touched once put it, so
+that line fails until that is reduced. ``python -m benchmarks.rss_breakdown`` names the
+pages."""
 
 
 class Report:
@@ -63,17 +79,45 @@ def _pids(dev: ScratchDevice) -> list[int]:
     return [p for p in (dev.daemon_pid, dev.chip_main(), *dev.chip_cores()) if p]
 
 
-def _rss_mb(dev: ScratchDevice) -> float:
-    return sum(rss_bytes(p) for p in _pids(dev)) / 2 ** 20
+RSS_SAMPLES = 5          # memory figures are medians of this many samples, RSS_PERIOD_S apart
+RSS_PERIOD_S = 0.2
 
 
-def _anonymous_mb(dev: ScratchDevice) -> float:
-    """Summed anonymous memory (heap, caches; not the libraries' file pages)."""
-    total = 0
-    for pid in _pids(dev):
-        with open(f"/proc/{pid}/smaps_rollup") as f:
-            total += sum(int(line.split()[1]) for line in f if line.startswith("Anonymous:"))
-    return total / 1024
+def _memory_mb(dev: ScratchDevice) -> dict[str, float]:
+    """Summed over the device's processes: resident (RSS), anonymous (heap, caches; not
+    the libraries' file pages) and proportional (PSS: a page shared by the chip's forked
+    processes counted once, not once per process as RSS does) MB, each the median of
+    RSS_SAMPLES samples."""
+    samples: dict[str, list[float]] = {"rss": [], "anonymous": [], "pss": []}
+    for i in range(RSS_SAMPLES):
+        if i:
+            time.sleep(RSS_PERIOD_S)
+        samples["rss"].append(sum(rss_bytes(p) for p in _pids(dev)) / 2 ** 20)
+        rollup = {"Anonymous:": 0, "Pss:": 0}
+        for pid in _pids(dev):
+            with open(f"/proc/{pid}/smaps_rollup") as f:
+                for line in f:
+                    key = line.split(maxsplit=1)[0]
+                    if key in rollup:
+                        rollup[key] += int(line.split()[1])
+        samples["anonymous"].append(rollup["Anonymous:"] / 1024)
+        samples["pss"].append(rollup["Pss:"] / 1024)
+    return {name: float(np.median(values)) for name, values in samples.items()}
+
+
+def check_memory_back(dev: ScratchDevice, report: Report, idle: dict[str, float],
+                      idle_shot: dict, slack_mb: float) -> None:
+    """Issue 15's "back to the idle figure after models are unloaded": the summed RSS and
+    anonymous memory, medians of several samples taken once the models and clients are
+    gone, against the idle medians; what grew is listed per process and mapping."""
+    time.sleep(1.0)                     # the models are closed: their buffers freed
+    after = _memory_mb(dev)
+    print(rss_breakdown.growth(idle_shot, rss_breakdown.snapshot(dev)))
+    for name, label in (("rss", "RSS"), ("anonymous", "anonymous memory")):
+        grew = after[name] - idle[name]
+        report.check(f"{label} after the models were unloaded, over idle", grew, slack_mb, grew <= slack_mb,
+                     " MB", f"idle {idle[name]:.1f} MB, after {after[name]:.1f} MB (medians of {RSS_SAMPLES}); "
+                     f"PSS idle {idle['pss']:.1f} MB, after {after['pss']:.1f} MB")
 
 
 def check_models(dev: ScratchDevice, report: Report, seconds: float, inputs: int,
@@ -168,27 +212,22 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--seconds", type=float, default=2.0, help="duration of each timed loop")
     ap.add_argument("--inputs", type=int, default=20, help="random inputs per model checked against LiteRT")
-    ap.add_argument("--rss-slack-mb", type=float, default=5.0, help="RSS growth still 'back to idle'")
+    ap.add_argument("--rss-slack-mb", type=float, default=RSS_SLACK_MB,
+                    help="memory growth still 'back to idle' (see RSS_SLACK_MB)")
     ap.add_argument("--json", action="store_true", help="print the criteria as JSON at the end")
     args = ap.parse_args(argv)
     report = Report()
     print(f"load average at start: {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs", flush=True)
     with ScratchDevice(cores=2) as dev:
         time.sleep(1.0)
-        idle, idle_anon = _rss_mb(dev), _anonymous_mb(dev)
-        report.check("idle RSS of the device's processes (daemon, chip, cores)", idle, 150, idle <= 150, " MB")
+        idle, idle_shot = _memory_mb(dev), rss_breakdown.snapshot(dev)
+        report.check("idle RSS of the device's processes (daemon, chip, cores)", idle["rss"], 150,
+                     idle["rss"] <= 150, " MB", f"median of {RSS_SAMPLES}; PSS {idle['pss']:.1f} MB")
         cache = dev.tmp / "cache"
         check_models(dev, report, args.seconds, args.inputs, cache)
         check_nop_tasks(dev, report)
         check_nop_load(dev, report, args.seconds)
-        time.sleep(1.0)                     # the models are closed: their buffers freed
-        after, after_anon = _rss_mb(dev), _anonymous_mb(dev)
-        report.check("RSS after the models were unloaded, over idle", after - idle, args.rss_slack_mb,
-                     after - idle <= args.rss_slack_mb, " MB", f"idle {idle:.1f} MB, after {after:.1f} MB "
-                     "(includes the file pages of libraries the kernels touched, e.g. libdnnl)")
-        report.check("anonymous memory after the models were unloaded, over idle", after_anon - idle_anon,
-                     args.rss_slack_mb, after_anon - idle_anon <= args.rss_slack_mb, " MB",
-                     f"idle {idle_anon:.1f} MB, after {after_anon:.1f} MB")
+        check_memory_back(dev, report, idle, idle_shot, args.rss_slack_mb)
     print(f"load average at end: {os.getloadavg()[0]:.2f}")
     passed = sum(r["passed"] for r in report.rows)
     print(f"{passed} of {len(report.rows)} criteria passed")

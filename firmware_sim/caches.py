@@ -13,6 +13,9 @@ address space (``memfd:npu-bo<id>`` disappears from /proc/<pid>/maps).
 Caches keyed only by contents (descriptor bytes, quantization parameters) and holding
 copies never refer to device memory: they register without a hook, so the list is
 complete and docs/hardware.md can describe all of them from here.
+
+Every cache also says how many entries it holds (``entries``): :func:`census` counts
+them, so a test can check that a closed context leaves nothing behind.
 """
 from __future__ import annotations
 
@@ -20,7 +23,7 @@ import ctypes
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-__all__ = ["Cache", "register", "registered", "invalidate", "clear", "AddressRange"]
+__all__ = ["Cache", "register", "registered", "invalidate", "clear", "census", "AddressRange"]
 
 AddressRange = tuple[int, int]
 """[start, end) of a host mapping of a released buffer object, in this process."""
@@ -30,22 +33,35 @@ Invalidate = Callable[[int, int, Sequence[AddressRange]], None]
 
 @dataclass(frozen=True)
 class Cache:
-    """One of the chip's caches: its name, what it holds, and its invalidation hook
-    (``hook(asid, bo_id, released)``; bo_id 0 means the whole ASID), if it needs one."""
+    """One of the chip's caches: its name, what it holds, its invalidation hook
+    (``hook(asid, bo_id, released)``; bo_id 0 means the whole ASID), if it needs one, how
+    to empty it, how many entries it holds, and whether its entries are keyed by
+    contents (then a whole ASID's invalidation empties it: nobody knows whose they are)."""
     name: str
     holds: str
     hook: Invalidate | None = None
     clear: Callable[[], None] | None = None
+    entries: Callable[[], int] | None = None
+    by_contents: bool = True
 
 
 _CACHES: dict[str, Cache] = {}
 
 
 def register(name: str, holds: str, hook: Invalidate | None = None,
-             clear: Callable[[], None] | None = None) -> Cache:
-    """Declare a cache (idempotent per name: a module imported again replaces its entry)."""
-    cache = _CACHES[name] = Cache(name, holds, hook, clear)
+             clear: Callable[[], None] | None = None, *, entries: Callable[[], int] | None = None,
+             by_contents: bool | None = None) -> Cache:
+    """Declare a cache (idempotent per name: a module imported again replaces its entry).
+    ``by_contents`` defaults to "has no hook"."""
+    cache = _CACHES[name] = Cache(name, holds, hook, clear, entries,
+                                  hook is None if by_contents is None else by_contents)
     return cache
+
+
+def census() -> dict[str, int]:
+    """Entries held by each cache that counts them (every one but the IOTLB, which is
+    per DMA engine), by name."""
+    return {c.name: c.entries() for c in _CACHES.values() if c.entries is not None}
 
 
 def registered() -> list[Cache]:
@@ -67,7 +83,7 @@ def invalidate(dma, asid: int, bo_id: int = 0) -> None:
             cache.hook(asid, bo_id, released)
     if not bo_id:
         for cache in _CACHES.values():
-            if cache.hook is None and cache.clear is not None:
+            if cache.by_contents and cache.clear is not None:
                 cache.clear()
         _trim_heap()
 

@@ -100,4 +100,5 @@ def _drop(asid: int, bo_id: int, released) -> None:
 
 caches.register("job_plans", "decoded command buffers by (ASID, address, size) with a copy of "
                 "their bytes, holding the tasks' bound C calls (views of the operands): an ASID's "
-                "plans are dropped on any invalidation of it", _drop, _PLANS.clear)
+                "plans are dropped on any invalidation of it", _drop, _PLANS.clear,
+                entries=lambda: len(_PLANS))

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .. import caches
 from ..errors import InvalidCommand
 from . import native
 from .fixedpoint import (
@@ -97,6 +98,11 @@ def _softmax_tables(beta_multiplier: int, beta_left_shift: int,
             _SOFTMAX_TABLES.clear()
         _SOFTMAX_TABLES[key] = tables
     return tables
+
+
+caches.register("softmax_tables", "int8 SOFTMAX exp and sum-term tables by (beta multiplier, shift, "
+                "diff_min) (contents only: never invalidated)", None, _SOFTMAX_TABLES.clear,
+                entries=lambda: len(_SOFTMAX_TABLES))
 
 
 def softmax(x: np.ndarray, *, input_beta_multiplier: int, input_beta_left_shift: int,

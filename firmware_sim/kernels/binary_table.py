@@ -89,4 +89,5 @@ def clear() -> None:
 
 
 caches.register("binary_table", "ADD/MUL 256 x 256 result tables, by quantization parameters "
-                "(contents only: never invalidated)", None, clear)
+                "(contents only: never invalidated)", None, clear,
+                entries=lambda: len(_tables))

@@ -247,7 +247,8 @@ def _requant_plan(bias, multiplier, shift, output_zp, act_min, act_max, acc_boun
 
 
 caches.register("requant_plans", "conv requantization plans, by bias/multiplier/shift bytes "
-                "(own copies of them: never invalidated)", None, _REQUANT_PLANS.clear)
+                "(own copies of them: never invalidated)", None, _REQUANT_PLANS.clear,
+                entries=lambda: len(_REQUANT_PLANS))
 
 
 def _prepare_filters(w: np.ndarray, groups: int) -> tuple[np.ndarray, int]:

@@ -64,7 +64,7 @@ def clear() -> None:
 
 
 caches.register("unary_tables", "int8 unary-op tables by parameters (contents only: never "
-                "invalidated)", None, clear)
+                "invalidated)", None, clear, entries=lambda: len(_tables))
 
 
 def _check(x: np.ndarray) -> None:

@@ -4,9 +4,13 @@ The first call of a kernel costs far more than the next ones: oneDNN generates i
 code on first use, and the pages of the libraries' code are faulted into the process
 then. Done when a core starts (in the core's own process: a forked child faults file
 pages in again itself), a model's first inference does not pay for it, and a core's
-memory after a model is unloaded is close to what it was idle.
+memory after a model is unloaded is close to what it was idle. Then the core's
+power-on self-test (``firmware_sim.self_test``) runs the same operators as one job
+through the executor, for the pages of the decoding, binding and replay paths.
 """
 from __future__ import annotations
+
+import sys
 
 import numpy as np
 
@@ -21,9 +25,20 @@ def _pattern(shape: tuple[int, ...]) -> np.ndarray:
 
 
 def warm_up() -> None:
-    """Each C kernel once (no-op without the C kernels)."""
-    if native.library() is None:
+    """Each C kernel once (when built), then the self-test job."""
+    if native.library() is not None:
+        _c_kernels()
+    from firmware_sim.self_test import self_test  # not at the top: the executor imports the kernels
+    try:
+        failed = [r for r in self_test() if r.status]
+    except OSError as exc:      # no room for its private memory: the core serves jobs all the same
+        print(f"chip: the self-test job could not run: {exc}", file=sys.stderr, flush=True)
         return
+    if failed:
+        print(f"chip: the self-test job failed: {failed[0]}", file=sys.stderr, flush=True)
+
+
+def _c_kernels() -> None:
     # Fixed patterns, not numpy.random: its modules would add their pages to every core.
     x = _pattern((1, 8, 8, 16))
     one, shift = np.array([1 << 30], np.int32), np.array([-8], np.int32)

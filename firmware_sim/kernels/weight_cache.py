@@ -99,4 +99,5 @@ def drop_released(asid: int, bo_id: int, released) -> None:
 
 caches.register("weight_cache", "float32 conversions of weights, by the weights' host address, "
                 "shape and strides, with a copy of their int8 bytes (entries whose weights lived "
-                "in a released buffer are dropped)", drop_released, clear)
+                "in a released buffer are dropped)", drop_released, clear,
+                entries=lambda: len(_entries))

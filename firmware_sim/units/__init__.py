@@ -63,4 +63,5 @@ def task_cost(opcode: int, desc: np.void) -> tuple[int, int]:
 
 
 caches.register("costs", "(macs, bytes) of each descriptor, by its bytes (a pure function: "
-                "no device memory, never invalidated)", None, _COSTS.clear)
+                "no device memory, never invalidated)", None, _COSTS.clear,
+                entries=lambda: len(_COSTS))

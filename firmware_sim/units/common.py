@@ -167,11 +167,12 @@ def plan(kind: str, desc: np.void, parse: Callable[[np.void], tuple]) -> Plan:
 def _unbind_plans(asid: int, bo_id: int, released) -> None:
     # A bound call holds views of the buffers it ran on: drop them all, so a released
     # buffer is unmapped now (also one the IOTLB had already evicted, which ``released``
-    # does not list). The decoded fields hold no device memory and stay.
+    # does not list). The decoded fields hold no device memory: they stay until a whole
+    # ASID is invalidated (a context closed), which empties this cache (by_contents).
     for p in _PLANS.values():
         p.bound = None
 
 
 caches.register("plans", "decoded descriptors by their bytes, and the C kernels' bound calls "
                 "(which hold views of the operands' buffers: dropped on every invalidation)",
-                _unbind_plans, _PLANS.clear)
+                _unbind_plans, _PLANS.clear, entries=lambda: len(_PLANS), by_contents=True)

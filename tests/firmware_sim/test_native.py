@@ -462,13 +462,22 @@ def test_softmax_reruns_in_c_as_numpy_computes(seed: int) -> None:
         activations.softmax(x, **kw)
 
 
-def test_warm_up_runs_every_c_kernel_without_touching_shared_state() -> None:
-    """A core's start-up warm-up: runs, twice, and leaves no cached table or plan behind
-    that a model could pick up (it uses only its own arrays)."""
+def test_warm_up_runs_every_c_kernel_and_leaves_no_cache_entry() -> None:
+    """A core's start-up warm-up (the C kernels, then the self-test job through the
+    executor): runs, twice, and leaves no job plan, decoded descriptor or table behind
+    that a model could pick up: the self-test's state leaves by the invalidation path."""
+    from firmware_sim import caches, job_plans
     from firmware_sim.kernels import binary_table
     from firmware_sim.kernels.warm_up import warm_up
     from firmware_sim.units import common
-    tables, plans = dict(binary_table._tables), dict(common._PLANS)
+    caches.clear()                      # as in a starting core
     warm_up()
     warm_up()
-    assert dict(common._PLANS) == plans and set(binary_table._tables) == set(tables)
+    assert not common._PLANS and not binary_table._tables and not job_plans._PLANS
+
+
+def test_the_self_test_job_runs_every_task_decoded_and_replayed() -> None:
+    from firmware_sim.self_test import self_test
+    first, replayed = self_test()
+    assert first.status == replayed.status == 0
+    assert first.task_index == replayed.task_index == 10
