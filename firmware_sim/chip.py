@@ -28,7 +28,7 @@ import numpy as np
 
 from firmware_sim.core import DEFAULT_WATCHDOG_MS, Core, completion_cause, raise_irq, write_completion
 from firmware_sim.executor import JobResult
-from firmware_sim.spec import memory, profiles, regs, ring
+from firmware_sim.spec import memory, profiles, queues, regs, ring
 from firmware_sim.spec.memory import map_file
 from firmware_sim.timing import HardwareProfile
 
@@ -57,8 +57,11 @@ def core_address_space(device_memory: int) -> int:
 
 class Chip:
     def __init__(self, bus: Path, doorbell_fds: list[int], irq_fd: int, profile: HardwareProfile,
-                 ring_entries: int, device_memory: int = 0):
+                 ring_entries: int, device_memory: int = 0, queue_doorbell_fds: list[int] | None = None,
+                 queue_completion_fds: list[int] | None = None):
         self.bus, self.doorbell_fds, self.irq_fd, self.profile = bus, doorbell_fds, irq_fd, profile
+        self.queue_doorbell_fds = queue_doorbell_fds or []
+        self.queue_completion_fds = queue_completion_fds or []
         self.address_space = core_address_space(device_memory)
         self._regs_map = map_file(memory.regs_path(bus))
         self.regs = regs.RegisterView(self._regs_map)
@@ -98,7 +101,9 @@ class Chip:
                 resource.setrlimit(resource.RLIMIT_CORE, (0, 0))   # a dying core is recovered, not dumped
                 if self.address_space:
                     resource.setrlimit(resource.RLIMIT_AS, (self.address_space, self.address_space))
-                unit = Core(self.bus, core, self.doorbell_fds[core], self.irq_fd, self.profile)
+                unit = Core(self.bus, core, self.doorbell_fds[core], self.irq_fd, self.profile,
+                            self.queue_doorbell_fds, self.queue_completion_fds)
+                unit.finish_aborted_user_job()
                 unit.drain_ring()      # entries queued before a reset/respawn
                 profile_path = os.environ.get("NPU_PROFILE_CHIP")  # developer aid: cProfile each core
                 if profile_path:
@@ -205,7 +210,15 @@ class Chip:
         bank = regs.core_bank(core)
         job_id = self.regs.read64(bank + regs.CURRENT_JOB)
         cause = regs.IRQ_CORE_RESTART
-        if job_id:
+        if job_id & queues.USER_JOB_BIT:
+            # A user-queue job: the restarted core posts its completion in its own queue
+            # (Core.finish_aborted_user_job); the kernel ring and queue are not the job's.
+            if status == -errno.ETIMEDOUT and job_id != overdue:
+                status = -errno.EIO
+            self.regs.write32(bank + regs.UQ_ABORT_STATUS, status)
+            cause |= regs.IRQ_WATCHDOG if status == -errno.ETIMEDOUT else 0
+            self.regs.write64(bank + regs.CURRENT_JOB, 0)
+        elif job_id:
             if status == -errno.ETIMEDOUT and job_id != overdue:
                 status = -errno.EIO
             tail = self.regs.read32(bank + regs.CQ_TAIL)
@@ -238,6 +251,8 @@ class Chip:
             self.regs.write32(bank + regs.PQ_TAIL, self.regs.read32(bank + regs.PQ_HEAD))
             self.regs.write32(bank + regs.IRQ_STATUS, 0)
             self.regs.write64(bank + regs.CURRENT_JOB, 0)
+            self.regs.write32(bank + regs.UQ_SLOT, 0)          # a user-queue job running is dropped too
+            self.regs.write32(bank + regs.UQ_ABORT_STATUS, 0)
             self.regs.write32(bank + regs.CORE_STATE, regs.CORE_IDLE)
             self.died_before_entry[core] = None
         for core in range(self.num_cores):
@@ -265,6 +280,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--doorbell-fds", required=True, help="comma-separated eventfds, one per core")
     parser.add_argument("--irq-fd", required=True, type=int)
     parser.add_argument("--ring-entries", type=int, default=ring.DEFAULT_RING_ENTRIES)
+    parser.add_argument("--queue-doorbell-fds", default="",
+                        help="comma-separated eventfds, one per user-queue slot: the clients' doorbells")
+    parser.add_argument("--queue-completion-fds", default="",
+                        help="comma-separated eventfds, one per user-queue slot: the completion lines")
     parser.add_argument("--memory", type=int, default=0,
                         help="device memory in bytes: bounds each core's address space (0: no bound)")
     parser.add_argument("--profile", choices=sorted(profiles.PROFILES), default=profiles.DEFAULT_PROFILE,
@@ -275,7 +294,12 @@ def main(argv: list[str] | None = None) -> int:
     die_with_parent()
     profile = HardwareProfile.named(args.profile, idle_poll_ns=args.idle_poll_us * 1000)
     doorbells = [int(fd) for fd in args.doorbell_fds.split(",")]
-    Chip(args.bus, doorbells, args.irq_fd, profile, args.ring_entries, args.memory).run()
+    queue_doorbells = [int(fd) for fd in args.queue_doorbell_fds.split(",") if fd]
+    queue_completions = [int(fd) for fd in args.queue_completion_fds.split(",") if fd]
+    if len(queue_doorbells) != len(queue_completions) or len(queue_doorbells) not in (0, queues.QUEUE_SLOTS):
+        parser.error(f"give {queues.QUEUE_SLOTS} queue doorbells and as many completion lines, or none")
+    Chip(args.bus, doorbells, args.irq_fd, profile, args.ring_entries, args.memory, queue_doorbells,
+         queue_completions).run()
     return 0
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import errno
 import mmap
 import os
+import select
 import time
 from pathlib import Path
 
@@ -19,15 +20,21 @@ from firmware_sim.dma import DmaEngine
 from firmware_sim.executor import JobResult, TaskHook, run_job
 from firmware_sim.idle_poll import IdlePoll
 from firmware_sim.kernels.warm_up import warm_up
-from firmware_sim.spec import memory, regs, ring
+from firmware_sim.spec import memory, queues, regs, ring
 from firmware_sim.spec.memory import map_file
 from firmware_sim.timing import HardwareProfile
+from firmware_sim.user_queues import JOBS_PER_TURN, ServedQueue, UserQueues, abort_status
+
+# While the core serves user queues it sleeps at most this long: a client that skipped the
+# doorbell because the core was polling, just as the core went to sleep, waits no longer.
+QUEUE_SLEEP_MS = 50
 
 
 class Core:
     """The state of one core, as seen from inside it."""
 
-    def __init__(self, bus: Path, core: int, doorbell_fd: int, irq_fd: int, profile: HardwareProfile):
+    def __init__(self, bus: Path, core: int, doorbell_fd: int, irq_fd: int, profile: HardwareProfile,
+                 queue_doorbell_fds: list[int] | None = None, queue_completion_fds: list[int] | None = None):
         self.core, self.doorbell_fd, self.irq_fd, self.profile = core, doorbell_fd, irq_fd, profile
         self._regs_map = map_file(memory.regs_path(bus))
         self.regs = regs.RegisterView(self._regs_map)
@@ -38,6 +45,8 @@ class Core:
         self.dma = DmaEngine(bus)
         self.bus = bus
         self.pq: mmap.mmap | bytes | None = None     # the profile queue, mapped at the first profiled job
+        self.queues = UserQueues(bus, core, self.regs, self.dma, queue_doorbell_fds or [],
+                                 queue_completion_fds or [])
         warm_up()   # each C kernel once: a model's first job does not pay for code generation
 
     def reg(self, offset: int) -> int:
@@ -48,30 +57,125 @@ class Core:
 
     def run_forever(self) -> None:
         self.set_reg(regs.CORE_STATE, regs.CORE_IDLE)
-        tail_reg, head_reg = self.bank + regs.RING_TAIL, self.bank + regs.RING_HEAD
         read32, clock = self.regs.read32, time.monotonic_ns
+        tail_reg, head_reg = self.bank + regs.RING_TAIL, self.bank + regs.RING_HEAD
         poll = IdlePoll(self.profile.idle_poll_ns)
         idle_since = polled = 0
         while True:
-            os.read(self.doorbell_fd, 8)   # sleep until the KMD rings the doorbell
+            self.sleep()   # until the KMD or a client rings a doorbell
             if idle_since:
                 poll.record(clock() - idle_since, polled)
-            self.drain_ring()
-            # Hybrid polling: watch the tail register for a while (adaptive, see
-            # idle_poll) before sleeping again, so back-to-back jobs skip the wake-up.
+            self.queues.set_polling(True)
+            self.drain_all()
+            # Hybrid polling: watch the ring's tail and the queues' tails for a while
+            # (adaptive, see idle_poll) before sleeping again, so back-to-back jobs skip the wake-up.
             while True:
                 idle_since = clock()
                 polled = poll.window()
                 deadline, arrived = idle_since + polled, False
                 while clock() < deadline:
-                    if read32(tail_reg) != read32(head_reg):
+                    if read32(tail_reg) != read32(head_reg) or self.queues.has_work():
                         arrived = True
                         break
                     os.sched_yield()   # any runnable host process (the KMD, a client) goes first
                 if not arrived:
+                    # Clients ring the doorbell from now on; work that came just before is taken first.
+                    self.queues.set_polling(False)
+                    if read32(tail_reg) != read32(head_reg) or self.queues.has_work():
+                        self.queues.set_polling(True)
+                        self.drain_all()
+                        continue
                     break
                 poll.record(clock() - idle_since, polled)
+                self.drain_all()
+
+    def sleep(self) -> None:
+        """Block on the kernel doorbell and the served queues' doorbells, and consume them."""
+        self.queues.refresh()
+        doorbells = self.queues.doorbells()
+        if not doorbells:
+            os.read(self.doorbell_fd, 8)
+            return
+        poller = select.poll()
+        for fd in (self.doorbell_fd, *doorbells):
+            poller.register(fd, select.POLLIN)
+        for fd, _ in poller.poll(QUEUE_SLEEP_MS):
+            try:
+                os.read(fd, 8)
+            except BlockingIOError:     # someone else (a client reading its own doorbell) took it
+                pass
+
+    def drain_all(self) -> None:
+        """Run everything there is: the kernel ring, then the user queues a round at a time,
+        the kernel ring drained again before each user-queue job."""
+        while True:
+            self.drain_ring()
+            self.queues.refresh()
+            if not self.serve_queues():
+                return
+
+    def serve_queues(self) -> int:
+        """One round over the served queues, by priority, at most JOBS_PER_TURN jobs each."""
+        ran = 0
+        for q in self.queues.served:
+            for _ in range(JOBS_PER_TURN):
+                entry = self.queues.next_entry(q)
+                if entry is None:
+                    break
+                self.run_user_job(q, *entry)
+                ran += 1
                 self.drain_ring()
+                if self.queues.refresh():     # the table changed: start a new round
+                    return ran
+        return ran
+
+    def run_user_job(self, q: ServedQueue, seq: int, cmd_iova: int, cmd_size: int, timeout_ms: int,
+                     flags: int) -> None:
+        """Run a user-queue job and post its completion in its queue; the same register order
+        as ``run_job_entry`` (UQ_SLOT / UQ_SEQ name the job for the watchdog), no interrupt."""
+        bank = self.bank
+        watchdog_ms = self.regs.read32(regs.WATCHDOG_MS) or DEFAULT_WATCHDOG_MS
+        timeout_ms = min(timeout_ms or watchdog_ms, q.timeout_cap_ms or watchdog_ms)
+        started = time.monotonic_ns()
+        self.regs.write64(bank + regs.JOB_START_NS, started)
+        self.set_reg(regs.JOB_TIMEOUT_MS, timeout_ms)
+        self.set_reg(regs.UQ_SLOT, q.slot + 1)
+        self.regs.write64(bank + regs.UQ_SEQ, seq)
+        self.regs.write64(bank + regs.CURRENT_JOB, queues.user_job_id(q.slot, seq))
+        self.set_reg(regs.CORE_STATE, regs.CORE_BUSY)
+        if flags != queues.ENTRY_FLAGS:
+            result = JobResult(status=-errno.EINVAL)
+        else:
+            result = self.execute(q.asid, cmd_iova, cmd_size)
+            if self.regs.read32(regs.PACING) & regs.PACING_ON and result.status == 0:
+                modeled_ns = self.profile.nanoseconds(result.cycles)
+                if modeled_ns >= timeout_ms * 1_000_000:
+                    result.status = -errno.ETIMEDOUT
+                else:
+                    pace_until(started + modeled_ns)
+        result.exec_ns = time.monotonic_ns() - started
+        self.queues.post(q, seq, result.status, result.cycles, self.profile.nanoseconds(result.cycles),
+                         result.fault_iova, result.exec_ns)
+        self.regs.write64(bank + regs.CURRENT_JOB, 0)
+        self.set_reg(regs.UQ_SLOT, 0)
+        self.regs.write64(bank + regs.BUSY_NS, self.regs.read64(bank + regs.BUSY_NS) + result.exec_ns)
+        self.regs.write64(bank + regs.BUSY_CYCLES, self.regs.read64(bank + regs.BUSY_CYCLES) + result.cycles)
+        self.set_reg(regs.CORE_STATE, regs.CORE_IDLE)
+
+    def finish_aborted_user_job(self) -> None:
+        """Post the completion of the user-queue job the watchdog failed (the previous process
+        of this core died or hung in it), in its own queue, at most once."""
+        slot = self.reg(regs.UQ_SLOT) - 1
+        if slot < 0:
+            return
+        seq = self.regs.read64(self.bank + regs.UQ_SEQ)
+        status = abort_status(self.regs, self.bank)
+        self.queues.refresh()
+        q = self.queues.find(slot)
+        if q is not None and q.done < seq:
+            self.queues.post(q, seq, status, 0, 0, 0, 0)
+        self.set_reg(regs.UQ_ABORT_STATUS, 0)
+        self.set_reg(regs.UQ_SLOT, 0)
 
     def drain_ring(self) -> None:
         head = self.reg(regs.RING_HEAD)
@@ -85,6 +189,10 @@ class Core:
                 if opcode == ring.OP_INVALIDATE:
                     caches.invalidate(self.dma, asid, bo_id)
                 self.set_reg(regs.RING_HEAD, following)
+                if opcode == ring.OP_INVALIDATE:
+                    # After RING_HEAD: a KMD that sees the count knows no job started before
+                    # the invalidation still runs (it gives freed memory back then).
+                    self.set_reg(regs.INVAL_DONE, self.reg(regs.INVAL_DONE) + 1)
             head = following
 
     def run_job_entry(self, job_id: int, asid: int, cmd_iova: int, cmd_size: int, timeout_ms: int,

@@ -34,6 +34,7 @@ from kmd_fuse import uapi
 from kmd_fuse.uapi import NpuError, sysfs_layout
 from libnpu import properties
 from libnpu.transport import BufferSocket, DeviceFile
+from libnpu.user_queue import QueueFence, UserQueue
 
 log = logging.getLogger("libnpu")
 
@@ -196,6 +197,7 @@ class Device:
         self._lock = threading.Lock()
         self.buffers: dict[int, Memory] = {}
         self.settings = properties.defaults()    # the writable properties; models loaded here start with them
+        self.queues: list[UserQueue] = []        # user queues created here (closed with the device)
 
     # ---- properties (OpenVINO's names: libnpu.properties) ----
     def get_property(self, name: str) -> Any:
@@ -423,6 +425,44 @@ class Device:
         return JobTiming(fence_id, reply.core, reply.status, bool(reply.complete), reply.submit_ns, reply.start_ns,
                          reply.end_ns, reply.signal_ns, reply.cycles, reply.device_time_ns, records)
 
+    # ---- user-mode submission queues (ABI 2.4) ----
+    def create_queue(self, entries: int = 0, priority: int = PRIO_NORMAL) -> UserQueue:
+        """A user-mode submission queue of this context (QUEUE_CREATE): jobs submitted on it
+        go to the chip and their completions come back without a request to the driver.
+        NpuError: ENOTTY from a driver without queues, EMFILE past the context's or the
+        user's limit, ENOSPC when the chip serves as many queues as it can."""
+        req = uapi.new_payload(uapi.NPU_CMD_QUEUE_CREATE)
+        req.entries, req.priority = entries, priority
+        reply = self.file.request(uapi.NPU_CMD_QUEUE_CREATE, req)
+        path = uapi.c_string(reply.socket_path)
+        fds: list[int] = []
+        try:
+            for token in (reply.memory_token, reply.doorbell_token, reply.completion_token):
+                fds.append(self.buffer_socket.receive(path, token)[0])
+            queue = UserQueue(fds[0], reply.size, fds[1], fds[2], queue_id=reply.queue_id, entries=reply.entries,
+                              iova=reply.iova, core=reply.core, timeout_cap_ms=reply.timeout_cap_ms)
+        except BaseException:
+            for fd in fds[1:]:
+                os.close(fd)
+            raise
+        finally:
+            if fds:
+                os.close(fds[0])      # the mapping keeps the memory
+        with self._lock:
+            self.queues.append(queue)
+        return queue
+
+    def queue_submit(self, queue: UserQueue, commands: CommandBuffer | Memory | None, *, size: int | None = None,
+                     offset: int = 0, timeout_ms: int = 0) -> QueueFence:
+        """``submit`` on a user queue: the command buffer as ``submit`` takes it (no buffer
+        list: the chip's IOMMU checks every access in this context's address space)."""
+        if isinstance(commands, CommandBuffer):
+            return queue.submit(commands.address, commands.used if size is None else size, timeout_ms)
+        if isinstance(commands, Memory):
+            return queue.submit(commands.address + offset, commands.size - offset if size is None else size,
+                                timeout_ms)
+        return queue.submit(0, 0, timeout_ms)
+
     def reset(self) -> int:
         """Reset the device (root only); returns the reset count."""
         return self.file.request(uapi.NPU_CMD_RESET).reset_count
@@ -432,6 +472,9 @@ class Device:
         for memory in list(self.buffers.values()):
             memory._unmap()
         self.buffers.clear()
+        for queue in self.queues:
+            queue.close()
+        self.queues.clear()
         self.buffer_socket.close()
         self.file.close()
 
