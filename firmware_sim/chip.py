@@ -72,6 +72,11 @@ class Chip:
         self.rings = [np.frombuffer(map_file(memory.ring_path(bus, core)), ring.RING_ENTRY, count=ring_entries)
                       for core in range(self.num_cores)]
         self.cqs = [map_file(memory.cq_path(bus, core)) for core in range(self.num_cores)]
+        try:
+            self._qtab_map = map_file(memory.queue_table_path(bus))
+            self.qtab: regs.RegisterView | None = regs.RegisterView(self._qtab_map)
+        except OSError:
+            self.qtab = None           # started without a queue table: no user queues
 
     def power_on(self) -> None:
         r = self.regs
@@ -151,6 +156,23 @@ class Chip:
             if overdue:
                 self.stop_core(core)
                 self.recover_core(core, -errno.ETIMEDOUT, overdue)
+            elif self.running_disabled_queue(core):
+                # Its queue was disabled (the client is gone, a reset): abort the entry
+                # rather than finish it, so the driver gets the queue's memory back now.
+                self.stop_core(core)
+                self.recover_core(core, -errno.ECANCELED)
+
+    def running_disabled_queue(self, core: int) -> bool:
+        """Whether ``core`` runs a job of a user queue the driver has disabled."""
+        job_id = self.regs.read64(regs.core_bank(core) + regs.CURRENT_JOB)
+        if not job_id & queues.USER_JOB_BIT or self.qtab is None:
+            return False
+        slot = (job_id >> 48) & 0x7FFF
+        if slot >= queues.QUEUE_SLOTS:
+            return False
+        enabled = self.qtab.read32(queues.slot_offset(slot) + queues.Q_CONTROL) & queues.Q_ENABLED
+        # Re-read: the registers above belong to this job only if it is still the current one.
+        return not enabled and self.regs.read64(regs.core_bank(core) + regs.CURRENT_JOB) == job_id
 
     def reap_core(self, core: int) -> int | None:
         """The wait status of ``core``'s process if it has exited (reaping it), else None."""

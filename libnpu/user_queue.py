@@ -103,8 +103,12 @@ class UserQueue:
         return self.header.read64(queues.HDR_DONE)
 
     def error(self) -> int:
-        """0, or -errno: why the queue stopped."""
-        return self.header.error()
+        """0, or -errno: why the queue stopped. The driver gives a stopped queue's memory
+        back (it reads as zeros then): no magic means ECANCELED too."""
+        error = self.header.error()
+        if not error and self.header.read32(queues.HDR_MAGIC) != queues.QUEUE_MAGIC:
+            return -errno.ECANCELED
+        return error
 
     # ---- completion ----
     def collect(self, fence: QueueFence) -> bool:
@@ -164,7 +168,7 @@ class UserQueue:
 
     def _check_error(self, seq: int) -> None:
         error = self.error()
-        if error and self.done() < seq:
+        if error and (self.done() < seq or error == -errno.ECANCELED):
             raise NpuError(-error, "QUEUE", f"user queue {self.id} stopped before job {seq} ran"
                                             + (": the device was reset or the context closed"
                                                if error == -errno.ECANCELED else ""))
