@@ -25,7 +25,41 @@ from firmware_sim.spec import queues
 from kmd_fuse.uapi import NpuError
 
 SPIN_S = float(os.environ.get("NPU_QUEUE_SPIN_US", "200")) / 1e6   # polling before sleeping on the eventfd
+CONTENDED_SPIN_S = 0.0  # ... while more processes want to run than there are CPUs
 SLEEP_SLICE_MS = 10     # a sleeping waiter re-checks this often (a completion signal may be lost to a race)
+LOAD_CHECK_S = 0.005    # how often the spin looks at the machine's run queue
+
+
+class SpinWindow:
+    """How long a waiter polls its completion before sleeping: the whole SPIN_S while the
+    machine has a CPU to spare, none while more tasks want to run than there are CPUs
+    (then a spinning client only takes the CPU from the core that would complete its job,
+    or from another client: measured on 2 vCPUs, 4 processes of NOPs made 15.5 k jobs/s
+    with a 1 ms spin, 36-41 k with none or 30 us, against 53 k for one process spinning)."""
+
+    def __init__(self) -> None:
+        self.cpus = os.cpu_count() or 1
+        self._checked = 0.0
+        self._spin = SPIN_S
+
+    def seconds(self) -> float:
+        now = time.monotonic()
+        if now - self._checked >= LOAD_CHECK_S:
+            self._checked = now
+            self._spin = CONTENDED_SPIN_S if _runnable_others() >= self.cpus else SPIN_S
+        return self._spin
+
+
+def _runnable_others() -> int:
+    """Runnable tasks on the machine besides this one (/proc/loadavg's 4th field)."""
+    try:
+        with open("/proc/loadavg", "rb") as f:
+            return int(f.read().split()[3].split(b"/")[0]) - 1
+    except (OSError, IndexError, ValueError):
+        return 0
+
+
+_SPIN = SpinWindow()
 
 
 
@@ -133,7 +167,8 @@ class UserQueue:
     def _wait_seq(self, seq: int, timeout: float | None) -> None:
         self._check_open()
         deadline = None if timeout is None else time.monotonic() + timeout
-        spin_until = time.monotonic() + min(SPIN_S, timeout if timeout is not None else SPIN_S)
+        spin = _SPIN.seconds()
+        spin_until = time.monotonic() + (spin if timeout is None else min(spin, timeout))
         while self.done() < seq:
             self._check_error(seq)
             if time.monotonic() >= spin_until:
