@@ -106,16 +106,19 @@ class Core:
                 pass
 
     def drain_all(self) -> None:
-        """Run everything there is: the kernel ring, then the user queues a round at a time,
-        the kernel ring drained again before each user-queue job."""
+        """Run everything there is, in rounds: up to JOBS_PER_TURN jobs of the kernel ring,
+        then up to JOBS_PER_TURN of each user queue by priority (the driver keeps refilling
+        its ring: draining it whole first would starve the queues)."""
         while True:
-            self.drain_ring()
+            ran = self.drain_ring(JOBS_PER_TURN)
             self.queues.refresh()
-            if not self.serve_queues():
+            ran += self.serve_queues()
+            if not ran and self.reg(regs.RING_HEAD) == self.reg(regs.RING_TAIL):
                 return
 
     def serve_queues(self) -> int:
-        """One round over the served queues, by priority, at most JOBS_PER_TURN jobs each."""
+        """One round over the served queues, by priority, at most JOBS_PER_TURN jobs each;
+        ring-control entries (invalidations) are carried out between any two jobs."""
         ran = 0
         for q in self.queues.served:
             for _ in range(JOBS_PER_TURN):
@@ -124,7 +127,7 @@ class Core:
                     break
                 self.run_user_job(q, *entry)
                 ran += 1
-                self.drain_ring()
+                self.drain_ring(0)
                 if self.queues.refresh():     # the table changed: start a new round
                     return ran
         return ran
@@ -177,14 +180,20 @@ class Core:
         self.set_reg(regs.UQ_ABORT_STATUS, 0)
         self.set_reg(regs.UQ_SLOT, 0)
 
-    def drain_ring(self) -> None:
+    def drain_ring(self, max_jobs: int | None = None) -> int:
+        """Carry out the ring's entries, stopping before the job past ``max_jobs`` (None: all);
+        the number of jobs run."""
         head = self.reg(regs.RING_HEAD)
+        ran = 0
         while head != self.reg(regs.RING_TAIL):
             opcode, asid, job_id, cmd_iova, cmd_size, timeout_ms, bo_id, flags = \
                 ring.RING_ENTRY_STRUCT.unpack_from(self.ring, head * ring.RING_ENTRY_STRUCT.size)
             following = ring.ring_next(head, self.entries)
             if opcode == ring.OP_JOB:
+                if max_jobs is not None and ran >= max_jobs:
+                    break
                 self.run_job_entry(job_id, asid, cmd_iova, cmd_size, timeout_ms, following, flags)
+                ran += 1
             else:
                 if opcode == ring.OP_INVALIDATE:
                     caches.invalidate(self.dma, asid, bo_id)
@@ -194,6 +203,7 @@ class Core:
                     # the invalidation still runs (it gives freed memory back then).
                     self.set_reg(regs.INVAL_DONE, self.reg(regs.INVAL_DONE) + 1)
             head = following
+        return ran
 
     def run_job_entry(self, job_id: int, asid: int, cmd_iova: int, cmd_size: int, timeout_ms: int,
                       following: int, flags: int = 0) -> None:

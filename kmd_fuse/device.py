@@ -28,7 +28,7 @@ from kmd_fuse.memory import DeviceMemory
 from kmd_fuse.profiling import Trace
 from kmd_fuse.scheduler import Scheduler
 from kmd_fuse.tasks import BackgroundTasks
-from kmd_fuse.user_queues import UserQueues
+from kmd_fuse.user_queues import DeferredFree, UserQueues
 
 log = logging.getLogger("kmd_fuse.device")
 
@@ -171,15 +171,18 @@ class Device:
             raise KmdError(errno.ENOENT, f"no buffer with handle {handle} in this context")
         return bo
 
-    def free(self, ctx: Context, handle: int) -> None:
-        self._free_buffer(ctx, self.lookup(ctx, handle))
+    def free(self, ctx: Context, handle: int) -> DeferredFree | None:
+        """MEM_FREE; the deferral, when the buffer is given back later (a user queue may use it)."""
+        deferred = self._free_buffer(ctx, self.lookup(ctx, handle))
         self.pump()
+        return deferred
 
-    def _free_buffer(self, ctx: Context, bo: BufferObject, invalidate: bool = True) -> None:
+    def _free_buffer(self, ctx: Context, bo: BufferObject, invalidate: bool = True) -> DeferredFree | None:
         ctx.remove_buffer(bo)
         bo.freed = True
         if bo.users == 0:
-            self._release_or_defer(ctx, bo, invalidate)
+            return self._release_or_defer(ctx, bo, invalidate)
+        return None
 
     def release_job_buffers(self, job: Job) -> None:
         """A job left the device (done or dropped): its buffers may now be given back."""
@@ -188,15 +191,15 @@ class Device:
             if bo.freed and bo.users == 0:
                 self._release_or_defer(job.ctx, bo, invalidate=not job.ctx.closed)
 
-    def _release_or_defer(self, ctx: Context, bo: BufferObject, invalidate: bool) -> None:
+    def _release_or_defer(self, ctx: Context, bo: BufferObject, invalidate: bool) -> DeferredFree | None:
         """Give a freed buffer back now, or, while a user queue of its context may still run
         a job using it, once that is no longer possible (kmd_fuse.user_queues)."""
         if not ctx.queues:
             self._release(ctx, bo, invalidate)
-        elif ctx.closed:
-            self.queues.defer_context_frees(ctx, bo)
-        else:
-            self.queues.defer_free(ctx, bo)
+            return None
+        if ctx.closed:
+            return self.queues.defer_context_frees(ctx, bo)
+        return self.queues.defer_free(ctx, bo)
 
     def release_buffer(self, ctx: Context, bo: BufferObject) -> None:
         """Give back a buffer whose deferral ended (its pages were unmapped and invalidated)."""

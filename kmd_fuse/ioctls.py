@@ -51,8 +51,12 @@ def mem_map(device: Device, ctx: Context, request: Request) -> None:
     req.socket_path = device.memory.grants.socket_path
 
 
-def mem_free(device: Device, ctx: Context, request: Request) -> None:
-    device.free(ctx, request.payload.handle)
+def mem_free(device: Device, ctx: Context, request: Request) -> bool:
+    # With a live user queue the reply waits until the buffer is given back (user_queues).
+    deferred = device.free(ctx, request.payload.handle)
+    if deferred is not None:
+        deferred.reply_to = request
+    return deferred is not None
 
 
 def submit(device: Device, ctx: Context, request: Request) -> bool:

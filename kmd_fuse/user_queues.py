@@ -74,6 +74,7 @@ class DeferredFree:
     ctx: Context
     bo: BufferObject
     targets: list[int] | None   # per core, INVAL_DONE to reach; None: when the context's queues are gone
+    reply_to: object | None = None   # the MEM_FREE (requests.Request) answered once the buffer is back
 
 
 class UserQueues:
@@ -102,14 +103,10 @@ class UserQueues:
         slot = self._free_slot(ctx.uid)
         device.quotas.add_queue(ctx.uid, len(ctx.queues))
         try:
-            bo = device.memory.allocate(ctx.space, 0, queues.memory_size(entries), uapi.NPU_MEM_RW)
+            # The driver's memory, like the rings: not the device's (the queue limits bound it).
+            bo = device.memory.allocate(ctx.space, 0, queues.memory_size(entries), uapi.NPU_MEM_RW,
+                                        accounted=False)
         except KmdError:
-            device.quotas.remove_queue(ctx.uid)
-            raise
-        try:
-            device.quotas.charge(ctx.uid, bo.size)
-        except KmdError:
-            device.memory.release(ctx.space, bo)
             device.quotas.remove_queue(ctx.uid)
             raise
         mem = mmap.mmap(bo.fd, bo.size)
@@ -191,7 +188,7 @@ class UserQueues:
         for queue in [q for q in self.slots if q is not None]:
             self.disable(queue, error)
 
-    def defer_free(self, ctx: Context, bo: BufferObject) -> None:
+    def defer_free(self, ctx: Context, bo: BufferObject) -> DeferredFree:
         """MEM_FREE of a buffer a live user queue may use: unmapped now, given back later."""
         ctx.space.table.unmap(bo.iova, bo.npages)
         self.device.scheduler.invalidate(ctx.space.asid, bo.bo_id)
@@ -199,13 +196,17 @@ class UserQueues:
         hw, scheduler = self.device.hw, self.device.scheduler
         targets = [(hw.invalidations_pushed[core] + len(scheduler.control[core])) & 0xFFFFFFFF
                    for core in range(hw.num_cores)]
-        self.deferred.append(DeferredFree(ctx, bo, targets))
+        deferred = DeferredFree(ctx, bo, targets)
+        self.deferred.append(deferred)
         self._start_polling()
+        return deferred
 
-    def defer_context_frees(self, ctx: Context, bo: BufferObject) -> None:
+    def defer_context_frees(self, ctx: Context, bo: BufferObject) -> DeferredFree:
         """A closing context's buffer: given back once its queues are."""
-        self.deferred.append(DeferredFree(ctx, bo, None))
+        deferred = DeferredFree(ctx, bo, None)
+        self.deferred.append(deferred)
         self._start_polling()
+        return deferred
 
     def after_reset(self) -> None:
         """Every core restarted: none runs a job or holds a view any more."""
@@ -226,7 +227,6 @@ class UserQueues:
             queue.header.release()
             queue.mem.close()
             device.memory.release(queue.ctx.space, queue.bo)
-            device.quotas.discharge(queue.ctx.uid, queue.bo.size)
             device.quotas.remove_queue(queue.ctx.uid)
             log.info("context %d: user queue in slot %d released", queue.ctx.context_id, queue.slot)
         for deferred in list(self.deferred):
@@ -237,6 +237,9 @@ class UserQueues:
             if ready:
                 self.deferred.remove(deferred)
                 device.release_buffer(deferred.ctx, deferred.bo)
+                request = deferred.reply_to
+                if request is not None and not deferred.ctx.closed:
+                    deferred.ctx.set_reply(request.reply())     # type: ignore[attr-defined]
         for ctx in [c for c in device.zombies if not c.queues]:
             device.reap(ctx)
         return bool(self.releasing or self.deferred)

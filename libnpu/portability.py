@@ -22,6 +22,7 @@ import logging
 import mmap
 import os
 import threading
+import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,6 +41,7 @@ log = logging.getLogger("libnpu")
 
 MEM_READ, MEM_WRITE, MEM_RW = uapi.NPU_MEM_READ, uapi.NPU_MEM_WRITE, uapi.NPU_MEM_RW
 PRIO_LOW, PRIO_NORMAL, PRIO_HIGH = uapi.NPU_PRIO_LOW, uapi.NPU_PRIO_NORMAL, uapi.NPU_PRIO_HIGH
+QUEUE_RETRY_S = 1.0     # a device that could not give the runtime a user queue is asked again after this
 
 
 def _fields(reply) -> list[str]:
@@ -198,6 +200,8 @@ class Device:
         self.buffers: dict[int, Memory] = {}
         self.settings = properties.defaults()    # the writable properties; models loaded here start with them
         self.queues: list[UserQueue] = []        # user queues created here (closed with the device)
+        self._shared_queues: dict[int, UserQueue] = {}   # priority -> the runtime's queue (shared_queue)
+        self._queue_retry_at: dict[int, float] = {}
 
     # ---- properties (OpenVINO's names: libnpu.properties) ----
     def get_property(self, name: str) -> Any:
@@ -452,6 +456,31 @@ class Device:
             self.queues.append(queue)
         return queue
 
+    def shared_queue(self, priority: int = PRIO_NORMAL) -> UserQueue | None:
+        """This device's user queue of ``priority`` for the runtime's jobs, made at first use;
+        None when the device offers none (a driver before ABI 2.4, a limit reached: asked
+        again after QUEUE_RETRY_S) - the caller then submits through the driver."""
+        with self._lock:
+            queue = self._shared_queues.get(priority)
+            if queue is not None and not queue.closed and not queue.error():
+                return queue
+            if queue is not None:                  # stopped (a reset): make a new one
+                queue.close()
+                self.queues.remove(queue)
+                del self._shared_queues[priority]
+            if time.monotonic() < self._queue_retry_at.get(priority, 0.0):
+                return None
+        try:
+            queue = self.create_queue(priority=priority)
+        except NpuError as exc:
+            log.debug("no user queue (%s): jobs go through SUBMIT", exc)
+            with self._lock:
+                self._queue_retry_at[priority] = time.monotonic() + QUEUE_RETRY_S
+            return None
+        with self._lock:
+            self._shared_queues[priority] = queue
+        return queue
+
     def queue_submit(self, queue: UserQueue, commands: CommandBuffer | Memory | None, *, size: int | None = None,
                      offset: int = 0, timeout_ms: int = 0) -> QueueFence:
         """``submit`` on a user queue: the command buffer as ``submit`` takes it (no buffer
@@ -475,6 +504,7 @@ class Device:
         for queue in self.queues:
             queue.close()
         self.queues.clear()
+        self._shared_queues.clear()
         self.buffer_socket.close()
         self.file.close()
 
