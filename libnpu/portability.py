@@ -201,6 +201,7 @@ class Device:
         self.settings = properties.defaults()    # the writable properties; models loaded here start with them
         self.queues: list[UserQueue] = []        # user queues created here (closed with the device)
         self._shared_queues: dict[int, UserQueue] = {}   # priority -> the runtime's queue (shared_queue)
+        self.use_queues = True                   # False: the runtime submits through the driver (SUBMIT)
         self._queue_retry_at: dict[int, float] = {}
 
     # ---- properties (OpenVINO's names: libnpu.properties) ----
@@ -460,6 +461,8 @@ class Device:
         """This device's user queue of ``priority`` for the runtime's jobs, made at first use;
         None when the device offers none (a driver before ABI 2.4, a limit reached: asked
         again after QUEUE_RETRY_S) - the caller then submits through the driver."""
+        if not self.use_queues:
+            return None
         with self._lock:
             queue = self._shared_queues.get(priority)
             if queue is not None and not queue.closed and not queue.error():

@@ -199,6 +199,8 @@ def _bench_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-litert", action="store_true", help="skip the LiteRT comparison")
     p.add_argument("--delegate", action="store_true",
                    help="also time LiteRT with the npu external delegate (partitions on this device)")
+    p.add_argument("--path", choices=("queue", "ioctl"), default="queue",
+                   help="inferences through a user-mode submission queue (default) or SUBMIT requests")
     _cache(p)
     _json(p)
 

@@ -497,7 +497,8 @@ def bench_model(args: argparse.Namespace) -> int:
     _require(args.requests is None or args.requests >= 1, "--requests must be at least 1")
     _require(args.seconds > 0, "--seconds must be > 0")
     report = measure(args.model, requests=args.requests, seconds=args.seconds, devroot=args.devroot,
-                     cache_dir=args.cache_dir, litert=not args.no_litert, delegate=args.delegate)
+                     cache_dir=args.cache_dir, litert=not args.no_litert, delegate=args.delegate,
+                     job_path=args.path)
     print(json.dumps(report, indent=2) if args.json else format_report(report))
     return 0
 
