@@ -303,9 +303,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--irq-fd", required=True, type=int)
     parser.add_argument("--ring-entries", type=int, default=ring.DEFAULT_RING_ENTRIES)
     parser.add_argument("--queue-doorbell-fds", default="",
-                        help="comma-separated eventfds, one per user-queue slot: the clients' doorbells")
+                        help="comma-separated pipe read ends, one per user-queue slot: the clients' doorbells")
     parser.add_argument("--queue-completion-fds", default="",
-                        help="comma-separated eventfds, one per user-queue slot: the completion lines")
+                        help="comma-separated pipe write ends, one per user-queue slot: the completion lines")
     parser.add_argument("--memory", type=int, default=0,
                         help="device memory in bytes: bounds each core's address space (0: no bound)")
     parser.add_argument("--profile", choices=sorted(profiles.PROFILES), default=profiles.DEFAULT_PROFILE,

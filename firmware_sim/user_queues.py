@@ -172,8 +172,8 @@ class UserQueues:
         table.write64(base + queues.Q_CYCLES, table.read64(base + queues.Q_CYCLES) + cycles)
         if q.header.read32(queues.HDR_WAITING):
             try:
-                os.eventfd_write(q.completion_fd, 1)
-            except BlockingIOError:   # the counter is full: the client is awake anyway
+                os.write(q.completion_fd, b"\x01")
+            except BlockingIOError:   # the pipe is full: a wake-up is pending anyway
                 pass
 
     def find(self, slot: int) -> ServedQueue | None:

@@ -4,7 +4,7 @@ The driver keeps everything but the job path: it allocates a queue's memory (a b
 the context, mapped in its IOMMU space and, through the hand-over socket, in the client),
 registers it in a slot of the chip's queue table (firmware_sim/spec/queues.py) with the
 ASID, priority, timeout cap and serving core, and hands out the slot's doorbell and
-completion eventfds. Jobs then go from the client to the core and back without the
+completion lines (pipes). Jobs then go from the client to the core and back without the
 driver.
 
 What stays the driver's:
@@ -40,7 +40,7 @@ RELEASE_POLL_S = 0.001     # how often disables and deferred frees are checked w
 
 @dataclass(eq=False)
 class HandedFd:
-    """A descriptor a hand-over token buys besides a buffer's (a queue's eventfds)."""
+    """A descriptor a hand-over token buys besides a buffer's (a queue's pipe ends)."""
     fd: int
     size: int = 0
     freed: bool = False
@@ -134,7 +134,8 @@ class UserQueues:
         table.write32(base + queues.Q_GENERATION, generation)
         table.write32(base + queues.Q_CONTROL, queues.Q_ENABLED)
         queue = UserQueue(ctx, slot, bo, mem, header, entries, priority, core, generation)
-        queue.handed = [bo, HandedFd(hw.queue_doorbells[slot]), HandedFd(hw.queue_completions[slot])]
+        # The client gets the doorbell's write end and the completion line's read end.
+        queue.handed = [bo, HandedFd(hw.queue_doorbells[slot][1]), HandedFd(hw.queue_completions[slot][0])]
         self.slots[slot] = queue
         self.last_uid[slot] = ctx.uid
         ctx.queues.append(queue)
@@ -145,7 +146,7 @@ class UserQueues:
 
     def _free_slot(self, uid: int) -> int:
         """A free slot, preferring one never used or last used by ``uid`` (a client of another
-        user may still hold a released slot's eventfds: it could only cost wake-ups, but why give any)."""
+        user may still hold a released slot's pipe ends: it could only cost wake-ups, but why give any)."""
         free = [slot for slot, held in enumerate(self.slots)
                 if held is None and not any(q.slot == slot for q in self.releasing)]
         if not free:

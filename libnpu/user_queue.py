@@ -4,7 +4,7 @@
 A job goes into the queue memory the driver mapped here and the core reads through the
 IOMMU: the entry, then the tail, then the doorbell (skipped while the serving core says
 it polls). Its completion comes back in the same memory; ``wait`` spins briefly on it,
-then sleeps on the queue's completion eventfd, which the chip writes only when the
+then sleeps on the queue's completion line (a pipe), which the chip writes only when the
 header says someone waits. No request to the driver on the way: the job path is client
 -> core -> client.
 
@@ -14,17 +14,20 @@ completions: at most ``entries`` jobs in flight.
 """
 from __future__ import annotations
 
+import array
 import errno
+import fcntl
 import mmap
 import os
 import select
+import termios
 import threading
 import time
 
 from firmware_sim.spec import queues
 from kmd_fuse.uapi import NpuError
 
-SPIN_S = float(os.environ.get("NPU_QUEUE_SPIN_US", "200")) / 1e6   # polling before sleeping on the eventfd
+SPIN_S = float(os.environ.get("NPU_QUEUE_SPIN_US", "200")) / 1e6   # polling before sleeping on the completion line
 CONTENDED_SPIN_S = 0.0  # ... while more processes want to run than there are CPUs
 SLEEP_SLICE_MS = 10     # a sleeping waiter re-checks this often (a completion signal may be lost to a race)
 LOAD_CHECK_S = 0.005    # how often the spin looks at the machine's run queue
@@ -60,6 +63,17 @@ def _runnable_others() -> int:
 
 
 _SPIN = SpinWindow()
+
+
+def _drain(fd: int) -> None:
+    """Empty the completion pipe: only the bytes it holds (FIONREAD), so a read never waits."""
+    buffered = array.array("i", [0])
+    try:
+        fcntl.ioctl(fd, termios.FIONREAD, buffered)
+        if buffered[0] > 0:
+            os.read(fd, buffered[0])
+    except (BlockingIOError, OSError):
+        pass
 
 
 
@@ -129,8 +143,15 @@ class UserQueue:
             self.header.write64(queues.HDR_TAIL, seq)
             self.tail = seq
             if not self.header.read32(queues.HDR_POLLING):
-                os.eventfd_write(self.doorbell_fd, 1)
+                self.ring()
         return QueueFence(self, seq)
+
+    def ring(self) -> None:
+        """Wake the serving core (the doorbell is a pipe: a full one has a wake-up pending)."""
+        try:
+            os.write(self.doorbell_fd, b"\x01")
+        except BlockingIOError:
+            pass
 
     def done(self) -> int:
         """Seq of the last job completed."""
@@ -189,10 +210,7 @@ class UserQueue:
                         raise TimeoutError(f"queue {self.id} job {seq} not done after {timeout} s")
                     left_ms = min(left_ms, max(1, int(left * 1000)))
                 if poller.poll(left_ms):
-                    try:
-                        os.eventfd_read(self.completion_fd)
-                    except BlockingIOError:
-                        pass
+                    _drain(self.completion_fd)
         finally:
             self._set_waiting(-1)
 

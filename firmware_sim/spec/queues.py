@@ -4,9 +4,9 @@ a client writes and a core reads through the IOMMU.
 The queue table is a second register page (``bus/qtab``) of QUEUE_SLOTS slots.  The KMD
 fills a slot (ASID, the queue memory's IOVA, entries, priority, timeout cap, the core
 that serves it) and sets Q_ENABLED; it never touches the queue's entries.  A slot is
-wired to two lines made at power-on, like the cores' doorbells: its doorbell (an eventfd
-the client writes to wake the serving core) and its completion line (an eventfd the core
-writes when the client said it sleeps).  Each register has one writer, named below; a
+wired to two lines made at power-on, like the cores' doorbells: its doorbell (a pipe the
+client writes a byte into to wake the serving core) and its completion line (a pipe the
+core writes a byte into when the client said it sleeps).  Each register has one writer, named below; a
 "core" register is written by the serving core, by the KMD only while the slot is
 disabled and acknowledged (registration starts its counters from zero).
 

@@ -306,9 +306,9 @@ struct npu_get_profile {
  * submission entries, as many completion records; layout in firmware_sim/spec/queues.py),
  * maps it in this context's device address space and registers it with the chip.  The
  * three tokens buy, on the hand-over socket as MEM_MAP's does, the queue memory (a sealed
- * memfd to mmap), its doorbell (an eventfd: write 1 after moving the tail, unless the
- * header says the core is polling) and its completion line (an eventfd the chip writes
- * after a completion when the header says the client waits).  The queue lives until the
+ * memfd to mmap), its doorbell (a pipe's write end: write a byte after moving the tail,
+ * unless the header says the core is polling) and its completion line (a pipe's read end
+ * the chip writes a byte into after a completion when the header says the client waits).  The queue lives until the
  * context closes or the device resets (then its header's error is -ECANCELED).
  */
 struct npu_queue_create {
@@ -321,8 +321,8 @@ struct npu_queue_create {
 	uint32_t core;                  /* out: the core that serves the queue */
 	uint32_t timeout_cap_ms;        /* out: jobs' timeouts are clamped to this (0 in an entry: the default) */
 	uint64_t memory_token;          /* out: hand-over token of the queue memory */
-	uint64_t doorbell_token;        /* out: hand-over token of the doorbell eventfd */
-	uint64_t completion_token;      /* out: hand-over token of the completion eventfd */
+	uint64_t doorbell_token;        /* out: hand-over token of the doorbell (pipe write end) */
+	uint64_t completion_token;      /* out: hand-over token of the completion line (pipe read end) */
 	char socket_path[NPU_MAX_PATH]; /* out: the device's hand-over socket, NUL-terminated */
 	uint64_t reserved[2];           /* must be 0 */
 };

@@ -4,6 +4,7 @@ stays in its own queue, the driver keeps teardown, memory, reset, stats and limi
 from __future__ import annotations
 
 import errno
+import fcntl
 import os
 import signal
 import subprocess
@@ -140,7 +141,7 @@ def test_a_garbage_tail_stops_only_that_queue(session, device):
             queue = client.create_queue()
             client.queue_submit(queue, nop(client)).wait(10)
             queue.header.write64(queues.HDR_TAIL, bad_tail)
-            os.eventfd_write(queue.doorbell_fd, 1)
+            queue.ring()
             assert wait_until(lambda q=queue: q.error() == -errno.EINVAL, 10)
             with pytest.raises(libnpu.NpuError) as stopped:
                 client.queue_submit(queue, nop(client))
@@ -156,7 +157,7 @@ def test_a_stale_entry_or_unknown_flags_fail_that_job_with_einval(device):
     commands = nop(device)
     for seq, kwargs in ((1, {"written_seq": 77}), (2, {"flags": 0x80})):
         write_entry(queue, seq, commands.address, commands.used, **kwargs)
-        os.eventfd_write(queue.doorbell_fd, 1)
+        queue.ring()
         fence = QueueFence(queue, seq)
         with pytest.raises(JobError) as failure:
             fence.wait(10)
@@ -182,7 +183,7 @@ def test_a_million_doorbells_do_not_hold_up_other_clients(session, device):
     def ring() -> None:
         count = 0
         while count < 1_000_000 and not stop.is_set():
-            os.eventfd_write(queue.doorbell_fd, 1)
+            queue.ring()                                 # a full pipe is not an error
             count += 1
         rung.append(count)
 
@@ -199,6 +200,25 @@ def test_a_million_doorbells_do_not_hold_up_other_clients(session, device):
         ringer.join()
     assert rung[0] > 0
     device.queue_submit(queue, nop(device)).wait(10)
+
+
+def test_lines_made_blocking_and_filled_by_their_client_never_stall_the_chip(session, device):
+    queue = device.create_queue()
+    with pytest.raises(BlockingIOError):
+        while True:                                      # fill the doorbell pipe
+            os.write(queue.doorbell_fd, b"x" * 4096)
+    for fd in (queue.doorbell_fd, queue.completion_fd):  # and make both ends blocking
+        fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) & ~os.O_NONBLOCK)
+    queue.header.write32(queues.HDR_WAITING, 1)          # a completion signal for every job, never read
+    commands = nop(device)
+    for seq in range(1, 301):
+        write_entry(queue, seq, commands.address, commands.used)
+        QueueFence(queue, seq).wait(10)
+    with session.open(0) as other:                       # the core and the driver serve everyone on
+        other_queue = other.create_queue()
+        for _ in range(20):
+            other.queue_submit(other_queue, nop(other)).wait(10)
+            other.run(nop(other))
 
 
 def test_a_job_past_its_timeout_fails_in_its_own_queue(session, device):
