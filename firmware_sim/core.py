@@ -146,17 +146,22 @@ class Core:
         self.regs.write64(bank + regs.UQ_SEQ, seq)
         self.regs.write64(bank + regs.CURRENT_JOB, queues.user_job_id(q.slot, seq))
         self.set_reg(regs.CORE_STATE, regs.CORE_BUSY)
+        tasks: list[tuple[int, int, int, int, int]] | None = [] if self.queues.traced(q) else None
         if flags != queues.ENTRY_FLAGS:
             result = JobResult(status=-errno.EINVAL)
         else:
-            result = self.execute(q.asid, cmd_iova, cmd_size)
-            if self.regs.read32(regs.PACING) & regs.PACING_ON and result.status == 0:
-                modeled_ns = self.profile.nanoseconds(result.cycles)
-                if modeled_ns >= timeout_ms * 1_000_000:
-                    result.status = -errno.ETIMEDOUT
-                else:
-                    pace_until(started + modeled_ns)
+            result = self.execute(q.asid, cmd_iova, cmd_size,
+                                  (lambda *task: tasks.append(task)) if tasks is not None else None)
+        executed = time.monotonic_ns()
+        if self.regs.read32(regs.PACING) & regs.PACING_ON and result.status == 0:
+            modeled_ns = self.profile.nanoseconds(result.cycles)
+            if modeled_ns >= timeout_ms * 1_000_000:
+                result.status = -errno.ETIMEDOUT
+            else:
+                pace_until(started + modeled_ns)
         result.exec_ns = time.monotonic_ns() - started
+        if tasks is not None:
+            self.record_profile(queues.user_job_id(q.slot, seq), tasks, started, executed, result)
         self.queues.post(q, seq, result.status, result.cycles, self.profile.nanoseconds(result.cycles),
                          result.fault_iova, result.exec_ns)
         self.regs.write64(bank + regs.CURRENT_JOB, 0)
@@ -278,7 +283,8 @@ class Core:
         free = (capacity - 1 - (tail - head) % capacity) if capacity else 0
         records = [(job_id, index, opcode, ring.PROFILE_TASK, start, end, cycles)
                    for index, opcode, start, end, cycles in tasks]
-        records.append((job_id, len(tasks), 0, ring.PROFILE_JOB, started, executed, result.cycles))
+        records.append((job_id, len(tasks), -result.status & 0xFFFF, ring.PROFILE_JOB, started, executed,
+                        result.cycles))
         if len(records) > free:
             self.set_reg(regs.PQ_DROPPED, self.reg(regs.PQ_DROPPED) + len(records))
             return

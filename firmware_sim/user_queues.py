@@ -114,6 +114,11 @@ class UserQueues:
                            table.read64(base + queues.Q_DONE), self.doorbell_fds[slot],
                            self.completion_fds[slot])
 
+    def traced(self, q: ServedQueue) -> bool:
+        """Whether the driver's trace wants the queue's jobs timed (read per job: it toggles)."""
+        assert self.table is not None
+        return bool(self.table.read32(queues.slot_offset(q.slot) + queues.Q_CONTROL) & queues.Q_TRACE)
+
     def doorbells(self) -> list[int]:
         return [q.doorbell_fd for q in self.served]
 

@@ -26,15 +26,17 @@ from dataclasses import dataclass, field
 
 import trio
 
-from firmware_sim.spec import queues, regs
+from firmware_sim.spec import queues, regs, ring
 from kmd_fuse import uapi
 from kmd_fuse.buffer import BufferObject
 from kmd_fuse.context import Context
 from kmd_fuse.errors import KmdError
+from kmd_fuse.profiling import JobProfile
 
 log = logging.getLogger("kmd_fuse.user_queues")
 
 RELEASE_POLL_S = 0.001     # how often disables and deferred frees are checked while some wait
+TRACE_PENDING_KEPT = 64    # user-queue jobs whose profile records are partly read
 
 
 
@@ -44,6 +46,13 @@ class HandedFd:
     fd: int
     size: int = 0
     freed: bool = False
+
+
+@dataclass
+class TracedJob:
+    """What the trace says of a user-queue job besides its profile (its seq is its fence)."""
+    fence: int
+    priority: int
 
 
 @dataclass
@@ -88,6 +97,7 @@ class UserQueues:
         self.deferred: list[DeferredFree] = []
         self.retired = QueueCounters()      # counters of released queues (the device's totals)
         self._polling = False
+        self._trace_records: dict[int, list] = {}   # user job id -> its profile records so far
 
     # ---- creation ----
     def create(self, ctx: Context, entries: int, priority: int) -> UserQueue:
@@ -132,7 +142,7 @@ class UserQueues:
         table.write32(base + queues.Q_TIMEOUT_CAP_MS, hw.config.max_job_timeout_ms)
         table.write32(base + queues.Q_CORE, core)
         table.write32(base + queues.Q_GENERATION, generation)
-        table.write32(base + queues.Q_CONTROL, queues.Q_ENABLED)
+        table.write32(base + queues.Q_CONTROL, queues.Q_ENABLED | (queues.Q_TRACE if device.trace.enabled else 0))
         queue = UserQueue(ctx, slot, bo, mem, header, entries, priority, core, generation)
         # The client gets the doorbell's write end and the completion line's read end.
         queue.handed = [bo, HandedFd(hw.queue_doorbells[slot][1]), HandedFd(hw.queue_completions[slot][0])]
@@ -266,6 +276,36 @@ class UserQueues:
                 await trio.sleep(RELEASE_POLL_S)
         finally:
             self._polling = False
+
+    # ---- the device's trace ----
+    def set_tracing(self, on: bool) -> None:
+        """Have the chip time every live queue's jobs (in its profile queues) while the trace records."""
+        table = self.device.hw.qtab
+        for queue in filter(None, self.slots):
+            table.write32(queues.slot_offset(queue.slot) + queues.Q_CONTROL,
+                          queues.Q_ENABLED | (queues.Q_TRACE if on else 0))
+
+    def trace(self, records: list) -> None:
+        """Record the user-queue jobs whose profile records (firmware_sim.spec.ring) arrived:
+        a job's PROFILE_JOB record comes last and carries its errno."""
+        device = self.device
+        pending = self._trace_records
+        for record in records:
+            pending.setdefault(record.job_id, []).append(record)
+            if record.kind != ring.PROFILE_JOB:
+                continue
+            mine = pending.pop(record.job_id)
+            slot = (record.job_id >> 48) & 0x7FFF
+            queue = self.slots[slot] if slot < queues.QUEUE_SLOTS else None
+            if queue is None or not device.trace.enabled:
+                continue
+            device_ns = record.cycles * 1000 // max(1, device.hw.clock_mhz)
+            profile = JobProfile(record.job_id & ((1 << 48) - 1), queue.core, -record.opcode, record.start_ns,
+                                 record.start_ns, record.end_ns, record.end_ns, record.cycles, device_ns,
+                                 [r for r in mine if r.kind == ring.PROFILE_TASK])
+            device.trace.job(queue.ctx, TracedJob(profile.fence, queue.priority), profile)
+        while len(pending) > TRACE_PENDING_KEPT:
+            del pending[next(iter(pending))]
 
     # ---- stats ----
     def _live_counters(self, queue: UserQueue) -> QueueCounters:

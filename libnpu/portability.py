@@ -200,7 +200,8 @@ class Device:
         self.buffers: dict[int, Memory] = {}
         self.settings = properties.defaults()    # the writable properties; models loaded here start with them
         self.queues: list[UserQueue] = []        # user queues created here (closed with the device)
-        self._shared_queues: dict[int, UserQueue] = {}   # priority -> the runtime's queue (shared_queue)
+        self._shared_queues: dict[int, list[UserQueue]] = {}   # priority -> the runtime's queues (shared_queue)
+        self._num_cores = 0
         self.use_queues = True                   # False: the runtime submits through the driver (SUBMIT)
         self._queue_retry_at: dict[int, float] = {}
 
@@ -458,31 +459,39 @@ class Device:
         return queue
 
     def shared_queue(self, priority: int = PRIO_NORMAL) -> UserQueue | None:
-        """This device's user queue of ``priority`` for the runtime's jobs, made at first use;
+        """A user queue of ``priority`` for the runtime's jobs: an idle one of those made here,
+        else a new one while there are fewer than cores (the driver puts each on the core
+        serving fewest, so threads inferring at once use every core), else the least busy.
         None when the device offers none (a driver before ABI 2.4, a limit reached: asked
-        again after QUEUE_RETRY_S) - the caller then submits through the driver."""
+        again after QUEUE_RETRY_S): the caller then submits through the driver."""
         if not self.use_queues:
             return None
         with self._lock:
-            queue = self._shared_queues.get(priority)
-            if queue is not None and not queue.closed and not queue.error():
-                return queue
-            if queue is not None:                  # stopped (a reset): make a new one
-                queue.close()
-                self.queues.remove(queue)
-                del self._shared_queues[priority]
-            if time.monotonic() < self._queue_retry_at.get(priority, 0.0):
-                return None
+            held = self._shared_queues.setdefault(priority, [])
+            for stopped in [q for q in held if q.closed or q.error()]:   # a reset stopped it: make a new one
+                held.remove(stopped)
+                stopped.close()
+                self.queues.remove(stopped)
+            idle = next((q for q in held if not q.in_flight()), None)
+            if idle is not None:
+                return idle
+            if len(held) >= self._cores() or time.monotonic() < self._queue_retry_at.get(priority, 0.0):
+                return min(held, key=UserQueue.in_flight) if held else None
         try:
             queue = self.create_queue(priority=priority)
         except NpuError as exc:
             log.debug("no user queue (%s): jobs go through SUBMIT", exc)
             with self._lock:
                 self._queue_retry_at[priority] = time.monotonic() + QUEUE_RETRY_S
-            return None
+                return min(held, key=UserQueue.in_flight) if held else None
         with self._lock:
-            self._shared_queues[priority] = queue
+            held.append(queue)
         return queue
+
+    def _cores(self) -> int:
+        if not self._num_cores:
+            self._num_cores = self.param("NUM_CORES")
+        return self._num_cores
 
     def queue_submit(self, queue: UserQueue, commands: CommandBuffer | Memory | None, *, size: int | None = None,
                      offset: int = 0, timeout_ms: int = 0) -> QueueFence:

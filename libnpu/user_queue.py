@@ -153,6 +153,10 @@ class UserQueue:
         except BlockingIOError:
             pass
 
+    def in_flight(self) -> int:
+        """Jobs submitted here and not completed yet."""
+        return max(0, self.tail - self.done())
+
     def done(self) -> int:
         """Seq of the last job completed."""
         return self.header.read64(queues.HDR_DONE)

@@ -45,6 +45,7 @@ Q_DEVICE_NS = 0x48     # core (u64): simulated device time of its jobs
 Q_CYCLES = 0x50        # core (u64): simulated cycles of its jobs
 
 Q_ENABLED = 0x1
+Q_TRACE = 0x2          # time the queue's jobs in the core's profile queue (the driver's trace records)
 
 # ---- queue memory: header ----
 QUEUE_MAGIC = 0x5155504E   # "NPUQ" little endian
