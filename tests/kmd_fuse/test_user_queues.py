@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import errno
 import fcntl
+import json
 import os
 import signal
 import subprocess
@@ -20,6 +21,7 @@ import libnpu
 from firmware_sim.spec import queues
 from kmd_fuse import paths, uapi
 from libnpu.portability import JobError
+from libnpu.tools.profile import trace_file
 from libnpu.user_queue import QueueFence
 from tests.support.device import REPO, open_to_others, wait_until
 
@@ -101,6 +103,29 @@ def test_a_queue_and_the_ioctl_path_serve_one_context_together(device):
         device.queue_submit(queue, nop(device)).wait(10)
     device.queue_submit(queue, None).wait(10)          # an empty job
     assert mem.view.size == 4096
+
+
+def test_the_device_trace_records_user_queue_jobs(npu, device):
+    queue = device.create_queue()
+    commands = device.command_buffer()
+    for _ in range(3):
+        commands.add("NOP")
+    path = trace_file(npu.devroot)
+    path.write_text("1\n")
+    try:
+        fences = [device.queue_submit(queue, commands) for _ in range(5)]
+        fences[-1].wait(10)
+        context = device.info()["context_id"]
+
+        def traced() -> list[dict]:
+            events = [json.loads(line) for line in path.read_text().splitlines()[1:]]
+            return [e for e in events if e["type"] == "job" and e["context"] == context]
+        assert wait_until(lambda: len(traced()) == 5, 10)      # drained by the housekeeping poll
+        jobs = traced()
+        assert [e["fence"] for e in jobs] == [f.id for f in fences]
+        assert all(e["tasks"] == 3 and e["status"] == 0 and e["core"] == queue.core for e in jobs)
+    finally:
+        path.write_text("0\n")
 
 
 # ---- hostile entries: each fails in its own queue only ----
