@@ -205,8 +205,11 @@ class UserQueues:
         self.device.scheduler.invalidate(ctx.space.asid, bo.bo_id)
         self.device.pump()
         hw, scheduler = self.device.hw, self.device.scheduler
-        targets = [(hw.invalidations_pushed[core] + len(scheduler.control[core])) & 0xFFFFFFFF
-                   for core in range(hw.num_cores)]
+        # Only the cores serving the context's queues can run a job of it that the ring's
+        # order does not put after the invalidation: wait for theirs alone.
+        serving = {queue.core for queue in ctx.queues}
+        targets = [(hw.invalidations_pushed[core] + len(scheduler.control[core])) & 0xFFFFFFFF if core in serving
+                   else hw.reg(core, regs.INVAL_DONE) for core in range(hw.num_cores)]
         deferred = DeferredFree(ctx, bo, targets)
         self.deferred.append(deferred)
         self._start_polling()

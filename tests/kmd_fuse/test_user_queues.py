@@ -386,7 +386,8 @@ def test_a_client_killed_mid_job_leaves_nothing_behind(fresh_npu):
         finally:
             client.send_signal(signal.SIGKILL)
             client.wait()
-        assert wait_until(lambda: used_memory(session) == baseline and set(os.listdir(bus)) == links, 30)
+        assert wait_until(lambda: used_memory(session) == baseline and set(os.listdir(bus)) == links, 30), \
+            (used_memory(session), baseline, set(os.listdir(bus)) ^ links)
         with session.open(0) as device:                  # the daemon and the chip serve on
             queue = device.create_queue()
             device.queue_submit(queue, nop(device)).wait(10)
