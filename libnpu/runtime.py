@@ -631,13 +631,15 @@ class InferRequest:
         self._finish_wait(timeout)
 
     def infer(self, inputs: Inputs, dequantized: bool = False) -> list[np.ndarray]:
-        """Run once, synchronously (one round trip to the driver)."""
+        """Run once, synchronously (through a user queue of the device, else one round trip
+        to the driver)."""
         self.set_inputs(inputs)     # raises ClosedError once released
         self.run_sync(time.perf_counter())
         return self.outputs(dequantized)
 
     def run_sync(self, started: float) -> None:
-        """Run the inputs already set, to the end, in one round trip (SUBMIT with WAIT);
+        """Run the inputs already set, to the end: through a user queue of the device when it
+        offers one (not for PERF_COUNT), else in one round trip (SUBMIT with WAIT);
         ``timing.latency_s`` counts from ``started`` (a ``time.perf_counter()``).  A model with
         CPU operators runs its chip partitions and host steps in turn."""
         self._check_usable()
