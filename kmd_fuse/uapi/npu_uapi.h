@@ -329,6 +329,44 @@ struct npu_queue_create {
 #define NPU_QUEUE_DEFAULT_ENTRIES 64
 #define NPU_QUEUE_MAX_ENTRIES 1024
 
+/*
+ * The queue memory: struct npu_queue_header at 0, `entries` struct npu_queue_entry at
+ * NPU_QUEUE_HEADER_SIZE, then `entries` struct npu_queue_completion.  Job `seq` (from 1)
+ * uses index seq % entries of both arrays.  Read and write tail, done, waiting and polling
+ * with single aligned accesses (the other side runs at the same time).
+ */
+#define NPU_QUEUE_MAGIC 0x5155504e      /* "NPUQ" little endian */
+#define NPU_QUEUE_HEADER_SIZE 256
+struct npu_queue_header {
+	uint32_t magic;                 /* driver: NPU_QUEUE_MAGIC; 0 once the driver gave the queue back */
+	uint32_t entries;               /* driver */
+	uint64_t tail;                  /* client: seq of the last entry written */
+	uint64_t done;                  /* chip: seq of the last completion written */
+	uint32_t waiting;               /* client: non-zero: signal the completion line */
+	uint32_t polling;               /* chip: non-zero: the serving core watches tail (no doorbell needed) */
+	int32_t error;                  /* chip / driver: 0, or -errno: the queue stopped */
+	uint32_t pad;
+};
+
+struct npu_queue_entry {
+	uint64_t seq;                   /* the job's seq (an entry with another is EINVAL) */
+	uint64_t cmd_iova;              /* command buffer, in this context's address space */
+	uint32_t cmd_size;
+	uint32_t timeout_ms;            /* 0: the device default; clamped to timeout_cap_ms */
+	uint32_t flags;                 /* must be 0 */
+	uint32_t reserved;
+};
+
+struct npu_queue_completion {
+	uint64_t seq;
+	int32_t status;                 /* 0 or -errno, as a fence's */
+	uint32_t core;
+	uint64_t cycles;
+	uint64_t device_time_ns;
+	uint64_t fault_iova;            /* the faulting address, for EFAULT */
+	uint64_t exec_ns;               /* wall-clock ns the core spent on the job */
+};
+
 /* Each command's payload size in the ABI version that introduced it (the smallest the driver takes). */
 #define NPU_GET_INFO_SIZE_VER0 120
 #define NPU_MEM_ALLOC_SIZE_VER0 32
