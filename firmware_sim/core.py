@@ -153,12 +153,7 @@ class Core:
             result = self.execute(q.asid, cmd_iova, cmd_size,
                                   (lambda *task: tasks.append(task)) if tasks is not None else None)
         executed = time.monotonic_ns()
-        if self.regs.read32(regs.PACING) & regs.PACING_ON and result.status == 0:
-            modeled_ns = self.profile.nanoseconds(result.cycles)
-            if modeled_ns >= timeout_ms * 1_000_000:
-                result.status = -errno.ETIMEDOUT
-            else:
-                pace_until(started + modeled_ns)
+        self.pace(result, started, timeout_ms)
         result.exec_ns = time.monotonic_ns() - started
         if tasks is not None:
             self.record_profile(queues.user_job_id(q.slot, seq), tasks, started, executed, result)
@@ -232,14 +227,7 @@ class Core:
         result = self.execute(asid, cmd_iova, cmd_size, (lambda *task: tasks.append(task)) if tasks is not None
                               else None)
         executed = time.monotonic_ns()
-        if self.regs.read32(regs.PACING) & regs.PACING_ON and result.status == 0:
-            modeled_ns = self.profile.nanoseconds(result.cycles)
-            if modeled_ns >= (timeout_ms or self.regs.read32(regs.WATCHDOG_MS) or DEFAULT_WATCHDOG_MS) * 1_000_000:
-                # The modeled chip would run past the job's timeout: fail it now rather than
-                # sleep into the watchdog, which would restart the core for it.
-                result.status = -errno.ETIMEDOUT
-            else:
-                pace_until(started + modeled_ns)
+        self.pace(result, started, timeout_ms or self.regs.read32(regs.WATCHDOG_MS) or DEFAULT_WATCHDOG_MS)
         result.exec_ns = time.monotonic_ns() - started
         if tasks is not None:
             self.record_profile(job_id, tasks, started, executed, result)
@@ -254,6 +242,17 @@ class Core:
         self.regs.write64(bank + regs.JOBS_DONE, self.regs.read64(bank + regs.JOBS_DONE) + 1)
         self.set_reg(regs.CORE_STATE, regs.CORE_IDLE)
         raise_irq(self.regs, bank, self.irq_fd, completion_cause(result.status))
+
+    def pace(self, result: JobResult, started: int, timeout_ms: int) -> None:
+        """Pacing: hold a job that succeeded until its modeled device time has passed."""
+        if self.regs.read32(regs.PACING) & regs.PACING_ON and result.status == 0:
+            modeled_ns = self.profile.nanoseconds(result.cycles)
+            if modeled_ns >= timeout_ms * 1_000_000:
+                # The modeled chip would run past the job's timeout: fail it now rather than
+                # sleep into the watchdog, which would restart the core for it.
+                result.status = -errno.ETIMEDOUT
+            else:
+                pace_until(started + modeled_ns)
 
     def execute(self, asid: int, cmd_iova: int, cmd_size: int, on_task: TaskHook | None = None) -> JobResult:
         """Run one job's command buffer, applying the fault injection bits set now."""
