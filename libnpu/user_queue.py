@@ -152,6 +152,8 @@ class UserQueue:
             os.write(self.doorbell_fd, b"\x01")
         except BlockingIOError:
             pass
+        except BrokenPipeError:        # nobody holds the other end: the driver and the chip are gone
+            raise NpuError(errno.ENODEV, "QUEUE", f"user queue {self.id}: the device's driver stopped") from None
 
     def in_flight(self) -> int:
         """Jobs submitted here and not completed yet."""
@@ -213,8 +215,13 @@ class UserQueue:
                     if left <= 0:
                         raise TimeoutError(f"queue {self.id} job {seq} not done after {timeout} s")
                     left_ms = min(left_ms, max(1, int(left * 1000)))
-                if poller.poll(left_ms):
+                events = poller.poll(left_ms)
+                if events:
                     _drain(self.completion_fd)
+                    if any(event & select.POLLHUP for _, event in events) and self.done() < seq:
+                        # No writer left on the completion line: the driver and the chip are gone.
+                        raise NpuError(errno.ENODEV, "QUEUE",
+                                       f"user queue {self.id}: the device's driver stopped before job {seq} ran")
         finally:
             self._set_waiting(-1)
 

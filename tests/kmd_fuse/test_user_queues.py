@@ -410,3 +410,23 @@ def test_a_reset_stops_live_queues_with_a_clear_error(fresh_npu):
         fresh = device.create_queue()                    # a new queue works at once
         device.queue_submit(fresh, commands).wait(10)
         device.run(commands)
+
+
+def test_a_waiter_learns_that_the_driver_stopped(fresh_npu):
+    session = libnpu.initialize(fresh_npu.devroot)
+    device = session.open(0)
+    queue = device.create_queue()
+    src, dst = device.alloc_mem(16 * MIB), device.alloc_mem(16 * MIB)
+    fence = device.queue_submit(queue, slow_job(device, src, dst, 2000))
+    stopping = threading.Thread(target=fresh_npu.kmd, args=("stop",), kwargs={"check": False})
+    stopping.start()
+    try:
+        with pytest.raises(libnpu.NpuError) as gone:
+            fence.wait(60)
+        assert gone.value.errno in (errno.ENODEV, errno.ECANCELED)
+    finally:
+        stopping.join()
+        try:
+            session.destroy()
+        except OSError:                                  # the node is gone with its driver
+            pass
