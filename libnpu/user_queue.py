@@ -28,7 +28,7 @@ from firmware_sim.spec import queues
 from kmd_fuse.uapi import NpuError
 
 SPIN_S = float(os.environ.get("NPU_QUEUE_SPIN_US", "200")) / 1e6   # polling before sleeping on the completion line
-CONTENDED_SPIN_S = 0.0  # ... while more processes want to run than there are CPUs
+CONTENDED_SPIN_S = float(os.environ.get("NPU_QUEUE_CONTENDED_SPIN_US", "0")) / 1e6   # ... while the CPUs are all wanted
 SLEEP_SLICE_MS = 10     # a sleeping waiter re-checks this often (a completion signal may be lost to a race)
 LOAD_CHECK_S = 0.005    # how often the spin looks at the machine's run queue
 
