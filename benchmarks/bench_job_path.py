@@ -5,9 +5,10 @@ round so every figure sees the same load:
 
 - ``rtt``: one raw GET_INFO frame written and its reply read (no libnpu): the FUSE floor;
 - ``nop``: a one-NOP job through libnpu, submit + wait in one request (``Device.run``);
+- ``nop_queue``: the same job through a user-mode submission queue (no request at all);
 - ``infer`` of one-layer models (FC 16->16 by default, ``--fc`` adds FC 1024->1000):
-  ``InferRequest.infer`` as users call it, and the same steps timed one by one
-  (``set_inputs``, ``device.run``, ``outputs``).
+  ``InferRequest.infer`` as users call it (through the device's user queue when it offers
+  one), and the same steps timed one by one (``set_inputs``, ``device.run``, ``outputs``).
 
 The chip's own time per job (``exec``: wall time in ``run_job``, from the context's
 GET_STATS busy time) is subtracted to give the path's overhead (``infer - exec``).
@@ -53,6 +54,7 @@ def bench(devroot: Path, n: int, layers: list[Layer]) -> dict:
         device = session.open(0)
         nop = device.command_buffer()
         nop.add("NOP")
+        queue = device.create_queue()
         models = []
         for layer in layers:
             graph = build_graph(layer, rng)
@@ -65,7 +67,7 @@ def bench(devroot: Path, n: int, layers: list[Layer]) -> dict:
             os.write(raw_fd, get_info)
             os.read(raw_fd, uapi.NPU_MAX_FRAME)
 
-        samples: dict[str, list[int]] = {"rtt": [], "nop": []}
+        samples: dict[str, list[int]] = {"rtt": [], "nop": [], "nop_queue": []}
         for layer, *_ in models:
             for part in ("infer", "set_inputs", "run", "outputs"):
                 samples[f"{layer.name}/{part}"] = []
@@ -77,9 +79,12 @@ def bench(devroot: Path, n: int, layers: list[Layer]) -> dict:
             t1 = time.perf_counter_ns()
             device.run(nop)
             t2 = time.perf_counter_ns()
+            device.queue_submit(queue, nop).wait()
+            t3 = time.perf_counter_ns()
             if timed:
                 samples["rtt"].append(t1 - t0)
                 samples["nop"].append(t2 - t1)
+                samples["nop_queue"].append(t3 - t2)
             for layer, model, request, x in models:
                 before = busy_ns(device) if timed and round_ % 10 == 0 else None
                 t0 = time.perf_counter_ns()

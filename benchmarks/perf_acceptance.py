@@ -8,9 +8,10 @@ measures, printing one line per criterion with its figure, its bar and PASS/FAIL
    BUILTIN_REF on ``--inputs`` random inputs each;
 2. the chip's busy time (GET_STATS, the cores' own clock) per task of a 256-NOP job
    <= 5 us, and per KWS job <= 1 ms;
-3. NOPs from 4 processes at once: their p50 <= 1.5x the raw GET_INFO round trip that 4
-   processes measure right after under the same load, and the aggregate jobs/s >= 1.5x
-   one process alone;
+3. NOPs from 4 processes at once, each through a user-mode submission queue (the fastest
+   path; SUBMIT when the device offers none): their p50 <= 1.5x the raw GET_INFO round trip
+   that 4 processes measure right after under the same load, and the aggregate jobs/s >=
+   1.5x one process alone;
 4. the summed RSS of the device's processes (daemon, chip, cores): idle <= 150 MB, and
    back to that idle figure (within ``--rss-slack-mb``) once the models are unloaded;
    the same for their anonymous memory alone (heap and caches, without the file pages
@@ -165,18 +166,18 @@ def check_nop_tasks(dev: ScratchDevice, report: Report) -> None:
 
 
 def _nop_client(devroot: str, seconds: float, barrier, results) -> None:
+    """NOP jobs back to back on the fastest path the device offers (a user queue)."""
     samples = []
     with Session(devroot) as session:
         device = session.open(0)
-        nop = device.command_buffer()
-        nop.add("NOP")
+        run_one, _, _ = bench.nop_job(device, "queue")
         for _ in range(50):
-            device.run(nop)
+            run_one()
         barrier.wait()
         deadline = time.perf_counter() + seconds
         while time.perf_counter() < deadline:
             start = time.perf_counter()
-            device.run(nop)
+            run_one()
             samples.append(time.perf_counter() - start)
     results.put(samples)
 

@@ -28,7 +28,7 @@ import numpy as np
 
 from firmware_sim.core import DEFAULT_WATCHDOG_MS, Core, completion_cause, raise_irq, write_completion
 from firmware_sim.executor import JobResult
-from firmware_sim.spec import memory, profiles, regs, ring
+from firmware_sim.spec import memory, profiles, queues, regs, ring
 from firmware_sim.spec.memory import map_file
 from firmware_sim.timing import HardwareProfile
 
@@ -57,8 +57,11 @@ def core_address_space(device_memory: int) -> int:
 
 class Chip:
     def __init__(self, bus: Path, doorbell_fds: list[int], irq_fd: int, profile: HardwareProfile,
-                 ring_entries: int, device_memory: int = 0):
+                 ring_entries: int, device_memory: int = 0, queue_doorbell_fds: list[int] | None = None,
+                 queue_completion_fds: list[int] | None = None):
         self.bus, self.doorbell_fds, self.irq_fd, self.profile = bus, doorbell_fds, irq_fd, profile
+        self.queue_doorbell_fds = queue_doorbell_fds or []
+        self.queue_completion_fds = queue_completion_fds or []
         self.address_space = core_address_space(device_memory)
         self._regs_map = map_file(memory.regs_path(bus))
         self.regs = regs.RegisterView(self._regs_map)
@@ -69,6 +72,11 @@ class Chip:
         self.rings = [np.frombuffer(map_file(memory.ring_path(bus, core)), ring.RING_ENTRY, count=ring_entries)
                       for core in range(self.num_cores)]
         self.cqs = [map_file(memory.cq_path(bus, core)) for core in range(self.num_cores)]
+        try:
+            self._qtab_map = map_file(memory.queue_table_path(bus))
+            self.qtab: regs.RegisterView | None = regs.RegisterView(self._qtab_map)
+        except OSError:
+            self.qtab = None           # started without a queue table: no user queues
 
     def power_on(self) -> None:
         r = self.regs
@@ -98,7 +106,9 @@ class Chip:
                 resource.setrlimit(resource.RLIMIT_CORE, (0, 0))   # a dying core is recovered, not dumped
                 if self.address_space:
                     resource.setrlimit(resource.RLIMIT_AS, (self.address_space, self.address_space))
-                unit = Core(self.bus, core, self.doorbell_fds[core], self.irq_fd, self.profile)
+                unit = Core(self.bus, core, self.doorbell_fds[core], self.irq_fd, self.profile,
+                            self.queue_doorbell_fds, self.queue_completion_fds)
+                unit.finish_aborted_user_job()
                 unit.drain_ring()      # entries queued before a reset/respawn
                 profile_path = os.environ.get("NPU_PROFILE_CHIP")  # developer aid: cProfile each core
                 if profile_path:
@@ -146,6 +156,23 @@ class Chip:
             if overdue:
                 self.stop_core(core)
                 self.recover_core(core, -errno.ETIMEDOUT, overdue)
+            elif self.running_disabled_queue(core):
+                # Its queue was disabled (the client is gone, a reset): abort the entry
+                # rather than finish it, so the driver gets the queue's memory back now.
+                self.stop_core(core)
+                self.recover_core(core, -errno.ECANCELED)
+
+    def running_disabled_queue(self, core: int) -> bool:
+        """Whether ``core`` runs a job of a user queue the driver has disabled."""
+        job_id = self.regs.read64(regs.core_bank(core) + regs.CURRENT_JOB)
+        if not job_id & queues.USER_JOB_BIT or self.qtab is None:
+            return False
+        slot = (job_id >> 48) & 0x7FFF
+        if slot >= queues.QUEUE_SLOTS:
+            return False
+        enabled = self.qtab.read32(queues.slot_offset(slot) + queues.Q_CONTROL) & queues.Q_ENABLED
+        # Re-read: the registers above belong to this job only if it is still the current one.
+        return not enabled and self.regs.read64(regs.core_bank(core) + regs.CURRENT_JOB) == job_id
 
     def reap_core(self, core: int) -> int | None:
         """The wait status of ``core``'s process if it has exited (reaping it), else None."""
@@ -205,7 +232,15 @@ class Chip:
         bank = regs.core_bank(core)
         job_id = self.regs.read64(bank + regs.CURRENT_JOB)
         cause = regs.IRQ_CORE_RESTART
-        if job_id:
+        if job_id & queues.USER_JOB_BIT:
+            # A user-queue job: the restarted core posts its completion in its own queue
+            # (Core.finish_aborted_user_job); the kernel ring and queue are not the job's.
+            if status == -errno.ETIMEDOUT and job_id != overdue:
+                status = -errno.EIO
+            self.regs.write32(bank + regs.UQ_ABORT_STATUS, status)
+            cause |= regs.IRQ_WATCHDOG if status == -errno.ETIMEDOUT else 0
+            self.regs.write64(bank + regs.CURRENT_JOB, 0)
+        elif job_id:
             if status == -errno.ETIMEDOUT and job_id != overdue:
                 status = -errno.EIO
             tail = self.regs.read32(bank + regs.CQ_TAIL)
@@ -238,6 +273,8 @@ class Chip:
             self.regs.write32(bank + regs.PQ_TAIL, self.regs.read32(bank + regs.PQ_HEAD))
             self.regs.write32(bank + regs.IRQ_STATUS, 0)
             self.regs.write64(bank + regs.CURRENT_JOB, 0)
+            self.regs.write32(bank + regs.UQ_SLOT, 0)          # a user-queue job running is dropped too
+            self.regs.write32(bank + regs.UQ_ABORT_STATUS, 0)
             self.regs.write32(bank + regs.CORE_STATE, regs.CORE_IDLE)
             self.died_before_entry[core] = None
         for core in range(self.num_cores):
@@ -265,6 +302,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--doorbell-fds", required=True, help="comma-separated eventfds, one per core")
     parser.add_argument("--irq-fd", required=True, type=int)
     parser.add_argument("--ring-entries", type=int, default=ring.DEFAULT_RING_ENTRIES)
+    parser.add_argument("--queue-doorbell-fds", default="",
+                        help="comma-separated pipe read ends, one per user-queue slot: the clients' doorbells")
+    parser.add_argument("--queue-completion-fds", default="",
+                        help="comma-separated pipe write ends, one per user-queue slot: the completion lines")
     parser.add_argument("--memory", type=int, default=0,
                         help="device memory in bytes: bounds each core's address space (0: no bound)")
     parser.add_argument("--profile", choices=sorted(profiles.PROFILES), default=profiles.DEFAULT_PROFILE,
@@ -275,7 +316,12 @@ def main(argv: list[str] | None = None) -> int:
     die_with_parent()
     profile = HardwareProfile.named(args.profile, idle_poll_ns=args.idle_poll_us * 1000)
     doorbells = [int(fd) for fd in args.doorbell_fds.split(",")]
-    Chip(args.bus, doorbells, args.irq_fd, profile, args.ring_entries, args.memory).run()
+    queue_doorbells = [int(fd) for fd in args.queue_doorbell_fds.split(",") if fd]
+    queue_completions = [int(fd) for fd in args.queue_completion_fds.split(",") if fd]
+    if len(queue_doorbells) != len(queue_completions) or len(queue_doorbells) not in (0, queues.QUEUE_SLOTS):
+        parser.error(f"give {queues.QUEUE_SLOTS} queue doorbells and as many completion lines, or none")
+    Chip(args.bus, doorbells, args.irq_fd, profile, args.ring_entries, args.memory, queue_doorbells,
+         queue_completions).run()
     return 0
 
 

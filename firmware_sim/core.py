@@ -11,6 +11,7 @@ from __future__ import annotations
 import errno
 import mmap
 import os
+import select
 import time
 from pathlib import Path
 
@@ -19,15 +20,21 @@ from firmware_sim.dma import DmaEngine
 from firmware_sim.executor import JobResult, TaskHook, run_job
 from firmware_sim.idle_poll import IdlePoll
 from firmware_sim.kernels.warm_up import warm_up
-from firmware_sim.spec import memory, regs, ring
+from firmware_sim.spec import memory, queues, regs, ring
 from firmware_sim.spec.memory import map_file
 from firmware_sim.timing import HardwareProfile
+from firmware_sim.user_queues import JOBS_PER_TURN, ServedQueue, UserQueues, abort_status
+
+# While the core serves user queues it sleeps at most this long: a client that skipped the
+# doorbell because the core was polling, just as the core went to sleep, waits no longer.
+QUEUE_SLEEP_MS = 50
 
 
 class Core:
     """The state of one core, as seen from inside it."""
 
-    def __init__(self, bus: Path, core: int, doorbell_fd: int, irq_fd: int, profile: HardwareProfile):
+    def __init__(self, bus: Path, core: int, doorbell_fd: int, irq_fd: int, profile: HardwareProfile,
+                 queue_doorbell_fds: list[int] | None = None, queue_completion_fds: list[int] | None = None):
         self.core, self.doorbell_fd, self.irq_fd, self.profile = core, doorbell_fd, irq_fd, profile
         self._regs_map = map_file(memory.regs_path(bus))
         self.regs = regs.RegisterView(self._regs_map)
@@ -38,6 +45,8 @@ class Core:
         self.dma = DmaEngine(bus)
         self.bus = bus
         self.pq: mmap.mmap | bytes | None = None     # the profile queue, mapped at the first profiled job
+        self.queues = UserQueues(bus, core, self.regs, self.dma, queue_doorbell_fds or [],
+                                 queue_completion_fds or [])
         warm_up()   # each C kernel once: a model's first job does not pay for code generation
 
     def reg(self, offset: int) -> int:
@@ -48,44 +57,153 @@ class Core:
 
     def run_forever(self) -> None:
         self.set_reg(regs.CORE_STATE, regs.CORE_IDLE)
-        tail_reg, head_reg = self.bank + regs.RING_TAIL, self.bank + regs.RING_HEAD
         read32, clock = self.regs.read32, time.monotonic_ns
+        tail_reg, head_reg = self.bank + regs.RING_TAIL, self.bank + regs.RING_HEAD
         poll = IdlePoll(self.profile.idle_poll_ns)
         idle_since = polled = 0
         while True:
-            os.read(self.doorbell_fd, 8)   # sleep until the KMD rings the doorbell
+            self.sleep()   # until the KMD or a client rings a doorbell
             if idle_since:
                 poll.record(clock() - idle_since, polled)
-            self.drain_ring()
-            # Hybrid polling: watch the tail register for a while (adaptive, see
-            # idle_poll) before sleeping again, so back-to-back jobs skip the wake-up.
+            self.queues.set_polling(True)
+            self.drain_all()
+            # Hybrid polling: watch the ring's tail and the queues' tails for a while
+            # (adaptive, see idle_poll) before sleeping again, so back-to-back jobs skip the wake-up.
             while True:
                 idle_since = clock()
                 polled = poll.window()
                 deadline, arrived = idle_since + polled, False
                 while clock() < deadline:
-                    if read32(tail_reg) != read32(head_reg):
+                    if read32(tail_reg) != read32(head_reg) or self.queues.has_work():
                         arrived = True
                         break
                     os.sched_yield()   # any runnable host process (the KMD, a client) goes first
                 if not arrived:
+                    # Clients ring the doorbell from now on; work that came just before is taken first.
+                    self.queues.set_polling(False)
+                    if read32(tail_reg) != read32(head_reg) or self.queues.has_work():
+                        self.queues.set_polling(True)
+                        self.drain_all()
+                        continue
                     break
                 poll.record(clock() - idle_since, polled)
-                self.drain_ring()
+                self.drain_all()
 
-    def drain_ring(self) -> None:
+    def sleep(self) -> None:
+        """Block on the kernel doorbell and the served queues' doorbells, and consume them."""
+        self.queues.refresh()
+        doorbells = self.queues.doorbells()
+        if not doorbells:
+            os.read(self.doorbell_fd, 8)
+            return
+        poller = select.poll()
+        for fd in (self.doorbell_fd, *doorbells):
+            poller.register(fd, select.POLLIN)
+        for fd, _ in poller.poll(QUEUE_SLEEP_MS):
+            if fd == self.doorbell_fd:
+                os.read(fd, 8)
+            else:
+                drain_pipe(fd)
+
+    def drain_all(self) -> None:
+        """Run everything there is, in rounds: up to JOBS_PER_TURN jobs of the kernel ring,
+        then up to JOBS_PER_TURN of each user queue by priority (the driver keeps refilling
+        its ring: draining it whole first would starve the queues)."""
+        while True:
+            ran = self.drain_ring(JOBS_PER_TURN)
+            self.queues.refresh()
+            ran += self.serve_queues()
+            if not ran and self.reg(regs.RING_HEAD) == self.reg(regs.RING_TAIL):
+                return
+
+    def serve_queues(self) -> int:
+        """One round over the served queues, by priority, at most JOBS_PER_TURN jobs each;
+        ring-control entries (invalidations) are carried out between any two jobs."""
+        ran = 0
+        for q in self.queues.served:
+            for _ in range(JOBS_PER_TURN):
+                entry = self.queues.next_entry(q)
+                if entry is None:
+                    break
+                self.run_user_job(q, *entry)
+                ran += 1
+                self.drain_ring(0)
+                if self.queues.refresh():     # the table changed: start a new round
+                    return ran
+        return ran
+
+    def run_user_job(self, q: ServedQueue, seq: int, cmd_iova: int, cmd_size: int, timeout_ms: int,
+                     flags: int) -> None:
+        """Run a user-queue job and post its completion in its queue; the same register order
+        as ``run_job_entry`` (UQ_SLOT / UQ_SEQ name the job for the watchdog), no interrupt."""
+        bank = self.bank
+        watchdog_ms = self.regs.read32(regs.WATCHDOG_MS) or DEFAULT_WATCHDOG_MS
+        timeout_ms = min(timeout_ms or watchdog_ms, q.timeout_cap_ms or watchdog_ms)
+        started = time.monotonic_ns()
+        self.regs.write64(bank + regs.JOB_START_NS, started)
+        self.set_reg(regs.JOB_TIMEOUT_MS, timeout_ms)
+        self.set_reg(regs.UQ_SLOT, q.slot + 1)
+        self.regs.write64(bank + regs.UQ_SEQ, seq)
+        self.regs.write64(bank + regs.CURRENT_JOB, queues.user_job_id(q.slot, seq))
+        self.set_reg(regs.CORE_STATE, regs.CORE_BUSY)
+        tasks: list[tuple[int, int, int, int, int]] | None = [] if self.queues.traced(q) else None
+        if flags != queues.ENTRY_FLAGS:
+            result = JobResult(status=-errno.EINVAL)
+        else:
+            result = self.execute(q.asid, cmd_iova, cmd_size,
+                                  (lambda *task: tasks.append(task)) if tasks is not None else None)
+        executed = time.monotonic_ns()
+        self.pace(result, started, timeout_ms)
+        result.exec_ns = time.monotonic_ns() - started
+        if tasks is not None:
+            self.record_profile(queues.user_job_id(q.slot, seq), tasks, started, executed, result)
+        self.queues.post(q, seq, result.status, result.cycles, self.profile.nanoseconds(result.cycles),
+                         result.fault_iova, result.exec_ns)
+        self.regs.write64(bank + regs.CURRENT_JOB, 0)
+        self.set_reg(regs.UQ_SLOT, 0)
+        self.regs.write64(bank + regs.BUSY_NS, self.regs.read64(bank + regs.BUSY_NS) + result.exec_ns)
+        self.regs.write64(bank + regs.BUSY_CYCLES, self.regs.read64(bank + regs.BUSY_CYCLES) + result.cycles)
+        self.set_reg(regs.CORE_STATE, regs.CORE_IDLE)
+
+    def finish_aborted_user_job(self) -> None:
+        """Post the completion of the user-queue job the watchdog failed (the previous process
+        of this core died or hung in it), in its own queue, at most once."""
+        slot = self.reg(regs.UQ_SLOT) - 1
+        if slot < 0:
+            return
+        seq = self.regs.read64(self.bank + regs.UQ_SEQ)
+        status = abort_status(self.regs, self.bank)
+        self.queues.refresh()
+        q = self.queues.find(slot)
+        if q is not None and q.done < seq:
+            self.queues.post(q, seq, status, 0, 0, 0, 0)
+        self.set_reg(regs.UQ_ABORT_STATUS, 0)
+        self.set_reg(regs.UQ_SLOT, 0)
+
+    def drain_ring(self, max_jobs: int | None = None) -> int:
+        """Carry out the ring's entries, stopping before the job past ``max_jobs`` (None: all);
+        the number of jobs run."""
         head = self.reg(regs.RING_HEAD)
+        ran = 0
         while head != self.reg(regs.RING_TAIL):
             opcode, asid, job_id, cmd_iova, cmd_size, timeout_ms, bo_id, flags = \
                 ring.RING_ENTRY_STRUCT.unpack_from(self.ring, head * ring.RING_ENTRY_STRUCT.size)
             following = ring.ring_next(head, self.entries)
             if opcode == ring.OP_JOB:
+                if max_jobs is not None and ran >= max_jobs:
+                    break
                 self.run_job_entry(job_id, asid, cmd_iova, cmd_size, timeout_ms, following, flags)
+                ran += 1
             else:
                 if opcode == ring.OP_INVALIDATE:
                     caches.invalidate(self.dma, asid, bo_id)
                 self.set_reg(regs.RING_HEAD, following)
+                if opcode == ring.OP_INVALIDATE:
+                    # After RING_HEAD: a KMD that sees the count knows no job started before
+                    # the invalidation still runs (it gives freed memory back then).
+                    self.set_reg(regs.INVAL_DONE, self.reg(regs.INVAL_DONE) + 1)
             head = following
+        return ran
 
     def run_job_entry(self, job_id: int, asid: int, cmd_iova: int, cmd_size: int, timeout_ms: int,
                       following: int, flags: int = 0) -> None:
@@ -109,14 +227,7 @@ class Core:
         result = self.execute(asid, cmd_iova, cmd_size, (lambda *task: tasks.append(task)) if tasks is not None
                               else None)
         executed = time.monotonic_ns()
-        if self.regs.read32(regs.PACING) & regs.PACING_ON and result.status == 0:
-            modeled_ns = self.profile.nanoseconds(result.cycles)
-            if modeled_ns >= (timeout_ms or self.regs.read32(regs.WATCHDOG_MS) or DEFAULT_WATCHDOG_MS) * 1_000_000:
-                # The modeled chip would run past the job's timeout: fail it now rather than
-                # sleep into the watchdog, which would restart the core for it.
-                result.status = -errno.ETIMEDOUT
-            else:
-                pace_until(started + modeled_ns)
+        self.pace(result, started, timeout_ms or self.regs.read32(regs.WATCHDOG_MS) or DEFAULT_WATCHDOG_MS)
         result.exec_ns = time.monotonic_ns() - started
         if tasks is not None:
             self.record_profile(job_id, tasks, started, executed, result)
@@ -131,6 +242,17 @@ class Core:
         self.regs.write64(bank + regs.JOBS_DONE, self.regs.read64(bank + regs.JOBS_DONE) + 1)
         self.set_reg(regs.CORE_STATE, regs.CORE_IDLE)
         raise_irq(self.regs, bank, self.irq_fd, completion_cause(result.status))
+
+    def pace(self, result: JobResult, started: int, timeout_ms: int) -> None:
+        """Pacing: hold a job that succeeded until its modeled device time has passed."""
+        if self.regs.read32(regs.PACING) & regs.PACING_ON and result.status == 0:
+            modeled_ns = self.profile.nanoseconds(result.cycles)
+            if modeled_ns >= timeout_ms * 1_000_000:
+                # The modeled chip would run past the job's timeout: fail it now rather than
+                # sleep into the watchdog, which would restart the core for it.
+                result.status = -errno.ETIMEDOUT
+            else:
+                pace_until(started + modeled_ns)
 
     def execute(self, asid: int, cmd_iova: int, cmd_size: int, on_task: TaskHook | None = None) -> JobResult:
         """Run one job's command buffer, applying the fault injection bits set now."""
@@ -160,7 +282,8 @@ class Core:
         free = (capacity - 1 - (tail - head) % capacity) if capacity else 0
         records = [(job_id, index, opcode, ring.PROFILE_TASK, start, end, cycles)
                    for index, opcode, start, end, cycles in tasks]
-        records.append((job_id, len(tasks), 0, ring.PROFILE_JOB, started, executed, result.cycles))
+        records.append((job_id, len(tasks), -result.status & 0xFFFF, ring.PROFILE_JOB, started, executed,
+                        result.cycles))
         if len(records) > free:
             self.set_reg(regs.PQ_DROPPED, self.reg(regs.PQ_DROPPED) + len(records))
             return
@@ -179,6 +302,15 @@ class Core:
 
 
 DEFAULT_WATCHDOG_MS = 5000   # a job's timeout when neither its ring entry nor WATCHDOG_MS gives one
+
+
+def drain_pipe(fd: int) -> None:
+    """Empty a queue's doorbell pipe (the chip's non-blocking read end: no client shares it)."""
+    try:
+        while len(os.read(fd, 65536)) == 65536:
+            pass
+    except BlockingIOError:
+        pass
 
 
 def pace_until(deadline_ns: int) -> None:

@@ -111,6 +111,22 @@ class DmaEngine:
             released.append((start, start + view.nbytes))
         return released
 
+    def map_region(self, asid: int, iova: int, nbytes: int) -> np.ndarray:
+        """A long-lived writable view of [iova, iova + nbytes) in ``asid``, which must be one
+        buffer object mapped read-write (a user queue's memory: firmware_sim.user_queues).
+
+        The view keeps the object's memory mapped until dropped, whatever invalidations
+        come: only for memory the driver never frees while the chip may use it."""
+        self.bind(asid)
+        segments = self.translate(iova, nbytes, write=True)
+        if len(segments) != 1:
+            raise IommuFault(iova, "a queue must be one buffer object")
+        bo_id, offset, length = segments[0]
+        data = self._object(bo_id)
+        if offset + length > len(data):
+            raise IommuFault(iova, f"page table maps past the end of buffer object {bo_id}")
+        return data[offset:offset + length]
+
     # ---- translation ----
     def translate(self, iova: int, nbytes: int, write: bool) -> list[tuple[int, int, int]]:
         """Segments (bo id, byte offset in bo, length) covering [iova, iova + nbytes)."""

@@ -20,6 +20,7 @@ class BufferObject:
     flags: int
     users: int = 0            # jobs in flight that reference it
     freed: bool = False       # handle gone; backing released when users drops to 0
+    accounted: bool = True    # counted in the device's memory (a user queue's memory is not: see user_queues)
 
     @property
     def npages(self) -> int:

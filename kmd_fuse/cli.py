@@ -116,7 +116,9 @@ def start(args) -> int:
                "--mode", args.mode, "--profile", args.profile, *(["--pacing"] if args.pacing else []),
                "--max-contexts-per-user", str(args.max_contexts_per_user), "--root-contexts", str(args.root_contexts),
                "--max-memory-per-user", str(args.max_memory_per_user),
-               "--max-buffers-per-user", str(args.max_buffers_per_user)]
+               "--max-buffers-per-user", str(args.max_buffers_per_user),
+               "--max-queues-per-context", str(args.max_queues_per_context),
+               "--max-queues-per-user", str(args.max_queues_per_user)]
         proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True)
         started.append((index, node, proc))
     deadline = time.monotonic() + START_TIMEOUT_S
@@ -304,6 +306,11 @@ def main(argv: list[str] | None = None) -> int:
                                 "default 0: the whole device)")
             p.add_argument("--max-buffers-per-user", type=int, default=Limits.max_buffers_per_user,
                            help="buffers one non-root user may hold (EDQUOT beyond; default %(default)s)")
+            p.add_argument("--max-queues-per-context", type=int, default=Limits.max_queues_per_context,
+                           help="user-mode submission queues one context may create (EMFILE beyond; 0: none; "
+                                "default %(default)s)")
+            p.add_argument("--max-queues-per-user", type=int, default=Limits.max_queues_per_user,
+                           help="user queues one non-root user may hold (EMFILE beyond; default %(default)s)")
     args = parser.parse_args(argv)
     return run_reporting_errors(args.command, {"start": start, "stop": stop, "status": status,
                                                "udev-test": udev_test, "monitor": monitor}[args.command],

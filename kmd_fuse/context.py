@@ -83,6 +83,7 @@ class Context:
     profile_tasks: int = 0     # task records in ``profiles`` (bounded: profiling.keep)
 
     memory_allocated: int = 0          # bytes of the live buffers, kept by add/remove_buffer
+    queues: list = field(default_factory=list)   # its user queues (user_queues.UserQueue) until given back
 
     def add_buffer(self, bo: BufferObject) -> None:
         self.buffers[bo.handle] = bo

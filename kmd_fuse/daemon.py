@@ -103,6 +103,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--root-contexts", type=int, default=Limits.root_contexts)
     parser.add_argument("--max-memory-per-user", type=parse_size, default=Limits.max_memory_per_user)
     parser.add_argument("--max-buffers-per-user", type=int, default=Limits.max_buffers_per_user)
+    parser.add_argument("--max-queues-per-context", type=int, default=Limits.max_queues_per_context)
+    parser.add_argument("--max-queues-per-user", type=int, default=Limits.max_queues_per_user)
     args = parser.parse_args(argv)
     logging.basicConfig(level=os.environ.get("NPU_LOG", "INFO"),
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
@@ -127,7 +129,9 @@ def main(argv: list[str] | None = None) -> int:
                                max_job_timeout_ms=round(args.max_job_timeout * 1000)),
                     Limits(max_contexts_per_user=args.max_contexts_per_user, root_contexts=args.root_contexts,
                            max_memory_per_user=args.max_memory_per_user,
-                           max_buffers_per_user=args.max_buffers_per_user),
+                           max_buffers_per_user=args.max_buffers_per_user,
+                           max_queues_per_context=args.max_queues_per_context,
+                           max_queues_per_user=args.max_queues_per_user),
                     tasks=BackgroundTasks())
     device.power_on()
     presence = Presence(root, sys_root, args.index)

@@ -28,6 +28,7 @@ from kmd_fuse.memory import DeviceMemory
 from kmd_fuse.profiling import Trace
 from kmd_fuse.scheduler import Scheduler
 from kmd_fuse.tasks import BackgroundTasks
+from kmd_fuse.user_queues import DeferredFree, UserQueues
 
 log = logging.getLogger("kmd_fuse.device")
 
@@ -68,6 +69,7 @@ class Device:
         self._draining = False             # a task is pumping ring-control entries (_drain)
         self.trace = Trace()                # the device's event recorder (kmd_fuse.profiling)
         self.unclaimed_profiles: dict[int, list] = {}   # job id -> profile records read before its completion
+        self.queues = UserQueues(self)      # user-mode submission queues (kmd_fuse.user_queues)
 
     # ---- lifecycle ----
     def power_on(self) -> None:
@@ -124,6 +126,12 @@ class Device:
             if waiter.cancel:
                 waiter.cancel.cancel()
         ctx.waiters.clear()
+        # Its user queues stop first: until the cores acknowledge, a user-queue job may still
+        # use any of its buffers, so those are given back only after (user_queues.poll).
+        self.queues.disable_context(ctx, -errno.ECANCELED)
+        for deferred in self.queues.deferred:
+            if deferred.ctx is ctx:
+                deferred.targets = None
         for job in self.scheduler.cancel(ctx):
             self.release_job_buffers(job)
             ctx.pending.pop(job.fence, None)
@@ -135,7 +143,8 @@ class Device:
 
     def reap(self, ctx: Context) -> None:
         """Destroy a closed context's address space once no job of it is on the chip."""
-        if ctx in self.zombies and not ctx.pending:
+        if ctx in self.zombies and not ctx.pending and not ctx.queues and \
+                not any(deferred.ctx is ctx for deferred in self.queues.deferred):
             self.zombies.discard(ctx)
             self.scheduler.invalidate(ctx.space.asid)
             self.memory.destroy_space(ctx.space)
@@ -162,22 +171,39 @@ class Device:
             raise KmdError(errno.ENOENT, f"no buffer with handle {handle} in this context")
         return bo
 
-    def free(self, ctx: Context, handle: int) -> None:
-        self._free_buffer(ctx, self.lookup(ctx, handle))
+    def free(self, ctx: Context, handle: int) -> DeferredFree | None:
+        """MEM_FREE; the deferral, when the buffer is given back later (a user queue may use it)."""
+        deferred = self._free_buffer(ctx, self.lookup(ctx, handle))
         self.pump()
+        return deferred
 
-    def _free_buffer(self, ctx: Context, bo: BufferObject, invalidate: bool = True) -> None:
+    def _free_buffer(self, ctx: Context, bo: BufferObject, invalidate: bool = True) -> DeferredFree | None:
         ctx.remove_buffer(bo)
         bo.freed = True
         if bo.users == 0:
-            self._release(ctx, bo, invalidate)
+            return self._release_or_defer(ctx, bo, invalidate)
+        return None
 
     def release_job_buffers(self, job: Job) -> None:
         """A job left the device (done or dropped): its buffers may now be given back."""
         for bo in job.bos:
             bo.users -= 1
             if bo.freed and bo.users == 0:
-                self._release(job.ctx, bo, invalidate=not job.ctx.closed)
+                self._release_or_defer(job.ctx, bo, invalidate=not job.ctx.closed)
+
+    def _release_or_defer(self, ctx: Context, bo: BufferObject, invalidate: bool) -> DeferredFree | None:
+        """Give a freed buffer back now, or, while a user queue of its context may still run
+        a job using it, once that is no longer possible (kmd_fuse.user_queues)."""
+        if not ctx.queues:
+            self._release(ctx, bo, invalidate)
+            return None
+        if ctx.closed:
+            return self.queues.defer_context_frees(ctx, bo)
+        return self.queues.defer_free(ctx, bo)
+
+    def release_buffer(self, ctx: Context, bo: BufferObject) -> None:
+        """Give back a buffer whose deferral ended (its pages were unmapped and invalidated)."""
+        self._release(ctx, bo, invalidate=False)
 
     def _release(self, ctx: Context, bo: BufferObject, invalidate: bool) -> None:
         """Give a freed buffer's memory back (no job holds it any more). A closed context's

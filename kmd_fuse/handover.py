@@ -34,7 +34,7 @@ import socket as pysocket
 import stat
 import struct
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import trio
 
@@ -42,8 +42,15 @@ from kmd_fuse import uapi
 from kmd_fuse.errors import KmdError
 
 if TYPE_CHECKING:
-    from kmd_fuse.buffer import BufferObject
     from kmd_fuse.mmu import AddressSpace
+
+
+class Handable(Protocol):
+    """What a token buys: a buffer object, or a user queue's eventfd (user_queues.HandedFd)."""
+
+    fd: int              # the daemon's descriptor (the reply carries a dup)
+    size: int            # bytes of the buffer (0 for an eventfd)
+    freed: bool          # gone: the token is refused
 
 log = logging.getLogger("kmd_fuse.handover")
 
@@ -66,10 +73,10 @@ class Grants:
     def __init__(self) -> None:
         self._owner: dict[int, AddressSpace] = {}
         # per address space, oldest first: token -> (uid, buffer)
-        self._by_space: dict[AddressSpace, collections.OrderedDict[int, tuple[int, BufferObject]]] = {}
+        self._by_space: dict[AddressSpace, collections.OrderedDict[int, tuple[int, Handable]]] = {}
         self.socket_path = b""             # set once the server listens (MEM_MAP's reply carries it)
 
-    def issue(self, space: AddressSpace, uid: int, bo: BufferObject) -> int:
+    def issue(self, space: AddressSpace, uid: int, bo: Handable) -> int:
         """A fresh one-shot token for ``bo`` of the context whose address space is ``space``."""
         token = secrets.randbits(64)
         while token == 0 or token in self._owner:
@@ -82,7 +89,7 @@ class Grants:
             del self._owner[oldest]
         return token
 
-    def redeem(self, token: int, peer_uid: int) -> BufferObject:
+    def redeem(self, token: int, peer_uid: int) -> Handable:
         """The buffer a token buys, forgetting the token; KmdError ENOENT / EPERM otherwise.
 
         A token presented by the wrong uid stays valid for its owner."""
@@ -97,7 +104,7 @@ class Grants:
             raise KmdError(errno.ENOENT, "the token's buffer was freed")
         return bo
 
-    def forget_buffer(self, space: AddressSpace, bo: BufferObject) -> None:
+    def forget_buffer(self, space: AddressSpace, bo: Handable) -> None:
         grants = self._by_space.get(space)
         if grants:
             for token in [t for t, (_, held) in grants.items() if held is bo]:

@@ -17,7 +17,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from firmware_sim.spec import memory, profiles, regs, ring
+from firmware_sim.spec import memory, profiles, queues, regs, ring
 from firmware_sim.spec.memory import map_file
 
 log = logging.getLogger("kmd_fuse.hw")
@@ -74,6 +74,13 @@ class Hardware:
         self.process: subprocess.Popen | None = None
         self.doorbells: list[int] = []
         self.irq_fd = -1
+        # Per user-queue slot, two pipes (read end, write end): the doorbell (clients get the write
+        # end, the chip reads) and the completion line (the chip writes, clients get the read end).
+        # Pipes, not eventfds: each end is its own open file, so nothing a client does to its end
+        # (clear O_NONBLOCK, fill a counter) can make the chip's end block.
+        self.queue_doorbells: list[tuple[int, int]] = []
+        self.queue_completions: list[tuple[int, int]] = []
+        self.invalidations_pushed: list[int] = []   # per core, OP_INVALIDATE entries written (wraps like INVAL_DONE)
         self._busy_reported = 0
 
     # ---- bring-up ----
@@ -82,12 +89,15 @@ class Hardware:
         self.bus.mkdir(parents=True, exist_ok=True)
         os.chmod(self.bus, 0o711)  # clients open their own buffer files by path
         _create_file(memory.regs_path(self.bus), regs.REGS_SIZE)
+        _create_file(memory.queue_table_path(self.bus), queues.QTAB_SIZE)
         for core in range(self.config.cores):
             _create_file(memory.ring_path(self.bus, core), self.entries * ring.RING_ENTRY.itemsize)
             _create_file(memory.cq_path(self.bus, core), self.entries * ring.COMPLETION.itemsize)
             _create_file(memory.profile_queue_path(self.bus, core), ring.PROFILE_ENTRIES * ring.PROFILE_RECORD.itemsize)
         self._regs_map = map_file(memory.regs_path(self.bus))
         self.regs = regs.RegisterView(self._regs_map)
+        self._qtab_map = map_file(memory.queue_table_path(self.bus))
+        self.qtab = regs.RegisterView(self._qtab_map)
         self.rings = [map_file(memory.ring_path(self.bus, c)) for c in range(self.config.cores)]
         self.cqs = [map_file(memory.cq_path(self.bus, c)) for c in range(self.config.cores)]
         self.pqs = [map_file(memory.profile_queue_path(self.bus, c)) for c in range(self.config.cores)]
@@ -110,16 +120,23 @@ class Hardware:
         self.banks = [regs.core_bank(c) for c in range(self.num_cores)]
         self.tails = [self.reg(c, regs.RING_TAIL) for c in range(self.num_cores)]
         self._restarts_seen = [self.reg(c, regs.CORE_RESTARTS) for c in range(self.num_cores)]
+        self.invalidations_pushed = [self.reg(c, regs.INVAL_DONE) for c in range(self.num_cores)]
 
     def _start_chip(self) -> None:
         if not self.doorbells:
             self.doorbells = [os.eventfd(0, os.EFD_CLOEXEC) for _ in range(self.config.cores)]
             self.irq_fd = os.eventfd(0, os.EFD_CLOEXEC | os.EFD_NONBLOCK)
+            self.queue_doorbells = [os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK) for _ in range(queues.QUEUE_SLOTS)]
+            self.queue_completions = [os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK) for _ in range(queues.QUEUE_SLOTS)]
         cmd = [sys.executable, "-m", "firmware_sim", "--bus", str(self.bus),
                "--doorbell-fds", ",".join(map(str, self.doorbells)), "--irq-fd", str(self.irq_fd),
                "--ring-entries", str(self.entries), "--profile", self.config.profile,
-               "--memory", str(self.device_memory)]
-        self.process = subprocess.Popen(cmd, pass_fds=[*self.doorbells, self.irq_fd], stdin=subprocess.DEVNULL)
+               "--memory", str(self.device_memory),
+               "--queue-doorbell-fds", ",".join(str(read) for read, _ in self.queue_doorbells),
+               "--queue-completion-fds", ",".join(str(write) for _, write in self.queue_completions)]
+        chip_ends = [read for read, _ in self.queue_doorbells] + [write for _, write in self.queue_completions]
+        self.process = subprocess.Popen(cmd, pass_fds=[*self.doorbells, self.irq_fd, *chip_ends],
+                                        stdin=subprocess.DEVNULL)
         log.info("chip started (pid %d, %d cores)", self.process.pid, self.config.cores)
 
     def restart_chip(self) -> None:
@@ -133,7 +150,10 @@ class Hardware:
             for offset in (regs.RING_HEAD, regs.RING_TAIL, regs.CQ_HEAD, regs.CQ_TAIL, regs.PQ_HEAD, regs.PQ_TAIL):
                 self.regs.write32(bank + offset, 0)
             self.regs.write64(bank + regs.CURRENT_JOB, 0)
+            for offset in (regs.UQ_SLOT, regs.UQ_ABORT_STATUS, regs.INVAL_DONE):
+                self.regs.write32(bank + offset, 0)
             self.tails[core] = 0
+            self.invalidations_pushed[core] = 0
         self._start_chip()
 
     def ready(self) -> bool:
@@ -147,10 +167,11 @@ class Hardware:
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait()
-        for fd in [*self.doorbells, self.irq_fd]:
+        pipe_ends = [fd for pipe in (*self.queue_doorbells, *self.queue_completions) for fd in pipe]
+        for fd in [*self.doorbells, self.irq_fd, *pipe_ends]:
             if fd >= 0:
                 os.close(fd)
-        self.doorbells, self.irq_fd = [], -1
+        self.doorbells, self.irq_fd, self.queue_doorbells, self.queue_completions = [], -1, [], []
         shutil.rmtree(self.bus, ignore_errors=True)
 
     # ---- registers ----
@@ -173,6 +194,8 @@ class Hardware:
              cmd_size: int = 0, timeout_ms: int = 0, bo_id: int = 0, flags: int = 0) -> None:
         """Write one ring entry (caller checked ``ring_space``); ``doorbell`` publishes it."""
         tail = self.tails[core]
+        if opcode == ring.OP_INVALIDATE:
+            self.invalidations_pushed[core] = (self.invalidations_pushed[core] + 1) & 0xFFFFFFFF
         ring.RING_ENTRY_STRUCT.pack_into(self.rings[core], tail * ring.RING_ENTRY_STRUCT.size, opcode, asid,
                                          job_id, cmd_iova, cmd_size, timeout_ms, bo_id, flags)
         self.tails[core] = ring.ring_next(tail, self.entries)
@@ -183,6 +206,18 @@ class Hardware:
         self.regs.write32(bank + regs.RING_TAIL, self.tails[core])
         self.regs.write32(bank + regs.DOORBELL, self.regs.read32(bank + regs.DOORBELL) + 1)
         os.eventfd_write(self.doorbells[core], 1)
+
+    def wake(self, core: int) -> None:
+        """Ring a core's doorbell with nothing new on its ring (it re-reads the queue table)."""
+        os.eventfd_write(self.doorbells[core], 1)
+
+    def invalidations_done(self, targets: list[int]) -> bool:
+        """Whether every core has carried out the invalidations counted in ``targets``
+        (``invalidations_pushed`` and those still queued, taken at one moment)."""
+        for core, target in enumerate(targets):
+            if (self.reg(core, regs.INVAL_DONE) - target) & 0xFFFFFFFF >= 1 << 31:
+                return False
+        return True
 
     # ---- interrupts and completions ----
     def ack_irq(self) -> None:
@@ -242,6 +277,7 @@ class Hardware:
         """The chip emptied its rings (head caught up with our tail): nothing to redo."""
         self.tails = [self.reg(c, regs.RING_TAIL) for c in range(self.num_cores)]
         self._restarts_seen = [self.reg(c, regs.CORE_RESTARTS) for c in range(self.num_cores)]
+        self.invalidations_pushed = [self.reg(c, regs.INVAL_DONE) for c in range(self.num_cores)]
         self.ack_irq()
 
     def core_restarts(self) -> int:

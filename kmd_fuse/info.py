@@ -11,7 +11,7 @@ import os
 import uuid
 from collections.abc import Callable
 
-from firmware_sim.spec import iommu, regs
+from firmware_sim.spec import iommu, queues, regs
 from kmd_fuse import uapi
 from kmd_fuse.context import MAX_OUTSTANDING, Context
 from kmd_fuse.device import Device
@@ -33,8 +33,9 @@ def fill_info(device: Device, ctx: Context, info) -> None:
     info.memory_total = device.memory.total
     info.memory_used = device.memory.used
     info.context_id = ctx.context_id
-    info.jobs_completed = device.jobs_completed
-    info.jobs_failed = device.jobs_failed
+    queue_done, queue_failed = device.queues.device_counters()
+    info.jobs_completed = device.jobs_completed + queue_done - queue_failed
+    info.jobs_failed = device.jobs_failed + queue_failed
     info.busy_time_ns = device.hw.busy_ns()
     info.reset_count = device.reset_count
     info.model = MODEL_NAME.encode()
@@ -42,7 +43,7 @@ def fill_info(device: Device, ctx: Context, info) -> None:
 
 def context_busy_ns(device: Device, ctx: Context) -> int:
     """Chip time of the context's jobs, counting the ones running now (never decreases)."""
-    total = ctx.stats.busy_time_ns
+    total = ctx.stats.busy_time_ns + device.queues.context_counters(ctx).busy_ns
     for job_id, elapsed in device.hw.running():
         job = device.scheduler.in_flight.get(job_id)
         if job is not None and job.ctx is ctx:
@@ -58,9 +59,10 @@ def fill_stats(device: Device, ctx: Context, stats) -> None:
     stats.memory_allocated = ctx.memory_allocated
     stats.memory_peak = s.memory_peak
     stats.buffers = len(ctx.buffers)
-    stats.jobs_submitted = s.jobs_submitted
-    stats.jobs_completed = s.jobs_completed
-    stats.jobs_failed = s.jobs_failed
+    queued = device.queues.context_counters(ctx)      # user-queue jobs: counted by the chip
+    stats.jobs_submitted = s.jobs_submitted + queued.done
+    stats.jobs_completed = s.jobs_completed + queued.done - queued.failed
+    stats.jobs_failed = s.jobs_failed + queued.failed
     stats.busy_time_ns = context_busy_ns(device, ctx)
     stats.jobs_queued = sum(1 for j in ctx.pending.values() if j.core < 0)
     stats.jobs_running = sum(1 for j in ctx.pending.values() if j.core >= 0)
@@ -108,6 +110,8 @@ PARAMS: dict[str, Callable[[Device, Context], int]] = {
     "PACING": lambda device, ctx: int(bool(device.hw.regs.read32(regs.PACING) & regs.PACING_ON)),
     "UUID_LO": lambda device, ctx: _uuid_half(device, high=False),
     "UUID_HI": lambda device, ctx: _uuid_half(device, high=True),
+    "MAX_QUEUES_PER_CONTEXT": lambda device, ctx: device.quotas.limits.max_queues_per_context,
+    "QUEUE_SLOTS": lambda device, ctx: queues.QUEUE_SLOTS,
 }
 if set(PARAMS) != set(uapi.PARAMS.values()):
     raise ImportError(f"info.PARAMS and npu_uapi.h's NPU_PARAM_* differ: "

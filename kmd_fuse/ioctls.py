@@ -51,8 +51,12 @@ def mem_map(device: Device, ctx: Context, request: Request) -> None:
     req.socket_path = device.memory.grants.socket_path
 
 
-def mem_free(device: Device, ctx: Context, request: Request) -> None:
-    device.free(ctx, request.payload.handle)
+def mem_free(device: Device, ctx: Context, request: Request) -> bool:
+    # With a live user queue the reply waits until the buffer is given back (user_queues).
+    deferred = device.free(ctx, request.payload.handle)
+    if deferred is not None:
+        deferred.reply_to = request
+    return deferred is not None
 
 
 def submit(device: Device, ctx: Context, request: Request) -> bool:
@@ -99,6 +103,18 @@ def get_profile(device: Device, ctx: Context, request: Request) -> None:
     profiling.fill_profile(ctx, req, uapi.NPU_MAX_PROFILE_TASKS)
 
 
+def queue_create(device: Device, ctx: Context, request: Request) -> None:
+    req = request.payload
+    if req.flags:
+        raise KmdError(errno.EINVAL, f"unknown QUEUE_CREATE flags {req.flags:#x}")
+    queue = device.queues.create(ctx, req.entries, req.priority)
+    req.entries, req.queue_id, req.core = queue.entries, queue.slot, queue.core
+    req.size, req.iova = queue.bo.size, queue.bo.iova
+    req.timeout_cap_ms = device.hw.config.max_job_timeout_ms
+    req.memory_token, req.doorbell_token, req.completion_token = device.queues.tokens(queue)
+    req.socket_path = device.memory.grants.socket_path
+
+
 IOCTLS: dict[str, Ioctl] = {entry.name: entry for entry in (
     Ioctl("GET_INFO", get_info),
     Ioctl("MEM_ALLOC", mem_alloc),
@@ -111,6 +127,7 @@ IOCTLS: dict[str, Ioctl] = {entry.name: entry for entry in (
     Ioctl("GET_PARAM", get_param),
     Ioctl("SUBMIT_BATCH", submit_batch),
     Ioctl("GET_PROFILE", get_profile),
+    Ioctl("QUEUE_CREATE", queue_create),
 )}
 _HEADER_NAMES = {command.name for command in uapi.COMMANDS.values()}
 if set(IOCTLS) != _HEADER_NAMES:

@@ -7,7 +7,7 @@ import time
 
 import trio
 
-from kmd_fuse import jobs, recovery
+from kmd_fuse import jobs, profiling, recovery
 from kmd_fuse.device import Device
 
 log = logging.getLogger("kmd_fuse.irq")
@@ -38,6 +38,8 @@ async def housekeeping(device: Device) -> None:
                 device.spawn(recovery.recover_chip, device)
             elif not device.resetting:
                 jobs.service_completions(device)
+                if device.trace.enabled:       # user-queue jobs raise no interrupt: their records
+                    profiling.collect(device, [])
                 recovery.account_core_restarts(device)
                 recovery.check_chip_watchdog(device)
         except Exception:

@@ -7,6 +7,8 @@ limit ran out for whom:
     EMFILE   the user has max_contexts_per_user contexts open
     ENFILE   the device has no context left (non-root users also leave root_contexts free)
     EDQUOT   the user's buffers would exceed max_memory_per_user bytes or max_buffers_per_user
+    EMFILE   (QUEUE_CREATE) the context has max_queues_per_context user queues, or the user
+             max_queues_per_user; ENOSPC: the chip's queue table is full
     ENOMEM   the device's memory is full (kmd_fuse.memory, unchanged)
 
 The device's owner is never limited per user: root, and in rootless mode also the user
@@ -28,6 +30,8 @@ class Limits:
     root_contexts: int = 16
     max_memory_per_user: int = 0
     max_buffers_per_user: int = 4096
+    max_queues_per_context: int = 2
+    max_queues_per_user: int = 4
 
 
 @dataclass
@@ -35,6 +39,7 @@ class _Usage:
     contexts: int = 0
     memory: int = 0
     buffers: int = 0
+    queues: int = 0
 
 
 @dataclass
@@ -105,4 +110,20 @@ class Quotas:
         usage = self._usage(uid)
         usage.memory -= size
         usage.buffers -= 1
+        self._forget_if_idle(uid)
+
+    def add_queue(self, uid: int, context_queues: int) -> None:
+        """Count a user queue for ``uid`` (whose context holds ``context_queues``), or raise
+        KmdError(EMFILE). The per-context bound holds for everyone, the owner included."""
+        if context_queues >= self.limits.max_queues_per_context:
+            raise KmdError(errno.EMFILE, f"the context has {context_queues} user queues, the most allowed "
+                                         "(npu-kmd start --max-queues-per-context)")
+        usage = self._usage(uid)
+        if self._limited(uid) and usage.queues >= self.limits.max_queues_per_user:
+            raise KmdError(errno.EMFILE, f"uid {uid} has {usage.queues} user queues, the most allowed per user "
+                                         "(npu-kmd start --max-queues-per-user)")
+        usage.queues += 1
+
+    def remove_queue(self, uid: int) -> None:
+        self._usage(uid).queues -= 1
         self._forget_if_idle(uid)

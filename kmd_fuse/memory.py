@@ -67,11 +67,14 @@ class DeviceMemory:
         self.spaces.destroy(space)
 
     # ---- buffers ----
-    def allocate(self, space: AddressSpace, handle: int, size: int, flags: int) -> BufferObject:
+    def allocate(self, space: AddressSpace, handle: int, size: int, flags: int,
+                 accounted: bool = True) -> BufferObject:
+        """A buffer mapped in ``space``; ``accounted=False`` for the driver's own memory (a user
+        queue's), which the device's memory does not count (the queue limits bound it)."""
         if size <= 0:
             raise KmdError(errno.EINVAL, f"buffer size {size} must be positive")
         size = -(-size // iommu.PAGE_SIZE) * iommu.PAGE_SIZE
-        if size > self.total - self.used:
+        if accounted and size > self.total - self.used:
             raise KmdError(errno.ENOMEM, f"{size} bytes requested, {self.total - self.used} of "
                                          f"{self.total} free on the device")
         if self.buffers >= self.max_buffers:
@@ -84,9 +87,9 @@ class DeviceMemory:
         except OSError as exc:
             space.iova.free(iova, size >> iommu.PAGE_SHIFT)
             raise KmdError(errno.ENOMEM, f"backing memory: {_why(exc)}") from None
-        bo = BufferObject(bo_id, handle, size, iova, fd, link, flags)
+        bo = BufferObject(bo_id, handle, size, iova, fd, link, flags, accounted=accounted)
         space.table.map(iova, bo_id, bo.npages, readable=bool(flags & 1), writable=bool(flags & 2))
-        self.used += size
+        self.used += size if accounted else 0
         self.buffers += 1
         return bo
 
@@ -121,7 +124,7 @@ class DeviceMemory:
         except OSError as exc:             # the pages still go when the last mapping does
             log.warning("buffer object %d: punching its pages out failed: %s", bo.bo_id, exc)
         os.close(bo.fd)
-        self.used -= bo.size
+        self.used -= bo.size if bo.accounted else 0
         self.buffers -= 1
 
 

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from firmware_sim.spec import ops as _ops  # noqa: F401 (registers the operators' task types, for their names)
-from firmware_sim.spec import ring, tasks
+from firmware_sim.spec import queues, ring, tasks
 from kmd_fuse.errors import KmdError
 from kmd_fuse.hw import Completion, ProfileRecord
 
@@ -118,10 +118,16 @@ def collect(device: Device, retired: list[tuple[Job, Completion]]) -> None:
     """Attach the chip's records to the profiled jobs just retired (before anyone is answered)."""
     profiled = [(job, completion) for job, completion in retired if job.profiled]
     by_job = device.unclaimed_profiles
+    user_jobs = []
     for record in device.hw.profile_records():
+        if record.job_id & queues.USER_JOB_BIT:      # a user-queue job's (only while the trace records)
+            user_jobs.append(record)
+            continue
         # A core publishes a job's records before its completion, so records may come a
         # round before the completion does: they wait here for it.
         by_job.setdefault(record.job_id, []).append(record)
+    if user_jobs:
+        device.queues.trace(user_jobs)
     while len(by_job) > UNCLAIMED_KEPT:
         del by_job[next(iter(by_job))]
     now = time.monotonic_ns()

@@ -29,6 +29,7 @@ async def reset(device: Device, reason: str) -> None:
         raise KmdError(errno.EBUSY, "a reset is already in progress")
     device.resetting = True
     device.scheduler.halted = True
+    device.queues.disable_all(-errno.ECANCELED)    # clients see why their queue stopped
     try:
         request = device.hw.request_reset()
         deadline = time.monotonic() + RESET_TIMEOUT_S
@@ -52,6 +53,7 @@ def _count_reset(device: Device, reason: str) -> None:
 
 def _after_reset(device: Device, reason: str) -> None:
     device.hw.after_reset()
+    device.queues.after_reset()
     _count_reset(device, reason)
     touched = set()
     for job in device.scheduler.abort_in_flight():
@@ -88,6 +90,7 @@ async def recover_chip(device: Device) -> None:
     """Restart a chip that died; jobs that were on it fail with EIO."""
     device.resetting = True
     device.scheduler.halted = True
+    device.queues.disable_all(-errno.ECANCELED)
     try:
         device.hw.restart_chip()
         deadline = time.monotonic() + RESET_TIMEOUT_S

@@ -239,6 +239,7 @@ class AttributeTree:
                 self.device.trace.start()
             else:
                 self.device.trace.stop()
+            self.device.queues.set_tracing(value == b"1")
         elif name == "uevent":
             action = value.decode(errors="replace").split(" ", 1)[0]
             if action not in ("add", "change", "remove") or self.on_uevent_write is None:

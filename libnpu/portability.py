@@ -22,6 +22,7 @@ import logging
 import mmap
 import os
 import threading
+import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,11 +35,13 @@ from kmd_fuse import uapi
 from kmd_fuse.uapi import NpuError, sysfs_layout
 from libnpu import properties
 from libnpu.transport import BufferSocket, DeviceFile
+from libnpu.user_queue import QueueFence, UserQueue
 
 log = logging.getLogger("libnpu")
 
 MEM_READ, MEM_WRITE, MEM_RW = uapi.NPU_MEM_READ, uapi.NPU_MEM_WRITE, uapi.NPU_MEM_RW
 PRIO_LOW, PRIO_NORMAL, PRIO_HIGH = uapi.NPU_PRIO_LOW, uapi.NPU_PRIO_NORMAL, uapi.NPU_PRIO_HIGH
+QUEUE_RETRY_S = 1.0     # a device that could not give the runtime a user queue is asked again after this
 
 
 def _fields(reply) -> list[str]:
@@ -196,6 +199,11 @@ class Device:
         self._lock = threading.Lock()
         self.buffers: dict[int, Memory] = {}
         self.settings = properties.defaults()    # the writable properties; models loaded here start with them
+        self.queues: list[UserQueue] = []        # user queues created here (closed with the device)
+        self._shared_queues: dict[int, list[UserQueue]] = {}   # priority -> the runtime's queues (shared_queue)
+        self._num_cores = 0
+        self.use_queues = True                   # False: the runtime submits through the driver (SUBMIT)
+        self._queue_retry_at: dict[int, float] = {}
 
     # ---- properties (OpenVINO's names: libnpu.properties) ----
     def get_property(self, name: str) -> Any:
@@ -423,6 +431,79 @@ class Device:
         return JobTiming(fence_id, reply.core, reply.status, bool(reply.complete), reply.submit_ns, reply.start_ns,
                          reply.end_ns, reply.signal_ns, reply.cycles, reply.device_time_ns, records)
 
+    # ---- user-mode submission queues (ABI 2.4) ----
+    def create_queue(self, entries: int = 0, priority: int = PRIO_NORMAL) -> UserQueue:
+        """A user-mode submission queue of this context (QUEUE_CREATE): jobs submitted on it
+        go to the chip and their completions come back without a request to the driver.
+        NpuError: ENOTTY from a driver without queues, EMFILE past the context's or the
+        user's limit, ENOSPC when the chip serves as many queues as it can."""
+        req = uapi.new_payload(uapi.NPU_CMD_QUEUE_CREATE)
+        req.entries, req.priority = entries, priority
+        reply = self.file.request(uapi.NPU_CMD_QUEUE_CREATE, req)
+        path = uapi.c_string(reply.socket_path)
+        fds: list[int] = []
+        try:
+            for token in (reply.memory_token, reply.doorbell_token, reply.completion_token):
+                fds.append(self.buffer_socket.receive(path, token)[0])
+            queue = UserQueue(fds[0], reply.size, fds[1], fds[2], queue_id=reply.queue_id, entries=reply.entries,
+                              iova=reply.iova, core=reply.core, timeout_cap_ms=reply.timeout_cap_ms)
+        except BaseException:
+            for fd in fds[1:]:
+                os.close(fd)
+            raise
+        finally:
+            if fds:
+                os.close(fds[0])      # the mapping keeps the memory
+        with self._lock:
+            self.queues.append(queue)
+        return queue
+
+    def shared_queue(self, priority: int = PRIO_NORMAL) -> UserQueue | None:
+        """A user queue of ``priority`` for the runtime's jobs: an idle one of those made here,
+        else a new one while there are fewer than cores (the driver puts each on the core
+        serving fewest, so threads inferring at once use every core), else the least busy.
+        None when the device offers none (a driver before ABI 2.4, a limit reached: asked
+        again after QUEUE_RETRY_S): the caller then submits through the driver."""
+        if not self.use_queues:
+            return None
+        with self._lock:
+            held = self._shared_queues.setdefault(priority, [])
+            for stopped in [q for q in held if q.closed or q.error()]:   # a reset stopped it: make a new one
+                held.remove(stopped)
+                stopped.close()
+                self.queues.remove(stopped)
+            idle = next((q for q in held if not q.in_flight()), None)
+            if idle is not None:
+                return idle
+            if len(held) >= self._cores() or time.monotonic() < self._queue_retry_at.get(priority, 0.0):
+                return min(held, key=UserQueue.in_flight) if held else None
+        try:
+            queue = self.create_queue(priority=priority)
+        except NpuError as exc:
+            log.debug("no user queue (%s): jobs go through SUBMIT", exc)
+            with self._lock:
+                self._queue_retry_at[priority] = time.monotonic() + QUEUE_RETRY_S
+                return min(held, key=UserQueue.in_flight) if held else None
+        with self._lock:
+            held.append(queue)
+        return queue
+
+    def _cores(self) -> int:
+        if not self._num_cores:
+            self._num_cores = self.param("NUM_CORES")
+        return self._num_cores
+
+    def queue_submit(self, queue: UserQueue, commands: CommandBuffer | Memory | None, *, size: int | None = None,
+                     offset: int = 0, timeout_ms: int = 0) -> QueueFence:
+        """``submit`` on a user queue: the command buffer as ``submit`` takes it (no buffer
+        list: the chip's IOMMU checks every access in this context's address space)."""
+        if isinstance(commands, CommandBuffer):
+            return queue.submit(commands.address, commands.used if size is None else size, timeout_ms)
+        if isinstance(commands, Memory):
+            return queue.submit(commands.address + offset, commands.size - offset if size is None else size,
+                                timeout_ms)
+        return queue.submit(0, 0, timeout_ms)
+
     def reset(self) -> int:
         """Reset the device (root only); returns the reset count."""
         return self.file.request(uapi.NPU_CMD_RESET).reset_count
@@ -432,6 +513,10 @@ class Device:
         for memory in list(self.buffers.values()):
             memory._unmap()
         self.buffers.clear()
+        for queue in self.queues:
+            queue.close()
+        self.queues.clear()
+        self._shared_queues.clear()
         self.buffer_socket.close()
         self.file.close()
 

@@ -43,6 +43,7 @@ from libnpu.loadable import HostStep, Loadable, RegionKind, TensorDesc, TensorFl
 from libnpu.pool import ErrorCallback, FinishCallback, OutputCallback, RequestPool
 from libnpu.portability import MEM_READ, MEM_RW, PRIO_NORMAL, Device, Fence, JobError, Memory, PreparedSubmit, Session
 from libnpu.profiling import ChipPart, HostPart, InferenceProfile
+from libnpu.user_queue import QueueFence
 
 ArrayLike = np.ndarray
 Inputs = Sequence[ArrayLike] | Mapping[str, ArrayLike]
@@ -413,7 +414,7 @@ class InferRequest:
         self._outputs = [(desc, self._view(desc)) for desc in loadable.outputs()]
         self._states = [VariableState(self, desc, self._view(desc)) for desc in loadable.states()]
         self._prepare(model.priority, model.profiling)
-        self.fence: Fence | None = None
+        self.fence: Fence | QueueFence | None = None
         self.timing = Timing()
         self.profile: InferenceProfile | None = None   # the last inference's per-layer profile (PERF_COUNT)
         self._started = 0.0
@@ -437,7 +438,7 @@ class InferRequest:
     def _collect_profile(self) -> None:
         """PERF_COUNT: the chip's per-layer timing of the job just finished."""
         fence = self.fence
-        if self._profiled and fence is not None:
+        if self._profiled and isinstance(fence, Fence):      # profiled jobs never take a user queue
             self.profile = InferenceProfile.from_job(self.model.loadable, self.model.device.get_profile(fence),
                                                      self.model.clock_mhz)
 
@@ -630,13 +631,15 @@ class InferRequest:
         self._finish_wait(timeout)
 
     def infer(self, inputs: Inputs, dequantized: bool = False) -> list[np.ndarray]:
-        """Run once, synchronously (one round trip to the driver)."""
+        """Run once, synchronously (through a user queue of the device, else one round trip
+        to the driver)."""
         self.set_inputs(inputs)     # raises ClosedError once released
         self.run_sync(time.perf_counter())
         return self.outputs(dequantized)
 
     def run_sync(self, started: float) -> None:
-        """Run the inputs already set, to the end, in one round trip (SUBMIT with WAIT);
+        """Run the inputs already set, to the end: through a user queue of the device when it
+        offers one (not for PERF_COUNT), else in one round trip (SUBMIT with WAIT);
         ``timing.latency_s`` counts from ``started`` (a ``time.perf_counter()``).  A model with
         CPU operators runs its chip partitions and host steps in turn."""
         self._check_usable()
@@ -645,7 +648,14 @@ class InferRequest:
             self._run_partitions()
             return
         self._follow_settings()
-        self.fence = self.model.device.run_prepared(self._run)
+        # A user queue when the device offers one (no request to the driver per job);
+        # profiled jobs go through SUBMIT, which carries NPU_SUBMIT_PROFILE.
+        device = self.model.device
+        queue = None if self._profiled else device.shared_queue(self._priority)
+        if queue is not None and self.command is not None:
+            self.fence = queue.submit(self.command.address, self.command_size).wait()
+        else:
+            self.fence = device.run_prepared(self._run)
         self.timing = Timing(time.perf_counter() - started, self.fence.device_time_ns)
         self._collect_profile()
 

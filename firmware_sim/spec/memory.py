@@ -43,6 +43,11 @@ def profile_queue_path(bus: Path, core: int) -> Path:
     return bus / f"pq{core}"
 
 
+def queue_table_path(bus: Path) -> Path:
+    """The user-queue table (spec.queues), a second register page."""
+    return bus / "qtab"
+
+
 def page_table_path(bus: Path, asid: int) -> Path:
     return bus / f"pt{asid}"
 

@@ -32,6 +32,7 @@ PROFILE_ID = 0x34        # chip: the hardware profile it runs (spec.profiles: Pr
 SRAM_KB = 0x38           # chip: on-chip SRAM per core, KiB
 TASK_OVERHEAD_CYCLES = 0x3C  # chip: timing model, cycles each task costs besides its work
 PACING = 0x40            # KMD: PACING_ON makes every job end no earlier than its modeled device time
+QUEUE_TABLE_GEN = 0x44   # KMD: bumped after any change to the user-queue table (spec.queues)
 
 STATUS_READY = 0x1
 
@@ -66,6 +67,11 @@ CORE_RESTARTS = 0x4C     # chip (u32): times the chip's watchdog restarted this 
 PQ_HEAD = 0x50           # KMD  (u32): next profile record the KMD will read (ring.PROFILE_ENTRIES)
 PQ_TAIL = 0x54           # core (u32): next profile record the core will write
 PQ_DROPPED = 0x58        # core (u32): profile records dropped because the queue was full (wraps)
+UQ_SLOT = 0x5C           # core (u32): 1 + the queue-table slot of the user-queue job running (0: none)
+UQ_SEQ = 0x60            # core (u64): that job's seq
+UQ_ABORT_STATUS = 0x68   # chip, then core (i32): -errno the watchdog failed the user-queue job with; the
+                         #   restarted core posts that completion and clears it
+INVAL_DONE = 0x6C        # core (u32): OP_INVALIDATE entries the core has carried out (wraps)
 
 IRQ_JOB_DONE = 0x1
 IRQ_JOB_ERROR = 0x2

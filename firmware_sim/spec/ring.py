@@ -62,7 +62,7 @@ PROFILE_JOB = 2
 PROFILE_RECORD = np.dtype([
     ("job_id", "<u8"),
     ("index", "<u4"),           # PROFILE_TASK: the task's index in the command buffer; PROFILE_JOB: tasks run
-    ("opcode", "<u2"),          # PROFILE_TASK: the task's opcode
+    ("opcode", "<u2"),          # PROFILE_TASK: the task's opcode; PROFILE_JOB: the job's errno (0: done)
     ("kind", "<u2"),            # PROFILE_TASK or PROFILE_JOB
     ("start_ns", "<u8"),        # CLOCK_MONOTONIC
     ("end_ns", "<u8"),

@@ -38,10 +38,11 @@
 
 #include <stdint.h>
 
-#define NPU_ABI_VERSION 0x00020003      /* major << 16 | minor: 2.0 = buffers handed over as sealed memfds,
+#define NPU_ABI_VERSION 0x00020004      /* major << 16 | minor: 2.0 = buffers handed over as sealed memfds,
                                            2.1 = reserved fields, sizes that grow, GET_PARAM,
                                            2.2 = SUBMIT_BATCH,
-                                           2.3 = GET_PROFILE, NPU_SUBMIT_PROFILE, params 16..23 */
+                                           2.3 = GET_PROFILE, NPU_SUBMIT_PROFILE, params 16..23,
+                                           2.4 = QUEUE_CREATE (user-mode submission queues), params 24..25 */
 #define NPU_FRAME_MAGIC 0x3155504e      /* "NPU1" little endian */
 #define NPU_IOC_TYPE 0x4e               /* 'N' */
 
@@ -296,6 +297,75 @@ struct npu_get_profile {
 #define NPU_PARAM_PACING 21             /* 1: a job ends no earlier than its modeled device time */
 #define NPU_PARAM_UUID_LO 22            /* the device's UUID, bytes 0..7 (little endian) */
 #define NPU_PARAM_UUID_HI 23            /* the device's UUID, bytes 8..15 */
+#define NPU_PARAM_MAX_QUEUES_PER_CONTEXT 24 /* (2.4) user queues one context may create (0: none) */
+#define NPU_PARAM_QUEUE_SLOTS 25        /* (2.4) user queues the chip serves at once, all contexts */
+
+/*
+ * QUEUE_CREATE (ABI 2.4): a user-mode submission queue of this context (docs/abi.md,
+ * "User queues").  The driver allocates the queue memory (a header, `entries`
+ * submission entries, as many completion records; layout in firmware_sim/spec/queues.py),
+ * maps it in this context's device address space and registers it with the chip.  The
+ * three tokens buy, on the hand-over socket as MEM_MAP's does, the queue memory (a sealed
+ * memfd to mmap), its doorbell (a pipe's write end: write a byte after moving the tail,
+ * unless the header says the core is polling) and its completion line (a pipe's read end
+ * the chip writes a byte into after a completion when the header says the client waits).  The queue lives until the
+ * context closes or the device resets (then its header's error is -ECANCELED).
+ */
+struct npu_queue_create {
+	uint32_t entries;               /* in: a power of two up to NPU_QUEUE_MAX_ENTRIES (0: NPU_QUEUE_DEFAULT_ENTRIES) */
+	uint32_t priority;              /* in: NPU_PRIO_* */
+	uint32_t flags;                 /* in: must be 0 */
+	uint32_t queue_id;              /* out: the queue's slot in the chip's queue table */
+	uint64_t size;                  /* out: bytes of the queue memory */
+	uint64_t iova;                  /* out: its device address in this context */
+	uint32_t core;                  /* out: the core that serves the queue */
+	uint32_t timeout_cap_ms;        /* out: jobs' timeouts are clamped to this (0 in an entry: the default) */
+	uint64_t memory_token;          /* out: hand-over token of the queue memory */
+	uint64_t doorbell_token;        /* out: hand-over token of the doorbell (pipe write end) */
+	uint64_t completion_token;      /* out: hand-over token of the completion line (pipe read end) */
+	char socket_path[NPU_MAX_PATH]; /* out: the device's hand-over socket, NUL-terminated */
+	uint64_t reserved[2];           /* must be 0 */
+};
+#define NPU_QUEUE_DEFAULT_ENTRIES 64
+#define NPU_QUEUE_MAX_ENTRIES 1024
+
+/*
+ * The queue memory: struct npu_queue_header at 0, `entries` struct npu_queue_entry at
+ * NPU_QUEUE_HEADER_SIZE, then `entries` struct npu_queue_completion.  Job `seq` (from 1)
+ * uses index seq % entries of both arrays.  Read and write tail, done, waiting and polling
+ * with single aligned accesses (the other side runs at the same time).
+ */
+#define NPU_QUEUE_MAGIC 0x5155504e      /* "NPUQ" little endian */
+#define NPU_QUEUE_HEADER_SIZE 256
+struct npu_queue_header {
+	uint32_t magic;                 /* driver: NPU_QUEUE_MAGIC; 0 once the driver gave the queue back */
+	uint32_t entries;               /* driver */
+	uint64_t tail;                  /* client: seq of the last entry written */
+	uint64_t done;                  /* chip: seq of the last completion written */
+	uint32_t waiting;               /* client: non-zero: signal the completion line */
+	uint32_t polling;               /* chip: non-zero: the serving core watches tail (no doorbell needed) */
+	int32_t error;                  /* chip / driver: 0, or -errno: the queue stopped */
+	uint32_t pad;
+};
+
+struct npu_queue_entry {
+	uint64_t seq;                   /* the job's seq (an entry with another is EINVAL) */
+	uint64_t cmd_iova;              /* command buffer, in this context's address space */
+	uint32_t cmd_size;
+	uint32_t timeout_ms;            /* 0: the device default; clamped to timeout_cap_ms */
+	uint32_t flags;                 /* must be 0 */
+	uint32_t reserved;
+};
+
+struct npu_queue_completion {
+	uint64_t seq;
+	int32_t status;                 /* 0 or -errno, as a fence's */
+	uint32_t core;
+	uint64_t cycles;
+	uint64_t device_time_ns;
+	uint64_t fault_iova;            /* the faulting address, for EFAULT */
+	uint64_t exec_ns;               /* wall-clock ns the core spent on the job */
+};
 
 /* Each command's payload size in the ABI version that introduced it (the smallest the driver takes). */
 #define NPU_GET_INFO_SIZE_VER0 120
@@ -318,6 +388,7 @@ struct npu_get_profile {
 #define NPU_CMD_GET_PARAM 0xc0204e08
 #define NPU_CMD_SUBMIT_BATCH 0xca184e09
 #define NPU_CMD_GET_PROFILE 0xcc604e0a
+#define NPU_CMD_QUEUE_CREATE 0xc1504e0b
 
 /* ---- C only: cffi skips everything from here to the end marker ---- */
 #if !defined(NPU_UAPI_CDEF)
@@ -336,6 +407,7 @@ NPU_CHECK_CMD(NPU_CMD_RESET, 0x07, struct npu_reset);
 NPU_CHECK_CMD(NPU_CMD_GET_PARAM, 0x08, struct npu_get_param);
 NPU_CHECK_CMD(NPU_CMD_SUBMIT_BATCH, 0x09, struct npu_submit_batch);
 NPU_CHECK_CMD(NPU_CMD_GET_PROFILE, 0x0a, struct npu_get_profile);
+NPU_CHECK_CMD(NPU_CMD_QUEUE_CREATE, 0x0b, struct npu_queue_create);
 #define NPU_CHECK_VER0(name, type) \
 	_Static_assert(offsetof(type, reserved) == NPU_##name##_SIZE_VER0, #type " grew other than by appending")
 NPU_CHECK_VER0(GET_INFO, struct npu_get_info);

@@ -9,9 +9,17 @@ trip on the same node, measured in one run.
   by one (``run``) and queued eight per request (SUBMIT_BATCH) then waited for at once.
 RTT samples are taken before and after the job samples, with the chip idle, so
 neither figure borrows from the other.
+
+``path`` chooses how jobs go to the chip: ``queue`` (the default) through a user-mode
+submission queue (``Device.create_queue``: no request to the driver per job; "submit+wait"
+and "submit then wait" are then the same thing, and "batched" is eight submissions then
+one wait), ``ioctl`` through SUBMIT / WAIT requests on the node. A device that offers no
+queue (an older driver, a limit reached) is measured on ``ioctl``; ``path`` in the result
+says which was used.
 """
 from __future__ import annotations
 
+import functools
 import multiprocessing
 import os
 import time
@@ -20,7 +28,36 @@ from pathlib import Path
 from typing import Any
 
 from kmd_fuse import uapi
-from libnpu.portability import Session
+from kmd_fuse.uapi import NpuError
+from libnpu.portability import Device, Session
+
+PATHS = ("queue", "ioctl")
+
+
+def nop_job(device: Device, path: str = "queue") -> tuple[Callable[[], object], Callable[[int], None], str]:
+    """(run one NOP job and wait, run n NOP jobs submitted back to back then wait, the path
+    actually used): ``queue`` falls back to ``ioctl`` when the device offers no queue."""
+    nop = device.command_buffer()
+    nop.add("NOP")
+    if path == "queue":
+        try:
+            queue = device.create_queue()
+        except NpuError:
+            path = "ioctl"
+        else:
+            def queued(n: int) -> None:
+                fence = None
+                for _ in range(n):
+                    fence = device.queue_submit(queue, nop)
+                assert fence is not None
+                fence.wait()
+            return (lambda: device.queue_submit(queue, nop).wait()), queued, path
+    batch = [device.prepare_submit(nop) for _ in range(8)]
+
+    def batched(n: int) -> None:
+        for start in range(0, n, 8):
+            device.wait(device.submit_batch(batch[:min(8, n - start)]))
+    return (lambda: device.run(nop)), batched, path
 
 
 def percentile(samples: list[float], q: float) -> float:
@@ -43,32 +80,36 @@ def raw_rtt_samples(node: Path, count: int) -> list[float]:
     return samples
 
 
-def nop_latency(devroot: Path, count: int) -> dict:
+def nop_latency(devroot: Path, count: int, path: str = "queue") -> dict:
     with Session(devroot) as session:
         device = session.open(0)
+        run_one, run_many, path = nop_job(device, path)
         nop = device.command_buffer()
         nop.add("NOP")
         for _ in range(min(200, count)):                 # warm up
-            device.run(nop)
+            run_one()
         rtt = raw_rtt_samples(device.path, count // 2)
         sync, split = [], []
         for _ in range(count):
             start = time.perf_counter()
-            device.run(nop)
+            run_one()
             sync.append(time.perf_counter() - start)
         for _ in range(count):
             start = time.perf_counter()
-            device.submit(nop).wait()
+            if path == "ioctl":
+                device.submit(nop).wait()
+            else:
+                run_one()
             split.append(time.perf_counter() - start)
-        batch = [device.prepare_submit(nop) for _ in range(8)]
         started = time.perf_counter()
         for _ in range(max(1, count // 8)):
-            device.wait(device.submit_batch(batch))
+            run_many(8)
         batched_s = (time.perf_counter() - started) / (max(1, count // 8) * 8)
         time.sleep(0.01)                                 # let the chip go idle again
         rtt += raw_rtt_samples(device.path, count - count // 2)
     us = 1e6
     result = {
+        "path": path,
         "jobs": count,
         "nop_p50_us": round(percentile(sync, 0.5) * us, 1),
         "nop_p99_us": round(percentile(sync, 0.99) * us, 1),
@@ -83,17 +124,16 @@ def nop_latency(devroot: Path, count: int) -> dict:
     return result
 
 
-def _client(devroot: str, seconds: float, barrier, results) -> None:
+def _client(devroot: str, seconds: float, barrier, results, path: str = "queue") -> None:
     completed, errors = 0, 0
     with Session(devroot) as session:
         device = session.open(0)
-        nop = device.command_buffer()
-        nop.add("NOP")
+        run_one, _, _ = nop_job(device, path)
         barrier.wait()
         deadline = time.perf_counter() + seconds
         while time.perf_counter() < deadline:
             try:
-                device.run(nop)
+                run_one()
                 completed += 1
             except OSError:
                 errors += 1
@@ -127,8 +167,8 @@ def run_clients(target: Callable[[str, float, Any, Any], None], devroot: Path, p
     return outcomes, elapsed
 
 
-def nop_throughput(devroot: Path, processes: int, seconds: float) -> dict:
-    outcomes, elapsed = run_clients(_client, devroot, processes, seconds)
+def nop_throughput(devroot: Path, processes: int, seconds: float, path: str = "queue") -> dict:
+    outcomes, elapsed = run_clients(functools.partial(_client, path=path), devroot, processes, seconds)
     completed = [c for c, _ in outcomes]
     return {
         "processes": processes,

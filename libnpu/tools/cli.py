@@ -176,6 +176,8 @@ def _bench_nop_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("-n", type=int, default=3000, help="jobs per latency series")
     p.add_argument("--processes", type=int, default=0, help="also run P client processes at once")
     p.add_argument("--seconds", type=float, default=3.0, help="duration of the multi-process run")
+    p.add_argument("--path", choices=("queue", "ioctl"), default="queue",
+                   help="jobs through a user-mode submission queue (default) or SUBMIT/WAIT requests")
 
 
 def _bench_ops_args(p: argparse.ArgumentParser) -> None:
@@ -197,6 +199,8 @@ def _bench_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-litert", action="store_true", help="skip the LiteRT comparison")
     p.add_argument("--delegate", action="store_true",
                    help="also time LiteRT with the npu external delegate (partitions on this device)")
+    p.add_argument("--path", choices=("queue", "ioctl"), default="queue",
+                   help="inferences through a user-mode submission queue (default) or SUBMIT requests")
     _cache(p)
     _json(p)
 

@@ -450,19 +450,23 @@ def bench_nop(args: argparse.Namespace) -> int:
     _require(args.processes >= 0, "--processes must be >= 0")
     _require(args.seconds > 0, "--seconds must be > 0")
     devroot = _devroot(args)
-    result = bench.nop_latency(devroot, args.n)
+    result = bench.nop_latency(devroot, args.n, args.path)
     if args.processes:
-        result.update(bench.nop_throughput(devroot, args.processes, args.seconds))
+        result.update(bench.nop_throughput(devroot, args.processes, args.seconds, result["path"]))
     if args.json:
         print(json.dumps(result, indent=2))
         return 0
-    print(f"NOP job, submit+wait in one round trip (libnpu run): p50 {result['nop_p50_us']} us, "
-          f"p99 {result['nop_p99_us']} us")
-    print(f"NOP job, submit then wait (two round trips):      p50 {result['nop_submit_wait_p50_us']} us, "
-          f"p99 {result['nop_submit_wait_p99_us']} us")
+    if result["path"] == "queue":
+        print(f"NOP job through a user queue (submit, wait):       p50 {result['nop_p50_us']} us, "
+              f"p99 {result['nop_p99_us']} us")
+    else:
+        print(f"NOP job, submit+wait in one round trip (libnpu run): p50 {result['nop_p50_us']} us, "
+              f"p99 {result['nop_p99_us']} us")
+        print(f"NOP job, submit then wait (two round trips):      p50 {result['nop_submit_wait_p50_us']} us, "
+              f"p99 {result['nop_submit_wait_p99_us']} us")
     print(f"raw GET_INFO round trip on the node (no libnpu):   p50 {result['rtt_p50_us']} us")
     print(f"ratio nop/rtt: {result['ratio']} (two round trips: {result['ratio_submit_wait']})")
-    print(f"NOP jobs/s one by one: {result['jobs_per_s_one_by_one']}, eight per SUBMIT_BATCH + one WAIT: "
+    print(f"NOP jobs/s one by one: {result['jobs_per_s_one_by_one']}, eight back to back + one wait: "
           f"{result['jobs_per_s_batched_8']}")
     if args.processes:
         print(f"{result['processes']} processes for {result['seconds']} s: {result['jobs_per_s']} jobs/s, "
@@ -493,7 +497,8 @@ def bench_model(args: argparse.Namespace) -> int:
     _require(args.requests is None or args.requests >= 1, "--requests must be at least 1")
     _require(args.seconds > 0, "--seconds must be > 0")
     report = measure(args.model, requests=args.requests, seconds=args.seconds, devroot=args.devroot,
-                     cache_dir=args.cache_dir, litert=not args.no_litert, delegate=args.delegate)
+                     cache_dir=args.cache_dir, litert=not args.no_litert, delegate=args.delegate,
+                     job_path=args.path)
     print(json.dumps(report, indent=2) if args.json else format_report(report))
     return 0
 

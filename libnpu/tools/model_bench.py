@@ -99,8 +99,11 @@ def _chip_busy(before: dict, after: dict, tasks: int, macs: int) -> dict[str, An
 
 def bench_model(spec: str | os.PathLike, *, requests: int | None = None, seconds: float = 3.0,
                 devroot: str | os.PathLike | None = None, cache_dir: str | os.PathLike | None = None,
-                litert: bool = True, delegate: bool = False) -> dict[str, Any]:
+                litert: bool = True, delegate: bool = False, job_path: str = "queue") -> dict[str, Any]:
     """Measure ``spec`` (a model file or model-zoo name); returns the report as a dict.
+
+    ``job_path``: ``queue`` (jobs through a user-mode submission queue when the device offers
+    one) or ``ioctl`` (SUBMIT requests); the report's ``path`` says which ran.
 
     ``delegate``: also time LiteRT with our external delegate (label ``delegate``), whose
     partitions run on the same device."""
@@ -112,6 +115,7 @@ def bench_model(spec: str | os.PathLike, *, requests: int | None = None, seconds
     model, load, inputs = load_timed(path, lambda descs: random_inputs(descs, seed=1), devroot=devroot,
                                      cache_dir=cache_dir)
     report: dict[str, Any] = {}
+    model.device.use_queues = job_path == "queue"
     try:
         n = model.optimal_requests if requests is None else requests
         info = model.device.info()
@@ -150,6 +154,7 @@ def bench_model(spec: str | os.PathLike, *, requests: int | None = None, seconds
             after = model.device.stats()
         finally:
             request.release()
+        report["path"] = "queue" if job_path == "queue" and model.device.queues else "ioctl"
         report["latency"] = {**percentiles_ms(samples.pop("npu")),
                              "device_time_p50_ms": round(float(np.median(device_ns)) / 1e6, 4)}
         report["chip"] = _chip_busy(before, after, len(model.loadable.tasks), report["macs"])

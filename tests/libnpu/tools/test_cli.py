@@ -230,6 +230,13 @@ def test_bench_nop_json(npu, capsys):
     assert r["jobs_per_s_one_by_one"] > 0 and r["jobs_per_s_batched_8"] > 0
 
 
+@pytest.mark.parametrize("path", ["queue", "ioctl"])
+def test_bench_nop_json_on_either_path(npu, capsys, path):
+    assert main(["bench", "nop", "-n", "40", "--json", "--path", path, "--devroot", str(npu.devroot)]) == 0
+    r = _json(capsys)
+    assert r["path"] == path and r["nop_p50_us"] > 0 and r["jobs_per_s_batched_8"] > 0
+
+
 def test_bench_nop_processes_json(npu, capsys):
     assert main(["bench", "nop", "-n", "5", "--processes", "2", "--seconds", "0.3", "--json",
                  "--devroot", str(npu.devroot)]) == 0

@@ -1,0 +1,128 @@
+"""User-mode submission queues: the queue table the driver programs, and the queue memory
+a client writes and a core reads through the IOMMU.
+
+The queue table is a second register page (``bus/qtab``) of QUEUE_SLOTS slots.  The KMD
+fills a slot (ASID, the queue memory's IOVA, entries, priority, timeout cap, the core
+that serves it) and sets Q_ENABLED; it never touches the queue's entries.  A slot is
+wired to two lines made at power-on, like the cores' doorbells: its doorbell (a pipe the
+client writes a byte into to wake the serving core) and its completion line (a pipe the
+core writes a byte into when the client said it sleeps).  Each register has one writer, named below; a
+"core" register is written by the serving core, by the KMD only while the slot is
+disabled and acknowledged (registration starts its counters from zero).
+
+Disabling: the KMD clears Q_CONTROL and bumps Q_GENERATION and QUEUE_TABLE_GEN; the serving
+core, between two jobs, copies Q_GENERATION into Q_ACK.  From then on no entry of the
+queue runs and the core holds no view of its memory, so the KMD may give it back.
+
+The queue memory (one buffer the driver allocates, mapped read-write in the client and in
+the context's IOMMU space) is a header, QUEUE_ENTRIES submission entries and as many
+completion records.  Sequence numbers start at 1; entry ``seq`` lives at slot
+``seq % entries`` of both arrays.  The client writes the entry, then HDR_TAIL = seq; the
+core runs entries in order and for each writes its completion, then HDR_DONE = seq.
+"""
+import struct
+
+QUEUE_SLOTS = 16                  # queues the chip serves at once (the table's slots)
+QTAB_SIZE = 4096
+QTAB_SLOT_SIZE = 128
+DEFAULT_QUEUE_ENTRIES = 64        # a power of two; one slot of each array per job in flight
+
+# ---- queue table, per slot (offsets within the slot) ----
+Q_CONTROL = 0x00       # KMD (u32): Q_ENABLED
+Q_ASID = 0x04          # KMD (u32): the owning context's address space
+Q_IOVA = 0x08          # KMD (u64): device address of the queue memory (in that ASID)
+Q_ENTRIES = 0x10       # KMD (u32): entries of the queue (a power of two)
+Q_PRIORITY = 0x14      # KMD (u32): NPU_PRIO_* (higher is served first in each round)
+Q_TIMEOUT_CAP_MS = 0x18  # KMD (u32): a job's timeout is clamped to this
+Q_CORE = 0x1C          # KMD (u32): the core serving the queue
+Q_GENERATION = 0x20    # KMD (u32): bumped at every registration and every disable
+Q_ACK = 0x24           # core (u32): the generation the serving core has taken in
+Q_ERROR = 0x28         # core (i32): 0, or -errno: the core stopped serving the queue (bad tail)
+Q_DONE = 0x30          # core (u64): seq of the last job completed (jobs done, ok or failed)
+Q_FAILED = 0x38        # core (u64): jobs that failed
+Q_BUSY_NS = 0x40       # core (u64): wall-clock ns the core spent on the queue's jobs
+Q_DEVICE_NS = 0x48     # core (u64): simulated device time of its jobs
+Q_CYCLES = 0x50        # core (u64): simulated cycles of its jobs
+
+Q_ENABLED = 0x1
+Q_TRACE = 0x2          # time the queue's jobs in the core's profile queue (the driver's trace records)
+
+# ---- queue memory: header ----
+QUEUE_MAGIC = 0x5155504E   # "NPUQ" little endian
+HDR_MAGIC = 0x00       # driver (u32): QUEUE_MAGIC
+HDR_ENTRIES = 0x04     # driver (u32): entries (the table's Q_ENTRIES is what the core trusts)
+HDR_TAIL = 0x08        # client (u64): seq of the last entry written
+HDR_DONE = 0x10        # core (u64): seq of the last completion written
+HDR_WAITING = 0x18     # client (u32): non-zero: write the completion line at the next completion
+HDR_POLLING = 0x1C     # core (u32): non-zero while the serving core watches HDR_TAIL (no doorbell needed)
+HDR_ERROR = 0x20       # core / driver (i32): 0, or -errno: the queue stopped (no more job runs)
+HEADER_SIZE = 256
+
+ENTRY_STRUCT = struct.Struct("<QQIIII")     # seq, cmd_iova, cmd_size, timeout_ms, flags, reserved
+COMPLETION_STRUCT = struct.Struct("<QiIQQQQ")   # seq, status, core, cycles, device_time_ns, fault_iova, exec_ns
+assert ENTRY_STRUCT.size == 32 and COMPLETION_STRUCT.size == 48
+
+ENTRY_FLAGS = 0        # no entry flag is defined yet: any bit set fails the job with EINVAL
+
+# A user-queue job's CURRENT_JOB in the core's bank: the top bit set (driver job ids never
+# reach it), the slot, the low 48 bits of its seq.
+USER_JOB_BIT = 1 << 63
+
+
+def user_job_id(slot: int, seq: int) -> int:
+    return USER_JOB_BIT | (slot << 48) | (seq & ((1 << 48) - 1))
+
+
+def slot_offset(slot: int) -> int:
+    if not 0 <= slot < QUEUE_SLOTS:
+        raise ValueError(f"queue slot {slot} out of range 0..{QUEUE_SLOTS - 1}")
+    return slot * QTAB_SLOT_SIZE
+
+
+def entries_offset() -> int:
+    return HEADER_SIZE
+
+
+def completions_offset(entries: int) -> int:
+    return HEADER_SIZE + entries * ENTRY_STRUCT.size
+
+
+def memory_size(entries: int) -> int:
+    """Bytes of queue memory for ``entries`` entries (before rounding to pages)."""
+    return completions_offset(entries) + entries * COMPLETION_STRUCT.size
+
+
+class Header:
+    """The header's index fields, each read and written as one aligned native access
+    (struct's '<Q' goes byte by byte: the other side could see a torn value)."""
+
+    def __init__(self, buffer):
+        import sys
+        if sys.byteorder != "little":
+            raise OSError("user queues need a little-endian host")
+        view = memoryview(buffer).cast("B")[:HEADER_SIZE]
+        self._views = (view, view.cast("Q"), view.cast("I"), view.cast("i"))
+        _, self._u64, self._u32, self._i32 = self._views
+
+    def read64(self, offset: int) -> int:
+        return self._u64[offset >> 3]
+
+    def write64(self, offset: int, value: int) -> None:
+        self._u64[offset >> 3] = value
+
+    def read32(self, offset: int) -> int:
+        return self._u32[offset >> 2]
+
+    def write32(self, offset: int, value: int) -> None:
+        self._u32[offset >> 2] = value
+
+    def error(self) -> int:
+        return self._i32[HDR_ERROR >> 2]
+
+    def set_error(self, value: int) -> None:
+        self._i32[HDR_ERROR >> 2] = value
+
+    def release(self) -> None:
+        """Let go of the buffer (an mmap cannot close while views of it exist)."""
+        for view in reversed(self._views):
+            view.release()

@@ -1,0 +1,193 @@
+"""A core's side of the user-mode submission queues (layout: firmware_sim/spec/queues.py).
+
+A core serves the enabled queue-table slots whose Q_CORE names it, beside its kernel
+ring. It reads each queue's memory through the IOMMU of the queue's ASID (one view,
+taken when it takes the slot in, dropped when it acknowledges a disable), and trusts
+nothing in it: a tail that runs backwards or more than the queue's entries ahead stops
+the queue (EINVAL in its header and in Q_ERROR), an entry whose seq is not the next one
+or with unknown flags completes with EINVAL, a bad command address faults in the queue's
+own ASID (EFAULT). Only that queue's client sees any of it.
+
+Arbitration (``UserQueues.serve_round``): queues are visited by priority, highest
+first, each giving at most JOBS_PER_TURN jobs a round, and the kernel ring is drained
+before every user-queue job, so neither a busy queue nor the driver's ring starves the
+other. Between jobs the core takes in table changes (``refresh``).
+"""
+from __future__ import annotations
+
+import errno
+import os
+from dataclasses import dataclass
+
+import numpy as np
+
+from firmware_sim.dma import DmaEngine, IommuFault
+from firmware_sim.spec import memory, queues, regs
+from firmware_sim.spec.memory import map_file
+
+JOBS_PER_TURN = 4       # jobs one queue runs before the others (and the kernel ring) get a turn
+
+def _signed(value: int) -> int:
+    return value - (1 << 32) if value & 0x80000000 else value
+
+
+@dataclass(eq=False)
+class ServedQueue:
+    """One enabled slot, as the serving core holds it."""
+
+    slot: int
+    generation: int
+    asid: int
+    entries: int
+    priority: int
+    timeout_cap_ms: int
+    mem: np.ndarray          # the queue memory, through the IOMMU (writable)
+    header: queues.Header    # its index fields
+    done: int                # seq of the last job completed (mirrors Q_DONE)
+    doorbell_fd: int
+    completion_fd: int
+    stopped: bool = False
+
+
+class UserQueues:
+    """The queues one core serves."""
+
+    def __init__(self, bus, core: int, regs_view: regs.RegisterView, dma: DmaEngine,
+                 doorbell_fds: list[int], completion_fds: list[int]):
+        self.core, self.regs, self.dma = core, regs_view, dma
+        self.doorbell_fds, self.completion_fds = doorbell_fds, completion_fds
+        try:
+            self._map = map_file(memory.queue_table_path(bus))
+            self.table: regs.RegisterView | None = regs.RegisterView(self._map)
+        except OSError:
+            self.table = None          # a chip started without a queue table serves none
+        self.served: list[ServedQueue] = []
+        self.table_gen = -1
+
+    # ---- the table ----
+    def refresh(self) -> bool:
+        """Take in table changes (cheap when there are none); True if the served set changed."""
+        table = self.table
+        if table is None or not self.doorbell_fds:
+            return False
+        generation = self.regs.read32(regs.QUEUE_TABLE_GEN)
+        if generation == self.table_gen:
+            return False
+        self.table_gen = generation
+        held = {q.slot: q for q in self.served}
+        served = []
+        for slot in range(queues.QUEUE_SLOTS):
+            base = queues.slot_offset(slot)
+            if table.read32(base + queues.Q_CORE) != self.core:
+                continue
+            slot_gen = table.read32(base + queues.Q_GENERATION)
+            current = held.get(slot)
+            if current is not None and current.generation == slot_gen:
+                served.append(current)
+                continue
+            if table.read32(base + queues.Q_CONTROL) & queues.Q_ENABLED:
+                taken = self._take(slot, slot_gen)
+                if taken is not None:
+                    served.append(taken)
+            # Acknowledged only now: the old view (if any) is no longer among those served.
+            table.write32(base + queues.Q_ACK, slot_gen)
+        served.sort(key=lambda q: -q.priority)
+        self.served = served
+        return True
+
+    def _take(self, slot: int, generation: int) -> ServedQueue | None:
+        table = self.table
+        assert table is not None
+        base = queues.slot_offset(slot)
+        entries = table.read32(base + queues.Q_ENTRIES)
+        asid = table.read32(base + queues.Q_ASID)
+        if entries <= 0 or entries & (entries - 1):
+            table.write32(base + queues.Q_ERROR, -errno.EINVAL)
+            return None
+        try:
+            mem = self.dma.map_region(asid, table.read64(base + queues.Q_IOVA), queues.memory_size(entries))
+        except IommuFault:
+            table.write32(base + queues.Q_ERROR, -errno.EFAULT)
+            return None
+        return ServedQueue(slot, generation, asid, entries, table.read32(base + queues.Q_PRIORITY),
+                           table.read32(base + queues.Q_TIMEOUT_CAP_MS), mem, queues.Header(mem),
+                           table.read64(base + queues.Q_DONE), self.doorbell_fds[slot],
+                           self.completion_fds[slot])
+
+    def traced(self, q: ServedQueue) -> bool:
+        """Whether the driver's trace wants the queue's jobs timed (read per job: it toggles)."""
+        assert self.table is not None
+        return bool(self.table.read32(queues.slot_offset(q.slot) + queues.Q_CONTROL) & queues.Q_TRACE)
+
+    def doorbells(self) -> list[int]:
+        return [q.doorbell_fd for q in self.served]
+
+    # ---- work ----
+    def has_work(self) -> bool:
+        for q in self.served:
+            if not q.stopped and q.header.read64(queues.HDR_TAIL) != q.done:
+                return True
+        return False
+
+    def set_polling(self, polling: bool) -> None:
+        """Tell the clients whether a doorbell is needed (0: the core may be asleep)."""
+        for q in self.served:
+            q.header.write32(queues.HDR_POLLING, int(polling))
+
+    def next_entry(self, q: ServedQueue) -> tuple[int, int, int, int, int] | None:
+        """(seq, cmd_iova, cmd_size, timeout_ms, flags) of the queue's next job, or None;
+        a tail the client garbled stops the queue."""
+        if q.stopped:
+            return None
+        tail = q.header.read64(queues.HDR_TAIL)
+        if tail == q.done:
+            return None
+        if tail < q.done or tail - q.done > q.entries:
+            self.stop(q, -errno.EINVAL)
+            return None
+        seq = q.done + 1
+        at = queues.entries_offset() + (seq & (q.entries - 1)) * queues.ENTRY_STRUCT.size
+        written, cmd_iova, cmd_size, timeout_ms, flags, _ = queues.ENTRY_STRUCT.unpack_from(q.mem, at)
+        if written != seq:
+            flags = -1                # not this job's entry: it completes with EINVAL
+        return seq, cmd_iova, cmd_size, timeout_ms, flags
+
+    def stop(self, q: ServedQueue, status: int) -> None:
+        q.stopped = True
+        q.header.set_error(status)
+        assert self.table is not None
+        self.table.write32(queues.slot_offset(q.slot) + queues.Q_ERROR, status)
+
+    def post(self, q: ServedQueue, seq: int, status: int, cycles: int, device_ns: int, fault_iova: int,
+             exec_ns: int) -> None:
+        """Write one completion, publish it (HDR_DONE), count it, and signal a sleeping client."""
+        at = queues.completions_offset(q.entries) + (seq & (q.entries - 1)) * queues.COMPLETION_STRUCT.size
+        queues.COMPLETION_STRUCT.pack_into(q.mem, at, seq, status, self.core, cycles, device_ns, fault_iova,
+                                           exec_ns)
+        q.header.write64(queues.HDR_DONE, seq)
+        q.done = seq
+        table = self.table
+        assert table is not None
+        base = queues.slot_offset(q.slot)
+        table.write64(base + queues.Q_DONE, seq)
+        if status:
+            table.write64(base + queues.Q_FAILED, table.read64(base + queues.Q_FAILED) + 1)
+        table.write64(base + queues.Q_BUSY_NS, table.read64(base + queues.Q_BUSY_NS) + exec_ns)
+        table.write64(base + queues.Q_DEVICE_NS, table.read64(base + queues.Q_DEVICE_NS) + device_ns)
+        table.write64(base + queues.Q_CYCLES, table.read64(base + queues.Q_CYCLES) + cycles)
+        if q.header.read32(queues.HDR_WAITING):
+            try:
+                os.write(q.completion_fd, b"\x01")
+            except BlockingIOError:   # the pipe is full: a wake-up is pending anyway
+                pass
+
+    def find(self, slot: int) -> ServedQueue | None:
+        return next((q for q in self.served if q.slot == slot), None)
+
+    def drop_views(self) -> None:
+        self.served = []
+        self.table_gen = -1
+
+
+def abort_status(view: regs.RegisterView, bank: int) -> int:
+    return _signed(view.read32(bank + regs.UQ_ABORT_STATUS)) or -errno.EIO

@@ -1,0 +1,349 @@
+"""User-mode submission queues, the driver's part (QUEUE_CREATE; docs/abi.md, "User queues").
+
+The driver keeps everything but the job path: it allocates a queue's memory (a buffer of
+the context, mapped in its IOMMU space and, through the hand-over socket, in the client),
+registers it in a slot of the chip's queue table (firmware_sim/spec/queues.py) with the
+ASID, priority, timeout cap and serving core, and hands out the slot's doorbell and
+completion lines (pipes). Jobs then go from the client to the core and back without the
+driver.
+
+What stays the driver's:
+- teardown: a context that closes, a reset, a chip that died disable its queues; the
+  queue's memory (and the context's address space) is given back only once the serving
+  core has acknowledged the disable (Q_ACK), so no entry runs and no core view remains;
+- memory: MEM_FREE in a context with a live queue unmaps the pages at once (later entries
+  fault) but gives them back only once every core has carried out the IOTLB invalidation
+  (INVAL_DONE): a user-queue job that started before the free has ended by then;
+- stats: the chip counts each queue's jobs, failures, busy and device time in its slot;
+  GET_STATS / GET_INFO add them (``context_counters``, ``device_counters``).
+"""
+from __future__ import annotations
+
+import errno
+import logging
+import mmap
+from dataclasses import dataclass, field
+
+import trio
+
+from firmware_sim.spec import queues, regs, ring
+from kmd_fuse import uapi
+from kmd_fuse.buffer import BufferObject
+from kmd_fuse.context import Context
+from kmd_fuse.errors import KmdError
+from kmd_fuse.profiling import JobProfile
+
+log = logging.getLogger("kmd_fuse.user_queues")
+
+RELEASE_POLL_S = 0.001     # how often disables and deferred frees are checked while some wait
+TRACE_PENDING_KEPT = 64    # user-queue jobs whose profile records are partly read
+
+
+
+@dataclass(eq=False)
+class HandedFd:
+    """A descriptor a hand-over token buys besides a buffer's (a queue's pipe ends)."""
+    fd: int
+    size: int = 0
+    freed: bool = False
+
+
+@dataclass
+class TracedJob:
+    """What the trace says of a user-queue job besides its profile (its seq is its fence)."""
+    fence: int
+    priority: int
+
+
+@dataclass
+class QueueCounters:
+    done: int = 0
+    failed: int = 0
+    busy_ns: int = 0
+    device_ns: int = 0
+
+
+@dataclass(eq=False)
+class UserQueue:
+    ctx: Context
+    slot: int
+    bo: BufferObject          # the queue memory (not one of the context's handles)
+    mem: mmap.mmap            # the driver's own mapping (the header's error on teardown)
+    header: queues.Header
+    entries: int
+    priority: int
+    core: int
+    generation: int
+    handed: list = field(default_factory=list)   # what its tokens buy
+    disabled: bool = False
+
+
+@dataclass(eq=False)
+class DeferredFree:
+    ctx: Context
+    bo: BufferObject
+    targets: list[int] | None   # per core, INVAL_DONE to reach; None: when the context's queues are gone
+    reply_to: object | None = None   # the MEM_FREE (requests.Request) answered once the buffer is back
+
+
+class UserQueues:
+    """One device's user queues: its slots, the queues being torn down, the frees deferred."""
+
+    def __init__(self, device) -> None:
+        self.device = device
+        self.slots: list[UserQueue | None] = [None] * queues.QUEUE_SLOTS
+        self.last_uid: list[int] = [-1] * queues.QUEUE_SLOTS
+        self.releasing: list[UserQueue] = []
+        self.deferred: list[DeferredFree] = []
+        self.retired = QueueCounters()      # counters of released queues (the device's totals)
+        self._polling = False
+        self._trace_records: dict[int, list] = {}   # user job id -> its profile records so far
+
+    # ---- creation ----
+    def create(self, ctx: Context, entries: int, priority: int) -> UserQueue:
+        device, hw = self.device, self.device.hw
+        entries = entries or uapi.NPU_QUEUE_DEFAULT_ENTRIES
+        if entries < 2 or entries > uapi.NPU_QUEUE_MAX_ENTRIES or entries & (entries - 1):
+            raise KmdError(errno.EINVAL, f"{entries} queue entries: a power of two, 2 to "
+                                         f"{uapi.NPU_QUEUE_MAX_ENTRIES}")
+        if priority > uapi.NPU_PRIO_HIGH:
+            raise KmdError(errno.EINVAL, f"priority {priority} out of range")
+        if device.resetting:
+            raise KmdError(errno.EAGAIN, "the device is resetting")
+        slot = self._free_slot(ctx.uid)
+        device.quotas.add_queue(ctx.uid, len(ctx.queues))
+        try:
+            # The driver's memory, like the rings: not the device's (the queue limits bound it).
+            bo = device.memory.allocate(ctx.space, 0, queues.memory_size(entries), uapi.NPU_MEM_RW,
+                                        accounted=False)
+        except KmdError:
+            device.quotas.remove_queue(ctx.uid)
+            raise
+        mem = mmap.mmap(bo.fd, bo.size)
+        header = queues.Header(mem)
+        header.write32(queues.HDR_MAGIC, queues.QUEUE_MAGIC)
+        header.write32(queues.HDR_ENTRIES, entries)
+        served = [0] * hw.num_cores
+        for held in self.slots:
+            if held is not None:
+                served[held.core] += 1
+        core = min(range(hw.num_cores), key=served.__getitem__)
+        base = queues.slot_offset(slot)
+        table = hw.qtab
+        generation = (table.read32(base + queues.Q_GENERATION) + 1) & 0xFFFFFFFF
+        # The slot is disabled and acknowledged: its counters are the driver's to restart.
+        for offset in (queues.Q_DONE, queues.Q_FAILED, queues.Q_BUSY_NS, queues.Q_DEVICE_NS, queues.Q_CYCLES):
+            table.write64(base + offset, 0)
+        table.write32(base + queues.Q_ERROR, 0)
+        table.write32(base + queues.Q_ASID, ctx.space.asid)
+        table.write64(base + queues.Q_IOVA, bo.iova)
+        table.write32(base + queues.Q_ENTRIES, entries)
+        table.write32(base + queues.Q_PRIORITY, priority)
+        table.write32(base + queues.Q_TIMEOUT_CAP_MS, hw.config.max_job_timeout_ms)
+        table.write32(base + queues.Q_CORE, core)
+        table.write32(base + queues.Q_GENERATION, generation)
+        table.write32(base + queues.Q_CONTROL, queues.Q_ENABLED | (queues.Q_TRACE if device.trace.enabled else 0))
+        queue = UserQueue(ctx, slot, bo, mem, header, entries, priority, core, generation)
+        # The client gets the doorbell's write end and the completion line's read end.
+        queue.handed = [bo, HandedFd(hw.queue_doorbells[slot][1]), HandedFd(hw.queue_completions[slot][0])]
+        self.slots[slot] = queue
+        self.last_uid[slot] = ctx.uid
+        ctx.queues.append(queue)
+        self._table_changed(core)
+        log.info("context %d: user queue in slot %d (%d entries, priority %d, core %d)", ctx.context_id, slot,
+                 entries, priority, core)
+        return queue
+
+    def _free_slot(self, uid: int) -> int:
+        """A free slot, preferring one never used or last used by ``uid`` (a client of another
+        user may still hold a released slot's pipe ends: it could only cost wake-ups, but why give any)."""
+        free = [slot for slot, held in enumerate(self.slots)
+                if held is None and not any(q.slot == slot for q in self.releasing)]
+        if not free:
+            raise KmdError(errno.ENOSPC, f"the chip serves {queues.QUEUE_SLOTS} user queues at once, all in use")
+        return min(free, key=lambda slot: (self.last_uid[slot] not in (-1, uid), slot))
+
+    def tokens(self, queue: UserQueue) -> list[int]:
+        grants = self.device.memory.grants
+        return [grants.issue(queue.ctx.space, queue.ctx.uid, handed) for handed in queue.handed]
+
+    def _table_changed(self, core: int) -> None:
+        hw = self.device.hw
+        hw.regs.write32(regs.QUEUE_TABLE_GEN, hw.regs.read32(regs.QUEUE_TABLE_GEN) + 1)
+        hw.wake(core)
+
+    # ---- teardown ----
+    def disable(self, queue: UserQueue, error: int) -> None:
+        """Stop the chip serving ``queue`` (its header says ``error``); given back once acknowledged."""
+        if queue.disabled:
+            return
+        queue.disabled = True
+        queue.header.set_error(error)
+        table = self.device.hw.qtab
+        base = queues.slot_offset(queue.slot)
+        table.write32(base + queues.Q_CONTROL, 0)
+        queue.generation = (queue.generation + 1) & 0xFFFFFFFF
+        table.write32(base + queues.Q_GENERATION, queue.generation)
+        self.slots[queue.slot] = None
+        self.releasing.append(queue)
+        for handed in queue.handed:
+            self.device.memory.grants.forget_buffer(queue.ctx.space, handed)
+        self._table_changed(queue.core)
+        self._start_polling()
+
+    def disable_context(self, ctx: Context, error: int) -> None:
+        for queue in list(ctx.queues):
+            self.disable(queue, error)
+
+    def disable_all(self, error: int) -> None:
+        for queue in [q for q in self.slots if q is not None]:
+            self.disable(queue, error)
+
+    def defer_free(self, ctx: Context, bo: BufferObject) -> DeferredFree:
+        """MEM_FREE of a buffer a live user queue may use: unmapped now, given back later."""
+        ctx.space.table.unmap(bo.iova, bo.npages)
+        self.device.scheduler.invalidate(ctx.space.asid, bo.bo_id)
+        self.device.pump()
+        hw, scheduler = self.device.hw, self.device.scheduler
+        # Only the cores serving the context's queues can run a job of it that the ring's
+        # order does not put after the invalidation: wait for theirs alone.
+        serving = {queue.core for queue in ctx.queues}
+        targets = [(hw.invalidations_pushed[core] + len(scheduler.control[core])) & 0xFFFFFFFF if core in serving
+                   else hw.reg(core, regs.INVAL_DONE) for core in range(hw.num_cores)]
+        deferred = DeferredFree(ctx, bo, targets)
+        self.deferred.append(deferred)
+        self._start_polling()
+        return deferred
+
+    def defer_context_frees(self, ctx: Context, bo: BufferObject) -> DeferredFree:
+        """A closing context's buffer: given back once its queues are."""
+        deferred = DeferredFree(ctx, bo, None)
+        self.deferred.append(deferred)
+        self._start_polling()
+        return deferred
+
+    def after_reset(self) -> None:
+        """Every core restarted: none runs a job or holds a view any more."""
+        for deferred in self.deferred:
+            deferred.targets = []
+        self.poll()
+
+    def poll(self) -> bool:
+        """Give back what is safe to give back now; True while something still waits."""
+        device, hw = self.device, self.device.hw
+        for queue in list(self.releasing):
+            base = queues.slot_offset(queue.slot)
+            if hw.qtab.read32(base + queues.Q_ACK) != queue.generation and hw.process.poll() is None:
+                continue
+            self.releasing.remove(queue)
+            self._retire_counters(queue)
+            queue.ctx.queues.remove(queue)
+            queue.header.release()
+            queue.mem.close()
+            device.memory.release(queue.ctx.space, queue.bo)
+            device.quotas.remove_queue(queue.ctx.uid)
+            log.info("context %d: user queue in slot %d released", queue.ctx.context_id, queue.slot)
+        for deferred in list(self.deferred):
+            if deferred.targets is None:
+                ready = not deferred.ctx.queues
+            else:
+                ready = hw.invalidations_done(deferred.targets) or self._invalidations_idle()
+            if ready:
+                self.deferred.remove(deferred)
+                device.release_buffer(deferred.ctx, deferred.bo)
+                request = deferred.reply_to
+                if request is not None and not deferred.ctx.closed:
+                    deferred.ctx.set_reply(request.reply())     # type: ignore[attr-defined]
+        for ctx in [c for c in device.zombies if not c.queues]:
+            device.reap(ctx)
+        return bool(self.releasing or self.deferred)
+
+    def _invalidations_idle(self) -> bool:
+        """Every invalidation sent is carried out and none waits to be sent."""
+        hw = self.device.hw
+        return not self.device.scheduler.control_backlog() and hw.invalidations_done(hw.invalidations_pushed)
+
+    def _start_polling(self) -> None:
+        if not self._polling:
+            self._polling = True
+            self.device.spawn(self._poll_task)
+
+    async def _poll_task(self) -> None:
+        try:
+            while True:
+                try:
+                    if not self.poll():
+                        return
+                except Exception:
+                    log.exception("user queue teardown failed")
+                await trio.sleep(RELEASE_POLL_S)
+        finally:
+            self._polling = False
+
+    # ---- the device's trace ----
+    def set_tracing(self, on: bool) -> None:
+        """Have the chip time every live queue's jobs (in its profile queues) while the trace records."""
+        table = self.device.hw.qtab
+        for queue in filter(None, self.slots):
+            table.write32(queues.slot_offset(queue.slot) + queues.Q_CONTROL,
+                          queues.Q_ENABLED | (queues.Q_TRACE if on else 0))
+
+    def trace(self, records: list) -> None:
+        """Record the user-queue jobs whose profile records (firmware_sim.spec.ring) arrived:
+        a job's PROFILE_JOB record comes last and carries its errno."""
+        device = self.device
+        pending = self._trace_records
+        for record in records:
+            pending.setdefault(record.job_id, []).append(record)
+            if record.kind != ring.PROFILE_JOB:
+                continue
+            mine = pending.pop(record.job_id)
+            slot = (record.job_id >> 48) & 0x7FFF
+            queue = self.slots[slot] if slot < queues.QUEUE_SLOTS else None
+            if queue is None or not device.trace.enabled:
+                continue
+            device_ns = record.cycles * 1000 // max(1, device.hw.clock_mhz)
+            profile = JobProfile(record.job_id & ((1 << 48) - 1), queue.core, -record.opcode, record.start_ns,
+                                 record.start_ns, record.end_ns, record.end_ns, record.cycles, device_ns,
+                                 [r for r in mine if r.kind == ring.PROFILE_TASK])
+            device.trace.job(queue.ctx, TracedJob(profile.fence, queue.priority), profile)
+        while len(pending) > TRACE_PENDING_KEPT:
+            del pending[next(iter(pending))]
+
+    # ---- stats ----
+    def _live_counters(self, queue: UserQueue) -> QueueCounters:
+        table = self.device.hw.qtab
+        base = queues.slot_offset(queue.slot)
+        return QueueCounters(table.read64(base + queues.Q_DONE), table.read64(base + queues.Q_FAILED),
+                             table.read64(base + queues.Q_BUSY_NS), table.read64(base + queues.Q_DEVICE_NS))
+
+    def _retire_counters(self, queue: UserQueue) -> None:
+        counters = self._live_counters(queue)
+        stats = queue.ctx.stats
+        stats.jobs_submitted += counters.done
+        stats.jobs_completed += counters.done - counters.failed
+        stats.jobs_failed += counters.failed
+        stats.busy_time_ns += counters.busy_ns
+        stats.device_time_ns += counters.device_ns
+        self.retired.done += counters.done
+        self.retired.failed += counters.failed
+
+    def context_counters(self, ctx: Context) -> QueueCounters:
+        """Counters of the context's queues not yet folded into its stats."""
+        total = QueueCounters()
+        for queue in ctx.queues:
+            counters = self._live_counters(queue)
+            total.done += counters.done
+            total.failed += counters.failed
+            total.busy_ns += counters.busy_ns
+            total.device_ns += counters.device_ns
+        return total
+
+    def device_counters(self) -> tuple[int, int]:
+        """(jobs done, failed) of every user queue since the driver started."""
+        done, failed = self.retired.done, self.retired.failed
+        for queue in [*filter(None, self.slots), *self.releasing]:
+            counters = self._live_counters(queue)
+            done += counters.done
+            failed += counters.failed
+        return done, failed

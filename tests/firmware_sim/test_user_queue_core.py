@@ -1,0 +1,215 @@
+"""A core's user queues, driven on a bus directory of their own (no driver): the real
+core code reads entries through the IOMMU, posts completions, arbitrates between its
+kernel ring and its queues, takes table changes in, and the chip's watchdog fails a
+user-queue job in its own queue only."""
+from __future__ import annotations
+
+import errno
+import os
+import time
+
+import numpy as np
+import pytest
+
+from firmware_sim import chip as chip_top
+from firmware_sim import core as core_unit
+from firmware_sim.spec import iommu, memory, queues, regs, ring, tasks
+from firmware_sim.timing import HardwareProfile
+from tests.support.chip_memory import ASID, ChipMemory
+
+ENTRIES = 8          # of the kernel ring
+QUEUE_ENTRIES = 8
+BANK = regs.core_bank(0)
+
+
+class Rig:
+    """One core (in this process) with its kernel ring, a queue table and chip memory."""
+
+    def __init__(self, bus):
+        for path, size in ((memory.regs_path(bus), regs.REGS_SIZE),
+                           (memory.queue_table_path(bus), queues.QTAB_SIZE),
+                           (memory.ring_path(bus, 0), ENTRIES * ring.RING_ENTRY.itemsize),
+                           (memory.cq_path(bus, 0), ENTRIES * ring.COMPLETION.itemsize)):
+            path.write_bytes(bytes(size))
+        self.bus = bus
+        self.chip = ChipMemory(bus)
+        self.doorbells = [os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC) for _ in range(queues.QUEUE_SLOTS)]
+        self.completions = [os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC) for _ in range(queues.QUEUE_SLOTS)]
+        self.irq = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
+        self.kernel_doorbell = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
+        self.regs_map = memory.map_file(memory.regs_path(bus))
+        self.regs = regs.RegisterView(self.regs_map)
+        self.regs.write32(regs.RING_ENTRIES, ENTRIES)
+        self.table_map = memory.map_file(memory.queue_table_path(bus))
+        self.table = regs.RegisterView(self.table_map)
+        self.core = self.new_core()
+        self.mems: dict[int, np.ndarray] = {}       # id(header) -> its queue memory
+        self.nop = self.chip.put(np.frombuffer(tasks.encode_task("NOP"), np.uint8))
+        self.nop_size = len(tasks.encode_task("NOP"))
+
+    def new_core(self) -> core_unit.Core:
+        return core_unit.Core(self.bus, 0, self.kernel_doorbell, self.irq, HardwareProfile(),
+                              [read for read, _ in self.doorbells], [write for _, write in self.completions])
+
+    def add_queue(self, slot: int, priority: int = 1) -> queues.Header:
+        iova = self.chip.alloc(queues.memory_size(QUEUE_ENTRIES) + iommu.PAGE_SIZE)
+        iova = -(-iova // iommu.PAGE_SIZE) * iommu.PAGE_SIZE
+        base = queues.slot_offset(slot)
+        t = self.table
+        t.write32(base + queues.Q_ASID, ASID)
+        t.write64(base + queues.Q_IOVA, iova)
+        t.write32(base + queues.Q_ENTRIES, QUEUE_ENTRIES)
+        t.write32(base + queues.Q_PRIORITY, priority)
+        t.write32(base + queues.Q_TIMEOUT_CAP_MS, 1000)
+        t.write32(base + queues.Q_CORE, 0)
+        t.write32(base + queues.Q_GENERATION, t.read32(base + queues.Q_GENERATION) + 1)
+        t.write32(base + queues.Q_CONTROL, queues.Q_ENABLED)
+        self.table_changed()
+        offset = iova - iommu.IOVA_BASE
+        mem = self.chip.bytes[offset:offset + queues.memory_size(QUEUE_ENTRIES)]
+        header = queues.Header(mem)
+        self.mems[id(header)] = mem
+        return header
+
+    def table_changed(self) -> None:
+        self.regs.write32(regs.QUEUE_TABLE_GEN, self.regs.read32(regs.QUEUE_TABLE_GEN) + 1)
+
+    def submit(self, header: queues.Header, seq: int, cmd_iova: int | None = None, cmd_size: int | None = None,
+               flags: int = 0, written_seq: int | None = None, timeout_ms: int = 0) -> None:
+        mem = self.mems[id(header)]
+        at = queues.entries_offset() + (seq % QUEUE_ENTRIES) * queues.ENTRY_STRUCT.size
+        queues.ENTRY_STRUCT.pack_into(mem, at, seq if written_seq is None else written_seq,
+                                      self.nop if cmd_iova is None else cmd_iova,
+                                      self.nop_size if cmd_size is None else cmd_size, timeout_ms, flags, 0)
+        header.write64(queues.HDR_TAIL, seq)
+
+    def completion(self, header: queues.Header, seq: int) -> tuple:
+        at = queues.completions_offset(QUEUE_ENTRIES) + (seq % QUEUE_ENTRIES) * queues.COMPLETION_STRUCT.size
+        return queues.COMPLETION_STRUCT.unpack_from(self.mems[id(header)], at)
+
+    def kernel_jobs(self, job_ids: list[int]) -> None:
+        tail = self.regs.read32(BANK + regs.RING_TAIL)
+        for job_id in job_ids:
+            ring.RING_ENTRY_STRUCT.pack_into(self.core.ring, tail * ring.RING_ENTRY.itemsize, ring.OP_JOB, ASID,
+                                             job_id, self.nop, self.nop_size, 0, 0, 0)
+            tail = ring.ring_next(tail, ENTRIES)
+        self.regs.write32(BANK + regs.RING_TAIL, tail)
+
+    def close(self) -> None:
+        for fd in (*[fd for pipe in (*self.doorbells, *self.completions) for fd in pipe], self.irq,
+                   self.kernel_doorbell):
+            os.close(fd)
+
+
+@pytest.fixture
+def rig(tmp_path):
+    made = Rig(tmp_path)
+    yield made
+    made.close()
+
+
+def test_entries_run_in_order_and_complete_in_their_queue(rig):
+    header = rig.add_queue(0)
+    for seq in range(1, 6):
+        rig.submit(header, seq)
+    rig.core.drain_all()
+    assert header.read64(queues.HDR_DONE) == 5
+    assert [rig.completion(header, seq)[:3] for seq in range(1, 6)] == [(seq, 0, 0) for seq in range(1, 6)]
+    base = queues.slot_offset(0)
+    assert rig.table.read64(base + queues.Q_DONE) == 5 and rig.table.read64(base + queues.Q_FAILED) == 0
+    assert rig.table.read32(base + queues.Q_ACK) == rig.table.read32(base + queues.Q_GENERATION)
+    with pytest.raises(BlockingIOError):               # nobody said it waits: no signal
+        os.read(rig.completions[0][0], 16)
+    header.write32(queues.HDR_WAITING, 1)
+    rig.submit(header, 6)
+    rig.core.drain_all()
+    assert os.read(rig.completions[0][0], 16) == b"\x01"
+
+
+def test_bad_entries_fail_alone_and_a_bad_tail_stops_the_queue(rig):
+    header = rig.add_queue(0)
+    rig.submit(header, 1, written_seq=9)                 # not this job's entry
+    rig.submit(header, 2, flags=0x4)                     # unknown flags
+    rig.submit(header, 3, cmd_iova=iommu.IOVA_BASE + (1 << 30), cmd_size=64)   # unmapped
+    rig.submit(header, 4)
+    rig.core.drain_all()
+    assert [rig.completion(header, seq)[1] for seq in range(1, 5)] == [-errno.EINVAL, -errno.EINVAL,
+                                                                        -errno.EFAULT, 0]
+    assert rig.table.read64(queues.slot_offset(0) + queues.Q_FAILED) == 3
+    other = rig.add_queue(1)
+    header.write64(queues.HDR_TAIL, 4 + QUEUE_ENTRIES + 1)   # more than the queue holds
+    rig.submit(other, 1)
+    rig.core.drain_all()
+    assert header.error() == -errno.EINVAL and header.read64(queues.HDR_DONE) == 4
+    assert other.read64(queues.HDR_DONE) == 1 and other.error() == 0
+
+
+def test_rounds_share_the_core_between_the_kernel_ring_and_the_queues(rig, monkeypatch):
+    low, high = rig.add_queue(0, priority=0), rig.add_queue(1, priority=2)
+    order: list[str] = []
+    run_user, run_kernel = rig.core.run_user_job, rig.core.run_job_entry
+    monkeypatch.setattr(rig.core, "run_user_job", lambda q, *a: (order.append(f"q{q.slot}"), run_user(q, *a)))
+    monkeypatch.setattr(rig.core, "run_job_entry", lambda *a: (order.append("k"), run_kernel(*a)))
+    for seq in range(1, 7):
+        rig.submit(low, seq)
+        rig.submit(high, seq)
+    rig.kernel_jobs(list(range(1, 7)))
+    rig.core.drain_all()
+    turn = core_unit.JOBS_PER_TURN
+    assert order == ["k"] * turn + ["q1"] * turn + ["q0"] * turn + ["k"] * 2 + ["q1"] * 2 + ["q0"] * 2
+
+
+def test_a_disabled_queue_is_acknowledged_and_never_run_again(rig):
+    header = rig.add_queue(0)
+    rig.core.drain_all()
+    base = queues.slot_offset(0)
+    rig.table.write32(base + queues.Q_CONTROL, 0)
+    rig.table.write32(base + queues.Q_GENERATION, rig.table.read32(base + queues.Q_GENERATION) + 1)
+    rig.table_changed()
+    rig.submit(header, 1)
+    rig.core.drain_all()
+    assert rig.table.read32(base + queues.Q_ACK) == rig.table.read32(base + queues.Q_GENERATION)
+    assert header.read64(queues.HDR_DONE) == 0 and not rig.core.queues.served
+
+
+def test_the_watchdog_fails_a_user_queue_job_in_its_own_queue(rig, monkeypatch):
+    header = rig.add_queue(0)
+    rig.core.drain_all()
+    top = chip_top.Chip(rig.bus, [-1], rig.irq, HardwareProfile(), ENTRIES)
+    monkeypatch.setattr(top, "start_core", lambda core: None)
+    # The core's registers as a core hung in job 1 of slot 0 leaves them.
+    rig.submit(header, 1)
+    rig.regs.write64(BANK + regs.JOB_START_NS, time.monotonic_ns() - 10**9)
+    rig.regs.write32(BANK + regs.JOB_TIMEOUT_MS, 5)
+    rig.regs.write32(BANK + regs.UQ_SLOT, 1)
+    rig.regs.write64(BANK + regs.UQ_SEQ, 1)
+    rig.regs.write64(BANK + regs.CURRENT_JOB, queues.user_job_id(0, 1))
+    kernel_cq_tail = rig.regs.read32(BANK + regs.CQ_TAIL)
+    top.watchdog()
+    assert rig.regs.read64(BANK + regs.CURRENT_JOB) == 0
+    assert rig.regs.read32(BANK + regs.CQ_TAIL) == kernel_cq_tail        # nothing on the kernel side
+    restarted = rig.new_core()
+    restarted.finish_aborted_user_job()
+    assert rig.completion(header, 1)[:2] == (1, -errno.ETIMEDOUT) and header.read64(queues.HDR_DONE) == 1
+    assert rig.regs.read32(BANK + regs.UQ_SLOT) == 0
+    rig.submit(header, 2)                                # the next entry runs on the new core
+    restarted.drain_all()
+    assert rig.completion(header, 2)[:2] == (2, 0)
+
+
+def test_the_chip_aborts_the_running_entry_of_a_disabled_queue(rig, monkeypatch):
+    rig.add_queue(0)
+    rig.core.drain_all()
+    top = chip_top.Chip(rig.bus, [-1], rig.irq, HardwareProfile(), ENTRIES)
+    monkeypatch.setattr(top, "start_core", lambda core: None)
+    rig.regs.write64(BANK + regs.JOB_START_NS, time.monotonic_ns())
+    rig.regs.write32(BANK + regs.JOB_TIMEOUT_MS, 60_000)
+    rig.regs.write32(BANK + regs.UQ_SLOT, 1)
+    rig.regs.write64(BANK + regs.UQ_SEQ, 1)
+    rig.regs.write64(BANK + regs.CURRENT_JOB, queues.user_job_id(0, 1))
+    top.watchdog()
+    assert rig.regs.read64(BANK + regs.CURRENT_JOB) == queues.user_job_id(0, 1)   # enabled: left alone
+    rig.table.write32(queues.slot_offset(0) + queues.Q_CONTROL, 0)
+    top.watchdog()
+    assert rig.regs.read64(BANK + regs.CURRENT_JOB) == 0
+    assert rig.regs.read32(BANK + regs.UQ_ABORT_STATUS) == -errno.ECANCELED & 0xFFFFFFFF
