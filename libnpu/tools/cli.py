@@ -119,7 +119,7 @@ def _int16_args(p: argparse.ArgumentParser) -> None:
                         "(default none)")
     p.add_argument("--int16-target", type=float, metavar="SCORE",
                    help="output score 'auto' aims at: cosine vs float, for outputs of < 8 values "
-                        "1 - max|error| / max|value| (default 0.99)")
+                        "1 - max|error| / max|value| (default 0.99; with --recipe accurate 0.999)")
     p.add_argument("--int16-max-layers", type=int, metavar="N", help="promote at most N layers with 'auto'")
 
 
