@@ -2,7 +2,9 @@
 
 * ``relu_family``: standalone RELU / RELU6 / RELU_N1_TO_1 (``ReluX``: requantize, clamp).
 * ``lut_lookup``: TANH and LOGISTIC, which TFLite evaluates for int8 through a 256-entry
-  table built at prepare time (``spec.fixedpoint.activation_lut`` builds the same table).
+  table built at prepare time (``spec.fixedpoint.activation_lut`` builds the same table);
+  on int16 through a 65536-entry one (``spec.sigmoid16.activation_lut_int16`` tabulates
+  LiteRT's int16 kernels).
 * ``softmax``: the int8 reference softmax on the last axis (gemmlowp fixed-point exp,
   Q12 accumulation, fixed-point reciprocal).
 """
@@ -59,15 +61,21 @@ def relu_family(x: np.ndarray, *, input_zp: int, output_zp: int, multiplier: int
 
 
 def lut_lookup(x: np.ndarray, lut: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
-    """``out[i] = lut[uint8(x[i])]`` with a 256-entry int8 table; any shape."""
-    _check_int8("x", x)
-    if lut.dtype != np.int8 or lut.shape != (256,):
-        raise InvalidCommand(f"lut must be int8 (256,), got {lut.dtype} {lut.shape}")
+    """``out[i] = lut[uint8(x[i])]`` with a 256-entry int8 table, or, for int16 ``x``,
+    ``lut[uint16(x[i])]`` with a 65536-entry int16 one; any shape."""
+    dtype: np.dtype = x.dtype
+    if dtype == np.int16:
+        index, size = x.view(np.uint16), 1 << 16
+    else:
+        _check_int8("x", x)
+        index, size = x.view(np.uint8), 256
+    if lut.dtype != dtype or lut.shape != (size,):
+        raise InvalidCommand(f"lut must be {dtype} ({size},), got {lut.dtype} {lut.shape}")
     if out is None:
-        return lut[x.view(np.uint8)]
-    if out.dtype != np.int8 or out.shape != x.shape:
-        raise InvalidCommand(f"out must be int8 {x.shape}")
-    np.take(lut, x.view(np.uint8), out=out)
+        return lut[index]
+    if out.dtype != dtype or out.shape != x.shape:
+        raise InvalidCommand(f"out must be {dtype} {x.shape}")
+    np.take(lut, index, out=out)
     return out
 
 

@@ -70,7 +70,8 @@ OPF_KEEP_DIMS = 0x8           # mean (informational: the output bytes are the sa
 # MUL, MAX/AVERAGE_POOL_2D, MEAN, RELU, SOFTMAX (input_beta_* from fixedpoint.softmax_int16_params,
 # output scale 2**-15), RESIZE_*, TRANSPOSE, PAD, STRIDED_SLICE (2-byte elements),
 # QUANTIZE (float32 -> int16), DEQUANTIZE (int16 -> float32), REQUANTIZE (its output), and
-# with our formulas (docs/hardware.md) PRELU (x, alpha and output int16) and HARD_SWISH (Q31 multipliers).
+# with our formulas (docs/hardware.md) PRELU (x, alpha and output int16) and HARD_SWISH (Q31 multipliers),
+# and LUT (an int16[65536] table indexed by uint16(x): int16 LOGISTIC / TANH, spec.sigmoid16).
 # RESHAPE and CONCATENATION count bytes and need no flag.
 OPF_INT16 = 0x100
 OPF_INT16_INPUT = 0x200       # REQUANTIZE: the input is int16 (int16 -> int8 / int16)
@@ -166,7 +167,8 @@ RELU = register_task(OP_RELU, "RELU", _FLAT + [  # RELU / RELU6 / RELU_N1_TO_1 v
     ("act_min", "<i4"), ("act_max", "<i4"),
 ])
 LUT = register_task(OP_LUT, "LUT", _FLAT + [   # TANH / LOGISTIC
-    ("lut", "<u8"),            # int8[256] (spec.fixedpoint.activation_lut), indexed by uint8(x)
+    ("lut", "<u8"),            # int8[256] (spec.fixedpoint.activation_lut), indexed by uint8(x);
+                               # OPF_INT16: int16[65536] (spec.sigmoid16), indexed by uint16(x)
 ])
 SOFTMAX = register_task(OP_SOFTMAX, "SOFTMAX", [
     ("input", "<u8"), ("output", "<u8"),

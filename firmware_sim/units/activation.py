@@ -6,14 +6,10 @@ import numpy as np
 
 from firmware_sim.kernels import activations, int16x8
 from firmware_sim.spec import ops
+from firmware_sim.spec.sigmoid16 import INT16_LUT_SIZE
 
-from .common import OpDescriptorError, Rerun, count, dims, unit
+from .common import Rerun, count, dims, unit
 from .elementwise import flat_cost
-
-
-def _int8_only(desc: np.void) -> None:
-    if int(desc["flags"]) & ops.OPF_INT16:
-        raise OpDescriptorError("this activation has no int16 mode (OPF_INT16)")
 
 
 @unit(ops.OP_RELU, lambda desc: flat_cost(*(2, 2) if int(desc["flags"]) & ops.OPF_INT16 else (1, 1))(desc))
@@ -27,13 +23,21 @@ def relu(desc: np.void, dma) -> None:
                             act_min=int(desc["act_min"]), act_max=int(desc["act_max"]), out=out)
 
 
-@unit(ops.OP_LUT, flat_cost(1, 1, 256))
+def _lut_cost(desc: np.void) -> tuple[int, int]:
+    if int(desc["flags"]) & ops.OPF_INT16:
+        return flat_cost(2, 2, 2 * INT16_LUT_SIZE)(desc)
+    return flat_cost(1, 1, 256)(desc)
+
+
+@unit(ops.OP_LUT, _lut_cost)
 def lut(desc: np.void, dma) -> None:
-    _int8_only(desc)
+    """int8: a 256-entry int8 table; ``OPF_INT16``: a 65536-entry int16 table indexed by
+    ``uint16(x)`` (int16 LOGISTIC / TANH: ``spec.sigmoid16``)."""
     n = count(desc)
-    x = dma.read_array(int(desc["input"]), np.int8, (n,))
-    table = dma.read_array(int(desc["lut"]), np.int8, (256,))
-    activations.lut_lookup(x, table, out=dma.write_array(int(desc["output"]), np.int8, (n,)))
+    dtype, entries = (np.int16, INT16_LUT_SIZE) if int(desc["flags"]) & ops.OPF_INT16 else (np.int8, 256)
+    x = dma.read_array(int(desc["input"]), dtype, (n,))
+    table = dma.read_array(int(desc["lut"]), dtype, (entries,))
+    activations.lut_lookup(x, table, out=dma.write_array(int(desc["output"]), dtype, (n,)))
 
 
 def _softmax_cost(desc: np.void) -> tuple[int, int]:

@@ -70,7 +70,12 @@ def _quant(g: Graph, name: str) -> QuantParams:
 
 
 def promotable(op: Op) -> bool:
-    """Whether ``op`` may run with int16 activations (conversions themselves stay as they are)."""
+    """Whether ``op`` may run with int16 activations (conversions themselves stay as they are).
+
+    A host step (one output) may too: the CPU dequantizes what the chip stores, so int16
+    boundaries only cost the conversion, and spare an int8 step between int16 layers."""
+    if op.type == "HOST":
+        return len(op.outputs) == 1
     return bool(registry.get(op.type, "int16")) and op.type not in ("QUANTIZE", "DEQUANTIZE")
 
 

@@ -90,7 +90,7 @@ def _calibration_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--percentile", type=float, help="with --method percentile: the kept percentile (default 99.99)")
     p.add_argument("--recipe", choices=("default", "accurate"), default="default",
                    help="a set of the options below: 'accurate' = --weight-rounding gptq --int16 auto"
-                        " (slower to compile and, where "
+                        " --int16-target 0.999 (slower to compile and, where "
                         "layers go int16, to run); options given explicitly win (default: default)")
     p.add_argument("--weight-rounding", choices=("nearest", "gptq"),
                    help="gptq: round conv/depthwise/FC weights for the calibration data's inputs (GPTQ) instead of "
@@ -119,7 +119,7 @@ def _int16_args(p: argparse.ArgumentParser) -> None:
                         "(default none)")
     p.add_argument("--int16-target", type=float, metavar="SCORE",
                    help="output score 'auto' aims at: cosine vs float, for outputs of < 8 values "
-                        "1 - max|error| / max|value| (default 0.99)")
+                        "1 - max|error| / max|value| (default 0.99; with --recipe accurate 0.999)")
     p.add_argument("--int16-max-layers", type=int, metavar="N", help="promote at most N layers with 'auto'")
 
 

@@ -10,9 +10,11 @@ import pytest
 
 from firmware_sim.executor import run_job
 from firmware_sim.kernels import int16x8, layout, pooling, resize
-from firmware_sim.spec import iommu, ops, tasks
+from firmware_sim.spec import iommu, ops, sigmoid16, tasks
 from firmware_sim.spec.fixedpoint import (
     ADD_LEFT_SHIFT_INT16,
+    LUT_LOGISTIC,
+    LUT_TANH,
     add_params,
     mul_multiplier,
     quantize_multiplier_array,
@@ -213,14 +215,27 @@ def test_conversions_int16(mem: ChipMemory) -> None:
         np.testing.assert_array_equal(mem.get(at, w.dtype, w.shape), w)
 
 
-@pytest.mark.parametrize("name,fields", [
-    ("LUT", dict(count=4)),
-])
-def test_int8_only_ops_refuse_int16(mem: ChipMemory, name: str, fields: dict) -> None:
-    buf = mem.put(np.zeros(512, np.int8))
-    extra = dict(lut=buf) if name == "LUT" else {}
-    assert mem.run(encode(name, 0, input=buf, output=buf, **fields, **extra)).status == 0
-    assert mem.run(encode(name, I16, input=buf, output=buf, **fields, **extra)).status == -errno.EINVAL
+@pytest.mark.parametrize("kind", [LUT_LOGISTIC, LUT_TANH], ids=["logistic", "tanh"])
+def test_lut_int16(mem: ChipMemory, kind: int) -> None:
+    """LUT with OPF_INT16 looks int16 inputs up in a 65536-entry int16 table (the int16
+    LOGISTIC / TANH tables, checked against LiteRT in test_int16_logistic_tanh.py)."""
+    rng = np.random.default_rng(9 + kind)
+    x = random_int16(rng, (3, 50))
+    x[0, :4] = (-32768, -1, 0, 32767)
+    table = sigmoid16.activation_lut_int16(kind, 3e-4)
+    out = mem.alloc(x.nbytes)
+    run_ok(mem, encode("LUT", I16, input=mem.put(x), output=out, count=x.size, lut=mem.put(table)))
+    np.testing.assert_array_equal(mem.get(out, np.int16, x.shape), table[x.view(np.uint16)])
+    fn = sigmoid16.logistic_int16 if kind == LUT_LOGISTIC else sigmoid16.tanh_int16
+    np.testing.assert_array_equal(mem.get(out, np.int16, x.shape), fn(x, *sigmoid16.input_scaling(kind, 3e-4)))
+
+
+def test_lut_int16_reads_the_whole_table(mem: ChipMemory) -> None:
+    """An int16 LUT's table is 128 KiB: one that runs past mapped memory faults the job."""
+    x = mem.put(np.zeros(8, np.int16))
+    short_table = iommu.IOVA_BASE + mem.size - 1024
+    assert mem.run(encode("LUT", I16, input=x, output=x, count=8, lut=short_table)).status == -errno.EFAULT
+    assert mem.run(encode("LUT", 0, input=x, output=x, count=8, lut=short_table)).status == 0
 
 
 def test_int16_jobs_replay_with_new_inputs(mem: ChipMemory) -> None:

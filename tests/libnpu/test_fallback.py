@@ -263,3 +263,21 @@ def test_profiling_and_priority_reach_every_partition(npu):
         model.set_property({"PERF_COUNT": False, "MODEL_PRIORITY": "LOW"})
         assert np.array_equal(request.infer([x])[0], expected)
         assert trio.run(model.infer_async, [x])[0].tobytes() == expected.tobytes()
+
+
+def test_a_host_step_between_int16_layers_keeps_int16_boundaries(npu, cumsum_model):
+    """Promoted with its neighbours, a host step reads and writes int16 (the CPU dequantizes
+    it) rather than forcing an int8 step between int16 layers: closer to float."""
+    data, calibration, reference = cumsum_model
+    around = compile_model(data, calibration, int16="c1,r,y")
+    through = compile_model(data, calibration, int16="c1,cs,r,y")
+    assert "cs" in through.metadata["int16_layers"] and "cs" not in around.metadata["int16_layers"]
+    for loadable, dtype in ((around, "int8"), (through, "int16")):
+        (step,) = loadable.host_steps
+        assert {loadable.tensors[i].dtype for i in (*step.inputs, *step.outputs)} == {dtype}
+    errors = []
+    for loadable in (around, through):
+        with libnpu.load(loadable, devroot=npu.devroot) as compiled:
+            errors.append(np.mean([np.abs(compiled.infer([feed["x"]], dequantized=True)[0] - reference(feed)).mean()
+                                   for feed in calibration[:4]]))
+    assert errors[1] < errors[0], errors

@@ -220,6 +220,19 @@ def hard_swish_between_convs(seed: int = 7) -> onnx.ModelProto:
     return b.model("hard_swish_between_convs", {"x": [1, 3, 8, 8]}, {"y": [1, 2, 8, 8]}, opset=14)
 
 
+def sigmoid_tanh_between_convs(seed: int = 8) -> onnx.ModelProto:
+    """Conv, then Sigmoid and Tanh of it, each into a 1x1 conv, added (neither activation's
+    output is a graph output). Input [1, 3, 8, 8]."""
+    b = _Builder(seed)
+    b.node("Conv", ["x", b.weight("w1", 4, 3, 3, 3, scale=1.5), b.weight("b1", 4)], "c1", pads=[1, 1, 1, 1])
+    b.node("Sigmoid", ["c1"], "s")
+    b.node("Tanh", ["c1"], "t")
+    b.node("Conv", ["s", b.weight("w2", 2, 4, 1, 1), b.weight("b2", 2, scale=.1)], "ys")
+    b.node("Conv", ["t", b.weight("w3", 2, 4, 1, 1), b.weight("b3", 2, scale=.1)], "yt")
+    b.node("Add", ["ys", "yt"], "y")
+    return b.model("sigmoid_tanh_between_convs", {"x": [1, 3, 8, 8]}, {"y": [1, 2, 8, 8]})
+
+
 def outlier_channel(seed: int = 5) -> onnx.ModelProto:
     """A conv whose first output channel is ~300x the others, then a 1x1 conv that reads
     only the others: the shared int8 scale of the first conv's output leaves them a few

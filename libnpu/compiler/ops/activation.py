@@ -6,8 +6,10 @@ import numpy as np
 import tflite
 
 from firmware_sim.spec import fixedpoint as fp
+from firmware_sim.spec import sigmoid16
 
 from .. import onnx_import, qparams, tflite_import
+from ..ir import IRError
 from ..registry import Operator, onnx, register, tflite_options
 
 
@@ -35,12 +37,19 @@ for _name, _fn in _RELUS.items():
                       int16=_name != "RELU_N1_TO_1"))  # LiteRT has no int16 RELU_N1_TO_1
 
 
-# LOGISTIC / TANH: a 256-entry table on the chip ----------------------------------------
+# LOGISTIC / TANH: a table on the chip (int8: 256 entries; int16: 65536, LiteRT's int16
+# kernels tabulated by spec.sigmoid16) ----------------------------------------------------
 
 
 def _lut_params(kind: int):
     def params(g, op) -> dict:
-        return dict(lut=fp.activation_lut(kind, *qparams.qp(g, op.inputs[0]), *qparams.qp(g, op.outputs[0])))
+        (si, zi), (so, zo) = qparams.qp(g, op.inputs[0]), qparams.qp(g, op.outputs[0])
+        if g.tensors[op.inputs[0]].dtype == "int16":
+            try:
+                return dict(lut=sigmoid16.activation_lut_int16(kind, si, so))
+            except ValueError as exc:
+                raise IRError(f"{op.type} {op.name!r}: {exc}") from exc
+        return dict(lut=fp.activation_lut(kind, si, zi, so, zo))
     return params
 
 
@@ -51,10 +60,10 @@ def _lower_lut(low, op, p):
 register(Operator("LOGISTIC", tflite=tflite_import.simple,
                   float_ref=lambda op, ins, out: (1 / (1 + np.exp(-ins[0]))).astype(np.float32),
                   fixed_output=(1 / 256, -128), params=_lut_params(fp.LUT_LOGISTIC), lower=_lower_lut,
-                  export=_export_plain, tflite_version=2))
+                  export=_export_plain, tflite_version=2, int16=True))  # int16: output scale 2**-15
 register(Operator("TANH", tflite=tflite_import.simple, float_ref=lambda op, ins, out: np.tanh(ins[0]),
                   fixed_output=(1 / 128, 0), params=_lut_params(fp.LUT_TANH), lower=_lower_lut,
-                  export=_export_plain, tflite_version=2))
+                  export=_export_plain, tflite_version=2, int16=True))
 
 
 # SOFTMAX ---------------------------------------------------------------------------------

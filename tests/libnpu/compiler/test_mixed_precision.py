@@ -225,3 +225,25 @@ def test_our_int16_formulas_on_the_device(npu, builder, kind: str, name: str) ->
         finally:
             model.close()
     assert errors[1] <= errors[0] + step / 2, (errors, step)
+
+
+def test_int16_logistic_and_tanh_on_the_device_equal_litert(npu, litert) -> None:
+    """LOGISTIC and TANH promoted (output scale 2**-15, the LUT descriptor's int16 mode):
+    byte-identical to LiteRT's int16 kernels on the exported .tflite."""
+    graph = import_onnx(builders.sigmoid_tanh_between_convs())
+    data = _data((1, 3, 8, 8), 6, 31)
+    q = quantize_mixed(graph, data, int16="s,t")
+    promoted = {op.type: op for op in q.ops if op.name in ("s", "t")}
+    assert set(promoted) == {"LOGISTIC", "TANH"}
+    for op in promoted.values():
+        assert {q.tensors[n].dtype for n in (*op.inputs, *op.outputs)} == {"int16"}
+        out = q.tensors[op.outputs[0]].quant
+        assert float(out.scale[0]) == 2.0 ** -15 and int(out.zero_point[0]) == 0
+    flags = {t.name: int.from_bytes(t.payload[4:8], "little") for t in lower(q).tasks}
+    assert flags["s"] & spec_ops.OPF_INT16 and flags["t"] & spec_ops.OPF_INT16
+    model = libnpu.load(lower(q), devroot=npu.devroot)
+    try:
+        for x in data[:3]:
+            np.testing.assert_array_equal(model.infer(x)[0], litert(export_tflite(q), x)[0])
+    finally:
+        model.close()

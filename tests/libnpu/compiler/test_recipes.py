@@ -22,9 +22,9 @@ def test_a_recipe_fills_only_the_options_left_unset() -> None:
     assert apply_recipe({}) == {}
     assert apply_recipe({"recipe": "default", "method": "mse"}) == {"method": "mse"}
     assert apply_recipe({"recipe": "accurate"}) == RECIPES["accurate"] == \
-        {"weight_rounding": "gptq", "int16": "auto"}
+        {"weight_rounding": "gptq", "int16": "auto", "int16_target": 0.999}
     assert apply_recipe({"recipe": "accurate", "int16": "none", "method": "mse"}) == \
-        {"weight_rounding": "gptq", "int16": "none", "method": "mse"}
+        {"weight_rounding": "gptq", "int16": "none", "int16_target": 0.999, "method": "mse"}
     with pytest.raises(RecipeError, match="unknown recipe 'fast'.*default, accurate"):
         apply_recipe({"recipe": "fast"})
 
