@@ -78,8 +78,9 @@ def run_job(dma: DmaEngine, asid: int, cmd_iova: int, cmd_size: int, profile: Ha
         if inject_internal_error:
             raise RuntimeError("injected internal error (FAULT_INTERNAL)")
         dma.bind(asid)
-        command_buffer = dma.read(cmd_iova, cmd_size).copy()  # the chip fetches descriptors once
-        plan = job_plans.lookup(dma, asid, cmd_iova, command_buffer) if replay else None
+        # The IOTLB's view of the command buffer: a replay only compares it with its plan's copy.
+        commands = dma.read_array(cmd_iova, np.uint8, (cmd_size,))
+        plan = job_plans.lookup(dma, asid, cmd_iova, commands) if replay else None
         native_steps = plan.native_steps() if plan is not None and on_task is None else None
         if native_steps is not None:
             # Every step a C kernel call: the whole job in one call into C.
@@ -101,6 +102,7 @@ def run_job(dma: DmaEngine, asid: int, cmd_iova: int, cmd_size: int, profile: Ha
                 on_task(index, opcode, started, time.monotonic_ns(), cycles)
             index = plan.tasks
         else:
+            command_buffer = commands.copy()      # the chip fetches the descriptors once
             steps: list[tuple[int, Callable[[], None]]] = []
             timed_steps: list[job_plans.TimedStep] = []
             for _, task, desc in tasks.decode_tasks(command_buffer):
