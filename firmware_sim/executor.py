@@ -20,6 +20,7 @@ import numpy as np
 from firmware_sim import job_plans, units
 from firmware_sim.dma import DmaEngine, IommuFault
 from firmware_sim.errors import InvalidCommand, JobFailure
+from firmware_sim.kernels.native import calls as native_calls
 from firmware_sim.spec import tasks
 from firmware_sim.timing import HardwareProfile, task_cycles
 
@@ -63,8 +64,9 @@ def run_job(dma: DmaEngine, asid: int, cmd_iova: int, cmd_size: int, profile: Ha
     """Execute a job's command buffer; never raises (short of the process dying).
 
     A command buffer run before (same ASID, address and bytes, no invalidation since)
-    replays its job plan (``job_plans``) unless ``replay`` is False (fault injection
-    needs every access made). ``inject_internal_error`` (fault injection) makes the job
+    replays its job plan (``job_plans``: one call into C when every task is a C kernel
+    call) unless ``replay`` is False (fault injection needs every access made).
+    ``inject_internal_error`` (fault injection) makes the job
     meet an unexpected exception, as a bug in a kernel would.  ``on_task`` (profiling)
     hears each task that completed, on the first run and on replays alike: its index,
     opcode, CLOCK_MONOTONIC start and end, and cycles."""
@@ -76,9 +78,17 @@ def run_job(dma: DmaEngine, asid: int, cmd_iova: int, cmd_size: int, profile: Ha
         if inject_internal_error:
             raise RuntimeError("injected internal error (FAULT_INTERNAL)")
         dma.bind(asid)
-        command_buffer = dma.read(cmd_iova, cmd_size).copy()  # the chip fetches descriptors once
-        plan = job_plans.lookup(dma, asid, cmd_iova, command_buffer) if replay else None
-        if plan is not None and on_task is None:
+        # The IOTLB's view of the command buffer: a replay only compares it with its plan's copy.
+        commands = dma.read_array(cmd_iova, np.uint8, (cmd_size,))
+        plan = job_plans.lookup(dma, asid, cmd_iova, commands) if replay else None
+        native_steps = plan.native_steps() if plan is not None and on_task is None else None
+        if native_steps is not None:
+            # Every step a C kernel call: the whole job in one call into C.
+            status, index = native_steps.run()
+            if status:
+                native_calls.check_status(status)
+            index, result.cycles = plan.tasks, plan.cycles
+        elif plan is not None and on_task is None:
             for index, step in plan.steps:   # noqa: B007 (a failing step's index is reported)
                 step()
             index, result.cycles = plan.tasks, plan.cycles
@@ -92,6 +102,7 @@ def run_job(dma: DmaEngine, asid: int, cmd_iova: int, cmd_size: int, profile: Ha
                 on_task(index, opcode, started, time.monotonic_ns(), cycles)
             index = plan.tasks
         else:
+            command_buffer = commands.copy()      # the chip fetches the descriptors once
             steps: list[tuple[int, Callable[[], None]]] = []
             timed_steps: list[job_plans.TimedStep] = []
             for _, task, desc in tasks.decode_tasks(command_buffer):

@@ -59,5 +59,5 @@ def test_kernel_checks_raise_the_explicit_error():
     library = native.library()
     if library is not None:
         with pytest.raises(InvalidCommand):
-            calls._check_status(library.NPU_KERNEL_BAD_SHIFT)
+            calls.check_status(library.NPU_KERNEL_BAD_SHIFT)
     assert issubclass(InvalidCommand, ValueError)

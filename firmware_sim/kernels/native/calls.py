@@ -7,7 +7,7 @@ from ...errors import InvalidCommand
 from ..fixedpoint import INT32_MAX, INT32_MIN
 from . import ffi, library
 
-__all__ = ["BoundCall", "bind_table2", "bind_pool", "bind_convert", "bind_softmax", "bind_depthwise",
+__all__ = ["BoundCall", "check_status", "bind_table2", "bind_pool", "bind_convert", "bind_softmax", "bind_depthwise",
            "bind_fully_connected", "conv_s8", "depthwise_s8", "fully_connected_s8", "quant_arrays"]
 
 # C array types resolved once (parsing the type string costs a microsecond per pointer).
@@ -42,7 +42,8 @@ def quant_arrays(multiplier: np.ndarray, shift: np.ndarray) -> tuple[np.ndarray,
             np.ascontiguousarray(shift, dtype=np.int32))
 
 
-def _check_status(status: int) -> None:
+def check_status(status: int) -> None:
+    """Raise what a C kernel's nonzero ``status`` means (an invalid operand: InvalidCommand)."""
     if status == library().NPU_KERNEL_BAD_SHIFT:     # the C kernels' own check of the shift operands
         raise InvalidCommand("requantization shift must be in [-31, 30]")
     if status == library().NPU_KERNEL_EMPTY_WINDOW:
@@ -51,30 +52,34 @@ def _check_status(status: int) -> None:
         raise InvalidCommand("softmax reciprocal exponent out of range")
     if status == library().NPU_KERNEL_DNNL_FAILED:
         raise RuntimeError("oneDNN's int8 GEMM failed")
+    if status in (library().NPU_KERNEL_NO_DNNL, library().NPU_KERNEL_BAD_STEP):
+        raise RuntimeError(f"native kernel step failed with status {status}")
     if status != 0:
         raise MemoryError("native kernel could not allocate its scratch memory")
 
 
 class BoundCall:
-    """A kernel call whose C arguments (pointers into ``operands``) were made once:
-    calling it runs the kernel again on the operands' current contents. Converting the
-    arguments costs more than a small kernel, and a chip reruns the same tasks on the
-    same buffers for every inference."""
+    """A kernel call whose C arguments (a ``struct npu_step`` pointing to the kernel's
+    argument struct, pointers into ``operands``) were made once: calling it runs the kernel
+    again on the operands' current contents. Converting the arguments costs more than a
+    small kernel, and a chip reruns the same tasks on the same buffers for every inference.
+    ``step`` is what a job plan copies into its array of steps (``npu_steps_run``)."""
 
-    __slots__ = ("operands", "_fn", "_args", "_keep")
+    __slots__ = ("operands", "step", "_run", "_keep")
 
-    def __init__(self, fn, args: tuple, operands: tuple, keep: tuple = ()):
-        # keep: C buffers that ``args`` point to without holding them (a struct's pointers)
-        self._fn, self._args, self.operands, self._keep = fn, args, operands, keep
+    def __init__(self, kind: int, call, operands: tuple, keep: tuple = ()):
+        # call: the cffi struct pointer of ``kind``; keep: C buffers its pointers need alive
+        self.step = ffi.new("struct npu_step *", {"kind": kind, "call": call})
+        self.operands, self._run, self._keep = operands, library().npu_step_run, (call, keep)
 
     def uses(self, operands: tuple) -> bool:
         """True when ``operands`` are the very arrays this call was bound to."""
         return all(a is b for a, b in zip(operands, self.operands)) and len(operands) == len(self.operands)
 
     def __call__(self) -> None:
-        status = self._fn(*self._args)     # None from the void kernels
+        status = self._run(self.step)
         if status:
-            _check_status(status)
+            check_status(status)
 
 
 def _bindable(operands: tuple, converted: tuple, out: np.ndarray) -> bool:
@@ -118,7 +123,7 @@ def depthwise_s8(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None, dm: int,
     arrays = _depthwise_arrays(x, w, bias, multiplier, shift)
     call, _buffers = _conv_call(arrays, stride, dilation, padding, out_hw, input_zp, output_zp, act_min,
                                 act_max, out, depth_multiplier=dm)
-    _check_status(library().npu_depthwise_call(call))
+    check_status(library().npu_depthwise_call(call))
 
 
 def bind_depthwise(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None, dm: int,
@@ -133,7 +138,7 @@ def bind_depthwise(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None, dm: in
         return None
     call, buffers = _conv_call(arrays, stride, dilation, padding, out_hw, input_zp, output_zp, act_min,
                                act_max, out, depth_multiplier=dm)
-    return BoundCall(library().npu_depthwise_call, (call,), operands + (out,), buffers)
+    return BoundCall(library().NPU_STEP_DEPTHWISE, call, operands + (out,), buffers)
 
 
 def _fc_arrays(x, w, bias, multiplier, shift, scale) -> tuple:
@@ -151,13 +156,17 @@ def _fc_args(arrays: tuple, input_zp: int, output_zp: int, act_min: int, act_max
             _opt_ptr(scale), int(mult.size > 1), act_min, act_max, _out_ptr(out))
 
 
+_FC_FIELDS = ("x", "rows", "k", "w", "n", "bias", "input_offset", "output_offset", "mult", "shift",
+              "scale", "per_channel", "act_min", "act_max", "out")     # _fc_args's order
+
+
 def fully_connected_s8(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None,
                        input_zp: int, output_zp: int, multiplier: np.ndarray,
                        shift: np.ndarray, scale: np.ndarray | None, act_min: int,
                        act_max: int, out: np.ndarray) -> None:
     """Fully connected into ``out`` (C-contiguous int8 (M, N))."""
     arrays = _fc_arrays(x, w, bias, multiplier, shift, scale)
-    _check_status(library().npu_fully_connected_s8(
+    check_status(library().npu_fully_connected_s8(
         *_fc_args(arrays, input_zp, output_zp, act_min, act_max, out)))
 
 
@@ -171,7 +180,8 @@ def bind_fully_connected(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None,
     if not _bindable(operands, arrays, out):
         return None
     args = _fc_args(arrays, input_zp, output_zp, act_min, act_max, out)
-    return BoundCall(library().npu_fully_connected_s8, args, operands + (out,))
+    call = ffi.new("struct npu_fc_call *", dict(zip(_FC_FIELDS, args)))
+    return BoundCall(library().NPU_STEP_FC, call, operands + (out,), args)
 
 
 def conv_s8(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None, groups: int,
@@ -184,11 +194,12 @@ def conv_s8(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None, groups: int,
     operand had to be copied."""
     operands = (x, w, bias, multiplier, shift)
     arrays = _depthwise_arrays(*operands)
-    fn = library().npu_conv_call
     call, buffers = _conv_call(arrays, stride, dilation, padding, out_hw, input_zp, output_zp, act_min,
                                act_max, out, groups=groups)
-    _check_status(fn(call))
-    return BoundCall(fn, (call,), operands + (out,), buffers) if _bindable(operands, arrays, out) else None
+    check_status(library().npu_conv_call(call))
+    if not _bindable(operands, arrays, out):
+        return None
+    return BoundCall(library().NPU_STEP_CONV, call, operands + (out,), buffers)
 
 
 def bind_table2(a: np.ndarray, b: np.ndarray, table: np.ndarray, out: np.ndarray) -> BoundCall | None:
@@ -198,8 +209,10 @@ def bind_table2(a: np.ndarray, b: np.ndarray, table: np.ndarray, out: np.ndarray
     if (a.shape != b.shape or a.shape != out.shape or table.size != 1 << 16
             or any(x.dtype != np.int8 or not x.flags.c_contiguous for x in arrays)):
         return None
-    args = (_ptr(a), _ptr(b), a.size, _ptr(table), _out_ptr(out))
-    return BoundCall(library().npu_table2_s8, args, arrays)
+    buffers = (_ptr(a), _ptr(b), _ptr(table), _out_ptr(out))
+    call = ffi.new("struct npu_table2_call *", {"a": buffers[0], "b": buffers[1], "n": a.size,
+                                                "table": buffers[2], "out": buffers[3]})
+    return BoundCall(library().NPU_STEP_TABLE2, call, arrays, buffers)
 
 
 def _flat_ok(*arrays: np.ndarray) -> bool:
@@ -215,10 +228,13 @@ def bind_pool(kind: str, x: np.ndarray, out: np.ndarray, filter_hw: tuple[int, i
         return None
     n, h, w, c = x.shape
     _, oh, ow, _ = out.shape
-    args = (_ptr(x), n, h, w, c, filter_hw[0], filter_hw[1], stride[0], stride[1], padding[0],
-            padding[1], oh, ow, act_min, act_max, _out_ptr(out))
-    fn = library().npu_avg_pool_s8 if kind == "avg" else library().npu_max_pool_s8
-    return BoundCall(fn, args, (x, out))
+    buffers = (_ptr(x), _out_ptr(out))
+    call = ffi.new("struct npu_pool_call *", {
+        "x": buffers[0], "n": n, "h": h, "w": w, "c": c, "fh": filter_hw[0], "fw": filter_hw[1],
+        "sh": stride[0], "sw": stride[1], "pt": padding[0], "pl": padding[1], "oh": oh, "ow": ow,
+        "act_min": act_min, "act_max": act_max, "out": buffers[1]})
+    step_kind = library().NPU_STEP_AVG_POOL if kind == "avg" else library().NPU_STEP_MAX_POOL
+    return BoundCall(step_kind, call, (x, out), buffers)
 
 
 def bind_convert(x: np.ndarray, out: np.ndarray, scale: float, zero_point: int) -> BoundCall | None:
@@ -227,13 +243,16 @@ def bind_convert(x: np.ndarray, out: np.ndarray, scale: float, zero_point: int) 
     if x.size != out.size or not _flat_ok(x, out):
         return None
     if x.dtype == np.float32 and out.dtype == np.int8:
-        fn = library().npu_quantize_f32_s8
+        kind = library().NPU_STEP_QUANTIZE
     elif x.dtype == np.int8 and out.dtype == np.float32:
-        fn = library().npu_dequantize_s8_f32
+        kind = library().NPU_STEP_DEQUANTIZE
     else:
         return None
-    args = (_ptr(x), x.size, float(np.float32(scale)), int(zero_point), _out_ptr(out))
-    return BoundCall(fn, args, (x, out))
+    buffers = (_ptr(x), _out_ptr(out))
+    call = ffi.new("struct npu_convert_call *", {"x": buffers[0], "n": x.size,
+                                                  "scale": float(np.float32(scale)),
+                                                  "zero_point": int(zero_point), "out": buffers[1]})
+    return BoundCall(kind, call, (x, out), buffers)
 
 
 def bind_softmax(x: np.ndarray, out: np.ndarray, exp_t: np.ndarray, terms_t: np.ndarray,
@@ -245,5 +264,8 @@ def bind_softmax(x: np.ndarray, out: np.ndarray, exp_t: np.ndarray, terms_t: np.
     tables = (np.ascontiguousarray(exp_t, dtype=np.int32), np.ascontiguousarray(terms_t, dtype=np.int32),
               np.ascontiguousarray(valid_t, dtype=np.int8))
     depth = x.shape[-1] if x.ndim else 1
-    args = (_ptr(x), x.size // max(depth, 1), depth, *(_ptr(t) for t in tables), _out_ptr(out))
-    return BoundCall(library().npu_softmax_s8, args, (x, out, *tables))
+    buffers = (_ptr(x), *(_ptr(t) for t in tables), _out_ptr(out))
+    call = ffi.new("struct npu_softmax_call *", {
+        "x": buffers[0], "rows": x.size // max(depth, 1), "depth": depth, "exp_t": buffers[1],
+        "terms_t": buffers[2], "valid_t": buffers[3], "out": buffers[4]})
+    return BoundCall(library().NPU_STEP_SOFTMAX, call, (x, out, *tables), buffers)

@@ -917,3 +917,63 @@ int npu_depthwise_call(const struct npu_conv_call *c)
                             c->input_offset, c->output_offset, c->mult, c->shift, c->per_channel,
                             c->act_min, c->act_max, c->out);
 }
+
+/* One prepared call per step (int8_kernels.h): the per-step rerun and the one-call replay of
+   a whole job go through the same switch, so both run the same kernels on the same structs. */
+int npu_step_run(const struct npu_step *step)
+{
+    const void *p = step->call;
+    switch (step->kind) {
+    case NPU_STEP_CONV:
+        return npu_conv_call(p);
+    case NPU_STEP_DEPTHWISE:
+        return npu_depthwise_call(p);
+    case NPU_STEP_FC: {
+        const struct npu_fc_call *c = p;
+        return npu_fully_connected_s8(c->x, c->rows, c->k, c->w, c->n, c->bias, c->input_offset,
+                                      c->output_offset, c->mult, c->shift, c->scale,
+                                      c->per_channel, c->act_min, c->act_max, c->out);
+    }
+    case NPU_STEP_TABLE2: {
+        const struct npu_table2_call *c = p;
+        npu_table2_s8(c->a, c->b, c->n, c->table, c->out);
+        return 0;
+    }
+    case NPU_STEP_AVG_POOL:
+    case NPU_STEP_MAX_POOL: {
+        const struct npu_pool_call *c = p;
+        return (step->kind == NPU_STEP_AVG_POOL ? npu_avg_pool_s8 : npu_max_pool_s8)(
+            c->x, c->n, c->h, c->w, c->c, c->fh, c->fw, c->sh, c->sw, c->pt, c->pl, c->oh, c->ow,
+            c->act_min, c->act_max, c->out);
+    }
+    case NPU_STEP_QUANTIZE: {
+        const struct npu_convert_call *c = p;
+        npu_quantize_f32_s8(c->x, c->n, c->scale, c->zero_point, c->out);
+        return 0;
+    }
+    case NPU_STEP_DEQUANTIZE: {
+        const struct npu_convert_call *c = p;
+        npu_dequantize_s8_f32(c->x, c->n, c->scale, c->zero_point, c->out);
+        return 0;
+    }
+    case NPU_STEP_SOFTMAX: {
+        const struct npu_softmax_call *c = p;
+        return npu_softmax_s8(c->x, c->rows, c->depth, c->exp_t, c->terms_t, c->valid_t, c->out);
+    }
+    default:
+        return NPU_KERNEL_BAD_STEP;
+    }
+}
+
+int npu_steps_run(const struct npu_step *steps, int32_t count, int32_t *done)
+{
+    for (int32_t i = 0; i < count; i++) {
+        int status = npu_step_run(&steps[i]);
+        if (status != 0) {
+            *done = i;
+            return status;
+        }
+    }
+    *done = count;
+    return 0;
+}

@@ -89,3 +89,75 @@ struct npu_conv_call {
 /* npu_conv_s8 and npu_depthwise_s8 on a struct's arguments. */
 int npu_conv_call(const struct npu_conv_call *c);
 int npu_depthwise_call(const struct npu_conv_call *c);
+
+/* The other kernels' arguments as structs, so that every rerun is one pointer argument
+   (struct npu_step) and a job whose tasks are all C calls runs as one array of them. */
+struct npu_fc_call {
+    const int8_t *x;
+    int32_t rows, k;
+    const int8_t *w;
+    int32_t n;
+    const int32_t *bias;
+    int32_t input_offset, output_offset;
+    const int32_t *mult, *shift;
+    const double *scale;
+    int32_t per_channel, act_min, act_max;
+    int8_t *out;
+};
+
+struct npu_table2_call {
+    const int8_t *a, *b;
+    int64_t n;
+    const int8_t *table;
+    int8_t *out;
+};
+
+/* Average or max pooling (the step's kind says which). */
+struct npu_pool_call {
+    const int8_t *x;
+    int32_t n, h, w, c, fh, fw, sh, sw, pt, pl, oh, ow, act_min, act_max;
+    int8_t *out;
+};
+
+/* QUANTIZE (float x, int8 out) or DEQUANTIZE (int8 x, float out): the step's kind says which. */
+struct npu_convert_call {
+    const void *x;
+    int64_t n;
+    float scale;
+    int32_t zero_point;
+    void *out;
+};
+
+struct npu_softmax_call {
+    const int8_t *x;
+    int32_t rows, depth;
+    const int32_t *exp_t, *terms_t;
+    const int8_t *valid_t;
+    int8_t *out;
+};
+
+/* Step kinds: which kernel a struct npu_step's `call` is for. */
+#define NPU_STEP_CONV 1
+#define NPU_STEP_DEPTHWISE 2
+#define NPU_STEP_FC 3
+#define NPU_STEP_TABLE2 4
+#define NPU_STEP_AVG_POOL 5
+#define NPU_STEP_MAX_POOL 6
+#define NPU_STEP_QUANTIZE 7
+#define NPU_STEP_DEQUANTIZE 8
+#define NPU_STEP_SOFTMAX 9
+
+/* One prepared kernel call: `call` points to the struct of `kind` (npu_conv_call for CONV and
+   DEPTHWISE, npu_pool_call for both pools, npu_convert_call for both conversions). */
+struct npu_step {
+    int32_t kind;
+    const void *call;
+};
+
+/* Runs one step; returns its kernel's status (an unknown kind is NPU_KERNEL_BAD_STEP). */
+#define NPU_KERNEL_BAD_STEP -7
+int npu_step_run(const struct npu_step *step);
+
+/* Runs steps[0..count) in order and stops at the first that fails: returns its status and sets
+   *done to its position; on success returns 0 with *done = count. */
+int npu_steps_run(const struct npu_step *steps, int32_t count, int32_t *done);
