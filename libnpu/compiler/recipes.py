@@ -6,8 +6,11 @@ always wins. int8 models are imported as they are, so no recipe touches them.
 * ``default``: the quantizer's own defaults (minmax ranges, nearest rounding, int8 only).
 * ``accurate``: GPTQ weight rounding (:mod:`libnpu.compiler.weight_rounding`) and int16
   activations where the int8 graph misses the output target on the calibration data
-  (``int16="auto"``, :mod:`libnpu.compiler.mixed_precision`). Slower to compile (both run
-  the graph on the calibration data) and, where layers go int16, slower to run.
+  (``int16="auto"``, :mod:`libnpu.compiler.mixed_precision`), and int16 weights on those
+  int16 layers where the outputs still miss a stricter score (``int16_weights="auto"``,
+  score 0.999: face_landmark and hand_recrop, whose int8 weights were most of the error
+  left). Slower to compile (all three run the graph on the calibration data) and, where
+  layers go int16, slower to run.
 
 Bias correction is not in ``accurate``: measured on mediapipe's models (device, two unseen
 pictures) it takes selfie_segmentation from cosine 0.41 to 0.99 but pose_landmark_full's
@@ -27,7 +30,7 @@ __all__ = ["RECIPES", "RecipeError", "apply_recipe"]
 
 RECIPES: dict[str, dict[str, Any]] = {
     "default": {},
-    "accurate": {"weight_rounding": "gptq", "int16": "auto"},
+    "accurate": {"weight_rounding": "gptq", "int16": "auto", "int16_weights": "auto"},
 }
 
 
