@@ -28,6 +28,7 @@ straight to int16 and an int16 output is dequantized straight to float.
 ``int16_weights`` selections: ``"none"``, names (of promoted ops with weights), or
 ``"auto"`` (:func:`choose_weights16`): the same search among the promoted ops with weights,
 ranked by their own error with int16 activations, toward ``int16_weights_target`` (0.999).
+"""
 from __future__ import annotations
 
 import math
