@@ -164,9 +164,21 @@ def _int64_bias(g: Graph, op: Op, in_scale: float, src: Graph | None) -> None:
     g.tensors[name] = Tensor(name, t32.shape, "int64", QuantParams(scale, np.zeros(scale.size, np.int64)), q)
 
 
-def _int16_weights(g: Graph, op: Op, src: Graph) -> None:
+#: int16 weights keep an int64 bias within this many bits (the chip saturates sums at 2**47).
+BIAS16_BITS = 44
+#: The smallest requantization multiplier the chip's Q31 + shift holds (below 2**-32 it is 0).
+MIN_MULTIPLIER = 2.0 ** -31
+
+
+def _int16_weights(g: Graph, op: Op, src: Graph, in_scale: float, out_scale: float) -> None:
     """Replace the op's int8 weights by int16 ones (a16w16): symmetric, per channel on the
-    same axis, ``max |w| / 32767`` steps, rounded to nearest from the float graph's weights."""
+    same axis, ``max |w| / 32767`` steps, rounded to nearest from the float graph's weights.
+
+    A channel's step is never so fine that its multiplier ``in x w / out`` falls below
+    ``MIN_MULTIPLIER`` (flushed to 0 on the chip) or its int64 bias above 2**``BIAS16_BITS``
+    (the sums saturate at 2**47): hand_landmark_full's dead channels (weights ~1e-9, biases
+    ~1) did both, and its handedness went 0.15 off on the device. Those channels' weights
+    round to a few steps or none, as they would in int8."""
     name = op.inputs[1]
     if name not in src.tensors or src.tensors[name].quant is not None:
         raise MixedPrecisionError(f"int16 weights: {op.describe()} has no float weights to requantize")
@@ -177,7 +189,13 @@ def _int16_weights(g: Graph, op: Op, src: Graph) -> None:
         maxabs = np.abs(np.moveaxis(w, axis, 0).reshape(w.shape[axis], -1)).max(axis=1)
     else:
         axis, maxabs = 0, np.array([np.abs(w).max(initial=0.0)])
-    scale = np.where(maxabs > 0, maxabs / INT16_MAX, 1.0 / INT16_MAX).astype(np.float32)
+    floor = MIN_MULTIPLIER * out_scale / in_scale
+    if len(op.inputs) > 2 and op.inputs[2] and op.inputs[2] in src.tensors:
+        bias = np.abs(np.asarray(src.tensors[op.inputs[2]].data, np.float64)).reshape(-1)
+        bias = bias if maxabs.size == bias.size else np.array([bias.max(initial=0.0)])
+        floor = np.maximum(floor, bias / (in_scale * 2.0 ** BIAS16_BITS))
+    scale = np.maximum(maxabs / INT16_MAX, floor * 1.01)
+    scale = np.where(scale > 0, scale, 1.0 / INT16_MAX).astype(np.float32)
     qp = QuantParams(scale, np.zeros(scale.size, np.int64), axis)
     shape = qp.broadcast_shape(w.ndim)
     data = np.clip(np.round(w / scale.astype(np.float64).reshape(shape)), -INT16_MAX, INT16_MAX)
@@ -236,7 +254,8 @@ def promote(graph: Graph, names: Iterable[str], src: Graph | None = None,
                 ins[k] = int16_of[i]
         if weight_axis is not None:
             if id(op) in wide:
-                _int16_weights(g, op, src)  # type: ignore[arg-type]
+                out_scale = float(int16_quant(_quant(g, op.outputs[0])).scale[0])
+                _int16_weights(g, op, src, float(_quant(g, ins[0]).scale[0]), out_scale)  # type: ignore[arg-type]
                 widened.append(op.name)
             _int64_bias(g, op, float(_quant(g, ins[0]).scale[0]), src)
         out = op.outputs[0]

@@ -293,3 +293,32 @@ def test_int16_weights_auto_and_errors(small_cnn) -> None:
         quantize_mixed(small_cnn, data, int16="none", int16_weights="c1")
     with pytest.raises(MixedPrecisionError, match="need the float graph"):
         promote(q8, ["c1"], None, ["c1"])
+
+
+def test_int16_weights_of_a_dead_channel_stay_representable(npu, small_cnn) -> None:
+    """A channel with near-zero weights and a real bias (folded batch norms leave such):
+    a step of max|w| / 32767 would flush its multiplier to 0 and overflow its int64 bias
+    past the chip's 48-bit sums; the step is floored, and the device follows float there."""
+    from firmware_sim.spec.fixedpoint import effective_scale
+    from libnpu.compiler.float_ref import FloatInterpreter
+    from libnpu.compiler.mixed_precision import BIAS16_BITS, MIN_MULTIPLIER, promotable
+    graph = small_cnn.copy()
+    graph.tensors["w3"].data = graph.tensors["w3"].data.copy()
+    graph.tensors["w3"].data[0] *= 1e-9
+    graph.tensors["bb3"].data = graph.tensors["bb3"].data.copy()
+    graph.tensors["bb3"].data[0] = 1.5
+    data = _data(CNN_SHAPE, 4, 17)
+    every = [op.name for op in quantize_mixed(graph, data, int16="none").ops if promotable(op)]
+    q = quantize_mixed(graph, data, int16=every, int16_weights=["c3"])
+    c3 = next(op for op in q.ops if op.name == "c3")
+    w, b = q.tensors[c3.inputs[1]], q.tensors[c3.inputs[2]]
+    real = effective_scale(float(q.tensors[c3.inputs[0]].quant.scale[0]), w.quant.scale,
+                           float(q.tensors[c3.outputs[0]].quant.scale[0]))
+    assert real.min() >= MIN_MULTIPLIER and np.abs(b.data).max() <= 2 ** BIAS16_BITS
+    model = libnpu.load(lower(q), devroot=npu.devroot)
+    try:
+        x = _data(CNN_SHAPE, 1, 18)[0]
+        np.testing.assert_allclose(model.infer(x)[0], FloatInterpreter(q).run(x)[q.outputs[0]], rtol=0,
+                                   atol=4 * 2.0 ** -15)
+    finally:
+        model.close()
