@@ -22,7 +22,7 @@ from firmware_sim.spec.tasks import register_task
 
 __all__ = [
     "PADDING_SAME", "PADDING_VALID", "conv_geometry", "MAX_RANK", "OPF_PER_CHANNEL",
-    "OPF_ALIGN_CORNERS", "OPF_HALF_PIXEL_CENTERS", "OPF_KEEP_DIMS", "OPF_INT16", "OPF_INT16_INPUT",
+    "OPF_ALIGN_CORNERS", "OPF_HALF_PIXEL_CENTERS", "OPF_KEEP_DIMS", "OPF_INT16", "OPF_INT16_INPUT", "OPF_WEIGHTS16",
     "CONCAT_MAX_INPUTS",
     "OP_CONV_2D", "OP_DEPTHWISE_CONV_2D", "OP_ADD", "OP_MUL", "OP_MAX_POOL_2D", "OP_AVERAGE_POOL_2D",
     "OP_MEAN", "OP_RELU", "OP_LUT", "OP_SOFTMAX", "OP_CONCATENATION", "OP_RESHAPE", "OP_TRANSPOSE",
@@ -75,6 +75,9 @@ OPF_KEEP_DIMS = 0x8           # mean (informational: the output bytes are the sa
 # RESHAPE and CONCATENATION count bytes and need no flag.
 OPF_INT16 = 0x100
 OPF_INT16_INPUT = 0x200       # REQUANTIZE: the input is int16 (int16 -> int8 / int16)
+# With OPF_INT16, CONV_2D / DEPTHWISE_CONV_2D / FULLY_CONNECTED: the weights are int16 too
+# (symmetric, in [-32767, 32767]; "16x16", our formula: docs/hardware.md, kernels.int16x16).
+OPF_WEIGHTS16 = 0x400
 
 OP_CONV_2D = 0x10
 OP_DEPTHWISE_CONV_2D = 0x11

@@ -1,10 +1,11 @@
 """The convolution unit: CONV_2D and DEPTHWISE_CONV_2D (descriptor: ``spec.ops``), int8 or,
-with ``OPF_INT16``, int16 x int8 (int64 bias)."""
+with ``OPF_INT16``, int16 x int8 (int64 bias), or with ``OPF_INT16 | OPF_WEIGHTS16`` int16 x
+int16 (our formula, ``kernels.int16x16``)."""
 from __future__ import annotations
 
 import numpy as np
 
-from firmware_sim.kernels import conv, int16x8
+from firmware_sim.kernels import conv, int16x8, int16x16
 from firmware_sim.spec import ops
 
 from .common import OpDescriptorError, Rerun, dims, frozen, int16_zero_points, plan, unit
@@ -35,20 +36,23 @@ def _parse(desc: np.void, depthwise: bool) -> tuple:
                   input_zp=int(desc["input_zp"]), output_zp=int(desc["output_zp"]),
                   act_min=int(desc["act_min"]), act_max=int(desc["act_max"]))
     int16 = bool(int(desc["flags"]) & ops.OPF_INT16)
+    weights16 = bool(int(desc["flags"]) & ops.OPF_WEIGHTS16)
+    if weights16 and not int16:
+        raise OpDescriptorError("OPF_WEIGHTS16 needs OPF_INT16 (int16 weights take int16 activations)")
     if int16:
         int16_zero_points(desc, "input_zp", "output_zp")
         del kwargs["input_zp"], kwargs["output_zp"]
     return ((int(desc["input"]), (n, h, w, cin)), (int(desc["weights"]), w_shape),
             int(desc["bias"]), cout, per_channel, quant, (int(desc["output"]), (n, oh, ow, cout)),
-            kwargs, int16)
+            kwargs, int16, weights16)
 
 
 def _run(desc: np.void, dma, depthwise: bool) -> Rerun | None:
     p = plan("dw" if depthwise else "conv", desc, lambda d: _parse(d, depthwise))
-    (x_at, w_at, bias_at, cout, per_channel, quant, out_at, kwargs, int16) = p.fields
+    (x_at, w_at, bias_at, cout, per_channel, quant, out_at, kwargs, int16, weights16) = p.fields
     act = np.int16 if int16 else np.int8
     x = dma.read_array(x_at[0], act, x_at[1])
-    wt = dma.read_array(w_at[0], np.int8, w_at[1])
+    wt = dma.read_array(w_at[0], np.int16 if weights16 else np.int8, w_at[1])
     bias = dma.read_array(bias_at, np.int64 if int16 else np.int32, (cout,)) if bias_at else None
     if per_channel:
         mult = dma.read_array(quant[0], np.int32, (cout,))
@@ -56,6 +60,10 @@ def _run(desc: np.void, dma, depthwise: bool) -> Rerun | None:
     else:
         mult, shift = quant
     out = dma.write_array(out_at[0], act, out_at[1])
+    if weights16:  # numpy only, like int16
+        fn16 = int16x16.depthwise_conv2d_16x16 if depthwise else int16x16.conv2d_16x16
+        fn16(x, wt, bias, multiplier=mult, shift=shift, out=out, **kwargs)
+        return None
     if int16:      # int16 runs in numpy only: nothing to rerun
         fn = int16x8.depthwise_conv2d_16x8 if depthwise else int16x8.conv2d_16x8
         fn(x, wt, bias, multiplier=mult, shift=shift, out=out, **kwargs)
@@ -74,7 +82,7 @@ def _cost(desc: np.void) -> tuple[int, int]:
     depthwise = int(desc["opcode"]) == ops.OP_DEPTHWISE_CONV_2D
     per_out = kh * kw * (1 if depthwise else int(desc["cin_per_group"]))
     outputs = n * oh * ow * cout
-    weights = cout * per_out
+    weights = cout * per_out * (2 if int(desc["flags"]) & ops.OPF_WEIGHTS16 else 1)
     params = cout * 8 if int(desc["flags"]) & ops.OPF_PER_CHANNEL else 0
     act = 2 if int(desc["flags"]) & ops.OPF_INT16 else 1
     bias = cout * 4 * act if int(desc["bias"]) else 0

@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 from firmware_sim.kernels import fully_connected as fc
-from firmware_sim.kernels import int16x8
+from firmware_sim.kernels import int16x8, int16x16
 from firmware_sim.spec import ops, tasks
 
 from .common import OpDescriptorError, Rerun, dims, frozen, int16_zero_points, plan, unit
@@ -26,6 +26,9 @@ def _parse(desc: np.void) -> tuple:
     kwargs = dict(input_zp=int(desc["input_zp"]), output_zp=int(desc["output_zp"]),
                   act_min=int(desc["act_min"]), act_max=int(desc["act_max"]))
     int16 = bool(flags & ops.OPF_INT16)
+    weights16 = bool(flags & ops.OPF_WEIGHTS16)
+    if weights16 and not int16:
+        raise OpDescriptorError("OPF_WEIGHTS16 needs OPF_INT16 (int16 weights take int16 activations)")
     if int16:
         int16_zero_points(desc, "input_zp", "output_zp")
         if not double:
@@ -33,7 +36,7 @@ def _parse(desc: np.void) -> tuple:
                                     "(FC_DOUBLE_SCALE)")
         del kwargs["input_zp"], kwargs["output_zp"]
     return ((int(desc["input"]), (rows, k)), (int(desc["weights"]), (n, k)), int(desc["bias"]),
-            per_channel, quant, (int(desc["output"]), (rows, n)), kwargs, int16)
+            per_channel, quant, (int(desc["output"]), (rows, n)), kwargs, int16, weights16)
 
 
 def _cost(desc: np.void) -> tuple[int, int]:
@@ -45,13 +48,14 @@ def _cost(desc: np.void) -> tuple[int, int]:
         params += n * 8  # float64 scales
     act = 2 if flags & ops.OPF_INT16 else 1
     bias = n * 4 * act if int(desc["bias"]) else 0
-    return m * k * n, (m * k + m * n) * act + n * k + bias + params
+    weights = n * k * (2 if flags & ops.OPF_WEIGHTS16 else 1)
+    return m * k * n, (m * k + m * n) * act + weights + bias + params
 
 
 @unit(tasks.OP_FULLY_CONNECTED, _cost)
 def fully_connected(desc: np.void, dma) -> Rerun | None:
     p = plan("fc", desc, _parse)
-    x_at, w_at, bias_at, per_channel, quant, out_at, kwargs, int16 = p.fields
+    x_at, w_at, bias_at, per_channel, quant, out_at, kwargs, int16, weights16 = p.fields
     n = w_at[1][0]
     bias = dma.read_array(bias_at, np.int64 if int16 else np.int32, (n,)) if bias_at else None
     if per_channel:
@@ -62,9 +66,9 @@ def fully_connected(desc: np.void, dma) -> Rerun | None:
         mult, shift, scale = quant
     if int16:
         x16 = dma.read_array(x_at[0], np.int16, x_at[1])
-        w = dma.read_array(w_at[0], np.int8, w_at[1])
-        int16x8.fully_connected_16x8(x16, w, bias, scale=scale,
-                                     out=dma.write_array(out_at[0], np.int16, out_at[1]), **kwargs)
+        w = dma.read_array(w_at[0], np.int16 if weights16 else np.int8, w_at[1])
+        kernel = int16x16.fully_connected_16x16 if weights16 else int16x8.fully_connected_16x8
+        kernel(x16, w, bias, scale=scale, out=dma.write_array(out_at[0], np.int16, out_at[1]), **kwargs)
         return None    # int16 runs in numpy only: nothing to rerun
     x = dma.read_array(x_at[0], np.int8, x_at[1])
     w = dma.read_array(w_at[0], np.int8, w_at[1])

@@ -37,7 +37,8 @@ def user_cache_dir() -> Path:
 #: 2: per-channel FC weights by default; LOGISTIC/TANH inputs cover the unsaturated domain.
 #: 3: bias correction corrects a channel's mean error only as far as it stands out of its noise.
 #: 4: LOGISTIC / TANH have int16 modes, which ``--int16 auto`` may choose.
-COMPILER_REVISION = 4
+#: 5: int16 tensors get twice their calibration range; int64 biases from the float biases.
+COMPILER_REVISION = 5
 
 
 def cache_key(model: bytes, options: Mapping[str, Any] | None = None) -> str:

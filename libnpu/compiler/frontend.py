@@ -103,8 +103,10 @@ def to_int8_graph(model: str | os.PathLike | bytes | Graph,
 
     ``quantize_options`` go to :func:`libnpu.compiler.quantizer.quantize_model`
     (``method``, ``random_count``, ``io_dtype``, ``fc_per_channel``, ``seed``), and
-    ``int16`` ("none", "auto" or op names), ``int16_target`` and ``max_int16_layers`` to
-    :func:`libnpu.compiler.mixed_precision.quantize_mixed` (int16 activations where needed);
+    ``int16`` ("none", "auto" or op names), ``int16_target``, ``max_int16_layers``,
+    ``int16_weights`` ("none", "auto" or op names) and ``int16_weights_target`` to
+    :func:`libnpu.compiler.mixed_precision.quantize_mixed` (int16 activations, and int16
+    weights on some of those layers, where needed);
     ``kind`` as for :func:`load_model`; ``progress`` hears the stages (see :mod:`libnpu.compiler.progress`);
     ``recipe`` names a set of those options (:mod:`libnpu.compiler.recipes`, e.g. "accurate"),
     the ones given explicitly winning.
@@ -131,7 +133,8 @@ def to_int8_graph(model: str | os.PathLike | bytes | Graph,
     else:
         from .quantizer import quantize_model
         options = {k: v for k, v in quantize_options.items()
-                   if k not in ("int16", "int16_target", "max_int16_layers")}
+                   if k not in ("int16", "int16_target", "max_int16_layers", "int16_weights",
+                                "int16_weights_target")}
         q = quantize_model(graph, dataset, progress=progress, **options)
     check_int8(q)
     return q

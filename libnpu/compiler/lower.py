@@ -100,13 +100,19 @@ class Lowering:
 def int16_flags(graph: Graph, op: Op, descriptor: str) -> int:
     """The descriptor flags that make the chip run ``op`` on int16 activations: its integer
     tensors are int16 (``OPF_INT16``); REQUANTIZE marks each side (``OPF_INT16`` the
-    output, ``OPF_INT16_INPUT`` the input)."""
+    output, ``OPF_INT16_INPUT`` the input); int16 weights of an op with weights add
+    ``OPF_WEIGHTS16`` (a16w16, only with int16 activations)."""
     data_in = [graph.tensors[n].dtype for n in op.inputs if n and not graph.tensors[n].is_constant]
     data_out = [graph.tensors[n].dtype for n in op.outputs]
     if descriptor == "REQUANTIZE":
         return ((spec_ops.OPF_INT16 if "int16" in data_out else 0)
                 | (spec_ops.OPF_INT16_INPUT if "int16" in data_in else 0))
-    return spec_ops.OPF_INT16 if "int16" in data_in + data_out else 0
+    flags = spec_ops.OPF_INT16 if "int16" in data_in + data_out else 0
+    if registry.get(op.type, "weight_axis") is not None and graph.tensors[op.inputs[1]].dtype == "int16":
+        if not flags:
+            raise LoweringError(f"{op.describe()}: int16 weights need int16 activations")
+        flags |= spec_ops.OPF_WEIGHTS16
+    return flags
 
 
 def _encode(e: Emitted, plan: MemoryPlan) -> tuple[bytes, list[Reloc]]:

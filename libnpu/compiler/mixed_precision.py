@@ -1,10 +1,13 @@
 """Mixed precision: int16 activations (a16w8, TFLite's "16x8" scheme) for the layers that
-lose most in int8.
+lose most in int8, and int16 weights too (a16w16) where that is not enough.
 
 A promoted op reads and writes int16 activations (symmetric, zero point 0, the scale
-covering the range its int8 tensor covered), keeps its int8 per-channel weights, and gets
-an int64 bias (scale = int16 input scale x weight scale); the chip runs it with its int16
-kernels (``OPF_INT16``), which are byte-identical to LiteRT's 16x8 reference kernels.
+covering ``INT16_HEADROOM`` times the range its int8 tensor covered), keeps its int8
+per-channel weights, and gets an int64 bias (scale = int16 input scale x weight scale,
+from the float bias); the chip runs it with its int16 kernels (``OPF_INT16``), which are
+byte-identical to LiteRT's 16x8 reference kernels. A promoted op with weights may also
+get int16 weights (symmetric per channel, ``max |w| / 32767`` steps): the chip's
+``OPF_WEIGHTS16`` mode, our formula (docs/hardware.md), as LiteRT has no 16x16 kernel.
 Where an int16 tensor meets an int8 op (or an int8 one an int16 op) a QUANTIZE converts it
 (int8 <-> int16 requantization); a float graph input feeding an int16 op is quantized
 straight to int16 and an int16 output is dequantized straight to float.
@@ -21,6 +24,10 @@ straight to int16 and an int16 output is dequantized straight to float.
   output that even all-int16 activations cannot bring to the target settles for most of
   what they would gain, and one they would not improve is left alone (its error is not
   the activations': int8 weights, say).
+
+``int16_weights`` selections: ``"none"``, names (of promoted ops with weights), or
+``"auto"`` (:func:`choose_weights16`): the same search among the promoted ops with weights,
+ranked by their own error with int16 activations, toward ``int16_weights_target`` (0.999).
 """
 from __future__ import annotations
 
@@ -37,10 +44,18 @@ from .optimize import optimize
 from .progress import Progress, stage
 
 __all__ = ["MixedPrecisionError", "int16_quant", "promotable", "promote", "output_scores",
-           "choose_auto", "quantize_mixed", "parse_selection", "DEFAULT_TARGET"]
+           "choose_auto", "choose_weights16", "quantize_mixed", "parse_selection", "DEFAULT_TARGET",
+           "WEIGHTS16_TARGET", "INT16_HEADROOM"]
 
 INT16_MAX = 32767
 DEFAULT_TARGET = 0.99
+#: An int16 tensor's grid reaches this many times the range its int8 grid covered (the
+#: calibration range). int16 has 256 times the steps int8 has, so spending one bit of them
+#: on headroom costs little, and unseen inputs (people, where the calibration pictures are
+#: textures) overflow the calibration range: on mediapipe's face_landmark and hand_recrop,
+#: all-int16 activations with float weights were 0.059 and 1.56 off on the evaluation
+#: pictures with the bare range, 0.004 and 0.23 with twice it (float simulation).
+INT16_HEADROOM = 2.0
 Feed = Mapping[str, np.ndarray] | Sequence[np.ndarray]
 
 
@@ -48,11 +63,12 @@ class MixedPrecisionError(IRError):
     """An int16 selection that cannot be applied."""
 
 
-def int16_quant(int8: QuantParams) -> QuantParams:
-    """Symmetric int16 parameters covering the real range of an int8 tensor's grid."""
+def int16_quant(int8: QuantParams, headroom: float = INT16_HEADROOM) -> QuantParams:
+    """Symmetric int16 parameters covering ``headroom`` times the real range of an int8
+    tensor's grid."""
     s, z = float(int8.scale[0]), int(int8.zero_point[0])
     reach = max(abs(-128 - z), abs(127 - z)) * s
-    return _symmetric(reach)
+    return _symmetric(reach * headroom)
 
 
 def _symmetric(reach: float) -> QuantParams:
@@ -128,32 +144,92 @@ def _int16_constant(g: Graph, name: str, src: Graph | None) -> str:
     return new
 
 
-def _int64_bias(g: Graph, op: Op, in_scale: float) -> None:
-    """Requantize the op's bias to int64 at ``in_scale`` x weight scale (16x8 spec)."""
+def _int64_bias(g: Graph, op: Op, in_scale: float, src: Graph | None) -> None:
+    """Requantize the op's bias to int64 at ``in_scale`` x weight scale (16x8 spec).
+
+    From the float graph's bias when ``src`` has it: the int32 bias carries the int8 grid's
+    rounding (a step of int8 input scale x weight scale), which int16 activations would
+    otherwise keep (hand_recrop: 0.11 pixels of its 1.06). What the quantizer changed
+    beyond that rounding (bias correction) is kept."""
     if len(op.inputs) < 3 or not op.inputs[2]:
         return
     name = op.inputs[2]
-    real = _real(g, name, None)  # the quantizer's bias (bias correction included), dequantized
+    t32 = g.tensors[name]
+    real = _real(g, name, None).reshape(-1)  # the quantizer's bias (bias correction included)
+    if src is not None and name in src.tensors and src.tensors[name].quant is None \
+            and t32.quant is not None and t32.dtype == "int32":
+        exact = np.asarray(src.tensors[name].data, np.float64).reshape(-1)
+        step = np.broadcast_to(t32.quant.scale.astype(np.float64), exact.shape)
+        rounded = np.clip(np.round(exact / step), -2 ** 31, 2 ** 31 - 1) * step
+        real = exact + (real - rounded)
     w_scale = _quant(g, op.inputs[1]).scale.astype(np.float64)
     scale = (np.float64(np.float32(in_scale)) * w_scale).astype(np.float32)
     scale = np.broadcast_to(scale, real.shape) if scale.size == 1 and real.size > 1 else scale
     q = np.round(real / scale.astype(np.float64)).astype(np.int64)
-    g.tensors[name] = Tensor(name, g.tensors[name].shape, "int64",
-                             QuantParams(scale, np.zeros(scale.size, np.int64)), q)
+    g.tensors[name] = Tensor(name, t32.shape, "int64", QuantParams(scale, np.zeros(scale.size, np.int64)), q)
 
 
-def promote(graph: Graph, names: Iterable[str], src: Graph | None = None) -> Graph:
+#: int16 weights keep an int64 bias within this many bits (the chip saturates sums at 2**47).
+BIAS16_BITS = 44
+#: The smallest requantization multiplier the chip's Q31 + shift holds (below 2**-32 it is 0).
+MIN_MULTIPLIER = 2.0 ** -31
+
+
+def _int16_weights(g: Graph, op: Op, src: Graph, in_scale: float, out_scale: float) -> None:
+    """Replace the op's int8 weights by int16 ones (a16w16): symmetric, per channel on the
+    same axis, ``max |w| / 32767`` steps, rounded to nearest from the float graph's weights.
+
+    A channel's step is never so fine that its multiplier ``in x w / out`` falls below
+    ``MIN_MULTIPLIER`` (flushed to 0 on the chip) or its int64 bias above 2**``BIAS16_BITS``
+    (the sums saturate at 2**47): hand_landmark_full's dead channels (weights ~1e-9, biases
+    ~1) did both, and its handedness went 0.15 off on the device. Those channels' weights
+    round to a few steps or none, as they would in int8."""
+    name = op.inputs[1]
+    if name not in src.tensors or src.tensors[name].quant is not None:
+        raise MixedPrecisionError(f"int16 weights: {op.describe()} has no float weights to requantize")
+    w = np.asarray(src.tensors[name].data, np.float64)
+    q8 = _quant(g, name)
+    if q8.per_channel:
+        axis = q8.axis
+        maxabs = np.abs(np.moveaxis(w, axis, 0).reshape(w.shape[axis], -1)).max(axis=1)
+    else:
+        axis, maxabs = 0, np.array([np.abs(w).max(initial=0.0)])
+    floor = MIN_MULTIPLIER * out_scale / in_scale
+    if len(op.inputs) > 2 and op.inputs[2] and op.inputs[2] in src.tensors:
+        bias = np.abs(np.asarray(src.tensors[op.inputs[2]].data, np.float64)).reshape(-1)
+        bias = bias if maxabs.size == bias.size else np.array([bias.max(initial=0.0)])
+        floor = np.maximum(floor, bias / (in_scale * 2.0 ** BIAS16_BITS))
+    scale = np.maximum(maxabs / INT16_MAX, floor * 1.01)
+    scale = np.where(scale > 0, scale, 1.0 / INT16_MAX).astype(np.float32)
+    qp = QuantParams(scale, np.zeros(scale.size, np.int64), axis)
+    shape = qp.broadcast_shape(w.ndim)
+    data = np.clip(np.round(w / scale.astype(np.float64).reshape(shape)), -INT16_MAX, INT16_MAX)
+    g.tensors[name] = Tensor(name, g.tensors[name].shape, "int16", qp, data.astype(np.int16))
+
+
+def promote(graph: Graph, names: Iterable[str], src: Graph | None = None,
+            weights16: Iterable[str] = ()) -> Graph:
     """A copy of the int8 graph ``graph`` with the ops ``names`` (op or output tensor names)
     running on int16 activations, and the conversions they need.
 
     ``src`` is the float graph ``graph`` was quantized from (constant operands of ADD / MUL
-    are then requantized from their float values; without it they are dequantized first).
-    Biases are the quantizer's (bias correction included), requantized to int64.
+    and biases are then requantized from their float values; without it they are
+    dequantized first). Biases are the quantizer's (bias correction included), requantized
+    to int64. ``weights16`` (some of ``names``, ops with weights; needs ``src``): those
+    also get int16 weights (a16w16, the chip's ``OPF_WEIGHTS16``).
     The int16 output of a promoted op keeps the op's output name (a graph output of an
     int8-I/O graph stays int8: the int16 one is then ``<name>__int16``).
     """
     g = graph.copy()
     chosen = _select(g, names)
+    wide = _select(g, weights16)
+    for op in g.ops:
+        if id(op) not in wide:
+            continue
+        if id(op) not in chosen or registry.get(op.type, "weight_axis") is None:
+            raise MixedPrecisionError(f"int16 weights: {op.describe()} is not a promoted op with weights")
+        if src is None:
+            raise MixedPrecisionError("int16 weights need the float graph (src)")
     if not chosen:
         return g
     producer = {o: op for op in g.ops for o in op.outputs}
@@ -165,6 +241,7 @@ def promote(graph: Graph, names: Iterable[str], src: Graph | None = None) -> Gra
     int16_of: dict[str, str] = {}
     new_ops: list[Op] = []
     promoted: list[str] = []
+    widened: list[str] = []
     for op in g.ops:
         if id(op) not in chosen:
             new_ops.append(op)
@@ -181,7 +258,11 @@ def promote(graph: Graph, names: Iterable[str], src: Graph | None = None) -> Gra
                     int16_of[i] = _convert_to_int16(g, i, producer, new_ops)
                 ins[k] = int16_of[i]
         if weight_axis is not None:
-            _int64_bias(g, op, float(_quant(g, ins[0]).scale[0]))
+            if id(op) in wide:
+                out_scale = float(int16_quant(_quant(g, op.outputs[0])).scale[0])
+                _int16_weights(g, op, src, float(_quant(g, ins[0]).scale[0]), out_scale)  # type: ignore[arg-type]
+                widened.append(op.name)
+            _int64_bias(g, op, float(_quant(g, ins[0]).scale[0]), src)
         out = op.outputs[0]
         t8 = g.tensors[out]
         if registry.get(op.type, "fixed_output") is not None:
@@ -214,7 +295,8 @@ def promote(graph: Graph, names: Iterable[str], src: Graph | None = None) -> Gra
         promoted.append(op.name)
     g.ops = new_ops
     _drop_dead_conversions(g)
-    g.metadata = dict(g.metadata, int16_layers=promoted)
+    g.metadata = dict(g.metadata, int16_layers=promoted,
+                      **({"int16_weights": widened} if widened else {}))
     g.validate()
     return g
 
@@ -295,6 +377,38 @@ def output_scores(float_graph: Graph, graph: Graph, dataset: Sequence[Feed]) -> 
 MIN_GAIN = 0.002
 #: The share of the reachable gain "auto" settles for when the target is out of reach.
 GAIN_SHARE = 0.9
+#: The output score int16 weights aim for (``int16_weights="auto"``): they come after int16
+#: activations, for outputs that need more than int16 activations give. On mediapipe's
+#: models the calibration pictures scored face_landmark's face logit 0.9939 and hand_recrop's
+#: crop box 0.9976 with every activation int16 (both miss issue 13's bar on unseen pictures),
+#: 0.9994 and 0.9995 with int16 weights too.
+WEIGHTS16_TARGET = 0.999
+
+
+def _goals(base: Mapping[str, float], ceiling: Mapping[str, float], target: float) -> dict[str, float]:
+    """Each output's goal: ``target``, or, when the most promotion can do (``ceiling``)
+    does not reach it, ``GAIN_SHARE`` of its gain (-1, nothing, when that is below ``MIN_GAIN``)."""
+    goal = {}
+    for name, b in base.items():
+        if b >= target or ceiling[name] >= target:
+            goal[name] = min(target, ceiling[name]) if b < target else b
+        elif ceiling[name] - b < MIN_GAIN:
+            goal[name] = -1.0  # nothing to win on this output
+        else:
+            goal[name] = b + GAIN_SHARE * (ceiling[name] - b)
+    return goal
+
+
+def _fewest(ranked: Sequence[str], limit: int, goal: Mapping[str, float], ceiling: Mapping[str, float],
+            scores_of) -> tuple[list[str], dict[str, float]]:
+    """The first 1, 2, 4, ... of ``ranked`` (at most ``limit``) whose scores reach ``goal``."""
+    k = 1
+    while True:
+        chosen = list(ranked[:k])
+        scores = dict(ceiling) if k == len(ranked) else scores_of(chosen)
+        if all(scores[n] >= goal[n] for n in goal) or k >= limit:
+            return chosen, scores
+        k = min(2 * k, limit)
 
 
 def choose_auto(float_graph: Graph, graph: Graph, dataset: Sequence[Feed], *,
@@ -319,39 +433,55 @@ def choose_auto(float_graph: Graph, graph: Graph, dataset: Sequence[Feed], *,
     if not limit:
         return [], base
     ceiling = output_scores(float_graph, promote(graph, ranked, float_graph), dataset)
-    goal = {}
-    for name, b in base.items():
-        if b >= int16_target or ceiling[name] >= int16_target:
-            goal[name] = min(int16_target, ceiling[name]) if b < int16_target else b
-        elif ceiling[name] - b < MIN_GAIN:
-            goal[name] = -1.0  # nothing to win on this output
-        else:
-            goal[name] = b + GAIN_SHARE * (ceiling[name] - b)
+    goal = _goals(base, ceiling, int16_target)
     if all(goal[n] <= base[n] for n in base):
         return [], base
-    chosen: list[str] = []
-    k = 1
-    while True:
-        chosen = ranked[:k]
-        scores = ceiling if k == len(ranked) else \
-            output_scores(float_graph, promote(graph, chosen, float_graph), dataset)
-        if all(scores[n] >= goal[n] for n in goal) or k >= limit:
-            return chosen, scores
-        k = min(2 * k, limit)
+    return _fewest(ranked, limit, goal, ceiling,
+                   lambda chosen: output_scores(float_graph, promote(graph, chosen, float_graph), dataset))
+
+
+def choose_weights16(float_graph: Graph, graph: Graph, names: Sequence[str], dataset: Sequence[Feed], *,
+                     target: float = WEIGHTS16_TARGET) -> tuple[list[str], dict[str, float]]:
+    """Which of the promoted ops ``names`` (int16 activations) also get int16 weights: the
+    worst by their own error in the promoted graph (which, with int16 activations, is
+    mostly their int8 weights'), as few as reach ``target`` on every output, chosen as
+    :func:`choose_auto` chooses activations (1, 2, 4, ...; an output out of reach settles
+    for most of the gain, one int16 weights do not improve is left alone).
+
+    Returns ``(output tensor names of the chosen ops, output scores of the chosen graph)``."""
+    from .accuracy import layer_errors
+    promoted = promote(graph, names, float_graph)
+    base = output_scores(float_graph, promoted, dataset)
+    by_output = {op.outputs[0]: op for op in graph.ops}
+    candidates = [n for n in names if n in by_output and registry.get(by_output[n].type, "weight_axis") is not None]
+    if not candidates or min(base.values(), default=1.0) >= target:
+        return [], base
+    ceiling = output_scores(float_graph, promote(graph, names, float_graph, candidates), dataset)
+    goal = _goals(base, ceiling, target)
+    if all(goal[n] <= base[n] for n in base):
+        return [], base
+    errors = layer_errors(float_graph, promoted, dataset)
+    ranked = sorted(candidates, key=lambda n: errors[n].local_sqnr_db if n in errors else math.inf)
+    return _fewest(ranked, len(ranked), goal, ceiling,
+                   lambda chosen: output_scores(float_graph, promote(graph, names, float_graph, chosen), dataset))
 
 
 def quantize_mixed(graph: Graph, dataset: Iterable[Feed] | None = None, *,
                    int16: str | Iterable[str] | None = "auto", int16_target: float = DEFAULT_TARGET,
-                   max_int16_layers: int | None = None, progress: Progress | None = None,
+                   max_int16_layers: int | None = None, int16_weights: str | Iterable[str] | None = "none",
+                   int16_weights_target: float = WEIGHTS16_TARGET, progress: Progress | None = None,
                    **quantize_options: Any) -> Graph:
     """:func:`quantizer.quantize_model`, then int16 activations for the ops ``int16``
-    selects (``"none"``, ``"auto"``, or op / tensor names: see the module docstring).
+    selects (``"none"``, ``"auto"``, or op / tensor names: see the module docstring), and
+    int16 weights for those of them ``int16_weights`` selects (``"none"``, ``"auto"``:
+    :func:`choose_weights16` with ``int16_weights_target``, or names).
 
-    The chosen op names are in the result's ``metadata["int16_layers"]`` (with "auto",
-    also the output scores reached, ``metadata["int16_output_score"]``: see
-    :func:`output_scores`)."""
+    The chosen op names are in the result's ``metadata["int16_layers"]`` and
+    ``metadata["int16_weights"]`` (with "auto", also the output scores reached,
+    ``metadata["int16_output_score"]``: see :func:`output_scores`)."""
     from .quantizer import quantize_model, random_dataset
     selection = parse_selection(int16)
+    wide = parse_selection(int16_weights)
     opt = optimize(graph)
     random = dataset is None
     if random:
@@ -364,14 +494,24 @@ def quantize_mixed(graph: Graph, dataset: Iterable[Feed] | None = None, *,
     if isinstance(q.metadata.get("calibration"), dict):
         q.metadata["calibration"]["random"] = random
     if selection == "none":
+        if wide not in ("none", "auto"):
+            raise MixedPrecisionError("int16 weights need int16 activations on their layers")
         return q
     with stage(progress, "mixed precision"):
+        scores: dict[str, float] | None = None
         if selection == "auto":
             names, scores = choose_auto(opt, q, data, int16_target=int16_target, max_layers=max_int16_layers)
-            result = promote(q, names, opt)
-            result.metadata["int16_output_score"] = {k: round(v, 6) for k, v in scores.items()}
         else:
-            result = promote(q, selection, opt)
+            names = [op.outputs[0] for op in q.ops if id(op) in _select(q, selection)]
+        weights16: list[str] = []
+        if wide == "auto" and names:
+            weights16, w_scores = choose_weights16(opt, q, names, data, target=int16_weights_target)
+            scores = w_scores if weights16 else scores
+        elif wide not in ("none", "auto"):
+            weights16 = list(wide)
+        result = promote(q, names, opt, weights16)
+        if scores is not None:
+            result.metadata["int16_output_score"] = {k: round(v, 6) for k, v in scores.items()}
     result.metadata.setdefault("int16_layers", [])
     result.metadata.pop("layer_errors", None)
     if report:

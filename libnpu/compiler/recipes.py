@@ -6,13 +6,15 @@ always wins. int8 models are imported as they are, so no recipe touches them.
 * ``default``: the quantizer's own defaults (minmax ranges, nearest rounding, int8 only).
 * ``accurate``: GPTQ weight rounding (:mod:`libnpu.compiler.weight_rounding`) and int16
   activations where the int8 graph misses an output cosine of 0.999 on the calibration
-  data (``int16="auto"``, ``int16_target=0.999``, :mod:`libnpu.compiler.mixed_precision`).
-  Slower to compile (both run the graph on the calibration data) and, where layers go
-  int16, slower to run. The target is above the 0.99 default because calibration pictures
-  flatter: selfie_segmentation_landscape reached 0.992 on its ten texture pictures with 32
-  int16 layers but 0.889 on unseen pictures of people; at 0.999 all its 114 layers go
-  int16 and the unseen pictures reach 0.982 (every mediapipe model that passed at 0.99
-  still passes, ``benchmarks/models_in_the_wild.py``).
+  data (``int16="auto"``, ``int16_target=0.999``, :mod:`libnpu.compiler.mixed_precision`),
+  and int16 weights on those int16 layers where the outputs still miss 0.999
+  (``int16_weights="auto"``: face_landmark and hand_recrop, whose int8 weights were most
+  of the error left). Slower to compile (all three run the graph on the calibration data)
+  and, where layers go int16, slower to run. The int16 target is above the 0.99 default
+  because calibration pictures flatter: selfie_segmentation_landscape reached 0.992 on its
+  ten texture pictures with 32 int16 layers but 0.889 on unseen pictures of people; at
+  0.999 all its 114 layers go int16 and the unseen pictures reach 0.982
+  (``benchmarks/models_in_the_wild.py``).
 
 Bias correction is not in ``accurate``: measured on mediapipe's models (device, two unseen
 pictures) it takes selfie_segmentation from cosine 0.41 to 0.99 but pose_landmark_full's
@@ -32,7 +34,7 @@ __all__ = ["RECIPES", "RecipeError", "apply_recipe"]
 
 RECIPES: dict[str, dict[str, Any]] = {
     "default": {},
-    "accurate": {"weight_rounding": "gptq", "int16": "auto", "int16_target": 0.999},
+    "accurate": {"weight_rounding": "gptq", "int16": "auto", "int16_target": 0.999, "int16_weights": "auto"},
 }
 
 

@@ -245,4 +245,8 @@ def export_tflite(graph: Graph) -> bytes:
     """Serialize ``graph`` as a TFLite flatbuffer (a stateful graph's states as resource
     variables, with their init subgraph)."""
     graph.validate()
+    for op in graph.ops:
+        if registry.get(op.type, "weight_axis") is not None and graph.tensors[op.inputs[1]].dtype == "int16":
+            raise TFLiteExportError(f"{op.describe()}: int16 weights (a16w16) are the chip's own mode, with no "
+                                    "TFLite kernel; export without them (int16_weights none)")
     return _Writer(graph).build()

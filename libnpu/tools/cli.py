@@ -121,6 +121,9 @@ def _int16_args(p: argparse.ArgumentParser) -> None:
                    help="output score 'auto' aims at: cosine vs float, for outputs of < 8 values "
                         "1 - max|error| / max|value| (default 0.99; with --recipe accurate 0.999)")
     p.add_argument("--int16-max-layers", type=int, metavar="N", help="promote at most N layers with 'auto'")
+    p.add_argument("--int16-weights", metavar="auto|none|NAME,...",
+                   help="int16 weights too (a16w16, our chip mode) on int16 layers with weights ('auto': the "
+                        "worst, until the outputs score 0.999; default none, 'auto' with --recipe accurate)")
 
 
 def _compile_args(p: argparse.ArgumentParser) -> None:

@@ -198,6 +198,12 @@ def _int16_options(args: argparse.Namespace, recipe: str = "default") -> dict[st
     options: dict[str, Any] = {}
     if given is not None and recipe != "default":
         options["int16"] = selection if isinstance(selection, str) else ",".join(selection)
+    weights = getattr(args, "int16_weights", None)
+    if weights is not None:
+        wide = parse_selection(weights)
+        if wide != "none" and selection == "none":
+            raise UsageError("--int16-weights needs int16 activations on those layers (--int16)")
+        options["int16_weights"] = wide if isinstance(wide, str) else ",".join(wide)
     if selection == "none":
         if getattr(args, "int16_target", None) is not None or getattr(args, "int16_max_layers", None) is not None:
             raise UsageError("--int16-target and --int16-max-layers need --int16 auto")
@@ -224,6 +230,9 @@ def _int16_report(metadata: dict[str, Any]) -> str | None:
     text = f"int16 activations: {len(layers)} layer{'s' if len(layers) != 1 else ''}"
     if layers:
         text += " (" + ", ".join(layers) + ")"
+    wide = metadata.get("int16_weights")
+    if wide:
+        text += f"; int16 weights: {len(wide)} layer{'s' if len(wide) != 1 else ''} (" + ", ".join(wide) + ")"
     scores = metadata.get("int16_output_score")
     if scores:
         text += "; output score vs float " + ", ".join(f"{k} {v:.4f}" for k, v in scores.items())

@@ -102,8 +102,10 @@ class ExportResult:
 def export_int8_tflite(model: str | os.PathLike, output: str | os.PathLike, dataset: Sequence | None = None, *,
                        progress: bool = True, **options: Any) -> ExportResult:
     """Write the int8 graph of ``model`` (quantized as :func:`compile_model_file` would) as a .tflite file,
-    e.g. to run it in LiteRT next to the device."""
+    e.g. to run it in LiteRT next to the device. int16 weights (``--recipe accurate``'s
+    ``int16_weights="auto"``) are left out unless asked for: TFLite has no kernel for them."""
     from libnpu.compiler.frontend import to_int8_graph
+    options.setdefault("int16_weights", "none")
     from libnpu.compiler.tflite_export import export_tflite
     started = time.perf_counter()
     timer = StageTimer(bar=progress)

@@ -227,6 +227,103 @@ def test_our_int16_formulas_on_the_device(npu, builder, kind: str, name: str) ->
     assert errors[1] <= errors[0] + step / 2, (errors, step)
 
 
+W16_LAYERS = ["c1", "c2", "c3", "c4", "logits"]  # conv, depthwise, 1x1 conv, strided conv, fully connected
+
+
+def test_int16_weights_on_the_device(npu, small_cnn) -> None:
+    """a16w16 (``OPF_WEIGHTS16``, our formula: LiteRT has no 16x16 kernel): int16 weights
+    and int64 biases on the chosen layers, the flag on their descriptors only, the device
+    within a few output steps of the float simulation, and far closer to float than a16w8."""
+    from libnpu.compiler.float_ref import FloatInterpreter
+    from libnpu.compiler.mixed_precision import promotable
+    data = _data(CNN_SHAPE, 6, 14)
+    every = [op.name for op in quantize_mixed(small_cnn, data, int16="none").ops if promotable(op)]
+    a16w8 = quantize_mixed(small_cnn, data, int16=every)
+    q = quantize_mixed(small_cnn, data, int16=every, int16_weights=W16_LAYERS)
+    assert q.metadata["int16_weights"] == W16_LAYERS
+    by_name = {op.name: op for op in q.ops}
+    for name in W16_LAYERS:
+        op = by_name[name]
+        assert (q.tensors[op.inputs[1]].dtype, q.tensors[op.inputs[2]].dtype) == ("int16", "int64"), name
+        assert (a16w8.tensors[op.inputs[1]].dtype, a16w8.tensors[op.inputs[2]].dtype) == ("int8", "int64")
+    flags = {t.name: int.from_bytes(t.payload[4:8], "little") for t in lower(q).tasks}
+    assert all(flags[n] & spec_ops.OPF_WEIGHTS16 for n in W16_LAYERS)
+    assert not any(flags[n] & spec_ops.OPF_WEIGHTS16 for n in flags if n not in W16_LAYERS)
+    assert not any(int.from_bytes(t.payload[4:8], "little") & spec_ops.OPF_WEIGHTS16 for t in lower(a16w8).tasks)
+    step = 2.0 ** -15  # the int16 softmax's output grid
+    reference, simulated = FloatInterpreter(optimize(small_cnn)), FloatInterpreter(q)
+    errors = []
+    for g in (a16w8, q):
+        model = libnpu.load(lower(g), devroot=npu.devroot)
+        try:
+            worst = 0.0
+            for x in _data(CNN_SHAPE, 3, 15):
+                got = model.infer(x)[0]
+                worst = max(worst, float(np.abs(got - reference.run(x)[small_cnn.outputs[0]]).max()))
+                if g is q:  # the simulation rounds each layer in float: a few steps apart at the end
+                    np.testing.assert_allclose(got, simulated.run(x)[q.outputs[0]], rtol=0, atol=4 * step)
+            errors.append(worst)
+        finally:
+            model.close()
+    assert errors[1] < errors[0] / 5, errors
+
+
+def test_int16_weights_auto_and_errors(small_cnn) -> None:
+    from libnpu.compiler.mixed_precision import choose_weights16
+    data = _data(CNN_SHAPE, 4, 16)
+    opt = optimize(small_cnn)
+    from libnpu.compiler.mixed_precision import promotable
+    q8 = quantize_mixed(small_cnn, data, int16="none")
+    names = [op.outputs[0] for op in q8.ops if promotable(op)]
+    # A target the int8 weights already reach: none; one they do not: the fewest that do.
+    assert choose_weights16(opt, q8, names, data, target=0.5)[0] == []
+    chosen, scores = choose_weights16(opt, q8, names, data, target=0.99999)
+    op_of = {op.outputs[0]: op.name for op in q8.ops}
+    assert chosen and {op_of[n] for n in chosen} <= set(W16_LAYERS)
+    before = output_scores(opt, promote(q8, names, opt), data)
+    assert min(scores.values()) > min(before.values())
+    auto = quantize_mixed(small_cnn, data, int16=names, int16_weights="auto", int16_weights_target=0.99999)
+    assert set(auto.metadata["int16_weights"]) == {op_of[n] for n in chosen}
+    # Where the int8 layers' error dominates, int16 weights would not help: none are chosen.
+    assert choose_weights16(opt, q8, ["c1"], data, target=0.99999)[0] == []
+    # int8 layers keep int8 weights: int16 weights only come with int16 activations.
+    with pytest.raises(MixedPrecisionError, match="not a promoted op with weights"):
+        promote(q8, ["c1"], opt, ["c2"])
+    with pytest.raises(MixedPrecisionError, match="need int16 activations"):
+        quantize_mixed(small_cnn, data, int16="none", int16_weights="c1")
+    with pytest.raises(MixedPrecisionError, match="need the float graph"):
+        promote(q8, ["c1"], None, ["c1"])
+
+
+def test_int16_weights_of_a_dead_channel_stay_representable(npu, small_cnn) -> None:
+    """A channel with near-zero weights and a real bias (folded batch norms leave such):
+    a step of max|w| / 32767 would flush its multiplier to 0 and overflow its int64 bias
+    past the chip's 48-bit sums; the step is floored, and the device follows float there."""
+    from firmware_sim.spec.fixedpoint import effective_scale
+    from libnpu.compiler.float_ref import FloatInterpreter
+    from libnpu.compiler.mixed_precision import BIAS16_BITS, MIN_MULTIPLIER, promotable
+    graph = small_cnn.copy()
+    graph.tensors["w3"].data = graph.tensors["w3"].data.copy()
+    graph.tensors["w3"].data[0] *= 1e-9
+    graph.tensors["bb3"].data = graph.tensors["bb3"].data.copy()
+    graph.tensors["bb3"].data[0] = 1.5
+    data = _data(CNN_SHAPE, 4, 17)
+    every = [op.name for op in quantize_mixed(graph, data, int16="none").ops if promotable(op)]
+    q = quantize_mixed(graph, data, int16=every, int16_weights=["c3"])
+    c3 = next(op for op in q.ops if op.name == "c3")
+    w, b = q.tensors[c3.inputs[1]], q.tensors[c3.inputs[2]]
+    real = effective_scale(float(q.tensors[c3.inputs[0]].quant.scale[0]), w.quant.scale,
+                           float(q.tensors[c3.outputs[0]].quant.scale[0]))
+    assert real.min() >= MIN_MULTIPLIER and np.abs(b.data).max() <= 2 ** BIAS16_BITS
+    model = libnpu.load(lower(q), devroot=npu.devroot)
+    try:
+        x = _data(CNN_SHAPE, 1, 18)[0]
+        np.testing.assert_allclose(model.infer(x)[0], FloatInterpreter(q).run(x)[q.outputs[0]], rtol=0,
+                                   atol=4 * 2.0 ** -15)
+    finally:
+        model.close()
+
+
 def test_int16_logistic_and_tanh_on_the_device_equal_litert(npu, litert) -> None:
     """LOGISTIC and TANH promoted (output scale 2**-15, the LUT descriptor's int16 mode):
     byte-identical to LiteRT's int16 kernels on the exported .tflite."""

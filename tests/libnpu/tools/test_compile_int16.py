@@ -95,3 +95,22 @@ def test_recipe_accurate_from_the_command_line(tmp_path, capsys):
     assert main(["compile", str(model), "-o", str(out), "--recipe", "accurate", "--int16", "none",
                  "--int16-target", "0.9", *common]) == 2
     assert "need --int16 auto" in capsys.readouterr().err
+
+
+def test_int16_weights_from_the_command_line(npu, tmp_path, capsys):
+    """--int16-weights: a16w16 on named int16 layers, reported, run on the device; refused
+    without int16 activations; a .tflite export leaves them out unless asked (no TFLite kernel)."""
+    model, common = _model(tmp_path)
+    out = tmp_path / "w16.nlb"
+    assert main(["compile", str(model), "-o", str(out), "--int16", "c1,y", "--int16-weights", "c1", *common]) == 0
+    assert "int16 weights: 1 layer (c1)" in capsys.readouterr().out
+    assert Loadable.load(out).metadata["int16_weights"] == ["c1"]
+    assert main(["run", str(out), "--repeat", "0", "--devroot", str(npu.devroot)]) == 0
+    capsys.readouterr()
+    assert main(["compile", str(model), "-o", str(tmp_path / "x.nlb"), "--int16-weights", "c1", *common]) == 2
+    assert "--int16-weights needs int16 activations" in capsys.readouterr().err
+    tfl = tmp_path / "w16.tflite"
+    assert main(["compile", str(model), "-o", str(tfl), "--recipe", "accurate", *common]) == 0
+    assert "int16 weights" not in capsys.readouterr().out
+    assert main(["compile", str(model), "-o", str(tfl), "--int16", "c1", "--int16-weights", "c1", *common]) == 1
+    assert "no TFLite kernel" in capsys.readouterr().err
