@@ -33,8 +33,7 @@ QUEUE_SLEEP_MS = 50
 class Core:
     """The state of one core, as seen from inside it."""
 
-    def __init__(self, bus: Path, core: int, doorbell_fd: int, irq_fd: int, profile: HardwareProfile,
-                 queue_doorbell_fds: list[int] | None = None, queue_completion_fds: list[int] | None = None):
+    def __init__(self, bus: Path, core: int, doorbell_fd: int, irq_fd: int, profile: HardwareProfile):
         self.core, self.doorbell_fd, self.irq_fd, self.profile = core, doorbell_fd, irq_fd, profile
         self._regs_map = map_file(memory.regs_path(bus))
         self.regs = regs.RegisterView(self._regs_map)
@@ -45,8 +44,7 @@ class Core:
         self.dma = DmaEngine(bus)
         self.bus = bus
         self.pq: mmap.mmap | bytes | None = None     # the profile queue, mapped at the first profiled job
-        self.queues = UserQueues(bus, core, self.regs, self.dma, queue_doorbell_fds or [],
-                                 queue_completion_fds or [])
+        self.queues = UserQueues(bus, core, self.regs, self.dma)
         warm_up()   # each C kernel once: a model's first job does not pay for code generation
 
     def reg(self, offset: int) -> int:

@@ -43,6 +43,8 @@ Q_FAILED = 0x38        # core (u64): jobs that failed
 Q_BUSY_NS = 0x40       # core (u64): wall-clock ns the core spent on the queue's jobs
 Q_DEVICE_NS = 0x48     # core (u64): simulated device time of its jobs
 Q_CYCLES = 0x50        # core (u64): simulated cycles of its jobs
+Q_LINES = 0x58         # KMD (u64): the name of this registration's doorbell and completion lines
+                       # (random, fresh per QUEUE_CREATE: spec.memory.queue_line_path)
 
 Q_ENABLED = 0x1
 Q_TRACE = 0x2          # time the queue's jobs in the core's profile queue (the driver's trace records)

@@ -246,6 +246,40 @@ def test_lines_made_blocking_and_filled_by_their_client_never_stall_the_chip(ses
             other.run(nop(other))
 
 
+def test_a_former_holder_of_a_slot_cannot_reach_its_next_queues_lines(fresh_npu):
+    """A client that kept the doorbell and completion ends of a queue it had cannot ring
+    or steal the wake-ups of the next queue in that slot: every queue has lines of its own."""
+    with libnpu.initialize(fresh_npu.devroot) as session:
+        former = session.open(0)
+        old = former.create_queue()
+        kept = [os.dup(old.doorbell_fd), os.dup(old.completion_fd)]
+        try:
+            former.close()
+            bus = paths.bus_dir(fresh_npu.devroot, 0)
+            assert wait_until(lambda: not [name for name in os.listdir(bus) if name.endswith((".db", ".cq"))], 10)
+            try:
+                while os.read(kept[1], 64):              # the close's own wake-up, then the end
+                    pass
+            except BlockingIOError:                      # (a line still written to: the test fails below)
+                pass
+            with session.open(0) as holder:
+                queue = holder.create_queue()
+                assert queue.id == old.id                # the same slot
+                with pytest.raises(BrokenPipeError):     # the old doorbell reaches no core
+                    os.write(kept[0], b"\x01")
+                queue.header.write32(queues.HDR_WAITING, 1)   # every completion signals the line
+                commands = nop(holder)
+                for seq in range(1, 21):                 # no waiter of ours drains the line
+                    write_entry(queue, seq, commands.address, commands.used)
+                    queue.ring()
+                    assert wait_until(lambda: queue.done() >= seq, 10)
+                assert os.read(kept[1], 64) == b""       # the old line: no writer, no wake-up in it
+                assert os.read(queue.completion_fd, 64)  # they all went to the holder's own line
+        finally:
+            for fd in kept:
+                os.close(fd)
+
+
 def test_a_job_past_its_timeout_fails_in_its_own_queue(session, device):
     queue = device.create_queue()
     src, dst = device.alloc_mem(16 * MIB), device.alloc_mem(16 * MIB)
