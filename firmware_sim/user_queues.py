@@ -192,6 +192,7 @@ class UserQueues:
         table.write64(base + queues.Q_BUSY_NS, table.read64(base + queues.Q_BUSY_NS) + exec_ns)
         table.write64(base + queues.Q_DEVICE_NS, table.read64(base + queues.Q_DEVICE_NS) + device_ns)
         table.write64(base + queues.Q_CYCLES, table.read64(base + queues.Q_CYCLES) + cycles)
+        queues.store_load_fence()     # HDR_DONE visible before HDR_WAITING is read: no lost wake-up
         if q.header.read32(queues.HDR_WAITING):
             try:
                 os.write(q.completion_fd, b"\x01")

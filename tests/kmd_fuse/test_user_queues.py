@@ -200,6 +200,21 @@ def test_a_client_that_never_rings_still_gets_its_job_done(device):
     assert time.monotonic() - started < 5
 
 
+def test_no_wake_up_is_lost_at_the_edge_of_sleep(device, monkeypatch):
+    """Jobs submitted while the core is going to sleep, waited on without spinning: every
+    one is signalled (the safety-net timeout never finds a job done), whichever side
+    publishes last."""
+    from libnpu import user_queue
+    monkeypatch.setattr(user_queue, "SPIN_S", 0.0)
+    monkeypatch.setattr(user_queue, "_SPIN", user_queue.SpinWindow())
+    queue = device.create_queue()
+    commands = nop(device)
+    for i in range(300):
+        time.sleep((i % 30) * 20e-6)                     # 0-600 us: across the core's idle poll and sleep
+        device.queue_submit(queue, commands).wait(10)
+    assert queue.late_wakeups == 0
+
+
 def test_a_million_doorbells_do_not_hold_up_other_clients(session, device):
     queue = device.create_queue()
     stop = threading.Event()
