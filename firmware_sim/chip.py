@@ -57,11 +57,8 @@ def core_address_space(device_memory: int) -> int:
 
 class Chip:
     def __init__(self, bus: Path, doorbell_fds: list[int], irq_fd: int, profile: HardwareProfile,
-                 ring_entries: int, device_memory: int = 0, queue_doorbell_fds: list[int] | None = None,
-                 queue_completion_fds: list[int] | None = None):
+                 ring_entries: int, device_memory: int = 0):
         self.bus, self.doorbell_fds, self.irq_fd, self.profile = bus, doorbell_fds, irq_fd, profile
-        self.queue_doorbell_fds = queue_doorbell_fds or []
-        self.queue_completion_fds = queue_completion_fds or []
         self.address_space = core_address_space(device_memory)
         self._regs_map = map_file(memory.regs_path(bus))
         self.regs = regs.RegisterView(self._regs_map)
@@ -106,8 +103,7 @@ class Chip:
                 resource.setrlimit(resource.RLIMIT_CORE, (0, 0))   # a dying core is recovered, not dumped
                 if self.address_space:
                     resource.setrlimit(resource.RLIMIT_AS, (self.address_space, self.address_space))
-                unit = Core(self.bus, core, self.doorbell_fds[core], self.irq_fd, self.profile,
-                            self.queue_doorbell_fds, self.queue_completion_fds)
+                unit = Core(self.bus, core, self.doorbell_fds[core], self.irq_fd, self.profile)
                 unit.finish_aborted_user_job()
                 unit.drain_ring()      # entries queued before a reset/respawn
                 profile_path = os.environ.get("NPU_PROFILE_CHIP")  # developer aid: cProfile each core
@@ -302,10 +298,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--doorbell-fds", required=True, help="comma-separated eventfds, one per core")
     parser.add_argument("--irq-fd", required=True, type=int)
     parser.add_argument("--ring-entries", type=int, default=ring.DEFAULT_RING_ENTRIES)
-    parser.add_argument("--queue-doorbell-fds", default="",
-                        help="comma-separated pipe read ends, one per user-queue slot: the clients' doorbells")
-    parser.add_argument("--queue-completion-fds", default="",
-                        help="comma-separated pipe write ends, one per user-queue slot: the completion lines")
     parser.add_argument("--memory", type=int, default=0,
                         help="device memory in bytes: bounds each core's address space (0: no bound)")
     parser.add_argument("--profile", choices=sorted(profiles.PROFILES), default=profiles.DEFAULT_PROFILE,
@@ -316,12 +308,7 @@ def main(argv: list[str] | None = None) -> int:
     die_with_parent()
     profile = HardwareProfile.named(args.profile, idle_poll_ns=args.idle_poll_us * 1000)
     doorbells = [int(fd) for fd in args.doorbell_fds.split(",")]
-    queue_doorbells = [int(fd) for fd in args.queue_doorbell_fds.split(",") if fd]
-    queue_completions = [int(fd) for fd in args.queue_completion_fds.split(",") if fd]
-    if len(queue_doorbells) != len(queue_completions) or len(queue_doorbells) not in (0, queues.QUEUE_SLOTS):
-        parser.error(f"give {queues.QUEUE_SLOTS} queue doorbells and as many completion lines, or none")
-    Chip(args.bus, doorbells, args.irq_fd, profile, args.ring_entries, args.memory, queue_doorbells,
-         queue_completions).run()
+    Chip(args.bus, doorbells, args.irq_fd, profile, args.ring_entries, args.memory).run()
     return 0
 
 

@@ -25,16 +25,15 @@ from firmware_sim.spec.memory import map_file
 from firmware_sim.timing import HardwareProfile
 from firmware_sim.user_queues import JOBS_PER_TURN, ServedQueue, UserQueues, abort_status
 
-# While the core serves user queues it sleeps at most this long: a client that skipped the
-# doorbell because the core was polling, just as the core went to sleep, waits no longer.
-QUEUE_SLEEP_MS = 50
+# While the core serves user queues it sleeps at most this long. Only a safety net: the
+# polling flag's protocol loses no wake-up (spec.queues), so nothing should ever wait on it.
+QUEUE_SLEEP_MS = 1000
 
 
 class Core:
     """The state of one core, as seen from inside it."""
 
-    def __init__(self, bus: Path, core: int, doorbell_fd: int, irq_fd: int, profile: HardwareProfile,
-                 queue_doorbell_fds: list[int] | None = None, queue_completion_fds: list[int] | None = None):
+    def __init__(self, bus: Path, core: int, doorbell_fd: int, irq_fd: int, profile: HardwareProfile):
         self.core, self.doorbell_fd, self.irq_fd, self.profile = core, doorbell_fd, irq_fd, profile
         self._regs_map = map_file(memory.regs_path(bus))
         self.regs = regs.RegisterView(self._regs_map)
@@ -45,8 +44,7 @@ class Core:
         self.dma = DmaEngine(bus)
         self.bus = bus
         self.pq: mmap.mmap | bytes | None = None     # the profile queue, mapped at the first profiled job
-        self.queues = UserQueues(bus, core, self.regs, self.dma, queue_doorbell_fds or [],
-                                 queue_completion_fds or [])
+        self.queues = UserQueues(bus, core, self.regs, self.dma)
         warm_up()   # each C kernel once: a model's first job does not pay for code generation
 
     def reg(self, offset: int) -> int:
@@ -80,7 +78,10 @@ class Core:
                     os.sched_yield()   # any runnable host process (the KMD, a client) goes first
                 if not arrived:
                     # Clients ring the doorbell from now on; work that came just before is taken first.
+                    # The fence: the cleared flags are visible before the tails are read, so a
+                    # client that saw a flag still set wrote its tail where this look finds it.
                     self.queues.set_polling(False)
+                    queues.store_load_fence()
                     if read32(tail_reg) != read32(head_reg) or self.queues.has_work():
                         self.queues.set_polling(True)
                         self.drain_all()

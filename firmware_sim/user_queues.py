@@ -52,10 +52,8 @@ class ServedQueue:
 class UserQueues:
     """The queues one core serves."""
 
-    def __init__(self, bus, core: int, regs_view: regs.RegisterView, dma: DmaEngine,
-                 doorbell_fds: list[int], completion_fds: list[int]):
-        self.core, self.regs, self.dma = core, regs_view, dma
-        self.doorbell_fds, self.completion_fds = doorbell_fds, completion_fds
+    def __init__(self, bus, core: int, regs_view: regs.RegisterView, dma: DmaEngine):
+        self.bus, self.core, self.regs, self.dma = bus, core, regs_view, dma
         try:
             self._map = map_file(memory.queue_table_path(bus))
             self.table: regs.RegisterView | None = regs.RegisterView(self._map)
@@ -68,7 +66,7 @@ class UserQueues:
     def refresh(self) -> bool:
         """Take in table changes (cheap when there are none); True if the served set changed."""
         table = self.table
-        if table is None or not self.doorbell_fds:
+        if table is None:
             return False
         generation = self.regs.read32(regs.QUEUE_TABLE_GEN)
         if generation == self.table_gen:
@@ -92,6 +90,9 @@ class UserQueues:
             # Acknowledged only now: the old view (if any) is no longer among those served.
             table.write32(base + queues.Q_ACK, slot_gen)
         served.sort(key=lambda q: -q.priority)
+        for q in self.served:
+            if q not in served:
+                _close_lines(q)
         self.served = served
         return True
 
@@ -109,10 +110,26 @@ class UserQueues:
         except IommuFault:
             table.write32(base + queues.Q_ERROR, -errno.EFAULT)
             return None
+        # This registration's own lines (the driver made them for it): a client that held the
+        # slot before keeps only the ends of lines nobody else uses any more.
+        name = table.read64(base + queues.Q_LINES)
+        try:
+            doorbell = os.open(memory.queue_line_path(self.bus, slot, name, "db"),
+                               os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        except OSError as exc:
+            table.write32(base + queues.Q_ERROR, -(exc.errno or errno.EIO))
+            return None
+        try:
+            # No reader (ENXIO): the driver has already let go of the queue.
+            completion = os.open(memory.queue_line_path(self.bus, slot, name, "cq"),
+                                 os.O_WRONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        except OSError as exc:
+            os.close(doorbell)
+            table.write32(base + queues.Q_ERROR, -(exc.errno or errno.EIO))
+            return None
         return ServedQueue(slot, generation, asid, entries, table.read32(base + queues.Q_PRIORITY),
                            table.read32(base + queues.Q_TIMEOUT_CAP_MS), mem, queues.Header(mem),
-                           table.read64(base + queues.Q_DONE), self.doorbell_fds[slot],
-                           self.completion_fds[slot])
+                           table.read64(base + queues.Q_DONE), doorbell, completion)
 
     def traced(self, q: ServedQueue) -> bool:
         """Whether the driver's trace wants the queue's jobs timed (read per job: it toggles)."""
@@ -175,18 +192,30 @@ class UserQueues:
         table.write64(base + queues.Q_BUSY_NS, table.read64(base + queues.Q_BUSY_NS) + exec_ns)
         table.write64(base + queues.Q_DEVICE_NS, table.read64(base + queues.Q_DEVICE_NS) + device_ns)
         table.write64(base + queues.Q_CYCLES, table.read64(base + queues.Q_CYCLES) + cycles)
+        queues.store_load_fence()     # HDR_DONE visible before HDR_WAITING is read: no lost wake-up
         if q.header.read32(queues.HDR_WAITING):
             try:
                 os.write(q.completion_fd, b"\x01")
-            except BlockingIOError:   # the pipe is full: a wake-up is pending anyway
+            except BlockingIOError:   # the line is full: a wake-up is pending anyway
+                pass
+            except BrokenPipeError:   # no reader: the queue's client and the driver let go of it
                 pass
 
     def find(self, slot: int) -> ServedQueue | None:
         return next((q for q in self.served if q.slot == slot), None)
 
     def drop_views(self) -> None:
+        for q in self.served:
+            _close_lines(q)
         self.served = []
         self.table_gen = -1
+
+
+def _close_lines(q: ServedQueue) -> None:
+    for fd in (q.doorbell_fd, q.completion_fd):
+        if fd >= 0:
+            os.close(fd)
+    q.doorbell_fd = q.completion_fd = -1
 
 
 def abort_status(view: regs.RegisterView, bank: int) -> int:

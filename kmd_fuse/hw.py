@@ -74,12 +74,6 @@ class Hardware:
         self.process: subprocess.Popen | None = None
         self.doorbells: list[int] = []
         self.irq_fd = -1
-        # Per user-queue slot, two pipes (read end, write end): the doorbell (clients get the write
-        # end, the chip reads) and the completion line (the chip writes, clients get the read end).
-        # Pipes, not eventfds: each end is its own open file, so nothing a client does to its end
-        # (clear O_NONBLOCK, fill a counter) can make the chip's end block.
-        self.queue_doorbells: list[tuple[int, int]] = []
-        self.queue_completions: list[tuple[int, int]] = []
         self.invalidations_pushed: list[int] = []   # per core, OP_INVALIDATE entries written (wraps like INVAL_DONE)
         self._busy_reported = 0
 
@@ -126,16 +120,11 @@ class Hardware:
         if not self.doorbells:
             self.doorbells = [os.eventfd(0, os.EFD_CLOEXEC) for _ in range(self.config.cores)]
             self.irq_fd = os.eventfd(0, os.EFD_CLOEXEC | os.EFD_NONBLOCK)
-            self.queue_doorbells = [os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK) for _ in range(queues.QUEUE_SLOTS)]
-            self.queue_completions = [os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK) for _ in range(queues.QUEUE_SLOTS)]
         cmd = [sys.executable, "-m", "firmware_sim", "--bus", str(self.bus),
                "--doorbell-fds", ",".join(map(str, self.doorbells)), "--irq-fd", str(self.irq_fd),
                "--ring-entries", str(self.entries), "--profile", self.config.profile,
-               "--memory", str(self.device_memory),
-               "--queue-doorbell-fds", ",".join(str(read) for read, _ in self.queue_doorbells),
-               "--queue-completion-fds", ",".join(str(write) for _, write in self.queue_completions)]
-        chip_ends = [read for read, _ in self.queue_doorbells] + [write for _, write in self.queue_completions]
-        self.process = subprocess.Popen(cmd, pass_fds=[*self.doorbells, self.irq_fd, *chip_ends],
+               "--memory", str(self.device_memory)]
+        self.process = subprocess.Popen(cmd, pass_fds=[*self.doorbells, self.irq_fd],
                                         stdin=subprocess.DEVNULL)
         log.info("chip started (pid %d, %d cores)", self.process.pid, self.config.cores)
 
@@ -167,11 +156,10 @@ class Hardware:
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait()
-        pipe_ends = [fd for pipe in (*self.queue_doorbells, *self.queue_completions) for fd in pipe]
-        for fd in [*self.doorbells, self.irq_fd, *pipe_ends]:
+        for fd in [*self.doorbells, self.irq_fd]:
             if fd >= 0:
                 os.close(fd)
-        self.doorbells, self.irq_fd, self.queue_doorbells, self.queue_completions = [], -1, [], []
+        self.doorbells, self.irq_fd = [], -1
         shutil.rmtree(self.bus, ignore_errors=True)
 
     # ---- registers ----

@@ -3,9 +3,10 @@
 The driver keeps everything but the job path: it allocates a queue's memory (a buffer of
 the context, mapped in its IOMMU space and, through the hand-over socket, in the client),
 registers it in a slot of the chip's queue table (firmware_sim/spec/queues.py) with the
-ASID, priority, timeout cap and serving core, and hands out the slot's doorbell and
-completion lines (pipes). Jobs then go from the client to the core and back without the
-driver.
+ASID, priority, timeout cap and serving core, and hands out the queue's doorbell and
+completion lines: named FIFOs it makes for this queue alone (``QueueLines``), which the
+serving core opens when it takes the slot in. Jobs then go from the client to the core
+and back without the driver.
 
 What stays the driver's:
 - teardown: a context that closes, a reset, a chip that died disable its queues; the
@@ -22,11 +23,13 @@ from __future__ import annotations
 import errno
 import logging
 import mmap
+import os
+import secrets
 from dataclasses import dataclass, field
 
 import trio
 
-from firmware_sim.spec import queues, regs, ring
+from firmware_sim.spec import memory, queues, regs, ring
 from kmd_fuse import uapi
 from kmd_fuse.buffer import BufferObject
 from kmd_fuse.context import Context
@@ -46,6 +49,56 @@ class HandedFd:
     fd: int
     size: int = 0
     freed: bool = False
+
+
+class QueueLines:
+    """One queue's doorbell and completion line: FIFOs in the chip's bus directory (mode
+    0600, a random name), made per QUEUE_CREATE and removed at release, so a client that
+    held a slot before keeps only the ends of lines no one serves or waits on any more.
+    Each end is its own open file: nothing a client does to its end (clear O_NONBLOCK,
+    fill the line) can make the chip's end block.
+
+    The driver holds a reader of the doorbell (a client's write end needs one until the
+    core opens its own) and a writer of the completion line (to wake the queue's waiters
+    when it disables the queue)."""
+
+    def __init__(self, bus, slot: int) -> None:
+        self.name = secrets.randbits(64)
+        self.paths = [memory.queue_line_path(bus, slot, self.name, line) for line in ("db", "cq")]
+        self.fds: list[int] = []
+        try:
+            for path in self.paths:
+                os.mkfifo(path, 0o600)
+            flags = os.O_NONBLOCK | os.O_CLOEXEC
+            doorbell, completion = self.paths
+            self.doorbell_reader = self._open(doorbell, os.O_RDONLY | flags)
+            self.doorbell_writer = self._open(doorbell, os.O_WRONLY | flags)         # the client's
+            self.completion_reader = self._open(completion, os.O_RDONLY | flags)     # the client's
+            self.completion_writer = self._open(completion, os.O_WRONLY | flags)
+        except OSError as exc:
+            self.close()
+            raise KmdError(exc.errno or errno.EIO, f"cannot make the queue's lines: {exc.strerror}") from None
+
+    def _open(self, path, flags: int) -> int:
+        fd = os.open(path, flags)
+        self.fds.append(fd)
+        return fd
+
+    def wake_waiters(self) -> None:
+        try:
+            os.write(self.completion_writer, b"\x01")
+        except (BlockingIOError, BrokenPipeError):     # full: a wake-up is pending; no reader: no waiter
+            pass
+
+    def close(self) -> None:
+        for fd in self.fds:
+            os.close(fd)
+        self.fds = []
+        for path in self.paths:
+            try:
+                os.unlink(path)
+            except FileNotFoundError:
+                pass
 
 
 @dataclass
@@ -74,6 +127,7 @@ class UserQueue:
     priority: int
     core: int
     generation: int
+    lines: QueueLines
     handed: list = field(default_factory=list)   # what its tokens buy
     disabled: bool = False
 
@@ -92,7 +146,6 @@ class UserQueues:
     def __init__(self, device) -> None:
         self.device = device
         self.slots: list[UserQueue | None] = [None] * queues.QUEUE_SLOTS
-        self.last_uid: list[int] = [-1] * queues.QUEUE_SLOTS
         self.releasing: list[UserQueue] = []
         self.deferred: list[DeferredFree] = []
         self.retired = QueueCounters()      # counters of released queues (the device's totals)
@@ -110,13 +163,19 @@ class UserQueues:
             raise KmdError(errno.EINVAL, f"priority {priority} out of range")
         if device.resetting:
             raise KmdError(errno.EAGAIN, "the device is resetting")
-        slot = self._free_slot(ctx.uid)
+        slot = self._free_slot()
         device.quotas.add_queue(ctx.uid, len(ctx.queues))
+        try:
+            lines = QueueLines(hw.bus, slot)
+        except KmdError:
+            device.quotas.remove_queue(ctx.uid)
+            raise
         try:
             # The driver's memory, like the rings: not the device's (the queue limits bound it).
             bo = device.memory.allocate(ctx.space, 0, queues.memory_size(entries), uapi.NPU_MEM_RW,
                                         accounted=False)
         except KmdError:
+            lines.close()
             device.quotas.remove_queue(ctx.uid)
             raise
         mem = mmap.mmap(bo.fd, bo.size)
@@ -141,27 +200,25 @@ class UserQueues:
         table.write32(base + queues.Q_PRIORITY, priority)
         table.write32(base + queues.Q_TIMEOUT_CAP_MS, hw.config.max_job_timeout_ms)
         table.write32(base + queues.Q_CORE, core)
+        table.write64(base + queues.Q_LINES, lines.name)
         table.write32(base + queues.Q_GENERATION, generation)
         table.write32(base + queues.Q_CONTROL, queues.Q_ENABLED | (queues.Q_TRACE if device.trace.enabled else 0))
-        queue = UserQueue(ctx, slot, bo, mem, header, entries, priority, core, generation)
+        queue = UserQueue(ctx, slot, bo, mem, header, entries, priority, core, generation, lines)
         # The client gets the doorbell's write end and the completion line's read end.
-        queue.handed = [bo, HandedFd(hw.queue_doorbells[slot][1]), HandedFd(hw.queue_completions[slot][0])]
+        queue.handed = [bo, HandedFd(lines.doorbell_writer), HandedFd(lines.completion_reader)]
         self.slots[slot] = queue
-        self.last_uid[slot] = ctx.uid
         ctx.queues.append(queue)
         self._table_changed(core)
         log.info("context %d: user queue in slot %d (%d entries, priority %d, core %d)", ctx.context_id, slot,
                  entries, priority, core)
         return queue
 
-    def _free_slot(self, uid: int) -> int:
-        """A free slot, preferring one never used or last used by ``uid`` (a client of another
-        user may still hold a released slot's pipe ends: it could only cost wake-ups, but why give any)."""
-        free = [slot for slot, held in enumerate(self.slots)
-                if held is None and not any(q.slot == slot for q in self.releasing)]
-        if not free:
-            raise KmdError(errno.ENOSPC, f"the chip serves {queues.QUEUE_SLOTS} user queues at once, all in use")
-        return min(free, key=lambda slot: (self.last_uid[slot] not in (-1, uid), slot))
+    def _free_slot(self) -> int:
+        """The lowest free slot (a queue's lines are its own: which slot it gets does not matter)."""
+        for slot, held in enumerate(self.slots):
+            if held is None and not any(q.slot == slot for q in self.releasing):
+                return slot
+        raise KmdError(errno.ENOSPC, f"the chip serves {queues.QUEUE_SLOTS} user queues at once, all in use")
 
     def tokens(self, queue: UserQueue) -> list[int]:
         grants = self.device.memory.grants
@@ -179,6 +236,7 @@ class UserQueues:
             return
         queue.disabled = True
         queue.header.set_error(error)
+        queue.lines.wake_waiters()
         table = self.device.hw.qtab
         base = queues.slot_offset(queue.slot)
         table.write32(base + queues.Q_CONTROL, 0)
@@ -240,6 +298,7 @@ class UserQueues:
             queue.ctx.queues.remove(queue)
             queue.header.release()
             queue.mem.close()
+            queue.lines.close()
             device.memory.release(queue.ctx.space, queue.bo)
             device.quotas.remove_queue(queue.ctx.uid)
             log.info("context %d: user queue in slot %d released", queue.ctx.context_id, queue.slot)

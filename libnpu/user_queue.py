@@ -29,7 +29,7 @@ from kmd_fuse.uapi import NpuError
 
 SPIN_S = float(os.environ.get("NPU_QUEUE_SPIN_US", "200")) / 1e6   # polling before sleeping on the completion line
 CONTENDED_SPIN_S = float(os.environ.get("NPU_QUEUE_CONTENDED_SPIN_US", "0")) / 1e6   # ... while the CPUs are all wanted
-SLEEP_SLICE_MS = 10     # a sleeping waiter re-checks this often (a completion signal may be lost to a race)
+SLEEP_SLICE_MS = 1000   # a sleeping waiter re-checks this often: a safety net only (no wake-up is lost)
 LOAD_CHECK_S = 0.005    # how often the spin looks at the machine's run queue
 
 
@@ -127,6 +127,7 @@ class UserQueue:
         self._lock = threading.Lock()            # submitters
         self._waiting_lock = threading.Lock()    # HDR_WAITING, set while any thread sleeps
         self._waiters = 0
+        self.late_wakeups = 0    # waits the safety-net timeout ended with the job done (a lost signal)
         self.closed = False
 
     # ---- submission ----
@@ -142,6 +143,7 @@ class UserQueue:
             queues.ENTRY_STRUCT.pack_into(self.mem, at, seq, cmd_iova, cmd_size, timeout_ms, 0, 0)
             self.header.write64(queues.HDR_TAIL, seq)
             self.tail = seq
+            queues.store_load_fence()    # the tail visible before the flag is read (spec.queues)
             if not self.header.read32(queues.HDR_POLLING):
                 self.ring()
         return QueueFence(self, seq)
@@ -216,12 +218,16 @@ class UserQueue:
                         raise TimeoutError(f"queue {self.id} job {seq} not done after {timeout} s")
                     left_ms = min(left_ms, max(1, int(left * 1000)))
                 events = poller.poll(left_ms)
-                if events:
-                    _drain(self.completion_fd)
-                    if any(event & select.POLLHUP for _, event in events) and self.done() < seq:
-                        # No writer left on the completion line: the driver and the chip are gone.
-                        raise NpuError(errno.ENODEV, "QUEUE",
-                                       f"user queue {self.id}: the device's driver stopped before job {seq} ran")
+                if not events:
+                    if self.done() >= seq:       # the safety net caught what a signal should have
+                        self.late_wakeups += 1
+                    continue
+                _drain(self.completion_fd)
+                if any(event & select.POLLHUP for _, event in events) and self.done() < seq:
+                    self._check_error(seq)       # the driver let the queue go (reset, close) ...
+                    # ... or no writer is left on the completion line: the driver and the chip are gone.
+                    raise NpuError(errno.ENODEV, "QUEUE",
+                                   f"user queue {self.id}: the device's driver stopped before job {seq} ran")
         finally:
             self._set_waiting(-1)
 
@@ -229,6 +235,7 @@ class UserQueue:
         with self._waiting_lock:
             self._waiters += change
             self.header.write32(queues.HDR_WAITING, 1 if self._waiters > 0 else 0)
+            queues.store_load_fence()    # the flag visible before HDR_DONE is read again (spec.queues)
 
     def _check_error(self, seq: int) -> None:
         error = self.error()

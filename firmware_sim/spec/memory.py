@@ -48,6 +48,15 @@ def queue_table_path(bus: Path) -> Path:
     return bus / "qtab"
 
 
+def queue_line_path(bus: Path, slot: int, name: int, line: str) -> Path:
+    """A user queue's doorbell (``line`` "db": clients write, the core reads) or completion
+    line ("cq": the core writes, clients read): named FIFOs the driver makes per
+    QUEUE_CREATE (mode 0600, a random ``name``) and removes when the queue is released."""
+    if line not in ("db", "cq"):
+        raise ValueError(f"queue line {line!r}: 'db' or 'cq'")
+    return bus / f"q{slot}-{name:016x}.{line}"
+
+
 def page_table_path(bus: Path, asid: int) -> Path:
     return bus / f"pt{asid}"
 

@@ -3,10 +3,17 @@ a client writes and a core reads through the IOMMU.
 
 The queue table is a second register page (``bus/qtab``) of QUEUE_SLOTS slots.  The KMD
 fills a slot (ASID, the queue memory's IOVA, entries, priority, timeout cap, the core
-that serves it) and sets Q_ENABLED; it never touches the queue's entries.  A slot is
-wired to two lines made at power-on, like the cores' doorbells: its doorbell (a pipe the
-client writes a byte into to wake the serving core) and its completion line (a pipe the
-core writes a byte into when the client said it sleeps).  Each register has one writer, named below; a
+that serves it) and sets Q_ENABLED; it never touches the queue's entries.  Each
+registration has two lines of its own (FIFOs named by Q_LINES, spec.memory.queue_line_path):
+its doorbell (the client writes a byte into it to wake the serving core) and its
+completion line (the core writes a byte into it when the client said it sleeps).
+
+Wake-ups are never lost: each side publishes, then looks at the other's flag, with a full
+memory barrier in between (``store_load_fence``; x86 lets a load pass an earlier store to
+another location).  The core clears HDR_POLLING, fences, then looks at HDR_TAIL before it
+sleeps; a client writes HDR_TAIL, fences, then rings unless HDR_POLLING is set.  A waiter
+sets HDR_WAITING, fences, then looks at HDR_DONE before it sleeps; the core writes
+HDR_DONE, fences, then signals the line if HDR_WAITING is set.  Each register has one writer, named below; a
 "core" register is written by the serving core, by the KMD only while the slot is
 disabled and acknowledged (registration starts its counters from zero).
 
@@ -20,6 +27,7 @@ completion records.  Sequence numbers start at 1; entry ``seq`` lives at slot
 ``seq % entries`` of both arrays.  The client writes the entry, then HDR_TAIL = seq; the
 core runs entries in order and for each writes its completion, then HDR_DONE = seq.
 """
+import os
 import struct
 
 QUEUE_SLOTS = 16                  # queues the chip serves at once (the table's slots)
@@ -43,6 +51,8 @@ Q_FAILED = 0x38        # core (u64): jobs that failed
 Q_BUSY_NS = 0x40       # core (u64): wall-clock ns the core spent on the queue's jobs
 Q_DEVICE_NS = 0x48     # core (u64): simulated device time of its jobs
 Q_CYCLES = 0x50        # core (u64): simulated cycles of its jobs
+Q_LINES = 0x58         # KMD (u64): the name of this registration's doorbell and completion lines
+                       # (random, fresh per QUEUE_CREATE: spec.memory.queue_line_path)
 
 Q_ENABLED = 0x1
 Q_TRACE = 0x2          # time the queue's jobs in the core's profile queue (the driver's trace records)
@@ -90,6 +100,13 @@ def completions_offset(entries: int) -> int:
 def memory_size(entries: int) -> int:
     """Bytes of queue memory for ``entries`` entries (before rounding to pages)."""
     return completions_offset(entries) + entries * COMPLETION_STRUCT.size
+
+
+def store_load_fence() -> None:
+    """A full memory barrier between a store to shared memory and a later load of another
+    location (x86 may reorder exactly those two): a system call (getppid, the cheapest,
+    about 0.2 us) serializes them, which no Python-level memory access does."""
+    os.getppid()
 
 
 class Header:

@@ -33,8 +33,7 @@ class Rig:
             path.write_bytes(bytes(size))
         self.bus = bus
         self.chip = ChipMemory(bus)
-        self.doorbells = [os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC) for _ in range(queues.QUEUE_SLOTS)]
-        self.completions = [os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC) for _ in range(queues.QUEUE_SLOTS)]
+        self.lines: dict[int, list[int]] = {}       # slot -> the client's completion end and doorbell end
         self.irq = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
         self.kernel_doorbell = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
         self.regs_map = memory.map_file(memory.regs_path(bus))
@@ -48,8 +47,7 @@ class Rig:
         self.nop_size = len(tasks.encode_task("NOP"))
 
     def new_core(self) -> core_unit.Core:
-        return core_unit.Core(self.bus, 0, self.kernel_doorbell, self.irq, HardwareProfile(),
-                              [read for read, _ in self.doorbells], [write for _, write in self.completions])
+        return core_unit.Core(self.bus, 0, self.kernel_doorbell, self.irq, HardwareProfile())
 
     def add_queue(self, slot: int, priority: int = 1) -> queues.Header:
         iova = self.chip.alloc(queues.memory_size(QUEUE_ENTRIES) + iommu.PAGE_SIZE)
@@ -62,6 +60,15 @@ class Rig:
         t.write32(base + queues.Q_PRIORITY, priority)
         t.write32(base + queues.Q_TIMEOUT_CAP_MS, 1000)
         t.write32(base + queues.Q_CORE, 0)
+        name = slot + 1                              # the driver's lines (kmd_fuse.user_queues.QueueLines)
+        t.write64(base + queues.Q_LINES, name)
+        if slot not in self.lines:
+            doorbell, completion = (memory.queue_line_path(self.bus, slot, name, line) for line in ("db", "cq"))
+            os.mkfifo(doorbell, 0o600)
+            os.mkfifo(completion, 0o600)
+            flags = os.O_NONBLOCK | os.O_CLOEXEC
+            self.lines[slot] = [os.open(completion, os.O_RDONLY | flags), os.open(doorbell, os.O_RDONLY | flags)]
+            self.lines[slot].append(os.open(doorbell, os.O_WRONLY | flags))
         t.write32(base + queues.Q_GENERATION, t.read32(base + queues.Q_GENERATION) + 1)
         t.write32(base + queues.Q_CONTROL, queues.Q_ENABLED)
         self.table_changed()
@@ -96,7 +103,7 @@ class Rig:
         self.regs.write32(BANK + regs.RING_TAIL, tail)
 
     def close(self) -> None:
-        for fd in (*[fd for pipe in (*self.doorbells, *self.completions) for fd in pipe], self.irq,
+        for fd in (*[fd for fds in self.lines.values() for fd in fds], self.irq,
                    self.kernel_doorbell):
             os.close(fd)
 
@@ -119,11 +126,11 @@ def test_entries_run_in_order_and_complete_in_their_queue(rig):
     assert rig.table.read64(base + queues.Q_DONE) == 5 and rig.table.read64(base + queues.Q_FAILED) == 0
     assert rig.table.read32(base + queues.Q_ACK) == rig.table.read32(base + queues.Q_GENERATION)
     with pytest.raises(BlockingIOError):               # nobody said it waits: no signal
-        os.read(rig.completions[0][0], 16)
+        os.read(rig.lines[0][0], 16)
     header.write32(queues.HDR_WAITING, 1)
     rig.submit(header, 6)
     rig.core.drain_all()
-    assert os.read(rig.completions[0][0], 16) == b"\x01"
+    assert os.read(rig.lines[0][0], 16) == b"\x01"
 
 
 def test_bad_entries_fail_alone_and_a_bad_tail_stops_the_queue(rig):

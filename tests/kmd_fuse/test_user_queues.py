@@ -190,6 +190,36 @@ def test_a_stale_entry_or_unknown_flags_fail_that_job_with_einval(device):
     device.queue_submit(queue, nop(device)).wait(10)
 
 
+def test_command_sizes_past_the_mapping_unaligned_or_huge_fail_only_that_job(device):
+    queue = device.create_queue()
+    commands, buffer = nop(device), device.alloc_mem(1 * MIB)
+    hostile = [(commands.address, 7, errno.EINVAL), (commands.address, commands.used + 3, errno.EINVAL),
+               (commands.address, 0xFFFFFFF8, errno.EFAULT), (buffer.address, 1 * MIB + 4096, errno.EFAULT)]
+    for seq, (address, size, expected) in enumerate(hostile, 1):
+        write_entry(queue, seq, address, size)
+        queue.ring()
+        with pytest.raises(JobError) as failed:
+            QueueFence(queue, seq).wait(10)
+        assert failed.value.errno == expected, (address, size)
+    device.queue_submit(queue, commands).wait(10)
+
+
+def test_header_fields_the_chip_owns_are_never_trusted(device):
+    """A client that forges done, polling and error in its header fools only itself: the
+    core reads none of them (it keeps its own count of what it completed) and runs on."""
+    queue = device.create_queue()
+    commands = nop(device)
+    device.queue_submit(queue, commands).wait(10)
+    queue.header.write64(queues.HDR_DONE, 1_000_000)
+    queue.header.set_error(-errno.EIO)
+    queue.header.write32(queues.HDR_POLLING, 1)
+    write_entry(queue, 2, commands.address, commands.used)
+    queue.ring()
+    assert wait_until(lambda: queue.header.read64(queues.HDR_DONE) == 2, 10)
+    at = queues.completions_offset(queue.entries) + (2 & (queue.entries - 1)) * queues.COMPLETION_STRUCT.size
+    assert queues.COMPLETION_STRUCT.unpack_from(queue.mem, at)[:2] == (2, 0)
+
+
 def test_a_client_that_never_rings_still_gets_its_job_done(device):
     queue = device.create_queue()
     commands = nop(device)
@@ -198,6 +228,21 @@ def test_a_client_that_never_rings_still_gets_its_job_done(device):
     started = time.monotonic()
     QueueFence(queue, 1).wait(10)
     assert time.monotonic() - started < 5
+
+
+def test_no_wake_up_is_lost_at_the_edge_of_sleep(device, monkeypatch):
+    """Jobs submitted while the core is going to sleep, waited on without spinning: every
+    one is signalled (the safety-net timeout never finds a job done), whichever side
+    publishes last."""
+    from libnpu import user_queue
+    monkeypatch.setattr(user_queue, "SPIN_S", 0.0)
+    monkeypatch.setattr(user_queue, "_SPIN", user_queue.SpinWindow())
+    queue = device.create_queue()
+    commands = nop(device)
+    for i in range(300):
+        time.sleep((i % 30) * 20e-6)                     # 0-600 us: across the core's idle poll and sleep
+        device.queue_submit(queue, commands).wait(10)
+    assert queue.late_wakeups == 0
 
 
 def test_a_million_doorbells_do_not_hold_up_other_clients(session, device):
@@ -244,6 +289,40 @@ def test_lines_made_blocking_and_filled_by_their_client_never_stall_the_chip(ses
         for _ in range(20):
             other.queue_submit(other_queue, nop(other)).wait(10)
             other.run(nop(other))
+
+
+def test_a_former_holder_of_a_slot_cannot_reach_its_next_queues_lines(fresh_npu):
+    """A client that kept the doorbell and completion ends of a queue it had cannot ring
+    or steal the wake-ups of the next queue in that slot: every queue has lines of its own."""
+    with libnpu.initialize(fresh_npu.devroot) as session:
+        former = session.open(0)
+        old = former.create_queue()
+        kept = [os.dup(old.doorbell_fd), os.dup(old.completion_fd)]
+        try:
+            former.close()
+            bus = paths.bus_dir(fresh_npu.devroot, 0)
+            assert wait_until(lambda: not [name for name in os.listdir(bus) if name.endswith((".db", ".cq"))], 10)
+            try:
+                while os.read(kept[1], 64):              # the close's own wake-up, then the end
+                    pass
+            except BlockingIOError:                      # (a line still written to: the test fails below)
+                pass
+            with session.open(0) as holder:
+                queue = holder.create_queue()
+                assert queue.id == old.id                # the same slot
+                with pytest.raises(BrokenPipeError):     # the old doorbell reaches no core
+                    os.write(kept[0], b"\x01")
+                queue.header.write32(queues.HDR_WAITING, 1)   # every completion signals the line
+                commands = nop(holder)
+                for seq in range(1, 21):                 # no waiter of ours drains the line
+                    write_entry(queue, seq, commands.address, commands.used)
+                    queue.ring()
+                    assert wait_until(lambda: queue.done() >= seq, 10)
+                assert os.read(kept[1], 64) == b""       # the old line: no writer, no wake-up in it
+                assert os.read(queue.completion_fd, 64)  # they all went to the holder's own line
+        finally:
+            for fd in kept:
+                os.close(fd)
 
 
 def test_a_job_past_its_timeout_fails_in_its_own_queue(session, device):
@@ -393,6 +472,53 @@ def test_a_client_killed_mid_job_leaves_nothing_behind(fresh_npu):
             queue = device.create_queue()
             device.queue_submit(queue, nop(device)).wait(10)
             device.run(nop(device))
+
+
+def _open_fds(pids: list[int]) -> int:
+    count = 0
+    for pid in pids:
+        try:
+            count += len(os.listdir(f"/proc/{pid}/fd"))
+        except FileNotFoundError:
+            pass
+    return count
+
+
+def _driver_and_chip(devroot, bus) -> list[int]:
+    """The driver's pid and those of the chip serving ``bus`` (its main process and cores)."""
+    pids = [int(paths.pid_file(devroot, 0).read_text())]
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            cmdline = open(f"/proc/{pid}/cmdline", "rb").read().split(b"\0")
+        except OSError:
+            continue
+        if b"firmware_sim" in cmdline and str(bus).encode() in cmdline:
+            pids.append(int(pid))
+    return pids
+
+
+def test_queues_churned_leave_no_descriptor_slot_memory_or_line_behind(fresh_npu):
+    with libnpu.initialize(fresh_npu.devroot) as session:
+        probe = session.open(0)
+        bus = paths.bus_dir(fresh_npu.devroot, 0)
+        with session.open(0) as warm:                    # first queue: whatever is made once is made
+            warm.queue_submit(warm.create_queue(), nop(warm)).wait(10)
+        pids = _driver_and_chip(fresh_npu.devroot, bus)
+        assert len(pids) >= 3
+
+        def settled() -> tuple:
+            table = np.fromfile(paths.bus_dir(fresh_npu.devroot, 0) / "qtab", np.uint32)
+            enabled = [table[(slot * queues.QTAB_SLOT_SIZE + queues.Q_CONTROL) // 4] for slot in
+                       range(queues.QUEUE_SLOTS)]
+            return (_open_fds(pids), sorted(os.listdir(bus)), probe.info()["memory_used"], sum(enabled))
+
+        assert wait_until(lambda: settled()[3] == 0, 10)
+        baseline = settled()
+        for _ in range(40):
+            with session.open(0) as device:
+                for queue in (device.create_queue(), device.create_queue()):
+                    device.queue_submit(queue, nop(device)).wait(10)
+        assert wait_until(lambda: settled() == baseline, 20), (settled(), baseline)
 
 
 def test_a_reset_stops_live_queues_with_a_clear_error(fresh_npu):
