@@ -36,7 +36,8 @@ def user_cache_dir() -> Path:
 #: quantizer default changed, ...), so that no cache hands out what the old one compiled.
 #: 2: per-channel FC weights by default; LOGISTIC/TANH inputs cover the unsaturated domain.
 #: 3: bias correction corrects a channel's mean error only as far as it stands out of its noise.
-COMPILER_REVISION = 3
+#: 5: GPTQ rounds a layer's bias last, taking up the weights' error (``--recipe accurate``).
+COMPILER_REVISION = 5
 
 
 def cache_key(model: bytes, options: Mapping[str, Any] | None = None) -> str:

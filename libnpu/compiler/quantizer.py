@@ -286,7 +286,7 @@ def quantize(graph: Graph, ranges: Mapping[str, Range], *, fc_per_channel: bool 
     ``io_dtype="float32"`` keeps float inputs/outputs (QUANTIZE / DEQUANTIZE ops at the
     edges); ``"int8"`` makes the graph inputs/outputs int8 tensors. ``moments`` (by weight
     tensor name, from :func:`libnpu.compiler.weight_rounding.input_moments`): round those
-    weights by GPTQ instead of to the nearest step.
+    weights by GPTQ instead of to the nearest step (their biases taking up the error's mean).
     """
     if io_dtype not in ("float32", "int8"):
         raise QuantizationError(f"io_dtype must be 'float32' or 'int8', not {io_dtype!r}")
@@ -321,12 +321,9 @@ def quantize(graph: Graph, ranges: Mapping[str, Range], *, fc_per_channel: bool 
             per_tensor = registry.get(op.type, "fc_weights") and not fc_per_channel
             axis = None if per_tensor else weight_axis
             wq, wqp = _quantize_weights(w_t.data, axis, bias, in_scale)
-            if moments is not None and w_t.name in moments:
-                from .weight_rounding import gptq_round, gptq_round_depthwise
-                if op.type == "DEPTHWISE_CONV_2D":
-                    wq = gptq_round_depthwise(w_t.data, wqp.scale, moments[w_t.name])
-                elif axis in (0, None):
-                    wq = gptq_round(w_t.data, wqp.scale, moments[w_t.name])
+            if moments is not None and w_t.name in moments and (op.type == "DEPTHWISE_CONV_2D" or axis in (0, None)):
+                from .weight_rounding import round_layer
+                wq, bias = round_layer(op.type, w_t.data, wqp.scale, moments[w_t.name], bias)
             g.add_tensor(Tensor(w_t.name, w_t.shape, "int8", wqp, wq))
             if b_name:
                 bs = (wqp.scale.astype(np.float64) * in_scale)
