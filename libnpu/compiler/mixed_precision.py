@@ -345,7 +345,7 @@ def quantize_mixed(graph: Graph, dataset: Iterable[Feed] | None = None, *,
     The chosen op names are in the result's ``metadata["int16_layers"]`` (with "auto",
     also the output scores reached, ``metadata["int16_output_score"]``: see
     :func:`output_scores`)."""
-    from .quantizer import quantize_model, random_dataset
+    from .quantizer import equalized, quantize_model, random_dataset
     selection = parse_selection(int16)
     opt = optimize(graph)
     random = dataset is None
@@ -353,6 +353,8 @@ def quantize_mixed(graph: Graph, dataset: Iterable[Feed] | None = None, *,
         data = random_dataset(opt, quantize_options.get("random_count", 8), seed=quantize_options.get("seed", 0))
     else:
         data = list(dataset)  # type: ignore[arg-type]
+    if quantize_options.get("equalize"):   # the float graph every measurement below compares with
+        opt = graph = equalized(opt, data, progress)
     # With int16 layers the per-layer report is measured on the mixed graph, below.
     report = quantize_options.pop("layer_report", False) if selection != "none" else False
     q = quantize_model(graph, data, progress=progress, **quantize_options)

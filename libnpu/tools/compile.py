@@ -132,6 +132,7 @@ def quantization_report(metadata: dict[str, Any], worst: int | None = 10) -> str
     head = (f"quantization: {cal.get('method', 'minmax')} calibration on {cal.get('runs')} "
             f"{'random inputs' if cal.get('random') else 'samples'}"
             f"{', GPTQ weight rounding' if cal.get('weight_rounding') == 'gptq' else ''}"
+            f"{f', {n} channels equalized' if (n := cal.get('equalized_channels')) else ''}"
             f"{', bias correction' if cal.get('bias_correction') else ''}")
     rows = metadata.get("layer_errors")
     if not rows:
