@@ -98,6 +98,9 @@ def _calibration_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--bias-correction", action=argparse.BooleanOptionalAction,
                    help="correct each layer's bias for its mean quantization error on the calibration data "
                         "(default off; --no-bias-correction turns off a recipe's)")
+    p.add_argument("--equalize", action=argparse.BooleanOptionalAction,
+                   help="lift activation channels their tensor's grid starves, the next depthwise layer dividing "
+                        "them back (same float function; default off; --no-equalize turns off a recipe's)")
     p.add_argument("--fc-per-tensor", action="store_true",
                    help="per-tensor fully connected weights (default per channel)")
     p.add_argument("--int8-io", action="store_true", help="int8 inputs/outputs instead of float")
