@@ -7,7 +7,10 @@ always wins. int8 models are imported as they are, so no recipe touches them.
 * ``accurate``: GPTQ weight rounding (:mod:`libnpu.compiler.weight_rounding`) and int16
   activations where the int8 graph misses the output target on the calibration data
   (``int16="auto"``, :mod:`libnpu.compiler.mixed_precision`). Slower to compile (both run
-  the graph on the calibration data) and, where layers go int16, slower to run.
+  the graph on the calibration data) and, where layers go int16, slower to run. Also
+  channel equalization (``equalize=True``, :mod:`libnpu.compiler.equalization`): it
+  changes no function, and the finer the weights the more the activations' grids are what
+  is left (pose_landmark_full with int16 weights: segmentation 0.97 -> 0.995 simulated).
 
 Bias correction is not in ``accurate``: measured on mediapipe's models (device, two unseen
 pictures) it takes selfie_segmentation from cosine 0.41 to 0.99 but pose_landmark_full's
@@ -27,7 +30,7 @@ __all__ = ["RECIPES", "RecipeError", "apply_recipe"]
 
 RECIPES: dict[str, dict[str, Any]] = {
     "default": {},
-    "accurate": {"weight_rounding": "gptq", "int16": "auto"},
+    "accurate": {"weight_rounding": "gptq", "int16": "auto", "equalize": True},
 }
 
 

@@ -89,7 +89,7 @@ def _calibration_args(p: argparse.ArgumentParser) -> None:
                    help="how activation ranges are chosen from the calibration data (default minmax)")
     p.add_argument("--percentile", type=float, help="with --method percentile: the kept percentile (default 99.99)")
     p.add_argument("--recipe", choices=("default", "accurate"), default="default",
-                   help="a set of the options below: 'accurate' = --weight-rounding gptq --int16 auto"
+                   help="a set of the options below: 'accurate' = --weight-rounding gptq --int16 auto --equalize"
                         " (slower to compile and, where "
                         "layers go int16, to run); options given explicitly win (default: default)")
     p.add_argument("--weight-rounding", choices=("nearest", "gptq"),
