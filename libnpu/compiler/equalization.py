@@ -22,8 +22,8 @@ grid). B is depthwise so that its weights are quantized per channel: dividing ch
 c's weights by ``s_c`` leaves their relative rounding error as it was.
 
 ``s_c = min(MAX_SCALE, R / (HEADROOM * r_c))`` where ``r_c`` is channel c's largest
-magnitude on the calibration data and ``R`` the tensor's; channels already within a
-factor ``MIN_SCALE`` of that target, and channels that are always zero, keep ``s_c = 1``.
+magnitude on the calibration data and ``R`` the tensor's; a channel that would be lifted
+by less than ``MIN_SCALE``, or that is always zero, keeps ``s_c = 1``.
 """
 from __future__ import annotations
 
@@ -52,7 +52,7 @@ def _depth_multiplier_one(op: Op) -> bool:
 def equalization_pairs(graph: Graph) -> list[tuple[Op, Op]]:
     """``(A, B)`` pairs that :func:`equalize` may rescale: A a CONV_2D or depthwise layer
     with constant float weights and a commuting activation, whose output is not a graph
-    output and is read by one op only, B, a depthwise layer (multiplier 1) with constant
+    output (nor a state's new value) and is read by one op only, B, a depthwise layer (multiplier 1) with constant
     float weights; the weights and biases read by A or B alone."""
     readers: dict[str, list[Op]] = {}
     for op in graph.ops:
