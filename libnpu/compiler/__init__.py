@@ -14,8 +14,8 @@ Pipeline::
 it (``cache.compile_cached`` through the cache), each taking a ``progress`` callback
 (``progress``). Modules: ``ir`` (graph IR), ``tflite_import``, ``onnx_import``,
 ``float_ref`` (numpy float reference interpreter), ``optimize``, ``quantizer`` (with ``calibration``,
-``weight_rounding``, ``bias_correction``; ``accuracy``: per-layer error vs float), ``tflite_export`` (IR back to
-.tflite, to check against LiteRT), ``memplan``, ``qparams``, ``lower``, ``cache``
+``weight_rounding``, ``equalization``, ``bias_correction``; ``accuracy``: per-layer error vs float),
+``tflite_export`` (IR back to .tflite, to check against LiteRT), ``memplan``, ``qparams``, ``lower``, ``cache``
 (compiled models by content hash), ``frontend``. The names below are imported lazily, so
 ``import libnpu.compiler`` pulls in neither onnx nor tflite until they are used.
 """

@@ -38,7 +38,8 @@ def user_cache_dir() -> Path:
 #: 3: bias correction corrects a channel's mean error only as far as it stands out of its noise.
 #: 4: LOGISTIC / TANH have int16 modes, which ``--int16 auto`` may choose.
 #: 5: int16 tensors get twice their calibration range; int64 biases from the float biases.
-COMPILER_REVISION = 5
+#: 6: GPTQ rounds a layer's bias last, taking up the weights' error (``--recipe accurate``).
+COMPILER_REVISION = 6
 
 
 def cache_key(model: bytes, options: Mapping[str, Any] | None = None) -> str:

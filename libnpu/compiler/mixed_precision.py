@@ -144,13 +144,16 @@ def _int16_constant(g: Graph, name: str, src: Graph | None) -> str:
     return new
 
 
-def _int64_bias(g: Graph, op: Op, in_scale: float, src: Graph | None) -> None:
+def _int64_bias(g: Graph, op: Op, in_scale: float, src: Graph | None, float_only: bool = False) -> None:
     """Requantize the op's bias to int64 at ``in_scale`` x weight scale (16x8 spec).
 
     From the float graph's bias when ``src`` has it: the int32 bias carries the int8 grid's
     rounding (a step of int8 input scale x weight scale), which int16 activations would
     otherwise keep (hand_recrop: 0.11 pixels of its 1.06). What the quantizer changed
-    beyond that rounding (bias correction) is kept."""
+    beyond that rounding (bias correction, GPTQ's bias column) is kept, unless ``float_only``:
+    a layer given int16 weights takes the float bias alone, since what the quantizer added
+    compensated its int8 weights, which it no longer has (pose_landmark_full's segmentation:
+    0.72 with the compensated biases, 0.99 without)."""
     if len(op.inputs) < 3 or not op.inputs[2]:
         return
     name = op.inputs[2]
@@ -161,7 +164,7 @@ def _int64_bias(g: Graph, op: Op, in_scale: float, src: Graph | None) -> None:
         exact = np.asarray(src.tensors[name].data, np.float64).reshape(-1)
         step = np.broadcast_to(t32.quant.scale.astype(np.float64), exact.shape)
         rounded = np.clip(np.round(exact / step), -2 ** 31, 2 ** 31 - 1) * step
-        real = exact + (real - rounded)
+        real = exact if float_only else exact + (real - rounded)
     w_scale = _quant(g, op.inputs[1]).scale.astype(np.float64)
     scale = (np.float64(np.float32(in_scale)) * w_scale).astype(np.float32)
     scale = np.broadcast_to(scale, real.shape) if scale.size == 1 and real.size > 1 else scale
@@ -262,7 +265,7 @@ def promote(graph: Graph, names: Iterable[str], src: Graph | None = None,
                 out_scale = float(int16_quant(_quant(g, op.outputs[0])).scale[0])
                 _int16_weights(g, op, src, float(_quant(g, ins[0]).scale[0]), out_scale)  # type: ignore[arg-type]
                 widened.append(op.name)
-            _int64_bias(g, op, float(_quant(g, ins[0]).scale[0]), src)
+            _int64_bias(g, op, float(_quant(g, ins[0]).scale[0]), src, float_only=id(op) in wide)
         out = op.outputs[0]
         t8 = g.tensors[out]
         if registry.get(op.type, "fixed_output") is not None:
@@ -479,7 +482,7 @@ def quantize_mixed(graph: Graph, dataset: Iterable[Feed] | None = None, *,
     The chosen op names are in the result's ``metadata["int16_layers"]`` and
     ``metadata["int16_weights"]`` (with "auto", also the output scores reached,
     ``metadata["int16_output_score"]``: see :func:`output_scores`)."""
-    from .quantizer import quantize_model, random_dataset
+    from .quantizer import equalized, quantize_model, random_dataset
     selection = parse_selection(int16)
     wide = parse_selection(int16_weights)
     opt = optimize(graph)
@@ -488,6 +491,8 @@ def quantize_mixed(graph: Graph, dataset: Iterable[Feed] | None = None, *,
         data = random_dataset(opt, quantize_options.get("random_count", 8), seed=quantize_options.get("seed", 0))
     else:
         data = list(dataset)  # type: ignore[arg-type]
+    if quantize_options.get("equalize"):   # the float graph every measurement below compares with
+        opt = graph = equalized(opt, data, progress)
     # With int16 layers the per-layer report is measured on the mixed graph, below.
     report = quantize_options.pop("layer_report", False) if selection != "none" else False
     q = quantize_model(graph, data, progress=progress, **quantize_options)

@@ -1,8 +1,9 @@
 """How the compiler reports progress: one callback, ``progress(stage, done, total)``.
 
 The stages are "import", "optimize", "calibrate", "quantize" and "lower" (an int8 model
-skips the middle three), and when the quantizer is asked for them "weight rounding"
-(before "quantize"), "bias correction" and "accuracy" (after it). Each stage is reported
+skips the middle three), and when the quantizer is asked for them "equalize" (before
+"calibrate"), "weight rounding" (before "quantize"), "bias correction" and "accuracy"
+(after it). Each stage is reported
 as it starts (``done`` 0) and as it ends (``done == total``); "calibrate" counts
 calibration runs and "bias correction" ops, so they are also reported after every step.
 A caller that times the calls gets each stage's duration.

@@ -286,7 +286,7 @@ def quantize(graph: Graph, ranges: Mapping[str, Range], *, fc_per_channel: bool 
     ``io_dtype="float32"`` keeps float inputs/outputs (QUANTIZE / DEQUANTIZE ops at the
     edges); ``"int8"`` makes the graph inputs/outputs int8 tensors. ``moments`` (by weight
     tensor name, from :func:`libnpu.compiler.weight_rounding.input_moments`): round those
-    weights by GPTQ instead of to the nearest step.
+    weights by GPTQ instead of to the nearest step (their biases taking up the error's mean).
     """
     if io_dtype not in ("float32", "int8"):
         raise QuantizationError(f"io_dtype must be 'float32' or 'int8', not {io_dtype!r}")
@@ -321,12 +321,9 @@ def quantize(graph: Graph, ranges: Mapping[str, Range], *, fc_per_channel: bool 
             per_tensor = registry.get(op.type, "fc_weights") and not fc_per_channel
             axis = None if per_tensor else weight_axis
             wq, wqp = _quantize_weights(w_t.data, axis, bias, in_scale)
-            if moments is not None and w_t.name in moments:
-                from .weight_rounding import gptq_round, gptq_round_depthwise
-                if op.type == "DEPTHWISE_CONV_2D":
-                    wq = gptq_round_depthwise(w_t.data, wqp.scale, moments[w_t.name])
-                elif axis in (0, None):
-                    wq = gptq_round(w_t.data, wqp.scale, moments[w_t.name])
+            if moments is not None and w_t.name in moments and (op.type == "DEPTHWISE_CONV_2D" or axis in (0, None)):
+                from .weight_rounding import round_layer
+                wq, bias = round_layer(op.type, w_t.data, wqp.scale, moments[w_t.name], bias)
             g.add_tensor(Tensor(w_t.name, w_t.shape, "int8", wqp, wq))
             if b_name:
                 bs = (wqp.scale.astype(np.float64) * in_scale)
@@ -406,11 +403,21 @@ def _bias_correction_helps(float_graph: Graph, q: Graph, data: Sequence) -> bool
     return min(after.values(), default=1.0) > min(before.values(), default=1.0)
 
 
+def equalized(graph: Graph, data: Sequence, progress: Progress | None = None) -> Graph:
+    """The optimized float ``graph`` channel-equalized on ``data`` (once: a graph already
+    equalized is returned as it is)."""
+    if "equalized_channels" in graph.metadata:
+        return graph
+    from .equalization import equalize
+    with stage(progress, "equalize"):
+        return equalize(graph, data)
+
+
 def quantize_model(graph: Graph,
                    dataset: Iterable[Mapping[str, np.ndarray] | Sequence[np.ndarray]] | None = None, *,
                    method: str = "minmax", percentile: float = 99.99, random_count: int = 8,
                    fc_per_channel: bool = True, weight_rounding: str = "nearest",
-                   bias_correction: bool | str = False,
+                   bias_correction: bool | str = False, equalize: bool = False,
                    layer_report: bool = False, io_dtype: str = "float32", seed: int = 0,
                    progress: Progress | None = None) -> Graph:
     """Optimize, calibrate (with ``dataset`` or random data) and quantize a float graph.
@@ -419,6 +426,9 @@ def quantize_model(graph: Graph,
     ``method``: how activation ranges are chosen (:mod:`libnpu.compiler.calibration`);
     ``weight_rounding``: ``"nearest"`` or ``"gptq"`` (conv / FC weights rounded for the
     calibration data's inputs, :mod:`libnpu.compiler.weight_rounding`);
+    ``equalize``: first lift the channels that their tensor's grid starves, measured on
+    the calibration data (:mod:`libnpu.compiler.equalization`; the float graph computes the
+    same function);
     ``bias_correction``: cancel each layer's mean quantization error on the calibration
     data (:mod:`libnpu.compiler.bias_correction`); ``"auto"``: only when that, fitted on
     half the calibration data, improves the worst output on the other half; ``layer_report``: measure every
@@ -431,6 +441,8 @@ def quantize_model(graph: Graph,
     with stage(progress, "optimize"):
         opt = optimize(graph)
     data = list(dataset) if dataset is not None else random_dataset(opt, random_count, seed=seed)
+    if equalize:
+        opt = equalized(opt, data, progress)
     ranges = calibrate(opt, data, method=method, percentile=percentile, seed=seed, progress=progress)
     moments = None
     if weight_rounding == "gptq":
@@ -449,6 +461,8 @@ def quantize_model(graph: Graph,
         q.validate()
     q.metadata["calibration"] = {"method": method, "runs": len(data), "random": dataset is None,
                                  "bias_correction": bias_correction,
+                                 **({"equalized_channels": opt.metadata["equalized_channels"]}
+                                    if "equalized_channels" in opt.metadata else {}),
                                  **({"weight_rounding": weight_rounding} if weight_rounding != "nearest" else {})}
     if layer_report:
         from .accuracy import errors_to_json, layer_errors

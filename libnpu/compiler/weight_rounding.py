@@ -19,6 +19,16 @@ batch norm folded into a depthwise layer leaves channels whose output is a small
 difference of large terms (pose_landmark_full's first depthwise layer: 24 dB SQNR from
 nearest-rounded weights alone), and neighbouring pixels are correlated enough for the
 error of one tap to be taken up by the others.
+
+A layer's bias is a column too, whose input is always 1 and whose int32 (or int64) grid
+is so fine that it rounds for free. It comes last, so it takes up what the weights'
+rounding left in the output's mean: ``round_layer`` with the moments of the rows with a
+1 appended (``input_moments`` does that for layers with a bias). This is not bias
+correction: it sees the float graph's inputs only, as the weights' rounding does, not the
+quantized graph's drift. Measured on pose_landmark_full with ``--recipe accurate`` (every
+activation int16; the float reference simulating the int grids, unseen pictures): the
+segmentation logits' cosine against float goes from 0.974 to 0.984 on astronaut and
+from 0.676 to 0.750 on chelsea, the other outputs as they were.
 """
 from __future__ import annotations
 
@@ -29,7 +39,7 @@ import numpy as np
 from .float_ref import FloatInterpreter, windows
 from .ir import Graph, Op
 
-__all__ = ["MAX_COLUMNS", "input_moments", "gptq_round", "gptq_round_depthwise"]
+__all__ = ["MAX_COLUMNS", "input_moments", "gptq_round", "gptq_round_depthwise", "round_layer"]
 
 MAX_COLUMNS = 2304          # H is K x K float64: 42 MB at this size
 ROWS_PER_SAMPLE = 4096      # input rows (positions) drawn per calibration sample
@@ -65,8 +75,13 @@ def _eligible(op: Op, graph: Graph) -> bool:
     return w.is_constant and int(np.prod(w.shape[1:])) <= MAX_COLUMNS
 
 
+def _has_bias(op: Op) -> bool:
+    return len(op.inputs) > 2 and bool(op.inputs[2])
+
+
 def input_moments(graph: Graph, dataset: Iterable[Feed], seed: int = 0) -> dict[str, np.ndarray]:
-    """``E[x x^T]`` of each eligible layer's input rows over ``dataset``, by weight tensor name."""
+    """``E[x x^T]`` of each eligible layer's input rows over ``dataset``, by weight tensor
+    name; for a layer with a bias, of the rows with a 1 appended (``[K + 1, K + 1]``)."""
     ops = [op for op in graph.ops if _eligible(op, graph)]
     if not ops:
         return {}
@@ -88,6 +103,8 @@ def input_moments(graph: Graph, dataset: Iterable[Feed], seed: int = 0) -> dict[
             if count > ROWS_PER_SAMPLE:
                 rows = rows[..., rng.choice(count, ROWS_PER_SAMPLE, replace=False), :]
             r = rows.astype(np.float64)
+            if _has_bias(op):       # the constant input the bias multiplies
+                r = np.concatenate([r, np.ones((*r.shape[:-1], 1))], axis=-1)
             name = op.inputs[1]
             moment = np.einsum("...ri,...rj->...ij", r, r)   # [K, K], or [C, K, K] per channel
             sums[name] = sums.get(name, 0.0) + moment
@@ -95,14 +112,36 @@ def input_moments(graph: Graph, dataset: Iterable[Feed], seed: int = 0) -> dict[
     return {n: s / counts[n] for n, s in sums.items()}
 
 
+def round_layer(op_type: str, w: np.ndarray, scale: np.ndarray, moment: np.ndarray,
+                bias: np.ndarray | None = None, damp: float = 0.1) -> tuple[np.ndarray, np.ndarray | None]:
+    """GPTQ-rounded int8 weights of a layer and its bias: ``moment`` from
+    :func:`input_moments`; when it has the bias's column (one more than the weights'
+    columns) and ``bias`` is given, the bias returned takes up the weights' rounding error
+    (float, to be quantized on its own grid), else ``bias`` comes back as it was."""
+    if op_type == "DEPTHWISE_CONV_2D":          # each channel on its own: [C, KH*KW (+1)] rows
+        _, kh, kw, channels = w.shape
+        taps = kh * kw
+        rows = w.reshape(taps, channels).T.astype(np.float64)
+        with_bias = bias is not None and moment.shape[-1] == taps + 1
+        if with_bias:
+            rows = np.concatenate([rows, np.asarray(bias, np.float64).reshape(-1, 1)], axis=1)
+        s = np.broadcast_to(np.asarray(scale, np.float64).reshape(-1), (channels,))
+        done = [_gptq(rows[c:c + 1], s[c:c + 1], moment[c], damp, with_bias) for c in range(channels)]
+        q = np.concatenate([d[0][:, :taps] for d in done]).T.reshape(w.shape)
+        return q, (np.concatenate([d[1] for d in done]) if with_bias else bias)
+    rows = w.reshape(w.shape[0], -1).astype(np.float64)
+    k = rows.shape[1]
+    with_bias = bias is not None and moment.shape[-1] == k + 1
+    if with_bias:
+        rows = np.concatenate([rows, np.asarray(bias, np.float64).reshape(-1, 1)], axis=1)
+    q, last = _gptq(rows, scale, moment, damp, with_bias)
+    return q[:, :k].reshape(w.shape), (last if with_bias else bias)
+
+
 def gptq_round_depthwise(w: np.ndarray, scale: np.ndarray, moments: np.ndarray, damp: float = 0.1) -> np.ndarray:
     """int8 depthwise weights ``[1, KH, KW, C]``, each channel rounded by GPTQ with its own
     ``moments[c]`` (``[C, KH*KW, KH*KW]``) on its own ``scale[c]``."""
-    _, kh, kw, channels = w.shape
-    taps = w.reshape(kh * kw, channels).T                  # [C, KH*KW]
-    s = np.broadcast_to(np.asarray(scale, np.float64).reshape(-1), (channels,))
-    out = np.stack([gptq_round(taps[c:c + 1], s[c:c + 1], moments[c], damp)[0] for c in range(channels)])
-    return out.T.reshape(w.shape).astype(np.int8)
+    return round_layer("DEPTHWISE_CONV_2D", w, scale, moments, None, damp)[0]
 
 
 def gptq_round(w: np.ndarray, scale: np.ndarray, moment: np.ndarray, damp: float = 0.1) -> np.ndarray:
@@ -111,29 +150,41 @@ def gptq_round(w: np.ndarray, scale: np.ndarray, moment: np.ndarray, damp: float
 
     ``damp`` (a fraction of the mean diagonal, added to it) keeps the inverse stable when
     the calibration data span fewer than K directions."""
-    shape = w.shape
-    W = w.reshape(shape[0], -1).astype(np.float64).copy()
+    return _gptq(w.reshape(w.shape[0], -1), scale, moment, damp, free_last=False)[0].reshape(w.shape)
+
+
+def _gptq(w: np.ndarray, scale: np.ndarray, moment: np.ndarray, damp: float,
+          free_last: bool) -> tuple[np.ndarray, np.ndarray]:
+    """GPTQ over the columns of ``w`` ``[N, K]``: the int8 columns, and the last column's
+    final value, which ``free_last`` leaves unrounded (a bias: it takes up the error)."""
+    W = w.astype(np.float64).copy()
     k = W.shape[1]
-    s = np.asarray(scale, np.float64).reshape(-1, 1) * np.ones((shape[0], 1))
+    s = np.asarray(scale, np.float64).reshape(-1, 1) * np.ones((W.shape[0], 1))
     H = moment.astype(np.float64).copy()
     dead = np.diag(H) == 0          # inputs that are always zero: their weights do not matter
     H[dead, dead] = 1.0
-    H += damp * float(np.mean(np.diag(H))) * np.eye(k)
+    rounded = k - 1 if free_last else k     # the damping is the rounded columns' (a bias's input is exact)
+    H[:rounded, :rounded] += damp * float(np.mean(np.diag(H)[:rounded])) * np.eye(rounded)
     try:
         U = np.linalg.cholesky(np.linalg.inv(H)).T   # upper Cholesky factor of H^-1
     except np.linalg.LinAlgError:
-        return np.clip(np.round(W / s), -127, 127).reshape(shape).astype(np.int8)
+        Q = np.clip(np.round(W / s), -127, 127)
+        return Q.astype(np.int8), W[:, -1].copy()
     Q = np.zeros_like(W)
+    last = W[:, -1].copy()
     for start in range(0, k, BLOCK):
         end = min(start + BLOCK, k)
         block = W[:, start:end].copy()
         errors = np.zeros_like(block)
         for j in range(end - start):
             col = block[:, j]
+            if free_last and start + j == k - 1:
+                last = col.copy()
+                continue
             q = np.clip(np.round(col / s[:, 0]), -127, 127)
             Q[:, start + j] = q
             err = (col - q * s[:, 0]) / U[start + j, start + j]
             block[:, j + 1:] -= np.outer(err, U[start + j, start + j + 1:end])
             errors[:, j] = err
         W[:, end:] -= errors @ U[start:end, end:]
-    return Q.reshape(shape).astype(np.int8)
+    return Q.astype(np.int8), last

@@ -90,7 +90,7 @@ def _calibration_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--percentile", type=float, help="with --method percentile: the kept percentile (default 99.99)")
     p.add_argument("--recipe", choices=("default", "accurate"), default="default",
                    help="a set of the options below: 'accurate' = --weight-rounding gptq --int16 auto"
-                        " --int16-target 0.999 (slower to compile and, where "
+                        " --int16-target 0.999 --int16-weights auto --equalize (slower to compile and, where "
                         "layers go int16, to run); options given explicitly win (default: default)")
     p.add_argument("--weight-rounding", choices=("nearest", "gptq"),
                    help="gptq: round conv/depthwise/FC weights for the calibration data's inputs (GPTQ) instead of "
@@ -98,6 +98,9 @@ def _calibration_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--bias-correction", action=argparse.BooleanOptionalAction,
                    help="correct each layer's bias for its mean quantization error on the calibration data "
                         "(default off; --no-bias-correction turns off a recipe's)")
+    p.add_argument("--equalize", action=argparse.BooleanOptionalAction,
+                   help="lift activation channels their tensor's grid starves, the next depthwise layer dividing "
+                        "them back (same float function; default off; --no-equalize turns off a recipe's)")
     p.add_argument("--fc-per-tensor", action="store_true",
                    help="per-tensor fully connected weights (default per channel)")
     p.add_argument("--int8-io", action="store_true", help="int8 inputs/outputs instead of float")

@@ -173,6 +173,8 @@ def _quantizer_options(args: argparse.Namespace) -> dict[str, Any]:
         options["weight_rounding"] = args.weight_rounding
     if args.bias_correction is not None and (args.bias_correction or recipe != "default"):
         options["bias_correction"] = args.bias_correction
+    if args.equalize is not None and (args.equalize or recipe != "default"):
+        options["equalize"] = args.equalize
     if args.fc_per_tensor:
         options["fc_per_channel"] = False
     if args.int8_io:

@@ -131,9 +131,12 @@ def quantization_report(metadata: dict[str, Any], worst: int | None = 10) -> str
     if metadata.get("quantized") != "int8" or "calibration" not in metadata:
         return "quantization: an int8 model, compiled as it is (no quantization to report)"
     cal = metadata["calibration"]
+    lifted = cal.get("equalized_channels") or 0
+    plural = "" if lifted == 1 else "s"
     head = (f"quantization: {cal.get('method', 'minmax')} calibration on {cal.get('runs')} "
             f"{'random inputs' if cal.get('random') else 'samples'}"
             f"{', GPTQ weight rounding' if cal.get('weight_rounding') == 'gptq' else ''}"
+            f"{f', {lifted} channel{plural} equalized' if lifted else ''}"
             f"{', bias correction' if cal.get('bias_correction') else ''}")
     rows = metadata.get("layer_errors")
     if not rows:
