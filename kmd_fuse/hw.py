@@ -124,8 +124,7 @@ class Hardware:
                "--doorbell-fds", ",".join(map(str, self.doorbells)), "--irq-fd", str(self.irq_fd),
                "--ring-entries", str(self.entries), "--profile", self.config.profile,
                "--memory", str(self.device_memory)]
-        self.process = subprocess.Popen(cmd, pass_fds=[*self.doorbells, self.irq_fd],
-                                        stdin=subprocess.DEVNULL)
+        self.process = spawn_keeping_loop_free(cmd, [*self.doorbells, self.irq_fd])
         log.info("chip started (pid %d, %d cores)", self.process.pid, self.config.cores)
 
     def restart_chip(self) -> None:
@@ -302,3 +301,21 @@ class Hardware:
         self._busy_reported = max(self._busy_reported, total)
         return self._busy_reported
 
+
+def spawn_keeping_loop_free(cmd: list[str], pass_fds: list[int]) -> subprocess.Popen:
+    """Start ``cmd`` with ``pass_fds`` inherited, without ever waiting on our own mount.
+
+    ``Popen(pass_fds=...)`` closes every other descriptor in the child before exec, while
+    the parent (the FUSE loop) waits for that exec. A descriptor of our own node or sysfs
+    tree open at that moment (the udev thread reading an attribute) makes that close a
+    FLUSH request only the waiting loop could answer: a deadlock, seen when the chip was
+    restarted during a uevent. With ``close_fds=False`` Popen uses posix_spawn, and the
+    kernel closes the close-on-exec descriptors (all but these: PEP 446) after it has
+    released the parent, so the loop is free to answer."""
+    for fd in pass_fds:
+        os.set_inheritable(fd, True)
+    try:
+        return subprocess.Popen(cmd, close_fds=False, stdin=subprocess.DEVNULL)
+    finally:
+        for fd in pass_fds:
+            os.set_inheritable(fd, False)
