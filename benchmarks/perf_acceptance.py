@@ -55,10 +55,13 @@ left +2.1 MB (+1.4 MB anonymous, ~0.5 MB in each core's anonymous mappings), and
 repeating its model part grows it by less each round (+1.79, +2.09, +2.26 MB). In a core,
 tracemalloc finds only +14 kB of live Python objects after the unload and every cache is
 empty (caches.census): the rest is CPython's small-object arenas, which keep the pages of
-pools freed inside an arena that still holds any object (the high-water mark of a job's
-Python objects), not objects kept. The bar stays where pages touched once put it, so
-that line fails until that is reduced. ``python -m benchmarks.rss_breakdown`` names the
-pages."""
+pools freed inside an arena that still holds any object, not objects kept. The high-water
+mark comes from ``npu bench model``'s requests in flight at once (each request's job has
+its own plan, translations and views in a core): 4 at once leave +0.54 MB per core and
++0.39 MB in the daemon, and 8 such rounds converge (+0.56 ... -0.01 MB per core), so it
+is not a leak; ``rss_breakdown --requests 4`` reproduces it (docs/hardware.md).
+The bar stays where pages touched once put it, so that line fails until that is reduced.
+``python -m benchmarks.rss_breakdown`` names the pages."""
 
 
 class Report:
