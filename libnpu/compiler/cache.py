@@ -39,7 +39,8 @@ def user_cache_dir() -> Path:
 #: 4: LOGISTIC / TANH have int16 modes, which ``--int16 auto`` may choose.
 #: 5: int16 tensors get twice their calibration range; int64 biases from the float biases.
 #: 6: GPTQ rounds a layer's bias last, taking up the weights' error (``--recipe accurate``).
-COMPILER_REVISION = 6
+#: 7: ``gptq`` rounds the weights only again; the bias column is ``gptq-bias``.
+COMPILER_REVISION = 7
 
 
 def cache_key(model: bytes, options: Mapping[str, Any] | None = None) -> str:

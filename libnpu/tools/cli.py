@@ -92,9 +92,10 @@ def _calibration_args(p: argparse.ArgumentParser) -> None:
                    help="a set of the options below: 'accurate' = --weight-rounding gptq --int16 auto"
                         " --int16-target 0.999 --int16-weights auto --equalize (slower to compile and, where "
                         "layers go int16, to run); options given explicitly win (default: default)")
-    p.add_argument("--weight-rounding", choices=("nearest", "gptq"),
+    p.add_argument("--weight-rounding", choices=("nearest", "gptq", "gptq-bias"),
                    help="gptq: round conv/depthwise/FC weights for the calibration data's inputs (GPTQ) instead of "
-                        "to the nearest step (default nearest)")
+                        "to the nearest step; gptq-bias: the biases too take up the weights' mean error "
+                        "(default nearest)")
     p.add_argument("--bias-correction", action=argparse.BooleanOptionalAction,
                    help="correct each layer's bias for its mean quantization error on the calibration data "
                         "(default off; --no-bias-correction turns off a recipe's)")

@@ -86,8 +86,10 @@ def test_gptq_changes_the_biases_and_keeps_every_grid() -> None:
     rng = np.random.default_rng(10)
     feeds = [[rng.standard_normal((1, 3, 16, 16)).astype(np.float32)] for _ in range(4)]
     plain = quantize_model(model, feeds)
-    gptq = quantize_model(model, feeds, weight_rounding="gptq")
+    same_biases = quantize_model(model, feeds, weight_rounding="gptq")
+    gptq = quantize_model(model, feeds, weight_rounding="gptq-bias")
     biases = [n for n, t in plain.tensors.items() if t.dtype == "int32" and t.is_constant]
     assert biases and any(not np.array_equal(plain.tensors[n].data, gptq.tensors[n].data) for n in biases)
+    assert all(np.array_equal(plain.tensors[n].data, same_biases.tensors[n].data) for n in biases)  # gptq: weights only
     for name, t in plain.tensors.items():
         assert gptq.tensors[name].quant == t.quant                 # same grids, biases included
