@@ -283,6 +283,7 @@ def test_lines_made_blocking_and_filled_by_their_client_never_stall_the_chip(ses
     commands = nop(device)
     for seq in range(1, 301):
         write_entry(queue, seq, commands.address, commands.used)
+        os.write(queue.doorbell_fd, b"x")                # blocking now; the core drained the pipe when it woke
         QueueFence(queue, seq).wait(10)
     with session.open(0) as other:                       # the core and the driver serve everyone on
         other_queue = other.create_queue()
