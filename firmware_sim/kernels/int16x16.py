@@ -22,7 +22,7 @@ import numpy as np
 from ..errors import InvalidCommand
 from .conv import conv_groups
 from .fixedpoint import requantize_double
-from .int16x8 import INT16_MAX, INT16_MIN, multiply_by_quantized_multiplier_int64, store_int16
+from .int16x8 import INT16_MAX, INT16_MIN, grouped_conv_sums, multiply_by_quantized_multiplier_int64, store_int16
 from .output import check_act_range
 
 __all__ = ["conv2d_16x16", "depthwise_conv2d_16x16", "fully_connected_16x16", "ACC_MIN", "ACC_MAX",
@@ -105,16 +105,11 @@ def conv2d_16x16(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None, *,
     cout, kh, kw, cin_g = w.shape
     _check_operands(x, w, kh * kw * cin_g)
     act_min, act_max = check_act_range(act_min, act_max, INT16_MIN, INT16_MAX)
-    n, _, _, cin = x.shape
+    cin = x.shape[3]
     groups = conv_groups(cin, w.shape)
     multiplier, shift = _check_quant(cout, bias, multiplier, shift)
     win = _windows(x, kh, kw, stride, dilation, padding, out_hw)
-    _, oh, ow = win.shape[:3]
-    rows = win.reshape(n * oh * ow, groups, cin_g, kh, kw).transpose(1, 0, 3, 4, 2)
-    rows = rows.reshape(groups, n * oh * ow, kh * kw * cin_g)
-    wf = w.astype(np.float64).reshape(groups, cout // groups, kh * kw * cin_g).transpose(0, 2, 1)
-    acc = np.concatenate([rows[g] @ wf[g] for g in range(groups)], axis=1)
-    return _finish(acc.reshape(n, oh, ow, cout), bias, multiplier, shift, act_min, act_max, out)
+    return _finish(grouped_conv_sums(win, w, groups), bias, multiplier, shift, act_min, act_max, out)
 
 
 def depthwise_conv2d_16x16(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None, *,

@@ -153,18 +153,26 @@ def conv2d_16x8(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None, *,
     """
     _check_conv_operands(x, w)
     act_min, act_max = _check_act(act_min, act_max)
-    n, _, _, cin = x.shape
-    cout, kh, kw, cin_g = w.shape
+    cin = x.shape[3]
+    cout, kh, kw = w.shape[:3]
     groups = conv_groups(cin, w.shape)
     multiplier, shift = _check_quant(cout, bias, multiplier, shift)
     win = _padded_windows(x, kh, kw, stride, dilation, padding, out_hw)
-    _, oh, ow = win.shape[:3]
-    # (N, OH, OW, groups, KH, KW, Cin_g) rows against (groups, KH*KW*Cin_g, Cout_g) filters.
+    return _finish(grouped_conv_sums(win, w, groups), bias, multiplier, shift, act_min, act_max, out)
+
+
+def grouped_conv_sums(win: np.ndarray, w: np.ndarray, groups: int) -> np.ndarray:
+    """Exact convolution sums (float64, (N, OH, OW, Cout)) of windows ``win`` (N, OH, OW,
+    Cin, KH, KW) and filters ``w`` (Cout, KH, KW, Cin / groups): (N, OH, OW, groups, KH,
+    KW, Cin_g) rows against (groups, KH*KW*Cin_g, Cout_g) filters. Exact while every sum
+    stays within 2**53 (int16 x int16 over any real filter does)."""
+    n, oh, ow = win.shape[:3]
+    cout, kh, kw, cin_g = w.shape
     rows = win.reshape(n * oh * ow, groups, cin_g, kh, kw).transpose(1, 0, 3, 4, 2)
     rows = rows.reshape(groups, n * oh * ow, kh * kw * cin_g)
     wf = w.astype(np.float64).reshape(groups, cout // groups, kh * kw * cin_g).transpose(0, 2, 1)
     acc = np.concatenate([rows[g] @ wf[g] for g in range(groups)], axis=1)
-    return _finish(acc.reshape(n, oh, ow, cout), bias, multiplier, shift, act_min, act_max, out)
+    return acc.reshape(n, oh, ow, cout)
 
 
 def depthwise_conv2d_16x8(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None, *,
