@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import errno
 import os
+import subprocess
+import sys
+import textwrap
 import threading
 
 import pytest
@@ -13,6 +16,7 @@ import pytest
 import libnpu
 from kmd_fuse import uapi
 from libnpu import NpuError
+from tests.support.device import REPO
 
 MIB = 1 << 20
 
@@ -196,3 +200,70 @@ def test_a_client_that_never_reads_or_closes_mid_request_disturbs_no_one(npu, no
         with pytest.raises(NpuError) as exc:
             bystander.free_mem(memory)
         assert exc.value.errno == errno.ENOENT
+
+
+SHARER = textwrap.dedent("""
+    import errno, os, sys
+    from kmd_fuse import uapi
+    fd, rounds = int(sys.argv[1]), int(sys.argv[2])
+    seq, taken = 0, 0
+    for round_ in range(rounds):
+        req = uapi.new_payload(uapi.NPU_CMD_MEM_ALLOC)
+        req.size = 4096 * (1 + round_ % 7)
+        while True:                     # the seqs are the parent's too: skip those in flight
+            seq = seq % 40 + 1
+            try:
+                os.pwrite(fd, uapi.pack_frame(uapi.NPU_CMD_MEM_ALLOC, seq, req), 0)
+                break
+            except OSError as exc:
+                assert exc.errno == errno.EEXIST, exc
+                taken += 1
+        while True:
+            try:
+                frame = os.pread(fd, uapi.NPU_MAX_FRAME, uapi.NPU_REPLY_BY_SEQ + seq)
+                break
+            except BlockingIOError:
+                pass
+        magic, cmd, got, size, result, _ = uapi.header_fields(frame)
+        assert (cmd, got, result, size) == (uapi.NPU_CMD_MEM_ALLOC, seq, 0, len(frame) - uapi.HDR_SIZE), frame
+        alloc = uapi.unpack_payload(uapi.NPU_CMD_MEM_ALLOC, frame, uapi.HDR_SIZE)
+        assert alloc.alloc_size == req.size, (alloc.alloc_size, req.size)
+        free = uapi.new_payload(uapi.NPU_CMD_MEM_FREE)
+        free.handle = alloc.handle
+        os.pwrite(fd, uapi.pack_frame(uapi.NPU_CMD_MEM_FREE, seq, free), 0)   # its seq is free again
+        while True:
+            try:
+                frame = os.pread(fd, uapi.NPU_MAX_FRAME, uapi.NPU_REPLY_BY_SEQ + seq)
+                break
+            except BlockingIOError:
+                pass
+        assert uapi.header_fields(frame)[1:5:3] == (uapi.NPU_CMD_MEM_FREE, 0), frame
+        assert uapi.unpack_payload(uapi.NPU_CMD_MEM_FREE, frame, uapi.HDR_SIZE).handle == alloc.handle
+    print(rounds, taken, flush=True)
+""")
+
+
+def test_two_processes_sharing_one_file_never_read_each_others_replies(npu):
+    """A child given the parent's descriptor (as after fork) uses the same small seqs as the
+    parent's libnpu: a seq in flight is EEXIST for the other, and each reads only its own
+    replies, so neither ever sees the other's."""
+    with libnpu.initialize(npu.devroot) as session:
+        device = session.open(0)
+        fd = device.file.fd
+        child = subprocess.Popen([sys.executable, "-c", SHARER, str(fd), "300"], pass_fds=(fd,),
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=str(REPO))
+        try:
+            rounds = 0
+            while child.poll() is None and rounds < 2000:
+                memory = device.alloc_mem(4096 * (1 + rounds % 5))
+                assert memory.size == 4096 * (1 + rounds % 5)
+                assert device.param("NUM_CORES") >= 1
+                device.free_mem(memory)
+                rounds += 1
+            out, err = child.communicate(timeout=120)
+        finally:
+            if child.poll() is None:
+                child.kill()
+                child.wait()
+        assert (child.returncode, out.split()[0]) == (0, "300"), err
+        assert device.stats()["buffers"] == 0 and rounds > 0
