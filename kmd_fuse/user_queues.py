@@ -309,10 +309,12 @@ class UserQueues:
                 ready = hw.invalidations_done(deferred.targets) or self._invalidations_idle()
             if ready:
                 self.deferred.remove(deferred)
-                device.release_buffer(deferred.ctx, deferred.bo)
-                request = deferred.reply_to
-                if request is not None and not deferred.ctx.closed:
-                    deferred.ctx.set_reply(request.reply())     # type: ignore[attr-defined]
+                try:
+                    device.release_buffer(deferred.ctx, deferred.bo)
+                finally:        # whatever happened, the MEM_FREE is answered: its client never hangs
+                    request = deferred.reply_to
+                    if request is not None and not deferred.ctx.closed:
+                        deferred.ctx.set_reply(request.reply())     # type: ignore[attr-defined]
         for ctx in [c for c in device.zombies if not c.queues]:
             device.reap(ctx)
         return bool(self.releasing or self.deferred)

@@ -20,11 +20,11 @@ import numpy as np
 import pytest
 
 import libnpu
-from firmware_sim.spec import iommu
+from firmware_sim.spec import iommu, regs
 from kmd_fuse import paths, uapi
 from libnpu import NpuError
 from libnpu.portability import JobError
-from tests.support.device import REPO, wait_until
+from tests.support.device import REPO, set_fault_injection, start_npu, stop_npu, wait_until
 
 MIB = 1 << 20
 PAGE = 4096
@@ -304,3 +304,41 @@ def test_a_reset_with_frees_pending_answers_each_of_them(fresh_npu, queued):
     device.run(nop)                                               # the ioctl path serves on
     session.close(device)
     assert settled_to(fresh_npu.devroot, baseline), (census(fresh_npu.devroot), baseline)
+
+
+@pytest.fixture
+def hanging_npu(tmp_path):
+    """A device whose watchdog ends a hung job after 300 ms (the chip restarts its core)."""
+    mounted = start_npu(tmp_path, extra=("--watchdog-ms", "300"))
+    yield mounted
+    stop_npu(mounted)
+
+
+def test_frees_deferred_behind_a_hung_core_are_answered_once_it_restarts(hanging_npu):
+    """A user-queue job hangs its core (another user's, say): the frees of the queue's context
+    wait for that core's invalidation; the watchdog restarts the core, the frees are answered
+    and the memory comes back."""
+    baseline = census(hanging_npu.devroot)
+    with libnpu.initialize(hanging_npu.devroot) as session:
+        device = session.open(0)
+        queue = device.create_queue()
+        held = [device.alloc_mem(PAGE * (1 + i % 3)) for i in range(8)]
+        nop = device.command_buffer()
+        nop.add("NOP")
+        set_fault_injection(hanging_npu.devroot, regs.FAULT_HANG)
+        try:
+            hung = device.queue_submit(queue, nop)
+            for i, memory in enumerate(held):
+                send_free(device.file.fd, RAW_SEQ + i, memory.handle)
+            assert [free_reply(device.file.fd, RAW_SEQ + i) for i in range(8)] == \
+                [(0, memory.handle) for memory in held]
+        finally:
+            set_fault_injection(hanging_npu.devroot, 0)
+        with pytest.raises((JobError, NpuError)):
+            hung.wait(30)
+        for memory in held:
+            memory._unmap()
+        device.buffers.clear()
+        device.run(nop)
+        session.close(device)
+    assert settled_to(hanging_npu.devroot, baseline), (census(hanging_npu.devroot), baseline)
