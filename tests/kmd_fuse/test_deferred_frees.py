@@ -342,3 +342,25 @@ def test_frees_deferred_behind_a_hung_core_are_answered_once_it_restarts(hanging
         device.run(nop)
         session.close(device)
     assert settled_to(hanging_npu.devroot, baseline), (census(hanging_npu.devroot), baseline)
+
+
+def test_a_freed_buffer_cannot_be_mapped_or_bought_while_its_free_is_deferred(fresh_npu, queued):
+    """Neither MEM_MAP of the handle nor a hand-over token issued before the free reaches
+    the buffer's memory once MEM_FREE is written, deferred or not."""
+    session, device, baseline = queued
+    memory = device.alloc_mem(PAGE)
+    req = uapi.new_payload(uapi.NPU_CMD_MEM_MAP)
+    req.handle = memory.handle
+    mapping = device.file.request(uapi.NPU_CMD_MEM_MAP, req)
+    send_free(device.file.fd, RAW_SEQ, memory.handle)
+    with pytest.raises(NpuError) as refused:
+        device.file.request(uapi.NPU_CMD_MEM_MAP, req)
+    assert refused.value.errno == errno.ENOENT
+    with pytest.raises(NpuError) as refused:
+        device.buffer_socket.receive(uapi.c_string(mapping.socket_path), mapping.token)
+    assert refused.value.errno == errno.ENOENT
+    assert free_reply(device.file.fd, RAW_SEQ) == (0, memory.handle)
+    device.buffers.pop(memory.handle)
+    memory._unmap()
+    session.close(device)
+    assert settled_to(fresh_npu.devroot, baseline), (census(fresh_npu.devroot), baseline)
