@@ -2,14 +2,18 @@
 from __future__ import annotations
 
 import errno
-from collections import OrderedDict, deque
+import logging
+from collections import OrderedDict
 from dataclasses import dataclass, field
 
 import trio
 
+from kmd_fuse import uapi
 from kmd_fuse.buffer import BufferObject
 from kmd_fuse.errors import KmdError
 from kmd_fuse.mmu import AddressSpace
+
+log = logging.getLogger("kmd_fuse.context")
 
 RESULTS_KEPT = 1 << 16   # signalled fences whose status a context remembers
 MAX_OUTSTANDING = 64     # requests one open file may have in flight (EBUSY beyond)
@@ -72,10 +76,11 @@ class Context:
     failures: OrderedDict = field(default_factory=OrderedDict)   # failed fence -> (status, device_time_ns)
     stats: ContextStats = field(default_factory=ContextStats)
     closed: bool = False
-    # request/reply state of the file: requests may overlap, replies come in completion order
-    outstanding: int = 0                # requests accepted whose replies have not been read
-    replies: deque = field(default_factory=deque)
-    reply_ready: trio.Event = field(default_factory=trio.Event)
+    # request/reply state of the file: requests may overlap; each reply is kept, under its
+    # request's seq, until a read takes it (in completion order, or by seq: docs/abi.md)
+    in_flight: set = field(default_factory=set)                  # seqs accepted, reply not read yet
+    replies: OrderedDict = field(default_factory=OrderedDict)    # seq -> reply frame, completion order
+    reply_added: trio.Event = field(default_factory=trio.Event)  # set at each reply, then replaced
     poll_handle: object | None = None
     waiters: list[Waiter] = field(default_factory=list)
     last_exec_ns: int = -1             # chip time of the context's last finished job (read polling)
@@ -113,9 +118,22 @@ class Context:
             while len(self.failures) > RESULTS_KEPT:
                 self.failures.popitem(last=False)
 
+    @property
+    def outstanding(self) -> int:
+        """Requests accepted whose replies have not been read."""
+        return len(self.in_flight)
+
     def set_reply(self, frame: bytes) -> None:
-        self.replies.append(frame)
-        self.reply_ready.set()
+        """Hold a request's reply frame until it is read; at most one per request."""
+        seq = uapi.header_fields(frame)[2]
+        if seq not in self.in_flight or seq in self.replies:
+            # A driver bug, never the client's doing: the frame cannot be given to anyone.
+            log.error("context %d: a reply for seq %d, which %s: dropped", self.context_id, seq,
+                      "is answered already" if seq in self.replies else "is not in flight")
+            return
+        self.replies[seq] = frame
+        event, self.reply_added = self.reply_added, trio.Event()
+        event.set()
         handle, self.poll_handle = self.poll_handle, None
         if handle is not None:
             try:
@@ -123,11 +141,18 @@ class Context:
             except OSError:
                 pass   # the poller went away
 
-    def take_reply(self) -> bytes:
-        frame = self.replies.popleft()
-        self.outstanding -= 1
-        if not self.replies:
-            self.reply_ready = trio.Event()
+    def ready_reply(self, seq: int | None) -> bytes | None:
+        """The reply to ``seq`` (None: the first one completed) if it is ready."""
+        if seq is None:
+            return next(iter(self.replies.values()), None)
+        return self.replies.get(seq)
+
+    def take_reply(self, seq: int | None) -> bytes:
+        """Remove and return a ready reply (``ready_reply``'s): its request is no longer in flight."""
+        if seq is None:
+            seq = next(iter(self.replies))
+        frame = self.replies.pop(seq)
+        self.in_flight.discard(seq)
         return frame
 
 

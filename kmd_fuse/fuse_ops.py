@@ -17,7 +17,7 @@ import time
 import pyfuse3
 import trio
 
-from kmd_fuse import jobs, sysfs
+from kmd_fuse import jobs, sysfs, uapi
 from kmd_fuse.context import MAX_OUTSTANDING
 from kmd_fuse.device import Device
 from kmd_fuse.errors import KmdError
@@ -55,6 +55,20 @@ def contain_errors(cls: type) -> type:
             return handler
         setattr(cls, name, guard(method))
     return cls
+
+
+def reply_wanted(offset: int) -> tuple[int | None, bool]:
+    """(seq, wait) a read at ``offset`` asks for: below NPU_REPLY_BY_SEQ (read()'s own file
+    position) the first reply completed (seq None); above, the reply to one seq, waited for
+    unless NPU_REPLY_NOWAIT is added.  EINVAL for an offset that names no seq."""
+    if offset < uapi.NPU_REPLY_BY_SEQ:
+        return None, True
+    rest = offset - uapi.NPU_REPLY_BY_SEQ
+    wait = not rest & uapi.NPU_REPLY_NOWAIT
+    seq = rest & ~uapi.NPU_REPLY_NOWAIT
+    if seq > 0xFFFFFFFF:
+        raise pyfuse3.FUSEError(errno.EINVAL)
+    return seq, wait
 
 
 @contain_errors
@@ -171,20 +185,23 @@ class DeviceFs(pyfuse3.Operations):
         ctx = self.files.get(fh)
         if ctx is None:
             return self.tree.read(fh, off, size)
-        if not ctx.outstanding:
-            raise pyfuse3.FUSEError(errno.ENOMSG)   # no request outstanding
-        if not ctx.replies:
+        seq, wait = reply_wanted(off)
+        if seq is None and not ctx.in_flight or seq is not None and seq not in ctx.in_flight:
+            raise pyfuse3.FUSEError(errno.ENOMSG)   # no such request outstanding
+        if ctx.ready_reply(seq) is None:
             jobs.service_completions(self.device)    # the job may be done before its interrupt is handled
-        if not ctx.replies:
-            await jobs.poll_for_reply(self.device, ctx)   # a short job: poll for it rather than sleep
-        if not ctx.replies:
+        if ctx.ready_reply(seq) is None and wait:
+            await jobs.poll_for_reply(self.device, ctx, seq)   # a short job: poll for it rather than sleep
+        if ctx.ready_reply(seq) is None and wait:
             with trio.move_on_after(READ_WAIT_S):
-                await ctx.reply_ready.wait()
-            if not ctx.replies or ctx.closed:
-                raise pyfuse3.FUSEError(errno.EAGAIN)
-        if size < len(ctx.replies[0]):
-            raise pyfuse3.FUSEError(errno.EOVERFLOW)
-        return ctx.take_reply()
+                while ctx.ready_reply(seq) is None and not ctx.closed:
+                    await ctx.reply_added.wait()
+        frame = ctx.ready_reply(seq)
+        if frame is None or ctx.closed:
+            raise pyfuse3.FUSEError(errno.EAGAIN)
+        if size < len(frame):
+            raise pyfuse3.FUSEError(errno.EOVERFLOW)   # the reply stays for a read with room for it
+        return ctx.take_reply(seq)
 
     async def poll(self, inode, fh, poll_handle, ctx):
         context = self.files.get(fh)

@@ -198,13 +198,17 @@ class Hardware:
         """Ring a core's doorbell with nothing new on its ring (it re-reads the queue table)."""
         os.eventfd_write(self.doorbells[core], 1)
 
-    def invalidations_done(self, targets: list[int]) -> bool:
+    def invalidations_done(self, targets: list[int], done: list[int] | None = None) -> bool:
         """Whether every core has carried out the invalidations counted in ``targets``
-        (``invalidations_pushed`` and those still queued, taken at one moment)."""
-        for core, target in enumerate(targets):
-            if (self.reg(core, regs.INVAL_DONE) - target) & 0xFFFFFFFF >= 1 << 31:
-                return False
-        return True
+        (``invalidations_pushed`` and those still queued, taken at one moment); ``done``:
+        the cores' INVAL_DONE as ``invalidation_counts`` read them (else read now)."""
+        if done is None:
+            done = self.invalidation_counts()
+        return all((count - target) & 0xFFFFFFFF < 1 << 31 for count, target in zip(done, targets))
+
+    def invalidation_counts(self) -> list[int]:
+        """Each core's INVAL_DONE now."""
+        return [self.reg(core, regs.INVAL_DONE) for core in range(self.num_cores)]
 
     # ---- interrupts and completions ----
     def ack_irq(self) -> None:

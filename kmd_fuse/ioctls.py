@@ -138,7 +138,7 @@ def handle_write(device: Device, ctx: Context, frame: bytes) -> None:
     """Accept one request frame (FrameError if the write() itself fails); its reply
     becomes readable now or later."""
     cmd, seq, _ = check_header(ctx, frame)
-    ctx.outstanding += 1
+    ctx.in_flight.add(seq)
     try:
         request = read_request(cmd, seq, frame)
         entry = IOCTLS[request.command.name]

@@ -156,7 +156,7 @@ def settle(device: Device, touched: set[Context]) -> None:
             answer_waiters(ctx)
 
 
-async def poll_for_reply(device: Device, ctx: Context) -> None:
+async def poll_for_reply(device: Device, ctx: Context, seq: int | None = None) -> None:
     """Hybrid polling for a read whose reply is a short job still running.
 
     Sleeping until the interrupt costs a wake-up on the critical path (tens of us on
@@ -173,10 +173,10 @@ async def poll_for_reply(device: Device, ctx: Context) -> None:
     device.polling = True
     try:
         deadline = time.monotonic() + READ_SPIN_S
-        while not ctx.replies and ctx.pending and not ctx.closed and time.monotonic() < deadline:
+        while ctx.ready_reply(seq) is None and ctx.pending and not ctx.closed and time.monotonic() < deadline:
             os.sched_yield()
             await trio.lowlevel.checkpoint()
-            if not ctx.replies:
+            if ctx.ready_reply(seq) is None:
                 service_completions(device)
     finally:
         device.polling = False

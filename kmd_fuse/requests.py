@@ -1,7 +1,7 @@
 """Request frames: check a frame, read its payload as the client's version of the struct.
 
 Frame-level faults (short frame, bad magic, nonzero reserved fields, more than
-MAX_OUTSTANDING requests in flight) fail the write() itself with an errno, since
+MAX_OUTSTANDING requests in flight, a seq already in flight) fail the write() itself with an errno, since
 there is no trustworthy request to answer (or no room to queue one).  Everything
 past a valid header gets a reply frame (``ioctls.py`` dispatches it).
 
@@ -55,6 +55,9 @@ def check_header(ctx: Context, frame: bytes) -> tuple[int, int, int]:
     if size != len(frame) - uapi.HDR_SIZE:
         raise FrameError(errno.EINVAL, f"header says {size} payload bytes, frame has "
                                        f"{len(frame) - uapi.HDR_SIZE}")
+    if seq in ctx.in_flight:
+        # Two replies with one seq could not be told apart (nor read by seq): refuse the second.
+        raise FrameError(errno.EEXIST, f"seq {seq} is in flight already (its reply has not been read)")
     return cmd, seq, size
 
 

@@ -302,20 +302,37 @@ class UserQueues:
             device.memory.release(queue.ctx.space, queue.bo)
             device.quotas.remove_queue(queue.ctx.uid)
             log.info("context %d: user queue in slot %d released", queue.ctx.context_id, queue.slot)
-        for deferred in list(self.deferred):
-            if deferred.targets is None:
-                ready = not deferred.ctx.queues
-            else:
-                ready = hw.invalidations_done(deferred.targets) or self._invalidations_idle()
-            if ready:
-                self.deferred.remove(deferred)
-                device.release_buffer(deferred.ctx, deferred.bo)
-                request = deferred.reply_to
-                if request is not None and not deferred.ctx.closed:
-                    deferred.ctx.set_reply(request.reply())     # type: ignore[attr-defined]
+        if self.deferred:
+            self._give_back_deferred()
         for ctx in [c for c in device.zombies if not c.queues]:
             device.reap(ctx)
         return bool(self.releasing or self.deferred)
+
+    def _give_back_deferred(self) -> None:
+        """Give back the deferred frees now safe and answer their MEM_FREEs. A poll round may
+        check thousands (a user's every buffer, behind a hung core): the registers are read
+        once for all of them and the list is rebuilt, not searched, so the round stays short
+        and the daemon keeps serving everyone else."""
+        device, hw = self.device, self.device.hw
+        counts = hw.invalidation_counts()
+        idle = self._invalidations_idle()
+        ready, waiting = [], []
+        for deferred in self.deferred:
+            if deferred.targets is None:
+                safe = not deferred.ctx.queues
+            else:
+                safe = idle or hw.invalidations_done(deferred.targets, counts)
+            (ready if safe else waiting).append(deferred)
+        self.deferred = waiting
+        for deferred in ready:
+            try:
+                device.release_buffer(deferred.ctx, deferred.bo)
+            except Exception:      # a driver bug: logged; the MEM_FREE is answered all the same
+                log.exception("context %d: giving back buffer %d failed", deferred.ctx.context_id,
+                              deferred.bo.handle)
+            request = deferred.reply_to
+            if request is not None and not deferred.ctx.closed:
+                deferred.ctx.set_reply(request.reply())     # type: ignore[attr-defined]
 
     def _invalidations_idle(self) -> bool:
         """Every invalidation sent is carried out and none waits to be sent."""

@@ -3,10 +3,10 @@
 Like ioctls on one file descriptor, requests from several threads may be in
 flight at once (pread/pwrite, not read/write: the kernel serializes read() and
 write() of threads sharing a file on its position lock, so a read held in the
-driver would stall the others' writes; the driver ignores offsets): each is one
-write() of a frame tagged with a sequence number, and replies come back in
-completion order.  One thread at a time reads; it
-routes each reply to the thread that owns its sequence number.  A reply that is
+driver would stall the others' writes): each is one write() of a frame tagged
+with a sequence number, and each thread reads the reply to its own sequence
+number, and no other (pread at NPU_REPLY_BY_SEQ + seq), whatever order the
+replies complete in.  A reply that is
 not ready at once (WAIT, SUBMIT with NPU_SUBMIT_WAIT, RESET) is read in a loop:
 the driver holds a read() at most ~50 ms and then fails it with EAGAIN, so a
 signal or a SIGKILL always gets through quickly.  (poll() works too; it costs
@@ -41,18 +41,18 @@ class DeviceFile:
                 raise
             raise NpuError(code, "OPEN", f"{self.path}: {uapi.LIMIT_HINTS['OPEN', code]}") from None
         self._seq = itertools.count(1)
-        self._write_lock = threading.Lock()
-        self._cond = threading.Condition()
-        self._replies: dict[int, bytes] = {}   # seq -> frame read by another thread
-        self._reading = False
-        self._abandoned: set[int] = set()     # seqs whose requester stopped waiting (interrupted)
+        self._lock = threading.Lock()           # guards fd, _users, _closing, _abandoned
+        self._users = 0                         # threads inside a system call on fd
+        self._closing = False
+        self._abandoned: set[int] = set()       # seqs whose requester stopped waiting (interrupted)
 
     def close(self) -> None:
-        with self._write_lock, self._cond:
-            if self.fd >= 0:
-                os.close(self.fd)
-                self.fd = -1
-            self._cond.notify_all()
+        """Close the file; a request still running in another thread fails with EBADF. The
+        descriptor is closed once no thread is inside a system call on it, so its number is
+        never reused (by another open) under a thread that still means this file."""
+        with self._lock:
+            self._closing = True
+            self._close_if_unused()
 
     def request(self, cmd: int, payload=None):
         """Send one request and return its reply payload (raises NpuError on -errno)."""
@@ -63,60 +63,86 @@ class DeviceFile:
     def request_body(self, cmd: int, body: bytes):
         """``request`` with the payload given as bytes (e.g. prepared once for many requests)."""
         command = uapi.COMMANDS[cmd]
-        seq = next(self._seq) & 0xFFFFFFFF
-        frame = uapi.pack_frame_body(cmd, seq, body)
-        with self._write_lock:
-            if self.fd < 0:
-                raise NpuError(errno.EBADF, command.name, "device is closed")
-            try:
-                os.pwrite(self.fd, frame, 0)
-            except OSError as exc:
-                raise NpuError(exc.errno or errno.EIO, command.name, "request refused") from None
+        if self._abandoned:
+            self._drop_abandoned()
+        seq = self._send(command.name, cmd, body)
         try:
-            reply = self._await_reply(seq, command.name)
+            reply = self._read_reply(seq, command.name)
         except BaseException:
-            with self._cond:                    # e.g. KeyboardInterrupt: drop the reply when it comes
+            with self._lock:                    # e.g. KeyboardInterrupt: the next request drops the reply
                 self._abandoned.add(seq)
             raise
-        _, reply_cmd, _, _, result, _ = uapi.header_fields(reply)
-        if reply_cmd != cmd:
-            raise NpuError(errno.EPROTO, command.name, f"reply for command {reply_cmd:#x} with our seq {seq}")
+        _, reply_cmd, _, size, result, _ = uapi.header_fields(reply)
+        if reply_cmd != cmd or size != len(reply) - uapi.HDR_SIZE:
+            raise NpuError(errno.EPROTO, command.name, f"reply to seq {seq} is {len(reply)} bytes for command "
+                                                       f"{reply_cmd:#x} announcing {size} payload bytes")
         if result:
             error = NpuError(-result, command.name)
-            error.payload = uapi.unpack_payload(cmd, reply, uapi.HDR_SIZE) if len(reply) > uapi.HDR_SIZE else None
+            error.payload = uapi.unpack_payload(cmd, reply, uapi.HDR_SIZE) if size else None
             raise error
         return uapi.unpack_payload(cmd, reply, uapi.HDR_SIZE)
 
-    def _await_reply(self, seq: int, name: str) -> bytes:
-        with self._cond:
-            while seq not in self._replies:
-                if self.fd < 0:
-                    raise NpuError(errno.EBADF, name, "device closed while waiting for the reply")
-                if self._reading:
-                    self._cond.wait()
-                    continue
-                self._reading = True            # our turn to read for everyone
-                self._cond.release()
-                try:
-                    frame = self._read_frame(name)
-                finally:
-                    self._cond.acquire()
-                    self._reading = False
-                    self._cond.notify_all()
-                got = uapi.header_fields(frame)[2]
-                if got in self._abandoned:
-                    self._abandoned.discard(got)
-                else:
-                    self._replies[got] = frame
-            return self._replies.pop(seq)
-
-    def _read_frame(self, name: str) -> bytes:
+    def _send(self, name: str, cmd: int, body: bytes) -> int:
+        """Write the request under a fresh seq; the seq."""
         while True:
+            seq = next(self._seq) & 0xFFFFFFFF
+            fd = self._enter(name, "device is closed")
             try:
-                return os.pread(self.fd, uapi.NPU_MAX_FRAME, 0)
+                os.pwrite(fd, uapi.pack_frame_body(cmd, seq, body), 0)
+                return seq
+            except OSError as exc:
+                if exc.errno != errno.EEXIST:   # after 2**32 requests: an abandoned seq still in flight
+                    raise NpuError(exc.errno or errno.EIO, name, "request refused") from None
+            finally:
+                self._leave()
+
+    def _read_reply(self, seq: int, name: str) -> bytes:
+        """The reply to ``seq``, and no other: each thread reads its own (docs/abi.md, Transport)."""
+        while True:
+            fd = self._enter(name, "device closed while waiting for the reply")
+            try:
+                return os.pread(fd, uapi.NPU_MAX_FRAME, uapi.NPU_REPLY_BY_SEQ + seq)
             except OSError as exc:
                 if exc.errno != errno.EAGAIN:
-                    raise NpuError(exc.errno or errno.EIO, name, "reading the reply failed") from None
+                    raise NpuError(exc.errno or errno.EIO, name, f"reading the reply to seq {seq} failed") from None
+            finally:
+                self._leave()
+
+    def _drop_abandoned(self) -> None:
+        """Read and drop the replies interrupted requesters left, those ready now."""
+        with self._lock:
+            seqs = list(self._abandoned)
+        for seq in seqs:
+            try:
+                fd = self._enter("READ", "device is closed")
+            except NpuError:
+                return
+            try:
+                os.pread(fd, uapi.NPU_MAX_FRAME, uapi.NPU_REPLY_BY_SEQ + uapi.NPU_REPLY_NOWAIT + seq)
+            except OSError as exc:
+                if exc.errno == errno.EAGAIN:
+                    continue                    # not ready yet: next time
+            finally:
+                self._leave()
+            with self._lock:
+                self._abandoned.discard(seq)
+
+    def _enter(self, name: str, why: str) -> int:
+        with self._lock:
+            if self._closing:
+                raise NpuError(errno.EBADF, name, why)
+            self._users += 1
+            return self.fd
+
+    def _leave(self) -> None:
+        with self._lock:
+            self._users -= 1
+            self._close_if_unused()
+
+    def _close_if_unused(self) -> None:
+        if self._closing and not self._users and self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
 
 
 class BufferSocket:

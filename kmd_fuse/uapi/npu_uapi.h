@@ -12,7 +12,8 @@
  * frame (struct npu_frame_hdr followed by the command's payload struct) and each
  * reply is one read() of a frame of the same shape (hdr.result = 0 or -errno).
  * Up to 64 requests may be in flight per open file (EBUSY beyond); replies come
- * in completion order and are matched to requests by seq.  A reply that is not
+ * in completion order and are matched to requests by seq, or each is read by its
+ * own seq (pread at NPU_REPLY_BY_SEQ + seq; a seq in flight twice is EEXIST).  A reply that is not
  * ready yet (WAIT) is signalled with POLLIN; read() without a ready reply fails
  * with EAGAIN after a short server-side wait, so a client never blocks unboundedly.
  * Buffers' memory comes as sealed memfds from a per-device Unix socket (see MEM_MAP).
@@ -38,15 +39,20 @@
 
 #include <stdint.h>
 
-#define NPU_ABI_VERSION 0x00020004      /* major << 16 | minor: 2.0 = buffers handed over as sealed memfds,
+#define NPU_ABI_VERSION 0x00020005      /* major << 16 | minor: 2.0 = buffers handed over as sealed memfds,
                                            2.1 = reserved fields, sizes that grow, GET_PARAM,
                                            2.2 = SUBMIT_BATCH,
                                            2.3 = GET_PROFILE, NPU_SUBMIT_PROFILE, params 16..23,
-                                           2.4 = QUEUE_CREATE (user-mode submission queues), params 24..25 */
+                                           2.4 = QUEUE_CREATE (user-mode submission queues), params 24..25,
+                                           2.5 = replies read by seq (NPU_REPLY_BY_SEQ), a seq in flight
+                                                 twice refused (EEXIST) */
 #define NPU_FRAME_MAGIC 0x3155504e      /* "NPU1" little endian */
 #define NPU_IOC_TYPE 0x4e               /* 'N' */
 
 #define NPU_MAX_FRAME 4096              /* largest request or reply frame */
+#define NPU_REPLY_BY_SEQ 0x1000000000000 /* pread() at this offset + seq: the reply to that request only (2.5);
+                                           below it (read()'s file position): the first reply completed */
+#define NPU_REPLY_NOWAIT 0x800000000000 /* added to NPU_REPLY_BY_SEQ + seq: EAGAIN at once if not ready */
 #define NPU_MAX_SUBMIT_BOS 64           /* buffers one job may reference */
 #define NPU_MAX_WAIT_FENCES 64          /* fences one WAIT may name */
 #define NPU_MAX_BATCH_JOBS 8            /* jobs one SUBMIT_BATCH may carry */

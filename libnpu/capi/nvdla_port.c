@@ -1,8 +1,9 @@
 /* nvdla_port.c - NVDLA's portability layer over the emulated NPU's device node (nvdla_port.h).
  *
  * Requests are frames written to and read from the node (npu_uapi.h): one write of
- * header + payload, then reads until the reply with our sequence number comes (the
- * driver answers EAGAIN while it is not ready; poll() sleeps until it is). Buffer memory
+ * header + payload, then reads of the reply to our sequence number and no other (pread
+ * at NPU_REPLY_BY_SEQ + seq; the driver answers EAGAIN while it is not ready, poll()
+ * sleeps until a reply is). Buffer memory
  * is a sealed memfd bought with MEM_MAP's one-shot token on the device's hand-over
  * socket (SOCK_SEQPACKET, the descriptor rides on SCM_RIGHTS) and mapped shared: the
  * chip sees the same pages. docs/abi.md describes both; libnpu/portability.py and
@@ -102,10 +103,13 @@ static NvError from_errno(int err)
 
 /* ---- requests on the node (call with dev->lock held) ---- */
 
+_Static_assert(sizeof(off_t) == 8, "pread offsets past NPU_REPLY_BY_SEQ need a 64-bit off_t");
+
 static int request(struct device *dev, uint32_t cmd, void *payload, size_t size)
 {
     unsigned char frame[NPU_MAX_FRAME];
-    struct npu_frame_hdr hdr = { NPU_FRAME_MAGIC, cmd, ++dev->seq, (uint32_t)size, 0, 0 };
+    const uint32_t seq = ++dev->seq;
+    struct npu_frame_hdr hdr = { NPU_FRAME_MAGIC, cmd, seq, (uint32_t)size, 0, 0 };
     if (sizeof hdr + size > sizeof frame)
         return -E2BIG;
     memcpy(frame, &hdr, sizeof hdr);
@@ -116,14 +120,15 @@ static int request(struct device *dev, uint32_t cmd, void *payload, size_t size)
         struct pollfd wait = { .fd = dev->fd, .events = POLLIN };
         if (poll(&wait, 1, 1000) < 0 && errno != EINTR)
             return -errno;
-        ssize_t n = read(dev->fd, frame, sizeof frame);
+        /* By seq: a reply an earlier failed read left behind can never be taken for this one. */
+        ssize_t n = pread(dev->fd, frame, sizeof frame, (off_t)(NPU_REPLY_BY_SEQ + seq));
         if (n < 0 && (errno == EAGAIN || errno == EINTR))
             continue;               /* not ready yet: the driver never blocks a read for long */
         if (n < (ssize_t)sizeof hdr)
             return n < 0 ? -errno : -EPROTO;
         memcpy(&hdr, frame, sizeof hdr);
-        if (hdr.magic != NPU_FRAME_MAGIC || hdr.seq != dev->seq || hdr.cmd != cmd)
-            return -EPROTO;         /* one request in flight per device: nothing else may come */
+        if (hdr.magic != NPU_FRAME_MAGIC || hdr.seq != seq || hdr.cmd != cmd)
+            return -EPROTO;
         if (hdr.result > 0 || hdr.result <= -4096)
             return -EPROTO;         /* a result is 0 or -errno: anything else is not the driver */
         if (hdr.size == size && (size_t)n == sizeof hdr + size)
