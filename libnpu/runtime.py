@@ -379,8 +379,12 @@ class Runtime:
 
 @dataclass
 class Timing:
+    """The last inference's times: ``latency_s`` (wall, from the call to its end),
+    ``device_time_ns`` (the simulated device's time) and ``chip_ns`` (the core's own wall
+    time on the job, when the job path reports it: user-queue jobs; 0 otherwise)."""
     latency_s: float = 0.0
     device_time_ns: int = 0
+    chip_ns: int = 0
 
 
 class InferRequest:
@@ -653,9 +657,11 @@ class InferRequest:
         device = self.model.device
         queue = None if self._profiled else device.shared_queue(self._priority)
         if queue is not None and self.command is not None:
-            self.fence = queue.submit(self.command.address, self.command_size).wait()
-        else:
-            self.fence = device.run_prepared(self._run)
+            fence = queue.submit(self.command.address, self.command_size).wait()
+            self.fence, self.timing = fence, Timing(time.perf_counter() - started, fence.device_time_ns,
+                                                    fence.exec_ns)
+            return
+        self.fence = device.run_prepared(self._run)
         self.timing = Timing(time.perf_counter() - started, self.fence.device_time_ns)
         self._collect_profile()
 

@@ -3,6 +3,9 @@ OpenVINO's benchmark_app, next to LiteRT's time for the same model in the same r
 
 - latency: one request, synchronous inferences back to back; p50/p99 of the wall time
   per inference (set inputs, submit, wait, read outputs) and the device time of each job;
+  ``latency_stages`` splits it (inputs, job, chip, transport, outputs: see
+  ``_StagedInference``) and ``cpu_per_inference_us`` gives this process's CPU time per
+  call of each contender (less noisy than wall time on a shared machine);
 - throughput: N requests in flight (default: the model's ``optimal_requests``), each
   restarted as soon as it completes; inferences per second over the run;
 - LiteRT (when ``ai-edge-litert`` is installed and the model is a .tflite file): the
@@ -37,19 +40,66 @@ def percentiles_ms(samples: list[float]) -> dict[str, float]:
             "min_ms": round(float(a.min()), 4), "count": len(samples)}
 
 
-def _interleaved(steps: dict[str, Callable[[], Any]], seconds: float, min_count: int = 20) -> dict[str, list[float]]:
+def _interleaved(steps: dict[str, Callable[[], Any]], seconds: float, min_count: int = 20,
+                 cpu: dict[str, float] | None = None) -> dict[str, list[float]]:
     """Time each step in turn, round after round, so every contender sees the same
-    background load (the machine is shared); returns seconds per call for each."""
+    background load (the machine is shared); returns seconds per call for each, and adds
+    each step's CPU seconds per call (this process's, all threads) to ``cpu``."""
     samples: dict[str, list[float]] = {name: [] for name in steps}
+    spent = dict.fromkeys(steps, 0.0)
     deadline = time.perf_counter() + seconds
     rounds = 0
     while rounds < min_count or time.perf_counter() < deadline:
         for name, step in steps.items():
-            started = time.perf_counter()
+            cpu_started, started = time.process_time(), time.perf_counter()
             step()
             samples[name].append(time.perf_counter() - started)
+            spent[name] += time.process_time() - cpu_started
         rounds += 1
+    if cpu is not None:
+        cpu.update({name: total / rounds for name, total in spent.items()})
     return samples
+
+
+STAGES = ("inputs", "job", "chip", "transport", "outputs")
+
+
+class _StagedInference:
+    """One synchronous inference (``InferRequest.infer``) with its wall time split at the
+    stage boundaries: ``inputs`` (``set_inputs``: checks, quantization, the copy into the
+    request's device memory), ``job`` (``run_sync``: submit, the chip, the wake-up),
+    ``chip`` (the core's own wall time on the job, reported by user-queue jobs),
+    ``transport`` (``job`` minus ``chip``: the core picking the job up and the client
+    seeing its completion) and ``outputs`` (reading them back)."""
+
+    def __init__(self, request: libnpu.InferRequest, inputs: list[np.ndarray]):
+        self.request, self.inputs = request, inputs
+        self.samples: dict[str, list[float]] = {name: [] for name in STAGES}
+        self.device_ns: list[int] = []
+
+    def __call__(self) -> None:
+        request, clock = self.request, time.perf_counter
+        t0 = clock()
+        request.set_inputs(self.inputs)
+        t1 = clock()
+        request.run_sync(t1)
+        t2 = clock()
+        request.outputs()
+        t3 = clock()
+        chip = request.timing.chip_ns / 1e9
+        for name, value in zip(STAGES, (t1 - t0, t2 - t1, chip, t2 - t1 - chip if chip else 0.0, t3 - t2)):
+            self.samples[name].append(value)
+        self.device_ns.append(request.timing.device_time_ns)
+
+    def clear(self) -> None:
+        for values in self.samples.values():
+            values.clear()
+        self.device_ns.clear()
+
+    def report(self) -> dict[str, dict[str, float]]:
+        """p50 and mean of each stage in microseconds (the means add up to the mean latency)."""
+        return {name: {"p50_us": round(float(np.median(v)) * 1e6, 1), "mean_us": round(float(np.mean(v)) * 1e6, 1)}
+                for name, v in self.samples.items()}
 
 
 def _throughput(model: libnpu.CompiledModel, inputs: list[np.ndarray], requests: int,
@@ -125,11 +175,7 @@ def bench_model(spec: str | os.PathLike, *, requests: int | None = None, seconds
             "macs": int(sum(t.macs for t in model.loadable.tasks)),
             "load": load.as_dict(), "optimal_requests": model.optimal_requests})
         request = model.create_request()
-        device_ns: list[int] = []
-
-        def npu_step() -> None:
-            request.infer(inputs)
-            device_ns.append(request.timing.device_time_ns)
+        npu_step = _StagedInference(request, inputs)
         steps: dict[str, Callable[[], Any]] = {"npu": npu_step}
         if litert and path.suffix == ".tflite" and litert_available():
             kinds = [("reference", "builtin_ref"), ("default", "xnnpack")] + ([("delegate", "delegate")] if delegate
@@ -148,15 +194,18 @@ def bench_model(spec: str | os.PathLike, *, requests: int | None = None, seconds
             for step in steps.values():                # warm up
                 for _ in range(3):
                     step()
-            device_ns.clear()
+            npu_step.clear()
             before = model.device.stats()
-            samples = _interleaved(steps, seconds)
+            cpu: dict[str, float] = {}
+            samples = _interleaved(steps, seconds, cpu=cpu)
             after = model.device.stats()
         finally:
             request.release()
         report["path"] = "queue" if job_path == "queue" and model.device.queues else "ioctl"
         report["latency"] = {**percentiles_ms(samples.pop("npu")),
-                             "device_time_p50_ms": round(float(np.median(device_ns)) / 1e6, 4)}
+                             "device_time_p50_ms": round(float(np.median(npu_step.device_ns)) / 1e6, 4)}
+        report["latency_stages"] = npu_step.report()
+        report["cpu_per_inference_us"] = {name: round(value * 1e6, 1) for name, value in cpu.items()}
         report["chip"] = _chip_busy(before, after, len(model.loadable.tasks), report["macs"])
         report["litert"] = {label: percentiles_ms(v) for label, v in samples.items()}
         report["throughput"] = _throughput(model, inputs, n, seconds)
@@ -183,6 +232,10 @@ def format_report(r: dict[str, Any]) -> str:
              f"latency (1 request, {lat['count']} inferences): p50 {lat['p50_ms']:.3f} ms, "
              f"p90 {lat['p90_ms']:.3f} ms, p99 {lat['p99_ms']:.3f} ms, min {lat['min_ms']:.3f} ms; "
              f"device time p50 {lat['device_time_p50_ms']:.3f} ms",
+             "stages p50 (mean) us: " + ", ".join(f"{name} {v['p50_us']:.1f} ({v['mean_us']:.1f})"
+                                                  for name, v in r["latency_stages"].items()),
+             "CPU per inference in this process: " + ", ".join(f"{name} {v:.1f} us"
+                                                              for name, v in r["cpu_per_inference_us"].items()),
              f"chip busy per job {r['chip']['busy_per_job_us']:.1f} us "
              f"({r['chip']['tasks_per_job']} tasks: {r['chip']['busy_per_task_us']:.2f} us per task, "
              f"{r['chip']['busy_per_mac_ps']:.2f} ps per MAC)",
