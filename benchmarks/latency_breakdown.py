@@ -11,7 +11,9 @@ loop is timed at the stage boundaries of ``InferRequest.infer`` through a user q
 - ``outputs``: reading the outputs back (``outputs()``).
 
 It also reports CPU time per inference (less noisy than wall time on a shared machine):
-the client's (``time.process_time``), the chip cores' and the driver's (/proc stat), and
+the client's (``time.process_time``, LiteRT's calls taken out), the chip cores' and the
+driver's (/proc stat), the context switches per inference of each (the client's count
+LiteRT's too), and
 LiteRT's XNNPACK and BUILTIN_REF p50 timed interleaved with the device (one call of each
 per round), as ``npu bench model`` does.
 
@@ -44,6 +46,16 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
 
 
+def context_switches(pid: int) -> int:
+    """Voluntary + involuntary context switches of ``pid``'s main thread so far."""
+    total = 0
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith(("voluntary_ctxt_switches", "nonvoluntary_ctxt_switches")):
+                total += int(line.split()[1])
+    return total
+
+
 def _p50_us(values: list[float]) -> float:
     return round(float(np.median(values)) * 1e6, 1)
 
@@ -66,7 +78,9 @@ def breakdown(model: libnpu.CompiledModel, inputs: list[np.ndarray], seconds: fl
             request.infer(inputs)
             for run in others.values():
                 run()
+        pids = {"client": [os.getpid()], **pids}
         cpu_before = {k: sum(cpu_seconds(p) for p in v) for k, v in pids.items()}
+        switches_before = {k: sum(context_switches(p) for p in v) for k, v in pids.items()}
         own_before = time.process_time()
         count, deadline = 0, clock() + seconds
         npu_wall = 0.0
@@ -88,11 +102,14 @@ def breakdown(model: libnpu.CompiledModel, inputs: list[np.ndarray], seconds: fl
             count += 1
             own_before += sum(_timed(run, litert[name]) for name, run in others.items())
         own = time.process_time() - own_before
-        cpu = {k: sum(cpu_seconds(p) for p in v) - cpu_before[k] for k, v in pids.items()}
+        cpu = {k: sum(cpu_seconds(p) for p in v) - cpu_before[k] for k, v in pids.items() if k != "client"}
+        switches = {k: sum(context_switches(p) for p in v) - switches_before[k] for k, v in pids.items()}
     finally:
         request.release()
     result: dict[str, Any] = {"inferences": count,
                               "p50_us": {k: _p50_us(v) for k, v in stages.items()},
+                              "mean_us": {k: round(float(np.mean(v)) * 1e6, 1) for k, v in stages.items()},
+                              "switches_per_inference": {k: round(v / count, 2) for k, v in switches.items()},
                               "cpu_per_inference_us": {"client": round(own / count * 1e6, 1),
                                                        **{k: round(v / count * 1e6, 1) for k, v in cpu.items()}}}
     if litert:
@@ -139,7 +156,9 @@ def main(argv: list[str] | None = None) -> int:
             if not args.json:
                 r = results[spec]
                 stages = ", ".join(f"{k} {v}" for k, v in r["p50_us"].items())
-                print(f"{spec}: p50 us: {stages}; CPU us per inference: {r['cpu_per_inference_us']}"
+                means = ", ".join(f"{k} {v}" for k, v in r["mean_us"].items())
+                print(f"{spec}: p50 us: {stages}; mean us: {means}; CPU us per inference: "
+                      f"{r['cpu_per_inference_us']}; context switches per inference: {r['switches_per_inference']}"
                       + (f"; LiteRT p50 us {r['litert_p50_us']}, npu/XNNPACK {r['npu_p50_over_xnnpack_p50']}"
                          if "litert_p50_us" in r else ""), flush=True)
     if args.json:
