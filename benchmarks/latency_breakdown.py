@@ -133,7 +133,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("models", nargs="*", default=["resnet8", "vww", "kws"])
     parser.add_argument("--seconds", type=float, default=2.0)
-    parser.add_argument("--no-litert", action="store_true")
+    parser.add_argument("--no-litert", action="store_true", help="time the device alone")
+    parser.add_argument("--litert", nargs="+", choices=["xnnpack", "builtin_ref"], default=["xnnpack", "builtin_ref"],
+                        help="LiteRT's kernels interleaved with the device (default both, as npu bench model)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
     results: dict[str, Any] = {"load_average": os.getloadavg()[0]}
@@ -146,6 +148,8 @@ def main(argv: list[str] | None = None) -> int:
                 others: dict[str, Any] = {}
                 if not args.no_litert and path.suffix == ".tflite" and litert_available():
                     for kernels, label in (("default", "xnnpack"), ("reference", "builtin_ref")):
+                        if label not in args.litert:
+                            continue
                         it = LiteRT(path, kernels, threads=1)
                         feeds = [np.asarray(x, d["dtype"]) for x, d in zip(inputs, it.input_details)]
                         others[label] = (lambda it=it, feeds=feeds: it.run(feeds))

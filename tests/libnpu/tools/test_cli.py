@@ -232,6 +232,21 @@ def test_bench_model_json(npu, resnet8_path, tmp_path, capsys):
         assert set(r["cpu_per_inference_us"]) == {"npu", "builtin_ref", "xnnpack"}
 
 
+def test_bench_model_reference_in_a_loop_of_its_own(npu, resnet8_path, tmp_path, capsys):
+    pytest.importorskip("ai_edge_litert.interpreter")
+    assert main(["bench", "model", str(resnet8_path), "--seconds", "0.2", "--requests", "1", "--json",
+                 "--reference-loop", "separate", "--devroot", str(npu.devroot),
+                 "--cache-dir", str(tmp_path / "c")]) == 0
+    r = _json(capsys)
+    assert r["reference_loop"] == "separate" and set(r["litert"]) == {"builtin_ref", "xnnpack"}
+    assert r["litert"]["builtin_ref"]["count"] >= 20 and r["latency"]["count"] >= 20
+    # Each ratio divides p50s of one loop: XNNPACK's by the device's latency p50 (the same loop).
+    xnnpack = r["ratios"]["npu_p50_over_litert_xnnpack_p50"]
+    assert xnnpack == pytest.approx(r["latency"]["p50_ms"] / r["litert"]["xnnpack"]["p50_ms"], rel=1e-2)
+    assert r["ratios"]["npu_p50_over_litert_builtin_ref_p50"] > 0
+    assert main(["bench", "model", str(resnet8_path), "--reference-loop", "apart"]) == 2
+
+
 def test_bench_nop_json(npu, capsys):
     assert main(["bench", "nop", "-n", "40", "--json", "--devroot", str(npu.devroot)]) == 0
     r = _json(capsys)
