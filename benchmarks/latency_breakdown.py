@@ -163,8 +163,9 @@ def main(argv: list[str] | None = None) -> int:
                 means = ", ".join(f"{k} {v}" for k, v in r["mean_us"].items())
                 print(f"{spec}: p50 us: {stages}; mean us: {means}; CPU us per inference: "
                       f"{r['cpu_per_inference_us']}; context switches per inference: {r['switches_per_inference']}"
-                      + (f"; LiteRT p50 us {r['litert_p50_us']}, npu/XNNPACK {r['npu_p50_over_xnnpack_p50']}"
-                         if "litert_p50_us" in r else ""), flush=True)
+                      + (f"; LiteRT p50 us {r['litert_p50_us']}" if "litert_p50_us" in r else "")
+                      + (f", npu/XNNPACK {r['npu_p50_over_xnnpack_p50']}" if "npu_p50_over_xnnpack_p50" in r else ""),
+                      flush=True)
     if args.json:
         json.dump(results, sys.stdout, indent=1)
         print()

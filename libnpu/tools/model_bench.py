@@ -162,7 +162,9 @@ def bench_model(spec: str | os.PathLike, *, requests: int | None = None, seconds
     ``reference_loop``: ``shared`` times BUILTIN_REF in the device's latency loop with the
     others; ``separate`` times it after, in a loop of its own with the device (the device's
     latency and every other ratio then come from a loop without it). A BUILTIN_REF call
-    is 2-9 ms of CPU between two inferences, after which the device's path runs cold:
+    is 2-9 ms of CPU between two inferences, after which the device's path runs cold and
+    the client, having used its share, waits for its CPU back at the hand-over to the core
+    (docs/hardware.md, *Where a synchronous inference's time goes*):
     measured 2026-11-24 (2-vCPU VM), the device's p50 went from 0.25-0.32 to 0.58-1.34 ms on
     ResNet-8 with it in the loop, XNNPACK's from 0.094-0.102 to 0.12-0.20 ms. The report's
     ``reference_loop`` says which ran; a ratio always divides p50s from one loop."""
