@@ -84,6 +84,7 @@ class QueueFence:
         self.queue, self.id = queue, seq
         self.status: int | None = None
         self.device_time_ns = 0
+        self.exec_ns = 0        # the core's own wall time for the job (its clock, start to completion)
 
     def wait(self, timeout: float | None = None) -> QueueFence:
         """Block until the job is done; raises JobError if it failed, TimeoutError on timeout,
@@ -179,12 +180,12 @@ class UserQueue:
         if self.closed or self.done() < fence.id:
             return False
         at = queues.completions_offset(self.entries) + (fence.id & (self.entries - 1)) * queues.COMPLETION_STRUCT.size
-        seq, status, _, _, device_ns, _, _ = queues.COMPLETION_STRUCT.unpack_from(self.mem, at)
+        seq, status, _, _, device_ns, _, exec_ns = queues.COMPLETION_STRUCT.unpack_from(self.mem, at)
         if seq != fence.id:
             # Overwritten by a later job of this queue: the fence was waited on too late. It completed.
             fence.status, fence.device_time_ns = 0, 0
         else:
-            fence.status, fence.device_time_ns = status, device_ns
+            fence.status, fence.device_time_ns, fence.exec_ns = status, device_ns, exec_ns
         return True
 
     def wait(self, fence: QueueFence, timeout: float | None = None) -> None:

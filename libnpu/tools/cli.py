@@ -208,6 +208,9 @@ def _bench_model_args(p: argparse.ArgumentParser) -> None:
                    help="also time LiteRT with the npu external delegate (partitions on this device)")
     p.add_argument("--path", choices=("queue", "ioctl"), default="queue",
                    help="inferences through a user-mode submission queue (default) or SUBMIT requests")
+    p.add_argument("--reference-loop", choices=("shared", "separate"), default="shared",
+                   help="time LiteRT BUILTIN_REF in the device's latency loop (default) or in a loop of its own "
+                        "(its 2-9 ms calls leave the device's path cold for the next inference)")
     _cache(p)
     _json(p)
 

@@ -509,7 +509,7 @@ def bench_model(args: argparse.Namespace) -> int:
     _require(args.seconds > 0, "--seconds must be > 0")
     report = measure(args.model, requests=args.requests, seconds=args.seconds, devroot=args.devroot,
                      cache_dir=args.cache_dir, litert=not args.no_litert, delegate=args.delegate,
-                     job_path=args.path)
+                     job_path=args.path, reference_loop=args.reference_loop)
     print(json.dumps(report, indent=2) if args.json else format_report(report))
     return 0
 

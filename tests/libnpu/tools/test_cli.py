@@ -217,9 +217,34 @@ def test_bench_model_json(npu, resnet8_path, tmp_path, capsys):
     chip = r["chip"]                    # the cores' busy time over the latency loop (GET_STATS)
     assert chip["jobs"] == r["latency"]["count"] and chip["tasks_per_job"] == 15
     assert chip["busy_per_job_us"] > 0 and chip["busy_per_task_us"] > 0 and chip["busy_per_mac_ps"] > 0
+    stages = r["latency_stages"]        # where an inference's wall time went
+    assert list(stages) == ["inputs", "job", "chip", "transport", "outputs"]
+    assert all(v["p50_us"] >= 0 and v["mean_us"] >= 0 for name, v in stages.items() if name != "transport")
+    assert r["path"] == "queue" and stages["chip"]["mean_us"] > 0     # user-queue jobs report the core's time
+    # The job's mean is the chip's plus the transport's; the stages' means add up to the mean latency.
+    assert abs(stages["job"]["mean_us"] - stages["chip"]["mean_us"] - stages["transport"]["mean_us"]) < 1
+    summed = sum(stages[name]["mean_us"] for name in ("inputs", "job", "outputs"))
+    assert summed <= r["latency"]["mean_ms"] * 1e3 + 1
+    assert r["cpu_per_inference_us"]["npu"] > 0
     if "litert_skipped" not in r:
         assert set(r["litert"]) == {"builtin_ref", "xnnpack"}
         assert r["ratios"]["npu_p50_over_litert_builtin_ref_p50"] > 0
+        assert set(r["cpu_per_inference_us"]) == {"npu", "builtin_ref", "xnnpack"}
+
+
+def test_bench_model_reference_in_a_loop_of_its_own(npu, resnet8_path, tmp_path, capsys):
+    pytest.importorskip("ai_edge_litert.interpreter")
+    assert main(["bench", "model", str(resnet8_path), "--seconds", "0.2", "--requests", "1", "--json",
+                 "--reference-loop", "separate", "--devroot", str(npu.devroot),
+                 "--cache-dir", str(tmp_path / "c")]) == 0
+    r = _json(capsys)
+    assert r["reference_loop"] == "separate" and set(r["litert"]) == {"builtin_ref", "xnnpack"}
+    assert r["litert"]["builtin_ref"]["count"] >= 20 and r["latency"]["count"] >= 20
+    # Each ratio divides p50s of one loop: XNNPACK's by the device's latency p50 (the same loop).
+    xnnpack = r["ratios"]["npu_p50_over_litert_xnnpack_p50"]
+    assert xnnpack == pytest.approx(r["latency"]["p50_ms"] / r["litert"]["xnnpack"]["p50_ms"], rel=1e-2)
+    assert r["ratios"]["npu_p50_over_litert_builtin_ref_p50"] > 0
+    assert main(["bench", "model", str(resnet8_path), "--reference-loop", "apart"]) == 2
 
 
 def test_bench_nop_json(npu, capsys):
