@@ -23,6 +23,7 @@ import select
 import termios
 import threading
 import time
+from collections.abc import Callable
 
 from firmware_sim.spec import queues
 from kmd_fuse.uapi import NpuError
@@ -129,18 +130,20 @@ class UserQueue:
         self._waiters = 0
         self.late_wakeups = 0    # waits the safety-net timeout ended with the job done (a lost signal)
         self.closed = False
+        self.destroyer: Callable[[UserQueue, bool], None] | None = None   # QUEUE_DESTROY (set by Device)
 
     # ---- submission ----
-    def submit(self, cmd_iova: int, cmd_size: int, timeout_ms: int = 0) -> QueueFence:
+    def submit(self, cmd_iova: int, cmd_size: int, timeout_ms: int = 0, flags: int = 0) -> QueueFence:
         """Queue a job (its command buffer's device address and size); returns its fence.
-        Blocks while ``entries`` jobs are in flight."""
+        Blocks while ``entries`` jobs are in flight. ``flags``: 0, or queues.ENTRY_PROFILE to
+        have the chip time its tasks (``Device.get_profile(fence)``)."""
         with self._lock:
             self._check_open()
             while self.tail - self.done() >= self.entries:
                 self._wait_seq(self.tail - self.entries + 1, None)
             seq = self.tail + 1
             at = queues.entries_offset() + (seq & (self.entries - 1)) * queues.ENTRY_STRUCT.size
-            queues.ENTRY_STRUCT.pack_into(self.mem, at, seq, cmd_iova, cmd_size, timeout_ms, 0, 0)
+            queues.ENTRY_STRUCT.pack_into(self.mem, at, seq, cmd_iova, cmd_size, timeout_ms, flags, 0)
             self.header.write64(queues.HDR_TAIL, seq)
             self.tail = seq
             queues.store_load_fence()    # the tail visible before the flag is read (spec.queues)
@@ -253,9 +256,23 @@ class UserQueue:
                                             + (": the device was reset or the context closed"
                                                if error == -errno.ECANCELED else ""))
 
-    def close(self) -> None:
-        """Unmap the queue and close its descriptors here (the driver keeps it until the
-        context closes)."""
+    def close(self, cancel: bool = False, timeout: float | None = None) -> None:
+        """Destroy the queue (QUEUE_DESTROY): first wait for the jobs in flight (at most
+        ``timeout`` s, then TimeoutError and the queue stays), or with ``cancel`` drop them
+        (waiting on their fences then raises NpuError EBADF: closed). Then the slot, the
+        memory and the limits' counts are the driver's again. A queue a reset already
+        stopped is only let go here. Closing twice does nothing."""
+        if self.closed:
+            return
+        if self.destroyer is not None:
+            if not cancel and not self.error() and self.in_flight():
+                self._wait_seq(self.tail, timeout)
+            self.destroyer(self, cancel)
+        self.release()
+
+    def release(self) -> None:
+        """Unmap the queue and close its descriptors here, leaving the queue to the driver
+        (it goes with the context)."""
         if getattr(self, "closed", False):
             return
         self.closed = True
@@ -263,3 +280,9 @@ class UserQueue:
         self.mem.close()
         for fd in (self.doorbell_fd, self.completion_fd):
             os.close(fd)
+
+    def __enter__(self) -> UserQueue:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close(cancel=exc[0] is not None)
