@@ -378,17 +378,20 @@ class Device:
             raise JobError(-fence.status, "job", f"fence {fence.id} failed")
         return fence
 
-    def wait(self, fences: Sequence[Fence], timeout: float | None = None, wait_any: bool = False,
+    def wait(self, fences: Sequence[Fence | QueueFence], timeout: float | None = None, wait_any: bool = False,
              raise_on_timeout: bool = True) -> int:
         """Wait for fences (all, or any); returns how many have signalled.
 
         Fills each fence's ``status`` and ``device_time_ns``.  Job failures are
         reported in the statuses, not raised; a timeout raises TimeoutError
         unless ``raise_on_timeout`` is false.  Other threads keep using the
-        device meanwhile."""
+        device meanwhile.  User-queue fences (``QueueFence``, from ``start`` of a
+        request too) may be among them: they are waited for here, not by the driver."""
         fences = list(fences)
         if not 1 <= len(fences) <= uapi.NPU_MAX_WAIT_FENCES:
             raise ValueError(f"wait takes 1..{uapi.NPU_MAX_WAIT_FENCES} fences")
+        if any(isinstance(fence, QueueFence) for fence in fences):
+            return self._wait_mixed(fences, timeout, wait_any, raise_on_timeout)
         req = uapi.new_payload(uapi.NPU_CMD_WAIT)
         req.count = len(fences)
         req.flags = uapi.NPU_WAIT_ANY if wait_any else uapi.NPU_WAIT_ALL
@@ -407,6 +410,40 @@ class Device:
         if timed_out and raise_on_timeout:
             raise TimeoutError(f"{len(fences) - reply.signaled} fence(s) not signalled after {timeout} s")
         return reply.signaled
+
+    def _wait_mixed(self, fences: list[Fence | QueueFence], timeout: float | None, wait_any: bool,
+                    raise_on_timeout: bool) -> int:
+        """``wait`` with user-queue fences among them: ALL waits for each in turn; ANY polls
+        (a queue's completions need no request to the driver to be seen)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+
+        def left() -> float | None:
+            return None if deadline is None else max(0.0, deadline - time.monotonic())
+
+        def signalled() -> int:
+            driver = [f for f in fences if isinstance(f, Fence) and f.status is None]
+            if driver:
+                self.wait(driver, timeout=0, raise_on_timeout=False)
+            return sum(f.signalled for f in fences)
+
+        try:
+            if wait_any:
+                while not signalled():
+                    remaining = left()
+                    if remaining == 0:
+                        raise TimeoutError(f"none of {len(fences)} fence(s) signalled after {timeout} s")
+                    time.sleep(0.0005)
+            else:
+                for fence in fences:
+                    if isinstance(fence, QueueFence):
+                        fence.queue.wait(fence, left())
+                driver = [f for f in fences if isinstance(f, Fence)]
+                if driver:
+                    self.wait(driver, timeout=left())
+        except TimeoutError:
+            if raise_on_timeout:
+                raise
+        return signalled()
 
     async def run_async(self, commands: CommandBuffer | Memory | None, buffers: Iterable[Memory] = (),
                         **options) -> Fence:

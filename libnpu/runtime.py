@@ -9,9 +9,11 @@ Two levels, as users of NVDLA and of OpenVINO / FuriosaAI expect:
   a completion callback) so several inferences can be in flight at once.
 
 One inference is one job: the model's task list, relocated to the addresses of
-that request's memory, in one command buffer.  Weights are loaded once per model
-(read-only device memory, shared by every request); activations, inputs and
-outputs are per request, so requests never share scratch memory.
+that request's memory, in one command buffer.  It goes on a user queue of the device
+(``Device.shared_queue``: no request to the driver per job) for ``infer``, ``start`` and
+``infer_async`` alike, PERF_COUNT included, and through SUBMIT when no queue can be had.
+Weights are loaded once per model (read-only device memory, shared by every request);
+activations, inputs and outputs are per request, so requests never share scratch memory.
 
 A model with operators the chip lacks has host steps (``Loadable.host_steps``): an
 inference is then one job per chip partition with the host steps run in between on the
@@ -26,6 +28,7 @@ and ``reset_state()`` puts every one back to its initial value.
 """
 from __future__ import annotations
 
+import errno
 import os
 import threading
 import time
@@ -36,6 +39,8 @@ from typing import Any
 
 import numpy as np
 
+from firmware_sim.spec import queues as queue_spec
+from kmd_fuse.uapi import NpuError
 from libnpu import properties
 from libnpu.host import Boundary, HostCall, HostKernel, kernel_for
 from libnpu.loadable import MAGIC as LOADABLE_MAGIC
@@ -438,7 +443,7 @@ class InferRequest:
     def _collect_profile(self) -> None:
         """PERF_COUNT: the chip's per-layer timing of the job just finished."""
         fence = self.fence
-        if self._profiled and isinstance(fence, Fence):      # profiled jobs never take a user queue
+        if self._profiled and fence is not None:      # through SUBMIT or a user queue alike
             self.profile = InferenceProfile.from_job(self.model.loadable, self.model.device.get_profile(fence),
                                                      self.model.clock_mhz)
 
@@ -508,7 +513,7 @@ class InferRequest:
             raise RuntimeError("this request is still running")
         self._follow_settings()
         self._started = time.perf_counter()
-        self.fence = self.model.device.submit_prepared(self._submit)
+        self.fence = self._queue_submit() or self.model.device.submit_prepared(self._submit)
         if callback is not None:
             self._waiter = threading.Thread(target=self._wait_then_call, args=(callback,), daemon=True)
             self._waiter.start()
@@ -648,16 +653,25 @@ class InferRequest:
             self._run_partitions()
             return
         self._follow_settings()
-        # A user queue when the device offers one (no request to the driver per job);
-        # profiled jobs go through SUBMIT, which carries NPU_SUBMIT_PROFILE.
-        device = self.model.device
-        queue = None if self._profiled else device.shared_queue(self._priority)
-        if queue is not None and self.command is not None:
-            self.fence = queue.submit(self.command.address, self.command_size).wait()
-        else:
-            self.fence = device.run_prepared(self._run)
+        queued = self._queue_submit()
+        self.fence = queued.wait() if queued is not None else self.model.device.run_prepared(self._run)
         self.timing = Timing(time.perf_counter() - started, self.fence.device_time_ns)
         self._collect_profile()
+
+    def _queue_submit(self) -> QueueFence | None:
+        """The job on a user queue of the device (no request to the driver per job; timed
+        task by task under PERF_COUNT); None when the device offers no queue: the caller
+        submits through the driver."""
+        queue = self.model.device.shared_queue(self._priority)
+        if queue is None or self.command is None:
+            return None
+        try:
+            return queue.submit(self.command.address, self.command_size,
+                                flags=queue_spec.ENTRY_PROFILE if self._profiled else 0)
+        except NpuError as exc:
+            if exc.errno not in (errno.ECANCELED, errno.EBADF, errno.ENODEV):
+                raise
+            return None     # the queue stopped (a reset) or was closed: SUBMIT, a new queue next time
 
     def release(self) -> None:
         """Free this request's device memory; using the request afterwards raises
@@ -670,6 +684,14 @@ class InferRequest:
         waiter = self._waiter
         if self.partitioned and waiter is not None and waiter is not threading.current_thread():
             waiter.join()       # its host steps write through this request's mappings
+        fence = self.fence
+        if isinstance(fence, QueueFence) and fence.status is None:
+            # A queue job holds no buffer in the driver: freed under it, its accesses would
+            # fault. It ends first (within its timeout), as a SUBMIT job keeps its memory.
+            try:
+                fence.queue.wait(fence)
+            except NpuError:
+                pass            # the queue stopped: nothing of it runs any more
         self._inputs, self._outputs, self._states = [], [], []   # drop the views before the memory goes
         self._host.clear()
         self._free_memory()

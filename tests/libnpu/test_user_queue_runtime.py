@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 import libnpu
+from libnpu.user_queue import QueueFence
 from tests.support.device import start_npu, stop_npu
 
 
@@ -87,3 +88,81 @@ def test_infer_after_a_reset_takes_a_new_queue(fresh_npu, resnet8_nlb):
             assert all(np.array_equal(a, b) for a, b in zip(first, again))
         finally:
             model.close()
+
+
+def _queue_jobs(device) -> int:
+    """Jobs completed on the device's user queues (the runtime's shared ones)."""
+    return sum(queue.done() for queue in device.queues)
+
+
+def test_perf_count_inferences_go_through_the_queue_with_the_profile_of_the_submit_path(session, resnet8_nlb):
+    device = session.open(0)
+    model = libnpu.load(resnet8_nlb, device, config={"PERF_COUNT": True})
+    try:
+        request = model.create_request()
+        x = _inputs(model, 4)
+        queued = [o.copy() for o in request.infer(x)]
+        assert _queue_jobs(device) == 1, "the profiled job took the queue"
+        through_queue = request.profile
+        assert through_queue is not None and through_queue.layers
+        device.use_queues = False
+        submitted = [o.copy() for o in request.infer(x)]
+        through_submit = request.profile
+        assert _queue_jobs(device) == 1
+        assert all(np.array_equal(a, b) for a, b in zip(queued, submitted))
+        assert [(layer.name, layer.op, layer.device, layer.cycles) for layer in through_queue.layers] == \
+               [(layer.name, layer.op, layer.device, layer.cycles) for layer in through_submit.layers]
+    finally:
+        model.close()
+
+
+def test_start_wait_callbacks_and_infer_async_use_the_queue(session, resnet8_nlb):
+    import threading
+
+    import trio
+
+    device = session.open(0)
+    model = libnpu.load(resnet8_nlb, device)
+    try:
+        requests = [model.create_request() for _ in range(3)]
+        feeds = [_inputs(model, 10 + i) for i in range(3)]
+        expected = [[o.copy() for o in model.create_request().infer(x)] for x in feeds]
+        jobs = _queue_jobs(device)
+        for request, x in zip(requests, feeds):          # three in flight at once, polled then waited
+            request.set_inputs(x)
+            request.start()
+            assert isinstance(request.fence, QueueFence)
+        for request, want in zip(requests, expected):
+            request.wait(30)
+            assert request.fence.signalled and request.timing.latency_s > 0
+            assert all(np.array_equal(a, b) for a, b in zip(request.outputs(), want))
+        assert _queue_jobs(device) == jobs + 3
+        called = threading.Event()
+        errors: list = []
+        requests[0].set_inputs(feeds[1])
+        requests[0].start(lambda request, error: (errors.append(error), called.set()))
+        assert called.wait(30) and errors == [None]
+        assert all(np.array_equal(a, b) for a, b in zip(requests[0].outputs(), expected[1]))
+
+        async def both() -> list:
+            results: list = [None, None]
+
+            async def one(i: int) -> None:
+                results[i] = await model.infer_async(feeds[i])
+            async with trio.open_nursery() as nursery:
+                for i in range(2):
+                    nursery.start_soon(one, i)
+            return results
+
+        results = trio.run(both)
+        assert all(np.array_equal(a, b) for got, want in zip(results, expected) for a, b in zip(got, want))
+        assert _queue_jobs(device) == jobs + 6
+        # No queue to be had: start falls back to SUBMIT, same bytes.
+        device.use_queues = False
+        requests[1].set_inputs(feeds[2])
+        requests[1].start()
+        assert not isinstance(requests[1].fence, QueueFence)
+        requests[1].wait(30)
+        assert all(np.array_equal(a, b) for a, b in zip(requests[1].outputs(), expected[2]))
+    finally:
+        model.close()
