@@ -264,11 +264,14 @@ class UserQueue:
         stopped is only let go here. Closing twice does nothing."""
         if self.closed:
             return
-        if self.destroyer is not None:
-            if not cancel and not self.error() and self.in_flight():
-                self._wait_seq(self.tail, timeout)
-            self.destroyer(self, cancel)
-        self.release()
+        with self._lock:         # no submitter slips a job in between the wait and the destroy
+            if self.closed:
+                return
+            if self.destroyer is not None:
+                if not cancel and not self.error() and self.in_flight():
+                    self._wait_seq(self.tail, timeout)
+                self.destroyer(self, cancel)
+            self.release()
 
     def release(self) -> None:
         """Unmap the queue and close its descriptors here, leaving the queue to the driver
