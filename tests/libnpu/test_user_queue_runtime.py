@@ -166,3 +166,22 @@ def test_start_wait_callbacks_and_infer_async_use_the_queue(session, resnet8_nlb
         assert all(np.array_equal(a, b) for a, b in zip(requests[1].outputs(), expected[2]))
     finally:
         model.close()
+
+
+def test_device_wait_takes_queue_fences_among_driver_fences(device):
+    queue = device.create_queue()
+    src, dst = device.alloc_mem(16 << 20), device.alloc_mem(16 << 20)
+    slow = device.command_buffer(capacity=64 * 400)
+    for _ in range(400):
+        slow.add("DMA_COPY", src=src.address, dst=dst.address, length=src.size)
+    nop = device.command_buffer()
+    nop.add("NOP")
+    queued = device.queue_submit(queue, slow)
+    submitted = device.submit(nop)
+    with pytest.raises(TimeoutError):
+        device.wait([queued, submitted], timeout=0.001)
+    assert device.wait([queued, submitted], timeout=0.001, raise_on_timeout=False) in (0, 1)
+    assert device.wait([queued, submitted], timeout=30, wait_any=True) >= 1
+    assert submitted.status == 0
+    assert device.wait([queued, submitted], timeout=60) == 2
+    assert queued.status == 0 and queued.device_time_ns > 0
