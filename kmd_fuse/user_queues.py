@@ -431,13 +431,22 @@ class UserQueues:
                                  record.end_ns, record.cycles, device_ns, task_records)
             if wanted:
                 profiling.keep(queue.ctx, JobProfile(record.job_id, queue.core, profile.status, record.start_ns,
-                                                     record.start_ns, record.end_ns, record.end_ns, record.cycles,
-                                                     device_ns, task_records,
+                                                     record.start_ns, record.end_ns, self._posted_ns(queue, seq,
+                                                                                                     record),
+                                                     record.cycles, device_ns, task_records,
                                                      complete=len(task_records) == record.index))
             if device.trace.enabled:
                 device.trace.job(queue.ctx, TracedJob(profile.fence, queue.priority), profile)
         while len(pending) > TRACE_PENDING_KEPT:
             del pending[next(iter(pending))]
+
+    @staticmethod
+    def _posted_ns(queue: UserQueue, seq: int, record) -> int:
+        """When the core posted the job's completion (its signal): start + the completion's
+        exec_ns (pacing included), if the completion is still this job's; else the end."""
+        at = queues.completions_offset(queue.entries) + (seq & (queue.entries - 1)) * queues.COMPLETION_STRUCT.size
+        posted_seq, *_, exec_ns = queues.COMPLETION_STRUCT.unpack_from(queue.mem, at)
+        return record.start_ns + exec_ns if posted_seq == seq and exec_ns else record.end_ns
 
     def check_profile_fence(self, ctx: Context, fence: int) -> None:
         """GET_PROFILE of a queue fence: EINVAL for a slot past the table or a job never

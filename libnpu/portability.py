@@ -177,8 +177,13 @@ class JobTiming:
 
     @property
     def queue_ns(self) -> int:
-        """From the driver accepting the job to a core starting it."""
+        """From the driver accepting the job to a core starting it (0 for a user-queue job)."""
         return max(0, self.start_ns - self.submit_ns)
+
+    @property
+    def via_queue(self) -> bool:
+        """A user-queue job (its fence is a queue fence): no driver between client and core."""
+        return bool(self.fence & uapi.NPU_QUEUE_FENCE_BIT)
 
 
 @dataclass(frozen=True)

@@ -41,6 +41,8 @@ def test_a_profiled_queue_job_has_its_tasks_timed_like_a_submit(device):
     assert all(t.start_ns <= t.end_ns for t in timing.tasks)
     assert timing.start_ns <= timing.tasks[0].start_ns and timing.tasks[-1].end_ns <= timing.end_ns
     assert timing.submit_ns == timing.start_ns                    # no SUBMIT: taken when the core took it
+    assert timing.end_ns <= timing.signal_ns                      # the completion posted (after any pacing)
+    assert timing.via_queue
     assert timing.cycles > 0
     prepared = device.prepare_submit(commands, profile=True, wait=True)
     submitted = device.get_profile(device.submit_prepared(prepared))
