@@ -286,3 +286,17 @@ def test_a_v24_create_request_and_an_unknown_destroy_are_answered(session):
     raw_destroy(device, reply.queue_id)
     assert refused(device, reply.queue_id) == errno.ENOENT
     device.close()
+
+
+def test_a_destroyed_queue_frees_its_slot_in_a_full_table(fresh_npu):
+    with libnpu.initialize(fresh_npu.devroot) as session:
+        devices = [session.open(0) for _ in range(queues.QUEUE_SLOTS // 2 + 1)]
+        held = [device.create_queue() for device in devices[:-1] for _ in range(2)]
+        with pytest.raises(libnpu.NpuError) as full:
+            devices[-1].create_queue()
+        assert full.value.errno == errno.ENOSPC
+        slot = held[5].id
+        held[5].close()
+        queue = devices[-1].create_queue()               # at once: the reply came when the slot was free
+        assert queue.id == slot
+        assert devices[-1].queue_submit(queue, None).wait(10).status == 0
