@@ -300,3 +300,28 @@ def test_a_destroyed_queue_frees_its_slot_in_a_full_table(fresh_npu):
         queue = devices[-1].create_queue()               # at once: the reply came when the slot was free
         assert queue.id == slot
         assert devices[-1].queue_submit(queue, None).wait(10).status == 0
+
+
+def test_queues_destroyed_in_a_loop_leave_no_descriptor_line_or_memory_behind(fresh_npu):
+    from tests.kmd_fuse.test_user_queues import _driver_and_chip, _open_fds
+    with libnpu.initialize(fresh_npu.devroot) as session:
+        device = session.open(0)
+        commands = nop(device)
+        bus = paths.bus_dir(fresh_npu.devroot, 0)
+        with device.create_queue() as warm:                # whatever is made once is made
+            device.queue_submit(warm, commands).wait(10)
+        pids = _driver_and_chip(fresh_npu.devroot, bus)
+
+        def settled() -> tuple:
+            return _open_fds(pids), sorted(os.listdir(bus)), device.info()["memory_used"], \
+                sum(slot_enabled(fresh_npu.devroot, slot) for slot in range(queues.QUEUE_SLOTS))
+
+        baseline = settled()
+        for round_ in range(40):
+            with device.create_queue() as queue:
+                fence = device.queue_submit(queue, commands, profile=bool(round_ % 2))
+                fence.wait(10)
+                if round_ % 2:
+                    assert len(device.get_profile(fence).tasks) == 1
+        assert not device.queues
+        assert wait_until(lambda: settled() == baseline, 20), (settled(), baseline)
