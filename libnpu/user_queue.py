@@ -90,7 +90,12 @@ class QueueFence:
         """Block until the job is done; raises JobError if it failed, TimeoutError on timeout,
         NpuError if the queue stopped (the device was reset, the context closed)."""
         from libnpu.portability import JobError
-        self.queue.wait(self, timeout)
+        try:
+            self.queue.wait(self, timeout)
+        except NpuError as exc:
+            if self.status is None:
+                self.status = -exc.errno      # it never runs: signalled, failed (the request is free again)
+            raise
         if self.status:
             raise JobError(-self.status, "job", f"queue {self.queue.id} job {self.id} failed")
         return self
@@ -178,9 +183,16 @@ class UserQueue:
 
     # ---- completion ----
     def collect(self, fence: QueueFence) -> bool:
-        """Fill the fence in if its job is done; True then."""
-        if self.closed or self.done() < fence.id:
+        """Fill the fence in if its job is done, or will never run (the queue stopped: its
+        status is the queue's error); True then."""
+        if self.closed:
             return False
+        if self.done() < fence.id:
+            error = self.error()
+            if not error:
+                return False
+            fence.status, fence.device_time_ns = error, 0
+            return True
         at = queues.completions_offset(self.entries) + (fence.id & (self.entries - 1)) * queues.COMPLETION_STRUCT.size
         seq, status, _, _, device_ns, _, _ = queues.COMPLETION_STRUCT.unpack_from(self.mem, at)
         if seq != fence.id:
@@ -195,6 +207,8 @@ class UserQueue:
         if not self.collect(fence):
             self._wait_seq(fence.id, timeout)
             self.collect(fence)
+        if fence.status and self.done() < fence.id:
+            self._check_error(fence.id)     # it never ran: the queue stopped (NpuError, not JobError)
 
     def _wait_seq(self, seq: int, timeout: float | None) -> None:
         self._check_open()

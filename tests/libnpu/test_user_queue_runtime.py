@@ -3,6 +3,8 @@ runtime's infer through the device's queue, with the same bytes as through SUBMI
 through SUBMIT when the device offers no queue or after a reset stopped it."""
 from __future__ import annotations
 
+import errno
+
 import numpy as np
 import pytest
 
@@ -185,3 +187,33 @@ def test_device_wait_takes_queue_fences_among_driver_fences(device):
     assert submitted.status == 0
     assert device.wait([queued, submitted], timeout=60) == 2
     assert queued.status == 0 and queued.device_time_ns > 0
+
+
+def test_async_requests_caught_by_a_reset_fail_clearly_and_the_next_ones_take_a_new_queue(fresh_npu, resnet8_nlb):
+    with libnpu.initialize(fresh_npu.devroot) as session:
+        device = session.open(0)
+        model = libnpu.load(resnet8_nlb, device)
+        try:
+            requests = [model.create_request() for _ in range(3)]
+            x = _inputs(model, 7)
+            want = [o.copy() for o in requests[0].infer(x)]
+            old = device.queues[0]
+            for request in requests:
+                request.set_inputs(x)
+                request.start()
+            device.reset()
+            for request in requests:
+                try:
+                    request.wait(30)
+                except libnpu.JobError as exc:           # on the chip when the reset came: aborted
+                    assert exc.errno in (errno.EIO, errno.ECANCELED)
+                except libnpu.NpuError as exc:           # still in its queue: never runs
+                    assert exc.errno == errno.ECANCELED and "reset" in str(exc)
+                assert request.fence.signalled and request.fence.status
+            for request in requests:
+                request.start()
+                request.wait(30)
+                assert isinstance(request.fence, QueueFence) and request.fence.queue is not old
+                assert all(np.array_equal(a, b) for a, b in zip(request.outputs(), want))
+        finally:
+            model.close()
