@@ -899,7 +899,10 @@ class CompiledModel:
             self._give_back(request)
 
     async def infer_async(self, inputs: Inputs, dequantized: bool = False) -> list[np.ndarray]:
-        """``infer`` for trio: the event loop keeps running while the chip works."""
+        """``infer`` for trio: the event loop keeps running while the chip works.  Cancelled
+        once its job was submitted, it raises Cancelled when the job has ended (a job
+        cannot be called back; at most its timeout), so the request goes back idle."""
+        import trio
         request = self._borrow()
         try:
             request.set_inputs(inputs)
@@ -911,7 +914,9 @@ class CompiledModel:
             request.start()
             fence = request.fence
             assert fence is not None, "start() submitted the job"
-            await fence.wait_async()
+            with trio.CancelScope(shield=True):
+                await fence.wait_async()
+            await trio.lowlevel.checkpoint_if_cancelled()
             request.timing = Timing(time.perf_counter() - request._started, fence.device_time_ns)
             request._collect_profile()
             self.last_profile = request.profile

@@ -217,3 +217,26 @@ def test_async_requests_caught_by_a_reset_fail_clearly_and_the_next_ones_take_a_
                 assert all(np.array_equal(a, b) for a, b in zip(request.outputs(), want))
         finally:
             model.close()
+
+
+def test_a_cancelled_infer_async_leaves_the_model_usable(session, resnet8_nlb):
+    import trio
+
+    device = session.open(0)
+    model = libnpu.load(resnet8_nlb, device)
+    try:
+        x = _inputs(model, 3)
+        want = [o.copy() for o in model.infer(x)]
+
+        async def cancelled() -> bool:
+            with trio.move_on_after(0) as scope:
+                await model.infer_async(x)
+            return scope.cancelled_caught
+
+        for through_queue in (True, False):
+            device.use_queues = through_queue
+            assert trio.run(cancelled)
+            got = trio.run(model.infer_async, x)           # the borrowed request came back idle
+            assert all(np.array_equal(a, b) for a, b in zip(got, want))
+    finally:
+        model.close()
