@@ -20,7 +20,7 @@ What stays the driver's:
   GET_STATS / GET_INFO add them (``context_counters``, ``device_counters``);
 - profiles: a job whose entry asks for NPU_QUEUE_ENTRY_PROFILE is timed by its core; the
   driver keeps its profile in the context for GET_PROFILE, named by its queue fence
-  (``trace``, ``check_profile_fence``).
+  (``take_records``, ``check_profile_fence``).
 """
 from __future__ import annotations
 
@@ -406,7 +406,7 @@ class UserQueues:
             table.write32(queues.slot_offset(queue.slot) + queues.Q_CONTROL,
                           queues.Q_ENABLED | (queues.Q_TRACE if on else 0))
 
-    def trace(self, records: list) -> None:
+    def take_records(self, records: list) -> None:
         """Take the user-queue jobs whose profile records (firmware_sim.spec.ring) arrived: a
         job's PROFILE_JOB record comes last and carries its errno (PROFILE_QUEUE_JOB: its entry
         asked for the profile, which the context keeps for GET_PROFILE under the job's queue
