@@ -274,7 +274,8 @@ class Core:
     def record_profile(self, job_id: int, tasks: list[tuple[int, int, int, int, int]], started: int,
                        executed: int, result: JobResult, kind: int = ring.PROFILE_JOB) -> None:
         """Publish a profiled job's records (one per task, then the job's: its execution without
-        any pacing) in the profile queue, before its completion; what does not fit is dropped."""
+        any pacing) in the profile queue, before its completion; what does not fit is dropped
+        (but a user-queue job's own record, while one slot is free)."""
         if self.pq is None:
             try:
                 self.pq = map_file(memory.profile_queue_path(self.bus, self.core))
@@ -288,8 +289,14 @@ class Core:
         records.append((job_id, len(tasks), -result.status & 0xFFFF, kind, started, executed,
                         result.cycles))
         if len(records) > free:
-            self.set_reg(regs.PQ_DROPPED, self.reg(regs.PQ_DROPPED) + len(records))
-            return
+            if job_id & queues.USER_JOB_BIT and free:
+                # A queue job's profile has no completion through the driver to stand in for
+                # its job record: that one goes alone (its task count tells the tasks are missing).
+                self.set_reg(regs.PQ_DROPPED, self.reg(regs.PQ_DROPPED) + len(tasks))
+                records = records[-1:]
+            else:
+                self.set_reg(regs.PQ_DROPPED, self.reg(regs.PQ_DROPPED) + len(records))
+                return
         for record in records:
             ring.PROFILE_RECORD_STRUCT.pack_into(self.pq, tail * ring.PROFILE_RECORD_STRUCT.size, *record)
             tail = (tail + 1) % capacity

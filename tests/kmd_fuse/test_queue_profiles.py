@@ -76,3 +76,18 @@ def test_queue_fence_errnos(session):
     queue.close()
     assert profile_errno(device, queues.user_job_id(slot, seq)) == errno.ENOENT
     device.close(), other.close()
+
+
+def test_a_queue_job_too_big_for_the_profile_queue_is_reported_incomplete(device):
+    # 4,095 tasks + the job's record overflow a core's 4,096-entry profile queue: the job's
+    # own record still comes (a queue job has no completion through the driver to stand
+    # in for it), so GET_PROFILE answers, incomplete; the next profiled job is whole again.
+    queue = device.create_queue()
+    huge = device.command_buffer(8 * 4095)
+    for _ in range(4095):
+        huge.add("NOP")
+    timing = device.get_profile(device.queue_submit(queue, huge, profile=True).wait(60))
+    assert timing.tasks == [] and not timing.complete and timing.status == 0 and timing.cycles > 0
+    small = device.get_profile(device.queue_submit(queue, three_nops(device), profile=True).wait(10))
+    assert len(small.tasks) == 3 and small.complete
+    queue.close()
