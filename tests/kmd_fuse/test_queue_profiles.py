@@ -91,3 +91,30 @@ def test_a_queue_job_too_big_for_the_profile_queue_is_reported_incomplete(device
     small = device.get_profile(device.queue_submit(queue, three_nops(device), profile=True).wait(10))
     assert len(small.tasks) == 3 and small.complete
     queue.close()
+
+
+def test_another_process_cannot_read_a_queue_jobs_profile(npu, device):
+    import subprocess
+    import sys
+    import textwrap
+
+    from tests.support.device import REPO
+    queue = device.create_queue()
+    fence = device.queue_submit(queue, three_nops(device), profile=True).wait(10)
+    job = queues.user_job_id(queue.id, fence.id)
+    script = textwrap.dedent("""
+        import sys
+        import libnpu
+        with libnpu.initialize(sys.argv[1]) as session:
+            device = session.open(0)
+            try:
+                device.get_profile(int(sys.argv[2]))
+                print("read")
+            except libnpu.NpuError as exc:
+                print(exc.errno)
+        """)
+    done = subprocess.run([sys.executable, "-c", script, str(npu.devroot), str(job)], capture_output=True,
+                          text=True, timeout=60, cwd=str(REPO))
+    assert done.stdout.split() == [str(errno.ENOENT)], done.stderr
+    assert len(device.get_profile(fence).tasks) == 3        # still the owner's
+    queue.close()
