@@ -100,11 +100,12 @@ def test_cancel_drops_entries_not_started_and_aborts_the_running_one(session):
     running = device.queue_submit(queue, slow_job(device, src, dst, 2000))   # seconds of copies
     for _ in range(5):
         device.queue_submit(queue, nop(device))
-    time.sleep(0.3)                                      # the copies are under way
+    time.sleep(0.3)                                      # the copies are under way (seconds of them)
     before = device.stats()["jobs_submitted"]
-    started = time.monotonic()
+    resets = device.info()["reset_count"]
     raw_destroy(device, queue.id, uapi.NPU_QUEUE_DESTROY_CANCEL)
-    assert time.monotonic() - started < 5, "the running job was aborted, not finished"
+    # The running job was aborted, not finished: its core restarted (counted as a reset).
+    assert wait_until(lambda: device.info()["reset_count"] == resets + 1, 10)
     # At most the running job was counted (aborted); the five behind it never ran.
     assert device.stats()["jobs_submitted"] - before <= 1
     with pytest.raises(libnpu.NpuError) as gone:
@@ -302,18 +303,32 @@ def test_a_destroyed_queue_frees_its_slot_in_a_full_table(fresh_npu):
         assert devices[-1].queue_submit(queue, None).wait(10).status == 0
 
 
+def _files_held(pids: list[int]) -> int:
+    """Descriptors the driver and the chip hold, hand-over connections aside (the driver
+    closes an idle one after 10 s: not the queues' business)."""
+    count = 0
+    for pid in pids:
+        for fd in os.listdir(f"/proc/{pid}/fd"):
+            try:
+                count += not os.readlink(f"/proc/{pid}/fd/{fd}").startswith("socket:")
+            except OSError:
+                pass
+    return count
+
+
 def test_queues_destroyed_in_a_loop_leave_no_descriptor_line_or_memory_behind(fresh_npu):
-    from tests.kmd_fuse.test_user_queues import _driver_and_chip, _open_fds
+    from tests.kmd_fuse.test_user_queues import _driver_and_chip
     with libnpu.initialize(fresh_npu.devroot) as session:
         device = session.open(0)
         commands = nop(device)
         bus = paths.bus_dir(fresh_npu.devroot, 0)
-        with device.create_queue() as warm:                # whatever is made once is made
-            device.queue_submit(warm, commands).wait(10)
+        with device.create_queue() as one, device.create_queue() as two:
+            for warm in (one, two):                        # on each core what is made once is made
+                device.queue_submit(warm, commands, profile=True).wait(10)   # (its profile queue's mapping)
         pids = _driver_and_chip(fresh_npu.devroot, bus)
 
         def settled() -> tuple:
-            return _open_fds(pids), sorted(os.listdir(bus)), device.info()["memory_used"], \
+            return _files_held(pids), sorted(os.listdir(bus)), device.info()["memory_used"], \
                 sum(slot_enabled(fresh_npu.devroot, slot) for slot in range(queues.QUEUE_SLOTS))
 
         baseline = settled()
