@@ -136,6 +136,8 @@ class _Segment:
     prepared: PreparedSubmit | None
     first_task: int
     steps: list[HostStep]
+    offset: int = 0             # its tasks' bytes in the command buffer (for a user queue)
+    size: int = 0
 
 
 def _segments(device: Device, loadable: Loadable, command: Memory, buffers: list[Memory], wait: bool,
@@ -145,12 +147,12 @@ def _segments(device: Device, loadable: Loadable, command: Memory, buffers: list
     offsets = loadable.task_offsets()
     result: list[_Segment] = []
     for tasks, steps in loadable.partitions():
-        prepared = None
+        prepared, start, end = None, 0, 0
         if tasks:
             start, end = offsets[tasks.start], offsets[tasks.stop - 1] + len(loadable.tasks[tasks.stop - 1].payload)
             prepared = device.prepare_submit(command, buffers, size=end - start, offset=start, wait=wait,
                                              priority=priority, profile=profile)
-        result.append(_Segment(prepared, tasks.start, steps))
+        result.append(_Segment(prepared, tasks.start, steps, start, end - start))
     return result
 
 
@@ -574,7 +576,7 @@ class InferRequest:
         if self._profiled:
             parts.append(HostPart(step.after_task, step.name, step.op, started, time.monotonic_ns()))
 
-    def _chip_part(self, fence: Fence, segment: _Segment, parts: list[ChipPart | HostPart]) -> None:
+    def _chip_part(self, fence: Fence | QueueFence, segment: _Segment, parts: list[ChipPart | HostPart]) -> None:
         if self._profiled:
             parts.append(ChipPart(self.model.device.get_profile(fence), segment.first_task))
 
@@ -590,7 +592,8 @@ class InferRequest:
         parts: list[ChipPart | HostPart] = []
         for segment in self._sync_segments:
             if segment.prepared is not None:
-                self.fence = self.model.device.run_prepared(segment.prepared)
+                queued = self._queue_submit(segment.offset, segment.size)
+                self.fence = queued.wait() if queued is not None else self.model.device.run_prepared(segment.prepared)
                 device_ns += self.fence.device_time_ns
                 self._chip_part(self.fence, segment, parts)
             for step in segment.steps:
@@ -604,7 +607,8 @@ class InferRequest:
         parts: list[ChipPart | HostPart] = []
         for segment in self._async_segments:
             if segment.prepared is not None:
-                fence = self.model.device.submit_prepared(segment.prepared)
+                fence = self._queue_submit(segment.offset, segment.size) or \
+                    self.model.device.submit_prepared(segment.prepared)
                 await fence.wait_async()
                 self.fence, device_ns = fence, device_ns + fence.device_time_ns
                 self._chip_part(fence, segment, parts)
@@ -658,15 +662,16 @@ class InferRequest:
         self.timing = Timing(time.perf_counter() - started, self.fence.device_time_ns)
         self._collect_profile()
 
-    def _queue_submit(self) -> QueueFence | None:
-        """The job on a user queue of the device (no request to the driver per job; timed
-        task by task under PERF_COUNT); None when the device offers no queue: the caller
-        submits through the driver."""
+    def _queue_submit(self, offset: int = 0, size: int | None = None) -> QueueFence | None:
+        """The job (the command buffer from ``offset``, ``size`` bytes: a partition's; the
+        whole by default) on a user queue of the device (no request to the driver per job;
+        timed task by task under PERF_COUNT); None when the device offers no queue: the
+        caller submits through the driver."""
         queue = self.model.device.shared_queue(self._priority)
         if queue is None or self.command is None:
             return None
         try:
-            return queue.submit(self.command.address, self.command_size,
+            return queue.submit(self.command.address + offset, self.command_size if size is None else size,
                                 flags=queue_spec.ENTRY_PROFILE if self._profiled else 0)
         except NpuError as exc:
             if exc.errno not in (errno.ECANCELED, errno.EBADF, errno.ENODEV):

@@ -240,3 +240,28 @@ def test_a_cancelled_infer_async_leaves_the_model_usable(session, resnet8_nlb):
             assert all(np.array_equal(a, b) for a, b in zip(got, want))
     finally:
         model.close()
+
+
+def test_a_model_with_a_cpu_step_runs_its_chip_partitions_on_the_queue(session):
+    import tflite
+    import trio
+
+    from libnpu.compiler.lower import compile_model
+    from tests.support import host_models
+    from tests.support.litert import litert_run
+
+    data = host_models.int8_fc_sandwich(tflite.BuiltinOperator.REVERSE_V2)
+    x = np.random.default_rng(2).integers(-128, 128, (1, 16), dtype=np.int8)
+    expected = litert_run(data, [x])[0]
+    device = session.open(0)
+    with libnpu.load(compile_model(data), device, config={"PERF_COUNT": True}) as model:
+        assert np.array_equal(model.infer([x])[0], expected)
+        assert _queue_jobs(device) == 2                  # both chip partitions, each a queue job
+        assert [layer.device for layer in model.get_profiling_info().layers] == ["NPU", "CPU", "NPU"]
+        request = model.create_request()
+        request.set_inputs([x])
+        request.start()
+        request.wait(30)
+        assert np.array_equal(request.outputs()[0], expected)
+        assert trio.run(model.infer_async, [x])[0].tobytes() == expected.tobytes()
+        assert _queue_jobs(device) == 6
