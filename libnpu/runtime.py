@@ -11,7 +11,8 @@ Two levels, as users of NVDLA and of OpenVINO / FuriosaAI expect:
 One inference is one job: the model's task list, relocated to the addresses of
 that request's memory, in one command buffer.  It goes on a user queue of the device
 (``Device.shared_queue``: no request to the driver per job) for ``infer``, ``start`` and
-``infer_async`` alike, PERF_COUNT included, and through SUBMIT when no queue can be had.
+``infer_async`` alike, PERF_COUNT and the partitions of a model with host steps
+included, and through SUBMIT when no queue can be had.
 Weights are loaded once per model (read-only device memory, shared by every request);
 activations, inputs and outputs are per request, so requests never share scratch memory.
 
