@@ -38,12 +38,14 @@
 
 #include <stdint.h>
 
-#define NPU_ABI_VERSION 0x00020005      /* major << 16 | minor: 2.0 = buffers handed over as sealed memfds,
+#define NPU_ABI_VERSION 0x00020006      /* major << 16 | minor: 2.0 = buffers handed over as sealed memfds,
                                            2.1 = reserved fields, sizes that grow, GET_PARAM,
                                            2.2 = SUBMIT_BATCH,
                                            2.3 = GET_PROFILE, NPU_SUBMIT_PROFILE, params 16..23,
                                            2.4 = QUEUE_CREATE (user-mode submission queues), params 24..25,
-                                           2.5 = QUEUE_DESTROY, NPU_QUEUE_ENTRY_PROFILE, queue fences in GET_PROFILE */
+                                           2.5 = replies read by seq (NPU_REPLY_BY_SEQ), a seq in flight
+                                                 twice refused (EEXIST),
+                                           2.6 = QUEUE_DESTROY, NPU_QUEUE_ENTRY_PROFILE, queue fences in GET_PROFILE */
 #define NPU_FRAME_MAGIC 0x3155504e      /* "NPU1" little endian */
 #define NPU_IOC_TYPE 0x4e               /* 'N' */
 
@@ -253,7 +255,7 @@ struct npu_task_profile {
 
 /*
  * GET_PROFILE: the per-task timing of a finished job submitted with NPU_SUBMIT_PROFILE, or
- * (2.5) of a user-queue job whose entry asked for NPU_QUEUE_ENTRY_PROFILE, named by its
+ * (2.6) of a user-queue job whose entry asked for NPU_QUEUE_ENTRY_PROFILE, named by its
  * queue fence (NPU_QUEUE_FENCE_BIT; its submit_ns is when a core took the entry)
  * (the driver keeps the last 256 of each context, 16384 task records at most).  A job with more than
  * NPU_MAX_PROFILE_TASKS tasks takes several calls: `first` pages through them.
@@ -333,7 +335,7 @@ struct npu_queue_create {
 #define NPU_QUEUE_MAX_ENTRIES 1024
 
 /*
- * QUEUE_DESTROY (ABI 2.5): give back a user queue of this context.  Without flags a queue
+ * QUEUE_DESTROY (ABI 2.6): give back a user queue of this context.  Without flags a queue
  * with jobs in flight (tail past done) is refused with EBUSY: wait for them first (as
  * amdxdna waits for a hardware context to go idle).  NPU_QUEUE_DESTROY_CANCEL destroys
  * it anyway, as ivpu's CMDQ_DESTROY does: entries not started never run, a running one is
@@ -351,7 +353,7 @@ struct npu_queue_destroy {
 #define NPU_QUEUE_DESTROY_CANCEL 0x1    /* destroy even with jobs in flight: they are cancelled */
 
 /*
- * A queue job's fence for GET_PROFILE (ABI 2.5): NPU_QUEUE_FENCE_BIT | queue_id << NPU_QUEUE_FENCE_SHIFT | seq.
+ * A queue job's fence for GET_PROFILE (ABI 2.6): NPU_QUEUE_FENCE_BIT | queue_id << NPU_QUEUE_FENCE_SHIFT | seq.
  * SUBMIT fences never have the bit set.
  */
 #define NPU_QUEUE_FENCE_BIT 0x8000000000000000
@@ -381,10 +383,10 @@ struct npu_queue_entry {
 	uint64_t cmd_iova;              /* command buffer, in this context's address space */
 	uint32_t cmd_size;
 	uint32_t timeout_ms;            /* 0: the device default; clamped to timeout_cap_ms */
-	uint32_t flags;                 /* 0 or NPU_QUEUE_ENTRY_PROFILE (2.5); another bit fails the job with EINVAL */
+	uint32_t flags;                 /* 0 or NPU_QUEUE_ENTRY_PROFILE (2.6); another bit fails the job with EINVAL */
 	uint32_t reserved;
 };
-#define NPU_QUEUE_ENTRY_PROFILE 0x1     /* (2.5) time the job's tasks: GET_PROFILE with the job's queue fence */
+#define NPU_QUEUE_ENTRY_PROFILE 0x1     /* (2.6) time the job's tasks: GET_PROFILE with the job's queue fence */
 
 struct npu_queue_completion {
 	uint64_t seq;

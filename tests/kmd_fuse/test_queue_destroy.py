@@ -1,4 +1,4 @@
-"""QUEUE_DESTROY (ABI 2.5): a user queue given back before its context closes. Without
+"""QUEUE_DESTROY (ABI 2.6): a user queue given back before its context closes. Without
 flags a queue with jobs in flight is refused (EBUSY); NPU_QUEUE_DESTROY_CANCEL cancels
 them. The reply comes once the chip let go: the slot, the memory and the limits' counts are
 back, the client's mapping reads zeros. Hostile clients: another process's queue id, a

@@ -1,4 +1,4 @@
-"""GET_PROFILE of user-queue jobs (ABI 2.5): an entry with NPU_QUEUE_ENTRY_PROFILE is timed
+"""GET_PROFILE of user-queue jobs (ABI 2.6): an entry with NPU_QUEUE_ENTRY_PROFILE is timed
 task by task like a SUBMIT with NPU_SUBMIT_PROFILE, and its profile is asked for with the
 job's queue fence. Other contexts' queue fences, jobs not profiled, not done or never
 written, and queues given back are answered with precise errnos."""
