@@ -143,7 +143,6 @@ class DeferredFree:
     bo: BufferObject
     targets: list[int] | None   # per core, INVAL_DONE to reach; None: when the context's queues are gone
     reply_to: object | None = None   # the MEM_FREE / QUEUE_DESTROY (requests.Request) answered once it is back
-    queue_memory: bool = False  # a destroyed queue's memory (the driver's own: no handle, not charged)
 
 
 class UserQueues:
@@ -349,9 +348,7 @@ class UserQueues:
                 # The context lives on: its cores may hold translations of the queue memory (the
                 # serving core's view, a job that pointed into it). Its address range is reused
                 # only once every core has dropped them; QUEUE_DESTROY is answered then.
-                deferred = self.defer_free(queue.ctx, queue.bo)
-                deferred.queue_memory = True
-                deferred.reply_to = queue.destroy_reply
+                self.defer_free(queue.ctx, queue.bo).reply_to = queue.destroy_reply
             queue.ctx.queues.remove(queue)
             queue.header.release()
             queue.mem.close()
@@ -365,10 +362,7 @@ class UserQueues:
                 ready = hw.invalidations_done(deferred.targets) or self._invalidations_idle()
             if ready:
                 self.deferred.remove(deferred)
-                if deferred.queue_memory:
-                    device.memory.release(deferred.ctx.space, deferred.bo)
-                else:
-                    device.release_buffer(deferred.ctx, deferred.bo)
+                device.release_buffer(deferred.ctx, deferred.bo)
                 request = deferred.reply_to
                 if request is not None and not deferred.ctx.closed:
                     deferred.ctx.set_reply(request.reply())     # type: ignore[attr-defined]
