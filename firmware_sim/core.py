@@ -147,8 +147,9 @@ class Core:
         self.regs.write64(bank + regs.UQ_SEQ, seq)
         self.regs.write64(bank + regs.CURRENT_JOB, queues.user_job_id(q.slot, seq))
         self.set_reg(regs.CORE_STATE, regs.CORE_BUSY)
-        tasks: list[tuple[int, int, int, int, int]] | None = [] if self.queues.traced(q) else None
-        if flags != queues.ENTRY_FLAGS:
+        wanted = flags == queues.ENTRY_PROFILE
+        tasks: list[tuple[int, int, int, int, int]] | None = [] if wanted or self.queues.traced(q) else None
+        if flags & ~queues.ENTRY_FLAGS:
             result = JobResult(status=-errno.EINVAL)
         else:
             result = self.execute(q.asid, cmd_iova, cmd_size,
@@ -157,7 +158,8 @@ class Core:
         self.pace(result, started, timeout_ms)
         result.exec_ns = time.monotonic_ns() - started
         if tasks is not None:
-            self.record_profile(queues.user_job_id(q.slot, seq), tasks, started, executed, result)
+            self.record_profile(queues.user_job_id(q.slot, seq), tasks, started, executed, result,
+                                ring.PROFILE_QUEUE_JOB if wanted else ring.PROFILE_JOB)
         self.queues.post(q, seq, result.status, result.cycles, self.profile.nanoseconds(result.cycles),
                          result.fault_iova, result.exec_ns)
         self.regs.write64(bank + regs.CURRENT_JOB, 0)
@@ -270,9 +272,10 @@ class Core:
         return result
 
     def record_profile(self, job_id: int, tasks: list[tuple[int, int, int, int, int]], started: int,
-                       executed: int, result: JobResult) -> None:
+                       executed: int, result: JobResult, kind: int = ring.PROFILE_JOB) -> None:
         """Publish a profiled job's records (one per task, then the job's: its execution without
-        any pacing) in the profile queue, before its completion; what does not fit is dropped."""
+        any pacing) in the profile queue, before its completion; what does not fit is dropped
+        (but a user-queue job's own record, while one slot is free)."""
         if self.pq is None:
             try:
                 self.pq = map_file(memory.profile_queue_path(self.bus, self.core))
@@ -283,11 +286,17 @@ class Core:
         free = (capacity - 1 - (tail - head) % capacity) if capacity else 0
         records = [(job_id, index, opcode, ring.PROFILE_TASK, start, end, cycles)
                    for index, opcode, start, end, cycles in tasks]
-        records.append((job_id, len(tasks), -result.status & 0xFFFF, ring.PROFILE_JOB, started, executed,
+        records.append((job_id, len(tasks), -result.status & 0xFFFF, kind, started, executed,
                         result.cycles))
         if len(records) > free:
-            self.set_reg(regs.PQ_DROPPED, self.reg(regs.PQ_DROPPED) + len(records))
-            return
+            if job_id & queues.USER_JOB_BIT and free:
+                # A queue job's profile has no completion through the driver to stand in for
+                # its job record: that one goes alone (its task count tells the tasks are missing).
+                self.set_reg(regs.PQ_DROPPED, self.reg(regs.PQ_DROPPED) + len(tasks))
+                records = records[-1:]
+            else:
+                self.set_reg(regs.PQ_DROPPED, self.reg(regs.PQ_DROPPED) + len(records))
+                return
         for record in records:
             ring.PROFILE_RECORD_STRUCT.pack_into(self.pq, tail * ring.PROFILE_RECORD_STRUCT.size, *record)
             tail = (tail + 1) % capacity

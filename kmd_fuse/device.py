@@ -209,6 +209,7 @@ class Device:
         """Give a freed buffer's memory back (no job holds it any more). A closed context's
         buffers need no invalidation each: reap invalidates its whole ASID."""
         self.memory.release(ctx.space, bo)
-        self.quotas.discharge(ctx.uid, bo.size)
+        if bo.accounted:                   # a destroyed user queue's memory was never charged
+            self.quotas.discharge(ctx.uid, bo.size)
         if invalidate:
             self.scheduler.invalidate(ctx.space.asid, bo.bo_id)

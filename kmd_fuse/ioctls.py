@@ -99,7 +99,10 @@ def get_param(device: Device, ctx: Context, request: Request) -> None:
 
 def get_profile(device: Device, ctx: Context, request: Request) -> None:
     req = request.payload
-    check_fence(ctx, req.fence)
+    if req.fence & uapi.NPU_QUEUE_FENCE_BIT:
+        device.queues.check_profile_fence(ctx, req.fence)
+    else:
+        check_fence(ctx, req.fence)
     profiling.fill_profile(ctx, req, uapi.NPU_MAX_PROFILE_TASKS)
 
 
@@ -115,6 +118,13 @@ def queue_create(device: Device, ctx: Context, request: Request) -> None:
     req.socket_path = device.memory.grants.socket_path
 
 
+def queue_destroy(device: Device, ctx: Context, request: Request) -> bool:
+    # Answered once the chip has let go of the queue and its memory is back (user_queues.poll).
+    req = request.payload
+    device.queues.destroy(ctx, req.queue_id, req.flags, request)
+    return True
+
+
 IOCTLS: dict[str, Ioctl] = {entry.name: entry for entry in (
     Ioctl("GET_INFO", get_info),
     Ioctl("MEM_ALLOC", mem_alloc),
@@ -128,6 +138,7 @@ IOCTLS: dict[str, Ioctl] = {entry.name: entry for entry in (
     Ioctl("SUBMIT_BATCH", submit_batch),
     Ioctl("GET_PROFILE", get_profile),
     Ioctl("QUEUE_CREATE", queue_create),
+    Ioctl("QUEUE_DESTROY", queue_destroy),
 )}
 _HEADER_NAMES = {command.name for command in uapi.COMMANDS.values()}
 if set(IOCTLS) != _HEADER_NAMES:

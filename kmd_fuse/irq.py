@@ -38,7 +38,8 @@ async def housekeeping(device: Device) -> None:
                 device.spawn(recovery.recover_chip, device)
             elif not device.resetting:
                 jobs.service_completions(device)
-                if device.trace.enabled:       # user-queue jobs raise no interrupt: their records
+                # User-queue jobs raise no interrupt: their records (trace, GET_PROFILE) are taken here.
+                if device.trace.enabled or any(device.queues.slots):
                     profiling.collect(device, [])
                 recovery.account_core_restarts(device)
                 recovery.check_chip_watchdog(device)

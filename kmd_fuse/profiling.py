@@ -5,7 +5,10 @@ ring with RING_FLAG_PROFILE; the core then times each task and publishes the rec
 its profile queue before the job's completion (firmware_sim/spec/ring.py).  When the
 driver retires the job it reads them (``collect``) and keeps a ``JobProfile``: in the
 context, for GET_PROFILE (the last PROFILES_KEPT of each, PROFILE_TASKS_KEPT task records at
-most), and in the trace.
+most), and in the trace.  A user-queue job's records (its entry asked with
+NPU_QUEUE_ENTRY_PROFILE, or the trace records) come the same way without a completion
+through the driver: kmd_fuse.user_queues takes them (``take_records``), under the job's
+queue fence.
 
 The trace (``Trace``) is the device's recorder of everything that happened on it, for
 every context: jobs on their cores with their tasks, fences signalled, interrupts.  It
@@ -120,14 +123,14 @@ def collect(device: Device, retired: list[tuple[Job, Completion]]) -> None:
     by_job = device.unclaimed_profiles
     user_jobs = []
     for record in device.hw.profile_records():
-        if record.job_id & queues.USER_JOB_BIT:      # a user-queue job's (only while the trace records)
+        if record.job_id & queues.USER_JOB_BIT:      # a user-queue job's (traced, or its entry asked)
             user_jobs.append(record)
             continue
         # A core publishes a job's records before its completion, so records may come a
         # round before the completion does: they wait here for it.
         by_job.setdefault(record.job_id, []).append(record)
     if user_jobs:
-        device.queues.trace(user_jobs)
+        device.queues.take_records(user_jobs)
     while len(by_job) > UNCLAIMED_KEPT:
         del by_job[next(iter(by_job))]
     now = time.monotonic_ns()

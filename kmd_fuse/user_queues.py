@@ -9,14 +9,18 @@ serving core opens when it takes the slot in. Jobs then go from the client to th
 and back without the driver.
 
 What stays the driver's:
-- teardown: a context that closes, a reset, a chip that died disable its queues; the
-  queue's memory (and the context's address space) is given back only once the serving
-  core has acknowledged the disable (Q_ACK), so no entry runs and no core view remains;
+- teardown: QUEUE_DESTROY, a context that closes, a reset, a chip that died disable its
+  queues; the queue's memory (and the context's address space) is given back only once the
+  serving core has acknowledged the disable (Q_ACK), so no entry runs and no core view
+  remains, and QUEUE_DESTROY is answered then (``destroy``);
 - memory: MEM_FREE in a context with a live queue unmaps the pages at once (later entries
   fault) but gives them back only once every core has carried out the IOTLB invalidation
   (INVAL_DONE): a user-queue job that started before the free has ended by then;
 - stats: the chip counts each queue's jobs, failures, busy and device time in its slot;
-  GET_STATS / GET_INFO add them (``context_counters``, ``device_counters``).
+  GET_STATS / GET_INFO add them (``context_counters``, ``device_counters``);
+- profiles: a job whose entry asks for NPU_QUEUE_ENTRY_PROFILE is timed by its core; the
+  driver keeps its profile in the context for GET_PROFILE, named by its queue fence
+  (``take_records``, ``check_profile_fence``).
 """
 from __future__ import annotations
 
@@ -30,7 +34,7 @@ from dataclasses import dataclass, field
 import trio
 
 from firmware_sim.spec import memory, queues, regs, ring
-from kmd_fuse import uapi
+from kmd_fuse import profiling, uapi
 from kmd_fuse.buffer import BufferObject
 from kmd_fuse.context import Context
 from kmd_fuse.errors import KmdError
@@ -130,6 +134,7 @@ class UserQueue:
     lines: QueueLines
     handed: list = field(default_factory=list)   # what its tokens buy
     disabled: bool = False
+    destroy_reply: object | None = None   # the QUEUE_DESTROY (requests.Request) answered once given back
 
 
 @dataclass(eq=False)
@@ -137,7 +142,7 @@ class DeferredFree:
     ctx: Context
     bo: BufferObject
     targets: list[int] | None   # per core, INVAL_DONE to reach; None: when the context's queues are gone
-    reply_to: object | None = None   # the MEM_FREE (requests.Request) answered once the buffer is back
+    reply_to: object | None = None   # the MEM_FREE / QUEUE_DESTROY (requests.Request) answered once it is back
 
 
 class UserQueues:
@@ -257,6 +262,43 @@ class UserQueues:
         for queue in [q for q in self.slots if q is not None]:
             self.disable(queue, error)
 
+    def live_queue(self, ctx: Context, queue_id: int) -> UserQueue:
+        """The context's live queue ``queue_id``: EINVAL past the chip's slots, ENOENT for a
+        slot holding no queue of this context (another context's is not told apart)."""
+        if queue_id >= queues.QUEUE_SLOTS:
+            raise KmdError(errno.EINVAL, f"queue {queue_id}: the chip has {queues.QUEUE_SLOTS} queue slots")
+        queue = self.slots[queue_id]
+        if queue is None or queue.ctx is not ctx:
+            raise KmdError(errno.ENOENT, f"no user queue {queue_id} in this context (never created, destroyed, "
+                                         "or stopped by a reset)")
+        return queue
+
+    def destroy(self, ctx: Context, queue_id: int, flags: int, request) -> None:
+        """QUEUE_DESTROY: disable the queue now, answer ``request`` once it is given back.
+        Jobs in flight (the tail past the chip's done) are EBUSY unless the caller cancels them."""
+        if flags & ~uapi.NPU_QUEUE_DESTROY_CANCEL:
+            raise KmdError(errno.EINVAL, f"unknown QUEUE_DESTROY flags {flags:#x}")
+        queue = self.live_queue(ctx, queue_id)
+        if not flags & uapi.NPU_QUEUE_DESTROY_CANCEL:
+            pending = self.in_flight(queue)
+            if pending:
+                raise KmdError(errno.EBUSY, f"user queue {queue_id} has {pending} job(s) in flight: wait for them, "
+                                            "or destroy with NPU_QUEUE_DESTROY_CANCEL")
+        queue.destroy_reply = request
+        self.disable(queue, -errno.ECANCELED)
+        log.info("context %d: user queue in slot %d destroyed%s", ctx.context_id, queue.slot,
+                 " (its jobs cancelled)" if flags else "")
+
+    def in_flight(self, queue: UserQueue) -> int:
+        """Jobs of ``queue`` written and not completed, as the chip sees them (0 once it stopped
+        the queue: no more entry runs)."""
+        base = queues.slot_offset(queue.slot)
+        table = self.device.hw.qtab
+        if table.read32(base + queues.Q_ERROR) or queue.header.error():
+            return 0
+        tail, done = queue.header.read64(queues.HDR_TAIL), table.read64(base + queues.Q_DONE)
+        return min(tail - done, queue.entries) if tail > done else 0
+
     def defer_free(self, ctx: Context, bo: BufferObject) -> DeferredFree:
         """MEM_FREE of a buffer a live user queue may use: unmapped now, given back later."""
         ctx.space.table.unmap(bo.iova, bo.npages)
@@ -289,17 +331,28 @@ class UserQueues:
     def poll(self) -> bool:
         """Give back what is safe to give back now; True while something still waits."""
         device, hw = self.device, self.device.hw
-        for queue in list(self.releasing):
-            base = queues.slot_offset(queue.slot)
-            if hw.qtab.read32(base + queues.Q_ACK) != queue.generation and hw.process.poll() is None:
-                continue
+        released = [queue for queue in self.releasing
+                    if hw.qtab.read32(queues.slot_offset(queue.slot) + queues.Q_ACK) == queue.generation
+                    or hw.process.poll() is not None]
+        if released:
+            # Their jobs' last profile records, before another queue takes the slot (a record
+            # names its job by slot and seq).
+            profiling.collect(device, [])
+        for queue in released:
             self.releasing.remove(queue)
+            self._forget_profiles(queue)
             self._retire_counters(queue)
+            if queue.ctx.closed:
+                device.memory.release(queue.ctx.space, queue.bo)   # reap invalidates the whole ASID
+            else:
+                # The context lives on: its cores may hold translations of the queue memory (the
+                # serving core's view, a job that pointed into it). Its address range is reused
+                # only once every core has dropped them; QUEUE_DESTROY is answered then.
+                self.defer_free(queue.ctx, queue.bo).reply_to = queue.destroy_reply
             queue.ctx.queues.remove(queue)
             queue.header.release()
             queue.mem.close()
             queue.lines.close()
-            device.memory.release(queue.ctx.space, queue.bo)
             device.quotas.remove_queue(queue.ctx.uid)
             log.info("context %d: user queue in slot %d released", queue.ctx.context_id, queue.slot)
         if self.deferred:
@@ -364,27 +417,65 @@ class UserQueues:
             table.write32(queues.slot_offset(queue.slot) + queues.Q_CONTROL,
                           queues.Q_ENABLED | (queues.Q_TRACE if on else 0))
 
-    def trace(self, records: list) -> None:
-        """Record the user-queue jobs whose profile records (firmware_sim.spec.ring) arrived:
-        a job's PROFILE_JOB record comes last and carries its errno."""
+    def take_records(self, records: list) -> None:
+        """Take the user-queue jobs whose profile records (firmware_sim.spec.ring) arrived: a
+        job's PROFILE_JOB record comes last and carries its errno (PROFILE_QUEUE_JOB: its entry
+        asked for the profile, which the context keeps for GET_PROFILE under the job's queue
+        fence). The trace records them while on."""
         device = self.device
         pending = self._trace_records
         for record in records:
             pending.setdefault(record.job_id, []).append(record)
-            if record.kind != ring.PROFILE_JOB:
+            if record.kind not in (ring.PROFILE_JOB, ring.PROFILE_QUEUE_JOB):
                 continue
             mine = pending.pop(record.job_id)
-            slot = (record.job_id >> 48) & 0x7FFF
+            slot = queues.user_job_slot(record.job_id)
             queue = self.slots[slot] if slot < queues.QUEUE_SLOTS else None
-            if queue is None or not device.trace.enabled:
+            wanted = record.kind == ring.PROFILE_QUEUE_JOB
+            if queue is None or not (wanted or device.trace.enabled):
                 continue
             device_ns = record.cycles * 1000 // max(1, device.hw.clock_mhz)
-            profile = JobProfile(record.job_id & ((1 << 48) - 1), queue.core, -record.opcode, record.start_ns,
-                                 record.start_ns, record.end_ns, record.end_ns, record.cycles, device_ns,
-                                 [r for r in mine if r.kind == ring.PROFILE_TASK])
-            device.trace.job(queue.ctx, TracedJob(profile.fence, queue.priority), profile)
+            task_records = [r for r in mine if r.kind == ring.PROFILE_TASK]
+            seq = record.job_id & queues.USER_JOB_SEQ_MASK
+            # No SUBMIT: the job was "submitted" when its core took the entry.
+            profile = JobProfile(seq, queue.core, -record.opcode, record.start_ns, record.start_ns, record.end_ns,
+                                 record.end_ns, record.cycles, device_ns, task_records)
+            if wanted:
+                profiling.keep(queue.ctx, JobProfile(record.job_id, queue.core, profile.status, record.start_ns,
+                                                     record.start_ns, record.end_ns, self._posted_ns(queue, seq,
+                                                                                                     record),
+                                                     record.cycles, device_ns, task_records,
+                                                     complete=len(task_records) == record.index))
+            if device.trace.enabled:
+                device.trace.job(queue.ctx, TracedJob(profile.fence, queue.priority), profile)
         while len(pending) > TRACE_PENDING_KEPT:
             del pending[next(iter(pending))]
+
+    @staticmethod
+    def _posted_ns(queue: UserQueue, seq: int, record) -> int:
+        """When the core posted the job's completion (its signal): start + the completion's
+        exec_ns (pacing included), if the completion is still this job's; else the end."""
+        at = queues.completions_offset(queue.entries) + (seq & (queue.entries - 1)) * queues.COMPLETION_STRUCT.size
+        posted_seq, *_, exec_ns = queues.COMPLETION_STRUCT.unpack_from(queue.mem, at)
+        return record.start_ns + exec_ns if posted_seq == seq and exec_ns else record.end_ns
+
+    def check_profile_fence(self, ctx: Context, fence: int) -> None:
+        """GET_PROFILE of a queue fence: EINVAL for a slot past the table or a job never
+        written, ENOENT for no live queue of this context there, EBUSY for a job not done yet;
+        else the records the cores published so far are taken in."""
+        queue = self.live_queue(ctx, queues.user_job_slot(fence))
+        seq = fence & queues.USER_JOB_SEQ_MASK
+        if not 1 <= seq <= queue.header.read64(queues.HDR_TAIL):
+            raise KmdError(errno.EINVAL, f"queue {queue.slot} job {seq} was never written")
+        if seq > self.device.hw.qtab.read64(queues.slot_offset(queue.slot) + queues.Q_DONE):
+            raise KmdError(errno.EBUSY, f"queue {queue.slot} job {seq} has not completed yet")
+        profiling.collect(self.device, [])
+
+    def _forget_profiles(self, queue: UserQueue) -> None:
+        """A queue given back takes its jobs' profiles along (its slot and seqs will be reused)."""
+        profiles = queue.ctx.profiles
+        for fence in [f for f in profiles if f & queues.USER_JOB_BIT and queues.user_job_slot(f) == queue.slot]:
+            queue.ctx.profile_tasks -= len(profiles.pop(fence).tasks)
 
     # ---- stats ----
     def _live_counters(self, queue: UserQueue) -> QueueCounters:

@@ -30,6 +30,7 @@ from typing import Any
 
 import numpy as np
 
+from firmware_sim.spec import queues as queue_spec
 from firmware_sim.spec import tasks as task_spec
 from kmd_fuse import uapi
 from kmd_fuse.uapi import NpuError, sysfs_layout
@@ -176,8 +177,13 @@ class JobTiming:
 
     @property
     def queue_ns(self) -> int:
-        """From the driver accepting the job to a core starting it."""
+        """From the driver accepting the job to a core starting it (0 for a user-queue job)."""
         return max(0, self.start_ns - self.submit_ns)
+
+    @property
+    def via_queue(self) -> bool:
+        """A user-queue job (its fence is a queue fence): no driver between client and core."""
+        return bool(self.fence & uapi.NPU_QUEUE_FENCE_BIT)
 
 
 @dataclass(frozen=True)
@@ -377,17 +383,20 @@ class Device:
             raise JobError(-fence.status, "job", f"fence {fence.id} failed")
         return fence
 
-    def wait(self, fences: Sequence[Fence], timeout: float | None = None, wait_any: bool = False,
+    def wait(self, fences: Sequence[Fence | QueueFence], timeout: float | None = None, wait_any: bool = False,
              raise_on_timeout: bool = True) -> int:
         """Wait for fences (all, or any); returns how many have signalled.
 
         Fills each fence's ``status`` and ``device_time_ns``.  Job failures are
         reported in the statuses, not raised; a timeout raises TimeoutError
         unless ``raise_on_timeout`` is false.  Other threads keep using the
-        device meanwhile."""
+        device meanwhile.  User-queue fences (``QueueFence``, from ``start`` of a
+        request too) may be among them: they are waited for here, not by the driver."""
         fences = list(fences)
         if not 1 <= len(fences) <= uapi.NPU_MAX_WAIT_FENCES:
             raise ValueError(f"wait takes 1..{uapi.NPU_MAX_WAIT_FENCES} fences")
+        if any(isinstance(fence, QueueFence) for fence in fences):
+            return self._wait_mixed(fences, timeout, wait_any, raise_on_timeout)
         req = uapi.new_payload(uapi.NPU_CMD_WAIT)
         req.count = len(fences)
         req.flags = uapi.NPU_WAIT_ANY if wait_any else uapi.NPU_WAIT_ALL
@@ -407,18 +416,56 @@ class Device:
             raise TimeoutError(f"{len(fences) - reply.signaled} fence(s) not signalled after {timeout} s")
         return reply.signaled
 
+    def _wait_mixed(self, fences: list[Fence | QueueFence], timeout: float | None, wait_any: bool,
+                    raise_on_timeout: bool) -> int:
+        """``wait`` with user-queue fences among them: ALL waits for each in turn; ANY polls
+        (a queue's completions need no request to the driver to be seen)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+
+        def left() -> float | None:
+            return None if deadline is None else max(0.0, deadline - time.monotonic())
+
+        def signalled() -> int:
+            driver = [f for f in fences if isinstance(f, Fence) and f.status is None]
+            if driver:
+                self.wait(driver, timeout=0, raise_on_timeout=False)
+            return sum(f.signalled for f in fences)
+
+        try:
+            if wait_any:
+                while not signalled():
+                    remaining = left()
+                    if remaining == 0:
+                        raise TimeoutError(f"none of {len(fences)} fence(s) signalled after {timeout} s")
+                    time.sleep(0.0005)
+            else:
+                for fence in fences:
+                    if isinstance(fence, QueueFence):
+                        fence.queue.wait(fence, left())
+                driver = [f for f in fences if isinstance(f, Fence)]
+                if driver:
+                    self.wait(driver, timeout=left())
+        except TimeoutError:
+            if raise_on_timeout:
+                raise
+        return signalled()
+
     async def run_async(self, commands: CommandBuffer | Memory | None, buffers: Iterable[Memory] = (),
                         **options) -> Fence:
         """``run`` for trio programs (the blocking round trip happens in a worker thread)."""
         import trio
         return await trio.to_thread.run_sync(lambda: self.run(commands, buffers, **options))
 
-    def get_profile(self, fence: Fence | int) -> JobTiming:
-        """How the chip spent a finished job submitted with ``profile=True`` (GET_PROFILE):
-        per task its opcode, simulated cycles and CLOCK_MONOTONIC start/end; for the job
-        when the driver took it, when a core started and finished it, when its fence
-        signalled.  ENOENT (NpuError) for a job not profiled or long forgotten."""
-        fence_id = fence.id if isinstance(fence, Fence) else fence
+    def get_profile(self, fence: Fence | QueueFence | int) -> JobTiming:
+        """How the chip spent a finished job submitted with ``profile=True`` (GET_PROFILE),
+        through SUBMIT or a user queue: per task its opcode, simulated cycles and
+        CLOCK_MONOTONIC start/end; for the job when the driver took it (a queue job: when its
+        core took the entry), when a core started and finished it, when its fence signalled.
+        ENOENT (NpuError) for a job not profiled or long forgotten, or whose queue is gone."""
+        if isinstance(fence, QueueFence):
+            fence_id = queue_spec.user_job_id(fence.queue.id, fence.id)
+        else:
+            fence_id = fence.id if isinstance(fence, Fence) else fence
         records: list[TaskTiming] = []
         while True:
             req = uapi.new_payload(uapi.NPU_CMD_GET_PROFILE)
@@ -447,6 +494,7 @@ class Device:
                 fds.append(self.buffer_socket.receive(path, token)[0])
             queue = UserQueue(fds[0], reply.size, fds[1], fds[2], queue_id=reply.queue_id, entries=reply.entries,
                               iova=reply.iova, core=reply.core, timeout_cap_ms=reply.timeout_cap_ms)
+            queue.destroyer = self._destroy_queue
         except BaseException:
             for fd in fds[1:]:
                 os.close(fd)
@@ -457,6 +505,24 @@ class Device:
         with self._lock:
             self.queues.append(queue)
         return queue
+
+    def _destroy_queue(self, queue: UserQueue, cancel: bool) -> None:
+        """QUEUE_DESTROY (``UserQueue.close``); a queue a reset or the driver already
+        stopped (ENOENT with an error in its header) is simply gone."""
+        req = uapi.new_payload(uapi.NPU_CMD_QUEUE_DESTROY)
+        req.queue_id = queue.id
+        req.flags = uapi.NPU_QUEUE_DESTROY_CANCEL if cancel else 0
+        try:
+            self.file.request(uapi.NPU_CMD_QUEUE_DESTROY, req)
+        except NpuError as exc:
+            if not (exc.errno == errno.ENOENT and queue.error()):
+                raise
+        with self._lock:
+            if queue in self.queues:
+                self.queues.remove(queue)
+            for held in self._shared_queues.values():
+                if queue in held:
+                    held.remove(queue)
 
     def shared_queue(self, priority: int = PRIO_NORMAL) -> UserQueue | None:
         """A user queue of ``priority`` for the runtime's jobs: an idle one of those made here,
@@ -470,8 +536,9 @@ class Device:
             held = self._shared_queues.setdefault(priority, [])
             for stopped in [q for q in held if q.closed or q.error()]:   # a reset stopped it: make a new one
                 held.remove(stopped)
-                stopped.close()
-                self.queues.remove(stopped)
+                stopped.release()
+                if stopped in self.queues:
+                    self.queues.remove(stopped)
             idle = next((q for q in held if not q.in_flight()), None)
             if idle is not None:
                 return idle
@@ -494,15 +561,17 @@ class Device:
         return self._num_cores
 
     def queue_submit(self, queue: UserQueue, commands: CommandBuffer | Memory | None, *, size: int | None = None,
-                     offset: int = 0, timeout_ms: int = 0) -> QueueFence:
+                     offset: int = 0, timeout_ms: int = 0, profile: bool = False) -> QueueFence:
         """``submit`` on a user queue: the command buffer as ``submit`` takes it (no buffer
-        list: the chip's IOMMU checks every access in this context's address space)."""
+        list: the chip's IOMMU checks every access in this context's address space).
+        ``profile``: the chip times the job's tasks (``get_profile(fence)`` once it is done)."""
+        flags = queue_spec.ENTRY_PROFILE if profile else 0
         if isinstance(commands, CommandBuffer):
-            return queue.submit(commands.address, commands.used if size is None else size, timeout_ms)
+            return queue.submit(commands.address, commands.used if size is None else size, timeout_ms, flags)
         if isinstance(commands, Memory):
             return queue.submit(commands.address + offset, commands.size - offset if size is None else size,
-                                timeout_ms)
-        return queue.submit(0, 0, timeout_ms)
+                                timeout_ms, flags)
+        return queue.submit(0, 0, timeout_ms, flags)
 
     def reset(self) -> int:
         """Reset the device (root only); returns the reset count."""
@@ -514,7 +583,7 @@ class Device:
             memory._unmap()
         self.buffers.clear()
         for queue in self.queues:
-            queue.close()
+            queue.release()          # the driver destroys them with the context
         self.queues.clear()
         self._shared_queues.clear()
         self.buffer_socket.close()

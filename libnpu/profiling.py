@@ -120,9 +120,14 @@ class InferenceProfile:
                     f"{layer_cycles * 1000 // self.clock_mhz / 1e3:>9.2f} {layer_chip / 1e3:>9.1f}")
         rows.append(f"{'':>3} {'inference (job)':<34} {'':<18} {'':<3} {self.cycles:>10} "
                     f"{self.device_time_ns / 1e3:>9.2f} {self.chip_ns / 1e3:>9.1f}")
-        rows.append(f"queue wait {self.queue_ns / 1e3:.1f} us, core {self.core}, then {self.signal_ns / 1e3:.1f} us "
-                    "to the fence (pacing, completion, interrupt)"
-                    + ("" if self.complete else "; some layers' records were lost (the chip's profile queue was full)"))
+        if self.timing is not None and self.timing.via_queue:
+            rows.append(f"on a user queue (no request to the driver), core {self.core}, then "
+                        f"{self.signal_ns / 1e3:.1f} us to its completion (pacing, completion)")
+        else:
+            rows.append(f"queue wait {self.queue_ns / 1e3:.1f} us, core {self.core}, then "
+                        f"{self.signal_ns / 1e3:.1f} us to the fence (pacing, completion, interrupt)")
+        if not self.complete:
+            rows[-1] += "; some layers' records were lost (the chip's profile queue was full)"
         return "\n".join(rows)
 
 

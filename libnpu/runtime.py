@@ -9,9 +9,12 @@ Two levels, as users of NVDLA and of OpenVINO / FuriosaAI expect:
   a completion callback) so several inferences can be in flight at once.
 
 One inference is one job: the model's task list, relocated to the addresses of
-that request's memory, in one command buffer.  Weights are loaded once per model
-(read-only device memory, shared by every request); activations, inputs and
-outputs are per request, so requests never share scratch memory.
+that request's memory, in one command buffer.  It goes on a user queue of the device
+(``Device.shared_queue``: no request to the driver per job) for ``infer``, ``start`` and
+``infer_async`` alike, PERF_COUNT and the partitions of a model with host steps
+included, and through SUBMIT when no queue can be had.
+Weights are loaded once per model (read-only device memory, shared by every request);
+activations, inputs and outputs are per request, so requests never share scratch memory.
 
 A model with operators the chip lacks has host steps (``Loadable.host_steps``): an
 inference is then one job per chip partition with the host steps run in between on the
@@ -26,6 +29,7 @@ and ``reset_state()`` puts every one back to its initial value.
 """
 from __future__ import annotations
 
+import errno
 import os
 import threading
 import time
@@ -36,6 +40,8 @@ from typing import Any
 
 import numpy as np
 
+from firmware_sim.spec import queues as queue_spec
+from kmd_fuse.uapi import NpuError
 from libnpu import properties
 from libnpu.host import Boundary, HostCall, HostKernel, kernel_for
 from libnpu.loadable import MAGIC as LOADABLE_MAGIC
@@ -143,6 +149,8 @@ class _Segment:
     prepared: PreparedSubmit | None
     first_task: int
     steps: list[HostStep]
+    offset: int = 0             # its tasks' bytes in the command buffer (for a user queue)
+    size: int = 0
 
 
 def _segments(device: Device, loadable: Loadable, command: Memory, buffers: list[Memory], wait: bool,
@@ -152,12 +160,12 @@ def _segments(device: Device, loadable: Loadable, command: Memory, buffers: list
     offsets = loadable.task_offsets()
     result: list[_Segment] = []
     for tasks, steps in loadable.partitions():
-        prepared = None
+        prepared, start, end = None, 0, 0
         if tasks:
             start, end = offsets[tasks.start], offsets[tasks.stop - 1] + len(loadable.tasks[tasks.stop - 1].payload)
             prepared = device.prepare_submit(command, buffers, size=end - start, offset=start, wait=wait,
                                              priority=priority, profile=profile)
-        result.append(_Segment(prepared, tasks.start, steps))
+        result.append(_Segment(prepared, tasks.start, steps, start, end - start))
     return result
 
 
@@ -455,7 +463,7 @@ class InferRequest:
     def _collect_profile(self) -> None:
         """PERF_COUNT: the chip's per-layer timing of the job just finished."""
         fence = self.fence
-        if self._profiled and isinstance(fence, Fence):      # profiled jobs never take a user queue
+        if self._profiled and fence is not None:      # through SUBMIT or a user queue alike
             self.profile = InferenceProfile.from_job(self.model.loadable, self.model.device.get_profile(fence),
                                                      self.model.clock_mhz)
 
@@ -527,7 +535,7 @@ class InferRequest:
             raise RuntimeError("this request is still running")
         self._follow_settings()
         self._started = time.perf_counter()
-        self.fence = self.model.device.submit_prepared(self._submit)
+        self.fence = self._queue_submit() or self.model.device.submit_prepared(self._submit)
         if callback is not None:
             self._waiter = threading.Thread(target=self._wait_then_call, args=(callback,), daemon=True)
             self._waiter.start()
@@ -588,7 +596,7 @@ class InferRequest:
         if self._profiled:
             parts.append(HostPart(step.after_task, step.name, step.op, started, time.monotonic_ns()))
 
-    def _chip_part(self, fence: Fence, segment: _Segment, parts: list[ChipPart | HostPart]) -> None:
+    def _chip_part(self, fence: Fence | QueueFence, segment: _Segment, parts: list[ChipPart | HostPart]) -> None:
         if self._profiled:
             parts.append(ChipPart(self.model.device.get_profile(fence), segment.first_task))
 
@@ -604,7 +612,8 @@ class InferRequest:
         parts: list[ChipPart | HostPart] = []
         for segment in self._sync_segments:
             if segment.prepared is not None:
-                self.fence = self.model.device.run_prepared(segment.prepared)
+                queued = self._queue_submit(segment.offset, segment.size)
+                self.fence = queued.wait() if queued is not None else self.model.device.run_prepared(segment.prepared)
                 device_ns += self.fence.device_time_ns
                 self._chip_part(self.fence, segment, parts)
             for step in segment.steps:
@@ -618,7 +627,8 @@ class InferRequest:
         parts: list[ChipPart | HostPart] = []
         for segment in self._async_segments:
             if segment.prepared is not None:
-                fence = self.model.device.submit_prepared(segment.prepared)
+                fence = self._queue_submit(segment.offset, segment.size) or \
+                    self.model.device.submit_prepared(segment.prepared)
                 await fence.wait_async()
                 self.fence, device_ns = fence, device_ns + fence.device_time_ns
                 self._chip_part(fence, segment, parts)
@@ -667,18 +677,31 @@ class InferRequest:
             self._run_partitions()
             return
         self._follow_settings()
-        # A user queue when the device offers one (no request to the driver per job);
-        # profiled jobs go through SUBMIT, which carries NPU_SUBMIT_PROFILE.
-        device = self.model.device
-        queue = None if self._profiled else device.shared_queue(self._priority)
-        if queue is not None and self.command is not None:
-            fence = queue.submit(self.command.address, self.command_size).wait()
+        queued = self._queue_submit()
+        if queued is not None:
+            fence = queued.wait()
             self.fence, self.timing = fence, Timing(time.perf_counter() - started, fence.device_time_ns,
                                                     fence.exec_ns)
-            return
-        self.fence = device.run_prepared(self._run)
-        self.timing = Timing(time.perf_counter() - started, self.fence.device_time_ns)
+        else:
+            self.fence = self.model.device.run_prepared(self._run)
+            self.timing = Timing(time.perf_counter() - started, self.fence.device_time_ns)
         self._collect_profile()
+
+    def _queue_submit(self, offset: int = 0, size: int | None = None) -> QueueFence | None:
+        """The job (the command buffer from ``offset``, ``size`` bytes: a partition's; the
+        whole by default) on a user queue of the device (no request to the driver per job;
+        timed task by task under PERF_COUNT); None when the device offers no queue: the
+        caller submits through the driver."""
+        queue = self.model.device.shared_queue(self._priority)
+        if queue is None or self.command is None:
+            return None
+        try:
+            return queue.submit(self.command.address + offset, self.command_size if size is None else size,
+                                flags=queue_spec.ENTRY_PROFILE if self._profiled else 0)
+        except NpuError as exc:
+            if exc.errno not in (errno.ECANCELED, errno.EBADF, errno.ENODEV):
+                raise
+            return None     # the queue stopped (a reset) or was closed: SUBMIT, a new queue next time
 
     def release(self) -> None:
         """Free this request's device memory; using the request afterwards raises
@@ -691,6 +714,14 @@ class InferRequest:
         waiter = self._waiter
         if self.partitioned and waiter is not None and waiter is not threading.current_thread():
             waiter.join()       # its host steps write through this request's mappings
+        fence = self.fence
+        if isinstance(fence, QueueFence) and fence.status is None:
+            # A queue job holds no buffer in the driver: freed under it, its accesses would
+            # fault. It ends first (within its timeout), as a SUBMIT job keeps its memory.
+            try:
+                fence.queue.wait(fence)
+            except NpuError:
+                pass            # the queue stopped: nothing of it runs any more
         self._inputs, self._outputs, self._states = [], [], []   # drop the views before the memory goes
         self._host.clear()
         self._free_memory()
@@ -898,7 +929,10 @@ class CompiledModel:
             self._give_back(request)
 
     async def infer_async(self, inputs: Inputs, dequantized: bool = False) -> list[np.ndarray]:
-        """``infer`` for trio: the event loop keeps running while the chip works."""
+        """``infer`` for trio: the event loop keeps running while the chip works.  Cancelled
+        once its job was submitted, it raises Cancelled when the job has ended (a job
+        cannot be called back; at most its timeout), so the request goes back idle."""
+        import trio
         request = self._borrow()
         try:
             request.set_inputs(inputs)
@@ -910,7 +944,9 @@ class CompiledModel:
             request.start()
             fence = request.fence
             assert fence is not None, "start() submitted the job"
-            await fence.wait_async()
+            with trio.CancelScope(shield=True):
+                await fence.wait_async()
+            await trio.lowlevel.checkpoint_if_cancelled()
             request.timing = Timing(time.perf_counter() - request._started, fence.device_time_ns)
             request._collect_profile()
             self.last_profile = request.profile

@@ -23,6 +23,7 @@ import select
 import termios
 import threading
 import time
+from collections.abc import Callable
 
 from firmware_sim.spec import queues
 from kmd_fuse.uapi import NpuError
@@ -90,7 +91,12 @@ class QueueFence:
         """Block until the job is done; raises JobError if it failed, TimeoutError on timeout,
         NpuError if the queue stopped (the device was reset, the context closed)."""
         from libnpu.portability import JobError
-        self.queue.wait(self, timeout)
+        try:
+            self.queue.wait(self, timeout)
+        except NpuError as exc:
+            if self.status is None:
+                self.status = -exc.errno      # it never runs: signalled, failed (the request is free again)
+            raise
         if self.status:
             raise JobError(-self.status, "job", f"queue {self.queue.id} job {self.id} failed")
         return self
@@ -130,18 +136,20 @@ class UserQueue:
         self._waiters = 0
         self.late_wakeups = 0    # waits the safety-net timeout ended with the job done (a lost signal)
         self.closed = False
+        self.destroyer: Callable[[UserQueue, bool], None] | None = None   # QUEUE_DESTROY (set by Device)
 
     # ---- submission ----
-    def submit(self, cmd_iova: int, cmd_size: int, timeout_ms: int = 0) -> QueueFence:
+    def submit(self, cmd_iova: int, cmd_size: int, timeout_ms: int = 0, flags: int = 0) -> QueueFence:
         """Queue a job (its command buffer's device address and size); returns its fence.
-        Blocks while ``entries`` jobs are in flight."""
+        Blocks while ``entries`` jobs are in flight. ``flags``: 0, or queues.ENTRY_PROFILE to
+        have the chip time its tasks (``Device.get_profile(fence)``)."""
         with self._lock:
             self._check_open()
             while self.tail - self.done() >= self.entries:
                 self._wait_seq(self.tail - self.entries + 1, None)
             seq = self.tail + 1
             at = queues.entries_offset() + (seq & (self.entries - 1)) * queues.ENTRY_STRUCT.size
-            queues.ENTRY_STRUCT.pack_into(self.mem, at, seq, cmd_iova, cmd_size, timeout_ms, 0, 0)
+            queues.ENTRY_STRUCT.pack_into(self.mem, at, seq, cmd_iova, cmd_size, timeout_ms, flags, 0)
             self.header.write64(queues.HDR_TAIL, seq)
             self.tail = seq
             queues.store_load_fence()    # the tail visible before the flag is read (spec.queues)
@@ -176,9 +184,16 @@ class UserQueue:
 
     # ---- completion ----
     def collect(self, fence: QueueFence) -> bool:
-        """Fill the fence in if its job is done; True then."""
-        if self.closed or self.done() < fence.id:
+        """Fill the fence in if its job is done, or will never run (the queue stopped: its
+        status is the queue's error); True then."""
+        if self.closed:
             return False
+        if self.done() < fence.id:
+            error = self.error()
+            if not error:
+                return False
+            fence.status, fence.device_time_ns = error, 0
+            return True
         at = queues.completions_offset(self.entries) + (fence.id & (self.entries - 1)) * queues.COMPLETION_STRUCT.size
         seq, status, _, _, device_ns, _, exec_ns = queues.COMPLETION_STRUCT.unpack_from(self.mem, at)
         if seq != fence.id:
@@ -193,6 +208,8 @@ class UserQueue:
         if not self.collect(fence):
             self._wait_seq(fence.id, timeout)
             self.collect(fence)
+        if fence.status and self.done() < fence.id:
+            self._check_error(fence.id)     # it never ran: the queue stopped (NpuError, not JobError)
 
     def _wait_seq(self, seq: int, timeout: float | None) -> None:
         self._check_open()
@@ -254,9 +271,26 @@ class UserQueue:
                                             + (": the device was reset or the context closed"
                                                if error == -errno.ECANCELED else ""))
 
-    def close(self) -> None:
-        """Unmap the queue and close its descriptors here (the driver keeps it until the
-        context closes)."""
+    def close(self, cancel: bool = False, timeout: float | None = None) -> None:
+        """Destroy the queue (QUEUE_DESTROY): first wait for the jobs in flight (at most
+        ``timeout`` s, then TimeoutError and the queue stays), or with ``cancel`` drop them
+        (waiting on their fences then raises NpuError EBADF: closed). Then the slot, the
+        memory and the limits' counts are the driver's again. A queue a reset already
+        stopped is only let go here. Closing twice does nothing."""
+        if self.closed:
+            return
+        with self._lock:         # no submitter slips a job in between the wait and the destroy
+            if self.closed:
+                return
+            if self.destroyer is not None:
+                if not cancel and not self.error() and self.in_flight():
+                    self._wait_seq(self.tail, timeout)
+                self.destroyer(self, cancel)
+            self.release()
+
+    def release(self) -> None:
+        """Unmap the queue and close its descriptors here, leaving the queue to the driver
+        (it goes with the context)."""
         if getattr(self, "closed", False):
             return
         self.closed = True
@@ -264,3 +298,9 @@ class UserQueue:
         self.mem.close()
         for fd in (self.doorbell_fd, self.completion_fd):
             os.close(fd)
+
+    def __enter__(self) -> UserQueue:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close(cancel=exc[0] is not None)

@@ -72,15 +72,25 @@ ENTRY_STRUCT = struct.Struct("<QQIIII")     # seq, cmd_iova, cmd_size, timeout_m
 COMPLETION_STRUCT = struct.Struct("<QiIQQQQ")   # seq, status, core, cycles, device_time_ns, fault_iova, exec_ns
 assert ENTRY_STRUCT.size == 32 and COMPLETION_STRUCT.size == 48
 
-ENTRY_FLAGS = 0        # no entry flag is defined yet: any bit set fails the job with EINVAL
+ENTRY_PROFILE = 0x1    # time the job's tasks (its profile records reach the driver, for GET_PROFILE)
+ENTRY_FLAGS = ENTRY_PROFILE   # the flags an entry may carry: any other bit fails the job with EINVAL
 
 # A user-queue job's CURRENT_JOB in the core's bank: the top bit set (driver job ids never
 # reach it), the slot, the low 48 bits of its seq.
 USER_JOB_BIT = 1 << 63
 
 
+USER_JOB_SEQ_MASK = (1 << 48) - 1
+
+
 def user_job_id(slot: int, seq: int) -> int:
-    return USER_JOB_BIT | (slot << 48) | (seq & ((1 << 48) - 1))
+    """The chip's id of a user-queue job, which is also its fence for GET_PROFILE
+    (npu_uapi.h's NPU_QUEUE_FENCE_BIT / NPU_QUEUE_FENCE_SHIFT)."""
+    return USER_JOB_BIT | (slot << 48) | (seq & USER_JOB_SEQ_MASK)
+
+
+def user_job_slot(job_id: int) -> int:
+    return (job_id >> 48) & 0x7FFF
 
 
 def slot_offset(slot: int) -> int:

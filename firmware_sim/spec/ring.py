@@ -59,6 +59,7 @@ assert COMPLETION_STRUCT.size == COMPLETION.itemsize
 PROFILE_ENTRIES = 4096
 PROFILE_TASK = 1
 PROFILE_JOB = 2
+PROFILE_QUEUE_JOB = 3   # PROFILE_JOB of a user-queue job whose entry asked for it (queues.ENTRY_PROFILE)
 PROFILE_RECORD = np.dtype([
     ("job_id", "<u8"),
     ("index", "<u4"),           # PROFILE_TASK: the task's index in the command buffer; PROFILE_JOB: tasks run

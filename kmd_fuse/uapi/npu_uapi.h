@@ -39,13 +39,14 @@
 
 #include <stdint.h>
 
-#define NPU_ABI_VERSION 0x00020005      /* major << 16 | minor: 2.0 = buffers handed over as sealed memfds,
+#define NPU_ABI_VERSION 0x00020006      /* major << 16 | minor: 2.0 = buffers handed over as sealed memfds,
                                            2.1 = reserved fields, sizes that grow, GET_PARAM,
                                            2.2 = SUBMIT_BATCH,
                                            2.3 = GET_PROFILE, NPU_SUBMIT_PROFILE, params 16..23,
                                            2.4 = QUEUE_CREATE (user-mode submission queues), params 24..25,
                                            2.5 = replies read by seq (NPU_REPLY_BY_SEQ), a seq in flight
-                                                 twice refused (EEXIST) */
+                                                 twice refused (EEXIST),
+                                           2.6 = QUEUE_DESTROY, NPU_QUEUE_ENTRY_PROFILE, queue fences in GET_PROFILE */
 #define NPU_FRAME_MAGIC 0x3155504e      /* "NPU1" little endian */
 #define NPU_IOC_TYPE 0x4e               /* 'N' */
 
@@ -257,12 +258,14 @@ struct npu_task_profile {
 };
 
 /*
- * GET_PROFILE: the per-task timing of a finished job submitted with NPU_SUBMIT_PROFILE
+ * GET_PROFILE: the per-task timing of a finished job submitted with NPU_SUBMIT_PROFILE, or
+ * (2.6) of a user-queue job whose entry asked for NPU_QUEUE_ENTRY_PROFILE, named by its
+ * queue fence (NPU_QUEUE_FENCE_BIT; its submit_ns is when a core took the entry)
  * (the driver keeps the last 256 of each context, 16384 task records at most).  A job with more than
  * NPU_MAX_PROFILE_TASKS tasks takes several calls: `first` pages through them.
  */
 struct npu_get_profile {
-	uint64_t fence;                 /* in: a fence of this context */
+	uint64_t fence;                 /* in: a fence of this context, or a queue fence of one of its queues */
 	uint32_t first;                 /* in: index of the first task record wanted */
 	uint32_t count;                 /* out: records filled in tasks[] */
 	uint32_t num_tasks;             /* out: tasks the job ran */
@@ -314,8 +317,8 @@ struct npu_get_profile {
  * three tokens buy, on the hand-over socket as MEM_MAP's does, the queue memory (a sealed
  * memfd to mmap), its doorbell (a pipe's write end: write a byte after moving the tail,
  * unless the header says the core is polling) and its completion line (a pipe's read end
- * the chip writes a byte into after a completion when the header says the client waits).  The queue lives until the
- * context closes or the device resets (then its header's error is -ECANCELED).
+ * the chip writes a byte into after a completion when the header says the client waits).  The queue lives until
+ * QUEUE_DESTROY, the context closing or a device reset (then its header's error is -ECANCELED).
  */
 struct npu_queue_create {
 	uint32_t entries;               /* in: a power of two up to NPU_QUEUE_MAX_ENTRIES (0: NPU_QUEUE_DEFAULT_ENTRIES) */
@@ -334,6 +337,31 @@ struct npu_queue_create {
 };
 #define NPU_QUEUE_DEFAULT_ENTRIES 64
 #define NPU_QUEUE_MAX_ENTRIES 1024
+
+/*
+ * QUEUE_DESTROY (ABI 2.6): give back a user queue of this context.  Without flags a queue
+ * with jobs in flight (tail past done) is refused with EBUSY: wait for them first (as
+ * amdxdna waits for a hardware context to go idle).  NPU_QUEUE_DESTROY_CANCEL destroys
+ * it anyway, as ivpu's CMDQ_DESTROY does: entries not started never run, a running one is
+ * aborted (ECANCELED).  The reply comes once the chip has let go of the queue: its slot is
+ * free, its memory given back (the client's mapping reads zeros: magic 0), its lines gone,
+ * and the context's and the user's queue counts are down.  ENOENT: no live queue of this
+ * context has that id (never created, another context's, destroyed, stopped by a reset);
+ * EINVAL: an id past the chip's slots, unknown flags.
+ */
+struct npu_queue_destroy {
+	uint32_t queue_id;              /* in: queue_id as QUEUE_CREATE answered */
+	uint32_t flags;                 /* in: 0 or NPU_QUEUE_DESTROY_CANCEL */
+	uint64_t reserved[2];           /* must be 0 */
+};
+#define NPU_QUEUE_DESTROY_CANCEL 0x1    /* destroy even with jobs in flight: they are cancelled */
+
+/*
+ * A queue job's fence for GET_PROFILE (ABI 2.6): NPU_QUEUE_FENCE_BIT | queue_id << NPU_QUEUE_FENCE_SHIFT | seq.
+ * SUBMIT fences never have the bit set.
+ */
+#define NPU_QUEUE_FENCE_BIT 0x8000000000000000
+#define NPU_QUEUE_FENCE_SHIFT 48
 
 /*
  * The queue memory: struct npu_queue_header at 0, `entries` struct npu_queue_entry at
@@ -359,9 +387,10 @@ struct npu_queue_entry {
 	uint64_t cmd_iova;              /* command buffer, in this context's address space */
 	uint32_t cmd_size;
 	uint32_t timeout_ms;            /* 0: the device default; clamped to timeout_cap_ms */
-	uint32_t flags;                 /* must be 0 */
+	uint32_t flags;                 /* 0 or NPU_QUEUE_ENTRY_PROFILE (2.6); another bit fails the job with EINVAL */
 	uint32_t reserved;
 };
+#define NPU_QUEUE_ENTRY_PROFILE 0x1     /* (2.6) time the job's tasks: GET_PROFILE with the job's queue fence */
 
 struct npu_queue_completion {
 	uint64_t seq;
@@ -395,6 +424,7 @@ struct npu_queue_completion {
 #define NPU_CMD_SUBMIT_BATCH 0xca184e09
 #define NPU_CMD_GET_PROFILE 0xcc604e0a
 #define NPU_CMD_QUEUE_CREATE 0xc1504e0b
+#define NPU_CMD_QUEUE_DESTROY 0xc0184e0c
 
 /* ---- C only: cffi skips everything from here to the end marker ---- */
 #if !defined(NPU_UAPI_CDEF)
@@ -414,6 +444,7 @@ NPU_CHECK_CMD(NPU_CMD_GET_PARAM, 0x08, struct npu_get_param);
 NPU_CHECK_CMD(NPU_CMD_SUBMIT_BATCH, 0x09, struct npu_submit_batch);
 NPU_CHECK_CMD(NPU_CMD_GET_PROFILE, 0x0a, struct npu_get_profile);
 NPU_CHECK_CMD(NPU_CMD_QUEUE_CREATE, 0x0b, struct npu_queue_create);
+NPU_CHECK_CMD(NPU_CMD_QUEUE_DESTROY, 0x0c, struct npu_queue_destroy);
 #define NPU_CHECK_VER0(name, type) \
 	_Static_assert(offsetof(type, reserved) == NPU_##name##_SIZE_VER0, #type " grew other than by appending")
 NPU_CHECK_VER0(GET_INFO, struct npu_get_info);
