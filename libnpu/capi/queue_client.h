@@ -1,0 +1,33 @@
+/* A user queue's client side in C: submit and wait without Python on the job path
+ * (docs/abi.md, "User queues"; the Python reference is libnpu/user_queue.py).
+ * Plain C declarations only: cffi reads this file as it is (ABI mode). */
+
+struct npu_uq_client;
+
+/* A client of the queue memory mapped at `mem` (`entries` entries), ringing `doorbell_fd`
+ * and sleeping on `completion_fd`; NULL when out of memory.  The descriptors and the
+ * mapping stay the caller's. */
+struct npu_uq_client *npu_uq_open(void *mem, unsigned int entries, int doorbell_fd, int completion_fd);
+void npu_uq_close(struct npu_uq_client *q);
+
+/* Write job `seq` (the caller's tail + 1, one submitter at a time), publish the tail and
+ * ring the doorbell unless the core polls.  0; -EAGAIN when `entries` jobs are in flight
+ * (nothing written); the queue's error (-errno, -ECANCELED once the driver gave the memory
+ * back) when it stopped; -ENODEV when nobody holds the doorbell's other end. */
+int npu_uq_submit(struct npu_uq_client *q, unsigned long long seq, unsigned long long cmd_iova,
+                  unsigned int cmd_size, unsigned int timeout_ms);
+
+/* Wait for job `seq`: poll `done` for `spin_ns` (yielding the CPU), then sleep on the
+ * completion line, each sleep at most `slice_ms` (a safety net), all of it at most
+ * `timeout_ns` (< 0: no limit).  0 with the job's completion record copied to `out` (its seq
+ * differs when a later job overwrote it: the job completed); -ETIMEDOUT; the queue's error
+ * when it stopped first (as submit); -EPIPE when no writer is left on the completion line. */
+int npu_uq_wait(struct npu_uq_client *q, unsigned long long seq, long long spin_ns, long long timeout_ns,
+                int slice_ms, void *out);
+
+/* Jobs the sleeping waiters found done when a safety-net timeout ended (a lost signal). */
+unsigned long long npu_uq_late_wakeups(struct npu_uq_client *q);
+
+/* The counts of the wait path: [0] waits that returned at once (done before any wait),
+ * [1] waits that ended in the spin, [2] waits that slept on the completion line. */
+void npu_uq_wait_counts(struct npu_uq_client *q, unsigned long long out[3]);
