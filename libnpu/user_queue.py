@@ -258,7 +258,9 @@ class UserQueue:
             if record[0] != fence.id:    # overwritten by a later job of this queue: it completed
                 fence.status, fence.device_time_ns = 0, 0
             return
-        if not self.collect(fence):
+        if self.collect(fence):
+            self._waits[0] += 1
+        else:
             self._wait_seq(fence.id, timeout)
             self.collect(fence)
 
