@@ -51,8 +51,11 @@ class SpinWindow:
         self.cpus = os.cpu_count() or 1
         self._checked = 0.0
         self._spin = SPIN_S
+        self.forced: float | None = None     # set_wait_mode: a fixed spin, whatever the load
 
     def seconds(self) -> float:
+        if self.forced is not None:
+            return self.forced
         now = time.monotonic()
         if now - self._checked >= LOAD_CHECK_S:
             self._checked = now
@@ -70,6 +73,16 @@ def _runnable_others() -> int:
 
 
 _SPIN = SpinWindow()
+
+
+def set_wait_mode(mode: str) -> None:
+    """How this process's waiters poll their completion before sleeping: ``adaptive`` (the
+    default: SpinWindow), ``spin`` (SPIN_S whatever the load) or ``sleep`` (no spin: straight
+    to the completion line). For benchmarks that compare the modes."""
+    spins = {"adaptive": None, "spin": SPIN_S, "sleep": 0.0}
+    if mode not in spins:
+        raise ValueError(f"wait mode {mode!r}: one of {', '.join(spins)}")
+    _SPIN.forced = spins[mode]
 
 
 def _drain(fd: int) -> None:
