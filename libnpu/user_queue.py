@@ -97,6 +97,15 @@ def _drain(fd: int) -> None:
 
 
 
+def _fill(fence: QueueFence, record) -> None:
+    """A fence's status and device time from its completion record (6 u64 from C)."""
+    status = record[1] & 0xFFFFFFFF
+    fence.status = status - (1 << 32) if status & 0x80000000 else status
+    fence.device_time_ns = record[3]
+    if record[0] != fence.id:            # overwritten by a later job of this queue: it completed
+        fence.status, fence.device_time_ns = 0, 0
+
+
 class QueueFence:
     """The completion of one job of a user queue; used like ``portability.Fence``."""
 
@@ -143,8 +152,8 @@ class UserQueue:
             self.header.release()
             self.mem.close()
             raise NpuError(errno.EPROTO, "QUEUE_CREATE", "the queue memory has no queue header")
-        self.tail = self.header.read64(queues.HDR_TAIL)
-        self._lock = threading.Lock()            # submitters
+        self._tail = self.header.read64(queues.HDR_TAIL)
+        self._lock = threading.Lock()            # submitters (the Python path)
         self._waiting_lock = threading.Lock()    # HDR_WAITING, set while any thread sleeps
         self._waiters = 0
         self._late_wakeups = 0    # waits the safety-net timeout ended with the job done (a lost signal)
@@ -157,10 +166,24 @@ class UserQueue:
         self._native = None
         if self._lib is not None:
             self._mem_pointer = queue_native.ffi.from_buffer(self.mem)
-            self._native = self._lib.npu_uq_open(self._mem_pointer, entries, doorbell_fd, completion_fd)
+            self._native = self._lib.npu_uq_open(self._mem_pointer, entries, doorbell_fd, completion_fd, self._tail)
             if self._native == queue_native.ffi.NULL:
                 queue_native.ffi.release(self._mem_pointer)
                 self._native = None
+
+    @property
+    def tail(self) -> int:
+        """Seq of the last entry this client wrote."""
+        if self._native is not None and not self._released:
+            return self._lib.npu_uq_tail(self._native)
+        return self._tail
+
+    @tail.setter
+    def tail(self, seq: int) -> None:
+        """For an entry written by hand (tests, tools): the next submit writes seq + 1."""
+        self._tail = seq
+        if self._native is not None and not self._released:
+            self._lib.npu_uq_set_tail(self._native, seq)
 
     @property
     def native(self) -> bool:
@@ -192,35 +215,54 @@ class UserQueue:
             return self._submit_native(cmd_iova, cmd_size, timeout_ms)
         with self._lock:
             self._check_open()
-            while self.tail - self.done() >= self.entries:
-                self._wait_seq(self.tail - self.entries + 1, None)
-            seq = self.tail + 1
+            while self._tail - self.done() >= self.entries:
+                self._wait_seq(self._tail - self.entries + 1, None)
+            seq = self._tail + 1
             at = queues.entries_offset() + (seq & (self.entries - 1)) * queues.ENTRY_STRUCT.size
             queues.ENTRY_STRUCT.pack_into(self.mem, at, seq, cmd_iova, cmd_size, timeout_ms, 0, 0)
             self.header.write64(queues.HDR_TAIL, seq)
-            self.tail = seq
+            self._tail = seq
             queues.store_load_fence()    # the tail visible before the flag is read (spec.queues)
             if not self.header.read32(queues.HDR_POLLING):
                 self.ring()
         return QueueFence(self, seq)
 
     def _submit_native(self, cmd_iova: int, cmd_size: int, timeout_ms: int) -> QueueFence:
-        with self._lock:
-            self._enter_c()
-            try:
-                while True:
-                    seq = self.tail + 1
-                    result = self._lib.npu_uq_submit(self._native, seq, cmd_iova, cmd_size, timeout_ms)
-                    if result != -errno.EAGAIN:
-                        break
-                    self._wait_in_c(seq - self.entries, None)      # room for one more
-                if result == 0:
-                    self.tail = seq
-            finally:
-                self._leave_c()
-        if result:
-            self._raise_stopped(result, seq)
+        self._enter_c()
+        try:
+            while (seq := self._lib.npu_uq_submit(self._native, cmd_iova, cmd_size, timeout_ms)) == -errno.EAGAIN:
+                self._wait_in_c(self.tail - self.entries + 1, None)      # room for one more
+        finally:
+            self._leave_c()
+        if seq < 0:
+            self._raise_stopped(seq, self.tail + 1)
         return QueueFence(self, seq)
+
+    def run(self, cmd_iova: int, cmd_size: int, timeout_ms: int = 0, timeout: float | None = None) -> QueueFence:
+        """``submit`` and ``QueueFence.wait`` in one call (one C call when the queue runs in C)."""
+        if self._native is None:
+            return self.submit(cmd_iova, cmd_size, timeout_ms).wait(timeout)
+        record = queue_native.ffi.new("unsigned long long[7]")    # the completion record, then the seq
+        self._enter_c()
+        try:
+            while (result := self._lib.npu_uq_run(
+                    self._native, cmd_iova, cmd_size, timeout_ms, int(_SPIN.seconds() * 1e9),
+                    -1 if timeout is None else max(0, int(timeout * 1e9)), SLEEP_SLICE_MS, record,
+                    record + 6)) == -errno.EAGAIN and record[6] == 0:
+                self._wait_in_c(self.tail - self.entries + 1, None)      # room for one more
+        finally:
+            self._leave_c()
+        seq = record[6]
+        if result == -errno.ETIMEDOUT and seq:
+            raise TimeoutError(f"queue {self.id} job {seq} not done after {timeout} s")
+        if result:
+            self._raise_stopped(result, seq or self.tail + 1)
+        fence = QueueFence(self, seq)
+        _fill(fence, record)
+        if fence.status:
+            from libnpu.portability import JobError
+            raise JobError(-fence.status, "job", f"queue {self.id} job {seq} failed")
+        return fence
 
     def ring(self) -> None:
         """Wake the serving core (the doorbell is a pipe: a full one has a wake-up pending)."""
@@ -264,12 +306,7 @@ class UserQueue:
     def wait(self, fence: QueueFence, timeout: float | None = None) -> None:
         """Block until ``fence`` signals; TimeoutError, or NpuError if the queue stopped first."""
         if self._native is not None:
-            record = self._wait_native(fence.id, timeout)
-            status = record[1] & 0xFFFFFFFF
-            fence.status = status - (1 << 32) if status & 0x80000000 else status
-            fence.device_time_ns = record[3]
-            if record[0] != fence.id:    # overwritten by a later job of this queue: it completed
-                fence.status, fence.device_time_ns = 0, 0
+            _fill(fence, self._wait_native(fence.id, timeout))
             return
         if self.collect(fence):
             self._waits[0] += 1

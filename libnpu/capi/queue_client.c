@@ -26,6 +26,8 @@ struct npu_uq_client {
 	struct npu_queue_completion *completions;
 	unsigned int count;                 /* entries, a power of two */
 	int doorbell_fd, completion_fd;
+	pthread_mutex_t submit_lock;        /* submitters take turns: `tail`, the entries */
+	unsigned long long tail;
 	pthread_mutex_t waiting_lock;       /* `waiters` and the header's `waiting` change together */
 	unsigned int waiters;
 	unsigned long long late_wakeups;
@@ -35,7 +37,8 @@ struct npu_uq_client {
 #define LOAD64(field) __atomic_load_n(&(field), __ATOMIC_ACQUIRE)
 #define LOAD32(field) __atomic_load_n(&(field), __ATOMIC_ACQUIRE)
 
-struct npu_uq_client *npu_uq_open(void *mem, unsigned int entries, int doorbell_fd, int completion_fd)
+struct npu_uq_client *npu_uq_open(void *mem, unsigned int entries, int doorbell_fd, int completion_fd,
+                                  unsigned long long tail)
 {
 	struct npu_uq_client *q = calloc(1, sizeof(*q));
 	if (q == NULL)
@@ -48,6 +51,8 @@ struct npu_uq_client *npu_uq_open(void *mem, unsigned int entries, int doorbell_
 	q->count = entries;
 	q->doorbell_fd = doorbell_fd;
 	q->completion_fd = completion_fd;
+	q->tail = tail;
+	pthread_mutex_init(&q->submit_lock, NULL);
 	pthread_mutex_init(&q->waiting_lock, NULL);
 	return q;
 }
@@ -56,8 +61,24 @@ void npu_uq_close(struct npu_uq_client *q)
 {
 	if (q == NULL)
 		return;
+	pthread_mutex_destroy(&q->submit_lock);
 	pthread_mutex_destroy(&q->waiting_lock);
 	free(q);
+}
+
+unsigned long long npu_uq_tail(struct npu_uq_client *q)
+{
+	pthread_mutex_lock(&q->submit_lock);
+	unsigned long long tail = q->tail;
+	pthread_mutex_unlock(&q->submit_lock);
+	return tail;
+}
+
+void npu_uq_set_tail(struct npu_uq_client *q, unsigned long long tail)
+{
+	pthread_mutex_lock(&q->submit_lock);
+	q->tail = tail;
+	pthread_mutex_unlock(&q->submit_lock);
 }
 
 /* 0, or why the queue stopped; a header without its magic was given back by the driver. */
@@ -69,13 +90,15 @@ static int queue_error(const struct npu_uq_client *q)
 	return error;
 }
 
-int npu_uq_submit(struct npu_uq_client *q, unsigned long long seq, unsigned long long cmd_iova,
-                  unsigned int cmd_size, unsigned int timeout_ms)
+/* The submission itself, under submit_lock. */
+static long long submit_locked(struct npu_uq_client *q, unsigned long long cmd_iova, unsigned int cmd_size,
+                               unsigned int timeout_ms)
 {
 	int error = queue_error(q);
 	if (error)
 		return error;
-	if ((long long)(seq - 1 - LOAD64(q->header->done)) >= (long long)q->count)
+	unsigned long long seq = q->tail + 1;
+	if ((long long)(q->tail - LOAD64(q->header->done)) >= (long long)q->count)
 		return -EAGAIN;
 	struct npu_queue_entry *entry = &q->entries[seq & (q->count - 1)];
 	entry->seq = seq;
@@ -85,15 +108,23 @@ int npu_uq_submit(struct npu_uq_client *q, unsigned long long seq, unsigned long
 	entry->flags = 0;
 	entry->reserved = 0;
 	__atomic_store_n(&q->header->tail, seq, __ATOMIC_RELEASE);   /* the entry before the tail */
+	q->tail = seq;
 	__atomic_thread_fence(__ATOMIC_SEQ_CST);    /* the tail visible before polling is read */
 	if (LOAD32(q->header->polling))
-		return 0;
-	if (write(q->doorbell_fd, "\1", 1) < 0) {
-		if (errno == EPIPE)
-			return -ENODEV;                /* the driver and the chip are gone */
-		/* EAGAIN: a full pipe already has a wake-up pending */
-	}
-	return 0;
+		return (long long)seq;
+	if (write(q->doorbell_fd, "\1", 1) < 0 && errno == EPIPE)
+		return -ENODEV;                        /* the driver and the chip are gone */
+	/* EAGAIN: a full pipe already has a wake-up pending */
+	return (long long)seq;
+}
+
+long long npu_uq_submit(struct npu_uq_client *q, unsigned long long cmd_iova, unsigned int cmd_size,
+                        unsigned int timeout_ms)
+{
+	pthread_mutex_lock(&q->submit_lock);
+	long long result = submit_locked(q, cmd_iova, cmd_size, timeout_ms);
+	pthread_mutex_unlock(&q->submit_lock);
+	return result;
 }
 
 static long long now_ns(void)
@@ -207,6 +238,18 @@ int npu_uq_wait(struct npu_uq_client *q, unsigned long long seq, long long spin_
 	if (result == 0)
 		collect(q, seq, out);
 	return result;
+}
+
+int npu_uq_run(struct npu_uq_client *q, unsigned long long cmd_iova, unsigned int cmd_size,
+               unsigned int timeout_ms, long long spin_ns, long long timeout_ns, int slice_ms, void *out,
+               unsigned long long *seq_out)
+{
+	*seq_out = 0;
+	long long seq = npu_uq_submit(q, cmd_iova, cmd_size, timeout_ms);
+	if (seq < 0)
+		return (int)seq;
+	*seq_out = (unsigned long long)seq;
+	return npu_uq_wait(q, (unsigned long long)seq, spin_ns, timeout_ns, slice_ms, out);
 }
 
 unsigned long long npu_uq_late_wakeups(struct npu_uq_client *q)

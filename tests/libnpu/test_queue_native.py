@@ -142,3 +142,18 @@ def _wait(fence) -> int:
     except ValueError:                  # the Python path reads a memory that close() released
         return errno.EBADF
     return 0
+
+
+def test_run_is_submit_and_wait_in_one_call(device, path):
+    queue = device.create_queue(entries=2)
+    commands = nop(device)
+    fences = [device.queue_run(queue, commands) for _ in range(7)]
+    assert [f.id for f in fences] == list(range(1, 8)) and all(f.status == 0 and f.signalled for f in fences)
+    assert sum(queue.wait_counts().values()) == 7
+    bad = device.command_buffer()
+    bad.add("DMA_COPY", src=0x7FFF_0000_0000, dst=0x7FFF_0000_1000, length=64)
+    with pytest.raises(JobError) as failed:
+        device.queue_run(queue, bad)
+    assert failed.value.errno == errno.EFAULT
+    queue.tail = queue.tail                              # a hand-set tail keeps the count
+    assert device.queue_run(queue, commands).id == 9
