@@ -84,28 +84,60 @@ def process_usage(pid: int) -> Usage:
         return Usage()
 
 
+class QueueClientMeter:
+    """A client's own figures over its timed loop: CPU, sleeps, preemptions, how its waits ended."""
+
+    def __init__(self, device) -> None:
+        self.queue = device.queues[0] if device.queues else None
+
+    def __enter__(self) -> QueueClientMeter:
+        self._usage = process_usage(os.getpid())
+        self._waits = self.queue.wait_counts() if self.queue else {}
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.usage = process_usage(os.getpid()) - self._usage
+        after = self.queue.wait_counts() if self.queue else {}
+        self.waits = {way: after[way] - self._waits[way] for way in WAYS} if self.queue else {}
+
+    def outcome(self, jobs: int, path: str) -> dict:
+        return {"jobs": jobs, "usage": self.usage, "waits": self.waits,
+                "path": "queue (C)" if self.queue is not None and self.queue.native else path}
+
+
+class DeviceMeter:
+    """What the device's processes used over a run: the cores, and the daemon with the chip's main process."""
+
+    def __init__(self, dev: ScratchDevice) -> None:
+        self.cores = dev.chip_cores()
+        self.others = [p for p in (dev.daemon_pid, dev.chip_main()) if p]
+
+    def __enter__(self) -> DeviceMeter:
+        self._cores = sum((process_usage(p) for p in self.cores), Usage())
+        self._others = sum((process_usage(p) for p in self.others), Usage())
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.cores_used = sum((process_usage(p) for p in self.cores), Usage()) - self._cores
+        self.others_used = sum((process_usage(p) for p in self.others), Usage()) - self._others
+
+
 def _client(devroot: str, seconds: float, barrier, results, mode: str = "adaptive") -> None:
-    """NOP jobs back to back through a user queue, waiting in ``mode``: (jobs, its own CPU,
-    sleeps and preemptions while timed, how its waits ended, whether the queue ran in C)."""
+    """NOP jobs back to back through a user queue, waiting in ``mode``; QueueClientMeter's outcome."""
     user_queue.set_wait_mode(mode)
     with Session(devroot) as session:
         device = session.open(0)
         run_one, _, path = bench.nop_job(device, "queue")
-        queue = device.queues[0] if device.queues else None
         for _ in range(50):
             run_one()
         barrier.wait()
-        before = process_usage(os.getpid())
-        waits_before = queue.wait_counts() if queue else {}
-        deadline = time.perf_counter() + seconds
-        completed = 0
-        while time.perf_counter() < deadline:
-            run_one()
-            completed += 1
-        used = process_usage(os.getpid()) - before
-        waits = {way: queue.wait_counts()[way] - waits_before[way] for way in WAYS} if queue else {}
-    results.put({"jobs": completed, "usage": used, "waits": waits,
-                 "path": "queue (C)" if queue is not None and queue.native else path})
+        with QueueClientMeter(device) as meter:
+            deadline = time.perf_counter() + seconds
+            completed = 0
+            while time.perf_counter() < deadline:
+                run_one()
+                completed += 1
+    results.put(meter.outcome(completed, path))
 
 
 def _per_job(usage: Usage, jobs: int) -> dict:
@@ -113,31 +145,32 @@ def _per_job(usage: Usage, jobs: int) -> dict:
             "preemptions_per_job": round(usage.preemptions / jobs, 2)}
 
 
-def measure(dev: ScratchDevice, processes: int, seconds: float, mode: str = "adaptive") -> dict:
-    """One timed run of ``processes`` clients waiting in ``mode``: jobs/s, and per side the
-    CPU per job and the mode it was in."""
-    cores = dev.chip_cores()
-    others = [p for p in (dev.daemon_pid, dev.chip_main()) if p]
-    before_cores = sum((process_usage(p) for p in cores), Usage())
-    before_others = sum((process_usage(p) for p in others), Usage())
-    outcomes, elapsed = bench.run_clients(functools.partial(_client, mode=mode), dev.devroot, processes, seconds)
-    used_cores = sum((process_usage(p) for p in cores), Usage()) - before_cores
-    used_others = sum((process_usage(p) for p in others), Usage()) - before_others
-    jobs = sum(o["jobs"] for o in outcomes)
+def summarize(outcomes: list[dict], elapsed: float, device: DeviceMeter, mode: str = "adaptive") -> dict:
+    """jobs/s of the clients' outcomes, and per side the CPU per job and the mode it was in."""
+    jobs = max(1, sum(o["jobs"] for o in outcomes))
     clients = sum((o["usage"] for o in outcomes), Usage())
     waits = {way: sum(o["waits"].get(way, 0) for o in outcomes) for way in WAYS}
     waited = sum(waits.values()) or 1
     client = _per_job(clients, jobs) | {"waits": {way: round(n / waited, 3) for way, n in waits.items()}}
     client["mode"] = "sleeping" if waits["slept"] >= waited / 2 else "spinning"
-    core = _per_job(used_cores, jobs)
+    core = _per_job(device.cores_used, jobs)
     core["mode"] = "sleeping" if core["sleeps_per_job"] >= 0.5 else "polling"
-    return {"processes": processes, "wait_mode": mode, "path": outcomes[0]["path"],
+    return {"processes": len(outcomes), "wait_mode": mode, "path": outcomes[0]["path"],
             "jobs_per_s": round(jobs / elapsed, 1),
             "fairness": bench.jain_fairness([o["jobs"] for o in outcomes]),
             "client": client, "cores": core,
             # the daemon and the chip's main process over the whole run (a little longer than the timed loops)
-            "daemon_chip": _per_job(used_others, jobs),
-            "switches_per_job": round((clients.switches + used_cores.switches + used_others.switches) / jobs, 2)}
+            "daemon_chip": _per_job(device.others_used, jobs),
+            "switches_per_job": round((clients.switches + device.cores_used.switches
+                                       + device.others_used.switches) / jobs, 2)}
+
+
+def measure(dev: ScratchDevice, processes: int, seconds: float, mode: str = "adaptive") -> dict:
+    """One timed run of ``processes`` clients waiting in ``mode`` (``summarize``)."""
+    with DeviceMeter(dev) as device:
+        outcomes, elapsed = bench.run_clients(functools.partial(_client, mode=mode), dev.devroot, processes,
+                                              seconds)
+    return summarize(outcomes, elapsed, device, mode)
 
 
 def measure_pairs(pairs: int, seconds: float, processes: int, modes: bool = True) -> list[dict]:
