@@ -157,3 +157,31 @@ def test_run_is_submit_and_wait_in_one_call(device, path):
     assert failed.value.errno == errno.EFAULT
     queue.tail = queue.tail                              # a hand-set tail keeps the count
     assert device.queue_run(queue, commands).id == 9
+
+
+def test_threads_sharing_a_queue_each_get_their_own_jobs_done(device, path, monkeypatch):
+    """Submitters take turns (the C side's lock), waiters share the waiting flag: four threads
+    running and waiting on one queue, sleeping without a spin, lose no job and no wake-up."""
+    monkeypatch.setattr(user_queue, "SPIN_S", 0.0)
+    monkeypatch.setattr(user_queue, "_SPIN", user_queue.SpinWindow())
+    queue = device.create_queue(entries=4)
+    commands = nop(device)
+    seqs: list[list[int]] = [[] for _ in range(4)]
+    errors: list[BaseException] = []
+
+    def work(mine: list[int]) -> None:
+        try:
+            for i in range(150):
+                fence = device.queue_run(queue, commands) if i % 2 else device.queue_submit(queue, commands).wait(30)
+                mine.append(fence.id)
+        except BaseException as exc:    # noqa: BLE001 (reported by the test thread)
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work, args=(mine,)) for mine in seqs]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(120)
+    assert not errors and not any(t.is_alive() for t in threads)
+    assert sorted(s for mine in seqs for s in mine) == list(range(1, 601))
+    assert queue.done() == 600 and queue.header.read32(queues.HDR_WAITING) == 0
