@@ -185,3 +185,17 @@ def test_threads_sharing_a_queue_each_get_their_own_jobs_done(device, path, monk
     assert not errors and not any(t.is_alive() for t in threads)
     assert sorted(s for mine in seqs for s in mine) == list(range(1, 601))
     assert queue.done() == 600 and queue.header.read32(queues.HDR_WAITING) == 0
+
+
+def test_nop_scaling_reports_each_sides_cpu_and_mode():
+    """The benchmark's figures are there and say what the run did: clients made to sleep
+    are reported sleeping, every job counted on both sides."""
+    from benchmarks import nop_scaling
+    from benchmarks.scratch_device import ScratchDevice
+    with ScratchDevice() as dev:
+        run = nop_scaling.measure(dev, 1, 0.3, "sleep")
+    assert run["path"] == "queue (C)" and run["wait_mode"] == "sleep" and run["jobs_per_s"] > 0
+    assert run["client"]["mode"] == "sleeping" and run["client"]["waits"]["spun"] == 0
+    assert run["client"]["cpu_us_per_job"] > 0 and run["cores"]["cpu_us_per_job"] > 0
+    assert run["cores"]["mode"] in ("sleeping", "polling")
+    assert "sleeping" in nop_scaling.describe(run)
