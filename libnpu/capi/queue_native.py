@@ -3,7 +3,7 @@
 ``libnpu.user_queue`` calls it through cffi (ABI mode: no Python headers needed; cffi
 releases the GIL during each call, so a thread waiting in C holds no other thread up).
 Built with the system C compiler into ``$NPU_CACHE_DIR/clib/libnpu_queue-<hash>/`` (the
-hash covers the sources, the headers, the flags and the compiler), through a private
+hash covers the sources, the headers, the flags and the compiler binary), through a private
 directory renamed into place, as ``libnpu.capi.nvdla`` builds its library.
 
 ``library()`` returns the loaded library, or None when it is turned off
@@ -47,6 +47,18 @@ def _cache_root() -> Path:
     return Path(root) / "clib"
 
 
+def _compiler_identity(cc: str) -> bytes:
+    """The compiler's resolved path, size and modification time: every process that makes a
+    queue looks the library up, and running ``cc --version`` for it cost 10 ms."""
+    path = shutil.which(cc) or cc
+    try:
+        real = os.path.realpath(path)
+        stat = os.stat(real)
+    except OSError:
+        return subprocess.run([cc, "--version"], capture_output=True).stdout
+    return f"{real}:{stat.st_size}:{stat.st_mtime_ns}".encode()
+
+
 def build() -> Path:
     """Compile the library unless the cache holds it; returns its absolute path."""
     cc = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
@@ -54,7 +66,7 @@ def build() -> Path:
         raise CBuildError("no C compiler (cc/gcc) found; install gcc (./scripts/bootstrap does)")
     key = hashlib.sha256()
     for part in (SOURCE.read_bytes(), HEADER.read_bytes(), UAPI_HEADER.read_bytes(), " ".join(_FLAGS).encode(),
-                 subprocess.run([cc, "--version"], capture_output=True).stdout):
+                 _compiler_identity(cc)):
         key.update(part)
         key.update(b"\0")
     directory = _cache_root() / f"{LIBRARY_NAME}-{key.hexdigest()[:16]}"
