@@ -98,12 +98,13 @@ def _drain(fd: int) -> None:
 
 
 def _fill(fence: QueueFence, record) -> None:
-    """A fence's status and device time from its completion record (6 u64 from C)."""
+    """A fence's status, device time and the core's time from its completion record (6 u64
+    from C: seq, status | core << 32, cycles, device_time_ns, fault_iova, exec_ns)."""
     status = record[1] & 0xFFFFFFFF
     fence.status = status - (1 << 32) if status & 0x80000000 else status
-    fence.device_time_ns = record[3]
+    fence.device_time_ns, fence.exec_ns = record[3], record[5]
     if record[0] != fence.id:            # overwritten by a later job of this queue: it completed
-        fence.status, fence.device_time_ns = 0, 0
+        fence.status, fence.device_time_ns, fence.exec_ns = 0, 0, 0
 
 
 class QueueFence:
@@ -113,6 +114,7 @@ class QueueFence:
         self.queue, self.id = queue, seq
         self.status: int | None = None
         self.device_time_ns = 0
+        self.exec_ns = 0        # the core's own wall time for the job (its clock, start to completion)
 
     def wait(self, timeout: float | None = None) -> QueueFence:
         """Block until the job is done; raises JobError if it failed, TimeoutError on timeout,
@@ -295,12 +297,12 @@ class UserQueue:
         if self.closed or self.done() < fence.id:
             return False
         at = queues.completions_offset(self.entries) + (fence.id & (self.entries - 1)) * queues.COMPLETION_STRUCT.size
-        seq, status, _, _, device_ns, _, _ = queues.COMPLETION_STRUCT.unpack_from(self.mem, at)
+        seq, status, _, _, device_ns, _, exec_ns = queues.COMPLETION_STRUCT.unpack_from(self.mem, at)
         if seq != fence.id:
             # Overwritten by a later job of this queue: the fence was waited on too late. It completed.
             fence.status, fence.device_time_ns = 0, 0
         else:
-            fence.status, fence.device_time_ns = status, device_ns
+            fence.status, fence.device_time_ns, fence.exec_ns = status, device_ns, exec_ns
         return True
 
     def wait(self, fence: QueueFence, timeout: float | None = None) -> None:
