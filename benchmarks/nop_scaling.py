@@ -1,20 +1,30 @@
 """NOP jobs/s of 1 process against 4 processes on user queues, taken alternately, with
-the CPU each job cost.
+the CPU each job cost and the mode each side was in.
 
 The issue-15 line "aggregate NOP jobs/s with 4 processes >= 1.5x one process alone" on a
 loaded, shared machine: one figure of each moves with whatever else runs, so this takes
-``--pairs`` pairs (1 process, then 4, a few seconds each, back to back on one scratch
-device) and prints every pair's ratio, their median and the load average at each pair.
-Beside the rates it prints what a job cost in CPU time (the clients' own, measured in
-their timed loop, and the device's processes': daemon, chip, cores) and in context
-switches: on 2 vCPUs four clients can only go faster than one by spending less CPU per
+``--pairs`` rounds on one scratch device, each of 1 process then ``--processes`` processes
+(a few seconds each, back to back), and prints every round's ratio, their median and the
+load average. The ratio the bar means is against one process left to its default
+(adaptive) wait; each round also runs one process made to spin and one made to sleep
+(``libnpu.user_queue.set_wait_mode``) and prints the ratio against each, since a single
+process's rate depends mostly on which of the two it fell into.
+
+Per run it prints what a job cost in CPU (``/proc/<pid>/schedstat``, the scheduler's own
+nanoseconds, not clock ticks): the clients' own in their timed loop, the cores', and the
+daemon's and chip main process's; and the mode of each side: how the clients' waits ended
+(at once, in the spin, asleep on the completion line) with their sleeps (voluntary context
+switches) and preemptions (involuntary) per job, and the cores' sleeps per job (a core that
+sleeps about once per job is woken by a doorbell for each; one that polls takes jobs
+without). On 2 vCPUs four clients can only go faster than one by spending less CPU per
 job, and that figure moves less with the machine's load than the rates do.
 
-Run: ``python -m benchmarks.nop_scaling [--pairs 3] [--seconds 2] [--processes 4]``.
+Run: ``python -m benchmarks.nop_scaling [--pairs 3] [--seconds 2] [--processes 4] [--json]``.
 """
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import statistics
@@ -23,93 +33,177 @@ import time
 from dataclasses import dataclass
 
 from benchmarks.scratch_device import ScratchDevice
+from libnpu import user_queue
 from libnpu.portability import Session
 from libnpu.tools import bench
 
 TICKS = os.sysconf("SC_CLK_TCK")
+WAYS = ("at_once", "spun", "slept")
 
 
 @dataclass
 class Usage:
-    """CPU seconds and context switches (voluntary + involuntary) of some processes."""
+    """CPU seconds, sleeps (voluntary context switches) and preemptions (involuntary) of
+    some processes."""
 
     cpu_s: float = 0.0
-    switches: int = 0
+    sleeps: int = 0
+    preemptions: int = 0
+
+    @property
+    def switches(self) -> int:
+        return self.sleeps + self.preemptions
 
     def __add__(self, other: Usage) -> Usage:
-        return Usage(self.cpu_s + other.cpu_s, self.switches + other.switches)
+        return Usage(self.cpu_s + other.cpu_s, self.sleeps + other.sleeps, self.preemptions + other.preemptions)
 
     def __sub__(self, other: Usage) -> Usage:
-        return Usage(self.cpu_s - other.cpu_s, self.switches - other.switches)
+        return Usage(self.cpu_s - other.cpu_s, self.sleeps - other.sleeps, self.preemptions - other.preemptions)
+
+
+def _cpu_seconds(pid: int) -> float:
+    """Time on a CPU: schedstat's nanoseconds, else utime + stime in clock ticks."""
+    try:
+        with open(f"/proc/{pid}/schedstat") as f:
+            return int(f.read().split()[0]) / 1e9
+    except (OSError, IndexError, ValueError):
+        pass
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / TICKS
 
 
 def process_usage(pid: int) -> Usage:
     """What ``pid`` has used so far (nothing if it is gone)."""
     try:
-        with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
+        cpu = _cpu_seconds(pid)
         with open(f"/proc/{pid}/status") as f:
-            switches = sum(int(line.split(":")[1]) for line in f if "ctxt_switches" in line)
-    except (OSError, IndexError, ValueError):
+            counts = dict(line.split(":", 1) for line in f if "ctxt_switches" in line)
+        return Usage(cpu, int(counts["voluntary_ctxt_switches"]), int(counts["nonvoluntary_ctxt_switches"]))
+    except (OSError, IndexError, ValueError, KeyError):
         return Usage()
-    return Usage((int(fields[11]) + int(fields[12])) / TICKS, switches)
 
 
-def _self_usage() -> Usage:
-    ru = os.times()
-    return Usage(ru.user + ru.system, process_usage(os.getpid()).switches)
+class QueueClientMeter:
+    """A client's own figures over its timed loop: CPU, sleeps, preemptions, how its waits ended."""
+
+    def __init__(self, device) -> None:
+        self.queue = device.queues[0] if device.queues else None
+
+    def __enter__(self) -> QueueClientMeter:
+        self._usage = process_usage(os.getpid())
+        self._waits = self.queue.wait_counts() if self.queue else {}
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.usage = process_usage(os.getpid()) - self._usage
+        after = self.queue.wait_counts() if self.queue else {}
+        self.waits = {way: after[way] - self._waits[way] for way in WAYS} if self.queue else {}
+
+    def outcome(self, jobs: int, path: str) -> dict:
+        return {"jobs": jobs, "usage": self.usage, "waits": self.waits,
+                "path": "queue (C)" if self.queue is not None and self.queue.native else path}
 
 
-def _client(devroot: str, seconds: float, barrier, results) -> None:
-    """NOP jobs back to back through a user queue; (jobs, its own CPU and switches while timed)."""
+class DeviceMeter:
+    """What the device's processes used over a run: the cores, and the daemon with the chip's main process."""
+
+    def __init__(self, dev: ScratchDevice) -> None:
+        self.cores = dev.chip_cores()
+        self.others = [p for p in (dev.daemon_pid, dev.chip_main()) if p]
+
+    def __enter__(self) -> DeviceMeter:
+        self._cores = sum((process_usage(p) for p in self.cores), Usage())
+        self._others = sum((process_usage(p) for p in self.others), Usage())
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.cores_used = sum((process_usage(p) for p in self.cores), Usage()) - self._cores
+        self.others_used = sum((process_usage(p) for p in self.others), Usage()) - self._others
+
+
+def _client(devroot: str, seconds: float, barrier, results, mode: str = "adaptive") -> None:
+    """NOP jobs back to back through a user queue, waiting in ``mode``; QueueClientMeter's outcome."""
+    user_queue.set_wait_mode(mode)
     with Session(devroot) as session:
         device = session.open(0)
-        run_one, _, _ = bench.nop_job(device, "queue")
+        run_one, _, path = bench.nop_job(device, "queue")
         for _ in range(50):
             run_one()
         barrier.wait()
-        before = _self_usage()
-        deadline = time.perf_counter() + seconds
-        completed = 0
-        while time.perf_counter() < deadline:
-            run_one()
-            completed += 1
-        used = _self_usage() - before
-    results.put((completed, used.cpu_s, used.switches))
+        with QueueClientMeter(device) as meter:
+            deadline = time.perf_counter() + seconds
+            completed = 0
+            while time.perf_counter() < deadline:
+                run_one()
+                completed += 1
+    results.put(meter.outcome(completed, path))
 
 
-def measure(dev: ScratchDevice, processes: int, seconds: float) -> dict:
-    """One timed run of ``processes`` clients: jobs/s and the CPU and switches per job."""
-    device_pids = [p for p in (dev.daemon_pid, dev.chip_main(), *dev.chip_cores()) if p]
-    before = sum((process_usage(p) for p in device_pids), Usage())
-    outcomes, elapsed = bench.run_clients(_client, dev.devroot, processes, seconds)
-    device = sum((process_usage(p) for p in device_pids), Usage()) - before
-    jobs = sum(c for c, _, _ in outcomes)
-    clients = Usage(sum(c for _, c, _ in outcomes), sum(s for _, _, s in outcomes))
-    return {"jobs_per_s": round(jobs / elapsed, 1),
-            "fairness": bench.jain_fairness([c for c, _, _ in outcomes]),
-            "client_cpu_us_per_job": round(clients.cpu_s / jobs * 1e6, 1),
-            # the device's processes over the whole run (a little longer than the timed loops)
-            "device_cpu_us_per_job": round(device.cpu_s / jobs * 1e6, 1),
-            "switches_per_job": round((clients.switches + device.switches) / jobs, 2)}
+def _per_job(usage: Usage, jobs: int) -> dict:
+    return {"cpu_us_per_job": round(usage.cpu_s / jobs * 1e6, 1), "sleeps_per_job": round(usage.sleeps / jobs, 2),
+            "preemptions_per_job": round(usage.preemptions / jobs, 2)}
 
 
-def measure_pairs(pairs: int, seconds: float, processes: int) -> list[dict]:
-    """``pairs`` alternating (1 process, ``processes`` processes) runs on one scratch device."""
+def summarize(outcomes: list[dict], elapsed: float, device: DeviceMeter, mode: str = "adaptive") -> dict:
+    """jobs/s of the clients' outcomes, and per side the CPU per job and the mode it was in."""
+    jobs = max(1, sum(o["jobs"] for o in outcomes))
+    clients = sum((o["usage"] for o in outcomes), Usage())
+    waits = {way: sum(o["waits"].get(way, 0) for o in outcomes) for way in WAYS}
+    waited = sum(waits.values()) or 1
+    client = _per_job(clients, jobs) | {"waits": {way: round(n / waited, 3) for way, n in waits.items()}}
+    client["mode"] = "sleeping" if waits["slept"] >= waited / 2 else "spinning"
+    core = _per_job(device.cores_used, jobs)
+    core["mode"] = "sleeping" if core["sleeps_per_job"] >= 0.5 else "polling"
+    return {"processes": len(outcomes), "wait_mode": mode, "path": outcomes[0]["path"],
+            "jobs_per_s": round(jobs / elapsed, 1),
+            "fairness": bench.jain_fairness([o["jobs"] for o in outcomes]),
+            "client": client, "cores": core,
+            # the daemon and the chip's main process over the whole run (a little longer than the timed loops)
+            "daemon_chip": _per_job(device.others_used, jobs),
+            "switches_per_job": round((clients.switches + device.cores_used.switches
+                                       + device.others_used.switches) / jobs, 2)}
+
+
+def measure(dev: ScratchDevice, processes: int, seconds: float, mode: str = "adaptive") -> dict:
+    """One timed run of ``processes`` clients waiting in ``mode`` (``summarize``)."""
+    with DeviceMeter(dev) as device:
+        outcomes, elapsed = bench.run_clients(functools.partial(_client, mode=mode), dev.devroot, processes,
+                                              seconds)
+    return summarize(outcomes, elapsed, device, mode)
+
+
+def measure_pairs(pairs: int, seconds: float, processes: int, modes: bool = True) -> list[dict]:
+    """``pairs`` rounds on one scratch device: 1 process (adaptive; then made to spin and
+    made to sleep, unless ``modes`` is false), then ``processes`` processes (adaptive)."""
     rows = []
     with ScratchDevice() as dev:
         measure(dev, 1, 0.3)                                          # warm-up: cores, caches
         for _ in range(pairs):
-            one = measure(dev, 1, seconds)
-            many = measure(dev, processes, seconds)
-            rows.append({"one": one, "many": many, "ratio": round(many["jobs_per_s"] / one["jobs_per_s"], 3),
-                         "load": os.getloadavg()[0]})
+            row: dict = {"one": measure(dev, 1, seconds)}
+            if modes:
+                row["one_spinning"] = measure(dev, 1, seconds, "spin")
+                row["one_sleeping"] = measure(dev, 1, seconds, "sleep")
+            row["many"] = many = measure(dev, processes, seconds)
+            row["ratio"] = round(many["jobs_per_s"] / row["one"]["jobs_per_s"], 3)
+            if modes:
+                row["ratio_vs_spinning"] = round(many["jobs_per_s"] / row["one_spinning"]["jobs_per_s"], 3)
+                row["ratio_vs_sleeping"] = round(many["jobs_per_s"] / row["one_sleeping"]["jobs_per_s"], 3)
+            row["load"] = os.getloadavg()[0]
+            rows.append(row)
     return rows
 
 
-def _line(run: dict) -> str:
-    return (f"{run['jobs_per_s']:7.0f} jobs/s (CPU/job: clients {run['client_cpu_us_per_job']:5.1f} us, "
-            f"device {run['device_cpu_us_per_job']:5.1f} us; {run['switches_per_job']:.2f} switches)")
+def describe(run: dict) -> str:
+    """One run in one line: the rate, then each side's CPU per job and mode."""
+    client, cores, rest = run["client"], run["cores"], run["daemon_chip"]
+    waits = ", ".join(f"{client['waits'][way]:.0%} {way.replace('_', ' ')}" for way in WAYS)
+    return (f"{run['jobs_per_s']:7.0f} jobs/s; CPU/job: clients {client['cpu_us_per_job']:5.1f} us "
+            f"{client['mode']} (waits {waits}; {client['sleeps_per_job']:.2f} sleeps, "
+            f"{client['preemptions_per_job']:.2f} preemptions/job), cores {cores['cpu_us_per_job']:5.1f} us "
+            f"{cores['mode']} ({cores['sleeps_per_job']:.2f} sleeps, {cores['preemptions_per_job']:.2f} "
+            f"preemptions/job), daemon+chip {rest['cpu_us_per_job']:.1f} us; "
+            f"{run['switches_per_job']:.2f} switches/job [{run['path']}]")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -117,17 +211,29 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--pairs", type=int, default=3)
     ap.add_argument("--seconds", type=float, default=2.0)
     ap.add_argument("--processes", type=int, default=4)
+    ap.add_argument("--no-modes", action="store_true",
+                    help="skip the single-process runs made to spin and made to sleep")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
-    rows = measure_pairs(args.pairs, args.seconds, args.processes)
+    rows = measure_pairs(args.pairs, args.seconds, args.processes, modes=not args.no_modes)
     if args.json:
         json.dump(rows, sys.stdout, indent=1)
         print()
         return 0
     for row in rows:
-        print(f"1: {_line(row['one'])}\n{args.processes}: {_line(row['many'])}\n"
-              f"   ratio {row['ratio']:.2f}, fairness {row['many']['fairness']:.2f}, load {row['load']:.2f}")
-    print(f"median ratio {statistics.median(r['ratio'] for r in rows):.2f} (bar 1.5)")
+        print(f"1 (adaptive): {describe(row['one'])}")
+        if "one_spinning" in row:
+            print(f"1 (spin):     {describe(row['one_spinning'])}")
+            print(f"1 (sleep):    {describe(row['one_sleeping'])}")
+        print(f"{args.processes} (adaptive): {describe(row['many'])}")
+        against = (f"; against 1 spinning {row['ratio_vs_spinning']:.2f}, 1 sleeping {row['ratio_vs_sleeping']:.2f}"
+                   if "one_spinning" in row else "")
+        print(f"   ratio {row['ratio']:.2f}{against}; fairness {row['many']['fairness']:.2f}, load {row['load']:.2f}")
+    print(f"median ratio {statistics.median(r['ratio'] for r in rows):.2f} (bar 1.5)", end="")
+    if "ratio_vs_spinning" in rows[0]:
+        print(f"; against 1 spinning {statistics.median(r['ratio_vs_spinning'] for r in rows):.2f}, "
+              f"1 sleeping {statistics.median(r['ratio_vs_sleeping'] for r in rows):.2f}", end="")
+    print()
     return 0
 
 

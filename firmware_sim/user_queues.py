@@ -68,7 +68,7 @@ class UserQueues:
         table = self.table
         if table is None:
             return False
-        generation = self.regs.read32(regs.QUEUE_TABLE_GEN)
+        generation = self.regs.words()[0][regs.QUEUE_TABLE_GEN >> 2]
         if generation == self.table_gen:
             return False
         self.table_gen = generation
@@ -181,19 +181,22 @@ class UserQueues:
         at = queues.completions_offset(q.entries) + (seq & (q.entries - 1)) * queues.COMPLETION_STRUCT.size
         queues.COMPLETION_STRUCT.pack_into(q.mem, at, seq, status, self.core, cycles, device_ns, fault_iova,
                                            exec_ns)
-        q.header.write64(queues.HDR_DONE, seq)
+        header = q.header
+        header.write64(queues.HDR_DONE, seq)
         q.done = seq
         table = self.table
         assert table is not None
-        base = queues.slot_offset(q.slot)
-        table.write64(base + queues.Q_DONE, seq)
+        _, u64 = table.words()
+        base = queues.slot_offset(q.slot) >> 3
+        u64[base + (queues.Q_DONE >> 3)] = seq
         if status:
-            table.write64(base + queues.Q_FAILED, table.read64(base + queues.Q_FAILED) + 1)
-        table.write64(base + queues.Q_BUSY_NS, table.read64(base + queues.Q_BUSY_NS) + exec_ns)
-        table.write64(base + queues.Q_DEVICE_NS, table.read64(base + queues.Q_DEVICE_NS) + device_ns)
-        table.write64(base + queues.Q_CYCLES, table.read64(base + queues.Q_CYCLES) + cycles)
+            u64[base + (queues.Q_FAILED >> 3)] += 1
+        u64[base + (queues.Q_BUSY_NS >> 3)] += exec_ns
+        if cycles:
+            u64[base + (queues.Q_DEVICE_NS >> 3)] += device_ns
+            u64[base + (queues.Q_CYCLES >> 3)] += cycles
         queues.store_load_fence()     # HDR_DONE visible before HDR_WAITING is read: no lost wake-up
-        if q.header.read32(queues.HDR_WAITING):
+        if header.read32(queues.HDR_WAITING):
             try:
                 os.write(q.completion_fd, b"\x01")
             except BlockingIOError:   # the line is full: a wake-up is pending anyway

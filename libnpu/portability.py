@@ -573,6 +573,17 @@ class Device:
                                 timeout_ms, flags)
         return queue.submit(0, 0, timeout_ms, flags)
 
+    def queue_run(self, queue: UserQueue, commands: CommandBuffer | Memory | None, *, size: int | None = None,
+                  offset: int = 0, timeout_ms: int = 0, timeout: float | None = None) -> QueueFence:
+        """``queue_submit`` and wait, in one call into the queue's C client: raises JobError
+        if the job failed, TimeoutError after ``timeout`` seconds (the job stays queued)."""
+        if isinstance(commands, CommandBuffer):
+            return queue.run(commands.address, commands.used if size is None else size, timeout_ms, timeout)
+        if isinstance(commands, Memory):
+            return queue.run(commands.address + offset, commands.size - offset if size is None else size,
+                             timeout_ms, timeout)
+        return queue.run(0, 0, timeout_ms, timeout)
+
     def reset(self) -> int:
         """Reset the device (root only); returns the reset count."""
         return self.file.request(uapi.NPU_CMD_RESET).reset_count

@@ -110,6 +110,11 @@ class RegisterView:
             self._u32 = bytes_view.cast("I")
             self._u64 = bytes_view.cast("Q")
 
+    def words(self):
+        """The (u32, u64) word views, indexed by offset >> 2 and offset >> 3: for a hot path
+        that touches many registers and cannot afford a method call for each."""
+        return self._u32, self._u64
+
     def read32(self, offset: int) -> int:
         return int(self._u32[offset >> 2])
 

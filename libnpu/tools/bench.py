@@ -51,7 +51,7 @@ def nop_job(device: Device, path: str = "queue") -> tuple[Callable[[], object], 
                     fence = device.queue_submit(queue, nop)
                 assert fence is not None
                 fence.wait()
-            return (lambda: device.queue_submit(queue, nop).wait()), queued, path
+            return (lambda: device.queue_run(queue, nop)), queued, path
     batch = [device.prepare_submit(nop) for _ in range(8)]
 
     def batched(n: int) -> None:

@@ -1,5 +1,7 @@
 """The idle core's adaptive poll window (KVM halt-polling's grow/shrink rule)."""
-from firmware_sim.idle_poll import CONTENDED_NS, GROW_START_NS, IdlePoll
+import time
+
+from firmware_sim.idle_poll import CONTENDED_NS, GROW_START_NS, LOAD_CHECK_NS, IdlePoll, RunQueueProbe
 
 
 def test_grows_when_a_longer_poll_would_have_caught_the_job() -> None:
@@ -34,3 +36,25 @@ def test_no_polling_when_turned_off_and_a_short_one_when_the_cpus_are_wanted() -
     busy.window_ns = 300_000
     # This process (pytest) is runnable; with one CPU any other runnable task means contention.
     assert busy.window() in (CONTENDED_NS, 300_000)
+
+
+def test_looks_at_the_load_at_most_once_per_check_interval() -> None:
+    poll = IdlePoll(300_000)
+    poll.window_ns = 300_000
+    started = time.monotonic_ns()
+    for _ in range(2000):
+        assert poll.window() in (CONTENDED_NS, 300_000)
+    intervals = (time.monotonic_ns() - started) // LOAD_CHECK_NS
+    assert 1 <= poll.load_checks <= intervals + 1
+    poll.close()
+
+
+def test_run_queue_probe_reads_the_live_file_each_time() -> None:
+    probe = RunQueueProbe()
+    try:
+        # This process runs while it reads: the count of others is never negative, and a
+        # second read through the same descriptor sees the file afresh (pread at 0).
+        assert probe.others() >= 0 and probe.others() >= 0
+    finally:
+        probe.close()
+    assert probe.others() == 0          # closed: no load seen, never an error

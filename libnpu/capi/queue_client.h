@@ -1,0 +1,45 @@
+/* A user queue's client side in C: submit and wait without Python on the job path
+ * (docs/abi.md, "User queues"; the Python reference is libnpu/user_queue.py).
+ * Plain C declarations only: cffi reads this file as it is (ABI mode). */
+
+struct npu_uq_client;
+
+/* A client of the queue memory mapped at `mem` (`entries` entries), ringing `doorbell_fd`
+ * and sleeping on `completion_fd`, whose last entry written is `tail`; NULL when out of
+ * memory.  The descriptors and the mapping stay the caller's. */
+struct npu_uq_client *npu_uq_open(void *mem, unsigned int entries, int doorbell_fd, int completion_fd,
+                                  unsigned long long tail);
+void npu_uq_close(struct npu_uq_client *q);
+
+/* The seq of the last entry this client wrote (submitters take turns on a lock inside). */
+unsigned long long npu_uq_tail(struct npu_uq_client *q);
+/* A tail set by hand (an entry written some other way). */
+void npu_uq_set_tail(struct npu_uq_client *q, unsigned long long tail);
+
+/* Write the next job (tail + 1) with its entry `flags` (0 or NPU_QUEUE_ENTRY_PROFILE), publish the tail and ring the doorbell unless the core
+ * polls.  Its seq (> 0); -EAGAIN when `entries` jobs are in flight (nothing written); the
+ * queue's error (-errno, -ECANCELED once the driver gave the memory back) when it stopped;
+ * -ENODEV when nobody holds the doorbell's other end. */
+long long npu_uq_submit(struct npu_uq_client *q, unsigned long long cmd_iova, unsigned int cmd_size,
+                        unsigned int timeout_ms, unsigned int flags);
+
+/* Wait for job `seq`: poll `done` for `spin_ns` (yielding the CPU), then sleep on the
+ * completion line, each sleep at most `slice_ms` (a safety net), all of it at most
+ * `timeout_ns` (< 0: no limit).  0 with the job's completion record copied to `out` (its seq
+ * differs when a later job overwrote it: the job completed); -ETIMEDOUT; the queue's error
+ * when it stopped first (as submit); -EPIPE when no writer is left on the completion line. */
+int npu_uq_wait(struct npu_uq_client *q, unsigned long long seq, long long spin_ns, long long timeout_ns,
+                int slice_ms, void *out);
+
+/* submit, then wait for that job (its seq in *seq_out, 0 if none was written): one call per
+ * job for a client that runs jobs one at a time.  0, or the errors of both. */
+int npu_uq_run(struct npu_uq_client *q, unsigned long long cmd_iova, unsigned int cmd_size,
+               unsigned int timeout_ms, long long spin_ns, long long timeout_ns, int slice_ms, void *out,
+               unsigned long long *seq_out);
+
+/* Jobs the sleeping waiters found done when a safety-net timeout ended (a lost signal). */
+unsigned long long npu_uq_late_wakeups(struct npu_uq_client *q);
+
+/* The counts of the wait path: [0] waits that returned at once (done before any wait),
+ * [1] waits that ended in the spin, [2] waits that slept on the completion line. */
+void npu_uq_wait_counts(struct npu_uq_client *q, unsigned long long out[3]);

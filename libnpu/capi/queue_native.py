@@ -1,0 +1,108 @@
+"""Build and load ``libnpu_queue.so``: a user queue's submit and wait in C (``queue_client.c``).
+
+``libnpu.user_queue`` calls it through cffi (ABI mode: no Python headers needed; cffi
+releases the GIL during each call, so a thread waiting in C holds no other thread up).
+Built with the system C compiler into ``$NPU_CACHE_DIR/clib/libnpu_queue-<hash>/`` (the
+hash covers the sources, the headers, the flags and the compiler binary), through a private
+directory renamed into place, as ``libnpu.capi.nvdla`` builds its library.
+
+``library()`` returns the loaded library, or None when it is turned off
+(``NPU_QUEUE_NATIVE=0``) or cannot be built (no compiler): the queue then runs its Python
+path, which follows the same protocol; ``unavailable()`` says why.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+import tempfile
+import threading
+from pathlib import Path
+from typing import Any
+
+import cffi  # type: ignore[import-untyped]  # no stubs shipped
+
+from kmd_fuse.uapi import HEADER_PATH as UAPI_HEADER
+
+from . import SOURCE_DIR, CBuildError, publish_build
+
+__all__ = ["LIBRARY_NAME", "build", "library", "unavailable", "ffi"]
+
+LIBRARY_NAME = "libnpu_queue"
+HEADER = SOURCE_DIR / "queue_client.h"
+SOURCE = SOURCE_DIR / "queue_client.c"
+_FLAGS = ("-O2", "-shared", "-fPIC", "-std=gnu11", "-Wall", "-Wextra", "-Werror", "-pthread")
+
+ffi = cffi.FFI()
+ffi.cdef(HEADER.read_text())
+
+_lock = threading.Lock()
+_loaded: Any = None
+_why_not: str | None = None
+
+
+def _cache_root() -> Path:
+    root = os.environ.get("NPU_CACHE_DIR") or str(Path.home() / ".cache" / "npu-emu")
+    return Path(root) / "clib"
+
+
+def _compiler_identity(cc: str) -> bytes:
+    """The compiler's resolved path, size and modification time: every process that makes a
+    queue looks the library up, and running ``cc --version`` for it cost 10 ms."""
+    path = shutil.which(cc) or cc
+    try:
+        real = os.path.realpath(path)
+        stat = os.stat(real)
+    except OSError:
+        return subprocess.run([cc, "--version"], capture_output=True).stdout
+    return f"{real}:{stat.st_size}:{stat.st_mtime_ns}".encode()
+
+
+def build() -> Path:
+    """Compile the library unless the cache holds it; returns its absolute path."""
+    cc = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
+    if cc is None:
+        raise CBuildError("no C compiler (cc/gcc) found; install gcc (./scripts/bootstrap does)")
+    key = hashlib.sha256()
+    for part in (SOURCE.read_bytes(), HEADER.read_bytes(), UAPI_HEADER.read_bytes(), " ".join(_FLAGS).encode(),
+                 _compiler_identity(cc)):
+        key.update(part)
+        key.update(b"\0")
+    directory = _cache_root() / f"{LIBRARY_NAME}-{key.hexdigest()[:16]}"
+    target = directory / f"{LIBRARY_NAME}.so"
+    if target.exists():
+        return target
+    directory.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{LIBRARY_NAME}-", dir=directory.parent))
+    try:
+        built = staging / target.name
+        done = subprocess.run([cc, *_FLAGS, f"-I{SOURCE_DIR}", f"-I{UAPI_HEADER.parent}", "-o", str(built),
+                               str(SOURCE)], capture_output=True, text=True)
+        if done.returncode != 0:
+            raise CBuildError(f"{cc} failed to build {SOURCE.name}:\n{done.stderr.strip()}")
+        publish_build(staging, directory, target)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return target
+
+
+def library() -> Any:
+    """The loaded library (cffi), or None: turned off or not buildable (``unavailable()``)."""
+    global _loaded, _why_not
+    if os.environ.get("NPU_QUEUE_NATIVE", "1") == "0":
+        return None
+    with _lock:
+        if _loaded is None and _why_not is None:
+            try:
+                _loaded = ffi.dlopen(str(build()))
+            except (CBuildError, OSError) as exc:
+                _why_not = str(exc)
+        return _loaded
+
+
+def unavailable() -> str | None:
+    """Why ``library()`` is None (None when it is loaded or not tried yet)."""
+    if os.environ.get("NPU_QUEUE_NATIVE", "1") == "0":
+        return "turned off (NPU_QUEUE_NATIVE=0)"
+    return _why_not

@@ -1,0 +1,201 @@
+"""A user queue's submit and wait in C (libnpu/capi/queue_client.c) against its Python
+reference path (``NPU_QUEUE_NATIVE=0``), on a real mount: the same fences, errors and
+wake-ups, no lost wake-up at the edge of sleep, and a close while another thread waits."""
+from __future__ import annotations
+
+import errno
+import threading
+import time
+
+import pytest
+
+import libnpu
+from firmware_sim.spec import queues
+from libnpu import user_queue
+from libnpu.capi import queue_native
+from libnpu.portability import JobError
+
+
+@pytest.fixture(params=["c", "python"])
+def path(request, monkeypatch) -> str:
+    if request.param == "python":
+        monkeypatch.setenv("NPU_QUEUE_NATIVE", "0")
+    elif queue_native.library() is None:
+        pytest.fail(f"the C queue client did not build: {queue_native.unavailable()}")
+    return request.param
+
+
+def nop(device):
+    commands = device.command_buffer()
+    commands.add("NOP")
+    return commands
+
+
+def test_the_queue_takes_the_path_asked_for(device, path):
+    queue = device.create_queue()
+    assert queue.native == (path == "c")
+    fence = device.queue_submit(queue, nop(device)).wait(10)
+    assert fence.status == 0 and fence.signalled
+    assert sum(queue.wait_counts().values()) == 1
+
+
+def test_no_wake_up_is_lost_at_the_edge_of_sleep_and_the_waits_say_they_slept(device, path, monkeypatch):
+    """Waits without any spin, across the core's idle poll and its sleep: every job is
+    signalled (the 1 s safety net never finds one done), and the counts say the client slept."""
+    monkeypatch.setattr(user_queue, "SPIN_S", 0.0)
+    monkeypatch.setattr(user_queue, "_SPIN", user_queue.SpinWindow())
+    queue = device.create_queue()
+    commands = nop(device)
+    started = time.monotonic()
+    for i in range(300):
+        time.sleep((i % 30) * 20e-6)
+        device.queue_submit(queue, commands).wait(10)
+    assert queue.late_wakeups == 0
+    counts = queue.wait_counts()
+    assert sum(counts.values()) == 300 and counts["spun"] == 0 and counts["slept"] > 0, counts
+    assert time.monotonic() - started < 60
+
+
+def test_a_full_queue_makes_submit_wait_and_fences_report_every_job(device, path):
+    queue = device.create_queue(entries=2)
+    src, dst = device.alloc_mem(4096), device.alloc_mem(4096)
+    src.array("uint8", (4096,))[:] = 7
+    copy = device.command_buffer()
+    copy.add("DMA_COPY", src=src.address, dst=dst.address, length=4096)
+    fences = [device.queue_submit(queue, copy if i % 2 else nop(device)) for i in range(25)]
+    assert [f.wait(10).status for f in fences] == [0] * 25
+    assert (dst.array("uint8", (4096,)) == 7).all()
+    assert queue.tail == 25 and queue.in_flight() == 0
+
+
+def test_a_failed_job_raises_from_its_fence_only(device, path):
+    queue = device.create_queue()
+    bad = device.command_buffer()
+    bad.add("DMA_COPY", src=0x7FFF_0000_0000, dst=0x7FFF_0000_1000, length=64)
+    with pytest.raises(JobError) as failed:
+        device.queue_submit(queue, bad).wait(10)
+    assert failed.value.errno == errno.EFAULT
+    assert device.queue_submit(queue, nop(device)).wait(10).status == 0
+
+
+def test_a_wait_times_out_then_completes(device, path):
+    queue = device.create_queue()
+    src, dst = device.alloc_mem(16 << 20), device.alloc_mem(16 << 20)
+    slow = device.command_buffer(capacity=64 * 300)
+    for _ in range(300):
+        slow.add("DMA_COPY", src=src.address, dst=dst.address, length=src.size)
+    fence = device.queue_submit(queue, slow)
+    with pytest.raises(TimeoutError):
+        fence.wait(0.001)
+    assert fence.wait(60).status == 0 and fence.device_time_ns > 0 and fence.exec_ns > 0
+
+
+def test_a_reset_stops_the_queue_with_ecanceled_on_both_paths(fresh_npu, path):
+    with libnpu.initialize(fresh_npu.devroot) as session:
+        device = session.open(0)
+        queue = device.create_queue()
+        device.queue_submit(queue, nop(device)).wait(10)
+        device.reset()
+        with pytest.raises(libnpu.NpuError) as stopped:
+            device.queue_submit(queue, nop(device)).wait(10)
+        assert stopped.value.errno == errno.ECANCELED and "reset" in str(stopped.value)
+
+
+def test_a_stopped_queue_fails_a_waiter_with_the_queues_error(device, path):
+    """A tail the core finds garbled stops the queue (EINVAL): a thread waiting on a job
+    that will never run learns it, it does not sleep forever."""
+    queue = device.create_queue()
+    device.queue_submit(queue, nop(device)).wait(10)
+    queue.header.write64(queues.HDR_TAIL, 10_000)        # more than `entries` ahead: the core stops the queue
+    queue.ring()
+    with pytest.raises(libnpu.NpuError) as stopped:
+        user_queue.QueueFence(queue, 3).wait(10)
+    assert stopped.value.errno == errno.EINVAL
+
+
+def test_close_while_another_thread_waits_lets_go_once_the_wait_ends(device, path):
+    queue = device.create_queue()
+    src, dst = device.alloc_mem(16 << 20), device.alloc_mem(16 << 20)
+    slow = device.command_buffer(capacity=64 * 100)
+    for _ in range(100):
+        slow.add("DMA_COPY", src=src.address, dst=dst.address, length=src.size)
+    fence = device.queue_submit(queue, slow)
+    outcome: list[object] = []
+    waiter = threading.Thread(target=lambda: outcome.append(_wait(fence)))
+    waiter.start()
+    time.sleep(0.01)
+    queue.close()
+    waiter.join(60)
+    assert not waiter.is_alive()
+    # The waiter either finished its job or was told the queue is closed; no crash either way.
+    assert outcome and (outcome[0] == 0 or outcome[0] == errno.EBADF), outcome
+    with pytest.raises(libnpu.NpuError) as closed:
+        device.queue_submit(queue, nop(device))
+    assert closed.value.errno == errno.EBADF
+
+
+def _wait(fence) -> int:
+    try:
+        fence.wait(60)
+    except libnpu.NpuError as exc:
+        return exc.errno
+    except ValueError:                  # the Python path reads a memory that close() released
+        return errno.EBADF
+    return 0
+
+
+def test_run_is_submit_and_wait_in_one_call(device, path):
+    queue = device.create_queue(entries=2)
+    commands = nop(device)
+    fences = [device.queue_run(queue, commands) for _ in range(7)]
+    assert [f.id for f in fences] == list(range(1, 8)) and all(f.status == 0 and f.signalled for f in fences)
+    assert sum(queue.wait_counts().values()) == 7
+    bad = device.command_buffer()
+    bad.add("DMA_COPY", src=0x7FFF_0000_0000, dst=0x7FFF_0000_1000, length=64)
+    with pytest.raises(JobError) as failed:
+        device.queue_run(queue, bad)
+    assert failed.value.errno == errno.EFAULT
+    queue.tail = queue.tail                              # a hand-set tail keeps the count
+    assert device.queue_run(queue, commands).id == 9
+
+
+def test_threads_sharing_a_queue_each_get_their_own_jobs_done(device, path, monkeypatch):
+    """Submitters take turns (the C side's lock), waiters share the waiting flag: four threads
+    running and waiting on one queue, sleeping without a spin, lose no job and no wake-up."""
+    monkeypatch.setattr(user_queue, "SPIN_S", 0.0)
+    monkeypatch.setattr(user_queue, "_SPIN", user_queue.SpinWindow())
+    queue = device.create_queue(entries=4)
+    commands = nop(device)
+    seqs: list[list[int]] = [[] for _ in range(4)]
+    errors: list[BaseException] = []
+
+    def work(mine: list[int]) -> None:
+        try:
+            for i in range(150):
+                fence = device.queue_run(queue, commands) if i % 2 else device.queue_submit(queue, commands).wait(30)
+                mine.append(fence.id)
+        except BaseException as exc:    # noqa: BLE001 (reported by the test thread)
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work, args=(mine,)) for mine in seqs]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(120)
+    assert not errors and not any(t.is_alive() for t in threads)
+    assert sorted(s for mine in seqs for s in mine) == list(range(1, 601))
+    assert queue.done() == 600 and queue.header.read32(queues.HDR_WAITING) == 0
+
+
+def test_nop_scaling_reports_each_sides_cpu_and_mode():
+    """The benchmark's figures are there and say what the run did: clients made to sleep
+    are reported sleeping, every job counted on both sides."""
+    from benchmarks import nop_scaling
+    from benchmarks.scratch_device import ScratchDevice
+    with ScratchDevice() as dev:
+        run = nop_scaling.measure(dev, 1, 0.3, "sleep")
+    assert run["path"] == "queue (C)" and run["wait_mode"] == "sleep" and run["jobs_per_s"] > 0
+    assert run["client"]["mode"] == "sleeping" and run["client"]["waits"]["spun"] == 0
+    assert run["client"]["cpu_us_per_job"] > 0 and run["cores"]["cpu_us_per_job"] > 0
+    assert run["cores"]["mode"] in ("sleeping", "polling")
+    assert "sleeping" in nop_scaling.describe(run)
