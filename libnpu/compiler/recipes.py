@@ -38,7 +38,7 @@ __all__ = ["RECIPES", "RecipeError", "apply_recipe"]
 RECIPES: dict[str, dict[str, Any]] = {
     "default": {},
     "accurate": {"weight_rounding": "gptq", "int16": "auto", "int16_target": 0.999, "int16_weights": "auto",
-                 "equalize": True},
+                 "equalize": True, "int16_headroom": "held-out"},
 }
 
 
