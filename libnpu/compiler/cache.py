@@ -40,8 +40,7 @@ def user_cache_dir() -> Path:
 #: 5: int16 tensors get twice their calibration range; int64 biases from the float biases.
 #: 6: GPTQ rounds a layer's bias last, taking up the weights' error (``--recipe accurate``).
 #: 7: ``gptq`` rounds the weights only again; the bias column is ``gptq-bias``.
-#: 8: ``--recipe accurate`` gives each int16 tensor its own headroom, from held-out calibration samples.
-COMPILER_REVISION = 8
+COMPILER_REVISION = 7
 
 
 def cache_key(model: bytes, options: Mapping[str, Any] | None = None) -> str:

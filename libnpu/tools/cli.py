@@ -90,8 +90,7 @@ def _calibration_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--percentile", type=float, help="with --method percentile: the kept percentile (default 99.99)")
     p.add_argument("--recipe", choices=("default", "accurate"), default="default",
                    help="a set of the options below: 'accurate' = --weight-rounding gptq --int16 auto"
-                        " --int16-target 0.999 --int16-weights auto --int16-headroom held-out --equalize (slower "
-                        "to compile and, where "
+                        " --int16-target 0.999 --int16-weights auto --equalize (slower to compile and, where "
                         "layers go int16, to run); options given explicitly win (default: default)")
     p.add_argument("--weight-rounding", choices=("nearest", "gptq", "gptq-bias"),
                    help="gptq: round conv/depthwise/FC weights for the calibration data's inputs (GPTQ) instead of "
@@ -132,7 +131,7 @@ def _int16_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--int16-headroom", metavar="FACTOR|held-out",
                    help="how far int16 grids reach beyond the calibrated range: a factor in [1, 16] for every "
                         "tensor, or 'held-out': each tensor's own, from how far one calibration sample exceeds "
-                        "the others (default 2; held-out with --recipe accurate)")
+                        "the others (default 2)")
 
 
 def _compile_args(p: argparse.ArgumentParser) -> None:
