@@ -1,6 +1,6 @@
 """int16 headroom: how far an int16 grid reaches beyond its tensor's calibrated range, 2x
 for every tensor by default, or each tensor's own from held-out calibration samples
-(``int16_headroom="held-out"``, in ``--recipe accurate``)."""
+(``int16_headroom="held-out"``)."""
 from __future__ import annotations
 
 import numpy as np
