@@ -128,6 +128,10 @@ def _int16_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--int16-weights", metavar="auto|none|NAME,...",
                    help="int16 weights too (a16w16, our chip mode) on int16 layers with weights ('auto': the "
                         "worst, until the outputs score 0.999; default none, 'auto' with --recipe accurate)")
+    p.add_argument("--int16-headroom", metavar="FACTOR|held-out",
+                   help="how far int16 grids reach beyond the calibrated range: a factor in [1, 16] for every "
+                        "tensor, or 'held-out': each tensor's own, from how far one calibration sample exceeds "
+                        "the others (default 2)")
 
 
 def _compile_args(p: argparse.ArgumentParser) -> None:

@@ -206,6 +206,18 @@ def _int16_options(args: argparse.Namespace, recipe: str = "default") -> dict[st
         if wide != "none" and selection == "none":
             raise UsageError("--int16-weights needs int16 activations on those layers (--int16)")
         options["int16_weights"] = wide if isinstance(wide, str) else ",".join(wide)
+    headroom = getattr(args, "int16_headroom", None)
+    if headroom is not None:
+        if selection == "none":
+            raise UsageError("--int16-headroom needs int16 activations (--int16)")
+        if headroom != "held-out":
+            try:
+                factor = float(headroom)
+            except ValueError:
+                raise UsageError(f"--int16-headroom {headroom!r}: a factor in [1, 16] or 'held-out'") from None
+            _require(1.0 <= factor <= 16.0, "--int16-headroom is a factor in [1, 16] or 'held-out'")
+            headroom = factor
+        options["int16_headroom"] = headroom
     if selection == "none":
         if getattr(args, "int16_target", None) is not None or getattr(args, "int16_max_layers", None) is not None:
             raise UsageError("--int16-target and --int16-max-layers need --int16 auto")

@@ -114,3 +114,25 @@ def test_int16_weights_from_the_command_line(npu, tmp_path, capsys):
     assert "int16 weights" not in capsys.readouterr().out
     assert main(["compile", str(model), "-o", str(tfl), "--int16", "c1", "--int16-weights", "c1", *common]) == 1
     assert "no TFLite kernel" in capsys.readouterr().err
+
+
+def test_int16_headroom_from_the_command_line(npu, tmp_path, capsys):
+    """--int16-headroom: a factor or 'held-out', kept in the loadable's metadata, run on the
+    device; refused without int16 activations or out of range, with one clear line."""
+    model, common = _model(tmp_path)
+    out = tmp_path / "held.nlb"
+    assert main(["compile", str(model), "-o", str(out), "--int16", "c1,y", "--int16-headroom", "held-out",
+                 *common]) == 0
+    summary = Loadable.load(out).metadata["int16_headroom"]
+    assert 1.25 <= summary["min"] <= summary["max"] <= 2.0
+    assert main(["run", str(out), "--repeat", "0", "--devroot", str(npu.devroot)]) == 0
+    assert main(["compile", str(model), "-o", str(tmp_path / "f.nlb"), "--int16", "c1,y", "--int16-headroom", "1.5",
+                 *common]) == 0
+    assert Loadable.load(tmp_path / "f.nlb").metadata["int16_headroom"] == {"min": 1.5, "median": 1.5, "max": 1.5}
+    capsys.readouterr()
+    for bad, message in ((["--int16-headroom", "1.5"], "--int16-headroom needs int16 activations"),
+                         (["--int16", "c1", "--int16-headroom", "0.5"], "a factor in [1, 16]"),
+                         (["--int16", "c1", "--int16-headroom", "wide"], "a factor in [1, 16]")):
+        assert main(["compile", str(model), "-o", str(tmp_path / "x.nlb"), *bad, *common]) == 2
+        err = capsys.readouterr().err
+        assert message in err and "Traceback" not in err
