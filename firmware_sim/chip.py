@@ -28,6 +28,7 @@ import numpy as np
 
 from firmware_sim.core import DEFAULT_WATCHDOG_MS, Core, completion_cause, raise_irq, write_completion
 from firmware_sim.executor import JobResult
+from firmware_sim.recycling import RETIRED, default_growth_kb
 from firmware_sim.spec import memory, profiles, queues, regs, ring
 from firmware_sim.spec.memory import map_file
 from firmware_sim.timing import HardwareProfile
@@ -57,8 +58,9 @@ def core_address_space(device_memory: int) -> int:
 
 class Chip:
     def __init__(self, bus: Path, doorbell_fds: list[int], irq_fd: int, profile: HardwareProfile,
-                 ring_entries: int, device_memory: int = 0):
+                 ring_entries: int, device_memory: int = 0, recycle_kb: int = -1):
         self.bus, self.doorbell_fds, self.irq_fd, self.profile = bus, doorbell_fds, irq_fd, profile
+        self.recycle_kb = recycle_kb      # a core that grew this much retires when empty (-1: never)
         self.address_space = core_address_space(device_memory)
         self._regs_map = map_file(memory.regs_path(bus))
         self.regs = regs.RegisterView(self._regs_map)
@@ -103,10 +105,11 @@ class Chip:
                 resource.setrlimit(resource.RLIMIT_CORE, (0, 0))   # a dying core is recovered, not dumped
                 if self.address_space:
                     resource.setrlimit(resource.RLIMIT_AS, (self.address_space, self.address_space))
-                unit = Core(self.bus, core, self.doorbell_fds[core], self.irq_fd, self.profile)
+                profile_path = os.environ.get("NPU_PROFILE_CHIP")  # developer aid: cProfile each core
+                unit = Core(self.bus, core, self.doorbell_fds[core], self.irq_fd, self.profile,
+                            -1 if profile_path else self.recycle_kb)
                 unit.finish_aborted_user_job()
                 unit.drain_ring()      # entries queued before a reset/respawn
-                profile_path = os.environ.get("NPU_PROFILE_CHIP")  # developer aid: cProfile each core
                 if profile_path:
                     import cProfile
                     profiler = cProfile.Profile()
@@ -139,6 +142,9 @@ class Chip:
         """Restart every core whose process died, and every core whose job ran past its timeout."""
         for core in range(self.num_cores):
             died = self.reap_core(core)
+            if died is not None and self.retired(core, died):
+                self.start_core(core)
+                continue
             if died is not None:
                 signum = os.WTERMSIG(died) if os.WIFSIGNALED(died) else 0
                 # SIGBUS: the memory under a mapped buffer vanished (the job's DMA faulted).
@@ -157,6 +163,13 @@ class Chip:
                 # rather than finish it, so the driver gets the queue's memory back now.
                 self.stop_core(core)
                 self.recover_core(core, -errno.ECANCELED)
+
+    def retired(self, core: int, status: int) -> bool:
+        """Whether ``core``'s process exited by retiring (``firmware_sim.recycling``): idle,
+        no job of the ring or of a queue in it; then a fresh core is all it needs."""
+        bank = regs.core_bank(core)
+        return (os.WIFEXITED(status) and os.WEXITSTATUS(status) == RETIRED
+                and not self.regs.read64(bank + regs.CURRENT_JOB) and not self.regs.read32(bank + regs.UQ_SLOT))
 
     def running_disabled_queue(self, core: int) -> bool:
         """Whether ``core`` runs a job of a user queue the driver has disabled."""
@@ -302,13 +315,18 @@ def main(argv: list[str] | None = None) -> int:
                         help="device memory in bytes: bounds each core's address space (0: no bound)")
     parser.add_argument("--profile", choices=sorted(profiles.PROFILES), default=profiles.DEFAULT_PROFILE,
                         help="hardware profile: the timing model's clock, MACs/cycle, bandwidth and SRAM")
+    parser.add_argument("--core-recycle-kb", type=int, default=None,
+                        help="a core whose memory grew this much retires when its last context is gone, "
+                             "and a fresh one starts (negative: never; default: $NPU_CORE_RECYCLE_KB or "
+                             "firmware_sim.recycling.DEFAULT_GROWTH_KB)")
     parser.add_argument("--idle-poll-us", type=int, default=HardwareProfile.idle_poll_ns // 1000,
                         help="the longest an idle core polls its ring before sleeping (adapted; 0: never)")
     args = parser.parse_args(argv)
     die_with_parent()
     profile = HardwareProfile.named(args.profile, idle_poll_ns=args.idle_poll_us * 1000)
     doorbells = [int(fd) for fd in args.doorbell_fds.split(",")]
-    Chip(args.bus, doorbells, args.irq_fd, profile, args.ring_entries, args.memory).run()
+    recycle_kb = default_growth_kb() if args.core_recycle_kb is None else args.core_recycle_kb
+    Chip(args.bus, doorbells, args.irq_fd, profile, args.ring_entries, args.memory, recycle_kb).run()
     return 0
 
 

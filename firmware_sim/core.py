@@ -20,6 +20,7 @@ from firmware_sim.dma import DmaEngine
 from firmware_sim.executor import JobResult, TaskHook, run_job
 from firmware_sim.idle_poll import IdlePoll
 from firmware_sim.kernels.warm_up import warm_up
+from firmware_sim.recycling import RETIRED, Recycling
 from firmware_sim.spec import memory, queues, regs, ring
 from firmware_sim.spec.memory import map_file
 from firmware_sim.timing import HardwareProfile
@@ -33,7 +34,8 @@ QUEUE_SLEEP_MS = 1000
 class Core:
     """The state of one core, as seen from inside it."""
 
-    def __init__(self, bus: Path, core: int, doorbell_fd: int, irq_fd: int, profile: HardwareProfile):
+    def __init__(self, bus: Path, core: int, doorbell_fd: int, irq_fd: int, profile: HardwareProfile,
+                 recycle_kb: int = -1):
         self.core, self.doorbell_fd, self.irq_fd, self.profile = core, doorbell_fd, irq_fd, profile
         self._regs_map = map_file(memory.regs_path(bus))
         self.regs = regs.RegisterView(self._regs_map)
@@ -46,6 +48,8 @@ class Core:
         self.pq: mmap.mmap | bytes | None = None     # the profile queue, mapped at the first profiled job
         self.queues = UserQueues(bus, core, self.regs, self.dma)
         warm_up()   # each C kernel once: a model's first job does not pay for code generation
+        self.recycling = Recycling(recycle_kb)
+        self.recycling.started()
 
     def reg(self, offset: int) -> int:
         return self.regs.read32(self.bank + offset)
@@ -86,9 +90,17 @@ class Core:
                         self.queues.set_polling(True)
                         self.drain_all()
                         continue
+                    if self.recycling.due(self.holds_anything()):
+                        # Where it would sleep: what comes next rings a doorbell the fresh core
+                        # answers (firmware_sim.recycling).
+                        os._exit(RETIRED)
                     break
                 poll.record(clock() - idle_since, polled)
                 self.drain_all()
+
+    def holds_anything(self) -> bool:
+        """Whether any context's state is still here: a page table or buffer mapped, a queue served."""
+        return bool(self.queues.served) or self.dma.holds_anything()
 
     def sleep(self) -> None:
         """Block on the kernel doorbell and the served queues' doorbells, and consume them."""
@@ -198,6 +210,8 @@ class Core:
             else:
                 if opcode == ring.OP_INVALIDATE:
                     caches.invalidate(self.dma, asid, bo_id)
+                    if not bo_id:
+                        self.recycling.context_closed()
                 self.set_reg(regs.RING_HEAD, following)
                 if opcode == ring.OP_INVALIDATE:
                     # After RING_HEAD: a KMD that sees the count knows no job started before
