@@ -28,7 +28,7 @@ import numpy as np
 
 from firmware_sim.core import DEFAULT_WATCHDOG_MS, Core, completion_cause, raise_irq, write_completion
 from firmware_sim.executor import JobResult
-from firmware_sim.recycling import RETIRED, default_growth_kb
+from firmware_sim.recycling import RETIRED, Succession, default_growth_kb
 from firmware_sim.spec import memory, profiles, queues, regs, ring
 from firmware_sim.spec.memory import map_file
 from firmware_sim.timing import HardwareProfile
@@ -60,7 +60,10 @@ class Chip:
     def __init__(self, bus: Path, doorbell_fds: list[int], irq_fd: int, profile: HardwareProfile,
                  ring_entries: int, device_memory: int = 0, recycle_kb: int = -1):
         self.bus, self.doorbell_fds, self.irq_fd, self.profile = bus, doorbell_fds, irq_fd, profile
-        self.recycle_kb = recycle_kb      # a core that grew this much retires when empty (-1: never)
+        self.recycle_kb = recycle_kb      # a core that grew this much is succeeded when empty (-1: never)
+        self.succession = Succession(len(doorbell_fds)) if recycle_kb >= 0 else None
+        # Per core, a successor warming up: (its pid, the pipe end that lets it start).
+        self.successors: list[tuple[int, int] | None] = [None] * len(doorbell_fds)
         self.address_space = core_address_space(device_memory)
         self._regs_map = map_file(memory.regs_path(bus))
         self.regs = regs.RegisterView(self._regs_map)
@@ -97,9 +100,73 @@ class Chip:
         r.write32(regs.STATUS, regs.STATUS_READY)
 
     def start_core(self, core: int) -> None:
+        """Start ``core``'s process: its successor if one is ready or warming up, else a new one."""
+        successor = self.successors[core]
+        if successor is not None:
+            self.successors[core] = None
+            pid, go = successor
+            assert self.succession is not None
+            self.succession.clear(core)         # before it runs: it is no old core's successor
+            try:
+                os.write(go, b"g")
+                self.pids[core] = pid
+                return
+            except BrokenPipeError:             # it died warming up: reap it, start a new core
+                os.waitpid(pid, 0)
+            finally:
+                os.close(go)
+        self.pids[core] = self._fork_core(core, None)
+
+    def start_successor(self, core: int) -> None:
+        """Fork a successor for ``core``, which asked for one (``firmware_sim.recycling``)."""
+        if self.successors[core] is not None or not self.pids[core]:
+            return
+        wait, go = os.pipe()
+        try:
+            pid = self._fork_core(core, wait, go)
+        finally:
+            os.close(wait)
+        self.successors[core] = (pid, go)
+
+    def stop_successor(self, core: int) -> None:
+        successor = self.successors[core]
+        if successor is None:
+            return
+        self.successors[core] = None
+        pid, go = successor
+        os.close(go)
+        try:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+        except (ProcessLookupError, ChildProcessError):
+            pass
+        assert self.succession is not None
+        self.succession.clear(core)
+
+    def reap_successors(self) -> None:
+        """Forget a successor that died while warming up (its old core goes on serving)."""
+        for core, successor in enumerate(self.successors):
+            if successor is None:
+                continue
+            try:
+                pid, _ = os.waitpid(successor[0], os.WNOHANG)
+            except ChildProcessError:
+                pid = successor[0]
+            if pid:
+                print(f"chip: the successor of core {core} died while warming up", file=sys.stderr, flush=True)
+                self.successors[core] = None
+                os.close(successor[1])
+                assert self.succession is not None
+                self.succession.clear(core)
+
+    def _fork_core(self, core: int, wait: int | None, go: int = -1) -> int:
+        """A core's process; with ``wait``, a successor: it warms up, announces itself and
+        touches the ring only once the main process writes to that pipe (``go``, its other end)."""
         pid = os.fork()
         if pid == 0:
             try:
+                if go >= 0:
+                    os.close(go)
                 die_with_parent()
                 signal.signal(signal.SIGTERM, signal.SIG_DFL)
                 resource.setrlimit(resource.RLIMIT_CORE, (0, 0))   # a dying core is recovered, not dumped
@@ -107,7 +174,14 @@ class Chip:
                     resource.setrlimit(resource.RLIMIT_AS, (self.address_space, self.address_space))
                 profile_path = os.environ.get("NPU_PROFILE_CHIP")  # developer aid: cProfile each core
                 unit = Core(self.bus, core, self.doorbell_fds[core], self.irq_fd, self.profile,
-                            -1 if profile_path else self.recycle_kb)
+                            -1 if profile_path else self.recycle_kb, self.succession)
+                if wait is not None:
+                    assert self.succession is not None
+                    self.succession.announce(core, self.doorbell_fds[core])
+                    if os.read(wait, 1) != b"g":
+                        os._exit(0)           # not wanted after all (the main process let go)
+                    os.close(wait)
+                    self.succession.clear(core)   # had it announced itself after being adopted
                 unit.finish_aborted_user_job()
                 unit.drain_ring()      # entries queued before a reset/respawn
                 if profile_path:
@@ -123,9 +197,10 @@ class Chip:
                 sys.stderr.flush()
             finally:
                 os._exit(1)
-        self.pids[core] = pid
+        return pid
 
     def stop_core(self, core: int, graceful: bool = False) -> None:
+        self.stop_successor(core)
         pid = self.pids[core]
         if pid:
             try:
@@ -139,7 +214,13 @@ class Chip:
             self.pids[core] = 0
 
     def watchdog(self) -> None:
-        """Restart every core whose process died, and every core whose job ran past its timeout."""
+        """Restart every core whose process died, and every core whose job ran past its timeout;
+        fork the successors cores asked for and hand each core over to its ready successor."""
+        if self.succession is not None:
+            self.reap_successors()
+            for core in sorted(self.succession.requests()):
+                if core < self.num_cores:
+                    self.start_successor(core)
         for core in range(self.num_cores):
             died = self.reap_core(core)
             if died is not None and self.retired(core, died):

@@ -20,7 +20,7 @@ from firmware_sim.dma import DmaEngine
 from firmware_sim.executor import JobResult, TaskHook, run_job
 from firmware_sim.idle_poll import IdlePoll
 from firmware_sim.kernels.warm_up import warm_up
-from firmware_sim.recycling import RETIRED, Recycling
+from firmware_sim.recycling import RETIRED, Recycling, Succession
 from firmware_sim.spec import memory, queues, regs, ring
 from firmware_sim.spec.memory import map_file
 from firmware_sim.timing import HardwareProfile
@@ -35,7 +35,7 @@ class Core:
     """The state of one core, as seen from inside it."""
 
     def __init__(self, bus: Path, core: int, doorbell_fd: int, irq_fd: int, profile: HardwareProfile,
-                 recycle_kb: int = -1):
+                 recycle_kb: int = -1, succession: Succession | None = None):
         self.core, self.doorbell_fd, self.irq_fd, self.profile = core, doorbell_fd, irq_fd, profile
         self._regs_map = map_file(memory.regs_path(bus))
         self.regs = regs.RegisterView(self._regs_map)
@@ -48,7 +48,7 @@ class Core:
         self.pq: mmap.mmap | bytes | None = None     # the profile queue, mapped at the first profiled job
         self.queues = UserQueues(bus, core, self.regs, self.dma)
         warm_up()   # each C kernel once: a model's first job does not pay for code generation
-        self.recycling = Recycling(recycle_kb)
+        self.recycling = Recycling(recycle_kb, core, succession)
         self.recycling.started()
 
     def reg(self, offset: int) -> int:
@@ -90,8 +90,8 @@ class Core:
                         self.queues.set_polling(True)
                         self.drain_all()
                         continue
-                    if self.recycling.due(self.holds_anything()):
-                        # Where it would sleep: what comes next rings a doorbell the fresh core
+                    if self.recycling.at_sleep(self.holds_anything):
+                        # Where it would sleep: what comes next rings a doorbell its successor
                         # answers (firmware_sim.recycling).
                         os._exit(RETIRED)
                     break
