@@ -6,8 +6,11 @@ daemon and its chip) makes every core that ends up empty after a context's close
 so each close replaces the cores while other jobs keep coming."""
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
 import threading
+import time
 from pathlib import Path
 
 import numpy as np
@@ -15,7 +18,10 @@ import onnx
 import pytest
 
 import libnpu
+from firmware_sim import chip as chip_top
 from firmware_sim.recycling import Recycling
+from firmware_sim.spec import memory, regs, ring
+from firmware_sim.timing import HardwareProfile
 from kmd_fuse import paths
 from tests.support.device import start_npu, stop_npu, wait_until
 from tests.support.model_builders import small_cnn
@@ -35,6 +41,103 @@ def test_a_core_retires_only_after_a_close_left_it_empty_and_grown() -> None:
         policy.started()
         policy.context_closed()
         assert not policy.due(holds_anything=False)
+
+
+# ---- the hand-over, driven through the chip's own watchdog on a one-core bus ----
+
+ENTRIES = 8
+BANK = regs.core_bank(0)
+
+
+@pytest.fixture
+def one_core(tmp_path):
+    """A one-core chip (recycling on) whose core and successors are real forked processes."""
+    for path, size in ((memory.regs_path(tmp_path), regs.REGS_SIZE),
+                       (memory.ring_path(tmp_path, 0), ENTRIES * ring.RING_ENTRY.itemsize),
+                       (memory.cq_path(tmp_path, 0), ENTRIES * ring.COMPLETION.itemsize)):
+        path.write_bytes(bytes(size))
+    doorbell = os.eventfd(0, os.EFD_CLOEXEC)
+    irq = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
+    top = chip_top.Chip(tmp_path, [doorbell], irq, HardwareProfile(), ENTRIES, recycle_kb=0)
+    top.regs.write32(regs.RING_ENTRIES, ENTRIES)
+    top.start_core(0)
+    try:
+        yield top
+    finally:
+        top.stop_core(0)
+        os.close(doorbell)
+        os.close(irq)
+
+
+def _run_nop(top: chip_top.Chip, job_id: int) -> int:
+    """Queue an empty job as the driver does, ring the doorbell; its completion status."""
+    tail = top.regs.read32(BANK + regs.RING_TAIL)
+    ring.RING_ENTRY_STRUCT.pack_into(top.rings[0], tail * ring.RING_ENTRY.itemsize, ring.OP_JOB, 1, job_id,
+                                     0, 0, 0, 0, 0)
+    top.regs.write32(BANK + regs.RING_TAIL, ring.ring_next(tail, ENTRIES))
+    os.eventfd_write(top.doorbell_fds[0], 1)
+    deadline = time.monotonic() + 30
+    while top.regs.read32(BANK + regs.CQ_TAIL) == tail:
+        top.watchdog()
+        assert time.monotonic() < deadline, "the job never completed"
+        time.sleep(0.005)
+    posted, status = ring.COMPLETION_STRUCT.unpack_from(top.cqs[0], tail * ring.COMPLETION.itemsize)[:2]
+    assert posted == job_id
+    top.regs.write32(BANK + regs.CQ_HEAD, ring.ring_next(tail, ENTRIES))
+    return status
+
+
+def test_a_ready_successor_takes_over_once_the_old_core_is_gone(one_core):
+    top = one_core
+    assert _run_nop(top, 1) == 0
+    old = top.pids[0]
+    top.start_successor(0)                      # what a core's request makes the watchdog do
+    successor = top.successors[0]
+    assert successor is not None
+    deadline = time.monotonic() + 30
+    while top.pids[0] == old:                   # it warms up, announces itself; the old core exits
+        top.watchdog()
+        assert time.monotonic() < deadline, "no hand-over"
+        time.sleep(0.005)
+    assert top.pids[0] == successor[0] and top.successors[0] is None
+    assert _run_nop(top, 2) == 0                 # the successor serves the ring
+    assert top.regs.read32(BANK + regs.CORE_RESTARTS) == 0
+    assert top.regs.read32(BANK + regs.RING_HEAD) == top.regs.read32(BANK + regs.RING_TAIL)
+
+
+def test_a_successor_that_dies_warming_up_leaves_the_old_core_serving(one_core):
+    top = one_core
+    old = top.pids[0]
+    top.start_successor(0)
+    successor = top.successors[0]
+    assert successor is not None
+    os.kill(successor[0], signal.SIGKILL)
+    deadline = time.monotonic() + 30
+    while top.successors[0] is not None:
+        top.watchdog()
+        assert time.monotonic() < deadline
+        time.sleep(0.005)
+    assert top.pids[0] == old
+    assert _run_nop(top, 3) == 0
+    assert top.pids[0] == old and top.regs.read32(BANK + regs.CORE_RESTARTS) == 0
+
+
+def test_an_old_core_dying_before_the_hand_over_hands_over_to_its_successor(one_core):
+    """The watchdog recovers the dead core (a restart, counted) and starts the successor
+    in its place instead of forking yet another core."""
+    top = one_core
+    top.start_successor(0)
+    successor = top.successors[0]
+    assert successor is not None
+    os.kill(top.pids[0], signal.SIGKILL)
+    deadline = time.monotonic() + 30
+    while top.pids[0] != successor[0]:
+        top.watchdog()
+        assert time.monotonic() < deadline
+        time.sleep(0.005)
+    assert top.regs.read32(BANK + regs.CORE_RESTARTS) == 1
+    assert _run_nop(top, 4) == 0
+    assert top.pids[0] == successor[0]           # it did not exit at its first sleep
 
 
 def _core_pids(devroot: Path) -> set[int]:
