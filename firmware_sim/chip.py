@@ -367,6 +367,8 @@ class Chip:
             self.regs.write32(bank + regs.UQ_ABORT_STATUS, 0)
             self.regs.write32(bank + regs.CORE_STATE, regs.CORE_IDLE)
             self.died_before_entry[core] = None
+        if self.succession is not None:
+            self.succession.requests()     # asked by cores that are gone
         for core in range(self.num_cores):
             self.start_core(core)
         self.regs.write32(regs.RESET_ACK, request)
