@@ -51,8 +51,9 @@ processes) used to leave +2.1-2.2 MB (+1.4-1.5 MB anonymous, ~0.5 MB in each cor
 anonymous mappings): no live objects (tracemalloc +14 kB in a core, every cache empty by
 caches.census) but the pages of CPython's small-object pools that requests in flight
 touched, which no allocator returns (PYTHONMALLOC=malloc with malloc_trim kept more:
-docs/hardware.md, "Resident memory"). Two changes took it to +0.6 MB RSS, +0.3 MB
-anonymous: a core grown by 256 kB that a context's close leaves empty is replaced by a
+docs/hardware.md, "Resident memory"). Two changes took it to +0.36-0.59 MB RSS,
++0.19-0.26 MB anonymous (2 runs, 13 and 12 of 13 lines passed; the one failure was KWS's
+latency ratio at load 8.4 on 2 CPUs): a core grown by 256 kB that a context's close leaves empty is replaced by a
 successor forked from the chip's main process (firmware_sim.recycling), and the daemon
 writes page tables without numpy (whose first mapping faulted 0.25 MB of its code pages
 in). What remains: ~0.1 MB of the daemon's arenas, a core's growth below the recycling
