@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import mmap
 import os
+import sys
 from collections.abc import Callable
 
 __all__ = ["RETIRED", "DEFAULT_GROWTH_KB", "default_growth_kb", "resident_kb", "Recycling", "Succession"]
@@ -67,7 +68,7 @@ class Recycling:
 
     def __init__(self, growth_kb: int, core: int = 0, succession: Succession | None = None):
         self.growth_kb, self.core, self.succession = growth_kb, core, succession
-        self.baseline_kb = 0
+        self.baseline_kb = self.grown_kb = 0
         self._closed = self._requested = False
 
     @property
@@ -92,6 +93,8 @@ class Recycling:
             return True
         if not self._requested and self.due(holds_anything()):
             self._requested = True
+            print(f"chip: core {self.core} grew {self.grown_kb} kB since it started and holds nothing: "
+                  "handing it over to a fresh core", file=sys.stderr, flush=True)
             self.succession.request(self.core)
         return False
 
@@ -101,7 +104,10 @@ class Recycling:
         if not self._closed:
             return False
         self._closed = False
-        return not holds_anything and resident_kb() - self.baseline_kb >= self.growth_kb
+        if holds_anything:
+            return False
+        self.grown_kb = resident_kb() - self.baseline_kb
+        return self.grown_kb >= self.growth_kb
 
 
 class Succession:
