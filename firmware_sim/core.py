@@ -4,7 +4,8 @@ The core sleeps on its doorbell line (an eventfd the KMD writes after moving
 RING_TAIL), runs every entry between RING_HEAD and RING_TAIL, writes a
 completion for each job to its completion queue, advances RING_HEAD and raises
 the interrupt line (an eventfd shared by all cores).  The chip's top-level
-process restarts a core whose process died or hung (``chip.Chip.watchdog``).
+process restarts a core whose process died or hung (``chip.Chip.watchdog``), and
+replaces one that grew and holds nothing any more (``firmware_sim.recycling``).
 """
 from __future__ import annotations
 
