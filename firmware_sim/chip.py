@@ -36,10 +36,13 @@ from firmware_sim.timing import HardwareProfile
 WATCHDOG_PERIOD_S = 0.02
 
 
-def die_with_parent() -> None:
-    """Ask the kernel to SIGKILL us when our parent exits (PR_SET_PDEATHSIG)."""
+def die_with_parent(parent: int | None = None) -> None:
+    """Ask the kernel to SIGKILL us when our parent exits (PR_SET_PDEATHSIG). With the
+    ``parent`` we were forked from: exit now if it already died before we asked."""
     libc = ctypes.CDLL(None, use_errno=True)
     libc.prctl(1, signal.SIGKILL, 0, 0, 0)
+    if parent is not None and os.getppid() != parent:
+        os._exit(1)
 
 
 CORE_CODE_BYTES = 1 << 30      # a core's interpreter, numpy, the C kernels and their libraries
@@ -162,12 +165,13 @@ class Chip:
     def _fork_core(self, core: int, wait: int | None, go: int = -1) -> int:
         """A core's process; with ``wait``, a successor: it warms up, announces itself and
         touches the ring only once the main process writes to that pipe (``go``, its other end)."""
+        parent = os.getpid()
         pid = os.fork()
         if pid == 0:
             try:
                 if go >= 0:
                     os.close(go)
-                die_with_parent()
+                die_with_parent(parent)
                 signal.signal(signal.SIGTERM, signal.SIG_DFL)
                 resource.setrlimit(resource.RLIMIT_CORE, (0, 0))   # a dying core is recovered, not dumped
                 if self.address_space:
