@@ -50,23 +50,20 @@ from libnpu.tools.run import random_inputs
 
 MODELS = ("resnet8", "vww", "kws")
 RSS_SLACK_MB = 1.0
-"""What may stay after the models are unloaded, and why (measured 2026-11-24): the daemon's
-first requests of some kinds fault numpy code pages in once (+0.25 MB), and each core
-keeps a few pages of libc/libm code (+0.13 MB) that the first model's jobs touch beyond
-the self-test job (firmware_sim/self_test.py). Loading, running and unloading the three
-models three times grows the device by +0.53, +0.64, +0.68 MB: pages touched once. This
-script's whole run (``npu bench model`` with several requests, NOPs from 4 processes)
-left +2.1 MB (+1.4 MB anonymous, ~0.5 MB in each core's anonymous mappings), and
-repeating its model part grows it by less each round (+1.79, +2.09, +2.26 MB). In a core,
-tracemalloc finds only +14 kB of live Python objects after the unload and every cache is
-empty (caches.census): the rest is CPython's small-object arenas, which keep the pages of
-pools freed inside an arena that still holds any object, not objects kept. The high-water
-mark comes from ``npu bench model``'s requests in flight at once (each request's job has
-its own plan, translations and views in a core): 4 at once leave +0.54 MB per core and
-+0.39 MB in the daemon, and 8 such rounds converge (+0.56 ... -0.01 MB per core), so it
-is not a leak; ``rss_breakdown --requests 4`` reproduces it (docs/hardware.md).
-The bar stays where pages touched once put it, so that line fails until that is reduced.
-``python -m benchmarks.rss_breakdown`` names the pages."""
+"""What may stay after the models are unloaded, and why (measured 2026-11-24). This
+script's model part (``npu bench model`` with several requests in flight, then NOPs from 4
+processes) used to leave +2.1-2.2 MB (+1.4-1.5 MB anonymous, ~0.5 MB in each core's
+anonymous mappings): no live objects (tracemalloc +14 kB in a core, every cache empty by
+caches.census) but the pages of CPython's small-object pools that requests in flight
+touched, which no allocator returns (PYTHONMALLOC=malloc with malloc_trim kept more:
+docs/hardware.md, "Resident memory"). Two changes took it to +0.36-0.59 MB RSS,
++0.19-0.26 MB anonymous (2 runs, 13 and 12 of 13 lines passed; the one failure was KWS's
+latency ratio at load 8.4 on 2 CPUs): a core grown by 256 kB that a context's close leaves empty is replaced by a
+successor forked from the chip's main process (firmware_sim.recycling), and the daemon
+writes page tables without numpy (whose first mapping faulted 0.25 MB of its code pages
+in). What remains: ~0.1 MB of the daemon's arenas, a core's growth below the recycling
+threshold, and the code pages a model's jobs touch beyond the self-test (64-128 kB per
+core). ``python -m benchmarks.rss_breakdown`` names the pages."""
 
 
 class Report:

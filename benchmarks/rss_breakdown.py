@@ -20,6 +20,9 @@ translations and views, see ``firmware_sim.job_plans``), all freed when the mode
 unloaded, but the pages of CPython's small-object pools that held them stay resident in
 arenas that still hold other objects (measured 2026-11-24, one round, per core: one
 request +0.13 MB, 2 at once +0.25 MB, 4 at once +0.54 MB; more rounds add 0-0.09 MB).
+A core grown that much is recycled once its last context is gone (``firmware_sim.recycling``):
+``--rounds 3 --requests 4`` leaves +0.1-0.4 MB with it, +2.1 MB without it
+(``NPU_CORE_RECYCLE_KB=-1``, which the chip inherits from the environment).
 """
 from __future__ import annotations
 

@@ -28,6 +28,7 @@ import numpy as np
 
 from firmware_sim.core import DEFAULT_WATCHDOG_MS, Core, completion_cause, raise_irq, write_completion
 from firmware_sim.executor import JobResult
+from firmware_sim.recycling import RETIRED, Succession, default_growth_kb
 from firmware_sim.spec import memory, profiles, queues, regs, ring
 from firmware_sim.spec.memory import map_file
 from firmware_sim.timing import HardwareProfile
@@ -35,10 +36,13 @@ from firmware_sim.timing import HardwareProfile
 WATCHDOG_PERIOD_S = 0.02
 
 
-def die_with_parent() -> None:
-    """Ask the kernel to SIGKILL us when our parent exits (PR_SET_PDEATHSIG)."""
+def die_with_parent(parent: int | None = None) -> None:
+    """Ask the kernel to SIGKILL us when our parent exits (PR_SET_PDEATHSIG). With the
+    ``parent`` we were forked from: exit now if it already died before we asked."""
     libc = ctypes.CDLL(None, use_errno=True)
     libc.prctl(1, signal.SIGKILL, 0, 0, 0)
+    if parent is not None and os.getppid() != parent:
+        os._exit(1)
 
 
 CORE_CODE_BYTES = 1 << 30      # a core's interpreter, numpy, the C kernels and their libraries
@@ -57,8 +61,12 @@ def core_address_space(device_memory: int) -> int:
 
 class Chip:
     def __init__(self, bus: Path, doorbell_fds: list[int], irq_fd: int, profile: HardwareProfile,
-                 ring_entries: int, device_memory: int = 0):
+                 ring_entries: int, device_memory: int = 0, recycle_kb: int = -1):
         self.bus, self.doorbell_fds, self.irq_fd, self.profile = bus, doorbell_fds, irq_fd, profile
+        self.recycle_kb = recycle_kb      # a core that grew this much is succeeded when empty (-1: never)
+        self.succession = Succession(len(doorbell_fds)) if recycle_kb >= 0 else None
+        # Per core, a successor warming up: (its pid, the pipe end that lets it start).
+        self.successors: list[tuple[int, int] | None] = [None] * len(doorbell_fds)
         self.address_space = core_address_space(device_memory)
         self._regs_map = map_file(memory.regs_path(bus))
         self.regs = regs.RegisterView(self._regs_map)
@@ -95,18 +103,91 @@ class Chip:
         r.write32(regs.STATUS, regs.STATUS_READY)
 
     def start_core(self, core: int) -> None:
+        """Start ``core``'s process: its successor if one is ready or warming up, else a new one."""
+        successor = self.successors[core]
+        if successor is not None:
+            self.successors[core] = None
+            pid, go = successor
+            assert self.succession is not None
+            self.succession.clear(core)         # before it runs: it is no old core's successor
+            try:
+                os.write(go, b"g")
+                self.pids[core] = pid
+                return
+            except BrokenPipeError:             # it died warming up: reap it, start a new core
+                os.waitpid(pid, 0)
+            finally:
+                os.close(go)
+        self.pids[core] = self._fork_core(core, None)
+
+    def start_successor(self, core: int) -> None:
+        """Fork a successor for ``core``, which asked for one (``firmware_sim.recycling``)."""
+        if self.successors[core] is not None or not self.pids[core]:
+            return
+        wait, go = os.pipe()
+        try:
+            pid = self._fork_core(core, wait, go)
+        finally:
+            os.close(wait)
+        self.successors[core] = (pid, go)
+
+    def stop_successor(self, core: int) -> None:
+        successor = self.successors[core]
+        if successor is None:
+            return
+        self.successors[core] = None
+        pid, go = successor
+        os.close(go)
+        try:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+        except (ProcessLookupError, ChildProcessError):
+            pass
+        assert self.succession is not None
+        self.succession.clear(core)
+
+    def reap_successors(self) -> None:
+        """Forget a successor that died while warming up (its old core goes on serving)."""
+        for core, successor in enumerate(self.successors):
+            if successor is None:
+                continue
+            try:
+                pid, _ = os.waitpid(successor[0], os.WNOHANG)
+            except ChildProcessError:
+                pid = successor[0]
+            if pid:
+                print(f"chip: the successor of core {core} died while warming up", file=sys.stderr, flush=True)
+                self.successors[core] = None
+                os.close(successor[1])
+                assert self.succession is not None
+                self.succession.clear(core)
+
+    def _fork_core(self, core: int, wait: int | None, go: int = -1) -> int:
+        """A core's process; with ``wait``, a successor: it warms up, announces itself and
+        touches the ring only once the main process writes to that pipe (``go``, its other end)."""
+        parent = os.getpid()
         pid = os.fork()
         if pid == 0:
             try:
-                die_with_parent()
+                if go >= 0:
+                    os.close(go)
+                die_with_parent(parent)
                 signal.signal(signal.SIGTERM, signal.SIG_DFL)
                 resource.setrlimit(resource.RLIMIT_CORE, (0, 0))   # a dying core is recovered, not dumped
                 if self.address_space:
                     resource.setrlimit(resource.RLIMIT_AS, (self.address_space, self.address_space))
-                unit = Core(self.bus, core, self.doorbell_fds[core], self.irq_fd, self.profile)
+                profile_path = os.environ.get("NPU_PROFILE_CHIP")  # developer aid: cProfile each core
+                unit = Core(self.bus, core, self.doorbell_fds[core], self.irq_fd, self.profile,
+                            -1 if profile_path else self.recycle_kb, self.succession)
+                if wait is not None:
+                    assert self.succession is not None
+                    self.succession.announce(core, self.doorbell_fds[core])
+                    if os.read(wait, 1) != b"g":
+                        os._exit(0)           # not wanted after all (the main process let go)
+                    os.close(wait)
+                    self.succession.clear(core)   # had it announced itself after being adopted
                 unit.finish_aborted_user_job()
                 unit.drain_ring()      # entries queued before a reset/respawn
-                profile_path = os.environ.get("NPU_PROFILE_CHIP")  # developer aid: cProfile each core
                 if profile_path:
                     import cProfile
                     profiler = cProfile.Profile()
@@ -120,9 +201,10 @@ class Chip:
                 sys.stderr.flush()
             finally:
                 os._exit(1)
-        self.pids[core] = pid
+        return pid
 
     def stop_core(self, core: int, graceful: bool = False) -> None:
+        self.stop_successor(core)
         pid = self.pids[core]
         if pid:
             try:
@@ -136,9 +218,18 @@ class Chip:
             self.pids[core] = 0
 
     def watchdog(self) -> None:
-        """Restart every core whose process died, and every core whose job ran past its timeout."""
+        """Restart every core whose process died, and every core whose job ran past its timeout;
+        fork the successors cores asked for and hand each core over to its ready successor."""
+        if self.succession is not None:
+            self.reap_successors()
+            for core in sorted(self.succession.requests()):
+                if core < self.num_cores:
+                    self.start_successor(core)
         for core in range(self.num_cores):
             died = self.reap_core(core)
+            if died is not None and self.retired(core, died):
+                self.start_core(core)
+                continue
             if died is not None:
                 signum = os.WTERMSIG(died) if os.WIFSIGNALED(died) else 0
                 # SIGBUS: the memory under a mapped buffer vanished (the job's DMA faulted).
@@ -157,6 +248,13 @@ class Chip:
                 # rather than finish it, so the driver gets the queue's memory back now.
                 self.stop_core(core)
                 self.recover_core(core, -errno.ECANCELED)
+
+    def retired(self, core: int, status: int) -> bool:
+        """Whether ``core``'s process exited by retiring (``firmware_sim.recycling``): idle,
+        no job of the ring or of a queue in it; then a fresh core is all it needs."""
+        bank = regs.core_bank(core)
+        return (os.WIFEXITED(status) and os.WEXITSTATUS(status) == RETIRED
+                and not self.regs.read64(bank + regs.CURRENT_JOB) and not self.regs.read32(bank + regs.UQ_SLOT))
 
     def running_disabled_queue(self, core: int) -> bool:
         """Whether ``core`` runs a job of a user queue the driver has disabled."""
@@ -273,6 +371,8 @@ class Chip:
             self.regs.write32(bank + regs.UQ_ABORT_STATUS, 0)
             self.regs.write32(bank + regs.CORE_STATE, regs.CORE_IDLE)
             self.died_before_entry[core] = None
+        if self.succession is not None:
+            self.succession.requests()     # asked by cores that are gone
         for core in range(self.num_cores):
             self.start_core(core)
         self.regs.write32(regs.RESET_ACK, request)
@@ -302,13 +402,18 @@ def main(argv: list[str] | None = None) -> int:
                         help="device memory in bytes: bounds each core's address space (0: no bound)")
     parser.add_argument("--profile", choices=sorted(profiles.PROFILES), default=profiles.DEFAULT_PROFILE,
                         help="hardware profile: the timing model's clock, MACs/cycle, bandwidth and SRAM")
+    parser.add_argument("--core-recycle-kb", type=int, default=None,
+                        help="a core whose memory grew this much retires when its last context is gone, "
+                             "and a fresh one starts (negative: never; default: $NPU_CORE_RECYCLE_KB or "
+                             "firmware_sim.recycling.DEFAULT_GROWTH_KB)")
     parser.add_argument("--idle-poll-us", type=int, default=HardwareProfile.idle_poll_ns // 1000,
                         help="the longest an idle core polls its ring before sleeping (adapted; 0: never)")
     args = parser.parse_args(argv)
     die_with_parent()
     profile = HardwareProfile.named(args.profile, idle_poll_ns=args.idle_poll_us * 1000)
     doorbells = [int(fd) for fd in args.doorbell_fds.split(",")]
-    Chip(args.bus, doorbells, args.irq_fd, profile, args.ring_entries, args.memory).run()
+    recycle_kb = default_growth_kb() if args.core_recycle_kb is None else args.core_recycle_kb
+    Chip(args.bus, doorbells, args.irq_fd, profile, args.ring_entries, args.memory, recycle_kb).run()
     return 0
 
 

@@ -4,7 +4,8 @@ The core sleeps on its doorbell line (an eventfd the KMD writes after moving
 RING_TAIL), runs every entry between RING_HEAD and RING_TAIL, writes a
 completion for each job to its completion queue, advances RING_HEAD and raises
 the interrupt line (an eventfd shared by all cores).  The chip's top-level
-process restarts a core whose process died or hung (``chip.Chip.watchdog``).
+process restarts a core whose process died or hung (``chip.Chip.watchdog``), and
+replaces one that grew and holds nothing any more (``firmware_sim.recycling``).
 """
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from firmware_sim.dma import DmaEngine
 from firmware_sim.executor import JobResult, TaskHook, run_job
 from firmware_sim.idle_poll import IdlePoll
 from firmware_sim.kernels.warm_up import warm_up
+from firmware_sim.recycling import RETIRED, Recycling, Succession
 from firmware_sim.spec import memory, queues, regs, ring
 from firmware_sim.spec.memory import map_file
 from firmware_sim.timing import HardwareProfile
@@ -33,7 +35,8 @@ QUEUE_SLEEP_MS = 1000
 class Core:
     """The state of one core, as seen from inside it."""
 
-    def __init__(self, bus: Path, core: int, doorbell_fd: int, irq_fd: int, profile: HardwareProfile):
+    def __init__(self, bus: Path, core: int, doorbell_fd: int, irq_fd: int, profile: HardwareProfile,
+                 recycle_kb: int = -1, succession: Succession | None = None):
         self.core, self.doorbell_fd, self.irq_fd, self.profile = core, doorbell_fd, irq_fd, profile
         self._regs_map = map_file(memory.regs_path(bus))
         self.regs = regs.RegisterView(self._regs_map)
@@ -47,6 +50,8 @@ class Core:
         self.queues = UserQueues(bus, core, self.regs, self.dma)
         self._poller, self._watched = select.poll(), ()     # what sleep() waits on, kept between sleeps
         warm_up()   # each C kernel once: a model's first job does not pay for code generation
+        self.recycling = Recycling(recycle_kb, core, succession)
+        self.recycling.started()
 
     def reg(self, offset: int) -> int:
         return self.regs.read32(self.bank + offset)
@@ -87,9 +92,17 @@ class Core:
                         self.queues.set_polling(True)
                         self.drain_all()
                         continue
+                    if self.recycling.at_sleep(self.holds_anything):
+                        # Where it would sleep: what comes next rings a doorbell its successor
+                        # answers (firmware_sim.recycling).
+                        os._exit(RETIRED)
                     break
                 poll.record(clock() - idle_since, polled)
                 self.drain_all()
+
+    def holds_anything(self) -> bool:
+        """Whether any context's state is still here: a page table or buffer mapped, a queue served."""
+        return bool(self.queues.served) or self.dma.holds_anything()
 
     def sleep(self) -> None:
         """Block on the kernel doorbell and the served queues' doorbells, and consume them."""
@@ -208,6 +221,8 @@ class Core:
             else:
                 if opcode == ring.OP_INVALIDATE:
                     caches.invalidate(self.dma, asid, bo_id)
+                    if not bo_id:
+                        self.recycling.context_closed()
                 self.set_reg(regs.RING_HEAD, following)
                 if opcode == ring.OP_INVALIDATE:
                     # After RING_HEAD: a KMD that sees the count knows no job started before

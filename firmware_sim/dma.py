@@ -111,6 +111,10 @@ class DmaEngine:
             released.append((start, start + view.nbytes))
         return released
 
+    def holds_anything(self) -> bool:
+        """Whether any ASID's page table or buffer object is still mapped here."""
+        return bool(self._tables or self._objects)
+
     def map_region(self, asid: int, iova: int, nbytes: int) -> np.ndarray:
         """A long-lived writable view of [iova, iova + nbytes) in ``asid``, which must be one
         buffer object mapped read-write (a user queue's memory: firmware_sim.user_queues).

@@ -71,3 +71,25 @@ def test_address_spaces_run_out_of_asids_with_emfile(tmp_path):
     for space in made[:5] + made[6:] + [again]:
         spaces.destroy(space)
     assert not list(tmp_path.iterdir())      # every page table file removed
+
+
+def test_a_page_table_holds_the_chips_entries_for_each_mapping(tmp_path):
+    """The driver writes the entries the chip decodes (spec.iommu.make_ptes), and
+    unmapping clears exactly the buffer's pages."""
+    import numpy as np
+
+    spaces = AddressSpaces(tmp_path)
+    space = spaces.create()
+    table = space.table
+    at = iommu.IOVA_BASE + 3 * iommu.PAGE_SIZE
+    table.map(at, 9, 1000, readable=True, writable=False)
+    table.map(at + 1000 * iommu.PAGE_SIZE, 10, 2, readable=True, writable=True)
+    seen = np.fromfile(table.path, dtype=iommu.PTE_DTYPE)
+    assert (seen[3:1003] == iommu.make_ptes(9, 0, 1000, True, False)).all()
+    assert (seen[1003:1005] == iommu.make_ptes(10, 0, 2, True, True)).all()
+    assert not seen[:3].any() and not seen[1005:].any()
+    table.unmap(at, 1000)
+    seen = np.fromfile(table.path, dtype=iommu.PTE_DTYPE)
+    assert not seen[:1003].any() and (seen[1003:1005] == iommu.make_ptes(10, 0, 2, True, True)).all()
+    spaces.destroy(space)
+    assert not list(tmp_path.iterdir())
