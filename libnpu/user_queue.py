@@ -382,14 +382,15 @@ class UserQueue:
         if self.done() >= seq:
             self._waits[0] += 1
             return
-        while self.done() < seq:
-            self._check_error(seq)
+        while spin > 0 and self.done() < seq:    # no spin: straight to sleep (a job done
+            self._check_error(seq)               # in between is not counted as spun)
             if time.monotonic() >= spin_until:
                 break
             os.sched_yield()
         else:
-            self._waits[1] += 1
-            return
+            if spin > 0:
+                self._waits[1] += 1
+                return
         self._waits[2] += 1
         self._set_waiting(+1)
         try:

@@ -218,7 +218,7 @@ int npu_uq_wait(struct npu_uq_client *q, unsigned long long seq, long long spin_
 	if (timeout_ns >= 0 && spin_ns > timeout_ns)
 		spin_ns = timeout_ns;
 	long long spin_until = start + spin_ns;
-	while (LOAD64(q->header->done) < seq) {
+	while (spin_ns > 0 && LOAD64(q->header->done) < seq) {   /* no spin: straight to sleep */
 		int error = stopped(q, seq);
 		if (error)
 			return error;
@@ -226,7 +226,7 @@ int npu_uq_wait(struct npu_uq_client *q, unsigned long long seq, long long spin_
 			break;
 		sched_yield();
 	}
-	if (LOAD64(q->header->done) >= seq) {
+	if (spin_ns > 0 && LOAD64(q->header->done) >= seq) {
 		__atomic_add_fetch(&q->waits[1], 1, __ATOMIC_RELAXED);
 		collect(q, seq, out);
 		return 0;
