@@ -32,6 +32,16 @@ def fresh_npu(tmp_path) -> MountedNpu:
 
 
 @pytest.fixture
+def steady_npu(tmp_path, monkeypatch) -> MountedNpu:
+    """A device of the test's own whose cores are never replaced by fresh ones
+    (``NPU_CORE_RECYCLE_KB=-1``), for tests that count its processes' descriptors."""
+    monkeypatch.setenv("NPU_CORE_RECYCLE_KB", "-1")
+    mounted = start_npu(tmp_path)
+    yield mounted
+    stop_npu(mounted)
+
+
+@pytest.fixture
 def session(npu):
     import libnpu
     with libnpu.initialize(npu.devroot) as s:

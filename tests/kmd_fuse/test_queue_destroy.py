@@ -316,20 +316,20 @@ def _files_held(pids: list[int]) -> int:
     return count
 
 
-def test_queues_destroyed_in_a_loop_leave_no_descriptor_line_or_memory_behind(fresh_npu):
+def test_queues_destroyed_in_a_loop_leave_no_descriptor_line_or_memory_behind(steady_npu):
     from tests.kmd_fuse.test_user_queues import _driver_and_chip
-    with libnpu.initialize(fresh_npu.devroot) as session:
+    with libnpu.initialize(steady_npu.devroot) as session:
         device = session.open(0)
         commands = nop(device)
-        bus = paths.bus_dir(fresh_npu.devroot, 0)
+        bus = paths.bus_dir(steady_npu.devroot, 0)
         with device.create_queue() as one, device.create_queue() as two:
             for warm in (one, two):                        # on each core what is made once is made
                 device.queue_submit(warm, commands, profile=True).wait(10)   # (its profile queue's mapping)
-        pids = _driver_and_chip(fresh_npu.devroot, bus)
+        pids = _driver_and_chip(steady_npu.devroot, bus)
 
         def settled() -> tuple:
             return _files_held(pids), sorted(os.listdir(bus)), device.info()["memory_used"], \
-                sum(slot_enabled(fresh_npu.devroot, slot) for slot in range(queues.QUEUE_SLOTS))
+                sum(slot_enabled(steady_npu.devroot, slot) for slot in range(queues.QUEUE_SLOTS))
 
         baseline = settled()
         for round_ in range(40):

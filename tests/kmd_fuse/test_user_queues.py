@@ -498,17 +498,17 @@ def _driver_and_chip(devroot, bus) -> list[int]:
     return pids
 
 
-def test_queues_churned_leave_no_descriptor_slot_memory_or_line_behind(fresh_npu):
-    with libnpu.initialize(fresh_npu.devroot) as session:
+def test_queues_churned_leave_no_descriptor_slot_memory_or_line_behind(steady_npu):
+    with libnpu.initialize(steady_npu.devroot) as session:
         probe = session.open(0)
-        bus = paths.bus_dir(fresh_npu.devroot, 0)
+        bus = paths.bus_dir(steady_npu.devroot, 0)
         with session.open(0) as warm:                    # first queue: whatever is made once is made
             warm.queue_submit(warm.create_queue(), nop(warm)).wait(10)
-        pids = _driver_and_chip(fresh_npu.devroot, bus)
+        pids = _driver_and_chip(steady_npu.devroot, bus)
         assert len(pids) >= 3
 
         def settled() -> tuple:
-            table = np.fromfile(paths.bus_dir(fresh_npu.devroot, 0) / "qtab", np.uint32)
+            table = np.fromfile(paths.bus_dir(steady_npu.devroot, 0) / "qtab", np.uint32)
             enabled = [table[(slot * queues.QTAB_SLOT_SIZE + queues.Q_CONTROL) // 4] for slot in
                        range(queues.QUEUE_SLOTS)]
             return (_open_fds(pids), sorted(os.listdir(bus)), probe.info()["memory_used"], sum(enabled))
