@@ -9,8 +9,6 @@ directory renamed into place like the chip's C kernels. The generated ``npu_task
 """
 from __future__ import annotations
 
-import hashlib
-import os
 import shutil
 import subprocess
 import tempfile
@@ -18,7 +16,7 @@ from pathlib import Path
 
 from kmd_fuse.uapi import HEADER_PATH as UAPI_HEADER
 
-from . import SOURCE_DIR, CBuildError, publish_build, tasks_header
+from . import SOURCE_DIR, CBuildError, c_compiler, cache_entry, publish_build, tasks_header
 
 __all__ = ["LIBRARY_NAME", "HEADER", "build", "include_dirs"]
 
@@ -28,24 +26,13 @@ SOURCE = SOURCE_DIR / "nvdla_port.c"
 _FLAGS = ("-O2", "-shared", "-fPIC", "-std=gnu11", "-Wall", "-Wextra", "-Werror", "-pthread")
 
 
-def _cache_root() -> Path:
-    root = os.environ.get("NPU_CACHE_DIR") or str(Path.home() / ".cache" / "npu-emu")
-    return Path(root) / "clib"
-
-
 def build() -> Path:
     """Compile the library unless the cache holds it; returns its absolute path."""
-    cc = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
-    if cc is None:
-        raise CBuildError("no C compiler (cc/gcc) found; install gcc (./scripts/bootstrap does)")
-    key = hashlib.sha256()
+    cc = c_compiler()
     headers = sorted(SOURCE_DIR.glob("*.h")) + [UAPI_HEADER]
     tasks_h = tasks_header.render()
-    for part in (SOURCE.read_bytes(), *(h.read_bytes() for h in headers), tasks_h.encode(), " ".join(_FLAGS).encode(),
-                 subprocess.run([cc, "--version"], capture_output=True).stdout):
-        key.update(part)
-        key.update(b"\0")
-    directory = _cache_root() / f"{LIBRARY_NAME}-{key.hexdigest()[:16]}"
+    directory = cache_entry(LIBRARY_NAME, cc, (SOURCE.read_bytes(), *(h.read_bytes() for h in headers),
+                                               tasks_h.encode(), " ".join(_FLAGS).encode()))
     target = directory / f"{LIBRARY_NAME}.so"
     if target.exists():
         return target

@@ -12,7 +12,6 @@ path, which follows the same protocol; ``unavailable()`` says why.
 """
 from __future__ import annotations
 
-import hashlib
 import os
 import shutil
 import subprocess
@@ -25,7 +24,7 @@ import cffi  # type: ignore[import-untyped]  # no stubs shipped
 
 from kmd_fuse.uapi import HEADER_PATH as UAPI_HEADER
 
-from . import SOURCE_DIR, CBuildError, publish_build
+from . import SOURCE_DIR, CBuildError, c_compiler, cache_entry, publish_build
 
 __all__ = ["LIBRARY_NAME", "build", "library", "unavailable", "ffi"]
 
@@ -42,34 +41,11 @@ _loaded: Any = None
 _why_not: str | None = None
 
 
-def _cache_root() -> Path:
-    root = os.environ.get("NPU_CACHE_DIR") or str(Path.home() / ".cache" / "npu-emu")
-    return Path(root) / "clib"
-
-
-def _compiler_identity(cc: str) -> bytes:
-    """The compiler's resolved path, size and modification time: every process that makes a
-    queue looks the library up, and running ``cc --version`` for it cost 10 ms."""
-    path = shutil.which(cc) or cc
-    try:
-        real = os.path.realpath(path)
-        stat = os.stat(real)
-    except OSError:
-        return subprocess.run([cc, "--version"], capture_output=True).stdout
-    return f"{real}:{stat.st_size}:{stat.st_mtime_ns}".encode()
-
-
 def build() -> Path:
     """Compile the library unless the cache holds it; returns its absolute path."""
-    cc = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
-    if cc is None:
-        raise CBuildError("no C compiler (cc/gcc) found; install gcc (./scripts/bootstrap does)")
-    key = hashlib.sha256()
-    for part in (SOURCE.read_bytes(), HEADER.read_bytes(), UAPI_HEADER.read_bytes(), " ".join(_FLAGS).encode(),
-                 _compiler_identity(cc)):
-        key.update(part)
-        key.update(b"\0")
-    directory = _cache_root() / f"{LIBRARY_NAME}-{key.hexdigest()[:16]}"
+    cc = c_compiler()
+    directory = cache_entry(LIBRARY_NAME, cc, (SOURCE.read_bytes(), HEADER.read_bytes(), UAPI_HEADER.read_bytes(),
+                                               " ".join(_FLAGS).encode()))
     target = directory / f"{LIBRARY_NAME}.so"
     if target.exists():
         return target
