@@ -99,13 +99,13 @@ class Recycling:
         return False
 
     def due(self, holds_anything: bool) -> bool:
-        """Whether to retire now (asked where the core would sleep); measures only after a
-        context's close left the core empty."""
-        if not self._closed:
+        """Whether to retire now (asked where the core would sleep); measures only once a
+        context's close has left the core empty. While it still holds something (another
+        context, or the closed one's user queue not yet let go: its teardown can end after
+        the invalidation) the close stays pending and the next sleep point looks again."""
+        if not self._closed or holds_anything:
             return False
         self._closed = False
-        if holds_anything:
-            return False
         self.grown_kb = resident_kb() - self.baseline_kb
         return self.grown_kb >= self.growth_kb
 

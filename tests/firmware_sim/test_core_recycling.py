@@ -33,6 +33,7 @@ def test_a_core_retires_only_after_a_close_left_it_empty_and_grown() -> None:
     assert not recycling.due(holds_anything=False)          # no context closed since the last look
     recycling.context_closed()
     assert not recycling.due(holds_anything=True)           # another context's state is still there
+    assert recycling.due(holds_anything=False)              # the close stays pending until the core is empty
     assert not recycling.due(holds_anything=False)          # asked once per close
     recycling.context_closed()
     assert recycling.due(holds_anything=False)
