@@ -12,13 +12,14 @@ import hashlib
 import os
 import shutil
 import subprocess
-from collections.abc import Iterable
+import tempfile
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 #: Where the C sources and headers of this package live (also an include directory).
 SOURCE_DIR = Path(__file__).resolve().parent
 
-__all__ = ["SOURCE_DIR", "CBuildError", "publish_build", "c_compiler", "cache_entry"]
+__all__ = ["SOURCE_DIR", "CBuildError", "publish_build", "c_compiler", "cache_entry", "build_cached"]
 
 
 class CBuildError(RuntimeError):
@@ -65,3 +66,36 @@ def cache_entry(library_name: str, cc: str, parts: Iterable[bytes]) -> Path:
         key.update(b"\0")
     root = Path(os.environ.get("NPU_CACHE_DIR") or str(Path.home() / ".cache" / "npu-emu")) / "clib"
     return root / f"{library_name}-{key.hexdigest()[:16]}"
+
+
+def build_cached(library_name: str, source: Path, flags: tuple[str, ...], key_parts: Iterable[bytes],
+                 include_dirs: Iterable[Path], generated: Mapping[str, str] | None = None) -> Path:
+    """Compile ``source`` into the cache entry ``<library_name>-<hash>/<library_name>.so``
+    unless it is there; returns its absolute path. ``key_parts``: what the library is made
+    of besides ``source`` and ``flags`` (its headers). ``generated``: files (path in the entry
+    -> text) written before compiling, their directories included; they stay in the entry."""
+    cc = c_compiler()
+    generated = dict(generated or {})
+    directory = cache_entry(library_name, cc, (source.read_bytes(), *key_parts, " ".join(flags).encode(),
+                                               *(f"{name}\0{text}".encode() for name, text in generated.items())))
+    target = directory / f"{library_name}.so"
+    if target.exists():
+        return target
+    directory.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{library_name}-", dir=directory.parent))
+    try:
+        dirs = list(include_dirs)
+        for name, text in generated.items():
+            path = staging / name
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text)
+            if path.parent not in dirs:
+                dirs.append(path.parent)
+        done = subprocess.run([cc, *flags, *(f"-I{d}" for d in dirs), f"-Wl,-soname,{target.name}",
+                               "-o", str(staging / target.name), str(source)], capture_output=True, text=True)
+        if done.returncode != 0:
+            raise CBuildError(f"{cc} failed to build {source.name}:\n{done.stderr.strip()}")
+        publish_build(staging, directory, target)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return target

@@ -9,14 +9,11 @@ directory renamed into place like the chip's C kernels. The generated ``npu_task
 """
 from __future__ import annotations
 
-import shutil
-import subprocess
-import tempfile
 from pathlib import Path
 
 from kmd_fuse.uapi import HEADER_PATH as UAPI_HEADER
 
-from . import SOURCE_DIR, CBuildError, c_compiler, cache_entry, publish_build, tasks_header
+from . import SOURCE_DIR, build_cached, tasks_header
 
 __all__ = ["LIBRARY_NAME", "HEADER", "build", "include_dirs"]
 
@@ -27,30 +24,11 @@ _FLAGS = ("-O2", "-shared", "-fPIC", "-std=gnu11", "-Wall", "-Wextra", "-Werror"
 
 
 def build() -> Path:
-    """Compile the library unless the cache holds it; returns its absolute path."""
-    cc = c_compiler()
+    """Compile the library unless the cache holds it; returns its absolute path (its entry
+    also holds the generated ``include/npu_tasks.h``)."""
     headers = sorted(SOURCE_DIR.glob("*.h")) + [UAPI_HEADER]
-    tasks_h = tasks_header.render()
-    directory = cache_entry(LIBRARY_NAME, cc, (SOURCE.read_bytes(), *(h.read_bytes() for h in headers),
-                                               tasks_h.encode(), " ".join(_FLAGS).encode()))
-    target = directory / f"{LIBRARY_NAME}.so"
-    if target.exists():
-        return target
-    directory.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{LIBRARY_NAME}-", dir=directory.parent))
-    try:
-        built = staging / target.name
-        (staging / "include").mkdir()
-        (staging / "include" / "npu_tasks.h").write_text(tasks_h)
-        dirs = (SOURCE_DIR, UAPI_HEADER.parent, staging / "include")
-        done = subprocess.run([cc, *_FLAGS, *(f"-I{d}" for d in dirs), f"-Wl,-soname,{target.name}",
-                               "-o", str(built), str(SOURCE)], capture_output=True, text=True)
-        if done.returncode != 0:
-            raise CBuildError(f"{cc} failed to build {SOURCE.name}:\n{done.stderr.strip()}")
-        publish_build(staging, directory, target)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
-    return target
+    return build_cached(LIBRARY_NAME, SOURCE, _FLAGS, (h.read_bytes() for h in headers),
+                        (SOURCE_DIR, UAPI_HEADER.parent), {"include/npu_tasks.h": tasks_header.render()})
 
 
 def include_dirs() -> tuple[Path, ...]:

@@ -13,9 +13,6 @@ path, which follows the same protocol; ``unavailable()`` says why.
 from __future__ import annotations
 
 import os
-import shutil
-import subprocess
-import tempfile
 import threading
 from pathlib import Path
 from typing import Any
@@ -24,7 +21,7 @@ import cffi  # type: ignore[import-untyped]  # no stubs shipped
 
 from kmd_fuse.uapi import HEADER_PATH as UAPI_HEADER
 
-from . import SOURCE_DIR, CBuildError, c_compiler, cache_entry, publish_build
+from . import SOURCE_DIR, CBuildError, build_cached
 
 __all__ = ["LIBRARY_NAME", "build", "library", "unavailable", "ffi"]
 
@@ -43,24 +40,8 @@ _why_not: str | None = None
 
 def build() -> Path:
     """Compile the library unless the cache holds it; returns its absolute path."""
-    cc = c_compiler()
-    directory = cache_entry(LIBRARY_NAME, cc, (SOURCE.read_bytes(), HEADER.read_bytes(), UAPI_HEADER.read_bytes(),
-                                               " ".join(_FLAGS).encode()))
-    target = directory / f"{LIBRARY_NAME}.so"
-    if target.exists():
-        return target
-    directory.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{LIBRARY_NAME}-", dir=directory.parent))
-    try:
-        built = staging / target.name
-        done = subprocess.run([cc, *_FLAGS, f"-I{SOURCE_DIR}", f"-I{UAPI_HEADER.parent}", "-o", str(built),
-                               str(SOURCE)], capture_output=True, text=True)
-        if done.returncode != 0:
-            raise CBuildError(f"{cc} failed to build {SOURCE.name}:\n{done.stderr.strip()}")
-        publish_build(staging, directory, target)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
-    return target
+    return build_cached(LIBRARY_NAME, SOURCE, _FLAGS, (HEADER.read_bytes(), UAPI_HEADER.read_bytes()),
+                        (SOURCE_DIR, UAPI_HEADER.parent))
 
 
 def library() -> Any:
