@@ -20,17 +20,19 @@ from libnpu.tools.profile import trace_file
 from tests.support.device import REPO
 
 OTHER_PROCESS = textwrap.dedent("""
-    import sys, threading, time, numpy as np, libnpu
+    import sys, threading, numpy as np, libnpu
     model = libnpu.load(sys.argv[2], devroot=sys.argv[1])
     model.device.use_queues = False     # through SUBMIT (interrupts in the trace); npu profile's go by queue
     x = np.zeros(model.inputs[0].shape, np.int8)
-    print("ready", flush=True)
-    stop = time.monotonic() + float(sys.argv[3])
+    stop = threading.Event()
     def loop():
-        while time.monotonic() < stop:
+        while not stop.is_set():
             model.infer([x])
     threads = [threading.Thread(target=loop) for _ in range(2)]     # two jobs in flight: both cores busy
     for t in threads: t.start()
+    print("ready", flush=True)
+    sys.stdin.read()            # runs until the test has its trace (a fixed time was too short on a loaded machine)
+    stop.set()
     for t in threads: t.join()
     model.close()
 """)
@@ -98,14 +100,15 @@ def test_npu_profile_prints_the_table(npu, resnet8_nlb, capsys):
 
 
 def test_trace_of_two_processes(npu, resnet8_nlb, tmp_path, capsys):
-    other = subprocess.Popen([sys.executable, "-c", OTHER_PROCESS, str(npu.devroot), str(resnet8_nlb), "4"],
-                             cwd=REPO, stdout=subprocess.PIPE, text=True)
+    other = subprocess.Popen([sys.executable, "-c", OTHER_PROCESS, str(npu.devroot), str(resnet8_nlb)],
+                             cwd=REPO, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:
         assert other.stdout.readline().strip() == "ready"
         trace, png = tmp_path / "t.json", tmp_path / "t.png"
         assert main(["profile", str(resnet8_nlb), "--runs", "20", "--trace", str(trace), "--png", str(png),
                      "--devroot", str(npu.devroot)]) == 0
     finally:
+        other.stdin.close()
         other.wait(60)
     assert other.returncode == 0
     out = capsys.readouterr().out
