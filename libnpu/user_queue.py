@@ -162,8 +162,12 @@ class UserQueue:
             raise NpuError(errno.EPROTO, "QUEUE_CREATE", "the queue memory has no queue header")
         self._tail = self.header.read64(queues.HDR_TAIL)
         self._lock = threading.Lock()            # submitters (the Python path)
-        self._waiting_lock = threading.Lock()    # HDR_WAITING, set while any thread sleeps
+        self._waiting_lock = threading.Lock()    # HDR_WAITING, set while any thread sleeps; and:
         self._waiters = 0
+        self._watched = False     # a waiter sleeps on the completion line (the others on _woken)
+        self._wake_ups = 0        # the watcher's wake-ups so far
+        self._followers = 0
+        self._woken = threading.Condition(self._waiting_lock)   # notified after each of them
         self._late_wakeups = 0    # waits the safety-net timeout ended with the job done (a lost signal)
         self._waits = [0, 0, 0]   # the Python path's waits: at once, ended in the spin, slept
         self.closed = False
@@ -404,12 +408,25 @@ class UserQueue:
                     if left <= 0:
                         raise TimeoutError(f"queue {self.id} job {seq} not done after {timeout} s")
                     left_ms = min(left_ms, max(1, int(left * 1000)))
-                events = poller.poll(left_ms)
+                with self._waiting_lock:
+                    if self._watched:            # another waiter watches the line: it wakes us
+                        self._follow(seq, left_ms)
+                        continue
+                    self._watched = True
+                try:
+                    events = poller.poll(left_ms)
+                    if events:
+                        _drain(self.completion_fd)
+                finally:
+                    with self._waiting_lock:     # each wake-up passed on (one follower may watch next)
+                        self._watched = False
+                        self._wake_ups += 1
+                        if self._followers:
+                            self._woken.notify_all()
                 if not events:
                     if self.done() >= seq:       # the safety net caught what a signal should have
                         self._late_wakeups += 1
                     continue
-                _drain(self.completion_fd)
                 if any(event & select.POLLHUP for _, event in events) and self.done() < seq:
                     self._check_error(seq)       # the driver let the queue go (reset, close) ...
                     # ... or no writer is left on the completion line: the driver and the chip are gone.
@@ -417,6 +434,21 @@ class UserQueue:
                                    f"user queue {self.id}: the device's driver stopped before job {seq} ran")
         finally:
             self._set_waiting(-1)
+
+    def _follow(self, seq: int, wait_ms: int) -> None:
+        """Sleep until the watcher's next wake-up (or ``wait_ms``) unless job ``seq`` is done:
+        looked at under the lock the watcher notifies under, so no wake-up is missed (several
+        threads asleep on the line could take each other's byte). Called with the lock held."""
+        if self.done() >= seq:
+            return
+        seen = self._wake_ups
+        self._followers += 1
+        try:
+            woken = self._woken.wait_for(lambda: not self._watched or self._wake_ups != seen, wait_ms / 1000)
+        finally:
+            self._followers -= 1
+        if not woken and self.done() >= seq:     # the safety net caught what a signal should have
+            self._late_wakeups += 1
 
     def _set_waiting(self, change: int) -> None:
         with self._waiting_lock:

@@ -199,3 +199,43 @@ def test_nop_scaling_reports_each_sides_cpu_and_mode():
     assert run["client"]["cpu_us_per_job"] > 0 and run["cores"]["cpu_us_per_job"] > 0
     assert run["cores"]["mode"] in ("sleeping", "polling")
     assert "sleeping" in nop_scaling.describe(run)
+
+
+def test_several_waiters_on_one_queue_each_wake_promptly(device, path, monkeypatch):
+    """Four threads of one process wait on one queue, each for its own jobs, all asleep on
+    the one completion line (no spin). A byte the chip writes for one job must not be taken
+    by a waiter of another job while the first goes to sleep: no wait reaches the 1 s safety
+    net (``late_wakeups`` stays 0) and each ends well under it after its job (they take
+    microseconds to a few ms)."""
+    monkeypatch.setattr(user_queue, "SPIN_S", 0.0)
+    monkeypatch.setattr(user_queue, "_SPIN", user_queue.SpinWindow())
+    queue = device.create_queue(entries=8)
+    src, dst = device.alloc_mem(1 << 20), device.alloc_mem(1 << 20)
+    jobs = []
+    for length in (0, 4096, 256 << 10, 1 << 20):     # jobs of different lengths: completions spread out
+        commands = device.command_buffer()
+        commands.add("DMA_COPY", src=src.address, dst=dst.address, length=length) if length else commands.add("NOP")
+        jobs.append(commands)
+    slowest: list[float] = [0.0] * 4
+    errors: list[BaseException] = []
+
+    def work(index: int) -> None:
+        try:
+            for i in range(60):
+                fence = device.queue_submit(queue, jobs[(index + i) % 4])
+                started = time.monotonic()
+                fence.wait(30)
+                slowest[index] = max(slowest[index], time.monotonic() - started)
+        except BaseException as exc:    # noqa: BLE001 (reported by the test thread)
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work, args=(index,)) for index in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(300)
+    assert not errors and not any(t.is_alive() for t in threads)
+    assert queue.done() == 240 and queue.header.read32(queues.HDR_WAITING) == 0
+    assert queue.late_wakeups == 0, f"{queue.late_wakeups} waits ended by the safety net; slowest {slowest}"
+    assert max(slowest) < 0.5, slowest
+    assert queue.wait_counts()["slept"] > 0
