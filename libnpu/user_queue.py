@@ -17,6 +17,12 @@ builds: the Python steps below cost about 18 us of CPU per NOP job, which on a 2
 machine is what four clients share with the cores. The Python path stays as the readable
 reference and the fallback (``NPU_QUEUE_NATIVE=0``, no C compiler); both follow the same
 protocol, and the tests run both.
+
+Any number of threads of one process may submit and wait on one queue. A forked child does
+not inherit the parent's queues: in the child they read as closed (EBADF: the waiters' and
+submitters' state is the parent's, and a child sleeping on the same completion line would
+take the parent's wake-ups); the child makes its own (``Device.create_queue``; the runtime's
+``Device.shared_queue`` does so by itself).
 """
 from __future__ import annotations
 
@@ -29,6 +35,7 @@ import select
 import termios
 import threading
 import time
+import weakref
 from collections.abc import Callable
 
 from firmware_sim.spec import queues
@@ -74,6 +81,16 @@ def _runnable_others() -> int:
 
 
 _SPIN = SpinWindow()
+_LIVE: weakref.WeakSet[UserQueue] = weakref.WeakSet()   # this process's open queues (for fork)
+
+
+def _forget_inherited() -> None:
+    """In a forked child: the parent's queues read as closed (their lines' copies closed)."""
+    for queue in list(_LIVE):
+        queue._inherited()
+
+
+os.register_at_fork(after_in_child=_forget_inherited)
 
 
 def set_wait_mode(mode: str) -> None:
@@ -183,6 +200,8 @@ class UserQueue:
             if self._native == queue_native.ffi.NULL:
                 queue_native.ffi.release(self._mem_pointer)
                 self._native = None
+        self.pid = os.getpid()
+        _LIVE.add(self)
 
     @property
     def tail(self) -> int:
@@ -368,7 +387,7 @@ class UserQueue:
     def _enter_c(self) -> None:
         with self._in_c_lock:
             if self.closed:
-                raise NpuError(errno.EBADF, "QUEUE", f"user queue {self.id} is closed")
+                raise NpuError(errno.EBADF, "QUEUE", self._closed_why())
             self._in_c += 1
 
     def _leave_c(self) -> None:
@@ -465,7 +484,7 @@ class UserQueue:
 
     def _check_open(self) -> None:
         if self.closed:
-            raise NpuError(errno.EBADF, "QUEUE", f"user queue {self.id} is closed")
+            raise NpuError(errno.EBADF, "QUEUE", self._closed_why())
         error = self.error()
         if error:
             raise NpuError(-error, "QUEUE", f"user queue {self.id} stopped"
@@ -488,6 +507,24 @@ class UserQueue:
                     self._wait_seq(self.tail, timeout)
                 self.destroyer(self, cancel)
             self.release()
+
+    def _closed_why(self) -> str:
+        if self.pid != os.getpid():
+            return f"user queue {self.id} belongs to process {self.pid}: a forked child makes its own"
+        return f"user queue {self.id} is closed"
+
+    def _inherited(self) -> None:
+        """After fork, in the child: closed here, the queue stays the parent's. Only the
+        child's copies of the lines are closed (the C client's locks may have been held by a
+        parent thread at the fork: it is not touched)."""
+        if self.closed:
+            return
+        self.closed = self._released = True
+        for fd in (self.doorbell_fd, self.completion_fd):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
 
     def release(self) -> None:
         """Unmap the queue and close its descriptors here, leaving the queue to the driver

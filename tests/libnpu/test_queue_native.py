@@ -239,3 +239,49 @@ def test_several_waiters_on_one_queue_each_wake_promptly(device, path, monkeypat
     assert queue.late_wakeups == 0, f"{queue.late_wakeups} waits ended by the safety net; slowest {slowest}"
     assert max(slowest) < 0.5, slowest
     assert queue.wait_counts()["slept"] > 0
+
+
+def test_a_forked_child_makes_its_own_queue_and_leaves_the_parents_alone(device, path):
+    """After fork the parent's queue reads as closed in the child (EBADF, saying why): its
+    waiters' state is the parent's. The child's own queue and the runtime's shared queue
+    work; the parent's queue serves on, with no wake-up lost."""
+    import os
+    import warnings
+    queue = device.create_queue()
+    commands = nop(device)
+    device.queue_submit(queue, commands).wait(10)
+    read_end, write_end = os.pipe()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)    # fork with threads: the child only does this
+        child = os.fork()
+    if child == 0:
+        report = "ok"
+        try:
+            try:
+                device.queue_submit(queue, commands)
+                report = "the inherited queue took a job"
+            except libnpu.NpuError as exc:
+                if exc.errno != errno.EBADF or "forked child" not in str(exc):
+                    report = f"inherited queue: {exc!r}"
+            if report == "ok":
+                with device.create_queue() as own:
+                    if device.queue_run(own, commands).status != 0:
+                        report = "the child's queue failed"
+                shared = device.shared_queue()
+                if shared is queue or (shared is not None and shared.closed):
+                    report = "shared_queue handed the child an inherited queue"
+        except BaseException as exc:    # noqa: BLE001 (reported to the parent)
+            report = repr(exc)
+        os.write(write_end, report.encode())
+        os._exit(0)
+    os.close(write_end)
+    try:
+        for _ in range(50):
+            device.queue_submit(queue, commands).wait(10)
+    finally:
+        _, status = os.waitpid(child, 0)
+        report = os.read(read_end, 4096).decode()
+        os.close(read_end)
+    assert status == 0 and report == "ok", report
+    assert not queue.closed and queue.late_wakeups == 0
+    assert device.queue_submit(queue, commands).wait(10).status == 0
