@@ -103,6 +103,17 @@ def set_wait_mode(mode: str) -> None:
     _SPIN.forced = spins[mode]
 
 
+class NotQueued(NpuError):
+    """The queue stopped or was closed before the job went in: nothing of it will run, the
+    caller may submit it another way (SUBMIT)."""
+
+    @classmethod
+    def from_error(cls, exc: NpuError) -> NotQueued:
+        error = cls(exc.errno, exc.command)
+        error.strerror = exc.strerror       # the same message
+        return error
+
+
 def _drain(fd: int) -> None:
     """Empty the completion pipe: only the bytes it holds (FIONREAD), so a read never waits."""
     buffered = array.array("i", [0])
@@ -247,9 +258,12 @@ class UserQueue:
         if self._native is not None:
             return self._submit_native(cmd_iova, cmd_size, timeout_ms, flags)
         with self._lock:
-            self._check_open()
-            while self._tail - self.done() >= self.entries:
-                self._wait_seq(self._tail - self.entries + 1, None)
+            try:
+                self._check_open()
+                while self._tail - self.done() >= self.entries:
+                    self._wait_seq(self._tail - self.entries + 1, None)
+            except NpuError as exc:
+                raise NotQueued.from_error(exc) from None
             seq = self._tail + 1
             at = queues.entries_offset() + (seq & (self.entries - 1)) * queues.ENTRY_STRUCT.size
             queues.ENTRY_STRUCT.pack_into(self.mem, at, seq, cmd_iova, cmd_size, timeout_ms, flags, 0)
@@ -261,36 +275,45 @@ class UserQueue:
         return QueueFence(self, seq)
 
     def _submit_native(self, cmd_iova: int, cmd_size: int, timeout_ms: int, flags: int) -> QueueFence:
-        self._enter_c()
+        self._enter_c(NotQueued)
         try:
             while (seq := self._lib.npu_uq_submit(self._native, cmd_iova, cmd_size, timeout_ms,
                                                   flags)) == -errno.EAGAIN:
-                self._wait_in_c(self.tail - self.entries + 1, None)      # room for one more
+                self._wait_for_room()
         finally:
             self._leave_c()
         if seq < 0:
-            self._raise_stopped(seq, self.tail + 1)
+            self._raise_stopped(seq, self.tail + 1, NotQueued)
         return QueueFence(self, seq)
 
-    def run(self, cmd_iova: int, cmd_size: int, timeout_ms: int = 0, timeout: float | None = None) -> QueueFence:
-        """``submit`` and ``QueueFence.wait`` in one call (one C call when the queue runs in C)."""
+    def _wait_for_room(self) -> None:
+        """Until one more job fits (C path); NotQueued if the queue stops meanwhile."""
+        try:
+            self._wait_in_c(self.tail - self.entries + 1, None)
+        except NpuError as exc:
+            raise NotQueued.from_error(exc) from None
+
+    def run(self, cmd_iova: int, cmd_size: int, timeout_ms: int = 0, timeout: float | None = None,
+            flags: int = 0) -> QueueFence:
+        """``submit`` and ``QueueFence.wait`` in one call (one C call when the queue runs in C).
+        Raises ``NotQueued`` (an NpuError) when the job could not go in: nothing of it runs."""
         if self._native is None:
-            return self.submit(cmd_iova, cmd_size, timeout_ms).wait(timeout)
+            return self.submit(cmd_iova, cmd_size, timeout_ms, flags).wait(timeout)
         record = queue_native.ffi.new("unsigned long long[7]")    # the completion record, then the seq
-        self._enter_c()
+        self._enter_c(NotQueued)
         try:
             while (result := self._lib.npu_uq_run(
-                    self._native, cmd_iova, cmd_size, timeout_ms, int(_SPIN.seconds() * 1e9),
+                    self._native, cmd_iova, cmd_size, timeout_ms, flags, int(_SPIN.seconds() * 1e9),
                     -1 if timeout is None else max(0, int(timeout * 1e9)), SLEEP_SLICE_MS, record,
                     record + 6)) == -errno.EAGAIN and record[6] == 0:
-                self._wait_in_c(self.tail - self.entries + 1, None)      # room for one more
+                self._wait_for_room()
         finally:
             self._leave_c()
         seq = record[6]
         if result == -errno.ETIMEDOUT and seq:
             raise TimeoutError(f"queue {self.id} job {seq} not done after {timeout} s")
         if result:
-            self._raise_stopped(result, seq or self.tail + 1)
+            self._raise_stopped(result, seq or self.tail + 1, NpuError if seq else NotQueued)
         fence = QueueFence(self, seq)
         _fill(fence, record)
         if fence.status:
@@ -375,19 +398,19 @@ class UserQueue:
             self._raise_stopped(result, seq)
         return record
 
-    def _raise_stopped(self, result: int, seq: int) -> None:
+    def _raise_stopped(self, result: int, seq: int, error: type[NpuError] = NpuError) -> None:
         """The exception the Python path raises for a C call's -errno."""
         if result in (-errno.ENODEV, -errno.EPIPE):     # nobody holds the lines' other ends
-            raise NpuError(errno.ENODEV, "QUEUE", f"user queue {self.id}: the device's driver stopped"
-                                                  + (f" before job {seq} ran" if result == -errno.EPIPE else ""))
-        raise NpuError(-result, "QUEUE", f"user queue {self.id} stopped before job {seq} ran"
+            raise error(errno.ENODEV, "QUEUE", f"user queue {self.id}: the device's driver stopped"
+                                               + (f" before job {seq} ran" if result == -errno.EPIPE else ""))
+        raise error(-result, "QUEUE", f"user queue {self.id} stopped before job {seq} ran"
                                          + (": the device was reset or the context closed"
                                             if result == -errno.ECANCELED else ""))
 
-    def _enter_c(self) -> None:
+    def _enter_c(self, error: type[NpuError] = NpuError) -> None:
         with self._in_c_lock:
             if self.closed:
-                raise NpuError(errno.EBADF, "QUEUE", self._closed_why())
+                raise error(errno.EBADF, "QUEUE", self._closed_why())
             self._in_c += 1
 
     def _leave_c(self) -> None:

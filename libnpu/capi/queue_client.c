@@ -301,11 +301,11 @@ int npu_uq_wait(struct npu_uq_client *q, unsigned long long seq, long long spin_
 }
 
 int npu_uq_run(struct npu_uq_client *q, unsigned long long cmd_iova, unsigned int cmd_size,
-               unsigned int timeout_ms, long long spin_ns, long long timeout_ns, int slice_ms, void *out,
-               unsigned long long *seq_out)
+               unsigned int timeout_ms, unsigned int flags, long long spin_ns, long long timeout_ns, int slice_ms,
+               void *out, unsigned long long *seq_out)
 {
 	*seq_out = 0;
-	long long seq = npu_uq_submit(q, cmd_iova, cmd_size, timeout_ms, 0);
+	long long seq = npu_uq_submit(q, cmd_iova, cmd_size, timeout_ms, flags);
 	if (seq < 0)
 		return (int)seq;
 	*seq_out = (unsigned long long)seq;

@@ -285,3 +285,44 @@ def test_a_forked_child_makes_its_own_queue_and_leaves_the_parents_alone(device,
     assert status == 0 and report == "ok", report
     assert not queue.closed and queue.late_wakeups == 0
     assert device.queue_submit(queue, commands).wait(10).status == 0
+
+
+def test_run_says_when_the_job_never_went_in(device, path):
+    """``run`` raises NotQueued (an NpuError) when the job could not go in, so the runtime
+    can send it through SUBMIT instead; a job that went in and then failed is a plain error."""
+    queue = device.create_queue()
+    commands = nop(device)
+    assert queue.run(commands.address, commands.used).status == 0
+    slow = device.command_buffer(capacity=64 * 40)
+    src, dst = device.alloc_mem(16 << 20), device.alloc_mem(16 << 20)
+    for _ in range(40):
+        slow.add("DMA_COPY", src=src.address, dst=dst.address, length=src.size)
+    outcome: list[BaseException] = []
+
+    def run_slow() -> None:
+        try:
+            queue.run(slow.address, slow.used, timeout=60)
+        except BaseException as exc:    # noqa: BLE001 (looked at below)
+            outcome.append(exc)
+
+    runner = threading.Thread(target=run_slow)
+    runner.start()
+    deadline = time.monotonic() + 10
+    while queue.tail < 2 and time.monotonic() < deadline:
+        time.sleep(0.001)
+    queue.header.write64(queues.HDR_TAIL, 10_000)        # the core stops the queue (EINVAL)
+    queue.ring()
+    runner.join(60)
+    assert not runner.is_alive()
+    assert not outcome or (isinstance(outcome[0], libnpu.NpuError)
+                           and not isinstance(outcome[0], user_queue.NotQueued)), outcome
+    while not queue.error() and time.monotonic() < deadline:
+        time.sleep(0.001)
+    with pytest.raises(user_queue.NotQueued) as stopped:
+        queue.run(commands.address, commands.used)
+    assert stopped.value.errno == errno.EINVAL
+    closed = device.create_queue()
+    closed.close()
+    with pytest.raises(user_queue.NotQueued) as refused:
+        closed.run(commands.address, commands.used)
+    assert refused.value.errno == errno.EBADF and "closed" in str(refused.value)
