@@ -15,7 +15,8 @@ What stays the driver's:
   remains, and QUEUE_DESTROY is answered then (``destroy``);
 - memory: MEM_FREE in a context with a live queue unmaps the pages at once (later entries
   fault) but gives them back only once every core has carried out the IOTLB invalidation
-  (INVAL_DONE): a user-queue job that started before the free has ended by then;
+  (INVAL_DONE): a user-queue job that started before the free has ended by then
+  (``kmd_fuse.deferred_frees``);
 - stats: the chip counts each queue's jobs, failures, busy and device time in its slot;
   GET_STATS / GET_INFO add them (``context_counters``, ``device_counters``);
 - profiles: a job whose entry asks for NPU_QUEUE_ENTRY_PROFILE is timed by its core; the
