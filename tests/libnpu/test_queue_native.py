@@ -113,6 +113,35 @@ def test_a_stopped_queue_fails_a_waiter_with_the_queues_error(device, path):
     assert stopped.value.errno == errno.EINVAL
 
 
+def test_a_stopped_queue_fails_every_waiter_not_only_the_one_on_the_line(device, path, monkeypatch):
+    """Three threads asleep on one queue for jobs that will never run: the one watching the
+    completion line and the ones it wakes all learn that the queue stopped, at once (the core
+    signals the line when it stops a queue), not at the 1 s safety net."""
+    monkeypatch.setattr(user_queue, "SPIN_S", 0.0)
+    monkeypatch.setattr(user_queue, "_SPIN", user_queue.SpinWindow())
+    queue = device.create_queue()
+    device.queue_submit(queue, nop(device)).wait(10)
+    outcome: list[tuple[object, float]] = []
+
+    def wait(seq: int) -> None:
+        result = _wait(user_queue.QueueFence(queue, seq))
+        outcome.append((result, time.monotonic()))
+
+    waiters = [threading.Thread(target=wait, args=(seq,)) for seq in (3, 4, 5)]
+    for waiter in waiters:
+        waiter.start()
+    time.sleep(0.05)                                     # all three asleep
+    stopped = time.monotonic()
+    queue.header.write64(queues.HDR_TAIL, 10_000)        # more than `entries` ahead: the core stops the queue
+    queue.ring()
+    for waiter in waiters:
+        waiter.join(30)
+    assert not any(waiter.is_alive() for waiter in waiters)
+    assert [result for result, _ in outcome] == [errno.EINVAL] * 3
+    assert max(at for _, at in outcome) - stopped < 0.5, outcome
+    assert queue.header.read32(queues.HDR_WAITING) == 0 and queue.late_wakeups == 0
+
+
 def test_close_while_another_thread_waits_lets_go_once_the_wait_ends(device, path):
     queue = device.create_queue()
     src, dst = device.alloc_mem(16 << 20), device.alloc_mem(16 << 20)
