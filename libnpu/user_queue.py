@@ -109,7 +109,7 @@ class NotQueued(NpuError):
 
     @classmethod
     def from_error(cls, exc: NpuError) -> NotQueued:
-        error = cls(exc.errno, exc.command)
+        error = cls(exc.errno or errno.EIO, exc.command)
         error.strerror = exc.strerror       # the same message
         return error
 
