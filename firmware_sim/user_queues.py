@@ -170,10 +170,15 @@ class UserQueues:
         return seq, cmd_iova, cmd_size, timeout_ms, flags
 
     def stop(self, q: ServedQueue, status: int) -> None:
+        """Stop the queue with ``status``; its sleeping waiters learn it at once (not at their
+        safety-net timeout): their jobs will never complete."""
         q.stopped = True
         q.header.set_error(status)
         assert self.table is not None
         self.table.write32(queues.slot_offset(q.slot) + queues.Q_ERROR, status)
+        queues.store_load_fence()     # HDR_ERROR visible before HDR_WAITING is read
+        if q.header.read32(queues.HDR_WAITING):
+            _signal(q)
 
     def post(self, q: ServedQueue, seq: int, status: int, cycles: int, device_ns: int, fault_iova: int,
              exec_ns: int) -> None:
@@ -197,12 +202,7 @@ class UserQueues:
             u64[base + (queues.Q_CYCLES >> 3)] += cycles
         queues.store_load_fence()     # HDR_DONE visible before HDR_WAITING is read: no lost wake-up
         if header.read32(queues.HDR_WAITING):
-            try:
-                os.write(q.completion_fd, b"\x01")
-            except BlockingIOError:   # the line is full: a wake-up is pending anyway
-                pass
-            except BrokenPipeError:   # no reader: the queue's client and the driver let go of it
-                pass
+            _signal(q)
 
     def find(self, slot: int) -> ServedQueue | None:
         return next((q for q in self.served if q.slot == slot), None)
@@ -212,6 +212,18 @@ class UserQueues:
             _close_lines(q)
         self.served = []
         self.table_gen = -1
+
+
+def _signal(q: ServedQueue) -> None:
+    """One byte on the queue's completion line: its sleeping client looks again."""
+    if q.completion_fd < 0:
+        return
+    try:
+        os.write(q.completion_fd, b"\x01")
+    except BlockingIOError:   # the line is full: a wake-up is pending anyway
+        pass
+    except BrokenPipeError:   # no reader: the queue's client and the driver let go of it
+        pass
 
 
 def _close_lines(q: ServedQueue) -> None:

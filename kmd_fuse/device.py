@@ -21,6 +21,7 @@ from firmware_sim.spec import iommu
 from kmd_fuse import uapi
 from kmd_fuse.buffer import BufferObject
 from kmd_fuse.context import Context, Job
+from kmd_fuse.deferred_frees import DeferredFree
 from kmd_fuse.errors import KmdError
 from kmd_fuse.hw import ChipConfig, Hardware
 from kmd_fuse.limits import Limits, Quotas
@@ -28,7 +29,7 @@ from kmd_fuse.memory import DeviceMemory
 from kmd_fuse.profiling import Trace
 from kmd_fuse.scheduler import Scheduler
 from kmd_fuse.tasks import BackgroundTasks
-from kmd_fuse.user_queues import DeferredFree, UserQueues
+from kmd_fuse.user_queues import UserQueues
 
 log = logging.getLogger("kmd_fuse.device")
 
@@ -129,9 +130,7 @@ class Device:
         # Its user queues stop first: until the cores acknowledge, a user-queue job may still
         # use any of its buffers, so those are given back only after (user_queues.poll).
         self.queues.disable_context(ctx, -errno.ECANCELED)
-        for deferred in self.queues.deferred:
-            if deferred.ctx is ctx:
-                deferred.targets = None
+        self.queues.deferred.context_closing(ctx)
         for job in self.scheduler.cancel(ctx):
             self.release_job_buffers(job)
             ctx.pending.pop(job.fence, None)
@@ -144,7 +143,7 @@ class Device:
     def reap(self, ctx: Context) -> None:
         """Destroy a closed context's address space once no job of it is on the chip."""
         if ctx in self.zombies and not ctx.pending and not ctx.queues and \
-                not any(deferred.ctx is ctx for deferred in self.queues.deferred):
+                not self.queues.deferred.holds(ctx):
             self.zombies.discard(ctx)
             self.scheduler.invalidate(ctx.space.asid)
             self.memory.destroy_space(ctx.space)

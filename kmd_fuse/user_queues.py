@@ -15,7 +15,8 @@ What stays the driver's:
   remains, and QUEUE_DESTROY is answered then (``destroy``);
 - memory: MEM_FREE in a context with a live queue unmaps the pages at once (later entries
   fault) but gives them back only once every core has carried out the IOTLB invalidation
-  (INVAL_DONE): a user-queue job that started before the free has ended by then;
+  (INVAL_DONE): a user-queue job that started before the free has ended by then
+  (``kmd_fuse.deferred_frees``);
 - stats: the chip counts each queue's jobs, failures, busy and device time in its slot;
   GET_STATS / GET_INFO add them (``context_counters``, ``device_counters``);
 - profiles: a job whose entry asks for NPU_QUEUE_ENTRY_PROFILE is timed by its core; the
@@ -37,6 +38,7 @@ from firmware_sim.spec import memory, queues, regs, ring
 from kmd_fuse import profiling, uapi
 from kmd_fuse.buffer import BufferObject
 from kmd_fuse.context import Context
+from kmd_fuse.deferred_frees import DeferredFree, PendingFrees
 from kmd_fuse.errors import KmdError
 from kmd_fuse.profiling import JobProfile
 
@@ -137,14 +139,6 @@ class UserQueue:
     destroy_reply: object | None = None   # the QUEUE_DESTROY (requests.Request) answered once given back
 
 
-@dataclass(eq=False)
-class DeferredFree:
-    ctx: Context
-    bo: BufferObject
-    targets: list[int] | None   # per core, INVAL_DONE to reach; None: when the context's queues are gone
-    reply_to: object | None = None   # the MEM_FREE / QUEUE_DESTROY (requests.Request) answered once it is back
-
-
 class UserQueues:
     """One device's user queues: its slots, the queues being torn down, the frees deferred."""
 
@@ -152,7 +146,7 @@ class UserQueues:
         self.device = device
         self.slots: list[UserQueue | None] = [None] * queues.QUEUE_SLOTS
         self.releasing: list[UserQueue] = []
-        self.deferred: list[DeferredFree] = []
+        self.deferred = PendingFrees()
         self.retired = QueueCounters()      # counters of released queues (the device's totals)
         self._polling = False
         self._trace_records: dict[int, list] = {}   # user job id -> its profile records so far
@@ -311,21 +305,20 @@ class UserQueues:
         targets = [(hw.invalidations_pushed[core] + len(scheduler.control[core])) & 0xFFFFFFFF if core in serving
                    else hw.reg(core, regs.INVAL_DONE) for core in range(hw.num_cores)]
         deferred = DeferredFree(ctx, bo, targets)
-        self.deferred.append(deferred)
+        self.deferred.add(deferred, hw.invalidation_counts())
         self._start_polling()
         return deferred
 
     def defer_context_frees(self, ctx: Context, bo: BufferObject) -> DeferredFree:
         """A closing context's buffer: given back once its queues are."""
         deferred = DeferredFree(ctx, bo, None)
-        self.deferred.append(deferred)
+        self.deferred.add(deferred, [])
         self._start_polling()
         return deferred
 
     def after_reset(self) -> None:
         """Every core restarted: none runs a job or holds a view any more."""
-        for deferred in self.deferred:
-            deferred.targets = []
+        self.deferred.reset()
         self.poll()
 
     def poll(self) -> bool:
@@ -362,22 +355,12 @@ class UserQueues:
         return bool(self.releasing or self.deferred)
 
     def _give_back_deferred(self) -> None:
-        """Give back the deferred frees now safe and answer their MEM_FREEs. A poll round may
-        check thousands (a user's every buffer, behind a hung core): the registers are read
-        once for all of them and the list is rebuilt, not searched, so the round stays short
+        """Give back the deferred frees now safe and answer their MEM_FREEs (in the order they
+        came). The index hands out only what the cores' counts or the queues let go, so a
+        round stays short with thousands pending (a user's every buffer, behind a hung core)
         and the daemon keeps serving everyone else."""
-        device, hw = self.device, self.device.hw
-        counts = hw.invalidation_counts()
-        idle = self._invalidations_idle()
-        ready, waiting = [], []
-        for deferred in self.deferred:
-            if deferred.targets is None:
-                safe = not deferred.ctx.queues
-            else:
-                safe = idle or hw.invalidations_done(deferred.targets, counts)
-            (ready if safe else waiting).append(deferred)
-        self.deferred = waiting
-        for deferred in ready:
+        device = self.device
+        for deferred in self.deferred.take_ready(device.hw.invalidation_counts()):
             try:
                 device.release_buffer(deferred.ctx, deferred.bo)
             except Exception:      # a driver bug: logged; the MEM_FREE is answered all the same
@@ -386,11 +369,6 @@ class UserQueues:
             request = deferred.reply_to
             if request is not None and not deferred.ctx.closed:
                 deferred.ctx.set_reply(request.reply())     # type: ignore[attr-defined]
-
-    def _invalidations_idle(self) -> bool:
-        """Every invalidation sent is carried out and none waits to be sent."""
-        hw = self.device.hw
-        return not self.device.scheduler.control_backlog() and hw.invalidations_done(hw.invalidations_pushed)
 
     def _start_polling(self) -> None:
         if not self._polling:

@@ -49,7 +49,7 @@ from libnpu.loadable import HostStep, Loadable, RegionKind, TensorDesc, TensorFl
 from libnpu.pool import ErrorCallback, FinishCallback, OutputCallback, RequestPool
 from libnpu.portability import MEM_READ, MEM_RW, PRIO_NORMAL, Device, Fence, JobError, Memory, PreparedSubmit, Session
 from libnpu.profiling import ChipPart, HostPart, InferenceProfile
-from libnpu.user_queue import QueueFence
+from libnpu.user_queue import NotQueued, QueueFence
 
 ArrayLike = np.ndarray
 Inputs = Sequence[ArrayLike] | Mapping[str, ArrayLike]
@@ -612,8 +612,8 @@ class InferRequest:
         parts: list[ChipPart | HostPart] = []
         for segment in self._sync_segments:
             if segment.prepared is not None:
-                queued = self._queue_submit(segment.offset, segment.size)
-                self.fence = queued.wait() if queued is not None else self.model.device.run_prepared(segment.prepared)
+                self.fence = self._queue_run(segment.offset, segment.size) or \
+                    self.model.device.run_prepared(segment.prepared)
                 device_ns += self.fence.device_time_ns
                 self._chip_part(self.fence, segment, parts)
             for step in segment.steps:
@@ -677,15 +677,29 @@ class InferRequest:
             self._run_partitions()
             return
         self._follow_settings()
-        queued = self._queue_submit()
-        if queued is not None:
-            fence = queued.wait()
+        fence = self._queue_run()
+        if fence is not None:
             self.fence, self.timing = fence, Timing(time.perf_counter() - started, fence.device_time_ns,
                                                     fence.exec_ns)
         else:
             self.fence = self.model.device.run_prepared(self._run)
             self.timing = Timing(time.perf_counter() - started, self.fence.device_time_ns)
         self._collect_profile()
+
+    def _queue_run(self, offset: int = 0, size: int | None = None) -> QueueFence | None:
+        """The job (as ``_queue_submit`` takes it) on a user queue of the device, submitted and
+        waited for in one call into the queue's C client; None when the device offers no queue
+        or it stopped before the job went in: the caller submits through the driver."""
+        queue = self.model.device.shared_queue(self._priority)
+        if queue is None or self.command is None:
+            return None
+        try:
+            return queue.run(self.command.address + offset, self.command_size if size is None else size,
+                             flags=queue_spec.ENTRY_PROFILE if self._profiled else 0)
+        except NotQueued as exc:
+            if exc.errno not in (errno.ECANCELED, errno.EBADF, errno.ENODEV):
+                raise
+            return None     # the queue stopped (a reset) or was closed: SUBMIT, a new queue next time
 
     def _queue_submit(self, offset: int = 0, size: int | None = None) -> QueueFence | None:
         """The job (the command buffer from ``offset``, ``size`` bytes: a partition's; the

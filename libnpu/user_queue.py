@@ -17,6 +17,12 @@ builds: the Python steps below cost about 18 us of CPU per NOP job, which on a 2
 machine is what four clients share with the cores. The Python path stays as the readable
 reference and the fallback (``NPU_QUEUE_NATIVE=0``, no C compiler); both follow the same
 protocol, and the tests run both.
+
+Any number of threads of one process may submit and wait on one queue. A forked child does
+not inherit the parent's queues: in the child they read as closed (EBADF: the waiters' and
+submitters' state is the parent's, and a child sleeping on the same completion line would
+take the parent's wake-ups); the child makes its own (``Device.create_queue``; the runtime's
+``Device.shared_queue`` does so by itself).
 """
 from __future__ import annotations
 
@@ -29,6 +35,7 @@ import select
 import termios
 import threading
 import time
+import weakref
 from collections.abc import Callable
 
 from firmware_sim.spec import queues
@@ -74,6 +81,16 @@ def _runnable_others() -> int:
 
 
 _SPIN = SpinWindow()
+_LIVE: weakref.WeakSet[UserQueue] = weakref.WeakSet()   # this process's open queues (for fork)
+
+
+def _forget_inherited() -> None:
+    """In a forked child: the parent's queues read as closed (their lines' copies closed)."""
+    for queue in list(_LIVE):
+        queue._inherited()
+
+
+os.register_at_fork(after_in_child=_forget_inherited)
 
 
 def set_wait_mode(mode: str) -> None:
@@ -84,6 +101,17 @@ def set_wait_mode(mode: str) -> None:
     if mode not in spins:
         raise ValueError(f"wait mode {mode!r}: one of {', '.join(spins)}")
     _SPIN.forced = spins[mode]
+
+
+class NotQueued(NpuError):
+    """The queue stopped or was closed before the job went in: nothing of it will run, the
+    caller may submit it another way (SUBMIT)."""
+
+    @classmethod
+    def from_error(cls, exc: NpuError) -> NotQueued:
+        error = cls(exc.errno or errno.EIO, exc.command)
+        error.strerror = exc.strerror       # the same message
+        return error
 
 
 def _drain(fd: int) -> None:
@@ -162,8 +190,12 @@ class UserQueue:
             raise NpuError(errno.EPROTO, "QUEUE_CREATE", "the queue memory has no queue header")
         self._tail = self.header.read64(queues.HDR_TAIL)
         self._lock = threading.Lock()            # submitters (the Python path)
-        self._waiting_lock = threading.Lock()    # HDR_WAITING, set while any thread sleeps
+        self._waiting_lock = threading.Lock()    # HDR_WAITING, set while any thread sleeps; and:
         self._waiters = 0
+        self._watched = False     # a waiter sleeps on the completion line (the others on _woken)
+        self._wake_ups = 0        # the watcher's wake-ups so far
+        self._followers = 0
+        self._woken = threading.Condition(self._waiting_lock)   # notified after each of them
         self._late_wakeups = 0    # waits the safety-net timeout ended with the job done (a lost signal)
         self._waits = [0, 0, 0]   # the Python path's waits: at once, ended in the spin, slept
         self.closed = False
@@ -179,6 +211,8 @@ class UserQueue:
             if self._native == queue_native.ffi.NULL:
                 queue_native.ffi.release(self._mem_pointer)
                 self._native = None
+        self.pid = os.getpid()
+        _LIVE.add(self)
 
     @property
     def tail(self) -> int:
@@ -224,9 +258,12 @@ class UserQueue:
         if self._native is not None:
             return self._submit_native(cmd_iova, cmd_size, timeout_ms, flags)
         with self._lock:
-            self._check_open()
-            while self._tail - self.done() >= self.entries:
-                self._wait_seq(self._tail - self.entries + 1, None)
+            try:
+                self._check_open()
+                while self._tail - self.done() >= self.entries:
+                    self._wait_seq(self._tail - self.entries + 1, None)
+            except NpuError as exc:
+                raise NotQueued.from_error(exc) from None
             seq = self._tail + 1
             at = queues.entries_offset() + (seq & (self.entries - 1)) * queues.ENTRY_STRUCT.size
             queues.ENTRY_STRUCT.pack_into(self.mem, at, seq, cmd_iova, cmd_size, timeout_ms, flags, 0)
@@ -238,36 +275,45 @@ class UserQueue:
         return QueueFence(self, seq)
 
     def _submit_native(self, cmd_iova: int, cmd_size: int, timeout_ms: int, flags: int) -> QueueFence:
-        self._enter_c()
+        self._enter_c(NotQueued)
         try:
             while (seq := self._lib.npu_uq_submit(self._native, cmd_iova, cmd_size, timeout_ms,
                                                   flags)) == -errno.EAGAIN:
-                self._wait_in_c(self.tail - self.entries + 1, None)      # room for one more
+                self._wait_for_room()
         finally:
             self._leave_c()
         if seq < 0:
-            self._raise_stopped(seq, self.tail + 1)
+            self._raise_stopped(seq, self.tail + 1, NotQueued)
         return QueueFence(self, seq)
 
-    def run(self, cmd_iova: int, cmd_size: int, timeout_ms: int = 0, timeout: float | None = None) -> QueueFence:
-        """``submit`` and ``QueueFence.wait`` in one call (one C call when the queue runs in C)."""
+    def _wait_for_room(self) -> None:
+        """Until one more job fits (C path); NotQueued if the queue stops meanwhile."""
+        try:
+            self._wait_in_c(self.tail - self.entries + 1, None)
+        except NpuError as exc:
+            raise NotQueued.from_error(exc) from None
+
+    def run(self, cmd_iova: int, cmd_size: int, timeout_ms: int = 0, timeout: float | None = None,
+            flags: int = 0) -> QueueFence:
+        """``submit`` and ``QueueFence.wait`` in one call (one C call when the queue runs in C).
+        Raises ``NotQueued`` (an NpuError) when the job could not go in: nothing of it runs."""
         if self._native is None:
-            return self.submit(cmd_iova, cmd_size, timeout_ms).wait(timeout)
+            return self.submit(cmd_iova, cmd_size, timeout_ms, flags).wait(timeout)
         record = queue_native.ffi.new("unsigned long long[7]")    # the completion record, then the seq
-        self._enter_c()
+        self._enter_c(NotQueued)
         try:
             while (result := self._lib.npu_uq_run(
-                    self._native, cmd_iova, cmd_size, timeout_ms, int(_SPIN.seconds() * 1e9),
+                    self._native, cmd_iova, cmd_size, timeout_ms, flags, int(_SPIN.seconds() * 1e9),
                     -1 if timeout is None else max(0, int(timeout * 1e9)), SLEEP_SLICE_MS, record,
                     record + 6)) == -errno.EAGAIN and record[6] == 0:
-                self._wait_in_c(self.tail - self.entries + 1, None)      # room for one more
+                self._wait_for_room()
         finally:
             self._leave_c()
         seq = record[6]
         if result == -errno.ETIMEDOUT and seq:
             raise TimeoutError(f"queue {self.id} job {seq} not done after {timeout} s")
         if result:
-            self._raise_stopped(result, seq or self.tail + 1)
+            self._raise_stopped(result, seq or self.tail + 1, NpuError if seq else NotQueued)
         fence = QueueFence(self, seq)
         _fill(fence, record)
         if fence.status:
@@ -352,19 +398,19 @@ class UserQueue:
             self._raise_stopped(result, seq)
         return record
 
-    def _raise_stopped(self, result: int, seq: int) -> None:
+    def _raise_stopped(self, result: int, seq: int, error: type[NpuError] = NpuError) -> None:
         """The exception the Python path raises for a C call's -errno."""
         if result in (-errno.ENODEV, -errno.EPIPE):     # nobody holds the lines' other ends
-            raise NpuError(errno.ENODEV, "QUEUE", f"user queue {self.id}: the device's driver stopped"
-                                                  + (f" before job {seq} ran" if result == -errno.EPIPE else ""))
-        raise NpuError(-result, "QUEUE", f"user queue {self.id} stopped before job {seq} ran"
+            raise error(errno.ENODEV, "QUEUE", f"user queue {self.id}: the device's driver stopped"
+                                               + (f" before job {seq} ran" if result == -errno.EPIPE else ""))
+        raise error(-result, "QUEUE", f"user queue {self.id} stopped before job {seq} ran"
                                          + (": the device was reset or the context closed"
                                             if result == -errno.ECANCELED else ""))
 
-    def _enter_c(self) -> None:
+    def _enter_c(self, error: type[NpuError] = NpuError) -> None:
         with self._in_c_lock:
             if self.closed:
-                raise NpuError(errno.EBADF, "QUEUE", f"user queue {self.id} is closed")
+                raise error(errno.EBADF, "QUEUE", self._closed_why())
             self._in_c += 1
 
     def _leave_c(self) -> None:
@@ -404,12 +450,25 @@ class UserQueue:
                     if left <= 0:
                         raise TimeoutError(f"queue {self.id} job {seq} not done after {timeout} s")
                     left_ms = min(left_ms, max(1, int(left * 1000)))
-                events = poller.poll(left_ms)
+                with self._waiting_lock:
+                    if self._watched:            # another waiter watches the line: it wakes us
+                        self._follow(seq, left_ms)
+                        continue
+                    self._watched = True
+                try:
+                    events = poller.poll(left_ms)
+                    if events:
+                        _drain(self.completion_fd)
+                finally:
+                    with self._waiting_lock:     # each wake-up passed on (one follower may watch next)
+                        self._watched = False
+                        self._wake_ups += 1
+                        if self._followers:
+                            self._woken.notify_all()
                 if not events:
                     if self.done() >= seq:       # the safety net caught what a signal should have
                         self._late_wakeups += 1
                     continue
-                _drain(self.completion_fd)
                 if any(event & select.POLLHUP for _, event in events) and self.done() < seq:
                     self._check_error(seq)       # the driver let the queue go (reset, close) ...
                     # ... or no writer is left on the completion line: the driver and the chip are gone.
@@ -417,6 +476,21 @@ class UserQueue:
                                    f"user queue {self.id}: the device's driver stopped before job {seq} ran")
         finally:
             self._set_waiting(-1)
+
+    def _follow(self, seq: int, wait_ms: int) -> None:
+        """Sleep until the watcher's next wake-up (or ``wait_ms``) unless job ``seq`` is done:
+        looked at under the lock the watcher notifies under, so no wake-up is missed (several
+        threads asleep on the line could take each other's byte). Called with the lock held."""
+        if self.done() >= seq:
+            return
+        seen = self._wake_ups
+        self._followers += 1
+        try:
+            woken = self._woken.wait_for(lambda: not self._watched or self._wake_ups != seen, wait_ms / 1000)
+        finally:
+            self._followers -= 1
+        if not woken and self.done() >= seq:     # the safety net caught what a signal should have
+            self._late_wakeups += 1
 
     def _set_waiting(self, change: int) -> None:
         with self._waiting_lock:
@@ -433,7 +507,7 @@ class UserQueue:
 
     def _check_open(self) -> None:
         if self.closed:
-            raise NpuError(errno.EBADF, "QUEUE", f"user queue {self.id} is closed")
+            raise NpuError(errno.EBADF, "QUEUE", self._closed_why())
         error = self.error()
         if error:
             raise NpuError(-error, "QUEUE", f"user queue {self.id} stopped"
@@ -456,6 +530,24 @@ class UserQueue:
                     self._wait_seq(self.tail, timeout)
                 self.destroyer(self, cancel)
             self.release()
+
+    def _closed_why(self) -> str:
+        if self.pid != os.getpid():
+            return f"user queue {self.id} belongs to process {self.pid}: a forked child makes its own"
+        return f"user queue {self.id} is closed"
+
+    def _inherited(self) -> None:
+        """After fork, in the child: closed here, the queue stays the parent's. Only the
+        child's copies of the lines are closed (the C client's locks may have been held by a
+        parent thread at the fork: it is not touched)."""
+        if self.closed:
+            return
+        self.closed = self._released = True
+        for fd in (self.doorbell_fd, self.completion_fd):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
 
     def release(self) -> None:
         """Unmap the queue and close its descriptors here, leaving the queue to the driver

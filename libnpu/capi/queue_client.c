@@ -4,7 +4,14 @@
  * The same steps as libnpu/user_queue.py, for what they cost: that Python path spent about
  * 18 us of CPU per NOP job on submit and wait.  The one difference is the barrier between
  * a store and a later load of another location (tail then polling, waiting then done):
- * Python has no memory fence and makes a system call; here it is a real one. */
+ * Python has no memory fence and makes a system call; here it is a real one.
+ *
+ * Several threads may wait on one queue.  One of them at a time (the watcher) sleeps on
+ * the completion line and empties it; the others sleep on a condition variable the watcher
+ * broadcasts after each wake-up.  Were they all to sleep on the line, a byte written for one
+ * job could be taken by the waiter of another while the first was between its look at
+ * `done` and its poll(): it would sleep until the safety net.  A lone waiter pays no
+ * system call for this (uncontended mutex, no broadcast without followers). */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <poll.h>
@@ -28,8 +35,12 @@ struct npu_uq_client {
 	int doorbell_fd, completion_fd;
 	pthread_mutex_t submit_lock;        /* submitters take turns: `tail`, the entries */
 	unsigned long long tail;
-	pthread_mutex_t waiting_lock;       /* `waiters` and the header's `waiting` change together */
-	unsigned int waiters;
+	pthread_mutex_t waiting_lock;       /* `waiters` and the header's `waiting` change together; */
+	unsigned int waiters;               /* guards the watcher's state below too */
+	int watched;                        /* a waiter sleeps on the completion line */
+	unsigned int followers;             /* waiters asleep on `woken` */
+	unsigned long long wake_ups;        /* the watcher's wake-ups so far (followers look for a change) */
+	pthread_cond_t woken;               /* broadcast after each of the watcher's wake-ups */
 	unsigned long long late_wakeups;
 	unsigned long long waits[3];        /* at once, in the spin, asleep */
 };
@@ -54,6 +65,11 @@ struct npu_uq_client *npu_uq_open(void *mem, unsigned int entries, int doorbell_
 	q->tail = tail;
 	pthread_mutex_init(&q->submit_lock, NULL);
 	pthread_mutex_init(&q->waiting_lock, NULL);
+	pthread_condattr_t attr;
+	pthread_condattr_init(&attr);
+	pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+	pthread_cond_init(&q->woken, &attr);
+	pthread_condattr_destroy(&attr);
 	return q;
 }
 
@@ -63,6 +79,7 @@ void npu_uq_close(struct npu_uq_client *q)
 		return;
 	pthread_mutex_destroy(&q->submit_lock);
 	pthread_mutex_destroy(&q->waiting_lock);
+	pthread_cond_destroy(&q->woken);
 	free(q);
 }
 
@@ -169,6 +186,34 @@ static void collect(const struct npu_uq_client *q, unsigned long long seq, void 
 	memcpy(out, &q->completions[seq & (q->count - 1)], sizeof(struct npu_queue_completion));
 }
 
+/* Sleep on `woken` until the watcher's next wake-up (or `wait_ms`), unless `seq` is done
+ * already: looked at under the lock the watcher takes to broadcast, so none is missed.
+ * Called with waiting_lock held; returns with it released. */
+static void follow(struct npu_uq_client *q, unsigned long long seq, int wait_ms)
+{
+	if (LOAD64(q->header->done) >= seq) {
+		pthread_mutex_unlock(&q->waiting_lock);
+		return;
+	}
+	struct timespec until;
+	clock_gettime(CLOCK_MONOTONIC, &until);
+	until.tv_sec += wait_ms / 1000;
+	until.tv_nsec += (long)(wait_ms % 1000) * 1000000L;
+	if (until.tv_nsec >= 1000000000L) {
+		until.tv_sec += 1;
+		until.tv_nsec -= 1000000000L;
+	}
+	unsigned long long seen = q->wake_ups;
+	int timed_out = 0;
+	q->followers++;
+	while (q->watched && q->wake_ups == seen && !timed_out)
+		timed_out = pthread_cond_timedwait(&q->woken, &q->waiting_lock, &until) == ETIMEDOUT;
+	q->followers--;
+	pthread_mutex_unlock(&q->waiting_lock);
+	if (timed_out && LOAD64(q->header->done) >= seq)
+		__atomic_add_fetch(&q->late_wakeups, 1, __ATOMIC_RELAXED);   /* the safety net caught it */
+}
+
 static int sleep_until_done(struct npu_uq_client *q, unsigned long long seq, long long deadline, int slice_ms)
 {
 	struct pollfd line = {.fd = q->completion_fd, .events = POLLIN};
@@ -185,18 +230,33 @@ static int sleep_until_done(struct npu_uq_client *q, unsigned long long seq, lon
 			if (left_ms < wait_ms)
 				wait_ms = (int)left_ms;
 		}
+		pthread_mutex_lock(&q->waiting_lock);
+		if (q->watched) {               /* another waiter watches the line: it wakes us */
+			follow(q, seq, wait_ms);
+			continue;
+		}
+		q->watched = 1;
+		pthread_mutex_unlock(&q->waiting_lock);
 		int ready = poll(&line, 1, wait_ms);
+		int poll_errno = errno;
+		if (ready > 0)
+			drain(q->completion_fd);
+		pthread_mutex_lock(&q->waiting_lock);   /* each wake-up passed on: the next look at `done` */
+		q->watched = 0;                         /* is the followers' own (one of them may watch next) */
+		q->wake_ups++;
+		if (q->followers)
+			pthread_cond_broadcast(&q->woken);
+		pthread_mutex_unlock(&q->waiting_lock);
 		if (ready < 0) {
-			if (errno == EINTR)
+			if (poll_errno == EINTR)
 				continue;
-			return -errno;
+			return -poll_errno;
 		}
 		if (ready == 0) {
 			if (LOAD64(q->header->done) >= seq)
 				__atomic_add_fetch(&q->late_wakeups, 1, __ATOMIC_RELAXED);   /* the safety net caught it */
 			continue;
 		}
-		drain(q->completion_fd);
 		if ((line.revents & POLLHUP) && LOAD64(q->header->done) < seq) {
 			error = stopped(q, seq);   /* the driver let the queue go (reset, close) ... */
 			return error ? error : -EPIPE;   /* ... or the driver and the chip are gone */
@@ -241,11 +301,11 @@ int npu_uq_wait(struct npu_uq_client *q, unsigned long long seq, long long spin_
 }
 
 int npu_uq_run(struct npu_uq_client *q, unsigned long long cmd_iova, unsigned int cmd_size,
-               unsigned int timeout_ms, long long spin_ns, long long timeout_ns, int slice_ms, void *out,
-               unsigned long long *seq_out)
+               unsigned int timeout_ms, unsigned int flags, long long spin_ns, long long timeout_ns, int slice_ms,
+               void *out, unsigned long long *seq_out)
 {
 	*seq_out = 0;
-	long long seq = npu_uq_submit(q, cmd_iova, cmd_size, timeout_ms, 0);
+	long long seq = npu_uq_submit(q, cmd_iova, cmd_size, timeout_ms, flags);
 	if (seq < 0)
 		return (int)seq;
 	*seq_out = (unsigned long long)seq;

@@ -31,11 +31,12 @@ long long npu_uq_submit(struct npu_uq_client *q, unsigned long long cmd_iova, un
 int npu_uq_wait(struct npu_uq_client *q, unsigned long long seq, long long spin_ns, long long timeout_ns,
                 int slice_ms, void *out);
 
-/* submit, then wait for that job (its seq in *seq_out, 0 if none was written): one call per
- * job for a client that runs jobs one at a time.  0, or the errors of both. */
+/* submit (with its entry `flags`), then wait for that job (its seq in *seq_out, 0 if none
+ * was written): one call per job for a client that runs jobs one at a time.  0, or the
+ * errors of both. */
 int npu_uq_run(struct npu_uq_client *q, unsigned long long cmd_iova, unsigned int cmd_size,
-               unsigned int timeout_ms, long long spin_ns, long long timeout_ns, int slice_ms, void *out,
-               unsigned long long *seq_out);
+               unsigned int timeout_ms, unsigned int flags, long long spin_ns, long long timeout_ns, int slice_ms,
+               void *out, unsigned long long *seq_out);
 
 /* Jobs the sleeping waiters found done when a safety-net timeout ended (a lost signal). */
 unsigned long long npu_uq_late_wakeups(struct npu_uq_client *q);

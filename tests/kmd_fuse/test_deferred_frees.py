@@ -364,3 +364,45 @@ def test_a_freed_buffer_cannot_be_mapped_or_bought_while_its_free_is_deferred(fr
     memory._unmap()
     session.close(device)
     assert settled_to(fresh_npu.devroot, baseline), (census(fresh_npu.devroot), baseline)
+
+
+def read_any(fd: int) -> bytes:
+    """The first reply completed (plain read(): completion order)."""
+    while True:
+        try:
+            return os.read(fd, uapi.NPU_MAX_FRAME)
+        except BlockingIOError:
+            pass
+
+
+def test_frees_among_running_queue_jobs_are_answered_in_the_order_they_came(fresh_npu, queued):
+    """Hundreds of MEM_FREEs deferred while the context's queue runs DMA jobs (each free waits
+    for its own invalidation count on the serving core): every one is answered, in the order
+    the frees were written (plain read() takes replies in the order they were completed),
+    the jobs all succeed, and the memory comes back."""
+    session, device, baseline = queued
+    queue = device.queues[0]
+    src, dst = device.alloc_mem(MIB), device.alloc_mem(MIB)
+    copy = device.command_buffer()
+    copy.add("DMA_COPY", src=src.address, dst=dst.address, length=MIB)
+    held = [device.alloc_mem(PAGE * (1 + i % 3)) for i in range(400)]
+    fd = device.file.fd
+    fences, replies = [], []
+    for batch in range(0, len(held), 40):                        # 64 requests in flight at most per file
+        for i in range(batch, batch + 40):
+            if i % 8 == 0:
+                fences.append(device.queue_submit(queue, copy))
+            send_free(fd, RAW_SEQ + i, held[i].handle)
+        for _ in range(40):
+            frame = read_any(fd)
+            magic, cmd, seq, size, result, _ = uapi.header_fields(frame)
+            assert cmd == uapi.NPU_CMD_MEM_FREE and size, frame[:24]
+            replies.append((seq, result, uapi.unpack_payload(uapi.NPU_CMD_MEM_FREE, frame, uapi.HDR_SIZE).handle))
+    assert replies == [(RAW_SEQ + i, 0, memory.handle) for i, memory in enumerate(held)]
+    assert [fence.wait(30).status for fence in fences] == [0] * len(fences)
+    for memory in held:
+        memory._unmap()
+        device.buffers.pop(memory.handle)
+    assert device.stats()["buffers"] == 3                        # src, dst and the command buffer
+    device.close()
+    assert settled_to(fresh_npu.devroot, baseline), (census(fresh_npu.devroot), baseline)

@@ -113,6 +113,35 @@ def test_a_stopped_queue_fails_a_waiter_with_the_queues_error(device, path):
     assert stopped.value.errno == errno.EINVAL
 
 
+def test_a_stopped_queue_fails_every_waiter_not_only_the_one_on_the_line(device, path, monkeypatch):
+    """Three threads asleep on one queue for jobs that will never run: the one watching the
+    completion line and the ones it wakes all learn that the queue stopped, at once (the core
+    signals the line when it stops a queue), not at the 1 s safety net."""
+    monkeypatch.setattr(user_queue, "SPIN_S", 0.0)
+    monkeypatch.setattr(user_queue, "_SPIN", user_queue.SpinWindow())
+    queue = device.create_queue()
+    device.queue_submit(queue, nop(device)).wait(10)
+    outcome: list[tuple[object, float]] = []
+
+    def wait(seq: int) -> None:
+        result = _wait(user_queue.QueueFence(queue, seq))
+        outcome.append((result, time.monotonic()))
+
+    waiters = [threading.Thread(target=wait, args=(seq,)) for seq in (3, 4, 5)]
+    for waiter in waiters:
+        waiter.start()
+    time.sleep(0.05)                                     # all three asleep
+    stopped = time.monotonic()
+    queue.header.write64(queues.HDR_TAIL, 10_000)        # more than `entries` ahead: the core stops the queue
+    queue.ring()
+    for waiter in waiters:
+        waiter.join(30)
+    assert not any(waiter.is_alive() for waiter in waiters)
+    assert [result for result, _ in outcome] == [errno.EINVAL] * 3
+    assert max(at for _, at in outcome) - stopped < 0.5, outcome
+    assert queue.header.read32(queues.HDR_WAITING) == 0 and queue.late_wakeups == 0
+
+
 def test_close_while_another_thread_waits_lets_go_once_the_wait_ends(device, path):
     queue = device.create_queue()
     src, dst = device.alloc_mem(16 << 20), device.alloc_mem(16 << 20)
@@ -199,3 +228,130 @@ def test_nop_scaling_reports_each_sides_cpu_and_mode():
     assert run["client"]["cpu_us_per_job"] > 0 and run["cores"]["cpu_us_per_job"] > 0
     assert run["cores"]["mode"] in ("sleeping", "polling")
     assert "sleeping" in nop_scaling.describe(run)
+
+
+def test_several_waiters_on_one_queue_each_wake_promptly(device, path, monkeypatch):
+    """Four threads of one process wait on one queue, each for its own jobs, all asleep on
+    the one completion line (no spin). A byte the chip writes for one job must not be taken
+    by a waiter of another job while the first goes to sleep: no wait reaches the 1 s safety
+    net (``late_wakeups`` stays 0) and each ends well under it after its job (they take
+    microseconds to a few ms)."""
+    monkeypatch.setattr(user_queue, "SPIN_S", 0.0)
+    monkeypatch.setattr(user_queue, "_SPIN", user_queue.SpinWindow())
+    queue = device.create_queue(entries=8)
+    src, dst = device.alloc_mem(1 << 20), device.alloc_mem(1 << 20)
+    jobs = []
+    for length in (0, 4096, 256 << 10, 1 << 20):     # jobs of different lengths: completions spread out
+        commands = device.command_buffer()
+        commands.add("DMA_COPY", src=src.address, dst=dst.address, length=length) if length else commands.add("NOP")
+        jobs.append(commands)
+    slowest: list[float] = [0.0] * 4
+    errors: list[BaseException] = []
+
+    def work(index: int) -> None:
+        try:
+            for i in range(60):
+                fence = device.queue_submit(queue, jobs[(index + i) % 4])
+                started = time.monotonic()
+                fence.wait(30)
+                slowest[index] = max(slowest[index], time.monotonic() - started)
+        except BaseException as exc:    # noqa: BLE001 (reported by the test thread)
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work, args=(index,)) for index in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(300)
+    assert not errors and not any(t.is_alive() for t in threads)
+    assert queue.done() == 240 and queue.header.read32(queues.HDR_WAITING) == 0
+    assert queue.late_wakeups == 0, f"{queue.late_wakeups} waits ended by the safety net; slowest {slowest}"
+    assert max(slowest) < 0.5, slowest
+    assert queue.wait_counts()["slept"] > 0
+
+
+def test_a_forked_child_makes_its_own_queue_and_leaves_the_parents_alone(device, path):
+    """After fork the parent's queue reads as closed in the child (EBADF, saying why): its
+    waiters' state is the parent's. The child's own queue and the runtime's shared queue
+    work; the parent's queue serves on, with no wake-up lost."""
+    import os
+    import warnings
+    queue = device.create_queue()
+    commands = nop(device)
+    device.queue_submit(queue, commands).wait(10)
+    read_end, write_end = os.pipe()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)    # fork with threads: the child only does this
+        child = os.fork()
+    if child == 0:
+        report = "ok"
+        try:
+            try:
+                device.queue_submit(queue, commands)
+                report = "the inherited queue took a job"
+            except libnpu.NpuError as exc:
+                if exc.errno != errno.EBADF or "forked child" not in str(exc):
+                    report = f"inherited queue: {exc!r}"
+            if report == "ok":
+                with device.create_queue() as own:
+                    if device.queue_run(own, commands).status != 0:
+                        report = "the child's queue failed"
+                shared = device.shared_queue()
+                if shared is queue or (shared is not None and shared.closed):
+                    report = "shared_queue handed the child an inherited queue"
+        except BaseException as exc:    # noqa: BLE001 (reported to the parent)
+            report = repr(exc)
+        os.write(write_end, report.encode())
+        os._exit(0)
+    os.close(write_end)
+    try:
+        for _ in range(50):
+            device.queue_submit(queue, commands).wait(10)
+    finally:
+        _, status = os.waitpid(child, 0)
+        report = os.read(read_end, 4096).decode()
+        os.close(read_end)
+    assert status == 0 and report == "ok", report
+    assert not queue.closed and queue.late_wakeups == 0
+    assert device.queue_submit(queue, commands).wait(10).status == 0
+
+
+def test_run_says_when_the_job_never_went_in(device, path):
+    """``run`` raises NotQueued (an NpuError) when the job could not go in, so the runtime
+    can send it through SUBMIT instead; a job that went in and then failed is a plain error."""
+    queue = device.create_queue()
+    commands = nop(device)
+    assert queue.run(commands.address, commands.used).status == 0
+    slow = device.command_buffer(capacity=64 * 40)
+    src, dst = device.alloc_mem(16 << 20), device.alloc_mem(16 << 20)
+    for _ in range(40):
+        slow.add("DMA_COPY", src=src.address, dst=dst.address, length=src.size)
+    outcome: list[BaseException] = []
+
+    def run_slow() -> None:
+        try:
+            queue.run(slow.address, slow.used, timeout=60)
+        except BaseException as exc:    # noqa: BLE001 (looked at below)
+            outcome.append(exc)
+
+    runner = threading.Thread(target=run_slow)
+    runner.start()
+    deadline = time.monotonic() + 10
+    while queue.tail < 2 and time.monotonic() < deadline:
+        time.sleep(0.001)
+    queue.header.write64(queues.HDR_TAIL, 10_000)        # the core stops the queue (EINVAL)
+    queue.ring()
+    runner.join(60)
+    assert not runner.is_alive()
+    assert not outcome or (isinstance(outcome[0], libnpu.NpuError)
+                           and not isinstance(outcome[0], user_queue.NotQueued)), outcome
+    while not queue.error() and time.monotonic() < deadline:
+        time.sleep(0.001)
+    with pytest.raises(user_queue.NotQueued) as stopped:
+        queue.run(commands.address, commands.used)
+    assert stopped.value.errno == errno.EINVAL
+    closed = device.create_queue()
+    closed.close()
+    with pytest.raises(user_queue.NotQueued) as refused:
+        closed.run(commands.address, commands.used)
+    assert refused.value.errno == errno.EBADF and "closed" in str(refused.value)
