@@ -1,0 +1,57 @@
+"""Attacks on user queues by a client that lies, beyond those of test_user_queues.py and
+test_queue_destroy.py: a queue the chip stopped must stay stopped whatever restarts its
+core; a job that writes its own queue's memory through the IOMMU fools only its queue."""
+from __future__ import annotations
+
+import errno
+import time
+
+import numpy as np
+import pytest
+
+import libnpu
+from firmware_sim.spec import queues
+from libnpu.portability import JobError
+from tests.kmd_fuse.test_user_queues import MIB, dma_copy, nop, slow_job, write_entry
+from tests.support.device import wait_until
+
+
+def queue_on_core(session, core: int):
+    """(device, queue) of a new context whose queue the driver put on ``core`` (the
+    driver puts a queue on the core serving fewest: the others stay open meanwhile)."""
+    for _ in range(4):
+        device = session.open(0)
+        queue = device.create_queue()
+        if queue.core == core:
+            return device, queue
+    pytest.fail(f"no queue landed on core {core}")
+
+
+def test_a_queue_stopped_for_a_bad_tail_stays_stopped_after_its_core_restarts(fresh_npu):
+    """The chip stopped a queue (EINVAL: a garbage tail); a job past its timeout then
+    restarts the serving core. The new core process must not serve the stopped queue again,
+    though the client put its tail back before the restart and writes another entry."""
+    with libnpu.initialize(fresh_npu.devroot) as session:
+        device = session.open(0)
+        queue = device.create_queue()
+        commands = nop(device)
+        device.queue_submit(queue, commands).wait(10)
+        queue.header.write64(queues.HDR_TAIL, 1 << 60)
+        queue.ring()
+        assert wait_until(lambda: queue.error() == -errno.EINVAL, 10)
+        queue.header.write64(queues.HDR_TAIL, 1)              # the client "repairs" its tail at once
+
+        other, other_queue = queue_on_core(session, queue.core)
+        src, dst = other.alloc_mem(16 * MIB), other.alloc_mem(16 * MIB)
+        resets = device.info()["reset_count"]
+        with pytest.raises(JobError) as timed_out:
+            other.queue_submit(other_queue, slow_job(other, src, dst, 400), timeout_ms=30).wait(30)
+        assert timed_out.value.errno == errno.ETIMEDOUT
+        assert device.info()["reset_count"] > resets          # the serving core was restarted
+
+        write_entry(queue, 2, commands.address, commands.used)
+        queue.ring()
+        other.queue_submit(other_queue, nop(other)).wait(10)  # the new core serves the other queue on
+        time.sleep(1.2)                                       # past the core's longest sleep (1 s)
+        assert queue.header.read64(queues.HDR_DONE) == 1      # entry 2 never ran
+        assert queue.error() == -errno.EINVAL
