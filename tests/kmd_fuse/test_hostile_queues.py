@@ -1,18 +1,18 @@
 """Attacks on user queues by a client that lies, beyond those of test_user_queues.py and
 test_queue_destroy.py: a queue the chip stopped must stay stopped whatever restarts its
-core; a job that writes its own queue's memory through the IOMMU fools only its queue."""
+core; command buffers the chip keeps decoded cannot grow a core without bound."""
 from __future__ import annotations
 
 import errno
 import time
 
-import numpy as np
 import pytest
 
 import libnpu
 from firmware_sim.spec import queues
+from kmd_fuse import paths
 from libnpu.portability import JobError
-from tests.kmd_fuse.test_user_queues import MIB, dma_copy, nop, slow_job, write_entry
+from tests.kmd_fuse.test_user_queues import MIB, _driver_and_chip, dma_copy, nop, slow_job, write_entry
 from tests.support.device import wait_until
 
 
@@ -55,3 +55,37 @@ def test_a_queue_stopped_for_a_bad_tail_stays_stopped_after_its_core_restarts(fr
         time.sleep(1.2)                                       # past the core's longest sleep (1 s)
         assert queue.header.read64(queues.HDR_DONE) == 1      # entry 2 never ran
         assert queue.error() == -errno.EINVAL
+
+
+def _chip_rss_kb(devroot) -> int:
+    """Resident memory of the chip's processes (main process and cores), in kB."""
+    total = 0
+    for pid in _driver_and_chip(devroot, paths.bus_dir(devroot, 0))[1:]:
+        with open(f"/proc/{pid}/status") as status:
+            total += next(int(line.split()[1]) for line in status if line.startswith("VmRSS"))
+    return total
+
+
+def test_huge_command_buffers_cannot_grow_a_core_without_bound(fresh_npu):
+    """A core keeps decoded jobs (job plans) to replay them; a client that submits one huge
+    command buffer of 200,000 NOPs again and again, one byte shorter each time (a new plan
+    each), must not make the core keep them all: about 25 MB each, which took the core's
+    memory up to its address-space limit, where other users' jobs fail for lack of memory."""
+    with libnpu.initialize(fresh_npu.devroot) as session:
+        device = session.open(0)
+        queue = device.create_queue()
+        tasks = 200_000
+        commands = device.command_buffer(capacity=8 * tasks + 64)
+        for _ in range(tasks):
+            commands.add("NOP")
+        queue.submit(commands.address, 8 * 1000, 0, 0).wait(30)      # the core's own start-up growth
+        before = _chip_rss_kb(fresh_npu.devroot)
+        for shorter in range(6):
+            queue.submit(commands.address, commands.used - 8 * shorter, 0, 0).wait(30)
+        grown_mb = (_chip_rss_kb(fresh_npu.devroot) - before) // 1024
+        assert grown_mb < 90, f"the chip grew {grown_mb} MB"
+        victim = session.open(0)
+        src, dst = victim.alloc_mem(MIB), victim.alloc_mem(MIB)
+        src.view[:] = 7
+        victim.run(dma_copy(victim, src.address, dst.address, MIB))
+        assert (dst.view == 7).all()
