@@ -291,10 +291,11 @@ class UserQueues:
 
     def in_flight(self, queue: UserQueue) -> int:
         """Jobs of ``queue`` written and not completed, as the chip sees them (0 once it stopped
-        the queue: no more entry runs)."""
+        the queue: no more entry runs). Whether it stopped is the chip's Q_ERROR: the header's
+        error is the client's to write too."""
         base = queues.slot_offset(queue.slot)
         table = self.device.hw.qtab
-        if table.read32(base + queues.Q_ERROR) or queue.header.error():
+        if table.read32(base + queues.Q_ERROR):
             return 0
         tail, done = queue.header.read64(queues.HDR_TAIL), table.read64(base + queues.Q_DONE)
         return min(tail - done, queue.entries) if tail > done else 0

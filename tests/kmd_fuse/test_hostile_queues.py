@@ -12,6 +12,7 @@ import libnpu
 from firmware_sim.spec import queues
 from kmd_fuse import paths
 from libnpu.portability import JobError
+from tests.kmd_fuse.test_queue_destroy import refused
 from tests.kmd_fuse.test_user_queues import MIB, _driver_and_chip, dma_copy, nop, slow_job, write_entry
 from tests.support.device import wait_until
 
@@ -89,3 +90,21 @@ def test_huge_command_buffers_cannot_grow_a_core_without_bound(fresh_npu):
         src.view[:] = 7
         victim.run(dma_copy(victim, src.address, dst.address, MIB))
         assert (dst.view == 7).all()
+
+
+def test_an_error_forged_in_the_header_does_not_let_a_destroy_skip_its_jobs_in_flight(session):
+    """QUEUE_DESTROY without CANCEL is EBUSY while jobs are in flight; the driver must tell
+    "the chip stopped the queue" from its own registers, not from the header's error,
+    which the client writes as it pleases."""
+    device = session.open(0)
+    queue = device.create_queue()
+    src, dst = device.alloc_mem(16 * MIB), device.alloc_mem(16 * MIB)
+    fence = device.queue_submit(queue, slow_job(device, src, dst, 40))
+    device.queue_submit(queue, nop(device))
+    for forged in (-errno.EINVAL, -errno.ECANCELED, 1):
+        queue.header.set_error(forged)
+        assert refused(device, queue.id) == errno.EBUSY
+    queue.header.set_error(0)
+    fence.wait(60)
+    queue.close()
+    device.close()
