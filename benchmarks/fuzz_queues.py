@@ -61,6 +61,7 @@ REQUEST_ERRNOS = {
     "MEM_ALLOC": {errno.ENOMEM, errno.EDQUOT},
 }
 U64 = (1 << 64) - 1
+SLOW_NS = 500_000_000
 HOSTILE_VALUES = (0, 1, 7, 0xFFFFFFFF, 1 << 31, 1 << 47, 1 << 63, (1 << 64) - 1)
 BUFFER_BYTES = 64 << 10
 
@@ -87,6 +88,7 @@ class Hostile:
         self.histogram: Counter[str] = Counter()
         self.problems: list[str] = []
         self._busy = 0                             # QUEUE_DESTROY EBUSY answers seen
+        self.slow: list[str] = []                  # entries that held their core over SLOW_NS
 
     # ---- bookkeeping ----
     def _request(self, name: str, call) -> object:
@@ -126,10 +128,12 @@ class Hostile:
             self.queues.append(self.device.create_queue())
 
     # ---- what a completion may say ----
-    def _check_completion(self, queue, seq: int) -> None:
+    def _check_completion(self, queue, seq: int, what: str) -> None:
         """The status of the job just done (the client scribbles older records itself)."""
         at = queues.completions_offset(queue.entries) + (seq & (queue.entries - 1)) * queues.COMPLETION_STRUCT.size
-        written, status = queues.COMPLETION_STRUCT.unpack_from(queue.mem, at)[:2]
+        written, status, *_, exec_ns = queues.COMPLETION_STRUCT.unpack_from(queue.mem, at)
+        if written == seq and exec_ns > SLOW_NS and len(self.slow) < 10:
+            self.slow.append(f"{exec_ns / 1e9:.1f} s, {_name(status) if status else 'ok'}: {what}")
         if written == seq:
             self.histogram[f"job {_name(status) if status else 'ok'}"] += 1
             if status not in QUEUE_STATUSES:
@@ -157,22 +161,33 @@ class Hostile:
         queue.header.write64(queues.HDR_TAIL, seq)
         queue.tail = seq
         queue.ring()
-        self._wait_done(queue, seq)                   # every entry completes, whatever it says
+        self._wait_done(queue, seq, f"cmd {address:#x}+{size:#x} timeout {timeout} flags {flags:#x} seq {written:#x}",
+                        required=not getattr(queue, "lied_to", False))
 
-    def _wait_done(self, queue, seq: int) -> None:
-        deadline = time.monotonic() + self.job_timeout
+    def _wait_done(self, queue, seq: int, what: str, required: bool) -> None:
+        """Wait for the entry's completion; one of a queue whose tail or done it forged may
+        never come (the core may have completed that seq already, or stopped the queue)."""
+        deadline = time.monotonic() + (self.job_timeout if required else 0.05)
         while queue.header.read64(queues.HDR_DONE) < seq and not queue.error():
             if time.monotonic() > deadline:
-                self._problem(f"queue {queue.id} job {seq} not done in {self.job_timeout} s")
+                if not required:
+                    self.histogram["entry of a forged queue not seen done"] += 1
+                    return
+                header = queue.header
+                self._problem(f"queue {queue.id} (core {queue.core}, {queue.entries} entries) job {seq} not done "
+                              f"in {self.job_timeout} s ({what}; at {time.strftime('%H:%M:%S')}: tail "
+                              f"{header.read64(queues.HDR_TAIL)}, done {header.read64(queues.HDR_DONE)}, "
+                              f"polling {header.read32(queues.HDR_POLLING)})")
                 return
             time.sleep(0.0005)
-        self._check_completion(queue, seq)
+        self._check_completion(queue, seq, what)
 
     def tail(self) -> None:
         queue = self._queue()
         done = queue.header.read64(queues.HDR_DONE)
         bad = self.rng.choice([done - 1, done + queue.entries + 1, self.rng.choice(HOSTILE_VALUES)])
         queue.header.write64(queues.HDR_TAIL, bad & U64)
+        queue.lied_to = True                          # its own entries may never complete now
         queue.ring()
         self.histogram["tail lied"] += 1
 
@@ -182,6 +197,7 @@ class Hostile:
                                         (queues.HDR_POLLING, 4), (queues.HDR_MAGIC, 4), (queues.HDR_ENTRIES, 4)])
         value = self.rng.choice(HOSTILE_VALUES) & ((1 << (8 * width)) - 1)
         (queue.header.write64 if width == 8 else queue.header.write32)(field, value)
+        queue.lied_to = True                          # its own entries may never complete now
         self.histogram["header lied"] += 1
 
     def completions(self) -> None:
@@ -250,10 +266,11 @@ def hostile_client(devroot: str, seconds: float, seed: int, uid: int | None, job
             actions += 1
     except Exception as exc:       # a client that cannot go on is itself a finding
         problems = (client.problems if client else []) + [f"hostile client stopped: {exc!r}"]
-        conn.send(("done", actions, dict(client.histogram) if client else {}, problems))
+        conn.send(("done", actions, dict(client.histogram) if client else {}, client.slow if client else [],
+                   problems))
         return
     client.close()
-    conn.send(("done", actions, dict(client.histogram), client.problems))
+    conn.send(("done", actions, dict(client.histogram), client.slow, client.problems))
 
 
 def victim_client(devroot: str, seconds: float, seed: int, job_timeout: float, conn) -> None:
@@ -299,6 +316,16 @@ def _enabled_slots(devroot) -> list[int]:
             if table[(queues.slot_offset(slot) + queues.Q_CONTROL) // 4] & queues.Q_ENABLED]
 
 
+def _log_lines(devroot) -> list[str]:
+    """The daemon's log lines about restarts, timeouts and errors (to explain a problem)."""
+    try:
+        text = paths.log_file(devroot, 0).read_text(errors="replace")
+    except OSError:
+        return []
+    words = ("watchdog", "restart", "timed out", "died", "Traceback", "ERROR", "error")
+    return [line for line in text.splitlines() if any(word in line for word in words)][-40:]
+
+
 def run(seconds: float, processes: int, user: str | None, seed: int, job_timeout: float, log=print) -> dict:
     uid = pwd.getpwnam(user).pw_uid if user else None
     problems: list[str] = []
@@ -306,6 +333,8 @@ def run(seconds: float, processes: int, user: str | None, seed: int, job_timeout
     device = ScratchDevice()
     device.start()
     actions = victim_jobs = 0
+    log_lines: list[str] = []
+    slow: list[str] = []
     worst = 0.0
     elapsed = 0.0
     try:
@@ -342,6 +371,7 @@ def run(seconds: float, processes: int, user: str | None, seed: int, job_timeout
             else:
                 actions += message[1]
                 histogram.update(message[2])
+                slow += message[3]
             problems.extend(message[-1])
         elapsed = time.monotonic() - started
         for proc, _ in workers:
@@ -361,13 +391,15 @@ def run(seconds: float, processes: int, user: str | None, seed: int, job_timeout
         else:
             problems.append(f"the daemon (pid {device.daemon_pid}) exited")
             final = baseline
+        log_lines = _log_lines(device.devroot) if problems else []
     finally:
         problems += device.stop()
     return {"seconds": round(elapsed, 1), "hostile_processes": processes, "user": user or "root",
             "hostile_actions": actions, "actions_per_s": round(actions / max(elapsed, 1e-9)),
             "victim_jobs": victim_jobs, "victim_jobs_per_s": round(victim_jobs / max(elapsed, 1e-9)),
             "victim_worst_job_s": round(worst, 3), "baseline": baseline.__dict__, "final": final.__dict__,
-            "histogram": dict(sorted(histogram.items(), key=lambda kv: -kv[1])), "problems": problems}
+            "histogram": dict(sorted(histogram.items(), key=lambda kv: -kv[1])), "problems": problems,
+            "slow_entries": slow, "log": log_lines}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -396,8 +428,12 @@ def main(argv: list[str] | None = None) -> int:
         width = max((len(k) for k in result["histogram"]), default=0)
         for key, count in result["histogram"].items():
             print(f"  {key:<{width}} {count:>10,}")
+        for entry in result["slow_entries"]:
+            print(f"slow entry: {entry}")
         for problem in result["problems"]:
             print(f"PROBLEM: {problem}")
+        for line in result["log"]:
+            print(f"log: {line}")
         print("OK" if not result["problems"] else "FAILED")
     return 0 if not result["problems"] else 1
 
