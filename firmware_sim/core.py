@@ -100,6 +100,17 @@ class Core:
                 poll.record(clock() - idle_since, polled)
                 self.drain_all()
 
+    def resume(self) -> None:
+        """Start where the previous process of this core left off (a restart, a successor):
+        run what its ring and queues hold. A process that died mid-job left HDR_POLLING set,
+        so clients wrote entries without ringing: the flags are cleared first (clients ring
+        from then on), then the queues are looked at, with the fence of ``run_forever``'s
+        way to sleep between the two."""
+        self.queues.refresh()
+        self.queues.set_polling(False)
+        queues.store_load_fence()
+        self.drain_all()
+
     def holds_anything(self) -> bool:
         """Whether any context's state is still here: a page table or buffer mapped, a queue served."""
         return bool(self.queues.served) or self.dma.holds_anything()

@@ -220,3 +220,18 @@ def test_the_chip_aborts_the_running_entry_of_a_disabled_queue(rig, monkeypatch)
     top.watchdog()
     assert rig.regs.read64(BANK + regs.CURRENT_JOB) == 0
     assert rig.regs.read32(BANK + regs.UQ_ABORT_STATUS) == -errno.ECANCELED & 0xFFFFFFFF
+
+
+def test_a_new_core_process_takes_up_what_clients_queued_while_its_predecessor_polled(rig):
+    """A core that dies mid-job (the watchdog, a crash) leaves HDR_POLLING set in its
+    queues; clients then write entries without ringing, as the protocol allows. The core
+    process that takes over must clear the flag and run them, not sleep first (up to 1 s
+    per restart: another user's 1 ms timeouts made a queue wait that long again and again)."""
+    header = rig.add_queue(0)
+    rig.core.drain_all()
+    header.write32(queues.HDR_POLLING, 1)            # as the dead core left it
+    rig.submit(header, 1)                            # no doorbell: none was needed
+    restarted = rig.new_core()
+    restarted.resume()
+    assert header.read64(queues.HDR_DONE) == 1 and rig.completion(header, 1)[:2] == (1, 0)
+    assert header.read32(queues.HDR_POLLING) == 0    # clients ring from now on
