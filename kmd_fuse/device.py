@@ -12,13 +12,14 @@ import errno
 import itertools
 import logging
 import os
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
 import trio
 
 from firmware_sim.spec import iommu
-from kmd_fuse import uapi
+from kmd_fuse import profiling, uapi
 from kmd_fuse.buffer import BufferObject
 from kmd_fuse.context import Context, Job
 from kmd_fuse.errors import KmdError
@@ -69,6 +70,7 @@ class Device:
         self._draining = False             # a task is pumping ring-control entries (_drain)
         self.trace = Trace()                # the device's event recorder (kmd_fuse.profiling)
         self.unclaimed_profiles: dict[int, list] = {}   # job id -> profile records read before its completion
+        self.profile_tasks_by_uid: Counter[int] = Counter()   # task records kept for GET_PROFILE, per user
         self.queues = UserQueues(self)      # user-mode submission queues (kmd_fuse.user_queues)
 
     # ---- lifecycle ----
@@ -121,6 +123,7 @@ class Device:
             return
         ctx.closed = True
         self.contexts.pop(ctx.context_id, None)
+        profiling.forget_all(self, ctx)
         self.quotas.close_context(ctx.uid)
         for waiter in ctx.waiters:
             if waiter.cancel:

@@ -442,7 +442,7 @@ class UserQueues:
             profile = JobProfile(seq, queue.core, -record.opcode, record.start_ns, record.start_ns, record.end_ns,
                                  record.end_ns, record.cycles, device_ns, task_records)
             if wanted:
-                profiling.keep(queue.ctx, JobProfile(record.job_id, queue.core, profile.status, record.start_ns,
+                profiling.keep(device, queue.ctx, JobProfile(record.job_id, queue.core, profile.status, record.start_ns,
                                                      record.start_ns, record.end_ns, self._posted_ns(queue, seq,
                                                                                                      record),
                                                      record.cycles, device_ns, task_records,
@@ -476,7 +476,7 @@ class UserQueues:
         """A queue given back takes its jobs' profiles along (its slot and seqs will be reused)."""
         profiles = queue.ctx.profiles
         for fence in [f for f in profiles if f & queues.USER_JOB_BIT and queues.user_job_slot(f) == queue.slot]:
-            queue.ctx.profile_tasks -= len(profiles.pop(fence).tasks)
+            profiling.forget(self.device, queue.ctx, fence)
 
     # ---- stats ----
     def _live_counters(self, queue: UserQueue) -> QueueCounters:
