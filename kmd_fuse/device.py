@@ -21,7 +21,7 @@ import trio
 from firmware_sim.spec import iommu
 from kmd_fuse import profiling, uapi
 from kmd_fuse.buffer import BufferObject
-from kmd_fuse.context import Context, Job
+from kmd_fuse.context import Context, Job, UserLedger
 from kmd_fuse.errors import KmdError
 from kmd_fuse.hw import ChipConfig, Hardware
 from kmd_fuse.limits import Limits, Quotas
@@ -71,6 +71,7 @@ class Device:
         self.trace = Trace()                # the device's event recorder (kmd_fuse.profiling)
         self.unclaimed_profiles: dict[int, list] = {}   # job id -> profile records read before its completion
         self.profile_tasks_by_uid: Counter[int] = Counter()   # task records kept for GET_PROFILE, per user
+        self.ledgers: dict[int, UserLedger] = {}   # per user: the fence results its contexts remember
         self.queues = UserQueues(self)      # user-mode submission queues (kmd_fuse.user_queues)
 
     # ---- lifecycle ----
@@ -112,7 +113,9 @@ class Device:
         except KmdError:
             self.quotas.close_context(uid)
             raise
-        ctx = Context(next(self._context_ids), pid, uid, gid, _comm(pid), space)
+        ledger = self.ledgers.setdefault(uid, UserLedger())
+        ctx = Context(next(self._context_ids), pid, uid, gid, _comm(pid), space, ledger=ledger)
+        ledger.contexts.add(ctx)
         self.contexts[ctx.context_id] = ctx
         log.info("context %d opened by pid %d (%s)", ctx.context_id, pid, ctx.comm)
         return ctx
@@ -124,6 +127,9 @@ class Device:
         ctx.closed = True
         self.contexts.pop(ctx.context_id, None)
         profiling.forget_all(self, ctx)
+        ctx.forget_results()
+        if not ctx.ledger.contexts:
+            self.ledgers.pop(ctx.uid, None)
         self.quotas.close_context(ctx.uid)
         for waiter in ctx.waiters:
             if waiter.cancel:
