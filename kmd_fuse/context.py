@@ -22,6 +22,7 @@ RESULTS_PER_USER = 1 << 17
 FORGET_AT_ONCE = 1024    # entries dropped per eviction round past the user's bound
 MAX_OUTSTANDING = 64     # requests one open file may have in flight (EBUSY beyond)
 MAX_PENDING_JOBS = 4096  # jobs one context may have queued or running (SUBMIT fails with EAGAIN beyond)
+MAX_PENDING_JOBS_PER_USER = 16_384   # and a user's contexts together (~0.9 KB of the driver's memory each)
 
 
 @dataclass(eq=False)
@@ -53,11 +54,16 @@ class Waiter:
 
 class UserLedger:
     """What one user's contexts together hold of the driver's memory that no quota counts:
-    remembered fence results (bounded by RESULTS_PER_USER)."""
+    remembered fence results (bounded by RESULTS_PER_USER) and pending jobs (counted when
+    a SUBMIT asks for room: ``pending``)."""
 
     def __init__(self) -> None:
         self.contexts: set[Context] = set()
         self.results = 0           # entries of results and failures among the contexts
+
+    def pending(self) -> int:
+        """Jobs of the user's open contexts queued or running."""
+        return sum(len(ctx.pending) for ctx in self.contexts)
 
     def bound(self) -> None:
         """Forget the oldest results of the user's fullest context (successes first: a

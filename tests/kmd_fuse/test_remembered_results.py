@@ -52,3 +52,40 @@ def test_another_user_is_not_charged_and_a_closed_context_gives_its_share_back()
     ctx.closed = True
     _finish(ctx, 1001, -errno.EIO)                          # a job that ends after the close
     assert mine.results == 0 and ctx.stats.jobs_failed == 501
+
+
+def test_a_user_has_a_bounded_number_of_jobs_pending_across_contexts(fresh_npu):
+    """4,096 pending jobs a context (EAGAIN beyond) held ~3.7 MB of the daemon's memory
+    while the cores were busy; a user's 256 contexts ~950 MB. The user's contexts together
+    get EAGAIN past MAX_PENDING_JOBS_PER_USER; another user's jobs are not counted."""
+    import libnpu
+    from firmware_sim.spec import regs
+    from tests.support.device import set_fault_injection
+
+    with libnpu.initialize(fresh_npu.devroot) as session:
+        devices, queued = [], 0
+        nop_of = {}
+        set_fault_injection(fresh_npu.devroot, regs.FAULT_HANG)   # the cores hold their first jobs
+        try:
+            refused = None
+            while refused is None and len(devices) < context.MAX_PENDING_JOBS_PER_USER // 4096 + 2:
+                device = session.open(0)
+                devices.append(device)
+                commands = nop_of[device] = device.command_buffer()
+                commands.add("NOP")
+                for _ in range(4096 // 8):
+                    try:
+                        device.submit_batch([device.prepare_submit(commands, [], timeout_ms=10_000)] * 8)
+                    except libnpu.NpuError as exc:
+                        refused = exc.errno
+                        break
+                    queued += 8
+            assert refused == errno.EAGAIN
+            assert queued == context.MAX_PENDING_JOBS_PER_USER
+        finally:
+            set_fault_injection(fresh_npu.devroot, 0)
+            devices[0].reset()                               # the hung jobs fail, the rest run
+        last = devices[-1]
+        last.run(nop_of[last])
+        for device in devices:
+            device.close()
