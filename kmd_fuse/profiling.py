@@ -165,9 +165,13 @@ def keep(device: Device, ctx: Context, profile: JobProfile) -> None:
     while len(ctx.profiles) > PROFILES_KEPT or (ctx.profile_tasks > PROFILE_TASKS_KEPT and len(ctx.profiles) > 1):
         forget(device, ctx, next(iter(ctx.profiles)))
     tasks_by_uid = device.profile_tasks_by_uid
-    while tasks_by_uid[ctx.uid] > PROFILE_TASKS_PER_USER:
-        fullest = max((c for c in device.contexts.values() if c.uid == ctx.uid and len(c.profiles) > 1),
-                      key=lambda c: c.profile_tasks, default=None)
+    if tasks_by_uid[ctx.uid] <= PROFILE_TASKS_PER_USER:
+        return
+    # Past the bound: down to a margin below it at once, so that a user at the bound does
+    # not cost a scan of its contexts per profiled job.
+    while tasks_by_uid[ctx.uid] > PROFILE_TASKS_PER_USER - PROFILE_TASKS_KEPT // 4:
+        fullest = max((c for c in ctx.ledger.contexts if len(c.profiles) > 1), key=lambda c: c.profile_tasks,
+                      default=None)
         if fullest is None:
             break
         forget(device, fullest, next(iter(fullest.profiles)))
