@@ -318,6 +318,11 @@ class Core:
         capacity = len(self.pq) // ring.PROFILE_RECORD_STRUCT.size
         head, tail = self.reg(regs.PQ_HEAD), self.reg(regs.PQ_TAIL)
         free = (capacity - 1 - (tail - head) % capacity) if capacity else 0
+        if job_id & queues.USER_JOB_BIT:
+            # Queue jobs raise no interrupt (the driver drains their records only every
+            # 100 ms): they leave half the queue to the kernel ring's jobs, so that one
+            # client's profiled queue jobs cannot take every other context's profiles.
+            free = max(0, free - capacity // 2)
         records = [(job_id, index, opcode, ring.PROFILE_TASK, start, end, cycles)
                    for index, opcode, start, end, cycles in tasks]
         records.append((job_id, len(tasks), -result.status & 0xFFFF, kind, started, executed,

@@ -235,3 +235,32 @@ def test_a_new_core_process_takes_up_what_clients_queued_while_its_predecessor_p
     restarted.resume()
     assert header.read64(queues.HDR_DONE) == 1 and rig.completion(header, 1)[:2] == (1, 0)
     assert header.read32(queues.HDR_POLLING) == 0    # clients ring from now on
+
+
+def test_queue_jobs_leave_half_the_profile_queue_to_the_kernel_ring(rig):
+    """User-queue jobs raise no interrupt: the driver drains their profile records only
+    every 100 ms, so one client's profiled queue jobs kept the core's profile queue full
+    and every other context's profiled SUBMIT job lost its task records. They may fill at
+    most half of it; a SUBMIT job's records always find the other half."""
+    pq_path = memory.profile_queue_path(rig.bus, 0)
+    pq_path.write_bytes(bytes(ring.PROFILE_ENTRIES * ring.PROFILE_RECORD_STRUCT.size))
+    header = rig.add_queue(0)
+    nops = np.frombuffer(b"".join(tasks.encode_task("NOP") for _ in range(20)), np.uint8)
+    many = rig.chip.put(nops)
+    seq = 0
+    for _ in range(ring.PROFILE_ENTRIES // 21 + 10):        # more records than the whole queue holds
+        seq += 1
+        rig.submit(header, seq, many, nops.size, flags=queues.ENTRY_PROFILE)
+        if seq % QUEUE_ENTRIES == QUEUE_ENTRIES - 1:
+            rig.core.drain_all()
+    rig.core.drain_all()
+    held = rig.regs.read32(BANK + regs.PQ_TAIL) - rig.regs.read32(BANK + regs.PQ_HEAD)
+    assert 0 < held <= ring.PROFILE_ENTRIES // 2
+    dropped = rig.regs.read32(BANK + regs.PQ_DROPPED)
+    tail = rig.regs.read32(BANK + regs.RING_TAIL)
+    ring.RING_ENTRY_STRUCT.pack_into(rig.core.ring, tail * ring.RING_ENTRY.itemsize, ring.OP_JOB, ASID, 77, many,
+                                     nops.size, 0, 0, ring.RING_FLAG_PROFILE)
+    rig.regs.write32(BANK + regs.RING_TAIL, ring.ring_next(tail, ENTRIES))
+    rig.core.drain_all()
+    assert rig.regs.read32(BANK + regs.PQ_DROPPED) == dropped     # all 21 records of the SUBMIT job went in
+    assert rig.regs.read32(BANK + regs.PQ_TAIL) - rig.regs.read32(BANK + regs.PQ_HEAD) == held + 21
