@@ -187,7 +187,7 @@ class Chip:
                     os.close(wait)
                     self.succession.clear(core)   # had it announced itself after being adopted
                 unit.finish_aborted_user_job()
-                unit.drain_ring()      # entries queued before a reset/respawn
+                unit.resume()          # ring entries and queue entries written before a reset/respawn
                 if profile_path:
                     import cProfile
                     profiler = cProfile.Profile()

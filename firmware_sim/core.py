@@ -100,6 +100,17 @@ class Core:
                 poll.record(clock() - idle_since, polled)
                 self.drain_all()
 
+    def resume(self) -> None:
+        """Start where the previous process of this core left off (a restart, a successor):
+        run what its ring and queues hold. A process that died mid-job left HDR_POLLING set,
+        so clients wrote entries without ringing: the flags are cleared first (clients ring
+        from then on), then the queues are looked at, with the fence of ``run_forever``'s
+        way to sleep between the two."""
+        self.queues.refresh()
+        self.queues.set_polling(False)
+        queues.store_load_fence()
+        self.drain_all()
+
     def holds_anything(self) -> bool:
         """Whether any context's state is still here: a page table or buffer mapped, a queue served."""
         return bool(self.queues.served) or self.dma.holds_anything()
@@ -307,6 +318,11 @@ class Core:
         capacity = len(self.pq) // ring.PROFILE_RECORD_STRUCT.size
         head, tail = self.reg(regs.PQ_HEAD), self.reg(regs.PQ_TAIL)
         free = (capacity - 1 - (tail - head) % capacity) if capacity else 0
+        if job_id & queues.USER_JOB_BIT:
+            # Queue jobs raise no interrupt (the driver drains their records only every
+            # 100 ms): they leave half the queue to the kernel ring's jobs, so that one
+            # client's profiled queue jobs cannot take every other context's profiles.
+            free = max(0, free - capacity // 2)
         records = [(job_id, index, opcode, ring.PROFILE_TASK, start, end, cycles)
                    for index, opcode, start, end, cycles in tasks]
         records.append((job_id, len(tasks), -result.status & 0xFFFF, kind, started, executed,

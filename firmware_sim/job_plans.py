@@ -37,9 +37,16 @@ from firmware_sim import caches
 from firmware_sim.kernels import native
 from firmware_sim.kernels.native.calls import BoundCall
 
-__all__ = ["JobPlan", "TimedStep", "HandlerStep", "NativeSteps", "lookup", "store", "PLAN_JOBS"]
+__all__ = ["JobPlan", "TimedStep", "HandlerStep", "NativeSteps", "lookup", "store", "held_bytes", "PLAN_JOBS",
+           "PLAN_BYTES"]
 
 PLAN_JOBS = 256          # plans kept per core; a full table is simply emptied
+# What a core's plans may hold, estimated (``JobPlan.cost``): a client's huge command buffers
+# (a million NOPs is a 122 MB plan) must not take the memory other contexts' jobs run in.
+# The oldest plans go first; a job whose plan alone is larger is decoded on every run.
+PLAN_BYTES = 48 << 20
+TASK_BYTES = 128         # a task's timed step (measured: 114 bytes a NOP)
+STEP_BYTES = 384         # a task's rerun (measured: 200 bytes a CONV_2D, 370 a DMA_COPY)
 # Replays that look for an all-C plan: a HandlerStep may get its C call only on its second run.
 NATIVE_TRIES = 2
 
@@ -61,6 +68,11 @@ class JobPlan:
     timed_steps: list[TimedStep]
     native: NativeSteps | None = None
     native_tries: int = 0
+
+    @property
+    def cost(self) -> int:
+        """The memory the plan holds, estimated: its copy of the command buffer and its tasks."""
+        return len(self.command) + TASK_BYTES * self.tasks + STEP_BYTES * len(self.steps)
 
     def native_steps(self) -> NativeSteps | None:
         """The steps as one C call, when every one of them is a C kernel call."""
@@ -104,7 +116,8 @@ class NativeSteps:
 
 
 # Keyed by the DMA engine too: a core has one, but a process may run several chips (tests).
-_PLANS: dict[tuple[object, int, int, int], JobPlan] = {}
+_PLANS: dict[tuple[object, int, int, int], JobPlan] = {}   # oldest first
+_held = 0                                                   # their JobPlan.cost, summed
 
 
 def lookup(dma, asid: int, cmd_iova: int, command: np.ndarray) -> JobPlan | None:
@@ -117,9 +130,36 @@ def lookup(dma, asid: int, cmd_iova: int, command: np.ndarray) -> JobPlan | None
 
 
 def store(dma, asid: int, cmd_iova: int, plan: JobPlan) -> None:
+    global _held
+    cost = plan.cost
+    if cost > PLAN_BYTES:
+        return
     if len(_PLANS) >= PLAN_JOBS:
-        _PLANS.clear()
-    _PLANS[(dma, asid, cmd_iova, len(plan.command))] = plan
+        _clear()
+    key = (dma, asid, cmd_iova, len(plan.command))
+    _forget(key)
+    while _held + cost > PLAN_BYTES:
+        _forget(next(iter(_PLANS)))
+    _PLANS[key] = plan
+    _held += cost
+
+
+def held_bytes() -> int:
+    """The estimated memory the plans hold now (at most PLAN_BYTES)."""
+    return _held
+
+
+def _forget(key) -> None:
+    global _held
+    plan = _PLANS.pop(key, None)
+    if plan is not None:
+        _held -= plan.cost
+
+
+def _clear() -> None:
+    global _held
+    _PLANS.clear()
+    _held = 0
 
 
 class HandlerStep:
@@ -148,10 +188,11 @@ class HandlerStep:
 def _drop(asid: int, bo_id: int, released) -> None:
     # Any unmapping in the ASID may concern a plan's operands: drop all of its plans.
     for key in [k for k in _PLANS if k[1] == asid]:
-        del _PLANS[key]
+        _forget(key)
 
 
 caches.register("job_plans", "decoded command buffers by (ASID, address, size) with a copy of "
-                "their bytes, holding the tasks' bound C calls (views of the operands): an ASID's "
-                "plans are dropped on any invalidation of it", _drop, _PLANS.clear,
+                "their bytes, holding the tasks' bound C calls (views of the operands), at most "
+                f"{PLAN_JOBS} and about {PLAN_BYTES >> 20} MB of them: an ASID's "
+                "plans are dropped on any invalidation of it", _drop, _clear,
                 entries=lambda: len(_PLANS))

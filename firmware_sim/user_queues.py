@@ -127,9 +127,12 @@ class UserQueues:
             os.close(doorbell)
             table.write32(base + queues.Q_ERROR, -(exc.errno or errno.EIO))
             return None
+        # A queue an earlier process of this core stopped (Q_ERROR: the core's own register, which
+        # no client reaches) stays stopped: a restart or a successor core must not revive it.
         return ServedQueue(slot, generation, asid, entries, table.read32(base + queues.Q_PRIORITY),
                            table.read32(base + queues.Q_TIMEOUT_CAP_MS), mem, queues.Header(mem),
-                           table.read64(base + queues.Q_DONE), doorbell, completion)
+                           table.read64(base + queues.Q_DONE), doorbell, completion,
+                           stopped=table.read32(base + queues.Q_ERROR) != 0)
 
     def traced(self, q: ServedQueue) -> bool:
         """Whether the driver's trace wants the queue's jobs timed (read per job: it toggles)."""

@@ -16,8 +16,13 @@ from kmd_fuse.mmu import AddressSpace
 log = logging.getLogger("kmd_fuse.context")
 
 RESULTS_KEPT = 1 << 16   # signalled fences whose status a context remembers
+# ... and a user's contexts together (entries of results and failures: ~180 bytes of the
+# driver's memory each; a user may open 256 contexts, which could hold 6 GB)
+RESULTS_PER_USER = 1 << 17
+FORGET_AT_ONCE = 1024    # entries dropped per eviction round past the user's bound
 MAX_OUTSTANDING = 64     # requests one open file may have in flight (EBUSY beyond)
 MAX_PENDING_JOBS = 4096  # jobs one context may have queued or running (SUBMIT fails with EAGAIN beyond)
+MAX_PENDING_JOBS_PER_USER = 16_384   # and a user's contexts together (~0.9 KB of the driver's memory each)
 
 
 @dataclass(eq=False)
@@ -45,6 +50,34 @@ class Waiter:
 
     request: object            # the WAIT (requests.Request), answered with request.reply()
     cancel: trio.CancelScope | None = None
+
+
+class UserLedger:
+    """What one user's contexts together hold of the driver's memory that no quota counts:
+    remembered fence results (bounded by RESULTS_PER_USER) and pending jobs (counted when
+    a SUBMIT asks for room: ``pending``)."""
+
+    def __init__(self) -> None:
+        self.contexts: set[Context] = set()
+        self.results = 0           # entries of results and failures among the contexts
+
+    def pending(self) -> int:
+        """Jobs of the user's open contexts queued or running."""
+        return sum(len(ctx.pending) for ctx in self.contexts)
+
+    def bound(self) -> None:
+        """Forget the oldest results of the user's fullest context (successes first: a
+        forgotten one reads as signalled OK, as after RESULTS_KEPT) until within the bound."""
+        if self.results <= RESULTS_PER_USER:
+            return
+        while self.results > RESULTS_PER_USER - FORGET_AT_ONCE:
+            fullest = max(self.contexts, key=lambda c: len(c.results) + len(c.failures), default=None)
+            if fullest is None or not (fullest.results or fullest.failures):
+                return
+            kept = fullest.results if fullest.results else fullest.failures
+            for _ in range(min(FORGET_AT_ONCE, len(kept))):
+                kept.popitem(last=False)
+                self.results -= 1
 
 
 @dataclass
@@ -89,6 +122,7 @@ class Context:
 
     memory_allocated: int = 0          # bytes of the live buffers, kept by add/remove_buffer
     queues: list = field(default_factory=list)   # its user queues (user_queues.UserQueue) until given back
+    ledger: UserLedger = field(default_factory=UserLedger)   # its user's (Device.open_context shares it)
 
     def add_buffer(self, bo: BufferObject) -> None:
         self.buffers[bo.handle] = bo
@@ -107,16 +141,29 @@ class Context:
 
     def record_result(self, job: Job) -> None:
         self.pending.pop(job.fence, None)
-        self.results[job.fence] = (job.status, job.device_time_ns)
-        while len(self.results) > RESULTS_KEPT:
-            self.results.popitem(last=False)   # forgotten successes read as signalled OK
         if job.status == 0:
             self.stats.jobs_completed += 1
         else:
             self.stats.jobs_failed += 1
+        if self.closed:
+            return                             # nobody can ask any more
+        held = len(self.results) + len(self.failures)
+        self.results[job.fence] = (job.status, job.device_time_ns)
+        while len(self.results) > RESULTS_KEPT:
+            self.results.popitem(last=False)   # forgotten successes read as signalled OK
+        if job.status:
             self.failures[job.fence] = (job.status, job.device_time_ns)
             while len(self.failures) > RESULTS_KEPT:
                 self.failures.popitem(last=False)
+        self.ledger.results += len(self.results) + len(self.failures) - held
+        self.ledger.bound()
+
+    def forget_results(self) -> None:
+        """The context closed: its remembered results go (and out of its user's count)."""
+        self.ledger.results -= len(self.results) + len(self.failures)
+        self.ledger.contexts.discard(self)
+        self.results.clear()
+        self.failures.clear()
 
     @property
     def outstanding(self) -> int:

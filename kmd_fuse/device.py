@@ -12,15 +12,16 @@ import errno
 import itertools
 import logging
 import os
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
 import trio
 
 from firmware_sim.spec import iommu
-from kmd_fuse import uapi
+from kmd_fuse import profiling, uapi
 from kmd_fuse.buffer import BufferObject
-from kmd_fuse.context import Context, Job
+from kmd_fuse.context import Context, Job, UserLedger
 from kmd_fuse.deferred_frees import DeferredFree
 from kmd_fuse.errors import KmdError
 from kmd_fuse.hw import ChipConfig, Hardware
@@ -70,6 +71,8 @@ class Device:
         self._draining = False             # a task is pumping ring-control entries (_drain)
         self.trace = Trace()                # the device's event recorder (kmd_fuse.profiling)
         self.unclaimed_profiles: dict[int, list] = {}   # job id -> profile records read before its completion
+        self.profile_tasks_by_uid: Counter[int] = Counter()   # task records kept for GET_PROFILE, per user
+        self.ledgers: dict[int, UserLedger] = {}   # per user: the fence results its contexts remember
         self.queues = UserQueues(self)      # user-mode submission queues (kmd_fuse.user_queues)
 
     # ---- lifecycle ----
@@ -111,7 +114,9 @@ class Device:
         except KmdError:
             self.quotas.close_context(uid)
             raise
-        ctx = Context(next(self._context_ids), pid, uid, gid, _comm(pid), space)
+        ledger = self.ledgers.setdefault(uid, UserLedger())
+        ctx = Context(next(self._context_ids), pid, uid, gid, _comm(pid), space, ledger=ledger)
+        ledger.contexts.add(ctx)
         self.contexts[ctx.context_id] = ctx
         log.info("context %d opened by pid %d (%s)", ctx.context_id, pid, ctx.comm)
         return ctx
@@ -122,6 +127,10 @@ class Device:
             return
         ctx.closed = True
         self.contexts.pop(ctx.context_id, None)
+        profiling.forget_all(self, ctx)
+        ctx.forget_results()
+        if not ctx.ledger.contexts:
+            self.ledgers.pop(ctx.uid, None)
         self.quotas.close_context(ctx.uid)
         for waiter in ctx.waiters:
             if waiter.cancel:

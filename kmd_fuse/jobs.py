@@ -14,7 +14,7 @@ import time
 import trio
 
 from kmd_fuse import profiling, uapi
-from kmd_fuse.context import MAX_PENDING_JOBS, Context, Job, Waiter, check_fence
+from kmd_fuse.context import MAX_PENDING_JOBS, MAX_PENDING_JOBS_PER_USER, Context, Job, Waiter, check_fence
 from kmd_fuse.device import Device
 from kmd_fuse.errors import KmdError
 from kmd_fuse.requests import Request
@@ -67,6 +67,9 @@ def submit_batch(device: Device, ctx: Context, request: Request) -> list[Job]:
 def _check_room(ctx: Context, jobs: int) -> None:
     if len(ctx.pending) + jobs > MAX_PENDING_JOBS:
         raise KmdError(errno.EAGAIN, f"{MAX_PENDING_JOBS} jobs already pending in this context: wait for some")
+    if ctx.ledger.pending() + jobs > MAX_PENDING_JOBS_PER_USER:
+        raise KmdError(errno.EAGAIN, f"{MAX_PENDING_JOBS_PER_USER} jobs already pending in the contexts of uid "
+                                     f"{ctx.uid}: wait for some")
 
 
 def _checked_buffers(device: Device, ctx: Context, req) -> list:

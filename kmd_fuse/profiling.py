@@ -37,6 +37,8 @@ if TYPE_CHECKING:
 
 PROFILES_KEPT = 256         # finished profiled jobs a context can still ask about
 PROFILE_TASKS_KEPT = 16_384  # and their task records at most (each ~200 bytes of the driver's memory)
+# A user's contexts together (a user may open 256: ~4 MB of records each was ~1 GB).
+PROFILE_TASKS_PER_USER = 65_536
 UNCLAIMED_KEPT = 4096       # jobs whose records came before their completion (a reset can orphan some)
 TRACE_EVENTS = 200_000      # events the trace keeps
 TRACE_READERS_PER_USER = 4  # trace files a user may hold open at once (EMFILE beyond)
@@ -145,20 +147,54 @@ def collect(device: Device, retired: list[tuple[Job, Completion]]) -> None:
                              completion.cycles, completion.device_time_ns,
                              [r for r in mine if r.kind == ring.PROFILE_TASK], complete=bool(closing))
         if job.profile_wanted:
-            keep(job.ctx, profile)
+            keep(device, job.ctx, profile)
         if device.trace.enabled:
             device.trace.job(job.ctx, job, profile)
 
 
-def keep(ctx: Context, profile: JobProfile) -> None:
+def keep(device: Device, ctx: Context, profile: JobProfile) -> None:
     """Keep ``profile`` for GET_PROFILE, forgetting the context's oldest ones beyond
-    PROFILES_KEPT jobs or PROFILE_TASKS_KEPT task records (a client's profiles are the
-    driver's memory: they stay bounded per context however many tasks its jobs have)."""
+    PROFILES_KEPT jobs or PROFILE_TASKS_KEPT task records, then the oldest of the
+    user's fullest context while the user's contexts hold more than PROFILE_TASKS_PER_USER
+    (a client's profiles are the driver's memory: they stay bounded however many tasks
+    its jobs have and however many contexts it opens). Each context keeps its newest."""
+    if ctx.closed:
+        return
     ctx.profiles[profile.fence] = profile
-    ctx.profile_tasks += len(profile.tasks)
+    _count(device, ctx, len(profile.tasks))
     while len(ctx.profiles) > PROFILES_KEPT or (ctx.profile_tasks > PROFILE_TASKS_KEPT and len(ctx.profiles) > 1):
-        _, gone = ctx.profiles.popitem(last=False)
-        ctx.profile_tasks -= len(gone.tasks)
+        forget(device, ctx, next(iter(ctx.profiles)))
+    tasks_by_uid = device.profile_tasks_by_uid
+    if tasks_by_uid[ctx.uid] <= PROFILE_TASKS_PER_USER:
+        return
+    # Past the bound: down to a margin below it at once, so that a user at the bound does
+    # not cost a scan of its contexts per profiled job.
+    while tasks_by_uid[ctx.uid] > PROFILE_TASKS_PER_USER - PROFILE_TASKS_KEPT // 4:
+        fullest = max((c for c in ctx.ledger.contexts if len(c.profiles) > 1), key=lambda c: c.profile_tasks,
+                      default=None)
+        if fullest is None:
+            break
+        forget(device, fullest, next(iter(fullest.profiles)))
+
+
+def forget(device: Device, ctx: Context, fence: int) -> None:
+    """Drop one kept profile of ``ctx``."""
+    _count(device, ctx, -len(ctx.profiles.pop(fence).tasks))
+
+
+def forget_all(device: Device, ctx: Context) -> None:
+    """Drop every profile of a context (it closed: nobody can ask any more)."""
+    _count(device, ctx, -ctx.profile_tasks)
+    ctx.profiles.clear()
+
+
+def _count(device: Device, ctx: Context, tasks: int) -> None:
+    ctx.profile_tasks += tasks
+    left = device.profile_tasks_by_uid[ctx.uid] + tasks
+    if left:
+        device.profile_tasks_by_uid[ctx.uid] = left
+    else:
+        del device.profile_tasks_by_uid[ctx.uid]
 
 
 def fill_profile(ctx: Context, req, max_tasks: int) -> None:

@@ -285,10 +285,11 @@ class UserQueues:
 
     def in_flight(self, queue: UserQueue) -> int:
         """Jobs of ``queue`` written and not completed, as the chip sees them (0 once it stopped
-        the queue: no more entry runs)."""
+        the queue: no more entry runs). Whether it stopped is the chip's Q_ERROR: the header's
+        error is the client's to write too."""
         base = queues.slot_offset(queue.slot)
         table = self.device.hw.qtab
-        if table.read32(base + queues.Q_ERROR) or queue.header.error():
+        if table.read32(base + queues.Q_ERROR):
             return 0
         tail, done = queue.header.read64(queues.HDR_TAIL), table.read64(base + queues.Q_DONE)
         return min(tail - done, queue.entries) if tail > done else 0
@@ -419,7 +420,7 @@ class UserQueues:
             profile = JobProfile(seq, queue.core, -record.opcode, record.start_ns, record.start_ns, record.end_ns,
                                  record.end_ns, record.cycles, device_ns, task_records)
             if wanted:
-                profiling.keep(queue.ctx, JobProfile(record.job_id, queue.core, profile.status, record.start_ns,
+                profiling.keep(device, queue.ctx, JobProfile(record.job_id, queue.core, profile.status, record.start_ns,
                                                      record.start_ns, record.end_ns, self._posted_ns(queue, seq,
                                                                                                      record),
                                                      record.cycles, device_ns, task_records,
@@ -453,7 +454,7 @@ class UserQueues:
         """A queue given back takes its jobs' profiles along (its slot and seqs will be reused)."""
         profiles = queue.ctx.profiles
         for fence in [f for f in profiles if f & queues.USER_JOB_BIT and queues.user_job_slot(f) == queue.slot]:
-            queue.ctx.profile_tasks -= len(profiles.pop(fence).tasks)
+            profiling.forget(self.device, queue.ctx, fence)
 
     # ---- stats ----
     def _live_counters(self, queue: UserQueue) -> QueueCounters:

@@ -220,3 +220,47 @@ def test_the_chip_aborts_the_running_entry_of_a_disabled_queue(rig, monkeypatch)
     top.watchdog()
     assert rig.regs.read64(BANK + regs.CURRENT_JOB) == 0
     assert rig.regs.read32(BANK + regs.UQ_ABORT_STATUS) == -errno.ECANCELED & 0xFFFFFFFF
+
+
+def test_a_new_core_process_takes_up_what_clients_queued_while_its_predecessor_polled(rig):
+    """A core that dies mid-job (the watchdog, a crash) leaves HDR_POLLING set in its
+    queues; clients then write entries without ringing, as the protocol allows. The core
+    process that takes over must clear the flag and run them, not sleep first (up to 1 s
+    per restart: another user's 1 ms timeouts made a queue wait that long again and again)."""
+    header = rig.add_queue(0)
+    rig.core.drain_all()
+    header.write32(queues.HDR_POLLING, 1)            # as the dead core left it
+    rig.submit(header, 1)                            # no doorbell: none was needed
+    restarted = rig.new_core()
+    restarted.resume()
+    assert header.read64(queues.HDR_DONE) == 1 and rig.completion(header, 1)[:2] == (1, 0)
+    assert header.read32(queues.HDR_POLLING) == 0    # clients ring from now on
+
+
+def test_queue_jobs_leave_half_the_profile_queue_to_the_kernel_ring(rig):
+    """User-queue jobs raise no interrupt: the driver drains their profile records only
+    every 100 ms, so one client's profiled queue jobs kept the core's profile queue full
+    and every other context's profiled SUBMIT job lost its task records. They may fill at
+    most half of it; a SUBMIT job's records always find the other half."""
+    pq_path = memory.profile_queue_path(rig.bus, 0)
+    pq_path.write_bytes(bytes(ring.PROFILE_ENTRIES * ring.PROFILE_RECORD_STRUCT.size))
+    header = rig.add_queue(0)
+    nops = np.frombuffer(b"".join(tasks.encode_task("NOP") for _ in range(20)), np.uint8)
+    many = rig.chip.put(nops)
+    seq = 0
+    for _ in range(ring.PROFILE_ENTRIES // 21 + 10):        # more records than the whole queue holds
+        seq += 1
+        rig.submit(header, seq, many, nops.size, flags=queues.ENTRY_PROFILE)
+        if seq % QUEUE_ENTRIES == QUEUE_ENTRIES - 1:
+            rig.core.drain_all()
+    rig.core.drain_all()
+    held = rig.regs.read32(BANK + regs.PQ_TAIL) - rig.regs.read32(BANK + regs.PQ_HEAD)
+    assert 0 < held <= ring.PROFILE_ENTRIES // 2
+    dropped = rig.regs.read32(BANK + regs.PQ_DROPPED)
+    tail = rig.regs.read32(BANK + regs.RING_TAIL)
+    ring.RING_ENTRY_STRUCT.pack_into(rig.core.ring, tail * ring.RING_ENTRY.itemsize, ring.OP_JOB, ASID, 77, many,
+                                     nops.size, 0, 0, ring.RING_FLAG_PROFILE)
+    rig.regs.write32(BANK + regs.RING_TAIL, ring.ring_next(tail, ENTRIES))
+    rig.core.drain_all()
+    assert rig.regs.read32(BANK + regs.PQ_DROPPED) == dropped     # all 21 records of the SUBMIT job went in
+    assert rig.regs.read32(BANK + regs.PQ_TAIL) - rig.regs.read32(BANK + regs.PQ_HEAD) == held + 21

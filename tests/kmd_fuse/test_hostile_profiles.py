@@ -57,6 +57,29 @@ def test_a_context_keeps_a_bounded_number_of_task_records(device):
     assert sum(k or 0 for k in kept) <= profiling.PROFILE_TASKS_KEPT, kept
 
 
+def test_a_user_keeps_a_bounded_number_of_task_records_across_contexts(session):
+    """The per-context bound times the contexts a user may open (256) let one user make
+    the driver keep ~1 GB of profiles (4 MB a context, measured): the user's records
+    together stay within PROFILE_TASKS_PER_USER, the oldest going first, each context's
+    newest profile kept."""
+    per_context = profiling.PROFILE_TASKS_KEPT // NOPS_PER_JOB
+    contexts = profiling.PROFILE_TASKS_PER_USER // (per_context * NOPS_PER_JOB) + 2
+    devices = [session.open(0) for _ in range(contexts)]
+    fences = {dev: [_profiled_nops(dev) for _ in range(per_context)] for dev in devices}
+    kept = 0
+    for dev, mine in fences.items():
+        for fence in mine:
+            try:
+                kept += len(dev.get_profile(fence).tasks)
+            except libnpu.NpuError as exc:
+                assert exc.errno == errno.ENOENT
+    assert kept <= profiling.PROFILE_TASKS_PER_USER, kept
+    last = devices[-1]
+    assert len(last.get_profile(fences[last][-1]).tasks) == NOPS_PER_JOB
+    for dev in devices:
+        dev.close()
+
+
 def test_only_the_owner_turns_the_trace_on_or_off(npu):
     open_to_others(attr_dir(npu).parent)
     for value in ("1", "0"):
