@@ -74,13 +74,15 @@ def output_rms(graph: Graph, feeds: Sequence[Sequence[np.ndarray]], reference: S
 
 
 def grid_steps(quantized: Graph, float_graph: Graph) -> dict[str, np.ndarray]:
-    """The step of every quantized activation tensor the float graph also has."""
+    """The step of every quantized activation tensor the float graph also has (one per
+    channel for a per-channel int16 grid)."""
     made = {o for op in float_graph.ops for o in op.outputs}
     steps = {}
     for name in made:
         t = quantized.tensors.get(name)
         if t is not None and t.quant is not None and t.dtype in ("int8", "int16") and not t.is_constant:
-            steps[name] = np.asarray(float(t.quant.scale[0]))
+            steps[name] = np.asarray(t.quant.scale, np.float64) if t.quant.per_channel \
+                else np.asarray(float(t.quant.scale[0]))
     return steps
 
 

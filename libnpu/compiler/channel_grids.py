@@ -35,8 +35,8 @@ from .float_ref import FloatInterpreter, evaluate
 from .folding import CHANNEL_GRID_OPS
 from .ir import Graph, Op, QuantParams, Tensor
 
-__all__ = ["INT16_GRIDS", "RESCALING", "CHANNEL_MOVING", "MIN_CHANNEL_RATIO", "channel_peaks",
-           "per_channel_tensors", "channel_quant", "moved_quant", "channel_map"]
+__all__ = ["INT16_GRIDS", "RESCALING", "CHANNEL_MOVING", "MIN_CHANNEL_RATIO", "CHANNEL_SPREAD", "CHANNEL_MARGIN",
+           "channel_peaks", "spread_limited", "per_channel_tensors", "channel_quant", "moved_quant", "channel_map"]
 
 INT16_GRIDS = ("per_tensor", "per_channel")
 RESCALING = frozenset({"CONV_2D", "DEPTHWISE_CONV_2D", "FULLY_CONNECTED", "ADD", "PRELU"})
@@ -44,6 +44,14 @@ CHANNEL_MOVING = CHANNEL_GRID_OPS - RESCALING
 #: A channel's step is at least this fraction of its tensor's widest channel's step, so a
 #: dead channel (peak 0) keeps requantization multipliers the chip's shifts can hold.
 MIN_CHANNEL_RATIO = 2.0 ** -12
+#: A channel's grid is at most this many times finer than its tensor's widest channel's:
+#: a narrow channel's own peak on ten calibration pictures says little about unseen ones
+#: (measured: see docs/models.md).
+CHANNEL_SPREAD = 16.0
+#: How much further than its own calibrated peak (times the tensor's headroom) a channel's
+#: grid reaches: a narrow channel can leave its range on unseen pictures by more than the
+#: whole tensor does.
+CHANNEL_MARGIN = 2.0
 INT16_MAX = 32767
 Feed = Mapping[str, np.ndarray] | Sequence[np.ndarray]
 
@@ -61,6 +69,16 @@ def channel_peaks(float_graph: Graph, dataset: Sequence[Feed]) -> dict[str, np.n
             peak = v.reshape(-1, v.shape[-1]).max(axis=0, initial=0.0)
             peaks[n] = np.maximum(peaks[n], peak) if n in peaks else peak
     return peaks
+
+
+def spread_limited(peaks: Mapping[str, np.ndarray], spread: float, margin: float = 1.0) -> dict[str, np.ndarray]:
+    """Each tensor's channel peaks times ``margin``, raised to at least its widest channel's
+    peak / ``spread`` and at most that peak (no channel's grid is coarser than the tensor's)."""
+    result = {}
+    for n, p in peaks.items():
+        top = float(p.max(initial=0.0))
+        result[n] = np.minimum(np.maximum(p * float(margin), top / float(spread)), top)
+    return result
 
 
 def channel_map(op: Op, in_shape: tuple[int, ...], out: Tensor) -> np.ndarray | None:

@@ -138,7 +138,8 @@ def to_int8_graph(model: str | os.PathLike | bytes | Graph,
         from .quantizer import quantize_model
         options = {k: v for k, v in quantize_options.items()
                    if k not in ("int16", "int16_target", "max_int16_layers", "int16_weights",
-                                "int16_weights_target", "int16_headroom", "int16_grid")}
+                                "int16_weights_target", "int16_headroom", "int16_grid",
+                                "int16_channel_spread", "int16_channel_margin")}
         q = quantize_model(graph, dataset, progress=progress, **options)
     check_int8(q)
     return q

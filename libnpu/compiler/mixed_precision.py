@@ -38,7 +38,17 @@ from typing import Any
 import numpy as np
 
 from . import registry
-from .channel_grids import CHANNEL_MOVING, INT16_GRIDS, channel_peaks, channel_quant, moved_quant, per_channel_tensors
+from .channel_grids import (
+    CHANNEL_MARGIN,
+    CHANNEL_MOVING,
+    CHANNEL_SPREAD,
+    INT16_GRIDS,
+    channel_peaks,
+    channel_quant,
+    moved_quant,
+    per_channel_tensors,
+    spread_limited,
+)
 from .float_ref import FloatInterpreter
 from .folding import weight_fold
 from .ir import Graph, IRError, Op, QuantParams, Tensor
@@ -560,7 +570,8 @@ def quantize_mixed(graph: Graph, dataset: Iterable[Feed] | None = None, *,
                    int16: str | Iterable[str] | None = "auto", int16_target: float = DEFAULT_TARGET,
                    max_int16_layers: int | None = None, int16_weights: str | Iterable[str] | None = "none",
                    int16_weights_target: float = WEIGHTS16_TARGET, int16_headroom: float | str = INT16_HEADROOM,
-                   int16_grid: str = "per_tensor", progress: Progress | None = None,
+                   int16_grid: str = "per_tensor", int16_channel_spread: float = CHANNEL_SPREAD,
+                   int16_channel_margin: float = CHANNEL_MARGIN, progress: Progress | None = None,
                    **quantize_options: Any) -> Graph:
     """:func:`quantizer.quantize_model`, then int16 activations for the ops ``int16``
     selects (``"none"``, ``"auto"``, or op / tensor names: see the module docstring), and
@@ -578,7 +589,9 @@ def quantize_mixed(graph: Graph, dataset: Iterable[Feed] | None = None, *,
     ``int16_grid``: ``"per_tensor"`` (one scale per int16 tensor) or ``"per_channel"``: one
     scale per channel of the last axis where every op around the tensor can take it
     (:mod:`libnpu.compiler.channel_grids`), from each channel's calibrated peak; the
-    choices of ``"auto"`` are measured with those grids. The metadata then has
+    choices of ``"auto"`` are measured with those grids; ``int16_channel_spread``: how many
+    times finer than its tensor's widest channel a channel's grid may be
+    (:data:`~libnpu.compiler.channel_grids.CHANNEL_SPREAD`). The metadata then has
     ``int16_grid`` and ``int16_per_channel_tensors`` (how many)."""
     from .quantizer import equalized, quantize_model, random_dataset
     selection = parse_selection(int16)
@@ -597,6 +610,9 @@ def quantize_mixed(graph: Graph, dataset: Iterable[Feed] | None = None, *,
         raise MixedPrecisionError(f"int16 headroom {int16_headroom!r}: expected a factor in [1, 16] or 'held-out'")
     if int16_grid not in INT16_GRIDS:
         raise MixedPrecisionError(f"int16 grid {int16_grid!r}: expected one of {', '.join(INT16_GRIDS)}")
+    for label, factor in (("spread", int16_channel_spread), ("margin", int16_channel_margin)):
+        if isinstance(factor, str) or not float(factor) >= 1.0:
+            raise MixedPrecisionError(f"int16 channel {label} {factor!r}: expected a factor >= 1")
     q = quantize_model(graph, data, progress=progress, **quantize_options)
     if isinstance(q.metadata.get("calibration"), dict):
         q.metadata["calibration"]["random"] = random
@@ -607,7 +623,8 @@ def quantize_mixed(graph: Graph, dataset: Iterable[Feed] | None = None, *,
     with stage(progress, "mixed precision"):
         q.metadata["int16_headroom"] = _headrooms(int16_headroom, q, opt, [] if random else data)
         if int16_grid == "per_channel":
-            q.metadata[CHANNEL_PEAKS] = channel_peaks(opt, data)
+            q.metadata[CHANNEL_PEAKS] = spread_limited(channel_peaks(opt, data), int16_channel_spread,
+                                                     int16_channel_margin)
         scores: dict[str, float] | None = None
         if selection == "auto":
             names, scores = choose_auto(opt, q, data, int16_target=int16_target, max_layers=max_int16_layers)

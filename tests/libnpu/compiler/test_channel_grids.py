@@ -9,7 +9,7 @@ import pytest
 
 import libnpu
 from firmware_sim.spec import ops as spec_ops
-from libnpu.compiler.channel_grids import MIN_CHANNEL_RATIO, channel_quant
+from libnpu.compiler.channel_grids import CHANNEL_MARGIN, CHANNEL_SPREAD, MIN_CHANNEL_RATIO, channel_quant, spread_limited
 from libnpu.compiler.float_ref import FloatInterpreter
 from libnpu.compiler.lower import lower
 from libnpu.compiler.mixed_precision import MixedPrecisionError, promotable, quantize_mixed
@@ -152,3 +152,19 @@ def test_channel_quant_floors_dead_channels() -> None:
     q = channel_quant(np.array([0.0, 1.0, 4.0]), 2.0, 4)
     assert q.axis == 3 and q.scale.dtype == np.float32
     np.testing.assert_allclose(q.scale, np.array([8 * MIN_CHANNEL_RATIO, 2, 8]) / 32767, rtol=1e-6)
+
+
+def test_channel_peaks_keep_a_margin_within_the_widest_channel() -> None:
+    peaks = {"t": np.array([0.0, 0.01, 0.2, 1.0, 4.0])}
+    got = spread_limited(peaks, spread=16.0, margin=2.0)["t"]
+    # at least the widest / 16, twice its own peak, never beyond the widest channel's
+    np.testing.assert_allclose(got, [0.25, 0.25, 0.4, 2.0, 4.0])
+    np.testing.assert_allclose(spread_limited(peaks, 1.0, 1.0)["t"], [4.0] * 5)   # spread 1: per tensor
+    assert CHANNEL_SPREAD >= 1 and CHANNEL_MARGIN >= 1
+
+
+def test_channel_options_are_checked(trunk) -> None:
+    graph, _, _ = trunk
+    for option in (dict(int16_channel_spread=0.5), dict(int16_channel_margin="wide")):
+        with pytest.raises(MixedPrecisionError, match="int16 channel"):
+            quantize_mixed(graph, _data(2, 0), int16="c1", int16_grid="per_channel", **option)
