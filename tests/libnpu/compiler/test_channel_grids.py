@@ -9,7 +9,13 @@ import pytest
 
 import libnpu
 from firmware_sim.spec import ops as spec_ops
-from libnpu.compiler.channel_grids import CHANNEL_MARGIN, CHANNEL_SPREAD, MIN_CHANNEL_RATIO, channel_quant, spread_limited
+from libnpu.compiler.channel_grids import (
+    CHANNEL_MARGIN,
+    CHANNEL_SPREAD,
+    MIN_CHANNEL_RATIO,
+    channel_quant,
+    spread_limited,
+)
 from libnpu.compiler.float_ref import FloatInterpreter
 from libnpu.compiler.lower import lower
 from libnpu.compiler.mixed_precision import MixedPrecisionError, promotable, quantize_mixed
