@@ -134,7 +134,7 @@ def _int16_args(p: argparse.ArgumentParser) -> None:
                         "the others (default 2)")
     p.add_argument("--int16-grid", choices=("per-tensor", "per-channel"),
                    help="int16 activation grids: one scale per tensor, or one per channel of the last axis where "
-                        "the ops around a tensor can take it (default per-tensor)")
+                        "the ops around a tensor can take it (default per-tensor; per-channel with --recipe accurate)")
 
 
 def _compile_args(p: argparse.ArgumentParser) -> None:
