@@ -13,7 +13,8 @@ quantized activation tensors, and reports the output's rms error:
 * tensor by tensor, each one's share of that error's variance (``--top`` rows): which
   tensors' grids are worth making finer;
 * the floors of other grids, with the same noise model: symmetric per tensor, asymmetric
-  per tensor and symmetric per channel, each spanning the calibrated range exactly.
+  per tensor and symmetric per channel, each spanning the calibrated range exactly, and
+  symmetric per channel with the compiler's int16 headroom (twice the range).
 
 Weights are the float graph's: this measures the activations alone (int16 weights leave
 little else on hand_recrop). Run from the repository root::
@@ -34,6 +35,7 @@ from benchmarks.models_in_the_wild import CALIBRATION, EVALUATION, RECIPE, pictu
 from libnpu.compiler.float_ref import evaluate
 from libnpu.compiler.frontend import load_model, to_int8_graph
 from libnpu.compiler.ir import Graph
+from libnpu.compiler.mixed_precision import INT16_HEADROOM
 from libnpu.compiler.optimize import optimize
 from libnpu.compiler.quantizer import equalized
 from libnpu.compiler.recipes import apply_recipe
@@ -72,18 +74,22 @@ def output_rms(graph: Graph, feeds: Sequence[Sequence[np.ndarray]], reference: S
 
 
 def grid_steps(quantized: Graph, float_graph: Graph) -> dict[str, np.ndarray]:
-    """The step of every quantized activation tensor the float graph also has."""
+    """The step of every quantized activation tensor the float graph also has (one per
+    channel for a per-channel int16 grid)."""
     made = {o for op in float_graph.ops for o in op.outputs}
     steps = {}
     for name in made:
         t = quantized.tensors.get(name)
         if t is not None and t.quant is not None and t.dtype in ("int8", "int16") and not t.is_constant:
-            steps[name] = np.asarray(float(t.quant.scale[0]))
+            steps[name] = np.asarray(t.quant.scale, np.float64) if t.quant.per_channel \
+                else np.asarray(float(t.quant.scale[0]))
     return steps
 
 
-def floors(float_graph: Graph, calibration: Sequence[Sequence[np.ndarray]], names: Sequence[str]) -> dict[str, Steps]:
-    """int16 steps spanning each tensor's calibrated range exactly, three ways."""
+def floors(float_graph: Graph, calibration: Sequence[Sequence[np.ndarray]], names: Sequence[str],
+           headroom: float = INT16_HEADROOM) -> dict[str, Steps]:
+    """int16 steps spanning each tensor's calibrated range exactly, three ways, and
+    symmetric per channel with ``headroom`` times the range (the compiler's int16 grids)."""
     rng = np.random.default_rng(0)
     lo: dict[str, float] = {}
     hi: dict[str, float] = {}
@@ -97,7 +103,8 @@ def floors(float_graph: Graph, calibration: Sequence[Sequence[np.ndarray]], name
             per_channel[n] = np.maximum(per_channel.get(n, peak), peak)
     return {"symmetric per tensor": {n: np.asarray(max(-lo[n], hi[n]) / 32767) for n in names},
             "asymmetric per tensor": {n: np.asarray((hi[n] - lo[n]) / 65535) for n in names},
-            "symmetric per channel": {n: per_channel[n] / 32767 for n in names}}
+            "symmetric per channel": {n: per_channel[n] / 32767 for n in names},
+            f"per channel, {headroom:g}x range": {n: headroom * per_channel[n] / 32767 for n in names}}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -133,9 +140,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"tensors by share of {out}'s error variance (sum of the shares alone: rms {np.sqrt(budget):.4g}):")
     for name in sorted(shares, key=shares.get, reverse=True)[:args.top]:  # type: ignore[arg-type]
         print(f"  {name:<36} {shares[name] / budget:6.3f}  step {float(np.max(steps[name])):.3g}")
-    print("floors (int16 grids spanning the calibrated range exactly):")
+    print("floors (int16 grids spanning the calibrated range exactly, and per channel with headroom):")
     for label, grid in floors(float_graph, calibration, list(steps)).items():
-        print(f"  {label:<24} {out} rms {output_rms(float_graph, pictures, reference, grid, args.draws)[out]:.4g}")
+        print(f"  {label:<26} {out} rms {output_rms(float_graph, pictures, reference, grid, args.draws)[out]:.4g}")
     return 0
 
 

@@ -4,7 +4,8 @@ numpy broadcasting (up to 6-D) and the 256 x 256 result tables of ``binary_table
 * ``prelu``: ``reference_ops::BroadcastPrelu4DSlow`` (x >= 0: one multiplier; x < 0:
   ``x * alpha`` through a second). Also int16 (x, alpha and output symmetric int16, zero
   points 0; LiteRT has no int16 PRELU): the same arithmetic with int16 bounds
-  (``|x * alpha| <= 2**30`` fits the int32 product).
+  (``|x * alpha| <= 2**30`` fits the int32 product); ``prelu_int16_per_channel``: the
+  same with each output channel's own multipliers and shifts.
 * ``squared_difference``: inputs scaled up by ``2**left_shift`` (7) to a common scale,
   subtracted, squared, rescaled.
 * ``sub``: ADD's arithmetic with the rescaled inputs subtracted.
@@ -30,10 +31,10 @@ from .fixedpoint import (
     wrap_int32,
 )
 from .gemmlowp import get_reciprocal
-from .int16x8 import INT16_MAX, INT16_MIN, check_zero_points, store_int16
+from .int16x8 import INT16_MAX, INT16_MIN, channel_columns, check_zero_points, store_int16
 from .output import broadcast_out_shape, check_act_range, check_int8_param, check_int_param, store_int8
 
-__all__ = ["prelu", "squared_difference", "sub", "maximum", "minimum", "div"]
+__all__ = ["prelu", "prelu_int16_per_channel", "squared_difference", "sub", "maximum", "minimum", "div"]
 
 Compute = Callable[..., np.ndarray]
 
@@ -84,16 +85,33 @@ def prelu(x: np.ndarray, alpha: np.ndarray, *, input1_zp: int, input2_zp: int, o
 
 
 def _prelu_int16(x: np.ndarray, alpha: np.ndarray, *, zero_points: tuple[int, int, int],
-                 multipliers: tuple[int, int], shifts: tuple[int, int], out: np.ndarray | None) -> np.ndarray:
+                 multipliers: tuple, shifts: tuple, out: np.ndarray | None) -> np.ndarray:
+    """int16 PRELU; the multipliers and shifts are ints or arrays along the output's last axis."""
     if alpha.dtype != np.int16:
         raise TypeError(f"input2 (alpha) must be int16 with an int16 input1, got {alpha.dtype}")
     check_zero_points(input1_zp=zero_points[0], input2_zp=zero_points[1], output_zp=zero_points[2])
-    s1, s2 = _shift("output_shift_1", shifts[0]), _shift("output_shift_2", shifts[1])
+    s1, s2 = (np.asarray(v, np.int64) for v in shifts)
+    for name, v in (("output_shift_1", s1), ("output_shift_2", s2)):
+        if np.any((v < -31) | (v > 30)):
+            raise InvalidCommand(f"{name} must be in [-31, 30]")
     shape = broadcast_out_shape(x, alpha, out, np.int16)
     xv = np.broadcast_to(x.astype(np.int64), shape)
-    pos = multiply_by_quantized_multiplier(xv, int(multipliers[0]), s1)
-    neg = multiply_by_quantized_multiplier(xv * alpha.astype(np.int64), int(multipliers[1]), s2)
+    pos = multiply_by_quantized_multiplier(xv, np.asarray(multipliers[0], np.int64), s1)
+    neg = multiply_by_quantized_multiplier(xv * alpha.astype(np.int64), np.asarray(multipliers[1], np.int64), s2)
     return store_int16(np.where(xv >= 0, pos, neg), 0, INT16_MIN, INT16_MAX, out)
+
+
+def prelu_int16_per_channel(x: np.ndarray, alpha: np.ndarray, *, params: np.ndarray, input1_zp: int = 0,
+                            input2_zp: int = 0, output_zp: int = 0, out: np.ndarray | None = None) -> np.ndarray:
+    """int16 PRELU whose output channel c (the last axis) uses ``params[c]``, int32
+    ``[channels, 4]``: ``spec.ops.PRELU16_CHANNEL_PARAMS`` (the int16 PRELU's arithmetic
+    with that channel's multipliers and shifts)."""
+    if x.dtype != np.int16:
+        raise TypeError(f"input1 must be int16, got {x.dtype}")
+    shape = broadcast_out_shape(x, alpha, out, np.int16)
+    m1, s1, m2, s2 = channel_columns(params, shape[-1] if shape else 1, 4)
+    return _prelu_int16(x, alpha, zero_points=(input1_zp, input2_zp, output_zp), multipliers=(m1, m2),
+                        shifts=(s1, s2), out=out)
 
 
 def _add_style(left_shift: int, max_left_shift: int, shifts: tuple[int, int, int],

@@ -32,7 +32,8 @@ from .output import broadcast_out_shape, check_act_range, check_int_param, emit
 __all__ = ["softmax_int16", "int16_lut", "lut_lookup_int16", "INT16_MIN", "INT16_MAX",
            "ADD_LEFT_SHIFT_INT16", "check_int16_param", "check_zero_points", "store_int16",
            "multiply_by_quantized_multiplier_int64", "conv2d_16x8", "depthwise_conv2d_16x8",
-           "fully_connected_16x8", "add_int16", "mul_int16", "requantize", "quantize_int16",
+           "fully_connected_16x8", "add_int16", "add_int16_per_channel", "channel_columns",
+           "mul_int16", "requantize", "quantize_int16",
            "dequantize_int16"]
 
 INT16_MIN, INT16_MAX = -(1 << 15), (1 << 15) - 1
@@ -238,19 +239,44 @@ def add_int16(a: np.ndarray, b: np.ndarray, *, left_shift: int, input1_multiplie
               output_multiplier: int, output_shift: int, act_min: int = INT16_MIN,
               act_max: int = INT16_MAX, out: np.ndarray | None = None) -> np.ndarray:
     """int16 ADD (zero points 0); parameters from ``spec.fixedpoint.add_params`` with
-    ``left_shift=15``."""
+    ``left_shift=15``. The multipliers and shifts may also be arrays along the output's
+    last axis (:func:`add_int16_per_channel`)."""
     _broadcast(a, b, out)
     act_min, act_max = _check_act(act_min, act_max)
     if not 0 <= left_shift <= 16:
         raise InvalidCommand("int16 ADD left_shift must be in [0, 16]")
-    if max(input1_shift, input2_shift, output_shift) > 0:
+    shifts = [np.asarray(v, np.int64) for v in (input1_shift, input2_shift, output_shift)]
+    if any(np.any(v > 0) for v in shifts):
         raise InvalidCommand("ADD shifts must be <= 0 (multipliers below one)")
-    s1 = multiply_by_quantized_multiplier(a.astype(np.int64) << left_shift, input1_multiplier,
-                                          input1_shift)
-    s2 = multiply_by_quantized_multiplier(b.astype(np.int64) << left_shift, input2_multiplier,
-                                          input2_shift)
-    raw = multiply_by_quantized_multiplier(wrap_int32(s1 + s2), output_multiplier, output_shift)
+    if any(np.any(np.asarray(m, np.int64) < 0) for m in (input1_multiplier, input2_multiplier, output_multiplier)):
+        raise InvalidCommand("ADD multipliers must be non-negative")
+    s1 = multiply_by_quantized_multiplier(a.astype(np.int64) << left_shift, input1_multiplier, shifts[0])
+    s2 = multiply_by_quantized_multiplier(b.astype(np.int64) << left_shift, input2_multiplier, shifts[1])
+    raw = multiply_by_quantized_multiplier(wrap_int32(s1 + s2), output_multiplier, shifts[2])
     return store_int16(raw, 0, act_min, act_max, out)
+
+
+def channel_columns(params: np.ndarray, channels: int, columns: int) -> list[np.ndarray]:
+    """The columns of a per-channel parameter array ``[channels, columns]`` (int32), after
+    checking its shape against the output's channel count."""
+    params = np.asarray(params)
+    if params.dtype != np.int32 or params.shape != (channels, columns):
+        raise InvalidCommand(f"per-channel parameters must be int32 ({channels}, {columns}), "
+                             f"got {params.dtype} {params.shape}")
+    return [params[:, k].astype(np.int64) for k in range(columns)]
+
+
+def add_int16_per_channel(a: np.ndarray, b: np.ndarray, *, left_shift: int, params: np.ndarray,
+                          act_min: int = INT16_MIN, act_max: int = INT16_MAX,
+                          out: np.ndarray | None = None) -> np.ndarray:
+    """int16 ADD whose output channel c (the last axis) is requantized with ``params[c]``,
+    int32 ``[channels, 6]``: ``spec.ops.ADD16_CHANNEL_PARAMS`` (:func:`add_int16`'s
+    arithmetic with that channel's multipliers and shifts)."""
+    shape = broadcast_out_shape(a, b, out, np.int16)
+    m1, s1, m2, s2, mo, so = channel_columns(params, shape[-1] if shape else 1, 6)
+    return add_int16(a, b, left_shift=left_shift, input1_multiplier=m1, input1_shift=s1, input2_multiplier=m2,
+                     input2_shift=s2, output_multiplier=mo, output_shift=so, act_min=act_min, act_max=act_max,
+                     out=out)
 
 
 def mul_int16(a: np.ndarray, b: np.ndarray, *, multiplier: int, shift: int,

@@ -376,3 +376,28 @@ _ARG = [
 ]
 ARG_MAX = register_task(OP_ARG_MAX, "ARG_MAX", _ARG)
 ARG_MIN = register_task(OP_ARG_MIN, "ARG_MIN", _ARG)
+
+# ---- int16 ADD / PRELU with one requantization per channel (opcodes 0x60, 0x61) ----
+# For int16 activations whose grids are per channel (symmetric, zero point 0, one scale per
+# index of the last axis): the same arithmetic as the int16 ADD / PRELU above, with the
+# multipliers and shifts of output channel c (the last axis of out_shape) read from an
+# int32 array [channels, k] at ``params`` (docs/hardware.md). Zero points must be 0; the
+# descriptor's ``channels`` must equal the output's last dimension.
+OP_ADD16_PER_CHANNEL = 0x60
+OP_PRELU16_PER_CHANNEL = 0x61
+__all__ += ["OP_ADD16_PER_CHANNEL", "OP_PRELU16_PER_CHANNEL", "ADD16_CHANNEL_PARAMS", "PRELU16_CHANNEL_PARAMS"]
+#: The columns of ADD16_PER_CHANNEL's parameter array (ADD's fields, left shift excepted).
+ADD16_CHANNEL_PARAMS = ("input1_multiplier", "input1_shift", "input2_multiplier", "input2_shift",
+                        "output_multiplier", "output_shift")
+#: The columns of PRELU16_PER_CHANNEL's parameter array (PRELU's fields).
+PRELU16_CHANNEL_PARAMS = ("output_multiplier_1", "output_shift_1", "output_multiplier_2", "output_shift_2")
+ADD16_PER_CHANNEL = register_task(OP_ADD16_PER_CHANNEL, "ADD16_PER_CHANNEL", _BINARY_SHAPES + [
+    ("params", "<u8"),         # int32 [channels, 6]: ADD16_CHANNEL_PARAMS
+    ("channels", "<u4"),
+    ("left_shift", "<i4"),     # 15 (spec.fixedpoint.ADD_LEFT_SHIFT_INT16)
+    ("act_min", "<i4"), ("act_max", "<i4"),
+])
+PRELU16_PER_CHANNEL = register_task(OP_PRELU16_PER_CHANNEL, "PRELU16_PER_CHANNEL", _BINARY_SHAPES + [
+    ("params", "<u8"),         # int32 [channels, 4]: PRELU16_CHANNEL_PARAMS
+    ("channels", "<u4"),       # input1: x (per-channel grid), input2: alpha (int16)
+])

@@ -96,6 +96,19 @@ def parse_binary(desc: np.void, params: tuple[str, ...]) -> tuple:
             {name: int(desc[name]) for name in params})
 
 
+def parse_binary_per_channel(desc: np.void, columns: int, params: tuple[str, ...]) -> tuple:
+    """An int16 binary descriptor with per-channel requantization (``ADD16_PER_CHANNEL``,
+    ``PRELU16_PER_CHANNEL``): :func:`parse_binary`'s operands, then ``(address, shape)``
+    of the int32 ``[channels, columns]`` parameter array (``channels`` checked against the
+    output's last dimension), then the ``params`` as ints. Zero points must be 0."""
+    int16_zero_points(desc, "input1_zp", "input2_zp", "output_zp")
+    a_at, b_at, out_at, kwargs = parse_binary(desc, params)
+    channels = int(desc["channels"])
+    if channels != out_at[1][-1]:
+        raise OpDescriptorError(f"channels {channels}: the output has {out_at[1][-1]} channels")
+    return a_at, b_at, out_at, (int(desc["params"]), (channels, columns)), kwargs
+
+
 def act_dtype(desc: np.void) -> type:
     """The activation type of a descriptor: int16 with ``OPF_INT16``, else int8."""
     return np.int16 if int(desc["flags"]) & ops.OPF_INT16 else np.int8

@@ -1,5 +1,6 @@
 """The elementwise unit: ADD, MUL and the (re/de)quantization ops QUANTIZE, REQUANTIZE,
-DEQUANTIZE (descriptors: ``spec.ops``), int8 or int16 (``OPF_INT16``, ``OPF_INT16_INPUT``)."""
+DEQUANTIZE (descriptors: ``spec.ops``), int8 or int16 (``OPF_INT16``, ``OPF_INT16_INPUT``),
+and ADD16_PER_CHANNEL (int16, one requantization per output channel)."""
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -9,7 +10,17 @@ import numpy as np
 from firmware_sim.kernels import elementwise, int16x8
 from firmware_sim.spec import ops
 
-from .common import Rerun, act_dtype, count, int16_zero_points, parse_binary, plan, prod, unit
+from .common import (
+    Rerun,
+    act_dtype,
+    count,
+    int16_zero_points,
+    parse_binary,
+    parse_binary_per_channel,
+    plan,
+    prod,
+    unit,
+)
 
 _ADD_PARAMS = ("input1_zp", "input2_zp", "output_zp", "left_shift", "input1_multiplier",
                "input1_shift", "input2_multiplier", "input2_shift", "output_multiplier",
@@ -54,6 +65,26 @@ def add(desc: np.void, dma) -> Rerun | None:
 @unit(ops.OP_MUL, _binary_cost)
 def mul(desc: np.void, dma) -> Rerun | None:
     return _binary(desc, dma, "mul", _MUL_PARAMS, int16x8.mul_int16)
+
+
+def int16_binary_cost(desc: np.void) -> tuple[int, int]:
+    def size(field: str) -> int:
+        return prod(desc[field][:int(desc["rank"])])
+    out = size("out_shape")
+    return out, (size("in1_shape") + size("in2_shape") + out) * 2
+
+
+@unit(ops.OP_ADD16_PER_CHANNEL, int16_binary_cost)
+def add16_per_channel(desc: np.void, dma) -> None:
+    """int16 ADD, output channel c requantized with row c of the ``params`` array."""
+    a_at, b_at, out_at, params_at, kwargs = plan(
+        "add16_per_channel", desc,
+        lambda d: parse_binary_per_channel(d, len(ops.ADD16_CHANNEL_PARAMS), ("left_shift", "act_min", "act_max"))
+    ).fields
+    int16x8.add_int16_per_channel(dma.read_array(a_at[0], np.int16, a_at[1]),
+                                  dma.read_array(b_at[0], np.int16, b_at[1]),
+                                  params=dma.read_array(params_at[0], np.int32, params_at[1]),
+                                  out=dma.write_array(out_at[0], np.int16, out_at[1]), **kwargs)
 
 
 def flat_cost(in_bytes: int, out_bytes: int, extra: int = 0) -> Callable[[np.void], tuple[int, int]]:

@@ -1,4 +1,4 @@
-"""The math unit: PRELU, SQUARED_DIFFERENCE, SUB, MAXIMUM, MINIMUM, DIV (broadcasting
+"""The math unit: PRELU (also PRELU16_PER_CHANNEL), SQUARED_DIFFERENCE, SUB, MAXIMUM, MINIMUM, DIV (broadcasting
 binary ops), HARD_SWISH, LEAKY_RELU, RSQRT, ABS (unary integer formulas) and the row ops
 L2_NORMALIZATION and LOG_SOFTMAX (descriptors: ``spec.ops``)."""
 from __future__ import annotations
@@ -8,8 +8,8 @@ import numpy as np
 from firmware_sim.kernels import binary, normalization, unary
 from firmware_sim.spec import ops
 
-from .common import act_dtype, count, dims, parse_binary, plan, prod, unit
-from .elementwise import flat_cost
+from .common import act_dtype, count, dims, parse_binary, parse_binary_per_channel, plan, prod, unit
+from .elementwise import flat_cost, int16_binary_cost
 
 
 def _binary(desc: np.void, dma, kind: str, params: tuple[str, ...], kernel, dtype: type = np.int8) -> None:
@@ -37,6 +37,18 @@ def prelu(desc: np.void, dma) -> None:
     """int8, or int16 with ``OPF_INT16`` (x, alpha and output)."""
     _binary(desc, dma, "prelu", _ZPS + ("output_multiplier_1", "output_shift_1", "output_multiplier_2",
                                         "output_shift_2"), binary.prelu, act_dtype(desc))
+
+
+@unit(ops.OP_PRELU16_PER_CHANNEL, int16_binary_cost)
+def prelu16_per_channel(desc: np.void, dma) -> None:
+    """int16 PRELU, output channel c with row c of the ``params`` array."""
+    a_at, b_at, out_at, params_at, _ = plan(
+        "prelu16_per_channel", desc, lambda d: parse_binary_per_channel(d, len(ops.PRELU16_CHANNEL_PARAMS), ())
+    ).fields
+    binary.prelu_int16_per_channel(dma.read_array(a_at[0], np.int16, a_at[1]),
+                                   dma.read_array(b_at[0], np.int16, b_at[1]),
+                                   params=dma.read_array(params_at[0], np.int32, params_at[1]),
+                                   out=dma.write_array(out_at[0], np.int16, out_at[1]))
 
 
 @unit(ops.OP_SQUARED_DIFFERENCE, _binary_cost)

@@ -40,7 +40,8 @@ def user_cache_dir() -> Path:
 #: 5: int16 tensors get twice their calibration range; int64 biases from the float biases.
 #: 6: GPTQ rounds a layer's bias last, taking up the weights' error (``--recipe accurate``).
 #: 7: ``gptq`` rounds the weights only again; the bias column is ``gptq-bias``.
-COMPILER_REVISION = 7
+#: 8: ``--recipe accurate`` gives int16 activations per-channel grids (``int16_grid``).
+COMPILER_REVISION = 8
 
 
 def cache_key(model: bytes, options: Mapping[str, Any] | None = None) -> str:

@@ -19,6 +19,7 @@ import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
 from . import registry
+from .folding import folded_input_scales, weight_fold
 from .ir import Graph, IRError, Op, Tensor
 
 __all__ = ["FloatInterpreter", "run_float", "evaluate", "has_reference", "activation", "pad_nhwc",
@@ -90,6 +91,14 @@ class FloatInterpreter:
                 raise IRError(f"float reference: unsupported op {op.describe()}")
         self.graph = graph
         self._consts = {t.name: _to_real(t, t.data) for t in graph.constants()}
+        # Weights that carry their per-channel input's scales (libnpu.compiler.folding):
+        # the real weights are the stored ones divided by those scales.
+        self._unfolded: dict[int, np.ndarray] = {}
+        for k, op in enumerate(graph.ops):
+            scales = folded_input_scales(graph, op)
+            if scales is not None:
+                w = self._consts[op.inputs[1]]
+                self._unfolded[k] = (w / weight_fold(op.type, w.shape, scales)).astype(np.float32)
 
     def run(self, feeds: Mapping[str, np.ndarray] | Iterable[np.ndarray], *,
             keep: bool | Iterable[str] = False) -> dict[str, np.ndarray]:
@@ -113,8 +122,10 @@ class FloatInterpreter:
         for state in g.states:        # its value from the previous call if given, else its initial one
             t = g.tensors[state.input]
             env[state.input] = _to_real(t, np.asarray(feeds.get(state.input, state.initial)).reshape(t.shape))
-        for op in g.ops:
+        for k, op in enumerate(g.ops):
             ins = [env[i] if i else None for i in op.inputs]
+            if k in self._unfolded:
+                ins[1] = self._unfolded[k]
             out_t = g.tensors[op.outputs[0]]
             try:
                 y = evaluate(op, ins, out_t)

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from . import registry
+from .folding import CHANNEL_GRID_OPS
 from .ir import Graph, IRError
 from .progress import Progress, stage
 
@@ -52,7 +53,10 @@ def check_int8(graph: Graph) -> None:
                     and registry.get(op.type, "index_output"):
                 continue
             if t.dtype == "int16" and registry.get(op.type, "int16"):
-                if t.quant is None or t.quant.per_channel or int(t.quant.zero_point[0]) != 0:
+                # per channel (last axis) only inside the graph, around the ops that take it
+                channel_grid = t.quant is not None and t.quant.per_channel and op.type in CHANNEL_GRID_OPS \
+                    and t.quant.axis == len(t.shape) - 1 and n not in graph.inputs and n not in graph.outputs
+                if t.quant is None or (t.quant.per_channel and not channel_grid) or np.any(t.quant.zero_point != 0):
                     raise NotInt8Error(f"{op.describe()}: int16 tensor {n!r} must be quantized "
                                        "per tensor with zero point 0")
                 continue
@@ -134,7 +138,8 @@ def to_int8_graph(model: str | os.PathLike | bytes | Graph,
         from .quantizer import quantize_model
         options = {k: v for k, v in quantize_options.items()
                    if k not in ("int16", "int16_target", "max_int16_layers", "int16_weights",
-                                "int16_weights_target", "int16_headroom")}
+                                "int16_weights_target", "int16_headroom", "int16_grid",
+                                "int16_channel_spread", "int16_channel_margin")}
         q = quantize_model(graph, dataset, progress=progress, **options)
     check_int8(q)
     return q

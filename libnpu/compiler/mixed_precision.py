@@ -38,14 +38,26 @@ from typing import Any
 import numpy as np
 
 from . import registry
+from .channel_grids import (
+    CHANNEL_MARGIN,
+    CHANNEL_MOVING,
+    CHANNEL_SPREAD,
+    INT16_GRIDS,
+    channel_peaks,
+    channel_quant,
+    moved_quant,
+    per_channel_tensors,
+    spread_limited,
+)
 from .float_ref import FloatInterpreter
+from .folding import weight_fold
 from .ir import Graph, IRError, Op, QuantParams, Tensor
 from .optimize import optimize
 from .progress import Progress, stage
 
 __all__ = ["MixedPrecisionError", "int16_quant", "promotable", "promote", "output_scores",
            "choose_auto", "choose_weights16", "quantize_mixed", "parse_selection", "DEFAULT_TARGET",
-           "WEIGHTS16_TARGET", "INT16_HEADROOM", "HELD_OUT_MARGIN", "held_out_headroom"]
+           "WEIGHTS16_TARGET", "INT16_HEADROOM", "HELD_OUT_MARGIN", "held_out_headroom", "CHANNEL_PEAKS"]
 
 INT16_MAX = 32767
 DEFAULT_TARGET = 0.99
@@ -56,6 +68,9 @@ DEFAULT_TARGET = 0.99
 #: all-int16 activations with float weights were 0.059 and 1.56 off on the evaluation
 #: pictures with the bare range, 0.004 and 0.23 with twice it (float simulation).
 INT16_HEADROOM = 2.0
+#: The graph metadata key under which quantize_mixed keeps each tensor's calibrated
+#: channel peaks while it chooses (``int16_grid="per_channel"``): promote reads them.
+CHANNEL_PEAKS = "int16_channel_peaks"
 #: With calibration data, each tensor's headroom is what its own calibration pictures show
 #: instead (:func:`held_out_headroom`): ``HELD_OUT_MARGIN`` times the most that one picture
 #: exceeded the range of the others, at most ``INT16_HEADROOM``.
@@ -222,7 +237,8 @@ BIAS16_BITS = 44
 MIN_MULTIPLIER = 2.0 ** -31
 
 
-def _int16_weights(g: Graph, op: Op, src: Graph, in_scale: float, out_scale: float) -> None:
+def _int16_weights(g: Graph, op: Op, src: Graph, in_scale: float, out_scale: float | np.ndarray,
+                   fold: np.ndarray | None = None) -> None:
     """Replace the op's int8 weights by int16 ones (a16w16): symmetric, per channel on the
     same axis, ``max |w| / 32767`` steps, rounded to nearest from the float graph's weights.
 
@@ -230,11 +246,15 @@ def _int16_weights(g: Graph, op: Op, src: Graph, in_scale: float, out_scale: flo
     ``MIN_MULTIPLIER`` (flushed to 0 on the chip) or its int64 bias above 2**``BIAS16_BITS``
     (the sums saturate at 2**47): hand_landmark_full's dead channels (weights ~1e-9, biases
     ~1) did both, and its handedness went 0.15 off on the device. Those channels' weights
-    round to a few steps or none, as they would in int8."""
+    round to a few steps or none, as they would in int8. ``fold``: the channel scales of a
+    per-channel input, multiplied into the float weights first (:mod:`libnpu.compiler.folding`;
+    ``in_scale`` is then 1); ``out_scale`` one per output channel or one."""
     name = op.inputs[1]
     if name not in src.tensors or src.tensors[name].quant is not None:
         raise MixedPrecisionError(f"int16 weights: {op.describe()} has no float weights to requantize")
     w = np.asarray(src.tensors[name].data, np.float64)
+    if fold is not None:
+        w = w * weight_fold(op.type, w.shape, fold)
     q8 = _quant(g, name)
     if q8.per_channel:
         axis = q8.axis
@@ -252,6 +272,22 @@ def _int16_weights(g: Graph, op: Op, src: Graph, in_scale: float, out_scale: flo
     shape = qp.broadcast_shape(w.ndim)
     data = np.clip(np.round(w / scale.astype(np.float64).reshape(shape)), -INT16_MAX, INT16_MAX)
     g.tensors[name] = Tensor(name, g.tensors[name].shape, "int16", qp, data.astype(np.int16))
+
+
+def _fold_into_int8_weights(g: Graph, op: Op, scales: np.ndarray) -> None:
+    """Multiply a per-channel input's ``scales`` into the weight scales of a DEPTHWISE_CONV_2D
+    with int8 weights (each output channel reads one input channel: no integer weight changes)."""
+    name = op.inputs[1]
+    t = g.tensors[name]
+    q = _quant(g, name)
+    factor = weight_fold(op.type, t.shape, scales).reshape(-1)
+    scale = (np.broadcast_to(q.scale.astype(np.float64), factor.shape) * factor).astype(np.float32)
+    g.tensors[name] = Tensor(name, t.shape, t.dtype, QuantParams(scale, np.zeros(scale.size, np.int64),
+                                                                 len(t.shape) - 1), t.data)
+
+
+def _headroom(g: Graph, name: str) -> float:
+    return float(g.metadata.get("int16_headroom", {}).get(name, INT16_HEADROOM))
 
 
 def promote(graph: Graph, names: Iterable[str], src: Graph | None = None,
@@ -279,6 +315,8 @@ def promote(graph: Graph, names: Iterable[str], src: Graph | None = None,
             raise MixedPrecisionError("int16 weights need the float graph (src)")
     if not chosen:
         return g
+    peaks = g.metadata.get(CHANNEL_PEAKS)
+    per_channel = per_channel_tensors(g, chosen, wide, peaks) if peaks else set()
     producer = {o: op for op in g.ops for o in op.outputs}
     consumers: dict[str, list[Op]] = {}
     for op in g.ops:
@@ -304,20 +342,28 @@ def promote(graph: Graph, names: Iterable[str], src: Graph | None = None,
                 if i not in int16_of:
                     int16_of[i] = _convert_to_int16(g, i, producer, new_ops)
                 ins[k] = int16_of[i]
-        if weight_axis is not None:
-            if id(op) in wide:
-                out_scale = float(_int16_of(g, op.outputs[0]).scale[0])
-                _int16_weights(g, op, src, float(_quant(g, ins[0]).scale[0]), out_scale)  # type: ignore[arg-type]
-                widened.append(op.name)
-            _int64_bias(g, op, float(_quant(g, ins[0]).scale[0]), src, float_only=id(op) in wide)
         out = op.outputs[0]
         t8 = g.tensors[out]
-        if registry.get(op.type, "fixed_output") is not None:
+        if out in per_channel and op.type in CHANNEL_MOVING:
+            quant = moved_quant(op, _quant(g, ins[0]), g.tensors[ins[0]].shape, t8)
+        elif out in per_channel:
+            quant = channel_quant(peaks[out], _headroom(g, out), len(t8.shape))
+        elif registry.get(op.type, "fixed_output") is not None:
             quant = _SCALE_2_POW_15  # the int16 spec's fixed output (SOFTMAX)
         elif registry.get(op.type, "same_scale"):
             quant = _quant(g, ins[0])
         else:
             quant = _int16_of(g, out)
+        if weight_axis is not None:
+            in_quant = _quant(g, ins[0])
+            fold = in_quant.scale.astype(np.float64) if in_quant.per_channel else None
+            in_scale = 1.0 if fold is not None else float(in_quant.scale[0])
+            if id(op) in wide:
+                _int16_weights(g, op, src, in_scale, quant.scale.astype(np.float64), fold)  # type: ignore[arg-type]
+                widened.append(op.name)
+            elif fold is not None:
+                _fold_into_int8_weights(g, op, fold)
+            _int64_bias(g, op, in_scale, src, float_only=id(op) in wide)
         after: list[Op] = []
         int8_users = [c for c in consumers.get(out, []) if id(c) not in chosen and c.type != "DEQUANTIZE"]
         if out in g.outputs:  # an int8 graph output stays int8
@@ -524,7 +570,9 @@ def quantize_mixed(graph: Graph, dataset: Iterable[Feed] | None = None, *,
                    int16: str | Iterable[str] | None = "auto", int16_target: float = DEFAULT_TARGET,
                    max_int16_layers: int | None = None, int16_weights: str | Iterable[str] | None = "none",
                    int16_weights_target: float = WEIGHTS16_TARGET, int16_headroom: float | str = INT16_HEADROOM,
-                   progress: Progress | None = None, **quantize_options: Any) -> Graph:
+                   int16_grid: str = "per_tensor", int16_channel_spread: float = CHANNEL_SPREAD,
+                   int16_channel_margin: float = CHANNEL_MARGIN, progress: Progress | None = None,
+                   **quantize_options: Any) -> Graph:
     """:func:`quantizer.quantize_model`, then int16 activations for the ops ``int16``
     selects (``"none"``, ``"auto"``, or op / tensor names: see the module docstring), and
     int16 weights for those of them ``int16_weights`` selects (``"none"``, ``"auto"``:
@@ -536,7 +584,15 @@ def quantize_mixed(graph: Graph, dataset: Iterable[Feed] | None = None, *,
 
     ``int16_headroom``: how far an int16 grid reaches beyond its tensor's calibrated range,
     a factor for every tensor or ``"held-out"``: each tensor's own, from its calibration
-    samples (:func:`held_out_headroom`; ``INT16_HEADROOM`` without calibration data)."""
+    samples (:func:`held_out_headroom`; ``INT16_HEADROOM`` without calibration data).
+
+    ``int16_grid``: ``"per_tensor"`` (one scale per int16 tensor) or ``"per_channel"``: one
+    scale per channel of the last axis where every op around the tensor can take it
+    (:mod:`libnpu.compiler.channel_grids`), from each channel's calibrated peak; the
+    choices of ``"auto"`` are measured with those grids; ``int16_channel_spread``: how many
+    times finer than its tensor's widest channel a channel's grid may be
+    (:data:`~libnpu.compiler.channel_grids.CHANNEL_SPREAD`). The metadata then has
+    ``int16_grid`` and ``int16_per_channel_tensors`` (how many)."""
     from .quantizer import equalized, quantize_model, random_dataset
     selection = parse_selection(int16)
     wide = parse_selection(int16_weights)
@@ -552,6 +608,11 @@ def quantize_mixed(graph: Graph, dataset: Iterable[Feed] | None = None, *,
     report = quantize_options.pop("layer_report", False) if selection != "none" else False
     if int16_headroom != "held-out" and (isinstance(int16_headroom, str) or not 1.0 <= float(int16_headroom) <= 16.0):
         raise MixedPrecisionError(f"int16 headroom {int16_headroom!r}: expected a factor in [1, 16] or 'held-out'")
+    if int16_grid not in INT16_GRIDS:
+        raise MixedPrecisionError(f"int16 grid {int16_grid!r}: expected one of {', '.join(INT16_GRIDS)}")
+    for label, factor in (("spread", int16_channel_spread), ("margin", int16_channel_margin)):
+        if isinstance(factor, str) or not float(factor) >= 1.0:
+            raise MixedPrecisionError(f"int16 channel {label} {factor!r}: expected a factor >= 1")
     q = quantize_model(graph, data, progress=progress, **quantize_options)
     if isinstance(q.metadata.get("calibration"), dict):
         q.metadata["calibration"]["random"] = random
@@ -561,6 +622,9 @@ def quantize_mixed(graph: Graph, dataset: Iterable[Feed] | None = None, *,
         return q
     with stage(progress, "mixed precision"):
         q.metadata["int16_headroom"] = _headrooms(int16_headroom, q, opt, [] if random else data)
+        if int16_grid == "per_channel":
+            q.metadata[CHANNEL_PEAKS] = spread_limited(channel_peaks(opt, data), int16_channel_spread,
+                                                     int16_channel_margin)
         scores: dict[str, float] | None = None
         if selection == "auto":
             names, scores = choose_auto(opt, q, data, int16_target=int16_target, max_layers=max_int16_layers)
@@ -576,6 +640,11 @@ def quantize_mixed(graph: Graph, dataset: Iterable[Feed] | None = None, *,
         if scores is not None:
             result.metadata["int16_output_score"] = {k: round(v, 6) for k, v in scores.items()}
     result.metadata.setdefault("int16_layers", [])
+    if result.metadata.pop(CHANNEL_PEAKS, None) is not None:
+        result.metadata["int16_grid"] = int16_grid
+        result.metadata["int16_per_channel_tensors"] = sum(
+            1 for t in result.tensors.values() if t.dtype == "int16" and not t.is_constant
+            and t.quant is not None and t.quant.per_channel)
     result.metadata.pop("layer_errors", None)
     headroom = result.metadata.pop("int16_headroom", {})
     promoted_outputs = [t.name for t in result.tensors.values() if t.dtype == "int16" and not t.is_constant]

@@ -14,10 +14,11 @@ import numpy as np
 from firmware_sim.spec import fixedpoint as fp
 
 from . import registry
+from .folding import folded_input_scales
 from .ir import Graph, IRError, Op
 
 __all__ = ["op_params", "lowerable", "ACTIVATION_CODES", "qp", "act_range", "window", "weighted",
-           "rescale"]
+           "rescale", "channel_scales"]
 
 ACTIVATION_CODES = {"NONE": fp.ACT_NONE, "RELU": fp.ACT_RELU, "RELU6": fp.ACT_RELU6,
                     "RELU_N1_TO_1": fp.ACT_RELU_N1_TO_1}
@@ -29,6 +30,17 @@ def qp(g: Graph, name: str) -> tuple[float, int]:
     if t.quant is None:
         raise IRError(f"tensor {name!r} has no quantization")
     return float(t.quant.scale[0]), int(t.quant.zero_point[0])
+
+
+def channel_scales(g: Graph, name: str, channels: int) -> np.ndarray | None:
+    """The scales of a per-channel tensor (one per index of its last axis, ``channels`` of
+    them), or None when it has one scale."""
+    t = g.tensors[name]
+    if t.quant is None or not t.quant.per_channel:
+        return None
+    if t.quant.scale.size != channels or t.quant.axis != len(t.shape) - 1:
+        raise IRError(f"tensor {name!r}: per-channel scales must be {channels}, on its last axis")
+    return t.quant.scale
 
 
 def act_range(g: Graph, op: Op) -> dict[str, int]:
@@ -48,11 +60,21 @@ def window(g: Graph, op: Op) -> dict[str, Any]:
 
 
 def weighted(g: Graph, op: Op) -> dict[str, Any]:
-    """Zero points and (per-channel) requantization of an op with weights (input 1)."""
-    in_s, in_z = qp(g, op.inputs[0])
+    """Zero points and (per-channel) requantization of an op with weights (input 1).
+
+    A per-channel int16 input's scales are in the weights (:mod:`libnpu.compiler.folding`):
+    its effective scale is 1. A per-channel int16 output gives each channel its own
+    ``in * w[o] / out[o]``."""
+    folded = folded_input_scales(g, op) is not None
+    in_s, in_z = (1.0, 0) if folded else qp(g, op.inputs[0])
     out_s, out_z = qp(g, op.outputs[0])
     w = g.tensors[op.inputs[1]]
-    scale = fp.effective_scale(in_s, w.quant.scale, out_s)
+    out_q = g.tensors[op.outputs[0]].quant
+    if out_q is not None and out_q.per_channel:
+        w_scales = np.broadcast_to(w.quant.scale, out_q.scale.shape)
+        scale = np.concatenate([fp.effective_scale(in_s, ws, os) for ws, os in zip(w_scales, out_q.scale)])
+    else:
+        scale = fp.effective_scale(in_s, w.quant.scale, out_s)
     mult, shift = fp.quantize_multiplier_array(scale)
     return dict(input_zp=in_z, output_zp=out_z, multiplier=mult, shift=shift, scale=scale,
                 **act_range(g, op))

@@ -249,4 +249,8 @@ def export_tflite(graph: Graph) -> bytes:
         if registry.get(op.type, "weight_axis") is not None and graph.tensors[op.inputs[1]].dtype == "int16":
             raise TFLiteExportError(f"{op.describe()}: int16 weights (a16w16) are the chip's own mode, with no "
                                     "TFLite kernel; export without them (int16_weights none)")
+    for t in graph.tensors.values():
+        if t.dtype == "int16" and not t.is_constant and t.quant is not None and t.quant.per_channel:
+            raise TFLiteExportError(f"tensor {t.name!r}: per-channel int16 activations are the chip's own mode, "
+                                    "with no TFLite kernel; export with int16_grid per_tensor")
     return _Writer(graph).build()

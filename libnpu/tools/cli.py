@@ -132,6 +132,9 @@ def _int16_args(p: argparse.ArgumentParser) -> None:
                    help="how far int16 grids reach beyond the calibrated range: a factor in [1, 16] for every "
                         "tensor, or 'held-out': each tensor's own, from how far one calibration sample exceeds "
                         "the others (default 2)")
+    p.add_argument("--int16-grid", choices=("per-tensor", "per-channel"),
+                   help="int16 activation grids: one scale per tensor, or one per channel of the last axis where "
+                        "the ops around a tensor can take it (default per-tensor; per-channel with --recipe accurate)")
 
 
 def _compile_args(p: argparse.ArgumentParser) -> None:

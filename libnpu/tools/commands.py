@@ -218,6 +218,11 @@ def _int16_options(args: argparse.Namespace, recipe: str = "default") -> dict[st
             _require(1.0 <= factor <= 16.0, "--int16-headroom is a factor in [1, 16] or 'held-out'")
             headroom = factor
         options["int16_headroom"] = headroom
+    grid = getattr(args, "int16_grid", None)
+    if grid is not None:
+        if selection == "none":
+            raise UsageError("--int16-grid needs int16 activations (--int16)")
+        options["int16_grid"] = grid.replace("-", "_")
     if selection == "none":
         if getattr(args, "int16_target", None) is not None or getattr(args, "int16_max_layers", None) is not None:
             raise UsageError("--int16-target and --int16-max-layers need --int16 auto")

@@ -246,3 +246,26 @@ def outlier_channel(seed: int = 5) -> onnx.ModelProto:
     b.node("Relu", ["c1"], "r1")
     b.node("Conv", ["r1", b.const("w2", w2), b.weight("b2", 4, scale=.1)], "y")
     return b.model("outlier_channel", {"x": [1, 4, 8, 8]}, {"y": [1, 4, 8, 8]})
+
+
+def channel_trunk(seed: int = 9) -> onnx.ModelProto:
+    """A residual trunk whose channels differ in range (some ~20x narrower than others), as
+    mediapipe's hand_recrop: conv, PRelu, 1x1 conv added back, depthwise conv, max pool,
+    channel padding (8 -> 12), 1x1 conv added back, 1x1 conv out. Input [1, 3, 8, 8]."""
+    b = _Builder(seed)
+    gains = np.array([1, 1, 1, 1, .05, .05, .05, .05], np.float32)
+    w1 = b.rng.standard_normal((8, 3, 3, 3)).astype(np.float32) * 0.4 * gains[:, None, None, None]
+    w2 = b.rng.standard_normal((8, 8, 1, 1)).astype(np.float32) * 0.3 * gains[:, None, None, None]
+    dw = b.rng.standard_normal((8, 1, 3, 3)).astype(np.float32) * 0.3 / gains[:, None, None, None] ** 0.5
+    slope = b.rng.uniform(0.05, 0.3, (8, 1, 1)).astype(np.float32)
+    b.node("Conv", ["x", b.const("w1", w1), b.weight("b1", 8, scale=.01)], "c1", pads=[1, 1, 1, 1])
+    b.node("PRelu", ["c1", b.const("slope", slope)], "p1")
+    b.node("Conv", ["p1", b.const("w2", w2), b.weight("b2", 8, scale=.01)], "c2")
+    b.node("Add", ["p1", "c2"], "a1")
+    b.node("Conv", ["a1", b.const("dw", dw), b.weight("bd", 8, scale=.01)], "d1", pads=[1, 1, 1, 1], group=8)
+    b.node("MaxPool", ["d1"], "m1", kernel_shape=[2, 2], strides=[2, 2])
+    b.node("Pad", ["m1", b.const("pads", np.array([0, 0, 0, 0, 0, 4, 0, 0], np.int64))], "q1")
+    b.node("Conv", ["q1", b.weight("w3", 12, 12, 1, 1, scale=.2), b.weight("b3", 12, scale=.01)], "c3")
+    b.node("Add", ["q1", "c3"], "a2")
+    b.node("Conv", ["a2", b.weight("w4", 4, 12, 1, 1), b.weight("b4", 4, scale=.1)], "y")
+    return b.model("channel_trunk", {"x": [1, 3, 8, 8]}, {"y": [1, 4, 4, 4]})

@@ -8,11 +8,12 @@ import numpy as np
 import tflite
 
 from firmware_sim.spec import fixedpoint as fp
+from firmware_sim.spec import ops as spec_ops
 
 from .. import onnx_import, qparams, tflite_import
 from ..ir import IRError
 from ..registry import Operator, onnx, register, tflite_options
-from .elementwise import _export, _float, _lower, _scales, _tflite
+from .elementwise import _export, _float, _lower, _scales, _tflite, channel_rows
 
 _f32 = np.float32
 
@@ -62,6 +63,9 @@ def _export_plain(wr, op, outs) -> None:
 
 def _prelu_params(g, op) -> dict:
     (s1, _), (s2, _), (so, _) = _scales(g, op)
+    rows = channel_rows(g, op, spec_ops.PRELU16_CHANNEL_PARAMS, prelu_params)
+    if rows is not None:   # PRELU16_PER_CHANNEL
+        return dict(_zps(g, op), channel_params=rows)
     return dict(_zps(g, op), **prelu_params(s1, s2, so))
 
 

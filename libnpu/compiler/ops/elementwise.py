@@ -9,6 +9,7 @@ import onnx as onnx_proto
 import tflite
 
 from firmware_sim.spec import fixedpoint as fp
+from firmware_sim.spec import ops as spec_ops
 
 from .. import float_ref, onnx_import, qparams, tflite_export, tflite_import
 from ..ir import Op
@@ -31,10 +32,31 @@ def _scales(g, op):
     return [qparams.qp(g, n) for n in (*op.inputs, op.outputs[0])]
 
 
+def channel_rows(g, op, columns: tuple[str, ...], params) -> np.ndarray | None:
+    """For an int16 op with a per-channel grid among its activations (ADD, PRELU): one row
+    of ``columns`` per output channel, ``params(s1, s2, so)`` of that channel's scales
+    (an operand with one scale repeats it); None when every grid has one scale."""
+    out = g.tensors[op.outputs[0]]
+    if out.dtype != "int16" or not out.shape:
+        return None
+    channels = out.shape[-1]
+    names = (*op.inputs[:2], op.outputs[0])
+    found = [qparams.channel_scales(g, n, channels) for n in names]
+    if all(f is None for f in found):
+        return None
+    scales = [f if f is not None else np.repeat(g.tensors[n].quant.scale[:1], channels) for f, n in zip(found, names)]
+    rows = [params(float(a), float(b), float(o)) for a, b, o in zip(*scales)]
+    return np.array([[r[k] for k in columns] for r in rows], np.int32)
+
+
 def _add_params(g, op) -> dict:
     (s1, z1), (s2, z2), (so, zo) = _scales(g, op)
     int16 = g.tensors[op.outputs[0]].dtype == "int16"  # TFLite's general int16 path shifts by 15
     shift = fp.ADD_LEFT_SHIFT_INT16 if int16 else fp.ADD_LEFT_SHIFT
+    rows = channel_rows(g, op, spec_ops.ADD16_CHANNEL_PARAMS, lambda a, b, o: fp.add_params(a, b, o, shift))
+    if rows is not None:   # ADD16_PER_CHANNEL
+        return dict(input1_zp=z1, input2_zp=z2, output_zp=zo, left_shift=shift, channel_params=rows,
+                    **qparams.act_range(g, op))
     return dict(input1_zp=z1, input2_zp=z2, output_zp=zo, **fp.add_params(s1, s2, so, shift),
                 **qparams.act_range(g, op))
 
@@ -45,14 +67,24 @@ def _mul_params(g, op) -> dict:
     return dict(input1_zp=z1, input2_zp=z2, output_zp=zo, multiplier=m, shift=sh, **qparams.act_range(g, op))
 
 
-def _lower(low, op, p):
+def lower_binary(low, op, p):
+    """A broadcasting binary descriptor named like the op, or with per-channel parameter rows
+    (``channel_params``) the op's ``*16_PER_CHANNEL`` descriptor with the rows as a constant."""
     from ..lower import Emitted, pad_rank
     out = low.shape(op.outputs[0])
     rank = len(out)
     shapes = [(1,) * (rank - len(low.shape(i))) + tuple(low.shape(i)) for i in op.inputs]
     fields = dict(p, rank=rank, in1_shape=pad_rank(shapes[0]), in2_shape=pad_rank(shapes[1]),
                   out_shape=pad_rank(out))
-    return Emitted(op.type, 0, fields, dict(input1=op.inputs[0], input2=op.inputs[1], output=op.outputs[0]))
+    operands = dict(input1=op.inputs[0], input2=op.inputs[1], output=op.outputs[0])
+    rows = fields.pop("channel_params", None)
+    if rows is None:
+        return Emitted(op.type, 0, fields, operands)
+    return Emitted(f"{op.type}16_PER_CHANNEL", 0, dict(fields, channels=rows.shape[0]), operands,
+                   dict(params=low.const(op, "channel_params", rows)))
+
+
+_lower = lower_binary
 
 
 def _export(options: str):

@@ -22,10 +22,11 @@ def test_a_recipe_fills_only_the_options_left_unset() -> None:
     assert apply_recipe({}) == {}
     assert apply_recipe({"recipe": "default", "method": "mse"}) == {"method": "mse"}
     assert apply_recipe({"recipe": "accurate"}) == RECIPES["accurate"] == \
-        {"weight_rounding": "gptq", "int16": "auto", "int16_target": 0.999, "int16_weights": "auto", "equalize": True}
+        {"weight_rounding": "gptq", "int16": "auto", "int16_target": 0.999, "int16_weights": "auto", "equalize": True,
+         "int16_grid": "per_channel"}
     assert apply_recipe({"recipe": "accurate", "int16": "none", "method": "mse"}) == \
         {"weight_rounding": "gptq", "int16": "none", "int16_target": 0.999, "int16_weights": "auto", "equalize": True,
-         "method": "mse"}
+         "int16_grid": "per_channel", "method": "mse"}
     with pytest.raises(RecipeError, match="unknown recipe 'fast'.*default, accurate"):
         apply_recipe({"recipe": "fast"})
 
@@ -35,7 +36,7 @@ def test_accurate_is_gptq_with_automatic_int16() -> None:
     data = _data(6, 4)
     by_recipe = to_int8_graph(graph, data, recipe="accurate", int16_target=0.999)
     spelled = to_int8_graph(graph, data, weight_rounding="gptq", int16="auto", int16_target=0.999,
-                            int16_weights="auto", equalize=True)
+                            int16_weights="auto", equalize=True, int16_grid="per_channel")
     assert by_recipe.metadata["calibration"]["weight_rounding"] == "gptq"
     assert by_recipe.metadata["calibration"]["bias_correction"] is False
     assert by_recipe.metadata["int16_layers"] == spelled.metadata["int16_layers"] != []

@@ -136,3 +136,19 @@ def test_int16_headroom_from_the_command_line(npu, tmp_path, capsys):
         assert main(["compile", str(model), "-o", str(tmp_path / "x.nlb"), *bad, *common]) == 2
         err = capsys.readouterr().err
         assert message in err and "Traceback" not in err
+
+
+def test_int16_grid_from_the_command_line(npu, tmp_path, capsys):
+    """--int16-grid per-channel: kept in the loadable's metadata (how many tensors got one),
+    run on the device; refused without int16 activations, with one clear line."""
+    model, common = _model(tmp_path)
+    out = tmp_path / "pc.nlb"
+    assert main(["compile", str(model), "-o", str(out), "--int16", "c1,y", "--int16-weights", "y",
+                 "--int16-grid", "per-channel", *common]) == 0
+    meta = Loadable.load(out).metadata
+    assert meta["int16_grid"] == "per_channel" and meta["int16_per_channel_tensors"] == 1   # c1 (y: an output)
+    assert main(["run", str(out), "--repeat", "0", "--devroot", str(npu.devroot)]) == 0
+    capsys.readouterr()
+    assert main(["compile", str(model), "-o", str(tmp_path / "x.nlb"), "--int16-grid", "per-channel", *common]) == 2
+    err = capsys.readouterr().err
+    assert "--int16-grid needs int16 activations" in err and "Traceback" not in err
