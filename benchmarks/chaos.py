@@ -254,10 +254,8 @@ class _Controller:
 
     def _check_leaks(self) -> None:
         report, config = self.report, self.config
-        wait_until(lambda: not self.device.resources().leaks_against(report.baseline, config.rss_slack),
-                   config.settle_s, 0.5)
-        report.final = self.device.resources()
-        report.leaks += report.final.leaks_against(report.baseline, config.rss_slack)
+        report.final, leaks = self.device.settle(report.baseline, config.rss_slack, config.settle_s)
+        report.leaks += leaks
         cores = self._cores()
         if not wait_until(lambda: len(self.device.chip_cores()) == cores and self.device.chip_main(), 10):
             report.leaks.append(f"chip processes: main {self.device.chip_main()}, cores {self.device.chip_cores()} "

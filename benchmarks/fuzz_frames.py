@@ -36,7 +36,7 @@ from collections import Counter
 from kmd_fuse import uapi
 
 from .frames import FrameGenerator, documented_errnos
-from .scratch_device import ScratchDevice, wait_until
+from .scratch_device import ScratchDevice, reap
 
 RSS_SLACK = 64 << 20
 PROGRESS_EVERY = 5000
@@ -223,17 +223,11 @@ def run(frames: int, processes: int, user: str | None, reply_timeout: float, log
                 last_print = time.monotonic()
                 log(f"  {sent:,} frames, {sent / (last_print - started):,.0f} frames/s")
         elapsed = time.monotonic() - started
-        for proc, _ in workers:
-            proc.join(10)
-            if proc.is_alive():
-                proc.kill()
-                proc.join()
+        reap(workers)
         daemon_exits = 0 if device.daemon_alive() else 1
         leaks: list[str] = []
         if not daemon_exits:
-            settled = wait_until(lambda: not device.resources().leaks_against(baseline, RSS_SLACK), 30, 0.5)
-            final = device.resources()
-            leaks = [] if settled else final.leaks_against(baseline, RSS_SLACK)
+            final, leaks = device.settle(baseline, RSS_SLACK)
             if uid is not None and _shm_files_of(uid) != shm_before:
                 leaks.append(f"/dev/shm files of uid {uid}: {shm_before} before, {_shm_files_of(uid)} after")
         else:

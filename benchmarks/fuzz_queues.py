@@ -49,7 +49,7 @@ import numpy as np
 from firmware_sim.spec import queues
 from kmd_fuse import paths
 
-from .scratch_device import ScratchDevice, wait_until
+from .scratch_device import ScratchDevice, reap
 
 RSS_SLACK = 64 << 20
 QUEUE_STATUSES = {0, -errno.EFAULT, -errno.EINVAL, -errno.ETIMEDOUT, -errno.EIO, -errno.ECANCELED}
@@ -374,17 +374,11 @@ def run(seconds: float, processes: int, user: str | None, seed: int, job_timeout
                 slow += message[3]
             problems.extend(message[-1])
         elapsed = time.monotonic() - started
-        for proc, _ in workers:
-            proc.join(10)
-            if proc.is_alive():
-                proc.kill()
-                proc.join()
+        reap(workers)
         daemon_exits = 0 if device.daemon_alive() else 1
         if not daemon_exits:
-            settled = wait_until(lambda: not device.resources().leaks_against(baseline, RSS_SLACK), 30, 0.5)
-            final = device.resources()
-            if not settled:
-                problems += final.leaks_against(baseline, RSS_SLACK)
+            final, leaks = device.settle(baseline, RSS_SLACK)
+            problems += leaks
             slots = _enabled_slots(device.devroot)
             if slots:
                 problems.append(f"queue slots still enabled once every client left: {slots}")

@@ -18,9 +18,10 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import libnpu
 from kmd_fuse import paths
@@ -87,6 +88,15 @@ def wait_until(predicate: Callable[[], bool], timeout: float, period: float = 0.
             return True
         time.sleep(period)
     return predicate()
+
+
+def reap(workers: Iterable[tuple[Any, Any]], grace: float = 10) -> None:
+    """Join each ``(process, connection)`` worker of a fuzz run, killing any still alive after ``grace`` s."""
+    for proc, _ in workers:
+        proc.join(grace)
+        if proc.is_alive():
+            proc.kill()
+            proc.join()
 
 
 @dataclass(frozen=True)
@@ -192,6 +202,13 @@ class ScratchDevice:
     def shm_files(self) -> int:
         state = paths.state_dir(self.devroot)
         return sum(len(files) + len(dirs) for _, dirs, files in os.walk(state))
+
+    def settle(self, baseline: Resources, rss_slack: int, timeout: float = 30) -> tuple[Resources, list[str]]:
+        """Wait up to ``timeout`` s for the device's resources to come back to ``baseline``:
+        the last snapshot and what had not come back."""
+        wait_until(lambda: not self.resources().leaks_against(baseline, rss_slack), timeout, 0.5)
+        final = self.resources()
+        return final, final.leaks_against(baseline, rss_slack)
 
     def resources(self) -> Resources:
         with libnpu.initialize(self.devroot) as session:
