@@ -458,6 +458,19 @@ def verdict(results: Sequence[CaseResult]) -> str:
     return ("DONE: " if done else "NOT DONE: ") + "; ".join(parts)
 
 
+def recipe_options(parser: argparse.ArgumentParser, plain: bool, items: Sequence[str]) -> dict[str, Any]:
+    """Quantizer options of a benchmark's command line: ``RECIPE`` (none with ``--plain``) and
+    each ``--option KEY=JSON`` over it; a value that is not JSON is a usage error."""
+    options: dict[str, Any] = {} if plain else dict(RECIPE)
+    for item in items:
+        key, _, value = item.partition("=")
+        try:
+            options[key] = json.loads(value)
+        except json.JSONDecodeError:
+            parser.error(f"--option {item}: the value must be JSON (e.g. weight_rounding='\"gptq\"')")
+    return options
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m benchmarks.models_in_the_wild", description=__doc__.split("\n")[0])
     p.add_argument("--models", nargs="+", metavar="NAME",
@@ -483,17 +496,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             p.error(f"unknown case {unknown[0]!r} (see --list)")
         mediapipe = [m for m in mediapipe if m in args.models]
         onnx_cases = [m for m in onnx_cases if m in args.models]
-    options: dict[str, Any] = {} if args.plain else dict(RECIPE)
+    options = recipe_options(p, args.plain, args.option)
     if args.method:
         options["method"] = args.method
-    explicit: set[str] = set()
-    for item in args.option:
-        key, _, value = item.partition("=")
-        try:
-            options[key] = json.loads(value)
-        except json.JSONDecodeError:
-            p.error(f"--option {item}: the value must be JSON (e.g. weight_rounding=\"gptq\")")
-        explicit.add(key)
+    explicit = {item.partition("=")[0] for item in args.option}
 
     results: list[CaseResult] = []
     with tempfile.TemporaryDirectory(prefix="npu-wild-") as tmp, ScratchDevice(cores=2, memory="2G") as device:

@@ -24,14 +24,12 @@ little else on hand_recrop). Run from the repository root::
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from collections.abc import Mapping, Sequence
-from typing import Any
 
 import numpy as np
 
-from benchmarks.models_in_the_wild import CALIBRATION, EVALUATION, RECIPE, picture_feed
+from benchmarks.models_in_the_wild import CALIBRATION, EVALUATION, RECIPE, picture_feed, recipe_options
 from libnpu.compiler.float_ref import evaluate
 from libnpu.compiler.frontend import load_model, to_int8_graph
 from libnpu.compiler.ir import Graph
@@ -116,10 +114,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--top", type=int, default=12, help="tensors listed, largest share first")
     p.add_argument("--draws", type=int, default=3, help="noise draws per picture")
     args = p.parse_args(argv)
-    options: dict[str, Any] = {} if args.plain else dict(RECIPE)
-    for item in args.option:
-        key, _, value = item.partition("=")
-        options[key] = json.loads(value)
+    options = recipe_options(p, args.plain, args.option)
     graph = load_model(model_zoo.mediapipe_model(args.model))
     shape = graph.tensors[graph.inputs[0]].shape
     calibration = [[picture_feed(model_zoo.picture(n), shape)] for n in CALIBRATION]

@@ -35,6 +35,7 @@ from benchmarks.models_in_the_wild import (
     _match,
     cosine,
     picture_feed,
+    recipe_options,
 )
 from benchmarks.scratch_device import ScratchDevice
 from libnpu.tools import model_zoo
@@ -109,13 +110,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--plain", action="store_true", help=f"the compiler's defaults, not {RECIPE}")
     p.add_argument("--option", action="append", default=[], metavar="KEY=JSON", help="another quantizer option")
     args = p.parse_args(argv)
-    options: dict[str, Any] = {} if args.plain else dict(RECIPE)
-    for item in args.option:
-        key, _, value = item.partition("=")
-        try:
-            options[key] = json.loads(value)
-        except json.JSONDecodeError:
-            p.error(f"--option {item}: the value must be JSON (e.g. int16_grid='\"per_channel\"')")
+    options = recipe_options(p, args.plain, args.option)
     print(json.dumps({"model": args.model, "options": options, "outputs": measure(args.model, options)}, indent=2))
     return 0
 
