@@ -97,8 +97,8 @@ def parse_binary(desc: np.void, params: tuple[str, ...]) -> tuple:
 
 
 def parse_binary_per_channel(desc: np.void, columns: int, params: tuple[str, ...]) -> tuple:
-    """An int16 binary descriptor with per-channel requantization (``ADD16_PER_CHANNEL``,
-    ``PRELU16_PER_CHANNEL``): :func:`parse_binary`'s operands, then ``(address, shape)``
+    """An int16 binary descriptor with per-channel requantization (the ``*16_PER_CHANNEL``
+    descriptors): :func:`parse_binary`'s operands, then ``(address, shape)``
     of the int32 ``[channels, columns]`` parameter array (``channels`` checked against the
     output's last dimension), then the ``params`` as ints. Zero points must be 0."""
     int16_zero_points(desc, "input1_zp", "input2_zp", "output_zp")

@@ -173,7 +173,7 @@ def layer_errors(float_graph: Graph, quantized_graph: Graph, dataset: Iterable[F
                     ins.append(np.asarray(got[i], np.float32))
             folded = folded_input_scales(quantized_graph, op)
             if folded is not None:   # per-channel int16 input: the weights carry its scales
-                ins[1] = np.asarray(ins[1] / weight_fold(op.type, ins[1].shape, folded), np.float32)  # type: ignore[operator, union-attr]
+                ins[1] = np.asarray(ins[1] / weight_fold(ins[1].shape, folded), np.float32)  # type: ignore[operator, union-attr]
             alone = _on_grid(quantized_graph, out, evaluate(op, ins, quantized_graph.tensors[out]))
             sums[out].add_local(want, np.asarray(alone, np.float32))
         runs += 1

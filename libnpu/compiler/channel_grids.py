@@ -3,7 +3,7 @@
 A tensor's int16 grid may have one scale per channel of its last axis (symmetric, zero
 point 0), each covering the headroom times that channel's calibrated peak instead of the
 whole tensor's. On mediapipe's hand_recrop the residual trunk's channels added by each
-stage stay at 5-15% of the trunk's range, and the depthwise layers after the PRELUs
+stage stay at 5-15% of the trunk's range, and the depthwise layers after the parametric ReLUs
 amplify their rounding: per-channel grids take the rounding's predicted error from 0.037
 to 0.012 pixels rms with the same 2x headroom (``benchmarks/rounding_noise.py``), and with
 the margin below the device's from 0.048 to 0.023 on 18 unseen pictures
@@ -12,18 +12,20 @@ the margin below the device's from 0.048 to 0.023 on 18 unseen pictures
 widest channel's reach and never beyond it (:func:`spread_limited`, :func:`channel_quant`).
 
 Which tensors get one (:func:`per_channel_tensors`): the output of a promoted op that
-rescales (CONV_2D, DEPTHWISE_CONV_2D, FULLY_CONNECTED, ADD, PRELU; fused activation none or
-RELU, whose clamp does not depend on the scale) or that moves channels without rescaling
-them (MAX_POOL_2D, PAD, STRIDED_SLICE, RESHAPE keeping the last axis: their output takes
-the input's channel scales), when every op reading it can take one:
+rescales (``registry.Operator.channel_grid == "rescale"``: the convolutions, fully
+connected, ADD and the parametric ReLU; fused activation none or RELU, whose clamp does not depend on the
+scale) or that moves channels without rescaling them (``"move"``: max pooling, padding,
+strided slices and reshapes keeping the last axis; their output takes the input's channel
+scales), when every op reading it can take one, as its operator's ``channel_reader`` says:
 
-* DEPTHWISE_CONV_2D: its weights take the scales (:mod:`libnpu.compiler.folding`), which
-  changes no integer weight;
-* CONV_2D / FULLY_CONNECTED with int16 weights: the same, requantized from the float
-  weights. Not with int8 weights: folding gives a starved input channel's weights fewer
-  steps, and the quantizer's GPTQ rounding of the int8 weights would be lost;
-* ADD, PRELU (x): the chip's per-channel int16 ADD / PRELU (``ADD16_PER_CHANNEL``,
-  ``PRELU16_PER_CHANNEL``, docs/hardware.md);
+* a depthwise convolution (:func:`reads_activation`): its weights take the scales
+  (:mod:`libnpu.compiler.folding`), which changes no integer weight;
+* a convolution or fully connected layer with int16 weights (:func:`reads_folded`): the
+  same, requantized from the float weights. Not with int8 weights: folding gives a starved
+  input channel's weights fewer steps, and the quantizer's GPTQ rounding of the int8
+  weights would be lost;
+* ADD (:func:`reads_broadcast`) and the parametric ReLU's x (:func:`reads_activation`): the chip's
+  per-channel int16 descriptors (``*16_PER_CHANNEL``, docs/hardware.md);
 * a channel-moving op whose output gets one too.
 
 Anything else (an int8 op, a conversion, a graph output, another int16 op) keeps the
@@ -35,16 +37,15 @@ from collections.abc import Collection, Mapping, Sequence
 
 import numpy as np
 
+from . import registry
 from .float_ref import FloatInterpreter, evaluate
-from .folding import CHANNEL_GRID_OPS
 from .ir import Graph, Op, QuantParams, Tensor
 
-__all__ = ["INT16_GRIDS", "RESCALING", "CHANNEL_MOVING", "MIN_CHANNEL_RATIO", "CHANNEL_SPREAD", "CHANNEL_MARGIN",
-           "channel_peaks", "spread_limited", "per_channel_tensors", "channel_quant", "moved_quant", "channel_map"]
+__all__ = ["INT16_GRIDS", "MIN_CHANNEL_RATIO", "CHANNEL_SPREAD", "CHANNEL_MARGIN", "rescales", "moves_channels",
+           "reads_activation", "reads_folded", "reads_broadcast", "channel_peaks", "spread_limited",
+           "per_channel_tensors", "channel_quant", "moved_quant", "channel_map"]
 
 INT16_GRIDS = ("per_tensor", "per_channel")
-RESCALING = frozenset({"CONV_2D", "DEPTHWISE_CONV_2D", "FULLY_CONNECTED", "ADD", "PRELU"})
-CHANNEL_MOVING = CHANNEL_GRID_OPS - RESCALING
 #: A channel's step is at least this fraction of its tensor's widest channel's step, so a
 #: dead channel (peak 0) keeps requantization multipliers the chip's shifts can hold.
 MIN_CHANNEL_RATIO = 2.0 ** -12
@@ -86,6 +87,34 @@ def spread_limited(peaks: Mapping[str, np.ndarray], spread: float, margin: float
     return result
 
 
+def rescales(op_type: str) -> bool:
+    """Whether the operator may give its int16 output a per-channel grid of its own."""
+    return registry.get(op_type, "channel_grid") == "rescale"
+
+
+def moves_channels(op_type: str) -> bool:
+    """Whether the operator's output holds some of its input's channels, keeping their scales."""
+    return registry.get(op_type, "channel_grid") == "move"
+
+
+# Operators' channel_reader rules: (graph, op, tensor name, int16 weights) -> bool.
+def reads_activation(g: Graph, op: Op, name: str, int16_weights: bool) -> bool:
+    """The tensor is the op's activation input (input 0) and none of its others."""
+    return op.inputs[0] == name and name not in op.inputs[1:]
+
+
+def reads_folded(g: Graph, op: Op, name: str, int16_weights: bool) -> bool:
+    """As :func:`reads_activation`, for an op whose int16 weights take the input's channel
+    scales (one weight column per input channel)."""
+    return (reads_activation(g, op, name, int16_weights) and int16_weights
+            and g.tensors[op.inputs[1]].shape[-1] == g.tensors[name].shape[-1])
+
+
+def reads_broadcast(g: Graph, op: Op, name: str, int16_weights: bool) -> bool:
+    """Any input whose channels are the output's (no broadcast along the last axis)."""
+    return g.tensors[op.outputs[0]].shape[-1] == g.tensors[name].shape[-1]
+
+
 def channel_map(op: Op, in_shape: tuple[int, ...], out: Tensor) -> np.ndarray | None:
     """For a channel-moving op: the input channel each output channel holds (-1 where it
     holds padding), or None when its output's channels do not each come from one input
@@ -111,19 +140,10 @@ def _accepts(g: Graph, reader: Op, name: str, chosen: Collection[int], wide: Col
     """Whether ``reader`` can read ``name`` on a per-channel grid."""
     if id(reader) not in chosen:
         return False
-    channels = g.tensors[name].shape[-1]
-    if reader.type in CHANNEL_MOVING:
+    if moves_channels(reader.type):
         return reader.inputs[0] == name and reader.outputs[0] in candidates
-    if reader.type == "DEPTHWISE_CONV_2D":
-        return reader.inputs[0] == name and name not in reader.inputs[1:]
-    if reader.type in ("CONV_2D", "FULLY_CONNECTED"):
-        return (reader.inputs[0] == name and name not in reader.inputs[1:] and id(reader) in wide
-                and g.tensors[reader.inputs[1]].shape[-1] == channels)
-    if reader.type == "ADD":
-        return g.tensors[reader.outputs[0]].shape[-1] == channels
-    if reader.type == "PRELU":
-        return reader.inputs[0] == name and reader.inputs[1] != name
-    return False
+    accepts = registry.get(reader.type, "channel_reader") if rescales(reader.type) else None
+    return accepts is not None and bool(accepts(g, reader, name, id(reader) in wide))
 
 
 def per_channel_tensors(g: Graph, chosen: Collection[int], wide: Collection[int],
@@ -144,16 +164,16 @@ def per_channel_tensors(g: Graph, chosen: Collection[int], wide: Collection[int]
         if id(op) not in chosen or out in g.outputs or len(op.outputs) != 1 or not t.shape \
                 or op.attrs.get("activation", "NONE") not in ("NONE", "RELU"):
             continue
-        if op.type in RESCALING and out in peaks and peaks[out].shape == (t.shape[-1],):
+        if rescales(op.type) and out in peaks and peaks[out].shape == (t.shape[-1],):
             candidates.add(out)
-        elif op.type in CHANNEL_MOVING and channel_map(op, g.tensors[op.inputs[0]].shape, t) is not None:
+        elif moves_channels(op.type) and channel_map(op, g.tensors[op.inputs[0]].shape, t) is not None:
             candidates.add(out)
     changed = True
     while changed:
         changed = False
         for name in sorted(candidates):
             p = producer[name]
-            ok = not (p.type in CHANNEL_MOVING and p.inputs[0] not in candidates)
+            ok = not (moves_channels(p.type) and p.inputs[0] not in candidates)
             ok = ok and all(_accepts(g, r, name, chosen, wide, candidates) for r in readers.get(name, []))
             if not ok:
                 candidates.discard(name)

@@ -98,7 +98,7 @@ class FloatInterpreter:
             scales = folded_input_scales(graph, op)
             if scales is not None:
                 w = self._consts[op.inputs[1]]
-                self._unfolded[k] = (w / weight_fold(op.type, w.shape, scales)).astype(np.float32)
+                self._unfolded[k] = (w / weight_fold(w.shape, scales)).astype(np.float32)
 
     def run(self, feeds: Mapping[str, np.ndarray] | Iterable[np.ndarray], *,
             keep: bool | Iterable[str] = False) -> dict[str, np.ndarray]:

@@ -17,12 +17,14 @@ import numpy as np
 from . import registry
 from .ir import Graph, Op
 
-__all__ = ["folded_input_scales", "weight_fold", "CHANNEL_GRID_OPS"]
+__all__ = ["folded_input_scales", "weight_fold", "takes_channel_grids"]
 
-#: The operators whose int16 activations may have per-channel grids (last axis): their
-#: parameters and lowering handle them (libnpu.compiler.channel_grids chooses where).
-CHANNEL_GRID_OPS = frozenset({"CONV_2D", "DEPTHWISE_CONV_2D", "FULLY_CONNECTED", "ADD", "PRELU",
-                              "MAX_POOL_2D", "PAD", "STRIDED_SLICE", "RESHAPE"})
+
+def takes_channel_grids(op_type: str) -> bool:
+    """Whether an operator's int16 activations may have per-channel grids (last axis): its
+    parameters and lowering handle them (``registry.Operator.channel_grid``;
+    :mod:`libnpu.compiler.channel_grids` chooses where)."""
+    return registry.get(op_type, "channel_grid") is not None
 
 
 def folded_input_scales(graph: Graph, op: Op) -> np.ndarray | None:
@@ -36,11 +38,11 @@ def folded_input_scales(graph: Graph, op: Op) -> np.ndarray | None:
     return t.quant.scale.astype(np.float64)
 
 
-def weight_fold(op_type: str, weight_shape: tuple[int, ...], scales: np.ndarray) -> np.ndarray:
-    """``scales`` (one per input channel) shaped to multiply weights of ``weight_shape``:
-    along the last axis (CONV_2D OHWI, FULLY_CONNECTED [out, in]); DEPTHWISE_CONV_2D's
-    ``[1, KH, KW, C * M]`` output channel ``o`` reads input channel ``o // M``."""
+def weight_fold(weight_shape: tuple[int, ...], scales: np.ndarray) -> np.ndarray:
+    """``scales`` (one per input channel) shaped to multiply weights of ``weight_shape``
+    along their last axis: a convolution's OHWI or a fully connected layer's ``[out, in]``
+    hold one entry per input channel there, a depthwise convolution's ``[1, KH, KW, C * M]``
+    ``M`` in a row (output channel ``o`` reads input channel ``o // M``)."""
     scales = np.asarray(scales, np.float64)
-    if op_type == "DEPTHWISE_CONV_2D":
-        scales = np.repeat(scales, weight_shape[-1] // scales.size)
+    scales = np.repeat(scales, weight_shape[-1] // scales.size)
     return scales.reshape((1,) * (len(weight_shape) - 1) + (-1,))

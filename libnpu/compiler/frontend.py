@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from . import registry
-from .folding import CHANNEL_GRID_OPS
+from .folding import takes_channel_grids
 from .ir import Graph, IRError
 from .progress import Progress, stage
 
@@ -54,7 +54,7 @@ def check_int8(graph: Graph) -> None:
                 continue
             if t.dtype == "int16" and registry.get(op.type, "int16"):
                 # per channel (last axis) only inside the graph, around the ops that take it
-                channel_grid = t.quant is not None and t.quant.per_channel and op.type in CHANNEL_GRID_OPS \
+                channel_grid = t.quant is not None and t.quant.per_channel and takes_channel_grids(op.type) \
                     and t.quant.axis == len(t.shape) - 1 and n not in graph.inputs and n not in graph.outputs
                 if t.quant is None or (t.quant.per_channel and not channel_grid) or np.any(t.quant.zero_point != 0):
                     raise NotInt8Error(f"{op.describe()}: int16 tensor {n!r} must be quantized "

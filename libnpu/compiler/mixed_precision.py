@@ -40,12 +40,12 @@ import numpy as np
 from . import registry
 from .channel_grids import (
     CHANNEL_MARGIN,
-    CHANNEL_MOVING,
     CHANNEL_SPREAD,
     INT16_GRIDS,
     channel_peaks,
     channel_quant,
     moved_quant,
+    moves_channels,
     per_channel_tensors,
     spread_limited,
 )
@@ -254,7 +254,7 @@ def _int16_weights(g: Graph, op: Op, src: Graph, in_scale: float, out_scale: flo
         raise MixedPrecisionError(f"int16 weights: {op.describe()} has no float weights to requantize")
     w = np.asarray(src.tensors[name].data, np.float64)
     if fold is not None:
-        w = w * weight_fold(op.type, w.shape, fold)
+        w = w * weight_fold(w.shape, fold)
     q8 = _quant(g, name)
     if q8.per_channel:
         axis = q8.axis
@@ -280,7 +280,7 @@ def _fold_into_int8_weights(g: Graph, op: Op, scales: np.ndarray) -> None:
     name = op.inputs[1]
     t = g.tensors[name]
     q = _quant(g, name)
-    factor = weight_fold(op.type, t.shape, scales).reshape(-1)
+    factor = weight_fold(t.shape, scales).reshape(-1)
     scale = (np.broadcast_to(q.scale.astype(np.float64), factor.shape) * factor).astype(np.float32)
     g.tensors[name] = Tensor(name, t.shape, t.dtype, QuantParams(scale, np.zeros(scale.size, np.int64),
                                                                  len(t.shape) - 1), t.data)
@@ -344,7 +344,7 @@ def promote(graph: Graph, names: Iterable[str], src: Graph | None = None,
                 ins[k] = int16_of[i]
         out = op.outputs[0]
         t8 = g.tensors[out]
-        if out in per_channel and op.type in CHANNEL_MOVING:
+        if out in per_channel and moves_channels(op.type):
             quant = moved_quant(op, _quant(g, ins[0]), g.tensors[ins[0]].shape, t8)
         elif out in per_channel:
             quant = channel_quant(peaks[out], _headroom(g, out), len(t8.shape))

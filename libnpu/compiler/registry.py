@@ -56,6 +56,12 @@ class Operator:
       reference or export.
     - ``int16``: the chip also runs it with int16 activations (TFLite's 16x8 scheme:
       symmetric int16, int8 weights, int64 bias), so mixed precision may promote it.
+    - ``channel_grid``: how the operator takes part in per-channel int16 grids
+      (:mod:`libnpu.compiler.channel_grids`): ``"rescale"``, its output may get a grid of its
+      own and it reads per-channel inputs as ``channel_reader`` says; ``"move"``, its output
+      holds some of its input's channels and keeps their scales; None, neither.
+    - ``channel_reader``: ``(graph, op, tensor name, int16 weights) -> bool`` for a
+      ``"rescale"`` operator: whether it can read that input on a per-channel grid.
     """
     name: str
     attrs: tuple[str, ...] = ()
@@ -77,6 +83,8 @@ class Operator:
     macs: Callable | None = None
     graph_op: bool = True
     int16: bool = False
+    channel_grid: str | None = None
+    channel_reader: Callable | None = None
 
 
 _OPERATORS: dict[str, Operator] = {}

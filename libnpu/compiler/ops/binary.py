@@ -10,7 +10,7 @@ import tflite
 from firmware_sim.spec import fixedpoint as fp
 from firmware_sim.spec import ops as spec_ops
 
-from .. import onnx_import, qparams, tflite_import
+from .. import channel_grids, onnx_import, qparams, tflite_import
 from ..ir import IRError
 from ..registry import Operator, onnx, register, tflite_options
 from .elementwise import _export, _float, _lower, _scales, _tflite, channel_rows
@@ -72,7 +72,8 @@ def _prelu_params(g, op) -> dict:
 register(Operator("PRELU", tflite=tflite_import.simple,
                   float_ref=lambda op, ins, out: np.where(ins[0] >= 0, ins[0], ins[0] * ins[1]).astype(np.float32),
                   params=_prelu_params, lower=_lower, export=_export_plain,
-                  int16=True))  # alpha an int16 constant (LiteRT has no int16 PRELU: docs/hardware.md)
+                  # int16: alpha an int16 constant (LiteRT has no int16 PRELU: docs/hardware.md)
+                  int16=True, channel_grid="rescale", channel_reader=channel_grids.reads_activation))
 
 
 def _squared_difference_params(g, op) -> dict:

@@ -11,7 +11,7 @@ import tflite
 from firmware_sim.spec import fixedpoint as fp
 from firmware_sim.spec import ops as spec_ops
 
-from .. import float_ref, onnx_import, qparams, tflite_export, tflite_import
+from .. import channel_grids, float_ref, onnx_import, qparams, tflite_export, tflite_import
 from ..ir import Op
 from ..registry import Operator, onnx, register, tflite_options
 
@@ -33,7 +33,7 @@ def _scales(g, op):
 
 
 def channel_rows(g, op, columns: tuple[str, ...], params) -> np.ndarray | None:
-    """For an int16 op with a per-channel grid among its activations (ADD, PRELU): one row
+    """For a binary int16 op with a per-channel grid among its activations: one row
     of ``columns`` per output channel, ``params(s1, s2, so)`` of that channel's scales
     (an operand with one scale repeats it); None when every grid has one scale."""
     out = g.tensors[op.outputs[0]]
@@ -98,7 +98,7 @@ def _export(options: str):
 
 register(Operator("ADD", ("activation",), tflite=_tflite(tflite.AddOptions), float_ref=_float(np.add),
                   fused_activation=True, params=_add_params, lower=_lower, export=_export("AddOptions"),
-                  tflite_version=2, int16=True))
+                  tflite_version=2, int16=True, channel_grid="rescale", channel_reader=channel_grids.reads_broadcast))
 # The optimizer still turns x - constant into ADD (one op fewer to quantize); SUB of two
 # activations runs on the chip's SUB.
 register(Operator("SUB", ("activation",), tflite=_tflite(tflite.SubOptions), float_ref=_float(np.subtract),

@@ -6,7 +6,7 @@ import tflite
 
 from firmware_sim.spec import tasks as spec_tasks
 
-from .. import float_ref, onnx_import, qparams, tflite_export, tflite_import
+from .. import channel_grids, float_ref, onnx_import, qparams, tflite_export, tflite_import
 from ..registry import Operator, onnx, register, tflite_options
 from .matmul import onnx_matmul
 
@@ -55,7 +55,8 @@ register(Operator(
     "FULLY_CONNECTED", ("activation", "keep_num_dims"), tflite=_tflite,  # in: x, w [N, K], bias|""
     float_ref=_float, weight_axis=0, fc_weights=True, fused_activation=True,
     params=qparams.weighted, lower=_lower, export=_export, tflite_version=4,
-    macs=lambda g, op: g.tensors[op.outputs[0]].size * int(g.tensors[op.inputs[1]].shape[1]), int16=True))
+    macs=lambda g, op: g.tensors[op.outputs[0]].size * int(g.tensors[op.inputs[1]].shape[1]), int16=True,
+    channel_grid="rescale", channel_reader=channel_grids.reads_folded))
 
 
 @onnx("Gemm")

@@ -25,7 +25,8 @@ register(Operator(
     tflite_aliases=("SQUEEZE", "EXPAND_DIMS"), float_ref=lambda op, ins, out: ins[0].reshape(out.shape),
     same_scale=True,
     params=lambda g, op: dict(shape=tuple(g.tensors[op.outputs[0]].shape)), lower=_lower_reshape,
-    export=lambda wr, op, outs: wr.with_constant(op, outs, op.attrs["new_shape"]), int16=True))
+    export=lambda wr, op, outs: wr.with_constant(op, outs, op.attrs["new_shape"]), int16=True,
+    channel_grid="move"))
 
 
 def reshape_to(im, node, where, out_shape: tuple[int, ...] | None = None) -> None:
@@ -136,7 +137,7 @@ register(Operator(
     params=lambda g, op: dict(paddings=tuple(tuple(p) for p in op.attrs["paddings"]),
                               pad_value=qparams.qp(g, op.outputs[0])[1]),
     lower=_lower_pad, export=lambda wr, op, outs: wr.with_constant(op, outs, op.attrs["paddings"]),
-    tflite_version=2, int16=True))
+    tflite_version=2, int16=True, channel_grid="move"))
 
 
 @onnx("Pad")
@@ -283,7 +284,7 @@ def _export_strided_slice(wr, op, outs) -> None:
 register(Operator(
     "STRIDED_SLICE", ("begin", "end", "strides", "new_shape"), tflite=_tflite_strided_slice,
     float_ref=_float_strided_slice, same_scale=True, params=_slice_params, lower=_lower_strided_slice,
-    export=_export_strided_slice, int16=True))
+    export=_export_strided_slice, int16=True, channel_grid="move"))
 
 
 # The options table each builtin's TFLite form carries (None: none), for the LiteRT delegate.

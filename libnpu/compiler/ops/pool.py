@@ -96,7 +96,8 @@ for _name, _kind in (("MAX_POOL_2D", "max"), ("AVERAGE_POOL_2D", "avg")):
         _name, _POOL_ATTRS, tflite=_tflite_pool,
         float_ref=lambda op, ins, out, kind=_kind: pool(ins[0], kind=kind, **op.attrs),
         same_scale=True, fused_activation=True, params=_pool_params, lower=_lower_pool(_name),
-        export=_export_pool, tflite_version=2, int16=True))
+        export=_export_pool, tflite_version=2, int16=True,
+        channel_grid="move" if _kind == "max" else None))
 
 register(Operator(
     "MEAN", ("axes", "keep_dims"), tflite=_tflite_mean,
