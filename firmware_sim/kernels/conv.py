@@ -211,6 +211,12 @@ class _Requant:
         self.f64 = F64Requant(multiplier, shift, bias, self.output_zp) if self.fast else None
         self.f64_always = self.f64 is not None and acc_bound <= self.f64.limit
 
+    @property
+    def nbytes(self) -> int:
+        """The bytes of the per-channel arrays the plan keeps (its own and its F64Requant's)."""
+        return sum(v.nbytes for part in (self, self.f64) if part is not None
+                   for v in vars(part).values() if isinstance(v, np.ndarray))
+
     def __call__(self, acc_f: np.ndarray, out_block: np.ndarray) -> None:
         if self.f64 is not None and self.f64.limit and (
                 self.f64_always or max(-float(acc_f.min()), float(acc_f.max())) <= self.f64.limit):
@@ -226,28 +232,51 @@ class _Requant:
         np.copyto(out_block, v, casting="unsafe")
 
 
-_REQUANT_PLANS: OrderedDict[tuple, _Requant] = OrderedDict()
+REQUANT_PLANS = 512
+# What the kept plans may hold (their key bytes and arrays: ~96 bytes a channel). A client's
+# convolution with millions of output channels, its bias changed at every job, made 100 MB a
+# plan: 512 of them would take the memory other contexts' jobs on the core run in. The
+# oldest plans go first; a plan larger than this alone is rebuilt at every call.
+REQUANT_PLAN_BYTES = 32 << 20
+_REQUANT_PLANS: OrderedDict[tuple, tuple[_Requant, int]] = OrderedDict()
+_requant_held = 0
 
 
 def _requant_plan(bias, multiplier, shift, output_zp, act_min, act_max, acc_bound) -> _Requant:
     """A :class:`_Requant`, reused while its parameters repeat (every inference of a model
     reruns the same layers; building the plan costs ~0.1 ms)."""
+    global _requant_held
     key = (None if bias is None else bias.tobytes(), multiplier.dtype.str, multiplier.tobytes(),
            shift.dtype.str, shift.tobytes(),
            int(output_zp), int(act_min), int(act_max), int(acc_bound))
-    plan = _REQUANT_PLANS.get(key)
-    if plan is None:
-        plan = _Requant(bias, multiplier, shift, output_zp, act_min, act_max, acc_bound)
-        _REQUANT_PLANS[key] = plan
-        if len(_REQUANT_PLANS) > 512:
-            _REQUANT_PLANS.popitem(last=False)
-    else:
+    kept = _REQUANT_PLANS.get(key)
+    if kept is not None:
         _REQUANT_PLANS.move_to_end(key)
+        return kept[0]
+    plan = _Requant(bias, multiplier, shift, output_zp, act_min, act_max, acc_bound)
+    cost = plan.nbytes + sum(len(part) for part in key if isinstance(part, bytes))
+    if cost > REQUANT_PLAN_BYTES:
+        return plan
+    while _REQUANT_PLANS and (len(_REQUANT_PLANS) >= REQUANT_PLANS or _requant_held + cost > REQUANT_PLAN_BYTES):
+        _requant_held -= _REQUANT_PLANS.popitem(last=False)[1][1]
+    _REQUANT_PLANS[key] = (plan, cost)
+    _requant_held += cost
     return plan
 
 
+def requant_plan_bytes() -> int:
+    """What the kept requantization plans hold now, estimated (at most REQUANT_PLAN_BYTES)."""
+    return _requant_held
+
+
+def _clear_requant_plans() -> None:
+    global _requant_held
+    _REQUANT_PLANS.clear()
+    _requant_held = 0
+
+
 caches.register("requant_plans", "conv requantization plans, by bias/multiplier/shift bytes "
-                "(own copies of them: never invalidated)", None, _REQUANT_PLANS.clear,
+                "(own copies of them: never invalidated; at most REQUANT_PLAN_BYTES)", None, _clear_requant_plans,
                 entries=lambda: len(_REQUANT_PLANS))
 
 
