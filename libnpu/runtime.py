@@ -690,29 +690,25 @@ class InferRequest:
         """The job (as ``_queue_submit`` takes it) on a user queue of the device, submitted and
         waited for in one call into the queue's C client; None when the device offers no queue
         or it stopped before the job went in: the caller submits through the driver."""
-        queue = self.model.device.shared_queue(self._priority)
-        if queue is None or self.command is None:
-            return None
-        try:
-            return queue.run(self.command.address + offset, self.command_size if size is None else size,
-                             flags=queue_spec.ENTRY_PROFILE if self._profiled else 0)
-        except NotQueued as exc:
-            if exc.errno not in (errno.ECANCELED, errno.EBADF, errno.ENODEV):
-                raise
-            return None     # the queue stopped (a reset) or was closed: SUBMIT, a new queue next time
+        return self._on_queue(True, offset, size)
 
     def _queue_submit(self, offset: int = 0, size: int | None = None) -> QueueFence | None:
         """The job (the command buffer from ``offset``, ``size`` bytes: a partition's; the
         whole by default) on a user queue of the device (no request to the driver per job;
         timed task by task under PERF_COUNT); None when the device offers no queue: the
         caller submits through the driver."""
+        return self._on_queue(False, offset, size)
+
+    def _on_queue(self, wait: bool, offset: int, size: int | None) -> QueueFence | None:
         queue = self.model.device.shared_queue(self._priority)
         if queue is None or self.command is None:
             return None
+        # run: only a job that never went in may go to SUBMIT (NotQueued); a failed one raises
+        put, refused = (queue.run, NotQueued) if wait else (queue.submit, NpuError)
         try:
-            return queue.submit(self.command.address + offset, self.command_size if size is None else size,
-                                flags=queue_spec.ENTRY_PROFILE if self._profiled else 0)
-        except NpuError as exc:
+            return put(self.command.address + offset, self.command_size if size is None else size,
+                       flags=queue_spec.ENTRY_PROFILE if self._profiled else 0)
+        except refused as exc:
             if exc.errno not in (errno.ECANCELED, errno.EBADF, errno.ENODEV):
                 raise
             return None     # the queue stopped (a reset) or was closed: SUBMIT, a new queue next time
