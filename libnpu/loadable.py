@@ -49,7 +49,7 @@ import numpy as np
 __all__ = [
     "LoadableError", "BadMagicError", "VersionError", "TruncatedError", "ChecksumError",
     "FormatError", "EmptyLoadableError", "RegionKind", "TensorFlags", "MemoryRegion", "TensorDesc", "Task",
-    "Reloc", "DataReloc", "HostStep", "Loadable", "MAGIC", "VERSION",
+    "Reloc", "DataReloc", "HostStep", "HostCall", "Loadable", "MAGIC", "VERSION",
 ]
 
 MAGIC = b"NPULOAD\0"
@@ -248,6 +248,22 @@ class HostStep:
     outputs: list[int] = field(default_factory=list)
     source: int = -1           # the operator's index in the source model
     reason: str = ""           # why it is not on the chip
+
+
+@dataclass(frozen=True)
+class HostCall:
+    """One operator the host runs, as the compiler's HOST op carries it (:mod:`libnpu.host`
+    runs it); the loadable stores it as a :class:`HostStep`."""
+    kind: str            # "tflite" or "onnx"
+    model: bytes         # the cut sub-model (its inputs and outputs are the call's)
+    op: str              # the source operator's name ("REVERSE_V2", "CUSTOM:MyOp", "CumSum"; "A+B" for a run)
+    source: int          # its index in the source model (a run's first)
+    reason: str = ""     # why it is not on the NPU
+
+    @property
+    def custom_name(self) -> str:
+        """The name a user registers an implementation under."""
+        return self.op.split(":", 1)[1] if self.op.startswith("CUSTOM:") else self.op
 
 
 def _align(n: int, a: int) -> int:

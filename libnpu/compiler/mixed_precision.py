@@ -19,7 +19,7 @@ straight to int16 and an int16 output is dequantized straight to float.
 * ``"auto"``: rank the ops the chip can run in int16 by the error each adds in int8 (its
   own SQNR against float on the calibration data, ``accuracy.layer_errors``), then promote
   the worst 1, 2, 4, ... until every graph output's score against the float graph
-  (:func:`output_scores`: cosine, or for tiny outputs the largest error relative to the
+  (:func:`accuracy.output_scores`: cosine, or for tiny outputs the largest error relative to the
   output's magnitude) reaches ``int16_target`` (or ``max_layers`` are promoted). An
   output that even all-int16 activations cannot bring to the target settles for most of
   what they would gain, and one they would not improve is left alone (its error is not
@@ -38,6 +38,7 @@ from typing import Any
 import numpy as np
 
 from . import registry
+from .accuracy import errors_to_json, layer_errors, output_scores
 from .channel_grids import (
     CHANNEL_MARGIN,
     CHANNEL_SPREAD,
@@ -54,8 +55,9 @@ from .folding import weight_fold
 from .ir import Graph, IRError, Op, QuantParams, Tensor
 from .optimize import optimize
 from .progress import Progress, stage
+from .quantizer import equalized, quantize_model, random_dataset
 
-__all__ = ["MixedPrecisionError", "int16_quant", "promotable", "promote", "output_scores",
+__all__ = ["MixedPrecisionError", "int16_quant", "promotable", "promote",
            "choose_auto", "choose_weights16", "quantize_mixed", "parse_selection", "DEFAULT_TARGET",
            "WEIGHTS16_TARGET", "INT16_HEADROOM", "HELD_OUT_MARGIN", "held_out_headroom", "CHANNEL_PEAKS"]
 
@@ -420,51 +422,6 @@ def _drop_dead_conversions(g: Graph) -> None:
 
 # automatic selection ---------------------------------------------------------------------
 
-def _feed_for(graph: Graph, float_graph: Graph, feed: Feed) -> dict[str, np.ndarray]:
-    if not isinstance(feed, Mapping):
-        feed = dict(zip(float_graph.inputs, feed, strict=True))
-    out = {}
-    for name in graph.inputs:
-        t, value = graph.tensors[name], np.asarray(feed[name], np.float32)
-        out[name] = t.quant.quantize(value, t.dtype) if t.quant is not None and t.dtype != "float32" else value
-    return out
-
-
-#: Outputs with fewer values per sample are scored by their largest error, not cosine
-#: (as issue 13's acceptance judges them).
-SMALL_OUTPUT = 8
-
-
-def output_scores(float_graph: Graph, graph: Graph, dataset: Sequence[Feed]) -> dict[str, float]:
-    """How closely each output of the quantized ``graph`` (simulated by the float
-    reference) follows ``float_graph``'s over ``dataset``, 1.0 being exact: the cosine
-    similarity of all values, or for an output of fewer than ``SMALL_OUTPUT`` values
-    (a score, a probability) ``1 - max |error| / max |reference|``."""
-    ref_run, q_run = FloatInterpreter(float_graph), FloatInterpreter(graph)
-    refs: dict[str, list[np.ndarray]] = {n: [] for n in graph.outputs}
-    gots: dict[str, list[np.ndarray]] = {n: [] for n in graph.outputs}
-    for feed in dataset:
-        ref = ref_run.run(feed)
-        got = q_run.run(_feed_for(graph, float_graph, feed))
-        for fname, qname in zip(float_graph.outputs, graph.outputs):
-            t = graph.tensors[qname]
-            v = np.asarray(got[qname])
-            v = t.quant.dequantize(v) if t.quant is not None and t.dtype != "float32" else v
-            refs[qname].append(np.asarray(ref[fname], np.float64).reshape(-1))
-            gots[qname].append(np.asarray(v, np.float64).reshape(-1))
-    result = {}
-    for n in graph.outputs:
-        r, v = np.concatenate(refs[n]), np.concatenate(gots[n])
-        if graph.tensors[n].size < SMALL_OUTPUT:
-            scale = float(np.abs(r).max(initial=0.0))
-            err = float(np.abs(r - v).max(initial=0.0))
-            result[n] = 1.0 - (err / scale if scale > 0 else float(err > 0))
-        else:
-            rr, vv = float(r @ r), float(v @ v)
-            result[n] = 1.0 if rr == vv == 0.0 else 0.0 if rr == 0.0 or vv == 0.0 else float(r @ v) / math.sqrt(rr * vv)
-    return result
-
-
 #: An output whose score all-int16 activations would raise by less than this is left
 #: alone by "auto": its error is not the activations' (e.g. int8 weights).
 MIN_GAIN = 0.002
@@ -514,7 +471,6 @@ def choose_auto(float_graph: Graph, graph: Graph, dataset: Sequence[Feed], *,
     cannot reach it, ``GAIN_SHARE`` of what they would gain (nothing when that is below
     ``MIN_GAIN``: then its error comes from elsewhere, and promoting layers would only cost).
     Returns ``(output tensor names of the chosen ops, output scores of the chosen graph)``."""
-    from .accuracy import layer_errors
     base = output_scores(float_graph, graph, dataset)
     if min(base.values(), default=1.0) >= int16_target:
         return [], base
@@ -542,7 +498,6 @@ def choose_weights16(float_graph: Graph, graph: Graph, names: Sequence[str], dat
     for most of the gain, one int16 weights do not improve is left alone).
 
     Returns ``(output tensor names of the chosen ops, output scores of the chosen graph)``."""
-    from .accuracy import layer_errors
     promoted = promote(graph, names, float_graph)
     base = output_scores(float_graph, promoted, dataset)
     by_output = {op.outputs[0]: op for op in graph.ops}
@@ -580,7 +535,7 @@ def quantize_mixed(graph: Graph, dataset: Iterable[Feed] | None = None, *,
 
     The chosen op names are in the result's ``metadata["int16_layers"]`` and
     ``metadata["int16_weights"]`` (with "auto", also the output scores reached,
-    ``metadata["int16_output_score"]``: see :func:`output_scores`).
+    ``metadata["int16_output_score"]``: see :func:`accuracy.output_scores`).
 
     ``int16_headroom``: how far an int16 grid reaches beyond its tensor's calibrated range,
     a factor for every tensor or ``"held-out"``: each tensor's own, from its calibration
@@ -593,7 +548,6 @@ def quantize_mixed(graph: Graph, dataset: Iterable[Feed] | None = None, *,
     times finer than its tensor's widest channel a channel's grid may be
     (:data:`~libnpu.compiler.channel_grids.CHANNEL_SPREAD`). The metadata then has
     ``int16_grid`` and ``int16_per_channel_tensors`` (how many)."""
-    from .quantizer import equalized, quantize_model, random_dataset
     selection = parse_selection(int16)
     wide = parse_selection(int16_weights)
     opt = optimize(graph)
@@ -653,7 +607,6 @@ def quantize_mixed(graph: Graph, dataset: Iterable[Feed] | None = None, *,
         result.metadata["int16_headroom"] = {"min": round(min(used), 3), "median": round(float(np.median(used)), 3),
                                              "max": round(max(used), 3)}
     if report:
-        from .accuracy import errors_to_json, layer_errors
         with stage(progress, "accuracy"):
             result.metadata["layer_errors"] = errors_to_json(layer_errors(opt, result, data))
     return result

@@ -24,11 +24,15 @@ from collections.abc import Iterable, Mapping, Sequence
 import numpy as np
 
 from . import registry
+from .accuracy import errors_to_json, layer_errors, output_scores
+from .bias_correction import correct_biases
 from .calibration import METHODS, Histogram, choose_range
+from .equalization import equalize as equalize_channels
 from .float_ref import FloatInterpreter
 from .ir import Graph, IRError, Op, QuantParams, State, Tensor
 from .optimize import optimize
 from .progress import Progress, stage
+from .weight_rounding import input_moments, round_layer
 
 __all__ = ["QuantizationError", "build_calibration_model", "Calibrator", "calibrate",
            "quantize", "quantize_model", "random_dataset", "Range"]
@@ -324,7 +328,6 @@ def quantize(graph: Graph, ranges: Mapping[str, Range], *, fc_per_channel: bool 
             axis = None if per_tensor else weight_axis
             wq, wqp = _quantize_weights(w_t.data, axis, bias, in_scale)
             if moments is not None and w_t.name in moments and (op.type == "DEPTHWISE_CONV_2D" or axis in (0, None)):
-                from .weight_rounding import round_layer
                 wq, rounded_bias = round_layer(op.type, w_t.data, wqp.scale, moments[w_t.name], bias)
                 bias = rounded_bias if round_biases else bias
             g.add_tensor(Tensor(w_t.name, w_t.shape, "int8", wqp, wq))
@@ -397,8 +400,6 @@ def _bias_correction_helps(float_graph: Graph, q: Graph, data: Sequence) -> bool
     pictures, on the device). Fewer than 4 samples: no correction."""
     if len(data) < 4:
         return False
-    from .bias_correction import correct_biases
-    from .mixed_precision import output_scores
     fit, check = list(data[0::2]), list(data[1::2])
     trial = q.copy()
     correct_biases(float_graph, trial, fit)
@@ -411,9 +412,8 @@ def equalized(graph: Graph, data: Sequence, progress: Progress | None = None) ->
     equalized is returned as it is)."""
     if "equalized_channels" in graph.metadata:
         return graph
-    from .equalization import equalize
     with stage(progress, "equalize"):
-        return equalize(graph, data)
+        return equalize_channels(graph, data)
 
 
 def quantize_model(graph: Graph,
@@ -452,7 +452,6 @@ def quantize_model(graph: Graph,
     ranges = calibrate(opt, data, method=method, percentile=percentile, seed=seed, progress=progress)
     moments = None
     if weight_rounding in ("gptq", "gptq-bias"):
-        from .weight_rounding import input_moments
         with stage(progress, "weight rounding"):
             moments = input_moments(opt, data, seed=seed)
     with stage(progress, "quantize"):
@@ -463,7 +462,6 @@ def quantize_model(graph: Graph,
     if bias_correction == "auto":
         bias_correction = _bias_correction_helps(opt, q, data)
     if bias_correction:
-        from .bias_correction import correct_biases
         correct_biases(opt, q, data, progress=progress)
         q.validate()
     q.metadata["calibration"] = {"method": method, "runs": len(data), "random": dataset is None,
@@ -472,7 +470,6 @@ def quantize_model(graph: Graph,
                                     if "equalized_channels" in opt.metadata else {}),
                                  **({"weight_rounding": weight_rounding} if weight_rounding != "nearest" else {})}
     if layer_report:
-        from .accuracy import errors_to_json, layer_errors
         with stage(progress, "accuracy"):
             q.metadata["layer_errors"] = errors_to_json(layer_errors(opt, q, data))
     return q

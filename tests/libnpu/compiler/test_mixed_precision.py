@@ -8,10 +8,10 @@ import pytest
 
 import libnpu
 from firmware_sim.spec import ops as spec_ops
+from libnpu.compiler.accuracy import output_scores
 from libnpu.compiler.lower import lower
 from libnpu.compiler.mixed_precision import (
     MixedPrecisionError,
-    output_scores,
     parse_selection,
     promote,
     quantize_mixed,
