@@ -35,7 +35,7 @@ from typing import Any
 
 import numpy as np
 
-from .float_ref import FloatInterpreter, evaluate
+from .float_ref import FloatInterpreter, evaluate, snap_to_grid, to_real
 from .folding import folded_input_scales, weight_fold
 from .ir import Graph, IRError
 
@@ -123,21 +123,6 @@ def _quantized_feed(quantized: Graph, float_graph: Graph, feed: Feed) -> dict[st
     return out
 
 
-def _on_grid(quantized: Graph, name: str, value: np.ndarray) -> np.ndarray:
-    t = quantized.tensors[name]
-    if t.quant is not None and t.dtype in ("int8", "uint8", "int16"):
-        return t.quant.dequantize(t.quant.quantize(value, t.dtype))
-    return value
-
-
-def _constant(graph: Graph, name: str) -> np.ndarray:
-    """A constant's real value (dequantized if quantized)."""
-    t = graph.tensors[name]
-    if t.quant is not None and t.dtype in ("int8", "uint8", "int16", "int32", "int64"):
-        return t.quant.dequantize(np.asarray(t.data))
-    return np.asarray(t.data, np.float32)
-
-
 def layer_errors(float_graph: Graph, quantized_graph: Graph, dataset: Iterable[Feed]) -> dict[str, LayerError]:
     """The error of every op output of ``quantized_graph`` against ``float_graph`` on ``dataset``.
 
@@ -169,7 +154,8 @@ def layer_errors(float_graph: Graph, quantized_graph: Graph, dataset: Iterable[F
                 if not i:
                     ins.append(None)
                 elif quantized_graph.tensors[i].is_constant:
-                    ins.append(_constant(quantized_graph, i))
+                    t = quantized_graph.tensors[i]
+                    ins.append(to_real(t, t.data))
                 elif i in names:
                     ins.append(np.asarray(ref[names[i]], np.float32))
                 else:  # a tensor only the quantized graph has (e.g. a precision change): its own value
@@ -177,7 +163,7 @@ def layer_errors(float_graph: Graph, quantized_graph: Graph, dataset: Iterable[F
             folded = folded_input_scales(quantized_graph, op)
             if folded is not None:   # per-channel int16 input: the weights carry its scales
                 ins[1] = np.asarray(ins[1] / weight_fold(ins[1].shape, folded), np.float32)  # type: ignore[operator, union-attr]
-            alone = _on_grid(quantized_graph, out, evaluate(op, ins, quantized_graph.tensors[out]))
+            alone = snap_to_grid(quantized_graph.tensors[out], evaluate(op, ins, quantized_graph.tensors[out]))
             sums[out].add_local(want, np.asarray(alone, np.float32))
         runs += 1
     if not runs:
