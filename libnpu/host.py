@@ -33,6 +33,11 @@ from libnpu.compiler.float_ref import FloatInterpreter
 from libnpu.compiler.ir import IRError
 from libnpu.loadable import HostCall
 
+# The host's runtimes (LiteRT's interpreter, onnx, onnxruntime, tflite, and the compiler's
+# ONNX import, which needs onnx: 0.3-0.7 s each) are imported inside the kernels, when a
+# host call of their kind first runs: ``import libnpu`` (which imports this module) stays
+# fast for programs without CPU operators.
+
 __all__ = ["HostCall", "HostOpError", "Boundary", "HostKernel", "register_host_op", "unregister_host_op",
            "host_op", "kernel_for", "convert"]
 
@@ -199,9 +204,6 @@ class _FloatReferenceKernel(HostKernel):
 
 
 def _onnx_kernel(call: HostCall) -> HostKernel:
-    # The host's heavy runtimes (onnx, onnxruntime, LiteRT's interpreter, tflite: 0.3-0.7 s
-    # each) are imported when a host call of their kind first runs: ``import libnpu``
-    # (which imports this module) stays fast for programs without CPU operators.
     import onnx
     model = onnx.load_model_from_string(call.model)
     node = model.graph.node[0]
