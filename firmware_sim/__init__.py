@@ -1,1 +1,2 @@
-"""The chip: register file, rings, DMA behind an IOMMU, compute cores, watchdog and fault injection, in processes of their own."""
+"""The chip: register file, rings, DMA behind an IOMMU, compute cores, watchdog and fault
+injection, in processes of their own."""
