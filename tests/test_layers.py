@@ -1,4 +1,4 @@
-"""The layer rules of DESIGN.md, checked on every import statement."""
+"""The layer rules of docs/contributing.md ("The layer rules"), checked on every import statement."""
 import ast
 from pathlib import Path
 
