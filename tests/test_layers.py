@@ -89,10 +89,6 @@ KNOWN_CIRCLES = {
     # removed when the runtime split lands (issue 25)
     "pool <-> runtime": ["libnpu.pool", "libnpu.runtime"],
     "portability <-> properties <-> user_queue": ["libnpu.portability", "libnpu.properties", "libnpu.user_queue"],
-    # the driver's, through kmd_fuse/profiling.py's `if TYPE_CHECKING:` import of Device
-    # (issue 25 counts such imports); removed when the driver's side is untangled
-    "kmd_fuse device <-> profiling <-> user_queues": ["kmd_fuse.device", "kmd_fuse.profiling",
-                                                      "kmd_fuse.user_queues"],
 }
 
 
