@@ -24,14 +24,40 @@ import queue
 import threading
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import numpy as np
 
-if TYPE_CHECKING:
-    from libnpu.runtime import CompiledModel, InferRequest, Inputs
+from libnpu.errors import ClosedError
+from libnpu.profiling import InferenceProfile, Timing
+from libnpu.tensors import Inputs
 
 log = logging.getLogger("libnpu.pool")
+
+
+class PoolRequest(Protocol):
+    """What a pool asks of its requests (``libnpu.inference.InferRequest`` answers). A
+    protocol, so that this module imports nothing of the runtime, which imports it."""
+
+    timing: Timing
+    profile: InferenceProfile | None
+
+    def set_inputs(self, inputs: Inputs) -> None: ...
+
+    def run_sync(self, started: float) -> None: ...
+
+    def outputs(self, dequantized: bool = False) -> list[np.ndarray]: ...
+
+    def release(self) -> None: ...
+
+
+class PoolModel(Protocol):
+    """What a pool asks of its model (``libnpu.inference.CompiledModel`` answers)."""
+
+    def create_request(self) -> PoolRequest: ...
+
+    def _forget_pool(self, pool: RequestPool) -> None: ...
+
 
 OutputCallback = Callable[["Task", list[np.ndarray]], None]
 ErrorCallback = Callable[["Task", Exception], None]
@@ -41,7 +67,7 @@ FinishCallback = Callable[["Task"], None]
 class Task:
     """One request of a pool, handed out by ``get_task``: fill it with ``run``."""
 
-    def __init__(self, pool: RequestPool, request_id: int, request: InferRequest):
+    def __init__(self, pool: RequestPool, request_id: int, request: PoolRequest):
         self.pool, self.request_id, self.request = pool, request_id, request
         self.id = 0                     # this run's id, unique in the pool (set by run)
         self.context: Any = None        # what the caller passed to run, for its callbacks
@@ -52,12 +78,12 @@ class Task:
         self._started_at = 0.0
 
     @property
-    def timing(self):
-        """Wall latency and simulated device time of the last run (``runtime.Timing``)."""
+    def timing(self) -> Timing:
+        """Wall latency and simulated device time of the last run."""
         return self.request.timing
 
     @property
-    def profile(self):
+    def profile(self) -> InferenceProfile | None:
         """The last run's per-layer profile (with PERF_COUNT on), else None."""
         return self.request.profile
 
@@ -86,7 +112,7 @@ class Task:
 class RequestPool:
     """``max_batch`` requests of one model; see the module doc."""
 
-    def __init__(self, model: CompiledModel, max_batch: int, on_output: OutputCallback | None = None,
+    def __init__(self, model: PoolModel, max_batch: int, on_output: OutputCallback | None = None,
                  on_error: ErrorCallback | None = None, on_finish: FinishCallback | None = None):
         if max_batch < 1:
             raise ValueError(f"max_batch must be >= 1, got {max_batch}")
@@ -144,7 +170,6 @@ class RequestPool:
 
     def _check_open(self) -> None:
         if self._closed:
-            from libnpu.runtime import ClosedError
             raise ClosedError("this request pool is closed")
 
     # ---- running ----
