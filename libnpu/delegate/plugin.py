@@ -26,6 +26,8 @@ from typing import Any
 
 import numpy as np
 
+from libnpu.compiler.ir import zero_point_error
+
 from .submodel import Node, TensorInfo, read_node, read_tensor, tensor_name, write_model
 from .tflite_c import FLAGS, K_DELEGATE_ERROR, K_ERROR, K_OK
 
@@ -240,6 +242,11 @@ class NpuDelegate:
             return "a tensor type the chip does not carry"
         if not activations or any(t.dtype not in _QUANTIZED for t in activations):
             return "not a quantized operator (the delegate runs int8/int16 partitions)"
+        if any(0 in t.shape for t in activations):
+            return "an empty tensor (a 0 in its shape): the chip runs no empty tensor"
+        for t in activations:
+            if t.zero_point is not None and t.dtype is not None and (why := zero_point_error(t.dtype, t.zero_point)):
+                return f"tensor {tensor_name(t.index)}: {why}"
         return ""
 
     def _placement(self, nodes: list[Node]) -> dict[int, str]:
