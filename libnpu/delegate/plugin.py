@@ -52,13 +52,19 @@ class DelegateOptions:
     priority: str = "MEDIUM"
 
 
+def _shown(value: str) -> str:
+    """``value`` quoted for a one-line message, cut short when long (a message never carries
+    a megabyte of the caller's option)."""
+    return repr(value) if len(value) <= 64 else f"{value[:48]!r}... ({len(value)} characters)"
+
+
 def _int(name: str, value: str, minimum: int) -> int:
     try:
         number = int(value)
     except ValueError:
-        raise ValueError(f"npu delegate: option {name}={value!r} is not an integer") from None
+        raise ValueError(f"npu delegate: option {name}={_shown(value)} is not an integer") from None
     if number < minimum:
-        raise ValueError(f"npu delegate: option {name}={value} must be >= {minimum}")
+        raise ValueError(f"npu delegate: option {name}={_shown(value)} must be >= {minimum}")
     return number
 
 
@@ -68,7 +74,7 @@ def _bool(name: str, value: str) -> bool:
         return True
     if lowered in ("0", "false", "no", "off", ""):
         return False
-    raise ValueError(f"npu delegate: option {name}={value!r} is not a boolean (true/false)")
+    raise ValueError(f"npu delegate: option {name}={_shown(value)} is not a boolean (true/false)")
 
 
 def parse_options(pairs: list[tuple[str, str]]) -> DelegateOptions:
@@ -97,7 +103,7 @@ def parse_options(pairs: list[tuple[str, str]]) -> DelegateOptions:
             options.min_nodes_per_partition = _int(key, value, 1)
         elif key == "priority":
             if value.upper() not in PRIORITIES:
-                raise ValueError(f"npu delegate: option priority={value!r} must be one of {', '.join(PRIORITIES)}")
+                raise ValueError(f"npu delegate: option priority={_shown(value)} must be one of {', '.join(PRIORITIES)}")
             options.priority = value.upper()
         else:
             raise ValueError(f"npu delegate: unknown option {key!r} (known: devroot, device, ops, cache_dir, "

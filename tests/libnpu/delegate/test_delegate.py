@@ -95,7 +95,7 @@ def test_partition_options(npu, library, tmp_path, capfd):
 @pytest.mark.parametrize("options, message", [
     ({"colour": "blue"}, "unknown option 'colour'"),
     ({"device": "one"}, "device='one' is not an integer"),
-    ({"max_partitions": "-1"}, "max_partitions=-1 must be >= 0"),
+    ({"max_partitions": "-1"}, "max_partitions='-1' must be >= 0"),
     ({"ops": "CONV_2D,NOT_AN_OP"}, "unknown TFLite operators: NOT_AN_OP"),
     ({"verbose": "maybe"}, "not a boolean"),
     ({"priority": "urgent"}, "priority='urgent' must be one of LOW, MEDIUM, HIGH"),
@@ -191,3 +191,11 @@ def test_a_model_the_chip_cannot_run_stays_on_the_cpu_and_runs(npu, library, tmp
     assert np.array_equal(outputs[0], outputs[1])
     assert why in capfd.readouterr().err
     del delegated, delegate
+
+
+@pytest.mark.parametrize("option", ["device", "verbose", "priority", "max_partitions"])
+def test_a_huge_option_value_gives_a_short_message(npu, library, option):
+    with pytest.raises(ValueError) as refused:
+        litert.load_delegate(library, {"devroot": str(npu.devroot), option: "9x" * 500_000})
+    message = str(refused.value)
+    assert f"option {option}=" in message and "(1000000 characters)" in message and len(message) < 300
