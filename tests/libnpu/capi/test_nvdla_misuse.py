@@ -58,3 +58,23 @@ def test_misused_handles_are_refused_with_an_nverror(npu, programs, build, attac
     assert done.returncode == 0, f"exit {done.returncode}: {done.stdout}{done.stderr[-3000:]}"
     assert done.stdout.strip() == "ok"
     assert memory_used(npu.devroot) == before       # every buffer given back
+
+
+def test_a_devroot_too_long_for_a_path_is_refused_not_cut(npu, monkeypatch):
+    """NPU_DEVROOT + "/npu0" past PATH_MAX used to be cut to fit, which named another file:
+    here the devroot names the node itself (a file: <devroot>/npu0/npu0 does not exist),
+    spelled out to 4095 characters, which the cut path then opened as a device."""
+    import ctypes
+    lib = ctypes.CDLL(str(nvdla.build()))
+    head = f"{npu.devroot}/"
+    root = head + "./" * ((4095 - len(head) - len("npu0")) // 2) + "npu0"
+    root = root[:len(head)] + "/" * (4095 - len(root)) + root[len(head):]    # exactly 4095 characters
+    assert len(root) == 4095 and os.path.samefile(root, npu.devroot / "npu0")
+    monkeypatch.setenv("NPU_DEVROOT", root)
+    session, device = ctypes.c_void_p(), ctypes.c_void_p()
+    assert lib.NvDlaInitialize(ctypes.byref(session)) == 0
+    try:
+        assert lib.NvDlaOpen(session, 0, ctypes.byref(device)) == 4        # NvError_BadParameter
+        assert device.value is None
+    finally:
+        lib.NvDlaDestroy(session)
