@@ -103,7 +103,8 @@ def parse_options(pairs: list[tuple[str, str]]) -> DelegateOptions:
             options.min_nodes_per_partition = _int(key, value, 1)
         elif key == "priority":
             if value.upper() not in PRIORITIES:
-                raise ValueError(f"npu delegate: option priority={_shown(value)} must be one of {', '.join(PRIORITIES)}")
+                raise ValueError(f"npu delegate: option priority={_shown(value)} must be one of "
+                                 f"{', '.join(PRIORITIES)}")
             options.priority = value.upper()
         else:
             raise ValueError(f"npu delegate: unknown option {key!r} (known: devroot, device, ops, cache_dir, "
