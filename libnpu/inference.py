@@ -26,7 +26,8 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -90,6 +91,8 @@ class InferRequest:
         self.profile: InferenceProfile | None = None   # the last inference's per-layer profile (PERF_COUNT)
         self._started = 0.0
         self._waiter: threading.Thread | None = None
+        self._busy = False                  # infer / run_sync / start under way in some thread
+        self._claim_lock = threading.Lock()
 
     def _prepare(self, priority: int, profile: bool) -> None:
         device = self.model.device
@@ -168,26 +171,43 @@ class InferRequest:
         for state in self.query_state():
             state.reset()
 
+    def _running(self) -> bool:
+        """An inference is under way: a call in some thread, or a started job not waited for."""
+        started = self.fence is not None and self.fence.status is None
+        return self._busy or started or (self._waiter is not None and self._waiter.is_alive())
+
+    @contextmanager
+    def _claimed(self) -> Iterator[None]:
+        """One inference at a time per request: two at once run jobs on the same memory (the
+        inputs, the outputs, and the state both read and write: an update would be lost)."""
+        with self._claim_lock:
+            if self._running():
+                raise RuntimeError("this request is still running: one inference at a time per request "
+                                   "(wait() for it, or give each thread a request of its own)")
+            self._busy = True
+        try:
+            yield
+        finally:
+            self._busy = False
+
     def _check_idle(self) -> None:
         self._check_usable()
-        running = self.fence is not None and self.fence.status is None
-        if running or (self._waiter is not None and self._waiter.is_alive()):
+        if self._running():
             raise RuntimeError("this request is still running: wait() before touching its state")
 
     def start(self, callback: Callable[[InferRequest, Exception | None], None] | None = None) -> None:
         """Submit the job; returns at once.  ``callback(request, error)`` runs in a
         helper thread when the job is done."""
         self._check_usable()
-        if self.partitioned:
-            return self._start_partitions(callback)
-        if self.fence is not None and self.fence.status is None:
-            raise RuntimeError("this request is still running")
-        self._follow_settings()
-        self._started = time.perf_counter()
-        self.fence = self._on_queue(False) or self.model.device.submit_prepared(self._submit)
-        if callback is not None:
-            self._waiter = threading.Thread(target=self._wait_then_call, args=(callback,), daemon=True)
-            self._waiter.start()
+        with self._claimed():
+            if self.partitioned:
+                return self._start_partitions(callback)
+            self._follow_settings()
+            self._started = time.perf_counter()
+            self.fence = self._on_queue(False) or self.model.device.submit_prepared(self._submit)
+            if callback is not None:
+                self._waiter = threading.Thread(target=self._wait_then_call, args=(callback,), daemon=True)
+                self._waiter.start()
 
     def _wait_then_call(self, callback: Callable[[InferRequest, Exception | None], None]) -> None:
         error = None
@@ -199,8 +219,6 @@ class InferRequest:
 
     def _start_partitions(self, callback: Callable[[InferRequest, Exception | None], None] | None) -> None:
         """``start`` of a partitioned model: the partitions and host steps run in order, in a helper thread."""
-        if self._waiter is not None and self._waiter.is_alive():
-            raise RuntimeError("this request is still running")
         self._started = time.perf_counter()
         self._error, self._raise_on_wait = None, callback is None
         self._waiter = threading.Thread(target=self._run_then_call, args=(callback,), daemon=True)
@@ -266,15 +284,21 @@ class InferRequest:
     def infer(self, inputs: Inputs, dequantized: bool = False) -> list[np.ndarray]:
         """Run once, synchronously (through a user queue of the device, else one round trip
         to the driver)."""
-        self.set_inputs(inputs)     # raises ClosedError once released
-        self.run_sync(time.perf_counter())
-        return self.outputs(dequantized)
+        with self._claimed():
+            self.set_inputs(inputs)     # raises ClosedError once released
+            self._run_sync(time.perf_counter())
+            return self.outputs(dequantized)
 
     def run_sync(self, started: float) -> None:
         """Run the inputs already set, to the end: through a user queue of the device when it
         offers one (not for PERF_COUNT), else in one round trip (SUBMIT with WAIT);
         ``timing.latency_s`` counts from ``started`` (a ``time.perf_counter()``).  A model with
         CPU operators runs its chip partitions and host steps in turn."""
+        self._check_usable()
+        with self._claimed():
+            self._run_sync(started)
+
+    def _run_sync(self, started: float) -> None:
         self._check_usable()
         if self.partitioned:
             self._started = started

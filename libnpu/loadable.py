@@ -34,9 +34,11 @@ name, type and quantization); the model's tasks read it in place and write it ba
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import mmap
 import os
+import secrets
 import struct
 import zlib
 from dataclasses import dataclass, field
@@ -455,11 +457,24 @@ class Loadable:
         return header + table_bytes + bytes(body)
 
     def save(self, path: str | os.PathLike) -> None:
-        """Write atomically (temporary file + rename)."""
+        """Write atomically (temporary file + rename); an OSError names ``path``, and no
+        temporary file is left behind. The temporary file is a new one with a random name
+        (O_EXCL): a link someone planted beside ``path`` (in a cache directory others can
+        write) is never written through."""
         p = Path(path)
-        tmp = p.with_name(p.name + f".{os.getpid()}.tmp")
-        tmp.write_bytes(self.to_bytes())
-        os.replace(tmp, p)
+        tmp = p.with_name(f".{p.name}.{secrets.token_hex(8)}.tmp")
+        try:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666)
+            try:
+                with os.fdopen(fd, "wb") as f:
+                    f.write(self.to_bytes())
+                os.replace(tmp, p)
+            except BaseException:
+                with contextlib.suppress(OSError):
+                    tmp.unlink()
+                raise
+        except OSError as exc:
+            raise OSError(exc.errno, exc.strerror, os.fspath(path)) from None
 
     # reading ------------------------------------------------------------------------
     @classmethod

@@ -155,10 +155,13 @@ class Runtime:
         return self.device.alloc_mem(size, MEM_RW)
 
     def _bind(self, desc: TensorDesc, memory: Memory, offset: int) -> None:
+        if memory.freed or memory.device is not self.device:
+            why = "was freed" if memory.freed else "belongs to another device"
+            raise ValueError(f"{desc.name}: the memory {why}; bind a live memory of this runtime's device")
         sharing = [t.name for t in self.loaded.tensors if t.region == desc.region and t.name != desc.name]
         if sharing:
             raise ValueError(f"{desc.name} shares its region with {sharing[:3]}: it cannot be rebound")
-        if offset + desc.nbytes > memory.size:
+        if offset < 0 or offset + desc.nbytes > memory.size:
             raise ValueError(f"{desc.name} needs {desc.nbytes} bytes at offset {offset}; memory has {memory.size}")
         self.bound[desc.region] = (memory, offset - desc.offset)
 

@@ -12,9 +12,9 @@ Each request has a worker thread of its own: ``run`` copies the inputs in and wa
 and the worker submits the job and waits for it in one round trip to the driver (SUBMIT
 with WAIT: half the requests a submit-then-WAIT costs, which shows on a busy 2-vCPU
 machine); no thread is started per inference.  Callbacks run in those workers; an
-exception a callback raises is logged and the pool carries on.  A callback may take and
-run tasks, but must not close the pool or its model (``close`` waits for the running
-tasks, the callback's own among them).
+exception a callback raises (``SystemExit`` and ``KeyboardInterrupt`` too) is logged and
+the pool carries on.  A callback may take and run tasks, and may close the pool or its
+model: ``close`` then waits for the other running tasks, not for the callback's own.
 """
 from __future__ import annotations
 
@@ -118,7 +118,7 @@ class RequestPool:
             raise ValueError(f"max_batch must be >= 1, got {max_batch}")
         self.model, self.max_batch = model, max_batch
         self.on_output, self.on_error, self.on_finish = on_output, on_error, on_finish
-        self._free: queue.SimpleQueue[Task] = queue.SimpleQueue()
+        self._free: queue.SimpleQueue[Task | None] = queue.SimpleQueue()   # None: closed, wake up
         self._ids = itertools.count(1)
         self._running = 0
         self._idle = threading.Condition()
@@ -156,10 +156,11 @@ class RequestPool:
         except queue.Empty:
             return None
 
-    def _take(self, task: Task) -> Task:
-        if self._closed:                # closed while we waited: nothing runs any more
-            self._free.put(task)
+    def _take(self, task: Task | None) -> Task:
+        if task is None or self._closed:    # closed while we waited: nothing runs any more
+            self._free.put(task)            # (None wakes the next thread blocked in get_task)
             self._check_open()
+        assert task is not None, "None is put only once the pool is closed"
         task._held = True
         return task
 
@@ -214,7 +215,7 @@ class RequestPool:
             return
         try:
             callback(*args)
-        except Exception:  # noqa: BLE001 - a callback's bug must not stop the pool
+        except BaseException:  # noqa: BLE001 - a callback's bug (even sys.exit()) must not stop its worker
             log.exception("request pool callback %r failed", callback)
 
     def all_done(self) -> bool:
@@ -228,11 +229,16 @@ class RequestPool:
             return self._idle.wait_for(lambda: self._running == 0, timeout)
 
     def close(self) -> None:
-        """Wait for the running tasks, stop the workers and free every request's memory."""
+        """Wait for the running tasks, stop the workers and free every request's memory.
+        From a callback, it waits for the other running tasks (the callback's own task ends
+        when the callback returns)."""
         if self._closed:
             return
         self._closed = True
-        self.wait_all()
+        self._free.put(None)            # wakes the threads blocked in get_task: ClosedError
+        own = 1 if threading.current_thread() in self._workers else 0
+        with self._idle:
+            self._idle.wait_for(lambda: self._running <= own)
         for task, worker in zip(self.tasks, self._workers):
             task._wake.put(False)
             if worker is not threading.current_thread():
