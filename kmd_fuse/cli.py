@@ -114,8 +114,7 @@ def start(args) -> int:
             return 1
         taken = hotplug.foreign_mount(root, sys_root, index)
         if taken is not None:
-            print(f"{node}: {taken} is taken by a mount this device did not make ({paths.mounted_source(taken)}): "
-                  "give this devroot its own --sysroot (or unmount it)", file=sys.stderr)
+            print(f"{node}: {taken}: give this devroot its own --sysroot (or unmount it)", file=sys.stderr)
             return 1
         paths.ready_file(root, index).unlink(missing_ok=True)
         log = open(paths.log_file(root, index), "ab")

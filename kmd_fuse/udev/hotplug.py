@@ -140,14 +140,16 @@ def unmount_all(root: Path, sys_root: Path, index: int) -> list[Path]:
     return mount_record(root, index).unmount() + remove_links(root, sys_root, index)
 
 
-def foreign_mount(root: Path, sys_root: Path, index: int) -> Path | None:
-    """A mount point of this device where a mount the device did not make is, if any."""
+def foreign_mount(root: Path, sys_root: Path, index: int) -> str | None:
+    """What takes a mount point of this device, if a mount the device did not make does."""
     table = mounts.mount_table()
     mine = {(e["point"], e["source"]) for e in mount_record(root, index).entries()}
     for point in mount_points(root, sys_root, index):
         for point_seen, source in table.values():
             if point_seen == str(point) and (point_seen, source) not in mine:
-                return point
+                if source.startswith("npu-emu:") and source != paths.mount_source(root, index):
+                    return f"{point} is served by another device ({source})"
+                return f"{point} is taken by a mount this device did not make ({source})"
     return None
 
 
@@ -195,8 +197,7 @@ class Presence:
         node, tree = paths.node_path(self.root, self.index), paths.device_dir(self.sys_root, self.index)
         taken = foreign_mount(self.root, self.sys_root, self.index)
         if taken is not None:
-            raise MountError(errno.EBUSY, f"{taken} is taken by a mount this device did not make "
-                                          f"({paths.mounted_source(taken)}): give this devroot its own --sysroot")
+            raise MountError(errno.EBUSY, f"{taken}: give this devroot its own --sysroot")
         if owner.rootless():
             for link, target in link_targets(self.root, self.sys_root, self.index).items():
                 make_link(link, target)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import mmap
 import os
+import re
 import subprocess
 import sys
 import time
@@ -64,6 +65,33 @@ def wait_until(predicate, timeout: float = 10.0) -> bool:
             return True
         time.sleep(0.02)
     return predicate()
+
+
+def mount_table() -> list[tuple[str, str]]:
+    """(mount point, source) of every mount this process sees, as /proc/self/mountinfo has them."""
+    def unescape(field: str) -> str:
+        return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), field)
+    table = []
+    for line in Path("/proc/self/mountinfo").read_text().splitlines():
+        fields = line.split()
+        table.append((unescape(fields[4]), unescape(fields[fields.index("-") + 2])))
+    return table
+
+
+def detach_mounts_under(directory: Path) -> list[str]:
+    """Detach (umount -l) every mount at or under ``directory``, deepest first: a test's
+    teardown, whatever a failing driver left there. Returns the points detached."""
+    prefix = str(directory).rstrip("/") + "/"
+    done = []
+    for _ in range(16):        # stacked mounts show again once the top one is gone
+        points = sorted({point for point, _ in mount_table()
+                         if point == str(directory) or point.startswith(prefix)}, key=len, reverse=True)
+        if not points:
+            break
+        for point in points:
+            subprocess.run(["umount", "-l", point], capture_output=True)
+            done.append(point)
+    return done
 
 
 def open_to_others(path: Path) -> None:
