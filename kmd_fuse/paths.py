@@ -129,7 +129,8 @@ class StateDirError(UnsafePathError):
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
-def open_dir(path: Path, create_mode: int | None = None, private: bool = True, hint: str = "") -> int:
+def open_dir(path: Path, create_mode: int | None = None, private: bool = True, hint: str = "",
+             uid: int | None = None) -> int:
     """A descriptor (O_DIRECTORY) of the absolute ``path``, reached from / one name at a time
     with openat(O_NOFOLLOW), so no symbolic link is followed; with ``create_mode``, missing
     directories are made with mkdirat (that mode, whatever the umask). UnsafePathError,
@@ -137,10 +138,11 @@ def open_dir(path: Path, create_mode: int | None = None, private: bool = True, h
     way belongs to root or to the driver's user and is writable by nobody else, sticky
     directories such as /tmp excepted (others add names there but cannot move ours): once
     that holds, no other user can change what the path leads to. ``private``: the directory
-    itself may not be a sticky shared one either (the driver puts names in it by path)."""
+    itself may not be a sticky shared one either (the driver puts names in it by path).
+    ``uid``: the driver's user, if not this process's."""
     if not path.is_absolute():
         raise ValueError(f"{path}: not an absolute path")
-    euid = os.geteuid()
+    euid = os.geteuid() if uid is None else uid
     fd = os.open("/", _DIR_FLAGS)
     here = Path("/")
     try:
@@ -214,7 +216,7 @@ def _check_dir(path: Path, uid: int) -> None:
     that nobody else may write, nor change what leads to it."""
     hint = "remove it and start again"
     try:
-        fd = open_dir(path, hint=hint)
+        fd = open_dir(path, hint=hint, uid=uid)
     except UnsafePathError as exc:
         raise StateDirError(exc.errno, exc.strerror) from None
     except FileNotFoundError:
