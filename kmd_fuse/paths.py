@@ -164,7 +164,7 @@ def open_dir(path: Path, create_mode: int | None = None, private: bool = True, h
                 child = _open_checked_kind(fd, name, here, hint)
             os.close(fd)
             fd = child
-            if made:
+            if made and create_mode is not None:
                 os.fchmod(fd, create_mode)        # mkdir's mode is masked by the umask
             _check_fd(fd, here, euid, shared_ok=not private or i <= len(path.parts) - 1, hint=hint)
         return fd
@@ -299,7 +299,7 @@ def private_state_dir(root: Path, note: Callable[[str], None] | None = None) -> 
     except StateDirError as exc:
         state = _fresh_dir(SHM_ROOT.parent, f"npu-emu-{os.geteuid()}-", 0o711)
         if note is not None:
-            note(f"{exc.strerror.split(' (')[0]}; the state of {root} goes to {state} instead")
+            note(f"{str(exc).split(' (')[0]}; the state of {root} goes to {state} instead")
     else:
         _ensure_dir(state, 0o711)
     record_in_devroot(root, STATE_MARKER, f"{state}\n")
