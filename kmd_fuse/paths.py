@@ -1,12 +1,19 @@
 """Where a device's node, state and memories live, and the checks that make it safe
 for root (or, in rootless mode, the user running the driver) to write there.
 
-The state directories sit on a world-writable tmpfs (/dev/shm): any user can create
-`/dev/shm/npu-emu` before the driver first runs, or put a symlink where a device's state
-directory goes. So every state directory is created by the daemon's own user, and refused
-(StateDirError, with what is wrong and how to fix it) when it is a symlink, belongs to
-someone else, or is writable by anyone else; once it passes, nobody else can plant
-anything inside it.
+The driver works in places other users share: the state directories sit on a
+world-writable tmpfs (/dev/shm), and a devroot made with `mktemp -d` puts the default
+sysroot `<devroot>.sys` in /tmp. Anyone may create a name there first: `/dev/shm/npu-emu`,
+a symlink where a state directory goes, `<devroot>.sys/class/npu/npu0` as a link to
+a directory of their choice. So every directory the driver creates, writes in or mounts
+on is reached with open_dir: from / one name at a time, no link followed, each directory
+root's or the driver's user's and writable by nobody else (sticky ones like /tmp
+excepted on the way), made with mkdirat relative to a checked descriptor, and refused
+(UnsafePathError, saying what is wrong and what to do) otherwise. Once a path passes, no
+other user can change what it leads to.
+
+A state root another user made first is not a dead end: the devroot's state goes to a
+fresh directory of our own, and `<devroot>/.npu-state` records where (private_state_dir).
 """
 from __future__ import annotations
 
@@ -234,13 +241,13 @@ def _ensure_dir(path: Path, mode: int) -> None:
     """Create ``path`` (owned by us, ``mode``) unless it exists, then check it is ours and private."""
     try:
         with opened_dir(path.parent, private=False, hint="remove it and start again") as parent:
-            make_dir_at(parent, path.name, mode)
+            _make_dir_at(parent, path.name, mode)
     except UnsafePathError as exc:
         raise StateDirError(exc.errno, exc.strerror) from None
     _check_dir(path, os.geteuid())
 
 
-def make_dir_at(parent: int, name: str, mode: int) -> bool:
+def _make_dir_at(parent: int, name: str, mode: int) -> bool:
     """mkdirat ``name`` with exactly ``mode`` (not masked by the umask); False if it existed."""
     try:
         os.mkdir(name, mode, dir_fd=parent)
@@ -311,7 +318,7 @@ def _fresh_dir(parent: Path, prefix: str, mode: int) -> Path:
     with opened_dir(parent, private=False, hint="set NPU_SHM_ROOT to a directory of yours") as fd:
         for _ in range(100):
             name = prefix + secrets.token_hex(4)
-            if make_dir_at(fd, name, mode):
+            if _make_dir_at(fd, name, mode):
                 return parent / name
     raise StateDirError(errno.EEXIST, f"no free name {prefix}* in {parent}")
 
@@ -352,13 +359,6 @@ def remove_from_devroot(root: Path, name: str) -> None:
                 os.unlink(name, dir_fd=fd)
     except (FileNotFoundError, UnsafePathError):
         pass
-
-
-def write_file(path: Path, text: str, mode: int = 0o644) -> None:
-    """Write a small file without following a symlink at ``path``."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
-    with os.fdopen(fd, "w") as f:
-        f.write(text)
 
 
 def mount_source(root: Path, index: int) -> str:
