@@ -297,9 +297,12 @@ def private_state_dir(root: Path, note: Callable[[str], None] | None = None) -> 
     owner writes, tells every command and tool where it is. ``note`` hears of that move."""
     recorded = recorded_state_dir(root)
     if recorded is not None and os.path.lexists(recorded):
-        state = Path(recorded)
-        _check_dir(state, os.geteuid())
-        return state
+        try:
+            _check_dir(Path(recorded), os.geteuid())
+            return Path(recorded)
+        except StateDirError as exc:     # gone and remade by someone else: chosen afresh below
+            if note is not None:
+                note(f"{str(exc).split(' (')[0]}: not using it")
     state = default_state_dir(root)
     try:
         _ensure_dir(SHM_ROOT, 0o711)
