@@ -173,7 +173,10 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         presence.unmount()           # a no-op after a clean remove
         pyfuse3.close(unmount=True)   # rootless: libfuse did not mount it, so it does not unmount it
-        record.unmount()             # what is left of what this daemon mounted, and nothing else
+        try:
+            record.unmount()         # what is left of what this daemon mounted, and nothing else
+        except mounts.MountError as exc:
+            log.error("%s", exc)     # a mount it did not make sits on one of its own: npu-kmd stop retries
         presence.close()
         device.power_off()
         paths.pid_file(root, args.index).unlink(missing_ok=True)
