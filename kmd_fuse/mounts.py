@@ -1,5 +1,5 @@
-"""The mounts a device's daemon makes, made only where the driver checked, and recorded so
-that `npu-kmd stop` undoes exactly them, also after the daemon was killed.
+"""A daemon's mounts, made only where the driver checked and recorded, so that `npu-kmd stop`
+undoes exactly them (also after the daemon was killed).
 
 A mount point is reached through descriptors of checked directories (paths.open_dir: no
 symbolic link followed, nothing another user may change on the way); the node file or
