@@ -120,8 +120,9 @@ class MountRecord:
     def unmount(self, only: tuple[Path, ...] | None = None) -> list[Path]:
         """Unmount the recorded mounts (all, or those at the points ``only``), newest first,
         each only while the topmost mount at its point is the recorded one; returns the
-        points unmounted and drops them from the record. A point where something else is
-        on top is left alone (MountError after the others are done)."""
+        points now free of the driver's mounts and drops them from the record. A point where
+        a mount the driver did not make is on top is left alone, and stays recorded
+        (MountError once the others are done)."""
         done, blocked = [], []
         for point in self.points():
             if only is not None and point not in only:
@@ -135,10 +136,6 @@ class MountRecord:
         if blocked:
             raise MountError(errno.EBUSY, "; ".join(blocked))
         return done
-
-    def forget(self) -> None:
-        """Drop the record (once nothing of it is mounted)."""
-        self.path.unlink(missing_ok=True)
 
 
 def _unmount_ours(record: MountRecord, point: Path) -> str | None:

@@ -7,6 +7,7 @@ unmount a mount it did not make."""
 import json
 import os
 import signal
+import stat
 import subprocess
 import sys
 import tempfile
@@ -120,3 +121,37 @@ def test_a_mount_the_driver_did_not_make_is_never_unmounted_and_stop_after_a_kil
     stopped = kmd(devroot, "stop")
     assert stopped.returncode == 0, stopped.stderr
     assert mounts_of(devroot) == [] and not state.exists() and os.listdir(devroot) == []
+
+
+def test_open_dir_follows_no_link_and_trusts_only_roots_or_the_drivers_directories(shared_tmp):
+    """The rule every path the driver creates or mounts on goes through (paths.open_dir)."""
+    mine = shared_tmp / "mine"
+    old_umask = os.umask(0o077)
+    try:
+        os.close(paths.open_dir(mine / "a" / "b", create_mode=0o755))
+    finally:
+        os.umask(old_umask)
+    assert all(stat.S_IMODE(p.stat().st_mode) == 0o755 for p in (mine, mine / "a", mine / "a" / "b"))
+    os.close(paths.open_dir(mine / "a"))                      # /tmp and the sticky dir on the way: fine
+
+    def refusal(path: Path, **kwargs) -> str:
+        with pytest.raises(paths.UnsafePathError) as caught:
+            os.close(paths.open_dir(path, **kwargs))
+        return str(caught.value)
+
+    assert "writable by others (mode 1777)" in refusal(shared_tmp)    # a sticky directory as our own
+    os.close(paths.open_dir(shared_tmp, private=False))                # ... or only to make a name in it
+    (mine / "link").symlink_to(mine / "a")
+    linked = refusal(mine / "link" / "c", create_mode=0o755)
+    assert linked == f"{mine / 'link'} is a symbolic link: refusing to follow it"
+    assert not (mine / "a" / "c").exists()                             # nothing made through the link
+    (mine / "file").write_text("")
+    assert refusal(mine / "file" / "x") == f"{mine / 'file'} is not a directory"
+    (mine / "a").chmod(0o775)
+    assert "writable by others (mode 775)" in refusal(mine / "a" / "b")
+    (mine / "a").chmod(0o755)
+    sh('mkdir -m 755 "$D"', D=str(shared_tmp / "theirs"), uid=NOBODY)
+    assert refusal(shared_tmp / "theirs", hint="give another --sysroot") == (
+        f"{shared_tmp / 'theirs'} belongs to uid {NOBODY}, not to root or uid 0 who runs the driver: "
+        "refusing to use it (give another --sysroot)")
+    os.close(paths.open_dir(shared_tmp / "theirs", uid=NOBODY))        # checked for that user: theirs
