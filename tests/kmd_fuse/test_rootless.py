@@ -136,8 +136,10 @@ def rootless_user() -> pwd.struct_passwd:
 
 @pytest.fixture(scope="module")
 def squatted_user() -> pwd.struct_passwd:
-    """A second user, whose /dev/shm/npu-emu-<uid> a test lets `nobody` take first: a user of
-    its own, so that no other run's scenario of npu-rootless ever meets the squatted name."""
+    """A second user, the victim of the strangers below (`nobody` takes its /dev/shm/npu-emu-<uid>
+    first, or plants a link where its tree goes): a user of its own, so that these scenarios
+    and a concurrent run's npu-rootless scenarios never meet (each run's teardown kills its
+    user's processes and removes that user's state)."""
     return _system_user(SQUATTED_USER)
 
 
@@ -440,10 +442,11 @@ echo "DONE"
 """
 
 
-def test_a_link_planted_where_a_users_tree_goes_is_refused_in_one_line(rootless_user, rootless_venv, user_dir):
+def test_a_link_planted_where_a_users_tree_goes_is_refused_in_one_line(squatted_user, rootless_venv, squatted_dir):
     """The documented `--devroot $(mktemp -d)` in /tmp, for a normal user: `nobody` creates
     `<devroot>.sys/class/npu/npu0` first, a link into the user's files."""
-    uid, gid = rootless_user.pw_uid, rootless_user.pw_gid
+    user_dir = squatted_dir
+    uid, gid = squatted_user.pw_uid, squatted_user.pw_gid
     user_dir.chmod(0o755)                # like a home directory: others pass through it
     shared = user_dir / "tmp"
     shared.mkdir()
@@ -457,7 +460,7 @@ def test_a_link_planted_where_a_users_tree_goes_is_refused_in_one_line(rootless_
     (user_dir / "devroot").write_text(str(devroot))
     tree = shared / f"{devroot.name}.sys" / "class" / "npu" / "npu0"
     sh('mkdir -p "$(dirname "$T")" && ln -s "$V" "$T"', T=str(tree), V=str(precious), uid=NOBODY)
-    out = _run_as_user(rootless_user, rootless_venv, user_dir, PLANTED)
+    out = _run_as_user(squatted_user, rootless_venv, user_dir, PLANTED)
     assert _lines(out, "RC") == ["1"]
     (refusal,) = _lines(out, "START")
     assert f"{shared / tree.parts[-4]} belongs to uid {NOBODY}" in refusal and "--sysroot" in refusal
