@@ -225,7 +225,7 @@ def pads_2d(im: _Importer, node, attrs, kernel, strides, dilations, where) -> tu
         return (p[0], p[2], p[1], p[3])
     if auto == "VALID":
         return (0, 0, 0, 0)
-    _, _, h, w = im.onnx_shape(node.input[0], where)
+    h, w = (1, *im.onnx_shape(node.input[0], where)[2:])[-2:]   # [N, C, L]: a 2-D window of height 1
     _, t, b = same_pads(h, kernel[0], strides[0], dilations[0])
     _, left, right = same_pads(w, kernel[1], strides[1], dilations[1])
     if auto == "SAME_LOWER":

@@ -126,7 +126,12 @@ def _onnx_pool(im, node, attrs, where):
 
 @onnx("GlobalAveragePool")
 def _onnx_global_average(im, node, attrs, where):
-    _, _, h, w = im.onnx_shape(node.input[0], where)
+    shape = im.onnx_shape(node.input[0], where)
+    if len(shape) != 4:  # [N, C, L] (1-D) or more axes: the mean over all of them but N and C
+        im.emit("MEAN", [im.value(node.input[0], False, where)], node.output[0], False, where,
+                dict(axes=tuple(range(2, len(shape))), keep_dims=True))
+        return
+    _, _, h, w = shape
     im.emit("AVERAGE_POOL_2D", [im.value(node.input[0], True, where)], node.output[0], True, where,
             dict(filter=(h, w), stride=(1, 1), pads=(0, 0, 0, 0), activation="NONE"))
 
