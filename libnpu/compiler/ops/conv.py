@@ -139,14 +139,13 @@ register(Operator(
 # ONNX ----------------------------------------------------------------------------------
 # A 1-D node over [N, C, L] is the 2-D node of height 1: weights [.., .., K] become
 # [.., .., 1, K], and it runs on the [N, 1, L, C] view of its input (a TRANSPOSE, then a
-# RESHAPE, which the memory plan aliases), its [N, 1, L', C'] result turned back to [N, C', L'].
+# RESHAPE, which the memory plan aliases), its [N, 1, L', C'] result turned back to
+# [N, C', L'] the same way. No new chip operator, and the 2-D kernels' LiteRT semantics.
 
 
-def onnx_as_2d(w: np.ndarray, attrs: dict) -> tuple[np.ndarray, dict]:
-    """The weights and attributes of an ONNX Conv / ConvTranspose as those of the 2-D node:
-    unchanged for 2-D weights; for 1-D ones, those of the node of height 1."""
-    if w.ndim != 3:
-        return w, attrs
+def onnx_attrs_2d(attrs: dict) -> dict:
+    """The attributes of a 1-D windowed ONNX node (Conv, ConvTranspose, MaxPool,
+    AveragePool) as those of the 2-D node of height 1."""
     a = dict(attrs)
     for key, height in (("strides", 1), ("dilations", 1), ("kernel_shape", 1), ("output_padding", 0),
                         ("output_shape", 1)):
@@ -155,7 +154,13 @@ def onnx_as_2d(w: np.ndarray, attrs: dict) -> tuple[np.ndarray, dict]:
     if "pads" in a:
         begin, end = a["pads"]
         a["pads"] = [0, begin, 0, end]
-    return w[:, :, None, :], a
+    return a
+
+
+def onnx_weights_2d(w: np.ndarray, attrs: dict) -> tuple[np.ndarray, dict]:
+    """An ONNX Conv's / ConvTranspose's weights and attributes as the 2-D node's: unchanged
+    for 2-D weights; for 1-D ones [.., .., K], [.., .., 1, K] and :func:`onnx_attrs_2d`."""
+    return (w[:, :, None, :], onnx_attrs_2d(attrs)) if w.ndim == 3 else (w, attrs)
 
 
 def _add(im, op_type: str, x: str, shape: tuple[int, ...], attrs: dict, name: str) -> str:
@@ -165,23 +170,33 @@ def _add(im, op_type: str, x: str, shape: tuple[int, ...], attrs: dict, name: st
     return out
 
 
-def onnx_emit_conv(im, node, op_type: str, params: list[str], attrs: dict, where) -> None:
-    """Emit IR ``op_type`` (a convolution: NHWC activation, then ``params``) for ONNX
+def _swap_last(im, x: str, name: str, onnx_out: str = "", where: str = "") -> str:
+    """[N, A, B] -> [N, B, A] (as ONNX tensor ``onnx_out`` if given): a TRANSPOSE, or a
+    RESHAPE (aliased: no copy) when A or B is 1."""
+    n, a, b = im.g.tensors[x].shape
+    op_type, attrs = ("RESHAPE", dict(new_shape=(n, b, a))) if 1 in (a, b) else ("TRANSPOSE", dict(perm=(0, 2, 1)))
+    if onnx_out:
+        return im.emit(op_type, [x], onnx_out, False, where, attrs)
+    return _add(im, op_type, x, (n, b, a), attrs, name)
+
+
+def onnx_emit_2d(im, node, op_type: str, params: list[str], attrs: dict, where) -> None:
+    """Emit IR ``op_type`` (a window op: NHWC activation, then ``params``) for ONNX
     ``node``: on its NHWC input for a 2-D node, on the [N, 1, L, C] view for a 1-D one."""
     shape = im.onnx_shape(node.input[0], where)
     if len(shape) == 4:
         im.emit(op_type, [im.value(node.input[0], True, where), *params], node.output[0], True, where, attrs)
         return
     if len(shape) != 3:
-        raise onnx_import.ONNXImportError(f"{where}: only 1-D and 2-D convolutions are supported")
+        raise onnx_import.ONNXImportError(f"{where}: only 1-D and 2-D windows are supported")
     (n, c, length), (_, cout, out_len) = shape, im.onnx_shape(node.output[0], where)
-    x = _add(im, "TRANSPOSE", im.value(node.input[0], False, where), (n, length, c), dict(perm=(0, 2, 1)),
-             f"{node.output[0]}__nlc")
-    x = _add(im, "RESHAPE", x, (n, 1, length, c), dict(new_shape=(n, 1, length, c)), f"{node.output[0]}__nhwc")
-    y = im.g.add_tensor(Tensor(im.g.unique_name(f"{node.output[0]}__2d"), (n, 1, out_len, cout), "float32")).name
-    im.g.add_op(Op(op_type, [x, *params], [y], attrs, name=node.output[0]))
-    y = _add(im, "RESHAPE", y, (n, out_len, cout), dict(new_shape=(n, out_len, cout)), f"{node.output[0]}__nlc")
-    im.emit("TRANSPOSE", [y], node.output[0], False, where, dict(perm=(0, 2, 1)))
+    out = node.output[0]
+    x = _swap_last(im, im.value(node.input[0], False, where), f"{out}__nlc")
+    x = _add(im, "RESHAPE", x, (n, 1, length, c), dict(new_shape=(n, 1, length, c)), f"{out}__nhwc")
+    y = im.g.add_tensor(Tensor(im.g.unique_name(f"{out}__2d"), (n, 1, out_len, cout), "float32")).name
+    im.g.add_op(Op(op_type, [x, *params], [y], attrs, name=out))
+    y = _add(im, "RESHAPE", y, (n, out_len, cout), dict(new_shape=(n, out_len, cout)), f"{out}__nlc")
+    _swap_last(im, y, out, out, where)
 
 
 def onnx_bias(im, node, where) -> str:
@@ -193,7 +208,7 @@ def onnx_bias(im, node, where) -> str:
 
 @onnx("Conv")
 def _onnx_conv(im, node, attrs, where):
-    w, attrs = onnx_as_2d(im.const(node.input[1], where).astype(np.float32), attrs)
+    w, attrs = onnx_weights_2d(im.const(node.input[1], where).astype(np.float32), attrs)
     if w.ndim != 4:
         raise onnx_import.ONNXImportError(f"{where}: only 1-D and 2-D convolutions are supported")
     cout, cin_g, kh, kw = w.shape
@@ -206,10 +221,10 @@ def _onnx_conv(im, node, attrs, where):
     common = dict(stride=strides, dilation=dil, pads=pads, activation="NONE")
     if group > 1 and group == cin and cin_g == 1:
         wt = im.g.add_const(node.input[1], w.transpose(1, 2, 3, 0)).name  # [1, KH, KW, Cout]
-        onnx_emit_conv(im, node, "DEPTHWISE_CONV_2D", [wt, bias], dict(common, depth_multiplier=cout // cin), where)
+        onnx_emit_2d(im, node, "DEPTHWISE_CONV_2D", [wt, bias], dict(common, depth_multiplier=cout // cin), where)
     else:
         wt = im.g.add_const(node.input[1], w.transpose(0, 2, 3, 1)).name  # OHWI
-        onnx_emit_conv(im, node, "CONV_2D", [wt, bias], dict(common, groups=group), where)
+        onnx_emit_2d(im, node, "CONV_2D", [wt, bias], dict(common, groups=group), where)
 
 
 # The options table each builtin's TFLite form carries (None: none), for the LiteRT delegate.

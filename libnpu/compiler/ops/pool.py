@@ -10,6 +10,7 @@ from firmware_sim.spec import ops as spec_ops
 from .. import float_ref, onnx_import, qparams, tflite_export, tflite_import
 from ..descriptors import pad_rank
 from ..registry import Operator, onnx, register, tflite_options
+from .conv import onnx_attrs_2d, onnx_emit_2d
 
 # TFLite -----------------------------------------------------------------------------
 
@@ -114,20 +115,24 @@ def _onnx_pool(im, node, attrs, where):
         raise onnx_import.ONNXImportError(f"{where}: ceil_mode is not supported")
     if any(d != 1 for d in attrs.get("dilations", (1, 1))):
         raise onnx_import.ONNXImportError(f"{where}: dilated pooling is not supported")
+    if len(attrs["kernel_shape"]) == 1:   # over [N, C, L]: the 2-D pool of height 1
+        attrs = onnx_attrs_2d(attrs)
     kernel = tuple(attrs["kernel_shape"])
+    if len(kernel) != 2:
+        raise onnx_import.ONNXImportError(f"{where}: only 1-D and 2-D pooling is supported")
     strides = tuple(attrs.get("strides", (1, 1)))
     pads = onnx_import.pads_2d(im, node, attrs, kernel, strides, (1, 1), where)
     average = node.op_type == "AveragePool"
     if average and attrs.get("count_include_pad", 0) and any(pads):
         raise onnx_import.ONNXImportError(f"{where}: count_include_pad with padding is not supported")
-    im.emit("AVERAGE_POOL_2D" if average else "MAX_POOL_2D", [im.value(node.input[0], True, where)],
-            node.output[0], True, where, dict(filter=kernel, stride=strides, pads=pads, activation="NONE"))
+    onnx_emit_2d(im, node, "AVERAGE_POOL_2D" if average else "MAX_POOL_2D", [],
+                 dict(filter=kernel, stride=strides, pads=pads, activation="NONE"), where)
 
 
 @onnx("GlobalAveragePool")
 def _onnx_global_average(im, node, attrs, where):
     shape = im.onnx_shape(node.input[0], where)
-    if len(shape) != 4:  # [N, C, L] (1-D) or more axes: the mean over all of them but N and C
+    if len(shape) != 4:  # [N, C, L] (1-D) or [N, C, D, H, W]: the mean over all axes but N and C
         im.emit("MEAN", [im.value(node.input[0], False, where)], node.output[0], False, where,
                 dict(axes=tuple(range(2, len(shape))), keep_dims=True))
         return

@@ -11,7 +11,7 @@ from firmware_sim.spec import ops as spec_ops
 
 from .. import float_ref, onnx_import, qparams, tflite_export, tflite_import
 from ..registry import Operator, onnx, register, tflite_options
-from .conv import onnx_as_2d, onnx_bias, onnx_emit_conv
+from .conv import onnx_weights_2d, onnx_bias, onnx_emit_2d
 
 
 def _tflite(im, ins, outs, table, where):
@@ -100,7 +100,7 @@ def _dense_weights(w: np.ndarray, group: int, dilations: tuple[int, int], where:
 
 @onnx("ConvTranspose")
 def _onnx_conv_transpose(im, node, attrs, where):
-    w, attrs = onnx_as_2d(im.const(node.input[1], where).astype(np.float32), attrs)
+    w, attrs = onnx_weights_2d(im.const(node.input[1], where).astype(np.float32), attrs)
     if w.ndim != 4:
         raise onnx_import.ONNXImportError(f"{where}: only 1-D and 2-D ConvTranspose is supported")
     w = _dense_weights(w, int(attrs.get("group", 1)), tuple(int(d) for d in attrs.get("dilations", (1, 1))), where)
@@ -119,7 +119,7 @@ def _onnx_conv_transpose(im, node, attrs, where):
     if min(padding) < 0:
         raise onnx_import.ONNXImportError(f"{where}: output larger than the full result is not supported")
     wt = im.g.add_const(node.input[1], np.ascontiguousarray(w.transpose(1, 2, 3, 0))).name  # [Cout, KH, KW, Cin]
-    onnx_emit_conv(im, node, "TRANSPOSE_CONV", [wt, onnx_bias(im, node, where)],
+    onnx_emit_2d(im, node, "TRANSPOSE_CONV", [wt, onnx_bias(im, node, where)],
                    dict(stride=strides, padding=padding, activation="NONE"), where)
 
 

@@ -1,5 +1,5 @@
-"""1-D convolutions on the chip: ONNX Conv / ConvTranspose over [N, C, L] run as the 2-D
-kernels of height 1, and TFLite's conv1d as TF exports it (EXPAND_DIMS, CONV_2D or
+"""1-D convolutions on the chip: ONNX Conv / ConvTranspose (and MaxPool, AveragePool,
+GlobalAveragePool) over [N, C, L] run as the 2-D kernels of height 1, and TFLite's conv1d as TF exports it (EXPAND_DIMS, CONV_2D or
 DEPTHWISE_CONV_2D, SQUEEZE). Each model is compiled with the default options, placed
 entirely on the NPU, and run on a real device: float ONNX models against onnxruntime
 (cosine >= 0.98 and issue 13's bars: 5% of the largest magnitude for one operator, 10%
@@ -25,13 +25,15 @@ from tests.support.tflite_builder import OpSpec, TensorSpec, build_model, int32_
 ort = pytest.importorskip("onnxruntime")
 
 
-def conv1d(op: str, x: tuple[int, int, int], w: tuple[int, int, int], bias: bool = True, seed: int = 0,
-           **attrs) -> onnx.ModelProto:
-    """A one-node ONNX ``op`` (Conv or ConvTranspose) over input ``x`` [N, C, L] with weights
-    of shape ``w``; the output's shape as ONNX infers it (as a user's model declares it)."""
+def conv1d(op: str, x: tuple[int, ...], w: tuple[int, int, int] | None = None, bias: bool = True,
+           seed: int = 0, **attrs) -> onnx.ModelProto:
+    """A one-node ONNX ``op`` (Conv or ConvTranspose with weights of shape ``w``, or a pool)
+    over input ``x``; the output's shape as ONNX infers it (as a user's model declares it)."""
     rng = np.random.default_rng(seed)
-    inits = [nh.from_array((rng.standard_normal(w) / np.sqrt(w[1] * w[2])).astype(np.float32), "w")]
-    if bias:
+    inits = []
+    if w is not None:
+        inits.append(nh.from_array((rng.standard_normal(w) / np.sqrt(w[1] * w[2])).astype(np.float32), "w"))
+    if w is not None and bias:
         cout = w[0] if op == "Conv" else w[1] * attrs.get("group", 1)
         inits.append(nh.from_array((rng.standard_normal(cout) * 0.1).astype(np.float32), "b"))
     graph = h.make_graph([h.make_node(op, ["x", *(i.name for i in inits)], ["y"], **attrs)], op,
@@ -100,6 +102,9 @@ CASES = {
     "ConvTranspose grouped, dilated": conv1d("ConvTranspose", X, (8, 3, 3), group=2, dilations=[2]),
     "ConvTranspose SAME_UPPER": conv1d("ConvTranspose", X, (8, 6, 3), strides=[2], auto_pad="SAME_UPPER",
                                        bias=False),
+    "MaxPool stride 2": conv1d("MaxPool", X, kernel_shape=[3], strides=[2], pads=[1, 0]),
+    "AveragePool SAME_UPPER": conv1d("AveragePool", X, kernel_shape=[4], strides=[2], auto_pad="SAME_UPPER"),
+    "GlobalAveragePool": conv1d("GlobalAveragePool", X),
 }
 
 
@@ -120,6 +125,13 @@ def test_onnx_conv1d_is_the_2d_kernel_on_a_view() -> None:
     assert conv.attrs["stride"] == (1, 2) and conv.attrs["pads"] == (0, 0, 1, 1)
     graph = import_onnx(CASES["one input channel (raw audio)"])
     assert [op.type for op in graph.ops] == ["RESHAPE", "RESHAPE", "CONV_2D", "RESHAPE", "TRANSPOSE"]
+
+
+def test_pooling_over_3d_windows_falls_back_to_the_cpu() -> None:
+    """A pool over [N, C, D, H, W] is no 2-D window: the CPU runs it, with the reason (it
+    used to crash placement with an IndexError, as did 1-D pooling)."""
+    (placement,) = plan_placement(conv1d("MaxPool", (1, 2, 4, 6, 6), kernel_shape=[2, 2, 2]).SerializeToString()).placements
+    assert placement.device != NPU and placement.reason == "only 1-D and 2-D pooling is supported"
 
 
 def test_audio_encoder_runs_on_the_npu(npu, tmp_path) -> None:
