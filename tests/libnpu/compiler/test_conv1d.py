@@ -128,8 +128,9 @@ def test_onnx_conv1d_is_the_2d_kernel_on_a_view() -> None:
 
 
 def test_pooling_over_3d_windows_falls_back_to_the_cpu() -> None:
-    """A pool over [N, C, D, H, W] is no 2-D window: the CPU runs it, with the reason (it
-    used to crash placement with an IndexError, as did 1-D pooling)."""
+    """A pool over [N, C, D, H, W] is no 2-D window: the CPU runs it, with that reason (it
+    used to give "float reference: ... too many values to unpack"; 1-D pooling crashed
+    placement with an IndexError, GlobalAveragePool over [N, C, L] with a ValueError)."""
     (placement,) = plan_placement(conv1d("MaxPool", (1, 2, 4, 6, 6), kernel_shape=[2, 2, 2]).SerializeToString()).placements
     assert placement.device != NPU and placement.reason == "only 1-D and 2-D pooling is supported"
 
