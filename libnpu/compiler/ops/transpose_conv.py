@@ -11,7 +11,7 @@ from firmware_sim.spec import ops as spec_ops
 
 from .. import float_ref, onnx_import, qparams, tflite_export, tflite_import
 from ..registry import Operator, onnx, register, tflite_options
-from .conv import onnx_weights_2d, onnx_bias, onnx_emit_2d
+from .conv import onnx_bias, onnx_emit_2d, onnx_weights_2d
 
 
 def _tflite(im, ins, outs, table, where):

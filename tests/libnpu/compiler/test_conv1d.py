@@ -1,9 +1,10 @@
 """1-D convolutions on the chip: ONNX Conv / ConvTranspose (and MaxPool, AveragePool,
-GlobalAveragePool) over [N, C, L] run as the 2-D kernels of height 1, and TFLite's conv1d as TF exports it (EXPAND_DIMS, CONV_2D or
-DEPTHWISE_CONV_2D, SQUEEZE). Each model is compiled with the default options, placed
-entirely on the NPU, and run on a real device: float ONNX models against onnxruntime
-(cosine >= 0.98 and issue 13's bars: 5% of the largest magnitude for one operator, 10%
-for a chain), int8 TFLite models byte-identical to LiteRT's BUILTIN_REF kernels."""
+GlobalAveragePool) over [N, C, L] run as the 2-D kernels of height 1, and TFLite's conv1d
+as TF exports it (EXPAND_DIMS, CONV_2D or DEPTHWISE_CONV_2D, SQUEEZE). Each model is
+compiled with the default options, placed entirely on the NPU, and run on a real device:
+float ONNX models against onnxruntime (cosine >= 0.98 and issue 13's bars: 5% of the
+largest magnitude for one operator, 10% for a chain), int8 TFLite models byte-identical
+to LiteRT's BUILTIN_REF kernels."""
 from __future__ import annotations
 
 import numpy as np
@@ -131,7 +132,8 @@ def test_pooling_over_3d_windows_falls_back_to_the_cpu() -> None:
     """A pool over [N, C, D, H, W] is no 2-D window: the CPU runs it, with that reason (it
     used to give "float reference: ... too many values to unpack"; 1-D pooling crashed
     placement with an IndexError, GlobalAveragePool over [N, C, L] with a ValueError)."""
-    (placement,) = plan_placement(conv1d("MaxPool", (1, 2, 4, 6, 6), kernel_shape=[2, 2, 2]).SerializeToString()).placements
+    model = conv1d("MaxPool", (1, 2, 4, 6, 6), kernel_shape=[2, 2, 2])
+    (placement,) = plan_placement(model.SerializeToString()).placements
     assert placement.device != NPU and placement.reason == "only 1-D and 2-D pooling is supported"
 
 
@@ -166,7 +168,8 @@ def tf_conv1d(depthwise: bool, length: int, cin: int, cout: int, k: int, stride:
         TensorSpec((1, out_len, cout), np.int8, [out_scale], [-128], name="y"),
     ]
     window = dict(Padding=tflite.Padding.SAME if same else tflite.Padding.VALID, StrideH=1, StrideW=stride,
-                  DilationHFactor=1, DilationWFactor=dilation, FusedActivationFunction=tflite.ActivationFunctionType.RELU)
+                  DilationHFactor=1, DilationWFactor=dilation,
+                  FusedActivationFunction=tflite.ActivationFunctionType.RELU)
     if depthwise:
         conv = OpSpec(tflite.BuiltinOperator.DEPTHWISE_CONV_2D, [2, 3, 4], [5],
                       *named_options("DepthwiseConv2DOptions", DepthMultiplier=cout // cin, **window), version=3)
