@@ -1,5 +1,5 @@
 """Pooling: MAX_POOL_2D, AVERAGE_POOL_2D and MEAN (ONNX MaxPool, AveragePool,
-GlobalAveragePool, ReduceMean)."""
+GlobalAveragePool, 2-D and 1-D; ReduceMean)."""
 from __future__ import annotations
 
 import numpy as np
