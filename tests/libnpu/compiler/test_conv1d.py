@@ -18,6 +18,7 @@ from onnx import numpy_helper as nh
 import libnpu
 from libnpu.compiler.lower import compile_model
 from libnpu.compiler.onnx_import import import_onnx
+from libnpu.compiler.optimize import optimize
 from libnpu.compiler.placement import NPU, plan_placement
 from tests.support import model_builders
 from tests.support.litert import litert_run
@@ -126,6 +127,26 @@ def test_onnx_conv1d_is_the_2d_kernel_on_a_view() -> None:
     assert conv.attrs["stride"] == (1, 2) and conv.attrs["pads"] == (0, 0, 1, 1)
     graph = import_onnx(CASES["one input channel (raw audio)"])
     assert [op.type for op in graph.ops] == ["RESHAPE", "RESHAPE", "CONV_2D", "RESHAPE", "TRANSPOSE"]
+
+
+def test_activations_fuse_across_the_view() -> None:
+    """Conv1d + Relu + Conv1d: each Relu fuses into its CONV_2D across the view's RESHAPE and
+    TRANSPOSE, and the moves between the two kernels cancel (15 ops without the fusion
+    across moves, 4 of them copying TRANSPOSEs; 9 with it)."""
+    graph = optimize(import_onnx(model_builders.audio_encoder()))
+    assert [op.type for op in graph.ops] == ["TRANSPOSE", "RESHAPE", "CONV_2D", "CONV_2D", "RESHAPE", "TRANSPOSE",
+                                             "MEAN", "RESHAPE", "FULLY_CONNECTED"]
+    assert [op.attrs["activation"] for op in graph.ops if op.type == "CONV_2D"] == ["RELU", "RELU"]
+
+
+def test_an_activation_whose_input_is_also_read_elsewhere_stays_apart() -> None:
+    """The conv's [N, C, L] result is a graph output too: it must stay without the Relu."""
+    model = conv1d("Conv", X, (12, 8, 3), pads=[1, 1])
+    model.graph.node.append(h.make_node("Relu", ["y"], ["r"]))
+    model.graph.output.append(h.make_tensor_value_info("r", TensorProto.FLOAT, [1, 12, 24]))
+    graph = optimize(import_onnx(model))
+    assert [op.type for op in graph.ops] == ["TRANSPOSE", "RESHAPE", "CONV_2D", "RESHAPE", "TRANSPOSE", "RELU"]
+    assert graph.ops[2].attrs["activation"] == "NONE"
 
 
 def test_pooling_over_3d_windows_falls_back_to_the_cpu() -> None:
