@@ -133,8 +133,10 @@ def _onnx_batchnorm(im, node, attrs, where):
     rank = len(im.onnx_shape(x, where))
     nhwc = rank == 4
     xin = im.value(x, True if nhwc else None, where)
-    if not nhwc and rank != 2:
+    if not nhwc and rank not in (2, 3):
         raise onnx_import.ONNXImportError(f"{where}: batch normalization of a rank-{rank} tensor is not supported")
+    if rank == 3:  # [N, C, L] (after a 1-D convolution): per-channel constants broadcast along L
+        a, b = a.reshape(-1, 1), b.reshape(-1, 1)
     mid_name = f"{node.output[0]}__bn_mul"
     mid = im.new_tensor(mid_name, nhwc, where, im.onnx_shape(node.output[0], where))
     ca = im.g.add_const(f"{node.output[0]}__bn_scale", a.astype(np.float32)).name

@@ -158,6 +158,20 @@ def test_pooling_over_3d_windows_falls_back_to_the_cpu() -> None:
     assert placement.device != NPU and placement.reason == "only 1-D and 2-D pooling is supported"
 
 
+def test_batch_norm_after_conv1d_runs_on_the_npu(npu, tmp_path) -> None:
+    """BatchNorm1d over [N, C, L] (per-channel MUL + ADD broadcast along L) went to the CPU
+    ("batch normalization of a rank-3 tensor is not supported")."""
+    model = conv1d("Conv", X, (12, 8, 3), pads=[1, 1])
+    rng = np.random.default_rng(3)
+    stats = {"s": rng.uniform(0.5, 1.5, 12), "t": rng.normal(0, .1, 12), "m": rng.normal(0, .1, 12),
+             "v": rng.uniform(0.5, 1.5, 12)}
+    model.graph.initializer.extend(nh.from_array(v.astype(np.float32), k) for k, v in stats.items())
+    model.graph.node.extend([h.make_node("BatchNormalization", ["y", *stats], ["n"]),
+                             h.make_node("Relu", ["n"], ["r"])])
+    model.graph.output[0].CopyFrom(h.make_tensor_value_info("r", TensorProto.FLOAT, [1, 12, 24]))
+    check_on_device(npu, tmp_path, model, bar=0.10)
+
+
 def test_audio_encoder_runs_on_the_npu(npu, tmp_path) -> None:
     check_on_device(npu, tmp_path, model_builders.audio_encoder(), bar=0.10)
 
