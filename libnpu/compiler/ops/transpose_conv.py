@@ -120,7 +120,7 @@ def _onnx_conv_transpose(im, node, attrs, where):
         raise onnx_import.ONNXImportError(f"{where}: output larger than the full result is not supported")
     wt = im.g.add_const(node.input[1], np.ascontiguousarray(w.transpose(1, 2, 3, 0))).name  # [Cout, KH, KW, Cin]
     onnx_emit_2d(im, node, "TRANSPOSE_CONV", [wt, onnx_bias(im, node, where)],
-                   dict(stride=strides, padding=padding, activation="NONE"), where)
+                 dict(stride=strides, padding=padding, activation="NONE"), where)
 
 
 # The options table each builtin's TFLite form carries (None: none), for the LiteRT delegate.
