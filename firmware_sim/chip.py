@@ -29,9 +29,9 @@ import numpy as np
 from firmware_sim.core import Core, completion_cause, raise_irq, write_completion
 from firmware_sim.executor import JobResult
 from firmware_sim.recycling import RETIRED, Succession, default_growth_kb
-from firmware_sim.spec import memory, profiles, queues, regs, ring
-from firmware_sim.spec.memory import map_file
 from firmware_sim.timing import HardwareProfile
+from npu_hw import memory, profiles, queues, regs, ring
+from npu_hw.memory import map_file
 
 WATCHDOG_PERIOD_S = 0.02
 

@@ -22,10 +22,10 @@ from firmware_sim.executor import JobResult, TaskHook, run_job
 from firmware_sim.idle_poll import IdlePoll
 from firmware_sim.kernels.warm_up import warm_up
 from firmware_sim.recycling import RETIRED, Recycling, Succession
-from firmware_sim.spec import memory, queues, regs, ring
-from firmware_sim.spec.memory import map_file
 from firmware_sim.timing import HardwareProfile
 from firmware_sim.user_queues import JOBS_PER_TURN, ServedQueue, UserQueues, abort_status
+from npu_hw import memory, queues, regs, ring
+from npu_hw.memory import map_file
 
 # While the core serves user queues it sleeps at most this long. Only a safety net: the
 # polling flag's protocol loses no wake-up (spec.queues), so nothing should ever wait on it.

@@ -12,7 +12,6 @@ import sys
 import time
 from pathlib import Path
 
-from firmware_sim.spec import profiles, regs
 from kmd_fuse import paths, pidfile, uapi
 from kmd_fuse.cli_errors import (
     OneLineParser,
@@ -28,6 +27,7 @@ from kmd_fuse.udev import hotplug
 from kmd_fuse.udev.rules import UdevRulesError, load_rules
 from kmd_fuse.udev.udevadm import print_events
 from kmd_fuse.udev.uevent import Uevent, UeventError, UeventLog
+from npu_hw import profiles, regs
 
 START_TIMEOUT_S = 60.0
 

@@ -19,7 +19,6 @@ from pathlib import Path
 import pyfuse3
 import trio
 
-from firmware_sim.spec import profiles, regs
 from kmd_fuse import fusermount, irq, mounts, owner, paths, pidfile
 from kmd_fuse.cli import job_timeout_seconds
 from kmd_fuse.device import Device
@@ -31,6 +30,7 @@ from kmd_fuse.mounts import MountRecord
 from kmd_fuse.sysfs import AttributeTree
 from kmd_fuse.tasks import BackgroundTasks
 from kmd_fuse.udev.hotplug import Presence
+from npu_hw import profiles, regs
 
 log = logging.getLogger("kmd_fuse.daemon")
 

@@ -17,8 +17,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from firmware_sim.spec import memory, profiles, queues, regs, ring
-from firmware_sim.spec.memory import map_file
+from npu_hw import memory, profiles, queues, regs, ring
+from npu_hw.memory import map_file
 
 log = logging.getLogger("kmd_fuse.hw")
 
@@ -35,7 +35,7 @@ class ChipConfig:
 
 @dataclass
 class ProfileRecord:
-    """One record of a core's profile queue (firmware_sim/spec/ring.py, PROFILE_RECORD)."""
+    """One record of a core's profile queue (npu_hw/ring.py, PROFILE_RECORD)."""
     job_id: int
     index: int
     opcode: int

@@ -11,11 +11,11 @@ import os
 import uuid
 from collections.abc import Callable
 
-from firmware_sim.spec import iommu, queues, regs
 from kmd_fuse import uapi
 from kmd_fuse.context import MAX_OUTSTANDING, Context
 from kmd_fuse.device import Device
 from kmd_fuse.errors import KmdError
+from npu_hw import iommu, queues, regs
 
 MODEL_NAME = "npu-emu"
 

@@ -13,12 +13,12 @@ import time
 
 import trio
 
-from firmware_sim.spec import regs
 from kmd_fuse import profiling, uapi
 from kmd_fuse.context import MAX_PENDING_JOBS, MAX_PENDING_JOBS_PER_USER, Context, Job, Waiter, check_fence
 from kmd_fuse.device import Device
 from kmd_fuse.errors import KmdError
 from kmd_fuse.requests import Request
+from npu_hw import regs
 
 log = logging.getLogger("kmd_fuse.jobs")
 

@@ -2,7 +2,7 @@
 
 A job submitted with NPU_SUBMIT_PROFILE (or any job while the trace records) goes on the
 ring with RING_FLAG_PROFILE; the core then times each task and publishes the records in
-its profile queue before the job's completion (firmware_sim/spec/ring.py).  When the
+its profile queue before the job's completion (npu_hw/ring.py).  When the
 driver retires the job it reads them (``collect``) and keeps a ``JobProfile``: in the
 context, for GET_PROFILE (the last PROFILES_KEPT of each, PROFILE_TASKS_KEPT task records at
 most), and in the trace.  A user-queue job's records (its entry asked with
@@ -26,10 +26,10 @@ from collections import Counter, deque
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
-from firmware_sim.spec import ops as _ops  # noqa: F401 (registers the operators' task types, for their names)
-from firmware_sim.spec import queues, ring, tasks
 from kmd_fuse.errors import KmdError
 from kmd_fuse.hw import Completion, Hardware, ProfileRecord
+from npu_hw import ops as _ops  # noqa: F401 (registers the operators' task types, for their names)
+from npu_hw import queues, ring, tasks
 
 if TYPE_CHECKING:
     from kmd_fuse.context import Context, Job

@@ -33,7 +33,6 @@ from typing import Any
 
 import numpy as np
 
-from firmware_sim.spec import queues as queue_spec
 from kmd_fuse.uapi import NpuError
 from libnpu import properties
 from libnpu.errors import ClosedError, InputError
@@ -46,6 +45,7 @@ from libnpu.portability import MEM_READ, MEM_RW, Device, Fence, Memory, Session
 from libnpu.profiling import ChipPart, HostPart, InferenceProfile, Timing
 from libnpu.tensors import ArrayLike, Inputs, as_input, dequantize, quantize, tensor_view
 from libnpu.user_queue import QueueFence
+from npu_hw import queues as queue_spec
 
 
 class InferRequest:

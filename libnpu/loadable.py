@@ -14,7 +14,7 @@ Layout (all little-endian)::
 
 Tensor, region and task records are fixed-size numpy structured records; strings and
 variable-length lists live in STRINGS / INDICES / QUANT and are referenced by offset and
-count. Task payloads are opaque bytes (chip task descriptors from ``firmware_sim.spec``),
+count. Task payloads are opaque bytes (chip task descriptors from ``npu_hw``),
 so this format does not change when an op's descriptor does. Device addresses inside a
 payload are not known until the runtime allocates the regions: each task lists
 relocations (byte offset in its payload, region, addend) and the runtime writes

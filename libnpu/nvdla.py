@@ -10,7 +10,7 @@ and hand results back in a tuple instead of through out-pointers::
     err = NvDlaSubmit(session, dev, [task])
 
 ``address_list[0]`` of a task is the memory holding its command buffer (task
-descriptors, firmware_sim/spec/tasks.py); the rest are the buffers it uses.
+descriptors, npu_hw/tasks.py); the rest are the buffers it uses.
 The NvError values are this module's own; only the names follow NVDLA.  ``createRuntime()``
 gives NVDLA's IRuntime (``load(buf, instance)``, ``getMaxDevices``, tensor descriptors,
 ``bindInputTensor``, ``submit``...) over :class:`libnpu.nvdla_runtime.Runtime`.

@@ -30,14 +30,14 @@ from typing import Any
 
 import numpy as np
 
-from firmware_sim.spec import queues as queue_spec
-from firmware_sim.spec import tasks as task_spec
 from kmd_fuse import uapi
 from kmd_fuse.uapi import NpuError, sysfs_layout
 from libnpu import properties
 from libnpu.errors import JobError
 from libnpu.transport import BufferSocket, DeviceFile
 from libnpu.user_queue import QueueFence, UserQueue
+from npu_hw import queues as queue_spec
+from npu_hw import tasks as task_spec
 
 log = logging.getLogger("libnpu")
 
@@ -102,7 +102,7 @@ class CommandBuffer:
         self.used = 0
 
     def add(self, task: str, flags: int = 0, **fields) -> None:
-        """Append one task descriptor (see firmware_sim/spec/tasks.py for the fields)."""
+        """Append one task descriptor (see npu_hw/tasks.py for the fields)."""
         blob = task_spec.encode_task(task, flags, **fields)
         if self.used + len(blob) > self.memory.size:
             raise ValueError(f"command buffer full ({self.memory.size} bytes)")

@@ -21,10 +21,10 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
-from firmware_sim.spec import ops as _ops  # noqa: F401 (registers the operators' task types, for their names)
-from firmware_sim.spec import tasks as task_spec
 from libnpu.loadable import Loadable
 from libnpu.portability import JobTiming
+from npu_hw import ops as _ops  # noqa: F401 (registers the operators' task types, for their names)
+from npu_hw import tasks as task_spec
 
 
 @dataclass

@@ -25,9 +25,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from firmware_sim.spec import profiles
 from kmd_fuse import uapi
 from libnpu.errors import PropertyError
+from npu_hw import profiles
 
 HINTS = ("LATENCY", "THROUGHPUT", "CUMULATIVE_THROUGHPUT")
 PRIORITIES = {"LOW": uapi.NPU_PRIO_LOW, "MEDIUM": uapi.NPU_PRIO_NORMAL, "HIGH": uapi.NPU_PRIO_HIGH}

@@ -38,10 +38,10 @@ import time
 import weakref
 from collections.abc import Callable
 
-from firmware_sim.spec import queues
 from kmd_fuse.uapi import NpuError
 from libnpu.capi import queue_native
 from libnpu.errors import JobError
+from npu_hw import queues
 
 SPIN_S = float(os.environ.get("NPU_QUEUE_SPIN_US", "200")) / 1e6   # polling before sleeping on the completion line
 CONTENDED_SPIN_S = float(os.environ.get("NPU_QUEUE_CONTENDED_SPIN_US", "0")) / 1e6   # ... while the CPUs are all wanted

@@ -10,10 +10,13 @@ ROOT = Path(__file__).resolve().parents[1]
 # What libnpu may use of the driver: its shared interface only - kmd_fuse.uapi (the ABI),
 # kmd_fuse.uapi.sysfs_layout, kmd_fuse.uapi.usage_stats - which imports nothing else of kmd_fuse.
 UAPI = ("kmd_fuse.uapi",)
+# npu_hw (the hardware interface) is shared by all three: the driver programs it, the chip
+# implements it, the compiler emits its descriptors; it imports none of them.
 ALLOWED = {
-    "libnpu": {"kmd_fuse": UAPI, "firmware_sim": ("firmware_sim.spec",)},
-    "kmd_fuse": {"libnpu": (), "firmware_sim": ("firmware_sim.spec",)},
+    "libnpu": {"kmd_fuse": UAPI, "firmware_sim": ()},
+    "kmd_fuse": {"libnpu": (), "firmware_sim": ()},
     "firmware_sim": {"libnpu": (), "kmd_fuse": ()},
+    "npu_hw": {"libnpu": (), "kmd_fuse": (), "firmware_sim": ()},
 }
 
 

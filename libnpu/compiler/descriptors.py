@@ -1,7 +1,7 @@
 """One IR op as one chip task descriptor: what an operator's ``lower`` returns
 (:class:`Emitted`), the helpers it gets (:class:`Lowering`), and :func:`lower_op`, which
 runs the op's kernel parameters (``qparams.op_params``), its operator's ``lower``
-(``compiler.ops``) and the encoding (``firmware_sim.spec``): the address fields left 0,
+(``compiler.ops``) and the encoding (``npu_hw``): the address fields left 0,
 one relocation per address, filled in at load time. :mod:`libnpu.compiler.lower` walks a
 graph with it; :mod:`libnpu.compiler.placement` asks it whether the chip takes an op.
 """
@@ -12,8 +12,8 @@ from typing import Any
 
 import numpy as np
 
-from firmware_sim.spec import ops as spec_ops
-from firmware_sim.spec import tasks as spec_tasks
+from npu_hw import ops as spec_ops
+from npu_hw import tasks as spec_tasks
 
 from ..loadable import Reloc
 from . import registry

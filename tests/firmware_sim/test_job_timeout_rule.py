@@ -1,7 +1,7 @@
 """The job-timeout rule (spec.regs.job_timeout_ms): one function the driver and the chip share."""
 import pytest
 
-from firmware_sim.spec import regs
+from npu_hw import regs
 
 
 @pytest.mark.parametrize("requested, default, cap, expected", [

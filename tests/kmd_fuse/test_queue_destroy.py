@@ -17,8 +17,8 @@ import numpy as np
 import pytest
 
 import libnpu
-from firmware_sim.spec import queues
 from kmd_fuse import paths, uapi
+from npu_hw import queues
 from tests.kmd_fuse.test_user_queues import NOBODY, nop, raw_queue_create, slow_job, write_entry
 from tests.support.device import REPO, open_to_others, wait_until
 

@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 import libnpu
-from firmware_sim.spec import regs
 from kmd_fuse import paths
+from npu_hw import regs
 from tests.support.device import open_to_others, set_fault_injection, start_npu, stop_npu, wait_until
 
 LONG_JOB = textwrap.dedent("""

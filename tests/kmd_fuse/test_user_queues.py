@@ -18,11 +18,11 @@ import numpy as np
 import pytest
 
 import libnpu
-from firmware_sim.spec import queues
 from kmd_fuse import paths, uapi
 from libnpu.portability import JobError
 from libnpu.tools.profile import trace_file
 from libnpu.user_queue import QueueFence
+from npu_hw import queues
 from tests.support.device import REPO, open_to_others, wait_until
 
 NOBODY = 65534

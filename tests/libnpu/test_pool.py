@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 
 import libnpu
-from firmware_sim.spec import regs
 from libnpu import nvdla
 from libnpu.runtime import ClosedError, Runtime
+from npu_hw import regs
 from tests.support.device import set_fault_injection, wait_until
 
 

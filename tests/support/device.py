@@ -114,8 +114,8 @@ def fetch_model(fn) -> Path:
 
 def set_fault_injection(devroot: Path, bits: int) -> None:
     """Write the chip's FAULT_INJECT register of device 0 under ``devroot`` (regs.FAULT_*)."""
-    from firmware_sim.spec import memory, regs
     from kmd_fuse import paths
+    from npu_hw import memory, regs
     fd = os.open(memory.regs_path(paths.bus_dir(devroot, 0)), os.O_RDWR)
     try:
         with mmap.mmap(fd, regs.REGS_SIZE) as m:

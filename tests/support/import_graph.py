@@ -20,7 +20,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-PRODUCT = ("kmd_fuse", "firmware_sim", "libnpu")
+PRODUCT = ("kmd_fuse", "firmware_sim", "libnpu", "npu_hw")
 
 
 def module_name(path: Path, root: Path = ROOT) -> str:

@@ -8,8 +8,8 @@ import numpy as np
 import onnx as onnx_proto
 import tflite
 
-from firmware_sim.spec import fixedpoint as fp
-from firmware_sim.spec import ops as spec_ops
+from npu_hw import fixedpoint as fp
+from npu_hw import ops as spec_ops
 
 from .. import channel_grids, float_ref, onnx_import, qparams, tflite_export, tflite_import
 from ..descriptors import Emitted, pad_rank

@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 import tflite
 
-from firmware_sim.spec import fixedpoint as fp
-from firmware_sim.spec import ops as spec_ops
+from npu_hw import fixedpoint as fp
+from npu_hw import ops as spec_ops
 
 from .. import onnx_import, qparams, tflite_import
 from ..descriptors import Emitted, pad_rank

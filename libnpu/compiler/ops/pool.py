@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import tflite
 
-from firmware_sim.spec import ops as spec_ops
+from npu_hw import ops as spec_ops
 
 from .. import float_ref, onnx_import, qparams, tflite_export, tflite_import
 from ..descriptors import pad_rank

@@ -9,7 +9,7 @@ import numpy as np
 import onnx as onnx_proto
 import tflite
 
-from firmware_sim.spec import ops as spec_ops
+from npu_hw import ops as spec_ops
 
 from .. import onnx_import, qparams, tflite_import
 from ..descriptors import pad_rank

@@ -15,8 +15,8 @@ from collections.abc import Callable
 import numpy as np
 import tflite
 
-from firmware_sim.spec import fixedpoint as fp
-from firmware_sim.spec import tables
+from npu_hw import fixedpoint as fp
+from npu_hw import tables
 
 from .. import onnx_import, qparams, tflite_import
 from ..ir import Graph, IRError, Op
