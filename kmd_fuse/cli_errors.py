@@ -13,6 +13,8 @@ import sys
 import traceback
 from collections.abc import Callable
 
+from npu_console import stdout_reader_gone
+
 __all__ = ["OneLineParser", "count_argument", "debug_wanted", "mode_argument", "run_reporting_errors",
            "size_argument"]
 
@@ -72,12 +74,14 @@ def _next_step(exc: BaseException) -> str:
 
 def run_reporting_errors(command: str, handler: Callable[[argparse.Namespace], int],
                          args: argparse.Namespace, debug: bool) -> int:
-    """Run one ``npu-kmd`` command: its exit code, or 1 with one line on stderr if it raises."""
+    """Run one ``npu-kmd`` command: its exit code, or 1 with one line on stderr if it raises.
+    KeyboardInterrupt, and BrokenPipeError once stdout's reader is gone, go through to the
+    caller: the ``npu-kmd`` script (:mod:`npu_console`) turns them into exit 130 and 141."""
     try:
         return handler(args)
-    except KeyboardInterrupt:
-        return 130
     except Exception as exc:
+        if isinstance(exc, BrokenPipeError) and stdout_reader_gone():
+            raise                        # `npu-kmd status | head`: npu_console ends the process quietly
         if debug:
             traceback.print_exc()
         text = " ".join(str(exc).split()) or type(exc).__name__

@@ -34,6 +34,7 @@ name, type and quantization); the model's tasks read it in place and write it ba
 """
 from __future__ import annotations
 
+import contextlib
 import enum
 import json
 import mmap
@@ -534,11 +535,17 @@ class Loadable:
         return header + table_bytes + bytes(body)
 
     def save(self, path: str | os.PathLike) -> None:
-        """Write atomically (temporary file + rename)."""
+        """Write atomically (temporary file + rename); an OSError names ``path``, and no
+        temporary file is left behind."""
         p = Path(path)
         tmp = p.with_name(p.name + f".{os.getpid()}.tmp")
-        tmp.write_bytes(self.to_bytes())
-        os.replace(tmp, p)
+        try:
+            tmp.write_bytes(self.to_bytes())
+            os.replace(tmp, p)
+        except OSError as exc:
+            with contextlib.suppress(OSError):
+                tmp.unlink()
+            raise OSError(exc.errno, exc.strerror, os.fspath(path)) from None
 
     # reading ------------------------------------------------------------------------
     @classmethod

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any, TextIO
@@ -303,6 +304,7 @@ def compile_(args: argparse.Namespace) -> int:
     out = Path(args.output)
     if out.suffix not in (".nlb", ".tflite"):
         raise UsageError(f"{out}: the output is a loadable (.nlb) or an int8 model (.tflite)")
+    _check_writable(out)
     if args.calibration and args.random_calibration is not None:
         raise UsageError("give --calibration or --random-calibration, not both")
     placement = _placement_options(args)
@@ -360,6 +362,19 @@ def compile_(args: argparse.Namespace) -> int:
     if args.report:
         print(quantization_report(result.loadable.metadata, worst))
     return 0
+
+
+def _check_writable(out: Path) -> None:
+    """Refuse an output file that cannot be written, naming it as given, before any work."""
+    where = out.parent
+    if out.is_dir():
+        raise UsageError(f"{out} is a directory: give the file to write")
+    if not where.exists():
+        raise UsageError(f"{out}: the directory {where} does not exist")
+    if not where.is_dir():
+        raise UsageError(f"{out}: {where} is not a directory")
+    if not os.access(where, os.W_OK | os.X_OK):
+        raise UsageError(f"{out}: no permission to write in {where}")
 
 
 def _report(path: Path, ops: list[str] | None, loadable: Any = None) -> tuple[str, dict[str, Any]]:

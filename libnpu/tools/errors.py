@@ -13,6 +13,8 @@ import os
 import sys
 from pathlib import Path
 
+from kmd_fuse.uapi import DRIVER_GONE
+
 __all__ = ["OneLineParser", "debug_wanted", "device_hint", "start_command"]
 
 
@@ -51,7 +53,7 @@ def device_hint(exc: BaseException, devroot: Path) -> str | None:
         return f"{devroot} does not exist (wrong --devroot or NPU_DEVROOT?); to serve a device there: {start}"
     if code == errno.ENOENT:
         return f"no device {path}: no driver serves {devroot}; start one with: {start}"
-    if code in (errno.ENOTCONN, errno.ECONNABORTED, errno.ENODEV):
+    if code in DRIVER_GONE:
         return (f"{path}: the driver is down ({os.strerror(code)}); restart it with: "
                 f"npu-kmd stop --devroot {devroot} && {start}")
     if code in (errno.EACCES, errno.EPERM):
