@@ -27,6 +27,7 @@ import select
 import signal
 import sys
 from collections.abc import Callable
+from typing import Any
 
 __all__ = ["BROKEN_PIPE", "INTERRUPTED", "npu", "npu_kmd", "run_main", "stdout_reader_gone"]
 
@@ -67,6 +68,15 @@ def _reader_gone() -> int:
 def run_main(prog: str, main: Callable[[], int] | str) -> int:
     """Run a CLI's ``main`` (or import it first, given as ``"module"``: its ``main``) and
     flush stdout; its exit code, or the one that says how the user stopped it."""
+    interrupts: list[int] = []
+
+    def on_interrupt(signum: int, frame: Any) -> None:
+        interrupts.append(signum)
+        signal.default_int_handler(signum, frame)        # raises KeyboardInterrupt
+
+    ours = signal.getsignal(signal.SIGINT) is signal.default_int_handler    # not ignored (nohup, `cmd &`)
+    if ours:
+        signal.signal(signal.SIGINT, on_interrupt)
     try:
         if isinstance(main, str):
             main = importlib.import_module(main).main
@@ -78,8 +88,13 @@ def run_main(prog: str, main: Callable[[], int] | str) -> int:
         if not stdout_reader_gone():
             raise
         return _reader_gone()
+    except BaseException:
+        if interrupts:          # a Ctrl-C that code turned into another error: numpy's C module, when
+            return _interrupted(prog)     # interrupted while it imports, raises ImportError instead
+        raise
     finally:
-        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        if ours:
+            signal.signal(signal.SIGINT, signal.SIG_DFL)
     return code
 
 
