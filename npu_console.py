@@ -6,10 +6,15 @@
   print a KeyboardInterrupt traceback from the import.  So the console scripts start
   here, in a top-level module that imports nothing of the project (an entry inside
   ``libnpu`` would import ``libnpu`` first), and import the command line inside the
-  ``try`` that catches the interrupt.  Once the command is done SIGINT gets its default
-  action back, so a Ctrl-C while Python shuts down ends the process quietly, as it would
-  a C program.  (Before Python has set its own handler, a Ctrl-C kills the process by
-  SIGINT, quietly too.)
+  ``try`` that catches the interrupt.  Its SIGINT handler records the signal before
+  raising KeyboardInterrupt as Python's does, because C extensions may turn the interrupt
+  into another error while they import (numpy raises ImportError when its import of
+  ``datetime``'s capsule is interrupted): an error after a recorded SIGINT is an
+  interruption too.  Once the command is done SIGINT gets its default action back, so a
+  Ctrl-C while Python shuts down ends the process quietly, as it would a C program.
+  (Before Python has set its own handler a Ctrl-C kills the process by SIGINT, quietly
+  too; while ``site`` imports the editable install's finder, ~10 ms, CPython itself
+  prints a "Fatal Python error": no code of ours has run yet.)
 - **A reader that went away** (``npu inspect M --plan | head -3``): nothing more is
   written, no message, exit 141 (128 + SIGPIPE, what a shell reports for a C program
   there), following the recipe of Python's ``signal`` documentation: stdout is pointed at

@@ -213,10 +213,11 @@ def stop(args) -> int:
         print(f"npu-kmd stop: {exc}", file=sys.stderr)
         return 1
     status = 0
-    for index in indices:
-        status |= _stop_device(root, sys_root, index)
-        print(f"{paths.node_path(root, index)}: stopped")
-    _remove_state(root)
+    with _interrupts_deferred():       # a Ctrl-C ends it once the devices are stopped (exit 130)
+        for index in indices:
+            status |= _stop_device(root, sys_root, index)
+            print(f"{paths.node_path(root, index)}: stopped")
+        _remove_state(root)
     return status
 
 

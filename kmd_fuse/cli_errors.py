@@ -69,6 +69,8 @@ class OneLineParser(argparse.ArgumentParser):
 def _next_step(exc: BaseException) -> str:
     if isinstance(exc, OSError) and exc.errno in (errno.EACCES, errno.EPERM):
         return "this needs root, or a --devroot of your own; `npu doctor` checks what is missing"
+    if isinstance(exc, OSError) and exc.errno in (errno.EEXIST, errno.ENOTDIR):
+        return "--devroot and --sysroot name directories"
     return "`npu doctor` checks the prerequisites; --debug shows the traceback"
 
 
@@ -85,5 +87,7 @@ def run_reporting_errors(command: str, handler: Callable[[argparse.Namespace], i
         if debug:
             traceback.print_exc()
         text = " ".join(str(exc).split()) or type(exc).__name__
+        if isinstance(exc, OSError) and exc.filename is not None and exc.strerror:
+            text = f"{exc.filename}: {' '.join(exc.strerror.split())}"     # not "[Errno N] ...: 'path'"
         print(f"npu-kmd {command}: error: {text} ({_next_step(exc)})", file=sys.stderr)
         return 1

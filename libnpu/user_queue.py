@@ -425,7 +425,7 @@ class UserQueue:
                         node=self.node)
         raise error(-result, "QUEUE", f"user queue {self.id} stopped before job {seq} ran"
                                          + (": the device was reset or the context closed"
-                                            if result == -errno.ECANCELED else ""))
+                                            if result == -errno.ECANCELED else ""), node=self.node)
 
     def _enter_c(self, error: type[NpuError] = NpuError) -> None:
         with self._in_c_lock:
@@ -524,7 +524,7 @@ class UserQueue:
         if error and (self.done() < seq or error == -errno.ECANCELED):
             raise NpuError(-error, "QUEUE", f"user queue {self.id} stopped before job {seq} ran"
                                             + (": the device was reset or the context closed"
-                                               if error == -errno.ECANCELED else ""))
+                                               if error == -errno.ECANCELED else ""), node=self.node)
 
     def _check_open(self) -> None:
         if self.closed:
@@ -533,7 +533,7 @@ class UserQueue:
         if error:
             raise NpuError(-error, "QUEUE", f"user queue {self.id} stopped"
                                             + (": the device was reset or the context closed"
-                                               if error == -errno.ECANCELED else ""))
+                                               if error == -errno.ECANCELED else ""), node=self.node)
 
     def close(self, cancel: bool = False, timeout: float | None = None) -> None:
         """Destroy the queue (QUEUE_DESTROY): first wait for the jobs in flight (at most

@@ -8,7 +8,8 @@ handler and one row.  Every command that uses a device takes ``--devroot`` (defa
 
 Exit codes, the same for every command: 0 done, 1 it failed (the device, the compiler,
 a download, a damaged file), 2 usage (bad arguments, or a model, input or calibration
-file that cannot be used as named).  ``main`` returns the code and never raises
+file that cannot be used as named); the ``npu`` script (:mod:`npu_console`) adds 130
+(Ctrl-C) and 141 (stdout's reader gone).  ``main`` returns the code and never raises
 ``SystemExit`` itself (``--help`` returns 0).  Whatever goes wrong, stderr gets one line
 naming the problem and the next step; ``--debug`` (or ``NPU_DEBUG=1``) adds the traceback.
 """

@@ -21,7 +21,7 @@ from libnpu.portability import NpuError, Session, default_devroot
 from libnpu.runtime import InputError
 
 from . import model_zoo
-from .errors import start_command
+from .errors import device_hint, start_command
 from .models import ModelSpecError
 
 __all__ = ["USAGE_ERRORS", "FAILURES", "UsageError", "Failure"]
@@ -61,7 +61,7 @@ def _nodes(devroot: Path) -> list[Path]:
 
 def info(args: argparse.Namespace) -> int:
     devroot = _devroot(args)
-    devices = []
+    devices, failures = [], []
     with Session(devroot) as session:
         for node in _nodes(devroot):
             try:
@@ -69,7 +69,7 @@ def info(args: argparse.Namespace) -> int:
                 facts = device.info()
                 props = device.properties()
             except OSError as exc:
-                print(f"{node}: {exc}", file=sys.stderr)
+                failures.append(exc)
                 continue
             devices.append({
                 "device": node.name, "node": str(node), "model": facts["model"],
@@ -81,6 +81,10 @@ def info(args: argparse.Namespace) -> int:
                 "busy_time_us": facts["busy_time_ns"] // 1000, "reset_count": facts["reset_count"],
                 "properties": props,
             })
+    if failures and not devices:
+        raise failures[0]                # the CLI's one line, with the next step
+    for exc in failures:                 # the others are described
+        print(f"npu info: {device_hint(exc, devroot) or exc}", file=sys.stderr)
     if args.json:
         print(json.dumps({"devroot": str(devroot), "devices": devices}, indent=2))
     else:

@@ -49,10 +49,14 @@ def device_hint(exc: BaseException, devroot: Path) -> str | None:
         return None
     start = start_command(devroot)
     code = exc.errno
+    if code == errno.ENOTDIR or code == errno.ENOENT and devroot.exists() and not devroot.is_dir():
+        return f"{devroot} is not a directory (wrong --devroot or NPU_DEVROOT?)"
     if code == errno.ENOENT and not devroot.is_dir():
         return f"{devroot} does not exist (wrong --devroot or NPU_DEVROOT?); to serve a device there: {start}"
     if code == errno.ENOENT:
         return f"no device {path}: no driver serves {devroot}; start one with: {start}"
+    if code == errno.ECANCELED and not _answers(path):     # cancelled by a driver that then went away
+        code = errno.ENOTCONN
     if code in DRIVER_GONE:
         return (f"{path}: the driver is down ({os.strerror(code)}); restart it with: "
                 f"npu-kmd stop --devroot {devroot} && {start}")
@@ -60,6 +64,16 @@ def device_hint(exc: BaseException, devroot: Path) -> str | None:
         return (f"{path}: permission denied; the node belongs to {_owner(Path(path))}: join its group, "
                 f"or start a device of your own with: npu-kmd start --devroot <a directory of yours>")
     return None
+
+
+def _answers(node: str) -> bool:
+    """Whether a driver still serves ``node``: the node is on the driver's file system, not
+    its devroot's (a stopping driver unmounts it first, leaving the placeholder file; a dead
+    one's mount answers ENOTCONN; a stopped one's node is gone)."""
+    try:
+        return os.stat(node).st_dev != os.stat(os.path.dirname(node)).st_dev
+    except OSError:
+        return False
 
 
 def _owner(path: Path) -> str:

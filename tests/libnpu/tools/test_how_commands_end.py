@@ -34,8 +34,9 @@ def _environ() -> dict[str, str]:
 
 
 def spawn(*argv: str | Path) -> subprocess.Popen:
+    """The command in a process group of its own, as a shell runs a foreground job."""
     return subprocess.Popen([str(a) for a in argv], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, cwd=REPO, env=_environ())
+                            stderr=subprocess.PIPE, text=True, cwd=REPO, env=_environ(), process_group=0)
 
 
 def maps(pid: int, library: str) -> bool:
@@ -57,8 +58,9 @@ def poll_until(predicate, proc: subprocess.Popen, deadline_s: float = 120.0) -> 
 
 
 def interrupted(proc: subprocess.Popen, prog: str) -> None:
-    """SIGINT now; the child ends with one line and 130."""
-    proc.send_signal(signal.SIGINT)
+    """SIGINT now to the command's process group (what Ctrl-C in a terminal does); it ends
+    with one line and 130."""
+    os.killpg(proc.pid, signal.SIGINT)
     out, err = proc.communicate(timeout=120)
     assert "Traceback" not in err + out
     assert err == f"{prog}: interrupted\n"
@@ -105,6 +107,33 @@ def test_ctrl_c_while_npu_imports_or_runs_a_model(npu, resnet8_path):
                 proc.kill()
                 proc.communicate()
         assert wait_until(lambda: not any(clients.iterdir()), 60), f"{moment}: a context left on the device"
+
+
+def children(pid: int) -> list[int]:
+    try:
+        return [int(p) for p in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    except OSError:
+        return []
+
+
+def test_ctrl_c_reaches_bench_nop_and_its_worker_processes(npu):
+    """``bench nop --processes 2``: the terminal's SIGINT reaches the workers too; they
+    neither print nor stay (before: a KeyboardInterrupt traceback from each)."""
+    proc = spawn(NPU, "bench", "nop", "-n", "100", "--processes", "2", "--seconds", "600", "--devroot", npu.devroot)
+    workers: list[int] = []
+    try:
+        def two_workers_run() -> bool:
+            workers[:] = [pid for pid in children(proc.pid)
+                          if b"multiprocessing.spawn" in Path(f"/proc/{pid}/cmdline").read_bytes()
+                          and b"resource_tracker" not in Path(f"/proc/{pid}/cmdline").read_bytes()]
+            return len(workers) == 2 and all(maps(pid, "_multiarray_umath") for pid in workers)
+        poll_until(two_workers_run, proc)
+        interrupted(proc, "npu")
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert wait_until(lambda: not any(os.path.exists(f"/proc/{pid}") for pid in workers), 60)
 
 
 @pytest.mark.parametrize("moment", ["importing", "spawning"])
