@@ -285,7 +285,7 @@ def status(args) -> int:
             code = 3
         sys_root = sysroot_of(root, args.sysroot)
         mounted = hotplug.attached(root, sys_root, index, node)
-        line = f"{node}: pid {pid or '- (driver not running)'}, {'mounted' if mounted else 'not mounted'}"
+        line = f"{node}: pid {pid or '-, driver not running'}, {'mounted' if mounted else 'not mounted'}"
         tree = paths.device_dir(sys_root, index)
         line += f", attributes {tree}" if hotplug.attached(root, sys_root, index, tree) else ", no attributes"
         if pid and mounted:
