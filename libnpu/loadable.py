@@ -536,16 +536,17 @@ class Loadable:
 
     def save(self, path: str | os.PathLike) -> None:
         """Write atomically (temporary file + rename); an OSError names ``path``, and no
-        temporary file is left behind."""
+        temporary file is left behind, also when interrupted."""
         p = Path(path)
         tmp = p.with_name(p.name + f".{os.getpid()}.tmp")
         try:
             tmp.write_bytes(self.to_bytes())
             os.replace(tmp, p)
         except OSError as exc:
-            with contextlib.suppress(OSError):
-                tmp.unlink()
             raise OSError(exc.errno, exc.strerror, os.fspath(path)) from None
+        finally:
+            with contextlib.suppress(OSError):       # gone already once renamed
+                tmp.unlink()
 
     # reading ------------------------------------------------------------------------
     @classmethod
