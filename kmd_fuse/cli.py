@@ -14,7 +14,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from firmware_sim.spec import profiles
+from firmware_sim.spec import profiles, regs
 from kmd_fuse import paths, pidfile, uapi
 from kmd_fuse.cli_errors import (
     OneLineParser,
@@ -359,8 +359,8 @@ def main(argv: list[str] | None = None) -> int:
             p.add_argument("--pacing", action="store_true",
                            help="a job completes no earlier than its modeled device time, so applications see "
                                 "the modeled chip's latency rather than the emulator's")
-            p.add_argument("--watchdog-ms", type=int, default=5000,
-                           help="timeout of a job whose SUBMIT gives none, in ms (default 5000)")
+            p.add_argument("--watchdog-ms", type=int, default=regs.DEFAULT_JOB_TIMEOUT_MS,
+                           help="timeout of a job whose SUBMIT gives none, in ms (default %(default)s)")
             p.add_argument("--max-job-timeout", type=job_timeout_seconds, default=10.0, metavar="SECONDS",
                            help="longest a job may hold a core (default 10): a SUBMIT timeout above it, or "
                                 "the default, is clamped to it (not refused); the chip's watchdog then fails "

@@ -19,7 +19,7 @@ from pathlib import Path
 import pyfuse3
 import trio
 
-from firmware_sim.spec import profiles
+from firmware_sim.spec import profiles, regs
 from kmd_fuse import fusermount, irq, owner, paths, pidfile
 from kmd_fuse.cli import job_timeout_seconds
 from kmd_fuse.device import Device
@@ -95,7 +95,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ring-entries", type=int, default=256)
     parser.add_argument("--profile", choices=sorted(profiles.PROFILES), default=profiles.DEFAULT_PROFILE)
     parser.add_argument("--pacing", action="store_true")
-    parser.add_argument("--watchdog-ms", type=int, default=5000)
+    parser.add_argument("--watchdog-ms", type=int, default=regs.DEFAULT_JOB_TIMEOUT_MS)
     parser.add_argument("--max-job-timeout", type=job_timeout_seconds, default=10.0,
                         help="seconds (see npu-kmd start --help)")
     parser.add_argument("--mode", type=lambda s: int(s, 8), default=0o660)

@@ -29,7 +29,7 @@ class ChipConfig:
     ring_entries: int = ring.DEFAULT_RING_ENTRIES
     profile: str = profiles.DEFAULT_PROFILE   # spec.profiles: the timing model the chip runs
     pacing: bool = False                      # jobs end no earlier than their modeled device time
-    watchdog_ms: int = 5000             # a job's timeout when SUBMIT gives none
+    watchdog_ms: int = regs.DEFAULT_JOB_TIMEOUT_MS   # a job's timeout when SUBMIT gives none
     max_job_timeout_ms: int = 10_000    # SUBMIT's timeouts (and the default) are clamped to this
 
 

@@ -21,6 +21,7 @@ import numpy as np
 import onnx
 from onnx import numpy_helper, shape_inference
 
+from ..loadable import HostCall
 from . import registry
 from .ir import Graph, IRError, Op, SourceOp, Tensor, require_data, same_pads
 
@@ -192,7 +193,6 @@ class _Importer:
 
     def host_node(self, node, source: SourceOp, where: str) -> None:
         """A HOST op running ``node`` on the host (a one-node ONNX model, ONNX layout)."""
-        from ..host import HostCall
         data = [n for n in node.input if n and n not in self.consts]
         ins = [self.value(n, False, where) for n in data]
         outs = [self.new_tensor(o, False, where) for o in node.output if o]

@@ -23,7 +23,7 @@ def _contexts(count: int, uid: int, ledger: UserLedger) -> list[Context]:
 def _finish(ctx: Context, fence: int, status: int) -> None:
     job = Job(fence, ctx, fence, [], 0, 0, 1, 0, status=status)
     ctx.pending[fence] = job
-    ctx.record_result(job)
+    ctx.signal_fence(job)
 
 
 def test_a_users_contexts_together_remember_a_bounded_number_of_results():

@@ -12,6 +12,7 @@ from firmware_sim.spec import fixedpoint as fp
 from firmware_sim.spec import ops as spec_ops
 
 from .. import channel_grids, float_ref, onnx_import, qparams, tflite_export, tflite_import
+from ..descriptors import Emitted, pad_rank
 from ..ir import Op
 from ..registry import Operator, onnx, register, tflite_options
 
@@ -70,7 +71,6 @@ def _mul_params(g, op) -> dict:
 def lower_binary(low, op, p):
     """A broadcasting binary descriptor named like the op, or with per-channel parameter rows
     (``channel_params``) the op's ``*16_PER_CHANNEL`` descriptor with the rows as a constant."""
-    from ..lower import Emitted, pad_rank
     out = low.shape(op.outputs[0])
     rank = len(out)
     shapes = [(1,) * (rank - len(low.shape(i))) + tuple(low.shape(i)) for i in op.inputs]

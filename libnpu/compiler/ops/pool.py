@@ -8,6 +8,7 @@ import tflite
 from firmware_sim.spec import ops as spec_ops
 
 from .. import float_ref, onnx_import, qparams, tflite_export, tflite_import
+from ..descriptors import pad_rank
 from ..registry import Operator, onnx, register, tflite_options
 
 # TFLite -----------------------------------------------------------------------------
@@ -77,7 +78,6 @@ def _mean_params(g, op) -> dict:
 
 
 def _lower_mean(low, op, p):
-    from ..lower import pad_rank
     shape = low.shape(op.inputs[0])
     fields = dict(rank=len(shape), in_shape=pad_rank(shape), axes_mask=sum(1 << a for a in p["axes"]),
                   input_zp=p["input_zp"], output_zp=p["output_zp"], multiplier=p["multiplier"],

@@ -8,10 +8,10 @@ import pytest
 
 import libnpu
 from firmware_sim.spec import ops as spec_ops
+from libnpu.compiler.accuracy import output_scores
 from libnpu.compiler.lower import lower
 from libnpu.compiler.mixed_precision import (
     MixedPrecisionError,
-    output_scores,
     parse_selection,
     promote,
     quantize_mixed,
@@ -301,7 +301,8 @@ def test_int16_weights_of_a_dead_channel_stay_representable(npu, small_cnn) -> N
     past the chip's 48-bit sums; the step is floored, and the device follows float there."""
     from firmware_sim.spec.fixedpoint import effective_scale
     from libnpu.compiler.float_ref import FloatInterpreter
-    from libnpu.compiler.mixed_precision import BIAS16_BITS, MIN_MULTIPLIER, promotable
+    from libnpu.compiler.mixed_precision import promotable
+    from libnpu.compiler.scales import BIAS16_BITS, MIN_MULTIPLIER
     graph = small_cnn.copy()
     graph.tensors["w3"].data = graph.tensors["w3"].data.copy()
     graph.tensors["w3"].data[0] *= 1e-9
