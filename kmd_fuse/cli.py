@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import select
 import shutil
@@ -10,6 +11,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 from kmd_fuse import paths, pidfile, uapi
@@ -27,6 +29,7 @@ from kmd_fuse.udev import hotplug
 from kmd_fuse.udev.rules import UdevRulesError, load_rules
 from kmd_fuse.udev.udevadm import print_events
 from kmd_fuse.udev.uevent import Uevent, UeventError, UeventLog
+from npu_console import run_main
 from npu_hw import profiles, regs
 
 START_TIMEOUT_S = 60.0
@@ -97,7 +100,21 @@ def start(args) -> int:
         print(f"npu-kmd start: {exc}", file=sys.stderr)
         return 1
     paths.record_in_devroot(root, paths.SYSROOT_MARKER, f"{sys_root}\n")   # where tools (npu smi) find the tree
-    started = []
+    started: list[tuple[int, Path, subprocess.Popen]] = []
+    try:
+        code = _start_devices(args, root, sys_root, started)
+    except KeyboardInterrupt:
+        with _interrupts_deferred():         # a second Ctrl-C does not cut the clean-up short
+            _undo_start(root, sys_root, started, remove_state=True)
+        raise
+    if code:
+        _undo_start(root, sys_root, started, remove_state=False)     # the logs stay, for the reason
+    return code
+
+
+def _start_devices(args, root: Path, sys_root: Path, started: list[tuple[int, Path, subprocess.Popen]]) -> int:
+    """Start a daemon per device not yet served (each one recorded in ``started`` as soon as
+    it exists) and wait until every node answers; the exit code."""
     for index in range(args.devices):
         node = paths.node_path(root, index)
         pid = _daemon_pid(root, index)
@@ -127,8 +144,9 @@ def start(args) -> int:
                "--max-buffers-per-user", str(args.max_buffers_per_user),
                "--max-queues-per-context", str(args.max_queues_per_context),
                "--max-queues-per-user", str(args.max_queues_per_user)]
-        proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True)
-        started.append((index, node, proc))
+        with _interrupts_deferred():          # never a daemon running that `started` does not hold
+            proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True)
+            started.append((index, node, proc))
     deadline = time.monotonic() + START_TIMEOUT_S
     for index, node, proc in started:
         while True:
@@ -152,6 +170,38 @@ def start(args) -> int:
     return 0
 
 
+@contextlib.contextmanager
+def _interrupts_deferred() -> Iterator[None]:
+    """A Ctrl-C inside the block raises KeyboardInterrupt only at its end.  (A Python-level
+    handler, not a blocked signal: a daemon spawned meanwhile gets the default action.)"""
+    caught: list[int] = []
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: caught.append(signum))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    if caught:
+        raise KeyboardInterrupt
+
+
+def _undo_start(root: Path, sys_root: Path, started: list[tuple[int, Path, subprocess.Popen]], *,
+                remove_state: bool) -> None:
+    """Stop the daemons this ``start`` spawned and undo what they set up (an interrupted or
+    failed start leaves nothing running, nothing mounted); with ``remove_state``, the
+    devroot's state too once no other daemon serves it."""
+    for index, _, proc in started:
+        if proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(15)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        _stop_device(root, sys_root, index)
+    if remove_state and not any(_daemon_pid(root, index) for index in _indices(root)):
+        _remove_state(root)
+
+
 def _announce_removal(root: Path, sys_root: Path, index: int) -> None:
     """A daemon died without saying goodbye: send its "remove" and undo its udev links."""
     try:
@@ -170,35 +220,55 @@ def stop(args) -> int:
     except paths.StateDirError as exc:
         print(f"npu-kmd stop: {exc}", file=sys.stderr)
         return 1
-    status = mounts_left = 0
-    for index in indices:
-        node = paths.node_path(root, index)
-        pid = _daemon_pid(root, index)
-        if pid:
-            os.kill(pid, signal.SIGTERM)
-            deadline = time.monotonic() + 15
-            while _daemon_pid(root, index) and time.monotonic() < deadline:
-                time.sleep(0.05)
-            if _daemon_pid(root, index) == pid:
-                print(f"{node}: daemon {pid} ignored SIGTERM; killing it", file=sys.stderr)
-                os.kill(pid, signal.SIGKILL)
-                status = 1
-        try:
-            hotplug.unmount_all(root, sys_root, index)
-        except hotplug.MountError as exc:
-            print(f"npu-kmd stop: {exc.strerror}", file=sys.stderr)
-            status = mounts_left = 1      # the state (and its mount record) stays for the next stop
-        hotplug.remove_node_placeholder(node)
-        if paths.ready_file(root, index).exists():
-            _announce_removal(root, sys_root, index)
-        try:
-            paths.device_dir(sys_root, index).rmdir()
-        except OSError:
-            pass
-        paths.pid_file(root, index).unlink(missing_ok=True)
-        paths.ready_file(root, index).unlink(missing_ok=True)
-        print(f"{node}: stopped")
-    state = None if mounts_left else paths.check_state_dir(root)
+    status = 0
+    mounts_left = False
+    with _interrupts_deferred():       # a Ctrl-C ends it once the devices are stopped (exit 130)
+        for index in indices:
+            killed, left = _stop_device(root, sys_root, index)
+            status |= killed | left
+            mounts_left |= bool(left)
+            print(f"{paths.node_path(root, index)}: stopped")
+        if not mounts_left:            # else the state (and its mount record) stays for the next stop
+            _remove_state(root)
+    return status
+
+
+def _stop_device(root: Path, sys_root: Path, index: int) -> tuple[int, int]:
+    """Stop device ``index``'s daemon (SIGTERM, SIGKILL after 15 s) and undo what it left:
+    mounts, the node's placeholder, its attribute directory, pid and ready files; (1 if it
+    had to be killed, 1 if a mount could not be undone: it says why)."""
+    node = paths.node_path(root, index)
+    killed = mounts_left = 0
+    pid = _daemon_pid(root, index)
+    if pid:
+        os.kill(pid, signal.SIGTERM)
+        deadline = time.monotonic() + 15
+        while _daemon_pid(root, index) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if _daemon_pid(root, index) == pid:
+            print(f"{node}: daemon {pid} ignored SIGTERM; killing it", file=sys.stderr)
+            os.kill(pid, signal.SIGKILL)
+            killed = 1
+    try:
+        hotplug.unmount_all(root, sys_root, index)
+    except hotplug.MountError as exc:
+        print(f"npu-kmd stop: {exc.strerror}", file=sys.stderr)
+        mounts_left = 1
+    hotplug.remove_node_placeholder(node)
+    if paths.ready_file(root, index).exists():
+        _announce_removal(root, sys_root, index)
+    try:
+        paths.device_dir(sys_root, index).rmdir()
+    except OSError:
+        pass
+    paths.pid_file(root, index).unlink(missing_ok=True)
+    paths.ready_file(root, index).unlink(missing_ok=True)
+    return killed, mounts_left
+
+
+def _remove_state(root: Path) -> None:
+    """Remove the devroot's state directory and its records (every device is stopped)."""
+    state = paths.check_state_dir(root)
     if state is not None:
         # rmtree never follows a symlink (it unlinks the link); the directory itself was
         # checked to be ours and private, so nobody else put anything in it.
@@ -208,10 +278,8 @@ def stop(args) -> int:
             else:
                 leftover.unlink(missing_ok=True)
         state.rmdir()
-    if not mounts_left:
-        for marker in (paths.SYSROOT_MARKER, paths.STATE_MARKER):
-            paths.remove_from_devroot(root, marker)
-    return status
+    for marker in (paths.SYSROOT_MARKER, paths.STATE_MARKER):
+        paths.remove_from_devroot(root, marker)
 
 
 def status(args) -> int:
@@ -224,12 +292,15 @@ def status(args) -> int:
     if not indices:
         print(f"no devices served under {root}")
         return 3
+    code = 0
     for index in indices:
         node = paths.node_path(root, index)
         pid = _daemon_pid(root, index)
+        if pid is None:          # its state says started, but no daemon holds the pid file: it died
+            code = 3
         sys_root = sysroot_of(root, args.sysroot)
         mounted = hotplug.attached(root, sys_root, index, node)
-        line = f"{node}: pid {pid or '-'}, {'mounted' if mounted else 'not mounted'}"
+        line = f"{node}: pid {pid or '-, driver not running'}, {'mounted' if mounted else 'not mounted'}"
         tree = paths.device_dir(sys_root, index)
         line += f", attributes {tree}" if hotplug.attached(root, sys_root, index, tree) else ", no attributes"
         if pid and mounted:
@@ -239,7 +310,10 @@ def status(args) -> int:
             except OSError as exc:
                 line += f", not answering ({exc})"
         print(line)
-    return 0
+    if code:
+        print(f"the driver is not running; `npu-kmd stop --devroot {root}` cleans up after it, "
+              f"`npu-kmd start --devroot {root}` starts it")
+    return code
 
 
 def udev_test(args) -> int:
@@ -330,4 +404,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_main("npu-kmd", main))

@@ -13,6 +13,8 @@ import sys
 import traceback
 from collections.abc import Callable
 
+from npu_console import stdout_reader_gone
+
 __all__ = ["OneLineParser", "count_argument", "debug_wanted", "mode_argument", "run_reporting_errors",
            "size_argument"]
 
@@ -67,19 +69,25 @@ class OneLineParser(argparse.ArgumentParser):
 def _next_step(exc: BaseException) -> str:
     if isinstance(exc, OSError) and exc.errno in (errno.EACCES, errno.EPERM):
         return "this needs root, or a --devroot of your own; `npu doctor` checks what is missing"
+    if isinstance(exc, OSError) and exc.errno in (errno.EEXIST, errno.ENOTDIR):
+        return "--devroot and --sysroot name directories"
     return "`npu doctor` checks the prerequisites; --debug shows the traceback"
 
 
 def run_reporting_errors(command: str, handler: Callable[[argparse.Namespace], int],
                          args: argparse.Namespace, debug: bool) -> int:
-    """Run one ``npu-kmd`` command: its exit code, or 1 with one line on stderr if it raises."""
+    """Run one ``npu-kmd`` command: its exit code, or 1 with one line on stderr if it raises.
+    KeyboardInterrupt, and BrokenPipeError once stdout's reader is gone, go through to the
+    caller: the ``npu-kmd`` script (:mod:`npu_console`) turns them into exit 130 and 141."""
     try:
         return handler(args)
-    except KeyboardInterrupt:
-        return 130
     except Exception as exc:
+        if isinstance(exc, BrokenPipeError) and stdout_reader_gone():
+            raise                        # `npu-kmd status | head`: npu_console ends the process quietly
         if debug:
             traceback.print_exc()
         text = " ".join(str(exc).split()) or type(exc).__name__
+        if isinstance(exc, OSError) and exc.filename is not None and exc.strerror:
+            text = f"{exc.filename}: {' '.join(exc.strerror.split())}"     # not "[Errno N] ...: 'path'"
         print(f"npu-kmd {command}: error: {text} ({_next_step(exc)})", file=sys.stderr)
         return 1

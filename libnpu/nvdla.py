@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from kmd_fuse.uapi import NpuError
+from kmd_fuse.uapi import DRIVER_GONE, NpuError
 from libnpu.loadable import TensorDesc
 from libnpu.nvdla_runtime import Runtime
 from libnpu.portability import MEM_RW, Device, Memory, Session
@@ -75,7 +75,7 @@ _ERRNO_TO_NVERROR = {
     errno.ETIMEDOUT: NvError.Timeout, errno.EFAULT: NvError.InvalidAddress, errno.EBUSY: NvError.Busy,
     errno.EPERM: NvError.AccessDenied, errno.EACCES: NvError.AccessDenied, errno.ENOENT: NvError.BadValue,
     errno.E2BIG: NvError.InvalidSize, errno.ENOTTY: NvError.IoctlFailed, errno.EIO: NvError.ResourceError,
-    errno.ENODEV: NvError.NotInitialized,
+    **{code: NvError.NotInitialized for code in DRIVER_GONE},
 }
 
 

@@ -34,7 +34,7 @@ from kmd_fuse import uapi
 from kmd_fuse.uapi import NpuError, sysfs_layout
 from libnpu import properties
 from libnpu.errors import JobError
-from libnpu.transport import BufferSocket, DeviceFile
+from libnpu.transport import BufferSocket, DeviceFile, DriverGone
 from libnpu.user_queue import QueueFence, UserQueue
 from npu_hw import queues as queue_spec
 from npu_hw import tasks as task_spec
@@ -296,7 +296,8 @@ class Device:
         return fd, size
 
     def free_mem(self, memory: Memory) -> None:
-        """Free device memory (NvDlaFreeMem); a second free raises ENOENT."""
+        """Free device memory (NvDlaFreeMem); a second free raises ENOENT. Once the driver
+        is gone the memory went with it: the free only unmaps it here."""
         if memory.freed:
             raise NpuError(errno.ENOENT, "MEM_FREE", f"buffer {memory.handle} was already freed")
         self._free_handle(memory.handle)
@@ -308,7 +309,16 @@ class Device:
     def _free_handle(self, handle: int) -> None:
         req = uapi.new_payload(uapi.NPU_CMD_MEM_FREE)
         req.handle = handle
-        self.file.request(uapi.NPU_CMD_MEM_FREE, req)
+        self._give_back(uapi.NPU_CMD_MEM_FREE, req)
+
+    def _give_back(self, cmd: int, req: Any) -> None:
+        """A request that gives something back to the driver (MEM_FREE, QUEUE_DESTROY): a
+        driver that is gone took everything of the context along, so it has nothing to do
+        (teardown after the driver stopped ends quietly, as close() does)."""
+        try:
+            self.file.request(cmd, req)
+        except DriverGone:
+            pass
 
     def command_buffer(self, capacity: int = 4096) -> CommandBuffer:
         return CommandBuffer(self, capacity)
@@ -499,7 +509,7 @@ class Device:
                 fds.append(self.buffer_socket.receive(path, token)[0])
             queue = UserQueue(fds[0], reply.size, fds[1], fds[2], queue_id=reply.queue_id, entries=reply.entries,
                               iova=reply.iova, core=reply.core, timeout_cap_ms=reply.timeout_cap_ms)
-            queue.destroyer = self._destroy_queue
+            queue.destroyer, queue.node = self._destroy_queue, self.file.path
         except BaseException:
             for fd in fds[1:]:
                 os.close(fd)
@@ -513,12 +523,12 @@ class Device:
 
     def _destroy_queue(self, queue: UserQueue, cancel: bool) -> None:
         """QUEUE_DESTROY (``UserQueue.close``); a queue a reset or the driver already
-        stopped (ENOENT with an error in its header) is simply gone."""
+        stopped (ENOENT with an error in its header), or whose driver is gone, is simply gone."""
         req = uapi.new_payload(uapi.NPU_CMD_QUEUE_DESTROY)
         req.queue_id = queue.id
         req.flags = uapi.NPU_QUEUE_DESTROY_CANCEL if cancel else 0
         try:
-            self.file.request(uapi.NPU_CMD_QUEUE_DESTROY, req)
+            self._give_back(uapi.NPU_CMD_QUEUE_DESTROY, req)
         except NpuError as exc:
             if not (exc.errno == errno.ENOENT and queue.error()):
                 raise

@@ -28,6 +28,20 @@ from kmd_fuse import uapi
 from kmd_fuse.uapi import NpuError
 
 
+class DriverGone(NpuError):
+    """A system call on the node failed because its driver is gone (stopped or died:
+    ``uapi.DRIVER_GONE``); ``filename`` is the node.  Whatever the context held went
+    with the driver, so giving it back (MEM_FREE, QUEUE_DESTROY, close) has nothing to do."""
+
+
+def _failed_call(path: str, exc: OSError, command: str, detail: str) -> NpuError:
+    """The error for a request whose system call on the node ``path`` failed."""
+    code = exc.errno or errno.EIO
+    if code in uapi.DRIVER_GONE:
+        return DriverGone(code, command, "the device's driver is gone (stopped or died)", node=path)
+    return NpuError(code, command, detail, node=path)
+
+
 class DeviceFile:
     """An open /dev/npuN: one driver context, safe to share between threads."""
 
@@ -92,7 +106,7 @@ class DeviceFile:
                 return seq
             except OSError as exc:
                 if exc.errno != errno.EEXIST:   # after 2**32 requests: an abandoned seq still in flight
-                    raise NpuError(exc.errno or errno.EIO, name, "request refused") from None
+                    raise _failed_call(self.path, exc, name, "request refused") from None
             finally:
                 self._leave()
 
@@ -104,7 +118,7 @@ class DeviceFile:
                 return os.pread(fd, uapi.NPU_MAX_FRAME, uapi.NPU_REPLY_BY_SEQ + seq)
             except OSError as exc:
                 if exc.errno != errno.EAGAIN:
-                    raise NpuError(exc.errno or errno.EIO, name, f"reading the reply to seq {seq} failed") from None
+                    raise _failed_call(self.path, exc, name, f"reading the reply to seq {seq} failed") from None
             finally:
                 self._leave()
 
@@ -141,8 +155,14 @@ class DeviceFile:
 
     def _close_if_unused(self) -> None:
         if self._closing and not self._users and self.fd >= 0:
-            os.close(self.fd)
-            self.fd = -1
+            fd, self.fd = self.fd, -1
+            try:
+                os.close(fd)
+            except OSError as exc:
+                # close() frees the descriptor whatever it answers (Linux); ENOTCONN or
+                # ENODEV only says the driver is gone, and the context went with it.
+                if exc.errno not in uapi.DRIVER_GONE:
+                    raise
 
 
 class BufferSocket:

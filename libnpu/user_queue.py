@@ -32,6 +32,7 @@ import fcntl
 import mmap
 import os
 import select
+import signal
 import termios
 import threading
 import time
@@ -113,6 +114,22 @@ class NotQueued(NpuError):
         error = cls(exc.errno or errno.EIO, exc.command)
         error.strerror = exc.strerror       # the same message
         return error
+
+
+def _write_no_sigpipe(fd: int, data: bytes) -> int:
+    """``os.write`` that raises no SIGPIPE when nobody reads the pipe (BrokenPipeError only):
+    Python ignores SIGPIPE, but a C program hosting libnpu_runtime.so keeps its default
+    action, which would kill it (queue_client.c's write_no_sigpipe does the same)."""
+    already = signal.SIGPIPE in signal.sigpending()
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGPIPE})
+    try:
+        return os.write(fd, data)
+    except BrokenPipeError:
+        if not already:
+            signal.sigtimedwait({signal.SIGPIPE}, 0)
+        raise
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
 
 def _drain(fd: int) -> None:
@@ -200,6 +217,7 @@ class UserQueue:
         self._waits = [0, 0, 0]   # the Python path's waits: at once, ended in the spin, slept
         self.closed = False
         self.destroyer: Callable[[UserQueue, bool], None] | None = None   # QUEUE_DESTROY (set by Device)
+        self.node: str | None = None     # the device node (set by Device), named when the driver is gone
         self._released = False
         self._in_c = 0            # threads inside a C call: close() leaves the memory to the last one out
         self._in_c_lock = threading.Lock()
@@ -337,11 +355,12 @@ class UserQueue:
     def ring(self) -> None:
         """Wake the serving core (the doorbell is a pipe: a full one has a wake-up pending)."""
         try:
-            os.write(self.doorbell_fd, b"\x01")
+            _write_no_sigpipe(self.doorbell_fd, b"\x01")
         except BlockingIOError:
             pass
         except BrokenPipeError:        # nobody holds the other end: the driver and the chip are gone
-            raise NpuError(errno.ENODEV, "QUEUE", f"user queue {self.id}: the device's driver stopped") from None
+            raise NpuError(errno.ENODEV, "QUEUE", f"user queue {self.id}: the device's driver stopped",
+                           node=self.node) from None
 
     def in_flight(self) -> int:
         """Jobs submitted here and not completed yet."""
@@ -415,10 +434,11 @@ class UserQueue:
         """The exception the Python path raises for a C call's -errno."""
         if result in (-errno.ENODEV, -errno.EPIPE):     # nobody holds the lines' other ends
             raise error(errno.ENODEV, "QUEUE", f"user queue {self.id}: the device's driver stopped"
-                                               + (f" before job {seq} ran" if result == -errno.EPIPE else ""))
+                                               + (f" before job {seq} ran" if result == -errno.EPIPE else ""),
+                        node=self.node)
         raise error(-result, "QUEUE", f"user queue {self.id} stopped before job {seq} ran"
                                          + (": the device was reset or the context closed"
-                                            if result == -errno.ECANCELED else ""))
+                                            if result == -errno.ECANCELED else ""), node=self.node)
 
     def _enter_c(self, error: type[NpuError] = NpuError) -> None:
         with self._in_c_lock:
@@ -486,7 +506,8 @@ class UserQueue:
                     self._check_error(seq)       # the driver let the queue go (reset, close) ...
                     # ... or no writer is left on the completion line: the driver and the chip are gone.
                     raise NpuError(errno.ENODEV, "QUEUE",
-                                   f"user queue {self.id}: the device's driver stopped before job {seq} ran")
+                                   f"user queue {self.id}: the device's driver stopped before job {seq} ran",
+                                   node=self.node)
         finally:
             self._set_waiting(-1)
 
@@ -516,7 +537,7 @@ class UserQueue:
         if error and (self.done() < seq or error == -errno.ECANCELED):
             raise NpuError(-error, "QUEUE", f"user queue {self.id} stopped before job {seq} ran"
                                             + (": the device was reset or the context closed"
-                                               if error == -errno.ECANCELED else ""))
+                                               if error == -errno.ECANCELED else ""), node=self.node)
 
     def _check_open(self) -> None:
         if self.closed:
@@ -525,7 +546,7 @@ class UserQueue:
         if error:
             raise NpuError(-error, "QUEUE", f"user queue {self.id} stopped"
                                             + (": the device was reset or the context closed"
-                                               if error == -errno.ECANCELED else ""))
+                                               if error == -errno.ECANCELED else ""), node=self.node)
 
     def close(self, cancel: bool = False, timeout: float | None = None) -> None:
         """Destroy the queue (QUEUE_DESTROY): first wait for the jobs in flight (at most

@@ -234,15 +234,23 @@ LIMIT_HINTS = {
 }
 
 
+# What a system call on a node answers once its driver is gone (the daemon stopped or
+# died: the FUSE connection is aborted, or the node is a placeholder no one serves).
+DRIVER_GONE = frozenset({errno.ENOTCONN, errno.ECONNABORTED, errno.ENODEV})
+
+
 class NpuError(OSError):
-    """A request the driver answered with -errno (``payload``: the reply's payload, if any)."""
+    """A request the driver answered with -errno (``payload``: the reply's payload, if any),
+    or one whose system call on the node failed (``filename``: the node)."""
 
     payload = None
 
-    def __init__(self, err: int, command: str, detail: str = ""):
+    def __init__(self, err: int, command: str, detail: str = "", *, node: str | None = None):
         message = f"{command}: {errno.errorcode.get(err, err)} ({os.strerror(err)})"
         detail = detail or LIMIT_HINTS.get((command, err), "")
         if detail:
             message += f": {detail}"
         super().__init__(err, message)
         self.command = command
+        if node is not None:
+            self.filename = node

@@ -100,7 +100,7 @@ static NvError from_errno(int err)
     case E2BIG: return NvError_InvalidSize;
     case ENOTTY: return NvError_IoctlFailed;
     case EIO: return NvError_ResourceError;
-    case ENODEV: return NvError_NotInitialized;
+    case ENODEV: case ENOTCONN: case ECONNABORTED: return NvError_NotInitialized;   /* the driver is gone */
     default: return NvError_IoctlFailed;
     }
 }

@@ -50,7 +50,7 @@ typedef enum {
     NvSuccess = 0,
     NvError_NotImplemented = 1,
     NvError_NotSupported = 2,        /* the driver speaks another ABI major version */
-    NvError_NotInitialized = 3,      /* the driver is gone (ENODEV) */
+    NvError_NotInitialized = 3,      /* the driver is gone: stopped or died (ENODEV, ENOTCONN) */
     NvError_BadParameter = 4,        /* NULL, zero size, unknown handle, or the driver said EINVAL */
     NvError_Timeout = 5,             /* a job ran past its timeout */
     NvError_InsufficientMemory = 6,  /* device memory, a quota, or host memory */

@@ -17,6 +17,7 @@
 #include <poll.h>
 #include <pthread.h>
 #include <sched.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
@@ -108,6 +109,33 @@ static int queue_error(const struct npu_uq_client *q)
 }
 
 /* The submission itself, under submit_lock. */
+/* write() that raises no SIGPIPE when nobody reads the pipe any more (the driver and the
+ * chip are gone): a C program hosting libnpu_runtime.so keeps SIGPIPE's default action,
+ * which would kill it.  SIGPIPE is blocked in this thread for the write and, if the write
+ * raised it (and none was pending before), taken before the old mask comes back.  The
+ * doorbell is rung only for a core that sleeps, so the two extra system calls are small
+ * beside the wake-up. */
+static ssize_t write_no_sigpipe(int fd, const void *buf, size_t len)
+{
+	sigset_t pipe_only, old, pending;
+	sigemptyset(&pipe_only);
+	sigaddset(&pipe_only, SIGPIPE);
+	sigemptyset(&pending);
+	sigpending(&pending);
+	const int was_pending = sigismember(&pending, SIGPIPE);
+	pthread_sigmask(SIG_BLOCK, &pipe_only, &old);
+	ssize_t n = write(fd, buf, len);
+	const int err = errno;
+	if (n < 0 && err == EPIPE && !was_pending) {
+		const struct timespec now = {0, 0};
+		while (sigtimedwait(&pipe_only, NULL, &now) < 0 && errno == EINTR)
+			;
+	}
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	errno = err;
+	return n;
+}
+
 static long long submit_locked(struct npu_uq_client *q, unsigned long long cmd_iova, unsigned int cmd_size,
                                unsigned int timeout_ms, unsigned int flags)
 {
@@ -129,7 +157,7 @@ static long long submit_locked(struct npu_uq_client *q, unsigned long long cmd_i
 	__atomic_thread_fence(__ATOMIC_SEQ_CST);    /* the tail visible before polling is read */
 	if (LOAD32(q->header->polling))
 		return (long long)seq;
-	if (write(q->doorbell_fd, "\1", 1) < 0 && errno == EPIPE)
+	if (write_no_sigpipe(q->doorbell_fd, "\1", 1) < 0 && errno == EPIPE)
 		return -ENODEV;                        /* the driver and the chip are gone */
 	/* EAGAIN: a full pipe already has a wake-up pending */
 	return (long long)seq;

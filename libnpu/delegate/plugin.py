@@ -376,8 +376,11 @@ def install(ffi: Any, lib: Any) -> None:
         with _lock:
             delegate = _live.pop(_address(ffi, struct), None)
         if delegate is not None:
-            delegate.destroy()
             _kept_structs.append(delegate.struct)
+            try:
+                delegate.destroy()
+            except Exception as exc:  # noqa: BLE001 - the caller is going away: log, do not crash
+                log.error("npu delegate: closing the device failed: %s", exc)
 
     @ffi.def_extern(error=K_DELEGATE_ERROR)
     def npu_delegate_prepare(context, struct):

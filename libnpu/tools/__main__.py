@@ -1,6 +1,6 @@
 """``python -m libnpu.tools ARGS`` is ``npu ARGS`` (for a venv whose scripts are not on PATH)."""
 import sys
 
-from libnpu.tools.cli import main
+from npu_console import npu
 
-sys.exit(main())
+sys.exit(npu())

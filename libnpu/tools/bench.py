@@ -22,6 +22,8 @@ from __future__ import annotations
 import functools
 import multiprocessing
 import os
+import signal
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -156,14 +158,26 @@ def run_clients(target: Callable[[str, float, Any, Any], None], devroot: Path, p
     barrier, results = ctx.Barrier(processes + 1), ctx.Queue()
     workers = [ctx.Process(target=target, args=(str(devroot), seconds, barrier, results))
                for _ in range(processes)]
-    for worker in workers:
-        worker.start()
-    barrier.wait()
-    start = time.perf_counter()
-    outcomes = [results.get(timeout=seconds + grace) for _ in workers]
-    elapsed = time.perf_counter() - start
-    for worker in workers:
-        worker.join()
+    # A Ctrl-C reaches the workers too (the terminal signals the whole process group): they
+    # start with SIGINT ignored (kept across exec; only this process's own Ctrl-C in these
+    # few milliseconds is lost), and this process stops them when it is interrupted.
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        for worker in workers:
+            worker.start()
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    try:
+        barrier.wait()
+        start = time.perf_counter()
+        outcomes = [results.get(timeout=seconds + grace) for _ in workers]
+        elapsed = time.perf_counter() - start
+    finally:
+        stopped = sys.exc_info()[0] is not None      # interrupted or failed: the workers end now
+        for worker in workers:
+            if stopped:
+                worker.terminate()
+            worker.join()
     return outcomes, elapsed
 
 

@@ -305,7 +305,10 @@ def _free(key: int) -> None:
     with _handles_lock:
         loaded = _handles.pop(key, None)
     if loaded is not None:
-        loaded.model.close()
+        try:
+            loaded.model.close()
+        except OSError as exc:
+            raise _device_error(exc, "freeing the model") from exc
 
 
 # ---------------------------------------------------------------------------------------

@@ -8,7 +8,8 @@ handler and one row.  Every command that uses a device takes ``--devroot`` (defa
 
 Exit codes, the same for every command: 0 done, 1 it failed (the device, the compiler,
 a download, a damaged file), 2 usage (bad arguments, or a model, input or calibration
-file that cannot be used as named).  ``main`` returns the code and never raises
+file that cannot be used as named); the ``npu`` script (:mod:`npu_console`) adds 130
+(Ctrl-C) and 141 (stdout's reader gone).  ``main`` returns the code and never raises
 ``SystemExit`` itself (``--help`` returns 0).  Whatever goes wrong, stderr gets one line
 naming the problem and the next step; ``--debug`` (or ``NPU_DEBUG=1``) adds the traceback.
 """
@@ -22,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from libnpu.portability import default_devroot
+from npu_console import run_main, stdout_reader_gone
 
 from . import commands
 from .errors import OneLineParser, debug_wanted, device_hint
@@ -308,7 +310,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run one ``npu`` command; returns its exit code (0 done, 1 failed, 2 usage)."""
+    """Run one ``npu`` command; returns its exit code (0 done, 1 failed, 2 usage).
+    KeyboardInterrupt, and BrokenPipeError once stdout's reader is gone, go through to the
+    caller: the ``npu`` script (:mod:`npu_console`) turns them into exit 130 and 141."""
     debug, argv = debug_wanted(sys.argv[1:] if argv is None else list(argv))
     try:
         args, rest = build_parser().parse_known_args(argv)
@@ -319,9 +323,9 @@ def main(argv: list[str] | None = None) -> int:
     name = " ".join(word for word in (args.command, getattr(args, "what", None)) if word)
     try:
         return args.handler(args)
-    except KeyboardInterrupt:
-        return 130
     except Exception as exc:
+        if isinstance(exc, BrokenPipeError) and stdout_reader_gone():
+            raise                        # `npu ... | head`: npu_console ends the process quietly
         if debug:
             traceback.print_exc()
         message, code = _explain(exc, args)
@@ -338,6 +342,8 @@ def _explain(exc: Exception, args: argparse.Namespace) -> tuple[str, int]:
     if hint is not None:
         return hint, 1
     text = " ".join(str(exc).split()) or type(exc).__name__
+    if isinstance(exc, OSError) and exc.filename is not None and exc.strerror:
+        text = f"{exc.filename}: {' '.join(exc.strerror.split())}"       # not "[Errno N] ...: 'path'"
     if isinstance(exc, commands.USAGE_ERRORS):
         return text, 2
     if isinstance(exc, commands.FAILURES):
@@ -345,4 +351,4 @@ def _explain(exc: Exception, args: argparse.Namespace) -> tuple[str, int]:
     return f"unexpected {type(exc).__name__}: {text} (a bug: run again with --debug and report the traceback)", 1
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_main("npu", main))

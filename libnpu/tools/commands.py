@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any, TextIO
@@ -20,7 +21,7 @@ from libnpu.portability import NpuError, Session, default_devroot
 from libnpu.runtime import InputError
 
 from . import model_zoo
-from .errors import start_command
+from .errors import device_hint, start_command
 from .models import ModelSpecError
 
 __all__ = ["USAGE_ERRORS", "FAILURES", "UsageError", "Failure"]
@@ -60,7 +61,7 @@ def _nodes(devroot: Path) -> list[Path]:
 
 def info(args: argparse.Namespace) -> int:
     devroot = _devroot(args)
-    devices = []
+    devices, failures = [], []
     with Session(devroot) as session:
         for node in _nodes(devroot):
             try:
@@ -68,7 +69,7 @@ def info(args: argparse.Namespace) -> int:
                 facts = device.info()
                 props = device.properties()
             except OSError as exc:
-                print(f"{node}: {exc}", file=sys.stderr)
+                failures.append(exc)
                 continue
             devices.append({
                 "device": node.name, "node": str(node), "model": facts["model"],
@@ -80,6 +81,10 @@ def info(args: argparse.Namespace) -> int:
                 "busy_time_us": facts["busy_time_ns"] // 1000, "reset_count": facts["reset_count"],
                 "properties": props,
             })
+    if failures and not devices:
+        raise failures[0]                # the CLI's one line, with the next step
+    for exc in failures:                 # the others are described
+        print(f"npu info: {device_hint(exc, devroot) or exc}", file=sys.stderr)
     if args.json:
         print(json.dumps({"devroot": str(devroot), "devices": devices}, indent=2))
     else:
@@ -303,6 +308,7 @@ def compile_(args: argparse.Namespace) -> int:
     out = Path(args.output)
     if out.suffix not in (".nlb", ".tflite"):
         raise UsageError(f"{out}: the output is a loadable (.nlb) or an int8 model (.tflite)")
+    _check_writable(out)
     if args.calibration and args.random_calibration is not None:
         raise UsageError("give --calibration or --random-calibration, not both")
     placement = _placement_options(args)
@@ -360,6 +366,19 @@ def compile_(args: argparse.Namespace) -> int:
     if args.report:
         print(quantization_report(result.loadable.metadata, worst))
     return 0
+
+
+def _check_writable(out: Path) -> None:
+    """Refuse an output file that cannot be written, naming it as given, before any work."""
+    where = out.parent
+    if out.is_dir():
+        raise UsageError(f"{out} is a directory: give the file to write")
+    if not where.exists():
+        raise UsageError(f"{out}: the directory {where} does not exist")
+    if not where.is_dir():
+        raise UsageError(f"{out}: {where} is not a directory")
+    if not os.access(where, os.W_OK | os.X_OK):
+        raise UsageError(f"{out}: no permission to write in {where}")
 
 
 def _report(path: Path, ops: list[str] | None, loadable: Any = None) -> tuple[str, dict[str, Any]]:

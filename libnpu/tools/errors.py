@@ -13,6 +13,8 @@ import os
 import sys
 from pathlib import Path
 
+from kmd_fuse.uapi import DRIVER_GONE
+
 __all__ = ["OneLineParser", "debug_wanted", "device_hint", "start_command"]
 
 
@@ -47,17 +49,31 @@ def device_hint(exc: BaseException, devroot: Path) -> str | None:
         return None
     start = start_command(devroot)
     code = exc.errno
+    if code == errno.ENOTDIR or code == errno.ENOENT and devroot.exists() and not devroot.is_dir():
+        return f"{devroot} is not a directory (wrong --devroot or NPU_DEVROOT?)"
     if code == errno.ENOENT and not devroot.is_dir():
         return f"{devroot} does not exist (wrong --devroot or NPU_DEVROOT?); to serve a device there: {start}"
     if code == errno.ENOENT:
         return f"no device {path}: no driver serves {devroot}; start one with: {start}"
-    if code in (errno.ENOTCONN, errno.ECONNABORTED, errno.ENODEV):
+    if code == errno.ECANCELED and not _answers(path):     # cancelled by a driver that then went away
+        code = errno.ENOTCONN
+    if code in DRIVER_GONE:
         return (f"{path}: the driver is down ({os.strerror(code)}); restart it with: "
                 f"npu-kmd stop --devroot {devroot} && {start}")
     if code in (errno.EACCES, errno.EPERM):
         return (f"{path}: permission denied; the node belongs to {_owner(Path(path))}: join its group, "
                 f"or start a device of your own with: npu-kmd start --devroot <a directory of yours>")
     return None
+
+
+def _answers(node: str) -> bool:
+    """Whether a driver still serves ``node``: the node is on the driver's file system, not
+    its devroot's (a stopping driver unmounts it first, leaving the placeholder file; a dead
+    one's mount answers ENOTCONN; a stopped one's node is gone)."""
+    try:
+        return os.stat(node).st_dev != os.stat(os.path.dirname(node)).st_dev
+    except OSError:
+        return False
 
 
 def _owner(path: Path) -> str:

@@ -10,7 +10,8 @@ import numpy as np
 
 from libnpu.tools import model_zoo
 
-__all__ = ["ModelSpecError", "ZOO", "resolve", "load_calibration", "preprocess_picture", "litert_available", "LiteRT"]
+__all__ = ["ModelSpecError", "ZOO", "resolve", "load_npy", "load_calibration", "preprocess_picture",
+           "litert_available", "LiteRT"]
 
 
 class ModelSpecError(ValueError):
@@ -34,6 +35,38 @@ def resolve(spec: str | os.PathLike) -> Path:
     if path.suffix not in SUFFIXES:
         raise ModelSpecError(f"{spec}: unknown model type {path.suffix!r} (expected {', '.join(SUFFIXES)})")
     return path
+
+
+_NPY_MAGIC = b"\x93NUMPY"
+
+
+def load_npy(path: str | os.PathLike) -> np.ndarray:
+    """The numeric array a .npy file holds (``numpy.save``'s format), or ModelSpecError
+    saying what the file is instead: missing, a directory, another kind of file (text,
+    a picture, a pickle...), truncated, or an array of Python objects (never unpickled)."""
+    try:
+        with open(path, "rb") as f:
+            if f.read(len(_NPY_MAGIC)) != _NPY_MAGIC:
+                array = None
+            else:
+                f.seek(0)
+                array = np.load(f, allow_pickle=False)
+    except FileNotFoundError:
+        raise ModelSpecError(f"{path}: no such file") from None
+    except IsADirectoryError:
+        raise ModelSpecError(f"{path}: a directory, not a .npy file") from None
+    except OSError as exc:
+        raise ModelSpecError(f"{path}: cannot read it ({exc.strerror})") from None
+    except (ValueError, EOFError) as exc:      # a damaged header or data, or an object array
+        if "allow_pickle" in str(exc):          # numpy refuses to unpickle an object array
+            raise ModelSpecError(f"{path}: a .npy file of Python objects (never unpickled): save a numeric "
+                                 "array") from None
+        raise ModelSpecError(f"{path}: a damaged .npy file ({exc})") from None
+    if array is None:
+        raise ModelSpecError(f"{path}: not a .npy file (write arrays with numpy.save)")
+    if not isinstance(array, np.ndarray) or not np.issubdtype(array.dtype, np.number):
+        raise ModelSpecError(f"{path}: dtype {getattr(array, 'dtype', type(array).__name__)} is not numeric")
+    return array
 
 
 def _samples_from_array(array: np.ndarray, shape: tuple[int, ...], source: str) -> list[np.ndarray]:
@@ -87,12 +120,12 @@ def load_calibration(source: str | os.PathLike, input_shapes: Sequence[tuple[int
     if path.is_file():
         if path.suffix != ".npy":
             raise ModelSpecError(f"{source}: calibration file must be .npy (or a directory)")
-        samples = _samples_from_array(np.load(path), shape, str(path))
+        samples = _samples_from_array(load_npy(path), shape, str(path))
     elif path.is_dir():
         samples = []
         for item in sorted(path.iterdir()):
             if item.suffix == ".npy":
-                samples += _samples_from_array(np.load(item), shape, str(item))
+                samples += _samples_from_array(load_npy(item), shape, str(item))
             elif item.suffix == ".png":
                 try:
                     samples.append(preprocess_picture(model_zoo.load_png(item), shape, image_range, mean, std))

@@ -19,6 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from kmd_fuse.uapi import DRIVER_GONE
 from kmd_fuse.uapi.sysfs_layout import SYSROOT_MARKER, class_dir, default_sysroot  # noqa: F401 (tools import them from here)
 from kmd_fuse.uapi.usage_stats import UsageStats, UsageStatsError, parse_usage_stats
 
@@ -75,7 +76,8 @@ def _read(path: str) -> str:
         with open(path, encoding="utf-8") as f:
             return f.read()
     except OSError as exc:
-        raise SysfsError(f"cannot read {path}: {exc.strerror}") from None
+        gone = " (the driver that serves it is down: npu-kmd status)" if exc.errno in DRIVER_GONE else ""
+        raise SysfsError(f"cannot read {path}: {exc.strerror}{gone}") from None
 
 
 def read_device(sysroot: str, name: str, devroot: str) -> DeviceState:

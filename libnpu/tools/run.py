@@ -21,7 +21,7 @@ import libnpu
 from libnpu.loadable import Loadable, TensorDesc
 
 from .compile import compile_model_file
-from .models import ModelSpecError, resolve
+from .models import ModelSpecError, load_npy, resolve
 
 __all__ = ["random_inputs", "read_inputs", "load_timed", "run", "save_outputs"]
 
@@ -39,23 +39,20 @@ def random_inputs(descs: Sequence[TensorDesc], seed: int = 0) -> list[np.ndarray
     return out
 
 
-def read_inputs(files: Sequence[str | os.PathLike], descs: Sequence[TensorDesc]) -> list[np.ndarray]:
-    """Inputs from .npy files, in the model's input order; sizes are checked here."""
+def read_inputs(files: Sequence[str | os.PathLike], descs: Sequence[TensorDesc],
+                arrays: Sequence[np.ndarray] | None = None) -> list[np.ndarray]:
+    """Inputs from .npy files (or ``arrays``, already read from them), in the model's input
+    order; counts and sizes are checked here."""
     if len(files) != len(descs):
         raise ModelSpecError(f"the model takes {len(descs)} inputs "
                              f"({', '.join(d.name for d in descs)}); {len(files)} --input files given")
-    arrays = []
-    for f, d in zip(files, descs):
-        try:
-            a = np.load(f, allow_pickle=False)
-        except (OSError, ValueError) as exc:
-            raise ModelSpecError(f"{f}: not a readable .npy file ({exc})") from exc
+    given = arrays if arrays is not None else [load_npy(f) for f in files]
+    fitted = []
+    for f, a, d in zip(files, given, descs):
         if a.size != int(np.prod(d.shape)):
             raise ModelSpecError(f"{f}: shape {a.shape} does not fit input {d.name} {list(d.shape)}")
-        if not (np.issubdtype(a.dtype, np.number)):
-            raise ModelSpecError(f"{f}: dtype {a.dtype} is not numeric")
-        arrays.append(a.reshape(d.shape))
-    return arrays
+        fitted.append(a.reshape(d.shape))
+    return fitted
 
 
 @dataclass
@@ -127,7 +124,8 @@ def run(spec: str, input_files: Sequence[str] = (), *, repeat: int = 5, devroot:
     path = resolve(spec)
     with tempfile.TemporaryDirectory(prefix="npu-run-cache-") as tmp:
         cache = tmp if fresh else cache_dir
-        make: MakeInputs = (lambda descs: read_inputs(input_files, descs)) if input_files else random_inputs
+        given = [load_npy(f) for f in input_files]      # a file that is no .npy: before the device
+        make: MakeInputs = (lambda descs: read_inputs(input_files, descs, given)) if input_files else random_inputs
         model, first, inputs = load_timed(path, make, devroot=devroot, cache_dir=cache, progress=progress)
         try:
             request = model.create_request()

@@ -199,6 +199,16 @@ def test_load_missing_or_empty_file(tmp_path):
         Loadable.load(tmp_path / "empty.nlb")
 
 
+def test_a_failed_save_names_the_path_and_leaves_no_temporary_file(tmp_path):
+    """(Before: the error named `<path>.<pid>.tmp`, and a failed rename left that file.)"""
+    (tmp_path / "taken.nlb").mkdir()                         # the rename fails: a directory is there
+    for path in (tmp_path / "taken.nlb", tmp_path / "missing" / "m.nlb"):
+        with pytest.raises(OSError) as caught:
+            _sample().save(path)
+        assert caught.value.filename == str(path) and ".tmp" not in str(caught.value)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["taken.nlb"]
+
+
 def test_command_buffer_applies_relocations():
     ld = Loadable.from_bytes(_sample().to_bytes())
     bases = [0x10000, 0x20000, 0x30000, 0x40000]

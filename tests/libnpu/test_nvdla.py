@@ -37,3 +37,19 @@ def test_nvdla_flow_copies_data(npu):
     assert NvDlaOpen(session, 7)[0] == NvError.FileOperationFailed
     assert NvDlaClose(session, dev) == NvError.Success
     assert NvDlaDestroy(session) == NvError.Success
+
+
+def test_nvdla_calls_after_the_driver_stopped(fresh_npu):
+    """As nvdla_port.h (tests/libnpu/capi/test_driver_gone.py): the requests say the driver
+    is gone (NotInitialized, before: IoctlFailed and, at close, an OSError), freeing and
+    closing succeed."""
+    err, session = NvDlaInitialize(str(fresh_npu.devroot))
+    err, dev = NvDlaOpen(session, 0)
+    _, mem, _ = NvDlaAllocMem(session, dev, 4096)
+    _, other, _ = NvDlaAllocMem(session, dev, 4096)
+    fresh_npu.kmd("stop")
+    assert NvDlaAllocMem(session, dev, 4096)[0] == NvError.NotInitialized
+    assert NvDlaSubmit(session, dev, [NvDlaTask(1, [mem])]) == NvError.NotInitialized
+    assert NvDlaFreeMem(session, dev, mem) == NvError.Success
+    assert NvDlaClose(session, dev) == NvError.Success          # frees `other` too
+    assert NvDlaDestroy(session) == NvError.Success

@@ -5,7 +5,10 @@ destroying the delegate before or after its interpreter frees the device memory 
 from __future__ import annotations
 
 import gc
+import os
 import shutil
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -138,8 +141,6 @@ def test_destroy_order_frees_device_memory(npu, library, tmp_path, order):
 
 
 def test_cli_prints_the_library_path(library):
-    import subprocess
-    import sys
     done = subprocess.run([sys.executable, "-m", "libnpu.tools", "delegate", "--path"], capture_output=True,
                           text=True, timeout=300)
     assert done.returncode == 0, done.stderr
@@ -156,6 +157,51 @@ def test_priority_option_sets_the_partitions_job_priority(npu, library, tmp_path
     from libnpu.delegate import plugin
     partitions = [entry[1] for entry in plugin._live.values() if isinstance(entry, tuple)]
     assert partitions and all(p.model.get_property("MODEL_PRIORITY") == "HIGH" for p in partitions)
+
+
+# What a LiteRT program does after the device's driver went away under it, run as its own
+# process (stderr is what its user sees): invoke fails, teardown is quiet.
+_DRIVER_GONE_PROGRAM = """
+import sys
+import numpy as np
+from ai_edge_litert import interpreter as litert
+library, model, devroot = sys.argv[1:]
+delegate = litert.load_delegate(library, {"devroot": devroot})
+it = litert.Interpreter(model_path=model, experimental_delegates=[delegate])
+it.allocate_tensors()
+detail = it.get_input_details()[0]
+it.set_tensor(detail["index"], np.zeros(detail["shape"], detail["dtype"]))
+it.invoke()
+print("ready", flush=True)
+sys.stdin.readline()
+try:
+    it.invoke()
+    print("invoked")
+except RuntimeError as exc:
+    print("refused")
+del it, delegate
+print("done")
+"""
+
+
+def test_teardown_after_the_driver_stopped_is_quiet(fresh_npu, library, tmp_path):
+    env = {**os.environ, "NPU_CACHE_DIR": str(tmp_path / "cache")}
+    proc = subprocess.Popen([sys.executable, "-c", _DRIVER_GONE_PROGRAM, library, model_path("resnet8_cifar10"),
+                             str(fresh_npu.devroot)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        assert proc.stdout.readline() == "ready\n", proc.communicate()[1]
+        fresh_npu.kmd("stop")
+        out, err = proc.communicate("go\n", timeout=300)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0, err
+    assert out.split() == ["refused", "done"]
+    assert "Traceback" not in err and "Exception ignored" not in err
+    [line] = [line for line in err.splitlines() if line.startswith("npu delegate")]     # the invoke's report
+    assert "the device's driver is gone" in line and str(fresh_npu.node) in line
 
 
 # ---- hostile models and options (docs/security.md, "Round 3 attacks") ----

@@ -12,6 +12,7 @@ import sys
 import pytest
 
 from tests.support.device import REPO, wait_until
+from tests.support.shell import attr_dir
 
 NPU = [sys.executable, "-m", "libnpu.tools"]
 KMD = [sys.executable, "-m", "kmd_fuse.cli"]
@@ -37,6 +38,11 @@ BAD_INVOCATIONS = [
     (NPU, "compile {model} -o {tmp}/out.nlb --ops ,", 2, "--ops needs at least one operator name"),
     (NPU, "compile {model} -o {tmp}/out.tflite --strict", 2, "a .tflite output keeps them all"),
     (NPU, "compile {model} -o {tmp}/out.txt", 2, "the output is a loadable (.nlb) or an int8 model (.tflite)"),
+    (NPU, "compile {model} -o {missing}/out.nlb", 2, "{missing}/out.nlb: the directory {missing} does not exist"),
+    (NPU, "compile {model} -o {tmp}/garbage.nlb/out.tflite", 2, "{tmp}/garbage.nlb is not a directory"),
+    (NPU, "run {model} --input {tmp}/input.txt --devroot {dev}", 2,
+     "{tmp}/input.txt: not a .npy file (write arrays with numpy.save)"),
+    (NPU, "run {model} --input {tmp}/garbage.nlb --devroot {dev}", 2, "{tmp}/garbage.nlb: not a .npy file"),
     (NPU, "run {model} --repeat many --devroot {dev}", 2, "argument --repeat: invalid int value: 'many'"),
     (NPU, "bench nop -n 0 --devroot {dev}", 2, "-n must be at least 1"),
     (NPU, "bench model {model} --seconds 0 --devroot {dev}", 2, "--seconds must be > 0"),
@@ -56,6 +62,7 @@ def places(tmp_path, resnet8_path) -> dict[str, str]:
     (tmp_path / "dev").mkdir()
     (tmp_path / "garbage.nlb").write_bytes(b"not a loadable")
     (tmp_path / "garbage.tflite").write_bytes(b"not a model")
+    (tmp_path / "input.txt").write_text("1 2 3\n")
     (tmp_path / "truncated.tflite").write_bytes(resnet8_path.read_bytes()[:40_000])
     import tflite
 
@@ -112,6 +119,32 @@ def test_a_driver_that_died_says_restart(fresh_npu):
                     f"npu-kmd start --devroot {devroot}")
     doctor = _cli(NPU, ["doctor", "--devroot", str(devroot)])
     assert doctor.returncode == 1 and "FAIL  npu0: " in doctor.stdout and "the driver is down" in doctor.stdout
+    status = _cli(KMD, ["status", "--devroot", str(devroot)])      # README: 3 when the driver is not running
+    assert status.returncode == 3 and status.stderr == ""
+    assert status.stdout.startswith(f"{devroot}/npu0: pid -, driver not running, ")
+    assert f"`npu-kmd start --devroot {devroot}` starts it" in status.stdout
+
+
+def test_a_driver_stopped_under_bench_model_says_so(fresh_npu):
+    """The driver stopped while the bench holds the model: one line saying so and how to
+    start it (before: a bare "[Errno 107] Transport endpoint is not connected")."""
+    devroot, clients = fresh_npu.devroot, attr_dir(fresh_npu) / "clients"
+    environ = {k: v for k, v in os.environ.items() if k not in ("NPU_DEBUG", "NPU_DEVROOT", "NPU_SYSROOT")}
+    bench = subprocess.Popen([*NPU, "bench", "model", "resnet8", "--no-litert", "--seconds", "600", "--devroot",
+                              str(devroot)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO,
+                             env=environ, stdin=subprocess.DEVNULL)
+    try:
+        assert wait_until(lambda: bench.poll() is not None or any(clients.iterdir()), 300)   # it holds the model
+        fresh_npu.kmd("stop")
+        out, err = bench.communicate(timeout=300)
+    finally:
+        if bench.poll() is None:
+            bench.kill()
+            bench.communicate()
+    line = _one_line(subprocess.CompletedProcess(bench.args, bench.returncode, out, err))
+    assert line.startswith(f"npu bench model: error: {devroot}/npu0: the driver is down (")    # ENOTCONN, ENODEV
+    assert line.endswith(f"); restart it with: npu-kmd stop --devroot {devroot} && npu-kmd start --devroot {devroot}")
+    assert bench.returncode == 1
 
 
 def test_smi_reads_the_tree_its_devroot_recorded(npu, tmp_path):
