@@ -20,7 +20,7 @@ import pyfuse3
 import trio
 
 from firmware_sim.spec import profiles
-from kmd_fuse import fusermount, irq, owner, paths, pidfile
+from kmd_fuse import fusermount, irq, logs, owner, paths, pidfile
 from kmd_fuse.cli import job_timeout_seconds
 from kmd_fuse.device import Device
 from kmd_fuse.fuse_ops import DeviceFs
@@ -106,9 +106,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-queues-per-context", type=int, default=Limits.max_queues_per_context)
     parser.add_argument("--max-queues-per-user", type=int, default=Limits.max_queues_per_user)
     args = parser.parse_args(argv)
-    logging.basicConfig(level=os.environ.get("NPU_LOG", "INFO"),
-                        format="%(asctime)s %(name)s %(levelname)s %(message)s")
     root = paths.devroot(args.devroot)
+    logs.setup(paths.log_file(root, args.index), os.environ.get("NPU_LOG", "INFO"),
+               parse_size(os.environ.get("NPU_LOG_MAX", str(logs.DEFAULT_MAX_BYTES))))
     sys_root = paths.sysroot(root, args.sysroot)
     node = paths.node_path(root, args.index)
     try:
@@ -143,7 +143,8 @@ def main(argv: list[str] | None = None) -> int:
         options = mount_options(root, args.index)
         # rootless: fusermount3 mounts, libfuse serves the descriptor it hands back
         served = f"/dev/fd/{fusermount.mount(mountpoint, options)}" if owner.rootless() else str(mountpoint)
-        pyfuse3.init(DeviceFs(device, mode=args.mode, uid=uid, gid=gid, tree=tree), served, options)
+        fs = DeviceFs(device, mode=args.mode, uid=uid, gid=gid, tree=tree)
+        pyfuse3.init(fs, served, options)
     except Exception as exc:
         if paths.mounted_source(mountpoint) == paths.mount_source(root, args.index):
             unmount(mountpoint)
@@ -155,7 +156,9 @@ def main(argv: list[str] | None = None) -> int:
         raise
     log.info("serving %s, attributes in %s (%d cores, %d MiB, up to %d descriptors)", node,
              paths.device_dir(sys_root, args.index), device.hw.num_cores, args.memory >> 20, fd_limit)
-    handover = HandoverServer(paths.handover_socket(root, args.index), device.memory.grants)
+    # the socket admits whom the node admits: its mode, owner and group as they are now
+    handover = HandoverServer(paths.handover_socket(root, args.index), device.memory.grants, fs,
+                              others_reach="allow_other" in options)
     profile_path = os.environ.get("NPU_PROFILE_KMD")   # developer aid: cProfile the daemon's loop
     try:
         if profile_path:

@@ -152,7 +152,8 @@ class BufferSocket:
     token for the buffer's sealed memfd (SCM_RIGHTS).  One connection per open
     device, made on first use and remade once if the driver dropped it (it drops
     idle ones); thread-safe.  After anything but a clean reply the connection is
-    closed, so a late reply can never be taken for the next request's."""
+    closed (the driver closes it too after an error reply), so a late reply can never
+    be taken for the next request's."""
 
     TIMEOUT_S = 10.0
 
@@ -173,9 +174,9 @@ class BufferSocket:
                 raise NpuError(errno.ECONNRESET, "MEM_MAP", f"{path} closed the connection")
             result, size, fd = reply
             if result:
-                if result == -errno.EBUSY:       # the driver closes it after this reply
-                    self._disconnect()
-                raise NpuError(-result, "MEM_MAP", "the driver refused the buffer hand-over")
+                self._disconnect()               # the driver closes the connection after an error reply
+                hinted = ("MEM_MAP", -result) in uapi.LIMIT_HINTS
+                raise NpuError(-result, "MEM_MAP", "" if hinted else "the driver refused the buffer hand-over")
             return fd, size
 
     def _connect(self, path: str) -> bool:
@@ -199,8 +200,15 @@ class BufferSocket:
         assert sock is not None, "_exchange follows _connect"
         try:
             sock.send(uapi.pack_handover_request(token), socket.MSG_NOSIGNAL)
-            message, ancillary, flags, _ = sock.recvmsg(uapi.HANDOVER_REPLY.size, socket.CMSG_SPACE(_FD_SIZE),
-                                                        socket.MSG_CMSG_CLOEXEC)
+        except (BrokenPipeError, ConnectionResetError):
+            pass             # the driver closed the connection: a refusal it sent first (EACCES, EBUSY) is still read
+        try:
+            try:
+                message, ancillary, flags, _ = sock.recvmsg(uapi.HANDOVER_REPLY.size, socket.CMSG_SPACE(_FD_SIZE),
+                                                            socket.MSG_CMSG_CLOEXEC)
+            except ConnectionResetError:     # reported before a reply still queued: read that
+                message, ancillary, flags, _ = sock.recvmsg(uapi.HANDOVER_REPLY.size, socket.CMSG_SPACE(_FD_SIZE),
+                                                            socket.MSG_CMSG_CLOEXEC)
         except (BrokenPipeError, ConnectionResetError):
             self._disconnect()
             return None
