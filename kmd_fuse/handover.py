@@ -300,7 +300,7 @@ class HandoverServer:
 
     async def _flush_refusals(self) -> None:
         while True:
-            await trio.sleep(self.refusals.interval)
+            await trio.sleep(max(self.refusals.interval, 1.0))    # 0 (log every refusal): nothing to flush
             self.refusals.flush()
 
     def _admit(self, conn: pysocket.socket) -> int | None:

@@ -22,6 +22,7 @@ import errno
 import itertools
 import os
 import socket
+import struct
 import threading
 
 from kmd_fuse import uapi
@@ -185,9 +186,13 @@ class BufferSocket:
             return False
         self._disconnect()
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET | socket.SOCK_CLOEXEC)
-        sock.settimeout(self.TIMEOUT_S)
         try:
+            # A blocking connect waits (up to SO_SNDTIMEO) while the driver's backlog is
+            # full, as it is during a flood of other peers; a non-blocking one (Python's
+            # timeout mode) would fail at once with EAGAIN.
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, _TIMEVAL.pack(int(self.TIMEOUT_S), 0))
             sock.connect(path)
+            sock.settimeout(self.TIMEOUT_S)
         except OSError as exc:
             sock.close()
             raise NpuError(exc.errno or errno.EIO, "MEM_MAP", f"connecting to {path}") from None
@@ -251,3 +256,4 @@ class BufferSocket:
 
 
 _FD_SIZE = array.array("i").itemsize
+_TIMEVAL = struct.Struct("ll")       # struct timeval: seconds, microseconds
