@@ -267,3 +267,36 @@ def test_members_of_the_group_cannot_take_the_connections_kept_for_root(quiet_np
     finally:
         for h in holders:
             h.close()
+
+
+def test_connections_beyond_the_caps_are_refused_with_ebusy(quiet_npu, quiet_device):
+    """A member of the node's group holds at most MAX_CONNECTIONS_PER_UID; root (not capped
+    per uid) the whole socket; the next connection is refused with EBUSY and closed."""
+    path, per_uid = socket_path(quiet_npu), handover.MAX_CONNECTIONS_PER_UID
+    with UserProcess(NOBODY, _hold, path, per_uid + 1, groups=[node_group(quiet_npu)]) as member:
+        assert member.recv() == per_uid + 1
+        quiet_device.alloc_mem(4096)                # root's connection queues behind the member's
+        member.send("count")
+        assert member.recv() == {"EBUSY": 1}
+    quiet_device.buffer_socket.close()
+    held = [connect(path) for _ in range(handover.MAX_CONNECTIONS)]
+    try:
+        with connect(path) as extra:
+            assert reply_of(extra) == -errno.EBUSY and reply_of(extra) is None
+        for sock in held:                           # every one of root's held connections was kept
+            sock.setblocking(False)
+            with pytest.raises(BlockingIOError):
+                sock.recv(64)
+    finally:
+        for sock in held:
+            sock.close()
+    assert wait_until(lambda: _maps(quiet_device), timeout=60)     # once they are gone, root maps again
+
+
+def _maps(device) -> bool:
+    try:
+        device.alloc_mem(4096)
+        return True
+    except libnpu.NpuError as exc:
+        assert exc.errno == errno.EBUSY             # closed connections take a moment to leave the count
+        return False
