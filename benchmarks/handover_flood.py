@@ -158,7 +158,7 @@ def run(requests: int, rounds: int, flooders: int, user: str, member: bool, log=
             stop.set()
             seen: Counter[str] = Counter()
             flooded = 0.0
-            for proc, conn in workers:
+            for _proc, conn in workers:
                 if conn.poll(30):
                     answers, seconds = conn.recv()
                     seen.update(answers)
@@ -180,7 +180,8 @@ def run(requests: int, rounds: int, flooders: int, user: str, member: bool, log=
     log(f"GET_INFO raw round trip, p50 (p99) in us, median of {rounds} rounds of {requests}:")
     log(f"  quiet  {quiet:8.1f} ({result['get_info_p99_us']['quiet']:.1f})")
     log(f"  flood  {flood:8.1f} ({result['get_info_p99_us']['flood']:.1f})   flooders: {who}")
-    log(f"  ratio  {result['ratio']:8.2f}   (target <= {TARGET_RATIO:g}: {'met' if result['ratio'] <= TARGET_RATIO else 'MISSED'})")
+    verdict = "met" if result["ratio"] <= TARGET_RATIO else "MISSED"
+    log(f"  ratio  {result['ratio']:8.2f}   (target <= {TARGET_RATIO:g}: {verdict})")
     log(f"root's buffer hand-over (MEM_MAP + socket), p50 in us: quiet {result['handover_p50_us']['quiet']:.1f}, "
         f"flood {result['handover_p50_us']['flood']:.1f}")
     log(f"flood: {sum(seen.values()):,} messages ({result['flood_messages_per_s']:,}/s), answers {dict(seen)}; "

@@ -159,6 +159,7 @@ def main(argv: list[str] | None = None) -> int:
     # the socket admits whom the node admits: its mode, owner and group as they are now
     handover = HandoverServer(paths.handover_socket(root, args.index), device.memory.grants, fs,
                               others_reach="allow_other" in options)
+    fs.attribute_hooks.append(handover.follow_node)      # udev's rules chown/chmod the node
     profile_path = os.environ.get("NPU_PROFILE_KMD")   # developer aid: cProfile the daemon's loop
     try:
         if profile_path:

@@ -8,10 +8,13 @@ hands out dma-buf descriptors.  The socket is SOCK_SEQPACKET, so a message is
 always whole (no partial-read state, a short or long one is just EINVAL) and a
 connection never loses its framing.
 
-Who may connect: only a user who may open the node (``access_class``: the kernel's rule
-for the node's mode, owner and group, with the peer's uid, gid and supplementary groups
-as SO_PEERCRED / SO_PEERGROUPS recorded them at connect); anyone else gets EACCES and
-the connection is closed at once, before it costs anything more.  Connections are capped
+Who may connect: only a user who may open the node.  The socket file takes the node's
+owner, group and access (``follow_node``), so the kernel refuses anyone else at connect
+(EACCES) without waking the driver; and at accept the driver checks again
+(``access_class``: the kernel's rule for the node's mode, owner and group, with the peer's
+uid, gid and supplementary groups as SO_PEERCRED / SO_PEERGROUPS recorded them at
+connect), for whatever the file's mode cannot say: a peer refused there gets an
+unsolicited EACCES reply and the connection is closed at once.  Connections are capped
 so that nobody can starve root and the node's owner (``MAX_CONNECTIONS_BY_CLASS``, EBUSY).
 
 Who gets a descriptor: the peer's uid must be the uid that opened the context - root's
@@ -245,10 +248,10 @@ class Grants:
 
 
 class HandoverServer:
-    """Serves one device's hand-over socket at ``path`` (mode 0666: connect needs write
-    permission; who may stay is decided by the peer's credentials against ``node``, who
-    gets what by SO_PEERCRED and the token).  ``others_reach``: the node's mount has
-    allow_other (otherwise only the driver's own user reaches the node)."""
+    """Serves one device's hand-over socket at ``path``: who may connect is decided by the
+    socket file's mode (``follow_node``) and again at accept by the peer's credentials
+    against ``node``; who gets what by SO_PEERCRED and the token.  ``others_reach``: the
+    node's mount has allow_other (otherwise only the driver's own user reaches the node)."""
 
     def __init__(self, path: Path, grants: Grants, node: NodeAttributes, *, others_reach: bool = True):
         check_socket_path(path)
@@ -268,7 +271,7 @@ class HandoverServer:
         try:
             _remove_stale_socket(self.path)
             listener.bind(os.fspath(self.path))
-            os.chmod(self.path, 0o666)
+            self.follow_node()
             listener.listen(64)
             self.grants.socket_path = os.fsencode(self.path)
             log.info("buffer hand-over on %s", self.path)
@@ -297,6 +300,30 @@ class HandoverServer:
                 os.unlink(self.path)
             except OSError:
                 pass
+
+    def follow_node(self) -> None:
+        """Give the socket file the node's owner and group, and write access for each class
+        that may open the node read-write (``access_class``'s rule in the file's bits): the
+        kernel then refuses everyone else at connect (EACCES), at no cost to the driver.
+        Called at listen and after every chmod/chown of the node. Where the file cannot
+        take the node's owner (a rootless driver, a node given to another user), it stays
+        open to all (0666) and the check at accept alone decides."""
+        mode = 0
+        for shift in (6, 3, 0):
+            if (self.node.mode >> shift) & 0o6 == 0o6:
+                mode |= 0o6 << shift
+        if not self.others_reach:
+            mode &= 0o600
+        try:
+            try:
+                os.chown(self.path, self.node.uid, self.node.gid)
+            except PermissionError:
+                log.warning("hand-over: %s cannot take the node's owner %d and group %d: open to all, "
+                            "admission checked at accept only", self.path, self.node.uid, self.node.gid)
+                mode = 0o666
+            os.chmod(self.path, mode)
+        except FileNotFoundError:
+            pass                      # not listening (yet, or any more)
 
     async def _flush_refusals(self) -> None:
         while True:

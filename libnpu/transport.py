@@ -195,7 +195,9 @@ class BufferSocket:
             sock.settimeout(self.TIMEOUT_S)
         except OSError as exc:
             sock.close()
-            raise NpuError(exc.errno or errno.EIO, "MEM_MAP", f"connecting to {path}") from None
+            code = exc.errno or errno.EIO
+            hint = uapi.LIMIT_HINTS.get(("MEM_MAP", code))
+            raise NpuError(code, "MEM_MAP", f"connecting to {path}" + (f": {hint}" if hint else "")) from None
         self._sock, self._path = sock, path
         return True
 

@@ -80,13 +80,23 @@ def send_and_read(path: str, message: bytes) -> tuple[int | None, int | None]:
 
 
 def flood(path: str, count: int, message: bytes) -> dict[str, int]:
-    """``count`` connections, each sending ``message``: how often each reply came."""
+    """``count`` connections, each sending ``message``: how often each reply came
+    ("connect EACCES": the kernel refused the connection itself)."""
     seen: dict[str, int] = {}
     for _ in range(count):
-        first, _ = send_and_read(path, message)
-        name = errno.errorcode.get(-first, str(first)) if first else str(first)
+        try:
+            first, _ = send_and_read(path, message)
+            name = errno.errorcode.get(-first, str(first)) if first else str(first)
+        except PermissionError:
+            name = "connect EACCES"
         seen[name] = seen.get(name, 0) + 1
     return seen
+
+
+def open_socket_to_all(npu) -> None:
+    """Make the socket file connectable by anyone, as a rootless driver's stays when it
+    cannot give it the node's owner: then only the driver's check at accept stands."""
+    os.chmod(socket_path(npu), 0o666)
 
 
 def mem_map(device, handle: int) -> int:
@@ -125,11 +135,15 @@ def node_group(npu) -> int:
 # ---- finding 2: the log stays bounded ----
 
 def test_a_flood_of_refused_messages_is_logged_once_per_uid_with_a_count(quiet_npu):
-    path, n = socket_path(quiet_npu), 300
+    path, n, member, stranger = socket_path(quiet_npu), 300, NOBODY, STRANGERS[1]
     assert flood(path, n, b"x") == {"EINVAL": n}                        # root: admitted, no valid token
-    assert as_user(NOBODY, flood, path, n, b"x") == {"EACCES": n}       # a stranger: refused at accept
+    assert as_user(member, flood, path, n, b"x", groups=[node_group(quiet_npu)]) == {"EINVAL": n}
+    assert as_user(stranger, flood, path, n, b"x") == {"connect EACCES": n}   # the kernel says no: no line
+    open_socket_to_all(quiet_npu)
+    assert as_user(stranger, flood, path, n, b"x") == {"EACCES": n}     # the driver says no, at accept
     log = stop_daemon_and_read_log(quiet_npu)
-    for uid, reason in ((0, "request of 1 bytes"), (NOBODY, "may not open the node")):
+    for uid, reason in ((0, "request of 1 bytes"), (member, "request of 1 bytes"),
+                        (stranger, "may not open the node")):
         lines = refusal_lines(log, uid)
         assert len(lines) == 2, "\n".join(lines[:5])
         assert reason in lines[0]                                       # the first, with why
@@ -156,31 +170,53 @@ def test_the_log_is_capped_even_when_every_refusal_is_logged(tmp_path, monkeypat
 
 # ---- finding 3: admission ----
 
-def test_a_user_who_may_not_open_the_node_is_refused_at_accept(quiet_npu, quiet_device):
-    path = socket_path(quiet_npu)
+def test_the_socket_admits_only_users_who_may_open_the_node(quiet_npu, quiet_device):
+    """The socket file follows the node (owner, group, access), so the kernel refuses a
+    stranger at connect; where the file is open to all, the driver refuses it at accept
+    (an unsolicited EACCES, then the end), logging one line for all of it."""
+    path, group = socket_path(quiet_npu), node_group(quiet_npu)
     device = quiet_device
     token = mem_map(device, device.alloc_mem(4096).handle)
+    request = uapi.pack_handover_request(token)
+    st = os.stat(path)
+    assert (st.st_uid, st.st_gid, st.st_mode & 0o777) == (0, group, 0o660)
 
     def stranger(path: str, token: int) -> dict:
-        with connect(path) as sock:                 # told why at once, then closed, without asking
-            unasked = reply_of(sock), reply_of(sock)
-        asked = send_and_read(path, uapi.pack_handover_request(token))
         try:
             BufferSocket().receive(path, token)
             message = "handed over"
         except libnpu.NpuError as exc:
             message = str(exc)
+        try:
+            with connect(path) as sock:             # told why at once, then closed, without asking
+                unasked = reply_of(sock), reply_of(sock)
+        except PermissionError:
+            unasked = "connect EACCES"
+        try:
+            asked = send_and_read(path, uapi.pack_handover_request(token))
+        except PermissionError:
+            asked = "connect EACCES"
         return {"unasked": unasked, "asked": asked, "libnpu": message}
 
     seen = as_user(NOBODY, stranger, path, token)
-    assert seen["unasked"] == (-errno.EACCES, None)
-    assert seen["asked"] == (-errno.EACCES, None)
+    assert seen["unasked"] == seen["asked"] == "connect EACCES"
     assert "EACCES" in seen["libnpu"] and "may not" in seen["libnpu"]
-    # a member of the node's group is admitted (its token is someone else's: EPERM)
-    assert as_user(NOBODY, send_and_read, path, uapi.pack_handover_request(token),
-                   groups=[node_group(quiet_npu)]) == (-errno.EPERM, None)
+    open_socket_to_all(quiet_npu)
+    seen = as_user(NOBODY, stranger, path, token)
+    assert seen["unasked"] == seen["asked"] == (-errno.EACCES, None)
+    assert "EACCES" in seen["libnpu"] and "may not" in seen["libnpu"]
     lines = refusal_lines(paths.log_file(quiet_npu.devroot, 0).read_text(), NOBODY)
-    assert len(lines) == 1 and "may not open the node (mode 660" in lines[0]   # 4 refusals, one line
+    assert len(lines) == 1 and "may not open the node (mode 660" in lines[0]   # 3 refusals, one line
+    # a member of the node's group is admitted (its token is someone else's: EPERM)
+    assert as_user(NOBODY, send_and_read, path, request, groups=[group]) == (-errno.EPERM, None)
+    # the node opened to all (chmod through the node, as a udev rule does): the socket follows
+    os.chmod(quiet_npu.node, 0o666)
+    try:
+        assert os.stat(path).st_mode & 0o777 == 0o666
+        assert as_user(STRANGERS[1], send_and_read, path, request) == (-errno.EPERM, None)
+    finally:
+        os.chmod(quiet_npu.node, 0o660)
+    assert os.stat(path).st_mode & 0o777 == 0o660
     fd, size = device.buffer_socket.receive(str(path), token)              # the owner's token still good
     os.close(fd)
     assert size == 4096
@@ -233,8 +269,10 @@ def _hold(conn, path: str, count: int):
 
 def test_strangers_holding_connections_do_not_stop_root_from_mapping(quiet_npu, quiet_device):
     """Four uids with no access to the node try to hold 64 connections each (the whole
-    socket before): each is refused at accept, and root maps a buffer."""
+    socket before): even with the socket file open to all, each is refused at accept,
+    and root maps a buffer."""
     path = socket_path(quiet_npu)
+    open_socket_to_all(quiet_npu)
     holders = [UserProcess(uid, _hold, path, 64) for uid in STRANGERS]
     try:
         assert [h.recv() for h in holders] == [64] * 4
