@@ -86,7 +86,7 @@ MAX_CONNECTIONS_PER_UID = 32    # for every uid but root and the node's owner
 IDLE_TIMEOUT_S = float(os.environ.get("NPU_HANDOVER_IDLE_S", "10"))
 SEND_TIMEOUT_S = 2.0
 LOG_INTERVAL_S = float(os.environ.get("NPU_HANDOVER_LOG_INTERVAL_S", "10"))   # tests shorten or lengthen it
-ACCEPT_BATCH = 32               # connections taken per wake-up before the loop serves others
+ACCEPT_BATCH = 8                # connections taken per wake-up before the loop serves others
 _PEERCRED = struct.Struct("3i")    # struct ucred: pid, uid, gid
 # SO_PEERGROUPS (Linux 4.13): Python does not name it; 59 in asm-generic (x86, arm, riscv)
 _SO_PEERGROUPS = getattr(pysocket, "SO_PEERGROUPS", 59)
@@ -290,7 +290,7 @@ class HandoverServer:
                             await trio.sleep(0.1)
                             break
                         uid = self._admit(conn)
-                        if uid is not None:
+                        if uid is not None and not self._answer_at_once(conn, uid):
                             nursery.start_soon(self._serve, trio.socket.from_stdlib_socket(conn), uid)
         finally:
             listener.close()
@@ -354,6 +354,40 @@ class HandoverServer:
         self._per_uid[peer.uid] += 1
         return peer.uid
 
+    def _answer_at_once(self, conn: pysocket.socket, uid: int) -> bool:
+        """Answer the request that came with the connection, if one did, before it costs a
+        task; True when that ended the connection (an error reply, or the peer left), so a
+        peer with no valid token never gets a task. A good token's descriptor goes at once
+        (a new connection's buffer has room) and the connection is kept for the next."""
+        try:
+            message = conn.recv(uapi.HANDOVER_REQUEST.size + 1, pysocket.MSG_DONTWAIT)
+        except BlockingIOError:
+            return False                  # nothing sent yet: the connection's task waits for it
+        except OSError:
+            message = b""
+        fd = -1
+        try:
+            if message:
+                reply, fd = self.answer(message, uid)
+                ancillary = [(pysocket.SOL_SOCKET, pysocket.SCM_RIGHTS, array.array("i", [fd]))] if fd >= 0 else []
+                conn.sendmsg([reply], ancillary, pysocket.MSG_DONTWAIT | pysocket.MSG_NOSIGNAL)
+                if fd >= 0:
+                    return False
+        except OSError:
+            pass                          # the peer is gone, or its buffer full: it ends here
+        finally:
+            if fd >= 0:
+                os.close(fd)
+        self._release(uid)
+        conn.close()
+        return True
+
+    def _release(self, uid: int) -> None:
+        self.connections -= 1
+        self._per_uid[uid] -= 1
+        if not self._per_uid[uid]:
+            del self._per_uid[uid]
+
     def _refuse(self, conn: pysocket.socket, uid: int, err: int, reason: str) -> None:
         """Tell the peer why (an unsolicited reply), then close: nothing here waits."""
         self.refusals.refused(uid, reason)
@@ -376,10 +410,7 @@ class HandoverServer:
         except Exception:
             log.exception("hand-over connection of uid %d failed", uid)
         finally:
-            self.connections -= 1
-            self._per_uid[uid] -= 1
-            if not self._per_uid[uid]:
-                del self._per_uid[uid]
+            self._release(uid)
 
     async def _converse(self, conn: trio.socket.SocketType, uid: int) -> None:
         # recv() takes no ancillary data: descriptors a peer sends are closed by the
