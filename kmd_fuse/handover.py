@@ -158,10 +158,8 @@ class RefusalLog:
     def __init__(self, interval: float = LOG_INTERVAL_S) -> None:
         self.interval = interval
         self._windows: dict[int, _Window] = {}
-        self.total = 0
 
     def refused(self, uid: int, reason: str) -> None:
-        self.total += 1
         now = time.monotonic()
         if uid not in self._windows and len(self._windows) >= self.MAX_UIDS:
             self.flush()
