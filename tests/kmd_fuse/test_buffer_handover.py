@@ -244,9 +244,11 @@ def test_used_freed_unknown_and_closed_tokens_are_enoent(npu, session, device):
     token, _, _ = mem_map(device, freed.handle)
     device.free_mem(freed)
     assert redeem(path, token)[0] == -errno.ENOENT                 # its buffer was freed
+    contexts = device.info()["num_contexts"]
     other = session.open(0)
     token, _, _ = mem_map(other, other.alloc_mem(4096).handle)
-    session.close(other)
+    session.close(other)                                            # the driver hears of it a moment later
+    assert wait_until(lambda: device.info()["num_contexts"] == contexts)
     assert redeem(path, token)[0] == -errno.ENOENT                 # its context was closed
 
 
