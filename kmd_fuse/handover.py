@@ -315,9 +315,12 @@ class HandoverServer:
         try:
             try:
                 os.chown(self.path, self.node.uid, self.node.gid)
-            except PermissionError:
-                log.warning("hand-over: %s cannot take the node's owner %d and group %d: open to all, "
-                            "admission checked at accept only", self.path, self.node.uid, self.node.gid)
+            except FileNotFoundError:
+                raise
+            except OSError as exc:    # EPERM: not ours to give away; EINVAL: an id this namespace lacks
+                log.warning("hand-over: %s cannot take the node's owner %d and group %d (%s): open to all, "
+                            "admission checked at accept only", self.path, self.node.uid, self.node.gid,
+                            exc.strerror)
                 mode = 0o666
             os.chmod(self.path, mode)
         except FileNotFoundError:
