@@ -19,7 +19,7 @@ from pathlib import Path
 import pyfuse3
 import trio
 
-from kmd_fuse import fusermount, irq, mounts, owner, paths, pidfile
+from kmd_fuse import fusermount, irq, logs, mounts, owner, paths, pidfile
 from kmd_fuse.cli import job_timeout_seconds
 from kmd_fuse.device import Device
 from kmd_fuse.fuse_ops import DeviceFs
@@ -107,9 +107,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-queues-per-context", type=int, default=Limits.max_queues_per_context)
     parser.add_argument("--max-queues-per-user", type=int, default=Limits.max_queues_per_user)
     args = parser.parse_args(argv)
-    logging.basicConfig(level=os.environ.get("NPU_LOG", "INFO"),
-                        format="%(asctime)s %(name)s %(levelname)s %(message)s")
     root = paths.devroot(args.devroot)
+    logs.setup(paths.log_file(root, args.index), os.environ.get("NPU_LOG", "INFO"),
+               parse_size(os.environ.get("NPU_LOG_MAX", str(logs.DEFAULT_MAX_BYTES))))
     sys_root = paths.sysroot(root, args.sysroot)
     node = paths.node_path(root, args.index)
     try:
@@ -149,7 +149,8 @@ def main(argv: list[str] | None = None) -> int:
             record.add(mountpoint, source)
             # rootless: fusermount3 mounts, libfuse serves the descriptor it hands back
             served = f"/dev/fd/{fusermount.mount(mountpoint, options)}" if owner.rootless() else str(mountpoint)
-            pyfuse3.init(DeviceFs(device, mode=args.mode, uid=uid, gid=gid, tree=tree), served, options)
+            fs = DeviceFs(device, mode=args.mode, uid=uid, gid=gid, tree=tree)
+            pyfuse3.init(fs, served, options)
             mounts.check(state_fd, mountpoint.name, mountpoint, source, record)
     except Exception as exc:
         record.unmount()
@@ -161,7 +162,10 @@ def main(argv: list[str] | None = None) -> int:
         raise
     log.info("serving %s, attributes in %s (%d cores, %d MiB, up to %d descriptors)", node,
              paths.device_dir(sys_root, args.index), device.hw.num_cores, args.memory >> 20, fd_limit)
-    handover = HandoverServer(paths.handover_socket(root, args.index), device.memory.grants)
+    # the socket admits whom the node admits: its mode, owner and group as they are now
+    handover = HandoverServer(paths.handover_socket(root, args.index), device.memory.grants, fs,
+                              others_reach="allow_other" in options)
+    fs.attribute_hooks.append(handover.follow_node)      # udev's rules chown/chmod the node
     profile_path = os.environ.get("NPU_PROFILE_KMD")   # developer aid: cProfile the daemon's loop
     try:
         if profile_path:

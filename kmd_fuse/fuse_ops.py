@@ -13,6 +13,7 @@ import os
 import select
 import stat
 import time
+from collections.abc import Callable
 
 import pyfuse3
 import trio
@@ -80,6 +81,7 @@ class DeviceFs(pyfuse3.Operations):
         super().__init__()
         self.device = device
         self.mode, self.uid, self.gid = mode, uid, gid
+        self.attribute_hooks: list[Callable[[], None]] = []   # called after a chmod/chown of the node
         self.ctime_ns = time.time_ns()
         self.files: dict[int, object] = {}      # fh (= context id) -> context of an open node
         self.tree = tree or sysfs.AttributeTree(device)
@@ -156,6 +158,8 @@ class DeviceFs(pyfuse3.Operations):
         if fields.update_gid:
             self.gid = attr.st_gid
         self.ctime_ns = time.time_ns()
+        for hook in self.attribute_hooks:
+            hook()
         return await self.getattr(inode)
 
     async def open(self, inode, flags, ctx):

@@ -22,6 +22,7 @@ import errno
 import itertools
 import os
 import socket
+import struct
 import threading
 
 from kmd_fuse import uapi
@@ -172,7 +173,8 @@ class BufferSocket:
     token for the buffer's sealed memfd (SCM_RIGHTS).  One connection per open
     device, made on first use and remade once if the driver dropped it (it drops
     idle ones); thread-safe.  After anything but a clean reply the connection is
-    closed, so a late reply can never be taken for the next request's."""
+    closed (the driver closes it too after an error reply), so a late reply can never
+    be taken for the next request's."""
 
     TIMEOUT_S = 10.0
 
@@ -193,9 +195,9 @@ class BufferSocket:
                 raise NpuError(errno.ECONNRESET, "MEM_MAP", f"{path} closed the connection")
             result, size, fd = reply
             if result:
-                if result == -errno.EBUSY:       # the driver closes it after this reply
-                    self._disconnect()
-                raise NpuError(-result, "MEM_MAP", "the driver refused the buffer hand-over")
+                self._disconnect()               # the driver closes the connection after an error reply
+                hinted = ("MEM_MAP", -result) in uapi.LIMIT_HINTS
+                raise NpuError(-result, "MEM_MAP", "" if hinted else "the driver refused the buffer hand-over")
             return fd, size
 
     def _connect(self, path: str) -> bool:
@@ -204,12 +206,18 @@ class BufferSocket:
             return False
         self._disconnect()
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET | socket.SOCK_CLOEXEC)
-        sock.settimeout(self.TIMEOUT_S)
         try:
+            # A blocking connect waits (up to SO_SNDTIMEO) while the driver's backlog is
+            # full, as it is during a flood of other peers; a non-blocking one (Python's
+            # timeout mode) would fail at once with EAGAIN.
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, _TIMEVAL.pack(int(self.TIMEOUT_S), 0))
             sock.connect(path)
+            sock.settimeout(self.TIMEOUT_S)
         except OSError as exc:
             sock.close()
-            raise NpuError(exc.errno or errno.EIO, "MEM_MAP", f"connecting to {path}") from None
+            code = exc.errno or errno.EIO
+            hint = uapi.LIMIT_HINTS.get(("MEM_MAP", code))
+            raise NpuError(code, "MEM_MAP", f"connecting to {path}" + (f": {hint}" if hint else "")) from None
         self._sock, self._path = sock, path
         return True
 
@@ -219,8 +227,15 @@ class BufferSocket:
         assert sock is not None, "_exchange follows _connect"
         try:
             sock.send(uapi.pack_handover_request(token), socket.MSG_NOSIGNAL)
-            message, ancillary, flags, _ = sock.recvmsg(uapi.HANDOVER_REPLY.size, socket.CMSG_SPACE(_FD_SIZE),
-                                                        socket.MSG_CMSG_CLOEXEC)
+        except (BrokenPipeError, ConnectionResetError):
+            pass             # the driver closed the connection: a refusal it sent first (EACCES, EBUSY) is still read
+        try:
+            try:
+                message, ancillary, flags, _ = sock.recvmsg(uapi.HANDOVER_REPLY.size, socket.CMSG_SPACE(_FD_SIZE),
+                                                            socket.MSG_CMSG_CLOEXEC)
+            except ConnectionResetError:     # reported before a reply still queued: read that
+                message, ancillary, flags, _ = sock.recvmsg(uapi.HANDOVER_REPLY.size, socket.CMSG_SPACE(_FD_SIZE),
+                                                            socket.MSG_CMSG_CLOEXEC)
         except (BrokenPipeError, ConnectionResetError):
             self._disconnect()
             return None
@@ -263,3 +278,4 @@ class BufferSocket:
 
 
 _FD_SIZE = array.array("i").itemsize
+_TIMEVAL = struct.Struct("ll")       # struct timeval: seconds, microseconds

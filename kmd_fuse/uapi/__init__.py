@@ -231,6 +231,10 @@ LIMIT_HINTS = {
     ("MEM_ALLOC", errno.EDQUOT): "this user's device-memory or buffer quota is used up "
                                  "(npu-kmd start --max-memory-per-user / --max-buffers-per-user)",
     ("MEM_ALLOC", errno.ENOMEM): "the device's memory (or its buffer budget) is full",
+    ("MEM_MAP", errno.EACCES): "the driver's hand-over socket admits only users who may open the "
+                               "device node, and this user may not (now)",
+    ("MEM_MAP", errno.EBUSY): "the driver's hand-over socket serves as many connections as it "
+                              "takes (from this user, or in all); try again when some close",
 }
 
 

@@ -176,9 +176,13 @@ static int handover_once(struct device *dev, const struct npu_mem_map *map)
                           .msg_controllen = sizeof control.buf };
     int received = -1, count = 0;
 
-    if (send(dev->handover, &req, sizeof req, MSG_NOSIGNAL) != (ssize_t)sizeof req)
+    /* EPIPE: the driver closed the connection; a refusal it sent first (EACCES, EBUSY)
+     * may still be there to read, else the read finds the end (-ECONNRESET: reconnect) */
+    if (send(dev->handover, &req, sizeof req, MSG_NOSIGNAL) != (ssize_t)sizeof req && errno != EPIPE)
         return -errno;
     ssize_t n = recvmsg(dev->handover, &msg, MSG_CMSG_CLOEXEC);
+    if (n < 0 && errno == ECONNRESET)   /* reported before a reply still queued: read that */
+        n = recvmsg(dev->handover, &msg, MSG_CMSG_CLOEXEC);
     if (n == 0)
         return -ECONNRESET;
     if (n < 0)

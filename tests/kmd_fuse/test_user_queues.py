@@ -371,7 +371,8 @@ def test_another_uid_cannot_take_a_queues_descriptors(npu, device):
             reply, ancillary, _, _ = sock.recvmsg(64, socket.CMSG_SPACE(4))
             print(uapi.unpack_handover_reply(reply)[0], len(ancillary))
         """)
-    done = subprocess.run(["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups",
+    # a member of the node's group (anyone else is refused at connect: test_handover_admission.py)
+    done = subprocess.run(["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", f"--groups={os.stat(npu.node).st_gid}",
                            sys.executable, "-c", script, socket_path, *map(str, tokens)],
                           capture_output=True, text=True, timeout=60, cwd="/",
                           env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO), "PYTHONDONTWRITEBYTECODE": "1"})
