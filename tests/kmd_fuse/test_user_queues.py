@@ -543,6 +543,22 @@ def test_a_reset_stops_live_queues_with_a_clear_error(fresh_npu):
         device.run(commands)
 
 
+def test_a_context_at_its_queue_limit_makes_new_queues_right_after_a_reset(fresh_npu):
+    """The queues a reset stopped no longer count against the context's limit once the
+    reset is answered: before, they did until the new cores acknowledged their disabled
+    slots, and QUEUE_CREATE failed EMFILE (jobs went to SUBMIT) for that while."""
+    with libnpu.initialize(fresh_npu.devroot) as session:
+        device = session.open(0)
+        src, dst = device.alloc_mem(16 * MIB), device.alloc_mem(16 * MIB)
+        busy = [device.create_queue(), device.create_queue()]       # the context's limit
+        for queue in busy:                               # a core in a job acknowledges no disable
+            device.queue_submit(queue, slow_job(device, src, dst, 400))
+        device.reset()
+        fresh = [device.create_queue(), device.create_queue()]
+        for queue in fresh:
+            device.queue_submit(queue, nop(device)).wait(60)
+
+
 def test_a_waiter_learns_that_the_driver_stopped(fresh_npu):
     session = libnpu.initialize(fresh_npu.devroot)
     device = session.open(0)
