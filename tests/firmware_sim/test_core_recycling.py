@@ -186,7 +186,7 @@ def test_closing_the_last_context_replaces_the_cores_quietly(recycling_npu, mode
         with libnpu.load(model_path, devroot=npu.devroot) as model:
             [expected] = model.infer(_feeds())
         # The session's own context never ran a job with a command buffer: the cores hold nothing.
-        assert wait_until(lambda: len(_core_pids(npu.devroot) - before) == 2, 30), (before, _core_pids(npu.devroot))
+        assert wait_until(lambda: len(_core_pids(npu.devroot) - before) == 2), (before, _core_pids(npu.devroot))
         assert wait_until(lambda: len(_core_pids(npu.devroot)) == 2)
         assert info()["reset_count"] == resets            # a retirement is no restart: nothing announced
         with libnpu.load(model_path, devroot=npu.devroot) as model:

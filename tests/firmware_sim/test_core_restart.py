@@ -261,7 +261,7 @@ def _wait_until_hung(view, cores, count: int | None = None) -> None:
     def current():
         return [view.read64(regs.core_bank(c) + regs.CURRENT_JOB) for c in cores]
     for _ in range(100):
-        assert wait_until(lambda: sum(map(bool, current())) >= count, 30)
+        assert wait_until(lambda: sum(map(bool, current())) >= count)
         running = current()
         time.sleep(0.3)
         if current() == running:

@@ -54,7 +54,7 @@ def census(devroot: Path) -> tuple[int, int, int]:
 
 
 def settled_to(devroot: Path, baseline: tuple[int, int, int]) -> bool:
-    return wait_until(lambda: census(devroot) == baseline, 30)
+    return wait_until(lambda: census(devroot) == baseline)
 
 
 # ---- raw frames ----

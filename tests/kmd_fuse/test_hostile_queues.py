@@ -39,7 +39,7 @@ def test_a_queue_stopped_for_a_bad_tail_stays_stopped_after_its_core_restarts(fr
         device.queue_submit(queue, commands).wait(10)
         queue.header.write64(queues.HDR_TAIL, 1 << 60)
         queue.ring()
-        assert wait_until(lambda: queue.error() == -errno.EINVAL, 10)
+        assert wait_until(lambda: queue.error() == -errno.EINVAL)
         queue.header.write64(queues.HDR_TAIL, 1)              # the client "repairs" its tail at once
 
         other, other_queue = queue_on_core(session, queue.core)

@@ -105,7 +105,7 @@ def test_cancel_drops_entries_not_started_and_aborts_the_running_one(session):
     resets = device.info()["reset_count"]
     raw_destroy(device, queue.id, uapi.NPU_QUEUE_DESTROY_CANCEL)
     # The running job was aborted, not finished: its core restarted (counted as a reset).
-    assert wait_until(lambda: device.info()["reset_count"] == resets + 1, 10)
+    assert wait_until(lambda: device.info()["reset_count"] == resets + 1)
     # At most the running job was counted (aborted); the five behind it never ran.
     assert device.stats()["jobs_submitted"] - before <= 1
     with pytest.raises(libnpu.NpuError) as gone:
@@ -211,12 +211,12 @@ def test_a_client_writing_its_ring_while_the_queue_is_destroyed(npu, session):
     writer = threading.Thread(target=scribble)
     writer.start()
     try:
-        assert wait_until(lambda: written[0] > 200, 10)
+        assert wait_until(lambda: written[0] > 200)
         raw_destroy(device, queue.id, uapi.NPU_QUEUE_DESTROY_CANCEL)
         assert not slot_enabled(npu.devroot, queue.id)
         settled = device.stats()["jobs_submitted"]
         mark = written[0]
-        assert wait_until(lambda: written[0] > mark + 200, 10)    # it writes on, into its own pages
+        assert wait_until(lambda: written[0] > mark + 200)    # it writes on, into its own pages
         assert device.stats()["jobs_submitted"] == settled        # nothing of it runs any more
         fresh = device.create_queue(entries=8)                    # possibly the same slot: new memory, new lines
         fences = [device.queue_submit(fresh, commands) for _ in range(20)]
@@ -261,8 +261,8 @@ def test_destroy_racing_a_reset(fresh_npu):
                 queue.release()
             device.queues.clear()
             # Both of the context's queues come back whichever won.
-            assert wait_until(lambda: _creates_two(device, commands), 10)
-        assert wait_until(lambda: device.info()["memory_used"] == baseline, 10)
+            assert wait_until(lambda: _creates_two(device, commands))
+        assert wait_until(lambda: device.info()["memory_used"] == baseline)
         device.run(commands)
 
 
@@ -339,4 +339,4 @@ def test_queues_destroyed_in_a_loop_leave_no_descriptor_line_or_memory_behind(st
                 if round_ % 2:
                     assert len(device.get_profile(fence).tasks) == 1
         assert not device.queues
-        assert wait_until(lambda: settled() == baseline, 20), (settled(), baseline)
+        assert wait_until(lambda: settled() == baseline), (settled(), baseline)

@@ -120,7 +120,7 @@ def test_the_device_trace_records_user_queue_jobs(npu, device):
         def traced() -> list[dict]:
             events = [json.loads(line) for line in path.read_text().splitlines()[1:]]
             return [e for e in events if e["type"] == "job" and e["context"] == context]
-        assert wait_until(lambda: len(traced()) == 5, 10)      # drained by the housekeeping poll
+        assert wait_until(lambda: len(traced()) == 5)      # drained by the housekeeping poll
         jobs = traced()
         assert [e["fence"] for e in jobs] == [f.id for f in fences]
         assert all(e["tasks"] == 3 and e["status"] == 0 and e["core"] == queue.core for e in jobs)
@@ -167,7 +167,7 @@ def test_a_garbage_tail_stops_only_that_queue(session, device):
             client.queue_submit(queue, nop(client)).wait(10)
             queue.header.write64(queues.HDR_TAIL, bad_tail)
             queue.ring()
-            assert wait_until(lambda q=queue: q.error() == -errno.EINVAL, 10)
+            assert wait_until(lambda q=queue: q.error() == -errno.EINVAL)
             with pytest.raises(libnpu.NpuError) as stopped:
                 client.queue_submit(queue, nop(client))
             assert stopped.value.errno == errno.EINVAL
@@ -215,7 +215,7 @@ def test_header_fields_the_chip_owns_are_never_trusted(device):
     queue.header.write32(queues.HDR_POLLING, 1)
     write_entry(queue, 2, commands.address, commands.used)
     queue.ring()
-    assert wait_until(lambda: queue.header.read64(queues.HDR_DONE) == 2, 10)
+    assert wait_until(lambda: queue.header.read64(queues.HDR_DONE) == 2)
     at = queues.completions_offset(queue.entries) + (2 & (queue.entries - 1)) * queues.COMPLETION_STRUCT.size
     assert queues.COMPLETION_STRUCT.unpack_from(queue.mem, at)[:2] == (2, 0)
 
@@ -302,7 +302,7 @@ def test_a_former_holder_of_a_slot_cannot_reach_its_next_queues_lines(fresh_npu)
         try:
             former.close()
             bus = paths.bus_dir(fresh_npu.devroot, 0)
-            assert wait_until(lambda: not [name for name in os.listdir(bus) if name.endswith((".db", ".cq"))], 10)
+            assert wait_until(lambda: not [name for name in os.listdir(bus) if name.endswith((".db", ".cq"))])
             try:
                 while os.read(kept[1], 64):              # the close's own wake-up, then the end
                     pass
@@ -318,7 +318,7 @@ def test_a_former_holder_of_a_slot_cannot_reach_its_next_queues_lines(fresh_npu)
                 for seq in range(1, 21):                 # no waiter of ours drains the line
                     write_entry(queue, seq, commands.address, commands.used)
                     queue.ring()
-                    assert wait_until(lambda: queue.done() >= seq, 10)
+                    assert wait_until(lambda: queue.done() >= seq)
                 assert os.read(kept[1], 64) == b""       # the old line: no writer, no wake-up in it
                 assert os.read(queue.completion_fd, 64)  # they all went to the holder's own line
         finally:
@@ -353,7 +353,7 @@ def test_mem_free_of_a_buffer_a_queued_job_uses_is_safe(session, device):
     with pytest.raises(JobError) as failure:             # later entries never reach the pages
         device.queue_submit(queue, late).wait(10)
     assert failure.value.errno == errno.EFAULT
-    assert wait_until(lambda: used_memory(session) == with_src - 16 * MIB, 10)
+    assert wait_until(lambda: used_memory(session) == with_src - 16 * MIB)
 
 
 def test_another_uid_cannot_take_a_queues_descriptors(npu, device):
@@ -409,7 +409,7 @@ def test_queue_limits_per_context_per_user_and_per_chip(fresh_npu):
             devices[-1].create_queue()
         assert full.value.errno == errno.ENOSPC
         devices[1].close()                               # its slots come back once the cores let go
-        assert wait_until(lambda: _created(devices[-1]), 10)
+        assert wait_until(lambda: _created(devices[-1]))
         devices[-1].queue_submit(devices[-1].queues[0], nop(devices[-1])).wait(10)
     open_to_others(fresh_npu.devroot)
     script = textwrap.dedent("""
@@ -467,7 +467,7 @@ def test_a_client_killed_mid_job_leaves_nothing_behind(fresh_npu):
         finally:
             client.send_signal(signal.SIGKILL)
             client.wait()
-        assert wait_until(lambda: probe.info()["memory_used"] == baseline and set(os.listdir(bus)) == links, 30), \
+        assert wait_until(lambda: probe.info()["memory_used"] == baseline and set(os.listdir(bus)) == links), \
             (probe.info()["memory_used"], baseline, set(os.listdir(bus)) ^ links)
         with session.open(0) as device:                  # the daemon and the chip serve on
             queue = device.create_queue()
@@ -513,17 +513,18 @@ def test_queues_churned_leave_no_descriptor_slot_memory_or_line_behind(steady_np
                        range(queues.QUEUE_SLOTS)]
             return (_open_fds(pids), sorted(os.listdir(bus)), probe.info()["memory_used"], sum(enabled))
 
-        def idle() -> bool:            # the warm context's queue and buffers given back (a close is asynchronous)
+        def idle() -> bool:            # the warm context's queue, lines and buffers given back (a close is asynchronous)
             state = settled()
-            return state[3] == 0 and not any(name.startswith("bo") for name in state[1])
+            return state[3] == 0 and not any(name.startswith("bo") or name.endswith((".db", ".cq"))
+                                             for name in state[1])
 
-        assert wait_until(idle, 10)
+        assert wait_until(idle)
         baseline = settled()
         for _ in range(40):
             with session.open(0) as device:
                 for queue in (device.create_queue(), device.create_queue()):
                     device.queue_submit(queue, nop(device)).wait(10)
-        assert wait_until(lambda: settled() == baseline, 20), (settled(), baseline)
+        assert wait_until(lambda: settled() == baseline), (settled(), baseline)
 
 
 def test_a_reset_stops_live_queues_with_a_clear_error(fresh_npu):
@@ -537,7 +538,7 @@ def test_a_reset_stops_live_queues_with_a_clear_error(fresh_npu):
         with pytest.raises(libnpu.NpuError) as stopped:
             device.queue_submit(queue, commands).wait(10)
         assert stopped.value.errno == errno.ECANCELED and "reset" in str(stopped.value)
-        assert wait_until(lambda: device.info()["memory_used"] == baseline, 10)
+        assert wait_until(lambda: device.info()["memory_used"] == baseline)
         fresh = device.create_queue()                    # a new queue works at once
         device.queue_submit(fresh, commands).wait(10)
         device.run(commands)

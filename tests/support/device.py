@@ -56,14 +56,27 @@ def held(device) -> tuple[int, int]:
     return stats["buffers"], stats["memory_allocated"]
 
 
-def wait_until(predicate, timeout: float = 10.0) -> bool:
-    """Poll ``predicate`` every 20 ms until it holds or ``timeout`` passes; its last value."""
+WAIT_S = 60.0   # how long a test waits for a state: a deadline for a test that fails, never a speed bound
+
+
+def wait_until(predicate, timeout: float = WAIT_S) -> bool:
+    """Poll ``predicate`` every 20 ms until it holds or ``timeout`` passes; its last value.
+    ``timeout`` bounds how long a failing test takes: keep it generous (the suite must pass
+    on a loaded machine)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if predicate():
             return True
-        time.sleep(0.02)
+        time.sleep(0.02)                 # the poll interval
     return predicate()
+
+
+def wait_for(predicate, what: str, deadline: float = WAIT_S) -> None:
+    """Wait until ``predicate()`` holds, polled; AssertionError naming ``what`` (the state
+    waited for) if it does not within ``deadline`` seconds.  Tests wait on the state they
+    need with this, never with a sleep."""
+    if not wait_until(predicate, deadline):
+        raise AssertionError(f"waited {deadline:.0f} s for {what}: it never came")
 
 
 def open_to_others(path: Path) -> None:
