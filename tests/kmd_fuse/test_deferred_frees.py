@@ -260,7 +260,7 @@ KILLED = textwrap.dedent("""
             req.handle = memory.handle
             os.pwrite(device.file.fd, uapi.pack_frame(uapi.NPU_CMD_MEM_FREE, (1 << 30) + i, req), 0)
         print("freeing", flush=True)
-        time.sleep(60)
+        time.sleep(60)     # not a wait of the test: the client idles until it is killed
 """)
 
 

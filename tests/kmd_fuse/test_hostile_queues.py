@@ -53,7 +53,7 @@ def test_a_queue_stopped_for_a_bad_tail_stays_stopped_after_its_core_restarts(fr
         write_entry(queue, 2, commands.address, commands.used)
         queue.ring()
         other.queue_submit(other_queue, nop(other)).wait(10)  # the new core serves the other queue on
-        time.sleep(1.2)                                       # past the core's longest sleep (1 s)
+        time.sleep(1.2)   # not a wait: past the core's longest sleep (1 s), a chance for entry 2 to run wrongly
         assert queue.header.read64(queues.HDR_DONE) == 1      # entry 2 never ran
         assert queue.error() == -errno.EINVAL
 

@@ -11,16 +11,15 @@ import subprocess
 import sys
 import textwrap
 import threading
-import time
 
 import numpy as np
 import pytest
 
 import libnpu
-from firmware_sim.spec import queues
+from firmware_sim.spec import queues, regs
 from kmd_fuse import paths, uapi
 from tests.kmd_fuse.test_user_queues import NOBODY, nop, raw_queue_create, slow_job, write_entry
-from tests.support.device import REPO, open_to_others, wait_until
+from tests.support.device import REPO, core_registers, open_to_others, wait_for, wait_until
 
 MIB = 1 << 20
 
@@ -93,14 +92,14 @@ def test_destroy_errnos(session):
     device.close(), other.close()
 
 
-def test_cancel_drops_entries_not_started_and_aborts_the_running_one(session):
+def test_cancel_drops_entries_not_started_and_aborts_the_running_one(npu, session):
     device = session.open(0)
     queue = device.create_queue()
     src, dst = device.alloc_mem(16 * MIB), device.alloc_mem(16 * MIB)
     running = device.queue_submit(queue, slow_job(device, src, dst, 2000))   # seconds of copies
     for _ in range(5):
         device.queue_submit(queue, nop(device))
-    time.sleep(0.3)                                      # the copies are under way (seconds of them)
+    wait_for(lambda: queue.id + 1 in core_registers(npu.devroot, regs.UQ_SLOT), "the copies under way on a core")
     before = device.stats()["jobs_submitted"]
     resets = device.info()["reset_count"]
     raw_destroy(device, queue.id, uapi.NPU_QUEUE_DESTROY_CANCEL)

@@ -18,12 +18,12 @@ import numpy as np
 import pytest
 
 import libnpu
-from firmware_sim.spec import queues
+from firmware_sim.spec import queues, regs
 from kmd_fuse import paths, uapi
 from libnpu.portability import JobError
 from libnpu.tools.profile import trace_file
 from libnpu.user_queue import QueueFence
-from tests.support.device import REPO, open_to_others, wait_until
+from tests.support.device import REPO, WAIT_S, core_registers, open_to_others, wait_for, wait_until
 
 NOBODY = 65534
 MIB = 1 << 20
@@ -223,11 +223,10 @@ def test_header_fields_the_chip_owns_are_never_trusted(device):
 def test_a_client_that_never_rings_still_gets_its_job_done(device):
     queue = device.create_queue()
     commands = nop(device)
-    time.sleep(0.3)                                      # the serving core has gone to sleep
-    write_entry(queue, 1, commands.address, commands.used)
-    started = time.monotonic()
-    QueueFence(queue, 1).wait(10)
-    assert time.monotonic() - started < 5
+    device.queue_submit(queue, commands).wait(WAIT_S)     # the core served the queue, then polled it
+    wait_for(lambda: not queue.header.read32(queues.HDR_POLLING), "the serving core asleep (no longer polling)")
+    write_entry(queue, 2, commands.address, commands.used)
+    QueueFence(queue, 2).wait(WAIT_S)                     # found by the core's safety-net look, unrung
 
 
 def test_no_wake_up_is_lost_at_the_edge_of_sleep(device, monkeypatch):
@@ -240,7 +239,7 @@ def test_no_wake_up_is_lost_at_the_edge_of_sleep(device, monkeypatch):
     queue = device.create_queue()
     commands = nop(device)
     for i in range(300):
-        time.sleep((i % 30) * 20e-6)                     # 0-600 us: across the core's idle poll and sleep
+        time.sleep((i % 30) * 20e-6)                     # not a wait: 0-600 us, across the core's idle poll and sleep
         device.queue_submit(queue, commands).wait(10)
     assert queue.late_wakeups == 0
 
@@ -463,7 +462,7 @@ def test_a_client_killed_mid_job_leaves_nothing_behind(fresh_npu):
             """), str(fresh_npu.devroot)], stdout=subprocess.PIPE, text=True, cwd=str(REPO))
         try:
             assert client.stdout.readline().strip() == "submitted"
-            time.sleep(0.2)
+            wait_for(lambda: any(core_registers(fresh_npu.devroot, regs.UQ_SLOT)), "the client's job on a core")
         finally:
             client.send_signal(signal.SIGKILL)
             client.wait()
@@ -513,7 +512,7 @@ def test_queues_churned_leave_no_descriptor_slot_memory_or_line_behind(steady_np
                        range(queues.QUEUE_SLOTS)]
             return (_open_fds(pids), sorted(os.listdir(bus)), probe.info()["memory_used"], sum(enabled))
 
-        def idle() -> bool:            # the warm context's queue, lines and buffers given back (a close is asynchronous)
+        def idle() -> bool:    # the warm context's queue, lines and buffers given back (a close is asynchronous)
             state = settled()
             return state[3] == 0 and not any(name.startswith("bo") or name.endswith((".db", ".cq"))
                                              for name in state[1])
