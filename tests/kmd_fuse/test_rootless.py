@@ -25,13 +25,13 @@ import signal
 import stat
 import subprocess
 import tempfile
-import time
 from pathlib import Path
 
 import pytest
 
 from kmd_fuse import owner, paths
 from kmd_fuse.udev import hotplug
+from tests.support.device import wait_until
 from tests.support.shell import REPO
 
 USER = "npu-rootless"
@@ -231,9 +231,7 @@ def _run_as_user(user: pwd.struct_passwd, venv: Path, workdir: Path, script: str
 
 def _wait_until_gone(uid: int) -> dict[int, str]:
     """The user's processes still alive after a while (the chip's exit just after its daemon)."""
-    deadline = time.monotonic() + 10
-    while _processes_of(uid) and time.monotonic() < deadline:
-        time.sleep(0.05)
+    wait_until(lambda: not _processes_of(uid))
     return {pid: _cmdline(pid) for pid in _processes_of(uid)}
 
 
@@ -253,7 +251,7 @@ mounts | sed 's/^/MOUNT /'
 npu demo --devroot "$D/dev" | sed 's/^/DEMO /'
 npu run "$D/model.tflite" --devroot "$D/dev" --repeat 1 --no-progress | sed 's/^/RUN /'
 npu bench nop --devroot "$D/dev" -n 200 | sed 's/^/BENCH /'
-python3 -c 'import os, sys, time; os.open(sys.argv[1], os.O_RDWR); print(os.getpid(), flush=True); time.sleep(30)' \
+python3 -c 'import os, signal, sys; os.open(sys.argv[1], os.O_RDWR); print(os.getpid(), flush=True); signal.pause()' \
     "$D/dev/npu0" > "$D/holder.pid" &
 holder=$!
 while [ ! -s "$D/holder.pid" ]; do sleep 0.05; done
