@@ -191,7 +191,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--pytest-arg", action="append", default=[], help="passed to each pytest run (repeatable)")
     ap.add_argument("paths", nargs="*", default=[], help="test files or directories (default: the suite)")
     args = ap.parse_args(argv)
-    selection = [*args.paths, *(["-k", args.keyword] if args.keyword else []), *(["-m", args.mark] if args.mark else [])]
+    selection = [*args.paths, *(["-k", args.keyword] if args.keyword else []),
+                 *(["-m", args.mark] if args.mark else [])]
     ids = collect(selection)
     batches = plan(ids, args.runs, max(1, args.batch), random.Random(args.seed))
     print(f"flake_hunt: {args.runs} runs of {len(ids)} tests in {len(batches)} pytest processes, {args.jobs} at once"

@@ -25,6 +25,8 @@ from kmd_fuse import paths
 from tests.support.device import start_npu, stop_npu, wait_for, wait_until
 from tests.support.model_builders import small_cnn
 
+pytestmark = pytest.mark.recovery     # reset, queues, recovery (benchmarks/flake_hunt.py -m recovery)
+
 
 def test_a_core_retires_only_after_a_close_left_it_empty_and_grown() -> None:
     recycling = Recycling(0)

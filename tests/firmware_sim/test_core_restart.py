@@ -24,6 +24,8 @@ from kmd_fuse import paths
 from kmd_fuse.udev.uevent import Uevent
 from tests.support.device import set_fault_injection, start_npu, stop_npu, wait_until, wait_until_hung
 
+pytestmark = pytest.mark.recovery     # reset, queues, recovery (benchmarks/flake_hunt.py -m recovery)
+
 ENTRIES = 8
 BANK = regs.core_bank(0)
 

@@ -26,6 +26,8 @@ from libnpu import NpuError
 from libnpu.portability import JobError
 from tests.support.device import REPO, set_fault_injection, start_npu, stop_npu, wait_until
 
+pytestmark = pytest.mark.recovery     # reset, queues, recovery (benchmarks/flake_hunt.py -m recovery)
+
 MIB = 1 << 20
 PAGE = 4096
 

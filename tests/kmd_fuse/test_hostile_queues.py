@@ -16,6 +16,8 @@ from tests.kmd_fuse.test_queue_destroy import refused
 from tests.kmd_fuse.test_user_queues import MIB, _driver_and_chip, dma_copy, nop, slow_job, write_entry
 from tests.support.device import wait_until
 
+pytestmark = pytest.mark.recovery     # reset, queues, recovery (benchmarks/flake_hunt.py -m recovery)
+
 
 def queue_on_core(session, core: int):
     """(device, queue) of a new context whose queue the driver put on ``core`` (the

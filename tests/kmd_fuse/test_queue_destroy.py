@@ -21,6 +21,8 @@ from kmd_fuse import paths, uapi
 from tests.kmd_fuse.test_user_queues import NOBODY, nop, raw_queue_create, slow_job, write_entry
 from tests.support.device import REPO, core_registers, open_to_others, wait_for, wait_until
 
+pytestmark = pytest.mark.recovery     # reset, queues, recovery (benchmarks/flake_hunt.py -m recovery)
+
 MIB = 1 << 20
 
 

@@ -13,6 +13,8 @@ from firmware_sim.spec import queues
 from kmd_fuse import uapi
 from tests.kmd_fuse.test_user_queues import slow_job
 
+pytestmark = pytest.mark.recovery     # reset, queues, recovery (benchmarks/flake_hunt.py -m recovery)
+
 MIB = 1 << 20
 
 

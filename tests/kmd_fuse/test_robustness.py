@@ -24,6 +24,8 @@ from tests.support.device import (
     wait_until_hung,
 )
 
+pytestmark = pytest.mark.recovery     # reset, queues, recovery (benchmarks/flake_hunt.py -m recovery)
+
 LONG_JOB = textwrap.dedent("""
     import sys, time, libnpu
     with libnpu.initialize(sys.argv[1]) as s:

@@ -25,6 +25,8 @@ from libnpu.tools.profile import trace_file
 from libnpu.user_queue import QueueFence
 from tests.support.device import REPO, WAIT_S, core_registers, open_to_others, wait_for, wait_until
 
+pytestmark = pytest.mark.recovery     # reset, queues, recovery (benchmarks/flake_hunt.py -m recovery)
+
 NOBODY = 65534
 MIB = 1 << 20
 

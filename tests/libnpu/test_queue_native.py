@@ -16,6 +16,8 @@ from libnpu.capi import queue_native
 from libnpu.portability import JobError
 from tests.support.device import WAIT_S, wait_for
 
+pytestmark = pytest.mark.recovery     # reset, queues, recovery (benchmarks/flake_hunt.py -m recovery)
+
 
 @pytest.fixture(params=["c", "python"])
 def path(request, monkeypatch) -> str:

@@ -12,6 +12,8 @@ import libnpu
 from libnpu.user_queue import QueueFence
 from tests.support.device import start_npu, stop_npu
 
+pytestmark = pytest.mark.recovery     # reset, queues, recovery (benchmarks/flake_hunt.py -m recovery)
+
 
 def _inputs(model, seed: int) -> list[np.ndarray]:
     rng = np.random.default_rng(seed)
