@@ -20,6 +20,7 @@ from firmware_sim.spec import queues, regs
 from kmd_fuse import paths, uapi
 from tests.kmd_fuse.test_user_queues import NOBODY, nop, raw_queue_create, slow_job, write_entry
 from tests.support.device import REPO, core_registers, open_to_others, wait_for, wait_until
+from tests.support.other_user import python_for_others
 
 pytestmark = pytest.mark.recovery     # reset, queues, recovery (benchmarks/flake_hunt.py -m recovery)
 
@@ -155,10 +156,10 @@ def test_a_destroyed_queue_comes_back_to_a_user_at_their_limit(fresh_npu):
             queue = devices[2].create_queue()
             print(devices[2].queue_submit(queue, None).wait(10).status)
         """)
+    python, env = python_for_others()
     done = subprocess.run(["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}",
-                           f"--groups={os.stat(fresh_npu.node).st_gid}", sys.executable, "-c", script,
-                           str(fresh_npu.devroot)], capture_output=True, text=True, timeout=60, cwd="/",
-                          env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO), "PYTHONDONTWRITEBYTECODE": "1"})
+                           f"--groups={os.stat(fresh_npu.node).st_gid}", python, "-c", script,
+                           str(fresh_npu.devroot)], capture_output=True, text=True, timeout=60, cwd="/", env=env)
     assert done.stdout.split() == ["EMFILE", "0"], done.stderr
 
 

@@ -32,10 +32,10 @@ import pytest
 from kmd_fuse import owner, paths
 from kmd_fuse.udev import hotplug
 from tests.support.device import wait_until
-from tests.support.shell import REPO
+from tests.support.other_user import STAGE_ROOT, repo_for_others
 
 USER = "npu-rootless"
-CACHE = Path("/var/cache/npu-emu")
+CACHE = STAGE_ROOT
 SYSTEM_PYTHON = "/usr/bin/python3"
 FUSE_DEVICE = Path("/dev/fuse")
 
@@ -127,14 +127,15 @@ def rootless_user() -> pwd.struct_passwd:
     return pwd.getpwnam(USER)
 
 
-def _venv_key() -> str:
-    digest = hashlib.sha256((REPO / "pyproject.toml").read_bytes() + str(REPO).encode())
+def _venv_key(source: Path) -> str:
+    digest = hashlib.sha256((source / "pyproject.toml").read_bytes() + str(source).encode())
     return digest.hexdigest()[:16]
 
 
 @pytest.fixture(scope="module")
 def rootless_venv(rootless_user) -> Path:
-    """A venv the user can execute, with this checkout installed editable (built once)."""
+    """A venv the user can execute, with this checkout installed editable (built once): the
+    clone itself, or the copy staged for other users when they cannot read the clone."""
     if not os.access(SYSTEM_PYTHON, os.X_OK):
         pytest.skip(f"{SYSTEM_PYTHON} is missing: no interpreter a normal user can run")
     version = subprocess.run([SYSTEM_PYTHON, "-c", "import sys; print(sys.version_info >= (3, 11))"],
@@ -143,13 +144,14 @@ def rootless_venv(rootless_user) -> Path:
         pytest.skip(f"{SYSTEM_PYTHON} is older than 3.11")
     CACHE.mkdir(parents=True, exist_ok=True)
     CACHE.chmod(0o755)
-    venv = CACHE / f"rootless-venv-{_venv_key()}"
+    source = repo_for_others()
+    venv = CACHE / f"rootless-venv-{_venv_key(source)}"
     with open(CACHE / "rootless-venv.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)          # a parallel run waits for the first build
         if not (venv / ".npu-installed").exists():
             shutil.rmtree(venv, ignore_errors=True)
             for cmd in ([SYSTEM_PYTHON, "-m", "venv", str(venv)],
-                        [str(venv / "bin" / "pip"), "install", "-q", "--disable-pip-version-check", "-e", str(REPO)]):
+                        [str(venv / "bin" / "pip"), "install", "-q", "--disable-pip-version-check", "-e", str(source)]):
                 done = subprocess.run(cmd, capture_output=True, text=True, timeout=400)
                 if done.returncode:
                     shutil.rmtree(venv, ignore_errors=True)

@@ -24,6 +24,7 @@ from libnpu.portability import JobError
 from libnpu.tools.profile import trace_file
 from libnpu.user_queue import QueueFence
 from tests.support.device import REPO, WAIT_S, core_registers, open_to_others, wait_for, wait_until
+from tests.support.other_user import python_for_others
 
 pytestmark = pytest.mark.recovery     # reset, queues, recovery (benchmarks/flake_hunt.py -m recovery)
 
@@ -372,10 +373,10 @@ def test_another_uid_cannot_take_a_queues_descriptors(npu, device):
             reply, ancillary, _, _ = sock.recvmsg(64, socket.CMSG_SPACE(4))
             print(uapi.unpack_handover_reply(reply)[0], len(ancillary))
         """)
+    python, env = python_for_others()
     done = subprocess.run(["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups",
-                           sys.executable, "-c", script, socket_path, *map(str, tokens)],
-                          capture_output=True, text=True, timeout=60, cwd="/",
-                          env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO), "PYTHONDONTWRITEBYTECODE": "1"})
+                           python, "-c", script, socket_path, *map(str, tokens)],
+                          capture_output=True, text=True, timeout=60, cwd="/", env=env)
     assert done.returncode == 0, done.stderr
     assert done.stdout.split("\n")[:3] == [f"{-errno.EPERM} 0"] * 3
     fds = [device.buffer_socket.receive(socket_path, token)[0] for token in tokens]   # still its owner's
@@ -426,10 +427,10 @@ def test_queue_limits_per_context_per_user_and_per_chip(fresh_npu):
             except libnpu.NpuError as exc:
                 print(made, errno.errorcode[exc.errno])
         """)
+    python, env = python_for_others()
     done = subprocess.run(["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}",
-                           f"--groups={os.stat(fresh_npu.node).st_gid}", sys.executable, "-c", script,
-                           str(fresh_npu.devroot)], capture_output=True, text=True, timeout=60, cwd="/",
-                          env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO), "PYTHONDONTWRITEBYTECODE": "1"})
+                           f"--groups={os.stat(fresh_npu.node).st_gid}", python, "-c", script,
+                           str(fresh_npu.devroot)], capture_output=True, text=True, timeout=60, cwd="/", env=env)
     assert done.stdout.strip() == "4 EMFILE", done.stderr
 
 
