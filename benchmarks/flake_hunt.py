@@ -121,13 +121,24 @@ def read_results(report: Path, tests: list[str], output: str, hunt: Hunt) -> Non
             hunt.record(test, "failed", f"(no result: the pytest process ended)\n{output[-4000:]}")
 
 
-def _stop(proc: subprocess.Popen) -> None:
-    """End ``proc`` and everything it started (its own process group), then reap it."""
+def _interruptible() -> None:
+    """In a child: SIGINT interrupts it (a shell's background job inherits it ignored)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+def _interrupt(*_) -> None:
+    raise KeyboardInterrupt
+
+
+def _stop(proc: subprocess.Popen, first: int = signal.SIGINT) -> None:
+    """End ``proc``, then reap it: ``first`` (SIGINT: pytest tears its fixtures down, so the
+    devices it started are stopped and unmounted), then SIGKILL to its process group (all it
+    started there) if it is still running a minute later."""
     if proc.poll() is None:
         try:
-            os.killpg(proc.pid, signal.SIGTERM)
-            proc.wait(timeout=30)
-        except (ProcessLookupError, subprocess.TimeoutExpired):
+            proc.send_signal(first)
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
             try:
                 os.killpg(proc.pid, signal.SIGKILL)
             except ProcessLookupError:
@@ -150,7 +161,7 @@ def run(batches: list[list[str]], jobs: int, hog: bool, pytest_args: list[str], 
                         proc = subprocess.Popen([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
                                                  f"--junitxml={report}", *pytest_args, *tests],
                                                 stdout=out, stderr=subprocess.STDOUT, cwd=REPO,
-                                                start_new_session=True)
+                                                start_new_session=True, preexec_fn=_interruptible)
                     running.append((proc, tests, report, log))
                 for entry in [e for e in running if e[0].poll() is not None]:
                     running.remove(entry)
@@ -162,7 +173,7 @@ def run(batches: list[list[str]], jobs: int, hog: bool, pytest_args: list[str], 
             for proc, *_ in running:
                 _stop(proc)
             if hogger is not None:
-                _stop(hogger)
+                _stop(hogger, signal.SIGTERM)
     return hunt
 
 
@@ -207,6 +218,7 @@ def main(argv: list[str] | None = None) -> int:
             failed_seen[test] = count
         print(f"  {hunt.runs}/{args.runs} runs, {hunt.failures} failed, {time.monotonic() - started:.0f} s", flush=True)
 
+    signal.signal(signal.SIGTERM, _interrupt)       # as Ctrl-C: the tests' devices are stopped
     try:
         hunt = run(batches, max(1, args.jobs), args.hog, args.pytest_arg, progress)
     except KeyboardInterrupt:
