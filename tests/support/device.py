@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import mmap
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,6 +24,7 @@ REPO = Path(__file__).resolve().parents[2]
 class MountedNpu:
     devroot: Path
     devices: int
+    home: Path | None = None      # the directory start_npu made for it (stop_npu removes it)
 
     @property
     def node(self) -> Path:
@@ -33,21 +36,29 @@ class MountedNpu:
 
 
 def start_npu(tmp: Path, devices: int = 1, extra: tuple[str, ...] = ()) -> MountedNpu:
+    """A device (``npu-kmd start``) in a private directory of its own under the system's
+    temp dir, named after ``tmp``. Not in ``tmp`` itself: pytest makes its temp root mode
+    0700 again whenever a pytest session starts (parallel runs, other users of the machine),
+    which would shut out, at random, the other users a test lets in (``open_to_others``)."""
     if os.geteuid() != 0:
         pytest.skip("mounting the FUSE device needs root")
-    npu = MountedNpu(tmp / "dev", devices)
-    npu.devroot.mkdir(parents=True, exist_ok=True)
+    home = Path(tempfile.mkdtemp(prefix=f"npu-{tmp.name[:40]}-"))
+    npu = MountedNpu(home / "dev", devices, home)
+    npu.devroot.mkdir()
     result = npu.kmd("start", "--devices", str(devices), *extra, check=False)
     if result.returncode:
-        npu.kmd("stop", check=False)
+        stop_npu(npu)
         raise RuntimeError(f"npu-kmd start failed:\n{result.stdout}\n{result.stderr}")
     return npu
 
 
 def stop_npu(npu: MountedNpu) -> None:
+    """``npu-kmd stop``; checks nothing stays mounted, then removes the device's directory."""
     result = npu.kmd("stop", check=False)
     mounts = Path("/proc/self/mounts").read_text()
     assert str(npu.devroot) not in mounts, f"mount left behind: {result.stdout}{result.stderr}"
+    if npu.home is not None and str(npu.home) not in mounts:
+        shutil.rmtree(npu.home, ignore_errors=True)     # never follows a link out of it
 
 
 def held(device) -> tuple[int, int]:
@@ -80,9 +91,10 @@ def wait_for(predicate, what: str, deadline: float = WAIT_S) -> None:
 
 
 def open_to_others(path: Path) -> None:
-    """Let other users traverse the directories above ``path`` (pytest's tmp dirs are 0700)."""
+    """Let other users traverse the directories above ``path`` up to the temp dir (a device
+    of start_npu's, whose directory is 0700)."""
     for parent in [path, *path.parents]:
-        if parent == parent.parent or str(parent) == "/tmp":
+        if parent == parent.parent or str(parent) == tempfile.gettempdir():
             break
         os.chmod(parent, os.stat(parent).st_mode | 0o011)
 
