@@ -24,7 +24,7 @@ REPO = Path(__file__).resolve().parents[2]
 class MountedNpu:
     devroot: Path
     devices: int
-    home: Path | None = None      # the directory start_npu made for it (stop_npu removes it)
+    home: Path | None = None      # the directory start_npu made for it (removed at the session's end)
 
     @property
     def node(self) -> Path:
@@ -43,6 +43,7 @@ def start_npu(tmp: Path, devices: int = 1, extra: tuple[str, ...] = ()) -> Mount
     if os.geteuid() != 0:
         pytest.skip("mounting the FUSE device needs root")
     home = Path(tempfile.mkdtemp(prefix=f"npu-{tmp.name[:40]}-"))
+    _HOMES.append(home)
     npu = MountedNpu(home / "dev", devices, home)
     npu.devroot.mkdir()
     result = npu.kmd("start", "--devices", str(devices), *extra, check=False)
@@ -53,12 +54,23 @@ def start_npu(tmp: Path, devices: int = 1, extra: tuple[str, ...] = ()) -> Mount
 
 
 def stop_npu(npu: MountedNpu) -> None:
-    """``npu-kmd stop``; checks nothing stays mounted, then removes the device's directory."""
+    """``npu-kmd stop``; checks nothing stays mounted (the directory stays for the test to
+    look at: ``remove_device_homes`` removes it at the end of the session)."""
     result = npu.kmd("stop", check=False)
     mounts = Path("/proc/self/mounts").read_text()
     assert str(npu.devroot) not in mounts, f"mount left behind: {result.stdout}{result.stderr}"
-    if npu.home is not None and str(npu.home) not in mounts:
-        shutil.rmtree(npu.home, ignore_errors=True)     # never follows a link out of it
+
+
+_HOMES: list[Path] = []    # the directories start_npu made in this session
+
+
+def remove_device_homes() -> None:
+    """Remove the directories of this session's devices (those with nothing mounted)."""
+    mounts = Path("/proc/self/mounts").read_text()
+    for home in _HOMES:
+        if str(home) not in mounts:
+            shutil.rmtree(home, ignore_errors=True)     # never follows a link out of it
+    _HOMES.clear()
 
 
 def held(device) -> tuple[int, int]:
