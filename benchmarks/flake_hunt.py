@@ -146,21 +146,36 @@ def _stop(proc: subprocess.Popen, first: int = signal.SIGINT) -> None:
     proc.wait()
 
 
+def _stop_devices_left(tmp: Path) -> None:
+    """Stop the devices a pytest interrupted mid-setup left mounted under ``tmp``."""
+    devroots = {Path(line.split()[1]).parent for line in Path("/proc/self/mounts").read_text().splitlines()
+                if line.split()[1].startswith(f"{tmp}/") and line.split()[1].endswith("/npu0")}
+    for devroot in sorted(devroots):
+        if devroot.name == "dev":
+            subprocess.run([sys.executable, "-m", "kmd_fuse.cli", "stop", "--devroot", str(devroot)],
+                           capture_output=True, cwd=REPO, timeout=120)
+            print(f"flake_hunt: stopped a device left running: {devroot}", file=sys.stderr)
+
+
 def run(batches: list[list[str]], jobs: int, hog: bool, pytest_args: list[str], progress) -> Hunt:
     hunt = Hunt()
     running: list[tuple[subprocess.Popen, list[str], Path, Path]] = []
     hogger = subprocess.Popen([sys.executable, "-c", HOG], start_new_session=True) if hog else None
     with tempfile.TemporaryDirectory(prefix="flake-hunt-") as tmp:
+        os.chmod(tmp, 0o711)
         try:
             pending = list(enumerate(batches))
             while pending or running:
                 while pending and len(running) < jobs:
                     index, tests = pending.pop(0)
                     report, log = Path(tmp, f"batch{index}.xml"), Path(tmp, f"batch{index}.log")
+                    scratch = Path(tmp, f"batch{index}")      # its TMPDIR: the devices its tests start
+                    scratch.mkdir(mode=0o711)                 # (other users reach those the tests open)
                     with open(log, "w") as out:
                         proc = subprocess.Popen([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
                                                  f"--junitxml={report}", *pytest_args, *tests],
                                                 stdout=out, stderr=subprocess.STDOUT, cwd=REPO,
+                                                env={**os.environ, "TMPDIR": str(scratch)},
                                                 start_new_session=True, preexec_fn=_interruptible)
                     running.append((proc, tests, report, log))
                 for entry in [e for e in running if e[0].poll() is not None]:
@@ -172,6 +187,7 @@ def run(batches: list[list[str]], jobs: int, hog: bool, pytest_args: list[str], 
         finally:
             for proc, *_ in running:
                 _stop(proc)
+            _stop_devices_left(Path(tmp))
             if hogger is not None:
                 _stop(hogger, signal.SIGTERM)
     return hunt
