@@ -20,11 +20,11 @@ from ai_edge_litert.interpreter import Interpreter, OpResolverType
 from firmware_sim.kernels import native
 from firmware_sim.kernels.conv import conv2d, depthwise_conv2d
 from firmware_sim.kernels.fully_connected import fully_connected
-from firmware_sim.spec.fixedpoint import effective_scale, quantize_multiplier_array
-from firmware_sim.spec.ops import PADDING_SAME, conv_geometry
 
 # The same layers `npu bench ops` runs through the device.
 from libnpu.tools.ops_bench import MOBILENET, Layer
+from npu_hw.fixedpoint import effective_scale, quantize_multiplier_array
+from npu_hw.ops import PADDING_SAME, conv_geometry
 from tests.support.tflite_builder import TensorSpec, single_op_model
 
 QUICK = [MOBILENET[i] for i in (0, 1, 2, 5, 8, 13, 14, 19, 20)]

@@ -23,10 +23,10 @@ from pathlib import Path
 import numpy as np
 
 from firmware_sim.executor import run_job
-from firmware_sim.spec import iommu
 from firmware_sim.timing import HardwareProfile
 from libnpu.compiler.cache import CompileCache, compile_cached
 from libnpu.tools.models import resolve
+from npu_hw import iommu
 from tests.support.chip_memory import ASID, ChipMemory
 
 

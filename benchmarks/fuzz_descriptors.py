@@ -39,7 +39,7 @@ from pathlib import Path
 
 import numpy as np
 
-from firmware_sim.spec import iommu, ops, tasks
+from npu_hw import iommu, ops, tasks
 from tests.support.chip_memory import ChipMemory, encode
 
 MEMORY_BYTES = 16 << 20

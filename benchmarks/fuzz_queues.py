@@ -46,8 +46,8 @@ from collections import Counter
 
 import numpy as np
 
-from firmware_sim.spec import queues
 from kmd_fuse import paths
+from npu_hw import queues
 
 from .scratch_device import ScratchDevice, reap
 

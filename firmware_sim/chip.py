@@ -26,12 +26,12 @@ from pathlib import Path
 
 import numpy as np
 
-from firmware_sim.core import DEFAULT_WATCHDOG_MS, Core, completion_cause, raise_irq, write_completion
+from firmware_sim.core import Core, completion_cause, raise_irq, write_completion
 from firmware_sim.executor import JobResult
 from firmware_sim.recycling import RETIRED, Succession, default_growth_kb
-from firmware_sim.spec import memory, profiles, queues, regs, ring
-from firmware_sim.spec.memory import map_file
 from firmware_sim.timing import HardwareProfile
+from npu_hw import memory, profiles, queues, regs, ring
+from npu_hw.memory import map_file
 
 WATCHDOG_PERIOD_S = 0.02
 
@@ -287,8 +287,8 @@ class Chip:
         job_id = self.regs.read64(bank + regs.CURRENT_JOB)
         if not job_id:
             return 0
-        timeout_ms = self.regs.read32(bank + regs.JOB_TIMEOUT_MS) or self.regs.read32(regs.WATCHDOG_MS) \
-            or DEFAULT_WATCHDOG_MS
+        timeout_ms = regs.job_timeout_ms(self.regs.read32(bank + regs.JOB_TIMEOUT_MS),
+                                         self.regs.read32(regs.WATCHDOG_MS))
         started = self.regs.read64(bank + regs.JOB_START_NS)
         if time.monotonic_ns() - started < timeout_ms * 1_000_000:
             return 0

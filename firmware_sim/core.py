@@ -22,10 +22,10 @@ from firmware_sim.executor import JobResult, TaskHook, run_job
 from firmware_sim.idle_poll import IdlePoll
 from firmware_sim.kernels.warm_up import warm_up
 from firmware_sim.recycling import RETIRED, Recycling, Succession
-from firmware_sim.spec import memory, queues, regs, ring
-from firmware_sim.spec.memory import map_file
 from firmware_sim.timing import HardwareProfile
 from firmware_sim.user_queues import JOBS_PER_TURN, ServedQueue, UserQueues, abort_status
+from npu_hw import memory, queues, regs, ring
+from npu_hw.memory import map_file
 
 # While the core serves user queues it sleeps at most this long. Only a safety net: the
 # polling flag's protocol loses no wake-up (spec.queues), so nothing should ever wait on it.
@@ -167,8 +167,7 @@ class Core:
         Registers through the word views: a NOP's whole cost is this bookkeeping."""
         u32, u64 = self.regs.words()
         bank = self.bank
-        watchdog_ms = u32[regs.WATCHDOG_MS >> 2] or DEFAULT_WATCHDOG_MS
-        timeout_ms = min(timeout_ms or watchdog_ms, q.timeout_cap_ms or watchdog_ms)
+        timeout_ms = regs.job_timeout_ms(timeout_ms, int(u32[regs.WATCHDOG_MS >> 2]), q.timeout_cap_ms)
         job_id = queues.user_job_id(q.slot, seq)
         started = time.monotonic_ns()
         u64[(bank + regs.JOB_START_NS) >> 3] = started
@@ -264,7 +263,7 @@ class Core:
         result = self.execute(asid, cmd_iova, cmd_size, (lambda *task: tasks.append(task)) if tasks is not None
                               else None)
         executed = time.monotonic_ns()
-        self.pace(result, started, timeout_ms or self.regs.read32(regs.WATCHDOG_MS) or DEFAULT_WATCHDOG_MS)
+        self.pace(result, started, regs.job_timeout_ms(timeout_ms, self.regs.read32(regs.WATCHDOG_MS)))
         result.exec_ns = time.monotonic_ns() - started
         if tasks is not None:
             self.record_profile(job_id, tasks, started, executed, result)
@@ -349,9 +348,6 @@ class Core:
         tail = self.reg(regs.CQ_TAIL)
         write_completion(self.cq, tail, job_id, self.core, result, self.profile)
         self.set_reg(regs.CQ_TAIL, ring.ring_next(tail, self.entries))
-
-
-DEFAULT_WATCHDOG_MS = 5000   # a job's timeout when neither its ring entry nor WATCHDOG_MS gives one
 
 
 def drain_pipe(fd: int) -> None:

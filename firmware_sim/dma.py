@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from firmware_sim.errors import JobFailure
-from firmware_sim.spec import iommu, memory
+from npu_hw import iommu, memory
 
 
 class IommuFault(JobFailure):

@@ -21,8 +21,8 @@ from firmware_sim import job_plans, units
 from firmware_sim.dma import DmaEngine, IommuFault
 from firmware_sim.errors import InvalidCommand, JobFailure
 from firmware_sim.kernels.native import calls as native_calls
-from firmware_sim.spec import tasks
 from firmware_sim.timing import HardwareProfile, task_cycles
+from npu_hw import tasks
 
 
 class DescriptorError(InvalidCommand):
@@ -45,7 +45,7 @@ TaskHook = Callable[[int, int, int, int, int], None]   # (index, opcode, start_n
 HANDLERS: dict[int, Handler] = {
     tasks.OP_NOP: _nop,
     tasks.OP_DMA_COPY: _dma_copy,
-    **units.HANDLERS,     # the compute operators: FULLY_CONNECTED and those of spec.ops
+    **units.HANDLERS,     # the compute operators: FULLY_CONNECTED and those of npu_hw.ops
 }
 
 

@@ -23,9 +23,9 @@ import numpy as np
 from firmware_sim import caches
 from firmware_sim.dma import DmaEngine
 from firmware_sim.executor import JobResult, run_job
-from firmware_sim.spec import iommu, memory, ops, tasks
-from firmware_sim.spec.fixedpoint import add_params, softmax_params
 from firmware_sim.timing import HardwareProfile
+from npu_hw import iommu, memory, ops, tasks
+from npu_hw.fixedpoint import add_params, softmax_params
 
 __all__ = ["self_test", "network"]
 

@@ -3,7 +3,7 @@
 Cycles come from the work a task does (int8 MACs at MACS_PER_CYCLE) and the
 bytes it moves (at DMA_BYTES_PER_CYCLE), whichever bounds it, plus a fixed
 per-task overhead; device time is cycles at the profile's clock.  The numbers
-come from one of the named profiles of ``firmware_sim.spec.profiles``.
+come from one of the named profiles of ``npu_hw.profiles``.
 """
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from firmware_sim.spec import profiles, tasks
+from npu_hw import profiles, tasks
 
 _DEFAULT = profiles.PROFILES[profiles.DEFAULT_PROFILE]
 

@@ -1,4 +1,4 @@
-"""A core's side of the user-mode submission queues (layout: firmware_sim/spec/queues.py).
+"""A core's side of the user-mode submission queues (layout: npu_hw/queues.py).
 
 A core serves the enabled queue-table slots whose Q_CORE names it, beside its kernel
 ring. It reads each queue's memory through the IOMMU of the queue's ASID (one view,
@@ -22,8 +22,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from firmware_sim.dma import DmaEngine, IommuFault
-from firmware_sim.spec import memory, queues, regs
-from firmware_sim.spec.memory import map_file
+from npu_hw import memory, queues, regs
+from npu_hw.memory import map_file
 
 JOBS_PER_TURN = 4       # jobs one queue runs before the others (and the kernel ring) get a turn
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from firmware_sim.spec import iommu
+from npu_hw import iommu
 
 
 @dataclass(eq=False)

@@ -12,7 +12,6 @@ import sys
 import time
 from pathlib import Path
 
-from firmware_sim.spec import profiles
 from kmd_fuse import paths, pidfile, uapi
 from kmd_fuse.cli_errors import (
     OneLineParser,
@@ -28,6 +27,7 @@ from kmd_fuse.udev import hotplug
 from kmd_fuse.udev.rules import UdevRulesError, load_rules
 from kmd_fuse.udev.udevadm import print_events
 from kmd_fuse.udev.uevent import Uevent, UeventError, UeventLog
+from npu_hw import profiles, regs
 
 START_TIMEOUT_S = 60.0
 
@@ -60,7 +60,9 @@ def _indices(root: Path) -> list[int]:
     state = paths.check_state_dir(root)
     if state is None:
         return []
-    return sorted(int(p.stem[3:]) for p in state.glob("npu*.pid") if p.stem[3:].isdigit())
+    # a device with a pid file (alive or killed) or with mounts still recorded
+    return sorted({int(p.stem[3:]) for pattern in ("npu*.pid", "npu*.mounts") for p in state.glob(pattern)
+                   if p.stem[3:].isdigit()})
 
 
 MAX_JOB_TIMEOUT_LIMIT_S = 0xFFFFFFFF / 1000     # SUBMIT's timeout_ms is a u32
@@ -84,14 +86,17 @@ def sysroot_of(root: Path, value: str | None = None) -> Path:
 
 def start(args) -> int:
     root = paths.devroot(args.devroot)
-    root.mkdir(parents=True, exist_ok=True)
     sys_root = paths.sysroot(root, args.sysroot)
     try:
-        paths.private_state_dir(root)
-    except paths.StateDirError as exc:
+        # every directory the daemons create or mount on, checked (no link followed, none
+        # another user may change) before any is used: a clear refusal, not a daemon's log
+        os.close(paths.open_devroot(root, create=True))
+        paths.private_state_dir(root, note=lambda text: print(f"npu-kmd start: {text}", file=sys.stderr))
+        os.close(paths.open_dir(Path(paths.class_dir(sys_root)), 0o755, hint="give another --sysroot"))
+    except paths.UnsafePathError as exc:
         print(f"npu-kmd start: {exc}", file=sys.stderr)
         return 1
-    paths.write_file(root / paths.SYSROOT_MARKER, f"{sys_root}\n")   # where tools (npu smi) find the tree
+    paths.record_in_devroot(root, paths.SYSROOT_MARKER, f"{sys_root}\n")   # where tools (npu smi) find the tree
     started = []
     for index in range(args.devices):
         node = paths.node_path(root, index)
@@ -102,12 +107,15 @@ def start(args) -> int:
         if pid:
             print(f"{node}: daemon {pid} runs but the node is not mounted: `npu-kmd stop` first", file=sys.stderr)
             return 1
+        try:
+            hotplug.unmount_all(root, sys_root, index)    # stale mounts of a dead daemon (what it recorded)
+        except hotplug.MountError as exc:
+            print(f"npu-kmd start: {exc.strerror}", file=sys.stderr)
+            return 1
         taken = hotplug.foreign_mount(root, sys_root, index)
         if taken is not None:
-            print(f"{node}: {taken} is served by another device ({paths.mounted_source(taken)}): give this "
-                  f"devroot its own --sysroot", file=sys.stderr)
+            print(f"{node}: {taken}: give this devroot its own --sysroot (or unmount it)", file=sys.stderr)
             return 1
-        hotplug.unmount_all(root, sys_root, index)    # stale mounts of a dead daemon (ours only)
         paths.ready_file(root, index).unlink(missing_ok=True)
         log = open(paths.log_file(root, index), "ab")
         cmd = [sys.executable, "-m", "kmd_fuse.daemon", "--devroot", str(root), "--sysroot", str(sys_root),
@@ -162,7 +170,7 @@ def stop(args) -> int:
     except paths.StateDirError as exc:
         print(f"npu-kmd stop: {exc}", file=sys.stderr)
         return 1
-    status = 0
+    status = mounts_left = 0
     for index in indices:
         node = paths.node_path(root, index)
         pid = _daemon_pid(root, index)
@@ -175,7 +183,11 @@ def stop(args) -> int:
                 print(f"{node}: daemon {pid} ignored SIGTERM; killing it", file=sys.stderr)
                 os.kill(pid, signal.SIGKILL)
                 status = 1
-        hotplug.unmount_all(root, sys_root, index)
+        try:
+            hotplug.unmount_all(root, sys_root, index)
+        except hotplug.MountError as exc:
+            print(f"npu-kmd stop: {exc.strerror}", file=sys.stderr)
+            status = mounts_left = 1      # the state (and its mount record) stays for the next stop
         hotplug.remove_node_placeholder(node)
         if paths.ready_file(root, index).exists():
             _announce_removal(root, sys_root, index)
@@ -186,7 +198,7 @@ def stop(args) -> int:
         paths.pid_file(root, index).unlink(missing_ok=True)
         paths.ready_file(root, index).unlink(missing_ok=True)
         print(f"{node}: stopped")
-    state = paths.check_state_dir(root)
+    state = None if mounts_left else paths.check_state_dir(root)
     if state is not None:
         # rmtree never follows a symlink (it unlinks the link); the directory itself was
         # checked to be ours and private, so nobody else put anything in it.
@@ -196,9 +208,9 @@ def stop(args) -> int:
             else:
                 leftover.unlink(missing_ok=True)
         state.rmdir()
-    marker = root / paths.SYSROOT_MARKER
-    if marker.is_file() and not marker.is_symlink():
-        marker.unlink(missing_ok=True)
+    if not mounts_left:
+        for marker in (paths.SYSROOT_MARKER, paths.STATE_MARKER):
+            paths.remove_from_devroot(root, marker)
     return status
 
 
@@ -288,8 +300,8 @@ def main(argv: list[str] | None = None) -> int:
             p.add_argument("--pacing", action="store_true",
                            help="a job completes no earlier than its modeled device time, so applications see "
                                 "the modeled chip's latency rather than the emulator's")
-            p.add_argument("--watchdog-ms", type=int, default=5000,
-                           help="timeout of a job whose SUBMIT gives none, in ms (default 5000)")
+            p.add_argument("--watchdog-ms", type=int, default=regs.DEFAULT_JOB_TIMEOUT_MS,
+                           help="timeout of a job whose SUBMIT gives none, in ms (default %(default)s)")
             p.add_argument("--max-job-timeout", type=job_timeout_seconds, default=10.0, metavar="SECONDS",
                            help="longest a job may hold a core (default 10): a SUBMIT timeout above it, or "
                                 "the default, is clamped to it (not refused); the chip's watchdog then fails "

@@ -139,7 +139,11 @@ class Context:
             return 1, 0
         return self.results.get(fence) or self.failures.get(fence) or (0, 0)
 
-    def record_result(self, job: Job) -> None:
+    def signal_fence(self, job: Job) -> None:
+        """Signal ``job``'s fence: the job leaves the pending set and its status and device
+        time are remembered for WAIT (successes and failures each bounded, and per user by
+        the ledger); a closed context only counts it.  ``jobs.finish`` calls it, then answers
+        the waiters (``jobs.settle``)."""
         self.pending.pop(job.fence, None)
         if job.status == 0:
             self.stats.jobs_completed += 1

@@ -19,17 +19,18 @@ from pathlib import Path
 import pyfuse3
 import trio
 
-from firmware_sim.spec import profiles
-from kmd_fuse import fusermount, irq, owner, paths, pidfile
+from kmd_fuse import fusermount, irq, mounts, owner, paths, pidfile
 from kmd_fuse.cli import job_timeout_seconds
 from kmd_fuse.device import Device
 from kmd_fuse.fuse_ops import DeviceFs
 from kmd_fuse.handover import HandoverServer, check_socket_path
 from kmd_fuse.hw import ChipConfig
 from kmd_fuse.limits import Limits
+from kmd_fuse.mounts import MountRecord
 from kmd_fuse.sysfs import AttributeTree
 from kmd_fuse.tasks import BackgroundTasks
-from kmd_fuse.udev.hotplug import Presence, unmount
+from kmd_fuse.udev.hotplug import Presence
+from npu_hw import profiles, regs
 
 log = logging.getLogger("kmd_fuse.daemon")
 
@@ -95,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ring-entries", type=int, default=256)
     parser.add_argument("--profile", choices=sorted(profiles.PROFILES), default=profiles.DEFAULT_PROFILE)
     parser.add_argument("--pacing", action="store_true")
-    parser.add_argument("--watchdog-ms", type=int, default=5000)
+    parser.add_argument("--watchdog-ms", type=int, default=regs.DEFAULT_JOB_TIMEOUT_MS)
     parser.add_argument("--max-job-timeout", type=job_timeout_seconds, default=10.0,
                         help="seconds (see npu-kmd start --help)")
     parser.add_argument("--mode", type=lambda s: int(s, 8), default=0o660)
@@ -119,7 +120,8 @@ def main(argv: list[str] | None = None) -> int:
         log.error("%s", exc)
         return 1
     mountpoint = paths.fuse_dir(root, args.index)
-    mountpoint.mkdir(mode=0o700, exist_ok=True)
+    state = paths.state_dir(root)
+    record = MountRecord(paths.mount_record(root, args.index))
     ready_file = paths.ready_file(root, args.index)
     fd_limit = raise_fd_limit()
 
@@ -139,17 +141,21 @@ def main(argv: list[str] | None = None) -> int:
     # kernel's permission checks let the owner apply the rules and write `reset`.
     uid, gid = (os.geteuid(), os.getegid()) if owner.rootless() else (0, 0)
     tree = AttributeTree(device, on_uevent_write=_synthetic_uevent(presence), uid=uid, gid=gid)
+    source = paths.mount_source(root, args.index)
     try:
-        options = mount_options(root, args.index)
-        # rootless: fusermount3 mounts, libfuse serves the descriptor it hands back
-        served = f"/dev/fd/{fusermount.mount(mountpoint, options)}" if owner.rootless() else str(mountpoint)
-        pyfuse3.init(DeviceFs(device, mode=args.mode, uid=uid, gid=gid, tree=tree), served, options)
+        with paths.opened_dir(state) as state_fd:      # checked private by private_state_dir
+            os.close(mounts.make_tree_dir(state_fd, mountpoint.name, mountpoint, 0o700))
+            options = mount_options(root, args.index)
+            record.add(mountpoint, source)
+            # rootless: fusermount3 mounts, libfuse serves the descriptor it hands back
+            served = f"/dev/fd/{fusermount.mount(mountpoint, options)}" if owner.rootless() else str(mountpoint)
+            pyfuse3.init(DeviceFs(device, mode=args.mode, uid=uid, gid=gid, tree=tree), served, options)
+            mounts.check(state_fd, mountpoint.name, mountpoint, source, record)
     except Exception as exc:
-        if paths.mounted_source(mountpoint) == paths.mount_source(root, args.index):
-            unmount(mountpoint)
+        record.unmount()
         device.power_off()
         paths.pid_file(root, args.index).unlink(missing_ok=True)
-        if isinstance(exc, fusermount.FusermountError):
+        if isinstance(exc, (fusermount.FusermountError, mounts.MountError)):
             log.error("%s", exc)      # says what to do; no traceback
             return 1
         raise
@@ -167,8 +173,10 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         presence.unmount()           # a no-op after a clean remove
         pyfuse3.close(unmount=True)   # rootless: libfuse did not mount it, so it does not unmount it
-        if paths.mounted_source(mountpoint) == paths.mount_source(root, args.index):
-            unmount(mountpoint)
+        try:
+            record.unmount()         # what is left of what this daemon mounted, and nothing else
+        except mounts.MountError as exc:
+            log.error("%s", exc)     # a mount it did not make sits on one of its own: npu-kmd stop retries
         presence.close()
         device.power_off()
         paths.pid_file(root, args.index).unlink(missing_ok=True)

@@ -18,7 +18,6 @@ from pathlib import Path
 
 import trio
 
-from firmware_sim.spec import iommu
 from kmd_fuse import profiling, uapi
 from kmd_fuse.buffer import BufferObject
 from kmd_fuse.context import Context, Job, UserLedger
@@ -31,6 +30,7 @@ from kmd_fuse.profiling import Trace
 from kmd_fuse.scheduler import Scheduler
 from kmd_fuse.tasks import BackgroundTasks
 from kmd_fuse.user_queues import UserQueues
+from npu_hw import iommu
 
 log = logging.getLogger("kmd_fuse.device")
 

@@ -5,7 +5,7 @@ fusermount3 only when mount(2) fails, not when /dev/fuse cannot be opened. So in
 mode the daemon asks fusermount3 itself: fusermount3 opens /dev/fuse, mounts it on the
 mount point and hands the descriptor back over a socket (the _FUSE_COMMFD protocol);
 libfuse then serves that descriptor when given "/dev/fd/N" as its mount point. Unmounting
-is `fusermount3 -u` (kmd_fuse.udev.hotplug.unmount)."""
+is `fusermount3 -u` (kmd_fuse.mounts)."""
 from __future__ import annotations
 
 import errno

@@ -17,8 +17,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from firmware_sim.spec import memory, profiles, queues, regs, ring
-from firmware_sim.spec.memory import map_file
+from npu_hw import memory, profiles, queues, regs, ring
+from npu_hw.memory import map_file
 
 log = logging.getLogger("kmd_fuse.hw")
 
@@ -29,13 +29,13 @@ class ChipConfig:
     ring_entries: int = ring.DEFAULT_RING_ENTRIES
     profile: str = profiles.DEFAULT_PROFILE   # spec.profiles: the timing model the chip runs
     pacing: bool = False                      # jobs end no earlier than their modeled device time
-    watchdog_ms: int = 5000             # a job's timeout when SUBMIT gives none
+    watchdog_ms: int = regs.DEFAULT_JOB_TIMEOUT_MS   # a job's timeout when SUBMIT gives none
     max_job_timeout_ms: int = 10_000    # SUBMIT's timeouts (and the default) are clamped to this
 
 
 @dataclass
 class ProfileRecord:
-    """One record of a core's profile queue (firmware_sim/spec/ring.py, PROFILE_RECORD)."""
+    """One record of a core's profile queue (npu_hw/ring.py, PROFILE_RECORD)."""
     job_id: int
     index: int
     opcode: int

@@ -11,11 +11,11 @@ import os
 import uuid
 from collections.abc import Callable
 
-from firmware_sim.spec import iommu, queues, regs
 from kmd_fuse import uapi
 from kmd_fuse.context import MAX_OUTSTANDING, Context
 from kmd_fuse.device import Device
 from kmd_fuse.errors import KmdError
+from npu_hw import iommu, queues, regs
 
 MODEL_NAME = "npu-emu"
 
@@ -95,8 +95,8 @@ PARAMS: dict[str, Callable[[Device, Context], int]] = {
     "MEMORY_TOTAL": lambda device, ctx: device.memory.total,
     "MEMORY_USED": lambda device, ctx: device.memory.used,
     "RESET_COUNT": lambda device, ctx: device.reset_count,
-    "DEFAULT_JOB_TIMEOUT_MS": lambda device, ctx: min(device.hw.config.watchdog_ms,
-                                                      device.hw.config.max_job_timeout_ms),
+    "DEFAULT_JOB_TIMEOUT_MS": lambda device, ctx: regs.job_timeout_ms(0, device.hw.config.watchdog_ms,
+                                                                      device.hw.config.max_job_timeout_ms),
     "MAX_JOB_TIMEOUT_MS": lambda device, ctx: device.hw.config.max_job_timeout_ms,
     "MAX_SUBMIT_BOS": lambda device, ctx: uapi.NPU_MAX_SUBMIT_BOS,
     "MAX_WAIT_FENCES": lambda device, ctx: uapi.NPU_MAX_WAIT_FENCES,

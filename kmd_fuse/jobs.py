@@ -18,6 +18,7 @@ from kmd_fuse.context import MAX_PENDING_JOBS, MAX_PENDING_JOBS_PER_USER, Contex
 from kmd_fuse.device import Device
 from kmd_fuse.errors import KmdError
 from kmd_fuse.requests import Request
+from npu_hw import regs
 
 log = logging.getLogger("kmd_fuse.jobs")
 
@@ -94,7 +95,7 @@ def _queue(device: Device, ctx: Context, req, bos: list) -> Job:
     """Give a checked SUBMIT payload its fence (written into ``req``) and queue its job."""
     ctx.last_fence += 1
     config = device.hw.config
-    timeout_ms = min(req.timeout_ms or config.watchdog_ms, config.max_job_timeout_ms)
+    timeout_ms = regs.job_timeout_ms(req.timeout_ms, config.watchdog_ms, config.max_job_timeout_ms)
     job = Job(next(device.job_ids), ctx, ctx.last_fence, bos, req.cmd_iova, req.cmd_size, req.priority,
               timeout_ms, submit_ns=time.monotonic_ns(), profile_wanted=bool(req.flags & uapi.NPU_SUBMIT_PROFILE))
     job.profiled = job.profile_wanted or device.trace.enabled
@@ -142,7 +143,7 @@ def finish(device: Device, job: Job) -> None:
         device.jobs_completed += 1
     else:
         device.jobs_failed += 1
-    job.ctx.record_result(job)
+    job.ctx.signal_fence(job)
     device.release_job_buffers(job)
     if job.sync_reply is not None and not job.ctx.closed:   # NPU_SUBMIT_WAIT
         request = job.sync_reply

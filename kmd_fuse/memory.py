@@ -7,7 +7,7 @@ page that vanished, and a memfd has no name in any filesystem, so it cannot be
 linked to outlive the buffer: what the device accounts is what the host holds.
 Clients receive it on the hand-over socket (``handover.py``); the chip opens
 ``bus/bo<id>``, a symlink to ``/proc/<daemon pid>/fd/<fd>`` which procfs lets only
-the daemon's own user follow (``firmware_sim.spec.memory.open_bo``).
+the daemon's own user follow (``npu_hw.memory.open_bo``).
 
 A buffer is reachable by the chip only through the page-table entries of the
 context that owns it (``mmu.py``).  Allocation and release cost O(log n) in the buffers held.
@@ -23,11 +23,11 @@ import os
 import resource
 from pathlib import Path
 
-from firmware_sim.spec import iommu, memory
 from kmd_fuse.buffer import BufferObject
 from kmd_fuse.errors import KmdError
 from kmd_fuse.handover import Grants
 from kmd_fuse.mmu import AddressSpace, AddressSpaces
+from npu_hw import iommu, memory
 
 log = logging.getLogger("kmd_fuse.memory")
 

@@ -1,7 +1,7 @@
 """The device MMU as the driver programs it: page tables, address spaces, IOVA allocation.
 
 Every context has its own address space: an ASID, a page table in memory the chip
-reads (``bus/pt<asid>``, entries as firmware_sim/spec/iommu.py defines them) and an
+reads (``bus/pt<asid>``, entries as npu_hw/iommu.py defines them) and an
 allocator of device addresses.  A buffer is reachable by the chip only through the
 entries of the context that owns it; the chip caches translations, so unmapping is
 followed by an IOTLB invalidation on every core (``Scheduler.invalidate``).
@@ -17,8 +17,8 @@ from pathlib import Path
 
 from sortedcontainers import SortedDict, SortedList
 
-from firmware_sim.spec import iommu, memory
 from kmd_fuse.errors import KmdError
+from npu_hw import iommu, memory
 
 
 class PageTable:

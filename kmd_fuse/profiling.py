@@ -2,7 +2,7 @@
 
 A job submitted with NPU_SUBMIT_PROFILE (or any job while the trace records) goes on the
 ring with RING_FLAG_PROFILE; the core then times each task and publishes the records in
-its profile queue before the job's completion (firmware_sim/spec/ring.py).  When the
+its profile queue before the job's completion (npu_hw/ring.py).  When the
 driver retires the job it reads them (``collect``) and keeps a ``JobProfile``: in the
 context, for GET_PROFILE (the last PROFILES_KEPT of each, PROFILE_TASKS_KEPT task records at
 most), and in the trace.  A user-queue job's records (its entry asked with
@@ -22,18 +22,31 @@ from __future__ import annotations
 import errno
 import json
 import time
-from collections import deque
+from collections import Counter, deque
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
-from firmware_sim.spec import ops as _ops  # noqa: F401 (registers the operators' task types, for their names)
-from firmware_sim.spec import queues, ring, tasks
 from kmd_fuse.errors import KmdError
-from kmd_fuse.hw import Completion, ProfileRecord
+from kmd_fuse.hw import Completion, Hardware, ProfileRecord
+from npu_hw import ops as _ops  # noqa: F401 (registers the operators' task types, for their names)
+from npu_hw import queues, ring, tasks
 
 if TYPE_CHECKING:
     from kmd_fuse.context import Context, Job
-    from kmd_fuse.device import Device
+
+
+class _RecordTaker(Protocol):
+    def take_records(self, records: list[ProfileRecord]) -> None: ...
+
+
+class ProfiledDevice(Protocol):
+    """What profiling needs of a device (kmd_fuse.device.Device), named here so that this
+    module stays below device.py and user_queues.py, which call it."""
+    hw: Hardware
+    queues: _RecordTaker
+    trace: Trace
+    unclaimed_profiles: dict[int, list[ProfileRecord]]
+    profile_tasks_by_uid: Counter[int]
 
 PROFILES_KEPT = 256         # finished profiled jobs a context can still ask about
 PROFILE_TASKS_KEPT = 16_384  # and their task records at most (each ~200 bytes of the driver's memory)
@@ -119,7 +132,7 @@ class Trace:
         return text
 
 
-def collect(device: Device, retired: list[tuple[Job, Completion]]) -> None:
+def collect(device: ProfiledDevice, retired: list[tuple[Job, Completion]]) -> None:
     """Attach the chip's records to the profiled jobs just retired (before anyone is answered)."""
     profiled = [(job, completion) for job, completion in retired if job.profiled]
     by_job = device.unclaimed_profiles
@@ -152,7 +165,7 @@ def collect(device: Device, retired: list[tuple[Job, Completion]]) -> None:
             device.trace.job(job.ctx, job, profile)
 
 
-def keep(device: Device, ctx: Context, profile: JobProfile) -> None:
+def keep(device: ProfiledDevice, ctx: Context, profile: JobProfile) -> None:
     """Keep ``profile`` for GET_PROFILE, forgetting the context's oldest ones beyond
     PROFILES_KEPT jobs or PROFILE_TASKS_KEPT task records, then the oldest of the
     user's fullest context while the user's contexts hold more than PROFILE_TASKS_PER_USER
@@ -177,18 +190,18 @@ def keep(device: Device, ctx: Context, profile: JobProfile) -> None:
         forget(device, fullest, next(iter(fullest.profiles)))
 
 
-def forget(device: Device, ctx: Context, fence: int) -> None:
+def forget(device: ProfiledDevice, ctx: Context, fence: int) -> None:
     """Drop one kept profile of ``ctx``."""
     _count(device, ctx, -len(ctx.profiles.pop(fence).tasks))
 
 
-def forget_all(device: Device, ctx: Context) -> None:
+def forget_all(device: ProfiledDevice, ctx: Context) -> None:
     """Drop every profile of a context (it closed: nobody can ask any more)."""
     _count(device, ctx, -ctx.profile_tasks)
     ctx.profiles.clear()
 
 
-def _count(device: Device, ctx: Context, tasks: int) -> None:
+def _count(device: ProfiledDevice, ctx: Context, tasks: int) -> None:
     ctx.profile_tasks += tasks
     left = device.profile_tasks_by_uid[ctx.uid] + tasks
     if left:

@@ -15,9 +15,9 @@ from __future__ import annotations
 import time
 from collections import OrderedDict, deque
 
-from firmware_sim.spec import ring
 from kmd_fuse.context import Context, Job
 from kmd_fuse.hw import Completion, Hardware
+from npu_hw import ring
 
 PRIORITIES = 3
 RING_JOBS_PER_CORE = 8        # a context's share of the rings: jobs it may have on them, per core

@@ -2,7 +2,7 @@
 
 The driver keeps everything but the job path: it allocates a queue's memory (a buffer of
 the context, mapped in its IOMMU space and, through the hand-over socket, in the client),
-registers it in a slot of the chip's queue table (firmware_sim/spec/queues.py) with the
+registers it in a slot of the chip's queue table (npu_hw/queues.py) with the
 ASID, priority, timeout cap and serving core, and hands out the queue's doorbell and
 completion lines: named FIFOs it makes for this queue alone (``QueueLines``), which the
 serving core opens when it takes the slot in. Jobs then go from the client to the core
@@ -34,13 +34,13 @@ from dataclasses import dataclass, field
 
 import trio
 
-from firmware_sim.spec import memory, queues, regs, ring
 from kmd_fuse import profiling, uapi
 from kmd_fuse.buffer import BufferObject
 from kmd_fuse.context import Context
 from kmd_fuse.deferred_frees import DeferredFree, PendingFrees
 from kmd_fuse.errors import KmdError
 from kmd_fuse.profiling import JobProfile
+from npu_hw import memory, queues, regs, ring
 
 log = logging.getLogger("kmd_fuse.user_queues")
 
@@ -402,7 +402,7 @@ class UserQueues:
                           queues.Q_ENABLED | (queues.Q_TRACE if on else 0))
 
     def take_records(self, records: list) -> None:
-        """Take the user-queue jobs whose profile records (firmware_sim.spec.ring) arrived: a
+        """Take the user-queue jobs whose profile records (npu_hw.ring) arrived: a
         job's PROFILE_JOB record comes last and carries its errno (PROFILE_QUEUE_JOB: its entry
         asked for the profile, which the context keeps for GET_PROFILE under the job's queue
         fence). The trace records them while on."""

@@ -1,7 +1,8 @@
 """Host execution of the operators the chip lacks (the CPU side of a partitioned model).
 
 The compiler places each operator of a model on the NPU or the CPU
-(:mod:`libnpu.compiler.placement`); a CPU operator becomes a host call (:class:`HostCall`)
+(:mod:`libnpu.compiler.placement`); a CPU operator becomes a host call
+(:class:`libnpu.loadable.HostCall`)
 carrying what the host needs to run it:
 
 - ``kind="tflite"``: a sub-model cut from the source ``.tflite`` holding the original
@@ -28,27 +29,21 @@ from typing import Any
 
 import numpy as np
 
+from libnpu.compiler.float_ref import FloatInterpreter
+from libnpu.compiler.ir import IRError
+from libnpu.loadable import HostCall
+
+# The host's runtimes (LiteRT's interpreter, onnx, onnxruntime, tflite, and the compiler's
+# ONNX import, which needs onnx: 0.3-0.7 s each) are imported inside the kernels, when a
+# host call of their kind first runs: ``import libnpu`` (which imports this module) stays
+# fast for programs without CPU operators.
+
 __all__ = ["HostCall", "HostOpError", "Boundary", "HostKernel", "register_host_op", "unregister_host_op",
            "host_op", "kernel_for", "convert"]
 
 
 class HostOpError(RuntimeError):
     """The host cannot run an operator placed on the CPU (no implementation, or it failed)."""
-
-
-@dataclass(frozen=True)
-class HostCall:
-    """One operator the host runs: what the compiler stores for it in the loadable."""
-    kind: str            # "tflite" or "onnx"
-    model: bytes         # the cut sub-model (its inputs and outputs are the call's)
-    op: str              # the source operator's name ("REVERSE_V2", "CUSTOM:MyOp", "CumSum"; "A+B" for a run)
-    source: int          # its index in the source model (a run's first)
-    reason: str = ""     # why it is not on the NPU
-
-    @property
-    def custom_name(self) -> str:
-        """The name a user registers an implementation under."""
-        return self.op.split(":", 1)[1] if self.op.startswith("CUSTOM:") else self.op
 
 
 @dataclass(frozen=True)
@@ -198,7 +193,6 @@ class _FloatReferenceKernel(HostKernel):
 
     def __init__(self, call: HostCall, graph: Any) -> None:
         super().__init__(call)
-        from libnpu.compiler.float_ref import FloatInterpreter
         self.graph = graph
         self.interpreter = FloatInterpreter(graph)
         self.inputs = [FLOAT] * len(graph.inputs)
@@ -220,8 +214,7 @@ def _onnx_kernel(call: HostCall) -> HostKernel:
         initializers = {i.name: onnx.numpy_helper.to_array(i) for i in model.graph.initializer}
         constants = {k: initializers[n] for k, n in enumerate(node.input) if n in initializers}
         return _PythonKernel(call, fn, arity, attrs, constants)
-    from libnpu.compiler.ir import IRError
-    from libnpu.compiler.onnx_import import import_onnx
+    from libnpu.compiler.onnx_import import import_onnx  # lazy: it imports onnx (see above)
     try:
         graph = import_onnx(model, f"host:{call.op}")
         return _FloatReferenceKernel(call, graph)

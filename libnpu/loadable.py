@@ -14,7 +14,7 @@ Layout (all little-endian)::
 
 Tensor, region and task records are fixed-size numpy structured records; strings and
 variable-length lists live in STRINGS / INDICES / QUANT and are referenced by offset and
-count. Task payloads are opaque bytes (chip task descriptors from ``firmware_sim.spec``),
+count. Task payloads are opaque bytes (chip task descriptors from ``npu_hw``),
 so this format does not change when an op's descriptor does. Device addresses inside a
 payload are not known until the runtime allocates the regions: each task lists
 relocations (byte offset in its payload, region, addend) and the runtime writes
@@ -34,10 +34,11 @@ name, type and quantization); the model's tasks read it in place and write it ba
 """
 from __future__ import annotations
 
-import enum
+import contextlib
 import json
 import mmap
 import os
+import secrets
 import struct
 import zlib
 from dataclasses import dataclass, field
@@ -46,118 +47,39 @@ from typing import Any
 
 import numpy as np
 
+from libnpu.loadable_layout import (
+    DATA_RELOC_DT,
+    DTYPES,
+    HEADER,
+    MAGIC,
+    MAX_RANK,
+    OPTIONAL_SECTIONS,
+    PAGE,
+    REGION_DT,
+    RELOC_DT,
+    SECTION,
+    TASK_DT,
+    TENSOR_DT,
+    VERSION,
+    BadMagicError,
+    ChecksumError,
+    EmptyLoadableError,
+    FormatError,
+    LoadableError,
+    RegionKind,
+    Section,
+    Strings,
+    TensorFlags,
+    TruncatedError,
+    VersionError,
+    align_up,
+)
+
 __all__ = [
     "LoadableError", "BadMagicError", "VersionError", "TruncatedError", "ChecksumError",
     "FormatError", "EmptyLoadableError", "RegionKind", "TensorFlags", "MemoryRegion", "TensorDesc", "Task",
-    "Reloc", "DataReloc", "HostStep", "Loadable", "MAGIC", "VERSION",
+    "Reloc", "DataReloc", "HostStep", "HostCall", "Loadable", "MAGIC", "VERSION",
 ]
-
-MAGIC = b"NPULOAD\0"
-VERSION = (1, 2)
-PAGE = 4096
-MAX_RANK = 8
-
-
-class LoadableError(ValueError):
-    """A loadable file cannot be used; subclasses say why."""
-
-
-class BadMagicError(LoadableError):
-    """Not a loadable file at all."""
-
-
-class VersionError(LoadableError):
-    """Written by an incompatible format version."""
-
-
-class TruncatedError(LoadableError):
-    """The file ends before the data it declares."""
-
-
-class ChecksumError(LoadableError):
-    """A header or section CRC does not match its bytes."""
-
-
-class FormatError(LoadableError):
-    """The file is well-formed bytes but its contents are inconsistent."""
-
-
-class EmptyLoadableError(LoadableError):
-    """A well-formed loadable with no tasks or no outputs."""
-
-
-class Section(enum.IntEnum):
-    META = 1
-    STRINGS = 2
-    TENSORS = 3
-    REGIONS = 4
-    TASKS = 5
-    INDICES = 6
-    QUANT_SCALE = 7
-    QUANT_ZP = 8
-    PAYLOAD = 9
-    WEIGHTS = 10
-    RELOCS = 11
-    DATA_RELOCS = 12
-    HOST = 13
-    HOST_DATA = 14
-
-
-_OPTIONAL_SECTIONS = (Section.HOST, Section.HOST_DATA)   # absent from 1.0 files
-
-
-class RegionKind(enum.IntEnum):
-    """What a memory region holds; WEIGHTS regions carry their initial contents, STATE
-    regions (one per variable of a stateful model, per inference request) their initial
-    value, kept from one inference to the next."""
-    WEIGHTS = 1
-    ACTIVATIONS = 2
-    INPUT = 3
-    OUTPUT = 4
-    SCRATCH = 5
-    STATE = 6
-
-
-class TensorFlags(enum.IntFlag):
-    NONE = 0
-    INPUT = 1
-    OUTPUT = 2
-    CONSTANT = 4
-    STATE = 8      # a variable kept between inferences (its region is a STATE region)
-
-
-_DTYPES = ["float32", "float16", "int8", "uint8", "int16", "int32", "int64", "bool"]
-
-# magic, major, minor, flags, header size, sections, file size, table offset, table CRC,
-# reserved, header CRC
-_HEADER = struct.Struct("<8sHHIIIQQI16sI")
-_SECTION = struct.Struct("<IIQQII")
-assert _HEADER.size == 64 and _SECTION.size == 32
-
-_TENSOR_DT = np.dtype([
-    ("name_off", "<u4"), ("name_len", "<u4"), ("dtype", "u1"), ("rank", "u1"), ("flags", "<u2"),
-    ("region", "<i4"), ("offset", "<u8"), ("size", "<u8"),
-    ("shape", "<u4", (MAX_RANK,)), ("strides", "<u8", (MAX_RANK,)),
-    ("q_index", "<u4"), ("q_count", "<u4"), ("q_axis", "<i4"), ("_pad", "<u4"),
-])
-_REGION_DT = np.dtype([
-    ("name_off", "<u4"), ("name_len", "<u4"), ("kind", "<u4"), ("alignment", "<u4"),
-    ("size", "<u8"), ("content_off", "<u8"), ("content_size", "<u8"),
-])
-_RELOC_DT = np.dtype([
-    ("task", "<u4"), ("offset", "<u4"), ("region", "<u4"), ("_pad", "<u4"), ("addend", "<u8"),
-])
-_DATA_RELOC_DT = np.dtype([
-    ("region", "<u4"), ("target", "<u4"), ("offset", "<u8"), ("addend", "<u8"),
-])
-_TASK_DT = np.dtype([
-    ("name_off", "<u4"), ("name_len", "<u4"), ("op_off", "<u4"), ("op_len", "<u4"),
-    ("meta_off", "<u4"), ("meta_len", "<u4"), ("opcode", "<u4"), ("core", "<i4"),
-    ("payload_off", "<u8"), ("payload_size", "<u8"),
-    ("deps_index", "<u4"), ("deps_count", "<u4"), ("tensors_index", "<u4"), ("tensors_count", "<u4"),
-    ("macs", "<u8"), ("bytes_moved", "<u8"),
-])
-
 
 @dataclass
 class MemoryRegion:
@@ -250,19 +172,20 @@ class HostStep:
     reason: str = ""           # why it is not on the chip
 
 
-def _align(n: int, a: int) -> int:
-    return (n + a - 1) // a * a
+@dataclass(frozen=True)
+class HostCall:
+    """One operator the host runs, as the compiler's HOST op carries it (:mod:`libnpu.host`
+    runs it); the loadable stores it as a :class:`HostStep`."""
+    kind: str            # "tflite" or "onnx"
+    model: bytes         # the cut sub-model (its inputs and outputs are the call's)
+    op: str              # the source operator's name ("REVERSE_V2", "CUSTOM:MyOp", "CumSum"; "A+B" for a run)
+    source: int          # its index in the source model (a run's first)
+    reason: str = ""     # why it is not on the NPU
 
-
-class _Strings:
-    def __init__(self) -> None:
-        self.buf = bytearray()
-
-    def add(self, s: str) -> tuple[int, int]:
-        b = s.encode()
-        off = len(self.buf)
-        self.buf += b
-        return off, len(b)
+    @property
+    def custom_name(self) -> str:
+        """The name a user registers an implementation under."""
+        return self.op.split(":", 1)[1] if self.op.startswith("CUSTOM:") else self.op
 
 
 @dataclass
@@ -330,7 +253,7 @@ class Loadable:
         """Byte offset of each task in :meth:`command_buffer`, plus its total size."""
         offsets, pos = [], 0
         for task in self.tasks:
-            pos = _align(pos, 8)
+            pos = align_up(pos, 8)
             offsets.append(pos)
             pos += len(task.payload)
         return offsets + [pos]
@@ -343,7 +266,7 @@ class Loadable:
             if r.content is not None and len(r.content) > r.size:
                 raise FormatError(f"region {i} ({r.name!r}): content {len(r.content)} bytes > size {r.size}")
         for i, t in enumerate(self.tensors):
-            if t.dtype not in _DTYPES:
+            if t.dtype not in DTYPES:
                 raise FormatError(f"tensor {i} ({t.name!r}): unknown dtype {t.dtype!r}")
             if len(t.shape) > MAX_RANK or len(t.strides) != len(t.shape):
                 raise FormatError(f"tensor {i} ({t.name!r}): rank {len(t.shape)} / strides mismatch")
@@ -429,7 +352,7 @@ class Loadable:
             raise FormatError(f"{len(region_bases)} region addresses given, {len(self.regions)} regions")
         out = bytearray()
         for task in self.tasks:
-            start = _align(len(out), 8)
+            start = align_up(len(out), 8)
             out += b"\0" * (start - len(out)) + task.payload
             for r in task.relocs:
                 struct.pack_into("<Q", out, start + r.offset, region_bases[r.region] + r.addend)
@@ -439,16 +362,16 @@ class Loadable:
     def to_bytes(self) -> bytes:
         """Serialize (validates first)."""
         self.validate()
-        strings = _Strings()
+        strings = Strings()
         indices: list[int] = []
         scales: list[float] = []
         zps: list[int] = []
 
-        trec = np.zeros(len(self.tensors), _TENSOR_DT)
+        trec = np.zeros(len(self.tensors), TENSOR_DT)
         for i, t in enumerate(self.tensors):
             r = trec[i]
             r["name_off"], r["name_len"] = strings.add(t.name)
-            r["dtype"], r["rank"], r["flags"] = _DTYPES.index(t.dtype), len(t.shape), int(t.flags)
+            r["dtype"], r["rank"], r["flags"] = DTYPES.index(t.dtype), len(t.shape), int(t.flags)
             r["region"], r["offset"], r["size"] = t.region, t.offset, t.nbytes
             r["shape"][:len(t.shape)] = t.shape
             r["strides"][:len(t.strides)] = t.strides
@@ -459,28 +382,28 @@ class Loadable:
                 zps.extend(np.asarray(t.zero_point, np.int64).tolist())
 
         weights = bytearray()
-        rrec = np.zeros(len(self.regions), _REGION_DT)
+        rrec = np.zeros(len(self.regions), REGION_DT)
         for i, reg in enumerate(self.regions):
             r = rrec[i]
             r["name_off"], r["name_len"] = strings.add(reg.name)
             r["kind"], r["alignment"], r["size"] = int(reg.kind), reg.alignment, reg.size
             if reg.content is not None:
-                off = _align(len(weights), max(reg.alignment, 64))
+                off = align_up(len(weights), max(reg.alignment, 64))
                 weights += b"\0" * (off - len(weights))
                 weights += bytes(reg.content)
                 r["content_off"], r["content_size"] = off, len(reg.content)
 
         payload = bytearray()
-        relocs = np.zeros(sum(len(t.relocs) for t in self.tasks), _RELOC_DT)
+        relocs = np.zeros(sum(len(t.relocs) for t in self.tasks), RELOC_DT)
         nrel = 0
-        krec = np.zeros(len(self.tasks), _TASK_DT)
+        krec = np.zeros(len(self.tasks), TASK_DT)
         for i, task in enumerate(self.tasks):
             r = krec[i]
             r["name_off"], r["name_len"] = strings.add(task.name)
             r["op_off"], r["op_len"] = strings.add(task.op)
             r["meta_off"], r["meta_len"] = strings.add(json.dumps(task.meta, sort_keys=True) if task.meta else "")
             r["opcode"], r["core"], r["macs"], r["bytes_moved"] = task.opcode, task.core, task.macs, task.bytes_moved
-            off = _align(len(payload), 8)
+            off = align_up(len(payload), 8)
             payload += b"\0" * (off - len(payload)) + bytes(task.payload)
             r["payload_off"], r["payload_size"] = off, len(task.payload)
             r["deps_index"], r["deps_count"] = len(indices), len(task.deps)
@@ -494,7 +417,7 @@ class Loadable:
         host_data = bytearray()
         host = []
         for step in self.host_steps:
-            off = _align(len(host_data), 8)
+            off = align_up(len(host_data), 8)
             host_data += b"\0" * (off - len(host_data)) + bytes(step.model)
             host.append(dict(name=step.name, kind=step.kind, op=step.op, after_task=step.after_task,
                              inputs=step.inputs, outputs=step.outputs, source=step.source, reason=step.reason,
@@ -512,33 +435,46 @@ class Loadable:
             (Section.PAYLOAD, bytes(payload), 8),
             (Section.RELOCS, relocs.tobytes(), 8),
             (Section.DATA_RELOCS, np.array([(r.region, r.target, r.offset, r.addend) for r in self.data_relocs],
-                                           _DATA_RELOC_DT).tobytes(), 8),
+                                           DATA_RELOC_DT).tobytes(), 8),
             (Section.WEIGHTS, bytes(weights), PAGE),
             (Section.HOST, json.dumps(host).encode(), 8),
             (Section.HOST_DATA, bytes(host_data), 8),
         ]
-        table_off = _HEADER.size
-        pos = table_off + _SECTION.size * len(sections)
+        table_off = HEADER.size
+        pos = table_off + SECTION.size * len(sections)
         table, body = [], bytearray()
         for kind, data, align in sections:
-            pos = _align(pos, align)
-            table.append(_SECTION.pack(kind, 0, pos, len(data), zlib.crc32(data), align))
-            body_start = pos - (table_off + _SECTION.size * len(sections))
+            pos = align_up(pos, align)
+            table.append(SECTION.pack(kind, 0, pos, len(data), zlib.crc32(data), align))
+            body_start = pos - (table_off + SECTION.size * len(sections))
             body += b"\0" * (body_start - len(body)) + data
             pos += len(data)
         file_size = pos
         table_bytes = b"".join(table)
-        header = _HEADER.pack(MAGIC, *VERSION, 0, _HEADER.size, len(sections), file_size,
+        header = HEADER.pack(MAGIC, *VERSION, 0, HEADER.size, len(sections), file_size,
                               table_off, zlib.crc32(table_bytes), b"\0" * 16, 0)
         header = header[:-4] + struct.pack("<I", zlib.crc32(header[:-4]))
         return header + table_bytes + bytes(body)
 
     def save(self, path: str | os.PathLike) -> None:
-        """Write atomically (temporary file + rename)."""
+        """Write atomically (temporary file + rename); an OSError names ``path``, and no
+        temporary file is left behind. The temporary file is a new one with a random name
+        (O_EXCL): a link someone planted beside ``path`` (in a cache directory others can
+        write) is never written through."""
         p = Path(path)
-        tmp = p.with_name(p.name + f".{os.getpid()}.tmp")
-        tmp.write_bytes(self.to_bytes())
-        os.replace(tmp, p)
+        tmp = p.with_name(f".{p.name}.{secrets.token_hex(8)}.tmp")
+        try:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666)
+            try:
+                with os.fdopen(fd, "wb") as f:
+                    f.write(self.to_bytes())
+                os.replace(tmp, p)
+            except BaseException:
+                with contextlib.suppress(OSError):
+                    tmp.unlink()
+                raise
+        except OSError as exc:
+            raise OSError(exc.errno, exc.strerror, os.fspath(path)) from None
 
     # reading ------------------------------------------------------------------------
     @classmethod
@@ -548,29 +484,29 @@ class Loadable:
         if not buf:
             raise BadMagicError("empty file (0 bytes), not an NPU loadable")
         if len(buf) < 8 and MAGIC.startswith(bytes(buf)):
-            raise TruncatedError(f"file is {len(buf)} bytes, shorter than the {_HEADER.size}-byte header")
+            raise TruncatedError(f"file is {len(buf)} bytes, shorter than the {HEADER.size}-byte header")
         if len(buf) < 8 or bytes(buf[:8]) != MAGIC:
             raise BadMagicError("not an NPU loadable (bad magic)")
-        if len(buf) < _HEADER.size:
-            raise TruncatedError(f"file is {len(buf)} bytes, shorter than the {_HEADER.size}-byte header")
-        magic, major, minor, flags, hsize, nsec, fsize, toff, tcrc, _, hcrc = _HEADER.unpack_from(buf)
+        if len(buf) < HEADER.size:
+            raise TruncatedError(f"file is {len(buf)} bytes, shorter than the {HEADER.size}-byte header")
+        magic, major, minor, flags, hsize, nsec, fsize, toff, tcrc, _, hcrc = HEADER.unpack_from(buf)
         if major != VERSION[0] or minor > VERSION[1]:
             raise VersionError(f"loadable format version {major}.{minor}; this reader supports "
                                f"{VERSION[0]}.0 to {VERSION[0]}.{VERSION[1]}")
-        if zlib.crc32(bytes(buf[:_HEADER.size - 4])) != hcrc:
+        if zlib.crc32(bytes(buf[:HEADER.size - 4])) != hcrc:
             raise ChecksumError("header checksum mismatch")
         if len(buf) < fsize:
             raise TruncatedError(f"file is {len(buf)} bytes, header declares {fsize}")
-        if toff + nsec * _SECTION.size > fsize:
+        if toff + nsec * SECTION.size > fsize:
             raise TruncatedError("section table runs past the end of the file")
-        if len(buf) < toff + nsec * _SECTION.size:
+        if len(buf) < toff + nsec * SECTION.size:
             raise TruncatedError(f"file is {len(buf)} bytes, too short for its section table")
-        if zlib.crc32(buf[toff:toff + nsec * _SECTION.size]) != tcrc:
+        if zlib.crc32(buf[toff:toff + nsec * SECTION.size]) != tcrc:
             raise ChecksumError("section table checksum mismatch")
         secs: dict[int, memoryview] = {}
-        covered = [(0, _HEADER.size), (toff, toff + nsec * _SECTION.size)]
+        covered = [(0, HEADER.size), (toff, toff + nsec * SECTION.size)]
         for i in range(nsec):
-            kind, _, off, size, crc, _ = _SECTION.unpack_from(buf, toff + i * _SECTION.size)
+            kind, _, off, size, crc, _ = SECTION.unpack_from(buf, toff + i * SECTION.size)
             label = Section(kind).name if kind in Section._value2member_map_ else f"#{kind}"
             if kind in secs:
                 raise FormatError(f"section {label} appears twice")
@@ -589,7 +525,7 @@ class Loadable:
             pos = max(pos, end)
         if fsize > pos and any(buf[pos:fsize]):
             raise FormatError(f"non-zero padding at bytes {pos}..{fsize}")
-        missing = [s.name for s in Section if s not in secs and s not in _OPTIONAL_SECTIONS]
+        missing = [s.name for s in Section if s not in secs and s not in OPTIONAL_SECTIONS]
         if missing:
             raise FormatError(f"missing sections: {', '.join(missing)}")
         return cls._decode(secs)
@@ -627,7 +563,7 @@ class Loadable:
         payload, weights = secs[Section.PAYLOAD], secs[Section.WEIGHTS]
 
         regions = []
-        for i, r in enumerate(records(Section.REGIONS, _REGION_DT)):
+        for i, r in enumerate(records(Section.REGIONS, REGION_DT)):
             what = f"region {i}"
             if r["kind"] not in RegionKind._value2member_map_:
                 raise FormatError(f"{what}: unknown kind {r['kind']}")
@@ -640,10 +576,10 @@ class Loadable:
             regions.append(MemoryRegion(string(r["name_off"], r["name_len"], what), RegionKind(int(r["kind"])),
                                         int(r["size"]), int(r["alignment"]), content))
         tensors = []
-        for i, r in enumerate(records(Section.TENSORS, _TENSOR_DT)):
+        for i, r in enumerate(records(Section.TENSORS, TENSOR_DT)):
             what = f"tensor {i}"
             rank = int(r["rank"])
-            if rank > MAX_RANK or r["dtype"] >= len(_DTYPES):
+            if rank > MAX_RANK or r["dtype"] >= len(DTYPES):
                 raise FormatError(f"{what}: bad rank {rank} or dtype code {r['dtype']}")
             scale = zp = None
             if r["q_count"]:
@@ -651,13 +587,13 @@ class Loadable:
                 zp = pool(qzp, int(r["q_index"]), int(r["q_count"]), what).astype(np.int64)
             tensors.append(TensorDesc(
                 string(r["name_off"], r["name_len"], what), tuple(int(d) for d in r["shape"][:rank]),
-                _DTYPES[r["dtype"]], int(r["region"]), int(r["offset"]),
+                DTYPES[r["dtype"]], int(r["region"]), int(r["offset"]),
                 tuple(int(s) for s in r["strides"][:rank]), scale, zp, int(r["q_axis"]),
                 TensorFlags(int(r["flags"]))))
         tasks: list[Task] = []
-        task_records = records(Section.TASKS, _TASK_DT)
+        task_records = records(Section.TASKS, TASK_DT)
         reloc_lists: list[list[Reloc]] = [[] for _ in range(len(task_records))]
-        for r in records(Section.RELOCS, _RELOC_DT):
+        for r in records(Section.RELOCS, RELOC_DT):
             if r["task"] >= len(task_records):
                 raise FormatError(f"relocation for task {r['task']}, which does not exist")
             reloc_lists[int(r["task"])].append(Reloc(int(r["offset"]), int(r["region"]), int(r["addend"])))
@@ -678,7 +614,7 @@ class Loadable:
                 pool(indices, int(r["tensors_index"]), int(r["tensors_count"]), what).tolist(),
                 int(r["macs"]), int(r["bytes_moved"]), int(r["core"]), tmeta, reloc_lists[i]))
         data_relocs = [DataReloc(int(r["region"]), int(r["offset"]), int(r["target"]), int(r["addend"]))
-                       for r in records(Section.DATA_RELOCS, _DATA_RELOC_DT)]
+                       for r in records(Section.DATA_RELOCS, DATA_RELOC_DT)]
         host_steps = _decode_host(secs)
         name = meta.pop("name", "model") if isinstance(meta, dict) else "model"
         result = cls(name, tensors, regions, tasks, meta if isinstance(meta, dict) else {}, data_relocs,

@@ -10,10 +10,10 @@ and hand results back in a tuple instead of through out-pointers::
     err = NvDlaSubmit(session, dev, [task])
 
 ``address_list[0]`` of a task is the memory holding its command buffer (task
-descriptors, firmware_sim/spec/tasks.py); the rest are the buffers it uses.
+descriptors, npu_hw/tasks.py); the rest are the buffers it uses.
 The NvError values are this module's own; only the names follow NVDLA.  ``createRuntime()``
 gives NVDLA's IRuntime (``load(buf, instance)``, ``getMaxDevices``, tensor descriptors,
-``bindInputTensor``, ``submit``...) over :class:`libnpu.runtime.Runtime`.
+``bindInputTensor``, ``submit``...) over :class:`libnpu.nvdla_runtime.Runtime`.
 """
 from __future__ import annotations
 
@@ -26,9 +26,9 @@ import numpy as np
 
 from kmd_fuse.uapi import NpuError
 from libnpu.loadable import TensorDesc
+from libnpu.nvdla_runtime import Runtime
 from libnpu.portability import MEM_RW, Device, Memory, Session
 from libnpu.properties import available_devices
-from libnpu.runtime import Runtime
 
 log = logging.getLogger("libnpu.nvdla")
 
@@ -150,7 +150,7 @@ def NvDlaDebugPrintf(fmt: str, *args) -> None:
 
 
 class IRuntime:
-    """NVDLA's IRuntime names over :class:`libnpu.runtime.Runtime`, for ported UMD code.
+    """NVDLA's IRuntime names over :class:`libnpu.nvdla_runtime.Runtime`, for ported UMD code.
 
     Methods that NVDLA gives an ``NvDlaError`` return an :class:`NvError` (with the result
     in a tuple); ``load`` returns a bool as NVDLA's does.  ``load`` takes the loadable's

@@ -12,9 +12,9 @@ Each request has a worker thread of its own: ``run`` copies the inputs in and wa
 and the worker submits the job and waits for it in one round trip to the driver (SUBMIT
 with WAIT: half the requests a submit-then-WAIT costs, which shows on a busy 2-vCPU
 machine); no thread is started per inference.  Callbacks run in those workers; an
-exception a callback raises is logged and the pool carries on.  A callback may take and
-run tasks, but must not close the pool or its model (``close`` waits for the running
-tasks, the callback's own among them).
+exception a callback raises (``SystemExit`` and ``KeyboardInterrupt`` too) is logged and
+the pool carries on.  A callback may take and run tasks, and may close the pool or its
+model: ``close`` then waits for the other running tasks, not for the callback's own.
 """
 from __future__ import annotations
 
@@ -24,14 +24,40 @@ import queue
 import threading
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import numpy as np
 
-if TYPE_CHECKING:
-    from libnpu.runtime import CompiledModel, InferRequest, Inputs
+from libnpu.errors import ClosedError
+from libnpu.profiling import InferenceProfile, Timing
+from libnpu.tensors import Inputs
 
 log = logging.getLogger("libnpu.pool")
+
+
+class PoolRequest(Protocol):
+    """What a pool asks of its requests (``libnpu.inference.InferRequest`` answers). A
+    protocol, so that this module imports nothing of the runtime, which imports it."""
+
+    timing: Timing
+    profile: InferenceProfile | None
+
+    def set_inputs(self, inputs: Inputs) -> None: ...
+
+    def run_sync(self, started: float) -> None: ...
+
+    def outputs(self, dequantized: bool = False) -> list[np.ndarray]: ...
+
+    def release(self) -> None: ...
+
+
+class PoolModel(Protocol):
+    """What a pool asks of its model (``libnpu.inference.CompiledModel`` answers)."""
+
+    def create_request(self) -> PoolRequest: ...
+
+    def _forget_pool(self, pool: RequestPool) -> None: ...
+
 
 OutputCallback = Callable[["Task", list[np.ndarray]], None]
 ErrorCallback = Callable[["Task", Exception], None]
@@ -41,7 +67,7 @@ FinishCallback = Callable[["Task"], None]
 class Task:
     """One request of a pool, handed out by ``get_task``: fill it with ``run``."""
 
-    def __init__(self, pool: RequestPool, request_id: int, request: InferRequest):
+    def __init__(self, pool: RequestPool, request_id: int, request: PoolRequest):
         self.pool, self.request_id, self.request = pool, request_id, request
         self.id = 0                     # this run's id, unique in the pool (set by run)
         self.context: Any = None        # what the caller passed to run, for its callbacks
@@ -52,12 +78,12 @@ class Task:
         self._started_at = 0.0
 
     @property
-    def timing(self):
-        """Wall latency and simulated device time of the last run (``runtime.Timing``)."""
+    def timing(self) -> Timing:
+        """Wall latency and simulated device time of the last run."""
         return self.request.timing
 
     @property
-    def profile(self):
+    def profile(self) -> InferenceProfile | None:
         """The last run's per-layer profile (with PERF_COUNT on), else None."""
         return self.request.profile
 
@@ -86,13 +112,13 @@ class Task:
 class RequestPool:
     """``max_batch`` requests of one model; see the module doc."""
 
-    def __init__(self, model: CompiledModel, max_batch: int, on_output: OutputCallback | None = None,
+    def __init__(self, model: PoolModel, max_batch: int, on_output: OutputCallback | None = None,
                  on_error: ErrorCallback | None = None, on_finish: FinishCallback | None = None):
         if max_batch < 1:
             raise ValueError(f"max_batch must be >= 1, got {max_batch}")
         self.model, self.max_batch = model, max_batch
         self.on_output, self.on_error, self.on_finish = on_output, on_error, on_finish
-        self._free: queue.SimpleQueue[Task] = queue.SimpleQueue()
+        self._free: queue.SimpleQueue[Task | None] = queue.SimpleQueue()   # None: closed, wake up
         self._ids = itertools.count(1)
         self._running = 0
         self._idle = threading.Condition()
@@ -130,10 +156,11 @@ class RequestPool:
         except queue.Empty:
             return None
 
-    def _take(self, task: Task) -> Task:
-        if self._closed:                # closed while we waited: nothing runs any more
-            self._free.put(task)
+    def _take(self, task: Task | None) -> Task:
+        if task is None or self._closed:    # closed while we waited: nothing runs any more
+            self._free.put(task)            # (None wakes the next thread blocked in get_task)
             self._check_open()
+        assert task is not None, "None is put only once the pool is closed"
         task._held = True
         return task
 
@@ -144,7 +171,6 @@ class RequestPool:
 
     def _check_open(self) -> None:
         if self._closed:
-            from libnpu.runtime import ClosedError
             raise ClosedError("this request pool is closed")
 
     # ---- running ----
@@ -189,7 +215,7 @@ class RequestPool:
             return
         try:
             callback(*args)
-        except Exception:  # noqa: BLE001 - a callback's bug must not stop the pool
+        except BaseException:  # noqa: BLE001 - a callback's bug (even sys.exit()) must not stop its worker
             log.exception("request pool callback %r failed", callback)
 
     def all_done(self) -> bool:
@@ -203,11 +229,16 @@ class RequestPool:
             return self._idle.wait_for(lambda: self._running == 0, timeout)
 
     def close(self) -> None:
-        """Wait for the running tasks, stop the workers and free every request's memory."""
+        """Wait for the running tasks, stop the workers and free every request's memory.
+        From a callback, it waits for the other running tasks (the callback's own task ends
+        when the callback returns)."""
         if self._closed:
             return
         self._closed = True
-        self.wait_all()
+        self._free.put(None)            # wakes the threads blocked in get_task: ClosedError
+        own = 1 if threading.current_thread() in self._workers else 0
+        with self._idle:
+            self._idle.wait_for(lambda: self._running <= own)
         for task, worker in zip(self.tasks, self._workers):
             task._wake.put(False)
             if worker is not threading.current_thread():

@@ -30,13 +30,14 @@ from typing import Any
 
 import numpy as np
 
-from firmware_sim.spec import queues as queue_spec
-from firmware_sim.spec import tasks as task_spec
 from kmd_fuse import uapi
 from kmd_fuse.uapi import NpuError, sysfs_layout
 from libnpu import properties
+from libnpu.errors import JobError
 from libnpu.transport import BufferSocket, DeviceFile
 from libnpu.user_queue import QueueFence, UserQueue
+from npu_hw import queues as queue_spec
+from npu_hw import tasks as task_spec
 
 log = logging.getLogger("libnpu")
 
@@ -48,10 +49,6 @@ QUEUE_RETRY_S = 1.0     # a device that could not give the runtime a user queue 
 def _fields(reply) -> list[str]:
     """A reply struct's fields that carry facts (not its pad and reserved space)."""
     return [name for name in dir(reply) if name != "pad" and not name.startswith("reserved")]
-
-
-class JobError(NpuError):
-    """A job the device ran and failed (IOMMU fault, bus error, timeout, bad descriptor)."""
 
 
 def default_devroot() -> Path:
@@ -105,7 +102,7 @@ class CommandBuffer:
         self.used = 0
 
     def add(self, task: str, flags: int = 0, **fields) -> None:
-        """Append one task descriptor (see firmware_sim/spec/tasks.py for the fields)."""
+        """Append one task descriptor (see npu_hw/tasks.py for the fields)."""
         blob = task_spec.encode_task(task, flags, **fields)
         if self.used + len(blob) > self.memory.size:
             raise ValueError(f"command buffer full ({self.memory.size} bytes)")
@@ -137,7 +134,7 @@ class Fence:
 
     async def wait_async(self, timeout: float | None = None) -> Fence:
         """``wait`` for trio programs: the event loop keeps running meanwhile."""
-        import trio
+        import trio  # only trio programs call this: a plain `import libnpu` does not load trio
         return await trio.to_thread.run_sync(self.wait, timeout)
 
     @property
@@ -184,6 +181,16 @@ class JobTiming:
     def via_queue(self) -> bool:
         """A user-queue job (its fence is a queue fence): no driver between client and core."""
         return bool(self.fence & uapi.NPU_QUEUE_FENCE_BIT)
+
+
+def _job_span(commands: CommandBuffer | Memory | None, size: int | None, offset: int) -> tuple[int, int]:
+    """(device address, size) of a job's task descriptors: a command buffer's used bytes,
+    a buffer's bytes from ``offset`` (``size`` of them when given), none for ``None``."""
+    if isinstance(commands, CommandBuffer):
+        return commands.address, commands.used if size is None else size
+    if isinstance(commands, Memory):
+        return commands.address + offset, commands.size - offset if size is None else size
+    return 0, 0
 
 
 @dataclass(frozen=True)
@@ -323,13 +330,11 @@ class Device:
                        timeout_ms: int = 0, wait: bool = False, profile: bool = False) -> PreparedSubmit:
         """The SUBMIT request ``submit`` would send, to send later (any number of times)."""
         req = uapi.new_payload(uapi.NPU_CMD_SUBMIT)
+        req.cmd_iova, req.cmd_size = _job_span(commands, size, offset)
         handles: list[int] = []
         if isinstance(commands, CommandBuffer):
-            req.cmd_iova, req.cmd_size = commands.address, commands.used if size is None else size
             handles.append(commands.memory.handle)
         elif isinstance(commands, Memory):
-            req.cmd_iova = commands.address + offset
-            req.cmd_size = commands.size - offset if size is None else size
             handles.append(commands.handle)
         for memory in buffers:
             if memory.handle not in handles:
@@ -453,7 +458,7 @@ class Device:
     async def run_async(self, commands: CommandBuffer | Memory | None, buffers: Iterable[Memory] = (),
                         **options) -> Fence:
         """``run`` for trio programs (the blocking round trip happens in a worker thread)."""
-        import trio
+        import trio  # only trio programs call this: a plain `import libnpu` does not load trio
         return await trio.to_thread.run_sync(lambda: self.run(commands, buffers, **options))
 
     def get_profile(self, fence: Fence | QueueFence | int) -> JobTiming:
@@ -565,24 +570,14 @@ class Device:
         """``submit`` on a user queue: the command buffer as ``submit`` takes it (no buffer
         list: the chip's IOMMU checks every access in this context's address space).
         ``profile``: the chip times the job's tasks (``get_profile(fence)`` once it is done)."""
-        flags = queue_spec.ENTRY_PROFILE if profile else 0
-        if isinstance(commands, CommandBuffer):
-            return queue.submit(commands.address, commands.used if size is None else size, timeout_ms, flags)
-        if isinstance(commands, Memory):
-            return queue.submit(commands.address + offset, commands.size - offset if size is None else size,
-                                timeout_ms, flags)
-        return queue.submit(0, 0, timeout_ms, flags)
+        return queue.submit(*_job_span(commands, size, offset), timeout_ms,
+                            queue_spec.ENTRY_PROFILE if profile else 0)
 
     def queue_run(self, queue: UserQueue, commands: CommandBuffer | Memory | None, *, size: int | None = None,
                   offset: int = 0, timeout_ms: int = 0, timeout: float | None = None) -> QueueFence:
         """``queue_submit`` and wait, in one call into the queue's C client: raises JobError
         if the job failed, TimeoutError after ``timeout`` seconds (the job stays queued)."""
-        if isinstance(commands, CommandBuffer):
-            return queue.run(commands.address, commands.used if size is None else size, timeout_ms, timeout)
-        if isinstance(commands, Memory):
-            return queue.run(commands.address + offset, commands.size - offset if size is None else size,
-                             timeout_ms, timeout)
-        return queue.run(0, 0, timeout_ms, timeout)
+        return queue.run(*_job_span(commands, size, offset), timeout_ms, timeout)
 
     def reset(self) -> int:
         """Reset the device (root only); returns the reset count."""

@@ -1,4 +1,7 @@
-"""Per-layer profiles of inferences (PERF_COUNT), as OpenVINO's ``get_profiling_info``.
+"""Per-layer profiles of inferences (PERF_COUNT), as OpenVINO's ``get_profiling_info``, and every inference's times.
+
+Every inference records its ``Timing`` (the wall latency, the simulated device time, the
+core's own time on the job): ``request.timing``.
 
 With the property ``PERF_COUNT`` on, each inference is submitted with
 ``NPU_SUBMIT_PROFILE``: the chip times every task (one task per layer of the compiled
@@ -18,10 +21,20 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
-from firmware_sim.spec import ops as _ops  # noqa: F401 (registers the operators' task types, for their names)
-from firmware_sim.spec import tasks as task_spec
 from libnpu.loadable import Loadable
 from libnpu.portability import JobTiming
+from npu_hw import ops as _ops  # noqa: F401 (registers the operators' task types, for their names)
+from npu_hw import tasks as task_spec
+
+
+@dataclass
+class Timing:
+    """The last inference's times: ``latency_s`` (wall, from the call to its end),
+    ``device_time_ns`` (the simulated device's time) and ``chip_ns`` (the core's own wall
+    time on the job, when the job path reports it: user-queue jobs; 0 otherwise)."""
+    latency_s: float = 0.0
+    device_time_ns: int = 0
+    chip_ns: int = 0
 
 
 @dataclass(frozen=True)

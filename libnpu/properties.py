@@ -1,7 +1,7 @@
 """Properties of a device and of a compiled model, by OpenVINO's NPU names and semantics.
 
 ``device.get_property("DEVICE_UUID")``, ``device.set_property({"PERFORMANCE_HINT":
-"THROUGHPUT"})``, and the same two methods on a :class:`~libnpu.runtime.CompiledModel`.
+"THROUGHPUT"})``, and the same two methods on a :class:`~libnpu.inference.CompiledModel`.
 Keys are OpenVINO's own strings (``ov::hint::performance_mode`` is ``"PERFORMANCE_HINT"``,
 ``ov::enable_profiling`` is ``"PERF_COUNT"``, ``ov::intel_npu::tiles`` is ``"NPU_TILES"``...);
 each also has the lower-case name `npu info --json` and `npu run --json` print it under
@@ -23,13 +23,11 @@ import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-from firmware_sim.spec import profiles
 from kmd_fuse import uapi
-
-if TYPE_CHECKING:
-    from libnpu.portability import Device
+from libnpu.errors import PropertyError
+from npu_hw import profiles
 
 HINTS = ("LATENCY", "THROUGHPUT", "CUMULATIVE_THROUGHPUT")
 PRIORITIES = {"LOW": uapi.NPU_PRIO_LOW, "MEDIUM": uapi.NPU_PRIO_NORMAL, "HIGH": uapi.NPU_PRIO_HIGH}
@@ -39,8 +37,20 @@ REQUESTS_PER_TILE = 2      # THROUGHPUT: one job running on each core and one qu
 MAX_ASYNC_REQUESTS = 64    # requests one open file may have in flight in the driver (NPU_PARAM_MAX_OUTSTANDING)
 
 
-class PropertyError(ValueError):
-    """A property that cannot be set: read-only, or fixed once the model was loaded."""
+class DeviceQueries(Protocol):
+    """What the properties ask of a device (``portability.Device`` answers): its node, its
+    number, GET_INFO and GET_PARAM.  A protocol, so that this module, which the portability
+    layer imports, imports nothing of it."""
+
+    @property
+    def path(self) -> Path: ...
+
+    @property
+    def instance(self) -> int: ...
+
+    def info(self) -> dict: ...
+
+    def param(self, param: int | str) -> int: ...
 
 
 # ---- value checks ----
@@ -172,7 +182,7 @@ def apply_log_level(settings: Mapping[str, Any]) -> None:
 
 
 # ---- device facts ----
-def device_facts(device: Device) -> dict[str, Any]:
+def device_facts(device: DeviceQueries) -> dict[str, Any]:
     """The read-only facts of a device, from GET_INFO and GET_PARAM."""
     info = device.info()
     param = device.param
@@ -244,7 +254,7 @@ def value(settings: Mapping[str, Any], facts: Callable[[], Mapping[str, Any]], n
     return known[key]
 
 
-def snapshot(settings: Mapping[str, Any], device: Device, *, model: bool) -> dict[str, Any]:
+def snapshot(settings: Mapping[str, Any], device: DeviceQueries, *, model: bool) -> dict[str, Any]:
     """Every property by JSON name (what `npu info --json` and `npu run --json` print)."""
     facts = device_facts(device)
     out: dict[str, Any] = {}

@@ -38,9 +38,10 @@ import time
 import weakref
 from collections.abc import Callable
 
-from firmware_sim.spec import queues
 from kmd_fuse.uapi import NpuError
 from libnpu.capi import queue_native
+from libnpu.errors import JobError
+from npu_hw import queues
 
 SPIN_S = float(os.environ.get("NPU_QUEUE_SPIN_US", "200")) / 1e6   # polling before sleeping on the completion line
 CONTENDED_SPIN_S = float(os.environ.get("NPU_QUEUE_CONTENDED_SPIN_US", "0")) / 1e6   # ... while the CPUs are all wanted
@@ -148,7 +149,6 @@ class QueueFence:
     def wait(self, timeout: float | None = None) -> QueueFence:
         """Block until the job is done; raises JobError if it failed, TimeoutError on timeout,
         NpuError if the queue stopped (the device was reset, the context closed)."""
-        from libnpu.portability import JobError
         try:
             self.queue.wait(self, timeout)
         except NpuError as exc:
@@ -160,7 +160,7 @@ class QueueFence:
         return self
 
     async def wait_async(self, timeout: float | None = None) -> QueueFence:
-        import trio
+        import trio  # only trio programs call this: a plain `import libnpu` does not load trio
         return await trio.to_thread.run_sync(self.wait, timeout)
 
     @property
@@ -317,9 +317,22 @@ class UserQueue:
         fence = QueueFence(self, seq)
         _fill(fence, record)
         if fence.status:
-            from libnpu.portability import JobError
             raise JobError(-fence.status, "job", f"queue {self.id} job {seq} failed")
         return fence
+
+    def try_submit(self, cmd_iova: int, cmd_size: int, *, wait: bool = False, flags: int = 0) -> QueueFence | None:
+        """The job on this queue for a caller that has another way to run it (the runtime:
+        SUBMIT): ``run`` with ``wait``, else ``submit``. None when the queue stopped (a reset)
+        or was closed before the job went in: the caller runs it the other way (and gets a
+        new queue next time). A job that went in and failed raises as ``run`` does."""
+        # run: only a job that never went in may go another way (NotQueued); a failed one raises
+        put, refused = (self.run, NotQueued) if wait else (self.submit, NpuError)
+        try:
+            return put(cmd_iova, cmd_size, flags=flags)
+        except refused as exc:
+            if exc.errno not in (errno.ECANCELED, errno.EBADF, errno.ENODEV):
+                raise
+            return None
 
     def ring(self) -> None:
         """Wake the serving core (the doorbell is a pipe: a full one has a wake-up pending)."""

@@ -7,7 +7,7 @@ softmax), ``pooling`` (max, average, mean), ``layout`` (concat, reshape, transpo
 strided slice), ``resize`` (bilinear, nearest). ``fixedpoint`` / ``gemmlowp`` hold the
 integer arithmetic, ``gemm`` the exact float-BLAS products. Which descriptor runs which kernel, and what it
 costs, is declared per compute unit in ``firmware_sim.units``.
-Quantization parameters come from ``firmware_sim.spec.fixedpoint``, which derives them
+Quantization parameters come from ``npu_hw.fixedpoint``, which derives them
 from tensor scales exactly as TFLite's Prepare functions do.
 
 Facts that decide byte-exactness (measured against LiteRT 2.3.0, see tests/kernels):

@@ -104,7 +104,7 @@ def _prelu_int16(x: np.ndarray, alpha: np.ndarray, *, zero_points: tuple[int, in
 def prelu_int16_per_channel(x: np.ndarray, alpha: np.ndarray, *, params: np.ndarray, input1_zp: int = 0,
                             input2_zp: int = 0, output_zp: int = 0, out: np.ndarray | None = None) -> np.ndarray:
     """int16 PRELU whose output channel c (the last axis) uses ``params[c]``, int32
-    ``[channels, 4]``: ``spec.ops.PRELU16_CHANNEL_PARAMS`` (the int16 PRELU's arithmetic
+    ``[channels, 4]``: ``npu_hw.ops.PRELU16_CHANNEL_PARAMS`` (the int16 PRELU's arithmetic
     with that channel's multipliers and shifts)."""
     if x.dtype != np.int16:
         raise TypeError(f"input1 must be int16, got {x.dtype}")

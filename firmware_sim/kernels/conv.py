@@ -299,7 +299,7 @@ def conv2d(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None, *,
 
     x: int8 (N, H, W, Cin); w: int8 (Cout, KH, KW, Cin / groups), zero point 0;
     bias: int32 (Cout,) or None; stride/dilation (h, w); padding (top, left) before the
-    image (see ``spec.ops.conv_geometry``); out_hw the output (OH, OW);
+    image (see ``npu_hw.ops.conv_geometry``); out_hw the output (OH, OW);
     multiplier/shift int32 (Cout,) or (1,). Returns int8 (N, OH, OW, Cout).
     """
     return _conv2d(x, w, bias, stride, dilation, padding, out_hw, input_zp, output_zp,

@@ -270,7 +270,7 @@ def add_int16_per_channel(a: np.ndarray, b: np.ndarray, *, left_shift: int, para
                           act_min: int = INT16_MIN, act_max: int = INT16_MAX,
                           out: np.ndarray | None = None) -> np.ndarray:
     """int16 ADD whose output channel c (the last axis) is requantized with ``params[c]``,
-    int32 ``[channels, 6]``: ``spec.ops.ADD16_CHANNEL_PARAMS`` (:func:`add_int16`'s
+    int32 ``[channels, 6]``: ``npu_hw.ops.ADD16_CHANNEL_PARAMS`` (:func:`add_int16`'s
     arithmetic with that channel's multipliers and shifts)."""
     shape = broadcast_out_shape(a, b, out, np.int16)
     m1, s1, m2, s2, mo, so = channel_columns(params, shape[-1] if shape else 1, 6)

@@ -1,7 +1,7 @@
 """The chip's compute units: one module per unit declares, for each opcode it serves,
 the handler that runs a descriptor and its cost (see ``units.common.unit``).
 
-The descriptor layouts and opcodes stay in ``firmware_sim.spec`` (the hardware interface
+The descriptor layouts and opcodes stay in ``npu_hw`` (the hardware interface
 the compiler reads too); everything the chip does with them lives beside each other here.
 Every module of this package is a unit: adding one is adding a module.
 

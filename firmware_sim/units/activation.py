@@ -1,12 +1,12 @@
 """The activation unit: RELU (RELU / RELU6 / RELU_N1_TO_1 by their range), LUT (LOGISTIC,
-TANH by their table) and SOFTMAX (descriptors: ``spec.ops``)."""
+TANH by their table) and SOFTMAX (descriptors: ``npu_hw.ops``)."""
 from __future__ import annotations
 
 import numpy as np
 
 from firmware_sim.kernels import activations, int16x8
-from firmware_sim.spec import ops
-from firmware_sim.spec.sigmoid16 import INT16_LUT_SIZE
+from npu_hw import ops
+from npu_hw.sigmoid16 import INT16_LUT_SIZE
 
 from .common import Rerun, count, dims, unit
 from .elementwise import flat_cost

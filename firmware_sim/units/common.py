@@ -2,7 +2,7 @@
 that a unit's module fills with one :func:`unit` declaration per opcode.
 
 A unit module declares, for each opcode it serves (the descriptor layout and the opcode
-are in ``firmware_sim.spec``, the hardware interface the compiler also reads), the
+are in ``npu_hw``, the hardware interface the compiler also reads), the
 handler that runs a descriptor and the cost model of the chip's timing. Handlers read
 their operands through the DMA engine (every access is IOMMU-checked), run the kernel
 and write the result in place into the output view. A handler may return a *rerun*: a
@@ -21,7 +21,7 @@ import numpy as np
 from firmware_sim import caches
 from firmware_sim.errors import InvalidCommand
 from firmware_sim.kernels import native
-from firmware_sim.spec import ops, tasks
+from npu_hw import ops, tasks
 
 __all__ = ["OpDescriptorError", "Handler", "Rerun", "Cost", "Unit", "UNITS", "unit", "dims", "ranked",
            "count", "frozen", "plan", "Plan", "prod", "act_dtype", "int16_zero_points",

@@ -1,4 +1,4 @@
-"""The convolution unit: CONV_2D and DEPTHWISE_CONV_2D (descriptor: ``spec.ops``), int8 or,
+"""The convolution unit: CONV_2D and DEPTHWISE_CONV_2D (descriptor: ``npu_hw.ops``), int8 or,
 with ``OPF_INT16``, int16 x int8 (int64 bias), or with ``OPF_INT16 | OPF_WEIGHTS16`` int16 x
 int16 (our formula, ``kernels.int16x16``)."""
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from firmware_sim.kernels import conv, int16x8, int16x16
-from firmware_sim.spec import ops
+from npu_hw import ops
 
 from .common import OpDescriptorError, Rerun, dims, frozen, int16_zero_points, plan, unit
 

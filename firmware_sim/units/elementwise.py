@@ -1,5 +1,5 @@
 """The elementwise unit: ADD, MUL and the (re/de)quantization ops QUANTIZE, REQUANTIZE,
-DEQUANTIZE (descriptors: ``spec.ops``), int8 or int16 (``OPF_INT16``, ``OPF_INT16_INPUT``),
+DEQUANTIZE (descriptors: ``npu_hw.ops``), int8 or int16 (``OPF_INT16``, ``OPF_INT16_INPUT``),
 and ADD16_PER_CHANNEL (int16, one requantization per output channel)."""
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from collections.abc import Callable
 import numpy as np
 
 from firmware_sim.kernels import elementwise, int16x8
-from firmware_sim.spec import ops
+from npu_hw import ops
 
 from .common import (
     Rerun,

@@ -1,11 +1,11 @@
-"""The fully connected unit: FULLY_CONNECTED (descriptor: ``spec.tasks``)."""
+"""The fully connected unit: FULLY_CONNECTED (descriptor: ``npu_hw.tasks``)."""
 from __future__ import annotations
 
 import numpy as np
 
 from firmware_sim.kernels import fully_connected as fc
 from firmware_sim.kernels import int16x8, int16x16
-from firmware_sim.spec import ops, tasks
+from npu_hw import ops, tasks
 
 from .common import OpDescriptorError, Rerun, dims, frozen, int16_zero_points, plan, unit
 

@@ -1,12 +1,12 @@
 """The data movement unit: CONCATENATION, RESHAPE, TRANSPOSE, PAD, STRIDED_SLICE, GATHER
-(descriptors: ``spec.ops``). No arithmetic: their cost is bytes only. CONCATENATION and
+(descriptors: ``npu_hw.ops``). No arithmetic: their cost is bytes only. CONCATENATION and
 RESHAPE move bytes; the others move int8, or int16 elements with ``OPF_INT16``."""
 from __future__ import annotations
 
 import numpy as np
 
 from firmware_sim.kernels import layout
-from firmware_sim.spec import ops
+from npu_hw import ops
 
 from .common import OpDescriptorError, act_dtype, count, dims, prod, ranked, unit
 

@@ -1,12 +1,12 @@
 """The math unit: PRELU (also PRELU16_PER_CHANNEL), SQUARED_DIFFERENCE, SUB, MAXIMUM, MINIMUM, DIV (broadcasting
 binary ops), HARD_SWISH, LEAKY_RELU, RSQRT, ABS (unary integer formulas) and the row ops
-L2_NORMALIZATION and LOG_SOFTMAX (descriptors: ``spec.ops``)."""
+L2_NORMALIZATION and LOG_SOFTMAX (descriptors: ``npu_hw.ops``)."""
 from __future__ import annotations
 
 import numpy as np
 
 from firmware_sim.kernels import binary, normalization, unary
-from firmware_sim.spec import ops
+from npu_hw import ops
 
 from .common import act_dtype, count, dims, parse_binary, parse_binary_per_channel, plan, prod, unit
 from .elementwise import flat_cost, int16_binary_cost

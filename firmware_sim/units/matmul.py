@@ -1,10 +1,10 @@
-"""The matrix unit for two activations: BATCH_MATMUL (descriptor: ``spec.ops``)."""
+"""The matrix unit for two activations: BATCH_MATMUL (descriptor: ``npu_hw.ops``)."""
 from __future__ import annotations
 
 import numpy as np
 
 from firmware_sim.kernels import matmul
-from firmware_sim.spec import ops
+from npu_hw import ops
 
 from .common import OpDescriptorError, prod, ranked, unit
 

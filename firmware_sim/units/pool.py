@@ -1,10 +1,10 @@
-"""The pooling unit: MAX_POOL_2D, AVERAGE_POOL_2D and MEAN (descriptors: ``spec.ops``)."""
+"""The pooling unit: MAX_POOL_2D, AVERAGE_POOL_2D and MEAN (descriptors: ``npu_hw.ops``)."""
 from __future__ import annotations
 
 import numpy as np
 
 from firmware_sim.kernels import pooling
-from firmware_sim.spec import ops
+from npu_hw import ops
 
 from .common import OpDescriptorError, Rerun, act_dtype, dims, plan, prod, ranked, unit
 

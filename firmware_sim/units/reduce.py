@@ -1,11 +1,11 @@
 """The reduction unit: SUM, REDUCE_MAX, REDUCE_MIN, REDUCE_L2 over any axes, ARG_MAX and
-ARG_MIN along one (descriptors: ``spec.ops``)."""
+ARG_MIN along one (descriptors: ``npu_hw.ops``)."""
 from __future__ import annotations
 
 import numpy as np
 
 from firmware_sim.kernels import reduce
-from firmware_sim.spec import ops
+from npu_hw import ops
 
 from .common import OpDescriptorError, prod, ranked, unit
 

@@ -1,10 +1,10 @@
-"""The resize unit: RESIZE_BILINEAR and RESIZE_NEAREST_NEIGHBOR (descriptor: ``spec.ops``)."""
+"""The resize unit: RESIZE_BILINEAR and RESIZE_NEAREST_NEIGHBOR (descriptor: ``npu_hw.ops``)."""
 from __future__ import annotations
 
 import numpy as np
 
 from firmware_sim.kernels import resize
-from firmware_sim.spec import ops
+from npu_hw import ops
 
 from .common import act_dtype, dims, prod, unit
 

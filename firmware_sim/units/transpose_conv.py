@@ -1,10 +1,10 @@
-"""The transposed-convolution unit: TRANSPOSE_CONV (descriptor: ``spec.ops``)."""
+"""The transposed-convolution unit: TRANSPOSE_CONV (descriptor: ``npu_hw.ops``)."""
 from __future__ import annotations
 
 import numpy as np
 
 from firmware_sim.kernels import transpose_conv
-from firmware_sim.spec import ops
+from npu_hw import ops
 
 from .common import OpDescriptorError, dims, unit
 

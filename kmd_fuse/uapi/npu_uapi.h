@@ -167,7 +167,7 @@ struct npu_mem_free {
 
 /*
  * SUBMIT: run the command buffer at [cmd_iova, cmd_iova + cmd_size) - a list of
- * task descriptors (firmware_sim/spec/tasks.py) - which must lie inside one of
+ * task descriptors (npu_hw/tasks.py) - which must lie inside one of
  * the listed buffers.  Every buffer the tasks touch must be listed in bo_handles.
  * The write returns at once and the job runs later; the reply carries the
  * fence at once, or - with NPU_SUBMIT_WAIT - when the job is done.
@@ -250,7 +250,7 @@ struct npu_get_param {
 
 /* GET_PROFILE: one task of a profiled job, as the chip timed it. */
 struct npu_task_profile {
-	uint32_t opcode;                /* the task's opcode (firmware_sim/spec) */
+	uint32_t opcode;                /* the task's opcode (npu_hw) */
 	uint32_t index;                 /* the task's index in the command buffer */
 	uint64_t cycles;                /* simulated cycles (they add up to the job's) */
 	uint64_t start_ns;              /* CLOCK_MONOTONIC, when the core started the task */
@@ -298,7 +298,7 @@ struct npu_get_profile {
 #define NPU_PARAM_MAX_WAIT_FENCES 13
 #define NPU_PARAM_MAX_OUTSTANDING 14    /* requests one open file may have in flight */
 #define NPU_PARAM_MAX_BATCH_JOBS 15     /* (2.2) jobs one SUBMIT_BATCH may carry */
-#define NPU_PARAM_PROFILE 16            /* hardware profile id (firmware_sim/spec/profiles.py) */
+#define NPU_PARAM_PROFILE 16            /* hardware profile id (npu_hw/profiles.py) */
 #define NPU_PARAM_MACS_PER_CYCLE 17     /* int8 MACs per cycle, per core */
 #define NPU_PARAM_DMA_BYTES_PER_CYCLE 18 /* memory bandwidth: bytes per cycle */
 #define NPU_PARAM_SRAM_BYTES 19         /* on-chip SRAM per core */
@@ -312,7 +312,7 @@ struct npu_get_profile {
 /*
  * QUEUE_CREATE (ABI 2.4): a user-mode submission queue of this context (docs/abi.md,
  * "User queues").  The driver allocates the queue memory (a header, `entries`
- * submission entries, as many completion records; layout in firmware_sim/spec/queues.py),
+ * submission entries, as many completion records; layout in npu_hw/queues.py),
  * maps it in this context's device address space and registers it with the chip.  The
  * three tokens buy, on the hand-over socket as MEM_MAP's does, the queue memory (a sealed
  * memfd to mmap), its doorbell (a pipe's write end: write a byte after moving the tail,

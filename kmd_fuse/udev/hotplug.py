@@ -4,6 +4,10 @@ daemon's FUSE filesystem, uevents, and the udev rules applied to the node.
     <state>/.fuse-npuN/npuN    --bind-->  <devroot>/npuN
     <state>/.fuse-npuN/device  --bind-->  <sysroot>/class/npu/npuN
 
+Every directory on the way is checked and made relative to a checked descriptor, and
+each mount checked and recorded (kmd_fuse.mounts), so a symlink planted where the tree
+goes cannot send a mount elsewhere, and `stop` unmounts exactly what was mounted.
+
 In rootless mode (kmd_fuse.owner: a normal user, who may not bind-mount) the same two
 places are symlinks to those paths instead; only a symlink with exactly that target is
 ever replaced or removed, and the FUSE mount itself goes through fusermount3.
@@ -20,19 +24,18 @@ and the node keeps the group it had.
 """
 from __future__ import annotations
 
-import ctypes
 import errno
 import grp
 import logging
 import math
 import os
 import stat
-import subprocess
 from pathlib import Path
 
 import trio
 
-from kmd_fuse import owner, paths
+from kmd_fuse import mounts, owner, paths
+from kmd_fuse.mounts import MountError
 from kmd_fuse.udev.apply import apply_outcome
 from kmd_fuse.udev.rules import RuleSet, UdevRulesError, load_rules
 from kmd_fuse.udev.uevent import Uevent, UeventError, UeventLog
@@ -41,49 +44,28 @@ log = logging.getLogger("kmd_fuse.udev.hotplug")
 SETTLE_TIMEOUT_S = 30.0
 
 
-MS_BIND = 4096
-MNT_DETACH = 2
-_libc = ctypes.CDLL(None, use_errno=True)
-
-
 def remove_node_placeholder(node: Path) -> None:
     """Remove the empty file the node was mounted on, so no stale `npuN` outlives the device."""
     try:
-        st = node.lstat()
-    except FileNotFoundError:
-        return
-    if stat.S_ISREG(st.st_mode) and st.st_size == 0 and not paths.is_mounted(node):
-        node.unlink(missing_ok=True)
-
-
-class MountError(OSError):
-    """A bind mount or unmount failed."""
-
-
-def bind(source: Path, target: Path) -> None:
-    """mount --bind source target (the target must exist, of the same kind)."""
-    if _libc.mount(os.fsencode(source), os.fsencode(target), None, MS_BIND, None):
-        err = ctypes.get_errno()
-        raise MountError(err, f"bind mount {source} on {target}: {os.strerror(err)}")
-
-
-def unmount(target: Path) -> None:
-    """umount -l target: detach now (never waits on a FUSE server that is gone). A normal
-    user detaches their own FUSE mount with fusermount3 -u -z."""
-    if owner.rootless():
-        proc = subprocess.run(["fusermount3", "-u", "-z", str(target)], capture_output=True, text=True)
-        if proc.returncode:
-            raise MountError(errno.EPERM, f"unmount {target}: {proc.stderr.strip() or 'fusermount3 failed'}")
-        return
-    if _libc.umount2(os.fsencode(target), MNT_DETACH):
-        err = ctypes.get_errno()
-        raise MountError(err, f"unmount {target}: {os.strerror(err)}")
+        with paths.opened_dir(node.parent) as parent:
+            st = os.stat(node.name, dir_fd=parent, follow_symlinks=False)
+            if stat.S_ISREG(st.st_mode) and st.st_size == 0 and not paths.is_mounted(node):
+                os.unlink(node.name, dir_fd=parent)
+    except (FileNotFoundError, paths.UnsafePathError):
+        pass
 
 
 def link_targets(root: Path, sys_root: Path, index: int) -> dict[Path, Path]:
     """Rootless mode's symlinks: where users look -> the daemon's FUSE mount."""
     fuse = paths.fuse_dir(root, index)
     return {paths.node_path(root, index): fuse / f"npu{index}", paths.device_dir(sys_root, index): fuse / "device"}
+
+
+def _read_link(parent: int, name: str) -> str | None:
+    try:
+        return os.readlink(name, dir_fd=parent)
+    except OSError:
+        return None
 
 
 def is_our_link(link: Path, target: Path) -> bool:
@@ -95,25 +77,39 @@ def is_our_link(link: Path, target: Path) -> bool:
 
 
 def make_link(link: Path, target: Path) -> None:
-    """Create ``link`` -> ``target``; an older link of ours is replaced, anything else refused."""
-    if os.path.lexists(link) and not is_our_link(link, target):
-        raise MountError(errno.EEXIST, f"{link} exists and is not this device's link: remove it and start again")
-    link.parent.mkdir(parents=True, exist_ok=True)
-    tmp = link.with_name(f".{link.name}.npu-link")
-    if os.path.lexists(tmp) and not is_our_link(tmp, target):
-        raise MountError(errno.EEXIST, f"{tmp} is in the way: remove it and start again")
-    tmp.unlink(missing_ok=True)
-    os.symlink(target, tmp)
-    os.replace(tmp, link)
+    """Create ``link`` -> ``target`` in a checked directory (paths.open_dir, made if missing);
+    an older link of ours is replaced, anything else refused."""
+    with paths.opened_dir(link.parent, create_mode=0o755, hint="give another --devroot/--sysroot") as parent:
+        if _lexists(parent, link.name) and _read_link(parent, link.name) != str(target):
+            raise MountError(errno.EEXIST, f"{link} exists and is not this device's link: remove it and start again")
+        tmp = f".{link.name}.npu-link"
+        if _lexists(parent, tmp) and _read_link(parent, tmp) != str(target):
+            raise MountError(errno.EEXIST, f"{link.parent / tmp} is in the way: remove it and start again")
+        if _lexists(parent, tmp):
+            os.unlink(tmp, dir_fd=parent)
+        os.symlink(target, tmp, dir_fd=parent)
+        os.replace(tmp, link.name, src_dir_fd=parent, dst_dir_fd=parent)
+
+
+def _lexists(parent: int, name: str) -> bool:
+    try:
+        os.stat(name, dir_fd=parent, follow_symlinks=False)
+        return True
+    except FileNotFoundError:
+        return False
 
 
 def remove_links(root: Path, sys_root: Path, index: int) -> list[Path]:
     """Remove this device's rootless links (never anything else); returns those removed."""
     done = []
     for link, target in link_targets(root, sys_root, index).items():
-        if is_our_link(link, target):
-            link.unlink(missing_ok=True)
-            done.append(link)
+        try:
+            with paths.opened_dir(link.parent) as parent:
+                if _read_link(parent, link.name) == str(target):
+                    os.unlink(link.name, dir_fd=parent)
+                    done.append(link)
+        except (FileNotFoundError, paths.UnsafePathError):
+            continue
     return done
 
 
@@ -133,29 +129,27 @@ def mount_points(root: Path, sys_root: Path, index: int) -> list[Path]:
     return [paths.node_path(root, index), paths.device_dir(sys_root, index), paths.fuse_dir(root, index)]
 
 
+def mount_record(root: Path, index: int) -> mounts.MountRecord:
+    return mounts.MountRecord(paths.mount_record(root, index))
+
+
 def unmount_all(root: Path, sys_root: Path, index: int) -> list[Path]:
-    """Unmount whatever of this device's own mounts is still mounted; returns those unmounted.
+    """Unmount what the device's mount record says its daemon mounted (alive or not), and
+    its rootless links; returns what was removed. Nothing else is ever unmounted (MountError
+    names a point where another mount sits on top of the device's)."""
+    return mount_record(root, index).unmount() + remove_links(root, sys_root, index)
 
-    Stacked mounts (a stale one under a live one) are unmounted until none of ours is left
-    on top; a mount whose source is another device's is never touched."""
-    ours = paths.mount_source(root, index)
-    done = []
+
+def foreign_mount(root: Path, sys_root: Path, index: int) -> str | None:
+    """What takes a mount point of this device, if a mount the device did not make does."""
+    table = mounts.mount_table()
+    mine = {(e["point"], e["source"]) for e in mount_record(root, index).entries()}
     for point in mount_points(root, sys_root, index):
-        for _ in range(8):
-            if paths.mounted_source(point) != ours:
-                break
-            unmount(point)
-            done.append(point)
-    return done + remove_links(root, sys_root, index)
-
-
-def foreign_mount(root: Path, sys_root: Path, index: int) -> Path | None:
-    """A mount point of this device that another device's mount occupies, if any."""
-    ours = paths.mount_source(root, index)
-    for point in mount_points(root, sys_root, index):
-        source = paths.mounted_source(point)
-        if source is not None and source != ours:
-            return point
+        for point_seen, source in table.values():
+            if point_seen == str(point) and (point_seen, source) not in mine:
+                if source.startswith("npu-emu:") and source != paths.mount_source(root, index):
+                    return f"{point} is served by another device ({source})"
+                return f"{point} is taken by a mount this device did not make ({source})"
     return None
 
 
@@ -203,32 +197,30 @@ class Presence:
         node, tree = paths.node_path(self.root, self.index), paths.device_dir(self.sys_root, self.index)
         taken = foreign_mount(self.root, self.sys_root, self.index)
         if taken is not None:
-            raise MountError(errno.EBUSY, f"{taken} is served by another device ({paths.mounted_source(taken)}): "
-                                          "give this devroot its own --sysroot")
+            raise MountError(errno.EBUSY, f"{taken}: give this devroot its own --sysroot")
         if owner.rootless():
             for link, target in link_targets(self.root, self.sys_root, self.index).items():
                 make_link(link, target)
             return
-        if not node.exists():
-            node.touch(mode=0o600)
-        tree.mkdir(parents=True, exist_ok=True)
-        bind(fuse / node.name, node)
+        source, record = paths.mount_source(self.root, self.index), mount_record(self.root, self.index)
+        with paths.opened_dir(self.root, hint="give a --devroot of your own") as dev:
+            mounts.bind(fuse / node.name, dev, node.name, node, source, record)
         try:
-            bind(fuse / "device", tree)
-        except MountError:
-            unmount(node)
+            with paths.opened_dir(tree.parent, create_mode=0o755, hint="give another --sysroot") as parent:
+                mounts.bind(fuse / "device", parent, tree.name, tree, source, record)
+        except BaseException:
+            record.unmount(only=(node, tree))
             raise
 
     def unmount(self) -> None:
         """Detach the node and tree bind mounts (blocking; a no-op when they are gone)."""
-        ours = paths.mount_source(self.root, self.index)
-        for point in mount_points(self.root, self.sys_root, self.index)[:2]:
-            if paths.mounted_source(point) == ours:
-                unmount(point)
+        node, tree = paths.node_path(self.root, self.index), paths.device_dir(self.sys_root, self.index)
+        mount_record(self.root, self.index).unmount(only=(node, tree))
         remove_links(self.root, self.sys_root, self.index)
-        remove_node_placeholder(paths.node_path(self.root, self.index))
+        remove_node_placeholder(node)
         try:
-            paths.device_dir(self.sys_root, self.index).rmdir()   # as the sysfs directory vanishes
+            with paths.opened_dir(tree.parent) as parent:
+                os.rmdir(tree.name, dir_fd=parent)     # as the sysfs directory vanishes
         except OSError:
             pass
 

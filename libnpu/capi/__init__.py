@@ -6,7 +6,7 @@
 - ``nvdla_port.h`` / ``nvdla_port.c``: NVDLA's portability layer in plain C over the device
   node and ``kmd_fuse/uapi/npu_uapi.h`` (no Python), built by ``libnpu.capi.nvdla``.
 - ``npu_tasks.h``: the chip's task descriptor formats for C, checked against
-  ``firmware_sim/spec`` by the tests.
+  ``npu_hw`` by the tests.
 """
 import hashlib
 import os

@@ -21,42 +21,46 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
 
 #include "nvdla_port.h"
 
-#define SESSION_MAGIC 0x53414c44u   /* "DLAS" */
-#define DEVICE_MAGIC 0x44414c44u    /* "DLAD" */
-#define MEMORY_MAGIC 0x4d414c44u    /* "DLAM" */
 #define HANDOVER_MAX_FDS 8          /* room to receive (and close) what a lying peer attaches */
 
+/* Handles. A pointer the caller passes is never dereferenced until it is found among the
+ * live objects (compared by address under `handles`), so a forged, freed or foreign
+ * handle is NvError_BadParameter, not a crash. A device in use by a call is held
+ * (`users`); closing it waits until no call holds it, so a call racing a close or a
+ * destroy in another thread either finishes first or finds the device gone. */
 struct memory {
-    uint32_t magic;
     uint32_t handle;
     uint64_t iova;
     uint64_t size;                  /* mapped bytes */
     void *cpu;
-    struct device *device;
     struct memory *next;
 };
 
 struct device {
-    uint32_t magic;
     int fd;
     int handover;                   /* connection to the hand-over socket, -1 until first used */
     uint32_t seq;
-    pthread_mutex_t lock;           /* one request at a time; guards memories too */
-    struct memory *memories;
+    pthread_mutex_t lock;           /* one request on the node at a time */
+    unsigned users;                 /* calls holding the device (guarded by `handles`) */
+    struct memory *memories;        /* guarded by `handles` */
     struct session *session;
     struct device *next;
 };
 
 struct session {
-    uint32_t magic;
-    pthread_mutex_t lock;           /* guards devices */
-    struct device *devices;
+    struct device *devices;         /* guarded by `handles` */
+    struct session *next;
 };
+
+static pthread_mutex_t handles = PTHREAD_MUTEX_INITIALIZER;   /* guards every list and count above */
+static pthread_cond_t let_go = PTHREAD_COND_INITIALIZER;       /* a device's last user let go */
+static struct session *sessions;
 
 static void debug(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
@@ -221,25 +225,66 @@ static int receive_buffer(struct device *dev, const struct npu_mem_map *map)
     return -ECONNRESET;
 }
 
-/* ---- session and devices ---- */
+/* ---- handles (call with `handles` held unless said otherwise) ---- */
 
-static struct session *as_session(void *p)
+static struct session *find_session(const void *p)
 {
-    struct session *s = p;
-    return s != NULL && s->magic == SESSION_MAGIC ? s : NULL;
+    struct session *s = sessions;
+    while (s != NULL && s != p)
+        s = s->next;
+    return s;
 }
 
-static struct device *as_device(struct session *s, void *p)
+static struct device *find_device(const struct session *s, const void *p)
 {
-    if (s == NULL || p == NULL)
-        return NULL;
-    pthread_mutex_lock(&s->lock);
-    struct device *d = s->devices;
+    struct device *d = s != NULL ? s->devices : NULL;
     while (d != NULL && d != p)
         d = d->next;
-    pthread_mutex_unlock(&s->lock);
     return d;
 }
+
+static struct memory *find_memory(const struct device *d, const void *p)
+{
+    struct memory *m = d->memories;
+    while (m != NULL && m != p)
+        m = m->next;
+    return m;
+}
+
+/* `device` of `session`, held until put_device(), or NULL when either is no live handle
+ * (takes `handles` itself). */
+static struct device *get_device(const void *session, const void *device)
+{
+    pthread_mutex_lock(&handles);
+    struct device *d = find_device(find_session(session), device);
+    if (d != NULL)
+        d->users++;
+    pthread_mutex_unlock(&handles);
+    return d;
+}
+
+static void put_device(struct device *d)
+{
+    pthread_mutex_lock(&handles);
+    if (--d->users == 0)
+        pthread_cond_broadcast(&let_go);
+    pthread_mutex_unlock(&handles);
+}
+
+/* Take `d` off its session's list (no call finds it any more) and wait until no call
+ * holds it; then it is the caller's alone, for close_device(). */
+static void detach_device(struct device *d)
+{
+    for (struct device **p = &d->session->devices; *p != NULL; p = &(*p)->next)
+        if (*p == d) {
+            *p = d->next;
+            break;
+        }
+    while (d->users > 0)
+        pthread_cond_wait(&let_go, &handles);
+}
+
+/* ---- session and devices ---- */
 
 NvError NvDlaInitialize(void **session)
 {
@@ -248,21 +293,31 @@ NvError NvDlaInitialize(void **session)
     struct session *s = calloc(1, sizeof *s);
     if (s == NULL)
         return NvError_InsufficientMemory;
-    s->magic = SESSION_MAGIC;
-    pthread_mutex_init(&s->lock, NULL);
+    pthread_mutex_lock(&handles);
+    s->next = sessions;
+    sessions = s;
+    pthread_mutex_unlock(&handles);
     *session = s;
     return NvSuccess;
 }
 
 NvError NvDlaOpen(void *session, NvU32 instance, void **device)
 {
-    struct session *s = as_session(session);
-    if (s == NULL || device == NULL)
+    if (device == NULL)
         return NvError_BadParameter;
     *device = NULL;
+    pthread_mutex_lock(&handles);
+    int known = find_session(session) != NULL;
+    pthread_mutex_unlock(&handles);
+    if (!known)
+        return NvError_BadParameter;
     const char *root = getenv("NPU_DEVROOT");
     char path[PATH_MAX];
-    snprintf(path, sizeof path, "%s/npu%u", root != NULL && root[0] != '\0' ? root : "/dev", instance);
+    if (snprintf(path, sizeof path, "%s/npu%u", root != NULL && root[0] != '\0' ? root : "/dev", instance) >=
+        (int)sizeof path) {
+        debug("NPU_DEVROOT is too long for a path");
+        return NvError_BadParameter;    /* never open a truncated path: it names another file */
+    }
     int fd = open(path, O_RDWR | O_CLOEXEC);
     if (fd < 0) {
         int err = errno;
@@ -274,31 +329,40 @@ NvError NvDlaOpen(void *session, NvU32 instance, void **device)
         close(fd);
         return NvError_InsufficientMemory;
     }
-    *d = (struct device){ .magic = DEVICE_MAGIC, .fd = fd, .handover = -1, .session = s };
+    *d = (struct device){ .fd = fd, .handover = -1 };
     pthread_mutex_init(&d->lock, NULL);
     struct npu_get_info info;
     memset(&info, 0, sizeof info);
     int err = request(d, NPU_CMD_GET_INFO, &info, sizeof info);
+    NvError result = NvSuccess;
     if (err == 0 && info.abi_version >> 16 != NPU_ABI_VERSION >> 16) {
         debug("%s speaks ABI %#x; this library ABI %#x", path, info.abi_version, NPU_ABI_VERSION);
-        close(fd);
-        free(d);
-        return NvError_NotSupported;
-    }
-    if (err != 0) {
+        result = NvError_NotSupported;
+    } else if (err != 0) {
         debug("GET_INFO on %s: %s", path, strerror(-err));
-        close(fd);
-        free(d);
-        return from_errno(-err);
+        result = from_errno(-err);
+    } else {
+        pthread_mutex_lock(&handles);
+        struct session *s = find_session(session);     /* destroyed meanwhile by another thread? */
+        if (s != NULL) {
+            d->session = s;
+            d->next = s->devices;
+            s->devices = d;
+        }
+        pthread_mutex_unlock(&handles);
+        result = s != NULL ? NvSuccess : NvError_BadParameter;
     }
-    pthread_mutex_lock(&s->lock);
-    d->next = s->devices;
-    s->devices = d;
-    pthread_mutex_unlock(&s->lock);
+    if (result != NvSuccess) {
+        close(fd);
+        pthread_mutex_destroy(&d->lock);
+        free(d);
+        return result;
+    }
     *device = d;
     return NvSuccess;
 }
 
+/* Unmap and free `m`, already off every list (call with d->lock held). */
 static void release_memory(struct device *d, struct memory *m)
 {
     struct npu_mem_free req;
@@ -308,23 +372,12 @@ static void release_memory(struct device *d, struct memory *m)
     int err = request(d, NPU_CMD_MEM_FREE, &req, sizeof req);
     if (err != 0)
         debug("MEM_FREE %u: %s", m->handle, strerror(-err));
-    m->magic = 0;
     free(m);
 }
 
-void NvDlaClose(void *session, void *device)
+/* Free a detached device and everything it holds (without `handles`). */
+static void close_device(struct device *d)
 {
-    struct session *s = as_session(session);
-    struct device *d = as_device(s, device);
-    if (d == NULL)
-        return;
-    pthread_mutex_lock(&s->lock);
-    for (struct device **p = &s->devices; *p != NULL; p = &(*p)->next)
-        if (*p == d) {
-            *p = d->next;
-            break;
-        }
-    pthread_mutex_unlock(&s->lock);
     pthread_mutex_lock(&d->lock);
     while (d->memories != NULL) {
         struct memory *m = d->memories;
@@ -336,34 +389,77 @@ void NvDlaClose(void *session, void *device)
         close(d->handover);
     close(d->fd);                   /* the driver frees whatever the context still held */
     pthread_mutex_destroy(&d->lock);
-    d->magic = 0;
     free(d);
+}
+
+void NvDlaClose(void *session, void *device)
+{
+    pthread_mutex_lock(&handles);
+    struct device *d = find_device(find_session(session), device);
+    if (d != NULL)
+        detach_device(d);
+    pthread_mutex_unlock(&handles);
+    if (d != NULL)
+        close_device(d);
 }
 
 void NvDlaDestroy(void *session)
 {
-    struct session *s = as_session(session);
-    if (s == NULL)
+    pthread_mutex_lock(&handles);
+    struct session *s = find_session(session);
+    if (s == NULL) {
+        pthread_mutex_unlock(&handles);
         return;
-    while (s->devices != NULL)
-        NvDlaClose(s, s->devices);
-    pthread_mutex_destroy(&s->lock);
-    s->magic = 0;
+    }
+    for (struct session **p = &sessions; *p != NULL; p = &(*p)->next)
+        if (*p == s) {
+            *p = s->next;
+            break;
+        }
+    while (s->devices != NULL) {
+        struct device *d = s->devices;
+        detach_device(d);
+        pthread_mutex_unlock(&handles);
+        close_device(d);
+        pthread_mutex_lock(&handles);
+    }
+    pthread_mutex_unlock(&handles);
     free(s);
 }
 
 /* ---- memory ---- */
 
+/* The buffer's descriptor maps `size` bytes from `offset` only when the file is a buffer
+ * the driver sealed at (at least) that size: a shorter or shrinkable file would raise
+ * SIGBUS in the caller's program at its first touch past the end. */
+static int check_buffer_file(int fd, uint64_t offset, uint64_t size)
+{
+    struct stat st;
+    if (fstat(fd, &st) < 0)
+        return -errno;
+    int seals = fcntl(fd, F_GET_SEALS);
+    if (!S_ISREG(st.st_mode) || st.st_size < 0 || (uint64_t)st.st_size < offset ||
+        (uint64_t)st.st_size - offset < size || seals < 0 || !(seals & F_SEAL_SHRINK)) {
+        debug("hand-over: the descriptor is not a sealed buffer of %llu bytes",
+              (unsigned long long)(offset + size));
+        return -EPROTO;
+    }
+    return 0;
+}
+
 NvError NvDlaAllocMem(void *session, void *device, void **mem_handle, void **pData, NvU32 size, NvDlaHeap heap)
 {
-    struct device *d = as_device(as_session(session), device);
-    if (d == NULL || mem_handle == NULL || pData == NULL || size == 0 ||
-        (heap != NvDlaHeap_System && heap != NvDlaHeap_SRAM))
+    if (mem_handle == NULL || pData == NULL || size == 0 || (heap != NvDlaHeap_System && heap != NvDlaHeap_SRAM))
         return NvError_BadParameter;
     *mem_handle = *pData = NULL;
+    struct device *d = get_device(session, device);
+    if (d == NULL)
+        return NvError_BadParameter;
     struct memory *m = calloc(1, sizeof *m);
-    if (m == NULL)
+    if (m == NULL) {
+        put_device(d);
         return NvError_InsufficientMemory;
+    }
     struct npu_mem_alloc alloc;
     struct npu_mem_map map;
     memset(&alloc, 0, sizeof alloc);
@@ -386,8 +482,11 @@ NvError NvDlaAllocMem(void *session, void *device, void **mem_handle, void **pDa
         if (fd < 0) {
             err = fd;
         } else {
-            cpu = mmap(NULL, map.size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, (off_t)map.offset);
-            err = cpu == MAP_FAILED ? -errno : 0;
+            err = check_buffer_file(fd, map.offset, map.size);
+            if (err == 0) {
+                cpu = mmap(NULL, map.size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, (off_t)map.offset);
+                err = cpu == MAP_FAILED ? -errno : 0;
+            }
             close(fd);
         }
     }
@@ -400,12 +499,17 @@ NvError NvDlaAllocMem(void *session, void *device, void **mem_handle, void **pDa
             request(d, NPU_CMD_MEM_FREE, &req, sizeof req);
         }
         pthread_mutex_unlock(&d->lock);
+        put_device(d);
         free(m);
         return from_errno(-err);
     }
-    *m = (struct memory){ MEMORY_MAGIC, alloc.handle, alloc.iova, map.size, cpu, d, d->memories };
+    *m = (struct memory){ alloc.handle, alloc.iova, map.size, cpu, NULL };
+    pthread_mutex_lock(&handles);
+    m->next = d->memories;
     d->memories = m;
+    pthread_mutex_unlock(&handles);
     pthread_mutex_unlock(&d->lock);
+    put_device(d);
     *mem_handle = m;
     *pData = cpu;
     return NvSuccess;
@@ -413,35 +517,80 @@ NvError NvDlaAllocMem(void *session, void *device, void **mem_handle, void **pDa
 
 NvError NvDlaFreeMem(void *session, void *device, void *mem_handle, void *pData, NvU32 size)
 {
-    struct device *d = as_device(as_session(session), device);
-    if (d == NULL || mem_handle == NULL)
+    struct device *d = get_device(session, device);
+    if (d == NULL)
         return NvError_BadParameter;
-    pthread_mutex_lock(&d->lock);
-    struct memory **p = &d->memories;
-    while (*p != NULL && *p != mem_handle)
-        p = &(*p)->next;
-    struct memory *m = *p;
-    if (m == NULL || (pData != NULL && pData != m->cpu) || size > m->size) {
-        pthread_mutex_unlock(&d->lock);
+    pthread_mutex_lock(&handles);
+    struct memory *m = find_memory(d, mem_handle);
+    if (m != NULL && (pData == NULL || pData == m->cpu) && size <= m->size) {
+        for (struct memory **p = &d->memories; *p != NULL; p = &(*p)->next)
+            if (*p == m) {
+                *p = m->next;
+                break;
+            }
+    } else {
+        m = NULL;
+    }
+    pthread_mutex_unlock(&handles);
+    if (m == NULL) {
+        put_device(d);
         debug("NvDlaFreeMem: not a memory of this device (or pData/size do not match it)");
         return NvError_BadParameter;
     }
-    *p = m->next;
+    pthread_mutex_lock(&d->lock);
     release_memory(d, m);
     pthread_mutex_unlock(&d->lock);
+    put_device(d);
     return NvSuccess;
 }
 
 NvError NvDlaMemGetAddress(void *mem_handle, NvU64 *address)
 {
-    struct memory *m = mem_handle;
-    if (m == NULL || address == NULL || m->magic != MEMORY_MAGIC)
+    if (mem_handle == NULL || address == NULL)
         return NvError_BadParameter;
-    *address = m->iova;
-    return NvSuccess;
+    struct memory *m = NULL;
+    pthread_mutex_lock(&handles);
+    for (struct session *s = sessions; s != NULL && m == NULL; s = s->next)
+        for (struct device *d = s->devices; d != NULL && m == NULL; d = d->next)
+            m = find_memory(d, mem_handle);
+    if (m != NULL)
+        *address = m->iova;
+    pthread_mutex_unlock(&handles);
+    return m != NULL ? NvSuccess : NvError_BadParameter;
 }
 
 /* ---- submission ---- */
+
+/* SUBMIT's buffers and command buffer from a task's address list (takes `handles`). */
+static NvError resolve_task(struct device *d, const NvDlaTask *task, struct npu_submit *req)
+{
+    NvError result = NvSuccess;
+    pthread_mutex_lock(&handles);
+    for (NvU32 i = 0; i < task->num_addresses && result == NvSuccess; i++) {
+        const struct memory *m = find_memory(d, task->address_list[i]);
+        if (m == NULL) {
+            debug("task %llu: address_list[%u] is no memory of this device",
+                  (unsigned long long)task->task_id, i);
+            result = NvError_BadParameter;
+            break;
+        }
+        if (i == 0) {
+            if (task->command_size > m->size) {
+                result = NvError_InvalidSize;
+                break;
+            }
+            req->cmd_iova = m->iova;
+            req->cmd_size = task->command_size ? task->command_size : (uint32_t)m->size;
+        }
+        NvU32 j = 0;
+        while (j < req->num_bos && req->bo_handles[j] != m->handle)
+            j++;
+        if (j == req->num_bos)
+            req->bo_handles[req->num_bos++] = m->handle;
+    }
+    pthread_mutex_unlock(&handles);
+    return result;
+}
 
 static NvError submit_one(struct device *d, const NvDlaTask *task)
 {
@@ -449,27 +598,9 @@ static NvError submit_one(struct device *d, const NvDlaTask *task)
         return NvError_BadParameter;
     struct npu_submit req;
     memset(&req, 0, sizeof req);
-    for (NvU32 i = 0; i < task->num_addresses; i++) {
-        struct memory *m = d->memories;
-        while (m != NULL && m != task->address_list[i])
-            m = m->next;
-        if (m == NULL) {
-            debug("task %llu: address_list[%u] is no memory of this device",
-                  (unsigned long long)task->task_id, i);
-            return NvError_BadParameter;
-        }
-        if (i == 0) {
-            if (task->command_size > m->size)
-                return NvError_InvalidSize;
-            req.cmd_iova = m->iova;
-            req.cmd_size = task->command_size ? task->command_size : (uint32_t)m->size;
-        }
-        NvU32 j = 0;
-        while (j < req.num_bos && req.bo_handles[j] != m->handle)
-            j++;
-        if (j == req.num_bos)
-            req.bo_handles[req.num_bos++] = m->handle;
-    }
+    NvError resolved = resolve_task(d, task, &req);
+    if (resolved != NvSuccess)
+        return resolved;
     req.priority = NPU_PRIO_NORMAL;
     req.flags = NPU_SUBMIT_WAIT;
     int err = request(d, NPU_CMD_SUBMIT, &req, sizeof req);
@@ -486,13 +617,16 @@ static NvError submit_one(struct device *d, const NvDlaTask *task)
 
 NvError NvDlaSubmit(void *session, void *device, NvDlaTask *tasks, NvU32 num_tasks)
 {
-    struct device *d = as_device(as_session(session), device);
-    if (d == NULL || tasks == NULL || num_tasks == 0)
+    if (tasks == NULL || num_tasks == 0)
+        return NvError_BadParameter;
+    struct device *d = get_device(session, device);
+    if (d == NULL)
         return NvError_BadParameter;
     NvError result = NvSuccess;
     pthread_mutex_lock(&d->lock);
     for (NvU32 i = 0; i < num_tasks && result == NvSuccess; i++)
         result = submit_one(d, &tasks[i]);
     pthread_mutex_unlock(&d->lock);
+    put_device(d);
     return result;
 }

@@ -18,7 +18,14 @@
  * the task fails with NvError_InvalidAddress and the device carries on.
  *
  * Threads: a session and its devices may be used from several threads; requests on one
- * device are serialized. NvDlaDebugPrintf writes to stderr; the library's own diagnostics
+ * device are serialized. NvDlaClose / NvDlaDestroy wait for the calls in progress on the
+ * device; later calls with its handles are NvError_BadParameter. Closing a device frees
+ * (unmaps) its memory: no thread may touch a mapping of it afterwards.
+ *
+ * Handles: a handle is only ever compared with the live ones, never read through, so a
+ * NULL, forged, freed or another session's handle is NvError_BadParameter.
+ *
+ * NvDlaDebugPrintf writes to stderr; the library's own diagnostics
  * appear there only when NPU_DEBUG is set (not "0").
  */
 #ifndef NVDLA_PORT_H

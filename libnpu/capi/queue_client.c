@@ -1,5 +1,5 @@
 /* A user queue's client side in C (queue_client.h; protocol: docs/abi.md, "User queues",
- * and firmware_sim/spec/queues.py).
+ * and npu_hw/queues.py).
  *
  * The same steps as libnpu/user_queue.py, for what they cost: that Python path spent about
  * 18 us of CPU per NOP job on submit and wait.  The one difference is the barrier between

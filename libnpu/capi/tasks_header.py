@@ -1,6 +1,6 @@
-"""``npu_tasks.h``: the chip's task descriptor formats for C, generated from firmware_sim.spec.
+"""``npu_tasks.h``: the chip's task descriptor formats for C, generated from npu_hw.
 
-One ``struct npu_task_<name>`` per registered task type (``spec.tasks`` and ``spec.ops``),
+One ``struct npu_task_<name>`` per registered task type (``npu_hw.tasks`` and ``npu_hw.ops``),
 its ``NPU_OP_<NAME>`` opcode and ``NPU_TASK_<NAME>_SIZE``, the descriptor flags and
 geometry constants. The numpy dtypes of the spec are the source: each field becomes a
 C member at the same offset (explicit padding members where numpy's aligned layout
@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from firmware_sim.spec import ops, tasks
+from npu_hw import ops, tasks
 
 __all__ = ["render"]
 
@@ -62,12 +62,12 @@ def _struct(task: tasks.TaskType) -> list[str]:
 
 def render() -> str:
     """The header's text."""
-    out = ["/* npu_tasks.h - the emulated NPU's task descriptors (GENERATED from firmware_sim/spec by",
+    out = ["/* npu_tasks.h - the emulated NPU's task descriptors (GENERATED from npu_hw by",
            " * libnpu/capi/tasks_header.py; do not edit).",
            " *",
            " * A command buffer is these descriptors laid end to end; each starts with opcode, size",
            " * (= NPU_TASK_<NAME>_SIZE) and flags. Operands are device addresses (IOVAs) of the",
-           " * submitting context; see firmware_sim/spec/tasks.py and ops.py for every field's meaning.",
+           " * submitting context; see npu_hw/tasks.py and ops.py for every field's meaning.",
            " */",
            "#ifndef NPU_TASKS_H", "#define NPU_TASKS_H", "", "#include <stddef.h>", "#include <stdint.h>", "",
            "#ifdef __cplusplus", "#define NPU_TASKS_ASSERT static_assert", "#else",

@@ -15,7 +15,8 @@ it (``cache.compile_cached`` through the cache), each taking a ``progress`` call
 (``progress``). Modules: ``ir`` (graph IR), ``tflite_import``, ``onnx_import``,
 ``float_ref`` (numpy float reference interpreter), ``optimize``, ``quantizer`` (with ``calibration``,
 ``weight_rounding``, ``equalization``, ``bias_correction``; ``accuracy``: per-layer error vs float),
-``tflite_export`` (IR back to .tflite, to check against LiteRT), ``memplan``, ``qparams``, ``lower``, ``cache``
+``scales`` (every scale the compiler picks), ``tflite_export`` (IR back to .tflite, to check against
+LiteRT), ``memplan``, ``qparams``, ``descriptors`` (one op -> one chip task descriptor), ``lower``, ``cache``
 (compiled models by content hash), ``frontend``. The names below are imported lazily, so
 ``import libnpu.compiler`` pulls in neither onnx nor tflite until they are used.
 """

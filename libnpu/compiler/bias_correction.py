@@ -24,9 +24,10 @@ import numpy as np
 
 from . import registry
 from .accuracy import float_names
-from .float_ref import activation, evaluate
+from .float_ref import activation, evaluate, snap_to_grid
 from .ir import Graph, IRError, Op, QuantParams, Tensor
 from .progress import Progress
+from .scales import bias_scale, symmetric
 
 __all__ = ["correct_biases"]
 
@@ -37,12 +38,6 @@ def _real(t: Tensor) -> np.ndarray:
     if t.quant is not None and t.dtype in ("int8", "uint8", "int16", "int32"):
         return t.quant.dequantize(np.asarray(t.data))
     return np.asarray(t.data, np.float32)
-
-
-def _on_grid(t: Tensor, value: np.ndarray) -> np.ndarray:
-    if t.quant is not None and t.dtype in ("int8", "uint8", "int16"):
-        return t.quant.dequantize(t.quant.quantize(value, t.dtype))
-    return value
 
 
 def _quant(t: Tensor) -> QuantParams:
@@ -73,12 +68,11 @@ def _bias_tensor(q: Graph, op: Op, channels: int, in_scale: float) -> Tensor:
     if len(op.inputs) > 2 and op.inputs[2]:
         return q.tensors[op.inputs[2]]
     w = q.tensors[op.inputs[1]]
-    scale = (_quant(w).scale.astype(np.float64) * in_scale).astype(np.float32)
+    scale = bias_scale(in_scale, _quant(w).scale).astype(np.float32)
     if scale.size == 1:
         scale = np.full(channels, scale[0], np.float32)
     name = q.unique_name(f"{op.outputs[0]}_bias")
-    t = Tensor(name, (channels,), "int32", QuantParams(scale, np.zeros(channels, np.int64)),
-               np.zeros(channels, np.int32))
+    t = Tensor(name, (channels,), "int32", symmetric(scale), np.zeros(channels, np.int32))
     q.tensors[name] = t
     while len(op.inputs) < 3:
         op.inputs.append("")
@@ -124,7 +118,7 @@ def correct_biases(float_graph: Graph, quantized: Graph, dataset: Iterable[Feed]
         for n in quantized.inputs:
             t = quantized.tensors[n]
             value = np.asarray(feed[n], np.float32)
-            env[n] = _on_grid(t, value)
+            env[n] = snap_to_grid(t, value)
     last = _last_uses(quantized.ops)
     float_last: dict[str, int] = {}
     for index, op in enumerate(quantized.ops):
@@ -143,7 +137,7 @@ def correct_biases(float_graph: Graph, quantized: Graph, dataset: Iterable[Feed]
         weighted = registry.get(op.type, "weight_axis") is not None and fop is not None
         if op.type in ("QUANTIZE", "DEQUANTIZE") or fop is None:
             for env in qenv:  # edges: QUANTIZE of an input, DEQUANTIZE of an output
-                env[out] = _on_grid(out_t, env[op.inputs[0]])
+                env[out] = snap_to_grid(out_t, env[op.inputs[0]])
         else:
             act = op.attrs.get("activation", "NONE") if weighted else "NONE"
             bare_q = Op(op.type, op.inputs, op.outputs, dict(op.attrs, activation="NONE")) if weighted else op
@@ -174,7 +168,7 @@ def correct_biases(float_graph: Graph, quantized: Graph, dataset: Iterable[Feed]
                     corrections[out] = float(np.abs(delta).max(initial=0.0))
             for fe, qe, yf, yq in zip(fenv, qenv, ys_f, ys_q):
                 fe[fop.outputs[0]] = activation(yf, act) if weighted else yf
-                qe[out] = _on_grid(out_t, activation(yq, act) if weighted else yq)
+                qe[out] = snap_to_grid(out_t, activation(yq, act) if weighted else yq)
         _free(qenv, op.inputs, last, index)
         _free(fenv, fop.inputs if fop is not None else (), float_last, index)
         if progress is not None:

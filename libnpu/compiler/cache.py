@@ -126,6 +126,8 @@ def compile_cached(model: str | os.PathLike | bytes,
     The key covers the model bytes, the quantization options and the calibration data;
     ``progress`` (not part of the key) hears the stages of a compile (a hit reports none).
     """
+    # Lazy: the compiler pulls in onnx and tflite (~1 s), and the npu CLI imports this module at
+    # start-up (user_cache_dir) for every command.
     from .lower import compile_model
     kind = None  # bytes: told apart by the TFLite file identifier
     if isinstance(model, (str, os.PathLike)):

@@ -40,6 +40,7 @@ import numpy as np
 from . import registry
 from .float_ref import FloatInterpreter, evaluate
 from .ir import Graph, Op, QuantParams, Tensor
+from .scales import choose_int16_scale, symmetric
 
 __all__ = ["INT16_GRIDS", "MIN_CHANNEL_RATIO", "CHANNEL_SPREAD", "CHANNEL_MARGIN", "rescales", "moves_channels",
            "reads_activation", "reads_folded", "reads_broadcast", "channel_peaks", "spread_limited",
@@ -58,7 +59,6 @@ CHANNEL_SPREAD = 16.0
 #: whole tensor does (at 1, hand_recrop clipped on 4 of 18 unseen variants; 3 and 4 trade
 #: its gain for face_detection_short_range's faces: docs/models.md).
 CHANNEL_MARGIN = 2.0
-INT16_MAX = 32767
 Feed = Mapping[str, np.ndarray] | Sequence[np.ndarray]
 
 
@@ -186,8 +186,7 @@ def channel_quant(peaks: np.ndarray, headroom: float, rank: int) -> QuantParams:
     peak (at least ``MIN_CHANNEL_RATIO`` of the widest channel's), on the last axis."""
     reach = headroom * np.asarray(peaks, np.float64)
     top = float(reach.max(initial=0.0)) or 1.0
-    scale = (np.maximum(reach, top * MIN_CHANNEL_RATIO) / INT16_MAX).astype(np.float32)
-    return QuantParams(scale, np.zeros(scale.size, np.int64), rank - 1)
+    return choose_int16_scale(np.maximum(reach, top * MIN_CHANNEL_RATIO), rank - 1)
 
 
 def moved_quant(op: Op, source: QuantParams, in_shape: tuple[int, ...], out: Tensor) -> QuantParams:
@@ -198,4 +197,4 @@ def moved_quant(op: Op, source: QuantParams, in_shape: tuple[int, ...], out: Ten
         raise ValueError(f"{op.describe()}: its output channels do not come one by one from its input's")
     scales = np.broadcast_to(source.scale, (in_shape[-1],))
     picked = np.where(where >= 0, scales[np.maximum(where, 0)], scales.max())
-    return QuantParams(picked.astype(np.float32), np.zeros(picked.size, np.int64), len(out.shape) - 1)
+    return symmetric(picked, len(out.shape) - 1)

@@ -23,7 +23,7 @@ from .folding import folded_input_scales, weight_fold
 from .ir import Graph, IRError, Op, Tensor
 
 __all__ = ["FloatInterpreter", "run_float", "evaluate", "has_reference", "activation", "pad_nhwc",
-           "windows"]
+           "windows", "to_real", "snap_to_grid"]
 
 
 def activation(x: np.ndarray, act: str) -> np.ndarray:
@@ -68,14 +68,17 @@ def has_reference(op_type: str) -> bool:
     return registry.get(op_type, "float_ref") is not None
 
 
-def _to_real(t: Tensor, value: np.ndarray) -> np.ndarray:
+def to_real(t: Tensor, value: np.ndarray) -> np.ndarray:
+    """The real value of ``value`` stored as tensor ``t`` (dequantized if ``t`` is quantized)."""
     if t.quant is not None and t.dtype in ("int8", "uint8", "int16", "int32", "int64"):
         return t.quant.dequantize(np.asarray(value))
     return np.asarray(value, np.float32)
 
 
-def _on_grid(t: Tensor, value: np.ndarray) -> np.ndarray:
-    """Round a real value to what the quantized tensor ``t`` can represent."""
+def snap_to_grid(t: Tensor, value: np.ndarray) -> np.ndarray:
+    """Round a real value to what the quantized tensor ``t`` can represent (quantize, then
+    dequantize); a float tensor's value as it is. How the float simulation of a quantized
+    graph rounds every op's output."""
     if t.quant is not None and t.dtype in ("int8", "uint8", "int16"):
         return t.quant.dequantize(t.quant.quantize(value, t.dtype))
     return value
@@ -90,7 +93,7 @@ class FloatInterpreter:
             if not has_reference(op.type):
                 raise IRError(f"float reference: unsupported op {op.describe()}")
         self.graph = graph
-        self._consts = {t.name: _to_real(t, t.data) for t in graph.constants()}
+        self._consts = {t.name: to_real(t, t.data) for t in graph.constants()}
         # Weights that carry their per-channel input's scales (libnpu.compiler.folding):
         # the real weights are the stored ones divided by those scales.
         self._unfolded: dict[int, np.ndarray] = {}
@@ -118,10 +121,10 @@ class FloatInterpreter:
             arr = np.asarray(feeds[name])
             if arr.shape != t.shape:
                 raise IRError(f"input {name!r}: shape {arr.shape} != {t.shape}")
-            env[name] = _to_real(t, arr)
+            env[name] = to_real(t, arr)
         for state in g.states:        # its value from the previous call if given, else its initial one
             t = g.tensors[state.input]
-            env[state.input] = _to_real(t, np.asarray(feeds.get(state.input, state.initial)).reshape(t.shape))
+            env[state.input] = to_real(t, np.asarray(feeds.get(state.input, state.initial)).reshape(t.shape))
         for k, op in enumerate(g.ops):
             ins = [env[i] if i else None for i in op.inputs]
             if k in self._unfolded:
@@ -137,7 +140,7 @@ class FloatInterpreter:
                 if value.shape != t.shape:
                     raise IRError(f"float reference: {op.describe()} produced shape {value.shape} for {name!r}, "
                                   f"expected {t.shape}")
-                env[name] = _on_grid(t, np.asarray(value, np.float32))
+                env[name] = snap_to_grid(t, np.asarray(value, np.float32))
         result = {}
         for name in g.outputs:
             t = g.tensors[name]

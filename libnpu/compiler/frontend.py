@@ -18,7 +18,13 @@ import numpy as np
 from . import registry
 from .folding import takes_channel_grids
 from .ir import Graph, IRError
+from .mixed_precision import quantize_mixed
+from .onnx_import import import_onnx
 from .progress import Progress, stage
+from .qparams import lowerable
+from .quantizer import quantize_model
+from .recipes import apply_recipe
+from .tflite_import import import_tflite
 
 __all__ = ["NotInt8Error", "check_int8", "is_int8", "load_model", "to_int8_graph"]
 
@@ -37,7 +43,6 @@ def check_int8(graph: Graph) -> None:
     (output) ops at the graph's edges, and int16 activations (symmetric, per tensor) of
     the operators the chip also runs in int16 (mixed precision, TFLite's 16x8 scheme).
     """
-    from .qparams import lowerable
     for op in graph.ops:
         if op.type == "HOST":
             continue         # not the chip's: the host runs it, on whatever types its operator takes
@@ -91,10 +96,8 @@ def load_model(model: str | os.PathLike | bytes, *, kind: str | None = None, nam
     if kind is None:
         kind = "tflite" if data[4:8] == b"TFL3" else "onnx"
     if kind == "tflite":
-        from .tflite_import import import_tflite
         return import_tflite(data, name)
     if kind == "onnx":
-        from .onnx_import import import_onnx
         return import_onnx(data, name)
     raise IRError(f"unknown model kind {kind!r} (expected 'tflite' or 'onnx')")
 
@@ -117,7 +120,6 @@ def to_int8_graph(model: str | os.PathLike | bytes | Graph,
     ``states`` marks input -> output pairs whose value the model carries from one call to
     the next (:meth:`Graph.make_stateful`); a calibration dataset is then one stream.
     """
-    from .recipes import apply_recipe
     quantize_options = apply_recipe(quantize_options)
     if isinstance(model, Graph):
         graph = model          # imported already (compile_model's import stage places its operators)
@@ -132,10 +134,8 @@ def to_int8_graph(model: str | os.PathLike | bytes | Graph,
     if any(t.quant is not None for t in graph.tensors.values() if not t.is_constant):
         check_int8(graph)  # partly quantized: report the offending op rather than re-quantize
     if quantize_options.get("int16", "none") not in (None, "none"):
-        from .mixed_precision import quantize_mixed
         q = quantize_mixed(graph, dataset, progress=progress, **quantize_options)
     else:
-        from .quantizer import quantize_model
         options = {k: v for k, v in quantize_options.items()
                    if k not in ("int16", "int16_target", "max_int16_layers", "int16_weights",
                                 "int16_weights_target", "int16_headroom", "int16_grid",

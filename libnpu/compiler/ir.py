@@ -48,6 +48,17 @@ def require_data(data: bytes, name: str) -> None:
         raise EmptyModelError(f"{name}: empty model file (0 bytes)")
 
 
+def zero_point_error(dtype: str, zero_point: np.ndarray) -> str:
+    """Why ``zero_point`` cannot quantize a ``dtype`` tensor ("" when it can): a zero point
+    outside the integer type's range (LiteRT clamps it; the chip refuses the job)."""
+    if np.dtype(dtype).kind not in "iu":
+        return ""
+    info = np.iinfo(dtype)
+    zero_point = np.asarray(zero_point)
+    outside = zero_point[(zero_point < info.min) | (zero_point > info.max)]
+    return f"zero point {int(outside[0])} outside {dtype}'s range [{info.min}, {info.max}]" if outside.size else ""
+
+
 @dataclass
 class QuantParams:
     """Affine quantization: ``real = scale * (q - zero_point)``.
@@ -114,6 +125,8 @@ class Tensor:
             self.data = np.asarray(self.data, dtype=self.dtype)
             if self.data.shape != self.shape:
                 raise IRError(f"tensor {self.name!r}: data shape {self.data.shape} != {self.shape}")
+        if self.quant is not None and (why := zero_point_error(self.dtype, self.quant.zero_point)):
+            raise IRError(f"tensor {self.name!r}: {why}")
         if self.quant is not None and self.quant.per_channel:
             if not 0 <= self.quant.axis < len(self.shape) or \
                     self.shape[self.quant.axis] != self.quant.scale.size:

@@ -1,11 +1,10 @@
-"""Lowering: an int8 IR graph -> chip task descriptors -> a loadable.
+"""Lowering: an int8 IR graph -> chip task descriptors -> a loadable; and
+:func:`compile_model`, the compiler's one entry point (model file -> loadable).
 
-A walk over the ops in topological order. For each op, ``qparams.op_params`` gives the
-kernel parameters, its operator's ``lower`` (``compiler.ops``) the descriptor, the
-memory plan every operand's (region, offset); the descriptor (``firmware_sim.spec``)
-is encoded with its address fields left 0 and one relocation per address, filled in
-at load time. Per-channel
-multipliers, LUTs and CONCATENATION's tables are appended to the weights region.
+A walk over the ops in topological order; each op becomes its descriptor by
+:func:`libnpu.compiler.descriptors.lower_op`, the memory plan giving every operand's
+(region, offset). Per-channel multipliers, LUTs and CONCATENATION's tables are appended to
+the weights region.
 
 Dependencies list, for each task, the earlier tasks it must follow: the producers of
 its inputs and every earlier task touching bytes it overwrites (the arena reuses
@@ -17,113 +16,19 @@ from __future__ import annotations
 
 import os
 from collections.abc import Collection, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from firmware_sim.spec import ops as spec_ops
-from firmware_sim.spec import tasks as spec_tasks
-
-from ..loadable import HostStep, Loadable, Reloc, Task
-from . import registry
-from .frontend import check_int8
+from ..loadable import HostStep, Loadable, Task
+from .descriptors import Lowering, LoweringError, lower_op
+from .frontend import check_int8, load_model, to_int8_graph
 from .ir import Graph, IRError, Op, Tensor
 from .memplan import MemoryPlan, plan_memory
+from .placement import import_with_fallback, plan_placement
 from .progress import Progress, stage
-from .qparams import op_params
 
-__all__ = ["LoweringError", "lower", "compile_model", "Emitted", "Lowering", "pad_rank", "int16_flags"]
-
-
-class LoweringError(IRError):
-    """An op cannot be expressed as chip tasks."""
-
-
-def pad_rank(shape, rank: int = spec_ops.MAX_RANK) -> list[int]:
-    """A shape as a descriptor's ``u32[MAX_RANK]`` field (unused trailing entries 0)."""
-    shape = [int(d) for d in shape]
-    if len(shape) > rank:
-        raise LoweringError(f"rank {len(shape)} exceeds the chip's {rank}")
-    return shape + [0] * (rank - len(shape))
-
-
-@dataclass
-class Emitted:
-    """One descriptor to encode: what an operator's ``lower`` returns."""
-    name: str                      # descriptor type name in spec.tasks
-    flags: int
-    fields: dict[str, Any]
-    addresses: dict[str, str]      # descriptor field -> tensor name
-    extra: dict[str, Any] = field(default_factory=dict)  # field -> (region, offset) of lowering constants
-
-
-class Lowering:
-    """What an operator's ``lower`` gets: the graph, the memory plan and helpers."""
-
-    def __init__(self, graph: Graph, plan: MemoryPlan) -> None:
-        self.g, self.plan = graph, plan
-
-    def shape(self, name: str) -> tuple[int, ...]:
-        return self.g.tensors[name].shape
-
-    def const(self, op: Op, what: str, data: np.ndarray) -> tuple[int, int]:
-        p = self.plan.add_constant(f"{op.name}/{what}", data)
-        return p.region, p.offset
-
-    def emit(self, name: str, op: Op, fields: dict, flags: int = 0, extra: dict | None = None) -> Emitted:
-        """A one-input, one-output descriptor reading ``op.inputs[0]``, writing its output."""
-        return Emitted(name, flags, fields, dict(input=op.inputs[0], output=op.outputs[0]), extra or {})
-
-    def flat(self, name: str, op: Op, fields: dict, extra: dict | None = None) -> Emitted:
-        """A flat elementwise descriptor (``count`` elements)."""
-        return self.emit(name, op, dict(fields, count=self.g.tensors[op.inputs[0]].size), extra=extra)
-
-    def weighted(self, name: str, op: Op, fields: dict, flags: int = 0,
-                 extra: dict | None = None) -> Emitted:
-        """A descriptor reading ``op``'s input, weights and optional bias, writing its output."""
-        addresses = dict(input=op.inputs[0], weights=op.inputs[1], output=op.outputs[0])
-        if len(op.inputs) > 2 and op.inputs[2]:
-            addresses["bias"] = op.inputs[2]
-        return Emitted(name, flags, fields, addresses, extra or {})
-
-    def convolution(self, name: str, op: Op, fields: dict, p: dict) -> Emitted:
-        """A convolution-family descriptor: one requantization in ``fields``, or per-channel
-        multipliers and shifts as lowering constants (``OPF_PER_CHANNEL``)."""
-        mult, shift = p["multiplier"], p["shift"]
-        if mult.size > 1:
-            extra = dict(mult_iova=self.const(op, "multiplier", mult), shift_iova=self.const(op, "shift", shift))
-            return self.weighted(name, op, fields, spec_ops.OPF_PER_CHANNEL, extra)
-        return self.weighted(name, op, dict(fields, multiplier=int(mult[0]), shift=int(shift[0])))
-
-
-def int16_flags(graph: Graph, op: Op, descriptor: str) -> int:
-    """The descriptor flags that make the chip run ``op`` on int16 activations: its integer
-    tensors are int16 (``OPF_INT16``); REQUANTIZE marks each side (``OPF_INT16`` the
-    output, ``OPF_INT16_INPUT`` the input); int16 weights of an op with weights add
-    ``OPF_WEIGHTS16`` (a16w16, only with int16 activations)."""
-    data_in = [graph.tensors[n].dtype for n in op.inputs if n and not graph.tensors[n].is_constant]
-    data_out = [graph.tensors[n].dtype for n in op.outputs]
-    if descriptor == "REQUANTIZE":
-        return ((spec_ops.OPF_INT16 if "int16" in data_out else 0)
-                | (spec_ops.OPF_INT16_INPUT if "int16" in data_in else 0))
-    flags = spec_ops.OPF_INT16 if "int16" in data_in + data_out else 0
-    if registry.get(op.type, "weight_axis") is not None and graph.tensors[op.inputs[1]].dtype == "int16":
-        if not flags:
-            raise LoweringError(f"{op.describe()}: int16 weights need int16 activations")
-        flags |= spec_ops.OPF_WEIGHTS16
-    return flags
-
-
-def _encode(e: Emitted, plan: MemoryPlan) -> tuple[bytes, list[Reloc]]:
-    task_type = spec_tasks.TASK_BY_NAME[e.name]
-    try:
-        payload = spec_tasks.encode_task(e.name, e.flags, **e.fields)
-    except (KeyError, ValueError, OverflowError) as exc:
-        raise LoweringError(f"{e.name}: cannot encode descriptor: {exc}") from exc
-    relocs = [plan.reloc(tensor, task_type.dtype.fields[f][1]) for f, tensor in e.addresses.items()]
-    relocs += [Reloc(task_type.dtype.fields[f][1], region, offset) for f, (region, offset) in e.extra.items()]
-    return payload, relocs
+__all__ = ["LoweringError", "lower", "compile_model"]
 
 
 def _extents(plan: MemoryPlan, names: list[str]) -> list[tuple[int, int, int]]:
@@ -160,19 +65,17 @@ def lower(graph: Graph, *, metadata: dict[str, Any] | None = None) -> Loadable:
         if op.type == "HOST":
             host_steps.append(_host_step(op, len(tasks), index))
             continue
-        emitted = registry.get(op.type, "lower")(low, op, op_params(graph, op))
-        if emitted is not None:
-            emitted.flags |= int16_flags(graph, op, emitted.name)
+        task = lower_op(low, op)
         ins = [i for i in op.inputs if i and not graph.tensors[i].is_constant]
-        if emitted is None:  # aliased RESHAPE: the output is ready when the input is
+        if task is None:  # aliased RESHAPE: the output is ready when the input is
             if ins[0] in producer:
                 producer[op.outputs[0]] = producer[ins[0]]
             continue
-        payload, relocs = _encode(emitted, plan)
+        opcode, payload, relocs = task
         reads, writes = _extents(plan, ins), _extents(plan, op.outputs)
         deps = {producer[i] for i in ins if i in producer}
         deps |= {j for j, (r, w) in enumerate(touched) if _overlaps(writes, r) or _overlaps(writes, w)}
-        tasks.append(Task(op.name, op.type, spec_tasks.TASK_BY_NAME[emitted.name].opcode, payload,
+        tasks.append(Task(op.name, op.type, opcode, payload,
                           deps=sorted(deps), tensors=[index[n] for n in op.inputs + op.outputs if n],
                           macs=graph.op_macs(op),
                           bytes_moved=sum(graph.tensors[n].nbytes for n in op.inputs + op.outputs if n),
@@ -241,7 +144,6 @@ def compile_model(model: str | os.PathLike | bytes | Graph,
     Operators the chip cannot run (:mod:`libnpu.compiler.placement`; ``ops`` an allow-list of
     the names the chip may run) become host steps; ``strict`` refuses that
     (:class:`~libnpu.compiler.placement.FallbackRefusedError` listing them all)."""
-    from .frontend import to_int8_graph
     dataset = list(dataset) if dataset is not None else None
     if isinstance(model, Graph):
         graph = model
@@ -266,8 +168,6 @@ def _placed_graph(model: str | os.PathLike | bytes, kind: str | None, ops: Colle
     """The model imported with the operators placed on the CPU as HOST ops. ``refused``:
     why the whole model did not compile for the chip, raised again when no operator
     needs the CPU (the cause is elsewhere)."""
-    from .frontend import load_model
-    from .placement import import_with_fallback, plan_placement
     plan = plan_placement(model, ops=ops, kind=kind)
     if strict:
         plan.refuse_fallback()

@@ -19,7 +19,7 @@ straight to int16 and an int16 output is dequantized straight to float.
 * ``"auto"``: rank the ops the chip can run in int16 by the error each adds in int8 (its
   own SQNR against float on the calibration data, ``accuracy.layer_errors``), then promote
   the worst 1, 2, 4, ... until every graph output's score against the float graph
-  (:func:`output_scores`: cosine, or for tiny outputs the largest error relative to the
+  (:func:`accuracy.output_scores`: cosine, or for tiny outputs the largest error relative to the
   output's magnitude) reaches ``int16_target`` (or ``max_layers`` are promoted). An
   output that even all-int16 activations cannot bring to the target settles for most of
   what they would gain, and one they would not improve is left alone (its error is not
@@ -38,6 +38,7 @@ from typing import Any
 import numpy as np
 
 from . import registry
+from .accuracy import errors_to_json, layer_errors, output_scores
 from .channel_grids import (
     CHANNEL_MARGIN,
     CHANNEL_SPREAD,
@@ -54,12 +55,13 @@ from .folding import weight_fold
 from .ir import Graph, IRError, Op, QuantParams, Tensor
 from .optimize import optimize
 from .progress import Progress, stage
+from .quantizer import equalized, quantize_model, random_dataset
+from .scales import bias_scale, choose_int16_scale, quantize_weights16, symmetric
 
-__all__ = ["MixedPrecisionError", "int16_quant", "promotable", "promote", "output_scores",
+__all__ = ["MixedPrecisionError", "int16_quant", "promotable", "promote",
            "choose_auto", "choose_weights16", "quantize_mixed", "parse_selection", "DEFAULT_TARGET",
            "WEIGHTS16_TARGET", "INT16_HEADROOM", "HELD_OUT_MARGIN", "held_out_headroom", "CHANNEL_PEAKS"]
 
-INT16_MAX = 32767
 DEFAULT_TARGET = 0.99
 #: An int16 tensor's grid reaches this many times the range its int8 grid covered (the
 #: calibration range). int16 has 256 times the steps int8 has, so spending one bit of them
@@ -87,7 +89,7 @@ def int16_quant(int8: QuantParams, headroom: float = INT16_HEADROOM) -> QuantPar
     tensor's grid."""
     s, z = float(int8.scale[0]), int(int8.zero_point[0])
     reach = max(abs(-128 - z), abs(127 - z)) * s
-    return _symmetric(reach * headroom)
+    return choose_int16_scale(reach * headroom)
 
 
 def _int16_of(g: Graph, name: str) -> QuantParams:
@@ -130,11 +132,7 @@ def held_out_headroom(graph: Graph, dataset: Sequence[Feed]) -> dict[str, float]
     return result
 
 
-def _symmetric(reach: float) -> QuantParams:
-    return QuantParams(np.array([reach / INT16_MAX], np.float32), np.zeros(1, np.int64))
-
-
-_SCALE_2_POW_15 = QuantParams(np.array([2.0 ** -15], np.float32), np.zeros(1, np.int64))
+_SCALE_2_POW_15 = symmetric(2.0 ** -15)
 
 
 def _quant(g: Graph, name: str) -> QuantParams:
@@ -197,7 +195,7 @@ def _int16_constant(g: Graph, name: str, src: Graph | None) -> str:
     """An int16 copy of a constant activation operand (ADD / MUL by a constant)."""
     real = _real(g, name, src)
     reach = float(np.abs(real).max(initial=0.0)) or 1.0
-    qp = _symmetric(reach)
+    qp = choose_int16_scale(reach)
     new = g.unique_name(f"{name}__int16")
     g.add_tensor(Tensor(new, g.tensors[name].shape, "int16", qp, qp.quantize(real.astype(np.float32), "int16")))
     return new
@@ -225,30 +223,19 @@ def _int64_bias(g: Graph, op: Op, in_scale: float, src: Graph | None, float_only
         rounded = np.clip(np.round(exact / step), -2 ** 31, 2 ** 31 - 1) * step
         real = exact if float_only else exact + (real - rounded)
     w_scale = _quant(g, op.inputs[1]).scale.astype(np.float64)
-    scale = (np.float64(np.float32(in_scale)) * w_scale).astype(np.float32)
+    scale = bias_scale(in_scale, w_scale).astype(np.float32)
     scale = np.broadcast_to(scale, real.shape) if scale.size == 1 and real.size > 1 else scale
     q = np.round(real / scale.astype(np.float64)).astype(np.int64)
-    g.tensors[name] = Tensor(name, t32.shape, "int64", QuantParams(scale, np.zeros(scale.size, np.int64)), q)
-
-
-#: int16 weights keep an int64 bias within this many bits (the chip saturates sums at 2**47).
-BIAS16_BITS = 44
-#: The smallest requantization multiplier the chip's Q31 + shift holds (below 2**-32 it is 0).
-MIN_MULTIPLIER = 2.0 ** -31
+    g.tensors[name] = Tensor(name, t32.shape, "int64", symmetric(scale), q)
 
 
 def _int16_weights(g: Graph, op: Op, src: Graph, in_scale: float, out_scale: float | np.ndarray,
                    fold: np.ndarray | None = None) -> None:
-    """Replace the op's int8 weights by int16 ones (a16w16): symmetric, per channel on the
-    same axis, ``max |w| / 32767`` steps, rounded to nearest from the float graph's weights.
-
-    A channel's step is never so fine that its multiplier ``in x w / out`` falls below
-    ``MIN_MULTIPLIER`` (flushed to 0 on the chip) or its int64 bias above 2**``BIAS16_BITS``
-    (the sums saturate at 2**47): hand_landmark_full's dead channels (weights ~1e-9, biases
-    ~1) did both, and its handedness went 0.15 off on the device. Those channels' weights
-    round to a few steps or none, as they would in int8. ``fold``: the channel scales of a
-    per-channel input, multiplied into the float weights first (:mod:`libnpu.compiler.folding`;
-    ``in_scale`` is then 1); ``out_scale`` one per output channel or one."""
+    """Replace the op's int8 weights by int16 ones (a16w16) on the same axis, from the float
+    graph's weights and bias (:func:`libnpu.compiler.scales.quantize_weights16`). ``fold``:
+    the channel scales of a per-channel input, multiplied into the float weights first
+    (:mod:`libnpu.compiler.folding`; ``in_scale`` is then 1); ``out_scale`` one per output
+    channel or one."""
     name = op.inputs[1]
     if name not in src.tensors or src.tensors[name].quant is not None:
         raise MixedPrecisionError(f"int16 weights: {op.describe()} has no float weights to requantize")
@@ -256,22 +243,10 @@ def _int16_weights(g: Graph, op: Op, src: Graph, in_scale: float, out_scale: flo
     if fold is not None:
         w = w * weight_fold(w.shape, fold)
     q8 = _quant(g, name)
-    if q8.per_channel:
-        axis = q8.axis
-        maxabs = np.abs(np.moveaxis(w, axis, 0).reshape(w.shape[axis], -1)).max(axis=1)
-    else:
-        axis, maxabs = 0, np.array([np.abs(w).max(initial=0.0)])
-    floor = MIN_MULTIPLIER * out_scale / in_scale
-    if len(op.inputs) > 2 and op.inputs[2] and op.inputs[2] in src.tensors:
-        bias = np.abs(np.asarray(src.tensors[op.inputs[2]].data, np.float64)).reshape(-1)
-        bias = bias if maxabs.size == bias.size else np.array([bias.max(initial=0.0)])
-        floor = np.maximum(floor, bias / (in_scale * 2.0 ** BIAS16_BITS))
-    scale = np.maximum(maxabs / INT16_MAX, floor * 1.01)
-    scale = np.where(scale > 0, scale, 1.0 / INT16_MAX).astype(np.float32)
-    qp = QuantParams(scale, np.zeros(scale.size, np.int64), axis)
-    shape = qp.broadcast_shape(w.ndim)
-    data = np.clip(np.round(w / scale.astype(np.float64).reshape(shape)), -INT16_MAX, INT16_MAX)
-    g.tensors[name] = Tensor(name, g.tensors[name].shape, "int16", qp, data.astype(np.int16))
+    b = op.inputs[2] if len(op.inputs) > 2 and op.inputs[2] in src.tensors else ""
+    data, qp = quantize_weights16(w, q8.axis if q8.per_channel else None, src.tensors[b].data if b else None,
+                                  in_scale, out_scale)
+    g.tensors[name] = Tensor(name, g.tensors[name].shape, "int16", qp, data)
 
 
 def _fold_into_int8_weights(g: Graph, op: Op, scales: np.ndarray) -> None:
@@ -282,8 +257,7 @@ def _fold_into_int8_weights(g: Graph, op: Op, scales: np.ndarray) -> None:
     q = _quant(g, name)
     factor = weight_fold(t.shape, scales).reshape(-1)
     scale = (np.broadcast_to(q.scale.astype(np.float64), factor.shape) * factor).astype(np.float32)
-    g.tensors[name] = Tensor(name, t.shape, t.dtype, QuantParams(scale, np.zeros(scale.size, np.int64),
-                                                                 len(t.shape) - 1), t.data)
+    g.tensors[name] = Tensor(name, t.shape, t.dtype, symmetric(scale, len(t.shape) - 1), t.data)
 
 
 def _headroom(g: Graph, name: str) -> float:
@@ -420,51 +394,6 @@ def _drop_dead_conversions(g: Graph) -> None:
 
 # automatic selection ---------------------------------------------------------------------
 
-def _feed_for(graph: Graph, float_graph: Graph, feed: Feed) -> dict[str, np.ndarray]:
-    if not isinstance(feed, Mapping):
-        feed = dict(zip(float_graph.inputs, feed, strict=True))
-    out = {}
-    for name in graph.inputs:
-        t, value = graph.tensors[name], np.asarray(feed[name], np.float32)
-        out[name] = t.quant.quantize(value, t.dtype) if t.quant is not None and t.dtype != "float32" else value
-    return out
-
-
-#: Outputs with fewer values per sample are scored by their largest error, not cosine
-#: (as issue 13's acceptance judges them).
-SMALL_OUTPUT = 8
-
-
-def output_scores(float_graph: Graph, graph: Graph, dataset: Sequence[Feed]) -> dict[str, float]:
-    """How closely each output of the quantized ``graph`` (simulated by the float
-    reference) follows ``float_graph``'s over ``dataset``, 1.0 being exact: the cosine
-    similarity of all values, or for an output of fewer than ``SMALL_OUTPUT`` values
-    (a score, a probability) ``1 - max |error| / max |reference|``."""
-    ref_run, q_run = FloatInterpreter(float_graph), FloatInterpreter(graph)
-    refs: dict[str, list[np.ndarray]] = {n: [] for n in graph.outputs}
-    gots: dict[str, list[np.ndarray]] = {n: [] for n in graph.outputs}
-    for feed in dataset:
-        ref = ref_run.run(feed)
-        got = q_run.run(_feed_for(graph, float_graph, feed))
-        for fname, qname in zip(float_graph.outputs, graph.outputs):
-            t = graph.tensors[qname]
-            v = np.asarray(got[qname])
-            v = t.quant.dequantize(v) if t.quant is not None and t.dtype != "float32" else v
-            refs[qname].append(np.asarray(ref[fname], np.float64).reshape(-1))
-            gots[qname].append(np.asarray(v, np.float64).reshape(-1))
-    result = {}
-    for n in graph.outputs:
-        r, v = np.concatenate(refs[n]), np.concatenate(gots[n])
-        if graph.tensors[n].size < SMALL_OUTPUT:
-            scale = float(np.abs(r).max(initial=0.0))
-            err = float(np.abs(r - v).max(initial=0.0))
-            result[n] = 1.0 - (err / scale if scale > 0 else float(err > 0))
-        else:
-            rr, vv = float(r @ r), float(v @ v)
-            result[n] = 1.0 if rr == vv == 0.0 else 0.0 if rr == 0.0 or vv == 0.0 else float(r @ v) / math.sqrt(rr * vv)
-    return result
-
-
 #: An output whose score all-int16 activations would raise by less than this is left
 #: alone by "auto": its error is not the activations' (e.g. int8 weights).
 MIN_GAIN = 0.002
@@ -514,7 +443,6 @@ def choose_auto(float_graph: Graph, graph: Graph, dataset: Sequence[Feed], *,
     cannot reach it, ``GAIN_SHARE`` of what they would gain (nothing when that is below
     ``MIN_GAIN``: then its error comes from elsewhere, and promoting layers would only cost).
     Returns ``(output tensor names of the chosen ops, output scores of the chosen graph)``."""
-    from .accuracy import layer_errors
     base = output_scores(float_graph, graph, dataset)
     if min(base.values(), default=1.0) >= int16_target:
         return [], base
@@ -542,7 +470,6 @@ def choose_weights16(float_graph: Graph, graph: Graph, names: Sequence[str], dat
     for most of the gain, one int16 weights do not improve is left alone).
 
     Returns ``(output tensor names of the chosen ops, output scores of the chosen graph)``."""
-    from .accuracy import layer_errors
     promoted = promote(graph, names, float_graph)
     base = output_scores(float_graph, promoted, dataset)
     by_output = {op.outputs[0]: op for op in graph.ops}
@@ -580,7 +507,7 @@ def quantize_mixed(graph: Graph, dataset: Iterable[Feed] | None = None, *,
 
     The chosen op names are in the result's ``metadata["int16_layers"]`` and
     ``metadata["int16_weights"]`` (with "auto", also the output scores reached,
-    ``metadata["int16_output_score"]``: see :func:`output_scores`).
+    ``metadata["int16_output_score"]``: see :func:`accuracy.output_scores`).
 
     ``int16_headroom``: how far an int16 grid reaches beyond its tensor's calibrated range,
     a factor for every tensor or ``"held-out"``: each tensor's own, from its calibration
@@ -593,7 +520,6 @@ def quantize_mixed(graph: Graph, dataset: Iterable[Feed] | None = None, *,
     times finer than its tensor's widest channel a channel's grid may be
     (:data:`~libnpu.compiler.channel_grids.CHANNEL_SPREAD`). The metadata then has
     ``int16_grid`` and ``int16_per_channel_tensors`` (how many)."""
-    from .quantizer import equalized, quantize_model, random_dataset
     selection = parse_selection(int16)
     wide = parse_selection(int16_weights)
     opt = optimize(graph)
@@ -653,7 +579,6 @@ def quantize_mixed(graph: Graph, dataset: Iterable[Feed] | None = None, *,
         result.metadata["int16_headroom"] = {"min": round(min(used), 3), "median": round(float(np.median(used)), 3),
                                              "max": round(max(used), 3)}
     if report:
-        from .accuracy import errors_to_json, layer_errors
         with stage(progress, "accuracy"):
             result.metadata["layer_errors"] = errors_to_json(layer_errors(opt, result, data))
     return result

@@ -21,6 +21,7 @@ import numpy as np
 import onnx
 from onnx import numpy_helper, shape_inference
 
+from ..loadable import HostCall
 from . import registry
 from .ir import Graph, IRError, Op, SourceOp, Tensor, require_data, same_pads
 
@@ -192,7 +193,6 @@ class _Importer:
 
     def host_node(self, node, source: SourceOp, where: str) -> None:
         """A HOST op running ``node`` on the host (a one-node ONNX model, ONNX layout)."""
-        from ..host import HostCall
         data = [n for n in node.input if n and n not in self.consts]
         ins = [self.value(n, False, where) for n in data]
         outs = [self.new_tensor(o, False, where) for o in node.output if o]
@@ -225,7 +225,7 @@ def pads_2d(im: _Importer, node, attrs, kernel, strides, dilations, where) -> tu
         return (p[0], p[2], p[1], p[3])
     if auto == "VALID":
         return (0, 0, 0, 0)
-    _, _, h, w = im.onnx_shape(node.input[0], where)
+    h, w = (1, *im.onnx_shape(node.input[0], where)[2:])[-2:]   # [N, C, L]: a 2-D window of height 1
     _, t, b = same_pads(h, kernel[0], strides[0], dilations[0])
     _, left, right = same_pads(w, kernel[1], strides[1], dilations[1])
     if auto == "SAME_LOWER":

@@ -168,31 +168,39 @@ def fold_pad_into_conv(g: Graph) -> int:
     return folded
 
 
+_MOVES = ("RESHAPE", "TRANSPOSE")   # layout moves an elementwise activation commutes with
+
+
 def fuse_activations(g: Graph) -> int:
-    """Turn ``op -> RELU/RELU6/RELU_N1_TO_1`` into the op's fused activation."""
+    """Turn ``op -> RELU/RELU6/RELU_N1_TO_1`` into the op's fused activation, also across
+    RESHAPEs and TRANSPOSEs between them (``op -> moves -> act`` is ``op+act -> moves``:
+    a 1-D convolution's [N, C, L] result is such a move away from the kernel's)."""
     fused = 0
     consumers = g.consumers()
     producers = g.producers()
     for act in list(g.ops):
         if act.type not in _ACT_OPS:
             continue
-        src = producers.get(act.inputs[0])
+        last = mid = act.inputs[0]
+        src = producers.get(mid)
+        while src is not None and src.type in _MOVES and len(consumers[mid]) == 1 and mid not in g.results():
+            mid = src.inputs[0]
+            src = producers.get(mid)
         if src is None or not _fusable(src.type) or src.attrs.get("activation", "NONE") != "NONE":
             continue
-        mid = act.inputs[0]
-        if len(consumers[mid]) != 1 or mid in g.results():
+        if len(consumers[mid]) != 1 or mid in g.results() or len(consumers[last]) != 1 or last in g.results():
             continue
         src.attrs["activation"] = act.type
-        src.outputs = [act.outputs[0]]
+        producers[last].outputs = [act.outputs[0]]
+        producers[act.outputs[0]] = producers[last]
         g.ops.remove(act)
-        g.tensors.pop(mid, None)
-        producers[act.outputs[0]] = src
+        g.tensors.pop(last, None)
         fused += 1
     return fused
 
 
 def remove_identities(g: Graph) -> int:
-    """Drop RESHAPEs to the same shape and identity TRANSPOSEs; merge TRANSPOSE pairs."""
+    """Drop RESHAPEs to the same shape and identity TRANSPOSEs; merge TRANSPOSE pairs and RESHAPE pairs."""
     removed = 0
     producers = g.producers()
     consumers = g.consumers()
@@ -212,6 +220,14 @@ def remove_identities(g: Graph) -> int:
                 removed += 1
             identity = tuple(op.attrs["perm"]) == tuple(range(len(op.attrs["perm"])))
         elif op.type == "RESHAPE":
+            prev = producers.get(src_name)
+            if prev is not None and prev.type == "RESHAPE" and len(consumers[src_name]) == 1 \
+                    and src_name not in g.results():
+                op.inputs = list(prev.inputs)   # a reshape of a reshape is one reshape
+                g.ops.remove(prev)
+                g.tensors.pop(src_name, None)
+                src_name = op.inputs[0]
+                removed += 1
             identity = g.tensors[src_name].shape == g.tensors[out].shape
         else:
             continue

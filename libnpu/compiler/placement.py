@@ -22,7 +22,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .descriptors import Lowering, lower_op
+from .frontend import check_int8
 from .ir import Graph, IRError, Op, SourceOp
+from .memplan import plan_memory
+from .onnx_import import import_onnx_sources
+from .optimize import fold_constants
+from .qparams import lowerable
+from .quantizer import quantize_model
+from .tflite_import import import_tflite_sources
 
 __all__ = ["Placement", "PlacementPlan", "FallbackRefusedError", "NPU", "CPU", "place_model", "plan_placement",
            "import_with_fallback"]
@@ -97,9 +105,7 @@ def import_with_fallback(data: bytes, kind: str, name: str = "model",
     """Import a model with every operator the import refuses (and those in
     ``force_host``) as a HOST op, and what became of each source operator."""
     if kind == "tflite":
-        from .tflite_import import import_tflite_sources
         return import_tflite_sources(data, name, fallback=True, force_host=force_host)
-    from .onnx_import import import_onnx_sources
     return import_onnx_sources(data, name, fallback=True, force_host=force_host)
 
 
@@ -121,11 +127,6 @@ def _single_op_graph(graph: Graph, op: Op) -> Graph:
 def _lower_all(graph: Graph) -> None:
     """Run the int8 rules, the memory plan, kernel parameters, lowering and descriptor
     encoding for every op of ``graph`` (what :func:`lower.lower` does, without the task list)."""
-    from .frontend import check_int8
-    from .lower import Lowering, _encode
-    from .memplan import plan_memory
-    from .qparams import lowerable, op_params
-    from .registry import get
     for op in graph.ops:
         if not lowerable(op.type):
             raise IRError(f"the chip has no int8 kernel for {op.type}")
@@ -133,14 +134,11 @@ def _lower_all(graph: Graph) -> None:
     plan = plan_memory(graph)
     low = Lowering(graph, plan)
     for op in graph.ops:
-        emitted = get(op.type, "lower")(low, op, op_params(graph, op))
-        if emitted is not None:
-            _encode(emitted, plan)
+        lower_op(low, op)
 
 
 def _refusal(graph: Graph, op: Op, quantized: bool) -> str:
     """Why the compiler would not lower ``op`` to the chip ("" if it would)."""
-    from .qparams import lowerable
     if not any(i and not graph.tensors[i].is_constant for i in op.inputs):
         return ""            # constant inputs only: folded at compile time
     if not lowerable(op.type) and quantized:
@@ -148,7 +146,6 @@ def _refusal(graph: Graph, op: Op, quantized: bool) -> str:
     sub = _single_op_graph(graph, op)
     try:
         if not quantized:
-            from .quantizer import quantize_model
             sub = quantize_model(sub, random_count=2)
         _lower_all(sub)
     except _REFUSALS as exc:
@@ -171,7 +168,6 @@ def plan_placement(model: bytes | str | os.PathLike, *, ops: Collection[str] | N
     if not quantized:
         # As the quantizer does first: fold constant subgraphs (fp16 weights behind
         # DEQUANTIZE), so each op is judged with the constants it will really get.
-        from .optimize import fold_constants
         memo: dict[int, Any] = {}
         folded = copy.deepcopy(graph, memo)      # memo: id of each original object -> its copy
         fold_constants(folded)

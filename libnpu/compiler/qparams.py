@@ -2,7 +2,7 @@
 
 The lowering copies these into task descriptors; names match the keyword arguments of
 the chip's kernels (``firmware_sim.kernels``). All derivations come from the hardware
-spec (``firmware_sim.spec.fixedpoint``), so compiler and chip cannot disagree. Each
+spec (``npu_hw.fixedpoint``), so compiler and chip cannot disagree. Each
 operator declares its parameters in ``compiler.ops``; the helpers here are shared.
 """
 from __future__ import annotations
@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from firmware_sim.spec import fixedpoint as fp
+from npu_hw import fixedpoint as fp
 
 from . import registry
 from .folding import folded_input_scales

@@ -14,7 +14,8 @@ kernels run it as they run a TFLite int8 model:
 - ops that move data without rescaling (``same_scale``: pools, reshapes, ...) share one
   scale/zero point between inputs and output.
 Each operator declares its rule in ``compiler.ops``. Activation ranges come from the
-calibration data by one of the methods of :mod:`libnpu.compiler.calibration`.
+calibration data by one of the methods of :mod:`libnpu.compiler.calibration`; the scales
+from those ranges and the weights by :mod:`libnpu.compiler.scales`.
 """
 from __future__ import annotations
 
@@ -24,11 +25,16 @@ from collections.abc import Iterable, Mapping, Sequence
 import numpy as np
 
 from . import registry
+from .accuracy import errors_to_json, layer_errors, output_scores
+from .bias_correction import correct_biases
 from .calibration import METHODS, Histogram, choose_range
+from .equalization import equalize as equalize_channels
 from .float_ref import FloatInterpreter
 from .ir import Graph, IRError, Op, QuantParams, State, Tensor
 from .optimize import optimize
 from .progress import Progress, stage
+from .scales import bias_scale, choose_activation_scale, quantize_weights, symmetric
+from .weight_rounding import input_moments, round_layer
 
 __all__ = ["QuantizationError", "build_calibration_model", "Calibrator", "calibrate",
            "quantize", "quantize_model", "random_dataset", "Range"]
@@ -130,15 +136,6 @@ def calibrate(graph: Graph, dataset: Iterable[Mapping[str, np.ndarray] | Sequenc
 
 
 # quantization -----------------------------------------------------------------------
-
-def _activation_params(lo: float, hi: float) -> QuantParams:
-    lo, hi = min(lo, 0.0), max(hi, 0.0)
-    if hi - lo < 1e-8:
-        hi = lo + 1e-8
-    scale = (hi - lo) / 255.0
-    zp = int(np.clip(np.round(-128 - lo / scale), -128, 127))
-    return QuantParams(np.float32(scale), zp)
-
 
 class _UnionFind:
     def __init__(self) -> None:
@@ -249,34 +246,13 @@ def _activation_table(g: Graph, ranges: Mapping[str, Range], roles) -> dict[str,
             known = [rng[m] for m in members if m in rng]
             if not known:
                 raise QuantizationError(f"no calibration range for tensors {members}")
-            qp = _activation_params(min(r[0] for r in known), max(r[1] for r in known))
+            qp = choose_activation_scale(min(r[0] for r in known), max(r[1] for r in known))
         for m in members:
             params[m] = qp
     missing = [n for n, t in g.tensors.items() if n not in roles and n not in params]
     if missing:
         raise QuantizationError(f"no calibration range for tensors {missing[:5]}")
     return params
-
-
-def _quantize_weights(w: np.ndarray, axis: int | None, bias: np.ndarray | None,
-                      in_scale: float) -> tuple[np.ndarray, QuantParams]:
-    """Symmetric int8 weights, per channel along ``axis`` (None: per tensor)."""
-    w = w.astype(np.float64)
-    if axis is None:
-        maxabs = np.array([np.abs(w).max() if w.size else 0.0])
-    else:
-        maxabs = np.abs(np.moveaxis(w, axis, 0).reshape(w.shape[axis], -1)).max(axis=1)
-    scale = maxabs / 127.0
-    if bias is not None:
-        # Keep the int32 bias in range: bias / (in_scale * w_scale) must fit in int32.
-        need = np.abs(bias.astype(np.float64)) / (in_scale * (2 ** 31 - 1)) * 1.01
-        scale = np.maximum(scale, need if axis is not None else need.max(initial=0.0))
-    scale = np.where(scale > 0, scale, 1.0 / 127.0).astype(np.float32)
-    shape = [1] * w.ndim
-    if axis is not None:
-        shape[axis] = -1
-    q = np.clip(np.round(w / scale.reshape(shape)), -127, 127).astype(np.int8)
-    return q, QuantParams(scale, np.zeros(scale.size, np.int64), axis if axis is not None else 0)
 
 
 def quantize(graph: Graph, ranges: Mapping[str, Range], *, fc_per_channel: bool = True,
@@ -322,17 +298,15 @@ def quantize(graph: Graph, ranges: Mapping[str, Range], *, fc_per_channel: bool 
             bias = src.tensors[b_name].data if b_name else None
             per_tensor = registry.get(op.type, "fc_weights") and not fc_per_channel
             axis = None if per_tensor else weight_axis
-            wq, wqp = _quantize_weights(w_t.data, axis, bias, in_scale)
+            wq, wqp = quantize_weights(w_t.data, axis, bias, in_scale)
             if moments is not None and w_t.name in moments and (op.type == "DEPTHWISE_CONV_2D" or axis in (0, None)):
-                from .weight_rounding import round_layer
                 wq, rounded_bias = round_layer(op.type, w_t.data, wqp.scale, moments[w_t.name], bias)
                 bias = rounded_bias if round_biases else bias
             g.add_tensor(Tensor(w_t.name, w_t.shape, "int8", wqp, wq))
             if b_name:
-                bs = (wqp.scale.astype(np.float64) * in_scale)
+                bs = bias_scale(in_scale, wqp.scale)
                 bq = np.clip(np.round(bias.astype(np.float64) / bs), -2 ** 31, 2 ** 31 - 1).astype(np.int32)
-                g.add_tensor(Tensor(b_name, (bq.size,), "int32",
-                                    QuantParams(bs.astype(np.float32), np.zeros(bs.size, np.int64)), bq))
+                g.add_tensor(Tensor(b_name, (bq.size,), "int32", symmetric(bs), bq))
                 new.inputs[2] = b_name
             if len(new.inputs) < 3:
                 new.inputs.append("")
@@ -397,8 +371,6 @@ def _bias_correction_helps(float_graph: Graph, q: Graph, data: Sequence) -> bool
     pictures, on the device). Fewer than 4 samples: no correction."""
     if len(data) < 4:
         return False
-    from .bias_correction import correct_biases
-    from .mixed_precision import output_scores
     fit, check = list(data[0::2]), list(data[1::2])
     trial = q.copy()
     correct_biases(float_graph, trial, fit)
@@ -411,9 +383,8 @@ def equalized(graph: Graph, data: Sequence, progress: Progress | None = None) ->
     equalized is returned as it is)."""
     if "equalized_channels" in graph.metadata:
         return graph
-    from .equalization import equalize
     with stage(progress, "equalize"):
-        return equalize(graph, data)
+        return equalize_channels(graph, data)
 
 
 def quantize_model(graph: Graph,
@@ -452,7 +423,6 @@ def quantize_model(graph: Graph,
     ranges = calibrate(opt, data, method=method, percentile=percentile, seed=seed, progress=progress)
     moments = None
     if weight_rounding in ("gptq", "gptq-bias"):
-        from .weight_rounding import input_moments
         with stage(progress, "weight rounding"):
             moments = input_moments(opt, data, seed=seed)
     with stage(progress, "quantize"):
@@ -463,7 +433,6 @@ def quantize_model(graph: Graph,
     if bias_correction == "auto":
         bias_correction = _bias_correction_helps(opt, q, data)
     if bias_correction:
-        from .bias_correction import correct_biases
         correct_biases(opt, q, data, progress=progress)
         q.validate()
     q.metadata["calibration"] = {"method": method, "runs": len(data), "random": dataset is None,
@@ -472,7 +441,6 @@ def quantize_model(graph: Graph,
                                     if "equalized_channels" in opt.metadata else {}),
                                  **({"weight_rounding": weight_rounding} if weight_rounding != "nearest" else {})}
     if layer_report:
-        from .accuracy import errors_to_json, layer_errors
         with stage(progress, "accuracy"):
             q.metadata["layer_errors"] = errors_to_json(layer_errors(opt, q, data))
     return q

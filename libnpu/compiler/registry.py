@@ -6,9 +6,9 @@ An operator module declares everything the compiler knows about its operators in
 quantization rule, the int8 kernel parameters, the lowering to chip descriptors and the
 TFLite export; ONNX node types are declared beside them with :func:`onnx`. The pipeline
 modules (``tflite_import``, ``onnx_import``, ``float_ref``, ``optimize``, ``quantizer``,
-``qparams``, ``lower``, ``tflite_export``) are the glue, written once: they look
+``qparams``, ``descriptors``, ``lower``, ``tflite_export``) are the glue, written once: they look
 operators up here and keep no per-operator tables. Operator names are TFLite's builtin
-names, shared with the chip's descriptors (``firmware_sim.spec``) and the docs.
+names, shared with the chip's descriptors (``npu_hw``) and the docs.
 
 Every module of ``compiler.ops`` is loaded the first time the registry is consulted, so
 a new family is a new module and nothing else (see docs/contributing.md). The registry

@@ -16,7 +16,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import flatbuffers
 import numpy as np
+from ai_edge_litert import schema_py_generated as schema
 
 from .ir import IRError
 
@@ -31,18 +33,12 @@ class CutModel:
     outputs: tuple[int, ...]    # source tensor indices, in the sub-model's output order
 
 
-def _schema():
-    from ai_edge_litert import schema_py_generated as schema
-    return schema
-
-
 def cut_tflite(model: bytes, op_indices: Sequence[int], outputs: Sequence[int] | None = None) -> CutModel:
     """The operators ``op_indices`` of subgraph 0 of ``model`` as a model of their own.
 
     ``outputs``: the source tensors the sub-model returns (default: every tensor its
     operators write). Operators computing their inputs from constants alone come along.
     """
-    schema = _schema()
     try:
         src = schema.ModelT.InitFromPackedBuf(bytearray(model), 0)
     except Exception as exc:  # flatbuffers reads lazily: damage is any low-level error
@@ -97,7 +93,6 @@ def cut_tflite(model: bytes, op_indices: Sequence[int], outputs: Sequence[int] |
     cut.version, cut.operatorCodes, cut.subgraphs, cut.buffers = 3, codes, [sub], buffers
     cut.description = b"npu-emu host partition"
 
-    import flatbuffers
     builder = flatbuffers.Builder(1024)
     builder.Finish(cut.Pack(builder), file_identifier=b"TFL3")
     return CutModel(bytes(builder.Output()), tuple(inputs), tuple(outs))

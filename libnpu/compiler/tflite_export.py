@@ -22,7 +22,8 @@ import numpy as np
 import tflite
 
 from . import registry
-from .ir import Graph, IRError, Op, QuantParams, Tensor, same_pads
+from .ir import Graph, IRError, Op, Tensor, same_pads
+from .scales import bias_scale, symmetric
 
 __all__ = ["TFLiteExportError", "export_tflite", "options_table", "ACT"]
 
@@ -90,11 +91,10 @@ class _Writer:
         name = f"{op.outputs[0]}__zero_bias"
         if x.quant is None:
             return self.tidx(Tensor(name, (channels,), "float32", None, np.zeros(channels, np.float32)))
-        scale = x.quant.scale[0] * np.broadcast_to(w.quant.scale, (channels,)) if w.quant.per_channel \
-            else x.quant.scale * w.quant.scale
+        scale = bias_scale(x.quant.scale[0], np.broadcast_to(w.quant.scale, (channels,)) if w.quant.per_channel
+                           else w.quant.scale)
         dtype = "int64" if x.dtype == "int16" else "int32"  # 16x8 kernels take an int64 bias
-        return self.tidx(Tensor(name, (channels,), dtype, QuantParams(scale, np.zeros(scale.size, np.int64)),
-                                np.zeros(channels, dtype)))
+        return self.tidx(Tensor(name, (channels,), dtype, symmetric(scale), np.zeros(channels, dtype)))
 
     def add(self, type_: str, ins: list[int], outs: list[int], opts: dict) -> None:
         self.ops.append((type_, ins, outs, opts))

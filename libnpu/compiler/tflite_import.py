@@ -15,8 +15,10 @@ from typing import Any
 import numpy as np
 import tflite
 
+from ..loadable import HostCall
 from . import registry
 from .ir import Graph, IRError, Op, QuantParams, SourceOp, Tensor, require_data, same_pads
+from .tflite_cut import cut_tflite
 from .tflite_sparsity import SparsityError, densify
 
 __all__ = ["TFLiteImportError", "UnsupportedOpError", "SourceOp", "import_tflite", "import_tflite_sources",
@@ -205,8 +207,6 @@ class _Importer:
         a model cut from the source holding them, returning what the rest of the graph reads."""
         if not group:
             return
-        from ..host import HostCall
-        from .tflite_cut import cut_tflite
         indices = [src.index for src in group]
         inside = set(indices)
         written = [int(t) for i in indices for t in self.sg.Operators(i).OutputsAsNumpy()]

@@ -26,6 +26,8 @@ from typing import Any
 
 import numpy as np
 
+from libnpu.compiler.ir import zero_point_error
+
 from .submodel import Node, TensorInfo, read_node, read_tensor, tensor_name, write_model
 from .tflite_c import FLAGS, K_DELEGATE_ERROR, K_ERROR, K_OK
 
@@ -50,13 +52,19 @@ class DelegateOptions:
     priority: str = "MEDIUM"
 
 
+def _shown(value: str) -> str:
+    """``value`` quoted for a one-line message, cut short when long (a message never carries
+    a megabyte of the caller's option)."""
+    return repr(value) if len(value) <= 64 else f"{value[:48]!r}... ({len(value)} characters)"
+
+
 def _int(name: str, value: str, minimum: int) -> int:
     try:
         number = int(value)
     except ValueError:
-        raise ValueError(f"npu delegate: option {name}={value!r} is not an integer") from None
+        raise ValueError(f"npu delegate: option {name}={_shown(value)} is not an integer") from None
     if number < minimum:
-        raise ValueError(f"npu delegate: option {name}={value} must be >= {minimum}")
+        raise ValueError(f"npu delegate: option {name}={_shown(value)} must be >= {minimum}")
     return number
 
 
@@ -66,7 +74,7 @@ def _bool(name: str, value: str) -> bool:
         return True
     if lowered in ("0", "false", "no", "off", ""):
         return False
-    raise ValueError(f"npu delegate: option {name}={value!r} is not a boolean (true/false)")
+    raise ValueError(f"npu delegate: option {name}={_shown(value)} is not a boolean (true/false)")
 
 
 def parse_options(pairs: list[tuple[str, str]]) -> DelegateOptions:
@@ -95,7 +103,8 @@ def parse_options(pairs: list[tuple[str, str]]) -> DelegateOptions:
             options.min_nodes_per_partition = _int(key, value, 1)
         elif key == "priority":
             if value.upper() not in PRIORITIES:
-                raise ValueError(f"npu delegate: option priority={value!r} must be one of {', '.join(PRIORITIES)}")
+                raise ValueError(f"npu delegate: option priority={_shown(value)} must be one of "
+                                 f"{', '.join(PRIORITIES)}")
             options.priority = value.upper()
         else:
             raise ValueError(f"npu delegate: unknown option {key!r} (known: devroot, device, ops, cache_dir, "
@@ -240,6 +249,11 @@ class NpuDelegate:
             return "a tensor type the chip does not carry"
         if not activations or any(t.dtype not in _QUANTIZED for t in activations):
             return "not a quantized operator (the delegate runs int8/int16 partitions)"
+        if any(0 in t.shape for t in activations):
+            return "an empty tensor (a 0 in its shape): the chip runs no empty tensor"
+        for t in activations:
+            if t.zero_point is not None and t.dtype is not None and (why := zero_point_error(t.dtype, t.zero_point)):
+                return f"tensor {tensor_name(t.index)}: {why}"
         return ""
 
     def _placement(self, nodes: list[Node]) -> dict[int, str]:

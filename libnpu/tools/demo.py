@@ -8,8 +8,8 @@ from pathlib import Path
 
 import numpy as np
 
-from firmware_sim.spec import fixedpoint, tasks
 from libnpu.portability import MEM_READ, Session
+from npu_hw import fixedpoint, tasks
 
 
 def quantize(x: np.ndarray, scale: float, zero_point: int) -> np.ndarray:

@@ -6,7 +6,7 @@ import pytest
 import tflite
 
 from firmware_sim.kernels.activations import lut_lookup, relu_family, softmax
-from firmware_sim.spec.fixedpoint import (
+from npu_hw.fixedpoint import (
     LUT_LOGISTIC,
     LUT_TANH,
     activation_lut,

@@ -5,7 +5,7 @@ import os
 
 import pytest
 
-from firmware_sim.spec import memory
+from npu_hw import memory
 
 
 def test_a_plain_file_and_a_link_both_open(tmp_path):

@@ -6,8 +6,8 @@ import pytest
 import tflite
 
 from firmware_sim.kernels.conv import conv2d, depthwise_conv2d
-from firmware_sim.spec.fixedpoint import fused_activation_range
-from firmware_sim.spec.ops import PADDING_SAME, PADDING_VALID, conv_geometry
+from npu_hw.fixedpoint import fused_activation_range
+from npu_hw.ops import PADDING_SAME, PADDING_VALID, conv_geometry
 from tests.support.quant_utils import ACTIVATIONS, conv_multipliers, f32, log_uniform, random_int8
 from tests.support.tflite_builder import TensorSpec, run_reference, single_op_model
 

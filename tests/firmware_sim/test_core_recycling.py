@@ -19,9 +19,9 @@ import pytest
 import libnpu
 from firmware_sim import chip as chip_top
 from firmware_sim.recycling import Recycling
-from firmware_sim.spec import memory, regs, ring
 from firmware_sim.timing import HardwareProfile
 from kmd_fuse import paths
+from npu_hw import memory, regs, ring
 from tests.support.device import start_npu, stop_npu, wait_for, wait_until
 from tests.support.model_builders import small_cnn
 

@@ -18,10 +18,10 @@ import pytest
 import libnpu
 from firmware_sim import chip as chip_top
 from firmware_sim import core as core_unit
-from firmware_sim.spec import memory, regs, ring
 from firmware_sim.timing import HardwareProfile
 from kmd_fuse import paths
 from kmd_fuse.udev.uevent import Uevent
+from npu_hw import memory, regs, ring
 from tests.support.device import set_fault_injection, start_npu, stop_npu, wait_until, wait_until_hung
 
 pytestmark = pytest.mark.recovery     # reset, queues, recovery (benchmarks/flake_hunt.py -m recovery)

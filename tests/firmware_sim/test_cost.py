@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from firmware_sim.spec import ops, tasks
 from firmware_sim.units import UNITS, task_cost
+from npu_hw import ops, tasks
 
 
 def decode(blob: bytes) -> np.void:

@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 
 from firmware_sim.kernels import activations, conv, pooling
-from firmware_sim.spec import ops
-from firmware_sim.spec.fixedpoint import LUT_LOGISTIC, activation_lut, quantize_multiplier_array, softmax_params
+from npu_hw import ops
+from npu_hw.fixedpoint import LUT_LOGISTIC, activation_lut, quantize_multiplier_array, softmax_params
 from tests.support.quant_utils import random_int8
 
 

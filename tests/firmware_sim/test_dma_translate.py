@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from firmware_sim.dma import IommuFault
-from firmware_sim.spec import iommu, memory
+from npu_hw import iommu, memory
 from tests.support.chip_memory import ASID, BO, ChipMemory
 
 

@@ -6,7 +6,7 @@ import pytest
 import tflite
 
 from firmware_sim.kernels.elementwise import add, dequantize, mul, quantize, requantize
-from firmware_sim.spec.fixedpoint import add_params, fused_activation_range, mul_multiplier, rescale_multiplier
+from npu_hw.fixedpoint import add_params, fused_activation_range, mul_multiplier, rescale_multiplier
 from tests.support.quant_utils import ACTIVATIONS, f32, log_uniform, random_int8
 from tests.support.tflite_builder import TensorSpec, run_reference, single_op_model
 

@@ -8,7 +8,7 @@ import pytest
 
 from firmware_sim.kernels import fixedpoint as fp
 from firmware_sim.kernels.gemm import int_matmul
-from firmware_sim.spec.fixedpoint import (
+from npu_hw.fixedpoint import (
     effective_scale,
     fused_activation_range,
     quantize_multiplier,

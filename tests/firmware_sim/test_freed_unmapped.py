@@ -12,8 +12,8 @@ from pathlib import Path
 
 import numpy as np
 
-from firmware_sim.spec import ops, tasks  # noqa: F401 (ops registers its descriptors)
 from kmd_fuse import paths
+from npu_hw import ops, tasks  # noqa: F401 (ops registers its descriptors)
 from tests.support.device import wait_until
 from tests.support.quant_utils import random_int8
 

@@ -11,7 +11,7 @@ from firmware_sim.kernels.fixedpoint import (
     requantize_double,
 )
 from firmware_sim.kernels.fully_connected import fully_connected
-from firmware_sim.spec.fixedpoint import effective_scale, fused_activation_range
+from npu_hw.fixedpoint import effective_scale, fused_activation_range
 from tests.support.quant_utils import ACTIVATIONS, conv_multipliers, f32, log_uniform, random_int8
 from tests.support.tflite_builder import TensorSpec, run_reference, single_op_model
 

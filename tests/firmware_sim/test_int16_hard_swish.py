@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from firmware_sim.kernels.unary import hard_swish
-from firmware_sim.spec import ops
 from libnpu.compiler.ops.unary import hard_swish_int16_params
+from npu_hw import ops
 from tests.support.chip_memory import ChipMemory, encode, run_ok
 from tests.support.quant_utils import random_int16
 

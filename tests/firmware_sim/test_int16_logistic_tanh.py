@@ -8,8 +8,8 @@ import pytest
 import tflite
 
 from firmware_sim.kernels.activations import lut_lookup
-from firmware_sim.spec import sigmoid16
-from firmware_sim.spec.fixedpoint import LUT_LOGISTIC, LUT_TANH
+from npu_hw import sigmoid16
+from npu_hw.fixedpoint import LUT_LOGISTIC, LUT_TANH
 from tests.support.quant_utils import f32, log_uniform, random_int16
 from tests.support.tflite_builder import TensorSpec, run_reference, single_op_model
 

@@ -12,9 +12,9 @@ import pytest
 
 from firmware_sim.kernels.binary import prelu, prelu_int16_per_channel
 from firmware_sim.kernels.int16x8 import ADD_LEFT_SHIFT_INT16, add_int16, add_int16_per_channel
-from firmware_sim.spec import iommu, ops
-from firmware_sim.spec.fixedpoint import add_params
 from libnpu.compiler.ops.binary import prelu_params
+from npu_hw import iommu, ops
+from npu_hw.fixedpoint import add_params
 from tests.support.chip_memory import ChipMemory, encode, ranked, run_ok
 from tests.support.quant_utils import random_int16
 

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from firmware_sim.kernels.binary import prelu
-from firmware_sim.spec import ops
 from libnpu.compiler.ops.binary import prelu_params
+from npu_hw import ops
 from tests.support.chip_memory import ChipMemory, encode, ranked, run_ok
 from tests.support.quant_utils import random_int16
 

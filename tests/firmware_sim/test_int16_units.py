@@ -10,8 +10,9 @@ import pytest
 
 from firmware_sim.executor import run_job
 from firmware_sim.kernels import int16x8, layout, pooling, resize
-from firmware_sim.spec import iommu, ops, sigmoid16, tasks
-from firmware_sim.spec.fixedpoint import (
+from firmware_sim.timing import HardwareProfile
+from npu_hw import iommu, ops, sigmoid16, tasks
+from npu_hw.fixedpoint import (
     ADD_LEFT_SHIFT_INT16,
     LUT_LOGISTIC,
     LUT_TANH,
@@ -20,7 +21,6 @@ from firmware_sim.spec.fixedpoint import (
     quantize_multiplier_array,
     rescale_multiplier,
 )
-from firmware_sim.timing import HardwareProfile
 from tests.support.chip_memory import ASID, ChipMemory, encode, ranked, run_ok
 from tests.support.quant_utils import random_int8, random_int16
 
@@ -162,7 +162,7 @@ def test_mean_int16(mem: ChipMemory) -> None:
 
 def test_relu_int16(mem: ChipMemory) -> None:
     from firmware_sim.kernels.activations import relu_family
-    from firmware_sim.spec.fixedpoint import relu_multiplier
+    from npu_hw.fixedpoint import relu_multiplier
     rng = np.random.default_rng(9)
     x = random_int16(rng, (50,))
     mult, shift = relu_multiplier(0.001, 0.002)
@@ -175,7 +175,7 @@ def test_relu_int16(mem: ChipMemory) -> None:
 
 
 def test_softmax_int16(mem: ChipMemory) -> None:
-    from firmware_sim.spec.fixedpoint import softmax_int16_params
+    from npu_hw.fixedpoint import softmax_int16_params
     rng = np.random.default_rng(7)
     x = random_int16(rng, (3, 17))
     mult, shift = softmax_int16_params(1.0, 0.0005)

@@ -19,8 +19,8 @@ from firmware_sim.kernels.int16x16 import (
     fully_connected_16x16,
     saturate_accumulator,
 )
-from firmware_sim.spec import ops, tasks
-from firmware_sim.spec.fixedpoint import quantize_multiplier_array
+from npu_hw import ops, tasks
+from npu_hw.fixedpoint import quantize_multiplier_array
 from tests.support.chip_memory import ChipMemory, encode, run_ok
 from tests.support.quant_utils import log_uniform, random_int16
 

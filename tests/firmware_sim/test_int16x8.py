@@ -6,14 +6,14 @@ import pytest
 import tflite
 
 from firmware_sim.kernels import int16x8, pooling, resize
-from firmware_sim.spec.fixedpoint import (
+from npu_hw.fixedpoint import (
     add_params,
     effective_scale,
     fused_activation_range,
     mul_multiplier,
     rescale_multiplier,
 )
-from firmware_sim.spec.ops import PADDING_SAME, PADDING_VALID, conv_geometry
+from npu_hw.ops import PADDING_SAME, PADDING_VALID, conv_geometry
 from tests.support.quant_utils import ACTIVATIONS, conv_multipliers, f32, log_uniform, random_int8, random_int16
 from tests.support.tflite_builder import (
     TensorSpec,
@@ -332,7 +332,7 @@ def test_int16_kernels_refuse_bad_operands() -> None:
 
 @pytest.mark.parametrize("seed", SEEDS)
 def test_softmax_int16_matches_reference(seed: int) -> None:
-    from firmware_sim.spec.fixedpoint import softmax_int16_params
+    from npu_hw.fixedpoint import softmax_int16_params
     rng = np.random.default_rng(16900 + seed)
     for case_no in range(CASES_PER_SEED):
         rows, depth = int(rng.integers(1, 6)), int(rng.integers(1, 40))
@@ -391,7 +391,7 @@ def test_mean_int16_matches_reference(seed: int) -> None:
 @pytest.mark.parametrize("seed", SEEDS)
 def test_relu_family_int16_matches_reference(seed: int, op: int) -> None:
     from firmware_sim.kernels.activations import relu_family
-    from firmware_sim.spec.fixedpoint import ACT_RELU, ACT_RELU6, relu_multiplier
+    from npu_hw.fixedpoint import ACT_RELU, ACT_RELU6, relu_multiplier
     rng = np.random.default_rng(17100 + seed + op)
     code = {OP.RELU: ACT_RELU, OP.RELU6: ACT_RELU6}[op]
     for case_no in range(CASES_PER_SEED):

@@ -13,7 +13,7 @@ from firmware_sim.dma import BusError
 from firmware_sim.errors import InvalidCommand
 from firmware_sim.kernels import activations, native
 from firmware_sim.kernels.native import calls
-from firmware_sim.spec import tasks
+from npu_hw import tasks
 from tests.support.chip_memory import encode
 
 

@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 
 from firmware_sim.kernels import conv
-from firmware_sim.spec import ops, tasks
-from firmware_sim.spec.fixedpoint import quantize_multiplier_array
 from libnpu.portability import JobError
+from npu_hw import ops, tasks
+from npu_hw.fixedpoint import quantize_multiplier_array
 from tests.support.quant_utils import random_int8
 
 SHAPE = (1, 8, 8, 8)

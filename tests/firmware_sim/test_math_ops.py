@@ -11,10 +11,10 @@ from ai_edge_litert.interpreter import Interpreter, OpResolverType
 
 from firmware_sim.kernels import binary, normalization, unary
 from firmware_sim.kernels.activations import lut_lookup
-from firmware_sim.spec import fixedpoint as fp
-from firmware_sim.spec import tables
 from libnpu.compiler.ops import binary as binary_params
 from libnpu.compiler.ops import unary as unary_params
+from npu_hw import fixedpoint as fp
+from npu_hw import tables
 from tests.support.quant_utils import f32, log_uniform, random_int8
 from tests.support.tflite_builder import TensorSpec, run_reference, single_op_model
 

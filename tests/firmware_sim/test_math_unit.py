@@ -7,10 +7,10 @@ import errno
 import numpy as np
 
 from firmware_sim.kernels import binary, normalization, unary
-from firmware_sim.spec import fixedpoint as fp
 from libnpu.compiler.ops import binary as binary_params
 from libnpu.compiler.ops import unary as unary_params
 from libnpu.compiler.ops.normalization import log_softmax_params
+from npu_hw import fixedpoint as fp
 from tests.support.chip_memory import ChipMemory, encode
 from tests.support.quant_utils import random_int8
 

@@ -15,7 +15,7 @@ from firmware_sim.errors import InvalidCommand
 from firmware_sim.kernels import native
 from firmware_sim.kernels.conv import conv2d, depthwise_conv2d, depthwise_conv2d_bound
 from firmware_sim.kernels.fully_connected import fully_connected, fully_connected_bound
-from firmware_sim.spec.ops import PADDING_SAME, conv_geometry
+from npu_hw.ops import PADDING_SAME, conv_geometry
 from tests.support.quant_utils import random_int8
 
 
@@ -436,7 +436,7 @@ def test_softmax_reruns_in_c_as_numpy_computes(seed: int) -> None:
     betas and input scales, rows from 1 to 64 of depths 1 to 256, random and flat rows;
     a row whose sum passes 2**8 fails in C as in numpy (TFLite aborts there)."""
     from firmware_sim.kernels import activations
-    from firmware_sim.spec.fixedpoint import softmax_params
+    from npu_hw.fixedpoint import softmax_params
     rng = np.random.default_rng(4100 + seed)
     for _ in range(12):
         rows, depth = int(rng.integers(1, 65)), int(rng.choice([1, 2, 10, 100, 256]))

@@ -16,9 +16,9 @@ import pytest
 from firmware_sim import job_plans
 from firmware_sim.executor import JobResult, run_job
 from firmware_sim.kernels import native
-from firmware_sim.spec import iommu, tasks
 from firmware_sim.timing import HardwareProfile
 from libnpu.compiler.cache import CompileCache, compile_cached
+from npu_hw import iommu, tasks
 from tests.support.chip_memory import ASID, ChipMemory
 
 pytestmark = pytest.mark.skipif(native.library() is None, reason="no C kernels")

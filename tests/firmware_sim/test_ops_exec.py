@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from firmware_sim.kernels import activations, conv, elementwise, fully_connected, layout, pooling, resize
-from firmware_sim.spec import iommu, ops, tasks
-from firmware_sim.spec.fixedpoint import LUT_TANH, activation_lut, add_params, quantize_multiplier_array, softmax_params
+from npu_hw import iommu, ops, tasks
+from npu_hw.fixedpoint import LUT_TANH, activation_lut, add_params, quantize_multiplier_array, softmax_params
 from tests.support.chip_memory import ChipMemory, encode, ranked, run_ok
 from tests.support.quant_utils import random_int8
 

@@ -6,8 +6,8 @@ import pytest
 import tflite
 
 from firmware_sim.kernels.pooling import avg_pool2d, max_pool2d, mean
-from firmware_sim.spec.fixedpoint import fused_activation_range, rescale_multiplier
-from firmware_sim.spec.ops import PADDING_SAME, PADDING_VALID, conv_geometry
+from npu_hw.fixedpoint import fused_activation_range, rescale_multiplier
+from npu_hw.ops import PADDING_SAME, PADDING_VALID, conv_geometry
 from tests.support.quant_utils import ACTIVATIONS, f32, log_uniform, random_int8
 from tests.support.tflite_builder import (
     TensorSpec,

@@ -55,7 +55,7 @@ def _sum_model(rng, shape, axes, keep, out, same=False):
 
 def _sum_reference(x, axes, qin, qout) -> np.ndarray:
     """The documented SUM formula with Python integers (TFLite's rounding helpers)."""
-    from firmware_sim.spec import fixedpoint as fp
+    from npu_hw import fixedpoint as fp
     from tests.support.reference import multiply_by_quantized_multiplier
     mult, shift = fp.rescale_multiplier(float(np.float32(qin[0][0])), float(np.float32(qout[0][0])))
     axes = sorted({a % x.ndim for a in axes})

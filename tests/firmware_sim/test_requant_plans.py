@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from firmware_sim.kernels import conv
-from firmware_sim.spec.fixedpoint import quantize_multiplier_array
+from npu_hw.fixedpoint import quantize_multiplier_array
 from tests.support.quant_utils import random_int8
 
 

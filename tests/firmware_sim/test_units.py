@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from firmware_sim import caches, executor, units
-from firmware_sim.spec import ops, tasks
+from npu_hw import ops, tasks
 
 
 def test_every_compute_opcode_has_one_unit_named_as_its_descriptor() -> None:

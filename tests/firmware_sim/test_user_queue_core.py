@@ -13,8 +13,8 @@ import pytest
 
 from firmware_sim import chip as chip_top
 from firmware_sim import core as core_unit
-from firmware_sim.spec import iommu, memory, queues, regs, ring, tasks
 from firmware_sim.timing import HardwareProfile
+from npu_hw import iommu, memory, queues, regs, ring, tasks
 from tests.support.chip_memory import ASID, ChipMemory
 
 pytestmark = pytest.mark.recovery     # reset, queues, recovery (benchmarks/flake_hunt.py -m recovery)

@@ -6,7 +6,7 @@ import numpy as np
 from firmware_sim.kernels import weight_cache
 from firmware_sim.kernels.conv import conv2d
 from firmware_sim.kernels.fully_connected import fully_connected
-from firmware_sim.spec.fixedpoint import quantize_multiplier_array
+from npu_hw.fixedpoint import quantize_multiplier_array
 from tests.support.quant_utils import random_int8
 
 

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 import libnpu
-from firmware_sim.spec import iommu, tasks
 from kmd_fuse import uapi
+from npu_hw import iommu, tasks
 
 
 class RawClient:

@@ -4,8 +4,8 @@ import os
 import time
 
 import libnpu
-from firmware_sim.spec import memory, regs
 from kmd_fuse import paths
+from npu_hw import memory, regs
 
 
 def chip_registers(devroot) -> regs.RegisterView:

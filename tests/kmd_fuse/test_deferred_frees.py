@@ -20,10 +20,10 @@ import numpy as np
 import pytest
 
 import libnpu
-from firmware_sim.spec import iommu, regs
 from kmd_fuse import paths, uapi
 from libnpu import NpuError
 from libnpu.portability import JobError
+from npu_hw import iommu, regs
 from tests.support.device import REPO, set_fault_injection, start_npu, stop_npu, wait_until
 
 pytestmark = pytest.mark.recovery     # reset, queues, recovery (benchmarks/flake_hunt.py -m recovery)

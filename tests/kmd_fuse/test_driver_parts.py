@@ -5,10 +5,10 @@ import pytest
 import trio
 import trio.testing
 
-from firmware_sim.spec import iommu
 from kmd_fuse.errors import KmdError
 from kmd_fuse.mmu import AddressSpaces, IovaAllocator
 from kmd_fuse.tasks import BackgroundTasks
+from npu_hw import iommu
 
 
 async def test_work_spawned_before_the_tasks_run_starts_when_they_do():

@@ -14,8 +14,8 @@ import numpy as np
 
 import libnpu
 from firmware_sim.chip import core_address_space
-from firmware_sim.spec import ops
 from kmd_fuse import paths
+from npu_hw import ops
 
 
 def _r(shape) -> list[int]:

@@ -9,9 +9,9 @@ import time
 import pytest
 
 import libnpu
-from firmware_sim.spec import queues
 from kmd_fuse import paths
 from libnpu.portability import JobError
+from npu_hw import queues
 from tests.kmd_fuse.test_queue_destroy import refused
 from tests.kmd_fuse.test_user_queues import MIB, _driver_and_chip, dma_copy, nop, slow_job, write_entry
 from tests.support.device import wait_until

@@ -4,6 +4,7 @@ clear error for the attacker and leave the daemon serving everyone else."""
 import os
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import textwrap
@@ -94,22 +95,33 @@ def kmd(devroot: Path, *args: str, shm: Path) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=120, env={**os.environ, "NPU_SHM_ROOT": str(shm)})
 
 
-def test_root_refuses_an_attacker_owned_state_directory(tmp_path, shm_root):
+def test_a_state_root_another_user_made_is_neither_trusted_nor_a_dead_end(tmp_path, shm_root):
     devroot = tmp_path / "dev"
     victim = tmp_path / "victim"
     victim.mkdir(mode=0o700)
     (victim / "precious").write_text("keep me")
     # The attacker creates the shared-memory root before root ever ran the driver, with a
-    # symlink where the devroot's state directory goes.
-    state_name = paths.state_dir(devroot.resolve()).name
+    # symlink where the devroot's state directory goes. Root cannot trust it, and must not
+    # be locked out by it either (issue 24, finding 4).
+    state_name = paths.default_state_dir(devroot.resolve()).name
     sh('mkdir -m 777 "$S" && ln -s "$V" "$S/$K"', S=str(shm_root), V=str(victim), K=state_name, uid=NOBODY)
-    started = kmd(devroot, "start", shm=shm_root)
-    assert started.returncode == 1
-    assert "belongs to uid 65534" in started.stderr and "Traceback" not in started.stderr
-    stopped = kmd(devroot, "stop", shm=shm_root)
-    assert stopped.returncode == 1 and "Traceback" not in stopped.stderr
-    assert os.stat(victim).st_mode & 0o777 == 0o700
-    assert sorted(os.listdir(victim)) == ["precious"]
+    try:
+        started = kmd(devroot, "start", shm=shm_root)
+        assert started.returncode == 0, started.stderr
+        (note,) = started.stderr.splitlines()
+        state = paths.state_dir(devroot.resolve())
+        assert "belongs to uid 65534" in note and f"goes to {state} instead" in note
+        assert state.parent == shm_root.parent and state.name.startswith("npu-emu-0-")
+        assert (state.stat().st_uid, stat.S_IMODE(state.stat().st_mode)) == (0, 0o711)
+        assert (devroot / paths.STATE_MARKER).read_text() == f"{state}\n"
+        assert answers(MountedNpu(devroot, 1))
+    finally:
+        stopped = kmd(devroot, "stop", shm=shm_root)
+    assert stopped.returncode == 0 and "Traceback" not in stopped.stderr
+    assert not state.exists() and os.listdir(devroot) == []
+    assert os.stat(victim).st_mode & 0o777 == 0o700 and sorted(os.listdir(victim)) == ["precious"]
+    assert os.stat(shm_root).st_uid == NOBODY and os.listdir(shm_root) == [state_name]   # untouched
+    assert os.readlink(shm_root / state_name) == str(victim)
     assert not paths.is_mounted(devroot / "npu0")
 
 
@@ -118,7 +130,7 @@ def test_a_symlinked_state_directory_is_refused(tmp_path, shm_root):
     victim = tmp_path / "victim"
     victim.mkdir(mode=0o700)
     shm_root.mkdir(mode=0o711)
-    os.symlink(victim, shm_root / paths.state_dir(devroot.resolve()).name)
+    os.symlink(victim, shm_root / paths.default_state_dir(devroot.resolve()).name)
     started = kmd(devroot, "start", shm=shm_root)
     assert started.returncode == 1 and "symbolic link" in started.stderr
     assert kmd(devroot, "stop", shm=shm_root).returncode == 1

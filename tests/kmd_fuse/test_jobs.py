@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import libnpu
-from firmware_sim.spec import tasks
+from npu_hw import tasks
 from tests.support.reference import fully_connected as reference_fc
 
 DESC = tasks.DMA_COPY.size

@@ -7,7 +7,7 @@ import uuid
 import pytest
 
 import libnpu
-from firmware_sim.spec import profiles
+from npu_hw import profiles
 from tests.support.device import start_npu, stop_npu
 from tests.support.shell import attr_dir, sh
 

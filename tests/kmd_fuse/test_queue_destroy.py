@@ -16,8 +16,8 @@ import numpy as np
 import pytest
 
 import libnpu
-from firmware_sim.spec import queues, regs
 from kmd_fuse import paths, uapi
+from npu_hw import queues, regs
 from tests.kmd_fuse.test_user_queues import NOBODY, nop, raw_queue_create, slow_job, write_entry
 from tests.support.device import REPO, core_registers, open_to_others, wait_for, wait_until
 from tests.support.other_user import python_for_others

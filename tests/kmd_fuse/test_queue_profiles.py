@@ -9,8 +9,8 @@ import errno
 import pytest
 
 import libnpu
-from firmware_sim.spec import queues
 from kmd_fuse import uapi
+from npu_hw import queues
 from tests.kmd_fuse.test_user_queues import slow_job
 
 pytestmark = pytest.mark.recovery     # reset, queues, recovery (benchmarks/flake_hunt.py -m recovery)

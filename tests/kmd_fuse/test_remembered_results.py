@@ -25,7 +25,7 @@ def _contexts(count: int, uid: int, ledger: UserLedger) -> list[Context]:
 def _finish(ctx: Context, fence: int, status: int) -> None:
     job = Job(fence, ctx, fence, [], 0, 0, 1, 0, status=status)
     ctx.pending[fence] = job
-    ctx.record_result(job)
+    ctx.signal_fence(job)
 
 
 def test_a_users_contexts_together_remember_a_bounded_number_of_results():
@@ -62,7 +62,7 @@ def test_a_user_has_a_bounded_number_of_jobs_pending_across_contexts(fresh_npu):
     while the cores were busy; a user's 256 contexts ~950 MB. The user's contexts together
     get EAGAIN past MAX_PENDING_JOBS_PER_USER; another user's jobs are not counted."""
     import libnpu
-    from firmware_sim.spec import regs
+    from npu_hw import regs
     from tests.support.device import set_fault_injection
 
     with libnpu.initialize(fresh_npu.devroot) as session:

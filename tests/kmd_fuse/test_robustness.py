@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 import libnpu
-from firmware_sim.spec import regs
 from kmd_fuse import paths
+from npu_hw import regs
 from tests.support.device import (
     core_registers,
     open_to_others,

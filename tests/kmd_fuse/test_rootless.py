@@ -14,6 +14,7 @@ the same device, the mode distributions ship. Nothing of that namespace outlives
 """
 from __future__ import annotations
 
+import contextlib
 import errno
 import fcntl
 import hashlib
@@ -33,8 +34,10 @@ from kmd_fuse import owner, paths
 from kmd_fuse.udev import hotplug
 from tests.support.device import wait_until
 from tests.support.other_user import STAGE_ROOT, repo_for_others
+from tests.support.shell import NOBODY, sh
 
 USER = "npu-rootless"
+SQUATTED_USER = "npu-squatted"
 CACHE = STAGE_ROOT
 SYSTEM_PYTHON = "/usr/bin/python3"
 FUSE_DEVICE = Path("/dev/fuse")
@@ -109,22 +112,36 @@ def test_rootless_links_never_replace_or_remove_what_is_not_theirs(tmp_path):
 
 # ---- the whole stack as a normal user ----
 
-@pytest.fixture(scope="module")
-def rootless_user() -> pwd.struct_passwd:
+def _system_user(name: str) -> pwd.struct_passwd:
+    """The unprivileged user ``name``, created with useradd if missing (skips without root)."""
     if os.geteuid() != 0:
         pytest.skip("creating the unprivileged user needs root")
     for tool in ("useradd", "setpriv", "unshare", "fusermount3"):
         if shutil.which(tool) is None:
             pytest.skip(f"{tool} is not installed")
     try:
-        return pwd.getpwnam(USER)
+        return pwd.getpwnam(name)
     except KeyError:
         pass
-    made = subprocess.run(["useradd", "--create-home", "--shell", "/usr/sbin/nologin", "--user-group", USER],
+    made = subprocess.run(["useradd", "--create-home", "--shell", "/usr/sbin/nologin", "--user-group", name],
                           capture_output=True, text=True)
     if made.returncode not in (0, 9):        # 9: created meanwhile
-        pytest.skip(f"cannot create the user {USER}: {made.stderr.strip()}")
-    return pwd.getpwnam(USER)
+        pytest.skip(f"cannot create the user {name}: {made.stderr.strip()}")
+    return pwd.getpwnam(name)
+
+
+@pytest.fixture(scope="module")
+def rootless_user() -> pwd.struct_passwd:
+    return _system_user(USER)
+
+
+@pytest.fixture(scope="module")
+def squatted_user() -> pwd.struct_passwd:
+    """A second user, the victim of the strangers below (`nobody` takes its /dev/shm/npu-emu-<uid>
+    first, or plants a link where its tree goes): a user of its own, so that these scenarios
+    and a concurrent run's npu-rootless scenarios never meet (each run's teardown kills its
+    user's processes and removes that user's state)."""
+    return _system_user(SQUATTED_USER)
 
 
 def _venv_key(source: Path) -> str:
@@ -179,22 +196,35 @@ def _cmdline(pid: int) -> str:
         return "?"
 
 
-@pytest.fixture
-def user_dir(rootless_user):
+@contextlib.contextmanager
+def _workdir_of(user: pwd.struct_passwd):
     """A directory of the user's own; afterwards every process the scenario left is killed
     (by pid: only this suite runs as that user) and its state removed."""
     workdir = Path(tempfile.mkdtemp(prefix="npu-rootless-", dir="/tmp"))
-    os.chown(workdir, rootless_user.pw_uid, rootless_user.pw_gid)
+    os.chown(workdir, user.pw_uid, user.pw_gid)
     try:
         yield workdir
     finally:
-        for pid in _processes_of(rootless_user.pw_uid):
+        for pid in _processes_of(user.pw_uid):
             try:
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
-        shutil.rmtree(f"/dev/shm/npu-emu-{rootless_user.pw_uid}", ignore_errors=True)
+        for state in Path("/dev/shm").glob(f"npu-emu-{user.pw_uid}*"):
+            shutil.rmtree(state, ignore_errors=True)
         shutil.rmtree(workdir, ignore_errors=True)
+
+
+@pytest.fixture
+def user_dir(rootless_user):
+    with _workdir_of(rootless_user) as workdir:
+        yield workdir
+
+
+@pytest.fixture
+def squatted_dir(squatted_user):
+    with _workdir_of(squatted_user) as workdir:
+        yield workdir
 
 
 def _fuse_node_for_everyone(workdir: Path) -> Path | None:
@@ -353,3 +383,88 @@ def test_a_dev_fuse_closed_to_the_user_is_one_clear_error(rootless_user, rootles
     assert any("chmod 0666 /dev/fuse" in line for line in _lines(out, "START")), out
     assert _lines(out, "AFTER-DEV") == [""]
     assert _wait_until_gone(rootless_user.pw_uid) == {}
+
+
+# ---- strangers in the way (issue 24) ----
+
+SQUATTED = r"""
+set -uo pipefail
+D=$1
+# this user's mounts only: a new mount namespace shows other tests' mounts too
+mounts() { grep ' npu-emu:' /proc/self/mountinfo | grep "user_id=$(id -u)," || true; }
+npu-kmd start --devroot "$D/dev" --sysroot "$D/sys" --memory 64M 2>&1 | sed 's/^/START /'
+echo "RC ${PIPESTATUS[0]}"
+echo "RECORD $(cat "$D/dev/.npu-state")"
+echo "NODE $(readlink "$D/dev/npu0")"
+npu demo --devroot "$D/dev" | sed 's/^/DEMO /'
+pid=$(npu-kmd status --devroot "$D/dev" | sed -n 's/.*: pid \([0-9]*\),.*/\1/p')
+echo "MOUNTS $(mounts | wc -l)"
+kill -9 "$pid"
+while kill -0 "$pid" 2>/dev/null; do sleep 0.05; done
+npu-kmd stop --devroot "$D/dev" 2>&1 | sed 's/^/STOP /'
+echo "AFTER-MOUNTS $(mounts | wc -l)"
+echo "AFTER-DEV $(ls -A "$D/dev" | tr '\n' ' ')"
+echo "DONE"
+"""
+
+
+def test_a_state_directory_another_user_made_first_is_no_dead_end(squatted_user, rootless_venv, squatted_dir):
+    """$XDG_RUNTIME_DIR unset (su, ssh, cron): `nobody` creates /dev/shm/npu-emu-<uid> before
+    the user ever starts a driver; /dev/shm is sticky, so the user could never remove it."""
+    uid = squatted_user.pw_uid
+    squat = Path(f"/dev/shm/npu-emu-{uid}")
+    sh('mkdir -m 755 "$S" && touch "$S/bait"', S=str(squat), uid=NOBODY)
+    out = _run_as_user(squatted_user, rootless_venv, squatted_dir, SQUATTED)
+    assert _lines(out, "RC") == ["0"], out
+    (record,) = _lines(out, "RECORD")
+    note, up = _lines(out, "START")
+    assert f"{squat} belongs to uid {NOBODY}" in note and f"goes to {record} instead" in note
+    assert record.startswith(f"{squat}-") and up.endswith("profile standard)")
+    assert _lines(out, "NODE") == [f"{record}/.fuse-npu0/npu0"]
+    assert "[done] all steps correct" in _lines(out, "DEMO")
+    assert _lines(out, "MOUNTS") == ["1"]
+    assert _lines(out, "STOP") == [f"{squatted_dir}/dev/npu0: stopped"]
+    assert _lines(out, "AFTER-MOUNTS") == ["0"] and _lines(out, "AFTER-DEV") == [""]
+    assert _wait_until_gone(uid) == {}
+    assert not os.path.exists(record)
+    assert squat.stat().st_uid == NOBODY and os.listdir(squat) == ["bait"]      # never used, never touched
+
+
+PLANTED = r"""
+set -uo pipefail
+D=$1
+R=$(cat "$D/devroot")
+npu-kmd start --devroot "$R" --memory 64M 2>&1 | sed 's/^/START /'
+echo "RC ${PIPESTATUS[0]}"
+npu-kmd stop --devroot "$R" 2>&1 | sed 's/^/STOP /'
+echo "PRECIOUS $(ls -A "$D/precious" | tr '\n' ' ')"
+echo "AFTER-DEV $(ls -A "$R" | tr '\n' ' ')"
+echo "DONE"
+"""
+
+
+def test_a_link_planted_where_a_users_tree_goes_is_refused_in_one_line(squatted_user, rootless_venv, squatted_dir):
+    """The documented `--devroot $(mktemp -d)` in /tmp, for a normal user: `nobody` creates
+    `<devroot>.sys/class/npu/npu0` first, a link into the user's files."""
+    user_dir = squatted_dir
+    uid, gid = squatted_user.pw_uid, squatted_user.pw_gid
+    user_dir.chmod(0o755)                # like a home directory: others pass through it
+    shared = user_dir / "tmp"
+    shared.mkdir()
+    shared.chmod(0o1777)
+    devroot = Path(tempfile.mkdtemp(prefix="tmp.", dir=shared))
+    precious = user_dir / "precious"
+    precious.mkdir()
+    (precious / "notes").write_text("mine")
+    for path in (devroot, precious, precious / "notes"):
+        os.chown(path, uid, gid)
+    (user_dir / "devroot").write_text(str(devroot))
+    tree = shared / f"{devroot.name}.sys" / "class" / "npu" / "npu0"
+    sh('mkdir -p "$(dirname "$T")" && ln -s "$V" "$T"', T=str(tree), V=str(precious), uid=NOBODY)
+    out = _run_as_user(squatted_user, rootless_venv, user_dir, PLANTED)
+    assert _lines(out, "RC") == ["1"]
+    (refusal,) = _lines(out, "START")
+    assert f"{shared / tree.parts[-4]} belongs to uid {NOBODY}" in refusal and "--sysroot" in refusal
+    assert _lines(out, "PRECIOUS") == ["notes "] and _lines(out, "AFTER-DEV") == [""]
+    assert os.readlink(tree) == str(precious)
+    assert _wait_until_gone(uid) == {}

@@ -18,11 +18,11 @@ import numpy as np
 import pytest
 
 import libnpu
-from firmware_sim.spec import queues, regs
 from kmd_fuse import paths, uapi
 from libnpu.portability import JobError
 from libnpu.tools.profile import trace_file
 from libnpu.user_queue import QueueFence
+from npu_hw import queues, regs
 from tests.support.device import REPO, WAIT_S, core_registers, open_to_others, wait_for, wait_until
 from tests.support.other_user import python_for_others
 

@@ -1,7 +1,6 @@
 """The NVDLA-named portability layer over the same device."""
 import numpy as np
 
-from firmware_sim.spec import tasks
 from libnpu.nvdla import (
     NvDlaAllocMem,
     NvDlaClose,
@@ -13,6 +12,7 @@ from libnpu.nvdla import (
     NvDlaTask,
     NvError,
 )
+from npu_hw import tasks
 
 
 def test_nvdla_flow_copies_data(npu):

@@ -4,6 +4,7 @@ NVDLA's IRuntime gaps (load from bytes, getMaxDevices, setOutputTensorDesc)."""
 from __future__ import annotations
 
 import dataclasses
+import sys
 import threading
 import time
 
@@ -11,10 +12,10 @@ import numpy as np
 import pytest
 
 import libnpu
-from firmware_sim.spec import regs
 from libnpu import nvdla
 from libnpu.runtime import ClosedError, Runtime
-from tests.support.device import set_fault_injection
+from npu_hw import regs
+from tests.support.device import set_fault_injection, wait_until
 
 
 def _inputs(model, count: int) -> list[np.ndarray]:
@@ -172,3 +173,67 @@ def test_nvdla_runtime_loads_from_bytes_and_checks_output_descs(npu, resnet8_nlb
         plain.load(memoryview(data))
         assert plain.num_output_tensors() == 1 and plain.get_max_devices() == 1
         plain.unload()
+
+
+# ---- driven by hostile or careless callers (docs/security.md, "Round 3 attacks") ----
+
+@pytest.mark.parametrize("raised", [SystemExit, KeyboardInterrupt])
+def test_a_callback_raising_a_base_exception_frees_its_task(device, resnet8_nlb, raised):
+    before = device.info()["memory_used"]
+    model = libnpu.load(resnet8_nlb, device)
+
+    def exits(task, outputs):
+        raise raised("from the application's callback")
+    pool = model.create_pool(1, on_output=exits)
+    x = _inputs(model, 1)[0]
+    pool.get_task().run(x)
+    assert pool.wait_all(timeout=60)                        # the worker lived on and freed the task
+    pool.get_task(timeout=60).run(x)
+    assert pool.wait_all(timeout=60)
+    model.close()
+    assert device.info()["memory_used"] == before
+
+
+def _blocked_in(thread: threading.Thread, function: str) -> bool:
+    frame = sys._current_frames().get(thread.ident)
+    return frame is not None and frame.f_code.co_name == function
+
+
+def test_closing_the_pool_wakes_a_thread_blocked_in_get_task(device, resnet8_nlb):
+    with libnpu.load(resnet8_nlb, device) as model:
+        pool = model.create_pool(1)
+        pool.get_task()                                      # held, never run nor given back
+        got: list = []
+
+        def take():
+            try:
+                got.append(pool.get_task())
+            except ClosedError as exc:
+                got.append(exc)
+        taker = threading.Thread(target=take, daemon=True)
+        taker.start()
+        assert wait_until(lambda: _blocked_in(taker, "get_task"), 60)
+        pool.close()
+        taker.join(60)
+        assert not taker.is_alive() and isinstance(got[0], ClosedError)
+
+
+@pytest.mark.parametrize("closes", ["pool", "model"])
+def test_a_callback_may_close_its_pool_or_model(device, resnet8_nlb, closes):
+    before = device.info()["memory_used"]
+    model = libnpu.load(resnet8_nlb, device)
+    heard: list = []
+
+    def close_it(task, outputs):
+        heard.append(outputs[0].shape)
+        (task.pool if closes == "pool" else model).close()
+    pool = model.create_pool(2, on_output=close_it)
+    pool.get_task().run(_inputs(model, 1)[0])
+    # close() in the callback waits for the other tasks, not for its own: every worker ends
+    assert wait_until(lambda: not any(w.is_alive() for w in pool._workers), 60)
+    assert heard and pool.all_done()
+    with pytest.raises(ClosedError):
+        pool.get_task()
+    model.close()
+    assert device.info()["memory_used"] == before
+

@@ -10,10 +10,10 @@ import time
 import pytest
 
 import libnpu
-from firmware_sim.spec import queues
 from libnpu import user_queue
 from libnpu.capi import queue_native
 from libnpu.portability import JobError
+from npu_hw import queues
 from tests.support.device import WAIT_S, wait_for
 
 pytestmark = pytest.mark.recovery     # reset, queues, recovery (benchmarks/flake_hunt.py -m recovery)

@@ -2,6 +2,8 @@
 inferences, compared call by call with LiteRT carrying the same state (issue 16, item 4)."""
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 import pytest
 
@@ -275,3 +277,67 @@ def test_marking_a_pair_that_is_not_one_is_refused(elman):
         to_int8_graph(model, stream, states={"x_missing": "h_out"})
     with pytest.raises(IRError, match="not a graph output"):
         to_int8_graph(model, stream, states={"h_in": "nope"})
+
+
+# ---- misuse (docs/security.md, "Round 3 attacks") ----
+
+class _SlowInput:
+    """An input that converts to an array only once ``go`` is set: holds a call inside ``infer``."""
+
+    def __init__(self, value: np.ndarray) -> None:
+        self.value, self.inside, self.go = value, threading.Event(), threading.Event()
+
+    def __array__(self, dtype=None, copy=None):
+        self.inside.set()
+        assert self.go.wait(60)
+        return self.value
+
+
+def test_one_request_runs_one_inference_at_a_time_and_its_state_stays_exact(npu, stream):
+    """A second thread's inference or state access while the request is inside ``infer``
+    is refused: it would run a job on the same memory at once (its inputs, and the state
+    both jobs read and write) and lose an update."""
+    x = _inputs(11)[0]
+    reference = ReferenceRunner(streaming_model())
+    with libnpu.load(stream, devroot=npu.devroot) as model:
+        request = model.create_request()
+        slow = _SlowInput(x)
+        first = threading.Thread(target=lambda: request.infer([slow]))
+        first.start()
+        try:
+            assert slow.inside.wait(60)
+            for meddle in (lambda: request.infer([x]), lambda: request.query_state()[1].state,
+                           lambda: request.query_state()[1].set_state(np.zeros(SHAPE, np.int8)),
+                           request.reset_state, request.start):
+                with pytest.raises(RuntimeError, match="still running"):
+                    meddle()
+        finally:
+            slow.go.set()
+            first.join(60)
+        assert not first.is_alive()
+        total = request.query_state()[1].state
+        assert np.array_equal(total, reference(x)[1])        # exactly one call's update
+        request.infer([x])                                    # and the request serves again
+
+
+def test_a_bound_tensor_must_lie_inside_a_live_memory_of_the_device(npu, stream):
+    with libnpu.initialize(npu.devroot) as session:
+        device = session.open(0)
+        runtime = Runtime(device)
+        runtime.load(stream)
+        memory, freed = runtime.allocate_system_memory(4096), runtime.allocate_system_memory(4096)
+        device.free_mem(freed)
+        try:
+            with pytest.raises(ValueError, match="offset -4096"):
+                runtime.bind_input_tensor(0, memory, -4096)   # would point the job below the memory
+            with pytest.raises(ValueError, match="freed"):
+                runtime.bind_input_tensor(0, freed)
+            with libnpu.initialize(npu.devroot) as other:
+                foreign = other.open(0).alloc_mem(4096)
+                with pytest.raises(ValueError, match="another device"):
+                    runtime.bind_output_tensor(0, foreign)
+            runtime.bind_input_tensor(0, memory)
+            runtime.submit(wait=True)                         # the good binding runs
+        finally:
+            runtime.unload()
+            device.free_mem(memory)

@@ -9,4 +9,5 @@
     quant_utils     random int8 tensors and quantization parameters
     chip_memory     a chip's DMA memory without a device, for kernel tests
     int8_walk, blazeface, reference   model walkers and reference implementations
+    import_graph    the product's import graph (ast) and its circles, for tests/test_layers.py
 """

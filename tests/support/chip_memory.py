@@ -8,8 +8,8 @@ import numpy as np
 
 from firmware_sim.dma import DmaEngine
 from firmware_sim.executor import JobResult, run_job
-from firmware_sim.spec import iommu, memory, ops, tasks
 from firmware_sim.timing import HardwareProfile
+from npu_hw import iommu, memory, ops, tasks
 
 ASID, BO = 1, 7
 

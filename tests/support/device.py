@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import mmap
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -102,6 +103,33 @@ def wait_for(predicate, what: str, deadline: float = WAIT_S) -> None:
         raise AssertionError(f"waited {deadline:.0f} s for {what}: it never came")
 
 
+def mount_table() -> list[tuple[str, str]]:
+    """(mount point, source) of every mount this process sees, as /proc/self/mountinfo has them."""
+    def unescape(field: str) -> str:
+        return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), field)
+    table = []
+    for line in Path("/proc/self/mountinfo").read_text().splitlines():
+        fields = line.split()
+        table.append((unescape(fields[4]), unescape(fields[fields.index("-") + 2])))
+    return table
+
+
+def detach_mounts_under(directory: Path) -> list[str]:
+    """Detach (umount -l) every mount at or under ``directory``, deepest first: a test's
+    teardown, whatever a failing driver left there. Returns the points detached."""
+    prefix = str(directory).rstrip("/") + "/"
+    done = []
+    for _ in range(16):        # stacked mounts show again once the top one is gone
+        points = sorted({point for point, _ in mount_table()
+                         if point == str(directory) or point.startswith(prefix)}, key=len, reverse=True)
+        if not points:
+            break
+        for point in points:
+            subprocess.run(["umount", "-l", point], capture_output=True)
+            done.append(point)
+    return done
+
+
 def open_to_others(path: Path) -> None:
     """Let other users traverse the directories above ``path`` up to the temp dir (a device
     of start_npu's, whose directory is 0700)."""
@@ -124,8 +152,8 @@ def fetch_model(fn) -> Path:
 def core_registers(devroot: Path, offset: int) -> list[int]:
     """The u32 register at ``offset`` of each core's bank (e.g. regs.CORE_STATE) of device 0
     under ``devroot``: the chip's state a test waits on."""
-    from firmware_sim.spec import memory, regs
     from kmd_fuse import paths
+    from npu_hw import memory, regs
     fd = os.open(memory.regs_path(paths.bus_dir(devroot, 0)), os.O_RDONLY)
     try:
         with mmap.mmap(fd, regs.REGS_SIZE, prot=mmap.PROT_READ) as m:
@@ -141,7 +169,7 @@ def wait_until_hung(devroot: Path, cores: int = 1, restarts: int = 0) -> None:
     """Wait until ``cores`` cores of device 0 took FAULT_HANG in a job: hung now, or
     restarted by the watchdog since (a short timeout may end the hang before a look);
     ``restarts``: the cores' restarts before the fault was set (none on a fresh device)."""
-    from firmware_sim.spec import regs
+    from npu_hw import regs
     wait_for(lambda: core_registers(devroot, regs.CORE_STATE).count(regs.CORE_HUNG)
              + sum(core_registers(devroot, regs.CORE_RESTARTS)) - restarts >= cores,
              f"{cores} core(s) hung in a job")
@@ -149,8 +177,8 @@ def wait_until_hung(devroot: Path, cores: int = 1, restarts: int = 0) -> None:
 
 def set_fault_injection(devroot: Path, bits: int) -> None:
     """Write the chip's FAULT_INJECT register of device 0 under ``devroot`` (regs.FAULT_*)."""
-    from firmware_sim.spec import memory, regs
     from kmd_fuse import paths
+    from npu_hw import memory, regs
     fd = os.open(memory.regs_path(paths.bus_dir(devroot, 0)), os.O_RDWR)
     try:
         with mmap.mmap(fd, regs.REGS_SIZE) as m:

@@ -70,6 +70,21 @@ def small_cnn(seed: int = 0, classes: int = 10) -> onnx.ModelProto:
     return b.model("small_cnn", {"x": [1, 3, 16, 16]}, {"prob": [1, classes]})
 
 
+def audio_encoder(seed: int = 10, mels: int = 16, frames: int = 48, classes: int = 6) -> onnx.ModelProto:
+    """An audio encoder over mel frames, as 1-D convolutions: Conv1d + Relu, strided
+    Conv1d + Relu, global average pool over time, Flatten, Gemm. Input [1, mels, frames]."""
+    b = _Builder(seed)
+    n = b.node
+    n("Conv", ["x", b.weight("w1", 24, mels, 5), b.weight("b1", 24, scale=.1)], "c1", pads=[2, 2])
+    n("Relu", ["c1"], "r1")
+    n("Conv", ["r1", b.weight("w2", 32, 24, 3), b.weight("b2", 32, scale=.1)], "c2", strides=[2], pads=[1, 1])
+    n("Relu", ["c2"], "r2")
+    n("GlobalAveragePool", ["r2"], "g2")
+    n("Flatten", ["g2"], "f2")
+    n("Gemm", ["f2", b.weight("wf", classes, 32), b.weight("bf", classes, scale=.1)], "logits", transB=1)
+    return b.model("audio_encoder", {"x": [1, mels, frames]}, {"logits": [1, classes]})
+
+
 def layout_mix(seed: int = 1) -> onnx.ModelProto:
     """Ops whose meaning depends on the layout: channel concat, pad, transpose, flatten of an
     8x8 map, mean over H/W, per-channel Mul/Sub constants, MatMul, sigmoid. Input [1, 4, 8, 8]."""

@@ -29,7 +29,7 @@ from tests.support.device import REPO
 STAGE_ROOT = Path("/var/cache/npu-emu")
 NOBODY = 65534
 # What other users' code imports from the venv: these packages and the libraries they load.
-STAGED_IMPORTS = ("libnpu", "kmd_fuse.uapi", "firmware_sim.spec.queues", "libnpu.capi.queue_native")
+STAGED_IMPORTS = ("libnpu", "kmd_fuse.uapi", "npu_hw.queues", "libnpu.capi.queue_native")
 _SKIPPED_PARTS = {".git", ".venv", "__pycache__", ".mypy_cache", ".ruff_cache", ".pytest_cache"}
 
 

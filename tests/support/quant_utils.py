@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from firmware_sim.spec.fixedpoint import quantize_multiplier_array
+from npu_hw.fixedpoint import quantize_multiplier_array
 
 ACTIVATIONS = (0, 1, 2, 3)  # NONE, RELU, RELU_N1_TO_1, RELU6
 

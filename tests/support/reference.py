@@ -30,7 +30,7 @@ def multiply_by_quantized_multiplier(x: int, multiplier: int, shift: int) -> int
 
 
 def fc_requantize(x: int, multiplier: int, shift: int) -> int:
-    """The chip's FC rule (firmware_sim/spec/tasks.py): one rounding of
+    """The chip's FC rule (npu_hw/tasks.py): one rounding of
     x * multiplier / 2**(31 - shift), ties away from zero."""
     num, den = x * multiplier, 1 << (31 - shift)
     magnitude = (abs(num) + den // 2) // den

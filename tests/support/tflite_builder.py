@@ -224,6 +224,16 @@ def named_options(table: str, **fields: Any) -> tuple[int, Callable[[flatbuffers
     return getattr(tflite.BuiltinOptions, table), write
 
 
+def squeeze_options(dims: Sequence[int]) -> tuple[int, Callable[[flatbuffers.Builder], int]]:
+    """SQUEEZE's options type and writer, squeezing axes ``dims``."""
+    def write(b: flatbuffers.Builder) -> int:
+        vector = b.CreateNumpyVector(np.asarray(dims, np.int32))
+        tflite.SqueezeOptionsStart(b)
+        tflite.SqueezeOptionsAddSqueezeDims(b, vector)
+        return tflite.SqueezeOptionsEnd(b)
+    return tflite.BuiltinOptions.SqueezeOptions, write
+
+
 def int32_const(values: Any) -> TensorSpec:
     """A constant int32 tensor (axes, sizes, paddings) holding ``values``."""
     a = np.asarray(values, np.int32)

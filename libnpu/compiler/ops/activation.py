@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import tflite
 
-from firmware_sim.spec import fixedpoint as fp
-from firmware_sim.spec import sigmoid16
+from npu_hw import fixedpoint as fp
+from npu_hw import sigmoid16
 
 from .. import onnx_import, qparams, tflite_import
 from ..ir import IRError

@@ -7,8 +7,8 @@ from collections.abc import Callable
 import numpy as np
 import tflite
 
-from firmware_sim.spec import fixedpoint as fp
-from firmware_sim.spec import ops as spec_ops
+from npu_hw import fixedpoint as fp
+from npu_hw import ops as spec_ops
 
 from .. import channel_grids, onnx_import, qparams, tflite_import
 from ..ir import IRError

@@ -1,10 +1,11 @@
-"""Convolutions: CONV_2D and DEPTHWISE_CONV_2D (ONNX Conv)."""
+"""Convolutions: CONV_2D and DEPTHWISE_CONV_2D (ONNX Conv, 2-D and 1-D)."""
 from __future__ import annotations
 
 import numpy as np
 import tflite
 
 from .. import channel_grids, float_ref, onnx_import, qparams, tflite_export, tflite_import
+from ..ir import Op, Tensor
 from ..registry import Operator, onnx, register, tflite_options
 
 # TFLite -----------------------------------------------------------------------------
@@ -136,31 +137,94 @@ register(Operator(
 
 
 # ONNX ----------------------------------------------------------------------------------
+# A 1-D node over [N, C, L] is the 2-D node of height 1: weights [.., .., K] become
+# [.., .., 1, K], and it runs on the [N, 1, L, C] view of its input (a TRANSPOSE, then a
+# RESHAPE, which the memory plan aliases), its [N, 1, L', C'] result turned back to
+# [N, C', L'] the same way. No new chip operator, and the 2-D kernels' LiteRT semantics.
+
+
+def onnx_attrs_2d(attrs: dict) -> dict:
+    """The attributes of a 1-D windowed ONNX node (Conv, ConvTranspose, MaxPool,
+    AveragePool) as those of the 2-D node of height 1."""
+    a = dict(attrs)
+    for key, height in (("strides", 1), ("dilations", 1), ("kernel_shape", 1), ("output_padding", 0),
+                        ("output_shape", 1)):
+        if key in a:
+            a[key] = [height, *a[key]]
+    if "pads" in a:
+        begin, end = a["pads"]
+        a["pads"] = [0, begin, 0, end]
+    return a
+
+
+def onnx_weights_2d(w: np.ndarray, attrs: dict) -> tuple[np.ndarray, dict]:
+    """An ONNX Conv's / ConvTranspose's weights and attributes as the 2-D node's: unchanged
+    for 2-D weights; for 1-D ones [.., .., K], [.., .., 1, K] and :func:`onnx_attrs_2d`."""
+    return (w[:, :, None, :], onnx_attrs_2d(attrs)) if w.ndim == 3 else (w, attrs)
+
+
+def _add(im, op_type: str, x: str, shape: tuple[int, ...], attrs: dict, name: str) -> str:
+    """A new IR tensor of ``shape``, ``op_type`` of ``x``."""
+    out = im.g.add_tensor(Tensor(im.g.unique_name(name), shape, "float32")).name
+    im.g.add_op(Op(op_type, [x], [out], attrs))
+    return out
+
+
+def _swap_last(im, x: str, name: str, onnx_out: str = "", where: str = "") -> str:
+    """[N, A, B] -> [N, B, A] (as ONNX tensor ``onnx_out`` if given): a TRANSPOSE, or a
+    RESHAPE (aliased: no copy) when A or B is 1."""
+    n, a, b = im.g.tensors[x].shape
+    op_type, attrs = ("RESHAPE", dict(new_shape=(n, b, a))) if 1 in (a, b) else ("TRANSPOSE", dict(perm=(0, 2, 1)))
+    if onnx_out:
+        return im.emit(op_type, [x], onnx_out, False, where, attrs)
+    return _add(im, op_type, x, (n, b, a), attrs, name)
+
+
+def onnx_emit_2d(im, node, op_type: str, params: list[str], attrs: dict, where) -> None:
+    """Emit IR ``op_type`` (a window op: NHWC activation, then ``params``) for ONNX
+    ``node``: on its NHWC input for a 2-D node, on the [N, 1, L, C] view for a 1-D one."""
+    shape = im.onnx_shape(node.input[0], where)
+    if len(shape) == 4:
+        im.emit(op_type, [im.value(node.input[0], True, where), *params], node.output[0], True, where, attrs)
+        return
+    if len(shape) != 3:
+        raise onnx_import.ONNXImportError(f"{where}: only 1-D and 2-D windows are supported")
+    (n, c, length), (_, cout, out_len) = shape, im.onnx_shape(node.output[0], where)
+    out = node.output[0]
+    x = _swap_last(im, im.value(node.input[0], False, where), f"{out}__nlc")
+    x = _add(im, "RESHAPE", x, (n, 1, length, c), dict(new_shape=(n, 1, length, c)), f"{out}__nhwc")
+    y = im.g.add_tensor(Tensor(im.g.unique_name(f"{out}__2d"), (n, 1, out_len, cout), "float32")).name
+    im.g.add_op(Op(op_type, [x, *params], [y], attrs, name=out))
+    y = _add(im, "RESHAPE", y, (n, out_len, cout), dict(new_shape=(n, out_len, cout)), f"{out}__nlc")
+    _swap_last(im, y, out, out, where)
+
+
+def onnx_bias(im, node, where) -> str:
+    """IR name of an ONNX convolution's bias ("" when it has none)."""
+    if len(node.input) > 2 and node.input[2]:
+        return im.g.add_const(node.input[2], im.const(node.input[2], where).astype(np.float32)).name
+    return ""
 
 
 @onnx("Conv")
 def _onnx_conv(im, node, attrs, where):
-    w = im.const(node.input[1], where).astype(np.float32)
+    w, attrs = onnx_weights_2d(im.const(node.input[1], where).astype(np.float32), attrs)
     if w.ndim != 4:
-        raise onnx_import.ONNXImportError(f"{where}: only 2-D convolutions are supported")
+        raise onnx_import.ONNXImportError(f"{where}: only 1-D and 2-D convolutions are supported")
     cout, cin_g, kh, kw = w.shape
     group = int(attrs.get("group", 1))
     strides = tuple(attrs.get("strides", (1, 1)))
     dil = tuple(attrs.get("dilations", (1, 1)))
     pads = onnx_import.pads_2d(im, node, attrs, (kh, kw), strides, dil, where)
     cin = im.onnx_shape(node.input[0], where)[1]
-    x = im.value(node.input[0], True, where)
-    bias = ""
-    if len(node.input) > 2 and node.input[2]:
-        bias = im.g.add_const(node.input[2], im.const(node.input[2], where).astype(np.float32)).name
+    bias = onnx_bias(im, node, where)
     common = dict(stride=strides, dilation=dil, pads=pads, activation="NONE")
     if group > 1 and group == cin and cin_g == 1:
         wt = im.g.add_const(node.input[1], w.transpose(1, 2, 3, 0)).name  # [1, KH, KW, Cout]
-        im.emit("DEPTHWISE_CONV_2D", [x, wt, bias], node.output[0], True, where,
-                dict(common, depth_multiplier=cout // cin))
+        onnx_emit_2d(im, node, "DEPTHWISE_CONV_2D", [wt, bias], dict(common, depth_multiplier=cout // cin), where)
     else:
         wt = im.g.add_const(node.input[1], w.transpose(0, 2, 3, 1)).name  # OHWI
-        im.emit("CONV_2D", [x, wt, bias], node.output[0], True, where, dict(common, groups=group))
+        onnx_emit_2d(im, node, "CONV_2D", [wt, bias], dict(common, groups=group), where)
 
 
 # The options table each builtin's TFLite form carries (None: none), for the LiteRT delegate.

@@ -4,13 +4,13 @@ operator folds away at import: its output becomes the dense constant."""
 from __future__ import annotations
 
 from ..registry import Operator, register, tflite_options
+from ..tflite_import import TFLiteImportError
 
 
 def _tflite_densify(im, ins, outs, table, where):
     data = im.const(ins[0], "the sparse operand", where)
     out = im.graph.tensors[im.tensor(outs[0])]
     if data.size != out.size:
-        from ..tflite_import import TFLiteImportError
         raise TFLiteImportError(f"{where}: densified {data.shape} does not fit the output {out.shape}")
     out.data = data.astype(out.dtype).reshape(out.shape)
     return None

@@ -8,10 +8,11 @@ import numpy as np
 import onnx as onnx_proto
 import tflite
 
-from firmware_sim.spec import fixedpoint as fp
-from firmware_sim.spec import ops as spec_ops
+from npu_hw import fixedpoint as fp
+from npu_hw import ops as spec_ops
 
 from .. import channel_grids, float_ref, onnx_import, qparams, tflite_export, tflite_import
+from ..descriptors import Emitted, pad_rank
 from ..ir import Op
 from ..registry import Operator, onnx, register, tflite_options
 
@@ -70,7 +71,6 @@ def _mul_params(g, op) -> dict:
 def lower_binary(low, op, p):
     """A broadcasting binary descriptor named like the op, or with per-channel parameter rows
     (``channel_params``) the op's ``*16_PER_CHANNEL`` descriptor with the rows as a constant."""
-    from ..lower import Emitted, pad_rank
     out = low.shape(op.outputs[0])
     rank = len(out)
     shapes = [(1,) * (rank - len(low.shape(i))) + tuple(low.shape(i)) for i in op.inputs]
@@ -133,8 +133,10 @@ def _onnx_batchnorm(im, node, attrs, where):
     rank = len(im.onnx_shape(x, where))
     nhwc = rank == 4
     xin = im.value(x, True if nhwc else None, where)
-    if not nhwc and rank != 2:
+    if not nhwc and rank not in (2, 3):
         raise onnx_import.ONNXImportError(f"{where}: batch normalization of a rank-{rank} tensor is not supported")
+    if rank == 3:  # [N, C, L] (after a 1-D convolution): per-channel constants broadcast along L
+        a, b = a.reshape(-1, 1), b.reshape(-1, 1)
     mid_name = f"{node.output[0]}__bn_mul"
     mid = im.new_tensor(mid_name, nhwc, where, im.onnx_shape(node.output[0], where))
     ca = im.g.add_const(f"{node.output[0]}__bn_scale", a.astype(np.float32)).name

@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 import tflite
 
-from firmware_sim.spec import tasks as spec_tasks
+from npu_hw import tasks as spec_tasks
 
 from .. import channel_grids, float_ref, onnx_import, qparams, tflite_export, tflite_import
 from ..registry import Operator, onnx, register, tflite_options

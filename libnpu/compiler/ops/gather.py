@@ -7,6 +7,7 @@ import numpy as np
 import tflite
 
 from .. import onnx_import, tflite_import
+from ..descriptors import Emitted, LoweringError
 from ..ir import Graph, Op, Tensor
 from ..registry import Operator, onnx, register, tflite_options
 
@@ -74,7 +75,6 @@ def _float_gather(op, ins, out):
 
 
 def _lower_gather(low, op, p):
-    from ..lower import Emitted, LoweringError
     shape = low.shape(op.inputs[0])
     axis = p["axis"]
     dynamic = len(op.inputs) > 1

@@ -7,8 +7,11 @@ import numpy as np
 import tflite
 
 from .. import onnx_import, qparams, tflite_export, tflite_import
+from ..descriptors import Emitted, pad_rank
+from ..float_ref import activation
 from ..ir import IRError, strided_slice_masks
 from ..registry import Operator, onnx, register, tflite_options
+from .gather import onnx_pad_by_gather
 
 # RESHAPE --------------------------------------------------------------------------------
 
@@ -72,12 +75,10 @@ def _tflite_concat(im, ins, outs, table, where):
 
 
 def _float_concat(op, ins, out):
-    from ..float_ref import activation
     return activation(np.concatenate(ins, axis=op.attrs["axis"]), op.attrs.get("activation", "NONE"))
 
 
 def _lower_concat(low, op, p):
-    from ..lower import Emitted
     out = low.shape(op.outputs[0])
     axis = p["axis"]
     sizes = np.asarray([low.shape(i)[axis] for i in op.inputs], np.uint32)
@@ -124,7 +125,6 @@ def _tflite_pad(im, ins, outs, table, where):
 
 
 def _lower_pad(low, op, p):
-    from ..lower import pad_rank
     shape = low.shape(op.inputs[0])
     return low.emit("PAD", op, dict(rank=len(shape), in_shape=pad_rank(shape),
                                     pad_before=pad_rank([a for a, _ in p["paddings"]]),
@@ -155,7 +155,6 @@ def _onnx_pad(im, node, attrs, where):
     rank = len(pads) // 2
     pairs = [(pads[i], pads[i + rank]) for i in range(rank)]
     if mode != "constant":
-        from .gather import onnx_pad_by_gather
         onnx_pad_by_gather(im, node, pairs, mode.upper(), where)
         return
     nhwc = rank == 4 and im.is_nhwc(node.input[0])
@@ -174,7 +173,6 @@ def _tflite_transpose(im, ins, outs, table, where):
 
 
 def _lower_transpose(low, op, p):
-    from ..lower import pad_rank
     shape = low.shape(op.inputs[0])
     return low.emit("TRANSPOSE", op, dict(rank=len(shape), in_shape=pad_rank(shape), perm=pad_rank(p["perm"])))
 
@@ -263,7 +261,6 @@ def _slice_params(g, op) -> dict:
 
 
 def _lower_strided_slice(low, op, p):
-    from ..lower import pad_rank
     shape = low.shape(op.inputs[0])
     return low.emit("STRIDED_SLICE", op, dict(
         rank=len(shape), in_shape=pad_rank(shape), begin=pad_rank(p["begin"]), end=pad_rank(p["end"]),

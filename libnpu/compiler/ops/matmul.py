@@ -6,10 +6,11 @@ from __future__ import annotations
 import numpy as np
 import tflite
 
-from firmware_sim.spec import fixedpoint as fp
-from firmware_sim.spec import ops as spec_ops
+from npu_hw import fixedpoint as fp
+from npu_hw import ops as spec_ops
 
 from .. import onnx_import, qparams, tflite_import
+from ..descriptors import Emitted, pad_rank
 from ..ir import Op, Tensor
 from ..registry import Operator, register, tflite_options
 
@@ -38,7 +39,6 @@ def _params(g, op) -> dict:
 
 
 def _lower(low, op, p):
-    from ..lower import Emitted, pad_rank
     rank = len(low.shape(op.outputs[0]))
     shapes = [(1,) * (rank - len(low.shape(n))) + low.shape(n) for n in op.inputs[:2]]
     flags = (spec_ops.OPF_ADJ_X if p["adj_x"] else 0) | (spec_ops.OPF_ADJ_Y if p["adj_y"] else 0)

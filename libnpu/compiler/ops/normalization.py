@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import tflite
 
-from firmware_sim.spec import fixedpoint as fp
+from npu_hw import fixedpoint as fp
 
 from .. import onnx_import, qparams, tflite_import
 from ..ir import Op, Tensor

@@ -1,14 +1,16 @@
 """Pooling: MAX_POOL_2D, AVERAGE_POOL_2D and MEAN (ONNX MaxPool, AveragePool,
-GlobalAveragePool, ReduceMean)."""
+GlobalAveragePool, 2-D and 1-D; ReduceMean)."""
 from __future__ import annotations
 
 import numpy as np
 import tflite
 
-from firmware_sim.spec import ops as spec_ops
+from npu_hw import ops as spec_ops
 
 from .. import float_ref, onnx_import, qparams, tflite_export, tflite_import
+from ..descriptors import pad_rank
 from ..registry import Operator, onnx, register, tflite_options
+from .conv import onnx_attrs_2d, onnx_emit_2d
 
 # TFLite -----------------------------------------------------------------------------
 
@@ -77,7 +79,6 @@ def _mean_params(g, op) -> dict:
 
 
 def _lower_mean(low, op, p):
-    from ..lower import pad_rank
     shape = low.shape(op.inputs[0])
     fields = dict(rank=len(shape), in_shape=pad_rank(shape), axes_mask=sum(1 << a for a in p["axes"]),
                   input_zp=p["input_zp"], output_zp=p["output_zp"], multiplier=p["multiplier"],
@@ -114,19 +115,28 @@ def _onnx_pool(im, node, attrs, where):
         raise onnx_import.ONNXImportError(f"{where}: ceil_mode is not supported")
     if any(d != 1 for d in attrs.get("dilations", (1, 1))):
         raise onnx_import.ONNXImportError(f"{where}: dilated pooling is not supported")
+    if len(attrs["kernel_shape"]) == 1:   # over [N, C, L]: the 2-D pool of height 1
+        attrs = onnx_attrs_2d(attrs)
     kernel = tuple(attrs["kernel_shape"])
+    if len(kernel) != 2:
+        raise onnx_import.ONNXImportError(f"{where}: only 1-D and 2-D pooling is supported")
     strides = tuple(attrs.get("strides", (1, 1)))
     pads = onnx_import.pads_2d(im, node, attrs, kernel, strides, (1, 1), where)
     average = node.op_type == "AveragePool"
     if average and attrs.get("count_include_pad", 0) and any(pads):
         raise onnx_import.ONNXImportError(f"{where}: count_include_pad with padding is not supported")
-    im.emit("AVERAGE_POOL_2D" if average else "MAX_POOL_2D", [im.value(node.input[0], True, where)],
-            node.output[0], True, where, dict(filter=kernel, stride=strides, pads=pads, activation="NONE"))
+    onnx_emit_2d(im, node, "AVERAGE_POOL_2D" if average else "MAX_POOL_2D", [],
+                 dict(filter=kernel, stride=strides, pads=pads, activation="NONE"), where)
 
 
 @onnx("GlobalAveragePool")
 def _onnx_global_average(im, node, attrs, where):
-    _, _, h, w = im.onnx_shape(node.input[0], where)
+    shape = im.onnx_shape(node.input[0], where)
+    if len(shape) != 4:  # [N, C, L] (1-D) or [N, C, D, H, W]: the mean over all axes but N and C
+        im.emit("MEAN", [im.value(node.input[0], False, where)], node.output[0], False, where,
+                dict(axes=tuple(range(2, len(shape))), keep_dims=True))
+        return
+    _, _, h, w = shape
     im.emit("AVERAGE_POOL_2D", [im.value(node.input[0], True, where)], node.output[0], True, where,
             dict(filter=(h, w), stride=(1, 1), pads=(0, 0, 0, 0), activation="NONE"))
 

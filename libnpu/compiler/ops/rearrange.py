@@ -8,6 +8,7 @@ import numpy as np
 import tflite
 
 from .. import tflite_import
+from ..descriptors import Emitted, pad_rank
 from ..ir import Op, Tensor
 from ..registry import Operator, onnx, register, tflite_options
 
@@ -40,7 +41,6 @@ def _tflite_block(cls):
 
 
 def _lower_rearrange(low, op, p):
-    from ..lower import pad_rank
     view = _view_6d(op.type, low.shape(op.inputs[0]), p["block_size"])
     return low.emit("TRANSPOSE", op, dict(rank=6, in_shape=pad_rank(view), perm=pad_rank(_SWAP)))
 
@@ -92,7 +92,6 @@ def _tflite_pack(im, ins, outs, table, where):
 
 
 def _lower_pack(low, op, p):
-    from ..lower import Emitted
     out = low.shape(op.outputs[0])
     axis = p["axis"]
     table = low.plan.add_address_table(f"{op.name}/inputs", list(op.inputs))

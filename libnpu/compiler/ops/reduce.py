@@ -6,11 +6,13 @@ whose int32/int64 output is never quantized. MEAN is in ``pool``. The IR keeps T
 from __future__ import annotations
 
 import numpy as np
+import onnx as onnx_proto
 import tflite
 
-from firmware_sim.spec import ops as spec_ops
+from npu_hw import ops as spec_ops
 
 from .. import onnx_import, qparams, tflite_import
+from ..descriptors import pad_rank
 from ..ir import Op, Tensor
 from ..registry import Operator, onnx, register, tflite_options
 
@@ -35,7 +37,6 @@ def _l2(x, axis, keepdims):
 
 
 def _fields(low, op, p) -> dict:
-    from ..lower import pad_rank
     shape = low.shape(op.inputs[0])
     return dict(rank=len(shape), in_shape=pad_rank(shape), axes_mask=sum(1 << a for a in p["axes"]))
 
@@ -122,7 +123,6 @@ def _float_arg(pick):
 
 def _lower_arg(name: str):
     def lower(low, op, p):
-        from ..lower import pad_rank
         shape = low.shape(op.inputs[0])
         flags = spec_ops.OPF_INDEX_INT64 if low.g.tensors[op.outputs[0]].dtype == "int64" else 0
         return low.emit(name, op, dict(rank=len(shape), in_shape=pad_rank(shape), axis=p["axis"]), flags)
@@ -168,7 +168,6 @@ def _onnx_arg(im, node, attrs, where):
 @onnx("Mean")
 def _onnx_mean_of_inputs(im, node, attrs, where):
     """ONNX Mean, the elementwise mean of its inputs: ADDs, then MUL by 1 / count."""
-    import onnx as onnx_proto
     ins = [n for n in node.input if n]
     if len(ins) == 1:
         if ins[0] in im.consts:

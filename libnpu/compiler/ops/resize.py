@@ -5,10 +5,11 @@ from __future__ import annotations
 import numpy as np
 import tflite
 
-from firmware_sim.spec import ops as spec_ops
+from npu_hw import ops as spec_ops
 
 from .. import onnx_import, tflite_import
 from ..registry import Operator, onnx, register, tflite_options
+from .gather import add_gather
 
 
 def _tflite(options_class: type):
@@ -141,7 +142,6 @@ def nearest_indices(in_len: int, out_len: int, scale: float, coord: str, nearest
 
 def _onnx_nearest_by_gather(im, node, coord, nearest, in_shape, out_shape, where) -> None:
     """Nearest resizing in any coordinate and rounding mode: one GATHER per resized axis."""
-    from .gather import add_gather
     scales = None
     if len(node.input) > 2 and node.input[2] and node.input[2] in im.consts and im.consts[node.input[2]].size:
         scales = [float(v) for v in im.consts[node.input[2]].reshape(-1)]

@@ -1,4 +1,4 @@
-"""TRANSPOSE_CONV (ONNX ConvTranspose). The IR's inputs are ``x, w [Cout, KH, KW, Cin],
+"""TRANSPOSE_CONV (ONNX ConvTranspose, 2-D and 1-D). The IR's inputs are ``x, w [Cout, KH, KW, Cin],
 bias|""`` like a convolution's (TFLite's operand order, output shape first, is restored
 on export); ``padding`` is the (top, left) cropped from the full result, the output size
 is the output tensor's."""
@@ -7,10 +7,11 @@ from __future__ import annotations
 import numpy as np
 import tflite
 
-from firmware_sim.spec import ops as spec_ops
+from npu_hw import ops as spec_ops
 
 from .. import float_ref, onnx_import, qparams, tflite_export, tflite_import
 from ..registry import Operator, onnx, register, tflite_options
+from .conv import onnx_bias, onnx_emit_2d, onnx_weights_2d
 
 
 def _tflite(im, ins, outs, table, where):
@@ -99,14 +100,14 @@ def _dense_weights(w: np.ndarray, group: int, dilations: tuple[int, int], where:
 
 @onnx("ConvTranspose")
 def _onnx_conv_transpose(im, node, attrs, where):
-    w = im.const(node.input[1], where).astype(np.float32)
+    w, attrs = onnx_weights_2d(im.const(node.input[1], where).astype(np.float32), attrs)
     if w.ndim != 4:
-        raise onnx_import.ONNXImportError(f"{where}: only 2-D ConvTranspose is supported")
+        raise onnx_import.ONNXImportError(f"{where}: only 1-D and 2-D ConvTranspose is supported")
     w = _dense_weights(w, int(attrs.get("group", 1)), tuple(int(d) for d in attrs.get("dilations", (1, 1))), where)
     cin, cout, kh, kw = w.shape
     strides = tuple(int(s) for s in attrs.get("strides", (1, 1)))
-    _, _, h, wd = im.onnx_shape(node.input[0], where)
-    _, _, oh, ow = im.onnx_shape(node.output[0], where)
+    h, wd = (1, *im.onnx_shape(node.input[0], where)[2:])[-2:]      # 1-D: height 1
+    oh, ow = (1, *im.onnx_shape(node.output[0], where)[2:])[-2:]
     auto = attrs.get("auto_pad", b"NOTSET")
     auto = auto.decode() if isinstance(auto, bytes) else auto
     if auto in ("NOTSET", "") and "output_shape" not in attrs:
@@ -117,13 +118,9 @@ def _onnx_conv_transpose(im, node, attrs, where):
         padding = tuple(t // 2 if auto == "SAME_UPPER" else t - t // 2 for t in totals)
     if min(padding) < 0:
         raise onnx_import.ONNXImportError(f"{where}: output larger than the full result is not supported")
-    x = im.value(node.input[0], True, where)
     wt = im.g.add_const(node.input[1], np.ascontiguousarray(w.transpose(1, 2, 3, 0))).name  # [Cout, KH, KW, Cin]
-    bias = ""
-    if len(node.input) > 2 and node.input[2]:
-        bias = im.g.add_const(node.input[2], im.const(node.input[2], where).astype(np.float32)).name
-    im.emit("TRANSPOSE_CONV", [x, wt, bias], node.output[0], True, where,
-            dict(stride=strides, padding=padding, activation="NONE"))
+    onnx_emit_2d(im, node, "TRANSPOSE_CONV", [wt, onnx_bias(im, node, where)],
+                 dict(stride=strides, padding=padding, activation="NONE"), where)
 
 
 # The options table each builtin's TFLite form carries (None: none), for the LiteRT delegate.

@@ -15,12 +15,13 @@ from collections.abc import Callable
 import numpy as np
 import tflite
 
-from firmware_sim.spec import fixedpoint as fp
-from firmware_sim.spec import tables
+from npu_hw import fixedpoint as fp
+from npu_hw import tables
 
 from .. import onnx_import, qparams, tflite_import
 from ..ir import Graph, IRError, Op
 from ..registry import Operator, onnx, register, tflite_options
+from ..tflite_export import TFLiteExportError
 
 _f32 = np.float32
 
@@ -322,7 +323,6 @@ def _tflite_elu(im, ins, outs, table, where):
 
 def _export_elu(wr, op, outs) -> None:
     if float(op.attrs["alpha"]) != 1.0:
-        from ..tflite_export import TFLiteExportError
         raise TFLiteExportError(f"{op.describe()}: TFLite's ELU has alpha 1, not {op.attrs['alpha']}")
     wr.simple(op, outs)
 

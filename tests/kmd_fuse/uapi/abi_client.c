@@ -19,7 +19,7 @@
 
 #include "npu_uapi.h"
 
-/* DMA_COPY task descriptor, as firmware_sim/spec/tasks.py defines it. */
+/* DMA_COPY task descriptor, as npu_hw/tasks.py defines it. */
 struct dma_copy_task {
 	uint16_t opcode;   /* 0x01 */
 	uint16_t size;     /* 32 */

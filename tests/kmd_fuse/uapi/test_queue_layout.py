@@ -1,9 +1,9 @@
 """The user-queue memory as npu_uapi.h declares it for C clients is the layout the chip
-and libnpu use (firmware_sim/spec/queues.py)."""
+and libnpu use (npu_hw/queues.py)."""
 from __future__ import annotations
 
-from firmware_sim.spec import queues
 from kmd_fuse import uapi
+from npu_hw import queues
 
 
 def test_the_headers_queue_structs_match_the_chips_layout():

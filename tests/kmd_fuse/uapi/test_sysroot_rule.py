@@ -1,11 +1,15 @@
 """The tools' way to the attribute tree (uapi.sysfs_layout.default_sysroot, which libnpu
-imports) picks what the driver picks."""
+imports) picks what the driver picks; the devroot's records are believed only when their
+owner alone could have written them."""
+import os
 from pathlib import Path
 
 import pytest
 
 from kmd_fuse import paths
+from kmd_fuse.uapi.sysfs_layout import STATE_MARKER, recorded_state_dir, recorded_sysroot
 from libnpu.tools.npu_sysfs import SYSROOT_MARKER, default_sysroot
+from tests.support.shell import NOBODY
 
 
 @pytest.fixture(autouse=True)
@@ -38,3 +42,29 @@ def test_sibling_devroots_get_different_trees(tmp_path: Path) -> None:
     a, b = tmp_path / "a", tmp_path / "b"
     assert default_sysroot(str(a)) == str(paths.sysroot(a)) == str(tmp_path / "a.sys")
     assert default_sysroot(str(b)) == str(paths.sysroot(b)) == str(tmp_path / "b.sys")
+
+
+def test_a_record_is_believed_only_if_nobody_but_the_devroots_owner_could_write_it(tmp_path: Path) -> None:
+    if os.geteuid() != 0:
+        pytest.skip("giving the record to another user needs root")
+    devroot = tmp_path / "dev"
+    devroot.mkdir(mode=0o755)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.write_text(f"{tmp_path / 'planted'}\n")
+    for marker, read in ((SYSROOT_MARKER, recorded_sysroot), (STATE_MARKER, recorded_state_dir)):
+        record = devroot / marker
+        record.write_text(f"{tmp_path / 'mine'}\n")
+        assert read(devroot) == str(tmp_path / "mine")
+        os.chown(record, NOBODY, NOBODY)                  # another user's record
+        assert read(devroot) is None
+        record.unlink()
+        record.symlink_to(elsewhere)                      # a link to a file of the owner's
+        assert read(devroot) is None
+        record.unlink()
+        record.write_text("relative/path\n")
+        assert read(devroot) is None
+        record.write_text(f"{tmp_path / 'mine'}\n")
+        devroot.chmod(0o777)                              # anyone could have put it there
+        assert read(devroot) is None
+        devroot.chmod(0o755)
+        record.unlink()

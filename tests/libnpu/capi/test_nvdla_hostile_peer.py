@@ -6,6 +6,7 @@ neither map nor close a descriptor it was not given, nor keep the extra ones."""
 from __future__ import annotations
 
 import ctypes
+import fcntl
 import os
 import shutil
 import socket
@@ -131,3 +132,24 @@ def test_extra_descriptors_are_closed(port):
         os.close(first)
         os.close(second)
     assert _open_fds() - before <= set(), _open_fds() - before
+
+
+def _sealed_memfd(size: int) -> int:
+    fd = os.memfd_create("short", os.MFD_ALLOW_SEALING)
+    os.ftruncate(fd, size)
+    fcntl.fcntl(fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SEAL)
+    return fd
+
+
+@pytest.mark.parametrize("given", [
+    lambda: _sealed_memfd(SIZE // 2),        # shorter than the buffer: SIGBUS at the first touch past its end
+    lambda: _sealed_memfd(0),
+    lambda: _memfd(SIZE),                    # the right size, but the peer may shrink it under the program
+], ids=["half", "empty", "unsealed"])
+def test_a_descriptor_that_is_not_a_sealed_buffer_of_the_size_is_not_mapped(port, given):
+    fd = given()
+    try:
+        status = port(lambda: (REPLY.pack(MAGIC, 0, SIZE), [fd]))
+    finally:
+        os.close(fd)
+    assert status != NvError.Success.value

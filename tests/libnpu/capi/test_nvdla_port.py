@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 
 import libnpu
-from firmware_sim.spec import tasks
 from libnpu.capi import nvdla, tasks_header
 from libnpu.nvdla import NvDlaHeap, NvError
+from npu_hw import tasks
 
 pytestmark = pytest.mark.skipif(not shutil.which("gcc"), reason="gcc not installed")
 

@@ -8,7 +8,6 @@ import numpy as np
 import pytest
 
 import libnpu
-from firmware_sim.spec import ops as spec_ops
 from libnpu.compiler.channel_grids import (
     CHANNEL_MARGIN,
     CHANNEL_SPREAD,
@@ -22,6 +21,7 @@ from libnpu.compiler.mixed_precision import MixedPrecisionError, promotable, qua
 from libnpu.compiler.onnx_import import import_onnx
 from libnpu.compiler.optimize import optimize
 from libnpu.compiler.tflite_export import TFLiteExportError, export_tflite
+from npu_hw import ops as spec_ops
 from tests.support import model_builders as builders
 
 SHAPE = (1, 3, 8, 8)

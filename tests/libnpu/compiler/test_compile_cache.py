@@ -59,3 +59,21 @@ def test_compile_cached_keys_on_calibration_data(blazeface_path, tmp_path, monke
     _, hit3 = compile_cached(blazeface_path, other, cache=cache)
     assert (hit1, hit2, hit3) == (False, True, False) and len(calls) == 2
     assert ld2.to_bytes() == ld1.to_bytes()
+
+
+def test_writing_an_entry_follows_no_link_planted_in_the_cache(resnet8_path, tmp_path):
+    """A cache directory others can write (a shared cache_dir, the delegate's option): a link
+    planted at the name of the temporary file must not make the writer write through it."""
+    import os
+    data = resnet8_path.read_bytes()
+    cache = CompileCache(tmp_path / "shared")
+    g = import_tflite(data, "resnet8")
+    key = cache_key(data)
+    victim = tmp_path / "victim"
+    victim.write_text("precious")
+    final = cache.path(key)
+    for pid in range(os.getpid() - 2, os.getpid() + 3):        # pids are easy to guess
+        final.with_name(f"{final.name}.{pid}.tmp").symlink_to(victim)
+    cache.put(key, lower(g, metadata={"options": "default"}))
+    assert victim.read_text() == "precious"
+    assert cache.get(key) is not None and not final.is_symlink()

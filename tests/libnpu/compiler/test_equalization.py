@@ -7,9 +7,9 @@ import onnx
 import pytest
 
 from libnpu.compiler import equalization
+from libnpu.compiler.accuracy import output_scores
 from libnpu.compiler.float_ref import FloatInterpreter
 from libnpu.compiler.frontend import to_int8_graph
-from libnpu.compiler.mixed_precision import output_scores
 from libnpu.compiler.onnx_import import import_onnx
 from libnpu.compiler.optimize import optimize
 from libnpu.compiler.quantizer import quantize_model

@@ -79,3 +79,12 @@ def test_same_pads_matches_tflite():
     assert same_pads(7, 3, 2, 1) == (4, 1, 1)
     assert same_pads(5, 1, 2, 1) == (3, 0, 0)
     assert same_pads(10, 3, 1, 2) == (10, 2, 2)
+
+
+@pytest.mark.parametrize("dtype, zero_point", [("int8", 1000), ("int8", -129), ("uint8", 256), ("int16", 40000)])
+def test_a_zero_point_outside_its_type_is_refused(dtype, zero_point):
+    """LiteRT clamps such a zero point; the chip refuses the job (EINVAL): refused at import,
+    with the reason, instead of a job failing at every inference."""
+    with pytest.raises(IRError, match=f"zero point {zero_point} outside {dtype}'s range"):
+        Tensor("t", (1, 8), dtype, QuantParams([0.05], [zero_point]))
+    Tensor("t", (1, 8), dtype, QuantParams([0.05], [np.iinfo(dtype).max]))     # the edge is fine

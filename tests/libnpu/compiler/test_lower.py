@@ -3,7 +3,6 @@ outputs byte-identical to LiteRT's reference kernels."""
 import numpy as np
 import pytest
 
-from firmware_sim.spec import tasks as spec_tasks
 from libnpu.compiler.frontend import NotInt8Error
 from libnpu.compiler.lower import compile_model, lower
 from libnpu.compiler.onnx_import import import_onnx
@@ -11,6 +10,7 @@ from libnpu.compiler.quantizer import quantize_model
 from libnpu.compiler.tflite_export import export_tflite
 from libnpu.compiler.tflite_import import load_tflite
 from libnpu.loadable import Loadable, RegionKind
+from npu_hw import tasks as spec_tasks
 from tests.support import chip_memory
 from tests.support import model_builders as builders
 

@@ -1,11 +1,11 @@
 import numpy as np
 import pytest
 
-from firmware_sim.spec import tasks as spec_tasks
 from libnpu.compiler.memplan import ACTIVATIONS, WEIGHTS, plan_memory
 from libnpu.compiler.quantizer import quantize_model
 from libnpu.compiler.tflite_import import load_tflite
 from libnpu.loadable import Loadable, RegionKind, Task, TensorFlags
+from npu_hw import tasks as spec_tasks
 
 
 def _check_no_conflicts(g, plan):

@@ -7,11 +7,10 @@ import numpy as np
 import pytest
 
 import libnpu
-from firmware_sim.spec import ops as spec_ops
+from libnpu.compiler.accuracy import output_scores
 from libnpu.compiler.lower import lower
 from libnpu.compiler.mixed_precision import (
     MixedPrecisionError,
-    output_scores,
     parse_selection,
     promote,
     quantize_mixed,
@@ -20,6 +19,7 @@ from libnpu.compiler.onnx_import import import_onnx
 from libnpu.compiler.optimize import optimize
 from libnpu.compiler.quantizer import quantize_model
 from libnpu.compiler.tflite_export import export_tflite
+from npu_hw import ops as spec_ops
 from tests.support import model_builders as builders
 
 CNN_SHAPE = (1, 3, 16, 16)
@@ -299,9 +299,10 @@ def test_int16_weights_of_a_dead_channel_stay_representable(npu, small_cnn) -> N
     """A channel with near-zero weights and a real bias (folded batch norms leave such):
     a step of max|w| / 32767 would flush its multiplier to 0 and overflow its int64 bias
     past the chip's 48-bit sums; the step is floored, and the device follows float there."""
-    from firmware_sim.spec.fixedpoint import effective_scale
     from libnpu.compiler.float_ref import FloatInterpreter
-    from libnpu.compiler.mixed_precision import BIAS16_BITS, MIN_MULTIPLIER, promotable
+    from libnpu.compiler.mixed_precision import promotable
+    from libnpu.compiler.scales import BIAS16_BITS, MIN_MULTIPLIER
+    from npu_hw.fixedpoint import effective_scale
     graph = small_cnn.copy()
     graph.tensors["w3"].data = graph.tensors["w3"].data.copy()
     graph.tensors["w3"].data[0] *= 1e-9

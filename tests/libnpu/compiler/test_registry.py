@@ -6,9 +6,9 @@ from pathlib import Path
 
 import tflite
 
-from firmware_sim.spec import ops as spec_ops  # noqa: F401 (registers the descriptors)
-from firmware_sim.spec import tasks
 from libnpu.compiler import registry
+from npu_hw import ops as spec_ops  # noqa: F401 (registers the descriptors)
+from npu_hw import tasks
 
 REPO = Path(__file__).resolve().parents[3]
 

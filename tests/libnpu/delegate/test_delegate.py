@@ -95,7 +95,7 @@ def test_partition_options(npu, library, tmp_path, capfd):
 @pytest.mark.parametrize("options, message", [
     ({"colour": "blue"}, "unknown option 'colour'"),
     ({"device": "one"}, "device='one' is not an integer"),
-    ({"max_partitions": "-1"}, "max_partitions=-1 must be >= 0"),
+    ({"max_partitions": "-1"}, "max_partitions='-1' must be >= 0"),
     ({"ops": "CONV_2D,NOT_AN_OP"}, "unknown TFLite operators: NOT_AN_OP"),
     ({"verbose": "maybe"}, "not a boolean"),
     ({"priority": "urgent"}, "priority='urgent' must be one of LOW, MEDIUM, HIGH"),
@@ -156,3 +156,46 @@ def test_priority_option_sets_the_partitions_job_priority(npu, library, tmp_path
     from libnpu.delegate import plugin
     partitions = [entry[1] for entry in plugin._live.values() if isinstance(entry, tuple)]
     assert partitions and all(p.model.get_property("MODEL_PRIORITY") == "HIGH" for p in partitions)
+
+
+# ---- hostile models and options (docs/security.md, "Round 3 attacks") ----
+
+def _add_model(shape=(1, 8), zero_point=0) -> bytes:
+    import tflite
+
+    from tests.support.tflite_builder import OpSpec, TensorSpec, build_model, named_options
+    q = dict(scale=[0.05], zero_point=[0])
+    tensors = [TensorSpec(shape, np.int8, scale=[0.05], zero_point=[zero_point]), TensorSpec(shape, np.int8, **q),
+               TensorSpec(shape, np.int8, **q)]
+    return build_model(tensors, [OpSpec(tflite.BuiltinOperator.ADD, [0, 1], [2], *named_options("AddOptions"))],
+                       [0, 1], [2])
+
+
+@pytest.mark.parametrize("model, why", [
+    (_add_model(zero_point=1000), "zero point 1000 outside int8's range"),      # LiteRT clamps, the chip refuses
+    (_add_model(shape=(0, 8)), "an empty tensor"),                              # the chip runs no empty tensor
+], ids=["zero-point-out-of-range", "empty-tensor"])
+def test_a_model_the_chip_cannot_run_stays_on_the_cpu_and_runs(npu, library, tmp_path, capfd, model, why):
+    delegate = litert.load_delegate(library, {"devroot": str(npu.devroot), "cache_dir": str(tmp_path),
+                                              "verbose": "true"})
+    kw = {"experimental_op_resolver_type": litert.OpResolverType.BUILTIN_REF}
+    delegated = litert.Interpreter(model_content=model, experimental_delegates=[delegate], **kw)
+    reference = litert.Interpreter(model_content=model, **kw)
+    outputs = []
+    for it in (delegated, reference):
+        it.allocate_tensors()
+        for detail in it.get_input_details():
+            it.set_tensor(detail["index"], np.full(detail["shape"], 3, np.int8))
+        it.invoke()
+        outputs.append(it.get_tensor(it.get_output_details()[0]["index"]))
+    assert np.array_equal(outputs[0], outputs[1])
+    assert why in capfd.readouterr().err
+    del delegated, delegate
+
+
+@pytest.mark.parametrize("option", ["device", "verbose", "priority", "max_partitions"])
+def test_a_huge_option_value_gives_a_short_message(npu, library, option):
+    with pytest.raises(ValueError) as refused:
+        litert.load_delegate(library, {"devroot": str(npu.devroot), option: "9x" * 500_000})
+    message = str(refused.value)
+    assert f"option {option}=" in message and "(1000000 characters)" in message and len(message) < 300

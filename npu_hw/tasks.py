@@ -8,7 +8,7 @@ u32); the rest is the task type's fields.  Operands are device addresses
 checks.  Tasks run in order.
 
 Each task type is one numpy structured dtype registered with ``register_task``;
-compute operators beyond the ones here live in ``spec.ops``.
+compute operators beyond the ones here live in ``npu_hw.ops``.
 """
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
-"""Task descriptors of the compute operators (FULLY_CONNECTED is in ``spec.tasks``), and
+"""Task descriptors of the compute operators (FULLY_CONNECTED is in ``npu_hw.tasks``), and
 the geometry rules the compiler and the chip share.
 
-Conventions (all descriptors follow ``spec.tasks``: common header, 8-byte aligned):
+Conventions (all descriptors follow ``npu_hw.tasks``: common header, 8-byte aligned):
 
 * Operands are device addresses (u64 IOVAs). Activations are int8 unless noted (the
   header flag ``OPF_INT16`` makes them int16, see below), dense row-major; 4-D image
@@ -11,14 +11,14 @@ Conventions (all descriptors follow ``spec.tasks``: common header, 8-byte aligne
   shapes are given at the output's rank (inputs padded with leading 1s), and inputs
   broadcast like numpy.
 * Quantization parameters are inline int32 values in TFLite's convention (multiplier
-  Q0.31, shift positive = left); ``spec.fixedpoint`` derives them from scales exactly as
+  Q0.31, shift positive = left); ``npu_hw.fixedpoint`` derives them from scales exactly as
   TFLite does. Per-channel multipliers/shifts (conv, depthwise) are int32 arrays at
   ``mult_iova`` / ``shift_iova`` when the header flag ``OPF_PER_CHANNEL`` is set.
 * ``act_min`` / ``act_max`` carry a fused activation (``spec.fixedpoint.fused_activation_range``).
 """
 from __future__ import annotations
 
-from firmware_sim.spec.tasks import register_task
+from npu_hw.tasks import register_task
 
 __all__ = [
     "PADDING_SAME", "PADDING_VALID", "conv_geometry", "MAX_RANK", "OPF_PER_CHANNEL",

@@ -36,6 +36,20 @@ QUEUE_TABLE_GEN = 0x44   # KMD: bumped after any change to the user-queue table 
 
 STATUS_READY = 0x1
 
+DEFAULT_JOB_TIMEOUT_MS = 5000    # a job's timeout when neither its submitter nor WATCHDOG_MS gives one
+
+
+def job_timeout_ms(requested_ms: int, default_ms: int, cap_ms: int | None = None) -> int:
+    """The job-timeout rule, the one place the driver and the chip take it from: what the
+    job's submitter asked, else the device's default (WATCHDOG_MS; DEFAULT_JOB_TIMEOUT_MS
+    when that is 0), clamped to ``cap_ms`` when there is a cap (a cap of 0 is the default).
+    The KMD clamps SUBMIT's timeouts by its maximum before the ring entry is written, so a
+    ring entry's timeout needs no cap; a user queue's entries are the client's, so the chip
+    clamps them by the queue's Q_TIMEOUT_CAP_MS."""
+    default = default_ms or DEFAULT_JOB_TIMEOUT_MS
+    timeout = requested_ms or default
+    return timeout if cap_ms is None else min(timeout, cap_ms or default)
+
 PACING_ON = 0x1
 
 FAULT_HANG = 0x1         # the core stops responding mid-job (watchdog must recover)

@@ -1,0 +1,110 @@
+"""Where the compiler picks a scale: every rule that turns a range or a tensor's values into
+quantization parameters (:class:`~libnpu.compiler.ir.QuantParams`), written once.
+
+* int8 activations (:func:`choose_activation_scale`): asymmetric, the calibrated range
+  (widened to hold 0) on 256 steps, TFLite's int8 spec;
+* int8 weights (:func:`quantize_weights`): symmetric, per channel, ``max |w| / 127`` steps;
+* int16 activations (:func:`choose_int16_scale`): symmetric, zero point 0, a reach on
+  ``INT16_MAX`` steps (TFLite's 16x8 spec); mixed precision chooses the reach
+  (:func:`libnpu.compiler.mixed_precision.int16_quant`, per channel
+  :func:`libnpu.compiler.channel_grids.channel_quant`);
+* int16 weights (:func:`quantize_weights16`): symmetric, per channel, ``max |w| / 32767``
+  steps, never so fine that the chip's arithmetic loses the channel;
+* biases (:func:`bias_scale`): input scale x weight scale, per channel.
+
+:func:`symmetric` makes zero-point-0 parameters from scales chosen elsewhere (a grid moved
+with its channels, scales folded into weights).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .ir import QuantParams
+
+__all__ = ["INT16_MAX", "MIN_MULTIPLIER", "BIAS16_BITS", "symmetric", "choose_activation_scale",
+           "choose_int16_scale", "bias_scale", "quantize_weights", "quantize_weights16"]
+
+INT16_MAX = 32767
+#: The smallest requantization multiplier the chip's Q31 + shift holds (below 2**-32 it is 0).
+MIN_MULTIPLIER = 2.0 ** -31
+#: int16 weights keep an int64 bias within this many bits (the chip saturates sums at 2**47).
+BIAS16_BITS = 44
+
+
+def symmetric(scale: float | np.ndarray, axis: int = 0) -> QuantParams:
+    """Zero-point-0 parameters with ``scale`` (one, or one per channel along ``axis``), stored as float32."""
+    scale = np.atleast_1d(np.asarray(scale, np.float32))
+    return QuantParams(scale, np.zeros(scale.size, np.int64), axis)
+
+
+def choose_activation_scale(lo: float, hi: float) -> QuantParams:
+    """int8 parameters for an activation whose values span ``[lo, hi]``: the range widened to
+    hold 0 (exactly representable, as TFLite requires) over 255 steps, the zero point rounded."""
+    lo, hi = min(lo, 0.0), max(hi, 0.0)
+    if hi - lo < 1e-8:
+        hi = lo + 1e-8
+    scale = (hi - lo) / 255.0
+    zp = int(np.clip(np.round(-128 - lo / scale), -128, 127))
+    return QuantParams(np.float32(scale), zp)
+
+
+def choose_int16_scale(reach: float | np.ndarray, axis: int = 0) -> QuantParams:
+    """Symmetric int16 parameters covering ``[-reach, reach]`` (one reach, or one per channel along ``axis``)."""
+    return symmetric((np.asarray(reach, np.float64) / INT16_MAX).astype(np.float32), axis)
+
+
+def bias_scale(in_scale: float, weight_scale: np.ndarray) -> np.ndarray:
+    """The scale of a bias added to an input's products with weights: input scale x weight
+    scale (per channel), in float64 (exact, both being float32); stored as float32."""
+    return np.asarray(weight_scale, np.float64) * np.float64(np.float32(in_scale))
+
+
+def quantize_weights(w: np.ndarray, axis: int | None, bias: np.ndarray | None,
+                     in_scale: float) -> tuple[np.ndarray, QuantParams]:
+    """Symmetric int8 weights, per channel along ``axis`` (None: per tensor): ``max |w| / 127``
+    steps, coarser where the int32 bias (``bias / (in_scale x step)``) would not fit."""
+    w = w.astype(np.float64)
+    if axis is None:
+        maxabs = np.array([np.abs(w).max() if w.size else 0.0])
+    else:
+        maxabs = np.abs(np.moveaxis(w, axis, 0).reshape(w.shape[axis], -1)).max(axis=1)
+    scale = maxabs / 127.0
+    if bias is not None:
+        # Keep the int32 bias in range: bias / (in_scale * w_scale) must fit in int32.
+        need = np.abs(bias.astype(np.float64)) / (in_scale * (2 ** 31 - 1)) * 1.01
+        scale = np.maximum(scale, need if axis is not None else need.max(initial=0.0))
+    scale = np.where(scale > 0, scale, 1.0 / 127.0).astype(np.float32)
+    shape = [1] * w.ndim
+    if axis is not None:
+        shape[axis] = -1
+    q = np.clip(np.round(w / scale.reshape(shape)), -127, 127).astype(np.int8)
+    return q, symmetric(scale, axis if axis is not None else 0)
+
+
+def quantize_weights16(w: np.ndarray, axis: int | None, bias: np.ndarray | None, in_scale: float,
+                       out_scale: float | np.ndarray) -> tuple[np.ndarray, QuantParams]:
+    """Symmetric int16 weights (a16w16), per channel along ``axis`` (None: per tensor),
+    ``max |w| / 32767`` steps, rounded to nearest.
+
+    A channel's step is never so fine that its multiplier ``in x w / out`` falls below
+    ``MIN_MULTIPLIER`` (flushed to 0 on the chip) or its int64 bias (``bias``: the float
+    bias) above 2**``BIAS16_BITS`` (the sums saturate at 2**47): hand_landmark_full's dead
+    channels (weights ~1e-9, biases ~1) did both, and its handedness went 0.15 off on the
+    device. Those channels' weights round to a few steps or none, as they would in int8.
+    ``out_scale``: one per output channel or one."""
+    w = np.asarray(w, np.float64)
+    if axis is not None:
+        maxabs = np.abs(np.moveaxis(w, axis, 0).reshape(w.shape[axis], -1)).max(axis=1)
+    else:
+        maxabs = np.array([np.abs(w).max(initial=0.0)])
+    floor = MIN_MULTIPLIER * out_scale / in_scale
+    if bias is not None:
+        magnitude = np.abs(np.asarray(bias, np.float64)).reshape(-1)
+        magnitude = magnitude if maxabs.size == magnitude.size else np.array([magnitude.max(initial=0.0)])
+        floor = np.maximum(floor, magnitude / (in_scale * 2.0 ** BIAS16_BITS))
+    scale = np.maximum(maxabs / INT16_MAX, floor * 1.01)
+    scale = np.where(scale > 0, scale, 1.0 / INT16_MAX).astype(np.float32)
+    qp = symmetric(scale, axis if axis is not None else 0)
+    shape = qp.broadcast_shape(w.ndim)
+    data = np.clip(np.round(w / scale.astype(np.float64).reshape(shape)), -INT16_MAX, INT16_MAX)
+    return data.astype(np.int16), qp
