@@ -44,6 +44,11 @@ class ChaosConfig:
     rss_slack: int = 64 << 20                      # the daemon's RSS may grow this much
     settle_s: float = 30.0                         # time for the driver to reclaim killed clients
     seed: int = 0
+    # Past ``seconds``, the run goes on until it did this many operations and kills (a loaded
+    # machine does fewer a second), for at most ``overtime_s`` more.
+    min_operations: int = 0
+    min_kills: int = 0
+    overtime_s: float = 300.0
 
 
 @dataclass
@@ -206,7 +211,12 @@ class _Controller:
         end = started + config.seconds
         next_kill = started + self.rng.uniform(*config.kill_every)
         next_log = started + 10
-        while time.monotonic() < end:
+
+        def going_on() -> bool:
+            now = time.monotonic()
+            short = report.operations < config.min_operations or sum(report.kills.values()) < config.min_kills
+            return now < end or (short and now < end + config.overtime_s)
+        while going_on():
             self.pump(0.05)
             if time.monotonic() >= next_log:
                 next_log += 10

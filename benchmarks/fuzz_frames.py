@@ -152,11 +152,12 @@ class _Client:
 
 def fuzz_client(node: str, frames: int, seed: int, uid: int | None, reply_timeout: float, conn) -> None:
     """A client process: ``frames`` frames, then its histogram and problems on ``conn``."""
+    documented = documented_errnos()     # read first: the user may not reach this checkout's docs
     if uid is not None:
         os.setgroups([])
         os.setgid(pwd.getpwuid(uid).pw_gid)
         os.setuid(uid)
-    client = _Client(node, seed, reply_timeout, documented_errnos())
+    client = _Client(node, seed, reply_timeout, documented)
     sent = 0
     try:
         while sent < frames:

@@ -294,6 +294,7 @@ class Core:
         """Run one job's command buffer, applying the fault injection bits set now."""
         faults = self.regs.read32(regs.FAULT_INJECT)
         if faults & regs.FAULT_HANG:
+            self.set_reg(regs.CORE_STATE, regs.CORE_HUNG)   # readable: it took the fault in this job
             while True:              # a hung core: only the watchdog's reset ends this
                 time.sleep(1)
         self.dma.inject_bus_error = bool(faults & regs.FAULT_DMA_ERROR)

@@ -73,7 +73,7 @@ class UserQueues:
             return False
         self.table_gen = generation
         held = {q.slot: q for q in self.served}
-        served = []
+        served, acks = [], []
         for slot in range(queues.QUEUE_SLOTS):
             base = queues.slot_offset(slot)
             if table.read32(base + queues.Q_CORE) != self.core:
@@ -87,13 +87,16 @@ class UserQueues:
                 taken = self._take(slot, slot_gen)
                 if taken is not None:
                     served.append(taken)
-            # Acknowledged only now: the old view (if any) is no longer among those served.
-            table.write32(base + queues.Q_ACK, slot_gen)
+            acks.append((base, slot_gen))
         served.sort(key=lambda q: -q.priority)
         for q in self.served:
             if q not in served:
                 _close_lines(q)
         self.served = served
+        # Acknowledged only now: the old views are no longer served and their lines are
+        # closed, so a queue the driver gives back holds nothing in this core any more.
+        for base, slot_gen in acks:
+            table.write32(base + queues.Q_ACK, slot_gen)
         return True
 
     def _take(self, slot: int, generation: int) -> ServedQueue | None:

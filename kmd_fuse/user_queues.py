@@ -318,15 +318,20 @@ class UserQueues:
         return deferred
 
     def after_reset(self) -> None:
-        """Every core restarted: none runs a job or holds a view any more."""
+        """Every core restarted: none runs a job or holds a view any more. The queues the
+        reset stopped are given back now, not when the new cores get round to acknowledging
+        their disabled slots: a context at its queue limit makes new queues at once."""
+        self.poll(cores_restarted=True)
         self.deferred.reset()
         self.poll()
 
-    def poll(self) -> bool:
-        """Give back what is safe to give back now; True while something still waits."""
+    def poll(self, cores_restarted: bool = False) -> bool:
+        """Give back what is safe to give back now (``cores_restarted``: every queue being
+        torn down, as no core holds a view); True while something still waits."""
         device, hw = self.device, self.device.hw
         released = [queue for queue in self.releasing
-                    if hw.qtab.read32(queues.slot_offset(queue.slot) + queues.Q_ACK) == queue.generation
+                    if cores_restarted
+                    or hw.qtab.read32(queues.slot_offset(queue.slot) + queues.Q_ACK) == queue.generation
                     or hw.process.poll() is not None]
         if released:
             # Their jobs' last profile records, before another queue takes the slot (a record

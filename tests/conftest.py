@@ -10,9 +10,16 @@ import numpy as np
 import pytest
 
 from tests.support.chip_memory import ChipMemory
-from tests.support.device import MountedNpu, fetch_model, start_npu, stop_npu
+from tests.support.device import MountedNpu, fetch_model, remove_device_homes, start_npu, stop_npu
 from tests.support.litert import litert_run
 from tests.support.shell import Holder
+
+
+@pytest.fixture(scope="session", autouse=True)
+def device_homes():
+    """The session's devices' directories (start_npu's, outside pytest's tmp) go at its end."""
+    yield
+    remove_device_homes()
 
 
 @pytest.fixture(scope="module")

@@ -10,7 +10,6 @@ import os
 import signal
 import subprocess
 import threading
-import time
 from pathlib import Path
 
 import numpy as np
@@ -23,8 +22,10 @@ from firmware_sim.recycling import Recycling
 from firmware_sim.timing import HardwareProfile
 from kmd_fuse import paths
 from npu_hw import memory, regs, ring
-from tests.support.device import start_npu, stop_npu, wait_until
+from tests.support.device import start_npu, stop_npu, wait_for, wait_until
 from tests.support.model_builders import small_cnn
+
+pytestmark = pytest.mark.recovery     # reset, queues, recovery (benchmarks/flake_hunt.py -m recovery)
 
 
 def test_a_core_retires_only_after_a_close_left_it_empty_and_grown() -> None:
@@ -70,6 +71,11 @@ def one_core(tmp_path):
         os.close(irq)
 
 
+def _watch_until(top: chip_top.Chip, predicate, what: str) -> None:
+    """Run the chip's watchdog, as its main loop does, until ``predicate`` holds."""
+    wait_for(lambda: (top.watchdog(), predicate())[1], what)
+
+
 def _run_nop(top: chip_top.Chip, job_id: int) -> int:
     """Queue an empty job as the driver does, ring the doorbell; its completion status."""
     tail = top.regs.read32(BANK + regs.RING_TAIL)
@@ -77,11 +83,7 @@ def _run_nop(top: chip_top.Chip, job_id: int) -> int:
                                      0, 0, 0, 0, 0)
     top.regs.write32(BANK + regs.RING_TAIL, ring.ring_next(tail, ENTRIES))
     os.eventfd_write(top.doorbell_fds[0], 1)
-    deadline = time.monotonic() + 30
-    while top.regs.read32(BANK + regs.CQ_TAIL) == tail:
-        top.watchdog()
-        assert time.monotonic() < deadline, "the job never completed"
-        time.sleep(0.005)
+    _watch_until(top, lambda: top.regs.read32(BANK + regs.CQ_TAIL) != tail, "the job's completion")
     posted, status = ring.COMPLETION_STRUCT.unpack_from(top.cqs[0], tail * ring.COMPLETION.itemsize)[:2]
     assert posted == job_id
     top.regs.write32(BANK + regs.CQ_HEAD, ring.ring_next(tail, ENTRIES))
@@ -95,11 +97,8 @@ def test_a_ready_successor_takes_over_once_the_old_core_is_gone(one_core):
     top.start_successor(0)                      # what a core's request makes the watchdog do
     successor = top.successors[0]
     assert successor is not None
-    deadline = time.monotonic() + 30
-    while top.pids[0] == old:                   # it warms up, announces itself; the old core exits
-        top.watchdog()
-        assert time.monotonic() < deadline, "no hand-over"
-        time.sleep(0.005)
+    # It warms up, announces itself; the old core exits.
+    _watch_until(top, lambda: top.pids[0] != old, "the hand-over to the successor")
     assert top.pids[0] == successor[0] and top.successors[0] is None
     assert _run_nop(top, 2) == 0                 # the successor serves the ring
     assert top.regs.read32(BANK + regs.CORE_RESTARTS) == 0
@@ -113,11 +112,7 @@ def test_a_successor_that_dies_warming_up_leaves_the_old_core_serving(one_core):
     successor = top.successors[0]
     assert successor is not None
     os.kill(successor[0], signal.SIGKILL)
-    deadline = time.monotonic() + 30
-    while top.successors[0] is not None:
-        top.watchdog()
-        assert time.monotonic() < deadline
-        time.sleep(0.005)
+    _watch_until(top, lambda: top.successors[0] is None, "the dead successor forgotten")
     assert top.pids[0] == old
     assert _run_nop(top, 3) == 0
     assert top.pids[0] == old and top.regs.read32(BANK + regs.CORE_RESTARTS) == 0
@@ -131,11 +126,7 @@ def test_an_old_core_dying_before_the_hand_over_hands_over_to_its_successor(one_
     successor = top.successors[0]
     assert successor is not None
     os.kill(top.pids[0], signal.SIGKILL)
-    deadline = time.monotonic() + 30
-    while top.pids[0] != successor[0]:
-        top.watchdog()
-        assert time.monotonic() < deadline
-        time.sleep(0.005)
+    _watch_until(top, lambda: top.pids[0] == successor[0], "the successor in the dead core's place")
     assert top.regs.read32(BANK + regs.CORE_RESTARTS) == 1
     assert _run_nop(top, 4) == 0
     assert top.pids[0] == successor[0]           # it did not exit at its first sleep
@@ -186,7 +177,7 @@ def test_closing_the_last_context_replaces_the_cores_quietly(recycling_npu, mode
         with libnpu.load(model_path, devroot=npu.devroot) as model:
             [expected] = model.infer(_feeds())
         # The session's own context never ran a job with a command buffer: the cores hold nothing.
-        assert wait_until(lambda: len(_core_pids(npu.devroot) - before) == 2, 30), (before, _core_pids(npu.devroot))
+        assert wait_until(lambda: len(_core_pids(npu.devroot) - before) == 2), (before, _core_pids(npu.devroot))
         assert wait_until(lambda: len(_core_pids(npu.devroot)) == 2)
         assert info()["reset_count"] == resets            # a retirement is no restart: nothing announced
         with libnpu.load(model_path, devroot=npu.devroot) as model:

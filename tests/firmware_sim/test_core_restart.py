@@ -7,12 +7,10 @@ mounted driver."""
 from __future__ import annotations
 
 import errno
-import mmap
 import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -24,7 +22,9 @@ from firmware_sim.timing import HardwareProfile
 from kmd_fuse import paths
 from kmd_fuse.udev.uevent import Uevent
 from npu_hw import memory, regs, ring
-from tests.support.device import set_fault_injection, start_npu, stop_npu, wait_until
+from tests.support.device import set_fault_injection, start_npu, stop_npu, wait_until, wait_until_hung
+
+pytestmark = pytest.mark.recovery     # reset, queues, recovery (benchmarks/flake_hunt.py -m recovery)
 
 ENTRIES = 8
 BANK = regs.core_bank(0)
@@ -159,14 +159,6 @@ def test_an_entry_that_kills_the_core_before_it_starts_is_dropped(bus, monkeypat
 
 
 
-def _chip_registers(devroot: Path) -> regs.RegisterView:
-    fd = os.open(memory.regs_path(paths.bus_dir(devroot, 0)), os.O_RDONLY)
-    try:
-        return regs.RegisterView(mmap.mmap(fd, regs.REGS_SIZE, prot=mmap.PROT_READ))
-    finally:
-        os.close(fd)
-
-
 def _chip_pid(devroot: Path) -> int:
     """The chip's top-level process (its cores' processes have the same command line)."""
     bus = paths.bus_dir(devroot, 0)
@@ -203,14 +195,13 @@ def test_a_core_killed_by_sigbus_mid_job_fails_that_job_with_efault(fresh_npu):
     memory vanished) is restarted at once; the job fails with EFAULT, not ETIMEDOUT, and the
     jobs queued behind it on the same ring run."""
     npu = fresh_npu
-    view = _chip_registers(npu.devroot)
     with libnpu.initialize(npu.devroot) as session:
         dev = session.open(0)
         count = dev.info()["reset_count"]
         assert wait_until(lambda: len(_core_pids(npu.devroot)) == 2)
         set_fault_injection(npu.devroot, regs.FAULT_HANG)
         hung = [dev.submit(None, timeout_ms=0xFFFFFFFF) for _ in range(2)]      # one on each core
-        _wait_until_hung(view, (0, 1))
+        wait_until_hung(npu.devroot, 2)
         set_fault_injection(npu.devroot, 0)
         queued = [dev.submit(None, timeout_ms=0xFFFFFFFF) for _ in range(6)]    # behind the hung ones
         for pid in _core_pids(npu.devroot):
@@ -252,23 +243,6 @@ def capped_npu(tmp_path):
     stop_npu(mounted)
 
 
-def _wait_until_hung(view, cores, count: int | None = None) -> None:
-    """Wait until ``count`` of ``cores`` (all by default) hang in a job. A core sets
-    CURRENT_JOB just before it reads FAULT_INJECT, so only a job still current a while
-    later surely hangs (an empty job that slipped past the fault ends in microseconds)."""
-    count = len(cores) if count is None else count
-
-    def current():
-        return [view.read64(regs.core_bank(c) + regs.CURRENT_JOB) for c in cores]
-    for _ in range(100):
-        assert wait_until(lambda: sum(map(bool, current())) >= count, 30)
-        running = current()
-        time.sleep(0.3)
-        if current() == running:
-            return
-    raise AssertionError("the cores never settled in a hung job")
-
-
 def test_a_job_timeout_is_clamped_to_the_devices_maximum(capped_npu):
     """timeout_ms = 0xFFFFFFFF on a hung core: the watchdog still ends the job, at the
     device's --max-job-timeout."""
@@ -277,7 +251,7 @@ def test_a_job_timeout_is_clamped_to_the_devices_maximum(capped_npu):
         dev = session.open(0)
         set_fault_injection(npu.devroot, regs.FAULT_HANG)
         fence = dev.submit(None, timeout_ms=0xFFFFFFFF)
-        _wait_until_hung(_chip_registers(npu.devroot), (0, 1), count=1)
+        wait_until_hung(npu.devroot)
         set_fault_injection(npu.devroot, 0)
         with pytest.raises(libnpu.JobError) as exc:
             fence.wait(timeout=60)
@@ -298,7 +272,7 @@ def test_the_driver_restarts_a_chip_whose_watchdog_is_stuck(capped_npu):
         os.kill(chip, signal.SIGSTOP)
         try:
             fence = dev.submit(None, timeout_ms=0xFFFFFFFF)
-            _wait_until_hung(_chip_registers(npu.devroot), (0, 1), count=1)
+            wait_until_hung(npu.devroot)
             set_fault_injection(npu.devroot, 0)
             with pytest.raises(libnpu.JobError) as exc:
                 fence.wait(timeout=60)

@@ -17,6 +17,8 @@ from firmware_sim.timing import HardwareProfile
 from npu_hw import iommu, memory, queues, regs, ring, tasks
 from tests.support.chip_memory import ASID, ChipMemory
 
+pytestmark = pytest.mark.recovery     # reset, queues, recovery (benchmarks/flake_hunt.py -m recovery)
+
 ENTRIES = 8          # of the kernel ring
 QUEUE_ENTRIES = 8
 BANK = regs.core_bank(0)

@@ -24,7 +24,8 @@ import pytest
 
 import libnpu
 from kmd_fuse import handover, memory, paths, uapi
-from tests.support.device import REPO, MountedNpu, open_to_others, start_npu, stop_npu, wait_until
+from tests.support.device import MountedNpu, open_to_others, start_npu, stop_npu, wait_until
+from tests.support.other_user import python_for_others
 
 NOBODY = 65534
 AT_EMPTY_PATH, AT_FDCWD = 0x1000, -100
@@ -85,10 +86,10 @@ def run_as_nobody(script: str, npu, *args: str, timeout: float = 60) -> subproce
     """A Python script as uid/gid 65534, in the node's group (it may open the node)."""
     open_to_others(npu.devroot)
     group = os.stat(npu.node).st_gid
+    python, env = python_for_others()
     return subprocess.run(["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", f"--groups={group}",
-                           sys.executable, "-c", textwrap.dedent(script), *args],
-                          capture_output=True, text=True, timeout=timeout, cwd="/",
-                          env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO), "PYTHONDONTWRITEBYTECODE": "1"})
+                           python, "-c", textwrap.dedent(script), *args],
+                          capture_output=True, text=True, timeout=timeout, cwd="/", env=env)
 
 
 def dma_copy(device, src, dst, length: int) -> None:
@@ -147,9 +148,10 @@ def test_a_non_root_client_gets_a_sealed_buffer_and_root_cannot_take_it(npu):
     """The whole path as an ordinary user: node, MEM_MAP, hand-over, mmap; its token is
     refused (EPERM) to a root peer - no exceptions - and then still works for its owner."""
     open_to_others(npu.devroot)                      # before the peer looks for the node
+    python, env = python_for_others()
     peer = subprocess.Popen(
         ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", f"--groups={os.stat(npu.node).st_gid}",
-         sys.executable, "-c", textwrap.dedent("""
+         python, "-c", textwrap.dedent("""
             import errno, json, mmap, os, sys
             import libnpu
             from kmd_fuse import uapi
@@ -172,8 +174,7 @@ def test_a_non_root_client_gets_a_sealed_buffer_and_root_cannot_take_it(npu):
                     print("sees", m[0], m[size - 1], "size", size)
                 os.close(fd)
             """), str(npu.devroot)],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd="/",
-        env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO), "PYTHONDONTWRITEBYTECODE": "1"})
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd="/", env=env)
     try:
         first = peer.stdout.readline()
         assert first, peer.stderr.read()

@@ -33,7 +33,8 @@ def scratch_device():
 @pytest.mark.parametrize("kills", ["client", "chip", "core", "client,core,chip"])
 def test_jobs_end_and_nothing_leaks_while_processes_are_killed(scratch_device, kills):
     kinds = tuple(kills.split(","))
-    report = run_chaos(scratch_device, ChaosConfig(seconds=SECONDS, kills=kinds, seed=len(kills)))
+    report = run_chaos(scratch_device, ChaosConfig(seconds=SECONDS, kills=kinds, seed=len(kills),
+                                                   min_operations=101, min_kills=3))
     print(report.summary())
     assert not report.problems(), report.summary()
     assert sum(report.kills.values()) >= 3, report.summary()

@@ -51,7 +51,7 @@ def test_context_busy_time_grows_while_its_job_runs(device):
     samples = []
     while not fence.signalled:
         samples.append(device.stats()["busy_time_ns"])
-        time.sleep(0.02)
+        time.sleep(0.02)                                    # the sampling interval, not a wait
     after = device.stats()["busy_time_ns"]
     assert samples == sorted(samples)                       # never backwards
     assert any(before < s < after for s in samples), "busy time only moved at completion"

@@ -26,6 +26,8 @@ from libnpu.portability import JobError
 from npu_hw import iommu, regs
 from tests.support.device import REPO, set_fault_injection, start_npu, stop_npu, wait_until
 
+pytestmark = pytest.mark.recovery     # reset, queues, recovery (benchmarks/flake_hunt.py -m recovery)
+
 MIB = 1 << 20
 PAGE = 4096
 
@@ -54,7 +56,7 @@ def census(devroot: Path) -> tuple[int, int, int]:
 
 
 def settled_to(devroot: Path, baseline: tuple[int, int, int]) -> bool:
-    return wait_until(lambda: census(devroot) == baseline, 30)
+    return wait_until(lambda: census(devroot) == baseline)
 
 
 # ---- raw frames ----
@@ -260,7 +262,7 @@ KILLED = textwrap.dedent("""
             req.handle = memory.handle
             os.pwrite(device.file.fd, uapi.pack_frame(uapi.NPU_CMD_MEM_FREE, (1 << 30) + i, req), 0)
         print("freeing", flush=True)
-        time.sleep(60)
+        time.sleep(60)     # not a wait of the test: the client idles until it is killed
 """)
 
 

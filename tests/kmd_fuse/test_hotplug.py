@@ -9,6 +9,8 @@ import sys
 import threading
 from pathlib import Path
 
+import pytest
+
 from kmd_fuse import paths
 from kmd_fuse.udev.uevent import Uevent
 from tests.support.device import MountedNpu, stop_npu, wait_until
@@ -61,6 +63,7 @@ def test_rules_made_the_symlinks(npu):
     assert "ID_PATH=platform-npu-emu.npu0" in report
 
 
+@pytest.mark.recovery
 def test_resets_are_counted_and_announced_in_order(fresh_npu):
     npu, d = fresh_npu, str(attr_dir(fresh_npu))
     monitor = Monitor(npu.devroot)

@@ -31,6 +31,7 @@ def test_a_member_of_the_group_can_open_the_node(shared):
     assert info["MODEL"] == "npu-emu" and int(info["CONTEXT_ID"]) > 0
 
 
+@pytest.mark.recovery
 def test_anyone_reads_attributes_but_only_root_resets(shared):
     d = str(attr_dir(shared))
     before = sh('cat "$D/reset_count"', D=d).stdout
@@ -48,6 +49,7 @@ def test_anyone_reads_attributes_but_only_root_resets(shared):
     assert out.returncode == 1 and "Permission denied" in out.stderr
 
 
+@pytest.mark.recovery
 def test_only_root_may_reset_through_the_node(shared):
     """RESET is root-only in the driver's command table: a member of the group gets EPERM."""
     before = sh('cat "$D/reset_count"', D=str(attr_dir(shared))).stdout

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import errno
 
+import pytest
+
 from kmd_fuse import context
 from kmd_fuse.context import Context, Job, UserLedger
 
@@ -54,6 +56,7 @@ def test_another_user_is_not_charged_and_a_closed_context_gives_its_share_back()
     assert mine.results == 0 and ctx.stats.jobs_failed == 501
 
 
+@pytest.mark.recovery
 def test_a_user_has_a_bounded_number_of_jobs_pending_across_contexts(fresh_npu):
     """4,096 pending jobs a context (EAGAIN beyond) held ~3.7 MB of the daemon's memory
     while the cores were busy; a user's 256 contexts ~950 MB. The user's contexts together

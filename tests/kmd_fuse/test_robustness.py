@@ -6,7 +6,6 @@ import signal
 import subprocess
 import sys
 import textwrap
-import time
 
 import numpy as np
 import pytest
@@ -14,7 +13,18 @@ import pytest
 import libnpu
 from kmd_fuse import paths
 from npu_hw import regs
-from tests.support.device import open_to_others, set_fault_injection, start_npu, stop_npu, wait_until
+from tests.support.device import (
+    core_registers,
+    open_to_others,
+    set_fault_injection,
+    start_npu,
+    stop_npu,
+    wait_for,
+    wait_until,
+    wait_until_hung,
+)
+
+pytestmark = pytest.mark.recovery     # reset, queues, recovery (benchmarks/flake_hunt.py -m recovery)
 
 LONG_JOB = textwrap.dedent("""
     import sys, time, libnpu
@@ -30,7 +40,7 @@ LONG_JOB = textwrap.dedent("""
         print("submitted", flush=True)
         if sys.argv[2] == "wait":
             fence.wait()
-        time.sleep(60)
+        time.sleep(60)     # not a wait of the test: the client idles until it is killed
 """)
 
 
@@ -45,13 +55,11 @@ def test_client_killed_mid_job_is_reclaimed(npu, blocked_in):
                                  stdout=subprocess.PIPE, text=True)
         assert child.stdout.readline().strip() == "submitted"
         assert watcher.info()["memory_used"] >= base["memory_used"] + (128 << 20)
-        time.sleep(0.05)
+        wait_for(lambda: regs.CORE_BUSY in core_registers(npu.devroot, regs.CORE_STATE), "the job on a core")
         child.send_signal(signal.SIGKILL)
-        started = time.monotonic()
-        child.wait(timeout=10)                       # never stuck in D state
-        assert time.monotonic() - started < 5
+        child.wait(timeout=60)                       # never stuck in D state
         child.stdout.close()
-        assert wait_until(lambda: watcher.info()["num_contexts"] == base["num_contexts"], 20)
+        assert wait_until(lambda: watcher.info()["num_contexts"] == base["num_contexts"])
         assert wait_until(lambda: watcher.info()["memory_used"] == base["memory_used"])
         assert wait_until(lambda: set(os.listdir(bus)) == files), set(os.listdir(bus)) ^ files
         src, dst = watcher.alloc_mem(4096), watcher.alloc_mem(4096)
@@ -79,10 +87,9 @@ def test_hung_job_is_killed_by_the_watchdog(fast_watchdog_npu):
         nop.add("NOP")
         set_fault_injection(npu.devroot, regs.FAULT_HANG)
         fence = dev.submit(nop)
-        time.sleep(0.05)
-        set_fault_injection(npu.devroot, 0)
         with pytest.raises(libnpu.JobError) as exc:
-            fence.wait(timeout=10)
+            fence.wait(timeout=60)
+        set_fault_injection(npu.devroot, 0)
         assert exc.value.errno == errno.ETIMEDOUT
         assert dev.info()["jobs_failed"] >= 1
         for _ in range(20):                             # the restarted core serves again
@@ -121,12 +128,14 @@ def test_reset_fails_jobs_in_flight_and_counts(fresh_npu):
         cmds = dev.command_buffer()
         for _ in range(30):
             cmds.add("DMA_COPY", src=a.address, dst=b.address, length=64 << 20)
+        set_fault_injection(npu.devroot, regs.FAULT_HANG)          # on the chip until the reset
         fence = dev.submit(cmds, [a, b])
-        time.sleep(0.1)
+        wait_until_hung(npu.devroot)
+        set_fault_injection(npu.devroot, 0)
         other = session.open(0)
         assert other.reset() == count + 1
         with pytest.raises(libnpu.JobError) as exc:
-            fence.wait(timeout=10)
+            fence.wait(timeout=60)
         assert exc.value.errno == errno.EIO
         assert dev.info()["reset_count"] == count + 1
         dev.run(None)

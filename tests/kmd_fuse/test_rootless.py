@@ -26,18 +26,19 @@ import signal
 import stat
 import subprocess
 import tempfile
-import time
 from pathlib import Path
 
 import pytest
 
 from kmd_fuse import owner, paths
 from kmd_fuse.udev import hotplug
-from tests.support.shell import NOBODY, REPO, sh
+from tests.support.device import wait_until
+from tests.support.other_user import STAGE_ROOT, repo_for_others
+from tests.support.shell import NOBODY, sh
 
 USER = "npu-rootless"
 SQUATTED_USER = "npu-squatted"
-CACHE = Path("/var/cache/npu-emu")
+CACHE = STAGE_ROOT
 SYSTEM_PYTHON = "/usr/bin/python3"
 FUSE_DEVICE = Path("/dev/fuse")
 
@@ -143,14 +144,15 @@ def squatted_user() -> pwd.struct_passwd:
     return _system_user(SQUATTED_USER)
 
 
-def _venv_key() -> str:
-    digest = hashlib.sha256((REPO / "pyproject.toml").read_bytes() + str(REPO).encode())
+def _venv_key(source: Path) -> str:
+    digest = hashlib.sha256((source / "pyproject.toml").read_bytes() + str(source).encode())
     return digest.hexdigest()[:16]
 
 
 @pytest.fixture(scope="module")
 def rootless_venv(rootless_user) -> Path:
-    """A venv the user can execute, with this checkout installed editable (built once)."""
+    """A venv the user can execute, with this checkout installed editable (built once): the
+    clone itself, or the copy staged for other users when they cannot read the clone."""
     if not os.access(SYSTEM_PYTHON, os.X_OK):
         pytest.skip(f"{SYSTEM_PYTHON} is missing: no interpreter a normal user can run")
     version = subprocess.run([SYSTEM_PYTHON, "-c", "import sys; print(sys.version_info >= (3, 11))"],
@@ -159,13 +161,14 @@ def rootless_venv(rootless_user) -> Path:
         pytest.skip(f"{SYSTEM_PYTHON} is older than 3.11")
     CACHE.mkdir(parents=True, exist_ok=True)
     CACHE.chmod(0o755)
-    venv = CACHE / f"rootless-venv-{_venv_key()}"
+    source = repo_for_others()
+    venv = CACHE / f"rootless-venv-{_venv_key(source)}"
     with open(CACHE / "rootless-venv.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)          # a parallel run waits for the first build
         if not (venv / ".npu-installed").exists():
             shutil.rmtree(venv, ignore_errors=True)
             for cmd in ([SYSTEM_PYTHON, "-m", "venv", str(venv)],
-                        [str(venv / "bin" / "pip"), "install", "-q", "--disable-pip-version-check", "-e", str(REPO)]):
+                        [str(venv / "bin" / "pip"), "install", "-q", "--disable-pip-version-check", "-e", str(source)]):
                 done = subprocess.run(cmd, capture_output=True, text=True, timeout=400)
                 if done.returncode:
                     shutil.rmtree(venv, ignore_errors=True)
@@ -260,9 +263,7 @@ def _run_as_user(user: pwd.struct_passwd, venv: Path, workdir: Path, script: str
 
 def _wait_until_gone(uid: int) -> dict[int, str]:
     """The user's processes still alive after a while (the chip's exit just after its daemon)."""
-    deadline = time.monotonic() + 10
-    while _processes_of(uid) and time.monotonic() < deadline:
-        time.sleep(0.05)
+    wait_until(lambda: not _processes_of(uid))
     return {pid: _cmdline(pid) for pid in _processes_of(uid)}
 
 
@@ -282,7 +283,7 @@ mounts | sed 's/^/MOUNT /'
 npu demo --devroot "$D/dev" | sed 's/^/DEMO /'
 npu run "$D/model.tflite" --devroot "$D/dev" --repeat 1 --no-progress | sed 's/^/RUN /'
 npu bench nop --devroot "$D/dev" -n 200 | sed 's/^/BENCH /'
-python3 -c 'import os, sys, time; os.open(sys.argv[1], os.O_RDWR); print(os.getpid(), flush=True); time.sleep(30)' \
+python3 -c 'import os, signal, sys; os.open(sys.argv[1], os.O_RDWR); print(os.getpid(), flush=True); signal.pause()' \
     "$D/dev/npu0" > "$D/holder.pid" &
 holder=$!
 while [ ! -s "$D/holder.pid" ]; do sleep 0.05; done

@@ -131,7 +131,7 @@ def test_get_task_waits_for_a_request_to_come_back(device, resnet8_nlb):
         got: list = []
         waiter = threading.Thread(target=lambda: got.append(pool.get_task(timeout=30)))
         waiter.start()
-        time.sleep(0.1)
+        time.sleep(0.1)    # not a wait: a chance for a waiter wrongly let through to show (passes however slow)
         assert not got                                            # still blocked
         held.give_back()
         waiter.join(30)

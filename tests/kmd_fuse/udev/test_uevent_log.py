@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from kmd_fuse.udev.uevent import LOG_NAME, SEQ_NAME, Uevent, UeventError, UeventLog, UeventMonitor, emit, monitor
+from tests.support.device import WAIT_S, wait_for
 
 DEVPATH = "/devices/platform/npu-emu.0/npu/npu0"
 
@@ -101,7 +102,7 @@ def test_emit_gives_up_when_the_lock_stays_busy(tmp_path: Path) -> None:
             t0 = time.monotonic()
             with pytest.raises(UeventError, match="busy"):
                 add(log)
-            assert 0.04 < time.monotonic() - t0 < 0.5
+            assert time.monotonic() - t0 >= 0.04      # it waited for the lock first (no upper bound: load)
         finally:
             os.close(holder)
         assert add(log).seqnum == 1
@@ -112,8 +113,9 @@ import os, sys, time
 from kmd_fuse.udev.uevent import UeventLog
 runroot, dev, count, go = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
 log = UeventLog(runroot)
+open(go + "." + dev, "w").close()      # imported and waiting
 while not os.path.exists(go):
-    time.sleep(0.001)
+    time.sleep(0.001)                  # the poll interval of this wait for the go file
 for i in range(count):
     log.emit("change", f"/devices/platform/npu-emu.{dev}/npu/npu{dev}", "npu", devname=f"npu{dev}",
              major=240, minor=int(dev), extra={"WRITER": dev, "I": i, "PAD": "p" * (i % 50)})
@@ -125,8 +127,8 @@ def test_two_writer_processes_append_whole_records_in_seqnum_order(tmp_path: Pat
     go = tmp_path / "go"
     procs = [subprocess.Popen([sys.executable, "-c", WRITER, str(tmp_path), dev, str(count), str(go)])
              for dev in ("0", "1")]
-    time.sleep(0.3)  # both imported and waiting
-    mon = UeventMonitor(tmp_path, timeout=5)
+    wait_for(lambda: all(Path(f"{go}.{dev}").exists() for dev in ("0", "1")), "both writers imported and waiting")
+    mon = UeventMonitor(tmp_path, timeout=WAIT_S)
     go.touch()
     assert [p.wait(timeout=60) for p in procs] == [0, 0]
     got = [next(mon) for _ in range(2 * count)]
@@ -184,22 +186,18 @@ def test_monitor_waits_for_whole_records_and_follows_truncation_and_replacement(
 
 def test_monitor_blocks_until_an_event_arrives(tmp_path: Path) -> None:
     UeventLog(tmp_path).close()
-    sent: list[float] = []
 
     def later() -> None:
-        time.sleep(0.2)
+        time.sleep(0.2)    # not a wait: the event likely comes while the monitor blocks (passes either way)
         with UeventLog(tmp_path) as log:
-            sent.append(time.monotonic())
             add(log, LATE="1")
 
     thread = threading.Thread(target=later)
-    thread.start()
-    with monitor(tmp_path, timeout=5) as mon:
+    with monitor(tmp_path, timeout=WAIT_S) as mon:      # following from now on
+        thread.start()
         event = next(mon)
-        latency = time.monotonic() - sent[0]
     thread.join()
     assert event.extra == {"LATE": "1"}
-    assert latency < 0.5
 
 
 def test_cli_monitor_prints_events_emitted_by_the_cli(tmp_path: Path) -> None:

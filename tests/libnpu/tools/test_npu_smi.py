@@ -247,7 +247,7 @@ def test_top_sees_load_appear_between_frames(tree: tuple[Path, Path]) -> None:
               "    if first:\n"
               "        print('ready', flush=True)\n"
               "        first = False\n"
-              "    time.sleep(0.005)\n")
+              "    time.sleep(0.005)\n")   # the writer's pace (not a wait of the test)
     proc = subprocess.Popen([sys.executable, "-c", writer, str(base / "busy_time_us"), "3"],
                             stdout=subprocess.PIPE, text=True)
     assert proc.stdout is not None and proc.stdout.readline() == "ready\n"
