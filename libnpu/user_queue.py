@@ -44,6 +44,7 @@ from libnpu.capi import queue_native
 from libnpu.errors import JobError
 from npu_hw import queues
 
+LET_WAITERS_OUT_S = 5.0   # close(): how long other threads' waits may take to see their jobs done
 SPIN_S = float(os.environ.get("NPU_QUEUE_SPIN_US", "200")) / 1e6   # polling before sleeping on the completion line
 CONTENDED_SPIN_S = float(os.environ.get("NPU_QUEUE_CONTENDED_SPIN_US", "0")) / 1e6   # ... while the CPUs are all wanted
 SLEEP_SLICE_MS = 1000   # a sleeping waiter re-checks this often: a safety net only (no wake-up is lost)
@@ -560,10 +561,21 @@ class UserQueue:
             if self.closed:
                 return
             if self.destroyer is not None:
-                if not cancel and not self.error() and self.in_flight():
-                    self._wait_seq(self.tail, timeout)
+                if not cancel and not self.error():
+                    if self.in_flight():
+                        self._wait_seq(self.tail, timeout)
+                    self._let_waiters_out(timeout)
                 self.destroyer(self, cancel)
             self.release()
+
+    def _let_waiters_out(self, timeout: float | None) -> None:
+        """Every job is done: let the other threads still waiting on this queue read their
+        completions before QUEUE_DESTROY takes the queue's memory (a waiter woken after it
+        would read a header with no magic, ECANCELED, for a job that succeeded). They only
+        have to notice, so this is short; bounded by ``timeout``, else by a few seconds."""
+        deadline = time.monotonic() + (LET_WAITERS_OUT_S if timeout is None else timeout)
+        while (self._in_c or self._waiters) and time.monotonic() < deadline:
+            time.sleep(0.0002)
 
     def _closed_why(self) -> str:
         if self.pid != os.getpid():
