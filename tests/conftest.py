@@ -38,14 +38,28 @@ def fresh_npu(tmp_path) -> MountedNpu:
     stop_npu(mounted)
 
 
+def _npu_started_with(tmp_path, monkeypatch, **environment: str):
+    """A device of the test's own, its driver started with ``environment`` set."""
+    for name, value in environment.items():
+        monkeypatch.setenv(name, value)
+    mounted = start_npu(tmp_path)
+    yield mounted
+    stop_npu(mounted)
+
+
 @pytest.fixture
 def steady_npu(tmp_path, monkeypatch) -> MountedNpu:
     """A device of the test's own whose cores are never replaced by fresh ones
     (``NPU_CORE_RECYCLE_KB=-1``), for tests that count its processes' descriptors."""
-    monkeypatch.setenv("NPU_CORE_RECYCLE_KB", "-1")
-    mounted = start_npu(tmp_path)
-    yield mounted
-    stop_npu(mounted)
+    yield from _npu_started_with(tmp_path, monkeypatch, NPU_CORE_RECYCLE_KB="-1")
+
+
+@pytest.fixture
+def quiet_npu(tmp_path, monkeypatch) -> MountedNpu:
+    """A device whose hand-over refusal log lines never repeat within the test (an interval
+    of an hour), and whose idle hand-over connections stay (so held ones are held)."""
+    yield from _npu_started_with(tmp_path, monkeypatch, NPU_HANDOVER_LOG_INTERVAL_S="3600",
+                                 NPU_HANDOVER_IDLE_S="600")
 
 
 @pytest.fixture

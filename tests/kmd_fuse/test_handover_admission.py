@@ -16,22 +16,11 @@ import pytest
 import libnpu
 from kmd_fuse import handover, paths, uapi
 from libnpu.transport import BufferSocket
-from tests.support.device import MountedNpu, start_npu, stop_npu, wait_until
+from tests.support.device import start_npu, stop_npu, wait_until
 from tests.support.users import NOBODY, UserProcess, as_user
 
 # uids that are nobody's on this machine: strangers to the node (not in its group)
 STRANGERS = (NOBODY, 65533, 65532, 65531)
-
-
-@pytest.fixture
-def quiet_npu(tmp_path, monkeypatch) -> MountedNpu:
-    """A device whose refusal log lines never repeat within the test (an interval of an
-    hour), and whose idle connections stay (so held ones are held)."""
-    monkeypatch.setenv("NPU_HANDOVER_LOG_INTERVAL_S", "3600")
-    monkeypatch.setenv("NPU_HANDOVER_IDLE_S", "600")
-    mounted = start_npu(tmp_path)
-    yield mounted
-    stop_npu(mounted)
 
 
 @pytest.fixture
