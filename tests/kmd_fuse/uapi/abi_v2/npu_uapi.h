@@ -137,7 +137,7 @@ struct npu_mem_free {
 
 /*
  * SUBMIT: run the command buffer at [cmd_iova, cmd_iova + cmd_size) - a list of
- * task descriptors (npu_hw/tasks.py) - which must lie inside one of
+ * task descriptors (firmware_sim/spec/tasks.py) - which must lie inside one of
  * the listed buffers.  Every buffer the tasks touch must be listed in bo_handles.
  * The write returns at once and the job runs later; the reply carries the
  * fence at once, or - with NPU_SUBMIT_WAIT - when the job is done.
