@@ -54,7 +54,7 @@ def poll_until(predicate, proc: subprocess.Popen, deadline_s: float = 120.0) -> 
     while not predicate():
         assert proc.poll() is None, f"exited first ({proc.returncode}): {proc.communicate()}"
         assert time.monotonic() < deadline, "the child never reached the moment"
-        time.sleep(0.002)
+        time.sleep(0.002)   # the poll interval of this condition wait, not a wait itself
 
 
 def interrupted(proc: subprocess.Popen, prog: str) -> None:
