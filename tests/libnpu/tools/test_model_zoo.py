@@ -83,6 +83,18 @@ def test_png_decoder_all_filters(tmp_path, channels):
     np.testing.assert_array_equal(model_zoo.load_png(path), img)
 
 
+def test_png_decoder_reads_palette_and_16_bit_files(tmp_path):
+    """Files the old hand-written decoder refused: a palette picture and 16-bit grey."""
+    from PIL import Image
+    rng = np.random.default_rng(7)
+    rgb = rng.integers(0, 4, (6, 5, 3), dtype=np.uint8) * 80        # few colours: an exact palette
+    Image.fromarray(rgb).convert("P", palette=Image.Palette.ADAPTIVE, colors=64).save(tmp_path / "p.png")
+    np.testing.assert_array_equal(model_zoo.load_png(tmp_path / "p.png"), rgb)
+    grey16 = rng.integers(0, 65536, (4, 3), dtype=np.uint16)
+    Image.fromarray(grey16).save(tmp_path / "g16.png")
+    np.testing.assert_array_equal(model_zoo.load_png(tmp_path / "g16.png")[..., 0], (grey16 >> 8).astype(np.uint8))
+
+
 def test_png_decoder_rejects_garbage(tmp_path):
     path = tmp_path / "x.png"
     path.write_bytes(b"GIF89a....")
