@@ -1,6 +1,6 @@
 """Load a model and infer, OpenVINO-style: ``load``, ``CompiledModel``, ``InferRequest``, ``VariableState``.
 
-``libnpu.load(model)`` returns a ``CompiledModel`` with ``infer(inputs)``, trio's
+``libnpu.load(model)`` returns a ``CompiledModel`` with ``infer(inputs)``, asyncio's and trio's
 ``await infer_async(inputs)``, request pools (:mod:`libnpu.pool`) and ``InferRequest``
 objects (``start``, ``wait``, a completion callback) so several inferences can be in
 flight at once.  The model's weights are loaded once through NVDLA's level underneath
@@ -39,6 +39,7 @@ from libnpu.errors import ClosedError, InputError
 from libnpu.loadable import MAGIC as LOADABLE_MAGIC
 from libnpu.loadable import Loadable, TensorDesc
 from libnpu.nvdla_runtime import Runtime
+from libnpu.openvino_request import OpenVinoRequestNames
 from libnpu.partitions import PartitionRunner, host_kernels
 from libnpu.pool import ErrorCallback, FinishCallback, OutputCallback, RequestPool
 from libnpu.portability import MEM_READ, MEM_RW, Device, Fence, Memory, Session
@@ -48,8 +49,9 @@ from libnpu.user_queue import QueueFence
 from npu_hw import queues as queue_spec
 
 
-class InferRequest:
-    """One inference's memory and job: fill inputs, ``start``, ``wait``, read outputs."""
+class InferRequest(OpenVinoRequestNames):
+    """One inference's memory and job: fill inputs, ``start``, ``wait``, read outputs (also by
+    OpenVINO's names: ``start_async``, ``set_callback``, ``get_profiling_info``)."""
 
     def __init__(self, model: CompiledModel):
         self.model = model
@@ -138,7 +140,8 @@ class InferRequest:
                 raise InputError(f"missing inputs {missing} (the model takes {[d.name for d, _ in slots]})")
             arrays = [inputs[d.name] for d, _ in slots]
         else:
-            arrays = list(inputs)
+            # one array for a one-input model, as OpenVINO takes it (not iterated along its batch axis)
+            arrays = [inputs] if isinstance(inputs, np.ndarray) else list(inputs)
             if len(arrays) != len(slots):
                 raise InputError(f"model takes {len(slots)} inputs, got {len(arrays)}")
         for (desc, view), array in zip(slots, arrays):
@@ -553,10 +556,11 @@ class CompiledModel:
             self._give_back(request)
 
     async def infer_async(self, inputs: Inputs, dequantized: bool = False) -> list[np.ndarray]:
-        """``infer`` for trio: the event loop keeps running while the chip works.  Cancelled
-        once its job was submitted, it raises Cancelled when the job has ended (a job
-        cannot be called back; at most its timeout), so the request goes back idle."""
-        import trio  # only trio programs call this: a plain `import libnpu` does not load trio
+        """``infer`` for asyncio and trio programs (through anyio): the event loop keeps
+        running while the chip works.  Cancelled once its job was submitted, it raises the
+        loop's cancellation when the job has ended (a job cannot be called back; at most its
+        timeout), so the request goes back idle."""
+        import anyio  # only async programs call this: a plain `import libnpu` does not load anyio
         request = self._borrow()
         try:
             request.set_inputs(inputs)
@@ -568,9 +572,9 @@ class CompiledModel:
             request.start()
             fence = request.fence
             assert fence is not None, "start() submitted the job"
-            with trio.CancelScope(shield=True):
+            with anyio.CancelScope(shield=True):
                 await fence.wait_async()
-            await trio.lowlevel.checkpoint_if_cancelled()
+            await anyio.lowlevel.checkpoint_if_cancelled()
             request.timing = Timing(time.perf_counter() - request._started, fence.device_time_ns)
             request._collect_profile()
             self.last_profile = request.profile

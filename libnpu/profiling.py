@@ -20,6 +20,7 @@ reports only its own tasks.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
+from datetime import timedelta
 
 from libnpu.loadable import Loadable
 from libnpu.portability import JobTiming
@@ -67,6 +68,17 @@ class LayerProfile:
     end_ns: int
 
 
+@dataclass(frozen=True)
+class ProfilingInfo:
+    """One layer as OpenVINO's ``ProfilingInfo`` describes it (``get_profiling_info()``)."""
+    node_name: str
+    node_type: str              # the operator
+    exec_type: str              # where it ran: "NPU" or "CPU"
+    status: str                 # "EXECUTED"
+    real_time: timedelta        # measured wall time of the layer
+    cpu_time: timedelta         # host CPU time: a CPU layer's own time, zero for an NPU layer
+
+
 @dataclass
 class InferenceProfile:
     """One inference's layers and totals (see the module doc)."""
@@ -112,6 +124,13 @@ class InferenceProfile:
                    sum(j.end_ns - j.start_ns for j in jobs), sum(j.queue_ns for j in jobs),
                    sum(max(0, j.signal_ns - j.end_ns) for j in jobs), jobs[0].core if jobs else -1,
                    all(j.complete for j in jobs), clock_mhz, jobs[-1] if jobs else None)
+
+    def profiling_info(self) -> list[ProfilingInfo]:
+        """The layers as OpenVINO's ``InferRequest.get_profiling_info()`` lists them."""
+        return [ProfilingInfo(layer.name, layer.op, layer.device, "EXECUTED",
+                              timedelta(microseconds=layer.chip_ns / 1e3),
+                              timedelta(microseconds=layer.chip_ns / 1e3 if layer.device == "CPU" else 0))
+                for layer in self.layers]
 
     def as_dict(self) -> dict:
         out = {k: v for k, v in asdict(self).items() if k not in ("timing", "layers")}

@@ -174,3 +174,31 @@ npu_status_t npu_runtime_infer(npu_handle_t h, const void *const *inputs, void *
     npu_py_infer(h, inputs, outputs, &status);
     return finish(status);
 }
+
+static npu_status_t tensor_info(npu_handle_t h, int outputs, uint32_t i, npu_tensor_info_t *out)
+{
+    last_error[0] = '\0';
+    if (h == NULL || out == NULL)
+        return fail(NPU_STATUS_INVALID_ARGUMENT, "NULL handle or info pointer");
+    memset(out, 0, sizeof *out);
+    int status = STATUS_UNSET;
+    begin();
+    npu_py_tensor_info(h, outputs, i, out, &status);
+    return finish(status);
+}
+
+npu_status_t npu_runtime_input_info(npu_handle_t h, uint32_t i, npu_tensor_info_t *out)
+{
+    return tensor_info(h, 0, i, out);
+}
+
+npu_status_t npu_runtime_output_info(npu_handle_t h, uint32_t i, npu_tensor_info_t *out)
+{
+    return tensor_info(h, 1, i, out);
+}
+
+const char *npu_dtype_name(npu_dtype_t dtype)
+{
+    static const char *const names[] = {"float32", "int8", "uint8", "int16", "int32", "int64", "float16", "bool"};
+    return (unsigned)dtype < sizeof names / sizeof names[0] ? names[dtype] : "unknown";
+}

@@ -359,7 +359,12 @@ def install(ffi: Any, lib: Any) -> None:
             options = parse_options(pairs)
             delegate = NpuDelegate(ffi, lib, options, callbacks, registration_name)
         except Exception as exc:  # noqa: BLE001 - every failure becomes NULL and a message
-            message = str(exc) if isinstance(exc, ValueError) else f"npu delegate: {type(exc).__name__}: {exc}"
+            if isinstance(exc, ValueError):
+                message = str(exc)
+            elif isinstance(exc, OSError) and exc.filename:     # e.g. device=3 with no npu3
+                message = f"npu delegate: {exc.filename}: {exc.strerror}"
+            else:
+                message = f"npu delegate: {type(exc).__name__}: {exc}"
             if "npu delegate" not in message:
                 message = f"npu delegate: {message}"
             if report_error != ffi.NULL:

@@ -69,6 +69,13 @@ class Status:
 _CDEF = """
 typedef struct npu_runtime *npu_handle_t;
 typedef struct npu_detection { float x_min, y_min, x_max, y_max, score; } npu_detection_t;
+typedef enum npu_dtype { NPU_DTYPE_FLOAT32 = 0, NPU_DTYPE_INT8 = 1, NPU_DTYPE_UINT8 = 2, NPU_DTYPE_INT16 = 3,
+                         NPU_DTYPE_INT32 = 4, NPU_DTYPE_INT64 = 5, NPU_DTYPE_FLOAT16 = 6,
+                         NPU_DTYPE_BOOL = 7 } npu_dtype_t;
+typedef struct npu_tensor_info {
+    char name[128]; npu_dtype_t dtype; uint32_t rank; int64_t dims[8]; size_t bytes;
+    int quantized; float scale; int32_t zero_point;
+} npu_tensor_info_t;
 void npu_capi_set_error(const char *message);
 """
 
@@ -81,6 +88,7 @@ void npu_py_free(npu_handle_t h);
 void npu_py_tensor_count(npu_handle_t h, int outputs, uint32_t *count, int *status);
 void npu_py_tensor_bytes(npu_handle_t h, int outputs, uint32_t index, size_t *bytes, int *status);
 void npu_py_infer(npu_handle_t h, const void *const *inputs, void *const *outputs, int *status);
+void npu_py_tensor_info(npu_handle_t h, int outputs, uint32_t index, npu_tensor_info_t *info, int *status);
 """
 
 _INIT = "import libnpu.tools.c_runtime as _runtime\n_runtime.bind(ffi, lib)\n"
@@ -285,6 +293,36 @@ def _dense_bytes(desc: TensorDesc) -> int:
     return int(np.prod(desc.shape)) * np.dtype(desc.dtype).itemsize
 
 
+#: npu_dtype_t (npu.h) by numpy dtype name.
+DTYPES = {"float32": 0, "int8": 1, "uint8": 2, "int16": 3, "int32": 4, "int64": 5, "float16": 6, "bool": 7}
+MAX_DIMS, MAX_NAME = 8, 128
+
+
+def _tensor(loaded: _Loaded, outputs: int, index: int) -> TensorDesc:
+    tensors = _tensors(loaded, outputs)
+    if index >= len(tensors):
+        raise CApiError(Status.INVALID_ARGUMENT, f"{'output' if outputs else 'input'} {index}: the model has "
+                                                 f"{len(tensors)}")
+    return tensors[index]
+
+
+def _describe(ffi: Any, desc: TensorDesc, info: Any) -> None:
+    """Fill an npu_tensor_info_t from ``desc``."""
+    dtype = np.dtype(desc.dtype).name
+    if dtype not in DTYPES or len(desc.shape) > MAX_DIMS:
+        raise CApiError(Status.UNSUPPORTED_MODEL, f"tensor {desc.name}: {dtype} of rank {len(desc.shape)} has no "
+                                                  f"npu_tensor_info_t (dtypes: {', '.join(DTYPES)}; rank <= 8)")
+    name = desc.name.encode(errors="replace")[:MAX_NAME - 1]
+    ffi.memmove(info.name, name + b"\0", len(name) + 1)
+    info.dtype, info.rank, info.bytes = DTYPES[dtype], len(desc.shape), _dense_bytes(desc)
+    for axis, size in enumerate(desc.shape):
+        info.dims[axis] = size
+    if desc.scale is not None and np.size(desc.scale):
+        info.quantized = 1
+        info.scale = float(np.ravel(desc.scale)[0])
+        info.zero_point = int(np.ravel(desc.zero_point)[0]) if desc.zero_point is not None else 0
+
+
 def _run_generic(ffi: Any, loaded: _Loaded, inputs: Any, outputs: Any) -> None:
     arrays = []
     for i, desc in enumerate(loaded.model.inputs):
@@ -376,12 +414,12 @@ def bind(ffi: Any, lib: Any) -> None:
     @ffi.def_extern()
     def npu_py_tensor_bytes(handle: Any, outputs: int, index: int, size: Any, status: Any) -> None:
         def call() -> None:
-            tensors = _tensors(_lookup(ffi, handle), outputs)
-            if index >= len(tensors):
-                raise CApiError(Status.INVALID_ARGUMENT, f"{'output' if outputs else 'input'} {index}: the model has "
-                                                         f"{len(tensors)}")
-            size[0] = _dense_bytes(tensors[index])
+            size[0] = _dense_bytes(_tensor(_lookup(ffi, handle), outputs, index))
         _report(ffi, lib, status, call)
+
+    @ffi.def_extern()
+    def npu_py_tensor_info(handle: Any, outputs: int, index: int, info: Any, status: Any) -> None:
+        _report(ffi, lib, status, lambda: _describe(ffi, _tensor(_lookup(ffi, handle), outputs, index), info))
 
     @ffi.def_extern()
     def npu_py_infer(handle: Any, inputs: Any, outputs: Any, status: Any) -> None:

@@ -114,7 +114,9 @@ def test_absent_device_raises_value_error(library, tmp_path):
 
 
 def test_no_device_instance_raises_value_error(npu, library):
-    with pytest.raises(ValueError, match="npu delegate"):
+    """The ValueError's message names the node and the devices there, not a raw FileNotFoundError."""
+    node = npu.devroot / "npu7"
+    with pytest.raises(ValueError, match=f"npu delegate: {node}: no such device \\(devices there: npu0\\)"):
         litert.load_delegate(library, {"devroot": str(npu.devroot), "device": "7"})
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -112,7 +113,10 @@ def test_c_program_runs_resnet8_byte_identical_to_litert(npu, programs, resnet8_
     done = run_c(programs["run_model"], str(resnet8_path), str(tmp_path / "out_"), str(tmp_path / "input.bin"),
                  devroot=npu.devroot)
     assert done.returncode == 0, done.stderr
-    assert "input 0: 3072 bytes" in done.stdout
+    # the program prints what npu_runtime_input_info / output_info describe
+    assert re.search(r"^input 0 '[^']+': int8 \[1, 32, 32, 3\], 3072 bytes, scale [0-9.e-]+ zero point -?\d+$",
+                     done.stdout, re.M), done.stdout
+    assert re.search(r"^output 0 '[^']+': int8 \[1, 10\], 10 bytes, scale", done.stdout, re.M), done.stdout
     [expected] = litert(resnet8_path, [x])
     assert (tmp_path / "out_0.bin").read_bytes() == expected.tobytes()
 
@@ -142,6 +146,13 @@ class Detection(ctypes.Structure):
     _fields_ = [(name, ctypes.c_float) for name in ("x_min", "y_min", "x_max", "y_max", "score")]
 
 
+class TensorInfo(ctypes.Structure):
+    """npu_tensor_info_t (npu.h)."""
+    _fields_ = [("name", ctypes.c_char * 128), ("dtype", ctypes.c_int), ("rank", ctypes.c_uint32),
+                ("dims", ctypes.c_int64 * 8), ("bytes", ctypes.c_size_t), ("quantized", ctypes.c_int),
+                ("scale", ctypes.c_float), ("zero_point", ctypes.c_int32)]
+
+
 @pytest.fixture(scope="module")
 def capi():
     lib = ctypes.CDLL(str(c_runtime.library()))
@@ -160,7 +171,10 @@ def capi():
             ("npu_runtime_input_bytes", ctypes.c_size_t, [ctypes.c_void_p, ctypes.c_uint32]),
             ("npu_runtime_output_bytes", ctypes.c_size_t, [ctypes.c_void_p, ctypes.c_uint32]),
             ("npu_runtime_infer", ctypes.c_int, [ctypes.c_void_p, ctypes.POINTER(ctypes.c_void_p),
-                                                 ctypes.POINTER(ctypes.c_void_p)])):
+                                                 ctypes.POINTER(ctypes.c_void_p)]),
+            ("npu_runtime_input_info", ctypes.c_int, [ctypes.c_void_p, ctypes.c_uint32, ctypes.POINTER(TensorInfo)]),
+            ("npu_runtime_output_info", ctypes.c_int, [ctypes.c_void_p, ctypes.c_uint32, ctypes.POINTER(TensorInfo)]),
+            ("npu_dtype_name", ctypes.c_char_p, [ctypes.c_int])):
         fn = getattr(lib, name)
         fn.restype, fn.argtypes = restype, argtypes
     return lib
@@ -290,6 +304,14 @@ def test_ctypes_float_model_keeps_float32_io_and_matches_libnpu(capi, npu, on_de
     try:
         assert capi.npu_runtime_input_bytes(handle, 0) == 1 * 3 * 16 * 16 * 4       # float32, as the model
         assert capi.npu_runtime_output_bytes(handle, 0) == 10 * 4
+        info = TensorInfo()
+        assert capi.npu_runtime_input_info(handle, 0, ctypes.byref(info)) == Status.OK
+        assert (capi.npu_dtype_name(info.dtype), list(info.dims[:info.rank]), info.bytes, info.quantized) \
+            == (b"float32", [1, 3, 16, 16], 3 * 16 * 16 * 4, 0)
+        assert capi.npu_runtime_output_info(handle, 1, ctypes.byref(info)) == Status.INVALID_ARGUMENT
+        assert capi.npu_runtime_last_error() == b"output 1: the model has 1"
+        assert capi.npu_runtime_input_info(handle, 0, None) == Status.INVALID_ARGUMENT
+        assert capi.npu_dtype_name(99) == b"unknown"
         x = np.random.default_rng(3).uniform(-1, 1, (1, 3, 16, 16)).astype(np.float32)
         y = np.zeros(10, np.float32)
         assert capi.npu_runtime_infer(handle, (ctypes.c_void_p * 1)(x.ctypes.data),
