@@ -23,6 +23,7 @@ and ``reset_state()`` puts every one back to its initial value.
 """
 from __future__ import annotations
 
+import errno
 import os
 import threading
 import time
@@ -619,13 +620,20 @@ class CompiledModel:
 def load(model: str | os.PathLike | bytes | Loadable, device: Device | int | None = None, *,
          devroot: str | os.PathLike | None = None, calibration=None, cache_dir: str | os.PathLike | None = None,
          config: Mapping[str, Any] | None = None, **compile_options) -> CompiledModel:
-    """Load a model onto a device: a loadable (.nlb), or a .tflite / .onnx compiled
-    (through the content-hash cache) first.  ``device``: an open Device or an
-    instance number (default 0).  ``config``: properties for this model (OpenVINO's
+    """Load a model onto a device: a loadable (.nlb), a .tflite / .onnx compiled (through
+    the content-hash cache) first, or a model-zoo name (``npu fetch`` lists them).
+    ``device``: an open Device or an instance number (default 0).  ``config``: properties for this model (OpenVINO's
     ``compile_model(model, "NPU", config)``), over the device's settings; CACHE_DIR and
     NPU_BYPASS_UMD_CACHING steer the compile cache (``cache_dir`` wins over CACHE_DIR)."""
     settings = {**(device.settings if isinstance(device, Device) else properties.defaults()),
                 **properties.checked(config or {}, model=False)}
+    if isinstance(model, (str, os.PathLike)) and not Path(model).exists():
+        # a model-zoo name ("resnet8", "mp_hand_landmark_full"), as every `npu` command takes
+        from libnpu import model_zoo  # not for every load: it brings Pillow and pip's wheel fetching
+        if os.fspath(model) not in model_zoo.model_names():
+            raise FileNotFoundError(errno.ENOENT, f"no such model file, nor a model-zoo name "
+                                                  f"({model_zoo.describe_names()})", os.fspath(model))
+        model = model_zoo.model_file(os.fspath(model))
     timings: dict = {}
     started = time.perf_counter()
     cache_hit = None

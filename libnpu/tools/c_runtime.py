@@ -31,17 +31,18 @@ from typing import Any
 import numpy as np
 
 import libnpu
+from libnpu import model_zoo
 from libnpu.capi import SOURCE_DIR
 from libnpu.capi.embedding import build_embedded
 from libnpu.compiler.cache import compile_cached
 from libnpu.compiler.ir import IRError
 from libnpu.loadable import Loadable, LoadableError, TensorDesc
+from libnpu.model_zoo import ModelZooError
 from libnpu.portability import default_devroot
 from libnpu.runtime import ClosedError, dequantize
 from libnpu.tools import faces
 from libnpu.tools.errors import device_hint
-from libnpu.tools.model_zoo import ModelZooError
-from libnpu.tools.models import ZOO, ModelSpecError, resolve
+from libnpu.tools.models import ModelSpecError, resolve
 from libnpu.tools.vision import BLAZEFACE_SHORT_RANGE, AnchorOptions, ssd_anchors
 
 __all__ = ["LIBRARY_NAME", "HEADER", "library", "Status"]
@@ -142,14 +143,15 @@ _next_handle = itertools.count(1)
 
 def _check_model_path(spec: str) -> Path:
     """The model file for ``spec`` (a path or a model-zoo name), validated."""
-    if spec in ZOO and not Path(spec).exists():
+    if spec in model_zoo.model_names() and not Path(spec).exists():
         try:
             return resolve(spec)
         except ModelZooError as exc:
             raise CApiError(Status.NOT_FOUND, f"model-zoo model {spec!r} cannot be fetched: {exc}") from exc
     path = Path(spec)
     if not path.exists():
-        raise CApiError(Status.NOT_FOUND, f"{spec}: no such model file (or model-zoo name: {', '.join(sorted(ZOO))})")
+        raise CApiError(Status.NOT_FOUND, f"{spec}: no such model file (or model-zoo name: "
+                                          f"{model_zoo.describe_names()})")
     if not path.is_file() or not os.access(path, os.R_OK):
         raise CApiError(Status.INVALID_ARGUMENT, f"{spec}: not a readable file")
     try:

@@ -14,13 +14,13 @@ import sys
 from pathlib import Path
 from typing import Any, TextIO
 
+from libnpu import model_zoo
 from libnpu.compiler.ir import IRError
 from libnpu.host import HostOpError
 from libnpu.loadable import LoadableError
 from libnpu.portability import NpuError, Session, default_devroot
 from libnpu.runtime import InputError
 
-from . import model_zoo
 from .errors import device_hint, start_command
 from .models import ModelSpecError
 

@@ -28,7 +28,7 @@ def library() -> str:
 
 
 def model_path(name: str) -> str:
-    from libnpu.tools import model_zoo
+    from libnpu import model_zoo
     return str(fetch_model(getattr(model_zoo, name)))
 
 

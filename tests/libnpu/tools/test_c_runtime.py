@@ -130,7 +130,8 @@ def test_c_program_gets_a_status_and_a_message_for_a_missing_model(npu, programs
         assert done.returncode == 1
         assert done.stderr.strip() == f"npu_runtime_init{'_face_ssd' if program == 'face_detect' else ''}: " \
                                       f"status {Status.NOT_FOUND}: {missing}: no such model file (or model-zoo " \
-                                      "name: anomaly, blazeface, kws, resnet8, vww)"
+                                      "name: resnet8, kws, vww, anomaly, blazeface, or mp_<name> for 12 mediapipe " \
+                                      "models (`npu fetch` lists them))"
 
 
 def test_no_device_is_a_device_error_naming_the_next_step(programs, resnet8_path, tmp_path):

@@ -27,7 +27,7 @@ __all__ = [
     "ModelZooError", "cache_dir", "resnet8_cifar10", "keyword_spotting", "visual_wake_words", "anomaly_detection",
     "blazeface_short_range",
     "astronaut_png", "load_png", "sample_image", "ASSETS", "MEDIAPIPE_MODELS", "PICTURES", "mediapipe_model",
-    "picture",
+    "picture", "model_names", "model_file", "describe_names",
 ]
 
 
@@ -202,6 +202,29 @@ def fetch(key: str) -> Path:
             part.write_bytes(data)
             os.replace(part, cache_dir() / filename)
     return cache_dir() / asset.filename
+
+
+MODEL_SUFFIXES = (".tflite", ".onnx")
+
+
+def model_names() -> list[str]:
+    """The names a model may be given by wherever a model file is taken (``npu compile
+    resnet8``, ``libnpu.load("mp_hand_landmark_full")``): the model assets' keys."""
+    return [key for key, asset in ASSETS.items() if asset.filename.endswith(MODEL_SUFFIXES)]
+
+
+def describe_names() -> str:
+    """The model names in a line an error message can hold."""
+    mediapipe = [name for name in model_names() if name.startswith("mp_")]
+    others = [name for name in model_names() if not name.startswith("mp_")]
+    return f"{', '.join(others)}, or mp_<name> for {len(mediapipe)} mediapipe models (`npu fetch` lists them)"
+
+
+def model_file(name: str) -> Path:
+    """The cached file of the model named ``name`` (see ``model_names``), downloaded once."""
+    if name not in model_names():
+        raise ModelZooError(f"no model-zoo model {name!r} (known: {describe_names()})")
+    return fetch(name)
 
 
 def resnet8_cifar10() -> Path:
