@@ -139,8 +139,10 @@ class InferenceProfile:
 
     def table(self) -> str:
         """The per-layer table ``npu profile`` prints."""
-        rows = [f"{'#':>3} {'layer':<34} {'op':<18} {'on':<3} {'cycles':>10} {'sim us':>9} {'chip us':>9} "
-                f"{'chip %':>6}"]
+        # "model us": the timing model's time at the chip's clock; "wall us": measured wall time
+        # where the layer ran ("on": the chip, or the host CPU for a fallback layer)
+        rows = [f"{'#':>3} {'layer':<34} {'op':<18} {'on':<3} {'cycles':>10} {'model us':>9} {'wall us':>9} "
+                f"{'wall %':>6}"]
         total_chip = sum(layer.chip_ns for layer in self.layers) or 1
         for layer in self.layers:
             rows.append(f"{layer.index:>3} {short_name(layer.name):<34} {layer.op:<18} {layer.device:<3} "

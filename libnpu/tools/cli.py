@@ -220,6 +220,16 @@ def _bench_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--reference-loop", choices=("shared", "separate"), default="shared",
                    help="time LiteRT BUILTIN_REF in the device's latency loop (default) or in a loop of its own "
                         "(its 2-9 ms calls leave the device's path cold for the next inference)")
+    # benchmark_app's names (-niter, -i, -hint, -pc) beside ours
+    p.add_argument("-niter", "--iterations", type=int, metavar="N",
+                   help="latency rounds and throughput inferences (instead of --seconds each)")
+    p.add_argument("-i", "--input", action="extend", nargs="+", metavar="FILE.npy",
+                   help="one .npy per model input, in the model's input order (random inputs when omitted)")
+    p.add_argument("-hint", "--hint", choices=("latency", "throughput"),
+                   help="PERFORMANCE_HINT; its OPTIMAL_NUMBER_OF_INFER_REQUESTS is then the default --requests")
+    p.add_argument("-pc", "--perf-counts", action="store_true",
+                   help="also print one inference's per-layer counters (PERF_COUNT)")
+    p.add_argument("--no-progress", action="store_true", help="no phase lines on stderr (a terminal gets them)")
     _cache(p)
     _json(p)
 

@@ -22,7 +22,7 @@ from libnpu.portability import NpuError, Session, default_devroot
 from libnpu.runtime import InputError
 
 from .errors import device_hint, start_command
-from .models import ModelSpecError
+from .models import ModelSpecError, load_npy
 
 __all__ = ["USAGE_ERRORS", "FAILURES", "UsageError", "Failure"]
 
@@ -51,6 +51,11 @@ def _require(ok: bool, message: str) -> None:
 
 def _progress_wanted(args: argparse.Namespace) -> bool:
     return not getattr(args, "json", False) and not getattr(args, "no_progress", False) and sys.stderr.isatty()
+
+
+def _say(line: str) -> None:
+    """A progress line on stderr (a terminal's: see _progress_wanted)."""
+    print(f"... {line}", file=sys.stderr, flush=True)
 
 
 # devices ---------------------------------------------------------------------------------
@@ -541,11 +546,17 @@ def bench_ops(args: argparse.Namespace) -> int:
 def bench_model(args: argparse.Namespace) -> int:
     from .model_bench import bench_model as measure
     from .model_bench import format_report
+    from .run import read_inputs
     _require(args.requests is None or args.requests >= 1, "--requests must be at least 1")
     _require(args.seconds > 0, "--seconds must be > 0")
+    _require(args.iterations is None or args.iterations >= 1, "--iterations must be at least 1")
+    given = [load_npy(f) for f in args.input or ()]     # a file that is no .npy: before the device
+    inputs = (lambda descs: read_inputs(args.input, descs, given)) if args.input else None
     report = measure(args.model, requests=args.requests, seconds=args.seconds, devroot=args.devroot,
                      cache_dir=args.cache_dir, litert=not args.no_litert, delegate=args.delegate,
-                     job_path=args.path, reference_loop=args.reference_loop)
+                     job_path=args.path, reference_loop=args.reference_loop, iterations=args.iterations,
+                     inputs=inputs, hint=args.hint, perf_counts=args.perf_counts,
+                     progress=_say if _progress_wanted(args) else None)
     print(json.dumps(report, indent=2) if args.json else format_report(report))
     return 0
 
