@@ -150,7 +150,7 @@ def _chip_busy(before: dict, after: dict, tasks: int, macs: int) -> dict[str, An
 def bench_model(spec: str | os.PathLike, *, requests: int | None = None, seconds: float = 3.0,
                 devroot: str | os.PathLike | None = None, cache_dir: str | os.PathLike | None = None,
                 litert: bool = True, delegate: bool = False, job_path: str = "queue",
-                reference_loop: str = "shared") -> dict[str, Any]:
+                reference_loop: str = "shared", input_shapes: Any = None) -> dict[str, Any]:
     """Measure ``spec`` (a model file or model-zoo name); returns the report as a dict.
 
     ``job_path``: ``queue`` (jobs through a user-mode submission queue when the device offers
@@ -158,6 +158,9 @@ def bench_model(spec: str | os.PathLike, *, requests: int | None = None, seconds
 
     ``delegate``: also time LiteRT with our external delegate (label ``delegate``), whose
     partitions run on the same device.
+
+    ``input_shapes``: for inputs with free dimensions (:mod:`libnpu.compiler.input_shapes`);
+    LiteRT is resized to the same shapes.
 
     ``reference_loop``: ``shared`` times BUILTIN_REF in the device's latency loop with the
     others; ``separate`` times it after, in a loop of its own with the device (the device's
@@ -175,8 +178,9 @@ def bench_model(spec: str | os.PathLike, *, requests: int | None = None, seconds
     if requests is not None and requests < 1:
         raise ModelSpecError("--requests must be at least 1")
     path = resolve(spec)
+    shaped = {"input_shapes": input_shapes} if input_shapes else {}     # unset: the default's cache key
     model, load, inputs = load_timed(path, lambda descs: random_inputs(descs, seed=1), devroot=devroot,
-                                     cache_dir=cache_dir)
+                                     cache_dir=cache_dir, **shaped)
     report: dict[str, Any] = {}
     model.device.use_queues = job_path == "queue"
     try:
