@@ -19,6 +19,7 @@ and the host's cut-out sub-models see the model as if it had been converted with
 from __future__ import annotations
 
 import os
+import struct
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -218,14 +219,21 @@ def _shapes_text(shapes: Mapping[str, Sequence[int]]) -> str:
 
 # TFLite ---------------------------------------------------------------------------------
 
-def _tflite_inputs(data: bytes, name: str) -> tuple[Any, dict[str, int], dict[str, Declared]]:
-    """Subgraph 0 of a flatbuffer, its inputs by name (tensor index) and their declared dims."""
+def _tflite_inputs(data: bytes) -> tuple[Any, dict[str, int], dict[str, Declared]] | None:
+    """Subgraph 0 of a flatbuffer, its inputs by name (tensor index) and their declared dims;
+    None for a file that is no readable TFLite model (the importer says what is wrong)."""
     import tflite  # type: ignore[import-untyped]   # lazy: see fix_onnx_inputs
     if len(data) < 8 or data[4:8] != b"TFL3":
-        raise InputShapeError(f"{name}: not a TFLite flatbuffer (no TFL3 identifier)")
-    model = tflite.Model.GetRootAsModel(data, 0)
+        return None
+    try:
+        return _read_tflite_inputs(tflite.Model.GetRootAsModel(data, 0))
+    except (struct.error, IndexError, ValueError, TypeError, UnicodeDecodeError, OverflowError):
+        return None     # flatbuffers reads lazily: damage shows up as low-level errors anywhere
+
+
+def _read_tflite_inputs(model: Any) -> tuple[Any, dict[str, int], dict[str, Declared]] | None:
     if model.SubgraphsLength() < 1:
-        raise InputShapeError(f"{name}: the model has no subgraph")
+        return None
     sg = model.Subgraphs(0)
     indices: dict[str, int] = {}
     declared: dict[str, Declared] = {}
@@ -244,7 +252,10 @@ def fix_tflite_inputs(data: bytes, given: InputShapes, name: str = "model") -> S
     tensor of subgraph 0 the shape LiteRT computes from them (shape and shape_signature
     written in place: the file keeps its size and layout). Unchanged when the stored
     shapes already are those."""
-    sg, indices, declared = _tflite_inputs(data, name)
+    read = _tflite_inputs(data)
+    if read is None:
+        return ShapedModel(data, {}, [], False)
+    sg, indices, declared = read
     shapes, notes = resolve_input_shapes(declared, given, name)
     stored = {label: tuple(int(d) for d in sg.Tensors(i).ShapeAsNumpy()) if sg.Tensors(i).ShapeLength() else ()
               for label, i in indices.items()}
