@@ -23,7 +23,7 @@ import struct
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Union
+from typing import Any
 
 import numpy as np
 
@@ -33,7 +33,7 @@ __all__ = ["InputShapeError", "InputShapes", "ShapedModel", "parse_input_shape",
            "resolve_input_shapes", "fix_onnx_inputs", "fix_tflite_inputs", "fix_input_shapes"]
 
 #: What a caller gives: ``{input name: dims}``, or the dims alone for a single-input model.
-InputShapes = Union[Mapping[str, Sequence[int]], Sequence[int], None]
+InputShapes = Mapping[str | None, Sequence[int]] | Sequence[int] | None
 
 _HOW = "give --input-shape"   # the option named in messages (``input_shapes=`` in Python)
 
@@ -82,7 +82,7 @@ def _check_positive(name: str | None, dims: Sequence[int], model: str | None = N
 
 # the rule -------------------------------------------------------------------------------
 
-Declared = Sequence[Union[int, str, None]]    # per dimension: a fixed size, or the free dimension's name (or None)
+Declared = Sequence[int | str | None]    # per dimension: a fixed size, or the free dimension's name (or None)
 
 
 @dataclass
@@ -98,7 +98,7 @@ def _normalized(given: InputShapes, names: Sequence[str], model: str) -> dict[st
     if given is None:
         return {}
     if not isinstance(given, Mapping):
-        given = {None: tuple(given)}        # type: ignore[dict-item]
+        given = {None: tuple(given)}
     shapes: dict[str, tuple[int, ...]] = {}
     for name, dims in given.items():
         dims = tuple(int(d) for d in dims)
@@ -267,8 +267,11 @@ def fix_tflite_inputs(data: bytes, given: InputShapes, name: str = "model") -> S
 def _resized_tflite(data: bytes, indices: Mapping[str, int], shapes: Mapping[str, tuple[int, ...]],
                     name: str) -> bytes:
     """``data`` with subgraph 0's tensor shapes as LiteRT computes them for the input ``shapes``."""
-    import tflite  # type: ignore[import-untyped]   # lazy: see fix_onnx_inputs
-    from ai_edge_litert.interpreter import Interpreter, OpResolverType   # lazy: LiteRT takes ~0.5 s to import
+    import tflite  # lazy: see fix_onnx_inputs
+    from ai_edge_litert.interpreter import (  # type: ignore[import-untyped]   # lazy: LiteRT takes ~0.5 s to import
+        Interpreter,
+        OpResolverType,
+    )
     try:
         interp = Interpreter(model_content=bytes(data), experimental_op_resolver_type=OpResolverType.BUILTIN_REF)
         for label, index in indices.items():
@@ -316,7 +319,7 @@ def fix_input_shapes(model: str | os.PathLike | bytes, kind: str | None, given: 
         return (shaped.data if shaped.changed else model), kind, shaped.notes
     if kind != "onnx":
         return model, kind, []          # the importer names the unknown kind
-    import onnx                     # lazy: see fix_onnx_inputs
+    import onnx  # lazy: see fix_onnx_inputs
     try:
         proto = onnx.load_model_from_string(data)
     except Exception:  # noqa: BLE001 - not an ONNX model: the importer says so, with its own words
