@@ -624,7 +624,12 @@ def load(model: str | os.PathLike | bytes | Loadable, device: Device | int | Non
     the content-hash cache) first, or a model-zoo name (``npu fetch`` lists them).
     ``device``: an open Device or an instance number (default 0).  ``config``: properties for this model (OpenVINO's
     ``compile_model(model, "NPU", config)``), over the device's settings; CACHE_DIR and
-    NPU_BYPASS_UMD_CACHING steer the compile cache (``cache_dir`` wins over CACHE_DIR)."""
+    NPU_BYPASS_UMD_CACHING steer the compile cache (``cache_dir`` wins over CACHE_DIR).
+    ``compile_options`` go to :func:`libnpu.compiler.lower.compile_model`; among them
+    ``input_shapes={"audio": (1, 16000)}`` (or ``(1, 16000)`` for a single-input model)
+    gives inputs with free dimensions their shape (:mod:`libnpu.compiler.input_shapes`: a
+    free leading batch dimension is 1 by default, any other must be given), and
+    ``states={"h_in": "h_out"}`` makes a model stateful."""
     settings = {**(device.settings if isinstance(device, Device) else properties.defaults()),
                 **properties.checked(config or {}, model=False)}
     if isinstance(model, (str, os.PathLike)) and not Path(model).exists():

@@ -89,6 +89,15 @@ void npu_runtime_free(npu_handle_t h);
  * calibration, as `npu run` does) and keep float32 inputs and outputs. */
 npu_status_t npu_runtime_init(const char *model_path_utf8, npu_handle_t *out_handle);
 
+/* npu_runtime_init for a model whose inputs have free dimensions (ONNX dim_param, TFLite
+ * -1): input_shapes_utf8 gives their shapes as `npu compile --input-shape` takes them,
+ * separated by ';' ("audio=1,16000;state=1,64", or "1,16000" for a single-input model);
+ * NULL or "" is npu_runtime_init. A free leading batch dimension is 1 unless given; any
+ * other free dimension must be given (else NPU_STATUS_INVALID_ARGUMENT naming them all),
+ * as must a shape the model can take (input names, rank, positive sizes). */
+npu_status_t npu_runtime_init_with_shapes(const char *model_path_utf8, const char *input_shapes_utf8,
+                                          npu_handle_t *out_handle);
+
 /* Number of input / output tensors; 0 (with an error message) for a bad handle. */
 uint32_t npu_runtime_num_inputs(npu_handle_t h);
 uint32_t npu_runtime_num_outputs(npu_handle_t h);

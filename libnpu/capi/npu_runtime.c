@@ -49,7 +49,8 @@ static npu_status_t finish(int status)
     return (npu_status_t)status;
 }
 
-static npu_status_t init(const char *model_path, const char *anchors_path, int face, npu_handle_t *out)
+static npu_status_t init(const char *model_path, const char *anchors_path, int face, const char *shapes,
+                         npu_handle_t *out)
 {
     last_error[0] = '\0';
     if (out == NULL)
@@ -59,19 +60,25 @@ static npu_status_t init(const char *model_path, const char *anchors_path, int f
         return fail(NPU_STATUS_INVALID_ARGUMENT, "model_path is NULL");
     int status = STATUS_UNSET;
     begin();
-    npu_py_init(model_path, anchors_path, face, out, &status);
+    npu_py_init(model_path, anchors_path, face, shapes, out, &status);
     return finish(status);
 }
 
 npu_status_t npu_runtime_init_face_ssd(const char *model_path_utf8, const char *anchors_bin_path_utf8,
                                        npu_handle_t *out_handle)
 {
-    return init(model_path_utf8, anchors_bin_path_utf8, 1, out_handle);
+    return init(model_path_utf8, anchors_bin_path_utf8, 1, NULL, out_handle);
 }
 
 npu_status_t npu_runtime_init(const char *model_path_utf8, npu_handle_t *out_handle)
 {
-    return init(model_path_utf8, NULL, 0, out_handle);
+    return init(model_path_utf8, NULL, 0, NULL, out_handle);
+}
+
+npu_status_t npu_runtime_init_with_shapes(const char *model_path_utf8, const char *input_shapes_utf8,
+                                          npu_handle_t *out_handle)
+{
+    return init(model_path_utf8, NULL, 0, input_shapes_utf8, out_handle);
 }
 
 npu_status_t npu_runtime_get_input_size(npu_handle_t h, uint32_t *out_w, uint32_t *out_h, uint32_t *out_c)

@@ -161,10 +161,10 @@ class _Partition:
         shapes = tuple(tuple(read_tensor(ffi, context, i).shape) for i in self.inputs)
         if self.model is not None and shapes == self.shapes:
             return
-        expected = tuple(self.tensors[i].shape for i in self.inputs)
-        if shapes != expected:
-            raise ValueError(f"partition {self.describe()}: input shapes {list(shapes)} differ from the shapes it "
-                             f"was delegated with {list(expected)}; create the interpreter again for new shapes")
+        if shapes != tuple(self.tensors[i].shape for i in self.inputs):
+            # resize_tensor_input: TFLite has propagated the new shapes through the partition's own
+            # nodes (FLAGS asks it to), so the sub-model is written again with the tensors as they are now
+            self.tensors = {i: read_tensor(ffi, context, i) for i in self.tensors}
         self._close_model()
         data = write_model(self.tensors, self.nodes, self.inputs, self.outputs)
         import libnpu

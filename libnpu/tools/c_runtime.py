@@ -35,6 +35,7 @@ from libnpu import model_zoo
 from libnpu.capi import SOURCE_DIR
 from libnpu.capi.embedding import build_embedded
 from libnpu.compiler.cache import compile_cached
+from libnpu.compiler.input_shapes import InputShapeError, parse_input_shapes
 from libnpu.compiler.ir import IRError
 from libnpu.loadable import Loadable, LoadableError, TensorDesc
 from libnpu.model_zoo import ModelZooError
@@ -81,7 +82,8 @@ void npu_capi_set_error(const char *message);
 """
 
 _API = """
-void npu_py_init(const char *model, const char *anchors, int face, npu_handle_t *out, int *status);
+void npu_py_init(const char *model, const char *anchors, int face, const char *shapes, npu_handle_t *out,
+                 int *status);
 void npu_py_input_size(npu_handle_t h, uint32_t *whc, int *status);
 void npu_py_infer_image(npu_handle_t h, const uint8_t *image, uint32_t length, npu_detection_t *dets,
                         uint32_t max, uint32_t *count, int *status);
@@ -173,12 +175,24 @@ def _device_error(exc: OSError, what: str) -> CApiError:
     return CApiError(status, device_hint(exc, default_devroot()) or f"{what}: {exc}")
 
 
-def _load(path: Path, calibration: list[list[np.ndarray]] | None) -> libnpu.CompiledModel:
+def _input_shapes(text: str | None) -> dict[str | None, tuple[int, ...]]:
+    """``"NAME=D,D;NAME=D,D"`` (npu_runtime_init_with_shapes) as the compiler takes it."""
+    try:
+        return parse_input_shapes(part for part in (text or "").split(";") if part.strip())
+    except InputShapeError as exc:
+        raise CApiError(Status.INVALID_ARGUMENT, str(exc).replace("--input-shape", "input shape")) from exc
+
+
+def _load(path: Path, calibration: list[list[np.ndarray]] | None,
+          shapes: dict[str | None, tuple[int, ...]] | None = None) -> libnpu.CompiledModel:
     device = _device_index()
+    shaped = {"input_shapes": shapes} if shapes else {}     # unset: the cache key npu run and libnpu.load use
     try:
         # Compiles through the cache (a loadable is read as is), then opens the device.
-        loadable = Loadable.load(path) if path.suffix == ".nlb" else compile_cached(path, calibration)[0]
+        loadable = Loadable.load(path) if path.suffix == ".nlb" else compile_cached(path, calibration, **shaped)[0]
         loadable.check_runnable()
+    except InputShapeError as exc:
+        raise CApiError(Status.INVALID_ARGUMENT, f"{path}: {exc}") from exc
     except (IRError, LoadableError) as exc:
         raise CApiError(Status.UNSUPPORTED_MODEL, f"{path}: {exc}") from exc
     try:
@@ -227,10 +241,11 @@ def _read_anchors(path: str, count: int) -> np.ndarray:
     return anchors
 
 
-def _init(model_spec: str, anchors_path: str | None, face: bool) -> int:
+def _init(model_spec: str, anchors_path: str | None, face: bool, shapes: str | None = None) -> int:
+    given = _input_shapes(shapes)
     path = _check_model_path(model_spec)
     calibration = faces.calibration_set() if face and path.suffix in (".tflite", ".onnx") else None
-    model = _load(path, calibration)
+    model = _load(path, calibration, given)
     try:
         loaded = _Loaded(model, _face_layout(model, anchors_path) if face else None)
     except BaseException:
@@ -379,9 +394,10 @@ def bind(ffi: Any, lib: Any) -> None:
         return ffi.string(ptr).decode("utf-8", errors="surrogateescape")
 
     @ffi.def_extern()
-    def npu_py_init(model: Any, anchors: Any, face: int, out: Any, status: Any) -> None:
+    def npu_py_init(model: Any, anchors: Any, face: int, shapes: Any, out: Any, status: Any) -> None:
         def call() -> None:
-            key = _init(text(model), None if anchors == ffi.NULL else text(anchors), bool(face))
+            key = _init(text(model), None if anchors == ffi.NULL else text(anchors), bool(face),
+                        None if shapes == ffi.NULL else text(shapes))
             out[0] = ffi.cast("npu_handle_t", key)
         _report(ffi, lib, status, call)
 

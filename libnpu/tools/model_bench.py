@@ -173,7 +173,7 @@ def bench_model(spec: str | os.PathLike, *, requests: int | None = None, seconds
                 litert: bool = True, delegate: bool = False, job_path: str = "queue",
                 reference_loop: str = "shared", iterations: int | None = None,
                 inputs: MakeInputs | None = None, hint: str | None = None, perf_counts: bool = False,
-                progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+                progress: Callable[[str], None] | None = None, input_shapes: Any = None) -> dict[str, Any]:
     """Measure ``spec`` (a model file or model-zoo name); returns the report as a dict.
 
     As OpenVINO's benchmark_app: ``iterations`` (``-niter``) runs that many latency rounds
@@ -188,6 +188,9 @@ def bench_model(spec: str | os.PathLike, *, requests: int | None = None, seconds
 
     ``delegate``: also time LiteRT with our external delegate (label ``delegate``), whose
     partitions run on the same device.
+
+    ``input_shapes``: for inputs with free dimensions (:mod:`libnpu.compiler.input_shapes`);
+    LiteRT is resized to the same shapes.
 
     ``reference_loop``: ``shared`` times BUILTIN_REF in the device's latency loop with the
     others; ``separate`` times it after, in a loop of its own with the device (the device's
@@ -211,8 +214,9 @@ def bench_model(spec: str | os.PathLike, *, requests: int | None = None, seconds
     say = progress or (lambda line: None)
     path = resolve(spec)
     say(f"loading {path.name}")
+    shaped = {"input_shapes": input_shapes} if input_shapes else {}     # unset: the default's cache key
     model, load, inputs = load_timed(path, inputs or (lambda descs: random_inputs(descs, seed=1)),
-                                     devroot=devroot, cache_dir=cache_dir)
+                                     devroot=devroot, cache_dir=cache_dir, **shaped)
     report: dict[str, Any] = {}
     model.device.use_queues = job_path == "queue"
     try:

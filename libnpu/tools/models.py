@@ -168,6 +168,15 @@ class LiteRT:
         """Outputs for ``inputs`` (given in the model's input order, in its input dtypes)."""
         if len(inputs) != len(self.input_details):
             raise ValueError(f"model takes {len(self.input_details)} inputs, got {len(inputs)}")
+        resized = False
+        for detail, value in zip(self.input_details, inputs):
+            if np.size(value) != int(np.prod(detail["shape"])):   # a free dimension (-1) given a size
+                self.interpreter.resize_tensor_input(detail["index"], list(np.shape(value)))
+                resized = True
+        if resized:
+            self.interpreter.allocate_tensors()
+            self.input_details = self.interpreter.get_input_details()
+            self.output_details = self.interpreter.get_output_details()
         for detail, value in zip(self.input_details, inputs):
             self.interpreter.set_tensor(detail["index"], np.asarray(value, detail["dtype"]).reshape(detail["shape"]))
         self.interpreter.invoke()

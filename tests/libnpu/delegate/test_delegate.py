@@ -142,6 +142,23 @@ def test_destroy_order_frees_device_memory(npu, library, tmp_path, order):
     assert memory_used(npu) == before
 
 
+def test_a_resized_minus_one_input_compiles_again_with_the_interpreters_shapes(npu, library, tmp_path):
+    from tests.support.free_dims_models import sequence_tflite
+    from tests.support.tflite_builder import ReferenceRunner
+    delegate = litert.load_delegate(library, {"devroot": str(npu.devroot), "cache_dir": str(tmp_path)})
+    it = litert.Interpreter(model_content=sequence_tflite(), experimental_delegates=[delegate],
+                            experimental_op_resolver_type=litert.OpResolverType.BUILTIN_REF)
+    it.allocate_tensors()                         # the stored shape [1, 4] for shape_signature [1, -1]
+    rng = np.random.default_rng(5)
+    for length in (40, 12):
+        it.resize_tensor_input(it.get_input_details()[0]["index"], [1, length])
+        it.allocate_tensors()
+        x = rng.integers(-128, 128, (1, length), dtype=np.int8)
+        [y] = run(it, x)
+        assert y.shape == (1, length // 4, 4)
+        np.testing.assert_array_equal(y, ReferenceRunner(sequence_tflite())(x)[0])
+
+
 def test_cli_prints_the_library_path(library):
     done = subprocess.run([sys.executable, "-m", "libnpu.tools", "delegate", "--path"], capture_output=True,
                           text=True, timeout=300)

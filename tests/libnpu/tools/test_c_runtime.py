@@ -162,6 +162,7 @@ def capi():
     for name, restype, argtypes in (
             ("npu_runtime_last_error", ctypes.c_char_p, []),
             ("npu_runtime_init", ctypes.c_int, [ctypes.c_char_p, handle_p]),
+            ("npu_runtime_init_with_shapes", ctypes.c_int, [ctypes.c_char_p, ctypes.c_char_p, handle_p]),
             ("npu_runtime_init_face_ssd", ctypes.c_int, [ctypes.c_char_p, ctypes.c_char_p, handle_p]),
             ("npu_runtime_get_input_size", ctypes.c_int, [ctypes.c_void_p, u32p, u32p, u32p]),
             ("npu_runtime_infer_image", ctypes.c_int, [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_uint32,
@@ -323,6 +324,33 @@ def test_ctypes_float_model_keeps_float32_io_and_matches_libnpu(capi, npu, on_de
     finally:
         capi.npu_runtime_free(handle)
     assert memory_used(npu.devroot) == before                              # free gave everything back
+
+
+def test_ctypes_input_shapes_for_a_minus_one_tflite_input(capi, on_device, tmp_path):
+    from tests.support.free_dims_models import sequence_tflite
+    from tests.support.tflite_builder import ReferenceRunner
+    path = tmp_path / "sequence.tflite"
+    path.write_bytes(sequence_tflite())
+    handle = ctypes.c_void_p()
+    assert capi.npu_runtime_init(str(path).encode(), ctypes.byref(handle)) == Status.INVALID_ARGUMENT
+    assert capi.npu_runtime_last_error().endswith(b"input 'x' has free dimensions [1]: give --input-shape x=1,<d1>")
+    assert capi.npu_runtime_init_with_shapes(str(path).encode(), b"y=1,8", ctypes.byref(handle)) \
+        == Status.INVALID_ARGUMENT
+    assert b"names no input 'y' (inputs: 'x')" in capi.npu_runtime_last_error()
+    assert capi.npu_runtime_init_with_shapes(str(path).encode(), b"x=1,0", ctypes.byref(handle)) \
+        == Status.INVALID_ARGUMENT
+    assert capi.npu_runtime_last_error() == b"input shape x=1,0: dimensions must be positive integers"
+    assert capi.npu_runtime_init_with_shapes(str(path).encode(), b"x=1,24", ctypes.byref(handle)) == Status.OK, \
+        capi.npu_runtime_last_error()
+    try:
+        assert (capi.npu_runtime_input_bytes(handle, 0), capi.npu_runtime_output_bytes(handle, 0)) == (24, 24)
+        x = np.random.default_rng(4).integers(-128, 128, (1, 24), dtype=np.int8)
+        y = np.zeros((1, 6, 4), np.int8)
+        assert capi.npu_runtime_infer(handle, (ctypes.c_void_p * 1)(x.ctypes.data),
+                                      (ctypes.c_void_p * 1)(y.ctypes.data)) == Status.OK
+        np.testing.assert_array_equal(y, ReferenceRunner(sequence_tflite())(x)[0])   # LiteRT resized the same
+    finally:
+        capi.npu_runtime_free(handle)
 
 
 def test_ctypes_threads_share_one_handle(capi, on_device, resnet8_path, litert):
