@@ -92,9 +92,10 @@ def free_dims(path: Path, inputs: list[InputInfo], given: dict[str, tuple[int, .
 
 
 class Runner:
-    """A float reference for producing features: onnxruntime or LiteRT, one thread."""
+    """A reference run of a model: onnxruntime, or LiteRT with ``kernels`` "builtin" (no
+    delegate), "default" (XNNPACK) or "reference" (BUILTIN_REF); one thread."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, kernels: str = "builtin") -> None:
         self.onnx = path.suffix == ".onnx"
         if self.onnx:
             import onnxruntime as ort
@@ -105,11 +106,21 @@ class Runner:
             self.names = [o.name for o in self.session.get_outputs()]
         else:
             from ai_edge_litert import interpreter as litert
-            # Without XNNPACK: it refuses some front ends resized to a whole clip.
-            self.interp = litert.Interpreter(model_path=str(path), num_threads=1, experimental_op_resolver_type=(
-                litert.OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES))
+            # Features are made without XNNPACK: it refuses some front ends resized to a whole clip.
+            resolver = {"builtin": litert.OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES,
+                        "default": litert.OpResolverType.AUTO,
+                        "reference": litert.OpResolverType.BUILTIN_REF}[kernels]
+            self.interp = litert.Interpreter(model_path=str(path), num_threads=1,
+                                             experimental_op_resolver_type=resolver)
             self.names = [d["name"] for d in self.interp.get_output_details()]
             self.shapes: list[tuple[int, ...]] = []   # allocated for; a [1, 1] stored shape may not allocate
+
+    def output_quantization(self) -> dict[str, tuple[float, int]]:
+        """(scale, zero point) of each quantized output (none for ONNX)."""
+        if self.onnx:
+            return {}
+        return {d["name"]: (float(d["quantization"][0]), int(d["quantization"][1]))
+                for d in self.interp.get_output_details() if d["quantization"][0]}
 
     def __call__(self, feed: Feed) -> dict[str, np.ndarray]:
         if self.onnx:
