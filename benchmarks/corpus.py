@@ -240,9 +240,11 @@ def run_worker(model: CorpusModel, devroot: str, recipe: str | None, timeout: fl
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:
         out, err = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
+    except BaseException as exc:  # a time-out, or this run stopped: the worker goes too
         os.killpg(proc.pid, signal.SIGKILL)
         proc.communicate()
+        if not isinstance(exc, subprocess.TimeoutExpired):
+            raise
         return ModelResult(model.name, model.half, model.id, model.format, reason=f"timed out after {timeout:.0f} s",
                            seconds=round(time.perf_counter() - started, 1))
     for line in reversed(out.splitlines()):
@@ -291,6 +293,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--recipe", help="passed to npu compile (default: none, the compiler's defaults)")
     p.add_argument("--timeout", type=float, default=TIMEOUT, help=f"seconds per model (default {TIMEOUT})")
     p.add_argument("--json", action="store_true", help="print the results as JSON")
+    p.add_argument("--save", metavar="FILE", help="also write the results as JSON to FILE")
     p.add_argument("--worker", metavar="NAME", help=argparse.SUPPRESS)
     p.add_argument("--devroot", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
@@ -312,7 +315,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         models = in_half(args.half)
 
     from benchmarks.scratch_device import ScratchDevice
-    results = []
+    # SIGTERM ends the run as Ctrl-C does: the scratch device is stopped on the way out.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
+    results: list[ModelResult] = []
     if not args.json:
         print(HEADER, flush=True)
     with ScratchDevice(cores=2, memory="2G") as device:
@@ -320,9 +325,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             results.append(run_worker(model, str(device.devroot), args.recipe, args.timeout))
             if not args.json:
                 print(format_row(results[-1]), flush=True)
+    report = json.dumps({"results": [asdict(r) for r in results], "summary": summary(results),
+                         "recipe": args.recipe}, indent=1)
+    if args.save:
+        Path(args.save).write_text(report + "\n")
     if args.json:
-        print(json.dumps({"results": [asdict(r) for r in results], "summary": summary(results),
-                          "recipe": args.recipe}, indent=1))
+        print(report)
     else:
         print("\n".join(summary(results)))
     return 0 if results and all(r.passed for r in results) else 1
