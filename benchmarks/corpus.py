@@ -116,16 +116,35 @@ def write_calibration(feeds: Sequence[Feed], folder: Path) -> Path:
     return path
 
 
+def pin_shapes(path: Path, shapes: dict[str, tuple[int, ...]], folder: Path) -> Path:
+    """A copy of an ONNX model whose free input dimensions are fixed to ``shapes`` (what a
+    user without ``--input-shape`` does by hand): the ``--pin-shapes`` diagnostic."""
+    import onnx
+    model = onnx.load(str(path))
+    for value in model.graph.input:
+        if value.name in shapes:
+            for dim, size in zip(value.type.tensor_type.shape.dim, shapes[value.name]):
+                dim.ClearField("dim_param")
+                dim.dim_value = size
+    pinned = folder / ("pinned" + path.suffix)
+    onnx.save(model, str(pinned))
+    return pinned
+
+
 def compile_cli(path: Path, feeds: Feeds, int8: bool, recipe: str | None, folder: Path,
-                timeout: float) -> tuple[Path | None, str, float]:
+                timeout: float, pin: bool = False) -> tuple[Path | None, str, float]:
     """``npu compile`` with its defaults (in a subprocess, as a user runs it): the loadable,
-    or None and the error's last line; and the seconds it took."""
+    or None and the error's last line; and the seconds it took. ``pin``: ONNX free
+    dimensions fixed in a copy of the model instead of ``--input-shape``."""
     out = folder / "model.nlb"
+    free = free_dims(path, model_inputs(path), feeds.shapes)
+    if pin and free and path.suffix == ".onnx":
+        path, free = pin_shapes(path, free, folder), {}
     cmd = [sys.executable, "-m", "libnpu.tools", "compile", str(path), "-o", str(out), "--no-progress",
            "--cache-dir", str(folder / "cache")]
     if not int8 and feeds.calibration:
         cmd += ["--calibration", str(write_calibration(feeds.calibration, folder))]
-    for name, shape in free_dims(path, model_inputs(path), feeds.shapes).items():
+    for name, shape in free.items():
         cmd += ["--input-shape", f"{name}={','.join(map(str, shape))}"]
     if recipe:
         cmd += ["--recipe", recipe]
@@ -181,7 +200,7 @@ def run_device(nlb: Path, devroot: str, feeds: Sequence[Feed], order: list[str])
         model.close()
 
 
-def evaluate(model: CorpusModel, devroot: str, recipe: str | None, timeout: float) -> ModelResult:
+def evaluate(model: CorpusModel, devroot: str, recipe: str | None, timeout: float, pin: bool = False) -> ModelResult:
     """Prepare, compile, run and judge one model (in the worker process)."""
     started = time.perf_counter()
     result = ModelResult(model.name, model.half, model.id, model.format)
@@ -192,7 +211,7 @@ def evaluate(model: CorpusModel, devroot: str, recipe: str | None, timeout: floa
         feeds = prepare(model, path)
         with tempfile.TemporaryDirectory(prefix="npu-corpus-") as tmp:
             left = timeout - (time.perf_counter() - started) - 30
-            nlb, reason, result.compile_seconds = compile_cli(path, feeds, int8, recipe, Path(tmp), left)
+            nlb, reason, result.compile_seconds = compile_cli(path, feeds, int8, recipe, Path(tmp), left, pin)
             result.compile_seconds = round(result.compile_seconds, 1)
             if nlb is None:
                 result.reason = f"compile: {reason}"
@@ -231,11 +250,11 @@ def evaluate(model: CorpusModel, devroot: str, recipe: str | None, timeout: floa
 
 # the run ------------------------------------------------------------------------------------
 
-def run_worker(model: CorpusModel, devroot: str, recipe: str | None, timeout: float) -> ModelResult:
+def run_worker(model: CorpusModel, devroot: str, recipe: str | None, timeout: float, pin: bool = False) -> ModelResult:
     """``evaluate`` in a process of its own (own session: a time-out kills it and the
     compiler it started); a crash or a hang is a failure with its one-line reason."""
     cmd = [sys.executable, "-m", "benchmarks.corpus", "--worker", model.name, "--devroot", devroot,
-           "--timeout", str(timeout)] + (["--recipe", recipe] if recipe else [])
+           "--timeout", str(timeout)] + (["--recipe", recipe] if recipe else []) + (["--pin-shapes"] if pin else [])
     started = time.perf_counter()
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:
@@ -293,12 +312,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--recipe", help="passed to npu compile (default: none, the compiler's defaults)")
     p.add_argument("--timeout", type=float, default=TIMEOUT, help=f"seconds per model (default {TIMEOUT})")
     p.add_argument("--json", action="store_true", help="print the results as JSON")
+    p.add_argument("--pin-shapes", action="store_true",
+                   help="diagnostic: fix ONNX free dimensions in a copy of the model instead of --input-shape")
     p.add_argument("--save", metavar="FILE", help="also write the results as JSON to FILE")
     p.add_argument("--worker", metavar="NAME", help=argparse.SUPPRESS)
     p.add_argument("--devroot", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.worker:
-        result = evaluate(BY_NAME[args.worker], args.devroot, args.recipe, args.timeout)
+        result = evaluate(BY_NAME[args.worker], args.devroot, args.recipe, args.timeout, args.pin_shapes)
         print(RESULT_TAG + json.dumps(asdict(result)), flush=True)
         return 0
     if args.list:
@@ -322,11 +343,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(HEADER, flush=True)
     with ScratchDevice(cores=2, memory="2G") as device:
         for model in models:
-            results.append(run_worker(model, str(device.devroot), args.recipe, args.timeout))
+            results.append(run_worker(model, str(device.devroot), args.recipe, args.timeout, args.pin_shapes))
             if not args.json:
                 print(format_row(results[-1]), flush=True)
     report = json.dumps({"results": [asdict(r) for r in results], "summary": summary(results),
-                         "recipe": args.recipe}, indent=1)
+                         "recipe": args.recipe, "pin_shapes": args.pin_shapes}, indent=1)
     if args.save:
         Path(args.save).write_text(report + "\n")
     if args.json:
