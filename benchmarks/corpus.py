@@ -30,7 +30,9 @@ Run from the repository root (one model at a time; the 2-core VM is shared)::
     python -m benchmarks.corpus --half held-out --json       # the baseline users will see
     python -m benchmarks.corpus --models magika silero-vad-op15 --recipe accurate
 
-Exit status 0 when every model run passed.
+Exit status 0 when every model run passed. Issue 27's corpus benchmark reuses the parts:
+``corpus_manifest`` (models, halves, ``fetch``), ``corpus_inputs.prepare`` (calibration
+inputs) and ``compile_cli`` / ``is_int8`` here (a model compiled as a user would).
 
 Measured 2026-11-29 on main at e023e5a (before the shapes, ONNX front end, fallback, RNN,
 grids and accurate-by-default branches merge), default options, one model at a time on the
@@ -83,9 +85,12 @@ from pathlib import Path
 
 import numpy as np
 
+import libnpu
 from benchmarks.corpus_inputs import Feed, Feeds, Runner, free_dims, model_inputs, prepare
 from benchmarks.corpus_manifest import BY_NAME, HALVES, MODELS, CorpusModel, fetch, in_half
 from benchmarks.models_in_the_wild import ABS_BAR, COSINE_BAR, SMALL_OUTPUT, cosine, cpu_ops
+from benchmarks.scratch_device import ScratchDevice
+from libnpu.loadable import Loadable
 
 TIMEOUT = 900      # seconds per model, preparation, compile and evaluation together
 RESULT_TAG = "CORPUS-RESULT "
@@ -126,7 +131,7 @@ def is_int8(path: Path) -> bool:
     """A TFLite model quantized already: some tensor is int8/uint8/int16 with a scale."""
     if path.suffix != ".tflite":
         return False
-    from ai_edge_litert import interpreter as litert
+    from ai_edge_litert import interpreter as litert  # LiteRT only where a model needs it (--list does not)
     details = litert.Interpreter(model_path=str(path)).get_tensor_details()
     return any(np.dtype(d["dtype"]).kind in "iu" and d["quantization"][0] != 0 for d in details)
 
@@ -150,7 +155,7 @@ def write_calibration(feeds: Sequence[Feed], folder: Path) -> Path:
 def pin_shapes(path: Path, shapes: dict[str, tuple[int, ...]], folder: Path) -> Path:
     """A copy of an ONNX model whose free input dimensions are fixed to ``shapes`` (what a
     user without ``--input-shape`` does by hand): the ``--pin-shapes`` diagnostic."""
-    import onnx
+    import onnx  # only for this diagnostic
     model = onnx.load(str(path))
     for value in model.graph.input:
         if value.name in shapes:
@@ -216,7 +221,6 @@ def judge(name: str, got: list[np.ndarray], want: list[np.ndarray], identical: b
 
 def run_device(nlb: Path, devroot: str, feeds: Sequence[Feed], order: list[str]) -> tuple[list, list, list[str]]:
     """Raw and dequantized outputs of each feed, run in order on one request; output names."""
-    import libnpu
     model = libnpu.load(nlb, devroot=devroot)
     try:
         names = [d.name for d in model.inputs]
@@ -248,7 +252,6 @@ def evaluate(model: CorpusModel, devroot: str, recipe: str | None, timeout: floa
                 result.reason = f"compile: {reason}"
                 return result
             result.compiled = True
-            from libnpu.loadable import Loadable
             result.cpu_ops = cpu_ops(Loadable.load(nlb))
             order = [i.name for i in model_inputs(path)]
             raw, floats, dev_names = run_device(nlb, devroot, feeds.evaluation, order)
@@ -366,7 +369,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     else:
         models = in_half(args.half)
 
-    from benchmarks.scratch_device import ScratchDevice
     # SIGTERM ends the run as Ctrl-C does: the scratch device is stopped on the way out.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
     results: list[ModelResult] = []

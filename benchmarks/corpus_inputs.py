@@ -66,6 +66,7 @@ def model_inputs(path: Path) -> list[InputInfo]:
     """The model's inputs as declared (ONNX graph inputs that are not initializers;
     TFLite's shape signature, -1 a free dimension)."""
     if path.suffix == ".onnx":
+        # Each format's library where a model of it is read: importing this module stays light.
         import onnx
         from onnx import helper
         graph = onnx.load(str(path), load_external_data=False).graph
