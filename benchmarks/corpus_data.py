@@ -1,6 +1,6 @@
 """Natural data for the corpus, available offline: pictures, text lines and synthesized speech.
 
-* Pictures: the scikit-image wheel's (``libnpu.tools.model_zoo.picture``), split as
+* Pictures: the scikit-image wheel's (``libnpu.model_zoo.picture``), split as
   benchmarks/models_in_the_wild.py splits them: ten to calibrate, astronaut and chelsea to
   evaluate.
 * Text lines: the lines of scikit-image's ``page`` (a photographed book page), found by
@@ -28,7 +28,7 @@ from pathlib import Path
 import numpy as np
 
 from benchmarks.corpus_manifest import corpus_dir
-from libnpu.tools import model_zoo
+from libnpu import model_zoo
 from libnpu.tools.vision.image import resize
 
 CAL_PICTURES = ("coffee", "camera", "motorcycle_left", "coins", "moon", "brick", "grass", "gravel", "ihc", "page")
