@@ -8,13 +8,17 @@ The heavy modules (compiler, LiteRT, benchmarks) are imported by the handler tha
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, TextIO
 
 from libnpu import model_zoo
+from libnpu.compiler.frozen_inputs import FreezeInputError, freeze_model_inputs, parse_freeze_inputs
 from libnpu.compiler.input_shapes import InputShapeError, parse_input_shapes
 from libnpu.compiler.ir import IRError
 from libnpu.host import HostOpError
@@ -36,7 +40,7 @@ class Failure(RuntimeError):
     """The command ran and failed for a reason the message states (exit 1)."""
 
 
-USAGE_ERRORS = (UsageError, ModelSpecError, InputError, InputShapeError)
+USAGE_ERRORS = (UsageError, ModelSpecError, InputError, InputShapeError, FreezeInputError)
 FAILURES = (Failure, IRError, HostOpError, LoadableError, NpuError, model_zoo.ModelZooError, OSError)
 
 
@@ -317,6 +321,29 @@ def _preprocessing(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def compile_(args: argparse.Namespace) -> int:
+    from .models import resolve
+    path = resolve(args.model)
+    if path.suffix == ".nlb":
+        raise UsageError(f"{path} is already a compiled loadable")
+    with _frozen(path, args.freeze_input) as path:
+        return _compile_file(args, path)
+
+
+@contextlib.contextmanager
+def _frozen(path: Path, texts: list[str]) -> Iterator[Path]:
+    """``path``, or with ``--freeze-input`` a copy of the model (same file name, in a
+    temporary directory) whose frozen inputs are constants: every stage after sees that model."""
+    if not texts:
+        yield path
+        return
+    data, _ = freeze_model_inputs(path, None, parse_freeze_inputs(texts))
+    with tempfile.TemporaryDirectory(prefix="npu-frozen-") as folder:
+        frozen = Path(folder) / path.name
+        frozen.write_bytes(data)        # type: ignore[arg-type]   # a path given: bytes back
+        yield frozen
+
+
+def _compile_file(args: argparse.Namespace, path: Path) -> int:
     from .compile import (
         compile_model_file,
         export_int8_tflite,
@@ -325,10 +352,7 @@ def compile_(args: argparse.Namespace) -> int:
         plan_report,
         quantization_report,
     )
-    from .models import load_calibration, resolve
-    path = resolve(args.model)
-    if path.suffix == ".nlb":
-        raise UsageError(f"{path} is already a compiled loadable")
+    from .models import load_calibration
     out = Path(args.output)
     if out.suffix not in (".nlb", ".tflite"):
         raise UsageError(f"{out}: the output is a loadable (.nlb) or an int8 model (.tflite)")
