@@ -240,11 +240,19 @@ class _OnnxRuntimeKernel(HostKernel):
             raise HostOpError(f"{call.op} (node {call.source}): onnxruntime cannot run it: "
                               f"{str(exc).splitlines()[0]}") from exc
         self.names = [i.name for i in self.session.get_inputs()]
-        self.inputs = [FLOAT] * arity[0]
-        self.outputs = [FLOAT] * arity[1]
+        # integer and bool tensors (a model's int64 input, a mask) as they are; the rest float32
+        self.inputs = [_ONNX_INTEGERS.get(i.type, FLOAT) for i in self.session.get_inputs()][:arity[0]]
+        self.outputs = [_ONNX_INTEGERS.get(o.type, FLOAT) for o in self.session.get_outputs()][:arity[1]]
+        self.inputs += [FLOAT] * (arity[0] - len(self.inputs))
+        self.outputs += [FLOAT] * (arity[1] - len(self.outputs))
 
     def compute(self, values: list[np.ndarray]) -> list[np.ndarray]:
-        return [np.asarray(o, np.float32) for o in self.session.run(None, dict(zip(self.names, values)))]
+        return [np.asarray(o, b.dtype) for o, b in zip(self.session.run(None, dict(zip(self.names, values))),
+                                                        self.outputs)]
+
+
+_ONNX_INTEGERS = {f"tensor({t})": Boundary(d) for t, d in
+                  (("int32", "int32"), ("int64", "int64"), ("bool", "bool"))}
 
 
 def _tflite_kernel(call: HostCall) -> HostKernel:

@@ -24,6 +24,7 @@ from onnx import numpy_helper, shape_inference
 from ..loadable import HostCall
 from . import registry
 from .input_shapes import InputShapes, fix_onnx_inputs
+from .integer_inputs import INTEGER_INPUTS, refuse_integer_operands
 from .ir import Graph, IRError, Op, SourceOp, Tensor, require_data, same_pads
 
 __all__ = ["ONNXImportError", "import_onnx", "import_onnx_sources", "load_onnx", "pads_2d", "binary", "unary",
@@ -135,13 +136,16 @@ class _Importer:
             if vi.name in init_names:
                 continue
             shape, dtype = self.shapes[vi.name]
-            if dtype != "float32":
-                raise ONNXImportError(f"input {vi.name!r}: only float32 inputs are supported, got {dtype}")
-            if len(shape) == 4 and self.nhwc_io:
+            if dtype not in ("float32", *INTEGER_INPUTS):
+                raise ONNXImportError(f"input {vi.name!r}: inputs are float32, int32, int64 or bool, not {dtype}")
+            if len(shape) == 4 and self.nhwc_io and dtype == "float32":
                 self.new_tensor(vi.name, True, "input")
             else:
                 self.new_tensor(vi.name, False, "input")
-            self.g.inputs.append(self.env[vi.name][0])
+            ir_name = self.env[vi.name][0]
+            if dtype != "float32":      # taken as it is: never quantized (libnpu.compiler.integer_inputs)
+                self.g.tensors[ir_name] = Tensor(ir_name, self.g.tensors[ir_name].shape, dtype)
+            self.g.inputs.append(ir_name)
         seen = set()
         for node in graph.node:
             idx = self.origin.get(tuple(node.output), (len(self.origin), node.op_type))[0]
@@ -187,6 +191,8 @@ class _Importer:
                                   "operators")
         if handler is None:
             raise ONNXImportError(f"unsupported op {where}")
+        refuse_integer_operands(node.op_type, [self.g.tensors[self.env[n][0]] if n in self.env else None
+                                               for n in node.input], where)
         handler(self, node, attrs, where)
 
     def host_node(self, node, source: SourceOp, where: str) -> None:
@@ -196,8 +202,15 @@ class _Importer:
         outs = [self.new_tensor(o, False, where) for o in node.output if o]
         helper = onnx.helper
 
+        for o, ir_name in zip([o for o in node.output if o], outs):   # an integer result keeps its dtype
+            dtype = self.shapes.get(o, ((), "float32"))[1]
+            if dtype in INTEGER_INPUTS:
+                self.g.tensors[ir_name] = Tensor(ir_name, self.g.tensors[ir_name].shape, dtype)
+
         def info(name: str, ir_name: str):
-            return helper.make_tensor_value_info(name, onnx.TensorProto.FLOAT, list(self.g.tensors[ir_name].shape))
+            t = self.g.tensors[ir_name]
+            return helper.make_tensor_value_info(name, helper.np_dtype_to_tensor_dtype(np.dtype(t.dtype)),
+                                                 list(t.shape))
         inits = [numpy_helper.from_array(self.consts[n], n) for n in dict.fromkeys(node.input) if n in self.consts]
         sub = helper.make_graph([node], f"host_{source.index}", [info(n, i) for n, i in zip(data, ins)],
                                 [info(o, i) for o, i in zip([o for o in node.output if o], outs)], inits)

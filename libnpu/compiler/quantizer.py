@@ -30,6 +30,7 @@ from .bias_correction import correct_biases
 from .calibration import METHODS, Histogram, choose_range
 from .equalization import equalize as equalize_channels
 from .float_ref import FloatInterpreter
+from .integer_inputs import INTEGER_INPUTS, integer_activations, random_integers
 from .ir import Graph, IRError, Op, QuantParams, State, Tensor
 from .optimize import optimize
 from .progress import Progress, stage
@@ -66,7 +67,8 @@ def random_dataset(graph: Graph, count: int = 8, *, low: float = -1.0, high: flo
                    seed: int = 0) -> list[dict[str, np.ndarray]]:
     """``count`` feeds of uniform random values in [low, high) for every graph input."""
     rng = np.random.default_rng(seed)
-    return [{n: rng.uniform(low, high, graph.tensors[n].shape).astype(np.float32) for n in graph.inputs}
+    return [{n: random_integers(rng, graph.tensors[n]) if graph.tensors[n].dtype in INTEGER_INPUTS
+             else rng.uniform(low, high, graph.tensors[n].shape).astype(np.float32) for n in graph.inputs}
             for _ in range(count)]
 
 
@@ -270,11 +272,12 @@ def quantize(graph: Graph, ranges: Mapping[str, Range], *, fc_per_channel: bool 
         raise QuantizationError(f"io_dtype must be 'float32' or 'int8', not {io_dtype!r}")
     src = graph
     for t in src.tensors.values():
-        if t.quant is not None or t.dtype not in ("float32", "float16", "int32", "int64"):
+        if t.quant is not None or t.dtype not in ("float32", "float16", *INTEGER_INPUTS):
             raise QuantizationError(f"tensor {t.name!r} is {t.dtype}{' (quantized)' if t.quant else ''}: "
                                     "quantize expects a float graph")
     roles = _roles(src)
-    indices = {o for op in src.ops if registry.get(op.type, "index_output") for o in op.outputs}
+    indices = {o for op in src.ops if registry.get(op.type, "index_output") for o in op.outputs} | \
+        integer_activations(src)
     params = _activation_table(src, ranges, {**roles, **{n: ("index", None) for n in indices}})
 
     g = Graph(src.name)
@@ -282,7 +285,7 @@ def quantize(graph: Graph, ranges: Mapping[str, Range], *, fc_per_channel: bool 
     for name, t in src.tensors.items():
         if name in roles:
             continue
-        if name in indices:  # positions (an arg max): integers, as they are
+        if name in indices:  # positions (an arg max), integer inputs and results: integers, as they are
             g.add_tensor(Tensor(name, t.shape, t.dtype))
             continue
         qp = params[name]
@@ -325,6 +328,8 @@ def _float_edges(g: Graph, src: Graph) -> None:
     """Keep float I/O: input -> QUANTIZE -> int8 graph -> DEQUANTIZE -> output."""
     prologue, epilogue = [], []
     for name in list(g.inputs):
+        if g.tensors[name].quant is None and g.tensors[name].dtype in INTEGER_INPUTS:
+            continue      # integers enter the chip as they are
         t = g.tensors.pop(name)
         q_name = g.unique_name(f"{name}_int8")
         g.tensors[name] = Tensor(name, t.shape, "float32")
@@ -335,7 +340,7 @@ def _float_edges(g: Graph, src: Graph) -> None:
         prologue.append(Op("QUANTIZE", [name], [q_name], name=q_name))
     new_outputs = []
     for name in g.outputs:
-        if g.tensors[name].quant is None and g.tensors[name].dtype in ("int32", "int64"):
+        if g.tensors[name].quant is None and g.tensors[name].dtype in INTEGER_INPUTS:
             new_outputs.append(name)  # positions (an arg max) leave the chip as they are
             continue
         if any(op.type == "QUANTIZE" and op.inputs == [name] for op in prologue):

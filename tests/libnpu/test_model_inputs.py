@@ -74,3 +74,85 @@ def test_freeze_input_on_the_command_line_says_what_is_wrong(tmp_path, capsys):
     assert "expected NAME=VALUE[,VALUE...], e.g. sr=16000" in capsys.readouterr().err
     assert main(["compile", str(path), "--freeze-input", "sr=-1e30", *common]) == 2
     assert "outside int64's range" in capsys.readouterr().err
+
+
+def _byte_embedding(ids: int = TensorProto.INT32) -> onnx.ModelProto:
+    """magika-style: integer byte ids -> Gather from an embedding table -> mean -> MatMul."""
+    rng = np.random.default_rng(0)
+    nodes = [helper.make_node("Gather", ["table", "bytes"], ["emb"], axis=0),
+             helper.make_node("ReduceMean", ["emb"], ["pooled"], axes=[1], keepdims=0),
+             helper.make_node("MatMul", ["pooled", "w"], ["y"])]
+    graph = helper.make_graph(
+        nodes, "bytes", [helper.make_tensor_value_info("bytes", ids, [1, 32])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])],
+        [helper.make_tensor("table", TensorProto.FLOAT, [257, 8], rng.standard_normal(257 * 8).tolist()),
+         helper.make_tensor("w", TensorProto.FLOAT, [8, 4], rng.standard_normal(32).tolist())])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+
+
+def _close(got: np.ndarray, want: np.ndarray) -> None:
+    cosine = float(np.dot(got.ravel(), want.ravel()) / (np.linalg.norm(got) * np.linalg.norm(want)))
+    assert cosine > 0.99, (cosine, got, want)
+
+
+def test_int32_ids_feed_the_chips_gather_as_they_are(npu, tmp_path):
+    model = _byte_embedding()
+    rng = np.random.default_rng(1)
+    calibration = [[rng.integers(0, 257, (1, 32), dtype=np.int32)] for _ in range(64)]
+    loadable = compile_model(model.SerializeToString(), calibration)
+    assert [(t.name, t.dtype) for t in loadable.inputs()] == [("bytes", "int32")]
+    assert not loadable.host_steps and "GATHER" in [t.op for t in loadable.tasks]
+    with libnpu.load(loadable, devroot=npu.devroot) as compiled:
+        for _ in range(3):
+            ids = rng.integers(0, 257, (1, 32), dtype=np.int32)
+            _close(compiled.infer([ids])[0], _ort(model, {"bytes": ids})[0])
+            request = compiled.create_request()
+            request.set_inputs([ids])
+            request.start()
+            request.wait(30)
+            _close(request.outputs()[0], _ort(model, {"bytes": ids})[0])
+
+
+def test_int64_operands_the_chip_cannot_read_run_on_the_cpu_with_the_reason(npu, tmp_path):
+    model = _byte_embedding(TensorProto.INT64)
+    loadable = compile_model(model.SerializeToString())
+    assert [(t.name, t.dtype) for t in loadable.inputs()] == [("bytes", "int64")]
+    (step,) = loadable.host_steps
+    assert step.op == "Gather" and "'bytes' is int64 computed at run time" in step.reason
+    rate = _rate_scaled()           # not frozen: the int64 rate goes to Cast on the CPU, the rest to the chip
+    loadable = compile_model(rate.SerializeToString())
+    assert [(t.name, t.dtype) for t in loadable.inputs()] == [("x", "float32"), ("sr", "int64")]
+    assert [s.op for s in loadable.host_steps] == ["Cast"]
+    rng = np.random.default_rng(2)
+    with libnpu.load(compile_model(model.SerializeToString()), devroot=npu.devroot) as compiled:
+        ids = rng.integers(0, 257, (1, 32), dtype=np.int64)
+        _close(compiled.infer([ids])[0], _ort(model, {"bytes": ids})[0])
+    x = rng.uniform(-1, 1, (1, 16)).astype(np.float32)
+    with libnpu.load(loadable, devroot=npu.devroot) as compiled:
+        sr = np.array(1, np.int64)       # in the random calibration's range (0, 1)
+        _close(compiled.infer([x, sr])[0], _ort(rate, {"x": x, "sr": sr})[0])
+
+
+def _floor_below_peak() -> onnx.ModelProto:
+    """A log-mel front end's dynamic range clamp: max(x, ReduceMax(x) - 80), ReduceMax with
+    keepdims=0 over every axis: a rank-0 tensor between two chip ops."""
+    nodes = [helper.make_node("ReduceMax", ["x"], ["peak"], keepdims=0),
+             helper.make_node("Sub", ["peak", "range"], ["floor"]),
+             helper.make_node("Max", ["x", "floor"], ["y"])]
+    graph = helper.make_graph(
+        nodes, "floor", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 8])],
+        [helper.make_tensor("range", TensorProto.FLOAT, [], [80.0])])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+
+
+def test_a_rank_0_tensor_runs_on_the_chip_as_a_1_vector(npu):
+    model = _floor_below_peak()
+    rng = np.random.default_rng(3)
+    calibration = [[rng.uniform(-120, 20, (1, 4, 8)).astype(np.float32)] for _ in range(16)]
+    loadable = compile_model(model.SerializeToString(), calibration)
+    assert not loadable.host_steps
+    with libnpu.load(loadable, devroot=npu.devroot) as compiled:
+        for x in (rng.uniform(-120, 20, (1, 4, 8)).astype(np.float32) for _ in range(3)):
+            want = _ort(model, {"x": x})[0]
+            np.testing.assert_allclose(compiled.infer([x])[0], want, atol=140 / 255 * 1.5)
