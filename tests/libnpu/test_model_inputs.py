@@ -6,6 +6,7 @@ import numpy as np
 import onnx
 import onnxruntime
 import pytest
+import tflite
 from onnx import TensorProto, helper
 
 import libnpu
@@ -13,6 +14,7 @@ from libnpu.compiler.frozen_inputs import FreezeInputError
 from libnpu.compiler.lower import compile_model
 from libnpu.loadable import Loadable
 from libnpu.tools.cli import main
+from tests.support.tflite_builder import OpSpec, TensorSpec, build_model, run_reference
 
 
 def _ort(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
@@ -156,3 +158,32 @@ def test_a_rank_0_tensor_runs_on_the_chip_as_a_1_vector(npu):
         for x in (rng.uniform(-120, 20, (1, 4, 8)).astype(np.float32) for _ in range(3)):
             want = _ort(model, {"x": x})[0]
             np.testing.assert_allclose(compiled.infer([x])[0], want, atol=140 / 255 * 1.5)
+
+
+def _masked_tflite() -> bytes:
+    """A float TFLite graph with a bool mask, as TensorFlow writes div_no_nan:
+    out = SELECT_V2(EQUAL(x, 0), 0, x * 2) + 1."""
+    f32 = np.float32
+    tensors = [TensorSpec([1, 8], f32, name="x"), TensorSpec([], f32, data=np.array(0, f32), name="zero"),
+               TensorSpec([], f32, data=np.array(2, f32), name="two"),
+               TensorSpec([], f32, data=np.array(1, f32), name="one"),
+               TensorSpec([1, 8], np.bool_, name="mask"), TensorSpec([1, 8], f32, name="twice"),
+               TensorSpec([1, 8], f32, name="kept"), TensorSpec([1, 8], f32, name="out")]
+    op = tflite.BuiltinOperator
+    ops = [OpSpec(op.EQUAL, [0, 1], [4]), OpSpec(op.MUL, [0, 2], [5]), OpSpec(op.SELECT_V2, [4, 1, 5], [6]),
+           OpSpec(op.ADD, [6, 3], [7])]
+    return build_model(tensors, ops, [0], [7])
+
+
+def test_a_bool_tensor_in_a_float_tflite_graph_is_not_quantized(npu):
+    model = _masked_tflite()
+    rng = np.random.default_rng(4)
+    loadable = compile_model(model)
+    assert sorted(s.op for s in loadable.host_steps) == ["EQUAL", "SELECT_V2"]
+    with libnpu.load(loadable, devroot=npu.devroot) as compiled:
+        for _ in range(3):
+            x = rng.uniform(-1, 1, (1, 8)).astype(np.float32)
+            x[0, ::3] = 0
+            want = run_reference(model, x)[0]
+            np.testing.assert_allclose(want, np.where(x == 0, 0, x * 2) + 1, rtol=1e-6)
+            np.testing.assert_allclose(compiled.infer([x])[0], want, atol=4 / 255 * 1.5)
