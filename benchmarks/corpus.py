@@ -86,7 +86,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -145,10 +145,11 @@ def is_int8(path: Path) -> bool:
 
 # compile ------------------------------------------------------------------------------------
 
-def write_calibration(feeds: Sequence[Feed], folder: Path) -> Path:
+def write_calibration(feeds: Sequence[Feed], folder: Path, frozen: Collection[str] = ()) -> Path:
     """The calibration inputs as ``npu compile --calibration`` reads them: samples on the
-    first axis in a .npy (one input), or an .npz of the inputs by name (several)."""
-    names = list(feeds[0])
+    first axis in a .npy (one input), or an .npz of the inputs by name (several); the
+    ``frozen`` inputs (constants of the compiled model) left out."""
+    names = [n for n in feeds[0] if n not in frozen]
     stacked = {n: np.stack([f[n] for f in feeds]) for n in names}
     if len(names) == 1:
         path = folder / "calibration.npy"
@@ -186,7 +187,9 @@ def compile_cli(path: Path, feeds: Feeds, int8: bool, recipe: str | None, folder
     cmd = [sys.executable, "-m", "libnpu.tools", "compile", str(path), "-o", str(out), "--no-progress",
            "--cache-dir", str(folder / "cache")]
     if not int8 and feeds.calibration:
-        cmd += ["--calibration", str(write_calibration(feeds.calibration, folder))]
+        cmd += ["--calibration", str(write_calibration(feeds.calibration, folder, feeds.frozen))]
+    for name, value in feeds.frozen.items():     # an input the package always gives one value (Silero's sr)
+        cmd += ["--freeze-input", f"{name}={value}"]
     for name, shape in free.items():
         cmd += ["--input-shape", f"{name}={','.join(map(str, shape))}"]
     if recipe:
@@ -260,8 +263,9 @@ def evaluate(model: CorpusModel, devroot: str, recipe: str | None, timeout: floa
                 return result
             result.compiled = True
             result.cpu_ops = cpu_ops(Loadable.load(nlb))
-            order = [i.name for i in model_inputs(path)]
-            raw, floats, dev_names = run_device(nlb, devroot, feeds.evaluation, order)
+            order = [i.name for i in model_inputs(path) if i.name not in feeds.frozen]
+            given = [{k: v for k, v in f.items() if k not in feeds.frozen} for f in feeds.evaluation]
+            raw, floats, dev_names = run_device(nlb, devroot, given, order)
         ref = reference(path, int8)
         want_raw = [ref(feed) for feed in feeds.evaluation]
         quant = ref.output_quantization()
