@@ -71,7 +71,8 @@ def _samples_from_array(array: np.ndarray, shape: tuple[int, ...], source: str) 
     size = int(np.prod(shape))
     if array.size % size:
         raise ModelSpecError(f"{source}: {array.shape} does not split into samples of shape {shape}")
-    return [s.reshape(shape) for s in array.astype(np.float32).reshape(-1, *shape)]
+    dtype = array.dtype if array.dtype.kind in "iub" else np.float32    # integer ids as they are
+    return [s.reshape(shape) for s in array.astype(dtype).reshape(-1, *shape)]
 
 
 def preprocess_picture(pixels: np.ndarray, shape: Sequence[int], image_range: tuple[float, float] = (-1.0, 1.0),
@@ -151,7 +152,7 @@ def load_calibration(source: str | os.PathLike,
                     raise ModelSpecError(f"{item}: {exc}") from None
     if not samples:
         raise ModelSpecError(f"{source}: no calibration samples (.npy, .npz or .png) found")
-    return [[s.astype(np.float32)] for s in samples]
+    return [[s] for s in samples]
 
 
 def _feeds_from_npz(path: Path, shapes: Mapping[str, tuple[int, ...]]) -> list[list[np.ndarray]]:

@@ -7,6 +7,7 @@ from onnx import TensorProto, helper
 
 from libnpu.loadable import Loadable
 from libnpu.tools.cli import main
+from libnpu.tools.models import load_calibration
 from tests.support.stateful_models import recurrent_onnx
 
 
@@ -75,3 +76,13 @@ def test_an_npz_leaves_out_the_state_inputs(tmp_path, capsys):
     np.savez(tmp_path / "xh.npz", x=np.zeros((6, 1, 16), np.float32), h_in=np.zeros((6, 1, 16), np.float32))
     assert _compile(tmp_path, model, tmp_path / "xh.npz", "--state", "h_in=h_out") == 2
     assert "array 'h_in' names no input calibrated" in capsys.readouterr().err
+
+
+def test_integer_ids_keep_their_dtype_in_npy_and_npz_files(tmp_path):
+    ids = np.random.default_rng(2).integers(0, 257, (3, 1, 32), dtype=np.int32)
+    np.save(tmp_path / "ids.npy", ids)
+    np.savez(tmp_path / "ids.npz", bytes=ids, rate=np.full((3,), 16000, np.int64))
+    (sample,), *_ = load_calibration(tmp_path / "ids.npy", {"bytes": (1, 32)})
+    assert sample.dtype == np.int32 and np.array_equal(sample, ids[0])
+    feeds = load_calibration(tmp_path / "ids.npz", {"bytes": (1, 32), "rate": ()})
+    assert [(a.dtype, a.shape) for a in feeds[2]] == [(np.int32, (1, 32)), (np.int64, ())]
