@@ -181,7 +181,7 @@ def test_a_bool_tensor_in_a_float_tflite_graph_is_not_quantized(npu):
     model = _masked_tflite()
     rng = np.random.default_rng(4)
     loadable = compile_model(model)
-    assert sorted(s.op for s in loadable.host_steps) == ["EQUAL", "SELECT_V2"]
+    assert {op for s in loadable.host_steps for op in s.op.split("+")} == {"EQUAL", "SELECT_V2"}   # grouped or not
     with libnpu.load(loadable, devroot=npu.devroot) as compiled:
         for _ in range(3):
             x = rng.uniform(-1, 1, (1, 8)).astype(np.float32)
