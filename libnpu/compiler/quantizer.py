@@ -30,6 +30,7 @@ from .bias_correction import correct_biases
 from .calibration import METHODS, Histogram, choose_range
 from .equalization import equalize as equalize_channels
 from .float_ref import FloatInterpreter
+from .grid_joins import fixed_grids, requantize_joins, shared_grid_groups
 from .ir import Graph, IRError, Op, QuantParams, State, Tensor
 from .optimize import optimize
 from .progress import Progress, stage
@@ -137,21 +138,6 @@ def calibrate(graph: Graph, dataset: Iterable[Mapping[str, np.ndarray] | Sequenc
 
 # quantization -----------------------------------------------------------------------
 
-class _UnionFind:
-    def __init__(self) -> None:
-        self.parent: dict[str, str] = {}
-
-    def find(self, x: str) -> str:
-        self.parent.setdefault(x, x)
-        while self.parent[x] != x:
-            self.parent[x] = self.parent[self.parent[x]]
-            x = self.parent[x]
-        return x
-
-    def union(self, a: str, b: str) -> None:
-        self.parent[self.find(a)] = self.find(b)
-
-
 def _roles(g: Graph) -> dict[str, tuple[str, Op]]:
     """Constants used as weights or biases, with the op using them."""
     roles: dict[str, tuple[str, Op]] = {}
@@ -219,24 +205,9 @@ def _activation_table(g: Graph, ranges: Mapping[str, Range], roles) -> dict[str,
         if domain is not None and x in rng and producer is not None and \
                 not registry.get(producer.type, "same_scale"):
             rng[x] = (min(rng[x][0], domain[0]), max(rng[x][1], domain[1]))
-    fixed: dict[str, QuantParams] = {}
-    uf = _UnionFind()
-    for op in g.ops:
-        operator = registry.find(op.type)
-        if operator is not None and operator.fixed_output is not None:
-            s, z = operator.fixed_output
-            fixed[op.outputs[0]] = QuantParams(np.float32(s), z)
-        elif operator is not None and operator.same_scale:
-            for i in op.inputs:
-                if i:
-                    uf.union(i, op.outputs[0])
-    for state in g.states:             # the value written back is read by the next call: one scale
-        uf.union(state.input, state.output)
-    groups: dict[str, list[str]] = {}
-    for name in rng.keys() | fixed.keys():
-        groups.setdefault(uf.find(name), []).append(name)
+    fixed = fixed_grids(g)
     params: dict[str, QuantParams] = {}
-    for members in groups.values():
+    for members in shared_grid_groups(g, rng.keys() | fixed.keys()):
         pinned = [fixed[m] for m in members if m in fixed]
         if pinned:
             if any(p != pinned[0] for p in pinned):
@@ -273,6 +244,7 @@ def quantize(graph: Graph, ranges: Mapping[str, Range], *, fc_per_channel: bool 
         if t.quant is not None or t.dtype not in ("float32", "float16", "int32", "int64"):
             raise QuantizationError(f"tensor {t.name!r} is {t.dtype}{' (quantized)' if t.quant else ''}: "
                                     "quantize expects a float graph")
+    src, ranges = requantize_joins(src, ranges)   # a fixed grid (LOGISTIC's) joined to wider tensors
     roles = _roles(src)
     indices = {o for op in src.ops if registry.get(op.type, "index_output") for o in op.outputs}
     params = _activation_table(src, ranges, {**roles, **{n: ("index", None) for n in indices}})
