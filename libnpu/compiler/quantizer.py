@@ -37,7 +37,7 @@ from .progress import Progress, stage
 from .scales import bias_scale, choose_activation_scale, quantize_weights, symmetric
 from .weight_rounding import input_moments, round_layer
 
-__all__ = ["QuantizationError", "build_calibration_model", "Calibrator", "calibrate",
+__all__ = ["QuantizationError", "NonFiniteValuesError", "build_calibration_model", "Calibrator", "calibrate",
            "quantize", "quantize_model", "random_dataset", "Range"]
 
 Range = tuple[float, float]
@@ -50,6 +50,10 @@ def _weight_axis(op: Op) -> int | None:
 
 class QuantizationError(IRError):
     """The graph cannot be quantized as asked."""
+
+
+class NonFiniteValuesError(QuantizationError):
+    """The calibration data drive a tensor to infinity or NaN: no grid holds it."""
 
 
 # calibration ------------------------------------------------------------------------
@@ -102,7 +106,7 @@ class Calibrator:
         for name in self.model.outputs:
             v = np.asarray(outs[name], np.float32).reshape(-1)
             if not np.all(np.isfinite(v)):
-                raise QuantizationError(f"calibration: tensor {name!r} has non-finite values")
+                raise NonFiniteValuesError(f"calibration: tensor {name!r} has non-finite values")
             if v.size == 0:  # an empty tensor: any range will do
                 v = np.zeros(1, np.float32)
             self.lo[name] = min(self.lo.get(name, np.inf), float(v.min()))
@@ -392,7 +396,13 @@ def quantize_model(graph: Graph,
     data = list(dataset) if dataset is not None else random_dataset(opt, random_count, seed=seed)
     if equalize:
         opt = equalized(opt, data, progress)
-    ranges = calibrate(opt, data, method=method, percentile=percentile, seed=seed, progress=progress)
+    try:
+        ranges = calibrate(opt, data, method=method, percentile=percentile, seed=seed, progress=progress)
+    except NonFiniteValuesError as exc:
+        if dataset is not None:
+            raise
+        raise NonFiniteValuesError(f"{exc} on random inputs in [-1, 1]: give calibration data in the "
+                                   "range the model expects") from exc
     moments = None
     if weight_rounding in ("gptq", "gptq-bias"):
         with stage(progress, "weight rounding"):
