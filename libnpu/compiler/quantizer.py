@@ -10,7 +10,8 @@ kernels run it as they run a TFLite int8 model:
   per-channel int8 weights, byte-exact with the chip: tests/libnpu/compiler/
   test_int8_on_kernels.py); ``fc_per_channel=False`` gives per-tensor FC weights;
 - biases: int32, zero point 0, scale = input scale * weight scale (per channel);
-- outputs the int8 spec fixes (``fixed_output``, e.g. scale 1/256, zero point -128) get that;
+- outputs the int8 spec fixes (``fixed_output``, e.g. scale 1/256, zero point -128) get that,
+  requantized where they join wider tensors (:mod:`libnpu.compiler.grid_joins`);
 - ops that move data without rescaling (``same_scale``: pools, reshapes, ...) share one
   scale/zero point between inputs and output.
 Each operator declares its rule in ``compiler.ops``. Activation ranges come from the

@@ -66,10 +66,11 @@ def _int8_with_uint8_edges(out_scale: float, out_zp: int) -> bytes:
     """uint8 input -> QUANTIZE -> int8 FULLY_CONNECTED -> QUANTIZE -> uint8 output, as
     TensorFlow's converter gives an int8 model uint8 inputs and outputs."""
     rng = np.random.default_rng(9)
-    t = [TensorSpec((1, 8), np.uint8, [0.05], [131], name="x"), TensorSpec((1, 8), np.int8, [0.05], [3], name="x8"),
-         TensorSpec((4, 8), np.int8, [0.02], [0], data=rng.integers(-127, 128, (4, 8)), name="w"),
-         TensorSpec((1, 4), np.int8, [0.1], [-5], name="y8"),
-         TensorSpec((1, 4), np.uint8, [out_scale], [out_zp], name="y")]
+    t = [TensorSpec((1, 256), np.uint8, [0.05], [131], name="x"),
+         TensorSpec((1, 256), np.int8, [0.05], [3], name="x8"),
+         TensorSpec((64, 256), np.int8, [0.002], [0], data=rng.integers(-127, 128, (64, 256)), name="w"),
+         TensorSpec((1, 64), np.int8, [0.1], [-5], name="y8"),
+         TensorSpec((1, 64), np.uint8, [out_scale], [out_zp], name="y")]
     ops = [OpSpec(OP.QUANTIZE, [0], [1]), OpSpec(OP.FULLY_CONNECTED, [1, 2, -1], [3]), OpSpec(OP.QUANTIZE, [3], [4])]
     return build_model(t, ops, [0], [4])
 
@@ -81,10 +82,11 @@ def test_uint8_edges_of_an_int8_model_run_on_the_chip_byte_exact(mem):
                                                               ("QUANTIZE", NPU)]
     loadable = compile_model(model)
     assert not loadable.host_steps
-    x = np.arange(0, 256, 32, dtype=np.uint8).reshape(1, 8)
+    x = np.random.default_rng(10).permutation(256).astype(np.uint8).reshape(1, 256)    # every input byte
     (got,) = run_loadable(mem, loadable, [x])
     (want,) = run_reference(model, x)
     assert got.dtype == np.uint8 and np.array_equal(got, want)
+    assert len(np.unique(want)) > 16                                                    # many output bytes
 
 
 def test_uint8_requantization_that_rescales_says_why_it_stays_on_the_cpu():
