@@ -145,8 +145,10 @@ def _lower_all(graph: Graph) -> None:
 
 
 Feed = Mapping[str, np.ndarray] | Sequence[np.ndarray]
-#: Feeds of the calibration data the placement runs the float model on (the first ones).
-_PLACEMENT_FEEDS = 2
+#: Feeds of the calibration data the placement runs the float model on (the first ones):
+#: one, as every tensor's values are kept while the ops are judged (a 640x640 detector's
+#: take about a gigabyte, as one calibration run does).
+_PLACEMENT_FEEDS = 1
 
 
 def _model_values(graph: Graph, dataset: Iterable[Feed] | None) -> list[dict[str, np.ndarray]] | None:
