@@ -172,9 +172,11 @@ def _refusal(graph: Graph, op: Op, quantized: bool, values: list[dict[str, np.nd
     if not lowerable(op.type) and quantized:
         return f"the chip has no int8 kernel for {op.type}"
     sub = _single_op_graph(graph, op)
+    feeds = None
+    if values is not None and all(n in run for run in values for n in sub.inputs):
+        feeds = [{n: run[n] for n in sub.inputs} for run in values]
     try:
         if not quantized:
-            feeds = None if values is None else [{n: run[n] for n in sub.inputs} for run in values]
             sub = quantize_model(sub, feeds, random_count=2)
         _lower_all(sub)
     except NonFiniteValuesError:     # the data's doing, not the chip's: judged by its type

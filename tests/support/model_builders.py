@@ -262,6 +262,13 @@ def concat_of_sigmoid(other: str = "Mul", seed: int = 10) -> onnx.ModelProto:
     return b.model("concat_of_sigmoid", {"x": [1, 8]}, {"y": [1, 16]})
 
 
+def unary(op: str) -> onnx.ModelProto:
+    """One ONNX node ``op`` of one input (default attributes). Input [1, 8]."""
+    b = _Builder(0)
+    b.node(op, ["x"], "y")
+    return b.model(f"unary_{op}", {"x": [1, 8]}, {"y": [1, 8]})
+
+
 def yolo_head(seed: int = 11) -> onnx.ModelProto:
     """A YOLO-style detection head: a trunk conv, box regression in pixels (a conv scaled to
     hundreds) and class scores (conv, Sigmoid) concatenated on the channels, flattened to

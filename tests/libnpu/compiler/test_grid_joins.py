@@ -69,9 +69,11 @@ def test_yolo_style_head_keeps_its_boxes(litert):
         assert np.abs(got[:, 4:] - want[:, 4:]).max() <= 0.01 * (want.max() - want.min())
 
 
-def test_sigmoid_reference_of_large_logits_is_quiet_and_exact():
-    # Its exp(-x) overflowed below x = -88: a RuntimeWarning printed during compiles.
-    model = builders.concat_of_sigmoid("Mul")
+@pytest.mark.parametrize("op", ["Sigmoid", "Elu"])
+def test_float_references_of_large_inputs_are_quiet_and_exact(op):
+    # Sigmoid's exp(-x) overflowed below x = -88 (a RuntimeWarning printed during compiles),
+    # ELU's expm1(x) above 88 (computed for the positive inputs it then dropped).
+    model = builders.unary(op)
     x = np.array([[-1000, -100, -88.8, -20, 0, 20, 100, 1000]], np.float32)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
