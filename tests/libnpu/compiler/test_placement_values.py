@@ -4,6 +4,8 @@ float LiteRT, int8 ones byte for byte against LiteRT's reference kernels, on the
 job executor."""
 from __future__ import annotations
 
+import shutil
+
 import numpy as np
 import pytest
 import tflite
@@ -89,9 +91,33 @@ def test_uint8_edges_of_an_int8_model_run_on_the_chip_byte_exact(mem):
     assert len(np.unique(want)) > 16                                                    # many output bytes
 
 
+@pytest.mark.skipif(not shutil.which("gcc"), reason="gcc not installed (the delegate's library)")
+def test_uint8_edges_of_an_int8_model_run_on_the_chip_through_the_delegate(npu, tmp_path, capfd):
+    litert = pytest.importorskip("ai_edge_litert.interpreter")
+    from libnpu.delegate import library_path
+    model = _int8_with_uint8_edges(0.1, 123)
+    delegate = litert.load_delegate(str(library_path()), {"devroot": str(npu.devroot), "verbose": "true",
+                                                          "cache_dir": str(tmp_path)})
+    kw = {"experimental_op_resolver_type": litert.OpResolverType.BUILTIN_REF}
+    delegated = litert.Interpreter(model_content=model, experimental_delegates=[delegate], **kw)
+    assert "3 of 3 nodes on the NPU" in capfd.readouterr().err
+    x = np.random.default_rng(11).permutation(256).astype(np.uint8).reshape(1, 256)
+    delegated.allocate_tensors()
+    delegated.set_tensor(delegated.get_input_details()[0]["index"], x)
+    delegated.invoke()
+    got = delegated.get_tensor(delegated.get_output_details()[0]["index"])
+    assert got.dtype == np.uint8 and np.array_equal(got, run_reference(model, x)[0])
+    del delegated, delegate
+
+
 def test_uint8_requantization_that_rescales_says_why_it_stays_on_the_cpu():
     placements = place_model(_int8_with_uint8_edges(0.07, 120))
     assert [p.device for p in placements] == [NPU, NPU, CPU]
     assert placements[2].reason == ("the chip converts between int8 and uint8 only at one scale with zero points "
                                     "128 apart (a sign-bit flip); this one rescales (scale 0.1, zero point -5 -> "
                                     "scale 0.07, zero point 120)")
+    # A uint8 model (no int8 side) is not the chip's, and not for want of quantization.
+    uint8_only = build_model([TensorSpec((1, 8), np.uint8, [0.05], [131]), TensorSpec((1, 8), np.uint8, [0.1], [3])],
+                             [OpSpec(OP.QUANTIZE, [0], [1])], [0], [1])
+    (placement,) = place_model(uint8_only)
+    assert placement.device == CPU and "uint8 only at an int8 model's edges" in placement.reason
