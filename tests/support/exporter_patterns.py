@@ -24,7 +24,9 @@ def _dim(b: _Builder, x: str, axis: int, out: str) -> str:
     return b.node("Gather", [f"{out}_shape", b.const(f"{out}_axis", np.int64(axis))], out, axis=0)
 
 
-def _unsqueeze0(b: _Builder, x: str) -> str:
+def _unsqueeze0(b: _Builder, x: str, opset: int = 13) -> str:
+    if opset < 13:    # axes an attribute until opset 13
+        return b.node("Unsqueeze", [x], f"{x}_1d", axes=[0])
     return b.node("Unsqueeze", [x, b.const(f"{x}_ax0", _i64(0))], f"{x}_1d")
 
 
@@ -53,9 +55,10 @@ def torch_pad_paddings(b: _Builder, x: str, pad: str, out: str) -> str:
 
 
 def torch_pad_to_multiple(seed: int = 20, shape: tuple[int, int, int, int] = (1, 3, 10, 13),
-                          multiple: int = 8) -> onnx.ModelProto:
+                          multiple: int = 8, opset: int = 13) -> onnx.ModelProto:
     """``F.pad(x, (0, pw, 0, ph))`` with ``ph, pw`` rounding H and W up to ``multiple``
-    (as OCR detectors pad their input), then a Conv. Output ``[1, 4, H', W']``."""
+    (as OCR detectors pad their input), then a Conv. Output ``[1, 4, H', W']``; ``opset``
+    11 or 12 writes Unsqueeze's axes as an attribute."""
     b = _Builder(seed)
     n = b.node
     m = b.const("mult", np.int64(multiple))
@@ -65,14 +68,14 @@ def torch_pad_to_multiple(seed: int = 20, shape: tuple[int, int, int, int] = (1,
         n("Mod", [d, m], f"r{axis}")
         n("Sub", [m, f"r{axis}"], f"s{axis}")
         n("Mod", [f"s{axis}", m], f"p{axis}")
-        extra.append(_unsqueeze0(b, f"p{axis}"))
+        extra.append(_unsqueeze0(b, f"p{axis}", opset))
     zero = b.const("z1", _i64(0))
     n("Concat", [zero, extra[0], zero, extra[1]], "pad", axis=0)
     torch_pad_paddings(b, "x", "pad", "pads")
     n("Pad", ["x", "pads", b.const("pad_value", np.float32(0))], "xp", mode="constant")
     n("Conv", ["xp", b.weight("w", 4, shape[1], 3, 3), b.weight("bias", 4, scale=.1)], "y", pads=[1, 1, 1, 1])
     up = [-(-s // multiple) * multiple for s in shape[2:]]
-    return b.model("torch_pad", {"x": list(shape)}, {"y": [shape[0], 4, *up]})
+    return b.model("torch_pad", {"x": list(shape)}, {"y": [shape[0], 4, *up]}, opset=opset)
 
 
 def _make_anchors(b: _Builder, feat: str, stride: float, i: int) -> tuple[str, str]:

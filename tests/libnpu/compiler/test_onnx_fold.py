@@ -66,6 +66,15 @@ def test_torch_pad_compiles_with_no_cpu_op_and_matches_onnxruntime(npu, tmp_path
         compiled.close()
 
 
+@pytest.mark.parametrize("opset", [11, 12])
+def test_torch_pad_at_older_opsets(opset) -> None:
+    """Each node is evaluated at the model's opset: Unsqueeze's axes attribute (opset < 13,
+    tf2onnx's and older torch exports) folds as well."""
+    model = patterns.torch_pad_to_multiple(opset=opset)
+    assert import_onnx(model).op_counts() == {"TRANSPOSE": 2, "PAD": 1, "CONV_2D": 1}
+    _float_matches_ort(model, np.random.default_rng(9).uniform(-1, 1, (1, 3, 10, 13)).astype(np.float32))
+
+
 def test_yolov8_head_keeps_no_constant_op_on_the_cpu() -> None:
     """Anchors and strides from Shape / Range / Expand / ConstantOfShape arithmetic fold
     into constants: every node runs on the NPU or nowhere (9 constant ops on the CPU in 7
