@@ -18,7 +18,8 @@ such node reaches the chip or the CPU. Repeated until nothing changes:
 
 Then nodes no output depends on and initializers nothing reads are dropped. A node that
 needs a free dimension stays as it is (the importer then says which shape is dynamic),
-as does one the evaluator cannot run (no implementation, or a random operator).
+as does one the evaluator cannot run (no implementation, or a random operator) and one
+whose output inference makes larger than :data:`MAX_FOLDED_ELEMENTS`.
 
 Declared shapes are checked as onnxruntime checks them: an output or ``value_info``
 shape that disagrees with shape inference gives an :class:`ONNXShapeWarning` and the
@@ -39,7 +40,7 @@ import onnx
 from onnx import numpy_helper, shape_inference
 from onnx.reference import ReferenceEvaluator
 
-__all__ = ["ONNXShapeWarning", "SourceIndex", "fold_onnx"]
+__all__ = ["MAX_FOLDED_ELEMENTS", "ONNXShapeWarning", "SourceIndex", "fold_onnx"]
 
 # Node outputs -> (index of the source node in the file, its op type): how the importer
 # names a node after folding (an If's inlined nodes keep the If's index).
@@ -52,6 +53,11 @@ _NEVER_EVALUATED = frozenset({
     "If", "Loop", "Scan", "SequenceConstruct", "SequenceEmpty", "SequenceInsert", "SequenceErase",
     "SequenceAt", "SequenceLength", "SplitToSequence", "ConcatFromSequence", "Optional", "OptionalGetElement",
     "OptionalHasElement"})
+
+# A folded tensor's size limit (256 MiB of float32): a model's own numbers (ConstantOfShape's
+# shape, Expand's, Range's limit) say how much the import would allocate; past this the
+# node stays, for the importer to refuse or the host to run.
+MAX_FOLDED_ELEMENTS = 1 << 26
 
 
 class ONNXShapeWarning(UserWarning):
@@ -145,6 +151,8 @@ def _evaluate(node: onnx.NodeProto, consts: dict[str, np.ndarray], static: dict[
         attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
         return [np.array(shape[attrs.get("start", 0):attrs.get("end")], np.int64)]
     if not all(i in consts for i in node.input if i):
+        return None
+    if any(int(np.prod(static[o], dtype=np.float64)) > MAX_FOLDED_ELEMENTS for o in node.output if o in static):
         return None
     if node.op_type == "Constant" and [a.name for a in node.attribute] == ["value"]:
         return [numpy_helper.to_array(node.attribute[0].t)]   # what exporters write most: no evaluator needed

@@ -13,7 +13,7 @@ import libnpu
 from libnpu.compiler.float_ref import run_float
 from libnpu.compiler.ir import Graph
 from libnpu.compiler.onnx_fold import ONNXShapeWarning, fold_onnx
-from libnpu.compiler.onnx_import import import_onnx, import_onnx_sources
+from libnpu.compiler.onnx_import import ONNXImportError, import_onnx, import_onnx_sources
 from libnpu.compiler.placement import NPU, plan_placement
 from tests.support import exporter_patterns as patterns
 from tests.support.model_builders import _Builder
@@ -149,3 +149,19 @@ def test_a_free_dim_leaves_its_shape_arithmetic_unfolded() -> None:
     folded, _ = fold_onnx(model)
     assert [n.op_type for n in folded.graph.node] == ["Shape", "Reshape", "Mul"]
     assert import_onnx(model).op_counts() == {"RESHAPE": 1, "MUL": 1}
+
+
+def test_a_huge_constant_is_not_folded() -> None:
+    """A model's ConstantOfShape of 8192 x 8193 floats (268 MB; a few more digits and the
+    import would exhaust memory) is left for the importer, which refuses it by name."""
+    b = _Builder(32)
+    cos = h.make_node("ConstantOfShape", [b.const("big", np.array([8192, 8193], np.int64))], ["zeros"],
+                      value=h.make_tensor("v", TensorProto.FLOAT, [1], [0.0]))
+    b.nodes.append(cos)
+    b.node("ReduceMax", ["zeros"], "m", keepdims=0)
+    b.node("Add", ["x", "m"], "y")
+    model = b.model("huge", {"x": [1, 4]}, {"y": [1, 4]})
+    folded, _ = fold_onnx(model)
+    assert [n.op_type for n in folded.graph.node] == ["ConstantOfShape", "ReduceMax", "Add"]
+    with pytest.raises(ONNXImportError, match="ConstantOfShape"):
+        import_onnx(model)
