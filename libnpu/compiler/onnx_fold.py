@@ -115,11 +115,15 @@ def _static_shapes(model: onnx.ModelProto) -> dict[str, tuple[int, ...]]:
 
 def _fold_pass(graph: onnx.GraphProto, consts: dict[str, np.ndarray], static: dict[str, tuple[int, ...]],
                opset: int) -> bool:
-    """One pass in file order: evaluate what can be, resolve constant Wheres."""
+    """One pass in file order: evaluate what can be, resolve constant Wheres. A node
+    reading a value folded in this pass whose output size inference did not know waits
+    for the next pass (inference then knows it, for the size limit)."""
     kept: list[onnx.NodeProto] = []
     changed = False
+    fresh: set[str] = set()
     for node in graph.node:
-        values = _evaluate(node, consts, static, opset)
+        unsized = any(o not in static for o in node.output if o)
+        values = None if unsized and fresh.intersection(node.input) else _evaluate(node, consts, static, opset)
         if values is None:
             where = _constant_where(node, consts, static)
             kept.append(where or node)
@@ -129,6 +133,7 @@ def _fold_pass(graph: onnx.GraphProto, consts: dict[str, np.ndarray], static: di
             if out:
                 graph.initializer.append(numpy_helper.from_array(value, out))
                 consts[out] = value
+                fresh.add(out)
         changed = True
     if changed:
         del graph.node[:]
