@@ -253,14 +253,18 @@ def _branch_nodes(graph: onnx.GraphProto, consts: dict[str, np.ndarray], if_node
 
 
 def _rename_refs(node: onnx.NodeProto, rename: dict[str, str]) -> None:
-    """Rename the values ``node`` reads, in its subgraphs too (they may read the branch's)."""
+    """Rename the values ``node`` reads, in its subgraphs too (they may read the branch's),
+    but not a name a subgraph defines again (it shadows the branch's there)."""
     node.input[:] = [rename.get(i, i) for i in node.input]
     for attr in node.attribute:
         for sub in [attr.g] if attr.HasField("g") else list(attr.graphs):
+            own = {i.name for i in sub.initializer} | {i.name for i in sub.input} | \
+                {o for n in sub.node for o in n.output}
+            visible = {k: v for k, v in rename.items() if k not in own}
             for inner in sub.node:
-                _rename_refs(inner, rename)
+                _rename_refs(inner, visible)
             for vi in sub.output:
-                vi.name = rename.get(vi.name, vi.name)
+                vi.name = visible.get(vi.name, vi.name)
 
 
 def _all_names(graph: onnx.GraphProto) -> set[str]:

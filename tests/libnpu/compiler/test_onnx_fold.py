@@ -167,3 +167,31 @@ def test_a_huge_constant_is_not_folded() -> None:
     assert [n.op_type for n in folded.graph.node] == ["ConstantOfShape", "ReduceMax", "Add"]
     with pytest.raises(ONNXImportError, match="ConstantOfShape"):
         import_onnx(model)
+
+
+def _branch(nodes: list[onnx.NodeProto], outputs: list[str], consts: dict[str, float]) -> onnx.GraphProto:
+    return h.make_graph(nodes, "branch", [], [h.make_tensor_value_info(o, TensorProto.FLOAT, None) for o in outputs],
+                        [onnx.numpy_helper.from_array(np.float32(v), k) for k, v in consts.items()])
+
+
+def test_nested_ifs_are_inlined_with_their_own_names() -> None:
+    """An If in the branch taken is inlined in its turn; a name the inner branch defines
+    again ("t") is the inner one there, the outer branch's elsewhere."""
+    inner = h.make_node("If", ["c"], ["u"], then_branch=_branch([h.make_node("Mul", ["x", "k2"], ["t"])], ["t"],
+                                                                {"k2": 3.0}),
+                        else_branch=_branch([h.make_node("Neg", ["x"], ["t2"])], ["t2"], {}))
+    outer_then = _branch([h.make_node("Shape", ["x"], ["s"]), h.make_node("Size", ["s"], ["r"]),
+                          h.make_node("Equal", ["r", "four"], ["c"]), inner,
+                          h.make_node("Add", ["u", "k"], ["t"])], ["t", "u"], {"k": 0.5})
+    outer_then.initializer.append(onnx.numpy_helper.from_array(np.int64(4), "four"))
+    b = _Builder(33)
+    b.node("Shape", ["x"], "shp")
+    b.node("ReduceSum", ["shp"], "total", keepdims=0)
+    b.node("Greater", ["total", b.const("zero", np.int64(0))], "cond")
+    b.nodes.append(h.make_node("If", ["cond"], ["a", "b"], then_branch=outer_then,
+                               else_branch=_branch([h.make_node("Identity", ["x"], ["e"])], ["e", "e"], {})))
+    b.node("Add", ["a", "b"], "y")
+    model = b.model("nested_if", {"x": [1, 2, 3, 3]}, {"y": [1, 2, 3, 3]})
+    assert import_onnx(model).op_counts() == {"MUL": 1, "ADD": 2}
+    assert _cpu(model) == []
+    _float_matches_ort(model, np.random.default_rng(10).standard_normal((1, 2, 3, 3)).astype(np.float32))
