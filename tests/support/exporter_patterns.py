@@ -186,12 +186,15 @@ def if_on_shape(seed: int = 22) -> onnx.ModelProto:
 
 
 def declared_output_mismatch() -> onnx.ModelProto:
-    """A model exported with batch 2 whose input's batch is free (pinned to 1 at import)
-    and whose output still declares 2: what onnxruntime runs with a warning."""
+    """A model exported with batch 2 whose input's batch is free (fixed to 1 at import)
+    and whose output and intermediate ``value_info`` still declare 2: what onnxruntime
+    runs with a warning."""
     b = _Builder(23)
-    b.node("Relu", ["x"], "y")
+    b.node("Relu", ["x"], "r")
+    b.node("Sigmoid", ["r"], "y")
     g = h.make_graph(b.nodes, "mismatch", [h.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 4])],
-                     [h.make_tensor_value_info("y", TensorProto.FLOAT, [2, 4])])
+                     [h.make_tensor_value_info("y", TensorProto.FLOAT, [2, 4])],
+                     value_info=[h.make_tensor_value_info("r", TensorProto.FLOAT, [2, 4])])
     m = h.make_model(g, opset_imports=[h.make_opsetid("", 13)])
     m.ir_version = 8
     return m
