@@ -162,15 +162,15 @@ def _evaluate(node: onnx.NodeProto, consts: dict[str, np.ndarray], static: dict[
     if node.op_type == "Constant" and [a.name for a in node.attribute] == ["value"]:
         return [numpy_helper.to_array(node.attribute[0].t)]   # what exporters write most: no evaluator needed
     feeds = {i: consts[i] for i in node.input if i}
-    # a one-node model, not the node alone: the evaluator then takes the operator's version
-    # of the model's opset (a NodeProto alone gets the newest: Unsqueeze's axes attribute refused)
-    graph = onnx.helper.make_graph(
-        [node], "fold", [onnx.helper.make_tensor_value_info(i, onnx.helper.np_dtype_to_tensor_dtype(v.dtype), v.shape)
-                         for i, v in feeds.items()], [onnx.ValueInfoProto(name=o) for o in node.output if o])
     try:
+        # a one-node model, not the node alone: the evaluator then takes the operator's version
+        # of the model's opset (a NodeProto alone gets the newest: Unsqueeze's axes attribute refused)
+        inputs = [onnx.helper.make_tensor_value_info(i, onnx.helper.np_dtype_to_tensor_dtype(v.dtype), v.shape)
+                  for i, v in feeds.items()]
+        graph = onnx.helper.make_graph([node], "fold", inputs, [onnx.ValueInfoProto(name=o) for o in node.output if o])
         model = onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", opset)])
         values = ReferenceEvaluator(model).run(None, feeds)
-    except Exception:  # noqa: BLE001 - no implementation or an op it refuses: the node stays for the importer
+    except Exception:  # noqa: BLE001 - no implementation, a type or an op it refuses: the node stays for the importer
         return None
     values = [np.asarray(v) for v in values]
     if any(v.dtype == object for v in values):
