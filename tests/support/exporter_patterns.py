@@ -1,5 +1,6 @@
 """ONNX graphs built with ``onnx.helper`` the way PyTorch's exporter writes them (no torch
-needed): ``F.pad`` whose pads come from shape arithmetic, a YOLOv8-style detection head
+needed): ``F.pad`` whose pads come from shape arithmetic, ``F.interpolate`` whose output
+size does, a YOLOv8-style detection head
 whose anchors and strides come from Shape / Range / Expand arithmetic, an ``If`` on a
 shape test, and a declared output shape that disagrees with inference."""
 from __future__ import annotations
@@ -76,6 +77,25 @@ def torch_pad_to_multiple(seed: int = 20, shape: tuple[int, int, int, int] = (1,
     n("Conv", ["xp", b.weight("w", 4, shape[1], 3, 3), b.weight("bias", 4, scale=.1)], "y", pads=[1, 1, 1, 1])
     up = [-(-s // multiple) * multiple for s in shape[2:]]
     return b.model("torch_pad", {"x": list(shape)}, {"y": [shape[0], 4, *up]}, opset=opset)
+
+
+def torch_interpolate(seed: int = 24, shape: tuple[int, int, int, int] = (1, 3, 5, 6)) -> onnx.ModelProto:
+    """``F.interpolate(x, scale_factor=2, recompute_scale_factor=True)`` as traced: the
+    output size ``floor(H * 2), floor(W * 2)`` from Shape -> Slice -> Cast -> Mul -> Floor
+    -> Cast, concatenated with N, C into Resize's ``sizes``. Output ``[N, C, 2H, 2W]``."""
+    b = _Builder(seed)
+    n = b.node
+    n("Shape", ["x"], "s")
+    n("Slice", ["s", b.const("st0", _i64(0)), b.const("en2", _i64(2))], "nc")
+    n("Slice", ["s", b.const("st2", _i64(2)), b.const("en4", _i64(4))], "hw")
+    n("Cast", ["hw"], "hwf", to=TensorProto.FLOAT)
+    n("Mul", ["hwf", b.const("scale", np.array([2, 2], np.float32))], "hw2")
+    n("Floor", ["hw2"], "hw2f")
+    n("Cast", ["hw2f"], "hw2i", to=TensorProto.INT64)
+    n("Concat", ["nc", "hw2i"], "sizes", axis=0)
+    n("Resize", ["x", "", "", "sizes"], "y", mode="nearest", coordinate_transformation_mode="asymmetric",
+      nearest_mode="floor")
+    return b.model("torch_interpolate", {"x": list(shape)}, {"y": [*shape[:2], 2 * shape[2], 2 * shape[3]]})
 
 
 def _make_anchors(b: _Builder, feat: str, stride: float, i: int) -> tuple[str, str]:

@@ -75,6 +75,15 @@ def test_torch_pad_at_older_opsets(opset) -> None:
     _float_matches_ort(model, np.random.default_rng(9).uniform(-1, 1, (1, 3, 10, 13)).astype(np.float32))
 
 
+def test_torch_interpolate_size_from_shape_is_one_resize() -> None:
+    """Resize's ``sizes`` from Shape -> Slice -> Cast -> Mul -> Floor -> Cast -> Concat
+    ("unsupported op Floor" before): one nearest-neighbour resize on the chip."""
+    model = patterns.torch_interpolate()
+    assert import_onnx(model).op_counts() == {"TRANSPOSE": 2, "RESIZE_NEAREST_NEIGHBOR": 1}
+    assert _cpu(model) == []
+    _float_matches_ort(model, np.random.default_rng(11).standard_normal((1, 3, 5, 6)).astype(np.float32))
+
+
 def test_yolov8_head_keeps_no_constant_op_on_the_cpu() -> None:
     """Anchors and strides from Shape / Range / Expand / ConstantOfShape arithmetic fold
     into constants: every node runs on the NPU or nowhere (9 constant ops on the CPU in 7
