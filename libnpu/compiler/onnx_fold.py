@@ -93,10 +93,24 @@ def _dims(vi: onnx.ValueInfoProto) -> tuple[int | None, ...] | None:
 
 
 def _infer(model: onnx.ModelProto) -> onnx.ModelProto | None:
+    """Shape inference from the inputs alone: declared output and value_info shapes set
+    aside while it runs (a stale one, e.g. the exported batch, would be taken as true and
+    folded into the graph), back in ``model`` after."""
+    graph = model.graph
+    value_info = list(graph.value_info)
+    outputs = [onnx.ValueInfoProto() for _ in graph.output]
+    for saved, vi in zip(outputs, graph.output):
+        saved.CopyFrom(vi)
+        vi.type.tensor_type.ClearField("shape")
+    del graph.value_info[:]
     try:
         return shape_inference.infer_shapes(model, strict_mode=False, data_prop=True)
     except Exception:  # noqa: BLE001 - onnx raises its own error types; the importer's strict pass reports them
         return None
+    finally:
+        graph.value_info.extend(value_info)
+        for saved, vi in zip(outputs, graph.output):
+            vi.CopyFrom(saved)
 
 
 def _static_shapes(model: onnx.ModelProto) -> dict[str, tuple[int, ...]]:
@@ -316,27 +330,33 @@ def _conflict(declared: tuple[int | None, ...], inferred: tuple[int | None, ...]
 
 def _use_inferred_shapes(model: onnx.ModelProto, name: str) -> None:
     """Declared output and value_info shapes that inference contradicts give way to it,
-    with a warning each (onnxruntime's lenient merge); the others stay."""
+    with a warning each (onnxruntime's lenient merge), the others stay; value_info of
+    what folding made constant goes. A value_info contradicted only because a value it
+    is computed from was (propagated by an earlier inference) changes without a warning
+    of its own: the warning names where the disagreement starts."""
     graph = model.graph
-    declared = {vi.name: vi for vi in [*graph.output, *graph.value_info] if _dims(vi) is not None}
-    if not declared:
-        return
-    probe = onnx.ModelProto()
-    probe.CopyFrom(model)
-    del probe.graph.value_info[:]
-    for vi in probe.graph.output:
-        vi.type.tensor_type.ClearField("shape")
-    inferred = _infer(probe)
+    consts = {i.name for i in graph.initializer}
+    kept = [vi for vi in graph.value_info if vi.name not in consts]
+    del graph.value_info[:]
+    graph.value_info.extend(kept)
+    inferred = _infer(model)
     if inferred is None:
         return
     found = {vi.name: vi for vi in [*inferred.graph.value_info, *inferred.graph.output] if _dims(vi) is not None}
-    for value, vi in declared.items():
-        dims, seen = _dims(vi), _dims(found[value]) if value in found else None
-        if dims is None or seen is None or not _conflict(dims, seen):
-            continue
-        kind = "output" if any(o.name == value for o in graph.output) else "value_info"
-        warnings.warn(f"{name}: {kind} {value!r} is declared {_text(dims)} but its inputs make it {_text(seen)}; "
-                      "using the inferred shape (as onnxruntime does)", ONNXShapeWarning, stacklevel=2)
+    conflicts: dict[str, tuple[onnx.ValueInfoProto, tuple[int | None, ...], tuple[int | None, ...]]] = {}
+    for vi in [*graph.output, *graph.value_info]:
+        dims, seen = _dims(vi), _dims(found[vi.name]) if vi.name in found else None
+        if dims is not None and seen is not None and _conflict(dims, seen):
+            conflicts[vi.name] = (vi, dims, seen)
+    producers = {o: n for n in graph.node for o in n.output}
+    outputs = {o.name for o in graph.output}
+    for value, (vi, dims, seen) in conflicts.items():
+        derived = value in producers and any(i in conflicts for i in producers[value].input)
+        if value in outputs or not derived:
+            kind = "output" if value in outputs else "value_info"
+            warnings.warn(f"{name}: {kind} {value!r} is declared {_text(dims)} but its inputs make it "
+                          f"{_text(seen)}; using the inferred shape (as onnxruntime does)", ONNXShapeWarning,
+                          stacklevel=2)
         vi.type.tensor_type.shape.CopyFrom(found[value].type.tensor_type.shape)
 
 

@@ -208,10 +208,15 @@ def if_on_shape(seed: int = 22) -> onnx.ModelProto:
 def declared_output_mismatch() -> onnx.ModelProto:
     """A model exported with batch 2 whose input's batch is free (fixed to 1 at import)
     and whose output and intermediate ``value_info`` still declare 2: what onnxruntime
-    runs with a warning."""
+    runs with a warning. ``r + ConstantOfShape(Shape(r), 0.5)``: folding must take r's
+    shape from its input, not from the stale declaration."""
     b = _Builder(23)
     b.node("Relu", ["x"], "r")
-    b.node("Sigmoid", ["r"], "y")
+    b.node("Shape", ["r"], "rs")
+    b.nodes.append(h.make_node("ConstantOfShape", ["rs"], ["half"], value=h.make_tensor("v", TensorProto.FLOAT,
+                                                                                        [1], [0.5])))
+    b.node("Add", ["r", "half"], "a")
+    b.node("Sigmoid", ["a"], "y")
     g = h.make_graph(b.nodes, "mismatch", [h.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 4])],
                      [h.make_tensor_value_info("y", TensorProto.FLOAT, [2, 4])],
                      value_info=[h.make_tensor_value_info("r", TensorProto.FLOAT, [2, 4])])
