@@ -26,6 +26,7 @@ from . import registry
 from .input_shapes import InputShapes, fix_onnx_inputs
 from .integer_inputs import INTEGER_INPUTS, refuse_integer_operands
 from .ir import Graph, IRError, Op, SourceOp, Tensor, require_data, same_pads
+from .onnx_fold import fold_onnx
 
 __all__ = ["ONNXImportError", "import_onnx", "import_onnx_sources", "load_onnx", "pads_2d", "binary", "unary",
            "squeeze_leading", "TO_NHWC", "TO_NCHW", "AXIS_TO_NHWC"]
@@ -48,11 +49,11 @@ class _Importer:
                  fallback: bool = False, force_host: Mapping[int, str] | None = None) -> None:
         model = onnx.ModelProto.FromString(model.SerializeToString())
         self.fallback, self.force_host = fallback, dict(force_host or {})
-        # node index in the file, found again by the node's outputs after folding
-        self.origin = {tuple(n.output): (i, n.op_type) for i, n in enumerate(model.graph.node)}
         self.sources: list[SourceOp] = []
         model, _ = fix_onnx_inputs(model, input_shapes, name)   # free input dims given or refused, never guessed
-        model = _fold_constant_subgraphs(model, name)
+        # after the dims are fixed: folding needs static shapes. origin: node index in the
+        # file, found again by the node's outputs after folding
+        model, self.origin = fold_onnx(model, name)
         try:
             self.model = shape_inference.infer_shapes(model, strict_mode=True)
         except Exception as exc:  # onnx raises its own InferenceError types
@@ -146,12 +147,13 @@ class _Importer:
             if dtype != "float32":      # taken as it is: never quantized (libnpu.compiler.integer_inputs)
                 self.g.tensors[ir_name] = Tensor(ir_name, self.g.tensors[ir_name].shape, dtype)
             self.g.inputs.append(ir_name)
-        seen = set()
+        seen: dict[int, SourceOp] = {}
         for node in graph.node:
-            idx = self.origin.get(tuple(node.output), (len(self.origin), node.op_type))[0]
-            seen.add(idx)
-            source = SourceOp(idx, node.op_type)
-            self.sources.append(source)
+            idx, op_type = self.origin.get(tuple(node.output), (len(self.origin), node.op_type))
+            if idx not in seen:      # the nodes of an inlined If are that If's
+                seen[idx] = SourceOp(idx, op_type)
+                self.sources.append(seen[idx])
+            source = seen[idx]
             where = f"{node.op_type} node {idx} ({node.name or node.output[0]!r})"
             before = len(self.g.ops)
             try:
@@ -166,9 +168,9 @@ class _Importer:
                     self.env.pop(o, None)
                 source.reason = _reason(exc, where)
                 self.host_node(node, source, where)
-            source.ir_ops = self.g.ops[before:]
+            source.ir_ops += self.g.ops[before:]
         # nodes folded into constants at import time run nowhere
-        self.sources += [SourceOp(i, op) for i, op in self.origin.values() if i not in seen]
+        self.sources += [SourceOp(i, op) for i, op in dict(self.origin.values()).items() if i not in seen]
         self.sources.sort(key=lambda src: src.index)
         for vi in graph.output:
             if vi.name not in self.env:
@@ -291,96 +293,6 @@ def _constant(im: _Importer, node, attrs, where):
     if "value" not in attrs:
         raise ONNXImportError(f"{where}: only tensor-valued Constant nodes are supported")
     im.consts[node.output[0]] = numpy_helper.to_array(attrs["value"])
-
-
-def _fold_slice(ins, attrs):
-    data, starts, ends = ins[0], ins[1], ins[2]
-    axes = ins[3] if len(ins) > 3 and ins[3] is not None else range(len(starts))
-    steps = ins[4] if len(ins) > 4 and ins[4] is not None else [1] * len(starts)
-    index = [slice(None)] * data.ndim
-    for st, en, ax, sp in zip(starts, ends, axes, steps):
-        index[int(ax)] = slice(int(st), int(en), int(sp))
-    return data[tuple(index)]
-
-
-def _unsqueeze(ins, attrs):
-    axes = attrs.get("axes") if "axes" in attrs else ins[1]
-    out = ins[0]
-    rank = out.ndim + len(axes)
-    for ax in sorted(int(a) % rank for a in axes):
-        out = np.expand_dims(out, ax)
-    return out
-
-
-def _squeeze(ins, attrs):
-    axes = attrs.get("axes") if "axes" in attrs else (ins[1] if len(ins) > 1 else None)
-    return np.squeeze(ins[0], axis=None if axes is None else tuple(int(a) for a in axes))
-
-
-# Ops evaluated when all their inputs are constants (Shape only needs a static shape).
-_FOLDERS: dict[str, Callable] = {
-    "Shape": lambda ins, attrs: np.asarray(ins[0].shape, np.int64),
-    "Gather": lambda ins, attrs: np.take(ins[0], ins[1], axis=int(attrs.get("axis", 0))),
-    "Unsqueeze": _unsqueeze,
-    "Squeeze": _squeeze,
-    "Concat": lambda ins, attrs: np.concatenate([np.atleast_1d(i) for i in ins], axis=int(attrs["axis"])),
-    "Cast": lambda ins, attrs: ins[0].astype(onnx.helper.tensor_dtype_to_np_dtype(attrs["to"])),
-    "Add": lambda ins, attrs: ins[0] + ins[1],
-    "Sub": lambda ins, attrs: ins[0] - ins[1],
-    "Mul": lambda ins, attrs: ins[0] * ins[1],
-    "Div": lambda ins, attrs: (ins[0] // ins[1]) if ins[0].dtype.kind in "iu" else ins[0] / ins[1],
-    "Slice": _fold_slice,
-    "Reshape": lambda ins, attrs: ins[0].reshape([d if d != 0 else ins[0].shape[i]
-                                                  for i, d in enumerate(ins[1].tolist())]),
-    "Transpose": lambda ins, attrs: ins[0].transpose(attrs.get("perm")),
-    "Identity": lambda ins, attrs: ins[0],
-}
-
-
-def _fold_constant_subgraphs(model: onnx.ModelProto, name: str) -> onnx.ModelProto:
-    """Turn nodes computable at import time into initializers: Constant nodes, shape
-    arithmetic (Shape -> Gather -> Concat -> Reshape, as exporters write flatten) and
-    any foldable op whose inputs are all constants. Repeats until nothing changes, so
-    that shape inference afterwards sees every static shape."""
-    graph = model.graph
-    while True:
-        consts = {i.name: numpy_helper.to_array(i) for i in graph.initializer}
-        try:
-            inferred = shape_inference.infer_shapes(model)
-        except Exception as exc:
-            raise ONNXImportError(f"{name}: ONNX shape inference failed: {exc}") from exc
-        static: dict[str, tuple[int, ...]] = {}
-        for vi in list(inferred.graph.value_info) + list(inferred.graph.input):
-            tt = vi.type.tensor_type
-            if tt.HasField("shape") and all(d.HasField("dim_value") for d in tt.shape.dim):
-                static[vi.name] = tuple(d.dim_value for d in tt.shape.dim)
-        kept, changed = [], False
-        for node in graph.node:
-            attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
-            value = None
-            if node.op_type == "Constant" and "value" in attrs:
-                value = numpy_helper.to_array(attrs["value"])
-            elif node.op_type == "Shape" and (node.input[0] in static or node.input[0] in consts):
-                src = consts.get(node.input[0])
-                value = np.asarray(src.shape if src is not None else static[node.input[0]], np.int64)
-            elif node.op_type in _FOLDERS and node.op_type != "Shape" and \
-                    all(i in consts for i in node.input if i):
-                try:
-                    value = np.asarray(_FOLDERS[node.op_type]([consts[i] if i else None for i in node.input],
-                                                              attrs))
-                except (ValueError, IndexError, TypeError) as exc:
-                    raise ONNXImportError(f"{name}: cannot evaluate {node.op_type} node "
-                                          f"{node.name or node.output[0]!r} on constants: {exc}") from exc
-            if value is None or len(node.output) != 1:
-                kept.append(node)
-                continue
-            graph.initializer.append(numpy_helper.from_array(value, node.output[0]))
-            consts[node.output[0]] = value
-            changed = True
-        if not changed:
-            return model
-        del graph.node[:]
-        graph.node.extend(kept)
 
 
 # Nodes that produce no IR op: the importer resolves them to their input or a constant.
