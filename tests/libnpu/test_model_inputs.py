@@ -189,3 +189,32 @@ def test_a_bool_tensor_in_a_float_tflite_graph_is_not_quantized(npu):
             want = run_reference(model, x)[0]
             np.testing.assert_allclose(want, np.where(x == 0, 0, x * 2) + 1, rtol=1e-6)
             np.testing.assert_allclose(compiled.infer([x])[0], want, atol=4 / 255 * 1.5)
+
+
+def _rate_branch() -> onnx.ModelProto:
+    """Silero VAD's pattern: If(Equal(sr, 16000)) picks the branch for the sample rate, its
+    branches reading the outer input x."""
+    def branch(name: str, factor: float) -> onnx.GraphProto:
+        return helper.make_graph([helper.make_node("Mul", ["x", f"{name}_k"], [f"{name}_y"])], name, [],
+                                 [helper.make_tensor_value_info(f"{name}_y", TensorProto.FLOAT, [1, 16])],
+                                 [helper.make_tensor(f"{name}_k", TensorProto.FLOAT, [], [factor])])
+    nodes = [helper.make_node("Equal", ["sr", "rate"], ["is16k"]),
+             helper.make_node("If", ["is16k"], ["y"], then_branch=branch("at16k", 2.0),
+                              else_branch=branch("other", -3.0))]
+    graph = helper.make_graph(
+        nodes, "branch", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16]),
+                          helper.make_tensor_value_info("sr", TensorProto.INT64, [])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 16])],
+        [helper.make_tensor("rate", TensorProto.INT64, [], [16000])])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_a_frozen_rate_folds_the_if_it_drives(npu):
+    model = _rate_branch()
+    x = np.linspace(-1, 1, 16, dtype=np.float32)[None]
+    for rate in (16000, 8000):
+        loadable = compile_model(model.SerializeToString(), freeze_inputs={"sr": rate})
+        assert [t.name for t in loadable.inputs()] == ["x"] and not loadable.host_steps
+        with libnpu.load(loadable, devroot=npu.devroot) as compiled:
+            want = _ort(model, {"x": x, "sr": np.array(rate, np.int64)})[0]
+            np.testing.assert_allclose(compiled.infer([x])[0], want, atol=2 * np.abs(want).max() / 127)
