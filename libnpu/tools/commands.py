@@ -8,12 +8,12 @@ The heavy modules (compiler, LiteRT, benchmarks) are imported by the handler tha
 from __future__ import annotations
 
 import argparse
-import contextlib
+import atexit
 import json
 import os
+import shutil
 import sys
 import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -320,30 +320,21 @@ def _preprocessing(args: argparse.Namespace) -> dict[str, Any]:
     return {}
 
 
-def compile_(args: argparse.Namespace) -> int:
-    from .models import resolve
-    path = resolve(args.model)
-    if path.suffix == ".nlb":
-        raise UsageError(f"{path} is already a compiled loadable")
-    with _frozen(path, args.freeze_input) as path:
-        return _compile_file(args, path)
-
-
-@contextlib.contextmanager
-def _frozen(path: Path, texts: list[str]) -> Iterator[Path]:
-    """``path``, or with ``--freeze-input`` a copy of the model (same file name, in a
-    temporary directory) whose frozen inputs are constants: every stage after sees that model."""
+def _frozen(path: Path, texts: list[str]) -> Path:
+    """``path``, or with ``--freeze-input`` a copy of the model (same file name, in a temporary
+    directory removed when the process ends) whose frozen inputs are constants: every stage
+    after (shapes, calibration files, placement, the report) sees that model."""
     if not texts:
-        yield path
-        return
+        return path
     data, _ = freeze_model_inputs(path, None, parse_freeze_inputs(texts))
-    with tempfile.TemporaryDirectory(prefix="npu-frozen-") as folder:
-        frozen = Path(folder) / path.name
-        frozen.write_bytes(data)        # type: ignore[arg-type]   # a path given: bytes back
-        yield frozen
+    folder = Path(tempfile.mkdtemp(prefix="npu-frozen-"))
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
+    frozen = folder / path.name
+    frozen.write_bytes(data)        # type: ignore[arg-type]   # a path given: bytes back
+    return frozen
 
 
-def _compile_file(args: argparse.Namespace, path: Path) -> int:
+def compile_(args: argparse.Namespace) -> int:
     from .compile import (
         compile_model_file,
         export_int8_tflite,
@@ -352,7 +343,11 @@ def _compile_file(args: argparse.Namespace, path: Path) -> int:
         plan_report,
         quantization_report,
     )
-    from .models import load_calibration
+    from .models import load_calibration, resolve
+    path = resolve(args.model)
+    if path.suffix == ".nlb":
+        raise UsageError(f"{path} is already a compiled loadable")
+    path = _frozen(path, args.freeze_input)
     out = Path(args.output)
     if out.suffix not in (".nlb", ".tflite"):
         raise UsageError(f"{out}: the output is a loadable (.nlb) or an int8 model (.tflite)")
