@@ -9,9 +9,11 @@ carrying what the host needs to run it:
   operators (builtin code, options, custom options; a run of consecutive CPU operators
   makes one), run by LiteRT's own CPU kernels on the reference resolver
   (``BUILTIN_REF``), so an int8 model stays byte-exact;
-- ``kind="onnx"``: a one-node ONNX model, run by the compiler's numpy float reference
-  when the compiler imports the node (the chip only lacks a kernel for it), else by
-  onnxruntime's CPU kernels when onnxruntime is installed;
+- ``kind="onnx"``: an ONNX model of the nodes (a run of CPU nodes makes one,
+  :mod:`libnpu.compiler.host_groups`), run by the compiler's numpy float reference when
+  the compiler imports them all (the chip only lacks a kernel), else by onnxruntime's CPU
+  kernels (one session) when onnxruntime is installed; tensors keep their ONNX types
+  (an int64 index, a bool condition crosses the boundary as it is);
 - either kind, when its operator is a custom op (TFLite ``CUSTOM:<code>``) or an ONNX
   op type with a host implementation registered by :func:`register_host_op`: that
   Python function, on float values (a TFLite custom op without one runs on LiteRT's
@@ -203,12 +205,17 @@ class _FloatReferenceKernel(HostKernel):
         return [result[n] for n in self.graph.outputs]
 
 
+def _onnx_boundaries(values: Any) -> list[Boundary]:
+    import onnx
+    return [Boundary(onnx.helper.tensor_dtype_to_np_dtype(v.type.tensor_type.elem_type).name) for v in values]
+
+
 def _onnx_kernel(call: HostCall) -> HostKernel:
     import onnx
     model = onnx.load_model_from_string(call.model)
     node = model.graph.node[0]
     arity = (len([i for i in model.graph.input]), len(model.graph.output))
-    fn = host_op(call.op)
+    fn = host_op(call.op) if len(model.graph.node) == 1 else None
     if fn is not None:
         attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
         initializers = {i.name: onnx.numpy_helper.to_array(i) for i in model.graph.initializer}
@@ -221,7 +228,7 @@ def _onnx_kernel(call: HostCall) -> HostKernel:
     except IRError as exc:
         why = str(exc)
     try:
-        return _OnnxRuntimeKernel(call, arity)
+        return _OnnxRuntimeKernel(call, _onnx_boundaries(model.graph.input), _onnx_boundaries(model.graph.output))
     except ImportError:
         why += "; onnxruntime is not installed"
     raise HostOpError(f"{call.op} (node {call.source}) runs on the CPU, but the host has no implementation "
@@ -229,9 +236,9 @@ def _onnx_kernel(call: HostCall) -> HostKernel:
 
 
 class _OnnxRuntimeKernel(HostKernel):
-    """An ONNX node the compiler does not know: onnxruntime's CPU kernels, when installed."""
+    """ONNX nodes the compiler does not know: onnxruntime's CPU kernels, when installed."""
 
-    def __init__(self, call: HostCall, arity: tuple[int, int]) -> None:
+    def __init__(self, call: HostCall, inputs: list[Boundary], outputs: list[Boundary]) -> None:
         super().__init__(call)
         import onnxruntime  # type: ignore[import-untyped]
         try:
@@ -240,11 +247,11 @@ class _OnnxRuntimeKernel(HostKernel):
             raise HostOpError(f"{call.op} (node {call.source}): onnxruntime cannot run it: "
                               f"{str(exc).splitlines()[0]}") from exc
         self.names = [i.name for i in self.session.get_inputs()]
-        self.inputs = [FLOAT] * arity[0]
-        self.outputs = [FLOAT] * arity[1]
+        self.inputs, self.outputs = inputs, outputs
 
     def compute(self, values: list[np.ndarray]) -> list[np.ndarray]:
-        return [np.asarray(o, np.float32) for o in self.session.run(None, dict(zip(self.names, values)))]
+        feeds = {n: np.asarray(v, b.dtype) for n, v, b in zip(self.names, values, self.inputs)}
+        return [np.asarray(o) for o in self.session.run(None, feeds)]
 
 
 def _tflite_kernel(call: HostCall) -> HostKernel:
