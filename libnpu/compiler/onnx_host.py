@@ -12,8 +12,10 @@ Tensors the chip partitions exchange with a host call need static shapes (the me
 plan). Where ONNX shape inference cannot give one (operators of another domain, such as
 onnxruntime's ``com.microsoft`` DynamicQuantizeLSTM, or a Loop's outputs),
 :func:`probe_shapes` runs the model with onnxruntime on two different random inputs and
-takes the shapes both runs agree on; a shape that changes with the data (NonMaxSuppression,
-NonZero) is refused with a message saying so.
+tells the shapes that change with the data (NonZero, NonMaxSuppression). Such a tensor
+cannot cross between the chip and the host: the nodes reading it go to the CPU too, into
+the same host call, and a model where it still crosses (a graph output, or a chip
+operator needing it) is refused with a message saying so.
 """
 from __future__ import annotations
 
@@ -64,10 +66,11 @@ def group_model(nodes: Sequence[onnx.NodeProto], inputs: Mapping[str, TensorType
     return model.SerializeToString()
 
 
-def probe_shapes(model: onnx.ModelProto, names: Iterable[str], where: str) -> dict[str, TensorType]:
+def probe_shapes(model: onnx.ModelProto, names: Iterable[str], where: str) -> tuple[dict[str, TensorType], set[str]]:
     """The shapes and dtypes of ``names`` in ``model`` (static inputs), found by running
-    it with onnxruntime; :class:`IRError` when onnxruntime is missing or cannot run it,
-    or a shape depends on the input data."""
+    it with onnxruntime on two random inputs, and those of ``names`` whose shape differs
+    between the two (data-dependent: the first run's shape is given); :class:`IRError`
+    when onnxruntime is missing or cannot run the model."""
     names = list(dict.fromkeys(names))
     try:
         import onnxruntime  # type: ignore[import-untyped]  # optional, and 0.5 s to import: only when needed
@@ -87,14 +90,8 @@ def probe_shapes(model: onnx.ModelProto, names: Iterable[str], where: str) -> di
     except Exception as exc:  # onnxruntime raises its own exception types
         raise IRError(f"{where}: onnxruntime, run to find the shape of {', '.join(names)}, failed: "
                       f"{str(exc).strip().splitlines()[0]}") from exc
-    found = {}
-    for n, a, b in zip(names, *runs):
-        if np.shape(a) != np.shape(b):
-            raise IRError(f"{where}: the shape of {n!r} depends on the input data ({np.shape(a)} and "
-                          f"{np.shape(b)} on two inputs); the chip's partitions need static shapes: cut the "
-                          "model before this node and run the rest yourself")
-        found[n] = (tuple(int(d) for d in np.shape(a)), np.asarray(a).dtype.name)
-    return found
+    found = {n: (tuple(int(d) for d in np.shape(a)), np.asarray(a).dtype.name) for n, a in zip(names, runs[0])}
+    return found, {n for n, a, b in zip(names, *runs) if np.shape(a) != np.shape(b)}
 
 
 def _random_input(rng: np.random.Generator, arg) -> np.ndarray:

@@ -70,6 +70,7 @@ class _Importer:
             if tt.HasField("shape"):
                 dims = tuple(d.dim_value if d.HasField("dim_value") else -1 for d in tt.shape.dim)
                 self.shapes[vi.name] = (dims, _onnx_dtype(tt.elem_type))
+        self.dynamic: set[str] = set()     # tensors whose shape depends on the data (compiler.onnx_host)
         # ONNX name -> (IR name, whether the IR tensor is the NHWC permutation of it)
         self.env: dict[str, tuple[str, bool]] = {}
         self._layout_cache: dict[tuple[str, bool], str] = {}
@@ -202,6 +203,9 @@ class _Importer:
 
 
     def import_node(self, node, where: str) -> None:
+        dynamic = [n for n in reads(node) if n in self.dynamic]
+        if dynamic:
+            raise ONNXImportError(f"{where}: the shape of input {dynamic[0]!r} depends on the data")
         attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
         handler = _GLUE.get(node.op_type) or registry.onnx_handler(node.op_type)
         if handler is None and node.domain not in ("", "ai.onnx"):
@@ -244,7 +248,14 @@ class _Importer:
         known = {n: self.shapes[n] for n in names if n in self.shapes and all(d >= 0 for d in self.shapes[n][0])}
         missing = [n for n in names if n not in known]
         if missing:
-            known.update(probe_shapes(self.model, missing, where))
+            probed, dynamic = probe_shapes(self.model, missing, where)
+            known.update(probed)
+            if dynamic and self.force_host:     # placed already: its readers are in this host call or none is
+                n = sorted(dynamic)[0]
+                raise ONNXImportError(f"{where}: the shape of {n!r} depends on the input data, and the host call "
+                                      "must hand it to the chip or return it as an output, which need static "
+                                      "shapes: cut the model before this node and run the rest yourself")
+            self.dynamic |= dynamic
         return {n: known[n] for n in names}
 
 
