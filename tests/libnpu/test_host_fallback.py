@@ -169,3 +169,19 @@ def test_tflite_control_flow_on_litert(npu, build, ops):
             (got,) = compiled.infer([x], dequantized=True)
             (want,) = litert_run(data, [x], reference=False)
             _close(got, want)
+
+
+def test_a_product_of_scalars_runs_on_the_chip(npu):
+    # A scale computed at run time (DynamicQuantizeLinear's) times a constant one: rank 0,
+    # which the binary descriptor took as no shape at all (the job failed with EINVAL).
+    f = onnx.TensorProto.FLOAT
+    graph = onnx.helper.make_graph([onnx.helper.make_node("Mul", ["x", "c"], ["y"])], "scalars",
+                                   [onnx.helper.make_tensor_value_info("x", f, [])],
+                                   [onnx.helper.make_tensor_value_info("y", f, [])],
+                                   [onnx.numpy_helper.from_array(np.float32(.5), "c")])
+    model = onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 17)])
+    calibration = [[np.float32(v)] for v in np.linspace(-1, 1, 9)]
+    with libnpu.load(compile_model(model.SerializeToString(), calibration), devroot=npu.devroot) as compiled:
+        for x in (-.8, .3, .9):
+            (got,) = compiled.infer([np.float32(x)], dequantized=True)
+            assert got.shape == () and abs(float(got) - x / 2) <= 0.01

@@ -80,15 +80,18 @@ def _scalar(name: str, value, dtype) -> onnx.TensorProto:
     return numpy_helper.from_array(np.asarray(value, dtype), name)
 
 
-def lstm_unused_states(seed: int = 1, steps: int = 5, hidden: int = 6) -> onnx.ModelProto:
-    """MatMul -> LSTM whose Y_h and Y_c nobody reads -> Relu. Input [steps, 1, 8]."""
+def lstm_unused_states(seed: int = 1, steps: int = 5, hidden: int = 6, *,
+                       last_state: bool = False) -> onnx.ModelProto:
+    """MatMul -> LSTM whose Y_c nobody reads (nor Y_h, unless ``last_state``: then it is
+    the model's second output) -> Relu. Input [steps, 1, 8]."""
     from onnx import helper as h
     rng = np.random.default_rng(seed)
     nodes = [h.make_node("MatMul", ["x", "w0"], ["a"]),
              h.make_node("LSTM", ["a", "w", "r"], ["seq", "y_h", "y_c"], hidden_size=hidden),
              h.make_node("Relu", ["seq"], ["y"])]
     inits = [_weights(rng, "w0", 8, 8), _weights(rng, "w", 1, 4 * hidden, 8), _weights(rng, "r", 1, 4 * hidden, hidden)]
-    return _onnx(nodes, inits, "lstm_unused_states", {"x": [steps, 1, 8]}, {"y": [steps, 1, 1, hidden]})
+    outputs = {"y": [steps, 1, 1, hidden], **({"y_h": [1, 1, hidden]} if last_state else {})}
+    return _onnx(nodes, inits, "lstm_unused_states", {"x": [steps, 1, 8]}, outputs)
 
 
 def topk_values(seed: int = 2) -> onnx.ModelProto:
