@@ -147,7 +147,8 @@ class _Importer:
         names = [self.op_name(i) for i in range(count)]
         io = [self.op_io(i) for i in range(count)]
         # a user's Python function (a custom op) is a call of its own
-        groups = group_host_ops(io, {i for i in range(count) if self.fallback and i in self.force_host},
+        groups = group_host_ops(self.ordered(names, io),
+                                {i for i in range(count) if self.fallback and i in self.force_host},
                                 alone=lambda i: names[i].startswith("CUSTOM:"))
         for i in groups.order:
             op = self.sg.Operators(i)
@@ -201,6 +202,20 @@ class _Importer:
         op = self.sg.Operators(i)
         return ([int(j) for j in op.InputsAsNumpy()] if op.InputsLength() else [],
                 [int(j) for j in op.OutputsAsNumpy()] if op.OutputsLength() else [])
+
+    def ordered(self, names: list[str], io: list[tuple[list[int], list[int]]]) -> list[tuple[list, list]]:
+        """The operators' inputs and outputs for grouping, with the operators touching
+        variables chained in file order (a read before or after an assign must stay so:
+        the variables' import follows the order the operators come in)."""
+        deps: list[tuple[list, list]] = [(list(ins), list(outs)) for ins, outs in io]
+        previous = None
+        for k, (ins, _) in enumerate(io):
+            if names[k] in _STATEFUL or any(t >= 0 and self.is_resource(t) for t in ins):
+                if previous is not None:
+                    deps[k][0].append(("after", previous))
+                deps[k][1].append(("after", k))
+                previous = k
+        return deps
 
     def import_op(self, opname: str, ins: list[int], outs: list[int], options: Any, where: str,
                   out_name: str) -> None:
@@ -318,6 +333,9 @@ def simple(im, ins, outs, table, where):
     """Import of an op with no options and only data inputs."""
     return {}, ins
 
+
+# Operators with effects beyond their outputs (variables), kept in file order.
+_STATEFUL = ("CALL_ONCE", "VAR_HANDLE", "READ_VARIABLE", "ASSIGN_VARIABLE")
 
 # Integer ops evaluated at import time when their inputs are known (shape arithmetic).
 _FOLDABLE = ("SHAPE", "STRIDED_SLICE", "PACK", "CONCATENATION", "RESHAPE")
