@@ -213,6 +213,8 @@ def _onnx_boundaries(values: Any) -> list[Boundary]:
 def _onnx_kernel(call: HostCall) -> HostKernel:
     import onnx
     model = onnx.load_model_from_string(call.model)
+    if len(model.graph.node) > 1 and any(host_op(n.op_type) for n in model.graph.node):
+        return _SplitKernel(call, model)
     node = model.graph.node[0]
     arity = (len([i for i in model.graph.input]), len(model.graph.output))
     fn = host_op(call.op) if len(model.graph.node) == 1 else None
@@ -233,6 +235,49 @@ def _onnx_kernel(call: HostCall) -> HostKernel:
         why += "; onnxruntime is not installed"
     raise HostOpError(f"{call.op} (node {call.source}) runs on the CPU, but the host has no implementation "
                       f"({why}); register one with libnpu.register_host_op({call.op!r}, fn)")
+
+
+class _SplitKernel(HostKernel):
+    """A host call of several ONNX nodes, some with a registered Python function: those
+    run alone, each run of the other nodes as one model (one onnxruntime session)."""
+
+    def __init__(self, call: HostCall, model: Any) -> None:
+        super().__init__(call)
+        import onnx
+        graph = onnx.shape_inference.infer_shapes(model).graph
+        known = {v.name: v for v in [*graph.value_info, *graph.input, *graph.output]}      # types and shapes
+        self.names = [i.name for i in model.graph.input]
+        self.inputs, self.outputs = _onnx_boundaries(model.graph.input), _onnx_boundaries(model.graph.output)
+        self.results = [o.name for o in model.graph.output]
+        runs: list[list[Any]] = []
+        for node in model.graph.node:
+            if host_op(node.op_type) or not runs or host_op(runs[-1][-1].op_type):
+                runs.append([])
+            runs[-1].append(node)
+        constants = {i.name: i for i in model.graph.initializer}
+        self.steps: list[tuple[HostKernel, list[str], list[str]]] = []
+        for k, nodes in enumerate(runs):
+            made = [o for n in nodes for o in n.output if o]
+            later = {i for run in runs[k + 1:] for n in run for i in n.input} | set(self.results)
+            ins = [i for i in dict.fromkeys(i for n in nodes for i in n.input) if i and i not in made
+                   and i not in constants]
+            outs = [o for o in made if o in later]
+
+            def info(name: str) -> Any:
+                return known.get(name) or onnx.helper.make_tensor_value_info(name, onnx.TensorProto.FLOAT, None)
+            sub = onnx.helper.make_graph(nodes, f"{graph.name}_{k}", [info(i) for i in ins], [info(o) for o in outs],
+                                         [constants[i] for n in nodes for i in n.input if i in constants])
+            part = onnx.helper.make_model(sub, opset_imports=list(model.opset_import), ir_version=model.ir_version)
+            kernel = _onnx_kernel(HostCall("onnx", part.SerializeToString(), "+".join(n.op_type for n in nodes),
+                                           call.source, call.reason))
+            self.steps.append((kernel, ins, outs))
+
+    def compute(self, values: list[np.ndarray]) -> list[np.ndarray]:
+        env = dict(zip(self.names, zip(values, self.inputs)))      # name -> (value, how it is stored)
+        for kernel, ins, outs in self.steps:
+            results = kernel.run([env[i][0] for i in ins], [env[i][1] for i in ins], kernel.outputs)
+            env.update(zip(outs, zip(results, kernel.outputs)))
+        return [convert(*env[n], b) for n, b in zip(self.results, self.outputs)]
 
 
 class _OnnxRuntimeKernel(HostKernel):

@@ -104,6 +104,21 @@ def test_cpu_nodes_group_across_branches_into_one_host_call(npu):
     assert [len(tasks) > 0 for tasks, _ in loadable.partitions()] == [True, True]
 
 
+def test_a_registered_function_inside_a_grouped_host_call(npu):
+    calls = []
+
+    def sin(x):
+        calls.append(x.shape)
+        return np.sin(x)
+    libnpu.register_host_op("Sin", sin)
+    try:
+        loadable = _check_onnx(npu, host_models.cpu_runs(), _feeds((1, 3, 6, 6), 8, seed=7))
+    finally:
+        libnpu.unregister_host_op("Sin")
+    assert _host_ops(loadable) == ["CumSum+Sin+Cos+CumSum+Sin+Cos"]
+    assert calls and set(calls) == {(1, 4, 6, 6)}      # our Sin ran, onnxruntime the nodes around it
+
+
 # TFLite control flow: LiteRT runs IF and WHILE with the subgraphs they name.
 
 def _branch(factor: float, name: str) -> SubgraphSpec:
