@@ -277,7 +277,7 @@ class _SplitKernel(HostKernel):
         for kernel, ins, outs in self.steps:
             results = kernel.run([env[i][0] for i in ins], [env[i][1] for i in ins], kernel.outputs)
             env.update(zip(outs, zip(results, kernel.outputs)))
-        return [convert(*env[n], b) for n, b in zip(self.results, self.outputs)]
+        return [convert(env[n][0], env[n][1], b) for n, b in zip(self.results, self.outputs)]
 
 
 class _OnnxRuntimeKernel(HostKernel):

@@ -1,4 +1,4 @@
-"""Grouping a model's CPU operators into as few host calls as its data flow allows.
+"""Grouping a model's CPU operators into host calls: those the data flow lets run together share one.
 
 Each host call costs a chip partition boundary: the job before it ends, the host runs,
 the next job starts. The importers (:mod:`~libnpu.compiler.onnx_import`,

@@ -223,7 +223,8 @@ class _Importer:
         members = {k for k, _, _ in group}
         nodes = [node for _, node, _ in group]
         sources = [source for _, _, source in group]
-        where = f"{'+'.join(n.op_type for n in nodes)} node {sources[0].index} ({nodes[0].name or nodes[0].output[0]!r})"
+        ops = "+".join(n.op_type for n in nodes)
+        where = f"{ops} node {sources[0].index} ({nodes[0].name or nodes[0].output[0]!r})"
         made = [o for node in nodes for o in node.output if o]
         read = list(dict.fromkeys(n for node in nodes for n in reads(node) if n not in made))
         finals = {vi.name for vi in self.model.graph.output}
@@ -235,7 +236,7 @@ class _Importer:
         ir_outs = [self.new_tensor(o, False, where, *out_types[o]) for o in outs]
         model = group_model(nodes, in_types, out_types, {n: self.consts[n] for n in read if n in self.consts},
                             self.model, f"host_{sources[0].index}")
-        call = HostCall("onnx", model, "+".join(n.op_type for n in nodes), sources[0].index,
+        call = HostCall("onnx", model, ops, sources[0].index,
                         "; ".join(dict.fromkeys(s.reason for s in sources)))
         host = self.g.add_op(Op("HOST", ins, ir_outs, {"host": call}, name=outs[0]))
         for source in sources:
