@@ -65,6 +65,21 @@ def test_topk_whose_int64_indices_nobody_reads(npu):
     assert _host_ops(loadable) == ["TopK"]
 
 
+def test_int64_indices_between_two_host_calls_stay_integers(npu):
+    # They were quantized to int8 like an activation: wrong elements gathered.
+    model = host_models.topk_indices_across_the_chip()
+    calibration = _feeds((4, 8), 8, seed=11)
+    loadable = _check_onnx(npu, model, calibration)
+    assert _host_ops(loadable) == ["TopK", "GatherElements"]
+    assert [t.dtype for t in loadable.tensors if t.name == "i"] == ["int64"]
+    session = onnxruntime.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    with libnpu.load(loadable, devroot=npu.devroot) as compiled:
+        for x in calibration[:3]:
+            (got,) = compiled.infer([x], dequantized=True)
+            (want,) = session.run(None, {"x": x})
+            assert np.abs(got - want).max() <= 0.1 * np.abs(want).max()
+
+
 def test_onnxruntime_dynamic_quantization_ops_make_one_host_call(npu):
     # uint8 codes, an int32 accumulator: types the chip never sees, inside one host call
     loadable = _check_onnx(npu, host_models.dynamic_quantized_matmul(), _feeds((4, 8), 8, seed=3))

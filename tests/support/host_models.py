@@ -201,3 +201,15 @@ def cpu_runs(seed: int = 8) -> onnx.ModelProto:
         n("Conv", [f"k{k}", b.weight(f"v{k}", 2, 4, 1, 1), b.weight(f"d{k}", 2, scale=.1)], f"o{k}")
     n("Add", ["o1", "o2"], "y")
     return b.model("cpu_runs", {"x": [1, 3, 6, 6]}, {"y": [1, 2, 6, 6]})
+
+
+def topk_indices_across_the_chip(seed: int = 9) -> onnx.ModelProto:
+    """MatMul -> TopK; its values through Relu and Concat on the chip, its int64 indices
+    straight to a GatherElements on the host (a second host call) -> Add. Input [4, 8]."""
+    from onnx import helper as h
+    rng = np.random.default_rng(seed)
+    nodes = [h.make_node("MatMul", ["x", "w0"], ["a"]), h.make_node("TopK", ["a", "k"], ["v", "i"], axis=-1),
+             h.make_node("Relu", ["v"], ["r"]), h.make_node("Concat", ["r", "r", "r"], ["c"], axis=1),
+             h.make_node("GatherElements", ["c", "i"], ["g"], axis=1), h.make_node("Add", ["g", "r"], ["y"])]
+    return _onnx(nodes, [_weights(rng, "w0", 8, 8, scale=1.0), _scalar("k", [3], np.int64)],
+                 "topk_indices_across_the_chip", {"x": [4, 8]}, {"y": [4, 3]})
