@@ -71,6 +71,7 @@ class _Importer:
                 dims = tuple(d.dim_value if d.HasField("dim_value") else -1 for d in tt.shape.dim)
                 self.shapes[vi.name] = (dims, _onnx_dtype(tt.elem_type))
         self.dynamic: set[str] = set()     # tensors whose shape depends on the data (compiler.onnx_host)
+        self.integral: set[str] = set()    # what host calls give that is not a real number (indices, bools)
         # ONNX name -> (IR name, whether the IR tensor is the NHWC permutation of it)
         self.env: dict[str, tuple[str, bool]] = {}
         self._layout_cache: dict[tuple[str, bool], str] = {}
@@ -206,6 +207,11 @@ class _Importer:
         dynamic = [n for n in reads(node) if n in self.dynamic]
         if dynamic:
             raise ONNXImportError(f"{where}: the shape of input {dynamic[0]!r} depends on the data")
+        integral = [n for n in reads(node) if n in self.integral]
+        if integral:
+            dtype = self.g.tensors[self.env[integral[0]][0]].dtype
+            raise ONNXImportError(f"{where}: input {integral[0]!r} is {dtype}, made on the CPU; the chip takes "
+                                  "real numbers")
         attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
         handler = _GLUE.get(node.op_type) or registry.onnx_handler(node.op_type)
         if handler is None and node.domain not in ("", "ai.onnx"):
@@ -234,6 +240,7 @@ class _Importer:
                     for n, i in zip([n for n in read if n not in self.consts], ins)}
         out_types = self.tensor_types(outs, where)
         ir_outs = [self.new_tensor(o, False, where, *out_types[o]) for o in outs]
+        self.integral.update(o for o in outs if out_types[o][1] not in ("float32", "float16"))
         model = group_model(nodes, in_types, out_types, {n: self.consts[n] for n in read if n in self.consts},
                             self.model, f"host_{sources[0].index}")
         call = HostCall("onnx", model, ops, sources[0].index,

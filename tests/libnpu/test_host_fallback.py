@@ -80,6 +80,11 @@ def test_int64_indices_between_two_host_calls_stay_integers(npu):
             assert np.abs(got - want).max() <= 0.1 * np.abs(want).max()
 
 
+def test_integer_arithmetic_on_host_results_stays_on_the_host(npu):
+    loadable = _check_onnx(npu, host_models.topk_indices_arithmetic(), _feeds((4, 8), 8, seed=12))
+    assert _host_ops(loadable) == ["TopK+Add+Cast"]
+
+
 def test_onnxruntime_dynamic_quantization_ops_make_one_host_call(npu):
     # uint8 codes, an int32 accumulator: types the chip never sees, inside one host call
     loadable = _check_onnx(npu, host_models.dynamic_quantized_matmul(), _feeds((4, 8), 8, seed=3))

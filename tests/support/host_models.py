@@ -213,3 +213,14 @@ def topk_indices_across_the_chip(seed: int = 9) -> onnx.ModelProto:
              h.make_node("GatherElements", ["c", "i"], ["g"], axis=1), h.make_node("Add", ["g", "r"], ["y"])]
     return _onnx(nodes, [_weights(rng, "w0", 8, 8, scale=1.0), _scalar("k", [3], np.int64)],
                  "topk_indices_across_the_chip", {"x": [4, 8]}, {"y": [4, 3]})
+
+
+def topk_indices_arithmetic() -> onnx.ModelProto:
+    """TopK of the input; indices + 1 (an int64 Add) -> Cast -> Add to the values (on the
+    chip). Input [4, 8]."""
+    from onnx import helper as h
+    nodes = [h.make_node("TopK", ["x", "k"], ["v", "i"], axis=-1),
+             h.make_node("Add", ["i", "one"], ["i1"]), h.make_node("Cast", ["i1"], ["f"], to=onnx.TensorProto.FLOAT),
+             h.make_node("Add", ["f", "v"], ["y"])]
+    return _onnx(nodes, [_scalar("k", [3], np.int64), _scalar("one", 1, np.int64)],
+                 "topk_indices_arithmetic", {"x": [4, 8]}, {"y": [4, 3]})
