@@ -61,7 +61,9 @@ def cut_tflite(model: bytes, op_indices: Sequence[int], outputs: Sequence[int] |
     inputs = list(dict.fromkeys(int(t) for t in read if t not in written and not is_constant(t)))
     requested = [int(t) for i in op_indices for t in graph.operators[i].outputs if t >= 0]
     outs = list(dict.fromkeys(int(t) for t in (outputs if outputs is not None else requested)))
-    used = list(dict.fromkeys([*inputs, *read, *written, *outs]))
+    # intermediates: the tensors an int8 LSTM keeps its gates' quantization in
+    inner = [t for op in chosen for t in (op.intermediates if op.intermediates is not None else []) if t >= 0]
+    used = list(dict.fromkeys([*inputs, *read, *written, *outs, *inner]))
     new_index = {t: i for i, t in enumerate(used)}
 
     tables = _Tables(src, model, _called_subgraphs(src, chosen))
@@ -142,7 +144,7 @@ class _Tables:
         op.opcodeIndex = self.code_index[op.opcodeIndex]
         op.inputs = [new_index[t] if t >= 0 else -1 for t in (op.inputs if op.inputs is not None else [])]
         op.outputs = [new_index[t] for t in op.outputs]
-        op.intermediates = None
+        op.intermediates = [new_index[t] for t in op.intermediates] if op.intermediates is not None else None
         for f in _SUBGRAPH_FIELDS:
             if op.builtinOptions is not None and hasattr(op.builtinOptions, f):
                 setattr(op.builtinOptions, f, self.subgraph_index[getattr(op.builtinOptions, f)])
