@@ -51,11 +51,12 @@ def _host_ops(loadable) -> list[str]:
     return [step.op for step in loadable.host_steps]
 
 
-def test_a_host_lstm_whose_states_nobody_reads(npu):
-    # The allow-list keeps the LSTM on the CPU even where the chip has a kernel for it.
-    model = host_models.lstm_unused_states()
+@pytest.mark.parametrize("cell", ["LSTM", "GRU"])
+def test_a_host_rnn_whose_states_nobody_reads(npu, cell):
+    # The allow-list keeps the RNN on the CPU even where the chip has a kernel for it.
+    model = host_models.lstm_unused_states(cell=cell)
     loadable = _check_onnx(npu, model, _feeds((5, 1, 8), 8, seed=1), ops=["MatMul", "Relu"])
-    assert _host_ops(loadable) == ["LSTM"]
+    assert _host_ops(loadable) == [cell]
     (step,) = loadable.host_steps
     assert len(step.outputs) == 1           # Y leaves the host call; Y_h and Y_c do not
 

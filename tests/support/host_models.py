@@ -81,15 +81,17 @@ def _scalar(name: str, value, dtype) -> onnx.TensorProto:
 
 
 def lstm_unused_states(seed: int = 1, steps: int = 5, hidden: int = 6, *,
-                       last_state: bool = False) -> onnx.ModelProto:
-    """MatMul -> LSTM whose Y_c nobody reads (nor Y_h, unless ``last_state``: then it is
-    the model's second output) -> Relu. Input [steps, 1, 8]."""
+                       last_state: bool = False, cell: str = "LSTM") -> onnx.ModelProto:
+    """MatMul -> LSTM (or ``cell="GRU"``) whose Y_c nobody reads (nor Y_h, unless
+    ``last_state``: then it is the model's second output) -> Relu. Input [steps, 1, 8]."""
     from onnx import helper as h
     rng = np.random.default_rng(seed)
+    gates = 4 if cell == "LSTM" else 3
     nodes = [h.make_node("MatMul", ["x", "w0"], ["a"]),
-             h.make_node("LSTM", ["a", "w", "r"], ["seq", "y_h", "y_c"], hidden_size=hidden),
+             h.make_node(cell, ["a", "w", "r"], ["seq", "y_h", "y_c"][:2 if cell == "GRU" else 3], hidden_size=hidden),
              h.make_node("Relu", ["seq"], ["y"])]
-    inits = [_weights(rng, "w0", 8, 8), _weights(rng, "w", 1, 4 * hidden, 8), _weights(rng, "r", 1, 4 * hidden, hidden)]
+    inits = [_weights(rng, "w0", 8, 8), _weights(rng, "w", 1, gates * hidden, 8),
+             _weights(rng, "r", 1, gates * hidden, hidden)]
     outputs = {"y": [steps, 1, 1, hidden], **({"y_h": [1, 1, hidden]} if last_state else {})}
     return _onnx(nodes, inits, "lstm_unused_states", {"x": [steps, 1, 8]}, outputs)
 
