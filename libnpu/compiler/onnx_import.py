@@ -142,9 +142,12 @@ class _Importer:
             if vi.name in init_names:
                 continue
             shape, dtype = self.shapes[vi.name]
-            if dtype != "float32":
+            if dtype != "float32" and not self.fallback:
                 raise ONNXImportError(f"input {vi.name!r}: only float32 inputs are supported, got {dtype}")
-            if len(shape) == 4 and self.nhwc_io:
+            if dtype != "float32":     # e.g. a sample rate: the nodes reading it run on the CPU
+                self.new_tensor(vi.name, False, "input", shape, dtype)
+                self.integral.add(vi.name)
+            elif len(shape) == 4 and self.nhwc_io:
                 self.new_tensor(vi.name, True, "input")
             else:
                 self.new_tensor(vi.name, False, "input")

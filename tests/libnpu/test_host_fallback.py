@@ -104,6 +104,21 @@ def test_onnx_control_flow_reading_the_outer_scope(npu, build, ops):
     assert _host_ops(loadable) == ops
 
 
+def test_an_integer_model_input_read_on_the_host(npu):
+    # A sample rate choosing a branch: "only float32 inputs are supported" before.
+    model = host_models.if_on_an_integer_input()
+    xs = _feeds((4, 8), 8, seed=13)
+    loadable = compile_model(model.SerializeToString(), [[x, np.int64(16000)] for x in xs])
+    assert _host_ops(loadable) == ["Equal+If"]
+    assert [t.dtype for t in loadable.tensors if t.name == "sr"] == ["int64"]
+    session = onnxruntime.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    with libnpu.load(loadable, devroot=npu.devroot) as compiled:
+        for x, rate in zip(xs[:4], (16000, 8000, 16000, 8000)):
+            (got,) = compiled.infer([x, np.int64(rate)], dequantized=True)
+            (want,) = session.run(None, {"x": x, "sr": np.array(rate, np.int64)})
+            _close(got, want)
+
+
 def test_a_shape_that_depends_on_the_data_stays_inside_one_host_call(npu):
     loadable = _check_onnx(npu, host_models.nonzero_count(), _feeds((4, 8), 8, seed=6))
     assert _host_ops(loadable) == ["NonZero+Cast+ReduceSum"]

@@ -226,3 +226,20 @@ def topk_indices_arithmetic() -> onnx.ModelProto:
              h.make_node("Add", ["f", "v"], ["y"])]
     return _onnx(nodes, [_scalar("k", [3], np.int64), _scalar("one", 1, np.int64)],
                  "topk_indices_arithmetic", {"x": [4, 8]}, {"y": [4, 3]})
+
+
+def if_on_an_integer_input(seed: int = 11) -> onnx.ModelProto:
+    """MatMul of ``x``; If the int64 input ``sr`` equals 16000: a * 2, else -a -> Relu
+    (silero VAD's shape: the sample rate picks the branch). Inputs x [4, 8], sr []."""
+    from onnx import helper as h
+    rng = np.random.default_rng(seed)
+    f = onnx.TensorProto.FLOAT
+    then = h.make_graph([h.make_node("Mul", ["a", "two"], ["t"])], "then", [],
+                        [h.make_tensor_value_info("t", f, [4, 8])], [_scalar("two", 2, np.float32)])
+    other = h.make_graph([h.make_node("Neg", ["a"], ["e"])], "else", [], [h.make_tensor_value_info("e", f, [4, 8])])
+    nodes = [h.make_node("MatMul", ["x", "w0"], ["a"]), h.make_node("Equal", ["sr", "rate"], ["c"]),
+             h.make_node("If", ["c"], ["b"], then_branch=then, else_branch=other), h.make_node("Relu", ["b"], ["y"])]
+    model = _onnx(nodes, [_weights(rng, "w0", 8, 8), _scalar("rate", 16000, np.int64)], "if_on_an_integer_input",
+                  {"x": [4, 8]}, {"y": [4, 8]})
+    model.graph.input.append(h.make_tensor_value_info("sr", onnx.TensorProto.INT64, []))
+    return model
