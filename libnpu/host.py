@@ -224,11 +224,15 @@ def _onnx_kernel(call: HostCall) -> HostKernel:
         constants = {k: initializers[n] for k, n in enumerate(node.input) if n in initializers}
         return _PythonKernel(call, fn, arity, attrs, constants)
     from libnpu.compiler.onnx_import import import_onnx  # lazy: it imports onnx (see above)
-    try:
-        graph = import_onnx(model, f"host:{call.op}")
-        return _FloatReferenceKernel(call, graph)
-    except IRError as exc:
-        why = str(exc)
+    edges = [*model.graph.input, *model.graph.output]
+    why = "some of its tensors have no static shape"
+    if all(e.type.tensor_type.HasField("shape") and all(d.HasField("dim_value") for d in e.type.tensor_type.shape.dim)
+           for e in edges):     # the float reference needs them
+        try:
+            graph = import_onnx(model, f"host:{call.op}")
+            return _FloatReferenceKernel(call, graph)
+        except IRError as exc:
+            why = str(exc)
     try:
         return _OnnxRuntimeKernel(call, _onnx_boundaries(model.graph.input), _onnx_boundaries(model.graph.output))
     except ImportError:

@@ -180,6 +180,7 @@ class _Importer:
                 self.host_op([source])
             source.ir_ops = g.ops[before:]
         self.host_op(pending)
+        self.sources.sort(key=lambda src: src.index)     # in file order, whatever order the groups gave
         g.outputs = [self.tensor(i) for i in self.sg.OutputsAsNumpy()]
         g.metadata["source"] = "tflite"
         desc = self.model.Description()
