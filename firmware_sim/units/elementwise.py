@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from firmware_sim.kernels import elementwise, int16x8
+from firmware_sim.kernels import byte_tables, elementwise, int16x8
 from npu_hw import ops
 
 from .common import (
@@ -119,7 +119,8 @@ def quantize(desc: np.void, dma) -> Rerun | None:
 
 
 @unit(ops.OP_REQUANTIZE, _conversion_cost(1, 1, ops.OPF_INT16_INPUT, ops.OPF_INT16))
-def requantize(desc: np.void, dma) -> None:
+def requantize(desc: np.void, dma) -> Rerun | None:
+    """int8 -> int8 reruns as a table lookup in C (``byte_tables``); int16 sides run in numpy."""
     n = count(desc)
     flags = int(desc["flags"])
     src = np.int16 if flags & ops.OPF_INT16_INPUT else np.int8
@@ -127,11 +128,11 @@ def requantize(desc: np.void, dma) -> None:
     x = dma.read_array(int(desc["input"]), src, (n,))
     out = dma.write_array(int(desc["output"]), dst, (n,))
     kwargs = dict(input_zp=int(desc["input_zp"]), output_zp=int(desc["output_zp"]),
-                  multiplier=int(desc["multiplier"]), shift=int(desc["shift"]), out=out)
+                  multiplier=int(desc["multiplier"]), shift=int(desc["shift"]))
     if src is np.int8 and dst is np.int8:
-        elementwise.requantize(x, **kwargs)
-    else:
-        int16x8.requantize(x, dst, **kwargs)
+        return byte_tables.unary_bound("requantize", elementwise.requantize, x, out, **kwargs)
+    int16x8.requantize(x, dst, out=out, **kwargs)
+    return None
 
 
 @unit(ops.OP_DEQUANTIZE, _conversion_cost(1, 4, ops.OPF_INT16, 0))

@@ -960,6 +960,18 @@ int npu_step_run(const struct npu_step *step)
         const struct npu_softmax_call *c = p;
         return npu_softmax_s8(c->x, c->rows, c->depth, c->exp_t, c->terms_t, c->valid_t, c->out);
     }
+    case NPU_STEP_COPY:
+        return npu_copy(p);
+    case NPU_STEP_PAD:
+        return npu_pad(p);
+    case NPU_STEP_LUT:
+        return npu_lut(p);
+    case NPU_STEP_TABLE2_BROADCAST:
+        return npu_table2_broadcast(p);
+    case NPU_STEP_MEAN:
+        return npu_mean(p);
+    case NPU_STEP_SEQUENCE:
+        return npu_sequence(p);
     default:
         return NPU_KERNEL_BAD_STEP;
     }

@@ -147,6 +147,81 @@ struct npu_softmax_call {
 #define NPU_STEP_DEQUANTIZE 8
 #define NPU_STEP_SOFTMAX 9
 
+/* Data movement and table kernels (data_kernels.c). Shapes and strides are int64 per axis,
+   at most NPU_MOVE_MAX_RANK axes; strides of a copy are in bytes, elements are 1, 2 or 4
+   bytes (`elem`). */
+#define NPU_MOVE_MAX_RANK 6
+
+/* out = x over `shape` (RESHAPE, TRANSPOSE, STRIDED_SLICE: a view of x; CONCATENATION: one
+   input into its slice of the output). */
+struct npu_copy_call {
+    const void *x;
+    void *out;
+    int32_t rank, elem;
+    int64_t shape[6], x_stride[6], out_stride[6];
+};
+
+/* Constant padding of contiguous x into contiguous out (`elem` 1 or 2 bytes). */
+struct npu_pad_call {
+    const void *x;
+    void *out;
+    int32_t rank, elem, value;
+    int64_t in_shape[6], before[6], after[6];
+};
+
+/* out[i] = table[uint8(x[i])] (int8, 256 entries) or, `wide`, table[uint16(x[i])] (int16,
+   65536 entries). */
+struct npu_lut_call {
+    const void *x;
+    int64_t n;
+    const void *table;
+    void *out;
+    int32_t wide;
+};
+
+/* npu_table2_s8 over broadcast operands: out (contiguous, `shape`) from a and b read with
+   element strides (0 along a broadcast axis). */
+struct npu_table2b_call {
+    const int8_t *a, *b;
+    const int8_t *table;
+    int8_t *out;
+    int32_t rank;
+    int64_t shape[6], a_stride[6], b_stride[6];
+};
+
+/* MEAN (pooling.mean's arithmetic): x over `shape` with element strides, summed in int64 into
+   `sums` (`outputs` entries, `sum_stride` 0 along a reduced axis), less zp_total (input zero
+   point x count), requantized by multiplier/shift, plus output_zp, clamped. */
+struct npu_mean_call {
+    const void *x;
+    int64_t *sums;
+    void *out;
+    int32_t rank, elem;
+    int64_t shape[6], x_stride[6], sum_stride[6];
+    int64_t outputs, zp_total;
+    int32_t multiplier, shift, output_zp, act_min, act_max;
+};
+
+/* Several steps as one (a CONCATENATION's copies). */
+struct npu_sequence_call {
+    const struct npu_step *steps;
+    int32_t count;
+};
+
+int npu_copy(const struct npu_copy_call *c);
+int npu_pad(const struct npu_pad_call *c);
+int npu_lut(const struct npu_lut_call *c);
+int npu_table2_broadcast(const struct npu_table2b_call *c);
+int npu_mean(const struct npu_mean_call *c);
+int npu_sequence(const struct npu_sequence_call *c);
+
+#define NPU_STEP_COPY 10
+#define NPU_STEP_PAD 11
+#define NPU_STEP_LUT 12
+#define NPU_STEP_TABLE2_BROADCAST 13
+#define NPU_STEP_MEAN 14
+#define NPU_STEP_SEQUENCE 15
+
 /* One prepared kernel call: `call` points to the struct of `kind` (npu_conv_call for CONV and
    DEPTHWISE, npu_pool_call for both pools, npu_convert_call for both conversions). */
 struct npu_step {
