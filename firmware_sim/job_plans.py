@@ -39,8 +39,7 @@ from firmware_sim.kernels import native
 from firmware_sim.kernels.native.calls import BoundCall
 
 __all__ = ["JobPlan", "TimedStep", "HandlerStep", "NativeSteps", "MixedSteps", "lookup", "store", "held_bytes",
-           "PLAN_JOBS",
-           "PLAN_BYTES"]
+           "PLAN_JOBS", "PLAN_BYTES"]
 
 PLAN_JOBS = 256          # plans kept per core; a full table is simply emptied
 # What a core's plans may hold, estimated (``JobPlan.cost``): a client's huge command buffers
