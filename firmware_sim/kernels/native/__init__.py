@@ -42,8 +42,9 @@ __all__ = ["library", "ffi", "build", "enabled", "has_dnnl", "dnnl_missing", "SO
 
 SOURCE = Path(__file__).with_name("int8_kernels.c")
 HEADER = SOURCE.with_suffix(".h")
-# Every C file of the library (one header for all): the kernels, then data movement and tables.
-SOURCES = (SOURCE, SOURCE.with_name("data_kernels.c"))
+# Every C file of the library (one header for all): the int8 kernels, data movement and
+# tables, the int16 x int8 kernels.
+SOURCES = (SOURCE, SOURCE.with_name("data_kernels.c"), SOURCE.with_name("int16_kernels.c"))
 # -fno-trapping-math: nothing reads the floating-point exception flags, and without it GCC
 # will not vectorize a float -> int conversion under a condition (QUANTIZE's loop). Results
 # stay IEEE-exact (no -ffast-math).

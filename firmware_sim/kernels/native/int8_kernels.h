@@ -222,6 +222,40 @@ int npu_sequence(const struct npu_sequence_call *c);
 #define NPU_STEP_MEAN 14
 #define NPU_STEP_SEQUENCE 15
 
+/* int16 x int8 kernels (int16_kernels.c): int16 activations (zero point 0), int8 weights,
+   int64 biases; requantized as TFLite's 16x8 reference kernels do. `depth_multiplier` is
+   the depthwise kernel's (cout = cin * depth_multiplier), `groups` the convolution's. */
+struct npu_conv16_call {
+    const int16_t *x;
+    int32_t n, h, w, cin;
+    const int8_t *filter;
+    int32_t cout, kh, kw, groups, depth_multiplier;
+    const int64_t *bias;
+    int32_t stride_h, stride_w, dil_h, dil_w, pad_top, pad_left, out_h, out_w;
+    const int32_t *mult, *shift;
+    int32_t per_channel, act_min, act_max;
+    int16_t *out;
+};
+
+struct npu_fc16_call {
+    const int16_t *x;
+    int32_t rows, k;
+    const int8_t *w;
+    int32_t n;
+    const int64_t *bias;
+    const double *scale;
+    int32_t per_channel, act_min, act_max;
+    int16_t *out;
+};
+
+int npu_conv16x8(const struct npu_conv16_call *c);
+int npu_depthwise16x8(const struct npu_conv16_call *c);
+int npu_fully_connected16x8(const struct npu_fc16_call *c);
+
+#define NPU_STEP_CONV16 16
+#define NPU_STEP_DEPTHWISE16 17
+#define NPU_STEP_FC16 18
+
 /* One prepared kernel call: `call` points to the struct of `kind` (npu_conv_call for CONV and
    DEPTHWISE, npu_pool_call for both pools, npu_convert_call for both conversions). */
 struct npu_step {
