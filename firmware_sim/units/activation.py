@@ -15,16 +15,13 @@ from .elementwise import flat_cost
 
 @unit(ops.OP_RELU, lambda desc: flat_cost(*(2, 2) if int(desc["flags"]) & ops.OPF_INT16 else (1, 1))(desc))
 def relu(desc: np.void, dma) -> Rerun | None:
-    """int8 reruns as a table lookup in C (``byte_tables``); int16 runs in numpy."""
+    """Reruns as a table lookup in C (``byte_tables``), int8 or int16."""
     n = count(desc)
     dtype = np.int16 if int(desc["flags"]) & ops.OPF_INT16 else np.int8
     x = dma.read_array(int(desc["input"]), dtype, (n,))
     out = dma.write_array(int(desc["output"]), dtype, (n,))
     kwargs = {f: int(desc[f]) for f in ("input_zp", "output_zp", "multiplier", "shift", "act_min", "act_max")}
-    if dtype is np.int8:
-        return byte_tables.unary_bound("relu", activations.relu_family, x, out, **kwargs)
-    activations.relu_family(x, out=out, **kwargs)
-    return None
+    return byte_tables.unary_bound("relu", activations.relu_family, x, out, **kwargs)
 
 
 def _lut_cost(desc: np.void) -> tuple[int, int]:

@@ -4,6 +4,7 @@ and ADD16_PER_CHANNEL (int16, one requantization per output channel)."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 
 import numpy as np
 
@@ -120,7 +121,7 @@ def quantize(desc: np.void, dma) -> Rerun | None:
 
 @unit(ops.OP_REQUANTIZE, _conversion_cost(1, 1, ops.OPF_INT16_INPUT, ops.OPF_INT16))
 def requantize(desc: np.void, dma) -> Rerun | None:
-    """int8 -> int8 reruns as a table lookup in C (``byte_tables``); int16 sides run in numpy."""
+    """Reruns as a table lookup in C (``byte_tables``): int8 or int16 on either side."""
     n = count(desc)
     flags = int(desc["flags"])
     src = np.int16 if flags & ops.OPF_INT16_INPUT else np.int8
@@ -131,8 +132,8 @@ def requantize(desc: np.void, dma) -> Rerun | None:
                   multiplier=int(desc["multiplier"]), shift=int(desc["shift"]))
     if src is np.int8 and dst is np.int8:
         return byte_tables.unary_bound("requantize", elementwise.requantize, x, out, **kwargs)
-    int16x8.requantize(x, dst, out=out, **kwargs)
-    return None
+    return byte_tables.unary_bound(f"requantize to {np.dtype(dst)}", partial(int16x8.requantize, out_dtype=dst),
+                                   x, out, **kwargs)
 
 
 @unit(ops.OP_DEQUANTIZE, _conversion_cost(1, 4, ops.OPF_INT16, 0))

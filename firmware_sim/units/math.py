@@ -82,15 +82,11 @@ def div(desc: np.void, dma) -> Rerun | None:
 
 
 def _flat(desc: np.void, dma, kind: str, kernel, params: tuple[str, ...], dtype: type = np.int8) -> Rerun | None:
-    """A one-input op; int8 reruns as a table lookup in C (``byte_tables``)."""
+    """A one-input op; reruns as a table lookup in C (``byte_tables``), int8 or int16."""
     n = count(desc)
     x = dma.read_array(int(desc["input"]), dtype, (n,))
     out = dma.write_array(int(desc["output"]), dtype, (n,))
-    kwargs = {p: int(desc[p]) for p in params}
-    if dtype is np.int8:
-        return byte_tables.unary_bound(kind, kernel, x, out, **kwargs)
-    kernel(x, out=out, **kwargs)
-    return None
+    return byte_tables.unary_bound(kind, kernel, x, out, **{p: int(desc[p]) for p in params})
 
 
 def _hard_swish_cost(desc: np.void) -> tuple[int, int]:

@@ -5,12 +5,13 @@ that reruns as a table of its own reference (``kernels.byte_tables``). Random sh
 to rank 6, broadcast shapes, int8 and int16 extremes; each rerun runs on new contents."""
 from __future__ import annotations
 
+import functools
 import itertools
 
 import numpy as np
 import pytest
 
-from firmware_sim.kernels import activations, binary, byte_tables, elementwise, layout, native, pooling, unary
+from firmware_sim.kernels import activations, binary, byte_tables, elementwise, int16x8, layout, native, pooling, unary
 from firmware_sim.kernels.native import data_calls
 from tests.support.quant_utils import random_int8, random_int16
 
@@ -98,17 +99,18 @@ def test_pad_equals_numpy(dtype) -> None:
             np.testing.assert_array_equal(out, layout.pad(x, pads, value))
 
 
-@pytest.mark.parametrize("dtype", [np.int8, np.int16])
-def test_lut_equals_numpy(dtype) -> None:
+@pytest.mark.parametrize("in_dtype, out_dtype", list(itertools.product([np.int8, np.int16], repeat=2)))
+def test_lut_equals_numpy(in_dtype, out_dtype) -> None:
+    """Every index and table width: int8 or int16 in, int8 or int16 out."""
     rng = np.random.default_rng(10)
-    entries = 256 if dtype == np.int8 else 1 << 16
+    entries = 256 if in_dtype == np.int8 else 1 << 16
     for n in (1, 7, 64, 1000):
-        x, table, out = _random(rng, (n,), dtype), _random(rng, (entries,), dtype), np.empty(n, dtype)
+        x, table, out = _random(rng, (n,), in_dtype), _random(rng, (entries,), out_dtype), np.empty(n, out_dtype)
         rerun = data_calls.bind_lut(x, table, out)
         assert rerun is not None
         _refill(rng, x)
         rerun()
-        np.testing.assert_array_equal(out, activations.lut_lookup(x, table))
+        np.testing.assert_array_equal(out, table[x.view(np.uint8 if in_dtype == np.int8 else np.uint16)])
 
 
 def _broadcast_pair(rng: np.random.Generator) -> tuple[tuple[int, ...], tuple[int, ...]]:
@@ -161,6 +163,18 @@ _UNARY = [("relu", activations.relu_family, dict(input_zp=-128, output_zp=-128, 
                                                 shift_identity=1, multiplier_alpha=1_300_000_000, shift_alpha=-4)),
           ("hard_swish", unary.hard_swish, dict(input_zp=-10, output_zp=-100, output_multiplier=20000,
                                                 output_shift=-1, reluish_multiplier=25000, reluish_shift=1))]
+_UNARY16 = [  # (kind, kernel, params, input dtype, output dtype)
+    ("relu", activations.relu_family, dict(input_zp=0, output_zp=0, multiplier=1 << 30, shift=1, act_min=-32768,
+                                           act_max=20000), np.int16, np.int16),
+    ("requantize to int16", functools.partial(int16x8.requantize, out_dtype=np.int16),
+     dict(input_zp=-128, output_zp=0, multiplier=1_700_000_000, shift=8), np.int8, np.int16),
+    ("requantize to int8", functools.partial(int16x8.requantize, out_dtype=np.int8),
+     dict(input_zp=0, output_zp=127, multiplier=1_700_000_000, shift=-9), np.int16, np.int8),
+    ("requantize to int16", functools.partial(int16x8.requantize, out_dtype=np.int16),
+     dict(input_zp=0, output_zp=0, multiplier=1_300_000_000, shift=1), np.int16, np.int16),
+    ("hard_swish", unary.hard_swish, dict(input_zp=0, output_zp=0, output_multiplier=1_500_000_000,
+                                          output_shift=-1, reluish_multiplier=1_200_000_000, reluish_shift=2),
+     np.int16, np.int16)]
 
 
 @pytest.mark.parametrize("kind, kernel, params", _BINARY, ids=[b[0] for b in _BINARY])
@@ -182,6 +196,21 @@ def test_one_byte_ops_rerun_as_their_table(kind, kernel, params) -> None:
     rng = np.random.default_rng(13)
     x = random_int8(rng, (300,))
     out = np.empty_like(x)
+    rerun = byte_tables.unary_bound(kind, kernel, x, out, **params)
+    assert rerun is not None
+    _refill(rng, x)
+    rerun()
+    np.testing.assert_array_equal(out, kernel(x, **params))
+
+
+@pytest.mark.parametrize("kind, kernel, params, in_dtype, out_dtype", _UNARY16,
+                         ids=[f"{u[0]} {np.dtype(u[3])}" for u in _UNARY16])
+def test_int16_ops_of_one_input_rerun_as_their_table(kind, kernel, params, in_dtype, out_dtype) -> None:
+    """int16 RELU, HARD_SWISH and the REQUANTIZEs between int8 and int16: a 256- or
+    65536-entry table of the numpy kernel, looked up in C."""
+    rng = np.random.default_rng(15)
+    x = _random(rng, (500,), in_dtype)
+    out = np.empty(x.shape, out_dtype)
     rerun = byte_tables.unary_bound(kind, kernel, x, out, **params)
     assert rerun is not None
     _refill(rng, x)

@@ -111,18 +111,19 @@ def bind_pad(x: np.ndarray, out: np.ndarray, pads: Sequence[tuple[int, int]], va
 
 
 def bind_lut(x: np.ndarray, table: np.ndarray, out: np.ndarray) -> BoundCall | None:
-    """``out = table[x]`` (int8 with 256 entries, int16 with 65536), contiguous arrays."""
-    wide = x.dtype == np.int16
-    entries = 1 << 16 if wide else 256
-    if (library() is None or x.dtype not in (np.int8, np.int16) or out.dtype != x.dtype
-            or table.dtype != x.dtype or table.size != entries or x.size != out.size
+    """``out = table[x]`` (x int8: 256 entries, int16: 65536, indexed by the unsigned
+    bits), table and out int8 or int16, contiguous arrays."""
+    kinds = (np.dtype(np.int8), np.dtype(np.int16))
+    if (library() is None or x.dtype not in kinds or out.dtype not in kinds or table.dtype != out.dtype
+            or table.size != 1 << (8 * x.itemsize) or x.size != out.size
             or not (x.flags.c_contiguous and out.flags.c_contiguous and table.flags.c_contiguous)
             or not _writable(out)):
         return None
     buffers = (ffi.from_buffer("char[]", x), ffi.from_buffer("char[]", table),
                ffi.from_buffer("char[]", out, require_writable=True))
     call = ffi.new("struct npu_lut_call *", {"x": buffers[0], "n": x.size, "table": buffers[1],
-                                              "out": buffers[2], "wide": int(wide)})
+                                              "out": buffers[2], "in_bytes": x.itemsize,
+                                              "out_bytes": out.itemsize})
     return BoundCall(library().NPU_STEP_LUT, call, (x, table, out), buffers)
 
 

@@ -102,22 +102,33 @@ int npu_pad(const struct npu_pad_call *c)
     return 0;
 }
 
+#define LUT_LOOP(IN, OUT)                                    \
+    do {                                                     \
+        const IN *restrict x = c->x;                         \
+        const OUT *restrict t = c->table;                    \
+        OUT *restrict o = c->out;                            \
+        for (int64_t i = 0; i < c->n; i++)                   \
+            o[i] = t[x[i]];                                  \
+    } while (0)
+
 int npu_lut(const struct npu_lut_call *c)
 {
-    if (c->wide) {
-        const uint16_t *restrict x = c->x;
-        const int16_t *restrict t = c->table;
-        int16_t *restrict o = c->out;
-        for (int64_t i = 0; i < c->n; i++)
-            o[i] = t[x[i]];
-    } else {
-        const uint8_t *restrict x = c->x;
-        const int8_t *restrict t = c->table;
-        int8_t *restrict o = c->out;
-        for (int64_t i = 0; i < c->n; i++)
-            o[i] = t[x[i]];
+    switch (c->in_bytes * 4 + c->out_bytes) {
+    case 5:
+        LUT_LOOP(uint8_t, int8_t);
+        return 0;
+    case 6:
+        LUT_LOOP(uint8_t, int16_t);
+        return 0;
+    case 9:
+        LUT_LOOP(uint16_t, int8_t);
+        return 0;
+    case 10:
+        LUT_LOOP(uint16_t, int16_t);
+        return 0;
+    default:
+        return NPU_KERNEL_BAD_STEP;
     }
-    return 0;
 }
 
 static void table2_axis(const int8_t *a, const int8_t *b, int8_t *o, const struct npu_table2b_call *c,

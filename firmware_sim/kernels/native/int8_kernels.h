@@ -169,14 +169,15 @@ struct npu_pad_call {
     int64_t in_shape[6], before[6], after[6];
 };
 
-/* out[i] = table[uint8(x[i])] (int8, 256 entries) or, `wide`, table[uint16(x[i])] (int16,
-   65536 entries). */
+/* out[i] = table[uint8(x[i])] (x int8: 256 entries) or table[uint16(x[i])] (x int16: 65536
+   entries); `in_bytes` / `out_bytes` (1 or 2) are x's and the table's (and out's) element
+   sizes. */
 struct npu_lut_call {
     const void *x;
     int64_t n;
     const void *table;
     void *out;
-    int32_t wide;
+    int32_t in_bytes, out_bytes;
 };
 
 /* npu_table2_s8 over broadcast operands: out (contiguous, `shape`) from a and b read with
