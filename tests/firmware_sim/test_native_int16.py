@@ -106,3 +106,52 @@ def test_a_shift_out_of_range_fails_the_rerun() -> None:
         rerun()
     with pytest.raises(InvalidCommand):
         int16x8.conv2d_16x8(x, wt, None, **kw_args)
+
+
+def _broadcast_shapes(rng: np.random.Generator) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    rank = int(rng.integers(1, 7))
+    full = tuple(int(v) for v in rng.integers(1, 6, size=rank))
+    a = tuple(d if rng.random() < 0.6 else 1 for d in full)
+    b = tuple(d if rng.random() < 0.6 else 1 for d in full)[int(rng.integers(0, rank)):]
+    return a, b
+
+
+@pytest.mark.parametrize("kind", ["add", "mul", "add per channel"])
+def test_int16_add_and_mul_rerun_in_c_as_numpy_computes(kind: str) -> None:
+    """Broadcast shapes up to rank 6, int16 extremes, every right shift (ADD) and left and
+    right shifts (MUL), one requantization per output channel (ADD16_PER_CHANNEL)."""
+    rng = np.random.default_rng(43 + len(kind))
+    for _ in range(40):
+        sa, sb = _broadcast_shapes(rng)
+        shape = np.broadcast_shapes(sa, sb)
+        a = _extremes(random_int16(rng, sa), [-32768, 32767])
+        b = _extremes(random_int16(rng, sb), [-32768, -32768])
+        out = np.empty(shape, np.int16)
+        clamp = dict(act_min=int(rng.choice([-32768, -2000])), act_max=int(rng.choice([32767, 3000])))
+        rows = shape[-1] if kind == "add per channel" else 1
+        mult = rng.integers(0, 1 << 31, size=(rows, 3), dtype=np.int64)
+        shift = rng.integers(-31, 1, size=(rows, 3))
+        params = np.stack([mult[:, 0], shift[:, 0], mult[:, 1], shift[:, 1], mult[:, 2], shift[:, 2]], 1)
+        params = params.astype(np.int32)
+        if kind == "mul":
+            kw = dict(multiplier=int(mult[0, 0]), shift=int(rng.integers(-31, 31)), **clamp)
+            params = np.array([[kw["multiplier"], kw["shift"]]], np.int32)
+            fn = int16x8.mul_int16
+            rerun_args: dict = dict(clamp)
+        elif kind == "add":
+            kw = dict(left_shift=15, input1_multiplier=int(params[0, 0]), input1_shift=int(params[0, 1]),
+                      input2_multiplier=int(params[0, 2]), input2_shift=int(params[0, 3]),
+                      output_multiplier=int(params[0, 4]), output_shift=int(params[0, 5]), **clamp)
+            fn = int16x8.add_int16
+            rerun_args = dict(left_shift=15, **clamp)
+        else:
+            kw = dict(left_shift=int(rng.integers(0, 17)), params=params, **clamp)
+            fn = int16x8.add_int16_per_channel
+            rerun_args = dict(left_shift=kw["left_shift"], **clamp)
+        fn(a, b, out=out, **kw)
+        rerun = int16_calls.bind_binary16("mul" if kind == "mul" else "add", a, b, out, params, **rerun_args)
+        assert rerun is not None
+        a[...] = random_int16(rng, sa)
+        b[...] = _extremes(random_int16(rng, sb), [32767])
+        rerun()
+        np.testing.assert_array_equal(out, fn(a, b, **kw))

@@ -18,7 +18,7 @@ from . import ffi, library
 from .calls import BoundCall
 
 __all__ = ["bind_copy", "bind_sequence", "bind_pad", "bind_lut", "bind_table2_broadcast", "bind_mean",
-           "merge_axes", "MAX_RANK"]
+           "merge_axes", "padded", "MAX_RANK"]
 
 MAX_RANK = 6        # NPU_MOVE_MAX_RANK
 
@@ -59,7 +59,8 @@ def _pointer(view: np.ndarray, base: np.ndarray, *, writable: bool = False):
     return ffi.cast("char *", buffer) + offset, buffer
 
 
-def _padded(values: Sequence[int]) -> list[int]:
+def padded(values: Sequence[int]) -> list[int]:
+    """A shape or strides as a C struct's ``int64_t[MAX_RANK]`` field."""
     return list(values) + [0] * (MAX_RANK - len(values))
 
 
@@ -81,8 +82,8 @@ def bind_copy(src: np.ndarray, src_base: np.ndarray, dst: np.ndarray, dst_base: 
     x_ptr, x_buf = _pointer(src, src_base)
     out_ptr, out_buf = _pointer(dst, dst_base, writable=True)
     call = ffi.new("struct npu_copy_call *", {
-        "x": x_ptr, "out": out_ptr, "rank": len(shape), "elem": src.itemsize, "shape": _padded(shape),
-        "x_stride": _padded(x_stride), "out_stride": _padded(out_stride)})
+        "x": x_ptr, "out": out_ptr, "rank": len(shape), "elem": src.itemsize, "shape": padded(shape),
+        "x_stride": padded(x_stride), "out_stride": padded(out_stride)})
     return BoundCall(library().NPU_STEP_COPY, call, operands, (x_buf, out_buf))
 
 
@@ -105,8 +106,8 @@ def bind_pad(x: np.ndarray, out: np.ndarray, pads: Sequence[tuple[int, int]], va
     buffers = (ffi.from_buffer("char[]", x), ffi.from_buffer("char[]", out, require_writable=True))
     call = ffi.new("struct npu_pad_call *", {
         "x": buffers[0], "out": buffers[1], "rank": x.ndim, "elem": x.itemsize, "value": int(value),
-        "in_shape": _padded(x.shape), "before": _padded([a for a, _ in pads]),
-        "after": _padded([b for _, b in pads])})
+        "in_shape": padded(x.shape), "before": padded([a for a, _ in pads]),
+        "after": padded([b for _, b in pads])})
     return BoundCall(library().NPU_STEP_PAD, call, (x, out), buffers)
 
 
@@ -146,7 +147,7 @@ def bind_table2_broadcast(a: np.ndarray, b: np.ndarray, table: np.ndarray, out: 
                ffi.from_buffer("int8_t[]", out, require_writable=True))
     call = ffi.new("struct npu_table2b_call *", {
         "a": buffers[0], "b": buffers[1], "table": buffers[2], "out": buffers[3], "rank": len(shape),
-        "shape": _padded(shape), "a_stride": _padded(a_stride), "b_stride": _padded(b_stride)})
+        "shape": padded(shape), "a_stride": padded(a_stride), "b_stride": padded(b_stride)})
     return BoundCall(library().NPU_STEP_TABLE2_BROADCAST, call, arrays, buffers)
 
 
@@ -169,7 +170,7 @@ def bind_mean(x: np.ndarray, axes: tuple[int, ...], out: np.ndarray, *, zp_total
                ffi.from_buffer("char[]", out, require_writable=True))
     call = ffi.new("struct npu_mean_call *", {
         "x": buffers[0], "sums": buffers[1], "out": buffers[2], "rank": len(shape), "elem": x.itemsize,
-        "shape": _padded(shape), "x_stride": _padded(x_stride), "sum_stride": _padded(sum_stride),
+        "shape": padded(shape), "x_stride": padded(x_stride), "sum_stride": padded(sum_stride),
         "outputs": out.size, "zp_total": zp_total, "multiplier": multiplier, "shift": shift,
         "output_zp": output_zp, "act_min": act_min, "act_max": act_max})
     return BoundCall(library().NPU_STEP_MEAN, call, (x, out), (buffers, sums))

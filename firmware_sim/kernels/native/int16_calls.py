@@ -1,14 +1,14 @@
-"""Bound calls of the C int16 x int8 kernels (``int16_kernels.c``): convolution, depthwise
-convolution and fully connected with int16 activations, the reruns of
-``kernels.int16x8``'s numpy kernels (which run first and stay the reference)."""
+"""Bound calls of the C int16 kernels (``int16_kernels.c``): convolution, depthwise
+convolution and fully connected with int16 activations and int8 weights, ADD and MUL, the
+reruns of ``kernels.int16x8``'s numpy kernels (which run first and stay the reference)."""
 from __future__ import annotations
 
 import numpy as np
 
-from . import ffi, library
+from . import data_calls, ffi, library
 from .calls import BoundCall
 
-__all__ = ["bind_conv16", "bind_fully_connected16"]
+__all__ = ["bind_conv16", "bind_fully_connected16", "bind_binary16"]
 
 
 def _contiguous(*arrays: np.ndarray | None) -> bool:
@@ -68,3 +68,36 @@ def bind_fully_connected16(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None
         "x": buffers[0], "rows": m, "k": k, "w": buffers[1], "n": n, "bias": buffers[2], "scale": buffers[3],
         "per_channel": int(scales.size > 1), "act_min": act_min, "act_max": act_max, "out": buffers[4]})
     return BoundCall(library().NPU_STEP_FC16, call, (x, w, bias, scale, out), (buffers, scales))
+
+
+def bind_binary16(kind: str, a: np.ndarray, b: np.ndarray, out: np.ndarray, params: np.ndarray, *,
+                  left_shift: int = 0, act_min: int, act_max: int) -> BoundCall | None:
+    """int16 ADD or MUL (``kind`` "add" / "mul") of ``a`` and ``b`` broadcast to ``out``'s
+    shape, requantized with ``params`` (int32, one row per output channel or a single row:
+    ADD m1, s1, m2, s2, mo, so; MUL m, s), as a call; None unless C-contiguous int16."""
+    if (library() is None or any(v.dtype != np.int16 or not v.flags.c_contiguous for v in (a, b, out))
+            or not out.flags.writeable or params.dtype != np.int32 or not params.flags.c_contiguous
+            or params.ndim != 2 or params.shape[1] != (6 if kind == "add" else 2)):
+        return None
+    channels = params.shape[0]
+    if channels != 1 and (not out.ndim or out.shape[-1] != channels):
+        return None
+    try:
+        a_view, b_view = np.broadcast_to(a, out.shape), np.broadcast_to(b, out.shape)
+    except ValueError:
+        return None
+    merged = data_calls.merge_axes(out.shape, [s // 2 for s in a_view.strides], [s // 2 for s in b_view.strides],
+                                   [s // 2 for s in out.strides])
+    if merged is None:
+        return None
+    shape, (a_stride, b_stride, _) = merged
+    pad = data_calls.padded
+    buffers = (ffi.from_buffer("int16_t[]", a), ffi.from_buffer("int16_t[]", b),
+               ffi.from_buffer("int16_t[]", out, require_writable=True), ffi.from_buffer("int32_t[]", params))
+    call = ffi.new("struct npu_binary16_call *", {
+        "a": buffers[0], "b": buffers[1], "out": buffers[2], "rank": len(shape), "shape": pad(shape),
+        "a_stride": pad(a_stride), "b_stride": pad(b_stride),
+        "kind": library().NPU_BINARY16_ADD if kind == "add" else library().NPU_BINARY16_MUL,
+        "left_shift": left_shift, "channels": channels, "params": buffers[3], "act_min": act_min,
+        "act_max": act_max})
+    return BoundCall(library().NPU_STEP_BINARY16, call, (a, b, out, params), buffers)

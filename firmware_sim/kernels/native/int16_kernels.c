@@ -165,3 +165,69 @@ int npu_fully_connected16x8(const struct npu_fc16_call *c)
         }
     return 0;
 }
+
+/* gemmlowp's MultiplyByQuantizedMultiplier on an int32 value x (kernels/fixedpoint.py). */
+static inline int64_t mbqm(int64_t x, int64_t m, int32_t s)
+{
+    if (s > 0)
+        x = (int32_t)(uint32_t)((uint64_t)x << s);
+    int64_t v = (x == INT32_MIN && m == INT32_MIN) ? INT32_MAX : (x * m + (INT64_C(1) << 30)) >> 31;
+    const int e = s > 0 ? 0 : -s;
+    int64_t r = v + ((INT64_C(1) << e) >> 1);
+    if (e > 0)
+        r -= v < 0;
+    return r >> e;
+}
+
+static void binary16_axis(const int16_t *a, const int16_t *b, int16_t *o, const struct npu_binary16_call *c,
+                          const int64_t *out_block, int d)
+{
+    const int64_t n = c->shape[d], as = c->a_stride[d], bs = c->b_stride[d];
+    if (d >= c->rank - 1 || d >= NPU_MOVE_MAX_RANK - 1) {   /* the last axis (a bound GCC can see) */
+        const int64_t at = o - c->out;
+        for (int64_t i = 0; i < n; i++) {
+            const int32_t *p = c->params + ((at + i) % c->channels) * (c->kind == NPU_BINARY16_ADD ? 6 : 2);
+            const int64_t x = a[i * as], y = b[i * bs];
+            int64_t raw;
+            if (c->kind == NPU_BINARY16_ADD) {
+                const int64_t s1 = mbqm(x << c->left_shift, p[0], p[1]);
+                const int64_t s2 = mbqm(y << c->left_shift, p[2], p[3]);
+                raw = mbqm((int32_t)(uint32_t)(uint64_t)(s1 + s2), p[4], p[5]);
+            } else {
+                raw = mbqm(x * y, p[0], p[1]);
+            }
+            int32_t r = (int32_t)(uint32_t)(uint64_t)raw;
+            o[i] = (int16_t)(r < c->act_min ? c->act_min : r > c->act_max ? c->act_max : r);
+        }
+        return;
+    }
+    for (int64_t i = 0; i < n; i++)
+        binary16_axis(a + i * as, b + i * bs, o + i * out_block[d], c, out_block, d + 1);
+}
+
+/* int16 ADD or MUL (zero points 0) over broadcast operands, requantized per output channel
+   (params row channel % channels: ADD m1, s1, m2, s2, mo, so; MUL m, s), as
+   kernels/int16x8.py's add_int16 and mul_int16. */
+int npu_binary16(const struct npu_binary16_call *c)
+{
+    if (c->rank < 1 || c->rank > NPU_MOVE_MAX_RANK || c->channels < 1)
+        return NPU_KERNEL_BAD_STEP;
+    const int add = c->kind == NPU_BINARY16_ADD, cols = add ? 6 : 2;
+    if (add && (c->left_shift < 0 || c->left_shift > 16))
+        return NPU_KERNEL_BAD_SHIFT;
+    for (int64_t ch = 0; ch < c->channels; ch++) {
+        const int32_t *p = c->params + ch * cols;
+        for (int k = 0; k < cols; k += 2) {
+            const int32_t m = p[k], s = p[k + 1];
+            if (add ? (m < 0 || s > 0 || s < -31) : (s < -31 || s > 30))
+                return NPU_KERNEL_BAD_SHIFT;
+        }
+    }
+    int64_t out_block[NPU_MOVE_MAX_RANK], size = 1;
+    for (int d = c->rank - 1; d >= 0; d--) {
+        out_block[d] = size;
+        size *= c->shape[d];
+    }
+    binary16_axis(c->a, c->b, c->out, c, out_block, 0);
+    return 0;
+}

@@ -1026,6 +1026,8 @@ int npu_step_run(const struct npu_step *step)
         return npu_depthwise16x8(p);
     case NPU_STEP_FC16:
         return npu_fully_connected16x8(p);
+    case NPU_STEP_BINARY16:
+        return npu_binary16(p);
     default:
         return NPU_KERNEL_BAD_STEP;
     }

@@ -249,6 +249,23 @@ struct npu_fc16_call {
     int16_t *out;
 };
 
+/* int16 ADD or MUL (zero points 0) of a and b read with element strides (0 along a
+   broadcast axis) into contiguous out; `params` holds one row per output channel (the last
+   axis; `channels` rows, 1 for per-tensor): ADD m1, s1, m2, s2, mo, so, MUL m, s. */
+#define NPU_BINARY16_ADD 0
+#define NPU_BINARY16_MUL 1
+struct npu_binary16_call {
+    const int16_t *a, *b;
+    int16_t *out;
+    int32_t rank;
+    int64_t shape[6], a_stride[6], b_stride[6];
+    int32_t kind, left_shift;
+    int64_t channels;
+    const int32_t *params;
+    int32_t act_min, act_max;
+};
+
+int npu_binary16(const struct npu_binary16_call *c);
 int npu_conv16x8(const struct npu_conv16_call *c);
 int npu_depthwise16x8(const struct npu_conv16_call *c);
 int npu_fully_connected16x8(const struct npu_fc16_call *c);
@@ -256,6 +273,7 @@ int npu_fully_connected16x8(const struct npu_fc16_call *c);
 #define NPU_STEP_CONV16 16
 #define NPU_STEP_DEPTHWISE16 17
 #define NPU_STEP_FC16 18
+#define NPU_STEP_BINARY16 19
 
 /* One prepared kernel call: `call` points to the struct of `kind` (npu_conv_call for CONV and
    DEPTHWISE, npu_pool_call for both pools, npu_convert_call for both conversions). */
