@@ -1,4 +1,5 @@
-"""The C inner loops of the int8 kernels (``int8_kernels.c``), built on first use.
+"""The C inner loops of the chip's kernels (``int8_kernels.c``, ``data_kernels.c``,
+``int16_kernels.c``), built on first use.
 
 numpy cannot get under LiteRT's C++ reference for small depthwise layers and batch-1
 fully connected layers: there the cost is per-call overhead, not arithmetic. These
