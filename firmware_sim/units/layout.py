@@ -1,8 +1,8 @@
 """The data movement unit: CONCATENATION, RESHAPE, TRANSPOSE, PAD, STRIDED_SLICE, GATHER
 (descriptors: ``npu_hw.ops``). No arithmetic: their cost is bytes only. CONCATENATION and
 RESHAPE move bytes; the others move int8, or int16 elements with ``OPF_INT16``. The numpy
-kernels (``kernels.layout``) run first; every op but GATHER reruns as C copies
-(``native.data_calls``)."""
+kernels (``kernels.layout``) run first; every op reruns in C (``native.data_calls``): copies,
+PAD, GATHER (its indices read and checked on every run)."""
 from __future__ import annotations
 
 import numpy as np
@@ -123,9 +123,11 @@ def _gather_cost(desc: np.void) -> tuple[int, int]:
 
 
 @unit(ops.OP_GATHER, _gather_cost)
-def gather(desc: np.void, dma) -> None:
+def gather(desc: np.void, dma) -> Rerun | None:
     outer, axis, inner, k = dims((desc["outer"], desc["axis_size"], desc["inner"], desc["count"]), "gather")
     dims((outer, k, inner), "gather output")
     indices = dma.read_array(int(desc["indices_iova"]), np.int32, (k,))
     x = dma.read_array(int(desc["input"]), np.int8, (outer, axis, inner))
-    layout.gather(x, indices, out=dma.write_array(int(desc["output"]), np.int8, (outer, k, inner)))
+    out = dma.write_array(int(desc["output"]), np.int8, (outer, k, inner))
+    layout.gather(x, indices, out=out)
+    return data_calls.bind_gather(x, indices, out)

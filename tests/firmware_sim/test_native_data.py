@@ -255,3 +255,29 @@ def test_merge_axes_keeps_axes_only_where_an_operand_needs_them() -> None:
     assert data_calls.merge_axes((2, 3, 4), (12, 4, 1), (4, 0, 1)) == ([2, 3, 4], [[12, 4, 1], [4, 0, 1]])
     assert data_calls.merge_axes((1, 1), (1, 1)) == ([1], [[0]])
     assert data_calls.merge_axes((2,) * 7, tuple(2 ** i for i in range(7))) is None   # 7 axes left
+
+
+def test_gather_reruns_in_c_and_checks_its_indices_each_time() -> None:
+    """GATHER's rerun reads the indices again (a model may compute them): new indices give
+    numpy's rows; one outside the axis fails the rerun with the numpy kernel's error and
+    writes nothing."""
+    from firmware_sim.errors import InvalidCommand
+    rng = np.random.default_rng(16)
+    for _ in range(20):
+        outer, axis, inner, k = (int(v) for v in rng.integers(1, 9, size=4))
+        x, out = random_int8(rng, (outer, axis, inner)), np.empty((outer, k, inner), np.int8)
+        indices = rng.integers(0, axis, size=k).astype(np.int32)
+        layout.gather(x, indices, out=out)
+        rerun = data_calls.bind_gather(x, indices, out)
+        assert rerun is not None
+        _refill(rng, x)
+        indices[...] = rng.integers(0, axis, size=k)
+        rerun()
+        np.testing.assert_array_equal(out, layout.gather(x, indices))
+    before = out.copy()
+    indices[-1] = axis
+    with pytest.raises(InvalidCommand):
+        rerun()
+    with pytest.raises(InvalidCommand):
+        layout.gather(x, indices)
+    np.testing.assert_array_equal(out, before)

@@ -17,7 +17,7 @@ import numpy as np
 from . import ffi, library
 from .calls import BoundCall
 
-__all__ = ["bind_copy", "bind_sequence", "bind_pad", "bind_lut", "bind_table2_broadcast", "bind_mean",
+__all__ = ["bind_copy", "bind_sequence", "bind_gather", "bind_pad", "bind_lut", "bind_table2_broadcast", "bind_mean",
            "merge_axes", "padded", "MAX_RANK"]
 
 MAX_RANK = 6        # NPU_MOVE_MAX_RANK
@@ -174,3 +174,20 @@ def bind_mean(x: np.ndarray, axes: tuple[int, ...], out: np.ndarray, *, zp_total
         "outputs": out.size, "zp_total": zp_total, "multiplier": multiplier, "shift": shift,
         "output_zp": output_zp, "act_min": act_min, "act_max": act_max})
     return BoundCall(library().NPU_STEP_MEAN, call, (x, out), (buffers, sums))
+
+
+def bind_gather(x: np.ndarray, indices: np.ndarray, out: np.ndarray) -> BoundCall | None:
+    """GATHER of int8 ``x`` (outer, axis, inner) by int32 ``indices`` (read again on every
+    run, checked in C) into ``out`` (outer, count, inner), contiguous arrays."""
+    if (library() is None or x.dtype != np.int8 or out.dtype != np.int8 or indices.dtype != np.int32
+            or x.ndim != 3 or out.shape != (x.shape[0], indices.size, x.shape[2])
+            or not (x.flags.c_contiguous and out.flags.c_contiguous and indices.flags.c_contiguous)
+            or not _writable(out)):
+        return None
+    buffers = (ffi.from_buffer("int8_t[]", x), ffi.from_buffer("int32_t[]", indices),
+               ffi.from_buffer("int8_t[]", out, require_writable=True))
+    outer, axis, inner = x.shape
+    call = ffi.new("struct npu_gather_call *", {"x": buffers[0], "indices": buffers[1], "out": buffers[2],
+                                                 "outer": outer, "axis": axis, "inner": inner,
+                                                 "count": indices.size})
+    return BoundCall(library().NPU_STEP_GATHER, call, (x, indices, out), buffers)

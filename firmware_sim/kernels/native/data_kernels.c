@@ -232,3 +232,18 @@ int npu_sequence(const struct npu_sequence_call *c)
     int32_t done;
     return npu_steps_run(c->steps, c->count, &done);
 }
+
+/* GATHER: out (outer, count, inner) = x (outer, axis, inner) rows picked by indices, which
+   are read on every run (a model may compute them); NPU_KERNEL_BAD_INDEX for one outside
+   [0, axis), before anything is written. */
+int npu_gather(const struct npu_gather_call *c)
+{
+    for (int64_t j = 0; j < c->count; j++)
+        if (c->indices[j] < 0 || c->indices[j] >= c->axis)
+            return NPU_KERNEL_BAD_INDEX;
+    for (int64_t o = 0; o < c->outer; o++)
+        for (int64_t j = 0; j < c->count; j++)
+            memcpy(c->out + (o * c->count + j) * c->inner, c->x + (o * c->axis + c->indices[j]) * c->inner,
+                   (size_t)c->inner);
+    return 0;
+}

@@ -203,6 +203,15 @@ struct npu_mean_call {
     int32_t multiplier, shift, output_zp, act_min, act_max;
 };
 
+/* GATHER of int8 rows (inner bytes each) along the middle axis by int32 indices. */
+#define NPU_KERNEL_BAD_INDEX -8
+struct npu_gather_call {
+    const int8_t *x;
+    const int32_t *indices;
+    int8_t *out;
+    int64_t outer, axis, inner, count;
+};
+
 /* Several steps as one (a CONCATENATION's copies). */
 struct npu_sequence_call {
     const struct npu_step *steps;
@@ -215,6 +224,7 @@ int npu_lut(const struct npu_lut_call *c);
 int npu_table2_broadcast(const struct npu_table2b_call *c);
 int npu_mean(const struct npu_mean_call *c);
 int npu_sequence(const struct npu_sequence_call *c);
+int npu_gather(const struct npu_gather_call *c);
 
 #define NPU_STEP_COPY 10
 #define NPU_STEP_PAD 11
@@ -222,6 +232,7 @@ int npu_sequence(const struct npu_sequence_call *c);
 #define NPU_STEP_TABLE2_BROADCAST 13
 #define NPU_STEP_MEAN 14
 #define NPU_STEP_SEQUENCE 15
+#define NPU_STEP_GATHER 20
 
 /* int16 x int8 kernels (int16_kernels.c): int16 activations (zero point 0), int8 weights,
    int64 biases; requantized as TFLite's 16x8 reference kernels do. `depth_multiplier` is
