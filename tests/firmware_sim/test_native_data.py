@@ -281,3 +281,32 @@ def test_gather_reruns_in_c_and_checks_its_indices_each_time() -> None:
     with pytest.raises(InvalidCommand):
         layout.gather(x, indices)
     np.testing.assert_array_equal(out, before)
+
+
+@pytest.mark.parametrize("kind", ["sum", "max", "min"])
+def test_sum_max_and_min_rerun_in_c_as_numpy_computes(kind: str) -> None:
+    """SUM (requantized, zero points at the int8 extremes), REDUCE_MAX and REDUCE_MIN over
+    random axis sets of rank 1-6 tensors."""
+    from firmware_sim.kernels import reduce
+    rng = np.random.default_rng(17)
+    for _ in range(40):
+        rank = int(rng.integers(1, 7))
+        x = _random(rng, _shape(rng, rank, 6), np.int8)
+        axes = tuple(a for a in range(rank) if rng.random() < 0.5) or (0,)
+        out = np.empty(tuple(1 if i in axes else d for i, d in enumerate(x.shape)), np.int8)
+        if kind == "sum":
+            kw = dict(input_zp=int(rng.choice([-128, 127, 4])), output_zp=int(rng.choice([-128, 127, -9])),
+                      multiplier=int(rng.integers(1 << 30, 1 << 31)), shift=int(rng.integers(-12, 3)))
+            reduce.reduce_sum(x, axes, out=out, **kw)
+            count = int(np.prod([x.shape[a] for a in axes]))
+            rerun = data_calls.bind_mean(x, axes, out, zp_total=kw["input_zp"] * count, multiplier=kw["multiplier"],
+                                         shift=kw["shift"], output_zp=kw["output_zp"], act_min=-128, act_max=127)
+        else:
+            kw = {}
+            (reduce.reduce_max if kind == "max" else reduce.reduce_min)(x, axes, out=out)
+            rerun = data_calls.bind_mean(x, axes, out, reduce=kind)
+        assert rerun is not None
+        _refill(rng, x)
+        rerun()
+        fn = {"sum": reduce.reduce_sum, "max": reduce.reduce_max, "min": reduce.reduce_min}[kind]
+        np.testing.assert_array_equal(out, fn(x, axes, **kw))

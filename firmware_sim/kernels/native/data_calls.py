@@ -151,11 +151,14 @@ def bind_table2_broadcast(a: np.ndarray, b: np.ndarray, table: np.ndarray, out: 
     return BoundCall(library().NPU_STEP_TABLE2_BROADCAST, call, arrays, buffers)
 
 
-def bind_mean(x: np.ndarray, axes: tuple[int, ...], out: np.ndarray, *, zp_total: int, multiplier: int,
-              shift: int, output_zp: int, act_min: int, act_max: int) -> BoundCall | None:
-    """MEAN of contiguous ``x`` over ``axes`` into contiguous ``out`` (kept dims), with the
-    requantization :func:`~firmware_sim.kernels.pooling.mean` derived (``multiplier`` an
-    int32, ``shift`` in [-31, 30] folding in 1/count)."""
+def bind_mean(x: np.ndarray, axes: tuple[int, ...], out: np.ndarray, *, zp_total: int = 0, multiplier: int = 0,
+              shift: int = 0, output_zp: int = 0, act_min: int = 0, act_max: int = 0,
+              reduce: str = "sum") -> BoundCall | None:
+    """MEAN or SUM (``reduce`` "sum") of contiguous ``x`` over ``axes`` into contiguous
+    ``out`` (kept dims), with the requantization :func:`~firmware_sim.kernels.pooling.mean`
+    or ``reduce.reduce_sum`` derived (``multiplier`` an int32, ``shift`` in [-31, 30], for
+    MEAN folding in 1/count); ``reduce`` "max" / "min": REDUCE_MAX / REDUCE_MIN (no
+    requantization)."""
     if (library() is None or x.dtype not in (np.int8, np.int16) or out.dtype != x.dtype
             or not (x.flags.c_contiguous and out.flags.c_contiguous) or not _writable(out)
             or not -31 <= shift <= 30 or not -(1 << 31) <= multiplier < 1 << 31):
@@ -172,7 +175,9 @@ def bind_mean(x: np.ndarray, axes: tuple[int, ...], out: np.ndarray, *, zp_total
         "x": buffers[0], "sums": buffers[1], "out": buffers[2], "rank": len(shape), "elem": x.itemsize,
         "shape": padded(shape), "x_stride": padded(x_stride), "sum_stride": padded(sum_stride),
         "outputs": out.size, "zp_total": zp_total, "multiplier": multiplier, "shift": shift,
-        "output_zp": output_zp, "act_min": act_min, "act_max": act_max})
+        "output_zp": output_zp, "act_min": act_min, "act_max": act_max,
+        "reduce": {"sum": library().NPU_REDUCE_SUM, "max": library().NPU_REDUCE_MAX,
+                   "min": library().NPU_REDUCE_MIN}[reduce]})
     return BoundCall(library().NPU_STEP_MEAN, call, (x, out), (buffers, sums))
 
 

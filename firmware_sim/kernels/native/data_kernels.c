@@ -184,19 +184,29 @@ static inline int64_t divide_by_pot(int64_t x, int e)
     return r >> e;
 }
 
+#define REDUCE_LOOP(T)                                                                    \
+    do {                                                                                  \
+        const T *v = (const T *)x;                                                        \
+        if (c->reduce == NPU_REDUCE_MAX) {                                                \
+            for (int64_t i = 0; i < n; i++)                                               \
+                sums[i * ss] = v[i * xs] > sums[i * ss] ? v[i * xs] : sums[i * ss];       \
+        } else if (c->reduce == NPU_REDUCE_MIN) {                                         \
+            for (int64_t i = 0; i < n; i++)                                               \
+                sums[i * ss] = v[i * xs] < sums[i * ss] ? v[i * xs] : sums[i * ss];       \
+        } else {                                                                          \
+            for (int64_t i = 0; i < n; i++)                                               \
+                sums[i * ss] += v[i * xs];                                                \
+        }                                                                                 \
+    } while (0)
+
 static void mean_axis(const char *x, int64_t *sums, const struct npu_mean_call *c, int d)
 {
     const int64_t n = c->shape[d], xs = c->x_stride[d], ss = c->sum_stride[d];
     if (d >= c->rank - 1 || d >= NPU_MOVE_MAX_RANK - 1) {   /* the last axis (a bound GCC can see) */
-        if (c->elem == 1) {
-            const int8_t *v = (const int8_t *)x;
-            for (int64_t i = 0; i < n; i++)
-                sums[i * ss] += v[i * xs];
-        } else {
-            const int16_t *v = (const int16_t *)x;
-            for (int64_t i = 0; i < n; i++)
-                sums[i * ss] += v[i * xs];
-        }
+        if (c->elem == 1)
+            REDUCE_LOOP(int8_t);
+        else
+            REDUCE_LOOP(int16_t);
         return;
     }
     for (int64_t i = 0; i < n; i++)
@@ -205,12 +215,24 @@ static void mean_axis(const char *x, int64_t *sums, const struct npu_mean_call *
 
 int npu_mean(const struct npu_mean_call *c)
 {
-    if (c->rank < 1 || c->rank > NPU_MOVE_MAX_RANK || (c->elem != 1 && c->elem != 2))
+    if (c->rank < 1 || c->rank > NPU_MOVE_MAX_RANK || (c->elem != 1 && c->elem != 2) || c->reduce < 0 ||
+        c->reduce > NPU_REDUCE_MIN)
         return NPU_KERNEL_BAD_STEP;
     if (c->shift < -31 || c->shift > 30)
         return NPU_KERNEL_BAD_SHIFT;
-    memset(c->sums, 0, (size_t)c->outputs * sizeof(int64_t));
+    const int64_t start = c->reduce == NPU_REDUCE_MAX ? INT64_MIN : c->reduce == NPU_REDUCE_MIN ? INT64_MAX : 0;
+    for (int64_t i = 0; i < c->outputs; i++)
+        c->sums[i] = start;
     mean_axis(c->x, c->sums, c, 0);
+    if (c->reduce == NPU_REDUCE_MAX || c->reduce == NPU_REDUCE_MIN) {
+        for (int64_t i = 0; i < c->outputs; i++) {
+            if (c->elem == 1)
+                ((int8_t *)c->out)[i] = (int8_t)c->sums[i];
+            else
+                ((int16_t *)c->out)[i] = (int16_t)c->sums[i];
+        }
+        return 0;
+    }
     const int left = c->shift > 0 ? c->shift : 0, right = c->shift > 0 ? 0 : -c->shift;
     for (int64_t i = 0; i < c->outputs; i++) {
         /* the int32 sum less the zero point's share, as TFLite's int32 arithmetic wraps it */

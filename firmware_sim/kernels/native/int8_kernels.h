@@ -190,9 +190,14 @@ struct npu_table2b_call {
     int64_t shape[6], a_stride[6], b_stride[6];
 };
 
-/* MEAN (pooling.mean's arithmetic): x over `shape` with element strides, summed in int64 into
-   `sums` (`outputs` entries, `sum_stride` 0 along a reduced axis), less zp_total (input zero
-   point x count), requantized by multiplier/shift, plus output_zp, clamped. */
+/* MEAN and SUM (pooling.mean's, reduce.reduce_sum's arithmetic, `reduce` NPU_REDUCE_SUM):
+   x over `shape` with element strides, summed in int64 into `sums` (`outputs` entries,
+   `sum_stride` 0 along a reduced axis), less zp_total (input zero point x count),
+   requantized by multiplier/shift, plus output_zp, clamped; REDUCE_MAX / REDUCE_MIN
+   (NPU_REDUCE_MAX / _MIN): the largest / smallest value, as it is. */
+#define NPU_REDUCE_SUM 0
+#define NPU_REDUCE_MAX 1
+#define NPU_REDUCE_MIN 2
 struct npu_mean_call {
     const void *x;
     int64_t *sums;
@@ -200,7 +205,7 @@ struct npu_mean_call {
     int32_t rank, elem;
     int64_t shape[6], x_stride[6], sum_stride[6];
     int64_t outputs, zp_total;
-    int32_t multiplier, shift, output_zp, act_min, act_max;
+    int32_t multiplier, shift, output_zp, act_min, act_max, reduce;
 };
 
 /* GATHER of int8 rows (inner bytes each) along the middle axis by int32 indices. */
