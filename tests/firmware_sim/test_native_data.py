@@ -11,7 +11,18 @@ import itertools
 import numpy as np
 import pytest
 
-from firmware_sim.kernels import activations, binary, byte_tables, elementwise, int16x8, layout, native, pooling, unary
+from firmware_sim.kernels import (
+    activations,
+    binary,
+    binary_table,
+    byte_tables,
+    elementwise,
+    int16x8,
+    layout,
+    native,
+    pooling,
+    unary,
+)
 from firmware_sim.kernels.native import data_calls
 from tests.support.quant_utils import random_int8, random_int16
 
@@ -310,3 +321,32 @@ def test_sum_max_and_min_rerun_in_c_as_numpy_computes(kind: str) -> None:
         rerun()
         fn = {"sum": reduce.reduce_sum, "max": reduce.reduce_max, "min": reduce.reduce_min}[kind]
         np.testing.assert_array_equal(out, fn(x, axes, **kw))
+
+
+def test_copies_between_overlapping_memory_stay_in_numpy() -> None:
+    """A RESHAPE, PAD or GATHER whose output overlaps its input (one buffer, two views) gets
+    no C rerun: numpy's kernels go through a temporary, a C copy would read what it wrote."""
+    buffer = np.arange(64, dtype=np.int8)
+    x, out = buffer[:32], buffer[16:48]
+    assert data_calls.bind_copy(x, x, out, out, (x, out)) is None
+    assert data_calls.bind_pad(buffer[:16].reshape(4, 4), buffer[8:44].reshape(6, 6), [(1, 1), (1, 1)], 0) is None
+    indices = np.zeros(2, np.int32)
+    assert data_calls.bind_gather(buffer[:8].reshape(1, 4, 2), indices, buffer[4:8].reshape(1, 2, 2)) is None
+    assert data_calls.bind_copy(buffer[:16], buffer[:16], buffer[16:32], buffer[16:32], ()) is not None
+
+
+def test_elementwise_reruns_run_in_place_but_not_on_partly_overlapping_memory() -> None:
+    """An ADD into its own first operand reruns in C and gives numpy's bytes; an output that
+    overlaps a broadcast operand only in part stays in numpy."""
+    rng = np.random.default_rng(18)
+    table = random_int8(rng, (1 << 16,))
+    a, b = random_int8(rng, (4, 8)), random_int8(rng, (8,))
+    expect = binary_table.lookup(table, a, b, a.shape)
+    rerun = data_calls.bind_table2_broadcast(a, b, table, a)
+    assert rerun is not None
+    rerun()
+    np.testing.assert_array_equal(a, expect)
+    buffer = random_int8(rng, (40,))
+    assert data_calls.bind_table2_broadcast(buffer[:32].reshape(4, 8), buffer[24:32], table,
+                                            buffer[:32].reshape(4, 8)) is None
+    assert data_calls.bind_lut(buffer[:16], table[:256], buffer[8:24]) is None

@@ -18,7 +18,7 @@ from . import ffi, library
 from .calls import BoundCall
 
 __all__ = ["bind_copy", "bind_sequence", "bind_gather", "bind_pad", "bind_lut", "bind_table2_broadcast", "bind_mean",
-           "merge_axes", "padded", "MAX_RANK"]
+           "merge_axes", "padded", "in_place_or_apart", "MAX_RANK"]
 
 MAX_RANK = 6        # NPU_MOVE_MAX_RANK
 
@@ -59,6 +59,20 @@ def _pointer(view: np.ndarray, base: np.ndarray, *, writable: bool = False):
     return ffi.cast("char *", buffer) + offset, buffer
 
 
+def _overlap(a: np.ndarray, b: np.ndarray) -> bool:
+    """The two arrays' memory overlaps (a copy from one into the other would read what it
+    wrote: numpy's kernels make a temporary, the C copies do not, so they leave such a task
+    to numpy). ``a`` and ``b`` are contiguous base arrays."""
+    a0, b0 = _address(a), _address(b)
+    return a0 < b0 + b.nbytes and b0 < a0 + a.nbytes
+
+
+def in_place_or_apart(x: np.ndarray, out: np.ndarray) -> bool:
+    """An elementwise kernel may read ``x`` while writing ``out``: they are the same memory
+    element for element (in place) or do not overlap at all."""
+    return not _overlap(x, out) or (_address(x) == _address(out) and x.nbytes == out.nbytes)
+
+
 def padded(values: Sequence[int]) -> list[int]:
     """A shape or strides as a C struct's ``int64_t[MAX_RANK]`` field."""
     return list(values) + [0] * (MAX_RANK - len(values))
@@ -73,7 +87,8 @@ def bind_copy(src: np.ndarray, src_base: np.ndarray, dst: np.ndarray, dst_base: 
     """``dst[...] = src`` (views of ``src_base`` / ``dst_base``, contiguous arrays) as a call;
     ``operands`` are what :meth:`BoundCall.uses` compares."""
     if (library() is None or src.shape != dst.shape or src.dtype != dst.dtype or src.itemsize not in (1, 2, 4)
-            or not (src_base.flags.c_contiguous and dst_base.flags.c_contiguous) or not _writable(dst_base)):
+            or not (src_base.flags.c_contiguous and dst_base.flags.c_contiguous) or not _writable(dst_base)
+            or _overlap(src_base, dst_base)):
         return None
     merged = merge_axes(src.shape, src.strides, dst.strides)
     if merged is None:
@@ -101,7 +116,7 @@ def bind_sequence(calls: Sequence[BoundCall], operands: tuple) -> BoundCall | No
 def bind_pad(x: np.ndarray, out: np.ndarray, pads: Sequence[tuple[int, int]], value: int) -> BoundCall | None:
     """Constant PAD of contiguous ``x`` into contiguous ``out`` (int8 or int16)."""
     if (library() is None or x.ndim > MAX_RANK or x.ndim == 0 or x.dtype != out.dtype or x.itemsize not in (1, 2)
-            or not (x.flags.c_contiguous and out.flags.c_contiguous) or not _writable(out)):
+            or not (x.flags.c_contiguous and out.flags.c_contiguous) or not _writable(out) or _overlap(x, out)):
         return None
     buffers = (ffi.from_buffer("char[]", x), ffi.from_buffer("char[]", out, require_writable=True))
     call = ffi.new("struct npu_pad_call *", {
@@ -118,7 +133,7 @@ def bind_lut(x: np.ndarray, table: np.ndarray, out: np.ndarray) -> BoundCall | N
     if (library() is None or x.dtype not in kinds or out.dtype not in kinds or table.dtype != out.dtype
             or table.size != 1 << (8 * x.itemsize) or x.size != out.size
             or not (x.flags.c_contiguous and out.flags.c_contiguous and table.flags.c_contiguous)
-            or not _writable(out)):
+            or not _writable(out) or not in_place_or_apart(x, out) or _overlap(table, out)):
         return None
     buffers = (ffi.from_buffer("char[]", x), ffi.from_buffer("char[]", table),
                ffi.from_buffer("char[]", out, require_writable=True))
@@ -133,7 +148,8 @@ def bind_table2_broadcast(a: np.ndarray, b: np.ndarray, table: np.ndarray, out: 
     shape (int8 throughout, every array contiguous)."""
     arrays = (a, b, table, out)
     if (library() is None or any(v.dtype != np.int8 or not v.flags.c_contiguous for v in arrays)
-            or table.size != 1 << 16 or not _writable(out)):
+            or table.size != 1 << 16 or not _writable(out) or not in_place_or_apart(a, out)
+            or not in_place_or_apart(b, out) or _overlap(table, out)):
         return None
     try:
         a_view, b_view = np.broadcast_to(a, out.shape), np.broadcast_to(b, out.shape)
@@ -187,7 +203,7 @@ def bind_gather(x: np.ndarray, indices: np.ndarray, out: np.ndarray) -> BoundCal
     if (library() is None or x.dtype != np.int8 or out.dtype != np.int8 or indices.dtype != np.int32
             or x.ndim != 3 or out.shape != (x.shape[0], indices.size, x.shape[2])
             or not (x.flags.c_contiguous and out.flags.c_contiguous and indices.flags.c_contiguous)
-            or not _writable(out)):
+            or not _writable(out) or _overlap(x, out) or _overlap(indices, out)):
         return None
     buffers = (ffi.from_buffer("int8_t[]", x), ffi.from_buffer("int32_t[]", indices),
                ffi.from_buffer("int8_t[]", out, require_writable=True))

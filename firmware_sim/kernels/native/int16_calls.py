@@ -77,7 +77,8 @@ def bind_binary16(kind: str, a: np.ndarray, b: np.ndarray, out: np.ndarray, para
     ADD m1, s1, m2, s2, mo, so; MUL m, s), as a call; None unless C-contiguous int16."""
     if (library() is None or any(v.dtype != np.int16 or not v.flags.c_contiguous for v in (a, b, out))
             or not out.flags.writeable or params.dtype != np.int32 or not params.flags.c_contiguous
-            or params.ndim != 2 or params.shape[1] != (6 if kind == "add" else 2)):
+            or params.ndim != 2 or params.shape[1] != (6 if kind == "add" else 2)
+            or not data_calls.in_place_or_apart(a, out) or not data_calls.in_place_or_apart(b, out)):
         return None
     channels = params.shape[0]
     if channels != 1 and (not out.ndim or out.shape[-1] != channels):
