@@ -59,7 +59,10 @@ class Side:
         return dict(os.environ, NPU_CACHE_DIR=str(self.cache), PYTHONPATH=str(self.root))
 
     def start(self, parent: Path) -> None:
-        """A scratch device run by this checkout's own driver and chip."""
+        """A scratch device run by this checkout's own driver and chip (its C kernels built
+        first: a chip building them while it powers on may miss the driver's deadline)."""
+        subprocess.run([self.python, "-m", "firmware_sim.kernels.native"], cwd=self.root, env=self.env(),
+                       capture_output=True, text=True, timeout=600)
         self.device = ScratchDevice(parent=parent)
         result = subprocess.run([self.python, "-m", "kmd_fuse.cli", "start", *self.device.args, "--devroot",
                                  str(self.device.devroot)], cwd=self.root, env=self.env(), capture_output=True,
