@@ -173,8 +173,8 @@ def bind_mean(x: np.ndarray, axes: tuple[int, ...], out: np.ndarray, *, zp_total
     """MEAN or SUM (``reduce`` "sum") of contiguous ``x`` over ``axes`` into contiguous
     ``out`` (kept dims), with the requantization :func:`~firmware_sim.kernels.pooling.mean`
     or ``reduce.reduce_sum`` derived (``multiplier`` an int32, ``shift`` in [-31, 30], for
-    MEAN folding in 1/count); ``reduce`` "max" / "min": REDUCE_MAX / REDUCE_MIN (no
-    requantization)."""
+    MEAN folding in 1/count); ``reduce`` "max" / "min": the largest / smallest value (the max
+    and min reductions: no requantization)."""
     if (library() is None or x.dtype not in (np.int8, np.int16) or out.dtype != x.dtype
             or not (x.flags.c_contiguous and out.flags.c_contiguous) or not _writable(out)
             or not -31 <= shift <= 30 or not -(1 << 31) <= multiplier < 1 << 31):
@@ -192,8 +192,8 @@ def bind_mean(x: np.ndarray, axes: tuple[int, ...], out: np.ndarray, *, zp_total
         "shape": padded(shape), "x_stride": padded(x_stride), "sum_stride": padded(sum_stride),
         "outputs": out.size, "zp_total": zp_total, "multiplier": multiplier, "shift": shift,
         "output_zp": output_zp, "act_min": act_min, "act_max": act_max,
-        "reduce": {"sum": library().NPU_REDUCE_SUM, "max": library().NPU_REDUCE_MAX,
-                   "min": library().NPU_REDUCE_MIN}[reduce]})
+        "reduce": {"sum": library().NPU_SUMS_ADD, "max": library().NPU_SUMS_LARGEST,
+                   "min": library().NPU_SUMS_SMALLEST}[reduce]})
     return BoundCall(library().NPU_STEP_MEAN, call, (x, out), (buffers, sums))
 
 

@@ -1,7 +1,7 @@
 /*
  * The chip's data-movement and table kernels in C: strided copies (RESHAPE, TRANSPOSE,
  * STRIDED_SLICE, CONCATENATION), constant padding (PAD), 256- and 65536-entry table lookups
- * (LUT, and every int8 op that is a function of one byte: RELU, REQUANTIZE, HARD_SWISH...),
+ * (LUT, and every int8 or int16 op that is a function of one input: RELU, REQUANTIZE...),
  * broadcasting two-input table lookups (int8 ADD/MUL over broadcast shapes) and MEAN.
  *
  * No arithmetic but MEAN's: each result is a byte (or int16) the Python reference computes
@@ -187,10 +187,10 @@ static inline int64_t divide_by_pot(int64_t x, int e)
 #define REDUCE_LOOP(T)                                                                    \
     do {                                                                                  \
         const T *v = (const T *)x;                                                        \
-        if (c->reduce == NPU_REDUCE_MAX) {                                                \
+        if (c->reduce == NPU_SUMS_LARGEST) {                                                \
             for (int64_t i = 0; i < n; i++)                                               \
                 sums[i * ss] = v[i * xs] > sums[i * ss] ? v[i * xs] : sums[i * ss];       \
-        } else if (c->reduce == NPU_REDUCE_MIN) {                                         \
+        } else if (c->reduce == NPU_SUMS_SMALLEST) {                                         \
             for (int64_t i = 0; i < n; i++)                                               \
                 sums[i * ss] = v[i * xs] < sums[i * ss] ? v[i * xs] : sums[i * ss];       \
         } else {                                                                          \
@@ -216,15 +216,15 @@ static void mean_axis(const char *x, int64_t *sums, const struct npu_mean_call *
 int npu_mean(const struct npu_mean_call *c)
 {
     if (c->rank < 1 || c->rank > NPU_MOVE_MAX_RANK || (c->elem != 1 && c->elem != 2) || c->reduce < 0 ||
-        c->reduce > NPU_REDUCE_MIN)
+        c->reduce > NPU_SUMS_SMALLEST)
         return NPU_KERNEL_BAD_STEP;
     if (c->shift < -31 || c->shift > 30)
         return NPU_KERNEL_BAD_SHIFT;
-    const int64_t start = c->reduce == NPU_REDUCE_MAX ? INT64_MIN : c->reduce == NPU_REDUCE_MIN ? INT64_MAX : 0;
+    const int64_t start = c->reduce == NPU_SUMS_LARGEST ? INT64_MIN : c->reduce == NPU_SUMS_SMALLEST ? INT64_MAX : 0;
     for (int64_t i = 0; i < c->outputs; i++)
         c->sums[i] = start;
     mean_axis(c->x, c->sums, c, 0);
-    if (c->reduce == NPU_REDUCE_MAX || c->reduce == NPU_REDUCE_MIN) {
+    if (c->reduce == NPU_SUMS_LARGEST || c->reduce == NPU_SUMS_SMALLEST) {
         for (int64_t i = 0; i < c->outputs; i++) {
             if (c->elem == 1)
                 ((int8_t *)c->out)[i] = (int8_t)c->sums[i];

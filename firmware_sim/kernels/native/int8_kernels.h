@@ -190,14 +190,14 @@ struct npu_table2b_call {
     int64_t shape[6], a_stride[6], b_stride[6];
 };
 
-/* MEAN and SUM (pooling.mean's, reduce.reduce_sum's arithmetic, `reduce` NPU_REDUCE_SUM):
+/* MEAN and SUM (pooling.mean's, reduce.reduce_sum's arithmetic, `reduce` NPU_SUMS_ADD):
    x over `shape` with element strides, summed in int64 into `sums` (`outputs` entries,
    `sum_stride` 0 along a reduced axis), less zp_total (input zero point x count),
-   requantized by multiplier/shift, plus output_zp, clamped; REDUCE_MAX / REDUCE_MIN
-   (NPU_REDUCE_MAX / _MIN): the largest / smallest value, as it is. */
-#define NPU_REDUCE_SUM 0
-#define NPU_REDUCE_MAX 1
-#define NPU_REDUCE_MIN 2
+   requantized by multiplier/shift, plus output_zp, clamped; the max and min reductions
+   (NPU_SUMS_LARGEST / _SMALLEST): the largest / smallest value, as it is. */
+#define NPU_SUMS_ADD 0
+#define NPU_SUMS_LARGEST 1
+#define NPU_SUMS_SMALLEST 2
 struct npu_mean_call {
     const void *x;
     int64_t *sums;
