@@ -93,58 +93,6 @@ static inline void dw_taps(int32_t *restrict acc, const int8_t *restrict x,
 }
 
 #if defined(__AVX512BW__)
-/* dst = `count` pixels of `cin` channels read every `stride` pixels from src, each channel
-   repeated `dm` times. Fixed-size copies for the common pixel sizes: a memcpy call per
-   pixel of a few bytes cost a stride-2 layer more than its multiply-adds (fingerprint's
-   180x180 input: 126 us of layout for 1.5 M MACs). */
-static void gather_columns(int8_t *restrict dst, const int8_t *restrict src, int64_t count, int64_t stride,
-                           int64_t cin, int64_t dm)
-{
-    if (dm == 1 && stride == 1) {
-        memcpy(dst, src, (size_t)(count * cin));
-        return;
-    }
-    if (dm == 1) {
-        switch (cin) {
-        case 1:
-            for (int64_t j = 0; j < count; j++)
-                dst[j] = src[j * stride];
-            return;
-        case 2:
-            for (int64_t j = 0; j < count; j++)
-                memcpy(dst + 2 * j, src + j * stride * 2, 2);
-            return;
-        case 4:
-            for (int64_t j = 0; j < count; j++)
-                memcpy(dst + 4 * j, src + j * stride * 4, 4);
-            return;
-        case 8:
-            for (int64_t j = 0; j < count; j++)
-                memcpy(dst + 8 * j, src + j * stride * 8, 8);
-            return;
-        case 16:
-            for (int64_t j = 0; j < count; j++)
-                memcpy(dst + 16 * j, src + j * stride * 16, 16);
-            return;
-        default:
-            for (int64_t j = 0; j < count; j++)
-                memcpy(dst + j * cin, src + j * stride * cin, (size_t)cin);
-            return;
-        }
-    }
-    if (cin == 1 && dm == 8) {          /* a one-channel input (audio, a first layer) times 8 */
-        for (int64_t j = 0; j < count; j++) {
-            const uint64_t v = (uint64_t)(uint8_t)src[j * stride] * UINT64_C(0x0101010101010101);
-            memcpy(dst + 8 * j, &v, 8);
-        }
-        return;
-    }
-    for (int64_t j = 0; j < count; j++, dst += cin * dm)
-        for (int64_t c = 0; c < cin; c++)
-            for (int64_t m = 0; m < dm; m++)
-                dst[c * dm + m] = src[j * stride * cin + c];
-}
-
 /*
  * Depthwise convolution, 32 channel-pixels at a time in registers across all the taps (the
  * portable loops below keep their sums in memory, one pass per tap).
@@ -234,19 +182,23 @@ static int depthwise_pairs_avx512(const int8_t *x, int32_t n, int32_t h, int32_t
                     memset(dst, zero_point, (size_t)(wq * ch));
                     continue;
                 }
-                /* columns j0 <= j < j1 lie in the image; the others are the zero point */
-                const int64_t ix0 = phase - pad_left;
-                const int64_t j0 = ix0 >= 0 ? 0 : (-ix0 + stride_w - 1) / stride_w;
-                int64_t j1 = w - 1 - ix0 < 0 ? 0 : (w - 1 - ix0) / stride_w + 1;
-                j1 = j1 < wq ? j1 : wq;
-                if (j1 <= j0) {
-                    memset(dst, zero_point, (size_t)(wq * ch));
-                    continue;
+                const int8_t *line = image + iy * w * cin;
+                for (int64_t j = 0, ix = phase - pad_left; j < wq; j++, ix += stride_w, dst += ch) {
+                    if (ix < 0 || ix >= w) {
+                        memset(dst, zero_point, (size_t)ch);
+                    } else if (dm > 1) {
+                        for (int64_t c = 0; c < cin; c++)
+                            memset(dst + c * dm, line[ix * cin + c], (size_t)dm);
+                    } else if (stride_w == 1) {              /* the rest of the line in one copy */
+                        const int64_t run = (w - ix < wq - j ? w - ix : wq - j);
+                        memcpy(dst, line + ix * cin, (size_t)(run * cin));
+                        j += run - 1;
+                        ix += run - 1;
+                        dst += (run - 1) * cin;
+                    } else {
+                        memcpy(dst, line + ix * cin, (size_t)cin);
+                    }
                 }
-                memset(dst, zero_point, (size_t)(j0 * ch));
-                memset(dst + j1 * ch, zero_point, (size_t)((wq - j1) * ch));
-                gather_columns(dst + j0 * ch, image + iy * w * cin + (ix0 + j0 * stride_w) * cin,
-                               j1 - j0, stride_w, cin, dm);
             }
         }
         for (int32_t oy = 0; oy < out_h; oy++) {
