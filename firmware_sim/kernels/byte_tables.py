@@ -1,6 +1,6 @@
 """Ops whose every output is a function of one int8 or int16 input, or of two int8 inputs,
 rerun in C as table lookups (``native.data_calls``): RELU, REQUANTIZE (int8 and int16 either
-way), hard swish, leaky ReLU, RSQRT, ABS (one input: 256 entries, 65536 for int16) and SUB,
+way), hard swish, leaky ReLU, reciprocal square root, ABS (one input: 256 entries, 65536 for int16) and SUB,
 MAXIMUM, MINIMUM, SQUARED_DIFFERENCE, DIV, PRELU (two int8 inputs: 65536 entries, operands
 broadcast).
 
