@@ -1,0 +1,714 @@
+"""The execution provider's Python side: what ``CreateEpFactories`` and ORT's callbacks run,
+inside the process that registered the library.
+
+- **Factory** (one per registration): offers one ``OrtEpDevice`` on the host's CPU hardware
+  device (ORT lists no NPU here; the chip is reached through its device node, named by the
+  options), so ``get_ep_devices()`` shows it.
+- **CreateEp** reads this EP's provider options from the session options
+  (``ep.<name>.<key>``), checks them and opens the device: a bad option or an absent device
+  is one ``OrtStatus`` with a one-line message, which the Python binding raises.
+- **GetCapability** reads ORT's graph (nodes, attributes, value types, constant
+  initializers) into an ONNX model, asks the compiler's placement
+  (:func:`libnpu.compiler.placement.plan_placement`) which nodes the chip runs, reports each
+  node's placement (ORT's log; the ``placement_file`` option), and hands ORT each run of
+  consecutive chip nodes as one fused node (a run in topological order has no outside node
+  on a path between two of its nodes, as fusing requires).
+- **Compile** cuts each fused subgraph out as an ONNX model, compiles it through the compile
+  cache and loads it on the device; **Compute** copies the inputs in, runs one job, copies
+  the outputs out. ORT's CPU EP runs everything else.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx
+from onnx import helper, numpy_helper
+
+from libnpu.compiler.input_shapes import parse_input_shapes
+from libnpu.delegate.plugin import _SharedDevice
+
+from . import EP_NAME
+from .ort_c import (
+    ATTR_FLOAT,
+    ATTR_FLOATS,
+    ATTR_INT,
+    ATTR_INTS,
+    ATTR_STRING,
+    ATTR_STRINGS,
+    ATTR_TENSOR,
+    ELEMENT_TYPES,
+    HARDWARE_CPU,
+    LOG_INFO,
+    LOG_WARNING,
+    ORT_API_VERSION,
+    ORT_EP_FAIL,
+    ORT_FAIL,
+    ORT_INVALID_ARGUMENT,
+)
+
+__all__ = ["EpOptions", "parse_options", "install", "OrtCallError"]
+
+log = logging.getLogger("libnpu.ort_ep")
+
+VENDOR = "npu-emu"
+VERSION = "0.1.0"
+RECIPES = ("default", "accurate")
+_QDQ_OPS = {"QuantizeLinear", "DequantizeLinear", "QLinearConv", "QLinearMatMul"}
+_KNOWN = ("devroot", "device", "cache_dir", "placement_file", "ops", "quantize", "calibration", "recipe",
+          "input_shape")
+
+
+class OrtCallError(RuntimeError):
+    """An ORT API call returned an error status."""
+
+
+@dataclass
+class EpOptions:
+    """The EP's provider options (strings, as ORT passes them)."""
+    devroot: str | None = None
+    device: int = 0
+    cache_dir: str | None = None
+    placement_file: str | None = None
+    ops: frozenset[str] | None = None
+    quantize: bool = False               # float models: quantize them (off: they stay with ORT's CPU EP)
+    calibration: str | None = None       # a .npy file or a directory, as `npu compile --calibration`
+    recipe: str = "default"
+    input_shape: dict = field(default_factory=dict)
+
+
+def _shown(value: str) -> str:
+    """``value`` quoted for a one-line message, cut short when long."""
+    return repr(value) if len(value) <= 64 else f"{value[:48]!r}... ({len(value)} characters)"
+
+
+def parse_options(pairs: list[tuple[str, str]]) -> EpOptions:
+    """Options from ORT's key/value strings; ValueError names a bad one."""
+    options = EpOptions()
+    for key, value in pairs:
+        if key == "devroot":
+            options.devroot = value or None
+        elif key == "device":
+            if not value.isdigit():
+                raise ValueError(f"npu ort-ep: option device={_shown(value)} is not a device number (0, 1, ...)")
+            options.device = int(value)
+        elif key == "cache_dir":
+            options.cache_dir = value or None
+        elif key == "placement_file":
+            options.placement_file = value or None
+        elif key == "ops":
+            options.ops = frozenset(v.strip() for v in value.split(",") if v.strip())
+        elif key == "quantize":
+            lowered = value.strip().lower()
+            if lowered not in ("1", "true", "yes", "on", "0", "false", "no", "off"):
+                raise ValueError(f"npu ort-ep: option quantize={_shown(value)} is not a boolean (true/false)")
+            options.quantize = lowered in ("1", "true", "yes", "on")
+        elif key == "calibration":
+            if value and not Path(value).exists():
+                raise ValueError(f"npu ort-ep: option calibration={_shown(value)}: no such file or directory")
+            options.calibration = value or None
+        elif key == "recipe":
+            if value not in RECIPES:
+                raise ValueError(f"npu ort-ep: option recipe={_shown(value)} must be one of {', '.join(RECIPES)}")
+            options.recipe = value
+        elif key == "input_shape":
+            try:
+                options.input_shape = parse_input_shapes(v for v in value.split(";") if v.strip())
+            except ValueError as exc:
+                raise ValueError(f"npu ort-ep: option input_shape={_shown(value)}: {exc}") from None
+        else:
+            raise ValueError(f"npu ort-ep: unknown option {_shown(key)} (known: {', '.join(_KNOWN)})")
+    return options
+
+
+class _Ort:
+    """ORT's function tables, with the checks and conversions every caller needs."""
+
+    def __init__(self, ffi: Any, api_base: Any) -> None:
+        self.ffi = ffi
+        self.api = api_base.GetApi(ORT_API_VERSION)
+        if self.api == ffi.NULL:
+            raise OrtCallError(f"ONNX Runtime {ffi.string(api_base.GetVersionString()).decode()} does not offer "
+                               f"API version {ORT_API_VERSION} (onnxruntime >= 1.{ORT_API_VERSION} needed)")
+        self.ep_api = self.api.GetEpApi()
+
+    def status(self, code: int, message: str) -> Any:
+        return self.api.CreateStatus(code, self.ffi.new("char[]", message.encode(errors="replace")))
+
+    def check(self, status: Any) -> None:
+        if status != self.ffi.NULL:
+            message = self.ffi.string(self.api.GetErrorMessage(status)).decode(errors="replace")
+            self.api.ReleaseStatus(status)
+            raise OrtCallError(message)
+
+    def text(self, function: Any, obj: Any) -> str:
+        out = self.ffi.new("const char**")
+        self.check(function(obj, out))
+        return self.ffi.string(out[0]).decode() if out[0] != self.ffi.NULL else ""
+
+    def listed(self, count_function: Any, list_function: Any, obj: Any, ctype: str) -> list[Any]:
+        count = self.ffi.new("size_t*")
+        self.check(count_function(obj, count))
+        if count[0] == 0:
+            return []
+        items = self.ffi.new(f"{ctype}[]", count[0])
+        self.check(list_function(obj, items, count[0]))
+        return list(items)
+
+    def shape_info(self, info: Any) -> tuple[int, list[int]]:
+        """(ONNX element type, dims with -1 for a free one) of a tensor's type-and-shape info."""
+        ffi, api = self.ffi, self.api
+        elem, rank = ffi.new("int*"), ffi.new("size_t*")
+        self.check(api.GetTensorElementType(info, elem))
+        self.check(api.GetDimensionsCount(info, rank))
+        dims = ffi.new("int64_t[]", max(rank[0], 1))
+        self.check(api.GetDimensions(info, dims, rank[0]))
+        return int(elem[0]), [int(dims[i]) for i in range(rank[0])]
+
+    def value_type(self, value_info: Any) -> tuple[int, list[int]] | None:
+        type_info = self.ffi.new("const OrtTypeInfo**")
+        self.check(self.api.GetValueInfoTypeInfo(value_info, type_info))
+        if type_info[0] == self.ffi.NULL:
+            return None
+        tensor = self.ffi.new("const OrtTensorTypeAndShapeInfo**")
+        self.check(self.api.CastTypeInfoToTensorInfo(type_info[0], tensor))
+        return None if tensor[0] == self.ffi.NULL else self.shape_info(tensor[0])
+
+    def array(self, value: Any) -> np.ndarray:
+        """A copy of a tensor OrtValue's data."""
+        ffi, api = self.ffi, self.api
+        info = ffi.new("OrtTensorTypeAndShapeInfo**")
+        self.check(api.GetTensorTypeAndShape(value, info))
+        try:
+            elem, dims = self.shape_info(info[0])
+        finally:
+            api.ReleaseTensorTypeAndShapeInfo(info[0])
+        if elem not in ELEMENT_TYPES:
+            raise OrtCallError(f"a tensor of ONNX element type {elem}, which the NPU does not carry")
+        size, data = ffi.new("size_t*"), ffi.new("const void**")
+        self.check(api.GetTensorSizeInBytes(value, size))
+        self.check(api.GetTensorData(value, data))
+        raw = bytes(ffi.buffer(data[0], size[0])) if size[0] else b""
+        return np.frombuffer(raw, ELEMENT_TYPES[elem]).reshape(dims)
+
+    def log(self, logger: Any, level: int, message: str) -> None:
+        if logger == self.ffi.NULL:
+            return
+        status = self.api.Logger_LogMessage(logger, level, self.ffi.new("char[]", message.encode(errors="replace")),
+                                            self.ffi.new("char[]", __file__.encode()), 0,
+                                            self.ffi.new("char[]", b"npu-ort-ep"))
+        if status != self.ffi.NULL:
+            self.api.ReleaseStatus(status)
+
+
+# Reading ORT's graph into an ONNX model ---------------------------------------------------
+
+@dataclass
+class GraphNode:
+    """One ORT node, as an ONNX NodeProto needs it."""
+    handle: Any
+    name: str
+    op_type: str
+    domain: str
+    inputs: list[str]
+    outputs: list[str]
+    attributes: list[onnx.AttributeProto]
+    unreadable: str = ""                   # why it cannot be rebuilt ("" when it can)
+
+
+@dataclass
+class GraphView:
+    """What the EP read of one OrtGraph."""
+    name: str
+    nodes: list[GraphNode]
+    types: dict[str, tuple[int, list[int]]]
+    constants: dict[str, np.ndarray]
+    inputs: list[str]
+    outputs: list[str]
+    opsets: dict[str, int]
+
+
+def _attribute(ort: _Ort, attr: Any) -> onnx.AttributeProto | str:
+    """The ONNX attribute of an OrtOpAttr, or why it cannot be read."""
+    ffi, api = ort.ffi, ort.api
+    name = ort.text(api.OpAttr_GetName, attr)
+    kind = ffi.new("int*")
+    ort.check(api.OpAttr_GetType(attr, kind))
+    size = ffi.new("size_t*")
+    if kind[0] == ATTR_INT:
+        number = ffi.new("int64_t*")
+        ort.check(api.ReadOpAttr(attr, kind[0], number, ffi.sizeof("int64_t"), size))
+        return helper.make_attribute(name, int(number[0]))
+    if kind[0] == ATTR_FLOAT:
+        real = ffi.new("float*")
+        ort.check(api.ReadOpAttr(attr, kind[0], real, ffi.sizeof("float"), size))
+        return helper.make_attribute(name, float(real[0]))
+    if kind[0] == ATTR_TENSOR:
+        value = ffi.new("OrtValue**")
+        ort.check(api.OpAttr_GetTensorAttributeAsOrtValue(attr, value))
+        try:
+            return helper.make_attribute(name, numpy_helper.from_array(ort.array(value[0]), name))
+        finally:
+            api.ReleaseValue(value[0])
+    if kind[0] in (ATTR_INTS, ATTR_FLOATS, ATTR_STRING, ATTR_STRINGS):
+        # first the size (an error status that reports it), then the data
+        status = api.ReadOpAttr(attr, kind[0], ffi.NULL, 0, size)
+        if status != ffi.NULL:
+            api.ReleaseStatus(status)
+        buffer = ffi.new("char[]", max(size[0], 1))
+        ort.check(api.ReadOpAttr(attr, kind[0], buffer, size[0], size))
+        raw = bytes(ffi.buffer(buffer, size[0]))
+        if kind[0] == ATTR_INTS:
+            return helper.make_attribute(name, [int(v) for v in np.frombuffer(raw, np.int64)])
+        if kind[0] == ATTR_FLOATS:
+            return helper.make_attribute(name, [float(v) for v in np.frombuffer(raw, np.float32)])
+        if kind[0] == ATTR_STRING:
+            return helper.make_attribute(name, raw.rstrip(b"\0").decode())
+        return helper.make_attribute(name, [s.decode() for s in raw.split(b"\0")[:-1]])
+    return f"attribute {name!r} is a subgraph or of a type the EP does not read"
+
+
+def read_graph(ort: _Ort, graph: Any) -> GraphView:
+    """Nodes, value types and constant initializers of ``graph``, as ONNX names them."""
+    ffi, api = ort.ffi, ort.api
+    types: dict[str, tuple[int, list[int]]] = {}
+    constants: dict[str, np.ndarray] = {}
+
+    def names(value_infos: list[Any]) -> list[str]:
+        out = []
+        for vi in value_infos:
+            if vi == ffi.NULL:
+                out.append("")           # an optional input left out
+                continue
+            name = ort.text(api.GetValueInfoName, vi)
+            out.append(name)
+            if name not in types and (found := ort.value_type(vi)) is not None:
+                types[name] = found
+            constant = ffi.new("bool*")
+            ort.check(api.ValueInfo_IsConstantInitializer(vi, constant))
+            if constant[0] and name not in constants:
+                value = ffi.new("const OrtValue**")
+                ort.check(api.ValueInfo_GetInitializerValue(vi, value))
+                constants[name] = ort.array(value[0])
+        return out
+
+    nodes = []
+    for handle in ort.listed(api.Graph_GetNumNodes, api.Graph_GetNodes, graph, "const OrtNode*"):
+        node = GraphNode(handle, ort.text(api.Node_GetName, handle), ort.text(api.Node_GetOperatorType, handle),
+                         ort.text(api.Node_GetDomain, handle),
+                         names(ort.listed(api.Node_GetNumInputs, api.Node_GetInputs, handle, "const OrtValueInfo*")),
+                         names(ort.listed(api.Node_GetNumOutputs, api.Node_GetOutputs, handle,
+                                          "const OrtValueInfo*")), [])
+        subgraphs = ffi.new("size_t*")
+        ort.check(api.Node_GetNumSubgraphs(handle, subgraphs))
+        for attr in ort.listed(api.Node_GetNumAttributes, api.Node_GetAttributes, handle, "const OrtOpAttr*"):
+            made = _attribute(ort, attr)
+            if isinstance(made, str):
+                node.unreadable = made
+            else:
+                node.attributes.append(made)
+        if subgraphs[0]:
+            node.unreadable = "a node with subgraphs (If, Loop, Scan)"
+        nodes.append(node)
+    inputs = [n for n in names(ort.listed(api.Graph_GetNumInputs, api.Graph_GetInputs, graph, "const OrtValueInfo*"))
+              if n and n not in constants]
+    outputs = names(ort.listed(api.Graph_GetNumOutputs, api.Graph_GetOutputs, graph, "const OrtValueInfo*"))
+    count = ffi.new("size_t*")
+    ort.check(api.Graph_GetNumOperatorSets(graph, count))
+    domains, versions = ffi.new("const char*[]", max(count[0], 1)), ffi.new("int64_t[]", max(count[0], 1))
+    ort.check(api.Graph_GetOperatorSets(graph, domains, versions, count[0]))
+    opsets = {ffi.string(domains[i]).decode(): int(versions[i]) for i in range(count[0])}
+    return GraphView(ort.text(api.Graph_GetName, graph) or "graph", nodes, types, constants, inputs, outputs, opsets)
+
+
+def _value_info(name: str, types: dict[str, tuple[int, list[int]]]) -> onnx.ValueInfoProto:
+    elem, dims = types.get(name, (1, []))
+    shape = [d if d >= 0 else f"free_{i}" for i, d in enumerate(dims)] if name in types else None
+    return helper.make_tensor_value_info(name, elem, shape)
+
+
+def to_onnx(view: GraphView, nodes: list[GraphNode], inputs: list[str], outputs: list[str], name: str) -> bytes:
+    """An ONNX model of ``nodes`` (in order) with those graph inputs and outputs."""
+    used = {i for n in nodes for i in n.inputs if i}
+    made = helper.make_graph(
+        [helper.make_node(n.op_type, n.inputs, n.outputs, name=n.name or None, domain=n.domain or None)
+         for n in nodes],
+        name, [_value_info(i, view.types) for i in inputs], [_value_info(o, view.types) for o in outputs],
+        initializer=[numpy_helper.from_array(view.constants[c], c) for c in sorted(used & set(view.constants))],
+        value_info=[_value_info(v, view.types) for n in nodes for v in n.outputs
+                    if v and v in view.types and v not in outputs])
+    for proto, node in zip(made.node, nodes):
+        proto.attribute.extend(node.attributes)
+    opsets = [helper.make_opsetid(d, v) for d, v in view.opsets.items()
+              if d in ("", "ai.onnx") or any(n.domain == d for n in nodes)]
+    model = helper.make_model(made, opset_imports=opsets, producer_name="npu-ort-ep")
+    model.ir_version = min(model.ir_version, 10)
+    return model.SerializeToString()
+
+
+# The EP ----------------------------------------------------------------------------------
+
+class _Kernel:
+    """One fused node: its subgraph compiled and loaded on the device."""
+
+    def __init__(self, ep: NpuEp, name: str, inputs: list[str], constants: set[str], outputs: list[str],
+                 model_bytes: bytes) -> None:
+        import libnpu        # the runtime; libnpu imports nothing of this package
+        self.ep, self.name = ep, name
+        self.inputs, self.constants, self.outputs = inputs, constants, outputs
+        self.lock = threading.Lock()
+        ep.shared.hold()
+        try:
+            options: dict[str, Any] = {}
+            if ep.options.input_shape:
+                options["input_shapes"] = ep.options.input_shape
+            if ep.float_model:
+                options["recipe"] = ep.options.recipe
+            self.model = libnpu.load(model_bytes, ep.shared.device, cache_dir=ep.options.cache_dir,
+                                     calibration=ep.calibration(model_bytes), **options)
+            self.request = self.model.create_request()
+        except BaseException:
+            ep.shared.release()
+            raise
+        self.feed_names = [d.name for d in self.model.inputs]
+        self.fetch_names = [d.name for d in self.model.outputs]
+
+    def compute(self, ort: _Ort, context: Any) -> None:
+        ffi, api = ort.ffi, ort.api
+        count = ffi.new("size_t*")
+        ort.check(api.KernelContext_GetInputCount(context, count))
+        given: dict[str, np.ndarray] = {}
+        for i in range(count[0]):
+            name = self.inputs[i] if i < len(self.inputs) else ""
+            if name in self.constants or not name:
+                continue
+            value = ffi.new("const OrtValue**")
+            ort.check(api.KernelContext_GetInput(context, i, value))
+            given[name] = ort.array(value[0])
+        with self.lock:
+            results = dict(zip(self.fetch_names, self.request.infer([given[n] for n in self.feed_names])))
+        for j, name in enumerate(self.outputs):
+            result = np.ascontiguousarray(results[name])
+            dims = ffi.new("int64_t[]", list(result.shape) or [0])
+            value = ffi.new("OrtValue**")
+            ort.check(api.KernelContext_GetOutput(context, j, dims, result.ndim, value))
+            size, data = ffi.new("size_t*"), ffi.new("void**")
+            ort.check(api.GetTensorSizeInBytes(value[0], size))
+            if size[0] != result.nbytes:
+                raise OrtCallError(f"fused node {self.name}: output {name} has {result.nbytes} bytes, "
+                                   f"ORT's tensor {size[0]}")
+            ort.check(api.GetTensorMutableData(value[0], data))
+            ffi.memmove(data[0], result.tobytes(), result.nbytes)
+
+    def close(self) -> None:
+        try:
+            self.model.close()
+        finally:
+            self.ep.shared.release()
+
+
+class NpuEp:
+    """One ``OrtEp`` (one per session): its options, its device, its fused nodes."""
+
+    def __init__(self, ort: _Ort, lib: Any, options: EpOptions, logger: Any) -> None:
+        self.ort, self.options, self.logger = ort, options, logger
+        self.shared = _SharedDevice(options)          # an absent device raises here
+        self.float_model = False
+        self._dataset: Any = None
+        ffi = ort.ffi
+        self.struct = ffi.new("OrtEp*")
+        self.struct.ort_version_supported = ORT_API_VERSION
+        self.struct.GetName = lib.npu_ort_ep_name
+        self.struct.GetCapability = lib.npu_ort_get_capability
+        self.struct.Compile = lib.npu_ort_compile
+        self.struct.ReleaseNodeComputeInfos = lib.npu_ort_release_compute_infos
+        self.struct.GetCompiledModelCompatibilityInfo = lib.npu_ort_compatibility_info
+        self.fusion = ffi.new("OrtNodeFusionOptions*")
+        self.fusion.ort_version_supported = ORT_API_VERSION
+        self.fusion.drop_constant_initializers = True     # the compiled model holds its constants
+        self.lib = lib
+        self.kernels: dict[int, tuple[Any, _Kernel]] = {}
+
+    def say(self, level: int, message: str) -> None:
+        log.log(logging.INFO if level == LOG_INFO else logging.WARNING, "%s", message)
+        self.ort.log(self.logger, level, message)
+
+    def calibration(self, model_bytes: bytes) -> Any:
+        """The calibration feeds of a float model (None: random, or an int8 model)."""
+        if not self.float_model or not self.options.calibration:
+            return None
+        from libnpu.tools.models import load_calibration   # the CLI's reader; only a float model needs it
+        from libnpu.tools.compile import input_shapes
+        return load_calibration(self.options.calibration, input_shapes(model_bytes, self.options.input_shape))
+
+    def _placements(self, view: GraphView) -> list[tuple[bool, str]]:
+        """(on the chip, why not) per node of ``view``."""
+        from libnpu.compiler.placement import NPU, plan_placement  # the compiler: only when a graph is placed
+        self.float_model = not any(n.op_type in _QDQ_OPS for n in view.nodes)
+        if self.float_model and not self.options.quantize:
+            why = "a float model: the EP runs quantized (QDQ) models; provider option quantize=true quantizes it"
+            return [(False, why)] * len(view.nodes)
+        model = to_onnx(view, view.nodes, view.inputs, view.outputs, view.name)
+        plan = plan_placement(model, ops=self.options.ops, kind="onnx", input_shapes=self.options.input_shape or None,
+                              dataset=self.calibration(model))
+        placed = [(p.device == NPU, p.reason) for p in plan.placements]
+        return [(on and not view.nodes[i].unreadable, view.nodes[i].unreadable or why)
+                for i, (on, why) in enumerate(placed)]
+
+    def get_capability(self, graph: Any, support: Any) -> None:
+        ort = self.ort
+        parent = ort.ffi.new("const OrtNode**")
+        ort.check(ort.api.Graph_GetParentNode(graph, parent))
+        if parent[0] != ort.ffi.NULL:
+            return                   # a nested subgraph (If/Loop body): left to ORT's CPU EP
+        view = read_graph(ort, graph)
+        placements = self._placements(view)
+        runs: list[list[int]] = []
+        for i, (on, _) in enumerate(placements):
+            if on:
+                if runs and runs[-1][-1] == i - 1:
+                    runs[-1].append(i)
+                else:
+                    runs.append([i])
+        # a run fed by constants alone (weights behind a DequantizeLinear) computes nothing at run time
+        runs = [r for r in runs if any(i and i not in view.constants for n in r for i in view.nodes[n].inputs)]
+        fused = {i for r in runs for i in r}
+        lines = [f"{len(fused)} of {len(view.nodes)} nodes on the NPU in {len(runs)} fused node(s)"]
+        for i, (node, (on, why)) in enumerate(zip(view.nodes, placements)):
+            where = "NPU" if i in fused else "CPU"
+            reason = "" if i in fused else f": {why or 'its run computes nothing at run time (constants only)'}"
+            lines.append(f"node {i} {node.op_type} {node.name!r}: {where}{reason}")
+        for line in lines:
+            self.say(LOG_INFO, f"npu ort-ep: {line}")
+        if self.options.placement_file:
+            Path(self.options.placement_file).write_text("\n".join(lines) + "\n")
+        for run in runs:
+            handles = ort.ffi.new("const OrtNode*[]", [view.nodes[i].handle for i in run])
+            ort.check(ort.ep_api.EpGraphSupportInfo_AddNodesToFuse(support, handles, len(run), self.fusion))
+
+    def compile(self, graphs: Any, fused_nodes: Any, count: int, infos: Any) -> None:
+        ort, ffi, api = self.ort, self.ort.ffi, self.ort.api
+        made = []
+        try:
+            for k in range(count):
+                view = read_graph(ort, graphs[k])
+                fused = fused_nodes[k]
+                name = ort.text(api.Node_GetName, fused)
+                inputs = [ort.text(api.GetValueInfoName, vi) if vi != ffi.NULL else "" for vi in
+                          ort.listed(api.Node_GetNumInputs, api.Node_GetInputs, fused, "const OrtValueInfo*")]
+                outputs = [ort.text(api.GetValueInfoName, vi) for vi in
+                           ort.listed(api.Node_GetNumOutputs, api.Node_GetOutputs, fused, "const OrtValueInfo*")]
+                feeds = [i for i in inputs if i and i not in view.constants]
+                model = to_onnx(view, view.nodes, feeds, outputs, name)
+                kernel = _Kernel(self, name, inputs, set(view.constants), outputs, model)
+                info = ffi.new("OrtNodeComputeInfo*")
+                info.ort_version_supported = ORT_API_VERSION
+                info.CreateState = self.lib.npu_ort_create_state
+                info.Compute = self.lib.npu_ort_compute
+                info.ReleaseState = self.lib.npu_ort_release_state
+                made.append((info, kernel))
+                self.say(LOG_INFO, f"npu ort-ep: fused node {name}: {len(view.nodes)} nodes compiled "
+                                   f"({', '.join(sorted({n.op_type for n in view.nodes}))})")
+        except BaseException:
+            for _, kernel in made:
+                kernel.close()
+            raise
+        for k, (info, kernel) in enumerate(made):
+            infos[k] = info
+            with _lock:
+                _live[_address(ffi, info)] = (info, kernel)
+
+    def release_infos(self, infos: Any, count: int) -> None:
+        for k in range(count):
+            with _lock:
+                entry = _live.pop(_address(self.ort.ffi, infos[k]), None)
+            if entry is not None:
+                try:
+                    entry[1].close()
+                except Exception as exc:  # noqa: BLE001 - ORT is tearing down: log, do not crash
+                    log.error("npu ort-ep: closing a fused node failed: %s", exc)
+
+    def release(self) -> None:
+        self.shared.release()
+
+
+class Factory:
+    """The one ``OrtEpFactory`` a registration gets."""
+
+    def __init__(self, ort: _Ort, lib: Any, registered_name: str) -> None:
+        ffi = ort.ffi
+        self.ort, self.registered_name = ort, registered_name
+        self.struct = ffi.new("OrtEpFactory*")
+        s = self.struct
+        s.ort_version_supported = ORT_API_VERSION
+        s.GetName, s.GetVendor, s.GetVersion = lib.npu_ort_factory_name, lib.npu_ort_factory_vendor, \
+            lib.npu_ort_factory_version
+        s.GetSupportedDevices, s.CreateEp, s.ReleaseEp = lib.npu_ort_supported_devices, lib.npu_ort_create_ep, \
+            lib.npu_ort_release_ep
+        s.GetVendorId, s.ValidateCompiledModelCompatibilityInfo = lib.npu_ort_vendor_id, lib.npu_ort_validate_compiled
+        s.CreateAllocator, s.ReleaseAllocator = lib.npu_ort_create_allocator, lib.npu_ort_release_allocator
+        s.CreateDataTransfer, s.IsStreamAware = lib.npu_ort_create_data_transfer, lib.npu_ort_is_stream_aware
+        s.CreateSyncStreamForDevice = lib.npu_ort_create_sync_stream
+
+
+def _options_from_session(ort: _Ort, session_options: Any) -> list[tuple[str, str]]:
+    """This EP's ``ep.<name>.<key>`` entries of the session's configuration."""
+    ffi, api = ort.ffi, ort.api
+    pairs = ffi.new("OrtKeyValuePairs**")
+    ort.check(api.GetSessionOptionsConfigEntries(session_options, pairs))
+    try:
+        keys, values, count = ffi.new("const char* const**"), ffi.new("const char* const**"), ffi.new("size_t*")
+        api.GetKeyValuePairs(pairs[0], keys, values, count)
+        entries = [(ffi.string(keys[0][i]).decode(), ffi.string(values[0][i]).decode()) for i in range(count[0])]
+    finally:
+        api.ReleaseKeyValuePairs(pairs[0])
+    prefix = f"ep.{EP_NAME.lower()}."
+    return [(k[len(prefix):], v) for k, v in entries if k.lower().startswith(prefix)]
+
+
+def _message(exc: BaseException) -> str:
+    """One line for ORT's status."""
+    if isinstance(exc, OSError) and exc.filename:
+        message = f"{exc.filename}: {exc.strerror}"
+    elif isinstance(exc, (ValueError, OrtCallError)):
+        message = str(exc)
+    else:
+        message = f"{type(exc).__name__}: {exc}"
+    message = " ".join(message.split())
+    return message if message.startswith("npu ort-ep") else f"npu ort-ep: {message}"
+
+
+_live: dict[int, Any] = {}          # address of a struct given to ORT -> (struct, object)
+_lock = threading.Lock()
+
+
+def _address(ffi: Any, pointer: Any) -> int:
+    return int(ffi.cast("uintptr_t", pointer))
+
+
+def _find(ffi: Any, pointer: Any) -> Any:
+    with _lock:
+        return _live[_address(ffi, pointer)][1]
+
+
+def install(ffi: Any, lib: Any) -> None:
+    """Bind the library's Python-implemented functions (run once, by the init code)."""
+    strings = {k: ffi.new("char[]", v.encode()) for k, v in
+               (("name", EP_NAME), ("vendor", VENDOR), ("version", VERSION))}
+    state: dict[str, _Ort] = {}
+
+    def guarded(code: int, what: str, step: Any) -> Any:
+        """Run ``step``; an exception becomes ORT's error status with a one-line message."""
+        try:
+            step()
+            return ffi.NULL
+        except Exception as exc:  # noqa: BLE001 - ORT gets a status, never a Python exception
+            message = _message(exc)
+            log.error("%s (%s)", message, what)
+            return state["ort"].status(code, message)
+
+    @ffi.def_extern()
+    def npu_ort_create_factories_py(registered_name, api_base, logger, factories, max_factories, factory_count):
+        try:
+            ort = state.setdefault("ort", _Ort(ffi, api_base))
+        except OrtCallError as exc:   # an ORT too old for this API: version 1's CreateStatus says so
+            return api_base.GetApi(1).CreateStatus(ORT_FAIL, ffi.new("char[]", f"npu ort-ep: {exc}".encode()))
+        factory_count[0] = 0
+        if max_factories < 1:
+            return ort.status(ORT_INVALID_ARGUMENT, "npu ort-ep: ORT offers no room for a factory")
+        factory = Factory(ort, lib, ffi.string(registered_name).decode())
+        with _lock:
+            _live[_address(ffi, factory.struct)] = (factory.struct, factory)
+        factories[0] = factory.struct
+        factory_count[0] = 1
+        return ffi.NULL
+
+    @ffi.def_extern()
+    def npu_ort_release_factory_py(factory):
+        with _lock:
+            _live.pop(_address(ffi, factory), None)
+        return ffi.NULL
+
+    @ffi.def_extern()
+    def npu_ort_factory_name(self):
+        return strings["name"]
+
+    @ffi.def_extern()
+    def npu_ort_factory_vendor(self):
+        return strings["vendor"]
+
+    @ffi.def_extern()
+    def npu_ort_factory_version(self):
+        return strings["version"]
+
+    @ffi.def_extern()
+    def npu_ort_ep_name(self):
+        return strings["name"]
+
+    @ffi.def_extern()
+    def npu_ort_supported_devices(self, devices, count, ep_devices, max_ep_devices, ep_device_count):
+        ort = state["ort"]
+
+        def offer() -> None:
+            ep_device_count[0] = 0
+            for i in range(count):
+                if ort.api.HardwareDevice_Type(devices[i]) == HARDWARE_CPU and max_ep_devices > 0:
+                    out = ffi.new("OrtEpDevice**")
+                    ort.check(ort.ep_api.CreateEpDevice(self, devices[i], ffi.NULL, ffi.NULL, out))
+                    ep_devices[0] = out[0]
+                    ep_device_count[0] = 1
+                    return
+        return guarded(ORT_FAIL, "GetSupportedDevices", offer)
+
+    @ffi.def_extern()
+    def npu_ort_create_ep(self, devices, metadata, count, session_options, logger, ep_out):
+        ort = state["ort"]
+
+        def create() -> None:
+            options = parse_options(_options_from_session(ort, session_options))
+            ep = NpuEp(ort, lib, options, logger)
+            with _lock:
+                _live[_address(ffi, ep.struct)] = (ep.struct, ep)
+            ep_out[0] = ep.struct
+        return guarded(ORT_INVALID_ARGUMENT, "CreateEp", create)
+
+    @ffi.def_extern()
+    def npu_ort_release_ep(self, ep):
+        with _lock:
+            entry = _live.pop(_address(ffi, ep), None)
+        if entry is not None:
+            try:
+                entry[1].release()
+            except Exception as exc:  # noqa: BLE001 - ORT is tearing down: log, do not crash
+                log.error("npu ort-ep: closing the device failed: %s", exc)
+
+    @ffi.def_extern()
+    def npu_ort_get_capability(self, graph, support):
+        return guarded(ORT_EP_FAIL, "GetCapability", lambda: _find(ffi, self).get_capability(graph, support))
+
+    @ffi.def_extern()
+    def npu_ort_compile(self, graphs, fused_nodes, count, infos, ep_context_nodes):
+        return guarded(ORT_EP_FAIL, "Compile", lambda: _find(ffi, self).compile(graphs, fused_nodes, count, infos))
+
+    @ffi.def_extern()
+    def npu_ort_release_compute_infos(self, infos, count):
+        ep = _live.get(_address(ffi, self))
+        if ep is not None:
+            ep[1].release_infos(infos, count)
+
+    @ffi.def_extern()
+    def npu_ort_create_state(self, context, state_out):
+        state_out[0] = self          # the compute info is the state: one kernel per fused node
+        return ffi.NULL
+
+    @ffi.def_extern()
+    def npu_ort_compute(self, compute_state, context):
+        return guarded(ORT_EP_FAIL, "Compute", lambda: _find(ffi, self).compute(state["ort"], context))
+
+    @ffi.def_extern()
+    def npu_ort_release_state(self, compute_state):
+        pass
