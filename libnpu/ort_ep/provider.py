@@ -33,6 +33,7 @@ from libnpu.compiler.input_shapes import parse_input_shapes
 from libnpu.delegate.plugin import _SharedDevice
 
 from . import EP_NAME
+from .qdq import QDQ_OPS, Dequantized, clamped_name, dequantize
 from .ort_c import (
     ATTR_FLOAT,
     ATTR_FLOATS,
@@ -58,7 +59,6 @@ log = logging.getLogger("libnpu.ort_ep")
 VENDOR = "npu-emu"
 VERSION = "0.1.0"
 RECIPES = ("default", "accurate")
-_QDQ_OPS = {"QuantizeLinear", "DequantizeLinear", "QLinearConv", "QLinearMatMul"}
 _KNOWN = ("devroot", "device", "cache_dir", "placement_file", "ops", "quantize", "calibration", "recipe",
           "input_shape")
 
@@ -350,26 +350,89 @@ def to_onnx(view: GraphView, nodes: list[GraphNode], inputs: list[str], outputs:
     return model.SerializeToString()
 
 
+def twin_model(view: GraphView, twin: Dequantized, inputs: list[str], outputs: list[str],
+               name: str) -> tuple[bytes, list[int]]:
+    """The float twin of ``view`` (:mod:`.qdq`) as an ONNX model with those (QDQ graph's) inputs
+    and outputs, and the index in ``view`` of each of its nodes (-1: a Relu for a clamp)."""
+    nodes: list[GraphNode] = []
+    origins: list[int] = []
+
+    def clamp(value: str) -> None:
+        nodes.append(GraphNode(None, clamped_name(value), "Relu", "", [value], [clamped_name(value)], []))
+        origins.append(-1)
+    produced = {v for i in twin.compute for v in view.nodes[i].outputs}
+    for value in sorted(twin.clamped - produced):       # a graph input's clamp
+        clamp(value)
+    for i in twin.compute:
+        n = view.nodes[i]
+        nodes.append(GraphNode(n.handle, n.name, n.op_type, n.domain, [twin.name(v) if v else "" for v in n.inputs],
+                               n.outputs, n.attributes))
+        origins.append(i)
+        for value in n.outputs:
+            if value in twin.clamped:
+                clamp(value)
+    types = dict(view.types)
+    types.update({clamped_name(v): view.types[v] for v in twin.clamped if v in view.types})
+    merged = GraphView(view.name, nodes, types, {**view.constants, **twin.constants}, [], [], view.opsets)
+    model = to_onnx(merged, nodes, list(dict.fromkeys(twin.name(i) for i in inputs)),
+                    list(dict.fromkeys(twin.name(o) for o in outputs)), name)
+    return model, origins
+
+
+def range_dataset(view: GraphView, twin: Dequantized, inputs: list[str], count: int = 16) -> list[dict]:
+    """Calibration feeds spanning each input's QuantizeLinear range ([-1, 1] for an input without one)."""
+    rng = np.random.default_rng(0)
+    feeds: list[dict] = [{} for _ in range(count)]
+    for name in dict.fromkeys(twin.name(i) for i in inputs):
+        elem, dims = view.types.get(name, (1, []))
+        low, high = twin.ranges.get(name, (-1.0, 1.0))
+        shape = [d if d > 0 else 1 for d in dims]
+        for feed in feeds:
+            feed[name] = rng.uniform(low, high, shape).astype(ELEMENT_TYPES.get(elem, "float32"))
+    return feeds
+
+
+def run_order(view: GraphView) -> list[int]:
+    """A topological order of ``view``'s nodes with each node fed by constants alone (a weight's
+    DequantizeLinear) right before its first consumer, so it joins that consumer's run."""
+    producer = {v: i for i, n in enumerate(view.nodes) for v in n.outputs}
+    constant_fed = {i for i, n in enumerate(view.nodes) if all(not v or v in view.constants for v in n.inputs)}
+    order: list[int] = []
+    placed: set[int] = set()
+    for i, node in enumerate(view.nodes):
+        if i in constant_fed:
+            continue
+        for v in node.inputs:
+            p = producer.get(v)
+            if p in constant_fed and p not in placed:
+                order.append(p)
+                placed.add(p)
+        order.append(i)
+    return order + [i for i in sorted(constant_fed) if i not in placed]
+
+
 # The EP ----------------------------------------------------------------------------------
 
 class _Kernel:
     """One fused node: its subgraph compiled and loaded on the device."""
 
-    def __init__(self, ep: NpuEp, name: str, inputs: list[str], constants: set[str], outputs: list[str],
-                 model_bytes: bytes) -> None:
+    def __init__(self, ep: NpuEp, name: str, inputs: list[str], outputs: list[str], model_bytes: bytes,
+                 dataset: Any) -> None:
+        """``inputs``: the model's name of each input of the fused node ("" for a constant it
+        holds); ``outputs``: the model's name of each output."""
         import libnpu        # the runtime; libnpu imports nothing of this package
         self.ep, self.name = ep, name
-        self.inputs, self.constants, self.outputs = inputs, constants, outputs
+        self.inputs, self.outputs = inputs, outputs
         self.lock = threading.Lock()
         ep.shared.hold()
         try:
             options: dict[str, Any] = {}
             if ep.options.input_shape:
                 options["input_shapes"] = ep.options.input_shape
-            if ep.float_model:
+            if ep.options.recipe != "default":
                 options["recipe"] = ep.options.recipe
             self.model = libnpu.load(model_bytes, ep.shared.device, cache_dir=ep.options.cache_dir,
-                                     calibration=ep.calibration(model_bytes), **options)
+                                     calibration=dataset, **options)
             self.request = self.model.create_request()
         except BaseException:
             ep.shared.release()
@@ -384,7 +447,7 @@ class _Kernel:
         given: dict[str, np.ndarray] = {}
         for i in range(count[0]):
             name = self.inputs[i] if i < len(self.inputs) else ""
-            if name in self.constants or not name:
+            if not name:
                 continue
             value = ffi.new("const OrtValue**")
             ort.check(api.KernelContext_GetInput(context, i, value))
@@ -417,8 +480,6 @@ class NpuEp:
     def __init__(self, ort: _Ort, lib: Any, options: EpOptions, logger: Any) -> None:
         self.ort, self.options, self.logger = ort, options, logger
         self.shared = _SharedDevice(options)          # an absent device raises here
-        self.float_model = False
-        self._dataset: Any = None
         ffi = ort.ffi
         self.struct = ffi.new("OrtEp*")
         self.struct.ort_version_supported = ORT_API_VERSION
@@ -437,27 +498,39 @@ class NpuEp:
         log.log(logging.INFO if level == LOG_INFO else logging.WARNING, "%s", message)
         self.ort.log(self.logger, level, message)
 
-    def calibration(self, model_bytes: bytes) -> Any:
-        """The calibration feeds of a float model (None: random, or an int8 model)."""
-        if not self.float_model or not self.options.calibration:
-            return None
-        from libnpu.tools.models import load_calibration   # the CLI's reader; only a float model needs it
-        from libnpu.tools.compile import input_shapes
-        return load_calibration(self.options.calibration, input_shapes(model_bytes, self.options.input_shape))
+    def dataset(self, view: GraphView, twin: Dequantized, inputs: list[str], model: bytes) -> Any:
+        """The calibration feeds of a subgraph's float twin: the ``calibration`` option's files,
+        else (a QDQ graph) values spanning its inputs' QuantizeLinear ranges, else None (random)."""
+        if self.options.calibration:
+            # the CLI's reader of calibration files (only a float model needs it)
+            from libnpu.tools.compile import input_shapes
+            from libnpu.tools.models import load_calibration
+            return load_calibration(self.options.calibration, input_shapes(model, self.options.input_shape or None))
+        return range_dataset(view, twin, inputs) if twin.ranges else None
 
     def _placements(self, view: GraphView) -> list[tuple[bool, str]]:
         """(on the chip, why not) per node of ``view``."""
         from libnpu.compiler.placement import NPU, plan_placement  # the compiler: only when a graph is placed
-        self.float_model = not any(n.op_type in _QDQ_OPS for n in view.nodes)
-        if self.float_model and not self.options.quantize:
+        quantized = any(n.op_type in QDQ_OPS for n in view.nodes)
+        if not quantized and not self.options.quantize:
             why = "a float model: the EP runs quantized (QDQ) models; provider option quantize=true quantizes it"
             return [(False, why)] * len(view.nodes)
-        model = to_onnx(view, view.nodes, view.inputs, view.outputs, view.name)
+        twin = dequantize(view.nodes, view.constants)
+        model, origins = twin_model(view, twin, view.inputs, view.outputs, view.name)
         plan = plan_placement(model, ops=self.options.ops, kind="onnx", input_shapes=self.options.input_shape or None,
-                              dataset=self.calibration(model))
-        placed = [(p.device == NPU, p.reason) for p in plan.placements]
-        return [(on and not view.nodes[i].unreadable, view.nodes[i].unreadable or why)
-                for i, (on, why) in enumerate(placed)]
+                              dataset=self.dataset(view, twin, view.inputs, model))
+        placed: dict[int, tuple[bool, str]] = {}
+        for k, p in zip(origins, plan.placements):
+            if k < 0:
+                continue        # a clamp's Relu: it goes with the pair that made it
+            why = view.nodes[k].unreadable or p.reason
+            placed[k] = (p.device == NPU and not why, why)
+        for k, near in twin.neighbours.items():       # a Q/DQ node goes where the nodes it serves go
+            refused = [placed[m][1] for m in sorted(near) if not placed[m][0]]
+            placed[k] = (bool(near) and not refused,
+                         f"serves a node on the CPU ({refused[0]})" if refused else "" if near else
+                         "serves no node the EP runs")
+        return [placed[i] for i in range(len(view.nodes))]
 
     def get_capability(self, graph: Any, support: Any) -> None:
         ort = self.ort
@@ -468,12 +541,14 @@ class NpuEp:
         view = read_graph(ort, graph)
         placements = self._placements(view)
         runs: list[list[int]] = []
-        for i, (on, _) in enumerate(placements):
-            if on:
-                if runs and runs[-1][-1] == i - 1:
+        previous_on = False
+        for i in run_order(view):
+            if placements[i][0]:
+                if previous_on:
                     runs[-1].append(i)
                 else:
                     runs.append([i])
+            previous_on = placements[i][0]
         # a run fed by constants alone (weights behind a DequantizeLinear) computes nothing at run time
         runs = [r for r in runs if any(i and i not in view.constants for n in r for i in view.nodes[n].inputs)]
         fused = {i for r in runs for i in r}
@@ -487,7 +562,7 @@ class NpuEp:
         if self.options.placement_file:
             Path(self.options.placement_file).write_text("\n".join(lines) + "\n")
         for run in runs:
-            handles = ort.ffi.new("const OrtNode*[]", [view.nodes[i].handle for i in run])
+            handles = ort.ffi.new("const OrtNode*[]", [view.nodes[i].handle for i in sorted(run)])
             ort.check(ort.ep_api.EpGraphSupportInfo_AddNodesToFuse(support, handles, len(run), self.fusion))
 
     def compile(self, graphs: Any, fused_nodes: Any, count: int, infos: Any) -> None:
@@ -503,8 +578,10 @@ class NpuEp:
                 outputs = [ort.text(api.GetValueInfoName, vi) for vi in
                            ort.listed(api.Node_GetNumOutputs, api.Node_GetOutputs, fused, "const OrtValueInfo*")]
                 feeds = [i for i in inputs if i and i not in view.constants]
-                model = to_onnx(view, view.nodes, feeds, outputs, name)
-                kernel = _Kernel(self, name, inputs, set(view.constants), outputs, model)
+                twin = dequantize(view.nodes, view.constants)
+                model, _ = twin_model(view, twin, feeds, outputs, name)
+                kernel = _Kernel(self, name, [twin.name(i) if i in feeds else "" for i in inputs],
+                                 [twin.name(o) for o in outputs], model, self.dataset(view, twin, feeds, model))
                 info = ffi.new("OrtNodeComputeInfo*")
                 info.ort_version_supported = ORT_API_VERSION
                 info.CreateState = self.lib.npu_ort_create_state
