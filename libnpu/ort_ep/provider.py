@@ -52,7 +52,7 @@ from .ort_c import (
     ORT_INVALID_ARGUMENT,
 )
 
-__all__ = ["EpOptions", "parse_options", "install", "OrtCallError"]
+__all__ = ["EpOptions", "parse_options", "install", "ort_tables", "OrtCallError"]
 
 log = logging.getLogger("libnpu.ort_ep")
 
@@ -660,6 +660,7 @@ def _message(exc: BaseException) -> str:
 
 
 _live: dict[int, Any] = {}          # address of a struct given to ORT -> (struct, object)
+_state: dict[str, _Ort] = {}        # "ort": the function tables ORT gave this process
 _lock = threading.Lock()
 
 
@@ -672,11 +673,16 @@ def _find(ffi: Any, pointer: Any) -> Any:
         return _live[_address(ffi, pointer)][1]
 
 
+def ort_tables() -> _Ort | None:
+    """ORT's function tables as this process's registration got them (None before one)."""
+    return _state.get("ort")
+
+
 def install(ffi: Any, lib: Any) -> None:
     """Bind the library's Python-implemented functions (run once, by the init code)."""
     strings = {k: ffi.new("char[]", v.encode()) for k, v in
                (("name", EP_NAME), ("vendor", VENDOR), ("version", VERSION))}
-    state: dict[str, _Ort] = {}
+    state = _state
 
     def guarded(code: int, what: str, step: Any) -> Any:
         """Run ``step``; an exception becomes ORT's error status with a one-line message."""

@@ -6,6 +6,7 @@ each node's placement is reported (ORT's log, the placement file); a bad option 
 absent device each give one clear error; sessions created and destroyed again and again."""
 from __future__ import annotations
 
+import re
 import shutil
 
 import numpy as np
@@ -101,3 +102,72 @@ def test_qdq_model_matches_cpu(qdq_model, npu, library, tmp_path):
     report = placement.read_text().splitlines()
     assert "nodes on the NPU in 1 fused node(s)" in report[0]
     assert any("Conv 'conv1" in line and line.endswith(": NPU") for line in report), report
+
+
+def test_function_table_slots(library):
+    """A misplaced OrtApi slot calls the wrong function: GetBuildInfoString's text says it is the one."""
+    from libnpu.ort_ep.provider import ort_tables
+    tables = ort_tables()
+    info = tables.ffi.string(tables.api.GetBuildInfoString()).decode()
+    assert info.startswith("ORT Build Info"), info
+    status = tables.status(2, "npu ort-ep: slot check")
+    with pytest.raises(Exception, match="slot check"):
+        tables.check(status)
+
+
+def test_placement_goes_to_ort_log(qdq_model, npu, library, capfd):
+    so = ort.SessionOptions()
+    so.log_severity_level = 1              # INFO: where the EP reports each node
+    devices = [d for d in ort.get_ep_devices() if d.ep_name == "NpuEmuExecutionProvider"]
+    so.add_provider_for_devices(devices, {"devroot": str(npu.devroot)})
+    ort.InferenceSession(qdq_model, sess_options=so)
+    err = capfd.readouterr().err
+    assert "npu ort-ep: node 0 " in err and "fused node(s)" in err, err[-2000:]
+
+
+@pytest.mark.parametrize("options, message", [
+    ({"colour": "red"}, "npu ort-ep: unknown option 'colour' (known: devroot, device,"),
+    ({"device": "x"}, "npu ort-ep: option device='x' is not a device number"),
+    ({"recipe": "fast"}, "npu ort-ep: option recipe='fast' must be one of default, accurate"),
+    ({"device": "3"}, "npu3: "),
+], ids=["unknown", "device-not-a-number", "recipe", "absent-device"])
+def test_bad_option_or_device_one_clear_error(qdq_model, npu, library, options, message):
+    with pytest.raises(Exception) as raised:
+        npu_session(qdq_model, npu, library, **options)
+    text = str(raised.value)
+    assert message in text and text.count("npu ort-ep") == 1 and "\n" not in text.strip(), text
+
+
+def test_sessions_created_and_destroyed_again(qdq_model, npu, library, tmp_path):
+    import gc
+
+    import libnpu
+    x = np.random.default_rng(5).uniform(-1, 1, INPUT_SHAPE).astype(np.float32)
+    first = None
+    for _ in range(4):
+        session = npu_session(qdq_model, npu, library, cache_dir=str(tmp_path))
+        out = session.run(None, {"x": x})[0]
+        first = out if first is None else first
+        np.testing.assert_array_equal(out, first)
+        del session
+        gc.collect()
+    with libnpu.initialize(npu.devroot) as s:
+        assert s.open(0).info()["memory_used"] == 0      # every fused node's buffers freed
+
+
+def test_float_model_stays_on_cpu_unless_asked(npu, library, tmp_path):
+    model = tmp_path / "float.onnx"
+    model.write_bytes(_float_model())
+    placement = tmp_path / "placement.txt"
+    x = np.random.default_rng(2).uniform(-1, 1, INPUT_SHAPE).astype(np.float32)
+    want = ort.InferenceSession(str(model), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    session = npu_session(str(model), npu, library, placement_file=str(placement))
+    np.testing.assert_array_equal(session.run(None, {"x": x})[0], want)
+    # (ORT's own optimizations run first: MatMul + Add become one Gemm)
+    assert re.match(r"0 of \d+ nodes on the NPU in 0 fused", placement.read_text()), placement.read_text()
+    session = npu_session(str(model), npu, library, placement_file=str(placement), quantize="true",
+                          cache_dir=str(tmp_path / "cache"))
+    got = session.run(None, {"x": x})[0]
+    claimed = re.match(r"(\d+) of (\d+) nodes on the NPU in 1 fused node\(s\)", placement.read_text())
+    assert claimed and claimed[1] == claimed[2], placement.read_text()
+    assert np.abs(got - want).max() <= 0.05 * np.abs(want).max()
