@@ -26,31 +26,24 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import onnx
-from onnx import helper, numpy_helper
 
+import libnpu
 from libnpu.compiler.input_shapes import parse_input_shapes
 from libnpu.delegate.plugin import _SharedDevice
 
 from . import EP_NAME
-from .qdq import QDQ_OPS, Dequantized, clamped_name, dequantize
-from .ort_c import (
-    ATTR_FLOAT,
-    ATTR_FLOATS,
-    ATTR_INT,
-    ATTR_INTS,
-    ATTR_STRING,
-    ATTR_STRINGS,
-    ATTR_TENSOR,
-    ELEMENT_TYPES,
-    HARDWARE_CPU,
-    LOG_INFO,
-    LOG_WARNING,
-    ORT_API_VERSION,
-    ORT_EP_FAIL,
-    ORT_FAIL,
-    ORT_INVALID_ARGUMENT,
+from .graph import (
+    GraphView,
+    OrtCallError,
+    OrtTables,
+    file_dataset,
+    range_dataset,
+    read_graph,
+    run_order,
+    twin_model,
 )
+from .ort_c import HARDWARE_CPU, LOG_INFO, ORT_API_VERSION, ORT_EP_FAIL, ORT_FAIL, ORT_INVALID_ARGUMENT
+from .qdq import QDQ_OPS, Dequantized, dequantize
 
 __all__ = ["EpOptions", "parse_options", "install", "ort_tables", "OrtCallError"]
 
@@ -61,10 +54,6 @@ VERSION = "0.1.0"
 RECIPES = ("default", "accurate")
 _KNOWN = ("devroot", "device", "cache_dir", "placement_file", "ops", "quantize", "calibration", "recipe",
           "input_shape")
-
-
-class OrtCallError(RuntimeError):
-    """An ORT API call returned an error status."""
 
 
 @dataclass
@@ -108,8 +97,8 @@ def parse_options(pairs: list[tuple[str, str]]) -> EpOptions:
                 raise ValueError(f"npu ort-ep: option quantize={_shown(value)} is not a boolean (true/false)")
             options.quantize = lowered in ("1", "true", "yes", "on")
         elif key == "calibration":
-            if value and not Path(value).exists():
-                raise ValueError(f"npu ort-ep: option calibration={_shown(value)}: no such file or directory")
+            if value and (not Path(value).is_file() or Path(value).suffix != ".npy"):
+                raise ValueError(f"npu ort-ep: option calibration={_shown(value)}: not a .npy file")
             options.calibration = value or None
         elif key == "recipe":
             if value not in RECIPES:
@@ -125,292 +114,6 @@ def parse_options(pairs: list[tuple[str, str]]) -> EpOptions:
     return options
 
 
-class _Ort:
-    """ORT's function tables, with the checks and conversions every caller needs."""
-
-    def __init__(self, ffi: Any, api_base: Any) -> None:
-        self.ffi = ffi
-        self.api = api_base.GetApi(ORT_API_VERSION)
-        if self.api == ffi.NULL:
-            raise OrtCallError(f"ONNX Runtime {ffi.string(api_base.GetVersionString()).decode()} does not offer "
-                               f"API version {ORT_API_VERSION} (onnxruntime >= 1.{ORT_API_VERSION} needed)")
-        self.ep_api = self.api.GetEpApi()
-
-    def status(self, code: int, message: str) -> Any:
-        return self.api.CreateStatus(code, self.ffi.new("char[]", message.encode(errors="replace")))
-
-    def check(self, status: Any) -> None:
-        if status != self.ffi.NULL:
-            message = self.ffi.string(self.api.GetErrorMessage(status)).decode(errors="replace")
-            self.api.ReleaseStatus(status)
-            raise OrtCallError(message)
-
-    def text(self, function: Any, obj: Any) -> str:
-        out = self.ffi.new("const char**")
-        self.check(function(obj, out))
-        return self.ffi.string(out[0]).decode() if out[0] != self.ffi.NULL else ""
-
-    def listed(self, count_function: Any, list_function: Any, obj: Any, ctype: str) -> list[Any]:
-        count = self.ffi.new("size_t*")
-        self.check(count_function(obj, count))
-        if count[0] == 0:
-            return []
-        items = self.ffi.new(f"{ctype}[]", count[0])
-        self.check(list_function(obj, items, count[0]))
-        return list(items)
-
-    def shape_info(self, info: Any) -> tuple[int, list[int]]:
-        """(ONNX element type, dims with -1 for a free one) of a tensor's type-and-shape info."""
-        ffi, api = self.ffi, self.api
-        elem, rank = ffi.new("int*"), ffi.new("size_t*")
-        self.check(api.GetTensorElementType(info, elem))
-        self.check(api.GetDimensionsCount(info, rank))
-        dims = ffi.new("int64_t[]", max(rank[0], 1))
-        self.check(api.GetDimensions(info, dims, rank[0]))
-        return int(elem[0]), [int(dims[i]) for i in range(rank[0])]
-
-    def value_type(self, value_info: Any) -> tuple[int, list[int]] | None:
-        type_info = self.ffi.new("const OrtTypeInfo**")
-        self.check(self.api.GetValueInfoTypeInfo(value_info, type_info))
-        if type_info[0] == self.ffi.NULL:
-            return None
-        tensor = self.ffi.new("const OrtTensorTypeAndShapeInfo**")
-        self.check(self.api.CastTypeInfoToTensorInfo(type_info[0], tensor))
-        return None if tensor[0] == self.ffi.NULL else self.shape_info(tensor[0])
-
-    def array(self, value: Any) -> np.ndarray:
-        """A copy of a tensor OrtValue's data."""
-        ffi, api = self.ffi, self.api
-        info = ffi.new("OrtTensorTypeAndShapeInfo**")
-        self.check(api.GetTensorTypeAndShape(value, info))
-        try:
-            elem, dims = self.shape_info(info[0])
-        finally:
-            api.ReleaseTensorTypeAndShapeInfo(info[0])
-        if elem not in ELEMENT_TYPES:
-            raise OrtCallError(f"a tensor of ONNX element type {elem}, which the NPU does not carry")
-        size, data = ffi.new("size_t*"), ffi.new("const void**")
-        self.check(api.GetTensorSizeInBytes(value, size))
-        self.check(api.GetTensorData(value, data))
-        raw = bytes(ffi.buffer(data[0], size[0])) if size[0] else b""
-        return np.frombuffer(raw, ELEMENT_TYPES[elem]).reshape(dims)
-
-    def log(self, logger: Any, level: int, message: str) -> None:
-        if logger == self.ffi.NULL:
-            return
-        status = self.api.Logger_LogMessage(logger, level, self.ffi.new("char[]", message.encode(errors="replace")),
-                                            self.ffi.new("char[]", __file__.encode()), 0,
-                                            self.ffi.new("char[]", b"npu-ort-ep"))
-        if status != self.ffi.NULL:
-            self.api.ReleaseStatus(status)
-
-
-# Reading ORT's graph into an ONNX model ---------------------------------------------------
-
-@dataclass
-class GraphNode:
-    """One ORT node, as an ONNX NodeProto needs it."""
-    handle: Any
-    name: str
-    op_type: str
-    domain: str
-    inputs: list[str]
-    outputs: list[str]
-    attributes: list[onnx.AttributeProto]
-    unreadable: str = ""                   # why it cannot be rebuilt ("" when it can)
-
-
-@dataclass
-class GraphView:
-    """What the EP read of one OrtGraph."""
-    name: str
-    nodes: list[GraphNode]
-    types: dict[str, tuple[int, list[int]]]
-    constants: dict[str, np.ndarray]
-    inputs: list[str]
-    outputs: list[str]
-    opsets: dict[str, int]
-
-
-def _attribute(ort: _Ort, attr: Any) -> onnx.AttributeProto | str:
-    """The ONNX attribute of an OrtOpAttr, or why it cannot be read."""
-    ffi, api = ort.ffi, ort.api
-    name = ort.text(api.OpAttr_GetName, attr)
-    kind = ffi.new("int*")
-    ort.check(api.OpAttr_GetType(attr, kind))
-    size = ffi.new("size_t*")
-    if kind[0] == ATTR_INT:
-        number = ffi.new("int64_t*")
-        ort.check(api.ReadOpAttr(attr, kind[0], number, ffi.sizeof("int64_t"), size))
-        return helper.make_attribute(name, int(number[0]))
-    if kind[0] == ATTR_FLOAT:
-        real = ffi.new("float*")
-        ort.check(api.ReadOpAttr(attr, kind[0], real, ffi.sizeof("float"), size))
-        return helper.make_attribute(name, float(real[0]))
-    if kind[0] == ATTR_TENSOR:
-        value = ffi.new("OrtValue**")
-        ort.check(api.OpAttr_GetTensorAttributeAsOrtValue(attr, value))
-        try:
-            return helper.make_attribute(name, numpy_helper.from_array(ort.array(value[0]), name))
-        finally:
-            api.ReleaseValue(value[0])
-    if kind[0] in (ATTR_INTS, ATTR_FLOATS, ATTR_STRING, ATTR_STRINGS):
-        # first the size (an error status that reports it), then the data
-        status = api.ReadOpAttr(attr, kind[0], ffi.NULL, 0, size)
-        if status != ffi.NULL:
-            api.ReleaseStatus(status)
-        buffer = ffi.new("char[]", max(size[0], 1))
-        ort.check(api.ReadOpAttr(attr, kind[0], buffer, size[0], size))
-        raw = bytes(ffi.buffer(buffer, size[0]))
-        if kind[0] == ATTR_INTS:
-            return helper.make_attribute(name, [int(v) for v in np.frombuffer(raw, np.int64)])
-        if kind[0] == ATTR_FLOATS:
-            return helper.make_attribute(name, [float(v) for v in np.frombuffer(raw, np.float32)])
-        if kind[0] == ATTR_STRING:
-            return helper.make_attribute(name, raw.rstrip(b"\0").decode())
-        return helper.make_attribute(name, [s.decode() for s in raw.split(b"\0")[:-1]])
-    return f"attribute {name!r} is a subgraph or of a type the EP does not read"
-
-
-def read_graph(ort: _Ort, graph: Any) -> GraphView:
-    """Nodes, value types and constant initializers of ``graph``, as ONNX names them."""
-    ffi, api = ort.ffi, ort.api
-    types: dict[str, tuple[int, list[int]]] = {}
-    constants: dict[str, np.ndarray] = {}
-
-    def names(value_infos: list[Any]) -> list[str]:
-        out = []
-        for vi in value_infos:
-            if vi == ffi.NULL:
-                out.append("")           # an optional input left out
-                continue
-            name = ort.text(api.GetValueInfoName, vi)
-            out.append(name)
-            if name not in types and (found := ort.value_type(vi)) is not None:
-                types[name] = found
-            constant = ffi.new("bool*")
-            ort.check(api.ValueInfo_IsConstantInitializer(vi, constant))
-            if constant[0] and name not in constants:
-                value = ffi.new("const OrtValue**")
-                ort.check(api.ValueInfo_GetInitializerValue(vi, value))
-                constants[name] = ort.array(value[0])
-        return out
-
-    nodes = []
-    for handle in ort.listed(api.Graph_GetNumNodes, api.Graph_GetNodes, graph, "const OrtNode*"):
-        node = GraphNode(handle, ort.text(api.Node_GetName, handle), ort.text(api.Node_GetOperatorType, handle),
-                         ort.text(api.Node_GetDomain, handle),
-                         names(ort.listed(api.Node_GetNumInputs, api.Node_GetInputs, handle, "const OrtValueInfo*")),
-                         names(ort.listed(api.Node_GetNumOutputs, api.Node_GetOutputs, handle,
-                                          "const OrtValueInfo*")), [])
-        subgraphs = ffi.new("size_t*")
-        ort.check(api.Node_GetNumSubgraphs(handle, subgraphs))
-        for attr in ort.listed(api.Node_GetNumAttributes, api.Node_GetAttributes, handle, "const OrtOpAttr*"):
-            made = _attribute(ort, attr)
-            if isinstance(made, str):
-                node.unreadable = made
-            else:
-                node.attributes.append(made)
-        if subgraphs[0]:
-            node.unreadable = "a node with subgraphs (If, Loop, Scan)"
-        nodes.append(node)
-    inputs = [n for n in names(ort.listed(api.Graph_GetNumInputs, api.Graph_GetInputs, graph, "const OrtValueInfo*"))
-              if n and n not in constants]
-    outputs = names(ort.listed(api.Graph_GetNumOutputs, api.Graph_GetOutputs, graph, "const OrtValueInfo*"))
-    count = ffi.new("size_t*")
-    ort.check(api.Graph_GetNumOperatorSets(graph, count))
-    domains, versions = ffi.new("const char*[]", max(count[0], 1)), ffi.new("int64_t[]", max(count[0], 1))
-    ort.check(api.Graph_GetOperatorSets(graph, domains, versions, count[0]))
-    opsets = {ffi.string(domains[i]).decode(): int(versions[i]) for i in range(count[0])}
-    return GraphView(ort.text(api.Graph_GetName, graph) or "graph", nodes, types, constants, inputs, outputs, opsets)
-
-
-def _value_info(name: str, types: dict[str, tuple[int, list[int]]]) -> onnx.ValueInfoProto:
-    elem, dims = types.get(name, (1, []))
-    shape = [d if d >= 0 else f"free_{i}" for i, d in enumerate(dims)] if name in types else None
-    return helper.make_tensor_value_info(name, elem, shape)
-
-
-def to_onnx(view: GraphView, nodes: list[GraphNode], inputs: list[str], outputs: list[str], name: str) -> bytes:
-    """An ONNX model of ``nodes`` (in order) with those graph inputs and outputs."""
-    used = {i for n in nodes for i in n.inputs if i}
-    made = helper.make_graph(
-        [helper.make_node(n.op_type, n.inputs, n.outputs, name=n.name or None, domain=n.domain or None)
-         for n in nodes],
-        name, [_value_info(i, view.types) for i in inputs], [_value_info(o, view.types) for o in outputs],
-        initializer=[numpy_helper.from_array(view.constants[c], c) for c in sorted(used & set(view.constants))],
-        value_info=[_value_info(v, view.types) for n in nodes for v in n.outputs
-                    if v and v in view.types and v not in outputs])
-    for proto, node in zip(made.node, nodes):
-        proto.attribute.extend(node.attributes)
-    opsets = [helper.make_opsetid(d, v) for d, v in view.opsets.items()
-              if d in ("", "ai.onnx") or any(n.domain == d for n in nodes)]
-    model = helper.make_model(made, opset_imports=opsets, producer_name="npu-ort-ep")
-    model.ir_version = min(model.ir_version, 10)
-    return model.SerializeToString()
-
-
-def twin_model(view: GraphView, twin: Dequantized, inputs: list[str], outputs: list[str],
-               name: str) -> tuple[bytes, list[int]]:
-    """The float twin of ``view`` (:mod:`.qdq`) as an ONNX model with those (QDQ graph's) inputs
-    and outputs, and the index in ``view`` of each of its nodes (-1: a Relu for a clamp)."""
-    nodes: list[GraphNode] = []
-    origins: list[int] = []
-
-    def clamp(value: str) -> None:
-        nodes.append(GraphNode(None, clamped_name(value), "Relu", "", [value], [clamped_name(value)], []))
-        origins.append(-1)
-    produced = {v for i in twin.compute for v in view.nodes[i].outputs}
-    for value in sorted(twin.clamped - produced):       # a graph input's clamp
-        clamp(value)
-    for i in twin.compute:
-        n = view.nodes[i]
-        nodes.append(GraphNode(n.handle, n.name, n.op_type, n.domain, [twin.name(v) if v else "" for v in n.inputs],
-                               n.outputs, n.attributes))
-        origins.append(i)
-        for value in n.outputs:
-            if value in twin.clamped:
-                clamp(value)
-    types = dict(view.types)
-    types.update({clamped_name(v): view.types[v] for v in twin.clamped if v in view.types})
-    merged = GraphView(view.name, nodes, types, {**view.constants, **twin.constants}, [], [], view.opsets)
-    model = to_onnx(merged, nodes, list(dict.fromkeys(twin.name(i) for i in inputs)),
-                    list(dict.fromkeys(twin.name(o) for o in outputs)), name)
-    return model, origins
-
-
-def range_dataset(view: GraphView, twin: Dequantized, inputs: list[str], count: int = 16) -> list[dict]:
-    """Calibration feeds spanning each input's QuantizeLinear range ([-1, 1] for an input without one)."""
-    rng = np.random.default_rng(0)
-    feeds: list[dict] = [{} for _ in range(count)]
-    for name in dict.fromkeys(twin.name(i) for i in inputs):
-        elem, dims = view.types.get(name, (1, []))
-        low, high = twin.ranges.get(name, (-1.0, 1.0))
-        shape = [d if d > 0 else 1 for d in dims]
-        for feed in feeds:
-            feed[name] = rng.uniform(low, high, shape).astype(ELEMENT_TYPES.get(elem, "float32"))
-    return feeds
-
-
-def run_order(view: GraphView) -> list[int]:
-    """A topological order of ``view``'s nodes with each node fed by constants alone (a weight's
-    DequantizeLinear) right before its first consumer, so it joins that consumer's run."""
-    producer = {v: i for i, n in enumerate(view.nodes) for v in n.outputs}
-    constant_fed = {i for i, n in enumerate(view.nodes) if all(not v or v in view.constants for v in n.inputs)}
-    order: list[int] = []
-    placed: set[int] = set()
-    for i, node in enumerate(view.nodes):
-        if i in constant_fed:
-            continue
-        for v in node.inputs:
-            p = producer.get(v)
-            if p in constant_fed and p not in placed:
-                order.append(p)
-                placed.add(p)
-        order.append(i)
-    return order + [i for i in sorted(constant_fed) if i not in placed]
-
-
 # The EP ----------------------------------------------------------------------------------
 
 class _Kernel:
@@ -420,7 +123,6 @@ class _Kernel:
                  dataset: Any) -> None:
         """``inputs``: the model's name of each input of the fused node ("" for a constant it
         holds); ``outputs``: the model's name of each output."""
-        import libnpu        # the runtime; libnpu imports nothing of this package
         self.ep, self.name = ep, name
         self.inputs, self.outputs = inputs, outputs
         self.lock = threading.Lock()
@@ -440,7 +142,7 @@ class _Kernel:
         self.feed_names = [d.name for d in self.model.inputs]
         self.fetch_names = [d.name for d in self.model.outputs]
 
-    def compute(self, ort: _Ort, context: Any) -> None:
+    def compute(self, ort: OrtTables, context: Any) -> None:
         ffi, api = ort.ffi, ort.api
         count = ffi.new("size_t*")
         ort.check(api.KernelContext_GetInputCount(context, count))
@@ -477,7 +179,7 @@ class _Kernel:
 class NpuEp:
     """One ``OrtEp`` (one per session): its options, its device, its fused nodes."""
 
-    def __init__(self, ort: _Ort, lib: Any, options: EpOptions, logger: Any) -> None:
+    def __init__(self, ort: OrtTables, lib: Any, options: EpOptions, logger: Any) -> None:
         self.ort, self.options, self.logger = ort, options, logger
         self.shared = _SharedDevice(options)          # an absent device raises here
         ffi = ort.ffi
@@ -502,10 +204,7 @@ class NpuEp:
         """The calibration feeds of a subgraph's float twin: the ``calibration`` option's files,
         else (a QDQ graph) values spanning its inputs' QuantizeLinear ranges, else None (random)."""
         if self.options.calibration:
-            # the CLI's reader of calibration files (only a float model needs it)
-            from libnpu.tools.compile import input_shapes
-            from libnpu.tools.models import load_calibration
-            return load_calibration(self.options.calibration, input_shapes(model, self.options.input_shape or None))
+            return file_dataset(self.options.calibration, view, twin, inputs)
         return range_dataset(view, twin, inputs) if twin.ranges else None
 
     def _placements(self, view: GraphView) -> list[tuple[bool, str]]:
@@ -553,7 +252,7 @@ class NpuEp:
         runs = [r for r in runs if any(i and i not in view.constants for n in r for i in view.nodes[n].inputs)]
         fused = {i for r in runs for i in r}
         lines = [f"{len(fused)} of {len(view.nodes)} nodes on the NPU in {len(runs)} fused node(s)"]
-        for i, (node, (on, why)) in enumerate(zip(view.nodes, placements)):
+        for i, (node, (_, why)) in enumerate(zip(view.nodes, placements)):
             where = "NPU" if i in fused else "CPU"
             reason = "" if i in fused else f": {why or 'its run computes nothing at run time (constants only)'}"
             lines.append(f"node {i} {node.op_type} {node.name!r}: {where}{reason}")
@@ -616,7 +315,7 @@ class NpuEp:
 class Factory:
     """The one ``OrtEpFactory`` a registration gets."""
 
-    def __init__(self, ort: _Ort, lib: Any, registered_name: str) -> None:
+    def __init__(self, ort: OrtTables, lib: Any, registered_name: str) -> None:
         ffi = ort.ffi
         self.ort, self.registered_name = ort, registered_name
         self.struct = ffi.new("OrtEpFactory*")
@@ -632,7 +331,7 @@ class Factory:
         s.CreateSyncStreamForDevice = lib.npu_ort_create_sync_stream
 
 
-def _options_from_session(ort: _Ort, session_options: Any) -> list[tuple[str, str]]:
+def _options_from_session(ort: OrtTables, session_options: Any) -> list[tuple[str, str]]:
     """This EP's ``ep.<name>.<key>`` entries of the session's configuration."""
     ffi, api = ort.ffi, ort.api
     pairs = ffi.new("OrtKeyValuePairs**")
@@ -660,7 +359,7 @@ def _message(exc: BaseException) -> str:
 
 
 _live: dict[int, Any] = {}          # address of a struct given to ORT -> (struct, object)
-_state: dict[str, _Ort] = {}        # "ort": the function tables ORT gave this process
+_state: dict[str, OrtTables] = {}        # "ort": the function tables ORT gave this process
 _lock = threading.Lock()
 
 
@@ -673,7 +372,7 @@ def _find(ffi: Any, pointer: Any) -> Any:
         return _live[_address(ffi, pointer)][1]
 
 
-def ort_tables() -> _Ort | None:
+def ort_tables() -> OrtTables | None:
     """ORT's function tables as this process's registration got them (None before one)."""
     return _state.get("ort")
 
@@ -697,7 +396,7 @@ def install(ffi: Any, lib: Any) -> None:
     @ffi.def_extern()
     def npu_ort_create_factories_py(registered_name, api_base, logger, factories, max_factories, factory_count):
         try:
-            ort = state.setdefault("ort", _Ort(ffi, api_base))
+            ort = state.setdefault("ort", OrtTables(ffi, api_base))
         except OrtCallError as exc:   # an ORT too old for this API: version 1's CreateStatus says so
             return api_base.GetApi(1).CreateStatus(ORT_FAIL, ffi.new("char[]", f"npu ort-ep: {exc}".encode()))
         factory_count[0] = 0
