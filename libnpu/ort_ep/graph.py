@@ -188,6 +188,7 @@ def read_graph(ort: OrtTables, graph: Any) -> GraphView:
     ffi, api = ort.ffi, ort.api
     types: dict[str, tuple[int, list[int]]] = {}
     constants: dict[str, np.ndarray] = {}
+    unreadable: dict[str, str] = {}
 
     def names(value_infos: list[Any]) -> list[str]:
         out = []
@@ -201,10 +202,13 @@ def read_graph(ort: OrtTables, graph: Any) -> GraphView:
                 types[name] = found
             constant = ffi.new("bool*")
             ort.check(api.ValueInfo_IsConstantInitializer(vi, constant))
-            if constant[0] and name not in constants:
+            if constant[0] and name not in constants and name not in unreadable:
                 value = ffi.new("const OrtValue**")
                 ort.check(api.ValueInfo_GetInitializerValue(vi, value))
-                constants[name] = ort.array(value[0])
+                try:
+                    constants[name] = ort.array(value[0])
+                except OrtCallError as exc:      # e.g. a string tensor: its node stays with ORT
+                    unreadable[name] = f"constant {name!r}: {exc}"
         return out
 
     nodes = []
@@ -224,6 +228,7 @@ def read_graph(ort: OrtTables, graph: Any) -> GraphView:
                 node.attributes.append(made)
         if subgraphs[0]:
             node.unreadable = "a node with subgraphs (If, Loop, Scan)"
+        node.unreadable = node.unreadable or next((unreadable[v] for v in node.inputs if v in unreadable), "")
         nodes.append(node)
     inputs = [n for n in names(ort.listed(api.Graph_GetNumInputs, api.Graph_GetInputs, graph, "const OrtValueInfo*"))
               if n and n not in constants]

@@ -42,7 +42,7 @@ from .graph import (
     run_order,
     twin_model,
 )
-from .ort_c import HARDWARE_CPU, LOG_INFO, ORT_API_VERSION, ORT_EP_FAIL, ORT_FAIL, ORT_INVALID_ARGUMENT
+from .ort_c import HARDWARE_CPU, LOG_INFO, LOG_WARNING, ORT_API_VERSION, ORT_EP_FAIL, ORT_FAIL, ORT_INVALID_ARGUMENT
 from .qdq import QDQ_OPS, Dequantized, dequantize
 
 __all__ = ["EpOptions", "parse_options", "install", "ort_tables", "OrtCallError"]
@@ -238,7 +238,11 @@ class NpuEp:
         if parent[0] != ort.ffi.NULL:
             return                   # a nested subgraph (If/Loop body): left to ORT's CPU EP
         view = read_graph(ort, graph)
-        placements = self._placements(view)
+        try:
+            placements = self._placements(view)
+        except Exception as exc:  # noqa: BLE001 - a model the compiler cannot place runs on ORT's CPU EP
+            self.say(LOG_WARNING, f"npu ort-ep: no node placed on the NPU: {' '.join(str(exc).split())}")
+            return
         runs: list[list[int]] = []
         previous_on = False
         for i in run_order(view):
