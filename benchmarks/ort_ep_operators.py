@@ -69,7 +69,9 @@ def run_case(name: str, mode: str, devroot: Path, workdir: Path) -> dict[str, An
         want = cpu.run(None, feeds)
         so = ort.SessionOptions()
         so.add_provider_for_devices([d for d in ort.get_ep_devices() if d.ep_name == EP_NAME], options)
-        got = ort.InferenceSession(str(path), sess_options=so).run(None, feeds)
+        session = ort.InferenceSession(str(path), sess_options=so)
+        session.disable_fallback()      # an EP failure is a failure, not a silent CPU rerun
+        got = session.run(None, feeds)
         summary = Path(options["placement_file"]).read_text().splitlines()[0]
         placed = re.match(r"(\d+) of (\d+)", summary)
         result["npu_nodes"] = f"{placed[1]}/{placed[2]}" if placed else "?"

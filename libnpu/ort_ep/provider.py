@@ -129,8 +129,9 @@ class _Kernel:
         ep.shared.hold()
         try:
             options: dict[str, Any] = {}
-            if ep.options.input_shape:
-                options["input_shapes"] = ep.options.input_shape
+            shapes = {k: v for k, v in ep.options.input_shape.items() if k is None or k in inputs}
+            if shapes:            # the model's inputs this subgraph has (a later one's are fixed by now)
+                options["input_shapes"] = shapes
             if ep.options.recipe != "default":
                 options["recipe"] = ep.options.recipe
             self.model = libnpu.load(model_bytes, ep.shared.device, cache_dir=ep.options.cache_dir,
@@ -140,7 +141,12 @@ class _Kernel:
             ep.shared.release()
             raise
         self.feed_names = [d.name for d in self.model.inputs]
-        self.fetch_names = [d.name for d in self.model.outputs]
+        # the compiled model's outputs, in the order of the model's graph outputs (names the
+        # compiler keeps are used; it renames an output that is also an input or a constant)
+        fetch_names = [d.name for d in self.model.outputs]
+        ordered = list(dict.fromkeys(outputs))
+        self.fetch_index = {name: fetch_names.index(name) if name in fetch_names else ordered.index(name)
+                            for name in ordered}
 
     def compute(self, ort: OrtTables, context: Any) -> None:
         ffi, api = ort.ffi, ort.api
@@ -155,9 +161,9 @@ class _Kernel:
             ort.check(api.KernelContext_GetInput(context, i, value))
             given[name] = ort.array(value[0])
         with self.lock:
-            results = dict(zip(self.fetch_names, self.request.infer([given[n] for n in self.feed_names])))
+            results = self.request.infer([given[n] for n in self.feed_names])
         for j, name in enumerate(self.outputs):
-            result = np.ascontiguousarray(results[name])
+            result = np.ascontiguousarray(results[self.fetch_index[name]])
             dims = ffi.new("int64_t[]", list(result.shape) or [0])
             value = ffi.new("OrtValue**")
             ort.check(api.KernelContext_GetOutput(context, j, dims, result.ndim, value))

@@ -79,7 +79,9 @@ def npu_session(model: str, npu, library: str, **options: str):
     devices = [d for d in ort.get_ep_devices() if d.ep_name == "NpuEmuExecutionProvider"]
     so = ort.SessionOptions()
     so.add_provider_for_devices(devices, {"devroot": str(npu.devroot), **options})
-    return ort.InferenceSession(model, sess_options=so)
+    session = ort.InferenceSession(model, sess_options=so)
+    session.disable_fallback()       # an EP failure must fail the test, not rerun on the CPU
+    return session
 
 
 def test_registered_and_listed(library):
