@@ -173,3 +173,14 @@ def test_float_model_stays_on_cpu_unless_asked(npu, library, tmp_path):
     claimed = re.match(r"(\d+) of (\d+) nodes on the NPU in 1 fused node\(s\)", placement.read_text())
     assert claimed and claimed[1] == claimed[2], placement.read_text()
     assert np.abs(got - want).max() <= 0.05 * np.abs(want).max()
+
+
+@pytest.mark.parametrize("case", ["Conv"])
+def test_furiosa_operator_cases_through_the_ep(case, npu, library, tmp_path):
+    """Cases of FuriosaAI's operator list, QDQ-quantized by ORT, through the EP (all of them:
+    ``python -m benchmarks.ort_ep_operators``). The Conv's output is one the compiler renames."""
+    from benchmarks.ort_ep_operators import run_case
+    result = run_case(case, "qdq", npu.devroot, tmp_path)
+    assert result["passed"] and not result["error"], result
+    claimed, total = result["npu_nodes"].split("/")
+    assert claimed == total, result
