@@ -17,6 +17,13 @@ A case whose nodes all stay on the CPU passes trivially and is counted apart ("c
 the table says how many of its nodes the chip ran. Run from the repository root::
 
     python -m benchmarks.ort_ep_operators [--mode qdq|float] [--models Conv Add ...] [--json]
+
+Measured 2026-11-29 on branch ortep (onnxruntime 1.32, a loaded 2-core machine):
+``--mode qdq``: 43/44 within 5%; 20 cases reach the chip (every node of each), 19 of them
+within 5% (worst ConvTranspose_3x3 4.8%), Softmax 5.65%; the 24 others stay wholly on the
+CPU because ``quantize_static`` leaves their lone operator float (Relu, MaxPool, Reshape,
+Clip... are quantized only after a quantized producer), so the provider sees a float model.
+``--mode float``: 44/44 within 5%, every case's node on the chip.
 """
 from __future__ import annotations
 
