@@ -117,5 +117,5 @@ install(ffi, lib)
 
 def library_path() -> Path:
     """The EP's shared library, built if the cache lacks it (EmbeddingBuildError if it cannot be)."""
-    from libnpu.capi.embedding import build_embedded
+    from libnpu.capi.embedding import build_embedded  # cffi's builder: only when the library is asked for
     return build_embedded(LIBRARY_NAME, api=_API, cdef=CDEF + _HELPERS, c_source=_C_SOURCE, init_code=_INIT)

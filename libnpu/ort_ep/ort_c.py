@@ -13,7 +13,7 @@ ORT's function tables (``OrtApi``, ``OrtEpApi``) are declared by :func:`table_st
 from ``{slot: declaration}`` below: only the entries this EP calls, each at its slot, the
 others padded as ``void*``. The slots were counted against ORT's own checks of its table
 (its ``static_assert``s on the last slot of each version: OrtApi's version 1 ends at 101,
-15 at 254, 22 at 317, 23 at 389; OrtEpApi's version 22 at 1). tests/libnpu/test_ort_ep.py
+15 at 254, 22 at 317, 23 at 389; OrtEpApi's version 22 at 1). tests/libnpu/ort_ep/test_ort_ep.py
 calls ``GetBuildInfoString`` (slot 254) and the graph getters, so a misplaced slot fails there.
 """
 from __future__ import annotations
@@ -59,6 +59,7 @@ ORT_API = {
     91: "OrtStatus* (*KernelContext_GetOutput)(OrtKernelContext* context, size_t index, const int64_t* dims, "
         "size_t count, OrtValue** out)",
     93: "void (*ReleaseStatus)(OrtStatus* status)",
+    96: "void (*ReleaseValue)(OrtValue* value)",
     99: "void (*ReleaseTensorTypeAndShapeInfo)(OrtTensorTypeAndShapeInfo* info)",
     247: "OrtStatus* (*Logger_LogMessage)(const OrtLogger* logger, int level, const char* message, "
          "const char* file, int line, const char* function)",
@@ -102,9 +103,6 @@ ORT_API = {
     378: "OrtStatus* (*GetTensorData)(const OrtValue* value, const void** out)",
     379: "OrtStatus* (*GetSessionOptionsConfigEntries)(const OrtSessionOptions* options, OrtKeyValuePairs** out)",
 }
-# The release function of an OrtValue the EP owns (a tensor attribute's value).
-ORT_API[96] = "void (*ReleaseValue)(OrtValue* value)"
-
 # OrtEpApi: slot -> declaration.
 ORT_EP_API = {
     0: "OrtStatus* (*CreateEpDevice)(OrtEpFactory* factory, const OrtHardwareDevice* device, "
