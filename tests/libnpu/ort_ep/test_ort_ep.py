@@ -184,3 +184,16 @@ def test_furiosa_operator_cases_through_the_ep(case, npu, library, tmp_path):
     assert result["passed"] and not result["error"], result
     claimed, total = result["npu_nodes"].split("/")
     assert claimed == total, result
+
+
+def test_the_pinned_onnxruntime_offers_the_declared_api():
+    """pyproject's lowest onnxruntime is the release of the ORT_API_VERSION ort_c declares."""
+    import tomllib
+    from pathlib import Path
+
+    from libnpu.ort_ep.ort_c import ORT_API_VERSION
+    pyproject = tomllib.loads((Path(__file__).resolve().parents[3] / "pyproject.toml").read_text())
+    pins = [p for p in pyproject["project"]["optional-dependencies"]["test"] if p.startswith("onnxruntime")]
+    assert pins and re.search(r">=1\.(\d+)", pins[0])[1] == str(ORT_API_VERSION), pins
+    installed = tuple(int(v) for v in ort.__version__.split(".")[:2])
+    assert installed >= (1, ORT_API_VERSION)
