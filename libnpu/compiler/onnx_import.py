@@ -23,10 +23,12 @@ from onnx import numpy_helper, shape_inference
 
 from ..loadable import HostCall
 from . import registry
+from .host_groups import group_host_ops
 from .input_shapes import InputShapes, fix_onnx_inputs
 from .integer_inputs import INTEGER_INPUTS, refuse_integer_operands
 from .ir import Graph, IRError, Op, SourceOp, Tensor, require_data, same_pads
 from .onnx_fold import fold_onnx
+from .onnx_host import TensorType, group_model, probe_shapes, reads
 
 __all__ = ["ONNXImportError", "import_onnx", "import_onnx_sources", "load_onnx", "pads_2d", "binary", "unary",
            "squeeze_leading", "TO_NHWC", "TO_NCHW", "AXIS_TO_NHWC"]
@@ -68,6 +70,8 @@ class _Importer:
             if tt.HasField("shape"):
                 dims = tuple(d.dim_value if d.HasField("dim_value") else -1 for d in tt.shape.dim)
                 self.shapes[vi.name] = (dims, _onnx_dtype(tt.elem_type))
+        self.dynamic: set[str] = set()     # tensors whose shape depends on the data (compiler.onnx_host)
+        self.integral: set[str] = set()    # what host calls give that is not a real number (indices, bools)
         # ONNX name -> (IR name, whether the IR tensor is the NHWC permutation of it)
         self.env: dict[str, tuple[str, bool]] = {}
         self._layout_cache: dict[tuple[str, bool], str] = {}
@@ -86,12 +90,13 @@ class _Importer:
             raise ONNXImportError(f"{where}: shape of {name!r} is unknown or dynamic ({shape})")
         return shape
 
-    def new_tensor(self, onnx_name: str, nhwc: bool, where: str, shape: tuple[int, ...] | None = None) -> str:
+    def new_tensor(self, onnx_name: str, nhwc: bool, where: str, shape: tuple[int, ...] | None = None,
+                   dtype: str = "float32") -> str:
         shape = shape if shape is not None else self.onnx_shape(onnx_name, where)
         if nhwc:
             shape = tuple(shape[p] for p in TO_NHWC)
         name = self.g.unique_name(onnx_name)
-        self.g.add_tensor(Tensor(name, shape, "float32"))
+        self.g.add_tensor(Tensor(name, shape, dtype))
         self.env[onnx_name] = (name, nhwc)
         return name
 
@@ -139,26 +144,42 @@ class _Importer:
             shape, dtype = self.shapes[vi.name]
             if dtype not in ("float32", *INTEGER_INPUTS):
                 raise ONNXImportError(f"input {vi.name!r}: inputs are float32, int32, int64 or bool, not {dtype}")
-            if len(shape) == 4 and self.nhwc_io and dtype == "float32":
+            if dtype != "float32":     # taken as it is, never quantized (libnpu.compiler.integer_inputs)
+                self.new_tensor(vi.name, False, "input", shape, dtype)
+            elif len(shape) == 4 and self.nhwc_io:
                 self.new_tensor(vi.name, True, "input")
             else:
                 self.new_tensor(vi.name, False, "input")
-            ir_name = self.env[vi.name][0]
-            if dtype != "float32":      # taken as it is: never quantized (libnpu.compiler.integer_inputs)
-                self.g.tensors[ir_name] = Tensor(ir_name, self.g.tensors[ir_name].shape, dtype)
-            self.g.inputs.append(ir_name)
+            self.g.inputs.append(self.env[vi.name][0])
         seen: dict[int, SourceOp] = {}
-        for node in graph.node:
-            idx, op_type = self.origin.get(tuple(node.output), (len(self.origin), node.op_type))
+        nodes = list(graph.node)
+        self.readers: dict[str, set[int]] = {}
+        for k, node in enumerate(nodes):
+            for n in reads(node):
+                self.readers.setdefault(n, set()).add(k)
+        origin = [self.origin.get(tuple(node.output), (len(self.origin) + k, node.op_type))
+                  for k, node in enumerate(nodes)]
+        index = [idx for idx, _ in origin]
+        # the CPU nodes placement chose, grouped: one host call per group (compiler.host_groups)
+        groups = group_host_ops([(reads(n), list(n.output)) for n in nodes],
+                                {k for k in range(len(nodes)) if self.fallback and index[k] in self.force_host})
+        pending: list[tuple[int, Any, SourceOp]] = []
+        for k in groups.order:
+            node, idx = nodes[k], index[k]
             if idx not in seen:      # the nodes of an inlined If are that If's
-                seen[idx] = SourceOp(idx, op_type)
+                seen[idx] = SourceOp(idx, origin[k][1])
                 self.sources.append(seen[idx])
             source = seen[idx]
             where = f"{node.op_type} node {idx} ({node.name or node.output[0]!r})"
+            if k in groups.group:
+                if pending and groups.group[pending[-1][0]] != groups.group[k]:
+                    self.host_nodes(pending)
+                source.reason = self.force_host[idx]
+                pending.append((k, node, source))
+                continue
+            self.host_nodes(pending)
             before = len(self.g.ops)
             try:
-                if idx in self.force_host:
-                    raise ONNXImportError(self.force_host[idx])
                 self.import_node(node, where)
             except IRError as exc:
                 if not self.fallback:
@@ -167,8 +188,9 @@ class _Importer:
                 for o in node.output:
                     self.env.pop(o, None)
                 source.reason = _reason(exc, where)
-                self.host_node(node, source, where)
+                self.host_nodes([(k, node, source)])
             source.ir_ops += self.g.ops[before:]
+        self.host_nodes(pending)
         # nodes folded into constants at import time run nowhere
         self.sources += [SourceOp(i, op) for i, op in dict(self.origin.values()).items() if i not in seen]
         self.sources.sort(key=lambda src: src.index)
@@ -186,6 +208,14 @@ class _Importer:
 
 
     def import_node(self, node, where: str) -> None:
+        dynamic = [n for n in reads(node) if n in self.dynamic]
+        if dynamic:
+            raise ONNXImportError(f"{where}: the shape of input {dynamic[0]!r} depends on the data")
+        integral = [n for n in reads(node) if n in self.integral]
+        if integral:
+            dtype = self.g.tensors[self.env[integral[0]][0]].dtype
+            raise ONNXImportError(f"{where}: input {integral[0]!r} is {dtype}, made on the CPU; the chip takes "
+                                  "real numbers")
         attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
         handler = _GLUE.get(node.op_type) or registry.onnx_handler(node.op_type)
         if handler is None and node.domain not in ("", "ai.onnx"):
@@ -197,29 +227,50 @@ class _Importer:
                                                for n in node.input], where)
         handler(self, node, attrs, where)
 
-    def host_node(self, node, source: SourceOp, where: str) -> None:
-        """A HOST op running ``node`` on the host (a one-node ONNX model, ONNX layout)."""
-        data = [n for n in node.input if n and n not in self.consts]
-        ins = [self.value(n, False, where) for n in data]
-        outs = [self.new_tensor(o, False, where) for o in node.output if o]
-        helper = onnx.helper
+    def host_nodes(self, group: list[tuple[int, Any, SourceOp]]) -> None:
+        """One HOST op running ``group`` (its position, node and source each; emptied) on the
+        host: an ONNX model of those nodes (:mod:`compiler.onnx_host`), in the ONNX layout."""
+        if not group:
+            return
+        members = {k for k, _, _ in group}
+        nodes = [node for _, node, _ in group]
+        sources = [source for _, _, source in group]
+        ops = "+".join(n.op_type for n in nodes)
+        where = f"{ops} node {sources[0].index} ({nodes[0].name or nodes[0].output[0]!r})"
+        made = [o for node in nodes for o in node.output if o]
+        read = list(dict.fromkeys(n for node in nodes for n in reads(node) if n not in made))
+        finals = {vi.name for vi in self.model.graph.output}
+        outs = [o for o in made if o in finals or self.readers.get(o, set()) - members] or made
+        ins = [self.value(n, False, where) for n in read if n not in self.consts]
+        in_types = {n: (self.g.tensors[i].shape, self.g.tensors[i].dtype)
+                    for n, i in zip([n for n in read if n not in self.consts], ins)}
+        out_types = self.tensor_types(outs, where)
+        ir_outs = [self.new_tensor(o, False, where, *out_types[o]) for o in outs]
+        self.integral.update(o for o in outs if out_types[o][1] not in ("float32", "float16"))
+        model = group_model(nodes, in_types, out_types, {n: self.consts[n] for n in read if n in self.consts},
+                            self.model, f"host_{sources[0].index}")
+        call = HostCall("onnx", model, ops, sources[0].index,
+                        "; ".join(dict.fromkeys(s.reason for s in sources)))
+        host = self.g.add_op(Op("HOST", ins, ir_outs, {"host": call}, name=outs[0]))
+        for source in sources:
+            source.ir_ops = [host]
+        group.clear()
 
-        for o, ir_name in zip([o for o in node.output if o], outs):   # an integer result keeps its dtype
-            dtype = self.shapes.get(o, ((), "float32"))[1]
-            if dtype in INTEGER_INPUTS:
-                self.g.tensors[ir_name] = Tensor(ir_name, self.g.tensors[ir_name].shape, dtype)
-
-        def info(name: str, ir_name: str):
-            t = self.g.tensors[ir_name]
-            return helper.make_tensor_value_info(name, helper.np_dtype_to_tensor_dtype(np.dtype(t.dtype)),
-                                                 list(t.shape))
-        inits = [numpy_helper.from_array(self.consts[n], n) for n in dict.fromkeys(node.input) if n in self.consts]
-        sub = helper.make_graph([node], f"host_{source.index}", [info(n, i) for n, i in zip(data, ins)],
-                                [info(o, i) for o, i in zip([o for o in node.output if o], outs)], inits)
-        model = helper.make_model(sub, opset_imports=list(self.model.opset_import),
-                                  ir_version=self.model.ir_version)
-        call = HostCall("onnx", model.SerializeToString(), node.op_type, source.index, source.reason)
-        self.g.add_op(Op("HOST", ins, outs, {"host": call}, name=node.output[0]))
+    def tensor_types(self, names: list[str], where: str) -> dict[str, TensorType]:
+        """Shape and dtype of each of ``names`` (ONNX layout): by shape inference, else by
+        running the model (:func:`compiler.onnx_host.probe_shapes`)."""
+        known = {n: self.shapes[n] for n in names if n in self.shapes and all(d >= 0 for d in self.shapes[n][0])}
+        missing = [n for n in names if n not in known]
+        if missing:
+            probed, dynamic = probe_shapes(self.model, missing, where)
+            known.update(probed)
+            if dynamic and self.force_host:     # placed already: its readers are in this host call or none is
+                n = sorted(dynamic)[0]
+                raise ONNXImportError(f"{where}: the shape of {n!r} depends on the input data, and the host call "
+                                      "must hand it to the chip or return it as an output, which need static "
+                                      "shapes: cut the model before this node and run the rest yourself")
+            self.dynamic |= dynamic
+        return {n: known[n] for n in names}
 
 
 def _reason(exc: Exception, where: str) -> str:

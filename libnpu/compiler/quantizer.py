@@ -247,14 +247,18 @@ def quantize(graph: Graph, ranges: Mapping[str, Range], *, fc_per_channel: bool 
     if io_dtype not in ("float32", "int8"):
         raise QuantizationError(f"io_dtype must be 'float32' or 'int8', not {io_dtype!r}")
     src = graph
+    # what a host op gives that is not a real number (an index, a bool, a code) stays as it is
+    # (and so does such a graph input, read by host ops only: ``onnx_import``)
+    indices = {o for op in src.ops if registry.get(op.type, "index_output") or op.type == "HOST"
+               for o in op.outputs if op.type != "HOST" or src.tensors[o].dtype not in ("float32", "float16")}
+    indices |= {n for n in src.inputs if src.tensors[n].dtype not in ("float32", "float16")}
+    indices |= integer_activations(src)      # integers anywhere (ids into the chip's GATHER): as they are
     for t in src.tensors.values():
-        if t.quant is not None or t.dtype not in ("float32", "float16", *INTEGER_INPUTS):
+        if t.quant is not None or t.dtype not in ("float32", "float16", *INTEGER_INPUTS) and t.name not in indices:
             raise QuantizationError(f"tensor {t.name!r} is {t.dtype}{' (quantized)' if t.quant else ''}: "
                                     "quantize expects a float graph")
     src, ranges = requantize_joins(src, ranges)   # a fixed grid (LOGISTIC's) joined to wider tensors
     roles = _roles(src)
-    indices = {o for op in src.ops if registry.get(op.type, "index_output") for o in op.outputs} | \
-        integer_activations(src)
     params = _activation_table(src, ranges, {**roles, **{n: ("index", None) for n in indices}})
 
     g = Graph(src.name)
