@@ -33,7 +33,7 @@ from .float_ref import FloatInterpreter
 from .ir import Graph, IRError, Op, QuantParams, State, Tensor
 from .optimize import optimize
 from .progress import Progress, stage
-from .scales import bias_scale, choose_activation_scale, quantize_weights, symmetric
+from .scales import SHARED_GRIDS, bias_scale, choose_activation_scale, quantize_weights, symmetric
 from .weight_rounding import input_moments, round_layer
 
 __all__ = ["QuantizationError", "build_calibration_model", "Calibrator", "calibrate",
@@ -232,6 +232,10 @@ def _activation_table(g: Graph, ranges: Mapping[str, Range], roles) -> dict[str,
                     uf.union(i, op.outputs[0])
     for state in g.states:             # the value written back is read by the next call: one scale
         uf.union(state.input, state.output)
+    for group in g.metadata.get(SHARED_GRIDS, ()):   # e.g. an unrolled recurrence's steps
+        present = [n for n in group if n in rng]
+        for n in present[1:]:
+            uf.union(present[0], n)
     groups: dict[str, list[str]] = {}
     for name in rng.keys() | fixed.keys():
         groups.setdefault(uf.find(name), []).append(name)
@@ -279,6 +283,7 @@ def quantize(graph: Graph, ranges: Mapping[str, Range], *, fc_per_channel: bool 
 
     g = Graph(src.name)
     g.metadata = dict(src.metadata, quantized="int8")
+    g.metadata.pop(SHARED_GRIDS, None)   # the float graph's hint, spent
     for name, t in src.tensors.items():
         if name in roles:
             continue

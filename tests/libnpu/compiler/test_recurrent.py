@@ -1,0 +1,211 @@
+"""ONNX LSTM and GRU on the chip: unrolled into FULLY_CONNECTED, ADD, SUB, MUL, LOGISTIC
+and TANH steps (libnpu/compiler/ops/recurrent.py), quantized on calibration sequences of
+the kind they will see (smooth multi-channel signals, as audio features are), and run on
+the chip's kernels. On sequences calibration never saw, every output (Y, Y_h, Y_c) has
+cosine >= 0.99 with onnxruntime, and is within 15% of its largest magnitude in int8 (a
+chain of ~30 requantized ops over 6 steps: measured up to ~10%, cosine >= 0.996) and
+within 5% (issue 13's bar for one operator) with int16 activations."""
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto
+from onnx import helper as h
+from onnx import numpy_helper as nh
+
+import libnpu
+from libnpu.compiler.lower import lower
+from libnpu.compiler.mixed_precision import promotable, quantize_mixed
+from libnpu.compiler.onnx_import import import_onnx
+from libnpu.compiler.optimize import optimize
+from libnpu.compiler.placement import CPU, NPU, plan_placement
+from libnpu.compiler.quantizer import quantize_model
+from tests.support.chip_memory import ChipMemory, run_loadable
+
+ort = pytest.importorskip("onnxruntime")
+
+T, B, FEATURES, H = 6, 1, 5, 8
+
+
+@pytest.fixture(scope="module")
+def mem(tmp_path_factory) -> ChipMemory:
+    return ChipMemory(tmp_path_factory.mktemp("chip"), size=8 << 20)
+
+
+def rnn_model(op: str, *, steps: int = T, batch: int = B, hidden: int = H, direction: str = "forward",
+              outputs: tuple[str, ...] = ("Y", "Y_h", "Y_c"), initial: str = "", layout: int = 0,
+              peephole: bool = False, seed: int = 0, **attrs) -> onnx.ModelProto:
+    """One ``op`` (LSTM or GRU) node with PyTorch-style weights (uniform in +-1/sqrt(hidden));
+    ``initial``: "" (no initial state), "input" (graph inputs h0 [, c0]) or "const"
+    (initializers); output names left "" are the node's unused outputs."""
+    rng = np.random.default_rng(seed)
+    outputs = tuple(o for o in outputs if op == "LSTM" or o != "Y_c")
+    dirs = 2 if direction == "bidirectional" else 1
+    gates = 4 if op == "LSTM" else 3
+    k = 1 / np.sqrt(hidden)
+
+    def u(*shape):
+        return rng.uniform(-k, k, shape).astype(np.float32)
+    inits = [nh.from_array(u(dirs, gates * hidden, FEATURES), "W"), nh.from_array(u(dirs, gates * hidden, hidden), "R"),
+             nh.from_array(u(dirs, 2 * gates * hidden), "B")]
+    x_shape = [steps, batch, FEATURES] if layout == 0 else [batch, steps, FEATURES]
+    s_shape = [dirs, batch, hidden] if layout == 0 else [batch, dirs, hidden]
+    inputs = [h.make_tensor_value_info("X", TensorProto.FLOAT, x_shape)]
+    names = ["X", "W", "R", "B", ""]
+    states = ["h0", "c0"][:2 if op == "LSTM" else 1]
+    if initial == "input":
+        inputs += [h.make_tensor_value_info(s, TensorProto.FLOAT, s_shape) for s in states]
+    elif initial == "const":
+        inits += [nh.from_array(rng.uniform(-0.5, 0.5, s_shape).astype(np.float32), s) for s in states]
+    names += states if initial else []
+    if peephole:
+        names += [""] * (7 - len(names)) + ["P"]
+        inits.append(nh.from_array(u(dirs, 3 * hidden), "P"))
+    y_shape = [steps, dirs, batch, hidden] if layout == 0 else [batch, steps, dirs, hidden]
+    shapes = {"Y": y_shape, "Y_h": s_shape, "Y_c": s_shape}
+    node_outputs = [o if o in outputs else "" for o in ("Y", "Y_h", "Y_c")[:3 if op == "LSTM" else 2]]
+    while node_outputs and not node_outputs[-1]:
+        node_outputs.pop()
+    node = h.make_node(op, names, node_outputs, hidden_size=hidden, direction=direction,
+                       **({"layout": layout} if layout else {}), **attrs)
+    graph = h.make_graph([node], op, inputs,
+                         [h.make_tensor_value_info(o, TensorProto.FLOAT, shapes[o]) for o in outputs], inits)
+    model = h.make_model(graph, opset_imports=[h.make_opsetid("", 14)])
+    model.ir_version = 8
+    onnx.checker.check_model(model)
+    return model
+
+
+def signal(rng: np.random.Generator, shape: tuple[int, ...], time_axis: int) -> np.ndarray:
+    """A real-looking sequence: a few sinusoids of random frequency and phase per channel,
+    plus a little noise, in about [-1, 1]."""
+    t = np.arange(shape[time_axis], dtype=np.float64)
+    view = [1] * len(shape)
+    view[time_axis] = len(t)
+    t = t.reshape(view)
+    freq = rng.uniform(0.05, 0.6, (3, *[1 if a == time_axis else n for a, n in enumerate(shape)]))
+    phase = rng.uniform(0, 2 * np.pi, freq.shape)
+    x = np.sin(freq * t + phase).mean(axis=0) + rng.normal(0, 0.05, shape)
+    return x.astype(np.float32)
+
+
+def feeds_for(model: onnx.ModelProto, rng: np.random.Generator) -> list[np.ndarray]:
+    """X as a real-looking sequence (time on axis 0, or 1 for layout 1); initial states in +-0.5."""
+    layout = {a.name: a.i for a in model.graph.node[0].attribute}.get("layout", 0)
+    out = []
+    for vi in model.graph.input:
+        shape = tuple(d.dim_value for d in vi.type.tensor_type.shape.dim)
+        out.append(signal(rng, shape, layout) if vi.name == "X" else
+                   rng.uniform(-0.5, 0.5, shape).astype(np.float32))
+    return out
+
+
+def cosine(a: np.ndarray, b: np.ndarray) -> float:
+    a, b = a.reshape(-1).astype(np.float64), b.reshape(-1).astype(np.float64)
+    return float(a @ b / (np.linalg.norm(a) * np.linalg.norm(b)))
+
+
+def batch_first(model: onnx.ModelProto) -> bool:
+    return {a.name: a.i for a in model.graph.node[0].attribute}.get("layout", 0) == 1
+
+
+def check_on_chip(mem: ChipMemory, model: onnx.ModelProto, reference: onnx.ModelProto | None = None, *,
+                  int16: bool = False, bar: float = 0.15, runs: int = 3) -> None:
+    """Quantize on 48 calibration sequences (all-int16 activations where the chip has int16
+    kernels with ``int16``), run ``runs`` others on the chip's kernels: every output within
+    ``bar`` of its largest magnitude of onnxruntime and cosine >= 0.99. onnxruntime runs
+    ``reference`` if given: the layout-0 twin of a layout-1 model (it has no batch-first
+    kernel), fed and read through transposes."""
+    graph = import_onnx(model)
+    rng = np.random.default_rng(1)
+    calibration = [feeds_for(model, rng) for _ in range(48)]
+    if int16:
+        promote = [op.outputs[0] for op in optimize(graph).ops if promotable(op)]
+        q = quantize_mixed(graph, calibration, int16=promote)
+    else:
+        q = quantize_model(graph, calibration)
+    ld = lower(q)
+    ref = reference or model
+    sess = ort.InferenceSession(ref.SerializeToString(), providers=["CPUExecutionProvider"])
+    names = [i.name for i in sess.get_inputs()]
+    swap = batch_first(model) and not batch_first(ref)
+    for _ in range(runs):
+        feeds = feeds_for(model, rng)
+        expected = sess.run(None, dict(zip(names, [f.transpose(1, 0, 2) if swap else f for f in feeds])))
+        if swap:   # Y [T, D, B, H] -> [B, T, D, H]; Y_h, Y_c [D, B, H] -> [B, D, H]
+            expected = [e.transpose(2, 0, 1, 3) if e.ndim == 4 else e.transpose(1, 0, 2) for e in expected]
+        got = run_loadable(mem, ld, feeds)
+        for k, (a, b) in enumerate(zip(got, expected, strict=True)):
+            assert a.shape == b.shape, (k, a.shape, b.shape)
+            err, bound = float(np.abs(a - b).max()), bar * float(np.abs(b).max())
+            assert err <= bound, f"output {k}: max|err| {err:.4g} > {bar:.0%} of max|ref| ({bound:.4g})"
+            assert cosine(a, b) >= 0.99, f"output {k}: cosine {cosine(a, b):.4f}"
+
+
+CASES = {
+    "LSTM": rnn_model("LSTM"),
+    "LSTM Y_h only, initial state as inputs": rnn_model("LSTM", outputs=("Y_h",), initial="input"),
+    "LSTM Y_c, initial state as constants, peepholes": rnn_model("LSTM", outputs=("Y", "Y_c"), initial="const",
+                                                                 peephole=True),
+    "LSTM reverse": rnn_model("LSTM", direction="reverse"),
+    "LSTM bidirectional, batch 2": rnn_model("LSTM", direction="bidirectional", batch=2),
+    "GRU Y only": rnn_model("GRU", outputs=("Y",)),
+    "GRU linear_before_reset (PyTorch)": rnn_model("GRU", linear_before_reset=1, initial="input"),
+    "GRU bidirectional, initial state": rnn_model("GRU", direction="bidirectional", initial="const", batch=2),
+}
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_rnn_matches_onnxruntime_on_the_chip(mem, name) -> None:
+    check_on_chip(mem, CASES[name])
+
+
+@pytest.mark.parametrize("op", ["LSTM", "GRU"])
+def test_batch_first_layout(mem, op) -> None:
+    """layout = 1 (X [B, T, I], as PyTorch's batch_first): the same rows in another order."""
+    kw = dict(batch=2, initial="input", direction="reverse" if op == "GRU" else "bidirectional")
+    check_on_chip(mem, rnn_model(op, layout=1, **kw), rnn_model(op, **kw))
+
+
+def test_int16_activations_meet_the_single_op_bar(mem) -> None:
+    """With int16 activations (``--int16`` naming the steps' ops; SUB has no int16 kernel)
+    the unrolled cell is within 5% of its largest magnitude, the bar of a single operator:
+    int8 alone reaches cosine >= 0.998 but up to ~9% (rounding accumulated over the steps)."""
+    check_on_chip(mem, CASES["LSTM"], int16=True, bar=0.05)
+
+
+def test_lstm_through_the_device(npu, tmp_path) -> None:
+    """The user's path: ``libnpu.load`` places every operator on the NPU, compiles with the
+    default options on calibration sequences, and the device's outputs match onnxruntime."""
+    model = CASES["LSTM"]
+    data = model.SerializeToString()
+    assert [p.device for p in plan_placement(data).placements] == [NPU]
+    rng = np.random.default_rng(5)
+    compiled = libnpu.load(data, devroot=npu.devroot, calibration=[feeds_for(model, rng) for _ in range(32)],
+                           cache_dir=tmp_path / "cache")
+    try:
+        assert not compiled.loadable.host_steps
+        sess = ort.InferenceSession(data, providers=["CPUExecutionProvider"])
+        feeds = feeds_for(model, rng)
+        for got, ref in zip(compiled.infer(feeds, dequantized=True), sess.run(None, {"X": feeds[0]}), strict=True):
+            assert got.shape == ref.shape and cosine(got, ref) >= 0.99
+    finally:
+        compiled.close()
+
+
+def test_what_the_chip_cannot_run_goes_to_the_cpu(npu, tmp_path) -> None:
+    """An LSTM with ``clip`` (not in the unrolled cell) is placed on the CPU with the reason,
+    and the model still runs, by onnxruntime on the host."""
+    model = rnn_model("LSTM", outputs=("Y", "Y_h"), clip=0.5)
+    data = model.SerializeToString()
+    (placement,) = plan_placement(data).placements
+    assert placement.device == CPU and "clip" in placement.reason
+    compiled = libnpu.load(data, devroot=npu.devroot, cache_dir=tmp_path / "cache")
+    try:
+        feeds = feeds_for(model, np.random.default_rng(2))
+        expected = ort.InferenceSession(data, providers=["CPUExecutionProvider"]).run(None, {"X": feeds[0]})
+        for got, ref in zip(compiled.infer(feeds, dequantized=True), expected, strict=True):
+            np.testing.assert_allclose(got, ref, atol=1e-5)
+    finally:
+        compiled.close()
