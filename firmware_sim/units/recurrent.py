@@ -1,0 +1,53 @@
+"""The recurrent unit: UNIDIRECTIONAL_SEQUENCE_LSTM, a whole integer LSTM layer over a
+sequence (descriptor and formula: ``npu_hw.ops``; kernel: ``kernels.lstm``)."""
+from __future__ import annotations
+
+import numpy as np
+
+from firmware_sim.kernels.lstm import lstm_int8x8_16
+from npu_hw import ops
+
+from .common import OpDescriptorError, dims, unit
+
+
+def _sizes(desc: np.void) -> tuple[int, int, int, int]:
+    return dims((desc["steps"], desc["batch"], desc["n_input"], desc["n_cell"]), "lstm sizes")  # type: ignore[return-value]
+
+
+def _cost(desc: np.void) -> tuple[int, int]:
+    try:
+        steps, batch, n_in, n_cell = _sizes(desc)
+    except OpDescriptorError:
+        return 0, 0
+    macs = steps * batch * 4 * n_cell * (n_in + n_cell) + steps * batch * n_cell * 8   # products, then the cell
+    nbytes = steps * batch * (n_in + n_cell) + 4 * n_cell * (n_in + n_cell) + 32 * n_cell + 6 * batch * n_cell
+    return macs, nbytes
+
+
+@unit(ops.OP_UNIDIRECTIONAL_SEQUENCE_LSTM, _cost)
+def unidirectional_sequence_lstm(desc: np.void, dma) -> None:
+    steps, batch, n_in, n_cell = _sizes(desc)
+    cell_shift, cell_clip = int(desc["cell_shift"]), int(desc["cell_clip"])
+    if not -30 <= cell_shift <= -9:
+        raise OpDescriptorError(f"cell_shift {cell_shift} outside -30..-9")
+    if not 0 <= cell_clip <= 32767:
+        raise OpDescriptorError(f"cell_clip {cell_clip} outside 0..32767")
+    shifts = desc["shifts"].astype(np.int64)
+    if np.any((shifts < -31) | (shifts > 30)) or not -31 <= int(desc["hidden_shift"]) <= 30:
+        raise OpDescriptorError("a requantization shift outside -31..30")
+    batch_major = bool(int(desc["flags"]) & ops.OPF_BATCH_MAJOR)
+    seq = (batch, steps) if batch_major else (steps, batch)
+    x = dma.read_array(int(desc["input"]), np.int8, (*seq, n_in))
+    w = dma.read_array(int(desc["input_weights"]), np.int8, (4, n_cell, n_in))
+    r = dma.read_array(int(desc["recurrent_weights"]), np.int8, (4, n_cell, n_cell))
+    biases = dma.read_array(int(desc["biases"]), np.int32, (8, n_cell)).astype(np.int64)
+    h = dma.read_array(int(desc["output_state_in"]), np.int8, (batch, n_cell)).copy()
+    c = dma.read_array(int(desc["cell_state_in"]), np.int16, (batch, n_cell)).copy()
+    out = np.empty((steps, batch, n_cell), np.int8)
+    lstm_int8x8_16(x.swapaxes(0, 1) if batch_major else x, w, r, biases[:4], biases[4:],
+                   desc["multipliers"].astype(np.int64), shifts, h, c, out, cell_shift=cell_shift,
+                   hidden_multiplier=int(desc["hidden_multiplier"]), hidden_shift=int(desc["hidden_shift"]),
+                   hidden_zp=int(desc["hidden_zp"]), cell_clip=cell_clip)
+    dma.write_array(int(desc["output"]), np.int8, (*seq, n_cell))[...] = out.swapaxes(0, 1) if batch_major else out
+    dma.write_array(int(desc["output_state_out"]), np.int8, (batch, n_cell))[...] = h
+    dma.write_array(int(desc["cell_state_out"]), np.int16, (batch, n_cell))[...] = c
