@@ -56,10 +56,14 @@ def cut_tflite(model: bytes, op_indices: Sequence[int], outputs: Sequence[int] |
     written = [t for op in chosen for t in op.outputs if t >= 0]
     read = [t for op in chosen for t in (op.inputs if op.inputs is not None else []) if t >= 0]
 
-    inputs = list(dict.fromkeys(int(t) for t in read if t not in written and not is_constant(t)))
+    # A variable tensor (an LSTM's states) stays inside: LiteRT keeps it between calls.
+    inputs = list(dict.fromkeys(int(t) for t in read if t not in written and not is_constant(t)
+                                and not graph.tensors[t].isVariable))
     requested = [int(t) for i in op_indices for t in graph.operators[i].outputs if t >= 0]
     outs = list(dict.fromkeys(int(t) for t in (outputs if outputs is not None else requested)))
-    used = list(dict.fromkeys([*inputs, *read, *written, *outs]))
+    # Intermediates carry grids a kernel's Prepare reads (the integer LSTM's hidden scale).
+    inter = [int(t) for op in chosen for t in (op.intermediates if op.intermediates is not None else [])]
+    used = list(dict.fromkeys([*inputs, *read, *written, *outs, *inter]))
     new_index = {t: i for i, t in enumerate(used)}
 
     buffers = [schema.BufferT()]
@@ -82,7 +86,7 @@ def cut_tflite(model: bytes, op_indices: Sequence[int], outputs: Sequence[int] |
         op.opcodeIndex = code_index[op.opcodeIndex]
         op.inputs = [new_index[t] if t >= 0 else -1 for t in (op.inputs if op.inputs is not None else [])]
         op.outputs = [new_index[t] for t in op.outputs]
-        op.intermediates = None
+        op.intermediates = [new_index[t] for t in op.intermediates] if op.intermediates is not None else None
         operators.append(op)
 
     sub = schema.SubGraphT()

@@ -71,6 +71,24 @@ def test_states_carry_between_calls_as_litert_keeps_its_variables(npu, tmp_path)
         compiled.close()
 
 
+def test_an_lstm_on_the_cpu_keeps_its_state_too(npu, tmp_path) -> None:
+    """Kept off the chip (an allow-list without it), the cell runs in LiteRT on the host: its
+    cut keeps the variable tensors inside and the intermediates its Prepare reads (a cut
+    dropped both: "input 'output_state' used before it is produced")."""
+    model = lstm_model(LstmSpec(3, 1, 2, 4, seed=4))
+    rng = np.random.default_rng(4)
+    reference = ReferenceRunner(model)
+    compiled = libnpu.load(model, devroot=npu.devroot, cache_dir=tmp_path / "cache", ops=["ADD"])
+    try:
+        assert compiled.loadable.host_steps
+        request = compiled.create_request()
+        for k in range(3):
+            x = sequence(rng, model)
+            assert request.infer([x])[0].tobytes() == reference(x)[0].tobytes(), f"call {k}"
+    finally:
+        compiled.close()
+
+
 @pytest.mark.parametrize("change,reason", [
     ("peephole", "peepholes"), ("cifg", "CIFG"), ("float", "float32 input")])
 def test_cells_the_chip_does_not_run_go_to_the_cpu(change, reason) -> None:
