@@ -22,6 +22,7 @@ import numpy as np
 
 from .fixedpoint import multiply_by_quantized_multiplier as mbqm
 from .fixedpoint import rounding_divide_by_pot
+from .gemm import exact_gemm, f32_chunk, max_abs
 from .gemmlowp16 import logistic_q3_table, tanh_table
 
 __all__ = ["lstm_int8x8_16"]
@@ -50,17 +51,21 @@ def lstm_int8x8_16(x: np.ndarray, w: np.ndarray, r: np.ndarray, bias_x: np.ndarr
     if not -30 <= cell_shift <= -9:
         raise ValueError(f"cell state scale 2**{cell_shift}: LiteRT's kernel takes 2**-9 or finer")
     sigmoid, tanh3, tanh_c = logistic_q3_table(), tanh_table(3), tanh_table(15 + cell_shift)
-    wf = w.astype(np.float64)
-    rf = r.astype(np.float64)
-    # Every input step's products at once (exact: |sums| < 2**53 in float64).
-    xw = np.einsum("tbi,gci->tgbc", x.astype(np.float64), wf).astype(np.int64) + bias_x[None, :, None, :]
+    n_cell = w.shape[1]
+    # The four gates' products as one exact float32 GEMM each way (gemm.exact_gemm).
+    w_t = w.reshape(4 * n_cell, -1).astype(np.float32).T
+    r_t = r.reshape(4 * n_cell, -1).astype(np.float32).T
+    chunk_w, chunk_r = f32_chunk(128, max_abs(w)), f32_chunk(128, max_abs(r))
     state_h, state_c = h.astype(np.int64), c.astype(np.int64)
+
+    def products(v: np.ndarray, weights_t: np.ndarray, chunk: int, bias: np.ndarray) -> np.ndarray:
+        acc = exact_gemm(v.astype(np.float32), weights_t, chunk).astype(np.int64)
+        return acc.reshape(v.shape[0], 4, n_cell).transpose(1, 0, 2) + bias[:, None, :]
     for t in range(x.shape[0]):
-        hr = np.einsum("bk,gck->gbc", state_h.astype(np.float64), rf).astype(np.int64) + bias_r[:, None, :]
-        gates = []
-        for g in range(4):
-            acc = _sat16(mbqm(xw[t, g], multipliers[g], shifts[g]))
-            gates.append(_sat16(mbqm(hr[g], multipliers[4 + g], shifts[4 + g]) + acc))
+        xw = products(x[t], w_t, chunk_w, bias_x)
+        hr = products(state_h, r_t, chunk_r, bias_r)
+        gates = [_sat16(mbqm(hr[g], multipliers[4 + g], shifts[4 + g])
+                        + _sat16(mbqm(xw[g], multipliers[g], shifts[g]))) for g in range(4)]
         i, f, o = (_lut(sigmoid, gates[k]) for k in (0, 1, 3))
         g_ = _lut(tanh3, gates[2])
         forget = _wrap16(rounding_divide_by_pot(f * state_c, 15))

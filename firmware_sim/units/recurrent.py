@@ -43,11 +43,13 @@ def unidirectional_sequence_lstm(desc: np.void, dma) -> None:
     biases = dma.read_array(int(desc["biases"]), np.int32, (8, n_cell)).astype(np.int64)
     h = dma.read_array(int(desc["output_state_in"]), np.int8, (batch, n_cell)).copy()
     c = dma.read_array(int(desc["cell_state_in"]), np.int16, (batch, n_cell)).copy()
-    out = np.empty((steps, batch, n_cell), np.int8)
+    # Every write view first: a descriptor whose outputs are not mapped fails before any work.
+    out = dma.write_array(int(desc["output"]), np.int8, (*seq, n_cell))
+    h_out = dma.write_array(int(desc["output_state_out"]), np.int8, (batch, n_cell))
+    c_out = dma.write_array(int(desc["cell_state_out"]), np.int16, (batch, n_cell))
     lstm_int8x8_16(x.swapaxes(0, 1) if batch_major else x, w, r, biases[:4], biases[4:],
-                   desc["multipliers"].astype(np.int64), shifts, h, c, out, cell_shift=cell_shift,
-                   hidden_multiplier=int(desc["hidden_multiplier"]), hidden_shift=int(desc["hidden_shift"]),
-                   hidden_zp=int(desc["hidden_zp"]), cell_clip=cell_clip)
-    dma.write_array(int(desc["output"]), np.int8, (*seq, n_cell))[...] = out.swapaxes(0, 1) if batch_major else out
-    dma.write_array(int(desc["output_state_out"]), np.int8, (batch, n_cell))[...] = h
-    dma.write_array(int(desc["cell_state_out"]), np.int16, (batch, n_cell))[...] = c
+                   desc["multipliers"].astype(np.int64), shifts, h, c, out.swapaxes(0, 1) if batch_major else out,
+                   cell_shift=cell_shift, hidden_multiplier=int(desc["hidden_multiplier"]),
+                   hidden_shift=int(desc["hidden_shift"]), hidden_zp=int(desc["hidden_zp"]), cell_clip=cell_clip)
+    h_out[...] = h
+    c_out[...] = c
