@@ -21,7 +21,7 @@ from __future__ import annotations
 import numpy as np
 
 from .fixedpoint import multiply_by_quantized_multiplier as mbqm
-from .fixedpoint import rounding_divide_by_pot
+from .fixedpoint import rounding_divide_by_pot, wrap_int32
 from .gemm import exact_gemm, f32_chunk, max_abs
 from .gemmlowp16 import logistic_q3_table, tanh_table
 
@@ -60,7 +60,7 @@ def lstm_int8x8_16(x: np.ndarray, w: np.ndarray, r: np.ndarray, bias_x: np.ndarr
 
     def products(v: np.ndarray, weights_t: np.ndarray, chunk: int, bias: np.ndarray) -> np.ndarray:
         acc = exact_gemm(v.astype(np.float32), weights_t, chunk).astype(np.int64)
-        return acc.reshape(v.shape[0], 4, n_cell).transpose(1, 0, 2) + bias[:, None, :]
+        return wrap_int32(acc.reshape(v.shape[0], 4, n_cell).transpose(1, 0, 2) + bias[:, None, :])  # int32 sums
     for t in range(x.shape[0]):
         xw = products(x[t], w_t, chunk_w, bias_x)
         hr = products(state_h, r_t, chunk_r, bias_r)

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import numpy as np
 
+from firmware_sim.kernels import native
+from firmware_sim.kernels.gemmlowp16 import logistic_q3_table, tanh_table
 from firmware_sim.kernels.lstm import lstm_int8x8_16
+from firmware_sim.kernels.native import calls
 from npu_hw import ops
 
-from .common import OpDescriptorError, dims, unit
+from .common import OpDescriptorError, Rerun, dims, unit
 
 
 def _sizes(desc: np.void) -> tuple[int, int, int, int]:
@@ -25,7 +28,7 @@ def _cost(desc: np.void) -> tuple[int, int]:
 
 
 @unit(ops.OP_UNIDIRECTIONAL_SEQUENCE_LSTM, _cost)
-def unidirectional_sequence_lstm(desc: np.void, dma) -> None:
+def unidirectional_sequence_lstm(desc: np.void, dma) -> Rerun | None:
     steps, batch, n_in, n_cell = _sizes(desc)
     cell_shift, cell_clip = int(desc["cell_shift"]), int(desc["cell_clip"])
     if not -30 <= cell_shift <= -9:
@@ -40,16 +43,26 @@ def unidirectional_sequence_lstm(desc: np.void, dma) -> None:
     x = dma.read_array(int(desc["input"]), np.int8, (*seq, n_in))
     w = dma.read_array(int(desc["input_weights"]), np.int8, (4, n_cell, n_in))
     r = dma.read_array(int(desc["recurrent_weights"]), np.int8, (4, n_cell, n_cell))
-    biases = dma.read_array(int(desc["biases"]), np.int32, (8, n_cell)).astype(np.int64)
-    h = dma.read_array(int(desc["output_state_in"]), np.int8, (batch, n_cell)).copy()
-    c = dma.read_array(int(desc["cell_state_in"]), np.int16, (batch, n_cell)).copy()
+    biases = dma.read_array(int(desc["biases"]), np.int32, (8, n_cell))
+    h_in = dma.read_array(int(desc["output_state_in"]), np.int8, (batch, n_cell))
+    c_in = dma.read_array(int(desc["cell_state_in"]), np.int16, (batch, n_cell))
     # Every write view first: a descriptor whose outputs are not mapped fails before any work.
     out = dma.write_array(int(desc["output"]), np.int8, (*seq, n_cell))
     h_out = dma.write_array(int(desc["output_state_out"]), np.int8, (batch, n_cell))
     c_out = dma.write_array(int(desc["cell_state_out"]), np.int16, (batch, n_cell))
-    lstm_int8x8_16(x.swapaxes(0, 1) if batch_major else x, w, r, biases[:4], biases[4:],
-                   desc["multipliers"].astype(np.int64), shifts, h, c, out.swapaxes(0, 1) if batch_major else out,
-                   cell_shift=cell_shift, hidden_multiplier=int(desc["hidden_multiplier"]),
+    scalars = dict(cell_shift=cell_shift, hidden_multiplier=int(desc["hidden_multiplier"]),
                    hidden_shift=int(desc["hidden_shift"]), hidden_zp=int(desc["hidden_zp"]), cell_clip=cell_clip)
+    if native.library() is not None:
+        tables = (logistic_q3_table(), tanh_table(3), tanh_table(15 + cell_shift))
+        bound = calls.bind_lstm(x, w, r, biases, tables, h_in, c_in, out, h_out, c_out, batch_major=batch_major,
+                                multipliers=desc["multipliers"], shifts=desc["shifts"], **scalars)
+        if bound is not None:
+            bound()
+            return bound
+    h, c = h_in.copy(), c_in.copy()
+    lstm_int8x8_16(x.swapaxes(0, 1) if batch_major else x, w, r, biases[:4].astype(np.int64),
+                   biases[4:].astype(np.int64), desc["multipliers"].astype(np.int64), shifts, h, c,
+                   out.swapaxes(0, 1) if batch_major else out, **scalars)
     h_out[...] = h
     c_out[...] = c
+    return None

@@ -30,8 +30,9 @@ def sequence(rng: np.random.Generator, model: bytes) -> np.ndarray:
     return rng.integers(-128, 128, shape).astype(np.int8)
 
 
-def test_lstm_matches_litert_on_200_random_cells(mem: ChipMemory) -> None:
-    """Random sizes, grids (cell state 2**-15 .. 2**-9), cell clips, time- or batch-major."""
+def test_lstm_matches_litert_on_200_random_cells(mem: ChipMemory, kernel_backend) -> None:
+    """Random sizes, grids (cell state 2**-15 .. 2**-9), cell clips, time- or batch-major;
+    the C kernel and the numpy one (the reference) alike."""
     rng = np.random.default_rng(2611)
     for case in range(200):
         spec = random_spec(rng, case)
