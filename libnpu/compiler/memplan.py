@@ -145,10 +145,14 @@ def plan_memory(graph: Graph, *, alignment: int = 64, alias_reshapes: bool = Tru
     placements: dict[str, Placement] = {}
 
     weights = bytearray()
-    for t in g.constants():
-        off = _align(len(weights), alignment)
+    stored: dict[bytes, int] = {}     # constants with the same bytes share them (read only):
+    for t in g.constants():           # an unrolled recurrence's steps each name the same weights
         raw = np.ascontiguousarray(t.data).tobytes()
-        weights += b"\0" * (off - len(weights)) + raw
+        off = stored.get(raw) if len(raw) >= alignment else None
+        if off is None:
+            off = _align(len(weights), alignment)
+            weights += b"\0" * (off - len(weights)) + raw
+            stored[raw] = off
         placements[t.name] = Placement(WEIGHTS, off, len(raw))
     regions = [MemoryRegion("weights", RegionKind.WEIGHTS, _align(len(weights), alignment), 4096, bytes(weights)),
                MemoryRegion("activations", RegionKind.ACTIVATIONS, 0, 4096)]
