@@ -1,4 +1,4 @@
-"""Recurrent layers: ONNX LSTM and GRU, unrolled over their static sequence into the chip's
+"""Recurrent layers: ONNX LSTM, GRU and RNN, unrolled over their static sequence into the chip's
 FULLY_CONNECTED, ADD, SUB, MUL, LOGISTIC and TANH (with STRIDED_SLICE, CONCATENATION and
 RESHAPE moving the steps' rows): no recurrent descriptor, so every step's tensors get
 grids of their own from calibration, and the chip's kernels (native ones included) run it.
@@ -14,6 +14,7 @@ orders of its weights (LSTM ``i o f c``, GRU ``z r h``):
 - GRU: ``z = σ(..)``, ``r = σ(..)``, ``h = tanh(X W_h^T + Wb_h + (r H_{t-1}) R_h^T + Rb_h)``
   (``linear_before_reset = 0``) or ``tanh(X W_h^T + Wb_h + r (H_{t-1} R_h^T + Rb_h))`` (1, as
   PyTorch exports), ``H_t = h + z (H_{t-1} - h)`` (ONNX's ``(1 - z) h + z H_{t-1}``).
+- RNN: ``H_t = tanh(X W^T + H_{t-1} R^T + Wb + Rb)`` (or the activation named).
 
 Limits (anything else raises :class:`~libnpu.compiler.onnx_import.ONNXImportError`, which
 sends the node to the host under ``fallback``): a static sequence length; no
@@ -36,6 +37,7 @@ from .slicing import add_slice
 _ACTIVATIONS = {"sigmoid": "LOGISTIC", "tanh": "TANH", "relu": "RELU"}
 _LSTM_GATES = "iofc"
 _GRU_GATES = "zrh"
+_RNN_GATES = "t"
 
 
 class _Cell:
@@ -301,6 +303,28 @@ def _onnx_gru(im, node, attrs, where):
             else:           # H = cand + z (H_prev - cand)
                 diff = cell.binary("SUB", h, cand, f"t{t}/diff")
                 h = cell.binary("ADD", cand, cell.binary("MUL", z, diff, f"t{t}/zd"), f"t{t}/H")
+            steps[t] = h
+        cell.share_grids()
+        hs.append(steps)
+        assert h is not None
+        last[1].append(h)
+    rec.write_outputs(hs, last)
+
+
+@onnx("RNN")
+def _onnx_rnn(im, node, attrs, where):
+    rec = _Recurrence(im, node, attrs, where, _RNN_GATES, ["Tanh"])
+    hs: list[list[str]] = []
+    last: dict[int, list[str]] = {1: []}
+    for d in range(len(rec.reverse)):
+        cell = _Cell(im, f"{node.output[0] or node.name or 'rnn'}/d{d}", rec.batch, rec.hidden)
+        (act,) = rec.acts[d]
+        proj = rec.projections(cell, d, {"t": rec.wb[d]["t"] + rec.rb[d]["t"]})
+        h = rec.initial(cell, 5, d)
+        steps: list[str] = [""] * rec.steps
+        for t in rec.order(d):
+            rows = rec.rows(cell, proj["t"], t, f"t{t}/xt")
+            h = cell.act(act, _gate(cell, rec, rows, h, rec.r[d]["t"], f"t{t}/t"), f"t{t}/H")
             steps[t] = h
         cell.share_grids()
         hs.append(steps)

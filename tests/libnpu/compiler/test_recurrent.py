@@ -1,4 +1,4 @@
-"""ONNX LSTM and GRU on the chip: unrolled into FULLY_CONNECTED, ADD, SUB, MUL, LOGISTIC
+"""ONNX LSTM, GRU and RNN on the chip: unrolled into FULLY_CONNECTED, ADD, SUB, MUL, LOGISTIC
 and TANH steps (libnpu/compiler/ops/recurrent.py), quantized on calibration sequences of
 the kind they will see (smooth multi-channel signals, as audio features are), and run on
 the chip's kernels. On sequences calibration never saw, every output (Y, Y_h, Y_c) has
@@ -42,7 +42,7 @@ def rnn_model(op: str, *, steps: int = T, batch: int = B, hidden: int = H, direc
     rng = np.random.default_rng(seed)
     outputs = tuple(o for o in outputs if op == "LSTM" or o != "Y_c")
     dirs = 2 if direction == "bidirectional" else 1
-    gates = 4 if op == "LSTM" else 3
+    gates = {"LSTM": 4, "GRU": 3, "RNN": 1}[op]
     k = 1 / np.sqrt(hidden)
 
     def u(*shape):
@@ -91,13 +91,13 @@ def signal(rng: np.random.Generator, shape: tuple[int, ...], time_axis: int) -> 
 
 
 def feeds_for(model: onnx.ModelProto, rng: np.random.Generator) -> list[np.ndarray]:
-    """X as a real-looking sequence (time on axis 0, or 1 for layout 1); initial states in +-0.5."""
+    """X as a real-looking sequence (time on axis 0, or 1 for layout 1); initial states as
+    a previous call leaves them (smooth values in about +-0.5, not independent noise)."""
     layout = {a.name: a.i for a in model.graph.node[0].attribute}.get("layout", 0)
     out = []
     for vi in model.graph.input:
         shape = tuple(d.dim_value for d in vi.type.tensor_type.shape.dim)
-        out.append(signal(rng, shape, layout) if vi.name == "X" else
-                   rng.uniform(-0.5, 0.5, shape).astype(np.float32))
+        out.append(signal(rng, shape, layout) if vi.name == "X" else 0.5 * signal(rng, shape, len(shape) - 1))
     return out
 
 
@@ -153,6 +153,8 @@ CASES = {
     "GRU Y only": rnn_model("GRU", outputs=("Y",)),
     "GRU linear_before_reset (PyTorch)": rnn_model("GRU", linear_before_reset=1, initial="input"),
     "GRU bidirectional, initial state": rnn_model("GRU", direction="bidirectional", initial="const", batch=2),
+    "RNN": rnn_model("RNN", initial="input"),
+    "RNN Relu, bidirectional": rnn_model("RNN", direction="bidirectional", activations=["Relu", "Tanh"]),
 }
 
 
