@@ -1,21 +1,21 @@
 """int8 TFLite UNIDIRECTIONAL_SEQUENCE_LSTM (the 8x8->16 integer cell) on the chip: imported,
 lowered to its one descriptor, run by the chip's executor, byte-identical to LiteRT's
-BUILTIN_REF kernel; its states carried between calls as LiteRT carries its variable
-tensors; the cells the chip does not run go to the CPU with their reason."""
+BUILTIN_REF kernel; the cells the chip does not run go to the CPU with their reason. Calls
+in a row on a device (the states): test_rnn_device.py."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
 import tflite
 
-import libnpu
+from firmware_sim.kernels import native
 from libnpu.compiler.lower import lower
-from libnpu.compiler.placement import CPU, NPU, plan_placement
+from libnpu.compiler.placement import CPU, plan_placement
 from libnpu.compiler.tflite_import import import_tflite
 from npu_hw import tasks
 from tests.support.chip_memory import ChipMemory, run_loadable
-from tests.support.lstm_models import LstmSpec, lstm_model
-from tests.support.tflite_builder import OpSpec, ReferenceRunner, TensorSpec, build_model, run_reference
+from tests.support.rnn_models import LstmSpec, lstm_model
+from tests.support.tflite_builder import OpSpec, TensorSpec, build_model, run_reference
 
 
 def random_spec(rng: np.random.Generator, seed: int) -> LstmSpec:
@@ -25,69 +25,33 @@ def random_spec(rng: np.random.Generator, seed: int) -> LstmSpec:
                     cell_clip=float(rng.choice([0.0, rng.uniform(0.05, 4.0)])), seed=seed)
 
 
-def sequence(rng: np.random.Generator, model: bytes) -> np.ndarray:
-    shape = import_tflite(model).tensors["input"].shape
-    return rng.integers(-128, 128, shape).astype(np.int8)
+def sequence(rng: np.random.Generator, spec: LstmSpec) -> np.ndarray:
+    lead = (spec.steps, spec.batch) if spec.time_major else (spec.batch, spec.steps)
+    return rng.integers(-128, 128, (*lead, spec.n_input)).astype(np.int8)
 
 
-def test_lstm_matches_litert_on_200_random_cells(mem: ChipMemory, kernel_backend) -> None:
+def test_lstm_matches_litert_on_200_random_cells(mem: ChipMemory) -> None:
     """Random sizes, grids (cell state 2**-15 .. 2**-9), cell clips, time- or batch-major;
     the C kernel and the numpy one (the reference) alike."""
+    assert native.library() is not None, "the C kernels did not build"
     rng = np.random.default_rng(2611)
     for case in range(200):
         spec = random_spec(rng, case)
         model = lstm_model(spec)
-        x = sequence(rng, model)
-        graph = import_tflite(model)
-        (got,) = run_loadable(mem, lower(graph), [x])
+        x = sequence(rng, spec)
+        loadable = lower(import_tflite(model))
         (expected,) = run_reference(model, x)
-        assert got.tobytes() == expected.tobytes(), f"case {case}: {spec}"
+        (got,) = run_loadable(mem, loadable, [x])
+        assert got.tobytes() == expected.tobytes(), f"case {case} (C kernel): {spec}"
+        with native.enabled(False):
+            (got,) = run_loadable(mem, loadable, [x])
+        assert got.tobytes() == expected.tobytes(), f"case {case} (numpy kernel): {spec}"
 
 
 def test_one_descriptor_per_layer() -> None:
     ld = lower(import_tflite(lstm_model(LstmSpec(4, 1, 3, 5))))
     names = [tasks.TASK_TYPES[t.opcode].name for t in ld.tasks]
     assert names.count("UNIDIRECTIONAL_SEQUENCE_LSTM") == 1, names
-
-
-def test_states_carry_between_calls_as_litert_keeps_its_variables(npu, tmp_path) -> None:
-    """Five calls in a row on the device: each starts from the state the last one left (the
-    output and cell states are variable tensors in LiteRT, states of the loadable here);
-    after ``reset_state`` both start again from their reset values."""
-    model = lstm_model(LstmSpec(3, 2, 4, 6, time_major=False, seed=9))
-    assert [p.device for p in plan_placement(model).placements] == [NPU]
-    rng = np.random.default_rng(3)
-    calls = [sequence(rng, model) for _ in range(5)]
-    reference = ReferenceRunner(model)
-    compiled = libnpu.load(model, devroot=npu.devroot, cache_dir=tmp_path / "cache")
-    try:
-        request = compiled.create_request()    # a request keeps its states (OpenVINO's model)
-        for k, x in enumerate(calls):
-            (got,) = request.infer([x])
-            assert got.tobytes() == reference(x)[0].tobytes(), f"call {k}"
-        request.reset_state()
-        fresh = ReferenceRunner(model)
-        assert request.infer([calls[0]])[0].tobytes() == fresh(calls[0])[0].tobytes()
-    finally:
-        compiled.close()
-
-
-def test_an_lstm_on_the_cpu_keeps_its_state_too(npu, tmp_path) -> None:
-    """Kept off the chip (an allow-list without it), the cell runs in LiteRT on the host: its
-    cut keeps the variable tensors inside and the intermediates its Prepare reads (a cut
-    dropped both: "input 'output_state' used before it is produced")."""
-    model = lstm_model(LstmSpec(3, 1, 2, 4, seed=4))
-    rng = np.random.default_rng(4)
-    reference = ReferenceRunner(model)
-    compiled = libnpu.load(model, devroot=npu.devroot, cache_dir=tmp_path / "cache", ops=["ADD"])
-    try:
-        assert compiled.loadable.host_steps
-        request = compiled.create_request()
-        for k in range(3):
-            x = sequence(rng, model)
-            assert request.infer([x])[0].tobytes() == reference(x)[0].tobytes(), f"call {k}"
-    finally:
-        compiled.close()
 
 
 @pytest.mark.parametrize("change,reason", [
