@@ -11,6 +11,7 @@ import numpy as np
 import onnx
 import pytest
 
+from libnpu.compiler import placement
 from libnpu.compiler.lower import lower
 from libnpu.compiler.mixed_precision import promotable, quantize_mixed
 from libnpu.compiler.onnx_import import import_onnx
@@ -110,3 +111,17 @@ def test_the_steps_share_one_copy_of_the_recurrent_weights() -> None:
         sizes[steps] = lower(q).regions[0].size
     per_step = (sizes[6] - sizes[2]) / 4
     assert per_step < 4 * hidden * hidden / 2, sizes    # int8 recurrent weights: 4 * hidden**2 bytes a step
+
+
+def test_placement_judges_a_repeated_step_once(monkeypatch) -> None:
+    """Placement compiles each op alone to judge it; the unrolled steps repeat the same ops
+    (equal weights, grids, shapes), each judged once: only the steps' row slices differ."""
+    judged = []
+    judge = placement._refusal
+    monkeypatch.setattr(placement, "_refusal", lambda g, op, q: judged.append(op.type) or judge(g, op, q))
+    model = rnn_model("LSTM", steps=12)
+    (where,) = placement.plan_placement(model.SerializeToString()).placements
+    ops = len(import_onnx(model).ops)
+    assert where.device == placement.NPU
+    assert len(judged) < ops / 2, (len(judged), ops)
+    assert judged.count("FULLY_CONNECTED") <= 12, judged.count("FULLY_CONNECTED")   # 4 input, 4 + 4 recurrent
