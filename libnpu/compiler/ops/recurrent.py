@@ -1,7 +1,8 @@
 """Recurrent layers: ONNX LSTM, GRU and RNN, unrolled over their static sequence into the chip's
 FULLY_CONNECTED, ADD, SUB, MUL, LOGISTIC and TANH (with STRIDED_SLICE, CONCATENATION and
-RESHAPE moving the steps' rows): no recurrent descriptor, so every step's tensors get
-grids of their own from calibration, and the chip's kernels (native ones included) run it.
+RESHAPE moving the steps' rows): no recurrent descriptor, so calibration gives each role's
+tensors (a gate's sum, the cell state...) one grid over all the steps, mixed precision may
+promote any of them, and the chip's kernels (native ones included) run it.
 
 Per direction, the input projection of every gate is one FULLY_CONNECTED over the whole
 sequence (``X W_g^T + Wb_g + Rb_g``, one row per step and batch item); each step slices its
@@ -83,8 +84,8 @@ class _Cell:
 
 
 class _Recurrence:
-    """What one LSTM or GRU node says, read and checked: weights per direction and gate,
-    the sequence layout, the initial states."""
+    """What one LSTM, GRU or RNN node says, read and checked: weights per direction and
+    gate, the sequence layout, the initial states."""
 
     def __init__(self, im, node, attrs, where: str, gates: str, defaults: list[str]) -> None:
         self.im, self.node, self.where = im, node, where
