@@ -118,7 +118,7 @@ def test_placement_judges_a_repeated_step_once(monkeypatch) -> None:
     (equal weights, grids, shapes), each judged once: only the steps' row slices differ."""
     judged = []
     judge = placement._refusal
-    monkeypatch.setattr(placement, "_refusal", lambda g, op, q: judged.append(op.type) or judge(g, op, q))
+    monkeypatch.setattr(placement, "_refusal", lambda g, op, *rest: judged.append(op.type) or judge(g, op, *rest))
     model = rnn_model("LSTM", steps=12)
     (where,) = placement.plan_placement(model.SerializeToString()).placements
     ops = len(import_onnx(model).ops)
