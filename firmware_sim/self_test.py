@@ -141,11 +141,14 @@ def network(mem) -> list[bytes]:
     return descs
 
 
-def self_test(profile: HardwareProfile | None = None) -> list[JobResult]:
+def self_test(profile: HardwareProfile | None = None, scratch: Path | None = None) -> list[JobResult]:
     """Run the self-test job twice (decoded, then replayed from its job plan) in a private
     address space, then drop everything it left in the chip's caches. The two results
-    (their status is 0 unless the chip is broken)."""
-    bus = Path(tempfile.mkdtemp(prefix="npu-self-test-", dir="/dev/shm" if Path("/dev/shm").is_dir() else None))
+    (their status is 0 unless the chip is broken). Its files go in a directory made in
+    ``scratch`` (the chip's bus directory: whoever removes the bus removes them too, even
+    when this process is killed meanwhile), else in /dev/shm."""
+    where = scratch if scratch is not None else Path("/dev/shm") if Path("/dev/shm").is_dir() else None
+    bus = Path(tempfile.mkdtemp(prefix="npu-self-test-", dir=where))
     try:
         mem = _Memory(bus)
         command = b"".join(network(mem))
