@@ -108,7 +108,7 @@ class Recycling:
         if not self._closed or holds_anything:
             return False
         self._closed = False
-        self.grown_kb = resident_kb() - self.baseline_kb
+        self.grown_kb = max(0, resident_kb() - self.baseline_kb)   # shrunk: no growth (0 kB retires all the same)
         return self.grown_kb >= self.growth_kb
 
 

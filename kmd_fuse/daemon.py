@@ -128,7 +128,13 @@ def main(argv: list[str] | None = None) -> int:
                            max_queues_per_context=args.max_queues_per_context,
                            max_queues_per_user=args.max_queues_per_user),
                     tasks=BackgroundTasks())
-    device.power_on()
+    try:
+        device.power_on()
+    except OSError as exc:       # the chip did not come up: nothing of it stays (its bus, its process)
+        log.error("%s", exc)
+        device.power_off()
+        paths.pid_file(root, args.index).unlink(missing_ok=True)
+        return 1
     presence = Presence(root, sys_root, args.index)
     # Rootless: the node and the tree are the user's own (root's uid 0 otherwise), so the
     # kernel's permission checks let the owner apply the rules and write `reset`.
