@@ -14,7 +14,7 @@ the control eventfd (written after RESET_REQ); it never talks to the KMD any oth
 
 The main process runs the C kernels and the self-test once (``kernels.warm_up``) and
 freezes its heap (``gc.freeze``) before it forks the cores: they share those pages
-instead of each faulting and dirtying its own (a core's private memory 8 MiB -> 1 MiB).
+instead of each faulting and dirtying its own (a core's private memory 8 MiB -> 2.4).
 """
 from __future__ import annotations
 
@@ -37,7 +37,7 @@ from firmware_sim.executor import JobResult
 from firmware_sim.kernels.warm_up import warm_up
 from firmware_sim.recycling import RETIRED, Succession, default_growth_kb
 from firmware_sim.timing import HardwareProfile
-from firmware_sim.wakeups import WatchdogArm, Wakeups
+from firmware_sim.wakeups import Wakeups, WatchdogArm
 from npu_hw import memory, profiles, queues, regs, ring
 from npu_hw.memory import map_file
 
