@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from kmd_fuse import paths
-from tests.support.device import REPO, start_npu, stop_npu, wait_until
+from tests.support.device import REPO, MountedNpu, stop_npu, wait_until
 
 
 def processes_of(devroot: Path) -> dict[int, str]:
@@ -37,33 +37,32 @@ def mounted(devroot: Path) -> list[str]:
 
 
 def test_a_start_that_fails_leaves_nothing_of_its_own(tmp_path):
-    """npu1..npu3 come up together; npu2's daemon fails (its bus directory cannot be made):
-    the start ends with 1, and of npu1..npu3 only their logs stay (for the reason), while
-    npu0, started before, goes on serving."""
-    npu = start_npu(tmp_path)
-    state = paths.state_dir(npu.devroot)
-    obstacle = state / "npu2"
+    """npu0 and npu1 come up together; npu1's daemon fails (its bus directory cannot be
+    made) while npu0 is still starting: the start ends with 1 and stops it, and of the two
+    devices only their logs stay (for the reason)."""
+    if os.geteuid() != 0:
+        pytest.skip("mounting the FUSE device needs root")
+    npu = MountedNpu(tmp_path / "dev", 2)
+    npu.devroot.mkdir()
+    state = paths.private_state_dir(npu.devroot)  # what start makes first, made here to put the obstacle in
+    obstacle = state / "npu1"
     try:
-        served = processes_of(npu.devroot)
-        assert len(served) == 4                       # daemon, chip, two cores
-        obstacle.write_text("in the way of npu2's bus directory\n")
-        result = npu.kmd("start", "--devices", "4", check=False)
+        obstacle.write_text("in the way of npu1's bus directory\n")
+        result = npu.kmd("start", "--devices", "2", check=False)
         assert result.returncode == 1, result
-        assert "npu2: daemon exited with status 1" in result.stderr
-        assert wait_until(lambda: processes_of(npu.devroot) == served, 60), (served, processes_of(npu.devroot))
-        left = sorted(p.name for p in state.iterdir() if p.name.startswith(("npu1", "npu2", "npu3")))
-        assert left == ["npu1.log", "npu2", "npu2.log", "npu3.log"]
+        assert "npu1: daemon exited with status 1" in result.stderr
+        assert wait_until(lambda: not processes_of(npu.devroot), 60), processes_of(npu.devroot)
+        assert sorted(p.name for p in state.iterdir() if p.name.startswith("npu")) == \
+            ["npu0.log", "npu1", "npu1.log"]
         assert not list(state.rglob("npu-self-test-*"))
-        assert [line for line in mounted(npu.devroot) if "npu0" not in line] == []
-        assert npu.kmd("status").stdout.count("mounted,") == 1
+        assert not mounted(npu.devroot)
     finally:
         obstacle.unlink(missing_ok=True)
         stop_npu(npu)
-    assert wait_until(lambda: not processes_of(npu.devroot), 60)
 
 
 def test_a_start_ended_by_sigterm_leaves_nothing(tmp_path):
-    """SIGTERM (a service manager stopping it) while 3 devices come up ends the start as
+    """SIGTERM (a service manager stopping it) while 2 devices come up ends the start as
     Ctrl-C does: exit 130, every daemon, chip and core it started gone, nothing mounted,
     no state directory."""
     if os.geteuid() != 0:
@@ -71,7 +70,7 @@ def test_a_start_ended_by_sigterm_leaves_nothing(tmp_path):
     devroot = tmp_path / "dev"
     devroot.mkdir()
     env = {k: v for k, v in os.environ.items() if k not in ("NPU_DEVROOT", "NPU_SYSROOT", "NPU_DEBUG")}
-    proc = subprocess.Popen([sys.executable, "-m", "kmd_fuse.cli", "start", "--devices", "3", "--devroot",
+    proc = subprocess.Popen([sys.executable, "-m", "kmd_fuse.cli", "start", "--devices", "2", "--devroot",
                              str(devroot)], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, cwd=REPO, env=env)
     try:
