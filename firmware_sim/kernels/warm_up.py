@@ -1,4 +1,4 @@
-"""Run every C kernel once on tiny operands when a core starts.
+"""Run every C kernel once on tiny operands before a chip forks its cores.
 
 The first call of a kernel costs far more than the next ones: oneDNN generates its GEMM
 code on first use, and the pages of the libraries' code are faulted into the process
