@@ -23,6 +23,7 @@ from kmd_fuse.cli_errors import (
     run_reporting_errors,
     size_argument,
 )
+from kmd_fuse.fork_server import ForkedDaemon, ForkServer
 from kmd_fuse.limits import Limits
 from kmd_fuse.uapi.sysfs_layout import recorded_sysroot
 from kmd_fuse.udev import hotplug
@@ -104,22 +105,29 @@ def start(args) -> int:
         print(f"npu-kmd start: {exc}", file=sys.stderr)
         return 1
     paths.record_in_devroot(root, paths.SYSROOT_MARKER, f"{sys_root}\n")   # where tools (npu smi) find the tree
-    started: list[tuple[int, Path, subprocess.Popen]] = []
+    started: list[tuple[int, Path, ForkedDaemon]] = []
+    servers: list[ForkServer] = []        # the daemons' fork server, started with the first one
     # SIGTERM ends a start as Ctrl-C does: the daemons it spawned (in sessions of their own,
     # which no signal to this one reaches) are stopped, not left running half set up.
     signal.signal(signal.SIGTERM, signal.default_int_handler)
     try:
-        code = _start_devices(args, root, sys_root, started)
-    except KeyboardInterrupt:
-        with _interrupts_deferred():         # a second Ctrl-C does not cut the clean-up short
-            _undo_start(root, sys_root, started, remove_state=True)
-        raise
-    if code:
-        _undo_start(root, sys_root, started, remove_state=False)     # the logs stay, for the reason
-    return code
+        try:
+            code = _start_devices(args, root, sys_root, started, servers)
+        except KeyboardInterrupt:
+            with _interrupts_deferred():         # a second Ctrl-C does not cut the clean-up short
+                _undo_start(root, sys_root, started, remove_state=True)
+            raise
+        if code:
+            _undo_start(root, sys_root, started, remove_state=False)     # the logs stay, for the reason
+        return code
+    finally:
+        with _interrupts_deferred():
+            for server in servers:
+                server.close()
 
 
-def _start_devices(args, root: Path, sys_root: Path, started: list[tuple[int, Path, subprocess.Popen]]) -> int:
+def _start_devices(args, root: Path, sys_root: Path, started: list[tuple[int, Path, ForkedDaemon]],
+                   servers: list[ForkServer]) -> int:
     """Start a daemon per device not yet served (each one recorded in ``started`` as soon as
     it exists), at most STARTING_AT_ONCE coming up at a time, each given START_TIMEOUT_S
     from its spawn, and wait until every node answers; the exit code."""
@@ -146,7 +154,10 @@ def _start_devices(args, root: Path, sys_root: Path, started: list[tuple[int, Pa
     coming: dict[int, float] = {}         # index in ``started`` -> its deadline
     while wanted or coming:
         while wanted and len(coming) < STARTING_AT_ONCE:
-            _spawn_daemon(args, root, sys_root, wanted.pop(0), started)
+            if not servers:
+                with _interrupts_deferred():      # never a server running that `servers` does not hold
+                    servers.append(ForkServer(root, sys_root))
+            _spawn_daemon(args, servers[0], root, sys_root, wanted.pop(0), started)
             coming[len(started) - 1] = time.monotonic() + START_TIMEOUT_S
         for at, deadline in list(coming.items()):
             index, node, proc = started[at]
@@ -173,13 +184,12 @@ def _start_devices(args, root: Path, sys_root: Path, started: list[tuple[int, Pa
     return 0
 
 
-def _spawn_daemon(args, root: Path, sys_root: Path, index: int,
-                  started: list[tuple[int, Path, subprocess.Popen]]) -> None:
-    """Spawn device ``index``'s daemon, recorded in ``started``."""
+def _spawn_daemon(args, server: ForkServer, root: Path, sys_root: Path, index: int,
+                  started: list[tuple[int, Path, ForkedDaemon]]) -> None:
+    """Fork device ``index``'s daemon (``kmd_fuse.fork_server``), recorded in ``started``."""
     node = paths.node_path(root, index)
     paths.ready_file(root, index).unlink(missing_ok=True)
-    log = open(paths.log_file(root, index), "ab")
-    cmd = [sys.executable, "-m", "kmd_fuse.daemon", "--devroot", str(root), "--sysroot", str(sys_root),
+    argv = ["--devroot", str(root), "--sysroot", str(sys_root),
            "--index", str(index), "--memory", str(args.memory), "--cores", str(args.cores),
            "--watchdog-ms", str(args.watchdog_ms), "--max-job-timeout", str(args.max_job_timeout),
            "--mode", args.mode, "--profile", args.profile, *(["--pacing"] if args.pacing else []),
@@ -189,12 +199,7 @@ def _spawn_daemon(args, root: Path, sys_root: Path, index: int,
            "--max-queues-per-context", str(args.max_queues_per_context),
            "--max-queues-per-user", str(args.max_queues_per_user)]
     with _interrupts_deferred():          # never a daemon running that `started` does not hold
-        try:
-            proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
-                                    start_new_session=True)
-        finally:
-            log.close()                   # the daemon has its own copy
-        started.append((index, node, proc))
+        started.append((index, node, server.fork(argv, paths.log_file(root, index))))
 
 
 @contextlib.contextmanager
@@ -215,7 +220,7 @@ def _interrupts_deferred() -> Iterator[None]:
         raise KeyboardInterrupt
 
 
-def _undo_start(root: Path, sys_root: Path, started: list[tuple[int, Path, subprocess.Popen]], *,
+def _undo_start(root: Path, sys_root: Path, started: list[tuple[int, Path, ForkedDaemon]], *,
                 remove_state: bool) -> None:
     """Stop the daemons this ``start`` spawned and undo what they set up (an interrupted or
     failed start leaves nothing running, nothing mounted); with ``remove_state``, the

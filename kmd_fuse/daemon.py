@@ -19,7 +19,7 @@ from pathlib import Path
 import pyfuse3
 import trio
 
-from kmd_fuse import fusermount, irq, logs, mounts, owner, paths, pidfile
+from kmd_fuse import fork_server, fusermount, irq, logs, mounts, owner, paths, pidfile
 from kmd_fuse.cli import job_timeout_seconds
 from kmd_fuse.device import Device
 from kmd_fuse.fuse_ops import DeviceFs
@@ -99,7 +99,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-buffers-per-user", type=int, default=Limits.max_buffers_per_user)
     parser.add_argument("--max-queues-per-context", type=int, default=Limits.max_queues_per_context)
     parser.add_argument("--max-queues-per-user", type=int, default=Limits.max_queues_per_user)
+    parser.add_argument("--fork-server", action="store_true",
+                        help="fork the daemons npu-kmd start asks for (kmd_fuse.fork_server)")
     args = parser.parse_args(argv)
+    if args.fork_server:
+        return fork_server.serve(args.devroot)
     root = paths.devroot(args.devroot)
     logs.setup(paths.log_file(root, args.index), os.environ.get("NPU_LOG", "INFO"),
                parse_size(os.environ.get("NPU_LOG_MAX", str(logs.DEFAULT_MAX_BYTES))))
