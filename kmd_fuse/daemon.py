@@ -3,8 +3,9 @@
 <devroot>/npuN and <sysroot>/class/npu/npuN, announces the device (uevent "add", udev rules) and
 serves it.
 
-Run by ``npu-kmd start`` as ``python -m kmd_fuse.daemon``; SIGTERM/SIGINT send
-"remove", unmount everything and power the chip off.
+Run by ``npu-kmd start``, forked from its fork server (``python -m kmd_fuse.daemon
+--fork-server``, ``kmd_fuse.fork_server``), or by hand as ``python -m kmd_fuse.daemon``;
+SIGTERM/SIGINT send "remove", unmount everything and power the chip off.
 """
 from __future__ import annotations
 
@@ -103,7 +104,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="fork the daemons npu-kmd start asks for (kmd_fuse.fork_server)")
     args = parser.parse_args(argv)
     if args.fork_server:
-        return fork_server.serve(args.devroot)
+        return fork_server.serve(main)
     root = paths.devroot(args.devroot)
     logs.setup(paths.log_file(root, args.index), os.environ.get("NPU_LOG", "INFO"),
                parse_size(os.environ.get("NPU_LOG_MAX", str(logs.DEFAULT_MAX_BYTES))))

@@ -26,6 +26,7 @@ import subprocess
 import sys
 import time
 import traceback
+from collections.abc import Callable
 from pathlib import Path
 
 __all__ = ["ForkServer", "ForkedDaemon", "serve"]
@@ -33,9 +34,9 @@ __all__ = ["ForkServer", "ForkedDaemon", "serve"]
 
 # ---- the server ----
 
-def serve(devroot: str) -> int:
-    """Serve fork requests on stdin until EOF (``devroot`` only names what it serves)."""
-    from kmd_fuse import daemon  # what every daemon imports: loaded once, here (not at the top: a cycle)
+def serve(run_daemon: Callable[[list[str]], int]) -> int:
+    """Serve fork requests on stdin until EOF; each child runs ``run_daemon(argv)``
+    (``daemon.main``: this process is ``python -m kmd_fuse.daemon``, its modules loaded)."""
     gc.collect()
     gc.freeze()
     signal.signal(signal.SIGINT, signal.SIG_IGN)     # npu-kmd start ends us (EOF, or SIGTERM)
@@ -59,7 +60,7 @@ def serve(devroot: str) -> int:
             request = json.loads(line)
             pid = os.fork()
             if pid == 0:
-                _run_daemon(daemon.main, request["argv"], request["log"])
+                _run_daemon(run_daemon, request["argv"], request["log"])
             live.add(pid)
             replies.write(f"pid {pid}\n")
 
@@ -74,7 +75,7 @@ def _reaped(live: set[int]) -> list[tuple[int, int]]:
     return done
 
 
-def _run_daemon(main, argv: list[str], log: str) -> None:
+def _run_daemon(main: Callable[[list[str]], int], argv: list[str], log: str) -> None:
     """In the forked child: become a daemon as ``Popen(..., start_new_session=True)`` made
     one (stdin /dev/null, output to its log, default signals), run it, exit with its code."""
     code = 1
