@@ -73,6 +73,7 @@ class Chip:
         self.bus, self.doorbell_fds, self.irq_fd, self.profile = bus, doorbell_fds, irq_fd, profile
         self.control_fd = control_fd      # the driver writes it after RESET_REQ (-1: none, poll the register)
         self.watch = WatchdogArm()        # before any core is forked: they all share it
+        self._busy_seen = -1              # the cores' BUSY_NS at the last tick (next_tick)
         self.recycle_kb = recycle_kb      # a core that grew this much is succeeded when empty (-1: never)
         self.succession = Succession(len(doorbell_fds)) if recycle_kb >= 0 else None
         # Per core, a successor warming up: (its pid, the pipe end that lets it start).
@@ -392,12 +393,17 @@ class Chip:
         return {pid for pid in self.pids if pid} | {s[0] for s in self.successors if s is not None}
 
     def next_tick(self) -> float | None:
-        """How long the main process may sleep: WATCHDOG_PERIOD_S while a job runs (or with
-        no control line to wake it for a reset), else until something wakes it."""
+        """How long the main process may sleep: WATCHDOG_PERIOD_S while a job runs or ran
+        since the last tick (or with no control line to wake it for a reset), else until
+        something wakes it. Staying armed through a stream of short jobs spares a wake-up
+        per job (the core's write to the arming line, the main process's turn)."""
         if self.control_fd < 0:
             return WATCHDOG_PERIOD_S
         self.watch.disarm()
-        if any(self.regs.read64(regs.core_bank(core) + regs.CURRENT_JOB) for core in range(self.num_cores)):
+        banks = [regs.core_bank(core) for core in range(self.num_cores)]
+        busy_ns = sum(self.regs.read64(bank + regs.BUSY_NS) for bank in banks)
+        if any(self.regs.read64(bank + regs.CURRENT_JOB) for bank in banks) or busy_ns != self._busy_seen:
+            self._busy_seen = busy_ns
             self.watch.arm()
             return WATCHDOG_PERIOD_S
         return None
