@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from kmd_fuse import paths
+from kmd_fuse.hw import ChipConfig, Hardware
 from tests.support.device import REPO, MountedNpu, stop_npu, wait_until
 
 
@@ -90,3 +91,39 @@ def test_a_start_ended_by_sigterm_leaves_nothing(tmp_path):
         subprocess.run([sys.executable, "-m", "kmd_fuse.cli", "stop", "--devroot", str(devroot)],
                        capture_output=True, timeout=120)
         assert not mounted(devroot)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except (OSError, IndexError):
+        return False
+
+
+def test_a_chip_whose_driver_died_while_it_started_does_not_live_on(tmp_path):
+    """The driver dies right after spawning its chip, before the chip's imports are done
+    (before it asks for SIGKILL at its parent's death): the chip must not run on as an
+    orphan (72 did after a failed 128-device start)."""
+    class DiesAtOnce(Hardware):
+        def _start_chip(self) -> None:
+            super()._start_chip()
+            assert self.process is not None
+            os.write(write_end, f"{self.process.pid}\n".encode())
+            os._exit(0)
+
+    read_end, write_end = os.pipe()
+    driver = os.fork()
+    if driver == 0:                         # the driver: powers the chip on and dies at once
+        try:
+            DiesAtOnce(tmp_path / "bus", ChipConfig(cores=1)).power_on()
+        finally:
+            os._exit(1)
+    os.close(write_end)
+    with os.fdopen(read_end) as pipe:
+        chip = int(pipe.readline())
+    os.waitpid(driver, 0)
+    try:
+        assert wait_until(lambda: not _alive(chip), 60), f"chip {chip} outlived its driver"
+    finally:
+        if _alive(chip):
+            os.kill(chip, signal.SIGKILL)
