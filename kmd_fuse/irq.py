@@ -8,7 +8,6 @@ idle device's daemon sleeps until the chip's process exits (its pidfd) or work c
 from __future__ import annotations
 
 import logging
-import math
 import time
 
 import trio
@@ -45,22 +44,24 @@ def outstanding(device: Device) -> bool:
 async def next_round(device: Device) -> None:
     """Sleep until the next housekeeping round: LOST_IRQ_POLL_S while something is
     outstanding, else until the chip exits or work comes."""
-    kicked = device.housekeeping_kick
-    timeout = LOST_IRQ_POLL_S if outstanding(device) else math.inf
+    if outstanding(device):
+        # A plain timer: kicks are ignored (every submission kicks; a round per kick cost
+        # each SUBMIT a housekeeping round: 200 prepared submits took 0.78 s, not 0.15).
+        await trio.sleep(LOST_IRQ_POLL_S)
+        return
+    kicked = device.housekeeping_kick = trio.Event()     # set from now on by work coming
     chip_fd = device.hw.process_fd
-    with trio.move_on_after(timeout):
-        async with trio.open_nursery() as nursery:
-            async def until_kicked() -> None:
-                await kicked.wait()
-                nursery.cancel_scope.cancel()
+    async with trio.open_nursery() as nursery:
+        async def until_kicked() -> None:
+            await kicked.wait()
+            nursery.cancel_scope.cancel()
 
-            async def until_chip_exits() -> None:
-                await trio.lowlevel.wait_readable(chip_fd)
-                nursery.cancel_scope.cancel()
-            nursery.start_soon(until_kicked)
-            if chip_fd >= 0 and timeout == math.inf:
-                nursery.start_soon(until_chip_exits)
-    device.housekeeping_kick = trio.Event()       # before the round: a kick during it is not lost
+        async def until_chip_exits() -> None:
+            await trio.lowlevel.wait_readable(chip_fd)
+            nursery.cancel_scope.cancel()
+        nursery.start_soon(until_kicked)
+        if chip_fd >= 0:
+            nursery.start_soon(until_chip_exits)
 
 
 async def housekeeping(device: Device) -> None:
