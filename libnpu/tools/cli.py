@@ -176,6 +176,7 @@ def _inspect_args(p: argparse.ArgumentParser) -> None:
 
 def _fetch_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("names", nargs="*", help="model-zoo files to fetch (default: all)")
+    p.add_argument("--no-progress", action="store_true", help="no download lines on stderr (a terminal gets them)")
 
 
 def _run_args(p: argparse.ArgumentParser) -> None:

@@ -461,8 +461,10 @@ def fetch(args: argparse.Namespace) -> int:
     unknown = sorted(set(args.names) - set(model_zoo.ASSETS))
     if unknown:
         raise UsageError(f"no model-zoo file {unknown[0]!r} (known: {', '.join(model_zoo.ASSETS)})")
-    for key in args.names or model_zoo.ASSETS:
-        print(f"{key:10} {model_zoo.fetch(key)}")
+    keys = list(args.names or model_zoo.ASSETS)
+    for n, key in enumerate(keys, 1):
+        say = (lambda line, n=n: _say(f"[{n}/{len(keys)}] {line}")) if _progress_wanted(args) else None
+        print(f"{key:10} {model_zoo.fetch(key, say)}", flush=True)
     return 0
 
 
