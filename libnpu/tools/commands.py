@@ -89,7 +89,7 @@ def info(args: argparse.Namespace) -> int:
     with Session(devroot) as session:
         for node in _nodes(devroot):
             try:
-                device = session.open(int(node.name[3:]))
+                device = session.open_node(int(node.name[3:]))
                 facts = device.info()
                 props = device.properties()
             except OSError as exc:
