@@ -14,7 +14,8 @@ whichever node it was given.
 What a container then sees of the host (docs/security.md): the node (every request the
 driver accepts from its user, under the per-user limits), the device's hand-over socket
 (which hands out nothing without a MEM_MAP token of a context of one's own) and the host
-path of the state directory (its name, the socket's parents appear as empty directories). One file per devroot; ``cdi_spec`` also serves the device plugin's Allocate, so a
+path of the state directory (its name: the socket's parents appear as empty directories).
+One spec per devroot; ``container_edits`` also serves the device plugin's Allocate, so a
 runtime without CDI gets the same mounts and variables.
 """
 from __future__ import annotations
