@@ -1,17 +1,18 @@
-"""``npu-kmd cdi`` and ``npu-kmd device-plugin``: the devices handed to container
-runtimes and to Kubernetes (docs/fleets.md)."""
+"""``npu-kmd cdi``, ``device-plugin``, ``slurm-gres`` and ``slurm-task-prolog``: the
+devices handed to container runtimes, Kubernetes and Slurm (docs/fleets.md)."""
 from __future__ import annotations
 
 import argparse
 import json
 import logging
+import os
 import signal
 import sys
 from pathlib import Path
 
-from kmd_fuse import cdi, paths
+from kmd_fuse import cdi, paths, slurm
 from kmd_fuse.cli_errors import count_argument
-from kmd_fuse.served_devices import served_devices, sysroot_for
+from kmd_fuse.served_devices import device_numbers, served_devices, sysroot_for
 
 DEFAULT_SPEC = "/etc/cdi/npu-emu.json"
 
@@ -59,6 +60,28 @@ def device_plugin(args) -> int:
     return 0
 
 
+def slurm_gres(args) -> int:
+    """Print gres.conf's lines for the devroot's devices."""
+    root = paths.devroot(args.devroot)
+    indices = device_numbers(sysroot_for(root, args.sysroot))
+    if not indices:
+        print(f"npu-kmd slurm-gres: no devices served under {root}", file=sys.stderr)
+        return 1
+    sys.stdout.write(slurm.gres_conf(root, indices, args.node_name))
+    return 0
+
+
+def slurm_task_prolog(args) -> int:
+    """Slurm's TaskProlog: print the exports that give the task the job's devices."""
+    job_id = os.environ.get("SLURM_JOB_ID")
+    if not job_id:
+        print("npu-kmd slurm-task-prolog: SLURM_JOB_ID is not set (Slurm runs this as TaskProlog)", file=sys.stderr)
+        return 1
+    root = paths.devroot(args.devroot)
+    sys.stdout.write(slurm.task_prolog_lines(job_id, root, device_numbers(sysroot_for(root, args.sysroot))))
+    return 0
+
+
 def _seconds(text: str) -> float:
     try:
         value = float(text)
@@ -70,11 +93,15 @@ def _seconds(text: str) -> float:
 
 
 def add_parsers(sub) -> dict:
-    """Add the two commands to ``npu-kmd``'s subparsers; their handlers by name."""
-    for name in ("cdi", "device-plugin"):
+    """Add the commands to ``npu-kmd``'s subparsers; their handlers by name."""
+    for name in ("cdi", "device-plugin", "slurm-gres", "slurm-task-prolog"):
         p = sub.add_parser(name)
         p.add_argument("--devroot", default=None, help="directory of the nodes (default $NPU_DEVROOT or /dev)")
         p.add_argument("--sysroot", default=None, help="root of the attribute tree (default: what start recorded)")
+        if name == "slurm-gres":
+            p.add_argument("--node-name", help="NodeName= on each line (a gres.conf shared by several nodes)")
+        if name.startswith("slurm"):
+            continue
         p.add_argument("--container-devroot", default=cdi.CONTAINER_DEVROOT,
                        help="where the nodes appear inside a container (default %(default)s)")
         if name == "cdi":
@@ -89,4 +116,5 @@ def add_parsers(sub) -> dict:
                            help="IDs advertised per device: that many containers may share one (default 1)")
             p.add_argument("--poll-interval", type=_seconds, default=1.0,
                            help="seconds between two looks at the devices' health (default %(default)s)")
-    return {"cdi": write_cdi, "device-plugin": device_plugin}
+    return {"cdi": write_cdi, "device-plugin": device_plugin, "slurm-gres": slurm_gres,
+            "slurm-task-prolog": slurm_task_prolog}
