@@ -88,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--inferences", type=int, default=200)
     args = parser.parse_args(argv)
     installed_s = install()
-    import ray   # after install(): absent until then
+    import ray  # after install(): absent until then
 
     home = Path(tempfile.mkdtemp(prefix="npu-ray-"))
     kmd = [sys.executable, "-m", "kmd_fuse.cli"]
