@@ -3,14 +3,13 @@ that runs ResNet-8 on its device, byte-identical to LiteRT's BUILTIN_REF kernels
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 import time
 
 import numpy as np
 import pytest
 
-from kmd_fuse import paths
+from kmd_fuse import cli, paths
 from tests.support.containers import cdi_kind_installed, podman_missing, podman_run
 from tests.support.device import REPO, start_npu, stop_npu
 from tests.support.litert import ReferenceModel
@@ -39,12 +38,11 @@ def test_a_device_is_its_node_and_hand_over_socket_as_mounts_never_a_device_node
     assert not any("deviceNodes" in edits for edits in devices.values())
 
 
-def test_a_devroot_without_devices_or_a_bad_kind_is_refused(two_npus, tmp_path):
-    empty = subprocess.run([sys.executable, "-m", "kmd_fuse.cli", "cdi", "--devroot", str(tmp_path), "-o", "-"],
-                           capture_output=True, text=True, timeout=120)
-    assert empty.returncode == 1 and "no devices served" in empty.stderr
-    bad = two_npus.kmd("cdi", "--kind", "npu", "-o", str(tmp_path / "x.json"), check=False)
-    assert bad.returncode == 2 and "not a CDI kind" in bad.stderr and not (tmp_path / "x.json").exists()
+def test_a_devroot_without_devices_or_a_bad_kind_is_refused(two_npus, tmp_path, capsys):
+    assert cli.main(["cdi", "--devroot", str(tmp_path), "-o", "-"]) == 1
+    assert "no devices served" in capsys.readouterr().err
+    assert cli.main(["cdi", "--devroot", str(two_npus.devroot), "--kind", "npu", "-o", str(tmp_path / "x.json")]) == 2
+    assert "not a CDI kind" in capsys.readouterr().err and not (tmp_path / "x.json").exists()
 
 
 def test_a_podman_container_runs_resnet8_on_the_device_of_its_cdi_spec(two_npus, resnet8_path, resnet8_nlb,

@@ -1,6 +1,7 @@
 """The Kubernetes device plugin on the kubelet's v1beta1 API, driven from the kubelet's
 side by a real gRPC client (no kubelet runs here): registration, ListAndWatch updates
-when a device's daemon stops, Allocate with CDI names, mounts and variables, sharing."""
+when a device's daemon stops, Allocate with CDI names, mounts and variables, sharing,
+registering again after a kubelet restart."""
 from __future__ import annotations
 
 import filecmp
@@ -12,7 +13,7 @@ import sys
 import grpc
 import pytest
 
-from kmd_fuse import paths, pidfile
+from kmd_fuse import cli, paths, pidfile
 from kmd_fuse.device_plugin import deviceplugin_pb2 as api
 from tests.support.device import REPO, start_npu, stop_npu
 from tests.support.kubelet import KubeletSide, PluginClient, start_plugin, stop_plugin
@@ -66,6 +67,10 @@ def test_registers_lists_allocates_and_a_stopped_device_turns_unhealthy(two_npus
             os.kill(pidfile.running_pid(paths.pid_file(two_npus.devroot, 1)), signal.SIGTERM)
             client.wait_for_list(lambda devices: devices == {"npu0-0": "Healthy", "npu0-1": "Healthy",
                                                              "npu1-0": "Unhealthy", "npu1-1": "Unhealthy"})
+
+            # a restarting kubelet removes every socket in the directory: the plugin serves and registers again
+            (plugin_dir / "npu-emu.sock").unlink()
+            assert kubelet.registered().resource_name == "npu-emu.io/npu"
         finally:
             if client is not None:
                 client.close()
@@ -75,10 +80,9 @@ def test_registers_lists_allocates_and_a_stopped_device_turns_unhealthy(two_npus
     assert not (plugin_dir / "npu-emu.sock").exists()
 
 
-def test_a_plugin_directory_that_does_not_exist_is_refused(tmp_path):
-    result = subprocess.run([sys.executable, "-m", "kmd_fuse.cli", "device-plugin", "--devroot", str(tmp_path),
-                             "--plugin-dir", str(tmp_path / "missing")], capture_output=True, text=True, timeout=120)
-    assert result.returncode == 1 and "missing: no such directory" in result.stderr
+def test_a_plugin_directory_that_does_not_exist_is_refused(tmp_path, capsys):
+    assert cli.main(["device-plugin", "--devroot", str(tmp_path), "--plugin-dir", str(tmp_path / "missing")]) == 1
+    assert "missing: no such directory" in capsys.readouterr().err
 
 
 def test_the_committed_stubs_are_what_the_proto_generates(tmp_path):
