@@ -55,7 +55,7 @@ def device_plugin(args) -> int:
     plugin = dp.NpuDevicePlugin(root, sysroot_for(root, args.sysroot), shared=args.shared_dev_num,
                                 poll_s=args.poll_interval, container_devroot=args.container_devroot)
     for signum in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(signum, lambda *_: plugin.stopping.set())
+        signal.signal(signum, lambda *_: plugin.stopping.set())    # serve() then stops the streams
     dp.serve(plugin, plugin_dir)
     return 0
 

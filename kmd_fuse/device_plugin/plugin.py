@@ -90,6 +90,12 @@ class NpuDevicePlugin(api_grpc.DevicePluginServicer):
             self._changed.notify_all()
             return True
 
+    def stop(self) -> None:
+        """End ``serve`` and every ListAndWatch stream (safe from a signal handler's thread)."""
+        self.stopping.set()
+        with self._changed:
+            self._changed.notify_all()
+
     def watch(self) -> None:
         """Refresh every ``poll_s`` until ``stopping`` is set (the plugin's watcher thread)."""
         while not self.stopping.wait(self.poll_s):
@@ -190,9 +196,7 @@ def serve(plugin: NpuDevicePlugin, plugin_dir: Path) -> None:
             finally:
                 server.stop(grace=1.0).wait()
     finally:
-        plugin.stopping.set()
-        with plugin._changed:
-            plugin._changed.notify_all()
+        plugin.stop()
         watcher.join()
         socket_path.unlink(missing_ok=True)
 
