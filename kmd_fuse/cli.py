@@ -1,5 +1,6 @@
 """``npu-kmd``: start, stop and inspect the driver daemons (one per device);
-``udev-test`` shows what the udev rules do to a device, ``monitor`` prints its uevents."""
+``udev-test`` shows what the udev rules do to a device, ``monitor`` prints its uevents;
+``cdi`` and ``device-plugin`` hand the devices to containers and Kubernetes (cli_engines)."""
 from __future__ import annotations
 
 import argparse
@@ -14,7 +15,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from kmd_fuse import paths, pidfile, uapi
+from kmd_fuse import cli_engines, paths, pidfile, uapi
 from kmd_fuse.cli_errors import (
     OneLineParser,
     count_argument,
@@ -450,9 +451,10 @@ def main(argv: list[str] | None = None) -> int:
                                 "default %(default)s)")
             p.add_argument("--max-queues-per-user", type=int, default=Limits.max_queues_per_user,
                            help="user queues one non-root user may hold (EMFILE beyond; default %(default)s)")
+    engines = cli_engines.add_parsers(sub)
     args = parser.parse_args(argv)
     return run_reporting_errors(args.command, {"start": start, "stop": stop, "status": status,
-                                               "udev-test": udev_test, "monitor": monitor}[args.command],
+                                               "udev-test": udev_test, "monitor": monitor, **engines}[args.command],
                                 args, debug)
 
 
