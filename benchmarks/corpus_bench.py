@@ -153,7 +153,7 @@ def measure(corpus_model: CorpusModel, devroot: str, seconds: float, workdir: Pa
             request = model.create_request()
             try:
                 npu = _StagedInference(request, _device_inputs(model, feed, order))
-                steps = {"npu": npu, "reference": _reference_step(path, feed)}
+                steps: dict[str, Callable[[], Any]] = {"npu": npu, "reference": _reference_step(path, feed)}
                 for step in steps.values():          # warm up
                     for _ in range(3):
                         step()
@@ -246,7 +246,8 @@ def format_summary(s: dict[str, Any]) -> list[str]:
     def spread(label: str, d: dict[str, Any]) -> str:
         if not d["models"]:
             return f"  {label}: no model measured"
-        return f"  {label} ({d['models']} models): median {d['median']:.2f}x, worst {d['worst']:.2f}x ({d['worst_model']})"
+        return (f"  {label} ({d['models']} models): median {d['median']:.2f}x, "
+                f"worst {d['worst']:.2f}x ({d['worst_model']})")
     lines = [f"{s['half']}: {s['measured']} measured / {s['models']} ({s['failed']} failed to compile or run), "
              f"int8 byte-identical to BUILTIN_REF {s['int8_identical']}",
              spread("npu / LiteRT XNNPACK, .tflite", s["xnnpack"]),
@@ -269,6 +270,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--seconds", type=float, default=1.0, help="timed loop per model, at least 20 rounds (default 1)")
     p.add_argument("--timeout", type=float, default=TIMEOUT, help=f"seconds per model (default {TIMEOUT})")
     p.add_argument("--json", action="store_true", help="print the results as JSON")
+    p.add_argument("--save", metavar="FILE", help="also write the results as JSON to FILE")
     p.add_argument("--workdir", help="keep the loadables and compile caches here (default: a temporary directory)")
     p.add_argument("--worker", metavar="NAME", help=argparse.SUPPRESS)
     p.add_argument("--devroot", help=argparse.SUPPRESS)
@@ -302,10 +304,13 @@ def main(argv: Sequence[str] | None = None) -> int:
                 print(format_row(results[-1]), flush=True)
     load_after = os.getloadavg()
     summaries = [summarize(results, half) for half in HALVES if any(r.half == half for r in results)]
+    report = json.dumps({"results": [asdict(r) for r in results], "summary": summaries, "seconds": args.seconds,
+                         "load_average": {"before": load_before, "after": load_after},
+                         "OPENBLAS_NUM_THREADS": os.environ.get("OPENBLAS_NUM_THREADS")}, indent=1)
+    if args.save:
+        Path(args.save).write_text(report + "\n")
     if args.json:
-        print(json.dumps({"results": [asdict(r) for r in results], "summary": summaries, "seconds": args.seconds,
-                          "load_average": {"before": load_before, "after": load_after},
-                          "OPENBLAS_NUM_THREADS": os.environ.get("OPENBLAS_NUM_THREADS")}, indent=1))
+        print(report)
     else:
         for s in summaries:
             print("\n".join(format_summary(s)))
