@@ -9,7 +9,7 @@ attributes accepted), and the op it becomes passes the int8 rules and gets kerne
 parameters and a chip descriptor, checked by running those very stages on a graph of
 that one op. A float model's op is first quantized on the values the whole float model
 gives it (run on the calibration data, or on random inputs when there is none), as the
-compiler would: alone on random inputs, the RSQRT of a LayerNorm saw negative variances.
+compiler would: alone on random inputs, the reciprocal square root of a LayerNorm saw negative variances.
 Values no grid holds (NaN, infinities) are the data's doing, not the chip's, and the CPU
 would compute them too: they never send an op to the CPU (the compile's calibration
 reports them). Everything else goes to the CPU with the first reason found: a custom

@@ -252,6 +252,11 @@ def _delegate_args(p: argparse.ArgumentParser) -> None:
                    help="print the absolute path of the delegate library (built if needed)")
 
 
+def _ort_ep_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--path", action="store_true", required=True,
+                   help="print the absolute path of the execution provider's library (built if needed)")
+
+
 def _faces_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("images", nargs="*", help="PNG files (default: astronaut.png and a made second picture)")
     p.add_argument("--out", default=".", help="directory for the annotated PNGs (default .)")
@@ -298,6 +303,8 @@ COMMANDS: tuple[Command, ...] = (
             commands.bench_model),
     Command(("delegate",), "the LiteRT external delegate: --path prints its library (for load_delegate)",
             _delegate_args, commands.delegate, device=False),
+    Command(("ort-ep",), "the ONNX Runtime plugin execution provider: --path prints its library "
+            "(for register_execution_provider_library)", _ort_ep_args, commands.ort_ep, device=False),
     Command(("faces",), "detect faces (BlazeFace, quantized) and write PNGs with the boxes", _faces_args,
             commands.faces),
     Command(("classify",), "classify sample pictures with ResNet-8 (CIFAR-10)", _classify_args, commands.classify),

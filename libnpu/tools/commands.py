@@ -604,3 +604,13 @@ def delegate(args: argparse.Namespace) -> int:
     except EmbeddingBuildError as exc:
         raise Failure(f"cannot build the delegate library: {exc}") from exc
     return 0
+
+
+def ort_ep(args: argparse.Namespace) -> int:
+    from libnpu.capi.embedding import EmbeddingBuildError
+    from libnpu.ort_ep import library_path
+    try:
+        print(library_path())
+    except EmbeddingBuildError as exc:
+        raise Failure(f"cannot build the execution provider library: {exc}") from exc
+    return 0

@@ -46,6 +46,8 @@ def check_status(status: int) -> None:
     """Raise what a C kernel's nonzero ``status`` means (an invalid operand: InvalidCommand)."""
     if status == library().NPU_KERNEL_BAD_SHIFT:     # the C kernels' own check of the shift operands
         raise InvalidCommand("requantization shift must be in [-31, 30]")
+    if status == library().NPU_KERNEL_BAD_INDEX:
+        raise InvalidCommand("gather index outside the gathered axis")
     if status == library().NPU_KERNEL_EMPTY_WINDOW:
         raise InvalidCommand("a pooling window lies entirely outside the input")
     if status == library().NPU_KERNEL_BAD_EXPONENT:

@@ -960,6 +960,28 @@ int npu_step_run(const struct npu_step *step)
         const struct npu_softmax_call *c = p;
         return npu_softmax_s8(c->x, c->rows, c->depth, c->exp_t, c->terms_t, c->valid_t, c->out);
     }
+    case NPU_STEP_COPY:
+        return npu_copy(p);
+    case NPU_STEP_PAD:
+        return npu_pad(p);
+    case NPU_STEP_LUT:
+        return npu_lut(p);
+    case NPU_STEP_TABLE2_BROADCAST:
+        return npu_table2_broadcast(p);
+    case NPU_STEP_MEAN:
+        return npu_mean(p);
+    case NPU_STEP_SEQUENCE:
+        return npu_sequence(p);
+    case NPU_STEP_GATHER:
+        return npu_gather(p);
+    case NPU_STEP_CONV16:
+        return npu_conv16x8(p);
+    case NPU_STEP_DEPTHWISE16:
+        return npu_depthwise16x8(p);
+    case NPU_STEP_FC16:
+        return npu_fully_connected16x8(p);
+    case NPU_STEP_BINARY16:
+        return npu_binary16(p);
     default:
         return NPU_KERNEL_BAD_STEP;
     }
