@@ -203,6 +203,8 @@ class CaseResult:
     cpu_ops: list[str] = field(default_factory=list)
     error: str = ""
     seconds: float = 0.0
+    compile_seconds: float = 0.0
+    fidelity: dict[str, Any] | None = None   # what the default recipe measured and chose
 
 
 # comparisons ------------------------------------------------------------------------------
@@ -295,6 +297,8 @@ def run_mediapipe(name: str, devroot: Path, cache_dir: str, options: dict[str, A
         calibration = [[picture_feed(model_zoo.picture(p), shape)] for p in CALIBRATION]
         evaluation = [[picture_feed(model_zoo.picture(p), shape)] for p in EVALUATION]
         compiled = compile_model_file(path, calibration, cache_dir=cache_dir, progress=False, **options)
+        result.compile_seconds = round(compiled.seconds, 1)
+        result.fidelity = compiled.loadable.metadata.get("fidelity")
         result.cpu_ops = cpu_ops(compiled.loadable)
         got = _device_outputs(compiled.loadable, devroot, evaluation)
         want = [_litert_run(interp, feed) for feed in evaluation]
