@@ -619,7 +619,12 @@ def load(model: str | os.PathLike | bytes | Loadable, device: Device | int | Non
     (through the content-hash cache) first.  ``device``: an open Device or an
     instance number (default 0).  ``config``: properties for this model (OpenVINO's
     ``compile_model(model, "NPU", config)``), over the device's settings; CACHE_DIR and
-    NPU_BYPASS_UMD_CACHING steer the compile cache (``cache_dir`` wins over CACHE_DIR)."""
+    NPU_BYPASS_UMD_CACHING steer the compile cache (``cache_dir`` wins over CACHE_DIR).
+    ``compile_options`` go to the compiler (:func:`libnpu.compiler.frontend.to_int8_graph`): a
+    float model is quantized until each output reaches ``target`` (cosine 0.99) on held-out
+    ``calibration`` samples (:mod:`libnpu.compiler.escalation`; a
+    :class:`~libnpu.compiler.escalation.FidelityWarning` when it cannot), or int8 only with
+    ``recipe="fast"``."""
     settings = {**(device.settings if isinstance(device, Device) else properties.defaults()),
                 **properties.checked(config or {}, model=False)}
     timings: dict = {}
@@ -641,6 +646,9 @@ def load(model: str | os.PathLike | bytes | Loadable, device: Device | int | Non
         cache_dir = cache_dir or settings["CACHE_DIR"] or None
         cache = CompileCache(cache_dir) if cache_dir else None
         loadable, cache_hit = compile_cached(model, calibration, cache=cache, **compile_options)
+        if cache_hit:   # a compile that missed its fidelity target warned then: say it again
+            from libnpu.compiler.escalation import warn_if_missed
+            warn_if_missed(loadable.metadata)
     timings["compile_s"] = time.perf_counter() - started
     loadable.check_runnable()          # before opening anything
     session = None

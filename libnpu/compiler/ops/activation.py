@@ -57,8 +57,12 @@ def _lower_lut(low, op, p):
     return low.flat("LUT", op, {}, dict(lut=low.const(op, "lut", p["lut"])))
 
 
-register(Operator("LOGISTIC", tflite=tflite_import.simple,
-                  float_ref=lambda op, ins, out: (1 / (1 + np.exp(-ins[0]))).astype(np.float32),
+def _logistic(op, ins, out):
+    with np.errstate(over="ignore"):  # exp(-x) overflows to inf for x < -88: 1 / (1 + inf) is the 0 wanted
+        return (1 / (1 + np.exp(-ins[0]))).astype(np.float32)
+
+
+register(Operator("LOGISTIC", tflite=tflite_import.simple, float_ref=_logistic,
                   fixed_output=(1 / 256, -128), params=_lut_params(fp.LUT_LOGISTIC), lower=_lower_lut,
                   export=_export_plain, tflite_version=2, int16=True))  # int16: output scale 2**-15
 register(Operator("TANH", tflite=tflite_import.simple, float_ref=lambda op, ins, out: np.tanh(ins[0]),
