@@ -163,11 +163,11 @@ def _device_error(exc: OSError, what: str) -> CApiError:
     return CApiError(status, device_hint(exc, default_devroot()) or f"{what}: {exc}")
 
 
-def _load(path: Path, calibration: list[list[np.ndarray]] | None) -> libnpu.CompiledModel:
+def _load(path: Path, calibration: list[list[np.ndarray]] | None, **options: Any) -> libnpu.CompiledModel:
     device = _device_index()
     try:
         # Compiles through the cache (a loadable is read as is), then opens the device.
-        loadable = Loadable.load(path) if path.suffix == ".nlb" else compile_cached(path, calibration)[0]
+        loadable = Loadable.load(path) if path.suffix == ".nlb" else compile_cached(path, calibration, **options)[0]
         loadable.check_runnable()
     except (IRError, LoadableError) as exc:
         raise CApiError(Status.UNSUPPORTED_MODEL, f"{path}: {exc}") from exc
@@ -220,7 +220,7 @@ def _read_anchors(path: str, count: int) -> np.ndarray:
 def _init(model_spec: str, anchors_path: str | None, face: bool) -> int:
     path = _check_model_path(model_spec)
     calibration = faces.calibration_set() if face and path.suffix in (".tflite", ".onnx") else None
-    model = _load(path, calibration)
+    model = _load(path, calibration, **({"recipe": faces.DETECTOR_RECIPE} if calibration is not None else {}))
     try:
         loaded = _Loaded(model, _face_layout(model, anchors_path) if face else None)
     except BaseException:

@@ -150,7 +150,7 @@ def test_int16_grid_from_the_command_line(npu, tmp_path, capsys):
     assert meta["int16_grid"] == "per_channel" and meta["int16_per_channel_tensors"] == 1   # c1 (y: an output)
     assert main(["run", str(out), "--repeat", "0", "--devroot", str(npu.devroot)]) == 0
     capsys.readouterr()
-    assert main(["compile", str(model), "-o", str(tmp_path / "x.nlb"), "--int16-grid", "per-channel", "--recipe", "fast",
-                 *common]) == 2
+    assert main(["compile", str(model), "-o", str(tmp_path / "x.nlb"), "--int16-grid", "per-channel",
+                 "--recipe", "fast", *common]) == 2
     err = capsys.readouterr().err
     assert "--int16-grid needs int16 activations" in err and "Traceback" not in err
