@@ -24,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-from libnpu.tools import model_zoo
+from libnpu import model_zoo
 from libnpu.tools.c_libraries import RUNTIME
 from libnpu.tools.vision import resize
 

@@ -164,8 +164,8 @@ import numpy as np
 
 import libnpu
 from benchmarks.scratch_device import ScratchDevice
+from libnpu import model_zoo
 from libnpu.loadable import Loadable
-from libnpu.tools import model_zoo
 from libnpu.tools.compile import compile_model_file
 from libnpu.tools.vision import resize
 

@@ -30,6 +30,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from benchmarks.models_in_the_wild import CALIBRATION, EVALUATION, RECIPE, picture_feed, recipe_options
+from libnpu import model_zoo
 from libnpu.compiler.float_ref import evaluate
 from libnpu.compiler.frontend import load_model, to_int8_graph
 from libnpu.compiler.ir import Graph
@@ -37,7 +38,6 @@ from libnpu.compiler.mixed_precision import INT16_HEADROOM
 from libnpu.compiler.optimize import optimize
 from libnpu.compiler.quantizer import equalized
 from libnpu.compiler.recipes import apply_recipe
-from libnpu.tools import model_zoo
 
 Steps = Mapping[str, np.ndarray]
 

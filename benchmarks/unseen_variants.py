@@ -38,7 +38,7 @@ from benchmarks.models_in_the_wild import (
     recipe_options,
 )
 from benchmarks.scratch_device import ScratchDevice
-from libnpu.tools import model_zoo
+from libnpu import model_zoo
 from libnpu.tools.compile import compile_model_file
 
 PICTURES = ("astronaut", "chelsea", "text")

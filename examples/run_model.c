@@ -2,9 +2,10 @@
  *
  *   run_model MODEL OUTPUT_PREFIX [INPUT.bin ...]
  *
- * Each INPUT.bin holds one input tensor's bytes in the model's own type (int8 for an int8
- * model, float32 for a float one), in the model's input order; zeros when omitted.
- * Writes OUTPUT_PREFIX<i>.bin for each output. Written only against npu.h.
+ * Each INPUT.bin holds one input tensor's bytes in the type npu_runtime_input_info gives
+ * (printed for every tensor: a model named "_int8" may take float32), in the model's input
+ * order; zeros when omitted. Writes OUTPUT_PREFIX<i>.bin for each output. Written only
+ * against npu.h.
  * Build: cc run_model.c $(npu capi --cflags) $(npu capi --libs) -o run_model
  */
 #include <stdio.h>
@@ -16,6 +17,18 @@ static int failed(const char *call, npu_status_t status)
 {
     fprintf(stderr, "%s: status %d: %s\n", call, (int)status, npu_runtime_last_error());
     return 1;
+}
+
+/* "input 0 'x': int8 [1, 32, 32, 3], 3072 bytes, scale 0.0039 zero point -128" */
+static void print_tensor(const char *kind, uint32_t i, const npu_tensor_info_t *t)
+{
+    printf("%s %u '%s': %s [", kind, i, t->name, npu_dtype_name(t->dtype));
+    for (uint32_t d = 0; d < t->rank; d++)
+        printf("%s%lld", d ? ", " : "", (long long)t->dims[d]);
+    printf("], %zu bytes", t->bytes);
+    if (t->quantized)
+        printf(", scale %g zero point %d", (double)t->scale, (int)t->zero_point);
+    printf("\n");
 }
 
 int main(int argc, char **argv)
@@ -38,7 +51,14 @@ int main(int argc, char **argv)
     void **inputs = calloc(n_in, sizeof *inputs), **outputs = calloc(n_out, sizeof *outputs);
     int rc = inputs == NULL || outputs == NULL;
     for (uint32_t i = 0; i < n_in && rc == 0; i++) {
-        size_t bytes = npu_runtime_input_bytes(model, i);
+        npu_tensor_info_t info;
+        status = npu_runtime_input_info(model, i, &info);
+        if (status != NPU_STATUS_OK) {
+            rc = failed("npu_runtime_input_info", status);
+            break;
+        }
+        print_tensor("input", i, &info);
+        size_t bytes = info.bytes;
         inputs[i] = calloc(bytes, 1);
         if (inputs[i] == NULL) {
             rc = 1;
@@ -51,10 +71,16 @@ int main(int argc, char **argv)
             if (f != NULL)
                 fclose(f);
         }
-        printf("input %u: %zu bytes\n", i, bytes);
     }
     for (uint32_t i = 0; i < n_out && rc == 0; i++) {
-        outputs[i] = calloc(npu_runtime_output_bytes(model, i), 1);
+        npu_tensor_info_t info;
+        status = npu_runtime_output_info(model, i, &info);
+        if (status != NPU_STATUS_OK) {
+            rc = failed("npu_runtime_output_info", status);
+            break;
+        }
+        print_tensor("output", i, &info);
+        outputs[i] = calloc(info.bytes, 1);
         rc = outputs[i] == NULL;
     }
     if (rc == 0) {

@@ -8,23 +8,23 @@ from __future__ import annotations
 import argparse
 import errno
 import os
-import re
 import sys
 import traceback
 from collections.abc import Callable
 
+from kmd_fuse.uapi.usage_stats import parse_size
 from npu_console import stdout_reader_gone
 
 __all__ = ["OneLineParser", "count_argument", "debug_wanted", "mode_argument", "run_reporting_errors",
            "size_argument"]
 
-_SIZE = re.compile(r"\d+(\.\d+)?\s*([kmg]i?b?|b)?", re.IGNORECASE)
-
 
 def size_argument(text: str) -> str:
     """A size option (512M, 2G, 1048576): checked here, passed on to the daemon as written."""
-    if not _SIZE.fullmatch(text.strip()):
-        raise argparse.ArgumentTypeError(f"not a size: {text!r} (e.g. 512M, 2G or a number of bytes)")
+    try:
+        parse_size(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a size: {text!r} (e.g. 512M, 2G or a number of bytes)") from None
     return text
 
 

@@ -29,18 +29,11 @@ from kmd_fuse.limits import Limits
 from kmd_fuse.mounts import MountRecord
 from kmd_fuse.sysfs import AttributeTree
 from kmd_fuse.tasks import BackgroundTasks
+from kmd_fuse.uapi.usage_stats import parse_size
 from kmd_fuse.udev.hotplug import Presence
 from npu_hw import profiles, regs
 
 log = logging.getLogger("kmd_fuse.daemon")
-
-
-def parse_size(text: str) -> int:
-    units = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
-    text = text.strip().lower().rstrip("b").rstrip("i")
-    if text and text[-1] in units:
-        return int(float(text[:-1]) * units[text[-1]])
-    return int(text)
 
 
 def raise_fd_limit() -> int:

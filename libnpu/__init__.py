@@ -5,6 +5,7 @@
 for the NVDLA-style names.
 """
 from kmd_fuse.uapi import NpuError
+from libnpu.async_queue import AsyncInferQueue
 from libnpu.host import HostOpError, register_host_op, unregister_host_op
 from libnpu.portability import (
     MEM_READ,
@@ -25,7 +26,8 @@ from libnpu.portability import (
 from libnpu.properties import PropertyError
 from libnpu.runtime import CompiledModel, InferRequest, Runtime, load
 
-__all__ = ["load", "register_host_op", "unregister_host_op", "HostOpError", "CompiledModel", "InferRequest",
+__all__ = ["load", "AsyncInferQueue", "register_host_op", "unregister_host_op", "HostOpError", "CompiledModel",
+           "InferRequest",
            "Runtime", "initialize", "Session", "Device", "Memory", "Fence", "CommandBuffer", "NpuError",
            "PropertyError", "JobError", "debug_print", "MEM_READ", "MEM_WRITE", "MEM_RW", "PRIO_LOW",
            "PRIO_NORMAL", "PRIO_HIGH"]

@@ -1,6 +1,6 @@
 """Load a model and infer, OpenVINO-style: ``load``, ``CompiledModel``, ``InferRequest``, ``VariableState``.
 
-``libnpu.load(model)`` returns a ``CompiledModel`` with ``infer(inputs)``, trio's
+``libnpu.load(model)`` returns a ``CompiledModel`` with ``infer(inputs)``, asyncio's and trio's
 ``await infer_async(inputs)``, request pools (:mod:`libnpu.pool`) and ``InferRequest``
 objects (``start``, ``wait``, a completion callback) so several inferences can be in
 flight at once.  The model's weights are loaded once through NVDLA's level underneath
@@ -23,6 +23,7 @@ and ``reset_state()`` puts every one back to its initial value.
 """
 from __future__ import annotations
 
+import errno
 import os
 import threading
 import time
@@ -39,6 +40,7 @@ from libnpu.errors import ClosedError, InputError
 from libnpu.loadable import MAGIC as LOADABLE_MAGIC
 from libnpu.loadable import Loadable, TensorDesc
 from libnpu.nvdla_runtime import Runtime
+from libnpu.openvino_request import OpenVinoRequestNames
 from libnpu.partitions import PartitionRunner, host_kernels
 from libnpu.pool import ErrorCallback, FinishCallback, OutputCallback, RequestPool
 from libnpu.portability import MEM_READ, MEM_RW, Device, Fence, Memory, Session
@@ -48,8 +50,9 @@ from libnpu.user_queue import QueueFence
 from npu_hw import queues as queue_spec
 
 
-class InferRequest:
-    """One inference's memory and job: fill inputs, ``start``, ``wait``, read outputs."""
+class InferRequest(OpenVinoRequestNames):
+    """One inference's memory and job: fill inputs, ``start``, ``wait``, read outputs (also by
+    OpenVINO's names: ``start_async``, ``set_callback``, ``get_profiling_info``)."""
 
     def __init__(self, model: CompiledModel):
         self.model = model
@@ -138,7 +141,8 @@ class InferRequest:
                 raise InputError(f"missing inputs {missing} (the model takes {[d.name for d, _ in slots]})")
             arrays = [inputs[d.name] for d, _ in slots]
         else:
-            arrays = list(inputs)
+            # one array for a one-input model, as OpenVINO takes it (not iterated along its batch axis)
+            arrays = [inputs] if isinstance(inputs, np.ndarray) else list(inputs)
             if len(arrays) != len(slots):
                 raise InputError(f"model takes {len(slots)} inputs, got {len(arrays)}")
         for (desc, view), array in zip(slots, arrays):
@@ -553,10 +557,11 @@ class CompiledModel:
             self._give_back(request)
 
     async def infer_async(self, inputs: Inputs, dequantized: bool = False) -> list[np.ndarray]:
-        """``infer`` for trio: the event loop keeps running while the chip works.  Cancelled
-        once its job was submitted, it raises Cancelled when the job has ended (a job
-        cannot be called back; at most its timeout), so the request goes back idle."""
-        import trio  # only trio programs call this: a plain `import libnpu` does not load trio
+        """``infer`` for asyncio and trio programs (through anyio): the event loop keeps
+        running while the chip works.  Cancelled once its job was submitted, it raises the
+        loop's cancellation when the job has ended (a job cannot be called back; at most its
+        timeout), so the request goes back idle."""
+        import anyio  # only async programs call this: a plain `import libnpu` does not load anyio
         request = self._borrow()
         try:
             request.set_inputs(inputs)
@@ -568,9 +573,9 @@ class CompiledModel:
             request.start()
             fence = request.fence
             assert fence is not None, "start() submitted the job"
-            with trio.CancelScope(shield=True):
+            with anyio.CancelScope(shield=True):
                 await fence.wait_async()
-            await trio.lowlevel.checkpoint_if_cancelled()
+            await anyio.lowlevel.checkpoint_if_cancelled()
             request.timing = Timing(time.perf_counter() - request._started, fence.device_time_ns)
             request._collect_profile()
             self.last_profile = request.profile
@@ -615,18 +620,28 @@ class CompiledModel:
 def load(model: str | os.PathLike | bytes | Loadable, device: Device | int | None = None, *,
          devroot: str | os.PathLike | None = None, calibration=None, cache_dir: str | os.PathLike | None = None,
          config: Mapping[str, Any] | None = None, **compile_options) -> CompiledModel:
-    """Load a model onto a device: a loadable (.nlb), or a .tflite / .onnx compiled
-    (through the content-hash cache) first.  ``device``: an open Device or an
-    instance number (default 0).  ``config``: properties for this model (OpenVINO's
+    """Load a model onto a device: a loadable (.nlb), a .tflite / .onnx compiled (through
+    the content-hash cache) first, or a model-zoo name (``npu fetch`` lists them).
+    ``device``: an open Device or an instance number (default 0).  ``config``: properties for this model (OpenVINO's
     ``compile_model(model, "NPU", config)``), over the device's settings; CACHE_DIR and
     NPU_BYPASS_UMD_CACHING steer the compile cache (``cache_dir`` wins over CACHE_DIR).
-    ``compile_options`` go to the compiler (:func:`libnpu.compiler.frontend.to_int8_graph`): a
-    float model is quantized until each output reaches ``target`` (cosine 0.99) on held-out
-    ``calibration`` samples (:mod:`libnpu.compiler.escalation`; a
-    :class:`~libnpu.compiler.escalation.FidelityWarning` when it cannot), or int8 only with
-    ``recipe="fast"``."""
+    ``compile_options`` go to :func:`libnpu.compiler.lower.compile_model`; among them
+    ``input_shapes={"audio": (1, 16000)}`` (or ``(1, 16000)`` for a single-input model)
+    gives inputs with free dimensions their shape (:mod:`libnpu.compiler.input_shapes`: a
+    free leading batch dimension is 1 by default, any other must be given), and
+    ``states={"h_in": "h_out"}`` makes a model stateful. A float model is quantized until
+    each output reaches ``target`` (cosine 0.99) on held-out ``calibration`` samples
+    (:mod:`libnpu.compiler.escalation`; a :class:`~libnpu.compiler.escalation.FidelityWarning`
+    when it cannot), or int8 only with ``recipe="fast"``."""
     settings = {**(device.settings if isinstance(device, Device) else properties.defaults()),
                 **properties.checked(config or {}, model=False)}
+    if isinstance(model, (str, os.PathLike)) and not Path(model).exists():
+        # a model-zoo name ("resnet8", "mp_hand_landmark_full"), as every `npu` command takes
+        from libnpu import model_zoo  # not for every load: it brings Pillow and pip's wheel fetching
+        if os.fspath(model) not in model_zoo.model_names():
+            raise FileNotFoundError(errno.ENOENT, f"no such model file, nor a model-zoo name "
+                                                  f"({model_zoo.describe_names()})", os.fspath(model))
+        model = model_zoo.model_file(os.fspath(model))
     timings: dict = {}
     started = time.perf_counter()
     cache_hit = None

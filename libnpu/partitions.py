@@ -135,8 +135,8 @@ class PartitionRunner:
         return device_ns, parts
 
     async def run_async(self) -> tuple[int, Parts]:
-        """``run`` for trio: the event loop keeps running while the chip and the host work."""
-        import trio  # only trio programs call this: a plain `import libnpu` does not load trio
+        """``run`` for asyncio and trio: the event loop keeps running while the chip and the host work."""
+        import anyio  # only async programs call this: a plain `import libnpu` does not load anyio
         device_ns = 0
         parts: Parts = []
         for segment in self._segments:
@@ -146,7 +146,7 @@ class PartitionRunner:
                 self.fence, device_ns = fence, device_ns + fence.device_time_ns
                 self._chip_part(fence, segment, parts)
             for step in segment.steps:
-                await trio.to_thread.run_sync(self._run_host_step, step, parts)
+                await anyio.to_thread.run_sync(self._run_host_step, step, parts)
         return device_ns, parts
 
     def _run_host_step(self, step: HostStep, parts: Parts) -> None:

@@ -133,9 +133,9 @@ class Fence:
         return self
 
     async def wait_async(self, timeout: float | None = None) -> Fence:
-        """``wait`` for trio programs: the event loop keeps running meanwhile."""
-        import trio  # only trio programs call this: a plain `import libnpu` does not load trio
-        return await trio.to_thread.run_sync(self.wait, timeout)
+        """``wait`` for asyncio and trio programs: the event loop keeps running meanwhile."""
+        import anyio  # only async programs call this: a plain `import libnpu` does not load anyio
+        return await anyio.to_thread.run_sync(self.wait, timeout)
 
     @property
     def signalled(self) -> bool:
@@ -467,9 +467,9 @@ class Device:
 
     async def run_async(self, commands: CommandBuffer | Memory | None, buffers: Iterable[Memory] = (),
                         **options) -> Fence:
-        """``run`` for trio programs (the blocking round trip happens in a worker thread)."""
-        import trio  # only trio programs call this: a plain `import libnpu` does not load trio
-        return await trio.to_thread.run_sync(lambda: self.run(commands, buffers, **options))
+        """``run`` for asyncio and trio programs (the blocking round trip happens in a worker thread)."""
+        import anyio  # only async programs call this: a plain `import libnpu` does not load anyio
+        return await anyio.to_thread.run_sync(lambda: self.run(commands, buffers, **options))
 
     def get_profile(self, fence: Fence | QueueFence | int) -> JobTiming:
         """How the chip spent a finished job submitted with ``profile=True`` (GET_PROFILE),

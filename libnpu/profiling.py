@@ -20,6 +20,7 @@ reports only its own tasks.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
+from datetime import timedelta
 
 from libnpu.loadable import Loadable
 from libnpu.portability import JobTiming
@@ -65,6 +66,17 @@ class LayerProfile:
     chip_ns: int                # measured wall time on the chip
     start_ns: int               # CLOCK_MONOTONIC
     end_ns: int
+
+
+@dataclass(frozen=True)
+class ProfilingInfo:
+    """One layer as OpenVINO's ``ProfilingInfo`` describes it (``get_profiling_info()``)."""
+    node_name: str
+    node_type: str              # the operator
+    exec_type: str              # where it ran: "NPU" or "CPU"
+    status: str                 # "EXECUTED"
+    real_time: timedelta        # measured wall time of the layer
+    cpu_time: timedelta         # host CPU time: a CPU layer's own time, zero for an NPU layer
 
 
 @dataclass
@@ -113,6 +125,13 @@ class InferenceProfile:
                    sum(max(0, j.signal_ns - j.end_ns) for j in jobs), jobs[0].core if jobs else -1,
                    all(j.complete for j in jobs), clock_mhz, jobs[-1] if jobs else None)
 
+    def profiling_info(self) -> list[ProfilingInfo]:
+        """The layers as OpenVINO's ``InferRequest.get_profiling_info()`` lists them."""
+        return [ProfilingInfo(layer.name, layer.op, layer.device, "EXECUTED",
+                              timedelta(microseconds=layer.chip_ns / 1e3),
+                              timedelta(microseconds=layer.chip_ns / 1e3 if layer.device == "CPU" else 0))
+                for layer in self.layers]
+
     def as_dict(self) -> dict:
         out = {k: v for k, v in asdict(self).items() if k not in ("timing", "layers")}
         out["layers"] = [asdict(layer) for layer in self.layers]
@@ -120,8 +139,10 @@ class InferenceProfile:
 
     def table(self) -> str:
         """The per-layer table ``npu profile`` prints."""
-        rows = [f"{'#':>3} {'layer':<34} {'op':<18} {'on':<3} {'cycles':>10} {'sim us':>9} {'chip us':>9} "
-                f"{'chip %':>6}"]
+        # "model us": the timing model's time at the chip's clock; "wall us": measured wall time
+        # where the layer ran ("on": the chip, or the host CPU for a fallback layer)
+        rows = [f"{'#':>3} {'layer':<34} {'op':<18} {'on':<3} {'cycles':>10} {'model us':>9} {'wall us':>9} "
+                f"{'wall %':>6}"]
         total_chip = sum(layer.chip_ns for layer in self.layers) or 1
         for layer in self.layers:
             rows.append(f"{layer.index:>3} {short_name(layer.name):<34} {layer.op:<18} {layer.device:<3} "

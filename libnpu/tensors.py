@@ -13,7 +13,7 @@ from libnpu.errors import InputError
 from libnpu.loadable import TensorDesc
 
 ArrayLike = np.ndarray
-Inputs = Sequence[ArrayLike] | Mapping[str, ArrayLike]
+Inputs = Sequence[ArrayLike] | Mapping[str, ArrayLike] | ArrayLike    # one array: a one-input model's
 
 
 def _quantization(desc: TensorDesc) -> tuple[np.ndarray, np.ndarray]:
@@ -54,13 +54,12 @@ def dequantize(values: np.ndarray, desc: TensorDesc) -> np.ndarray:
 
 
 def as_input(array: np.ndarray, desc: TensorDesc, out: np.ndarray | None = None) -> np.ndarray:
-    """``array`` as input ``desc`` stores it: reshaped if only the shape's grouping differs,
-    floats quantized for a quantized input (into ``out`` when given); :class:`InputError`
-    when it does not fit."""
+    """``array`` as input ``desc`` stores it, floats quantized for a quantized input (into
+    ``out`` when given); :class:`InputError` when it does not fit.  The shape must be the
+    input's own, as in OpenVINO: an array missing the batch axis is refused, not reshaped."""
     if array.shape != desc.shape:
-        if array.size != int(np.prod(desc.shape)):
-            raise InputError(f"input {desc.name}: shape {array.shape}, expected {desc.shape}")
-        array = array.reshape(desc.shape)
+        hint = " (add the batch axis: x[None])" if (1, *array.shape) == tuple(desc.shape) else ""
+        raise InputError(f"input {desc.name}: shape {array.shape}, expected {desc.shape}{hint}")
     want = np.dtype(desc.dtype)
     if array.dtype == want:
         return array

@@ -43,6 +43,16 @@ def _failed_call(path: str, exc: OSError, command: str, detail: str) -> NpuError
     return NpuError(code, command, detail, node=path)
 
 
+def _devices_beside(path: str) -> str:
+    """What a program that named a missing node may have meant: the nodes in its directory."""
+    try:
+        nodes = sorted(name for name in os.listdir(os.path.dirname(path) or ".")
+                       if name.startswith("npu") and name[3:].isdigit())
+    except OSError:
+        return "no such directory"
+    return f"devices there: {', '.join(nodes)}" if nodes else "no device there: is its driver started?"
+
+
 class DeviceFile:
     """An open /dev/npuN: one driver context, safe to share between threads."""
 
@@ -52,6 +62,8 @@ class DeviceFile:
             self.fd = os.open(self.path, os.O_RDWR | os.O_CLOEXEC)
         except OSError as exc:
             code = exc.errno or errno.EIO
+            if code == errno.ENOENT:
+                raise FileNotFoundError(code, f"no such device ({_devices_beside(self.path)})", self.path) from None
             if ("OPEN", code) not in uapi.LIMIT_HINTS:
                 raise
             raise NpuError(code, "OPEN", f"{self.path}: {uapi.LIMIT_HINTS['OPEN', code]}") from None

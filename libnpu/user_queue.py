@@ -182,8 +182,8 @@ class QueueFence:
         return self
 
     async def wait_async(self, timeout: float | None = None) -> QueueFence:
-        import trio  # only trio programs call this: a plain `import libnpu` does not load trio
-        return await trio.to_thread.run_sync(self.wait, timeout)
+        import anyio  # only async programs call this: a plain `import libnpu` does not load anyio
+        return await anyio.to_thread.run_sync(self.wait, timeout)
 
     @property
     def signalled(self) -> bool:

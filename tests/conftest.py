@@ -78,7 +78,7 @@ def device(session):
 
 @pytest.fixture(scope="session")
 def resnet8_path() -> Path:
-    from libnpu.tools import model_zoo
+    from libnpu import model_zoo
     return fetch_model(model_zoo.resnet8_cifar10)
 
 
@@ -93,32 +93,32 @@ def resnet8_nlb(resnet8_path, tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="session")
 def blazeface_path() -> Path:
-    from libnpu.tools import model_zoo
+    from libnpu import model_zoo
     return fetch_model(model_zoo.blazeface_short_range)
 
 
 @pytest.fixture(scope="session")
 def astronaut() -> np.ndarray:
-    from libnpu.tools import model_zoo
+    from libnpu import model_zoo
     fetch_model(model_zoo.astronaut_png)
     return model_zoo.sample_image()
 
 
 @pytest.fixture(scope="session")
 def kws_path() -> Path:
-    from libnpu.tools import model_zoo
+    from libnpu import model_zoo
     return fetch_model(model_zoo.keyword_spotting)
 
 
 @pytest.fixture(scope="session")
 def vww_path() -> Path:
-    from libnpu.tools import model_zoo
+    from libnpu import model_zoo
     return fetch_model(model_zoo.visual_wake_words)
 
 
 @pytest.fixture(scope="session")
 def anomaly_path() -> Path:
-    from libnpu.tools import model_zoo
+    from libnpu import model_zoo
     return fetch_model(model_zoo.anomaly_detection)
 
 

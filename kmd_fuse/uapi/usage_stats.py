@@ -23,7 +23,9 @@ import re
 from dataclasses import dataclass, field
 
 MEMORY_STATS = ("total", "shared", "resident", "purgeable", "active")
-_UNITS = {"": 1, "B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30}
+_MULTIPLIER = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
+# a decimal point only with a unit (group 2 set, group 3 the unit letter): "1.5G", not "1.5"
+_SIZE = re.compile(r"(\d+(\.\d+)?)\s*(?:([kKmMgG])(?:i?[bB])?|[bB])?")
 _KEYSTR = re.compile(r"[A-Za-z0-9_.]+\Z")  # no '-', ':' or whitespace, so keys stay unambiguous
 _LINE = re.compile(r"([^\s:]+):\s*(.*)\Z")
 _FIELDS = ("pid", "comm", "drm-driver", "drm-client-id", "drm-pdev")
@@ -67,11 +69,12 @@ def format_size(nbytes: int) -> str:
 
 
 def parse_size(text: str) -> int:
-    """'4 KiB' -> 4096; a bare number is bytes."""
-    m = re.fullmatch(r"(\d+)\s*([A-Za-z]*)", text.strip())
-    if not m or m.group(2) not in _UNITS:
-        raise UsageStatsError(f"bad size {text!r} (want <uint> with optional KiB/MiB)")
-    return int(m.group(1)) * _UNITS[m.group(2)]
+    """Bytes from a size as the usage stats print it ('4 KiB') or as people type it on a
+    command line ('4K', '512m', '1.5G', '1 GiB'); units are binary, a bare number is bytes."""
+    m = _SIZE.fullmatch(text.strip())
+    if not m or (m.group(2) and not m.group(3)):
+        raise UsageStatsError(f"bad size {text!r} (want a byte count with an optional unit: 4096, 64K, 4 KiB, 1.5G)")
+    return int(float(m.group(1)) * _MULTIPLIER[(m.group(3) or "").lower()])
 
 
 def _keystr(kind: str, name: str) -> str:

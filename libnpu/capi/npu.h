@@ -89,6 +89,15 @@ void npu_runtime_free(npu_handle_t h);
  * calibration, as `npu run` does) and keep float32 inputs and outputs. */
 npu_status_t npu_runtime_init(const char *model_path_utf8, npu_handle_t *out_handle);
 
+/* npu_runtime_init for a model whose inputs have free dimensions (ONNX dim_param, TFLite
+ * -1): input_shapes_utf8 gives their shapes as `npu compile --input-shape` takes them,
+ * separated by ';' ("audio=1,16000;state=1,64", or "1,16000" for a single-input model);
+ * NULL or "" is npu_runtime_init. A free leading batch dimension is 1 unless given; any
+ * other free dimension must be given (else NPU_STATUS_INVALID_ARGUMENT naming them all),
+ * as must a shape the model can take (input names, rank, positive sizes). */
+npu_status_t npu_runtime_init_with_shapes(const char *model_path_utf8, const char *input_shapes_utf8,
+                                          npu_handle_t *out_handle);
+
 /* Number of input / output tensors; 0 (with an error message) for a bad handle. */
 uint32_t npu_runtime_num_inputs(npu_handle_t h);
 uint32_t npu_runtime_num_outputs(npu_handle_t h);
@@ -98,6 +107,40 @@ uint32_t npu_runtime_num_outputs(npu_handle_t h);
  * handle or index. */
 size_t npu_runtime_input_bytes(npu_handle_t h, uint32_t i);
 size_t npu_runtime_output_bytes(npu_handle_t h, uint32_t i);
+
+/* What a tensor holds: its element type, shape and quantization. */
+typedef enum npu_dtype {
+    NPU_DTYPE_FLOAT32 = 0,
+    NPU_DTYPE_INT8 = 1,
+    NPU_DTYPE_UINT8 = 2,
+    NPU_DTYPE_INT16 = 3,
+    NPU_DTYPE_INT32 = 4,
+    NPU_DTYPE_INT64 = 5,
+    NPU_DTYPE_FLOAT16 = 6,
+    NPU_DTYPE_BOOL = 7
+} npu_dtype_t;
+
+#define NPU_MAX_DIMS 8
+#define NPU_MAX_NAME 128
+
+typedef struct npu_tensor_info {
+    char name[NPU_MAX_NAME];      /* the model's name for the tensor, NUL-terminated (cut if longer) */
+    npu_dtype_t dtype;            /* the element type of the bytes infer reads or writes */
+    uint32_t rank;                /* number of dimensions (<= NPU_MAX_DIMS) */
+    int64_t dims[NPU_MAX_DIMS];   /* the shape, outermost first; dims[rank..] are 0 */
+    size_t bytes;                 /* the dense size: what npu_runtime_input_bytes/output_bytes say */
+    int quantized;                /* 1: real value = scale * (q - zero_point); 0: values are real */
+    float scale;                  /* 0 when not quantized; a per-channel tensor gives its first channel's */
+    int32_t zero_point;
+} npu_tensor_info_t;
+
+/* Describe input / output tensor i into *out. A model named "_int8" may still take and give
+ * float32 tensors (quantized on the device): read dtype before filling a buffer. */
+npu_status_t npu_runtime_input_info(npu_handle_t h, uint32_t i, npu_tensor_info_t *out);
+npu_status_t npu_runtime_output_info(npu_handle_t h, uint32_t i, npu_tensor_info_t *out);
+
+/* "float32", "int8", ...: the dtype's name ("unknown" for a value outside the enum). */
+const char *npu_dtype_name(npu_dtype_t dtype);
 
 /* Run one inference: inputs[i] points to input_bytes(h, i) bytes, outputs[i] to
  * output_bytes(h, i) writable bytes, for every input and output. */

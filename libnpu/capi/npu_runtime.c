@@ -49,7 +49,8 @@ static npu_status_t finish(int status)
     return (npu_status_t)status;
 }
 
-static npu_status_t init(const char *model_path, const char *anchors_path, int face, npu_handle_t *out)
+static npu_status_t init(const char *model_path, const char *anchors_path, int face, const char *shapes,
+                         npu_handle_t *out)
 {
     last_error[0] = '\0';
     if (out == NULL)
@@ -59,19 +60,25 @@ static npu_status_t init(const char *model_path, const char *anchors_path, int f
         return fail(NPU_STATUS_INVALID_ARGUMENT, "model_path is NULL");
     int status = STATUS_UNSET;
     begin();
-    npu_py_init(model_path, anchors_path, face, out, &status);
+    npu_py_init(model_path, anchors_path, face, shapes, out, &status);
     return finish(status);
 }
 
 npu_status_t npu_runtime_init_face_ssd(const char *model_path_utf8, const char *anchors_bin_path_utf8,
                                        npu_handle_t *out_handle)
 {
-    return init(model_path_utf8, anchors_bin_path_utf8, 1, out_handle);
+    return init(model_path_utf8, anchors_bin_path_utf8, 1, NULL, out_handle);
 }
 
 npu_status_t npu_runtime_init(const char *model_path_utf8, npu_handle_t *out_handle)
 {
-    return init(model_path_utf8, NULL, 0, out_handle);
+    return init(model_path_utf8, NULL, 0, NULL, out_handle);
+}
+
+npu_status_t npu_runtime_init_with_shapes(const char *model_path_utf8, const char *input_shapes_utf8,
+                                          npu_handle_t *out_handle)
+{
+    return init(model_path_utf8, NULL, 0, input_shapes_utf8, out_handle);
 }
 
 npu_status_t npu_runtime_get_input_size(npu_handle_t h, uint32_t *out_w, uint32_t *out_h, uint32_t *out_c)
@@ -173,4 +180,32 @@ npu_status_t npu_runtime_infer(npu_handle_t h, const void *const *inputs, void *
     begin();
     npu_py_infer(h, inputs, outputs, &status);
     return finish(status);
+}
+
+static npu_status_t tensor_info(npu_handle_t h, int outputs, uint32_t i, npu_tensor_info_t *out)
+{
+    last_error[0] = '\0';
+    if (h == NULL || out == NULL)
+        return fail(NPU_STATUS_INVALID_ARGUMENT, "NULL handle or info pointer");
+    memset(out, 0, sizeof *out);
+    int status = STATUS_UNSET;
+    begin();
+    npu_py_tensor_info(h, outputs, i, out, &status);
+    return finish(status);
+}
+
+npu_status_t npu_runtime_input_info(npu_handle_t h, uint32_t i, npu_tensor_info_t *out)
+{
+    return tensor_info(h, 0, i, out);
+}
+
+npu_status_t npu_runtime_output_info(npu_handle_t h, uint32_t i, npu_tensor_info_t *out)
+{
+    return tensor_info(h, 1, i, out);
+}
+
+const char *npu_dtype_name(npu_dtype_t dtype)
+{
+    static const char *const names[] = {"float32", "int8", "uint8", "int16", "int32", "int64", "float16", "bool"};
+    return (unsigned)dtype < sizeof names / sizeof names[0] ? names[dtype] : "unknown";
 }

@@ -18,6 +18,7 @@ import numpy as np
 from . import registry
 from .escalation import DEFAULT_TARGET, quantize_to_target
 from .folding import takes_channel_grids
+from .input_shapes import InputShapes, fix_input_shapes
 from .ir import Graph, IRError
 from .mixed_precision import quantize_mixed
 from .onnx_import import import_onnx
@@ -84,9 +85,11 @@ def is_int8(graph: Graph) -> bool:
     return True
 
 
-def load_model(model: str | os.PathLike | bytes, *, kind: str | None = None, name: str = "model") -> Graph:
+def load_model(model: str | os.PathLike | bytes, *, kind: str | None = None, name: str = "model",
+               input_shapes: InputShapes = None) -> Graph:
     """Import a model file (path or bytes) as it is; ``kind`` is "tflite" or "onnx"
-    (guessed from the suffix or the TFLite file identifier when omitted)."""
+    (guessed from the suffix or the TFLite file identifier when omitted); ``input_shapes``
+    for inputs with free dimensions (:mod:`libnpu.compiler.input_shapes`)."""
     if isinstance(model, (str, os.PathLike)):
         path = Path(model)
         data = path.read_bytes()
@@ -97,16 +100,17 @@ def load_model(model: str | os.PathLike | bytes, *, kind: str | None = None, nam
     if kind is None:
         kind = "tflite" if data[4:8] == b"TFL3" else "onnx"
     if kind == "tflite":
-        return import_tflite(data, name)
+        return import_tflite(data, name, input_shapes=input_shapes)
     if kind == "onnx":
-        return import_onnx(data, name)
+        return import_onnx(data, name, input_shapes=input_shapes)
     raise IRError(f"unknown model kind {kind!r} (expected 'tflite' or 'onnx')")
 
 
 def to_int8_graph(model: str | os.PathLike | bytes | Graph,
                   dataset: Iterable[Mapping[str, np.ndarray] | Sequence[np.ndarray]] | None = None, *,
                   kind: str | None = None, progress: Progress | None = None,
-                  states: Mapping[str, str] | None = None, **quantize_options: Any) -> Graph:
+                  states: Mapping[str, str] | None = None, input_shapes: InputShapes = None,
+                  **quantize_options: Any) -> Graph:
     """The int8 graph for ``model``: int8 models as they are, float ones quantized.
 
     ``quantize_options`` go to :func:`libnpu.compiler.quantizer.quantize_model`
@@ -122,6 +126,8 @@ def to_int8_graph(model: str | os.PathLike | bytes | Graph,
     calibration samples (:mod:`libnpu.compiler.escalation`), ``"fast"`` is int8 only.
     ``states`` marks input -> output pairs whose value the model carries from one call to
     the next (:meth:`Graph.make_stateful`); a calibration dataset is then one stream.
+    ``input_shapes``: shapes for inputs with free dimensions (:mod:`libnpu.compiler.input_shapes`;
+    the notes on the defaults taken go to the graph's metadata, ``"notes"``).
     """
     escalate = escalates(quantize_options)
     target = quantize_options.pop("target", None)
@@ -130,10 +136,15 @@ def to_int8_graph(model: str | os.PathLike | bytes | Graph,
                           f"not --recipe {quantize_options.get('recipe')}")
     quantize_options = apply_recipe(quantize_options)
     if isinstance(model, Graph):
+        if input_shapes is not None:
+            raise IRError("input_shapes: the graph is imported already; give them to its import")
         graph = model          # imported already (compile_model's import stage places its operators)
     else:
         with stage(progress, "import"):
+            model, kind, notes = fix_input_shapes(model, kind, input_shapes)
             graph = load_model(model, kind=kind)
+            if notes:
+                graph.metadata["notes"] = notes
     if states:
         graph = graph.copy()
         graph.make_stateful(dict(states))

@@ -23,6 +23,7 @@ import numpy as np
 from ..loadable import HostStep, Loadable, Task
 from .descriptors import Lowering, LoweringError, lower_op
 from .frontend import check_int8, load_model, to_int8_graph
+from .input_shapes import InputShapes, fix_input_shapes
 from .ir import Graph, IRError, Op, Tensor
 from .memplan import MemoryPlan, plan_memory
 from .placement import import_with_fallback, plan_placement
@@ -137,21 +138,29 @@ def compile_model(model: str | os.PathLike | bytes | Graph,
                   dataset: Iterable[Mapping[str, np.ndarray] | Sequence[np.ndarray]] | None = None, *,
                   kind: str | None = None, progress: Progress | None = None,
                   ops: Collection[str] | None = None, strict: bool = False,
-                  **quantize_options: Any) -> Loadable:
+                  input_shapes: InputShapes = None, **quantize_options: Any) -> Loadable:
     """Model file (path/bytes) or graph -> int8 graph (quantized if needed) -> loadable.
 
     The compiler's one entry point: ``progress`` hears every stage (:mod:`libnpu.compiler.progress`).
     Operators the chip cannot run (:mod:`libnpu.compiler.placement`; ``ops`` an allow-list of
     the names the chip may run) become host steps; ``strict`` refuses that
-    (:class:`~libnpu.compiler.placement.FallbackRefusedError` listing them all)."""
+    (:class:`~libnpu.compiler.placement.FallbackRefusedError` listing them all).
+    ``input_shapes`` fixes the model's free input dimensions (:mod:`libnpu.compiler.input_shapes`);
+    the notes on defaults taken are the loadable's metadata ``"notes"``."""
     dataset = list(dataset) if dataset is not None else None
+    notes: list[str] = []
+    if not isinstance(model, Graph):      # static shapes from here on: every stage sees the same model
+        model, kind, notes = fix_input_shapes(model, kind, input_shapes)
+    elif input_shapes is not None:
+        raise IRError("input_shapes: the graph is imported already; give them to its import")
+    meta = {"notes": notes} if notes else None
     if isinstance(model, Graph):
         graph = model
     elif ops is None:
         try:    # the whole model on the chip, as it always compiled; placement only when that fails
             graph = to_int8_graph(model, dataset, kind=kind, progress=progress, **quantize_options)
             with stage(progress, "lower"):
-                return lower(graph)
+                return lower(graph, metadata=meta)
         except IRError as refused:
             with stage(progress, "import"):
                 graph = _placed_graph(model, kind, ops, strict, refused)
@@ -160,7 +169,7 @@ def compile_model(model: str | os.PathLike | bytes | Graph,
             graph = _placed_graph(model, kind, ops, strict, None)
     graph = to_int8_graph(graph, dataset, progress=progress, **quantize_options)
     with stage(progress, "lower"):
-        return lower(graph)
+        return lower(graph, metadata=meta)
 
 
 def _placed_graph(model: str | os.PathLike | bytes, kind: str | None, ops: Collection[str] | None,

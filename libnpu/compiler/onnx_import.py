@@ -23,6 +23,7 @@ from onnx import numpy_helper, shape_inference
 
 from ..loadable import HostCall
 from . import registry
+from .input_shapes import InputShapes, fix_onnx_inputs
 from .ir import Graph, IRError, Op, SourceOp, Tensor, require_data, same_pads
 
 __all__ = ["ONNXImportError", "import_onnx", "import_onnx_sources", "load_onnx", "pads_2d", "binary", "unary",
@@ -42,17 +43,14 @@ def _onnx_dtype(elem_type: int) -> str:
 
 
 class _Importer:
-    def __init__(self, model: onnx.ModelProto, name: str, nhwc_io: bool, batch: int, *,
+    def __init__(self, model: onnx.ModelProto, name: str, nhwc_io: bool, input_shapes: InputShapes, *,
                  fallback: bool = False, force_host: Mapping[int, str] | None = None) -> None:
         model = onnx.ModelProto.FromString(model.SerializeToString())
         self.fallback, self.force_host = fallback, dict(force_host or {})
         # node index in the file, found again by the node's outputs after folding
         self.origin = {tuple(n.output): (i, n.op_type) for i, n in enumerate(model.graph.node)}
         self.sources: list[SourceOp] = []
-        for vi in model.graph.input:  # pin dynamic dims (batch) before shape inference
-            for d in vi.type.tensor_type.shape.dim:
-                if not d.HasField("dim_value"):
-                    d.dim_value = batch
+        model, _ = fix_onnx_inputs(model, input_shapes, name)   # free input dims given or refused, never guessed
         model = _fold_constant_subgraphs(model, name)
         try:
             self.model = shape_inference.infer_shapes(model, strict_mode=True)
@@ -381,18 +379,19 @@ _GLUE: dict[str, Callable] = {
 
 
 def import_onnx(model: onnx.ModelProto | bytes, name: str = "model", *, nhwc_io: bool = False,
-                batch: int = 1) -> Graph:
+                input_shapes: InputShapes = None) -> Graph:
     """Build a float IR graph from an ONNX model; see :func:`import_onnx_sources`."""
-    return import_onnx_sources(model, name, nhwc_io=nhwc_io, batch=batch)[0]
+    return import_onnx_sources(model, name, nhwc_io=nhwc_io, input_shapes=input_shapes)[0]
 
 
 def import_onnx_sources(model: onnx.ModelProto | bytes, name: str = "model", *, nhwc_io: bool = False,
-                        batch: int = 1, fallback: bool = False,
+                        input_shapes: InputShapes = None, fallback: bool = False,
                         force_host: Mapping[int, str] | None = None) -> tuple[Graph, list[SourceOp]]:
     """Build a float IR graph from an ONNX model (proto or serialized bytes).
 
     ``nhwc_io``: make 4-D graph inputs/outputs NHWC (no layout transposes at the edges).
-    ``batch``: value for dynamic input dimensions.
+    ``input_shapes``: shapes for inputs with free dimensions (:mod:`libnpu.compiler.input_shapes`:
+    a free leading batch dimension is 1 by default, any other free dimension needs one).
     ``fallback``: a node the import cannot take for the chip becomes a HOST op (run on the
     host) instead of an error; ``force_host`` maps more node indices to the reason they
     go to the host. Also returns what became of each node (:class:`SourceOp`).
@@ -405,7 +404,7 @@ def import_onnx_sources(model: onnx.ModelProto | bytes, name: str = "model", *, 
             model = onnx.load_model_from_string(bytes(model))
         except Exception as exc:
             raise ONNXImportError(f"{name}: not a readable ONNX model: {exc}") from exc
-    importer = _Importer(model, name, nhwc_io, batch, fallback=fallback, force_host=force_host)
+    importer = _Importer(model, name, nhwc_io, input_shapes, fallback=fallback, force_host=force_host)
     return importer.run(), importer.sources
 
 

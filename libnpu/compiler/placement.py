@@ -24,6 +24,7 @@ from typing import Any
 
 from .descriptors import Lowering, lower_op
 from .frontend import check_int8
+from .input_shapes import InputShapes, fix_input_shapes
 from .ir import Graph, IRError, Op, SourceOp
 from .memplan import plan_memory
 from .onnx_import import import_onnx_sources
@@ -159,9 +160,11 @@ def _is_quantized(graph: Graph) -> bool:
 
 
 def plan_placement(model: bytes | str | os.PathLike, *, ops: Collection[str] | None = None,
-                   kind: str | None = None) -> PlacementPlan:
-    """:func:`place_model`, keeping the model's bytes for the compiler."""
+                   kind: str | None = None, input_shapes: InputShapes = None) -> PlacementPlan:
+    """:func:`place_model`, keeping the model's bytes (its inputs made static) for the compiler."""
     data, name, kind = _read(model, kind)
+    fixed, _, _ = fix_input_shapes(data, kind, input_shapes, name)
+    data = bytes(fixed)        # type: ignore[arg-type]   # bytes given, bytes back
     graph, sources = import_with_fallback(data, kind, name)
     quantized = _is_quantized(graph)
     same: dict[int, Op] = {id(op): op for op in graph.ops}
@@ -190,11 +193,13 @@ def plan_placement(model: bytes | str | os.PathLike, *, ops: Collection[str] | N
     return plan
 
 
-def place_model(model: bytes | os.PathLike, *, ops: Collection[str] | None = None) -> list[Placement]:
-    """Where each operator of ``model`` (a .tflite or .onnx file, path or bytes) runs.
+def place_model(model: bytes | os.PathLike, *, ops: Collection[str] | None = None,
+                input_shapes: InputShapes = None) -> list[Placement]:
+    """Where each operator of ``model`` (a .tflite or .onnx file, path or bytes) runs;
+    ``input_shapes`` for inputs with free dimensions (:mod:`libnpu.compiler.input_shapes`).
 
     ``ops``: an allow-list of the op names the chip may run (TFLite builtin names, ONNX op
     types); the others go to the CPU with the reason "not in the allow-list". One
     :class:`Placement` per source operator, in source order.
     """
-    return plan_placement(model, ops=ops).placements
+    return plan_placement(model, ops=ops, input_shapes=input_shapes).placements

@@ -17,6 +17,7 @@ import tflite
 
 from ..loadable import HostCall
 from . import registry
+from .input_shapes import InputShapes, fix_tflite_inputs
 from .ir import Graph, IRError, Op, QuantParams, SourceOp, Tensor, require_data, same_pads
 from .tflite_cut import cut_tflite
 from .tflite_sparsity import SparsityError, densify
@@ -62,12 +63,13 @@ def builtin_name(model: Any, opcode_index: int) -> str:
 
 class _Importer:
     def __init__(self, buf: bytes, name: str, *, fallback: bool = False,
-                 force_host: Mapping[int, str] | None = None) -> None:
+                 force_host: Mapping[int, str] | None = None, input_shapes: InputShapes = None) -> None:
         self.fallback, self.force_host = fallback, dict(force_host or {})
         self.sources: list[SourceOp] = []
         require_data(buf, name)
         if len(buf) < 8 or buf[4:8] != b"TFL3":
             raise TFLiteImportError(f"{name}: not a TFLite flatbuffer (no TFL3 identifier)")
+        buf = fix_tflite_inputs(buf, input_shapes, name).data   # -1 dims given or refused, never guessed
         try:
             self.model = tflite.Model.GetRootAsModel(buf, 0)
         except (IndexError, ValueError) as exc:
@@ -312,21 +314,24 @@ def _reason(exc: Exception, where: str) -> str:
     return text.replace(f"{where}: ", "").splitlines()[0] if text else type(exc).__name__
 
 
-def import_tflite(data: bytes, name: str = "model") -> Graph:
+def import_tflite(data: bytes, name: str = "model", *, input_shapes: InputShapes = None) -> Graph:
     """Build an IR graph from the bytes of a ``.tflite`` file."""
-    return import_tflite_sources(data, name)[0]
+    return import_tflite_sources(data, name, input_shapes=input_shapes)[0]
 
 
 def import_tflite_sources(data: bytes, name: str = "model", *, fallback: bool = False,
-                          force_host: Mapping[int, str] | None = None) -> tuple[Graph, list[SourceOp]]:
+                          force_host: Mapping[int, str] | None = None,
+                          input_shapes: InputShapes = None) -> tuple[Graph, list[SourceOp]]:
     """Import, also returning what became of each source operator.
 
     ``fallback``: an operator the import cannot take for the chip becomes a HOST op (run
     by LiteRT on the host) instead of an error; ``force_host`` maps more operator indices
-    to the reason they go to the host.
+    to the reason they go to the host. ``input_shapes``: shapes for inputs with ``-1``
+    dimensions (:mod:`libnpu.compiler.input_shapes`: a free leading batch dimension is 1
+    by default, any other free dimension needs one).
     """
     try:
-        importer = _Importer(bytes(data), name, fallback=fallback, force_host=force_host)
+        importer = _Importer(bytes(data), name, fallback=fallback, force_host=force_host, input_shapes=input_shapes)
         graph = importer.run()
     except IRError:
         raise

@@ -161,10 +161,10 @@ class _Partition:
         shapes = tuple(tuple(read_tensor(ffi, context, i).shape) for i in self.inputs)
         if self.model is not None and shapes == self.shapes:
             return
-        expected = tuple(self.tensors[i].shape for i in self.inputs)
-        if shapes != expected:
-            raise ValueError(f"partition {self.describe()}: input shapes {list(shapes)} differ from the shapes it "
-                             f"was delegated with {list(expected)}; create the interpreter again for new shapes")
+        if shapes != tuple(self.tensors[i].shape for i in self.inputs):
+            # resize_tensor_input: TFLite has propagated the new shapes through the partition's own
+            # nodes (FLAGS asks it to), so the sub-model is written again with the tensors as they are now
+            self.tensors = {i: read_tensor(ffi, context, i) for i in self.tensors}
         self._close_model()
         data = write_model(self.tensors, self.nodes, self.inputs, self.outputs)
         import libnpu
@@ -359,7 +359,12 @@ def install(ffi: Any, lib: Any) -> None:
             options = parse_options(pairs)
             delegate = NpuDelegate(ffi, lib, options, callbacks, registration_name)
         except Exception as exc:  # noqa: BLE001 - every failure becomes NULL and a message
-            message = str(exc) if isinstance(exc, ValueError) else f"npu delegate: {type(exc).__name__}: {exc}"
+            if isinstance(exc, ValueError):
+                message = str(exc)
+            elif isinstance(exc, OSError) and exc.filename:     # e.g. device=3 with no npu3
+                message = f"npu delegate: {exc.filename}: {exc.strerror}"
+            else:
+                message = f"npu delegate: {type(exc).__name__}: {exc}"
             if "npu delegate" not in message:
                 message = f"npu delegate: {message}"
             if report_error != ffi.NULL:

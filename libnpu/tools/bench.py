@@ -29,6 +29,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from kmd_fuse import uapi
 from kmd_fuse.uapi import NpuError
 from libnpu.portability import Device, Session
@@ -63,8 +65,8 @@ def nop_job(device: Device, path: str = "queue") -> tuple[Callable[[], object], 
 
 
 def percentile(samples: list[float], q: float) -> float:
-    ordered = sorted(samples)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+    """The q-quantile (0 <= q <= 1) of ``samples``, numpy's linear interpolation."""
+    return float(np.percentile(samples, q * 100))
 
 
 def raw_rtt_samples(node: Path, count: int) -> list[float]:

@@ -31,17 +31,19 @@ from typing import Any
 import numpy as np
 
 import libnpu
+from libnpu import model_zoo
 from libnpu.capi import SOURCE_DIR
 from libnpu.capi.embedding import build_embedded
 from libnpu.compiler.cache import compile_cached
+from libnpu.compiler.input_shapes import InputShapeError, parse_input_shapes
 from libnpu.compiler.ir import IRError
 from libnpu.loadable import Loadable, LoadableError, TensorDesc
+from libnpu.model_zoo import ModelZooError
 from libnpu.portability import default_devroot
 from libnpu.runtime import ClosedError, dequantize
 from libnpu.tools import faces
 from libnpu.tools.errors import device_hint
-from libnpu.tools.model_zoo import ModelZooError
-from libnpu.tools.models import ZOO, ModelSpecError, resolve
+from libnpu.tools.models import ModelSpecError, resolve
 from libnpu.tools.vision import BLAZEFACE_SHORT_RANGE, AnchorOptions, ssd_anchors
 
 __all__ = ["LIBRARY_NAME", "HEADER", "library", "Status"]
@@ -69,11 +71,19 @@ class Status:
 _CDEF = """
 typedef struct npu_runtime *npu_handle_t;
 typedef struct npu_detection { float x_min, y_min, x_max, y_max, score; } npu_detection_t;
+typedef enum npu_dtype { NPU_DTYPE_FLOAT32 = 0, NPU_DTYPE_INT8 = 1, NPU_DTYPE_UINT8 = 2, NPU_DTYPE_INT16 = 3,
+                         NPU_DTYPE_INT32 = 4, NPU_DTYPE_INT64 = 5, NPU_DTYPE_FLOAT16 = 6,
+                         NPU_DTYPE_BOOL = 7 } npu_dtype_t;
+typedef struct npu_tensor_info {
+    char name[128]; npu_dtype_t dtype; uint32_t rank; int64_t dims[8]; size_t bytes;
+    int quantized; float scale; int32_t zero_point;
+} npu_tensor_info_t;
 void npu_capi_set_error(const char *message);
 """
 
 _API = """
-void npu_py_init(const char *model, const char *anchors, int face, npu_handle_t *out, int *status);
+void npu_py_init(const char *model, const char *anchors, int face, const char *shapes, npu_handle_t *out,
+                 int *status);
 void npu_py_input_size(npu_handle_t h, uint32_t *whc, int *status);
 void npu_py_infer_image(npu_handle_t h, const uint8_t *image, uint32_t length, npu_detection_t *dets,
                         uint32_t max, uint32_t *count, int *status);
@@ -81,6 +91,7 @@ void npu_py_free(npu_handle_t h);
 void npu_py_tensor_count(npu_handle_t h, int outputs, uint32_t *count, int *status);
 void npu_py_tensor_bytes(npu_handle_t h, int outputs, uint32_t index, size_t *bytes, int *status);
 void npu_py_infer(npu_handle_t h, const void *const *inputs, void *const *outputs, int *status);
+void npu_py_tensor_info(npu_handle_t h, int outputs, uint32_t index, npu_tensor_info_t *info, int *status);
 """
 
 _INIT = "import libnpu.tools.c_runtime as _runtime\n_runtime.bind(ffi, lib)\n"
@@ -134,14 +145,15 @@ _next_handle = itertools.count(1)
 
 def _check_model_path(spec: str) -> Path:
     """The model file for ``spec`` (a path or a model-zoo name), validated."""
-    if spec in ZOO and not Path(spec).exists():
+    if spec in model_zoo.model_names() and not Path(spec).exists():
         try:
             return resolve(spec)
         except ModelZooError as exc:
             raise CApiError(Status.NOT_FOUND, f"model-zoo model {spec!r} cannot be fetched: {exc}") from exc
     path = Path(spec)
     if not path.exists():
-        raise CApiError(Status.NOT_FOUND, f"{spec}: no such model file (or model-zoo name: {', '.join(sorted(ZOO))})")
+        raise CApiError(Status.NOT_FOUND, f"{spec}: no such model file (or model-zoo name: "
+                                          f"{model_zoo.describe_names()})")
     if not path.is_file() or not os.access(path, os.R_OK):
         raise CApiError(Status.INVALID_ARGUMENT, f"{spec}: not a readable file")
     try:
@@ -163,12 +175,25 @@ def _device_error(exc: OSError, what: str) -> CApiError:
     return CApiError(status, device_hint(exc, default_devroot()) or f"{what}: {exc}")
 
 
-def _load(path: Path, calibration: list[list[np.ndarray]] | None, **options: Any) -> libnpu.CompiledModel:
+def _input_shapes(text: str | None) -> dict[str | None, tuple[int, ...]]:
+    """``"NAME=D,D;NAME=D,D"`` (npu_runtime_init_with_shapes) as the compiler takes it."""
+    try:
+        return parse_input_shapes(part for part in (text or "").split(";") if part.strip())
+    except InputShapeError as exc:
+        raise CApiError(Status.INVALID_ARGUMENT, str(exc).replace("--input-shape", "input shape")) from exc
+
+
+def _load(path: Path, calibration: list[list[np.ndarray]] | None,
+          shapes: dict[str | None, tuple[int, ...]] | None = None, **options: Any) -> libnpu.CompiledModel:
     device = _device_index()
+    shaped = {"input_shapes": shapes} if shapes else {}     # unset: the cache key npu run and libnpu.load use
     try:
         # Compiles through the cache (a loadable is read as is), then opens the device.
-        loadable = Loadable.load(path) if path.suffix == ".nlb" else compile_cached(path, calibration, **options)[0]
+        loadable = Loadable.load(path) if path.suffix == ".nlb" else \
+            compile_cached(path, calibration, **shaped, **options)[0]
         loadable.check_runnable()
+    except InputShapeError as exc:
+        raise CApiError(Status.INVALID_ARGUMENT, f"{path}: {exc}") from exc
     except (IRError, LoadableError) as exc:
         raise CApiError(Status.UNSUPPORTED_MODEL, f"{path}: {exc}") from exc
     try:
@@ -217,10 +242,11 @@ def _read_anchors(path: str, count: int) -> np.ndarray:
     return anchors
 
 
-def _init(model_spec: str, anchors_path: str | None, face: bool) -> int:
+def _init(model_spec: str, anchors_path: str | None, face: bool, shapes: str | None = None) -> int:
+    given = _input_shapes(shapes)
     path = _check_model_path(model_spec)
     calibration = faces.calibration_set() if face and path.suffix in (".tflite", ".onnx") else None
-    model = _load(path, calibration, **({"recipe": faces.DETECTOR_RECIPE} if calibration is not None else {}))
+    model = _load(path, calibration, given, **({"recipe": faces.DETECTOR_RECIPE} if calibration is not None else {}))
     try:
         loaded = _Loaded(model, _face_layout(model, anchors_path) if face else None)
     except BaseException:
@@ -285,6 +311,36 @@ def _dense_bytes(desc: TensorDesc) -> int:
     return int(np.prod(desc.shape)) * np.dtype(desc.dtype).itemsize
 
 
+#: npu_dtype_t (npu.h) by numpy dtype name.
+DTYPES = {"float32": 0, "int8": 1, "uint8": 2, "int16": 3, "int32": 4, "int64": 5, "float16": 6, "bool": 7}
+MAX_DIMS, MAX_NAME = 8, 128
+
+
+def _tensor(loaded: _Loaded, outputs: int, index: int) -> TensorDesc:
+    tensors = _tensors(loaded, outputs)
+    if index >= len(tensors):
+        raise CApiError(Status.INVALID_ARGUMENT, f"{'output' if outputs else 'input'} {index}: the model has "
+                                                 f"{len(tensors)}")
+    return tensors[index]
+
+
+def _describe(ffi: Any, desc: TensorDesc, info: Any) -> None:
+    """Fill an npu_tensor_info_t from ``desc``."""
+    dtype = np.dtype(desc.dtype).name
+    if dtype not in DTYPES or len(desc.shape) > MAX_DIMS:
+        raise CApiError(Status.UNSUPPORTED_MODEL, f"tensor {desc.name}: {dtype} of rank {len(desc.shape)} has no "
+                                                  f"npu_tensor_info_t (dtypes: {', '.join(DTYPES)}; rank <= 8)")
+    name = desc.name.encode(errors="replace")[:MAX_NAME - 1]
+    ffi.memmove(info.name, name + b"\0", len(name) + 1)
+    info.dtype, info.rank, info.bytes = DTYPES[dtype], len(desc.shape), _dense_bytes(desc)
+    for axis, size in enumerate(desc.shape):
+        info.dims[axis] = size
+    if desc.scale is not None and np.size(desc.scale):
+        info.quantized = 1
+        info.scale = float(np.ravel(desc.scale)[0])
+        info.zero_point = int(np.ravel(desc.zero_point)[0]) if desc.zero_point is not None else 0
+
+
 def _run_generic(ffi: Any, loaded: _Loaded, inputs: Any, outputs: Any) -> None:
     arrays = []
     for i, desc in enumerate(loaded.model.inputs):
@@ -339,9 +395,10 @@ def bind(ffi: Any, lib: Any) -> None:
         return ffi.string(ptr).decode("utf-8", errors="surrogateescape")
 
     @ffi.def_extern()
-    def npu_py_init(model: Any, anchors: Any, face: int, out: Any, status: Any) -> None:
+    def npu_py_init(model: Any, anchors: Any, face: int, shapes: Any, out: Any, status: Any) -> None:
         def call() -> None:
-            key = _init(text(model), None if anchors == ffi.NULL else text(anchors), bool(face))
+            key = _init(text(model), None if anchors == ffi.NULL else text(anchors), bool(face),
+                        None if shapes == ffi.NULL else text(shapes))
             out[0] = ffi.cast("npu_handle_t", key)
         _report(ffi, lib, status, call)
 
@@ -376,12 +433,12 @@ def bind(ffi: Any, lib: Any) -> None:
     @ffi.def_extern()
     def npu_py_tensor_bytes(handle: Any, outputs: int, index: int, size: Any, status: Any) -> None:
         def call() -> None:
-            tensors = _tensors(_lookup(ffi, handle), outputs)
-            if index >= len(tensors):
-                raise CApiError(Status.INVALID_ARGUMENT, f"{'output' if outputs else 'input'} {index}: the model has "
-                                                         f"{len(tensors)}")
-            size[0] = _dense_bytes(tensors[index])
+            size[0] = _dense_bytes(_tensor(_lookup(ffi, handle), outputs, index))
         _report(ffi, lib, status, call)
+
+    @ffi.def_extern()
+    def npu_py_tensor_info(handle: Any, outputs: int, index: int, info: Any, status: Any) -> None:
+        _report(ffi, lib, status, lambda: _describe(ffi, _tensor(_lookup(ffi, handle), outputs, index), info))
 
     @ffi.def_extern()
     def npu_py_infer(handle: Any, inputs: Any, outputs: Any, status: Any) -> None:

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 import libnpu
-from libnpu.tools import model_zoo
+from libnpu import model_zoo
 from libnpu.tools.vision import resize
 
 __all__ = ["CIFAR10_CLASSES", "to_input", "sample_inputs", "Classifier", "run_classify"]

@@ -117,6 +117,13 @@ def _calibration_args(p: argparse.ArgumentParser) -> None:
                    help="carry output OUT into input IN between calls: a stateful model (repeatable)")
 
 
+def _shape_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--input-shape", action="append", default=[], metavar="NAME=D,D,...",
+                   help="the shape of input NAME, for inputs with free dimensions (ONNX dim_param, TFLite -1); "
+                        "repeatable; D,D,... alone for a single-input model. A free leading batch dimension is 1 "
+                        "unless given; any other free dimension must be given (docs/models.md)")
+
+
 def _placement_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--ops", metavar="OP,OP", help="allow-list: only these operators (TFLite builtin names, ONNX op "
                                                   "types) run on the NPU, the others on the CPU")
@@ -149,6 +156,7 @@ def _compile_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("model", help=MODEL.replace(".nlb ", ""))
     p.add_argument("-o", "--output", required=True,
                    help="the file to write: a loadable (.nlb), or the int8 model as .tflite (quantize only)")
+    _shape_args(p)
     _placement_args(p)
     _calibration_args(p)
     _int16_args(p)
@@ -165,10 +173,12 @@ def _inspect_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("model", help="a loadable (.nlb: checked, then described) or a model (its graph) - " + MODEL)
     p.add_argument("--plan", action="store_true", help="a model's device memory plan too")
     p.add_argument("--ops", metavar="OP,OP", help="placement with this allow-list of NPU operators")
+    _shape_args(p)
 
 
 def _fetch_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("names", nargs="*", help="model-zoo files to fetch (default: all)")
+    p.add_argument("--no-progress", action="store_true", help="no download lines on stderr (a terminal gets them)")
 
 
 def _run_args(p: argparse.ArgumentParser) -> None:
@@ -178,6 +188,7 @@ def _run_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--save", metavar="DIR", help="write DIR/output_<index>.npy in the model's output dtypes")
     p.add_argument("--repeat", type=int, default=5, help="timed inferences after the first (default 5)")
     p.add_argument("--fresh", action="store_true", help="compile into an empty cache (measures a first-ever load)")
+    _shape_args(p)
     p.add_argument("--no-progress", action="store_true")
     _cache(p)
     _json(p)
@@ -189,6 +200,7 @@ def _profile_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--trace", metavar="FILE.json", help="record the device's trace meanwhile (every process's "
                    "jobs; the device owner's to switch on) and write it as a Chrome/Perfetto trace-event file")
     p.add_argument("--png", metavar="FILE.png", help="draw the trace as a timeline picture")
+    _shape_args(p)
     _cache(p)
     _json(p)
 
@@ -226,6 +238,17 @@ def _bench_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--reference-loop", choices=("shared", "separate"), default="shared",
                    help="time LiteRT BUILTIN_REF in the device's latency loop (default) or in a loop of its own "
                         "(its 2-9 ms calls leave the device's path cold for the next inference)")
+    # benchmark_app's names (-niter, -i, -hint, -pc) beside ours
+    p.add_argument("-niter", "--iterations", type=int, metavar="N",
+                   help="latency rounds and throughput inferences (instead of --seconds each)")
+    p.add_argument("-i", "--input", action="extend", nargs="+", metavar="FILE.npy",
+                   help="one .npy per model input, in the model's input order (random inputs when omitted)")
+    p.add_argument("-hint", "--hint", choices=("latency", "throughput"),
+                   help="PERFORMANCE_HINT; its OPTIMAL_NUMBER_OF_INFER_REQUESTS is then the default --requests")
+    p.add_argument("-pc", "--perf-counts", action="store_true",
+                   help="also print one inference's per-layer counters (PERF_COUNT)")
+    p.add_argument("--no-progress", action="store_true", help="no phase lines on stderr (a terminal gets them)")
+    _shape_args(p)
     _cache(p)
     _json(p)
 

@@ -15,15 +15,16 @@ import warnings
 from pathlib import Path
 from typing import Any, TextIO
 
+from libnpu import model_zoo
+from libnpu.compiler.input_shapes import InputShapeError, parse_input_shapes
 from libnpu.compiler.ir import IRError
 from libnpu.host import HostOpError
 from libnpu.loadable import LoadableError
 from libnpu.portability import NpuError, Session, default_devroot
 from libnpu.runtime import InputError
 
-from . import model_zoo
 from .errors import device_hint, start_command
-from .models import ModelSpecError
+from .models import ModelSpecError, load_npy
 
 __all__ = ["USAGE_ERRORS", "FAILURES", "UsageError", "Failure"]
 
@@ -36,7 +37,7 @@ class Failure(RuntimeError):
     """The command ran and failed for a reason the message states (exit 1)."""
 
 
-USAGE_ERRORS = (UsageError, ModelSpecError, InputError)
+USAGE_ERRORS = (UsageError, ModelSpecError, InputError, InputShapeError)
 FAILURES = (Failure, IRError, HostOpError, LoadableError, NpuError, model_zoo.ModelZooError, OSError)
 
 
@@ -50,8 +51,31 @@ def _require(ok: bool, message: str) -> None:
         raise UsageError(message)
 
 
+def _input_shapes(args: argparse.Namespace) -> dict[str | None, tuple[int, ...]] | None:
+    """``--input-shape`` as the compiler takes it (None when not given: the default's cache key)."""
+    return parse_input_shapes(args.input_shape) or None
+
+
+def _checked_shapes(path: Path, shapes: dict[str | None, tuple[int, ...]] | None) -> list[str]:
+    """Refuse ``--input-shape`` values the model cannot take, and free dimensions left without
+    one, naming the file, before any other work; the notes on the defaults taken."""
+    from libnpu.compiler.input_shapes import fix_input_shapes
+    return fix_input_shapes(path, None, shapes)[2]
+
+
+def _print_notes(notes: list[str], command: str) -> None:
+    """The compiler's notes (e.g. a free batch dimension set to 1), one line each on stderr."""
+    for note in notes:
+        print(f"npu {command}: note: {note}", file=sys.stderr)
+
+
 def _progress_wanted(args: argparse.Namespace) -> bool:
     return not getattr(args, "json", False) and not getattr(args, "no_progress", False) and sys.stderr.isatty()
+
+
+def _say(line: str) -> None:
+    """A progress line on stderr (a terminal's: see _progress_wanted)."""
+    print(f"... {line}", file=sys.stderr, flush=True)
 
 
 # devices ---------------------------------------------------------------------------------
@@ -329,10 +353,16 @@ def compile_(args: argparse.Namespace) -> int:
         from libnpu.compiler.placement import plan_placement
         plan_placement(path, ops=placement.get("ops")).refuse_fallback()
     options = _quantizer_options(args)
+    shapes = _input_shapes(args)
+    notes = _checked_shapes(path, shapes)
+    if shapes:
+        options["input_shapes"] = shapes
     preprocessing = _preprocessing(args)
     if preprocessing and not args.calibration:
         raise UsageError("--input-range / --mean / --std preprocess --calibration pictures: give --calibration")
-    dataset = load_calibration(args.calibration, input_shapes(path), **preprocessing) if args.calibration else None
+    # the calibration files feed the inputs the user gives; --state inputs carry the model's own outputs
+    dataset = load_calibration(args.calibration, input_shapes(path, shapes, states=options.get("states", {})),
+                               **preprocessing) if args.calibration else None
     calibration = "file" if dataset is not None else "random"
     worst = None if args.report_all else 10
     if out.suffix == ".tflite":
@@ -340,11 +370,13 @@ def compile_(args: argparse.Namespace) -> int:
         if args.json:
             print(json.dumps({"model": str(path), "output": str(out), "seconds": round(result.seconds, 3),
                               "stages_s": result.stages, "calibration": calibration,
+                              "notes": notes,
                               "int16_layers": result.metadata.get("int16_layers", []),
                               "fidelity": result.metadata.get("fidelity"),
                               **({"layer_errors": result.metadata.get("layer_errors")} if args.report else {})},
                              indent=2))
         else:
+            _print_notes(notes, "compile")
             print(f"quantized {path.name} -> {out} in {result.seconds:.2f} s ({result.ops} ops)")
             int16 = _int16_report(result.metadata)
             if int16:
@@ -357,9 +389,10 @@ def compile_(args: argparse.Namespace) -> int:
                                 **options, **placement)
     result.loadable.save(out)
     plan = plan_report(result.loadable)
-    report_text, report = _report(path, placement.get("ops"), result.loadable) if args.report else ("", None)
+    report_text, report = _report(path, placement.get("ops"), result.loadable, shapes) if args.report else ("", None)
     if args.json:
         print(json.dumps({"model": str(path), "output": str(out), "cache_hit": result.cache_hit,
+                          "notes": notes,
                           "seconds": round(result.seconds, 3), "stages_s": result.stages,
                           "calibration": calibration, "plan": plan,
                           "int16_layers": result.loadable.metadata.get("int16_layers", []),
@@ -369,6 +402,7 @@ def compile_(args: argparse.Namespace) -> int:
                              if args.report else {})}, indent=2))
         _fidelity_lines(result.loadable.metadata, show=False)
         return 0
+    _print_notes(notes, "compile")
     how = "from the compile cache" if result.cache_hit else \
         "(" + ", ".join(f"{k} {v:.2f} s" for k, v in result.stages.items()) + ")"
     print(f"compiled {path.name} -> {out} in {result.seconds:.2f} s {how}")
@@ -410,11 +444,12 @@ def _check_writable(out: Path) -> None:
         raise UsageError(f"{out}: no permission to write in {where}")
 
 
-def _report(path: Path, ops: list[str] | None, loadable: Any = None) -> tuple[str, dict[str, Any]]:
+def _report(path: Path, ops: list[str] | None, loadable: Any = None,
+            shapes: dict[str | None, tuple[int, ...]] | None = None) -> tuple[str, dict[str, Any]]:
     from libnpu.compiler.placement import place_model
 
     from .report import ReportContext, build_report
-    return build_report(ReportContext(path, place_model(path, ops=ops), loadable))
+    return build_report(ReportContext(path, place_model(path, ops=ops, input_shapes=shapes), loadable))
 
 
 def _allow_list(text: str | None) -> list[str] | None:
@@ -445,8 +480,9 @@ def inspect(args: argparse.Namespace) -> int:
         from libnpu.loadable import Loadable
         print(Loadable.load(path).summary())
     else:
-        print(describe_model(path, plan=args.plan))
-        print(_report(path, _allow_list(args.ops))[0])
+        shapes = _input_shapes(args)
+        print(describe_model(path, plan=args.plan, input_shapes=shapes))
+        print(_report(path, _allow_list(args.ops), shapes=shapes)[0])
     return 0
 
 
@@ -454,8 +490,10 @@ def fetch(args: argparse.Namespace) -> int:
     unknown = sorted(set(args.names) - set(model_zoo.ASSETS))
     if unknown:
         raise UsageError(f"no model-zoo file {unknown[0]!r} (known: {', '.join(model_zoo.ASSETS)})")
-    for key in args.names or model_zoo.ASSETS:
-        print(f"{key:10} {model_zoo.fetch(key)}")
+    keys = list(args.names or model_zoo.ASSETS)
+    for n, key in enumerate(keys, 1):
+        say = (lambda line, n=n: _say(f"[{n}/{len(keys)}] {line}")) if _progress_wanted(args) else None
+        print(f"{key:10} {model_zoo.fetch(key, say)}", flush=True)
     return 0
 
 
@@ -463,10 +501,12 @@ def run(args: argparse.Namespace) -> int:
     from .run import run as run_model
     _require(args.repeat >= 0, "--repeat must be >= 0")
     report = run_model(args.model, args.input or (), repeat=args.repeat, devroot=args.devroot,
-                       cache_dir=args.cache_dir, fresh=args.fresh, save=args.save, progress=_progress_wanted(args))
+                       cache_dir=args.cache_dir, fresh=args.fresh, save=args.save, progress=_progress_wanted(args),
+                       input_shapes=_input_shapes(args))
     if args.json:
         print(json.dumps(report, indent=2))
         return 0
+    _print_notes(report["notes"], "run")
     print(f"model {report['model']}")
     for i in report["inputs"]:
         print(f"  input  {i['name']} {i['shape']} {i['dtype']} <- {i['source']}")
@@ -492,7 +532,7 @@ def profile(args: argparse.Namespace) -> int:
     _require(args.runs >= 1, "--runs must be >= 1")
     try:
         report = profile_model(args.model, devroot=args.devroot, runs=args.runs, trace=args.trace, png=args.png,
-                               cache_dir=args.cache_dir)
+                               cache_dir=args.cache_dir, input_shapes=_input_shapes(args))
     except TraceError as exc:
         raise Failure(str(exc)) from None
     if args.json:
@@ -570,11 +610,17 @@ def bench_ops(args: argparse.Namespace) -> int:
 def bench_model(args: argparse.Namespace) -> int:
     from .model_bench import bench_model as measure
     from .model_bench import format_report
+    from .run import read_inputs
     _require(args.requests is None or args.requests >= 1, "--requests must be at least 1")
     _require(args.seconds > 0, "--seconds must be > 0")
+    _require(args.iterations is None or args.iterations >= 1, "--iterations must be at least 1")
+    given = [load_npy(f) for f in args.input or ()]     # a file that is no .npy: before the device
+    inputs = (lambda descs: read_inputs(args.input, descs, given)) if args.input else None
     report = measure(args.model, requests=args.requests, seconds=args.seconds, devroot=args.devroot,
                      cache_dir=args.cache_dir, litert=not args.no_litert, delegate=args.delegate,
-                     job_path=args.path, reference_loop=args.reference_loop)
+                     job_path=args.path, reference_loop=args.reference_loop, iterations=args.iterations,
+                     inputs=inputs, hint=args.hint, perf_counts=args.perf_counts,
+                     progress=_say if _progress_wanted(args) else None, input_shapes=_input_shapes(args))
     print(json.dumps(report, indent=2) if args.json else format_report(report))
     return 0
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -146,9 +146,10 @@ def quantization_report(metadata: dict[str, Any], worst: int | None = 10) -> str
     return head + "\n" + format_layer_errors(errors_from_json(rows), worst)
 
 
-def describe_model(model: str | os.PathLike, *, plan: bool = False) -> str:
-    """A model file's graph as imported (ops, shapes, MACs, constant bytes); ``plan``: its memory plan too."""
-    graph = _graph(model)
+def describe_model(model: str | os.PathLike, *, plan: bool = False, input_shapes: Any = None) -> str:
+    """A model file's graph as imported (ops, shapes, MACs, constant bytes); ``plan``: its memory plan too;
+    ``input_shapes`` for inputs with free dimensions (:mod:`libnpu.compiler.input_shapes`)."""
+    graph = _graph(model, input_shapes)
     counts = ", ".join(f"{k} {v}" for k, v in sorted(graph.op_counts().items()))
     weights = sum(t.nbytes for t in graph.constants())
     lines = [graph.summary(), f"ops: {counts}", f"MACs: {graph.macs():,}  constant bytes: {weights:,}"]
@@ -188,15 +189,18 @@ def format_plan(report: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def input_shapes(model: str | os.PathLike) -> list[tuple[int, ...]]:
-    """Shapes of a model file's inputs (imports the model, compiles nothing)."""
-    graph = _graph(model)
-    return [tuple(graph.tensors[n].shape) for n in graph.inputs]
+def input_shapes(model: str | os.PathLike, given: Any = None, *,
+                 states: Collection[str] = ()) -> list[tuple[int, ...]]:
+    """Shapes of a model file's inputs (imports the model, compiles nothing): those the
+    caller feeds, so not the ``states`` (inputs the model's own outputs feed, ``--state``).
+    ``given``: shapes for inputs with free dimensions (:mod:`libnpu.compiler.input_shapes`)."""
+    graph = _graph(model, given)
+    return [tuple(graph.tensors[n].shape) for n in graph.inputs if n not in states]
 
 
-def _graph(model: str | os.PathLike) -> Any:
+def _graph(model: str | os.PathLike, given: Any = None) -> Any:
     """The model's graph as the compiler takes it: operators placed on the CPU as HOST ops."""
     from libnpu.compiler.placement import import_with_fallback, plan_placement
-    plan = plan_placement(model)
+    plan = plan_placement(model, input_shapes=given)
     return import_with_fallback(plan.data, plan.kind, plan.name, force_host=plan.cpu)[0]
 

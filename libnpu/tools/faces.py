@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 import libnpu
-from libnpu.tools import model_zoo
+from libnpu import model_zoo
 from libnpu.tools.vision import (
     BLAZEFACE_DECODE,
     BLAZEFACE_SHORT_RANGE,

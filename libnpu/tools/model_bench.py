@@ -26,18 +26,19 @@ from typing import Any
 import numpy as np
 
 import libnpu
+from libnpu.profiling import InferenceProfile
 from libnpu.tools.models import LiteRT, ModelSpecError, litert_available, resolve
-from libnpu.tools.run import load_timed, random_inputs
+from libnpu.tools.run import MakeInputs, load_timed, random_inputs
 
 __all__ = ["bench_model", "format_report", "percentiles_ms"]
 
 
 def percentiles_ms(samples: list[float]) -> dict[str, float]:
-    """p50/p90/p99/mean/min of samples in seconds, as milliseconds."""
+    """p50/p90/p99/mean/min/max of samples in seconds, as milliseconds."""
     a = np.asarray(samples) * 1e3
     return {"p50_ms": round(float(np.percentile(a, 50)), 4), "p90_ms": round(float(np.percentile(a, 90)), 4),
             "p99_ms": round(float(np.percentile(a, 99)), 4), "mean_ms": round(float(a.mean()), 4),
-            "min_ms": round(float(a.min()), 4), "count": len(samples)}
+            "min_ms": round(float(a.min()), 4), "max_ms": round(float(a.max()), 4), "count": len(samples)}
 
 
 def _interleaved(steps: dict[str, Callable[[], Any]], seconds: float, min_count: int = 20,
@@ -103,7 +104,9 @@ class _StagedInference:
 
 
 def _throughput(model: libnpu.CompiledModel, inputs: list[np.ndarray], requests: int,
-                seconds: float) -> dict[str, Any]:
+                seconds: float, iterations: int | None = None) -> dict[str, Any]:
+    """``requests`` in flight, each restarted as it completes, for ``seconds`` or, given
+    ``iterations``, until that many inferences were started."""
     pool = [model.create_request() for _ in range(requests)]
     done = 0
     latencies: list[float] = []
@@ -115,13 +118,18 @@ def _throughput(model: libnpu.CompiledModel, inputs: list[np.ndarray], requests:
             r.start()
         deadline = started + seconds
         i = 0
-        while time.perf_counter() < deadline:
+        begun = requests
+
+        def more() -> bool:
+            return begun < iterations if iterations is not None else time.perf_counter() < deadline
+        while more():
             r = pool[i]
             r.wait()
             latencies.append(r.timing.latency_s)
             done += 1
             r.outputs()
             r.start()
+            begun += 1
             i = (i + 1) % requests
         for r in pool[i:] + pool[:i]:
             r.wait()
@@ -147,17 +155,42 @@ def _chip_busy(before: dict, after: dict, tasks: int, macs: int) -> dict[str, An
             "busy_per_mac_ps": round(per_job / max(macs, 1) * 1e3, 3)}
 
 
+def _profiled(model: libnpu.CompiledModel, inputs: list[np.ndarray]) -> InferenceProfile:
+    """One inference under PERF_COUNT: its per-layer profile (``-pc``)."""
+    model.set_property({"PERF_COUNT": True})
+    request = model.create_request()
+    try:
+        request.infer(inputs)
+        assert request.profile is not None, "PERF_COUNT records a profile"
+        return request.profile
+    finally:
+        request.release()
+        model.set_property({"PERF_COUNT": False})
+
+
 def bench_model(spec: str | os.PathLike, *, requests: int | None = None, seconds: float = 3.0,
                 devroot: str | os.PathLike | None = None, cache_dir: str | os.PathLike | None = None,
                 litert: bool = True, delegate: bool = False, job_path: str = "queue",
-                reference_loop: str = "shared") -> dict[str, Any]:
+                reference_loop: str = "shared", iterations: int | None = None,
+                inputs: MakeInputs | None = None, hint: str | None = None, perf_counts: bool = False,
+                progress: Callable[[str], None] | None = None, input_shapes: Any = None) -> dict[str, Any]:
     """Measure ``spec`` (a model file or model-zoo name); returns the report as a dict.
+
+    As OpenVINO's benchmark_app: ``iterations`` (``-niter``) runs that many latency rounds
+    and throughput inferences instead of ``seconds`` each; ``inputs`` makes the input
+    arrays from the model's descriptions (default: random); ``hint`` (``latency`` or
+    ``throughput``) sets PERFORMANCE_HINT, whose OPTIMAL_NUMBER_OF_INFER_REQUESTS is then
+    the default ``requests``; ``perf_counts`` (``-pc``) adds one profiled inference's
+    per-layer table (``profile``). ``progress(line)`` hears each phase as it starts.
 
     ``job_path``: ``queue`` (jobs through a user-mode submission queue when the device offers
     one) or ``ioctl`` (SUBMIT requests); the report's ``path`` says which ran.
 
     ``delegate``: also time LiteRT with our external delegate (label ``delegate``), whose
     partitions run on the same device.
+
+    ``input_shapes``: for inputs with free dimensions (:mod:`libnpu.compiler.input_shapes`);
+    LiteRT is resized to the same shapes.
 
     ``reference_loop``: ``shared`` times BUILTIN_REF in the device's latency loop with the
     others; ``separate`` times it after, in a loop of its own with the device (the device's
@@ -174,13 +207,22 @@ def bench_model(spec: str | os.PathLike, *, requests: int | None = None, seconds
         raise ModelSpecError("--seconds must be positive")
     if requests is not None and requests < 1:
         raise ModelSpecError("--requests must be at least 1")
+    if iterations is not None and iterations < 1:
+        raise ModelSpecError("--iterations must be at least 1")
+    if hint is not None and hint not in ("latency", "throughput"):
+        raise ModelSpecError(f"hint must be latency or throughput, not {hint!r}")
+    say = progress or (lambda line: None)
     path = resolve(spec)
-    model, load, inputs = load_timed(path, lambda descs: random_inputs(descs, seed=1), devroot=devroot,
-                                     cache_dir=cache_dir)
+    say(f"loading {path.name}")
+    shaped = {"input_shapes": input_shapes} if input_shapes else {}     # unset: the default's cache key
+    model, load, inputs = load_timed(path, inputs or (lambda descs: random_inputs(descs, seed=1)),
+                                     devroot=devroot, cache_dir=cache_dir, **shaped)
     report: dict[str, Any] = {}
     model.device.use_queues = job_path == "queue"
     try:
-        n = model.optimal_requests if requests is None else requests
+        if hint is not None:
+            model.set_property({"PERFORMANCE_HINT": hint.upper()})
+        n = requests or (model.get_property("OPTIMAL_NUMBER_OF_INFER_REQUESTS") if hint else model.optimal_requests)
         info = model.device.info()
         report.update({
             "model": str(path), "device": str(model.device.path), "cores": info["num_cores"],
@@ -212,12 +254,16 @@ def bench_model(spec: str | os.PathLike, *, requests: int | None = None, seconds
             npu_step.clear()
             before = model.device.stats()
             cpu: dict[str, float] = {}
-            samples = _interleaved(steps, seconds, cpu=cpu)
+            say(f"latency: {iterations} rounds" if iterations else f"latency: {seconds:g} s")
+            samples = (_interleaved(steps, 0.0, min_count=iterations, cpu=cpu) if iterations
+                       else _interleaved(steps, seconds, cpu=cpu))
             after = model.device.stats()
             npu_cpu = cpu["npu"]
             npu_p50 = {label: float(np.percentile(samples["npu"], 50)) for label in samples if label != "npu"}
             if later:
-                separate = _interleaved({"npu": lambda: request.infer(inputs), **later}, seconds, cpu=cpu)
+                separate = (_interleaved({"npu": lambda: request.infer(inputs), **later}, 0.0, min_count=iterations,
+                                         cpu=cpu) if iterations else
+                            _interleaved({"npu": lambda: request.infer(inputs), **later}, seconds, cpu=cpu))
                 samples["builtin_ref"] = separate["builtin_ref"]
                 npu_p50["builtin_ref"] = float(np.percentile(separate["npu"], 50))
         finally:
@@ -232,7 +278,13 @@ def bench_model(spec: str | os.PathLike, *, requests: int | None = None, seconds
             report["cpu_per_inference_us"]["npu"] = round(npu_cpu * 1e6, 1)
         report["chip"] = _chip_busy(before, after, len(model.loadable.tasks), report["macs"])
         report["litert"] = {label: percentiles_ms(v) for label, v in samples.items()}
-        report["throughput"] = _throughput(model, inputs, n, seconds)
+        say(f"throughput: {n} requests, " + (f"{iterations} inferences" if iterations else f"{seconds:g} s"))
+        report["throughput"] = _throughput(model, inputs, n, seconds, iterations)
+        if hint is not None:
+            report["hint"] = hint
+        if perf_counts:
+            profile = _profiled(model, inputs)
+            report["profile"], report["profile_table"] = profile.as_dict(), profile.table()
     finally:
         model.close()
     if report["litert"]:
@@ -252,14 +304,16 @@ def format_report(r: dict[str, Any]) -> str:
              f"load: compile {compiled} {r['load']['compile_s'] * 1e3:.1f} ms, "
              f"load {r['load']['load_s'] * 1e3:.1f} ms, "
              f"first inference {r['load']['first_inference_s'] * 1e3:.1f} ms",
-             f"latency (1 request, {lat['count']} inferences): p50 {lat['p50_ms']:.3f} ms, "
-             f"p90 {lat['p90_ms']:.3f} ms, p99 {lat['p99_ms']:.3f} ms, min {lat['min_ms']:.3f} ms; "
-             f"device time p50 {lat['device_time_p50_ms']:.3f} ms",
+             f"latency (1 request, {lat['count']} inferences, measured wall time): p50 {lat['p50_ms']:.3f} ms, "
+             f"p90 {lat['p90_ms']:.3f} ms, p99 {lat['p99_ms']:.3f} ms, min {lat['min_ms']:.3f} ms, "
+             f"max {lat.get('max_ms', float('nan')):.3f} ms",
+             f"modeled device time p50 {lat['device_time_p50_ms']:.3f} ms (the timing model: what the chip "
+             f"would take at its clock)",
              "stages p50 (mean) us: " + ", ".join(f"{name} {v['p50_us']:.1f} ({v['mean_us']:.1f})"
                                                   for name, v in r["latency_stages"].items()),
              "CPU per inference in this process: " + ", ".join(f"{name} {v:.1f} us"
                                                               for name, v in r["cpu_per_inference_us"].items()),
-             f"chip busy per job {r['chip']['busy_per_job_us']:.1f} us "
+             f"measured chip busy per job {r['chip']['busy_per_job_us']:.1f} us (the emulator's wall time) "
              f"({r['chip']['tasks_per_job']} tasks: {r['chip']['busy_per_task_us']:.2f} us per task, "
              f"{r['chip']['busy_per_mac_ps']:.2f} ps per MAC)",
              f"throughput ({thr['requests']} requests in flight, {thr['inferences']} inferences "
@@ -274,4 +328,7 @@ def format_report(r: dict[str, Any]) -> str:
         lines.append(f"  {k.replace('_', ' ')}: {v}")
     if "litert_skipped" in r:
         lines.append(f"LiteRT: skipped ({r['litert_skipped']})")
+    if "profile" in r:
+        lines.append("per-layer counters (one inference, PERF_COUNT):")
+        lines.append(r["profile_table"])
     return "\n".join(lines)

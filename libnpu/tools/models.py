@@ -8,9 +8,9 @@ from typing import Any
 
 import numpy as np
 
-from libnpu.tools import model_zoo
+from libnpu import model_zoo
 
-__all__ = ["ModelSpecError", "ZOO", "resolve", "load_npy", "load_calibration", "preprocess_picture",
+__all__ = ["ModelSpecError", "resolve", "load_npy", "load_calibration", "preprocess_picture",
            "litert_available", "LiteRT"]
 
 
@@ -18,20 +18,17 @@ class ModelSpecError(ValueError):
     """A model name, file or calibration source that cannot be used."""
 
 
-#: Model-zoo names accepted wherever a model file is.
-ZOO = {"resnet8": model_zoo.resnet8_cifar10, "blazeface": model_zoo.blazeface_short_range,
-       "kws": model_zoo.keyword_spotting, "vww": model_zoo.visual_wake_words,
-       "anomaly": model_zoo.anomaly_detection}
 SUFFIXES = (".tflite", ".onnx", ".nlb")
 
 
 def resolve(spec: str | os.PathLike) -> Path:
-    """A model path for ``spec``: an existing .tflite/.onnx/.nlb file or a model-zoo name."""
-    if str(spec) in ZOO and not Path(spec).exists():
-        return ZOO[str(spec)]()
+    """A model path for ``spec``: an existing .tflite/.onnx/.nlb file or a model-zoo name
+    (``npu fetch`` lists them)."""
+    if str(spec) in model_zoo.model_names() and not Path(spec).exists():
+        return model_zoo.model_file(str(spec))
     path = Path(spec)
     if not path.is_file():
-        raise ModelSpecError(f"{spec}: no such model file (or model-zoo name: {', '.join(sorted(ZOO))})")
+        raise ModelSpecError(f"{spec}: no such model file (or model-zoo name: {model_zoo.describe_names()})")
     if path.suffix not in SUFFIXES:
         raise ModelSpecError(f"{spec}: unknown model type {path.suffix!r} (expected {', '.join(SUFFIXES)})")
     return path
@@ -171,6 +168,15 @@ class LiteRT:
         """Outputs for ``inputs`` (given in the model's input order, in its input dtypes)."""
         if len(inputs) != len(self.input_details):
             raise ValueError(f"model takes {len(self.input_details)} inputs, got {len(inputs)}")
+        resized = False
+        for detail, value in zip(self.input_details, inputs):
+            if np.size(value) != int(np.prod(detail["shape"])):   # a free dimension (-1) given a size
+                self.interpreter.resize_tensor_input(detail["index"], list(np.shape(value)))
+                resized = True
+        if resized:
+            self.interpreter.allocate_tensors()
+            self.input_details = self.interpreter.get_input_details()
+            self.output_details = self.interpreter.get_output_details()
         for detail, value in zip(self.input_details, inputs):
             self.interpreter.set_tensor(detail["index"], np.asarray(value, detail["dtype"]).reshape(detail["shape"]))
         self.interpreter.invoke()

@@ -53,15 +53,18 @@ def set_tracing(path: Path, on: bool) -> None:
 
 def profile_model(spec: str, *, devroot: str | os.PathLike | None = None, runs: int = 5,
                   trace: str | os.PathLike | None = None, png: str | os.PathLike | None = None,
-                  cache_dir: str | os.PathLike | None = None) -> dict[str, Any]:
-    """Profile ``runs`` inferences of a model; returns the report ``npu profile`` prints."""
+                  cache_dir: str | os.PathLike | None = None, input_shapes: Any = None) -> dict[str, Any]:
+    """Profile ``runs`` inferences of a model; returns the report ``npu profile`` prints.
+    ``input_shapes`` for inputs with free dimensions (:mod:`libnpu.compiler.input_shapes`)."""
+    shaped = {"input_shapes": input_shapes} if input_shapes else {}     # unset: the default's cache key
     root = Path(devroot) if devroot else libnpu.portability.default_devroot()
     tracing = trace is not None or png is not None
     trace_path = trace_file(root)
     if tracing:
         set_tracing(trace_path, True)
     try:
-        with libnpu.load(resolve(spec), devroot=root, cache_dir=cache_dir, config={"PERF_COUNT": True}) as model:
+        with libnpu.load(resolve(spec), devroot=root, cache_dir=cache_dir, config={"PERF_COUNT": True},
+                         **shaped) as model:
             inputs = random_inputs(model.inputs)
             model.infer(inputs)                       # warm-up: caches, first-touch page faults
             profiles: list[InferenceProfile] = []

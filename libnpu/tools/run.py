@@ -119,14 +119,16 @@ def save_outputs(outputs: Sequence[np.ndarray], directory: str | os.PathLike) ->
 
 def run(spec: str, input_files: Sequence[str] = (), *, repeat: int = 5, devroot: str | os.PathLike | None = None,
         cache_dir: str | os.PathLike | None = None, fresh: bool = False, save: str | None = None,
-        progress: bool = True) -> dict[str, Any]:
-    """Everything ``npu run`` reports, as a dict (see the module docstring)."""
+        progress: bool = True, input_shapes: Any = None) -> dict[str, Any]:
+    """Everything ``npu run`` reports, as a dict (see the module docstring); ``input_shapes``
+    for inputs with free dimensions (:mod:`libnpu.compiler.input_shapes`)."""
+    shaped = {"input_shapes": input_shapes} if input_shapes else {}     # unset: the default's cache key
     path = resolve(spec)
     with tempfile.TemporaryDirectory(prefix="npu-run-cache-") as tmp:
         cache = tmp if fresh else cache_dir
         given = [load_npy(f) for f in input_files]      # a file that is no .npy: before the device
         make: MakeInputs = (lambda descs: read_inputs(input_files, descs, given)) if input_files else random_inputs
-        model, first, inputs = load_timed(path, make, devroot=devroot, cache_dir=cache, progress=progress)
+        model, first, inputs = load_timed(path, make, devroot=devroot, cache_dir=cache, progress=progress, **shaped)
         try:
             request = model.create_request()
             runs = []
@@ -139,14 +141,15 @@ def run(spec: str, input_files: Sequence[str] = (), *, repeat: int = 5, devroot:
             props = model.properties()
             descs = model.outputs
             input_descs = model.inputs
+            notes = model.loadable.metadata.get("notes", [])
         finally:
             model.close()
         # A second load of the same model: the compile cache now holds it.
-        again, cached, _ = load_timed(path, lambda descs: inputs, devroot=devroot, cache_dir=cache)
+        again, cached, _ = load_timed(path, lambda descs: inputs, devroot=devroot, cache_dir=cache, **shaped)
         again.close()
     saved = save_outputs(outputs, save) if save else []
     return {
-        "model": str(path),
+        "model": str(path), "notes": notes,
         "inputs": [{"name": d.name, "shape": list(d.shape), "dtype": d.dtype,
                     "source": str(f) if input_files else "random"}
                    for d, f in zip(input_descs, input_files or [None] * len(input_descs))],

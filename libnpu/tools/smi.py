@@ -1,4 +1,4 @@
-"""`npu smi` (one-shot device table, or --json) and `npu top` (a refreshing view).
+"""`npu smi` (one-shot device table, or --json) and `npu top` (a refreshing curses view).
 
 Both read the driver's attribute tree (see libnpu.tools.npu_sysfs): utilization comes from
 busy_time_us deltas between two samples, per-process rows from /proc/<pid>/fd links to
@@ -7,10 +7,13 @@ the device nodes joined with the clients' DRM usage stats.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import curses
 import json
 import os
 import sys
 import time
+from collections.abc import Callable, Iterator
 from typing import Any, TextIO
 
 from kmd_fuse.uapi.sysfs_layout import recorded_sysroot
@@ -27,6 +30,11 @@ def _size(n: int) -> str:
     return f"{n} GiB"
 
 
+def _size_short(n: int) -> str:
+    """Like _size, without the space (1.5GiB): for the memory column."""
+    return _size(n).replace(" ", "")
+
+
 def _pct(v: float | None) -> str:
     return "  -" if v is None else f"{v:.0f}%"
 
@@ -36,24 +44,25 @@ def _secs(ns: int) -> str:
 
 
 def format_table(reports: list[dict[str, Any]]) -> str:
-    """The human table both commands print."""
-    lines = [f"{'NPU':>3}  {'Model':<14} {'Cores':>5} {'Clock':>9} {'Util':>5}  "
-             f"{'Memory used / total':<23} {'Jobs':>8} {'Failed':>6} {'Resets':>6}  Node"]
+    """The human table both commands print: 80 columns for a node named like /dev/npu0
+    (a longer path runs past, as the last column)."""
+    lines = [f"{'NPU':>3} {'Model':<10} {'Cores':>5} {'Clock':>9} {'Util':>4} "
+             f"{'Memory used/total':<17} {'Jobs':>7} {'Fail':>4} {'Rst':>3} Node"]
     for r in reports:
-        mem = f"{_size(r['memory_used_bytes'])} / {_size(r['memory_total_bytes'])}"
-        lines.append(f"{r['index']:>3}  {r['model'][:14]:<14} {r['cores']:>5} "
-                     f"{r['clock_mhz']:>5} MHz {_pct(r['utilization_pct']):>5}  {mem:<23} "
-                     f"{r['jobs_completed']:>8} {r['jobs_failed']:>6} {r['reset_count']:>6}  {r['node']}")
+        mem = f"{_size_short(r['memory_used_bytes'])}/{_size_short(r['memory_total_bytes'])}"
+        lines.append(f"{r['index']:>3} {r['model'][:10]:<10} {r['cores']:>5} "
+                     f"{r['clock_mhz']:>5} MHz {_pct(r['utilization_pct']):>4} {mem:<17} "
+                     f"{r['jobs_completed']:>7} {r['jobs_failed']:>4} {r['reset_count']:>3} {r['node']}")
     lines.append("")
     lines.append("Processes:")
-    lines.append(f"{'NPU':>3}  {'PID':>7}  {'Command':<16} {'Clients':>7} {'NPU time':>12} {'Util':>5}  Memory")
+    lines.append(f"{'NPU':>3} {'PID':>7}  {'Command':<16} {'Clients':>7} {'NPU time':>12} {'Util':>4}  Memory")
     rows = 0
     for r in reports:
         for p in r["processes"]:
             rows += 1
             busy = sum(p["engine_ns"].values())
-            lines.append(f"{r['index']:>3}  {p['pid']:>7}  {p['comm'][:16]:<16} {len(p['clients']):>7} "
-                         f"{_secs(busy):>12} {_pct(p['utilization_pct']):>5}  {_size(p['memory_bytes'])}")
+            lines.append(f"{r['index']:>3} {p['pid']:>7}  {p['comm'][:16]:<16} {len(p['clients']):>7} "
+                         f"{_secs(busy):>12} {_pct(p['utilization_pct']):>4}  {_size(p['memory_bytes'])}")
     if not rows:
         lines.append("  (no processes are using an NPU)")
     return "\n".join(lines) + "\n"
@@ -104,30 +113,79 @@ def smi(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None 
     return 0
 
 
+def _frames(sampler: Sampler, only: set[int] | None, delay: float, iterations: int | None,
+            wait: Callable[[float], bool]) -> Iterator[tuple[int, float, list[dict[str, Any]]]]:
+    """(frame number, sample time, reports) every ``delay`` s; ``wait(s)`` sleeps up to s
+    seconds and returns False when the viewer asked to quit."""
+    prev = sampler.sample(only)
+    frames = 0
+    while iterations is None or frames < iterations:
+        if not wait(delay):
+            return
+        cur = sampler.sample(only)
+        frames += 1
+        yield frames, cur.t, summarize(prev, cur)
+        prev = cur
+
+
+def _heading(frame: int, delay: float, keys: str = "") -> str:
+    return f"npu top - {time.strftime('%H:%M:%S')}  every {delay:g}s  frame {frame}{keys}\n\n"
+
+
+def _sleep(seconds: float) -> bool:
+    time.sleep(seconds)
+    return True
+
+
+def _watch_on_screen(stdscr: Any, sampler: Sampler, only: set[int] | None, args: argparse.Namespace) -> None:
+    """The curses view: redrawn every frame and on a resize, clipped to the window; q or
+    Escape quits."""
+    with contextlib.suppress(curses.error):
+        curses.curs_set(0)
+    text = "npu top - waiting for the first sample\n"
+
+    def draw() -> None:
+        height, width = stdscr.getmaxyx()
+        stdscr.erase()
+        for row, line in enumerate(text.splitlines()[:height]):
+            with contextlib.suppress(curses.error):   # writing the bottom-right cell raises
+                stdscr.addnstr(row, 0, line, width)
+        stdscr.refresh()
+
+    def wait(seconds: float) -> bool:
+        end = time.monotonic() + seconds
+        while (left := end - time.monotonic()) > 0:
+            stdscr.timeout(max(1, int(left * 1000)))
+            key = stdscr.getch()
+            if key in (ord("q"), ord("Q"), 27):
+                return False
+            if key == curses.KEY_RESIZE:
+                draw()
+        return True
+    draw()
+    for frame, _, reports in _frames(sampler, only, args.delay, args.iterations, wait):
+        text = _heading(frame, args.delay, "   (q quits)") + format_table(reports)
+        draw()
+
+
 def top(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None = None) -> int:
-    """`npu top`: refresh the table every ``args.delay`` > 0 s until interrupted or ``args.iterations`` frames."""
+    """`npu top`: refresh the table every ``args.delay`` > 0 s until q, Ctrl-C or
+    ``args.iterations`` frames; on a terminal a curses view, else frames appended (-b, --json)."""
     out, err = out or sys.stdout, err or sys.stderr
     sampler = _sampler(args, "npu top", err)
     if sampler is None:
         return 1
     only = set(args.ids) if args.ids else None
-    redraw = not args.batch and not args.json and out.isatty()
-    frames = 0
     try:
-        prev = sampler.sample(only)
-        while args.iterations is None or frames < args.iterations:
-            time.sleep(args.delay)
-            cur = sampler.sample(only)
-            reports = summarize(prev, cur)
-            prev = cur
-            frames += 1
+        if not args.batch and not args.json and out is sys.stdout and out.isatty() and sys.stdin.isatty():
+            os.environ.setdefault("ESCDELAY", "25")      # Escape quits at once, not after curses' 1 s
+            curses.wrapper(_watch_on_screen, sampler, only, args)
+            return 0
+        for frame, t, reports in _frames(sampler, only, args.delay, args.iterations, _sleep):
             if args.json:
-                out.write(json.dumps({"frame": frames, "t": round(cur.t, 6), "devices": reports}) + "\n")
+                out.write(json.dumps({"frame": frame, "t": round(t, 6), "devices": reports}) + "\n")
             else:
-                head = (f"npu top - {time.strftime('%H:%M:%S')}  every {args.delay:g}s  "
-                        f"frame {frames}\n\n")
-                out.write(("\x1b[H\x1b[2J" if redraw else ("" if frames == 1 else "\n")) + head
-                          + format_table(reports))
+                out.write(("" if frame == 1 else "\n") + _heading(frame, args.delay) + format_table(reports))
             out.flush()
     except SysfsError as exc:
         print(f"npu top: {exc}", file=err)
@@ -135,4 +193,3 @@ def top(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None 
     except KeyboardInterrupt:
         pass
     return 0
-

@@ -10,17 +10,15 @@ attribute tree's ``trace`` file; this module collects them:
   command), where each job is a slice from SUBMIT to its fence with "queued" and
   "running" nested in it, and each fence signalled an instant.
 - ``timeline_png(events, path)``: the same tracks as rows of coloured bars, one colour
-  per operator (named in a legend), written with zlib (no plotting library needed).
+  per operator (named in a legend), drawn with Pillow.
 """
 from __future__ import annotations
 
 import json
-import struct
-import zlib
 from collections.abc import Iterable
 from pathlib import Path
 
-import numpy as np
+from PIL import Image, ImageDraw, ImageFont
 
 CHIP_PID, CONTEXTS_PID = 1, 2
 IRQ_TID = 1000
@@ -91,51 +89,10 @@ def chrome_trace(events: list[dict], device: str = "npu0", origin_ns: int | None
 
 # ---- PNG ------------------------------------------------------------------------------
 
-_FONT = {  # 3x5 glyphs, one row per string, '#' = ink
-    "0": ["###", "#.#", "#.#", "#.#", "###"], "1": [".#.", "##.", ".#.", ".#.", "###"],
-    "2": ["##.", "..#", ".#.", "#..", "###"], "3": ["##.", "..#", ".#.", "..#", "##."],
-    "4": ["#.#", "#.#", "###", "..#", "..#"], "5": ["###", "#..", "##.", "..#", "##."],
-    "6": [".##", "#..", "###", "#.#", "###"], "7": ["###", "..#", ".#.", ".#.", ".#."],
-    "8": ["###", "#.#", "###", "#.#", "###"], "9": ["###", "#.#", "###", "..#", "##."],
-    "C": [".##", "#..", "#..", "#..", ".##"], "O": [".#.", "#.#", "#.#", "#.#", ".#."],
-    "R": ["##.", "#.#", "##.", "#.#", "#.#"], "E": ["###", "#..", "##.", "#..", "###"],
-    "T": ["###", ".#.", ".#.", ".#.", ".#."], "X": ["#.#", "#.#", ".#.", "#.#", "#.#"],
-    "M": ["#.#", "###", "###", "#.#", "#.#"], "S": [".##", "#..", ".#.", "..#", "##."],
-    "I": ["###", ".#.", ".#.", ".#.", "###"], "Q": [".#.", "#.#", "#.#", "##.", ".##"],
-    "A": [".#.", "#.#", "###", "#.#", "#.#"], "B": ["##.", "#.#", "##.", "#.#", "##."],
-    "D": ["##.", "#.#", "#.#", "#.#", "##."], "F": ["###", "#..", "##.", "#..", "#.."],
-    "G": [".##", "#..", "#.#", "#.#", ".##"], "H": ["#.#", "#.#", "###", "#.#", "#.#"],
-    "J": ["..#", "..#", "..#", "#.#", ".#."], "K": ["#.#", "#.#", "##.", "#.#", "#.#"],
-    "L": ["#..", "#..", "#..", "#..", "###"], "N": ["##.", "#.#", "#.#", "#.#", "#.#"],
-    "P": ["##.", "#.#", "##.", "#..", "#.."], "U": ["#.#", "#.#", "#.#", "#.#", "###"],
-    "V": ["#.#", "#.#", "#.#", "#.#", ".#."], "W": ["#.#", "#.#", "###", "###", "#.#"],
-    "Y": ["#.#", "#.#", ".#.", ".#.", ".#."], "Z": ["###", "..#", ".#.", "#..", "###"],
-    "_": ["...", "...", "...", "...", "###"], "-": ["...", "...", "###", "...", "..."],
-    ".": ["...", "...", "...", "...", ".#."], " ": ["...", "...", "...", "...", "..."],
-}
 _PALETTE = [(66, 133, 244), (219, 68, 55), (244, 180, 0), (15, 157, 88), (171, 71, 188), (0, 172, 193),
             (255, 112, 67), (158, 157, 36), (92, 107, 192), (240, 98, 146)]
-ROW, LABEL_W, SCALE = 22, 64, 2
-
-
-def _text(img: np.ndarray, x: int, y: int, text: str, color=(40, 40, 40)) -> None:
-    for ch in text.upper():
-        glyph = _FONT.get(ch, _FONT[" "])
-        for gy, row in enumerate(glyph):
-            for gx, ink in enumerate(row):
-                if ink == "#":
-                    img[y + gy * SCALE:y + (gy + 1) * SCALE, x + gx * SCALE:x + (gx + 1) * SCALE] = color
-        x += 4 * SCALE
-
-
-def _png(img: np.ndarray) -> bytes:
-    height, width, _ = img.shape
-    raw = b"".join(b"\0" + img[y].tobytes() for y in range(height))
-
-    def chunk(kind: bytes, data: bytes) -> bytes:
-        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF)
-    header = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
-    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(raw, 6)) + chunk(b"IEND", b"")
+ROW, LABEL_W = 22, 72
+_INK, _GRID = (40, 40, 40), (225, 225, 225)
 
 
 def timeline_png(events: Iterable[dict], path: str | Path, width: int = 1200) -> Path:
@@ -151,9 +108,11 @@ def timeline_png(events: Iterable[dict], path: str | Path, width: int = 1200) ->
     start = min(e["submit_ns"] for e in jobs)
     end = max(max(e["end_ns"], e["signal_ns"]) for e in jobs)
     span = max(end - start, 1)
-    rows = [("CORE " + str(c), c) for c in cores] + [("CTX " + str(c), c) for c in contexts]
+    rows = [f"core {c}" for c in cores] + [f"ctx {c}" for c in contexts]
     height = ROW * (len(rows) + 2) + 4
-    img = np.full((height, width, 3), 255, np.uint8)
+    img = Image.new("RGB", (width, height), "white")
+    draw = ImageDraw.Draw(img)
+    font = ImageFont.load_default()
     plot_w = width - LABEL_W - 8
 
     def x_of(ns: int) -> int:
@@ -161,18 +120,18 @@ def timeline_png(events: Iterable[dict], path: str | Path, width: int = 1200) ->
 
     def bar(row: int, a: int, b: int, color) -> None:
         y = ROW * (row + 1) + 3
-        img[y:y + ROW - 6, x_of(a):max(x_of(b), x_of(a) + 1)] = color
+        draw.rectangle((x_of(a), y, max(x_of(b), x_of(a) + 1) - 1, y + ROW - 7), fill=color)
     ms = span / 1e6
     step = next(s for s in (0.1, 0.2, 0.5, 1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 1e9) if ms / s <= 10)
     tick = 0.0
     while tick <= ms:
         x = x_of(start + int(tick * 1e6))
-        img[ROW - 4:height, x] = (225, 225, 225)
-        _text(img, x + 2, 4, f"{tick:g}")
+        draw.line((x, ROW - 4, x, height - 1), fill=_GRID)
+        draw.text((x + 2, 4), f"{tick:g}", fill=_INK, font=font)
         tick += step
-    _text(img, 4, 4, "MS")
-    for row, (label, _) in enumerate(rows):
-        _text(img, 4, ROW * (row + 1) + 6, label)
+    draw.text((4, 4), "ms", fill=_INK, font=font)
+    for row, label in enumerate(rows):
+        draw.text((4, ROW * (row + 1) + 6), label, fill=_INK, font=font)
     ops = {name: _PALETTE[i % len(_PALETTE)] for i, name in enumerate(sorted({e["name"] for e in layers}))}
     for e in jobs:
         bar(cores.index(e["core"]), e["start_ns"], e["end_ns"], (200, 200, 200))
@@ -183,11 +142,12 @@ def timeline_png(events: Iterable[dict], path: str | Path, width: int = 1200) ->
         bar(cores.index(e["core"]), e["start_ns"], e["end_ns"], ops[e["name"]])
     x, y = 4, ROW * (len(rows) + 1) + 6               # the legend: a swatch and the operator's name
     for name, color in ops.items():
-        if x + 16 + 4 * SCALE * len(name) > width:
+        text_w = int(draw.textlength(name, font=font))
+        if x + 14 + text_w > width:
             break
-        img[y:y + 5 * SCALE, x:x + 10] = color
-        _text(img, x + 14, y, name)
-        x += 14 + 4 * SCALE * len(name) + 12
+        draw.rectangle((x, y, x + 9, y + 9), fill=color)
+        draw.text((x + 14, y), name, fill=_INK, font=font)
+        x += 14 + text_w + 12
     path = Path(path)
-    path.write_bytes(_png(img))
+    img.save(path, format="PNG")
     return path

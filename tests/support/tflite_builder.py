@@ -41,6 +41,7 @@ class TensorSpec:
     data: np.ndarray | None = None
     name: str = ""
     sparsity: Any = None   # tests.support.sparse.Sparsity: ``data`` holds the stored values
+    signature: Sequence[int] | None = None   # ``shape_signature``: -1 for a free dimension
 
 
 @dataclass
@@ -153,6 +154,7 @@ def _subgraph(b: flatbuffers.Builder, graph: SubgraphSpec, buffers: list[int],
         shape = b.CreateNumpyVector(np.asarray(t.shape, dtype=np.int32))
         quant = _quantization(b, t)
         sparsity = t.sparsity.write(b) if t.sparsity is not None else None
+        signature = b.CreateNumpyVector(np.asarray(t.signature, np.int32)) if t.signature is not None else None
         tflite.TensorStart(b)
         tflite.TensorAddShape(b, shape)
         tflite.TensorAddType(b, tflite.TensorType.RESOURCE if t.dtype == RESOURCE
@@ -163,6 +165,8 @@ def _subgraph(b: flatbuffers.Builder, graph: SubgraphSpec, buffers: list[int],
             tflite.TensorAddQuantization(b, quant)
         if sparsity is not None:
             tflite.TensorAddSparsity(b, sparsity)
+        if signature is not None:
+            tflite.TensorAddShapeSignature(b, signature)
         tensor_offsets.append(tflite.TensorEnd(b))
 
     op_offsets = []

@@ -2,12 +2,11 @@
 from __future__ import annotations
 
 import os
-import struct
-import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+from PIL import Image
 
 __all__ = ["resize", "Letterbox", "letterbox", "draw_box", "draw_points", "write_png"]
 
@@ -93,10 +92,6 @@ def draw_points(image: np.ndarray, points: np.ndarray, color=(0, 255, 0), radius
             image[max(yi - radius, 0):yi + radius + 1, max(xi - radius, 0):xi + radius + 1] = color
 
 
-def _chunk(kind: bytes, body: bytes) -> bytes:
-    return struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body) & 0xFFFFFFFF)
-
-
 def write_png(path: str | os.PathLike, image: np.ndarray) -> Path:
     """Write an (H, W) grey, (H, W, 3) RGB or (H, W, 4) RGBA uint8 picture as a PNG file."""
     img = np.asarray(image)
@@ -106,13 +101,8 @@ def write_png(path: str | os.PathLike, image: np.ndarray) -> Path:
         img = img[:, :, None]
     if img.ndim != 3 or img.shape[2] not in (1, 3, 4) or 0 in img.shape:
         raise ValueError(f"write_png needs (H, W), (H, W, 3) or (H, W, 4), got {image.shape}")
-    h, w, c = img.shape
-    color = {1: 0, 3: 2, 4: 6}[c]
-    rows = np.concatenate([np.zeros((h, 1), np.uint8), np.ascontiguousarray(img).reshape(h, w * c)], axis=1)
-    data = (b"\x89PNG\r\n\x1a\n" + _chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, 8, color, 0, 0, 0))
-            + _chunk(b"IDAT", zlib.compress(rows.tobytes(), 6)) + _chunk(b"IEND", b""))
     path = Path(path)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_bytes(data)
+    Image.fromarray(np.ascontiguousarray(img[:, :, 0] if img.shape[2] == 1 else img)).save(tmp, format="PNG")
     os.replace(tmp, path)
     return path

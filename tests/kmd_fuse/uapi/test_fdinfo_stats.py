@@ -48,6 +48,19 @@ def test_sizes_use_the_largest_exact_unit(nbytes: int, text: str) -> None:
     assert parse_size(text) == nbytes
 
 
+@pytest.mark.parametrize("text, nbytes", [("64K", 64 << 10), ("4kb", 4096), ("512m", 512 << 20), ("1.5G", 3 << 29),
+                                          ("2 GiB", 2 << 30), ("100b", 100)])
+def test_the_one_size_parser_reads_what_people_type(text: str, nbytes: int) -> None:
+    """The daemon's --memory, npu-kmd's checks and the usage stats share this parser."""
+    assert parse_size(text) == nbytes
+
+
+@pytest.mark.parametrize("text", ["1.5", "-1", "1e3", "G", "4 KX", ""])
+def test_a_size_without_meaning_is_refused(text: str) -> None:
+    with pytest.raises(ValueError, match="bad size"):
+        parse_size(text)
+
+
 def test_parser_accepts_kernel_style_whitespace_and_other_keys() -> None:
     text = ("pos:    0\nflags:  02100002\nmnt_id: 24\ndrm-driver:  i915\ndrm-client-id:   7\n"
             "drm-engine-render: 25662044495 ns\ndrm-engine-copy:   0 ns\ndrm-total-system0:  5 MiB\n"
@@ -67,7 +80,7 @@ def test_parser_accepts_kernel_style_whitespace_and_other_keys() -> None:
     ("drm-driver: x\ndrm-client-id: 1\ndrm-engine-npu: 5 us\n", "line 3: drm-engine-npu must be '<uint> ns'"),
     ("drm-driver: x\ndrm-client-id: 1\ndrm-engine-npu: 5\n", "must be '<uint> ns'"),
     ("drm-driver: x\ndrm-client-id: 1\ndrm-engine-capacity-npu: 0\n", "line 3: drm-engine-capacity-npu must be > 0"),
-    ("drm-driver: x\ndrm-client-id: 1\ndrm-total-npu: 4 kB\n", "line 3: drm-total-npu: bad size"),
+    ("drm-driver: x\ndrm-client-id: 1\ndrm-total-npu: 4 kiloB\n", "line 3: drm-total-npu: bad size"),
     ("drm-driver: x\nno colon here\n", "line 2: not 'key: value'"),
     ("drm-driver: x\ndrm-driver: y\ndrm-client-id: 1\n", "line 2: drm-driver given twice"),
 ])

@@ -87,7 +87,7 @@ def test_mediapipe_sparse_models_compile(name, litert) -> None:
     """The two mediapipe models with DENSIFY (and DEPTH_TO_SPACE) import with the float
     results of LiteRT and compile for the chip (a shared bias constant included)."""
     from libnpu.compiler.lower import compile_model
-    from libnpu.tools.model_zoo import cache_dir
+    from libnpu.model_zoo import cache_dir
     path = cache_dir() / f"{name}.tflite"
     if not path.exists():
         pytest.skip(f"{path} is not in the model cache")

@@ -28,7 +28,7 @@ def library() -> str:
 
 
 def model_path(name: str) -> str:
-    from libnpu.tools import model_zoo
+    from libnpu import model_zoo
     return str(fetch_model(getattr(model_zoo, name)))
 
 
@@ -114,7 +114,9 @@ def test_absent_device_raises_value_error(library, tmp_path):
 
 
 def test_no_device_instance_raises_value_error(npu, library):
-    with pytest.raises(ValueError, match="npu delegate"):
+    """The ValueError's message names the node and the devices there, not a raw FileNotFoundError."""
+    node = npu.devroot / "npu7"
+    with pytest.raises(ValueError, match=f"npu delegate: {node}: no such device \\(devices there: npu0\\)"):
         litert.load_delegate(library, {"devroot": str(npu.devroot), "device": "7"})
 
 
@@ -138,6 +140,23 @@ def test_destroy_order_frees_device_memory(npu, library, tmp_path, order):
     del delegate
     gc.collect()
     assert memory_used(npu) == before
+
+
+def test_a_resized_minus_one_input_compiles_again_with_the_interpreters_shapes(npu, library, tmp_path):
+    from tests.support.free_dims_models import sequence_tflite
+    from tests.support.tflite_builder import ReferenceRunner
+    delegate = litert.load_delegate(library, {"devroot": str(npu.devroot), "cache_dir": str(tmp_path)})
+    it = litert.Interpreter(model_content=sequence_tflite(), experimental_delegates=[delegate],
+                            experimental_op_resolver_type=litert.OpResolverType.BUILTIN_REF)
+    it.allocate_tensors()                         # the stored shape [1, 4] for shape_signature [1, -1]
+    rng = np.random.default_rng(5)
+    for length in (40, 12):
+        it.resize_tensor_input(it.get_input_details()[0]["index"], [1, length])
+        it.allocate_tensors()
+        x = rng.integers(-128, 128, (1, length), dtype=np.int8)
+        [y] = run(it, x)
+        assert y.shape == (1, length // 4, 4)
+        np.testing.assert_array_equal(y, ReferenceRunner(sequence_tflite())(x)[0])
 
 
 def test_cli_prints_the_library_path(library):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -112,7 +113,10 @@ def test_c_program_runs_resnet8_byte_identical_to_litert(npu, programs, resnet8_
     done = run_c(programs["run_model"], str(resnet8_path), str(tmp_path / "out_"), str(tmp_path / "input.bin"),
                  devroot=npu.devroot)
     assert done.returncode == 0, done.stderr
-    assert "input 0: 3072 bytes" in done.stdout
+    # the program prints what npu_runtime_input_info / output_info describe
+    assert re.search(r"^input 0 '[^']+': int8 \[1, 32, 32, 3\], 3072 bytes, scale [0-9.e-]+ zero point -?\d+$",
+                     done.stdout, re.M), done.stdout
+    assert re.search(r"^output 0 '[^']+': int8 \[1, 10\], 10 bytes, scale", done.stdout, re.M), done.stdout
     [expected] = litert(resnet8_path, [x])
     assert (tmp_path / "out_0.bin").read_bytes() == expected.tobytes()
 
@@ -126,7 +130,8 @@ def test_c_program_gets_a_status_and_a_message_for_a_missing_model(npu, programs
         assert done.returncode == 1
         assert done.stderr.strip() == f"npu_runtime_init{'_face_ssd' if program == 'face_detect' else ''}: " \
                                       f"status {Status.NOT_FOUND}: {missing}: no such model file (or model-zoo " \
-                                      "name: anomaly, blazeface, kws, resnet8, vww)"
+                                      "name: resnet8, kws, vww, anomaly, blazeface, or mp_<name> for 12 mediapipe " \
+                                      "models (`npu fetch` lists them))"
 
 
 def test_no_device_is_a_device_error_naming_the_next_step(programs, resnet8_path, tmp_path):
@@ -142,6 +147,13 @@ class Detection(ctypes.Structure):
     _fields_ = [(name, ctypes.c_float) for name in ("x_min", "y_min", "x_max", "y_max", "score")]
 
 
+class TensorInfo(ctypes.Structure):
+    """npu_tensor_info_t (npu.h)."""
+    _fields_ = [("name", ctypes.c_char * 128), ("dtype", ctypes.c_int), ("rank", ctypes.c_uint32),
+                ("dims", ctypes.c_int64 * 8), ("bytes", ctypes.c_size_t), ("quantized", ctypes.c_int),
+                ("scale", ctypes.c_float), ("zero_point", ctypes.c_int32)]
+
+
 @pytest.fixture(scope="module")
 def capi():
     lib = ctypes.CDLL(str(c_runtime.library()))
@@ -150,6 +162,7 @@ def capi():
     for name, restype, argtypes in (
             ("npu_runtime_last_error", ctypes.c_char_p, []),
             ("npu_runtime_init", ctypes.c_int, [ctypes.c_char_p, handle_p]),
+            ("npu_runtime_init_with_shapes", ctypes.c_int, [ctypes.c_char_p, ctypes.c_char_p, handle_p]),
             ("npu_runtime_init_face_ssd", ctypes.c_int, [ctypes.c_char_p, ctypes.c_char_p, handle_p]),
             ("npu_runtime_get_input_size", ctypes.c_int, [ctypes.c_void_p, u32p, u32p, u32p]),
             ("npu_runtime_infer_image", ctypes.c_int, [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_uint32,
@@ -160,7 +173,10 @@ def capi():
             ("npu_runtime_input_bytes", ctypes.c_size_t, [ctypes.c_void_p, ctypes.c_uint32]),
             ("npu_runtime_output_bytes", ctypes.c_size_t, [ctypes.c_void_p, ctypes.c_uint32]),
             ("npu_runtime_infer", ctypes.c_int, [ctypes.c_void_p, ctypes.POINTER(ctypes.c_void_p),
-                                                 ctypes.POINTER(ctypes.c_void_p)])):
+                                                 ctypes.POINTER(ctypes.c_void_p)]),
+            ("npu_runtime_input_info", ctypes.c_int, [ctypes.c_void_p, ctypes.c_uint32, ctypes.POINTER(TensorInfo)]),
+            ("npu_runtime_output_info", ctypes.c_int, [ctypes.c_void_p, ctypes.c_uint32, ctypes.POINTER(TensorInfo)]),
+            ("npu_dtype_name", ctypes.c_char_p, [ctypes.c_int])):
         fn = getattr(lib, name)
         fn.restype, fn.argtypes = restype, argtypes
     return lib
@@ -290,6 +306,14 @@ def test_ctypes_float_model_keeps_float32_io_and_matches_libnpu(capi, npu, on_de
     try:
         assert capi.npu_runtime_input_bytes(handle, 0) == 1 * 3 * 16 * 16 * 4       # float32, as the model
         assert capi.npu_runtime_output_bytes(handle, 0) == 10 * 4
+        info = TensorInfo()
+        assert capi.npu_runtime_input_info(handle, 0, ctypes.byref(info)) == Status.OK
+        assert (capi.npu_dtype_name(info.dtype), list(info.dims[:info.rank]), info.bytes, info.quantized) \
+            == (b"float32", [1, 3, 16, 16], 3 * 16 * 16 * 4, 0)
+        assert capi.npu_runtime_output_info(handle, 1, ctypes.byref(info)) == Status.INVALID_ARGUMENT
+        assert capi.npu_runtime_last_error() == b"output 1: the model has 1"
+        assert capi.npu_runtime_input_info(handle, 0, None) == Status.INVALID_ARGUMENT
+        assert capi.npu_dtype_name(99) == b"unknown"
         x = np.random.default_rng(3).uniform(-1, 1, (1, 3, 16, 16)).astype(np.float32)
         y = np.zeros(10, np.float32)
         assert capi.npu_runtime_infer(handle, (ctypes.c_void_p * 1)(x.ctypes.data),
@@ -300,6 +324,33 @@ def test_ctypes_float_model_keeps_float32_io_and_matches_libnpu(capi, npu, on_de
     finally:
         capi.npu_runtime_free(handle)
     assert memory_used(npu.devroot) == before                              # free gave everything back
+
+
+def test_ctypes_input_shapes_for_a_minus_one_tflite_input(capi, on_device, tmp_path):
+    from tests.support.free_dims_models import sequence_tflite
+    from tests.support.tflite_builder import ReferenceRunner
+    path = tmp_path / "sequence.tflite"
+    path.write_bytes(sequence_tflite())
+    handle = ctypes.c_void_p()
+    assert capi.npu_runtime_init(str(path).encode(), ctypes.byref(handle)) == Status.INVALID_ARGUMENT
+    assert capi.npu_runtime_last_error().endswith(b"input 'x' has free dimensions [1]: give --input-shape x=1,<d1>")
+    assert capi.npu_runtime_init_with_shapes(str(path).encode(), b"y=1,8", ctypes.byref(handle)) \
+        == Status.INVALID_ARGUMENT
+    assert b"names no input 'y' (inputs: 'x')" in capi.npu_runtime_last_error()
+    assert capi.npu_runtime_init_with_shapes(str(path).encode(), b"x=1,0", ctypes.byref(handle)) \
+        == Status.INVALID_ARGUMENT
+    assert capi.npu_runtime_last_error() == b"input shape x=1,0: dimensions must be positive integers"
+    assert capi.npu_runtime_init_with_shapes(str(path).encode(), b"x=1,24", ctypes.byref(handle)) == Status.OK, \
+        capi.npu_runtime_last_error()
+    try:
+        assert (capi.npu_runtime_input_bytes(handle, 0), capi.npu_runtime_output_bytes(handle, 0)) == (24, 24)
+        x = np.random.default_rng(4).integers(-128, 128, (1, 24), dtype=np.int8)
+        y = np.zeros((1, 6, 4), np.int8)
+        assert capi.npu_runtime_infer(handle, (ctypes.c_void_p * 1)(x.ctypes.data),
+                                      (ctypes.c_void_p * 1)(y.ctypes.data)) == Status.OK
+        np.testing.assert_array_equal(y, ReferenceRunner(sequence_tflite())(x)[0])   # LiteRT resized the same
+    finally:
+        capi.npu_runtime_free(handle)
 
 
 def test_ctypes_threads_share_one_handle(capi, on_device, resnet8_path, litert):

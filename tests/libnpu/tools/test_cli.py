@@ -235,6 +235,22 @@ def test_bench_model_json(npu, resnet8_path, tmp_path, capsys):
         assert set(r["cpu_per_inference_us"]) == {"npu", "builtin_ref", "xnnpack"}
 
 
+def test_bench_model_takes_benchmark_apps_options(npu, resnet8_path, tmp_path, capsys):
+    """-niter, -i, -hint and -pc, as OpenVINO's benchmark_app has them."""
+    x = np.random.default_rng(3).integers(-128, 128, (1, 32, 32, 3)).astype(np.int8)
+    np.save(tmp_path / "x.npy", x)
+    assert main(["bench", "model", str(resnet8_path), "-niter", "30", "-i", str(tmp_path / "x.npy"),
+                 "-hint", "latency", "-pc", "--no-litert", "--json", "--devroot", str(npu.devroot),
+                 "--cache-dir", str(tmp_path / "c")]) == 0
+    r = _json(capsys)
+    assert r["latency"]["count"] == 30 and r["throughput"]["inferences"] == 30
+    assert r["hint"] == "latency" and r["throughput"]["requests"] == 1      # LATENCY's optimal number
+    assert r["latency"]["max_ms"] >= r["latency"]["p99_ms"]
+    assert len(r["profile"]["layers"]) == 15 and "model us" in r["profile_table"]
+    assert main(["bench", "model", str(resnet8_path), "-niter", "0"]) == 2
+    assert "--iterations must be at least 1" in capsys.readouterr().err
+
+
 def test_bench_model_reference_in_a_loop_of_its_own(npu, resnet8_path, tmp_path, capsys):
     pytest.importorskip("ai_edge_litert.interpreter")
     assert main(["bench", "model", str(resnet8_path), "--seconds", "0.2", "--requests", "1", "--json",

@@ -10,7 +10,8 @@ import json
 import numpy as np
 import pytest
 
-from libnpu.tools import faces, model_zoo
+from libnpu import model_zoo
+from libnpu.tools import faces
 from libnpu.tools.vision import iou
 
 

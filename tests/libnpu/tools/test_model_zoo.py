@@ -4,7 +4,7 @@ import zlib
 import numpy as np
 import pytest
 
-from libnpu.tools import model_zoo
+from libnpu import model_zoo
 
 
 def test_models_are_cached_tflite_files(resnet8_path, blazeface_path):
@@ -83,6 +83,18 @@ def test_png_decoder_all_filters(tmp_path, channels):
     np.testing.assert_array_equal(model_zoo.load_png(path), img)
 
 
+def test_png_decoder_reads_palette_and_16_bit_files(tmp_path):
+    """Files the old hand-written decoder refused: a palette picture and 16-bit grey."""
+    from PIL import Image
+    rng = np.random.default_rng(7)
+    rgb = rng.integers(0, 4, (6, 5, 3), dtype=np.uint8) * 80        # few colours: an exact palette
+    Image.fromarray(rgb).convert("P", palette=Image.Palette.ADAPTIVE, colors=64).save(tmp_path / "p.png")
+    np.testing.assert_array_equal(model_zoo.load_png(tmp_path / "p.png"), rgb)
+    grey16 = rng.integers(0, 65536, (4, 3), dtype=np.uint16)
+    Image.fromarray(grey16).save(tmp_path / "g16.png")
+    np.testing.assert_array_equal(model_zoo.load_png(tmp_path / "g16.png")[..., 0], (grey16 >> 8).astype(np.uint8))
+
+
 def test_png_decoder_rejects_garbage(tmp_path):
     path = tmp_path / "x.png"
     path.write_bytes(b"GIF89a....")
@@ -118,3 +130,16 @@ def test_unknown_picture_or_mediapipe_model_is_named():
         model_zoo.picture("nope")
     with pytest.raises(model_zoo.ModelZooError, match="unknown mediapipe model 'nope'"):
         model_zoo.mediapipe_model("nope")
+
+
+def test_every_model_asset_is_a_model_name_for_load_and_the_cli(npu, resnet8_path):
+    """`npu fetch` knows mp_hand_recrop: `npu compile` and `libnpu.load` take it too."""
+    import libnpu
+    from libnpu.tools.models import resolve
+    assert {"resnet8", "kws", "mp_hand_recrop", "mp_pose_landmark_full"} <= set(model_zoo.model_names())
+    assert "astronaut" not in model_zoo.model_names()                 # a picture is no model
+    assert resolve("resnet8") == resnet8_path
+    with libnpu.load("resnet8", devroot=npu.devroot) as model:
+        assert model.inputs[0].shape == (1, 32, 32, 3)
+    with pytest.raises(FileNotFoundError, match="no such model file, nor a model-zoo name .*resnet8"):
+        libnpu.load("resnet9", devroot=npu.devroot)

@@ -1,15 +1,20 @@
 """npu smi / npu top on an attribute tree of plain files and real processes holding nodes."""
 from __future__ import annotations
 
+import fcntl
 import io
 import json
 import os
 import select
+import signal
+import struct
 import subprocess
 import sys
+import termios
 from collections.abc import Iterator
 from pathlib import Path
 
+import pyte
 import pytest
 
 from kmd_fuse.uapi.usage_stats import ClientStats, render
@@ -17,6 +22,7 @@ from libnpu.tools import commands
 from libnpu.tools.cli import build_parser
 from libnpu.tools.cli import main as npu_main
 from libnpu.tools.npu_sysfs import Sampler, list_devices, scan_processes, summarize
+from tests.support.device import wait_for
 
 ATTRS = dict(dev="240:{n}", model="npu-emu-v1", abi_version="1.0", cores="4", clock_mhz="1000",
              memory_total_bytes=str(256 << 20), memory_used_bytes=str(12 << 20), busy_time_us="0",
@@ -179,7 +185,9 @@ def test_smi_table_and_json(tree: tuple[Path, Path], holder: subprocess.Popen) -
     lines = text.splitlines()
     assert lines[0].split()[:5] == ["NPU", "Model", "Cores", "Clock", "Util"]
     assert lines[1].split()[:6] == ["0", "npu-emu-v1", "4", "1000", "MHz", "0%"]
-    assert "12.0 MiB / 256.0 MiB" in lines[1] and lines[1].endswith(str(devroot / "npu0"))
+    assert "12.0MiB/256.0MiB" in lines[1] and lines[1].endswith(str(devroot / "npu0"))
+    node_width = len(str(devroot / "npu0"))    # every line fits 80 columns but for the node's path
+    assert all(len(line) <= 80 + max(0, node_width - len("/dev/npu0")) for line in lines), lines
     row = next(line for line in lines if line.split()[:2] == ["0", str(holder.pid)])
     assert "2.500 s" in row and "3.0 MiB" in row
     out = io.StringIO()
@@ -271,18 +279,50 @@ def test_bad_arguments(argv: list[str], message: str, capsys) -> None:  # type: 
     assert f"npu {argv[0]}: error: {message}" in capsys.readouterr().err
 
 
-def test_top_redraws_the_screen_on_a_terminal(tree: tuple[Path, Path]) -> None:
+def _set_window(fd: int, rows: int, columns: int) -> None:
+    fcntl.ioctl(fd, termios.TIOCSWINSZ, struct.pack("HHHH", rows, columns, 0, 0))
+
+
+def test_top_on_a_terminal_fits_the_window_follows_a_resize_and_quits_on_q(tree: tuple[Path, Path]) -> None:
+    """`npu top` under a pseudo-terminal, its screen read back by a terminal emulator (pyte)."""
     sysroot, devroot = tree
     make_device(sysroot, devroot, 0)
     master, slave = os.openpty()
+    _set_window(slave, 24, 80)
+    proc = subprocess.Popen([sys.executable, "-m", "libnpu.tools", "top", "--sysroot", str(sysroot),
+                             "--devroot", "/dev", "-d", "0.2"], stdin=slave, stdout=slave, stderr=slave,
+                            env={**os.environ, "TERM": "xterm"}, start_new_session=True)
+    os.close(slave)
+    screen = pyte.Screen(80, 24)
+    stream = pyte.ByteStream(screen)
+
+    def shows(text: str) -> bool:
+        while select.select([master], [], [], 0)[0]:   # what is there now; wait_for polls again
+            try:
+                stream.feed(os.read(master, 65536))
+            except OSError:          # EIO: the program closed the terminal
+                break
+        return any(text in row for row in screen.display)
     try:
-        with open(slave, "w", closefd=False) as tty:
-            assert top_main(["--sysroot", str(sysroot), "-n", "2", "-d", "0.02"], out=tty) == 0
-        chunks = []
-        while select.select([master], [], [], 0.5)[0]:  # the tty hands the output over in pieces
-            chunks.append(os.read(master, 65536))
-        text = b"".join(chunks).decode()
+        wait_for(lambda: shows("frame 2"), "npu top's second frame on the terminal")
+        rows = [row.rstrip() for row in screen.display]
+        header = next(i for i, row in enumerate(rows) if row.startswith("NPU Model"))
+        assert rows[header + 1].startswith("  0 npu-emu-v1") and rows[header + 1].endswith("/dev/npu0"), rows
+        assert "(q quits)" in rows[0]
+        # a narrower window: every line is clipped to it (a wrapped line would start a row with its tail)
+        _set_window(master, 24, 60)
+        os.kill(proc.pid, signal.SIGWINCH)
+        screen.resize(24, 60)
+        screen.reset()
+        wait_for(lambda: shows("frame"), "a redraw after the resize")
+        wait_for(lambda: shows("  0 npu-emu-v1"), "the device row in the narrower window")
+        rows = [row.rstrip() for row in screen.display]
+        row = next(i for i, r in enumerate(rows) if r.startswith("  0 npu-emu-v1"))
+        assert rows[row - 1].startswith("NPU Model") and not rows[row + 1].strip(), rows
+        os.write(master, b"q")
+        assert proc.wait(timeout=60) == 0
     finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
         os.close(master)
-        os.close(slave)
-    assert text.count("\x1b[H\x1b[2J") == 2 and text.count("npu top - ") == 2

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import libnpu
-from libnpu.tools import model_zoo
+from libnpu import model_zoo
 from libnpu.tools.cli import main
 from libnpu.tools.profile import trace_file
 from tests.support.device import REPO

