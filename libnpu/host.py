@@ -9,9 +9,11 @@ carrying what the host needs to run it:
   operators (builtin code, options, custom options; a run of consecutive CPU operators
   makes one), run by LiteRT's own CPU kernels on the reference resolver
   (``BUILTIN_REF``), so an int8 model stays byte-exact;
-- ``kind="onnx"``: a one-node ONNX model, run by the compiler's numpy float reference
-  when the compiler imports the node (the chip only lacks a kernel for it), else by
-  onnxruntime's CPU kernels when onnxruntime is installed;
+- ``kind="onnx"``: an ONNX model of the nodes (a run of CPU nodes makes one,
+  :mod:`libnpu.compiler.host_groups`), run by the compiler's numpy float reference when
+  the compiler imports them all (the chip only lacks a kernel), else by onnxruntime's CPU
+  kernels (one session) when onnxruntime is installed; tensors keep their ONNX types
+  (an int64 index, a bool condition crosses the boundary as it is);
 - either kind, when its operator is a custom op (TFLite ``CUSTOM:<code>``) or an ONNX
   op type with a host implementation registered by :func:`register_host_op`: that
   Python function, on float values (a TFLite custom op without one runs on LiteRT's
@@ -203,35 +205,89 @@ class _FloatReferenceKernel(HostKernel):
         return [result[n] for n in self.graph.outputs]
 
 
+def _onnx_boundaries(values: Any) -> list[Boundary]:
+    import onnx
+    return [Boundary(onnx.helper.tensor_dtype_to_np_dtype(v.type.tensor_type.elem_type).name) for v in values]
+
+
 def _onnx_kernel(call: HostCall) -> HostKernel:
     import onnx
     model = onnx.load_model_from_string(call.model)
+    if len(model.graph.node) > 1 and any(host_op(n.op_type) for n in model.graph.node):
+        return _SplitKernel(call, model)
     node = model.graph.node[0]
     arity = (len([i for i in model.graph.input]), len(model.graph.output))
-    fn = host_op(call.op)
+    fn = host_op(call.op) if len(model.graph.node) == 1 else None
     if fn is not None:
         attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
         initializers = {i.name: onnx.numpy_helper.to_array(i) for i in model.graph.initializer}
         constants = {k: initializers[n] for k, n in enumerate(node.input) if n in initializers}
         return _PythonKernel(call, fn, arity, attrs, constants)
     from libnpu.compiler.onnx_import import import_onnx  # lazy: it imports onnx (see above)
+    edges = [*model.graph.input, *model.graph.output]
+    why = "some of its tensors have no static shape"
+    if all(e.type.tensor_type.HasField("shape") and all(d.HasField("dim_value") for d in e.type.tensor_type.shape.dim)
+           for e in edges):     # the float reference needs them
+        try:
+            graph = import_onnx(model, f"host:{call.op}")
+            return _FloatReferenceKernel(call, graph)
+        except IRError as exc:
+            why = str(exc)
     try:
-        graph = import_onnx(model, f"host:{call.op}")
-        return _FloatReferenceKernel(call, graph)
-    except IRError as exc:
-        why = str(exc)
-    try:
-        return _OnnxRuntimeKernel(call, arity)
+        return _OnnxRuntimeKernel(call, _onnx_boundaries(model.graph.input), _onnx_boundaries(model.graph.output))
     except ImportError:
         why += "; onnxruntime is not installed"
     raise HostOpError(f"{call.op} (node {call.source}) runs on the CPU, but the host has no implementation "
                       f"({why}); register one with libnpu.register_host_op({call.op!r}, fn)")
 
 
-class _OnnxRuntimeKernel(HostKernel):
-    """An ONNX node the compiler does not know: onnxruntime's CPU kernels, when installed."""
+class _SplitKernel(HostKernel):
+    """A host call of several ONNX nodes, some with a registered Python function: those
+    run alone, each run of the other nodes as one model (one onnxruntime session)."""
 
-    def __init__(self, call: HostCall, arity: tuple[int, int]) -> None:
+    def __init__(self, call: HostCall, model: Any) -> None:
+        super().__init__(call)
+        import onnx
+        graph = onnx.shape_inference.infer_shapes(model).graph
+        known = {v.name: v for v in [*graph.value_info, *graph.input, *graph.output]}      # types and shapes
+        self.names = [i.name for i in model.graph.input]
+        self.inputs, self.outputs = _onnx_boundaries(model.graph.input), _onnx_boundaries(model.graph.output)
+        self.results = [o.name for o in model.graph.output]
+        runs: list[list[Any]] = []
+        for node in model.graph.node:
+            if host_op(node.op_type) or not runs or host_op(runs[-1][-1].op_type):
+                runs.append([])
+            runs[-1].append(node)
+        constants = {i.name: i for i in model.graph.initializer}
+        self.steps: list[tuple[HostKernel, list[str], list[str]]] = []
+        for k, nodes in enumerate(runs):
+            made = [o for n in nodes for o in n.output if o]
+            later = {i for run in runs[k + 1:] for n in run for i in n.input} | set(self.results)
+            ins = [i for i in dict.fromkeys(i for n in nodes for i in n.input) if i and i not in made
+                   and i not in constants]
+            outs = [o for o in made if o in later]
+
+            def info(name: str) -> Any:
+                return known.get(name) or onnx.helper.make_tensor_value_info(name, onnx.TensorProto.FLOAT, None)
+            sub = onnx.helper.make_graph(nodes, f"{graph.name}_{k}", [info(i) for i in ins], [info(o) for o in outs],
+                                         [constants[i] for n in nodes for i in n.input if i in constants])
+            part = onnx.helper.make_model(sub, opset_imports=list(model.opset_import), ir_version=model.ir_version)
+            kernel = _onnx_kernel(HostCall("onnx", part.SerializeToString(), "+".join(n.op_type for n in nodes),
+                                           call.source, call.reason))
+            self.steps.append((kernel, ins, outs))
+
+    def compute(self, values: list[np.ndarray]) -> list[np.ndarray]:
+        env = dict(zip(self.names, zip(values, self.inputs)))      # name -> (value, how it is stored)
+        for kernel, ins, outs in self.steps:
+            results = kernel.run([env[i][0] for i in ins], [env[i][1] for i in ins], kernel.outputs)
+            env.update(zip(outs, zip(results, kernel.outputs)))
+        return [convert(env[n][0], env[n][1], b) for n, b in zip(self.results, self.outputs)]
+
+
+class _OnnxRuntimeKernel(HostKernel):
+    """ONNX nodes the compiler does not know: onnxruntime's CPU kernels, when installed."""
+
+    def __init__(self, call: HostCall, inputs: list[Boundary], outputs: list[Boundary]) -> None:
         super().__init__(call)
         import onnxruntime  # type: ignore[import-untyped]
         try:
@@ -240,11 +296,11 @@ class _OnnxRuntimeKernel(HostKernel):
             raise HostOpError(f"{call.op} (node {call.source}): onnxruntime cannot run it: "
                               f"{str(exc).splitlines()[0]}") from exc
         self.names = [i.name for i in self.session.get_inputs()]
-        self.inputs = [FLOAT] * arity[0]
-        self.outputs = [FLOAT] * arity[1]
+        self.inputs, self.outputs = inputs, outputs
 
     def compute(self, values: list[np.ndarray]) -> list[np.ndarray]:
-        return [np.asarray(o, np.float32) for o in self.session.run(None, dict(zip(self.names, values)))]
+        feeds = {n: np.asarray(v, b.dtype) for n, v, b in zip(self.names, values, self.inputs)}
+        return [np.asarray(o) for o in self.session.run(None, feeds)]
 
 
 def _tflite_kernel(call: HostCall) -> HostKernel:

@@ -134,9 +134,11 @@ def layer_errors(float_graph: Graph, quantized_graph: Graph, dataset: Iterable[F
     float_run = FloatInterpreter(float_graph)
     quant_run = FloatInterpreter(quantized_graph)
     names = float_names(quantized_graph, float_graph)
+    # every output of an op (a host op may have several), by the op that makes it
+    producer = {o: op for op in quantized_graph.ops for o in op.outputs}
     measured = [op for op in quantized_graph.ops if op.type not in ("QUANTIZE", "DEQUANTIZE")
-                and op.outputs[0] in names]
-    sums = {op.outputs[0]: _Sums() for op in measured}
+                and any(o in names for o in op.outputs)]
+    sums = {o: _Sums() for op in measured for o in op.outputs if o in names}
     runs = 0
     for feed in dataset:
         ref = float_run.run(feed, keep=True)
@@ -146,9 +148,6 @@ def layer_errors(float_graph: Graph, quantized_graph: Graph, dataset: Iterable[F
             ref[name] = np.asarray(feed[name], np.float32)
         got = quant_run.run(_quantized_feed(quantized_graph, float_graph, feed), keep=True)
         for op in measured:
-            out = op.outputs[0]
-            want = np.asarray(ref[names[out]], np.float32)
-            sums[out].add(want, np.asarray(got[out], np.float32))
             ins: list[np.ndarray | None] = []
             for i in op.inputs:
                 if not i:
@@ -163,15 +162,20 @@ def layer_errors(float_graph: Graph, quantized_graph: Graph, dataset: Iterable[F
             folded = folded_input_scales(quantized_graph, op)
             if folded is not None:   # per-channel int16 input: the weights carry its scales
                 ins[1] = np.asarray(ins[1] / weight_fold(ins[1].shape, folded), np.float32)  # type: ignore[operator, union-attr]
-            alone = snap_to_grid(quantized_graph.tensors[out], evaluate(op, ins, quantized_graph.tensors[out]))
-            sums[out].add_local(want, np.asarray(alone, np.float32))
+            value = evaluate(op, ins, quantized_graph.tensors[op.outputs[0]])
+            values = list(value) if isinstance(value, (list, tuple)) else [value]
+            for out, alone in zip(op.outputs, values):
+                if out in sums:
+                    want = np.asarray(ref[names[out]], np.float32)
+                    sums[out].add(want, np.asarray(got[out], np.float32))
+                    alone = snap_to_grid(quantized_graph.tensors[out], np.asarray(alone, np.float32))
+                    sums[out].add_local(want, np.asarray(alone, np.float32))
         runs += 1
     if not runs:
         raise IRError("accuracy: no data to measure on")
     result = {}
-    for op in measured:
-        out = op.outputs[0]
-        s = sums[out]
+    for out, s in sums.items():
+        op = producer[out]
         result[out] = LayerError(out, op.type, quantized_graph.tensors[out].size, _sqnr(s.ref2, s.err2), _cosine(s),
                                  s.max_abs, _sqnr(s.local_ref2, s.local_err2), (s.lo, s.hi))
     return result

@@ -56,6 +56,9 @@ def check_int8(graph: Graph) -> None:
             float_ok = (op.type == "QUANTIZE" and n in op.inputs) or (op.type == "DEQUANTIZE" and n in op.outputs)
             if float_ok and t.dtype == "float32":
                 continue
+            if op.type == "QUANTIZE" and t.dtype == "uint8" and t.quant is not None and not t.quant.per_channel \
+                    and graph.tensors[op.outputs[0] if n in op.inputs else op.inputs[0]].dtype == "int8":
+                continue     # an int8 model's uint8 edge (ops.quantize: a sign-bit flip)
             if n in op.outputs and t.dtype in ("int32", "int64") and t.quant is None \
                     and registry.get(op.type, "index_output"):
                 continue
@@ -74,7 +77,9 @@ def check_int8(graph: Graph) -> None:
                 raise NotInt8Error(f"{op.describe()}: tensor {n!r} is {t.dtype}"
                                    f"{'' if t.quant is None else ' per-channel' if t.quant.per_channel else ''}"
                                    f"{' without quantization' if t.quant is None else ''}; "
-                                   "the chip runs int8 tensors only (quantize the model first)")
+                                   "the chip runs int8 tensors only ("
+                                   + ("uint8 only at an int8 model's edges, a QUANTIZE from or to int8)"
+                                      if t.dtype == "uint8" and t.quant is not None else "quantize the model first)"))
 
 
 def is_int8(graph: Graph) -> bool:

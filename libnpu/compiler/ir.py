@@ -326,13 +326,15 @@ class Graph:
         self.ops = [self.ops[i] for i in order]
 
     def prune(self) -> None:
-        """Drop ops whose outputs nobody uses and tensors no op or I/O references."""
+        """Drop ops whose outputs nobody uses and tensors no op or I/O references (a kept
+        op keeps all its outputs: a host op writes the ones nobody reads too)."""
         live = set(self.outputs) | {s.output for s in self.states}
         kept = []
         for op in reversed(self.ops):
             if any(o in live for o in op.outputs):
                 kept.append(op)
                 live.update(i for i in op.inputs if i)
+                live.update(op.outputs)
         self.ops = kept[::-1]
         live.update(self.inputs)
         live.update(s.input for s in self.states)

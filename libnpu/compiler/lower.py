@@ -163,21 +163,22 @@ def compile_model(model: str | os.PathLike | bytes | Graph,
                 return lower(graph, metadata=meta)
         except IRError as refused:
             with stage(progress, "import"):
-                graph = _placed_graph(model, kind, ops, strict, refused)
+                graph = _placed_graph(model, kind, ops, strict, refused, dataset)
     else:
         with stage(progress, "import"):
-            graph = _placed_graph(model, kind, ops, strict, None)
+            graph = _placed_graph(model, kind, ops, strict, None, dataset)
     graph = to_int8_graph(graph, dataset, progress=progress, **quantize_options)
     with stage(progress, "lower"):
         return lower(graph, metadata=meta)
 
 
 def _placed_graph(model: str | os.PathLike | bytes, kind: str | None, ops: Collection[str] | None,
-                  strict: bool, refused: IRError | None) -> Graph:
+                  strict: bool, refused: IRError | None, dataset: list | None = None) -> Graph:
     """The model imported with the operators placed on the CPU as HOST ops. ``refused``:
     why the whole model did not compile for the chip, raised again when no operator
-    needs the CPU (the cause is elsewhere)."""
-    plan = plan_placement(model, ops=ops, kind=kind)
+    needs the CPU (the cause is elsewhere). ``dataset``: the calibration data, which the
+    placement judges a float model's ops on."""
+    plan = plan_placement(model, ops=ops, kind=kind, dataset=dataset)
     if strict:
         plan.refuse_fallback()
     if not plan.cpu:

@@ -23,8 +23,11 @@ from onnx import numpy_helper, shape_inference
 
 from ..loadable import HostCall
 from . import registry
+from .host_groups import group_host_ops
 from .input_shapes import InputShapes, fix_onnx_inputs
 from .ir import Graph, IRError, Op, SourceOp, Tensor, require_data, same_pads
+from .onnx_fold import fold_onnx
+from .onnx_host import TensorType, group_model, probe_shapes, reads
 
 __all__ = ["ONNXImportError", "import_onnx", "import_onnx_sources", "load_onnx", "pads_2d", "binary", "unary",
            "squeeze_leading", "TO_NHWC", "TO_NCHW", "AXIS_TO_NHWC"]
@@ -47,11 +50,11 @@ class _Importer:
                  fallback: bool = False, force_host: Mapping[int, str] | None = None) -> None:
         model = onnx.ModelProto.FromString(model.SerializeToString())
         self.fallback, self.force_host = fallback, dict(force_host or {})
-        # node index in the file, found again by the node's outputs after folding
-        self.origin = {tuple(n.output): (i, n.op_type) for i, n in enumerate(model.graph.node)}
         self.sources: list[SourceOp] = []
         model, _ = fix_onnx_inputs(model, input_shapes, name)   # free input dims given or refused, never guessed
-        model = _fold_constant_subgraphs(model, name)
+        # after the dims are fixed: folding needs static shapes. origin: node index in the
+        # file, found again by the node's outputs after folding
+        model, self.origin = fold_onnx(model, name)
         try:
             self.model = shape_inference.infer_shapes(model, strict_mode=True)
         except Exception as exc:  # onnx raises its own InferenceError types
@@ -66,6 +69,8 @@ class _Importer:
             if tt.HasField("shape"):
                 dims = tuple(d.dim_value if d.HasField("dim_value") else -1 for d in tt.shape.dim)
                 self.shapes[vi.name] = (dims, _onnx_dtype(tt.elem_type))
+        self.dynamic: set[str] = set()     # tensors whose shape depends on the data (compiler.onnx_host)
+        self.integral: set[str] = set()    # what host calls give that is not a real number (indices, bools)
         # ONNX name -> (IR name, whether the IR tensor is the NHWC permutation of it)
         self.env: dict[str, tuple[str, bool]] = {}
         self._layout_cache: dict[tuple[str, bool], str] = {}
@@ -84,12 +89,13 @@ class _Importer:
             raise ONNXImportError(f"{where}: shape of {name!r} is unknown or dynamic ({shape})")
         return shape
 
-    def new_tensor(self, onnx_name: str, nhwc: bool, where: str, shape: tuple[int, ...] | None = None) -> str:
+    def new_tensor(self, onnx_name: str, nhwc: bool, where: str, shape: tuple[int, ...] | None = None,
+                   dtype: str = "float32") -> str:
         shape = shape if shape is not None else self.onnx_shape(onnx_name, where)
         if nhwc:
             shape = tuple(shape[p] for p in TO_NHWC)
         name = self.g.unique_name(onnx_name)
-        self.g.add_tensor(Tensor(name, shape, "float32"))
+        self.g.add_tensor(Tensor(name, shape, dtype))
         self.env[onnx_name] = (name, nhwc)
         return name
 
@@ -135,24 +141,45 @@ class _Importer:
             if vi.name in init_names:
                 continue
             shape, dtype = self.shapes[vi.name]
-            if dtype != "float32":
+            if dtype != "float32" and not self.fallback:
                 raise ONNXImportError(f"input {vi.name!r}: only float32 inputs are supported, got {dtype}")
-            if len(shape) == 4 and self.nhwc_io:
+            if dtype != "float32":     # e.g. a sample rate: the nodes reading it run on the CPU
+                self.new_tensor(vi.name, False, "input", shape, dtype)
+                self.integral.add(vi.name)
+            elif len(shape) == 4 and self.nhwc_io:
                 self.new_tensor(vi.name, True, "input")
             else:
                 self.new_tensor(vi.name, False, "input")
             self.g.inputs.append(self.env[vi.name][0])
-        seen = set()
-        for node in graph.node:
-            idx = self.origin.get(tuple(node.output), (len(self.origin), node.op_type))[0]
-            seen.add(idx)
-            source = SourceOp(idx, node.op_type)
-            self.sources.append(source)
+        seen: dict[int, SourceOp] = {}
+        nodes = list(graph.node)
+        self.readers: dict[str, set[int]] = {}
+        for k, node in enumerate(nodes):
+            for n in reads(node):
+                self.readers.setdefault(n, set()).add(k)
+        origin = [self.origin.get(tuple(node.output), (len(self.origin) + k, node.op_type))
+                  for k, node in enumerate(nodes)]
+        index = [idx for idx, _ in origin]
+        # the CPU nodes placement chose, grouped: one host call per group (compiler.host_groups)
+        groups = group_host_ops([(reads(n), list(n.output)) for n in nodes],
+                                {k for k in range(len(nodes)) if self.fallback and index[k] in self.force_host})
+        pending: list[tuple[int, Any, SourceOp]] = []
+        for k in groups.order:
+            node, idx = nodes[k], index[k]
+            if idx not in seen:      # the nodes of an inlined If are that If's
+                seen[idx] = SourceOp(idx, origin[k][1])
+                self.sources.append(seen[idx])
+            source = seen[idx]
             where = f"{node.op_type} node {idx} ({node.name or node.output[0]!r})"
+            if k in groups.group:
+                if pending and groups.group[pending[-1][0]] != groups.group[k]:
+                    self.host_nodes(pending)
+                source.reason = self.force_host[idx]
+                pending.append((k, node, source))
+                continue
+            self.host_nodes(pending)
             before = len(self.g.ops)
             try:
-                if idx in self.force_host:
-                    raise ONNXImportError(self.force_host[idx])
                 self.import_node(node, where)
             except IRError as exc:
                 if not self.fallback:
@@ -161,10 +188,11 @@ class _Importer:
                 for o in node.output:
                     self.env.pop(o, None)
                 source.reason = _reason(exc, where)
-                self.host_node(node, source, where)
-            source.ir_ops = self.g.ops[before:]
+                self.host_nodes([(k, node, source)])
+            source.ir_ops += self.g.ops[before:]
+        self.host_nodes(pending)
         # nodes folded into constants at import time run nowhere
-        self.sources += [SourceOp(i, op) for i, op in self.origin.values() if i not in seen]
+        self.sources += [SourceOp(i, op) for i, op in dict(self.origin.values()).items() if i not in seen]
         self.sources.sort(key=lambda src: src.index)
         for vi in graph.output:
             if vi.name not in self.env:
@@ -180,6 +208,14 @@ class _Importer:
 
 
     def import_node(self, node, where: str) -> None:
+        dynamic = [n for n in reads(node) if n in self.dynamic]
+        if dynamic:
+            raise ONNXImportError(f"{where}: the shape of input {dynamic[0]!r} depends on the data")
+        integral = [n for n in reads(node) if n in self.integral]
+        if integral:
+            dtype = self.g.tensors[self.env[integral[0]][0]].dtype
+            raise ONNXImportError(f"{where}: input {integral[0]!r} is {dtype}, made on the CPU; the chip takes "
+                                  "real numbers")
         attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
         handler = _GLUE.get(node.op_type) or registry.onnx_handler(node.op_type)
         if handler is None and node.domain not in ("", "ai.onnx"):
@@ -189,22 +225,50 @@ class _Importer:
             raise ONNXImportError(f"unsupported op {where}")
         handler(self, node, attrs, where)
 
-    def host_node(self, node, source: SourceOp, where: str) -> None:
-        """A HOST op running ``node`` on the host (a one-node ONNX model, ONNX layout)."""
-        data = [n for n in node.input if n and n not in self.consts]
-        ins = [self.value(n, False, where) for n in data]
-        outs = [self.new_tensor(o, False, where) for o in node.output if o]
-        helper = onnx.helper
+    def host_nodes(self, group: list[tuple[int, Any, SourceOp]]) -> None:
+        """One HOST op running ``group`` (its position, node and source each; emptied) on the
+        host: an ONNX model of those nodes (:mod:`compiler.onnx_host`), in the ONNX layout."""
+        if not group:
+            return
+        members = {k for k, _, _ in group}
+        nodes = [node for _, node, _ in group]
+        sources = [source for _, _, source in group]
+        ops = "+".join(n.op_type for n in nodes)
+        where = f"{ops} node {sources[0].index} ({nodes[0].name or nodes[0].output[0]!r})"
+        made = [o for node in nodes for o in node.output if o]
+        read = list(dict.fromkeys(n for node in nodes for n in reads(node) if n not in made))
+        finals = {vi.name for vi in self.model.graph.output}
+        outs = [o for o in made if o in finals or self.readers.get(o, set()) - members] or made
+        ins = [self.value(n, False, where) for n in read if n not in self.consts]
+        in_types = {n: (self.g.tensors[i].shape, self.g.tensors[i].dtype)
+                    for n, i in zip([n for n in read if n not in self.consts], ins)}
+        out_types = self.tensor_types(outs, where)
+        ir_outs = [self.new_tensor(o, False, where, *out_types[o]) for o in outs]
+        self.integral.update(o for o in outs if out_types[o][1] not in ("float32", "float16"))
+        model = group_model(nodes, in_types, out_types, {n: self.consts[n] for n in read if n in self.consts},
+                            self.model, f"host_{sources[0].index}")
+        call = HostCall("onnx", model, ops, sources[0].index,
+                        "; ".join(dict.fromkeys(s.reason for s in sources)))
+        host = self.g.add_op(Op("HOST", ins, ir_outs, {"host": call}, name=outs[0]))
+        for source in sources:
+            source.ir_ops = [host]
+        group.clear()
 
-        def info(name: str, ir_name: str):
-            return helper.make_tensor_value_info(name, onnx.TensorProto.FLOAT, list(self.g.tensors[ir_name].shape))
-        inits = [numpy_helper.from_array(self.consts[n], n) for n in dict.fromkeys(node.input) if n in self.consts]
-        sub = helper.make_graph([node], f"host_{source.index}", [info(n, i) for n, i in zip(data, ins)],
-                                [info(o, i) for o, i in zip([o for o in node.output if o], outs)], inits)
-        model = helper.make_model(sub, opset_imports=list(self.model.opset_import),
-                                  ir_version=self.model.ir_version)
-        call = HostCall("onnx", model.SerializeToString(), node.op_type, source.index, source.reason)
-        self.g.add_op(Op("HOST", ins, outs, {"host": call}, name=node.output[0]))
+    def tensor_types(self, names: list[str], where: str) -> dict[str, TensorType]:
+        """Shape and dtype of each of ``names`` (ONNX layout): by shape inference, else by
+        running the model (:func:`compiler.onnx_host.probe_shapes`)."""
+        known = {n: self.shapes[n] for n in names if n in self.shapes and all(d >= 0 for d in self.shapes[n][0])}
+        missing = [n for n in names if n not in known]
+        if missing:
+            probed, dynamic = probe_shapes(self.model, missing, where)
+            known.update(probed)
+            if dynamic and self.force_host:     # placed already: its readers are in this host call or none is
+                n = sorted(dynamic)[0]
+                raise ONNXImportError(f"{where}: the shape of {n!r} depends on the input data, and the host call "
+                                      "must hand it to the chip or return it as an output, which need static "
+                                      "shapes: cut the model before this node and run the rest yourself")
+            self.dynamic |= dynamic
+        return {n: known[n] for n in names}
 
 
 def _reason(exc: Exception, where: str) -> str:
@@ -278,96 +342,6 @@ def _constant(im: _Importer, node, attrs, where):
     if "value" not in attrs:
         raise ONNXImportError(f"{where}: only tensor-valued Constant nodes are supported")
     im.consts[node.output[0]] = numpy_helper.to_array(attrs["value"])
-
-
-def _fold_slice(ins, attrs):
-    data, starts, ends = ins[0], ins[1], ins[2]
-    axes = ins[3] if len(ins) > 3 and ins[3] is not None else range(len(starts))
-    steps = ins[4] if len(ins) > 4 and ins[4] is not None else [1] * len(starts)
-    index = [slice(None)] * data.ndim
-    for st, en, ax, sp in zip(starts, ends, axes, steps):
-        index[int(ax)] = slice(int(st), int(en), int(sp))
-    return data[tuple(index)]
-
-
-def _unsqueeze(ins, attrs):
-    axes = attrs.get("axes") if "axes" in attrs else ins[1]
-    out = ins[0]
-    rank = out.ndim + len(axes)
-    for ax in sorted(int(a) % rank for a in axes):
-        out = np.expand_dims(out, ax)
-    return out
-
-
-def _squeeze(ins, attrs):
-    axes = attrs.get("axes") if "axes" in attrs else (ins[1] if len(ins) > 1 else None)
-    return np.squeeze(ins[0], axis=None if axes is None else tuple(int(a) for a in axes))
-
-
-# Ops evaluated when all their inputs are constants (Shape only needs a static shape).
-_FOLDERS: dict[str, Callable] = {
-    "Shape": lambda ins, attrs: np.asarray(ins[0].shape, np.int64),
-    "Gather": lambda ins, attrs: np.take(ins[0], ins[1], axis=int(attrs.get("axis", 0))),
-    "Unsqueeze": _unsqueeze,
-    "Squeeze": _squeeze,
-    "Concat": lambda ins, attrs: np.concatenate([np.atleast_1d(i) for i in ins], axis=int(attrs["axis"])),
-    "Cast": lambda ins, attrs: ins[0].astype(onnx.helper.tensor_dtype_to_np_dtype(attrs["to"])),
-    "Add": lambda ins, attrs: ins[0] + ins[1],
-    "Sub": lambda ins, attrs: ins[0] - ins[1],
-    "Mul": lambda ins, attrs: ins[0] * ins[1],
-    "Div": lambda ins, attrs: (ins[0] // ins[1]) if ins[0].dtype.kind in "iu" else ins[0] / ins[1],
-    "Slice": _fold_slice,
-    "Reshape": lambda ins, attrs: ins[0].reshape([d if d != 0 else ins[0].shape[i]
-                                                  for i, d in enumerate(ins[1].tolist())]),
-    "Transpose": lambda ins, attrs: ins[0].transpose(attrs.get("perm")),
-    "Identity": lambda ins, attrs: ins[0],
-}
-
-
-def _fold_constant_subgraphs(model: onnx.ModelProto, name: str) -> onnx.ModelProto:
-    """Turn nodes computable at import time into initializers: Constant nodes, shape
-    arithmetic (Shape -> Gather -> Concat -> Reshape, as exporters write flatten) and
-    any foldable op whose inputs are all constants. Repeats until nothing changes, so
-    that shape inference afterwards sees every static shape."""
-    graph = model.graph
-    while True:
-        consts = {i.name: numpy_helper.to_array(i) for i in graph.initializer}
-        try:
-            inferred = shape_inference.infer_shapes(model)
-        except Exception as exc:
-            raise ONNXImportError(f"{name}: ONNX shape inference failed: {exc}") from exc
-        static: dict[str, tuple[int, ...]] = {}
-        for vi in list(inferred.graph.value_info) + list(inferred.graph.input):
-            tt = vi.type.tensor_type
-            if tt.HasField("shape") and all(d.HasField("dim_value") for d in tt.shape.dim):
-                static[vi.name] = tuple(d.dim_value for d in tt.shape.dim)
-        kept, changed = [], False
-        for node in graph.node:
-            attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
-            value = None
-            if node.op_type == "Constant" and "value" in attrs:
-                value = numpy_helper.to_array(attrs["value"])
-            elif node.op_type == "Shape" and (node.input[0] in static or node.input[0] in consts):
-                src = consts.get(node.input[0])
-                value = np.asarray(src.shape if src is not None else static[node.input[0]], np.int64)
-            elif node.op_type in _FOLDERS and node.op_type != "Shape" and \
-                    all(i in consts for i in node.input if i):
-                try:
-                    value = np.asarray(_FOLDERS[node.op_type]([consts[i] if i else None for i in node.input],
-                                                              attrs))
-                except (ValueError, IndexError, TypeError) as exc:
-                    raise ONNXImportError(f"{name}: cannot evaluate {node.op_type} node "
-                                          f"{node.name or node.output[0]!r} on constants: {exc}") from exc
-            if value is None or len(node.output) != 1:
-                kept.append(node)
-                continue
-            graph.initializer.append(numpy_helper.from_array(value, node.output[0]))
-            consts[node.output[0]] = value
-            changed = True
-        if not changed:
-            return model
-        del graph.node[:]
-        graph.node.extend(kept)
 
 
 # Nodes that produce no IR op: the importer resolves them to their input or a constant.

@@ -7,8 +7,12 @@ chip's partitions become device tasks, the rest host calls, see :mod:`libnpu.hos
 An operator goes to the NPU only if the compiler really lowers it: it imports (its
 attributes accepted), and the op it becomes passes the int8 rules and gets kernel
 parameters and a chip descriptor, checked by running those very stages on a graph of
-that one op (a float model's op is first quantized with random calibration, as the
-compiler would). Everything else goes to the CPU with the first reason found: a custom
+that one op. A float model's op is first quantized on the values the whole float model
+gives it (run on the calibration data, or on random inputs when there is none), as the
+compiler would: alone on random inputs, the RSQRT of a LayerNorm saw negative variances.
+Values no grid holds (NaN, infinities) are the data's doing, not the chip's, and the CPU
+would compute them too: they never send an op to the CPU (the compile's calibration
+reports them). Everything else goes to the CPU with the first reason found: a custom
 op, no NPU operator of that type, an attribute, dtype or shape the import or the
 lowering refuses, or an allow-list (``ops``) that leaves it out. Operators folded into
 constants at compile time (shape arithmetic, fp16 weight DEQUANTIZE) count as NPU.
@@ -17,12 +21,15 @@ from __future__ import annotations
 
 import copy
 import os
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from .descriptors import Lowering, lower_op
+from .float_ref import FloatInterpreter
 from .frontend import check_int8
 from .input_shapes import InputShapes, fix_input_shapes
 from .ir import Graph, IRError, Op, SourceOp
@@ -30,7 +37,7 @@ from .memplan import plan_memory
 from .onnx_import import import_onnx_sources
 from .optimize import fold_constants
 from .qparams import lowerable
-from .quantizer import quantize_model
+from .quantizer import NonFiniteValuesError, quantize_model, random_dataset
 from .tflite_import import import_tflite_sources
 
 __all__ = ["Placement", "PlacementPlan", "FallbackRefusedError", "NPU", "CPU", "place_model", "plan_placement",
@@ -138,17 +145,43 @@ def _lower_all(graph: Graph) -> None:
         lower_op(low, op)
 
 
-def _refusal(graph: Graph, op: Op, quantized: bool) -> str:
-    """Why the compiler would not lower ``op`` to the chip ("" if it would)."""
+Feed = Mapping[str, np.ndarray] | Sequence[np.ndarray]
+#: Feeds of the calibration data the placement runs the float model on (the first ones):
+#: one, as every tensor's values are kept while the ops are judged (a 640x640 detector's
+#: take about a gigabyte, as one calibration run does).
+_PLACEMENT_FEEDS = 1
+
+
+def _model_values(graph: Graph, dataset: Iterable[Feed] | None) -> list[dict[str, np.ndarray]] | None:
+    """Every tensor's values in float runs of the whole ``graph`` on the first feeds of
+    ``dataset`` (random inputs in [-1, 1] without one): what each op will be calibrated
+    on. None when the float model does not run (each op is then judged alone on random
+    inputs, and the compile reports why the model does not run)."""
+    feeds = list(dataset)[:_PLACEMENT_FEEDS] if dataset is not None else random_dataset(graph, _PLACEMENT_FEEDS)
+    try:
+        interp = FloatInterpreter(graph)
+        return [interp.run(feed, keep=True) for feed in feeds]
+    except (*_REFUSALS, RuntimeError):     # RuntimeError: a host kernel (onnxruntime, LiteRT) refusing
+        return None
+
+
+def _refusal(graph: Graph, op: Op, quantized: bool, values: list[dict[str, np.ndarray]] | None = None) -> str:
+    """Why the compiler would not lower ``op`` to the chip ("" if it would). ``values``:
+    the float model's tensors (:func:`_model_values`) its inputs are calibrated on."""
     if not any(i and not graph.tensors[i].is_constant for i in op.inputs):
         return ""            # constant inputs only: folded at compile time
     if not lowerable(op.type) and quantized:
         return f"the chip has no int8 kernel for {op.type}"
     sub = _single_op_graph(graph, op)
+    feeds = None
+    if values is not None and all(n in run for run in values for n in sub.inputs):
+        feeds = [{n: run[n] for n in sub.inputs} for run in values]
     try:
         if not quantized:
-            sub = quantize_model(sub, random_count=2)
+            sub = quantize_model(sub, feeds, random_count=2)
         _lower_all(sub)
+    except NonFiniteValuesError:     # the data's doing, not the chip's: judged by its type
+        return "" if lowerable(op.type) else f"the chip has no int8 kernel for {op.type}"
     except _REFUSALS as exc:
         text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         return text.replace(f"{op.describe()}: ", "")
@@ -160,8 +193,11 @@ def _is_quantized(graph: Graph) -> bool:
 
 
 def plan_placement(model: bytes | str | os.PathLike, *, ops: Collection[str] | None = None,
-                   kind: str | None = None, input_shapes: InputShapes = None) -> PlacementPlan:
-    """:func:`place_model`, keeping the model's bytes (its inputs made static) for the compiler."""
+                   kind: str | None = None, input_shapes: InputShapes = None,
+                   dataset: Iterable[Feed] | None = None) -> PlacementPlan:
+    """:func:`place_model`, keeping the model's bytes (its inputs made static) for the compiler.
+    ``dataset``: the calibration data of a float model (feeds of its inputs), which its ops
+    are judged on."""
     data, name, kind = _read(model, kind)
     fixed, _, _ = fix_input_shapes(data, kind, input_shapes, name)
     data = bytes(fixed)        # type: ignore[arg-type]   # bytes given, bytes back
@@ -176,6 +212,7 @@ def plan_placement(model: bytes | str | os.PathLike, *, ops: Collection[str] | N
         fold_constants(folded)
         same = {i: memo[i] for i in same}
         graph = folded
+    values = None if quantized else _model_values(graph, dataset)
     live = {id(op) for op in graph.ops}          # ops pruned or folded at compile time need no device
     allowed = None if ops is None else set(ops)
     plan = PlacementPlan(name, kind, data)
@@ -186,7 +223,7 @@ def plan_placement(model: bytes | str | os.PathLike, *, ops: Collection[str] | N
         if not reason:
             for op in (same[id(op)] for op in src.ir_ops if id(op) in same):
                 if id(op) in live and op.type != "HOST":
-                    reason = _refusal(graph, op, quantized)
+                    reason = _refusal(graph, op, quantized, values)
                     if reason:
                         break
         plan.placements.append(Placement(src.index, src.op, CPU if reason else NPU, reason))

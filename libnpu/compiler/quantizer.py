@@ -10,7 +10,8 @@ kernels run it as they run a TFLite int8 model:
   per-channel int8 weights, byte-exact with the chip: tests/libnpu/compiler/
   test_int8_on_kernels.py); ``fc_per_channel=False`` gives per-tensor FC weights;
 - biases: int32, zero point 0, scale = input scale * weight scale (per channel);
-- outputs the int8 spec fixes (``fixed_output``, e.g. scale 1/256, zero point -128) get that;
+- outputs the int8 spec fixes (``fixed_output``, e.g. scale 1/256, zero point -128) get that,
+  requantized where they join wider tensors (:mod:`libnpu.compiler.grid_joins`);
 - ops that move data without rescaling (``same_scale``: pools, reshapes, ...) share one
   scale/zero point between inputs and output.
 Each operator declares its rule in ``compiler.ops``. Activation ranges come from the
@@ -30,13 +31,14 @@ from .bias_correction import correct_biases
 from .calibration import METHODS, Histogram, choose_range
 from .equalization import equalize as equalize_channels
 from .float_ref import FloatInterpreter
+from .grid_joins import fixed_grids, requantize_joins, shared_grid_groups
 from .ir import Graph, IRError, Op, QuantParams, State, Tensor
 from .optimize import optimize
 from .progress import Progress, stage
 from .scales import bias_scale, choose_activation_scale, quantize_weights, symmetric
 from .weight_rounding import input_moments, round_layer
 
-__all__ = ["QuantizationError", "build_calibration_model", "Calibrator", "calibrate",
+__all__ = ["QuantizationError", "NonFiniteValuesError", "build_calibration_model", "Calibrator", "calibrate",
            "quantize", "quantize_model", "random_dataset", "Range"]
 
 Range = tuple[float, float]
@@ -49,6 +51,10 @@ def _weight_axis(op: Op) -> int | None:
 
 class QuantizationError(IRError):
     """The graph cannot be quantized as asked."""
+
+
+class NonFiniteValuesError(QuantizationError):
+    """The calibration data drive a tensor to infinity or NaN: no grid holds it."""
 
 
 # calibration ------------------------------------------------------------------------
@@ -101,7 +107,7 @@ class Calibrator:
         for name in self.model.outputs:
             v = np.asarray(outs[name], np.float32).reshape(-1)
             if not np.all(np.isfinite(v)):
-                raise QuantizationError(f"calibration: tensor {name!r} has non-finite values")
+                raise NonFiniteValuesError(f"calibration: tensor {name!r} has non-finite values")
             if v.size == 0:  # an empty tensor: any range will do
                 v = np.zeros(1, np.float32)
             self.lo[name] = min(self.lo.get(name, np.inf), float(v.min()))
@@ -136,21 +142,6 @@ def calibrate(graph: Graph, dataset: Iterable[Mapping[str, np.ndarray] | Sequenc
 
 
 # quantization -----------------------------------------------------------------------
-
-class _UnionFind:
-    def __init__(self) -> None:
-        self.parent: dict[str, str] = {}
-
-    def find(self, x: str) -> str:
-        self.parent.setdefault(x, x)
-        while self.parent[x] != x:
-            self.parent[x] = self.parent[self.parent[x]]
-            x = self.parent[x]
-        return x
-
-    def union(self, a: str, b: str) -> None:
-        self.parent[self.find(a)] = self.find(b)
-
 
 def _roles(g: Graph) -> dict[str, tuple[str, Op]]:
     """Constants used as weights or biases, with the op using them."""
@@ -219,24 +210,9 @@ def _activation_table(g: Graph, ranges: Mapping[str, Range], roles) -> dict[str,
         if domain is not None and x in rng and producer is not None and \
                 not registry.get(producer.type, "same_scale"):
             rng[x] = (min(rng[x][0], domain[0]), max(rng[x][1], domain[1]))
-    fixed: dict[str, QuantParams] = {}
-    uf = _UnionFind()
-    for op in g.ops:
-        operator = registry.find(op.type)
-        if operator is not None and operator.fixed_output is not None:
-            s, z = operator.fixed_output
-            fixed[op.outputs[0]] = QuantParams(np.float32(s), z)
-        elif operator is not None and operator.same_scale:
-            for i in op.inputs:
-                if i:
-                    uf.union(i, op.outputs[0])
-    for state in g.states:             # the value written back is read by the next call: one scale
-        uf.union(state.input, state.output)
-    groups: dict[str, list[str]] = {}
-    for name in rng.keys() | fixed.keys():
-        groups.setdefault(uf.find(name), []).append(name)
+    fixed = fixed_grids(g)
     params: dict[str, QuantParams] = {}
-    for members in groups.values():
+    for members in shared_grid_groups(g, rng.keys() | fixed.keys()):
         pinned = [fixed[m] for m in members if m in fixed]
         if pinned:
             if any(p != pinned[0] for p in pinned):
@@ -269,12 +245,17 @@ def quantize(graph: Graph, ranges: Mapping[str, Range], *, fc_per_channel: bool 
     if io_dtype not in ("float32", "int8"):
         raise QuantizationError(f"io_dtype must be 'float32' or 'int8', not {io_dtype!r}")
     src = graph
+    # what a host op gives that is not a real number (an index, a bool, a code) stays as it is
+    # (and so does such a graph input, read by host ops only: ``onnx_import``)
+    indices = {o for op in src.ops if registry.get(op.type, "index_output") or op.type == "HOST"
+               for o in op.outputs if op.type != "HOST" or src.tensors[o].dtype not in ("float32", "float16")}
+    indices |= {n for n in src.inputs if src.tensors[n].dtype not in ("float32", "float16")}
     for t in src.tensors.values():
-        if t.quant is not None or t.dtype not in ("float32", "float16", "int32", "int64"):
+        if t.quant is not None or t.dtype not in ("float32", "float16", "int32", "int64") and t.name not in indices:
             raise QuantizationError(f"tensor {t.name!r} is {t.dtype}{' (quantized)' if t.quant else ''}: "
                                     "quantize expects a float graph")
+    src, ranges = requantize_joins(src, ranges)   # a fixed grid (LOGISTIC's) joined to wider tensors
     roles = _roles(src)
-    indices = {o for op in src.ops if registry.get(op.type, "index_output") for o in op.outputs}
     params = _activation_table(src, ranges, {**roles, **{n: ("index", None) for n in indices}})
 
     g = Graph(src.name)
@@ -325,6 +306,8 @@ def _float_edges(g: Graph, src: Graph) -> None:
     """Keep float I/O: input -> QUANTIZE -> int8 graph -> DEQUANTIZE -> output."""
     prologue, epilogue = [], []
     for name in list(g.inputs):
+        if g.tensors[name].quant is None:
+            continue          # an integer input (a sample rate) enters as it is
         t = g.tensors.pop(name)
         q_name = g.unique_name(f"{name}_int8")
         g.tensors[name] = Tensor(name, t.shape, "float32")
@@ -420,7 +403,13 @@ def quantize_model(graph: Graph,
     data = list(dataset) if dataset is not None else random_dataset(opt, random_count, seed=seed)
     if equalize:
         opt = equalized(opt, data, progress)
-    ranges = calibrate(opt, data, method=method, percentile=percentile, seed=seed, progress=progress)
+    try:
+        ranges = calibrate(opt, data, method=method, percentile=percentile, seed=seed, progress=progress)
+    except NonFiniteValuesError as exc:
+        if dataset is not None:
+            raise
+        raise NonFiniteValuesError(f"{exc} on random inputs in [-1, 1]: give calibration data in the "
+                                   "range the model expects") from exc
     moments = None
     if weight_rounding in ("gptq", "gptq-bias"):
         with stage(progress, "weight rounding"):

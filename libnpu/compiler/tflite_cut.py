@@ -5,7 +5,9 @@ the model LiteRT gets: the chosen operators of subgraph 0 with their builtin cod
 version, builtin options and custom options copied from the source file, the tensors
 they touch (quantization included) and the constant buffers they read. Its inputs are
 the non-constant tensors the operators read and nobody among them writes, its outputs
-what they write.
+what they write. The subgraphs control flow runs (IF's branches, WHILE's condition and
+body, CALL_ONCE's init, at any depth) come along, renumbered, so LiteRT runs an IF or a
+WHILE on the CPU as the source model would.
 
 It uses the object API of the schema module that ships with LiteRT
 (``ai_edge_litert.schema_py_generated``), so every options table is copied whole,
@@ -59,43 +61,94 @@ def cut_tflite(model: bytes, op_indices: Sequence[int], outputs: Sequence[int] |
     inputs = list(dict.fromkeys(int(t) for t in read if t not in written and not is_constant(t)))
     requested = [int(t) for i in op_indices for t in graph.operators[i].outputs if t >= 0]
     outs = list(dict.fromkeys(int(t) for t in (outputs if outputs is not None else requested)))
-    used = list(dict.fromkeys([*inputs, *read, *written, *outs]))
+    # intermediates: the tensors an int8 LSTM keeps its gates' quantization in
+    inner = [t for op in chosen for t in (op.intermediates if op.intermediates is not None else []) if t >= 0]
+    used = list(dict.fromkeys([*inputs, *read, *written, *outs, *inner]))
     new_index = {t: i for i, t in enumerate(used)}
 
-    buffers = [schema.BufferT()]
-    tensors = []
-    for t in used:
-        tensor = graph.tensors[t]
-        if tensor.buffer > 0 and is_constant(t):
-            buffers.append(_inline_buffer(schema, src.buffers[tensor.buffer], model))
-            tensor.buffer = len(buffers) - 1
-        else:
-            tensor.buffer = 0
-        tensors.append(tensor)
-    codes: list = []
-    code_index: dict[int, int] = {}
-    operators = []
-    for op in chosen:
-        if op.opcodeIndex not in code_index:
-            code_index[op.opcodeIndex] = len(codes)
-            codes.append(src.operatorCodes[op.opcodeIndex])
-        op.opcodeIndex = code_index[op.opcodeIndex]
-        op.inputs = [new_index[t] if t >= 0 else -1 for t in (op.inputs if op.inputs is not None else [])]
-        op.outputs = [new_index[t] for t in op.outputs]
-        op.intermediates = None
-        operators.append(op)
-
+    tables = _Tables(src, model, _called_subgraphs(src, chosen))
     sub = schema.SubGraphT()
-    sub.tensors, sub.operators, sub.name = tensors, operators, b"host"
+    sub.tensors = [tables.tensor(graph.tensors[t], is_constant(t)) for t in used]
+    sub.operators = [tables.operator(op, new_index) for op in chosen]
+    sub.name = b"host"
     sub.inputs = [new_index[t] for t in inputs]
     sub.outputs = [new_index[t] for t in outs]
+    subgraphs = [sub]
+    for k in tables.subgraph_index:       # the called subgraphs whole, in their new order
+        called = src.subgraphs[k]
+        same = {t: t for t in range(len(called.tensors or []))}
+        called.tensors = [tables.tensor(t, t.buffer > 0 and _has_data(src.buffers[t.buffer]))
+                          for t in (called.tensors or [])]
+        called.operators = [tables.operator(op, same) for op in (called.operators or [])]
+        subgraphs.append(called)
     cut = schema.ModelT()
-    cut.version, cut.operatorCodes, cut.subgraphs, cut.buffers = 3, codes, [sub], buffers
+    cut.version, cut.operatorCodes, cut.subgraphs, cut.buffers = 3, tables.codes, subgraphs, tables.buffers
     cut.description = b"npu-emu host partition"
 
     builder = flatbuffers.Builder(1024)
     builder.Finish(cut.Pack(builder), file_identifier=b"TFL3")
     return CutModel(bytes(builder.Output()), tuple(inputs), tuple(outs))
+
+
+# The options fields naming a subgraph, on the operators that run one.
+_SUBGRAPH_FIELDS = ("thenSubgraphIndex", "elseSubgraphIndex", "condSubgraphIndex", "bodySubgraphIndex",
+                    "initSubgraphIndex")
+
+
+def _subgraph_refs(op) -> list[int]:
+    options = op.builtinOptions
+    return [getattr(options, f) for f in _SUBGRAPH_FIELDS if options is not None and hasattr(options, f)]
+
+
+def _called_subgraphs(src, ops) -> list[int]:
+    """The subgraphs ``ops`` run (IF, WHILE, CALL_ONCE), and the ones those run, in order."""
+    found: list[int] = []
+    pending = [k for op in ops for k in _subgraph_refs(op)]
+    while pending:
+        k = pending.pop(0)
+        if not 0 < k < len(src.subgraphs):
+            raise IRError(f"an operator names subgraph {k}, which the model does not have")
+        if k not in found:
+            found.append(k)
+            pending += [j for op in (src.subgraphs[k].operators or []) for j in _subgraph_refs(op)]
+    return found
+
+
+def _has_data(buffer) -> bool:
+    return buffer.data is not None and len(buffer.data) > 0 or buffer.offset > 1
+
+
+class _Tables:
+    """The cut model's operator codes, buffers and subgraph numbers, filled as tensors and
+    operators are copied into it."""
+
+    def __init__(self, src, model: bytes, called: list[int]) -> None:
+        self.src, self.model = src, model
+        self.codes: list = []
+        self.code_index: dict[int, int] = {}
+        self.buffers = [schema.BufferT()]
+        self.subgraph_index = {k: i + 1 for i, k in enumerate(called)}
+
+    def tensor(self, tensor, constant: bool):
+        if tensor.buffer > 0 and constant:
+            self.buffers.append(_inline_buffer(schema, self.src.buffers[tensor.buffer], self.model))
+            tensor.buffer = len(self.buffers) - 1
+        else:
+            tensor.buffer = 0
+        return tensor
+
+    def operator(self, op, new_index: dict[int, int]):
+        if op.opcodeIndex not in self.code_index:
+            self.code_index[op.opcodeIndex] = len(self.codes)
+            self.codes.append(self.src.operatorCodes[op.opcodeIndex])
+        op.opcodeIndex = self.code_index[op.opcodeIndex]
+        op.inputs = [new_index[t] if t >= 0 else -1 for t in (op.inputs if op.inputs is not None else [])]
+        op.outputs = [new_index[t] for t in op.outputs]
+        op.intermediates = [new_index[t] for t in op.intermediates] if op.intermediates is not None else None
+        for f in _SUBGRAPH_FIELDS:
+            if op.builtinOptions is not None and hasattr(op.builtinOptions, f):
+                setattr(op.builtinOptions, f, self.subgraph_index[getattr(op.builtinOptions, f)])
+        return op
 
 
 def _with_constant_producers(graph, indices: list[int], is_constant) -> list[int]:

@@ -17,6 +17,7 @@ import tflite
 
 from ..loadable import HostCall
 from . import registry
+from .host_groups import group_host_ops
 from .input_shapes import InputShapes, fix_tflite_inputs
 from .ir import Graph, IRError, Op, QuantParams, SourceOp, Tensor, require_data, same_pads
 from .tflite_cut import cut_tflite
@@ -143,27 +144,29 @@ class _Importer:
     def run(self) -> Graph:
         g = self.graph
         g.inputs = [self.tensor(i) for i in self.sg.InputsAsNumpy()]
-        pending: list[SourceOp] = []     # consecutive operators placed on the CPU: one host call
-        for i in range(self.sg.OperatorsLength()):
+        pending: list[SourceOp] = []     # a group of operators placed on the CPU: one host call
+        count = self.sg.OperatorsLength()
+        names = [self.op_name(i) for i in range(count)]
+        io = [self.op_io(i) for i in range(count)]
+        # a user's Python function (a custom op) is a call of its own
+        groups = group_host_ops(self.ordered(names, io),
+                                {i for i in range(count) if self.fallback and i in self.force_host},
+                                alone=lambda i: names[i].startswith("CUSTOM:"))
+        for i in groups.order:
             op = self.sg.Operators(i)
-            opname = builtin_name(self.model, op.OpcodeIndex())
-            if opname == "CUSTOM":
-                opname = f"CUSTOM:{(self.model.OperatorCodes(op.OpcodeIndex()).CustomCode() or b'').decode()}"
-            ins = [int(j) for j in op.InputsAsNumpy()] if op.InputsLength() else []
-            outs = [int(j) for j in op.OutputsAsNumpy()] if op.OutputsLength() else []
+            opname = names[i]
+            ins, outs = io[i]
             # a resource (VAR_HANDLE's output) is no IR tensor: the variables' handlers resolve it
             out_name = (self.label(outs[0]) if self.is_resource(outs[0]) else self.tensor(outs[0])) if outs \
                 else f"op{i}"
             where = f"{opname} node {i} (output {out_name!r})"
             source = SourceOp(i, opname)
             self.sources.append(source)
-            if self.fallback and i in self.force_host:
-                source.reason = self.force_host[i]
-                if opname.startswith("CUSTOM:"):     # a user's Python function: a call of its own
+            if i in groups.group:
+                if pending and groups.group[pending[-1].index] != groups.group[i]:
                     self.host_op(pending)
-                    self.host_op([source])
-                else:
-                    pending.append(source)
+                source.reason = self.force_host[i]
+                pending.append(source)
                 continue
             self.host_op(pending)
             before = len(g.ops)
@@ -177,6 +180,7 @@ class _Importer:
                 self.host_op([source])
             source.ir_ops = g.ops[before:]
         self.host_op(pending)
+        self.sources.sort(key=lambda src: src.index)     # in file order, whatever order the groups gave
         g.outputs = [self.tensor(i) for i in self.sg.OutputsAsNumpy()]
         g.metadata["source"] = "tflite"
         desc = self.model.Description()
@@ -187,6 +191,34 @@ class _Importer:
         g.check_runnable()
         self.touch_buffers()
         return g
+
+    def op_name(self, i: int) -> str:
+        """Operator ``i``'s builtin name (``CUSTOM:<code>`` for a custom op)."""
+        code = self.sg.Operators(i).OpcodeIndex()
+        opname = builtin_name(self.model, code)
+        if opname == "CUSTOM":
+            opname = f"CUSTOM:{(self.model.OperatorCodes(code).CustomCode() or b'').decode()}"
+        return opname
+
+    def op_io(self, i: int) -> tuple[list[int], list[int]]:
+        """Operator ``i``'s input and output tensor indices (-1: an optional input left out)."""
+        op = self.sg.Operators(i)
+        return ([int(j) for j in op.InputsAsNumpy()] if op.InputsLength() else [],
+                [int(j) for j in op.OutputsAsNumpy()] if op.OutputsLength() else [])
+
+    def ordered(self, names: list[str], io: list[tuple[list[int], list[int]]]) -> list[tuple[list, list]]:
+        """The operators' inputs and outputs for grouping, with the operators touching
+        variables chained in file order (a read before or after an assign must stay so:
+        the variables' import follows the order the operators come in)."""
+        deps: list[tuple[list, list]] = [(list(ins), list(outs)) for ins, outs in io]
+        previous = None
+        for k, (ins, _) in enumerate(io):
+            if names[k] in _STATEFUL or any(t >= 0 and self.is_resource(t) for t in ins):
+                if previous is not None:
+                    deps[k][0].append(("after", previous))
+                deps[k][1].append(("after", k))
+                previous = k
+        return deps
 
     def import_op(self, opname: str, ins: list[int], outs: list[int], options: Any, where: str,
                   out_name: str) -> None:
@@ -304,6 +336,9 @@ def simple(im, ins, outs, table, where):
     """Import of an op with no options and only data inputs."""
     return {}, ins
 
+
+# Operators with effects beyond their outputs (variables), kept in file order.
+_STATEFUL = ("CALL_ONCE", "VAR_HANDLE", "READ_VARIABLE", "ASSIGN_VARIABLE")
 
 # Integer ops evaluated at import time when their inputs are known (shape arithmetic).
 _FOLDABLE = ("SHAPE", "STRIDED_SLICE", "PACK", "CONCATENATION", "RESHAPE")

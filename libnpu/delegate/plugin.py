@@ -247,7 +247,9 @@ class NpuDelegate:
                        and not self.tensors[i].constant]
         if any(t.dtype is None for t in (self.tensors[i] for i in (*node.inputs, *node.outputs) if i >= 0)):
             return "a tensor type the chip does not carry"
-        if not activations or any(t.dtype not in _QUANTIZED for t in activations):
+        # An int8 model's uint8 edge: the compiler's placement decides (a sign-bit flip or not).
+        carried = (*_QUANTIZED, "uint8") if node.op == "QUANTIZE" else _QUANTIZED
+        if not activations or any(t.dtype not in carried for t in activations):
             return "not a quantized operator (the delegate runs int8/int16 partitions)"
         if any(0 in t.shape for t in activations):
             return "an empty tensor (a 0 in its shape): the chip runs no empty tensor"

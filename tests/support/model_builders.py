@@ -248,6 +248,43 @@ def sigmoid_tanh_between_convs(seed: int = 8) -> onnx.ModelProto:
     return b.model("sigmoid_tanh_between_convs", {"x": [1, 3, 8, 8]}, {"y": [1, 2, 8, 8]})
 
 
+def concat_of_sigmoid(other: str = "Mul", seed: int = 10) -> onnx.ModelProto:
+    """``Concat(other(x), Sigmoid(x))`` on axis 1 (issue 26's repro), ``other`` one of "Mul"
+    (x * 100: far beyond the sigmoid's [0, 1)), "Sigmoid" (the same fixed grid) or "Tanh"
+    (another fixed grid). Input [1, 8]."""
+    b = _Builder(seed)
+    if other == "Mul":
+        b.node("Mul", ["x", b.const("hundred", np.float32(100))], "a")
+    else:
+        b.node(other, [b.node("Neg", ["x"], "nx")], "a")
+    b.node("Sigmoid", ["x"], "s")
+    b.node("Concat", ["a", "s"], "y", axis=1)
+    return b.model("concat_of_sigmoid", {"x": [1, 8]}, {"y": [1, 16]})
+
+
+def unary(op: str) -> onnx.ModelProto:
+    """One ONNX node ``op`` of one input (default attributes). Input [1, 8]."""
+    b = _Builder(0)
+    b.node(op, ["x"], "y")
+    return b.model(f"unary_{op}", {"x": [1, 8]}, {"y": [1, 8]})
+
+
+def yolo_head(seed: int = 11) -> onnx.ModelProto:
+    """A YOLO-style detection head: a trunk conv, box regression in pixels (a conv scaled to
+    hundreds) and class scores (conv, Sigmoid) concatenated on the channels, flattened to
+    [1, 4 + classes, anchors]. Input [1, 3, 8, 8]."""
+    b = _Builder(seed)
+    n = b.node
+    n("Conv", ["x", b.weight("w1", 8, 3, 3, 3), b.weight("b1", 8, scale=.1)], "c1", pads=[1, 1, 1, 1])
+    n("Relu", ["c1"], "r1")
+    n("Conv", ["r1", b.weight("wb", 4, 8, 1, 1, scale=60.0), b.const("bb", np.full(4, 160, np.float32))], "box")
+    n("Conv", ["r1", b.weight("wc", 3, 8, 1, 1, scale=2.0), b.weight("bc", 3)], "logits")
+    n("Sigmoid", ["logits"], "scores")
+    n("Concat", ["box", "scores"], "cat", axis=1)
+    n("Reshape", ["cat", b.const("shape", np.array([1, 7, 64], np.int64))], "y")
+    return b.model("yolo_head", {"x": [1, 3, 8, 8]}, {"y": [1, 7, 64]})
+
+
 def outlier_channel(seed: int = 5) -> onnx.ModelProto:
     """A conv whose first output channel is ~300x the others, then a 1x1 conv that reads
     only the others: the shared int8 scale of the first conv's output leaves them a few

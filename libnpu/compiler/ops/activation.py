@@ -57,12 +57,16 @@ def _lower_lut(low, op, p):
     return low.flat("LUT", op, {}, dict(lut=low.const(op, "lut", p["lut"])))
 
 
-def _logistic(op, ins, out):
-    with np.errstate(over="ignore"):  # exp(-x) overflows to inf for x < -88: 1 / (1 + inf) is the 0 wanted
-        return (1 / (1 + np.exp(-ins[0]))).astype(np.float32)
+def sigmoid(x: np.ndarray) -> np.ndarray:
+    """``1 / (1 + e**-x)`` in float32, taking ``e`` only to non-positive powers: ``e**-x``
+    itself overflows below x = -88 (a RuntimeWarning printed during compiles of models
+    whose logits reach that far, though the result, 0, was right)."""
+    x = np.asarray(x, np.float32)
+    e = np.exp(-np.abs(x))
+    return np.where(x >= 0, 1 / (1 + e), e / (1 + e)).astype(np.float32)
 
 
-register(Operator("LOGISTIC", tflite=tflite_import.simple, float_ref=_logistic,
+register(Operator("LOGISTIC", tflite=tflite_import.simple, float_ref=lambda op, ins, out: sigmoid(ins[0]),
                   fixed_output=(1 / 256, -128), params=_lut_params(fp.LUT_LOGISTIC), lower=_lower_lut,
                   export=_export_plain, tflite_version=2, int16=True))  # int16: output scale 2**-15
 register(Operator("TANH", tflite=tflite_import.simple, float_ref=lambda op, ins, out: np.tanh(ins[0]),

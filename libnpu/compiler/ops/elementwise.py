@@ -71,7 +71,7 @@ def _mul_params(g, op) -> dict:
 def lower_binary(low, op, p):
     """A broadcasting binary descriptor named like the op, or with per-channel parameter rows
     (``channel_params``) the op's ``*16_PER_CHANNEL`` descriptor with the rows as a constant."""
-    out = low.shape(op.outputs[0])
+    out = tuple(low.shape(op.outputs[0])) or (1,)     # a scalar (a scale computed at run time): one value
     rank = len(out)
     shapes = [(1,) * (rank - len(low.shape(i))) + tuple(low.shape(i)) for i in op.inputs]
     fields = dict(p, rank=rank, in1_shape=pad_rank(shapes[0]), in2_shape=pad_rank(shapes[1]),

@@ -328,7 +328,7 @@ def _export_elu(wr, op, outs) -> None:
 
 
 _table_op("ELU", elu_transform,
-          lambda op, ins, out: np.where(ins[0] < 0, _f32(op.attrs["alpha"]) * np.expm1(ins[0]), ins[0]),
+          lambda op, ins, out: np.where(ins[0] < 0, _f32(op.attrs["alpha"]) * np.expm1(np.minimum(ins[0], 0)), ins[0]),
           ("alpha",), tflite=_tflite_elu, export=_export_elu)
 _table_op("EXP", lambda a: _libm("expf"), lambda op, ins, out: np.exp(ins[0]), version=2)
 _table_op("LOG", lambda a: log_transform(a["output_scale"], a["output_zp"]),

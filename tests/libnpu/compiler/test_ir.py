@@ -88,3 +88,17 @@ def test_a_zero_point_outside_its_type_is_refused(dtype, zero_point):
     with pytest.raises(IRError, match=f"zero point {zero_point} outside {dtype}'s range"):
         Tensor("t", (1, 8), dtype, QuantParams([0.05], [zero_point]))
     Tensor("t", (1, 8), dtype, QuantParams([0.05], [np.iinfo(dtype).max]))     # the edge is fine
+
+
+def test_prune_keeps_every_output_of_an_op_it_keeps():
+    # A host op writes all its outputs, the ones nobody reads too ("unknown output" before).
+    from libnpu.loadable import HostCall
+    g = Graph("two_outputs")
+    for n in ("x", "used", "unread", "y"):
+        g.add_tensor(Tensor(n, (1, 4), "float32"))
+    g.add_op(Op("HOST", ["x"], ["used", "unread"], {"host": HostCall("onnx", b"", "LSTM", 0, "")}))
+    g.add_op(Op("RELU", ["used"], ["y"]))
+    g.inputs, g.outputs = ["x"], ["y"]
+    g.prune()
+    assert "unread" in g.tensors
+    g.validate()

@@ -39,3 +39,20 @@ def test_producers_of_constant_inputs_come_along():
 def test_operators_that_do_not_exist_are_refused():
     with pytest.raises(IRError, match="not all in the model's subgraph 0"):
         cut_tflite(host_models.int8_fc_sandwich(BO.REVERSE_V2), [3])
+
+
+def test_intermediate_tensors_come_along():
+    # An int8 LSTM keeps its gates' quantization in intermediate tensors; the cut dropped them.
+    import flatbuffers
+    from ai_edge_litert import schema_py_generated as schema
+    src = schema.ModelT.InitFromPackedBuf(bytearray(host_models.int8_fc_sandwich(BO.REVERSE_V2)), 0)
+    graph = src.subgraphs[0]
+    gate = schema.TensorT()
+    gate.name, gate.shape, gate.type, gate.buffer = b"gate_scale", [1], tflite.TensorType.INT16, 0
+    graph.tensors.append(gate)
+    graph.operators[1].intermediates = [len(graph.tensors) - 1]
+    builder = flatbuffers.Builder(1024)
+    builder.Finish(src.Pack(builder), file_identifier=b"TFL3")
+    cut = schema.ModelT.InitFromPackedBuf(bytearray(cut_tflite(bytes(builder.Output()), [1]).model), 0)
+    (op,) = cut.subgraphs[0].operators
+    assert [cut.subgraphs[0].tensors[t].name for t in op.intermediates] == [b"gate_scale"]

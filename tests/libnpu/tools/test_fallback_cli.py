@@ -71,3 +71,15 @@ def test_npu_run_a_model_with_fallback_and_inputs_that_do_not_fit(reverse_model,
     assert main(["run", str(reverse_model), "--input", str(tmp_path / "wide.npy"), "--repeat", "1",
                  "--devroot", str(npu.devroot), "--cache-dir", str(tmp_path / "c"), "--no-progress"]) == 2
     assert "does not fit input x [1, 16]" in capsys.readouterr().err
+
+
+def test_report_on_a_host_op_with_several_outputs(tmp_path, capsys):
+    # The LSTM's Y and Y_h each measured ("'list' object has no attribute 'ndim'" before).
+    path = tmp_path / "lstm.onnx"
+    path.write_bytes(host_models.lstm_unused_states(last_state=True).SerializeToString())
+    assert main(["compile", str(path), "-o", str(tmp_path / "l.nlb"), "--report", "--ops", "MatMul,Relu",
+                 "--no-progress", "--cache-dir", str(tmp_path / "c")]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    start = next(k for k, line in enumerate(lines) if line.startswith("quantization accuracy per layer"))
+    measured = {line.split()[0]: line.split()[1] for line in lines[start + 2:] if line.strip()}
+    assert measured["seq"] == "HOST" and measured["y_h_int8"] == "HOST"

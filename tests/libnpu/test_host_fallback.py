@@ -1,0 +1,238 @@
+"""CPU fallback that never breaks: any node the host can run runs on the CPU, whatever its
+outputs and their types, control flow and onnxruntime's own operators included, and
+adjacent CPU nodes make one host call. Each model runs on the device and is compared with
+onnxruntime / LiteRT on the model itself."""
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import onnxruntime
+import pytest
+import tflite
+
+import libnpu
+from libnpu.compiler.ir import IRError
+from libnpu.compiler.lower import compile_model
+from tests.support import host_models
+from tests.support.litert import litert_run
+from tests.support.tflite_builder import OpSpec, SubgraphSpec, TensorSpec, build_model, named_options
+
+B = tflite.BuiltinOperator
+
+
+def _feeds(shape: tuple[int, ...], count: int, seed: int) -> list[np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return [rng.uniform(-1, 1, shape).astype(np.float32) for _ in range(count)]
+
+
+def _check_onnx(npu, model, calibration: list[np.ndarray], **options) -> libnpu.Loadable:
+    """Compile ``model``, run it on the device on inputs calibration never saw, compare with
+    onnxruntime; the loadable, for the test to look at its host steps."""
+    data = model.SerializeToString()
+    loadable = compile_model(data, [[x] for x in calibration], **options)
+    session = onnxruntime.InferenceSession(data, providers=["CPUExecutionProvider"])
+    name = session.get_inputs()[0].name
+    with libnpu.load(loadable, devroot=npu.devroot) as compiled:
+        for x in _feeds(calibration[0].shape, 3, seed=99):
+            (got,) = compiled.infer([x], dequantized=True)
+            (want,) = session.run(None, {name: x})
+            _close(got, want)
+    return loadable
+
+
+def _close(got: np.ndarray, want: np.ndarray) -> None:
+    """The device's output follows the reference as the issue's bar asks (int8 on the chip)."""
+    assert got.shape == want.shape
+    g, w = got.astype(np.float64).ravel(), want.astype(np.float64).ravel()
+    assert g @ w / (np.linalg.norm(g) * np.linalg.norm(w) + 1e-12) >= 0.99
+
+
+def _host_ops(loadable) -> list[str]:
+    return [step.op for step in loadable.host_steps]
+
+
+@pytest.mark.parametrize("cell", ["LSTM", "GRU"])
+def test_a_host_rnn_whose_states_nobody_reads(npu, cell):
+    # The allow-list keeps the RNN on the CPU even where the chip has a kernel for it.
+    model = host_models.lstm_unused_states(cell=cell)
+    loadable = _check_onnx(npu, model, _feeds((5, 1, 8), 8, seed=1), ops=["MatMul", "Relu"])
+    assert _host_ops(loadable) == [cell]
+    (step,) = loadable.host_steps
+    assert len(step.outputs) == 1           # Y leaves the host call; Y_h and Y_c do not
+
+
+def test_topk_whose_int64_indices_nobody_reads(npu):
+    loadable = _check_onnx(npu, host_models.topk_values(), _feeds((4, 8), 8, seed=2))
+    assert _host_ops(loadable) == ["TopK"]
+
+
+def test_int64_indices_between_two_host_calls_stay_integers(npu):
+    # They were quantized to int8 like an activation: wrong elements gathered.
+    model = host_models.topk_indices_across_the_chip()
+    calibration = _feeds((4, 8), 8, seed=11)
+    loadable = _check_onnx(npu, model, calibration)
+    assert _host_ops(loadable) == ["TopK", "GatherElements"]
+    assert [t.dtype for t in loadable.tensors if t.name == "i"] == ["int64"]
+    session = onnxruntime.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    with libnpu.load(loadable, devroot=npu.devroot) as compiled:
+        for x in calibration[:3]:
+            (got,) = compiled.infer([x], dequantized=True)
+            (want,) = session.run(None, {"x": x})
+            assert np.abs(got - want).max() <= 0.1 * np.abs(want).max()
+
+
+def test_integer_arithmetic_on_host_results_stays_on_the_host(npu):
+    loadable = _check_onnx(npu, host_models.topk_indices_arithmetic(), _feeds((4, 8), 8, seed=12))
+    assert _host_ops(loadable) == ["TopK+Add+Cast"]
+
+
+def test_onnxruntime_dynamic_quantization_ops_make_one_host_call(npu):
+    # uint8 codes, an int32 accumulator: types the chip never sees, inside one host call
+    loadable = _check_onnx(npu, host_models.dynamic_quantized_matmul(), _feeds((4, 8), 8, seed=3))
+    assert _host_ops(loadable) == ["DynamicQuantizeLinear+MatMulInteger+Cast"]
+
+
+def test_a_com_microsoft_op_whose_shapes_onnx_cannot_infer(npu):
+    loadable = _check_onnx(npu, host_models.dynamic_quantized_lstm(), _feeds((5, 1, 8), 8, seed=4))
+    assert _host_ops(loadable) == ["DynamicQuantizeLSTM"]
+
+
+@pytest.mark.parametrize("build, ops", [(host_models.if_on_data, ["Greater+If"]),
+                                        (host_models.loop_three_times, ["Loop"])])
+def test_onnx_control_flow_reading_the_outer_scope(npu, build, ops):
+    loadable = _check_onnx(npu, build(), _feeds((4, 8), 8, seed=5))
+    assert _host_ops(loadable) == ops
+
+
+def test_an_integer_model_input_read_on_the_host(npu):
+    # A sample rate choosing a branch: "only float32 inputs are supported" before.
+    model = host_models.if_on_an_integer_input()
+    xs = _feeds((4, 8), 8, seed=13)
+    loadable = compile_model(model.SerializeToString(), [[x, np.int64(16000)] for x in xs])
+    assert _host_ops(loadable) == ["Equal+If"]
+    assert [t.dtype for t in loadable.tensors if t.name == "sr"] == ["int64"]
+    session = onnxruntime.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    with libnpu.load(loadable, devroot=npu.devroot) as compiled:
+        for x, rate in zip(xs[:4], (16000, 8000, 16000, 8000)):
+            (got,) = compiled.infer([x, np.int64(rate)], dequantized=True)
+            (want,) = session.run(None, {"x": x, "sr": np.array(rate, np.int64)})
+            _close(got, want)
+
+
+def test_a_shape_that_depends_on_the_data_stays_inside_one_host_call(npu):
+    loadable = _check_onnx(npu, host_models.nonzero_count(), _feeds((4, 8), 8, seed=6))
+    assert _host_ops(loadable) == ["NonZero+Cast+ReduceSum"]
+
+
+def test_a_shape_that_depends_on_the_data_cannot_leave_the_host():
+    model = host_models.nonzero_count()
+    del model.graph.node[3:]                              # the NonZero's output is the model's output
+    del model.graph.output[:]
+    model.graph.output.append(onnx.helper.make_tensor_value_info("nz", onnx.TensorProto.INT64, None))
+    with pytest.raises(IRError, match="the shape of 'nz' depends on the input data"):
+        compile_model(model.SerializeToString())
+
+
+def test_cpu_nodes_group_across_branches_into_one_host_call(npu):
+    # Six CPU nodes in two runs, separated in the file by the other branch's Conv: one call.
+    loadable = _check_onnx(npu, host_models.cpu_runs(), _feeds((1, 3, 6, 6), 8, seed=7))
+    assert _host_ops(loadable) == ["CumSum+Sin+Cos+CumSum+Sin+Cos"]
+    assert [len(tasks) > 0 for tasks, _ in loadable.partitions()] == [True, True]
+
+
+def test_a_registered_function_inside_a_grouped_host_call(npu):
+    calls = []
+
+    def sin(x):
+        calls.append(x.shape)
+        return np.sin(x)
+    libnpu.register_host_op("Sin", sin)
+    try:
+        loadable = _check_onnx(npu, host_models.cpu_runs(), _feeds((1, 3, 6, 6), 8, seed=7))
+    finally:
+        libnpu.unregister_host_op("Sin")
+    assert _host_ops(loadable) == ["CumSum+Sin+Cos+CumSum+Sin+Cos"]
+    assert calls and set(calls) == {(1, 4, 6, 6)}      # our Sin ran, onnxruntime the nodes around it
+
+
+# TFLite control flow: LiteRT runs IF and WHILE with the subgraphs they name.
+
+def _branch(factor: float, name: str) -> SubgraphSpec:
+    return SubgraphSpec([TensorSpec((1, 4), np.float32, name="in"),
+                         TensorSpec((), np.float32, data=np.float32(factor), name="factor"),
+                         TensorSpec((1, 4), np.float32, name="out")],
+                        [OpSpec(B.MUL, [0, 1], [2], *named_options("MulOptions"))], [0], [2], name)
+
+
+def _fc_around(middle: list[OpSpec], middle_tensors: list[TensorSpec], subgraphs: list[SubgraphSpec]) -> bytes:
+    """FULLY_CONNECTED -> ``middle`` (reading tensor 2, writing tensor 5 + len(middle_tensors) - 1)
+    -> FULLY_CONNECTED, float, input [1, 8]."""
+    rng = np.random.default_rng(8)
+    tensors = [TensorSpec((1, 8), np.float32, name="x"),
+               TensorSpec((4, 8), np.float32, data=rng.uniform(-1, 1, (4, 8)).astype(np.float32), name="w"),
+               TensorSpec((1, 4), np.float32, name="h"),
+               TensorSpec((4, 4), np.float32, data=rng.uniform(-1, 1, (4, 4)).astype(np.float32), name="w2"),
+               TensorSpec((1, 4), np.float32, name="y"),
+               *middle_tensors]
+    last = len(tensors) - 1
+    ops = [OpSpec(B.FULLY_CONNECTED, [0, 1, -1], [2]), *middle, OpSpec(B.FULLY_CONNECTED, [last, 3, -1], [4])]
+    return build_model(tensors, ops, [0], [4], subgraphs)
+
+
+def _if_model() -> bytes:
+    middle = [TensorSpec((2,), np.int32, data=np.array([0, 1], np.int32), name="axes"),   # 5
+              TensorSpec((), np.float32, name="sum"), TensorSpec((), np.float32, data=np.float32(0), name="zero"),
+              TensorSpec((), np.bool_, name="cond"), TensorSpec((1, 4), np.float32, name="chosen")]
+    return _fc_around([OpSpec(B.SUM, [2, 5], [6], *named_options("ReducerOptions", KeepDims=False)),
+                       OpSpec(B.GREATER, [6, 7], [8]),
+                       OpSpec(B.IF, [8, 2], [9], *named_options("IfOptions", ThenSubgraphIndex=1,
+                                                                ElseSubgraphIndex=2))],
+                      middle, [_branch(2.0, "then"), _branch(-1.0, "else")])
+
+
+def _while_model() -> bytes:
+    """WHILE i < 3: (i + 1, v * 0.5)."""
+    i32 = np.int32
+    cond = SubgraphSpec([TensorSpec((), i32, name="i"), TensorSpec((1, 4), np.float32, name="v"),
+                         TensorSpec((), i32, data=i32(3), name="three"), TensorSpec((), np.bool_, name="go")],
+                        [OpSpec(B.LESS, [0, 2], [3])], [0, 1], [3], "cond")
+    body = SubgraphSpec([TensorSpec((), i32, name="i"), TensorSpec((1, 4), np.float32, name="v"),
+                         TensorSpec((), i32, data=i32(1), name="one"),
+                         TensorSpec((), np.float32, data=np.float32(.5), name="half"),
+                         TensorSpec((), i32, name="i2"), TensorSpec((1, 4), np.float32, name="v2")],
+                        [OpSpec(B.ADD, [0, 2], [4], *named_options("AddOptions")),
+                         OpSpec(B.MUL, [1, 3], [5], *named_options("MulOptions"))], [0, 1], [4, 5], "body")
+    middle = [TensorSpec((), i32, data=i32(0), name="start"),            # 5
+              TensorSpec((), i32, name="count"), TensorSpec((1, 4), np.float32, name="looped")]
+    return _fc_around([OpSpec(B.WHILE, [5, 2], [6, 7], *named_options("WhileOptions", CondSubgraphIndex=1,
+                                                                       BodySubgraphIndex=2))],
+                      middle, [cond, body])
+
+
+@pytest.mark.parametrize("build, ops", [(_if_model, "GREATER+IF"), (_while_model, "WHILE")])
+def test_tflite_control_flow_on_litert(npu, build, ops):
+    data = build()
+    calibration = _feeds((1, 8), 8, seed=9)
+    loadable = compile_model(data, [[x] for x in calibration])
+    assert _host_ops(loadable) == [ops]
+    with libnpu.load(loadable, devroot=npu.devroot) as compiled:
+        for x in _feeds((1, 8), 4, seed=10):
+            (got,) = compiled.infer([x], dequantized=True)
+            (want,) = litert_run(data, [x], reference=False)
+            _close(got, want)
+
+
+def test_a_product_of_scalars_runs_on_the_chip(npu):
+    # A scale computed at run time (DynamicQuantizeLinear's) times a constant one: rank 0,
+    # which the binary descriptor took as no shape at all (the job failed with EINVAL).
+    f = onnx.TensorProto.FLOAT
+    graph = onnx.helper.make_graph([onnx.helper.make_node("Mul", ["x", "c"], ["y"])], "scalars",
+                                   [onnx.helper.make_tensor_value_info("x", f, [])],
+                                   [onnx.helper.make_tensor_value_info("y", f, [])],
+                                   [onnx.numpy_helper.from_array(np.float32(.5), "c")])
+    model = onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 17)])
+    calibration = [[np.float32(v)] for v in np.linspace(-1, 1, 9)]
+    with libnpu.load(compile_model(model.SerializeToString(), calibration), devroot=npu.devroot) as compiled:
+        for x in (-.8, .3, .9):
+            (got,) = compiled.infer([np.float32(x)], dequantized=True)
+            assert got.shape == () and abs(float(got) - x / 2) <= 0.01
