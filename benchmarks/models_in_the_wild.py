@@ -143,6 +143,37 @@ pictures (hand_recrop 3.3 pixels off on 4 of 18 variants); with a spread of 4 in
 16, ``auto`` chose 64 int16 layers and no int16 weights for face_landmark (its logit 0.18
 rms off on the variants).
 
+Measured 2026-11-29 on branch accurate (issue 26 item 8: the default recipe holds out two of
+the ten calibration pictures, calibrates on eight and escalates until every output reaches
+cosine 0.99 on the two: ``libnpu/compiler/escalation.py``), ``--plain --also-fast``, i.e.
+default options against ``--recipe fast`` (the default until then), side by side on the
+same device, one model after the other, on a 2-CPU machine shared with five other sessions
+(load average 10-16: every time below is several times what an idle machine takes; the
+ratios are what to read). Compile seconds fast -> default, the step chosen, the worst output:
+
+=============================== ============ ============== ========== ======================
+model                           fast         default        chosen     worst output (default)
+=============================== ============ ============== ========== ======================
+face_detection_short_range      pass  11.0   pass   71.7    int16 act  cosine 0.9978 (0.9884)
+iris_landmark                   pass   8.9   pass   15.8    int8       cosine 0.9959 (0.9973)
+palm_detection_lite             pass  23.2   pass  352.5    int16 act  cosine 0.9990 (0.9801)
+face_detection_full_range_sp.   FAIL  29.2   pass  215.6    int16 act  cosine 0.9989 (0.9778)
+palm_detection_full             FAIL  17.7   pass  268.8    int16 act  cosine 0.9983 (0.9792)
+pose_detection                  FAIL   4.8   pass  299.1    int16 w    cosine 0.9997 (0.9731)
+hand_landmark_lite              FAIL  10.0   pass  318.4    int16 w    |diff| 0.0025 (0.186)
+=============================== ============ ============== ========== ======================
+
+(in brackets: ``--recipe fast``'s figure). Pass count so far: fast 3 of 7, default 7 of 7;
+the other six were still compiling at the deadline (``--recipe fast`` fails all six; the
+earlier figures above show what ``--recipe accurate``, which the int16 weights step equals,
+did on them). Every model the held-out pictures send past int8 costs the int16 search:
+six to sixty times the int8 compile here, at most four quantizations (int8, int16
+activations, int16 weights, bias correction). iris_landmark, the one model whose held-out
+pictures pass at int8, compiled in 1.8 times ``fast``'s time (the measurement: two float and
+two simulated runs). face_detection_short_range and palm_detection_lite passed the bar at
+int8 but under the 0.99 target (0.988, 0.980 on the evaluation pictures; 0.971, 0.987 on
+the held-out ones), so the default escalates them too.
+
 The mediapipe models are compiled with ``RECIPE`` (``--plain``: the compiler's defaults);
 quantizer options (``--method``, ``--option key=json``) go to the compiler as ``npu compile``
 would pass them, so the script also compares calibration methods. The ONNX single-node
