@@ -544,7 +544,8 @@ def quantize_mixed(graph: Graph, dataset: Iterable[Feed] | None = None, *,
     for label, factor in (("spread", int16_channel_spread), ("margin", int16_channel_margin)):
         if isinstance(factor, str) or not float(factor) >= 1.0:
             raise MixedPrecisionError(f"int16 channel {label} {factor!r}: expected a factor >= 1")
-    q = quantize_model(graph, data, progress=progress, **quantize_options)
+    # Random data: the quantizer draws the same inputs itself, and then says its errors are theirs.
+    q = quantize_model(graph, None if random else data, progress=progress, **quantize_options)
     if isinstance(q.metadata.get("calibration"), dict):
         q.metadata["calibration"]["random"] = random
     if selection == "none":
