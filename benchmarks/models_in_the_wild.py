@@ -161,18 +161,25 @@ face_detection_full_range_sp.   FAIL  29.2   pass  215.6    int16 act  cosine 0.
 palm_detection_full             FAIL  17.7   pass  268.8    int16 act  cosine 0.9983 (0.9792)
 pose_detection                  FAIL   4.8   pass  299.1    int16 w    cosine 0.9997 (0.9731)
 hand_landmark_lite              FAIL  10.0   pass  318.4    int16 w    |diff| 0.0025 (0.186)
+hand_landmark_full              FAIL  23.0   pass 1433.0    int16 w    |diff| 0.0005 (0.036)
 =============================== ============ ============== ========== ======================
 
-(in brackets: ``--recipe fast``'s figure). Pass count so far: fast 3 of 7, default 7 of 7;
-the other six were still compiling at the deadline (``--recipe fast`` fails all six; the
-earlier figures above show what ``--recipe accurate``, which the int16 weights step equals,
+(in brackets: ``--recipe fast``'s figure; hand_landmark_full's world landmarks, cosine
+0.864 with fast, reach 1.0000). Pass count so far: fast 3 of 8, default 8 of 8;
+hand_landmark_full ran all four steps (its held-out pictures reached 0.983 at best, so the
+compile ended with a warning, yet the unseen pictures pass). The other five were still
+compiling at the deadline (``--recipe fast`` fails all five; the
+earlier figures above show what ``--recipe accurate``, which the int16 weights step resembles (it searches on the held-out
+pictures),
 did on them). Every model the held-out pictures send past int8 costs the int16 search:
-six to sixty times the int8 compile here, at most four quantizations (int8, int16
+6 to 62 times the int8 compile here, at most four quantizations (int8, int16
 activations, int16 weights, bias correction). iris_landmark, the one model whose held-out
 pictures pass at int8, compiled in 1.8 times ``fast``'s time (the measurement: two float and
 two simulated runs). face_detection_short_range and palm_detection_lite passed the bar at
 int8 but under the 0.99 target (0.988, 0.980 on the evaluation pictures; 0.971, 0.987 on
-the held-out ones), so the default escalates them too.
+the held-out ones), so the default escalates them too. The tests keep their speed: the
+16 test files that compile float models took 527 s before and 550 s after (run at the same
+time, side by side; tests whose point is not accuracy use ``--recipe fast``).
 
 The mediapipe models are compiled with ``RECIPE`` (``--plain``: the compiler's defaults);
 quantizer options (``--method``, ``--option key=json``) go to the compiler as ``npu compile``
