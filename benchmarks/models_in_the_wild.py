@@ -168,10 +168,9 @@ hand_landmark_full              FAIL  23.0   pass 1433.0    int16 w    |diff| 0.
 0.864 with fast, reach 1.0000). Pass count so far: fast 3 of 8, default 8 of 8;
 hand_landmark_full ran all four steps (its held-out pictures reached 0.983 at best, so the
 compile ended with a warning, yet the unseen pictures pass). The other five were still
-compiling at the deadline (``--recipe fast`` fails all five; the
-earlier figures above show what ``--recipe accurate``, which the int16 weights step resembles (it searches on the held-out
-pictures),
-did on them). Every model the held-out pictures send past int8 costs the int16 search:
+compiling at the deadline (``--recipe fast`` fails all five; the earlier figures above show
+what ``--recipe accurate``, which the int16 weights step resembles (it searches on the
+held-out pictures), did on them). Every model the held-out pictures send past int8 costs the int16 search:
 6 to 62 times the int8 compile here, at most four quantizations (int8, int16
 activations, int16 weights, bias correction). iris_landmark, the one model whose held-out
 pictures pass at int8, compiled in 1.8 times ``fast``'s time (the measurement: two float and
