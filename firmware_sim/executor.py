@@ -88,6 +88,17 @@ def run_job(dma: DmaEngine, asid: int, cmd_iova: int, cmd_size: int, profile: Ha
             if status:
                 native_calls.check_status(status)
             index, result.cycles = plan.tasks, plan.cycles
+        elif plan is not None and on_task is None and plan.mixed is not None:
+            # Runs of C kernel calls, one call into C each, and the Python steps between them.
+            for index, segment in plan.mixed.segments:  # noqa: B007 (a failing step's index is reported)
+                if isinstance(segment, job_plans.NativeSteps):
+                    status, failed = segment.run()
+                    if status:
+                        index = failed
+                        native_calls.check_status(status)
+                else:
+                    segment()
+            index, result.cycles = plan.tasks, plan.cycles
         elif plan is not None and on_task is None:
             for index, step in plan.steps:   # noqa: B007 (a failing step's index is reported)
                 step()

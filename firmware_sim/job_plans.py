@@ -20,8 +20,9 @@ data is copied per access): the plan runs its handler, as a first run does.
 When every step is a bound C call (``native.calls.BoundCall``), the plan also holds them
 as one C array (:class:`NativeSteps`) and an unprofiled replay is a single call into C
 (``npu_steps_run``), which runs the same prepared structs as the per-step reruns and stops
-at the first failing step. A plan with a Python step replays step by step; so does a
-profiled replay, which times every task.
+at the first failing step. A plan with a Python step replays its runs of C calls as one
+call each, the Python steps between them (:class:`MixedSteps`); a profiled replay goes
+step by step, timing every task.
 
 Measured (2026-11-24, 2-vCPU VM): a 256-NOP job's chip time per task 7.7 -> 0.1 us.
 One C call for the whole job: ResNet-8 / VWW / KWS chip CPU per job 5-9% less than per step.
@@ -37,8 +38,8 @@ from firmware_sim import caches
 from firmware_sim.kernels import native
 from firmware_sim.kernels.native.calls import BoundCall
 
-__all__ = ["JobPlan", "TimedStep", "HandlerStep", "NativeSteps", "lookup", "store", "held_bytes", "PLAN_JOBS",
-           "PLAN_BYTES"]
+__all__ = ["JobPlan", "TimedStep", "HandlerStep", "NativeSteps", "MixedSteps", "lookup", "store", "held_bytes",
+           "PLAN_JOBS", "PLAN_BYTES"]
 
 PLAN_JOBS = 256          # plans kept per core; a full table is simply emptied
 # What a core's plans may hold, estimated (``JobPlan.cost``): a client's huge command buffers
@@ -68,6 +69,7 @@ class JobPlan:
     timed_steps: list[TimedStep]
     native: NativeSteps | None = None
     native_tries: int = 0
+    mixed: MixedSteps | None = None
 
     @property
     def cost(self) -> int:
@@ -75,10 +77,12 @@ class JobPlan:
         return len(self.command) + TASK_BYTES * self.tasks + STEP_BYTES * len(self.steps)
 
     def native_steps(self) -> NativeSteps | None:
-        """The steps as one C call, when every one of them is a C kernel call."""
+        """The steps as one C call, when every one of them is a C kernel call; otherwise
+        ``mixed`` holds them as runs of C calls and Python steps, if any step is a C call."""
         if self.native is None and self.native_tries < NATIVE_TRIES:
             self.native_tries += 1
             self.native = NativeSteps.of(self.steps)
+            self.mixed = None if self.native is not None else MixedSteps.of(self.steps)
         return self.native
 
 
@@ -113,6 +117,39 @@ class NativeSteps:
         """Runs every step; returns (0, 0), or the first failing step's status and task index."""
         status = self._run(self._array, self._count, self._done)
         return (status, self._indices[self._done[0]]) if status else (0, 0)
+
+
+class MixedSteps:
+    """A plan whose tasks are not all C kernel calls (a GATHER, an int16 layer, a DMA copy):
+    each run of consecutive C calls is one ``npu_steps_run`` call (:class:`NativeSteps`),
+    the other tasks' steps are called from Python between them. ``segments``: (the first
+    task index, a NativeSteps or the step) in order."""
+
+    __slots__ = ("segments",)
+
+    def __init__(self, segments: list[tuple[int, NativeSteps | Callable[[], None]]]):
+        self.segments = segments
+
+    @classmethod
+    def of(cls, steps: list[tuple[int, Callable[[], None]]]) -> MixedSteps | None:
+        """``steps`` in segments, or None when none of them is a C kernel call."""
+        if native.library() is None:
+            return None
+        segments: list[tuple[int, NativeSteps | Callable[[], None]]] = []
+        run: list[tuple[int, BoundCall]] = []
+        for index, step in [*steps, (-1, None)]:      # (-1, None) ends the last run
+            call = step.rerun if isinstance(step, HandlerStep) else step
+            if isinstance(call, BoundCall):
+                run.append((index, call))
+                continue
+            if run:
+                segments.append((run[0][0], NativeSteps([c for _, c in run], [i for i, _ in run])))
+                run = []
+            if step is not None:
+                segments.append((index, step))
+        if not any(isinstance(segment, NativeSteps) for _, segment in segments):
+            return None
+        return cls(segments)
 
 
 # Keyed by the DMA engine too: a core has one, but a process may run several chips (tests).

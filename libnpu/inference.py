@@ -622,7 +622,8 @@ def load(model: str | os.PathLike | bytes | Loadable, device: Device | int | Non
          config: Mapping[str, Any] | None = None, **compile_options) -> CompiledModel:
     """Load a model onto a device: a loadable (.nlb), a .tflite / .onnx compiled (through
     the content-hash cache) first, or a model-zoo name (``npu fetch`` lists them).
-    ``device``: an open Device or an instance number (default 0).  ``config``: properties for this model (OpenVINO's
+    ``device``: an open Device or a device index (default $NPU_DEVICE, else 0; counted in
+    NPU_VISIBLE_DEVICES' list: ``libnpu.visible_devices``).  ``config``: properties for this model (OpenVINO's
     ``compile_model(model, "NPU", config)``), over the device's settings; CACHE_DIR and
     NPU_BYPASS_UMD_CACHING steer the compile cache (``cache_dir`` wins over CACHE_DIR).
     ``compile_options`` go to :func:`libnpu.compiler.lower.compile_model`; among them
@@ -669,7 +670,7 @@ def load(model: str | os.PathLike | bytes | Loadable, device: Device | int | Non
     session = None
     if not isinstance(device, Device):
         session = Session(devroot)
-        device = session.open(device or 0)
+        device = session.open(device)     # None: $NPU_DEVICE, else 0 (libnpu.visible_devices)
     started = time.perf_counter()
     try:
         compiled = CompiledModel(loadable, device, session, config)

@@ -13,6 +13,7 @@ from ..errors import InvalidCommand
 from . import binary_table, native
 from .fixedpoint import multiply_by_quantized_multiplier, quantize_quotient, wrap_int32
 from .native import calls as native_calls
+from .native import data_calls
 from .output import broadcast_out_shape, check_act_range, check_int8_param, emit, store_int8
 
 __all__ = ["add", "mul", "binary_bound", "quantize", "requantize", "dequantize", "convert_bound"]
@@ -38,10 +39,12 @@ def binary_bound(kind: str, a: np.ndarray, b: np.ndarray, *, out: np.ndarray,
                  **params) -> native_calls.BoundCall | None:
     """ADD or MUL (``kind``) into ``out``, then a call that reruns it on the same arrays
     through its table in C; None when that is not possible (no C kernels, no table yet,
-    broadcasting, or a non-contiguous operand)."""
+    or a non-contiguous operand)."""
     _, table = _BINARY[kind](a, b, out=out, **params)
     if table is None or native.library() is None:
         return None
+    if a.shape != b.shape:      # broadcast operands: the strided lookup
+        return data_calls.bind_table2_broadcast(a, b, table, out)
     return native_calls.bind_table2(a, b, table, out)
 
 

@@ -13,7 +13,8 @@ from ..errors import InvalidCommand
 from .int16x8 import check_int16_param
 from .output import check_int8_param, emit
 
-__all__ = ["concat", "reshape", "transpose", "pad", "strided_slice", "strided_slice_shape", "gather"]
+__all__ = ["concat", "reshape", "transpose", "pad", "strided_slice", "strided_slice_view", "strided_slice_shape",
+           "gather"]
 
 
 
@@ -102,8 +103,14 @@ def strided_slice(x: np.ndarray, begin: Sequence[int], end: Sequence[int],
     Ellipsis and new-axis masks are left to the compiler, which rewrites them to plain
     per-axis ranges before emitting the task.
     """
-    index = _slice_index(x.shape, begin, end, strides, begin_mask, end_mask, shrink_axis_mask)
-    return emit(x[index], out)
+    return emit(strided_slice_view(x, begin, end, strides, begin_mask=begin_mask, end_mask=end_mask,
+                                   shrink_axis_mask=shrink_axis_mask), out)
+
+
+def strided_slice_view(x: np.ndarray, begin: Sequence[int], end: Sequence[int], strides: Sequence[int], *,
+                       begin_mask: int = 0, end_mask: int = 0, shrink_axis_mask: int = 0) -> np.ndarray:
+    """:func:`strided_slice`'s result as a view of ``x`` (what a copy reads)."""
+    return x[_slice_index(x.shape, begin, end, strides, begin_mask, end_mask, shrink_axis_mask)]
 
 
 def strided_slice_shape(shape: Sequence[int], begin: Sequence[int], end: Sequence[int],

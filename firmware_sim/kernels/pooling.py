@@ -15,9 +15,10 @@ from . import native
 from .fixedpoint import multiply_by_quantized_multiplier, wrap_int32
 from .int16x8 import check_int16_param, store_int16
 from .native import calls as native_calls
+from .native import data_calls
 from .output import check_int8_param, store_int8
 
-__all__ = ["max_pool2d", "max_pool2d_bound", "avg_pool2d", "avg_pool2d_bound", "mean"]
+__all__ = ["max_pool2d", "max_pool2d_bound", "avg_pool2d", "avg_pool2d_bound", "mean", "mean_bound"]
 
 
 def _pool_geometry(x: np.ndarray, filter_hw, stride, padding, out_hw) -> tuple[int, ...]:
@@ -167,3 +168,20 @@ def mean(x: np.ndarray, axes: tuple[int, ...], *, input_zp: int, output_zp: int,
     if int16:
         return store_int16(raw, check("output_zp", output_zp), -(1 << 15), (1 << 15) - 1, out)
     return store_int8(raw, check_int8_param("output_zp", output_zp), -128, 127, out)
+
+
+def mean_bound(x: np.ndarray, axes: tuple[int, ...], *, input_zp: int, output_zp: int,
+               multiplier: int, shift: int, out: np.ndarray) -> native_calls.BoundCall | None:
+    """:func:`mean` into ``out`` (kept dims), then a call that reruns it in C with the same
+    arithmetic (``npu_mean``); None without the C kernels or contiguous arrays."""
+    mean(x, axes, input_zp=input_zp, output_zp=output_zp, multiplier=multiplier, shift=shift,
+         keep_dims=True, out=out)
+    if native.library() is None:
+        return None
+    axes = tuple(sorted({a % x.ndim for a in axes}))
+    count = int(np.prod([x.shape[a] for a in axes]))
+    up = min(count.bit_length() - 1, 32, 31 + int(shift))      # as mean() folds 1/count in
+    mult = int(wrap_int32(np.int64((int(multiplier) << up) // count)))
+    lo, hi = (-(1 << 15), (1 << 15) - 1) if x.dtype == np.int16 else (-128, 127)
+    return data_calls.bind_mean(x, axes, out, zp_total=int(input_zp) * count, multiplier=mult,
+                                shift=int(shift) - up, output_zp=int(output_zp), act_min=lo, act_max=hi)

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from firmware_sim.kernels import activations, int16x8
+from firmware_sim.kernels import activations, byte_tables, int16x8
+from firmware_sim.kernels.native import data_calls
 from npu_hw import ops
 from npu_hw.sigmoid16 import INT16_LUT_SIZE
 
@@ -13,14 +14,14 @@ from .elementwise import flat_cost
 
 
 @unit(ops.OP_RELU, lambda desc: flat_cost(*(2, 2) if int(desc["flags"]) & ops.OPF_INT16 else (1, 1))(desc))
-def relu(desc: np.void, dma) -> None:
+def relu(desc: np.void, dma) -> Rerun | None:
+    """Reruns as a table lookup in C (``byte_tables``), int8 or int16."""
     n = count(desc)
     dtype = np.int16 if int(desc["flags"]) & ops.OPF_INT16 else np.int8
     x = dma.read_array(int(desc["input"]), dtype, (n,))
     out = dma.write_array(int(desc["output"]), dtype, (n,))
-    activations.relu_family(x, input_zp=int(desc["input_zp"]), output_zp=int(desc["output_zp"]),
-                            multiplier=int(desc["multiplier"]), shift=int(desc["shift"]),
-                            act_min=int(desc["act_min"]), act_max=int(desc["act_max"]), out=out)
+    kwargs = {f: int(desc[f]) for f in ("input_zp", "output_zp", "multiplier", "shift", "act_min", "act_max")}
+    return byte_tables.unary_bound("relu", activations.relu_family, x, out, **kwargs)
 
 
 def _lut_cost(desc: np.void) -> tuple[int, int]:
@@ -30,14 +31,17 @@ def _lut_cost(desc: np.void) -> tuple[int, int]:
 
 
 @unit(ops.OP_LUT, _lut_cost)
-def lut(desc: np.void, dma) -> None:
+def lut(desc: np.void, dma) -> Rerun | None:
     """int8: a 256-entry int8 table; ``OPF_INT16``: a 65536-entry int16 table indexed by
-    ``uint16(x)`` (int16 LOGISTIC / TANH: ``spec.sigmoid16``)."""
+    ``uint16(x)`` (int16 LOGISTIC / TANH: ``spec.sigmoid16``). Reruns in C, reading the
+    table where it lies in device memory."""
     n = count(desc)
     dtype, entries = (np.int16, INT16_LUT_SIZE) if int(desc["flags"]) & ops.OPF_INT16 else (np.int8, 256)
     x = dma.read_array(int(desc["input"]), dtype, (n,))
     table = dma.read_array(int(desc["lut"]), dtype, (entries,))
-    activations.lut_lookup(x, table, out=dma.write_array(int(desc["output"]), dtype, (n,)))
+    out = dma.write_array(int(desc["output"]), dtype, (n,))
+    activations.lut_lookup(x, table, out=out)
+    return data_calls.bind_lut(x, table, out)
 
 
 def _softmax_cost(desc: np.void) -> tuple[int, int]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from firmware_sim.kernels import conv, int16x8, int16x16
+from firmware_sim.kernels.native import int16_calls
 from npu_hw import ops
 
 from .common import OpDescriptorError, Rerun, dims, frozen, int16_zero_points, plan, unit
@@ -64,10 +65,11 @@ def _run(desc: np.void, dma, depthwise: bool) -> Rerun | None:
         fn16 = int16x16.depthwise_conv2d_16x16 if depthwise else int16x16.conv2d_16x16
         fn16(x, wt, bias, multiplier=mult, shift=shift, out=out, **kwargs)
         return None
-    if int16:      # int16 runs in numpy only: nothing to rerun
+    if int16:      # numpy, then its rerun in C (int16_kernels.c)
         fn = int16x8.depthwise_conv2d_16x8 if depthwise else int16x8.conv2d_16x8
         fn(x, wt, bias, multiplier=mult, shift=shift, out=out, **kwargs)
-        return None
+        return int16_calls.bind_conv16(x, wt, bias, depthwise=depthwise, multiplier=mult, shift=shift, out=out,
+                                       **kwargs)
     if depthwise:
         return p.run((x, wt, bias, mult, shift, out), lambda: conv.depthwise_conv2d_bound(
             x, wt, bias, multiplier=mult, shift=shift, out=out, **kwargs))

@@ -4,10 +4,13 @@ and ADD16_PER_CHANNEL (int16, one requantization per output channel)."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 
 import numpy as np
 
-from firmware_sim.kernels import elementwise, int16x8
+from firmware_sim.kernels import byte_tables, elementwise, int16x8
+from firmware_sim.kernels.fixedpoint import INT32_MAX, INT32_MIN
+from firmware_sim.kernels.native import int16_calls
 from npu_hw import ops
 
 from .common import (
@@ -29,6 +32,10 @@ _MUL_PARAMS = ("input1_zp", "input2_zp", "output_zp", "multiplier", "shift", "ac
 
 
 _ZERO_POINTS = ("input1_zp", "input2_zp", "output_zp")
+# An int16 ADD's / MUL's requantization as the C kernel's parameter row (int16_calls.bind_binary16).
+_REQUANT16 = {"add": ("input1_multiplier", "input1_shift", "input2_multiplier", "input2_shift", "output_multiplier",
+                      "output_shift"),
+              "mul": ("multiplier", "shift")}
 
 
 def _parse_int16(desc: np.void, params: tuple[str, ...]) -> tuple:
@@ -37,13 +44,19 @@ def _parse_int16(desc: np.void, params: tuple[str, ...]) -> tuple:
 
 
 def _binary(desc: np.void, dma, kind: str, params: tuple[str, ...], fn16) -> Rerun | None:
-    """ADD or MUL (``kind``): int16 with ``fn16`` in numpy (nothing to rerun), int8 through
-    ``elementwise.binary_bound`` (its rerun, if any)."""
+    """ADD or MUL (``kind``): int16 with ``fn16`` in numpy, then its rerun in C
+    (``int16_calls.bind_binary16``); int8 through ``elementwise.binary_bound`` (its rerun, if any)."""
     if int(desc["flags"]) & ops.OPF_INT16:
         a_at, b_at, out_at, kwargs = plan(kind + "16", desc, lambda d: _parse_int16(d, params)).fields
-        fn16(dma.read_array(a_at[0], np.int16, a_at[1]), dma.read_array(b_at[0], np.int16, b_at[1]),
-             out=dma.write_array(out_at[0], np.int16, out_at[1]), **kwargs)
-        return None
+        a, b = dma.read_array(a_at[0], np.int16, a_at[1]), dma.read_array(b_at[0], np.int16, b_at[1])
+        out = dma.write_array(out_at[0], np.int16, out_at[1])
+        fn16(a, b, out=out, **kwargs)
+        row = [kwargs[f] for f in _REQUANT16[kind]]
+        if not all(INT32_MIN <= v <= INT32_MAX for v in row):
+            return None
+        return int16_calls.bind_binary16(kind, a, b, out, np.array([row], np.int32),
+                                         left_shift=kwargs.get("left_shift", 0), act_min=kwargs["act_min"],
+                                         act_max=kwargs["act_max"])
     a_at, b_at, out_at, kwargs = plan(kind, desc, lambda d: parse_binary(d, params)).fields
     return elementwise.binary_bound(
         kind, dma.read_array(a_at[0], np.int8, a_at[1]), dma.read_array(b_at[0], np.int8, b_at[1]),
@@ -75,16 +88,17 @@ def int16_binary_cost(desc: np.void) -> tuple[int, int]:
 
 
 @unit(ops.OP_ADD16_PER_CHANNEL, int16_binary_cost)
-def add16_per_channel(desc: np.void, dma) -> None:
+def add16_per_channel(desc: np.void, dma) -> Rerun | None:
     """int16 ADD, output channel c requantized with row c of the ``params`` array."""
     a_at, b_at, out_at, params_at, kwargs = plan(
         "add16_per_channel", desc,
         lambda d: parse_binary_per_channel(d, len(ops.ADD16_CHANNEL_PARAMS), ("left_shift", "act_min", "act_max"))
     ).fields
-    int16x8.add_int16_per_channel(dma.read_array(a_at[0], np.int16, a_at[1]),
-                                  dma.read_array(b_at[0], np.int16, b_at[1]),
-                                  params=dma.read_array(params_at[0], np.int32, params_at[1]),
-                                  out=dma.write_array(out_at[0], np.int16, out_at[1]), **kwargs)
+    a, b = dma.read_array(a_at[0], np.int16, a_at[1]), dma.read_array(b_at[0], np.int16, b_at[1])
+    params = dma.read_array(params_at[0], np.int32, params_at[1])
+    out = dma.write_array(out_at[0], np.int16, out_at[1])
+    int16x8.add_int16_per_channel(a, b, params=params, out=out, **kwargs)
+    return int16_calls.bind_binary16("add", a, b, out, params, **kwargs)
 
 
 def flat_cost(in_bytes: int, out_bytes: int, extra: int = 0) -> Callable[[np.void], tuple[int, int]]:
@@ -119,7 +133,8 @@ def quantize(desc: np.void, dma) -> Rerun | None:
 
 
 @unit(ops.OP_REQUANTIZE, _conversion_cost(1, 1, ops.OPF_INT16_INPUT, ops.OPF_INT16))
-def requantize(desc: np.void, dma) -> None:
+def requantize(desc: np.void, dma) -> Rerun | None:
+    """Reruns as a table lookup in C (``byte_tables``): int8 or int16 on either side."""
     n = count(desc)
     flags = int(desc["flags"])
     src = np.int16 if flags & ops.OPF_INT16_INPUT else np.int8
@@ -127,11 +142,11 @@ def requantize(desc: np.void, dma) -> None:
     x = dma.read_array(int(desc["input"]), src, (n,))
     out = dma.write_array(int(desc["output"]), dst, (n,))
     kwargs = dict(input_zp=int(desc["input_zp"]), output_zp=int(desc["output_zp"]),
-                  multiplier=int(desc["multiplier"]), shift=int(desc["shift"]), out=out)
+                  multiplier=int(desc["multiplier"]), shift=int(desc["shift"]))
     if src is np.int8 and dst is np.int8:
-        elementwise.requantize(x, **kwargs)
-    else:
-        int16x8.requantize(x, dst, **kwargs)
+        return byte_tables.unary_bound("requantize", elementwise.requantize, x, out, **kwargs)
+    return byte_tables.unary_bound(f"requantize to {np.dtype(dst)}", partial(int16x8.requantize, out_dtype=dst),
+                                   x, out, **kwargs)
 
 
 @unit(ops.OP_DEQUANTIZE, _conversion_cost(1, 4, ops.OPF_INT16, 0))

@@ -5,6 +5,7 @@ import numpy as np
 
 from firmware_sim.kernels import fully_connected as fc
 from firmware_sim.kernels import int16x8, int16x16
+from firmware_sim.kernels.native import int16_calls
 from npu_hw import ops, tasks
 
 from .common import OpDescriptorError, Rerun, dims, frozen, int16_zero_points, plan, unit
@@ -68,8 +69,11 @@ def fully_connected(desc: np.void, dma) -> Rerun | None:
         x16 = dma.read_array(x_at[0], np.int16, x_at[1])
         w = dma.read_array(w_at[0], np.int16 if weights16 else np.int8, w_at[1])
         kernel = int16x16.fully_connected_16x16 if weights16 else int16x8.fully_connected_16x8
-        kernel(x16, w, bias, scale=scale, out=dma.write_array(out_at[0], np.int16, out_at[1]), **kwargs)
-        return None    # int16 runs in numpy only: nothing to rerun
+        out16 = dma.write_array(out_at[0], np.int16, out_at[1])
+        kernel(x16, w, bias, scale=scale, out=out16, **kwargs)
+        if weights16:
+            return None    # int16 x int16 runs in numpy only: nothing to rerun
+        return int16_calls.bind_fully_connected16(x16, w, bias, scale=scale, out=out16, **kwargs)
     x = dma.read_array(x_at[0], np.int8, x_at[1])
     w = dma.read_array(w_at[0], np.int8, w_at[1])
     out = dma.write_array(out_at[0], np.int8, out_at[1])

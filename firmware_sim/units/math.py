@@ -5,18 +5,23 @@ from __future__ import annotations
 
 import numpy as np
 
-from firmware_sim.kernels import binary, normalization, unary
+from firmware_sim.kernels import binary, byte_tables, normalization, unary
 from npu_hw import ops
 
-from .common import act_dtype, count, dims, parse_binary, parse_binary_per_channel, plan, prod, unit
+from .common import Rerun, act_dtype, count, dims, parse_binary, parse_binary_per_channel, plan, prod, unit
 from .elementwise import flat_cost, int16_binary_cost
 
 
-def _binary(desc: np.void, dma, kind: str, params: tuple[str, ...], kernel, dtype: type = np.int8) -> None:
-    """Two operands of ``dtype`` broadcast to the output (shapes at the output's rank)."""
+def _binary(desc: np.void, dma, kind: str, params: tuple[str, ...], kernel, dtype: type = np.int8) -> Rerun | None:
+    """Two operands of ``dtype`` broadcast to the output (shapes at the output's rank); int8
+    reruns as a two-byte table lookup in C (``byte_tables``)."""
     a_at, b_at, out_at, kwargs = plan(kind, desc, lambda d: parse_binary(d, params)).fields
-    kernel(dma.read_array(a_at[0], dtype, a_at[1]), dma.read_array(b_at[0], dtype, b_at[1]),
-           out=dma.write_array(out_at[0], dtype, out_at[1]), **kwargs)
+    a, b = dma.read_array(a_at[0], dtype, a_at[1]), dma.read_array(b_at[0], dtype, b_at[1])
+    out = dma.write_array(out_at[0], dtype, out_at[1])
+    if dtype is np.int8:
+        return byte_tables.binary_bound(kind, kernel, a, b, out, **kwargs)
+    kernel(a, b, out=out, **kwargs)
+    return None
 
 
 def _binary_cost(desc: np.void) -> tuple[int, int]:
@@ -33,10 +38,10 @@ _ADD_LIKE = _ZPS + ("left_shift", "input1_multiplier", "input1_shift", "input2_m
 
 
 @unit(ops.OP_PRELU, _binary_cost)
-def prelu(desc: np.void, dma) -> None:
+def prelu(desc: np.void, dma) -> Rerun | None:
     """int8, or int16 with ``OPF_INT16`` (x, alpha and output)."""
-    _binary(desc, dma, "prelu", _ZPS + ("output_multiplier_1", "output_shift_1", "output_multiplier_2",
-                                        "output_shift_2"), binary.prelu, act_dtype(desc))
+    return _binary(desc, dma, "prelu", _ZPS + ("output_multiplier_1", "output_shift_1", "output_multiplier_2",
+                                               "output_shift_2"), binary.prelu, act_dtype(desc))
 
 
 @unit(ops.OP_PRELU16_PER_CHANNEL, int16_binary_cost)
@@ -52,34 +57,36 @@ def prelu16_per_channel(desc: np.void, dma) -> None:
 
 
 @unit(ops.OP_SQUARED_DIFFERENCE, _binary_cost)
-def squared_difference(desc: np.void, dma) -> None:
-    _binary(desc, dma, "squared_difference", _ADD_LIKE, binary.squared_difference)
+def squared_difference(desc: np.void, dma) -> Rerun | None:
+    return _binary(desc, dma, "squared_difference", _ADD_LIKE, binary.squared_difference)
 
 
 @unit(ops.OP_SUB, _binary_cost)
-def sub(desc: np.void, dma) -> None:
-    _binary(desc, dma, "sub", _ADD_LIKE + ("act_min", "act_max"), binary.sub)
+def sub(desc: np.void, dma) -> Rerun | None:
+    return _binary(desc, dma, "sub", _ADD_LIKE + ("act_min", "act_max"), binary.sub)
 
 
 @unit(ops.OP_MAXIMUM, _binary_cost)
-def maximum(desc: np.void, dma) -> None:
-    _binary(desc, dma, "maximum", _ZPS, binary.maximum)
+def maximum(desc: np.void, dma) -> Rerun | None:
+    return _binary(desc, dma, "maximum", _ZPS, binary.maximum)
 
 
 @unit(ops.OP_MINIMUM, _binary_cost)
-def minimum(desc: np.void, dma) -> None:
-    _binary(desc, dma, "minimum", _ZPS, binary.minimum)
+def minimum(desc: np.void, dma) -> Rerun | None:
+    return _binary(desc, dma, "minimum", _ZPS, binary.minimum)
 
 
 @unit(ops.OP_DIV, _binary_cost)
-def div(desc: np.void, dma) -> None:
-    _binary(desc, dma, "div", _ZPS + ("output_multiplier", "output_shift", "act_min", "act_max"), binary.div)
+def div(desc: np.void, dma) -> Rerun | None:
+    return _binary(desc, dma, "div", _ZPS + ("output_multiplier", "output_shift", "act_min", "act_max"), binary.div)
 
 
-def _flat(desc: np.void, dma, kernel, params: tuple[str, ...], dtype: type = np.int8) -> None:
+def _flat(desc: np.void, dma, kind: str, kernel, params: tuple[str, ...], dtype: type = np.int8) -> Rerun | None:
+    """A one-input op; reruns as a table lookup in C (``byte_tables``), int8 or int16."""
     n = count(desc)
     x = dma.read_array(int(desc["input"]), dtype, (n,))
-    kernel(x, out=dma.write_array(int(desc["output"]), dtype, (n,)), **{p: int(desc[p]) for p in params})
+    out = dma.write_array(int(desc["output"]), dtype, (n,))
+    return byte_tables.unary_bound(kind, kernel, x, out, **{p: int(desc[p]) for p in params})
 
 
 def _hard_swish_cost(desc: np.void) -> tuple[int, int]:
@@ -89,26 +96,28 @@ def _hard_swish_cost(desc: np.void) -> tuple[int, int]:
 
 
 @unit(ops.OP_HARD_SWISH, _hard_swish_cost)
-def hard_swish(desc: np.void, dma) -> None:
+def hard_swish(desc: np.void, dma) -> Rerun | None:
     """int8 (LiteRT's formula), or int16 with ``OPF_INT16`` (ours: docs/hardware.md)."""
-    _flat(desc, dma, unary.hard_swish, ("input_zp", "output_zp", "output_multiplier", "output_shift",
-                                        "reluish_multiplier", "reluish_shift"), act_dtype(desc))
+    return _flat(desc, dma, "hard_swish", unary.hard_swish,
+                 ("input_zp", "output_zp", "output_multiplier", "output_shift", "reluish_multiplier",
+                  "reluish_shift"), act_dtype(desc))
 
 
 @unit(ops.OP_LEAKY_RELU, flat_cost(1, 1, 256))
-def leaky_relu(desc: np.void, dma) -> None:
-    _flat(desc, dma, unary.leaky_relu, ("input_zp", "output_zp", "multiplier_identity", "shift_identity",
-                                        "multiplier_alpha", "shift_alpha"))
+def leaky_relu(desc: np.void, dma) -> Rerun | None:
+    return _flat(desc, dma, "leaky_relu", unary.leaky_relu,
+                 ("input_zp", "output_zp", "multiplier_identity", "shift_identity", "multiplier_alpha",
+                  "shift_alpha"))
 
 
 @unit(ops.OP_RSQRT, flat_cost(1, 1, 256))
-def rsqrt(desc: np.void, dma) -> None:
-    _flat(desc, dma, unary.rsqrt, ("input_zp", "output_zp", "multiplier", "shift"))
+def rsqrt(desc: np.void, dma) -> Rerun | None:
+    return _flat(desc, dma, "rsqrt", unary.rsqrt, ("input_zp", "output_zp", "multiplier", "shift"))
 
 
 @unit(ops.OP_ABS, flat_cost(1, 1, 256))
-def abs_(desc: np.void, dma) -> None:
-    _flat(desc, dma, unary.abs_, ("input_zp", "output_zp", "rescale", "multiplier", "shift"))
+def abs_(desc: np.void, dma) -> Rerun | None:
+    return _flat(desc, dma, "abs_", unary.abs_, ("input_zp", "output_zp", "rescale", "multiplier", "shift"))
 
 
 def _rows_cost(desc: np.void) -> tuple[int, int]:

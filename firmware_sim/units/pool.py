@@ -57,7 +57,7 @@ def _mean_cost(desc: np.void) -> tuple[int, int]:
 
 
 @unit(ops.OP_MEAN, _mean_cost)
-def mean(desc: np.void, dma) -> None:
+def mean(desc: np.void, dma) -> Rerun | None:
     dtype = act_dtype(desc)
     if dtype is np.int16 and (int(desc["input_zp"]) or int(desc["output_zp"])):
         raise OpDescriptorError("int16 MEAN needs zero points 0")
@@ -69,6 +69,5 @@ def mean(desc: np.void, dma) -> None:
     x = dma.read_array(int(desc["input"]), dtype, shape)
     out_shape = tuple(1 if i in axes else d for i, d in enumerate(shape))
     out = dma.write_array(int(desc["output"]), dtype, out_shape)
-    pooling.mean(x, axes, input_zp=int(desc["input_zp"]), output_zp=int(desc["output_zp"]),
-                 multiplier=int(desc["multiplier"]), shift=int(desc["shift"]), keep_dims=True,
-                 out=out)
+    return pooling.mean_bound(x, axes, input_zp=int(desc["input_zp"]), output_zp=int(desc["output_zp"]),
+                              multiplier=int(desc["multiplier"]), shift=int(desc["shift"]), out=out)

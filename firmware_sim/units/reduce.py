@@ -1,13 +1,15 @@
 """The reduction unit: SUM, REDUCE_MAX, REDUCE_MIN, REDUCE_L2 over any axes, ARG_MAX and
-ARG_MIN along one (descriptors: ``npu_hw.ops``)."""
+ARG_MIN along one (descriptors: ``npu_hw.ops``). SUM, REDUCE_MAX and REDUCE_MIN rerun in
+C (``native.data_calls.bind_mean``)."""
 from __future__ import annotations
 
 import numpy as np
 
 from firmware_sim.kernels import reduce
+from firmware_sim.kernels.native import data_calls
 from npu_hw import ops
 
-from .common import OpDescriptorError, prod, ranked, unit
+from .common import OpDescriptorError, Rerun, prod, ranked, unit
 
 
 def _cost(desc: np.void) -> tuple[int, int]:
@@ -35,22 +37,29 @@ def _scale(desc: np.void) -> float:
 
 
 @unit(ops.OP_SUM, _cost)
-def reduce_sum(desc: np.void, dma) -> None:
+def reduce_sum(desc: np.void, dma) -> Rerun | None:
+    """numpy, then its rerun in C (``npu_mean``'s sum)."""
     x, axes, out = _operands(desc, dma)
-    reduce.reduce_sum(x, axes, input_zp=int(desc["input_zp"]), output_zp=int(desc["output_zp"]),
-                      multiplier=int(desc["multiplier"]), shift=int(desc["shift"]), out=out)
+    zp, multiplier, shift = int(desc["input_zp"]), int(desc["multiplier"]), int(desc["shift"])
+    reduce.reduce_sum(x, axes, input_zp=zp, output_zp=int(desc["output_zp"]), multiplier=multiplier,
+                      shift=shift, out=out)
+    count = prod(x.shape[a] for a in axes)
+    return data_calls.bind_mean(x, axes, out, zp_total=zp * count, multiplier=multiplier, shift=shift,
+                                output_zp=int(desc["output_zp"]), act_min=-128, act_max=127)
 
 
 @unit(ops.OP_REDUCE_MAX, _cost)
-def reduce_max(desc: np.void, dma) -> None:
+def reduce_max(desc: np.void, dma) -> Rerun | None:
     x, axes, out = _operands(desc, dma)
     reduce.reduce_max(x, axes, out=out)
+    return data_calls.bind_mean(x, axes, out, reduce="max")
 
 
 @unit(ops.OP_REDUCE_MIN, _cost)
-def reduce_min(desc: np.void, dma) -> None:
+def reduce_min(desc: np.void, dma) -> Rerun | None:
     x, axes, out = _operands(desc, dma)
     reduce.reduce_min(x, axes, out=out)
+    return data_calls.bind_mean(x, axes, out, reduce="min")
 
 
 @unit(ops.OP_REDUCE_L2, _cost)

@@ -1,12 +1,14 @@
 """Cache of compiled models, keyed by content hash.
 
-The key covers the model bytes, the compile options and the loadable format version, so
-a changed model, option or format never hits a stale entry. Entries are loadable files
+The key covers the model bytes, the compile options, the loadable format version and the
+compiler's own source, so a changed model, option, format or compiler never hits a stale
+entry. Entries are loadable files
 under ``<cache dir>/compiled/``, written atomically; an entry that no longer parses
 (truncated, corrupted, old format, nothing to run) is removed and reported as a miss.
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -32,26 +34,41 @@ def user_cache_dir() -> Path:
     return root
 
 
-#: Bumped whenever the compiler gives another loadable for the same model and options (a
-#: quantizer default changed, ...), so that no cache hands out what the old one compiled.
-#: 2: per-channel FC weights by default; LOGISTIC/TANH inputs cover the unsaturated domain.
-#: 3: bias correction corrects a channel's mean error only as far as it stands out of its noise.
-#: 4: LOGISTIC / TANH have int16 modes, which ``--int16 auto`` may choose.
-#: 5: int16 tensors get twice their calibration range; int64 biases from the float biases.
-#: 6: GPTQ rounds a layer's bias last, taking up the weights' error (``--recipe accurate``).
-#: 7: ``gptq`` rounds the weights only again; the bias column is ``gptq-bias``.
-#: 8: ``--recipe accurate`` gives int16 activations per-channel grids (``int16_grid``).
-#: 9: the default recipe holds out calibration samples and escalates (``--recipe fast``: as before).
-COMPILER_REVISION = 9
+#: What decides the loadable a model compiles to, besides the model and the options: the
+#: compiler, the chip's descriptor formats and the loadable's layout. Their source is hashed
+#: into every key, so a compiler that changed in any way (an upgrade, a local edit) never
+#: hands out what an older one compiled; a revision number bumped by hand was forgotten.
+_COMPILER_SOURCES = ("compiler", "../npu_hw", "loadable.py", "loadable_layout.py")
+
+
+def compiler_sources() -> list[Path]:
+    """The source files whose change may change a loadable (see ``_COMPILER_SOURCES``)."""
+    root = Path(__file__).resolve().parents[1]          # libnpu/
+    files: list[Path] = []
+    for entry in _COMPILER_SOURCES:
+        path = (root / entry).resolve()
+        files += sorted(path.rglob("*.py")) if path.is_dir() else [path]
+    return files
+
+
+@functools.cache
+def compiler_fingerprint() -> str:
+    """sha256 over ``compiler_sources()`` (read once per process: ~70 files, ~10 ms)."""
+    h = hashlib.sha256()
+    for path in compiler_sources():
+        h.update(path.name.encode() + b"\0")
+        h.update(path.read_bytes())
+        h.update(b"\0")
+    return h.hexdigest()
 
 
 def cache_key(model: bytes, options: Mapping[str, Any] | None = None) -> str:
     """sha256 over the model bytes, the options (canonical JSON), the format version and
-    the compiler revision."""
+    the compiler's own source (``compiler_fingerprint``)."""
     h = hashlib.sha256()
     h.update(b"npu-emu compile cache\0")
     h.update(json.dumps(list(_loadable.VERSION)).encode())
-    h.update(f"compiler {COMPILER_REVISION}\0".encode())
+    h.update(f"compiler {compiler_fingerprint()}\0".encode())
     h.update(json.dumps(dict(options or {}), sort_keys=True, default=str).encode())
     h.update(b"\0")
     h.update(model)

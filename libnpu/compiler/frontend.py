@@ -22,6 +22,7 @@ from .input_shapes import InputShapes, fix_input_shapes
 from .ir import Graph, IRError
 from .mixed_precision import quantize_mixed
 from .onnx_import import import_onnx
+from .optimize import fold_pad_into_conv
 from .progress import Progress, stage
 from .qparams import lowerable
 from .quantizer import quantize_model
@@ -154,6 +155,9 @@ def to_int8_graph(model: str | os.PathLike | bytes | Graph,
         graph = graph.copy()
         graph.make_stateful(dict(states))
     if is_int8(graph):
+        if any(op.type == "PAD" for op in graph.ops):    # MobileNetV2's PADs before strided convolutions
+            graph = graph.copy()
+            fold_pad_into_conv(graph)
         return graph
     if any(t.quant is not None for t in graph.tensors.values() if not t.is_constant):
         check_int8(graph)  # partly quantized: report the offending op rather than re-quantize

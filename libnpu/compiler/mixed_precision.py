@@ -318,7 +318,10 @@ def promote(graph: Graph, names: Iterable[str], src: Graph | None = None,
                 ins[k] = int16_of[i]
         out = op.outputs[0]
         t8 = g.tensors[out]
-        if out in per_channel and moves_channels(op.type):
+        joined = _same_grid(g, op, ins, new_ops) if registry.get(op.type, "same_scale") else None
+        if joined is not None:
+            quant = joined
+        elif out in per_channel and moves_channels(op.type):
             quant = moved_quant(op, _quant(g, ins[0]), g.tensors[ins[0]].shape, t8)
         elif out in per_channel:
             quant = channel_quant(peaks[out], _headroom(g, out), len(t8.shape))
@@ -366,6 +369,26 @@ def promote(graph: Graph, names: Iterable[str], src: Graph | None = None,
                       **({"int16_weights": widened} if widened else {}))
     g.validate()
     return g
+
+
+def _same_grid(g: Graph, op: Op, ins: list[str], ops: list[Op]) -> QuantParams | None:
+    """The one int16 grid of a promoted same-scale op joining several activations (a
+    CONCATENATION copies bytes, so its inputs must share the output's grid): the widest of
+    its inputs' per-tensor grids, the others requantized onto it by a QUANTIZE appended to
+    ``ops`` (``ins`` updated). None when there is nothing to join. Without it a TANH's int16
+    output (2**-15) and another op's (twice its int8 reach) were concatenated as raw bytes."""
+    data = [k for k, i in enumerate(ins) if i and not g.tensors[i].is_constant]
+    quants = [_quant(g, ins[k]) for k in data]
+    if len(data) < 2 or any(q.per_channel for q in quants):
+        return None
+    widest = max(quants, key=lambda q: float(q.scale[0]))
+    for k, q in zip(data, quants):
+        if float(q.scale[0]) != float(widest.scale[0]):
+            moved = g.unique_name(f"{ins[k]}__to_{op.outputs[0]}")
+            g.add_tensor(Tensor(moved, g.tensors[ins[k]].shape, "int16", widest))
+            ops.append(Op("QUANTIZE", [ins[k]], [moved], name=moved))
+            ins[k] = moved
+    return widest
 
 
 def _convert_to_int16(g: Graph, name: str, producer: Mapping[str, Op], ops: list[Op]) -> str:

@@ -136,11 +136,20 @@ def operator_rewrites(g: Graph) -> int:
 
 __all__ += ["operator_rewrites"]
 
+def _same_grid(a, b) -> bool:
+    """Two tensors' quantization parameters (or None for float) are the same."""
+    if a is None or b is None:
+        return a is b
+    return bool(np.array_equal(a.scale, b.scale) and np.array_equal(a.zero_point, b.zero_point))
+
+
 def fold_pad_into_conv(g: Graph) -> int:
     """Turn ``PAD (zeros, height/width only) -> CONV_2D / DEPTHWISE_CONV_2D`` into the
     convolution's own padding: one task less, and the padded copy never exists. Exact:
-    a convolution's padding reads the input zero point, as the PAD's zeros quantize to.
-    Only while each side stays shorter than the dilated filter (what the chip accepts)."""
+    a convolution's padding reads the input zero point, as the PAD's zeros quantize to
+    (in an int8 graph the PAD fills with its output zero point, the convolution's input
+    one, when both sides of the PAD share a grid). Only while each side stays shorter than
+    the dilated filter (what the chip accepts)."""
     folded = 0
     consumers, producers = g.consumers(), g.producers()
     for op in list(g.ops):
@@ -150,6 +159,8 @@ def fold_pad_into_conv(g: Graph) -> int:
         pad = producers.get(mid)
         if pad is None or pad.type != "PAD" or len(consumers[mid]) != 1 or mid in g.outputs:
             continue
+        if not _same_grid(g.tensors[pad.inputs[0]].quant, g.tensors[mid].quant):
+            continue        # a PAD between two grids: the convolution would read its input on another
         pairs = tuple(tuple(int(v) for v in pair) for pair in pad.attrs["paddings"])
         if len(pairs) != 4 or pairs[0] != (0, 0) or pairs[3] != (0, 0) or min(min(p) for p in pairs) < 0:
             continue

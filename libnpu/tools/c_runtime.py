@@ -45,6 +45,7 @@ from libnpu.tools import faces
 from libnpu.tools.errors import device_hint
 from libnpu.tools.models import ModelSpecError, resolve
 from libnpu.tools.vision import BLAZEFACE_SHORT_RANGE, AnchorOptions, ssd_anchors
+from libnpu.visible_devices import DeviceChoiceError, default_index, node_number
 
 __all__ = ["LIBRARY_NAME", "HEADER", "library", "Status"]
 
@@ -163,10 +164,14 @@ def _check_model_path(spec: str) -> Path:
 
 
 def _device_index() -> int:
-    text = os.environ.get("NPU_DEVICE", "0")
-    if not text.isdigit():
-        raise CApiError(Status.INVALID_ARGUMENT, f"NPU_DEVICE={text!r}: expected a device instance number")
-    return int(text)
+    """$NPU_DEVICE (else 0), checked against NPU_VISIBLE_DEVICES now: a bad value is the
+    caller's INVALID_ARGUMENT, not a device error (``libnpu.visible_devices``)."""
+    try:
+        index = default_index()
+        node_number(index)
+    except DeviceChoiceError as exc:
+        raise CApiError(Status.INVALID_ARGUMENT, exc.strerror) from exc
+    return index
 
 
 def _device_error(exc: OSError, what: str) -> CApiError:

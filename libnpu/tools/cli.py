@@ -3,8 +3,9 @@
 Each row of :data:`COMMANDS` is a command: its words (``("bench", "model")``), its help,
 its arguments and its handler in :mod:`libnpu.tools.commands`.  A new command is one
 handler and one row.  Every command that uses a device takes ``--devroot`` (default
-``$NPU_DEVROOT``, else ``/dev``); the compile-side commands (``compile``, ``inspect``,
-``fetch``) use none and refuse it.
+``$NPU_DEVROOT``, else ``/dev``), and those that use one device ``--device N`` (an index
+in ``$NPU_VISIBLE_DEVICES``' list, over ``$NPU_DEVICE``: :mod:`libnpu.visible_devices`);
+the compile-side commands (``compile``, ``inspect``, ``fetch``) use none and refuse it.
 
 Exit codes, the same for every command: 0 done, 1 it failed (the device, the compiler,
 a download, a damaged file), 2 usage (bad arguments, or a model, input or calibration
@@ -16,12 +17,14 @@ naming the problem and the next step; ``--debug`` (or ``NPU_DEBUG=1``) adds the 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from libnpu import visible_devices
 from libnpu.portability import default_devroot
 from npu_console import run_main, stdout_reader_gone
 
@@ -40,6 +43,7 @@ class Command:
     arguments: Callable[[argparse.ArgumentParser], None]
     run: Callable[[argparse.Namespace], int]
     device: bool = True                                      # takes --devroot
+    one_device: bool = True                                  # uses one device: takes --device
 
 
 def _json(p: argparse.ArgumentParser) -> None:
@@ -258,6 +262,11 @@ def _delegate_args(p: argparse.ArgumentParser) -> None:
                    help="print the absolute path of the delegate library (built if needed)")
 
 
+def _ort_ep_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--path", action="store_true", required=True,
+                   help="print the absolute path of the execution provider's library (built if needed)")
+
+
 def _faces_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("images", nargs="*", help="PNG files (default: astronaut.png and a made second picture)")
     p.add_argument("--out", default=".", help="directory for the annotated PNGs (default .)")
@@ -284,10 +293,17 @@ def _no_args(p: argparse.ArgumentParser) -> None:
     pass
 
 
+def _device_index(text: str) -> int:
+    if not text.isdigit():
+        raise argparse.ArgumentTypeError(f"expected a device number (0, 1, ...), not {text!r}")
+    return int(text)
+
+
 COMMANDS: tuple[Command, ...] = (
-    Command(("info",), "describe the devices", _info_args, commands.info),
-    Command(("smi",), "devices, utilization and processes, once (nvidia-smi style)", _smi_args, commands.smi),
-    Command(("top",), "watch utilization and processes (nvtop style)", _top_args, commands.top),
+    Command(("info",), "describe the devices", _info_args, commands.info, one_device=False),
+    Command(("smi",), "devices, utilization and processes, once (nvidia-smi style)", _smi_args, commands.smi,
+            one_device=False),
+    Command(("top",), "watch utilization and processes (nvtop style)", _top_args, commands.top, one_device=False),
     Command(("compile",), "compile a model into a loadable (.nlb), quantizing float models", _compile_args,
             commands.compile_, device=False),
     Command(("inspect",), "describe a loadable (checked) or a model's graph", _inspect_args, commands.inspect,
@@ -304,13 +320,15 @@ COMMANDS: tuple[Command, ...] = (
             commands.bench_model),
     Command(("delegate",), "the LiteRT external delegate: --path prints its library (for load_delegate)",
             _delegate_args, commands.delegate, device=False),
+    Command(("ort-ep",), "the ONNX Runtime plugin execution provider: --path prints its library "
+            "(for register_execution_provider_library)", _ort_ep_args, commands.ort_ep, device=False),
     Command(("faces",), "detect faces (BlazeFace, quantized) and write PNGs with the boxes", _faces_args,
             commands.faces),
     Command(("classify",), "classify sample pictures with ResNet-8 (CIFAR-10)", _classify_args, commands.classify),
     Command(("capi",), "flags to build a C program against npu.h (or nvdla_port.h), building the library if needed",
             _capi_args, commands.capi, device=False),
     Command(("doctor",), "check what the stack needs (FUSE, state, C kernels, the device) and say how to fix it",
-            _no_args, commands.doctor),
+            _no_args, commands.doctor, one_device=False),
     Command(("demo",), "run the spine end to end and print what happens", _no_args, commands.demo),
 )
 
@@ -333,8 +351,12 @@ def build_parser() -> argparse.ArgumentParser:
         p = where.add_parser(command.words[-1], help=command.help, description=command.help)
         if command.device:
             p.add_argument("--devroot", help="where the device nodes are (default $NPU_DEVROOT or /dev)")
+        if command.device and command.one_device:
+            p.add_argument("--device", type=_device_index, metavar="N",
+                           help="the device to use: an index in $NPU_VISIBLE_DEVICES' list when it is set, "
+                                "else the node's number (default $NPU_DEVICE, else 0)")
         command.arguments(p)
-        p.set_defaults(handler=command.run, devroot=None, parser=p)
+        p.set_defaults(handler=command.run, devroot=None, device=None, parser=p)
     return parser
 
 
@@ -350,6 +372,10 @@ def main(argv: list[str] | None = None) -> int:
     except SystemExit as exc:            # --help (0) or a usage error (2), already printed by argparse
         return exc.code if isinstance(exc.code, int) else 2
     name = " ".join(word for word in (args.command, getattr(args, "what", None)) if word)
+    if args.device is not None:
+        # --device wins over the environment: the default device for this command and the
+        # processes it starts (bench nop's workers), as libnpu.visible_devices reads it.
+        os.environ[visible_devices.DEFAULT] = str(args.device)
     try:
         return args.handler(args)
     except Exception as exc:

@@ -90,7 +90,7 @@ def info(args: argparse.Namespace) -> int:
     with Session(devroot) as session:
         for node in _nodes(devroot):
             try:
-                device = session.open(int(node.name[3:]))
+                device = session.open_node(int(node.name[3:]))
                 facts = device.info()
                 props = device.properties()
             except OSError as exc:
@@ -632,4 +632,14 @@ def delegate(args: argparse.Namespace) -> int:
         print(library_path())
     except EmbeddingBuildError as exc:
         raise Failure(f"cannot build the delegate library: {exc}") from exc
+    return 0
+
+
+def ort_ep(args: argparse.Namespace) -> int:
+    from libnpu.capi.embedding import EmbeddingBuildError
+    from libnpu.ort_ep import library_path
+    try:
+        print(library_path())
+    except EmbeddingBuildError as exc:
+        raise Failure(f"cannot build the execution provider library: {exc}") from exc
     return 0

@@ -65,7 +65,7 @@ class Rig:
 
 
 def _per_step(plan: job_plans.JobPlan) -> None:
-    plan.native, plan.native_tries = None, job_plans.NATIVE_TRIES     # as a plan with a Python step
+    plan.native, plan.native_tries, plan.mixed = None, job_plans.NATIVE_TRIES, None     # no C runs at all
 
 
 def _one_call(plan: job_plans.JobPlan) -> None:
@@ -114,7 +114,10 @@ def test_random_plans_give_the_same_bytes_and_cycles(model, request, chip, cache
         assert result.status == 0 and result.task_index == len(picks)
 
 
-def test_a_plan_with_a_python_step_replays_step_by_step(chip, kws_path, cache) -> None:
+def test_a_plan_with_a_python_step_replays_its_c_runs_around_it(chip, kws_path, cache) -> None:
+    """A DMA copy (no C call) among KWS's tasks: the replay runs the tasks before it as one
+    call into C, the copy from Python, the tasks after it as another call; the same bytes
+    and results as the first run and the step-by-step replay."""
     rig = Rig(chip, kws_path, cache, np.random.default_rng(3))
     copy = tasks.encode_task("DMA_COPY", 0, src=iommu.IOVA_BASE, dst=iommu.IOVA_BASE + 64, length=64)
     command = b"".join(rig.descriptors[:3]) + copy + b"".join(rig.descriptors[3:])
@@ -123,7 +126,14 @@ def test_a_plan_with_a_python_step_replays_step_by_step(chip, kws_path, cache) -
         again, after = rig.run(command)
         assert (again.status, again.cycles, again.task_index) == (first.status, first.cycles, first.task_index)
         np.testing.assert_array_equal(after, after_first)
-    assert rig.plan(command).native is None
+    plan = rig.plan(command)
+    assert plan.native is None and plan.mixed is not None
+    kinds = [isinstance(segment, job_plans.NativeSteps) for _, segment in plan.mixed.segments]
+    assert kinds == [True, False, True] and plan.mixed.segments[1][0] == 3
+    _per_step(plan)
+    per_step, after = rig.run(command)
+    assert (per_step.status, per_step.cycles, per_step.task_index) == (first.status, first.cycles, first.task_index)
+    np.testing.assert_array_equal(after, after_first)
 
 
 def test_a_failing_step_stops_the_one_call_replay_at_its_task(chip, kws_path, cache) -> None:
@@ -152,3 +162,25 @@ def test_a_failing_step_stops_the_one_call_replay_at_its_task(chip, kws_path, ca
     assert plan.native is None and outcomes[0][0] == outcomes[1][0]
     assert outcomes[0][0][:2] == (-errno.EINVAL, position)
     np.testing.assert_array_equal(outcomes[0][1], outcomes[1][1])   # the same tasks ran
+
+
+def test_a_failing_c_run_of_a_mixed_plan_stops_at_its_task(chip, kws_path, cache) -> None:
+    """The same out-of-range shift in a plan that also has a Python step (a DMA copy first):
+    the C run fails the job with EINVAL at that task, as the step-by-step replay does."""
+    rig = Rig(chip, kws_path, cache, np.random.default_rng(5))
+    copy = tasks.encode_task("DMA_COPY", 0, src=iommu.IOVA_BASE, dst=iommu.IOVA_BASE + 64, length=64)
+    command = copy + b"".join(rig.descriptors)
+    assert rig.run(command)[0].status == 0
+    plan = rig.plan(command)
+    rig.run(command)
+    assert plan.mixed is not None
+    shifted = [(position, int(desc["shift_iova"]) - iommu.IOVA_BASE)
+               for position, (_, _, desc) in enumerate(tasks.decode_tasks(command))
+               if "shift_iova" in (desc.dtype.names or ()) and int(desc["shift_iova"])]
+    position, shift_at = shifted[0]
+    rig.image[shift_at:shift_at + 4] = np.array([40], np.int32).view(np.uint8)
+    mixed, after_mixed = rig.run(command)
+    _per_step(plan)
+    per_step, after_per_step = rig.run(command)
+    assert (mixed.status, mixed.task_index) == (per_step.status, per_step.task_index) == (-errno.EINVAL, position)
+    np.testing.assert_array_equal(after_mixed, after_per_step)

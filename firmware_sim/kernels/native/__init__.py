@@ -1,4 +1,5 @@
-"""The C inner loops of the int8 kernels (``int8_kernels.c``), built on first use.
+"""The C inner loops of the chip's kernels (``int8_kernels.c``, ``data_kernels.c``,
+``int16_kernels.c``), built on first use.
 
 numpy cannot get under LiteRT's C++ reference for small depthwise layers and batch-1
 fully connected layers: there the cost is per-call overhead, not arithmetic. These
@@ -37,11 +38,14 @@ from pathlib import Path
 
 import cffi
 
-__all__ = ["library", "ffi", "build", "enabled", "has_dnnl", "dnnl_missing", "SOURCE",
+__all__ = ["library", "ffi", "build", "enabled", "has_dnnl", "dnnl_missing", "SOURCE", "SOURCES",
            "NativeBuildError"]
 
 SOURCE = Path(__file__).with_name("int8_kernels.c")
 HEADER = SOURCE.with_suffix(".h")
+# Every C file of the library (one header for all): the int8 kernels, data movement and
+# tables, the int16 x int8 kernels.
+SOURCES = (SOURCE, SOURCE.with_name("data_kernels.c"), SOURCE.with_name("int16_kernels.c"))
 # -fno-trapping-math: nothing reads the floating-point exception flags, and without it GCC
 # will not vectorize a float -> int conversion under a condition (QUANTIZE's loop). Results
 # stay IEEE-exact (no -ffast-math).
@@ -101,7 +105,7 @@ def _variant(cc: str) -> tuple[str, ...]:
 def _target(cc: str, variant: tuple[str, ...]) -> Path:
     version = subprocess.run([cc, "--version"], capture_output=True, text=True).stdout
     h = blake2b(digest_size=16)
-    for part in (SOURCE.read_bytes(), HEADER.read_bytes(), " ".join(_FLAGS + variant).encode(),
+    for part in (*(path.read_bytes() for path in SOURCES), HEADER.read_bytes(), " ".join(_FLAGS + variant).encode(),
                  version.encode(),
                  _cpu_signature().encode(), platform.machine().encode()):
         h.update(part)
@@ -125,10 +129,10 @@ def build() -> Path:
     fd, tmp = tempfile.mkstemp(prefix=target.stem, suffix=".so.tmp", dir=target.parent)
     os.close(fd)
     try:
-        done = subprocess.run([cc, *_FLAGS, "-o", tmp, str(SOURCE), *variant, "-lm"],
+        done = subprocess.run([cc, *_FLAGS, "-o", tmp, *map(str, SOURCES), *variant, "-lm"],
                               capture_output=True, text=True)
         if done.returncode != 0:
-            raise NativeBuildError(f"{cc} failed to build {SOURCE.name}:\n{done.stderr}")
+            raise NativeBuildError(f"{cc} failed to build {', '.join(p.name for p in SOURCES)}:\n{done.stderr}")
         os.chmod(tmp, 0o755)
         os.replace(tmp, target)
     finally:

@@ -136,6 +136,28 @@ struct npu_softmax_call {
     int8_t *out;
 };
 
+/* A whole int8 LSTM layer (kernels/lstm.py's formula, LiteRT's 8x8->16 cell): x is
+   [steps, batch, n_input] (or [batch, steps, n_input] with batch_major), out likewise with
+   n_cell; w [4, n_cell, n_input], r [4, n_cell, n_cell], bias [8, n_cell] (effective),
+   mult/shift [8]; the tables hold 65536 int16 entries indexed by the int16 input + 32768.
+   h_in/c_in are copied to h_out/c_out first (they may be the same buffers), which then hold
+   the last step's states. */
+struct npu_lstm_call {
+    const int8_t *x;
+    int32_t steps, batch, n_input, n_cell, batch_major;
+    const int8_t *w, *r;
+    const int32_t *bias, *mult, *shift;
+    const int16_t *sigmoid, *tanh_gate, *tanh_cell;
+    int32_t cell_shift, cell_clip, hidden_mult, hidden_shift, hidden_zp;
+    const int8_t *h_in;
+    const int16_t *c_in;
+    int8_t *h_out;
+    int16_t *c_out;
+    int8_t *out;
+};
+
+int npu_lstm_s8(const struct npu_lstm_call *c);
+
 /* Step kinds: which kernel a struct npu_step's `call` is for. */
 #define NPU_STEP_CONV 1
 #define NPU_STEP_DEPTHWISE 2
@@ -146,6 +168,151 @@ struct npu_softmax_call {
 #define NPU_STEP_QUANTIZE 7
 #define NPU_STEP_DEQUANTIZE 8
 #define NPU_STEP_SOFTMAX 9
+#define NPU_STEP_LSTM 21
+
+/* Data movement and table kernels (data_kernels.c). Shapes and strides are int64 per axis,
+   at most NPU_MOVE_MAX_RANK axes; strides of a copy are in bytes, elements are 1, 2 or 4
+   bytes (`elem`). */
+#define NPU_MOVE_MAX_RANK 6
+
+/* out = x over `shape` (RESHAPE, TRANSPOSE, STRIDED_SLICE: a view of x; CONCATENATION: one
+   input into its slice of the output). */
+struct npu_copy_call {
+    const void *x;
+    void *out;
+    int32_t rank, elem;
+    int64_t shape[6], x_stride[6], out_stride[6];
+};
+
+/* Constant padding of contiguous x into contiguous out (`elem` 1 or 2 bytes). */
+struct npu_pad_call {
+    const void *x;
+    void *out;
+    int32_t rank, elem, value;
+    int64_t in_shape[6], before[6], after[6];
+};
+
+/* out[i] = table[uint8(x[i])] (x int8: 256 entries) or table[uint16(x[i])] (x int16: 65536
+   entries); `in_bytes` / `out_bytes` (1 or 2) are x's and the table's (and out's) element
+   sizes. */
+struct npu_lut_call {
+    const void *x;
+    int64_t n;
+    const void *table;
+    void *out;
+    int32_t in_bytes, out_bytes;
+};
+
+/* npu_table2_s8 over broadcast operands: out (contiguous, `shape`) from a and b read with
+   element strides (0 along a broadcast axis). */
+struct npu_table2b_call {
+    const int8_t *a, *b;
+    const int8_t *table;
+    int8_t *out;
+    int32_t rank;
+    int64_t shape[6], a_stride[6], b_stride[6];
+};
+
+/* MEAN and SUM (pooling.mean's, reduce.reduce_sum's arithmetic, `reduce` NPU_SUMS_ADD):
+   x over `shape` with element strides, summed in int64 into `sums` (`outputs` entries,
+   `sum_stride` 0 along a reduced axis), less zp_total (input zero point x count),
+   requantized by multiplier/shift, plus output_zp, clamped; the max and min reductions
+   (NPU_SUMS_LARGEST / _SMALLEST): the largest / smallest value, as it is. */
+#define NPU_SUMS_ADD 0
+#define NPU_SUMS_LARGEST 1
+#define NPU_SUMS_SMALLEST 2
+struct npu_mean_call {
+    const void *x;
+    int64_t *sums;
+    void *out;
+    int32_t rank, elem;
+    int64_t shape[6], x_stride[6], sum_stride[6];
+    int64_t outputs, zp_total;
+    int32_t multiplier, shift, output_zp, act_min, act_max, reduce;
+};
+
+/* GATHER of int8 rows (inner bytes each) along the middle axis by int32 indices. */
+#define NPU_KERNEL_BAD_INDEX -8
+struct npu_gather_call {
+    const int8_t *x;
+    const int32_t *indices;
+    int8_t *out;
+    int64_t outer, axis, inner, count;
+};
+
+/* Several steps as one (a CONCATENATION's copies). */
+struct npu_sequence_call {
+    const struct npu_step *steps;
+    int32_t count;
+};
+
+int npu_copy(const struct npu_copy_call *c);
+int npu_pad(const struct npu_pad_call *c);
+int npu_lut(const struct npu_lut_call *c);
+int npu_table2_broadcast(const struct npu_table2b_call *c);
+int npu_mean(const struct npu_mean_call *c);
+int npu_sequence(const struct npu_sequence_call *c);
+int npu_gather(const struct npu_gather_call *c);
+
+#define NPU_STEP_COPY 10
+#define NPU_STEP_PAD 11
+#define NPU_STEP_LUT 12
+#define NPU_STEP_TABLE2_BROADCAST 13
+#define NPU_STEP_MEAN 14
+#define NPU_STEP_SEQUENCE 15
+#define NPU_STEP_GATHER 20
+
+/* int16 x int8 kernels (int16_kernels.c): int16 activations (zero point 0), int8 weights,
+   int64 biases; requantized as TFLite's 16x8 reference kernels do. `depth_multiplier` is
+   the depthwise kernel's (cout = cin * depth_multiplier), `groups` the convolution's. */
+struct npu_conv16_call {
+    const int16_t *x;
+    int32_t n, h, w, cin;
+    const int8_t *filter;
+    int32_t cout, kh, kw, groups, depth_multiplier;
+    const int64_t *bias;
+    int32_t stride_h, stride_w, dil_h, dil_w, pad_top, pad_left, out_h, out_w;
+    const int32_t *mult, *shift;
+    int32_t per_channel, act_min, act_max;
+    int16_t *out;
+};
+
+struct npu_fc16_call {
+    const int16_t *x;
+    int32_t rows, k;
+    const int8_t *w;
+    int32_t n;
+    const int64_t *bias;
+    const double *scale;
+    int32_t per_channel, act_min, act_max;
+    int16_t *out;
+};
+
+/* int16 ADD or MUL (zero points 0) of a and b read with element strides (0 along a
+   broadcast axis) into contiguous out; `params` holds one row per output channel (the last
+   axis; `channels` rows, 1 for per-tensor): ADD m1, s1, m2, s2, mo, so, MUL m, s. */
+#define NPU_BINARY16_ADD 0
+#define NPU_BINARY16_MUL 1
+struct npu_binary16_call {
+    const int16_t *a, *b;
+    int16_t *out;
+    int32_t rank;
+    int64_t shape[6], a_stride[6], b_stride[6];
+    int32_t kind, left_shift;
+    int64_t channels;
+    const int32_t *params;
+    int32_t act_min, act_max;
+};
+
+int npu_binary16(const struct npu_binary16_call *c);
+int npu_conv16x8(const struct npu_conv16_call *c);
+int npu_depthwise16x8(const struct npu_conv16_call *c);
+int npu_fully_connected16x8(const struct npu_fc16_call *c);
+
+#define NPU_STEP_CONV16 16
+#define NPU_STEP_DEPTHWISE16 17
+#define NPU_STEP_FC16 18
+#define NPU_STEP_BINARY16 19
 
 /* One prepared kernel call: `call` points to the struct of `kind` (npu_conv_call for CONV and
    DEPTHWISE, npu_pool_call for both pools, npu_convert_call for both conversions). */

@@ -77,3 +77,14 @@ def test_writing_an_entry_follows_no_link_planted_in_the_cache(resnet8_path, tmp
     cache.put(key, lower(g, metadata={"options": "default"}))
     assert victim.read_text() == "precious"
     assert cache.get(key) is not None and not final.is_symlink()
+
+
+def test_the_key_follows_the_compilers_own_source(monkeypatch):
+    """A compiler that changed (an upgrade, a local edit) never hands out an old compile:
+    the key hashes the compiler's source, the descriptor formats and the loadable layout."""
+    from libnpu.compiler import cache
+    names = {path.name for path in cache.compiler_sources()}
+    assert {"quantizer.py", "placement.py", "ops.py", "loadable.py", "loadable_layout.py"} <= names
+    before = cache.cache_key(b"model", {"a": 1})
+    monkeypatch.setattr(cache, "compiler_fingerprint", lambda: "another compiler")
+    assert cache.cache_key(b"model", {"a": 1}) != before

@@ -1,0 +1,104 @@
+"""Bound calls of the C int16 kernels (``int16_kernels.c``): convolution, depthwise
+convolution and fully connected with int16 activations and int8 weights, ADD and MUL, the
+reruns of ``kernels.int16x8``'s numpy kernels (which run first and stay the reference)."""
+from __future__ import annotations
+
+import numpy as np
+
+from . import data_calls, ffi, library
+from .calls import BoundCall
+
+__all__ = ["bind_conv16", "bind_fully_connected16", "bind_binary16"]
+
+
+def _contiguous(*arrays: np.ndarray | None) -> bool:
+    return all(a is None or a.flags.c_contiguous for a in arrays)
+
+
+def _quant(multiplier, shift) -> tuple[np.ndarray, np.ndarray]:
+    return (np.ascontiguousarray(np.atleast_1d(multiplier), dtype=np.int32),
+            np.ascontiguousarray(np.atleast_1d(shift), dtype=np.int32))
+
+
+def bind_conv16(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None, *, depthwise: bool,
+                stride: tuple[int, int], dilation: tuple[int, int], padding: tuple[int, int],
+                out_hw: tuple[int, int], multiplier, shift, act_min: int, act_max: int,
+                out: np.ndarray) -> BoundCall | None:
+    """int16 x int8 convolution (``depthwise``: depthwise) of checked operands into ``out``
+    as a call; None unless the arrays are C-contiguous of the kernel's dtypes."""
+    if (library() is None or x.dtype != np.int16 or w.dtype != np.int8 or out.dtype != np.int16
+            or (bias is not None and bias.dtype != np.int64) or not _contiguous(x, w, bias, out)
+            or not out.flags.writeable):
+        return None
+    mult, sh = _quant(multiplier, shift)
+    n, h, wd, cin = x.shape
+    cout = out.shape[3]
+    kh, kw = (w.shape[1], w.shape[2])
+    buffers = (ffi.from_buffer("int16_t[]", x), ffi.from_buffer("int8_t[]", w),
+               ffi.NULL if bias is None else ffi.from_buffer("int64_t[]", bias),
+               ffi.from_buffer("int32_t[]", mult), ffi.from_buffer("int32_t[]", sh),
+               ffi.from_buffer("int16_t[]", out, require_writable=True))
+    call = ffi.new("struct npu_conv16_call *", {
+        "x": buffers[0], "n": n, "h": h, "w": wd, "cin": cin, "filter": buffers[1], "cout": cout,
+        "kh": kh, "kw": kw, "groups": 1 if depthwise else cin // w.shape[3],
+        "depth_multiplier": cout // cin if depthwise else 1, "bias": buffers[2],
+        "stride_h": stride[0], "stride_w": stride[1], "dil_h": dilation[0], "dil_w": dilation[1],
+        "pad_top": padding[0], "pad_left": padding[1], "out_h": out_hw[0], "out_w": out_hw[1],
+        "mult": buffers[3], "shift": buffers[4], "per_channel": int(mult.size > 1),
+        "act_min": act_min, "act_max": act_max, "out": buffers[5]})
+    kind = library().NPU_STEP_DEPTHWISE16 if depthwise else library().NPU_STEP_CONV16
+    operands = (x, w, bias, multiplier, shift, out)
+    return BoundCall(kind, call, operands, (buffers, mult, sh))
+
+
+def bind_fully_connected16(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None, *, scale,
+                           act_min: int, act_max: int, out: np.ndarray) -> BoundCall | None:
+    """int16 x int8 fully connected (x (M, K), w (N, K)) into ``out`` (M, N) as a call,
+    requantized by the float64 ``scale`` (N,) or (1,); None unless C-contiguous."""
+    if (library() is None or x.dtype != np.int16 or w.dtype != np.int8 or out.dtype != np.int16
+            or (bias is not None and bias.dtype != np.int64) or not _contiguous(x, w, bias, out)
+            or not out.flags.writeable):
+        return None
+    scales = np.ascontiguousarray(np.atleast_1d(scale), dtype=np.float64)
+    (m, k), n = x.shape, w.shape[0]
+    buffers = (ffi.from_buffer("int16_t[]", x), ffi.from_buffer("int8_t[]", w),
+               ffi.NULL if bias is None else ffi.from_buffer("int64_t[]", bias),
+               ffi.from_buffer("double[]", scales), ffi.from_buffer("int16_t[]", out, require_writable=True))
+    call = ffi.new("struct npu_fc16_call *", {
+        "x": buffers[0], "rows": m, "k": k, "w": buffers[1], "n": n, "bias": buffers[2], "scale": buffers[3],
+        "per_channel": int(scales.size > 1), "act_min": act_min, "act_max": act_max, "out": buffers[4]})
+    return BoundCall(library().NPU_STEP_FC16, call, (x, w, bias, scale, out), (buffers, scales))
+
+
+def bind_binary16(kind: str, a: np.ndarray, b: np.ndarray, out: np.ndarray, params: np.ndarray, *,
+                  left_shift: int = 0, act_min: int, act_max: int) -> BoundCall | None:
+    """int16 ADD or MUL (``kind`` "add" / "mul") of ``a`` and ``b`` broadcast to ``out``'s
+    shape, requantized with ``params`` (int32, one row per output channel or a single row:
+    ADD m1, s1, m2, s2, mo, so; MUL m, s), as a call; None unless C-contiguous int16."""
+    if (library() is None or any(v.dtype != np.int16 or not v.flags.c_contiguous for v in (a, b, out))
+            or not out.flags.writeable or params.dtype != np.int32 or not params.flags.c_contiguous
+            or params.ndim != 2 or params.shape[1] != (6 if kind == "add" else 2)
+            or not data_calls.in_place_or_apart(a, out) or not data_calls.in_place_or_apart(b, out)):
+        return None
+    channels = params.shape[0]
+    if channels != 1 and (not out.ndim or out.shape[-1] != channels):
+        return None
+    try:
+        a_view, b_view = np.broadcast_to(a, out.shape), np.broadcast_to(b, out.shape)
+    except ValueError:
+        return None
+    merged = data_calls.merge_axes(out.shape, [s // 2 for s in a_view.strides], [s // 2 for s in b_view.strides],
+                                   [s // 2 for s in out.strides])
+    if merged is None:
+        return None
+    shape, (a_stride, b_stride, _) = merged
+    pad = data_calls.padded
+    buffers = (ffi.from_buffer("int16_t[]", a), ffi.from_buffer("int16_t[]", b),
+               ffi.from_buffer("int16_t[]", out, require_writable=True), ffi.from_buffer("int32_t[]", params))
+    call = ffi.new("struct npu_binary16_call *", {
+        "a": buffers[0], "b": buffers[1], "out": buffers[2], "rank": len(shape), "shape": pad(shape),
+        "a_stride": pad(a_stride), "b_stride": pad(b_stride),
+        "kind": library().NPU_BINARY16_ADD if kind == "add" else library().NPU_BINARY16_MUL,
+        "left_shift": left_shift, "channels": channels, "params": buffers[3], "act_min": act_min,
+        "act_max": act_max})
+    return BoundCall(library().NPU_STEP_BINARY16, call, (a, b, out, params), buffers)

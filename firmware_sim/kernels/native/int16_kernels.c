@@ -1,0 +1,233 @@
+/*
+ * int16 x int8 convolution, depthwise convolution and fully connected (TFLite's 16x8
+ * reference kernels: int16 activations with zero point 0, int8 weights, int64 biases and
+ * sums), the arithmetic of kernels/int16x8.py. Sums are exact: products (|x * w| <= 2**22)
+ * add up in int32 over at most 256 terms (2**30), then in int64. Every array is
+ * C-contiguous; the Python side checks shapes and parameters (native/int16_calls.py).
+ */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <math.h>
+
+#include "int8_kernels.h"
+
+#define CHUNK 256
+
+/* Exact sum of a[i] * b[i], i < n. */
+static int64_t dot16x8(const int16_t *restrict a, const int8_t *restrict b, int64_t n)
+{
+    int64_t total = 0;
+    for (int64_t start = 0; start < n; start += CHUNK) {
+        const int64_t end = n - start < CHUNK ? n : start + CHUNK;
+        int32_t part = 0;
+        for (int64_t i = start; i < end; i++)
+            part += (int32_t)a[i] * (int32_t)b[i];
+        total += part;
+    }
+    return total;
+}
+
+/* TFLite's MultiplyByQuantizedMultiplier(int64_t, ...) (multiply_by_quantized_multiplier_int64),
+   the store's int32 wrap and clamp. */
+static inline int16_t requant16(int64_t acc, int32_t m, int32_t s, int32_t lo, int32_t hi)
+{
+    const int64_t reduced = m < 0x7FFF0000 ? ((int64_t)m + (1 << 15)) >> 16 : 0x7FFF;
+    const int total = 15 - s;
+    const int64_t v = (int64_t)((uint64_t)acc * (uint64_t)reduced + (UINT64_C(1) << (total - 1))) >> total;
+    int32_t r = (int32_t)(uint32_t)(uint64_t)v;
+    r = r < lo ? lo : r > hi ? hi : r;
+    return (int16_t)r;
+}
+
+static int check_requant16(const int32_t *mult, const int32_t *shift, int32_t count)
+{
+    for (int32_t i = 0; i < count; i++)
+        if (mult[i] < 0 || shift[i] < -31 || shift[i] > 14)
+            return NPU_KERNEL_BAD_SHIFT;
+    return 0;
+}
+
+/* Convolution (grouped), NHWC: x (n, h, w, cin); filter (cout, kh, kw, cin / groups). */
+int npu_conv16x8(const struct npu_conv16_call *c)
+{
+    const int32_t cout = c->cout;
+    int status = check_requant16(c->mult, c->shift, c->per_channel ? cout : 1);
+    if (status)
+        return status;
+    const int32_t groups = c->groups, cin_g = c->cin / groups, cout_g = cout / groups;
+    const int64_t k = (int64_t)c->kh * c->kw * cin_g;
+    int16_t *row = malloc(sizeof(int16_t) * (size_t)(k > 0 ? k : 1));
+    if (!row)
+        return NPU_KERNEL_NO_MEMORY;
+    for (int32_t b = 0; b < c->n; b++)
+        for (int32_t oy = 0; oy < c->out_h; oy++)
+            for (int32_t ox = 0; ox < c->out_w; ox++) {
+                int16_t *o = c->out + (((int64_t)b * c->out_h + oy) * c->out_w + ox) * cout;
+                for (int32_t g = 0; g < groups; g++) {
+                    /* group g's window, zeros outside the image (the zero point is 0) */
+                    int16_t *r = row;
+                    for (int32_t fy = 0; fy < c->kh; fy++) {
+                        const int32_t iy = oy * c->stride_h - c->pad_top + fy * c->dil_h;
+                        for (int32_t fx = 0; fx < c->kw; fx++, r += cin_g) {
+                            const int32_t ix = ox * c->stride_w - c->pad_left + fx * c->dil_w;
+                            if (iy < 0 || iy >= c->h || ix < 0 || ix >= c->w)
+                                memset(r, 0, sizeof(int16_t) * (size_t)cin_g);
+                            else
+                                memcpy(r, c->x + (((int64_t)b * c->h + iy) * c->w + ix) * c->cin + (int64_t)g * cin_g,
+                                       sizeof(int16_t) * (size_t)cin_g);
+                        }
+                    }
+                    for (int32_t q = 0; q < cout_g; q++) {
+                        const int32_t oc = g * cout_g + q, p = c->per_channel ? oc : 0;
+                        int64_t acc = dot16x8(row, c->filter + (int64_t)oc * k, k);
+                        if (c->bias)
+                            acc = (int64_t)((uint64_t)acc + (uint64_t)c->bias[oc]);
+                        o[oc] = requant16(acc, c->mult[p], c->shift[p], c->act_min, c->act_max);
+                    }
+                }
+            }
+    free(row);
+    return 0;
+}
+
+/* Depthwise convolution, NHWC: filter (kh, kw, cout), output channel oc reading input
+   channel oc / depth_multiplier. Per-channel int32 sums over up to CHUNK taps, then int64. */
+int npu_depthwise16x8(const struct npu_conv16_call *c)
+{
+    const int32_t cout = c->cout, dm = c->depth_multiplier;
+    int status = check_requant16(c->mult, c->shift, c->per_channel ? cout : 1);
+    if (status)
+        return status;
+    int64_t *acc = malloc(sizeof(int64_t) * (size_t)cout);
+    int32_t *part = malloc(sizeof(int32_t) * (size_t)cout);
+    if (!acc || !part) {
+        free(acc);
+        free(part);
+        return NPU_KERNEL_NO_MEMORY;
+    }
+    for (int32_t b = 0; b < c->n; b++)
+        for (int32_t oy = 0; oy < c->out_h; oy++)
+            for (int32_t ox = 0; ox < c->out_w; ox++) {
+                for (int32_t oc = 0; oc < cout; oc++) {
+                    acc[oc] = c->bias ? c->bias[oc] : 0;
+                    part[oc] = 0;
+                }
+                int32_t taps = 0;
+                for (int32_t fy = 0; fy < c->kh; fy++) {
+                    const int32_t iy = oy * c->stride_h - c->pad_top + fy * c->dil_h;
+                    for (int32_t fx = 0; fx < c->kw; fx++) {
+                        const int32_t ix = ox * c->stride_w - c->pad_left + fx * c->dil_w;
+                        if (iy < 0 || iy >= c->h || ix < 0 || ix >= c->w)
+                            continue;
+                        const int16_t *xp = c->x + (((int64_t)b * c->h + iy) * c->w + ix) * c->cin;
+                        const int8_t *fp = c->filter + ((int64_t)fy * c->kw + fx) * cout;
+                        if (dm == 1) {
+                            for (int32_t oc = 0; oc < cout; oc++)
+                                part[oc] += (int32_t)xp[oc] * (int32_t)fp[oc];
+                        } else {
+                            for (int32_t oc = 0; oc < cout; oc++)
+                                part[oc] += (int32_t)xp[oc / dm] * (int32_t)fp[oc];
+                        }
+                        if (++taps == CHUNK) {
+                            for (int32_t oc = 0; oc < cout; oc++) {
+                                acc[oc] += part[oc];
+                                part[oc] = 0;
+                            }
+                            taps = 0;
+                        }
+                    }
+                }
+                int16_t *o = c->out + (((int64_t)b * c->out_h + oy) * c->out_w + ox) * cout;
+                for (int32_t oc = 0; oc < cout; oc++) {
+                    const int32_t p = c->per_channel ? oc : 0;
+                    o[oc] = requant16(acc[oc] + part[oc], c->mult[p], c->shift[p], c->act_min, c->act_max);
+                }
+            }
+    free(acc);
+    free(part);
+    return 0;
+}
+
+/* Fully connected: x (rows, k) int16, w (n, k) int8, bias (n) int64 or NULL; LiteRT's
+   reference requantizes (int32)round(acc * scale) in double (scale per output or one). */
+int npu_fully_connected16x8(const struct npu_fc16_call *c)
+{
+    for (int32_t r = 0; r < c->rows; r++)
+        for (int32_t o = 0; o < c->n; o++) {
+            int64_t acc = dot16x8(c->x + (int64_t)r * c->k, c->w + (int64_t)o * c->k, c->k);
+            if (c->bias)
+                acc = (int64_t)((uint64_t)acc + (uint64_t)c->bias[o]);
+            const double v = round((double)acc * c->scale[c->per_channel ? o : 0]);
+            int32_t q = !(v >= -2147483648.0 && v <= 2147483647.0) ? INT32_MIN : (int32_t)v;
+            q = q < c->act_min ? c->act_min : q > c->act_max ? c->act_max : q;
+            c->out[(int64_t)r * c->n + o] = (int16_t)q;
+        }
+    return 0;
+}
+
+/* gemmlowp's MultiplyByQuantizedMultiplier on an int32 value x (kernels/fixedpoint.py). */
+static inline int64_t mbqm(int64_t x, int64_t m, int32_t s)
+{
+    if (s > 0)
+        x = (int32_t)(uint32_t)((uint64_t)x << s);
+    int64_t v = (x == INT32_MIN && m == INT32_MIN) ? INT32_MAX : (x * m + (INT64_C(1) << 30)) >> 31;
+    const int e = s > 0 ? 0 : -s;
+    int64_t r = v + ((INT64_C(1) << e) >> 1);
+    if (e > 0)
+        r -= v < 0;
+    return r >> e;
+}
+
+static void binary16_axis(const int16_t *a, const int16_t *b, int16_t *o, const struct npu_binary16_call *c,
+                          const int64_t *out_block, int d)
+{
+    const int64_t n = c->shape[d], as = c->a_stride[d], bs = c->b_stride[d];
+    if (d >= c->rank - 1 || d >= NPU_MOVE_MAX_RANK - 1) {   /* the last axis (a bound GCC can see) */
+        const int64_t at = o - c->out;
+        for (int64_t i = 0; i < n; i++) {
+            const int32_t *p = c->params + ((at + i) % c->channels) * (c->kind == NPU_BINARY16_ADD ? 6 : 2);
+            const int64_t x = a[i * as], y = b[i * bs];
+            int64_t raw;
+            if (c->kind == NPU_BINARY16_ADD) {
+                const int64_t s1 = mbqm(x << c->left_shift, p[0], p[1]);
+                const int64_t s2 = mbqm(y << c->left_shift, p[2], p[3]);
+                raw = mbqm((int32_t)(uint32_t)(uint64_t)(s1 + s2), p[4], p[5]);
+            } else {
+                raw = mbqm(x * y, p[0], p[1]);
+            }
+            int32_t r = (int32_t)(uint32_t)(uint64_t)raw;
+            o[i] = (int16_t)(r < c->act_min ? c->act_min : r > c->act_max ? c->act_max : r);
+        }
+        return;
+    }
+    for (int64_t i = 0; i < n; i++)
+        binary16_axis(a + i * as, b + i * bs, o + i * out_block[d], c, out_block, d + 1);
+}
+
+/* int16 ADD or MUL (zero points 0) over broadcast operands, requantized per output channel
+   (params row channel % channels: ADD m1, s1, m2, s2, mo, so; MUL m, s), as
+   kernels/int16x8.py's add_int16 and mul_int16. */
+int npu_binary16(const struct npu_binary16_call *c)
+{
+    if (c->rank < 1 || c->rank > NPU_MOVE_MAX_RANK || c->channels < 1)
+        return NPU_KERNEL_BAD_STEP;
+    const int add = c->kind == NPU_BINARY16_ADD, cols = add ? 6 : 2;
+    if (add && (c->left_shift < 0 || c->left_shift > 16))
+        return NPU_KERNEL_BAD_SHIFT;
+    for (int64_t ch = 0; ch < c->channels; ch++) {
+        const int32_t *p = c->params + ch * cols;
+        for (int k = 0; k < cols; k += 2) {
+            const int32_t m = p[k], s = p[k + 1];
+            if (add ? (m < 0 || s > 0 || s < -31) : (s < -31 || s > 30))
+                return NPU_KERNEL_BAD_SHIFT;
+        }
+    }
+    int64_t out_block[NPU_MOVE_MAX_RANK], size = 1;
+    for (int d = c->rank - 1; d >= 0; d--) {
+        out_block[d] = size;
+        size *= c->shape[d];
+    }
+    binary16_axis(c->a, c->b, c->out, c, out_block, 0);
+    return 0;
+}
