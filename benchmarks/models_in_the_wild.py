@@ -162,15 +162,22 @@ palm_detection_full             FAIL  17.7   pass  268.8    int16 act  cosine 0.
 pose_detection                  FAIL   4.8   pass  299.1    int16 w    cosine 0.9997 (0.9731)
 hand_landmark_lite              FAIL  10.0   pass  318.4    int16 w    |diff| 0.0025 (0.186)
 hand_landmark_full              FAIL  23.0   pass 1433.0    int16 w    |diff| 0.0005 (0.036)
+face_landmark                   FAIL   5.7   pass   74.3    int16 act  |diff| 0.0258 (0.716)
+pose_landmark_full              FAIL  35.6   pass 1884.7    int16 w    |diff| 0.0060 (0.973)
+selfie_segmentation             FAIL  33.5   FAIL  284.8    int8       cosine 0.9105 (0.2487)
+hand_recrop                     FAIL   3.7   FAIL   45.0    int16 act  |diff| 0.7992 (9.98)
 =============================== ============ ============== ========== ======================
 
 (in brackets: ``--recipe fast``'s figure; hand_landmark_full's world landmarks, cosine
-0.864 with fast, reach 1.0000). Pass count so far: fast 3 of 8, default 8 of 8;
-hand_landmark_full ran all four steps (its held-out pictures reached 0.983 at best, so the
-compile ended with a warning, yet the unseen pictures pass). The other five were still
-compiling at the deadline (``--recipe fast`` fails all five; the earlier figures above show
-what ``--recipe accurate``, which the int16 weights step resembles (it searches on the
-held-out pictures), did on them). Every model the held-out pictures send past int8 costs the int16 search:
+0.864 with fast, reach 1.0000). **Pass count: fast 3 of 12, default 10 of 12**;
+selfie_segmentation_landscape was still compiling at the deadline (fast fails it, 0.853).
+hand_landmark_full and pose_landmark_full ran all four steps (their held-out pictures
+reached 0.983 / 0.978 at best, so the compile ended with a warning, yet the unseen pictures
+pass). The two failures are the measurement's blind spots: selfie_segmentation's held-out
+textures hold no person, the float mask is all but zero and the int8 one exactly zero
+(cosine 0 at every step, so all four ran and the first was kept); hand_recrop's crop box
+(pixels, 130-230) is a small output scored relatively (1 - max|error| / max|value|: 0.996
+on the held-out pictures), while the bar is 0.05 pixels absolute. Every model the held-out pictures send past int8 costs the int16 search:
 6 to 62 times the int8 compile here, at most four quantizations (int8, int16
 activations, int16 weights, bias correction). iris_landmark, the one model whose held-out
 pictures pass at int8, compiled in 1.8 times ``fast``'s time (the measurement: two float and
