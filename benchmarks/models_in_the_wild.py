@@ -177,7 +177,8 @@ pass). The two failures are the measurement's blind spots: selfie_segmentation's
 textures hold no person, the float mask is all but zero and the int8 one exactly zero
 (cosine 0 at every step, so all four ran and the first was kept); hand_recrop's crop box
 (pixels, 130-230) is a small output scored relatively (1 - max|error| / max|value|: 0.996
-on the held-out pictures), while the bar is 0.05 pixels absolute. Every model the held-out pictures send past int8 costs the int16 search:
+on the held-out pictures), while the bar is 0.05 pixels absolute. Every model the held-out
+pictures send past int8 costs the int16 search:
 6 to 62 times the int8 compile here, at most four quantizations (int8, int16
 activations, int16 weights, bias correction). iris_landmark, the one model whose held-out
 pictures pass at int8, compiled in 1.8 times ``fast``'s time (the measurement: two float and
