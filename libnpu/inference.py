@@ -630,7 +630,10 @@ def load(model: str | os.PathLike | bytes | Loadable, device: Device | int | Non
     ``input_shapes={"audio": (1, 16000)}`` (or ``(1, 16000)`` for a single-input model)
     gives inputs with free dimensions their shape (:mod:`libnpu.compiler.input_shapes`: a
     free leading batch dimension is 1 by default, any other must be given), and
-    ``states={"h_in": "h_out"}`` makes a model stateful."""
+    ``states={"h_in": "h_out"}`` makes a model stateful. A float model is quantized until
+    each output reaches ``target`` (cosine 0.99) on held-out ``calibration`` samples
+    (:mod:`libnpu.compiler.escalation`; a :class:`~libnpu.compiler.escalation.FidelityWarning`
+    when it cannot), or int8 only with ``recipe="fast"``."""
     settings = {**(device.settings if isinstance(device, Device) else properties.defaults()),
                 **properties.checked(config or {}, model=False)}
     if isinstance(model, (str, os.PathLike)) and not Path(model).exists():
@@ -659,6 +662,9 @@ def load(model: str | os.PathLike | bytes | Loadable, device: Device | int | Non
         cache_dir = cache_dir or settings["CACHE_DIR"] or None
         cache = CompileCache(cache_dir) if cache_dir else None
         loadable, cache_hit = compile_cached(model, calibration, cache=cache, **compile_options)
+        if cache_hit:   # a compile that missed its fidelity target warned then: say it again
+            from libnpu.compiler.escalation import warn_if_missed
+            warn_if_missed(loadable.metadata)
     timings["compile_s"] = time.perf_counter() - started
     loadable.check_runnable()          # before opening anything
     session = None

@@ -189,12 +189,13 @@ def _input_shapes(text: str | None) -> dict[str | None, tuple[int, ...]]:
 
 
 def _load(path: Path, calibration: list[list[np.ndarray]] | None,
-          shapes: dict[str | None, tuple[int, ...]] | None = None) -> libnpu.CompiledModel:
+          shapes: dict[str | None, tuple[int, ...]] | None = None, **options: Any) -> libnpu.CompiledModel:
     device = _device_index()
     shaped = {"input_shapes": shapes} if shapes else {}     # unset: the cache key npu run and libnpu.load use
     try:
         # Compiles through the cache (a loadable is read as is), then opens the device.
-        loadable = Loadable.load(path) if path.suffix == ".nlb" else compile_cached(path, calibration, **shaped)[0]
+        loadable = Loadable.load(path) if path.suffix == ".nlb" else \
+            compile_cached(path, calibration, **shaped, **options)[0]
         loadable.check_runnable()
     except InputShapeError as exc:
         raise CApiError(Status.INVALID_ARGUMENT, f"{path}: {exc}") from exc
@@ -250,7 +251,7 @@ def _init(model_spec: str, anchors_path: str | None, face: bool, shapes: str | N
     given = _input_shapes(shapes)
     path = _check_model_path(model_spec)
     calibration = faces.calibration_set() if face and path.suffix in (".tflite", ".onnx") else None
-    model = _load(path, calibration, given)
+    model = _load(path, calibration, given, **({"recipe": faces.DETECTOR_RECIPE} if calibration is not None else {}))
     try:
         loaded = _Loaded(model, _face_layout(model, anchors_path) if face else None)
     except BaseException:

@@ -94,10 +94,16 @@ def _calibration_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--method", choices=("minmax", "percentile", "mse", "entropy"), default="minmax",
                    help="how activation ranges are chosen from the calibration data (default minmax)")
     p.add_argument("--percentile", type=float, help="with --method percentile: the kept percentile (default 99.99)")
-    p.add_argument("--recipe", choices=("default", "accurate"), default="default",
-                   help="a set of the options below: 'accurate' = --weight-rounding gptq --int16 auto"
-                        " --int16-target 0.999 --int16-weights auto --equalize (slower to compile and, where "
-                        "layers go int16, to run); options given explicitly win (default: default)")
+    p.add_argument("--recipe", choices=("default", "fast", "accurate"), default="default",
+                   help="default: hold out a fifth of the calibration samples, quantize on the rest and escalate "
+                        "(int8, int16 activations, int16 weights, bias correction: at most 4 steps) until every "
+                        "output reaches --target on the held-out ones; fast: int8 only, nothing measured; "
+                        "'accurate' = --weight-rounding gptq --int16 auto --int16-target 0.999 --int16-weights auto "
+                        "--equalize --int16-grid per-channel (slower to compile and, where layers go int16, to run); "
+                        "options given explicitly win (default: default)")
+    p.add_argument("--target", type=float, metavar="COS",
+                   help="with the default recipe: the score every output must reach on the held-out samples "
+                        "(cosine vs float; outputs of < 8 values: 1 - max|error| / max|value|; default 0.99)")
     p.add_argument("--weight-rounding", choices=("nearest", "gptq", "gptq-bias"),
                    help="gptq: round conv/depthwise/FC weights for the calibration data's inputs (GPTQ) instead of "
                         "to the nearest step; gptq-bias: the biases too take up the weights' mean error "

@@ -103,9 +103,11 @@ def export_int8_tflite(model: str | os.PathLike, output: str | os.PathLike, data
                        progress: bool = True, **options: Any) -> ExportResult:
     """Write the int8 graph of ``model`` (quantized as :func:`compile_model_file` would) as a .tflite file,
     e.g. to run it in LiteRT next to the device. int16 weights (``--recipe accurate``'s
-    ``int16_weights="auto"``) are left out unless asked for: TFLite has no kernel for them."""
+    ``int16_weights="auto"``) are left out unless asked for: TFLite has no kernel for them;
+    int16 grids are per tensor unless asked for (``int16_grid``), as TFLite's are."""
     from libnpu.compiler.frontend import to_int8_graph
     options.setdefault("int16_weights", "none")
+    options.setdefault("int16_grid", "per_tensor")   # LiteRT's int16 grids: one scale per tensor
     from libnpu.compiler.tflite_export import export_tflite
     started = time.perf_counter()
     timer = StageTimer(bar=progress)
