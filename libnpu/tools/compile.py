@@ -182,9 +182,12 @@ def format_plan(report: dict[str, Any]) -> str:
         lines.append(f"  {r['kind']:<11} {r['bytes']:>12,} bytes  {r['name']}")
     lines.append(f"  total {report['total_bytes']:,} bytes of device memory per model "
                  f"(weights shared; activations, inputs, outputs and states per request)")
+    saving = report["activation_reuse_saving"]
+    # tiny tensors each take an aligned slot: the arena can be larger than what it holds
+    why = (f"{saving:.0%} saved by reusing buffers" if saving >= 0 else
+           f"{report['activation_arena_bytes'] - report['activation_tensors_bytes']:,} bytes of alignment padding")
     lines.append(f"  activations: {report['activation_tensors_bytes']:,} bytes of tensors in a "
-                 f"{report['activation_arena_bytes']:,}-byte arena "
-                 f"({report['activation_reuse_saving']:.0%} saved by reusing buffers)")
+                 f"{report['activation_arena_bytes']:,}-byte arena ({why})")
     lines.append(f"  {report['tasks']} tasks, {report['macs']:,} MACs")
     return "\n".join(lines)
 

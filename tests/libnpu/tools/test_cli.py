@@ -287,3 +287,11 @@ def test_bench_nop_processes_json(npu, capsys):
     r = _json(capsys)
     assert r["processes"] == 2 and len(r["completed"]) == 2 and r["errors"] == 0
     assert all(c > 0 for c in r["completed"]) and 0 < r["jain_fairness"] <= 1
+
+
+def test_a_memory_plan_larger_than_its_tensors_says_padding_not_a_negative_saving():
+    from libnpu.tools.compile import format_plan
+    plan = {"regions": [], "total_bytes": 1, "activation_tensors_bytes": 100, "activation_arena_bytes": 712,
+            "activation_reuse_saving": -6.12, "tasks": 1, "macs": 2}
+    text = format_plan(plan)
+    assert "612 bytes of alignment padding" in text and "-" not in text.split("arena")[1]
