@@ -1,5 +1,5 @@
 """Acceptance script: hostile task descriptors for the chip's newer compute opcodes
-(0x30..0x3B math, 0x50..0x58 reductions, matmul, transpose-conv, gather, arg-max/min).
+(0x30..0x3B math, 0x50..0x58 reductions, matmul, transpose-conv, gather, arg-max/min; 0x62 LSTM).
 
 Run from the repository root (not in CI)::
 
@@ -47,7 +47,8 @@ DATA_BYTES = 1 << 20
 ADDRESS_LIMIT = 3 << 30        # the whole process: a runaway allocation fails instead of swapping
 ALLOWED = {0, -errno.EINVAL, -errno.EFAULT}
 
-OPCODES = [*range(ops.OP_PRELU, ops.OP_LOG_SOFTMAX + 1), *range(ops.OP_SUM, ops.OP_ARG_MIN + 1)]
+OPCODES = [*range(ops.OP_PRELU, ops.OP_LOG_SOFTMAX + 1), *range(ops.OP_SUM, ops.OP_ARG_MIN + 1),
+           ops.OP_UNIDIRECTIONAL_SEQUENCE_LSTM]
 
 
 def _r(shape) -> list[int]:
@@ -122,6 +123,11 @@ def templates(rig: Rig) -> dict[int, tuple[str, int, dict]]:
                                           inner=5, count=4)),
         ops.OP_ARG_MAX: ("ARG_MAX", 0, {**ranked, "axis": 1}),
         ops.OP_ARG_MIN: ("ARG_MIN", ops.OPF_INDEX_INT64, {**ranked, "axis": 2}),
+        ops.OP_UNIDIRECTIONAL_SEQUENCE_LSTM: ("UNIDIRECTIONAL_SEQUENCE_LSTM", 0, dict(
+            input=x, output=out, input_weights=x + 4096, recurrent_weights=x + 8192, biases=x + 12288,
+            output_state_in=x + 16384, cell_state_in=x + 20480, output_state_out=out + 4096,
+            cell_state_out=out + 8192, steps=3, batch=2, n_input=4, n_cell=5, multipliers=[1 << 30] * 8,
+            shifts=[-12] * 8, cell_shift=-11, hidden_multiplier=1 << 30, hidden_shift=-8)),
     }
 
 

@@ -143,6 +143,51 @@ pictures (hand_recrop 3.3 pixels off on 4 of 18 variants); with a spread of 4 in
 16, ``auto`` chose 64 int16 layers and no int16 weights for face_landmark (its logit 0.18
 rms off on the variants).
 
+Measured 2026-11-29 on branch accurate (issue 26 item 8: the default recipe holds out two of
+the ten calibration pictures, calibrates on eight and escalates until every output reaches
+cosine 0.99 on the two: ``libnpu/compiler/escalation.py``), ``--plain --also-fast``, i.e.
+default options against ``--recipe fast`` (the default until then), side by side on the
+same device, one model after the other, on a 2-CPU machine shared with five other sessions
+(load average 10-16: every time below is several times what an idle machine takes; the
+ratios are what to read). Compile seconds fast -> default, the step chosen, the worst output:
+
+=============================== ============ ============== ========== ======================
+model                           fast         default        chosen     worst output (default)
+=============================== ============ ============== ========== ======================
+face_detection_short_range      pass  11.0   pass   71.7    int16 act  cosine 0.9978 (0.9884)
+iris_landmark                   pass   8.9   pass   15.8    int8       cosine 0.9959 (0.9973)
+palm_detection_lite             pass  23.2   pass  352.5    int16 act  cosine 0.9990 (0.9801)
+face_detection_full_range_sp.   FAIL  29.2   pass  215.6    int16 act  cosine 0.9989 (0.9778)
+palm_detection_full             FAIL  17.7   pass  268.8    int16 act  cosine 0.9983 (0.9792)
+pose_detection                  FAIL   4.8   pass  299.1    int16 w    cosine 0.9997 (0.9731)
+hand_landmark_lite              FAIL  10.0   pass  318.4    int16 w    |diff| 0.0025 (0.186)
+hand_landmark_full              FAIL  23.0   pass 1433.0    int16 w    |diff| 0.0005 (0.036)
+face_landmark                   FAIL   5.7   pass   74.3    int16 act  |diff| 0.0258 (0.716)
+pose_landmark_full              FAIL  35.6   pass 1884.7    int16 w    |diff| 0.0060 (0.973)
+selfie_segmentation             FAIL  33.5   FAIL  284.8    int8       cosine 0.9105 (0.2487)
+hand_recrop                     FAIL   3.7   FAIL   45.0    int16 act  |diff| 0.7992 (9.98)
+=============================== ============ ============== ========== ======================
+
+(in brackets: ``--recipe fast``'s figure; hand_landmark_full's world landmarks, cosine
+0.864 with fast, reach 1.0000). **Pass count: fast 3 of 12, default 10 of 12**;
+selfie_segmentation_landscape was still compiling at the deadline (fast fails it, 0.853).
+hand_landmark_full and pose_landmark_full ran all four steps (their held-out pictures
+reached 0.983 / 0.978 at best, so the compile ended with a warning, yet the unseen pictures
+pass). The two failures are the measurement's blind spots: selfie_segmentation's held-out
+textures hold no person, the float mask is all but zero and the int8 one exactly zero
+(cosine 0 at every step, so all four ran and the first was kept); hand_recrop's crop box
+(pixels, 130-230) is a small output scored relatively (1 - max|error| / max|value|: 0.996
+on the held-out pictures), while the bar is 0.05 pixels absolute. Every model the held-out
+pictures send past int8 costs the int16 search:
+6 to 62 times the int8 compile here, at most four quantizations (int8, int16
+activations, int16 weights, bias correction). iris_landmark, the one model whose held-out
+pictures pass at int8, compiled in 1.8 times ``fast``'s time (the measurement: two float and
+two simulated runs). face_detection_short_range and palm_detection_lite passed the bar at
+int8 but under the 0.99 target (0.988, 0.980 on the evaluation pictures; 0.971, 0.987 on
+the held-out ones), so the default escalates them too. The tests keep their speed: the
+16 test files that compile float models took 527 s before and 550 s after (run at the same
+time, side by side; tests whose point is not accuracy use ``--recipe fast``).
+
 The mediapipe models are compiled with ``RECIPE`` (``--plain``: the compiler's defaults);
 quantizer options (``--method``, ``--option key=json``) go to the compiler as ``npu compile``
 would pass them, so the script also compares calibration methods. The ONNX single-node
@@ -179,6 +224,9 @@ EVALUATION = ("astronaut", "chelsea")
 #: where the int8 graph misses the output target on the calibration data).
 RECIPE: dict[str, Any] = {"recipe": "accurate"}
 
+#: The part name of the mediapipe models compiled with ``--recipe fast`` (``--also-fast``).
+FAST_PART = "mp-fast"
+
 COSINE_BAR = 0.98
 SMALL_OUTPUT = 8          # outputs with fewer values are judged by absolute difference
 ABS_BAR = 0.05
@@ -203,6 +251,8 @@ class CaseResult:
     cpu_ops: list[str] = field(default_factory=list)
     error: str = ""
     seconds: float = 0.0
+    compile_seconds: float = 0.0
+    fidelity: dict[str, Any] | None = None   # what the default recipe measured and chose
 
 
 # comparisons ------------------------------------------------------------------------------
@@ -295,6 +345,8 @@ def run_mediapipe(name: str, devroot: Path, cache_dir: str, options: dict[str, A
         calibration = [[picture_feed(model_zoo.picture(p), shape)] for p in CALIBRATION]
         evaluation = [[picture_feed(model_zoo.picture(p), shape)] for p in EVALUATION]
         compiled = compile_model_file(path, calibration, cache_dir=cache_dir, progress=False, **options)
+        result.compile_seconds = round(compiled.seconds, 1)
+        result.fidelity = compiled.loadable.metadata.get("fidelity")
         result.cpu_ops = cpu_ops(compiled.loadable)
         got = _device_outputs(compiled.loadable, devroot, evaluation)
         want = [_litert_run(interp, feed) for feed in evaluation]
@@ -436,7 +488,8 @@ def run_onnx(name: str, devroot: Path, cache_dir: str, options: dict[str, Any], 
 # report ------------------------------------------------------------------------------------
 
 def format_table(results: Sequence[CaseResult]) -> str:
-    lines = [f"{'part':<9} {'model':<34} {'result':<6} {'cpu ops':>7}  outputs (metric value, worst first)"]
+    lines = [f"{'part':<9} {'model':<34} {'result':<6} {'cpu ops':>7} {'compile':>8}  "
+             "outputs (metric value, worst first)"]
     for r in results:
         if r.error:
             detail = r.error
@@ -444,17 +497,20 @@ def format_table(results: Sequence[CaseResult]) -> str:
             worst = sorted(r.outputs, key=lambda o: (o.passed, o.value if o.metric == "cosine" else -o.value))
             detail = ", ".join(f"{o.name}[{o.values}] {o.metric} {o.value:.4f}{'' if o.passed else ' FAIL'}"
                                for o in worst[:4]) + (f" (+{len(worst) - 4} more)" if len(worst) > 4 else "")
-        lines.append(f"{r.part:<9} {r.name:<34} {'pass' if r.passed else 'FAIL':<6} {len(r.cpu_ops):>7}  {detail}")
+        if r.fidelity:
+            detail += f"; chose {r.fidelity['chosen']}"
+        lines.append(f"{r.part:<9} {r.name:<34} {'pass' if r.passed else 'FAIL':<6} {len(r.cpu_ops):>7} "
+                     f"{r.compile_seconds:>7.1f}s  {detail}")
     return "\n".join(lines)
 
 
 def verdict(results: Sequence[CaseResult]) -> str:
     parts = []
-    for part in ("mediapipe", "onnx"):
+    for part in ("mediapipe", FAST_PART, "onnx"):
         mine = [r for r in results if r.part == part]
         if mine:
             parts.append(f"{part}: {sum(r.passed for r in mine)}/{len(mine)} pass")
-    done = all(r.passed for r in results)
+    done = all(r.passed for r in results if r.part != FAST_PART)
     return ("DONE: " if done else "NOT DONE: ") + "; ".join(parts)
 
 
@@ -479,7 +535,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--part", choices=("all", "mediapipe", "onnx"), default="all")
     p.add_argument("--list", action="store_true", help="list the case names and exit")
     p.add_argument("--plain", action="store_true",
-                   help=f"compile the mediapipe models with the compiler's defaults, not the recipe {RECIPE}")
+                   help=f"compile the mediapipe models with the compiler's defaults (the default recipe: held-out "
+                        f"samples, escalation to the 0.99 target), not the recipe {RECIPE}")
+    p.add_argument("--also-fast", action="store_true",
+                   help="also compile each mediapipe model with --recipe fast (int8 only), side by side")
     p.add_argument("--method", help="calibration method passed to the quantizer (default: the compiler's)")
     p.add_argument("--option", action="append", default=[], metavar="KEY=JSON",
                    help="another quantizer option, e.g. --option fc_per_channel=true")
@@ -507,9 +566,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         cache_dir = str(Path(tmp) / "cache")
         onnx_options = {k: v for k, v in options.items() if k not in RECIPE or k in explicit}
         for name in mediapipe:
-            results.append(run_mediapipe(name, device.devroot, cache_dir, options))
-            if not args.json:
-                print(format_table(results[-1:]).splitlines()[-1], flush=True)
+            runs = [("mediapipe", options)] + ([(FAST_PART, {**options, "recipe": "fast"})] if args.also_fast else [])
+            for part, chosen in runs:
+                results.append(run_mediapipe(name, device.devroot, cache_dir, chosen))
+                results[-1].part = part
+                if not args.json:
+                    print(format_table(results[-1:]).splitlines()[-1], flush=True)
         for name in onnx_cases:
             results.append(run_onnx(name, device.devroot, cache_dir, onnx_options, Path(tmp)))
             if not args.json:
@@ -521,7 +583,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print()
         print(format_table(results))
         print(verdict(results))
-    return 0 if results and all(r.passed for r in results) else 1
+    return 0 if results and all(r.passed for r in results if r.part != FAST_PART) else 1
 
 
 if __name__ == "__main__":

@@ -1,21 +1,27 @@
 """The chip's top level: brings up the register file, starts one process per
 core, and runs the watchdog and the reset logic.
 
-Every WATCHDOG_PERIOD_S the watchdog reaps each core's process: a core that died
-(of any cause: a vanished page under a job's buffer is SIGBUS) or whose job ran
-past its timeout is restarted, the job it was running fails (EFAULT for SIGBUS,
+The watchdog reaps each core's process as it exits (its pidfd wakes the main process)
+and, only while a job runs, times it every WATCHDOG_PERIOD_S (``firmware_sim.wakeups``:
+an idle chip sleeps): a core that died (of any cause: a vanished page under a job's
+buffer is SIGBUS) or whose job ran past its timeout is restarted, the job it was running fails (EFAULT for SIGBUS,
 ETIMEDOUT for a timeout, else EIO), the next ones run, and CORE_RESTARTS with the
 IRQ_CORE_RESTART interrupt tell the driver.
 
 It is started by the platform (the KMD's probe) as ``python -m firmware_sim``
-with the bus directory, the doorbell eventfds (one per core) and the interrupt
-eventfd; it never talks to the KMD any other way.
+with the bus directory, the doorbell eventfds (one per core), the interrupt eventfd and
+the control eventfd (written after RESET_REQ); it never talks to the KMD any other way.
+
+The main process runs the C kernels and the self-test once (``kernels.warm_up``) and
+freezes its heap (``gc.freeze``) before it forks the cores: they share those pages
+instead of each faulting and dirtying its own (a core's private memory 8 MiB -> 2.4).
 """
 from __future__ import annotations
 
 import argparse
 import ctypes
 import errno
+import gc
 import os
 import resource
 import signal
@@ -28,12 +34,14 @@ import numpy as np
 
 from firmware_sim.core import Core, completion_cause, raise_irq, write_completion
 from firmware_sim.executor import JobResult
+from firmware_sim.kernels.warm_up import warm_up
 from firmware_sim.recycling import RETIRED, Succession, default_growth_kb
 from firmware_sim.timing import HardwareProfile
+from firmware_sim.wakeups import Wakeups, WatchdogArm
 from npu_hw import memory, profiles, queues, regs, ring
 from npu_hw.memory import map_file
 
-WATCHDOG_PERIOD_S = 0.02
+WATCHDOG_PERIOD_S = 0.02     # how often a running job is timed (never while no job runs)
 
 
 def die_with_parent(parent: int | None = None) -> None:
@@ -61,8 +69,11 @@ def core_address_space(device_memory: int) -> int:
 
 class Chip:
     def __init__(self, bus: Path, doorbell_fds: list[int], irq_fd: int, profile: HardwareProfile,
-                 ring_entries: int, device_memory: int = 0, recycle_kb: int = -1):
+                 ring_entries: int, device_memory: int = 0, recycle_kb: int = -1, control_fd: int = -1):
         self.bus, self.doorbell_fds, self.irq_fd, self.profile = bus, doorbell_fds, irq_fd, profile
+        self.control_fd = control_fd      # the driver writes it after RESET_REQ (-1: none, poll the register)
+        self.watch = WatchdogArm()        # before any core is forked: they all share it
+        self._busy_seen = -1              # the cores' BUSY_NS at the last tick (next_tick)
         self.recycle_kb = recycle_kb      # a core that grew this much is succeeded when empty (-1: never)
         self.succession = Succession(len(doorbell_fds)) if recycle_kb >= 0 else None
         # Per core, a successor warming up: (its pid, the pipe end that lets it start).
@@ -178,7 +189,7 @@ class Chip:
                     resource.setrlimit(resource.RLIMIT_AS, (self.address_space, self.address_space))
                 profile_path = os.environ.get("NPU_PROFILE_CHIP")  # developer aid: cProfile each core
                 unit = Core(self.bus, core, self.doorbell_fds[core], self.irq_fd, self.profile,
-                            -1 if profile_path else self.recycle_kb, self.succession)
+                            -1 if profile_path else self.recycle_kb, self.succession, self.watch)
                 if wait is not None:
                     assert self.succession is not None
                     self.succession.announce(core, self.doorbell_fds[core])
@@ -377,19 +388,70 @@ class Chip:
             self.start_core(core)
         self.regs.write32(regs.RESET_ACK, request)
 
+    def children(self) -> set[int]:
+        """The live processes of the cores and of their warming successors."""
+        return {pid for pid in self.pids if pid} | {s[0] for s in self.successors if s is not None}
+
+    def next_tick(self) -> float | None:
+        """How long the main process may sleep: WATCHDOG_PERIOD_S while a job runs or ran
+        since the last tick (or with no control line to wake it for a reset), else until
+        something wakes it. Staying armed through a stream of short jobs spares a wake-up
+        per job (the core's write to the arming line, the main process's turn)."""
+        if self.control_fd < 0:
+            return WATCHDOG_PERIOD_S
+        self.watch.disarm()
+        banks = [regs.core_bank(core) for core in range(self.num_cores)]
+        busy_ns = sum(self.regs.read64(bank + regs.BUSY_NS) for bank in banks)
+        if any(self.regs.read64(bank + regs.CURRENT_JOB) for bank in banks) or busy_ns != self._busy_seen:
+            self._busy_seen = busy_ns
+            self.watch.arm()
+            return WATCHDOG_PERIOD_S
+        return None
+
     def run(self) -> None:
-        self.power_on()
+        warm_up(self.bus)    # once, here: the forked cores share its pages (see the module's docstring)
+        gc.collect()
+        gc.freeze()          # what exists now is never scanned by a core's GC (scanning dirties its pages)
         stopping = []
+        wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        signal.set_wakeup_fd(wake_w)       # SIGTERM ends the sleep below, not only sets the flag
         signal.signal(signal.SIGTERM, lambda *_: stopping.append(True))
+        fixed = [self.control_fd, self.watch.fd, wake_r]
+        if self.succession is not None:
+            fixed.append(self.succession.fd)
+        wakeups = Wakeups(fixed)
+        self.power_on()
         try:
             while not stopping:
-                time.sleep(WATCHDOG_PERIOD_S)
+                wakeups.follow(self.children())
+                for fd in wakeups.wait(self.next_tick()):
+                    if fd == wake_r:
+                        drain_pipe(wake_r)
+                    elif fd in (self.control_fd, self.watch.fd):
+                        consume_eventfd(fd)
+                    # the succession pipe: watchdog() reads the requests
                 self.watchdog()
                 self.reset_if_requested()
         finally:
             self.regs.write32(regs.STATUS, 0)
             for core in range(self.num_cores):
                 self.stop_core(core, graceful=bool(os.environ.get("NPU_PROFILE_CHIP")))
+            wakeups.close()
+
+
+def consume_eventfd(fd: int) -> None:
+    try:
+        os.eventfd_read(fd)
+    except BlockingIOError:
+        pass
+
+
+def drain_pipe(fd: int) -> None:
+    try:
+        while os.read(fd, 512):
+            pass
+    except BlockingIOError:
+        pass
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -397,6 +459,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--bus", required=True, type=Path, help="directory of the chip's memories")
     parser.add_argument("--doorbell-fds", required=True, help="comma-separated eventfds, one per core")
     parser.add_argument("--irq-fd", required=True, type=int)
+    parser.add_argument("--control-fd", type=int, default=-1,
+                        help="eventfd the driver writes after a reset request (without it: polled)")
+    parser.add_argument("--parent", type=int, default=None,
+                        help="the driver's pid: exit at once if it is already gone")
     parser.add_argument("--ring-entries", type=int, default=ring.DEFAULT_RING_ENTRIES)
     parser.add_argument("--memory", type=int, default=0,
                         help="device memory in bytes: bounds each core's address space (0: no bound)")
@@ -409,11 +475,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--idle-poll-us", type=int, default=HardwareProfile.idle_poll_ns // 1000,
                         help="the longest an idle core polls its ring before sleeping (adapted; 0: never)")
     args = parser.parse_args(argv)
-    die_with_parent()
+    die_with_parent(args.parent)
     profile = HardwareProfile.named(args.profile, idle_poll_ns=args.idle_poll_us * 1000)
     doorbells = [int(fd) for fd in args.doorbell_fds.split(",")]
     recycle_kb = default_growth_kb() if args.core_recycle_kb is None else args.core_recycle_kb
-    Chip(args.bus, doorbells, args.irq_fd, profile, args.ring_entries, args.memory, recycle_kb).run()
+    Chip(args.bus, doorbells, args.irq_fd, profile, args.ring_entries, args.memory, recycle_kb,
+         args.control_fd).run()
     return 0
 
 

@@ -24,6 +24,7 @@ from firmware_sim.kernels.warm_up import warm_up
 from firmware_sim.recycling import RETIRED, Recycling, Succession
 from firmware_sim.timing import HardwareProfile
 from firmware_sim.user_queues import JOBS_PER_TURN, ServedQueue, UserQueues, abort_status
+from firmware_sim.wakeups import WatchdogArm
 from npu_hw import memory, queues, regs, ring
 from npu_hw.memory import map_file
 
@@ -36,7 +37,8 @@ class Core:
     """The state of one core, as seen from inside it."""
 
     def __init__(self, bus: Path, core: int, doorbell_fd: int, irq_fd: int, profile: HardwareProfile,
-                 recycle_kb: int = -1, succession: Succession | None = None):
+                 recycle_kb: int = -1, succession: Succession | None = None, watch: WatchdogArm | None = None):
+        self.watch = watch      # the chip's watchdog, woken when a job starts while it sleeps
         self.core, self.doorbell_fd, self.irq_fd, self.profile = core, doorbell_fd, irq_fd, profile
         self._regs_map = map_file(memory.regs_path(bus))
         self.regs = regs.RegisterView(self._regs_map)
@@ -49,7 +51,7 @@ class Core:
         self.pq: mmap.mmap | bytes | None = None     # the profile queue, mapped at the first profiled job
         self.queues = UserQueues(bus, core, self.regs, self.dma)
         self._poller, self._watched = select.poll(), ()     # what sleep() waits on, kept between sleeps
-        warm_up()   # each C kernel once: a model's first job does not pay for code generation
+        warm_up()   # each C kernel once (done by the chip before it forked us: then nothing to do)
         self.recycling = Recycling(recycle_kb, core, succession)
         self.recycling.started()
 
@@ -176,6 +178,8 @@ class Core:
         u64[(bank + regs.UQ_SEQ) >> 3] = seq
         u64[(bank + regs.CURRENT_JOB) >> 3] = job_id
         u32[(bank + regs.CORE_STATE) >> 2] = regs.CORE_BUSY
+        if self.watch is not None:
+            self.watch.job_started()
         wanted = flags == queues.ENTRY_PROFILE
         tasks: list[tuple[int, int, int, int, int]] | None = [] if wanted or self.queues.traced(q) else None
         if flags & ~queues.ENTRY_FLAGS:
@@ -259,6 +263,8 @@ class Core:
         self.set_reg(regs.JOB_TIMEOUT_MS, timeout_ms)
         self.regs.write64(bank + regs.CURRENT_JOB, job_id)
         self.set_reg(regs.CORE_STATE, regs.CORE_BUSY)
+        if self.watch is not None:
+            self.watch.job_started()
         tasks: list[tuple[int, int, int, int, int]] | None = [] if flags & ring.RING_FLAG_PROFILE else None
         result = self.execute(asid, cmd_iova, cmd_size, (lambda *task: tasks.append(task)) if tasks is not None
                               else None)

@@ -52,11 +52,13 @@ def default_growth_kb() -> int:
 
 
 def resident_kb() -> int:
-    """This process's resident memory (kB): its heap, arenas and written data, and the
-    library pages it touched (what the device's RSS figure counts)."""
-    with open("/proc/self/smaps_rollup") as f:
+    """This process's resident anonymous memory (kB): its heap, arenas and written data.
+    Not the library pages it touched: a core forked from a warmed main process faults
+    those in at its first jobs, shared with every other process, and they are no growth
+    a fresh core would undo."""
+    with open("/proc/self/status") as f:
         for line in f:
-            if line.startswith("Rss:"):
+            if line.startswith("RssAnon:"):
                 return int(line.split()[1])
     return 0
 
@@ -106,7 +108,7 @@ class Recycling:
         if not self._closed or holds_anything:
             return False
         self._closed = False
-        self.grown_kb = resident_kb() - self.baseline_kb
+        self.grown_kb = max(0, resident_kb() - self.baseline_kb)   # shrunk: no growth (0 kB retires all the same)
         return self.grown_kb >= self.growth_kb
 
 
@@ -136,6 +138,11 @@ class Succession:
         os.eventfd_write(doorbell_fd, 1)
 
     # ---- the main process ----
+    @property
+    def fd(self) -> int:
+        """Readable when a core asked for a successor (the main process sleeps on it)."""
+        return self._requests_r
+
     def requests(self) -> set[int]:
         """The cores that asked for a successor since the last call."""
         try:

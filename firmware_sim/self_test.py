@@ -1,15 +1,15 @@
-"""The core's power-on self-test: one small job through the real executor when a core starts.
+"""The chip's power-on self-test: one small job through the real executor before it forks its cores.
 
 ``kernels.warm_up`` calls each C kernel directly; a model's job also decodes its
 descriptors, binds the kernels (requantization plans, per-channel parameters), builds a
 job plan and replays it, and every one of those steps runs numpy and C-library code of
 its own. Run first by a model, those code pages would be faulted into the core then and
 stay resident after the model is unloaded (issue 15: a device's memory back to its idle
-figure). So a starting core runs the operators of the int8 model zoo (QUANTIZE,
+figure). So the chip's main process, before it forks its cores, runs the operators of the int8 model zoo (QUANTIZE,
 convolutions, depthwise, ADD, average pooling, RESHAPE, FULLY_CONNECTED, SOFTMAX,
 DEQUANTIZE, with the flags the compiler gives them) as one job, twice (decoded,
 then replayed), in a private address space: its own page table and buffer object in a
-temporary directory, never the device's memory or ASIDs. The job's state then leaves
+temporary directory inside the chip's bus directory, never the device's memory or ASIDs. The job's state then leaves
 through the one invalidation path (``caches.invalidate``) and the directory is removed.
 """
 from __future__ import annotations
@@ -141,11 +141,14 @@ def network(mem) -> list[bytes]:
     return descs
 
 
-def self_test(profile: HardwareProfile | None = None) -> list[JobResult]:
+def self_test(profile: HardwareProfile | None = None, scratch: Path | None = None) -> list[JobResult]:
     """Run the self-test job twice (decoded, then replayed from its job plan) in a private
     address space, then drop everything it left in the chip's caches. The two results
-    (their status is 0 unless the chip is broken)."""
-    bus = Path(tempfile.mkdtemp(prefix="npu-self-test-", dir="/dev/shm" if Path("/dev/shm").is_dir() else None))
+    (their status is 0 unless the chip is broken). Its files go in a directory made in
+    ``scratch`` (the chip's bus directory: whoever removes the bus removes them too, even
+    when this process is killed meanwhile), else in /dev/shm."""
+    where = scratch if scratch is not None else Path("/dev/shm") if Path("/dev/shm").is_dir() else None
+    bus = Path(tempfile.mkdtemp(prefix="npu-self-test-", dir=where))
     try:
         mem = _Memory(bus)
         command = b"".join(network(mem))

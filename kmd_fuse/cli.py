@@ -1,5 +1,6 @@
 """``npu-kmd``: start, stop and inspect the driver daemons (one per device);
-``udev-test`` shows what the udev rules do to a device, ``monitor`` prints its uevents."""
+``udev-test`` shows what the udev rules do to a device, ``monitor`` prints its uevents;
+``cdi`` and ``device-plugin`` hand the devices to containers and Kubernetes (cli_engines)."""
 from __future__ import annotations
 
 import argparse
@@ -14,7 +15,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from kmd_fuse import paths, pidfile, uapi
+from kmd_fuse import cli_engines, paths, pidfile, uapi
 from kmd_fuse.cli_errors import (
     OneLineParser,
     count_argument,
@@ -23,6 +24,7 @@ from kmd_fuse.cli_errors import (
     run_reporting_errors,
     size_argument,
 )
+from kmd_fuse.fork_server import ForkedDaemon, ForkServer
 from kmd_fuse.limits import Limits
 from kmd_fuse.uapi.sysfs_layout import recorded_sysroot
 from kmd_fuse.udev import hotplug
@@ -32,7 +34,11 @@ from kmd_fuse.udev.uevent import Uevent, UeventError, UeventLog
 from npu_console import run_main
 from npu_hw import profiles, regs
 
-START_TIMEOUT_S = 60.0
+START_TIMEOUT_S = 60.0     # per device, from its daemon's spawn until its node answers
+# Daemons coming up at once: enough to keep the CPUs busy while some wait, few enough that
+# none starves (128 spawned at once on 2 CPUs: their chips missed their 20 s power-on).
+STARTING_AT_ONCE = max(4, 2 * (os.cpu_count() or 1))
+STOP_TIMEOUT_S = 15.0      # a daemon still there this long after SIGTERM is killed
 
 
 def probe(node: Path, timeout: float = 2.0) -> dict:
@@ -100,21 +106,33 @@ def start(args) -> int:
         print(f"npu-kmd start: {exc}", file=sys.stderr)
         return 1
     paths.record_in_devroot(root, paths.SYSROOT_MARKER, f"{sys_root}\n")   # where tools (npu smi) find the tree
-    started: list[tuple[int, Path, subprocess.Popen]] = []
+    started: list[tuple[int, Path, ForkedDaemon]] = []
+    servers: list[ForkServer] = []        # the daemons' fork server, started with the first one
+    # SIGTERM ends a start as Ctrl-C does: the daemons it spawned (in sessions of their own,
+    # which no signal to this one reaches) are stopped, not left running half set up.
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
     try:
-        code = _start_devices(args, root, sys_root, started)
-    except KeyboardInterrupt:
-        with _interrupts_deferred():         # a second Ctrl-C does not cut the clean-up short
-            _undo_start(root, sys_root, started, remove_state=True)
-        raise
-    if code:
-        _undo_start(root, sys_root, started, remove_state=False)     # the logs stay, for the reason
-    return code
+        try:
+            code = _start_devices(args, root, sys_root, started, servers)
+        except KeyboardInterrupt:
+            with _interrupts_deferred():         # a second Ctrl-C does not cut the clean-up short
+                _undo_start(root, sys_root, started, remove_state=True)
+            raise
+        if code:
+            _undo_start(root, sys_root, started, remove_state=False)     # the logs stay, for the reason
+        return code
+    finally:
+        with _interrupts_deferred():
+            for server in servers:
+                server.close()
 
 
-def _start_devices(args, root: Path, sys_root: Path, started: list[tuple[int, Path, subprocess.Popen]]) -> int:
+def _start_devices(args, root: Path, sys_root: Path, started: list[tuple[int, Path, ForkedDaemon]],
+                   servers: list[ForkServer]) -> int:
     """Start a daemon per device not yet served (each one recorded in ``started`` as soon as
-    it exists) and wait until every node answers; the exit code."""
+    it exists), at most STARTING_AT_ONCE coming up at a time, each given START_TIMEOUT_S
+    from its spawn, and wait until every node answers; the exit code."""
+    wanted = []
     for index in range(args.devices):
         node = paths.node_path(root, index)
         pid = _daemon_pid(root, index)
@@ -133,71 +151,96 @@ def _start_devices(args, root: Path, sys_root: Path, started: list[tuple[int, Pa
         if taken is not None:
             print(f"{node}: {taken}: give this devroot its own --sysroot (or unmount it)", file=sys.stderr)
             return 1
-        paths.ready_file(root, index).unlink(missing_ok=True)
-        log = open(paths.log_file(root, index), "ab")
-        cmd = [sys.executable, "-m", "kmd_fuse.daemon", "--devroot", str(root), "--sysroot", str(sys_root),
-               "--index", str(index), "--memory", str(args.memory), "--cores", str(args.cores),
-               "--watchdog-ms", str(args.watchdog_ms), "--max-job-timeout", str(args.max_job_timeout),
-               "--mode", args.mode, "--profile", args.profile, *(["--pacing"] if args.pacing else []),
-               "--max-contexts-per-user", str(args.max_contexts_per_user), "--root-contexts", str(args.root_contexts),
-               "--max-memory-per-user", str(args.max_memory_per_user),
-               "--max-buffers-per-user", str(args.max_buffers_per_user),
-               "--max-queues-per-context", str(args.max_queues_per_context),
-               "--max-queues-per-user", str(args.max_queues_per_user)]
-        with _interrupts_deferred():          # never a daemon running that `started` does not hold
-            proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True)
-            started.append((index, node, proc))
-    deadline = time.monotonic() + START_TIMEOUT_S
-    for index, node, proc in started:
-        while True:
+        wanted.append(index)
+    coming: dict[int, float] = {}         # index in ``started`` -> its deadline
+    while wanted or coming:
+        while wanted and len(coming) < STARTING_AT_ONCE:
+            if not servers:
+                with _interrupts_deferred():      # never a server running that `servers` does not hold
+                    servers.append(ForkServer(root, sys_root))
+            _spawn_daemon(args, servers[0], root, sys_root, wanted.pop(0), started)
+            coming[len(started) - 1] = time.monotonic() + START_TIMEOUT_S
+        for at, deadline in list(coming.items()):
+            index, node, proc = started[at]
             if proc.poll() is not None:
                 print(f"{node}: daemon exited with status {proc.returncode}; log "
                       f"{paths.log_file(root, index)}:", file=sys.stderr)
                 print(paths.log_file(root, index).read_text()[-3000:], file=sys.stderr)
                 return 1
+            info = None
             if paths.ready_file(root, index).exists():
                 try:
                     info = probe(node)
-                    break
                 except OSError:
                     pass
-            if time.monotonic() > deadline:
+            if info is not None:
+                del coming[at]
+                print(f"{node}: up (pid {proc.pid}, {info['cores']} cores, {info['memory_total'] >> 20} MiB, "
+                      f"profile {args.profile}{', paced' if args.pacing else ''})", flush=True)
+            elif time.monotonic() > deadline:
                 print(f"{node}: did not answer within {START_TIMEOUT_S:.0f} s", file=sys.stderr)
                 return 1
+        if coming:
             time.sleep(0.05)
-        print(f"{node}: up (pid {proc.pid}, {info['cores']} cores, {info['memory_total'] >> 20} MiB, "
-              f"profile {args.profile}{', paced' if args.pacing else ''})")
     return 0
+
+
+def _spawn_daemon(args, server: ForkServer, root: Path, sys_root: Path, index: int,
+                  started: list[tuple[int, Path, ForkedDaemon]]) -> None:
+    """Fork device ``index``'s daemon (``kmd_fuse.fork_server``), recorded in ``started``."""
+    node = paths.node_path(root, index)
+    paths.ready_file(root, index).unlink(missing_ok=True)
+    argv = ["--devroot", str(root), "--sysroot", str(sys_root),
+           "--index", str(index), "--memory", str(args.memory), "--cores", str(args.cores),
+           "--watchdog-ms", str(args.watchdog_ms), "--max-job-timeout", str(args.max_job_timeout),
+           "--mode", args.mode, "--profile", args.profile, *(["--pacing"] if args.pacing else []),
+           "--max-contexts-per-user", str(args.max_contexts_per_user), "--root-contexts", str(args.root_contexts),
+           "--max-memory-per-user", str(args.max_memory_per_user),
+           "--max-buffers-per-user", str(args.max_buffers_per_user),
+           "--max-queues-per-context", str(args.max_queues_per_context),
+           "--max-queues-per-user", str(args.max_queues_per_user)]
+    with _interrupts_deferred():          # never a daemon running that `started` does not hold
+        started.append((index, node, server.fork(argv, paths.log_file(root, index))))
 
 
 @contextlib.contextmanager
 def _interrupts_deferred() -> Iterator[None]:
-    """A Ctrl-C inside the block raises KeyboardInterrupt only at its end.  (A Python-level
-    handler, not a blocked signal: a daemon spawned meanwhile gets the default action.)"""
+    """A Ctrl-C (or a SIGTERM that ``start`` turned into one) inside the block raises
+    KeyboardInterrupt only at its end.  (A Python-level handler, not a blocked signal: a
+    daemon spawned meanwhile gets the default action.)"""
     caught: list[int] = []
-    previous = signal.signal(signal.SIGINT, lambda signum, frame: caught.append(signum))
+    interrupting = [signum for signum in (signal.SIGINT, signal.SIGTERM)
+                    if signal.getsignal(signum) is signal.default_int_handler or signum == signal.SIGINT]
+    previous = {signum: signal.signal(signum, lambda signum, frame: caught.append(signum)) for signum in interrupting}
     try:
         yield
     finally:
-        signal.signal(signal.SIGINT, previous)
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
     if caught:
         raise KeyboardInterrupt
 
 
-def _undo_start(root: Path, sys_root: Path, started: list[tuple[int, Path, subprocess.Popen]], *,
+def _undo_start(root: Path, sys_root: Path, started: list[tuple[int, Path, ForkedDaemon]], *,
                 remove_state: bool) -> None:
     """Stop the daemons this ``start`` spawned and undo what they set up (an interrupted or
     failed start leaves nothing running, nothing mounted); with ``remove_state``, the
     devroot's state too once no other daemon serves it."""
-    for index, _, proc in started:
+    for _, _, proc in started:          # all at once, then each waited for
         if proc.poll() is None:
             proc.terminate()
-            try:
-                proc.wait(15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-        _stop_device(root, sys_root, index)
+    deadline = time.monotonic() + STOP_TIMEOUT_S
+    for _, _, proc in started:
+        try:
+            proc.wait(max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    # A daemon killed before its clean-up leaves its bus (the chip's memories, its
+    # self-test's files): its chip died with it (PR_SET_PDEATHSIG, SIGKILL at its exit).
+    _stop_devices(root, sys_root, [index for index, _, _ in started])
+    for index, _, _ in started:
+        shutil.rmtree(paths.bus_dir(root, index), ignore_errors=True)
     if remove_state and not any(_daemon_pid(root, index) for index in _indices(root)):
         _remove_state(root)
 
@@ -223,8 +266,7 @@ def stop(args) -> int:
     status = 0
     mounts_left = False
     with _interrupts_deferred():       # a Ctrl-C ends it once the devices are stopped (exit 130)
-        for index in indices:
-            killed, left = _stop_device(root, sys_root, index)
+        for index, (killed, left) in zip(indices, _stop_devices(root, sys_root, indices)):
             status |= killed | left
             mounts_left |= bool(left)
             print(f"{paths.node_path(root, index)}: stopped")
@@ -233,22 +275,34 @@ def stop(args) -> int:
     return status
 
 
-def _stop_device(root: Path, sys_root: Path, index: int) -> tuple[int, int]:
-    """Stop device ``index``'s daemon (SIGTERM, SIGKILL after 15 s) and undo what it left:
-    mounts, the node's placeholder, its attribute directory, pid and ready files; (1 if it
-    had to be killed, 1 if a mount could not be undone: it says why)."""
-    node = paths.node_path(root, index)
-    killed = mounts_left = 0
-    pid = _daemon_pid(root, index)
-    if pid:
-        os.kill(pid, signal.SIGTERM)
-        deadline = time.monotonic() + 15
-        while _daemon_pid(root, index) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        if _daemon_pid(root, index) == pid:
-            print(f"{node}: daemon {pid} ignored SIGTERM; killing it", file=sys.stderr)
+def _stop_devices(root: Path, sys_root: Path, indices: list[int]) -> list[tuple[int, int]]:
+    """Stop the daemons of ``indices`` together (SIGTERM to all, then SIGKILL to those still
+    there after STOP_TIMEOUT_S) and undo what each left (``_clean_up_device``); per device
+    (1 if it had to be killed, 1 if a mount could not be undone)."""
+    pids = {index: _daemon_pid(root, index) for index in indices}
+    for pid in pids.values():
+        if pid:
+            os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + STOP_TIMEOUT_S
+    while any(pid and _daemon_pid(root, index) for index, pid in pids.items()) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    results = []
+    for index, pid in pids.items():
+        killed = 0
+        if pid and _daemon_pid(root, index) == pid:
+            print(f"{paths.node_path(root, index)}: daemon {pid} ignored SIGTERM; killing it", file=sys.stderr)
             os.kill(pid, signal.SIGKILL)
             killed = 1
+        results.append((killed, _clean_up_device(root, sys_root, index)))
+    return results
+
+
+def _clean_up_device(root: Path, sys_root: Path, index: int) -> int:
+    """Undo what device ``index``'s daemon (stopped) left: mounts, the node's placeholder,
+    its attribute directory, pid and ready files; 1 if a mount could not be undone (it
+    says why)."""
+    node = paths.node_path(root, index)
+    mounts_left = 0
     try:
         hotplug.unmount_all(root, sys_root, index)
     except hotplug.MountError as exc:
@@ -263,7 +317,7 @@ def _stop_device(root: Path, sys_root: Path, index: int) -> tuple[int, int]:
         pass
     paths.pid_file(root, index).unlink(missing_ok=True)
     paths.ready_file(root, index).unlink(missing_ok=True)
-    return killed, mounts_left
+    return mounts_left
 
 
 def _remove_state(root: Path) -> None:
@@ -397,9 +451,10 @@ def main(argv: list[str] | None = None) -> int:
                                 "default %(default)s)")
             p.add_argument("--max-queues-per-user", type=int, default=Limits.max_queues_per_user,
                            help="user queues one non-root user may hold (EMFILE beyond; default %(default)s)")
+    engines = cli_engines.add_parsers(sub)
     args = parser.parse_args(argv)
     return run_reporting_errors(args.command, {"start": start, "stop": stop, "status": status,
-                                               "udev-test": udev_test, "monitor": monitor}[args.command],
+                                               "udev-test": udev_test, "monitor": monitor, **engines}[args.command],
                                 args, debug)
 
 

@@ -3,8 +3,9 @@
 <devroot>/npuN and <sysroot>/class/npu/npuN, announces the device (uevent "add", udev rules) and
 serves it.
 
-Run by ``npu-kmd start`` as ``python -m kmd_fuse.daemon``; SIGTERM/SIGINT send
-"remove", unmount everything and power the chip off.
+Run by ``npu-kmd start``, forked from its fork server (``python -m kmd_fuse.daemon
+--fork-server``, ``kmd_fuse.fork_server``), or by hand as ``python -m kmd_fuse.daemon``;
+SIGTERM/SIGINT send "remove", unmount everything and power the chip off.
 """
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ from pathlib import Path
 import pyfuse3
 import trio
 
-from kmd_fuse import fusermount, irq, logs, mounts, owner, paths, pidfile
+from kmd_fuse import fork_server, fusermount, irq, logs, mounts, owner, paths, pidfile
 from kmd_fuse.cli import job_timeout_seconds
 from kmd_fuse.device import Device
 from kmd_fuse.fuse_ops import DeviceFs
@@ -99,7 +100,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-buffers-per-user", type=int, default=Limits.max_buffers_per_user)
     parser.add_argument("--max-queues-per-context", type=int, default=Limits.max_queues_per_context)
     parser.add_argument("--max-queues-per-user", type=int, default=Limits.max_queues_per_user)
+    parser.add_argument("--fork-server", action="store_true",
+                        help="fork the daemons npu-kmd start asks for (kmd_fuse.fork_server)")
     args = parser.parse_args(argv)
+    if args.fork_server:
+        return fork_server.serve(main)
     root = paths.devroot(args.devroot)
     logs.setup(paths.log_file(root, args.index), os.environ.get("NPU_LOG", "INFO"),
                parse_size(os.environ.get("NPU_LOG_MAX", str(logs.DEFAULT_MAX_BYTES))))
@@ -128,7 +133,13 @@ def main(argv: list[str] | None = None) -> int:
                            max_queues_per_context=args.max_queues_per_context,
                            max_queues_per_user=args.max_queues_per_user),
                     tasks=BackgroundTasks())
-    device.power_on()
+    try:
+        device.power_on()
+    except OSError as exc:       # the chip did not come up: nothing of it stays (its bus, its process)
+        log.error("%s", exc)
+        device.power_off()
+        paths.pid_file(root, args.index).unlink(missing_ok=True)
+        return 1
     presence = Presence(root, sys_root, args.index)
     # Rootless: the node and the tree are the user's own (root's uid 0 otherwise), so the
     # kernel's permission checks let the owner apply the rules and write `reset`.

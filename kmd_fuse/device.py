@@ -74,6 +74,7 @@ class Device:
         self.profile_tasks_by_uid: Counter[int] = Counter()   # task records kept for GET_PROFILE, per user
         self.ledgers: dict[int, UserLedger] = {}   # per user: the fence results its contexts remember
         self.queues = UserQueues(self)      # user-mode submission queues (kmd_fuse.user_queues)
+        self.housekeeping_kick = trio.Event()   # set: work came, the idle housekeeping wakes (kmd_fuse.irq)
 
     # ---- lifecycle ----
     def power_on(self) -> None:
@@ -85,6 +86,10 @@ class Device:
             self.close_context(ctx)
         self.hw.power_off()
 
+    def kick_housekeeping(self) -> None:
+        """Work came: the housekeeping polls again (it sleeps while the device is idle)."""
+        self.housekeeping_kick.set()
+
     def spawn(self, fn, *args) -> None:
         """Run ``fn(*args)`` in the device's background tasks."""
         self.tasks.spawn(fn, *args)
@@ -94,6 +99,7 @@ class Device:
         no interrupt when done, so while some wait for ring room a task keeps pumping until
         they are all on the rings: no later job waits behind them."""
         self.scheduler.pump()
+        self.kick_housekeeping()
         if self.scheduler.control_backlog() and not self._draining:
             self._draining = True
             self.spawn(self._drain)

@@ -175,6 +175,11 @@ class RefusalLog:
         log.info("hand-over: refused %s: %s%s", who, reason, earlier)
         self._windows[uid] = _Window(now)
 
+    @property
+    def pending(self) -> bool:
+        """Whether a window is open (a later flush may have a count to log or a uid to forget)."""
+        return bool(self._windows)
+
     def flush(self, everything: bool = False) -> None:
         """Log the counts of the windows that ended (all of them if ``everything``); forget idle uids."""
         now = time.monotonic()
@@ -259,6 +264,7 @@ class HandoverServer:
         self.connections = 0
         self._per_uid: collections.Counter[int] = collections.Counter()
         self.refusals = RefusalLog()
+        self._refused = trio.Event()      # set at each refusal: the flusher's timer runs again
 
     async def run(self, task_status=trio.TASK_STATUS_IGNORED) -> None:
         """Listen until cancelled; the socket file is removed on the way out."""
@@ -327,7 +333,11 @@ class HandoverServer:
             pass                      # not listening (yet, or any more)
 
     async def _flush_refusals(self) -> None:
+        """Flush every interval while refusals are counted; sleep without a timer otherwise."""
         while True:
+            if not self.refusals.pending:
+                self._refused = trio.Event()
+                await self._refused.wait()
             await trio.sleep(max(self.refusals.interval, 1.0))    # 0 (log every refusal): nothing to flush
             self.refusals.flush()
 
@@ -392,6 +402,7 @@ class HandoverServer:
     def _refuse(self, conn: pysocket.socket, uid: int, err: int, reason: str) -> None:
         """Tell the peer why (an unsolicited reply), then close: nothing here waits."""
         self.refusals.refused(uid, reason)
+        self._refused.set()
         try:
             conn.send(uapi.pack_handover_reply(-err), pysocket.MSG_DONTWAIT | pysocket.MSG_NOSIGNAL)
             # take what the peer sent already: closing on unread data would make its next
@@ -453,6 +464,7 @@ class HandoverServer:
             return uapi.pack_handover_reply(0, bo.size), os.dup(bo.fd)
         except KmdError as exc:
             self.refusals.refused(uid, exc.strerror)
+            self._refused.set()
             return uapi.pack_handover_reply(-exc.errno), -1
         except OSError as exc:                   # dup: out of descriptors
             log.warning("hand-over to uid %d failed: %s", uid, exc)

@@ -72,8 +72,10 @@ class Hardware:
         self.device_memory = device_memory      # bytes: the chip bounds its cores' address space by it
         self.entries = config.ring_entries
         self.process: subprocess.Popen | None = None
+        self.process_fd = -1     # the chip process's pidfd: readable once it exits
         self.doorbells: list[int] = []
         self.irq_fd = -1
+        self.control_fd = -1     # written after RESET_REQ: the chip sleeps until something needs it
         self.invalidations_pushed: list[int] = []   # per core, OP_INVALIDATE entries written (wraps like INVAL_DONE)
         self._busy_reported = 0
 
@@ -120,11 +122,15 @@ class Hardware:
         if not self.doorbells:
             self.doorbells = [os.eventfd(0, os.EFD_CLOEXEC) for _ in range(self.config.cores)]
             self.irq_fd = os.eventfd(0, os.EFD_CLOEXEC | os.EFD_NONBLOCK)
+            self.control_fd = os.eventfd(0, os.EFD_CLOEXEC | os.EFD_NONBLOCK)
         cmd = [sys.executable, "-m", "firmware_sim", "--bus", str(self.bus),
                "--doorbell-fds", ",".join(map(str, self.doorbells)), "--irq-fd", str(self.irq_fd),
+               "--control-fd", str(self.control_fd), "--parent", str(os.getpid()),
                "--ring-entries", str(self.entries), "--profile", self.config.profile,
                "--memory", str(self.device_memory)]
-        self.process = spawn_keeping_loop_free(cmd, [*self.doorbells, self.irq_fd])
+        self.process = spawn_keeping_loop_free(cmd, [*self.doorbells, self.irq_fd, self.control_fd])
+        self._close_process_fd()
+        self.process_fd = os.pidfd_open(self.process.pid)     # not reaped yet: it is this process
         log.info("chip started (pid %d, %d cores)", self.process.pid, self.config.cores)
 
     def restart_chip(self) -> None:
@@ -144,6 +150,11 @@ class Hardware:
             self.invalidations_pushed[core] = 0
         self._start_chip()
 
+    def _close_process_fd(self) -> None:
+        if self.process_fd >= 0:
+            os.close(self.process_fd)
+            self.process_fd = -1
+
     def ready(self) -> bool:
         return bool(self.regs.read32(regs.STATUS) & regs.STATUS_READY)
 
@@ -155,10 +166,11 @@ class Hardware:
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait()
-        for fd in [*self.doorbells, self.irq_fd]:
+        self._close_process_fd()
+        for fd in [*self.doorbells, self.irq_fd, self.control_fd]:
             if fd >= 0:
                 os.close(fd)
-        self.doorbells, self.irq_fd = [], -1
+        self.doorbells, self.irq_fd, self.control_fd = [], -1, -1
         shutil.rmtree(self.bus, ignore_errors=True)
 
     # ---- registers ----
@@ -259,6 +271,7 @@ class Hardware:
         """Ask the chip for a full reset; returns the request number to wait for."""
         request = (self.regs.read32(regs.RESET_REQ) + 1) & 0xFFFFFFFF
         self.regs.write32(regs.RESET_REQ, request)
+        os.eventfd_write(self.control_fd, 1)       # the chip sleeps until told
         return request
 
     def reset_done(self, request: int) -> bool:

@@ -237,6 +237,7 @@ class AttributeTree:
                 raise pyfuse3.FUSEError(errno.EINVAL)
             if value == b"1":
                 self.device.trace.start()
+                self.device.kick_housekeeping()
             else:
                 self.device.trace.stop()
             self.device.queues.set_tracing(value == b"1")

@@ -207,6 +207,7 @@ class UserQueues:
         queue.handed = [bo, HandedFd(lines.doorbell_writer), HandedFd(lines.completion_reader)]
         self.slots[slot] = queue
         ctx.queues.append(queue)
+        device.kick_housekeeping()        # a queue's records come without interrupts
         self._table_changed(core)
         log.info("context %d: user queue in slot %d (%d entries, priority %d, core %d)", ctx.context_id, slot,
                  entries, priority, core)

@@ -622,14 +622,18 @@ def load(model: str | os.PathLike | bytes | Loadable, device: Device | int | Non
          config: Mapping[str, Any] | None = None, **compile_options) -> CompiledModel:
     """Load a model onto a device: a loadable (.nlb), a .tflite / .onnx compiled (through
     the content-hash cache) first, or a model-zoo name (``npu fetch`` lists them).
-    ``device``: an open Device or an instance number (default 0).  ``config``: properties for this model (OpenVINO's
+    ``device``: an open Device or a device index (default $NPU_DEVICE, else 0; counted in
+    NPU_VISIBLE_DEVICES' list: ``libnpu.visible_devices``).  ``config``: properties for this model (OpenVINO's
     ``compile_model(model, "NPU", config)``), over the device's settings; CACHE_DIR and
     NPU_BYPASS_UMD_CACHING steer the compile cache (``cache_dir`` wins over CACHE_DIR).
     ``compile_options`` go to :func:`libnpu.compiler.lower.compile_model`; among them
     ``input_shapes={"audio": (1, 16000)}`` (or ``(1, 16000)`` for a single-input model)
     gives inputs with free dimensions their shape (:mod:`libnpu.compiler.input_shapes`: a
     free leading batch dimension is 1 by default, any other must be given), and
-    ``states={"h_in": "h_out"}`` makes a model stateful."""
+    ``states={"h_in": "h_out"}`` makes a model stateful. A float model is quantized until
+    each output reaches ``target`` (cosine 0.99) on held-out ``calibration`` samples
+    (:mod:`libnpu.compiler.escalation`; a :class:`~libnpu.compiler.escalation.FidelityWarning`
+    when it cannot), or int8 only with ``recipe="fast"``."""
     settings = {**(device.settings if isinstance(device, Device) else properties.defaults()),
                 **properties.checked(config or {}, model=False)}
     if isinstance(model, (str, os.PathLike)) and not Path(model).exists():
@@ -658,12 +662,15 @@ def load(model: str | os.PathLike | bytes | Loadable, device: Device | int | Non
         cache_dir = cache_dir or settings["CACHE_DIR"] or None
         cache = CompileCache(cache_dir) if cache_dir else None
         loadable, cache_hit = compile_cached(model, calibration, cache=cache, **compile_options)
+        if cache_hit:   # a compile that missed its fidelity target warned then: say it again
+            from libnpu.compiler.escalation import warn_if_missed
+            warn_if_missed(loadable.metadata)
     timings["compile_s"] = time.perf_counter() - started
     loadable.check_runnable()          # before opening anything
     session = None
     if not isinstance(device, Device):
         session = Session(devroot)
-        device = session.open(device or 0)
+        device = session.open(device)     # None: $NPU_DEVICE, else 0 (libnpu.visible_devices)
     started = time.perf_counter()
     try:
         compiled = CompiledModel(loadable, device, session, config)

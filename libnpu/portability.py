@@ -36,6 +36,7 @@ from libnpu import properties
 from libnpu.errors import JobError
 from libnpu.transport import BufferSocket, DeviceFile, DriverGone
 from libnpu.user_queue import QueueFence, UserQueue
+from libnpu.visible_devices import node_number, visible_devices
 from npu_hw import queues as queue_spec
 from npu_hw import tasks as task_spec
 
@@ -620,12 +621,22 @@ class Session:
         self.devices: list[Device] = []
 
     def device_count(self) -> int:
-        return len(sorted(self.devroot.glob("npu[0-9]*")))
+        """The devices this program sees: the nodes present, or those of them
+        NPU_VISIBLE_DEVICES lists (``libnpu.visible_devices``)."""
+        present = {int(p.name[3:]) for p in self.devroot.glob("npu[0-9]*") if p.name[3:].isdigit()}
+        visible = visible_devices()
+        return len(present) if visible is None else sum(1 for n in visible if n in present)
 
-    def open(self, instance: int = 0, devroot: str | os.PathLike | None = None) -> Device:
-        """Open device ``instance`` (NvDlaOpen)."""
-        path = Path(devroot or self.devroot) / f"npu{instance}"
-        device = Device(path, instance)
+    def open(self, instance: int | None = None, devroot: str | os.PathLike | None = None) -> Device:
+        """Open visible device ``instance`` (NvDlaOpen); None: $NPU_DEVICE, else 0. The index
+        counts in NPU_VISIBLE_DEVICES' list when it is set (``libnpu.visible_devices``)."""
+        return self.open_node(node_number(instance), devroot)
+
+    def open_node(self, number: int, devroot: str | os.PathLike | None = None) -> Device:
+        """Open node ``npu<number>`` whatever NPU_VISIBLE_DEVICES says (tools that describe
+        every device the driver serves: ``npu info``, ``npu doctor``)."""
+        path = Path(devroot or self.devroot) / f"npu{number}"
+        device = Device(path, number)
         self.devices.append(device)
         debug_print("opened %s", path)
         return device

@@ -13,6 +13,7 @@ double as well (see ``firmware_sim.kernels.fully_connected``).
 """
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -178,6 +179,7 @@ def softmax_int16_params(beta: float, input_scale: float) -> tuple[int, int]:
     return quantize_multiplier(float(_f32(input_scale) * _f32(beta)) / (10.0 / 65535.0))
 
 
+@functools.cache   # find_library runs ldconfig in a subprocess: 6 ms for every table built
 def _libm():
     import ctypes
     import ctypes.util
@@ -202,6 +204,12 @@ def activation_lut(kind: int, input_scale: float, input_zp: int, output_scale: f
     """
     if kind not in (LUT_TANH, LUT_LOGISTIC):
         raise ValueError(f"unknown LUT kind {kind}")
+    return _activation_lut(kind, float(input_scale), int(input_zp), float(output_scale), int(output_zp)).copy()
+
+
+@functools.lru_cache(maxsize=1024)   # 256 libm calls from Python: 5 ms; an unrolled RNN asks again every step
+def _activation_lut(kind: int, input_scale: float, input_zp: int, output_scale: float,
+                    output_zp: int) -> np.ndarray:
     libm = _libm()
     in_s, inv_out = _f32(input_scale), _f32(1.0) / _f32(output_scale)
     lut = np.empty(256, dtype=np.int8)

@@ -401,3 +401,31 @@ PRELU16_PER_CHANNEL = register_task(OP_PRELU16_PER_CHANNEL, "PRELU16_PER_CHANNEL
     ("params", "<u8"),         # int32 [channels, 4]: PRELU16_CHANNEL_PARAMS
     ("channels", "<u4"),       # input1: x (per-channel grid), input2: alpha (int16)
 ])
+
+# ---- a whole LSTM layer over a sequence, TFLite's integer "8x8->16" cell (opcode 0x62) ----
+# int8 input and output, int8 weights, int16 gates and cell state: LiteRT's integer LSTM
+# without CIFG, peepholes, projection or layer normalization, byte for byte. Per step t, for
+# each gate g of (input, forget, cell, output), all int16 saturating (docs/hardware.md):
+#   gate_g = sat16(sat16(MBQM(W_g x_t + biases[g], m[g], s[g])) + MBQM(R_g h + biases[4 + g], m[4 + g], s[4 + g]))
+#   i, f, o = logistic(gate) (gemmlowp, Q3.12 -> Q0.15); g = tanh(gate) (Q3.12 -> Q0.15)
+#   c = sat16(RDBPOT(f * c, 15) + RDBPOT(i * g, 30 + cell_shift)), clamped to +-cell_clip if > 0
+#   h = clamp8(MBQM(o * tanh(c as Q(15 + cell_shift)), hidden_multiplier, hidden_shift) + hidden_zp); y_t = h
+# x_t and h are the raw bytes: the zero points are in the effective biases. The states are
+# read from *_state_in before the first step and written to *_state_out after the last (the
+# same address is fine). cell_shift in [-30, -9]; a header OPF_INT16 (the cell state's type)
+# changes nothing.
+OP_UNIDIRECTIONAL_SEQUENCE_LSTM = 0x62
+OPF_BATCH_MAJOR = 0x10  # unidirectional_sequence_lstm: input/output are [batch, steps, ...] (else time-major)
+__all__ += ["OP_UNIDIRECTIONAL_SEQUENCE_LSTM", "OPF_BATCH_MAJOR"]
+UNIDIRECTIONAL_SEQUENCE_LSTM = register_task(OP_UNIDIRECTIONAL_SEQUENCE_LSTM, "UNIDIRECTIONAL_SEQUENCE_LSTM", [
+    ("input", "<u8"), ("output", "<u8"),   # int8 [steps, batch, n_input] / [steps, batch, n_cell]
+    ("input_weights", "<u8"),        # int8 [4, n_cell, n_input], gates input, forget, cell, output
+    ("recurrent_weights", "<u8"),    # int8 [4, n_cell, n_cell]
+    ("biases", "<u8"),               # int32 [8, n_cell]: the input products' effective biases, then the recurrent ones
+    ("output_state_in", "<u8"), ("cell_state_in", "<u8"),     # int8 / int16 [batch, n_cell]
+    ("output_state_out", "<u8"), ("cell_state_out", "<u8"),
+    ("steps", "<u4"), ("batch", "<u4"), ("n_input", "<u4"), ("n_cell", "<u4"),
+    ("multipliers", "<i4", (8,)), ("shifts", "<i4", (8,)),
+    ("cell_shift", "<i4"), ("cell_clip", "<i4"),
+    ("hidden_multiplier", "<i4"), ("hidden_shift", "<i4"), ("hidden_zp", "<i4"),
+])

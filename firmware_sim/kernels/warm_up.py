@@ -1,16 +1,17 @@
-"""Run every C kernel once on tiny operands when a core starts.
+"""Run every C kernel once on tiny operands before a chip forks its cores.
 
 The first call of a kernel costs far more than the next ones: oneDNN generates its GEMM
 code on first use, and the pages of the libraries' code are faulted into the process
-then. Done when a core starts (in the core's own process: a forked child faults file
-pages in again itself), a model's first inference does not pay for it, and a core's
-memory after a model is unloaded is close to what it was idle. Then the core's
+then. Done by the chip's main process before it forks its cores (``chip.Chip.run``), the
+cores inherit the generated code and the heap it built, shared: a model's first
+inference does not pay for it, and each core's private memory stays small. Then the core's
 power-on self-test (``firmware_sim.self_test``) runs the same operators as one job
 through the executor, for the pages of the decoding, binding and replay paths.
 """
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 import numpy as np
 
@@ -18,19 +19,26 @@ from . import activations, conv, elementwise, fully_connected, native, pooling
 
 __all__ = ["warm_up"]
 
+_warmed = False      # per process; a core forked from a warmed chip inherits True
+
 
 def _pattern(shape: tuple[int, ...]) -> np.ndarray:
     n = int(np.prod(shape))
     return ((np.arange(n) * 37 + 11) % 255 - 127).astype(np.int8).reshape(shape)
 
 
-def warm_up() -> None:
-    """Each C kernel once (when built), then the self-test job."""
+def warm_up(scratch: Path | None = None) -> None:
+    """Each C kernel once (when built), then the self-test job; once per process (and its
+    forked children)."""
+    global _warmed
+    if _warmed:
+        return
+    _warmed = True
     if native.library() is not None:
         _c_kernels()
     from firmware_sim.self_test import self_test  # not at the top: the executor imports the kernels
     try:
-        failed = [r for r in self_test() if r.status]
+        failed = [r for r in self_test(scratch=scratch) if r.status]
     except OSError as exc:      # no room for its private memory: the core serves jobs all the same
         print(f"chip: the self-test job could not run: {exc}", file=sys.stderr, flush=True)
         return

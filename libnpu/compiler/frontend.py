@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from . import registry
+from .escalation import DEFAULT_TARGET, quantize_to_target
 from .folding import takes_channel_grids
 from .input_shapes import InputShapes, fix_input_shapes
 from .ir import Graph, IRError
@@ -25,7 +26,7 @@ from .optimize import fold_pad_into_conv
 from .progress import Progress, stage
 from .qparams import lowerable
 from .quantizer import quantize_model
-from .recipes import apply_recipe
+from .recipes import RecipeError, apply_recipe, escalates
 from .tflite_import import import_tflite
 
 __all__ = ["NotInt8Error", "check_int8", "is_int8", "load_model", "to_int8_graph"]
@@ -126,12 +127,19 @@ def to_int8_graph(model: str | os.PathLike | bytes | Graph,
     weights on some of those layers, where needed);
     ``kind`` as for :func:`load_model`; ``progress`` hears the stages (see :mod:`libnpu.compiler.progress`);
     ``recipe`` names a set of those options (:mod:`libnpu.compiler.recipes`, e.g. "accurate"),
-    the ones given explicitly winning.
+    the ones given explicitly winning; without one (or ``"default"``) a float model is
+    quantized until each output reaches ``target`` (cosine 0.99 by default) on held-out
+    calibration samples (:mod:`libnpu.compiler.escalation`), ``"fast"`` is int8 only.
     ``states`` marks input -> output pairs whose value the model carries from one call to
     the next (:meth:`Graph.make_stateful`); a calibration dataset is then one stream.
     ``input_shapes``: shapes for inputs with free dimensions (:mod:`libnpu.compiler.input_shapes`;
     the notes on the defaults taken go to the graph's metadata, ``"notes"``).
     """
+    escalate = escalates(quantize_options)
+    target = quantize_options.pop("target", None)
+    if target is not None and not escalate:
+        raise RecipeError("a fidelity target goes with the default recipe (the one that escalates), "
+                          f"not --recipe {quantize_options.get('recipe')}")
     quantize_options = apply_recipe(quantize_options)
     if isinstance(model, Graph):
         if input_shapes is not None:
@@ -153,7 +161,10 @@ def to_int8_graph(model: str | os.PathLike | bytes | Graph,
         return graph
     if any(t.quant is not None for t in graph.tensors.values() if not t.is_constant):
         check_int8(graph)  # partly quantized: report the offending op rather than re-quantize
-    if quantize_options.get("int16", "none") not in (None, "none"):
+    if escalate:
+        q = quantize_to_target(graph, dataset, target=DEFAULT_TARGET if target is None else target,
+                               progress=progress, **quantize_options)
+    elif quantize_options.get("int16", "none") not in (None, "none"):
         q = quantize_mixed(graph, dataset, progress=progress, **quantize_options)
     else:
         options = {k: v for k, v in quantize_options.items()

@@ -25,6 +25,7 @@ import numpy as np
 
 from . import registry
 from .ir import Graph, Op, QuantParams, Tensor
+from .scales import SHARED_GRIDS
 
 __all__ = ["fixed_grids", "shared_grid_groups", "requantize_joins"]
 
@@ -58,7 +59,8 @@ def fixed_grids(g: Graph) -> dict[str, QuantParams]:
 
 def shared_grid_groups(g: Graph, names: Iterable[str]) -> list[list[str]]:
     """``names`` in groups that must share one quantization: joined by a data-moving
-    (``same_scale``) op, or a state's input and the value written back to it."""
+    (``same_scale``) op, a state's input and the value written back to it, or listed
+    together in the graph's ``metadata[SHARED_GRIDS]``."""
     uf = _UnionFind()
     for op in g.ops:
         if registry.get(op.type, "same_scale"):
@@ -67,6 +69,9 @@ def shared_grid_groups(g: Graph, names: Iterable[str]) -> list[list[str]]:
                     uf.union(i, op.outputs[0])
     for state in g.states:             # the value written back is read by the next call: one scale
         uf.union(state.input, state.output)
+    for group in g.metadata.get(SHARED_GRIDS, ()):   # e.g. an unrolled recurrence's steps (scales.SHARED_GRIDS)
+        for n in group[1:]:
+            uf.union(group[0], n)
     groups: dict[str, list[str]] = {}
     for name in names:
         groups.setdefault(uf.find(name), []).append(name)

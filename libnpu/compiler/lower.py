@@ -41,8 +41,31 @@ def _extents(plan: MemoryPlan, names: list[str]) -> list[tuple[int, int, int]]:
     return out
 
 
-def _overlaps(a: list[tuple[int, int, int]], b: list[tuple[int, int, int]]) -> bool:
-    return any(r1 == r2 and s1 < e2 and s2 < e1 for r1, s1, e1 in a for r2, s2, e2 in b)
+class _Touched:
+    """The extents (region, start, end) every earlier task read or wrote, to find the tasks
+    a new task's writes must follow. In numpy: checked pair by pair in Python, a 30-step
+    bidirectional LSTM's 1250 tasks took 14.6 s of a 23 s compile."""
+
+    def __init__(self) -> None:
+        self._rows = np.empty((64, 4), np.int64)      # region, start, end, task
+        self._n = 0
+
+    def add(self, task: int, extents: list[tuple[int, int, int]]) -> None:
+        if self._n + len(extents) > len(self._rows):
+            self._rows = np.concatenate([self._rows, np.empty_like(self._rows)])
+            return self.add(task, extents)
+        for r, s, e in extents:
+            self._rows[self._n] = (r, s, e, task)
+            self._n += 1
+
+    def overlapping(self, extents: list[tuple[int, int, int]]) -> set[int]:
+        """The tasks that touched any byte of ``extents``."""
+        rows = self._rows[:self._n]
+        found: set[int] = set()
+        for r, s, e in extents:
+            hit = (rows[:, 0] == r) & (rows[:, 1] < e) & (s < rows[:, 2])
+            found.update(int(t) for t in np.unique(rows[hit, 3]))
+        return found
 
 
 def lower(graph: Graph, *, metadata: dict[str, Any] | None = None) -> Loadable:
@@ -59,7 +82,7 @@ def lower(graph: Graph, *, metadata: dict[str, Any] | None = None) -> Loadable:
     tasks: list[Task] = []
     host_steps: list[HostStep] = []
     producer: dict[str, int] = {}
-    touched: list[tuple[list, list]] = []  # per task: (read extents, written extents)
+    touched = _Touched()
     # After the last op, each changed state's new value is copied into its STATE region.
     write_backs = [Op("ASSIGN_VARIABLE", [s.output], [s.input], name=f"{s.name}/assign")
                    for s in graph.states if s.output != s.input]
@@ -76,13 +99,13 @@ def lower(graph: Graph, *, metadata: dict[str, Any] | None = None) -> Loadable:
         opcode, payload, relocs = task
         reads, writes = _extents(plan, ins), _extents(plan, op.outputs)
         deps = {producer[i] for i in ins if i in producer}
-        deps |= {j for j, (r, w) in enumerate(touched) if _overlaps(writes, r) or _overlaps(writes, w)}
+        deps |= touched.overlapping(writes)
         tasks.append(Task(op.name, op.type, opcode, payload,
                           deps=sorted(deps), tensors=[index[n] for n in op.inputs + op.outputs if n],
                           macs=graph.op_macs(op),
                           bytes_moved=sum(graph.tensors[n].nbytes for n in op.inputs + op.outputs if n),
                           relocs=relocs))
-        touched.append((reads, writes))
+        touched.add(len(tasks) - 1, reads + writes)
         for o in op.outputs:
             producer[o] = len(tasks) - 1
     if not tasks and not host_steps:

@@ -318,7 +318,10 @@ def promote(graph: Graph, names: Iterable[str], src: Graph | None = None,
                 ins[k] = int16_of[i]
         out = op.outputs[0]
         t8 = g.tensors[out]
-        if out in per_channel and moves_channels(op.type):
+        joined = _same_grid(g, op, ins, new_ops) if registry.get(op.type, "same_scale") else None
+        if joined is not None:
+            quant = joined
+        elif out in per_channel and moves_channels(op.type):
             quant = moved_quant(op, _quant(g, ins[0]), g.tensors[ins[0]].shape, t8)
         elif out in per_channel:
             quant = channel_quant(peaks[out], _headroom(g, out), len(t8.shape))
@@ -366,6 +369,26 @@ def promote(graph: Graph, names: Iterable[str], src: Graph | None = None,
                       **({"int16_weights": widened} if widened else {}))
     g.validate()
     return g
+
+
+def _same_grid(g: Graph, op: Op, ins: list[str], ops: list[Op]) -> QuantParams | None:
+    """The one int16 grid of a promoted same-scale op joining several activations (a
+    CONCATENATION copies bytes, so its inputs must share the output's grid): the widest of
+    its inputs' per-tensor grids, the others requantized onto it by a QUANTIZE appended to
+    ``ops`` (``ins`` updated). None when there is nothing to join. Without it a TANH's int16
+    output (2**-15) and another op's (twice its int8 reach) were concatenated as raw bytes."""
+    data = [k for k, i in enumerate(ins) if i and not g.tensors[i].is_constant]
+    quants = [_quant(g, ins[k]) for k in data]
+    if len(data) < 2 or any(q.per_channel for q in quants):
+        return None
+    widest = max(quants, key=lambda q: float(q.scale[0]))
+    for k, q in zip(data, quants):
+        if float(q.scale[0]) != float(widest.scale[0]):
+            moved = g.unique_name(f"{ins[k]}__to_{op.outputs[0]}")
+            g.add_tensor(Tensor(moved, g.tensors[ins[k]].shape, "int16", widest))
+            ops.append(Op("QUANTIZE", [ins[k]], [moved], name=moved))
+            ins[k] = moved
+    return widest
 
 
 def _convert_to_int16(g: Graph, name: str, producer: Mapping[str, Op], ops: list[Op]) -> str:
@@ -499,7 +522,7 @@ def quantize_mixed(graph: Graph, dataset: Iterable[Feed] | None = None, *,
                    int16_weights_target: float = WEIGHTS16_TARGET, int16_headroom: float | str = INT16_HEADROOM,
                    int16_grid: str = "per_tensor", int16_channel_spread: float = CHANNEL_SPREAD,
                    int16_channel_margin: float = CHANNEL_MARGIN, progress: Progress | None = None,
-                   **quantize_options: Any) -> Graph:
+                   int16_search_data: Sequence[Feed] | None = None, **quantize_options: Any) -> Graph:
     """:func:`quantizer.quantize_model`, then int16 activations for the ops ``int16``
     selects (``"none"``, ``"auto"``, or op / tensor names: see the module docstring), and
     int16 weights for those of them ``int16_weights`` selects (``"none"``, ``"auto"``:
@@ -519,7 +542,12 @@ def quantize_mixed(graph: Graph, dataset: Iterable[Feed] | None = None, *,
     choices of ``"auto"`` are measured with those grids; ``int16_channel_spread``: how many
     times finer than its tensor's widest channel a channel's grid may be
     (:data:`~libnpu.compiler.channel_grids.CHANNEL_SPREAD`). The metadata then has
-    ``int16_grid`` and ``int16_per_channel_tensors`` (how many)."""
+    ``int16_grid`` and ``int16_per_channel_tensors`` (how many).
+
+    ``int16_search_data``: the samples ``"auto"`` ranks layers and scores outputs on
+    (default: the calibration data). The default recipe (:mod:`libnpu.compiler.escalation`)
+    gives its few held-out samples: the search runs the graph some 20-40 times per
+    sample (on mediapipe's BlazeFace, 73 layers all needed, 248 runs on eight samples)."""
     selection = parse_selection(int16)
     wide = parse_selection(int16_weights)
     opt = optimize(graph)
@@ -539,7 +567,8 @@ def quantize_mixed(graph: Graph, dataset: Iterable[Feed] | None = None, *,
     for label, factor in (("spread", int16_channel_spread), ("margin", int16_channel_margin)):
         if isinstance(factor, str) or not float(factor) >= 1.0:
             raise MixedPrecisionError(f"int16 channel {label} {factor!r}: expected a factor >= 1")
-    q = quantize_model(graph, data, progress=progress, **quantize_options)
+    # Random data: the quantizer draws the same inputs itself, and then says its errors are theirs.
+    q = quantize_model(graph, None if random else data, progress=progress, **quantize_options)
     if isinstance(q.metadata.get("calibration"), dict):
         q.metadata["calibration"]["random"] = random
     if selection == "none":
@@ -552,13 +581,14 @@ def quantize_mixed(graph: Graph, dataset: Iterable[Feed] | None = None, *,
             q.metadata[CHANNEL_PEAKS] = spread_limited(channel_peaks(opt, data), int16_channel_spread,
                                                      int16_channel_margin)
         scores: dict[str, float] | None = None
+        search = data if int16_search_data is None else list(int16_search_data)
         if selection == "auto":
-            names, scores = choose_auto(opt, q, data, int16_target=int16_target, max_layers=max_int16_layers)
+            names, scores = choose_auto(opt, q, search, int16_target=int16_target, max_layers=max_int16_layers)
         else:
             names = [op.outputs[0] for op in q.ops if id(op) in _select(q, selection)]
         weights16: list[str] = []
         if wide == "auto" and names:
-            weights16, w_scores = choose_weights16(opt, q, names, data, target=int16_weights_target)
+            weights16, w_scores = choose_weights16(opt, q, names, search, target=int16_weights_target)
             scores = w_scores if weights16 else scores
         elif wide not in ("none", "auto"):
             weights16 = list(wide)

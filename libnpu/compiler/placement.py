@@ -20,6 +20,7 @@ constants at compile time (shape arithmetic, fp16 weight DEQUANTIZE) count as NP
 from __future__ import annotations
 
 import copy
+import hashlib
 import os
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -188,6 +189,31 @@ def _refusal(graph: Graph, op: Op, quantized: bool, values: list[dict[str, np.nd
     return ""
 
 
+def _signature(graph: Graph, op: Op) -> tuple:
+    """Everything :func:`_refusal` judges ``op`` on (its one-op graph, but for the names):
+    type, attributes, and each operand's shape, dtype, grid and constant bytes. An unrolled
+    recurrence repeats one step's ops hundreds of times (a 16-step bidirectional OCR LSTM:
+    640 ops, 26 s of placement judged one by one); an op equal to one the chip took is
+    taken too. The calibrated values are left out: a step's values differ from the last
+    one's, and what they decide (a grid) is the compile's, on every step's values at once."""
+    def value(v: Any) -> Any:        # arrays by their bytes (a repr would elide the middle)
+        if isinstance(v, np.ndarray):
+            return (v.shape, str(v.dtype), hashlib.blake2b(np.ascontiguousarray(v).tobytes()).digest())
+        if isinstance(v, (list, tuple)):
+            return tuple(value(x) for x in v)
+        if isinstance(v, dict):
+            return tuple(sorted((k, value(x)) for k, x in v.items()))
+        return repr(v)
+
+    def operand(n: str) -> tuple:
+        if not n:
+            return ()
+        t = graph.tensors[n]
+        q = () if t.quant is None else (value(t.quant.scale), value(t.quant.zero_point), t.quant.axis)
+        return (t.shape, t.dtype, q, None if t.data is None else value(t.data))
+    return (op.type, value(op.attrs), tuple(operand(n) for n in op.inputs), tuple(operand(n) for n in op.outputs))
+
+
 def _is_quantized(graph: Graph) -> bool:
     return any(t.quant is not None for t in graph.tensors.values() if not t.is_constant)
 
@@ -216,6 +242,7 @@ def plan_placement(model: bytes | str | os.PathLike, *, ops: Collection[str] | N
     live = {id(op) for op in graph.ops}          # ops pruned or folded at compile time need no device
     allowed = None if ops is None else set(ops)
     plan = PlacementPlan(name, kind, data)
+    accepted: set[tuple] = set()                 # signatures of ops the chip took (_signature)
     for src in sources:
         reason = src.reason
         if not reason and allowed is not None and src.op not in allowed:
@@ -223,9 +250,13 @@ def plan_placement(model: bytes | str | os.PathLike, *, ops: Collection[str] | N
         if not reason:
             for op in (same[id(op)] for op in src.ir_ops if id(op) in same):
                 if id(op) in live and op.type != "HOST":
+                    signature = _signature(graph, op)
+                    if signature in accepted:
+                        continue
                     reason = _refusal(graph, op, quantized, values)
                     if reason:
                         break
+                    accepted.add(signature)
         plan.placements.append(Placement(src.index, src.op, CPU if reason else NPU, reason))
     return plan
 

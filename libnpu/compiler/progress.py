@@ -3,7 +3,9 @@
 The stages are "import", "optimize", "calibrate", "quantize" and "lower" (an int8 model
 skips the middle three), and when the quantizer is asked for them "equalize" (before
 "calibrate"), "weight rounding" (before "quantize"), "bias correction" and "accuracy"
-(after it). Each stage is reported
+(after it), and with the default recipe "measure" after each quantization it tries
+(:mod:`libnpu.compiler.escalation`; a step that escalates repeats the stages before it).
+Each stage is reported
 as it starts (``done`` 0) and as it ends (``done == total``); "calibrate" counts
 calibration runs and "bias correction" ops, so they are also reported after every step.
 A caller that times the calls gets each stage's duration.

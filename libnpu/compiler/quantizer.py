@@ -36,7 +36,7 @@ from .integer_inputs import INTEGER_INPUTS, integer_activations, random_integers
 from .ir import Graph, IRError, Op, QuantParams, State, Tensor
 from .optimize import optimize
 from .progress import Progress, stage
-from .scales import bias_scale, choose_activation_scale, quantize_weights, symmetric
+from .scales import SHARED_GRIDS, bias_scale, choose_activation_scale, quantize_weights, symmetric
 from .weight_rounding import input_moments, round_layer
 
 __all__ = ["QuantizationError", "NonFiniteValuesError", "build_calibration_model", "Calibrator", "calibrate",
@@ -263,6 +263,7 @@ def quantize(graph: Graph, ranges: Mapping[str, Range], *, fc_per_channel: bool 
 
     g = Graph(src.name)
     g.metadata = dict(src.metadata, quantized="int8")
+    g.metadata.pop(SHARED_GRIDS, None)   # the float graph's hint, spent
     for name, t in src.tensors.items():
         if name in roles:
             continue

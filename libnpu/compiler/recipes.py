@@ -3,7 +3,14 @@
 A recipe only fills in the options the caller left unset: an option given explicitly
 always wins. int8 models are imported as they are, so no recipe touches them.
 
-* ``default``: the quantizer's own defaults (minmax ranges, nearest rounding, int8 only).
+* ``default`` (also when no recipe is named): accurate by default
+  (:mod:`libnpu.compiler.escalation`): a share of the calibration data is held out, and the
+  quantizer escalates from int8 step by step (int16 activations, int16 weights, bias
+  correction) until every output reaches the fidelity target (``target``, cosine 0.99) on
+  it, within four steps; what it chose and each output's score are in the metadata.
+* ``fast``: the quantizer's own defaults (minmax ranges, nearest rounding, int8 only) on
+  all the calibration data, nothing measured: the default until 2026-11-29, and what tests
+  whose point is not accuracy use.
 * ``accurate``: GPTQ weight rounding (:mod:`libnpu.compiler.weight_rounding`) and int16
   activations where the int8 graph misses an output cosine of 0.999 on the calibration
   data (``int16="auto"``, ``int16_target=0.999``, :mod:`libnpu.compiler.mixed_precision`),
@@ -49,10 +56,11 @@ from typing import Any
 
 from .ir import IRError
 
-__all__ = ["RECIPES", "RecipeError", "apply_recipe"]
+__all__ = ["RECIPES", "RecipeError", "apply_recipe", "escalates"]
 
 RECIPES: dict[str, dict[str, Any]] = {
     "default": {},
+    "fast": {},
     "accurate": {"weight_rounding": "gptq", "int16": "auto", "int16_target": 0.999, "int16_weights": "auto",
                  "equalize": True, "int16_grid": "per_channel"},
 }
@@ -72,3 +80,9 @@ def apply_recipe(options: Mapping[str, Any]) -> dict[str, Any]:
     if name not in RECIPES:
         raise RecipeError(f"unknown recipe {name!r} (expected one of {', '.join(RECIPES)})")
     return {**RECIPES[name], **result}
+
+
+def escalates(options: Mapping[str, Any]) -> bool:
+    """Whether ``options`` ask for the default recipe, which measures and escalates
+    (:mod:`libnpu.compiler.escalation`): no recipe named, or ``"default"``."""
+    return options.get("recipe") in (None, "default")

@@ -14,6 +14,10 @@ quantization parameters (:class:`~libnpu.compiler.ir.QuantParams`), written once
 
 :func:`symmetric` makes zero-point-0 parameters from scales chosen elsewhere (a grid moved
 with its channels, scales folded into weights).
+
+Tensors a float graph lists together under ``metadata[SHARED_GRIDS]`` get one grid, from
+the range of all their values: an unrolled recurrence's steps (``compiler.ops.recurrent``),
+whose per-step tensors each see a fraction of the calibration data.
 """
 from __future__ import annotations
 
@@ -21,10 +25,12 @@ import numpy as np
 
 from .ir import QuantParams
 
-__all__ = ["INT16_MAX", "MIN_MULTIPLIER", "BIAS16_BITS", "symmetric", "choose_activation_scale",
+__all__ = ["SHARED_GRIDS", "INT16_MAX", "MIN_MULTIPLIER", "BIAS16_BITS", "symmetric", "choose_activation_scale",
            "choose_int16_scale", "bias_scale", "quantize_weights", "quantize_weights16"]
 
 INT16_MAX = 32767
+#: Float graph metadata key: a list of groups (lists of tensor names) quantized with one grid.
+SHARED_GRIDS = "shared_grids"
 #: The smallest requantization multiplier the chip's Q31 + shift holds (below 2**-32 it is 0).
 MIN_MULTIPLIER = 2.0 ** -31
 #: int16 weights keep an int64 bias within this many bits (the chip saturates sums at 2**47).

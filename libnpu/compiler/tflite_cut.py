@@ -58,7 +58,9 @@ def cut_tflite(model: bytes, op_indices: Sequence[int], outputs: Sequence[int] |
     written = [t for op in chosen for t in op.outputs if t >= 0]
     read = [t for op in chosen for t in (op.inputs if op.inputs is not None else []) if t >= 0]
 
-    inputs = list(dict.fromkeys(int(t) for t in read if t not in written and not is_constant(t)))
+    # A variable tensor (an LSTM's states) stays inside: LiteRT keeps it between calls.
+    inputs = list(dict.fromkeys(int(t) for t in read if t not in written and not is_constant(t)
+                                and not graph.tensors[t].isVariable))
     requested = [int(t) for i in op_indices for t in graph.operators[i].outputs if t >= 0]
     outs = list(dict.fromkeys(int(t) for t in (outputs if outputs is not None else requested)))
     # intermediates: the tensors an int8 LSTM keeps its gates' quantization in

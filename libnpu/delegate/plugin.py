@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from libnpu.compiler.ir import zero_point_error
+from libnpu.visible_devices import DeviceChoiceError
 
 from .submodel import Node, TensorInfo, read_node, read_tensor, tensor_name, write_model
 from .tflite_c import FLAGS, K_DELEGATE_ERROR, K_ERROR, K_OK
@@ -43,7 +44,7 @@ _QUANTIZED = ("int8", "int16")
 class DelegateOptions:
     """The delegate's options (strings, as TFLite passes them)."""
     devroot: str | None = None
-    device: int = 0
+    device: int | None = None        # a visible device's index; None: $NPU_DEVICE, else 0 (libnpu.visible_devices)
     ops: frozenset[str] | None = None
     cache_dir: str | None = None
     verbose: bool = False
@@ -365,6 +366,8 @@ def install(ffi: Any, lib: Any) -> None:
                 message = str(exc)
             elif isinstance(exc, OSError) and exc.filename:     # e.g. device=3 with no npu3
                 message = f"npu delegate: {exc.filename}: {exc.strerror}"
+            elif isinstance(exc, DeviceChoiceError):          # device=1 with NPU_VISIBLE_DEVICES=3
+                message = f"npu delegate: {exc.strerror}"
             else:
                 message = f"npu delegate: {type(exc).__name__}: {exc}"
             if "npu delegate" not in message:

@@ -86,7 +86,7 @@ def raw_rtt_samples(node: Path, count: int) -> list[float]:
 
 def nop_latency(devroot: Path, count: int, path: str = "queue") -> dict:
     with Session(devroot) as session:
-        device = session.open(0)
+        device = session.open()         # --device / $NPU_DEVICE, else 0
         run_one, run_many, path = nop_job(device, path)
         nop = device.command_buffer()
         nop.add("NOP")
@@ -131,7 +131,7 @@ def nop_latency(devroot: Path, count: int, path: str = "queue") -> dict:
 def _client(devroot: str, seconds: float, barrier, results, path: str = "queue") -> None:
     completed, errors = 0, 0
     with Session(devroot) as session:
-        device = session.open(0)
+        device = session.open()         # --device / $NPU_DEVICE, else 0
         run_one, _, _ = nop_job(device, path)
         barrier.wait()
         deadline = time.perf_counter() + seconds

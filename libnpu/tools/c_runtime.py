@@ -45,6 +45,7 @@ from libnpu.tools import faces
 from libnpu.tools.errors import device_hint
 from libnpu.tools.models import ModelSpecError, resolve
 from libnpu.tools.vision import BLAZEFACE_SHORT_RANGE, AnchorOptions, ssd_anchors
+from libnpu.visible_devices import DeviceChoiceError, default_index, node_number
 
 __all__ = ["LIBRARY_NAME", "HEADER", "library", "Status"]
 
@@ -163,10 +164,14 @@ def _check_model_path(spec: str) -> Path:
 
 
 def _device_index() -> int:
-    text = os.environ.get("NPU_DEVICE", "0")
-    if not text.isdigit():
-        raise CApiError(Status.INVALID_ARGUMENT, f"NPU_DEVICE={text!r}: expected a device instance number")
-    return int(text)
+    """$NPU_DEVICE (else 0), checked against NPU_VISIBLE_DEVICES now: a bad value is the
+    caller's INVALID_ARGUMENT, not a device error (``libnpu.visible_devices``)."""
+    try:
+        index = default_index()
+        node_number(index)
+    except DeviceChoiceError as exc:
+        raise CApiError(Status.INVALID_ARGUMENT, exc.strerror) from exc
+    return index
 
 
 def _device_error(exc: OSError, what: str) -> CApiError:
@@ -184,12 +189,13 @@ def _input_shapes(text: str | None) -> dict[str | None, tuple[int, ...]]:
 
 
 def _load(path: Path, calibration: list[list[np.ndarray]] | None,
-          shapes: dict[str | None, tuple[int, ...]] | None = None) -> libnpu.CompiledModel:
+          shapes: dict[str | None, tuple[int, ...]] | None = None, **options: Any) -> libnpu.CompiledModel:
     device = _device_index()
     shaped = {"input_shapes": shapes} if shapes else {}     # unset: the cache key npu run and libnpu.load use
     try:
         # Compiles through the cache (a loadable is read as is), then opens the device.
-        loadable = Loadable.load(path) if path.suffix == ".nlb" else compile_cached(path, calibration, **shaped)[0]
+        loadable = Loadable.load(path) if path.suffix == ".nlb" else \
+            compile_cached(path, calibration, **shaped, **options)[0]
         loadable.check_runnable()
     except InputShapeError as exc:
         raise CApiError(Status.INVALID_ARGUMENT, f"{path}: {exc}") from exc
@@ -245,7 +251,7 @@ def _init(model_spec: str, anchors_path: str | None, face: bool, shapes: str | N
     given = _input_shapes(shapes)
     path = _check_model_path(model_spec)
     calibration = faces.calibration_set() if face and path.suffix in (".tflite", ".onnx") else None
-    model = _load(path, calibration, given)
+    model = _load(path, calibration, given, **({"recipe": faces.DETECTOR_RECIPE} if calibration is not None else {}))
     try:
         loaded = _Loaded(model, _face_layout(model, anchors_path) if face else None)
     except BaseException:

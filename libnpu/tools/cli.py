@@ -3,8 +3,9 @@
 Each row of :data:`COMMANDS` is a command: its words (``("bench", "model")``), its help,
 its arguments and its handler in :mod:`libnpu.tools.commands`.  A new command is one
 handler and one row.  Every command that uses a device takes ``--devroot`` (default
-``$NPU_DEVROOT``, else ``/dev``); the compile-side commands (``compile``, ``inspect``,
-``fetch``) use none and refuse it.
+``$NPU_DEVROOT``, else ``/dev``), and those that use one device ``--device N`` (an index
+in ``$NPU_VISIBLE_DEVICES``' list, over ``$NPU_DEVICE``: :mod:`libnpu.visible_devices`);
+the compile-side commands (``compile``, ``inspect``, ``fetch``) use none and refuse it.
 
 Exit codes, the same for every command: 0 done, 1 it failed (the device, the compiler,
 a download, a damaged file), 2 usage (bad arguments, or a model, input or calibration
@@ -16,12 +17,14 @@ naming the problem and the next step; ``--debug`` (or ``NPU_DEBUG=1``) adds the 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from libnpu import visible_devices
 from libnpu.portability import default_devroot
 from npu_console import run_main, stdout_reader_gone
 
@@ -40,6 +43,7 @@ class Command:
     arguments: Callable[[argparse.ArgumentParser], None]
     run: Callable[[argparse.Namespace], int]
     device: bool = True                                      # takes --devroot
+    one_device: bool = True                                  # uses one device: takes --device
 
 
 def _json(p: argparse.ArgumentParser) -> None:
@@ -92,10 +96,16 @@ def _calibration_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--method", choices=("minmax", "percentile", "mse", "entropy"), default="minmax",
                    help="how activation ranges are chosen from the calibration data (default minmax)")
     p.add_argument("--percentile", type=float, help="with --method percentile: the kept percentile (default 99.99)")
-    p.add_argument("--recipe", choices=("default", "accurate"), default="default",
-                   help="a set of the options below: 'accurate' = --weight-rounding gptq --int16 auto"
-                        " --int16-target 0.999 --int16-weights auto --equalize (slower to compile and, where "
-                        "layers go int16, to run); options given explicitly win (default: default)")
+    p.add_argument("--recipe", choices=("default", "fast", "accurate"), default="default",
+                   help="default: hold out a fifth of the calibration samples, quantize on the rest and escalate "
+                        "(int8, int16 activations, int16 weights, bias correction: at most 4 steps) until every "
+                        "output reaches --target on the held-out ones; fast: int8 only, nothing measured; "
+                        "'accurate' = --weight-rounding gptq --int16 auto --int16-target 0.999 --int16-weights auto "
+                        "--equalize --int16-grid per-channel (slower to compile and, where layers go int16, to run); "
+                        "options given explicitly win (default: default)")
+    p.add_argument("--target", type=float, metavar="COS",
+                   help="with the default recipe: the score every output must reach on the held-out samples "
+                        "(cosine vs float; outputs of < 8 values: 1 - max|error| / max|value|; default 0.99)")
     p.add_argument("--weight-rounding", choices=("nearest", "gptq", "gptq-bias"),
                    help="gptq: round conv/depthwise/FC weights for the calibration data's inputs (GPTQ) instead of "
                         "to the nearest step; gptq-bias: the biases too take up the weights' mean error "
@@ -289,10 +299,17 @@ def _no_args(p: argparse.ArgumentParser) -> None:
     pass
 
 
+def _device_index(text: str) -> int:
+    if not text.isdigit():
+        raise argparse.ArgumentTypeError(f"expected a device number (0, 1, ...), not {text!r}")
+    return int(text)
+
+
 COMMANDS: tuple[Command, ...] = (
-    Command(("info",), "describe the devices", _info_args, commands.info),
-    Command(("smi",), "devices, utilization and processes, once (nvidia-smi style)", _smi_args, commands.smi),
-    Command(("top",), "watch utilization and processes (nvtop style)", _top_args, commands.top),
+    Command(("info",), "describe the devices", _info_args, commands.info, one_device=False),
+    Command(("smi",), "devices, utilization and processes, once (nvidia-smi style)", _smi_args, commands.smi,
+            one_device=False),
+    Command(("top",), "watch utilization and processes (nvtop style)", _top_args, commands.top, one_device=False),
     Command(("compile",), "compile a model into a loadable (.nlb), quantizing float models", _compile_args,
             commands.compile_, device=False),
     Command(("inspect",), "describe a loadable (checked) or a model's graph", _inspect_args, commands.inspect,
@@ -317,7 +334,7 @@ COMMANDS: tuple[Command, ...] = (
     Command(("capi",), "flags to build a C program against npu.h (or nvdla_port.h), building the library if needed",
             _capi_args, commands.capi, device=False),
     Command(("doctor",), "check what the stack needs (FUSE, state, C kernels, the device) and say how to fix it",
-            _no_args, commands.doctor),
+            _no_args, commands.doctor, one_device=False),
     Command(("demo",), "run the spine end to end and print what happens", _no_args, commands.demo),
 )
 
@@ -340,8 +357,12 @@ def build_parser() -> argparse.ArgumentParser:
         p = where.add_parser(command.words[-1], help=command.help, description=command.help)
         if command.device:
             p.add_argument("--devroot", help="where the device nodes are (default $NPU_DEVROOT or /dev)")
+        if command.device and command.one_device:
+            p.add_argument("--device", type=_device_index, metavar="N",
+                           help="the device to use: an index in $NPU_VISIBLE_DEVICES' list when it is set, "
+                                "else the node's number (default $NPU_DEVICE, else 0)")
         command.arguments(p)
-        p.set_defaults(handler=command.run, devroot=None, parser=p)
+        p.set_defaults(handler=command.run, devroot=None, device=None, parser=p)
     return parser
 
 
@@ -357,6 +378,10 @@ def main(argv: list[str] | None = None) -> int:
     except SystemExit as exc:            # --help (0) or a usage error (2), already printed by argparse
         return exc.code if isinstance(exc.code, int) else 2
     name = " ".join(word for word in (args.command, getattr(args, "what", None)) if word)
+    if args.device is not None:
+        # --device wins over the environment: the default device for this command and the
+        # processes it starts (bench nop's workers), as libnpu.visible_devices reads it.
+        os.environ[visible_devices.DEFAULT] = str(args.device)
     try:
         return args.handler(args)
     except Exception as exc:

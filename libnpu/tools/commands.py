@@ -14,6 +14,7 @@ import os
 import shutil
 import sys
 import tempfile
+import warnings
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -93,7 +94,7 @@ def info(args: argparse.Namespace) -> int:
     with Session(devroot) as session:
         for node in _nodes(devroot):
             try:
-                device = session.open(int(node.name[3:]))
+                device = session.open_node(int(node.name[3:]))
                 facts = device.info()
                 props = device.properties()
             except OSError as exc:
@@ -202,11 +203,16 @@ def _quantizer_options(args: argparse.Namespace) -> dict[str, Any]:
     recipe = getattr(args, "recipe", "default") or "default"
     if recipe != "default":
         options["recipe"] = recipe
-    if args.weight_rounding is not None and (args.weight_rounding != "nearest" or recipe != "default"):
+    target = getattr(args, "target", None)
+    if target is not None:
+        _require(recipe == "default", f"--target goes with the default recipe (it measures), not --recipe {recipe}")
+        _require(0.0 < target <= 1.0, "--target is a score in (0, 1], e.g. 0.99")
+        options["target"] = target
+    if args.weight_rounding is not None and (args.weight_rounding != "nearest" or recipe != "fast"):
         options["weight_rounding"] = args.weight_rounding
-    if args.bias_correction is not None and (args.bias_correction or recipe != "default"):
+    if args.bias_correction is not None and (args.bias_correction or recipe != "fast"):
         options["bias_correction"] = args.bias_correction
-    if args.equalize is not None and (args.equalize or recipe != "default"):
+    if args.equalize is not None and (args.equalize or recipe != "fast"):
         options["equalize"] = args.equalize
     if args.fc_per_tensor:
         options["fc_per_channel"] = False
@@ -227,11 +233,13 @@ def _int16_options(args: argparse.Namespace, recipe: str = "default") -> dict[st
     """``--int16`` and its limits (only what was set, so the default keeps the cache key;
     ``recipe``'s own int16 choice applies when ``--int16`` is not given)."""
     from libnpu.compiler.mixed_precision import parse_selection
-    from libnpu.compiler.recipes import RECIPES
+    from libnpu.compiler.recipes import RECIPES, escalates
     given = getattr(args, "int16", None)
-    selection = parse_selection(given if given is not None else RECIPES[recipe].get("int16"))
+    # The default recipe escalates to int16 "auto" where it must: the int16 options shape those steps.
+    implied = "auto" if escalates({"recipe": recipe}) else RECIPES[recipe].get("int16")
+    selection = parse_selection(given if given is not None else implied)
     options: dict[str, Any] = {}
-    if given is not None and recipe != "default":
+    if given is not None and not (recipe == "fast" and selection == "none"):
         options["int16"] = selection if isinstance(selection, str) else ",".join(selection)
     weights = getattr(args, "int16_weights", None)
     if weights is not None:
@@ -335,6 +343,8 @@ def _frozen(path: Path, texts: list[str]) -> Path:
 
 
 def compile_(args: argparse.Namespace) -> int:
+    from libnpu.compiler.escalation import FidelityWarning
+
     from .compile import (
         compile_model_file,
         export_int8_tflite,
@@ -344,6 +354,7 @@ def compile_(args: argparse.Namespace) -> int:
         quantization_report,
     )
     from .models import load_calibration, resolve
+    warnings.simplefilter("ignore", FidelityWarning)  # a missed target is said once, last (_fidelity_lines)
     path = resolve(args.model)
     if path.suffix == ".nlb":
         raise UsageError(f"{path} is already a compiled loadable")
@@ -380,6 +391,7 @@ def compile_(args: argparse.Namespace) -> int:
                               "stages_s": result.stages, "calibration": calibration,
                               "notes": notes,
                               "int16_layers": result.metadata.get("int16_layers", []),
+                              "fidelity": result.metadata.get("fidelity"),
                               **({"layer_errors": result.metadata.get("layer_errors")} if args.report else {})},
                              indent=2))
         else:
@@ -390,6 +402,7 @@ def compile_(args: argparse.Namespace) -> int:
                 print(int16)
             if args.report:
                 print(quantization_report(result.metadata, worst))
+        _fidelity_lines(result.metadata, show=not args.json)
         return 0
     result = compile_model_file(path, dataset, cache_dir=args.cache_dir, progress=_progress_wanted(args),
                                 **options, **placement)
@@ -403,8 +416,10 @@ def compile_(args: argparse.Namespace) -> int:
                           "calibration": calibration, "plan": plan,
                           "int16_layers": result.loadable.metadata.get("int16_layers", []),
                           "int16_output_score": result.loadable.metadata.get("int16_output_score"),
+                          "fidelity": result.loadable.metadata.get("fidelity"),
                           **({"report": report, "layer_errors": result.loadable.metadata.get("layer_errors")}
                              if args.report else {})}, indent=2))
+        _fidelity_lines(result.loadable.metadata, show=False)
         return 0
     _print_notes(notes, "compile")
     how = "from the compile cache" if result.cache_hit else \
@@ -418,7 +433,21 @@ def compile_(args: argparse.Namespace) -> int:
         print(report_text)
     if args.report:
         print(quantization_report(result.loadable.metadata, worst))
+    _fidelity_lines(result.loadable.metadata, show=True)
     return 0
+
+
+def _fidelity_lines(metadata: dict[str, Any], show: bool) -> None:
+    """What the default recipe measured and chose (``show``), and, last, a warning on
+    stderr naming the outputs under the target and what to try."""
+    from libnpu.compiler.escalation import format_fidelity, missed_text
+    fidelity = metadata.get("fidelity")
+    if not fidelity:
+        return
+    if show:
+        print(format_fidelity(fidelity))
+    if fidelity.get("missed"):
+        print(f"npu compile: warning: {missed_text(fidelity)}", file=sys.stderr)
 
 
 def _check_writable(out: Path) -> None:

@@ -103,9 +103,11 @@ def export_int8_tflite(model: str | os.PathLike, output: str | os.PathLike, data
                        progress: bool = True, **options: Any) -> ExportResult:
     """Write the int8 graph of ``model`` (quantized as :func:`compile_model_file` would) as a .tflite file,
     e.g. to run it in LiteRT next to the device. int16 weights (``--recipe accurate``'s
-    ``int16_weights="auto"``) are left out unless asked for: TFLite has no kernel for them."""
+    ``int16_weights="auto"``) are left out unless asked for: TFLite has no kernel for them;
+    int16 grids are per tensor unless asked for (``int16_grid``), as TFLite's are."""
     from libnpu.compiler.frontend import to_int8_graph
     options.setdefault("int16_weights", "none")
+    options.setdefault("int16_grid", "per_tensor")   # LiteRT's int16 grids: one scale per tensor
     from libnpu.compiler.tflite_export import export_tflite
     started = time.perf_counter()
     timer = StageTimer(bar=progress)
@@ -180,9 +182,12 @@ def format_plan(report: dict[str, Any]) -> str:
         lines.append(f"  {r['kind']:<11} {r['bytes']:>12,} bytes  {r['name']}")
     lines.append(f"  total {report['total_bytes']:,} bytes of device memory per model "
                  f"(weights shared; activations, inputs, outputs and states per request)")
+    saving = report["activation_reuse_saving"]
+    # tiny tensors each take an aligned slot: the arena can be larger than what it holds
+    why = (f"{saving:.0%} saved by reusing buffers" if saving >= 0 else
+           f"{report['activation_arena_bytes'] - report['activation_tensors_bytes']:,} bytes of alignment padding")
     lines.append(f"  activations: {report['activation_tensors_bytes']:,} bytes of tensors in a "
-                 f"{report['activation_arena_bytes']:,}-byte arena "
-                 f"({report['activation_reuse_saving']:.0%} saved by reusing buffers)")
+                 f"{report['activation_arena_bytes']:,}-byte arena ({why})")
     lines.append(f"  {report['tasks']} tasks, {report['macs']:,} MACs")
     return "\n".join(lines)
 

@@ -19,7 +19,7 @@ def quantize(x: np.ndarray, scale: float, zero_point: int) -> np.ndarray:
 def run(devroot: Path) -> int:
     rng = np.random.default_rng(0)
     with Session(devroot) as session:
-        dev = session.open(0)
+        dev = session.open()         # --device / $NPU_DEVICE, else 0
         info = dev.info()
         print(f"[info] {dev.path}: {info['model']}, {info['num_cores']} cores @ {info['clock_mhz']} MHz, "
               f"{info['memory_total'] >> 20} MiB, ring of {info['ring_entries']} entries, context {info['context_id']}")

@@ -148,7 +148,7 @@ def device_checks(devroot: Path) -> Iterator[Check]:
         for node in nodes:
             name = node.name
             try:
-                facts = session.open(int(name[3:])).info()
+                facts = session.open_node(int(name[3:])).info()
             except OSError as exc:
                 yield Check(name, False, device_hint(exc, devroot) or f"{node}: {exc}",
                             f"npu-kmd stop --devroot {devroot} && {start_command(devroot)}")

@@ -22,6 +22,7 @@ import numpy as np
 import libnpu
 from kmd_fuse.uapi.sysfs_layout import class_dir, default_sysroot
 from libnpu.profiling import InferenceProfile
+from libnpu.visible_devices import node_number
 
 from .models import resolve
 from .run import random_inputs
@@ -34,9 +35,10 @@ class TraceError(RuntimeError):
     """The device's trace cannot be recorded (no tree, or not the device's owner)."""
 
 
-def trace_file(devroot: str | os.PathLike, instance: int = 0) -> Path:
-    """The attribute tree's ``trace`` file of device ``instance`` under ``devroot``."""
-    return Path(class_dir(default_sysroot(devroot))) / f"npu{instance}" / "trace"
+def trace_file(devroot: str | os.PathLike, instance: int | None = None) -> Path:
+    """The attribute tree's ``trace`` file of visible device ``instance`` under ``devroot``
+    (None: the default device, ``libnpu.visible_devices``)."""
+    return Path(class_dir(default_sysroot(devroot))) / f"npu{node_number(instance)}" / "trace"
 
 
 def set_tracing(path: Path, on: bool) -> None:

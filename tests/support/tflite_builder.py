@@ -42,6 +42,7 @@ class TensorSpec:
     name: str = ""
     sparsity: Any = None   # tests.support.sparse.Sparsity: ``data`` holds the stored values
     signature: Sequence[int] | None = None   # ``shape_signature``: -1 for a free dimension
+    is_variable: bool = False   # a variable tensor (an LSTM's states): kept between invocations
 
 
 @dataclass
@@ -54,6 +55,7 @@ class OpSpec:
     options: Callable[[flatbuffers.Builder], int] | None = None
     version: int = 1
     custom_code: str = ""            # for opcode CUSTOM: the custom op's name
+    intermediates: Sequence[int] = ()   # tensors the kernel's Prepare reads (integer LSTM's scales)
 
 
 @dataclass
@@ -167,6 +169,8 @@ def _subgraph(b: flatbuffers.Builder, graph: SubgraphSpec, buffers: list[int],
             tflite.TensorAddSparsity(b, sparsity)
         if signature is not None:
             tflite.TensorAddShapeSignature(b, signature)
+        if t.is_variable:
+            tflite.TensorAddIsVariable(b, True)
         tensor_offsets.append(tflite.TensorEnd(b))
 
     op_offsets = []
@@ -174,10 +178,13 @@ def _subgraph(b: flatbuffers.Builder, graph: SubgraphSpec, buffers: list[int],
         ins = b.CreateNumpyVector(np.asarray(op.inputs, dtype=np.int32))
         outs = b.CreateNumpyVector(np.asarray(op.outputs, dtype=np.int32))
         opts = op.options(b) if op.options is not None else None
+        inter = b.CreateNumpyVector(np.asarray(op.intermediates, dtype=np.int32)) if op.intermediates else None
         tflite.OperatorStart(b)
         tflite.OperatorAddOpcodeIndex(b, codes.index((op.opcode, op.version, op.custom_code)))
         tflite.OperatorAddInputs(b, ins)
         tflite.OperatorAddOutputs(b, outs)
+        if inter is not None:
+            tflite.OperatorAddIntermediates(b, inter)
         if opts is not None:
             tflite.OperatorAddBuiltinOptionsType(b, op.options_type)
             tflite.OperatorAddBuiltinOptions(b, opts)

@@ -8,10 +8,11 @@ from ..fixedpoint import INT32_MAX, INT32_MIN
 from . import ffi, library
 
 __all__ = ["BoundCall", "check_status", "bind_table2", "bind_pool", "bind_convert", "bind_softmax", "bind_depthwise",
-           "bind_fully_connected", "conv_s8", "depthwise_s8", "fully_connected_s8", "quant_arrays"]
+           "bind_fully_connected", "bind_lstm", "conv_s8", "depthwise_s8", "fully_connected_s8", "quant_arrays"]
 
 # C array types resolved once (parsing the type string costs a microsecond per pointer).
 _CTYPES = {np.dtype(np.int8): ffi.typeof("int8_t[]"), np.dtype(np.int32): ffi.typeof("int32_t[]"),
+           np.dtype(np.int16): ffi.typeof("int16_t[]"),
            np.dtype(np.float64): ffi.typeof("double[]"), np.dtype(np.float32): ffi.typeof("float[]")}
 
 
@@ -271,3 +272,30 @@ def bind_softmax(x: np.ndarray, out: np.ndarray, exp_t: np.ndarray, terms_t: np.
         "x": buffers[0], "rows": x.size // max(depth, 1), "depth": depth, "exp_t": buffers[1],
         "terms_t": buffers[2], "valid_t": buffers[3], "out": buffers[4]})
     return BoundCall(library().NPU_STEP_SOFTMAX, call, (x, out, *tables), buffers)
+
+
+def bind_lstm(x: np.ndarray, w: np.ndarray, r: np.ndarray, biases: np.ndarray, tables: tuple, h_in: np.ndarray,
+              c_in: np.ndarray, out: np.ndarray, h_out: np.ndarray, c_out: np.ndarray, *, batch_major: bool,
+              multipliers: np.ndarray, shifts: np.ndarray, cell_shift: int, cell_clip: int,
+              hidden_multiplier: int, hidden_shift: int, hidden_zp: int) -> BoundCall | None:
+    """A whole LSTM layer (``npu_lstm_s8``, kernels/lstm.py's formula) as a call (run it for
+    the result); None unless every operand is C-contiguous of its dtype. ``x`` and ``out``
+    as stored (``batch_major``: [batch, steps, ...]); ``tables``: the logistic, gate tanh and
+    cell tanh tables (int16[65536] each). Sizes checked by the caller."""
+    operands = (x, w, r, biases, h_in, c_in, out, h_out, c_out)
+    dtypes = (np.int8, np.int8, np.int8, np.int32, np.int8, np.int16, np.int8, np.int8, np.int16)
+    if any(a.dtype != d or not a.flags.c_contiguous for a, d in zip(operands, dtypes)):
+        return None
+    mult, sh = quant_arrays(np.asarray(multipliers), np.asarray(shifts))
+    tables = tuple(np.ascontiguousarray(t, dtype=np.int16) for t in tables)
+    steps, batch = (x.shape[1], x.shape[0]) if batch_major else x.shape[:2]
+    buffers = (_ptr(x), _ptr(w), _ptr(r), _ptr(biases), _ptr(mult), _ptr(sh), *(_ptr(t) for t in tables),
+               _ptr(h_in), _ptr(c_in), _out_ptr(h_out), _out_ptr(c_out), _out_ptr(out))
+    call = ffi.new("struct npu_lstm_call *", {
+        "x": buffers[0], "steps": steps, "batch": batch, "n_input": w.shape[2], "n_cell": w.shape[1],
+        "batch_major": int(batch_major), "w": buffers[1], "r": buffers[2], "bias": buffers[3],
+        "mult": buffers[4], "shift": buffers[5], "sigmoid": buffers[6], "tanh_gate": buffers[7],
+        "tanh_cell": buffers[8], "cell_shift": cell_shift, "cell_clip": cell_clip,
+        "hidden_mult": hidden_multiplier, "hidden_shift": hidden_shift, "hidden_zp": hidden_zp,
+        "h_in": buffers[9], "c_in": buffers[10], "h_out": buffers[11], "c_out": buffers[12], "out": buffers[13]})
+    return BoundCall(library().NPU_STEP_LSTM, call, operands, (buffers, mult, sh, tables))

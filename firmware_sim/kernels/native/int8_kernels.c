@@ -918,6 +918,73 @@ int npu_depthwise_call(const struct npu_conv_call *c)
                             c->act_min, c->act_max, c->out);
 }
 
+/* TFLite's MultiplyByQuantizedMultiplier (double rounding): the left shift wraps in int32. */
+static inline int32_t mbqm(int32_t x, int32_t m, int32_t shift)
+{
+    int32_t left = shift > 0 ? shift : 0, right = shift > 0 ? 0 : -shift;
+    return (int32_t)rounding_divide_by_pot(srdhm((int32_t)((uint32_t)x << left), m), right);
+}
+
+static inline int32_t sat16(int32_t v)
+{
+    return v < -32768 ? -32768 : v > 32767 ? 32767 : v;
+}
+
+/* The integer LSTM of kernels/lstm.py (LiteRT's 8x8->16 cell), one batch row at a time (the
+   rows never meet): four int16 gates, each the sum of the saturated requantized input and
+   recurrent products (int32 sums that wrap, as LiteRT's), then the cell and hidden updates
+   through the 65536-entry logistic / tanh tables. */
+int npu_lstm_s8(const struct npu_lstm_call *c)
+{
+    const int32_t n_in = c->n_input, n_cell = c->n_cell, batch = c->batch;
+    for (int32_t g = 0; g < 8; g++)
+        if (c->shift[g] < -31 || c->shift[g] > 30)
+            return NPU_KERNEL_BAD_SHIFT;
+    if (c->hidden_shift < -31 || c->hidden_shift > 30)
+        return NPU_KERNEL_BAD_SHIFT;
+    int32_t *gate = malloc(sizeof(int32_t) * 4 * (size_t)n_cell);
+    if (!gate)
+        return NPU_KERNEL_NO_MEMORY;
+    memmove(c->h_out, c->h_in, (size_t)batch * n_cell);
+    memmove(c->c_out, c->c_in, sizeof(int16_t) * (size_t)batch * n_cell);
+    const int cell_update_shift = 30 + c->cell_shift;
+    for (int32_t t = 0; t < c->steps; t++) {
+        for (int32_t b = 0; b < batch; b++) {
+            int64_t row = c->batch_major ? (int64_t)b * c->steps + t : (int64_t)t * batch + b;
+            const int8_t *x = c->x + row * n_in;
+            int8_t *h = c->h_out + (int64_t)b * n_cell;
+            int16_t *cs = c->c_out + (int64_t)b * n_cell;
+            for (int32_t g = 0; g < 4; g++) {
+                const int8_t *w = c->w + (int64_t)g * n_cell * n_in, *r = c->r + (int64_t)g * n_cell * n_cell;
+                for (int32_t j = 0; j < n_cell; j++) {
+                    int32_t acc = c->bias[g * n_cell + j], acc_r = c->bias[(4 + g) * n_cell + j];
+                    for (int32_t k = 0; k < n_in; k++)
+                        acc += (int32_t)x[k] * w[(int64_t)j * n_in + k];
+                    for (int32_t k = 0; k < n_cell; k++)
+                        acc_r += (int32_t)h[k] * r[(int64_t)j * n_cell + k];
+                    int32_t v = sat16(mbqm(acc, c->mult[g], c->shift[g]));
+                    gate[g * n_cell + j] = sat16(mbqm(acc_r, c->mult[4 + g], c->shift[4 + g]) + v);
+                }
+            }
+            for (int32_t j = 0; j < n_cell; j++) {
+                int32_t i = c->sigmoid[gate[j] + 32768], f = c->sigmoid[gate[n_cell + j] + 32768];
+                int32_t g = c->tanh_gate[gate[2 * n_cell + j] + 32768], o = c->sigmoid[gate[3 * n_cell + j] + 32768];
+                int32_t forget = (int16_t)rounding_divide_by_pot((int64_t)f * cs[j], 15);
+                int32_t update = (int16_t)rounding_divide_by_pot((int64_t)i * g, cell_update_shift);
+                int32_t cell = sat16(forget + update);
+                if (c->cell_clip > 0)
+                    cell = cell < -c->cell_clip ? -c->cell_clip : cell > c->cell_clip ? c->cell_clip : cell;
+                cs[j] = (int16_t)cell;
+                int32_t hidden = mbqm(o * c->tanh_cell[cell + 32768], c->hidden_mult, c->hidden_shift) + c->hidden_zp;
+                h[j] = clamp_s8(hidden, -128, 127);
+            }
+            memcpy(c->out + row * n_cell, h, (size_t)n_cell);
+        }
+    }
+    free(gate);
+    return 0;
+}
+
 /* One prepared call per step (int8_kernels.h): the per-step rerun and the one-call replay of
    a whole job go through the same switch, so both run the same kernels on the same structs. */
 int npu_step_run(const struct npu_step *step)
@@ -982,6 +1049,8 @@ int npu_step_run(const struct npu_step *step)
         return npu_fully_connected16x8(p);
     case NPU_STEP_BINARY16:
         return npu_binary16(p);
+    case NPU_STEP_LSTM:
+        return npu_lstm_s8(p);
     default:
         return NPU_KERNEL_BAD_STEP;
     }

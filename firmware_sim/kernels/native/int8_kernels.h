@@ -136,6 +136,28 @@ struct npu_softmax_call {
     int8_t *out;
 };
 
+/* A whole int8 LSTM layer (kernels/lstm.py's formula, LiteRT's 8x8->16 cell): x is
+   [steps, batch, n_input] (or [batch, steps, n_input] with batch_major), out likewise with
+   n_cell; w [4, n_cell, n_input], r [4, n_cell, n_cell], bias [8, n_cell] (effective),
+   mult/shift [8]; the tables hold 65536 int16 entries indexed by the int16 input + 32768.
+   h_in/c_in are copied to h_out/c_out first (they may be the same buffers), which then hold
+   the last step's states. */
+struct npu_lstm_call {
+    const int8_t *x;
+    int32_t steps, batch, n_input, n_cell, batch_major;
+    const int8_t *w, *r;
+    const int32_t *bias, *mult, *shift;
+    const int16_t *sigmoid, *tanh_gate, *tanh_cell;
+    int32_t cell_shift, cell_clip, hidden_mult, hidden_shift, hidden_zp;
+    const int8_t *h_in;
+    const int16_t *c_in;
+    int8_t *h_out;
+    int16_t *c_out;
+    int8_t *out;
+};
+
+int npu_lstm_s8(const struct npu_lstm_call *c);
+
 /* Step kinds: which kernel a struct npu_step's `call` is for. */
 #define NPU_STEP_CONV 1
 #define NPU_STEP_DEPTHWISE 2
@@ -146,6 +168,7 @@ struct npu_softmax_call {
 #define NPU_STEP_QUANTIZE 7
 #define NPU_STEP_DEQUANTIZE 8
 #define NPU_STEP_SOFTMAX 9
+#define NPU_STEP_LSTM 21
 
 /* Data movement and table kernels (data_kernels.c). Shapes and strides are int64 per axis,
    at most NPU_MOVE_MAX_RANK axes; strides of a copy are in bytes, elements are 1, 2 or 4

@@ -53,10 +53,10 @@ def test_compile_cached_keys_on_calibration_data(blazeface_path, tmp_path, monke
     monkeypatch.setattr(lower_mod, "compile_model", lambda *a, **k: calls.append(1) or real(*a, **k))
     rng = np.random.default_rng(0)
     data = [[rng.uniform(-1, 1, (1, 128, 128, 3)).astype(np.float32)]]
-    ld1, hit1 = compile_cached(blazeface_path, data, cache=cache)
-    ld2, hit2 = compile_cached(blazeface_path, data, cache=cache)
+    ld1, hit1 = compile_cached(blazeface_path, data, cache=cache, recipe="fast")
+    ld2, hit2 = compile_cached(blazeface_path, data, cache=cache, recipe="fast")
     other = [[data[0][0] * 0.5]]
-    _, hit3 = compile_cached(blazeface_path, other, cache=cache)
+    _, hit3 = compile_cached(blazeface_path, other, cache=cache, recipe="fast")
     assert (hit1, hit2, hit3) == (False, True, False) and len(calls) == 2
     assert ld2.to_bytes() == ld1.to_bytes()
 

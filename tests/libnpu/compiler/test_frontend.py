@@ -16,7 +16,7 @@ def test_float_tflite_and_onnx_are_quantized(blazeface_path):
     float_g = load_model(blazeface_path)
     with pytest.raises(NotInt8Error, match=r"CONV_2D node 'conv2d': tensor 'input' is float32"):
         check_int8(float_g)
-    q = to_int8_graph(blazeface_path, random_count=1)
+    q = to_int8_graph(blazeface_path, random_count=1, recipe="fast")
     assert is_int8(q) and "DEQUANTIZE" in q.op_counts()  # only at the float outputs
     onnx_bytes = builders.small_cnn().SerializeToString()
     rng = np.random.default_rng(0)

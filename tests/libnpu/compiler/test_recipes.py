@@ -1,4 +1,4 @@
-"""Quantizer recipes: named option sets (``--recipe accurate``), explicit options winning."""
+"""Quantizer recipes: named option sets (``--recipe accurate``, ``fast``), explicit options winning."""
 from __future__ import annotations
 
 import numpy as np
@@ -27,15 +27,16 @@ def test_a_recipe_fills_only_the_options_left_unset() -> None:
     assert apply_recipe({"recipe": "accurate", "int16": "none", "method": "mse"}) == \
         {"weight_rounding": "gptq", "int16": "none", "int16_target": 0.999, "int16_weights": "auto", "equalize": True,
          "int16_grid": "per_channel", "method": "mse"}
-    with pytest.raises(RecipeError, match="unknown recipe 'fast'.*default, accurate"):
-        apply_recipe({"recipe": "fast"})
+    assert apply_recipe({"recipe": "fast", "method": "mse"}) == {"method": "mse"}
+    with pytest.raises(RecipeError, match="unknown recipe 'quick'.*default, fast, accurate"):
+        apply_recipe({"recipe": "quick"})
 
 
 def test_accurate_is_gptq_with_automatic_int16() -> None:
     graph = import_onnx(builders.outlier_channel())
     data = _data(6, 4)
     by_recipe = to_int8_graph(graph, data, recipe="accurate", int16_target=0.999)
-    spelled = to_int8_graph(graph, data, weight_rounding="gptq", int16="auto", int16_target=0.999,
+    spelled = to_int8_graph(graph, data, recipe="fast", weight_rounding="gptq", int16="auto", int16_target=0.999,
                             int16_weights="auto", equalize=True, int16_grid="per_channel")
     assert by_recipe.metadata["calibration"]["weight_rounding"] == "gptq"
     assert by_recipe.metadata["calibration"]["bias_correction"] is False

@@ -24,7 +24,7 @@ def _two_inputs() -> onnx.ModelProto:
 
 def _compile(tmp_path, model, calibration, *extra) -> int:
     return main(["compile", str(model), "-o", str(tmp_path / "m.nlb"), "--calibration", str(calibration),
-                 "--no-progress", "--cache-dir", str(tmp_path / "cache"), *extra])
+                 "--no-progress", "--cache-dir", str(tmp_path / "cache"), "--recipe", "fast", *extra])
 
 
 def test_an_npz_of_named_inputs_calibrates_a_two_input_model(tmp_path, capsys):

@@ -54,7 +54,8 @@ def test_run_float_model_fresh_then_cached(npu, tmp_path, capsys):
     # first-ever load compiles (empty cache); the second load in the same run hits the cache
     assert report["first_load"]["cache_hit"] is False and report["cached_load"]["cache_hit"] is True
     assert report["cached_load"]["compile_s"] < report["first_load"]["compile_s"]
-    assert set(report["first_load"]["compile_stages_s"]) == {"import", "optimize", "calibrate", "quantize", "lower"}
+    assert set(report["first_load"]["compile_stages_s"]) == {"import", "optimize", "calibrate", "quantize", "measure",
+                                                             "lower"}
     files = sorted(p.name for p in out.iterdir())
     assert files == ["output_0.npy", "output_1.npy"]
     y1, y2 = np.load(out / "output_0.npy"), np.load(out / "output_1.npy")
@@ -94,7 +95,9 @@ def test_compile_writes_loadable_with_plan_and_caches(tmp_path, capsys):
     assert plan["bytes_by_kind"]["input"] >= 3 * 8 * 8 and plan["tasks"] >= 3
     ld = Loadable.load(tmp_path / "m.nlb")
     assert [t.shape for t in ld.outputs()] == [(1, 4, 8, 8), (1, 4, 4, 4)]
-    assert ld.metadata["calibration"] == {"method": "minmax", "runs": 4, "random": False, "bias_correction": False}
+    # the default recipe calibrates on 2 of the 4 samples and measures the outputs on the other 2
+    assert ld.metadata["calibration"] == {"method": "minmax", "runs": 2, "random": False, "bias_correction": False}
+    assert ld.metadata["fidelity"]["samples"] == 2 and first["fidelity"] == ld.metadata["fidelity"]
     assert main(args) == 0
     assert _json(capsys)["cache_hit"] is True
     # Text mode prints the memory plan.
@@ -110,7 +113,7 @@ def test_compile_png_calibration_directory(blazeface_path, astronaut, tmp_path, 
     write_png(cal / "a.png", astronaut[:256, 128:384])
     write_png(cal / "b.png", astronaut[::2, ::2])
     assert main(["compile", str(blazeface_path), "-o", str(tmp_path / "bf.nlb"), "--calibration", str(cal),
-                 "--cache-dir", str(tmp_path / "c"), "--json"]) == 0
+                 "--cache-dir", str(tmp_path / "c"), "--json", "--recipe", "fast"]) == 0
     report = _json(capsys)
     assert report["stages_s"]["calibrate"] > 0
     assert Loadable.load(tmp_path / "bf.nlb").metadata["calibration"]["runs"] == 2
@@ -124,7 +127,7 @@ def test_compile_with_the_models_preprocessing_and_a_report(blazeface_path, astr
     write_png(cal / "b.png", astronaut[::2, ::2])
     args = ["compile", str(blazeface_path), "-o", str(tmp_path / "bf.nlb"), "--calibration", str(cal),
             "--cache-dir", str(tmp_path / "c"), "--input-range", "0,1", "--method", "mse", "--bias-correction",
-            "--report", "--no-progress"]
+            "--report", "--no-progress", "--recipe", "fast"]
     assert main(args) == 0
     text = capsys.readouterr().out
     assert "quantization: mse calibration on 2 samples, bias correction" in text
@@ -284,3 +287,11 @@ def test_bench_nop_processes_json(npu, capsys):
     r = _json(capsys)
     assert r["processes"] == 2 and len(r["completed"]) == 2 and r["errors"] == 0
     assert all(c > 0 for c in r["completed"]) and 0 < r["jain_fairness"] <= 1
+
+
+def test_a_memory_plan_larger_than_its_tensors_says_padding_not_a_negative_saving():
+    from libnpu.tools.compile import format_plan
+    plan = {"regions": [], "total_bytes": 1, "activation_tensors_bytes": 100, "activation_arena_bytes": 712,
+            "activation_reuse_saving": -6.12, "tasks": 1, "macs": 2}
+    text = format_plan(plan)
+    assert "612 bytes of alignment padding" in text and "-" not in text.split("arena")[1]

@@ -32,8 +32,8 @@ def test_auto_and_named_int16_layers_are_reported(npu, tmp_path, capsys):
     assert main(["compile", str(model), "-o", str(tmp_path / "named.nlb"), "--int16", "c1", *common]) == 0
     text = capsys.readouterr().out
     assert "int16 activations: 1 layer (c1)" in text and "memory plan:" in text
-    assert main(["compile", str(model), "-o", str(tmp_path / "plain.nlb"), *common]) == 0
-    assert "int16 activations" not in capsys.readouterr().out
+    assert main(["compile", str(model), "-o", str(tmp_path / "plain.nlb"), "--recipe", "fast", *common]) == 0
+    assert "int16 activations" not in capsys.readouterr().out      # int8 only (the default would escalate)
 
 
 def test_int16_option_errors(tmp_path, capsys):
@@ -54,8 +54,8 @@ def test_report_measures_the_mixed_graph(tmp_path, capsys):
     model, common = _model(tmp_path)
 
     def errors(*extra: str) -> dict:
-        assert main(["compile", str(model), "-o", str(tmp_path / "r.nlb"), "--report", "--json", *extra,
-                     *common]) == 0
+        assert main(["compile", str(model), "-o", str(tmp_path / "r.nlb"), "--report", "--json", "--recipe", "fast",
+                     *extra, *common]) == 0
         return {row["tensor"]: row for row in json.loads(capsys.readouterr().out)["layer_errors"]}
 
     plain, mixed = errors(), errors("--int16", "c1,y")
@@ -107,7 +107,8 @@ def test_int16_weights_from_the_command_line(npu, tmp_path, capsys):
     assert Loadable.load(out).metadata["int16_weights"] == ["c1"]
     assert main(["run", str(out), "--repeat", "0", "--devroot", str(npu.devroot)]) == 0
     capsys.readouterr()
-    assert main(["compile", str(model), "-o", str(tmp_path / "x.nlb"), "--int16-weights", "c1", *common]) == 2
+    assert main(["compile", str(model), "-o", str(tmp_path / "x.nlb"), "--int16-weights", "c1", "--recipe", "fast",
+                 *common]) == 2
     assert "--int16-weights needs int16 activations" in capsys.readouterr().err
     tfl = tmp_path / "w16.tflite"
     assert main(["compile", str(model), "-o", str(tfl), "--recipe", "accurate", *common]) == 0
@@ -130,7 +131,7 @@ def test_int16_headroom_from_the_command_line(npu, tmp_path, capsys):
                  *common]) == 0
     assert Loadable.load(tmp_path / "f.nlb").metadata["int16_headroom"] == {"min": 1.5, "median": 1.5, "max": 1.5}
     capsys.readouterr()
-    for bad, message in ((["--int16-headroom", "1.5"], "--int16-headroom needs int16 activations"),
+    for bad, message in ((["--int16-headroom", "1.5", "--recipe", "fast"], "--int16-headroom needs int16 activations"),
                          (["--int16", "c1", "--int16-headroom", "0.5"], "a factor in [1, 16]"),
                          (["--int16", "c1", "--int16-headroom", "wide"], "a factor in [1, 16]")):
         assert main(["compile", str(model), "-o", str(tmp_path / "x.nlb"), *bad, *common]) == 2
@@ -149,6 +150,7 @@ def test_int16_grid_from_the_command_line(npu, tmp_path, capsys):
     assert meta["int16_grid"] == "per_channel" and meta["int16_per_channel_tensors"] == 1   # c1 (y: an output)
     assert main(["run", str(out), "--repeat", "0", "--devroot", str(npu.devroot)]) == 0
     capsys.readouterr()
-    assert main(["compile", str(model), "-o", str(tmp_path / "x.nlb"), "--int16-grid", "per-channel", *common]) == 2
+    assert main(["compile", str(model), "-o", str(tmp_path / "x.nlb"), "--int16-grid", "per-channel",
+                 "--recipe", "fast", *common]) == 2
     err = capsys.readouterr().err
     assert "--int16-grid needs int16 activations" in err and "Traceback" not in err

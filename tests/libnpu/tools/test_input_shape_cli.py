@@ -49,7 +49,9 @@ def test_calibration_files_feed_the_inputs_a_state_leaves(tmp_path, capsys):
                  "--no-progress", "--cache-dir", str(tmp_path / "cache"), "--json"]) == 0
     assert '"calibration": "file"' in capsys.readouterr().out
     loadable = Loadable.load(out)
-    assert loadable.metadata["calibration"]["runs"] == 6 and not loadable.metadata["calibration"]["random"]
+    # the default recipe calibrates on the stream's first 4 samples and measures on its last 2
+    assert loadable.metadata["calibration"]["runs"] == 4 and not loadable.metadata["calibration"]["random"]
+    assert loadable.metadata["fidelity"]["samples"] == 2
     assert [t.name for t in loadable.inputs()] == ["x"] and [t.name for t in loadable.states()] == ["h_in"]
 
 

@@ -21,7 +21,7 @@ def test_compile_to_tflite_with_calibration_file(blazeface_path, tmp_path, capsy
     np.save(tmp_path / "calib.npy", calib)
     out = tmp_path / "bf_int8.tflite"
     assert main(["compile", str(blazeface_path), "-o", str(out), "--calibration", str(tmp_path / "calib.npy"),
-                 "--int8-io", "--no-progress"]) == 0
+                 "--int8-io", "--no-progress", "--recipe", "fast"]) == 0
     assert f"-> {out}" in capsys.readouterr().out
     g = load_tflite(out)
     assert [g.tensors[n].dtype for n in g.inputs + g.outputs] == ["int8"] * 3
@@ -58,7 +58,7 @@ def test_inspect_loadable(resnet8_path, tmp_path, capsys):
 def test_compile_and_inspect(tmp_path, capsys):
     out = tmp_path / "bf.nlb"
     assert main(["compile", "blazeface", "-o", str(out), "--random-calibration", "1", "--no-progress",
-                 "--cache-dir", str(tmp_path / "c")]) == 0
+                 "--cache-dir", str(tmp_path / "c"), "--recipe", "fast"]) == 0
     capsys.readouterr()
     assert main(["inspect", str(out)]) == 0
     text = capsys.readouterr().out

@@ -1,0 +1,291 @@
+"""Accurate by default: quantize a float graph, measure every output against float on
+calibration samples held out of the calibration, and escalate until each output meets a target.
+
+The default compile of a float model (no ``recipe``, or ``recipe="default"``) runs
+:func:`quantize_to_target`:
+
+1. **Hold out** part of the calibration data (:func:`split_held_out`): ``HELD_OUT_SHARE``
+   of it, at least ``MIN_HELD_OUT`` samples and at most ``MAX_HELD_OUT``, spread over the
+   data (the tail for a stateful model, whose samples are one stream). With fewer than ``MIN_SAMPLES`` samples nothing
+   is held out and the fidelity is measured on the calibration data itself (which
+   flatters: the metadata and ``npu compile`` say so). With random calibration
+   (no data given) the held-out samples are ``MIN_HELD_OUT`` more random ones, so the
+   int8 step calibrates exactly as ``recipe="fast"`` does.
+2. **Quantize** on the rest with the first step of ``LADDER`` and **measure** each output
+   on every held-out sample (:func:`held_out_scores`: the score of
+   :func:`libnpu.compiler.accuracy.output_scores`, cosine or, for outputs of fewer than 8
+   values, ``1 - max|error| / max|value|``; the worst sample counts). The graph is
+   simulated by the float reference, not run on the chip: two held-out samples cost two
+   float and two quantized runs, a few percent of a compile.
+3. **Escalate** one step at a time while an output misses ``target`` (0.99 by default):
+   int16 activations where int8 loses most (with GPTQ weights, channel equalization and
+   per-channel int16 grids), then int16 weights on those layers, then bias correction.
+   Each step is measured the same way; the first that meets the target on every output
+   is kept, else the best measured (most outputs meeting the target, then the highest
+   worst score), so a step that makes the model worse is never taken.
+
+The cap: at most ``len(LADDER)`` quantizations (four), whatever the model; a model that
+meets the target at int8 costs one quantization and the measurement. Options the caller
+gave explicitly hold on every step (``int16="none"`` rules out the int16 steps).
+
+What was tried and chosen is in the result's ``metadata["fidelity"]``
+(:func:`format_fidelity` prints it; :func:`warn_if_missed` warns again from a cached loadable's).
+"""
+from __future__ import annotations
+
+import warnings
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from .accuracy import output_scores
+from .ir import Graph, IRError
+from .mixed_precision import quantize_mixed
+from .optimize import optimize
+from .progress import Progress, stage
+from .quantizer import random_dataset
+
+__all__ = ["DEFAULT_TARGET", "HELD_OUT_SHARE", "MIN_HELD_OUT", "MAX_HELD_OUT", "MIN_SAMPLES", "LADDER", "Step",
+           "FidelityWarning", "TargetError", "split_held_out", "held_out_scores", "quantize_to_target",
+           "format_fidelity", "missed_text", "describe_quantization", "check_target",
+           "warn_if_missed"]
+
+#: The score every output must reach on the held-out samples (cosine against float).
+DEFAULT_TARGET = 0.99
+#: The share of the calibration samples held out for the measurement.
+HELD_OUT_SHARE = 0.2
+#: At least this many samples are held out (two pictures: one can be an outlier).
+MIN_HELD_OUT = 2
+#: At most this many: each step runs them twice (float and quantized), and the
+#: measurement must stay a small part of a compile however many samples are given.
+MAX_HELD_OUT = 8
+#: With fewer samples than this nothing is held out: calibrating on one or two would cost
+#: more accuracy than the measurement tells.
+MIN_SAMPLES = 4
+
+Feed = Mapping[str, np.ndarray] | Sequence[np.ndarray]
+
+
+class TargetError(IRError):
+    """A fidelity target that is not a score in (0, 1]."""
+
+
+class FidelityWarning(UserWarning):
+    """The compiled model misses the fidelity target on some output (held-out samples)."""
+
+
+@dataclass(frozen=True)
+class Step:
+    """One rung of the escalation: a name and the quantizer options it sets."""
+    name: str
+    options: Mapping[str, Any]
+
+
+_INT16 = {"int16": "auto", "int16_target": 0.999, "int16_grid": "per_channel", "equalize": True,
+          "weight_rounding": "gptq"}
+
+#: The escalation, cheapest first. The int16 step aims ``int16="auto"`` at 0.999, ten times
+#: closer than the default target (unseen inputs fall short of what the samples show: see
+#: :mod:`libnpu.compiler.recipes`), ranking layers and scoring outputs on the held-out
+#: samples (``int16_search_data``: a few samples, where ``recipe="accurate"`` searches on all
+#: the calibration data, five times the runs on BlazeFace), with GPTQ, equalization and
+#: per-channel int16 grids (``recipe="accurate"`` without int16 weights);
+#: the next adds int16 weights on its layers (it keeps the int16 step's layers and only
+#: chooses the weights: that is ``recipe="accurate"``); bias correction comes last, as the
+#: held-out samples decide for it (on mediapipe's models it rescued selfie_segmentation but
+#: ruined pose_landmark_full's presence score, which textures do not show).
+LADDER: tuple[Step, ...] = (
+    Step("int8", {}),
+    Step("int16 activations", _INT16),
+    Step("int16 weights", {**_INT16, "int16_weights": "auto"}),
+    Step("bias correction", {**_INT16, "int16_weights": "auto", "bias_correction": True}),
+)
+
+
+def check_target(target: Any) -> float:
+    """``target`` as a float in (0, 1], else :class:`TargetError`."""
+    try:
+        value = float(target)
+    except (TypeError, ValueError):
+        raise TargetError(f"fidelity target {target!r}: expected a score in (0, 1], e.g. 0.99") from None
+    if not 0.0 < value <= 1.0:
+        raise TargetError(f"fidelity target {target!r}: expected a score in (0, 1], e.g. 0.99")
+    return value
+
+
+def split_held_out(data: Sequence[Feed], stateful: bool = False) -> tuple[list[Feed], list[Feed]]:
+    """``(calibration, held_out)``: ``HELD_OUT_SHARE`` of ``data`` held out (at least
+    ``MIN_HELD_OUT``, at most ``MAX_HELD_OUT``), evenly spread, or the tail when ``stateful``; nothing held out
+    (``held_out`` empty) with fewer than ``MIN_SAMPLES`` samples."""
+    n = len(data)
+    if n < MIN_SAMPLES:
+        return list(data), []
+    held = min(MAX_HELD_OUT, max(MIN_HELD_OUT, round(n * HELD_OUT_SHARE)))
+    picked = set(range(n - held, n)) if stateful else {int((i + 0.5) * n / held) for i in range(held)}
+    return [d for i, d in enumerate(data) if i not in picked], [d for i, d in enumerate(data) if i in picked]
+
+
+def held_out_scores(float_graph: Graph, graph: Graph, samples: Sequence[Feed]) -> dict[str, float]:
+    """Each output's worst score over ``samples`` (:func:`libnpu.compiler.accuracy.output_scores`
+    on each sample alone), by the float graph's output names."""
+    worst: dict[str, float] = {}
+    for feed in samples:
+        scores = output_scores(float_graph, graph, [feed])
+        for fname, qname in zip(float_graph.outputs, graph.outputs):
+            worst[fname] = min(worst.get(fname, 1.0), scores[qname])
+    return worst
+
+
+def _rank(scores: Mapping[str, float], target: float) -> tuple[int, float]:
+    return sum(s >= target for s in scores.values()), min(scores.values(), default=1.0)
+
+
+def quantize_to_target(graph: Graph, dataset: Iterable[Feed] | None = None, *, target: float = DEFAULT_TARGET,
+                       progress: Progress | None = None, **options: Any) -> Graph:
+    """The float ``graph`` quantized by the first step of ``LADDER`` whose every output
+    reaches ``target`` on held-out calibration samples (else the best step measured):
+    see the module docstring. ``options`` are :func:`libnpu.compiler.mixed_precision.quantize_mixed`'s,
+    held on every step. The result's ``metadata["fidelity"]`` says what was measured and
+    chosen; a result under the target also raises a :class:`FidelityWarning`."""
+    target = check_target(target)
+    opt = optimize(graph)
+    if dataset is None:
+        calibration = None
+        count = int(options.get("random_count", 8))
+        seed = int(options.get("seed", 0))
+        held = random_dataset(opt, MIN_HELD_OUT, seed=seed + 1)  # not the calibration's seed
+        measured_on = "random"
+    else:
+        data = list(dataset)
+        calibration, held = split_held_out(data, stateful=bool(opt.states))
+        count = len(calibration)
+        measured_on = "held-out" if held else "calibration"
+        if not held:
+            held = calibration
+    tried: list[dict[str, Any]] = []
+    seen: list[dict[str, Any]] = []
+    best: tuple[tuple[int, float], Graph, dict[str, float], str] | None = None
+    chosen_before: dict[str, list[str]] = {}
+    for step in LADDER:
+        merged = _effective({**step.options, **options})
+        if merged in seen:     # the caller's own options make this step one already tried
+            continue
+        seen.append(merged)
+        try:   # the ladder's own int16 search runs on the held-out samples, the caller's as asked
+            q = _quantize(graph, calibration, _reusing(merged, chosen_before, options),
+                          None if "int16" in options else held, progress)
+        except Exception as exc:  # noqa: BLE001 - a later step is optional: the steps before it stand
+            if not tried:
+                raise          # int8 itself is refused: the caller's error
+            # e.g. int16 on a state the model carries (its int8 grid is fixed), or bias correction,
+            # which does not run stateful graphs: the model keeps the best step measured
+            text = str(exc).splitlines()[0][:200] if str(exc) else ""
+            tried.append({"step": step.name, "refused": text if isinstance(exc, IRError)
+                          else f"{type(exc).__name__}: {text}"})
+            continue
+        chosen_before = {k: q.metadata[k] for k in ("int16_layers", "int16_weights") if q.metadata.get(k)}
+        with stage(progress, "measure"):
+            scores = held_out_scores(opt, q, held)
+        tried.append({"step": step.name, "chose": describe_quantization(q.metadata),
+                      "scores": {k: round(v, 5) for k, v in scores.items()}})
+        rank = _rank(scores, target)
+        if best is None or rank > best[0]:
+            best = (rank, q, scores, step.name)
+        if rank[0] == len(scores):
+            break
+    assert best is not None  # LADDER's first step always runs
+    _, chosen, scores, name = best
+    missed = sorted(n for n, s in scores.items() if s < target)
+    chosen.metadata["fidelity"] = {
+        "target": target, "measured_on": measured_on, "samples": len(held), "calibration_samples": count,
+        "chosen": name, "scores": {k: round(v, 5) for k, v in scores.items()}, "missed": missed,
+        "steps": tried, "max_steps": len(LADDER)}
+    warn_if_missed(chosen.metadata)
+    return chosen
+
+
+def warn_if_missed(metadata: Mapping[str, Any]) -> None:
+    """Raise a :class:`FidelityWarning` if the graph or loadable ``metadata`` says an output
+    missed its fidelity target."""
+    fidelity = metadata.get("fidelity")
+    if fidelity and fidelity.get("missed"):
+        warnings.warn(FidelityWarning(missed_text(fidelity)), stacklevel=3)
+
+
+def _reusing(options: Mapping[str, Any], before: Mapping[str, list[str]], given: Mapping[str, Any]) -> dict[str, Any]:
+    """``options`` with what the previous step chose automatically (its int16 layers, its
+    int16 weights) named instead of chosen again, unless the caller set those options:
+    each step adds to the last rather than repeating its search."""
+    result = dict(options)
+    for key in ("int16", "int16_weights"):
+        mine = "int16_layers" if key == "int16" else key
+        if result.get(key) == "auto" and key not in given and before.get(mine):
+            result[key] = ",".join(before[mine])
+    return result
+
+
+def _effective(options: dict[str, Any]) -> dict[str, Any]:
+    """``options`` without the int16 ones when int16 activations are ruled out (they do nothing then)."""
+    if options.get("int16", "none") not in (None, "none"):
+        return options
+    return {k: v for k, v in options.items() if not k.startswith("int16") and k != "max_int16_layers"}
+
+
+def _quantize(graph: Graph, calibration: list[Feed] | None, options: Mapping[str, Any],
+              held: list[Feed] | None, progress: Progress | None) -> Graph:
+    return quantize_mixed(graph, calibration, progress=progress, int16_search_data=held,
+                          **{"int16": "none", **options})
+
+
+def describe_quantization(metadata: Mapping[str, Any]) -> str:
+    """What a quantized graph's metadata says was done, in a few words (e.g. "int16
+    activations on 12 layers, int16 weights on 3, GPTQ")."""
+    cal = metadata.get("calibration") or {}
+    layers, wide = metadata.get("int16_layers") or [], metadata.get("int16_weights") or []
+    parts = [f"int16 activations on {len(layers)} layer{'s' if len(layers) != 1 else ''}" if layers else "int8"]
+    if wide:
+        parts.append(f"int16 weights on {len(wide)}")
+    if cal.get("weight_rounding"):
+        parts.append(str(cal["weight_rounding"]).upper())
+    if cal.get("equalized_channels"):
+        parts.append(f"{cal['equalized_channels']} channels equalized")
+    if cal.get("bias_correction"):
+        parts.append("bias correction")
+    return ", ".join(parts)
+
+
+def missed_text(fidelity: Mapping[str, Any]) -> str:
+    """The one-line warning for a model that misses its target: which outputs, and what to try."""
+    scores = fidelity["scores"]
+    names = ", ".join(f"{n} ({scores[n]:.4f})" for n in fidelity["missed"])
+    return (f"{names} under the fidelity target {fidelity['target']} on {fidelity['samples']} "
+            f"{_where(fidelity)} after {len(fidelity['steps'])} steps: try more (and more typical) "
+            "--calibration samples, --recipe accurate with --bias-correction or --int16-headroom held-out, "
+            "or a lower --target")
+
+
+def _where(fidelity: Mapping[str, Any]) -> str:
+    return {"held-out": "held-out samples", "random": "random inputs",
+            "calibration": "calibration samples (too few to hold any out)"}[fidelity["measured_on"]]
+
+
+def format_fidelity(fidelity: Mapping[str, Any]) -> str:
+    """The lines ``npu compile`` prints: each step tried, the one chosen, each output's score."""
+    lines = [f"accuracy: each output's score vs float on {fidelity['samples']} {_where(fidelity)} "
+             f"(calibrated on {fidelity['calibration_samples']}), target {fidelity['target']}; "
+             f"steps tried (at most {fidelity['max_steps']}):"]
+    for s in fidelity["steps"]:
+        if "refused" in s:
+            lines.append(f"  {s['step']:<18} does not apply: {s['refused']}")
+            continue
+        mark = "  <- chosen" if s["step"] == fidelity["chosen"] else ""
+        lines.append(f"  {s['step']:<18} worst {min(s['scores'].values(), default=1.0):.4f}: {s['chose']}{mark}")
+    if fidelity["measured_on"] == "calibration":
+        lines.append(f"  note: fewer than {MIN_SAMPLES} calibration samples, none held out: "
+                     "the figures below flatter the model")
+    lines.append("  per output: " + ", ".join(
+        f"{name} {score:.4f}{'' if score >= fidelity['target'] else ' (under the target)'}"
+        for name, score in fidelity["scores"].items()))
+    return "\n".join(lines)
