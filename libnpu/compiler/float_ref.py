@@ -72,6 +72,8 @@ def to_real(t: Tensor, value: np.ndarray) -> np.ndarray:
     """The real value of ``value`` stored as tensor ``t`` (dequantized if ``t`` is quantized)."""
     if t.quant is not None and t.dtype in ("int8", "uint8", "int16", "int32", "int64"):
         return t.quant.dequantize(np.asarray(value))
+    if t.dtype in ("int32", "int64", "bool") and not t.is_constant:
+        return np.asarray(value, t.dtype)     # integers computed at run time (ids, a rate) as they are
     return np.asarray(value, np.float32)
 
 

@@ -23,6 +23,7 @@ import numpy as np
 from ..loadable import HostStep, Loadable, Task
 from .descriptors import Lowering, LoweringError, lower_op
 from .frontend import check_int8, load_model, to_int8_graph
+from .frozen_inputs import FrozenInputs, freeze_model_inputs
 from .input_shapes import InputShapes, fix_input_shapes
 from .ir import Graph, IRError, Op, Tensor
 from .memplan import MemoryPlan, plan_memory
@@ -161,7 +162,8 @@ def compile_model(model: str | os.PathLike | bytes | Graph,
                   dataset: Iterable[Mapping[str, np.ndarray] | Sequence[np.ndarray]] | None = None, *,
                   kind: str | None = None, progress: Progress | None = None,
                   ops: Collection[str] | None = None, strict: bool = False,
-                  input_shapes: InputShapes = None, **quantize_options: Any) -> Loadable:
+                  input_shapes: InputShapes = None, freeze_inputs: FrozenInputs = None,
+                  **quantize_options: Any) -> Loadable:
     """Model file (path/bytes) or graph -> int8 graph (quantized if needed) -> loadable.
 
     The compiler's one entry point: ``progress`` hears every stage (:mod:`libnpu.compiler.progress`).
@@ -169,11 +171,15 @@ def compile_model(model: str | os.PathLike | bytes | Graph,
     the names the chip may run) become host steps; ``strict`` refuses that
     (:class:`~libnpu.compiler.placement.FallbackRefusedError` listing them all).
     ``input_shapes`` fixes the model's free input dimensions (:mod:`libnpu.compiler.input_shapes`);
-    the notes on defaults taken are the loadable's metadata ``"notes"``."""
+    the notes on defaults taken are the loadable's metadata ``"notes"``. ``freeze_inputs``
+    (``{"sr": 16000}``) makes those ONNX inputs constants first (:mod:`libnpu.compiler.frozen_inputs`)."""
     dataset = list(dataset) if dataset is not None else None
     notes: list[str] = []
     if not isinstance(model, Graph):      # static shapes from here on: every stage sees the same model
+        model, kind = freeze_model_inputs(model, kind, freeze_inputs)
         model, kind, notes = fix_input_shapes(model, kind, input_shapes)
+    elif freeze_inputs:
+        raise IRError("freeze_inputs: the graph is imported already; freeze them in the model file")
     elif input_shapes is not None:
         raise IRError("input_shapes: the graph is imported already; give them to its import")
     meta = {"notes": notes} if notes else None

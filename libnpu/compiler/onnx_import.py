@@ -25,6 +25,7 @@ from ..loadable import HostCall
 from . import registry
 from .host_groups import group_host_ops
 from .input_shapes import InputShapes, fix_onnx_inputs
+from .integer_inputs import INTEGER_INPUTS, refuse_integer_operands
 from .ir import Graph, IRError, Op, SourceOp, Tensor, require_data, same_pads
 from .onnx_fold import fold_onnx
 from .onnx_host import TensorType, group_model, probe_shapes, reads
@@ -141,11 +142,10 @@ class _Importer:
             if vi.name in init_names:
                 continue
             shape, dtype = self.shapes[vi.name]
-            if dtype != "float32" and not self.fallback:
-                raise ONNXImportError(f"input {vi.name!r}: only float32 inputs are supported, got {dtype}")
-            if dtype != "float32":     # e.g. a sample rate: the nodes reading it run on the CPU
+            if dtype not in ("float32", *INTEGER_INPUTS):
+                raise ONNXImportError(f"input {vi.name!r}: inputs are float32, int32, int64 or bool, not {dtype}")
+            if dtype != "float32":     # taken as it is, never quantized (libnpu.compiler.integer_inputs)
                 self.new_tensor(vi.name, False, "input", shape, dtype)
-                self.integral.add(vi.name)
             elif len(shape) == 4 and self.nhwc_io:
                 self.new_tensor(vi.name, True, "input")
             else:
@@ -223,6 +223,8 @@ class _Importer:
                                   "operators")
         if handler is None:
             raise ONNXImportError(f"unsupported op {where}")
+        refuse_integer_operands(node.op_type, [self.g.tensors[self.env[n][0]] if n in self.env else None
+                                               for n in node.input], where)
         handler(self, node, attrs, where)
 
     def host_nodes(self, group: list[tuple[int, Any, SourceOp]]) -> None:

@@ -32,6 +32,7 @@ from .calibration import METHODS, Histogram, choose_range
 from .equalization import equalize as equalize_channels
 from .float_ref import FloatInterpreter
 from .grid_joins import fixed_grids, requantize_joins, shared_grid_groups
+from .integer_inputs import INTEGER_INPUTS, integer_activations, random_integers
 from .ir import Graph, IRError, Op, QuantParams, State, Tensor
 from .optimize import optimize
 from .progress import Progress, stage
@@ -72,7 +73,8 @@ def random_dataset(graph: Graph, count: int = 8, *, low: float = -1.0, high: flo
                    seed: int = 0) -> list[dict[str, np.ndarray]]:
     """``count`` feeds of uniform random values in [low, high) for every graph input."""
     rng = np.random.default_rng(seed)
-    return [{n: rng.uniform(low, high, graph.tensors[n].shape).astype(np.float32) for n in graph.inputs}
+    return [{n: random_integers(rng, graph.tensors[n]) if graph.tensors[n].dtype in INTEGER_INPUTS
+             else rng.uniform(low, high, graph.tensors[n].shape).astype(np.float32) for n in graph.inputs}
             for _ in range(count)]
 
 
@@ -250,8 +252,9 @@ def quantize(graph: Graph, ranges: Mapping[str, Range], *, fc_per_channel: bool 
     indices = {o for op in src.ops if registry.get(op.type, "index_output") or op.type == "HOST"
                for o in op.outputs if op.type != "HOST" or src.tensors[o].dtype not in ("float32", "float16")}
     indices |= {n for n in src.inputs if src.tensors[n].dtype not in ("float32", "float16")}
+    indices |= integer_activations(src)      # integers anywhere (ids into the chip's GATHER): as they are
     for t in src.tensors.values():
-        if t.quant is not None or t.dtype not in ("float32", "float16", "int32", "int64") and t.name not in indices:
+        if t.quant is not None or t.dtype not in ("float32", "float16", *INTEGER_INPUTS) and t.name not in indices:
             raise QuantizationError(f"tensor {t.name!r} is {t.dtype}{' (quantized)' if t.quant else ''}: "
                                     "quantize expects a float graph")
     src, ranges = requantize_joins(src, ranges)   # a fixed grid (LOGISTIC's) joined to wider tensors
@@ -264,7 +267,7 @@ def quantize(graph: Graph, ranges: Mapping[str, Range], *, fc_per_channel: bool 
     for name, t in src.tensors.items():
         if name in roles:
             continue
-        if name in indices:  # positions (an arg max): integers, as they are
+        if name in indices:  # positions (an arg max), integer inputs and results: integers, as they are
             g.add_tensor(Tensor(name, t.shape, t.dtype))
             continue
         qp = params[name]
@@ -307,8 +310,8 @@ def _float_edges(g: Graph, src: Graph) -> None:
     """Keep float I/O: input -> QUANTIZE -> int8 graph -> DEQUANTIZE -> output."""
     prologue, epilogue = [], []
     for name in list(g.inputs):
-        if g.tensors[name].quant is None:
-            continue          # an integer input (a sample rate) enters as it is
+        if g.tensors[name].quant is None and g.tensors[name].dtype in INTEGER_INPUTS:
+            continue      # integers enter the chip as they are
         t = g.tensors.pop(name)
         q_name = g.unique_name(f"{name}_int8")
         g.tensors[name] = Tensor(name, t.shape, "float32")
@@ -319,7 +322,7 @@ def _float_edges(g: Graph, src: Graph) -> None:
         prologue.append(Op("QUANTIZE", [name], [q_name], name=q_name))
     new_outputs = []
     for name in g.outputs:
-        if g.tensors[name].quant is None and g.tensors[name].dtype in ("int32", "int64"):
+        if g.tensors[name].quant is None and g.tensors[name].dtype in INTEGER_INPUTS:
             new_outputs.append(name)  # positions (an arg max) leave the chip as they are
             continue
         if any(op.type == "QUANTIZE" and op.inputs == [name] for op in prologue):

@@ -83,7 +83,9 @@ def _top_args(p: argparse.ArgumentParser) -> None:
 def _calibration_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--calibration", help="calibration data: a .npy file (samples on the first axis) or a "
                                          "directory of .npy files and .png pictures (preprocessed as "
-                                         "--input-range or --mean/--std say)")
+                                         "--input-range or --mean/--std say); for a model with several "
+                                         "inputs an .npz file of arrays named as the inputs (numpy.savez, "
+                                         "samples on the first axis) or a directory of them")
     p.add_argument("--input-range", metavar="LO,HI",
                    help="map picture pixels 0..255 to [LO, HI], the model's own preprocessing "
                         "(default -1,1; mediapipe models: 0,1)")
@@ -161,6 +163,10 @@ def _compile_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("-o", "--output", required=True,
                    help="the file to write: a loadable (.nlb), or the int8 model as .tflite (quantize only)")
     _shape_args(p)
+    p.add_argument("--freeze-input", action="append", default=[], metavar="NAME=V[,V...]",
+                   help="make ONNX input NAME a constant of these values (its declared shape and dtype), "
+                        "so what it drives folds away, e.g. sr=16000 (OpenVINO's --input \"sr[]->16000\"); "
+                        "repeatable")
     _placement_args(p)
     _calibration_args(p)
     _int16_args(p)

@@ -8,14 +8,18 @@ The heavy modules (compiler, LiteRT, benchmarks) are imported by the handler tha
 from __future__ import annotations
 
 import argparse
+import atexit
 import json
 import os
+import shutil
 import sys
+import tempfile
 import warnings
 from pathlib import Path
 from typing import Any, TextIO
 
 from libnpu import model_zoo
+from libnpu.compiler.frozen_inputs import FreezeInputError, freeze_model_inputs, parse_freeze_inputs
 from libnpu.compiler.input_shapes import InputShapeError, parse_input_shapes
 from libnpu.compiler.ir import IRError
 from libnpu.host import HostOpError
@@ -37,7 +41,7 @@ class Failure(RuntimeError):
     """The command ran and failed for a reason the message states (exit 1)."""
 
 
-USAGE_ERRORS = (UsageError, ModelSpecError, InputError, InputShapeError)
+USAGE_ERRORS = (UsageError, ModelSpecError, InputError, InputShapeError, FreezeInputError)
 FAILURES = (Failure, IRError, HostOpError, LoadableError, NpuError, model_zoo.ModelZooError, OSError)
 
 
@@ -324,6 +328,20 @@ def _preprocessing(args: argparse.Namespace) -> dict[str, Any]:
     return {}
 
 
+def _frozen(path: Path, texts: list[str]) -> Path:
+    """``path``, or with ``--freeze-input`` a copy of the model (same file name, in a temporary
+    directory removed when the process ends) whose frozen inputs are constants: every stage
+    after (shapes, calibration files, placement, the report) sees that model."""
+    if not texts:
+        return path
+    data, _ = freeze_model_inputs(path, None, parse_freeze_inputs(texts))
+    folder = Path(tempfile.mkdtemp(prefix="npu-frozen-"))
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
+    frozen = folder / path.name
+    frozen.write_bytes(data)        # type: ignore[arg-type]   # a path given: bytes back
+    return frozen
+
+
 def compile_(args: argparse.Namespace) -> int:
     from libnpu.compiler.escalation import FidelityWarning
 
@@ -340,6 +358,7 @@ def compile_(args: argparse.Namespace) -> int:
     path = resolve(args.model)
     if path.suffix == ".nlb":
         raise UsageError(f"{path} is already a compiled loadable")
+    path = _frozen(path, args.freeze_input)
     out = Path(args.output)
     if out.suffix not in (".nlb", ".tflite"):
         raise UsageError(f"{out}: the output is a loadable (.nlb) or an int8 model (.tflite)")

@@ -193,12 +193,13 @@ def format_plan(report: dict[str, Any]) -> str:
 
 
 def input_shapes(model: str | os.PathLike, given: Any = None, *,
-                 states: Collection[str] = ()) -> list[tuple[int, ...]]:
-    """Shapes of a model file's inputs (imports the model, compiles nothing): those the
-    caller feeds, so not the ``states`` (inputs the model's own outputs feed, ``--state``).
+                 states: Collection[str] = ()) -> dict[str, tuple[int, ...]]:
+    """Shapes of a model file's inputs by name, in its order (imports the model, compiles
+    nothing): those the caller feeds, so not the ``states`` (inputs the model's own
+    outputs feed, ``--state``).
     ``given``: shapes for inputs with free dimensions (:mod:`libnpu.compiler.input_shapes`)."""
     graph = _graph(model, given)
-    return [tuple(graph.tensors[n].shape) for n in graph.inputs if n not in states]
+    return {n: tuple(graph.tensors[n].shape) for n in graph.inputs if n not in states}
 
 
 def _graph(model: str | os.PathLike, given: Any = None) -> Any:

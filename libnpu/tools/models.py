@@ -2,7 +2,8 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+import zipfile
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -70,7 +71,8 @@ def _samples_from_array(array: np.ndarray, shape: tuple[int, ...], source: str) 
     size = int(np.prod(shape))
     if array.size % size:
         raise ModelSpecError(f"{source}: {array.shape} does not split into samples of shape {shape}")
-    return [s.reshape(shape) for s in array.astype(np.float32).reshape(-1, *shape)]
+    dtype = array.dtype if array.dtype.kind in "iub" else np.float32    # integer ids as they are
+    return [s.reshape(shape) for s in array.astype(dtype).reshape(-1, *shape)]
 
 
 def preprocess_picture(pixels: np.ndarray, shape: Sequence[int], image_range: tuple[float, float] = (-1.0, 1.0),
@@ -100,27 +102,47 @@ def preprocess_picture(pixels: np.ndarray, shape: Sequence[int], image_range: tu
     return (x / 255.0 * (hi - lo) + lo)[None].astype(np.float32)
 
 
-def load_calibration(source: str | os.PathLike, input_shapes: Sequence[tuple[int, ...]],
+def load_calibration(source: str | os.PathLike,
+                     input_shapes: Mapping[str, tuple[int, ...]] | Sequence[tuple[int, ...]],
                      image_range: tuple[float, float] = (-1.0, 1.0), *, mean: Sequence[float] | None = None,
                      std: Sequence[float] | None = None) -> list[list[np.ndarray]]:
-    """Calibration feeds from a .npy file (samples along the first axis) or a directory.
+    """Calibration feeds from a .npy or .npz file or a directory, one feed per sample.
 
-    A directory may hold .npy files (each one or more samples) and .png pictures, which
-    are preprocessed by :func:`preprocess_picture` (``image_range``, or ``mean``/``std``:
-    use the model's own preprocessing, e.g. [0, 1] for mediapipe models).
-    Single-input models only: each feed is ``[sample]``.
+    ``input_shapes``: the inputs calibration feeds, by name in the model's order (a plain
+    sequence of shapes for a single-input model). A single-input model takes a .npy file
+    (samples along the first axis) or a directory of .npy files (each one or more samples)
+    and .png pictures, preprocessed by :func:`preprocess_picture` (``image_range``, or
+    ``mean``/``std``: use the model's own preprocessing, e.g. [0, 1] for mediapipe models).
+    Any model takes an .npz file of arrays named as its inputs, samples on the first axis
+    (``numpy.savez(path, name=samples, ...)``), or a directory of such files; each feed is
+    then the inputs' samples in the model's input order.
     """
-    if len(input_shapes) != 1:
-        raise ModelSpecError(f"calibration files support single-input models; this one has {len(input_shapes)}")
-    shape = tuple(input_shapes[0])
+    shapes = dict(input_shapes) if isinstance(input_shapes, Mapping) else \
+        {f"input {i}": tuple(s) for i, s in enumerate(input_shapes)}
     path = Path(source)
+    if not path.exists():
+        raise ModelSpecError(f"{source}: no such calibration file or directory")
+    files = sorted(path.iterdir()) if path.is_dir() else [path]
+    if any(f.suffix == ".npz" for f in files):
+        feeds: list[list[np.ndarray]] = []
+        for item in files:
+            if item.suffix == ".npz":
+                feeds += _feeds_from_npz(item, shapes)
+            elif item.suffix in (".npy", ".png"):
+                raise ModelSpecError(f"{item}: a directory of .npz files takes no {item.suffix} file beside them")
+        return feeds
+    if len(shapes) != 1:
+        listed = ", ".join(map(repr, shapes))
+        raise ModelSpecError(f"{source}: this model has {len(shapes)} inputs ({listed}): give an .npz file of "
+                             "arrays named as its inputs (numpy.savez), samples on the first axis")
+    shape = tuple(next(iter(shapes.values())))
     if path.is_file():
         if path.suffix != ".npy":
-            raise ModelSpecError(f"{source}: calibration file must be .npy (or a directory)")
+            raise ModelSpecError(f"{source}: calibration file must be .npy, .npz (or a directory)")
         samples = _samples_from_array(load_npy(path), shape, str(path))
-    elif path.is_dir():
+    else:
         samples = []
-        for item in sorted(path.iterdir()):
+        for item in files:
             if item.suffix == ".npy":
                 samples += _samples_from_array(load_npy(item), shape, str(item))
             elif item.suffix == ".png":
@@ -128,11 +150,53 @@ def load_calibration(source: str | os.PathLike, input_shapes: Sequence[tuple[int
                     samples.append(preprocess_picture(model_zoo.load_png(item), shape, image_range, mean, std))
                 except ModelSpecError as exc:
                     raise ModelSpecError(f"{item}: {exc}") from None
-    else:
-        raise ModelSpecError(f"{source}: no such calibration file or directory")
     if not samples:
-        raise ModelSpecError(f"{source}: no calibration samples (.npy or .png) found")
-    return [[s.astype(np.float32)] for s in samples]
+        raise ModelSpecError(f"{source}: no calibration samples (.npy, .npz or .png) found")
+    return [[s] for s in samples]
+
+
+def _feeds_from_npz(path: Path, shapes: Mapping[str, tuple[int, ...]]) -> list[list[np.ndarray]]:
+    """One feed per sample of an .npz file holding one array per input (by name, samples on
+    the first axis, the same count for each); integer inputs keep their dtype."""
+    if not zipfile.is_zipfile(path):        # np.load would take it for a pickle, and refuse that
+        raise ModelSpecError(f"{path}: not a readable .npz file (write arrays with numpy.savez)")
+    try:
+        with np.load(path, allow_pickle=False) as archive:
+            arrays = {name: archive[name] for name in archive.files}
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as exc:
+        if "allow_pickle" in str(exc):
+            raise ModelSpecError(f"{path}: an .npz file of Python objects (never unpickled): save numeric "
+                                 "arrays") from None
+        raise ModelSpecError(f"{path}: not a readable .npz file ({exc})") from None
+    missing = [n for n in shapes if n not in arrays]
+    extra = [n for n in arrays if n not in shapes]
+    if missing or extra:
+        parts = []
+        if missing:
+            parts.append(f"no array for input{'s' if len(missing) > 1 else ''} {', '.join(map(repr, missing))}")
+        if extra:
+            plural = len(extra) > 1
+            parts.append(f"arra{'ys' if plural else 'y'} {', '.join(map(repr, extra))} name{'' if plural else 's'} "
+                         "no input calibrated")
+        raise ModelSpecError(f"{path}: {'; '.join(parts)} (inputs calibrated: {', '.join(map(repr, shapes))}; "
+                             "--state and frozen inputs take none)")
+    samples: dict[str, list[np.ndarray]] = {}
+    for name, shape in shapes.items():
+        array = arrays[name]
+        if not np.issubdtype(array.dtype, np.number) and array.dtype != np.bool_:
+            raise ModelSpecError(f"{path}: array {name!r} has dtype {array.dtype}, not numeric")
+        if array.ndim != len(shape) + 1 or tuple(array.shape[1:]) != tuple(shape):
+            raise ModelSpecError(f"{path}: array {name!r} is {array.shape}; input {name!r} takes samples of "
+                                 f"shape {tuple(shape)} stacked on a first axis: {('N', *shape)}")
+        dtype = array.dtype if array.dtype.kind in "iub" else np.float32
+        samples[name] = [np.asarray(s, dtype) for s in array]
+    counts = {name: len(s) for name, s in samples.items()}
+    if len(set(counts.values())) > 1:
+        raise ModelSpecError(f"{path}: inputs have different sample counts "
+                             f"({', '.join(f'{n} {c}' for n, c in counts.items())}): one sample per input each")
+    if not next(iter(counts.values()), 0):
+        raise ModelSpecError(f"{path}: no calibration samples (the arrays' first axis is 0)")
+    return [[samples[name][i] for name in shapes] for i in range(next(iter(counts.values())))]
 
 
 def litert_available() -> bool:

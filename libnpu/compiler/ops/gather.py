@@ -112,6 +112,14 @@ def _onnx_gather(im, node, attrs, where):
     x = node.input[0]
     shape = im.onnx_shape(x, where)
     axis = int(attrs.get("axis", 0)) % len(shape)
+    if node.input[1] not in im.consts:       # ids computed by the model (int32: refused otherwise)
+        out = im.new_tensor(node.output[0], False, where)
+        ids = im.value(node.input[1], False, where)
+        if im.g.tensors[ids].dtype != "int32":
+            raise onnx_import.ONNXImportError(f"{where}: indices computed at run time must be int32")
+        im.g.add_op(Op("GATHER", [im.value(x, False, where), ids], [out],
+                       dict(axis=axis, indices=(), indices_shape=im.g.tensors[ids].shape), name=out))
+        return
     idx = np.asarray(im.const(node.input[1], where), np.int64)
     idx = np.where(idx < 0, idx + shape[axis], idx)
     if idx.size and (idx.min() < 0 or idx.max() >= shape[axis]):

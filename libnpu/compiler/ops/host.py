@@ -25,8 +25,11 @@ def _kernel(call: HostCall) -> HostKernel:
 def _float_host(op, ins, out):
     """The host kernel on real values (calibration and float checks)."""
     kernel = _kernel(op.attrs["host"])
-    values = [np.asarray(v, np.float32) for v in ins if v is not None]
-    outs = kernel.run(values, [FLOAT] * len(values), [Boundary("float32")] * len(op.outputs))
+    values = [np.asarray(v) if np.asarray(v).dtype.kind in "iub" else np.asarray(v, np.float32)
+              for v in ins if v is not None]        # integers (a model's int64 input) as they are
+    sources = [Boundary(v.dtype.name) if v.dtype.kind in "iub" else FLOAT for v in values]
+    outs = kernel.run(values, sources, [b if b.dtype in ("int32", "int64", "bool") else FLOAT
+                                        for b in kernel.outputs][:len(op.outputs)])
     return outs[0] if len(outs) == 1 else outs
 
 
