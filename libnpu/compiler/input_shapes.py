@@ -191,7 +191,8 @@ def fix_onnx_inputs(model: Any, given: InputShapes, name: str = "model") -> tupl
     declared: dict[str, Declared | None] = {}
     for vi in inputs:
         tt = vi.type.tensor_type
-        declared[vi.name] = [d.dim_value if d.HasField("dim_value") else (d.dim_param or None)
+        # Paddle's exporter writes a free dimension as dim_value -1: free, as a dim_param is
+        declared[vi.name] = [d.dim_value if d.HasField("dim_value") and d.dim_value >= 0 else (d.dim_param or None)
                              for d in tt.shape.dim] if tt.HasField("shape") else None
     shapes, notes = resolve_input_shapes(declared, given, name)
     changed = False

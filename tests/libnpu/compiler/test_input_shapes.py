@@ -103,3 +103,15 @@ def test_a_tflite_minus_one_takes_the_given_shape_everywhere():
     assert [t.shape for t in loadable.outputs()] == [(1, 3, 4)]
     with pytest.raises(InputShapeError, match="LiteRT cannot size the model for inputs x=1,6"):
         load_model(sequence_tflite(), input_shapes={"x": (1, 6)})      # 6 values are no rows of 4
+
+
+def test_a_minus_one_dim_value_is_free_as_paddle_writes_it():
+    """Paddle's exporter (PP-OCR's det, rec and cls) writes free dimensions as dim_value -1."""
+    import onnx
+    model = batch_only_onnx()
+    for vi in (*model.graph.input, *model.graph.output):
+        vi.type.tensor_type.shape.dim[0].ClearField("dim_param")
+        vi.type.tensor_type.shape.dim[0].dim_value = -1
+    onnx.checker.check_model(model)
+    assert _shapes(import_onnx(model, input_shapes={"x": (2, 4)})) == {"x": (2, 4), "y": (2, 4)}
+    assert _shapes(import_onnx(model)) == {"x": (1, 4), "y": (1, 4)}      # a free batch: 1, with a note
