@@ -43,9 +43,12 @@ __all__ = ["library", "ffi", "build", "enabled", "has_dnnl", "dnnl_missing", "SO
 
 SOURCE = Path(__file__).with_name("int8_kernels.c")
 HEADER = SOURCE.with_suffix(".h")
+# Headers between the C files only (cffi reads HEADER alone); part of the build's hash.
+PRIVATE_HEADERS = (SOURCE.with_name("gemm_kernels.h"),)
 # Every C file of the library (one header for all): the int8 kernels, data movement and
 # tables, the int16 x int8 kernels.
-SOURCES = (SOURCE, SOURCE.with_name("data_kernels.c"), SOURCE.with_name("int16_kernels.c"))
+SOURCES = (SOURCE, SOURCE.with_name("data_kernels.c"), SOURCE.with_name("int16_kernels.c"),
+           SOURCE.with_name("gemm_kernels.c"))
 # -fno-trapping-math: nothing reads the floating-point exception flags, and without it GCC
 # will not vectorize a float -> int conversion under a condition (QUANTIZE's loop). Results
 # stay IEEE-exact (no -ffast-math).
@@ -105,7 +108,7 @@ def _variant(cc: str) -> tuple[str, ...]:
 def _target(cc: str, variant: tuple[str, ...]) -> Path:
     version = subprocess.run([cc, "--version"], capture_output=True, text=True).stdout
     h = blake2b(digest_size=16)
-    for part in (*(path.read_bytes() for path in SOURCES), HEADER.read_bytes(), " ".join(_FLAGS + variant).encode(),
+    for part in (*(path.read_bytes() for path in (*SOURCES, *PRIVATE_HEADERS)), HEADER.read_bytes(), " ".join(_FLAGS + variant).encode(),
                  version.encode(),
                  _cpu_signature().encode(), platform.machine().encode()):
         h.update(part)
