@@ -47,6 +47,8 @@ def check_status(status: int) -> None:
     """Raise what a C kernel's nonzero ``status`` means (an invalid operand: InvalidCommand)."""
     if status == library().NPU_KERNEL_BAD_SHIFT:     # the C kernels' own check of the shift operands
         raise InvalidCommand("requantization shift must be in [-31, 30]")
+    if status == library().NPU_KERNEL_BAD_WEIGHT:
+        raise InvalidCommand("int16 weights are symmetric: -32768 is not allowed")
     if status == library().NPU_KERNEL_BAD_INDEX:
         raise InvalidCommand("gather index outside the gathered axis")
     if status == library().NPU_KERNEL_EMPTY_WINDOW:

@@ -11,6 +11,7 @@
 #include <math.h>
 
 #include "int8_kernels.h"
+#include "requant16.h"
 
 #define CHUNK 256
 
@@ -26,26 +27,6 @@ static int64_t dot16x8(const int16_t *restrict a, const int8_t *restrict b, int6
         total += part;
     }
     return total;
-}
-
-/* TFLite's MultiplyByQuantizedMultiplier(int64_t, ...) (multiply_by_quantized_multiplier_int64),
-   the store's int32 wrap and clamp. */
-static inline int16_t requant16(int64_t acc, int32_t m, int32_t s, int32_t lo, int32_t hi)
-{
-    const int64_t reduced = m < 0x7FFF0000 ? ((int64_t)m + (1 << 15)) >> 16 : 0x7FFF;
-    const int total = 15 - s;
-    const int64_t v = (int64_t)((uint64_t)acc * (uint64_t)reduced + (UINT64_C(1) << (total - 1))) >> total;
-    int32_t r = (int32_t)(uint32_t)(uint64_t)v;
-    r = r < lo ? lo : r > hi ? hi : r;
-    return (int16_t)r;
-}
-
-static int check_requant16(const int32_t *mult, const int32_t *shift, int32_t count)
-{
-    for (int32_t i = 0; i < count; i++)
-        if (mult[i] < 0 || shift[i] < -31 || shift[i] > 14)
-            return NPU_KERNEL_BAD_SHIFT;
-    return 0;
 }
 
 /* Convolution (grouped), NHWC: x (n, h, w, cin); filter (cout, kh, kw, cin / groups). */

@@ -1096,6 +1096,15 @@ int npu_step_run(const struct npu_step *step)
         return npu_fully_connected16x8(p);
     case NPU_STEP_BINARY16:
         return npu_binary16(p);
+    case NPU_STEP_CONV16X16:
+        return npu_conv16x16(p);
+    case NPU_STEP_DEPTHWISE16X16:
+        return npu_depthwise16x16(p);
+    case NPU_STEP_FC16X16:
+        return npu_fully_connected16x16(p);
+    case NPU_STEP_AVG_POOL16:
+    case NPU_STEP_MAX_POOL16:
+        return npu_pool16(p, step->kind == NPU_STEP_MAX_POOL16);
     case NPU_STEP_LSTM:
         return npu_lstm_s8(p);
     default:

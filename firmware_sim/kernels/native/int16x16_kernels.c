@@ -1,0 +1,221 @@
+/*
+ * int16 x int16 convolution, depthwise convolution and fully connected (our formula,
+ * kernels/int16x16.py: int16 activations and weights, zero points 0, int64 biases), and
+ * int16 average and max pooling (kernels/pooling.py), which ran in numpy alone.
+ *
+ * Sums are exact: a product is below 2**30 in magnitude, a pair of them (vpmaddwd) below
+ * 2**31, and they add up in int64. The bias, clipped to +-2**62, is added and the sum
+ * saturated to +-2**47 (the range TFLite's int64 MultiplyByQuantizedMultiplier assumes),
+ * then requantized as the 16x8 kernels do. Every array is C-contiguous; the Python side
+ * checks shapes and parameters (native/int16_calls.py).
+ */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <math.h>
+
+#include "int8_kernels.h"
+#include "requant16.h"
+
+#if defined(__AVX512F__) && defined(__AVX512BW__)
+#include <immintrin.h>
+#endif
+
+#define ACC_LIMIT (INT64_C(1) << 47)
+#define BIAS_LIMIT (INT64_C(1) << 62)
+
+/* Exact sum of a[i] * b[i], i < n. */
+static int64_t dot16x16(const int16_t *restrict a, const int16_t *restrict b, int64_t n)
+{
+    int64_t total = 0, i = 0;
+#if defined(__AVX512F__) && defined(__AVX512BW__)
+    __m512i sum = _mm512_setzero_si512();
+    for (; i < n; i += 32) {
+        const __mmask32 k = n - i >= 32 ? ~(__mmask32)0 : ((__mmask32)1 << (n - i)) - 1;
+        const __m512i pairs = _mm512_madd_epi16(_mm512_maskz_loadu_epi16(k, a + i),
+                                                _mm512_maskz_loadu_epi16(k, b + i));
+        sum = _mm512_add_epi64(sum, _mm512_cvtepi32_epi64(_mm512_castsi512_si256(pairs)));
+        sum = _mm512_add_epi64(sum, _mm512_cvtepi32_epi64(_mm512_extracti64x4_epi64(pairs, 1)));
+    }
+    total = _mm512_reduce_add_epi64(sum);
+#endif
+    for (; i < n; i++)
+        total += (int32_t)a[i] * (int32_t)b[i];
+    return total;
+}
+
+/* The sum plus the bias, saturated: the accumulator int16x16.saturate_accumulator makes. */
+static inline int64_t saturate(int64_t sum, const int64_t *bias, int32_t oc)
+{
+    if (bias) {
+        const int64_t b = bias[oc] < -BIAS_LIMIT ? -BIAS_LIMIT : bias[oc] > BIAS_LIMIT ? BIAS_LIMIT : bias[oc];
+        sum += b;                        /* |sum| < 2**53: no wrap */
+    }
+    return sum < -ACC_LIMIT ? -ACC_LIMIT : sum > ACC_LIMIT - 1 ? ACC_LIMIT - 1 : sum;
+}
+
+static int check_weights(const int16_t *w, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++)
+        if (w[i] == INT16_MIN)
+            return NPU_KERNEL_BAD_WEIGHT;
+    return 0;
+}
+
+/* Convolution (grouped), NHWC: x (n, h, w, cin); filter (cout, kh, kw, cin / groups). */
+int npu_conv16x16(const struct npu_conv16x16_call *c)
+{
+    const int32_t cout = c->cout, groups = c->groups, cin_g = c->cin / groups, cout_g = cout / groups;
+    const int64_t k = (int64_t)c->kh * c->kw * cin_g;
+    int status = check_requant16(c->mult, c->shift, c->per_channel ? cout : 1);
+    if (!status)
+        status = check_weights(c->filter, (int64_t)cout * k);
+    if (status)
+        return status;
+    int16_t *row = malloc(sizeof(int16_t) * (size_t)(k > 0 ? k : 1));
+    if (!row)
+        return NPU_KERNEL_NO_MEMORY;
+    for (int32_t b = 0; b < c->n; b++)
+        for (int32_t oy = 0; oy < c->out_h; oy++)
+            for (int32_t ox = 0; ox < c->out_w; ox++) {
+                int16_t *o = c->out + (((int64_t)b * c->out_h + oy) * c->out_w + ox) * cout;
+                for (int32_t g = 0; g < groups; g++) {
+                    /* group g's window, zeros outside the image (the zero point is 0) */
+                    int16_t *r = row;
+                    for (int32_t fy = 0; fy < c->kh; fy++) {
+                        const int32_t iy = oy * c->stride_h - c->pad_top + fy * c->dil_h;
+                        for (int32_t fx = 0; fx < c->kw; fx++, r += cin_g) {
+                            const int32_t ix = ox * c->stride_w - c->pad_left + fx * c->dil_w;
+                            if (iy < 0 || iy >= c->h || ix < 0 || ix >= c->w)
+                                memset(r, 0, sizeof(int16_t) * (size_t)cin_g);
+                            else
+                                memcpy(r, c->x + (((int64_t)b * c->h + iy) * c->w + ix) * c->cin + (int64_t)g * cin_g,
+                                       sizeof(int16_t) * (size_t)cin_g);
+                        }
+                    }
+                    for (int32_t q = 0; q < cout_g; q++) {
+                        const int32_t oc = g * cout_g + q, p = c->per_channel ? oc : 0;
+                        const int64_t acc = saturate(dot16x16(row, c->filter + (int64_t)oc * k, k), c->bias, oc);
+                        o[oc] = requant16(acc, c->mult[p], c->shift[p], c->act_min, c->act_max);
+                    }
+                }
+            }
+    free(row);
+    return 0;
+}
+
+/* Depthwise convolution, NHWC: filter (kh, kw, cout), output channel oc reading input
+   channel oc / depth_multiplier; taps outside the image skipped (zero point 0). */
+int npu_depthwise16x16(const struct npu_conv16x16_call *c)
+{
+    const int32_t cout = c->cout, dm = c->depth_multiplier;
+    int status = check_requant16(c->mult, c->shift, c->per_channel ? cout : 1);
+    if (!status)
+        status = check_weights(c->filter, (int64_t)c->kh * c->kw * cout);
+    if (status)
+        return status;
+    int64_t *acc = malloc(sizeof(int64_t) * (size_t)(cout > 0 ? cout : 1));
+    if (!acc)
+        return NPU_KERNEL_NO_MEMORY;
+    for (int32_t b = 0; b < c->n; b++)
+        for (int32_t oy = 0; oy < c->out_h; oy++)
+            for (int32_t ox = 0; ox < c->out_w; ox++) {
+                memset(acc, 0, sizeof(int64_t) * (size_t)cout);
+                for (int32_t fy = 0; fy < c->kh; fy++) {
+                    const int32_t iy = oy * c->stride_h - c->pad_top + fy * c->dil_h;
+                    if (iy < 0 || iy >= c->h)
+                        continue;
+                    for (int32_t fx = 0; fx < c->kw; fx++) {
+                        const int32_t ix = ox * c->stride_w - c->pad_left + fx * c->dil_w;
+                        if (ix < 0 || ix >= c->w)
+                            continue;
+                        const int16_t *restrict xp = c->x + (((int64_t)b * c->h + iy) * c->w + ix) * c->cin;
+                        const int16_t *restrict fp = c->filter + ((int64_t)fy * c->kw + fx) * cout;
+                        if (dm == 1) {
+                            for (int32_t oc = 0; oc < cout; oc++)
+                                acc[oc] += (int32_t)xp[oc] * (int32_t)fp[oc];
+                        } else {
+                            for (int32_t oc = 0; oc < cout; oc++)
+                                acc[oc] += (int32_t)xp[oc / dm] * (int32_t)fp[oc];
+                        }
+                    }
+                }
+                int16_t *o = c->out + (((int64_t)b * c->out_h + oy) * c->out_w + ox) * cout;
+                for (int32_t oc = 0; oc < cout; oc++) {
+                    const int32_t p = c->per_channel ? oc : 0;
+                    o[oc] = requant16(saturate(acc[oc], c->bias, oc), c->mult[p], c->shift[p], c->act_min,
+                                      c->act_max);
+                }
+            }
+    free(acc);
+    return 0;
+}
+
+/* Fully connected: x (rows, k), w (n, k), requantized (int32)round(acc * scale) in double
+   (scale per output or one; out of int32's range: INT32_MIN), as kernels/int16x16.py. */
+int npu_fully_connected16x16(const struct npu_fc16x16_call *c)
+{
+    const int status = check_weights(c->w, (int64_t)c->n * c->k);
+    if (status)
+        return status;
+    for (int32_t r = 0; r < c->rows; r++)
+        for (int32_t o = 0; o < c->n; o++) {
+            const int64_t acc = saturate(dot16x16(c->x + (int64_t)r * c->k, c->w + (int64_t)o * c->k, c->k),
+                                         c->bias, o);
+            const double v = round((double)acc * c->scale[c->per_channel ? o : 0]);
+            int32_t q = !(v >= -2147483648.0 && v <= 2147483647.0) ? INT32_MIN : (int32_t)v;
+            q = q < c->act_min ? c->act_min : q > c->act_max ? c->act_max : q;
+            c->out[(int64_t)r * c->n + o] = (int16_t)q;
+        }
+    return 0;
+}
+
+/* Average (rounded half away from zero over the in-image part of the window, as
+   npu_avg_pool_s8) or max pooling of int16 NHWC, clamped to [act_min, act_max]. Returns
+   NPU_KERNEL_EMPTY_WINDOW if a window misses the image. */
+int npu_pool16(const struct npu_pool16_call *c, int32_t max)
+{
+    const int32_t ch = c->c;
+    int64_t *acc = malloc(sizeof(int64_t) * (size_t)(ch > 0 ? ch : 1));
+    if (!acc)
+        return NPU_KERNEL_NO_MEMORY;
+    for (int32_t b = 0; b < c->n; b++)
+        for (int32_t oy = 0; oy < c->oh; oy++) {
+            int32_t y0 = oy * c->sh - c->pt, y1 = y0 + c->fh;
+            y0 = y0 < 0 ? 0 : y0;
+            y1 = y1 > c->h ? c->h : y1;
+            for (int32_t ox = 0; ox < c->ow; ox++) {
+                int32_t x0 = ox * c->sw - c->pl, x1 = x0 + c->fw;
+                x0 = x0 < 0 ? 0 : x0;
+                x1 = x1 > c->w ? c->w : x1;
+                if (y1 <= y0 || x1 <= x0) {
+                    free(acc);
+                    return NPU_KERNEL_EMPTY_WINDOW;
+                }
+                for (int32_t k = 0; k < ch; k++)
+                    acc[k] = max ? INT16_MIN : 0;
+                for (int32_t iy = y0; iy < y1; iy++)
+                    for (int32_t ix = x0; ix < x1; ix++) {
+                        const int16_t *restrict xp = c->x + (((int64_t)b * c->h + iy) * c->w + ix) * ch;
+                        if (max)
+                            for (int32_t k = 0; k < ch; k++)
+                                acc[k] = xp[k] > acc[k] ? xp[k] : acc[k];
+                        else
+                            for (int32_t k = 0; k < ch; k++)
+                                acc[k] += xp[k];
+                    }
+                const int64_t count = (int64_t)(y1 - y0) * (x1 - x0);
+                int16_t *op = c->out + (((int64_t)b * c->oh + oy) * c->ow + ox) * ch;
+                for (int32_t k = 0; k < ch; k++) {
+                    int64_t v = acc[k];
+                    if (!max) {
+                        const int64_t num = v > 0 ? v + count / 2 : v - count / 2;
+                        v = num / count;
+                    }
+                    op[k] = (int16_t)(v < c->act_min ? c->act_min : v > c->act_max ? c->act_max : v);
+                }
+            }
+        }
+    free(acc);
+    return 0;
+}
