@@ -44,7 +44,7 @@ __all__ = ["library", "ffi", "build", "enabled", "has_dnnl", "dnnl_missing", "SO
 SOURCE = Path(__file__).with_name("int8_kernels.c")
 HEADER = SOURCE.with_suffix(".h")
 # Headers between the C files only (cffi reads HEADER alone); part of the build's hash.
-PRIVATE_HEADERS = (SOURCE.with_name("gemm_kernels.h"), SOURCE.with_name("requant16.h"))
+PRIVATE_HEADERS = (SOURCE.with_name("gemm_kernels.h"), SOURCE.with_name("int16_common.h"))
 # Every C file of the library (one header for all): the int8 kernels, data movement and
 # tables, the int16 x int8 kernels, the VNNI GEMM of small convolutions, the int16 x int16
 # kernels and int16 pooling.

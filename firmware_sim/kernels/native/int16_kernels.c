@@ -11,7 +11,7 @@
 #include <math.h>
 
 #include "int8_kernels.h"
-#include "requant16.h"
+#include "int16_common.h"
 
 #define CHUNK 256
 
@@ -38,9 +38,16 @@ int npu_conv16x8(const struct npu_conv16_call *c)
         return status;
     const int32_t groups = c->groups, cin_g = c->cin / groups, cout_g = cout / groups;
     const int64_t k = (int64_t)c->kh * c->kw * cin_g;
-    int16_t *row = malloc(sizeof(int16_t) * (size_t)(k > 0 ? k : 1));
-    if (!row)
+    /* The filter as int16 pairs, per group (int16x16_kernels.c's pixel loop). */
+    int16_t *row = malloc(sizeof(int16_t) * (size_t)(k + 1));
+    int64_t *sums = malloc(sizeof(int64_t) * (size_t)(cout_g > 0 ? cout_g : 1));
+    int16_t *packed = row && sums ? npu_pack_groups(c->filter, 0, groups, cout_g, k) : NULL;
+    const int64_t packed_size = npu_packed_pairs_size(cout_g, k);
+    if (!packed) {
+        free(row);
+        free(sums);
         return NPU_KERNEL_NO_MEMORY;
+    }
     for (int32_t b = 0; b < c->n; b++)
         for (int32_t oy = 0; oy < c->out_h; oy++)
             for (int32_t ox = 0; ox < c->out_w; ox++) {
@@ -59,16 +66,19 @@ int npu_conv16x8(const struct npu_conv16_call *c)
                                        sizeof(int16_t) * (size_t)cin_g);
                         }
                     }
+                    npu_row_times_filter(row, k, packed + g * packed_size, cout_g, 0, sums);
                     for (int32_t q = 0; q < cout_g; q++) {
                         const int32_t oc = g * cout_g + q, p = c->per_channel ? oc : 0;
-                        int64_t acc = dot16x8(row, c->filter + (int64_t)oc * k, k);
+                        int64_t acc = sums[q];
                         if (c->bias)
                             acc = (int64_t)((uint64_t)acc + (uint64_t)c->bias[oc]);
                         o[oc] = requant16(acc, c->mult[p], c->shift[p], c->act_min, c->act_max);
                     }
                 }
             }
+    free(packed);
     free(row);
+    free(sums);
     return 0;
 }
 

@@ -15,7 +15,7 @@
 #include <math.h>
 
 #include "int8_kernels.h"
-#include "requant16.h"
+#include "int16_common.h"
 
 #if defined(__AVX512F__) && defined(__AVX512BW__)
 #include <immintrin.h>
@@ -42,6 +42,78 @@ static int64_t dot16x16(const int16_t *restrict a, const int16_t *restrict b, in
     for (; i < n; i++)
         total += (int32_t)a[i] * (int32_t)b[i];
     return total;
+}
+
+int64_t npu_packed_pairs_size(int32_t cout, int64_t k)
+{
+    return (k + 1) / 2 * (((int64_t)cout + 15) / 16 * 16) * 2;
+}
+
+void npu_pack_pairs(const void *filter, int wide, int32_t cout, int64_t k, int16_t *packed)
+{
+    const int64_t cout16 = ((int64_t)cout + 15) / 16 * 16;
+    memset(packed, 0, sizeof(int16_t) * (size_t)npu_packed_pairs_size(cout, k));
+    for (int32_t o = 0; o < cout; o++)
+        for (int64_t i = 0; i < k; i++)
+            packed[(i / 2 * cout16 + o) * 2 + (i & 1)] =
+                wide ? ((const int16_t *)filter)[(int64_t)o * k + i] : ((const int8_t *)filter)[(int64_t)o * k + i];
+}
+
+int16_t *npu_pack_groups(const void *filter, int wide, int32_t groups, int32_t cout_g, int64_t k)
+{
+    const int64_t size = npu_packed_pairs_size(cout_g, k), elem = wide ? 2 : 1;
+    int16_t *packed = aligned_alloc(64, sizeof(int16_t) * (size_t)(size * groups > 0 ? size * groups : 32));
+    if (!packed)
+        return NULL;
+    for (int32_t g = 0; g < groups; g++)
+        npu_pack_pairs((const char *)filter + (int64_t)g * cout_g * k * elem, wide, cout_g, k, packed + g * size);
+    return packed;
+}
+
+/* Pairs of products add up in int32 lanes (vpmaddwd): with int8 weights a pair is at most
+   2**23, so 128 pairs fit before they go into the int64 sums; with int16 weights a pair is
+   below 2**31 and goes at once. */
+#define NARROW_PAIRS 128
+
+void npu_row_times_filter(int16_t *row, int64_t k, const int16_t *packed, int32_t cout, int wide,
+                          int64_t *acc)
+{
+    const int64_t cout16 = ((int64_t)cout + 15) / 16 * 16, k2 = (k + 1) / 2;
+    if (k & 1)
+        row[k] = 0;
+#if defined(__AVX512F__) && defined(__AVX512BW__)
+    for (int32_t o0 = 0; o0 < cout; o0 += 16) {
+        __m512i lo = _mm512_setzero_si512(), hi = _mm512_setzero_si512(), part = _mm512_setzero_si512();
+        const int16_t *f = packed + (int64_t)o0 * 2;
+        for (int64_t kk = 0, run = 0; kk < k2; kk++, f += cout16 * 2) {
+            int32_t pair;                       /* row[2kk] and row[2kk + 1], as vpmaddwd pairs them */
+            memcpy(&pair, row + 2 * kk, sizeof(pair));
+            const __m512i prod = _mm512_madd_epi16(_mm512_set1_epi32(pair), _mm512_load_si512(f));
+            if (!wide && ++run < NARROW_PAIRS && kk + 1 < k2) {
+                part = _mm512_add_epi32(part, prod);
+                continue;
+            }
+            part = _mm512_add_epi32(part, prod);
+            lo = _mm512_add_epi64(lo, _mm512_cvtepi32_epi64(_mm512_castsi512_si256(part)));
+            hi = _mm512_add_epi64(hi, _mm512_cvtepi32_epi64(_mm512_extracti64x4_epi64(part, 1)));
+            part = _mm512_setzero_si512();
+            run = 0;
+        }
+        int64_t sums[16];
+        _mm512_storeu_si512(sums, lo);
+        _mm512_storeu_si512(sums + 8, hi);
+        memcpy(acc + o0, sums, sizeof(int64_t) * (size_t)(cout - o0 < 16 ? cout - o0 : 16));
+    }
+#else
+    for (int32_t o = 0; o < cout; o++) {
+        int64_t total = 0;
+        for (int64_t kk = 0; kk < k2; kk++) {
+            const int16_t *f = packed + (kk * cout16 + o) * 2;
+            total += (int64_t)row[2 * kk] * f[0] + (int64_t)row[2 * kk + 1] * f[1];
+        }
+        acc[o] = total;
+    }
+#endif
 }
 
 /* The sum plus the bias, saturated: the accumulator int16x16.saturate_accumulator makes. */
@@ -72,9 +144,15 @@ int npu_conv16x16(const struct npu_conv16x16_call *c)
         status = check_weights(c->filter, (int64_t)cout * k);
     if (status)
         return status;
-    int16_t *row = malloc(sizeof(int16_t) * (size_t)(k > 0 ? k : 1));
-    if (!row)
+    int16_t *row = malloc(sizeof(int16_t) * (size_t)(k + 1));
+    int64_t *sums = malloc(sizeof(int64_t) * (size_t)(cout_g > 0 ? cout_g : 1));
+    int16_t *packed = row && sums ? npu_pack_groups(c->filter, 1, groups, cout_g, k) : NULL;
+    const int64_t packed_size = npu_packed_pairs_size(cout_g, k);
+    if (!packed) {
+        free(row);
+        free(sums);
         return NPU_KERNEL_NO_MEMORY;
+    }
     for (int32_t b = 0; b < c->n; b++)
         for (int32_t oy = 0; oy < c->out_h; oy++)
             for (int32_t ox = 0; ox < c->out_w; ox++) {
@@ -93,14 +171,17 @@ int npu_conv16x16(const struct npu_conv16x16_call *c)
                                        sizeof(int16_t) * (size_t)cin_g);
                         }
                     }
+                    npu_row_times_filter(row, k, packed + g * packed_size, cout_g, 1, sums);
                     for (int32_t q = 0; q < cout_g; q++) {
                         const int32_t oc = g * cout_g + q, p = c->per_channel ? oc : 0;
-                        const int64_t acc = saturate(dot16x16(row, c->filter + (int64_t)oc * k, k), c->bias, oc);
-                        o[oc] = requant16(acc, c->mult[p], c->shift[p], c->act_min, c->act_max);
+                        o[oc] = requant16(saturate(sums[q], c->bias, oc), c->mult[p], c->shift[p], c->act_min,
+                                          c->act_max);
                     }
                 }
             }
+    free(packed);
     free(row);
+    free(sums);
     return 0;
 }
 
