@@ -27,6 +27,9 @@ static inline int check_requant16(const int32_t *mult, const int32_t *shift, int
     return 0;
 }
 
+/* Output pixels from which a convolution packs its filter (npu_pack_groups). */
+#define PACK_MIN_PIXELS 4
+
 /* The int16 elements of a filter (cout x k) packed as int16 pairs: a multiple of 32. */
 int64_t npu_packed_pairs_size(int32_t cout, int64_t k);
 
@@ -44,5 +47,13 @@ int16_t *npu_pack_groups(const void *filter, int wide, int32_t groups, int32_t c
    row holds k values and one more slot, read as 0 when k is odd. */
 void npu_row_times_filter(int16_t *row, int64_t k, const int16_t *packed, int32_t cout, int wide,
                           int64_t *acc);
+
+/* out[i] for channels c0 + i, i < n: sums[i] plus the bias (bias[c0 + i], or none when
+   NULL; with `saturate` clipped to +-2**62 and the total to +-2**47 as the 16x16 kernels do,
+   else wrapping as the 16x8 kernels do), then requant16 with the channel's (per_channel) or
+   the one multiplier and shift. */
+void npu_finish16(const int64_t *sums, int32_t n, int32_t c0, const int64_t *bias, int saturate,
+                  const int32_t *mult, const int32_t *shift, int32_t per_channel, int32_t lo, int32_t hi,
+                  int16_t *out);
 
 #endif

@@ -41,9 +41,12 @@ int npu_conv16x8(const struct npu_conv16_call *c)
     /* The filter as int16 pairs, per group (int16x16_kernels.c's pixel loop). */
     int16_t *row = malloc(sizeof(int16_t) * (size_t)(k + 1));
     int64_t *sums = malloc(sizeof(int64_t) * (size_t)(cout_g > 0 ? cout_g : 1));
-    int16_t *packed = row && sums ? npu_pack_groups(c->filter, 0, groups, cout_g, k) : NULL;
+    /* Packing costs about one pixel's multiply-adds: a layer of a few pixels (a classifier's
+       1x1 head) takes one dot product per output channel instead. */
+    const int packing = (int64_t)c->n * c->out_h * c->out_w >= PACK_MIN_PIXELS;
+    int16_t *packed = row && sums && packing ? npu_pack_groups(c->filter, 0, groups, cout_g, k) : NULL;
     const int64_t packed_size = npu_packed_pairs_size(cout_g, k);
-    if (!packed) {
+    if (!row || !sums || (packing && !packed)) {
         free(row);
         free(sums);
         return NPU_KERNEL_NO_MEMORY;
@@ -66,14 +69,13 @@ int npu_conv16x8(const struct npu_conv16_call *c)
                                        sizeof(int16_t) * (size_t)cin_g);
                         }
                     }
-                    npu_row_times_filter(row, k, packed + g * packed_size, cout_g, 0, sums);
-                    for (int32_t q = 0; q < cout_g; q++) {
-                        const int32_t oc = g * cout_g + q, p = c->per_channel ? oc : 0;
-                        int64_t acc = sums[q];
-                        if (c->bias)
-                            acc = (int64_t)((uint64_t)acc + (uint64_t)c->bias[oc]);
-                        o[oc] = requant16(acc, c->mult[p], c->shift[p], c->act_min, c->act_max);
-                    }
+                    if (packed)
+                        npu_row_times_filter(row, k, packed + g * packed_size, cout_g, 0, sums);
+                    else
+                        for (int32_t q = 0; q < cout_g; q++)
+                            sums[q] = dot16x8(row, c->filter + (int64_t)(g * cout_g + q) * k, k);
+                    npu_finish16(sums, cout_g, g * cout_g, c->bias, 0, c->mult, c->shift, c->per_channel,
+                                 c->act_min, c->act_max, o + g * cout_g);
                 }
             }
     free(packed);
@@ -101,7 +103,7 @@ int npu_depthwise16x8(const struct npu_conv16_call *c)
         for (int32_t oy = 0; oy < c->out_h; oy++)
             for (int32_t ox = 0; ox < c->out_w; ox++) {
                 for (int32_t oc = 0; oc < cout; oc++) {
-                    acc[oc] = c->bias ? c->bias[oc] : 0;
+                    acc[oc] = 0;            /* the bias is added at the end (a wrapping sum: same total) */
                     part[oc] = 0;
                 }
                 int32_t taps = 0;
@@ -130,10 +132,9 @@ int npu_depthwise16x8(const struct npu_conv16_call *c)
                     }
                 }
                 int16_t *o = c->out + (((int64_t)b * c->out_h + oy) * c->out_w + ox) * cout;
-                for (int32_t oc = 0; oc < cout; oc++) {
-                    const int32_t p = c->per_channel ? oc : 0;
-                    o[oc] = requant16(acc[oc] + part[oc], c->mult[p], c->shift[p], c->act_min, c->act_max);
-                }
+                for (int32_t oc = 0; oc < cout; oc++)
+                    acc[oc] += part[oc];
+                npu_finish16(acc, cout, 0, c->bias, 0, c->mult, c->shift, c->per_channel, c->act_min, c->act_max, o);
             }
     free(acc);
     free(part);

@@ -126,6 +126,57 @@ static inline int64_t saturate(int64_t sum, const int64_t *bias, int32_t oc)
     return sum < -ACC_LIMIT ? -ACC_LIMIT : sum > ACC_LIMIT - 1 ? ACC_LIMIT - 1 : sum;
 }
 
+void npu_finish16(const int64_t *sums, int32_t n, int32_t c0, const int64_t *bias, int saturate_sums,
+                  const int32_t *mult, const int32_t *shift, int32_t per_channel, int32_t lo, int32_t hi,
+                  int16_t *out)
+{
+    int32_t i = 0;
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512DQ__) && defined(__AVX512VL__)
+    /* requant16's arithmetic 8 lanes at a time: the int64 product wraps as the scalar
+       (uint64_t) one does, vpsravq shifts each lane by its own total, vpmovqd keeps the
+       low 32 bits as the scalar (int32_t) cast does. */
+    const __m512i bias_lo = _mm512_set1_epi64(-BIAS_LIMIT), bias_hi = _mm512_set1_epi64(BIAS_LIMIT);
+    const __m512i acc_lo = _mm512_set1_epi64(-ACC_LIMIT), acc_hi = _mm512_set1_epi64(ACC_LIMIT - 1);
+    const __m512i one = _mm512_set1_epi64(1), fifteen = _mm512_set1_epi64(15);
+    const __m512i big = _mm512_set1_epi64(0x7FFF0000), q15_max = _mm512_set1_epi64(0x7FFF);
+    const __m512i half = _mm512_set1_epi64(1 << 15);
+    const __m256i clamp_lo = _mm256_set1_epi32(lo), clamp_hi = _mm256_set1_epi32(hi);
+    for (; i < n; i += 8) {
+        const __mmask8 k = n - i >= 8 ? (__mmask8)0xFF : (__mmask8)((1u << (n - i)) - 1);
+        __m512i acc = _mm512_maskz_loadu_epi64(k, sums + i);
+        if (bias) {
+            __m512i b = _mm512_maskz_loadu_epi64(k, bias + c0 + i);
+            if (saturate_sums)
+                b = _mm512_min_epi64(_mm512_max_epi64(b, bias_lo), bias_hi);
+            acc = _mm512_add_epi64(acc, b);
+        }
+        if (saturate_sums)
+            acc = _mm512_min_epi64(_mm512_max_epi64(acc, acc_lo), acc_hi);
+        const __m512i m = per_channel ? _mm512_cvtepi32_epi64(_mm256_maskz_loadu_epi32(k, mult + c0 + i))
+                                      : _mm512_set1_epi64(mult[0]);
+        const __m512i s = per_channel ? _mm512_cvtepi32_epi64(_mm256_maskz_loadu_epi32(k, shift + c0 + i))
+                                      : _mm512_set1_epi64(shift[0]);
+        const __m512i reduced = _mm512_mask_blend_epi64(_mm512_cmplt_epi64_mask(m, big), q15_max,
+                                                        _mm512_srai_epi64(_mm512_add_epi64(m, half), 16));
+        const __m512i total = _mm512_sub_epi64(fifteen, s);
+        const __m512i v = _mm512_srav_epi64(_mm512_add_epi64(_mm512_mullo_epi64(acc, reduced),
+                                                             _mm512_sllv_epi64(one, _mm512_sub_epi64(total, one))),
+                                            total);
+        const __m256i r = _mm256_min_epi32(_mm256_max_epi32(_mm512_cvtepi64_epi32(v), clamp_lo), clamp_hi);
+        _mm_mask_storeu_epi16(out + i, k, _mm256_cvtepi32_epi16(r));
+    }
+#endif
+    for (; i < n; i++) {
+        const int32_t oc = c0 + i, p = per_channel ? oc : 0;
+        int64_t acc = sums[i];
+        if (saturate_sums)
+            acc = saturate(acc, bias, oc);
+        else if (bias)
+            acc = (int64_t)((uint64_t)acc + (uint64_t)bias[oc]);
+        out[i] = requant16(acc, mult[p], shift[p], lo, hi);
+    }
+}
+
 static int check_weights(const int16_t *w, int64_t n)
 {
     for (int64_t i = 0; i < n; i++)
@@ -146,9 +197,12 @@ int npu_conv16x16(const struct npu_conv16x16_call *c)
         return status;
     int16_t *row = malloc(sizeof(int16_t) * (size_t)(k + 1));
     int64_t *sums = malloc(sizeof(int64_t) * (size_t)(cout_g > 0 ? cout_g : 1));
-    int16_t *packed = row && sums ? npu_pack_groups(c->filter, 1, groups, cout_g, k) : NULL;
+    /* Packing costs about one pixel's multiply-adds: a layer of a few pixels (a classifier's
+       1x1 head) takes one dot product per output channel instead. */
+    const int packing = (int64_t)c->n * c->out_h * c->out_w >= PACK_MIN_PIXELS;
+    int16_t *packed = row && sums && packing ? npu_pack_groups(c->filter, 1, groups, cout_g, k) : NULL;
     const int64_t packed_size = npu_packed_pairs_size(cout_g, k);
-    if (!packed) {
+    if (!row || !sums || (packing && !packed)) {
         free(row);
         free(sums);
         return NPU_KERNEL_NO_MEMORY;
@@ -171,12 +225,13 @@ int npu_conv16x16(const struct npu_conv16x16_call *c)
                                        sizeof(int16_t) * (size_t)cin_g);
                         }
                     }
-                    npu_row_times_filter(row, k, packed + g * packed_size, cout_g, 1, sums);
-                    for (int32_t q = 0; q < cout_g; q++) {
-                        const int32_t oc = g * cout_g + q, p = c->per_channel ? oc : 0;
-                        o[oc] = requant16(saturate(sums[q], c->bias, oc), c->mult[p], c->shift[p], c->act_min,
-                                          c->act_max);
-                    }
+                    if (packed)
+                        npu_row_times_filter(row, k, packed + g * packed_size, cout_g, 1, sums);
+                    else
+                        for (int32_t q = 0; q < cout_g; q++)
+                            sums[q] = dot16x16(row, c->filter + (int64_t)(g * cout_g + q) * k, k);
+                    npu_finish16(sums, cout_g, g * cout_g, c->bias, 1, c->mult, c->shift, c->per_channel,
+                                 c->act_min, c->act_max, o + g * cout_g);
                 }
             }
     free(packed);
@@ -222,11 +277,7 @@ int npu_depthwise16x16(const struct npu_conv16x16_call *c)
                     }
                 }
                 int16_t *o = c->out + (((int64_t)b * c->out_h + oy) * c->out_w + ox) * cout;
-                for (int32_t oc = 0; oc < cout; oc++) {
-                    const int32_t p = c->per_channel ? oc : 0;
-                    o[oc] = requant16(saturate(acc[oc], c->bias, oc), c->mult[p], c->shift[p], c->act_min,
-                                      c->act_max);
-                }
+                npu_finish16(acc, cout, 0, c->bias, 1, c->mult, c->shift, c->per_channel, c->act_min, c->act_max, o);
             }
     free(acc);
     return 0;
