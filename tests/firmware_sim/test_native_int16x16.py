@@ -139,3 +139,29 @@ def test_int16_pooling_reruns_in_c_as_numpy_computes(kind: str) -> None:
         x[...] = _input(rng, x.shape)
         rerun()
         np.testing.assert_array_equal(out, fn(x, **kw_args))
+
+
+def test_int16_quantize_and_dequantize_rerun_in_c_as_numpy_computes() -> None:
+    """Ties, quotients past int16 and int32, NaN and infinities, zero points at both ends."""
+    from firmware_sim.kernels import int16x8
+    from firmware_sim.kernels.native import calls
+    rng = np.random.default_rng(66)
+    for _ in range(20):
+        n, scale, zp = int(rng.integers(1, 300)), float(rng.choice([1e-4, 0.5, 3.0])), int(rng.choice([-32768, 0, 77]))
+        x = (rng.standard_normal(n) * rng.choice([1.0, 1e3, 1e12])).astype(np.float32)
+        x[: min(n, 6)] = np.array([0.5, -2.5, np.nan, np.inf, -np.inf, 1e30], np.float32)[: min(n, 6)] * scale
+        q = np.empty(n, np.int16)
+        int16x8.quantize_int16(x, scale=scale, zero_point=zp, out=q)
+        rerun = calls.bind_convert(x, q, scale, zp)
+        assert rerun is not None
+        x[...] = (rng.standard_normal(n) * 4e4 * scale).astype(np.float32)
+        x[-min(n, 6):] = np.array([0.5, -2.5, np.nan, np.inf, -np.inf, 1e30], np.float32)[: min(n, 6)] * scale
+        rerun()
+        np.testing.assert_array_equal(q, int16x8.quantize_int16(x, scale=scale, zero_point=zp))
+        f = np.empty(n, np.float32)
+        int16x8.dequantize_int16(q, scale=scale, zero_point=zp, out=f)
+        rerun = calls.bind_convert(q, f, scale, zp)
+        assert rerun is not None
+        q[...] = _input(rng, q.shape)
+        rerun()
+        np.testing.assert_array_equal(f, int16x8.dequantize_int16(q, scale=scale, zero_point=zp))

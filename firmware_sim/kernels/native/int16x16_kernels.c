@@ -1,7 +1,8 @@
 /*
  * int16 x int16 convolution, depthwise convolution and fully connected (our formula,
  * kernels/int16x16.py: int16 activations and weights, zero points 0, int64 biases), and
- * int16 average and max pooling (kernels/pooling.py), which ran in numpy alone.
+ * int16 average and max pooling (kernels/pooling.py), int16 QUANTIZE and DEQUANTIZE
+ * (kernels/int16x8.py), which ran in numpy alone.
  *
  * Sums are exact: a product is below 2**30 in magnitude, a pair of them (vpmaddwd) below
  * 2**31, and they add up in int64. The bias, clipped to +-2**62, is added and the sum
@@ -350,4 +351,30 @@ int npu_pool16(const struct npu_pool16_call *c, int32_t max)
         }
     free(acc);
     return 0;
+}
+
+/* float32 -> int16: round(x / scale) (the division in float32, ties away from zero; a
+   quotient outside int32, or NaN, is INT32_MIN as x86 converts it) + zero_point, wrapping
+   in int32, clamped: npu_quantize_f32_s8's arithmetic with int16's range. */
+void npu_quantize_f32_s16(const float *restrict x, int64_t n, float scale, int32_t zero_point,
+                          int16_t *restrict out)
+{
+    for (int64_t i = 0; i < n; i++) {
+        float y = x[i] / scale;
+        float t = truncf(y), rest = y - t;
+        float q = t + (rest >= 0.5f ? 1.0f : 0.0f) - (rest <= -0.5f ? 1.0f : 0.0f);
+        int in_range = q >= -2147483648.0f && q < 2147483648.0f;
+        float held = in_range ? q : 0.0f;
+        int32_t v = in_range ? (int32_t)held : INT32_MIN;
+        v = (int32_t)((uint32_t)v + (uint32_t)zero_point);
+        out[i] = (int16_t)(v < INT16_MIN ? INT16_MIN : v > INT16_MAX ? INT16_MAX : v);
+    }
+}
+
+/* int16 -> float32: float32(double(scale) * (x - zero_point)). */
+void npu_dequantize_s16_f32(const int16_t *restrict x, int64_t n, float scale, int32_t zero_point,
+                            float *restrict out)
+{
+    for (int64_t i = 0; i < n; i++)
+        out[i] = (float)((double)scale * ((double)x[i] - (double)zero_point));
 }

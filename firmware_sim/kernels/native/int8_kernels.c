@@ -1102,6 +1102,16 @@ int npu_step_run(const struct npu_step *step)
         return npu_depthwise16x16(p);
     case NPU_STEP_FC16X16:
         return npu_fully_connected16x16(p);
+    case NPU_STEP_QUANTIZE16: {
+        const struct npu_convert_call *c = p;
+        npu_quantize_f32_s16(c->x, c->n, c->scale, c->zero_point, c->out);
+        return 0;
+    }
+    case NPU_STEP_DEQUANTIZE16: {
+        const struct npu_convert_call *c = p;
+        npu_dequantize_s16_f32(c->x, c->n, c->scale, c->zero_point, c->out);
+        return 0;
+    }
     case NPU_STEP_AVG_POOL16:
     case NPU_STEP_MAX_POOL16:
         return npu_pool16(p, step->kind == NPU_STEP_MAX_POOL16);

@@ -359,6 +359,12 @@ int npu_pool16(const struct npu_pool16_call *c, int32_t max);
 #define NPU_STEP_FC16X16 32
 #define NPU_STEP_AVG_POOL16 33
 #define NPU_STEP_MAX_POOL16 34
+/* QUANTIZE float32 -> int16 and DEQUANTIZE int16 -> float32 (npu_convert_call), as the int8
+   conversions with int16's range. */
+#define NPU_STEP_QUANTIZE16 35
+#define NPU_STEP_DEQUANTIZE16 36
+void npu_quantize_f32_s16(const float *x, int64_t n, float scale, int32_t zero_point, int16_t *out);
+void npu_dequantize_s16_f32(const int16_t *x, int64_t n, float scale, int32_t zero_point, float *out);
 
 /* One prepared kernel call: `call` points to the struct of `kind` (npu_conv_call for CONV and
    DEPTHWISE, npu_pool_call for both pools, npu_convert_call for both conversions). */
