@@ -109,7 +109,8 @@ def _variant(cc: str) -> tuple[str, ...]:
 def _target(cc: str, variant: tuple[str, ...]) -> Path:
     version = subprocess.run([cc, "--version"], capture_output=True, text=True).stdout
     h = blake2b(digest_size=16)
-    for part in (*(path.read_bytes() for path in (*SOURCES, *PRIVATE_HEADERS)), HEADER.read_bytes(), " ".join(_FLAGS + variant).encode(),
+    sources = (path.read_bytes() for path in (*SOURCES, *PRIVATE_HEADERS))
+    for part in (*sources, HEADER.read_bytes(), " ".join(_FLAGS + variant).encode(),
                  version.encode(),
                  _cpu_signature().encode(), platform.machine().encode()):
         h.update(part)
