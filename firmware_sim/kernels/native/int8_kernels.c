@@ -29,6 +29,8 @@ static inline int8_t clamp_s8(int32_t v, int32_t lo, int32_t hi)
 /* Per-channel requantization constants, in the form the vectorized loop wants. */
 struct requant {
     int32_t *mult, *left, *right;
+    int32_t *mask, *half;       /* 2**right - 1 and its half: the rounding's remainder test */
+    int any_left, any_min;      /* some left shift; some multiplier INT32_MIN (the saturating case) */
 };
 
 /* The constants of `channels` channels repeated to fill n entries (n a multiple of
@@ -36,11 +38,14 @@ struct requant {
 static int requant_init_tiled(struct requant *q, const int32_t *mult, const int32_t *shift,
                               int32_t per_channel, int32_t n, int32_t channels)
 {
-    q->mult = malloc(sizeof(int32_t) * (size_t)n * 3);
+    q->mult = malloc(sizeof(int32_t) * (size_t)n * 5);
     if (!q->mult)
         return NPU_KERNEL_NO_MEMORY;
     q->left = q->mult + n;
     q->right = q->mult + 2 * (size_t)n;
+    q->mask = q->mult + 3 * (size_t)n;
+    q->half = q->mult + 4 * (size_t)n;
+    q->any_left = q->any_min = 0;
     for (int32_t c = 0, channel = 0; c < n; c++, channel = channel + 1 == channels ? 0 : channel + 1) {
         int32_t i = per_channel ? channel : 0;
         if (shift[i] < -31 || shift[i] > 30) {
@@ -50,6 +55,10 @@ static int requant_init_tiled(struct requant *q, const int32_t *mult, const int3
         q->mult[c] = mult[i];
         q->left[c] = shift[i] > 0 ? shift[i] : 0;
         q->right[c] = shift[i] > 0 ? 0 : -shift[i];
+        q->mask[c] = (int32_t)((UINT32_C(1) << q->right[c]) - 1);
+        q->half[c] = q->mask[c] >> 1;
+        q->any_left |= q->left[c] != 0;
+        q->any_min |= mult[i] == INT32_MIN;
     }
     return 0;
 }
@@ -77,18 +86,21 @@ static void requant_store(const int32_t *restrict acc, int32_t n, const struct r
     const __m512i lo = _mm512_set1_epi32(act_min), hi = _mm512_set1_epi32(act_max);
     for (; c < n; c += 16) {
         const __mmask16 k = n - c >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (n - c)) - 1);
-        const __m512i x = _mm512_sllv_epi32(_mm512_maskz_loadu_epi32(k, acc + c),
-                                            _mm512_maskz_loadu_epi32(k, left + c));
+        __m512i x = _mm512_maskz_loadu_epi32(k, acc + c);
+        if (q->any_left)            /* loop-invariant: most layers only shift right */
+            x = _mm512_sllv_epi32(x, _mm512_maskz_loadu_epi32(k, left + c));
         const __m512i m = _mm512_maskz_loadu_epi32(k, mult + c);
         const __m512i even = _mm512_srai_epi64(_mm512_add_epi64(_mm512_mul_epi32(x, m), nudge), 31);
         const __m512i odd = _mm512_srai_epi64(_mm512_add_epi64(
             _mm512_mul_epi32(_mm512_srli_epi64(x, 32), _mm512_srli_epi64(m, 32)), nudge), 31);
         __m512i high = _mm512_mask_blend_epi32((__mmask16)0xAAAA, even, _mm512_slli_epi64(odd, 32));
-        const __mmask16 both_min = _mm512_cmpeq_epi32_mask(x, int_min) & _mm512_cmpeq_epi32_mask(m, int_min);
-        high = _mm512_mask_mov_epi32(high, both_min, _mm512_set1_epi32(INT32_MAX));
+        if (q->any_min) {
+            const __mmask16 both_min = _mm512_cmpeq_epi32_mask(x, int_min) & _mm512_cmpeq_epi32_mask(m, int_min);
+            high = _mm512_mask_mov_epi32(high, both_min, _mm512_set1_epi32(INT32_MAX));
+        }
         const __m512i e = _mm512_maskz_loadu_epi32(k, right + c);
-        const __m512i mask = _mm512_sub_epi32(_mm512_sllv_epi32(one, e), one);
-        __m512i threshold = _mm512_srai_epi32(mask, 1);
+        const __m512i mask = _mm512_maskz_loadu_epi32(k, q->mask + c);
+        __m512i threshold = _mm512_maskz_loadu_epi32(k, q->half + c);
         threshold = _mm512_mask_add_epi32(threshold, _mm512_cmplt_epi32_mask(high, zero), threshold, one);
         __m512i v = _mm512_srav_epi32(high, e);
         v = _mm512_mask_add_epi32(v, _mm512_cmpgt_epi32_mask(_mm512_and_si512(high, mask), threshold), v, one);
