@@ -46,8 +46,10 @@ static int requant_init_tiled(struct requant *q, const int32_t *mult, const int3
     q->mask = q->mult + 3 * (size_t)n;
     q->half = q->mult + 4 * (size_t)n;
     q->any_left = q->any_min = 0;
-    for (int32_t c = 0, channel = 0; c < n; c++, channel = channel + 1 == channels ? 0 : channel + 1) {
-        int32_t i = per_channel ? channel : 0;
+    /* One period of channels (all n entries when there are fewer), then copies of it. */
+    const int32_t first = channels < n ? channels : n;
+    for (int32_t c = 0; c < first; c++) {
+        int32_t i = per_channel ? c : 0;
         if (shift[i] < -31 || shift[i] > 30) {
             free(q->mult);
             return NPU_KERNEL_BAD_SHIFT;
@@ -60,6 +62,9 @@ static int requant_init_tiled(struct requant *q, const int32_t *mult, const int3
         q->any_left |= q->left[c] != 0;
         q->any_min |= mult[i] == INT32_MIN;
     }
+    for (int32_t *row = q->mult; row < q->mult + 5 * (size_t)n; row += n)
+        for (int32_t c = first; c < n; c += first)
+            memcpy(row + c, row, sizeof(int32_t) * (size_t)(n - c < first ? n - c : first));
     return 0;
 }
 
@@ -168,6 +173,10 @@ static int depthwise_pairs_avx512(const int8_t *x, int32_t n, int32_t h, int32_t
     while (period % 32)
         period += ch;
     period /= 32;
+    /* A row of fewer chunks (one output column: a keyword spotter's 49x1 layers, 120
+       channels, 4 chunks against a period of 15) needs only its own: k never wraps. */
+    if (period > chunks)
+        period = chunks;
     /* The padded input: rows and columns that some tap reads, column phases side by side. */
     const int64_t hp = (int64_t)(out_h - 1) * stride_h + (int64_t)(kh - 1) * dil_h + 1;
     const int64_t wp = (int64_t)(out_w - 1) * stride_w + (int64_t)(kw - 1) * dil_w + 1;
@@ -194,15 +203,15 @@ static int depthwise_pairs_avx512(const int8_t *x, int32_t n, int32_t h, int32_t
        zeros), then the filter pairs interleaved as the input will be: (tap 2p, tap 2p + 1). */
     for (int64_t t = 0; t < pairs * 2; t++) {
         int16_t *tap_row = fa + t * period * 32;
-        for (int64_t c = 0; c < ch; c++)
+        for (int64_t c = 0; c < ch && c < period * 32; c++)
             tap_row[c] = t < taps ? filter[t * ch + c] : 0;
         for (int64_t e = ch; e < period * 32; e += ch)
-            memcpy(tap_row + e, tap_row, sizeof(int16_t) * (size_t)ch);
+            memcpy(tap_row + e, tap_row, sizeof(int16_t) * (size_t)(period * 32 - e < ch ? period * 32 - e : ch));
     }
-    for (int64_t c = 0; c < ch; c++)
+    for (int64_t c = 0; c < ch && c < period * 32; c++)
         bias_row[c] = bias ? bias[c] : 0;
     for (int64_t e = ch; e < period * 32; e += ch)
-        memcpy(bias_row + e, bias_row, sizeof(int32_t) * (size_t)ch);
+        memcpy(bias_row + e, bias_row, sizeof(int32_t) * (size_t)(period * 32 - e < ch ? period * 32 - e : ch));
     for (int64_t p = 0; p < pairs; p++)
         for (int64_t k = 0; k < period; k++) {
             const __m512i va = _mm512_load_si512(fa + (2 * p * period + k) * 32);
