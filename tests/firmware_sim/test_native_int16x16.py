@@ -166,3 +166,28 @@ def test_int16_quantize_and_dequantize_rerun_in_c_as_numpy_computes() -> None:
         q[...] = _input(rng, q.shape)
         rerun()
         np.testing.assert_array_equal(f, int16x8.dequantize_int16(q, scale=scale, zero_point=zp))
+
+
+def test_int16_mul_lanes_rerun_as_numpy_computes() -> None:
+    """The 8-lane per-tensor MUL of contiguous operands (``mul16_lanes``) and its scalar
+    tail: every shift, multipliers at INT32_MIN, 0 and INT32_MAX, extreme products, clamps."""
+    from firmware_sim.kernels import int16x8
+    rng = np.random.default_rng(67)
+    for case in range(40):
+        n = int(rng.integers(1, 200))
+        a, b = _input(rng, (n,)), _input(rng, (n,))
+        a[: n // 3], b[: n // 3] = -32768, -32768                 # products of 2**30
+        mult = int([-(1 << 31), 0, (1 << 31) - 1][case % 3]) if case < 9 else int(rng.integers(-(1 << 31), 1 << 31))
+        shift = int(rng.integers(-31, 31))
+        if case % 2:        # small products and shifts: outputs in range, halves to round away from zero
+            a[n // 3:], b[n // 3:] = rng.integers(-9, 10, size=(2, n - n // 3))
+            mult, shift = int(rng.choice([1 << 30, 3 << 29, -(1 << 30)])), int(rng.integers(-3, 2))
+        clamp = dict(act_min=int(rng.choice([-32768, -2000])), act_max=int(rng.choice([32767, 3000])))
+        out = np.empty(n, np.int16)
+        int16x8.mul_int16(a, b, multiplier=mult, shift=shift, out=out, **clamp)
+        rerun = int16_calls.bind_binary16("mul", a, b, out, np.array([[mult, shift]], np.int32), **clamp)
+        assert rerun is not None
+        a[n // 3:] = rng.permutation(a[n // 3:])
+        rerun()
+        np.testing.assert_array_equal(out, int16x8.mul_int16(a, b, multiplier=mult, shift=shift, **clamp),
+                                      err_msg=f"m {mult} s {shift}")

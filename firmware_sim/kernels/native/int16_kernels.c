@@ -13,6 +13,10 @@
 #include "int8_kernels.h"
 #include "int16_common.h"
 
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#endif
+
 #define CHUNK 256
 
 /* Exact sum of a[i] * b[i], i < n. */
@@ -171,13 +175,49 @@ static inline int64_t mbqm(int64_t x, int64_t m, int32_t s)
     return r >> e;
 }
 
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512DQ__) && defined(__AVX512VL__)
+/* A per-tensor int16 MUL over contiguous operands, 8 lanes of mbqm's int64 arithmetic at a
+   time (the products, |a * b| <= 2**30, are exact in vpmuldq, as is x * m); returns how many
+   elements it wrote (a multiple of 8: the scalar loop does the rest). */
+static int64_t mul16_lanes(const int16_t *a, const int16_t *b, int16_t *o, int64_t n, int32_t m, int32_t s,
+                           int32_t act_min, int32_t act_max)
+{
+    const int e = s > 0 ? 0 : -s;
+    const __m512i vm = _mm512_set1_epi64(m), nudge = _mm512_set1_epi64(INT64_C(1) << 30);
+    const __m512i round = _mm512_set1_epi64((INT64_C(1) << e) >> 1), int_min = _mm512_set1_epi64(INT32_MIN);
+    const __m256i lo = _mm256_set1_epi32(act_min), hi = _mm256_set1_epi32(act_max);
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m512i x = _mm512_mul_epi32(_mm512_cvtepi16_epi64(_mm_loadu_si128((const __m128i *)(a + i))),
+                                     _mm512_cvtepi16_epi64(_mm_loadu_si128((const __m128i *)(b + i))));
+        if (s > 0)          /* (int32_t)(x << s): shifted, then the low 32 bits sign-extended */
+            x = _mm512_srai_epi64(_mm512_slli_epi64(_mm512_sll_epi64(x, _mm_cvtsi32_si128(s)), 32), 32);
+        __m512i v = _mm512_srai_epi64(_mm512_add_epi64(_mm512_mul_epi32(x, vm), nudge), 31);
+        if (m == INT32_MIN)
+            v = _mm512_mask_mov_epi64(v, _mm512_cmpeq_epi64_mask(x, int_min), _mm512_set1_epi64(INT32_MAX));
+        __m512i r = _mm512_add_epi64(v, round);
+        if (e > 0)          /* r -= v < 0 */
+            r = _mm512_add_epi64(r, _mm512_srai_epi64(v, 63));
+        r = _mm512_sra_epi64(r, _mm_cvtsi32_si128(e));
+        const __m256i q = _mm256_min_epi32(_mm256_max_epi32(_mm512_cvtepi64_epi32(r), lo), hi);
+        _mm_storeu_si128((__m128i *)(o + i), _mm256_cvtepi32_epi16(q));
+    }
+    return i;
+}
+#endif
+
 static void binary16_axis(const int16_t *a, const int16_t *b, int16_t *o, const struct npu_binary16_call *c,
                           const int64_t *out_block, int d)
 {
     const int64_t n = c->shape[d], as = c->a_stride[d], bs = c->b_stride[d];
     if (d >= c->rank - 1 || d >= NPU_MOVE_MAX_RANK - 1) {   /* the last axis (a bound GCC can see) */
         const int64_t at = o - c->out;
-        for (int64_t i = 0; i < n; i++) {
+        int64_t i = 0;
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512DQ__) && defined(__AVX512VL__)
+        if (c->kind == NPU_BINARY16_MUL && c->channels == 1 && as == 1 && bs == 1)
+            i = mul16_lanes(a, b, o, n, c->params[0], c->params[1], c->act_min, c->act_max);
+#endif
+        for (; i < n; i++) {
             const int32_t *p = c->params + ((at + i) % c->channels) * (c->kind == NPU_BINARY16_ADD ? 6 : 2);
             const int64_t x = a[i * as], y = b[i * bs];
             int64_t raw;
