@@ -189,8 +189,8 @@ def quantize_to_target(graph: Graph, dataset: Iterable[Feed] | None = None, *, t
         except Exception as exc:  # noqa: BLE001 - a later step is optional: the steps before it stand
             if not tried:
                 raise          # int8 itself is refused: the caller's error
-            # e.g. int16 on a state the model carries (its int8 grid is fixed), or bias correction,
-            # which does not run stateful graphs: the model keeps the best step measured
+            # e.g. int16 on a state the model carries (its int8 grid is fixed): the model keeps
+            # the best step measured
             text = str(exc).splitlines()[0][:200] if str(exc) else ""
             tried.append({"step": step.name, "refused": text if isinstance(exc, IRError)
                           else f"{type(exc).__name__}: {text}"})
