@@ -132,3 +132,11 @@ def test_bias_correction_runs_an_lstm_whose_state_it_carries() -> None:
                       recipe="fast", bias_correction=True)
     assert q.metadata["calibration"]["bias_correction"]
     assert {s.input for s in q.states} == {"h0", "c0"}
+
+
+def test_a_cast_to_the_type_it_has_is_no_op() -> None:
+    """Silero VAD's opset-15 export casts its STFT's float slices to float: three Cast
+    nodes on the CPU before, splitting the model into four partitions."""
+    nodes = [h.make_node("Cast", ["x"], ["same"], to=TensorProto.FLOAT), h.make_node("Relu", ["same"], ["y"])]
+    g = import_onnx(_model(nodes, [("x", [1, 4])], [("y", [1, 4])]))
+    assert [op.type for op in g.ops] == ["RELU"]
