@@ -39,7 +39,8 @@ def _magnitude_model() -> onnx.ModelProto:
     consts = [nh.from_array(np.array(v, np.int64), n) for n, v in
               (("lo", [0]), ("mid", [BINS]), ("hi", [2 * BINS]), ("ax", [1]))]
     two = nh.from_array(np.array(2.0, np.float32), "two")
-    nodes = [h.make_node("Slice", ["x", "lo", "mid", "ax"], ["re"]), h.make_node("Slice", ["x", "mid", "hi", "ax"], ["im"]),
+    nodes = [h.make_node("Slice", ["x", "lo", "mid", "ax"], ["re"]),
+             h.make_node("Slice", ["x", "mid", "hi", "ax"], ["im"]),
              h.make_node("Pow", ["re", "two"], ["re2"]), h.make_node("Pow", ["im", "two"], ["im2"]),
              h.make_node("Add", ["re2", "im2"], ["power"]), h.make_node("Sqrt", ["power"], ["y"])]
     return _model(nodes, [("x", [1, 2 * BINS, FRAMES])], [("y", [1, BINS, FRAMES])], [*consts, two])
