@@ -38,7 +38,6 @@ import numpy as np
 from .float_ref import FloatInterpreter, evaluate, snap_to_grid, to_real
 from .folding import folded_input_scales, weight_fold
 from .ir import Graph, IRError
-from .saturation import logit_of
 
 __all__ = ["LayerError", "layer_errors", "output_scores", "SMALL_OUTPUT", "float_names", "worst_layers",
            "format_layer_errors", "errors_to_json", "errors_from_json"]
@@ -191,45 +190,30 @@ def output_scores(float_graph: Graph, graph: Graph, dataset: Sequence[Feed]) -> 
     """How closely each output of the quantized ``graph`` (simulated by the float
     reference) follows ``float_graph``'s over ``dataset``, 1.0 being exact: the cosine
     similarity of all values, or for an output of fewer than ``SMALL_OUTPUT`` values
-    (a score, a probability) ``1 - max |error| / max |reference|``; such an output that a
-    LOGISTIC computes scores no higher than its logit does (:mod:`libnpu.compiler.saturation`)."""
+    (a score, a probability) ``1 - max |error| / max |reference|``."""
     ref_run, q_run = FloatInterpreter(float_graph), FloatInterpreter(graph)
-    logits = {}
-    for fname, qname in zip(float_graph.outputs, graph.outputs):
-        pair = (logit_of(float_graph, fname), logit_of(graph, qname))
-        if graph.tensors[qname].size < SMALL_OUTPUT and pair[0] and pair[1]:
-            logits[qname] = pair
     refs: dict[str, list[np.ndarray]] = {n: [] for n in graph.outputs}
     gots: dict[str, list[np.ndarray]] = {n: [] for n in graph.outputs}
-    ref_logits: dict[str, list[np.ndarray]] = {n: [] for n in logits}
-    got_logits: dict[str, list[np.ndarray]] = {n: [] for n in logits}
     for feed in dataset:
-        ref = ref_run.run(feed, keep=[f for f, _ in logits.values()])
-        got = q_run.run(_quantized_feed(graph, float_graph, feed), keep=[q for _, q in logits.values()])
+        ref = ref_run.run(feed)
+        got = q_run.run(_quantized_feed(graph, float_graph, feed))
         for fname, qname in zip(float_graph.outputs, graph.outputs):
             t = graph.tensors[qname]
             v = np.asarray(got[qname])
             v = t.quant.dequantize(v) if t.quant is not None and t.dtype != "float32" else v
             refs[qname].append(np.asarray(ref[fname], np.float64).reshape(-1))
             gots[qname].append(np.asarray(v, np.float64).reshape(-1))
-            if qname in logits:    # kept intermediates are real values already
-                ref_logits[qname].append(np.asarray(ref[logits[qname][0]], np.float64).reshape(-1))
-                got_logits[qname].append(np.asarray(got[logits[qname][1]], np.float64).reshape(-1))
     result = {}
     for n in graph.outputs:
-        result[n] = _score(np.concatenate(refs[n]), np.concatenate(gots[n]), graph.tensors[n].size < SMALL_OUTPUT)
-        if n in logits:
-            result[n] = min(result[n], _score(np.concatenate(ref_logits[n]), np.concatenate(got_logits[n]), True))
+        r, v = np.concatenate(refs[n]), np.concatenate(gots[n])
+        if graph.tensors[n].size < SMALL_OUTPUT:
+            scale = float(np.abs(r).max(initial=0.0))
+            err = float(np.abs(r - v).max(initial=0.0))
+            result[n] = 1.0 - (err / scale if scale > 0 else float(err > 0))
+        else:
+            rr, vv = float(r @ r), float(v @ v)
+            result[n] = 1.0 if rr == vv == 0.0 else 0.0 if rr == 0.0 or vv == 0.0 else float(r @ v) / math.sqrt(rr * vv)
     return result
-
-
-def _score(r: np.ndarray, v: np.ndarray, small: bool) -> float:
-    if small:
-        scale = float(np.abs(r).max(initial=0.0))
-        err = float(np.abs(r - v).max(initial=0.0))
-        return 1.0 - (err / scale if scale > 0 else float(err > 0))
-    rr, vv = float(r @ r), float(v @ v)
-    return 1.0 if rr == vv == 0.0 else 0.0 if rr == 0.0 or vv == 0.0 else float(r @ v) / math.sqrt(rr * vv)
 
 
 def worst_layers(errors: Mapping[str, LayerError], count: int = 10, *, local: bool = True) -> list[LayerError]:

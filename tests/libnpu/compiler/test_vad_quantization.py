@@ -1,8 +1,8 @@
 """What kept Silero VAD (an STFT as a 1-D conv, its magnitude, an LSTM cell with its state as
 inputs and outputs, a sigmoid speech probability) off the bar with default options, one
 rule each on small onnx.helper models: the magnitude as REDUCE_L2, layers reused by output
-tensor between escalation steps, probabilities scored on all held-out samples and on their
-logit, and bias correction on a stateful LSTM."""
+tensor between escalation steps, small outputs scored against their range over all held-out
+samples, float-to-float Casts as no op, and bias correction on a stateful LSTM."""
 from __future__ import annotations
 
 import numpy as np
@@ -11,7 +11,6 @@ from onnx import TensorProto
 from onnx import helper as h
 from onnx import numpy_helper as nh
 
-from libnpu.compiler.accuracy import output_scores
 from libnpu.compiler.escalation import _reusing, held_out_scores
 from libnpu.compiler.float_ref import FloatInterpreter
 from libnpu.compiler.frontend import to_int8_graph
@@ -95,22 +94,6 @@ def test_the_next_escalation_step_promotes_the_same_layers() -> None:
     convs = [next(op for op in q.ops if op.type == "CONV_2D") for q in (first, again)]
     assert [q.tensors[c.outputs[0]].dtype for q, c in zip((first, again), convs)] == ["int16", "int16"]
     assert sorted(first.metadata["int16_layers"]) == sorted(again.metadata["int16_layers"])
-
-
-def _probability_model(bias: float) -> onnx.ModelProto:
-    """p = sigmoid(x . w + bias), one value."""
-    w = nh.from_array(np.full((4, 1), 1.0, np.float32), "w")
-    b = nh.from_array(np.array([bias], np.float32), "b")
-    nodes = [h.make_node("Gemm", ["x", "w", "b"], ["logit"]), h.make_node("Sigmoid", ["logit"], ["p"])]
-    return _model(nodes, [("x", [1, 4])], [("p", [1, 1])], [w, b])
-
-
-def test_a_saturated_probability_is_scored_on_its_logit() -> None:
-    """Logits of +-12: the probabilities are 0 or 1 either way, but a logit 0.6 off moves
-    an unseen probability near 0.5 by 0.15."""
-    exact, off = (optimize(import_onnx(_probability_model(b))) for b in (0.0, 0.6))
-    data = [{"x": np.full((1, 4), s, np.float32)} for s in (3.0, -3.0, 3.0, -3.0)]
-    assert output_scores(exact, off, data)["p"] < 0.96
 
 
 def test_a_small_output_is_scored_against_its_range_over_the_samples() -> None:
