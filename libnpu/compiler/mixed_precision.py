@@ -301,6 +301,7 @@ def promote(graph: Graph, names: Iterable[str], src: Graph | None = None,
     new_ops: list[Op] = []
     promoted: list[str] = []
     widened: list[str] = []
+    tensors: dict[str, list[str]] = {"int16_tensors": [], "int16_weight_tensors": []}
     for op in g.ops:
         if id(op) not in chosen:
             new_ops.append(op)
@@ -338,6 +339,7 @@ def promote(graph: Graph, names: Iterable[str], src: Graph | None = None,
             if id(op) in wide:
                 _int16_weights(g, op, src, in_scale, quant.scale.astype(np.float64), fold)  # type: ignore[arg-type]
                 widened.append(op.name)
+                tensors["int16_weight_tensors"].append(out)
             elif fold is not None:
                 _fold_into_int8_weights(g, op, fold)
             _int64_bias(g, op, in_scale, src, float_only=id(op) in wide)
@@ -363,10 +365,13 @@ def promote(graph: Graph, names: Iterable[str], src: Graph | None = None,
         new_ops.append(Op(op.type, ins, [out16], dict(op.attrs), op.name))
         new_ops.extend(after)
         promoted.append(op.name)
+        tensors["int16_tensors"].append(out)
     g.ops = new_ops
     _drop_dead_conversions(g)
+    # the op names are for people; the output tensors name the same ops again unambiguously
+    # (an ONNX 1-D conv's op is named as the TRANSPOSE's output after it)
     g.metadata = dict(g.metadata, int16_layers=promoted,
-                      **({"int16_weights": widened} if widened else {}))
+                      **({"int16_weights": widened} if widened else {}), **tensors)
     g.validate()
     return g
 
