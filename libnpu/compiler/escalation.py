@@ -33,6 +33,7 @@ What was tried and chosen is in the result's ``metadata["fidelity"]``
 """
 from __future__ import annotations
 
+import time
 import warnings
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -173,6 +174,7 @@ def quantize_to_target(graph: Graph, dataset: Iterable[Feed] | None = None, *, t
         if merged in seen:     # the caller's own options make this step one already tried
             continue
         seen.append(merged)
+        started = time.perf_counter()
         try:   # the ladder's own int16 search runs on the held-out samples, the caller's as asked
             q = _quantize(graph, calibration, _reusing(merged, chosen_before, options),
                           None if "int16" in options else held, progress)
@@ -183,13 +185,15 @@ def quantize_to_target(graph: Graph, dataset: Iterable[Feed] | None = None, *, t
             # which does not run stateful graphs: the model keeps the best step measured
             text = str(exc).splitlines()[0][:200] if str(exc) else ""
             tried.append({"step": step.name, "refused": text if isinstance(exc, IRError)
-                          else f"{type(exc).__name__}: {text}"})
+                          else f"{type(exc).__name__}: {text}",
+                          "seconds": round(time.perf_counter() - started, 2)})
             continue
         chosen_before = {k: q.metadata[k] for k in ("int16_layers", "int16_weights") if q.metadata.get(k)}
         with stage(progress, "measure"):
             scores = held_out_scores(opt, q, held)
         tried.append({"step": step.name, "chose": describe_quantization(q.metadata),
-                      "scores": {k: round(v, 5) for k, v in scores.items()}})
+                      "scores": {k: round(v, 5) for k, v in scores.items()},
+                      "seconds": round(time.perf_counter() - started, 2)})
         rank = _rank(scores, target)
         if best is None or rank > best[0]:
             best = (rank, q, scores, step.name)

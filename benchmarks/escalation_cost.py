@@ -1,0 +1,151 @@
+"""What accurate-by-default costs at compile time: ``npu compile`` with ``--recipe fast``
+against the default recipe, side by side in one run, and what each escalation step cost.
+
+Issue 26 asks the default compile of a model that already passes at int8 to take at most
+twice ``--recipe fast``'s time, and a stated cap for the rest. For each model given, this
+compiles it twice as a user would (``npu compile`` in a subprocess, a fresh compile cache
+each time, one compile after the other, on the same machine): first with ``--recipe
+fast``, then with the defaults. It prints the two times and their ratio, the step the
+default chose, and each step it tried (:mod:`libnpu.compiler.escalation`: int8, int16
+activations, int16 weights, bias correction) with its seconds and worst held-out score,
+from the loadable's ``metadata["fidelity"]``. The load average is printed before and
+after: times on a shared machine move with it, the ratios much less.
+
+Models: mediapipe's (``benchmarks/models_in_the_wild.py``: calibrated on its ten
+calibration pictures) by name, and the corpus's (``benchmarks/corpus_manifest.py``)
+by name, the WORK half only (a held-out model is refused: nobody tunes on it). Run from
+the repository root::
+
+    python -m benchmarks.escalation_cost                          # the default set below
+    python -m benchmarks.escalation_cost --models iris_landmark face_landmark oww-weather
+    python -m benchmarks.escalation_cost --json
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from benchmarks.corpus import compile_cli, is_int8
+from benchmarks.corpus_inputs import Feeds, prepare
+from benchmarks.corpus_manifest import MODELS, fetch
+from benchmarks.models_in_the_wild import CALIBRATION, picture_feed
+from libnpu import model_zoo
+from libnpu.loadable import Loadable
+
+#: The default set: mediapipe models that pass at int8 (iris_landmark) and that escalate
+#: (face_landmark, hand_recrop), and small float models of the corpus's work half.
+DEFAULT_MODELS = ("iris_landmark", "face_landmark", "hand_recrop", "oww-weather", "poww-okay-nabu",
+                  "poww-embedding")
+#: Per compile: a compile that takes longer is reported as timed out.
+TIMEOUT = 1800.0
+
+
+@dataclass
+class Cost:
+    model: str
+    source: str                 # "mediapipe" or "corpus"
+    fast_seconds: float = 0.0
+    default_seconds: float = 0.0
+    chosen: str = ""
+    steps: list[dict[str, Any]] = field(default_factory=list)
+    capped: str = ""            # the cap's note, when the default compile hit it
+    error: str = ""
+
+    @property
+    def ratio(self) -> float:
+        return self.default_seconds / self.fast_seconds if self.fast_seconds else float("nan")
+
+
+def model_and_feeds(name: str) -> tuple[Path, Feeds, str]:
+    """The model file, its calibration feeds, and where it comes from."""
+    if name in model_zoo.MEDIAPIPE_MODELS:
+        path = model_zoo.mediapipe_model(name)
+        from ai_edge_litert import interpreter as litert  # LiteRT only to read the input's shape
+        shape = tuple(litert.Interpreter(model_path=str(path)).get_input_details()[0]["shape"])
+        feeds = [{"input": picture_feed(model_zoo.picture(p), shape)} for p in CALIBRATION]
+        return path, Feeds(feeds, []), "mediapipe"
+    found = [m for m in MODELS if m.name == name]
+    if not found:
+        raise SystemExit(f"escalation_cost: no mediapipe or corpus model named {name!r}")
+    model = found[0]
+    if model.half != "work":
+        raise SystemExit(f"escalation_cost: {name} is in the held-out half: measure the work half only")
+    path = fetch(model)
+    return path, prepare(model, path), "corpus"
+
+
+def measure(name: str, timeout: float = TIMEOUT) -> Cost:
+    """Compile ``name`` with ``--recipe fast``, then with the defaults, and read what the default did."""
+    path, feeds, source = model_and_feeds(name)
+    cost = Cost(name, source)
+    if is_int8(path):
+        cost.error = "an int8 model: nothing to quantize, both recipes import it as it is"
+        return cost
+    with tempfile.TemporaryDirectory(prefix="npu-escalation-") as tmp:
+        for recipe in ("fast", None):
+            folder = Path(tmp) / (recipe or "default")
+            folder.mkdir()
+            nlb, reason, seconds = compile_cli(path, feeds, False, recipe, folder, timeout)
+            if nlb is None:
+                cost.error = f"{recipe or 'default'}: {reason}"
+                return cost
+            if recipe == "fast":
+                cost.fast_seconds = round(seconds, 2)
+                continue
+            cost.default_seconds = round(seconds, 2)
+            fidelity = Loadable.load(nlb).metadata.get("fidelity") or {}
+            cost.chosen = str(fidelity.get("chosen", ""))
+            cost.steps = list(fidelity.get("steps", []))
+            cost.capped = str(fidelity.get("capped", ""))
+    return cost
+
+
+def format_table(costs: Sequence[Cost]) -> str:
+    lines = [f"{'model':<28} {'fast s':>8} {'default s':>10} {'ratio':>6}  chosen / steps (seconds, worst score)"]
+    for c in costs:
+        if c.error:
+            lines.append(f"{c.model:<28} {'':>8} {'':>10} {'':>6}  {c.error}")
+            continue
+        steps = "; ".join(f"{s['step']} {s.get('seconds', float('nan')):.1f} s "
+                          + (f"{min(s['scores'].values(), default=1.0):.4f}" if "scores" in s else "refused")
+                          for s in c.steps)
+        lines.append(f"{c.model:<28} {c.fast_seconds:>8.1f} {c.default_seconds:>10.1f} {c.ratio:>5.1f}x  "
+                     f"{c.chosen}: {steps}" + (f" [capped: {c.capped}]" if c.capped else ""))
+    return "\n".join(lines)
+
+
+def _load() -> str:
+    return " ".join(f"{x:.1f}" for x in os.getloadavg())
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m benchmarks.escalation_cost", description=__doc__.split("\n\n")[0])
+    p.add_argument("--models", nargs="+", default=list(DEFAULT_MODELS),
+                   help="mediapipe or work-half corpus models (default: %(default)s)")
+    p.add_argument("--timeout", type=float, default=TIMEOUT, help="seconds per compile (default: %(default)s)")
+    p.add_argument("--json", action="store_true", help="print JSON rows instead of the table")
+    args = p.parse_args(argv)
+    print(f"load average before: {_load()} ({os.cpu_count()} CPUs)", file=sys.stderr)
+    costs = []
+    for name in args.models:
+        started = time.perf_counter()
+        costs.append(measure(name, args.timeout))
+        print(f"  {name}: {time.perf_counter() - started:.0f} s, load {_load()}", file=sys.stderr)
+    print(f"load average after: {_load()}", file=sys.stderr)
+    if args.json:
+        print(json.dumps([{**asdict(c), "ratio": round(c.ratio, 2)} for c in costs], indent=1))
+    else:
+        print(format_table(costs))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
