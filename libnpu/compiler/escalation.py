@@ -47,6 +47,7 @@ from .mixed_precision import quantize_mixed
 from .optimize import optimize
 from .progress import Progress, stage
 from .quantizer import random_dataset
+from .step_reuse import once, reusing_work
 
 __all__ = ["DEFAULT_TARGET", "HELD_OUT_SHARE", "MIN_HELD_OUT", "MAX_HELD_OUT", "MIN_SAMPLES", "LADDER", "Step",
            "FidelityWarning", "TargetError", "split_held_out", "held_out_scores", "quantize_to_target",
@@ -144,14 +145,26 @@ def _rank(scores: Mapping[str, float], target: float) -> tuple[int, float]:
 
 
 def quantize_to_target(graph: Graph, dataset: Iterable[Feed] | None = None, *, target: float = DEFAULT_TARGET,
-                       progress: Progress | None = None, **options: Any) -> Graph:
+                       progress: Progress | None = None, share_work: bool = True, **options: Any) -> Graph:
     """The float ``graph`` quantized by the first step of ``LADDER`` whose every output
     reaches ``target`` on held-out calibration samples (else the best step measured):
     see the module docstring. ``options`` are :func:`libnpu.compiler.mixed_precision.quantize_mixed`'s,
     held on every step. The result's ``metadata["fidelity"]`` says what was measured and
-    chosen; a result under the target also raises a :class:`FidelityWarning`."""
+    chosen; a result under the target also raises a :class:`FidelityWarning`.
+
+    ``share_work``: the steps share what they compute alike (:mod:`libnpu.compiler.step_reuse`:
+    calibration, GPTQ's moments, the float outputs, ...); False computes each step from
+    nothing, as before 2026-11-29 (the same result, slower: what the tests compare with)."""
     target = check_target(target)
-    opt = optimize(graph)
+    if not share_work:
+        return _escalate(graph, dataset, target, progress, options)
+    with reusing_work():
+        return _escalate(graph, dataset, target, progress, options)
+
+
+def _escalate(graph: Graph, dataset: Iterable[Feed] | None, target: float, progress: Progress | None,
+              options: dict[str, Any]) -> Graph:
+    opt = once("optimize", (graph,), None, lambda: optimize(graph))
     if dataset is None:
         calibration = None
         count = int(options.get("random_count", 8))
