@@ -199,7 +199,7 @@ def output_scores(float_graph: Graph, graph: Graph, dataset: Sequence[Feed]) -> 
     gots: dict[str, list[np.ndarray]] = {n: [] for n in graph.outputs}
     for feed in dataset:
         # the float side is the same for every graph an escalation measures: computed once (step_reuse)
-        ref = once("float outputs", (float_graph, feed), None, lambda: ref_run.run(feed))
+        ref = once("float outputs", (float_graph, feed), None, lambda feed=feed: ref_run.run(feed))
         got = q_run.run(_quantized_feed(graph, float_graph, feed))
         for fname, qname in zip(float_graph.outputs, graph.outputs):
             t = graph.tensors[qname]

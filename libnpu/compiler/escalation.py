@@ -50,9 +50,9 @@ from .quantizer import random_dataset
 from .step_reuse import once, reusing_work
 
 __all__ = ["DEFAULT_TARGET", "HELD_OUT_SHARE", "MIN_HELD_OUT", "MAX_HELD_OUT", "MIN_SAMPLES", "LADDER", "Step",
-           "FidelityWarning", "TargetError", "split_held_out", "held_out_scores", "quantize_to_target",
-           "format_fidelity", "missed_text", "describe_quantization", "check_target",
-           "warn_if_missed"]
+           "ESCALATION_BUDGET", "MIN_CAP_SECONDS", "FidelityWarning", "TargetError", "BudgetError",
+           "split_held_out", "held_out_scores", "quantize_to_target", "format_fidelity", "missed_text",
+           "describe_quantization", "check_target", "check_budget", "warn_if_missed"]
 
 #: The score every output must reach on the held-out samples (cosine against float).
 DEFAULT_TARGET = 0.99
@@ -63,6 +63,13 @@ MIN_HELD_OUT = 2
 #: At most this many: each step runs them twice (float and quantized), and the
 #: measurement must stay a small part of a compile however many samples are given.
 MAX_HELD_OUT = 8
+#: The cap on the steps after int8 (``budget``, ``npu compile --escalation-budget``): no
+#: further step starts once they have taken this many times the int8 step's own seconds
+#: (which include the measurement). Set from ``benchmarks/escalation_cost.py``: see docs/compiler.md.
+ESCALATION_BUDGET = 30.0
+#: ... but never less than this many seconds: a small model's int8 step takes a fraction of a
+#: second, and its steps then run in full (the cap is for the models where a compile hurts).
+MIN_CAP_SECONDS = 60.0
 #: With fewer samples than this nothing is held out: calibrating on one or two would cost
 #: more accuracy than the measurement tells.
 MIN_SAMPLES = 4
@@ -72,6 +79,10 @@ Feed = Mapping[str, np.ndarray] | Sequence[np.ndarray]
 
 class TargetError(IRError):
     """A fidelity target that is not a score in (0, 1]."""
+
+
+class BudgetError(IRError):
+    """An escalation budget that is not a factor >= 1 (or 0 / None: no cap)."""
 
 
 class FidelityWarning(UserWarning):
@@ -117,6 +128,35 @@ def check_target(target: Any) -> float:
     return value
 
 
+def check_budget(budget: Any) -> float:
+    """``budget`` as a factor >= 1, or 0.0 for no cap (``None`` or 0), else :class:`BudgetError`."""
+    if budget is None:
+        return 0.0
+    try:
+        value = float(budget)
+    except (TypeError, ValueError):
+        value = -1.0
+    if value != 0.0 and not 1.0 <= value < float("inf"):
+        raise BudgetError(f"escalation budget {budget!r}: expected a factor >= 1 of the int8 step's time, "
+                          "or 0 for no cap")
+    return value
+
+
+def _cap_reached(tried: Sequence[Mapping[str, Any]], budget: float, next_step: str) -> str:
+    """Why ``next_step`` does not start (the note the metadata keeps), or "" when it may: the
+    steps after int8 have taken more than ``budget`` times the int8 step (at least
+    ``MIN_CAP_SECONDS``). int8 and the first escalation always run."""
+    if not budget or len(tried) < 2:
+        return ""
+    base = float(tried[0]["seconds"])
+    cap = max(budget * base, MIN_CAP_SECONDS)
+    spent = sum(float(s["seconds"]) for s in tried[1:])
+    if spent <= cap:
+        return ""
+    return (f"{next_step} not tried: the steps after int8 took {spent:.0f} s, over the cap of {cap:.0f} s "
+            f"({budget:g} times the int8 step's {base:.1f} s, at least {MIN_CAP_SECONDS:.0f} s)")
+
+
 def split_held_out(data: Sequence[Feed], stateful: bool = False) -> tuple[list[Feed], list[Feed]]:
     """``(calibration, held_out)``: ``HELD_OUT_SHARE`` of ``data`` held out (at least
     ``MIN_HELD_OUT``, at most ``MAX_HELD_OUT``), evenly spread, or the tail when ``stateful``; nothing held out
@@ -145,25 +185,29 @@ def _rank(scores: Mapping[str, float], target: float) -> tuple[int, float]:
 
 
 def quantize_to_target(graph: Graph, dataset: Iterable[Feed] | None = None, *, target: float = DEFAULT_TARGET,
-                       progress: Progress | None = None, share_work: bool = True, **options: Any) -> Graph:
+                       progress: Progress | None = None, budget: float | None = ESCALATION_BUDGET,
+                       share_work: bool = True, **options: Any) -> Graph:
     """The float ``graph`` quantized by the first step of ``LADDER`` whose every output
     reaches ``target`` on held-out calibration samples (else the best step measured):
     see the module docstring. ``options`` are :func:`libnpu.compiler.mixed_precision.quantize_mixed`'s,
     held on every step. The result's ``metadata["fidelity"]`` says what was measured and
     chosen; a result under the target also raises a :class:`FidelityWarning`.
 
+    ``budget``: the cap on the steps after int8 (:func:`check_budget`; None or 0: no cap).
     ``share_work``: the steps share what they compute alike (:mod:`libnpu.compiler.step_reuse`:
     calibration, GPTQ's moments, the float outputs, ...); False computes each step from
     nothing, as before 2026-11-29 (the same result, slower: what the tests compare with)."""
-    target = check_target(target)
+    target, budget = check_target(target), check_budget(budget)
     if not share_work:
-        return _escalate(graph, dataset, target, progress, options)
-    with reusing_work():
-        return _escalate(graph, dataset, target, progress, options)
+        return _escalate(graph, dataset, target, budget, progress, options)
+    with reusing_work() as counts:
+        q = _escalate(graph, dataset, target, budget, progress, options)
+        q.metadata["fidelity"]["shared"] = {k: {"computed": v[0], "reused": v[1]} for k, v in sorted(counts.items())}
+    return q
 
 
-def _escalate(graph: Graph, dataset: Iterable[Feed] | None, target: float, progress: Progress | None,
-              options: dict[str, Any]) -> Graph:
+def _escalate(graph: Graph, dataset: Iterable[Feed] | None, target: float, budget: float,
+              progress: Progress | None, options: dict[str, Any]) -> Graph:
     opt = once("optimize", (graph,), None, lambda: optimize(graph))
     if dataset is None:
         calibration = None
@@ -182,12 +226,16 @@ def _escalate(graph: Graph, dataset: Iterable[Feed] | None, target: float, progr
     seen: list[dict[str, Any]] = []
     best: tuple[tuple[int, float], Graph, dict[str, float], str] | None = None
     chosen_before: dict[str, list[str]] = {}
+    capped = ""
     for step in LADDER:
         merged = _effective({**step.options, **options})
         if merged in seen:     # the caller's own options make this step one already tried
             continue
         seen.append(merged)
         started = time.perf_counter()
+        capped = _cap_reached(tried, budget, step.name)
+        if capped:
+            break
         try:   # the ladder's own int16 search runs on the held-out samples, the caller's as asked
             q = _quantize(graph, calibration, _reusing(merged, chosen_before, options),
                           None if "int16" in options else held, progress)
@@ -218,7 +266,7 @@ def _escalate(graph: Graph, dataset: Iterable[Feed] | None, target: float, progr
     chosen.metadata["fidelity"] = {
         "target": target, "measured_on": measured_on, "samples": len(held), "calibration_samples": count,
         "chosen": name, "scores": {k: round(v, 5) for k, v in scores.items()}, "missed": missed,
-        "steps": tried, "max_steps": len(LADDER)}
+        "steps": tried, "max_steps": len(LADDER), "budget": budget, **({"capped": capped} if capped else {})}
     warn_if_missed(chosen.metadata)
     return chosen
 
@@ -277,8 +325,9 @@ def missed_text(fidelity: Mapping[str, Any]) -> str:
     """The one-line warning for a model that misses its target: which outputs, and what to try."""
     scores = fidelity["scores"]
     names = ", ".join(f"{n} ({scores[n]:.4f})" for n in fidelity["missed"])
+    capped = " (the escalation hit its time cap: --escalation-budget 0 lifts it)" if fidelity.get("capped") else ""
     return (f"{names} under the fidelity target {fidelity['target']} on {fidelity['samples']} "
-            f"{_where(fidelity)} after {len(fidelity['steps'])} steps: try more (and more typical) "
+            f"{_where(fidelity)} after {len(fidelity['steps'])} steps{capped}: try more (and more typical) "
             "--calibration samples, --recipe accurate with --bias-correction or --int16-headroom held-out, "
             "or a lower --target")
 
@@ -298,7 +347,10 @@ def format_fidelity(fidelity: Mapping[str, Any]) -> str:
             lines.append(f"  {s['step']:<18} does not apply: {s['refused']}")
             continue
         mark = "  <- chosen" if s["step"] == fidelity["chosen"] else ""
-        lines.append(f"  {s['step']:<18} worst {min(s['scores'].values(), default=1.0):.4f}: {s['chose']}{mark}")
+        took = f" ({s['seconds']:.1f} s)" if "seconds" in s else ""
+        lines.append(f"  {s['step']:<18} worst {min(s['scores'].values(), default=1.0):.4f}: {s['chose']}{took}{mark}")
+    if fidelity.get("capped"):
+        lines.append(f"  capped: {fidelity['capped']}; --escalation-budget N allows N times the int8 step, 0 no cap")
     if fidelity["measured_on"] == "calibration":
         lines.append(f"  note: fewer than {MIN_SAMPLES} calibration samples, none held out: "
                      "the figures below flatter the model")

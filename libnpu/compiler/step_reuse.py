@@ -37,12 +37,14 @@ _COUNTS: ContextVar[dict[str, list[int]] | None] = ContextVar("npu_step_reuse_co
 def reusing_work() -> Iterator[dict[str, list[int]]]:
     """A scope in which :func:`once` computes each value once; yields the counts
     (:func:`reuse_counts`). Scopes nest: an inner one shares the outer one's values."""
-    if _MEMO.get() is not None:
-        yield _COUNTS.get() or {}
+    outer = _COUNTS.get()
+    if _MEMO.get() is not None and outer is not None:
+        yield outer
         return
-    memo_token, count_token = _MEMO.set({}), _COUNTS.set({})
+    counts: dict[str, list[int]] = {}
+    memo_token, count_token = _MEMO.set({}), _COUNTS.set(counts)
     try:
-        yield _COUNTS.get() or {}
+        yield counts
     finally:
         _MEMO.reset(memo_token)
         _COUNTS.reset(count_token)
