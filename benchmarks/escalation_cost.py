@@ -42,8 +42,7 @@ from libnpu.loadable import Loadable
 
 #: The default set: mediapipe models that pass at int8 (iris_landmark) and that escalate
 #: (face_landmark, hand_recrop), and small float models of the corpus's work half.
-DEFAULT_MODELS = ("iris_landmark", "face_landmark", "hand_recrop", "oww-weather", "poww-okay-nabu",
-                  "poww-embedding")
+DEFAULT_MODELS = ("iris_landmark", "face_landmark", "hand_recrop", "oww-weather", "poww-okay-nabu")
 #: Per compile: a compile that takes longer is reported as timed out.
 TIMEOUT = 1800.0
 
