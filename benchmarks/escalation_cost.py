@@ -26,6 +26,7 @@ import argparse
 import json
 import os
 import sys
+import subprocess
 import tempfile
 import time
 from collections.abc import Sequence
@@ -33,12 +34,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from benchmarks.corpus import compile_cli, is_int8
-from benchmarks.corpus_inputs import Feeds, prepare
+from benchmarks.corpus import is_int8, one_line, write_calibration
+from benchmarks.corpus_inputs import Feeds, free_dims, model_inputs, prepare
 from benchmarks.corpus_manifest import MODELS, fetch
 from benchmarks.models_in_the_wild import CALIBRATION, picture_feed
 from libnpu import model_zoo
-from libnpu.loadable import Loadable
 
 #: The default set: mediapipe models that pass at int8 (iris_landmark) and that escalate
 #: (face_landmark, hand_recrop), and small float models of the corpus's work half.
@@ -81,6 +81,29 @@ def model_and_feeds(name: str) -> tuple[Path, Feeds, str]:
     return path, prepare(model, path), "corpus"
 
 
+def npu_compile(path: Path, feeds: Feeds, recipe: str | None, folder: Path, timeout: float) -> dict[str, Any]:
+    """``npu compile --json`` as ``benchmarks/corpus.py`` runs it (its calibration file,
+    frozen inputs and input shapes), in a subprocess with a fresh compile cache: the JSON it
+    printed, with ``wall_s`` (the subprocess's seconds) added; raises RuntimeError on a failure."""
+    cmd = [sys.executable, "-m", "libnpu.tools", "compile", str(path), "-o", str(folder / "model.nlb"),
+           "--no-progress", "--json", "--cache-dir", str(folder / "cache"),
+           "--calibration", str(write_calibration(feeds.calibration, folder, feeds.frozen))]
+    for name, value in feeds.frozen.items():
+        cmd += ["--freeze-input", f"{name}={value}"]
+    for name, shape in free_dims(path, model_inputs(path), feeds.shapes).items():
+        cmd += ["--input-shape", f"{name}={','.join(map(str, shape))}"]
+    if recipe:
+        cmd += ["--recipe", recipe]
+    started = time.perf_counter()
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        raise RuntimeError(f"timed out after {timeout:.0f} s") from None
+    if proc.returncode:
+        raise RuntimeError(one_line(proc.stderr or proc.stdout) or f"exit status {proc.returncode}")
+    return {**json.loads(proc.stdout), "wall_s": time.perf_counter() - started}
+
+
 def measure(name: str, timeout: float = TIMEOUT) -> Cost:
     """Compile ``name`` with ``--recipe fast``, then with the defaults, and read what the default did."""
     path, feeds, source = model_and_feeds(name)
@@ -92,28 +115,35 @@ def measure(name: str, timeout: float = TIMEOUT) -> Cost:
         for recipe in ("fast", None):
             folder = Path(tmp) / (recipe or "default")
             folder.mkdir()
-            nlb, reason, seconds = compile_cli(path, feeds, False, recipe, folder, timeout)
-            if nlb is None:
-                cost.error = f"{recipe or 'default'}: {reason}"
+            try:
+                out = npu_compile(path, feeds, recipe, folder, timeout)
+            except RuntimeError as exc:
+                cost.error = f"{recipe or 'default'}: {exc}"
                 return cost
             if recipe == "fast":
-                cost.fast_seconds = round(seconds, 2)
+                cost.fast_seconds = round(out["wall_s"], 2)
                 continue
-            cost.default_seconds = round(seconds, 2)
-            fidelity = Loadable.load(nlb).metadata.get("fidelity") or {}
+            cost.default_seconds = round(out["wall_s"], 2)
+            fidelity = out.get("fidelity") or {}
+            stages = out.get("stages_s") or {}
             cost.chosen = str(fidelity.get("chosen", ""))
-            cost.steps = list(fidelity.get("steps", []))
+            # each step's seconds from the compile's stage timer ("step int8", ...): the metadata keeps work only
+            cost.steps = [{**s, "seconds": stages.get(f"step {s['step']}", float("nan"))}
+                          for s in fidelity.get("steps", [])]
             cost.capped = str(fidelity.get("capped", ""))
     return cost
 
 
 def format_table(costs: Sequence[Cost]) -> str:
-    lines = [f"{'model':<28} {'fast s':>8} {'default s':>10} {'ratio':>6}  chosen / steps (seconds, worst score)"]
+    lines = [f"{'model':<28} {'fast s':>8} {'default s':>10} {'ratio':>6}  chosen: each step's seconds, "
+             "work (op evaluations) against the int8 step's, worst held-out score"]
     for c in costs:
         if c.error:
             lines.append(f"{c.model:<28} {'':>8} {'':>10} {'':>6}  {c.error}")
             continue
-        steps = "; ".join(f"{s['step']} {s.get('seconds', float('nan')):.1f} s "
+        base = c.steps[0].get("work") if c.steps else None
+        steps = "; ".join(f"{s['step']} {s['seconds']:.1f} s"
+                          + (f" work x{s['work'] / base:.1f}" if base and "work" in s else "") + " "
                           + (f"{min(s['scores'].values(), default=1.0):.4f}" if "scores" in s else "refused")
                           for s in c.steps)
         lines.append(f"{c.model:<28} {c.fast_seconds:>8.1f} {c.default_seconds:>10.1f} {c.ratio:>5.1f}x  "

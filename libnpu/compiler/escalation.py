@@ -33,7 +33,6 @@ What was tried and chosen is in the result's ``metadata["fidelity"]``
 """
 from __future__ import annotations
 
-import time
 import warnings
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -48,9 +47,10 @@ from .optimize import optimize
 from .progress import Progress, stage
 from .quantizer import random_dataset
 from .step_reuse import once, reusing_work
+from .work_count import counting_work, work_done
 
 __all__ = ["DEFAULT_TARGET", "HELD_OUT_SHARE", "MIN_HELD_OUT", "MAX_HELD_OUT", "MIN_SAMPLES", "LADDER", "Step",
-           "ESCALATION_BUDGET", "MIN_CAP_SECONDS", "FidelityWarning", "TargetError", "BudgetError",
+           "ESCALATION_BUDGET", "FidelityWarning", "TargetError", "BudgetError",
            "split_held_out", "held_out_scores", "quantize_to_target", "format_fidelity", "missed_text",
            "describe_quantization", "check_target", "check_budget", "warn_if_missed"]
 
@@ -64,12 +64,12 @@ MIN_HELD_OUT = 2
 #: measurement must stay a small part of a compile however many samples are given.
 MAX_HELD_OUT = 8
 #: The cap on the steps after int8 (``budget``, ``npu compile --escalation-budget``): no
-#: further step starts once they have taken this many times the int8 step's own seconds
-#: (which include the measurement). Set from ``benchmarks/escalation_cost.py``: see docs/compiler.md.
-ESCALATION_BUDGET = 30.0
-#: ... but never less than this many seconds: a small model's int8 step takes a fraction of a
-#: second, and its steps then run in full (the cap is for the models where a compile hurts).
-MIN_CAP_SECONDS = 60.0
+#: further step starts once they have done this many times the int8 step's work (its
+#: calibration and measurement), counted in op evaluations (:mod:`libnpu.compiler.work_count`:
+#: the same on any machine, so the cap never makes a compile depend on the load). The
+#: int16 activations step alone does 3-6 times the int8 step's work, int16 weights 1-3
+#: more, bias correction 2-4 more (``benchmarks/escalation_cost.py``, docs/models.md).
+ESCALATION_BUDGET = 12.0
 #: With fewer samples than this nothing is held out: calibrating on one or two would cost
 #: more accuracy than the measurement tells.
 MIN_SAMPLES = 4
@@ -129,7 +129,8 @@ def check_target(target: Any) -> float:
 
 
 def check_budget(budget: Any) -> float:
-    """``budget`` as a factor >= 1, or 0.0 for no cap (``None`` or 0), else :class:`BudgetError`."""
+    """``budget`` as a factor >= 1 of the int8 step's work, or 0.0 for no cap (``None`` or 0),
+    else :class:`BudgetError`."""
     if budget is None:
         return 0.0
     try:
@@ -137,24 +138,23 @@ def check_budget(budget: Any) -> float:
     except (TypeError, ValueError):
         value = -1.0
     if value != 0.0 and not 1.0 <= value < float("inf"):
-        raise BudgetError(f"escalation budget {budget!r}: expected a factor >= 1 of the int8 step's time, "
+        raise BudgetError(f"escalation budget {budget!r}: expected a factor >= 1 of the int8 step's work, "
                           "or 0 for no cap")
     return value
 
 
 def _cap_reached(tried: Sequence[Mapping[str, Any]], budget: float, next_step: str) -> str:
     """Why ``next_step`` does not start (the note the metadata keeps), or "" when it may: the
-    steps after int8 have taken more than ``budget`` times the int8 step (at least
-    ``MIN_CAP_SECONDS``). int8 and the first escalation always run."""
+    steps after int8 have done more than ``budget`` times the int8 step's work. int8 and
+    the first escalation always run."""
     if not budget or len(tried) < 2:
         return ""
-    base = float(tried[0]["seconds"])
-    cap = max(budget * base, MIN_CAP_SECONDS)
-    spent = sum(float(s["seconds"]) for s in tried[1:])
-    if spent <= cap:
+    base = int(tried[0]["work"])
+    spent = sum(int(s["work"]) for s in tried[1:])
+    if spent <= budget * base:
         return ""
-    return (f"{next_step} not tried: the steps after int8 took {spent:.0f} s, over the cap of {cap:.0f} s "
-            f"({budget:g} times the int8 step's {base:.1f} s, at least {MIN_CAP_SECONDS:.0f} s)")
+    return (f"{next_step} not tried: the steps after int8 did {spent / base:.1f} times the int8 step's work, "
+            f"over the cap of {budget:g}")
 
 
 def split_held_out(data: Sequence[Feed], stateful: bool = False) -> tuple[list[Feed], list[Feed]]:
@@ -193,14 +193,16 @@ def quantize_to_target(graph: Graph, dataset: Iterable[Feed] | None = None, *, t
     held on every step. The result's ``metadata["fidelity"]`` says what was measured and
     chosen; a result under the target also raises a :class:`FidelityWarning`.
 
-    ``budget``: the cap on the steps after int8 (:func:`check_budget`; None or 0: no cap).
+    ``budget``: the cap on the steps after int8, in times the int8 step's work (``ESCALATION_BUDGET``;
+    None or 0: no cap).
     ``share_work``: the steps share what they compute alike (:mod:`libnpu.compiler.step_reuse`:
     calibration, GPTQ's moments, the float outputs, ...); False computes each step from
     nothing, as before 2026-11-29 (the same result, slower: what the tests compare with)."""
     target, budget = check_target(target), check_budget(budget)
     if not share_work:
-        return _escalate(graph, dataset, target, budget, progress, options)
-    with reusing_work() as counts:
+        with counting_work():
+            return _escalate(graph, dataset, target, budget, progress, options)
+    with reusing_work() as counts, counting_work():
         q = _escalate(graph, dataset, target, budget, progress, options)
         q.metadata["fidelity"]["shared"] = {k: {"computed": v[0], "reused": v[1]} for k, v in sorted(counts.items())}
     return q
@@ -232,10 +234,12 @@ def _escalate(graph: Graph, dataset: Iterable[Feed] | None, target: float, budge
         if merged in seen:     # the caller's own options make this step one already tried
             continue
         seen.append(merged)
-        started = time.perf_counter()
         capped = _cap_reached(tried, budget, step.name)
         if capped:
             break
+        before = work_done()
+        if progress is not None:     # a timer hears each step's seconds (the metadata keeps no time)
+            progress(f"step {step.name}", 0, 1)
         try:   # the ladder's own int16 search runs on the held-out samples, the caller's as asked
             q = _quantize(graph, calibration, _reusing(merged, chosen_before, options),
                           None if "int16" in options else held, progress)
@@ -246,15 +250,17 @@ def _escalate(graph: Graph, dataset: Iterable[Feed] | None, target: float, budge
             # which does not run stateful graphs: the model keeps the best step measured
             text = str(exc).splitlines()[0][:200] if str(exc) else ""
             tried.append({"step": step.name, "refused": text if isinstance(exc, IRError)
-                          else f"{type(exc).__name__}: {text}",
-                          "seconds": round(time.perf_counter() - started, 2)})
+                          else f"{type(exc).__name__}: {text}", "work": work_done() - before})
+            if progress is not None:
+                progress(f"step {step.name}", 1, 1)
             continue
         chosen_before = {k: q.metadata[k] for k in ("int16_layers", "int16_weights") if q.metadata.get(k)}
         with stage(progress, "measure"):
             scores = held_out_scores(opt, q, held)
         tried.append({"step": step.name, "chose": describe_quantization(q.metadata),
-                      "scores": {k: round(v, 5) for k, v in scores.items()},
-                      "seconds": round(time.perf_counter() - started, 2)})
+                      "scores": {k: round(v, 5) for k, v in scores.items()}, "work": work_done() - before})
+        if progress is not None:
+            progress(f"step {step.name}", 1, 1)
         rank = _rank(scores, target)
         if best is None or rank > best[0]:
             best = (rank, q, scores, step.name)
@@ -325,7 +331,7 @@ def missed_text(fidelity: Mapping[str, Any]) -> str:
     """The one-line warning for a model that misses its target: which outputs, and what to try."""
     scores = fidelity["scores"]
     names = ", ".join(f"{n} ({scores[n]:.4f})" for n in fidelity["missed"])
-    capped = " (the escalation hit its time cap: --escalation-budget 0 lifts it)" if fidelity.get("capped") else ""
+    capped = " (the escalation hit its cap: --escalation-budget 0 lifts it)" if fidelity.get("capped") else ""
     return (f"{names} under the fidelity target {fidelity['target']} on {fidelity['samples']} "
             f"{_where(fidelity)} after {len(fidelity['steps'])} steps{capped}: try more (and more typical) "
             "--calibration samples, --recipe accurate with --bias-correction or --int16-headroom held-out, "
@@ -347,10 +353,12 @@ def format_fidelity(fidelity: Mapping[str, Any]) -> str:
             lines.append(f"  {s['step']:<18} does not apply: {s['refused']}")
             continue
         mark = "  <- chosen" if s["step"] == fidelity["chosen"] else ""
-        took = f" ({s['seconds']:.1f} s)" if "seconds" in s else ""
+        work = fidelity["steps"][0].get("work")
+        took = f" (work x{s['work'] / work:.1f})" if work and "work" in s and s is not fidelity["steps"][0] else ""
         lines.append(f"  {s['step']:<18} worst {min(s['scores'].values(), default=1.0):.4f}: {s['chose']}{took}{mark}")
     if fidelity.get("capped"):
-        lines.append(f"  capped: {fidelity['capped']}; --escalation-budget N allows N times the int8 step, 0 no cap")
+        lines.append(f"  capped: {fidelity['capped']}; --escalation-budget N allows N times the int8 step's work, "
+                     "0 no cap")
     if fidelity["measured_on"] == "calibration":
         lines.append(f"  note: fewer than {MIN_SAMPLES} calibration samples, none held out: "
                      "the figures below flatter the model")

@@ -9,7 +9,6 @@ import numpy as np
 import onnx
 import pytest
 
-from libnpu.compiler import escalation
 from libnpu.compiler.escalation import (
     BudgetError,
     FidelityWarning,
@@ -35,8 +34,8 @@ def test_steps_that_share_their_work_choose_the_same_graph() -> None:
     graph, data = import_onnx(builders.outlier_channel()), _data(10, 4)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", FidelityWarning)
-        alone = quantize_to_target(graph, data, target=1.0, share_work=False)
-        shared = quantize_to_target(graph, data, target=1.0)
+        alone = quantize_to_target(graph, data, target=1.0, share_work=False, budget=0)
+        shared = quantize_to_target(graph, data, target=1.0, budget=0)
     steps = shared.metadata["fidelity"]["steps"]
     assert [s["step"] for s in steps] == [s["step"] for s in alone.metadata["fidelity"]["steps"]] == \
         ["int8", "int16 activations", "int16 weights", "bias correction"]
@@ -45,6 +44,9 @@ def test_steps_that_share_their_work_choose_the_same_graph() -> None:
     for name, t in alone.tensors.items():
         assert shared.tensors[name].quant == t.quant, name
         assert t.data is None or np.array_equal(shared.tensors[name].data, t.data), name
+    alone_work = [s["work"] for s in alone.metadata["fidelity"]["steps"]]
+    shared_work = [s["work"] for s in steps]
+    assert shared_work[0] == alone_work[0] and sum(shared_work[1:]) < 0.7 * sum(alone_work[1:])
     work = shared.metadata["fidelity"]["shared"]
     # int8 on the optimized graph, the three others on the equalized one: two of each, not four
     assert work["calibrate"] == {"computed": 2, "reused": 2}
@@ -54,16 +56,20 @@ def test_steps_that_share_their_work_choose_the_same_graph() -> None:
     assert "shared" not in alone.metadata["fidelity"]
 
 
-def test_the_cap_stops_escalating_and_says_so(monkeypatch) -> None:
-    """Past the cap no further step starts; the result is the best step measured, and the
-    metadata, the printed lines and the warning say the cap was hit and how to lift it."""
-    monkeypatch.setattr(escalation, "MIN_CAP_SECONDS", 0.0)   # a tiny model's steps take under a second
+def test_the_cap_stops_escalating_and_says_so() -> None:
+    """Past the cap (work counted in op evaluations: the same under any load) no further
+    step starts; the result is the best step measured, and the metadata, the printed lines
+    and the warning say the cap was hit and how to lift it."""
     graph = import_onnx(builders.outlier_channel())
-    with pytest.warns(FidelityWarning, match=r"hit its time cap: --escalation-budget 0 lifts it"):
+    with pytest.warns(FidelityWarning, match=r"hit its cap: --escalation-budget 0 lifts it"):
         q = to_int8_graph(graph, _data(10, 4), target=1.0, escalation_budget=1)
     fidelity = q.metadata["fidelity"]
     assert [s["step"] for s in fidelity["steps"]] == ["int8", "int16 activations"]
-    assert fidelity["capped"].startswith("int16 weights not tried: the steps after int8 took")
+    steps = fidelity["steps"]
+    assert steps[1]["work"] > steps[0]["work"] > 0      # int16 activations: GPTQ, equalization, the search
+    assert fidelity["capped"] == (f"int16 weights not tried: the steps after int8 did "
+                                  f"{steps[1]['work'] / steps[0]['work']:.1f} times the int8 step's work, "
+                                  "over the cap of 1")
     assert fidelity["chosen"] == "int16 activations" and fidelity["budget"] == 1.0
     assert "capped: int16 weights not tried" in format_fidelity(fidelity)
     with warnings.catch_warnings():
