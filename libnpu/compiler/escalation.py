@@ -24,9 +24,18 @@ The default compile of a float model (no ``recipe``, or ``recipe="default"``) ru
    is kept, else the best measured (most outputs meeting the target, then the highest
    worst score), so a step that makes the model worse is never taken.
 
-The cap: at most ``len(LADDER)`` quantizations (four), whatever the model; a model that
-meets the target at int8 costs one quantization and the measurement. Options the caller
-gave explicitly hold on every step (``int16="none"`` rules out the int16 steps).
+The steps share what they compute alike (:mod:`libnpu.compiler.step_reuse`: the equalized
+graph, calibration ranges, GPTQ's moments, the quantized graph before bias correction,
+channel peaks, the float outputs of the held-out samples): the int16 weights step then
+costs its own search only, bias correction its own correction.
+
+The cap: at most ``len(LADDER)`` quantizations (four), and no step starts once the steps
+after int8 have done ``budget`` (``ESCALATION_BUDGET``) times the int8 step's work, counted
+in op evaluations (:mod:`libnpu.compiler.work_count`: the same on any machine, so a
+compile never depends on the load); ``fidelity["capped"]`` then says which step was not
+tried, and the printed lines and the warning say how to lift it. A model that meets the
+target at int8 costs one quantization and the measurement. Options the caller gave
+explicitly hold on every step (``int16="none"`` rules out the int16 steps).
 
 What was tried and chosen is in the result's ``metadata["fidelity"]``
 (:func:`format_fidelity` prints it; :func:`warn_if_missed` warns again from a cached loadable's).
