@@ -25,8 +25,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Sequence
