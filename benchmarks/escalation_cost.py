@@ -19,6 +19,28 @@ the repository root::
     python -m benchmarks.escalation_cost                          # the default set below
     python -m benchmarks.escalation_cost --models iris_landmark face_landmark oww-weather
     python -m benchmarks.escalation_cost --json
+
+Measured 2026-11-29, main (fbe40f4 with each step's seconds recorded) against branch
+escalate (the steps share their work, ``libnpu/compiler/step_reuse.py``; the cap in op
+evaluations), the two runs at the same time on the 2-CPU machine shared with other
+sessions, load average 18-28 (totals move with the load: read the ratios and the steps).
+Seconds: ``fast`` / default (ratio); the default's steps after int8:
+
+================ ========================= ========================= ==============================
+model            main                      branch                    steps after int8, main -> branch
+================ ========================= ========================= ==============================
+iris_landmark    58.8 / 61.3 (1.0x)        106.5 / 93.8 (0.9x)       none (passes at int8)
+face_landmark    36.8 / 342.9 (9.3x)       46.4 / 252.4 (5.4x)       int16 act 300 -> 205
+hand_recrop      42.7 / 133.8 (3.1x)       24.6 / 130.2 (5.3x)       int16 act 95 -> 98
+oww-weather      16.7 / 198.4 (11.9x)      9.5 / 42.5 (4.5x)         50 + 58 + 75 -> 33 + 0.3 + 0.3
+poww-okay-nabu   18.9 / 114.4 (6.0x)       5.5 / 13.1 (2.4x)         29 + 42 + 25 -> 7.6 + 0.1 + 0.2
+================ ========================= ========================= ==============================
+
+The int16 weights and bias correction steps now cost their own work only; the int16
+activations step is what is left (3-5 times the int8 step's op evaluations, 5-10 times its
+seconds: GPTQ's rounding runs no ops). The two wake-word heads run every step for nothing:
+their probability stays under one int8 grid step on the held-out clips, the int8 output is
+exactly 0 and the score ``1 - max|error| / max|value|`` is 0 at every step (docs/models.md).
 """
 from __future__ import annotations
 
