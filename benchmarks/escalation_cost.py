@@ -34,7 +34,11 @@ face_landmark    36.8 / 342.9 (9.3x)       46.4 / 252.4 (5.4x)       int16 act 3
 hand_recrop      42.7 / 133.8 (3.1x)       24.6 / 130.2 (5.3x)       int16 act 95 -> 98
 oww-weather      16.7 / 198.4 (11.9x)      9.5 / 42.5 (4.5x)         50 + 58 + 75 -> 33 + 0.3 + 0.3
 poww-okay-nabu   18.9 / 114.4 (6.0x)       5.5 / 13.1 (2.4x)         29 + 42 + 25 -> 7.6 + 0.1 + 0.2
+hand_landmark_l. 68.3 / 1032.3 (15.1x)     67.4 / 814.6 (12.1x)      606 + 351 -> 537 + 203
 ================ ========================= ========================= ==============================
+
+(hand_landmark_lite in a second pair of runs, at the same time, load 21-29: both chose int16
+weights with the same held-out scores, worst 0.9921.)
 
 The int16 weights and bias correction steps now cost their own work only; the int16
 activations step is what is left (3-5 times the int8 step's op evaluations, 5-10 times its
