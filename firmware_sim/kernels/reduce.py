@@ -1,5 +1,5 @@
 """int8 reductions over any axes: sum (LiteRT's reference arithmetic), max, min, and the
-L2 norm (no LiteRT kernel: the formula is the chip's own, docs/hardware.md).
+L2 norm (no LiteRT kernel: the formula is the chip's own, docs/hardware.md; also on int16).
 
 SUM is LiteRT's integer arithmetic (the sum of ``x - input_zp`` in int32, requantized by
 MultiplyByQuantizedMultiplier, plus the output zero point, saturated) on int8 values;
@@ -17,9 +17,9 @@ from .output import check_int8_param, emit, store_int8
 __all__ = ["reduce_sum", "reduce_max", "reduce_min", "reduce_l2", "index_of_max", "index_of_min"]
 
 
-def _axes(x: np.ndarray, axes) -> tuple[int, ...]:
-    if x.dtype != np.int8:
-        raise InvalidCommand(f"reduce input must be int8, got {x.dtype}")
+def _axes(x: np.ndarray, axes, dtypes=(np.int8,)) -> tuple[int, ...]:
+    if x.dtype not in dtypes:
+        raise InvalidCommand(f"reduce input must be {' or '.join(np.dtype(d).name for d in dtypes)}, got {x.dtype}")
     result = tuple(sorted({int(a) % x.ndim for a in axes})) if x.ndim else ()
     if not result:
         raise InvalidCommand("a reduction needs at least one axis")
@@ -59,14 +59,22 @@ def reduce_min(x: np.ndarray, axes, *, out: np.ndarray | None = None) -> np.ndar
 
 def reduce_l2(x: np.ndarray, axes, *, input_zp: int, output_zp: int, scale: float,
               out: np.ndarray | None = None) -> np.ndarray:
-    """int8 L2 norm over ``axes``: ``clamp(output_zp + round_half_away(sqrt(acc) * scale))``
-    with ``acc = sum((x - input_zp)^2)`` exact and ``sqrt``, ``*`` in float64."""
-    axes = _axes(x, axes)
-    d = x.astype(np.int64) - check_int8_param("input_zp", input_zp)
-    acc = (d * d).sum(axis=axes, keepdims=True)
+    """L2 norm over ``axes``: ``clamp(output_zp + round_half_away(sqrt(acc) * scale))``
+    with ``acc = sum((x - input_zp)^2)`` exact and ``sqrt``, ``*`` in float64; int8, or
+    int16 (symmetric: both zero points 0) in and out."""
+    axes = _axes(x, axes, (np.int8, np.int16))
+    if x.dtype == np.int16:
+        if input_zp or output_zp:
+            raise InvalidCommand(f"int16 L2 norm: zero points must be 0, got {input_zp}, {output_zp}")
+        lo, hi = -(1 << 15), (1 << 15) - 1
+    else:
+        input_zp, output_zp = check_int8_param("input_zp", input_zp), check_int8_param("output_zp", output_zp)
+        lo, hi = -128, 127
+    d = x.astype(np.int64) - input_zp
+    acc = (d * d).sum(axis=axes, keepdims=True)   # int16: 2^30 per term, 2^33 terms before int64 wraps
     val = np.sqrt(acc.astype(np.float64)) * np.float64(scale)
-    q = np.clip(_round_half_away(val) + check_int8_param("output_zp", output_zp), -128, 127)
-    return emit(q.astype(np.int8), out)
+    q = np.clip(_round_half_away(val) + output_zp, lo, hi)
+    return emit(q.astype(x.dtype), out)
 
 
 def _arg(x: np.ndarray, axis: int, pick, out: np.ndarray | None, dtype) -> np.ndarray:

@@ -2,7 +2,7 @@
 (descriptors: ``npu_hw.ops``). No arithmetic: their cost is bytes only. CONCATENATION and
 RESHAPE move bytes; the others move int8, or int16 elements with ``OPF_INT16``. The numpy
 kernels (``kernels.layout``) run first; every op reruns in C (``native.data_calls``): copies,
-PAD, GATHER (its indices read and checked on every run)."""
+PAD, int8 GATHER (its indices read and checked on every run)."""
 from __future__ import annotations
 
 import numpy as np
@@ -119,7 +119,7 @@ def strided_slice(desc: np.void, dma) -> Rerun | None:
 
 
 def _gather_cost(desc: np.void) -> tuple[int, int]:
-    return 0, 2 * int(desc["outer"]) * int(desc["count"]) * int(desc["inner"]) + 4 * int(desc["count"])
+    return 0, 2 * _elem(desc) * int(desc["outer"]) * int(desc["count"]) * int(desc["inner"]) + 4 * int(desc["count"])
 
 
 @unit(ops.OP_GATHER, _gather_cost)
@@ -127,7 +127,8 @@ def gather(desc: np.void, dma) -> Rerun | None:
     outer, axis, inner, k = dims((desc["outer"], desc["axis_size"], desc["inner"], desc["count"]), "gather")
     dims((outer, k, inner), "gather output")
     indices = dma.read_array(int(desc["indices_iova"]), np.int32, (k,))
-    x = dma.read_array(int(desc["input"]), np.int8, (outer, axis, inner))
-    out = dma.write_array(int(desc["output"]), np.int8, (outer, k, inner))
+    dtype = act_dtype(desc)
+    x = dma.read_array(int(desc["input"]), dtype, (outer, axis, inner))
+    out = dma.write_array(int(desc["output"]), dtype, (outer, k, inner))
     layout.gather(x, indices, out=out)
     return data_calls.bind_gather(x, indices, out)

@@ -9,7 +9,7 @@ from firmware_sim.kernels import reduce
 from firmware_sim.kernels.native import data_calls
 from npu_hw import ops
 
-from .common import OpDescriptorError, Rerun, prod, ranked, unit
+from .common import OpDescriptorError, Rerun, act_dtype, prod, ranked, unit
 
 
 def _cost(desc: np.void) -> tuple[int, int]:
@@ -18,15 +18,15 @@ def _cost(desc: np.void) -> tuple[int, int]:
     return prod(shape), prod(shape) + prod(d for i, d in enumerate(shape) if not mask >> i & 1)
 
 
-def _operands(desc: np.void, dma) -> tuple[np.ndarray, tuple[int, ...], np.ndarray]:
+def _operands(desc: np.void, dma, dtype: type = np.int8) -> tuple[np.ndarray, tuple[int, ...], np.ndarray]:
     shape = ranked(desc, "in_shape")
     mask = int(desc["axes_mask"])
     axes = tuple(i for i in range(len(shape)) if mask >> i & 1)
     if not axes or mask >> len(shape):
         raise OpDescriptorError(f"axes mask {mask:#x} does not fit rank {len(shape)}")
-    x = dma.read_array(int(desc["input"]), np.int8, shape)
+    x = dma.read_array(int(desc["input"]), dtype, shape)
     out_shape = tuple(1 if i in axes else d for i, d in enumerate(shape))
-    return x, axes, dma.write_array(int(desc["output"]), np.int8, out_shape)
+    return x, axes, dma.write_array(int(desc["output"]), dtype, out_shape)
 
 
 def _scale(desc: np.void) -> float:
@@ -64,7 +64,8 @@ def reduce_min(desc: np.void, dma) -> Rerun | None:
 
 @unit(ops.OP_REDUCE_L2, _cost)
 def reduce_l2(desc: np.void, dma) -> None:
-    x, axes, out = _operands(desc, dma)
+    """int8, or int16 with ``OPF_INT16`` (zero points 0)."""
+    x, axes, out = _operands(desc, dma, act_dtype(desc))
     reduce.reduce_l2(x, axes, input_zp=int(desc["input_zp"]), output_zp=int(desc["output_zp"]),
                      scale=_scale(desc), out=out)
 

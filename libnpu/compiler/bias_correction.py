@@ -15,6 +15,11 @@ and the corrected output flows on, so later layers see and correct what is left.
 estimated from few observations (a head with one position per sample) is shrunk toward
 zero by its standard error (:func:`_significant_shift`), so noise is not taken for bias.
 Tensors are dropped after their last use: memory is the live tensors times the samples.
+
+A stateful graph's samples are one stream (:meth:`Graph.make_stateful`): each sample's
+state values are the ones the float graph carries to it (:func:`stream_states`), fed to
+both graphs, so a layer's shift is measured for its own error and not for what an
+earlier step left in the state.
 """
 from __future__ import annotations
 
@@ -24,7 +29,7 @@ import numpy as np
 
 from . import registry
 from .accuracy import float_names
-from .float_ref import activation, evaluate, snap_to_grid
+from .float_ref import FloatInterpreter, activation, evaluate, snap_to_grid
 from .ir import Graph, IRError, Op, QuantParams, Tensor
 from .progress import Progress
 from .scales import bias_scale, symmetric
@@ -101,6 +106,23 @@ def _significant_shift(errors: np.ndarray) -> np.ndarray:
     return mean * weight
 
 
+def stream_states(float_graph: Graph, feeds: Sequence[Mapping[str, np.ndarray]]) -> list[dict[str, np.ndarray]]:
+    """Each feed's state inputs (real values) as ``float_graph`` carries them from one
+    feed to the next, starting from the states' initial values; empty dicts for a graph
+    without states."""
+    if not float_graph.states:
+        return [{} for _ in feeds]
+    run = FloatInterpreter(float_graph)
+    names = [n for s in float_graph.states for n in (s.input, s.output)]
+    carried: dict[str, np.ndarray] = {}
+    result = []
+    for feed in feeds:
+        values = run.run({**feed, **carried}, keep=names)
+        result.append({s.input: np.asarray(values[s.input], np.float32) for s in float_graph.states})
+        carried = {s.input: np.asarray(values[s.output], np.float32) for s in float_graph.states}
+    return result
+
+
 def correct_biases(float_graph: Graph, quantized: Graph, dataset: Iterable[Feed], *,
                    progress: Progress | None = None) -> dict[str, float]:
     """Correct, in place, the int32 biases of ``quantized`` (the int8 graph of ``float_graph``).
@@ -112,12 +134,13 @@ def correct_biases(float_graph: Graph, quantized: Graph, dataset: Iterable[Feed]
         raise IRError("bias correction: no calibration data")
     names = float_names(quantized, float_graph)
     producer = {op.outputs[0]: op for op in float_graph.ops}
-    fenv = [{n: np.asarray(f[n], np.float32) for n in float_graph.inputs} for f in feeds]
+    states = stream_states(float_graph, feeds)
+    fenv = [{**{n: np.asarray(f[n], np.float32) for n in float_graph.inputs}, **s} for f, s in zip(feeds, states)]
     qenv: list[dict[str, np.ndarray]] = [{} for _ in feeds]
-    for env, feed in zip(qenv, feeds):
-        for n in quantized.inputs:
+    for env, feed, state in zip(qenv, feeds, states):
+        for n in [*quantized.inputs, *state]:
             t = quantized.tensors[n]
-            value = np.asarray(feed[n], np.float32)
+            value = np.asarray(state[n] if n in state else feed[n], np.float32)
             env[n] = snap_to_grid(t, value)
     last = _last_uses(quantized.ops)
     float_last: dict[str, int] = {}

@@ -57,6 +57,7 @@ from .optimize import optimize
 from .progress import Progress, stage
 from .quantizer import equalized, quantize_model, random_dataset
 from .scales import bias_scale, choose_int16_scale, quantize_weights16, symmetric
+from .step_reuse import once
 
 __all__ = ["MixedPrecisionError", "int16_quant", "promotable", "promote",
            "choose_auto", "choose_weights16", "quantize_mixed", "parse_selection", "DEFAULT_TARGET",
@@ -301,6 +302,7 @@ def promote(graph: Graph, names: Iterable[str], src: Graph | None = None,
     new_ops: list[Op] = []
     promoted: list[str] = []
     widened: list[str] = []
+    tensors: dict[str, list[str]] = {"int16_tensors": [], "int16_weight_tensors": []}
     for op in g.ops:
         if id(op) not in chosen:
             new_ops.append(op)
@@ -338,6 +340,7 @@ def promote(graph: Graph, names: Iterable[str], src: Graph | None = None,
             if id(op) in wide:
                 _int16_weights(g, op, src, in_scale, quant.scale.astype(np.float64), fold)  # type: ignore[arg-type]
                 widened.append(op.name)
+                tensors["int16_weight_tensors"].append(out)
             elif fold is not None:
                 _fold_into_int8_weights(g, op, fold)
             _int64_bias(g, op, in_scale, src, float_only=id(op) in wide)
@@ -363,10 +366,13 @@ def promote(graph: Graph, names: Iterable[str], src: Graph | None = None,
         new_ops.append(Op(op.type, ins, [out16], dict(op.attrs), op.name))
         new_ops.extend(after)
         promoted.append(op.name)
+        tensors["int16_tensors"].append(out)
     g.ops = new_ops
     _drop_dead_conversions(g)
+    # the op names are for people; the output tensors name the same ops again unambiguously
+    # (an ONNX 1-D conv's op is named as the TRANSPOSE's output after it)
     g.metadata = dict(g.metadata, int16_layers=promoted,
-                      **({"int16_weights": widened} if widened else {}))
+                      **({"int16_weights": widened} if widened else {}), **tensors)
     g.validate()
     return g
 
@@ -550,7 +556,7 @@ def quantize_mixed(graph: Graph, dataset: Iterable[Feed] | None = None, *,
     sample (on mediapipe's BlazeFace, 73 layers all needed, 248 runs on eight samples)."""
     selection = parse_selection(int16)
     wide = parse_selection(int16_weights)
-    opt = optimize(graph)
+    opt = once("optimize", (graph,), None, lambda: optimize(graph))   # shared by an escalation's steps
     random = dataset is None
     if random:
         data = random_dataset(opt, quantize_options.get("random_count", 8), seed=quantize_options.get("seed", 0))
@@ -578,8 +584,8 @@ def quantize_mixed(graph: Graph, dataset: Iterable[Feed] | None = None, *,
     with stage(progress, "mixed precision"):
         q.metadata["int16_headroom"] = _headrooms(int16_headroom, q, opt, [] if random else data)
         if int16_grid == "per_channel":
-            q.metadata[CHANNEL_PEAKS] = spread_limited(channel_peaks(opt, data), int16_channel_spread,
-                                                     int16_channel_margin)
+            peaks = once("channel peaks", (opt, *data), None, lambda: channel_peaks(opt, data))
+            q.metadata[CHANNEL_PEAKS] = spread_limited(peaks, int16_channel_spread, int16_channel_margin)
         scores: dict[str, float] | None = None
         search = data if int16_search_data is None else list(int16_search_data)
         if selection == "auto":

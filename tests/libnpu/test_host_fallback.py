@@ -82,7 +82,7 @@ def test_int64_indices_between_two_host_calls_stay_integers(npu):
 
 
 def test_integer_arithmetic_on_host_results_stays_on_the_host(npu):
-    loadable = _check_onnx(npu, host_models.topk_indices_arithmetic(), _feeds((4, 8), 8, seed=12))
+    loadable = _check_onnx(npu, host_models.topk_indices_arithmetic(), _feeds((4, 8), 8, seed=12), recipe="fast")
     assert _host_ops(loadable) == ["TopK+Add+Cast"]
 
 
@@ -100,7 +100,7 @@ def test_a_com_microsoft_op_whose_shapes_onnx_cannot_infer(npu):
 @pytest.mark.parametrize("build, ops", [(host_models.if_on_data, ["Greater+If"]),
                                         (host_models.loop_three_times, ["Loop"])])
 def test_onnx_control_flow_reading_the_outer_scope(npu, build, ops):
-    loadable = _check_onnx(npu, build(), _feeds((4, 8), 8, seed=5))
+    loadable = _check_onnx(npu, build(), _feeds((4, 8), 8, seed=5), recipe="fast")
     assert _host_ops(loadable) == ops
 
 
@@ -120,7 +120,7 @@ def test_an_integer_model_input_read_on_the_host(npu):
 
 
 def test_a_shape_that_depends_on_the_data_stays_inside_one_host_call(npu):
-    loadable = _check_onnx(npu, host_models.nonzero_count(), _feeds((4, 8), 8, seed=6))
+    loadable = _check_onnx(npu, host_models.nonzero_count(), _feeds((4, 8), 8, seed=6), recipe="fast")
     assert _host_ops(loadable) == ["NonZero+Cast+ReduceSum"]
 
 
@@ -213,7 +213,7 @@ def _while_model() -> bytes:
 def test_tflite_control_flow_on_litert(npu, build, ops):
     data = build()
     calibration = _feeds((1, 8), 8, seed=9)
-    loadable = compile_model(data, [[x] for x in calibration])
+    loadable = compile_model(data, [[x] for x in calibration], recipe="fast")   # the point is the control flow
     assert _host_ops(loadable) == [ops]
     with libnpu.load(loadable, devroot=npu.devroot) as compiled:
         for x in _feeds((1, 8), 4, seed=10):

@@ -104,7 +104,7 @@ register(Operator(
     "GATHER", ("axis", "indices", "indices_shape"), tflite=_tflite_gather, float_ref=_float_gather,
     same_scale=True, index_inputs=(1,),
     params=lambda g, op: dict(axis=int(op.attrs["axis"]), indices=tuple(op.attrs["indices"])),
-    lower=_lower_gather, export=_export_gather, tflite_version=2))
+    lower=_lower_gather, export=_export_gather, tflite_version=2, int16=True))
 
 
 @onnx("Gather")

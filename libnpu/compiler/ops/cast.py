@@ -1,0 +1,23 @@
+"""ONNX Cast to the type its input already has: no op (PyTorch's exports cast an STFT's
+float slices to float); a constant's Cast is folded; any other Cast of a computed tensor
+is refused here and runs on the CPU."""
+from __future__ import annotations
+
+import numpy as np
+import onnx
+
+from .. import onnx_import
+from ..registry import onnx as onnx_handler
+
+
+@onnx_handler("Cast")
+def _onnx_cast(im, node, attrs, where):
+    to = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(int(attrs["to"])))
+    x = node.input[0]
+    if x in im.consts:
+        im.consts[node.output[0]] = np.asarray(im.consts[x]).astype(to)
+        return
+    have = np.dtype(im.g.tensors[im.env[x][0]].dtype)
+    if have != to:
+        raise onnx_import.ONNXImportError(f"{where}: a Cast from {have} to {to} of a computed tensor")
+    im.env[node.output[0]] = im.env[x]
