@@ -10,7 +10,10 @@ engine and `firmware_sim.executor.run_job`, and reports the CPU time per job
 (``time.thread_time``, which a preempted thread does not accrue) next to the wall time,
 best of ``--rounds``: the figure to compare kernel changes by.
 
-Run: ``python -m benchmarks.chip_replay [resnet8 vww kws] [--jobs 200] [--rounds 5]``.
+A model may also be a compiled ``.nlb`` (``corpus_bench --workdir DIR`` keeps each corpus
+model's as ``DIR/<name>/model.nlb``, compiled with the defaults and its calibration inputs).
+
+Run: ``python -m benchmarks.chip_replay [resnet8 vww kws | FILE.nlb ...] [--jobs 200] [--rounds 5]``.
 """
 from __future__ import annotations
 
@@ -25,6 +28,7 @@ import numpy as np
 from firmware_sim.executor import run_job
 from firmware_sim.timing import HardwareProfile
 from libnpu.compiler.cache import CompileCache, compile_cached
+from libnpu.loadable import Loadable
 from libnpu.tools.models import resolve
 from npu_hw import iommu
 from tests.support.chip_memory import ASID, ChipMemory
@@ -39,7 +43,8 @@ def replay(spec: str, jobs: int, rounds: int, cache: CompileCache | None = None)
     """CPU and wall microseconds per job (best of ``rounds`` runs of ``jobs`` jobs) of model
     ``spec``'s inference on random inputs, after a first run that decodes the job; raises
     RuntimeError if the job fails or its replays write other outputs than that first run."""
-    loadable, _ = compile_cached(resolve(spec), cache=cache)
+    path = resolve(spec)
+    loadable = Loadable.load(path) if path.suffix == ".nlb" else compile_cached(path, cache=cache)[0]
     with tempfile.TemporaryDirectory() as bus:
         memory = ChipMemory(Path(bus), size=64 << 20)
         bases = [memory.alloc(max(region.size, 1)) for region in loadable.regions]
@@ -77,7 +82,8 @@ def replay(spec: str, jobs: int, rounds: int, cache: CompileCache | None = None)
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("models", nargs="*", default=["resnet8", "vww", "kws"], help="model-zoo names or files")
+    ap.add_argument("models", nargs="*", default=["resnet8", "vww", "kws"],
+                    help="model-zoo names, model files or .nlb files")
     ap.add_argument("--jobs", type=int, default=200, help="jobs per round")
     ap.add_argument("--rounds", type=int, default=5, help="rounds (the best is reported)")
     ap.add_argument("--cache-dir", help="compile cache directory (default: the user's)")
@@ -85,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
     cache = CompileCache(args.cache_dir) if args.cache_dir else None
     for spec in args.models:
         r = replay(spec, args.jobs, args.rounds, cache)
-        print(f"{spec:10} {r['tasks']:3} tasks  chip CPU {r['cpu_us']:7.1f} us/job  wall {r['wall_us']:7.1f} us/job",
+        print(f"{spec:10} {r['tasks']:4} tasks  chip CPU {r['cpu_us']:7.1f} us/job  wall {r['wall_us']:7.1f} us/job",
               flush=True)
     return 0
 
