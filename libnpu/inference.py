@@ -46,7 +46,7 @@ from libnpu.pool import ErrorCallback, FinishCallback, OutputCallback, RequestPo
 from libnpu.portability import MEM_READ, MEM_RW, Device, Fence, Memory, Session
 from libnpu.profiling import ChipPart, HostPart, InferenceProfile, Timing
 from libnpu.tensors import ArrayLike, Inputs, as_input, dequantize, quantize, tensor_view
-from libnpu.user_queue import QueueFence
+from libnpu.user_queue import QueueFence, RepeatedJob, UserQueue
 from npu_hw import queues as queue_spec
 
 
@@ -88,6 +88,10 @@ class InferRequest(OpenVinoRequestNames):
         self._inputs = [(desc, self._view(desc)) for desc in loadable.inputs()]
         self._outputs = [(desc, self._view(desc)) for desc in loadable.outputs()]
         self._states = [VariableState(self, desc, self._view(desc)) for desc in loadable.states()]
+        # The whole job again and again on the queue it last ran on, in one C call (no
+        # shared_queue look-up per job), its wait hinted by the job's time so far.
+        self._job = RepeatedJob(self.command.address, self.command_size)
+        self._queue: UserQueue | None = None
         self._prepare(model.priority, model.profiling)
         self.fence: Fence | QueueFence | None = None
         self.timing = Timing()
@@ -100,6 +104,7 @@ class InferRequest(OpenVinoRequestNames):
     def _prepare(self, priority: int, profile: bool) -> None:
         device = self.model.device
         self._priority, self._profiled = priority, profile
+        self._queue = None                   # a queue of the new priority next time
         self._run = device.prepare_submit(self.command, self.buffers, size=self.command_size, wait=True,
                                           priority=priority, profile=profile)
         self._submit = device.prepare_submit(self.command, self.buffers, size=self.command_size, priority=priority,
@@ -135,7 +140,11 @@ class InferRequest(OpenVinoRequestNames):
     def set_inputs(self, inputs: Inputs) -> None:
         self._check_usable()
         slots = self._inputs
-        if isinstance(inputs, Mapping):
+        if type(inputs) is np.ndarray:      # one array for a one-input model, as OpenVINO takes it
+            arrays = [inputs]
+            if len(slots) != 1:
+                raise InputError(f"model takes {len(slots)} inputs, got 1")
+        elif isinstance(inputs, Mapping):
             missing = [d.name for d, _ in slots if d.name not in inputs]
             if missing:
                 raise InputError(f"missing inputs {missing} (the model takes {[d.name for d, _ in slots]})")
@@ -180,15 +189,20 @@ class InferRequest(OpenVinoRequestNames):
         started = self.fence is not None and self.fence.status is None
         return self._busy or started or (self._waiter is not None and self._waiter.is_alive())
 
-    @contextmanager
-    def _claimed(self) -> Iterator[None]:
+    def _claim(self) -> None:
         """One inference at a time per request: two at once run jobs on the same memory (the
-        inputs, the outputs, and the state both read and write: an update would be lost)."""
+        inputs, the outputs, and the state both read and write: an update would be lost).
+        The caller sets ``_busy`` back to False when it is done."""
         with self._claim_lock:
             if self._running():
                 raise RuntimeError("this request is still running: one inference at a time per request "
                                    "(wait() for it, or give each thread a request of its own)")
             self._busy = True
+
+    @contextmanager
+    def _claimed(self) -> Iterator[None]:
+        """``_claim`` for a block."""
+        self._claim()
         try:
             yield
         finally:
@@ -288,10 +302,13 @@ class InferRequest(OpenVinoRequestNames):
     def infer(self, inputs: Inputs, dequantized: bool = False) -> list[np.ndarray]:
         """Run once, synchronously (through a user queue of the device, else one round trip
         to the driver)."""
-        with self._claimed():
+        self._claim()
+        try:
             self.set_inputs(inputs)     # raises ClosedError once released
             self._run_sync(time.perf_counter())
             return self.outputs(dequantized)
+        finally:
+            self._busy = False
 
     def run_sync(self, started: float) -> None:
         """Run the inputs already set, to the end: through a user queue of the device when it
@@ -299,8 +316,11 @@ class InferRequest(OpenVinoRequestNames):
         ``timing.latency_s`` counts from ``started`` (a ``time.perf_counter()``).  A model with
         CPU operators runs its chip partitions and host steps in turn."""
         self._check_usable()
-        with self._claimed():
+        self._claim()
+        try:
             self._run_sync(started)
+        finally:
+            self._busy = False
 
     def _run_sync(self, started: float) -> None:
         self._check_usable()
@@ -309,7 +329,7 @@ class InferRequest(OpenVinoRequestNames):
             self._run_partitions()
             return
         self._follow_settings()
-        fence = self._on_queue(True)
+        fence = self._run_on_own_queue() or self._on_queue(True)
         if fence is not None:
             self.fence, self.timing = fence, Timing(time.perf_counter() - started, fence.device_time_ns,
                                                     fence.exec_ns)
@@ -317,6 +337,19 @@ class InferRequest(OpenVinoRequestNames):
             self.fence = self.model.device.run_prepared(self._run)
             self.timing = Timing(time.perf_counter() - started, self.fence.device_time_ns)
         self._collect_profile()
+
+    def _run_on_own_queue(self) -> QueueFence | None:
+        """The whole job, run to its end on the queue this request last ran it on
+        (``UserQueue.run_repeated``: one C call, the wait hinted by the job's time); None when
+        there is none, PERF_COUNT is on, queues are turned off (``Device.use_queues``), or that
+        queue is busy or stopped: the caller takes a queue as ``_on_queue`` does."""
+        queue = self._queue
+        if queue is None or self._profiled or not self.model.device.use_queues:
+            return None
+        fence = queue.run_repeated(self._job)
+        if fence is None:
+            self._queue = None
+        return fence
 
     def _on_queue(self, wait: bool, offset: int = 0, size: int | None = None) -> QueueFence | None:
         """The job (the command buffer from ``offset``, ``size`` bytes: a partition's; the
@@ -327,6 +360,8 @@ class InferRequest(OpenVinoRequestNames):
         queue = self.model.device.shared_queue(self._priority)
         if queue is None or self.command is None:
             return None
+        if wait and size is None and queue.native:
+            self._queue = queue              # the next inferences go straight to it
         return queue.try_submit(self.command.address + offset, self.command_size if size is None else size,
                                 wait=wait, flags=queue_spec.ENTRY_PROFILE if self._profiled else 0)
 

@@ -195,6 +195,21 @@ class QueueFence:
         return f"<QueueFence {self.queue.id}:{self.id} status={self.status}>"
 
 
+class RepeatedJob:
+    """A command buffer run again and again, one job at a time (a request's inference), for
+    ``UserQueue.run_repeated``: the C call's buffers, made once, and the job's expected time
+    on the core, which hints the wait (``npu_uq_run_hinted``; docs/runtime.md, "How a
+    synchronous inference waits")."""
+
+    __slots__ = ("cmd_iova", "cmd_size", "expected_ns", "record", "seq")
+
+    def __init__(self, cmd_iova: int, cmd_size: int):
+        self.cmd_iova, self.cmd_size = cmd_iova, cmd_size
+        self.expected_ns = queue_native.ffi.new("long long *")    # 0: not known yet
+        self.record = queue_native.ffi.new("unsigned long long[6]")
+        self.seq = queue_native.ffi.new("unsigned long long *")
+
+
 class UserQueue:
     """One user-mode submission queue of a device (thread-safe)."""
 
@@ -339,6 +354,34 @@ class UserQueue:
             self._raise_stopped(result, seq or self.tail + 1, NpuError if seq else NotQueued)
         fence = QueueFence(self, seq)
         _fill(fence, record)
+        if fence.status:
+            raise JobError(-fence.status, "job", f"queue {self.id} job {seq} failed")
+        return fence
+
+    def run_repeated(self, job: RepeatedJob, flags: int = 0) -> QueueFence | None:
+        """``run`` of ``job`` in one C call, its wait hinted by the job's expected time; None
+        when the queue runs in Python, has jobs in flight (this call takes an idle queue only)
+        or stopped before the job went in: the caller takes a queue the usual way
+        (``Device.shared_queue``, ``try_submit``). A job that went in raises as ``run``."""
+        if self._native is None or self.closed:
+            return None
+        try:
+            self._enter_c(NotQueued)
+        except NotQueued:
+            return None
+        try:
+            result = self._lib.npu_uq_run_hinted(self._native, job.cmd_iova, job.cmd_size, 0, flags,
+                                                 int(_SPIN.seconds() * 1e9), -1, SLEEP_SLICE_MS, job.expected_ns,
+                                                 job.record, job.seq)
+        finally:
+            self._leave_c()
+        seq = job.seq[0]
+        if result and not seq:
+            return None                  # -EBUSY, -EAGAIN, or stopped: nothing of it runs
+        if result:
+            self._raise_stopped(result, seq)
+        fence = QueueFence(self, seq)
+        _fill(fence, job.record)
         if fence.status:
             raise JobError(-fence.status, "job", f"queue {self.id} job {seq} failed")
         return fence
