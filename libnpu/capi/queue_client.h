@@ -45,7 +45,8 @@ int npu_uq_run(struct npu_uq_client *q, unsigned long long cmd_iova, unsigned in
  * is slept through on a timer, with no signal asked of the core, until NPU_UQ_WAKE_MARGIN_NS
  * before its expected end; then spun for (at least twice the margin), then waited for on the
  * completion line, as npu_uq_wait.  A shorter one is npu_uq_wait's.  `*expected_ns` follows
- * the completions' exec_ns: down at once, up by an eighth of the difference. */
+ * the completions' exec_ns: down at once, up by an eighth of the difference but at most
+ * an eighth of itself plus 1 us. */
 int npu_uq_run_hinted(struct npu_uq_client *q, unsigned long long cmd_iova, unsigned int cmd_size,
                       unsigned int timeout_ms, unsigned int flags, long long spin_ns, long long timeout_ns,
                       int slice_ms, long long *expected_ns, void *out, unsigned long long *seq_out);

@@ -48,8 +48,15 @@ def test_the_expected_time_follows_the_jobs_down_at_once_and_up_by_an_eighth(dev
         fence = queue.run_repeated(job)
         assert fence is not None and fence.exec_ns > 0
         took = fence.exec_ns
-        expected = took if expected <= 0 or took < expected else expected + (took - expected) // 8
+        expected = took if expected <= 0 or took < expected else expected + min((took - expected) // 8,
+                                                                                expected // 8 + 1000)
         assert job.expected_ns[0] == expected
+    job.expected_ns[0] = 8 * 10**6           # as if the jobs had taken 8 ms: one NOP brings it down at once
+    queue.run_repeated(job)
+    assert job.expected_ns[0] < 8 * 10**6
+    job.expected_ns[0] = 1                    # a slower job raises it by an eighth of itself + 1 us at most
+    queue.run_repeated(job)
+    assert 1 < job.expected_ns[0] <= 1 + 1000
 
 
 def test_a_job_expected_to_be_long_is_slept_through_then_caught(device, native):
