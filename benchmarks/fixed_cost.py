@@ -3,11 +3,13 @@
 For each tiny model of the corpus's work half (the held-out half is the lead's to measure,
 and refused here), on one scratch device (2 cores), compiled as ``benchmarks.corpus_bench``
 compiles it (``npu compile`` with its defaults, the package's own inputs), one loop times,
-one call of each per round, round after round (the machine is shared: every contender
-sees the same load):
+one call of each per round, round after round, in a new random order each round (the
+machine is shared: every contender sees the same load and the same neighbours):
 
 - ``npu``: ``InferRequest.infer`` (inputs in to outputs out: what ``npu bench model``'s
-  latency measures), in each wait mode given (``--modes``; ``libnpu.user_queue.set_wait_mode``);
+  latency measures), in each wait mode given (``--modes``: ``libnpu.user_queue.set_wait_mode``'s
+  adaptive, spin and sleep, all with the request's sleep ahead; ``unhinted``: adaptive without
+  it, ``set_sleep_ahead(False)``);
 - ``xnnpack``: LiteRT's default kernels, one thread (TFLite models);
 - ``nop``: a NOP job through a user queue, the transport's floor;
 - ``staged``: the same inference cut at its stage boundaries: ``inputs`` (``set_inputs``),
@@ -40,6 +42,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import random
 import sys
 import tempfile
 import time
@@ -57,16 +60,16 @@ from benchmarks.corpus_inputs import model_inputs, prepare
 from benchmarks.corpus_manifest import BY_NAME, fetch
 from benchmarks.nop_scaling import process_usage
 from benchmarks.scratch_device import ScratchDevice
-from libnpu import user_queue
-from libnpu.loadable import Loadable
+from libnpu import model_zoo, user_queue
 from libnpu.tools import bench
-from libnpu.tools.model_bench import _interleaved
+from libnpu.tools.models import LiteRT, resolve
+from libnpu.tools.run import random_inputs
 
 # The work half's models whose XNNPACK p50 is within a few times 10 us (issue 27's "under
 # 10 us" line; on a loaded machine XNNPACK's own p50 doubles or triples).
 TINY_MODELS = ("mltk-autoencoder", "mltk-magic-wand", "mww-okay-nabu", "poww-okay-nabu", "mltk-speech",
                "mltk-audio-example1")
-MODES = ("adaptive", "spin", "sleep")
+MODES = ("adaptive", "spin", "sleep", "unhinted")   # unhinted: adaptive without the sleep ahead
 STAGES = ("inputs", "submit", "wait", "chip", "transport", "outputs")
 
 
@@ -106,9 +109,29 @@ class StagedInference:
             values.clear()
 
 
+def shuffled_rounds(steps: dict[str, Callable[[], Any]], seconds: float,
+                    min_rounds: int = 50) -> dict[str, list[float]]:
+    """Each step once a round, round after round for ``seconds``, in a new random order every
+    round (a step's neighbours matter: in a fixed order the same inference measured 15-25 us
+    apart at load 18 depending on the step before it); seconds per call."""
+    names = list(steps)
+    samples: dict[str, list[float]] = {name: [] for name in names}
+    order = random.Random(27)
+    clock, deadline, rounds = time.perf_counter, time.perf_counter() + seconds, 0
+    while rounds < min_rounds or clock() < deadline:
+        order.shuffle(names)
+        for name in names:
+            started = clock()
+            steps[name]()
+            samples[name].append(clock() - started)
+        rounds += 1
+    return samples
+
+
 def _in_mode(mode: str, run: Callable[[], Any]) -> Callable[[], Any]:
     def step() -> Any:
-        user_queue.set_wait_mode(mode)
+        user_queue.set_wait_mode("adaptive" if mode == "unhinted" else mode)
+        user_queue.set_sleep_ahead(mode != "unhinted")
         return run()
     return step
 
@@ -129,8 +152,13 @@ def cpu_per_inference(dev: ScratchDevice, run: Callable[[], Any], count: int) ->
             **{k: round((after[k] - before[k]) / count * 1e6, 1) for k in pids}}
 
 
-def measure(name: str, dev: ScratchDevice, workdir: Path, seconds: float, modes: list[str]) -> dict[str, Any]:
-    """One model's figures (see the module's docstring)."""
+def _compiled(name: str, workdir: Path) -> tuple[Path, Path, dict[str, np.ndarray] | None, list[str]]:
+    """(model file, loadable, the package's evaluation feed or None, input order) of a work-half
+    corpus model compiled as ``corpus_bench`` compiles it, or of a model-zoo name (the
+    default compile, random inputs: e.g. ResNet-8, whose job is long enough for the sleep ahead)."""
+    if name not in BY_NAME:
+        path = resolve(name)
+        return path, path, None, []
     corpus_model = BY_NAME[name]
     if corpus_model.half != "work":
         raise SystemExit(f"{name} is in the held-out half: measured by the lead only")
@@ -140,33 +168,53 @@ def measure(name: str, dev: ScratchDevice, workdir: Path, seconds: float, modes:
     folder.mkdir(parents=True, exist_ok=True)
     nlb, reason, _ = compile_cli(path, feeds, is_int8(path), None, folder, 600)
     if nlb is None:
-        return {"model": name, "reason": f"compile: {reason}"}
-    loadable = Loadable.load(nlb)
-    inputs_feed = feeds.evaluation[0]
-    order = [i.name for i in model_inputs(path)]
+        raise RuntimeError(f"compile: {reason}")
+    return path, nlb, feeds.evaluation[0], [i.name for i in model_inputs(path)]
+
+
+def _litert_in_order(path: Path, inputs: list[np.ndarray]) -> Callable[[], Any]:
+    """LiteRT XNNPACK on ``inputs`` in the file's input order, as ``npu bench model`` calls it."""
+    it = LiteRT(path, "default", threads=1)
+    feeds = [np.asarray(x, d["dtype"]) for x, d in zip(inputs, it.input_details)]
+    return lambda: it.run(feeds)
+
+
+def measure(name: str, dev: ScratchDevice, workdir: Path, seconds: float, modes: list[str]) -> dict[str, Any]:
+    """One model's figures (see the module's docstring)."""
+    try:
+        path, nlb, inputs_feed, order = _compiled(name, workdir)
+    except RuntimeError as exc:
+        return {"model": name, "reason": str(exc)}
     load_before = os.getloadavg()[0]
-    model = libnpu.load(nlb, devroot=dev.devroot)
+    model = libnpu.load(nlb, devroot=dev.devroot, cache_dir=workdir / "cache")
+    loadable = model.loadable
     try:
         request = model.create_request()
-        inputs = _device_inputs(model, inputs_feed, order)
+        if inputs_feed is None:
+            inputs = random_inputs(model.inputs, seed=1)
+            inputs_feed = {d.name: x for d, x in zip(model.inputs, inputs)}
+        else:
+            inputs = _device_inputs(model, inputs_feed, order)
         try:
             staged = StagedInference(request, inputs)
             nop, _, _ = bench.nop_job(model.device, "queue")
             steps: dict[str, Callable[[], Any]] = {
                 f"npu_{mode}": _in_mode(mode, lambda: request.infer(inputs)) for mode in modes}
             if path.suffix == ".tflite":
-                steps["xnnpack"] = _reference_step(path, inputs_feed)
+                steps["xnnpack"] = (_reference_step(path, inputs_feed) if name in BY_NAME
+                                    else _litert_in_order(path, inputs))
             steps["nop"] = _in_mode(modes[0], nop)
             steps["staged"] = _in_mode(modes[0], staged)
             for step in steps.values():           # warm up
                 for _ in range(20):
                     step()
             staged.clear()
-            samples = _interleaved(steps, seconds)
-            user_queue.set_wait_mode(modes[0])
-            cpu = cpu_per_inference(dev, lambda: request.infer(inputs), max(200, len(samples["nop"]) // 2))
+            samples = shuffled_rounds(steps, seconds)
+            cpu = cpu_per_inference(dev, _in_mode(modes[0], lambda: request.infer(inputs)),
+                                    max(200, len(samples["nop"]) // 2))
         finally:
             user_queue.set_wait_mode("adaptive")
+            user_queue.set_sleep_ahead(True)
             request.release()
     finally:
         model.close()
@@ -210,9 +258,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="wait modes timed side by side (the first one for the breakdown)")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
-    unknown = [m for m in args.models if m not in BY_NAME]
+    unknown = [m for m in args.models if m not in BY_NAME and m not in model_zoo.model_names()]
     if unknown:
-        ap.error(f"not in the corpus: {', '.join(unknown)}")
+        ap.error(f"neither corpus models nor model-zoo names: {', '.join(unknown)}")
     results = []
     with tempfile.TemporaryDirectory(prefix="fixed-cost-") as tmp, ScratchDevice(cores=2) as dev:
         for name in args.models:

@@ -49,6 +49,8 @@ SPIN_S = float(os.environ.get("NPU_QUEUE_SPIN_US", "200")) / 1e6   # polling bef
 CONTENDED_SPIN_S = float(os.environ.get("NPU_QUEUE_CONTENDED_SPIN_US", "0")) / 1e6   # ... while the CPUs are all wanted
 SLEEP_SLICE_MS = 1000   # a sleeping waiter re-checks this often: a safety net only (no wake-up is lost)
 LOAD_CHECK_S = 0.005    # how often the spin looks at the machine's run queue
+# RepeatedJob's hinted wait (a job expected to be long slept through on a timer): on unless 0.
+SLEEP_AHEAD = os.environ.get("NPU_QUEUE_SLEEP_AHEAD", "1") != "0"
 
 
 class SpinWindow:
@@ -104,6 +106,13 @@ def set_wait_mode(mode: str) -> None:
     if mode not in spins:
         raise ValueError(f"wait mode {mode!r}: one of {', '.join(spins)}")
     _SPIN.forced = spins[mode]
+
+
+def set_sleep_ahead(on: bool) -> None:
+    """Whether ``UserQueue.run_repeated`` sleeps through a job expected to be long
+    (``NPU_QUEUE_SLEEP_AHEAD``, default on); for benchmarks that compare."""
+    global SLEEP_AHEAD
+    SLEEP_AHEAD = on
 
 
 class NotQueued(NpuError):
@@ -201,11 +210,12 @@ class RepeatedJob:
     on the core, which hints the wait (``npu_uq_run_hinted``; docs/runtime.md, "How a
     synchronous inference waits")."""
 
-    __slots__ = ("cmd_iova", "cmd_size", "expected_ns", "record", "seq")
+    __slots__ = ("cmd_iova", "cmd_size", "expected_ns", "unhinted", "record", "seq")
 
     def __init__(self, cmd_iova: int, cmd_size: int):
         self.cmd_iova, self.cmd_size = cmd_iova, cmd_size
         self.expected_ns = queue_native.ffi.new("long long *")    # 0: not known yet
+        self.unhinted = queue_native.ffi.new("long long *")       # stays 0: SLEEP_AHEAD off
         self.record = queue_native.ffi.new("unsigned long long[6]")
         self.seq = queue_native.ffi.new("unsigned long long *")
 
@@ -371,8 +381,8 @@ class UserQueue:
             return None
         try:
             result = self._lib.npu_uq_run_hinted(self._native, job.cmd_iova, job.cmd_size, 0, flags,
-                                                 int(_SPIN.seconds() * 1e9), -1, SLEEP_SLICE_MS, job.expected_ns,
-                                                 job.record, job.seq)
+                                                 int(_SPIN.seconds() * 1e9), -1, SLEEP_SLICE_MS,
+                                                 job.expected_ns if SLEEP_AHEAD else job.unhinted, job.record, job.seq)
         finally:
             self._leave_c()
         seq = job.seq[0]
