@@ -27,8 +27,10 @@ Beside the loop, per model:
 - ``core_overhead``: the chip time p50 minus that replay: the core's own steps per job
   (entry, registers, completion, plan lookup);
 - ``cpu_us``: CPU per inference of every process of the stack over ``infer`` alone (a loop of
-  its own): the client (this thread, ``time.thread_time``), the cores, the driver's daemon and
-  the chip's main process (``/proc/<pid>/schedstat``).
+  its own, the first mode): the client (this thread, ``time.thread_time``), the cores, the
+  driver's daemon and the chip's main process (``/proc/<pid>/schedstat``);
+- ``client_cpu_us``: the client thread's CPU per call of every step of the loop (each
+  mode's: a spin counts, a sleep does not).
 
 Every line carries the load average, since on the shared 2-vCPU VM the figures move with it.
 
@@ -110,21 +112,27 @@ class StagedInference:
 
 
 def shuffled_rounds(steps: dict[str, Callable[[], Any]], seconds: float,
-                    min_rounds: int = 50) -> dict[str, list[float]]:
+                    min_rounds: int = 50, cpu: dict[str, float] | None = None) -> dict[str, list[float]]:
     """Each step once a round, round after round for ``seconds``, in a new random order every
     round (a step's neighbours matter: in a fixed order the same inference measured 15-25 us
-    apart at load 18 depending on the step before it); seconds per call."""
+    apart at load 18 depending on the step before it); seconds per call. ``cpu`` gets each
+    step's CPU seconds per call in this thread (``time.thread_time``: a spin counts, a sleep
+    does not)."""
     names = list(steps)
     samples: dict[str, list[float]] = {name: [] for name in names}
     order = random.Random(27)
+    spent = dict.fromkeys(names, 0.0)
     clock, deadline, rounds = time.perf_counter, time.perf_counter() + seconds, 0
     while rounds < min_rounds or clock() < deadline:
         order.shuffle(names)
         for name in names:
-            started = clock()
+            started, used = clock(), time.thread_time()
             steps[name]()
             samples[name].append(clock() - started)
+            spent[name] += time.thread_time() - used
         rounds += 1
+    if cpu is not None:
+        cpu.update({name: total / rounds for name, total in spent.items()})
     return samples
 
 
@@ -209,7 +217,8 @@ def measure(name: str, dev: ScratchDevice, workdir: Path, seconds: float, modes:
                 for _ in range(20):
                     step()
             staged.clear()
-            samples = shuffled_rounds(steps, seconds)
+            thread_cpu: dict[str, float] = {}
+            samples = shuffled_rounds(steps, seconds, cpu=thread_cpu)
             cpu = cpu_per_inference(dev, _in_mode(modes[0], lambda: request.infer(inputs)),
                                     max(200, len(samples["nop"]) // 2))
         finally:
@@ -224,10 +233,11 @@ def measure(name: str, dev: ScratchDevice, workdir: Path, seconds: float, modes:
     npu = p50[f"npu_{modes[0]}"]
     parts = stages["inputs"] + stages["submit"] + stages["wait"] + stages["outputs"]
     result: dict[str, Any] = {
-        "model": name, "rounds": len(samples["nop"]), "p50_us": p50,
+        "model": name, "modes": modes, "rounds": len(samples["nop"]), "p50_us": p50,
         "stages_p50_us": {**stages, "python": round(max(0.0, npu - parts), 1)},
         "replay": replay, "core_overhead_us": round(max(0.0, stages["chip"] - replay["cpu_us"]), 1),
-        "cpu_us": cpu, "load": [round(load_before, 2), round(os.getloadavg()[0], 2)]}
+        "cpu_us": cpu, "client_cpu_us": {k: round(v * 1e6, 1) for k, v in thread_cpu.items()},
+        "load": [round(load_before, 2), round(os.getloadavg()[0], 2)]}
     if "xnnpack" in p50:
         result["npu_over_xnnpack"] = {mode: round(p50[f"npu_{mode}"] / p50["xnnpack"], 2) for mode in modes}
     return result
@@ -247,7 +257,9 @@ def describe(r: dict[str, Any]) -> str:
     chip = (f"chip replay {replay['cpu_us']} us CPU/job ({replay['plan']}, {replay['tasks']} tasks, "
             f"{replay['python_steps']} Python steps); core's own steps {r['core_overhead_us']} us")
     cpu = "  ".join(f"{k} {v}" for k, v in r["cpu_us"].items())
-    return f"{head}\n   stages p50 us: {stages}\n   {chip}\n   CPU us per inference: {cpu}"
+    client = "  ".join(f"{k} {v}" for k, v in r["client_cpu_us"].items())
+    return (f"{head}\n   stages p50 us: {stages}\n   {chip}\n   CPU us per inference ({r['modes'][0]}): {cpu}\n"
+            f"   the client thread's CPU us per call, per step: {client}")
 
 
 def main(argv: list[str] | None = None) -> int:
