@@ -52,6 +52,9 @@ struct npu_uq_client {
 #define NPU_UQ_SLEEP_AHEAD_MIN_NS 150000LL
 /* ... until this long before their expected end (a timer wake-up on a busy machine). */
 #define NPU_UQ_WAKE_MARGIN_NS 40000LL
+/* Longer jobs are not slept through: a wake-up is small beside them, and a wrong hint
+ * would cost as much as the sleep. */
+#define NPU_UQ_SLEEP_AHEAD_MAX_NS 5000000LL
 
 #define LOAD64(field) __atomic_load_n(&(field), __ATOMIC_ACQUIRE)
 #define LOAD32(field) __atomic_load_n(&(field), __ATOMIC_ACQUIRE)
@@ -330,7 +333,7 @@ static int wait_hinted(struct npu_uq_client *q, unsigned long long seq, long lon
 	}
 	long long start = now_ns();
 	long long deadline = timeout_ns < 0 ? -1 : start + timeout_ns;
-	if (expected_ns >= NPU_UQ_SLEEP_AHEAD_MIN_NS) {
+	if (expected_ns >= NPU_UQ_SLEEP_AHEAD_MIN_NS && expected_ns <= NPU_UQ_SLEEP_AHEAD_MAX_NS) {
 		sleep_ahead(start, expected_ns, deadline);
 		if (spin_ns < 2 * NPU_UQ_WAKE_MARGIN_NS)      /* the margin and as much again: the job's */
 			spin_ns = 2 * NPU_UQ_WAKE_MARGIN_NS;  /* time varies a little */
@@ -399,15 +402,21 @@ int npu_uq_run_hinted(struct npu_uq_client *q, unsigned long long cmd_iova, unsi
 	int result = wait_hinted(q, (unsigned long long)seq, spin_ns, *expected_ns, timeout_ns, slice_ms, out);
 	const struct npu_queue_completion *done = out;
 	if (result == 0 && done->seq == (unsigned long long)seq && done->status == 0) {
-		/* Down at once; up by an eighth of the difference, at most an eighth of itself
-		 * and 1 us: a job preempted for milliseconds (a loaded machine) moves it little,
-		 * while a job that really grew is caught up with in a few dozen runs. */
-		const long long took = (long long)done->exec_ns;
-		const long long up = (took - *expected_ns) / 8, most = *expected_ns / 8 + 1000;
-		if (*expected_ns <= 0 || took < *expected_ns)
+		/* The first job's time is kept aside (negative: not a hint yet), the lower of the
+		 * first two starts the hint: one slow job (a first replay, a preemption) is never
+		 * slept through.  Then down at once; up by an eighth of the difference, at most an
+		 * eighth of itself and 1 us: a job preempted for milliseconds (a loaded machine)
+		 * moves it little, while a job that really grew is caught up with in a few dozen runs. */
+		const long long took = (long long)done->exec_ns, now = *expected_ns;
+		const long long up = (took - now) / 8, most = now / 8 + 1000;
+		if (now == 0)
+			*expected_ns = -(took > 0 ? took : 1);
+		else if (now < 0)
+			*expected_ns = took < -now ? took : -now;
+		else if (took < now)
 			*expected_ns = took;
 		else
-			*expected_ns += up < most ? up : most;
+			*expected_ns = now + (up < most ? up : most);
 	}
 	return result;
 }
