@@ -136,10 +136,17 @@ def shuffled_rounds(steps: dict[str, Callable[[], Any]], seconds: float,
     return samples
 
 
+def _set_sleep_ahead(on: bool) -> None:
+    """``user_queue.set_sleep_ahead``, absent from a checkout before it (copied there for an A/B run)."""
+    setter = getattr(user_queue, "set_sleep_ahead", None)
+    if setter is not None:
+        setter(on)
+
+
 def _in_mode(mode: str, run: Callable[[], Any]) -> Callable[[], Any]:
     def step() -> Any:
         user_queue.set_wait_mode("adaptive" if mode == "unhinted" else mode)
-        user_queue.set_sleep_ahead(mode != "unhinted")
+        _set_sleep_ahead(mode != "unhinted")
         return run()
     return step
 
@@ -223,7 +230,7 @@ def measure(name: str, dev: ScratchDevice, workdir: Path, seconds: float, modes:
                                     max(200, len(samples["nop"]) // 2))
         finally:
             user_queue.set_wait_mode("adaptive")
-            user_queue.set_sleep_ahead(True)
+            _set_sleep_ahead(True)
             request.release()
     finally:
         model.close()
