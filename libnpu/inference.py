@@ -27,8 +27,7 @@ import errno
 import os
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -46,7 +45,7 @@ from libnpu.pool import ErrorCallback, FinishCallback, OutputCallback, RequestPo
 from libnpu.portability import MEM_READ, MEM_RW, Device, Fence, Memory, Session
 from libnpu.profiling import ChipPart, HostPart, InferenceProfile, Timing
 from libnpu.tensors import ArrayLike, Inputs, as_input, dequantize, quantize, tensor_view
-from libnpu.user_queue import QueueFence, RepeatedJob, UserQueue
+from libnpu.user_queue import QueueFence, RepeatedJob
 from npu_hw import queues as queue_spec
 
 
@@ -88,10 +87,7 @@ class InferRequest(OpenVinoRequestNames):
         self._inputs = [(desc, self._view(desc)) for desc in loadable.inputs()]
         self._outputs = [(desc, self._view(desc)) for desc in loadable.outputs()]
         self._states = [VariableState(self, desc, self._view(desc)) for desc in loadable.states()]
-        # The whole job again and again on the queue it last ran on, in one C call (no
-        # shared_queue look-up per job), its wait hinted by the job's time so far.
-        self._job = RepeatedJob(self.command.address, self.command_size)
-        self._queue: UserQueue | None = None
+        self._job = RepeatedJob(self.command.address, self.command_size)   # on its queue again: _run_sync
         self._prepare(model.priority, model.profiling)
         self.fence: Fence | QueueFence | None = None
         self.timing = Timing()
@@ -104,7 +100,7 @@ class InferRequest(OpenVinoRequestNames):
     def _prepare(self, priority: int, profile: bool) -> None:
         device = self.model.device
         self._priority, self._profiled = priority, profile
-        self._queue = None                   # a queue of the new priority next time
+        self._job.queue = None               # a queue of the new priority next time
         self._run = device.prepare_submit(self.command, self.buffers, size=self.command_size, wait=True,
                                           priority=priority, profile=profile)
         self._submit = device.prepare_submit(self.command, self.buffers, size=self.command_size, priority=priority,
@@ -140,11 +136,7 @@ class InferRequest(OpenVinoRequestNames):
     def set_inputs(self, inputs: Inputs) -> None:
         self._check_usable()
         slots = self._inputs
-        if type(inputs) is np.ndarray:      # one array for a one-input model, as OpenVINO takes it
-            arrays = [inputs]
-            if len(slots) != 1:
-                raise InputError(f"model takes {len(slots)} inputs, got 1")
-        elif isinstance(inputs, Mapping):
+        if isinstance(inputs, Mapping):
             missing = [d.name for d, _ in slots if d.name not in inputs]
             if missing:
                 raise InputError(f"missing inputs {missing} (the model takes {[d.name for d, _ in slots]})")
@@ -192,21 +184,12 @@ class InferRequest(OpenVinoRequestNames):
     def _claim(self) -> None:
         """One inference at a time per request: two at once run jobs on the same memory (the
         inputs, the outputs, and the state both read and write: an update would be lost).
-        The caller sets ``_busy`` back to False when it is done."""
+        The caller sets ``_busy`` back to False when it is done (no context manager: 2 us)."""
         with self._claim_lock:
             if self._running():
                 raise RuntimeError("this request is still running: one inference at a time per request "
                                    "(wait() for it, or give each thread a request of its own)")
             self._busy = True
-
-    @contextmanager
-    def _claimed(self) -> Iterator[None]:
-        """``_claim`` for a block."""
-        self._claim()
-        try:
-            yield
-        finally:
-            self._busy = False
 
     def _check_idle(self) -> None:
         self._check_usable()
@@ -217,7 +200,8 @@ class InferRequest(OpenVinoRequestNames):
         """Submit the job; returns at once.  ``callback(request, error)`` runs in a
         helper thread when the job is done."""
         self._check_usable()
-        with self._claimed():
+        self._claim()
+        try:
             if self.partitioned:
                 return self._start_partitions(callback)
             self._follow_settings()
@@ -226,6 +210,8 @@ class InferRequest(OpenVinoRequestNames):
             if callback is not None:
                 self._waiter = threading.Thread(target=self._wait_then_call, args=(callback,), daemon=True)
                 self._waiter.start()
+        finally:
+            self._busy = False
 
     def _wait_then_call(self, callback: Callable[[InferRequest, Exception | None], None]) -> None:
         error = None
@@ -329,7 +315,9 @@ class InferRequest(OpenVinoRequestNames):
             self._run_partitions()
             return
         self._follow_settings()
-        fence = self._run_on_own_queue() or self._on_queue(True)
+        # Again on the queue it last ran on (one C call, no look-up, the wait hinted), else take one.
+        own = not self._profiled and self.model.device.use_queues
+        fence = (self._job.run() if own else None) or self._on_queue(True)
         if fence is not None:
             self.fence, self.timing = fence, Timing(time.perf_counter() - started, fence.device_time_ns,
                                                     fence.exec_ns)
@@ -337,19 +325,6 @@ class InferRequest(OpenVinoRequestNames):
             self.fence = self.model.device.run_prepared(self._run)
             self.timing = Timing(time.perf_counter() - started, self.fence.device_time_ns)
         self._collect_profile()
-
-    def _run_on_own_queue(self) -> QueueFence | None:
-        """The whole job, run to its end on the queue this request last ran it on
-        (``UserQueue.run_repeated``: one C call, the wait hinted by the job's time); None when
-        there is none, PERF_COUNT is on, queues are turned off (``Device.use_queues``), or that
-        queue is busy or stopped: the caller takes a queue as ``_on_queue`` does."""
-        queue = self._queue
-        if queue is None or self._profiled or not self.model.device.use_queues:
-            return None
-        fence = queue.run_repeated(self._job)
-        if fence is None:
-            self._queue = None
-        return fence
 
     def _on_queue(self, wait: bool, offset: int = 0, size: int | None = None) -> QueueFence | None:
         """The job (the command buffer from ``offset``, ``size`` bytes: a partition's; the
@@ -361,7 +336,7 @@ class InferRequest(OpenVinoRequestNames):
         if queue is None or self.command is None:
             return None
         if wait and size is None and queue.native:
-            self._queue = queue              # the next inferences go straight to it
+            self._job.queue = queue          # the next inferences go straight to it
         return queue.try_submit(self.command.address + offset, self.command_size if size is None else size,
                                 wait=wait, flags=queue_spec.ENTRY_PROFILE if self._profiled else 0)
 

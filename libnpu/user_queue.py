@@ -206,18 +206,28 @@ class QueueFence:
 
 class RepeatedJob:
     """A command buffer run again and again, one job at a time (a request's inference), for
-    ``UserQueue.run_repeated``: the C call's buffers, made once, and the job's expected time
-    on the core, which hints the wait (``npu_uq_run_hinted``; docs/runtime.md, "How a
-    synchronous inference waits")."""
+    ``UserQueue.run_repeated``: the C call's buffers, made once, the job's expected time on
+    the core, which hints the wait (``npu_uq_run_hinted``; docs/runtime.md, "How a
+    synchronous inference waits"), and the queue it last ran on."""
 
-    __slots__ = ("cmd_iova", "cmd_size", "expected_ns", "unhinted", "record", "seq")
+    __slots__ = ("cmd_iova", "cmd_size", "expected_ns", "unhinted", "record", "seq", "queue")
 
     def __init__(self, cmd_iova: int, cmd_size: int):
         self.cmd_iova, self.cmd_size = cmd_iova, cmd_size
+        self.queue: UserQueue | None = None       # set by the caller once a job ran on it
         self.expected_ns = queue_native.ffi.new("long long *")    # 0: not known yet
         self.unhinted = queue_native.ffi.new("long long *")       # stays 0: SLEEP_AHEAD off
         self.record = queue_native.ffi.new("unsigned long long[6]")
         self.seq = queue_native.ffi.new("unsigned long long *")
+
+    def run(self) -> QueueFence | None:
+        """Run to its end on ``queue`` (``UserQueue.run_repeated``); None when there is none or
+        it is busy or stopped (then forgotten: the caller takes a queue another way)."""
+        queue = self.queue
+        fence = queue.run_repeated(self) if queue is not None else None
+        if fence is None:
+            self.queue = None
+        return fence
 
 
 class UserQueue:

@@ -87,10 +87,10 @@ def test_inferences_run_on_the_requests_queue_with_the_same_bytes(session, resne
     with libnpu.load(resnet8_nlb, device) as model:
         request = model.create_request()
         first = [request.infer(xi)[0].copy() for xi in x]
-        queue = request._queue
+        queue = request._job.queue
         assert queue is not None and queue.native          # taken once, then run on directly
         again = [request.infer(xi)[0].copy() for xi in x]
-        assert request._queue is queue and request._job.expected_ns[0] > 0
+        assert request._job.queue is queue and request._job.expected_ns[0] > 0
         device.use_queues = False                           # turned off: not even the request's own queue
         submitted = [request.infer(xi)[0].copy() for xi in x]
         assert request.timing.chip_ns == 0
