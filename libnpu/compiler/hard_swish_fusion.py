@@ -75,7 +75,7 @@ def _in_region(g: Graph, op: Op) -> bool:
             and all(i and (not g.tensors[i].is_constant or _scalar(g, i) is not None) for i in op.inputs))
 
 
-def _roots(g: Graph, anchor: Op, producers: dict[str, Op], depth: int = 3) -> list[str]:
+def _roots(g: Graph, anchor: Op, producers: dict[str, Op], depth: int = 5) -> list[str]:
     """The run-time tensors reached backwards from ``anchor`` through region ops, nearest first."""
     seen: list[str] = []
     frontier = [i for i in anchor.inputs if not g.tensors[i].is_constant]

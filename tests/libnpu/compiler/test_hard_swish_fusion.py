@@ -72,9 +72,11 @@ def keras_sigmoid() -> onnx.ModelProto:
                   {"k": 0.2, "half": 0.5, "zero": 0.0, "one": 1.0})
 
 
+#: (model, the op it becomes, its attrs): a hard-sigmoid takes the widening MUL in too
+#: (one table of ``x0``), a hard-swish reads the MUL's result.
 SPELLINGS = [(paddle, "HARD_SWISH", {}), (pytorch, "HARD_SWISH", {}), (gate_first, "HARD_SWISH", {}),
-             (hard_sigmoid_op, "HARD_SWISH", {}), (relu6_sigmoid, "HARD_SIGMOID", dict(alpha=1 / 6, beta=0.5)),
-             (keras_sigmoid, "HARD_SIGMOID", dict(alpha=0.2, beta=0.5))]
+             (hard_sigmoid_op, "HARD_SWISH", {}), (relu6_sigmoid, "HARD_SIGMOID", dict(alpha=5 / 6, beta=0.5)),
+             (keras_sigmoid, "HARD_SIGMOID", dict(alpha=1.0, beta=0.5))]
 
 
 @pytest.fixture(scope="module")
@@ -86,9 +88,11 @@ def mem(tmp_path_factory) -> ChipMemory:
 def test_spelling_becomes_one_op_and_runs_like_onnxruntime(mem, build, op_type, attrs) -> None:
     model = build()
     g = optimize(import_onnx(model))
-    assert g.op_counts() == {"MUL": 1, op_type: 1}, g.op_counts()
     fused = g.ops[-1]
-    assert fused.type == op_type and fused.inputs == [g.ops[0].outputs[0]]
+    if op_type == "HARD_SWISH":
+        assert g.op_counts() == {"MUL": 1, op_type: 1} and fused.inputs == [g.ops[0].outputs[0]]
+    else:
+        assert g.op_counts() == {op_type: 1} and fused.inputs == ["x0"]
     for key, value in attrs.items():
         assert fused.attrs[key] == pytest.approx(value, abs=1e-6)
     ld = lower(quantize_model(import_onnx(model), random_count=64, seed=0))
@@ -100,6 +104,6 @@ def test_spelling_becomes_one_op_and_runs_like_onnxruntime(mem, build, op_type, 
 
 def test_intermediate_read_elsewhere_or_other_constant_keeps_the_ops() -> None:
     shared = optimize(import_onnx(paddle(outputs=("out", "c"))))
-    assert "HARD_SWISH" not in shared.op_counts() and shared.op_counts()["MUL"] == 2
+    assert "HARD_SWISH" not in shared.op_counts() and shared.op_counts()["MUL"] == 3
     shifted = optimize(import_onnx(paddle(three=2.0)))
-    assert "HARD_SWISH" not in shifted.op_counts() and shifted.op_counts()["MUL"] == 2
+    assert "HARD_SWISH" not in shifted.op_counts() and shifted.op_counts()["MUL"] == 3
