@@ -68,8 +68,8 @@ def relu6_sigmoid() -> onnx.ModelProto:
 
 def keras_sigmoid() -> onnx.ModelProto:
     """hard-sigmoid as ``clip(0.2 * x + 0.5, 0, 1)``."""
-    return _model([n("Mul", ["x", "k"], ["s"]), n("Add", ["s", "half"], ["a"]), n("Clip", ["a", "zero", "one"], ["out"])],
-                  {"k": 0.2, "half": 0.5, "zero": 0.0, "one": 1.0})
+    return _model([n("Mul", ["x", "k"], ["s"]), n("Add", ["s", "half"], ["a"]),
+                   n("Clip", ["a", "zero", "one"], ["out"])], {"k": 0.2, "half": 0.5, "zero": 0.0, "one": 1.0})
 
 
 #: (model, the op it becomes, its attrs): a hard-sigmoid takes the widening MUL in too
