@@ -11,7 +11,8 @@ chip (int16 ones when escalation widened them); as one HARD_SWISH it is one task
 to the run-time tensor ``x`` it is computed from (``REGION_OPS``, scalar constants
 only), evaluates every tensor computed from ``x`` alone on ``PROBE`` and replaces the ops
 computing a tensor equal to ``hard_swish(x)`` (else ``clip(alpha * x + beta, 0, 1)``)
-with one op, provided none of their other results is read elsewhere.
+with one op, provided none of their other results is read elsewhere. It is HARD_SWISH's
+float-graph rewrite (``ops/unary.py``), run after activations are fused.
 """
 from __future__ import annotations
 
@@ -19,7 +20,6 @@ from collections.abc import Callable
 
 import numpy as np
 
-from .float_ref import activation
 from .ir import Graph, Op
 
 __all__ = ["REGION_OPS", "PROBE", "TOLERANCE", "fuse_hard_swish_spellings", "hard_swish_reference"]
@@ -67,7 +67,8 @@ def _evaluate(op: Op, args: list[np.ndarray]) -> np.ndarray:
         value = np.clip(op.attrs["alpha"] * args[0] + op.attrs["beta"], 0.0, 1.0)
     else:
         value = REGION_OPS[op.type](*args)
-    return activation(np.asarray(value, np.float64), op.attrs.get("activation", "NONE"))
+    act = op.attrs.get("activation", "NONE")
+    return np.asarray(value if act == "NONE" else REGION_OPS[act](value), np.float64)
 
 
 def _in_region(g: Graph, op: Op) -> bool:

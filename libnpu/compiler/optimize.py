@@ -1,14 +1,12 @@
 """Graph clean-ups run before quantization: fold constants, fold affine ops into
 convolutions, turn subtraction of constants into addition, fold zero PADs into the
-convolutions they feed, fuse hard-swish / hard-sigmoid spellings
-(:mod:`libnpu.compiler.hard_swish_fusion`), fuse activations, drop identities."""
+convolutions they feed, fuse activations, drop identities."""
 from __future__ import annotations
 
 import numpy as np
 
 from . import registry
 from .float_ref import evaluate, has_reference
-from .hard_swish_fusion import fuse_hard_swish_spellings
 from .ir import ACTIVATIONS, Graph, Tensor
 
 __all__ = ["optimize", "fold_constants", "fold_affine_into_conv", "sub_const_to_add", "fold_pad_into_conv",
@@ -295,7 +293,6 @@ def optimize(graph: Graph) -> Graph:
     fold_affine_into_conv(g)
     sub_const_to_add(g)
     fold_pad_into_conv(g)
-    fuse_hard_swish_spellings(g)
     fuse_activations(g)
     remove_identities(g)
     operator_rewrites(g)
