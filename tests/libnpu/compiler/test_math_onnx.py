@@ -83,6 +83,7 @@ CASES = {
     "Reciprocal": lambda: _model("Reciprocal"),
     "Pow0.5": lambda: _model("Pow", consts={"half": np.float32(0.5)}),
     "Pow2": lambda: _model("Pow", consts={"two": np.float32(2)}),
+    "Pow3": lambda: _model("Pow", consts={"three": np.float32(3)}),
     "Exp": lambda: _model("Exp"),
     "Log": lambda: _model("Log"),
     "Softplus": lambda: _model("Softplus"),
@@ -180,4 +181,4 @@ def test_unsupported_variants_are_named(op, attrs, message) -> None:
 def test_pow_by_other_exponents_is_refused() -> None:
     from libnpu.compiler.onnx_import import ONNXImportError, import_onnx
     with pytest.raises(ONNXImportError, match="Pow by"):
-        import_onnx(_model("Pow", consts={"e": np.float32(3)}))
+        import_onnx(_model("Pow", consts={"e": np.float32(4)}))
