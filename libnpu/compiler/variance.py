@@ -86,9 +86,10 @@ def center_variances(g: Graph) -> int:
         xt = g.tensors[x]
         at = g.ops.index(sub)
         new: list[Op] = []
+        prefix = sub.outputs[0]
 
-        def tensor(base: str, shape: tuple[int, ...]) -> str:
-            return g.add_tensor(Tensor(g.unique_name(f"{sub.outputs[0]}__{base}"), tuple(shape), "float32")).name
+        def tensor(base: str, shape: tuple[int, ...], prefix: str = prefix) -> str:
+            return g.add_tensor(Tensor(g.unique_name(f"{prefix}__{base}"), tuple(shape), "float32")).name
 
         centre = mean_name
         kept = tuple(1 if i in {a % len(xt.shape) for a in reduce_op.attrs.get("axes", ())} else d
