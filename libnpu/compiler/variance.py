@@ -78,7 +78,8 @@ def center_variances(g: Graph) -> int:
         x = _square_of(producers.get(squares[0])) if squares else None
         mean_name = _square_of(producers.get(sub.inputs[1]))
         mean = _mean(g, mean_name, producers) if mean_name else None
-        if squares is None or x is None or mean is None or mean[0] != x or not _same_reduction(squares[1], mean[1]):
+        if squares is None or x is None or mean_name is None or mean is None or mean[0] != x \
+                or not _same_reduction(squares[1], mean[1]):
             continue
         if (squares[2] is None) != (mean[2] is None):
             continue
