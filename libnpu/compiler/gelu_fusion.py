@@ -105,12 +105,16 @@ def _region(g: Graph, x: str, consumers: dict[str, list[Op]], limit: int = 24) -
     return values
 
 
+_FORMS = {approximate: gelu_reference(PROBE, approximate) for approximate in (True, False)}
+_ALLOWED = TOLERANCE * (1 + np.abs(PROBE))
+
+
 def _gelu_form(value: np.ndarray) -> bool | None:
     """``True`` / ``False`` when ``value`` is GELU of ``PROBE`` in the tanh / erf form, else None."""
     if value.shape != PROBE.shape or not np.all(np.isfinite(value)):
         return None
-    for approximate in (True, False):
-        if np.all(np.abs(value - gelu_reference(PROBE, approximate)) <= TOLERANCE * (1 + np.abs(PROBE))):
+    for approximate, reference in _FORMS.items():
+        if np.all(np.abs(value - reference) <= _ALLOWED):
             return approximate
     return None
 
@@ -132,10 +136,11 @@ def fuse_gelu(g: Graph) -> int:
     """Replace every elementwise spelling of GELU (module docstring) with one GELU op;
     returns how many were fused."""
     fused = 0
+    producers, consumers = g.producers(), g.consumers()
+    removed: set[int] = set()
     for anchor in [op for op in g.ops if op.type in ("TANH", "ERF")]:
-        if anchor not in g.ops:
+        if id(anchor) in removed:
             continue    # fused with an earlier anchor's region
-        producers, consumers = g.producers(), g.consumers()
         for x in _roots(g, anchor, producers):
             values = _region(g, x, consumers)
             if values is None:
@@ -155,7 +160,9 @@ def fuse_gelu(g: Graph) -> int:
                 at = min(g.ops.index(op) for op in chain)
                 for op in chain:
                     g.ops.remove(op)
+                    removed.add(id(op))
                 g.ops.insert(at, Op("GELU", [x], [y], {"approximate": approximate}, last.name))
+                producers, consumers = g.producers(), g.consumers()
                 fused += 1
                 done = True
                 break
