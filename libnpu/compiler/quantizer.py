@@ -188,6 +188,20 @@ def _unsaturated_domain(op_type: str) -> Range | None:
     return float(x.min()), float(x.max())
 
 
+def _gate_domain(op: Op) -> Range | None:
+    """The inputs over which a HARD_SIGMOID (a squeeze-excitation gate) still moves,
+    ``[-beta/alpha, (1-beta)/alpha]``: its input grid over all of it, and its output grid
+    over all of [0, 1], cost nothing its output grid shows (an input step times the slope
+    ``alpha`` is one output step), where a range calibrated on a few gate vectors clipped
+    unseen ones (rapidocr's classifier: SE logits up to 4.4 on unseen crops, 2.2 calibrated)."""
+    if op.type != "HARD_SIGMOID":
+        return None
+    alpha, beta = float(op.attrs["alpha"]), float(op.attrs["beta"])
+    if alpha <= 0:
+        return None
+    return -beta / alpha, (1.0 - beta) / alpha
+
+
 def _activation_table(g: Graph, ranges: Mapping[str, Range], roles) -> dict[str, QuantParams]:
     """Quantization parameters for every non-weight tensor, honouring the spec's constraints."""
     rng: dict[str, Range] = {}
@@ -213,6 +227,11 @@ def _activation_table(g: Graph, ranges: Mapping[str, Range], roles) -> dict[str,
         if domain is not None and x in rng and producer is not None and \
                 not registry.get(producer.type, "same_scale"):
             rng[x] = (min(rng[x][0], domain[0]), max(rng[x][1], domain[1]))
+        gate = _gate_domain(op)
+        if gate is not None and x in rng and op.outputs[0] in rng and producer is not None and \
+                not registry.get(producer.type, "same_scale"):
+            rng[x] = (min(rng[x][0], gate[0]), max(rng[x][1], gate[1]))
+            rng[op.outputs[0]] = (min(rng[op.outputs[0]][0], 0.0), max(rng[op.outputs[0]][1], 1.0))
     fixed = fixed_grids(g)
     params: dict[str, QuantParams] = {}
     for members in shared_grid_groups(g, rng.keys() | fixed.keys()):
