@@ -1,5 +1,8 @@
 """Import a float ONNX model into the graph IR (NHWC, TFLite-style ops).
 
+A QDQ model (QuantizeLinear/DequantizeLinear pairs) is imported as its float twin, the
+pairs' grids kept for the quantizer (:mod:`libnpu.compiler.qdq_import`).
+
 ONNX image tensors are NCHW; the IR is NHWC. Every 4-D activation is kept in NHWC
 inside the graph; a TRANSPOSE is inserted only where an op needs the ONNX layout
 (e.g. Flatten of a feature map with H*W > 1) and, unless ``nhwc_io`` is set, at 4-D
@@ -29,6 +32,7 @@ from .integer_inputs import INTEGER_INPUTS, refuse_integer_operands
 from .ir import Graph, IRError, Op, SourceOp, Tensor, require_data, same_pads
 from .onnx_fold import fold_onnx
 from .onnx_host import TensorType, group_model, probe_shapes, reads
+from .qdq_import import QDQ_RANGES, float_twin, is_qdq
 
 __all__ = ["ONNXImportError", "import_onnx", "import_onnx_sources", "load_onnx", "pads_2d", "binary", "unary",
            "squeeze_leading", "TO_NHWC", "TO_NCHW", "AXIS_TO_NHWC"]
@@ -50,6 +54,8 @@ class _Importer:
     def __init__(self, model: onnx.ModelProto, name: str, nhwc_io: bool, input_shapes: InputShapes, *,
                  fallback: bool = False, force_host: Mapping[int, str] | None = None) -> None:
         model = onnx.ModelProto.FromString(model.SerializeToString())
+        # a QDQ model: its float twin, each Q -> DQ pair's grid kept as its value's range
+        model, self.qdq_ranges, _ = float_twin(model) if is_qdq(model) else (model, {}, [])
         self.fallback, self.force_host = fallback, dict(force_host or {})
         self.sources: list[SourceOp] = []
         model, _ = fix_onnx_inputs(model, input_shapes, name)   # free input dims given or refused, never guessed
@@ -201,6 +207,8 @@ class _Importer:
             self.g.outputs.append(name)
         self.g.metadata["source"] = "onnx"
         self.g.metadata["layout"] = "NHWC" if self.nhwc_io else "as ONNX (NCHW)"
+        if self.qdq_ranges:         # the grids the quantizer keeps (compiler.qdq_import)
+            self.g.metadata[QDQ_RANGES] = {self.env[n][0]: r for n, r in self.qdq_ranges.items() if n in self.env}
         self.g.prune()
         self.g.validate()
         self.g.check_runnable()

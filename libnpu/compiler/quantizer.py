@@ -36,6 +36,7 @@ from .integer_inputs import INTEGER_INPUTS, integer_activations, random_integers
 from .ir import Graph, IRError, Op, QuantParams, State, Tensor
 from .optimize import optimize
 from .progress import Progress, stage
+from .qdq_import import QDQ_RANGES
 from .scales import SHARED_GRIDS, bias_scale, choose_activation_scale, quantize_weights, symmetric
 from .weight_rounding import input_moments, round_layer
 
@@ -257,6 +258,8 @@ def quantize(graph: Graph, ranges: Mapping[str, Range], *, fc_per_channel: bool 
         if t.quant is not None or t.dtype not in ("float32", "float16", *INTEGER_INPUTS) and t.name not in indices:
             raise QuantizationError(f"tensor {t.name!r} is {t.dtype}{' (quantized)' if t.quant else ''}: "
                                     "quantize expects a float graph")
+    # a QDQ model's own grids (compiler.qdq_import) rather than the calibrated ranges
+    ranges = {**ranges, **{n: r for n, r in src.metadata.get(QDQ_RANGES, {}).items() if n in src.tensors}}
     src, ranges = requantize_joins(src, ranges)   # a fixed grid (LOGISTIC's) joined to wider tensors
     roles = _roles(src)
     params = _activation_table(src, ranges, {**roles, **{n: ("index", None) for n in indices}})
@@ -264,6 +267,7 @@ def quantize(graph: Graph, ranges: Mapping[str, Range], *, fc_per_channel: bool 
     g = Graph(src.name)
     g.metadata = dict(src.metadata, quantized="int8")
     g.metadata.pop(SHARED_GRIDS, None)   # the float graph's hint, spent
+    g.metadata.pop(QDQ_RANGES, None)
     for name, t in src.tensors.items():
         if name in roles:
             continue
