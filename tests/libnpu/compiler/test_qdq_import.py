@@ -13,9 +13,10 @@ from onnx import numpy_helper as nh
 
 from libnpu.compiler.lower import compile_model
 from tests.support.chip_memory import ChipMemory, run_loadable
+from tests.support.qdq_models import quantize_qdq
 
 ort = pytest.importorskip("onnxruntime")
-quantization = pytest.importorskip("onnxruntime.quantization")
+pytest.importorskip("onnxruntime.quantization")
 
 SHAPE = (1, 3, 8, 8)
 
@@ -42,21 +43,7 @@ def _float_model() -> bytes:
 
 @pytest.fixture(scope="module")
 def qdq_model(tmp_path_factory) -> bytes:
-    folder = tmp_path_factory.mktemp("qdq")
-    (folder / "float.onnx").write_bytes(_float_model())
-    rng = np.random.default_rng(1)
-
-    class Reader(quantization.CalibrationDataReader):
-        def __init__(self):
-            self.feeds = iter([{"x": rng.uniform(-1, 1, SHAPE).astype(np.float32)} for _ in range(8)])
-
-        def get_next(self):
-            return next(self.feeds, None)
-    quantization.quantize_static(str(folder / "float.onnx"), str(folder / "qdq.onnx"), Reader(),
-                                 quant_format=quantization.QuantFormat.QDQ,
-                                 activation_type=quantization.QuantType.QInt8,
-                                 weight_type=quantization.QuantType.QInt8)
-    return (folder / "qdq.onnx").read_bytes()
+    return quantize_qdq(_float_model(), tmp_path_factory.mktemp("qdq"), SHAPE, 8).read_bytes()
 
 
 def test_qdq_model_compiles_and_matches_ort(qdq_model, tmp_path):
