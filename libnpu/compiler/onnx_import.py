@@ -33,6 +33,7 @@ from .ir import Graph, IRError, Op, SourceOp, Tensor, require_data, same_pads
 from .onnx_fold import fold_onnx
 from .onnx_host import TensorType, group_model, probe_shapes, reads
 from .qdq_import import QDQ_RANGES, float_twin, is_qdq
+from .source_index import record_sources
 
 __all__ = ["ONNXImportError", "import_onnx", "import_onnx_sources", "load_onnx", "pads_2d", "binary", "unary",
            "squeeze_leading", "TO_NHWC", "TO_NCHW", "AXIS_TO_NHWC"]
@@ -55,13 +56,17 @@ class _Importer:
                  fallback: bool = False, force_host: Mapping[int, str] | None = None) -> None:
         model = onnx.ModelProto.FromString(model.SerializeToString())
         # a QDQ model: its float twin, each Q -> DQ pair's grid kept as its value's range
-        model, self.qdq_ranges, _ = float_twin(model) if is_qdq(model) else (model, {}, [])
+        qdq_types = [n.op_type for n in model.graph.node]
+        model, self.qdq_ranges, qdq_origins = float_twin(model) if is_qdq(model) else (model, {}, [])
         self.fallback, self.force_host = fallback, dict(force_host or {})
         self.sources: list[SourceOp] = []
         model, _ = fix_onnx_inputs(model, input_shapes, name)   # free input dims given or refused, never guessed
         # after the dims are fixed: folding needs static shapes. origin: node index in the
         # file, found again by the node's outputs after folding
         model, self.origin = fold_onnx(model, name)
+        if qdq_origins:      # numbered as the QDQ file's nodes, as the user reads them (compiler.source_index)
+            self.origin = {outs: (qdq_origins[i], qdq_types[qdq_origins[i]]) if qdq_origins[i] >= 0 else (i, op)
+                           for outs, (i, op) in self.origin.items()}
         try:
             self.model = shape_inference.infer_shapes(model, strict_mode=True)
         except Exception as exc:  # onnx raises its own InferenceError types
@@ -200,6 +205,7 @@ class _Importer:
         # nodes folded into constants at import time run nowhere
         self.sources += [SourceOp(i, op) for i, op in dict(self.origin.values()).items() if i not in seen]
         self.sources.sort(key=lambda src: src.index)
+        record_sources(self.g, self.sources)
         for vi in graph.output:
             if vi.name not in self.env:
                 raise ONNXImportError(f"graph output {vi.name!r} is not computed by any node")

@@ -191,7 +191,8 @@ def is_qdq(model: onnx.ModelProto) -> bool:
 
 def float_twin(model: onnx.ModelProto) -> tuple[onnx.ModelProto, dict[str, Range], list[int]]:
     """The float twin of a QDQ ONNX model, the range of each value a Q -> DQ pair carried
-    (by the twin's names), and each twin node's index in ``model`` (-1: a clamp's Relu).
+    (by the twin's names), and each twin node's index in ``model`` (a clamp's Relu: its
+    QuantizeLinear's; an output's Identity: its DequantizeLinear's).
 
     The twin keeps the model's input and output names (an output a DQ gave is an Identity
     of the float value)."""
@@ -210,14 +211,16 @@ def float_twin(model: onnx.ModelProto) -> tuple[onnx.ModelProto, dict[str, Range
             del proto.input[:]
             proto.input.extend(t.inputs)
         protos.append(proto)
-    origins = [t.origin for t in made]
+    quantizer = {n.inputs[0]: i for i, n in enumerate(nodes) if n.op_type == "QuantizeLinear" and n.inputs}
+    producer = {v: i for i, n in enumerate(nodes) for v in n.outputs}
+    origins = [t.origin if t.origin >= 0 else quantizer.get(t.inputs[0], -1) for t in made]
     ranges = dict(twin.ranges)
     ranges.update({clamped_name(v): twin.ranges[v] for v in twin.clamped})
     for vi in graph.output:
         source = twin.name(vi.name)
         if source != vi.name:
             protos.append(helper.make_node("Identity", [source], [vi.name], name=f"{vi.name}__float"))
-            origins.append(-1)
+            origins.append(producer.get(vi.name, -1))
             if source in ranges:
                 ranges[vi.name] = ranges[source]
     used = {v for p in protos for v in p.input}
