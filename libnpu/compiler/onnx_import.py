@@ -32,7 +32,7 @@ from .integer_inputs import INTEGER_INPUTS, refuse_integer_operands
 from .ir import Graph, IRError, Op, SourceOp, Tensor, require_data, same_pads
 from .onnx_fold import fold_onnx
 from .onnx_host import TensorType, group_model, probe_shapes, reads
-from .qdq_import import QDQ_RANGES, float_twin, is_qdq
+from .qdq_import import QDQ_PER_TENSOR, QDQ_RANGES, float_twin, is_qdq
 from .source_index import record_sources
 
 __all__ = ["ONNXImportError", "import_onnx", "import_onnx_sources", "load_onnx", "pads_2d", "binary", "unary",
@@ -57,7 +57,10 @@ class _Importer:
         model = onnx.ModelProto.FromString(model.SerializeToString())
         # a QDQ model: its float twin, each Q -> DQ pair's grid kept as its value's range
         qdq_types = [n.op_type for n in model.graph.node]
-        model, self.qdq_ranges, qdq_origins = float_twin(model) if is_qdq(model) else (model, {}, [])
+        twin = float_twin(model) if is_qdq(model) else None
+        model, qdq_origins = (twin.model, twin.origins) if twin else (model, [])
+        self.qdq_ranges = twin.ranges if twin else {}
+        self.qdq_per_tensor, self.per_tensor_ops = twin.per_tensor if twin else set(), set()
         self.fallback, self.force_host = fallback, dict(force_host or {})
         self.sources: list[SourceOp] = []
         model, _ = fix_onnx_inputs(model, input_shapes, name)   # free input dims given or refused, never guessed
@@ -201,6 +204,8 @@ class _Importer:
                 source.reason = _reason(exc, where)
                 self.host_nodes([(k, node, source)])
             source.ir_ops += self.g.ops[before:]
+            if len(node.input) > 1 and node.input[1] in self.qdq_per_tensor:
+                self.per_tensor_ops.update(op.name for op in self.g.ops[before:])
         self.host_nodes(pending)
         # nodes folded into constants at import time run nowhere
         self.sources += [SourceOp(i, op) for i, op in dict(self.origin.values()).items() if i not in seen]
@@ -215,6 +220,7 @@ class _Importer:
         self.g.metadata["layout"] = "NHWC" if self.nhwc_io else "as ONNX (NCHW)"
         if self.qdq_ranges:         # the grids the quantizer keeps (compiler.qdq_import)
             self.g.metadata[QDQ_RANGES] = {self.env[n][0]: r for n, r in self.qdq_ranges.items() if n in self.env}
+            self.g.metadata[QDQ_PER_TENSOR] = sorted(self.per_tensor_ops)
         self.g.prune()
         self.g.validate()
         self.g.check_runnable()

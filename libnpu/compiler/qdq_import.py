@@ -9,7 +9,10 @@ quantizes them itself, so such a model becomes its float twin (:func:`dequantize
 (its consumers read the float value), and each pair's grid becomes the range of the value it
 carries (:attr:`Dequantized.ranges`), which the quantizer takes as that tensor's grid
 instead of recalibrating (:data:`QDQ_RANGES`: a range ``scale * (qmin - zp),
-scale * (qmax - zp)`` gives back that scale and zero point). A pair whose range starts at 0
+scale * (qmax - zp)`` gives back that scale and zero point); a weight the model quantized
+with one scale per tensor keeps one (:data:`QDQ_PER_TENSOR`: the compiler would choose one
+per channel), the symmetric int8 scale ``max |w| / 127`` of the dequantized weights being
+the model's own. A pair whose range starts at 0
 also clamps what it carries (the quantizer drops the Relu it makes redundant): the twin
 keeps that clamp as a Relu (:attr:`Dequantized.clamped`). Every node of the QDQ graph maps
 to one node of the twin (its compute node) or to the compute nodes its Q/DQ chain connects
@@ -31,12 +34,14 @@ from onnx import helper, numpy_helper
 
 from .ir import IRError
 
-__all__ = ["QDQError", "Dequantized", "TwinNode", "dequantize", "twin_nodes", "float_twin", "is_qdq", "range_feeds",
-           "clamped_name", "QDQ_OPS", "QDQ_RANGES"]
+__all__ = ["QDQError", "Dequantized", "FloatTwin", "TwinNode", "dequantize", "twin_nodes", "float_twin", "is_qdq",
+           "range_feeds", "clamped_name", "QDQ_OPS", "QDQ_RANGES", "QDQ_PER_TENSOR"]
 
 Range = tuple[float, float]
-# graph metadata key: tensor name -> the range its QuantizeLinear chose (the quantizer honours it)
+# graph metadata keys the quantizer honours: tensor name -> the range its QuantizeLinear
+# chose; the ops whose weights the model quantized with one scale per tensor
 QDQ_RANGES = "qdq_ranges"
+QDQ_PER_TENSOR = "qdq_per_tensor_weights"
 
 QDQ_OPS = ("QuantizeLinear", "DequantizeLinear")
 _LIMITS = {np.dtype(np.int8): (-128, 127), np.dtype(np.uint8): (0, 255), np.dtype(np.int16): (-32768, 32767),
@@ -56,6 +61,7 @@ class Dequantized:
     ranges: dict[str, Range] = field(default_factory=dict)   # float value -> its Q's range
     neighbours: dict[int, set[int]] = field(default_factory=dict)          # dropped node -> compute nodes it serves
     clamped: set[str] = field(default_factory=set)       # float values whose Q -> DQ pair clamps them at 0
+    per_tensor: set[str] = field(default_factory=set)    # dequantized weights whose scale was one per tensor
 
     def name(self, value: str) -> str:
         """The twin's name of a value of the QDQ graph (a clamped value's Relu output, read
@@ -122,6 +128,8 @@ def dequantize(nodes: list, constants: dict[str, np.ndarray]) -> Dequantized:
             scale, zero = (_per_axis(v, data.ndim, axis_of(n)) for v in q)
             out.constants[n.outputs[0]] = ((data.astype(np.float32) - zero.astype(np.float32)) * scale
                                            ).astype(np.float32)
+            if scale.size == 1:
+                out.per_tensor.add(n.outputs[0])
             dropped.add(i)
         elif n.op_type == "QuantizeLinear" and (q := qparams(n)) is not None:
             pairs = consumers.get(n.outputs[0], [])
@@ -189,10 +197,18 @@ def is_qdq(model: onnx.ModelProto) -> bool:
     return any(n.op_type in QDQ_OPS for n in model.graph.node)
 
 
-def float_twin(model: onnx.ModelProto) -> tuple[onnx.ModelProto, dict[str, Range], list[int]]:
-    """The float twin of a QDQ ONNX model, the range of each value a Q -> DQ pair carried
-    (by the twin's names), and each twin node's index in ``model`` (a clamp's Relu: its
-    QuantizeLinear's; an output's Identity: its DequantizeLinear's).
+@dataclass
+class FloatTwin:
+    """A QDQ ONNX model's float twin and what the quantizer keeps of the QDQ model."""
+    model: onnx.ModelProto
+    ranges: dict[str, Range]     # value (the twin's name) -> the range its Q -> DQ pair carried
+    origins: list[int]           # each twin node's index in the QDQ model
+    per_tensor: set[str]         # weights (the twin's constants) quantized with one scale
+
+
+def float_twin(model: onnx.ModelProto) -> FloatTwin:
+    """The float twin of a QDQ ONNX model (:class:`FloatTwin`). A clamp's Relu has the index
+    of its QuantizeLinear, an output's Identity that of its DequantizeLinear.
 
     The twin keeps the model's input and output names (an output a DQ gave is an Identity
     of the float value)."""
@@ -233,7 +249,7 @@ def float_twin(model: onnx.ModelProto) -> tuple[onnx.ModelProto, dict[str, Range
     out.graph.node.extend(protos)
     out.graph.initializer.extend(initializers)
     out.graph.value_info.extend(vi for vi in graph.value_info if vi.name in made_values)
-    return out, ranges, origins
+    return FloatTwin(out, ranges, origins, twin.per_tensor & used)
 
 
 def range_feeds(inputs: Mapping[str, tuple[Any, Any]], ranges: Mapping[str, Range], count: int = 16,

@@ -61,7 +61,7 @@ def test_qdq_model_compiles_and_matches_ort(qdq_model, tmp_path):
 
 def test_the_pairs_grids_are_kept(qdq_model):
     """The chip quantizes the input on the grid of the model's QuantizeLinear for it (not a
-    recalibrated one)."""
+    recalibrated one), and the convolutions' weights with the one scale the model gave each."""
     from libnpu.compiler.frontend import to_int8_graph
     model = onnx.load_model_from_string(qdq_model)
     consts = {i.name: nh.to_array(i) for i in model.graph.initializer}
@@ -71,6 +71,11 @@ def test_the_pairs_grids_are_kept(qdq_model):
     quantize = next(op for op in graph.ops if op.type == "QUANTIZE" and op.inputs[0] == "x")
     grid = graph.tensors[quantize.outputs[0]].quant
     assert float(grid.scale[0]) == pytest.approx(scale, rel=1e-6) and int(grid.zero_point[0]) == zero
+    weight_scales = sorted(float(consts[n.input[1]]) for n in model.graph.node if n.op_type == "DequantizeLinear"
+                           and consts.get(n.input[0], np.zeros(0)).ndim == 4)
+    chip_scales = sorted(float(graph.tensors[op.inputs[1]].quant.scale.item()) for op in graph.ops
+                         if op.type == "CONV_2D")
+    assert chip_scales == pytest.approx(weight_scales, rel=1e-6)
 
 
 @pytest.mark.parametrize("scale", [0.0, -0.1, float("nan"), float("inf")])
