@@ -36,6 +36,7 @@ from .integer_inputs import INTEGER_INPUTS, integer_activations, random_integers
 from .ir import Graph, IRError, Op, QuantParams, State, Tensor
 from .optimize import optimize
 from .progress import Progress, stage
+from .qdq_import import QDQ_PER_TENSOR, QDQ_RANGES
 from .scales import SHARED_GRIDS, bias_scale, choose_activation_scale, quantize_weights, symmetric
 from .step_reuse import once
 from .weight_rounding import input_moments, round_layer
@@ -277,6 +278,9 @@ def quantize(graph: Graph, ranges: Mapping[str, Range], *, fc_per_channel: bool 
         if t.quant is not None or t.dtype not in ("float32", "float16", *INTEGER_INPUTS) and t.name not in indices:
             raise QuantizationError(f"tensor {t.name!r} is {t.dtype}{' (quantized)' if t.quant else ''}: "
                                     "quantize expects a float graph")
+    # a QDQ model's own grids (compiler.qdq_import) rather than the calibrated ranges
+    ranges = {**ranges, **{n: r for n, r in src.metadata.get(QDQ_RANGES, {}).items() if n in src.tensors}}
+    qdq_per_tensor = set(src.metadata.get(QDQ_PER_TENSOR, ()))
     src, ranges = requantize_joins(src, ranges)   # a fixed grid (LOGISTIC's) joined to wider tensors
     roles = _roles(src)
     params = _activation_table(src, ranges, {**roles, **{n: ("index", None) for n in indices}})
@@ -284,6 +288,8 @@ def quantize(graph: Graph, ranges: Mapping[str, Range], *, fc_per_channel: bool 
     g = Graph(src.name)
     g.metadata = dict(src.metadata, quantized="int8")
     g.metadata.pop(SHARED_GRIDS, None)   # the float graph's hint, spent
+    g.metadata.pop(QDQ_RANGES, None)
+    g.metadata.pop(QDQ_PER_TENSOR, None)
     for name, t in src.tensors.items():
         if name in roles:
             continue
@@ -301,7 +307,8 @@ def quantize(graph: Graph, ranges: Mapping[str, Range], *, fc_per_channel: bool 
             w_t = src.tensors[op.inputs[1]]
             b_name = op.inputs[2] if len(op.inputs) > 2 else ""
             bias = src.tensors[b_name].data if b_name else None
-            per_tensor = registry.get(op.type, "fc_weights") and not fc_per_channel
+            per_tensor = registry.get(op.type, "fc_weights") and not fc_per_channel or \
+                op.name in qdq_per_tensor      # the scale a QDQ model gave its weights
             axis = None if per_tensor else weight_axis
             wq, wqp = quantize_weights(w_t.data, axis, bias, in_scale)
             if moments is not None and w_t.name in moments and (op.type == "DEPTHWISE_CONV_2D" or axis in (0, None)):
