@@ -18,12 +18,15 @@ the table says how many of its nodes the chip ran. Run from the repository root:
 
     python -m benchmarks.ort_ep_operators [--mode qdq|float] [--models Conv Add ...] [--json]
 
-Measured 2026-11-29 on branch ortep (onnxruntime 1.32, a loaded 2-core machine):
-``--mode qdq``: 43/44 within 5%; 20 cases reach the chip (every node of each), 19 of them
-within 5% (worst ConvTranspose_3x3 4.8%), Softmax 5.65%; the 24 others stay wholly on the
-CPU because ``quantize_static`` leaves their lone operator float (Relu, MaxPool, Reshape,
-Clip... are quantized only after a quantized producer), so the provider sees a float model.
-``--mode float``: 44/44 within 5%, every case's node on the chip.
+Measured 2026-11-29 on branch qdq29 (onnxruntime 1.32, a loaded 2-core machine), the QDQ
+grids kept by the compiler (libnpu.compiler.qdq_import): ``--mode qdq``: 43/44 within 5%;
+20 cases reach the chip (every node of each), 19 of them within 5% (Add, Split, Gemm,
+MatMul, Conv_depthwise exact; worst ConvTranspose_3x3 4.8%); Softmax 5.6%, one step of its
+output grid (its largest output is ~19 steps; ORT's CPU EP runs it as QLinearSoftmax,
+which scales by floor(1/y_scale) = 254, not 255: docs/ort_ep.md); the 24 others stay wholly
+on the CPU because ``quantize_static`` leaves their lone operator float (Relu, MaxPool,
+Reshape, Clip... are quantized only after a quantized producer), so the provider sees a
+float model. ``--mode float``: 44/44 within 5%, every case's node on the chip.
 """
 from __future__ import annotations
 

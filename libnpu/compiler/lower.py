@@ -29,6 +29,7 @@ from .ir import Graph, IRError, Op, Tensor
 from .memplan import MemoryPlan, plan_memory
 from .placement import import_with_fallback, plan_placement
 from .progress import Progress, stage
+from .source_index import SOURCE_OPS, op_sources, task_source_meta
 
 __all__ = ["LoweringError", "lower", "compile_model"]
 
@@ -76,6 +77,7 @@ def lower(graph: Graph, *, metadata: dict[str, Any] | None = None) -> Loadable:
     graph.check_runnable()
     check_int8(graph)
     graph = _copy_crossed_states(graph)
+    sources = op_sources(graph.metadata)
     plan = plan_memory(graph)
     _, index = plan.descriptors(graph)
     low = Lowering(graph, plan)
@@ -104,13 +106,14 @@ def lower(graph: Graph, *, metadata: dict[str, Any] | None = None) -> Loadable:
                           deps=sorted(deps), tensors=[index[n] for n in op.inputs + op.outputs if n],
                           macs=graph.op_macs(op),
                           bytes_moved=sum(graph.tensors[n].nbytes for n in op.inputs + op.outputs if n),
-                          relocs=relocs))
+                          meta=task_source_meta(sources, op), relocs=relocs))
         touched.add(len(tasks) - 1, reads + writes)
         for o in op.outputs:
             producer[o] = len(tasks) - 1
     if not tasks and not host_steps:
         raise LoweringError(f"{graph.name}: no operator lowers to a chip task (all are aliased reshapes)")
     meta = dict(graph.metadata, **(metadata or {}))
+    meta.pop(SOURCE_OPS, None)          # each task names its own source operator (task.meta)
     meta.update(arena_bytes=plan.arena_size, weights_bytes=plan.weights_size, macs=graph.macs())
     return plan.to_loadable(graph, tasks, {k: v for k, v in meta.items() if _jsonable(v)}, host_steps)
 

@@ -177,3 +177,28 @@ def test_a_profile_in_parts_shows_host_layers_as_cpu(device, resnet8_nlb):
     assert parts.layers[7].cycles == 0 and parts.layers[7].chip_ns == job.tasks[7].end_ns - job.tasks[7].start_ns
     assert [layer.op for layer in parts.layers] == [task.op for task in loadable.tasks]
     assert " CPU " in parts.table()
+
+
+def test_a_layer_has_the_number_the_report_gives_its_operator(npu, tmp_path):
+    """The profile numbers each layer by the source model's operator it runs, as `npu compile
+    --report` numbers them: the CumSum the host runs (a CPU step after some chip tasks) is
+    op K in both, and every chip layer's number is one the report places on the NPU."""
+    import onnx
+
+    from libnpu.compiler.placement import CPU, NPU, plan_placement
+    from tests.support.host_models import with_cumsum
+    path = tmp_path / "with_cumsum.onnx"
+    onnx.save(with_cumsum(), path)
+    placements = plan_placement(path).placements
+    cpu = [p.index for p in placements if p.device == CPU]
+    assert len(cpu) == 1
+    with libnpu.load(path, devroot=npu.devroot, cache_dir=tmp_path / "cache", config={"PERF_COUNT": True},
+                     recipe="fast") as model:
+        model.infer([np.zeros(model.inputs[0].shape, np.float32)])
+        profile = model.get_profiling_info()
+    host = [layer for layer in profile.layers if layer.device == "CPU"]
+    assert [layer.source for layer in host] == cpu and host[0].index != cpu[0]     # a task index would differ
+    chip = {layer.source for layer in profile.layers if layer.device == "NPU" and layer.source >= 0}
+    assert chip and chip <= {p.index for p in placements if p.device == NPU}
+    row = next(line for line in profile.table().splitlines() if " CPU " in line)
+    assert row.split()[0] == str(cpu[0])
