@@ -9,7 +9,8 @@ chip (int16 ones when escalation widened them); as one HARD_SWISH it is one task
 :func:`fuse_hard_swish_spellings` starts at each clamp (``RELU6``, ``CLIP``, ``RELU``,
 ``RELU_N1_TO_1``, ``HARD_SIGMOID`` or an op with such a fused activation), walks back
 to the run-time tensor ``x`` it is computed from (``REGION_OPS``, scalar constants
-only), evaluates every tensor computed from ``x`` alone on ``PROBE`` and replaces the ops
+only), evaluates every tensor computed from ``x`` alone on ``PROBE``
+(:mod:`libnpu.compiler.probe_regions`) and replaces the ops
 computing a tensor equal to ``hard_swish(x)`` (else ``clip(alpha * x + beta, 0, 1)``)
 with one op, provided none of their other results is read elsewhere. It is HARD_SWISH's
 float-graph rewrite (``ops/unary.py``), run after activations are fused.
@@ -21,6 +22,7 @@ from collections.abc import Callable
 import numpy as np
 
 from .ir import Graph, Op
+from .probe_regions import find_roots, ops_between, probe_region, replace_ops, scalar
 
 __all__ = ["REGION_OPS", "PROBE", "TOLERANCE", "fuse_hard_swish_spellings", "hard_swish_reference"]
 
@@ -52,13 +54,6 @@ _HARD_SWISH = hard_swish_reference(PROBE)
 _ALLOWED = TOLERANCE * (1 + np.abs(PROBE))
 
 
-def _scalar(g: Graph, name: str) -> float | None:
-    t = g.tensors.get(name)
-    if t is None or t.data is None or t.data.size != 1:
-        return None
-    return float(t.data.reshape(-1)[0])
-
-
 def _evaluate(op: Op, args: list[np.ndarray]) -> np.ndarray:
     """``op`` in float64 on ``args``, its fused activation included."""
     if op.type == "CLIP":
@@ -73,43 +68,7 @@ def _evaluate(op: Op, args: list[np.ndarray]) -> np.ndarray:
 
 def _in_region(g: Graph, op: Op) -> bool:
     return ((op.type in REGION_OPS or op.type in ("CLIP", "HARD_SIGMOID")) and len(op.outputs) == 1
-            and all(i and (not g.tensors[i].is_constant or _scalar(g, i) is not None) for i in op.inputs))
-
-
-def _roots(g: Graph, anchor: Op, producers: dict[str, Op], depth: int = 5) -> list[str]:
-    """The run-time tensors reached backwards from ``anchor`` through region ops, nearest first."""
-    seen: list[str] = []
-    frontier = [i for i in anchor.inputs if not g.tensors[i].is_constant]
-    for _ in range(depth):
-        nxt: list[str] = []
-        for name in frontier:
-            if name in seen:
-                continue
-            seen.append(name)
-            op = producers.get(name)
-            if op is not None and _in_region(g, op):
-                nxt.extend(i for i in op.inputs if not g.tensors[i].is_constant)
-        frontier = nxt
-    return seen
-
-
-def _region(g: Graph, x: str, consumers: dict[str, list[Op]], limit: int = 8) -> dict[str, np.ndarray]:
-    """Every tensor computed from ``x`` alone by at most ``limit`` region ops, with its
-    values on ``PROBE`` (``x`` included)."""
-    values: dict[str, np.ndarray] = {x: PROBE.copy()}
-    pending = [x]
-    while pending and len(values) <= limit:
-        name = pending.pop(0)
-        for op in consumers.get(name, []):
-            out = op.outputs[0] if op.outputs else ""
-            if out in values or not _in_region(g, op) \
-                    or not all(g.tensors[i].is_constant or i in values for i in op.inputs):
-                continue
-            args = [values[i] if i in values else np.float64(_scalar(g, i)) for i in op.inputs]
-            with np.errstate(all="ignore"):
-                values[out] = _evaluate(op, args)
-            pending.append(out)
-    return values
+            and all(i and (not g.tensors[i].is_constant or scalar(g, i) is not None) for i in op.inputs))
 
 
 def _hard_sigmoid_form(value: np.ndarray) -> tuple[float, float] | None:
@@ -126,19 +85,6 @@ def _hard_sigmoid_form(value: np.ndarray) -> tuple[float, float] | None:
     return float(alpha), float(beta)
 
 
-def _computing(g: Graph, x: str, y: str, producers: dict[str, Op]) -> list[Op]:
-    """The ops between ``x`` and ``y`` (``y``'s producers back to ``x``)."""
-    chain: list[Op] = []
-    pending = [y]
-    while pending:
-        op = producers[pending.pop()]
-        if op in chain:
-            continue
-        chain.append(op)
-        pending.extend(i for i in op.inputs if i != x and not g.tensors[i].is_constant)
-    return chain
-
-
 def _candidates(g: Graph, roots: list[str], consumers: dict[str, list[Op]]) -> list[tuple[str, str, str, dict]]:
     """``(x, y, op, attrs)`` for each tensor ``y`` to compute as one op from root ``x``:
     hard-swishes first (nearest root first), then hard-sigmoids (farthest root first, the
@@ -147,7 +93,8 @@ def _candidates(g: Graph, roots: list[str], consumers: dict[str, list[Op]]) -> l
     sigmoids: list[tuple[str, str, str, dict]] = []
     for x in roots:
         mine = []
-        for y, value in reversed(_region(g, x, consumers).items()):
+        values = probe_region(g, x, consumers, PROBE, _in_region, _evaluate, limit=12) or {}
+        for y, value in reversed(values.items()):
             if y == x:
                 continue
             if np.all(np.abs(value - _HARD_SWISH) <= _ALLOWED):
@@ -167,17 +114,12 @@ def fuse_hard_swish_spellings(g: Graph) -> int:
     for anchor in [op for op in g.ops if op.type in CLAMPS or op.attrs.get("activation", "NONE") != "NONE"]:
         if id(anchor) in removed or not _in_region(g, anchor):
             continue
-        for x, y, op_type, attrs in _candidates(g, _roots(g, anchor, producers), consumers):
-            chain = _computing(g, x, y, producers)
-            inner = {op.outputs[0] for op in chain} - {y}
+        for x, y, op_type, attrs in _candidates(g, find_roots(g, anchor, producers, _in_region, 5), consumers):
+            chain = ops_between(g, x, y, producers)
             if anchor not in chain or (len(chain) == 1 and chain[0].type == op_type) \
-                    or inner & g.results() or any(c not in chain for t in inner for c in consumers.get(t, [])):
+                    or not replace_ops(g, chain, Op(op_type, [x], [y], attrs, producers[y].name), consumers):
                 continue      # not this clamp's, already one op, or an intermediate value is read elsewhere
-            at = min(g.ops.index(op) for op in chain)
-            for op in chain:
-                g.ops.remove(op)
-                removed.add(id(op))
-            g.ops.insert(at, Op(op_type, [x], [y], attrs, producers[y].name))
+            removed.update(id(op) for op in chain)
             producers, consumers = g.producers(), g.consumers()
             fused += 1
             break
