@@ -52,9 +52,9 @@ STEP_BYTES = 384         # a task's rerun (measured: 200 bytes a CONV_2D, 370 a 
 NATIVE_TRIES = 2
 
 
-# (task index, opcode, cycles, rerun or None for a task with no effect): what a profiled
-# replay needs to report each task as a first run does.
-TimedStep = tuple[int, int, int, "Callable[[], None] | None"]
+# (task index, opcode, cycles, rerun or None for a task with no effect, the job's core it was
+# placed on): what a profiled replay needs to report each task as a first run does.
+TimedStep = tuple[int, int, int, "Callable[[], None] | None", int]
 
 
 @dataclass

@@ -66,7 +66,7 @@ class InferRequest(OpenVinoRequestNames):
                     self.memory[i] = device.alloc_mem(max(region.size, 1), MEM_RW)
             bases = model.runtime.region_bases({i: m.address for i, m in self.memory.items()})
             model.runtime.write_images(self.memory, bases)
-            commands = loadable.command_buffer(bases)
+            commands = loadable.command_buffer(bases, cores=model.job_cores)
             self.command = device.alloc_mem(max(len(commands), 8), MEM_READ)
         except BaseException:
             self._free_memory()        # e.g. ENOMEM half way: give back what was allocated
@@ -417,6 +417,8 @@ class CompiledModel:
         self.loadable, self.device, self._session = loadable, device, session
         self.settings = {**device.settings, **properties.checked(config or {}, model=False)}
         properties.apply_log_level(self.settings)
+        self.job_cores = properties.job_cores(self.settings, device.info()["num_cores"], partitioned=bool(
+            loadable.host_steps))
         self.runtime = Runtime(device)
         if not self.settings["NPU_DEFER_WEIGHTS_LOAD"]:
             self.runtime.load(loadable)

@@ -154,6 +154,9 @@ class InferenceProfile:
                     f"{layer_cycles * 1000 // self.clock_mhz / 1e3:>9.2f} {layer_chip / 1e3:>9.1f}")
         rows.append(f"{'':>3} {'inference (job)':<34} {'':<18} {'':<3} {self.cycles:>10} "
                     f"{self.device_time_ns / 1e3:>9.2f} {self.chip_ns / 1e3:>9.1f}")
+        if self.cycles < layer_cycles:
+            rows.append(f"{'':>3} the inference's cycles are its critical path: its layers ran side by side on the "
+                        f"chip's cores ({layer_cycles / self.cycles:.2f}x the sum's speed)")
         if self.timing is not None and self.timing.via_queue:
             rows.append(f"on a user queue (no request to the driver), core {self.core}, then "
                         f"{self.signal_ns / 1e3:.1f} us to its completion (pacing, completion)")

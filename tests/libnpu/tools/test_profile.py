@@ -43,8 +43,9 @@ def test_layers_add_up_to_the_inference(device, resnet8_nlb):
     """Simulated cycles add up exactly to the inference's; measured chip times to the
     job's within 10% (the rest: fetching the command buffer, binding the address space).
     A run whose core was preempted between two layers counts the gap in the job only, so
-    the best of 5 runs is checked (every run's layers fit inside its job)."""
-    with libnpu.load(resnet8_nlb, device, config={"PERF_COUNT": True}) as model:
+    the best of 5 runs is checked (every run's layers fit inside its job). On one core
+    (NPU_TILES 1): on several, the inference's cycles are its critical path (test_task_graph)."""
+    with libnpu.load(resnet8_nlb, device, config={"PERF_COUNT": True, "NPU_TILES": 1}) as model:
         x = np.random.default_rng(3).integers(-128, 128, model.inputs[0].shape, dtype=np.int8)
         model.infer([x])
         ratios = []
@@ -95,7 +96,7 @@ def test_npu_profile_prints_the_table(npu, resnet8_nlb, capsys):
     assert out.count(" CONV_2D ") == 9 and " SOFTMAX " in out
     assert main(["profile", str(resnet8_nlb), "--runs", "2", "--json", "--devroot", str(npu.devroot)]) == 0
     report = json.loads(capsys.readouterr().out)
-    assert report["layer_cycles_sum"] == report["inference_cycles"]
+    assert report["layer_cycles_sum"] >= report["inference_cycles"]     # on two cores: the critical path
     assert len(report["profile"]["layers"]) == 15
 
 
@@ -133,8 +134,8 @@ def test_trace_of_two_processes(npu, resnet8_nlb, tmp_path, capsys):
     layer_names = {e["name"] for e in events if e["ph"] == "X" and e["cat"] == "layer"}
     assert {"CONV_2D", "ADD", "SOFTMAX", "FULLY_CONNECTED"} <= layer_names      # the operators' own names
     jobs = [e for e in events if e["ph"] == "X" and e["pid"] == 1 and e["cat"] == "job"]
-    for layer in (e for e in events if e["ph"] == "X" and e["cat"] == "layer"):    # nested in their job
-        assert any(j["tid"] == layer["tid"] and j["args"]["fence"] == layer["args"]["fence"]
+    for layer in (e for e in events if e["ph"] == "X" and e["cat"] == "layer"):    # within their job
+        assert any(j["args"]["fence"] == layer["args"]["fence"]
                    and j["args"]["context"] == layer["args"]["context"]
                    and j["ts"] - 0.01 <= layer["ts"] and layer["ts"] + layer["dur"] <= j["ts"] + j["dur"] + 0.01
                    for j in jobs)
