@@ -67,8 +67,8 @@ def schedule(command_buffer: np.ndarray, chip_cores: int) -> tuple[Iterator[Deco
 
     A graph job is decoded and checked whole first (``InvalidCommand`` for a bad graph);
     a job in order is decoded as it runs, as it always was."""
-    data = memoryview(command_buffer).cast("B")
-    if len(data) < tasks.HEADER.itemsize or int.from_bytes(data[:2], "little") != tasks.OP_TASK_GRAPH:
+    if (len(command_buffer) < tasks.HEADER.itemsize
+            or int.from_bytes(command_buffer[:2].tobytes(), "little") != tasks.OP_TASK_GRAPH):
         return _in_order(command_buffer), Placement(1, None)
     decoded = list(tasks.decode_tasks(command_buffer))
     cores, work, deps = _graph(decoded)

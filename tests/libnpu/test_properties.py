@@ -11,9 +11,11 @@ import pytest
 
 import libnpu
 from libnpu import properties
+from libnpu.compiler.lower import compile_model
 from libnpu.properties import PropertyError
 from libnpu.tools.cli import main
 from tests.support.device import start_npu, stop_npu
+from tests.support.diamond import diamond_calibration, diamond_model
 from tests.support.shell import attr_dir, sh
 
 ISSUE_NAMES = ["supported_properties", "available_devices", "device_id", "device_uuid", "device_type", "device_gops",
@@ -189,3 +191,11 @@ def test_the_hints_script_chooses_through_properties_only(npu, resnet8_nlb):
     for m in report["hints"].values():
         assert m.inferences > 0 and m.p50_ms > 0 and m.device_time_ms > 0
     assert "FULL_DEVICE_NAME" in report["device"] and any("THROUGHPUT" in line for line in lines)
+
+
+def test_npu_tiles_refuses_what_the_device_cannot_do(npu, device):
+    loadable = compile_model(diamond_model(), diamond_calibration(), recipe="fast")
+    with pytest.raises(ValueError, match=r"NPU_TILES: 0 is neither -1 \(all the device's cores\) nor a core count"):
+        libnpu.load(loadable, devroot=npu.devroot, config={"NPU_TILES": 0})
+    with pytest.raises(ValueError, match="NPU_TILES: 3 cores asked for, the device has 2"):
+        libnpu.load(loadable, devroot=npu.devroot, config={"NPU_TILES": 3})

@@ -15,9 +15,11 @@ import pytest
 
 import libnpu
 from libnpu import model_zoo
+from libnpu.compiler.lower import compile_model
 from libnpu.tools.cli import main
 from libnpu.tools.profile import trace_file
 from tests.support.device import REPO
+from tests.support.diamond import diamond_calibration, diamond_model
 
 OTHER_PROCESS = textwrap.dedent("""
     import sys, threading, numpy as np, libnpu
@@ -178,3 +180,39 @@ def test_a_profile_in_parts_shows_host_layers_as_cpu(device, resnet8_nlb):
     assert parts.layers[7].cycles == 0 and parts.layers[7].chip_ns == job.tasks[7].end_ns - job.tasks[7].start_ns
     assert [layer.op for layer in parts.layers] == [task.op for task in loadable.tasks]
     assert " CPU " in parts.table()
+
+
+def _run_traced(npu, loadable, tiles: int, x: np.ndarray) -> tuple[list[np.ndarray], dict, int]:
+    """Outputs, the job's trace records ({task index: core}) and its modeled cycles."""
+    path = trace_file(npu.devroot)
+    path.write_text("1\n")
+    try:
+        with libnpu.load(loadable, devroot=npu.devroot, config={"NPU_TILES": tiles, "PERF_COUNT": True}) as model:
+            model.device.use_queues = False       # through SUBMIT: its records are in the trace at its fence
+            outputs = model.infer([x])
+            cycles = model.get_profiling_info().cycles
+        events = [json.loads(line) for line in path.read_text().splitlines()[1:]]
+    finally:
+        path.write_text("0\n")
+    fence = max(e["fence"] for e in events if e["type"] == "job")
+    return outputs, {e["index"]: e["core"] for e in events if e["type"] == "task" and e["fence"] == fence}, cycles
+
+
+def test_a_diamonds_branches_run_on_both_cores_with_the_same_bytes(npu):
+    """One inference on both cores (docs/hardware.md, Task graphs): the trace shows each task on
+    the core it was placed on; the bytes are those of one core; the compiler's row bands too."""
+    model, calibration = diamond_model(), diamond_calibration()
+    loadable = compile_model(model, calibration, recipe="fast")
+    convs = [i for i, t in enumerate(loadable.tasks) if t.op == "CONV_2D"]
+    assert len(convs) == 3
+    one, cores_one, cycles_one = _run_traced(npu, loadable, 1, calibration[0][0])
+    both, cores_both, cycles_both = _run_traced(npu, loadable, -1, calibration[0][0])
+    assert all(np.array_equal(a, b) for a, b in zip(one, both, strict=True))
+    assert len(set(cores_one.values())) == 1
+    assert cores_both[convs[1]] != cores_both[convs[2]]          # B and C side by side
+    assert cycles_both < cycles_one
+    split = compile_model(model, calibration, recipe="fast", tiles=2)
+    assert len(split.tasks) > len(loadable.tasks)                   # A in row bands (and the input's QUANTIZE)
+    banded, _, cycles_banded = _run_traced(npu, split, -1, calibration[0][0])
+    assert all(np.array_equal(a, b) for a, b in zip(one, banded, strict=True))
+    assert cycles_banded < cycles_both
