@@ -10,7 +10,7 @@ large layers split by the compiler, the job run by its dependency graph on both 
 docs/hardware.md, *Task graphs*). For each it prints the modeled device time of one
 inference (PERF_COUNT), the ratio of the two, and the wall-clock p50 of synchronous
 inferences (``infer``), the two loads alternating in blocks of ``--block`` inferences for
-``--rounds`` rounds, so the machine's load weighs on both alike. The outputs of the two
+``--rounds`` rounds (40 of 25 by default), so the machine's load weighs on both alike. The outputs of the two
 are compared byte for byte on the same inputs.
 
 It passes (exit status 0) when, for every model, the two-core device time is at most 0.6x
@@ -76,8 +76,8 @@ def measure(devroot: str | os.PathLike, name: str, rounds: int, block: int) -> d
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m benchmarks.multicore", description=__doc__.splitlines()[0])
     ap.add_argument("--models", nargs="+", default=["resnet8", "vww"], help="model files or model-zoo names")
-    ap.add_argument("--rounds", type=int, default=5, help="alternating rounds (default 5)")
-    ap.add_argument("--block", type=int, default=200, help="inferences per load and round (default 200)")
+    ap.add_argument("--rounds", type=int, default=40, help="alternating rounds (default 40)")
+    ap.add_argument("--block", type=int, default=25, help="inferences per load and round (default 25)")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
     if os.geteuid() != 0:
