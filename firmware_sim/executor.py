@@ -142,7 +142,7 @@ def run_job(dma: DmaEngine, asid: int, cmd_iova: int, cmd_size: int, profile: Ha
             index, result.cycles = placement.placed, placement.cycles
             if replay:
                 job_plans.store(dma, asid, cmd_iova, job_plans.JobPlan(
-                    command_buffer.tobytes(), steps, index, result.cycles, timed_steps))
+                    command_buffer.tobytes(), steps, index, result.cycles, timed_steps, deps=placement.parallel_deps))
         result.task_index = index
     except IommuFault as fault:
         result.status, result.fault_iova, result.task_index = -fault.errno, fault.iova, index

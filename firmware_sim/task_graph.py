@@ -46,6 +46,12 @@ class Placement:
         self.placed = 0
         self.tiles: dict[int, int] = {}      # task index -> the job's core it went to (0: the one that took it)
 
+    @property
+    def parallel_deps(self) -> list[list[int]] | None:
+        """Each task's dependencies when the job may use several cores (a replay may then run
+        it on two threads: ``job_plans.GraphSteps``), else None."""
+        return self._deps if len(self._free) > 1 else None
+
     def place(self, index: int, cycles: int) -> int:
         """Place task ``index``, which takes ``cycles``: returns the job's core it goes to."""
         self.placed += 1

@@ -8,9 +8,12 @@ import errno
 import numpy as np
 import pytest
 
+from firmware_sim import job_plans
 from firmware_sim.executor import run_job
+from firmware_sim.kernels import native
 from firmware_sim.timing import HardwareProfile
 from npu_hw import tasks
+from npu_hw.iommu import IOVA_BASE
 from tests.support.chip_memory import ASID, ChipMemory
 
 N = 1 << 14
@@ -91,3 +94,37 @@ def test_depends_with_a_bad_count_or_nothing_after_it_is_refused(mem):
                 [tasks.encode_task("TASK_GRAPH", reserved=1), copy[0]]):
         result, seen = _run(mem, bad)
         assert result.status == -errno.EINVAL and not seen
+
+
+def test_two_thread_replay_gives_the_same_bytes(tmp_path, monkeypatch):
+    """NPU_GRAPH_THREADS=1: a compiled diamond's graph job (row bands too) replays on two threads
+    of the process (job_plans.GraphSteps, graph_steps.c) with the bytes of its in-order job."""
+    from libnpu.compiler.lower import compile_model
+    from tests.support.diamond import diamond_calibration, diamond_model
+    if native.library() is None:
+        pytest.skip("no C kernels")
+    monkeypatch.setattr(job_plans, "GRAPH_THREADS", True)
+    calibration = diamond_calibration()
+    loadable = compile_model(diamond_model(), calibration, recipe="fast", tiles=2)
+    mem = ChipMemory(tmp_path, size=4 << 20)
+    bases = [mem.alloc(max(region.size, 1)) for region in loadable.regions]
+    for i, region in enumerate(loadable.regions):
+        if region.content is not None:
+            mem.bytes[bases[i] - IOVA_BASE:bases[i] - IOVA_BASE + len(region.content)] = np.frombuffer(
+                loadable.region_image(i, bases), np.uint8)
+    (x,) = loadable.inputs()
+    (y,) = loadable.outputs()
+    mem.bytes[bases[x.region] + x.offset - IOVA_BASE:][:x.nbytes] = calibration[0][0].transpose(0, 2, 3, 1).reshape(
+        -1).view(np.uint8)
+    outputs = {}
+    for graph in (None, 0):
+        command = loadable.command_buffer(bases, cores=graph)
+        at = mem.put(np.frombuffer(command, np.uint8))
+        for _ in range(1 + job_plans.NATIVE_TRIES + 2):            # decode, then replays until all-C
+            result = run_job(mem.dma, ASID, at, len(command), HardwareProfile(), cores=2)
+            assert result.status == 0
+        plan = job_plans.lookup(mem.dma, ASID, at, np.frombuffer(command, np.uint8))
+        assert plan is not None and isinstance(plan.native, job_plans.GraphSteps if graph == 0
+                                               else job_plans.NativeSteps)
+        outputs[graph] = mem.get(bases[y.region] + y.offset, np.uint8, (y.nbytes,))
+    assert np.array_equal(outputs[None], outputs[0])

@@ -43,9 +43,12 @@ __all__ = ["library", "ffi", "build", "enabled", "has_dnnl", "dnnl_missing", "SO
 
 SOURCE = Path(__file__).with_name("int8_kernels.c")
 HEADER = SOURCE.with_suffix(".h")
-# Every C file of the library (one header for all): the int8 kernels, data movement and
-# tables, the int16 x int8 kernels.
-SOURCES = (SOURCE, SOURCE.with_name("data_kernels.c"), SOURCE.with_name("int16_kernels.c"))
+# A graph job's steps on two threads (firmware_sim.task_graph), declared apart: it is not a kernel.
+GRAPH_HEADER = SOURCE.with_name("graph_steps.h")
+# Every C file of the library (one header for the kernels): the int8 kernels, data movement
+# and tables, the int16 x int8 kernels, and the graph runner.
+SOURCES = (SOURCE, SOURCE.with_name("data_kernels.c"), SOURCE.with_name("int16_kernels.c"),
+           SOURCE.with_name("graph_steps.c"))
 # -fno-trapping-math: nothing reads the floating-point exception flags, and without it GCC
 # will not vectorize a float -> int conversion under a condition (QUANTIZE's loop). Results
 # stay IEEE-exact (no -ffast-math).
@@ -54,6 +57,7 @@ _FLAGS = ("-O3", "-fwrapv", "-fno-trapping-math", "-march=native", "-shared", "-
 
 ffi = cffi.FFI()
 ffi.cdef(HEADER.read_text())
+ffi.cdef(GRAPH_HEADER.read_text())
 
 
 class NativeBuildError(RuntimeError):
@@ -105,7 +109,8 @@ def _variant(cc: str) -> tuple[str, ...]:
 def _target(cc: str, variant: tuple[str, ...]) -> Path:
     version = subprocess.run([cc, "--version"], capture_output=True, text=True).stdout
     h = blake2b(digest_size=16)
-    for part in (*(path.read_bytes() for path in SOURCES), HEADER.read_bytes(), " ".join(_FLAGS + variant).encode(),
+    for part in (*(path.read_bytes() for path in SOURCES), HEADER.read_bytes(), GRAPH_HEADER.read_bytes(),
+                 " ".join(_FLAGS + variant).encode(),
                  version.encode(),
                  _cpu_signature().encode(), platform.machine().encode()):
         h.update(part)
@@ -129,7 +134,7 @@ def build() -> Path:
     fd, tmp = tempfile.mkstemp(prefix=target.stem, suffix=".so.tmp", dir=target.parent)
     os.close(fd)
     try:
-        done = subprocess.run([cc, *_FLAGS, "-o", tmp, *map(str, SOURCES), *variant, "-lm"],
+        done = subprocess.run([cc, *_FLAGS, "-o", tmp, *map(str, SOURCES), *variant, "-lm", "-pthread"],
                               capture_output=True, text=True)
         if done.returncode != 0:
             raise NativeBuildError(f"{cc} failed to build {', '.join(p.name for p in SOURCES)}:\n{done.stderr}")
