@@ -231,3 +231,4 @@ def fill_profile(ctx: Context, req, max_tasks: int) -> None:
         out = req.tasks[i]
         out.opcode, out.index, out.cycles, out.start_ns, out.end_ns = (record.opcode, record.index, record.cycles,
                                                                         record.start_ns, record.end_ns)
+        out.core = record.core

@@ -66,6 +66,7 @@ class LayerProfile:
     chip_ns: int                # measured wall time on the chip
     start_ns: int               # CLOCK_MONOTONIC
     end_ns: int
+    core: int = -1              # the chip core it ran on (-1: the host's)
 
 
 @dataclass(frozen=True)
@@ -119,7 +120,7 @@ class InferenceProfile:
                 op = task.op if task else (spec.name if spec else f"op{record.opcode:#x}")
                 layers.append(LayerProfile(index, task.name if task else op, op, "NPU", record.cycles,
                                            record.cycles * 1000 // clock_mhz, record.end_ns - record.start_ns,
-                                           record.start_ns, record.end_ns))
+                                           record.start_ns, record.end_ns, record.core))
         return cls(layers, sum(j.cycles for j in jobs), sum(j.device_time_ns for j in jobs),
                    sum(j.end_ns - j.start_ns for j in jobs), sum(j.queue_ns for j in jobs),
                    sum(max(0, j.signal_ns - j.end_ns) for j in jobs), jobs[0].core if jobs else -1,
@@ -141,18 +142,19 @@ class InferenceProfile:
         """The per-layer table ``npu profile`` prints."""
         # "model us": the timing model's time at the chip's clock; "wall us": measured wall time
         # where the layer ran ("on": the chip, or the host CPU for a fallback layer)
-        rows = [f"{'#':>3} {'layer':<34} {'op':<18} {'on':<3} {'cycles':>10} {'model us':>9} {'wall us':>9} "
-                f"{'wall %':>6}"]
+        rows = [f"{'#':>3} {'layer':<34} {'op':<18} {'on':<3} {'core':>4} {'cycles':>10} {'model us':>9} "
+                f"{'wall us':>9} {'wall %':>6}"]
         total_chip = sum(layer.chip_ns for layer in self.layers) or 1
         for layer in self.layers:
-            rows.append(f"{layer.index:>3} {short_name(layer.name):<34} {layer.op:<18} {layer.device:<3} "
+            core = str(layer.core) if layer.core >= 0 else ""
+            rows.append(f"{layer.index:>3} {short_name(layer.name):<34} {layer.op:<18} {layer.device:<3} {core:>4} "
                         f"{layer.cycles:>10} {layer.device_time_ns / 1e3:>9.2f} {layer.chip_ns / 1e3:>9.1f} "
                         f"{100 * layer.chip_ns / total_chip:>6.1f}")
         layer_cycles = sum(layer.cycles for layer in self.layers)
         layer_chip = sum(layer.chip_ns for layer in self.layers)
-        rows.append(f"{'':>3} {'layers (sum)':<34} {'':<18} {'':<3} {layer_cycles:>10} "
+        rows.append(f"{'':>3} {'layers (sum)':<34} {'':<18} {'':<3} {'':>4} {layer_cycles:>10} "
                     f"{layer_cycles * 1000 // self.clock_mhz / 1e3:>9.2f} {layer_chip / 1e3:>9.1f}")
-        rows.append(f"{'':>3} {'inference (job)':<34} {'':<18} {'':<3} {self.cycles:>10} "
+        rows.append(f"{'':>3} {'inference (job)':<34} {'':<18} {'':<3} {'':>4} {self.cycles:>10} "
                     f"{self.device_time_ns / 1e3:>9.2f} {self.chip_ns / 1e3:>9.1f}")
         if self.cycles < layer_cycles:
             rows.append(f"{'':>3} the inference's cycles are its critical path: its layers ran side by side on the "

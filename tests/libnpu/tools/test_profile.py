@@ -183,24 +183,28 @@ def test_a_profile_in_parts_shows_host_layers_as_cpu(device, resnet8_nlb):
 
 
 def _run_traced(npu, loadable, tiles: int, x: np.ndarray) -> tuple[list[np.ndarray], dict, int]:
-    """Outputs, the job's trace records ({task index: core}) and its modeled cycles."""
+    """Outputs, the job's trace records ({task index: core}) and its modeled cycles; the
+    profile (GET_PROFILE) names the same core for each layer."""
     path = trace_file(npu.devroot)
     path.write_text("1\n")
     try:
         with libnpu.load(loadable, devroot=npu.devroot, config={"NPU_TILES": tiles, "PERF_COUNT": True}) as model:
             model.device.use_queues = False       # through SUBMIT: its records are in the trace at its fence
             outputs = model.infer([x])
-            cycles = model.get_profiling_info().cycles
+            profile = model.get_profiling_info()
         events = [json.loads(line) for line in path.read_text().splitlines()[1:]]
     finally:
         path.write_text("0\n")
     fence = max(e["fence"] for e in events if e["type"] == "job")
-    return outputs, {e["index"]: e["core"] for e in events if e["type"] == "task" and e["fence"] == fence}, cycles
+    cores = {e["index"]: e["core"] for e in events if e["type"] == "task" and e["fence"] == fence}
+    assert cores == {layer.index: layer.core for layer in profile.layers}
+    return outputs, cores, profile.cycles
 
 
 def test_a_diamonds_branches_run_on_both_cores_with_the_same_bytes(npu):
-    """One inference on both cores (docs/hardware.md, Task graphs): the trace shows each task on
-    the core it was placed on; the bytes are those of one core; the compiler's row bands too."""
+    """One inference on both cores (docs/hardware.md, Task graphs): the trace and the profile show
+    each task on the core it was placed on; the bytes are those of one core; the compiler's row
+    bands too."""
     model, calibration = diamond_model(), diamond_calibration()
     loadable = compile_model(model, calibration, recipe="fast")
     convs = [i for i, t in enumerate(loadable.tasks) if t.op == "CONV_2D"]
