@@ -354,7 +354,7 @@ class Loadable:
         """
         if len(region_bases) != len(self.regions):
             raise FormatError(f"{len(region_bases)} region addresses given, {len(self.regions)} regions")
-        patched = []
+        patched: list[bytes] = []
         for task in self.tasks:
             payload = bytearray(task.payload)
             for r in task.relocs:
@@ -363,8 +363,8 @@ class Loadable:
         if cores is not None:
             patched = npu_tasks.encode_graph([t.deps for t in self.tasks], patched, cores)
         out = bytearray()
-        for payload in patched:
-            out += b"\0" * (align_up(len(out), 8) - len(out)) + payload
+        for part in patched:
+            out += b"\0" * (align_up(len(out), 8) - len(out)) + part
         return bytes(out)
 
     # writing ------------------------------------------------------------------------
