@@ -49,6 +49,7 @@ PLAN_JOBS = 256          # plans kept per core; a full table is simply emptied
 PLAN_BYTES = 48 << 20
 TASK_BYTES = 128         # a task's timed step (measured: 114 bytes a NOP)
 STEP_BYTES = 384         # a task's rerun (measured: 200 bytes a CONV_2D, 370 a DMA_COPY)
+DEP_BYTES = 40           # a graph job's dependency kept for its two-thread replay (an int in a list)
 # Replays that look for an all-C plan: a HandlerStep may get its C call only on its second run.
 NATIVE_TRIES = 2
 # A graph job placed on several cores replays on two threads of the core's process
@@ -79,8 +80,10 @@ class JobPlan:
 
     @property
     def cost(self) -> int:
-        """The memory the plan holds, estimated: its copy of the command buffer and its tasks."""
-        return len(self.command) + TASK_BYTES * self.tasks + STEP_BYTES * len(self.steps)
+        """The memory the plan holds, estimated: its copy of the command buffer, its tasks and a
+        graph job's dependencies (a buffer of DEPENDS alone holds 7 in 40 bytes)."""
+        deps = sum(map(len, self.deps)) if self.deps is not None else 0
+        return len(self.command) + TASK_BYTES * self.tasks + STEP_BYTES * len(self.steps) + DEP_BYTES * deps
 
     def native_steps(self) -> NativeSteps | GraphSteps | None:
         """The steps as one C call, when every one of them is a C kernel call (on two threads

@@ -128,3 +128,15 @@ def test_two_thread_replay_gives_the_same_bytes(tmp_path, monkeypatch):
                                                else job_plans.NativeSteps)
         outputs[graph] = mem.get(bases[y.region] + y.offset, np.uint8, (y.nbytes,))
     assert np.array_equal(outputs[None], outputs[0])
+
+
+def test_a_plan_counts_its_dependencies(mem):
+    """A command buffer of DEPENDS (7 dependencies in 40 bytes) must not hold more memory in its
+    plan than the plans' bound (PLAN_BYTES) counts for it."""
+    count = 200
+    deps = [list(range(max(0, i - 7), i)) for i in range(count)]
+    command = b"".join(tasks.encode_graph(deps, [tasks.encode_task("NOP")] * count))
+    at = mem.put(np.frombuffer(command, np.uint8))
+    assert run_job(mem.dma, ASID, at, len(command), HardwareProfile(), cores=2).status == 0
+    plan = job_plans.lookup(mem.dma, ASID, at, np.frombuffer(command, np.uint8))
+    assert plan is not None and plan.cost >= job_plans.DEP_BYTES * sum(map(len, deps)) > len(command)
