@@ -65,7 +65,7 @@ class InferRequest(OpenVinoRequestNames):
                     self.memory[i] = device.alloc_mem(max(region.size, 1), MEM_RW)
             bases = model.runtime.region_bases({i: m.address for i, m in self.memory.items()})
             model.runtime.write_images(self.memory, bases)
-            commands = loadable.command_buffer(bases)
+            commands = loadable.command_buffer(bases, cores=model.job_cores)
             self.command = device.alloc_mem(max(len(commands), 8), MEM_READ)
         except BaseException:
             self._free_memory()        # e.g. ENOMEM half way: give back what was allocated
@@ -427,6 +427,8 @@ class CompiledModel:
         self.loadable, self.device, self._session = loadable, device, session
         self.settings = {**device.settings, **properties.checked(config or {}, model=False)}
         properties.apply_log_level(self.settings)
+        self.job_cores = properties.job_cores(self.settings, device.info()["num_cores"], partitioned=bool(
+            loadable.host_steps))
         self.runtime = Runtime(device)
         if not self.settings["NPU_DEFER_WEIGHTS_LOAD"]:
             self.runtime.load(loadable)
@@ -653,6 +655,28 @@ def load(model: str | os.PathLike | bytes | Loadable, device: Device | int | Non
             raise FileNotFoundError(errno.ENOENT, f"no such model file, nor a model-zoo name "
                                                   f"({model_zoo.describe_names()})", os.fspath(model))
         model = model_zoo.model_file(os.fspath(model))
+    session = None
+    if not isinstance(device, Device):     # opened first: a model compiled here is planned for its cores
+        session = Session(devroot)
+        device = session.open(device)     # None: $NPU_DEVICE, else 0 (libnpu.visible_devices)
+    try:
+        compiled = _compile_and_load(model, device, session, settings, calibration, cache_dir, config,
+                                     compile_options)
+    except BaseException:
+        if session is not None:
+            session.destroy()
+        raise
+    return compiled
+
+
+def _compile_and_load(model: str | os.PathLike | bytes | Loadable, device: Device, session: Session | None,
+                      settings: Mapping[str, Any], calibration, cache_dir: str | os.PathLike | None,
+                      config: Mapping[str, Any] | None, compile_options: dict[str, Any]) -> CompiledModel:
+    """``load``'s compile (for the device's cores: NPU_TILES, :mod:`libnpu.compiler.tiling`) and load."""
+    cores = device.info()["num_cores"]
+    wanted = properties.job_cores(settings, cores)      # None: one core; 0: all of them
+    if wanted is not None and "tiles" not in compile_options:   # (one core: the compile cache's key as before)
+        compile_options = dict(compile_options, tiles=wanted or cores)
     timings: dict = {}
     started = time.perf_counter()
     cache_hit = None
@@ -676,18 +700,9 @@ def load(model: str | os.PathLike | bytes | Loadable, device: Device | int | Non
             from libnpu.compiler.escalation import warn_if_missed
             warn_if_missed(loadable.metadata)
     timings["compile_s"] = time.perf_counter() - started
-    loadable.check_runnable()          # before opening anything
-    session = None
-    if not isinstance(device, Device):
-        session = Session(devroot)
-        device = session.open(device)     # None: $NPU_DEVICE, else 0 (libnpu.visible_devices)
+    loadable.check_runnable()          # before loading anything
     started = time.perf_counter()
-    try:
-        compiled = CompiledModel(loadable, device, session, config)
-    except BaseException:
-        if session is not None:
-            session.destroy()
-        raise
+    compiled = CompiledModel(loadable, device, session, config)
     timings["load_s"] = time.perf_counter() - started
     timings["cache_hit"] = cache_hit
     compiled.load_info = timings
