@@ -44,8 +44,9 @@ from libnpu.partitions import PartitionRunner, host_kernels
 from libnpu.pool import ErrorCallback, FinishCallback, OutputCallback, RequestPool
 from libnpu.portability import MEM_READ, MEM_RW, Device, Fence, Memory, Session
 from libnpu.profiling import ChipPart, HostPart, InferenceProfile, Timing
-from libnpu.tensors import ArrayLike, Inputs, as_input, dequantize, quantize, tensor_view
+from libnpu.tensors import Inputs, as_input, dequantize, tensor_view
 from libnpu.user_queue import QueueFence, RepeatedJob
+from libnpu.variable_state import VariableState
 from npu_hw import queues as queue_spec
 
 
@@ -369,49 +370,6 @@ class InferRequest(OpenVinoRequestNames):
             if not memory.freed:
                 self.model.device.free_mem(memory)
         self.memory.clear()
-
-
-class VariableState:
-    """One variable of a request (OpenVINO's ``VariableState``): its ``name``, its current
-    value ``state`` (a copy, in the model's dtype), ``set_state`` and ``reset``.  The value
-    lives in the request's device memory; these read or write it between inferences."""
-
-    def __init__(self, request: InferRequest, desc: TensorDesc, view: np.ndarray):
-        self._request, self.desc, self._view = request, desc, view
-        self.name = request.model.loadable.regions[desc.region].name.removeprefix("state:")
-
-    @property
-    def state(self) -> np.ndarray:
-        """The current value (a copy)."""
-        self._request._check_idle()
-        return self._view.copy()
-
-    def dequantized(self) -> np.ndarray:
-        """The current value as float32, with the variable's scale and zero point."""
-        return dequantize(self.state, self.desc)
-
-    def set_state(self, value: ArrayLike) -> None:
-        """Overwrite the value: an array of the variable's shape in its dtype (or a float
-        array, quantized with its scale and zero point)."""
-        self._request._check_idle()
-        array = np.asarray(value)
-        if array.shape != self.desc.shape:
-            raise ValueError(f"state {self.name}: shape {array.shape}, expected {self.desc.shape}")
-        if np.issubdtype(array.dtype, np.floating) and self.desc.scale is not None:
-            array = quantize(array, self.desc)
-        elif array.dtype != np.dtype(self.desc.dtype):
-            raise ValueError(f"state {self.name}: dtype {array.dtype}, expected {self.desc.dtype}")
-        self._view[...] = array
-
-    def reset(self) -> None:
-        """Back to the initial value the model declares."""
-        self._request._check_idle()
-        initial = self._request.model.loadable.regions[self.desc.region].content
-        assert initial is not None, "the compiler gives every STATE region its initial value"
-        self._view[...] = np.frombuffer(bytes(initial[:self.desc.nbytes]), self.desc.dtype).reshape(self.desc.shape)
-
-    def __repr__(self) -> str:
-        return f"<VariableState {self.name} {list(self.desc.shape)} {self.desc.dtype}>"
 
 
 class CompiledModel:
