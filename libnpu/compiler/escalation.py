@@ -41,6 +41,7 @@ from typing import Any
 import numpy as np
 
 from .accuracy import SMALL_OUTPUT, output_scores
+from .cpu_float import MAX_CPU_TRIALS, blamed_layers, cpu_reason, float_on_cpu, read_float_inputs
 from .ir import Graph, IRError
 from .mixed_precision import quantize_mixed
 from .optimize import optimize
@@ -160,6 +161,7 @@ def quantize_to_target(graph: Graph, dataset: Iterable[Feed] | None = None, *, t
     held on every step. The result's ``metadata["fidelity"]`` says what was measured and
     chosen; a result under the target also raises a :class:`FidelityWarning`."""
     target = check_target(target)
+    cpu_float = bool(options.pop("cpu_float", True))
     opt = optimize(graph)
     if dataset is None:
         calibration = None
@@ -183,9 +185,9 @@ def quantize_to_target(graph: Graph, dataset: Iterable[Feed] | None = None, *, t
         if merged in seen:     # the caller's own options make this step one already tried
             continue
         seen.append(merged)
+        asked = _reusing(merged, chosen_before, options)
         try:   # the ladder's own int16 search runs on the held-out samples, the caller's as asked
-            q = _quantize(graph, calibration, _reusing(merged, chosen_before, options),
-                          None if "int16" in options else held, progress)
+            q = _quantize(graph, calibration, asked, None if "int16" in options else held, progress)
         except Exception as exc:  # noqa: BLE001 - a later step is optional: the steps before it stand
             if not tried:
                 raise          # int8 itself is refused: the caller's error
@@ -206,6 +208,9 @@ def quantize_to_target(graph: Graph, dataset: Iterable[Feed] | None = None, *, t
         if rank[0] == len(scores):
             break
     assert best is not None  # LADDER's first step always runs
+    if best[0][0] < len(best[2]) and cpu_float:
+        best = _keep_in_float(opt, best, _effective({**LADDER[1].options, **options}), options, calibration,
+                              held, target, tried, progress)
     _, chosen, scores, name = best
     missed = sorted(n for n, s in scores.items() if s < target)
     chosen.metadata["fidelity"] = {
@@ -214,6 +219,57 @@ def quantize_to_target(graph: Graph, dataset: Iterable[Feed] | None = None, *, t
         "steps": tried, "max_steps": len(LADDER)}
     warn_if_missed(chosen.metadata)
     return chosen
+
+
+def _keep_in_float(opt: Graph, best: tuple[tuple[int, float], Graph, dict[str, float], str],
+                   options: dict[str, Any], given: Mapping[str, Any], calibration: list[Feed] | None,
+                   held: list[Feed], target: float, tried: list[dict[str, Any]], progress: Progress | None
+                   ) -> tuple[tuple[int, float], Graph, dict[str, float], str]:
+    """The last step (:mod:`libnpu.compiler.cpu_float`): the blamed layers of the best
+    integer graph kept in float on the CPU, one more at a time (at most ``MAX_CPU_TRIALS``),
+    until every output meets ``target``; ``best`` as it was when none does. The rest is
+    quantized as the int16 step does (``options``: its search runs again, as the layers
+    around the CPU ones now see other values; ``given``: the caller's options)."""
+    rank, q, scores, _ = best
+    with stage(progress, "measure"):
+        blamed = blamed_layers(opt, q, held)
+    moved: list[str] = []
+    trials = 0
+    for layer, sqnr_db, chain in blamed:
+        if layer in moved:
+            continue
+        if trials == MAX_CPU_TRIALS:
+            break
+        trials += 1
+        moved = list(dict.fromkeys([*moved, *chain]))
+        reason = cpu_reason(sqnr_db, rank[1], target)
+        try:
+            cpu = float_on_cpu(opt, moved, reason)
+            keep = {k: _still_made(cpu, v) for k, v in options.items() if k in ("int16", "int16_weights")}
+            trial = read_float_inputs(_quantize(cpu, calibration, {**options, **keep},
+                                                None if "int16" in given else held, progress))
+        except IRError as exc:
+            tried.append({"step": "CPU float", "refused": str(exc).splitlines()[0][:200]})
+            return best
+        with stage(progress, "measure"):
+            trial_scores = held_out_scores(opt, trial, held)
+        trial.metadata["cpu_float"] = {"layers": moved, "reason": reason}
+        name = f"CPU float {trials}"
+        tried.append({"step": name, "chose": f"{len(moved)} layers kept in float on the CPU",
+                      "scores": {k: round(v, 5) for k, v in trial_scores.items()}})
+        trial_rank = _rank(trial_scores, target)
+        if trial_rank[0] == len(trial_scores):
+            return trial_rank, trial, trial_scores, name
+    return best
+
+
+def _still_made(graph: Graph, selection: Any) -> Any:
+    """An int16 selection by tensor names without the tensors no chip op makes any more."""
+    if not isinstance(selection, str) or selection in ("none", "auto"):
+        return selection
+    chip = {o for op in graph.ops if op.type != "HOST" for o in op.outputs}
+    kept = [n for n in selection.split(",") if n in chip]
+    return ",".join(kept) if kept else "none"
 
 
 def warn_if_missed(metadata: Mapping[str, Any]) -> None:
