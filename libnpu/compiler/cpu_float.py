@@ -89,12 +89,10 @@ def blamed_layers(float_graph: Graph, quantized: Graph, samples: Sequence) -> li
 KEPT_IN_FLOAT = "kept in float on the CPU"
 
 
-def cpu_reason(sqnr_db: float, score: float, target: float) -> str:
+def cpu_reason(score: float, target: float) -> str:
     """The reason a host call kept in float gives (``npu compile``, ``--report``): the
-    blamed layer's own error on its integer grid, the worst output score the integer
-    steps reached, and the target."""
-    return (f"{KEPT_IN_FLOAT}: int16 error {sqnr_db:.1f} dB SQNR, outputs scored {score:.4f} with the "
-            f"integer steps, target {target}")
+    worst output score the integer steps reached (its error: 1 - score), and the target."""
+    return f"{KEPT_IN_FLOAT}: int16 error {1 - score:.4f} (worst output score {score:.4f}), target {target}"
 
 
 def float_on_cpu(graph: Graph, tensors: Collection[str], reason: str) -> Graph:

@@ -216,7 +216,8 @@ def quantize_to_target(graph: Graph, dataset: Iterable[Feed] | None = None, *, t
     chosen.metadata["fidelity"] = {
         "target": target, "measured_on": measured_on, "samples": len(held), "calibration_samples": count,
         "chosen": name, "scores": {k: round(v, 5) for k, v in scores.items()}, "missed": missed,
-        "steps": tried, "max_steps": len(LADDER)}
+        "steps": tried, "max_steps": len(LADDER) + (MAX_CPU_TRIALS if cpu_float else 0),
+        **({"cpu_float": chosen.metadata["cpu_float"]} if "cpu_float" in chosen.metadata else {})}
     warn_if_missed(chosen.metadata)
     return chosen
 
@@ -235,14 +236,14 @@ def _keep_in_float(opt: Graph, best: tuple[tuple[int, float], Graph, dict[str, f
         blamed = blamed_layers(opt, q, held)
     moved: list[str] = []
     trials = 0
-    for layer, sqnr_db, chain in blamed:
+    for layer, _, chain in blamed:
         if layer in moved:
             continue
         if trials == MAX_CPU_TRIALS:
             break
         trials += 1
         moved = list(dict.fromkeys([*moved, *chain]))
-        reason = cpu_reason(sqnr_db, rank[1], target)
+        reason = cpu_reason(rank[1], target)
         try:
             cpu = float_on_cpu(opt, moved, reason)
             keep = {k: _still_made(cpu, v) for k, v in options.items() if k in ("int16", "int16_weights")}
@@ -253,7 +254,8 @@ def _keep_in_float(opt: Graph, best: tuple[tuple[int, float], Graph, dict[str, f
             return best
         with stage(progress, "measure"):
             trial_scores = held_out_scores(opt, trial, held)
-        trial.metadata["cpu_float"] = {"layers": moved, "reason": reason}
+        types = {op.outputs[0]: op.type for op in opt.ops}
+        trial.metadata["cpu_float"] = {"layers": [f"{types[t]} {t}" for t in moved], "reason": reason}
         name = f"CPU float {trials}"
         tried.append({"step": name, "chose": f"{len(moved)} layers kept in float on the CPU",
                       "scores": {k: round(v, 5) for k, v in trial_scores.items()}})
@@ -351,6 +353,9 @@ def format_fidelity(fidelity: Mapping[str, Any]) -> str:
             continue
         mark = "  <- chosen" if s["step"] == fidelity["chosen"] else ""
         lines.append(f"  {s['step']:<18} worst {min(s['scores'].values(), default=1.0):.4f}: {s['chose']}{mark}")
+    moved = fidelity.get("cpu_float")
+    if moved:
+        lines.append(f"  {len(moved['layers'])} layers {moved['reason']}: {', '.join(moved['layers'])}")
     if fidelity["measured_on"] == "calibration":
         lines.append(f"  note: fewer than {MIN_SAMPLES} calibration samples, none held out: "
                      "the figures below flatter the model")
