@@ -29,11 +29,11 @@ from __future__ import annotations
 import copy
 from collections.abc import Collection, Sequence
 
+from ..loadable import HostCall
 from .accuracy import layer_errors
 from .host_groups import group_host_ops
 from .ir import Graph, IRError, Op
 from .tflite_export import export_tflite
-from ..loadable import HostCall
 
 __all__ = ["MAX_CPU_LAYERS", "MAX_CPU_TRIALS", "upstream", "blamed_layers", "float_on_cpu", "read_float_inputs",
            "cpu_reason", "KEPT_IN_FLOAT"]
