@@ -12,9 +12,10 @@ where they run in float:
   grid, since the grid's rounding is what it could not bear (``log(1 + 2^20 |x|)`` of a
   small ``x`` on int16 loses the small values before the log sees them). So a blamed
   layer goes to the CPU with everything upstream of it, back to the model's float inputs
-  (:func:`upstream`), which the host call then reads as the caller gave them; a layer
-  with more than ``MAX_CPU_LAYERS`` such layers is not moved (the model would become a
-  CPU model).
+  (:func:`upstream`), which the host call then reads as the caller gave them; and its
+  output stays in float too: the layers reading it come along (the grid of the output is
+  the error: ``1 + 2^20 |x|`` before its log). A layer with more than ``MAX_CPU_LAYERS``
+  such layers is not moved (the model would become a CPU model).
 * **As few as reach the target**: the blamed layers are tried one at a time, worst first,
   each adding its layers to those moved before, at most ``MAX_CPU_TRIALS`` quantizations
   (the compile-time budget); the first set meeting the target is kept, else none.
@@ -71,15 +72,21 @@ def _movable(graph: Graph, op: Op) -> bool:
 
 def blamed_layers(float_graph: Graph, quantized: Graph, samples: Sequence) -> list[tuple[str, float, list[str]]]:
     """``(tensor, local SQNR in dB, tensors moved with it)`` for the layers of ``quantized``
-    worst first by the error each adds alone, those whose upstream (:func:`upstream` in
-    ``float_graph``) is at most ``MAX_CPU_LAYERS`` movable ops."""
+    worst first by the error each adds alone, those whose layers to move are at most
+    ``MAX_CPU_LAYERS`` movable ops: the layer, the layers reading its output (the grid of
+    that output is what it could not bear: ``1 + 2^20 |x|`` before its log), and
+    everything upstream of them (:func:`upstream` in ``float_graph``)."""
     errors = layer_errors(float_graph, quantized, samples)
     ops = {op.outputs[0]: op for op in float_graph.ops}
     result = []
     for e in sorted(errors.values(), key=lambda e: e.local_sqnr_db):
         if e.tensor not in ops or not _movable(float_graph, ops[e.tensor]):
             continue
-        chain = upstream(float_graph, e.tensor)
+        readers = [op.outputs[0] for op in float_graph.ops if e.tensor in op.inputs]
+        if e.tensor in float_graph.outputs:
+            readers = []
+        chain = list(dict.fromkeys([t for r in [e.tensor, *readers] for t in upstream(float_graph, r)]))
+        chain = [op.outputs[0] for op in float_graph.ops if op.outputs[0] in chain]
         if len(chain) <= MAX_CPU_LAYERS and all(_movable(float_graph, ops[t]) for t in chain):
             result.append((e.tensor, e.local_sqnr_db, chain))
     return result

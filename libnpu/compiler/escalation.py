@@ -236,22 +236,27 @@ def _keep_in_float(opt: Graph, best: tuple[tuple[int, float], Graph, dict[str, f
         blamed = blamed_layers(opt, q, held)
     moved: list[str] = []
     trials = 0
+    reason = cpu_reason(rank[1], target)
+    refused: list[str] = []
     for layer, _, chain in blamed:
         if layer in moved:
             continue
         if trials == MAX_CPU_TRIALS:
             break
+        try:
+            cpu = float_on_cpu(opt, list(dict.fromkeys([*moved, *chain])), reason)
+        except IRError as exc:     # a layer the host cannot run in float stays on the chip
+            refused.append(str(exc).splitlines()[0][:200])
+            continue
         trials += 1
         moved = list(dict.fromkeys([*moved, *chain]))
-        reason = cpu_reason(rank[1], target)
+        keep = {k: _still_made(cpu, v) for k, v in options.items() if k in ("int16", "int16_weights")}
         try:
-            cpu = float_on_cpu(opt, moved, reason)
-            keep = {k: _still_made(cpu, v) for k, v in options.items() if k in ("int16", "int16_weights")}
             trial = read_float_inputs(_quantize(cpu, calibration, {**options, **keep},
                                                 None if "int16" in given else held, progress))
         except IRError as exc:
-            tried.append({"step": "CPU float", "refused": str(exc).splitlines()[0][:200]})
-            return best
+            refused.append(str(exc).splitlines()[0][:200])
+            break
         with stage(progress, "measure"):
             trial_scores = held_out_scores(opt, trial, held)
         types = {op.outputs[0]: op.type for op in opt.ops}
@@ -262,6 +267,8 @@ def _keep_in_float(opt: Graph, best: tuple[tuple[int, float], Graph, dict[str, f
         trial_rank = _rank(trial_scores, target)
         if trial_rank[0] == len(trial_scores):
             return trial_rank, trial, trial_scores, name
+    if not trials and refused:
+        tried.append({"step": "CPU float", "refused": refused[0]})
     return best
 
 
