@@ -254,8 +254,10 @@ def _keep_in_float(opt: Graph, best: tuple[tuple[int, float], Graph, dict[str, f
         try:
             trial = read_float_inputs(_quantize(cpu, calibration, {**options, **keep},
                                                 None if "int16" in given else held, progress))
-        except IRError as exc:
-            refused.append(str(exc).splitlines()[0][:200])
+        except Exception as exc:  # noqa: BLE001 - optional, as a later ladder step: the best one stands
+            text = str(exc).splitlines()[0][:200] if str(exc) else ""
+            refused.append(text if isinstance(exc, IRError) else f"{type(exc).__name__}: {text}")
+            trials -= 1
             break
         with stage(progress, "measure"):
             trial_scores = held_out_scores(opt, trial, held)

@@ -74,8 +74,8 @@ def test_a_missed_target_warns_naming_the_output_and_keeps_the_best_step() -> No
     assert fidelity["measured_on"] == "calibration" and fidelity["missed"] == ["y__nchw"]
     assert 1 <= len(fidelity["steps"]) <= len(LADDER) + MAX_CPU_TRIALS
     assert all("int16" not in s["chose"] for s in fidelity["steps"])   # the caller's int16="none" held
-    best = max(s["scores"]["y__nchw"] for s in fidelity["steps"])
-    assert fidelity["scores"]["y__nchw"] == best
+    best = max(s["scores"]["y__nchw"] for s in fidelity["steps"] if not s["step"].startswith("CPU float"))
+    assert fidelity["scores"]["y__nchw"] == best     # CPU float layers only where they reach the target
 
 
 def test_target_errors() -> None:
