@@ -20,10 +20,10 @@ where they run in float:
   each adding its layers to those moved before, at most ``MAX_CPU_TRIALS`` quantizations
   (the compile-time budget); the first set meeting the target is kept, else none.
 
-The layers moved become one host call per group (:mod:`libnpu.compiler.host_groups`): a
-float sub-model written by :mod:`libnpu.compiler.tflite_export` and run by LiteRT, whose
-inner tensors never leave float; what leaves the call for the chip is quantized there as
-any host call's output.
+The layers moved become host calls, per group (:mod:`libnpu.compiler.host_groups`) and
+output leaving it: a float sub-model written by :mod:`libnpu.compiler.tflite_export` and
+run by LiteRT, whose inner tensors never leave float; what leaves the call for the chip is
+quantized there as any host call's output (int16 where the escalation's search puts it).
 """
 from __future__ import annotations
 
@@ -126,10 +126,31 @@ def float_on_cpu(graph: Graph, tensors: Collection[str], reason: str) -> Graph:
             ops.append(g.ops[k])
         elif groups.group[k] not in done:
             done.add(groups.group[k])
-            ops.append(_host_op(g, members[groups.group[k]], kept, reason))
+            group = members[groups.group[k]]
+            for out in [o for op in group for o in op.outputs if o in kept]:
+                ops.append(_host_op(g, _needed(group, out), {out}, reason))
     g.ops = ops
     g.validate()
     return g
+
+
+def _needed(group: list[Op], tensor: str) -> list[Op]:
+    """The ops of ``group`` that ``tensor`` depends on (it included), in order.
+
+    One host call per output leaving the group: a call of one output may take int16
+    (:func:`libnpu.compiler.mixed_precision.promotable`), and an output leaving the CPU
+    in float needs its grid's every bit (Silero VAD's log spectrum beside its input frame:
+    one call of two outputs stayed int8, 0.064 off its speech probability on unseen audio).
+    Ops two outputs share run in both calls: a few float ops on the host."""
+    producer = {o: op for op in group for o in op.outputs}
+    wanted: set[int] = set()
+    pending = [tensor]
+    while pending:
+        op = producer.get(pending.pop())
+        if op is not None and id(op) not in wanted:
+            wanted.add(id(op))
+            pending += [i for i in op.inputs if i]
+    return [op for op in group if id(op) in wanted]
 
 
 def _host_op(g: Graph, group: list[Op], kept: set[str], reason: str) -> Op:
