@@ -27,8 +27,7 @@ import errno
 import os
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -46,7 +45,7 @@ from libnpu.pool import ErrorCallback, FinishCallback, OutputCallback, RequestPo
 from libnpu.portability import MEM_READ, MEM_RW, Device, Fence, Memory, Session
 from libnpu.profiling import ChipPart, HostPart, InferenceProfile, Timing
 from libnpu.tensors import ArrayLike, Inputs, as_input, dequantize, quantize, tensor_view
-from libnpu.user_queue import QueueFence
+from libnpu.user_queue import QueueFence, RepeatedJob
 from npu_hw import queues as queue_spec
 
 
@@ -88,6 +87,7 @@ class InferRequest(OpenVinoRequestNames):
         self._inputs = [(desc, self._view(desc)) for desc in loadable.inputs()]
         self._outputs = [(desc, self._view(desc)) for desc in loadable.outputs()]
         self._states = [VariableState(self, desc, self._view(desc)) for desc in loadable.states()]
+        self._job = RepeatedJob(self.command.address, self.command_size)   # on its queue again: _run_sync
         self._prepare(model.priority, model.profiling)
         self.fence: Fence | QueueFence | None = None
         self.timing = Timing()
@@ -100,6 +100,7 @@ class InferRequest(OpenVinoRequestNames):
     def _prepare(self, priority: int, profile: bool) -> None:
         device = self.model.device
         self._priority, self._profiled = priority, profile
+        self._job.queue = None               # a queue of the new priority next time
         self._run = device.prepare_submit(self.command, self.buffers, size=self.command_size, wait=True,
                                           priority=priority, profile=profile)
         self._submit = device.prepare_submit(self.command, self.buffers, size=self.command_size, priority=priority,
@@ -180,19 +181,15 @@ class InferRequest(OpenVinoRequestNames):
         started = self.fence is not None and self.fence.status is None
         return self._busy or started or (self._waiter is not None and self._waiter.is_alive())
 
-    @contextmanager
-    def _claimed(self) -> Iterator[None]:
+    def _claim(self) -> None:
         """One inference at a time per request: two at once run jobs on the same memory (the
-        inputs, the outputs, and the state both read and write: an update would be lost)."""
+        inputs, the outputs, and the state both read and write: an update would be lost).
+        The caller sets ``_busy`` back to False when it is done (no context manager: 2 us)."""
         with self._claim_lock:
             if self._running():
                 raise RuntimeError("this request is still running: one inference at a time per request "
                                    "(wait() for it, or give each thread a request of its own)")
             self._busy = True
-        try:
-            yield
-        finally:
-            self._busy = False
 
     def _check_idle(self) -> None:
         self._check_usable()
@@ -203,7 +200,8 @@ class InferRequest(OpenVinoRequestNames):
         """Submit the job; returns at once.  ``callback(request, error)`` runs in a
         helper thread when the job is done."""
         self._check_usable()
-        with self._claimed():
+        self._claim()
+        try:
             if self.partitioned:
                 return self._start_partitions(callback)
             self._follow_settings()
@@ -212,6 +210,8 @@ class InferRequest(OpenVinoRequestNames):
             if callback is not None:
                 self._waiter = threading.Thread(target=self._wait_then_call, args=(callback,), daemon=True)
                 self._waiter.start()
+        finally:
+            self._busy = False
 
     def _wait_then_call(self, callback: Callable[[InferRequest, Exception | None], None]) -> None:
         error = None
@@ -288,10 +288,13 @@ class InferRequest(OpenVinoRequestNames):
     def infer(self, inputs: Inputs, dequantized: bool = False) -> list[np.ndarray]:
         """Run once, synchronously (through a user queue of the device, else one round trip
         to the driver)."""
-        with self._claimed():
+        self._claim()
+        try:
             self.set_inputs(inputs)     # raises ClosedError once released
             self._run_sync(time.perf_counter())
             return self.outputs(dequantized)
+        finally:
+            self._busy = False
 
     def run_sync(self, started: float) -> None:
         """Run the inputs already set, to the end: through a user queue of the device when it
@@ -299,8 +302,11 @@ class InferRequest(OpenVinoRequestNames):
         ``timing.latency_s`` counts from ``started`` (a ``time.perf_counter()``).  A model with
         CPU operators runs its chip partitions and host steps in turn."""
         self._check_usable()
-        with self._claimed():
+        self._claim()
+        try:
             self._run_sync(started)
+        finally:
+            self._busy = False
 
     def _run_sync(self, started: float) -> None:
         self._check_usable()
@@ -309,7 +315,9 @@ class InferRequest(OpenVinoRequestNames):
             self._run_partitions()
             return
         self._follow_settings()
-        fence = self._on_queue(True)
+        # Again on the queue it last ran on (one C call, no look-up, the wait hinted), else take one.
+        own = not self._profiled and self.model.device.use_queues
+        fence = (self._job.run() if own else None) or self._on_queue(True)
         if fence is not None:
             self.fence, self.timing = fence, Timing(time.perf_counter() - started, fence.device_time_ns,
                                                     fence.exec_ns)
@@ -327,6 +335,8 @@ class InferRequest(OpenVinoRequestNames):
         queue = self.model.device.shared_queue(self._priority)
         if queue is None or self.command is None:
             return None
+        if wait and size is None and queue.native:
+            self._job.queue = queue          # the next inferences go straight to it
         return queue.try_submit(self.command.address + offset, self.command_size if size is None else size,
                                 wait=wait, flags=queue_spec.ENTRY_PROFILE if self._profiled else 0)
 

@@ -61,12 +61,11 @@ def _run(desc: np.void, dma, depthwise: bool) -> Rerun | None:
     else:
         mult, shift = quant
     out = dma.write_array(out_at[0], act, out_at[1])
-    if weights16:  # numpy only, like int16
-        fn16 = int16x16.depthwise_conv2d_16x16 if depthwise else int16x16.conv2d_16x16
-        fn16(x, wt, bias, multiplier=mult, shift=shift, out=out, **kwargs)
-        return None
-    if int16:      # numpy, then its rerun in C (int16_kernels.c)
-        fn = int16x8.depthwise_conv2d_16x8 if depthwise else int16x8.conv2d_16x8
+    if int16:      # numpy, then its rerun in C (int16_kernels.c; int16x16_kernels.c for int16 weights)
+        if weights16:
+            fn = int16x16.depthwise_conv2d_16x16 if depthwise else int16x16.conv2d_16x16
+        else:
+            fn = int16x8.depthwise_conv2d_16x8 if depthwise else int16x8.conv2d_16x8
         fn(x, wt, bias, multiplier=mult, shift=shift, out=out, **kwargs)
         return int16_calls.bind_conv16(x, wt, bias, depthwise=depthwise, multiplier=mult, shift=shift, out=out,
                                        **kwargs)

@@ -10,6 +10,7 @@ import numpy as np
 
 from firmware_sim.kernels import byte_tables, elementwise, int16x8
 from firmware_sim.kernels.fixedpoint import INT32_MAX, INT32_MIN
+from firmware_sim.kernels.native import calls as native_calls
 from firmware_sim.kernels.native import int16_calls
 from npu_hw import ops
 
@@ -124,10 +125,10 @@ def _conversion_cost(in_bytes: int, out_bytes: int, in_int16: int,
 def quantize(desc: np.void, dma) -> Rerun | None:
     n = count(desc)
     x = dma.read_array(int(desc["input"]), np.float32, (n,))
-    if int(desc["flags"]) & ops.OPF_INT16:      # int16 runs in numpy only: nothing to rerun
-        int16x8.quantize_int16(x, scale=float(desc["scale"]), zero_point=int(desc["zero_point"]),
-                               out=dma.write_array(int(desc["output"]), np.int16, (n,)))
-        return None
+    if int(desc["flags"]) & ops.OPF_INT16:      # numpy, then its rerun in C
+        out16 = dma.write_array(int(desc["output"]), np.int16, (n,))
+        int16x8.quantize_int16(x, scale=float(desc["scale"]), zero_point=int(desc["zero_point"]), out=out16)
+        return native_calls.bind_convert(x, out16, float(desc["scale"]), int(desc["zero_point"]))
     return elementwise.convert_bound(x, scale=float(desc["scale"]), zero_point=int(desc["zero_point"]),
                                      out=dma.write_array(int(desc["output"]), np.int8, (n,)))
 
@@ -157,7 +158,7 @@ def dequantize(desc: np.void, dma) -> Rerun | None:
         x16 = dma.read_array(int(desc["input"]), np.int16, (n,))
         int16x8.dequantize_int16(x16, scale=float(desc["scale"]),
                                  zero_point=int(desc["zero_point"]), out=out)
-        return None    # int16 runs in numpy only: nothing to rerun
+        return native_calls.bind_convert(x16, out, float(desc["scale"]), int(desc["zero_point"]))
     x = dma.read_array(int(desc["input"]), np.int8, (n,))
     return elementwise.convert_bound(x, scale=float(desc["scale"]), zero_point=int(desc["zero_point"]),
                                      out=out)

@@ -71,8 +71,6 @@ def fully_connected(desc: np.void, dma) -> Rerun | None:
         kernel = int16x16.fully_connected_16x16 if weights16 else int16x8.fully_connected_16x8
         out16 = dma.write_array(out_at[0], np.int16, out_at[1])
         kernel(x16, w, bias, scale=scale, out=out16, **kwargs)
-        if weights16:
-            return None    # int16 x int16 runs in numpy only: nothing to rerun
         return int16_calls.bind_fully_connected16(x16, w, bias, scale=scale, out=out16, **kwargs)
     x = dma.read_array(x_at[0], np.int8, x_at[1])
     w = dma.read_array(w_at[0], np.int8, w_at[1])

@@ -4,6 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 from firmware_sim.kernels import pooling
+from firmware_sim.kernels.native import int16_calls
 from npu_hw import ops
 
 from .common import OpDescriptorError, Rerun, act_dtype, dims, plan, prod, ranked, unit
@@ -21,15 +22,17 @@ def _parse(desc: np.void) -> tuple:
     return (int(desc["input"]), (n, h, w, c)), (int(desc["output"]), (n, oh, ow, c)), kwargs
 
 
-def _pool(desc: np.void, dma, fn, bound=None) -> Rerun | None:
-    """Pool with ``fn``; an int8 pool with a ``bound`` variant runs that and returns its rerun."""
+def _pool(desc: np.void, dma, fn, bound, kind: str) -> Rerun | None:
+    """Pool with ``fn`` (``kind`` "avg" / "max"): int8 through its ``bound`` variant, int16
+    in numpy then its rerun in C (``int16_calls.bind_pool16``)."""
     x_at, out_at, kwargs = plan("pool", desc, _parse).fields
     dtype = act_dtype(desc)
     x = dma.read_array(x_at[0], dtype, x_at[1])
     out = dma.write_array(out_at[0], dtype, out_at[1])
-    if dtype is np.int16 or bound is None:     # int16 runs in numpy only: nothing to rerun
+    if dtype is np.int16:
         fn(x, out=out, **kwargs)
-        return None
+        return int16_calls.bind_pool16(kind, x, out, kwargs["filter_hw"], kwargs["stride"], kwargs["padding"],
+                                       kwargs["act_min"], kwargs["act_max"])
     return bound(x, out=out, **kwargs)
 
 
@@ -41,12 +44,12 @@ def _pool_cost(desc: np.void) -> tuple[int, int]:
 
 @unit(ops.OP_MAX_POOL_2D, _pool_cost)
 def max_pool_2d(desc: np.void, dma) -> Rerun | None:
-    return _pool(desc, dma, pooling.max_pool2d, pooling.max_pool2d_bound)
+    return _pool(desc, dma, pooling.max_pool2d, pooling.max_pool2d_bound, "max")
 
 
 @unit(ops.OP_AVERAGE_POOL_2D, _pool_cost)
 def average_pool_2d(desc: np.void, dma) -> Rerun | None:
-    return _pool(desc, dma, pooling.avg_pool2d, pooling.avg_pool2d_bound)
+    return _pool(desc, dma, pooling.avg_pool2d, pooling.avg_pool2d_bound, "avg")
 
 
 def _mean_cost(desc: np.void) -> tuple[int, int]:

@@ -38,6 +38,7 @@ import numpy as np
 from .float_ref import FloatInterpreter, evaluate, snap_to_grid, to_real
 from .folding import folded_input_scales, weight_fold
 from .ir import Graph, IRError
+from .step_reuse import once
 
 __all__ = ["LayerError", "layer_errors", "output_scores", "SMALL_OUTPUT", "float_names", "worst_layers",
            "format_layer_errors", "errors_to_json", "errors_from_json"]
@@ -63,10 +64,11 @@ class _Sums:
 
     def __init__(self) -> None:
         self.ref2 = self.q2 = self.err2 = self.dot = self.max_abs = 0.0
-        self.local_err2 = self.local_ref2 = 0.0
+        self.local_err2 = 0.0
         self.lo, self.hi = math.inf, -math.inf
 
-    def add(self, ref: np.ndarray, q: np.ndarray) -> None:
+    def add(self, ref: np.ndarray, q: np.ndarray) -> np.ndarray:
+        """Add one sample; returns ``ref`` flattened as float64 for :meth:`add_local`."""
         r, v = ref.astype(np.float64).reshape(-1), q.astype(np.float64).reshape(-1)
         d = r - v
         self.ref2 += float(r @ r)
@@ -76,11 +78,13 @@ class _Sums:
         self.max_abs = max(self.max_abs, float(np.abs(d).max(initial=0.0)))
         if r.size:
             self.lo, self.hi = min(self.lo, float(r.min())), max(self.hi, float(r.max()))
+        return r
 
-    def add_local(self, ref: np.ndarray, q: np.ndarray) -> None:
-        r, v = ref.astype(np.float64).reshape(-1), q.astype(np.float64).reshape(-1)
-        self.local_ref2 += float(r @ r)
-        self.local_err2 += float((r - v) @ (r - v))
+    def add_local(self, r: np.ndarray, q: np.ndarray) -> None:
+        """Add the op-alone value ``q`` of the sample whose float64 reference ``add`` returned
+        (its ``ref2`` is the local one too: the same reference)."""
+        d = r - q.astype(np.float64).reshape(-1)
+        self.local_err2 += float(d @ d)
 
 
 def _sqnr(ref2: float, err2: float) -> float:
@@ -166,8 +170,7 @@ def layer_errors(float_graph: Graph, quantized_graph: Graph, dataset: Iterable[F
             values = list(value) if isinstance(value, (list, tuple)) else [value]
             for out, alone in zip(op.outputs, values):
                 if out in sums:
-                    want = np.asarray(ref[names[out]], np.float32)
-                    sums[out].add(want, np.asarray(got[out], np.float32))
+                    want = sums[out].add(np.asarray(ref[names[out]], np.float32), np.asarray(got[out], np.float32))
                     alone = snap_to_grid(quantized_graph.tensors[out], np.asarray(alone, np.float32))
                     sums[out].add_local(want, np.asarray(alone, np.float32))
         runs += 1
@@ -177,7 +180,7 @@ def layer_errors(float_graph: Graph, quantized_graph: Graph, dataset: Iterable[F
     for out, s in sums.items():
         op = producer[out]
         result[out] = LayerError(out, op.type, quantized_graph.tensors[out].size, _sqnr(s.ref2, s.err2), _cosine(s),
-                                 s.max_abs, _sqnr(s.local_ref2, s.local_err2), (s.lo, s.hi))
+                                 s.max_abs, _sqnr(s.ref2, s.local_err2), (s.lo, s.hi))
     return result
 
 
@@ -195,7 +198,8 @@ def output_scores(float_graph: Graph, graph: Graph, dataset: Sequence[Feed]) -> 
     refs: dict[str, list[np.ndarray]] = {n: [] for n in graph.outputs}
     gots: dict[str, list[np.ndarray]] = {n: [] for n in graph.outputs}
     for feed in dataset:
-        ref = ref_run.run(feed)
+        # the float side is the same for every graph an escalation measures: computed once (step_reuse)
+        ref = once("float outputs", (float_graph, feed), None, lambda feed=feed: ref_run.run(feed))
         got = q_run.run(_quantized_feed(graph, float_graph, feed))
         for fname, qname in zip(float_graph.outputs, graph.outputs):
             t = graph.tensors[qname]

@@ -15,7 +15,8 @@ where they run in float:
   (:func:`upstream`), which the host call then reads as the caller gave them; and its
   output stays in float too: the layers reading it come along (the grid of the output is
   the error: ``1 + 2^20 |x|`` before its log). A layer with more than ``MAX_CPU_LAYERS``
-  such layers is not moved (the model would become a CPU model).
+  such layers, or with every layer that has weights among them, is not moved (the model
+  would become a CPU model: :func:`leaves_chip_work`).
 * **As few as reach the target**: the blamed layers are tried one at a time, worst first,
   each adding its layers to those moved before, at most ``MAX_CPU_TRIALS`` quantizations
   (the compile-time budget); the first set meeting the target is kept, else none.
@@ -31,13 +32,14 @@ import copy
 from collections.abc import Collection, Sequence
 
 from ..loadable import HostCall
+from . import registry
 from .accuracy import layer_errors
 from .host_groups import group_host_ops
 from .ir import Graph, IRError, Op
 from .tflite_export import export_tflite
 
-__all__ = ["MAX_CPU_LAYERS", "MAX_CPU_TRIALS", "upstream", "blamed_layers", "float_on_cpu", "read_float_inputs",
-           "cpu_reason", "KEPT_IN_FLOAT"]
+__all__ = ["MAX_CPU_LAYERS", "MAX_CPU_TRIALS", "KEPT_IN_FLOAT", "upstream", "leaves_chip_work", "blamed_layers",
+           "float_on_cpu", "read_float_inputs", "cpu_reason"]
 
 #: At most this many layers move to the CPU for one blamed layer (it and its upstream).
 MAX_CPU_LAYERS = 16
@@ -70,12 +72,21 @@ def _movable(graph: Graph, op: Op) -> bool:
     return not (set(op.inputs) | set(op.outputs)) & states
 
 
+def leaves_chip_work(graph: Graph, moved: Collection[str]) -> bool:
+    """Whether some op with weights stays on the chip when the ops making ``moved`` go to
+    the CPU: the CPU keeps what the chip cannot hold, not the model (openwakeword's
+    wake-word heads, whose tiny score no grid fixes, would otherwise move whole)."""
+    return any(op.outputs[0] not in moved and registry.get(op.type, "weight_axis") is not None
+               for op in graph.ops)
+
+
 def blamed_layers(float_graph: Graph, quantized: Graph, samples: Sequence) -> list[tuple[str, float, list[str]]]:
     """``(tensor, local SQNR in dB, tensors moved with it)`` for the layers of ``quantized``
     worst first by the error each adds alone, those whose layers to move are at most
-    ``MAX_CPU_LAYERS`` movable ops: the layer, the layers reading its output (the grid of
-    that output is what it could not bear: ``1 + 2^20 |x|`` before its log), and
-    everything upstream of them (:func:`upstream` in ``float_graph``)."""
+    ``MAX_CPU_LAYERS`` movable ops, leaving an op with weights on the chip: the layer, the
+    layers reading its output (the grid of that output is what it could not bear:
+    ``1 + 2^20 |x|`` before its log), and everything upstream of them (:func:`upstream` in
+    ``float_graph``)."""
     errors = layer_errors(float_graph, quantized, samples)
     ops = {op.outputs[0]: op for op in float_graph.ops}
     result = []
@@ -87,7 +98,8 @@ def blamed_layers(float_graph: Graph, quantized: Graph, samples: Sequence) -> li
             readers = []
         chain = list(dict.fromkeys([t for r in [e.tensor, *readers] for t in upstream(float_graph, r)]))
         chain = [op.outputs[0] for op in float_graph.ops if op.outputs[0] in chain]
-        if len(chain) <= MAX_CPU_LAYERS and all(_movable(float_graph, ops[t]) for t in chain):
+        if len(chain) <= MAX_CPU_LAYERS and leaves_chip_work(float_graph, chain) \
+                and all(_movable(float_graph, ops[t]) for t in chain):
             result.append((e.tensor, e.local_sqnr_db, chain))
     return result
 

@@ -24,9 +24,18 @@ The default compile of a float model (no ``recipe``, or ``recipe="default"``) ru
    is kept, else the best measured (most outputs meeting the target, then the highest
    worst score), so a step that makes the model worse is never taken.
 
-The cap: at most ``len(LADDER)`` quantizations (four), whatever the model; a model that
-meets the target at int8 costs one quantization and the measurement. Options the caller
-gave explicitly hold on every step (``int16="none"`` rules out the int16 steps).
+The steps share what they compute alike (:mod:`libnpu.compiler.step_reuse`: the equalized
+graph, calibration ranges, GPTQ's moments, the quantized graph before bias correction,
+channel peaks, the float outputs of the held-out samples): the int16 weights step then
+costs its own search only, bias correction its own correction.
+
+The cap: at most ``len(LADDER)`` quantizations (four), and no step starts once the steps
+after int8 have done ``budget`` (``ESCALATION_BUDGET``) times the int8 step's work, counted
+in op evaluations (:mod:`libnpu.compiler.work_count`: the same on any machine, so a
+compile never depends on the load); ``fidelity["capped"]`` then says which step was not
+tried, and the printed lines and the warning say how to lift it. A model that meets the
+target at int8 costs one quantization and the measurement. Options the caller gave
+explicitly hold on every step (``int16="none"`` rules out the int16 steps).
 
 What was tried and chosen is in the result's ``metadata["fidelity"]``
 (:func:`format_fidelity` prints it; :func:`warn_if_missed` warns again from a cached loadable's).
@@ -41,17 +50,19 @@ from typing import Any
 import numpy as np
 
 from .accuracy import SMALL_OUTPUT, output_scores
-from .cpu_float import MAX_CPU_TRIALS, blamed_layers, cpu_reason, float_on_cpu, read_float_inputs
+from .cpu_float import MAX_CPU_TRIALS, blamed_layers, cpu_reason, float_on_cpu, leaves_chip_work, read_float_inputs
 from .ir import Graph, IRError
 from .mixed_precision import quantize_mixed
 from .optimize import optimize
 from .progress import Progress, stage
 from .quantizer import random_dataset
+from .step_reuse import once, reusing_work
+from .work_count import counting_work, work_done
 
 __all__ = ["DEFAULT_TARGET", "HELD_OUT_SHARE", "MIN_HELD_OUT", "MAX_HELD_OUT", "MIN_SAMPLES", "LADDER", "Step",
-           "FidelityWarning", "TargetError", "split_held_out", "held_out_scores", "quantize_to_target",
-           "format_fidelity", "missed_text", "describe_quantization", "check_target",
-           "warn_if_missed"]
+           "ESCALATION_BUDGET", "FidelityWarning", "TargetError", "BudgetError",
+           "split_held_out", "held_out_scores", "quantize_to_target", "format_fidelity", "missed_text",
+           "describe_quantization", "check_target", "check_budget", "warn_if_missed"]
 
 #: The score every output must reach on the held-out samples (cosine against float).
 DEFAULT_TARGET = 0.99
@@ -62,6 +73,13 @@ MIN_HELD_OUT = 2
 #: At most this many: each step runs them twice (float and quantized), and the
 #: measurement must stay a small part of a compile however many samples are given.
 MAX_HELD_OUT = 8
+#: The cap on the steps after int8 (``budget``, ``npu compile --escalation-budget``): no
+#: further step starts once they have done this many times the int8 step's work (its
+#: calibration and measurement), counted in op evaluations (:mod:`libnpu.compiler.work_count`:
+#: the same on any machine, so the cap never makes a compile depend on the load). The
+#: int16 activations step alone does 3-6 times the int8 step's work, int16 weights 1-3
+#: more, bias correction 2-4 more (``benchmarks/escalation_cost.py``, docs/models.md).
+ESCALATION_BUDGET = 12.0
 #: With fewer samples than this nothing is held out: calibrating on one or two would cost
 #: more accuracy than the measurement tells.
 MIN_SAMPLES = 4
@@ -71,6 +89,10 @@ Feed = Mapping[str, np.ndarray] | Sequence[np.ndarray]
 
 class TargetError(IRError):
     """A fidelity target that is not a score in (0, 1]."""
+
+
+class BudgetError(IRError):
+    """An escalation budget that is not a factor >= 1 (or 0 / None: no cap)."""
 
 
 class FidelityWarning(UserWarning):
@@ -116,6 +138,35 @@ def check_target(target: Any) -> float:
     return value
 
 
+def check_budget(budget: Any) -> float:
+    """``budget`` as a factor >= 1 of the int8 step's work, or 0.0 for no cap (``None`` or 0),
+    else :class:`BudgetError`."""
+    if budget is None:
+        return 0.0
+    try:
+        value = float(budget)
+    except (TypeError, ValueError):
+        value = -1.0
+    if value != 0.0 and not 1.0 <= value < float("inf"):
+        raise BudgetError(f"escalation budget {budget!r}: expected a factor >= 1 of the int8 step's work, "
+                          "or 0 for no cap")
+    return value
+
+
+def _cap_reached(tried: Sequence[Mapping[str, Any]], budget: float, next_step: str) -> str:
+    """Why ``next_step`` does not start (the note the metadata keeps), or "" when it may: the
+    steps after int8 have done more than ``budget`` times the int8 step's work. int8 and
+    the first escalation always run."""
+    if not budget or len(tried) < 2:
+        return ""
+    base = int(tried[0]["work"])
+    spent = sum(int(s["work"]) for s in tried[1:])
+    if spent <= budget * base:
+        return ""
+    return (f"{next_step} not tried: the steps after int8 did {spent / base:.1f} times the int8 step's work, "
+            f"over the cap of {budget:g}")
+
+
 def split_held_out(data: Sequence[Feed], stateful: bool = False) -> tuple[list[Feed], list[Feed]]:
     """``(calibration, held_out)``: ``HELD_OUT_SHARE`` of ``data`` held out (at least
     ``MIN_HELD_OUT``, at most ``MAX_HELD_OUT``), evenly spread, or the tail when ``stateful``; nothing held out
@@ -154,15 +205,33 @@ def _rank(scores: Mapping[str, float], target: float) -> tuple[int, float]:
 
 
 def quantize_to_target(graph: Graph, dataset: Iterable[Feed] | None = None, *, target: float = DEFAULT_TARGET,
-                       progress: Progress | None = None, **options: Any) -> Graph:
+                       progress: Progress | None = None, budget: float | None = ESCALATION_BUDGET,
+                       share_work: bool = True, **options: Any) -> Graph:
     """The float ``graph`` quantized by the first step of ``LADDER`` whose every output
     reaches ``target`` on held-out calibration samples (else the best step measured):
     see the module docstring. ``options`` are :func:`libnpu.compiler.mixed_precision.quantize_mixed`'s,
     held on every step. The result's ``metadata["fidelity"]`` says what was measured and
-    chosen; a result under the target also raises a :class:`FidelityWarning`."""
-    target = check_target(target)
+    chosen; a result under the target also raises a :class:`FidelityWarning`.
+
+    ``budget``: the cap on the steps after int8, in times the int8 step's work (``ESCALATION_BUDGET``;
+    None or 0: no cap).
+    ``share_work``: the steps share what they compute alike (:mod:`libnpu.compiler.step_reuse`:
+    calibration, GPTQ's moments, the float outputs, ...); False computes each step from
+    nothing, as before 2026-11-29 (the same result, slower: what the tests compare with)."""
+    target, budget = check_target(target), check_budget(budget)
+    if not share_work:
+        with counting_work():
+            return _escalate(graph, dataset, target, budget, progress, options)
+    with reusing_work() as counts, counting_work():
+        q = _escalate(graph, dataset, target, budget, progress, options)
+        q.metadata["fidelity"]["shared"] = {k: {"computed": v[0], "reused": v[1]} for k, v in sorted(counts.items())}
+    return q
+
+
+def _escalate(graph: Graph, dataset: Iterable[Feed] | None, target: float, budget: float,
+              progress: Progress | None, options: dict[str, Any]) -> Graph:
     cpu_float = bool(options.pop("cpu_float", True))
-    opt = optimize(graph)
+    opt = once("optimize", (graph,), None, lambda: optimize(graph))
     if dataset is None:
         calibration = None
         count = int(options.get("random_count", 8))
@@ -180,11 +249,18 @@ def quantize_to_target(graph: Graph, dataset: Iterable[Feed] | None = None, *, t
     seen: list[dict[str, Any]] = []
     best: tuple[tuple[int, float], Graph, dict[str, float], str] | None = None
     chosen_before: dict[str, list[str]] = {}
+    capped = ""
     for step in LADDER:
         merged = _effective({**step.options, **options})
         if merged in seen:     # the caller's own options make this step one already tried
             continue
         seen.append(merged)
+        capped = _cap_reached(tried, budget, step.name)
+        if capped:
+            break
+        before = work_done()
+        if progress is not None:     # a timer hears each step's seconds (the metadata keeps no time)
+            progress(f"step {step.name}", 0, 1)
         asked = _reusing(merged, chosen_before, options)
         try:   # the ladder's own int16 search runs on the held-out samples, the caller's as asked
             q = _quantize(graph, calibration, asked, None if "int16" in options else held, progress)
@@ -195,28 +271,33 @@ def quantize_to_target(graph: Graph, dataset: Iterable[Feed] | None = None, *, t
             # the best step measured
             text = str(exc).splitlines()[0][:200] if str(exc) else ""
             tried.append({"step": step.name, "refused": text if isinstance(exc, IRError)
-                          else f"{type(exc).__name__}: {text}"})
+                          else f"{type(exc).__name__}: {text}", "work": work_done() - before})
+            if progress is not None:
+                progress(f"step {step.name}", 1, 1)
             continue
         chosen_before = {k: q.metadata[k] for k in ("int16_tensors", "int16_weight_tensors") if q.metadata.get(k)}
         with stage(progress, "measure"):
             scores = held_out_scores(opt, q, held)
         tried.append({"step": step.name, "chose": describe_quantization(q.metadata),
-                      "scores": {k: round(v, 5) for k, v in scores.items()}})
+                      "scores": {k: round(v, 5) for k, v in scores.items()}, "work": work_done() - before})
+        if progress is not None:
+            progress(f"step {step.name}", 1, 1)
         rank = _rank(scores, target)
         if best is None or rank > best[0]:
             best = (rank, q, scores, step.name)
         if rank[0] == len(scores):
             break
     assert best is not None  # LADDER's first step always runs
-    if best[0][0] < len(best[2]) and cpu_float:
-        best = _keep_in_float(opt, best, _effective({**LADDER[1].options, **options}), options, calibration,
-                              held, target, tried, progress)
+    if best[0][0] < len(best[2]) and cpu_float and not capped:
+        best, capped = _keep_in_float(opt, best, _effective({**LADDER[1].options, **options}), options,
+                                      calibration, held, target, tried, progress, budget)
     _, chosen, scores, name = best
     missed = sorted(n for n, s in scores.items() if s < target)
     chosen.metadata["fidelity"] = {
         "target": target, "measured_on": measured_on, "samples": len(held), "calibration_samples": count,
         "chosen": name, "scores": {k: round(v, 5) for k, v in scores.items()}, "missed": missed,
-        "steps": tried, "max_steps": len(LADDER) + (MAX_CPU_TRIALS if cpu_float else 0),
+        "steps": tried, "max_steps": len(LADDER) + (MAX_CPU_TRIALS if cpu_float else 0), "budget": budget,
+        **({"capped": capped} if capped else {}),
         **({"cpu_float": chosen.metadata["cpu_float"]} if "cpu_float" in chosen.metadata else {})}
     warn_if_missed(chosen.metadata)
     return chosen
@@ -224,11 +305,12 @@ def quantize_to_target(graph: Graph, dataset: Iterable[Feed] | None = None, *, t
 
 def _keep_in_float(opt: Graph, best: tuple[tuple[int, float], Graph, dict[str, float], str],
                    options: dict[str, Any], given: Mapping[str, Any], calibration: list[Feed] | None,
-                   held: list[Feed], target: float, tried: list[dict[str, Any]], progress: Progress | None
-                   ) -> tuple[tuple[int, float], Graph, dict[str, float], str]:
+                   held: list[Feed], target: float, tried: list[dict[str, Any]], progress: Progress | None,
+                   budget: float) -> tuple[tuple[tuple[int, float], Graph, dict[str, float], str], str]:
     """The last step (:mod:`libnpu.compiler.cpu_float`): the blamed layers of the best
     integer graph kept in float on the CPU, one more at a time (at most ``MAX_CPU_TRIALS``),
-    until every output meets ``target``; ``best`` as it was when none does. The rest is
+    until every output meets ``target``, within ``budget`` (as the ladder's steps); ``best``
+    as it was when none does, and why a trial did not start (the cap), if so. The rest is
     quantized as the int16 step does (``options``: its search runs again, as the layers
     around the CPU ones now see other values; ``given``: the caller's options)."""
     rank, q, scores, _ = best
@@ -239,7 +321,7 @@ def _keep_in_float(opt: Graph, best: tuple[tuple[int, float], Graph, dict[str, f
     reason = cpu_reason(rank[1], target)
     refused: list[str] = []
     for layer, _, chain in blamed:
-        if layer in moved:
+        if layer in moved or not leaves_chip_work(opt, {*moved, *chain}):
             continue
         if trials == MAX_CPU_TRIALS:
             break
@@ -248,6 +330,10 @@ def _keep_in_float(opt: Graph, best: tuple[tuple[int, float], Graph, dict[str, f
         except IRError as exc:     # a layer the host cannot run in float stays on the chip
             refused.append(str(exc).splitlines()[0][:200])
             continue
+        capped = _cap_reached(tried, budget, f"CPU float {trials + 1}")
+        if capped:
+            return best, capped
+        before = work_done()
         trials += 1
         moved = list(dict.fromkeys([*moved, *chain]))
         keep = {k: _still_made(cpu, v) for k, v in options.items() if k in ("int16", "int16_weights")}
@@ -265,13 +351,13 @@ def _keep_in_float(opt: Graph, best: tuple[tuple[int, float], Graph, dict[str, f
         trial.metadata["cpu_float"] = {"layers": [f"{types[t]} {t}" for t in moved], "reason": reason}
         name = f"CPU float {trials}"
         tried.append({"step": name, "chose": f"{len(moved)} layers kept in float on the CPU",
-                      "scores": {k: round(v, 5) for k, v in trial_scores.items()}})
+                      "scores": {k: round(v, 5) for k, v in trial_scores.items()}, "work": work_done() - before})
         trial_rank = _rank(trial_scores, target)
         if trial_rank[0] == len(trial_scores):
-            return trial_rank, trial, trial_scores, name
+            return (trial_rank, trial, trial_scores, name), ""
     if not trials and refused:
-        tried.append({"step": "CPU float", "refused": refused[0]})
-    return best
+        tried.append({"step": "CPU float", "refused": refused[0], "work": 0})
+    return best, ""
 
 
 def _still_made(graph: Graph, selection: Any) -> Any:
@@ -340,8 +426,9 @@ def missed_text(fidelity: Mapping[str, Any]) -> str:
     """The one-line warning for a model that misses its target: which outputs, and what to try."""
     scores = fidelity["scores"]
     names = ", ".join(f"{n} ({scores[n]:.4f})" for n in fidelity["missed"])
+    capped = " (the escalation hit its cap: --escalation-budget 0 lifts it)" if fidelity.get("capped") else ""
     return (f"{names} under the fidelity target {fidelity['target']} on {fidelity['samples']} "
-            f"{_where(fidelity)} after {len(fidelity['steps'])} steps: try more (and more typical) "
+            f"{_where(fidelity)} after {len(fidelity['steps'])} steps{capped}: try more (and more typical) "
             "--calibration samples, --recipe accurate with --bias-correction or --int16-headroom held-out, "
             "or a lower --target")
 
@@ -361,10 +448,15 @@ def format_fidelity(fidelity: Mapping[str, Any]) -> str:
             lines.append(f"  {s['step']:<18} does not apply: {s['refused']}")
             continue
         mark = "  <- chosen" if s["step"] == fidelity["chosen"] else ""
-        lines.append(f"  {s['step']:<18} worst {min(s['scores'].values(), default=1.0):.4f}: {s['chose']}{mark}")
+        work = fidelity["steps"][0].get("work")
+        took = f" (work x{s['work'] / work:.1f})" if work and "work" in s and s is not fidelity["steps"][0] else ""
+        lines.append(f"  {s['step']:<18} worst {min(s['scores'].values(), default=1.0):.4f}: {s['chose']}{took}{mark}")
     moved = fidelity.get("cpu_float")
     if moved:
         lines.append(f"  {len(moved['layers'])} layers {moved['reason']}: {', '.join(moved['layers'])}")
+    if fidelity.get("capped"):
+        lines.append(f"  capped: {fidelity['capped']}; --escalation-budget N allows N times the int8 step's work, "
+                     "0 no cap")
     if fidelity["measured_on"] == "calibration":
         lines.append(f"  note: fewer than {MIN_SAMPLES} calibration samples, none held out: "
                      "the figures below flatter the model")

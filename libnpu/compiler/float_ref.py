@@ -21,6 +21,7 @@ from numpy.lib.stride_tricks import sliding_window_view
 from . import registry
 from .folding import folded_input_scales, weight_fold
 from .ir import Graph, IRError, Op, Tensor
+from .work_count import count_op
 
 __all__ = ["FloatInterpreter", "run_float", "evaluate", "has_reference", "activation", "pad_nhwc",
            "windows", "to_real", "snap_to_grid"]
@@ -60,6 +61,7 @@ def evaluate(op: Op, ins: list, out: Tensor) -> np.ndarray:
     fn = registry.get(op.type, "float_ref")
     if fn is None:
         raise IRError(f"float reference: unsupported op {op.describe()}")
+    count_op()      # the unit of the escalation's cap (work_count)
     return fn(op, ins, out)
 
 

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from . import registry
-from .escalation import DEFAULT_TARGET, quantize_to_target
+from .escalation import DEFAULT_TARGET, ESCALATION_BUDGET, quantize_to_target
 from .folding import takes_channel_grids
 from .input_shapes import InputShapes, fix_input_shapes
 from .ir import Graph, IRError
@@ -140,6 +140,10 @@ def to_int8_graph(model: str | os.PathLike | bytes | Graph,
     if target is not None and not escalate:
         raise RecipeError("a fidelity target goes with the default recipe (the one that escalates), "
                           f"not --recipe {quantize_options.get('recipe')}")
+    budget = quantize_options.pop("escalation_budget", None)   # the cap on escalating (0: none)
+    if budget is not None and not escalate:
+        raise RecipeError("an escalation budget goes with the default recipe (the one that escalates), "
+                          f"not --recipe {quantize_options.get('recipe')}")
     quantize_options = apply_recipe(quantize_options)
     if isinstance(model, Graph):
         if input_shapes is not None:
@@ -163,7 +167,8 @@ def to_int8_graph(model: str | os.PathLike | bytes | Graph,
         check_int8(graph)  # partly quantized: report the offending op rather than re-quantize
     if escalate:
         q = quantize_to_target(graph, dataset, target=DEFAULT_TARGET if target is None else target,
-                               progress=progress, **quantize_options)
+                               budget=ESCALATION_BUDGET if budget is None else budget, progress=progress,
+                               **quantize_options)
     elif quantize_options.get("int16", "none") not in (None, "none"):
         q = quantize_mixed(graph, dataset, progress=progress, **quantize_options)
     else:

@@ -57,6 +57,7 @@ from .optimize import optimize
 from .progress import Progress, stage
 from .quantizer import equalized, quantize_model, random_dataset
 from .scales import bias_scale, choose_int16_scale, quantize_weights16, symmetric
+from .step_reuse import once
 
 __all__ = ["MixedPrecisionError", "int16_quant", "promotable", "promote",
            "choose_auto", "choose_weights16", "quantize_mixed", "parse_selection", "DEFAULT_TARGET",
@@ -555,7 +556,7 @@ def quantize_mixed(graph: Graph, dataset: Iterable[Feed] | None = None, *,
     sample (on mediapipe's BlazeFace, 73 layers all needed, 248 runs on eight samples)."""
     selection = parse_selection(int16)
     wide = parse_selection(int16_weights)
-    opt = optimize(graph)
+    opt = once("optimize", (graph,), None, lambda: optimize(graph))   # shared by an escalation's steps
     random = dataset is None
     if random:
         data = random_dataset(opt, quantize_options.get("random_count", 8), seed=quantize_options.get("seed", 0))
@@ -583,8 +584,8 @@ def quantize_mixed(graph: Graph, dataset: Iterable[Feed] | None = None, *,
     with stage(progress, "mixed precision"):
         q.metadata["int16_headroom"] = _headrooms(int16_headroom, q, opt, [] if random else data)
         if int16_grid == "per_channel":
-            q.metadata[CHANNEL_PEAKS] = spread_limited(channel_peaks(opt, data), int16_channel_spread,
-                                                     int16_channel_margin)
+            peaks = once("channel peaks", (opt, *data), None, lambda: channel_peaks(opt, data))
+            q.metadata[CHANNEL_PEAKS] = spread_limited(peaks, int16_channel_spread, int16_channel_margin)
         scores: dict[str, float] | None = None
         search = data if int16_search_data is None else list(int16_search_data)
         if selection == "auto":

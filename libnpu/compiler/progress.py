@@ -4,7 +4,8 @@ The stages are "import", "optimize", "calibrate", "quantize" and "lower" (an int
 skips the middle three), and when the quantizer is asked for them "equalize" (before
 "calibrate"), "weight rounding" (before "quantize"), "bias correction" and "accuracy"
 (after it), and with the default recipe "measure" after each quantization it tries
-(:mod:`libnpu.compiler.escalation`; a step that escalates repeats the stages before it).
+(:mod:`libnpu.compiler.escalation`; a step that escalates repeats the stages before it, and
+each step is a stage too, "step int8", "step int16 activations", ..., around its own).
 Each stage is reported
 as it starts (``done`` 0) and as it ends (``done == total``); "calibrate" counts
 calibration runs and "bias correction" ops, so they are also reported after every step.

@@ -37,6 +37,7 @@ from .ir import Graph, IRError, Op, QuantParams, State, Tensor
 from .optimize import optimize
 from .progress import Progress, stage
 from .scales import SHARED_GRIDS, bias_scale, choose_activation_scale, quantize_weights, symmetric
+from .step_reuse import once
 from .weight_rounding import input_moments, round_layer
 
 __all__ = ["QuantizationError", "NonFiniteValuesError", "build_calibration_model", "Calibrator", "calibrate",
@@ -371,7 +372,7 @@ def equalized(graph: Graph, data: Sequence, progress: Progress | None = None) ->
     if "equalized_channels" in graph.metadata:
         return graph
     with stage(progress, "equalize"):
-        return equalize_channels(graph, data)
+        return once("equalize", (graph, *data), None, lambda: equalize_channels(graph, data))
 
 
 def quantize_model(graph: Graph,
@@ -402,13 +403,15 @@ def quantize_model(graph: Graph,
     """
     if weight_rounding not in ("nearest", "gptq", "gptq-bias"):
         raise QuantizationError(f"weight_rounding must be 'nearest', 'gptq' or 'gptq-bias', not {weight_rounding!r}")
+    # once(): an escalating compile's steps share what they would compute alike (step_reuse)
     with stage(progress, "optimize"):
-        opt = optimize(graph)
+        opt = once("optimize", (graph,), None, lambda: optimize(graph))
     data = list(dataset) if dataset is not None else random_dataset(opt, random_count, seed=seed)
     if equalize:
         opt = equalized(opt, data, progress)
     try:
-        ranges = calibrate(opt, data, method=method, percentile=percentile, seed=seed, progress=progress)
+        ranges = once("calibrate", (opt, *data), (method, percentile, seed),
+                      lambda: calibrate(opt, data, method=method, percentile=percentile, seed=seed, progress=progress))
     except NonFiniteValuesError as exc:
         if dataset is not None:
             raise
@@ -417,10 +420,11 @@ def quantize_model(graph: Graph,
     moments = None
     if weight_rounding in ("gptq", "gptq-bias"):
         with stage(progress, "weight rounding"):
-            moments = input_moments(opt, data, seed=seed)
+            moments = once("gptq moments", (opt, *data), seed, lambda: input_moments(opt, data, seed=seed))
     with stage(progress, "quantize"):
-        q = quantize(opt, ranges, fc_per_channel=fc_per_channel, io_dtype=io_dtype, moments=moments,
-                     round_biases=weight_rounding == "gptq-bias")
+        q = once("quantize", (opt, ranges, moments), (fc_per_channel, io_dtype, weight_rounding),
+                 lambda: quantize(opt, ranges, fc_per_channel=fc_per_channel, io_dtype=io_dtype, moments=moments,
+                                  round_biases=weight_rounding == "gptq-bias"), copy=Graph.copy)
     if bias_correction not in (True, False, "auto"):
         raise QuantizationError(f"bias_correction must be true, false or 'auto', not {bias_correction!r}")
     if bias_correction == "auto":

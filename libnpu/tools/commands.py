@@ -208,6 +208,12 @@ def _quantizer_options(args: argparse.Namespace) -> dict[str, Any]:
         _require(recipe == "default", f"--target goes with the default recipe (it measures), not --recipe {recipe}")
         _require(0.0 < target <= 1.0, "--target is a score in (0, 1], e.g. 0.99")
         options["target"] = target
+    budget = getattr(args, "escalation_budget", None)
+    if budget is not None:
+        _require(recipe == "default", f"--escalation-budget goes with the default recipe (it escalates), "
+                                      f"not --recipe {recipe}")
+        _require(budget == 0 or budget >= 1, "--escalation-budget is a factor >= 1, or 0 for no cap")
+        options["escalation_budget"] = budget
     if args.weight_rounding is not None and (args.weight_rounding != "nearest" or recipe != "fast"):
         options["weight_rounding"] = args.weight_rounding
     if args.bias_correction is not None and (args.bias_correction or recipe != "fast"):

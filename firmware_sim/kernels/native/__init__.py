@@ -1,5 +1,5 @@
 """The C inner loops of the chip's kernels (``int8_kernels.c``, ``data_kernels.c``,
-``int16_kernels.c``), built on first use.
+``int16_kernels.c``, ``gemm_kernels.c``, ``int16x16_kernels.c``), built on first use.
 
 numpy cannot get under LiteRT's C++ reference for small depthwise layers and batch-1
 fully connected layers: there the cost is per-call overhead, not arithmetic. These
@@ -43,9 +43,13 @@ __all__ = ["library", "ffi", "build", "enabled", "has_dnnl", "dnnl_missing", "SO
 
 SOURCE = Path(__file__).with_name("int8_kernels.c")
 HEADER = SOURCE.with_suffix(".h")
+# Headers between the C files only (cffi reads HEADER alone); part of the build's hash.
+PRIVATE_HEADERS = (SOURCE.with_name("gemm_kernels.h"), SOURCE.with_name("int16_common.h"))
 # Every C file of the library (one header for all): the int8 kernels, data movement and
-# tables, the int16 x int8 kernels.
-SOURCES = (SOURCE, SOURCE.with_name("data_kernels.c"), SOURCE.with_name("int16_kernels.c"))
+# tables, the int16 x int8 kernels, the VNNI GEMM of small convolutions, the int16 x int16
+# kernels and int16 pooling.
+SOURCES = (SOURCE, SOURCE.with_name("data_kernels.c"), SOURCE.with_name("int16_kernels.c"),
+           SOURCE.with_name("gemm_kernels.c"), SOURCE.with_name("int16x16_kernels.c"))
 # -fno-trapping-math: nothing reads the floating-point exception flags, and without it GCC
 # will not vectorize a float -> int conversion under a condition (QUANTIZE's loop). Results
 # stay IEEE-exact (no -ffast-math).
@@ -105,7 +109,8 @@ def _variant(cc: str) -> tuple[str, ...]:
 def _target(cc: str, variant: tuple[str, ...]) -> Path:
     version = subprocess.run([cc, "--version"], capture_output=True, text=True).stdout
     h = blake2b(digest_size=16)
-    for part in (*(path.read_bytes() for path in SOURCES), HEADER.read_bytes(), " ".join(_FLAGS + variant).encode(),
+    sources = (path.read_bytes() for path in (*SOURCES, *PRIVATE_HEADERS))
+    for part in (*sources, HEADER.read_bytes(), " ".join(_FLAGS + variant).encode(),
                  version.encode(),
                  _cpu_signature().encode(), platform.machine().encode()):
         h.update(part)

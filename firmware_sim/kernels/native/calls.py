@@ -47,6 +47,8 @@ def check_status(status: int) -> None:
     """Raise what a C kernel's nonzero ``status`` means (an invalid operand: InvalidCommand)."""
     if status == library().NPU_KERNEL_BAD_SHIFT:     # the C kernels' own check of the shift operands
         raise InvalidCommand("requantization shift must be in [-31, 30]")
+    if status == library().NPU_KERNEL_BAD_WEIGHT:
+        raise InvalidCommand("int16 weights are symmetric: -32768 is not allowed")
     if status == library().NPU_KERNEL_BAD_INDEX:
         raise InvalidCommand("gather index outside the gathered axis")
     if status == library().NPU_KERNEL_EMPTY_WINDOW:
@@ -241,14 +243,19 @@ def bind_pool(kind: str, x: np.ndarray, out: np.ndarray, filter_hw: tuple[int, i
 
 
 def bind_convert(x: np.ndarray, out: np.ndarray, scale: float, zero_point: int) -> BoundCall | None:
-    """QUANTIZE (float32 -> int8) or DEQUANTIZE (int8 -> float32) of ``x`` into ``out`` as a
-    call; None unless both are C-contiguous of one size and those dtypes."""
-    if x.size != out.size or not _flat_ok(x, out):
+    """QUANTIZE (float32 -> int8 or int16) or DEQUANTIZE (int8 or int16 -> float32) of ``x``
+    into ``out`` as a call; None unless both are C-contiguous of one size and those dtypes
+    (or without the C kernels)."""
+    if library() is None or x.size != out.size or not _flat_ok(x, out):
         return None
     if x.dtype == np.float32 and out.dtype == np.int8:
         kind = library().NPU_STEP_QUANTIZE
     elif x.dtype == np.int8 and out.dtype == np.float32:
         kind = library().NPU_STEP_DEQUANTIZE
+    elif x.dtype == np.float32 and out.dtype == np.int16:
+        kind = library().NPU_STEP_QUANTIZE16
+    elif x.dtype == np.int16 and out.dtype == np.float32:
+        kind = library().NPU_STEP_DEQUANTIZE16
     else:
         return None
     buffers = (_ptr(x), _out_ptr(out))

@@ -1,6 +1,8 @@
-"""Bound calls of the C int16 kernels (``int16_kernels.c``): convolution, depthwise
-convolution and fully connected with int16 activations and int8 weights, ADD and MUL, the
-reruns of ``kernels.int16x8``'s numpy kernels (which run first and stay the reference)."""
+"""Bound calls of the C int16 kernels (``int16_kernels.c``, ``int16x16_kernels.c``):
+convolution, depthwise convolution and fully connected with int16 activations and int8 or
+int16 weights, ADD and MUL, average and max pooling: the reruns of ``kernels.int16x8``'s,
+``kernels.int16x16``'s and ``kernels.pooling``'s numpy kernels (which run first and stay
+the reference)."""
 from __future__ import annotations
 
 import numpy as np
@@ -8,7 +10,7 @@ import numpy as np
 from . import data_calls, ffi, library
 from .calls import BoundCall
 
-__all__ = ["bind_conv16", "bind_fully_connected16", "bind_binary16"]
+__all__ = ["bind_conv16", "bind_fully_connected16", "bind_binary16", "bind_pool16"]
 
 
 def _contiguous(*arrays: np.ndarray | None) -> bool:
@@ -24,9 +26,10 @@ def bind_conv16(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None, *, depthw
                 stride: tuple[int, int], dilation: tuple[int, int], padding: tuple[int, int],
                 out_hw: tuple[int, int], multiplier, shift, act_min: int, act_max: int,
                 out: np.ndarray) -> BoundCall | None:
-    """int16 x int8 convolution (``depthwise``: depthwise) of checked operands into ``out``
-    as a call; None unless the arrays are C-contiguous of the kernel's dtypes."""
-    if (library() is None or x.dtype != np.int16 or w.dtype != np.int8 or out.dtype != np.int16
+    """int16 x int8 convolution, or int16 x int16 when ``w`` is int16 (``depthwise``:
+    depthwise) of checked operands into ``out`` as a call; None unless the arrays are
+    C-contiguous of the kernel's dtypes."""
+    if (library() is None or x.dtype != np.int16 or w.dtype not in (np.int8, np.int16) or out.dtype != np.int16
             or (bias is not None and bias.dtype != np.int64) or not _contiguous(x, w, bias, out)
             or not out.flags.writeable):
         return None
@@ -34,11 +37,12 @@ def bind_conv16(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None, *, depthw
     n, h, wd, cin = x.shape
     cout = out.shape[3]
     kh, kw = (w.shape[1], w.shape[2])
-    buffers = (ffi.from_buffer("int16_t[]", x), ffi.from_buffer("int8_t[]", w),
+    wide = w.dtype == np.int16
+    buffers = (ffi.from_buffer("int16_t[]", x), ffi.from_buffer("int16_t[]" if wide else "int8_t[]", w),
                ffi.NULL if bias is None else ffi.from_buffer("int64_t[]", bias),
                ffi.from_buffer("int32_t[]", mult), ffi.from_buffer("int32_t[]", sh),
                ffi.from_buffer("int16_t[]", out, require_writable=True))
-    call = ffi.new("struct npu_conv16_call *", {
+    call = ffi.new("struct npu_conv16x16_call *" if wide else "struct npu_conv16_call *", {
         "x": buffers[0], "n": n, "h": h, "w": wd, "cin": cin, "filter": buffers[1], "cout": cout,
         "kh": kh, "kw": kw, "groups": 1 if depthwise else cin // w.shape[3],
         "depth_multiplier": cout // cin if depthwise else 1, "bias": buffers[2],
@@ -46,28 +50,34 @@ def bind_conv16(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None, *, depthw
         "pad_top": padding[0], "pad_left": padding[1], "out_h": out_hw[0], "out_w": out_hw[1],
         "mult": buffers[3], "shift": buffers[4], "per_channel": int(mult.size > 1),
         "act_min": act_min, "act_max": act_max, "out": buffers[5]})
-    kind = library().NPU_STEP_DEPTHWISE16 if depthwise else library().NPU_STEP_CONV16
+    if wide:
+        kind = library().NPU_STEP_DEPTHWISE16X16 if depthwise else library().NPU_STEP_CONV16X16
+    else:
+        kind = library().NPU_STEP_DEPTHWISE16 if depthwise else library().NPU_STEP_CONV16
     operands = (x, w, bias, multiplier, shift, out)
     return BoundCall(kind, call, operands, (buffers, mult, sh))
 
 
 def bind_fully_connected16(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None, *, scale,
                            act_min: int, act_max: int, out: np.ndarray) -> BoundCall | None:
-    """int16 x int8 fully connected (x (M, K), w (N, K)) into ``out`` (M, N) as a call,
-    requantized by the float64 ``scale`` (N,) or (1,); None unless C-contiguous."""
-    if (library() is None or x.dtype != np.int16 or w.dtype != np.int8 or out.dtype != np.int16
+    """int16 x int8 (or int16 x int16: ``w`` int16) fully connected (x (M, K), w (N, K))
+    into ``out`` (M, N) as a call, requantized by the float64 ``scale`` (N,) or (1,); None
+    unless C-contiguous."""
+    if (library() is None or x.dtype != np.int16 or w.dtype not in (np.int8, np.int16) or out.dtype != np.int16
             or (bias is not None and bias.dtype != np.int64) or not _contiguous(x, w, bias, out)
             or not out.flags.writeable):
         return None
     scales = np.ascontiguousarray(np.atleast_1d(scale), dtype=np.float64)
     (m, k), n = x.shape, w.shape[0]
-    buffers = (ffi.from_buffer("int16_t[]", x), ffi.from_buffer("int8_t[]", w),
+    wide = w.dtype == np.int16
+    buffers = (ffi.from_buffer("int16_t[]", x), ffi.from_buffer("int16_t[]" if wide else "int8_t[]", w),
                ffi.NULL if bias is None else ffi.from_buffer("int64_t[]", bias),
                ffi.from_buffer("double[]", scales), ffi.from_buffer("int16_t[]", out, require_writable=True))
-    call = ffi.new("struct npu_fc16_call *", {
+    call = ffi.new("struct npu_fc16x16_call *" if wide else "struct npu_fc16_call *", {
         "x": buffers[0], "rows": m, "k": k, "w": buffers[1], "n": n, "bias": buffers[2], "scale": buffers[3],
         "per_channel": int(scales.size > 1), "act_min": act_min, "act_max": act_max, "out": buffers[4]})
-    return BoundCall(library().NPU_STEP_FC16, call, (x, w, bias, scale, out), (buffers, scales))
+    kind = library().NPU_STEP_FC16X16 if wide else library().NPU_STEP_FC16
+    return BoundCall(kind, call, (x, w, bias, scale, out), (buffers, scales))
 
 
 def bind_binary16(kind: str, a: np.ndarray, b: np.ndarray, out: np.ndarray, params: np.ndarray, *,
@@ -102,3 +112,21 @@ def bind_binary16(kind: str, a: np.ndarray, b: np.ndarray, out: np.ndarray, para
         "left_shift": left_shift, "channels": channels, "params": buffers[3], "act_min": act_min,
         "act_max": act_max})
     return BoundCall(library().NPU_STEP_BINARY16, call, (a, b, out, params), buffers)
+
+
+def bind_pool16(kind: str, x: np.ndarray, out: np.ndarray, filter_hw: tuple[int, int], stride: tuple[int, int],
+                padding: tuple[int, int], act_min: int, act_max: int) -> BoundCall | None:
+    """int16 average or max pooling (``kind`` "avg" / "max") of NHWC ``x`` into ``out`` as a
+    call; None unless both are C-contiguous int16. Geometry checked by the caller."""
+    if library() is None or x.dtype != np.int16 or out.dtype != np.int16 or not _contiguous(x, out) \
+            or not out.flags.writeable:
+        return None
+    n, h, w, c = x.shape
+    _, oh, ow, _ = out.shape
+    buffers = (ffi.from_buffer("int16_t[]", x), ffi.from_buffer("int16_t[]", out, require_writable=True))
+    call = ffi.new("struct npu_pool16_call *", {
+        "x": buffers[0], "n": n, "h": h, "w": w, "c": c, "fh": filter_hw[0], "fw": filter_hw[1],
+        "sh": stride[0], "sw": stride[1], "pt": padding[0], "pl": padding[1], "oh": oh, "ow": ow,
+        "act_min": act_min, "act_max": act_max, "out": buffers[1]})
+    step_kind = library().NPU_STEP_AVG_POOL16 if kind == "avg" else library().NPU_STEP_MAX_POOL16
+    return BoundCall(step_kind, call, (x, out), buffers)

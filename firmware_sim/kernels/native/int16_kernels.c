@@ -11,6 +11,11 @@
 #include <math.h>
 
 #include "int8_kernels.h"
+#include "int16_common.h"
+
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#endif
 
 #define CHUNK 256
 
@@ -28,26 +33,6 @@ static int64_t dot16x8(const int16_t *restrict a, const int8_t *restrict b, int6
     return total;
 }
 
-/* TFLite's MultiplyByQuantizedMultiplier(int64_t, ...) (multiply_by_quantized_multiplier_int64),
-   the store's int32 wrap and clamp. */
-static inline int16_t requant16(int64_t acc, int32_t m, int32_t s, int32_t lo, int32_t hi)
-{
-    const int64_t reduced = m < 0x7FFF0000 ? ((int64_t)m + (1 << 15)) >> 16 : 0x7FFF;
-    const int total = 15 - s;
-    const int64_t v = (int64_t)((uint64_t)acc * (uint64_t)reduced + (UINT64_C(1) << (total - 1))) >> total;
-    int32_t r = (int32_t)(uint32_t)(uint64_t)v;
-    r = r < lo ? lo : r > hi ? hi : r;
-    return (int16_t)r;
-}
-
-static int check_requant16(const int32_t *mult, const int32_t *shift, int32_t count)
-{
-    for (int32_t i = 0; i < count; i++)
-        if (mult[i] < 0 || shift[i] < -31 || shift[i] > 14)
-            return NPU_KERNEL_BAD_SHIFT;
-    return 0;
-}
-
 /* Convolution (grouped), NHWC: x (n, h, w, cin); filter (cout, kh, kw, cin / groups). */
 int npu_conv16x8(const struct npu_conv16_call *c)
 {
@@ -57,9 +42,19 @@ int npu_conv16x8(const struct npu_conv16_call *c)
         return status;
     const int32_t groups = c->groups, cin_g = c->cin / groups, cout_g = cout / groups;
     const int64_t k = (int64_t)c->kh * c->kw * cin_g;
-    int16_t *row = malloc(sizeof(int16_t) * (size_t)(k > 0 ? k : 1));
-    if (!row)
+    /* The filter as int16 pairs, per group (int16x16_kernels.c's pixel loop). */
+    int16_t *row = malloc(sizeof(int16_t) * (size_t)(k + 1));
+    int64_t *sums = malloc(sizeof(int64_t) * (size_t)(cout_g > 0 ? cout_g : 1));
+    /* Packing costs about one pixel's multiply-adds: a layer of a few pixels (a classifier's
+       1x1 head) takes one dot product per output channel instead. */
+    const int packing = (int64_t)c->n * c->out_h * c->out_w >= PACK_MIN_PIXELS;
+    int16_t *packed = row && sums && packing ? npu_pack_groups(c->filter, 0, groups, cout_g, k) : NULL;
+    const int64_t packed_size = npu_packed_pairs_size(cout_g, k);
+    if (!row || !sums || (packing && !packed)) {
+        free(row);
+        free(sums);
         return NPU_KERNEL_NO_MEMORY;
+    }
     for (int32_t b = 0; b < c->n; b++)
         for (int32_t oy = 0; oy < c->out_h; oy++)
             for (int32_t ox = 0; ox < c->out_w; ox++) {
@@ -78,16 +73,18 @@ int npu_conv16x8(const struct npu_conv16_call *c)
                                        sizeof(int16_t) * (size_t)cin_g);
                         }
                     }
-                    for (int32_t q = 0; q < cout_g; q++) {
-                        const int32_t oc = g * cout_g + q, p = c->per_channel ? oc : 0;
-                        int64_t acc = dot16x8(row, c->filter + (int64_t)oc * k, k);
-                        if (c->bias)
-                            acc = (int64_t)((uint64_t)acc + (uint64_t)c->bias[oc]);
-                        o[oc] = requant16(acc, c->mult[p], c->shift[p], c->act_min, c->act_max);
-                    }
+                    if (packed)
+                        npu_row_times_filter(row, k, packed + g * packed_size, cout_g, 0, sums);
+                    else
+                        for (int32_t q = 0; q < cout_g; q++)
+                            sums[q] = dot16x8(row, c->filter + (int64_t)(g * cout_g + q) * k, k);
+                    npu_finish16(sums, cout_g, g * cout_g, c->bias, 0, c->mult, c->shift, c->per_channel,
+                                 c->act_min, c->act_max, o + g * cout_g);
                 }
             }
+    free(packed);
     free(row);
+    free(sums);
     return 0;
 }
 
@@ -110,7 +107,7 @@ int npu_depthwise16x8(const struct npu_conv16_call *c)
         for (int32_t oy = 0; oy < c->out_h; oy++)
             for (int32_t ox = 0; ox < c->out_w; ox++) {
                 for (int32_t oc = 0; oc < cout; oc++) {
-                    acc[oc] = c->bias ? c->bias[oc] : 0;
+                    acc[oc] = 0;            /* the bias is added at the end (a wrapping sum: same total) */
                     part[oc] = 0;
                 }
                 int32_t taps = 0;
@@ -139,10 +136,9 @@ int npu_depthwise16x8(const struct npu_conv16_call *c)
                     }
                 }
                 int16_t *o = c->out + (((int64_t)b * c->out_h + oy) * c->out_w + ox) * cout;
-                for (int32_t oc = 0; oc < cout; oc++) {
-                    const int32_t p = c->per_channel ? oc : 0;
-                    o[oc] = requant16(acc[oc] + part[oc], c->mult[p], c->shift[p], c->act_min, c->act_max);
-                }
+                for (int32_t oc = 0; oc < cout; oc++)
+                    acc[oc] += part[oc];
+                npu_finish16(acc, cout, 0, c->bias, 0, c->mult, c->shift, c->per_channel, c->act_min, c->act_max, o);
             }
     free(acc);
     free(part);
@@ -179,13 +175,49 @@ static inline int64_t mbqm(int64_t x, int64_t m, int32_t s)
     return r >> e;
 }
 
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512DQ__) && defined(__AVX512VL__)
+/* A per-tensor int16 MUL over contiguous operands, 8 lanes of mbqm's int64 arithmetic at a
+   time (the products, |a * b| <= 2**30, are exact in vpmuldq, as is x * m); returns how many
+   elements it wrote (a multiple of 8: the scalar loop does the rest). */
+static int64_t mul16_lanes(const int16_t *a, const int16_t *b, int16_t *o, int64_t n, int32_t m, int32_t s,
+                           int32_t act_min, int32_t act_max)
+{
+    const int e = s > 0 ? 0 : -s;
+    const __m512i vm = _mm512_set1_epi64(m), nudge = _mm512_set1_epi64(INT64_C(1) << 30);
+    const __m512i round = _mm512_set1_epi64((INT64_C(1) << e) >> 1), int_min = _mm512_set1_epi64(INT32_MIN);
+    const __m256i lo = _mm256_set1_epi32(act_min), hi = _mm256_set1_epi32(act_max);
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m512i x = _mm512_mul_epi32(_mm512_cvtepi16_epi64(_mm_loadu_si128((const __m128i *)(a + i))),
+                                     _mm512_cvtepi16_epi64(_mm_loadu_si128((const __m128i *)(b + i))));
+        if (s > 0)          /* (int32_t)(x << s): shifted, then the low 32 bits sign-extended */
+            x = _mm512_srai_epi64(_mm512_slli_epi64(_mm512_sll_epi64(x, _mm_cvtsi32_si128(s)), 32), 32);
+        __m512i v = _mm512_srai_epi64(_mm512_add_epi64(_mm512_mul_epi32(x, vm), nudge), 31);
+        if (m == INT32_MIN)
+            v = _mm512_mask_mov_epi64(v, _mm512_cmpeq_epi64_mask(x, int_min), _mm512_set1_epi64(INT32_MAX));
+        __m512i r = _mm512_add_epi64(v, round);
+        if (e > 0)          /* r -= v < 0 */
+            r = _mm512_add_epi64(r, _mm512_srai_epi64(v, 63));
+        r = _mm512_sra_epi64(r, _mm_cvtsi32_si128(e));
+        const __m256i q = _mm256_min_epi32(_mm256_max_epi32(_mm512_cvtepi64_epi32(r), lo), hi);
+        _mm_storeu_si128((__m128i *)(o + i), _mm256_cvtepi32_epi16(q));
+    }
+    return i;
+}
+#endif
+
 static void binary16_axis(const int16_t *a, const int16_t *b, int16_t *o, const struct npu_binary16_call *c,
                           const int64_t *out_block, int d)
 {
     const int64_t n = c->shape[d], as = c->a_stride[d], bs = c->b_stride[d];
     if (d >= c->rank - 1 || d >= NPU_MOVE_MAX_RANK - 1) {   /* the last axis (a bound GCC can see) */
         const int64_t at = o - c->out;
-        for (int64_t i = 0; i < n; i++) {
+        int64_t i = 0;
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512DQ__) && defined(__AVX512VL__)
+        if (c->kind == NPU_BINARY16_MUL && c->channels == 1 && as == 1 && bs == 1)
+            i = mul16_lanes(a, b, o, n, c->params[0], c->params[1], c->act_min, c->act_max);
+#endif
+        for (; i < n; i++) {
             const int32_t *p = c->params + ((at + i) % c->channels) * (c->kind == NPU_BINARY16_ADD ? 6 : 2);
             const int64_t x = a[i * as], y = b[i * bs];
             int64_t raw;

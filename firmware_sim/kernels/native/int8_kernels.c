@@ -29,6 +29,8 @@ static inline int8_t clamp_s8(int32_t v, int32_t lo, int32_t hi)
 /* Per-channel requantization constants, in the form the vectorized loop wants. */
 struct requant {
     int32_t *mult, *left, *right;
+    int32_t *mask, *half;       /* 2**right - 1 and its half: the rounding's remainder test */
+    int any_left, any_min;      /* some left shift; some multiplier INT32_MIN (the saturating case) */
 };
 
 /* The constants of `channels` channels repeated to fill n entries (n a multiple of
@@ -36,13 +38,18 @@ struct requant {
 static int requant_init_tiled(struct requant *q, const int32_t *mult, const int32_t *shift,
                               int32_t per_channel, int32_t n, int32_t channels)
 {
-    q->mult = malloc(sizeof(int32_t) * (size_t)n * 3);
+    q->mult = malloc(sizeof(int32_t) * (size_t)n * 5);
     if (!q->mult)
         return NPU_KERNEL_NO_MEMORY;
     q->left = q->mult + n;
     q->right = q->mult + 2 * (size_t)n;
-    for (int32_t c = 0, channel = 0; c < n; c++, channel = channel + 1 == channels ? 0 : channel + 1) {
-        int32_t i = per_channel ? channel : 0;
+    q->mask = q->mult + 3 * (size_t)n;
+    q->half = q->mult + 4 * (size_t)n;
+    q->any_left = q->any_min = 0;
+    /* One period of channels (all n entries when there are fewer), then copies of it. */
+    const int32_t first = channels < n ? channels : n;
+    for (int32_t c = 0; c < first; c++) {
+        int32_t i = per_channel ? c : 0;
         if (shift[i] < -31 || shift[i] > 30) {
             free(q->mult);
             return NPU_KERNEL_BAD_SHIFT;
@@ -50,7 +57,14 @@ static int requant_init_tiled(struct requant *q, const int32_t *mult, const int3
         q->mult[c] = mult[i];
         q->left[c] = shift[i] > 0 ? shift[i] : 0;
         q->right[c] = shift[i] > 0 ? 0 : -shift[i];
+        q->mask[c] = (int32_t)((UINT32_C(1) << q->right[c]) - 1);
+        q->half[c] = q->mask[c] >> 1;
+        q->any_left |= q->left[c] != 0;
+        q->any_min |= mult[i] == INT32_MIN;
     }
+    for (int32_t *row = q->mult; row < q->mult + 5 * (size_t)n; row += n)
+        for (int32_t c = first; c < n; c += first)
+            memcpy(row + c, row, sizeof(int32_t) * (size_t)(n - c < first ? n - c : first));
     return 0;
 }
 
@@ -66,7 +80,40 @@ static void requant_store(const int32_t *restrict acc, int32_t n, const struct r
 {
     /* restrict: an int8 store may alias anything, which would stop vectorization. */
     const int32_t *restrict mult = q->mult, *restrict left = q->left, *restrict right = q->right;
-    for (int32_t c = 0; c < n; c++) {
+    int32_t c = 0;
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__)
+    /* The same arithmetic 16 lanes at a time, the last lanes masked: GCC's vectorized loop
+       leaves n % 64 values (56 of a 120-channel row) to a scalar tail that cost more than
+       the rest. vpmuldq forms the exact int64 products of the even lanes, then the odd. */
+    const __m512i one = _mm512_set1_epi32(1), int_min = _mm512_set1_epi32(INT32_MIN);
+    const __m512i nudge = _mm512_set1_epi64(INT64_C(1) << 30), zero = _mm512_setzero_si512();
+    const __m512i offset = _mm512_set1_epi32(output_offset);
+    const __m512i lo = _mm512_set1_epi32(act_min), hi = _mm512_set1_epi32(act_max);
+    for (; c < n; c += 16) {
+        const __mmask16 k = n - c >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (n - c)) - 1);
+        __m512i x = _mm512_maskz_loadu_epi32(k, acc + c);
+        if (q->any_left)            /* loop-invariant: most layers only shift right */
+            x = _mm512_sllv_epi32(x, _mm512_maskz_loadu_epi32(k, left + c));
+        const __m512i m = _mm512_maskz_loadu_epi32(k, mult + c);
+        const __m512i even = _mm512_srai_epi64(_mm512_add_epi64(_mm512_mul_epi32(x, m), nudge), 31);
+        const __m512i odd = _mm512_srai_epi64(_mm512_add_epi64(
+            _mm512_mul_epi32(_mm512_srli_epi64(x, 32), _mm512_srli_epi64(m, 32)), nudge), 31);
+        __m512i high = _mm512_mask_blend_epi32((__mmask16)0xAAAA, even, _mm512_slli_epi64(odd, 32));
+        if (q->any_min) {
+            const __mmask16 both_min = _mm512_cmpeq_epi32_mask(x, int_min) & _mm512_cmpeq_epi32_mask(m, int_min);
+            high = _mm512_mask_mov_epi32(high, both_min, _mm512_set1_epi32(INT32_MAX));
+        }
+        const __m512i e = _mm512_maskz_loadu_epi32(k, right + c);
+        const __m512i mask = _mm512_maskz_loadu_epi32(k, q->mask + c);
+        __m512i threshold = _mm512_maskz_loadu_epi32(k, q->half + c);
+        threshold = _mm512_mask_add_epi32(threshold, _mm512_cmplt_epi32_mask(high, zero), threshold, one);
+        __m512i v = _mm512_srav_epi32(high, e);
+        v = _mm512_mask_add_epi32(v, _mm512_cmpgt_epi32_mask(_mm512_and_si512(high, mask), threshold), v, one);
+        v = _mm512_min_epi32(_mm512_max_epi32(_mm512_add_epi32(v, offset), lo), hi);
+        _mm_mask_storeu_epi8(out + c, k, _mm512_cvtepi32_epi8(v));
+    }
+#endif
+    for (; c < n; c++) {
         int32_t x = (int32_t)((uint32_t)acc[c] << left[c]);
         int32_t m = mult[c];
         int64_t ab = (int64_t)x * (int64_t)m;
@@ -126,6 +173,10 @@ static int depthwise_pairs_avx512(const int8_t *x, int32_t n, int32_t h, int32_t
     while (period % 32)
         period += ch;
     period /= 32;
+    /* A row of fewer chunks (one output column: a keyword spotter's 49x1 layers, 120
+       channels, 4 chunks against a period of 15) needs only its own: k never wraps. */
+    if (period > chunks)
+        period = chunks;
     /* The padded input: rows and columns that some tap reads, column phases side by side. */
     const int64_t hp = (int64_t)(out_h - 1) * stride_h + (int64_t)(kh - 1) * dil_h + 1;
     const int64_t wp = (int64_t)(out_w - 1) * stride_w + (int64_t)(kw - 1) * dil_w + 1;
@@ -152,15 +203,15 @@ static int depthwise_pairs_avx512(const int8_t *x, int32_t n, int32_t h, int32_t
        zeros), then the filter pairs interleaved as the input will be: (tap 2p, tap 2p + 1). */
     for (int64_t t = 0; t < pairs * 2; t++) {
         int16_t *tap_row = fa + t * period * 32;
-        for (int64_t c = 0; c < ch; c++)
+        for (int64_t c = 0; c < ch && c < period * 32; c++)
             tap_row[c] = t < taps ? filter[t * ch + c] : 0;
         for (int64_t e = ch; e < period * 32; e += ch)
-            memcpy(tap_row + e, tap_row, sizeof(int16_t) * (size_t)ch);
+            memcpy(tap_row + e, tap_row, sizeof(int16_t) * (size_t)(period * 32 - e < ch ? period * 32 - e : ch));
     }
-    for (int64_t c = 0; c < ch; c++)
+    for (int64_t c = 0; c < ch && c < period * 32; c++)
         bias_row[c] = bias ? bias[c] : 0;
     for (int64_t e = ch; e < period * 32; e += ch)
-        memcpy(bias_row + e, bias_row, sizeof(int32_t) * (size_t)ch);
+        memcpy(bias_row + e, bias_row, sizeof(int32_t) * (size_t)(period * 32 - e < ch ? period * 32 - e : ch));
     for (int64_t p = 0; p < pairs; p++)
         for (int64_t k = 0; k < period; k++) {
             const __m512i va = _mm512_load_si512(fa + (2 * p * period + k) * 32);
@@ -724,6 +775,13 @@ extern void omp_set_num_threads(int) __attribute__((weak));
 
 int npu_have_dnnl(void) { return 1; }
 
+#include "gemm_kernels.h"     /* the VNNI GEMM of small layers */
+/* Multiply-adds up to which a convolution runs on that GEMM rather than oneDNN's. Measured
+   2026-11-29 (CPU time, 2-vCPU EPYC VM): 49x40 -> 120 1x1 6.2 -> 4.9 us, 16x16x32 3x3 -> 32
+   (2.4 M MACs) 22.6 -> 21.3 us, but 28x28x128 -> 256 1x1 (26 M) 219 -> 238 us: oneDNN's
+   cache blocking wins on large layers. */
+#define VNNI_MAX_MACS (INT64_C(8) << 20)
+
 /* Rows of im2col per GEMM: keeps the int8 rows and int32 results in L2. */
 #define CONV_BLOCK_BYTES (256 * 1024)
 
@@ -848,6 +906,11 @@ int npu_conv_s8(const int8_t *x, int32_t n, int32_t h, int32_t w, int32_t cin,
     }
     const int8_t ao = (int8_t)(-input_offset);
     const int32_t no_offset = 0;
+    /* The VNNI GEMM's operands: each group's packed filter and accumulator start (bias in). */
+    const int64_t cout16 = ((int64_t)cout_g + 15) / 16 * 16, packed_g = (k + 3) / 4 * cout16 * 4;
+    struct vnni_packed prepared;
+    const int vnni = npu_gemm_vnni_available() && (int64_t)n * pixels * cout * k <= VNNI_MAX_MACS &&
+                     npu_gemm_vnni_prepare(filter, cout_g, groups, k, bias, ao, &prepared) != NULL;
     for (int32_t b = 0; b < n && status == 0; b++) {
         const int8_t *image = x + (int64_t)b * h * w * cin;
         for (int64_t p0 = 0; p0 < pixels && status == 0; p0 += block) {
@@ -859,6 +922,11 @@ int npu_conv_s8(const int8_t *x, int32_t n, int32_t h, int32_t w, int32_t cin,
                                 dil_w, pad_top, pad_left, out_w, p0, p1, ao, cols);
                     a = cols;
                 }
+                if (vnni) {
+                    npu_gemm_vnni(a, rows, k, k, prepared.packed + g * packed_g, cout_g, prepared.init + g * cout16,
+                                  acc + (int64_t)g * cout_g, cout);
+                    continue;
+                }
                 if (dnnl_gemm_s8s8s32('N', 'T', 'F', rows, cout_g, k, 1.0f, a, k, ao,
                                       filter + (int64_t)g * cout_g * k, k, 0, 0.0f,
                                       acc + (int64_t)g * cout_g, cout, &no_offset)
@@ -869,7 +937,7 @@ int npu_conv_s8(const int8_t *x, int32_t n, int32_t h, int32_t w, int32_t cin,
             }
             if (status != 0)
                 break;
-            if (bias)
+            if (bias && !vnni)
                 for (int64_t r = 0; r < rows; r++)
                     for (int32_t c = 0; c < cout; c++)
                         acc[r * cout + c] = (int32_t)((uint32_t)acc[r * cout + c] + (uint32_t)bias[c]);
@@ -1049,6 +1117,25 @@ int npu_step_run(const struct npu_step *step)
         return npu_fully_connected16x8(p);
     case NPU_STEP_BINARY16:
         return npu_binary16(p);
+    case NPU_STEP_CONV16X16:
+        return npu_conv16x16(p);
+    case NPU_STEP_DEPTHWISE16X16:
+        return npu_depthwise16x16(p);
+    case NPU_STEP_FC16X16:
+        return npu_fully_connected16x16(p);
+    case NPU_STEP_QUANTIZE16: {
+        const struct npu_convert_call *c = p;
+        npu_quantize_f32_s16(c->x, c->n, c->scale, c->zero_point, c->out);
+        return 0;
+    }
+    case NPU_STEP_DEQUANTIZE16: {
+        const struct npu_convert_call *c = p;
+        npu_dequantize_s16_f32(c->x, c->n, c->scale, c->zero_point, c->out);
+        return 0;
+    }
+    case NPU_STEP_AVG_POOL16:
+    case NPU_STEP_MAX_POOL16:
+        return npu_pool16(p, step->kind == NPU_STEP_MAX_POOL16);
     case NPU_STEP_LSTM:
         return npu_lstm_s8(p);
     default:

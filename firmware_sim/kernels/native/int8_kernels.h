@@ -314,6 +314,58 @@ int npu_fully_connected16x8(const struct npu_fc16_call *c);
 #define NPU_STEP_FC16 18
 #define NPU_STEP_BINARY16 19
 
+/* int16 x int16 kernels and int16 pooling (int16x16_kernels.c), the arithmetic of
+   kernels/int16x16.py and kernels/pooling.py: exact int64 sums plus the bias (clipped to
+   +-2**62), saturated to +-2**47, requantized as the 16x8 kernels. A weight of -32768 (the
+   int16 weights are symmetric) is refused with NPU_KERNEL_BAD_WEIGHT. */
+#define NPU_KERNEL_BAD_WEIGHT -20
+struct npu_conv16x16_call {
+    const int16_t *x;
+    int32_t n, h, w, cin;
+    const int16_t *filter;
+    int32_t cout, kh, kw, groups, depth_multiplier;
+    const int64_t *bias;
+    int32_t stride_h, stride_w, dil_h, dil_w, pad_top, pad_left, out_h, out_w;
+    const int32_t *mult, *shift;
+    int32_t per_channel, act_min, act_max;
+    int16_t *out;
+};
+
+struct npu_fc16x16_call {
+    const int16_t *x;
+    int32_t rows, k;
+    const int16_t *w;
+    int32_t n;
+    const int64_t *bias;
+    const double *scale;
+    int32_t per_channel, act_min, act_max;
+    int16_t *out;
+};
+
+/* Average or max pooling of int16 NHWC x (the step's kind says which), as npu_pool_call. */
+struct npu_pool16_call {
+    const int16_t *x;
+    int32_t n, h, w, c, fh, fw, sh, sw, pt, pl, oh, ow, act_min, act_max;
+    int16_t *out;
+};
+
+int npu_conv16x16(const struct npu_conv16x16_call *c);
+int npu_depthwise16x16(const struct npu_conv16x16_call *c);
+int npu_fully_connected16x16(const struct npu_fc16x16_call *c);
+int npu_pool16(const struct npu_pool16_call *c, int32_t max);
+
+#define NPU_STEP_CONV16X16 30
+#define NPU_STEP_DEPTHWISE16X16 31
+#define NPU_STEP_FC16X16 32
+#define NPU_STEP_AVG_POOL16 33
+#define NPU_STEP_MAX_POOL16 34
+/* QUANTIZE float32 -> int16 and DEQUANTIZE int16 -> float32 (npu_convert_call), as the int8
+   conversions with int16's range. */
+#define NPU_STEP_QUANTIZE16 35
+#define NPU_STEP_DEQUANTIZE16 36
+void npu_quantize_f32_s16(const float *x, int64_t n, float scale, int32_t zero_point, int16_t *out);
+void npu_dequantize_s16_f32(const int16_t *x, int64_t n, float scale, int32_t zero_point, float *out);
+
 /* One prepared kernel call: `call` points to the struct of `kind` (npu_conv_call for CONV and
    DEPTHWISE, npu_pool_call for both pools, npu_convert_call for both conversions). */
 struct npu_step {

@@ -12,10 +12,10 @@ def test_progress_hears_every_stage_and_each_calibration_run(tmp_path):
     _, hit = compile_cached(_onnx_model(tmp_path / "small.onnx"), cache=CompileCache(tmp_path / "c"),
                             progress=lambda *call: heard.append(call), random_count=3)
     assert not hit
-    assert heard == [("import", 0, 1), ("import", 1, 1), ("optimize", 0, 1), ("optimize", 1, 1),
+    assert heard == [("import", 0, 1), ("import", 1, 1), ("step int8", 0, 1), ("optimize", 0, 1), ("optimize", 1, 1),
                      ("calibrate", 0, 3), ("calibrate", 1, 3), ("calibrate", 2, 3), ("calibrate", 3, 3),
                      ("quantize", 0, 1), ("quantize", 1, 1), ("measure", 0, 1), ("measure", 1, 1),
-                     ("lower", 0, 1), ("lower", 1, 1)]
+                     ("step int8", 1, 1), ("lower", 0, 1), ("lower", 1, 1)]
     heard.clear()
     _, hit = compile_cached(_onnx_model(tmp_path / "small.onnx"), cache=CompileCache(tmp_path / "c"),
                             progress=lambda *call: heard.append(call), random_count=3)
@@ -48,8 +48,8 @@ def test_libnpu_load_hears_the_same_progress(npu, tmp_path):
     model = libnpu.load(_onnx_model(tmp_path / "small.onnx"), devroot=npu.devroot, cache_dir=tmp_path / "c",
                         progress=lambda *call: heard.append(call), random_count=2)
     try:
-        assert [stage for stage, done, _ in heard if done == 0] == ["import", "optimize", "calibrate", "quantize",
-                                                                     "measure", "lower"]
+        assert [stage for stage, done, _ in heard if done == 0] == ["import", "step int8", "optimize", "calibrate",
+                                                                     "quantize", "measure", "lower"]
         assert model.load_info["cache_hit"] is False
     finally:
         model.close()
