@@ -215,6 +215,8 @@ def quantize_to_target(graph: Graph, dataset: Iterable[Feed] | None = None, *, t
 
     ``budget``: the cap on the steps after int8, in times the int8 step's work (``ESCALATION_BUDGET``;
     None or 0: no cap).
+    ``cpu_float`` (option, default True): when the integer steps miss the target, keep the
+    layers no integer grid holds in float on the CPU (:mod:`libnpu.compiler.cpu_float`).
     ``share_work``: the steps share what they compute alike (:mod:`libnpu.compiler.step_reuse`:
     calibration, GPTQ's moments, the float outputs, ...); False computes each step from
     nothing, as before 2026-11-29 (the same result, slower: what the tests compare with)."""
