@@ -23,6 +23,10 @@ The default compile of a float model (no ``recipe``, or ``recipe="default"``) ru
    Each step is measured the same way; the first that meets the target on every output
    is kept, else the best measured (most outputs meeting the target, then the highest
    worst score), so a step that makes the model worse is never taken.
+4. **Keep in float on the CPU** what no integer grid holds, when every integer step still
+   misses the target (:mod:`libnpu.compiler.cpu_float`): the blamed layers, as few as
+   reach the target, at most ``MAX_CPU_TRIALS`` more quantizations within the budget;
+   kept only if every output then meets the target.
 
 The steps share what they compute alike (:mod:`libnpu.compiler.step_reuse`: the equalized
 graph, calibration ranges, GPTQ's moments, the quantized graph before bias correction,
