@@ -294,7 +294,11 @@ def _escalate(graph: Graph, dataset: Iterable[Feed] | None, target: float, budge
         if rank[0] == len(scores):
             break
     assert best is not None  # LADDER's first step always runs
-    if best[0][0] < len(best[2]) and cpu_float and not capped:
+    # An output scored exactly 0 is all zeros quantized (a score under one step of its own
+    # grid: openwakeword's wake-word heads on clips without the word): the blind spot of the
+    # measurement, which no layer on the CPU changes.
+    if best[0][0] < len(best[2]) and cpu_float and not capped \
+            and any(s != 0.0 for s in best[2].values() if s < target):
         best, capped = _keep_in_float(opt, best, _effective({**LADDER[1].options, **options}), options,
                                       calibration, held, target, tried, progress, budget)
     _, chosen, scores, name = best
