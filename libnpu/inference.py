@@ -44,8 +44,9 @@ from libnpu.partitions import PartitionRunner, host_kernels
 from libnpu.pool import ErrorCallback, FinishCallback, OutputCallback, RequestPool
 from libnpu.portability import MEM_READ, MEM_RW, Device, Fence, Memory, Session
 from libnpu.profiling import ChipPart, HostPart, InferenceProfile, Timing
-from libnpu.tensors import ArrayLike, Inputs, as_input, dequantize, quantize, tensor_view
+from libnpu.tensors import Inputs, as_input, dequantize, tensor_view
 from libnpu.user_queue import QueueFence, RepeatedJob
+from libnpu.variable_state import VariableState
 from npu_hw import queues as queue_spec
 
 
@@ -65,7 +66,7 @@ class InferRequest(OpenVinoRequestNames):
                     self.memory[i] = device.alloc_mem(max(region.size, 1), MEM_RW)
             bases = model.runtime.region_bases({i: m.address for i, m in self.memory.items()})
             model.runtime.write_images(self.memory, bases)
-            commands = loadable.command_buffer(bases)
+            commands = loadable.command_buffer(bases, cores=model.job_cores)
             self.command = device.alloc_mem(max(len(commands), 8), MEM_READ)
         except BaseException:
             self._free_memory()        # e.g. ENOMEM half way: give back what was allocated
@@ -371,49 +372,6 @@ class InferRequest(OpenVinoRequestNames):
         self.memory.clear()
 
 
-class VariableState:
-    """One variable of a request (OpenVINO's ``VariableState``): its ``name``, its current
-    value ``state`` (a copy, in the model's dtype), ``set_state`` and ``reset``.  The value
-    lives in the request's device memory; these read or write it between inferences."""
-
-    def __init__(self, request: InferRequest, desc: TensorDesc, view: np.ndarray):
-        self._request, self.desc, self._view = request, desc, view
-        self.name = request.model.loadable.regions[desc.region].name.removeprefix("state:")
-
-    @property
-    def state(self) -> np.ndarray:
-        """The current value (a copy)."""
-        self._request._check_idle()
-        return self._view.copy()
-
-    def dequantized(self) -> np.ndarray:
-        """The current value as float32, with the variable's scale and zero point."""
-        return dequantize(self.state, self.desc)
-
-    def set_state(self, value: ArrayLike) -> None:
-        """Overwrite the value: an array of the variable's shape in its dtype (or a float
-        array, quantized with its scale and zero point)."""
-        self._request._check_idle()
-        array = np.asarray(value)
-        if array.shape != self.desc.shape:
-            raise ValueError(f"state {self.name}: shape {array.shape}, expected {self.desc.shape}")
-        if np.issubdtype(array.dtype, np.floating) and self.desc.scale is not None:
-            array = quantize(array, self.desc)
-        elif array.dtype != np.dtype(self.desc.dtype):
-            raise ValueError(f"state {self.name}: dtype {array.dtype}, expected {self.desc.dtype}")
-        self._view[...] = array
-
-    def reset(self) -> None:
-        """Back to the initial value the model declares."""
-        self._request._check_idle()
-        initial = self._request.model.loadable.regions[self.desc.region].content
-        assert initial is not None, "the compiler gives every STATE region its initial value"
-        self._view[...] = np.frombuffer(bytes(initial[:self.desc.nbytes]), self.desc.dtype).reshape(self.desc.shape)
-
-    def __repr__(self) -> str:
-        return f"<VariableState {self.name} {list(self.desc.shape)} {self.desc.dtype}>"
-
-
 class CompiledModel:
     """A model loaded on a device, ready to infer.
 
@@ -427,6 +385,8 @@ class CompiledModel:
         self.loadable, self.device, self._session = loadable, device, session
         self.settings = {**device.settings, **properties.checked(config or {}, model=False)}
         properties.apply_log_level(self.settings)
+        self.job_cores = properties.job_cores(self.settings, device.info()["num_cores"], partitioned=bool(
+            loadable.host_steps))
         self.runtime = Runtime(device)
         if not self.settings["NPU_DEFER_WEIGHTS_LOAD"]:
             self.runtime.load(loadable)
@@ -653,6 +613,28 @@ def load(model: str | os.PathLike | bytes | Loadable, device: Device | int | Non
             raise FileNotFoundError(errno.ENOENT, f"no such model file, nor a model-zoo name "
                                                   f"({model_zoo.describe_names()})", os.fspath(model))
         model = model_zoo.model_file(os.fspath(model))
+    session = None
+    if not isinstance(device, Device):     # opened first: a model compiled here is planned for its cores
+        session = Session(devroot)
+        device = session.open(device)     # None: $NPU_DEVICE, else 0 (libnpu.visible_devices)
+    try:
+        compiled = _compile_and_load(model, device, session, settings, calibration, cache_dir, config,
+                                     compile_options)
+    except BaseException:
+        if session is not None:
+            session.destroy()
+        raise
+    return compiled
+
+
+def _compile_and_load(model: str | os.PathLike | bytes | Loadable, device: Device, session: Session | None,
+                      settings: Mapping[str, Any], calibration, cache_dir: str | os.PathLike | None,
+                      config: Mapping[str, Any] | None, compile_options: dict[str, Any]) -> CompiledModel:
+    """``load``'s compile (for the device's cores: NPU_TILES, :mod:`libnpu.compiler.tiling`) and load."""
+    cores = device.info()["num_cores"]
+    wanted = properties.job_cores(settings, cores)      # None: one core; 0: all of them
+    if wanted is not None and "tiles" not in compile_options:   # (one core: the compile cache's key as before)
+        compile_options = dict(compile_options, tiles=wanted or cores)
     timings: dict = {}
     started = time.perf_counter()
     cache_hit = None
@@ -676,18 +658,9 @@ def load(model: str | os.PathLike | bytes | Loadable, device: Device | int | Non
             from libnpu.compiler.escalation import warn_if_missed
             warn_if_missed(loadable.metadata)
     timings["compile_s"] = time.perf_counter() - started
-    loadable.check_runnable()          # before opening anything
-    session = None
-    if not isinstance(device, Device):
-        session = Session(devroot)
-        device = session.open(device)     # None: $NPU_DEVICE, else 0 (libnpu.visible_devices)
+    loadable.check_runnable()          # before loading anything
     started = time.perf_counter()
-    try:
-        compiled = CompiledModel(loadable, device, session, config)
-    except BaseException:
-        if session is not None:
-            session.destroy()
-        raise
+    compiled = CompiledModel(loadable, device, session, config)
     timings["load_s"] = time.perf_counter() - started
     timings["cache_hit"] = cache_hit
     compiled.load_info = timings

@@ -71,6 +71,7 @@ class LayerProfile:
     start_ns: int               # CLOCK_MONOTONIC
     end_ns: int
     source: int = -1            # the source model's operator it runs (``npu compile --report``'s op), -1: none
+    core: int = -1              # the chip core it ran on (-1: the host's)
 
 
 @dataclass(frozen=True)
@@ -125,7 +126,7 @@ class InferenceProfile:
                 layers.append(LayerProfile(index, task.name if task else op, op, "NPU", record.cycles,
                                            record.cycles * 1000 // clock_mhz, record.end_ns - record.start_ns,
                                            record.start_ns, record.end_ns,
-                                           int(task.meta.get("source", -1)) if task else -1))
+                                           int(task.meta.get("source", -1)) if task else -1, record.core))
         return cls(layers, sum(j.cycles for j in jobs), sum(j.device_time_ns for j in jobs),
                    sum(j.end_ns - j.start_ns for j in jobs), sum(j.queue_ns for j in jobs),
                    sum(max(0, j.signal_ns - j.end_ns) for j in jobs), jobs[0].core if jobs else -1,
@@ -148,21 +149,25 @@ class InferenceProfile:
         # "op": the source model's operator, numbered as `npu compile --report` numbers it ("-":
         # one the compiler added); "model us": the timing model's time at the chip's clock;
         # "wall us": measured wall time where the layer ran ("on": the chip, or the host CPU
-        # for a fallback layer)
-        rows = [f"{'op':>4} {'layer':<34} {'operator':<18} {'on':<3} {'cycles':>10} {'model us':>9} {'wall us':>9} "
-                f"{'wall %':>6}"]
+        # for a fallback layer); "core": the chip core it ran on
+        rows = [f"{'op':>4} {'layer':<34} {'operator':<18} {'on':<3} {'core':>4} {'cycles':>10} {'model us':>9} "
+                f"{'wall us':>9} {'wall %':>6}"]
         total_chip = sum(layer.chip_ns for layer in self.layers) or 1
         for layer in self.layers:
             op = str(layer.source) if layer.source >= 0 else "-"
-            rows.append(f"{op:>4} {short_name(layer.name):<34} {layer.op:<18} {layer.device:<3} "
+            core = str(layer.core) if layer.core >= 0 else ""
+            rows.append(f"{op:>4} {short_name(layer.name):<34} {layer.op:<18} {layer.device:<3} {core:>4} "
                         f"{layer.cycles:>10} {layer.device_time_ns / 1e3:>9.2f} {layer.chip_ns / 1e3:>9.1f} "
                         f"{100 * layer.chip_ns / total_chip:>6.1f}")
         layer_cycles = sum(layer.cycles for layer in self.layers)
         layer_chip = sum(layer.chip_ns for layer in self.layers)
-        rows.append(f"{'':>4} {'layers (sum)':<34} {'':<18} {'':<3} {layer_cycles:>10} "
+        rows.append(f"{'':>4} {'layers (sum)':<34} {'':<18} {'':<3} {'':>4} {layer_cycles:>10} "
                     f"{layer_cycles * 1000 // self.clock_mhz / 1e3:>9.2f} {layer_chip / 1e3:>9.1f}")
-        rows.append(f"{'':>4} {'inference (job)':<34} {'':<18} {'':<3} {self.cycles:>10} "
+        rows.append(f"{'':>4} {'inference (job)':<34} {'':<18} {'':<3} {'':>4} {self.cycles:>10} "
                     f"{self.device_time_ns / 1e3:>9.2f} {self.chip_ns / 1e3:>9.1f}")
+        if self.cycles < layer_cycles:
+            rows.append(f"{'':>4} the inference's cycles are its critical path: its layers ran side by side on the "
+                        f"chip's cores ({layer_cycles / self.cycles:.2f}x the sum's speed)")
         if self.timing is not None and self.timing.via_queue:
             rows.append(f"on a user queue (no request to the driver), core {self.core}, then "
                         f"{self.signal_ns / 1e3:.1f} us to its completion (pacing, completion)")
