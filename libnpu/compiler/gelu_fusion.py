@@ -11,7 +11,8 @@ itself and the TANH sees steps of ``100``. As one GELU it is one 256-entry table
 
 :func:`fuse_gelu` finds, around each TANH or ERF, a region of elementwise ops
 (``REGION_OPS``, scalar constants only, no fused activation) whose only run-time input is
-one tensor ``x``, evaluates every tensor of it on a range of ``x`` values (``PROBE``), and
+one tensor ``x``, evaluates every tensor of it on a range of ``x`` values (``PROBE``,
+:mod:`libnpu.compiler.probe_regions`), and
 replaces the ops that compute a tensor equal to GELU (either form, ``TOLERANCE``) with one
 GELU, provided none of those ops' other results is read elsewhere.
 """
@@ -23,6 +24,7 @@ from collections.abc import Callable
 import numpy as np
 
 from .ir import Graph, Op
+from .probe_regions import find_roots, ops_between, probe_region, replace_ops, scalar
 
 __all__ = ["REGION_OPS", "PROBE", "TOLERANCE", "fuse_gelu", "gelu_reference"]
 
@@ -52,57 +54,13 @@ def gelu_reference(x: np.ndarray, approximate: bool) -> np.ndarray:
     return 0.5 * x * (1.0 + _erf(x / np.sqrt(2.0)))
 
 
-def _scalar(g: Graph, name: str) -> float | None:
-    t = g.tensors.get(name)
-    if t is None or t.data is None or t.data.size != 1:
-        return None
-    return float(t.data.reshape(-1)[0])
-
-
 def _in_region(g: Graph, op: Op) -> bool:
     return (op.type in REGION_OPS and len(op.outputs) == 1 and op.attrs.get("activation", "NONE") == "NONE"
-            and all(i and (not g.tensors[i].is_constant or _scalar(g, i) is not None) for i in op.inputs))
+            and all(i and (not g.tensors[i].is_constant or scalar(g, i) is not None) for i in op.inputs))
 
 
-def _roots(g: Graph, anchor: Op, producers: dict[str, Op], depth: int = 8) -> list[str]:
-    """The run-time tensors reached backwards from ``anchor`` through region ops, nearest first."""
-    seen: list[str] = []
-    frontier = [i for i in anchor.inputs if not g.tensors[i].is_constant]
-    for _ in range(depth):
-        nxt: list[str] = []
-        for name in frontier:
-            if name in seen:
-                continue
-            seen.append(name)
-            op = producers.get(name)
-            if op is not None and _in_region(g, op):
-                nxt.extend(i for i in op.inputs if not g.tensors[i].is_constant)
-        frontier = nxt
-    return seen
-
-
-def _region(g: Graph, x: str, consumers: dict[str, list[Op]], limit: int = 24) -> dict[str, np.ndarray] | None:
-    """Every tensor computed from ``x`` alone by region ops, with its values on ``PROBE``
-    (``x`` included); None when the region is larger than ``limit`` ops."""
-    values: dict[str, np.ndarray] = {x: PROBE.copy()}
-    pending = [x]
-    count = 0
-    while pending:
-        name = pending.pop()
-        for op in consumers.get(name, []):
-            out = op.outputs[0] if op.outputs else ""
-            if out in values or not _in_region(g, op):
-                continue
-            if not all(g.tensors[i].is_constant or i in values for i in op.inputs):
-                continue
-            args = [values[i] if i in values else np.float64(_scalar(g, i)) for i in op.inputs]
-            with np.errstate(all="ignore"):
-                values[out] = np.asarray(REGION_OPS[op.type](*args), np.float64)
-            count += 1
-            if count > limit:
-                return None
-            pending.append(out)
-    return values
+def _evaluate(op: Op, args: list[np.ndarray]) -> np.ndarray:
+    return REGION_OPS[op.type](*args)
 
 
 _FORMS = {approximate: gelu_reference(PROBE, approximate) for approximate in (True, False)}
@@ -119,19 +77,6 @@ def _gelu_form(value: np.ndarray) -> bool | None:
     return None
 
 
-def _computing(g: Graph, x: str, y: str, producers: dict[str, Op]) -> list[Op]:
-    """The ops between ``x`` and ``y`` (``y``'s producers back to ``x``)."""
-    chain: list[Op] = []
-    pending = [y]
-    while pending:
-        op = producers[pending.pop()]
-        if op in chain:
-            continue
-        chain.append(op)
-        pending.extend(i for i in op.inputs if i != x and not g.tensors[i].is_constant)
-    return chain
-
-
 def fuse_gelu(g: Graph) -> int:
     """Replace every elementwise spelling of GELU (module docstring) with one GELU op;
     returns how many were fused."""
@@ -141,8 +86,8 @@ def fuse_gelu(g: Graph) -> int:
     for anchor in [op for op in g.ops if op.type in ("TANH", "ERF")]:
         if id(anchor) in removed:
             continue    # fused with an earlier anchor's region
-        for x in _roots(g, anchor, producers):
-            values = _region(g, x, consumers)
+        for x in find_roots(g, anchor, producers, _in_region, depth=8):
+            values = probe_region(g, x, consumers, PROBE, _in_region, _evaluate, limit=24)
             if values is None:
                 continue
             done = False
@@ -150,18 +95,12 @@ def fuse_gelu(g: Graph) -> int:
                 approximate = _gelu_form(value)
                 if y == x or approximate is None:
                     continue
-                chain = _computing(g, x, y, producers)
-                if anchor not in chain:
-                    continue
-                inner = {op.outputs[0] for op in chain} - {y}
-                if inner & g.results() or any(c not in chain for t in inner for c in consumers.get(t, [])):
-                    continue      # an intermediate value is read elsewhere: it must stay
-                last = producers[y]
-                at = min(g.ops.index(op) for op in chain)
-                for op in chain:
-                    g.ops.remove(op)
-                    removed.add(id(op))
-                g.ops.insert(at, Op("GELU", [x], [y], {"approximate": approximate}, last.name))
+                chain = ops_between(g, x, y, producers)
+                if anchor not in chain \
+                        or not replace_ops(g, chain, Op("GELU", [x], [y], {"approximate": approximate},
+                                                        producers[y].name), consumers):
+                    continue      # not this anchor's, or an intermediate value is read elsewhere: it must stay
+                removed.update(id(op) for op in chain)
                 producers, consumers = g.producers(), g.consumers()
                 fused += 1
                 done = True

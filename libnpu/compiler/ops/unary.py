@@ -6,7 +6,9 @@ functions) and CLIP (any bounds, on the RELU descriptor).
 ONNX: HardSwish, LeakyRelu, Elu (any alpha; TFLite export only with 1), Gelu, Exp, Log, Sqrt, Abs, Neg (as MUL by -1),
 HardSigmoid, Softplus, Erf, Clip, Reciprocal (as DIV), Pow by 2 and 3 (as MULs of itself), 0.5
 (SQRT) and 1. GELU written out as elementwise ops (erf or tanh form) becomes one GELU
-(:mod:`libnpu.compiler.gelu_fusion`).
+(:mod:`libnpu.compiler.gelu_fusion`); hard-swish and hard-sigmoid (``x * HardSigmoid(x)``,
+``x * clip(x + 3, 0, 6) / 6``, ...) one HARD_SWISH / HARD_SIGMOID
+(:mod:`libnpu.compiler.hard_swish_fusion`).
 """
 from __future__ import annotations
 
@@ -21,6 +23,7 @@ from npu_hw import tables
 
 from .. import onnx_import, qparams, tflite_import
 from ..gelu_fusion import fuse_gelu
+from ..hard_swish_fusion import fuse_hard_swish_spellings
 from ..ir import Graph, IRError, Op, Tensor
 from ..registry import Operator, onnx, register, tflite_options
 from ..tflite_export import TFLiteExportError
@@ -146,26 +149,6 @@ def _scalar(g: Graph, name: str) -> float | None:
     return float(t.data.reshape(-1)[0])
 
 
-def fuse_hard_swish(g: Graph) -> int:
-    """``x * hard_sigmoid(x)`` with alpha 1/6 and beta 1/2 (as exporters write HardSwish)
-    -> one HARD_SWISH."""
-    fused = 0
-    producers, consumers = g.producers(), g.consumers()
-    for mul in [op for op in g.ops if op.type == "MUL" and op.attrs.get("activation", "NONE") == "NONE"]:
-        for i, name in enumerate(mul.inputs):
-            hs = producers.get(name)
-            x = mul.inputs[1 - i]
-            if hs is None or hs.type != "HARD_SIGMOID" or hs.inputs[0] != x or len(consumers[name]) != 1 \
-                    or name in g.outputs or abs(hs.attrs["alpha"] - 1 / 6) > 1e-4 or abs(hs.attrs["beta"] - 0.5) > 1e-6:
-                continue
-            g.ops.remove(hs)
-            mul.type, mul.inputs, mul.attrs = "HARD_SWISH", [x], {}
-            fused += 1
-            producers, consumers = g.producers(), g.consumers()
-            break
-    return fused
-
-
 def neg_to_mul(g: Graph) -> int:
     """``-x`` -> ``x * -1``: int8 NEG negates the bytes, which means negation only when the
     output's zero point is the input's negated; MUL quantizes like any op."""
@@ -188,7 +171,7 @@ def _hard_swish_params(g, op) -> dict:
     return hard_swish_params(si, zi, so, zo)
 
 
-register(Operator("HARD_SWISH", rewrite=fuse_hard_swish, tflite=tflite_import.simple,
+register(Operator("HARD_SWISH", rewrite=fuse_hard_swish_spellings, tflite=tflite_import.simple,
                   float_ref=lambda op, ins, out: (ins[0] * np.clip(ins[0] + 3, 0, 6) / 6).astype(np.float32),
                   params=_hard_swish_params, lower=_flat("HARD_SWISH"), export=_export_plain,
                   int16=True))  # our int16 formula: LiteRT has no int16 HARD_SWISH (docs/hardware.md)
