@@ -22,9 +22,11 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
+from firmware_sim import job_plans
 from firmware_sim.executor import run_job
 from firmware_sim.timing import HardwareProfile
 from libnpu.compiler.cache import CompileCache, compile_cached
@@ -39,12 +41,19 @@ def _write(memory: ChipMemory, iova: int, data: np.ndarray) -> None:
     memory.bytes[offset:offset + data.size] = data
 
 
-def replay(spec: str, jobs: int, rounds: int, cache: CompileCache | None = None) -> dict[str, float]:
+def replay(spec: str, jobs: int, rounds: int, cache: CompileCache | None = None) -> dict[str, Any]:
     """CPU and wall microseconds per job (best of ``rounds`` runs of ``jobs`` jobs) of model
     ``spec``'s inference on random inputs, after a first run that decodes the job; raises
     RuntimeError if the job fails or its replays write other outputs than that first run."""
     path = resolve(spec)
     loadable = Loadable.load(path) if path.suffix == ".nlb" else compile_cached(path, cache=cache)[0]
+    return replay_loadable(loadable, jobs, rounds, spec)
+
+
+def replay_loadable(loadable: Loadable, jobs: int, rounds: int, name: str = "the model") -> dict[str, Any]:
+    """``replay`` of a compiled model; also says the job plan's kind (``native``: one C call
+    for the whole job; ``mixed``: runs of C calls with ``python_steps`` tasks from Python
+    between them; ``python``: every task from Python)."""
     with tempfile.TemporaryDirectory() as bus:
         memory = ChipMemory(Path(bus), size=64 << 20)
         bases = [memory.alloc(max(region.size, 1)) for region in loadable.regions]
@@ -62,7 +71,7 @@ def replay(spec: str, jobs: int, rounds: int, cache: CompileCache | None = None)
         profile = HardwareProfile()
         first = run_job(memory.dma, ASID, at, len(command), profile)
         if first.status:
-            raise RuntimeError(f"{spec}: the job failed with status {first.status}")
+            raise RuntimeError(f"{name}: the job failed with status {first.status}")
         outputs = [(bases[d.region] + d.offset, d.nbytes) for d in loadable.outputs()]
         decoded = [memory.get(iova, np.uint8, (size,)) for iova, size in outputs]
         for iova, size in outputs:
@@ -76,8 +85,16 @@ def replay(spec: str, jobs: int, rounds: int, cache: CompileCache | None = None)
             wall.append((time.perf_counter_ns() - wall0) / jobs / 1e3)
         replayed = [memory.get(iova, np.uint8, (size,)) for iova, size in outputs]
         if any(not np.array_equal(a, b) for a, b in zip(decoded, replayed)):
-            raise RuntimeError(f"{spec}: the replayed job's outputs differ from the first run's")
-    return {"tasks": len(loadable.tasks), "cpu_us": round(min(cpu), 1), "wall_us": round(min(wall), 1)}
+            raise RuntimeError(f"{name}: the replayed job's outputs differ from the first run's")
+        plan = job_plans.lookup(memory.dma, ASID, at, np.frombuffer(command, np.uint8))
+    kind, python_steps = "python", len(loadable.tasks)
+    if plan is not None and plan.native is not None:
+        kind, python_steps = "native", 0
+    elif plan is not None and plan.mixed is not None:
+        kind = "mixed"
+        python_steps = sum(not isinstance(s, job_plans.NativeSteps) for _, s in plan.mixed.segments)
+    return {"tasks": len(loadable.tasks), "cpu_us": round(min(cpu), 1), "wall_us": round(min(wall), 1),
+            "plan": kind, "python_steps": python_steps}
 
 
 def main(argv: list[str] | None = None) -> int:

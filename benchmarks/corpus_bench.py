@@ -148,7 +148,6 @@ import argparse
 import json
 import os
 import signal
-import subprocess
 import sys
 import tempfile
 import time
@@ -160,9 +159,9 @@ from typing import Any
 import numpy as np
 
 import libnpu
-from benchmarks.corpus import compile_cli, is_int8, one_line
+from benchmarks.corpus import chosen_models, compile_cli, is_int8, one_line, worker_result
 from benchmarks.corpus_inputs import Feed, Runner, model_inputs, prepare
-from benchmarks.corpus_manifest import BY_NAME, HALVES, CorpusModel, fetch, in_half
+from benchmarks.corpus_manifest import BY_NAME, HALVES, CorpusModel, fetch
 from benchmarks.models_in_the_wild import cpu_ops
 from benchmarks.scratch_device import ScratchDevice
 from libnpu.loadable import Loadable
@@ -281,27 +280,12 @@ def measure(corpus_model: CorpusModel, devroot: str, seconds: float, workdir: Pa
 
 
 def run_worker(model: CorpusModel, devroot: str, seconds: float, workdir: Path, timeout: float) -> BenchResult:
-    """``measure`` in a process of its own (own session: a time-out kills it and the
-    compiler it started)."""
+    """``measure`` in a process of its own (:func:`benchmarks.corpus.worker_result`)."""
     cmd = [sys.executable, "-m", "benchmarks.corpus_bench", "--worker", model.name, "--devroot", devroot,
            "--seconds", str(seconds), "--workdir", str(workdir), "--timeout", str(timeout)]
-    started = time.perf_counter()
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
-    try:
-        out, err = proc.communicate(timeout=timeout)
-    except BaseException as exc:  # a time-out, or this run stopped: the worker goes too
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.communicate()
-        if not isinstance(exc, subprocess.TimeoutExpired):
-            raise
-        return BenchResult(model.name, model.half, model.format, reason=f"timed out after {timeout:.0f} s",
-                           seconds=round(time.perf_counter() - started, 1))
-    for line in reversed(out.splitlines()):
-        if line.startswith(RESULT_TAG):
-            return BenchResult(**json.loads(line[len(RESULT_TAG):]))
-    return BenchResult(model.name, model.half, model.format,
-                       reason=f"crashed (exit status {proc.returncode}): {one_line(err)}",
-                       seconds=round(time.perf_counter() - started, 1))
+    data, reason, took = worker_result(cmd, timeout, RESULT_TAG)
+    return BenchResult(**data) if data is not None else \
+        BenchResult(model.name, model.half, model.format, reason=reason, seconds=took)
 
 
 # the tables (pure) -------------------------------------------------------------------------
@@ -384,13 +368,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         result = measure(BY_NAME[args.worker], args.devroot, args.seconds, Path(args.workdir), args.timeout)
         print(RESULT_TAG + json.dumps(asdict(result)), flush=True)
         return 0
-    if args.models:
-        unknown = [n for n in args.models if n not in BY_NAME]
-        if unknown:
-            p.error(f"unknown model {unknown[0]!r} (see python -m benchmarks.corpus --list)")
-        models = [BY_NAME[n] for n in args.models]
-    else:
-        models = in_half(args.half)
+    models = chosen_models(p, args.models, args.half)
 
     # SIGTERM ends the run as Ctrl-C does: the scratch device is stopped on the way out.
     # The driver's default job watchdog (5 s), not the scratch device's 2 s: a job of a large

@@ -44,6 +44,7 @@ class Core:
         self.regs = regs.RegisterView(self._regs_map)
         self.bank = regs.core_bank(core)
         self.entries = self.regs.read32(regs.RING_ENTRIES)
+        self.chip_cores = max(1, self.regs.read32(regs.NUM_CORES))   # what a graph job may be placed on
         self.ring = map_file(memory.ring_path(bus, core))
         self.cq = map_file(memory.cq_path(bus, core))
         self.dma = DmaEngine(bus)
@@ -181,7 +182,7 @@ class Core:
         if self.watch is not None:
             self.watch.job_started()
         wanted = flags == queues.ENTRY_PROFILE
-        tasks: list[tuple[int, int, int, int, int]] | None = [] if wanted or self.queues.traced(q) else None
+        tasks: list[tuple[int, int, int, int, int, int]] | None = [] if wanted or self.queues.traced(q) else None
         if flags & ~queues.ENTRY_FLAGS:
             result = JobResult(status=-errno.EINVAL)
         else:
@@ -265,7 +266,7 @@ class Core:
         self.set_reg(regs.CORE_STATE, regs.CORE_BUSY)
         if self.watch is not None:
             self.watch.job_started()
-        tasks: list[tuple[int, int, int, int, int]] | None = [] if flags & ring.RING_FLAG_PROFILE else None
+        tasks: list[tuple[int, int, int, int, int, int]] | None = [] if flags & ring.RING_FLAG_PROFILE else None
         result = self.execute(asid, cmd_iova, cmd_size, (lambda *task: tasks.append(task)) if tasks is not None
                               else None)
         executed = time.monotonic_ns()
@@ -306,12 +307,12 @@ class Core:
         self.dma.inject_bus_error = bool(faults & regs.FAULT_DMA_ERROR)
         result = run_job(self.dma, asid, cmd_iova, cmd_size, self.profile,
                          inject_internal_error=bool(faults & regs.FAULT_INTERNAL), on_task=on_task,
-                         replay=not faults)
+                         replay=not faults, cores=self.chip_cores)
         if faults & regs.FAULT_BIT_FLIP and result.status == 0:
             self.dma.flip_last_written_bit()
         return result
 
-    def record_profile(self, job_id: int, tasks: list[tuple[int, int, int, int, int]], started: int,
+    def record_profile(self, job_id: int, tasks: list[tuple[int, int, int, int, int, int]], started: int,
                        executed: int, result: JobResult, kind: int = ring.PROFILE_JOB) -> None:
         """Publish a profiled job's records (one per task, then the job's: its execution without
         any pacing) in the profile queue, before its completion; what does not fit is dropped
@@ -329,9 +330,10 @@ class Core:
             # 100 ms): they leave half the queue to the kernel ring's jobs, so that one
             # client's profiled queue jobs cannot take every other context's profiles.
             free = max(0, free - capacity // 2)
-        records = [(job_id, index, opcode, ring.PROFILE_TASK, start, end, cycles)
-                   for index, opcode, start, end, cycles in tasks]
-        records.append((job_id, len(tasks), -result.status & 0xFFFF, kind, started, executed,
+        # A task's core: the one it was placed on, counted from this one (task_graph).
+        records = [(job_id, index, opcode, ring.PROFILE_TASK, (self.core + tile) % self.chip_cores, start, end, cycles)
+                   for index, opcode, start, end, cycles, tile in tasks]
+        records.append((job_id, len(tasks), -result.status & 0xFFFF, kind, self.core, started, executed,
                         result.cycles))
         if len(records) > free:
             if job_id & queues.USER_JOB_BIT and free:

@@ -1,5 +1,5 @@
 """Runs one job: fetches its command buffer through the DMA engine and
-executes the task descriptors in order.
+executes the task descriptors in order, or by their dependencies (``task_graph``).
 
 A failure is classified only by the explicit check that found it (``errors``):
 ``InvalidCommand`` and a malformed command buffer give EINVAL, an IOMMU fault EFAULT,
@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from firmware_sim import job_plans, units
+from firmware_sim import job_plans, task_graph, units
 from firmware_sim.dma import DmaEngine, IommuFault
 from firmware_sim.errors import InvalidCommand, JobFailure
 from firmware_sim.kernels.native import calls as native_calls
@@ -40,7 +40,8 @@ def _dma_copy(desc: np.void, dma: DmaEngine) -> None:
 
 
 Handler = Callable[[np.void, DmaEngine], "Callable[[], None] | None"]
-TaskHook = Callable[[int, int, int, int, int], None]   # (index, opcode, start_ns, end_ns, cycles)
+# (index, opcode, start_ns, end_ns, cycles, tile: the job's core it was placed on, 0 = the one running it)
+TaskHook = Callable[[int, int, int, int, int, int], None]
 
 HANDLERS: dict[int, Handler] = {
     tasks.OP_NOP: _nop,
@@ -60,7 +61,7 @@ class JobResult:
 
 def run_job(dma: DmaEngine, asid: int, cmd_iova: int, cmd_size: int, profile: HardwareProfile,
             inject_internal_error: bool = False, on_task: TaskHook | None = None,
-            replay: bool = True) -> JobResult:
+            replay: bool = True, cores: int = 1) -> JobResult:
     """Execute a job's command buffer; never raises (short of the process dying).
 
     A command buffer run before (same ASID, address and bytes, no invalidation since)
@@ -69,7 +70,9 @@ def run_job(dma: DmaEngine, asid: int, cmd_iova: int, cmd_size: int, profile: Ha
     ``inject_internal_error`` (fault injection) makes the job
     meet an unexpected exception, as a bug in a kernel would.  ``on_task`` (profiling)
     hears each task that completed, on the first run and on replays alike: its index,
-    opcode, CLOCK_MONOTONIC start and end, and cycles."""
+    opcode, CLOCK_MONOTONIC start and end, cycles and the core (of the job's) it was placed on.
+    ``cores``: the chip's, which a graph job (``task_graph``) may use; its cycles are then
+    its critical path over them."""
     result = JobResult()
     if cmd_size == 0 and not inject_internal_error:
         return result
@@ -105,18 +108,18 @@ def run_job(dma: DmaEngine, asid: int, cmd_iova: int, cmd_size: int, profile: Ha
             index, result.cycles = plan.tasks, plan.cycles
         elif plan is not None:
             # Profiled replay: every task (NOPs too) timed around its step, as a first run would.
-            for index, opcode, cycles, step in plan.timed_steps:  # noqa: B007 (as above)
+            for index, opcode, cycles, step, tile in plan.timed_steps:  # noqa: B007 (as above)
                 started = time.monotonic_ns()
                 if step is not None:
                     step()
-                result.cycles += cycles
-                on_task(index, opcode, started, time.monotonic_ns(), cycles)
-            index = plan.tasks
+                on_task(index, opcode, started, time.monotonic_ns(), cycles, tile)
+            index, result.cycles = plan.tasks, plan.cycles
         else:
             command_buffer = commands.copy()      # the chip fetches the descriptors once
             steps: list[tuple[int, Callable[[], None]]] = []
             timed_steps: list[job_plans.TimedStep] = []
-            for _, task, desc in tasks.decode_tasks(command_buffer):
+            order, placement = task_graph.schedule(command_buffer, cores)
+            for index, task, desc in order:  # noqa: B020 (a graph job's own index; in order, the count)
                 moved_before, copies_before = dma.bytes_moved, dma.copies
                 started = time.monotonic_ns() if on_task else 0
                 handler = HANDLERS.get(task.opcode)
@@ -125,20 +128,21 @@ def run_job(dma: DmaEngine, asid: int, cmd_iova: int, cmd_size: int, profile: Ha
                 rerun = handler(desc, dma)
                 dma.commit()
                 cycles = task_cycles(profile, task, desc, dma.bytes_moved - moved_before)
-                result.cycles += cycles
+                tile = placement.place(index, cycles)
                 if on_task:
-                    on_task(index, task.opcode, started, time.monotonic_ns(), cycles)
+                    on_task(index, task.opcode, started, time.monotonic_ns(), cycles, tile)
                 step: Callable[[], None] | None = None
                 if task.opcode != tasks.OP_NOP:
                     # Only a callable is a rerun (a handler may return anything else).
                     step = (rerun if callable(rerun) and dma.copies == copies_before
                             else job_plans.HandlerStep(handler, desc, dma))
                     steps.append((index, step))
-                timed_steps.append((index, task.opcode, cycles, step))
+                timed_steps.append((index, task.opcode, cycles, step, tile))
                 index += 1
+            index, result.cycles = placement.placed, placement.cycles
             if replay:
                 job_plans.store(dma, asid, cmd_iova, job_plans.JobPlan(
-                    command_buffer.tobytes(), steps, index, result.cycles, timed_steps))
+                    command_buffer.tobytes(), steps, index, result.cycles, timed_steps, deps=placement.parallel_deps))
         result.task_index = index
     except IommuFault as fault:
         result.status, result.fault_iova, result.task_index = -fault.errno, fault.iova, index

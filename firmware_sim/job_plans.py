@@ -29,6 +29,7 @@ One C call for the whole job: ResNet-8 / VWW / KWS chip CPU per job 5-9% less th
 """
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -38,8 +39,8 @@ from firmware_sim import caches
 from firmware_sim.kernels import native
 from firmware_sim.kernels.native.calls import BoundCall
 
-__all__ = ["JobPlan", "TimedStep", "HandlerStep", "NativeSteps", "MixedSteps", "lookup", "store", "held_bytes",
-           "PLAN_JOBS", "PLAN_BYTES"]
+__all__ = ["JobPlan", "TimedStep", "HandlerStep", "NativeSteps", "GraphSteps", "MixedSteps", "lookup", "store",
+           "held_bytes", "PLAN_JOBS", "PLAN_BYTES", "GRAPH_THREADS"]
 
 PLAN_JOBS = 256          # plans kept per core; a full table is simply emptied
 # What a core's plans may hold, estimated (``JobPlan.cost``): a client's huge command buffers
@@ -48,13 +49,18 @@ PLAN_JOBS = 256          # plans kept per core; a full table is simply emptied
 PLAN_BYTES = 48 << 20
 TASK_BYTES = 128         # a task's timed step (measured: 114 bytes a NOP)
 STEP_BYTES = 384         # a task's rerun (measured: 200 bytes a CONV_2D, 370 a DMA_COPY)
+DEP_BYTES = 40           # a graph job's dependency kept for its two-thread replay (an int in a list)
 # Replays that look for an all-C plan: a HandlerStep may get its C call only on its second run.
 NATIVE_TRIES = 2
+# A graph job placed on several cores replays on two threads of the core's process
+# (GraphSteps) when NPU_GRAPH_THREADS=1 is in the chip's environment: measured no faster on this
+# loaded 2-vCPU machine (docs/hardware.md, "Task graphs"), so not by default.
+GRAPH_THREADS = os.environ.get("NPU_GRAPH_THREADS", "0") == "1"
 
 
-# (task index, opcode, cycles, rerun or None for a task with no effect): what a profiled
-# replay needs to report each task as a first run does.
-TimedStep = tuple[int, int, int, "Callable[[], None] | None"]
+# (task index, opcode, cycles, rerun or None for a task with no effect, the job's core it was
+# placed on): what a profiled replay needs to report each task as a first run does.
+TimedStep = tuple[int, int, int, "Callable[[], None] | None", int]
 
 
 @dataclass
@@ -67,21 +73,26 @@ class JobPlan:
     tasks: int
     cycles: int
     timed_steps: list[TimedStep]
-    native: NativeSteps | None = None
+    native: NativeSteps | GraphSteps | None = None
     native_tries: int = 0
     mixed: MixedSteps | None = None
+    deps: list[list[int]] | None = None      # a graph job on several cores: each task's dependencies
 
     @property
     def cost(self) -> int:
-        """The memory the plan holds, estimated: its copy of the command buffer and its tasks."""
-        return len(self.command) + TASK_BYTES * self.tasks + STEP_BYTES * len(self.steps)
+        """The memory the plan holds, estimated: its copy of the command buffer, its tasks and a
+        graph job's dependencies (a buffer of DEPENDS alone holds 7 in 40 bytes)."""
+        deps = sum(map(len, self.deps)) if self.deps is not None else 0
+        return len(self.command) + TASK_BYTES * self.tasks + STEP_BYTES * len(self.steps) + DEP_BYTES * deps
 
-    def native_steps(self) -> NativeSteps | None:
-        """The steps as one C call, when every one of them is a C kernel call; otherwise
-        ``mixed`` holds them as runs of C calls and Python steps, if any step is a C call."""
+    def native_steps(self) -> NativeSteps | GraphSteps | None:
+        """The steps as one C call, when every one of them is a C kernel call (on two threads
+        for a graph job on several cores); otherwise ``mixed`` holds them as runs of C calls
+        and Python steps, if any step is a C call."""
         if self.native is None and self.native_tries < NATIVE_TRIES:
             self.native_tries += 1
-            self.native = NativeSteps.of(self.steps)
+            graph = GraphSteps.of(self.steps, self.deps) if self.deps is not None and GRAPH_THREADS else None
+            self.native = graph or NativeSteps.of(self.steps)
             self.mixed = None if self.native is not None else MixedSteps.of(self.steps)
         return self.native
 
@@ -117,6 +128,52 @@ class NativeSteps:
         """Runs every step; returns (0, 0), or the first failing step's status and task index."""
         status = self._run(self._array, self._count, self._done)
         return (status, self._indices[self._done[0]]) if status else (0, 0)
+
+
+class GraphSteps:
+    """A graph job's steps (every task a C kernel call) run by ``npu_graph_run`` on this thread
+    and a helper thread: each takes the next step in order once the steps it depends on are
+    done (``graph_steps.c``). The arrays point into the steps' own prepared structs."""
+
+    __slots__ = ("_deps", "_done", "_failed", "_graph", "_indices", "_run", "_starts", "_steps")
+
+    def __init__(self, calls: list[BoundCall], indices: list[int], deps: list[list[int]]):
+        position = {task: p for p, task in enumerate(indices)}
+        flat = [position[d] for task in indices for d in deps[task]]
+        starts = [0]
+        for task in indices:
+            starts.append(starts[-1] + len(deps[task]))
+        self._steps = native.ffi.new("struct npu_step[]", len(calls))
+        for slot, call in zip(self._steps, calls):
+            slot.kind, slot.call = call.step.kind, call.step.call
+        self._starts = native.ffi.new("int32_t[]", starts)
+        self._deps = native.ffi.new("int32_t[]", flat or [0])
+        self._done = native.ffi.new("int32_t[]", len(calls))
+        self._graph = native.ffi.new("struct npu_graph *", {
+            "steps": self._steps, "count": len(calls), "dep_start": self._starts, "deps": self._deps,
+            "done": self._done})
+        self._failed = native.ffi.new("int32_t *")
+        self._indices = indices
+        self._run = native.library().npu_graph_run
+
+    @classmethod
+    def of(cls, steps: list[tuple[int, Callable[[], None]]], deps: list[list[int]]) -> GraphSteps | None:
+        """``steps`` as one graph call, or None unless every task of the job is a C kernel call
+        (a task without a step, a NOP, would hide the dependencies through it)."""
+        if len(steps) != len(deps) or native.library() is None:
+            return None
+        calls = []
+        for _, step in steps:
+            call = step.rerun if isinstance(step, HandlerStep) else step
+            if not isinstance(call, BoundCall):
+                return None
+            calls.append(call)
+        return cls(calls, [index for index, _ in steps], deps)
+
+    def run(self) -> tuple[int, int]:
+        """Runs every step; returns (0, 0), or a failing step's status and task index."""
+        status = self._run(self._graph, self._failed)
+        return (status, self._indices[self._failed[0]]) if status else (0, 0)
 
 
 class MixedSteps:

@@ -31,7 +31,7 @@ from kmd_fuse.mounts import MountRecord
 from kmd_fuse.sysfs import AttributeTree
 from kmd_fuse.tasks import BackgroundTasks
 from kmd_fuse.uapi.usage_stats import parse_size
-from kmd_fuse.udev.hotplug import Presence
+from kmd_fuse.udev.presence import Presence
 from npu_hw import profiles, regs
 
 log = logging.getLogger("kmd_fuse.daemon")

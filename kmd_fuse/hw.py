@@ -40,6 +40,7 @@ class ProfileRecord:
     index: int
     opcode: int
     kind: int
+    core: int               # the core that ran it (a graph job's task: the one it was placed on)
     start_ns: int
     end_ns: int
     cycles: int

@@ -108,7 +108,7 @@ class Trace:
                    "device_time_ns": profile.device_time_ns, "tasks": len(profile.tasks)})
         for record in profile.tasks:
             task = tasks.TASK_TYPES.get(record.opcode)
-            self._add({"type": "task", **base, "index": record.index, "opcode": record.opcode,
+            self._add({"type": "task", **base, "core": record.core, "index": record.index, "opcode": record.opcode,
                        "name": task.name if task else f"op{record.opcode:#x}", "start_ns": record.start_ns,
                        "end_ns": record.end_ns, "cycles": record.cycles})
         self._add({"type": "fence", **base, "ts_ns": profile.signal_ns, "status": profile.status})
@@ -231,3 +231,4 @@ def fill_profile(ctx: Context, req, max_tasks: int) -> None:
         out = req.tasks[i]
         out.opcode, out.index, out.cycles, out.start_ns, out.end_ns = (record.opcode, record.index, record.cycles,
                                                                         record.start_ns, record.end_ns)
+        out.core = record.core

@@ -27,8 +27,7 @@ import errno
 import os
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -45,8 +44,9 @@ from libnpu.partitions import PartitionRunner, host_kernels
 from libnpu.pool import ErrorCallback, FinishCallback, OutputCallback, RequestPool
 from libnpu.portability import MEM_READ, MEM_RW, Device, Fence, Memory, Session
 from libnpu.profiling import ChipPart, HostPart, InferenceProfile, Timing
-from libnpu.tensors import ArrayLike, Inputs, as_input, dequantize, quantize, tensor_view
-from libnpu.user_queue import QueueFence
+from libnpu.tensors import Inputs, as_input, dequantize, tensor_view
+from libnpu.user_queue import QueueFence, RepeatedJob
+from libnpu.variable_state import VariableState
 from npu_hw import queues as queue_spec
 
 
@@ -66,7 +66,7 @@ class InferRequest(OpenVinoRequestNames):
                     self.memory[i] = device.alloc_mem(max(region.size, 1), MEM_RW)
             bases = model.runtime.region_bases({i: m.address for i, m in self.memory.items()})
             model.runtime.write_images(self.memory, bases)
-            commands = loadable.command_buffer(bases)
+            commands = loadable.command_buffer(bases, cores=model.job_cores)
             self.command = device.alloc_mem(max(len(commands), 8), MEM_READ)
         except BaseException:
             self._free_memory()        # e.g. ENOMEM half way: give back what was allocated
@@ -88,6 +88,7 @@ class InferRequest(OpenVinoRequestNames):
         self._inputs = [(desc, self._view(desc)) for desc in loadable.inputs()]
         self._outputs = [(desc, self._view(desc)) for desc in loadable.outputs()]
         self._states = [VariableState(self, desc, self._view(desc)) for desc in loadable.states()]
+        self._job = RepeatedJob(self.command.address, self.command_size)   # on its queue again: _run_sync
         self._prepare(model.priority, model.profiling)
         self.fence: Fence | QueueFence | None = None
         self.timing = Timing()
@@ -100,6 +101,7 @@ class InferRequest(OpenVinoRequestNames):
     def _prepare(self, priority: int, profile: bool) -> None:
         device = self.model.device
         self._priority, self._profiled = priority, profile
+        self._job.queue = None               # a queue of the new priority next time
         self._run = device.prepare_submit(self.command, self.buffers, size=self.command_size, wait=True,
                                           priority=priority, profile=profile)
         self._submit = device.prepare_submit(self.command, self.buffers, size=self.command_size, priority=priority,
@@ -180,19 +182,15 @@ class InferRequest(OpenVinoRequestNames):
         started = self.fence is not None and self.fence.status is None
         return self._busy or started or (self._waiter is not None and self._waiter.is_alive())
 
-    @contextmanager
-    def _claimed(self) -> Iterator[None]:
+    def _claim(self) -> None:
         """One inference at a time per request: two at once run jobs on the same memory (the
-        inputs, the outputs, and the state both read and write: an update would be lost)."""
+        inputs, the outputs, and the state both read and write: an update would be lost).
+        The caller sets ``_busy`` back to False when it is done (no context manager: 2 us)."""
         with self._claim_lock:
             if self._running():
                 raise RuntimeError("this request is still running: one inference at a time per request "
                                    "(wait() for it, or give each thread a request of its own)")
             self._busy = True
-        try:
-            yield
-        finally:
-            self._busy = False
 
     def _check_idle(self) -> None:
         self._check_usable()
@@ -203,7 +201,8 @@ class InferRequest(OpenVinoRequestNames):
         """Submit the job; returns at once.  ``callback(request, error)`` runs in a
         helper thread when the job is done."""
         self._check_usable()
-        with self._claimed():
+        self._claim()
+        try:
             if self.partitioned:
                 return self._start_partitions(callback)
             self._follow_settings()
@@ -212,6 +211,8 @@ class InferRequest(OpenVinoRequestNames):
             if callback is not None:
                 self._waiter = threading.Thread(target=self._wait_then_call, args=(callback,), daemon=True)
                 self._waiter.start()
+        finally:
+            self._busy = False
 
     def _wait_then_call(self, callback: Callable[[InferRequest, Exception | None], None]) -> None:
         error = None
@@ -288,10 +289,13 @@ class InferRequest(OpenVinoRequestNames):
     def infer(self, inputs: Inputs, dequantized: bool = False) -> list[np.ndarray]:
         """Run once, synchronously (through a user queue of the device, else one round trip
         to the driver)."""
-        with self._claimed():
+        self._claim()
+        try:
             self.set_inputs(inputs)     # raises ClosedError once released
             self._run_sync(time.perf_counter())
             return self.outputs(dequantized)
+        finally:
+            self._busy = False
 
     def run_sync(self, started: float) -> None:
         """Run the inputs already set, to the end: through a user queue of the device when it
@@ -299,8 +303,11 @@ class InferRequest(OpenVinoRequestNames):
         ``timing.latency_s`` counts from ``started`` (a ``time.perf_counter()``).  A model with
         CPU operators runs its chip partitions and host steps in turn."""
         self._check_usable()
-        with self._claimed():
+        self._claim()
+        try:
             self._run_sync(started)
+        finally:
+            self._busy = False
 
     def _run_sync(self, started: float) -> None:
         self._check_usable()
@@ -309,7 +316,9 @@ class InferRequest(OpenVinoRequestNames):
             self._run_partitions()
             return
         self._follow_settings()
-        fence = self._on_queue(True)
+        # Again on the queue it last ran on (one C call, no look-up, the wait hinted), else take one.
+        own = not self._profiled and self.model.device.use_queues
+        fence = (self._job.run() if own else None) or self._on_queue(True)
         if fence is not None:
             self.fence, self.timing = fence, Timing(time.perf_counter() - started, fence.device_time_ns,
                                                     fence.exec_ns)
@@ -327,6 +336,8 @@ class InferRequest(OpenVinoRequestNames):
         queue = self.model.device.shared_queue(self._priority)
         if queue is None or self.command is None:
             return None
+        if wait and size is None and queue.native:
+            self._job.queue = queue          # the next inferences go straight to it
         return queue.try_submit(self.command.address + offset, self.command_size if size is None else size,
                                 wait=wait, flags=queue_spec.ENTRY_PROFILE if self._profiled else 0)
 
@@ -361,49 +372,6 @@ class InferRequest(OpenVinoRequestNames):
         self.memory.clear()
 
 
-class VariableState:
-    """One variable of a request (OpenVINO's ``VariableState``): its ``name``, its current
-    value ``state`` (a copy, in the model's dtype), ``set_state`` and ``reset``.  The value
-    lives in the request's device memory; these read or write it between inferences."""
-
-    def __init__(self, request: InferRequest, desc: TensorDesc, view: np.ndarray):
-        self._request, self.desc, self._view = request, desc, view
-        self.name = request.model.loadable.regions[desc.region].name.removeprefix("state:")
-
-    @property
-    def state(self) -> np.ndarray:
-        """The current value (a copy)."""
-        self._request._check_idle()
-        return self._view.copy()
-
-    def dequantized(self) -> np.ndarray:
-        """The current value as float32, with the variable's scale and zero point."""
-        return dequantize(self.state, self.desc)
-
-    def set_state(self, value: ArrayLike) -> None:
-        """Overwrite the value: an array of the variable's shape in its dtype (or a float
-        array, quantized with its scale and zero point)."""
-        self._request._check_idle()
-        array = np.asarray(value)
-        if array.shape != self.desc.shape:
-            raise ValueError(f"state {self.name}: shape {array.shape}, expected {self.desc.shape}")
-        if np.issubdtype(array.dtype, np.floating) and self.desc.scale is not None:
-            array = quantize(array, self.desc)
-        elif array.dtype != np.dtype(self.desc.dtype):
-            raise ValueError(f"state {self.name}: dtype {array.dtype}, expected {self.desc.dtype}")
-        self._view[...] = array
-
-    def reset(self) -> None:
-        """Back to the initial value the model declares."""
-        self._request._check_idle()
-        initial = self._request.model.loadable.regions[self.desc.region].content
-        assert initial is not None, "the compiler gives every STATE region its initial value"
-        self._view[...] = np.frombuffer(bytes(initial[:self.desc.nbytes]), self.desc.dtype).reshape(self.desc.shape)
-
-    def __repr__(self) -> str:
-        return f"<VariableState {self.name} {list(self.desc.shape)} {self.desc.dtype}>"
-
-
 class CompiledModel:
     """A model loaded on a device, ready to infer.
 
@@ -417,6 +385,8 @@ class CompiledModel:
         self.loadable, self.device, self._session = loadable, device, session
         self.settings = {**device.settings, **properties.checked(config or {}, model=False)}
         properties.apply_log_level(self.settings)
+        self.job_cores = properties.job_cores(self.settings, device.info()["num_cores"], partitioned=bool(
+            loadable.host_steps))
         self.runtime = Runtime(device)
         if not self.settings["NPU_DEFER_WEIGHTS_LOAD"]:
             self.runtime.load(loadable)
@@ -643,6 +613,28 @@ def load(model: str | os.PathLike | bytes | Loadable, device: Device | int | Non
             raise FileNotFoundError(errno.ENOENT, f"no such model file, nor a model-zoo name "
                                                   f"({model_zoo.describe_names()})", os.fspath(model))
         model = model_zoo.model_file(os.fspath(model))
+    session = None
+    if not isinstance(device, Device):     # opened first: a model compiled here is planned for its cores
+        session = Session(devroot)
+        device = session.open(device)     # None: $NPU_DEVICE, else 0 (libnpu.visible_devices)
+    try:
+        compiled = _compile_and_load(model, device, session, settings, calibration, cache_dir, config,
+                                     compile_options)
+    except BaseException:
+        if session is not None:
+            session.destroy()
+        raise
+    return compiled
+
+
+def _compile_and_load(model: str | os.PathLike | bytes | Loadable, device: Device, session: Session | None,
+                      settings: Mapping[str, Any], calibration, cache_dir: str | os.PathLike | None,
+                      config: Mapping[str, Any] | None, compile_options: dict[str, Any]) -> CompiledModel:
+    """``load``'s compile (for the device's cores: NPU_TILES, :mod:`libnpu.compiler.tiling`) and load."""
+    cores = device.info()["num_cores"]
+    wanted = properties.job_cores(settings, cores)      # None: one core; 0: all of them
+    if wanted is not None and "tiles" not in compile_options:   # (one core: the compile cache's key as before)
+        compile_options = dict(compile_options, tiles=wanted or cores)
     timings: dict = {}
     started = time.perf_counter()
     cache_hit = None
@@ -666,18 +658,9 @@ def load(model: str | os.PathLike | bytes | Loadable, device: Device | int | Non
             from libnpu.compiler.escalation import warn_if_missed
             warn_if_missed(loadable.metadata)
     timings["compile_s"] = time.perf_counter() - started
-    loadable.check_runnable()          # before opening anything
-    session = None
-    if not isinstance(device, Device):
-        session = Session(devroot)
-        device = session.open(device)     # None: $NPU_DEVICE, else 0 (libnpu.visible_devices)
+    loadable.check_runnable()          # before loading anything
     started = time.perf_counter()
-    try:
-        compiled = CompiledModel(loadable, device, session, config)
-    except BaseException:
-        if session is not None:
-            session.destroy()
-        raise
+    compiled = CompiledModel(loadable, device, session, config)
     timings["load_s"] = time.perf_counter() - started
     timings["cache_hit"] = cache_hit
     compiled.load_info = timings

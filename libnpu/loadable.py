@@ -74,6 +74,7 @@ from libnpu.loadable_layout import (
     VersionError,
     align_up,
 )
+from npu_hw import tasks as npu_tasks
 
 __all__ = [
     "LoadableError", "BadMagicError", "VersionError", "TruncatedError", "ChecksumError",
@@ -343,19 +344,27 @@ class Loadable:
             struct.pack_into("<Q", image, r.offset, region_bases[r.target] + r.addend)
         return bytes(image)
 
-    def command_buffer(self, region_bases: list[int] | tuple[int, ...]) -> bytes:
+    def command_buffer(self, region_bases: list[int] | tuple[int, ...], cores: int | None = None) -> bytes:
         """All task payloads end to end (8-byte aligned), device addresses patched in.
 
         ``region_bases[i]`` is the device address where region ``i`` was allocated.
+        ``cores``: None runs the tasks in order on one core; a number makes the buffer a
+        task graph (``npu_hw.tasks.TASK_GRAPH``: each task after ``DEPENDS`` naming its
+        dependencies) that the chip runs on up to that many cores (0: all it has).
         """
         if len(region_bases) != len(self.regions):
             raise FormatError(f"{len(region_bases)} region addresses given, {len(self.regions)} regions")
-        out = bytearray()
+        patched: list[bytes] = []
         for task in self.tasks:
-            start = align_up(len(out), 8)
-            out += b"\0" * (start - len(out)) + task.payload
+            payload = bytearray(task.payload)
             for r in task.relocs:
-                struct.pack_into("<Q", out, start + r.offset, region_bases[r.region] + r.addend)
+                struct.pack_into("<Q", payload, r.offset, region_bases[r.region] + r.addend)
+            patched.append(bytes(payload))
+        if cores is not None:
+            patched = npu_tasks.encode_graph([t.deps for t in self.tasks], patched, cores)
+        out = bytearray()
+        for part in patched:
+            out += b"\0" * (align_up(len(out), 8) - len(out)) + part
         return bytes(out)
 
     # writing ------------------------------------------------------------------------

@@ -153,7 +153,7 @@ class PartitionRunner:
         started = time.monotonic_ns()
         self._host[id(step)]()
         if self.profiled:
-            parts.append(HostPart(step.after_task, step.name, step.op, started, time.monotonic_ns()))
+            parts.append(HostPart(step.after_task, step.name, step.op, started, time.monotonic_ns(), step.source))
 
     def _chip_part(self, fence: Fence | QueueFence, segment: _Segment, parts: Parts) -> None:
         if self.profiled:

@@ -156,6 +156,7 @@ class TaskTiming:
     cycles: int
     start_ns: int
     end_ns: int
+    core: int = -1        # the core it ran on (a task graph's may differ from the job's; ABI 2.7)
 
 
 @dataclass(frozen=True)
@@ -487,7 +488,7 @@ class Device:
             req = uapi.new_payload(uapi.NPU_CMD_GET_PROFILE)
             req.fence, req.first = fence_id, len(records)
             reply = self.file.request(uapi.NPU_CMD_GET_PROFILE, req)
-            records += [TaskTiming(t.index, t.opcode, t.cycles, t.start_ns, t.end_ns)
+            records += [TaskTiming(t.index, t.opcode, t.cycles, t.start_ns, t.end_ns, t.core)
                         for t in (reply.tasks[i] for i in range(reply.count))]
             if reply.count == 0 or len(records) >= reply.num_tasks:
                 break

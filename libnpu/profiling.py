@@ -15,7 +15,10 @@ measured times to nearly the job's (the rest is the chip fetching the command bu
 and binding the address space: 6% for ResNet-8).
 
 Layers run on the host CPU (a CPU fallback) are shown with ``device == "CPU"``; the chip
-reports only its own tasks.
+reports only its own tasks. Each layer names the source model's operator it runs
+(``source``, from the loadable's task metadata or the host step: the number ``npu compile
+--report`` gives that operator, :mod:`libnpu.compiler.source_index`); ``index`` is its
+position among the loadable's tasks.
 """
 from __future__ import annotations
 
@@ -53,6 +56,7 @@ class HostPart:
     op: str
     start_ns: int               # CLOCK_MONOTONIC
     end_ns: int
+    source: int = -1            # its operator's index in the source model (HostStep.source)
 
 
 @dataclass(frozen=True)
@@ -66,6 +70,8 @@ class LayerProfile:
     chip_ns: int                # measured wall time on the chip
     start_ns: int               # CLOCK_MONOTONIC
     end_ns: int
+    source: int = -1            # the source model's operator it runs (``npu compile --report``'s op), -1: none
+    core: int = -1              # the chip core it ran on (-1: the host's)
 
 
 @dataclass(frozen=True)
@@ -110,7 +116,7 @@ class InferenceProfile:
         for part in parts:
             if isinstance(part, HostPart):
                 layers.append(LayerProfile(part.index, part.name, part.op, "CPU", 0, 0, part.end_ns - part.start_ns,
-                                           part.start_ns, part.end_ns))
+                                           part.start_ns, part.end_ns, part.source))
                 continue
             for record in part.job.tasks:
                 index = part.first_task + record.index
@@ -119,7 +125,8 @@ class InferenceProfile:
                 op = task.op if task else (spec.name if spec else f"op{record.opcode:#x}")
                 layers.append(LayerProfile(index, task.name if task else op, op, "NPU", record.cycles,
                                            record.cycles * 1000 // clock_mhz, record.end_ns - record.start_ns,
-                                           record.start_ns, record.end_ns))
+                                           record.start_ns, record.end_ns,
+                                           int(task.meta.get("source", -1)) if task else -1, record.core))
         return cls(layers, sum(j.cycles for j in jobs), sum(j.device_time_ns for j in jobs),
                    sum(j.end_ns - j.start_ns for j in jobs), sum(j.queue_ns for j in jobs),
                    sum(max(0, j.signal_ns - j.end_ns) for j in jobs), jobs[0].core if jobs else -1,
@@ -139,21 +146,28 @@ class InferenceProfile:
 
     def table(self) -> str:
         """The per-layer table ``npu profile`` prints."""
-        # "model us": the timing model's time at the chip's clock; "wall us": measured wall time
-        # where the layer ran ("on": the chip, or the host CPU for a fallback layer)
-        rows = [f"{'#':>3} {'layer':<34} {'op':<18} {'on':<3} {'cycles':>10} {'model us':>9} {'wall us':>9} "
-                f"{'wall %':>6}"]
+        # "op": the source model's operator, numbered as `npu compile --report` numbers it ("-":
+        # one the compiler added); "model us": the timing model's time at the chip's clock;
+        # "wall us": measured wall time where the layer ran ("on": the chip, or the host CPU
+        # for a fallback layer); "core": the chip core it ran on
+        rows = [f"{'op':>4} {'layer':<34} {'operator':<18} {'on':<3} {'core':>4} {'cycles':>10} {'model us':>9} "
+                f"{'wall us':>9} {'wall %':>6}"]
         total_chip = sum(layer.chip_ns for layer in self.layers) or 1
         for layer in self.layers:
-            rows.append(f"{layer.index:>3} {short_name(layer.name):<34} {layer.op:<18} {layer.device:<3} "
+            op = str(layer.source) if layer.source >= 0 else "-"
+            core = str(layer.core) if layer.core >= 0 else ""
+            rows.append(f"{op:>4} {short_name(layer.name):<34} {layer.op:<18} {layer.device:<3} {core:>4} "
                         f"{layer.cycles:>10} {layer.device_time_ns / 1e3:>9.2f} {layer.chip_ns / 1e3:>9.1f} "
                         f"{100 * layer.chip_ns / total_chip:>6.1f}")
         layer_cycles = sum(layer.cycles for layer in self.layers)
         layer_chip = sum(layer.chip_ns for layer in self.layers)
-        rows.append(f"{'':>3} {'layers (sum)':<34} {'':<18} {'':<3} {layer_cycles:>10} "
+        rows.append(f"{'':>4} {'layers (sum)':<34} {'':<18} {'':<3} {'':>4} {layer_cycles:>10} "
                     f"{layer_cycles * 1000 // self.clock_mhz / 1e3:>9.2f} {layer_chip / 1e3:>9.1f}")
-        rows.append(f"{'':>3} {'inference (job)':<34} {'':<18} {'':<3} {self.cycles:>10} "
+        rows.append(f"{'':>4} {'inference (job)':<34} {'':<18} {'':<3} {'':>4} {self.cycles:>10} "
                     f"{self.device_time_ns / 1e3:>9.2f} {self.chip_ns / 1e3:>9.1f}")
+        if self.cycles < layer_cycles:
+            rows.append(f"{'':>4} the inference's cycles are its critical path: its layers ran side by side on the "
+                        f"chip's cores ({layer_cycles / self.cycles:.2f}x the sum's speed)")
         if self.timing is not None and self.timing.via_queue:
             rows.append(f"on a user queue (no request to the driver), core {self.core}, then "
                         f"{self.signal_ns / 1e3:.1f} us to its completion (pacing, completion)")

@@ -84,6 +84,12 @@ def _count(name: str, minimum: int) -> Callable[[Any], int]:
     return check
 
 
+def _tiles(value: Any) -> int:
+    if isinstance(value, bool) or not str(value).lstrip("-").isdigit() or int(value) not in (-1, *range(1, 256)):
+        raise ValueError(f"NPU_TILES: {value!r} is neither -1 (all the device's cores) nor a core count 1..255")
+    return int(value)
+
+
 def _path(value: Any) -> str:
     return os.fspath(value) if value else ""
 
@@ -116,8 +122,8 @@ PROPERTIES: dict[str, Property] = {p.key: p for p in (
     Property("NPU_DEVICE_TOTAL_MEM_SIZE", "device_total_mem_size", "device memory, bytes"),
     Property("NPU_DEVICE_ALLOC_MEM_SIZE", "device_alloc_mem_size", "device memory allocated now (all contexts)"),
     Property("NPU_MAX_TILES", "max_tiles", "the chip's cores"),
-    Property("NPU_TILES", "tiles", "cores a model's requests are planned for (-1: all)",
-             _count("NPU_TILES", -1)),
+    Property("NPU_TILES", "tiles", "cores one inference of a model may run on at once, by its tasks' "
+             "dependencies (-1: all the device's)", _tiles),
     Property("CACHE_DIR", "cache_dir", "the compile cache's directory ('' = the user's default)", _path),
     Property("CACHING_PROPERTIES", "caching_properties", "the properties a cached compiled model depends on"),
     Property("COMPILATION_NUM_THREADS", "compilation_num_threads",
@@ -234,6 +240,19 @@ def optimal_requests(settings: Mapping[str, Any], cores: int) -> int:
         wanted = REQUESTS_PER_TILE * (cores if tiles < 0 else max(1, min(tiles, cores)))
     limit = settings["PERFORMANCE_HINT_NUM_REQUESTS"]
     return min(wanted, limit) if limit else wanted
+
+
+def job_cores(settings: Mapping[str, Any], cores: int, *, partitioned: bool = False) -> int | None:
+    """How a model's command buffer asks for cores (``Loadable.command_buffer``): None (in order,
+    one core) when NPU_TILES gives it one core or the device has one, or when the model has host
+    steps (its partitions are cut from the in-order buffer); else the count, 0 for all of them.
+    ValueError when NPU_TILES asks for more cores than the device has."""
+    tiles = settings["NPU_TILES"]
+    if tiles > cores:
+        raise ValueError(f"NPU_TILES: {tiles} cores asked for, the device has {cores} (NPU_MAX_TILES)")
+    if partitioned or cores == 1 or tiles == 1:
+        return None
+    return 0 if tiles < 0 else tiles
 
 
 def supported(model: bool) -> dict[str, str]:

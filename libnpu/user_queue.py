@@ -49,6 +49,8 @@ SPIN_S = float(os.environ.get("NPU_QUEUE_SPIN_US", "200")) / 1e6   # polling bef
 CONTENDED_SPIN_S = float(os.environ.get("NPU_QUEUE_CONTENDED_SPIN_US", "0")) / 1e6   # ... while the CPUs are all wanted
 SLEEP_SLICE_MS = 1000   # a sleeping waiter re-checks this often: a safety net only (no wake-up is lost)
 LOAD_CHECK_S = 0.005    # how often the spin looks at the machine's run queue
+# RepeatedJob's hinted wait (a job expected to be long slept through on a timer): on unless 0.
+SLEEP_AHEAD = os.environ.get("NPU_QUEUE_SLEEP_AHEAD", "1") != "0"
 
 
 class SpinWindow:
@@ -104,6 +106,13 @@ def set_wait_mode(mode: str) -> None:
     if mode not in spins:
         raise ValueError(f"wait mode {mode!r}: one of {', '.join(spins)}")
     _SPIN.forced = spins[mode]
+
+
+def set_sleep_ahead(on: bool) -> None:
+    """Whether ``UserQueue.run_repeated`` sleeps through a job expected to be long
+    (``NPU_QUEUE_SLEEP_AHEAD``, default on); for benchmarks that compare."""
+    global SLEEP_AHEAD
+    SLEEP_AHEAD = on
 
 
 class NotQueued(NpuError):
@@ -193,6 +202,32 @@ class QueueFence:
 
     def __repr__(self) -> str:
         return f"<QueueFence {self.queue.id}:{self.id} status={self.status}>"
+
+
+class RepeatedJob:
+    """A command buffer run again and again, one job at a time (a request's inference), for
+    ``UserQueue.run_repeated``: the C call's buffers, made once, the job's expected time on
+    the core, which hints the wait (``npu_uq_run_hinted``; docs/runtime.md, "How a
+    synchronous inference waits"), and the queue it last ran on."""
+
+    __slots__ = ("cmd_iova", "cmd_size", "expected_ns", "unhinted", "record", "seq", "queue")
+
+    def __init__(self, cmd_iova: int, cmd_size: int):
+        self.cmd_iova, self.cmd_size = cmd_iova, cmd_size
+        self.queue: UserQueue | None = None       # set by the caller once a job ran on it
+        self.expected_ns = queue_native.ffi.new("long long *")    # 0: not known yet
+        self.unhinted = queue_native.ffi.new("long long *")       # stays 0: SLEEP_AHEAD off
+        self.record = queue_native.ffi.new("unsigned long long[6]")
+        self.seq = queue_native.ffi.new("unsigned long long *")
+
+    def run(self) -> QueueFence | None:
+        """Run to its end on ``queue`` (``UserQueue.run_repeated``); None when there is none or
+        it is busy or stopped (then forgotten: the caller takes a queue another way)."""
+        queue = self.queue
+        fence = queue.run_repeated(self) if queue is not None else None
+        if fence is None:
+            self.queue = None
+        return fence
 
 
 class UserQueue:
@@ -339,6 +374,34 @@ class UserQueue:
             self._raise_stopped(result, seq or self.tail + 1, NpuError if seq else NotQueued)
         fence = QueueFence(self, seq)
         _fill(fence, record)
+        if fence.status:
+            raise JobError(-fence.status, "job", f"queue {self.id} job {seq} failed")
+        return fence
+
+    def run_repeated(self, job: RepeatedJob, flags: int = 0) -> QueueFence | None:
+        """``run`` of ``job`` in one C call, its wait hinted by the job's expected time; None
+        when the queue runs in Python, has jobs in flight (this call takes an idle queue only)
+        or stopped before the job went in: the caller takes a queue the usual way
+        (``Device.shared_queue``, ``try_submit``). A job that went in raises as ``run``."""
+        if self._native is None or self.closed:
+            return None
+        try:
+            self._enter_c(NotQueued)
+        except NotQueued:
+            return None
+        try:
+            result = self._lib.npu_uq_run_hinted(self._native, job.cmd_iova, job.cmd_size, 0, flags,
+                                                 int(_SPIN.seconds() * 1e9), -1, SLEEP_SLICE_MS,
+                                                 job.expected_ns if SLEEP_AHEAD else job.unhinted, job.record, job.seq)
+        finally:
+            self._leave_c()
+        seq = job.seq[0]
+        if result and not seq:
+            return None                  # -EBUSY, -EAGAIN, or stopped: nothing of it runs
+        if result:
+            self._raise_stopped(result, seq)
+        fence = QueueFence(self, seq)
+        _fill(fence, job.record)
         if fence.status:
             raise JobError(-fence.status, "job", f"queue {self.id} job {seq} failed")
         return fence

@@ -64,13 +64,15 @@ PROFILE_RECORD = np.dtype([
     ("job_id", "<u8"),
     ("index", "<u4"),           # PROFILE_TASK: the task's index in the command buffer; PROFILE_JOB: tasks run
     ("opcode", "<u2"),          # PROFILE_TASK: the task's opcode; PROFILE_JOB: the job's errno (0: done)
-    ("kind", "<u2"),            # PROFILE_TASK or PROFILE_JOB
+    ("kind", "u1"),             # PROFILE_TASK or PROFILE_JOB
+    ("core", "u1"),             # PROFILE_TASK: the core the task was placed on (a graph job's may be
+                                # another than the job's, docs/hardware.md, Task graphs); else the job's
     ("start_ns", "<u8"),        # CLOCK_MONOTONIC
     ("end_ns", "<u8"),
     ("cycles", "<u8"),          # simulated cycles (PROFILE_JOB: the job's, as in its completion)
 ], align=True)
 assert PROFILE_RECORD.itemsize == 40
-PROFILE_RECORD_STRUCT = struct.Struct("<QIHHQQQ")
+PROFILE_RECORD_STRUCT = struct.Struct("<QIHBBQQQ")
 assert PROFILE_RECORD_STRUCT.size == PROFILE_RECORD.itemsize
 
 

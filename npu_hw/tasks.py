@@ -5,7 +5,9 @@ descriptors laid end to end.  Every descriptor is 8-byte aligned and starts with
 the common header (opcode u16, size u16 = the whole descriptor's bytes, flags
 u32); the rest is the task type's fields.  Operands are device addresses
 (IOVAs in the submitting context) that the chip's DMA engine translates and
-checks.  Tasks run in order.
+checks.  Tasks run in order, unless the buffer starts with a ``TASK_GRAPH``
+descriptor: then each task runs once the tasks its ``DEPENDS`` descriptors name are
+done, on whichever of the job's cores is free (docs/hardware.md, *Task graphs*).
 
 Each task type is one numpy structured dtype registered with ``register_task``;
 compute operators beyond the ones here live in ``npu_hw.ops``.
@@ -102,8 +104,38 @@ def decode_tasks(buf: np.ndarray | bytes):
 OP_NOP = 0x00
 OP_DMA_COPY = 0x01
 OP_FULLY_CONNECTED = 0x02
+OP_TASK_GRAPH = 0x03
+OP_DEPENDS = 0x04
 
 NOP = register_task(OP_NOP, "NOP", [])
+
+# A job scheduled by its dependency graph. TASK_GRAPH, first in the buffer, says so; each
+# task then follows exactly the tasks named by the DEPENDS descriptors right before it
+# (none: it may start at once). Neither is a task: task indices (dependencies, profile
+# records, a failing task) count only the other descriptors.
+TASK_GRAPH = register_task(OP_TASK_GRAPH, "TASK_GRAPH", [
+    ("cores", "<u4"),         # cores the job may use (0: all the chip has; more: clamped to them)
+    ("reserved", "<u4"),      # must be 0
+])
+DEPENDS_PER_DESCRIPTOR = 7
+DEPENDS = register_task(OP_DEPENDS, "DEPENDS", [
+    ("count", "<u4"),         # 1..DEPENDS_PER_DESCRIPTOR entries of ``tasks`` used
+    ("tasks", "<u4", (DEPENDS_PER_DESCRIPTOR,)),   # indices of tasks the next task follows
+])
+GRAPH_OPCODES = frozenset((OP_TASK_GRAPH, OP_DEPENDS))
+
+
+def encode_graph(deps: list[list[int]], payloads: list[bytes], cores: int = 0) -> list[bytes]:
+    """A graph job's descriptors: TASK_GRAPH, then each task's payload after the DEPENDS
+    descriptors naming ``deps[i]`` (as many as it takes). Each item is 8-byte aligned."""
+    out = [encode_task("TASK_GRAPH", cores=cores)]
+    for task_deps, payload in zip(deps, payloads, strict=True):
+        for at in range(0, len(task_deps), DEPENDS_PER_DESCRIPTOR):
+            chunk = list(task_deps[at:at + DEPENDS_PER_DESCRIPTOR])
+            out.append(encode_task("DEPENDS", count=len(chunk),
+                                   tasks=chunk + [0] * (DEPENDS_PER_DESCRIPTOR - len(chunk))))
+        out.append(payload)
+    return out
 
 DMA_COPY = register_task(OP_DMA_COPY, "DMA_COPY", [
     ("src", "<u8"),

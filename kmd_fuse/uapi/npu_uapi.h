@@ -39,14 +39,15 @@
 
 #include <stdint.h>
 
-#define NPU_ABI_VERSION 0x00020006      /* major << 16 | minor: 2.0 = buffers handed over as sealed memfds,
+#define NPU_ABI_VERSION 0x00020007      /* major << 16 | minor: 2.0 = buffers handed over as sealed memfds,
                                            2.1 = reserved fields, sizes that grow, GET_PARAM,
                                            2.2 = SUBMIT_BATCH,
                                            2.3 = GET_PROFILE, NPU_SUBMIT_PROFILE, params 16..23,
                                            2.4 = QUEUE_CREATE (user-mode submission queues), params 24..25,
                                            2.5 = replies read by seq (NPU_REPLY_BY_SEQ), a seq in flight
                                                  twice refused (EEXIST),
-                                           2.6 = QUEUE_DESTROY, NPU_QUEUE_ENTRY_PROFILE, queue fences in GET_PROFILE */
+                                           2.6 = QUEUE_DESTROY, NPU_QUEUE_ENTRY_PROFILE, queue fences in GET_PROFILE,
+                                           2.7 = each task's core in GET_PROFILE (npu_task_profile.core) */
 #define NPU_FRAME_MAGIC 0x3155504e      /* "NPU1" little endian */
 #define NPU_IOC_TYPE 0x4e               /* 'N' */
 
@@ -250,7 +251,8 @@ struct npu_get_param {
 
 /* GET_PROFILE: one task of a profiled job, as the chip timed it. */
 struct npu_task_profile {
-	uint32_t opcode;                /* the task's opcode (npu_hw) */
+	uint16_t opcode;                /* the task's opcode (npu_hw) */
+	uint16_t core;                  /* (2.7) the core it ran on: a task graph's may be another than the job's */
 	uint32_t index;                 /* the task's index in the command buffer */
 	uint64_t cycles;                /* simulated cycles (they add up to the job's) */
 	uint64_t start_ns;              /* CLOCK_MONOTONIC, when the core started the task */

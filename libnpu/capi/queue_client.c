@@ -21,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
+#include <sys/prctl.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -45,6 +46,15 @@ struct npu_uq_client {
 	unsigned long long late_wakeups;
 	unsigned long long waits[3];        /* at once, in the spin, asleep */
 };
+
+/* The hinted wait (npu_uq_run_hinted): jobs expected to take at least this long are slept
+ * through on a timer; shorter ones are spun for (a wake-up costs about what they take). */
+#define NPU_UQ_SLEEP_AHEAD_MIN_NS 150000LL
+/* ... until this long before their expected end (a timer wake-up on a busy machine). */
+#define NPU_UQ_WAKE_MARGIN_NS 40000LL
+/* Longer jobs are not slept through: a wake-up is small beside them, and a wrong hint
+ * would cost as much as the sleep. */
+#define NPU_UQ_SLEEP_AHEAD_MAX_NS 5000000LL
 
 #define LOAD64(field) __atomic_load_n(&(field), __ATOMIC_ACQUIRE)
 #define LOAD32(field) __atomic_load_n(&(field), __ATOMIC_ACQUIRE)
@@ -293,8 +303,28 @@ static int sleep_until_done(struct npu_uq_client *q, unsigned long long seq, lon
 	return 0;
 }
 
-int npu_uq_wait(struct npu_uq_client *q, unsigned long long seq, long long spin_ns, long long timeout_ns,
-                int slice_ms, void *out)
+/* The hinted wait's first part: sleep on a timer until `margin` before the job's expected
+ * end (the thread's timer slack made 1 us for it, so the timer is not late by the default
+ * 50 us).  The core is not asked to signal (`waiting` stays as it was): nothing is written
+ * for this sleep, and the client is running again when the job completes. */
+static void sleep_ahead(long long start, long long expected_ns, long long deadline)
+{
+	long long until = start + expected_ns - NPU_UQ_WAKE_MARGIN_NS;
+	if (deadline >= 0 && until > deadline)
+		until = deadline;
+	if (until <= now_ns())
+		return;
+	const int slack = prctl(PR_GET_TIMERSLACK, 0, 0, 0, 0);
+	prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0);
+	const struct timespec at = {until / 1000000000LL, until % 1000000000LL};
+	while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &at, NULL) == EINTR)
+		;
+	if (slack > 0)
+		prctl(PR_SET_TIMERSLACK, (unsigned long)slack, 0, 0, 0);
+}
+
+static int wait_hinted(struct npu_uq_client *q, unsigned long long seq, long long spin_ns, long long expected_ns,
+                       long long timeout_ns, int slice_ms, void *out)
 {
 	if (LOAD64(q->header->done) >= seq) {
 		__atomic_add_fetch(&q->waits[0], 1, __ATOMIC_RELAXED);
@@ -303,6 +333,14 @@ int npu_uq_wait(struct npu_uq_client *q, unsigned long long seq, long long spin_
 	}
 	long long start = now_ns();
 	long long deadline = timeout_ns < 0 ? -1 : start + timeout_ns;
+	if (expected_ns >= NPU_UQ_SLEEP_AHEAD_MIN_NS && expected_ns <= NPU_UQ_SLEEP_AHEAD_MAX_NS) {
+		sleep_ahead(start, expected_ns, deadline);
+		if (spin_ns < 2 * NPU_UQ_WAKE_MARGIN_NS)      /* the margin and as much again: the job's */
+			spin_ns = 2 * NPU_UQ_WAKE_MARGIN_NS;  /* time varies a little */
+		start = now_ns();
+		if (deadline >= 0)
+			timeout_ns = deadline > start ? deadline - start : 0;
+	}
 	if (timeout_ns >= 0 && spin_ns > timeout_ns)
 		spin_ns = timeout_ns;
 	long long spin_until = start + spin_ns;
@@ -328,6 +366,12 @@ int npu_uq_wait(struct npu_uq_client *q, unsigned long long seq, long long spin_
 	return result;
 }
 
+int npu_uq_wait(struct npu_uq_client *q, unsigned long long seq, long long spin_ns, long long timeout_ns,
+                int slice_ms, void *out)
+{
+	return wait_hinted(q, seq, spin_ns, 0, timeout_ns, slice_ms, out);
+}
+
 int npu_uq_run(struct npu_uq_client *q, unsigned long long cmd_iova, unsigned int cmd_size,
                unsigned int timeout_ms, unsigned int flags, long long spin_ns, long long timeout_ns, int slice_ms,
                void *out, unsigned long long *seq_out)
@@ -338,6 +382,43 @@ int npu_uq_run(struct npu_uq_client *q, unsigned long long cmd_iova, unsigned in
 		return (int)seq;
 	*seq_out = (unsigned long long)seq;
 	return npu_uq_wait(q, (unsigned long long)seq, spin_ns, timeout_ns, slice_ms, out);
+}
+
+int npu_uq_run_hinted(struct npu_uq_client *q, unsigned long long cmd_iova, unsigned int cmd_size,
+                      unsigned int timeout_ms, unsigned int flags, long long spin_ns, long long timeout_ns,
+                      int slice_ms, long long *expected_ns, void *out, unsigned long long *seq_out)
+{
+	*seq_out = 0;
+	pthread_mutex_lock(&q->submit_lock);
+	if (q->tail != LOAD64(q->header->done)) {    /* another job runs on this queue: */
+		pthread_mutex_unlock(&q->submit_lock);    /* the caller takes another queue */
+		return -EBUSY;
+	}
+	long long seq = submit_locked(q, cmd_iova, cmd_size, timeout_ms, flags);
+	pthread_mutex_unlock(&q->submit_lock);
+	if (seq < 0)
+		return (int)seq;
+	*seq_out = (unsigned long long)seq;
+	int result = wait_hinted(q, (unsigned long long)seq, spin_ns, *expected_ns, timeout_ns, slice_ms, out);
+	const struct npu_queue_completion *done = out;
+	if (result == 0 && done->seq == (unsigned long long)seq && done->status == 0) {
+		/* The first job's time is kept aside (negative: not a hint yet), the lower of the
+		 * first two starts the hint: one slow job (a first replay, a preemption) is never
+		 * slept through.  Then down at once; up by an eighth of the difference, at most an
+		 * eighth of itself and 1 us: a job preempted for milliseconds (a loaded machine)
+		 * moves it little, while a job that really grew is caught up with in a few dozen runs. */
+		const long long took = (long long)done->exec_ns, now = *expected_ns;
+		const long long up = (took - now) / 8, most = now / 8 + 1000;
+		if (now == 0)
+			*expected_ns = -(took > 0 ? took : 1);
+		else if (now < 0)
+			*expected_ns = took < -now ? took : -now;
+		else if (took < now)
+			*expected_ns = took;
+		else
+			*expected_ns = now + (up < most ? up : most);
+	}
+	return result;
 }
 
 unsigned long long npu_uq_late_wakeups(struct npu_uq_client *q)

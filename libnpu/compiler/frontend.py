@@ -25,6 +25,7 @@ from .mixed_precision import quantize_mixed
 from .onnx_import import import_onnx
 from .optimize import fold_pad_into_conv
 from .progress import Progress, stage
+from .qdq_import import QDQ_RANGES, range_feeds
 from .qparams import lowerable
 from .quantizer import quantize_model
 from .recipes import RecipeError, apply_recipe, escalates
@@ -134,6 +135,8 @@ def to_int8_graph(model: str | os.PathLike | bytes | Graph,
     calibration samples (:mod:`libnpu.compiler.escalation`), ``"fast"`` is int8 only.
     ``states`` marks input -> output pairs whose value the model carries from one call to
     the next (:meth:`Graph.make_stateful`); a calibration dataset is then one stream.
+    A QDQ ONNX model is quantized int8 on its own grids (:mod:`libnpu.compiler.qdq_import`),
+    whatever the recipe; without a ``dataset`` its inputs' feeds span their QuantizeLinear ranges.
     ``input_shapes``: shapes for inputs with free dimensions (:mod:`libnpu.compiler.input_shapes`;
     the notes on the defaults taken go to the graph's metadata, ``"notes"``).
     """
@@ -167,6 +170,12 @@ def to_int8_graph(model: str | os.PathLike | bytes | Graph,
         return graph
     if any(t.quant is not None for t in graph.tensors.values() if not t.is_constant):
         check_int8(graph)  # partly quantized: report the offending op rather than re-quantize
+    qdq = graph.metadata.get(QDQ_RANGES)
+    if qdq is not None:     # a QDQ model: int8 on the grids its pairs chose (nothing to escalate)
+        escalate = False
+        quantize_options["int16"] = "none"
+        if dataset is None and all(graph.tensors[n].dtype == "float32" for n in graph.inputs):
+            dataset = range_feeds({n: (graph.tensors[n].shape, np.float32) for n in graph.inputs}, qdq)
     if escalate:
         q = quantize_to_target(graph, dataset, target=DEFAULT_TARGET if target is None else target,
                                budget=ESCALATION_BUDGET if budget is None else budget, progress=progress,

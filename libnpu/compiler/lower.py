@@ -30,6 +30,8 @@ from .ir import Graph, IRError, Op, Tensor
 from .memplan import MemoryPlan, plan_memory
 from .placement import import_with_fallback, plan_placement
 from .progress import Progress, stage
+from .source_index import SOURCE_OPS, op_sources, task_source_meta
+from .tiling import split_layers
 
 __all__ = ["LoweringError", "lower", "compile_model"]
 
@@ -69,14 +71,16 @@ class _Touched:
         return found
 
 
-def lower(graph: Graph, *, metadata: dict[str, Any] | None = None) -> Loadable:
-    """Compile an int8 graph (see :func:`frontend.check_int8`) into a loadable.
+def lower(graph: Graph, *, metadata: dict[str, Any] | None = None, tiles: int = 1) -> Loadable:
+    """Compile an int8 graph (see :func:`frontend.check_int8`) into a loadable; ``tiles`` > 1
+    splits its large convolutions into that many independent tasks (:mod:`.tiling`).
 
     A graph with no operators or no outputs, or whose operators all lower to nothing,
     is refused: its loadable would run no task and report success."""
     graph.check_runnable()
     check_int8(graph)
     graph = _copy_crossed_states(graph)
+    sources = op_sources(graph.metadata)
     plan = plan_memory(graph)
     _, index = plan.descriptors(graph)
     low = Lowering(graph, plan)
@@ -105,15 +109,17 @@ def lower(graph: Graph, *, metadata: dict[str, Any] | None = None) -> Loadable:
                           deps=sorted(deps), tensors=[index[n] for n in op.inputs + op.outputs if n],
                           macs=graph.op_macs(op),
                           bytes_moved=sum(graph.tensors[n].nbytes for n in op.inputs + op.outputs if n),
-                          relocs=relocs))
+                          meta=task_source_meta(sources, op), relocs=relocs))
         touched.add(len(tasks) - 1, reads + writes)
         for o in op.outputs:
             producer[o] = len(tasks) - 1
     if not tasks and not host_steps:
         raise LoweringError(f"{graph.name}: no operator lowers to a chip task (all are aliased reshapes)")
     meta = dict(graph.metadata, **(metadata or {}))
+    meta.pop(SOURCE_OPS, None)          # each task names its own source operator (task.meta)
     meta.update(arena_bytes=plan.arena_size, weights_bytes=plan.weights_size, macs=graph.macs())
-    return plan.to_loadable(graph, tasks, {k: v for k, v in meta.items() if _jsonable(v)}, host_steps)
+    return split_layers(plan.to_loadable(graph, tasks, {k: v for k, v in meta.items() if _jsonable(v)}, host_steps),
+                        tiles)
 
 
 def _host_step(op: Op, after_task: int, index: Mapping[str, int]) -> HostStep:
@@ -164,7 +170,7 @@ def compile_model(model: str | os.PathLike | bytes | Graph,
                   dataset: Iterable[Mapping[str, np.ndarray] | Sequence[np.ndarray]] | None = None, *,
                   kind: str | None = None, progress: Progress | None = None,
                   ops: Collection[str] | None = None, strict: bool = False,
-                  input_shapes: InputShapes = None, freeze_inputs: FrozenInputs = None,
+                  input_shapes: InputShapes = None, freeze_inputs: FrozenInputs = None, tiles: int = 1,
                   **quantize_options: Any) -> Loadable:
     """Model file (path/bytes) or graph -> int8 graph (quantized if needed) -> loadable.
 
@@ -175,6 +181,7 @@ def compile_model(model: str | os.PathLike | bytes | Graph,
     ``input_shapes`` fixes the model's free input dimensions (:mod:`libnpu.compiler.input_shapes`);
     the notes on defaults taken are the loadable's metadata ``"notes"``. ``freeze_inputs``
     (``{"sr": 16000}``) makes those ONNX inputs constants first (:mod:`libnpu.compiler.frozen_inputs`).
+    ``tiles``: the cores one inference is planned for (:mod:`libnpu.compiler.tiling`).
     numpy's BLAS runs on one thread meanwhile (:mod:`libnpu.compiler.blas_threads`)."""
     dataset = list(dataset) if dataset is not None else None
     notes: list[str] = []
@@ -192,7 +199,7 @@ def compile_model(model: str | os.PathLike | bytes | Graph,
         try:    # the whole model on the chip, as it always compiled; placement only when that fails
             graph = to_int8_graph(model, dataset, kind=kind, progress=progress, **quantize_options)
             with stage(progress, "lower"):
-                return lower(graph, metadata=meta)
+                return lower(graph, metadata=meta, tiles=tiles)
         except IRError as refused:
             with stage(progress, "import"):
                 graph = _placed_graph(model, kind, ops, strict, refused, dataset)
@@ -201,7 +208,7 @@ def compile_model(model: str | os.PathLike | bytes | Graph,
             graph = _placed_graph(model, kind, ops, strict, None, dataset)
     graph = to_int8_graph(graph, dataset, progress=progress, **quantize_options)
     with stage(progress, "lower"):
-        return lower(graph, metadata=meta)
+        return lower(graph, metadata=meta, tiles=tiles)
 
 
 def _placed_graph(model: str | os.PathLike | bytes, kind: str | None, ops: Collection[str] | None,

@@ -1,5 +1,8 @@
 """Import a float ONNX model into the graph IR (NHWC, TFLite-style ops).
 
+A QDQ model (QuantizeLinear/DequantizeLinear pairs) is imported as its float twin, the
+pairs' grids kept for the quantizer (:mod:`libnpu.compiler.qdq_import`).
+
 ONNX image tensors are NCHW; the IR is NHWC. Every 4-D activation is kept in NHWC
 inside the graph; a TRANSPOSE is inserted only where an op needs the ONNX layout
 (e.g. Flatten of a feature map with H*W > 1) and, unless ``nhwc_io`` is set, at 4-D
@@ -29,6 +32,8 @@ from .integer_inputs import INTEGER_INPUTS, refuse_integer_operands
 from .ir import Graph, IRError, Op, SourceOp, Tensor, require_data, same_pads
 from .onnx_fold import fold_onnx
 from .onnx_host import TensorType, group_model, probe_shapes, reads
+from .qdq_import import QDQ_PER_TENSOR, QDQ_RANGES, float_twin, is_qdq
+from .source_index import record_sources
 
 __all__ = ["ONNXImportError", "import_onnx", "import_onnx_sources", "load_onnx", "pads_2d", "binary", "unary",
            "squeeze_leading", "TO_NHWC", "TO_NCHW", "AXIS_TO_NHWC"]
@@ -50,12 +55,21 @@ class _Importer:
     def __init__(self, model: onnx.ModelProto, name: str, nhwc_io: bool, input_shapes: InputShapes, *,
                  fallback: bool = False, force_host: Mapping[int, str] | None = None) -> None:
         model = onnx.ModelProto.FromString(model.SerializeToString())
+        # a QDQ model: its float twin, each Q -> DQ pair's grid kept as its value's range
+        qdq_types = [n.op_type for n in model.graph.node]
+        twin = float_twin(model) if is_qdq(model) else None
+        model, qdq_origins = (twin.model, twin.origins) if twin else (model, [])
+        self.qdq_ranges = twin.ranges if twin else {}
+        self.qdq_per_tensor, self.per_tensor_ops = twin.per_tensor if twin else set(), set()
         self.fallback, self.force_host = fallback, dict(force_host or {})
         self.sources: list[SourceOp] = []
         model, _ = fix_onnx_inputs(model, input_shapes, name)   # free input dims given or refused, never guessed
         # after the dims are fixed: folding needs static shapes. origin: node index in the
         # file, found again by the node's outputs after folding
         model, self.origin = fold_onnx(model, name)
+        if qdq_origins:      # numbered as the QDQ file's nodes, as the user reads them (compiler.source_index)
+            self.origin = {outs: (qdq_origins[i], qdq_types[qdq_origins[i]]) if qdq_origins[i] >= 0 else (i, op)
+                           for outs, (i, op) in self.origin.items()}
         try:
             self.model = shape_inference.infer_shapes(model, strict_mode=True)
         except Exception as exc:  # onnx raises its own InferenceError types
@@ -190,10 +204,13 @@ class _Importer:
                 source.reason = _reason(exc, where)
                 self.host_nodes([(k, node, source)])
             source.ir_ops += self.g.ops[before:]
+            if len(node.input) > 1 and node.input[1] in self.qdq_per_tensor:
+                self.per_tensor_ops.update(op.name for op in self.g.ops[before:])
         self.host_nodes(pending)
         # nodes folded into constants at import time run nowhere
         self.sources += [SourceOp(i, op) for i, op in dict(self.origin.values()).items() if i not in seen]
         self.sources.sort(key=lambda src: src.index)
+        record_sources(self.g, self.sources)
         for vi in graph.output:
             if vi.name not in self.env:
                 raise ONNXImportError(f"graph output {vi.name!r} is not computed by any node")
@@ -201,6 +218,9 @@ class _Importer:
             self.g.outputs.append(name)
         self.g.metadata["source"] = "onnx"
         self.g.metadata["layout"] = "NHWC" if self.nhwc_io else "as ONNX (NCHW)"
+        if self.qdq_ranges:         # the grids the quantizer keeps (compiler.qdq_import)
+            self.g.metadata[QDQ_RANGES] = {self.env[n][0]: r for n, r in self.qdq_ranges.items() if n in self.env}
+            self.g.metadata[QDQ_PER_TENSOR] = sorted(self.per_tensor_ops)
         self.g.prune()
         self.g.validate()
         self.g.check_runnable()

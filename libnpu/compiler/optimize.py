@@ -1,6 +1,7 @@
 """Graph clean-ups run before quantization: fold constants, fold affine ops into
 convolutions, turn subtraction of constants into addition, fold zero PADs into the
-convolutions they feed, fuse activations, drop identities."""
+convolutions they feed, fuse activations, drop identities, centre variances written as
+``E[x^2] - E[x]^2`` (:mod:`libnpu.compiler.variance`)."""
 from __future__ import annotations
 
 import numpy as np
@@ -8,6 +9,7 @@ import numpy as np
 from . import registry
 from .float_ref import evaluate, has_reference
 from .ir import ACTIVATIONS, Graph, Tensor
+from .variance import center_variances
 
 __all__ = ["optimize", "fold_constants", "fold_affine_into_conv", "sub_const_to_add", "fold_pad_into_conv",
            "fuse_activations", "remove_identities", "unshare_weights"]
@@ -294,6 +296,7 @@ def optimize(graph: Graph) -> Graph:
     sub_const_to_add(g)
     fold_pad_into_conv(g)
     fuse_activations(g)
+    center_variances(g)
     remove_identities(g)
     operator_rewrites(g)
     g.prune()

@@ -36,6 +36,7 @@ from .integer_inputs import INTEGER_INPUTS, integer_activations, random_integers
 from .ir import Graph, IRError, Op, QuantParams, State, Tensor
 from .optimize import optimize
 from .progress import Progress, stage
+from .qdq_import import QDQ_PER_TENSOR, QDQ_RANGES
 from .scales import SHARED_GRIDS, bias_scale, choose_activation_scale, quantize_weights, symmetric
 from .step_reuse import once
 from .weight_rounding import input_moments, round_layer
@@ -188,6 +189,20 @@ def _unsaturated_domain(op_type: str) -> Range | None:
     return float(x.min()), float(x.max())
 
 
+def _gate_domain(op: Op) -> Range | None:
+    """The inputs over which a HARD_SIGMOID (a squeeze-excitation gate) still moves,
+    ``[-beta/alpha, (1-beta)/alpha]``: its input grid over all of it, and its output grid
+    over all of [0, 1], cost nothing its output grid shows (an input step times the slope
+    ``alpha`` is one output step), where a range calibrated on a few gate vectors clipped
+    unseen ones (rapidocr's classifier: SE logits up to 4.4 on unseen crops, 2.2 calibrated)."""
+    if op.type != "HARD_SIGMOID":
+        return None
+    alpha, beta = float(op.attrs["alpha"]), float(op.attrs["beta"])
+    if alpha <= 0:
+        return None
+    return -beta / alpha, (1.0 - beta) / alpha
+
+
 def _activation_table(g: Graph, ranges: Mapping[str, Range], roles) -> dict[str, QuantParams]:
     """Quantization parameters for every non-weight tensor, honouring the spec's constraints."""
     rng: dict[str, Range] = {}
@@ -213,6 +228,11 @@ def _activation_table(g: Graph, ranges: Mapping[str, Range], roles) -> dict[str,
         if domain is not None and x in rng and producer is not None and \
                 not registry.get(producer.type, "same_scale"):
             rng[x] = (min(rng[x][0], domain[0]), max(rng[x][1], domain[1]))
+        gate = _gate_domain(op)
+        if gate is not None and x in rng and op.outputs[0] in rng and producer is not None and \
+                not registry.get(producer.type, "same_scale"):
+            rng[x] = (min(rng[x][0], gate[0]), max(rng[x][1], gate[1]))
+            rng[op.outputs[0]] = (min(rng[op.outputs[0]][0], 0.0), max(rng[op.outputs[0]][1], 1.0))
     fixed = fixed_grids(g)
     params: dict[str, QuantParams] = {}
     for members in shared_grid_groups(g, rng.keys() | fixed.keys()):
@@ -258,6 +278,9 @@ def quantize(graph: Graph, ranges: Mapping[str, Range], *, fc_per_channel: bool 
         if t.quant is not None or t.dtype not in ("float32", "float16", *INTEGER_INPUTS) and t.name not in indices:
             raise QuantizationError(f"tensor {t.name!r} is {t.dtype}{' (quantized)' if t.quant else ''}: "
                                     "quantize expects a float graph")
+    # a QDQ model's own grids (compiler.qdq_import) rather than the calibrated ranges
+    ranges = {**ranges, **{n: r for n, r in src.metadata.get(QDQ_RANGES, {}).items() if n in src.tensors}}
+    qdq_per_tensor = set(src.metadata.get(QDQ_PER_TENSOR, ()))
     src, ranges = requantize_joins(src, ranges)   # a fixed grid (LOGISTIC's) joined to wider tensors
     roles = _roles(src)
     params = _activation_table(src, ranges, {**roles, **{n: ("index", None) for n in indices}})
@@ -265,6 +288,8 @@ def quantize(graph: Graph, ranges: Mapping[str, Range], *, fc_per_channel: bool 
     g = Graph(src.name)
     g.metadata = dict(src.metadata, quantized="int8")
     g.metadata.pop(SHARED_GRIDS, None)   # the float graph's hint, spent
+    g.metadata.pop(QDQ_RANGES, None)
+    g.metadata.pop(QDQ_PER_TENSOR, None)
     for name, t in src.tensors.items():
         if name in roles:
             continue
@@ -282,7 +307,8 @@ def quantize(graph: Graph, ranges: Mapping[str, Range], *, fc_per_channel: bool 
             w_t = src.tensors[op.inputs[1]]
             b_name = op.inputs[2] if len(op.inputs) > 2 else ""
             bias = src.tensors[b_name].data if b_name else None
-            per_tensor = registry.get(op.type, "fc_weights") and not fc_per_channel
+            per_tensor = registry.get(op.type, "fc_weights") and not fc_per_channel or \
+                op.name in qdq_per_tensor      # the scale a QDQ model gave its weights
             axis = None if per_tensor else weight_axis
             wq, wqp = quantize_weights(w_t.data, axis, bias, in_scale)
             if moments is not None and w_t.name in moments and (op.type == "DEPTHWISE_CONV_2D" or axis in (0, None)):

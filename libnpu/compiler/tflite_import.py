@@ -20,6 +20,7 @@ from . import registry
 from .host_groups import group_host_ops
 from .input_shapes import InputShapes, fix_tflite_inputs
 from .ir import Graph, IRError, Op, QuantParams, SourceOp, Tensor, require_data, same_pads
+from .source_index import record_sources
 from .tflite_cut import cut_tflite
 from .tflite_sparsity import SparsityError, densify
 
@@ -181,6 +182,7 @@ class _Importer:
             source.ir_ops = g.ops[before:]
         self.host_op(pending)
         self.sources.sort(key=lambda src: src.index)     # in file order, whatever order the groups gave
+        record_sources(g, self.sources)
         g.outputs = [self.tensor(i) for i in self.sg.OutputsAsNumpy()]
         g.metadata["source"] = "tflite"
         desc = self.model.Description()

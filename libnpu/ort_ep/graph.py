@@ -3,9 +3,10 @@
 :class:`OrtTables` wraps the ``OrtApi`` / ``OrtEpApi`` tables ORT hands the library (status
 checks, strings, tensors). :func:`read_graph` reads an ``OrtGraph`` (nodes, attributes,
 value types, constant initializers) into a :class:`GraphView`; :func:`to_onnx` writes nodes
-of it as an ONNX model, :func:`twin_model` the float twin of a QDQ graph (:mod:`.qdq`) that
-libnpu's compiler takes; :func:`range_dataset` / :func:`file_dataset` are its calibration
-feeds; :func:`run_order` orders nodes so that each run of chip nodes can be one fused node.
+of it as an ONNX model, :func:`twin_model` the float twin of a QDQ graph
+(:mod:`libnpu.compiler.qdq_import`) that the placement reads; :func:`range_dataset` /
+:func:`file_dataset` are calibration feeds; :func:`run_order` orders nodes so that each run
+of chip nodes can be one fused node.
 """
 from __future__ import annotations
 
@@ -16,6 +17,8 @@ from typing import Any
 import numpy as np
 import onnx
 from onnx import helper, numpy_helper
+
+from libnpu.compiler.qdq_import import Dequantized, clamped_name, range_feeds, twin_nodes
 
 from .ort_c import (
     ATTR_FLOAT,
@@ -28,7 +31,6 @@ from .ort_c import (
     ELEMENT_TYPES,
     ORT_API_VERSION,
 )
-from .qdq import Dequantized, clamped_name
 
 __all__ = ["OrtTables", "OrtCallError", "GraphNode", "GraphView", "read_graph", "to_onnx", "twin_model",
            "range_dataset", "file_dataset", "run_order"]
@@ -268,44 +270,27 @@ def to_onnx(view: GraphView, nodes: list[GraphNode], inputs: list[str], outputs:
 
 def twin_model(view: GraphView, twin: Dequantized, inputs: list[str], outputs: list[str],
                name: str) -> tuple[bytes, list[int]]:
-    """The float twin of ``view`` (:mod:`.qdq`) as an ONNX model with those (QDQ graph's) inputs
-    and outputs, and the index in ``view`` of each of its nodes (-1: a Relu for a clamp)."""
-    nodes: list[GraphNode] = []
-    origins: list[int] = []
-
-    def clamp(value: str) -> None:
-        nodes.append(GraphNode(None, clamped_name(value), "Relu", "", [value], [clamped_name(value)], []))
-        origins.append(-1)
-    produced = {v for i in twin.compute for v in view.nodes[i].outputs}
-    for value in sorted(twin.clamped - produced):       # a graph input's clamp
-        clamp(value)
-    for i in twin.compute:
-        n = view.nodes[i]
-        nodes.append(GraphNode(n.handle, n.name, n.op_type, n.domain, [twin.name(v) if v else "" for v in n.inputs],
-                               n.outputs, n.attributes))
-        origins.append(i)
-        for value in n.outputs:
-            if value in twin.clamped:
-                clamp(value)
+    """The float twin of ``view`` (:mod:`libnpu.compiler.qdq_import`) as an ONNX model with those
+    (QDQ graph's) inputs and outputs, and the index in ``view`` of each of its nodes (-1: a
+    Relu for a clamp)."""
+    made = twin_nodes(view.nodes, twin)
+    nodes = [GraphNode(None, t.outputs[0], t.op_type, "", t.inputs, t.outputs, []) if t.origin < 0 else
+             GraphNode(view.nodes[t.origin].handle, view.nodes[t.origin].name, t.op_type, view.nodes[t.origin].domain,
+                       t.inputs, t.outputs, view.nodes[t.origin].attributes) for t in made]
     types = dict(view.types)
     types.update({clamped_name(v): view.types[v] for v in twin.clamped if v in view.types})
     merged = GraphView(view.name, nodes, types, {**view.constants, **twin.constants}, [], [], view.opsets)
     model = to_onnx(merged, nodes, list(dict.fromkeys(twin.name(i) for i in inputs)),
                     list(dict.fromkeys(twin.name(o) for o in outputs)), name)
-    return model, origins
+    return model, [t.origin for t in made]
 
 
 def range_dataset(view: GraphView, twin: Dequantized, inputs: list[str], count: int = 16) -> list[dict]:
     """Calibration feeds spanning each input's QuantizeLinear range ([-1, 1] for an input without one)."""
-    rng = np.random.default_rng(0)
-    feeds: list[dict] = [{} for _ in range(count)]
-    for name in dict.fromkeys(twin.name(i) for i in inputs):
-        elem, dims = view.types.get(name, (1, []))
-        low, high = twin.ranges.get(name, (-1.0, 1.0))
-        shape = [d if d > 0 else 1 for d in dims]
-        for feed in feeds:
-            feed[name] = rng.uniform(low, high, shape).astype(ELEMENT_TYPES.get(elem, "float32"))
-    return feeds
+    names = dict.fromkeys(twin.name(i) for i in inputs)
+    return range_feeds({n: ([d if d > 0 else 1 for d in view.types.get(n, (1, []))[1]],
+                            ELEMENT_TYPES.get(view.types.get(n, (1, []))[0], "float32")) for n in names},
+                       twin.ranges, count)
 
 
 def run_order(view: GraphView) -> list[int]:
@@ -327,9 +312,9 @@ def run_order(view: GraphView) -> list[int]:
     return order + [i for i in sorted(constant_fed) if i not in placed]
 
 
-def file_dataset(path: str, view: GraphView, twin: Dequantized, inputs: list[str]) -> list[dict]:
-    """Calibration feeds from a .npy file (samples on the first axis) for a one-input subgraph."""
-    names = list(dict.fromkeys(twin.name(i) for i in inputs))
+def file_dataset(path: str, view: GraphView, names: list[str]) -> list[dict]:
+    """Calibration feeds from a .npy file (samples on the first axis) for a one-input model
+    whose input is ``names`` (its name in ``view``)."""
     if len(names) != 1:
         raise ValueError(f"npu ort-ep: option calibration: a .npy file feeds a one-input subgraph, "
                          f"this one has {len(names)} inputs")
@@ -339,4 +324,3 @@ def file_dataset(path: str, view: GraphView, twin: Dequantized, inputs: list[str
     if samples is None:
         raise ValueError(f"npu ort-ep: option calibration: {path} holds {data.shape}, not samples of {tuple(dims)}")
     return [{names[0]: s} for s in samples]
-

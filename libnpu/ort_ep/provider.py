@@ -13,8 +13,10 @@ inside the process that registered the library.
   node's placement (ORT's log; the ``placement_file`` option), and hands ORT each run of
   consecutive chip nodes as one fused node (a run in topological order has no outside node
   on a path between two of its nodes, as fusing requires).
-- **Compile** cuts each fused subgraph out as an ONNX model, compiles it through the compile
-  cache and loads it on the device; **Compute** copies the inputs in, runs one job, copies
+- **Compile** cuts each fused subgraph out as an ONNX model (a QDQ one as it is: the
+  compiler's import makes its float twin and keeps the grids its QuantizeLinear nodes
+  chose, :mod:`libnpu.compiler.qdq_import`), compiles it through the compile cache and
+  loads it on the device; **Compute** copies the inputs in, runs one job, copies
   the outputs out. ORT's CPU EP runs everything else.
 """
 from __future__ import annotations
@@ -29,6 +31,7 @@ import numpy as np
 
 import libnpu
 from libnpu.compiler.input_shapes import parse_input_shapes
+from libnpu.compiler.qdq_import import QDQ_OPS, dequantize
 from libnpu.delegate.plugin import _SharedDevice
 
 from . import EP_NAME
@@ -40,10 +43,10 @@ from .graph import (
     range_dataset,
     read_graph,
     run_order,
+    to_onnx,
     twin_model,
 )
 from .ort_c import HARDWARE_CPU, LOG_INFO, LOG_WARNING, ORT_API_VERSION, ORT_EP_FAIL, ORT_FAIL, ORT_INVALID_ARGUMENT
-from .qdq import QDQ_OPS, Dequantized, dequantize
 
 __all__ = ["EpOptions", "parse_options", "install", "ort_tables", "OrtCallError"]
 
@@ -206,12 +209,9 @@ class NpuEp:
         log.log(logging.INFO if level == LOG_INFO else logging.WARNING, "%s", message)
         self.ort.log(self.logger, level, message)
 
-    def dataset(self, view: GraphView, twin: Dequantized, inputs: list[str], model: bytes) -> Any:
-        """The calibration feeds of a subgraph's float twin: the ``calibration`` option's files,
-        else (a QDQ graph) values spanning its inputs' QuantizeLinear ranges, else None (random)."""
-        if self.options.calibration:
-            return file_dataset(self.options.calibration, view, twin, inputs)
-        return range_dataset(view, twin, inputs) if twin.ranges else None
+    def dataset(self, view: GraphView, names: list[str]) -> Any:
+        """The ``calibration`` option's feeds for a model whose inputs are ``names``, else None."""
+        return file_dataset(self.options.calibration, view, names) if self.options.calibration else None
 
     def _placements(self, view: GraphView) -> list[tuple[bool, str]]:
         """(on the chip, why not) per node of ``view``."""
@@ -222,8 +222,10 @@ class NpuEp:
             return [(False, why)] * len(view.nodes)
         twin = dequantize(view.nodes, view.constants)
         model, origins = twin_model(view, twin, view.inputs, view.outputs, view.name)
+        names = list(dict.fromkeys(twin.name(i) for i in view.inputs))
+        dataset = self.dataset(view, names) or (range_dataset(view, twin, view.inputs) if twin.ranges else None)
         plan = plan_placement(model, ops=self.options.ops, kind="onnx", input_shapes=self.options.input_shape or None,
-                              dataset=self.dataset(view, twin, view.inputs, model))
+                              dataset=dataset)
         placed: dict[int, tuple[bool, str]] = {}
         for k, p in zip(origins, plan.placements):
             if k < 0:
@@ -287,10 +289,9 @@ class NpuEp:
                 outputs = [ort.text(api.GetValueInfoName, vi) for vi in
                            ort.listed(api.Node_GetNumOutputs, api.Node_GetOutputs, fused, "const OrtValueInfo*")]
                 feeds = [i for i in inputs if i and i not in view.constants]
-                twin = dequantize(view.nodes, view.constants)
-                model, _ = twin_model(view, twin, feeds, outputs, name)
-                kernel = _Kernel(self, name, [twin.name(i) if i in feeds else "" for i in inputs],
-                                 [twin.name(o) for o in outputs], model, self.dataset(view, twin, feeds, model))
+                model = to_onnx(view, view.nodes, feeds, outputs, name)    # a QDQ one: the compiler twins it
+                kernel = _Kernel(self, name, [i if i in feeds else "" for i in inputs], outputs, model,
+                                 self.dataset(view, feeds))
                 info = ffi.new("OrtNodeComputeInfo*")
                 info.ort_version_supported = ORT_API_VERSION
                 info.CreateState = self.lib.npu_ort_create_state

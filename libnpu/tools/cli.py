@@ -267,14 +267,12 @@ def _bench_model_args(p: argparse.ArgumentParser) -> None:
     _json(p)
 
 
-def _delegate_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--path", action="store_true", required=True,
-                   help="print the absolute path of the delegate library (built if needed)")
-
-
-def _ort_ep_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--path", action="store_true", required=True,
-                   help="print the absolute path of the execution provider's library (built if needed)")
+def _library_args(what: str) -> Callable[[argparse.ArgumentParser], None]:
+    """The arguments of a command printing ``what``'s library (``npu delegate``, ``npu ort-ep``)."""
+    def add(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--path", action="store_true", required=True,
+                       help=f"print the absolute path of {what} library (built if needed)")
+    return add
 
 
 def _faces_args(p: argparse.ArgumentParser) -> None:
@@ -329,9 +327,10 @@ COMMANDS: tuple[Command, ...] = (
     Command(("bench", "model"), "latency and throughput of a model, next to LiteRT", _bench_model_args,
             commands.bench_model),
     Command(("delegate",), "the LiteRT external delegate: --path prints its library (for load_delegate)",
-            _delegate_args, commands.delegate, device=False),
+            _library_args("the delegate"), commands.delegate, device=False),
     Command(("ort-ep",), "the ONNX Runtime plugin execution provider: --path prints its library "
-            "(for register_execution_provider_library)", _ort_ep_args, commands.ort_ep, device=False),
+            "(for register_execution_provider_library)", _library_args("the execution provider's"), commands.ort_ep,
+            device=False),
     Command(("faces",), "detect faces (BlazeFace, quantized) and write PNGs with the boxes", _faces_args,
             commands.faces),
     Command(("classify",), "classify sample pictures with ResNet-8 (CIFAR-10)", _classify_args, commands.classify),

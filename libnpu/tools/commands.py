@@ -652,21 +652,21 @@ def bench_model(args: argparse.Namespace) -> int:
     return 0
 
 
-def delegate(args: argparse.Namespace) -> int:
+def _print_library(library_path: Any, what: str) -> int:
+    """Print the path ``library_path()`` gives (the library built once, cached)."""
     from libnpu.capi.embedding import EmbeddingBuildError
-    from libnpu.delegate import library_path
     try:
         print(library_path())
     except EmbeddingBuildError as exc:
-        raise Failure(f"cannot build the delegate library: {exc}") from exc
+        raise Failure(f"cannot build {what} library: {exc}") from exc
     return 0
+
+
+def delegate(args: argparse.Namespace) -> int:
+    from libnpu.delegate import library_path
+    return _print_library(library_path, "the delegate")
 
 
 def ort_ep(args: argparse.Namespace) -> int:
-    from libnpu.capi.embedding import EmbeddingBuildError
     from libnpu.ort_ep import library_path
-    try:
-        print(library_path())
-    except EmbeddingBuildError as exc:
-        raise Failure(f"cannot build the execution provider library: {exc}") from exc
-    return 0
+    return _print_library(library_path, "the execution provider")

@@ -5,7 +5,8 @@ attribute tree's ``trace`` file; this module collects them:
 
 - ``chrome_trace(events)``: the JSON trace-event format (opens in ui.perfetto.dev and
   chrome://tracing).  Process "npuN chip" has one track per core, where each job is a
-  slice (``ctx C fence F``) with its layers nested in it, and an "interrupts" track of
+  slice (``ctx C fence F``) with its layers nested in it (a task graph's layers on the track
+  of the core each ran on: docs/hardware.md, "Task graphs"), and an "interrupts" track of
   instants; process "npuN contexts" has one track per context (named with its pid and
   command), where each job is a slice from SUBMIT to its fence with "queued" and
   "running" nested in it, and each fence signalled an instant.
@@ -68,6 +69,7 @@ def chrome_trace(events: list[dict], device: str = "npu0", origin_ns: int | None
             out.append({"ph": "X", "pid": CONTEXTS_PID, "tid": ctx, "name": f"running on core {core}", "cat": "run",
                         "ts": _us(e["start_ns"], origin), "dur": _us(e["end_ns"], e["start_ns"])})
         elif kind == "task":
+            cores.add(e["core"])       # a task graph's layer may run on a core without a job of its own
             out.append({"ph": "X", "pid": CHIP_PID, "tid": e["core"], "name": e["name"], "cat": "layer",
                         "ts": _us(e["start_ns"], origin), "dur": _us(e["end_ns"], e["start_ns"]),
                         "args": {"index": e["index"], "cycles": e["cycles"], "context": e["context"],
@@ -101,7 +103,7 @@ def timeline_png(events: Iterable[dict], path: str | Path, width: int = 1200) ->
     events = list(events)
     jobs = [e for e in events if e["type"] == "job"]
     layers = [e for e in events if e["type"] == "task"]
-    cores = sorted({e["core"] for e in jobs})
+    cores = sorted({e["core"] for e in jobs} | {e["core"] for e in layers})
     contexts = sorted({e["context"] for e in jobs})
     if not jobs:
         raise ValueError("the trace holds no jobs to draw")

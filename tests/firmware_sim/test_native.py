@@ -232,9 +232,11 @@ def test_turned_off_by_environment() -> None:
 
 def test_without_onednn_convolutions_take_the_numpy_path(tmp_path) -> None:
     """A library built without oneDNN (as on a machine without libdnnl-dev) is a separate
-    cache entry, says why, and its convolutions still give the same bytes (numpy path)."""
-    env = {**os.environ, "NPU_CACHE_DIR": str(tmp_path), "NPU_NATIVE_DNNL": "0"}
-    code = ("import numpy as np\n"
+    cache entry, says why, and its convolutions still give the same bytes (numpy path).
+    The one with oneDNN is the suite's own (the default cache): a second C build of it
+    here would check nothing more."""
+    code = ("import os\n"
+            "import numpy as np\n"
             "from firmware_sim.kernels import native\n"
             "from firmware_sim.kernels.conv import conv2d\n"
             "rng = np.random.default_rng(3)\n"
@@ -243,15 +245,16 @@ def test_without_onednn_convolutions_take_the_numpy_path(tmp_path) -> None:
             "y = conv2d(x, w, None, stride=(1, 1), dilation=(1, 1), padding=(1, 1), out_hw=(5, 5),\n"
             "           input_zp=3, output_zp=-2, multiplier=np.array([1 << 30], np.int32),\n"
             "           shift=np.array([-8], np.int32))\n"
-            "print(native.has_dnnl(), native.dnnl_missing(), y.tobytes().hex())\n")
+            "print(native.has_dnnl(), native.dnnl_missing(), y.tobytes().hex(), os.path.basename(native.build()))\n")
+    env = {**os.environ, "NPU_CACHE_DIR": str(tmp_path), "NPU_NATIVE_DNNL": "0"}
     without = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
                              text=True, check=True).stdout.split()
     assert without[:2] == ["False", "NPU_NATIVE_DNNL=0"]
-    env["NPU_NATIVE_DNNL"] = "1"
+    env = {k: v for k, v in os.environ.items() if k != "NPU_NATIVE_DNNL"}
     with_dnnl = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
                                text=True, check=True).stdout.split()
     assert with_dnnl[:2] == ["True", "None"] and with_dnnl[2] == without[2]
-    assert len(list((tmp_path / "native").iterdir())) == 2
+    assert [p.name for p in (tmp_path / "native").iterdir()] == [without[3]] and without[3] != with_dnnl[3]
 
 
 def test_bound_calls_rerun_on_the_arrays_current_contents() -> None:

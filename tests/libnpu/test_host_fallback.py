@@ -9,6 +9,7 @@ import onnx
 import onnxruntime
 import pytest
 import tflite
+from onnx import TensorProto, helper, numpy_helper
 
 import libnpu
 from libnpu.compiler.ir import IRError
@@ -236,3 +237,52 @@ def test_a_product_of_scalars_runs_on_the_chip(npu):
         for x in (-.8, .3, .9):
             (got,) = compiled.infer([np.float32(x)], dequantized=True)
             assert got.shape == () and abs(float(got) - x / 2) <= 0.01
+
+
+# Escalation's last resort (libnpu.compiler.cpu_float): a layer no integer grid can hold is
+# kept in float on the CPU when the int16 steps still miss the target; --recipe fast keeps it on the chip.
+def _log_magnitude() -> onnx.ModelProto:
+    """``log(1 + 2^20 |x|)`` feeding a classifier layer: the log front end of Silero VAD v4.
+    The small values of ``x`` carry the result, and no int16 grid spanning the large ones keeps them."""
+    rng = np.random.default_rng(0)
+    w = rng.standard_normal((16, 4)).astype(np.float32) * 0.3
+    nodes = [helper.make_node("Abs", ["x"], ["a"]), helper.make_node("Mul", ["a", "k"], ["m"]),
+             helper.make_node("Add", ["m", "one"], ["p"]), helper.make_node("Log", ["p"], ["l"]),
+             helper.make_node("MatMul", ["l", "w"], ["y"])]
+    graph = helper.make_graph(nodes, "log_magnitude", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])],
+                              [numpy_helper.from_array(np.array(2.0 ** 20, np.float32), "k"),
+                               numpy_helper.from_array(np.array(1.0, np.float32), "one"),
+                               numpy_helper.from_array(w, "w")])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+
+
+def _samples(count: int, seed: int) -> list[np.ndarray]:
+    """Values from 1e-6 to 1 (quiet and loud audio)."""
+    rng = np.random.default_rng(seed)
+    return [(rng.standard_normal((1, 16)) * 10.0 ** rng.uniform(-6, 0, (1, 16))).astype(np.float32)
+            for _ in range(count)]
+
+
+def _cosine(a: np.ndarray, b: np.ndarray) -> float:
+    a, b = a.astype(np.float64).ravel(), b.astype(np.float64).ravel()
+    return float(a @ b / (np.linalg.norm(a) * np.linalg.norm(b) + 1e-12))
+
+
+def test_a_layer_no_integer_grid_holds_runs_in_float_on_the_cpu(npu):
+    model = _log_magnitude().SerializeToString()
+    calibration = [[x] for x in _samples(20, 1)]
+    loadable = compile_model(model, calibration)
+    fidelity = loadable.metadata["fidelity"]
+    assert fidelity["chosen"].startswith("CPU float") and not fidelity["missed"]
+    assert all(s["scores"]["y"] < 0.99 for s in fidelity["steps"] if not s["step"].startswith("CPU"))
+    assert [layer.split()[0] for layer in fidelity["cpu_float"]["layers"]] == ["ABS", "MUL", "ADD", "LOG"]
+    (step,) = loadable.host_steps
+    assert step.reason.startswith("kept in float on the CPU: int16 error") and "target 0.99" in step.reason
+    session = onnxruntime.InferenceSession(model, providers=["CPUExecutionProvider"])
+    with libnpu.load(loadable, devroot=npu.devroot) as compiled:
+        for x in _samples(4, 99):          # inputs calibration never saw
+            (got,) = compiled.infer([x], dequantized=True)
+            assert _cosine(got, session.run(None, {"x": x})[0]) >= 0.99
+    fast = compile_model(model, calibration, recipe="fast")
+    assert not fast.host_steps and "fidelity" not in fast.metadata

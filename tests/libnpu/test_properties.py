@@ -11,9 +11,11 @@ import pytest
 
 import libnpu
 from libnpu import properties
+from libnpu.compiler.lower import compile_model
 from libnpu.properties import PropertyError
 from libnpu.tools.cli import main
 from tests.support.device import start_npu, stop_npu
+from tests.support.diamond import diamond_calibration, diamond_model
 from tests.support.shell import attr_dir, sh
 
 ISSUE_NAMES = ["supported_properties", "available_devices", "device_id", "device_uuid", "device_type", "device_gops",
@@ -40,7 +42,7 @@ def test_npu_info_json_lists_every_property_with_the_drivers_facts(npu, capsys):
     uuid_attr = sh('cat "$D/uuid"', D=str(attr_dir(npu))).stdout.strip()
     assert props["device_uuid"] == uuid_attr.replace("-", "") and len(props["device_uuid"]) == 32
     assert props["device_type"] == "INTEGRATED"
-    assert props["driver_version"] == "2.6"
+    assert props["driver_version"] == "2.7"
     assert props["device_architecture"].endswith("-standard")
     assert props["performance_hint"] == "LATENCY" and props["optimal_number_of_infer_requests"] == 1
     assert props["range_for_async_infer_requests"] == [1, 64, 1]
@@ -63,8 +65,9 @@ def test_unknown_read_only_and_bad_values_are_refused_and_change_nothing(device)
         device.set_property({"optimal_number_of_infer_requests": 3})
     with pytest.raises(ValueError, match="'FASTEST' is not one of LATENCY, THROUGHPUT, CUMULATIVE_THROUGHPUT"):
         device.set_property({"PERFORMANCE_HINT": "FASTEST"})
-    with pytest.raises(ValueError, match="NPU_TILES: 'two' is not an integer >= -1"):
-        device.set_property({"NPU_TILES": "two"})
+    for tiles in ("two", 0, -2, True):
+        with pytest.raises(ValueError, match=f"NPU_TILES: {tiles!r} is neither -1 .all the device's cores. nor"):
+            device.set_property({"NPU_TILES": tiles})
     with pytest.raises(ValueError, match="not a boolean"):
         device.set_property({"PERF_COUNT": "maybe"})
     assert device.settings == before           # all or nothing
@@ -188,3 +191,11 @@ def test_the_hints_script_chooses_through_properties_only(npu, resnet8_nlb):
     for m in report["hints"].values():
         assert m.inferences > 0 and m.p50_ms > 0 and m.device_time_ms > 0
     assert "FULL_DEVICE_NAME" in report["device"] and any("THROUGHPUT" in line for line in lines)
+
+
+def test_npu_tiles_refuses_what_the_device_cannot_do(npu, device):
+    loadable = compile_model(diamond_model(), diamond_calibration(), recipe="fast")
+    with pytest.raises(ValueError, match=r"NPU_TILES: 0 is neither -1 \(all the device's cores\) nor a core count"):
+        libnpu.load(loadable, devroot=npu.devroot, config={"NPU_TILES": 0})
+    with pytest.raises(ValueError, match="NPU_TILES: 3 cores asked for, the device has 2"):
+        libnpu.load(loadable, devroot=npu.devroot, config={"NPU_TILES": 3})

@@ -45,11 +45,14 @@ SOURCE = Path(__file__).with_name("int8_kernels.c")
 HEADER = SOURCE.with_suffix(".h")
 # Headers between the C files only (cffi reads HEADER alone); part of the build's hash.
 PRIVATE_HEADERS = (SOURCE.with_name("gemm_kernels.h"), SOURCE.with_name("int16_common.h"))
-# Every C file of the library (one header for all): the int8 kernels, data movement and
-# tables, the int16 x int8 kernels, the VNNI GEMM of small convolutions, the int16 x int16
-# kernels and int16 pooling.
+# A graph job's steps on two threads (firmware_sim.task_graph), declared apart: it is not a kernel.
+GRAPH_HEADER = SOURCE.with_name("graph_steps.h")
+# Every C file of the library (one header for the kernels): the int8 kernels, data movement
+# and tables, the int16 x int8 kernels, the VNNI GEMM of small convolutions, the int16 x int16
+# kernels and int16 pooling, and the graph runner.
 SOURCES = (SOURCE, SOURCE.with_name("data_kernels.c"), SOURCE.with_name("int16_kernels.c"),
-           SOURCE.with_name("gemm_kernels.c"), SOURCE.with_name("int16x16_kernels.c"))
+           SOURCE.with_name("gemm_kernels.c"), SOURCE.with_name("int16x16_kernels.c"),
+           SOURCE.with_name("graph_steps.c"))
 # -fno-trapping-math: nothing reads the floating-point exception flags, and without it GCC
 # will not vectorize a float -> int conversion under a condition (QUANTIZE's loop). Results
 # stay IEEE-exact (no -ffast-math).
@@ -58,6 +61,7 @@ _FLAGS = ("-O3", "-fwrapv", "-fno-trapping-math", "-march=native", "-shared", "-
 
 ffi = cffi.FFI()
 ffi.cdef(HEADER.read_text())
+ffi.cdef(GRAPH_HEADER.read_text())
 
 
 class NativeBuildError(RuntimeError):
@@ -109,7 +113,7 @@ def _variant(cc: str) -> tuple[str, ...]:
 def _target(cc: str, variant: tuple[str, ...]) -> Path:
     version = subprocess.run([cc, "--version"], capture_output=True, text=True).stdout
     h = blake2b(digest_size=16)
-    sources = (path.read_bytes() for path in (*SOURCES, *PRIVATE_HEADERS))
+    sources = (path.read_bytes() for path in (*SOURCES, *PRIVATE_HEADERS, GRAPH_HEADER))
     for part in (*sources, HEADER.read_bytes(), " ".join(_FLAGS + variant).encode(),
                  version.encode(),
                  _cpu_signature().encode(), platform.machine().encode()):
@@ -134,7 +138,7 @@ def build() -> Path:
     fd, tmp = tempfile.mkstemp(prefix=target.stem, suffix=".so.tmp", dir=target.parent)
     os.close(fd)
     try:
-        done = subprocess.run([cc, *_FLAGS, "-o", tmp, *map(str, SOURCES), *variant, "-lm"],
+        done = subprocess.run([cc, *_FLAGS, "-o", tmp, *map(str, SOURCES), *variant, "-lm", "-pthread"],
                               capture_output=True, text=True)
         if done.returncode != 0:
             raise NativeBuildError(f"{cc} failed to build {', '.join(p.name for p in SOURCES)}:\n{done.stderr}")

@@ -1,5 +1,6 @@
 """Binary activations and math with broadcasting: PRELU, SQUARED_DIFFERENCE, DIV, MAXIMUM,
-MINIMUM (ONNX PRelu, Max, Min; Div of two activations is imported in ``ops.elementwise``)."""
+MINIMUM (ONNX PRelu, Max, Min: a constant -inf in a Max, +inf in a Min, left out; Div of two
+activations is imported in ``ops.elementwise``)."""
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -115,8 +116,16 @@ def _variadic(op_type: str) -> Callable:
     """ONNX Max / Min of any number of inputs, as a chain of binary ops."""
     binary = onnx_import.binary(op_type)
 
+    neutral = -np.inf if op_type == "MAXIMUM" else np.inf
+
     def handler(im, node, attrs, where):
         inputs = list(node.input)
+        # Max with -inf (Min with +inf) changes nothing (jax's softmax: max(-inf, max(x))):
+        # left out, as no int8 grid holds an infinity
+        kept = [i for i in inputs if not (i in im.consts and np.all(im.consts[i] == neutral))]
+        if kept and len(kept) < len(inputs) and np.broadcast_shapes(*(im.onnx_shape(i, where) for i in kept)) \
+                == np.broadcast_shapes(*(im.onnx_shape(i, where) for i in inputs)):
+            inputs = kept
         if len(inputs) == 1:  # a one-input Max is its input
             im.env[node.output[0]] = im.env[inputs[0]]
             return

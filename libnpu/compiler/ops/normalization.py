@@ -1,6 +1,7 @@
 """Row operators over the last axis: L2_NORMALIZATION (ONNX LpNormalization with p = 2
 over the channel axis, or the last one) and LOG_SOFTMAX; ONNX LogSoftmax and Softmax over
-any axis (a pair of TRANSPOSEs around the op when the axis is not the last one in the IR)."""
+any axis (a pair of TRANSPOSEs around the op when the axis is not the last one in the IR); ONNX
+LayerNormalization as the ops it computes."""
 from __future__ import annotations
 
 import numpy as np
@@ -126,6 +127,43 @@ def _onnx_log_softmax(im, node, attrs, where):
 @onnx("Softmax")
 def _onnx_softmax(im, node, attrs, where):
     over_axis(im, node, attrs, where, "SOFTMAX", dict(beta=1.0))
+
+
+@onnx("LayerNormalization")
+def _onnx_layer_norm(im, node, attrs, where):
+    """``(x - E[x]) * rsqrt(E[(x - E[x])^2] + epsilon) * scale + bias`` over the axes from
+    ``axis`` on (PyTorch's nn.LayerNorm at opset 17): MEAN, SUB, MUL, MEAN, ADD, RSQRT,
+    MUL, MUL, ADD, the variance centred (:mod:`libnpu.compiler.variance` says why)."""
+    if len(node.output) > 1 and any(node.output[1:]):
+        raise onnx_import.ONNXImportError(f"{where}: LayerNormalization's Mean / InvStdDev outputs are not supported")
+    shape = im.onnx_shape(node.input[0], where)
+    axes = tuple(range(int(attrs.get("axis", -1)) % len(shape), len(shape)))
+    x = im.value(node.input[0], False, where)
+    kept = tuple(1 if i in axes else d for i, d in enumerate(shape))
+    eps = im.g.add_const(f"{node.output[0]}__epsilon", np.array(attrs.get("epsilon", 1e-5), np.float32)).name
+    steps = [("mean", "MEAN", [x], kept, dict(axes=axes, keep_dims=True)),
+             ("centred", "SUB", [x, "mean"], shape, dict(activation="NONE")),
+             ("squared", "MUL", ["centred", "centred"], shape, dict(activation="NONE")),
+             ("variance", "MEAN", ["squared"], kept, dict(axes=axes, keep_dims=True)),
+             ("shifted", "ADD", ["variance", eps], kept, dict(activation="NONE")),
+             ("inverse", "RSQRT", ["shifted"], kept, {}),
+             ("normalized", "MUL", ["centred", "inverse"], shape, dict(activation="NONE"))]
+    names: dict[str, str] = {}
+    for step, op_type, inputs, step_shape, op_attrs in steps:
+        names[step] = im.g.add_tensor(Tensor(im.g.unique_name(f"{node.output[0]}__{step}"), tuple(step_shape),
+                                             "float32")).name
+        im.g.add_op(Op(op_type, [names.get(i, i) for i in inputs], [names[step]], op_attrs))
+    last = names["normalized"]
+    has_bias = len(node.input) > 2 and node.input[2]
+    scaled = node.output[0] if not has_bias else f"{node.output[0]}__scaled"
+    if not has_bias:
+        im.emit("MUL", [last, im.value(node.input[1], False, where)], node.output[0], False, where,
+                dict(activation="NONE"))
+        return
+    im.shapes[scaled] = (tuple(shape), "float32")
+    im.emit("MUL", [last, im.value(node.input[1], False, where)], scaled, False, where, dict(activation="NONE"))
+    im.emit("ADD", [im.value(scaled, False, where), im.value(node.input[2], False, where)], node.output[0], False,
+            where, dict(activation="NONE"))
 
 
 # The options table each builtin's TFLite form carries (None: none), for the LiteRT delegate.

@@ -1,5 +1,5 @@
 """Pooling: MAX_POOL_2D, AVERAGE_POOL_2D and MEAN (ONNX MaxPool, AveragePool,
-GlobalAveragePool, 2-D and 1-D; ReduceMean)."""
+GlobalAveragePool, 2-D and 1-D; ReduceMean; GlobalMaxPool as REDUCE_MAX)."""
 from __future__ import annotations
 
 import numpy as np
@@ -139,6 +139,17 @@ def _onnx_global_average(im, node, attrs, where):
     _, _, h, w = shape
     im.emit("AVERAGE_POOL_2D", [im.value(node.input[0], True, where)], node.output[0], True, where,
             dict(filter=(h, w), stride=(1, 1), pads=(0, 0, 0, 0), activation="NONE"))
+
+
+@onnx("GlobalMaxPool")
+def _onnx_global_max(im, node, attrs, where):
+    """The largest value over all axes but N and C: REDUCE_MAX (over H and W of the NHWC
+    tensor, or axes 2.. of [N, C, L], as magika pools its 1-D convolution)."""
+    shape = im.onnx_shape(node.input[0], where)
+    nhwc = len(shape) == 4
+    axes = (1, 2) if nhwc else tuple(range(2, len(shape)))
+    im.emit("REDUCE_MAX", [im.value(node.input[0], nhwc, where)], node.output[0], nhwc, where,
+            dict(axes=axes, keep_dims=True))
 
 
 @onnx("ReduceMean")

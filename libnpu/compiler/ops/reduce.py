@@ -11,7 +11,7 @@ import tflite
 
 from npu_hw import ops as spec_ops
 
-from .. import onnx_import, qparams, tflite_import
+from .. import onnx_import, qparams, tflite_export, tflite_import
 from ..descriptors import pad_rank
 from ..ir import Graph, Op, Tensor
 from ..registry import Operator, onnx, register, tflite_options
@@ -125,9 +125,23 @@ def fuse_l2_norm(g: Graph) -> int:
     return fused
 
 
+def _export_l2(w, op, outs) -> None:
+    """Float only (a layer kept in float on the CPU, :mod:`libnpu.compiler.cpu_float`):
+    TFLite has no L2 reduction, so ``SQRT(SUM(MUL(x, x)))``."""
+    x, out = w.src.tensors[op.inputs[0]], w.src.tensors[op.outputs[0]]
+    if x.quant is not None:
+        raise tflite_export.TFLiteExportError(f"cannot export the quantized {op.describe()} to TFLite")
+    squares = w.tidx(Tensor(f"{out.name}__squares", x.shape, "float32"))
+    w.add("MUL", [w.name(x.name), w.name(x.name)], [squares], {"MulOptions": dict(FusedActivationFunction=0)})
+    total = w.tidx(Tensor(f"{out.name}__sum", out.shape, "float32"))
+    w.add("SUM", [squares, w.const_i32(out.name, op.attrs["axes"])], [total],
+          {"ReducerOptions": dict(KeepDims=bool(op.attrs["keep_dims"]))})
+    w.add("SQRT", [total], outs, {})
+
+
 register(Operator(
     "REDUCE_L2", _ATTRS, rewrite=fuse_l2_norm, float_ref=_float(_l2), params=_l2_params, lower=_lower_l2,
-    int16=True))
+    int16=True, export=_export_l2))
 
 
 @onnx("ReduceSum", "ReduceMax", "ReduceMin", "ReduceL2")

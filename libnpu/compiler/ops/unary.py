@@ -4,8 +4,11 @@ LiteRT builds them), and the ONNX-only HARD_SIGMOID, SOFTPLUS, ERF (tables of th
 functions) and CLIP (any bounds, on the RELU descriptor).
 
 ONNX: HardSwish, LeakyRelu, Elu (any alpha; TFLite export only with 1), Gelu, Exp, Log, Sqrt, Abs, Neg (as MUL by -1),
-HardSigmoid, Softplus, Erf, Clip, Reciprocal (as DIV), Pow by 2 (as MUL by itself), 0.5 (SQRT)
-and 1.
+HardSigmoid, Softplus, Erf, Clip, Reciprocal (as DIV), Pow by 2 and 3 (as MULs of itself), 0.5
+(SQRT) and 1. GELU written out as elementwise ops (erf or tanh form) becomes one GELU
+(:mod:`libnpu.compiler.gelu_fusion`); hard-swish and hard-sigmoid (``x * HardSigmoid(x)``,
+``x * clip(x + 3, 0, 6) / 6``, ...) one HARD_SWISH / HARD_SIGMOID
+(:mod:`libnpu.compiler.hard_swish_fusion`).
 """
 from __future__ import annotations
 
@@ -19,7 +22,9 @@ from npu_hw import fixedpoint as fp
 from npu_hw import tables
 
 from .. import onnx_import, qparams, tflite_import
-from ..ir import Graph, IRError, Op
+from ..gelu_fusion import fuse_gelu
+from ..hard_swish_fusion import fuse_hard_swish_spellings
+from ..ir import Graph, IRError, Op, Tensor
 from ..registry import Operator, onnx, register, tflite_options
 from ..tflite_export import TFLiteExportError
 
@@ -144,77 +149,6 @@ def _scalar(g: Graph, name: str) -> float | None:
     return float(t.data.reshape(-1)[0])
 
 
-def fuse_gelu(g: Graph) -> int:
-    """``x * 0.5 * (1 + erf(x / sqrt2))`` (as ONNX exporters write GELU: MUL by 1/sqrt2,
-    ERF, ADD 1, two MULs in either order) -> one GELU, whose int8 kernel is one table."""
-    fused = 0
-    producers, consumers = g.producers(), g.consumers()
-
-    def only_use(name: str) -> Op | None:
-        users = consumers.get(name, [])
-        return users[0] if len(users) == 1 and name not in g.outputs else None
-
-    def other(op: Op, name: str) -> str:
-        return op.inputs[1] if op.inputs[0] == name else op.inputs[0]
-
-    def is_scalar(name: str, value: float) -> bool:
-        v = _scalar(g, name)
-        return v is not None and abs(v - value) < 1e-4
-
-    for erf in [op for op in g.ops if op.type == "ERF"]:
-        scale = producers.get(erf.inputs[0])
-        if scale is None or scale.type != "MUL" or only_use(scale.outputs[0]) is not erf:
-            continue
-        x = next((i for i in scale.inputs if is_scalar(other(scale, i), 2 ** -0.5)), None)
-        add = only_use(erf.outputs[0])
-        if x is None or add is None or add.type != "ADD" or not is_scalar(other(add, erf.outputs[0]), 1.0):
-            continue
-        mul = only_use(add.outputs[0])
-        if mul is None or mul.type != "MUL":
-            continue
-        partner = producers.get(other(mul, add.outputs[0]))
-        if other(mul, add.outputs[0]) == x:            # (x * (1 + erf)) * 0.5
-            half = only_use(mul.outputs[0])
-            if half is None or half.type != "MUL" or not is_scalar(other(half, mul.outputs[0]), 0.5):
-                continue
-            chain = [scale, erf, add, mul, half]
-        elif partner is not None and partner.type == "MUL" and x in partner.inputs \
-                and is_scalar(other(partner, x), 0.5) and only_use(partner.outputs[0]) is mul:
-            chain = [scale, erf, add, partner, mul]    # (x * 0.5) * (1 + erf)
-        else:
-            continue
-        if any(op.attrs.get("activation", "NONE") != "NONE" for op in chain):
-            continue
-        last = chain[-1]
-        at = g.ops.index(last)
-        g.ops[at] = Op("GELU", [x], list(last.outputs), {"approximate": False}, last.name)
-        for op in chain[:-1]:
-            g.ops.remove(op)
-        fused += 1
-        producers, consumers = g.producers(), g.consumers()
-    return fused
-
-
-def fuse_hard_swish(g: Graph) -> int:
-    """``x * hard_sigmoid(x)`` with alpha 1/6 and beta 1/2 (as exporters write HardSwish)
-    -> one HARD_SWISH."""
-    fused = 0
-    producers, consumers = g.producers(), g.consumers()
-    for mul in [op for op in g.ops if op.type == "MUL" and op.attrs.get("activation", "NONE") == "NONE"]:
-        for i, name in enumerate(mul.inputs):
-            hs = producers.get(name)
-            x = mul.inputs[1 - i]
-            if hs is None or hs.type != "HARD_SIGMOID" or hs.inputs[0] != x or len(consumers[name]) != 1 \
-                    or name in g.outputs or abs(hs.attrs["alpha"] - 1 / 6) > 1e-4 or abs(hs.attrs["beta"] - 0.5) > 1e-6:
-                continue
-            g.ops.remove(hs)
-            mul.type, mul.inputs, mul.attrs = "HARD_SWISH", [x], {}
-            fused += 1
-            producers, consumers = g.producers(), g.consumers()
-            break
-    return fused
-
-
 def neg_to_mul(g: Graph) -> int:
     """``-x`` -> ``x * -1``: int8 NEG negates the bytes, which means negation only when the
     output's zero point is the input's negated; MUL quantizes like any op."""
@@ -237,7 +171,7 @@ def _hard_swish_params(g, op) -> dict:
     return hard_swish_params(si, zi, so, zo)
 
 
-register(Operator("HARD_SWISH", rewrite=fuse_hard_swish, tflite=tflite_import.simple,
+register(Operator("HARD_SWISH", rewrite=fuse_hard_swish_spellings, tflite=tflite_import.simple,
                   float_ref=lambda op, ins, out: (ins[0] * np.clip(ins[0] + 3, 0, 6) / 6).astype(np.float32),
                   params=_hard_swish_params, lower=_flat("HARD_SWISH"), export=_export_plain,
                   int16=True))  # our int16 formula: LiteRT has no int16 HARD_SWISH (docs/hardware.md)
@@ -509,13 +443,19 @@ def _onnx_reciprocal(im, node, attrs, where):
 @onnx("Pow")
 def _onnx_pow(im, node, attrs, where):
     exponent = np.asarray(im.const(node.input[1], where), np.float64)
-    if exponent.size != 1 or float(exponent.reshape(-1)[0]) not in (1.0, 2.0, 0.5):
-        raise onnx_import.ONNXImportError(f"{where}: Pow by {exponent.tolist()} (only 2, 1 and 0.5) is not supported")
+    if exponent.size != 1 or float(exponent.reshape(-1)[0]) not in (1.0, 2.0, 3.0, 0.5):
+        raise onnx_import.ONNXImportError(f"{where}: Pow by {exponent.tolist()} (only 3, 2, 1 and 0.5) "
+                                          "is not supported")
     e = float(exponent.reshape(-1)[0])
     nhwc = im.is_nhwc(node.input[0])
     x = im.value(node.input[0], None, where)
     if e == 2.0:
         im.emit("MUL", [x, x], node.output[0], nhwc, where, dict(activation="NONE"))
+    elif e == 3.0:    # the tanh GELU's x^3 (torch.pow(x, 3)): gelu_fusion reads it as MULs
+        square = im.g.add_tensor(Tensor(im.g.unique_name(f"{node.output[0]}__square"), im.g.tensors[x].shape,
+                                        "float32")).name
+        im.g.add_op(Op("MUL", [x, x], [square], dict(activation="NONE")))
+        im.emit("MUL", [square, x], node.output[0], nhwc, where, dict(activation="NONE"))
     elif e == 0.5:
         im.emit("SQRT", [x], node.output[0], nhwc, where)
     else:

@@ -52,6 +52,15 @@ def build() -> Path:
     return build_embedded("libdemo_sum", api=API, cdef=CDEF, c_source=C_SOURCE, init_code=INIT)
 
 
+@pytest.fixture(scope="module")
+def built(tmp_path_factory) -> Path:
+    """The demo library built once for the tests that only use it (a build is a gcc run
+    against Python's headers); test_builds_into_the_cache_once builds in a cache of its own."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("NPU_CACHE_DIR", str(tmp_path_factory.mktemp("embedded") / "cache"))
+        return build()
+
+
 def test_builds_into_the_cache_once(cache):
     first = build()
     assert first.is_file() and first.name == "libdemo_sum.so"
@@ -64,8 +73,8 @@ def test_builds_into_the_cache_once(cache):
     assert not [p for p in cache.joinpath("embedded").iterdir() if p.name.startswith(".")]  # no staging left
 
 
-def test_python_host_through_ctypes(cache):
-    library = ctypes.PyDLL(str(build()))
+def test_python_host_through_ctypes(built):
+    library = ctypes.PyDLL(str(built))
     assert library.demo_scaled_sum(2, 3) == 50
 
 
@@ -80,15 +89,15 @@ print(library.demo_scaled_sum(4, 5), library.demo_scaled_sum(1, 1))
 
 
 @pytest.mark.parametrize("loader", ["PyDLL", "CDLL"])
-def test_python_host_whose_capsule_type_is_version_tagged(cache, loader):
-    done = subprocess.run([sys.executable, "-c", PYTHON_HOST, str(build()), loader], capture_output=True, text=True,
+def test_python_host_whose_capsule_type_is_version_tagged(built, loader):
+    done = subprocess.run([sys.executable, "-c", PYTHON_HOST, str(built), loader], capture_output=True, text=True,
                           timeout=60)
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["90", "20"]
 
 
-def test_c_host_starts_python_with_the_venvs_packages(cache, tmp_path):
-    path = build()
+def test_c_host_starts_python_with_the_venvs_packages(built, tmp_path):
+    path = built
     source = tmp_path / "host.c"
     source.write_text(HOST)
     program = tmp_path / "host"

@@ -56,33 +56,37 @@ class HostilePeer:
 
 
 @pytest.fixture
-def port(fresh_npu, monkeypatch):
+def port(npu, monkeypatch):
+    """The module's device with its hand-over socket set aside, put back at teardown (also
+    when the test fails): the peers lie to the library only, the driver never hears them."""
     lib = ctypes.CDLL(str(nvdla.build()))
-    monkeypatch.setenv("NPU_DEVROOT", str(fresh_npu.devroot))
-    path = paths.handover_socket(fresh_npu.devroot, 0)
+    monkeypatch.setenv("NPU_DEVROOT", str(npu.devroot))
+    path = paths.handover_socket(npu.devroot, 0)
     aside = path.with_name(path.name + ".real")
     os.rename(path, aside)
-    session, device = ctypes.c_void_p(), ctypes.c_void_p()
-    assert lib.NvDlaInitialize(ctypes.byref(session)) == 0
-    assert lib.NvDlaOpen(session, 0, ctypes.byref(device)) == 0
-    peers: list[HostilePeer] = []
+    try:
+        session, device = ctypes.c_void_p(), ctypes.c_void_p()
+        assert lib.NvDlaInitialize(ctypes.byref(session)) == 0
+        assert lib.NvDlaOpen(session, 0, ctypes.byref(device)) == 0
+        peers: list[HostilePeer] = []
 
-    def alloc(answer) -> int:
-        peer = HostilePeer(path, answer)
-        peers.append(peer)
-        try:
-            mem, data = ctypes.c_void_p(), ctypes.c_void_p()
-            return lib.NvDlaAllocMem(session, device, ctypes.byref(mem), ctypes.byref(data), SIZE, 0)
-        finally:
-            lib.NvDlaClose(session, device)          # drops the connection to this peer
-            assert lib.NvDlaOpen(session, 0, ctypes.byref(device)) == 0
-            peer.close()
-            peers.remove(peer)
+        def alloc(answer) -> int:
+            peer = HostilePeer(path, answer)
+            peers.append(peer)
+            try:
+                mem, data = ctypes.c_void_p(), ctypes.c_void_p()
+                return lib.NvDlaAllocMem(session, device, ctypes.byref(mem), ctypes.byref(data), SIZE, 0)
+            finally:
+                lib.NvDlaClose(session, device)          # drops the connection to this peer
+                assert lib.NvDlaOpen(session, 0, ctypes.byref(device)) == 0
+                peer.close()
+                peers.remove(peer)
 
-    yield alloc
-    lib.NvDlaClose(session, device)
-    lib.NvDlaDestroy(session)
-    os.rename(aside, path)
+        yield alloc
+        lib.NvDlaClose(session, device)
+        lib.NvDlaDestroy(session)
+    finally:
+        os.rename(aside, path)
 
 
 def _memfd(size: int) -> int:

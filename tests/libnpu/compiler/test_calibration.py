@@ -174,6 +174,26 @@ def test_a_saturating_ops_input_keeps_the_domain_where_its_output_moves():
     assert hi - lo < 1
 
 
+def test_a_hard_sigmoid_gate_keeps_its_whole_domain_and_output():
+    """A squeeze-excitation gate calibrated on small logits still opens fully on unseen
+    larger ones (rapidocr's classifier: 0.82 -> 0.93 on unseen crops, simulated at int8)."""
+    from onnx import TensorProto, helper, numpy_helper
+    w = numpy_helper.from_array((RNG.standard_normal((8, 8, 1, 1)) * 0.5).astype(np.float32), "w")
+    graph = helper.make_graph(
+        [helper.make_node("Conv", ["x", "w"], ["c"]), helper.make_node("HardSigmoid", ["c"], ["g"], alpha=0.2),
+         helper.make_node("Mul", ["x", "g"], ["out"])], "se",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 1, 1])],
+        [helper.make_tensor_value_info("out", TensorProto.FLOAT, None)], [w])
+    model = import_onnx(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
+    feeds = [[0.3 * RNG.standard_normal((1, 8, 1, 1)).astype(np.float32)] for _ in range(4)]
+    q = quantize_model(model, feeds)
+    gate = next(op for op in q.ops if op.type == "HARD_SIGMOID")
+    lo, hi = q.tensors[gate.inputs[0]].quant.dequantize(np.array([-128, 127]))
+    assert lo <= -2.5 + 0.05 and hi >= 2.5 - 0.05      # [-beta/alpha, (1-beta)/alpha]
+    lo, hi = q.tensors[gate.outputs[0]].quant.dequantize(np.array([-128, 127]))
+    assert lo <= 0.0 and hi >= 1.0 - 1 / 128
+
+
 def test_gptq_depthwise_rounds_each_channel_for_its_own_inputs():
     from libnpu.compiler.weight_rounding import gptq_round_depthwise
     rng = np.random.default_rng(4)

@@ -10,6 +10,7 @@ import onnx
 import pytest
 
 from libnpu.compiler.accuracy import output_scores
+from libnpu.compiler.cpu_float import MAX_CPU_TRIALS
 from libnpu.compiler.escalation import LADDER, FidelityWarning, TargetError, split_held_out
 from libnpu.compiler.frontend import to_int8_graph
 from libnpu.compiler.onnx_import import import_onnx
@@ -71,10 +72,10 @@ def test_a_missed_target_warns_naming_the_output_and_keeps_the_best_step() -> No
         q = to_int8_graph(graph, _data(3, 4), target=1.0, int16="none")
     fidelity = q.metadata["fidelity"]
     assert fidelity["measured_on"] == "calibration" and fidelity["missed"] == ["y__nchw"]
-    assert 1 <= len(fidelity["steps"]) <= len(LADDER)
+    assert 1 <= len(fidelity["steps"]) <= len(LADDER) + MAX_CPU_TRIALS
     assert all("int16" not in s["chose"] for s in fidelity["steps"])   # the caller's int16="none" held
-    best = max(s["scores"]["y__nchw"] for s in fidelity["steps"])
-    assert fidelity["scores"]["y__nchw"] == best
+    best = max(s["scores"]["y__nchw"] for s in fidelity["steps"] if not s["step"].startswith("CPU float"))
+    assert fidelity["scores"]["y__nchw"] == best     # CPU float layers only where they reach the target
 
 
 def test_target_errors() -> None:

@@ -34,8 +34,8 @@ def test_steps_that_share_their_work_choose_the_same_graph() -> None:
     graph, data = import_onnx(builders.outlier_channel()), _data(10, 4)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", FidelityWarning)
-        alone = quantize_to_target(graph, data, target=1.0, share_work=False, budget=0)
-        shared = quantize_to_target(graph, data, target=1.0, budget=0)
+        alone = quantize_to_target(graph, data, target=1.0, share_work=False, budget=0, cpu_float=False)
+        shared = quantize_to_target(graph, data, target=1.0, budget=0, cpu_float=False)
     steps = shared.metadata["fidelity"]["steps"]
     assert [s["step"] for s in steps] == [s["step"] for s in alone.metadata["fidelity"]["steps"]] == \
         ["int8", "int16 activations", "int16 weights", "bias correction"]
@@ -74,7 +74,7 @@ def test_the_cap_stops_escalating_and_says_so() -> None:
     assert "capped: int16 weights not tried" in format_fidelity(fidelity)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", FidelityWarning)
-        uncapped = to_int8_graph(graph, _data(10, 4), target=1.0, escalation_budget=0)
+        uncapped = to_int8_graph(graph, _data(10, 4), target=1.0, escalation_budget=0, cpu_float=False)
     assert len(uncapped.metadata["fidelity"]["steps"]) == 4 and "capped" not in uncapped.metadata["fidelity"]
 
 

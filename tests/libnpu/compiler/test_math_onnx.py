@@ -83,6 +83,7 @@ CASES = {
     "Reciprocal": lambda: _model("Reciprocal"),
     "Pow0.5": lambda: _model("Pow", consts={"half": np.float32(0.5)}),
     "Pow2": lambda: _model("Pow", consts={"two": np.float32(2)}),
+    "Pow3": lambda: _model("Pow", consts={"three": np.float32(3)}),
     "Exp": lambda: _model("Exp"),
     "Log": lambda: _model("Log"),
     "Softplus": lambda: _model("Softplus"),
@@ -105,6 +106,9 @@ CASES = {
     "LogSoftmax-axis1": lambda: _model("LogSoftmax", axis=1),
     "Softmax-axis1": lambda: _model("Softmax", axis=1),
     "Softmax-axis2": lambda: _model("Softmax", axis=2),
+    "GlobalMaxPool": lambda: _model("GlobalMaxPool"),
+    "GlobalMaxPool-1d": lambda: _model("GlobalMaxPool", shape=[1, 6, 20]),
+    "Conv-GlobalMaxPool": lambda: _after_conv("GlobalMaxPool"),
 }
 
 # Inputs where the operator is defined (the calibration and the check use the same range).
@@ -177,7 +181,25 @@ def test_unsupported_variants_are_named(op, attrs, message) -> None:
         import_onnx(_model(op, opset=opset, **attrs))
 
 
+@pytest.mark.parametrize("shape", [SHAPE, [1, 6, 20]])
+def test_global_max_pool_is_one_reduce_max(shape) -> None:
+    """GlobalMaxPool (after magika's 1-D convolution) runs on the chip, not the CPU."""
+    from libnpu.compiler.onnx_import import import_onnx
+    counts = import_onnx(_model("GlobalMaxPool", shape=shape)).op_counts()
+    assert counts["REDUCE_MAX"] == 1 and set(counts) <= {"REDUCE_MAX", "TRANSPOSE"}   # NCHW <-> NHWC at the edges
+
+
+@pytest.mark.parametrize("op, neutral", [("Max", -np.inf), ("Min", np.inf)])
+def test_max_with_minus_infinity_is_its_other_input(op, neutral) -> None:
+    """jax's softmax takes max(-inf, max(x)): no op, where quantizing -inf failed (CPU fallback)."""
+    from libnpu.compiler.onnx_import import import_onnx
+    from libnpu.compiler.optimize import optimize
+    model = _model(op, consts={"inf": np.float32(neutral)}, extra_nodes=[helper.make_node("Relu", ["out"], ["r"])])
+    model.graph.output[0].name = "r"
+    assert optimize(import_onnx(model)).op_counts() == {"RELU": 1}
+
+
 def test_pow_by_other_exponents_is_refused() -> None:
     from libnpu.compiler.onnx_import import ONNXImportError, import_onnx
     with pytest.raises(ONNXImportError, match="Pow by"):
-        import_onnx(_model("Pow", consts={"e": np.float32(3)}))
+        import_onnx(_model("Pow", consts={"e": np.float32(4)}))

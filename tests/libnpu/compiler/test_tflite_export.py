@@ -99,3 +99,17 @@ def test_strided_slice_masks_import_and_export(case, litert):
     g = import_tflite(model)
     np.testing.assert_array_equal(run_float(g, [x])["y"], expected)
     np.testing.assert_array_equal(litert(export_tflite(g), [x], reference=False)[0], expected)
+
+
+@pytest.mark.parametrize("keep_dims", [False, True])
+def test_a_float_reduce_l2_exports_as_the_root_of_summed_squares(keep_dims, litert):
+    """TFLite has no L2 reduction: a float REDUCE_L2 (an STFT magnitude kept in float on the
+    CPU, libnpu.compiler.cpu_float) is written as SQRT(SUM(MUL(x, x))), as LiteRT computes it."""
+    g = Graph("l2")
+    g.add_tensor(Tensor("x", (2, 3, 5), "float32"))
+    g.add_tensor(Tensor("y", (1, 3, 5) if keep_dims else (3, 5), "float32"))
+    g.add_op(Op("REDUCE_L2", ["x"], ["y"], dict(axes=(0,), keep_dims=keep_dims)))
+    g.inputs, g.outputs = ["x"], ["y"]
+    x = np.random.default_rng(0).standard_normal((2, 3, 5)).astype(np.float32)
+    (got,) = litert(export_tflite(g), [x])
+    np.testing.assert_allclose(got, run_float(g, [x])["y"], rtol=1e-6)

@@ -12,6 +12,8 @@ import shutil
 import numpy as np
 import pytest
 
+from tests.support.qdq_models import quantize_qdq
+
 ort = pytest.importorskip("onnxruntime")
 pytestmark = pytest.mark.skipif(not shutil.which("gcc"), reason="gcc not installed")
 
@@ -57,20 +59,7 @@ def _float_model() -> bytes:
 @pytest.fixture(scope="module")
 def qdq_model(tmp_path_factory) -> str:
     """The small CNN quantized by ORT's quantize_static, QDQ format, int8 activations and weights."""
-    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
-    folder = tmp_path_factory.mktemp("qdq")
-    (folder / "float.onnx").write_bytes(_float_model())
-    rng = np.random.default_rng(1)
-
-    class Reader(CalibrationDataReader):
-        def __init__(self):
-            self.feeds = iter([{"x": rng.uniform(-1, 1, INPUT_SHAPE).astype(np.float32)} for _ in range(16)])
-
-        def get_next(self):
-            return next(self.feeds, None)
-    out = folder / "qdq.onnx"
-    quantize_static(str(folder / "float.onnx"), str(out), Reader(), quant_format=QuantFormat.QDQ,
-                    activation_type=QuantType.QInt8, weight_type=QuantType.QInt8)
+    out = quantize_qdq(_float_model(), tmp_path_factory.mktemp("qdq"), INPUT_SHAPE, 16)
     return str(out)
 
 

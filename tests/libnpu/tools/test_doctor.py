@@ -35,12 +35,13 @@ def test_no_device_fails_with_the_start_command(tmp_path, capsys):
     assert _lines(out)["fuse"] == "ok" and "Traceback" not in out
 
 
-def test_attribute_tree_missing_is_named(fresh_npu, tmp_path, capsys, monkeypatch):
-    marker = fresh_npu.devroot / ".npu-sysroot"
+def test_attribute_tree_missing_is_named(npu, tmp_path, capsys, monkeypatch):
+    """On the module's device: the marker is put back before anything else reads it."""
+    marker = npu.devroot / ".npu-sysroot"
     real = marker.read_text()
     marker.write_text(f"{tmp_path / 'elsewhere'}\n")       # the tree is not where the devroot says
     try:
-        assert main(["doctor", "--devroot", str(fresh_npu.devroot)]) == 1
+        assert main(["doctor", "--devroot", str(npu.devroot)]) == 1
     finally:
         marker.write_text(real)
     out = capsys.readouterr().out

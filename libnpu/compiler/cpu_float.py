@@ -1,0 +1,203 @@
+"""Escalation's last resort: the layers no integer grid can hold, kept in float on the CPU.
+
+A real NPU stack runs what the chip runs accurately and leaves the rest to the CPU.
+When every integer step of :mod:`libnpu.compiler.escalation` still misses the fidelity
+target, :func:`choose_cpu_layers` moves the layers the measurement blames to the host,
+where they run in float:
+
+* **Blame**: the layers of the best integer graph ranked by the error each adds alone
+  (``accuracy.layer_errors``' local SQNR: the op fed the float graph's own inputs), worst
+  first.
+* **Float in, float out**: a layer kept in float gains nothing if it reads an integer
+  grid, since the grid's rounding is what it could not bear (``log(1 + 2^20 |x|)`` of a
+  small ``x`` on int16 loses the small values before the log sees them). So a blamed
+  layer goes to the CPU with everything upstream of it, back to the model's float inputs
+  (:func:`upstream`), which the host call then reads as the caller gave them; and its
+  output stays in float too: the layers reading it come along (the grid of the output is
+  the error: ``1 + 2^20 |x|`` before its log). A layer with more than ``MAX_CPU_LAYERS``
+  such layers, or with every layer that has weights among them, is not moved (the model
+  would become a CPU model: :func:`leaves_chip_work`).
+* **As few as reach the target**: the blamed layers are tried one at a time, worst first,
+  each adding its layers to those moved before, at most ``MAX_CPU_TRIALS`` quantizations
+  (the compile-time budget); the first set meeting the target is kept, else none.
+
+The layers moved become host calls, per group (:mod:`libnpu.compiler.host_groups`) and
+output leaving it: a float sub-model written by :mod:`libnpu.compiler.tflite_export` and
+run by LiteRT, whose inner tensors never leave float; what leaves the call for the chip is
+quantized there as any host call's output (int16 where the escalation's search puts it).
+"""
+from __future__ import annotations
+
+import copy
+from collections.abc import Collection, Sequence
+
+from ..loadable import HostCall
+from . import registry
+from .accuracy import layer_errors
+from .host_groups import group_host_ops
+from .ir import Graph, IRError, Op
+from .tflite_export import export_tflite
+
+__all__ = ["MAX_CPU_LAYERS", "MAX_CPU_TRIALS", "KEPT_IN_FLOAT", "upstream", "leaves_chip_work", "blamed_layers",
+           "float_on_cpu", "read_float_inputs", "cpu_reason"]
+
+#: At most this many layers move to the CPU for one blamed layer (it and its upstream).
+MAX_CPU_LAYERS = 16
+#: At most this many quantizations try CPU layer sets (each costs one integer step).
+MAX_CPU_TRIALS = 3
+
+
+def upstream(graph: Graph, tensor: str) -> list[str]:
+    """The output tensors of the op making ``tensor`` and of every op it depends on,
+    back to the graph's inputs (constants aside), in graph order."""
+    producer = {o: op for op in graph.ops for o in op.outputs}
+    found: set[str] = set()
+    pending = [tensor]
+    while pending:
+        name = pending.pop()
+        op = producer.get(name)
+        if op is None or op.outputs[0] in found:
+            continue
+        found.add(op.outputs[0])
+        pending += [i for i in op.inputs if i and not graph.tensors[i].is_constant]
+    return [op.outputs[0] for op in graph.ops if op.outputs[0] in found]
+
+
+def _movable(graph: Graph, op: Op) -> bool:
+    """Whether ``op`` can run as a float host call: a chip op of one output, no state,
+    that a .tflite sub-model can express."""
+    if op.type in ("HOST", "QUANTIZE", "DEQUANTIZE") or len(op.outputs) != 1:
+        return False
+    states = {n for s in graph.states for n in (s.input, s.output)}
+    return not (set(op.inputs) | set(op.outputs)) & states
+
+
+def leaves_chip_work(graph: Graph, moved: Collection[str]) -> bool:
+    """Whether some op with weights stays on the chip when the ops making ``moved`` go to
+    the CPU: the CPU keeps what the chip cannot hold, not the model (openwakeword's
+    wake-word heads, whose tiny score no grid fixes, would otherwise move whole)."""
+    return any(op.outputs[0] not in moved and registry.get(op.type, "weight_axis") is not None
+               for op in graph.ops)
+
+
+def blamed_layers(float_graph: Graph, quantized: Graph, samples: Sequence) -> list[tuple[str, float, list[str]]]:
+    """``(tensor, local SQNR in dB, tensors moved with it)`` for the layers of ``quantized``
+    worst first by the error each adds alone, those whose layers to move are at most
+    ``MAX_CPU_LAYERS`` movable ops, leaving an op with weights on the chip: the layer, the
+    layers reading its output (the grid of that output is what it could not bear:
+    ``1 + 2^20 |x|`` before its log), and everything upstream of them (:func:`upstream` in
+    ``float_graph``)."""
+    errors = layer_errors(float_graph, quantized, samples)
+    ops = {op.outputs[0]: op for op in float_graph.ops}
+    result = []
+    for e in sorted(errors.values(), key=lambda e: e.local_sqnr_db):
+        if e.tensor not in ops or not _movable(float_graph, ops[e.tensor]):
+            continue
+        readers = [op.outputs[0] for op in float_graph.ops if e.tensor in op.inputs]
+        if e.tensor in float_graph.outputs:
+            readers = []
+        chain = list(dict.fromkeys([t for r in [e.tensor, *readers] for t in upstream(float_graph, r)]))
+        chain = [op.outputs[0] for op in float_graph.ops if op.outputs[0] in chain]
+        if len(chain) <= MAX_CPU_LAYERS and leaves_chip_work(float_graph, chain) \
+                and all(_movable(float_graph, ops[t]) for t in chain):
+            result.append((e.tensor, e.local_sqnr_db, chain))
+    return result
+
+
+#: How the reason of a host call kept in float begins (:func:`cpu_reason`).
+KEPT_IN_FLOAT = "kept in float on the CPU"
+
+
+def cpu_reason(score: float, target: float) -> str:
+    """The reason a host call kept in float gives (``npu compile``, ``--report``): the
+    worst output score the integer steps reached (its error: 1 - score), and the target."""
+    return f"{KEPT_IN_FLOAT}: int16 error {1 - score:.4f} (worst output score {score:.4f}), target {target}"
+
+
+def float_on_cpu(graph: Graph, tensors: Collection[str], reason: str) -> Graph:
+    """A copy of the float ``graph`` where the ops making ``tensors`` run on the host in
+    float: one HOST op per group :func:`group_host_ops` forms, each a float .tflite of
+    those ops (run by LiteRT), with ``reason``."""
+    g = graph.copy()
+    wanted = set(tensors)
+    host = {k for k, op in enumerate(g.ops) if op.outputs[0] in wanted}
+    missing = wanted - {g.ops[k].outputs[0] for k in host}
+    if missing:
+        raise IRError(f"CPU float: no op makes {', '.join(sorted(missing))}")
+    groups = group_host_ops([(op.inputs, op.outputs) for op in g.ops], host)
+    members: dict[int, list[Op]] = {}
+    for k in groups.order:
+        if k in groups.group:
+            members.setdefault(groups.group[k], []).append(g.ops[k])
+    readers = {i for k, op in enumerate(g.ops) if k not in host for i in op.inputs}
+    kept = readers | set(g.outputs) | {n for s in g.states for n in (s.input, s.output)}
+    ops: list[Op] = []
+    done: set[int] = set()
+    for k in groups.order:
+        if k not in groups.group:
+            ops.append(g.ops[k])
+        elif groups.group[k] not in done:
+            done.add(groups.group[k])
+            group = members[groups.group[k]]
+            for out in [o for op in group for o in op.outputs if o in kept]:
+                ops.append(_host_op(g, _needed(group, out), {out}, reason))
+    g.ops = ops
+    g.validate()
+    return g
+
+
+def _needed(group: list[Op], tensor: str) -> list[Op]:
+    """The ops of ``group`` that ``tensor`` depends on (it included), in order.
+
+    One host call per output leaving the group: a call of one output may take int16
+    (:func:`libnpu.compiler.mixed_precision.promotable`), and an output leaving the CPU
+    in float needs its grid's every bit (Silero VAD's log spectrum beside its input frame:
+    one call of two outputs stayed int8, 0.064 off its speech probability on unseen audio).
+    Ops two outputs share run in both calls: a few float ops on the host."""
+    producer = {o: op for op in group for o in op.outputs}
+    wanted: set[int] = set()
+    pending = [tensor]
+    while pending:
+        op = producer.get(pending.pop())
+        if op is not None and id(op) not in wanted:
+            wanted.add(id(op))
+            pending += [i for i in op.inputs if i]
+    return [op for op in group if id(op) in wanted]
+
+
+def _host_op(g: Graph, group: list[Op], kept: set[str], reason: str) -> Op:
+    made = [o for op in group for o in op.outputs]
+    ins = [i for i in dict.fromkeys(i for op in group for i in op.inputs)
+           if i and i not in made and not g.tensors[i].is_constant]
+    outs = [o for o in made if o in kept]
+    sub = Graph(f"{g.name}:cpu:{outs[0]}")
+    for n in dict.fromkeys([*ins, *(i for op in group for i in op.inputs if i), *made]):
+        sub.add_tensor(copy.copy(g.tensors[n]))
+    sub.inputs, sub.outputs = ins, outs
+    sub.ops = [Op(op.type, list(op.inputs), list(op.outputs), copy.deepcopy(op.attrs), op.name) for op in group]
+    try:
+        model = export_tflite(sub)
+    except (IRError, KeyError, ValueError, NotImplementedError) as exc:
+        raise IRError(f"CPU float: {group[0].describe()} cannot be written as a .tflite: {exc}") from exc
+    call = HostCall("tflite", model, "+".join(op.type for op in group), -1, reason)
+    return Op("HOST", ins, outs, {"host": call}, name=outs[0])
+
+
+def read_float_inputs(graph: Graph) -> Graph:
+    """The quantized ``graph`` with its float-kept host calls reading the float graph
+    inputs as given, not their integer copies (the QUANTIZE at the input goes when
+    nothing else reads it)."""
+    g = graph.copy()
+    quantized_input = {op.outputs[0]: op.inputs[0] for op in g.ops
+                       if op.type == "QUANTIZE" and op.inputs[0] in g.inputs}
+    for op in g.ops:
+        if op.type == "HOST" and op.attrs["host"].reason.startswith(KEPT_IN_FLOAT):
+            op.inputs = [quantized_input.get(i, i) for i in op.inputs]
+    read = {i for op in g.ops for i in op.inputs} | set(g.outputs) | {s.input for s in g.states}
+    g.ops = [op for op in g.ops if not (op.type == "QUANTIZE" and op.outputs[0] in quantized_input
+                                        and op.outputs[0] not in read)]
+    for name in quantized_input:
+        if name not in read:
+            g.tensors.pop(name, None)
+    g.validate()
+    return g

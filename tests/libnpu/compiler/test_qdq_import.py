@@ -1,0 +1,92 @@
+"""QDQ ONNX models (QuantizeLinear/DequantizeLinear pairs, as onnxruntime's
+``quantize_static`` writes them) compile: the import makes the float twin and the quantizer
+keeps the grids the pairs chose (libnpu.compiler.qdq_import); the compiled model matches
+ORT's CPU run of the QDQ model within 5% of each output's largest magnitude."""
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto
+from onnx import helper as h
+from onnx import numpy_helper as nh
+
+from libnpu.compiler.lower import compile_model
+from tests.support.chip_memory import ChipMemory, run_loadable
+from tests.support.qdq_models import quantize_qdq
+
+ort = pytest.importorskip("onnxruntime")
+pytest.importorskip("onnxruntime.quantization")
+
+SHAPE = (1, 3, 8, 8)
+
+
+def _float_model() -> bytes:
+    """Conv -> Relu -> Conv + skip Add -> GlobalAveragePool -> Flatten -> Softmax."""
+    rng = np.random.default_rng(5)
+    weights = {"w1": rng.standard_normal((8, 3, 3, 3)) * 0.3, "b1": rng.standard_normal(8) * 0.1,
+               "w2": rng.standard_normal((8, 8, 3, 3)) * 0.15, "b2": rng.standard_normal(8) * 0.1}
+    nodes = [h.make_node("Conv", ["x", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1]),
+             h.make_node("Relu", ["c1"], ["r1"]),
+             h.make_node("Conv", ["r1", "w2", "b2"], ["c2"], pads=[1, 1, 1, 1]),
+             h.make_node("Add", ["c2", "r1"], ["a"]),
+             h.make_node("GlobalAveragePool", ["a"], ["p"]),
+             h.make_node("Flatten", ["p"], ["f"]),
+             h.make_node("Softmax", ["f"], ["y"], axis=-1)]
+    graph = h.make_graph(nodes, "qdq_cnn", [h.make_tensor_value_info("x", TensorProto.FLOAT, SHAPE)],
+                         [h.make_tensor_value_info("y", TensorProto.FLOAT, (1, 8))],
+                         [nh.from_array(v.astype(np.float32), k) for k, v in weights.items()])
+    model = h.make_model(graph, opset_imports=[h.make_opsetid("", 13)])
+    model.ir_version = 8
+    return model.SerializeToString()
+
+
+@pytest.fixture(scope="module")
+def qdq_model(tmp_path_factory) -> bytes:
+    return quantize_qdq(_float_model(), tmp_path_factory.mktemp("qdq"), SHAPE, 8).read_bytes()
+
+
+def test_qdq_model_compiles_and_matches_ort(qdq_model, tmp_path):
+    loadable = compile_model(qdq_model, kind="onnx")
+    session = ort.InferenceSession(qdq_model, providers=["CPUExecutionProvider"])
+    mem = ChipMemory(tmp_path, size=8 << 20)
+    rng = np.random.default_rng(2)
+    for _ in range(3):
+        x = rng.uniform(-1, 1, SHAPE).astype(np.float32)
+        want = session.run(None, {"x": x})[0]
+        got = run_loadable(mem, loadable, [x])[0]
+        assert got.shape == want.shape
+        assert np.abs(got - want).max() <= 0.05 * np.abs(want).max()
+
+
+def test_the_pairs_grids_are_kept(qdq_model):
+    """The chip quantizes the input on the grid of the model's QuantizeLinear for it (not a
+    recalibrated one), and the convolutions' weights with the one scale the model gave each."""
+    from libnpu.compiler.frontend import to_int8_graph
+    model = onnx.load_model_from_string(qdq_model)
+    consts = {i.name: nh.to_array(i) for i in model.graph.initializer}
+    q = next(n for n in model.graph.node if n.op_type == "QuantizeLinear" and n.input[0] == "x")
+    scale, zero = float(consts[q.input[1]]), int(consts[q.input[2]])
+    graph = to_int8_graph(qdq_model, kind="onnx")
+    quantize = next(op for op in graph.ops if op.type == "QUANTIZE" and op.inputs[0] == "x")
+    grid = graph.tensors[quantize.outputs[0]].quant
+    assert float(grid.scale[0]) == pytest.approx(scale, rel=1e-6) and int(grid.zero_point[0]) == zero
+    weight_scales = sorted(float(consts[n.input[1]]) for n in model.graph.node if n.op_type == "DequantizeLinear"
+                           and consts.get(n.input[0], np.zeros(0)).ndim == 4)
+    chip_scales = sorted(float(graph.tensors[op.inputs[1]].quant.scale.item()) for op in graph.ops
+                         if op.type == "CONV_2D")
+    assert chip_scales == pytest.approx(weight_scales, rel=1e-6)
+
+
+@pytest.mark.parametrize("scale", [0.0, -0.1, float("nan"), float("inf")])
+def test_a_scale_that_is_no_grid_is_refused(qdq_model, scale):
+    """A pair's scale becomes a tensor's grid as it is: one that is not finite and positive
+    is refused with one line naming the node."""
+    from libnpu.compiler.qdq_import import QDQError
+    model = onnx.load_model_from_string(qdq_model)
+    q = next(n for n in model.graph.node if n.op_type == "QuantizeLinear" and n.input[0] == "x")
+    for init in model.graph.initializer:
+        if init.name == q.input[1]:
+            init.CopyFrom(nh.from_array(np.float32(scale), init.name))
+    with pytest.raises(QDQError, match=r"QuantizeLinear node .*is not a finite positive number"):
+        compile_model(model.SerializeToString(), kind="onnx")
