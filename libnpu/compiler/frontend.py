@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from . import registry
+from .blas_threads import one_blas_thread
 from .escalation import DEFAULT_TARGET, ESCALATION_BUDGET, quantize_to_target
 from .folding import takes_channel_grids
 from .input_shapes import InputShapes, fix_input_shapes
@@ -113,6 +114,7 @@ def load_model(model: str | os.PathLike | bytes, *, kind: str | None = None, nam
     raise IRError(f"unknown model kind {kind!r} (expected 'tflite' or 'onnx')")
 
 
+@one_blas_thread()   # its own entry point too (tests and the Python API call it directly)
 def to_int8_graph(model: str | os.PathLike | bytes | Graph,
                   dataset: Iterable[Mapping[str, np.ndarray] | Sequence[np.ndarray]] | None = None, *,
                   kind: str | None = None, progress: Progress | None = None,

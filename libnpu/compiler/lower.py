@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from ..loadable import HostStep, Loadable, Task
+from .blas_threads import one_blas_thread
 from .descriptors import Lowering, LoweringError, lower_op
 from .frontend import check_int8, load_model, to_int8_graph
 from .frozen_inputs import FrozenInputs, freeze_model_inputs
@@ -164,6 +165,7 @@ def _jsonable(v: Any) -> bool:
     return isinstance(v, (str, int, float, bool, type(None), list, dict))
 
 
+@one_blas_thread()
 def compile_model(model: str | os.PathLike | bytes | Graph,
                   dataset: Iterable[Mapping[str, np.ndarray] | Sequence[np.ndarray]] | None = None, *,
                   kind: str | None = None, progress: Progress | None = None,
@@ -179,7 +181,8 @@ def compile_model(model: str | os.PathLike | bytes | Graph,
     ``input_shapes`` fixes the model's free input dimensions (:mod:`libnpu.compiler.input_shapes`);
     the notes on defaults taken are the loadable's metadata ``"notes"``. ``freeze_inputs``
     (``{"sr": 16000}``) makes those ONNX inputs constants first (:mod:`libnpu.compiler.frozen_inputs`).
-    ``tiles``: the cores one inference is planned for (:mod:`libnpu.compiler.tiling`)."""
+    ``tiles``: the cores one inference is planned for (:mod:`libnpu.compiler.tiling`).
+    numpy's BLAS runs on one thread meanwhile (:mod:`libnpu.compiler.blas_threads`)."""
     dataset = list(dataset) if dataset is not None else None
     notes: list[str] = []
     if not isinstance(model, Graph):      # static shapes from here on: every stage sees the same model

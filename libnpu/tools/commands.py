@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from libnpu import model_zoo
+from libnpu.compiler.blas_threads import one_blas_thread
 from libnpu.compiler.frozen_inputs import FreezeInputError, freeze_model_inputs, parse_freeze_inputs
 from libnpu.compiler.input_shapes import InputShapeError, parse_input_shapes
 from libnpu.compiler.ir import IRError
@@ -348,6 +349,7 @@ def _frozen(path: Path, texts: list[str]) -> Path:
     return frozen
 
 
+@one_blas_thread()   # placement and the reports too: numpy's small problems on one BLAS thread
 def compile_(args: argparse.Namespace) -> int:
     from libnpu.compiler.escalation import FidelityWarning
 
