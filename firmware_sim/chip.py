@@ -315,10 +315,10 @@ class Chip:
         started = self.regs.read64(bank + regs.JOB_START_NS)
         pid = self.pids[core]
         cpu_ns = core_cpu_ns(pid)
-        seen = self.job_clocks[core]
-        if seen is None or seen[:3] != (job_id, started, pid):
+        key, seen = (job_id, started, pid), self.job_clocks[core]
+        if cpu_ns is not None and (seen is None or seen[:3] != key):
             # Before any wall-time check: the CPU the job uses is counted from its first tick.
-            seen = self.job_clocks[core] = (job_id, started, pid, cpu_ns if cpu_ns is not None else 0)
+            seen = self.job_clocks[core] = (*key, cpu_ns)
         timeout_ns = regs.job_timeout_ms(self.regs.read32(bank + regs.JOB_TIMEOUT_MS),
                                          self.regs.read32(regs.WATCHDOG_MS)) * 1_000_000
         wall_ns = time.monotonic_ns() - started
@@ -326,8 +326,10 @@ class Chip:
             return 0
         hung = self.regs.read32(bank + regs.CORE_STATE) == regs.CORE_HUNG
         if not hung and wall_ns < regs.STUCK_FACTOR * timeout_ns:
-            if cpu_ns is None or cpu_ns - seen[3] < timeout_ns:
-                return 0         # (no clock: the process just exited, the next tick reaps it)
+            # No clock: the process just exited (the next tick reaps it) or is not there.
+            used_ns = cpu_ns - seen[3] if cpu_ns is not None and seen is not None and seen[:3] == key else 0
+            if used_ns < timeout_ns:
+                return 0
         # The registers above belong to this job only if it is still the current one.
         return job_id if self.regs.read64(bank + regs.CURRENT_JOB) == job_id else 0
 

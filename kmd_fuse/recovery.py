@@ -21,7 +21,7 @@ from npu_hw import regs
 log = logging.getLogger("kmd_fuse.recovery")
 
 RESET_TIMEOUT_S = 10.0
-STUCK_JOB_GRACE_MS = 1000  # past the chip's own stuck-core limit (regs.STUCK_FACTOR timeouts) and this: its watchdog is stuck
+STUCK_JOB_GRACE_MS = 1000  # past the chip's stuck-core limit (STUCK_FACTOR timeouts) and this: its watchdog is stuck
 
 
 async def reset(device: Device, reason: str) -> None:
@@ -76,9 +76,10 @@ def account_core_restarts(device: Device) -> None:
 
 def check_chip_watchdog(device: Device) -> None:
     """The driver's own safety net, as drm_sched's timeout handler is one: a job still on
-    a core far past its timeout (on the wall clock: past the chip's limit for a stuck core,
-    ``regs.STUCK_FACTOR`` timeouts, as the chip counts a timeout in CPU time) means the chip's watchdog itself is stuck.  Kill the chip;
-    the housekeeping poll then restarts it (jobs on it fail with EIO, queued ones run after)."""
+    a core far past its timeout means the chip's watchdog itself is stuck (on the wall
+    clock, past the chip's own limit for a core that gets no CPU, ``regs.STUCK_FACTOR``
+    timeouts: the chip counts a timeout in its core's CPU time).  Kill the chip; the
+    housekeeping poll then restarts it (jobs on it fail with EIO, queued ones run after)."""
     for job_id, elapsed_ns in device.hw.running():
         job = device.scheduler.in_flight.get(job_id)
         if job is not None and elapsed_ns > (regs.STUCK_FACTOR * job.timeout_ms + STUCK_JOB_GRACE_MS) * 1_000_000:

@@ -24,9 +24,9 @@ COPY_BYTES = 8 << 20
 COPIES = 40        # 320 MiB copied: ~100-200 ms of a core's CPU, well under WATCHDOG_MS
 
 
-@pytest.fixture
-def watchdog_npu(tmp_path):
-    mounted = start_npu(tmp_path, extra=("--watchdog-ms", str(WATCHDOG_MS)))
+@pytest.fixture(scope="module")
+def watchdog_npu(tmp_path_factory):
+    mounted = start_npu(tmp_path_factory.mktemp("watchdog"), extra=("--watchdog-ms", str(WATCHDOG_MS)))
     yield mounted
     stop_npu(mounted)
 
