@@ -8,6 +8,10 @@ buffer is SIGBUS) or whose job ran past its timeout is restarted, the job it was
 ETIMEDOUT for a timeout, else EIO), the next ones run, and CORE_RESTARTS with the
 IRQ_CORE_RESTART interrupt tell the driver.
 
+A job's timeout counts the chip's time, which is the CPU time its core's process gets (as a
+virtual machine's clock stops while its vCPU is not scheduled), not the host's wall time: a
+loaded host makes a job take longer, never time out (``overdue_job``).
+
 It is started by the platform (the KMD's probe) as ``python -m firmware_sim``
 with the bus directory, the doorbell eventfds (one per core), the interrupt eventfd and
 the control eventfd (written after RESET_REQ); it never talks to the KMD any other way.
@@ -42,6 +46,7 @@ from npu_hw import memory, profiles, queues, regs, ring
 from npu_hw.memory import map_file
 
 WATCHDOG_PERIOD_S = 0.02     # how often a running job is timed (never while no job runs)
+CPUCLOCK_SCHED = 2           # a process's CPU clock id is (~pid << 3) | CPUCLOCK_SCHED (Linux)
 
 
 def die_with_parent(parent: int | None = None) -> None:
@@ -85,6 +90,8 @@ class Chip:
         self.ring_entries = ring_entries
         self.pids: list[int] = [0] * self.num_cores
         self.died_before_entry: list[int | None] = [None] * self.num_cores   # see drop_fatal_entry
+        # Per core, the job it runs as first seen: (job id, JOB_START_NS, core pid, its CPU clock then).
+        self.job_clocks: list[tuple[int, int, int, int] | None] = [None] * self.num_cores
         self.rings = [np.frombuffer(map_file(memory.ring_path(bus, core)), ring.RING_ENTRY, count=ring_entries)
                       for core in range(self.num_cores)]
         self.cqs = [map_file(memory.cq_path(bus, core)) for core in range(self.num_cores)]
@@ -293,16 +300,36 @@ class Chip:
         return status
 
     def overdue_job(self, core: int) -> int:
-        """The id of the job ``core`` has run for longer than its timeout, else 0."""
+        """The id of the job ``core`` has run for longer than its timeout, else 0.
+
+        The timeout counts the CPU time the core's process got since the watchdog first saw
+        the job (``core_cpu_ns``), never less than the wall time since it started: on a loaded
+        host a job takes longer but is failed only for the work it did. A core hung by
+        FAULT_HANG (it sleeps) is timed on the wall clock, and one that used less than its
+        timeout of CPU in regs.STUCK_FACTOR timeouts is stuck (stopped, starved): both are failed."""
         bank = regs.core_bank(core)
         job_id = self.regs.read64(bank + regs.CURRENT_JOB)
         if not job_id:
+            self.job_clocks[core] = None
             return 0
-        timeout_ms = regs.job_timeout_ms(self.regs.read32(bank + regs.JOB_TIMEOUT_MS),
-                                         self.regs.read32(regs.WATCHDOG_MS))
         started = self.regs.read64(bank + regs.JOB_START_NS)
-        if time.monotonic_ns() - started < timeout_ms * 1_000_000:
+        pid = self.pids[core]
+        cpu_ns = core_cpu_ns(pid)
+        key, seen = (job_id, started, pid), self.job_clocks[core]
+        if cpu_ns is not None and (seen is None or seen[:3] != key):
+            # Before any wall-time check: the CPU the job uses is counted from its first tick.
+            seen = self.job_clocks[core] = (*key, cpu_ns)
+        timeout_ns = regs.job_timeout_ms(self.regs.read32(bank + regs.JOB_TIMEOUT_MS),
+                                         self.regs.read32(regs.WATCHDOG_MS)) * 1_000_000
+        wall_ns = time.monotonic_ns() - started
+        if wall_ns < timeout_ns:
             return 0
+        hung = self.regs.read32(bank + regs.CORE_STATE) == regs.CORE_HUNG
+        if not hung and wall_ns < regs.STUCK_FACTOR * timeout_ns:
+            # No clock: the process just exited (the next tick reaps it) or is not there.
+            used_ns = cpu_ns - seen[3] if cpu_ns is not None and seen is not None and seen[:3] == key else 0
+            if used_ns < timeout_ns:
+                return 0
         # The registers above belong to this job only if it is still the current one.
         return job_id if self.regs.read64(bank + regs.CURRENT_JOB) == job_id else 0
 
@@ -437,6 +464,17 @@ class Chip:
             for core in range(self.num_cores):
                 self.stop_core(core, graceful=bool(os.environ.get("NPU_PROFILE_CHIP")))
             wakeups.close()
+
+
+def core_cpu_ns(pid: int) -> int | None:
+    """The CPU time (ns) process ``pid`` has used, all its threads (its clock_getcpuclockid
+    clock); None when it has none (no process, or one that just exited)."""
+    if pid <= 0:
+        return None
+    try:
+        return time.clock_gettime_ns((~pid << 3) | CPUCLOCK_SCHED)
+    except OSError:
+        return None
 
 
 def consume_eventfd(fd: int) -> None:

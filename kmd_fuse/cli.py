@@ -429,11 +429,14 @@ def main(argv: list[str] | None = None) -> int:
                            help="a job completes no earlier than its modeled device time, so applications see "
                                 "the modeled chip's latency rather than the emulator's")
             p.add_argument("--watchdog-ms", type=int, default=regs.DEFAULT_JOB_TIMEOUT_MS,
-                           help="timeout of a job whose SUBMIT gives none, in ms (default %(default)s)")
+                           help="timeout of a job whose SUBMIT gives none, in ms of the chip's time: the CPU "
+                                "time its core gets, not the host's wall time (default %(default)s)")
             p.add_argument("--max-job-timeout", type=job_timeout_seconds, default=10.0, metavar="SECONDS",
-                           help="longest a job may hold a core (default 10): a SUBMIT timeout above it, or "
-                                "the default, is clamped to it (not refused); the chip's watchdog then fails "
-                                "the job with ETIMEDOUT and restarts the core, like drm_sched's timeout")
+                           help="longest a job may hold a core, in seconds of the chip's time (its core's CPU "
+                                "time; default 10): a SUBMIT timeout above it, or the default, is clamped to it "
+                                "(not refused); the chip's watchdog then fails the job with ETIMEDOUT and restarts "
+                                "the core, like drm_sched's timeout (a core that gets no CPU: at 10 times the "
+                                "timeout of wall time)")
             p.add_argument("--mode", type=mode_argument, default="0660",
                            help="node mode (octal) before udev rules apply")
             p.add_argument("--max-contexts-per-user", type=int, default=Limits.max_contexts_per_user,

@@ -16,11 +16,12 @@ import trio
 from kmd_fuse import jobs
 from kmd_fuse.device import Device
 from kmd_fuse.errors import KmdError
+from npu_hw import regs
 
 log = logging.getLogger("kmd_fuse.recovery")
 
 RESET_TIMEOUT_S = 10.0
-STUCK_JOB_GRACE_MS = 1000  # a job on a core for twice its timeout and this: the chip's watchdog is stuck
+STUCK_JOB_GRACE_MS = 1000  # past the chip's stuck-core limit (STUCK_FACTOR timeouts) and this: its watchdog is stuck
 
 
 async def reset(device: Device, reason: str) -> None:
@@ -75,11 +76,13 @@ def account_core_restarts(device: Device) -> None:
 
 def check_chip_watchdog(device: Device) -> None:
     """The driver's own safety net, as drm_sched's timeout handler is one: a job still on
-    a core far past its timeout means the chip's watchdog itself is stuck.  Kill the chip;
-    the housekeeping poll then restarts it (jobs on it fail with EIO, queued ones run after)."""
+    a core far past its timeout means the chip's watchdog itself is stuck (on the wall
+    clock, past the chip's own limit for a core that gets no CPU, ``regs.STUCK_FACTOR``
+    timeouts: the chip counts a timeout in its core's CPU time).  Kill the chip; the
+    housekeeping poll then restarts it (jobs on it fail with EIO, queued ones run after)."""
     for job_id, elapsed_ns in device.hw.running():
         job = device.scheduler.in_flight.get(job_id)
-        if job is not None and elapsed_ns > (2 * job.timeout_ms + STUCK_JOB_GRACE_MS) * 1_000_000:
+        if job is not None and elapsed_ns > (regs.STUCK_FACTOR * job.timeout_ms + STUCK_JOB_GRACE_MS) * 1_000_000:
             log.error("job %d has run %.1f s, its timeout is %d ms: the chip's watchdog is stuck, "
                       "restarting the chip", job_id, elapsed_ns / 1e9, job.timeout_ms)
             device.hw.process.kill()

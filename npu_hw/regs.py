@@ -37,6 +37,9 @@ QUEUE_TABLE_GEN = 0x44   # KMD: bumped after any change to the user-queue table 
 STATUS_READY = 0x1
 
 DEFAULT_JOB_TIMEOUT_MS = 5000    # a job's timeout when neither its submitter nor WATCHDOG_MS gives one
+# A job's timeout counts the CPU time its core gets; a core that got less than that in
+# STUCK_FACTOR timeouts of wall time is stuck (stopped, starved) and its job fails too.
+STUCK_FACTOR = 10
 
 
 def job_timeout_ms(requested_ms: int, default_ms: int, cap_ms: int | None = None) -> int:

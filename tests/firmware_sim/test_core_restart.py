@@ -11,7 +11,6 @@ import os
 import signal
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
@@ -22,7 +21,15 @@ from firmware_sim.timing import HardwareProfile
 from kmd_fuse import paths
 from kmd_fuse.udev.uevent import Uevent
 from npu_hw import memory, regs, ring
-from tests.support.device import set_fault_injection, start_npu, stop_npu, wait_until, wait_until_hung
+from tests.support.device import (
+    chip_pid,
+    core_pids,
+    set_fault_injection,
+    start_npu,
+    stop_npu,
+    wait_until,
+    wait_until_hung,
+)
 
 pytestmark = pytest.mark.recovery     # reset, queues, recovery (benchmarks/flake_hunt.py -m recovery)
 
@@ -159,31 +166,6 @@ def test_an_entry_that_kills_the_core_before_it_starts_is_dropped(bus, monkeypat
 
 
 
-def _chip_pid(devroot: Path) -> int:
-    """The chip's top-level process (its cores' processes have the same command line)."""
-    bus = paths.bus_dir(devroot, 0)
-    matched = {int(p) for p in subprocess.run(["pgrep", "-f", f"firmware_sim --bus {bus}"], capture_output=True,
-                                              text=True).stdout.split()}
-    tops = [p for p in matched if _parent(p) not in matched]
-    assert len(tops) == 1, matched
-    return tops[0]
-
-
-def _core_pids(devroot: Path) -> list[int]:
-    """The chip's core processes: the children of its top-level process."""
-    children = []
-    for task in Path(f"/proc/{_chip_pid(devroot)}/task").iterdir():
-        children += [int(c) for c in (task / "children").read_text().split()]
-    return sorted(children)
-
-
-def _parent(pid: int) -> int:
-    try:
-        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
-    except (OSError, IndexError, ValueError):
-        return 0
-
-
 def _change_events(npu) -> list[Uevent]:
     out = npu.kmd("monitor", "--all", "--timeout", "1").stdout
     records = [r for r in out.split("\n\n") if r.startswith("KERNEL[")]
@@ -198,19 +180,19 @@ def test_a_core_killed_by_sigbus_mid_job_fails_that_job_with_efault(fresh_npu):
     with libnpu.initialize(npu.devroot) as session:
         dev = session.open(0)
         count = dev.info()["reset_count"]
-        assert wait_until(lambda: len(_core_pids(npu.devroot)) == 2)
+        assert wait_until(lambda: len(core_pids(npu.devroot)) == 2)
         set_fault_injection(npu.devroot, regs.FAULT_HANG)
         hung = [dev.submit(None, timeout_ms=0xFFFFFFFF) for _ in range(2)]      # one on each core
         wait_until_hung(npu.devroot, 2)
         set_fault_injection(npu.devroot, 0)
         queued = [dev.submit(None, timeout_ms=0xFFFFFFFF) for _ in range(6)]    # behind the hung ones
-        for pid in _core_pids(npu.devroot):
+        for pid in core_pids(npu.devroot):
             os.kill(pid, signal.SIGBUS)
         dev.wait(hung + queued, timeout=60)
         assert [f.status for f in hung] == [-errno.EFAULT] * 2
         assert [f.status for f in queued] == [0] * 6
         assert wait_until(lambda: dev.info()["reset_count"] == count + 2)
-        assert wait_until(lambda: len(_core_pids(npu.devroot)) == 2)
+        assert wait_until(lambda: len(core_pids(npu.devroot)) == 2)
         fences = [dev.submit(None) for _ in range(20)]
         dev.wait(fences, timeout=60)
         assert all(f.status == 0 for f in fences)
@@ -221,12 +203,12 @@ def test_an_idle_core_that_dies_is_restarted_counted_and_announced(fresh_npu):
     with libnpu.initialize(npu.devroot) as session:
         dev = session.open(0)
         count = dev.info()["reset_count"]
-        assert wait_until(lambda: len(_core_pids(npu.devroot)) == 2)
-        victim = _core_pids(npu.devroot)[1]
+        assert wait_until(lambda: len(core_pids(npu.devroot)) == 2)
+        victim = core_pids(npu.devroot)[1]
         os.kill(victim, signal.SIGKILL)
         assert wait_until(lambda: dev.info()["reset_count"] == count + 1)
-        assert wait_until(lambda: len(_core_pids(npu.devroot)) == 2)
-        assert victim not in _core_pids(npu.devroot)
+        assert wait_until(lambda: len(core_pids(npu.devroot)) == 2)
+        assert victim not in core_pids(npu.devroot)
         assert dev.info()["num_cores"] == 2
         fences = [dev.submit(None) for _ in range(40)]         # spread over both cores
         dev.wait(fences, timeout=60)
@@ -238,7 +220,7 @@ def test_an_idle_core_that_dies_is_restarted_counted_and_announced(fresh_npu):
 
 @pytest.fixture
 def capped_npu(tmp_path):
-    mounted = start_npu(tmp_path, extra=("--max-job-timeout", "1"))
+    mounted = start_npu(tmp_path, extra=("--max-job-timeout", "0.3"))
     yield mounted
     stop_npu(mounted)
 
@@ -268,7 +250,7 @@ def test_the_driver_restarts_a_chip_whose_watchdog_is_stuck(capped_npu):
         dev = session.open(0)
         count = dev.info()["reset_count"]
         set_fault_injection(npu.devroot, regs.FAULT_HANG)
-        chip = _chip_pid(npu.devroot)
+        chip = chip_pid(npu.devroot)
         os.kill(chip, signal.SIGSTOP)
         try:
             fence = dev.submit(None, timeout_ms=0xFFFFFFFF)
@@ -300,8 +282,8 @@ def test_an_unexpected_error_in_a_job_is_eio_and_the_core_keeps_serving(fresh_np
     with libnpu.initialize(npu.devroot) as session:
         dev = session.open(0)
         count = dev.info()["reset_count"]
-        assert wait_until(lambda: len(_core_pids(npu.devroot)) == 2)
-        cores = _core_pids(npu.devroot)
+        assert wait_until(lambda: len(core_pids(npu.devroot)) == 2)
+        cores = core_pids(npu.devroot)
         set_fault_injection(npu.devroot, regs.FAULT_INTERNAL)
         with pytest.raises(libnpu.JobError) as exc:
             dev.run(None)
@@ -309,7 +291,7 @@ def test_an_unexpected_error_in_a_job_is_eio_and_the_core_keeps_serving(fresh_np
         set_fault_injection(npu.devroot, 0)
         for _ in range(5):
             dev.run(None)
-        assert _core_pids(npu.devroot) == cores and dev.info()["reset_count"] == count
+        assert core_pids(npu.devroot) == cores and dev.info()["reset_count"] == count
     log = paths.log_file(npu.devroot, 0).read_text()
     assert "Traceback" in log and "injected internal error (FAULT_INTERNAL)" in log
 

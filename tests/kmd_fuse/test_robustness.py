@@ -6,6 +6,8 @@ import signal
 import subprocess
 import sys
 import textwrap
+import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -14,6 +16,7 @@ import libnpu
 from kmd_fuse import paths
 from npu_hw import regs
 from tests.support.device import (
+    core_pids,
     core_registers,
     open_to_others,
     set_fault_injection,
@@ -196,3 +199,88 @@ def test_a_context_cannot_queue_unbounded_jobs(fast_watchdog_npu):
         other.wait([late], timeout=60)
         assert dev.stats()["jobs_queued"] == 0
         dev.run(None)
+
+
+# ---- a job's timeout counts the chip's time, its core's CPU time (issue 26) ----
+
+JOB_TIMEOUT_MS = 400      # the jobs' own timeout (SUBMIT's), on the module's device
+COPY_BYTES = 8 << 20
+COPIES = 40        # 320 MiB copied: ~100-200 ms of a core's CPU, well under JOB_TIMEOUT_MS
+
+
+def copy_job(dev: libnpu.Device, copies: int = COPIES):
+    """A job of ``copies`` copies of a COPY_BYTES buffer: its commands, buffers and source."""
+    src, dst = dev.alloc_mem(COPY_BYTES), dev.alloc_mem(COPY_BYTES)
+    src.view[:] = np.arange(COPY_BYTES, dtype=np.uint8)
+    cmds = dev.command_buffer(capacity=64 * copies + 64)
+    for _ in range(copies):
+        cmds.add("DMA_COPY", src=src.address, dst=dst.address, length=COPY_BYTES)
+    return cmds, [src, dst]
+
+
+def is_stopped(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] in ("T", "t")
+    except (OSError, IndexError):
+        return True              # gone: nothing left to wait for
+
+
+def resume(pids: list[int]) -> None:
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGCONT)
+        except ProcessLookupError:
+            pass
+
+
+def test_a_job_whose_core_gets_no_cpu_past_its_timeout_completes(npu):
+    """The core's process is stopped while it runs the job until more than the timeout has
+    passed on the wall clock: the job then completes (it failed with ETIMEDOUT when the
+    watchdog timed jobs on the wall clock; issue 26)."""
+    with libnpu.initialize(npu.devroot) as session:
+        dev = session.open(0)
+        cmds, (src, dst) = copy_job(dev)
+        for _ in range(20):          # until the cores are stopped while the job is their current one
+            fence = dev.submit(cmds, [src, dst], timeout_ms=JOB_TIMEOUT_MS)
+            wait_for(lambda: any(core_registers(npu.devroot, regs.CURRENT_JOB, 64)) or fence.signalled,
+                     "the job on a core")
+            pids = core_pids(npu.devroot)
+            for pid in pids:
+                os.kill(pid, signal.SIGSTOP)
+            try:
+                wait_for(lambda: all(map(is_stopped, pids)), "the cores stopped")
+                running = [(core, job) for core, job in enumerate(core_registers(npu.devroot, regs.CURRENT_JOB, 64))
+                           if job]
+                if running:
+                    core, job = running[0]
+                    started = core_registers(npu.devroot, regs.JOB_START_NS, 64)[core]
+
+                    def timed_out_or_failed() -> bool:
+                        # Past the timeout on the wall clock (twice it: the watchdog ticks
+                        # every 20 ms), or no longer the core's job (the watchdog failed it).
+                        return (time.monotonic_ns() - started > 2 * JOB_TIMEOUT_MS * 1_000_000
+                                or core_registers(npu.devroot, regs.CURRENT_JOB, 64)[core] != job)
+                    wait_for(timed_out_or_failed, "the job's timeout to pass on the wall clock")
+            finally:
+                resume(pids)
+            if running:
+                break
+            fence.wait(timeout=60)   # it finished before the cores stopped: again
+        else:
+            pytest.fail("the job never ran long enough to be stopped under it")
+        fence.wait(timeout=60)
+        assert fence.status == 0
+        assert np.array_equal(dst.view, src.view)
+
+
+def test_a_job_that_burns_its_timeout_of_cpu_still_times_out(npu):
+    """The chip's time is its cores' CPU time: a job that uses its timeout of it fails."""
+    with libnpu.initialize(npu.devroot) as session:
+        dev = session.open(0)
+        cmds, buffers = copy_job(dev, copies=4000)       # seconds of CPU
+        restarts = sum(core_registers(npu.devroot, regs.CORE_RESTARTS))
+        with pytest.raises(libnpu.JobError) as late:
+            dev.run(cmds, buffers, timeout_ms=50)
+        assert late.value.errno == errno.ETIMEDOUT
+        assert wait_until(lambda: sum(core_registers(npu.devroot, regs.CORE_RESTARTS)) == restarts + 1)
+        dev.run(None)                                    # the restarted core serves again

