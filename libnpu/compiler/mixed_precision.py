@@ -426,8 +426,11 @@ def _drop_dead_conversions(g: Graph) -> None:
 #: An output whose score all-int16 activations would raise by less than this is left
 #: alone by "auto": its error is not the activations' (e.g. int8 weights).
 MIN_GAIN = 0.002
-#: The share of the reachable gain "auto" settles for when the target is out of reach.
-GAIN_SHARE = 0.9
+#: The share of the reachable gain "auto" settles for when the target is out of reach: all
+#: of it (accurate by default: as close as int16 activations get). 0.9 stopped rapidocr-cls
+#: (work half of the corpus) at 16 int16 layers, 0.963 on the held-out samples and 0.400 off
+#: on unseen crops, where its ceiling (every layer) passes (0.032 off).
+GAIN_SHARE = 1.0
 #: The output score int16 weights aim for (``int16_weights="auto"``): they come after int16
 #: activations, for outputs that need more than int16 activations give. On mediapipe's
 #: models the calibration pictures scored face_landmark's face logit 0.9939 and hand_recrop's

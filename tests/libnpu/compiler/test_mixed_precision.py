@@ -11,6 +11,7 @@ from libnpu.compiler.accuracy import output_scores
 from libnpu.compiler.lower import lower
 from libnpu.compiler.mixed_precision import (
     MixedPrecisionError,
+    _goals,
     parse_selection,
     promote,
     quantize_mixed,
@@ -345,3 +346,11 @@ def test_int16_logistic_and_tanh_on_the_device_equal_litert(npu, litert) -> None
             np.testing.assert_array_equal(model.infer(x)[0], litert(export_tflite(q), x)[0])
     finally:
         model.close()
+
+
+def test_an_output_out_of_reach_aims_for_the_ceiling() -> None:
+    """When int16 activations everywhere cannot bring an output to the target, "auto" aims for
+    what they do give (the ceiling), not a share of it: 90% stopped rapidocr-cls at 16 of 128
+    layers and 0.400 off on unseen crops; an output they would not improve is left alone."""
+    goals = _goals({"box": 0.88, "flat": 0.95, "fine": 0.999}, {"box": 0.987, "flat": 0.9505, "fine": 0.999}, 0.99)
+    assert goals == {"box": 0.987, "flat": -1.0, "fine": 0.999}
