@@ -208,6 +208,21 @@ def pin_shapes(path: Path, shapes: dict[str, tuple[int, ...]], folder: Path) -> 
     return pinned
 
 
+def compile_options(feeds: Feeds, int8: bool, recipe: str | None, folder: Path,
+                    free: dict[str, tuple[int, ...]]) -> list[str]:
+    """The ``npu compile`` options a user of the package gives: its calibration (float models;
+    written into ``folder``), the inputs it always feeds one value, the free dimensions'
+    sizes, and ``recipe``."""
+    options = []
+    if not int8 and feeds.calibration:
+        options += ["--calibration", str(write_calibration(feeds.calibration, folder, feeds.frozen))]
+    for name, value in feeds.frozen.items():     # an input the package always gives one value (Silero's sr)
+        options += ["--freeze-input", f"{name}={value}"]
+    for name, shape in free.items():
+        options += ["--input-shape", f"{name}={','.join(map(str, shape))}"]
+    return options + (["--recipe", recipe] if recipe else [])
+
+
 def compile_cli(path: Path, feeds: Feeds, int8: bool, recipe: str | None, folder: Path,
                 timeout: float, pin: bool = False) -> tuple[Path | None, str, float]:
     """``npu compile`` with its defaults (in a subprocess, as a user runs it): the loadable,
@@ -218,15 +233,7 @@ def compile_cli(path: Path, feeds: Feeds, int8: bool, recipe: str | None, folder
     if pin and free and path.suffix == ".onnx":
         path, free = pin_shapes(path, free, folder), {}
     cmd = [sys.executable, "-m", "libnpu.tools", "compile", str(path), "-o", str(out), "--no-progress",
-           "--cache-dir", str(folder / "cache")]
-    if not int8 and feeds.calibration:
-        cmd += ["--calibration", str(write_calibration(feeds.calibration, folder, feeds.frozen))]
-    for name, value in feeds.frozen.items():     # an input the package always gives one value (Silero's sr)
-        cmd += ["--freeze-input", f"{name}={value}"]
-    for name, shape in free.items():
-        cmd += ["--input-shape", f"{name}={','.join(map(str, shape))}"]
-    if recipe:
-        cmd += ["--recipe", recipe]
+           "--cache-dir", str(folder / "cache"), *compile_options(feeds, int8, recipe, folder, free)]
     started = time.perf_counter()
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)

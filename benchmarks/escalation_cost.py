@@ -60,7 +60,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from benchmarks.corpus import is_int8, one_line, write_calibration
+from benchmarks.corpus import compile_options, is_int8, one_line
 from benchmarks.corpus_inputs import Feeds, free_dims, model_inputs, prepare
 from benchmarks.corpus_manifest import MODELS, fetch
 from benchmarks.models_in_the_wild import CALIBRATION, picture_feed
@@ -113,13 +113,7 @@ def npu_compile(path: Path, feeds: Feeds, recipe: str | None, folder: Path, time
     printed, with ``wall_s`` (the subprocess's seconds) added; raises RuntimeError on a failure."""
     cmd = [sys.executable, "-m", "libnpu.tools", "compile", str(path), "-o", str(folder / "model.nlb"),
            "--no-progress", "--json", "--cache-dir", str(folder / "cache"),
-           "--calibration", str(write_calibration(feeds.calibration, folder, feeds.frozen))]
-    for name, value in feeds.frozen.items():
-        cmd += ["--freeze-input", f"{name}={value}"]
-    for name, shape in free_dims(path, model_inputs(path), feeds.shapes).items():
-        cmd += ["--input-shape", f"{name}={','.join(map(str, shape))}"]
-    if recipe:
-        cmd += ["--recipe", recipe]
+           *compile_options(feeds, False, recipe, folder, free_dims(path, model_inputs(path), feeds.shapes))]
     started = time.perf_counter()
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
