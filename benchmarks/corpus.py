@@ -29,6 +29,11 @@ before any was compiled (sha256 of "round3:" + id odd: 12 work, 8 held out). ``-
 --half held-out`` is the fresh held-out figure; ``--check-inputs`` checks the harness on
 any model without compiling or comparing (its inputs run on the reference runtime, finite
 outputs), so a held-out model's preparation can be checked without seeing its result.
+Round 3's work half on branch ``newcorpus`` (main at 228ead3, load 9-14), ``--round 3``:
+**7 passed / 12** (11 compile): the wake-word heads but poww-hey-jarvis (TFLite IF
+fallback order: "input ... used before it is produced"), owwp-embedding, magika-v3-2 and
+mww-hey-mycroft (byte-identical) pass; magika-v1 0.0058 (float bytes through
+Cast/OneHot), paddleocr-en-v4-rec 0.949, ppocrv5-rec 0.883, ppocrv5-det 0.537 miss the bar.
 
 Run from the repository root (one model at a time; the 2-core VM is shared)::
 
