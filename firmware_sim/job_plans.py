@@ -29,18 +29,18 @@ One C call for the whole job: ResNet-8 / VWW / KWS chip CPU per job 5-9% less th
 """
 from __future__ import annotations
 
-import os
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 
-from firmware_sim import caches
+from firmware_sim import caches, graph_threads
 from firmware_sim.kernels import native
 from firmware_sim.kernels.native.calls import BoundCall
 
 __all__ = ["JobPlan", "TimedStep", "HandlerStep", "NativeSteps", "GraphSteps", "MixedSteps", "lookup", "store",
-           "held_bytes", "PLAN_JOBS", "PLAN_BYTES", "GRAPH_THREADS"]
+           "held_bytes", "PLAN_JOBS", "PLAN_BYTES"]
 
 PLAN_JOBS = 256          # plans kept per core; a full table is simply emptied
 # What a core's plans may hold, estimated (``JobPlan.cost``): a client's huge command buffers
@@ -52,10 +52,6 @@ STEP_BYTES = 384         # a task's rerun (measured: 200 bytes a CONV_2D, 370 a 
 DEP_BYTES = 40           # a graph job's dependency kept for its two-thread replay (an int in a list)
 # Replays that look for an all-C plan: a HandlerStep may get its C call only on its second run.
 NATIVE_TRIES = 2
-# A graph job placed on several cores replays on two threads of the core's process
-# (GraphSteps) when NPU_GRAPH_THREADS=1 is in the chip's environment: measured no faster on this
-# loaded 2-vCPU machine (docs/hardware.md, "Task graphs"), so not by default.
-GRAPH_THREADS = os.environ.get("NPU_GRAPH_THREADS", "0") == "1"
 
 
 # (task index, opcode, cycles, rerun or None for a task with no effect, the job's core it was
@@ -91,7 +87,8 @@ class JobPlan:
         and Python steps, if any step is a C call."""
         if self.native is None and self.native_tries < NATIVE_TRIES:
             self.native_tries += 1
-            graph = GraphSteps.of(self.steps, self.deps) if self.deps is not None and GRAPH_THREADS else None
+            graph = (GraphSteps.of(self.steps, self.deps, self.cycles, sum(s[2] for s in self.timed_steps))
+                     if self.deps is not None and graph_threads.MODE != "0" else None)
             self.native = graph or NativeSteps.of(self.steps)
             self.mixed = None if self.native is not None else MixedSteps.of(self.steps)
         return self.native
@@ -131,13 +128,17 @@ class NativeSteps:
 
 
 class GraphSteps:
-    """A graph job's steps (every task a C kernel call) run by ``npu_graph_run`` on this thread
-    and a helper thread: each takes the next step in order once the steps it depends on are
-    done (``graph_steps.c``). The arrays point into the steps' own prepared structs."""
+    """A graph job's steps (every task a C kernel call) run either by ``npu_graph_run`` on this
+    thread and a helper thread, each taking a step whose dependencies are done
+    (``graph_steps.c``), or by ``npu_steps_run`` on this thread in the run order, as
+    ``choice`` (``graph_threads``) says for each replay. The arrays point into the steps' own
+    prepared structs."""
 
-    __slots__ = ("_deps", "_done", "_failed", "_graph", "_indices", "_run", "_starts", "_steps")
+    __slots__ = ("_deps", "_done", "_failed", "_graph", "_indices", "_run", "_run_serial", "_starts", "_steps",
+                 "choice")
 
-    def __init__(self, calls: list[BoundCall], indices: list[int], deps: list[list[int]]):
+    def __init__(self, calls: list[BoundCall], indices: list[int], deps: list[list[int]],
+                 choice: graph_threads.ThreadChoice):
         position = {task: p for p, task in enumerate(indices)}
         flat = [position[d] for task in indices for d in deps[task]]
         starts = [0]
@@ -155,11 +156,15 @@ class GraphSteps:
         self._failed = native.ffi.new("int32_t *")
         self._indices = indices
         self._run = native.library().npu_graph_run
+        self._run_serial = native.library().npu_steps_run
+        self.choice = choice
 
     @classmethod
-    def of(cls, steps: list[tuple[int, Callable[[], None]]], deps: list[list[int]]) -> GraphSteps | None:
+    def of(cls, steps: list[tuple[int, Callable[[], None]]], deps: list[list[int]], critical_cycles: int,
+           serial_cycles: int) -> GraphSteps | None:
         """``steps`` as one graph call, or None unless every task of the job is a C kernel call
-        (a task without a step, a NOP, would hide the dependencies through it)."""
+        (a task without a step, a NOP, would hide the dependencies through it); its cycles on
+        the cores and in order weigh the choice of threads."""
         if len(steps) != len(deps) or native.library() is None:
             return None
         calls = []
@@ -168,11 +173,18 @@ class GraphSteps:
             if not isinstance(call, BoundCall):
                 return None
             calls.append(call)
-        return cls(calls, [index for index, _ in steps], deps)
+        return cls(calls, [index for index, _ in steps], deps,
+                   graph_threads.ThreadChoice(critical_cycles, serial_cycles))
 
     def run(self) -> tuple[int, int]:
         """Runs every step; returns (0, 0), or a failing step's status and task index."""
-        status = self._run(self._graph, self._failed)
+        two = self.choice.two_threads()
+        started = time.monotonic_ns()
+        if two:
+            status = self._run(self._graph, self._failed)
+        else:
+            status = self._run_serial(self._steps, len(self._indices), self._failed)
+        self.choice.record(two, time.monotonic_ns() - started)
         return (status, self._indices[self._failed[0]]) if status else (0, 0)
 
 
