@@ -16,7 +16,8 @@ are compared byte for byte on the same inputs.
 
 ``--graph-threads``: one device per value of the chip's NPU_GRAPH_THREADS (``auto``, the
 default: each graph job's plan runs on one or two threads of the core's process, whichever it
-measures faster; ``0``: one thread; ``1``: two: ``firmware_sim.graph_threads``), all up at
+measures faster; ``0``: one thread, a layer's bands joined back into one call; ``1``: two:
+``firmware_sim.graph_threads``), all up at
 once, every load of every device in the same alternating rounds; a row per model and value.
 The machine's load average is printed before and after.
 

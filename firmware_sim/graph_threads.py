@@ -14,8 +14,11 @@ graphs*). So each plan chooses, from what it costs here:
   ``EXPLORE`` jobs so the choice follows the machine's load (as ``idle_poll`` follows the
   jobs' arrivals). A median, not a mean: a replay preempted for a time slice is noise.
 
+A one-thread replay runs a layer's bands joined back into one call (``band_joins``), so it
+costs what the layer's one-core job does.
+
 ``NPU_GRAPH_THREADS`` in the chip's environment: ``auto`` (the default) as above, ``1`` always
-two threads, ``0`` never (the plan then holds no two-thread form).
+two threads, ``0`` always one.
 """
 from __future__ import annotations
 

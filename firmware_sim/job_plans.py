@@ -73,13 +73,16 @@ class JobPlan:
     native_tries: int = 0
     mixed: MixedSteps | None = None
     deps: list[list[int]] | None = None      # a graph job on several cores: each task's dependencies
+    one_thread: list[tuple[int, Callable[[], None]]] | None = None   # its steps with bands joined (band_joins)
 
     @property
     def cost(self) -> int:
         """The memory the plan holds, estimated: its copy of the command buffer, its tasks and a
         graph job's dependencies (a buffer of DEPENDS alone holds 7 in 40 bytes)."""
         deps = sum(map(len, self.deps)) if self.deps is not None else 0
-        return len(self.command) + TASK_BYTES * self.tasks + STEP_BYTES * len(self.steps) + DEP_BYTES * deps
+        joined = len(self.one_thread) if self.one_thread is not None else 0
+        return (len(self.command) + TASK_BYTES * self.tasks + STEP_BYTES * (len(self.steps) + joined)
+                + DEP_BYTES * deps)
 
     def native_steps(self) -> NativeSteps | GraphSteps | None:
         """The steps as one C call, when every one of them is a C kernel call (on two threads
@@ -87,8 +90,9 @@ class JobPlan:
         and Python steps, if any step is a C call."""
         if self.native is None and self.native_tries < NATIVE_TRIES:
             self.native_tries += 1
-            graph = (GraphSteps.of(self.steps, self.deps, self.cycles, sum(s[2] for s in self.timed_steps))
-                     if self.deps is not None and graph_threads.MODE != "0" else None)
+            graph = (GraphSteps.of(self.steps, self.deps, self.cycles, sum(s[2] for s in self.timed_steps),
+                                   self.one_thread)
+                     if self.deps is not None else None)
             self.native = graph or NativeSteps.of(self.steps)
             self.mixed = None if self.native is not None else MixedSteps.of(self.steps)
         return self.native
@@ -130,15 +134,15 @@ class NativeSteps:
 class GraphSteps:
     """A graph job's steps (every task a C kernel call) run either by ``npu_graph_run`` on this
     thread and a helper thread, each taking a step whose dependencies are done
-    (``graph_steps.c``), or by ``npu_steps_run`` on this thread in the run order, as
-    ``choice`` (``graph_threads``) says for each replay. The arrays point into the steps' own
-    prepared structs."""
+    (``graph_steps.c``), or on this thread in the run order, with a layer's bands joined back
+    into one step where they can be (``band_joins``), as ``choice`` (``graph_threads``) says
+    for each replay. The arrays point into the steps' own prepared structs."""
 
-    __slots__ = ("_deps", "_done", "_failed", "_graph", "_indices", "_run", "_run_serial", "_starts", "_steps",
-                 "choice")
+    __slots__ = ("_deps", "_done", "_failed", "_graph", "_indices", "_one", "_one_tries", "_run", "_run_serial",
+                 "_starts", "_steps", "choice")
 
     def __init__(self, calls: list[BoundCall], indices: list[int], deps: list[list[int]],
-                 choice: graph_threads.ThreadChoice):
+                 choice: graph_threads.ThreadChoice, one_thread: list[tuple[int, Callable[[], None]]] | None = None):
         position = {task: p for p, task in enumerate(indices)}
         flat = [position[d] for task in indices for d in deps[task]]
         starts = [0]
@@ -158,13 +162,18 @@ class GraphSteps:
         self._run = native.library().npu_graph_run
         self._run_serial = native.library().npu_steps_run
         self.choice = choice
+        # One thread: the joined steps, from Python until each has its C call, then as one C
+        # call (None: the bands themselves, as one C call).
+        self._one: NativeSteps | list[tuple[int, Callable[[], None]]] | None = one_thread
+        self._one_tries = 0
 
     @classmethod
     def of(cls, steps: list[tuple[int, Callable[[], None]]], deps: list[list[int]], critical_cycles: int,
-           serial_cycles: int) -> GraphSteps | None:
+           serial_cycles: int, one_thread: list[tuple[int, Callable[[], None]]] | None = None) -> GraphSteps | None:
         """``steps`` as one graph call, or None unless every task of the job is a C kernel call
         (a task without a step, a NOP, would hide the dependencies through it); its cycles on
-        the cores and in order weigh the choice of threads."""
+        the cores and in order weigh the choice of threads; ``one_thread``: the steps with
+        bands joined, for a replay on one thread."""
         if len(steps) != len(deps) or native.library() is None:
             return None
         calls = []
@@ -174,7 +183,7 @@ class GraphSteps:
                 return None
             calls.append(call)
         return cls(calls, [index for index, _ in steps], deps,
-                   graph_threads.ThreadChoice(critical_cycles, serial_cycles))
+                   graph_threads.ThreadChoice(critical_cycles, serial_cycles), one_thread)
 
     def run(self) -> tuple[int, int]:
         """Runs every step; returns (0, 0), or a failing step's status and task index."""
@@ -182,10 +191,34 @@ class GraphSteps:
         started = time.monotonic_ns()
         if two:
             status = self._run(self._graph, self._failed)
-        else:
+        elif self._one is None:
             status = self._run_serial(self._steps, len(self._indices), self._failed)
+        else:
+            result = self._run_one()
+            self.choice.record(two, time.monotonic_ns() - started)
+            return result
         self.choice.record(two, time.monotonic_ns() - started)
         return (status, self._indices[self._failed[0]]) if status else (0, 0)
+
+    @property
+    def one_thread_steps(self) -> int:
+        """How many C calls a one-thread replay makes now (fewer than the tasks once bands are joined)."""
+        return self._one._count if isinstance(self._one, NativeSteps) else len(self._indices)
+
+    def _run_one(self) -> tuple[int, int]:
+        one = self._one
+        if isinstance(one, NativeSteps):
+            return one.run()
+        assert one is not None
+        for _, step in one:
+            step()
+        self._one_tries += 1
+        native_one = NativeSteps.of(one)
+        if native_one is not None:
+            self._one = native_one
+        elif self._one_tries >= NATIVE_TRIES:
+            self._one = None            # a joined step without a C call: the bands' own from now on
+        return 0, 0
 
 
 class MixedSteps:

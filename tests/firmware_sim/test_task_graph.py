@@ -96,11 +96,12 @@ def test_depends_with_a_bad_count_or_nothing_after_it_is_refused(mem):
         assert result.status == -errno.EINVAL and not seen
 
 
-@pytest.mark.parametrize("mode", ["1", "auto"])
+@pytest.mark.parametrize("mode", ["0", "1", "auto"])
 def test_two_thread_replay_gives_the_same_bytes(tmp_path, monkeypatch, mode):
     """NPU_GRAPH_THREADS=1 (and auto, which tries both): a compiled diamond's graph job (row bands
     too) replays on two threads of the process (job_plans.GraphSteps, graph_steps.c) with the
-    bytes of its in-order job, on every replay."""
+    bytes of its in-order job, on every replay; so does a replay on one thread (0, and auto's
+    first), its bands joined back into one call (band_joins)."""
     from libnpu.compiler.lower import compile_model
     from tests.support.diamond import diamond_calibration, diamond_model
     if native.library() is None:
@@ -135,6 +136,8 @@ def test_two_thread_replay_gives_the_same_bytes(tmp_path, monkeypatch, mode):
                                                else job_plans.NativeSteps)
         if graph == 0 and mode == "auto":
             assert all(len(walls) == graph_threads.SAMPLES for walls in plan.native.choice.walls)
+        if graph == 0 and mode != "1":
+            assert plan.native.one_thread_steps < len(loadable.tasks)
     assert set(outputs[None]) == set(outputs[0]) and len(set(outputs[0])) == 1
 
 
