@@ -9,11 +9,13 @@ cost 10% more CPU than its one-core loadable). So the one-thread form of the pla
 tasks adjacent in the run order as one when the descriptors say they are parts of one
 layer: the same operator with every field equal but the ones a band moves, the second
 starting where the first ends, in its output and in the input rows its first output row
-reads, with no top padding of its own and the first band not cut short at its last input
-row unless the join ends there too. Every output element then sums the same taps over the
-same input rows with the same zero-point padding, so the bytes are the same; a join is only
-a descriptor the chip's own handler runs (and checks) as it would a client's. The timing
-model, the profile and the two-thread form keep the bands.
+reads (no later than the first's input ends), with no top padding of its own and the first
+band not cut short at its last input row unless the join ends there too. Every output
+element then sums the same taps over the same input rows with the same zero-point padding,
+so the bytes are the same; and every range the joined descriptor names is the union of the
+bands' ranges, so it reads and writes nothing they would not (a client's descriptors are
+joined by the same rule, and the chip's own handler checks the join as any descriptor).
+The timing model, the profile and the two-thread form keep the bands.
 """
 from __future__ import annotations
 
@@ -103,8 +105,8 @@ def _join_rows(first: np.void, second: np.void) -> np.void | None:
     moved = int(second["input"]) - int(first["input"])
     pad = int(first["padding"][0])
     stride, dilation, kh = int(first["stride"][0]), int(first["dilation"][0]), int(first["filter_hw"][0])
-    if moved < 0 or moved % in_row or moved // in_row != o_a * stride - pad:
-        return None
+    if moved < 0 or moved % in_row or moved // in_row != o_a * stride - pad or moved > h_a * in_row:
+        return None                               # (the last: rows between the bands neither reads)
     rows = moved // in_row + h_b                  # the join's input rows
     last_read = (o_a - 1) * stride - pad + (kh - 1) * dilation
     if rows < h_a or (last_read >= h_a and rows != h_a):
