@@ -10,9 +10,13 @@ graphs*). So each plan chooses, from what it costs here:
 - the modeled gain first: a job whose one-thread time times its modeled saving (1 - critical
   path / the sum of its tasks' cycles) is below ``HANDOFF_NS`` never tries two threads;
 - otherwise it measures: the wall time of its last ``SAMPLES`` replays of each kind (one
-  thread first, then two), and runs the kind whose median is lower, the other every
-  ``EXPLORE`` jobs so the choice follows the machine's load (as ``idle_poll`` follows the
-  jobs' arrivals). A median, not a mean: a replay preempted for a time slice is noise.
+  thread first, then two), and runs two threads only while their median is below
+  ``MARGIN`` times one thread's, the kind not chosen every ``EXPLORE`` jobs so the choice
+  follows the machine's load (as ``idle_poll`` follows the jobs' arrivals). A median, not a
+  mean: a replay preempted for a time slice is noise; a margin, because two threads cost
+  more CPU for the same work, which a machine without a free CPU pays for (measured at load
+  average 11-14: two threads chosen on medians alone made VWW's p50 1.10-1.12x one core's,
+  one thread 0.98-1.05x).
 
 A one-thread replay runs a layer's bands joined back into one call (``band_joins``), so it
 costs what the layer's one-core job does.
@@ -24,11 +28,12 @@ from __future__ import annotations
 
 import os
 
-__all__ = ["MODE", "HANDOFF_NS", "SAMPLES", "EXPLORE", "ThreadChoice"]
+__all__ = ["MODE", "HANDOFF_NS", "SAMPLES", "EXPLORE", "MARGIN", "ThreadChoice"]
 
 MODE = os.environ.get("NPU_GRAPH_THREADS", "auto")
 HANDOFF_NS = 20_000     # the helper's wake-up across the vCPUs and the per-layer waits, about
-SAMPLES = 5             # replays of each kind whose median is compared
+SAMPLES = 9             # replays of each kind whose median is compared
+MARGIN = 0.9            # two threads only while their median is below this share of one thread's
 EXPLORE = 16            # every this many jobs, the kind not chosen runs (and is measured again)
 
 
@@ -54,7 +59,7 @@ class ThreadChoice:
         if len(two) < SAMPLES:
             return True
         self.jobs += 1
-        better = _median(two) < _median(one)
+        better = _median(two) < MARGIN * _median(one)
         return better != (self.jobs % EXPLORE == 0)
 
     def record(self, two: bool, wall_ns: int) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 
 from firmware_sim import graph_threads
-from firmware_sim.graph_threads import EXPLORE, HANDOFF_NS, SAMPLES, ThreadChoice
+from firmware_sim.graph_threads import EXPLORE, HANDOFF_NS, MARGIN, SAMPLES, ThreadChoice
 
 
 @pytest.fixture(autouse=True)
@@ -29,6 +29,13 @@ def test_one_thread_first_then_two_then_the_faster_and_now_and_then_the_other():
 def test_two_threads_given_up_when_they_measure_slower():
     choice = ThreadChoice(critical_cycles=500, serial_cycles=1000)
     kinds = [_replay(choice, 200_000, 300_000) for _ in range(2 * SAMPLES + EXPLORE)]
+    assert kinds[2 * SAMPLES:].count(True) == 1
+
+
+def test_two_threads_a_little_faster_are_not_worth_their_cpu():
+    choice = ThreadChoice(critical_cycles=500, serial_cycles=1000)
+    one = 200_000
+    kinds = [_replay(choice, one, int(one * MARGIN) + 1000) for _ in range(2 * SAMPLES + EXPLORE)]
     assert kinds[2 * SAMPLES:].count(True) == 1
 
 
