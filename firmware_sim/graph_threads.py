@@ -9,6 +9,10 @@ graphs*). So each plan chooses, from what it costs here:
 
 - the modeled gain first: a job whose one-thread time times its modeled saving (1 - critical
   path / the sum of its tasks' cycles) is below ``HANDOFF_NS`` never tries two threads;
+- nor while no CPU is free for the helper: as many other tasks runnable as the machine has
+  CPUs less one (/proc/loadavg, read through ``idle_poll.RunQueueProbe`` at most every
+  ``LOAD_CHECK_NS``): the helper would only take a CPU from the client, the driver or
+  another job;
 - otherwise it measures: the wall time of its last ``SAMPLES`` replays of each kind (one
   thread first, then two), and runs two threads only while their median is below
   ``MARGIN`` times one thread's, the kind not chosen every ``EXPLORE`` jobs so the choice
@@ -27,6 +31,9 @@ two threads, ``0`` always one.
 from __future__ import annotations
 
 import os
+import time
+
+from firmware_sim.idle_poll import LOAD_CHECK_NS, RunQueueProbe
 
 __all__ = ["MODE", "HANDOFF_NS", "SAMPLES", "EXPLORE", "MARGIN", "ThreadChoice"]
 
@@ -54,7 +61,7 @@ class ThreadChoice:
         one, two = self.walls
         if len(one) < SAMPLES:
             return False                    # one thread first: its time is what two must beat
-        if _median(one) * self.saving < HANDOFF_NS:
+        if _median(one) * self.saving < HANDOFF_NS or not _cpu_free():
             return False
         if len(two) < SAMPLES:
             return True
@@ -68,6 +75,28 @@ class ThreadChoice:
         walls.append(wall_ns)
         if len(walls) > SAMPLES:
             del walls[0]
+
+
+class _FreeCpu:
+    """Whether a CPU is free for a helper thread, as last seen at most LOAD_CHECK_NS ago."""
+
+    def __init__(self) -> None:
+        self.probe: RunQueueProbe | None = None      # opened on first use (in the core's process)
+        self.cpus = os.cpu_count() or 1
+        self.checked_ns = -LOAD_CHECK_NS
+        self.free = False
+
+    def __call__(self) -> bool:
+        now = time.monotonic_ns()
+        if now - self.checked_ns >= LOAD_CHECK_NS:
+            if self.probe is None:
+                self.probe = RunQueueProbe()
+            self.checked_ns = now
+            self.free = self.probe.others() < self.cpus - 1
+        return self.free
+
+
+_cpu_free = _FreeCpu()
 
 
 def _median(values: list[int]) -> int:

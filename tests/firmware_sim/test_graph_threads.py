@@ -9,7 +9,9 @@ from firmware_sim.graph_threads import EXPLORE, HANDOFF_NS, MARGIN, SAMPLES, Thr
 
 @pytest.fixture(autouse=True)
 def auto(monkeypatch):
+    """auto, on a machine with a CPU free for the helper (whatever this one's load is)."""
     monkeypatch.setattr(graph_threads, "MODE", "auto")
+    monkeypatch.setattr(graph_threads, "_cpu_free", lambda: True)
 
 
 def _replay(choice: ThreadChoice, one_ns: int, two_ns: int) -> bool:
@@ -45,6 +47,14 @@ def test_a_median_ignores_one_preempted_replay():
         _replay(choice, 200_000, 120_000)
     choice.record(True, 50_000_000)               # a time slice lost once
     assert choice.two_threads()
+
+
+def test_no_cpu_free_for_the_helper_keeps_one_thread(monkeypatch):
+    choice = ThreadChoice(critical_cycles=500, serial_cycles=1000)
+    for _ in range(2 * SAMPLES):
+        _replay(choice, 200_000, 100_000)
+    monkeypatch.setattr(graph_threads, "_cpu_free", lambda: False)
+    assert not any(_replay(choice, 200_000, 100_000) for _ in range(2 * EXPLORE))
 
 
 def test_too_little_modeled_gain_never_tries_two_threads():
