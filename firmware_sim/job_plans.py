@@ -191,14 +191,11 @@ class GraphSteps:
         started = time.monotonic_ns()
         if two:
             status = self._run(self._graph, self._failed)
-        elif self._one is None:
-            status = self._run_serial(self._steps, len(self._indices), self._failed)
+            result = (status, self._indices[self._failed[0]]) if status else (0, 0)
         else:
             result = self._run_one()
-            self.choice.record(two, time.monotonic_ns() - started)
-            return result
         self.choice.record(two, time.monotonic_ns() - started)
-        return (status, self._indices[self._failed[0]]) if status else (0, 0)
+        return result
 
     @property
     def one_thread_steps(self) -> int:
@@ -207,9 +204,11 @@ class GraphSteps:
 
     def _run_one(self) -> tuple[int, int]:
         one = self._one
+        if one is None:
+            status = self._run_serial(self._steps, len(self._indices), self._failed)
+            return (status, self._indices[self._failed[0]]) if status else (0, 0)
         if isinstance(one, NativeSteps):
             return one.run()
-        assert one is not None
         for _, step in one:
             step()
         self._one_tries += 1
