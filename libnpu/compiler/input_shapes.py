@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from .ir import IRError
+from .tflite_strings import flatbuffer_text
 
 __all__ = ["InputShapeError", "InputShapes", "ShapedModel", "parse_input_shape", "parse_input_shapes",
            "resolve_input_shapes", "fix_onnx_inputs", "fix_tflite_inputs", "fix_input_shapes"]
@@ -240,7 +241,7 @@ def _read_tflite_inputs(model: Any) -> tuple[Any, dict[str, int], dict[str, Decl
     declared: dict[str, Declared] = {}
     for idx in (sg.InputsAsNumpy() if sg.InputsLength() else []):
         t = sg.Tensors(int(idx))
-        label = (t.Name() or b"").decode() or f"t{int(idx)}"
+        label = flatbuffer_text(t.Name()) or f"t{int(idx)}"
         shape = [int(d) for d in t.ShapeAsNumpy()] if t.ShapeLength() else []
         signature = [int(d) for d in t.ShapeSignatureAsNumpy()] if t.ShapeSignatureLength() else shape
         indices[label] = int(idx)
@@ -290,7 +291,7 @@ def _resized_tflite(data: bytes, indices: Mapping[str, int], shapes: Mapping[str
             if not length:
                 continue
             if length != len(shape):
-                raise InputShapeError(f"{name}: tensor {index} ({(t.Name() or b'').decode()!r}) changes rank with "
+                raise InputShapeError(f"{name}: tensor {index} ({flatbuffer_text(t.Name())!r}) changes rank with "
                                       f"inputs {_shapes_text(shapes)} ({length} -> {len(shape)} dimensions): "
                                       "not supported")
             view = vector()            # a view of ``buf``: written in place

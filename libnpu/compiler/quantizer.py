@@ -211,6 +211,9 @@ def _activation_table(g: Graph, ranges: Mapping[str, Range], roles) -> dict[str,
             continue
         if t.is_constant:
             d = t.data.astype(np.float32)
+            if np.isnan(d).any():
+                raise NonFiniteValuesError(f"constant {name!r} holds NaN: no grid holds it")
+            d = d[np.isfinite(d)]   # an infinite bound (Max(x, -inf)) saturates to its grid's end
             rng[name] = (float(d.min()), float(d.max())) if d.size else (0.0, 0.0)
         elif name in ranges:
             rng[name] = ranges[name]
@@ -245,7 +248,11 @@ def _activation_table(g: Graph, ranges: Mapping[str, Range], roles) -> dict[str,
             known = [rng[m] for m in members if m in rng]
             if not known:
                 raise QuantizationError(f"no calibration range for tensors {members}")
-            qp = choose_activation_scale(min(r[0] for r in known), max(r[1] for r in known))
+            try:
+                qp = choose_activation_scale(min(r[0] for r in known), max(r[1] for r in known))
+            except ValueError as exc:     # a constant holding inf or NaN (calibrated ones are checked)
+                bad = [m for m in members if m in rng and not np.all(np.isfinite(rng[m]))]
+                raise NonFiniteValuesError(f"tensor {(bad or members)[0]!r}: {exc}") from exc
         for m in members:
             params[m] = qp
     missing = [n for n, t in g.tensors.items() if n not in roles and n not in params]
@@ -310,7 +317,11 @@ def quantize(graph: Graph, ranges: Mapping[str, Range], *, fc_per_channel: bool 
             per_tensor = registry.get(op.type, "fc_weights") and not fc_per_channel or \
                 op.name in qdq_per_tensor      # the scale a QDQ model gave its weights
             axis = None if per_tensor else weight_axis
-            wq, wqp = quantize_weights(w_t.data, axis, bias, in_scale)
+            try:
+                wq, wqp = quantize_weights(w_t.data, axis, bias, in_scale)
+            except ValueError as exc:     # inf or NaN in the model's own weights
+                raise NonFiniteValuesError(f"{op.describe()}: {exc} (weights {w_t.name!r}"
+                                           f"{f', bias {b_name!r}' if b_name else ''})") from exc
             if moments is not None and w_t.name in moments and (op.type == "DEPTHWISE_CONV_2D" or axis in (0, None)):
                 wq, rounded_bias = round_layer(op.type, w_t.data, wqp.scale, moments[w_t.name], bias)
                 bias = rounded_bias if round_biases else bias

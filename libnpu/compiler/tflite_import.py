@@ -23,6 +23,7 @@ from .ir import Graph, IRError, Op, QuantParams, SourceOp, Tensor, require_data,
 from .source_index import record_sources
 from .tflite_cut import cut_tflite
 from .tflite_sparsity import SparsityError, densify
+from .tflite_strings import flatbuffer_text
 
 __all__ = ["TFLiteImportError", "UnsupportedOpError", "SourceOp", "import_tflite", "import_tflite_sources",
            "load_tflite", "options", "builtin_name",
@@ -123,7 +124,7 @@ class _Importer:
                 raise TFLiteImportError(f"tensor {idx} ({t.Name()!r}): bad sparsity parameters: {exc}") from None
         elif raw is not None:
             data = raw.view(dtype).reshape(shape).copy()
-        name = self.graph.unique_name((t.Name() or b"").decode() or f"t{idx}")
+        name = self.graph.unique_name(flatbuffer_text(t.Name()) or f"t{idx}")
         self.graph.add_tensor(Tensor(name, shape, dtype, quant, data))
         self.names[idx] = name
         return name
@@ -133,7 +134,7 @@ class _Importer:
 
     def label(self, idx: int) -> str:
         """Tensor ``idx``'s name for messages, without importing it (it may be a resource)."""
-        return self.names.get(idx) or (self.sg.Tensors(idx).Name() or b"").decode() or f"t{idx}"
+        return self.names.get(idx) or flatbuffer_text(self.sg.Tensors(idx).Name()) or f"t{idx}"
 
     def const(self, idx: int, what: str, op: str) -> np.ndarray:
         data = self.graph.tensors[self.tensor(idx)].data
@@ -199,7 +200,7 @@ class _Importer:
         code = self.sg.Operators(i).OpcodeIndex()
         opname = builtin_name(self.model, code)
         if opname == "CUSTOM":
-            opname = f"CUSTOM:{(self.model.OperatorCodes(code).CustomCode() or b'').decode()}"
+            opname = f"CUSTOM:{flatbuffer_text(self.model.OperatorCodes(code).CustomCode())}"
         return opname
 
     def op_io(self, i: int) -> tuple[list[int], list[int]]:
