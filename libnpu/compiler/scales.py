@@ -27,8 +27,8 @@ import numpy as np
 
 from .ir import QuantParams
 
-__all__ = ["SHARED_GRIDS", "INT16_MAX", "MIN_MULTIPLIER", "BIAS16_BITS", "SMALLEST_SCALE", "symmetric", "choose_activation_scale",
-           "choose_int16_scale", "bias_scale", "quantize_weights", "quantize_weights16"]
+__all__ = ["SHARED_GRIDS", "INT16_MAX", "MIN_MULTIPLIER", "BIAS16_BITS", "SMALLEST_SCALE", "symmetric",
+           "choose_activation_scale", "choose_int16_scale", "bias_scale", "quantize_weights", "quantize_weights16"]
 
 INT16_MAX = 32767
 #: Float graph metadata key: a list of groups (lists of tensor names) quantized with one grid.
@@ -45,8 +45,12 @@ SMALLEST_SCALE = float(np.finfo(np.float32).tiny)
 
 
 def symmetric(scale: float | np.ndarray, axis: int = 0) -> QuantParams:
-    """Zero-point-0 parameters with ``scale`` (one, or one per channel along ``axis``), stored as float32."""
-    scale = np.atleast_1d(np.asarray(scale, np.float32))
+    """Zero-point-0 parameters with ``scale`` (one, or one per channel along ``axis``), stored as float32.
+
+    A scale finer than ``SMALLEST_SCALE`` (a product of scales, such as a bias's, that
+    float32 would store as 0 or a denormal) is that scale: its values are that close to 0."""
+    scale = np.atleast_1d(np.asarray(scale, np.float64))
+    scale = np.where((scale >= 0) & (scale < SMALLEST_SCALE), SMALLEST_SCALE, scale).astype(np.float32)
     return QuantParams(scale, np.zeros(scale.size, np.int64), axis)
 
 
@@ -101,7 +105,11 @@ def quantize_weights(w: np.ndarray, axis: int | None, bias: np.ndarray | None,
         need = np.abs(bias.astype(np.float64)) / (in_scale * (2 ** 31 - 1)) * 1.01
         scale = np.maximum(scale, need if axis is not None else need.max(initial=0.0))
     scale = np.where(scale > 0, scale, 1.0 / 127.0)
-    scale = np.maximum(scale, SMALLEST_SCALE / float(np.float32(in_scale))).astype(np.float32)
+    scale = np.maximum(scale, SMALLEST_SCALE / float(np.float32(in_scale)))
+    if not np.all(scale < np.finfo(np.float32).max):
+        raise ValueError(f"no int8 weight step holds it: its bias (up to {np.abs(bias).max():.3g}) on an input "
+                         f"grid of step {in_scale:.3g} needs a step beyond float32's range for an int32 bias")
+    scale = scale.astype(np.float32)
     shape = [1] * w.ndim
     if axis is not None:
         shape[axis] = -1

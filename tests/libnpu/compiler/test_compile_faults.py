@@ -8,7 +8,10 @@ import tflite
 
 from libnpu.compiler.accuracy import output_scores
 from libnpu.compiler.frontend import load_model, to_int8_graph
+from libnpu.compiler.ir import IRError
+from libnpu.compiler.layer_faults import LayerFault
 from libnpu.compiler.lower import compile_model
+from libnpu.compiler.quantizer import NonFiniteValuesError
 from libnpu.compiler.scales import choose_int16_scale, quantize_weights
 from libnpu.compiler.tflite_import import import_tflite
 from tests.support.model_builders import _Builder
@@ -111,3 +114,57 @@ def test_bias_correction_through_a_host_call_of_two_outputs():
     loadable = compile_model(_host_pair_model(), data, kind="onnx", recipe="fast", bias_correction=True)
     placed = {p[1]: p[2] for p in loadable.metadata["placement"]}
     assert placed["Sin"] == placed["Cos"] == "CPU" and placed["GlobalAveragePool"] == "NPU"
+
+
+def _bn_after_dead_input(gamma: np.ndarray, beta: float):
+    """Conv whose ReLU output is always 0 (bias -50), a 1x1 conv, batch norm (``gamma``,
+    ``beta``) and ReLU: the norm folds into the conv only in the whole graph (the placement
+    judges each operator alone and passes all of them). Input [1, 3, 8, 8]."""
+    b = _Builder(3)
+    n = b.node
+    n("Conv", ["x", b.weight("w1", 4, 3, 3, 3), b.const("b1", np.full(4, -50, np.float32))], "c1", pads=[1, 1, 1, 1])
+    n("Relu", ["c1"], "r1")
+    n("Conv", ["r1", b.weight("w2", 3, 4, 1, 1)], "c2")
+    n("BatchNormalization", ["c2", b.const("g", gamma.astype(np.float32)), b.const("be", np.full(3, beta, np.float32)),
+                             b.const("mu", np.zeros(3, np.float32)), b.const("var", np.ones(3, np.float32))], "n2")
+    n("Relu", ["n2"], "r2")
+    n("Mul", ["r2", b.const("k", np.float32(1e-37))], "s2")
+    n("Add", ["s2", "x"], "y")
+    return b.model("bn_after_dead", {"x": [1, 3, 8, 8]}, {"y": [1, 3, 8, 8]}).SerializeToString()
+
+
+_FEEDS = [{"x": np.random.default_rng(i).uniform(-1, 1, (1, 3, 8, 8)).astype(np.float32)} for i in range(4)]
+
+
+def test_batch_norm_with_a_vanishing_gamma_compiles():
+    """A batch norm whose gamma is ~1e-40 on a channel folds denormal weights into the conv
+    before it: the whole model's quantization failed ("scales must be finite and > 0") where
+    each operator alone passed, so the compile ended. Now it compiles, all on the chip."""
+    loadable = compile_model(_bn_after_dead_input(np.array([1.0, 1e-40, 1.0]), 0.0), _FEEDS,
+                             kind="onnx", recipe="fast")
+    assert "placement" not in loadable.metadata and "layer_faults" not in loadable.metadata
+
+
+def test_a_layer_no_grid_holds_runs_on_the_cpu():
+    """A layer whose folded bias (3e37 on an input that is always 0) no int8 weight step
+    holds with an int32 bias: the whole model's quantization raised inside that layer, with
+    no operator the placement refuses. That layer (and the ReLU fused into it) now runs on
+    the CPU, with the real cause as its reason; strict mode refuses it, naming the layer."""
+    model = _bn_after_dead_input(np.ones(3), 3e37)
+    loadable = compile_model(model, _FEEDS, kind="onnx", recipe="fast")
+    cpu = {p[1]: p[3] for p in loadable.metadata["placement"] if p[2] == "CPU"}
+    assert set(cpu) == {"Conv", "Relu"} and "no int8 weight step holds it" in cpu["Conv"]
+    assert len(loadable.metadata["layer_faults"]) == 2
+    assert loadable.metadata["layer_faults"][0].startswith("Conv (op 2) runs on the CPU: quantizing it")
+    with pytest.raises(LayerFault, match="quantizing CONV_2D node 'c2' failed: .*no int8 weight step"):
+        compile_model(model, _FEEDS, kind="onnx", recipe="fast", strict=True)
+
+
+def test_the_users_mistakes_stay_errors():
+    """The net catches a layer's faults, not the user's: a wrong input shape still ends the
+    compile, as does calibration data that drives a tensor to infinity."""
+    model = _bn_after_dead_input(np.ones(3), 0.0)
+    with pytest.raises(IRError, match="x"):
+        compile_model(model, _FEEDS, kind="onnx", recipe="fast", input_shapes={"x": (1, 3, 9)})
+    with pytest.raises(NonFiniteValuesError):
+        compile_model(model, [{"x": np.full((1, 3, 8, 8), np.inf, np.float32)}], kind="onnx", recipe="fast")
