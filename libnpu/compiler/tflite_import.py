@@ -64,6 +64,13 @@ def builtin_name(model: Any, opcode_index: int) -> str:
     return _OP_NAMES.get(code, f"BUILTIN_{code}")
 
 
+def _meaningless_grid(dtype: str, scale: np.ndarray) -> bool:
+    """Whether a tensor's quantization parameters mean nothing: on a float tensor (LiteRT
+    reads them only for integer types; converters leave zero scales there), or all-zero
+    scales on an int32 / int64 tensor that is no bias (a shape, an index)."""
+    return dtype in ("float32", "float16") or dtype in ("int32", "int64") and not np.any(scale)
+
+
 class _Importer:
     def __init__(self, buf: bytes, name: str, *, fallback: bool = False,
                  force_host: Mapping[int, str] | None = None, input_shapes: InputShapes = None) -> None:
@@ -110,9 +117,13 @@ class _Importer:
         shape = tuple(int(d) for d in t.ShapeAsNumpy()) if t.ShapeLength() else ()
         quant = None
         q = t.Quantization()
-        if q is not None and q.ScaleLength() > 0:
+        if q is not None and q.ScaleLength() > 0 and not _meaningless_grid(dtype, q.ScaleAsNumpy()):
             zp = q.ZeroPointAsNumpy() if q.ZeroPointLength() else np.zeros(q.ScaleLength(), np.int64)
-            quant = QuantParams(q.ScaleAsNumpy(), zp, int(q.QuantizedDimension()))
+            scale = q.ScaleAsNumpy()
+            if not np.all((scale > 0) & np.isfinite(scale)):
+                raise TFLiteImportError(f"tensor {idx} ({flatbuffer_text(t.Name())!r}): its quantization scale "
+                                        f"{scale.min() if scale.size else scale} is not finite and > 0")
+            quant = QuantParams(scale, zp, int(q.QuantizedDimension()))
         raw = self._buffer_data(t.Buffer())
         data = None
         if t.Sparsity() is not None and t.Buffer() > 0:

@@ -168,3 +168,19 @@ def test_the_users_mistakes_stay_errors():
         compile_model(model, _FEEDS, kind="onnx", recipe="fast", input_shapes={"x": (1, 3, 9)})
     with pytest.raises(NonFiniteValuesError):
         compile_model(model, [{"x": np.full((1, 3, 8, 8), np.inf, np.float32)}], kind="onnx", recipe="fast")
+
+
+def test_zero_scales_in_a_tflite_file():
+    """Quantization parameters with a zero scale on a float tensor (converters leave them)
+    mean nothing to LiteRT: the import failed with "scales must be finite and > 0". They are
+    ignored; on an int8 tensor, where they would mean something, the error names the tensor."""
+    f32 = np.float32
+    model = build_model([TensorSpec((1, 8), f32, scale=[0.0], zero_point=[0], name="mel"),
+                         TensorSpec((1, 8), f32, scale=[0.0], zero_point=[0], name="out")],
+                        [OpSpec(tflite.BuiltinOperator.RELU, [0], [1])], [0], [1])
+    assert import_tflite(model).tensors["mel"].quant is None
+    int8 = build_model([TensorSpec((1, 8), np.int8, scale=[0.1], zero_point=[0], name="in"),
+                        TensorSpec((1, 8), np.int8, scale=[0.0], zero_point=[0], name="dead")],
+                       [OpSpec(tflite.BuiltinOperator.RELU, [0], [1])], [0], [1])
+    with pytest.raises(IRError, match="tensor 1 \\('dead'\\): its quantization scale 0.0 is not finite"):
+        import_tflite(int8)
