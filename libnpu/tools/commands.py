@@ -425,6 +425,7 @@ def compile_(args: argparse.Namespace) -> int:
                           "int16_layers": result.loadable.metadata.get("int16_layers", []),
                           "int16_output_score": result.loadable.metadata.get("int16_output_score"),
                           "fidelity": result.loadable.metadata.get("fidelity"),
+                          "layer_faults": result.loadable.metadata.get("layer_faults", []),
                           **({"report": report, "layer_errors": result.loadable.metadata.get("layer_errors")}
                              if args.report else {})}, indent=2))
         _fidelity_lines(result.loadable.metadata, show=False)
