@@ -175,76 +175,147 @@ static inline int64_t mbqm(int64_t x, int64_t m, int32_t s)
     return r >> e;
 }
 
-#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512DQ__) && defined(__AVX512VL__)
-/* A per-tensor int16 MUL over contiguous operands, 8 lanes of mbqm's int64 arithmetic at a
-   time (the products, |a * b| <= 2**30, are exact in vpmuldq, as is x * m); returns how many
-   elements it wrote (a multiple of 8: the scalar loop does the rest). */
-static int64_t mul16_lanes(const int16_t *a, const int16_t *b, int16_t *o, int64_t n, int32_t m, int32_t s,
-                           int32_t act_min, int32_t act_max)
+/* The requantization columns of a kind's parameter row: ADD m1, s1, m2, s2, mo, so; MUL m, s;
+   PRELU m1, s1 (x >= 0), m2, s2 (x * alpha). */
+static inline int binary16_columns(int32_t kind)
 {
-    const int e = s > 0 ? 0 : -s;
-    const __m512i vm = _mm512_set1_epi64(m), nudge = _mm512_set1_epi64(INT64_C(1) << 30);
-    const __m512i round = _mm512_set1_epi64((INT64_C(1) << e) >> 1), int_min = _mm512_set1_epi64(INT32_MIN);
-    const __m256i lo = _mm256_set1_epi32(act_min), hi = _mm256_set1_epi32(act_max);
-    int64_t i = 0;
-    for (; i + 8 <= n; i += 8) {
-        __m512i x = _mm512_mul_epi32(_mm512_cvtepi16_epi64(_mm_loadu_si128((const __m128i *)(a + i))),
-                                     _mm512_cvtepi16_epi64(_mm_loadu_si128((const __m128i *)(b + i))));
-        if (s > 0)          /* (int32_t)(x << s): shifted, then the low 32 bits sign-extended */
-            x = _mm512_srai_epi64(_mm512_slli_epi64(_mm512_sll_epi64(x, _mm_cvtsi32_si128(s)), 32), 32);
-        __m512i v = _mm512_srai_epi64(_mm512_add_epi64(_mm512_mul_epi32(x, vm), nudge), 31);
-        if (m == INT32_MIN)
-            v = _mm512_mask_mov_epi64(v, _mm512_cmpeq_epi64_mask(x, int_min), _mm512_set1_epi64(INT32_MAX));
-        __m512i r = _mm512_add_epi64(v, round);
-        if (e > 0)          /* r -= v < 0 */
-            r = _mm512_add_epi64(r, _mm512_srai_epi64(v, 63));
-        r = _mm512_sra_epi64(r, _mm_cvtsi32_si128(e));
-        const __m256i q = _mm256_min_epi32(_mm256_max_epi32(_mm512_cvtepi64_epi32(r), lo), hi);
-        _mm_storeu_si128((__m128i *)(o + i), _mm256_cvtepi32_epi16(q));
+    return kind == NPU_BINARY16_ADD ? 6 : kind == NPU_BINARY16_MUL ? 2 : 4;
+}
+
+/* One output element of x and y with parameter row p, before the int32 wrap and the clamp. */
+static inline int64_t binary16_one(int32_t kind, int64_t x, int64_t y, const int32_t *p, int32_t left_shift)
+{
+    if (kind == NPU_BINARY16_ADD) {
+        const int64_t s1 = mbqm(x << left_shift, p[0], p[1]);
+        const int64_t s2 = mbqm(y << left_shift, p[2], p[3]);
+        return mbqm((int32_t)(uint32_t)(uint64_t)(s1 + s2), p[4], p[5]);
     }
-    return i;
+    if (kind == NPU_BINARY16_MUL)
+        return mbqm(x * y, p[0], p[1]);
+    return x >= 0 ? mbqm(x, p[0], p[1]) : mbqm(x * y, p[2], p[3]);
+}
+
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512DQ__) && defined(__AVX512VL__)
+#define BINARY16_LANES 1
+/* mbqm on 8 int64 lanes holding int32 values x, multipliers m and shifts s (each lane its own):
+   x * m is exact in vpmuldq, vpsravq shifts each lane by its own exponent. */
+static inline __m512i mbqm8(__m512i x, __m512i m, __m512i s)
+{
+    const __m512i zero = _mm512_setzero_si512(), one = _mm512_set1_epi64(1);
+    const __m512i int_min = _mm512_set1_epi64(INT32_MIN);
+    /* (int32_t)(x << s) for a left shift; x itself otherwise */
+    x = _mm512_srai_epi64(_mm512_slli_epi64(_mm512_sllv_epi64(x, _mm512_max_epi64(s, zero)), 32), 32);
+    __m512i v = _mm512_srai_epi64(_mm512_add_epi64(_mm512_mul_epi32(x, m), _mm512_set1_epi64(INT64_C(1) << 30)), 31);
+    v = _mm512_mask_mov_epi64(v, _mm512_cmpeq_epi64_mask(x, int_min) & _mm512_cmpeq_epi64_mask(m, int_min),
+                              _mm512_set1_epi64(INT32_MAX));
+    const __m512i e = _mm512_max_epi64(_mm512_sub_epi64(zero, s), zero);
+    __m512i r = _mm512_add_epi64(v, _mm512_srli_epi64(_mm512_sllv_epi64(one, e), 1));
+    r = _mm512_mask_sub_epi64(r, _mm512_cmpgt_epi64_mask(e, zero) & _mm512_cmplt_epi64_mask(v, zero), r, one);
+    return _mm512_srav_epi64(r, e);
+}
+
+/* 8 int16 elements at a (stride 1, or 0: one value for all) as int64 lanes. */
+static inline __m512i load16x8(const int16_t *a, int64_t stride, __mmask8 k)
+{
+    return stride ? _mm512_cvtepi16_epi64(_mm_maskz_loadu_epi16(k, a)) : _mm512_set1_epi64(a[0]);
+}
+
+/* Column `col` of the parameters of 8 lanes: cols[col * channels + ch ...] (per_lane), else
+   the one row's. */
+static inline __m512i param8(const int32_t *cols, int64_t channels, int col, int64_t ch, int per_lane, __mmask8 k)
+{
+    return per_lane ? _mm512_cvtepi32_epi64(_mm256_maskz_loadu_epi32(k, cols + col * channels + ch))
+                    : _mm512_set1_epi64(cols[col]);
+}
+
+/* n elements of a (stride as, 0 or 1) and b (bs) into o, 8 lanes at a time: lane i with the
+   parameters of channel ch + i (per_lane: cols holds the rows as columns, `channels` apart),
+   or the one row cols (columns 1 apart). */
+static void binary16_lanes(const struct npu_binary16_call *c, const int16_t *a, int64_t as, const int16_t *b,
+                           int64_t bs, int16_t *o, int64_t n, const int32_t *cols, int64_t ch, int per_lane)
+{
+    const int64_t channels = per_lane ? c->channels : 1;
+    const __m256i lo = _mm256_set1_epi32(c->act_min), hi = _mm256_set1_epi32(c->act_max);
+    const __m128i left = _mm_cvtsi32_si128(c->left_shift);
+    for (int64_t i = 0; i < n; i += 8) {
+        const __mmask8 k = n - i >= 8 ? (__mmask8)0xFF : (__mmask8)((1u << (n - i)) - 1);
+        const __m512i x = load16x8(a + i * as, as, k), y = load16x8(b + i * bs, bs, k);
+        const int64_t at = per_lane ? ch + i : 0;
+        __m512i raw;
+        if (c->kind == NPU_BINARY16_ADD) {
+            const __m512i s1 = mbqm8(_mm512_sll_epi64(x, left), param8(cols, channels, 0, at, per_lane, k),
+                                     param8(cols, channels, 1, at, per_lane, k));
+            const __m512i s2 = mbqm8(_mm512_sll_epi64(y, left), param8(cols, channels, 2, at, per_lane, k),
+                                     param8(cols, channels, 3, at, per_lane, k));
+            const __m512i sum = _mm512_srai_epi64(_mm512_slli_epi64(_mm512_add_epi64(s1, s2), 32), 32);
+            raw = mbqm8(sum, param8(cols, channels, 4, at, per_lane, k), param8(cols, channels, 5, at, per_lane, k));
+        } else if (c->kind == NPU_BINARY16_MUL) {
+            raw = mbqm8(_mm512_mul_epi32(x, y), param8(cols, channels, 0, at, per_lane, k),
+                        param8(cols, channels, 1, at, per_lane, k));
+        } else {
+            const __m512i pos = mbqm8(x, param8(cols, channels, 0, at, per_lane, k),
+                                      param8(cols, channels, 1, at, per_lane, k));
+            const __m512i neg = mbqm8(_mm512_mul_epi32(x, y), param8(cols, channels, 2, at, per_lane, k),
+                                      param8(cols, channels, 3, at, per_lane, k));
+            raw = _mm512_mask_blend_epi64(_mm512_cmplt_epi64_mask(x, _mm512_setzero_si512()), pos, neg);
+        }
+        const __m256i q = _mm256_min_epi32(_mm256_max_epi32(_mm512_cvtepi64_epi32(raw), lo), hi);
+        _mm_mask_storeu_epi16(o + i, k, _mm256_cvtepi32_epi16(q));
+    }
 }
 #endif
 
+/* The last axis: n elements, the first of output channel ch. */
+static void binary16_run(const int16_t *a, int64_t as, const int16_t *b, int64_t bs, int16_t *o, int64_t n,
+                         int64_t ch, const struct npu_binary16_call *c, const int32_t *cols)
+{
+    const int64_t channels = c->channels;
+#ifdef BINARY16_LANES
+    if ((as == 0 || as == 1) && (bs == 0 || bs == 1)) {
+        if (channels == 1) {
+            binary16_lanes(c, a, as, b, bs, o, n, c->params, 0, 0);
+            return;
+        }
+        if (cols && ch == 0 && n % channels == 0) {         /* whole pixels: their channels as lanes */
+            for (int64_t at = 0; at < n; at += channels)
+                binary16_lanes(c, a + at * as, as, b + at * bs, bs, o + at, channels, cols, 0, 1);
+            return;
+        }
+    }
+#else
+    (void)cols;
+#endif
+    const int cols_per_row = binary16_columns(c->kind);
+    for (int64_t i = 0; i < n; i++) {
+        const int32_t r = (int32_t)(uint32_t)(uint64_t)binary16_one(c->kind, a[i * as], b[i * bs],
+                                                                    c->params + ch * cols_per_row, c->left_shift);
+        o[i] = (int16_t)(r < c->act_min ? c->act_min : r > c->act_max ? c->act_max : r);
+        if (++ch == channels)
+            ch = 0;
+    }
+}
+
 static void binary16_axis(const int16_t *a, const int16_t *b, int16_t *o, const struct npu_binary16_call *c,
-                          const int64_t *out_block, int d)
+                          const int64_t *out_block, int d, const int32_t *cols)
 {
     const int64_t n = c->shape[d], as = c->a_stride[d], bs = c->b_stride[d];
     if (d >= c->rank - 1 || d >= NPU_MOVE_MAX_RANK - 1) {   /* the last axis (a bound GCC can see) */
-        const int64_t at = o - c->out;
-        int64_t i = 0;
-#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512DQ__) && defined(__AVX512VL__)
-        if (c->kind == NPU_BINARY16_MUL && c->channels == 1 && as == 1 && bs == 1)
-            i = mul16_lanes(a, b, o, n, c->params[0], c->params[1], c->act_min, c->act_max);
-#endif
-        for (; i < n; i++) {
-            const int32_t *p = c->params + ((at + i) % c->channels) * (c->kind == NPU_BINARY16_ADD ? 6 : 2);
-            const int64_t x = a[i * as], y = b[i * bs];
-            int64_t raw;
-            if (c->kind == NPU_BINARY16_ADD) {
-                const int64_t s1 = mbqm(x << c->left_shift, p[0], p[1]);
-                const int64_t s2 = mbqm(y << c->left_shift, p[2], p[3]);
-                raw = mbqm((int32_t)(uint32_t)(uint64_t)(s1 + s2), p[4], p[5]);
-            } else {
-                raw = mbqm(x * y, p[0], p[1]);
-            }
-            int32_t r = (int32_t)(uint32_t)(uint64_t)raw;
-            o[i] = (int16_t)(r < c->act_min ? c->act_min : r > c->act_max ? c->act_max : r);
-        }
+        binary16_run(a, as, b, bs, o, n, (o - c->out) % c->channels, c, cols);
         return;
     }
     for (int64_t i = 0; i < n; i++)
-        binary16_axis(a + i * as, b + i * bs, o + i * out_block[d], c, out_block, d + 1);
+        binary16_axis(a + i * as, b + i * bs, o + i * out_block[d], c, out_block, d + 1, cols);
 }
 
-/* int16 ADD or MUL (zero points 0) over broadcast operands, requantized per output channel
-   (params row channel % channels: ADD m1, s1, m2, s2, mo, so; MUL m, s), as
-   kernels/int16x8.py's add_int16 and mul_int16. */
+/* int16 ADD, MUL or PRELU (zero points 0) over broadcast operands, requantized per output
+   channel (params row channel % channels: binary16_columns), as kernels/int16x8.py's add_int16
+   and mul_int16 and kernels/binary.py's int16 prelu. */
 int npu_binary16(const struct npu_binary16_call *c)
 {
-    if (c->rank < 1 || c->rank > NPU_MOVE_MAX_RANK || c->channels < 1)
+    if (c->rank < 1 || c->rank > NPU_MOVE_MAX_RANK || c->channels < 1
+            || c->kind < NPU_BINARY16_ADD || c->kind > NPU_BINARY16_PRELU)
         return NPU_KERNEL_BAD_STEP;
-    const int add = c->kind == NPU_BINARY16_ADD, cols = add ? 6 : 2;
+    const int add = c->kind == NPU_BINARY16_ADD, cols = binary16_columns(c->kind);
     if (add && (c->left_shift < 0 || c->left_shift > 16))
         return NPU_KERNEL_BAD_SHIFT;
     for (int64_t ch = 0; ch < c->channels; ch++) {
@@ -260,6 +331,20 @@ int npu_binary16(const struct npu_binary16_call *c)
         out_block[d] = size;
         size *= c->shape[d];
     }
-    binary16_axis(c->a, c->b, c->out, c, out_block, 0);
+    /* Per-channel parameters as columns (column k of channel ch at k * channels + ch), so that
+       8 channels' values load as one vector. */
+    int32_t *columns = NULL;
+#ifdef BINARY16_LANES
+    if (c->channels > 1) {
+        columns = malloc(sizeof(int32_t) * (size_t)(c->channels * cols));
+        if (!columns)
+            return NPU_KERNEL_NO_MEMORY;
+        for (int64_t ch = 0; ch < c->channels; ch++)
+            for (int k = 0; k < cols; k++)
+                columns[k * c->channels + ch] = c->params[ch * cols + k];
+    }
+#endif
+    binary16_axis(c->a, c->b, c->out, c, out_block, 0, columns);
+    free(columns);
     return 0;
 }
