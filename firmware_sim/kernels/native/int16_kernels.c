@@ -88,6 +88,81 @@ int npu_conv16x8(const struct npu_conv16_call *c)
     return 0;
 }
 
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512DQ__) && defined(__AVX512VL__)
+#define DEPTHWISE16_LANES 1
+/* requant16 of 8 channels' int64 sums plus their bias (wrapping), with each channel's
+   reduced multiplier and total shift precomputed (depthwise16_lanes), stored to o. */
+static inline void store16x8(__m512i acc, const int64_t *bias, const int64_t *reduced, const int64_t *total,
+                             __m256i lo, __m256i hi, __mmask8 k, int16_t *o)
+{
+    if (bias)
+        acc = _mm512_add_epi64(acc, _mm512_maskz_loadu_epi64(k, bias));
+    const __m512i t = _mm512_maskz_loadu_epi64(k, total), one = _mm512_set1_epi64(1);
+    const __m512i v = _mm512_srav_epi64(_mm512_add_epi64(_mm512_mullo_epi64(acc, _mm512_maskz_loadu_epi64(k, reduced)),
+                                                         _mm512_sllv_epi64(one, _mm512_sub_epi64(t, one))), t);
+    const __m256i r = _mm256_min_epi32(_mm256_max_epi32(_mm512_cvtepi64_epi32(v), lo), hi);
+    _mm_mask_storeu_epi16(o, k, _mm256_cvtepi32_epi16(r));
+}
+
+/* Depthwise convolution of depth multiplier 1 over at most CHUNK taps: 16 channels' int32
+   sums held in a register over the window (exact: CHUNK products of at most 2**22), the
+   filter widened to int32 and the requantization's per-channel terms computed once. */
+static int depthwise16_lanes(const struct npu_conv16_call *c)
+{
+    const int32_t cout = c->cout, taps = c->kh * c->kw;
+    const int64_t cpad = ((int64_t)cout + 15) / 16 * 16;
+    int32_t *filter = aligned_alloc(64, sizeof(int32_t) * (size_t)(taps * cpad));
+    int64_t *terms = malloc(sizeof(int64_t) * (size_t)(2 * cpad));
+    if (!filter || !terms) {
+        free(filter);
+        free(terms);
+        return NPU_KERNEL_NO_MEMORY;
+    }
+    for (int32_t t = 0; t < taps; t++)
+        for (int64_t oc = 0; oc < cpad; oc++)
+            filter[t * cpad + oc] = oc < cout ? c->filter[(int64_t)t * cout + oc] : 0;
+    int64_t *reduced = terms, *total = terms + cpad;
+    for (int32_t oc = 0; oc < cout; oc++) {     /* requant16's reduced multiplier and total shift */
+        const int32_t m = c->mult[c->per_channel ? oc : 0], s = c->shift[c->per_channel ? oc : 0];
+        reduced[oc] = m < 0x7FFF0000 ? ((int64_t)m + (1 << 15)) >> 16 : 0x7FFF;
+        total[oc] = 15 - s;
+    }
+    const __m256i lo = _mm256_set1_epi32(c->act_min), hi = _mm256_set1_epi32(c->act_max);
+    for (int32_t b = 0; b < c->n; b++)
+        for (int32_t oy = 0; oy < c->out_h; oy++)
+            for (int32_t ox = 0; ox < c->out_w; ox++) {
+                int16_t *o = c->out + (((int64_t)b * c->out_h + oy) * c->out_w + ox) * cout;
+                for (int32_t c0 = 0; c0 < cout; c0 += 16) {
+                    const __mmask16 k = cout - c0 >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (cout - c0)) - 1);
+                    __m512i acc = _mm512_setzero_si512();
+                    for (int32_t fy = 0; fy < c->kh; fy++) {
+                        const int32_t iy = oy * c->stride_h - c->pad_top + fy * c->dil_h;
+                        if (iy < 0 || iy >= c->h)
+                            continue;
+                        const int16_t *row = c->x + ((int64_t)b * c->h + iy) * c->w * c->cin + c0;
+                        const int32_t *f = filter + (int64_t)fy * c->kw * cpad + c0;
+                        for (int32_t fx = 0; fx < c->kw; fx++) {
+                            const int32_t ix = ox * c->stride_w - c->pad_left + fx * c->dil_w;
+                            if (ix < 0 || ix >= c->w)
+                                continue;
+                            const __m512i xv = _mm512_cvtepi16_epi32(_mm256_maskz_loadu_epi16(k, row + (int64_t)ix * c->cin));
+                            acc = _mm512_add_epi32(acc, _mm512_mullo_epi32(xv, _mm512_load_si512(f + fx * cpad)));
+                        }
+                    }
+                    const int64_t *bias = c->bias ? c->bias + c0 : NULL;
+                    store16x8(_mm512_cvtepi32_epi64(_mm512_castsi512_si256(acc)), bias, reduced + c0, total + c0,
+                              lo, hi, (__mmask8)k, o + c0);
+                    if (cout - c0 > 8)
+                        store16x8(_mm512_cvtepi32_epi64(_mm512_extracti64x4_epi64(acc, 1)), bias ? bias + 8 : NULL,
+                                  reduced + c0 + 8, total + c0 + 8, lo, hi, (__mmask8)(k >> 8), o + c0 + 8);
+                }
+            }
+    free(filter);
+    free(terms);
+    return 0;
+}
+#endif
+
 /* Depthwise convolution, NHWC: filter (kh, kw, cout), output channel oc reading input
    channel oc / depth_multiplier. Per-channel int32 sums over up to CHUNK taps, then int64. */
 int npu_depthwise16x8(const struct npu_conv16_call *c)
@@ -96,6 +171,10 @@ int npu_depthwise16x8(const struct npu_conv16_call *c)
     int status = check_requant16(c->mult, c->shift, c->per_channel ? cout : 1);
     if (status)
         return status;
+#ifdef DEPTHWISE16_LANES
+    if (dm == 1 && (int64_t)c->kh * c->kw <= CHUNK)
+        return depthwise16_lanes(c);
+#endif
     int64_t *acc = malloc(sizeof(int64_t) * (size_t)cout);
     int32_t *part = malloc(sizeof(int32_t) * (size_t)cout);
     if (!acc || !part) {
