@@ -33,6 +33,39 @@ static int64_t dot16x8(const int16_t *restrict a, const int8_t *restrict b, int6
     return total;
 }
 
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512DQ__) && defined(__AVX512VL__)
+#define INT16_LANES 1
+/* requant16 of 8 channels' int64 sums plus their bias (wrapping), with each channel's
+   reduced multiplier and total shift precomputed (requant_terms), stored to o. */
+static inline void store16x8(__m512i acc, const int64_t *bias, const int64_t *reduced, const int64_t *total,
+                             __m256i lo, __m256i hi, __mmask8 k, int16_t *o)
+{
+    if (bias)
+        acc = _mm512_add_epi64(acc, _mm512_maskz_loadu_epi64(k, bias));
+    const __m512i t = _mm512_maskz_loadu_epi64(k, total), one = _mm512_set1_epi64(1);
+    const __m512i v = _mm512_srav_epi64(_mm512_add_epi64(_mm512_mullo_epi64(acc, _mm512_maskz_loadu_epi64(k, reduced)),
+                                                         _mm512_sllv_epi64(one, _mm512_sub_epi64(t, one))), t);
+    const __m256i r = _mm256_min_epi32(_mm256_max_epi32(_mm512_cvtepi64_epi32(v), lo), hi);
+    _mm_mask_storeu_epi16(o, k, _mm256_cvtepi32_epi16(r));
+}
+
+/* requant16's per-channel terms for cout channels (rounded up to cpad): reduced[oc], the
+   multiplier rounded to 16 bits, and total[oc] = 15 - shift, in one allocation (free(reduced)). */
+static int64_t *requant_terms(const int32_t *mult, const int32_t *shift, int32_t per_channel, int32_t cout,
+                              int64_t cpad)
+{
+    int64_t *reduced = calloc((size_t)(2 * cpad), sizeof(int64_t));
+    if (!reduced)
+        return NULL;
+    for (int32_t oc = 0; oc < cout; oc++) {
+        const int32_t m = mult[per_channel ? oc : 0], s = shift[per_channel ? oc : 0];
+        reduced[oc] = m < 0x7FFF0000 ? ((int64_t)m + (1 << 15)) >> 16 : 0x7FFF;
+        reduced[cpad + oc] = 15 - s;
+    }
+    return reduced;
+}
+#endif
+
 /* Convolution (grouped), NHWC: x (n, h, w, cin); filter (cout, kh, kw, cin / groups). */
 int npu_conv16x8(const struct npu_conv16_call *c)
 {
@@ -55,55 +88,72 @@ int npu_conv16x8(const struct npu_conv16_call *c)
         free(sums);
         return NPU_KERNEL_NO_MEMORY;
     }
+#ifdef INT16_LANES
+    const int64_t cpad = ((int64_t)cout + 7) / 8 * 8;
+    int64_t *terms = groups == 1 ? requant_terms(c->mult, c->shift, c->per_channel, cout, cpad) : NULL;
+    const __m256i lo = _mm256_set1_epi32(c->act_min), hi = _mm256_set1_epi32(c->act_max);
+#endif
+    /* A 1x1 window of one group is a pixel's channels as they lie (x's zero point is 0 and
+       an even k leaves npu_row_times_filter nothing to write past it). */
+    const int direct = groups == 1 && c->kh == 1 && c->kw == 1 && k % 2 == 0 && packed;
     for (int32_t b = 0; b < c->n; b++)
         for (int32_t oy = 0; oy < c->out_h; oy++)
             for (int32_t ox = 0; ox < c->out_w; ox++) {
                 int16_t *o = c->out + (((int64_t)b * c->out_h + oy) * c->out_w + ox) * cout;
                 for (int32_t g = 0; g < groups; g++) {
                     /* group g's window, zeros outside the image (the zero point is 0) */
-                    int16_t *r = row;
+                    int16_t *r = row, *window = row;
+                    const int32_t ix0 = ox * c->stride_w - c->pad_left;
                     for (int32_t fy = 0; fy < c->kh; fy++) {
                         const int32_t iy = oy * c->stride_h - c->pad_top + fy * c->dil_h;
+                        const int16_t *line = c->x + ((int64_t)b * c->h + iy) * c->w * c->cin + (int64_t)g * cin_g;
+                        if (groups == 1 && c->dil_w == 1 && iy >= 0 && iy < c->h && ix0 >= 0 && ix0 + c->kw <= c->w) {
+                            if (direct) {       /* the pixel itself */
+                                window = (int16_t *)(line + (int64_t)ix0 * c->cin);
+                                break;
+                            }
+                            /* the window's row lies in one piece */
+                            memcpy(r, line + (int64_t)ix0 * c->cin, sizeof(int16_t) * (size_t)(c->kw * cin_g));
+                            r += c->kw * cin_g;
+                            continue;
+                        }
                         for (int32_t fx = 0; fx < c->kw; fx++, r += cin_g) {
-                            const int32_t ix = ox * c->stride_w - c->pad_left + fx * c->dil_w;
+                            const int32_t ix = ix0 + fx * c->dil_w;
                             if (iy < 0 || iy >= c->h || ix < 0 || ix >= c->w)
                                 memset(r, 0, sizeof(int16_t) * (size_t)cin_g);
                             else
-                                memcpy(r, c->x + (((int64_t)b * c->h + iy) * c->w + ix) * c->cin + (int64_t)g * cin_g,
-                                       sizeof(int16_t) * (size_t)cin_g);
+                                memcpy(r, line + (int64_t)ix * c->cin, sizeof(int16_t) * (size_t)cin_g);
                         }
                     }
                     if (packed)
-                        npu_row_times_filter(row, k, packed + g * packed_size, cout_g, 0, sums);
+                        npu_row_times_filter(window, k, packed + g * packed_size, cout_g, 0, sums);
                     else
                         for (int32_t q = 0; q < cout_g; q++)
                             sums[q] = dot16x8(row, c->filter + (int64_t)(g * cout_g + q) * k, k);
+#ifdef INT16_LANES
+                    if (terms) {
+                        for (int32_t i = 0; i < cout; i += 8) {
+                            const __mmask8 m = cout - i >= 8 ? (__mmask8)0xFF : (__mmask8)((1u << (cout - i)) - 1);
+                            store16x8(_mm512_maskz_loadu_epi64(m, sums + i), c->bias ? c->bias + i : NULL, terms + i,
+                                      terms + cpad + i, lo, hi, m, o + i);
+                        }
+                        continue;
+                    }
+#endif
                     npu_finish16(sums, cout_g, g * cout_g, c->bias, 0, c->mult, c->shift, c->per_channel,
                                  c->act_min, c->act_max, o + g * cout_g);
                 }
             }
+#ifdef INT16_LANES
+    free(terms);
+#endif
     free(packed);
     free(row);
     free(sums);
     return 0;
 }
 
-#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512DQ__) && defined(__AVX512VL__)
-#define DEPTHWISE16_LANES 1
-/* requant16 of 8 channels' int64 sums plus their bias (wrapping), with each channel's
-   reduced multiplier and total shift precomputed (depthwise16_lanes), stored to o. */
-static inline void store16x8(__m512i acc, const int64_t *bias, const int64_t *reduced, const int64_t *total,
-                             __m256i lo, __m256i hi, __mmask8 k, int16_t *o)
-{
-    if (bias)
-        acc = _mm512_add_epi64(acc, _mm512_maskz_loadu_epi64(k, bias));
-    const __m512i t = _mm512_maskz_loadu_epi64(k, total), one = _mm512_set1_epi64(1);
-    const __m512i v = _mm512_srav_epi64(_mm512_add_epi64(_mm512_mullo_epi64(acc, _mm512_maskz_loadu_epi64(k, reduced)),
-                                                         _mm512_sllv_epi64(one, _mm512_sub_epi64(t, one))), t);
-    const __m256i r = _mm256_min_epi32(_mm256_max_epi32(_mm512_cvtepi64_epi32(v), lo), hi);
-    _mm_mask_storeu_epi16(o, k, _mm256_cvtepi32_epi16(r));
-}
-
+#ifdef INT16_LANES
 /* Depthwise convolution of depth multiplier 1 over at most CHUNK taps: 16 channels' int32
    sums held in a register over the window (exact: CHUNK products of at most 2**22), the
    filter widened to int32 and the requantization's per-channel terms computed once. */
@@ -112,7 +162,7 @@ static int depthwise16_lanes(const struct npu_conv16_call *c)
     const int32_t cout = c->cout, taps = c->kh * c->kw;
     const int64_t cpad = ((int64_t)cout + 15) / 16 * 16;
     int32_t *filter = aligned_alloc(64, sizeof(int32_t) * (size_t)(taps * cpad));
-    int64_t *terms = malloc(sizeof(int64_t) * (size_t)(2 * cpad));
+    int64_t *terms = requant_terms(c->mult, c->shift, c->per_channel, cout, cpad);
     if (!filter || !terms) {
         free(filter);
         free(terms);
@@ -121,12 +171,7 @@ static int depthwise16_lanes(const struct npu_conv16_call *c)
     for (int32_t t = 0; t < taps; t++)
         for (int64_t oc = 0; oc < cpad; oc++)
             filter[t * cpad + oc] = oc < cout ? c->filter[(int64_t)t * cout + oc] : 0;
-    int64_t *reduced = terms, *total = terms + cpad;
-    for (int32_t oc = 0; oc < cout; oc++) {     /* requant16's reduced multiplier and total shift */
-        const int32_t m = c->mult[c->per_channel ? oc : 0], s = c->shift[c->per_channel ? oc : 0];
-        reduced[oc] = m < 0x7FFF0000 ? ((int64_t)m + (1 << 15)) >> 16 : 0x7FFF;
-        total[oc] = 15 - s;
-    }
+    const int64_t *reduced = terms, *total = terms + cpad;
     const __m256i lo = _mm256_set1_epi32(c->act_min), hi = _mm256_set1_epi32(c->act_max);
     for (int32_t b = 0; b < c->n; b++)
         for (int32_t oy = 0; oy < c->out_h; oy++)
@@ -171,7 +216,7 @@ int npu_depthwise16x8(const struct npu_conv16_call *c)
     int status = check_requant16(c->mult, c->shift, c->per_channel ? cout : 1);
     if (status)
         return status;
-#ifdef DEPTHWISE16_LANES
+#ifdef INT16_LANES
     if (dm == 1 && (int64_t)c->kh * c->kw <= CHUNK)
         return depthwise16_lanes(c);
 #endif
@@ -274,8 +319,7 @@ static inline int64_t binary16_one(int32_t kind, int64_t x, int64_t y, const int
     return x >= 0 ? mbqm(x, p[0], p[1]) : mbqm(x * y, p[2], p[3]);
 }
 
-#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512DQ__) && defined(__AVX512VL__)
-#define BINARY16_LANES 1
+#ifdef INT16_LANES
 /* mbqm on 8 int64 lanes holding int32 values x, multipliers m and shifts s (each lane its own):
    x * m is exact in vpmuldq, vpsravq shifts each lane by its own exponent. */
 static inline __m512i mbqm8(__m512i x, __m512i m, __m512i s)
@@ -349,7 +393,7 @@ static void binary16_run(const int16_t *a, int64_t as, const int16_t *b, int64_t
                          int64_t ch, const struct npu_binary16_call *c, const int32_t *cols)
 {
     const int64_t channels = c->channels;
-#ifdef BINARY16_LANES
+#ifdef INT16_LANES
     if ((as == 0 || as == 1) && (bs == 0 || bs == 1)) {
         if (channels == 1) {
             binary16_lanes(c, a, as, b, bs, o, n, c->params, 0, 0);
@@ -413,7 +457,7 @@ int npu_binary16(const struct npu_binary16_call *c)
     /* Per-channel parameters as columns (column k of channel ch at k * channels + ch), so that
        8 channels' values load as one vector. */
     int32_t *columns = NULL;
-#ifdef BINARY16_LANES
+#ifdef INT16_LANES
     if (c->channels > 1) {
         columns = malloc(sizeof(int32_t) * (size_t)(c->channels * cols));
         if (!columns)
