@@ -66,6 +66,98 @@ static int64_t *requant_terms(const int32_t *mult, const int32_t *shift, int32_t
 }
 #endif
 
+/* Group g's window of output pixel (b, oy, ox), zeros outside the image (the zero point is
+   0), gathered into row (k values), or where it lies in x when `direct` (a 1x1 window of one
+   group whose k is even: npu_row_times_filter has nothing to write past it). */
+static const int16_t *gather_window16(const struct npu_conv16_call *c, int32_t b, int32_t oy, int32_t ox, int32_t g,
+                                      int16_t *row, int direct)
+{
+    const int32_t cin_g = c->cin / c->groups, ix0 = ox * c->stride_w - c->pad_left;
+    int16_t *r = row;
+    for (int32_t fy = 0; fy < c->kh; fy++) {
+        const int32_t iy = oy * c->stride_h - c->pad_top + fy * c->dil_h;
+        const int16_t *line = c->x + ((int64_t)b * c->h + iy) * c->w * c->cin + (int64_t)g * cin_g;
+        if (c->groups == 1 && c->dil_w == 1 && iy >= 0 && iy < c->h && ix0 >= 0 && ix0 + c->kw <= c->w) {
+            if (direct)             /* the pixel itself */
+                return line + (int64_t)ix0 * c->cin;
+            /* the window's row lies in one piece */
+            memcpy(r, line + (int64_t)ix0 * c->cin, sizeof(int16_t) * (size_t)(c->kw * cin_g));
+            r += c->kw * cin_g;
+            continue;
+        }
+        for (int32_t fx = 0; fx < c->kw; fx++, r += cin_g) {
+            const int32_t ix = ix0 + fx * c->dil_w;
+            if (iy < 0 || iy >= c->h || ix < 0 || ix >= c->w)
+                memset(r, 0, sizeof(int16_t) * (size_t)cin_g);
+            else
+                memcpy(r, line + (int64_t)ix * c->cin, sizeof(int16_t) * (size_t)cin_g);
+        }
+    }
+    return row;
+}
+
+#ifdef INT16_LANES
+/* Output pixels a convolution tile computes together (each filter vector loaded once for all). */
+#define TILE 4
+/* Pairs of products whose int32 sum is exact (each pair at most 2**23 with int8 weights). */
+#define TILE_PAIRS 128
+
+/* One group's convolution with k <= 2 * TILE_PAIRS (int32 sums exact: pairs of products of
+   at most 2**23), TILE pixels at a time: their windows' pairs times 16 output channels of the
+   packed filter (npu_pack_pairs), requantized with the per-channel terms (requant_terms). */
+static int conv16x8_tiles(const struct npu_conv16_call *c, int64_t k, const int16_t *packed, const int64_t *terms,
+                          int64_t cpad)
+{
+    const int32_t cout = c->cout;
+    const int64_t pixels = (int64_t)c->n * c->out_h * c->out_w, k2 = (k + 1) / 2, cout16 = ((int64_t)cout + 15) / 16 * 16;
+    const int direct = c->kh == 1 && c->kw == 1 && k % 2 == 0;
+    int16_t *rows = malloc(sizeof(int16_t) * (size_t)(TILE * (k + 1)));
+    if (!rows)
+        return NPU_KERNEL_NO_MEMORY;
+    for (int t = 0; t < TILE; t++)
+        rows[t * (k + 1) + k] = 0;          /* the odd k's last pair */
+    const __m256i lo = _mm256_set1_epi32(c->act_min), hi = _mm256_set1_epi32(c->act_max);
+    for (int64_t p0 = 0; p0 < pixels; p0 += TILE) {
+        const int count = pixels - p0 < TILE ? (int)(pixels - p0) : TILE;
+        const int16_t *win[TILE];
+        for (int t = 0; t < TILE; t++) {    /* a short tile repeats its last pixel */
+            const int64_t p = p0 + (t < count ? t : count - 1);
+            const int32_t ox = (int32_t)(p % c->out_w), oy = (int32_t)(p / c->out_w % c->out_h);
+            win[t] = gather_window16(c, (int32_t)(p / ((int64_t)c->out_w * c->out_h)), oy, ox, 0,
+                                     rows + t * (k + 1), direct);
+        }
+        for (int32_t o0 = 0; o0 < cout; o0 += 16) {
+            __m512i acc[TILE];
+            for (int t = 0; t < TILE; t++)
+                acc[t] = _mm512_setzero_si512();
+            const int16_t *f = packed + (int64_t)o0 * 2;
+            for (int64_t kk = 0; kk < k2; kk++, f += cout16 * 2) {
+                const __m512i fv = _mm512_load_si512(f);
+                for (int t = 0; t < TILE; t++) {
+                    int32_t pair;           /* win[t][2kk] and win[t][2kk + 1], as vpmaddwd pairs them */
+                    memcpy(&pair, win[t] + 2 * kk, sizeof(pair));
+                    acc[t] = _mm512_add_epi32(acc[t], _mm512_madd_epi16(_mm512_set1_epi32(pair), fv));
+                }
+            }
+            const int32_t left = cout - o0;
+            const __mmask8 m0 = left >= 8 ? (__mmask8)0xFF : (__mmask8)((1u << left) - 1);
+            const __mmask8 m1 = left >= 16 ? (__mmask8)0xFF : left > 8 ? (__mmask8)((1u << (left - 8)) - 1) : 0;
+            const int64_t *bias = c->bias ? c->bias + o0 : NULL;
+            for (int t = 0; t < count; t++) {
+                int16_t *o = c->out + (p0 + t) * cout + o0;
+                store16x8(_mm512_cvtepi32_epi64(_mm512_castsi512_si256(acc[t])), bias, terms + o0, terms + cpad + o0,
+                          lo, hi, m0, o);
+                if (m1)
+                    store16x8(_mm512_cvtepi32_epi64(_mm512_extracti64x4_epi64(acc[t], 1)), bias ? bias + 8 : NULL,
+                              terms + o0 + 8, terms + cpad + o0 + 8, lo, hi, m1, o + 8);
+            }
+        }
+    }
+    free(rows);
+    return 0;
+}
+#endif
+
 /* Convolution (grouped), NHWC: x (n, h, w, cin); filter (cout, kh, kw, cin / groups). */
 int npu_conv16x8(const struct npu_conv16_call *c)
 {
@@ -89,64 +181,35 @@ int npu_conv16x8(const struct npu_conv16_call *c)
         return NPU_KERNEL_NO_MEMORY;
     }
 #ifdef INT16_LANES
-    const int64_t cpad = ((int64_t)cout + 7) / 8 * 8;
-    int64_t *terms = groups == 1 ? requant_terms(c->mult, c->shift, c->per_channel, cout, cpad) : NULL;
-    const __m256i lo = _mm256_set1_epi32(c->act_min), hi = _mm256_set1_epi32(c->act_max);
+    if (groups == 1 && packed && k <= 2 * TILE_PAIRS) {
+        const int64_t cpad = ((int64_t)cout + 15) / 16 * 16;
+        int64_t *terms = requant_terms(c->mult, c->shift, c->per_channel, cout, cpad);
+        status = terms ? conv16x8_tiles(c, k, packed, terms, cpad) : NPU_KERNEL_NO_MEMORY;
+        free(terms);
+        free(packed);
+        free(row);
+        free(sums);
+        return status;
+    }
 #endif
-    /* A 1x1 window of one group is a pixel's channels as they lie (x's zero point is 0 and
-       an even k leaves npu_row_times_filter nothing to write past it). */
-    const int direct = groups == 1 && c->kh == 1 && c->kw == 1 && k % 2 == 0 && packed;
     for (int32_t b = 0; b < c->n; b++)
         for (int32_t oy = 0; oy < c->out_h; oy++)
             for (int32_t ox = 0; ox < c->out_w; ox++) {
                 int16_t *o = c->out + (((int64_t)b * c->out_h + oy) * c->out_w + ox) * cout;
                 for (int32_t g = 0; g < groups; g++) {
-                    /* group g's window, zeros outside the image (the zero point is 0) */
-                    int16_t *r = row, *window = row;
-                    const int32_t ix0 = ox * c->stride_w - c->pad_left;
-                    for (int32_t fy = 0; fy < c->kh; fy++) {
-                        const int32_t iy = oy * c->stride_h - c->pad_top + fy * c->dil_h;
-                        const int16_t *line = c->x + ((int64_t)b * c->h + iy) * c->w * c->cin + (int64_t)g * cin_g;
-                        if (groups == 1 && c->dil_w == 1 && iy >= 0 && iy < c->h && ix0 >= 0 && ix0 + c->kw <= c->w) {
-                            if (direct) {       /* the pixel itself */
-                                window = (int16_t *)(line + (int64_t)ix0 * c->cin);
-                                break;
-                            }
-                            /* the window's row lies in one piece */
-                            memcpy(r, line + (int64_t)ix0 * c->cin, sizeof(int16_t) * (size_t)(c->kw * cin_g));
-                            r += c->kw * cin_g;
-                            continue;
-                        }
-                        for (int32_t fx = 0; fx < c->kw; fx++, r += cin_g) {
-                            const int32_t ix = ix0 + fx * c->dil_w;
-                            if (iy < 0 || iy >= c->h || ix < 0 || ix >= c->w)
-                                memset(r, 0, sizeof(int16_t) * (size_t)cin_g);
-                            else
-                                memcpy(r, line + (int64_t)ix * c->cin, sizeof(int16_t) * (size_t)cin_g);
-                        }
-                    }
-                    if (packed)
-                        npu_row_times_filter(window, k, packed + g * packed_size, cout_g, 0, sums);
-                    else
+                    if (packed) {
+                        const int16_t *window = gather_window16(c, b, oy, ox, g, row, groups == 1 && c->kh == 1
+                                                                && c->kw == 1 && k % 2 == 0);
+                        npu_row_times_filter((int16_t *)window, k, packed + g * packed_size, cout_g, 0, sums);
+                    } else {
+                        gather_window16(c, b, oy, ox, g, row, 0);
                         for (int32_t q = 0; q < cout_g; q++)
                             sums[q] = dot16x8(row, c->filter + (int64_t)(g * cout_g + q) * k, k);
-#ifdef INT16_LANES
-                    if (terms) {
-                        for (int32_t i = 0; i < cout; i += 8) {
-                            const __mmask8 m = cout - i >= 8 ? (__mmask8)0xFF : (__mmask8)((1u << (cout - i)) - 1);
-                            store16x8(_mm512_maskz_loadu_epi64(m, sums + i), c->bias ? c->bias + i : NULL, terms + i,
-                                      terms + cpad + i, lo, hi, m, o + i);
-                        }
-                        continue;
                     }
-#endif
                     npu_finish16(sums, cout_g, g * cout_g, c->bias, 0, c->mult, c->shift, c->per_channel,
                                  c->act_min, c->act_max, o + g * cout_g);
                 }
             }
-#ifdef INT16_LANES
-    free(terms);
-#endif
     free(packed);
     free(row);
     free(sums);
@@ -320,21 +383,66 @@ static inline int64_t binary16_one(int32_t kind, int64_t x, int64_t y, const int
 }
 
 #ifdef INT16_LANES
-/* mbqm on 8 int64 lanes holding int32 values x, multipliers m and shifts s (each lane its own):
-   x * m is exact in vpmuldq, vpsravq shifts each lane by its own exponent. */
-static inline __m512i mbqm8(__m512i x, __m512i m, __m512i s)
+/* mbqm's arithmetic per requantization (m, s) prepared for lanes, each field an int64 array
+   over the channels: x' = (int32_t)(x << ls) (ls = s > 0 ? s : 0), then the two roundings
+   folded into one shift (floor(floor(a / 2**31) / 2**e) = floor(a / 2**(31 + e)), e = -s > 0):
+   (x' m + nudge - [x' m < -2**30] corr) >> sh, nudge = 2**30 + 2**(30 + e), corr = 2**31,
+   sh = 31 + e (e = 0: nudge 2**30, corr 0, sh 31). Exact: |x' m| <= 2**62 and the terms add
+   at most 2**61. mbqm's saturation (x' = m = INT32_MIN) is left out: binary16_prepare refuses
+   a multiplier of INT32_MIN with a left shift (without one no x' is INT32_MIN: int16
+   products, or ADD's non-negative multipliers). */
+enum { TERM_M, TERM_NUDGE, TERM_CORR, TERM_SH, TERM_LS, TERMS };
+
+/* The terms of every (m, s) pair of every channel's row, pair j's field f of channel ch at
+   ((j * TERMS + f) * channels + ch); NULL when a multiplier of INT32_MIN meets a left shift
+   (the scalar loop takes those) or memory runs out. *left: some pair shifts left. */
+static int64_t *binary16_prepare(const struct npu_binary16_call *c, int *left)
 {
-    const __m512i zero = _mm512_setzero_si512(), one = _mm512_set1_epi64(1);
-    const __m512i int_min = _mm512_set1_epi64(INT32_MIN);
-    /* (int32_t)(x << s) for a left shift; x itself otherwise */
-    x = _mm512_srai_epi64(_mm512_slli_epi64(_mm512_sllv_epi64(x, _mm512_max_epi64(s, zero)), 32), 32);
-    __m512i v = _mm512_srai_epi64(_mm512_add_epi64(_mm512_mul_epi32(x, m), _mm512_set1_epi64(INT64_C(1) << 30)), 31);
-    v = _mm512_mask_mov_epi64(v, _mm512_cmpeq_epi64_mask(x, int_min) & _mm512_cmpeq_epi64_mask(m, int_min),
-                              _mm512_set1_epi64(INT32_MAX));
-    const __m512i e = _mm512_max_epi64(_mm512_sub_epi64(zero, s), zero);
-    __m512i r = _mm512_add_epi64(v, _mm512_srli_epi64(_mm512_sllv_epi64(one, e), 1));
-    r = _mm512_mask_sub_epi64(r, _mm512_cmpgt_epi64_mask(e, zero) & _mm512_cmplt_epi64_mask(v, zero), r, one);
-    return _mm512_srav_epi64(r, e);
+    const int cols = binary16_columns(c->kind);
+    const int64_t channels = c->channels;
+    int64_t *terms = malloc(sizeof(int64_t) * (size_t)(cols / 2 * TERMS * channels));
+    if (!terms)
+        return NULL;
+    *left = 0;
+    for (int j = 0; j < cols / 2; j++)
+        for (int64_t ch = 0; ch < channels; ch++) {
+            const int32_t m = c->params[ch * cols + 2 * j], sft = c->params[ch * cols + 2 * j + 1];
+            if (sft > 0 && m == INT32_MIN) {
+                free(terms);
+                return NULL;
+            }
+            const int e = sft > 0 ? 0 : -sft;
+            int64_t *t = terms + j * TERMS * channels + ch;
+            t[TERM_M * channels] = m;
+            t[TERM_NUDGE * channels] = (INT64_C(1) << 30) + (e > 0 ? INT64_C(1) << (30 + e) : 0);
+            t[TERM_CORR * channels] = e > 0 ? INT64_C(1) << 31 : 0;
+            t[TERM_SH * channels] = 31 + e;
+            t[TERM_LS * channels] = sft > 0 ? sft : 0;
+            *left |= sft > 0;
+        }
+    return terms;
+}
+
+/* Field f of pair j's terms for 8 lanes from channel at (per_lane), else the one row's. */
+static inline __m512i term8(const int64_t *terms, int64_t channels, int j, int f, int64_t at, int per_lane,
+                            __mmask8 k)
+{
+    const int64_t *t = terms + (j * TERMS + f) * channels;
+    return per_lane ? _mm512_maskz_loadu_epi64(k, t + at) : _mm512_set1_epi64(t[0]);
+}
+
+/* mbqm of 8 int64 lanes holding int32 values, with pair j's terms (binary16_prepare). */
+static inline __m512i mbqm8(__m512i x, const int64_t *terms, int64_t channels, int j, int64_t at, int per_lane,
+                            __mmask8 k, int left)
+{
+    if (left)
+        x = _mm512_srai_epi64(_mm512_slli_epi64(_mm512_sllv_epi64(x, term8(terms, channels, j, TERM_LS, at, per_lane,
+                                                                             k)), 32), 32);
+    const __m512i prod = _mm512_mul_epi32(x, term8(terms, channels, j, TERM_M, at, per_lane, k));
+    __m512i q = _mm512_add_epi64(prod, term8(terms, channels, j, TERM_NUDGE, at, per_lane, k));
+    q = _mm512_mask_sub_epi64(q, _mm512_cmplt_epi64_mask(prod, _mm512_set1_epi64(-(INT64_C(1) << 30))), q,
+                              term8(terms, channels, j, TERM_CORR, at, per_lane, k));
+    return _mm512_srav_epi64(q, term8(terms, channels, j, TERM_SH, at, per_lane, k));
 }
 
 /* 8 int16 elements at a (stride 1, or 0: one value for all) as int64 lanes. */
@@ -343,43 +451,28 @@ static inline __m512i load16x8(const int16_t *a, int64_t stride, __mmask8 k)
     return stride ? _mm512_cvtepi16_epi64(_mm_maskz_loadu_epi16(k, a)) : _mm512_set1_epi64(a[0]);
 }
 
-/* Column `col` of the parameters of 8 lanes: cols[col * channels + ch ...] (per_lane), else
-   the one row's. */
-static inline __m512i param8(const int32_t *cols, int64_t channels, int col, int64_t ch, int per_lane, __mmask8 k)
-{
-    return per_lane ? _mm512_cvtepi32_epi64(_mm256_maskz_loadu_epi32(k, cols + col * channels + ch))
-                    : _mm512_set1_epi64(cols[col]);
-}
-
 /* n elements of a (stride as, 0 or 1) and b (bs) into o, 8 lanes at a time: lane i with the
-   parameters of channel ch + i (per_lane: cols holds the rows as columns, `channels` apart),
-   or the one row cols (columns 1 apart). */
+   terms of channel i (per_lane: n is at most the channel count), else the one row's. */
 static void binary16_lanes(const struct npu_binary16_call *c, const int16_t *a, int64_t as, const int16_t *b,
-                           int64_t bs, int16_t *o, int64_t n, const int32_t *cols, int64_t ch, int per_lane)
+                           int64_t bs, int16_t *o, int64_t n, const int64_t *terms, int per_lane, int left)
 {
-    const int64_t channels = per_lane ? c->channels : 1;
+    const int64_t ch = c->channels;
     const __m256i lo = _mm256_set1_epi32(c->act_min), hi = _mm256_set1_epi32(c->act_max);
-    const __m128i left = _mm_cvtsi32_si128(c->left_shift);
+    const __m128i shift_in = _mm_cvtsi32_si128(c->left_shift);
     for (int64_t i = 0; i < n; i += 8) {
         const __mmask8 k = n - i >= 8 ? (__mmask8)0xFF : (__mmask8)((1u << (n - i)) - 1);
         const __m512i x = load16x8(a + i * as, as, k), y = load16x8(b + i * bs, bs, k);
-        const int64_t at = per_lane ? ch + i : 0;
         __m512i raw;
         if (c->kind == NPU_BINARY16_ADD) {
-            const __m512i s1 = mbqm8(_mm512_sll_epi64(x, left), param8(cols, channels, 0, at, per_lane, k),
-                                     param8(cols, channels, 1, at, per_lane, k));
-            const __m512i s2 = mbqm8(_mm512_sll_epi64(y, left), param8(cols, channels, 2, at, per_lane, k),
-                                     param8(cols, channels, 3, at, per_lane, k));
+            const __m512i s1 = mbqm8(_mm512_sll_epi64(x, shift_in), terms, ch, 0, i, per_lane, k, left);
+            const __m512i s2 = mbqm8(_mm512_sll_epi64(y, shift_in), terms, ch, 1, i, per_lane, k, left);
             const __m512i sum = _mm512_srai_epi64(_mm512_slli_epi64(_mm512_add_epi64(s1, s2), 32), 32);
-            raw = mbqm8(sum, param8(cols, channels, 4, at, per_lane, k), param8(cols, channels, 5, at, per_lane, k));
+            raw = mbqm8(sum, terms, ch, 2, i, per_lane, k, left);
         } else if (c->kind == NPU_BINARY16_MUL) {
-            raw = mbqm8(_mm512_mul_epi32(x, y), param8(cols, channels, 0, at, per_lane, k),
-                        param8(cols, channels, 1, at, per_lane, k));
+            raw = mbqm8(_mm512_mul_epi32(x, y), terms, ch, 0, i, per_lane, k, left);
         } else {
-            const __m512i pos = mbqm8(x, param8(cols, channels, 0, at, per_lane, k),
-                                      param8(cols, channels, 1, at, per_lane, k));
-            const __m512i neg = mbqm8(_mm512_mul_epi32(x, y), param8(cols, channels, 2, at, per_lane, k),
-                                      param8(cols, channels, 3, at, per_lane, k));
+            const __m512i pos = mbqm8(x, terms, ch, 0, i, per_lane, k, left);
+            const __m512i neg = mbqm8(_mm512_mul_epi32(x, y), terms, ch, 1, i, per_lane, k, left);
             raw = _mm512_mask_blend_epi64(_mm512_cmplt_epi64_mask(x, _mm512_setzero_si512()), pos, neg);
         }
         const __m256i q = _mm256_min_epi32(_mm256_max_epi32(_mm512_cvtepi64_epi32(raw), lo), hi);
@@ -388,25 +481,27 @@ static void binary16_lanes(const struct npu_binary16_call *c, const int16_t *a, 
 }
 #endif
 
-/* The last axis: n elements, the first of output channel ch. */
+/* The last axis: n elements, the first of output channel ch; terms: binary16_prepare's, or
+   NULL for the scalar loop. */
 static void binary16_run(const int16_t *a, int64_t as, const int16_t *b, int64_t bs, int16_t *o, int64_t n,
-                         int64_t ch, const struct npu_binary16_call *c, const int32_t *cols)
+                         int64_t ch, const struct npu_binary16_call *c, const int64_t *terms, int left)
 {
     const int64_t channels = c->channels;
 #ifdef INT16_LANES
-    if ((as == 0 || as == 1) && (bs == 0 || bs == 1)) {
+    if (terms && (as == 0 || as == 1) && (bs == 0 || bs == 1)) {
         if (channels == 1) {
-            binary16_lanes(c, a, as, b, bs, o, n, c->params, 0, 0);
+            binary16_lanes(c, a, as, b, bs, o, n, terms, 0, left);
             return;
         }
-        if (cols && ch == 0 && n % channels == 0) {         /* whole pixels: their channels as lanes */
+        if (ch == 0 && n % channels == 0) {         /* whole pixels: their channels as lanes */
             for (int64_t at = 0; at < n; at += channels)
-                binary16_lanes(c, a + at * as, as, b + at * bs, bs, o + at, channels, cols, 0, 1);
+                binary16_lanes(c, a + at * as, as, b + at * bs, bs, o + at, channels, terms, 1, left);
             return;
         }
     }
 #else
-    (void)cols;
+    (void)terms;
+    (void)left;
 #endif
     const int cols_per_row = binary16_columns(c->kind);
     for (int64_t i = 0; i < n; i++) {
@@ -419,15 +514,15 @@ static void binary16_run(const int16_t *a, int64_t as, const int16_t *b, int64_t
 }
 
 static void binary16_axis(const int16_t *a, const int16_t *b, int16_t *o, const struct npu_binary16_call *c,
-                          const int64_t *out_block, int d, const int32_t *cols)
+                          const int64_t *out_block, int d, const int64_t *terms, int left)
 {
     const int64_t n = c->shape[d], as = c->a_stride[d], bs = c->b_stride[d];
     if (d >= c->rank - 1 || d >= NPU_MOVE_MAX_RANK - 1) {   /* the last axis (a bound GCC can see) */
-        binary16_run(a, as, b, bs, o, n, (o - c->out) % c->channels, c, cols);
+        binary16_run(a, as, b, bs, o, n, (o - c->out) % c->channels, c, terms, left);
         return;
     }
     for (int64_t i = 0; i < n; i++)
-        binary16_axis(a + i * as, b + i * bs, o + i * out_block[d], c, out_block, d + 1, cols);
+        binary16_axis(a + i * as, b + i * bs, o + i * out_block[d], c, out_block, d + 1, terms, left);
 }
 
 /* int16 ADD, MUL or PRELU (zero points 0) over broadcast operands, requantized per output
@@ -454,20 +549,13 @@ int npu_binary16(const struct npu_binary16_call *c)
         out_block[d] = size;
         size *= c->shape[d];
     }
-    /* Per-channel parameters as columns (column k of channel ch at k * channels + ch), so that
-       8 channels' values load as one vector. */
-    int32_t *columns = NULL;
+    int left = 0;
 #ifdef INT16_LANES
-    if (c->channels > 1) {
-        columns = malloc(sizeof(int32_t) * (size_t)(c->channels * cols));
-        if (!columns)
-            return NPU_KERNEL_NO_MEMORY;
-        for (int64_t ch = 0; ch < c->channels; ch++)
-            for (int k = 0; k < cols; k++)
-                columns[k * c->channels + ch] = c->params[ch * cols + k];
-    }
+    int64_t *terms = binary16_prepare(c, &left);
+#else
+    int64_t *terms = NULL;
 #endif
-    binary16_axis(c->a, c->b, c->out, c, out_block, 0, columns);
-    free(columns);
+    binary16_axis(c->a, c->b, c->out, c, out_block, 0, terms, left);
+    free(terms);
     return 0;
 }
