@@ -423,26 +423,28 @@ static int64_t *binary16_prepare(const struct npu_binary16_call *c, int *left)
     return terms;
 }
 
-/* Field f of pair j's terms for 8 lanes from channel at (per_lane), else the one row's. */
-static inline __m512i term8(const int64_t *terms, int64_t channels, int j, int f, int64_t at, int per_lane,
-                            __mmask8 k)
+/* The terms of 8 lanes, pair j's field f in t[j][f]: from channel at on (per_lane, masked by
+   k), else the one row's in every lane. */
+static inline void terms8(const int64_t *terms, int64_t channels, int pairs, int64_t at, int per_lane, __mmask8 k,
+                          __m512i t[3][TERMS])
 {
-    const int64_t *t = terms + (j * TERMS + f) * channels;
-    return per_lane ? _mm512_maskz_loadu_epi64(k, t + at) : _mm512_set1_epi64(t[0]);
+    for (int j = 0; j < pairs; j++)
+        for (int f = 0; f < TERMS; f++) {
+            const int64_t *v = terms + (j * TERMS + f) * channels;
+            t[j][f] = per_lane ? _mm512_maskz_loadu_epi64(k, v + at) : _mm512_set1_epi64(v[0]);
+        }
 }
 
-/* mbqm of 8 int64 lanes holding int32 values, with pair j's terms (binary16_prepare). */
-static inline __m512i mbqm8(__m512i x, const int64_t *terms, int64_t channels, int j, int64_t at, int per_lane,
-                            __mmask8 k, int left)
+/* mbqm of 8 int64 lanes holding int32 values with one pair's terms (binary16_prepare). */
+static inline __m512i mbqm8(__m512i x, const __m512i *t, int left)
 {
     if (left)
-        x = _mm512_srai_epi64(_mm512_slli_epi64(_mm512_sllv_epi64(x, term8(terms, channels, j, TERM_LS, at, per_lane,
-                                                                             k)), 32), 32);
-    const __m512i prod = _mm512_mul_epi32(x, term8(terms, channels, j, TERM_M, at, per_lane, k));
-    __m512i q = _mm512_add_epi64(prod, term8(terms, channels, j, TERM_NUDGE, at, per_lane, k));
+        x = _mm512_srai_epi64(_mm512_slli_epi64(_mm512_sllv_epi64(x, t[TERM_LS]), 32), 32);
+    const __m512i prod = _mm512_mul_epi32(x, t[TERM_M]);
+    __m512i q = _mm512_add_epi64(prod, t[TERM_NUDGE]);
     q = _mm512_mask_sub_epi64(q, _mm512_cmplt_epi64_mask(prod, _mm512_set1_epi64(-(INT64_C(1) << 30))), q,
-                              term8(terms, channels, j, TERM_CORR, at, per_lane, k));
-    return _mm512_srav_epi64(q, term8(terms, channels, j, TERM_SH, at, per_lane, k));
+                              t[TERM_CORR]);
+    return _mm512_srav_epi64(q, t[TERM_SH]);
 }
 
 /* 8 int16 elements at a (stride 1, or 0: one value for all) as int64 lanes. */
@@ -451,32 +453,54 @@ static inline __m512i load16x8(const int16_t *a, int64_t stride, __mmask8 k)
     return stride ? _mm512_cvtepi16_epi64(_mm_maskz_loadu_epi16(k, a)) : _mm512_set1_epi64(a[0]);
 }
 
-/* n elements of a (stride as, 0 or 1) and b (bs) into o, 8 lanes at a time: lane i with the
-   terms of channel i (per_lane: n is at most the channel count), else the one row's. */
-static void binary16_lanes(const struct npu_binary16_call *c, const int16_t *a, int64_t as, const int16_t *b,
-                           int64_t bs, int16_t *o, int64_t n, const int64_t *terms, int per_lane, int left)
+/* 8 output lanes of x and y, clamped and stored to o (masked by k). */
+static inline void binary16_store8(const struct npu_binary16_call *c, __m512i x, __m512i y, __m512i t[3][TERMS],
+                                   int left, __mmask8 k, int16_t *o)
 {
-    const int64_t ch = c->channels;
-    const __m256i lo = _mm256_set1_epi32(c->act_min), hi = _mm256_set1_epi32(c->act_max);
-    const __m128i shift_in = _mm_cvtsi32_si128(c->left_shift);
+    __m512i raw;
+    if (c->kind == NPU_BINARY16_ADD) {
+        const __m128i shift_in = _mm_cvtsi32_si128(c->left_shift);
+        const __m512i s1 = mbqm8(_mm512_sll_epi64(x, shift_in), t[0], left);
+        const __m512i s2 = mbqm8(_mm512_sll_epi64(y, shift_in), t[1], left);
+        raw = mbqm8(_mm512_srai_epi64(_mm512_slli_epi64(_mm512_add_epi64(s1, s2), 32), 32), t[2], left);
+    } else if (c->kind == NPU_BINARY16_MUL) {
+        raw = mbqm8(_mm512_mul_epi32(x, y), t[0], left);
+    } else {
+        const __m512i pos = mbqm8(x, t[0], left), neg = mbqm8(_mm512_mul_epi32(x, y), t[1], left);
+        raw = _mm512_mask_blend_epi64(_mm512_cmplt_epi64_mask(x, _mm512_setzero_si512()), pos, neg);
+    }
+    const __m256i q = _mm256_min_epi32(_mm256_max_epi32(_mm512_cvtepi64_epi32(raw), _mm256_set1_epi32(c->act_min)),
+                                       _mm256_set1_epi32(c->act_max));
+    _mm_mask_storeu_epi16(o, k, _mm256_cvtepi32_epi16(q));
+}
+
+/* One requantization for every element: n elements of a (stride as, 0 or 1) and b (bs). */
+static void binary16_lanes(const struct npu_binary16_call *c, const int16_t *a, int64_t as, const int16_t *b,
+                           int64_t bs, int16_t *o, int64_t n, const int64_t *terms, int left)
+{
+    __m512i t[3][TERMS];
+    terms8(terms, 1, binary16_columns(c->kind) / 2, 0, 0, 0xFF, t);
     for (int64_t i = 0; i < n; i += 8) {
         const __mmask8 k = n - i >= 8 ? (__mmask8)0xFF : (__mmask8)((1u << (n - i)) - 1);
-        const __m512i x = load16x8(a + i * as, as, k), y = load16x8(b + i * bs, bs, k);
-        __m512i raw;
-        if (c->kind == NPU_BINARY16_ADD) {
-            const __m512i s1 = mbqm8(_mm512_sll_epi64(x, shift_in), terms, ch, 0, i, per_lane, k, left);
-            const __m512i s2 = mbqm8(_mm512_sll_epi64(y, shift_in), terms, ch, 1, i, per_lane, k, left);
-            const __m512i sum = _mm512_srai_epi64(_mm512_slli_epi64(_mm512_add_epi64(s1, s2), 32), 32);
-            raw = mbqm8(sum, terms, ch, 2, i, per_lane, k, left);
-        } else if (c->kind == NPU_BINARY16_MUL) {
-            raw = mbqm8(_mm512_mul_epi32(x, y), terms, ch, 0, i, per_lane, k, left);
-        } else {
-            const __m512i pos = mbqm8(x, terms, ch, 0, i, per_lane, k, left);
-            const __m512i neg = mbqm8(_mm512_mul_epi32(x, y), terms, ch, 1, i, per_lane, k, left);
-            raw = _mm512_mask_blend_epi64(_mm512_cmplt_epi64_mask(x, _mm512_setzero_si512()), pos, neg);
-        }
-        const __m256i q = _mm256_min_epi32(_mm256_max_epi32(_mm512_cvtepi64_epi32(raw), lo), hi);
-        _mm_mask_storeu_epi16(o + i, k, _mm256_cvtepi32_epi16(q));
+        binary16_store8(c, load16x8(a + i * as, as, k), load16x8(b + i * bs, bs, k), t, left, k, o + i);
+    }
+}
+
+/* `rows` whole pixels (the output's rows of c->channels values, one after the other) of a
+   (rows a_row apart, channels as apart: 0 or 1) and b: 8 channels at a time, their terms
+   loaded once for every row. */
+static void binary16_pixels(const struct npu_binary16_call *c, const int16_t *a, int64_t a_row, int64_t as,
+                            const int16_t *b, int64_t b_row, int64_t bs, int16_t *o, int64_t rows,
+                            const int64_t *terms, int left)
+{
+    const int64_t channels = c->channels;
+    for (int64_t c0 = 0; c0 < channels; c0 += 8) {
+        const __mmask8 k = channels - c0 >= 8 ? (__mmask8)0xFF : (__mmask8)((1u << (channels - c0)) - 1);
+        __m512i t[3][TERMS];
+        terms8(terms, channels, binary16_columns(c->kind) / 2, c0, 1, k, t);
+        for (int64_t r = 0; r < rows; r++)
+            binary16_store8(c, load16x8(a + r * a_row + c0 * as, as, k), load16x8(b + r * b_row + c0 * bs, bs, k), t,
+                            left, k, o + r * channels + c0);
     }
 }
 #endif
@@ -490,12 +514,11 @@ static void binary16_run(const int16_t *a, int64_t as, const int16_t *b, int64_t
 #ifdef INT16_LANES
     if (terms && (as == 0 || as == 1) && (bs == 0 || bs == 1)) {
         if (channels == 1) {
-            binary16_lanes(c, a, as, b, bs, o, n, terms, 0, left);
+            binary16_lanes(c, a, as, b, bs, o, n, terms, left);
             return;
         }
-        if (ch == 0 && n % channels == 0) {         /* whole pixels: their channels as lanes */
-            for (int64_t at = 0; at < n; at += channels)
-                binary16_lanes(c, a + at * as, as, b + at * bs, bs, o + at, channels, terms, 1, left);
+        if (ch == 0 && n % channels == 0) {         /* whole pixels */
+            binary16_pixels(c, a, channels * as, as, b, channels * bs, bs, o, n / channels, terms, left);
             return;
         }
     }
@@ -521,6 +544,15 @@ static void binary16_axis(const int16_t *a, const int16_t *b, int16_t *o, const 
         binary16_run(a, as, b, bs, o, n, (o - c->out) % c->channels, c, terms, left);
         return;
     }
+#ifdef INT16_LANES
+    /* pixels over the channels, one operand broadcast along one of the two axes (PRELU's slopes) */
+    const int64_t last = c->shape[d + 1], as1 = c->a_stride[d + 1], bs1 = c->b_stride[d + 1];
+    if (terms && d == c->rank - 2 && c->channels > 1 && last == c->channels && (as1 == 0 || as1 == 1)
+            && (bs1 == 0 || bs1 == 1)) {
+        binary16_pixels(c, a, as, as1, b, bs, bs1, o, n, terms, left);
+        return;
+    }
+#endif
     for (int64_t i = 0; i < n; i++)
         binary16_axis(a + i * as, b + i * bs, o + i * out_block[d], c, out_block, d + 1, terms, left);
 }
