@@ -35,36 +35,60 @@ static int64_t dot16x8(const int16_t *restrict a, const int8_t *restrict b, int6
 
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512DQ__) && defined(__AVX512VL__)
 #define INT16_LANES 1
-/* requant16 of 8 channels' int64 sums plus their bias (wrapping), with each channel's
-   reduced multiplier and total shift precomputed (requant_terms), stored to o. */
-static inline void store16x8(__m512i acc, const int64_t *bias, const int64_t *reduced, const int64_t *total,
-                             __m256i lo, __m256i hi, __mmask8 k, int16_t *o)
+/* requant16's per-channel terms (requant_terms), each over the channels rounded up to a
+   multiple of 16: the multiplier rounded to 16 bits, the bias times it plus the rounding
+   half (mod 2**64: (acc + bias) * reduced + half wraps to the same bits as requant16's), the
+   total shift 15 - shift. */
+struct requant_lanes {
+    int64_t *reduced, *addend, *total;
+};
+
+/* The terms of cout channels with bias (or NULL); 0, or NPU_KERNEL_NO_MEMORY. Free q->reduced. */
+static int requant_terms(const int32_t *mult, const int32_t *shift, int32_t per_channel, const int64_t *bias,
+                         int32_t cout, struct requant_lanes *q)
 {
-    if (bias)
-        acc = _mm512_add_epi64(acc, _mm512_maskz_loadu_epi64(k, bias));
-    const __m512i t = _mm512_maskz_loadu_epi64(k, total), one = _mm512_set1_epi64(1);
-    const __m512i v = _mm512_srav_epi64(_mm512_add_epi64(_mm512_mullo_epi64(acc, _mm512_maskz_loadu_epi64(k, reduced)),
-                                                         _mm512_sllv_epi64(one, _mm512_sub_epi64(t, one))), t);
+    const int64_t cpad = ((int64_t)cout + 15) / 16 * 16;
+    q->reduced = calloc((size_t)(3 * cpad), sizeof(int64_t));
+    if (!q->reduced)
+        return NPU_KERNEL_NO_MEMORY;
+    q->addend = q->reduced + cpad;
+    q->total = q->reduced + 2 * cpad;
+    for (int32_t oc = 0; oc < cout; oc++) {
+        const int32_t m = mult[per_channel ? oc : 0], s = shift[per_channel ? oc : 0];
+        const int64_t reduced = m < 0x7FFF0000 ? ((int64_t)m + (1 << 15)) >> 16 : 0x7FFF;
+        q->reduced[oc] = reduced;
+        q->total[oc] = 15 - s;
+        q->addend[oc] = (int64_t)((uint64_t)(bias ? bias[oc] : 0) * (uint64_t)reduced
+                                  + (UINT64_C(1) << (15 - s - 1)));
+    }
+    return 0;
+}
+
+/* requant16 of channels c.. c + 7's int64 sums plus their bias (wrapping: the 16x8 kernels),
+   stored to o (masked by k). */
+static inline void store16x8(__m512i acc, const struct requant_lanes *q, int64_t c, __m256i lo, __m256i hi,
+                             __mmask8 k, int16_t *o)
+{
+    const __m512i v = _mm512_srav_epi64(_mm512_add_epi64(_mm512_mullo_epi64(acc, _mm512_loadu_si512(q->reduced + c)),
+                                                         _mm512_loadu_si512(q->addend + c)),
+                                        _mm512_loadu_si512(q->total + c));
     const __m256i r = _mm256_min_epi32(_mm256_max_epi32(_mm512_cvtepi64_epi32(v), lo), hi);
     _mm_mask_storeu_epi16(o, k, _mm256_cvtepi32_epi16(r));
 }
-
-/* requant16's per-channel terms for cout channels (rounded up to cpad): reduced[oc], the
-   multiplier rounded to 16 bits, and total[oc] = 15 - shift, in one allocation (free(reduced)). */
-static int64_t *requant_terms(const int32_t *mult, const int32_t *shift, int32_t per_channel, int32_t cout,
-                              int64_t cpad)
-{
-    int64_t *reduced = calloc((size_t)(2 * cpad), sizeof(int64_t));
-    if (!reduced)
-        return NULL;
-    for (int32_t oc = 0; oc < cout; oc++) {
-        const int32_t m = mult[per_channel ? oc : 0], s = shift[per_channel ? oc : 0];
-        reduced[oc] = m < 0x7FFF0000 ? ((int64_t)m + (1 << 15)) >> 16 : 0x7FFF;
-        reduced[cpad + oc] = 15 - s;
-    }
-    return reduced;
-}
 #endif
+
+/* dst[0..n) = src[0..n): a short run (a window row of a few channels) without a call. */
+static inline void copy16(int16_t *dst, const int16_t *src, int64_t n)
+{
+#ifdef INT16_LANES
+    if (n <= 32) {
+        const __mmask32 k = n == 32 ? ~(__mmask32)0 : ((__mmask32)1 << n) - 1;
+        _mm512_mask_storeu_epi16(dst, k, _mm512_maskz_loadu_epi16(k, src));
+        return;
+    }
+#endif
+    memcpy(dst, src, sizeof(int16_t) * (size_t)n);
+}
 
 /* Group g's window of output pixel (b, oy, ox), zeros outside the image (the zero point is
    0), gathered into row (k values), or where it lies in x when `direct` (a 1x1 window of one
@@ -81,7 +105,7 @@ static const int16_t *gather_window16(const struct npu_conv16_call *c, int32_t b
             if (direct)             /* the pixel itself */
                 return line + (int64_t)ix0 * c->cin;
             /* the window's row lies in one piece */
-            memcpy(r, line + (int64_t)ix0 * c->cin, sizeof(int16_t) * (size_t)(c->kw * cin_g));
+            copy16(r, line + (int64_t)ix0 * c->cin, (int64_t)c->kw * cin_g);
             r += c->kw * cin_g;
             continue;
         }
@@ -90,7 +114,7 @@ static const int16_t *gather_window16(const struct npu_conv16_call *c, int32_t b
             if (iy < 0 || iy >= c->h || ix < 0 || ix >= c->w)
                 memset(r, 0, sizeof(int16_t) * (size_t)cin_g);
             else
-                memcpy(r, line + (int64_t)ix * c->cin, sizeof(int16_t) * (size_t)cin_g);
+                copy16(r, line + (int64_t)ix * c->cin, cin_g);
         }
     }
     return row;
@@ -105,8 +129,8 @@ static const int16_t *gather_window16(const struct npu_conv16_call *c, int32_t b
 /* One group's convolution with k <= 2 * TILE_PAIRS (int32 sums exact: pairs of products of
    at most 2**23), TILE pixels at a time: their windows' pairs times 16 output channels of the
    packed filter (npu_pack_pairs), requantized with the per-channel terms (requant_terms). */
-static int conv16x8_tiles(const struct npu_conv16_call *c, int64_t k, const int16_t *packed, const int64_t *terms,
-                          int64_t cpad)
+static int conv16x8_tiles(const struct npu_conv16_call *c, int64_t k, const int16_t *packed,
+                          const struct requant_lanes *q)
 {
     const int32_t cout = c->cout;
     const int64_t pixels = (int64_t)c->n * c->out_h * c->out_w, k2 = (k + 1) / 2, cout16 = ((int64_t)cout + 15) / 16 * 16;
@@ -117,15 +141,22 @@ static int conv16x8_tiles(const struct npu_conv16_call *c, int64_t k, const int1
     for (int t = 0; t < TILE; t++)
         rows[t * (k + 1) + k] = 0;          /* the odd k's last pair */
     const __m256i lo = _mm256_set1_epi32(c->act_min), hi = _mm256_set1_epi32(c->act_max);
+    int32_t b = 0, oy = 0, ox = 0;          /* the next pixel's position (no division per pixel) */
     for (int64_t p0 = 0; p0 < pixels; p0 += TILE) {
         const int count = pixels - p0 < TILE ? (int)(pixels - p0) : TILE;
         const int16_t *win[TILE];
-        for (int t = 0; t < TILE; t++) {    /* a short tile repeats its last pixel */
-            const int64_t p = p0 + (t < count ? t : count - 1);
-            const int32_t ox = (int32_t)(p % c->out_w), oy = (int32_t)(p / c->out_w % c->out_h);
-            win[t] = gather_window16(c, (int32_t)(p / ((int64_t)c->out_w * c->out_h)), oy, ox, 0,
-                                     rows + t * (k + 1), direct);
+        for (int t = 0; t < count; t++) {
+            win[t] = gather_window16(c, b, oy, ox, 0, rows + t * (k + 1), direct);
+            if (++ox == c->out_w) {
+                ox = 0;
+                if (++oy == c->out_h) {
+                    oy = 0;
+                    b++;
+                }
+            }
         }
+        for (int t = count; t < TILE; t++)  /* a short tile repeats its last pixel */
+            win[t] = win[count - 1];
         for (int32_t o0 = 0; o0 < cout; o0 += 16) {
             __m512i acc[TILE];
             for (int t = 0; t < TILE; t++)
@@ -142,14 +173,11 @@ static int conv16x8_tiles(const struct npu_conv16_call *c, int64_t k, const int1
             const int32_t left = cout - o0;
             const __mmask8 m0 = left >= 8 ? (__mmask8)0xFF : (__mmask8)((1u << left) - 1);
             const __mmask8 m1 = left >= 16 ? (__mmask8)0xFF : left > 8 ? (__mmask8)((1u << (left - 8)) - 1) : 0;
-            const int64_t *bias = c->bias ? c->bias + o0 : NULL;
             for (int t = 0; t < count; t++) {
                 int16_t *o = c->out + (p0 + t) * cout + o0;
-                store16x8(_mm512_cvtepi32_epi64(_mm512_castsi512_si256(acc[t])), bias, terms + o0, terms + cpad + o0,
-                          lo, hi, m0, o);
+                store16x8(_mm512_cvtepi32_epi64(_mm512_castsi512_si256(acc[t])), q, o0, lo, hi, m0, o);
                 if (m1)
-                    store16x8(_mm512_cvtepi32_epi64(_mm512_extracti64x4_epi64(acc[t], 1)), bias ? bias + 8 : NULL,
-                              terms + o0 + 8, terms + cpad + o0 + 8, lo, hi, m1, o + 8);
+                    store16x8(_mm512_cvtepi32_epi64(_mm512_extracti64x4_epi64(acc[t], 1)), q, o0 + 8, lo, hi, m1, o + 8);
             }
         }
     }
@@ -182,10 +210,11 @@ int npu_conv16x8(const struct npu_conv16_call *c)
     }
 #ifdef INT16_LANES
     if (groups == 1 && packed && k <= 2 * TILE_PAIRS) {
-        const int64_t cpad = ((int64_t)cout + 15) / 16 * 16;
-        int64_t *terms = requant_terms(c->mult, c->shift, c->per_channel, cout, cpad);
-        status = terms ? conv16x8_tiles(c, k, packed, terms, cpad) : NPU_KERNEL_NO_MEMORY;
-        free(terms);
+        struct requant_lanes q;
+        status = requant_terms(c->mult, c->shift, c->per_channel, c->bias, cout, &q);
+        if (!status)
+            status = conv16x8_tiles(c, k, packed, &q);
+        free(q.reduced);
         free(packed);
         free(row);
         free(sums);
@@ -217,56 +246,86 @@ int npu_conv16x8(const struct npu_conv16_call *c)
 }
 
 #ifdef INT16_LANES
+/* 16 channels' int32 sums (masked by k) as requantized int16 at o. */
+static inline void store16x16(__m512i acc, const struct requant_lanes *q, int32_t c0, int32_t cout, __m256i lo,
+                              __m256i hi, __mmask16 k, int16_t *o)
+{
+    store16x8(_mm512_cvtepi32_epi64(_mm512_castsi512_si256(acc)), q, c0, lo, hi, (__mmask8)k, o);
+    if (cout - c0 > 8)
+        store16x8(_mm512_cvtepi32_epi64(_mm512_extracti64x4_epi64(acc, 1)), q, c0 + 8, lo, hi, (__mmask8)(k >> 8), o + 8);
+}
+
 /* Depthwise convolution of depth multiplier 1 over at most CHUNK taps: 16 channels' int32
    sums held in a register over the window (exact: CHUNK products of at most 2**22), the
-   filter widened to int32 and the requantization's per-channel terms computed once. */
+   filter widened to int32 and the requantization's per-channel terms computed once. A window
+   inside the image reads its taps at fixed offsets, two neighbours at a time (each filter
+   vector loaded once for both); a window across the border checks every tap. */
 static int depthwise16_lanes(const struct npu_conv16_call *c)
 {
     const int32_t cout = c->cout, taps = c->kh * c->kw;
     const int64_t cpad = ((int64_t)cout + 15) / 16 * 16;
     int32_t *filter = aligned_alloc(64, sizeof(int32_t) * (size_t)(taps * cpad));
-    int64_t *terms = requant_terms(c->mult, c->shift, c->per_channel, cout, cpad);
-    if (!filter || !terms) {
+    int64_t *off = malloc(sizeof(int64_t) * (size_t)taps);
+    struct requant_lanes q = {NULL, NULL, NULL};
+    if (!filter || !off || requant_terms(c->mult, c->shift, c->per_channel, c->bias, cout, &q)) {
         free(filter);
-        free(terms);
+        free(off);
+        free(q.reduced);
         return NPU_KERNEL_NO_MEMORY;
     }
-    for (int32_t t = 0; t < taps; t++)
+    for (int32_t t = 0; t < taps; t++) {
         for (int64_t oc = 0; oc < cpad; oc++)
             filter[t * cpad + oc] = oc < cout ? c->filter[(int64_t)t * cout + oc] : 0;
-    const int64_t *reduced = terms, *total = terms + cpad;
+        off[t] = ((int64_t)(t / c->kw) * c->dil_h * c->w + (int64_t)(t % c->kw) * c->dil_w) * c->cin;
+    }
     const __m256i lo = _mm256_set1_epi32(c->act_min), hi = _mm256_set1_epi32(c->act_max);
+    const int32_t span_h = (c->kh - 1) * c->dil_h, span_w = (c->kw - 1) * c->dil_w;
     for (int32_t b = 0; b < c->n; b++)
-        for (int32_t oy = 0; oy < c->out_h; oy++)
-            for (int32_t ox = 0; ox < c->out_w; ox++) {
+        for (int32_t oy = 0; oy < c->out_h; oy++) {
+            const int32_t iy0 = oy * c->stride_h - c->pad_top;
+            const int rows_in = iy0 >= 0 && iy0 + span_h < c->h;
+            for (int32_t ox = 0; ox < c->out_w;) {
                 int16_t *o = c->out + (((int64_t)b * c->out_h + oy) * c->out_w + ox) * cout;
+                const int32_t ix0 = ox * c->stride_w - c->pad_left;
+                /* the window's corner, which may lie outside the image: an index, not a pointer */
+                const int64_t corner = (((int64_t)b * c->h + iy0) * c->w + ix0) * c->cin;
+                const int in0 = rows_in && ix0 >= 0 && ix0 + span_w < c->w;
+                if (in0 && ox + 1 < c->out_w && ix0 + c->stride_w + span_w < c->w) {
+                    const int16_t *base = c->x + corner, *next = base + (int64_t)c->stride_w * c->cin;
+                    for (int32_t c0 = 0; c0 < cout; c0 += 16) {
+                        const __mmask16 k = cout - c0 >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (cout - c0)) - 1);
+                        __m512i acc0 = _mm512_setzero_si512(), acc1 = _mm512_setzero_si512();
+                        for (int32_t t = 0; t < taps; t++) {
+                            const __m512i fv = _mm512_load_si512(filter + t * cpad + c0);
+                            acc0 = _mm512_add_epi32(acc0, _mm512_mullo_epi32(
+                                _mm512_cvtepi16_epi32(_mm256_maskz_loadu_epi16(k, base + off[t] + c0)), fv));
+                            acc1 = _mm512_add_epi32(acc1, _mm512_mullo_epi32(
+                                _mm512_cvtepi16_epi32(_mm256_maskz_loadu_epi16(k, next + off[t] + c0)), fv));
+                        }
+                        store16x16(acc0, &q, c0, cout, lo, hi, k, o + c0);
+                        store16x16(acc1, &q, c0, cout, lo, hi, k, o + cout + c0);
+                    }
+                    ox += 2;
+                    continue;
+                }
                 for (int32_t c0 = 0; c0 < cout; c0 += 16) {
                     const __mmask16 k = cout - c0 >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (cout - c0)) - 1);
                     __m512i acc = _mm512_setzero_si512();
-                    for (int32_t fy = 0; fy < c->kh; fy++) {
-                        const int32_t iy = oy * c->stride_h - c->pad_top + fy * c->dil_h;
-                        if (iy < 0 || iy >= c->h)
-                            continue;
-                        const int16_t *row = c->x + ((int64_t)b * c->h + iy) * c->w * c->cin + c0;
-                        const int32_t *f = filter + (int64_t)fy * c->kw * cpad + c0;
-                        for (int32_t fx = 0; fx < c->kw; fx++) {
-                            const int32_t ix = ox * c->stride_w - c->pad_left + fx * c->dil_w;
-                            if (ix < 0 || ix >= c->w)
-                                continue;
-                            const __m512i xv = _mm512_cvtepi16_epi32(_mm256_maskz_loadu_epi16(k, row + (int64_t)ix * c->cin));
-                            acc = _mm512_add_epi32(acc, _mm512_mullo_epi32(xv, _mm512_load_si512(f + fx * cpad)));
-                        }
+                    for (int32_t t = 0; t < taps; t++) {
+                        const int32_t iy = iy0 + t / c->kw * c->dil_h, ix = ix0 + t % c->kw * c->dil_w;
+                        if (in0 || (iy >= 0 && iy < c->h && ix >= 0 && ix < c->w))
+                            acc = _mm512_add_epi32(acc, _mm512_mullo_epi32(
+                                _mm512_cvtepi16_epi32(_mm256_maskz_loadu_epi16(k, c->x + (corner + off[t] + c0))),
+                                _mm512_load_si512(filter + t * cpad + c0)));
                     }
-                    const int64_t *bias = c->bias ? c->bias + c0 : NULL;
-                    store16x8(_mm512_cvtepi32_epi64(_mm512_castsi512_si256(acc)), bias, reduced + c0, total + c0,
-                              lo, hi, (__mmask8)k, o + c0);
-                    if (cout - c0 > 8)
-                        store16x8(_mm512_cvtepi32_epi64(_mm512_extracti64x4_epi64(acc, 1)), bias ? bias + 8 : NULL,
-                                  reduced + c0 + 8, total + c0 + 8, lo, hi, (__mmask8)(k >> 8), o + c0 + 8);
+                    store16x16(acc, &q, c0, cout, lo, hi, k, o + c0);
                 }
+                ox++;
             }
+        }
     free(filter);
-    free(terms);
+    free(off);
+    free(q.reduced);
     return 0;
 }
 #endif
