@@ -166,6 +166,7 @@ def test_int16_prelu_units_replay_as_c_calls(mem: ChipMemory) -> None:
     x = random_int16(rng, x.shape)
     mem.bytes[x_at - iommu.IOVA_BASE:x_at - iommu.IOVA_BASE + x.nbytes] = x.reshape(-1).view(np.uint8)
     assert run_job(mem.dma, ASID, at, len(command), HardwareProfile()).status == 0
-    np.testing.assert_array_equal(mem.get(out1, np.int16, x.shape), binary.prelu_int16_per_channel(x, alpha, params=rows))
+    np.testing.assert_array_equal(mem.get(out1, np.int16, x.shape),
+                                  binary.prelu_int16_per_channel(x, alpha, params=rows))
     np.testing.assert_array_equal(mem.get(out2, np.int16, x.shape),
                                   binary.prelu(x, alpha, input1_zp=0, input2_zp=0, output_zp=0, **tensor))
