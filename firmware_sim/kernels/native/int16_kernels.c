@@ -126,15 +126,15 @@ static const int16_t *gather_window16(const struct npu_conv16_call *c, int32_t b
 /* Pairs of products whose int32 sum is exact (each pair at most 2**23 with int8 weights). */
 #define TILE_PAIRS 128
 
-/* One group's convolution with k <= 2 * TILE_PAIRS (int32 sums exact: pairs of products of
-   at most 2**23), TILE pixels at a time: their windows' pairs times 16 output channels of the
-   packed filter (npu_pack_pairs), requantized with the per-channel terms (requant_terms). */
+/* One group's convolution, TILE pixels at a time: their windows' pairs times 16 output
+   channels of the packed filter (npu_pack_pairs), summed exactly in int32 over TILE_PAIRS
+   pairs and then in int64, requantized with the per-channel terms (requant_terms). */
 static int conv16x8_tiles(const struct npu_conv16_call *c, int64_t k, const int16_t *packed,
                           const struct requant_lanes *q)
 {
     const int32_t cout = c->cout;
     const int64_t pixels = (int64_t)c->n * c->out_h * c->out_w, k2 = (k + 1) / 2, cout16 = ((int64_t)cout + 15) / 16 * 16;
-    const int direct = c->kh == 1 && c->kw == 1 && k % 2 == 0;
+    const int direct = c->kh == 1 && k % 2 == 0;
     int16_t *rows = malloc(sizeof(int16_t) * (size_t)(TILE * (k + 1)));
     if (!rows)
         return NPU_KERNEL_NO_MEMORY;
@@ -158,16 +158,26 @@ static int conv16x8_tiles(const struct npu_conv16_call *c, int64_t k, const int1
         for (int t = count; t < TILE; t++)  /* a short tile repeats its last pixel */
             win[t] = win[count - 1];
         for (int32_t o0 = 0; o0 < cout; o0 += 16) {
-            __m512i acc[TILE];
+            __m512i low[TILE], high[TILE];  /* int64 sums of channels o0.. o0 + 7 and o0 + 8.. o0 + 15 */
             for (int t = 0; t < TILE; t++)
-                acc[t] = _mm512_setzero_si512();
+                low[t] = high[t] = _mm512_setzero_si512();
             const int16_t *f = packed + (int64_t)o0 * 2;
-            for (int64_t kk = 0; kk < k2; kk++, f += cout16 * 2) {
-                const __m512i fv = _mm512_load_si512(f);
+            for (int64_t k0 = 0; k0 < k2; k0 += TILE_PAIRS) {
+                const int64_t k1 = k2 - k0 < TILE_PAIRS ? k2 : k0 + TILE_PAIRS;
+                __m512i acc[TILE];
+                for (int t = 0; t < TILE; t++)
+                    acc[t] = _mm512_setzero_si512();
+                for (int64_t kk = k0; kk < k1; kk++, f += cout16 * 2) {
+                    const __m512i fv = _mm512_load_si512(f);
+                    for (int t = 0; t < TILE; t++) {
+                        int32_t pair;       /* win[t][2kk] and win[t][2kk + 1], as vpmaddwd pairs them */
+                        memcpy(&pair, win[t] + 2 * kk, sizeof(pair));
+                        acc[t] = _mm512_add_epi32(acc[t], _mm512_madd_epi16(_mm512_set1_epi32(pair), fv));
+                    }
+                }
                 for (int t = 0; t < TILE; t++) {
-                    int32_t pair;           /* win[t][2kk] and win[t][2kk + 1], as vpmaddwd pairs them */
-                    memcpy(&pair, win[t] + 2 * kk, sizeof(pair));
-                    acc[t] = _mm512_add_epi32(acc[t], _mm512_madd_epi16(_mm512_set1_epi32(pair), fv));
+                    low[t] = _mm512_add_epi64(low[t], _mm512_cvtepi32_epi64(_mm512_castsi512_si256(acc[t])));
+                    high[t] = _mm512_add_epi64(high[t], _mm512_cvtepi32_epi64(_mm512_extracti64x4_epi64(acc[t], 1)));
                 }
             }
             const int32_t left = cout - o0;
@@ -175,13 +185,53 @@ static int conv16x8_tiles(const struct npu_conv16_call *c, int64_t k, const int1
             const __mmask8 m1 = left >= 16 ? (__mmask8)0xFF : left > 8 ? (__mmask8)((1u << (left - 8)) - 1) : 0;
             for (int t = 0; t < count; t++) {
                 int16_t *o = c->out + (p0 + t) * cout + o0;
-                store16x8(_mm512_cvtepi32_epi64(_mm512_castsi512_si256(acc[t])), q, o0, lo, hi, m0, o);
+                store16x8(low[t], q, o0, lo, hi, m0, o);
                 if (m1)
-                    store16x8(_mm512_cvtepi32_epi64(_mm512_extracti64x4_epi64(acc[t], 1)), q, o0 + 8, lo, hi, m1, o + 8);
+                    store16x8(high[t], q, o0 + 8, lo, hi, m1, o + 8);
             }
         }
     }
     free(rows);
+    return 0;
+}
+
+/* Exact sum of a[i] * b[i], i < n: 32 products at a time, pairs (vpmaddwd) summed in int32
+   over TILE_PAIRS vectors and then in int64. */
+static int64_t dot16x8_lanes(const int16_t *a, const int8_t *b, int64_t n)
+{
+    __m512i total = _mm512_setzero_si512();
+    for (int64_t i0 = 0; i0 < n; i0 += 32 * TILE_PAIRS) {
+        const int64_t i1 = n - i0 < 32 * TILE_PAIRS ? n : i0 + 32 * TILE_PAIRS;
+        __m512i acc = _mm512_setzero_si512();
+        for (int64_t i = i0; i < i1; i += 32) {
+            const __mmask32 k = i1 - i >= 32 ? ~(__mmask32)0 : ((__mmask32)1 << (i1 - i)) - 1;
+            acc = _mm512_add_epi32(acc, _mm512_madd_epi16(_mm512_maskz_loadu_epi16(k, a + i),
+                                                          _mm512_cvtepi8_epi16(_mm256_maskz_loadu_epi8(k, b + i))));
+        }
+        total = _mm512_add_epi64(total, _mm512_cvtepi32_epi64(_mm512_castsi512_si256(acc)));
+        total = _mm512_add_epi64(total, _mm512_cvtepi32_epi64(_mm512_extracti64x4_epi64(acc, 1)));
+    }
+    return _mm512_reduce_add_epi64(total);
+}
+
+/* Output channels a convolution computes one dot product each for (instead of 16 lanes of
+   the packed filter of which most would be padding). */
+#define DOT_CHANNELS 8
+
+/* A convolution of one group and at most DOT_CHANNELS output channels: each pixel's window
+   (where it lies when it can) times each channel's filter row. */
+static int conv16x8_dots(const struct npu_conv16_call *c, int64_t k, int16_t *row, int64_t *sums)
+{
+    const int direct = c->kh == 1;          /* no pairs: any k */
+    for (int32_t b = 0; b < c->n; b++)
+        for (int32_t oy = 0; oy < c->out_h; oy++)
+            for (int32_t ox = 0; ox < c->out_w; ox++) {
+                const int16_t *window = gather_window16(c, b, oy, ox, 0, row, direct);
+                for (int32_t q = 0; q < c->cout; q++)
+                    sums[q] = dot16x8_lanes(window, c->filter + (int64_t)q * k, k);
+                npu_finish16(sums, c->cout, 0, c->bias, 0, c->mult, c->shift, c->per_channel, c->act_min,
+                             c->act_max, c->out + (((int64_t)b * c->out_h + oy) * c->out_w + ox) * c->cout);
+            }
     return 0;
 }
 #endif
@@ -200,7 +250,12 @@ int npu_conv16x8(const struct npu_conv16_call *c)
     int64_t *sums = malloc(sizeof(int64_t) * (size_t)(cout_g > 0 ? cout_g : 1));
     /* Packing costs about one pixel's multiply-adds: a layer of a few pixels (a classifier's
        1x1 head) takes one dot product per output channel instead. */
-    const int packing = (int64_t)c->n * c->out_h * c->out_w >= PACK_MIN_PIXELS;
+#ifdef INT16_LANES
+    const int dots = groups == 1 && cout <= DOT_CHANNELS;
+#else
+    const int dots = 0;
+#endif
+    const int packing = !dots && (int64_t)c->n * c->out_h * c->out_w >= PACK_MIN_PIXELS;
     int16_t *packed = row && sums && packing ? npu_pack_groups(c->filter, 0, groups, cout_g, k) : NULL;
     const int64_t packed_size = npu_packed_pairs_size(cout_g, k);
     if (!row || !sums || (packing && !packed)) {
@@ -209,7 +264,13 @@ int npu_conv16x8(const struct npu_conv16_call *c)
         return NPU_KERNEL_NO_MEMORY;
     }
 #ifdef INT16_LANES
-    if (groups == 1 && packed && k <= 2 * TILE_PAIRS) {
+    if (dots) {
+        status = conv16x8_dots(c, k, row, sums);
+        free(row);
+        free(sums);
+        return status;
+    }
+    if (groups == 1 && packed) {
         struct requant_lanes q;
         status = requant_terms(c->mult, c->shift, c->per_channel, c->bias, cout, &q);
         if (!status)
