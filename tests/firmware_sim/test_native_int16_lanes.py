@@ -170,3 +170,27 @@ def test_int16_prelu_units_replay_as_c_calls(mem: ChipMemory) -> None:
                                   binary.prelu_int16_per_channel(x, alpha, params=rows))
     np.testing.assert_array_equal(mem.get(out2, np.int16, x.shape),
                                   binary.prelu(x, alpha, input1_zp=0, input2_zp=0, output_zp=0, **tensor))
+
+
+def test_int16_gather_reruns_in_c_as_numpy_computes() -> None:
+    """int16 GATHER (silero's and basic-pitch's default compiles) reruns in C on new rows and
+    new indices; an index rewritten out of range fails the rerun as numpy refuses it."""
+    from firmware_sim.errors import InvalidCommand
+    from firmware_sim.kernels import layout
+    from firmware_sim.kernels.native import data_calls
+    rng = np.random.default_rng(34)
+    for _ in range(10):
+        outer, axis, inner, count = (int(v) for v in rng.integers(1, 9, size=4))
+        x = random_int16(rng, (outer, axis, inner))
+        indices = rng.integers(0, axis, size=count).astype(np.int32)
+        out = np.empty((outer, count, inner), np.int16)
+        layout.gather(x, indices, out=out)
+        rerun = data_calls.bind_gather(x, indices, out)
+        assert rerun is not None
+        x[...] = random_int16(rng, x.shape)
+        indices[...] = rng.integers(0, axis, size=count)
+        rerun()
+        np.testing.assert_array_equal(out, layout.gather(x, indices))
+    indices[0] = axis
+    with pytest.raises(InvalidCommand):
+        rerun()
