@@ -122,7 +122,7 @@ static const int16_t *gather_window16(const struct npu_conv16_call *c, int32_t b
 
 #ifdef INT16_LANES
 /* Output pixels a convolution tile computes together (each filter vector loaded once for all). */
-#define TILE 4
+#define TILE 8
 /* Pairs of products whose int32 sum is exact (each pair at most 2**23 with int8 weights). */
 #define TILE_PAIRS 128
 
