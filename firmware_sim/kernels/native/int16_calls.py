@@ -1,4 +1,4 @@
-"""Bound calls of the C int16 kernels (``int16_kernels.c``, ``int16x16_kernels.c``):
+"""Bound calls of the C int16 kernels (``int16_kernels.c``, ``binary16_kernels.c``, ``int16x16_kernels.c``):
 convolution, depthwise convolution and fully connected with int16 activations and int8 or
 int16 weights, ADD, MUL and PRELU, average and max pooling: the reruns of ``kernels.int16x8``'s,
 ``kernels.int16x16``'s, ``kernels.binary``'s (int16 PRELU) and ``kernels.pooling``'s numpy
