@@ -1,12 +1,15 @@
-"""The C kernels' per-thread scratch buffers (int8_kernels.c, ``scratch_take``): kept from
-call to call, so a call finds the last one's bytes in them, and a request too large to keep
-is allocated per call. Whatever a slot held before, the outputs equal the numpy path's."""
+"""What the C kernels keep per thread between calls (int8_kernels.c): the scratch arena
+(``scratch_take``: a call finds the last one's bytes in it; a request too large to keep is
+allocated per call) and the layers' requantization tables (``requant_kept``: used again only
+while the multipliers and shifts hold the same bytes). Whatever they held before, the
+outputs equal the numpy path's."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from firmware_sim.kernels import native
-from firmware_sim.kernels.conv import conv2d, depthwise_conv2d
+from firmware_sim.kernels.conv import conv2d, depthwise_conv2d, depthwise_conv2d_bound
 from npu_hw.ops import PADDING_SAME, conv_geometry
 from tests.support.quant_utils import random_int8
 
@@ -49,3 +52,28 @@ def test_small_calls_after_large_ones_see_no_stale_scratch() -> None:
     for fn, (x, wt, bias, kwargs) in layers + layers[::-1]:
         fast, slow = _both(fn, x, wt, bias, kwargs)
         np.testing.assert_array_equal(fast, slow)
+
+
+@pytest.mark.parametrize("per_channel", [True, False])
+def test_kept_requantization_follows_multipliers_rewritten_in_place(per_channel: bool) -> None:
+    """A bound depthwise call (what a job plan replays) keeps its layer's tables; the client
+    rewrites the multipliers and shifts in place (same addresses, same sizes): the next call
+    computes with the new ones, and a bad shift written in place is still refused."""
+    rng = np.random.default_rng(3 + per_channel)
+    x, wt, bias, kwargs = _layer(rng, 5, 1, 24, 3, None)
+    if not per_channel:
+        kwargs["multiplier"], kwargs["shift"] = kwargs["multiplier"][:1].copy(), kwargs["shift"][:1].copy()
+    out = np.zeros((1, *kwargs["out_hw"], 24), np.int8)
+    mult, shift = kwargs["multiplier"], kwargs["shift"]
+    with native.enabled(True):
+        bound = depthwise_conv2d_bound(x, wt, bias, out=out, **kwargs)
+        assert bound is not None
+        for _ in range(3):
+            bound()
+            with native.enabled(False):
+                np.testing.assert_array_equal(out, depthwise_conv2d(x, wt, bias, **kwargs))
+            mult[-1] = mult[-1] // 2 + (1 << 29)
+            shift[0] -= 1
+        shift[-1] = 40
+        with pytest.raises(ValueError, match="shift"):
+            bound()

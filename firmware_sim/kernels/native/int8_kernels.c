@@ -94,12 +94,86 @@ struct requant {
     int32_t *mult, *left, *right;
     int32_t *mask, *half;       /* 2**right - 1 and its half: the rounding's remainder test */
     int any_left, any_min;      /* some left shift; some multiplier INT32_MIN (the saturating case) */
+    int kept;                   /* the tables belong to requant_kept (not the call's scratch) */
 };
 
+/*
+ * The tables of a small model's layers, kept per thread (as the VNNI GEMM keeps packed
+ * filters): building them was 8% of mww-okay-nabu's kernel time once the mallocs were gone.
+ * An entry is found by the arrays' addresses and sizes and used only if the arrays still
+ * hold the bytes it was built from (a client may rewrite its weights in place). Only tables
+ * of up to REQUANT_KEEP_N entries are kept (a large layer's own work dwarfs building them).
+ */
+#define REQUANT_ENTRIES 32
+#define REQUANT_KEEP_N 1024
+
+static __thread struct requant_entry {
+    const int32_t *mult_at, *shift_at;
+    int32_t per_channel, n, channels, given;    /* given: the multipliers (and shifts) compared */
+    int32_t *copy;              /* the tables (5 n), then the multipliers and shifts as given */
+    struct requant q;
+} requant_kept[REQUANT_ENTRIES];
+static __thread int requant_next;
+
+static int requant_build(struct requant *q, const int32_t *mult, const int32_t *shift,
+                         int32_t per_channel, int32_t n, int32_t channels);
+
 /* The constants of `channels` channels repeated to fill n entries (n a multiple of
-   channels), so one requant_store call covers several output pixels of few channels. */
+   channels), so one requant_store call covers several output pixels of few channels;
+   give them back with requant_done. */
 static int requant_init_tiled(struct requant *q, const int32_t *mult, const int32_t *shift,
                               int32_t per_channel, int32_t n, int32_t channels)
+{
+    const int32_t given = per_channel ? (channels < n ? channels : n) : 1;
+    const size_t given_bytes = sizeof(int32_t) * (size_t)given;
+    for (int i = 0; i < REQUANT_ENTRIES; i++) {
+        struct requant_entry *e = &requant_kept[i];
+        if (e->copy && e->mult_at == mult && e->shift_at == shift && e->per_channel == per_channel &&
+            e->n == n && e->channels == channels && e->given == given &&
+            !memcmp(e->copy + 5 * (size_t)n, mult, given_bytes) &&
+            !memcmp(e->copy + 5 * (size_t)n + given, shift, given_bytes)) {
+            *q = e->q;
+            return 0;
+        }
+    }
+    if (n > REQUANT_KEEP_N)
+        return requant_build(q, mult, shift, per_channel, n, channels);
+    struct requant_entry *e = &requant_kept[requant_next];
+    int32_t *copy = realloc(e->copy, sizeof(int32_t) * (5 * (size_t)n + 2 * (size_t)given));
+    if (!copy)
+        return requant_build(q, mult, shift, per_channel, n, channels);
+    e->copy = NULL;             /* not an entry until it is complete */
+    struct requant built;
+    int status = requant_build(&built, mult, shift, per_channel, n, channels);
+    if (status != 0) {
+        free(copy);
+        return status;
+    }
+    memcpy(copy, built.mult, sizeof(int32_t) * 5 * (size_t)n);
+    scratch_give(built.mult);
+    memcpy(copy + 5 * (size_t)n, mult, given_bytes);
+    memcpy(copy + 5 * (size_t)n + given, shift, given_bytes);
+    built.mult = copy;
+    built.left = copy + n;
+    built.right = copy + 2 * (size_t)n;
+    built.mask = copy + 3 * (size_t)n;
+    built.half = copy + 4 * (size_t)n;
+    built.kept = 1;
+    *e = (struct requant_entry){mult, shift, per_channel, n, channels, given, copy, built};
+    requant_next = (requant_next + 1) % REQUANT_ENTRIES;
+    *q = built;
+    return 0;
+}
+
+/* The end of a requant_init_tiled's tables. */
+static void requant_done(struct requant *q)
+{
+    if (!q->kept)
+        scratch_give(q->mult);
+}
+
+static int requant_build(struct requant *q, const int32_t *mult, const int32_t *shift,
+                         int32_t per_channel, int32_t n, int32_t channels)
 {
     q->mult = scratch_take(sizeof(int32_t) * (size_t)n * 5);
     if (!q->mult)
@@ -108,7 +182,7 @@ static int requant_init_tiled(struct requant *q, const int32_t *mult, const int3
     q->right = q->mult + 2 * (size_t)n;
     q->mask = q->mult + 3 * (size_t)n;
     q->half = q->mult + 4 * (size_t)n;
-    q->any_left = q->any_min = 0;
+    q->any_left = q->any_min = q->kept = 0;
     /* One period of channels (all n entries when there are fewer), then copies of it. */
     const int32_t first = channels < n ? channels : n;
     for (int32_t c = 0; c < first; c++) {
@@ -383,13 +457,13 @@ int npu_depthwise_s8(const int8_t *x, int32_t n, int32_t h, int32_t w, int32_t c
     status = depthwise_pairs_avx512(x, n, h, w, cin, filter, kh, kw, dm, bias, stride_h, stride_w,
                                     dil_h, dil_w, pad_top, pad_left, out_h, out_w, input_offset,
                                     output_offset, &q, act_min, act_max, out);
-    scratch_give(q.mult);
+    requant_done(&q);
     return status;
 #endif
     int32_t *acc_row = malloc(sizeof(int32_t) * (size_t)row);
     int16_t *shifted = malloc(sizeof(int16_t) * (size_t)cin);
     if (!acc_row || !shifted) {
-        scratch_give(q.mult);
+        requant_done(&q);
         free(acc_row);
         free(shifted);
         return NPU_KERNEL_NO_MEMORY;
@@ -405,7 +479,7 @@ int npu_depthwise_s8(const int8_t *x, int32_t n, int32_t h, int32_t w, int32_t c
         if (!tiled || !gathered) {
             free(tiled);
             free(gathered);
-            scratch_give(q.mult);
+            requant_done(&q);
             free(acc_row);
             free(shifted);
             return NPU_KERNEL_NO_MEMORY;
@@ -477,7 +551,7 @@ int npu_depthwise_s8(const int8_t *x, int32_t n, int32_t h, int32_t w, int32_t c
                           out + ((int64_t)b * out_h + oy) * row);
         }
     }
-    scratch_give(q.mult);
+    requant_done(&q);
     free(acc_row);
     free(shifted);
     free(tiled);
@@ -962,7 +1036,7 @@ int npu_conv_s8(const int8_t *x, int32_t n, int32_t h, int32_t w, int32_t cin,
     int8_t *cols = direct ? NULL : scratch_take((size_t)(block * k));
     int32_t *acc = scratch_take(sizeof(int32_t) * (size_t)(block * cout));
     if ((!direct && !cols) || !acc) {
-        scratch_give(q.mult);
+        requant_done(&q);
         scratch_give(cols);
         scratch_give(acc);
         return NPU_KERNEL_NO_MEMORY;
@@ -1011,7 +1085,7 @@ int npu_conv_s8(const int8_t *x, int32_t n, int32_t h, int32_t w, int32_t cin,
             }
         }
     }
-    scratch_give(q.mult);
+    requant_done(&q);
     scratch_give(cols);
     scratch_give(acc);
     return status;
