@@ -35,7 +35,8 @@ static inline int8_t clamp_s8(int32_t v, int32_t lo, int32_t hi)
  * undefined) and gives them all back before it returns; the next call reuses the same
  * bytes, still in the caches, as malloc's reuse of just-freed chunks did. A request that
  * does not fit is allocated on its own, and once the arena is empty again it grows to what
- * the call wanted, up to SCRATCH_KEEP bytes (beyond that, per call as before). Thread-local: a graph job's helper thread has its own.
+ * the call wanted, up to SCRATCH_KEEP bytes (beyond that, per call as before).
+ * Thread-local: a graph job's helper thread has its own.
  */
 #define SCRATCH_KEEP ((size_t)4 << 20)
 
