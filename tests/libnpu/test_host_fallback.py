@@ -286,3 +286,35 @@ def test_a_layer_no_integer_grid_holds_runs_in_float_on_the_cpu(npu):
             assert _cosine(got, session.run(None, {"x": x})[0]) >= 0.99
     fast = compile_model(model, calibration, recipe="fast")
     assert not fast.host_steps and "fidelity" not in fast.metadata
+
+
+# Host fallback order and raw inputs
+
+def _if_on_a_squeezed_condition() -> bytes:
+    """The IF of a TF model converted through onnx-tf: its condition a RESHAPE to a scalar
+    whose shape operand is an int32 [0] tensor with an empty buffer (pyopen-wakeword's heads)."""
+    middle = [TensorSpec((1,), np.int32, data=np.array([1], np.int32), name="axis"),              # 5
+              TensorSpec((1, 1), np.float32, name="sum"), TensorSpec((), np.float32, data=np.float32(0), name="zero"),
+              TensorSpec((1, 1), np.bool_, name="cond"),
+              TensorSpec((0,), np.int32, data=np.zeros(0, np.int32), name="no_dims"),              # 9: empty buffer
+              TensorSpec((), np.bool_, name="scalar_cond"), TensorSpec((1, 4), np.float32, name="chosen")]
+    return _fc_around([OpSpec(B.SUM, [2, 5], [6], *named_options("ReducerOptions", KeepDims=True)),
+                       OpSpec(B.GREATER, [6, 7], [8]),
+                       OpSpec(B.RESHAPE, [8, 9], [10]),
+                       OpSpec(B.IF, [10, 2], [11], *named_options("IfOptions", ThenSubgraphIndex=1,
+                                                                  ElseSubgraphIndex=2))],
+                      middle, [_branch(2.0, "then"), _branch(-1.0, "else")])
+
+
+def test_an_empty_constant_is_no_input_of_a_host_call(npu):
+    # A zero-element tensor nobody writes is an empty constant, as LiteRT reads it: it was
+    # taken for a run-time input of the host call, which nothing produced ("used before it
+    # is produced").
+    data = _if_on_a_squeezed_condition()
+    loadable = compile_model(data, [[x] for x in _feeds((1, 8), 8, seed=9)], recipe="fast")
+    assert "IF" in _host_ops(loadable)[-1]
+    with libnpu.load(loadable, devroot=npu.devroot) as compiled:
+        for x in _feeds((1, 8), 4, seed=10):
+            (got,) = compiled.infer([x], dequantized=True)
+            (want,) = litert_run(data, [x], reference=False)
+            _close(got, want)
