@@ -318,3 +318,34 @@ def test_an_empty_constant_is_no_input_of_a_host_call(npu):
             (got,) = compiled.infer([x], dequantized=True)
             (want,) = litert_run(data, [x], reference=False)
             _close(got, want)
+
+
+def _bytes_one_hot() -> onnx.ModelProto:
+    """magika v1's front: float byte values (0..256) -> Cast to int32 -> OneHot(257) -> MatMul."""
+    f = TensorProto.FLOAT
+    w = np.random.default_rng(3).uniform(-1, 1, (257, 4)).astype(np.float32)
+    graph = helper.make_graph(
+        [helper.make_node("Cast", ["bytes"], ["ids"], to=TensorProto.INT32),
+         helper.make_node("OneHot", ["ids", "depth", "off_on"], ["hot"], axis=-1),
+         helper.make_node("MatMul", ["hot", "w"], ["y"])],
+        "bytes_one_hot", [helper.make_tensor_value_info("bytes", f, [1, 16])],
+        [helper.make_tensor_value_info("y", f, [1, 16, 4])],
+        [numpy_helper.from_array(np.array(257, np.int32), "depth"),
+         numpy_helper.from_array(np.array([0, 1], np.float32), "off_on"), numpy_helper.from_array(w, "w")])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_a_float_input_only_host_ops_read_reaches_them_as_given(npu):
+    # The input was quantized to the chip's grid before the host's Cast, which truncates:
+    # a byte value came back one lower wherever the grid's point fell below the integer.
+    data = _bytes_one_hot().SerializeToString()
+    rng = np.random.default_rng(4)
+    feeds = [rng.integers(0, 257, (1, 16)).astype(np.float32) for _ in range(12)]
+    loadable = compile_model(data, [[x] for x in feeds[:8]], recipe="fast")
+    assert _host_ops(loadable) == ["Cast+OneHot"]
+    session = onnxruntime.InferenceSession(data, providers=["CPUExecutionProvider"])
+    with libnpu.load(loadable, devroot=npu.devroot) as compiled:
+        for x in feeds[8:]:
+            (got,) = compiled.infer([x], dequantized=True)
+            (want,) = session.run(None, {"bytes": x})
+            np.testing.assert_allclose(got, want, atol=0.02)   # each byte's row of w, on an int8 grid
