@@ -39,7 +39,7 @@ from .ir import Graph, IRError, Op
 from .tflite_export import export_tflite
 
 __all__ = ["MAX_CPU_LAYERS", "MAX_CPU_TRIALS", "KEPT_IN_FLOAT", "upstream", "leaves_chip_work", "blamed_layers",
-           "float_on_cpu", "read_float_inputs", "cpu_reason"]
+           "float_on_cpu", "cpu_reason"]
 
 #: At most this many layers move to the CPU for one blamed layer (it and its upstream).
 MAX_CPU_LAYERS = 16
@@ -181,23 +181,3 @@ def _host_op(g: Graph, group: list[Op], kept: set[str], reason: str) -> Op:
         raise IRError(f"CPU float: {group[0].describe()} cannot be written as a .tflite: {exc}") from exc
     call = HostCall("tflite", model, "+".join(op.type for op in group), -1, reason)
     return Op("HOST", ins, outs, {"host": call}, name=outs[0])
-
-
-def read_float_inputs(graph: Graph) -> Graph:
-    """The quantized ``graph`` with its float-kept host calls reading the float graph
-    inputs as given, not their integer copies (the QUANTIZE at the input goes when
-    nothing else reads it)."""
-    g = graph.copy()
-    quantized_input = {op.outputs[0]: op.inputs[0] for op in g.ops
-                       if op.type == "QUANTIZE" and op.inputs[0] in g.inputs}
-    for op in g.ops:
-        if op.type == "HOST" and op.attrs["host"].reason.startswith(KEPT_IN_FLOAT):
-            op.inputs = [quantized_input.get(i, i) for i in op.inputs]
-    read = {i for op in g.ops for i in op.inputs} | set(g.outputs) | {s.input for s in g.states}
-    g.ops = [op for op in g.ops if not (op.type == "QUANTIZE" and op.outputs[0] in quantized_input
-                                        and op.outputs[0] not in read)]
-    for name in quantized_input:
-        if name not in read:
-            g.tensors.pop(name, None)
-    g.validate()
-    return g

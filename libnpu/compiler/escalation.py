@@ -54,7 +54,7 @@ from typing import Any
 import numpy as np
 
 from .accuracy import SMALL_OUTPUT, output_scores
-from .cpu_float import MAX_CPU_TRIALS, blamed_layers, cpu_reason, float_on_cpu, leaves_chip_work, read_float_inputs
+from .cpu_float import MAX_CPU_TRIALS, blamed_layers, cpu_reason, float_on_cpu, leaves_chip_work
 from .ir import Graph, IRError
 from .mixed_precision import quantize_mixed
 from .optimize import optimize
@@ -354,8 +354,8 @@ def _keep_in_float(opt: Graph, best: tuple[tuple[int, float], Graph, dict[str, f
         moved = list(dict.fromkeys([*moved, *chain]))
         keep = {k: _still_made(cpu, v) for k, v in options.items() if k in ("int16", "int16_weights")}
         try:
-            trial = read_float_inputs(_quantize(cpu, calibration, {**options, **keep},
-                                                None if "int16" in given else held, progress))
+            trial = _quantize(cpu, calibration, {**options, **keep},
+                              None if "int16" in given else held, progress)
         except Exception as exc:  # noqa: BLE001 - optional, as a later ladder step: the best one stands
             text = str(exc).splitlines()[0][:200] if str(exc) else ""
             refused.append(text if isinstance(exc, IRError) else f"{type(exc).__name__}: {text}")

@@ -312,6 +312,8 @@ def promote(graph: Graph, names: Iterable[str], src: Graph | None = None,
         for k, i in enumerate(op.inputs):
             if not i or (weight_axis is not None and k in (1, 2)):
                 continue
+            if g.tensors[i].quant is None and not g.tensors[i].is_constant:
+                continue      # on no grid (a host op's float input as given, an integer): as it is
             if g.tensors[i].is_constant:
                 ins[k] = _int16_constant(g, i, src)
             else:

@@ -358,7 +358,11 @@ def _quantized_op(g: Graph, src: Graph, op: Op, params: Mapping[str, QuantParams
 
 
 def _float_edges(g: Graph, src: Graph) -> None:
-    """Keep float I/O: input -> QUANTIZE -> int8 graph -> DEQUANTIZE -> output."""
+    """Keep float I/O: input -> QUANTIZE -> int8 graph -> DEQUANTIZE -> output.
+
+    A host op reads a float input as the caller gave it: no grid is imposed on what no
+    chip op reads (a Cast to integer truncates a byte value the grid put a step below it);
+    the QUANTIZE is there only when a chip op (or a state) reads the input."""
     prologue, epilogue = [], []
     for name in list(g.inputs):
         if g.tensors[name].quant is None and g.tensors[name].dtype in INTEGER_INPUTS:
@@ -368,9 +372,14 @@ def _float_edges(g: Graph, src: Graph) -> None:
         g.tensors[name] = Tensor(name, t.shape, "float32")
         g.tensors[q_name] = Tensor(q_name, t.shape, "int8", t.quant)
         for op in g.ops:
-            op.inputs = [q_name if i == name else i for i in op.inputs]
+            if op.type != "HOST":
+                op.inputs = [q_name if i == name else i for i in op.inputs]
         _keep_states_int8(g, name, q_name)
-        prologue.append(Op("QUANTIZE", [name], [q_name], name=q_name))
+        if any(q_name in op.inputs for op in g.ops) or name in g.outputs or \
+                any(q_name == s.output for s in g.states):
+            prologue.append(Op("QUANTIZE", [name], [q_name], name=q_name))
+        else:
+            del g.tensors[q_name]
     new_outputs = []
     for name in g.outputs:
         if g.tensors[name].quant is None and g.tensors[name].dtype in INTEGER_INPUTS:

@@ -24,7 +24,7 @@ from ai_edge_litert import schema_py_generated as schema
 
 from .ir import IRError
 
-__all__ = ["CutModel", "cut_tflite"]
+__all__ = ["CutModel", "cut_tflite", "is_empty_constant"]
 
 
 @dataclass(frozen=True)
@@ -48,10 +48,13 @@ def cut_tflite(model: bytes, op_indices: Sequence[int], outputs: Sequence[int] |
     if not src.subgraphs or any(not 0 <= i < len(src.subgraphs[0].operators or []) for i in op_indices):
         raise IRError(f"operators {list(op_indices)}: not all in the model's subgraph 0")
     graph = src.subgraphs[0]
+    written = {int(t) for op in (graph.operators or []) for t in op.outputs} | \
+        {int(t) for t in (graph.inputs if graph.inputs is not None else [])}
 
     def is_constant(t: int) -> bool:
         buf = src.buffers[graph.tensors[t].buffer] if graph.tensors[t].buffer > 0 else None
-        return buf is not None and (buf.data is not None and len(buf.data) > 0 or buf.offset > 1)
+        return buf is not None and (buf.data is not None and len(buf.data) > 0 or buf.offset > 1) or \
+            is_empty_constant(graph.tensors[t].shape, t in written)
 
     indices = _with_constant_producers(graph, list(op_indices), is_constant)
     chosen = [graph.operators[i] for i in indices]
@@ -90,6 +93,15 @@ def cut_tflite(model: bytes, op_indices: Sequence[int], outputs: Sequence[int] |
     builder = flatbuffers.Builder(1024)
     builder.Finish(cut.Pack(builder), file_identifier=b"TFL3")
     return CutModel(bytes(builder.Output()), tuple(inputs), tuple(outs))
+
+
+def is_empty_constant(shape, written: bool) -> bool:
+    """Whether a tensor of ``shape`` is an empty constant: no element, and neither a graph
+    input nor an operator's output (``written``). Its buffer holds no data, so it looks
+    like a run-time tensor, but LiteRT allocates it and nobody fills it: TF converters give
+    a RESHAPE to a scalar such an int32 ``[0]`` shape (onnx-tf's Squeeze of an IF's condition)."""
+    dims = [int(d) for d in shape] if shape is not None else []
+    return len(dims) > 0 and 0 in dims and not written
 
 
 # The options fields naming a subgraph, on the operators that run one.

@@ -21,7 +21,7 @@ from .host_groups import group_host_ops
 from .input_shapes import InputShapes, fix_tflite_inputs
 from .ir import Graph, IRError, Op, QuantParams, SourceOp, Tensor, require_data, same_pads
 from .source_index import record_sources
-from .tflite_cut import cut_tflite
+from .tflite_cut import cut_tflite, is_empty_constant
 from .tflite_sparsity import SparsityError, densify
 from .tflite_strings import flatbuffer_text
 
@@ -89,6 +89,8 @@ class _Importer:
             raise TFLiteImportError(f"{name}: the model has no subgraph")
         # Subgraph 0 runs; another is read only by an operator naming it (CALL_ONCE's init).
         self.sg = self.model.Subgraphs(0)
+        self.written = {int(t) for i in range(self.sg.OperatorsLength()) for t in self.op_io(i)[1]} | \
+            {int(t) for t in (self.sg.InputsAsNumpy() if self.sg.InputsLength() else [])}
         self.graph = Graph(name)
         self.names: dict[int, str] = {}
         self.extensions: dict[str, Any] = {}  # what an operator family keeps during one import
@@ -135,6 +137,8 @@ class _Importer:
                 raise TFLiteImportError(f"tensor {idx} ({t.Name()!r}): bad sparsity parameters: {exc}") from None
         elif raw is not None:
             data = raw.view(dtype).reshape(shape).copy()
+        elif is_empty_constant(shape, idx in self.written):
+            data = np.zeros(shape, dtype)
         name = self.graph.unique_name(flatbuffer_text(t.Name()) or f"t{idx}")
         self.graph.add_tensor(Tensor(name, shape, dtype, quant, data))
         self.names[idx] = name

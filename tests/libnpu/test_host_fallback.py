@@ -286,3 +286,66 @@ def test_a_layer_no_integer_grid_holds_runs_in_float_on_the_cpu(npu):
             assert _cosine(got, session.run(None, {"x": x})[0]) >= 0.99
     fast = compile_model(model, calibration, recipe="fast")
     assert not fast.host_steps and "fidelity" not in fast.metadata
+
+
+# Host fallback order and raw inputs
+
+def _if_on_a_squeezed_condition() -> bytes:
+    """The IF of a TF model converted through onnx-tf: its condition a RESHAPE to a scalar
+    whose shape operand is an int32 [0] tensor with an empty buffer (pyopen-wakeword's heads)."""
+    middle = [TensorSpec((1,), np.int32, data=np.array([1], np.int32), name="axis"),              # 5
+              TensorSpec((1, 1), np.float32, name="sum"), TensorSpec((), np.float32, data=np.float32(0), name="zero"),
+              TensorSpec((1, 1), np.bool_, name="cond"),
+              TensorSpec((0,), np.int32, data=np.zeros(0, np.int32), name="no_dims"),              # 9: empty buffer
+              TensorSpec((), np.bool_, name="scalar_cond"), TensorSpec((1, 4), np.float32, name="chosen")]
+    return _fc_around([OpSpec(B.SUM, [2, 5], [6], *named_options("ReducerOptions", KeepDims=True)),
+                       OpSpec(B.GREATER, [6, 7], [8]),
+                       OpSpec(B.RESHAPE, [8, 9], [10]),
+                       OpSpec(B.IF, [10, 2], [11], *named_options("IfOptions", ThenSubgraphIndex=1,
+                                                                  ElseSubgraphIndex=2))],
+                      middle, [_branch(2.0, "then"), _branch(-1.0, "else")])
+
+
+def test_an_empty_constant_is_no_input_of_a_host_call(npu):
+    # A zero-element tensor nobody writes is an empty constant, as LiteRT reads it: it was
+    # taken for a run-time input of the host call, which nothing produced ("used before it
+    # is produced").
+    data = _if_on_a_squeezed_condition()
+    loadable = compile_model(data, [[x] for x in _feeds((1, 8), 8, seed=9)], recipe="fast")
+    assert "IF" in _host_ops(loadable)[-1]
+    with libnpu.load(loadable, devroot=npu.devroot) as compiled:
+        for x in _feeds((1, 8), 4, seed=10):
+            (got,) = compiled.infer([x], dequantized=True)
+            (want,) = litert_run(data, [x], reference=False)
+            _close(got, want)
+
+
+def _bytes_one_hot() -> onnx.ModelProto:
+    """magika v1's front: float byte values (0..256) -> Cast to int32 -> OneHot(257) -> MatMul."""
+    f = TensorProto.FLOAT
+    w = np.random.default_rng(3).uniform(-1, 1, (257, 4)).astype(np.float32)
+    graph = helper.make_graph(
+        [helper.make_node("Cast", ["bytes"], ["ids"], to=TensorProto.INT32),
+         helper.make_node("OneHot", ["ids", "depth", "off_on"], ["hot"], axis=-1),
+         helper.make_node("MatMul", ["hot", "w"], ["y"])],
+        "bytes_one_hot", [helper.make_tensor_value_info("bytes", f, [1, 16])],
+        [helper.make_tensor_value_info("y", f, [1, 16, 4])],
+        [numpy_helper.from_array(np.array(257, np.int32), "depth"),
+         numpy_helper.from_array(np.array([0, 1], np.float32), "off_on"), numpy_helper.from_array(w, "w")])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_a_float_input_only_host_ops_read_reaches_them_as_given(npu):
+    # The input was quantized to the chip's grid before the host's Cast, which truncates:
+    # a byte value came back one lower wherever the grid's point fell below the integer.
+    data = _bytes_one_hot().SerializeToString()
+    rng = np.random.default_rng(4)
+    feeds = [rng.integers(0, 257, (1, 16)).astype(np.float32) for _ in range(12)]
+    loadable = compile_model(data, [[x] for x in feeds[:8]], recipe="fast")
+    assert _host_ops(loadable) == ["Cast+OneHot"]
+    session = onnxruntime.InferenceSession(data, providers=["CPUExecutionProvider"])
+    with libnpu.load(loadable, devroot=npu.devroot) as compiled:
+        for x in feeds[8:]:
+            (got,) = compiled.infer([x], dequantized=True)
+            (want,) = session.run(None, {"bytes": x})
+            np.testing.assert_allclose(got, want, atol=0.02)   # each byte's row of w, on an int8 grid
