@@ -41,7 +41,7 @@ from .ir import Graph, IRError
 from .step_reuse import once
 
 __all__ = ["LayerError", "layer_errors", "output_scores", "SMALL_OUTPUT", "float_names", "worst_layers",
-           "format_layer_errors", "errors_to_json", "errors_from_json"]
+           "format_layer_errors", "errors_to_json", "errors_from_json", "score"]
 
 Feed = Mapping[str, np.ndarray] | Sequence[np.ndarray]
 
@@ -207,17 +207,20 @@ def output_scores(float_graph: Graph, graph: Graph, dataset: Sequence[Feed]) -> 
             v = t.quant.dequantize(v) if t.quant is not None and t.dtype != "float32" else v
             refs[qname].append(np.asarray(ref[fname], np.float64).reshape(-1))
             gots[qname].append(np.asarray(v, np.float64).reshape(-1))
-    result = {}
-    for n in graph.outputs:
-        r, v = np.concatenate(refs[n]), np.concatenate(gots[n])
-        if graph.tensors[n].size < SMALL_OUTPUT:
-            scale = float(np.abs(r).max(initial=0.0))
-            err = float(np.abs(r - v).max(initial=0.0))
-            result[n] = 1.0 - (err / scale if scale > 0 else float(err > 0))
-        else:
-            rr, vv = float(r @ r), float(v @ v)
-            result[n] = 1.0 if rr == vv == 0.0 else 0.0 if rr == 0.0 or vv == 0.0 else float(r @ v) / math.sqrt(rr * vv)
-    return result
+    return {n: score(np.concatenate(refs[n]), np.concatenate(gots[n]), graph.tensors[n].size < SMALL_OUTPUT)
+            for n in graph.outputs}
+
+
+def score(ref: np.ndarray, got: np.ndarray, small: bool) -> float:
+    """How closely ``got`` follows ``ref`` (flat float64 arrays), 1.0 being exact: their
+    cosine similarity, or when ``small`` (an output of fewer than ``SMALL_OUTPUT`` values
+    per sample) ``1 - max |error| / max |ref|``."""
+    if small:
+        scale = float(np.abs(ref).max(initial=0.0))
+        err = float(np.abs(ref - got).max(initial=0.0))
+        return 1.0 - (err / scale if scale > 0 else float(err > 0))
+    rr, vv = float(ref @ ref), float(got @ got)
+    return 1.0 if rr == vv == 0.0 else 0.0 if rr == 0.0 or vv == 0.0 else float(ref @ got) / math.sqrt(rr * vv)
 
 
 def worst_layers(errors: Mapping[str, LayerError], count: int = 10, *, local: bool = True) -> list[LayerError]:
