@@ -41,7 +41,8 @@ from .ir import Graph, IRError
 from .step_reuse import once
 
 __all__ = ["LayerError", "layer_errors", "output_scores", "SMALL_OUTPUT", "float_names", "worst_layers",
-           "format_layer_errors", "errors_to_json", "errors_from_json", "score"]
+           "format_layer_errors", "errors_to_json", "errors_from_json", "score",
+           "quantized_feed"]
 
 Feed = Mapping[str, np.ndarray] | Sequence[np.ndarray]
 
@@ -116,7 +117,8 @@ def float_names(quantized: Graph, float_graph: Graph) -> dict[str, str]:
     return names
 
 
-def _quantized_feed(quantized: Graph, float_graph: Graph, feed: Feed) -> dict[str, np.ndarray]:
+def quantized_feed(quantized: Graph, float_graph: Graph, feed: Feed) -> dict[str, np.ndarray]:
+    """``feed`` (float inputs, by name or in order) as the quantized graph's inputs take them."""
     if not isinstance(feed, Mapping):
         feed = dict(zip(float_graph.inputs, feed, strict=True))
     out = {}
@@ -150,7 +152,7 @@ def layer_errors(float_graph: Graph, quantized_graph: Graph, dataset: Iterable[F
             feed = dict(zip(float_graph.inputs, feed, strict=True))
         for name in float_graph.inputs:
             ref[name] = np.asarray(feed[name], np.float32)
-        got = quant_run.run(_quantized_feed(quantized_graph, float_graph, feed), keep=True)
+        got = quant_run.run(quantized_feed(quantized_graph, float_graph, feed), keep=True)
         for op in measured:
             ins: list[np.ndarray | None] = []
             for i in op.inputs:
@@ -200,7 +202,7 @@ def output_scores(float_graph: Graph, graph: Graph, dataset: Sequence[Feed]) -> 
     for feed in dataset:
         # the float side is the same for every graph an escalation measures: computed once (step_reuse)
         ref = once("float outputs", (float_graph, feed), None, lambda feed=feed: ref_run.run(feed))
-        got = q_run.run(_quantized_feed(graph, float_graph, feed))
+        got = q_run.run(quantized_feed(graph, float_graph, feed))
         for fname, qname in zip(float_graph.outputs, graph.outputs):
             t = graph.tensors[qname]
             v = np.asarray(got[qname])

@@ -39,7 +39,7 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from .accuracy import SMALL_OUTPUT, _quantized_feed, score
+from .accuracy import SMALL_OUTPUT, quantized_feed, score
 from .float_ref import FloatInterpreter
 from .ir import Graph
 from .step_reuse import once
@@ -136,7 +136,7 @@ def measure(float_graph: Graph, graph: Graph, samples: Sequence[Feed]) -> tuple[
         # the float side is the same for every step an escalation measures: computed once (step_reuse)
         ref = once("held-out float", (float_graph, feed), tuple(keep),
                    lambda feed=feed: float_run.run(feed, keep=keep))
-        got = quant_run.run(_quantized_feed(graph, float_graph, feed), keep=sorted(set(under.values())))
+        got = quant_run.run(quantized_feed(graph, float_graph, feed), keep=sorted(set(under.values())))
         for out, qname in pairs.items():
             t = graph.tensors[qname]
             v = np.asarray(got[qname])
