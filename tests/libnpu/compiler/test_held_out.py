@@ -6,11 +6,12 @@ from __future__ import annotations
 import warnings
 
 import numpy as np
+from onnx import TensorProto, helper, numpy_helper
 
 from libnpu.compiler.accuracy import output_scores
 from libnpu.compiler.escalation import format_fidelity
 from libnpu.compiler.frontend import to_int8_graph
-from libnpu.compiler.held_out import logit_tensors, required_score
+from libnpu.compiler.held_out import logit_tensors, measure, required_score
 from libnpu.compiler.onnx_import import import_onnx
 from libnpu.compiler.optimize import optimize
 from tests.support import model_builders as builders
@@ -76,3 +77,22 @@ def test_two_held_out_samples_need_a_margin() -> None:
     assert fidelity["chosen"] == "int16 activations" and _worst_unseen(graph, q) >= 0.99
     assert fidelity["required"] == round(required_score(0.99, 2), 5)
     assert "0.99667 on 2 samples" in format_fidelity(fidelity)
+
+
+def test_softmax_logits_are_scored_without_their_mean() -> None:
+    """A softmax ignores a shift of all its logits: logits off by a constant score 1, as
+    the probabilities do; logits off otherwise score under 1."""
+    def classifier(shift: np.ndarray):
+        rng = np.random.default_rng(3)
+        return import_onnx(helper.make_model(helper.make_graph(
+            [helper.make_node("Gemm", ["x", "w", "b"], ["z"]), helper.make_node("Softmax", ["z"], ["y"], axis=-1)],
+            "classifier", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16])],
+            [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])],
+            [numpy_helper.from_array(rng.standard_normal((16, 4)).astype(np.float32), "w"),
+             numpy_helper.from_array(shift.astype(np.float32), "b")]), opset_imports=[helper.make_opsetid("", 13)]))
+    data = _data(4, 1, shape=(1, 16))
+    exact = optimize(classifier(np.zeros(4)))
+    scores, logits = measure(exact, optimize(classifier(np.full(4, 3.0))), data)
+    assert scores["y"] > 0.9999 and logits["y"] > 0.9999
+    scores, logits = measure(exact, optimize(classifier(np.array([0, 0, 0, 3.0]))), data)
+    assert logits["y"] < 0.99
