@@ -41,7 +41,8 @@ from .ir import Graph, IRError
 from .step_reuse import once
 
 __all__ = ["LayerError", "layer_errors", "output_scores", "SMALL_OUTPUT", "float_names", "worst_layers",
-           "format_layer_errors", "errors_to_json", "errors_from_json"]
+           "format_layer_errors", "errors_to_json", "errors_from_json", "score",
+           "quantized_feed"]
 
 Feed = Mapping[str, np.ndarray] | Sequence[np.ndarray]
 
@@ -116,7 +117,8 @@ def float_names(quantized: Graph, float_graph: Graph) -> dict[str, str]:
     return names
 
 
-def _quantized_feed(quantized: Graph, float_graph: Graph, feed: Feed) -> dict[str, np.ndarray]:
+def quantized_feed(quantized: Graph, float_graph: Graph, feed: Feed) -> dict[str, np.ndarray]:
+    """``feed`` (float inputs, by name or in order) as the quantized graph's inputs take them."""
     if not isinstance(feed, Mapping):
         feed = dict(zip(float_graph.inputs, feed, strict=True))
     out = {}
@@ -150,7 +152,7 @@ def layer_errors(float_graph: Graph, quantized_graph: Graph, dataset: Iterable[F
             feed = dict(zip(float_graph.inputs, feed, strict=True))
         for name in float_graph.inputs:
             ref[name] = np.asarray(feed[name], np.float32)
-        got = quant_run.run(_quantized_feed(quantized_graph, float_graph, feed), keep=True)
+        got = quant_run.run(quantized_feed(quantized_graph, float_graph, feed), keep=True)
         for op in measured:
             ins: list[np.ndarray | None] = []
             for i in op.inputs:
@@ -200,24 +202,27 @@ def output_scores(float_graph: Graph, graph: Graph, dataset: Sequence[Feed]) -> 
     for feed in dataset:
         # the float side is the same for every graph an escalation measures: computed once (step_reuse)
         ref = once("float outputs", (float_graph, feed), None, lambda feed=feed: ref_run.run(feed))
-        got = q_run.run(_quantized_feed(graph, float_graph, feed))
+        got = q_run.run(quantized_feed(graph, float_graph, feed))
         for fname, qname in zip(float_graph.outputs, graph.outputs):
             t = graph.tensors[qname]
             v = np.asarray(got[qname])
             v = t.quant.dequantize(v) if t.quant is not None and t.dtype != "float32" else v
             refs[qname].append(np.asarray(ref[fname], np.float64).reshape(-1))
             gots[qname].append(np.asarray(v, np.float64).reshape(-1))
-    result = {}
-    for n in graph.outputs:
-        r, v = np.concatenate(refs[n]), np.concatenate(gots[n])
-        if graph.tensors[n].size < SMALL_OUTPUT:
-            scale = float(np.abs(r).max(initial=0.0))
-            err = float(np.abs(r - v).max(initial=0.0))
-            result[n] = 1.0 - (err / scale if scale > 0 else float(err > 0))
-        else:
-            rr, vv = float(r @ r), float(v @ v)
-            result[n] = 1.0 if rr == vv == 0.0 else 0.0 if rr == 0.0 or vv == 0.0 else float(r @ v) / math.sqrt(rr * vv)
-    return result
+    return {n: score(np.concatenate(refs[n]), np.concatenate(gots[n]), graph.tensors[n].size < SMALL_OUTPUT)
+            for n in graph.outputs}
+
+
+def score(ref: np.ndarray, got: np.ndarray, small: bool) -> float:
+    """How closely ``got`` follows ``ref`` (flat float64 arrays), 1.0 being exact: their
+    cosine similarity, or when ``small`` (an output of fewer than ``SMALL_OUTPUT`` values
+    per sample) ``1 - max |error| / max |ref|``."""
+    if small:
+        scale = float(np.abs(ref).max(initial=0.0))
+        err = float(np.abs(ref - got).max(initial=0.0))
+        return 1.0 - (err / scale if scale > 0 else float(err > 0))
+    rr, vv = float(ref @ ref), float(got @ got)
+    return 1.0 if rr == vv == 0.0 else 0.0 if rr == 0.0 or vv == 0.0 else float(ref @ got) / math.sqrt(rr * vv)
 
 
 def worst_layers(errors: Mapping[str, LayerError], count: int = 10, *, local: bool = True) -> list[LayerError]:

@@ -12,11 +12,13 @@ The default compile of a float model (no ``recipe``, or ``recipe="default"``) ru
    (no data given) the held-out samples are ``MIN_HELD_OUT`` more random ones, so the
    int8 step calibrates exactly as ``recipe="fast"`` does.
 2. **Quantize** on the rest with the first step of ``LADDER`` and **measure** each output
-   on every held-out sample (:func:`held_out_scores`: the score of
-   :func:`libnpu.compiler.accuracy.output_scores`, cosine or, for outputs of fewer than 8
-   values, ``1 - max|error| / max|value|``; the worst sample counts). The graph is
+   on every held-out sample (:func:`libnpu.compiler.held_out.measure`: cosine or, for
+   outputs of fewer than 8 values, ``1 - max|error| / max|value|``; the worst sample
+   counts; an output made by a final sigmoid or softmax also on its logits). The graph is
    simulated by the float reference, not run on the chip: two held-out samples cost two
-   float and two quantized runs, a few percent of a compile.
+   float and two quantized runs, a few percent of a compile. An output meets the target
+   when its worst score (and its logits') beats it by a margin for the few samples
+   (:func:`libnpu.compiler.held_out.required_score`: 0.99667 on two samples for 0.99).
 3. **Escalate** one step at a time while an output misses ``target`` (0.99 by default):
    int16 activations where int8 loses most (with GPTQ weights, channel equalization and
    per-channel int16 grids), then int16 weights on those layers, then bias correction.
@@ -53,8 +55,17 @@ from typing import Any
 
 import numpy as np
 
-from .accuracy import SMALL_OUTPUT, output_scores
 from .cpu_float import MAX_CPU_TRIALS, blamed_layers, cpu_reason, float_on_cpu, leaves_chip_work
+from .held_out import (
+    HELD_OUT_SHARE,
+    MAX_HELD_OUT,
+    MIN_HELD_OUT,
+    MIN_SAMPLES,
+    held_out_scores,
+    measure,
+    required_score,
+    split_held_out,
+)
 from .ir import Graph, IRError
 from .mixed_precision import quantize_mixed
 from .optimize import optimize
@@ -70,13 +81,6 @@ __all__ = ["DEFAULT_TARGET", "HELD_OUT_SHARE", "MIN_HELD_OUT", "MAX_HELD_OUT", "
 
 #: The score every output must reach on the held-out samples (cosine against float).
 DEFAULT_TARGET = 0.99
-#: The share of the calibration samples held out for the measurement.
-HELD_OUT_SHARE = 0.2
-#: At least this many samples are held out (two pictures: one can be an outlier).
-MIN_HELD_OUT = 2
-#: At most this many: each step runs them twice (float and quantized), and the
-#: measurement must stay a small part of a compile however many samples are given.
-MAX_HELD_OUT = 8
 #: The cap on the steps after int8 (``budget``, ``npu compile --escalation-budget``): no
 #: further step starts once they have done this many times the int8 step's work (its
 #: calibration and measurement), counted in op evaluations (:mod:`libnpu.compiler.work_count`:
@@ -87,9 +91,6 @@ ESCALATION_BUDGET = 12.0
 #: The CPU float step (:mod:`libnpu.compiler.cpu_float`) is for integer steps that stay
 #: more than this many times the target's error away from it (0.95 for 0.99).
 NEAR_TARGET = 5.0
-#: With fewer samples than this nothing is held out: calibrating on one or two would cost
-#: more accuracy than the measurement tells.
-MIN_SAMPLES = 4
 
 Feed = Mapping[str, np.ndarray] | Sequence[np.ndarray]
 
@@ -174,41 +175,21 @@ def _cap_reached(tried: Sequence[Mapping[str, Any]], budget: float, next_step: s
             f"over the cap of {budget:g}")
 
 
-def split_held_out(data: Sequence[Feed], stateful: bool = False) -> tuple[list[Feed], list[Feed]]:
-    """``(calibration, held_out)``: ``HELD_OUT_SHARE`` of ``data`` held out (at least
-    ``MIN_HELD_OUT``, at most ``MAX_HELD_OUT``), evenly spread, or the tail when ``stateful``; nothing held out
-    (``held_out`` empty) with fewer than ``MIN_SAMPLES`` samples."""
-    n = len(data)
-    if n < MIN_SAMPLES:
-        return list(data), []
-    held = min(MAX_HELD_OUT, max(MIN_HELD_OUT, round(n * HELD_OUT_SHARE)))
-    picked = set(range(n - held, n)) if stateful else {int((i + 0.5) * n / held) for i in range(held)}
-    return [d for i, d in enumerate(data) if i not in picked], [d for i, d in enumerate(data) if i in picked]
+#: A measured step: its rank (:func:`_rank`), graph, scores, logits' scores and name.
+_Best = tuple[tuple[int, float], Graph, dict[str, float], dict[str, float], str]
 
 
-def held_out_scores(float_graph: Graph, graph: Graph, samples: Sequence[Feed]) -> dict[str, float]:
-    """Each output's worst score over ``samples`` (:func:`libnpu.compiler.accuracy.output_scores`
-    on each sample alone), by the float graph's output names. An output of fewer than
-    ``SMALL_OUTPUT`` values is scored on all the samples together: its largest error
-    relative to its largest value on any of them, as the acceptance bar judges it (an
-    absolute error), not relative to each sample's own value: a speech probability of
-    0.003 on a silent sample, 0.002 off, scored 0.33 alone and sent the escalation after
-    an error of 0.002 (Silero VAD)."""
-    worst: dict[str, float] = {}
-    for feed in samples:
-        scores = output_scores(float_graph, graph, [feed])
-        for fname, qname in zip(float_graph.outputs, graph.outputs):
-            worst[fname] = min(worst.get(fname, 1.0), scores[qname])
-    small = [k for k, n in enumerate(graph.outputs) if graph.tensors[n].size < SMALL_OUTPUT]
-    if small and len(samples) > 1:
-        together = output_scores(float_graph, graph, samples)
-        for k in small:
-            worst[float_graph.outputs[k]] = together[graph.outputs[k]]
-    return worst
+def _rounded(scores: Mapping[str, float], logits: Mapping[str, float]) -> dict[str, dict[str, float]]:
+    """A measurement as the metadata keeps it (``logits`` only for outputs that have them)."""
+    return {"scores": {k: round(v, 5) for k, v in scores.items()},
+            **({"logits": {k: round(v, 5) for k, v in logits.items()}} if logits else {})}
 
 
-def _rank(scores: Mapping[str, float], target: float) -> tuple[int, float]:
-    return sum(s >= target for s in scores.values()), min(scores.values(), default=1.0)
+def _rank(scores: Mapping[str, float], logits: Mapping[str, float], need: float) -> tuple[int, float]:
+    """How good a step's measurement is: the outputs that meet ``need`` (their logits too,
+    :func:`libnpu.compiler.held_out.measure`), then the worst of their scores."""
+    met = sum(s >= need and logits.get(k, 1.0) >= need for k, s in scores.items())
+    return met, min((min(s, logits.get(k, 1.0)) for k, s in scores.items()), default=1.0)
 
 
 def quantize_to_target(graph: Graph, dataset: Iterable[Feed] | None = None, *, target: float = DEFAULT_TARGET,
@@ -254,9 +235,10 @@ def _escalate(graph: Graph, dataset: Iterable[Feed] | None, target: float, budge
         measured_on = "held-out" if held else "calibration"
         if not held:
             held = calibration
+    need = required_score(target, len(held))
     tried: list[dict[str, Any]] = []
     seen: list[dict[str, Any]] = []
-    best: tuple[tuple[int, float], Graph, dict[str, float], str] | None = None
+    best: _Best | None = None
     chosen_before: dict[str, list[str]] = {}
     capped = ""
     for step in LADDER:
@@ -286,32 +268,33 @@ def _escalate(graph: Graph, dataset: Iterable[Feed] | None, target: float, budge
             continue
         chosen_before = {k: q.metadata[k] for k in ("int16_tensors", "int16_weight_tensors") if q.metadata.get(k)}
         with stage(progress, "measure"):
-            scores = held_out_scores(opt, q, held)
-        tried.append({"step": step.name, "chose": describe_quantization(q.metadata),
-                      "scores": {k: round(v, 5) for k, v in scores.items()}, "work": work_done() - before})
+            scores, logits = measure(opt, q, held)
+        tried.append({"step": step.name, "chose": describe_quantization(q.metadata), **_rounded(scores, logits),
+                      "work": work_done() - before})
         if progress is not None:
             progress(f"step {step.name}", 1, 1)
-        rank = _rank(scores, target)
+        rank = _rank(scores, logits, need)
         if best is None or rank > best[0]:
-            best = (rank, q, scores, step.name)
+            best = (rank, q, scores, logits, step.name)
         if rank[0] == len(scores):
             break
     assert best is not None  # LADDER's first step always runs
     # Integers within NEAR_TARGET times the target's error hold the model but for rounding,
     # which float layers do not fix (poww-okay-nabu at 0.979: three trials, 0.964-0.979).
     # An output scored exactly 0 is all zeros quantized (a score under one step of its own
-    # grid: openwakeword's wake-word heads on clips without the word): the blind spot of the
-    # measurement, which no layer on the CPU changes.
+    # grid, where no logits under it were measured: held_out.measure): no layer on the CPU
+    # changes that.
+    worst = [min(s, best[3].get(k, 1.0)) for k, s in best[2].items()]
     if best[0][0] < len(best[2]) and cpu_float and not capped \
-            and any(s != 0.0 for s in best[2].values() if s < target) \
+            and any(s != 0.0 for s in worst if s < need) \
             and best[0][1] < 1 - NEAR_TARGET * (1 - target):
         best, capped = _keep_in_float(opt, best, _effective({**LADDER[1].options, **options}), options,
-                                      calibration, held, target, tried, progress, budget)
-    _, chosen, scores, name = best
-    missed = sorted(n for n, s in scores.items() if s < target)
+                                      calibration, held, target, need, tried, progress, budget)
+    _, chosen, scores, logits, name = best
+    missed = sorted(n for n, s in scores.items() if min(s, logits.get(n, 1.0)) < need)
     chosen.metadata["fidelity"] = {
-        "target": target, "measured_on": measured_on, "samples": len(held), "calibration_samples": count,
-        "chosen": name, "scores": {k: round(v, 5) for k, v in scores.items()}, "missed": missed,
+        "target": target, "required": round(need, 5), "measured_on": measured_on, "samples": len(held),
+        "calibration_samples": count, "chosen": name, **_rounded(scores, logits), "missed": missed,
         "steps": tried, "max_steps": len(LADDER) + (MAX_CPU_TRIALS if cpu_float else 0), "budget": budget,
         **({"capped": capped} if capped else {}),
         **({"cpu_float": chosen.metadata["cpu_float"]} if "cpu_float" in chosen.metadata else {})}
@@ -319,17 +302,17 @@ def _escalate(graph: Graph, dataset: Iterable[Feed] | None, target: float, budge
     return chosen
 
 
-def _keep_in_float(opt: Graph, best: tuple[tuple[int, float], Graph, dict[str, float], str],
-                   options: dict[str, Any], given: Mapping[str, Any], calibration: list[Feed] | None,
-                   held: list[Feed], target: float, tried: list[dict[str, Any]], progress: Progress | None,
-                   budget: float) -> tuple[tuple[tuple[int, float], Graph, dict[str, float], str], str]:
+def _keep_in_float(opt: Graph, best: _Best, options: dict[str, Any], given: Mapping[str, Any],
+                   calibration: list[Feed] | None, held: list[Feed], target: float, need: float,
+                   tried: list[dict[str, Any]], progress: Progress | None, budget: float) -> tuple[_Best, str]:
     """The last step (:mod:`libnpu.compiler.cpu_float`): the blamed layers of the best
     integer graph kept in float on the CPU, one more at a time (at most ``MAX_CPU_TRIALS``),
-    until every output meets ``target``, within ``budget`` (as the ladder's steps); ``best``
+    until every output meets ``need`` (the target with the margin for the samples, its
+    logits too), within ``budget`` (as the ladder's steps); ``best``
     as it was when none does, and why a trial did not start (the cap), if so. The rest is
     quantized as the int16 step does (``options``: its search runs again, as the layers
     around the CPU ones now see other values; ``given``: the caller's options)."""
-    rank, q, scores, _ = best
+    rank, q, *_ = best
     with stage(progress, "measure"):
         blamed = blamed_layers(opt, q, held)
     moved: list[str] = []
@@ -362,15 +345,15 @@ def _keep_in_float(opt: Graph, best: tuple[tuple[int, float], Graph, dict[str, f
             trials -= 1
             break
         with stage(progress, "measure"):
-            trial_scores = held_out_scores(opt, trial, held)
+            trial_scores, trial_logits = measure(opt, trial, held)
         types = {op.outputs[0]: op.type for op in opt.ops}
         trial.metadata["cpu_float"] = {"layers": [f"{types[t]} {t}" for t in moved], "reason": reason}
         name = f"CPU float {trials}"
         tried.append({"step": name, "chose": f"{len(moved)} layers kept in float on the CPU",
-                      "scores": {k: round(v, 5) for k, v in trial_scores.items()}, "work": work_done() - before})
-        trial_rank = _rank(trial_scores, target)
+                      **_rounded(trial_scores, trial_logits), "work": work_done() - before})
+        trial_rank = _rank(trial_scores, trial_logits, need)
         if trial_rank[0] == len(trial_scores):
-            return (trial_rank, trial, trial_scores, name), ""
+            return (trial_rank, trial, trial_scores, trial_logits, name), ""
         if trial_rank <= rank:      # the blame is wrong: more layers on the CPU will not help
             break
     if not trials and refused:
@@ -442,13 +425,25 @@ def describe_quantization(metadata: Mapping[str, Any]) -> str:
 
 def missed_text(fidelity: Mapping[str, Any]) -> str:
     """The one-line warning for a model that misses its target: which outputs, and what to try."""
-    scores = fidelity["scores"]
-    names = ", ".join(f"{n} ({scores[n]:.4f})" for n in fidelity["missed"])
+    names = ", ".join(f"{n} ({_score_text(fidelity, n)})" for n in fidelity["missed"])
     capped = " (the escalation hit its cap: --escalation-budget 0 lifts it)" if fidelity.get("capped") else ""
-    return (f"{names} under the fidelity target {fidelity['target']} on {fidelity['samples']} "
+    return (f"{names} under the fidelity target {_target_text(fidelity)} on {fidelity['samples']} "
             f"{_where(fidelity)} after {len(fidelity['steps'])} steps{capped}: try more (and more typical) "
             "--calibration samples, --recipe accurate with --bias-correction or --int16-headroom held-out, "
             "or a lower --target")
+
+
+def _score_text(fidelity: Mapping[str, Any], name: str) -> str:
+    """An output's score, and its logits' when they were measured (``0.9987, logits 0.9712``)."""
+    logits = (fidelity.get("logits") or {}).get(name)
+    return f"{fidelity['scores'][name]:.4f}" + ("" if logits is None else f", logits {logits:.4f}")
+
+
+def _target_text(fidelity: Mapping[str, Any]) -> str:
+    """The target, and the score the margin for few samples asks for when it differs."""
+    required = fidelity.get("required", fidelity["target"])
+    return str(fidelity["target"]) if required == fidelity["target"] else \
+        f"{fidelity['target']} ({required:.5f} on {fidelity['samples']} samples: the margin for few samples)"
 
 
 def _where(fidelity: Mapping[str, Any]) -> str:
@@ -459,7 +454,8 @@ def _where(fidelity: Mapping[str, Any]) -> str:
 def format_fidelity(fidelity: Mapping[str, Any]) -> str:
     """The lines ``npu compile`` prints: each step tried, the one chosen, each output's score."""
     lines = [f"accuracy: each output's score vs float on {fidelity['samples']} {_where(fidelity)} "
-             f"(calibrated on {fidelity['calibration_samples']}), target {fidelity['target']}; "
+             f"(calibrated on {fidelity['calibration_samples']}), target {_target_text(fidelity)}"
+             f"{'; outputs after a sigmoid or softmax also on their logits' if fidelity.get('logits') else ''}; "
              f"steps tried (at most {fidelity['max_steps']}):"]
     for s in fidelity["steps"]:
         if "refused" in s:
@@ -468,7 +464,9 @@ def format_fidelity(fidelity: Mapping[str, Any]) -> str:
         mark = "  <- chosen" if s["step"] == fidelity["chosen"] else ""
         work = fidelity["steps"][0].get("work")
         took = f" (work x{s['work'] / work:.1f})" if work and "work" in s and s is not fidelity["steps"][0] else ""
-        lines.append(f"  {s['step']:<18} worst {min(s['scores'].values(), default=1.0):.4f}: {s['chose']}{took}{mark}")
+        logits = f" (logits {min(s['logits'].values()):.4f})" if s.get("logits") else ""
+        lines.append(f"  {s['step']:<18} worst {min(s['scores'].values(), default=1.0):.4f}{logits}: "
+                     f"{s['chose']}{took}{mark}")
     moved = fidelity.get("cpu_float")
     if moved:
         lines.append(f"  {len(moved['layers'])} layers {moved['reason']}: {', '.join(moved['layers'])}")
@@ -479,6 +477,6 @@ def format_fidelity(fidelity: Mapping[str, Any]) -> str:
         lines.append(f"  note: fewer than {MIN_SAMPLES} calibration samples, none held out: "
                      "the figures below flatter the model")
     lines.append("  per output: " + ", ".join(
-        f"{name} {score:.4f}{'' if score >= fidelity['target'] else ' (under the target)'}"
-        for name, score in fidelity["scores"].items()))
+        f"{name} {_score_text(fidelity, name)}{' (under the target)' if name in fidelity['missed'] else ''}"
+        for name in fidelity["scores"]))
     return "\n".join(lines)

@@ -285,19 +285,35 @@ def yolo_head(seed: int = 11) -> onnx.ModelProto:
     return b.model("yolo_head", {"x": [1, 3, 8, 8]}, {"y": [1, 7, 64]})
 
 
-def outlier_channel(seed: int = 5) -> onnx.ModelProto:
-    """A conv whose first output channel is ~300x the others, then a 1x1 conv that reads
+def outlier_channel(seed: int = 5, wide: float = 300.0, gain: float = 1.0,
+                    sigmoid_bias: float | None = None) -> onnx.ModelProto:
+    """A conv whose first output channel is ~300x (``wide``) the others, then a 1x1 conv that reads
     only the others: the shared int8 scale of the first conv's output leaves them a few
-    levels (the output drifts far from float), int16 keeps them. Input [1, 4, 8, 8]."""
+    levels (the output drifts far from float), int16 keeps them. Input [1, 4, 8, 8].
+    ``sigmoid_bias``: the 1x1 conv's outputs (times ``gain``, plus that bias) are the logits
+    of a final Sigmoid."""
     b = _Builder(seed)
     w1 = b.rng.standard_normal((8, 4, 3, 3)).astype(np.float32) * 0.3
-    w1[0] *= 300.0
-    w2 = b.rng.standard_normal((4, 8, 1, 1)).astype(np.float32) * 0.3
+    w1[0] *= wide
+    w2 = b.rng.standard_normal((4, 8, 1, 1)).astype(np.float32) * 0.3 * gain
     w2[:, 0] = 0.0
     b.node("Conv", ["x", b.const("w1", w1), b.weight("b1", 8, scale=.1)], "c1", pads=[1, 1, 1, 1])
     b.node("Relu", ["c1"], "r1")
-    b.node("Conv", ["r1", b.const("w2", w2), b.weight("b2", 4, scale=.1)], "y")
+    if sigmoid_bias is None:
+        b.node("Conv", ["r1", b.const("w2", w2), b.weight("b2", 4, scale=.1)], "y")
+    else:
+        b2 = b.rng.standard_normal(4).astype(np.float32) * 0.1 + np.float32(sigmoid_bias)
+        b.node("Sigmoid", [b.node("Conv", ["r1", b.const("w2", w2), b.const("b2", b2)], "z")], "y")
     return b.model("outlier_channel", {"x": [1, 4, 8, 8]}, {"y": [1, 4, 8, 8]})
+
+
+def sigmoid_score(seed: int = 3, bias: float = -12.0, width: int = 16) -> onnx.ModelProto:
+    """A wake-word head: one score, the Sigmoid of a Gemm whose ``bias`` keeps it near 0
+    (under one step of the score's int8 grid on inputs of unit spread). Input [1, width]."""
+    b = _Builder(seed)
+    b.node("Sigmoid", [b.node("Gemm", ["x", b.weight("w", width, 1, scale=.5),
+                                      b.const("b", np.array([bias], np.float32))], "z")], "y")
+    return b.model("sigmoid_score", {"x": [1, width]}, {"y": [1, 1]})
 
 
 def channel_trunk(seed: int = 9) -> onnx.ModelProto:
