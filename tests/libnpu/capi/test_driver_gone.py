@@ -17,7 +17,7 @@ import pytest
 
 from libnpu.nvdla import NvError
 from libnpu.tools.c_runtime import Status
-from tests.support.device import wait_until
+from tests.support.device import chip_pid, core_pids, wait_until
 
 pytestmark = pytest.mark.skipif(not shutil.which("gcc"), reason="gcc not installed")
 
@@ -41,15 +41,27 @@ def programs(tmp_path_factory) -> dict[str, Path]:
     return built
 
 
+def _gone(pid: int) -> bool:
+    try:
+        return "State:\tZ" in Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return True
+
+
 def stop_the_driver(npu, how: str) -> None:
-    """``npu-kmd stop``, or SIGKILL to the daemon (its node then answers ENOTCONN until a stop)."""
+    """``npu-kmd stop``, or SIGKILL to the daemon (its node then answers ENOTCONN until a stop).
+
+    A killed daemon's chip and cores die after it (PR_SET_PDEATHSIG, one process after the
+    other): until the last core is gone a job on a user queue may still complete, so the
+    driver is gone once all of them are."""
     if how == "stopped":
         npu.kmd("stop")
         return
     pid = int(re.search(r"pid (\d+)", npu.kmd("status").stdout).group(1))
+    chip = chip_pid(npu.devroot)
+    processes = [pid, chip, *core_pids(npu.devroot)]
     os.kill(pid, signal.SIGKILL)
-    assert wait_until(lambda: not os.path.exists(f"/proc/{pid}") or "State:\tZ" in Path(f"/proc/{pid}/status")
-                      .read_text(), 60)
+    assert wait_until(lambda: all(_gone(p) for p in processes), 60)
 
 
 def run_past_the_driver(program: list[str], npu, how: str) -> tuple[dict[str, tuple[int, str]], str]:
