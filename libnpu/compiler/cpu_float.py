@@ -29,22 +29,29 @@ quantized there as any host call's output (int16 where the escalation's search p
 from __future__ import annotations
 
 import copy
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 
 from ..loadable import HostCall
 from . import registry
-from .accuracy import layer_errors
+from .accuracy import LayerError, layer_errors
 from .host_groups import group_host_ops
 from .ir import Graph, IRError, Op
 from .tflite_export import export_tflite
 
-__all__ = ["MAX_CPU_LAYERS", "MAX_CPU_TRIALS", "KEPT_IN_FLOAT", "upstream", "leaves_chip_work", "blamed_layers",
-           "float_on_cpu", "read_float_inputs", "cpu_reason"]
+__all__ = ["MAX_CPU_LAYERS", "MAX_CPU_TRIALS", "AMPLIFIED_DB", "MAX_FRONT_END_MACS", "KEPT_IN_FLOAT", "upstream",
+           "leaves_chip_work", "amplified_layers", "front_end_fits", "blamed_layers", "float_on_cpu",
+           "read_float_inputs", "cpu_reason"]
 
 #: At most this many layers move to the CPU for one blamed layer (it and its upstream).
 MAX_CPU_LAYERS = 16
 #: At most this many quantizations try CPU layer sets (each costs one integer step).
 MAX_CPU_TRIALS = 3
+#: A layer whose cumulative SQNR falls this many dB under its inputs' (and under its own
+#: rounding's) magnifies its input grid's error (:func:`amplified_layers`).
+AMPLIFIED_DB = 10.0
+#: A front end kept in float does at most this many multiply-adds per inference
+#: (:func:`front_end_fits`).
+MAX_FRONT_END_MACS = 8_000_000
 
 
 def upstream(graph: Graph, tensor: str) -> list[str]:
@@ -80,27 +87,64 @@ def leaves_chip_work(graph: Graph, moved: Collection[str]) -> bool:
                for op in graph.ops)
 
 
-def blamed_layers(float_graph: Graph, quantized: Graph, samples: Sequence) -> list[tuple[str, float, list[str]]]:
-    """``(tensor, local SQNR in dB, tensors moved with it)`` for the layers of ``quantized``
-    worst first by the error each adds alone, those whose layers to move are at most
-    ``MAX_CPU_LAYERS`` movable ops, leaving an op with weights on the chip: the layer, the
-    layers reading its output (the grid of that output is what it could not bear:
-    ``1 + 2^20 |x|`` before its log), and everything upstream of them (:func:`upstream` in
-    ``float_graph``)."""
+def amplified_layers(errors: Mapping[str, LayerError], graph: Graph) -> dict[str, float]:
+    """The layers of ``graph`` whose output drifts far more than their inputs and their own
+    rounding do: by how many dB (at least ``AMPLIFIED_DB``) the op's cumulative SQNR falls
+    under its inputs' worst, its local SQNR above both. Such an op magnifies the error its
+    input's grid made: the log of a power spectrum (openwakeword's mel front end: the log's
+    own rounding 51 dB, its input 36 dB, its output -3 dB: every quiet bin below one step
+    of the power's grid, 2.3e7 at int16, reads as 1e-10, -100 dB). No grid of that input
+    holds it; the op and what feeds it can only run in float."""
+    found = {}
+    for op in graph.ops:
+        e = errors.get(op.outputs[0])
+        ins = [errors[i].sqnr_db for i in op.inputs if i in errors]
+        if e is None or not ins:
+            continue
+        drop = min(ins) - e.sqnr_db
+        if drop >= AMPLIFIED_DB and e.local_sqnr_db - e.sqnr_db >= AMPLIFIED_DB:
+            found[op.outputs[0]] = drop
+    return found
+
+
+def front_end_fits(graph: Graph, chain: Collection[str]) -> bool:
+    """Whether the ops making ``chain`` (a magnifying layer and its front end) may run in
+    float on the CPU: their multiply-adds at most ``MAX_FRONT_END_MACS`` per inference
+    (the CPU's cost, whatever share of the model it is)."""
+    ops = [op for op in graph.ops if op.outputs[0] in chain]
+    return sum(graph.op_macs(op) for op in ops) <= MAX_FRONT_END_MACS
+
+
+def blamed_layers(float_graph: Graph, quantized: Graph, samples: Sequence) -> list[tuple[str, float, list[str], bool]]:
+    """``(tensor, local SQNR in dB, tensors moved with it, front end)`` for the layers of
+    ``quantized`` the error is blamed on, worst first: the layers that magnify their
+    input grid's error (:func:`amplified_layers`), most first, then every layer by the
+    error it adds alone; with the layers to move for each: the layer, the layers reading
+    its output (the grid of that output is what it could not bear: ``1 + 2^20 |x|``
+    before its log), and everything upstream of them (:func:`upstream` in
+    ``float_graph``), all movable. A layer blamed by its own error moves with at most
+    ``MAX_CPU_LAYERS`` layers, leaving an op with weights on the chip; a magnifying layer
+    moves with its whole front end (``front end`` True: :func:`front_end_fits`)."""
     errors = layer_errors(float_graph, quantized, samples)
     ops = {op.outputs[0]: op for op in float_graph.ops}
+    amplified = amplified_layers(errors, float_graph)
+    ranked = sorted(amplified, key=lambda t: -amplified[t]) + \
+        [e.tensor for e in sorted(errors.values(), key=lambda e: e.local_sqnr_db) if e.tensor not in amplified]
     result = []
-    for e in sorted(errors.values(), key=lambda e: e.local_sqnr_db):
-        if e.tensor not in ops or not _movable(float_graph, ops[e.tensor]):
+    for tensor in ranked:
+        if tensor not in ops or not _movable(float_graph, ops[tensor]):
             continue
-        readers = [op.outputs[0] for op in float_graph.ops if e.tensor in op.inputs]
-        if e.tensor in float_graph.outputs:
+        readers = [op.outputs[0] for op in float_graph.ops if tensor in op.inputs]
+        if tensor in float_graph.outputs:
             readers = []
-        chain = list(dict.fromkeys([t for r in [e.tensor, *readers] for t in upstream(float_graph, r)]))
+        chain = list(dict.fromkeys([t for r in [tensor, *readers] for t in upstream(float_graph, r)]))
         chain = [op.outputs[0] for op in float_graph.ops if op.outputs[0] in chain]
-        if len(chain) <= MAX_CPU_LAYERS and leaves_chip_work(float_graph, chain) \
-                and all(_movable(float_graph, ops[t]) for t in chain):
-            result.append((e.tensor, e.local_sqnr_db, chain))
+        if not all(_movable(float_graph, ops[t]) for t in chain):
+            continue
+        front_end = tensor in amplified
+        if front_end and front_end_fits(float_graph, chain) or \
+                not front_end and len(chain) <= MAX_CPU_LAYERS and leaves_chip_work(float_graph, chain):
+            result.append((tensor, errors[tensor].local_sqnr_db, chain, front_end))
     return result
 
 

@@ -336,8 +336,8 @@ def _keep_in_float(opt: Graph, best: tuple[tuple[int, float], Graph, dict[str, f
     trials = 0
     reason = cpu_reason(rank[1], target)
     refused: list[str] = []
-    for layer, _, chain in blamed:
-        if layer in moved or not leaves_chip_work(opt, {*moved, *chain}):
+    for layer, _, chain, front_end in blamed:     # a front end may take every layer with weights
+        if layer in moved or not (front_end or leaves_chip_work(opt, {*moved, *chain})):
             continue
         if trials == MAX_CPU_TRIALS:
             break
