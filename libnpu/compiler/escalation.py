@@ -54,7 +54,16 @@ from typing import Any
 import numpy as np
 
 from .accuracy import SMALL_OUTPUT, output_scores
-from .cpu_float import MAX_CPU_TRIALS, blamed_layers, cpu_reason, float_on_cpu, leaves_chip_work, read_float_inputs
+from .cpu_float import (
+    MAX_CPU_TRIALS,
+    Blame,
+    blamed_layers,
+    cpu_reason,
+    float_on_cpu,
+    front_end_blamed,
+    leaves_chip_work,
+    read_float_inputs,
+)
 from .ir import Graph, IRError
 from .mixed_precision import quantize_mixed
 from .optimize import optimize
@@ -296,6 +305,15 @@ def _escalate(graph: Graph, dataset: Iterable[Feed] | None, target: float, budge
             best = (rank, q, scores, step.name)
         if rank[0] == len(scores):
             break
+        if len(tried) == 1 and cpu_float and not capped:   # a front end no grid holds: int16 will not fix it
+            with stage(progress, "measure"):
+                blamed = front_end_blamed(opt, q, held)
+            if blamed:
+                cpu_float = False          # tried here, not again after the integer steps
+                best, capped = _keep_in_float(opt, best, _effective({**LADDER[1].options, **options}), options,
+                                              calibration, held, target, tried, progress, budget, blamed)
+                if best[0][0] == len(best[2]) or capped:
+                    break
     assert best is not None  # LADDER's first step always runs
     # Integers within NEAR_TARGET times the target's error hold the model but for rounding,
     # which float layers do not fix (poww-okay-nabu at 0.979: three trials, 0.964-0.979).
@@ -322,7 +340,8 @@ def _escalate(graph: Graph, dataset: Iterable[Feed] | None, target: float, budge
 def _keep_in_float(opt: Graph, best: tuple[tuple[int, float], Graph, dict[str, float], str],
                    options: dict[str, Any], given: Mapping[str, Any], calibration: list[Feed] | None,
                    held: list[Feed], target: float, tried: list[dict[str, Any]], progress: Progress | None,
-                   budget: float) -> tuple[tuple[tuple[int, float], Graph, dict[str, float], str], str]:
+                   budget: float, blamed: list[Blame] | None = None,
+                   ) -> tuple[tuple[tuple[int, float], Graph, dict[str, float], str], str]:
     """The last step (:mod:`libnpu.compiler.cpu_float`): the blamed layers of the best
     integer graph kept in float on the CPU, one more at a time (at most ``MAX_CPU_TRIALS``),
     until every output meets ``target``, within ``budget`` (as the ladder's steps); ``best``
@@ -330,8 +349,9 @@ def _keep_in_float(opt: Graph, best: tuple[tuple[int, float], Graph, dict[str, f
     quantized as the int16 step does (``options``: its search runs again, as the layers
     around the CPU ones now see other values; ``given``: the caller's options)."""
     rank, q, scores, _ = best
-    with stage(progress, "measure"):
-        blamed = blamed_layers(opt, q, held)
+    if blamed is None:
+        with stage(progress, "measure"):
+            blamed = blamed_layers(opt, q, held)
     moved: list[str] = []
     trials = 0
     reason = cpu_reason(rank[1], target)

@@ -6,9 +6,8 @@ from __future__ import annotations
 import numpy as np
 from onnx import TensorProto, helper, numpy_helper
 
-from libnpu.compiler.accuracy import output_scores
+from libnpu.compiler.accuracy import layer_errors, output_scores
 from libnpu.compiler.cpu_float import amplified_layers
-from libnpu.compiler.accuracy import layer_errors
 from libnpu.compiler.frontend import load_model, to_int8_graph
 from libnpu.compiler.optimize import optimize
 
