@@ -39,8 +39,8 @@ from .ir import Graph, IRError, Op
 from .tflite_export import export_tflite
 
 __all__ = ["MAX_CPU_LAYERS", "MAX_CPU_TRIALS", "AMPLIFIED_DB", "MAX_FRONT_END_MACS", "MAX_FRONT_END_SHARE",
-           "KEPT_IN_FLOAT", "Blame", "upstream", "leaves_chip_work", "amplified_layers", "front_end_fits", "blamed_layers", "front_end_blamed",
-           "float_on_cpu", "read_float_inputs", "cpu_reason"]
+           "KEPT_IN_FLOAT", "Blame", "upstream", "leaves_chip_work", "amplified_layers", "front_end_fits",
+           "blamed_layers", "front_end_blamed", "float_on_cpu", "read_float_inputs", "cpu_reason"]
 
 #: At most this many layers move to the CPU for one blamed layer (it and its upstream).
 MAX_CPU_LAYERS = 16
