@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Collection, Mapping, Sequence
+from typing import Any
 
 from ..loadable import HostCall
 from . import registry
@@ -40,7 +41,7 @@ from .tflite_export import export_tflite
 
 __all__ = ["MAX_CPU_LAYERS", "MAX_CPU_TRIALS", "AMPLIFIED_DB", "MAX_FRONT_END_MACS", "MAX_FRONT_END_SHARE",
            "KEPT_IN_FLOAT", "Blame", "upstream", "leaves_chip_work", "amplified_layers", "front_end_fits",
-           "blamed_layers", "front_end_blamed", "float_on_cpu", "read_float_inputs", "cpu_reason"]
+           "blamed_layers", "front_end_blamed", "front_end_in_float", "float_on_cpu", "read_float_inputs", "cpu_reason"]
 
 #: At most this many layers move to the CPU for one blamed layer (it and its upstream).
 MAX_CPU_LAYERS = 16
@@ -173,6 +174,17 @@ def front_end_blamed(float_graph: Graph, quantized: Graph, samples: Sequence) ->
     9.8 times the int8 step's work, and reached the budget's cap before the CPU step)."""
     blamed = blamed_layers(float_graph, quantized, samples)
     return blamed if blamed and blamed[0][3] else []
+
+
+def front_end_in_float(graph: Graph, chain: Sequence[str], reason: str) -> tuple[Graph, dict[str, Any]]:
+    """The float ``graph`` with the ops making ``chain`` (a front end :func:`front_end_blamed`
+    names) on the CPU in float (:func:`float_on_cpu`), and the ``cpu_float`` metadata
+    saying so; the escalation's ladder then quantizes the rest, int16 steps and all
+    (basic-pitch: the CQT front end in float and int16 on the rest reached 0.990, one step
+    short of what the int16 weights step then adds)."""
+    types = {op.outputs[0]: op.type for op in graph.ops}
+    moved = float_on_cpu(graph, chain, reason)
+    return moved, {"layers": [f"{types[t]} {t}" for t in chain], "reason": reason}
 
 
 #: How the reason of a host call kept in float begins (:func:`cpu_reason`).

@@ -61,6 +61,7 @@ from .cpu_float import (
     cpu_reason,
     float_on_cpu,
     front_end_blamed,
+    front_end_in_float,
     leaves_chip_work,
     read_float_inputs,
 )
@@ -268,7 +269,10 @@ def _escalate(graph: Graph, dataset: Iterable[Feed] | None, target: float, budge
     best: tuple[tuple[int, float], Graph, dict[str, float], str] | None = None
     chosen_before: dict[str, list[str]] = {}
     capped = ""
-    for step in LADDER:
+    ladder = list(LADDER)
+    front: dict[str, Any] = {}      # a front end kept in float (cpu_float): the ladder quantizes the rest
+    for step in ladder:
+        name = f"{step.name} + CPU front end" if front else step.name
         merged = _effective({**step.options, **options})
         if merged in seen:     # the caller's own options make this step one already tried
             continue
@@ -282,13 +286,16 @@ def _escalate(graph: Graph, dataset: Iterable[Feed] | None, target: float, budge
         asked = _reusing(merged, chosen_before, options)
         try:   # the ladder's own int16 search runs on the held-out samples, the caller's as asked
             q = _quantize(graph, calibration, asked, None if "int16" in options else held, progress)
+            if front:
+                q = read_float_inputs(q)
+                q.metadata["cpu_float"] = front
         except Exception as exc:  # noqa: BLE001 - a later step is optional: the steps before it stand
             if not tried:
                 raise          # int8 itself is refused: the caller's error
             # e.g. int16 on a state the model carries (its int8 grid is fixed): the model keeps
             # the best step measured
             text = str(exc).splitlines()[0][:200] if str(exc) else ""
-            tried.append({"step": step.name, "refused": text if isinstance(exc, IRError)
+            tried.append({"step": name, "refused": text if isinstance(exc, IRError)
                           else f"{type(exc).__name__}: {text}", "work": work_done() - before})
             if progress is not None:
                 progress(f"step {step.name}", 1, 1)
@@ -296,24 +303,28 @@ def _escalate(graph: Graph, dataset: Iterable[Feed] | None, target: float, budge
         chosen_before = {k: q.metadata[k] for k in ("int16_tensors", "int16_weight_tensors") if q.metadata.get(k)}
         with stage(progress, "measure"):
             scores = held_out_scores(opt, q, held)
-        tried.append({"step": step.name, "chose": describe_quantization(q.metadata),
+        moved = f", {len(front['layers'])} layers kept in float on the CPU" if front else ""
+        tried.append({"step": name, "chose": describe_quantization(q.metadata) + moved,
                       "scores": {k: round(v, 5) for k, v in scores.items()}, "work": work_done() - before})
         if progress is not None:
             progress(f"step {step.name}", 1, 1)
         rank = _rank(scores, target)
         if best is None or rank > best[0]:
-            best = (rank, q, scores, step.name)
+            best = (rank, q, scores, name)
         if rank[0] == len(scores):
             break
         if len(tried) == 1 and cpu_float and not capped:   # a front end no grid holds: int16 will not fix it
             with stage(progress, "measure"):
                 blamed = front_end_blamed(opt, q, held)
-            if blamed:
+            if blamed:     # the ladder again from int8, on the rest of the model
                 cpu_float = False          # tried here, not again after the integer steps
-                best, capped = _keep_in_float(opt, best, _effective({**LADDER[1].options, **options}), options,
-                                              calibration, held, target, tried, progress, budget, blamed)
-                if best[0][0] == len(best[2]) or capped:
-                    break
+                try:
+                    graph, front = front_end_in_float(opt, blamed[0][2], cpu_reason(rank[1], target))
+                except IRError as exc:     # a layer the host cannot run in float: the ladder goes on
+                    tried.append({"step": "CPU front end", "refused": str(exc).splitlines()[0][:200], "work": 0})
+                else:
+                    seen, chosen_before = [], {}
+                    ladder.insert(1, LADDER[0])
     assert best is not None  # LADDER's first step always runs
     # Integers within NEAR_TARGET times the target's error hold the model but for rounding,
     # which float layers do not fix (poww-okay-nabu at 0.979: three trials, 0.964-0.979).
