@@ -127,9 +127,13 @@ def _elementwise_unary(graph: Graph, op: Op) -> bool:
     """One value in, its own value out (LOG, SQRT, ...): what such an op's output loses it
     can only have from its input's grid. A layer mixing values (a convolution reading a
     channel 40x wider than the others) falls under its input's SQNR too, but int16 holds
-    its narrow channels: it is no front end for the CPU."""
+    its narrow channels: it is no front end for the CPU. A squashing op (a fixed output
+    grid: LOGISTIC, TANH) passes its input's error on at a slope of at most one: its drop
+    is its signal squashed, not an error magnified (basic-pitch's sigmoid heads, 10.9 dB;
+    openwakeword's wake-word heads would move whole for a tiny score no grid fixes)."""
     data = [i for i in op.inputs if i and not graph.tensors[i].is_constant]
     return len(data) == 1 and len(op.outputs) == 1 and registry.get(op.type, "weight_axis") is None \
+        and registry.get(op.type, "fixed_output") is None \
         and graph.tensors[data[0]].shape == graph.tensors[op.outputs[0]].shape
 
 
