@@ -143,7 +143,8 @@ def blamed_layers(float_graph: Graph, quantized: Graph, samples: Sequence) -> li
     input grid's error (:func:`amplified_layers`), most first, then every layer by the
     error it adds alone; with the layers to move for each: the layer, the layers reading
     its output (the grid of that output is what it could not bear: ``1 + 2^20 |x|``
-    before its log), and everything upstream of them (:func:`upstream` in
+    before its log; not for a magnifying layer, whose output a grid holds), and everything
+    upstream of them (:func:`upstream` in
     ``float_graph``), all movable. A layer blamed by its own error moves with at most
     ``MAX_CPU_LAYERS`` layers, leaving an op with weights on the chip; a magnifying layer
     moves with its whole front end (``front end`` True: :func:`front_end_fits`)."""
@@ -156,14 +157,15 @@ def blamed_layers(float_graph: Graph, quantized: Graph, samples: Sequence) -> li
     for tensor in ranked:
         if tensor not in ops or not _movable(float_graph, ops[tensor]):
             continue
+        front_end = tensor in amplified
+        # a magnifying layer's output is what a grid holds well (the log domain): its readers stay
         readers = [op.outputs[0] for op in float_graph.ops if tensor in op.inputs]
-        if tensor in float_graph.outputs:
+        if tensor in float_graph.outputs or front_end:
             readers = []
         chain = list(dict.fromkeys([t for r in [tensor, *readers] for t in upstream(float_graph, r)]))
         chain = [op.outputs[0] for op in float_graph.ops if op.outputs[0] in chain]
         if not all(_movable(float_graph, ops[t]) for t in chain):
             continue
-        front_end = tensor in amplified
         if front_end and front_end_fits(float_graph, chain) or \
                 not front_end and len(chain) <= MAX_CPU_LAYERS and leaves_chip_work(float_graph, chain):
             result.append((tensor, errors[tensor].local_sqnr_db, chain, front_end))
@@ -195,10 +197,11 @@ def front_end_in_float(graph: Graph, chain: Sequence[str], reason: str) -> tuple
 KEPT_IN_FLOAT = "kept in float on the CPU"
 
 
-def cpu_reason(score: float, target: float) -> str:
+def cpu_reason(score: float, target: float, grid: str = "int16") -> str:
     """The reason a host call kept in float gives (``npu compile``, ``--report``): the
-    worst output score the integer steps reached (its error: 1 - score), and the target."""
-    return f"{KEPT_IN_FLOAT}: int16 error {1 - score:.4f} (worst output score {score:.4f}), target {target}"
+    worst output score the integer steps reached on ``grid`` (its error: 1 - score; "int8"
+    for a front end moved right after the int8 step), and the target."""
+    return f"{KEPT_IN_FLOAT}: {grid} error {1 - score:.4f} (worst output score {score:.4f}), target {target}"
 
 
 def float_on_cpu(graph: Graph, tensors: Collection[str], reason: str) -> Graph:

@@ -319,7 +319,7 @@ def _escalate(graph: Graph, dataset: Iterable[Feed] | None, target: float, budge
             if blamed:     # the ladder again from int8, on the rest of the model
                 cpu_float = False          # tried here, not again after the integer steps
                 try:
-                    graph, front = front_end_in_float(opt, blamed[0][2], cpu_reason(rank[1], target))
+                    graph, front = front_end_in_float(opt, blamed[0][2], cpu_reason(rank[1], target, "int8"))
                 except IRError as exc:     # a layer the host cannot run in float: the ladder goes on
                     tried.append({"step": "CPU front end", "refused": str(exc).splitlines()[0][:200], "work": 0})
                 else:
