@@ -193,7 +193,8 @@ def _export_leaky(wr, op, outs) -> None:
 
 register(Operator("LEAKY_RELU", ("alpha",), tflite=_tflite_leaky,
                   float_ref=lambda op, ins, out: np.where(ins[0] > 0, ins[0], ins[0] * _f32(op.attrs["alpha"])),
-                  params=_leaky_params, lower=_flat("LEAKY_RELU"), export=_export_leaky, tflite_version=2))
+                  params=_leaky_params, lower=_flat("LEAKY_RELU"), export=_export_leaky, tflite_version=2,
+                  int16=True))
 
 
 def _rsqrt_params(g, op) -> dict:
