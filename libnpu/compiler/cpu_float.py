@@ -17,6 +17,14 @@ where they run in float:
   the error: ``1 + 2^20 |x|`` before its log). A layer with more than ``MAX_CPU_LAYERS``
   such layers, or with every layer that has weights among them, is not moved (the model
   would become a CPU model: :func:`leaves_chip_work`).
+* **Front ends**: a layer whose own rounding is fine but which magnifies its input grid's
+  error (the log of a power spectrum: :func:`amplified_layers`) is blamed first and moves
+  with everything upstream of it, whatever the count and even every layer with weights,
+  when the CPU's cost is small (:func:`front_end_fits`: multiply-adds per inference, in
+  absolute terms or as a share of the model's). Its readers stay: its output (the log
+  domain) is what a grid holds. The escalation moves such a front end right after its
+  int8 step (:func:`front_end_blamed`, :func:`front_end_in_float`) and quantizes the rest
+  through its ladder; the int16 steps cannot fix a front end.
 * **As few as reach the target**: the blamed layers are tried one at a time, worst first,
   each adding its layers to those moved before, at most ``MAX_CPU_TRIALS`` quantizations
   (the compile-time budget); the first set meeting the target is kept, else none.
