@@ -56,7 +56,6 @@ import numpy as np
 from .accuracy import SMALL_OUTPUT, output_scores
 from .cpu_float import (
     MAX_CPU_TRIALS,
-    Blame,
     blamed_layers,
     cpu_reason,
     float_on_cpu,
@@ -351,8 +350,7 @@ def _escalate(graph: Graph, dataset: Iterable[Feed] | None, target: float, budge
 def _keep_in_float(opt: Graph, best: tuple[tuple[int, float], Graph, dict[str, float], str],
                    options: dict[str, Any], given: Mapping[str, Any], calibration: list[Feed] | None,
                    held: list[Feed], target: float, tried: list[dict[str, Any]], progress: Progress | None,
-                   budget: float, blamed: list[Blame] | None = None,
-                   ) -> tuple[tuple[tuple[int, float], Graph, dict[str, float], str], str]:
+                   budget: float) -> tuple[tuple[tuple[int, float], Graph, dict[str, float], str], str]:
     """The last step (:mod:`libnpu.compiler.cpu_float`): the blamed layers of the best
     integer graph kept in float on the CPU, one more at a time (at most ``MAX_CPU_TRIALS``),
     until every output meets ``target``, within ``budget`` (as the ladder's steps); ``best``
@@ -360,9 +358,8 @@ def _keep_in_float(opt: Graph, best: tuple[tuple[int, float], Graph, dict[str, f
     quantized as the int16 step does (``options``: its search runs again, as the layers
     around the CPU ones now see other values; ``given``: the caller's options)."""
     rank, q, scores, _ = best
-    if blamed is None:
-        with stage(progress, "measure"):
-            blamed = blamed_layers(opt, q, held)
+    with stage(progress, "measure"):
+        blamed = blamed_layers(opt, q, held)
     moved: list[str] = []
     trials = 0
     reason = cpu_reason(rank[1], target)
