@@ -26,7 +26,9 @@ The default compile of a float model (no ``recipe``, or ``recipe="default"``) ru
 4. **Keep in float on the CPU** what no integer grid holds, when every integer step still
    misses the target (:mod:`libnpu.compiler.cpu_float`): the blamed layers, as few as
    reach the target, at most ``MAX_CPU_TRIALS`` more quantizations within the budget;
-   kept only if every output then meets the target.
+   kept only if every output then meets the target. A front end no grid holds (the log
+   of a power spectrum: :func:`libnpu.compiler.cpu_float.front_end_blamed`) goes to the
+   CPU right after the int8 step instead, and the ladder starts again from int8 on the rest.
 
 The steps share what they compute alike (:mod:`libnpu.compiler.step_reuse`: the equalized
 graph, calibration ranges, GPTQ's moments, the quantized graph before bias correction,
@@ -340,7 +342,7 @@ def _escalate(graph: Graph, dataset: Iterable[Feed] | None, target: float, budge
     chosen.metadata["fidelity"] = {
         "target": target, "measured_on": measured_on, "samples": len(held), "calibration_samples": count,
         "chosen": name, "scores": {k: round(v, 5) for k, v in scores.items()}, "missed": missed,
-        "steps": tried, "max_steps": len(LADDER) + (MAX_CPU_TRIALS if cpu_float else 0), "budget": budget,
+        "steps": tried, "max_steps": len(ladder) + (MAX_CPU_TRIALS if cpu_float else 0), "budget": budget,
         **({"capped": capped} if capped else {}),
         **({"cpu_float": chosen.metadata["cpu_float"]} if "cpu_float" in chosen.metadata else {})}
     warn_if_missed(chosen.metadata)
