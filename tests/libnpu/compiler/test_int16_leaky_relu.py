@@ -7,6 +7,7 @@ import numpy as np
 from onnx import TensorProto, helper, numpy_helper
 
 import libnpu
+from libnpu.compiler.float_ref import run_float
 from libnpu.compiler.lower import lower
 from libnpu.compiler.mixed_precision import promotable, promote, quantize_mixed
 from libnpu.compiler.onnx_import import import_onnx
@@ -46,5 +47,9 @@ def test_leaky_relu_maximum_and_minimum_in_int16_on_the_device_equal_litert(npu,
             for ours, ref in zip(model.infer(x), litert(export_tflite(q), x)):
                 assert ours.dtype == ref.dtype
                 np.testing.assert_array_equal(ours, ref)
+            # and what float computes: max(x, -0.4)'s constant on x's grid (raw values compared)
+            (real,) = model.infer(x, dequantized=True)
+            (want,) = run_float(graph, x).values()
+            assert np.abs(real - want).max() <= 0.02      # the int8 output's step: 0.003-0.02
     finally:
         model.close()
