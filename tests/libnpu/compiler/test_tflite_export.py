@@ -127,3 +127,16 @@ def test_a_float_clip_exports_as_maximum_and_minimum(bounds, litert):
     x = np.random.default_rng(0).standard_normal((2, 5)).astype(np.float32)
     (got,) = litert(export_tflite(g), [x])
     np.testing.assert_array_equal(got, run_float(g, [x])["y"])
+
+
+def test_a_float_square_imports_as_mul_of_itself(litert):
+    """TFLite SQUARE (basic-pitch's ``|CQT|^2`` before its log) is MUL(x, x): a chip op, and
+    one a front end kept in float on the CPU can hold (a host call before)."""
+    import tflite
+
+    from tests.support.model_builders import single_op_tflite
+    model = single_op_tflite(tflite.BuiltinOperator.SQUARE, [("x", (2, 5), None), ("y", (2, 5), None)], [0], [1])
+    g = import_tflite(model)
+    assert [op.type for op in g.ops] == ["MUL"]
+    x = np.random.default_rng(0).standard_normal((2, 5)).astype(np.float32)
+    np.testing.assert_array_equal(run_float(g, [x])["y"], litert(model, [x], reference=False)[0])
