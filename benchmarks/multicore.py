@@ -2,29 +2,38 @@
 
 Run from the repository root (not in CI)::
 
-    .venv/bin/python -m benchmarks.multicore [--models resnet8 vww] [--rounds 5] [--block 200] [--json]
+    .venv/bin/python -m benchmarks.multicore [--models resnet8 vww] [--rounds 5] [--block 200]
+        [--graph-threads auto 0 1] [--json]
 
 On a 2-core device of its own (standard profile, no pacing) each model is loaded twice: with
 NPU_TILES 1 (compiled as one task per layer, run in order on one core) and NPU_TILES -1 (its
 large layers split by the compiler, the job run by its dependency graph on both cores:
 docs/hardware.md, *Task graphs*). For each it prints the modeled device time of one
 inference (PERF_COUNT), the ratio of the two, and the wall-clock p50 of synchronous
-inferences (``infer``), the two loads alternating in blocks of ``--block`` inferences for
-``--rounds`` rounds (40 of 25 by default), so the machine's load weighs on both alike. The outputs of the two
+inferences (``infer``), the loads alternating in blocks of ``--block`` inferences for
+``--rounds`` rounds (40 of 25 by default), so the machine's load weighs on all alike. The outputs
 are compared byte for byte on the same inputs.
 
-It passes (exit status 0) when, for every model, the two-core device time is at most 0.6x
-the one-core one, the outputs are identical, and the two-core wall p50 is no worse than the
-one-core one by more than 5% (the emulator runs a job's tasks on the core that took it:
-the wall time is one core's either way).
+``--graph-threads``: one device per value of the chip's NPU_GRAPH_THREADS (``auto``, the
+default: each graph job's plan runs on one or two threads of the core's process, whichever it
+measures faster; ``0``: one thread, a layer's bands joined back into one call; ``1``: two:
+``firmware_sim.graph_threads``), all up at
+once, every load of every device in the same alternating rounds; a row per model and value.
+The machine's load average is printed before and after.
+
+It passes (exit status 0) when, for every model and value, the two-core device time is at most
+0.6x the one-core one, the outputs are identical, and the two-core wall p50 is no worse than
+the one-core one by more than 5%.
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
 
@@ -45,32 +54,57 @@ def _device_time_ns(model: libnpu.CompiledModel, inputs: list[np.ndarray]) -> in
     return profile.device_time_ns
 
 
-def measure(devroot: str | os.PathLike, name: str, rounds: int, block: int) -> dict:
+def measure(devroots: dict[str, str | os.PathLike], name: str, rounds: int, block: int) -> list[dict]:
+    """A row per device (its NPU_GRAPH_THREADS -> devroot) for model ``name``."""
     from libnpu.tools.models import resolve
     from libnpu.tools.run import random_inputs
     path = resolve(name)
-    loads = {tiles: libnpu.load(path, devroot=devroot, config={"NPU_TILES": tiles}) for tiles in (1, -1)}
+    loads = {(mode, tiles): libnpu.load(path, devroot=root, config={"NPU_TILES": tiles})
+             for mode, root in devroots.items() for tiles in (1, -1)}
     try:
-        inputs = random_inputs(loads[1].inputs)
-        outputs = {tiles: model.infer(inputs) for tiles, model in loads.items()}
-        identical = all(np.array_equal(a, b) for a, b in zip(outputs[1], outputs[-1], strict=True))
-        device = {tiles: _device_time_ns(model, inputs) for tiles, model in loads.items()}
-        samples: dict[int, list[float]] = {1: [], -1: []}
+        inputs = random_inputs(next(iter(loads.values())).inputs)
+        outputs = {key: model.infer(inputs) for key, model in loads.items()}
+        device = {key: _device_time_ns(model, inputs) for key, model in loads.items()}
+        samples: dict[tuple[str, int], list[float]] = {key: [] for key in loads}
         for _ in range(rounds):
-            for tiles, model in loads.items():
+            for key, model in loads.items():
                 for _ in range(block):
                     started = time.perf_counter()
                     model.infer(inputs)
-                    samples[tiles].append(time.perf_counter() - started)
-        p50 = {tiles: float(np.median(s)) * 1e3 for tiles, s in samples.items()}
-        return {"model": name, "tasks": {"1": len(loads[1].loadable.tasks), "2": len(loads[-1].loadable.tasks)},
-                "device_time_us": {"1": device[1] / 1e3, "2": device[-1] / 1e3},
-                "device_time_ratio": device[-1] / device[1],
-                "wall_p50_ms": {"1": p50[1], "2": p50[-1]}, "wall_p50_ratio": p50[-1] / p50[1],
-                "identical": identical}
+                    samples[key].append(time.perf_counter() - started)
+        rows = []
+        for mode in devroots:
+            one, two = (mode, 1), (mode, -1)
+            p50 = {key: float(np.median(samples[key])) * 1e3 for key in (one, two)}
+            rows.append({
+                "model": name, "graph_threads": mode,
+                "tasks": {"1": len(loads[one].loadable.tasks), "2": len(loads[two].loadable.tasks)},
+                "device_time_us": {"1": device[one] / 1e3, "2": device[two] / 1e3},
+                "device_time_ratio": device[two] / device[one],
+                "wall_p50_ms": {"1": p50[one], "2": p50[two]}, "wall_p50_ratio": p50[two] / p50[one],
+                "identical": all(np.array_equal(a, b) for a, b in zip(outputs[one], outputs[two], strict=True))})
+        return rows
     finally:
         for model in loads.values():
             model.close()
+
+
+def _device(stack: contextlib.ExitStack, graph_threads: str) -> ScratchDevice:
+    """A scratch device whose chip runs with NPU_GRAPH_THREADS=``graph_threads`` (its
+    processes inherit this one's environment when it starts)."""
+    before = os.environ.get("NPU_GRAPH_THREADS")
+    os.environ["NPU_GRAPH_THREADS"] = graph_threads
+    try:
+        return stack.enter_context(ScratchDevice(cores=2))
+    finally:
+        if before is None:
+            del os.environ["NPU_GRAPH_THREADS"]
+        else:
+            os.environ["NPU_GRAPH_THREADS"] = before
+
+
+def _load_average() -> str:
+    return " ".join(open("/proc/loadavg").read().split()[:3])
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -78,22 +112,29 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--models", nargs="+", default=["resnet8", "vww"], help="model files or model-zoo names")
     ap.add_argument("--rounds", type=int, default=40, help="alternating rounds (default 40)")
     ap.add_argument("--block", type=int, default=25, help="inferences per load and round (default 25)")
+    ap.add_argument("--graph-threads", nargs="+", default=["auto"], choices=["auto", "0", "1"],
+                    help="the chip's NPU_GRAPH_THREADS, one device each (default: auto)")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
     if os.geteuid() != 0:
         print("multicore: mounting the device needs root", file=sys.stderr)
         return 2
-    with ScratchDevice(cores=2) as device:
-        rows = [measure(device.devroot, name, args.rounds, args.block) for name in args.models]
+    load_before = _load_average()
+    with contextlib.ExitStack() as stack:
+        devroots = {mode: _device(stack, mode).devroot for mode in dict.fromkeys(args.graph_threads)}
+        rows = [row for name in args.models for row in measure(devroots, name, args.rounds, args.block)]
+    load = {"before": load_before, "after": _load_average()}
     ok = all(r["identical"] and r["device_time_ratio"] <= DEVICE_TIME_RATIO and r["wall_p50_ratio"] <= WALL_SLACK
              for r in rows)
     if args.json:
-        print(json.dumps({"models": rows, "ok": ok}, indent=2))
+        print(json.dumps({"models": rows, "load_average": load, "ok": ok}, indent=2))
         return 0 if ok else 1
-    print(f"{'model':<10} {'tasks 1/2':>9} {'device us 1 core':>16} {'2 cores':>8} {'ratio':>6} "
+    print(f"load average {load['before']} before, {load['after']} after")
+    print(f"{'model':<10} {'threads':>7} {'tasks 1/2':>9} {'device us 1 core':>16} {'2 cores':>8} {'ratio':>6} "
           f"{'wall p50 ms 1 core':>18} {'2 cores':>8} {'ratio':>6}  bytes")
     for r in rows:
-        print(f"{r['model']:<10} {r['tasks']['1']:>4}/{r['tasks']['2']:<4} {r['device_time_us']['1']:>16.2f} "
+        print(f"{Path(r['model']).stem[:10]:<10} {r['graph_threads']:>7} "
+              f"{r['tasks']['1']:>4}/{r['tasks']['2']:<4} {r['device_time_us']['1']:>16.2f} "
               f"{r['device_time_us']['2']:>8.2f} {r['device_time_ratio']:>6.3f} {r['wall_p50_ms']['1']:>18.3f} "
               f"{r['wall_p50_ms']['2']:>8.3f} {r['wall_p50_ratio']:>6.3f}  "
               f"{'identical' if r['identical'] else 'DIFFER'}")

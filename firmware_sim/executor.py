@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from firmware_sim import job_plans, task_graph, units
+from firmware_sim import band_joins, job_plans, task_graph, units
 from firmware_sim.dma import DmaEngine, IommuFault
 from firmware_sim.errors import InvalidCommand, JobFailure
 from firmware_sim.kernels.native import calls as native_calls
@@ -119,6 +119,7 @@ def run_job(dma: DmaEngine, asid: int, cmd_iova: int, cmd_size: int, profile: Ha
             steps: list[tuple[int, Callable[[], None]]] = []
             timed_steps: list[job_plans.TimedStep] = []
             order, placement = task_graph.schedule(command_buffer, cores)
+            descs: dict[int, tuple[int, np.void]] = {}     # a graph job on several cores: for band_joins
             for index, task, desc in order:  # noqa: B020 (a graph job's own index; in order, the count)
                 moved_before, copies_before = dma.bytes_moved, dma.copies
                 started = time.monotonic_ns() if on_task else 0
@@ -137,12 +138,18 @@ def run_job(dma: DmaEngine, asid: int, cmd_iova: int, cmd_size: int, profile: Ha
                     step = (rerun if callable(rerun) and dma.copies == copies_before
                             else job_plans.HandlerStep(handler, desc, dma))
                     steps.append((index, step))
+                    if placement.parallel_deps is not None:
+                        descs[index] = (task.opcode, desc)
                 timed_steps.append((index, task.opcode, cycles, step, tile))
                 index += 1
             index, result.cycles = placement.placed, placement.cycles
             if replay:
+                deps = placement.parallel_deps
+                one_thread = None if deps is None else band_joins.join_steps(
+                    steps, descs, deps, lambda opcode, desc: job_plans.HandlerStep(HANDLERS[opcode], desc, dma))
                 job_plans.store(dma, asid, cmd_iova, job_plans.JobPlan(
-                    command_buffer.tobytes(), steps, index, result.cycles, timed_steps, deps=placement.parallel_deps))
+                    command_buffer.tobytes(), steps, index, result.cycles, timed_steps, deps=deps,
+                    one_thread=one_thread))
         result.task_index = index
     except IommuFault as fault:
         result.status, result.fault_iova, result.task_index = -fault.errno, fault.iova, index

@@ -29,18 +29,18 @@ One C call for the whole job: ResNet-8 / VWW / KWS chip CPU per job 5-9% less th
 """
 from __future__ import annotations
 
-import os
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 
-from firmware_sim import caches
+from firmware_sim import caches, graph_threads
 from firmware_sim.kernels import native
 from firmware_sim.kernels.native.calls import BoundCall
 
 __all__ = ["JobPlan", "TimedStep", "HandlerStep", "NativeSteps", "GraphSteps", "MixedSteps", "lookup", "store",
-           "held_bytes", "PLAN_JOBS", "PLAN_BYTES", "GRAPH_THREADS"]
+           "held_bytes", "PLAN_JOBS", "PLAN_BYTES"]
 
 PLAN_JOBS = 256          # plans kept per core; a full table is simply emptied
 # What a core's plans may hold, estimated (``JobPlan.cost``): a client's huge command buffers
@@ -52,10 +52,6 @@ STEP_BYTES = 384         # a task's rerun (measured: 200 bytes a CONV_2D, 370 a 
 DEP_BYTES = 40           # a graph job's dependency kept for its two-thread replay (an int in a list)
 # Replays that look for an all-C plan: a HandlerStep may get its C call only on its second run.
 NATIVE_TRIES = 2
-# A graph job placed on several cores replays on two threads of the core's process
-# (GraphSteps) when NPU_GRAPH_THREADS=1 is in the chip's environment: measured no faster on this
-# loaded 2-vCPU machine (docs/hardware.md, "Task graphs"), so not by default.
-GRAPH_THREADS = os.environ.get("NPU_GRAPH_THREADS", "0") == "1"
 
 
 # (task index, opcode, cycles, rerun or None for a task with no effect, the job's core it was
@@ -77,13 +73,16 @@ class JobPlan:
     native_tries: int = 0
     mixed: MixedSteps | None = None
     deps: list[list[int]] | None = None      # a graph job on several cores: each task's dependencies
+    one_thread: list[tuple[int, Callable[[], None]]] | None = None   # its steps with bands joined (band_joins)
 
     @property
     def cost(self) -> int:
         """The memory the plan holds, estimated: its copy of the command buffer, its tasks and a
         graph job's dependencies (a buffer of DEPENDS alone holds 7 in 40 bytes)."""
         deps = sum(map(len, self.deps)) if self.deps is not None else 0
-        return len(self.command) + TASK_BYTES * self.tasks + STEP_BYTES * len(self.steps) + DEP_BYTES * deps
+        joined = len(self.one_thread) if self.one_thread is not None else 0
+        return (len(self.command) + TASK_BYTES * self.tasks + STEP_BYTES * (len(self.steps) + joined)
+                + DEP_BYTES * deps)
 
     def native_steps(self) -> NativeSteps | GraphSteps | None:
         """The steps as one C call, when every one of them is a C kernel call (on two threads
@@ -91,7 +90,9 @@ class JobPlan:
         and Python steps, if any step is a C call."""
         if self.native is None and self.native_tries < NATIVE_TRIES:
             self.native_tries += 1
-            graph = GraphSteps.of(self.steps, self.deps) if self.deps is not None and GRAPH_THREADS else None
+            graph = (GraphSteps.of(self.steps, self.deps, self.cycles, sum(s[2] for s in self.timed_steps),
+                                   self.one_thread)
+                     if self.deps is not None else None)
             self.native = graph or NativeSteps.of(self.steps)
             self.mixed = None if self.native is not None else MixedSteps.of(self.steps)
         return self.native
@@ -131,13 +132,17 @@ class NativeSteps:
 
 
 class GraphSteps:
-    """A graph job's steps (every task a C kernel call) run by ``npu_graph_run`` on this thread
-    and a helper thread: each takes the next step in order once the steps it depends on are
-    done (``graph_steps.c``). The arrays point into the steps' own prepared structs."""
+    """A graph job's steps (every task a C kernel call) run either by ``npu_graph_run`` on this
+    thread and a helper thread, each taking a step whose dependencies are done
+    (``graph_steps.c``), or on this thread in the run order, with a layer's bands joined back
+    into one step where they can be (``band_joins``), as ``choice`` (``graph_threads``) says
+    for each replay. The arrays point into the steps' own prepared structs."""
 
-    __slots__ = ("_deps", "_done", "_failed", "_graph", "_indices", "_run", "_starts", "_steps")
+    __slots__ = ("_deps", "_done", "_failed", "_graph", "_indices", "_one", "_one_tries", "_run", "_run_serial",
+                 "_starts", "_steps", "choice")
 
-    def __init__(self, calls: list[BoundCall], indices: list[int], deps: list[list[int]]):
+    def __init__(self, calls: list[BoundCall], indices: list[int], deps: list[list[int]],
+                 choice: graph_threads.ThreadChoice, one_thread: list[tuple[int, Callable[[], None]]] | None = None):
         position = {task: p for p, task in enumerate(indices)}
         flat = [position[d] for task in indices for d in deps[task]]
         starts = [0]
@@ -155,11 +160,20 @@ class GraphSteps:
         self._failed = native.ffi.new("int32_t *")
         self._indices = indices
         self._run = native.library().npu_graph_run
+        self._run_serial = native.library().npu_steps_run
+        self.choice = choice
+        # One thread: the joined steps, from Python until each has its C call, then as one C
+        # call (None: the bands themselves, as one C call).
+        self._one: NativeSteps | list[tuple[int, Callable[[], None]]] | None = one_thread
+        self._one_tries = 0
 
     @classmethod
-    def of(cls, steps: list[tuple[int, Callable[[], None]]], deps: list[list[int]]) -> GraphSteps | None:
+    def of(cls, steps: list[tuple[int, Callable[[], None]]], deps: list[list[int]], critical_cycles: int,
+           serial_cycles: int, one_thread: list[tuple[int, Callable[[], None]]] | None = None) -> GraphSteps | None:
         """``steps`` as one graph call, or None unless every task of the job is a C kernel call
-        (a task without a step, a NOP, would hide the dependencies through it)."""
+        (a task without a step, a NOP, would hide the dependencies through it); its cycles on
+        the cores and in order weigh the choice of threads; ``one_thread``: the steps with
+        bands joined, for a replay on one thread."""
         if len(steps) != len(deps) or native.library() is None:
             return None
         calls = []
@@ -168,12 +182,42 @@ class GraphSteps:
             if not isinstance(call, BoundCall):
                 return None
             calls.append(call)
-        return cls(calls, [index for index, _ in steps], deps)
+        return cls(calls, [index for index, _ in steps], deps,
+                   graph_threads.ThreadChoice(critical_cycles, serial_cycles), one_thread)
 
     def run(self) -> tuple[int, int]:
         """Runs every step; returns (0, 0), or a failing step's status and task index."""
-        status = self._run(self._graph, self._failed)
-        return (status, self._indices[self._failed[0]]) if status else (0, 0)
+        two = self.choice.two_threads()
+        started = time.monotonic_ns()
+        if two:
+            status = self._run(self._graph, self._failed)
+            result = (status, self._indices[self._failed[0]]) if status else (0, 0)
+        else:
+            result = self._run_one()
+        self.choice.record(two, time.monotonic_ns() - started)
+        return result
+
+    @property
+    def one_thread_steps(self) -> int:
+        """How many C calls a one-thread replay makes now (fewer than the tasks once bands are joined)."""
+        return self._one._count if isinstance(self._one, NativeSteps) else len(self._indices)
+
+    def _run_one(self) -> tuple[int, int]:
+        one = self._one
+        if one is None:
+            status = self._run_serial(self._steps, len(self._indices), self._failed)
+            return (status, self._indices[self._failed[0]]) if status else (0, 0)
+        if isinstance(one, NativeSteps):
+            return one.run()
+        for _, step in one:
+            step()
+        self._one_tries += 1
+        native_one = NativeSteps.of(one)
+        if native_one is not None:
+            self._one = native_one
+        elif self._one_tries >= NATIVE_TRIES:
+            self._one = None            # a joined step without a C call: the bands' own from now on
+        return 0, 0
 
 
 class MixedSteps:

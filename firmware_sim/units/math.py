@@ -6,6 +6,9 @@ from __future__ import annotations
 import numpy as np
 
 from firmware_sim.kernels import binary, byte_tables, normalization, unary
+from firmware_sim.kernels.fixedpoint import INT32_MAX, INT32_MIN
+from firmware_sim.kernels.int16x8 import INT16_MAX, INT16_MIN
+from firmware_sim.kernels.native import int16_calls
 from npu_hw import ops
 
 from .common import Rerun, act_dtype, count, dims, parse_binary, parse_binary_per_channel, plan, prod, unit
@@ -21,7 +24,16 @@ def _binary(desc: np.void, dma, kind: str, params: tuple[str, ...], kernel, dtyp
     if dtype is np.int8:
         return byte_tables.binary_bound(kind, kernel, a, b, out, **kwargs)
     kernel(a, b, out=out, **kwargs)
-    return None
+    return None if kind != "prelu" else _prelu16_rerun(a, b, out, kwargs)
+
+
+def _prelu16_rerun(a: np.ndarray, b: np.ndarray, out: np.ndarray, kwargs: dict) -> Rerun | None:
+    """An int16 PRELU's rerun in C (``int16_calls.bind_binary16``), its requantization as one row."""
+    row = [kwargs[f] for f in ("output_multiplier_1", "output_shift_1", "output_multiplier_2", "output_shift_2")]
+    if not all(INT32_MIN <= v <= INT32_MAX for v in row):
+        return None
+    return int16_calls.bind_binary16("prelu", a, b, out, np.array([row], np.int32), act_min=INT16_MIN,
+                                     act_max=INT16_MAX)
 
 
 def _binary_cost(desc: np.void) -> tuple[int, int]:
@@ -45,15 +57,17 @@ def prelu(desc: np.void, dma) -> Rerun | None:
 
 
 @unit(ops.OP_PRELU16_PER_CHANNEL, int16_binary_cost)
-def prelu16_per_channel(desc: np.void, dma) -> None:
-    """int16 PRELU, output channel c with row c of the ``params`` array."""
+def prelu16_per_channel(desc: np.void, dma) -> Rerun | None:
+    """int16 PRELU, output channel c with row c of the ``params`` array; numpy, then its
+    rerun in C (``int16_calls.bind_binary16``)."""
     a_at, b_at, out_at, params_at, _ = plan(
         "prelu16_per_channel", desc, lambda d: parse_binary_per_channel(d, len(ops.PRELU16_CHANNEL_PARAMS), ())
     ).fields
-    binary.prelu_int16_per_channel(dma.read_array(a_at[0], np.int16, a_at[1]),
-                                   dma.read_array(b_at[0], np.int16, b_at[1]),
-                                   params=dma.read_array(params_at[0], np.int32, params_at[1]),
-                                   out=dma.write_array(out_at[0], np.int16, out_at[1]))
+    a, b = dma.read_array(a_at[0], np.int16, a_at[1]), dma.read_array(b_at[0], np.int16, b_at[1])
+    params = dma.read_array(params_at[0], np.int32, params_at[1])
+    out = dma.write_array(out_at[0], np.int16, out_at[1])
+    binary.prelu_int16_per_channel(a, b, params=params, out=out)
+    return int16_calls.bind_binary16("prelu", a, b, out, params, act_min=INT16_MIN, act_max=INT16_MAX)
 
 
 @unit(ops.OP_SQUARED_DIFFERENCE, _binary_cost)

@@ -45,6 +45,12 @@ def _real(t: Tensor) -> np.ndarray:
     return np.asarray(t.data, np.float32)
 
 
+def _values(y: np.ndarray | Sequence[np.ndarray]) -> list[np.ndarray]:
+    """An op's float reference result as float32 arrays, one per output (an op with several
+    outputs, such as a host call, gives a list: stacking it made one wrong array)."""
+    return [np.asarray(v, np.float32) for v in (y if isinstance(y, (list, tuple)) else [y])]
+
+
 def _quant(t: Tensor) -> QuantParams:
     if t.quant is None:
         raise IRError(f"bias correction: tensor {t.name!r} is not quantized")
@@ -169,12 +175,13 @@ def correct_biases(float_graph: Graph, quantized: Graph, dataset: Iterable[Feed]
             consts_f = {i: np.asarray(float_graph.tensors[i].data, np.float32)
                         for i in fop.inputs if i and float_graph.tensors[i].is_constant}
             f_out = float_graph.tensors[fop.outputs[0]]
-            ys_q, ys_f = [], []
+            outs_q, outs_f = [], []     # per sample, one value per output (a host call may have several)
             for fe, qe in zip(fenv, qenv):
-                ys_f.append(np.asarray(evaluate(bare_f, [None if not i else consts_f.get(i, fe.get(i))
-                                                         for i in fop.inputs], f_out), np.float32))
-                ys_q.append(np.asarray(evaluate(bare_q, [None if not i else consts_q.get(i, qe.get(i))
-                                                         for i in op.inputs], out_t), np.float32))
+                outs_f.append(_values(evaluate(bare_f, [None if not i else consts_f.get(i, fe.get(i))
+                                                        for i in fop.inputs], f_out)))
+                outs_q.append(_values(evaluate(bare_q, [None if not i else consts_q.get(i, qe.get(i))
+                                                        for i in op.inputs], out_t)))
+            ys_f, ys_q = [v[0] for v in outs_f], [v[0] for v in outs_q]
             channels = out_t.shape[-1] if out_t.shape else 0
             if weighted and channels and all(y.shape == ys_f[0].shape for y in ys_q):
                 shift = _significant_shift(np.concatenate([(yq - yf).reshape(-1, channels)
@@ -189,9 +196,14 @@ def correct_biases(float_graph: Graph, quantized: Graph, dataset: Iterable[Feed]
                     bias.data = new.astype(np.int32)
                     ys_q = [y + delta for y in ys_q]
                     corrections[out] = float(np.abs(delta).max(initial=0.0))
-            for fe, qe, yf, yq in zip(fenv, qenv, ys_f, ys_q):
-                fe[fop.outputs[0]] = activation(yf, act) if weighted else yf
-                qe[out] = snap_to_grid(out_t, activation(yq, act) if weighted else yq)
+            for fe, qe, yf, yq, vf, vq in zip(fenv, qenv, ys_f, ys_q, outs_f, outs_q):
+                if weighted:
+                    fe[fop.outputs[0]] = activation(yf, act)
+                    qe[out] = snap_to_grid(out_t, activation(yq, act))
+                    continue
+                for f_name, q_name, f_value, q_value in zip(fop.outputs, op.outputs, vf, vq):
+                    fe[f_name] = f_value
+                    qe[q_name] = snap_to_grid(quantized.tensors[q_name], q_value)
         _free(qenv, op.inputs, last, index)
         _free(fenv, fop.inputs if fop is not None else (), float_last, index)
         if progress is not None:

@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from .ir import IRError
+from .tflite_strings import flatbuffer_text
 
 __all__ = ["InputShapeError", "InputShapes", "ShapedModel", "parse_input_shape", "parse_input_shapes",
            "resolve_input_shapes", "fix_onnx_inputs", "fix_tflite_inputs", "fix_input_shapes"]
@@ -182,10 +183,10 @@ def _shown(dims: Declared) -> str:
 def fix_onnx_inputs(model: Any, given: InputShapes, name: str = "model") -> tuple[Any, list[str]]:
     """``model`` (an ``onnx.ModelProto``, changed in place) with every input dimension set,
     then ONNX shape inference run (not strict) so the shapes after them are known;
-    returns the inferred model and the notes. A model whose inputs are all static and
+    returns the inferred model (``model`` itself) and the notes. A model whose inputs are all static and
     given no shapes is returned as it is."""
     # Lazy: onnx takes ~0.5 s to import, and the CLI imports this module for its errors.
-    from onnx import shape_inference
+    from .onnx_shapes import infer_shapes
     initializers = {i.name for i in model.graph.initializer}
     inputs = [vi for vi in model.graph.input if vi.name not in initializers]
     declared: dict[str, Declared | None] = {}
@@ -208,7 +209,7 @@ def fix_onnx_inputs(model: Any, given: InputShapes, name: str = "model") -> tupl
     if not changed:
         return model, notes
     try:
-        return shape_inference.infer_shapes(model, strict_mode=False), notes
+        return infer_shapes(model, strict_mode=False), notes
     except Exception as exc:  # onnx raises its own InferenceError types
         raise InputShapeError(f"{name}: ONNX shape inference with inputs {_shapes_text(shapes)} failed: "
                               f"{' '.join(str(exc).split())}") from exc
@@ -240,7 +241,7 @@ def _read_tflite_inputs(model: Any) -> tuple[Any, dict[str, int], dict[str, Decl
     declared: dict[str, Declared] = {}
     for idx in (sg.InputsAsNumpy() if sg.InputsLength() else []):
         t = sg.Tensors(int(idx))
-        label = (t.Name() or b"").decode() or f"t{int(idx)}"
+        label = flatbuffer_text(t.Name()) or f"t{int(idx)}"
         shape = [int(d) for d in t.ShapeAsNumpy()] if t.ShapeLength() else []
         signature = [int(d) for d in t.ShapeSignatureAsNumpy()] if t.ShapeSignatureLength() else shape
         indices[label] = int(idx)
@@ -290,7 +291,7 @@ def _resized_tflite(data: bytes, indices: Mapping[str, int], shapes: Mapping[str
             if not length:
                 continue
             if length != len(shape):
-                raise InputShapeError(f"{name}: tensor {index} ({(t.Name() or b'').decode()!r}) changes rank with "
+                raise InputShapeError(f"{name}: tensor {index} ({flatbuffer_text(t.Name())!r}) changes rank with "
                                       f"inputs {_shapes_text(shapes)} ({length} -> {len(shape)} dimensions): "
                                       "not supported")
             view = vector()            # a view of ``buf``: written in place
@@ -325,5 +326,7 @@ def fix_input_shapes(model: str | os.PathLike | bytes, kind: str | None, given: 
         proto = onnx.load_model_from_string(data)
     except Exception:  # noqa: BLE001 - not an ONNX model: the importer says so, with its own words
         return model, kind, []
-    fixed, notes = fix_onnx_inputs(proto, given, name)
-    return (model if fixed is proto else fixed.SerializeToString()), kind, notes
+    declared = [vi.SerializeToString() for vi in proto.graph.input]
+    fixed, notes = fix_onnx_inputs(proto, given, name)     # in place: the inputs say whether it changed
+    unchanged = [vi.SerializeToString() for vi in fixed.graph.input] == declared
+    return (model if unchanged else fixed.SerializeToString()), kind, notes

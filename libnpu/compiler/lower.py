@@ -27,8 +27,9 @@ from .frontend import check_int8, load_model, to_int8_graph
 from .frozen_inputs import FrozenInputs, freeze_model_inputs
 from .input_shapes import InputShapes, fix_input_shapes
 from .ir import Graph, IRError, Op, Tensor
+from .layer_faults import MAX_LAYER_FAULTS, LayerFault, fault_sources
 from .memplan import MemoryPlan, plan_memory
-from .placement import import_with_fallback, plan_placement
+from .placement import CPU, import_with_fallback, plan_placement
 from .progress import Progress, stage
 from .source_index import SOURCE_OPS, op_sources, task_source_meta
 from .tiling import split_layers
@@ -177,7 +178,9 @@ def compile_model(model: str | os.PathLike | bytes | Graph,
     The compiler's one entry point: ``progress`` hears every stage (:mod:`libnpu.compiler.progress`).
     Operators the chip cannot run (:mod:`libnpu.compiler.placement`; ``ops`` an allow-list of
     the names the chip may run) become host steps; ``strict`` refuses that
-    (:class:`~libnpu.compiler.placement.FallbackRefusedError` listing them all).
+    (:class:`~libnpu.compiler.placement.FallbackRefusedError` listing them all). A layer whose
+    quantization fails inside the whole model (:mod:`libnpu.compiler.layer_faults`) runs on the
+    CPU too, its reason the real cause (metadata ``"layer_faults"``), unless ``strict``.
     ``input_shapes`` fixes the model's free input dimensions (:mod:`libnpu.compiler.input_shapes`);
     the notes on defaults taken are the loadable's metadata ``"notes"``. ``freeze_inputs``
     (``{"sr": 16000}``) makes those ONNX inputs constants first (:mod:`libnpu.compiler.frozen_inputs`).
@@ -193,6 +196,7 @@ def compile_model(model: str | os.PathLike | bytes | Graph,
     elif input_shapes is not None:
         raise IRError("input_shapes: the graph is imported already; give them to its import")
     meta = {"notes": notes} if notes else None
+    faults: dict[int, str] = {}        # source op -> why quantizing it failed (layer_faults)
     if isinstance(model, Graph):
         graph = model
     elif ops is None:
@@ -202,28 +206,51 @@ def compile_model(model: str | os.PathLike | bytes | Graph,
                 return lower(graph, metadata=meta, tiles=tiles)
         except IRError as refused:
             with stage(progress, "import"):
-                graph = _placed_graph(model, kind, ops, strict, refused, dataset)
+                graph = _placed_graph(model, kind, ops, strict, refused, dataset, faults)
     else:
         with stage(progress, "import"):
-            graph = _placed_graph(model, kind, ops, strict, None, dataset)
-    graph = to_int8_graph(graph, dataset, progress=progress, **quantize_options)
+            graph = _placed_graph(model, kind, ops, strict, None, dataset, faults)
+    while True:
+        try:
+            graph = to_int8_graph(graph, dataset, progress=progress, **quantize_options)
+            break
+        except LayerFault as fault:    # one more layer for the CPU, if the model is a file to place again
+            if isinstance(model, Graph):
+                raise
+            with stage(progress, "import"):
+                graph = _placed_graph(model, kind, ops, strict, fault, dataset, faults)
+    if faults:      # said by npu compile: a layer the user may have expected on the chip
+        meta = dict(meta or {}, layer_faults=[f"{op} (op {i}) runs on the CPU: {reason}"
+                                              for i, op, _, reason in graph.metadata["placement"] if i in faults])
     with stage(progress, "lower"):
         return lower(graph, metadata=meta, tiles=tiles)
 
 
 def _placed_graph(model: str | os.PathLike | bytes, kind: str | None, ops: Collection[str] | None,
-                  strict: bool, refused: IRError | None, dataset: list | None = None) -> Graph:
+                  strict: bool, refused: IRError | None, dataset: list | None = None,
+                  faults: dict[int, str] | None = None) -> Graph:
     """The model imported with the operators placed on the CPU as HOST ops. ``refused``:
     why the whole model did not compile for the chip, raised again when no operator
     needs the CPU (the cause is elsewhere). ``dataset``: the calibration data, which the
-    placement judges a float model's ops on."""
+    placement judges a float model's ops on. ``faults`` (source op -> reason), kept
+    across calls: the operators whose quantization failed (a ``refused`` that is a
+    :class:`~libnpu.compiler.layer_faults.LayerFault` adds its own), on the CPU too."""
     plan = plan_placement(model, ops=ops, kind=kind, dataset=dataset)
     if strict:
         plan.refuse_fallback()
-    if not plan.cpu:
+    faults = {} if faults is None else faults
+    if isinstance(refused, LayerFault):
+        _, sources = import_with_fallback(plan.data, plan.kind, plan.name, force_host={**plan.cpu, **faults})
+        found = [s for s in fault_sources(refused, sources) if s.index not in faults and not s.reason]
+        if strict or not found or len(faults) + len(found) > MAX_LAYER_FAULTS:
+            raise refused
+        faults.update({s.index: refused.reason for s in found})
+    cpu = {**plan.cpu, **faults}
+    if not cpu:
         if refused is not None:
             raise refused
         return load_model(plan.data, kind=plan.kind, name=plan.name)
-    graph, _ = import_with_fallback(plan.data, plan.kind, plan.name, force_host=plan.cpu)
-    graph.metadata["placement"] = [[p.index, p.op, p.device, p.reason] for p in plan.placements]
+    graph, _ = import_with_fallback(plan.data, plan.kind, plan.name, force_host=cpu)
+    graph.metadata["placement"] = [[p.index, p.op, CPU if p.index in cpu else p.device, cpu.get(p.index, p.reason)]
+                                   for p in plan.placements]
     return graph

@@ -37,8 +37,10 @@ import warnings
 
 import numpy as np
 import onnx
-from onnx import numpy_helper, shape_inference
+from onnx import numpy_helper
 from onnx.reference import ReferenceEvaluator
+
+from .onnx_shapes import inferred_shapes
 
 __all__ = ["MAX_FOLDED_ELEMENTS", "ONNXShapeWarning", "SourceIndex", "fold_onnx"]
 
@@ -104,7 +106,7 @@ def _infer(model: onnx.ModelProto) -> onnx.ModelProto | None:
         vi.type.tensor_type.ClearField("shape")
     del graph.value_info[:]
     try:
-        return shape_inference.infer_shapes(model, strict_mode=False, data_prop=True)
+        return inferred_shapes(model, strict_mode=False, data_prop=True)
     except Exception:  # noqa: BLE001 - onnx raises its own error types; the importer's strict pass reports them
         return None
     finally:

@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 import onnx
-from onnx import numpy_helper, shape_inference
+from onnx import numpy_helper
 
 from ..loadable import HostCall
 from . import registry
@@ -32,6 +32,7 @@ from .integer_inputs import INTEGER_INPUTS, refuse_integer_operands
 from .ir import Graph, IRError, Op, SourceOp, Tensor, require_data, same_pads
 from .onnx_fold import fold_onnx
 from .onnx_host import TensorType, group_model, probe_shapes, reads
+from .onnx_shapes import infer_shapes
 from .qdq_import import QDQ_PER_TENSOR, QDQ_RANGES, float_twin, is_qdq
 from .source_index import record_sources
 
@@ -71,7 +72,7 @@ class _Importer:
             self.origin = {outs: (qdq_origins[i], qdq_types[qdq_origins[i]]) if qdq_origins[i] >= 0 else (i, op)
                            for outs, (i, op) in self.origin.items()}
         try:
-            self.model = shape_inference.infer_shapes(model, strict_mode=True)
+            self.model = infer_shapes(model, strict_mode=True)
         except Exception as exc:  # onnx raises its own InferenceError types
             raise ONNXImportError(f"{name}: ONNX shape inference failed: {exc}") from exc
         self.g = Graph(name)

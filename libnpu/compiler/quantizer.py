@@ -34,6 +34,7 @@ from .float_ref import FloatInterpreter
 from .grid_joins import fixed_grids, requantize_joins, shared_grid_groups
 from .integer_inputs import INTEGER_INPUTS, integer_activations, random_integers
 from .ir import Graph, IRError, Op, QuantParams, State, Tensor
+from .layer_faults import LAYER_FAULTS, LayerFault
 from .optimize import optimize
 from .progress import Progress, stage
 from .qdq_import import QDQ_PER_TENSOR, QDQ_RANGES
@@ -211,6 +212,9 @@ def _activation_table(g: Graph, ranges: Mapping[str, Range], roles) -> dict[str,
             continue
         if t.is_constant:
             d = t.data.astype(np.float32)
+            if np.isnan(d).any():
+                raise NonFiniteValuesError(f"constant {name!r} holds NaN: no grid holds it")
+            d = d[np.isfinite(d)]   # an infinite bound (Max(x, -inf)) saturates to its grid's end
             rng[name] = (float(d.min()), float(d.max())) if d.size else (0.0, 0.0)
         elif name in ranges:
             rng[name] = ranges[name]
@@ -245,7 +249,11 @@ def _activation_table(g: Graph, ranges: Mapping[str, Range], roles) -> dict[str,
             known = [rng[m] for m in members if m in rng]
             if not known:
                 raise QuantizationError(f"no calibration range for tensors {members}")
-            qp = choose_activation_scale(min(r[0] for r in known), max(r[1] for r in known))
+            try:
+                qp = choose_activation_scale(min(r[0] for r in known), max(r[1] for r in known))
+            except ValueError as exc:     # a constant holding inf or NaN (calibrated ones are checked)
+                bad = [m for m in members if m in rng and not np.all(np.isfinite(rng[m]))]
+                raise NonFiniteValuesError(f"tensor {(bad or members)[0]!r}: {exc}") from exc
         for m in members:
             params[m] = qp
     missing = [n for n, t in g.tensors.items() if n not in roles and n not in params]
@@ -300,29 +308,12 @@ def quantize(graph: Graph, ranges: Mapping[str, Range], *, fc_per_channel: bool 
         data = qp.quantize(t.data.astype(np.float32)) if t.is_constant else None
         g.add_tensor(Tensor(name, t.shape, "int8", qp, data))
     for op in src.ops:
-        new = Op(op.type, list(op.inputs), list(op.outputs), dict(op.attrs), op.name)
-        weight_axis = _weight_axis(op)
-        if weight_axis is not None:
-            in_scale = float(params[op.inputs[0]].scale[0])
-            w_t = src.tensors[op.inputs[1]]
-            b_name = op.inputs[2] if len(op.inputs) > 2 else ""
-            bias = src.tensors[b_name].data if b_name else None
-            per_tensor = registry.get(op.type, "fc_weights") and not fc_per_channel or \
-                op.name in qdq_per_tensor      # the scale a QDQ model gave its weights
-            axis = None if per_tensor else weight_axis
-            wq, wqp = quantize_weights(w_t.data, axis, bias, in_scale)
-            if moments is not None and w_t.name in moments and (op.type == "DEPTHWISE_CONV_2D" or axis in (0, None)):
-                wq, rounded_bias = round_layer(op.type, w_t.data, wqp.scale, moments[w_t.name], bias)
-                bias = rounded_bias if round_biases else bias
-            g.add_tensor(Tensor(w_t.name, w_t.shape, "int8", wqp, wq))
-            if b_name:
-                bs = bias_scale(in_scale, wqp.scale)
-                bq = np.clip(np.round(bias.astype(np.float64) / bs), -2 ** 31, 2 ** 31 - 1).astype(np.int32)
-                g.add_tensor(Tensor(b_name, (bq.size,), "int32", symmetric(bs), bq))
-                new.inputs[2] = b_name
-            if len(new.inputs) < 3:
-                new.inputs.append("")
-        g.ops.append(new)
+        try:
+            g.ops.append(_quantized_op(g, src, op, params, moments, fc_per_channel, qdq_per_tensor, round_biases))
+        except NonFiniteValuesError:
+            raise
+        except LAYER_FAULTS as exc:      # this layer's grid, not the model: it may stay on the CPU
+            raise LayerFault(op, op.outputs, exc) from exc
     g.inputs, g.outputs = list(src.inputs), list(src.outputs)
     g.states = [State(s.name, s.input, s.output,
                       params[s.input].quantize(s.initial.astype(np.float32), g.tensors[s.input].dtype))
@@ -331,6 +322,39 @@ def quantize(graph: Graph, ranges: Mapping[str, Range], *, fc_per_channel: bool 
         _float_edges(g, src)
     g.validate()
     return g
+
+
+def _quantized_op(g: Graph, src: Graph, op: Op, params: Mapping[str, QuantParams],
+                  moments: Mapping[str, np.ndarray] | None, fc_per_channel: bool, qdq_per_tensor: set[str],
+                  round_biases: bool) -> Op:
+    """The int8 op for the float ``op`` of ``src``, its weights and bias (quantized) added to ``g``."""
+    new = Op(op.type, list(op.inputs), list(op.outputs), dict(op.attrs), op.name)
+    weight_axis = _weight_axis(op)
+    if weight_axis is None:
+        return new
+    in_scale = float(params[op.inputs[0]].scale[0])
+    w_t = src.tensors[op.inputs[1]]
+    b_name = op.inputs[2] if len(op.inputs) > 2 else ""
+    bias = src.tensors[b_name].data if b_name else None
+    per_tensor = registry.get(op.type, "fc_weights") and not fc_per_channel or \
+        op.name in qdq_per_tensor      # the scale a QDQ model gave its weights
+    axis = None if per_tensor else weight_axis
+    for name, values in ((w_t.name, w_t.data), (b_name, bias)):
+        if values is not None and not np.all(np.isfinite(values)):     # the model's own inf / NaN
+            raise NonFiniteValuesError(f"{op.describe()}: {name!r} holds values that are not finite")
+    wq, wqp = quantize_weights(w_t.data, axis, bias, in_scale)
+    if moments is not None and w_t.name in moments and (op.type == "DEPTHWISE_CONV_2D" or axis in (0, None)):
+        wq, rounded_bias = round_layer(op.type, w_t.data, wqp.scale, moments[w_t.name], bias)
+        bias = rounded_bias if round_biases else bias
+    g.add_tensor(Tensor(w_t.name, w_t.shape, "int8", wqp, wq))
+    if b_name:
+        bs = bias_scale(in_scale, wqp.scale)
+        bq = np.clip(np.round(bias.astype(np.float64) / bs), -2 ** 31, 2 ** 31 - 1).astype(np.int32)
+        g.add_tensor(Tensor(b_name, (bq.size,), "int32", symmetric(bs), bq))
+        new.inputs[2] = b_name
+    if len(new.inputs) < 3:
+        new.inputs.append("")
+    return new
 
 
 def _float_edges(g: Graph, src: Graph) -> None:

@@ -21,12 +21,14 @@ whose per-step tensors each see a fraction of the calibration data.
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from .ir import QuantParams
 
-__all__ = ["SHARED_GRIDS", "INT16_MAX", "MIN_MULTIPLIER", "BIAS16_BITS", "symmetric", "choose_activation_scale",
-           "choose_int16_scale", "bias_scale", "quantize_weights", "quantize_weights16"]
+__all__ = ["SHARED_GRIDS", "INT16_MAX", "MIN_MULTIPLIER", "BIAS16_BITS", "SMALLEST_SCALE", "symmetric",
+           "choose_activation_scale", "choose_int16_scale", "bias_scale", "quantize_weights", "quantize_weights16"]
 
 INT16_MAX = 32767
 #: Float graph metadata key: a list of groups (lists of tensor names) quantized with one grid.
@@ -35,17 +37,29 @@ SHARED_GRIDS = "shared_grids"
 MIN_MULTIPLIER = 2.0 ** -31
 #: int16 weights keep an int64 bias within this many bits (the chip saturates sums at 2**47).
 BIAS16_BITS = 44
+#: The finest step a float32 scale holds as a normal number. A step computed finer is stored
+#: as 0 or a denormal: a channel of denormal weights (1e-42, as trained models carry) made a
+#: weight scale, or its bias scale (input scale x weight scale), 0 in float32, and the
+#: compile failed with "scales must be finite and > 0".
+SMALLEST_SCALE = float(np.finfo(np.float32).tiny)
 
 
 def symmetric(scale: float | np.ndarray, axis: int = 0) -> QuantParams:
-    """Zero-point-0 parameters with ``scale`` (one, or one per channel along ``axis``), stored as float32."""
-    scale = np.atleast_1d(np.asarray(scale, np.float32))
+    """Zero-point-0 parameters with ``scale`` (one, or one per channel along ``axis``), stored as float32.
+
+    A scale finer than ``SMALLEST_SCALE`` (a product of scales, such as a bias's, that
+    float32 would store as 0 or a denormal) is that scale: its values are that close to 0."""
+    scale = np.atleast_1d(np.asarray(scale, np.float64))
+    scale = np.where((scale >= 0) & (scale < SMALLEST_SCALE), SMALLEST_SCALE, scale).astype(np.float32)
     return QuantParams(scale, np.zeros(scale.size, np.int64), axis)
 
 
 def choose_activation_scale(lo: float, hi: float) -> QuantParams:
     """int8 parameters for an activation whose values span ``[lo, hi]``: the range widened to
-    hold 0 (exactly representable, as TFLite requires) over 255 steps, the zero point rounded."""
+    hold 0 (exactly representable, as TFLite requires) over 255 steps, the zero point rounded.
+    A range that is not finite raises ValueError (its caller names the tensor)."""
+    if not (math.isfinite(lo) and math.isfinite(hi)):
+        raise ValueError(f"the range [{lo}, {hi}] is not finite: no int8 grid holds it")
     lo, hi = min(lo, 0.0), max(hi, 0.0)
     if hi - lo < 1e-8:
         hi = lo + 1e-8
@@ -55,8 +69,14 @@ def choose_activation_scale(lo: float, hi: float) -> QuantParams:
 
 
 def choose_int16_scale(reach: float | np.ndarray, axis: int = 0) -> QuantParams:
-    """Symmetric int16 parameters covering ``[-reach, reach]`` (one reach, or one per channel along ``axis``)."""
-    return symmetric((np.asarray(reach, np.float64) / INT16_MAX).astype(np.float32), axis)
+    """Symmetric int16 parameters covering ``[-reach, reach]`` (one reach, or one per channel along
+    ``axis``). A reach of 0 (a tensor or channel that is always 0) or finer than float32
+    holds gets ``SMALLEST_SCALE``, which represents its values (zeros) exactly; a reach that
+    is not finite raises ValueError."""
+    reach = np.asarray(reach, np.float64)
+    if not np.all(np.isfinite(reach)):
+        raise ValueError(f"int16 reach {reach.max()} is not finite: no int16 grid holds it")
+    return symmetric(np.maximum(reach / INT16_MAX, SMALLEST_SCALE).astype(np.float32), axis)
 
 
 def bias_scale(in_scale: float, weight_scale: np.ndarray) -> np.ndarray:
@@ -68,8 +88,13 @@ def bias_scale(in_scale: float, weight_scale: np.ndarray) -> np.ndarray:
 def quantize_weights(w: np.ndarray, axis: int | None, bias: np.ndarray | None,
                      in_scale: float) -> tuple[np.ndarray, QuantParams]:
     """Symmetric int8 weights, per channel along ``axis`` (None: per tensor): ``max |w| / 127``
-    steps, coarser where the int32 bias (``bias / (in_scale x step)``) would not fit."""
+    steps, coarser where the int32 bias (``bias / (in_scale x step)``) would not fit, and never
+    so fine that the bias scale ``in_scale x step`` falls below ``SMALLEST_SCALE`` (denormal
+    weights round to 0, as the chip's products with them would). Weights or a bias that are
+    not finite raise ValueError (its caller names the tensor)."""
     w = w.astype(np.float64)
+    if not np.all(np.isfinite(w)) or bias is not None and not np.all(np.isfinite(bias)):
+        raise ValueError("weights or bias hold values that are not finite (inf or NaN)")
     if axis is None:
         maxabs = np.array([np.abs(w).max() if w.size else 0.0])
     else:
@@ -79,7 +104,12 @@ def quantize_weights(w: np.ndarray, axis: int | None, bias: np.ndarray | None,
         # Keep the int32 bias in range: bias / (in_scale * w_scale) must fit in int32.
         need = np.abs(bias.astype(np.float64)) / (in_scale * (2 ** 31 - 1)) * 1.01
         scale = np.maximum(scale, need if axis is not None else need.max(initial=0.0))
-    scale = np.where(scale > 0, scale, 1.0 / 127.0).astype(np.float32)
+    scale = np.where(scale > 0, scale, 1.0 / 127.0)
+    scale = np.maximum(scale, SMALLEST_SCALE / float(np.float32(in_scale)))
+    if not np.all(scale < np.finfo(np.float32).max):
+        raise ValueError(f"no int8 weight step holds it: its bias (up to {np.abs(bias).max():.3g}) on an input "
+                         f"grid of step {in_scale:.3g} needs a step beyond float32's range for an int32 bias")
+    scale = scale.astype(np.float32)
     shape = [1] * w.ndim
     if axis is not None:
         shape[axis] = -1

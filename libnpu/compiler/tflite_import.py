@@ -23,6 +23,7 @@ from .ir import Graph, IRError, Op, QuantParams, SourceOp, Tensor, require_data,
 from .source_index import record_sources
 from .tflite_cut import cut_tflite
 from .tflite_sparsity import SparsityError, densify
+from .tflite_strings import flatbuffer_text
 
 __all__ = ["TFLiteImportError", "UnsupportedOpError", "SourceOp", "import_tflite", "import_tflite_sources",
            "load_tflite", "options", "builtin_name",
@@ -61,6 +62,13 @@ def builtin_name(model: Any, opcode_index: int) -> str:
     """The op's builtin name (``BUILTIN_<code>`` for a code this schema does not know)."""
     code = builtin_code(model, opcode_index)
     return _OP_NAMES.get(code, f"BUILTIN_{code}")
+
+
+def _meaningless_grid(dtype: str, scale: np.ndarray) -> bool:
+    """Whether a tensor's quantization parameters mean nothing: on a float tensor (LiteRT
+    reads them only for integer types; converters leave zero scales there), or all-zero
+    scales on an int32 / int64 tensor that is no bias (a shape, an index)."""
+    return dtype in ("float32", "float16") or dtype in ("int32", "int64") and not np.any(scale)
 
 
 class _Importer:
@@ -109,9 +117,13 @@ class _Importer:
         shape = tuple(int(d) for d in t.ShapeAsNumpy()) if t.ShapeLength() else ()
         quant = None
         q = t.Quantization()
-        if q is not None and q.ScaleLength() > 0:
+        if q is not None and q.ScaleLength() > 0 and not _meaningless_grid(dtype, q.ScaleAsNumpy()):
             zp = q.ZeroPointAsNumpy() if q.ZeroPointLength() else np.zeros(q.ScaleLength(), np.int64)
-            quant = QuantParams(q.ScaleAsNumpy(), zp, int(q.QuantizedDimension()))
+            scale = q.ScaleAsNumpy()
+            if not np.all((scale > 0) & np.isfinite(scale)):
+                raise TFLiteImportError(f"tensor {idx} ({flatbuffer_text(t.Name())!r}): its quantization scale "
+                                        f"{scale.min() if scale.size else scale} is not finite and > 0")
+            quant = QuantParams(scale, zp, int(q.QuantizedDimension()))
         raw = self._buffer_data(t.Buffer())
         data = None
         if t.Sparsity() is not None and t.Buffer() > 0:
@@ -123,7 +135,7 @@ class _Importer:
                 raise TFLiteImportError(f"tensor {idx} ({t.Name()!r}): bad sparsity parameters: {exc}") from None
         elif raw is not None:
             data = raw.view(dtype).reshape(shape).copy()
-        name = self.graph.unique_name((t.Name() or b"").decode() or f"t{idx}")
+        name = self.graph.unique_name(flatbuffer_text(t.Name()) or f"t{idx}")
         self.graph.add_tensor(Tensor(name, shape, dtype, quant, data))
         self.names[idx] = name
         return name
@@ -133,7 +145,7 @@ class _Importer:
 
     def label(self, idx: int) -> str:
         """Tensor ``idx``'s name for messages, without importing it (it may be a resource)."""
-        return self.names.get(idx) or (self.sg.Tensors(idx).Name() or b"").decode() or f"t{idx}"
+        return self.names.get(idx) or flatbuffer_text(self.sg.Tensors(idx).Name()) or f"t{idx}"
 
     def const(self, idx: int, what: str, op: str) -> np.ndarray:
         data = self.graph.tensors[self.tensor(idx)].data
@@ -199,7 +211,7 @@ class _Importer:
         code = self.sg.Operators(i).OpcodeIndex()
         opname = builtin_name(self.model, code)
         if opname == "CUSTOM":
-            opname = f"CUSTOM:{(self.model.OperatorCodes(code).CustomCode() or b'').decode()}"
+            opname = f"CUSTOM:{flatbuffer_text(self.model.OperatorCodes(code).CustomCode())}"
         return opname
 
     def op_io(self, i: int) -> tuple[list[int], list[int]]:

@@ -425,11 +425,14 @@ def compile_(args: argparse.Namespace) -> int:
                           "int16_layers": result.loadable.metadata.get("int16_layers", []),
                           "int16_output_score": result.loadable.metadata.get("int16_output_score"),
                           "fidelity": result.loadable.metadata.get("fidelity"),
+                          "layer_faults": result.loadable.metadata.get("layer_faults", []),
                           **({"report": report, "layer_errors": result.loadable.metadata.get("layer_errors")}
                              if args.report else {})}, indent=2))
         _fidelity_lines(result.loadable.metadata, show=False)
         return 0
     _print_notes(notes, "compile")
+    for fault in result.loadable.metadata.get("layer_faults", []):    # compiler.layer_faults
+        print(f"npu compile: warning: {fault}", file=sys.stderr)
     how = "from the compile cache" if result.cache_hit else \
         "(" + ", ".join(f"{k} {v:.2f} s" for k, v in result.stages.items()) + ")"
     print(f"compiled {path.name} -> {out} in {result.seconds:.2f} s {how}")

@@ -8,7 +8,7 @@ import errno
 import numpy as np
 import pytest
 
-from firmware_sim import job_plans
+from firmware_sim import graph_threads, job_plans
 from firmware_sim.executor import run_job
 from firmware_sim.kernels import native
 from firmware_sim.timing import HardwareProfile
@@ -96,14 +96,19 @@ def test_depends_with_a_bad_count_or_nothing_after_it_is_refused(mem):
         assert result.status == -errno.EINVAL and not seen
 
 
-def test_two_thread_replay_gives_the_same_bytes(tmp_path, monkeypatch):
-    """NPU_GRAPH_THREADS=1: a compiled diamond's graph job (row bands too) replays on two threads
-    of the process (job_plans.GraphSteps, graph_steps.c) with the bytes of its in-order job."""
+@pytest.mark.parametrize("mode", ["0", "1", "auto"])
+def test_two_thread_replay_gives_the_same_bytes(tmp_path, monkeypatch, mode):
+    """NPU_GRAPH_THREADS=1 (and auto, which tries both): a compiled diamond's graph job (row bands
+    too) replays on two threads of the process (job_plans.GraphSteps, graph_steps.c) with the
+    bytes of its in-order job, on every replay; so does a replay on one thread (0, and auto's
+    first), its bands joined back into one call (band_joins)."""
     from libnpu.compiler.lower import compile_model
     from tests.support.diamond import diamond_calibration, diamond_model
     if native.library() is None:
         pytest.skip("no C kernels")
-    monkeypatch.setattr(job_plans, "GRAPH_THREADS", True)
+    monkeypatch.setattr(graph_threads, "MODE", mode)
+    monkeypatch.setattr(graph_threads, "HANDOFF_NS", 0)      # the diamond is too small to be worth it
+    monkeypatch.setattr(graph_threads, "_cpu_free", lambda: True)   # whatever this machine's load
     calibration = diamond_calibration()
     loadable = compile_model(diamond_model(), calibration, recipe="fast", tiles=2)
     mem = ChipMemory(tmp_path, size=4 << 20)
@@ -116,18 +121,25 @@ def test_two_thread_replay_gives_the_same_bytes(tmp_path, monkeypatch):
     (y,) = loadable.outputs()
     mem.bytes[bases[x.region] + x.offset - IOVA_BASE:][:x.nbytes] = calibration[0][0].transpose(0, 2, 3, 1).reshape(
         -1).view(np.uint8)
-    outputs = {}
+    out = mem.bytes[bases[y.region] + y.offset - IOVA_BASE:][:y.nbytes]
+    outputs: dict[int | None, list[bytes]] = {}
     for graph in (None, 0):
         command = loadable.command_buffer(bases, cores=graph)
         at = mem.put(np.frombuffer(command, np.uint8))
-        for _ in range(1 + job_plans.NATIVE_TRIES + 2):            # decode, then replays until all-C
+        outputs[graph] = []
+        for _ in range(1 + job_plans.NATIVE_TRIES + 2 * graph_threads.SAMPLES + 2):   # decode, replays until
+            out[:] = 0                                                               # all-C, both kinds
             result = run_job(mem.dma, ASID, at, len(command), HardwareProfile(), cores=2)
             assert result.status == 0
+            outputs[graph].append(out.tobytes())
         plan = job_plans.lookup(mem.dma, ASID, at, np.frombuffer(command, np.uint8))
         assert plan is not None and isinstance(plan.native, job_plans.GraphSteps if graph == 0
                                                else job_plans.NativeSteps)
-        outputs[graph] = mem.get(bases[y.region] + y.offset, np.uint8, (y.nbytes,))
-    assert np.array_equal(outputs[None], outputs[0])
+        if graph == 0 and mode == "auto":
+            assert all(len(walls) == graph_threads.SAMPLES for walls in plan.native.choice.walls)
+        if graph == 0 and mode != "1":
+            assert plan.native.one_thread_steps < len(loadable.tasks)
+    assert set(outputs[None]) == set(outputs[0]) and len(set(outputs[0])) == 1
 
 
 def test_a_plan_counts_its_dependencies(mem):

@@ -198,8 +198,13 @@ def bind_mean(x: np.ndarray, axes: tuple[int, ...], out: np.ndarray, *, zp_total
 
 
 def bind_gather(x: np.ndarray, indices: np.ndarray, out: np.ndarray) -> BoundCall | None:
-    """GATHER of int8 ``x`` (outer, axis, inner) by int32 ``indices`` (read again on every
-    run, checked in C) into ``out`` (outer, count, inner), contiguous arrays."""
+    """GATHER of int8 or int16 ``x`` (outer, axis, inner) by int32 ``indices`` (read again on
+    every run, checked in C) into ``out`` (outer, count, inner), contiguous arrays. The C
+    kernel moves rows of bytes: an int16 row is twice as many."""
+    if (x.dtype == np.int16 and out.dtype == np.int16 and x.ndim == 3 and out.ndim == 3 and x.flags.c_contiguous
+            and out.flags.c_contiguous):
+        call = bind_gather(x.view(np.int8), indices, out.view(np.int8))
+        return None if call is None else BoundCall(call.step.kind, call.step.call, (x, indices, out), (call,))
     if (library() is None or x.dtype != np.int8 or out.dtype != np.int8 or indices.dtype != np.int32
             or x.ndim != 3 or out.shape != (x.shape[0], indices.size, x.shape[2])
             or not (x.flags.c_contiguous and out.flags.c_contiguous and indices.flags.c_contiguous)

