@@ -39,11 +39,13 @@ __all__ = ["prelu", "prelu_int16_per_channel", "squared_difference", "sub", "max
 Compute = Callable[..., np.ndarray]
 
 
-def _prepare(a: np.ndarray, b: np.ndarray, out: np.ndarray | None) -> tuple[int, ...]:
+def _prepare(a: np.ndarray, b: np.ndarray, out: np.ndarray | None,
+             dtypes: tuple[type, ...] = (np.int8,)) -> tuple[int, ...]:
     for name, arr in (("input1", a), ("input2", b)):
-        if arr.dtype != np.int8:
-            raise TypeError(f"{name} must be int8, got {arr.dtype}")
-    return broadcast_out_shape(a, b, out)
+        if arr.dtype not in dtypes or arr.dtype != a.dtype:
+            raise TypeError(f"{name} must be {' or '.join(np.dtype(t).name for t in dtypes)} "
+                            f"(both alike), got {arr.dtype}")
+    return broadcast_out_shape(a, b, out, a.dtype.type)
 
 
 def _run(key: tuple, compute: Compute, a: np.ndarray, b: np.ndarray, out: np.ndarray | None) -> np.ndarray:
@@ -165,13 +167,13 @@ def sub(a: np.ndarray, b: np.ndarray, *, input1_zp: int, input2_zp: int, output_
 def _compare(name: str, fn: Callable) -> Compute:
     def kernel(a: np.ndarray, b: np.ndarray, *, input1_zp: int = 0, input2_zp: int = 0, output_zp: int = 0,
                out: np.ndarray | None = None) -> np.ndarray:
-        shape = _prepare(a, b, out)
+        shape = _prepare(a, b, out, (np.int8, np.int16))
         if out is None:
             return np.ascontiguousarray(np.broadcast_to(fn(a, b), shape))
         fn(a, b, out=out)
         return out
     kernel.__name__ = kernel.__qualname__ = name
-    kernel.__doc__ = f"int8 {name.upper()}: elementwise {name} of the bytes (one shared quantization)."
+    kernel.__doc__ = f"int8 or int16 {name.upper()}: elementwise {name} of the values (one shared quantization)."
     return kernel
 
 

@@ -178,11 +178,23 @@ def leaky_relu(x: np.ndarray, *, input_zp: int, output_zp: int, multiplier_ident
                shift_identity: int, multiplier_alpha: int, shift_alpha: int,
                out: np.ndarray | None = None) -> np.ndarray:
     """int8 LEAKY_RELU: ``out_zp + requant(x - in_zp)`` with the identity multiplier for
-    ``x >= in_zp`` and the alpha one below (a negative alpha multiplier negates)."""
-    _check(x)
-    input_zp, output_zp = check_int8_param("input_zp", input_zp), check_int8_param("output_zp", output_zp)
+    ``x >= in_zp`` and the alpha one below (a negative alpha multiplier negates); int16
+    when ``x`` is int16 (zero points 0, LiteRT's ``QuantizeLeakyRelu`` on int16, computed)."""
     s_id, s_al = _shift("shift_identity", shift_identity), _shift("shift_alpha", shift_alpha)
     m_id, m_al = int(multiplier_identity), int(multiplier_alpha)
+    if x.dtype == np.int16:
+        if input_zp or output_zp:
+            raise InvalidCommand("int16 LEAKY_RELU takes zero points 0")
+        d = x.astype(np.int64)
+        pos = multiply_by_quantized_multiplier(d, m_id, s_id)
+        neg = multiply_by_quantized_multiplier(d, abs(m_al), s_al)
+        result = np.clip(np.where(d >= 0, pos, -neg if m_al < 0 else neg), INT16_MIN, INT16_MAX).astype(np.int16)
+        if out is None:
+            return result
+        out[...] = result
+        return out
+    _check(x)
+    input_zp, output_zp = check_int8_param("input_zp", input_zp), check_int8_param("output_zp", output_zp)
 
     def formula(v: np.ndarray) -> np.ndarray:
         d = v - input_zp

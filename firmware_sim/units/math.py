@@ -82,12 +82,14 @@ def sub(desc: np.void, dma) -> Rerun | None:
 
 @unit(ops.OP_MAXIMUM, _binary_cost)
 def maximum(desc: np.void, dma) -> Rerun | None:
-    return _binary(desc, dma, "maximum", _ZPS, binary.maximum)
+    """int8, or int16 with ``OPF_INT16`` (one shared grid: the larger value)."""
+    return _binary(desc, dma, "maximum", _ZPS, binary.maximum, act_dtype(desc))
 
 
 @unit(ops.OP_MINIMUM, _binary_cost)
 def minimum(desc: np.void, dma) -> Rerun | None:
-    return _binary(desc, dma, "minimum", _ZPS, binary.minimum)
+    """int8, or int16 with ``OPF_INT16``."""
+    return _binary(desc, dma, "minimum", _ZPS, binary.minimum, act_dtype(desc))
 
 
 @unit(ops.OP_DIV, _binary_cost)
@@ -103,13 +105,13 @@ def _flat(desc: np.void, dma, kind: str, kernel, params: tuple[str, ...], dtype:
     return byte_tables.unary_bound(kind, kernel, x, out, **{p: int(desc[p]) for p in params})
 
 
-def _hard_swish_cost(desc: np.void) -> tuple[int, int]:
+def _lut_or_int16_cost(desc: np.void) -> tuple[int, int]:
     if int(desc["flags"]) & ops.OPF_INT16:
         return flat_cost(2, 2)(desc)
     return flat_cost(1, 1, 256)(desc)
 
 
-@unit(ops.OP_HARD_SWISH, _hard_swish_cost)
+@unit(ops.OP_HARD_SWISH, _lut_or_int16_cost)
 def hard_swish(desc: np.void, dma) -> Rerun | None:
     """int8 (LiteRT's formula), or int16 with ``OPF_INT16`` (ours: docs/hardware.md)."""
     return _flat(desc, dma, "hard_swish", unary.hard_swish,
@@ -117,11 +119,12 @@ def hard_swish(desc: np.void, dma) -> Rerun | None:
                   "reluish_shift"), act_dtype(desc))
 
 
-@unit(ops.OP_LEAKY_RELU, flat_cost(1, 1, 256))
+@unit(ops.OP_LEAKY_RELU, _lut_or_int16_cost)
 def leaky_relu(desc: np.void, dma) -> Rerun | None:
+    """int8, or int16 with ``OPF_INT16`` (LiteRT's int16 formula)."""
     return _flat(desc, dma, "leaky_relu", unary.leaky_relu,
                  ("input_zp", "output_zp", "multiplier_identity", "shift_identity", "multiplier_alpha",
-                  "shift_alpha"))
+                  "shift_alpha"), act_dtype(desc))
 
 
 @unit(ops.OP_RSQRT, flat_cost(1, 1, 256))

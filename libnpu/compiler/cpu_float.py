@@ -17,6 +17,14 @@ where they run in float:
   the error: ``1 + 2^20 |x|`` before its log). A layer with more than ``MAX_CPU_LAYERS``
   such layers, or with every layer that has weights among them, is not moved (the model
   would become a CPU model: :func:`leaves_chip_work`).
+* **Front ends**: a layer whose own rounding is fine but which magnifies its input grid's
+  error (the log of a power spectrum: :func:`amplified_layers`) is blamed first and moves
+  with everything upstream of it, whatever the count and even every layer with weights,
+  when the CPU's cost is small (:func:`front_end_fits`: multiply-adds per inference, in
+  absolute terms or as a share of the model's). Its readers stay: its output (the log
+  domain) is what a grid holds. The escalation moves such a front end right after its
+  int8 step (:func:`front_end_blamed`, :func:`front_end_in_float`) and quantizes the rest
+  through its ladder; the int16 steps cannot fix a front end.
 * **As few as reach the target**: the blamed layers are tried one at a time, worst first,
   each adding its layers to those moved before, at most ``MAX_CPU_TRIALS`` quantizations
   (the compile-time budget); the first set meeting the target is kept, else none.
@@ -29,22 +37,35 @@ quantized there as any host call's output (int16 where the escalation's search p
 from __future__ import annotations
 
 import copy
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
+from typing import Any
 
 from ..loadable import HostCall
 from . import registry
-from .accuracy import layer_errors
+from .accuracy import LayerError, layer_errors
 from .host_groups import group_host_ops
 from .ir import Graph, IRError, Op
 from .tflite_export import export_tflite
 
-__all__ = ["MAX_CPU_LAYERS", "MAX_CPU_TRIALS", "KEPT_IN_FLOAT", "upstream", "leaves_chip_work", "blamed_layers",
-           "float_on_cpu", "cpu_reason"]
+__all__ = ["MAX_CPU_LAYERS", "MAX_CPU_TRIALS", "AMPLIFIED_DB", "MAX_FRONT_END_MACS", "MAX_FRONT_END_SHARE",
+           "KEPT_IN_FLOAT", "Blame", "upstream", "leaves_chip_work", "amplified_layers", "front_end_fits",
+           "blamed_layers", "front_end_blamed", "front_end_in_float", "float_on_cpu", "cpu_reason"]
 
 #: At most this many layers move to the CPU for one blamed layer (it and its upstream).
 MAX_CPU_LAYERS = 16
 #: At most this many quantizations try CPU layer sets (each costs one integer step).
 MAX_CPU_TRIALS = 3
+#: A layer whose cumulative SQNR falls this many dB under its inputs' (and under its own
+#: rounding's) magnifies its input grid's error (:func:`amplified_layers`).
+AMPLIFIED_DB = 10.0
+#: A front end kept in float does at most this many multiply-adds per inference
+#: (:func:`front_end_fits`).
+MAX_FRONT_END_MACS = 8_000_000
+#: ... or at most this share of the model's multiply-adds.
+MAX_FRONT_END_SHARE = 0.25
+
+#: A blamed layer: its tensor, local SQNR (dB), the tensors moved with it, whether it is a front end.
+Blame = tuple[str, float, list[str], bool]
 
 
 def upstream(graph: Graph, tensor: str) -> list[str]:
@@ -80,38 +101,115 @@ def leaves_chip_work(graph: Graph, moved: Collection[str]) -> bool:
                for op in graph.ops)
 
 
-def blamed_layers(float_graph: Graph, quantized: Graph, samples: Sequence) -> list[tuple[str, float, list[str]]]:
-    """``(tensor, local SQNR in dB, tensors moved with it)`` for the layers of ``quantized``
-    worst first by the error each adds alone, those whose layers to move are at most
-    ``MAX_CPU_LAYERS`` movable ops, leaving an op with weights on the chip: the layer, the
-    layers reading its output (the grid of that output is what it could not bear:
-    ``1 + 2^20 |x|`` before its log), and everything upstream of them (:func:`upstream` in
-    ``float_graph``)."""
+def amplified_layers(errors: Mapping[str, LayerError], graph: Graph) -> dict[str, float]:
+    """The elementwise unary layers of ``graph`` whose output drifts far more than their
+    input and their own rounding do: by how many dB (at least ``AMPLIFIED_DB``) the op's cumulative SQNR falls
+    under its inputs' worst, its local SQNR above both. Such an op magnifies the error its
+    input's grid made: the log of a power spectrum (openwakeword's mel front end: the log's
+    own rounding 51 dB, its input 36 dB, its output -3 dB: every quiet bin below one step
+    of the power's grid, 2.3e7 at int16, reads as 1e-10, -100 dB). No grid of that input
+    holds it; the op and what feeds it can only run in float."""
+    found = {}
+    for op in graph.ops:
+        e = errors.get(op.outputs[0])
+        ins = [errors[i].sqnr_db for i in op.inputs if i in errors]
+        if e is None or not ins or not _elementwise_unary(graph, op):
+            continue
+        drop = min(ins) - e.sqnr_db
+        if drop >= AMPLIFIED_DB and e.local_sqnr_db - e.sqnr_db >= AMPLIFIED_DB:
+            found[op.outputs[0]] = drop
+    return found
+
+
+def front_end_fits(graph: Graph, chain: Collection[str]) -> bool:
+    """Whether the ops making ``chain`` (a magnifying layer and its front end) may run in
+    float on the CPU, by their cost: at most ``MAX_FRONT_END_MACS`` multiply-adds per
+    inference (a few milliseconds of float on one core: openwakeword's whole mel model,
+    2.2M), or at most ``MAX_FRONT_END_SHARE`` of the model's (the chip keeps the rest:
+    basic-pitch's CQT front end, 40M of 524M)."""
+    macs = sum(graph.op_macs(op) for op in graph.ops if op.outputs[0] in chain)
+    return macs <= MAX_FRONT_END_MACS or macs <= MAX_FRONT_END_SHARE * graph.macs()
+
+
+def _elementwise_unary(graph: Graph, op: Op) -> bool:
+    """One value in, its own value out (LOG, SQRT, ...): what such an op's output loses it
+    can only have from its input's grid. A layer mixing values (a convolution reading a
+    channel 40x wider than the others) falls under its input's SQNR too, but int16 holds
+    its narrow channels: it is no front end for the CPU. A squashing op (a fixed output
+    grid: LOGISTIC, TANH) passes its input's error on at a slope of at most one: its drop
+    is its signal squashed, not an error magnified (basic-pitch's sigmoid heads, 10.9 dB;
+    openwakeword's wake-word heads would move whole for a tiny score no grid fixes)."""
+    data = [i for i in op.inputs if i and not graph.tensors[i].is_constant]
+    return len(data) == 1 and len(op.outputs) == 1 and registry.get(op.type, "weight_axis") is None \
+        and registry.get(op.type, "fixed_output") is None \
+        and graph.tensors[data[0]].shape == graph.tensors[op.outputs[0]].shape
+
+
+def blamed_layers(float_graph: Graph, quantized: Graph, samples: Sequence) -> list[Blame]:
+    """``(tensor, local SQNR in dB, tensors moved with it, front end)`` for the layers of
+    ``quantized`` the error is blamed on, worst first: the layers that magnify their
+    input grid's error (:func:`amplified_layers`), most first, then every layer by the
+    error it adds alone; with the layers to move for each: the layer, the layers reading
+    its output (the grid of that output is what it could not bear: ``1 + 2^20 |x|``
+    before its log; not for a magnifying layer, whose output a grid holds), and everything
+    upstream of them (:func:`upstream` in
+    ``float_graph``), all movable. A layer blamed by its own error moves with at most
+    ``MAX_CPU_LAYERS`` layers, leaving an op with weights on the chip; a magnifying layer
+    moves with its whole front end (``front end`` True: :func:`front_end_fits`)."""
     errors = layer_errors(float_graph, quantized, samples)
     ops = {op.outputs[0]: op for op in float_graph.ops}
+    amplified = amplified_layers(errors, float_graph)
+    ranked = sorted(amplified, key=lambda t: -amplified[t]) + \
+        [e.tensor for e in sorted(errors.values(), key=lambda e: e.local_sqnr_db) if e.tensor not in amplified]
     result = []
-    for e in sorted(errors.values(), key=lambda e: e.local_sqnr_db):
-        if e.tensor not in ops or not _movable(float_graph, ops[e.tensor]):
+    for tensor in ranked:
+        if tensor not in ops or not _movable(float_graph, ops[tensor]):
             continue
-        readers = [op.outputs[0] for op in float_graph.ops if e.tensor in op.inputs]
-        if e.tensor in float_graph.outputs:
+        front_end = tensor in amplified
+        # a magnifying layer's output is what a grid holds well (the log domain): its readers stay
+        readers = [op.outputs[0] for op in float_graph.ops if tensor in op.inputs]
+        if tensor in float_graph.outputs or front_end:
             readers = []
-        chain = list(dict.fromkeys([t for r in [e.tensor, *readers] for t in upstream(float_graph, r)]))
+        chain = list(dict.fromkeys([t for r in [tensor, *readers] for t in upstream(float_graph, r)]))
         chain = [op.outputs[0] for op in float_graph.ops if op.outputs[0] in chain]
-        if len(chain) <= MAX_CPU_LAYERS and leaves_chip_work(float_graph, chain) \
-                and all(_movable(float_graph, ops[t]) for t in chain):
-            result.append((e.tensor, e.local_sqnr_db, chain))
+        if not all(_movable(float_graph, ops[t]) for t in chain):
+            continue
+        if front_end and front_end_fits(float_graph, chain) or \
+                not front_end and len(chain) <= MAX_CPU_LAYERS and leaves_chip_work(float_graph, chain):
+            result.append((tensor, errors[tensor].local_sqnr_db, chain, front_end))
     return result
+
+
+def front_end_blamed(float_graph: Graph, quantized: Graph, samples: Sequence) -> list[Blame]:
+    """:func:`blamed_layers` when the worst is a front end no grid holds (a magnifying
+    layer), else []: the escalation then keeps it in float right after its int8 step,
+    not after the int16 steps, which cannot fix it (basic-pitch's log spectrum: int16
+    activations on 179 layers moved its worst output from 0.855 to 0.857 at 3.4 + 2.1 +
+    9.8 times the int8 step's work, and reached the budget's cap before the CPU step)."""
+    blamed = blamed_layers(float_graph, quantized, samples)
+    return blamed if blamed and blamed[0][3] else []
+
+
+def front_end_in_float(graph: Graph, chain: Sequence[str], reason: str) -> tuple[Graph, dict[str, Any]]:
+    """The float ``graph`` with the ops making ``chain`` (a front end :func:`front_end_blamed`
+    names) on the CPU in float (:func:`float_on_cpu`), and the ``cpu_float`` metadata
+    saying so; the escalation's ladder then quantizes the rest, int16 steps and all
+    (basic-pitch: the CQT front end in float and int16 on the rest reached 0.990, one step
+    short of what the int16 weights step then adds)."""
+    types = {op.outputs[0]: op.type for op in graph.ops}
+    moved = float_on_cpu(graph, chain, reason)
+    return moved, {"layers": [f"{types[t]} {t}" for t in chain], "reason": reason}
 
 
 #: How the reason of a host call kept in float begins (:func:`cpu_reason`).
 KEPT_IN_FLOAT = "kept in float on the CPU"
 
 
-def cpu_reason(score: float, target: float) -> str:
+def cpu_reason(score: float, target: float, grid: str = "int16") -> str:
     """The reason a host call kept in float gives (``npu compile``, ``--report``): the
-    worst output score the integer steps reached (its error: 1 - score), and the target."""
-    return f"{KEPT_IN_FLOAT}: int16 error {1 - score:.4f} (worst output score {score:.4f}), target {target}"
+    worst output score the integer steps reached on ``grid`` (its error: 1 - score; "int8"
+    for a front end moved right after the int8 step), and the target."""
+    return f"{KEPT_IN_FLOAT}: {grid} error {1 - score:.4f} (worst output score {score:.4f}), target {target}"
 
 
 def float_on_cpu(graph: Graph, tensors: Collection[str], reason: str) -> Graph:

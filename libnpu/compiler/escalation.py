@@ -28,7 +28,9 @@ The default compile of a float model (no ``recipe``, or ``recipe="default"``) ru
 4. **Keep in float on the CPU** what no integer grid holds, when every integer step still
    misses the target (:mod:`libnpu.compiler.cpu_float`): the blamed layers, as few as
    reach the target, at most ``MAX_CPU_TRIALS`` more quantizations within the budget;
-   kept only if every output then meets the target.
+   kept only if every output then meets the target. A front end no grid holds (the log
+   of a power spectrum: :func:`libnpu.compiler.cpu_float.front_end_blamed`) goes to the
+   CPU right after the int8 step instead, and the ladder starts again from int8 on the rest.
 
 The steps share what they compute alike (:mod:`libnpu.compiler.step_reuse`: the equalized
 graph, calibration ranges, GPTQ's moments, the quantized graph before bias correction,
@@ -55,7 +57,15 @@ from typing import Any
 
 import numpy as np
 
-from .cpu_float import MAX_CPU_TRIALS, blamed_layers, cpu_reason, float_on_cpu, leaves_chip_work
+from .cpu_float import (
+    MAX_CPU_TRIALS,
+    blamed_layers,
+    cpu_reason,
+    float_on_cpu,
+    front_end_blamed,
+    front_end_in_float,
+    leaves_chip_work,
+)
 from .held_out import (
     HELD_OUT_SHARE,
     MAX_HELD_OUT,
@@ -241,7 +251,10 @@ def _escalate(graph: Graph, dataset: Iterable[Feed] | None, target: float, budge
     best: _Best | None = None
     chosen_before: dict[str, list[str]] = {}
     capped = ""
-    for step in LADDER:
+    ladder = list(LADDER)
+    front: dict[str, Any] = {}      # a front end kept in float (cpu_float): the ladder quantizes the rest
+    for step in ladder:
+        name = f"{step.name} + CPU front end" if front else step.name
         merged = _effective({**step.options, **options})
         if merged in seen:     # the caller's own options make this step one already tried
             continue
@@ -255,13 +268,15 @@ def _escalate(graph: Graph, dataset: Iterable[Feed] | None, target: float, budge
         asked = _reusing(merged, chosen_before, options)
         try:   # the ladder's own int16 search runs on the held-out samples, the caller's as asked
             q = _quantize(graph, calibration, asked, None if "int16" in options else held, progress)
+            if front:      # the quantizer gives host ops their float inputs as given
+                q.metadata["cpu_float"] = front
         except Exception as exc:  # noqa: BLE001 - a later step is optional: the steps before it stand
             if not tried:
                 raise          # int8 itself is refused: the caller's error
             # e.g. int16 on a state the model carries (its int8 grid is fixed): the model keeps
             # the best step measured
             text = str(exc).splitlines()[0][:200] if str(exc) else ""
-            tried.append({"step": step.name, "refused": text if isinstance(exc, IRError)
+            tried.append({"step": name, "refused": text if isinstance(exc, IRError)
                           else f"{type(exc).__name__}: {text}", "work": work_done() - before})
             if progress is not None:
                 progress(f"step {step.name}", 1, 1)
@@ -269,15 +284,28 @@ def _escalate(graph: Graph, dataset: Iterable[Feed] | None, target: float, budge
         chosen_before = {k: q.metadata[k] for k in ("int16_tensors", "int16_weight_tensors") if q.metadata.get(k)}
         with stage(progress, "measure"):
             scores, logits = measure(opt, q, held)
-        tried.append({"step": step.name, "chose": describe_quantization(q.metadata), **_rounded(scores, logits),
+        moved = f", {len(front['layers'])} layers kept in float on the CPU" if front else ""
+        tried.append({"step": name, "chose": describe_quantization(q.metadata) + moved, **_rounded(scores, logits),
                       "work": work_done() - before})
         if progress is not None:
             progress(f"step {step.name}", 1, 1)
         rank = _rank(scores, logits, need)
         if best is None or rank > best[0]:
-            best = (rank, q, scores, logits, step.name)
+            best = (rank, q, scores, logits, name)
         if rank[0] == len(scores):
             break
+        if len(tried) == 1 and cpu_float and not capped:   # a front end no grid holds: int16 will not fix it
+            with stage(progress, "measure"):
+                blamed = front_end_blamed(opt, q, held)
+            if blamed:     # the ladder again from int8, on the rest of the model
+                cpu_float = False          # tried here, not again after the integer steps
+                try:
+                    graph, front = front_end_in_float(opt, blamed[0][2], cpu_reason(rank[1], target, "int8"))
+                except IRError as exc:     # a layer the host cannot run in float: the ladder goes on
+                    tried.append({"step": "CPU front end", "refused": str(exc).splitlines()[0][:200], "work": 0})
+                else:
+                    seen, chosen_before = [], {}
+                    ladder.insert(1, LADDER[0])
     assert best is not None  # LADDER's first step always runs
     # Integers within NEAR_TARGET times the target's error hold the model but for rounding,
     # which float layers do not fix (poww-okay-nabu at 0.979: three trials, 0.964-0.979).
@@ -295,7 +323,7 @@ def _escalate(graph: Graph, dataset: Iterable[Feed] | None, target: float, budge
     chosen.metadata["fidelity"] = {
         "target": target, "required": round(need, 5), "measured_on": measured_on, "samples": len(held),
         "calibration_samples": count, "chosen": name, **_rounded(scores, logits), "missed": missed,
-        "steps": tried, "max_steps": len(LADDER) + (MAX_CPU_TRIALS if cpu_float else 0), "budget": budget,
+        "steps": tried, "max_steps": len(ladder) + (MAX_CPU_TRIALS if cpu_float else 0), "budget": budget,
         **({"capped": capped} if capped else {}),
         **({"cpu_float": chosen.metadata["cpu_float"]} if "cpu_float" in chosen.metadata else {})}
     warn_if_missed(chosen.metadata)
@@ -319,8 +347,8 @@ def _keep_in_float(opt: Graph, best: _Best, options: dict[str, Any], given: Mapp
     trials = 0
     reason = cpu_reason(rank[1], target)
     refused: list[str] = []
-    for layer, _, chain in blamed:
-        if layer in moved or not leaves_chip_work(opt, {*moved, *chain}):
+    for layer, _, chain, front_end in blamed:     # a front end may take every layer with weights
+        if layer in moved or not (front_end or leaves_chip_work(opt, {*moved, *chain})):
             continue
         if trials == MAX_CPU_TRIALS:
             break

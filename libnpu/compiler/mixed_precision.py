@@ -192,11 +192,12 @@ def _real(g: Graph, name: str, src: Graph | None) -> np.ndarray:
         else np.asarray(t.data, np.float64)
 
 
-def _int16_constant(g: Graph, name: str, src: Graph | None) -> str:
-    """An int16 copy of a constant activation operand (ADD / MUL by a constant)."""
+def _int16_constant(g: Graph, name: str, src: Graph | None, grid: QuantParams | None = None) -> str:
+    """An int16 copy of a constant activation operand (ADD / MUL by a constant), on its
+    own grid, or on ``grid`` (a same-scale op's: MAXIMUM compares raw values)."""
     real = _real(g, name, src)
     reach = float(np.abs(real).max(initial=0.0)) or 1.0
-    qp = choose_int16_scale(reach)
+    qp = grid if grid is not None else choose_int16_scale(reach)
     new = g.unique_name(f"{name}__int16")
     g.add_tensor(Tensor(new, g.tensors[name].shape, "int16", qp, qp.quantize(real.astype(np.float32), "int16")))
     return new
@@ -322,6 +323,10 @@ def promote(graph: Graph, names: Iterable[str], src: Graph | None = None,
                 ins[k] = int16_of[i]
         out = op.outputs[0]
         t8 = g.tensors[out]
+        data = [i for i in ins if i and not g.tensors[i].is_constant]
+        if registry.get(op.type, "same_scale") and data:   # max(x, -0.4): the constant on x's grid
+            ins = [_int16_constant(g, o, src, _quant(g, data[0])) if o and g.tensors[o].is_constant else i
+                   for o, i in zip(op.inputs, ins)]
         joined = _same_grid(g, op, ins, new_ops) if registry.get(op.type, "same_scale") else None
         if joined is not None:
             quant = joined

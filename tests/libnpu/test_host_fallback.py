@@ -274,11 +274,12 @@ def test_a_layer_no_integer_grid_holds_runs_in_float_on_the_cpu(npu):
     calibration = [[x] for x in _samples(20, 1)]
     loadable = compile_model(model, calibration)
     fidelity = loadable.metadata["fidelity"]
-    assert fidelity["chosen"].startswith("CPU float") and not fidelity["missed"]
-    assert all(s["scores"]["y"] < 0.99 for s in fidelity["steps"] if not s["step"].startswith("CPU"))
+    # the log magnifies its input grid's error: its front end goes to the CPU right after int8
+    assert fidelity["chosen"].endswith(" + CPU front end") and not fidelity["missed"]
+    assert all(s["scores"]["y"] < 0.99 for s in fidelity["steps"] if "CPU" not in s["step"])
     assert [layer.split()[0] for layer in fidelity["cpu_float"]["layers"]] == ["ABS", "MUL", "ADD", "LOG"]
     (step,) = loadable.host_steps
-    assert step.reason.startswith("kept in float on the CPU: int16 error") and "target 0.99" in step.reason
+    assert step.reason.startswith("kept in float on the CPU: int8 error") and "target 0.99" in step.reason
     session = onnxruntime.InferenceSession(model, providers=["CPUExecutionProvider"])
     with libnpu.load(loadable, devroot=npu.devroot) as compiled:
         for x in _samples(4, 99):          # inputs calibration never saw

@@ -105,7 +105,7 @@ register(Operator("DIV", ("activation",), tflite=_tflite(tflite.DivOptions), flo
 def _compare(name: str, fn: Callable) -> None:
     register(Operator(name, tflite=tflite_import.simple,
                       float_ref=lambda op, ins, out: fn(ins[0], ins[1]).astype(np.float32), same_scale=True,
-                      params=_zps, lower=_lower, export=_export_plain, tflite_version=2))
+                      params=_zps, lower=_lower, export=_export_plain, tflite_version=2, int16=True))
 
 
 _compare("MAXIMUM", np.maximum)

@@ -1,5 +1,6 @@
 """Elementwise binary ops: ADD, SUB, MUL (ONNX Add, Sub, Mul, Div (by a constant as MUL,
-else DIV), and BatchNormalization as MUL + ADD by per-channel constants)."""
+else DIV), and BatchNormalization as MUL + ADD by per-channel constants; TFLite SQUARE as
+MUL of itself)."""
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -107,6 +108,17 @@ register(Operator("SUB", ("activation",), tflite=_tflite(tflite.SubOptions), flo
 register(Operator("MUL", ("activation",), tflite=_tflite(tflite.MulOptions), float_ref=_float(np.multiply),
                   fused_activation=True, params=_mul_params, lower=_lower, export=_export("MulOptions"),
                   tflite_version=2, int16=True))
+
+
+
+def _tflite_square(im, ins, outs, table, where):
+    """TFLite SQUARE as MUL(x, x), as ONNX Pow by 2 is: a chip op, and one a float front end
+    kept on the CPU can hold (basic-pitch's ``|CQT|^2`` before its log was a host call)."""
+    x = im.tensor(ins[0])
+    im.graph.add_op(Op("MUL", [x, x], [im.tensor(outs[0])], {"activation": "NONE"}))
+
+
+register(Operator("SQUARE", tflite=_tflite_square))
 
 onnx("Add")(onnx_import.binary("ADD"))
 onnx("Sub")(onnx_import.binary("SUB"))

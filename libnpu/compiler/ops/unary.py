@@ -193,7 +193,8 @@ def _export_leaky(wr, op, outs) -> None:
 
 register(Operator("LEAKY_RELU", ("alpha",), tflite=_tflite_leaky,
                   float_ref=lambda op, ins, out: np.where(ins[0] > 0, ins[0], ins[0] * _f32(op.attrs["alpha"])),
-                  params=_leaky_params, lower=_flat("LEAKY_RELU"), export=_export_leaky, tflite_version=2))
+                  params=_leaky_params, lower=_flat("LEAKY_RELU"), export=_export_leaky, tflite_version=2,
+                  int16=True))
 
 
 def _rsqrt_params(g, op) -> dict:
@@ -358,9 +359,29 @@ def _clip_params(g, op) -> dict:
     return dict(input_zp=zi, output_zp=zo, multiplier=m, shift=sh, act_min=act_min, act_max=act_max)
 
 
+def _export_clip(wr, op, outs) -> None:
+    """Float only (a layer kept in float on the CPU, :mod:`libnpu.compiler.cpu_float`):
+    TFLite has no CLIP of any bounds, so ``MINIMUM(MAXIMUM(x, min), max)`` (an infinite
+    bound left out)."""
+    x, out = wr.src.tensors[op.inputs[0]], wr.src.tensors[op.outputs[0]]
+    if x.quant is not None:
+        raise TFLiteExportError(f"cannot export the quantized {op.describe()} to TFLite")
+    steps = [(kind, float(op.attrs[bound])) for kind, bound in (("MAXIMUM", "min"), ("MINIMUM", "max"))
+             if np.isfinite(op.attrs[bound])]
+    current = wr.name(x.name)
+    if not steps:     # CLIP(-inf, inf): the value itself
+        steps = [("MAXIMUM", -np.finfo(np.float32).max)]
+    for k, (kind, bound) in enumerate(steps):
+        last = k == len(steps) - 1
+        target = outs[0] if last else wr.tidx(Tensor(f"{out.name}__{kind.lower()}", out.shape, "float32"))
+        limit = wr.tidx(Tensor(f"{out.name}__{kind.lower()}_bound", (), "float32", None, np.asarray(bound, np.float32)))
+        wr.add(kind, [current, limit], [target], {})
+        current = target
+
+
 register(Operator("CLIP", ("min", "max"),
                   float_ref=lambda op, ins, out: np.clip(ins[0], op.attrs["min"], op.attrs["max"]).astype(np.float32),
-                  params=_clip_params, lower=lambda low, op, p: low.flat("RELU", op, p)))
+                  params=_clip_params, lower=lambda low, op, p: low.flat("RELU", op, p), export=_export_clip))
 
 
 # ONNX -----------------------------------------------------------------------------------------

@@ -113,3 +113,30 @@ def test_a_float_reduce_l2_exports_as_the_root_of_summed_squares(keep_dims, lite
     x = np.random.default_rng(0).standard_normal((2, 3, 5)).astype(np.float32)
     (got,) = litert(export_tflite(g), [x])
     np.testing.assert_allclose(got, run_float(g, [x])["y"], rtol=1e-6)
+
+
+@pytest.mark.parametrize("bounds", [(1e-10, np.inf), (-0.5, 0.25), (-np.inf, np.inf)])
+def test_a_float_clip_exports_as_maximum_and_minimum(bounds, litert):
+    """TFLite has no CLIP of any bounds: a float CLIP (``max(x, 1e-10)`` before a log, kept
+    in float on the CPU, libnpu.compiler.cpu_float) is written as MINIMUM(MAXIMUM(x, lo), hi)."""
+    g = Graph("clip")
+    g.add_tensor(Tensor("x", (2, 5), "float32"))
+    g.add_tensor(Tensor("y", (2, 5), "float32"))
+    g.add_op(Op("CLIP", ["x"], ["y"], dict(min=bounds[0], max=bounds[1])))
+    g.inputs, g.outputs = ["x"], ["y"]
+    x = np.random.default_rng(0).standard_normal((2, 5)).astype(np.float32)
+    (got,) = litert(export_tflite(g), [x])
+    np.testing.assert_array_equal(got, run_float(g, [x])["y"])
+
+
+def test_a_float_square_imports_as_mul_of_itself(litert):
+    """TFLite SQUARE (basic-pitch's ``|CQT|^2`` before its log) is MUL(x, x): a chip op, and
+    one a front end kept in float on the CPU can hold (a host call before)."""
+    import tflite
+
+    from tests.support.model_builders import single_op_tflite
+    model = single_op_tflite(tflite.BuiltinOperator.SQUARE, [("x", (2, 5), None), ("y", (2, 5), None)], [0], [1])
+    g = import_tflite(model)
+    assert [op.type for op in g.ops] == ["MUL"]
+    x = np.random.default_rng(0).standard_normal((2, 5)).astype(np.float32)
+    np.testing.assert_array_equal(run_float(g, [x])["y"], litert(model, [x], reference=False)[0])
