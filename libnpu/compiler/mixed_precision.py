@@ -266,8 +266,8 @@ def _keep_multipliers(g: Graph, op: Op, in_scale: float, out_scale: np.ndarray) 
     ``in x w / out`` falls under ``MIN_MULTIPLIER``: the chip flushes it to 0 and such a
     channel outputs 0, its bias lost, where the float simulation the escalation measures
     with keeps it (a near-dead depthwise channel on a per-channel int16 input, whose fine
-    channel scale the weights carry: 5 channels of paddleocr-en-v4-rec's escalated
-    compile output 0 on the chip where the simulation had -513 steps). Those weights round to a
+    channel scale the weights carry: in paddleocr-en-v4-rec's escalated compile 51
+    channels of 4 layers, some 0 on the chip where the simulation had -513 steps). Those weights round to a
     few steps or none, as :func:`~libnpu.compiler.scales.quantize_weights16` does for int16 weights."""
     name = op.inputs[1]
     t = g.tensors[name]
