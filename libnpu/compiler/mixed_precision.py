@@ -56,7 +56,7 @@ from .ir import Graph, IRError, Op, QuantParams, Tensor
 from .optimize import optimize
 from .progress import Progress, stage
 from .quantizer import equalized, quantize_model, random_dataset
-from .scales import bias_scale, choose_int16_scale, quantize_weights16, symmetric
+from .scales import MIN_MULTIPLIER, bias_scale, choose_int16_scale, quantize_weights16, symmetric
 from .step_reuse import once
 
 __all__ = ["MixedPrecisionError", "int16_quant", "promotable", "promote",
@@ -262,6 +262,32 @@ def _fold_into_int8_weights(g: Graph, op: Op, scales: np.ndarray) -> None:
     g.tensors[name] = Tensor(name, t.shape, t.dtype, symmetric(scale, len(t.shape) - 1), t.data)
 
 
+def _keep_multipliers(g: Graph, op: Op, in_scale: float, out_scale: np.ndarray) -> None:
+    """Coarsen the int8 weight steps of a 16x8 op's channels whose requantization multiplier
+    ``in x w / out`` falls under ``MIN_MULTIPLIER``: the chip flushes it to 0 and such a
+    channel outputs 0, its bias lost, where the float simulation the escalation measures
+    with keeps it (a near-dead depthwise channel on a per-channel int16 input, whose fine
+    channel scale the weights carry: in paddleocr-en-v4-rec's escalated compile 51
+    channels of 4 layers, some 0 on the chip where the simulation had -513 steps). Those weights round to a
+    few steps or none, as :func:`~libnpu.compiler.scales.quantize_weights16` does for int16 weights."""
+    name = op.inputs[1]
+    t = g.tensors[name]
+    q = _quant(g, name)
+    scale = q.scale.astype(np.float64)
+    floor = MIN_MULTIPLIER * out_scale / in_scale
+    if floor.size != scale.size:
+        floor = np.array([floor.max()]) if scale.size == 1 else np.broadcast_to(floor.max(), scale.shape)
+    if np.all(scale >= floor):
+        return
+    wider = np.where(scale < floor, floor * 1.01, scale)
+    shape = [1] * len(t.shape)
+    if scale.size > 1:
+        shape[q.axis] = -1
+    real = np.asarray(t.data, np.float64) * scale.reshape(shape)
+    data = np.clip(np.round(real / wider.reshape(shape)), -127, 127).astype(t.data.dtype)
+    g.tensors[name] = Tensor(name, t.shape, t.dtype, symmetric(wider, q.axis if scale.size > 1 else 0), data)
+
+
 def _headroom(g: Graph, name: str) -> float:
     return float(g.metadata.get("int16_headroom", {}).get(name, INT16_HEADROOM))
 
@@ -348,8 +374,10 @@ def promote(graph: Graph, names: Iterable[str], src: Graph | None = None,
                 _int16_weights(g, op, src, in_scale, quant.scale.astype(np.float64), fold)  # type: ignore[arg-type]
                 widened.append(op.name)
                 tensors["int16_weight_tensors"].append(out)
-            elif fold is not None:
-                _fold_into_int8_weights(g, op, fold)
+            else:
+                if fold is not None:
+                    _fold_into_int8_weights(g, op, fold)
+                _keep_multipliers(g, op, in_scale, quant.scale.astype(np.float64))
             _int64_bias(g, op, in_scale, src, float_only=id(op) in wide)
         after: list[Op] = []
         int8_users = [c for c in consumers.get(out, []) if id(c) not in chosen and c.type != "DEQUANTIZE"]
