@@ -172,6 +172,9 @@ def _compile_args(p: argparse.ArgumentParser) -> None:
                         "so what it drives folds away, e.g. sr=16000 (OpenVINO's --input \"sr[]->16000\"); "
                         "repeatable")
     _placement_args(p)
+    p.add_argument("--tiles", type=int, metavar="N",
+                   help="plan one inference for N cores: large layers split into row bands the chip runs side by "
+                        "side by their dependencies (libnpu.load's NPU_TILES; default 1)")
     _calibration_args(p)
     _int16_args(p)
     p.add_argument("--report", action="store_true",

@@ -376,6 +376,12 @@ def compile_(args: argparse.Namespace) -> int:
     placement = _placement_options(args)
     if out.suffix == ".tflite" and placement:
         raise UsageError("--ops and --strict place operators for a loadable (.nlb); a .tflite output keeps them all")
+    if args.tiles is not None:
+        _require(args.tiles >= 1, "--tiles must be >= 1 (the cores one inference is planned for)")
+        if out.suffix == ".tflite":
+            raise UsageError("--tiles plans a loadable (.nlb) for several cores; a .tflite output has no plan")
+        if args.tiles > 1:      # one core: the compile cache's key as libnpu.load's
+            placement["tiles"] = args.tiles
     if placement.get("strict"):       # refused before any calibration, naming the file
         from libnpu.compiler.placement import plan_placement
         plan_placement(path, ops=placement.get("ops")).refuse_fallback()

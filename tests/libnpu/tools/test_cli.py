@@ -295,3 +295,16 @@ def test_a_memory_plan_larger_than_its_tensors_says_padding_not_a_negative_savin
             "activation_reuse_saving": -6.12, "tasks": 1, "macs": 2}
     text = format_plan(plan)
     assert "612 bytes of alignment padding" in text and "-" not in text.split("arena")[1]
+
+
+def test_compile_tiles_plans_one_inference_for_several_cores(tmp_path, capsys, resnet8_path):
+    """`npu compile --tiles 2` writes what libnpu.load's NPU_TILES compiles: large layers in
+    row bands, their dependencies in the tasks (the chip runs them side by side)."""
+    one, two = tmp_path / "one.nlb", tmp_path / "two.nlb"
+    for out, extra in ((one, []), (two, ["--tiles", "2"])):
+        assert main(["compile", str(resnet8_path), "-o", str(out), "--cache-dir", str(tmp_path / "c"), "--json",
+                     *extra]) == 0
+        capsys.readouterr()
+    assert len(Loadable.load(two).tasks) > len(Loadable.load(one).tasks)
+    assert main(["compile", str(resnet8_path), "-o", str(tmp_path / "bad.nlb"), "--tiles", "0"]) == 2
+    assert "--tiles must be >= 1" in capsys.readouterr().err
