@@ -98,6 +98,17 @@ class JobPlan:
         return self.native
 
 
+def _bound_calls(steps: list[tuple[int, Callable[[], None]]]) -> list[BoundCall] | None:
+    """Each step's C kernel call (a handler's rerun), or None if one of them has none."""
+    calls = []
+    for _, step in steps:
+        call = step.rerun if isinstance(step, HandlerStep) else step
+        if not isinstance(call, BoundCall):
+            return None
+        calls.append(call)
+    return calls
+
+
 class NativeSteps:
     """A plan's steps as an array of ``struct npu_step`` run by one ``npu_steps_run`` call.
     It points into the steps' own prepared structs, which the plan keeps alive."""
@@ -115,14 +126,9 @@ class NativeSteps:
     @classmethod
     def of(cls, steps: list[tuple[int, Callable[[], None]]]) -> NativeSteps | None:
         """``steps`` as one C call, or None if one of them is not (yet) a C kernel call."""
-        if not steps or native.library() is None:
+        calls = _bound_calls(steps) if steps and native.library() is not None else None
+        if calls is None:
             return None
-        calls = []
-        for _, step in steps:
-            call = step.rerun if isinstance(step, HandlerStep) else step
-            if not isinstance(call, BoundCall):
-                return None
-            calls.append(call)
         return cls(calls, [index for index, _ in steps])
 
     def run(self) -> tuple[int, int]:
@@ -174,14 +180,9 @@ class GraphSteps:
         (a task without a step, a NOP, would hide the dependencies through it); its cycles on
         the cores and in order weigh the choice of threads; ``one_thread``: the steps with
         bands joined, for a replay on one thread."""
-        if len(steps) != len(deps) or native.library() is None:
+        calls = _bound_calls(steps) if len(steps) == len(deps) and native.library() is not None else None
+        if calls is None:
             return None
-        calls = []
-        for _, step in steps:
-            call = step.rerun if isinstance(step, HandlerStep) else step
-            if not isinstance(call, BoundCall):
-                return None
-            calls.append(call)
         return cls(calls, [index for index, _ in steps], deps,
                    graph_threads.ThreadChoice(critical_cycles, serial_cycles), one_thread)
 
