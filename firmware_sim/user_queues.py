@@ -17,11 +17,10 @@ from __future__ import annotations
 
 import errno
 import os
-from dataclasses import dataclass
-
 import numpy as np
 
 from firmware_sim.dma import DmaEngine, IommuFault
+from firmware_sim.kernels import native
 from npu_hw import memory, queues, regs
 from npu_hw.memory import map_file
 
@@ -31,22 +30,37 @@ def _signed(value: int) -> int:
     return value - (1 << 32) if value & 0x80000000 else value
 
 
-@dataclass(eq=False)
 class ServedQueue:
-    """One enabled slot, as the serving core holds it."""
+    """One enabled slot, as the serving core holds it. ``done`` and ``stopped`` live in a C
+    struct (``state``), which the C service loop (``firmware_sim.queue_service``) shares."""
 
-    slot: int
-    generation: int
-    asid: int
-    entries: int
-    priority: int
-    timeout_cap_ms: int
-    mem: np.ndarray          # the queue memory, through the IOMMU (writable)
-    header: queues.Header    # its index fields
-    done: int                # seq of the last job completed (mirrors Q_DONE)
-    doorbell_fd: int
-    completion_fd: int
-    stopped: bool = False
+    def __init__(self, slot: int, generation: int, asid: int, entries: int, priority: int, timeout_cap_ms: int,
+                 mem: np.ndarray, header: queues.Header, done: int, doorbell_fd: int, completion_fd: int,
+                 stopped: bool = False):
+        self.slot, self.generation, self.asid, self.entries = slot, generation, asid, entries
+        self.priority, self.timeout_cap_ms = priority, timeout_cap_ms
+        self.mem = mem                  # the queue memory, through the IOMMU (writable)
+        self.header = header            # its index fields
+        self.doorbell_fd, self.completion_fd = doorbell_fd, completion_fd
+        self.state = native.ffi.new("struct npu_uq *")
+        self.done = done                # seq of the last job completed (mirrors Q_DONE)
+        self.stopped = stopped
+
+    @property
+    def done(self) -> int:
+        return self.state.done
+
+    @done.setter
+    def done(self, seq: int) -> None:
+        self.state.done = seq
+
+    @property
+    def stopped(self) -> bool:
+        return bool(self.state.stopped)
+
+    @stopped.setter
+    def stopped(self, value: bool) -> None:
+        self.state.stopped = int(value)
 
 
 class UserQueues:

@@ -25,9 +25,11 @@ BANK = regs.core_bank(0)
 
 
 class Rig:
-    """One core (in this process) with its kernel ring, a queue table and chip memory."""
+    """One core (in this process) with its kernel ring, a queue table and chip memory; its
+    queues served by the C loop (``native``) or by the Python one alone."""
 
-    def __init__(self, bus):
+    def __init__(self, bus, native: bool = True):
+        self.native = native
         for path, size in ((memory.regs_path(bus), regs.REGS_SIZE),
                            (memory.queue_table_path(bus), queues.QTAB_SIZE),
                            (memory.ring_path(bus, 0), ENTRIES * ring.RING_ENTRY.itemsize),
@@ -49,7 +51,11 @@ class Rig:
         self.nop_size = len(tasks.encode_task("NOP"))
 
     def new_core(self) -> core_unit.Core:
-        return core_unit.Core(self.bus, 0, self.kernel_doorbell, self.irq, HardwareProfile())
+        made = core_unit.Core(self.bus, 0, self.kernel_doorbell, self.irq, HardwareProfile())
+        assert (made.service is not None) == self.native or not self.native, "no C library to test"
+        if not self.native:
+            made.service = None
+        return made
 
     def add_queue(self, slot: int, priority: int = 1) -> queues.Header:
         iova = self.chip.alloc(queues.memory_size(QUEUE_ENTRIES) + iommu.PAGE_SIZE)
@@ -110,9 +116,10 @@ class Rig:
             os.close(fd)
 
 
-@pytest.fixture
-def rig(tmp_path):
-    made = Rig(tmp_path)
+@pytest.fixture(params=["native", "python"])
+def rig(tmp_path, request):
+    """Every test here runs on both service loops: the C one must do what the Python one does."""
+    made = Rig(tmp_path, native=request.param == "native")
     yield made
     made.close()
 
@@ -154,18 +161,60 @@ def test_bad_entries_fail_alone_and_a_bad_tail_stops_the_queue(rig):
 
 
 def test_rounds_share_the_core_between_the_kernel_ring_and_the_queues(rig, monkeypatch):
+    """Counted at each kernel job: the ring runs JOBS_PER_TURN jobs, then each queue as many,
+    then the ring again (the jobs after a queue's first run in C in the native loop)."""
     low, high = rig.add_queue(0, priority=0), rig.add_queue(1, priority=2)
-    order: list[str] = []
-    run_user, run_kernel = rig.core.run_user_job, rig.core.run_job_entry
-    monkeypatch.setattr(rig.core, "run_user_job", lambda q, *a: (order.append(f"q{q.slot}"), run_user(q, *a)))
-    monkeypatch.setattr(rig.core, "run_job_entry", lambda *a: (order.append("k"), run_kernel(*a)))
+    seen: list[tuple[int, int]] = []            # (low's done, high's done) as each kernel job starts
+    run_kernel = rig.core.run_job_entry
+    monkeypatch.setattr(rig.core, "run_job_entry", lambda *a: (
+        seen.append((low.read64(queues.HDR_DONE), high.read64(queues.HDR_DONE))), run_kernel(*a)))
     for seq in range(1, 7):
         rig.submit(low, seq)
         rig.submit(high, seq)
     rig.kernel_jobs(list(range(1, 7)))
     rig.core.drain_all()
     turn = core_unit.JOBS_PER_TURN
-    assert order == ["k"] * turn + ["q1"] * turn + ["q0"] * turn + ["k"] * 2 + ["q1"] * 2 + ["q0"] * 2
+    assert seen == [(0, 0)] * turn + [(turn, turn)] * 2
+    assert low.read64(queues.HDR_DONE) == high.read64(queues.HDR_DONE) == 6
+
+
+def test_the_higher_priority_queue_goes_first_in_a_round(rig):
+    low, high = rig.add_queue(0, priority=0), rig.add_queue(1, priority=2)
+    for seq in range(1, 3):                      # the command buffer's first run, in Python
+        rig.submit(low, seq)
+        rig.submit(high, seq)
+    rig.core.drain_all()
+    # A high-priority job that waits while the low queue has one: a table change after the
+    # first job of the round ends the round; the job that ran is the high queue's.
+    rig.submit(low, 3)
+    rig.submit(high, 3)
+    rig.core.queues.refresh()
+    rig.table_changed()                          # seen between two jobs: the round ends after one
+    rig.core.serve_queues()
+    assert (low.read64(queues.HDR_DONE), high.read64(queues.HDR_DONE)) == (2, 3)
+
+
+def test_four_clients_share_a_core_by_count(rig, monkeypatch):
+    """Fairness counted, not timed: four queues full of jobs, and at every turn of the kernel
+    ring (one between rounds) no queue that still had jobs is more than JOBS_PER_TURN jobs
+    behind another."""
+    headers = [rig.add_queue(slot) for slot in range(4)]
+    jobs = QUEUE_ENTRIES - 1
+    for header in headers:
+        for seq in range(1, jobs + 1):
+            rig.submit(header, seq)
+    seen: list[list[int]] = []
+    run_kernel = rig.core.run_job_entry
+    monkeypatch.setattr(rig.core, "run_job_entry", lambda *a: (
+        seen.append([h.read64(queues.HDR_DONE) for h in headers]), run_kernel(*a)))
+    rig.kernel_jobs(list(range(1, ENTRIES)))     # a kernel job at each round's end
+    rig.core.drain_all()
+    assert all(h.read64(queues.HDR_DONE) == jobs for h in headers)
+    turn = core_unit.JOBS_PER_TURN
+    rounds = [done for done in seen if 0 < min(done) < jobs]
+    assert rounds, seen
+    for done in seen:
+        assert max(done) - min(done) <= turn, seen
 
 
 def test_a_disabled_queue_is_acknowledged_and_never_run_again(rig):
