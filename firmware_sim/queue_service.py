@@ -117,7 +117,7 @@ class QueueService:
                 self._timeouts(q)
                 self._queue_array[i] = state
             c.queues, c.count = self._queue_array, len(served)
-            c.at = c.turn = 0
+            c.at = c.turn = c.round_ran = 0
         c.table_gen = user_queues.table_gen
 
     def _timeouts(self, q: ServedQueue) -> None:
@@ -147,6 +147,7 @@ class QueueService:
     def next_turn(self) -> None:
         """The current queue ran one more job (from Python)."""
         self.c.turn += 1
+        self.c.round_ran += 1
 
     def next_queue(self) -> None:
         """The current queue has nothing more to run this round."""

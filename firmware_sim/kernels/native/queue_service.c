@@ -176,7 +176,6 @@ int npu_uq_serve(struct npu_uq_core *c)
 {
     c->ran = 0;
     for (;;) {
-        int round_ran = 0;
         for (; c->at < c->count; c->at++, c->turn = 0) {
             struct npu_uq *q = c->queues[c->at];
             for (; c->turn < NPU_UQ_JOBS_PER_TURN; c->turn++) {
@@ -193,14 +192,15 @@ int npu_uq_serve(struct npu_uq_core *c)
                 if (ran < 0)
                     return NPU_UQ_FAILED;
                 c->ran++;
-                round_ran++;
+                c->round_ran++;
                 if (ring_control_waits(c) || LOAD(U32(c->regs, NPU_UQ_REG_QUEUE_TABLE_GEN)) != c->table_gen) {
                     c->turn++;
                     return NPU_UQ_BETWEEN;
                 }
             }
         }
-        c->at = c->turn = 0;
+        int round_ran = c->round_ran;
+        c->at = c->turn = c->round_ran = 0;
         if (!round_ran)
             return NPU_UQ_IDLE;
         /* The end of a round: the kernel ring's turn (Python's), or another round. */

@@ -83,6 +83,7 @@ struct npu_uq_core {
     struct npu_uq **queues;       /* by priority, highest first */
     int32_t count;
     int32_t at, turn;             /* the round's position: the queue, the jobs it ran this turn */
+    int32_t round_ran;            /* jobs run in this round so far (by Python too) */
     uint8_t *armed;               /* the watchdog's flag (wakeups.WatchdogArm), or NULL */
     int32_t watchdog_fd;
     const uint64_t *generation;   /* job_plans' generation now */
