@@ -173,7 +173,7 @@ class Core:
                 self.queues_idle = why == queue_service.IDLE
                 return ran
             if why != queue_service.BETWEEN:
-                q = service.current()
+                q = service.current(self.queues)
                 if why == queue_service.FAILED:
                     self.finish_failed_native_job(q, *service.failed_job())
                 else:
@@ -193,7 +193,7 @@ class Core:
         """One round over the served queues in Python, by priority, at most JOBS_PER_TURN
         jobs each; ring-control entries (invalidations) are carried out between any two jobs."""
         ran = 0
-        for q in self.queues.served:
+        for q in list(self.queues.served):
             for _ in range(JOBS_PER_TURN):
                 entry = self.queues.next_entry(q)
                 if entry is None:
@@ -203,6 +203,8 @@ class Core:
                 self.drain_ring(0)
                 if self.queues.refresh():     # the table changed: start a new round
                     return ran
+        if ran:
+            self.queues.turn()
         return ran
 
     def run_user_job(self, q: ServedQueue, seq: int, cmd_iova: int, cmd_size: int, timeout_ms: int,
@@ -290,6 +292,8 @@ class Core:
             else:
                 if opcode == ring.OP_INVALIDATE:
                     caches.invalidate(self.dma, asid, bo_id)
+                    if self.service is not None:
+                        self.service.release_stale()     # the plans it took may be gone: their views too
                     if not bo_id:
                         self.recycling.context_closed()
                 self.set_reg(regs.RING_HEAD, following)

@@ -82,8 +82,8 @@ class QueueService:
             c.armed, c.watchdog_fd = armed, watch.fd
         else:
             c.armed, c.watchdog_fd = _ffi.NULL, -1
-        self._served: list[ServedQueue] | None = None
-        self._queue_array, self._mems = None, []
+        self._changes = -1                  # UserQueues.changes the C loop's queues reflect
+        self._queue_array = None
         self._plans: list[tuple | None] = [None] * lib.NPU_UQ_PLANS   # what each remembered plan points into
         self._next_plan = 0
         self._serve, self._has_work, self._poll = lib.npu_uq_serve, lib.npu_uq_has_work, lib.npu_uq_poll
@@ -101,19 +101,19 @@ class QueueService:
     # ---- the served queues ----
     def take_in(self, user_queues: UserQueues) -> None:
         """Point the C loop at the queues served now (a new list after every table change: the
-        old one's lines are closed), from the start of a round. Every entry point calls it."""
+        old one's lines are closed), from the start of a round. Every entry point calls it. The
+        service keeps no reference to a queue: one the core let go of is freed at once."""
         c = self.c
-        served = user_queues.served
-        if served is not self._served:
-            self._served = served
+        if user_queues.changes != self._changes:
+            self._changes = user_queues.changes
+            served = user_queues.served
             self._queue_array = _ffi.new("struct npu_uq *[]", max(1, len(served)))
-            self._mems = [_ffi.from_buffer("uint8_t[]", q.mem, require_writable=True) for q in served]
             for i, q in enumerate(served):
                 state = q.state
-                state.mem = self._mems[i]
+                state.mem = _ffi.from_buffer("uint8_t[]", q.mem, require_writable=True)   # q.mem keeps it mapped
                 state.slot = c.table + queues.slot_offset(q.slot)
                 state.entries, state.slot_index, state.asid = q.entries, q.slot, q.asid
-                state.completion_fd = q.completion_fd
+                state.priority, state.completion_fd = q.priority, q.completion_fd
                 self._timeouts(q)
                 self._queue_array[i] = state
             c.queues, c.count = self._queue_array, len(served)
@@ -139,10 +139,10 @@ class QueueService:
     def ran(self) -> int:
         return self.c.ran
 
-    def current(self) -> ServedQueue:
-        """The queue at the round's position."""
-        assert self._served is not None
-        return self._served[self.c.at]
+    def current(self, user_queues: UserQueues) -> ServedQueue:
+        """The queue at the round's position (the C loop turns each priority's queues round)."""
+        slot = self.c.queues[self.c.at].slot_index
+        return next(q for q in user_queues.served if q.slot == slot)
 
     def next_turn(self) -> None:
         """The current queue ran one more job (from Python)."""
@@ -169,13 +169,14 @@ class QueueService:
         c = self.c
         kept = self._plans[c.failed_plan]
         assert kept is not None
-        steps = kept[0].native
+        steps = kept[0]
         return c.failed_seq, c.failed_started_ns, c.failed_timeout_ms, c.failed_status, steps.task_index(c.failed_step)
 
     def remember(self, q: ServedQueue, cmd_iova: int, cmd_size: int) -> None:
         """After the Python path ran a job of ``q``: its timeouts again (WATCHDOG_MS may have
         moved), and its command buffer's plan if the C loop can replay it and does not hold it."""
         self._timeouts(q)
+        self.release_stale()
         if not cmd_size:
             return
         plan = job_plans.replayable(self.dma, q.asid, cmd_iova, cmd_size)
@@ -204,5 +205,15 @@ class QueueService:
         slot.generation, slot.cmd_iova, slot.cmd_size, slot.asid = generation, cmd_iova, cmd_size, q.asid
         slot.copy, slot.steps, slot.count = copy, steps, count
         slot.cycles, slot.device_ns = plan.cycles, self.profile.nanoseconds(plan.cycles) if plan.cycles else 0
-        self._plans[at] = (plan, live, copy, live_ptr)
+        # What the C pointers point into (not the plan: its per-task records are the C loop's no concern).
+        self._plans[at] = (plan.native, plan.command, live, copy, live_ptr)
         slot.live = live_ptr
+
+    def release_stale(self) -> None:
+        """Let go of the plans job_plans dropped since they were taken (the C loop no longer
+        uses them): their memory, and the views and mappings of freed buffers they hold."""
+        generation = job_plans.GENERATION[0]
+        for at, slot in enumerate(self.c.plans):
+            if self._plans[at] is not None and slot.generation != generation:
+                slot.live = _ffi.NULL
+                self._plans[at] = None

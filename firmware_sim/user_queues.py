@@ -8,8 +8,9 @@ the queue (EINVAL in its header and in Q_ERROR), an entry whose seq is not the n
 or with unknown flags completes with EINVAL, a bad command address faults in the queue's
 own ASID (EFAULT). Only that queue's client sees any of it.
 
-Arbitration (``UserQueues.serve_round``): queues are visited by priority, highest
-first, each giving at most JOBS_PER_TURN jobs a round, and the kernel ring is drained
+Arbitration (``Core.serve_round``, and the C loop ``queue_service``): queues are visited by
+priority, highest first, each giving at most JOBS_PER_TURN jobs a round, equals taking
+turns at going first (``UserQueues.turn``), and the kernel ring is drained
 before every user-queue job, so neither a busy queue nor the driver's ring starves the
 other. Between jobs the core takes in table changes (``refresh``).
 """
@@ -74,6 +75,7 @@ class UserQueues:
         except OSError:
             self.table = None          # a chip started without a queue table serves none
         self.served: list[ServedQueue] = []
+        self.changes = 0               # how many times ``served`` was replaced (the C loop follows it)
         self.table_gen = -1
 
     # ---- the table ----
@@ -107,6 +109,7 @@ class UserQueues:
             if q not in served:
                 _close_lines(q)
         self.served = served
+        self.changes += 1
         # Acknowledged only now: the old views are no longer served and their lines are
         # closed, so a queue the driver gives back holds nothing in this core any more.
         for base, slot_gen in acks:
@@ -224,6 +227,17 @@ class UserQueues:
         if header.read32(queues.HDR_WAITING):
             _signal(q)
 
+    def turn(self) -> None:
+        """After a round that ran a job: the queues of each priority turn by one (the first
+        becomes the last), so equals take turns at going first (queue_service.c does the same)."""
+        served, start = self.served, 0
+        while start < len(served):
+            end = start + 1
+            while end < len(served) and served[end].priority == served[start].priority:
+                end += 1
+            served[start:end] = served[start + 1:end] + served[start:start + 1]
+            start = end
+
     def find(self, slot: int) -> ServedQueue | None:
         return next((q for q in self.served if q.slot == slot), None)
 
@@ -231,6 +245,7 @@ class UserQueues:
         for q in self.served:
             _close_lines(q)
         self.served = []
+        self.changes += 1
         self.table_gen = -1
 
 

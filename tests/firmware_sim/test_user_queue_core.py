@@ -218,3 +218,18 @@ def test_queue_jobs_leave_half_the_profile_queue_to_the_kernel_ring(rig):
     rig.core.drain_all()
     assert rig.regs.read32(BANK + regs.PQ_DROPPED) == dropped     # all 21 records of the SUBMIT job went in
     assert rig.regs.read32(BANK + regs.PQ_TAIL) - rig.regs.read32(BANK + regs.PQ_HEAD) == held + 21
+
+
+def test_queues_of_one_priority_take_turns_at_going_first(rig, monkeypatch):
+    """Two clients with a job each, again and again: the one served first alternates (before,
+    the lower slot always went first, so its client always had its answer first). Profiled
+    entries run in Python in both loops, which shows the order the loop chose."""
+    first, second = rig.add_queue(0), rig.add_queue(1)
+    order: list[int] = []
+    run_user = rig.core.run_user_job
+    monkeypatch.setattr(rig.core, "run_user_job", lambda q, *a: (order.append(q.slot), run_user(q, *a)))
+    for seq in range(1, 5):
+        rig.submit(first, seq, flags=queues.ENTRY_PROFILE)
+        rig.submit(second, seq, flags=queues.ENTRY_PROFILE)
+        rig.core.drain_all()
+    assert order == [0, 1, 1, 0, 0, 1, 1, 0]

@@ -172,6 +172,22 @@ static int run_job(struct npu_uq_core *c, struct npu_uq *q, uint64_t seq)
     return 1;
 }
 
+/* Round-robin among equals: each priority's queues turn by one (UserQueues.turn does the same). */
+static void turn_queues(struct npu_uq_core *c)
+{
+    for (int32_t start = 0; start < c->count;) {
+        int32_t end = start + 1;
+        while (end < c->count && c->queues[end]->priority == c->queues[start]->priority)
+            end++;
+        if (end - start > 1) {
+            struct npu_uq *first = c->queues[start];
+            memmove(&c->queues[start], &c->queues[start + 1], sizeof(c->queues[0]) * (size_t)(end - start - 1));
+            c->queues[end - 1] = first;
+        }
+        start = end;
+    }
+}
+
 int npu_uq_serve(struct npu_uq_core *c)
 {
     c->ran = 0;
@@ -203,6 +219,7 @@ int npu_uq_serve(struct npu_uq_core *c)
         c->at = c->turn = c->round_ran = 0;
         if (!round_ran)
             return NPU_UQ_IDLE;
+        turn_queues(c);
         /* The end of a round: the kernel ring's turn (Python's), or another round. */
         if (ring_waits(c) || LOAD(U32(c->regs, NPU_UQ_REG_QUEUE_TABLE_GEN)) != c->table_gen)
             return NPU_UQ_RING;

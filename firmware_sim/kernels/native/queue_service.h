@@ -56,6 +56,7 @@ struct npu_uq {
     uint32_t timeout_default_ms;  /* regs.job_timeout_ms of a job asking none, at `watchdog_ms` */
     uint32_t timeout_cap_ms;      /* ... and the clamp of one asking a timeout */
     uint32_t watchdog_ms;         /* the WATCHDOG_MS those two were worked out for */
+    uint32_t priority;            /* Q_PRIORITY */
     int32_t stopped;
     int32_t completion_fd;
 };
@@ -80,7 +81,7 @@ struct npu_uq_core {
     uint8_t *table;               /* the queue table */
     uint32_t table_gen;           /* the QUEUE_TABLE_GEN the served queues reflect */
     uint32_t core;
-    struct npu_uq **queues;       /* by priority, highest first */
+    struct npu_uq **queues;       /* by priority, highest first; each priority's turned round after a round */
     int32_t count;
     int32_t at, turn;             /* the round's position: the queue, the jobs it ran this turn */
     int32_t round_ran;            /* jobs run in this round so far (by Python too) */
@@ -95,7 +96,8 @@ struct npu_uq_core {
 };
 
 /* Runs user-queue jobs round after round (each queue, by priority, at most JOBS_PER_TURN jobs a
-   round, resuming at `at`/`turn`) while every job is one the loop can run: checked entry, no
+   round, resuming at `at`/`turn`; after a round that ran a job, the queues of each priority
+   turn by one, so the first of them becomes the last) while every job is one the loop can run: checked entry, no
    flags, no trace, no fault injection or pacing, a remembered plan whose bytes are unchanged.
    Posts each completion as firmware_sim.user_queues.UserQueues.post does. Returns NPU_UQ_*. */
 int npu_uq_serve(struct npu_uq_core *c);
