@@ -16,9 +16,8 @@ import select
 import time
 from pathlib import Path
 
-from firmware_sim import caches
+from firmware_sim import caches, queue_service
 from firmware_sim.dma import DmaEngine
-from firmware_sim import queue_service
 from firmware_sim.executor import JobResult, TaskHook, failed_step_result, run_job
 from firmware_sim.idle_poll import IdlePoll
 from firmware_sim.kernels.warm_up import warm_up

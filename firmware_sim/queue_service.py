@@ -55,6 +55,11 @@ _ffi = native.ffi
 
 def _check_layout(lib) -> None:
     wrong = [name for name, value in _LAYOUT.items() if getattr(lib, f"NPU_UQ_{name}") != value]
+    wrong += [name for name, value in (("IDLE", IDLE), ("PYTHON", PYTHON), ("FAILED", FAILED), ("BETWEEN", BETWEEN),
+                                       ("RING", RING)) if getattr(lib, f"NPU_UQ_{name}") != value]
+    # The C loop reads an entry's and writes a completion's fields at these formats' offsets.
+    if queues.ENTRY_STRUCT.format != "<QQIIII" or queues.COMPLETION_STRUCT.format != "<QiIQQQQ":
+        wrong.append("the entry or completion format")
     if wrong:
         raise ImportError(f"queue_service.h disagrees with npu_hw on {', '.join(wrong)}")
 

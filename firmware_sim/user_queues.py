@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import errno
 import os
+
 import numpy as np
 
 from firmware_sim.dma import DmaEngine, IommuFault
