@@ -69,6 +69,15 @@ class ThreadChoice:
         better = _median(two) < MARGIN * _median(one)
         return better != (self.jobs % EXPLORE == 0)
 
+    def settled_on_one(self) -> bool:
+        """Whether every replay runs on one thread while the samples stand (``NPU_GRAPH_THREADS=0``,
+        or a modeled gain below HANDOFF_NS: ``two_threads``' first rule), so a replay elsewhere
+        (the C service loop, ``queue_service``) may run it on one thread without asking."""
+        if MODE != "auto":
+            return MODE == "0"
+        one = self.walls[0]
+        return len(one) >= SAMPLES and _median(one) * self.saving < HANDOFF_NS
+
     def record(self, two: bool, wall_ns: int) -> None:
         """A replay of the kind ``two`` took ``wall_ns``."""
         walls = self.walls[two]

@@ -208,6 +208,20 @@ class GraphSteps:
         return result
 
     @property
+    def one_thread_array(self):
+        """A one-thread replay as one C array and its length (its joined bands, or the bands
+        themselves), or None while a joined step still runs from Python (``queue_service``)."""
+        one = self._one
+        if one is None:
+            return self._steps, len(self._indices)
+        return one.array if isinstance(one, NativeSteps) else None
+
+    def task_index(self, step: int) -> int:
+        """The task index of the step at position ``step`` of the one-thread array."""
+        one = self._one
+        return one.task_index(step) if isinstance(one, NativeSteps) else self._indices[step]
+
+    @property
     def one_thread_steps(self) -> int:
         """How many C calls a one-thread replay makes now (fewer than the tasks once bands are joined)."""
         return self._one._count if isinstance(self._one, NativeSteps) else len(self._indices)
@@ -315,15 +329,23 @@ def _clear() -> None:
     GENERATION[0] += 1
 
 
-def replayable(dma, asid: int, cmd_iova: int, cmd_size: int) -> JobPlan | None:
-    """The plan stored for this command buffer when a replay of it is one C call or nothing
-    (no step: NOPs), for the C service loop; it compares the bytes itself on every run."""
+def replayable(dma, asid: int, cmd_iova: int, cmd_size: int):
+    """(the plan stored for this command buffer, its steps as one C array and its length, what
+    gives a failing step's task index) when a replay of it is that one C call, or nothing (no
+    step: NOPs), a graph job's on one thread while its choice is settled on one; else None.
+    For the C service loop, which compares the bytes itself on every run."""
     plan = _PLANS.get((dma, asid, cmd_iova, cmd_size))
-    if plan is None or plan.deps is not None:
+    if plan is None:
         return None
-    if plan.steps and not isinstance(plan.native, NativeSteps):
-        return None
-    return plan
+    if not plan.steps:
+        return plan, native.ffi.NULL, 0, None
+    steps = plan.native
+    if isinstance(steps, GraphSteps) and steps.choice.settled_on_one():
+        array = steps.one_thread_array
+        return None if array is None else (plan, *array, steps)
+    if isinstance(steps, NativeSteps):
+        return (plan, *steps.array, steps)
+    return None
 
 
 class HandlerStep:

@@ -48,6 +48,8 @@ _LAYOUT = {
     "USER_JOB_BIT": queues.USER_JOB_BIT, "SEQ_MASK": queues.USER_JOB_SEQ_MASK,
 }
 
+# A graph job's replays in C before Python replays one (and its choice of threads takes a sample).
+GRAPH_RUNS = 64
 # Why ``serve`` returned (queue_service.h).
 IDLE, PYTHON, FAILED, BETWEEN, RING = 0, 1, 2, 3, 4
 _ffi = native.ffi
@@ -174,24 +176,25 @@ class QueueService:
         c = self.c
         kept = self._plans[c.failed_plan]
         assert kept is not None
-        steps = kept[0]
-        return c.failed_seq, c.failed_started_ns, c.failed_timeout_ms, c.failed_status, steps.task_index(c.failed_step)
+        index = kept[0].task_index(c.failed_step)
+        return c.failed_seq, c.failed_started_ns, c.failed_timeout_ms, c.failed_status, index
 
     def remember(self, q: ServedQueue, cmd_iova: int, cmd_size: int) -> None:
         """After the Python path ran a job of ``q``: its timeouts again (WATCHDOG_MS may have
-        moved), and its command buffer's plan if the C loop can replay it and does not hold it."""
+        moved), and its command buffer's plan if the C loop can replay it (again)."""
         self._timeouts(q)
         self.release_stale()
         if not cmd_size:
             return
-        plan = job_plans.replayable(self.dma, q.asid, cmd_iova, cmd_size)
-        if plan is None:
-            return
         generation = job_plans.GENERATION[0]
-        for p in self.c.plans:
-            if p.live != _ffi.NULL and p.generation == generation and p.cmd_iova == cmd_iova \
-                    and p.cmd_size == cmd_size and p.asid == q.asid:
-                return
+        for at, p in enumerate(self.c.plans):
+            if p.live != _ffi.NULL and p.cmd_iova == cmd_iova and p.cmd_size == cmd_size and p.asid == q.asid:
+                p.live = _ffi.NULL        # taken again below if it still may be
+                self._plans[at] = None
+        found = job_plans.replayable(self.dma, q.asid, cmd_iova, cmd_size)
+        if found is None:
+            return
+        plan, steps, count, indexer = found
         dma = self.dma
         try:
             dma.bind(q.asid)
@@ -202,7 +205,6 @@ class QueueService:
             return
         copy = _ffi.from_buffer("uint8_t[]", plan.command)
         live_ptr = _ffi.from_buffer("uint8_t[]", live)
-        steps, count = plan.native.array if plan.steps else (_ffi.NULL, 0)
         at = self._next_plan
         self._next_plan = (at + 1) % len(self._plans)
         slot = self.c.plans[at]
@@ -210,8 +212,10 @@ class QueueService:
         slot.generation, slot.cmd_iova, slot.cmd_size, slot.asid = generation, cmd_iova, cmd_size, q.asid
         slot.copy, slot.steps, slot.count = copy, steps, count
         slot.cycles, slot.device_ns = plan.cycles, self.profile.nanoseconds(plan.cycles) if plan.cycles else 0
-        # What the C pointers point into (not the plan: its per-task records are the C loop's no concern).
-        self._plans[at] = (plan.native, plan.command, live, copy, live_ptr)
+        # A graph job's choice of threads stands on its samples: Python replays one now and then.
+        slot.runs_left = -1 if plan.deps is None else GRAPH_RUNS
+        # What the C pointers point into (not the plan: its per-task records are no concern of the C loop).
+        self._plans[at] = (indexer, steps, plan.command, live, copy, live_ptr)
         slot.live = live_ptr
 
     def release_stale(self) -> None:

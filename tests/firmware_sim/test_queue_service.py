@@ -24,7 +24,7 @@ class FcJob:
     """A FULLY_CONNECTED job (per-channel requantization, one C kernel call) in the rig's
     memory; its output on a page of its own, so that the page can be unmapped alone."""
 
-    def __init__(self, rig: Rig, seed: int = 0):
+    def __init__(self, rig: Rig, seed: int = 0, graph: bool = False):
         rng = np.random.default_rng(seed)
         chip = self.chip = rig.chip
         self.x = chip.put(rng.integers(-128, 128, (1, K), dtype=np.int8))
@@ -38,6 +38,8 @@ class FcJob:
             "FULLY_CONNECTED", tasks.FC_PER_CHANNEL, input=self.x, weights=weights, bias=bias, output=self.out,
             mult_iova=mult, shift_iova=self.shift, rows=1, in_features=K, out_features=N, input_zp=3,
             output_zp=-2, act_min=-128, act_max=127)
+        if graph:        # the same layer twice, as a graph job of two independent tasks on the chip's cores
+            self.command = b"".join(tasks.encode_graph([[], []], [self.command, self.command]))
         self.iova = chip.put(np.frombuffer(self.command, np.uint8))
         self.size = len(self.command)
 
@@ -194,3 +196,36 @@ def test_bad_entries_and_tails_are_refused_after_the_plan_was_taken(queue_rig: R
     header.write64(queues.HDR_TAIL, 9 + QUEUE_ENTRIES + 1)
     queue_rig.core.drain_all()
     assert header.error() == -errno.EINVAL and header.read64(queues.HDR_DONE) == 9
+
+
+def test_a_graph_job_settled_on_one_thread_runs_in_c_as_in_python(tmp_path: Path, monkeypatch) -> None:
+    """A job placed on two cores whose choice of threads (graph_threads) has settled on one: the
+    C loop replays its one-thread steps, with the Python loop's completions and outputs, and
+    leaves one replay in GRAPH_RUNS to Python (the choice takes a sample)."""
+    from firmware_sim import queue_service
+    monkeypatch.setattr(queue_service, "GRAPH_RUNS", 5)
+    results, python_jobs = {}, {}
+    for native in (True, False):
+        folder = tmp_path / str(native)
+        folder.mkdir()
+        rig = Rig(folder, native=native, cores=2)
+        calls = python_jobs[native] = []
+        run_user = rig.core.run_user_job
+        monkeypatch.setattr(rig.core, "run_user_job", lambda q, seq, *a, run=run_user, n=calls: (
+            n.append(seq), run(q, seq, *a)))
+        try:
+            header = rig.add_queue(0)
+            job = FcJob(rig, graph=True)
+            seen = []
+            for seq in range(1, 25):
+                job.set_input(seq)
+                job.submit(rig, header, seq)
+                rig.core.drain_all()
+                seen.append((rig.completion(header, seq)[:6], job.output()))
+            results[native] = seen
+        finally:
+            rig.close()
+    assert results[True] == results[False] and all(c[1] == 0 for c, _ in results[True])
+    assert len(python_jobs[False]) == 24
+    # Python: the first run, the samples that settle the choice, then one in 5 + 1.
+    assert 9 < len(python_jobs[True]) < 16, python_jobs[True]

@@ -20,7 +20,7 @@ class Rig:
     """One core (in this process) with its kernel ring, a queue table and chip memory; its
     queues served by the C loop (``native``) or by the Python one alone."""
 
-    def __init__(self, bus, native: bool = True):
+    def __init__(self, bus, native: bool = True, cores: int = 1):
         self.native = native
         for path, size in ((memory.regs_path(bus), regs.REGS_SIZE),
                            (memory.queue_table_path(bus), queues.QTAB_SIZE),
@@ -35,6 +35,7 @@ class Rig:
         self.regs_map = memory.map_file(memory.regs_path(bus))
         self.regs = regs.RegisterView(self.regs_map)
         self.regs.write32(regs.RING_ENTRIES, ENTRIES)
+        self.regs.write32(regs.NUM_CORES, cores)      # what a graph job may be placed on
         self.table_map = memory.map_file(memory.queue_table_path(bus))
         self.table = regs.RegisterView(self.table_map)
         self.core = self.new_core()

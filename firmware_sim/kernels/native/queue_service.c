@@ -37,15 +37,14 @@ static int64_t now_ns(void)
     return (int64_t)t.tv_sec * 1000000000LL + t.tv_nsec;
 }
 
-static const struct npu_uq_plan *find_plan(const struct npu_uq_core *c, uint32_t asid, uint64_t iova,
-                                           uint32_t size)
+static struct npu_uq_plan *find_plan(struct npu_uq_core *c, uint32_t asid, uint64_t iova, uint32_t size)
 {
     uint64_t generation = LOAD(c->generation);
     for (int i = 0; i < NPU_UQ_PLANS; i++) {
-        const struct npu_uq_plan *p = &c->plans[i];
+        struct npu_uq_plan *p = &c->plans[i];
         if (p->live != NULL && p->generation == generation && p->cmd_iova == iova && p->cmd_size == size
             && p->asid == asid)
-            return p;
+            return p->runs_left != 0 ? p : NULL;
     }
     return NULL;
 }
@@ -120,7 +119,7 @@ static int run_job(struct npu_uq_core *c, struct npu_uq *q, uint64_t seq)
         || LOAD(U32(regs, NPU_UQ_REG_WATCHDOG_MS)) != q->watchdog_ms
         || LOAD(U32(q->slot, NPU_UQ_Q_CONTROL)) & NPU_UQ_Q_TRACE)
         return 0;
-    const struct npu_uq_plan *plan = NULL;
+    struct npu_uq_plan *plan = NULL;
     if (cmd_size != 0) {
         plan = find_plan(c, q->asid, cmd_iova, cmd_size);
         if (plan == NULL || memcmp(plan->live, plan->copy, cmd_size) != 0)
@@ -161,6 +160,8 @@ static int run_job(struct npu_uq_core *c, struct npu_uq *q, uint64_t seq)
         }
         cycles = plan->cycles;
         device_ns = plan->device_ns;
+        if (plan->runs_left > 0)
+            plan->runs_left--;
     }
     uint64_t exec_ns = (uint64_t)(now_ns() - started);
     post(c, q, seq, cycles, device_ns, exec_ns);
