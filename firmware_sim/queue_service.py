@@ -8,15 +8,17 @@ flags, a queue not traced, no fault injection or pacing, and a command buffer wh
 (``job_plans``) the Python path made and this module handed over (:meth:`QueueService.remember`),
 its bytes unchanged. Everything else returns to Python before any of the job is done: the
 first run of a command buffer, a bad entry or tail, a profiled or traced job, fault injection,
-a plan with Python steps or on several cores; a C step failing mid-job returns with the job
-still running, for Python to complete (``executor.failed_step_result``). So a job's checks
+a plan with Python steps, a graph job whose choice of threads (``graph_threads``) is not
+settled on one thread (and one replay in GRAPH_RUNS of one that is, so the choice keeps its
+samples); a C step failing mid-job returns with the job still running, for Python to
+complete (``executor.failed_step_result``). So a job's checks
 are the Python path's, or the C loop's same-or-stricter subset of them: the IOMMU
 translations a replay uses are the first run's, valid until an invalidation, which drops the
 plan (``job_plans.GENERATION`` moves: the C loop uses only plans taken at the current value).
 
 Rounds and their order are the Python loop's: queues by priority, at most JOBS_PER_TURN jobs
-each, ring-control entries and table changes taken in between any two jobs, the kernel
-ring's turn between rounds.
+each, equals taking turns at going first, ring-control entries and table changes taken in
+between any two jobs, the kernel ring's turn between rounds.
 """
 from __future__ import annotations
 
