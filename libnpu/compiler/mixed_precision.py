@@ -227,7 +227,9 @@ def _int64_bias(g: Graph, op: Op, in_scale: float, src: Graph | None, float_only
     w_scale = _quant(g, op.inputs[1]).scale.astype(np.float64)
     scale = bias_scale(in_scale, w_scale).astype(np.float32)
     scale = np.broadcast_to(scale, real.shape) if scale.size == 1 and real.size > 1 else scale
-    q = np.round(real / scale.astype(np.float64)).astype(np.int64)
+    # Saturate with the sign (a cast would wrap): 2**62 leaves the int64 accumulator room
+    # for any sum of int16 x int16 products the kernels add to it.
+    q = np.clip(np.round(real / scale.astype(np.float64)), -2 ** 62, 2 ** 62).astype(np.int64)
     g.tensors[name] = Tensor(name, t32.shape, "int64", symmetric(scale), q)
 
 
