@@ -45,7 +45,8 @@ def first_bad_index(model: Any, size: int) -> str | None:
                               ("outputs", _vector(sg.OutputsLength(), sg.OutputsAsNumpy))):
             k = _out_of_range(values, count, False)
             if k is not None:
-                return f"{where} (table at byte {sg._tab.Pos}): {field}[{k}] is tensor {values[k]}, out of range ({have})"
+                return (f"{where} (table at byte {sg._tab.Pos}): {field}[{k}] is tensor {values[k]}, "
+                        f"out of range ({have})")
         for i in range(sg.OperatorsLength()):
             op = sg.Operators(i)
             at = f"{where} operator {i} (table at byte {op._tab.Pos})"

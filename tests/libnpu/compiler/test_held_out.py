@@ -107,10 +107,13 @@ def _landmarks(logit_bias: float):
     weights = {"w1": rng.standard_normal((8, 3, 3, 3)) * 0.3, "w2": rng.standard_normal((8, 8, 3, 3)) * 0.2,
                "wm": rng.standard_normal((6, 8, 1, 1)) * 0.5, "wl": rng.standard_normal((1, 8)) * 3.0,
                "bl": np.array([logit_bias])}
-    nodes = [helper.make_node("Conv", ["x", "w1"], ["c1"], pads=[1, 1, 1, 1]), helper.make_node("Relu", ["c1"], ["r1"]),
-             helper.make_node("Conv", ["r1", "w2"], ["c2"], pads=[1, 1, 1, 1]), helper.make_node("Relu", ["c2"], ["r2"]),
+    nodes = [helper.make_node("Conv", ["x", "w1"], ["c1"], pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c1"], ["r1"]),
+             helper.make_node("Conv", ["r1", "w2"], ["c2"], pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c2"], ["r2"]),
              helper.make_node("Conv", ["r2", "wm"], ["mesh"]), helper.make_node("GlobalAveragePool", ["r2"], ["g"]),
-             helper.make_node("Flatten", ["g"], ["f"]), helper.make_node("Gemm", ["f", "wl", "bl"], ["logit"], transB=1)]
+             helper.make_node("Flatten", ["g"], ["f"]),
+             helper.make_node("Gemm", ["f", "wl", "bl"], ["logit"], transB=1)]
     return import_onnx(helper.make_model(helper.make_graph(
         nodes, "landmarks", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 16, 16])],
         [helper.make_tensor_value_info("mesh", TensorProto.FLOAT, [1, 6, 16, 16]),
