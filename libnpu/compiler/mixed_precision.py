@@ -20,8 +20,9 @@ straight to int16 and an int16 output is dequantized straight to float.
   own SQNR against float on the calibration data, ``accuracy.layer_errors``), then promote
   the worst 1, 2, 4, ... until every graph output's score against the float graph
   (:func:`accuracy.output_scores`: cosine, or for tiny outputs the largest error relative to the
-  output's magnitude) reaches ``int16_target`` (or ``max_layers`` are promoted). An
-  output that even all-int16 activations cannot bring to the target settles for most of
+  output's magnitude, at most the acceptance bar's absolute error) reaches ``int16_target``
+  (or ``max_layers`` are promoted). An output that even all-int16 activations cannot
+  bring to the target settles for most of
   what they would gain, and one they would not improve is left alone (its error is not
   the activations': int8 weights, say).
 
