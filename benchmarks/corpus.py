@@ -46,7 +46,7 @@ Run from the repository root (one model at a time; the 2-core VM is shared)::
     python -m benchmarks.corpus --models magika silero-vad-op15 --recipe accurate
 
 Exit status 0 when every model run passed. Issue 27's corpus benchmark reuses the parts:
-``corpus_manifest`` (models, halves, ``fetch``), ``corpus_inputs.prepare`` (calibration
+``corpus_manifest`` (models, halves, ``fetch``), ``corpus_feeds.prepare`` (calibration
 inputs) and ``compile_cli`` / ``is_int8`` here (a model compiled as a user would).
 
 Measured 2026-11-29 on main at e023e5a (before the shapes, ONNX front end, fallback, RNN,
@@ -140,7 +140,8 @@ from pathlib import Path
 import numpy as np
 
 import libnpu
-from benchmarks.corpus_inputs import Feed, Feeds, Runner, free_dims, model_inputs, prepare
+from benchmarks.corpus_feeds import prepare
+from benchmarks.corpus_inputs import Feed, Feeds, Runner, free_dims, model_inputs
 from benchmarks.corpus_manifest import BY_NAME, HALVES, MODELS, ROUND_SALTS, CorpusModel, fetch, in_half
 from benchmarks.models_in_the_wild import ABS_BAR, COSINE_BAR, SMALL_OUTPUT, cosine, cpu_ops
 from benchmarks.scratch_device import ScratchDevice

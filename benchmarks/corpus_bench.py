@@ -163,7 +163,8 @@ import numpy as np
 
 import libnpu
 from benchmarks.corpus import add_round_option, chosen_models, compile_cli, is_int8, one_line, worker_result
-from benchmarks.corpus_inputs import Feed, Runner, model_inputs, prepare
+from benchmarks.corpus_feeds import prepare
+from benchmarks.corpus_inputs import Feed, Runner, model_inputs
 from benchmarks.corpus_manifest import BY_NAME, HALVES, ROUND_SALTS, CorpusModel, fetch
 from benchmarks.models_in_the_wild import cpu_ops
 from benchmarks.scratch_device import ScratchDevice

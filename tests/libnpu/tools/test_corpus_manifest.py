@@ -6,7 +6,8 @@ import re
 import numpy as np
 
 from benchmarks import corpus
-from benchmarks.corpus_inputs import FEEDS, magika_v1_bytes
+from benchmarks.corpus_feeds import FEEDS
+from benchmarks.corpus_inputs import magika_v1_bytes
 from benchmarks.corpus_manifest import MODELS, ROUND2, ROUND3, half_of, in_half
 
 
