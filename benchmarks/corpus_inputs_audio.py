@@ -26,8 +26,17 @@ from pathlib import Path
 import numpy as np
 
 from benchmarks import corpus_data as data
-from benchmarks.corpus_inputs import (Feeds, Runner, _context_chunks, _int16_audio, _only, _sibling, _spread,
-                                      _stepped, model_inputs)
+from benchmarks.corpus_inputs import (
+    Feeds,
+    Runner,
+    _context_chunks,
+    _int16_audio,
+    _only,
+    _sibling,
+    _spread,
+    _stepped,
+    model_inputs,
+)
 from benchmarks.corpus_manifest import CorpusModel
 
 SILERO_BATCH = 16

@@ -20,8 +20,16 @@ from pathlib import Path
 import numpy as np
 
 from benchmarks import corpus_data as data
-from benchmarks.corpus_inputs import (IMAGENET_MEAN, IMAGENET_STD, OCR_DET_CAL, OCR_DET_EVAL, Feeds, _nchw,
-                                      _pictures_feeds, model_inputs)
+from benchmarks.corpus_inputs import (
+    IMAGENET_MEAN,
+    IMAGENET_STD,
+    OCR_DET_CAL,
+    OCR_DET_EVAL,
+    Feeds,
+    _nchw,
+    _pictures_feeds,
+    model_inputs,
+)
 from benchmarks.corpus_manifest import CorpusModel
 
 

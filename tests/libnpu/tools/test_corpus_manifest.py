@@ -84,7 +84,8 @@ def test_list_shows_each_models_round_and_half_and_round_filters(capsys, round_)
     assert len(lines) == len(models) + 1 and all(line.startswith(tag + " ") for line in lines[:-1])
     held = [m for m in models if m.half == "held-out"][0]
     assert any(line.split()[:3] == [tag, "held-out", held.name] for line in lines)
-    assert lines[-1] == f"{tag} work: {len(in_half('work', round_))}, {tag} held-out: {len(in_half('held-out', round_))}"
+    work, held_out = len(in_half("work", round_)), len(in_half("held-out", round_))
+    assert lines[-1] == f"{tag} work: {work}, {tag} held-out: {held_out}"
 
 
 def test_magika_v1_features_follow_the_package():
