@@ -22,7 +22,9 @@ as one C array (:class:`NativeSteps`) and an unprofiled replay is a single call 
 (``npu_steps_run``), which runs the same prepared structs as the per-step reruns and stops
 at the first failing step. A plan with a Python step replays its runs of C calls as one
 call each, the Python steps between them (:class:`MixedSteps`); a profiled replay goes
-step by step, timing every task.
+step by step, timing every task. A graph job on several cores replays on one or two threads
+(:class:`GraphSteps`); once it settles on one (``graph_threads``), the plan holds its steps,
+bands joined, as a :class:`NativeSteps` and replays exactly as a one-core job's.
 
 Measured (2026-11-24, 2-vCPU VM): a 256-NOP job's chip time per task 7.7 -> 0.1 us.
 One C call for the whole job: ResNet-8 / VWW / KWS chip CPU per job 5-9% less than per step.
