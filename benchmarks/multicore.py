@@ -11,8 +11,10 @@ large layers split by the compiler, the job run by its dependency graph on both 
 docs/hardware.md, *Task graphs*). For each it prints the modeled device time of one
 inference (PERF_COUNT), the ratio of the two, and the wall-clock p50 of synchronous
 inferences (``infer`` of a request of each load), the loads alternating in blocks of
-``--block`` inferences for ``--rounds`` rounds (40 of 25 by default), so the machine's load
-weighs on all alike, with the p50 of the core's own time on each job (the completion's
+``--block`` inferences for ``--rounds`` rounds (40 of 25 by default), in a new order each
+round, so the machine's load weighs on all alike (in a fixed order, at load average 11, the
+one-core loads of the devices whose blocks came after a two-thread block had a p50 7-10%
+lower than the others'), with the p50 of the core's own time on each job (the completion's
 ``exec_ns``: what the chip's replay costs, without the client's wait, which on a loaded
 machine makes a load's wall p50 bimodal). The outputs are compared byte for byte on the same
 inputs.
@@ -39,6 +41,7 @@ import argparse
 import contextlib
 import json
 import os
+import random
 import sys
 import time
 from pathlib import Path
@@ -76,8 +79,11 @@ def measure(devroots: dict[str, str | os.PathLike], name: str, rounds: int, bloc
         device = {key: _device_time_ns(model, inputs) for key, model in loads.items()}
         samples: dict[tuple[str, int], list[float]] = {key: [] for key in loads}
         chip: dict[tuple[str, int], list[int]] = {key: [] for key in loads}
+        order = list(requests.items())
+        shuffle = random.Random(27).shuffle
         for _ in range(rounds):
-            for key, request in requests.items():
+            shuffle(order)          # each load after any other: no load always follows the same one
+            for key, request in order:
                 for _ in range(block):
                     started = time.perf_counter()
                     request.infer(inputs)
