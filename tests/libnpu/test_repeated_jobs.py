@@ -42,26 +42,46 @@ def test_a_busy_queue_is_refused_and_nothing_goes_in(device, native):
     assert fence is not None and fence.status == 0 and fence.id == tail + 1
 
 
-def test_the_expected_time_follows_the_jobs_down_at_once_and_up_by_an_eighth(device, native):
+def hint_after(exec_times: list[int]):
+    """A fresh hint fed ``exec_times`` through the C rule (npu_uq_hint_update)."""
+    hint = queue_native.ffi.new("struct npu_uq_hint *")
+    for took in exec_times:
+        queue_native.library().npu_uq_hint_update(hint, took)
+    return hint
+
+
+def test_the_hint_sleeps_to_the_low_quartile_and_spins_across_the_spread(native):
+    assert hint_after([]).expected_ns == 0
+    one = hint_after([900_000])
+    assert (one.expected_ns, one.runs) == (0, 1)                 # seen once (a first replay): no hint
+    two = hint_after([900_000, 200_000])
+    assert (two.expected_ns, two.spread_ns) == (200_000, 700_000)   # the lower of two: never slept through
+    eight = hint_after([200_000, 230_000, 210_000, 260_000, 205_000, 240_000, 220_000, 250_000])
+    assert (eight.expected_ns, eight.spread_ns) == (205_000, 250_000 - 205_000)   # p25; the 2nd slowest
+    preempted = hint_after([200_000, 230_000, 210_000, 260_000, 205_000, 240_000, 220_000, 9_000_000])
+    assert (preempted.expected_ns, preempted.spread_ns) == (205_000, 55_000)     # one preemption: no spin for it
+    ignored = hint_after([200_000, 230_000, 0, -5])
+    assert (ignored.runs, ignored.expected_ns, ignored.spread_ns) == (2, 200_000, 30_000)
+    grown = hint_after([200_000] * 8 + [400_000] * 7)           # the job really grew: the ring holds 8 runs
+    assert (grown.runs, grown.expected_ns, grown.spread_ns) == (15, 400_000, 0)
+    shrunk = hint_after([400_000] * 8 + [150_000] * 2)
+    assert (shrunk.expected_ns, shrunk.spread_ns) == (150_000, 250_000)
+
+
+def test_a_job_whose_time_varies_still_completes_each_wait(device, native):
+    """Hints far from what the job takes (far shorter, far longer, a wide spread): every
+    wait ends with the job's completion, and the hint follows the NOPs' exec times."""
     queue = device.create_queue()
     job = nop_job(device)
-    first = queue.run_repeated(job)
-    assert first is not None and job.expected_ns[0] == -first.exec_ns     # seen once: not a hint yet
-    second = queue.run_repeated(job)
-    assert second is not None and job.expected_ns[0] == min(first.exec_ns, second.exec_ns)
-    expected = job.expected_ns[0]
-    for _ in range(20):
-        fence = queue.run_repeated(job)
-        assert fence is not None and fence.exec_ns > 0
-        took = fence.exec_ns
-        expected = took if took < expected else expected + min((took - expected) // 8, expected // 8 + 1000)
-        assert job.expected_ns[0] == expected
-    job.expected_ns[0] = 8 * 10**6           # as if the jobs had taken 8 ms: one NOP brings it down at once
-    queue.run_repeated(job)
-    assert job.expected_ns[0] < 8 * 10**6
-    job.expected_ns[0] = 1                    # a slower job raises it by an eighth of itself + 1 us at most
-    queue.run_repeated(job)
-    assert 1 < job.expected_ns[0] <= 1 + 1000
+    for seeded in ([150_000] * 8, [2_000_000] * 8, [150_000, 4_000_000] * 4, [300_000, 310_000]):
+        for _ in range(3):
+            job.hint.runs = 0
+            for took in seeded:
+                queue_native.library().npu_uq_hint_update(job.hint, took)
+            fence = queue.run_repeated(job)
+            assert fence is not None and fence.status == 0 and fence.exec_ns > 0
+            assert job.hint.recent[(job.hint.runs - 1) % 8] == fence.exec_ns
+    assert queue.late_wakeups == 0
 
 
 def test_a_job_expected_to_be_long_is_slept_through_then_caught(device, native):
@@ -73,7 +93,9 @@ def test_a_job_expected_to_be_long_is_slept_through_then_caught(device, native):
     slept_through = 0
     for _ in range(200):      # a loaded machine may preempt the client between submit and wait
         at_once = queue.wait_counts()["at_once"]
-        job.expected_ns[0] = 4_000_000
+        job.hint.runs = 0
+        for _ in range(8):        # as if each run had taken 4 ms
+            queue_native.library().npu_uq_hint_update(job.hint, 4_000_000)
         started = time.monotonic()
         fence = queue.run_repeated(job)
         took = time.monotonic() - started
@@ -99,7 +121,7 @@ def test_inferences_run_on_the_requests_queue_with_the_same_bytes(session, resne
         queue = request._job.queue
         assert queue is not None and queue.native          # taken once, then run on directly
         again = [request.infer(xi)[0].copy() for xi in x]
-        assert request._job.queue is queue and request._job.expected_ns[0] > 0
+        assert request._job.queue is queue and request._job.expected_ns > 0
         device.use_queues = False                           # turned off: not even the request's own queue
         submitted = [request.infer(xi)[0].copy() for xi in x]
         assert request.timing.chip_ns == 0
