@@ -2,13 +2,14 @@
 
 Run from the repository root (not in CI; mounting needs root)::
 
-    .venv/bin/python -m benchmarks.hinted_wait --baseline CHECKOUT [--models resnet8 vww mww-okay-nabu]
-        [--rounds 40] [--block 25] [--unhinted] [--json]
+    .venv/bin/python -m benchmarks.hinted_wait --baseline [LABEL=]CHECKOUT [--baseline ...]
+        [--models resnet8 vww mww-okay-nabu] [--rounds 40] [--block 25] [--unhinted] [--json]
 
 One scratch device (2 cores, this checkout's driver and chip) serves one client process per
 side (``benchmarks/wait_worker.py``): ``this`` runs this checkout's libnpu and C queue
-client, ``before`` the one of ``--baseline`` (e.g. a ``git worktree`` of main) put first on
-its PYTHONPATH, and with ``--unhinted`` a third, this checkout without the sleep ahead
+client, each ``--baseline`` the one of another checkout (e.g. a ``git worktree`` or ``git
+archive`` of main; labelled ``before`` unless given as ``LABEL=CHECKOUT``) put first on its
+PYTHONPATH, and with ``--unhinted`` a third, this checkout without the sleep ahead
 (``NPU_QUEUE_SLEEP_AHEAD=0``). Each loads every model (model-zoo names, or work-half corpus
 models compiled as ``benchmarks.corpus_bench`` compiles them) and times blocks of ``--block``
 ``infer`` calls on command, every (side, model) once a round in a new random order, so the
@@ -121,7 +122,8 @@ def _load_average() -> str:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m benchmarks.hinted_wait", description=__doc__.splitlines()[0])
-    ap.add_argument("--baseline", required=True, metavar="CHECKOUT", help="the other checkout (side 'before')")
+    ap.add_argument("--baseline", action="append", default=[], metavar="[LABEL=]CHECKOUT",
+                    help="another checkout, a side of its own (label: 'before')")
     ap.add_argument("--models", nargs="+", default=["resnet8", "vww", "mww-okay-nabu"])
     ap.add_argument("--rounds", type=int, default=40)
     ap.add_argument("--block", type=int, default=25)
@@ -137,7 +139,10 @@ def main(argv: list[str] | None = None) -> int:
     load_before = _load_average()
     with tempfile.TemporaryDirectory(prefix="hinted-wait-") as tmp, ScratchDevice(cores=2) as dev:
         paths = [_compiled(name, Path(tmp))[1] for name in args.models]
-        plan = [("this", HERE, {}), ("before", Path(args.baseline).resolve(), {})]
+        plan: list[tuple[str, Path, dict[str, str]]] = [("this", HERE, {})]
+        for baseline in args.baseline:
+            label, _, checkout = baseline.rpartition("=")
+            plan.append((label or "before", Path(checkout).resolve(), {}))
         if args.unhinted:
             plan.append(("unhinted", HERE, {"NPU_QUEUE_SLEEP_AHEAD": "0"}))
         sides: list[Side] = []
