@@ -56,8 +56,8 @@ void npu_uq_hint_update(struct npu_uq_hint *hint, long long exec_ns);
 /* One synchronous job of a client that runs the same command buffer again and again (an
  * inference): npu_uq_run unless the queue has jobs in flight (-EBUSY, nothing written: the
  * caller takes a queue that is idle), its wait hinted by `hint` (NULL: none).  A job expected
- * to take from NPU_UQ_SLEEP_AHEAD_MIN_NS to NPU_UQ_SLEEP_AHEAD_MAX_NS is slept through on a
- * timer, with no signal asked of the core, until NPU_UQ_WAKE_MARGIN_NS before its expected
+ * to take from NPU_UQ_SLEEP_AHEAD_MIN_NS to NPU_UQ_SLEEP_AHEAD_MAX_NS, with `spin_ns` > 0 (a
+ * CPU to spare), is slept through on a timer, with no signal asked of the core, until NPU_UQ_WAKE_MARGIN_NS before its expected
  * end; then spun for across the spread and the margin on each side (at least `spin_ns`, at
  * most NPU_UQ_SPREAD_SPIN_MAX_NS unless `spin_ns` is longer), then waited for on the
  * completion line, as npu_uq_wait.  Any other is npu_uq_wait's.  A successful job's exec_ns

@@ -10,6 +10,7 @@ import pytest
 
 import libnpu
 from libnpu.capi import queue_native
+from libnpu import user_queue
 from libnpu.user_queue import RepeatedJob
 from npu_hw import queues
 
@@ -20,6 +21,15 @@ pytestmark = pytest.mark.recovery     # queues (benchmarks/flake_hunt.py -m reco
 def native():
     if queue_native.library() is None:
         pytest.fail(f"the C queue client did not build: {queue_native.unavailable()}")
+
+
+@pytest.fixture
+def wait_mode(request):
+    """Waiters in ``request.param``'s mode whatever the load (``spin``: the sleep ahead is for a
+    machine with a CPU to spare; ``sleep``: one without)."""
+    user_queue.set_wait_mode(request.param)
+    yield request.param
+    user_queue.set_wait_mode("adaptive")
 
 
 def nop_job(device) -> RepeatedJob:
@@ -68,23 +78,50 @@ def test_the_hint_sleeps_to_the_low_quartile_and_spins_across_the_spread(native)
     assert (shrunk.expected_ns, shrunk.spread_ns) == (150_000, 250_000)
 
 
-def test_a_job_whose_time_varies_still_completes_each_wait(device, native):
+def seed(job: RepeatedJob, exec_times: list[int]) -> None:
+    """The job's hint as if its last runs had taken ``exec_times``."""
+    job.hint.runs = 0
+    for took in exec_times:
+        queue_native.library().npu_uq_hint_update(job.hint, took)
+
+
+@pytest.mark.parametrize("wait_mode", ["spin", "sleep"], indirect=True)
+def test_a_job_whose_time_varies_still_completes_each_wait(device, native, wait_mode):
     """Hints far from what the job takes (far shorter, far longer, a wide spread): every
-    wait ends with the job's completion, and the hint follows the NOPs' exec times."""
+    wait ends with the job's completion, and the hint follows the NOPs' exec times; slept
+    ahead on the timer (a spinning waiter) or not (a waiter that may not spin)."""
     queue = device.create_queue()
     job = nop_job(device)
-    for seeded in ([150_000] * 8, [2_000_000] * 8, [150_000, 4_000_000] * 4, [300_000, 310_000]):
+    for exec_times in ([150_000] * 8, [2_000_000] * 8, [150_000, 4_000_000] * 4, [300_000, 310_000]):
         for _ in range(3):
-            job.hint.runs = 0
-            for took in seeded:
-                queue_native.library().npu_uq_hint_update(job.hint, took)
+            seed(job, exec_times)
             fence = queue.run_repeated(job)
             assert fence is not None and fence.status == 0 and fence.exec_ns > 0
             assert job.hint.recent[(job.hint.runs - 1) % 8] == fence.exec_ns
     assert queue.late_wakeups == 0
 
 
-def test_a_job_expected_to_be_long_is_slept_through_then_caught(device, native):
+@pytest.mark.parametrize("wait_mode", ["sleep"], indirect=True)
+def test_a_waiter_that_may_not_spin_is_not_slept_ahead(device, native, wait_mode):
+    """With no CPU to spare (spin 0) a hinted wait goes straight to the completion line: a
+    client woken on its timer before the job's end would take the CPU from the core."""
+    queue = device.create_queue()
+    job = nop_job(device)
+    waited = 0
+    for _ in range(200):      # until three waits began before the job's end
+        before = queue.wait_counts()
+        seed(job, [4_000_000] * 8)
+        assert queue.run_repeated(job) is not None
+        after = queue.wait_counts()
+        assert after["spun"] == before["spun"]        # no timer, no spin after it
+        waited += after["slept"] - before["slept"]
+        if waited == 3:
+            break
+    assert waited == 3
+
+
+@pytest.mark.parametrize("wait_mode", ["spin"], indirect=True)
+def test_a_job_expected_to_be_long_is_slept_through_then_caught(device, native, wait_mode):
     """A hint of 4 ms on a NOP: the client sleeps on its timer (no signal asked of the
     core), then finds the job done; a hint far too long costs time, never a job."""
     queue = device.create_queue()
@@ -93,9 +130,7 @@ def test_a_job_expected_to_be_long_is_slept_through_then_caught(device, native):
     slept_through = 0
     for _ in range(200):      # a loaded machine may preempt the client between submit and wait
         at_once = queue.wait_counts()["at_once"]
-        job.hint.runs = 0
-        for _ in range(8):        # as if each run had taken 4 ms
-            queue_native.library().npu_uq_hint_update(job.hint, 4_000_000)
+        seed(job, [4_000_000] * 8)     # as if each run had taken 4 ms
         started = time.monotonic()
         fence = queue.run_repeated(job)
         took = time.monotonic() - started
