@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 import libnpu
-from libnpu.capi import queue_native
 from libnpu import user_queue
+from libnpu.capi import queue_native
 from libnpu.user_queue import RepeatedJob
 from npu_hw import queues
 
