@@ -47,8 +47,9 @@ struct npu_uq_client {
 	unsigned long long waits[3];        /* at once, in the spin, asleep */
 };
 
-/* The hinted wait (npu_uq_run_hinted): jobs expected to take at least this long are slept
- * through on a timer; shorter ones are spun for (a wake-up costs about what they take). */
+/* The hinted wait (npu_uq_run_hinted), for a caller that may spin: jobs expected to take at
+ * least this long are slept through on a timer; shorter ones are spun for (a wake-up costs
+ * about what they take). */
 #define NPU_UQ_SLEEP_AHEAD_MIN_NS 150000LL
 /* ... until this long before their expected end (a timer wake-up on a busy machine). */
 #define NPU_UQ_WAKE_MARGIN_NS 40000LL
