@@ -56,9 +56,11 @@ SOURCES = (SOURCE, SOURCE.with_name("data_kernels.c"), SOURCE.with_name("int16_k
            SOURCE.with_name("int16x16_kernels.c"), SOURCE.with_name("graph_steps.c"))
 # -fno-trapping-math: nothing reads the floating-point exception flags, and without it GCC
 # will not vectorize a float -> int conversion under a condition (QUANTIZE's loop). Results
-# stay IEEE-exact (no -ffast-math).
+# stay IEEE-exact (no -ffast-math). -Wundef: a feature switch tested by `#if` in a file that
+# does not see its definition (int16_common.h's INT16_LANES) fails the build instead of
+# compiling the scalar loop alone.
 _FLAGS = ("-O3", "-fwrapv", "-fno-trapping-math", "-march=native", "-shared", "-fPIC", "-std=c11",
-          "-Wall", "-Werror")
+          "-Wall", "-Wundef", "-Werror")
 
 ffi = cffi.FFI()
 ffi.cdef(HEADER.read_text())

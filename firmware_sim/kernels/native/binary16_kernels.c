@@ -49,7 +49,7 @@ static inline int64_t binary16_one(int32_t kind, int64_t x, int64_t y, const int
     return x >= 0 ? mbqm(x, p[0], p[1]) : mbqm(x * y, p[2], p[3]);
 }
 
-#ifdef INT16_LANES
+#if INT16_LANES
 /* mbqm's arithmetic per requantization (m, s) prepared for lanes, each field an int64 array
    over the channels: x' = (int32_t)(x << ls) (ls = s > 0 ? s : 0), then the two roundings
    folded into one shift (floor(floor(a / 2**31) / 2**e) = floor(a / 2**(31 + e)), e = -s > 0):
@@ -178,7 +178,7 @@ static void binary16_run(const int16_t *a, int64_t as, const int16_t *b, int64_t
                          int64_t ch, const struct npu_binary16_call *c, const int64_t *terms, int left)
 {
     const int64_t channels = c->channels;
-#ifdef INT16_LANES
+#if INT16_LANES
     if (terms && (as == 0 || as == 1) && (bs == 0 || bs == 1)) {
         if (channels == 1) {
             binary16_lanes(c, a, as, b, bs, o, n, terms, left);
@@ -211,7 +211,7 @@ static void binary16_axis(const int16_t *a, const int16_t *b, int16_t *o, const 
         binary16_run(a, as, b, bs, o, n, (o - c->out) % c->channels, c, terms, left);
         return;
     }
-#ifdef INT16_LANES
+#if INT16_LANES
     /* pixels over the channels, one operand broadcast along one of the two axes (PRELU's slopes) */
     const int64_t last = c->shape[d + 1], as1 = c->a_stride[d + 1], bs1 = c->b_stride[d + 1];
     if (terms && d == c->rank - 2 && c->channels > 1 && last == c->channels && (as1 == 0 || as1 == 1)
@@ -249,7 +249,7 @@ int npu_binary16(const struct npu_binary16_call *c)
         size *= c->shape[d];
     }
     int left = 0;
-#ifdef INT16_LANES
+#if INT16_LANES
     int64_t *terms = binary16_prepare(c, &left);
 #else
     int64_t *terms = NULL;

@@ -7,6 +7,14 @@
 
 /* Include int8_kernels.h first (NPU_KERNEL_BAD_SHIFT): it has no include guard (cffi reads it). */
 
+/* 1 where the int16 kernels' AVX-512 lanes build (else their scalar loops run): tested with
+   `#if`, never `#ifdef`, so a file that uses it without this header fails to build (-Wundef). */
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512DQ__) && defined(__AVX512VL__)
+#define INT16_LANES 1
+#else
+#define INT16_LANES 0
+#endif
+
 /* TFLite's MultiplyByQuantizedMultiplier(int64_t, ...) (multiply_by_quantized_multiplier_int64),
    the store's int32 wrap and clamp. */
 static inline int16_t requant16(int64_t acc, int32_t m, int32_t s, int32_t lo, int32_t hi)

@@ -33,8 +33,7 @@ static int64_t dot16x8(const int16_t *restrict a, const int8_t *restrict b, int6
     return total;
 }
 
-#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512DQ__) && defined(__AVX512VL__)
-#define INT16_LANES 1
+#if INT16_LANES
 /* requant16's per-channel terms (requant_terms), each over the channels rounded up to a
    multiple of 16: the multiplier rounded to 16 bits, the bias times it plus the rounding
    half (mod 2**64: (acc + bias) * reduced + half wraps to the same bits as requant16's), the
@@ -80,7 +79,7 @@ static inline void store16x8(__m512i acc, const struct requant_lanes *q, int64_t
 /* dst[0..n) = src[0..n): a short run (a window row of a few channels) without a call. */
 static inline void copy16(int16_t *dst, const int16_t *src, int64_t n)
 {
-#ifdef INT16_LANES
+#if INT16_LANES
     if (n <= 32) {
         const __mmask32 k = n == 32 ? ~(__mmask32)0 : ((__mmask32)1 << n) - 1;
         _mm512_mask_storeu_epi16(dst, k, _mm512_maskz_loadu_epi16(k, src));
@@ -120,7 +119,7 @@ static const int16_t *gather_window16(const struct npu_conv16_call *c, int32_t b
     return row;
 }
 
-#ifdef INT16_LANES
+#if INT16_LANES
 /* Output pixels a convolution tile computes together (each filter vector loaded once for all). */
 #define TILE 8
 /* Pairs of products whose int32 sum is exact (each pair at most 2**23 with int8 weights). */
@@ -250,7 +249,7 @@ int npu_conv16x8(const struct npu_conv16_call *c)
     int64_t *sums = malloc(sizeof(int64_t) * (size_t)(cout_g > 0 ? cout_g : 1));
     /* Packing costs about one pixel's multiply-adds: a layer of a few pixels (a classifier's
        1x1 head) takes one dot product per output channel instead. */
-#ifdef INT16_LANES
+#if INT16_LANES
     const int dots = groups == 1 && cout <= DOT_CHANNELS;
 #else
     const int dots = 0;
@@ -263,7 +262,7 @@ int npu_conv16x8(const struct npu_conv16_call *c)
         free(sums);
         return NPU_KERNEL_NO_MEMORY;
     }
-#ifdef INT16_LANES
+#if INT16_LANES
     if (dots) {
         status = conv16x8_dots(c, k, row, sums);
         free(row);
@@ -306,7 +305,7 @@ int npu_conv16x8(const struct npu_conv16_call *c)
     return 0;
 }
 
-#ifdef INT16_LANES
+#if INT16_LANES
 /* 16 channels' int32 sums (masked by k) as requantized int16 at o. */
 static inline void store16x16(__m512i acc, const struct requant_lanes *q, int32_t c0, int32_t cout, __m256i lo,
                               __m256i hi, __mmask16 k, int16_t *o)
@@ -399,7 +398,7 @@ int npu_depthwise16x8(const struct npu_conv16_call *c)
     int status = check_requant16(c->mult, c->shift, c->per_channel ? cout : 1);
     if (status)
         return status;
-#ifdef INT16_LANES
+#if INT16_LANES
     if (dm == 1 && (int64_t)c->kh * c->kw <= CHUNK)
         return depthwise16_lanes(c);
 #endif
