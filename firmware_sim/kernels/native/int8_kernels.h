@@ -368,6 +368,21 @@ int npu_pool16(const struct npu_pool16_call *c, int32_t max);
 void npu_quantize_f32_s16(const float *x, int64_t n, float scale, int32_t zero_point, int16_t *out);
 void npu_dequantize_s16_f32(const int16_t *x, int64_t n, float scale, int32_t zero_point, float *out);
 
+/* RESIZE_BILINEAR / RESIZE_NEAREST_NEIGHBOR of int8 or int16 (`elem` bytes) NHWC x (n, h, w, c)
+   into out (n, oh, ow, c) (resize_kernels.c): output row oy reads source rows y0[oy] (and
+   y1[oy], weight fy[oy] / 1024 for bilinear), column ox columns x0[ox] (x1[ox], fx[ox]); the
+   indices and fractions are kernels/resize.py's. An index outside the image: NPU_KERNEL_BAD_STEP. */
+struct npu_resize_call {
+    const void *x;
+    void *out;
+    int32_t elem, bilinear, n, h, w, c, oh, ow;
+    const int32_t *y0, *y1, *fy, *x0, *x1, *fx;
+};
+
+int npu_resize(const struct npu_resize_call *c);
+
+#define NPU_STEP_RESIZE 50
+
 /* One prepared kernel call: `call` points to the struct of `kind` (npu_conv_call for CONV and
    DEPTHWISE, npu_pool_call for both pools, npu_convert_call for both conversions). */
 struct npu_step {
