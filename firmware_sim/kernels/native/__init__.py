@@ -54,7 +54,7 @@ GRAPH_HEADER = SOURCE.with_name("graph_steps.h")
 SOURCES = (SOURCE, SOURCE.with_name("data_kernels.c"), SOURCE.with_name("int16_kernels.c"),
            SOURCE.with_name("binary16_kernels.c"), SOURCE.with_name("gemm_kernels.c"),
            SOURCE.with_name("int16x16_kernels.c"), SOURCE.with_name("graph_steps.c"),
-           SOURCE.with_name("resize_kernels.c"))
+           SOURCE.with_name("resize_kernels.c"), SOURCE.with_name("softmax16_kernels.c"))
 # -fno-trapping-math: nothing reads the floating-point exception flags, and without it GCC
 # will not vectorize a float -> int conversion under a condition (QUANTIZE's loop). Results
 # stay IEEE-exact (no -ffast-math). -Wundef: a feature switch tested by `#if` in a file that

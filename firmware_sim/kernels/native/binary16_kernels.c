@@ -16,19 +16,6 @@
 #include <immintrin.h>
 #endif
 
-/* gemmlowp's MultiplyByQuantizedMultiplier on an int32 value x (kernels/fixedpoint.py). */
-static inline int64_t mbqm(int64_t x, int64_t m, int32_t s)
-{
-    if (s > 0)
-        x = (int32_t)(uint32_t)((uint64_t)x << s);
-    int64_t v = (x == INT32_MIN && m == INT32_MIN) ? INT32_MAX : (x * m + (INT64_C(1) << 30)) >> 31;
-    const int e = s > 0 ? 0 : -s;
-    int64_t r = v + ((INT64_C(1) << e) >> 1);
-    if (e > 0)
-        r -= v < 0;
-    return r >> e;
-}
-
 /* The requantization columns of a kind's parameter row: ADD m1, s1, m2, s2, mo, so; MUL m, s;
    PRELU m1, s1 (x >= 0), m2, s2 (x * alpha). */
 static inline int binary16_columns(int32_t kind)

@@ -55,6 +55,8 @@ def check_status(status: int) -> None:
         raise InvalidCommand("a pooling window lies entirely outside the input")
     if status == library().NPU_KERNEL_BAD_EXPONENT:
         raise InvalidCommand("softmax reciprocal exponent out of range")
+    if status == library().NPU_KERNEL_SOFTMAX_ZERO_SUM:
+        raise InvalidCommand("softmax: the exponentials sum to zero (bad input multiplier)")
     if status == library().NPU_KERNEL_DNNL_FAILED:
         raise RuntimeError("oneDNN's int8 GEMM failed")
     if status in (library().NPU_KERNEL_NO_DNNL, library().NPU_KERNEL_BAD_STEP):

@@ -1,6 +1,7 @@
-"""Bound calls of the C int16 kernels (``int16_kernels.c``, ``binary16_kernels.c``, ``int16x16_kernels.c``):
-convolution, depthwise convolution and fully connected with int16 activations and int8 or
-int16 weights, ADD, MUL and PRELU, average and max pooling: the reruns of ``kernels.int16x8``'s,
+"""Bound calls of the C int16 kernels (``int16_kernels.c``, ``binary16_kernels.c``, ``int16x16_kernels.c``,
+``softmax16_kernels.c``): convolution, depthwise convolution and fully connected with int16
+activations and int8 or int16 weights, ADD, MUL, PRELU, MAXIMUM and MINIMUM, average and max
+pooling, SOFTMAX: the reruns of ``kernels.int16x8``'s,
 ``kernels.int16x16``'s, ``kernels.binary``'s (int16 PRELU) and ``kernels.pooling``'s numpy
 kernels (which run first and stay the reference)."""
 from __future__ import annotations
@@ -10,7 +11,7 @@ import numpy as np
 from . import data_calls, ffi, library
 from .calls import BoundCall
 
-__all__ = ["bind_conv16", "bind_fully_connected16", "bind_binary16", "bind_pool16"]
+__all__ = ["bind_conv16", "bind_fully_connected16", "bind_binary16", "bind_pool16", "bind_softmax16"]
 
 
 def _contiguous(*arrays: np.ndarray | None) -> bool:
@@ -135,3 +136,22 @@ def bind_pool16(kind: str, x: np.ndarray, out: np.ndarray, filter_hw: tuple[int,
         "act_min": act_min, "act_max": act_max, "out": buffers[1]})
     step_kind = library().NPU_STEP_AVG_POOL16 if kind == "avg" else library().NPU_STEP_MAX_POOL16
     return BoundCall(step_kind, call, (x, out), buffers)
+
+
+def bind_softmax16(x: np.ndarray, out: np.ndarray, exp_lut: np.ndarray, recip_lut: np.ndarray, *,
+                   multiplier: int, left_shift: int) -> BoundCall | None:
+    """int16 SOFTMAX over the last axis of ``x`` (rows, depth) into ``out`` with the numpy
+    kernel's exp and reciprocal tables (513 int16 entries each), as a call; None unless every
+    array is C-contiguous int16 and the multiplier an int32."""
+    arrays = (x, out, exp_lut, recip_lut)
+    if (library() is None or any(a.dtype != np.int16 or not a.flags.c_contiguous for a in arrays)
+            or x.ndim != 2 or x.shape != out.shape or not out.flags.writeable or exp_lut.size != 513
+            or recip_lut.size != 513 or not -(1 << 31) <= multiplier < 1 << 31 or not -31 <= left_shift <= 30
+            or not data_calls.in_place_or_apart(x, out)):
+        return None
+    buffers = (ffi.from_buffer("int16_t[]", x), ffi.from_buffer("int16_t[]", out, require_writable=True),
+               ffi.from_buffer("int16_t[]", exp_lut), ffi.from_buffer("int16_t[]", recip_lut))
+    call = ffi.new("struct npu_softmax16_call *", {
+        "x": buffers[0], "rows": x.shape[0], "depth": x.shape[1], "multiplier": multiplier,
+        "left_shift": left_shift, "exp_lut": buffers[2], "recip_lut": buffers[3], "out": buffers[1]})
+    return BoundCall(library().NPU_STEP_SOFTMAX16, call, arrays, buffers)

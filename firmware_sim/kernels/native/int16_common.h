@@ -27,6 +27,19 @@ static inline int16_t requant16(int64_t acc, int32_t m, int32_t s, int32_t lo, i
     return (int16_t)r;
 }
 
+/* gemmlowp's MultiplyByQuantizedMultiplier on an int32 value x (kernels/fixedpoint.py). */
+static inline int64_t mbqm(int64_t x, int64_t m, int32_t s)
+{
+    if (s > 0)
+        x = (int32_t)(uint32_t)((uint64_t)x << s);
+    int64_t v = (x == INT32_MIN && m == INT32_MIN) ? INT32_MAX : (x * m + (INT64_C(1) << 30)) >> 31;
+    const int e = s > 0 ? 0 : -s;
+    int64_t r = v + ((INT64_C(1) << e) >> 1);
+    if (e > 0)
+        r -= v < 0;
+    return r >> e;
+}
+
 static inline int check_requant16(const int32_t *mult, const int32_t *shift, int32_t count)
 {
     for (int32_t i = 0; i < count; i++)

@@ -1278,6 +1278,8 @@ int npu_step_run(const struct npu_step *step)
         return npu_lstm_s8(p);
     case NPU_STEP_RESIZE:
         return npu_resize(p);
+    case NPU_STEP_SOFTMAX16:
+        return npu_softmax16(p);
     default:
         return NPU_KERNEL_BAD_STEP;
     }

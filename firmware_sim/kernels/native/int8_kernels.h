@@ -383,6 +383,21 @@ int npu_resize(const struct npu_resize_call *c);
 
 #define NPU_STEP_RESIZE 50
 
+/* int16 SOFTMAX over `rows` rows of `depth` (softmax16_kernels.c, kernels/int16x8.py's
+   arithmetic) with its exp and reciprocal tables (513 entries each); a row whose exps sum to
+   zero or less: NPU_KERNEL_SOFTMAX_ZERO_SUM, nothing written. */
+#define NPU_KERNEL_SOFTMAX_ZERO_SUM -21
+struct npu_softmax16_call {
+    const int16_t *x;
+    int32_t rows, depth, multiplier, left_shift;
+    const int16_t *exp_lut, *recip_lut;
+    int16_t *out;
+};
+
+int npu_softmax16(const struct npu_softmax16_call *c);
+
+#define NPU_STEP_SOFTMAX16 51
+
 /* One prepared kernel call: `call` points to the struct of `kind` (npu_conv_call for CONV and
    DEPTHWISE, npu_pool_call for both pools, npu_convert_call for both conversions). */
 struct npu_step {
