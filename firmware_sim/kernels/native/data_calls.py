@@ -170,12 +170,13 @@ def bind_table2_broadcast(a: np.ndarray, b: np.ndarray, table: np.ndarray, out: 
 
 def bind_mean(x: np.ndarray, axes: tuple[int, ...], out: np.ndarray, *, zp_total: int = 0, multiplier: int = 0,
               shift: int = 0, output_zp: int = 0, act_min: int = 0, act_max: int = 0,
-              reduce: str = "sum") -> BoundCall | None:
+              reduce: str = "sum", input_zp: int = 0, scale: float = 0.0) -> BoundCall | None:
     """MEAN or SUM (``reduce`` "sum") of contiguous ``x`` over ``axes`` into contiguous
     ``out`` (kept dims), with the requantization :func:`~firmware_sim.kernels.pooling.mean`
     or ``reduce.reduce_sum`` derived (``multiplier`` an int32, ``shift`` in [-31, 30], for
     MEAN folding in 1/count); ``reduce`` "max" / "min": the largest / smallest value (the max
-    and min reductions: no requantization)."""
+    and min reductions: no requantization); "l2": ``reduce.reduce_l2``'s norm of ``x -
+    input_zp`` times ``scale``, plus ``output_zp``, clamped to [act_min, act_max]."""
     if (library() is None or x.dtype not in (np.int8, np.int16) or out.dtype != x.dtype
             or not (x.flags.c_contiguous and out.flags.c_contiguous) or not _writable(out)
             or not -31 <= shift <= 30 or not -(1 << 31) <= multiplier < 1 << 31):
@@ -192,9 +193,9 @@ def bind_mean(x: np.ndarray, axes: tuple[int, ...], out: np.ndarray, *, zp_total
         "x": buffers[0], "sums": buffers[1], "out": buffers[2], "rank": len(shape), "elem": x.itemsize,
         "shape": padded(shape), "x_stride": padded(x_stride), "sum_stride": padded(sum_stride),
         "outputs": out.size, "zp_total": zp_total, "multiplier": multiplier, "shift": shift,
-        "output_zp": output_zp, "act_min": act_min, "act_max": act_max,
+        "output_zp": output_zp, "act_min": act_min, "act_max": act_max, "input_zp": input_zp, "scale": scale,
         "reduce": {"sum": library().NPU_SUMS_ADD, "max": library().NPU_SUMS_LARGEST,
-                   "min": library().NPU_SUMS_SMALLEST}[reduce]})
+                   "min": library().NPU_SUMS_SMALLEST, "l2": library().NPU_SUMS_SQUARES}[reduce]})
     return BoundCall(library().NPU_STEP_MEAN, call, (x, out), (buffers, sums))
 
 

@@ -217,10 +217,13 @@ struct npu_table2b_call {
    x over `shape` with element strides, summed in int64 into `sums` (`outputs` entries,
    `sum_stride` 0 along a reduced axis), less zp_total (input zero point x count),
    requantized by multiplier/shift, plus output_zp, clamped; the max and min reductions
-   (NPU_SUMS_LARGEST / _SMALLEST): the largest / smallest value, as it is. */
+   (NPU_SUMS_LARGEST / _SMALLEST): the largest / smallest value, as it is; the L2 norm
+   (NPU_SUMS_SQUARES, reduce.reduce_l2's formula): the sum of (x - input_zp)**2, its sqrt
+   times scale in double, rounded half away from zero, plus output_zp, clamped. */
 #define NPU_SUMS_ADD 0
 #define NPU_SUMS_LARGEST 1
 #define NPU_SUMS_SMALLEST 2
+#define NPU_SUMS_SQUARES 3
 struct npu_mean_call {
     const void *x;
     int64_t *sums;
@@ -228,7 +231,8 @@ struct npu_mean_call {
     int32_t rank, elem;
     int64_t shape[6], x_stride[6], sum_stride[6];
     int64_t outputs, zp_total;
-    int32_t multiplier, shift, output_zp, act_min, act_max, reduce;
+    int32_t multiplier, shift, output_zp, act_min, act_max, reduce, input_zp;
+    double scale;
 };
 
 /* GATHER of int8 rows (inner bytes each) along the middle axis by int32 indices. */
