@@ -27,6 +27,20 @@ static inline int16_t requant16(int64_t acc, int32_t m, int32_t s, int32_t lo, i
     return (int16_t)r;
 }
 
+#if INT16_LANES
+#include <immintrin.h>
+/* acc + the pairwise products of a and b (vpmaddwd's pairs), wrapping in int32 lanes: one
+   vpdpwssd where the CPU has VNNI, else vpmaddwd then vpaddd (the same bits: both wrap mod 2**32). */
+static inline __m512i madd_acc16(__m512i acc, __m512i a, __m512i b)
+{
+#if defined(__AVX512VNNI__)
+    return _mm512_dpwssd_epi32(acc, a, b);
+#else
+    return _mm512_add_epi32(acc, _mm512_madd_epi16(a, b));
+#endif
+}
+#endif
+
 /* gemmlowp's MultiplyByQuantizedMultiplier on an int32 value x (kernels/fixedpoint.py). */
 static inline int64_t mbqm(int64_t x, int64_t m, int32_t s)
 {

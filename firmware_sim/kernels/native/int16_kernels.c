@@ -171,7 +171,7 @@ static int conv16x8_tiles(const struct npu_conv16_call *c, int64_t k, const int1
                     for (int t = 0; t < TILE; t++) {
                         int32_t pair;       /* win[t][2kk] and win[t][2kk + 1], as vpmaddwd pairs them */
                         memcpy(&pair, win[t] + 2 * kk, sizeof(pair));
-                        acc[t] = _mm512_add_epi32(acc[t], _mm512_madd_epi16(_mm512_set1_epi32(pair), fv));
+                        acc[t] = madd_acc16(acc[t], _mm512_set1_epi32(pair), fv);
                     }
                 }
                 for (int t = 0; t < TILE; t++) {
@@ -204,8 +204,8 @@ static int64_t dot16x8_lanes(const int16_t *a, const int8_t *b, int64_t n)
         __m512i acc = _mm512_setzero_si512();
         for (int64_t i = i0; i < i1; i += 32) {
             const __mmask32 k = i1 - i >= 32 ? ~(__mmask32)0 : ((__mmask32)1 << (i1 - i)) - 1;
-            acc = _mm512_add_epi32(acc, _mm512_madd_epi16(_mm512_maskz_loadu_epi16(k, a + i),
-                                                          _mm512_cvtepi8_epi16(_mm256_maskz_loadu_epi8(k, b + i))));
+            acc = madd_acc16(acc, _mm512_maskz_loadu_epi16(k, a + i),
+                             _mm512_cvtepi8_epi16(_mm256_maskz_loadu_epi8(k, b + i)));
         }
         total = _mm512_add_epi64(total, _mm512_cvtepi32_epi64(_mm512_castsi512_si256(acc)));
         total = _mm512_add_epi64(total, _mm512_cvtepi32_epi64(_mm512_extracti64x4_epi64(acc, 1)));
