@@ -1,6 +1,6 @@
 """The C reruns of the operators that ran in numpy on every inference of the work half's float
 models (RESIZE_BILINEAR / RESIZE_NEAREST_NEIGHBOR, int16 SOFTMAX, int16 MAXIMUM / MINIMUM,
-REDUCE_L2) against their numpy kernels, byte for byte: random shapes and parameters, the
+REDUCE_L2, TRANSPOSE_CONV) against their numpy kernels, byte for byte: random shapes and parameters, the
 extreme values, new inputs written under a bound call; and the chip's units of one job
 replayed as one C call."""
 from __future__ import annotations
@@ -11,7 +11,7 @@ import pytest
 from firmware_sim import job_plans
 from firmware_sim.errors import InvalidCommand
 from firmware_sim.executor import run_job
-from firmware_sim.kernels import binary, int16x8, native, reduce, resize
+from firmware_sim.kernels import binary, int16x8, native, reduce, resize, transpose_conv
 from firmware_sim.kernels.native import data_calls, int16_calls
 from firmware_sim.timing import HardwareProfile
 from npu_hw import iommu, ops
@@ -121,6 +121,35 @@ def test_reduce_l2_reruns_in_c_as_numpy_computes() -> None:
         rerun()
         np.testing.assert_array_equal(out, reduce.reduce_l2(x, axes, input_zp=zp, output_zp=output_zp, scale=scale),
                                       err_msg=f"{dtype} {shape} {axes} scale {scale}")
+
+
+def test_transpose_conv_reruns_in_c_as_numpy_computes() -> None:
+    """Both of the C kernel's loop orders (a dot product per output channel under 16 of them,
+    else rows of output channels), strides past the filter, padding, outputs larger and
+    smaller than the scatter reaches, int32 biases that wrap."""
+    rng = np.random.default_rng(87)
+    for case in range(40):
+        n, h, w, cin = int(rng.integers(1, 3)), int(rng.integers(1, 7)), int(rng.integers(1, 7)), int(rng.integers(1, 20))
+        cout, kh, kw = int(rng.choice([1, 5, 16, 24, 37])), int(rng.integers(1, 5)), int(rng.integers(1, 5))
+        sh, sw = int(rng.integers(1, 4)), int(rng.integers(1, 4))
+        pt, pl = int(rng.integers(0, kh)), int(rng.integers(0, kw))
+        out_hw = (max(1, (h - 1) * sh + kh - 2 * pt + int(rng.integers(-1, 2))),
+                  max(1, (w - 1) * sw + kw - 2 * pl + int(rng.integers(-1, 2))))
+        x, wt = _random(rng, np.int8, (n, h, w, cin)), _random(rng, np.int8, (cout, kh, kw, cin))
+        bias = None if case % 4 == 0 else rng.integers(-(1 << 31), 1 << 31, size=cout).astype(np.int32)
+        size = cout if case % 2 else 1
+        params = dict(stride=(sh, sw), padding=(pt, pl), out_hw=out_hw, input_zp=int(rng.integers(-128, 128)),
+                      output_zp=int(rng.integers(-128, 128)),
+                      multiplier=rng.integers(1 << 29, 1 << 31, size=size).astype(np.int32),
+                      shift=rng.integers(-20, 2, size=size).astype(np.int32), act_min=-128,
+                      act_max=int(rng.choice([127, 50])))
+        out = np.empty((n, *out_hw, cout), np.int8)
+        rerun = transpose_conv.transpose_conv2d_bound(x, wt, bias, out=out, **params)
+        assert rerun is not None
+        x[...], wt[...] = _random(rng, np.int8, x.shape), _random(rng, np.int8, wt.shape)
+        rerun()
+        np.testing.assert_array_equal(out, transpose_conv.transpose_conv2d(x, wt, bias, **params),
+                                      err_msg=f"{x.shape} {wt.shape} {params['stride']} {params['padding']}")
 
 
 def test_the_units_replay_as_one_c_call(mem: ChipMemory) -> None:

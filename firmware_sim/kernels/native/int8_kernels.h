@@ -404,6 +404,23 @@ int npu_softmax16(const struct npu_softmax16_call *c);
 
 #define NPU_STEP_SOFTMAX16 51
 
+/* int8 TRANSPOSE_CONV of NHWC x (n, h, w, cin) with filter (cout, kh, kw, cin) into out (n, oh,
+   ow, cout) (transpose_conv_kernels.c, kernels/transpose_conv.py's arithmetic): stride sh, sw,
+   padding pt, pl; bias int32 (cout) or NULL; mult / shift per channel or one. */
+struct npu_transpose_conv_call {
+    const int8_t *x;
+    int32_t n, h, w, cin;
+    const int8_t *filter;
+    int32_t cout, kh, kw, sh, sw, pt, pl, oh, ow;
+    const int32_t *bias, *mult, *shift;
+    int32_t per_channel, input_zp, output_zp, act_min, act_max;
+    int8_t *out;
+};
+
+int npu_transpose_conv_s8(const struct npu_transpose_conv_call *c);
+
+#define NPU_STEP_TRANSPOSE_CONV 52
+
 /* One prepared kernel call: `call` points to the struct of `kind` (npu_conv_call for CONV and
    DEPTHWISE, npu_pool_call for both pools, npu_convert_call for both conversions). */
 struct npu_step {
