@@ -129,7 +129,8 @@ def test_transpose_conv_reruns_in_c_as_numpy_computes() -> None:
     smaller than the scatter reaches, int32 biases that wrap."""
     rng = np.random.default_rng(87)
     for case in range(40):
-        n, h, w, cin = int(rng.integers(1, 3)), int(rng.integers(1, 7)), int(rng.integers(1, 7)), int(rng.integers(1, 20))
+        n, h, w = int(rng.integers(1, 3)), int(rng.integers(1, 7)), int(rng.integers(1, 7))
+        cin = int(rng.integers(1, 20))
         cout, kh, kw = int(rng.choice([1, 5, 16, 24, 37])), int(rng.integers(1, 5)), int(rng.integers(1, 5))
         sh, sw = int(rng.integers(1, 4)), int(rng.integers(1, 4))
         pt, pl = int(rng.integers(0, kh)), int(rng.integers(0, kw))

@@ -8,7 +8,8 @@ from ..fixedpoint import INT32_MAX, INT32_MIN
 from . import ffi, library
 
 __all__ = ["BoundCall", "check_status", "bind_table2", "bind_pool", "bind_convert", "bind_softmax", "bind_depthwise",
-           "bind_fully_connected", "bind_lstm", "bind_transpose_conv", "conv_s8", "depthwise_s8", "fully_connected_s8", "quant_arrays"]
+           "bind_fully_connected", "bind_lstm", "bind_transpose_conv", "conv_s8", "depthwise_s8", "fully_connected_s8",
+           "quant_arrays"]
 
 # C array types resolved once (parsing the type string costs a microsecond per pointer).
 _CTYPES = {np.dtype(np.int8): ffi.typeof("int8_t[]"), np.dtype(np.int32): ffi.typeof("int32_t[]"),
