@@ -5,6 +5,12 @@
 
 #include <stdint.h>
 
+/* The AVX-512 lanes of the int16 kernels, in every file that includes this one (binary16_kernels.c
+   lost them for months when it was split from int16_kernels.c, which alone defined this). */
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512DQ__) && defined(__AVX512VL__)
+#define INT16_LANES 1
+#endif
+
 /* Include int8_kernels.h first (NPU_KERNEL_BAD_SHIFT): it has no include guard (cffi reads it). */
 
 /* TFLite's MultiplyByQuantizedMultiplier(int64_t, ...) (multiply_by_quantized_multiplier_int64),

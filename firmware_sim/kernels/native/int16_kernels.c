@@ -33,8 +33,7 @@ static int64_t dot16x8(const int16_t *restrict a, const int8_t *restrict b, int6
     return total;
 }
 
-#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512DQ__) && defined(__AVX512VL__)
-#define INT16_LANES 1
+#ifdef INT16_LANES
 /* requant16's per-channel terms (requant_terms), each over the channels rounded up to a
    multiple of 16: the multiplier rounded to 16 bits, the bias times it plus the rounding
    half (mod 2**64: (acc + bias) * reduced + half wraps to the same bits as requant16's), the
