@@ -8,7 +8,7 @@ import numpy as np
 from firmware_sim.kernels import binary, byte_tables, normalization, unary
 from firmware_sim.kernels.fixedpoint import INT32_MAX, INT32_MIN
 from firmware_sim.kernels.int16x8 import INT16_MAX, INT16_MIN
-from firmware_sim.kernels.native import int16_calls
+from firmware_sim.kernels.native import int16_calls, norm_calls
 from npu_hw import ops
 
 from .common import Rerun, act_dtype, count, dims, parse_binary, parse_binary_per_channel, plan, prod, unit
@@ -153,8 +153,13 @@ def _rows(desc: np.void, dma, kernel, params: tuple[str, ...]) -> None:
 
 
 @unit(ops.OP_L2_NORMALIZATION, _rows_cost)
-def l2_normalization(desc: np.void, dma) -> None:
-    _rows(desc, dma, normalization.l2_normalization, ("input_zp",))
+def l2_normalization(desc: np.void, dma) -> Rerun | None:
+    """Reruns in C (``norm_kernels.c``)."""
+    shape = dims((desc["rows"], desc["depth"]), "rows/depth")
+    x = dma.read_array(int(desc["input"]), np.int8, shape)
+    out = dma.write_array(int(desc["output"]), np.int8, shape)
+    normalization.l2_normalization(x, input_zp=int(desc["input_zp"]), out=out)
+    return norm_calls.bind_l2_normalization(x, out, input_zp=int(desc["input_zp"]))
 
 
 

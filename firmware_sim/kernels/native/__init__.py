@@ -1,6 +1,7 @@
 """The C inner loops of the chip's kernels (``int8_kernels.c``, ``data_kernels.c``,
 ``int16_kernels.c``, ``binary16_kernels.c``, ``gemm_kernels.c``, ``int16x16_kernels.c``,
-``resize_kernels.c``, ``softmax16_kernels.c``, ``transpose_conv_kernels.c``), built on first use.
+``resize_kernels.c``, ``softmax16_kernels.c``, ``transpose_conv_kernels.c``, ``norm_kernels.c``),
+built on first use.
 
 numpy cannot get under LiteRT's C++ reference for small depthwise layers and batch-1
 fully connected layers: there the cost is per-call overhead, not arithmetic. These
@@ -50,12 +51,13 @@ PRIVATE_HEADERS = (SOURCE.with_name("gemm_kernels.h"), SOURCE.with_name("int16_c
 GRAPH_HEADER = SOURCE.with_name("graph_steps.h")
 # Every C file of the library (one header for the kernels): the int8 kernels, data movement
 # and tables, the int16 x int8 kernels, int16 ADD/MUL/PRELU/MAXIMUM/MINIMUM, the VNNI GEMM of small convolutions,
-# the int16 x int16 kernels and int16 pooling, the graph runner, RESIZE, int16 SOFTMAX and TRANSPOSE_CONV.
+# the int16 x int16 kernels and int16 pooling, the graph runner, RESIZE, int16 SOFTMAX, TRANSPOSE_CONV and
+# int8 L2_NORMALIZATION.
 SOURCES = (SOURCE, SOURCE.with_name("data_kernels.c"), SOURCE.with_name("int16_kernels.c"),
            SOURCE.with_name("binary16_kernels.c"), SOURCE.with_name("gemm_kernels.c"),
            SOURCE.with_name("int16x16_kernels.c"), SOURCE.with_name("graph_steps.c"),
            SOURCE.with_name("resize_kernels.c"), SOURCE.with_name("softmax16_kernels.c"),
-           SOURCE.with_name("transpose_conv_kernels.c"))
+           SOURCE.with_name("transpose_conv_kernels.c"), SOURCE.with_name("norm_kernels.c"))
 # -fno-trapping-math: nothing reads the floating-point exception flags, and without it GCC
 # will not vectorize a float -> int conversion under a condition (QUANTIZE's loop). Results
 # stay IEEE-exact (no -ffast-math). -Wundef: a feature switch tested by `#if` in a file that

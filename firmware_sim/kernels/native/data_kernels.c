@@ -16,6 +16,10 @@
 
 #include "int8_kernels.h"
 
+#if defined(__AVX512VBMI__) && defined(__AVX512BW__)
+#include <immintrin.h>
+#endif
+
 static void copy_inner(const char *restrict x, char *restrict o, int64_t n, int64_t xs, int64_t os,
                        int32_t elem)
 {
@@ -112,11 +116,32 @@ int npu_pad(const struct npu_pad_call *c)
             o[i] = t[x[i]];                                  \
     } while (0)
 
+#if defined(__AVX512VBMI__) && defined(__AVX512BW__)
+/* A 256-entry byte table held in four registers, 64 lookups at a time: two two-register byte
+   permutes (index bits 0-6) and a blend on bit 7. Each 64-byte block is loaded before it is
+   stored, so in place works as the scalar loop does. */
+static void lut_bytes(const uint8_t *x, const int8_t *t, int8_t *o, int64_t n)
+{
+    const __m512i t0 = _mm512_loadu_si512(t), t1 = _mm512_loadu_si512(t + 64);
+    const __m512i t2 = _mm512_loadu_si512(t + 128), t3 = _mm512_loadu_si512(t + 192);
+    for (int64_t i = 0; i < n; i += 64) {
+        const __mmask64 k = n - i >= 64 ? ~(__mmask64)0 : (((__mmask64)1 << (n - i)) - 1);
+        const __m512i v = _mm512_maskz_loadu_epi8(k, x + i);
+        const __m512i low = _mm512_permutex2var_epi8(t0, v, t1), high = _mm512_permutex2var_epi8(t2, v, t3);
+        _mm512_mask_storeu_epi8(o + i, k, _mm512_mask_blend_epi8(_mm512_movepi8_mask(v), low, high));
+    }
+}
+#endif
+
 int npu_lut(const struct npu_lut_call *c)
 {
     switch (c->in_bytes * 4 + c->out_bytes) {
     case 5:
+#if defined(__AVX512VBMI__) && defined(__AVX512BW__)
+        lut_bytes(c->x, c->table, c->out, c->n);
+#else
         LUT_LOOP(uint8_t, int8_t);
+#endif
         return 0;
     case 6:
         LUT_LOOP(uint8_t, int16_t);

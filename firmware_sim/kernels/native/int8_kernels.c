@@ -1247,6 +1247,8 @@ int npu_step_run(const struct npu_step *step)
         return npu_sequence(p);
     case NPU_STEP_GATHER:
         return npu_gather(p);
+    case NPU_STEP_L2NORM:
+        return npu_l2norm(p);
     case NPU_STEP_CONV16:
         return npu_conv16x8(p);
     case NPU_STEP_DEPTHWISE16:

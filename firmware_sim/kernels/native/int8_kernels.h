@@ -266,6 +266,17 @@ int npu_gather(const struct npu_gather_call *c);
 #define NPU_STEP_SEQUENCE 15
 #define NPU_STEP_GATHER 20
 
+/* int8 L2_NORMALIZATION over the last axis (norm_kernels.c): rows x depth values, output
+   scale 1/128, zero point 0. */
+struct npu_l2norm_call {
+    const int8_t *x;
+    int64_t rows, depth;
+    int32_t input_zp;
+    int8_t *out;
+};
+int npu_l2norm(const struct npu_l2norm_call *c);
+#define NPU_STEP_L2NORM 60
+
 /* int16 x int8 kernels (int16_kernels.c): int16 activations (zero point 0), int8 weights,
    int64 biases; requantized as TFLite's 16x8 reference kernels do. `depth_multiplier` is
    the depthwise kernel's (cout = cin * depth_multiplier), `groups` the convolution's. */
