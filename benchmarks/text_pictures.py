@@ -1,4 +1,4 @@
-"""Pictures of text for the corpus's OCR models: document pages and text lines rendered with Pillow, deterministic by seed.
+"""Pictures of text for the corpus's OCR models: pages and text lines rendered with Pillow, deterministic by seed.
 
 An OCR model is judged on what its users feed it: pages of text for a detector, a layout
 or an orientation model, a boxed line of text for a recognizer or an orientation

@@ -1,4 +1,4 @@
-"""The corpus's rendered text (benchmarks/text_pictures.py): deterministic, and text where it says, through each package's preprocessing."""
+"""Rendered text of the corpus (benchmarks/text_pictures.py): deterministic, read where it is once preprocessed."""
 from __future__ import annotations
 
 import numpy as np
@@ -27,7 +27,8 @@ def _ink_detector():
     graph = helper.make_graph(
         nodes, "ink", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, "h", "w"])],
         [helper.make_tensor_value_info("map", TensorProto.FLOAT, None)],
-        [helper.make_tensor("axes", TensorProto.INT64, [1], [1]), helper.make_tensor("gain", TensorProto.FLOAT, [], [-4.0])])
+        [helper.make_tensor("axes", TensorProto.INT64, [1], [1]),
+         helper.make_tensor("gain", TensorProto.FLOAT, [], [-4.0])])
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
 
 
@@ -43,7 +44,8 @@ def _ctc_reader():
     graph = helper.make_graph(
         nodes, "ctc", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 48, 320])],
         [helper.make_tensor_value_info("logits", TensorProto.FLOAT, None)],
-        [helper.make_tensor("axes", TensorProto.INT64, [1], [1]), helper.make_tensor("rows", TensorProto.INT64, [1], [1]),
+        [helper.make_tensor("axes", TensorProto.INT64, [1], [1]),
+         helper.make_tensor("rows", TensorProto.INT64, [1], [1]),
          helper.make_tensor("steps", TensorProto.INT64, [3], [1, 40, 8]),
          helper.make_tensor("last", TensorProto.INT64, [1], [2]),
          helper.make_tensor("zero", TensorProto.FLOAT, [1, 40, 1], [0.3] * 40)])
