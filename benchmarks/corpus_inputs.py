@@ -1,9 +1,10 @@
 """Each corpus model's calibration and evaluation inputs, prepared as its package prepares them.
 
-``prepare(model, path)`` returns ``Feeds``: calibration feeds and evaluation feeds (dicts
-input name -> array), the shapes given to free dimensions (``npu compile --input-shape``)
-and whether the evaluation feeds form one stream (state kept inside the model between
-calls: run them in order on one request). The preparation of each kind, read in the
+Each function of ``FEEDS`` (rounds 2-3; ``benchmarks.corpus_feeds.prepare`` looks up every
+round's) returns ``Feeds``: calibration feeds and evaluation feeds (dicts input name ->
+array), the shapes given to free dimensions (``npu compile --input-shape``) and whether
+the evaluation feeds form one stream (state kept inside the model between calls: run them
+in order on one request). The preparation of each kind, read in the
 package's own code (versions of benchmarks/corpus_manifest.py):
 
 * YOLO-family: nudenet pads the picture to a square (bottom/right, black), 320x320, /255,
@@ -639,8 +640,3 @@ FEEDS: dict[str, Callable[[CorpusModel, Path], Feeds]] = {
         nudenet, ddddocr_det, layout, orientation, ocr_det, paddle_det, ocr_rec, ocr_cls, ddddocr_rec, blazeface,
         face_landmark, silero, silero_v4, silero_batch, oww_mel, oww_embedding, oww_head, micro_wakeword, mltk_audio,
         mltk_image, mltk_autoencoder, mltk_anomaly, mltk_wand, basic_pitch, magika, magika_v1)}
-
-
-def prepare(model: CorpusModel, path: Path) -> Feeds:
-    """The calibration and evaluation feeds of ``model`` (file ``path``)."""
-    return FEEDS[model.feed](model, path)
