@@ -56,6 +56,10 @@ def test_the_same_seed_renders_the_same_pixels_and_another_seed_other_text():
     first, again, other = (text_pictures.page(s, 240, 200, TEXTURE) for s in ((1, 0), (1, 0), (2, 0)))
     assert np.array_equal(first.pixels, again.pixels) and first.text == again.text
     assert first.text != other.text and first.pixels.shape == (240, 200, 3) and first.pixels.dtype == np.uint8
+    sealed = text_pictures.page((1, 0), 240, 200, TEXTURE, seals=1)
+    x0, y0, x1, y1 = sealed.boxes[-1]
+    red = sealed.pixels[y0:y1, x0:x1].astype(int)
+    assert sealed.text[-1] == sealed.text[-1].upper() and ((red[..., 0] - red[..., 1:].max(axis=-1)) > 80).mean() > 0.05
     lines = [text_pictures.text_line((1, i), 48, TEXTURE, upside_down=i == 1) for i in (0, 0, 1)]
     assert np.array_equal(lines[0].pixels, lines[1].pixels) and lines[0].text != lines[2].text
 
