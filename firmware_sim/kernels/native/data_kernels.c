@@ -9,6 +9,7 @@
  * bytes. Shapes arrive already merged by the Python side (native/data_calls.py): adjacent
  * axes that are contiguous in every operand are one axis, size-1 axes are gone.
  */
+#include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -193,6 +194,11 @@ static inline int64_t divide_by_pot(int64_t x, int e)
         } else if (c->reduce == NPU_SUMS_SMALLEST) {                                         \
             for (int64_t i = 0; i < n; i++)                                               \
                 sums[i * ss] = v[i * xs] < sums[i * ss] ? v[i * xs] : sums[i * ss];       \
+        } else if (c->reduce == NPU_SUMS_SQUARES) {                                          \
+            for (int64_t i = 0; i < n; i++) {                                             \
+                const int64_t d = (int64_t)v[i * xs] - c->input_zp;                       \
+                sums[i * ss] += d * d;                                                    \
+            }                                                                             \
         } else {                                                                          \
             for (int64_t i = 0; i < n; i++)                                               \
                 sums[i * ss] += v[i * xs];                                                \
@@ -216,7 +222,7 @@ static void mean_axis(const char *x, int64_t *sums, const struct npu_mean_call *
 int npu_mean(const struct npu_mean_call *c)
 {
     if (c->rank < 1 || c->rank > NPU_MOVE_MAX_RANK || (c->elem != 1 && c->elem != 2) || c->reduce < 0 ||
-        c->reduce > NPU_SUMS_SMALLEST)
+        c->reduce > NPU_SUMS_SQUARES)
         return NPU_KERNEL_BAD_STEP;
     if (c->shift < -31 || c->shift > 30)
         return NPU_KERNEL_BAD_SHIFT;
@@ -230,6 +236,17 @@ int npu_mean(const struct npu_mean_call *c)
                 ((int8_t *)c->out)[i] = (int8_t)c->sums[i];
             else
                 ((int16_t *)c->out)[i] = (int16_t)c->sums[i];
+        }
+        return 0;
+    }
+    if (c->reduce == NPU_SUMS_SQUARES) {     /* the L2 norm: kernels/reduce.py's float64 formula */
+        for (int64_t i = 0; i < c->outputs; i++) {
+            double q = round(sqrt((double)c->sums[i]) * c->scale) + c->output_zp;
+            q = q < c->act_min ? c->act_min : q > c->act_max ? c->act_max : q;
+            if (c->elem == 1)
+                ((int8_t *)c->out)[i] = (int8_t)q;
+            else
+                ((int16_t *)c->out)[i] = (int16_t)q;
         }
         return 0;
     }

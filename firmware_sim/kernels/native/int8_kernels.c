@@ -1276,6 +1276,12 @@ int npu_step_run(const struct npu_step *step)
         return npu_pool16(p, step->kind == NPU_STEP_MAX_POOL16);
     case NPU_STEP_LSTM:
         return npu_lstm_s8(p);
+    case NPU_STEP_RESIZE:
+        return npu_resize(p);
+    case NPU_STEP_SOFTMAX16:
+        return npu_softmax16(p);
+    case NPU_STEP_TRANSPOSE_CONV:
+        return npu_transpose_conv_s8(p);
     default:
         return NPU_KERNEL_BAD_STEP;
     }
