@@ -37,9 +37,9 @@ import numpy as np
 
 from .float_ref import FloatInterpreter, evaluate, snap_to_grid, to_real
 from .folding import folded_input_scales, weight_fold
-from .hard_swish_gates import RANGE_FLOORS
 from .ir import Graph, IRError
 from .step_reuse import once
+from .swish_gates import RANGE_FLOORS
 
 __all__ = ["LayerError", "layer_errors", "output_scores", "SMALL_OUTPUT", "float_names", "worst_layers",
            "format_layer_errors", "errors_to_json", "errors_from_json", "score",

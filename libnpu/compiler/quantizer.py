@@ -32,7 +32,6 @@ from .calibration import METHODS, Histogram, choose_range
 from .equalization import equalize as equalize_channels
 from .float_ref import FloatInterpreter
 from .grid_joins import fixed_grids, requantize_joins, shared_grid_groups
-from .hard_swish_gates import GATED, RANGE_FLOORS, gate_chains, gate_hard_swishes
 from .integer_inputs import INTEGER_INPUTS, integer_activations, random_integers
 from .ir import Graph, IRError, Op, QuantParams, State, Tensor
 from .layer_faults import LAYER_FAULTS, LayerFault
@@ -41,6 +40,7 @@ from .progress import Progress, stage
 from .qdq_import import QDQ_PER_TENSOR, QDQ_RANGES
 from .scales import SHARED_GRIDS, bias_scale, choose_activation_scale, quantize_weights, symmetric
 from .step_reuse import once
+from .swish_gates import GATED, RANGE_FLOORS, gate_chains, gate_swishes
 from .weight_rounding import input_moments, round_layer
 
 __all__ = ["QuantizationError", "NonFiniteValuesError", "build_calibration_model", "Calibrator", "calibrate",
@@ -289,7 +289,7 @@ def quantize(graph: Graph, ranges: Mapping[str, Range], *, fc_per_channel: bool 
                                     "quantize expects a float graph")
     # a QDQ model's own grids (compiler.qdq_import) rather than the calibrated ranges
     ranges = {**ranges, **{n: r for n, r in src.metadata.get(QDQ_RANGES, {}).items() if n in src.tensors}}
-    # values below a floor all give the same results downstream (compiler.hard_swish_gates)
+    # values below a floor all give the same results downstream (compiler.swish_gates)
     for n, floor in src.metadata.get(RANGE_FLOORS, {}).items():
         if n in ranges:
             ranges[n] = (max(ranges[n][0], floor), max(ranges[n][1], floor))
@@ -433,11 +433,11 @@ def _bias_correction_helps(float_graph: Graph, q: Graph, data: Sequence) -> bool
 
 def gated(graph: Graph, data: Sequence, progress: Progress | None = None) -> Graph:
     """The optimized float ``graph`` with its hard-swish blocks equalized on ``data``
-    (:mod:`libnpu.compiler.hard_swish_gates`; once: a graph already gated is returned as it is)."""
+    (:mod:`libnpu.compiler.swish_gates`; once: a graph already gated is returned as it is)."""
     if GATED in graph.metadata or not gate_chains(graph):
         return graph
     with stage(progress, "equalize"):
-        return once("gate hard-swish", (graph, *data), None, lambda: gate_hard_swishes(graph, data))
+        return once("gate hard-swish", (graph, *data), None, lambda: gate_swishes(graph, data))
 
 
 def equalized(graph: Graph, data: Sequence, progress: Progress | None = None) -> Graph:

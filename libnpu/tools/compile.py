@@ -135,7 +135,7 @@ def quantization_report(metadata: dict[str, Any], worst: int | None = 10) -> str
     cal = metadata["calibration"]
     lifted = cal.get("equalized_channels") or 0
     plural = "" if lifted == 1 else "s"
-    gated = cal.get("gated_hard_swishes") or 0
+    gated = cal.get("gated_swishes") or 0
     gplural = "" if gated == 1 else "s"
     head = (f"quantization: {cal.get('method', 'minmax')} calibration on {cal.get('runs')} "
             f"{'random inputs' if cal.get('random') else 'samples'}"

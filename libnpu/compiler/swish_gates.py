@@ -1,4 +1,4 @@
-"""Channel equalization through a hard-swish: ``conv -> HARD_SWISH [-> MUL c] [-> ADD c] ->
+"""Channel equalization through a hard-swish: ``conv -> hard-swish [-> MUL c] [-> ADD c] ->
 depthwise`` rewritten so that no tensor between the two convolutions starves a channel.
 
 MobileNetV3-style blocks (PP-LCNet, PP-OCR's detectors, mediapipe's selfie segmentation)
@@ -30,40 +30,62 @@ grid of ``x'`` need not reach below ``-3 max k``: the rewritten graph says so in
 channel's large negative values, which the hard-swish maps to 0, would set the grid.
 
 Which blocks (:func:`gate_chains`): the producer a CONV_2D or depthwise layer (multiplier 1)
-with constant float weights, no fused activation, its output read by the HARD_SWISH only;
+with constant float weights, no fused activation, its output read by the hard-swish only;
 then MUL / ADD by constants that vary along the channels only (scalars or one per channel),
 each read once; the last tensor read only by a depthwise layer (multiplier 1) as its input;
 nothing in between a graph output or a state's new value. A block is rewritten only where
 some channel is lifted (``s_c != 1``). It costs the chip one task per block (the 1x1 gate
-and the MUL where the table lookup of HARD_SWISH was one).
+and the MUL where the hard-swish's table lookup was one). The hard-swish is recognised by what
+its operator computes (:func:`computes_swish`), as the fusion of its spellings recognises it.
 """
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
+from . import registry
 from .equalization import channel_scales
 from .float_ref import FloatInterpreter
 from .ir import Graph, Op, Tensor
 
-__all__ = ["RANGE_FLOORS", "GATED", "Chain", "gate_chains", "gate_hard_swishes"]
+__all__ = ["RANGE_FLOORS", "GATED", "Chain", "computes_swish", "gate_chains", "gate_swishes"]
 
 #: Float-graph metadata: tensor name -> the lowest value its grid needs to hold (calibrated
 #: values below it all give the same results downstream).
 RANGE_FLOORS = "range_floors"
-#: Float-graph metadata: how many blocks :func:`gate_hard_swishes` rewrote.
-GATED = "gated_hard_swishes"
+#: Float-graph metadata: how many blocks :func:`gate_swishes` rewrote.
+GATED = "gated_swishes"
 _SWISH_KNEE = 3.0        # hswish(x) = x * relu6(x + 3) / 6: 0 for x <= -3
 _PRODUCERS = {"CONV_2D": 0, "DEPTHWISE_CONV_2D": 3}   # op type -> output-channel axis of its weights
+
+_PROBE = np.linspace(-8.0, 8.0, 321, dtype=np.float32)
 
 Feed = Mapping[str, np.ndarray] | Sequence[np.ndarray]
 
 
+@functools.cache
+def computes_swish(op_type: str) -> bool:
+    """Whether the operator's float reference, on one input and no attributes, is
+    ``x * relu6(x + 3) / 6`` (probed on [-8, 8])."""
+    operator = registry.find(op_type)
+    if operator is None or operator.float_ref is None:
+        return False
+    try:
+        with np.errstate(all="ignore"):
+            y = operator.float_ref(Op(op_type, ["x"], ["y"], {}), [_PROBE], Tensor("y", _PROBE.shape, "float32"))
+        y = np.asarray(y, np.float64)
+    except Exception:  # an operator whose reference needs more inputs or attributes: not this one
+        return False
+    want = _PROBE * np.clip(_PROBE + _SWISH_KNEE, 0.0, 6.0) / 6.0
+    return y.shape == want.shape and bool(np.allclose(y, want, atol=1e-5))
+
+
 @dataclass
 class Chain:
-    """One block :func:`gate_hard_swishes` may rewrite."""
+    """One block :func:`gate_swishes` may rewrite."""
     producer: Op
     swish: Op
     affine: list[Op]          # the MUL / ADD ops between the hard-swish and the depthwise layer
@@ -136,14 +158,14 @@ def _divisible(graph: Graph, op: Op, name: str, readers: Mapping[str, list[Op]])
 
 
 def gate_chains(graph: Graph) -> list[Chain]:
-    """The blocks of ``graph`` (optimized, float) that :func:`gate_hard_swishes` may rewrite
+    """The blocks of ``graph`` (optimized, float) that :func:`gate_swishes` may rewrite
     (see the module docstring)."""
     readers = _readers(graph)
     producers = graph.producers()
     results = graph.results()
     chains = []
     for swish in graph.ops:
-        if swish.type != "HARD_SWISH":
+        if not computes_swish(swish.type) or len(swish.inputs) != 1:
             continue
         x = swish.inputs[0]
         p = producers.get(x)
@@ -227,7 +249,7 @@ def _rewrite(g: Graph, chain: Chain, s: np.ndarray, a: np.ndarray, b: np.ndarray
     return -_SWISH_KNEE * float(k.max())
 
 
-def gate_hard_swishes(graph: Graph, dataset: Iterable[Feed]) -> Graph:
+def gate_swishes(graph: Graph, dataset: Iterable[Feed]) -> Graph:
     """A copy of the optimized float graph ``graph`` computing the same function with every
     :func:`gate_chains` block whose channels ``dataset`` shows apart rewritten (module
     docstring). The copy's metadata counts the blocks (:data:`GATED`) and gives the range

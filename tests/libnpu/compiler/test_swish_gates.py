@@ -1,4 +1,4 @@
-"""Equalization through a hard-swish (:mod:`libnpu.compiler.hard_swish_gates`): a
+"""Equalization through a hard-swish (:mod:`libnpu.compiler.swish_gates`): a
 ``conv -> HardSwish -> a*h + b -> depthwise`` block whose depthwise layer amplifies a
 channel the int8 grids starve (PP-LCNetV3, PP-OCR's text detectors) keeps it at int8."""
 from __future__ import annotations
@@ -7,7 +7,7 @@ import numpy as np
 import onnx
 import pytest
 
-from libnpu.compiler import hard_swish_gates as gates
+from libnpu.compiler import swish_gates as gates
 from libnpu.compiler.accuracy import output_scores
 from libnpu.compiler.float_ref import FloatInterpreter
 from libnpu.compiler.onnx_import import import_onnx
@@ -61,7 +61,7 @@ def test_gated_graph_computes_the_same_function(affine: bool, tap: str) -> None:
     chains = gates.gate_chains(g)
     assert [(c.producer.type, c.swish.type, len(c.affine), [r.type for r in c.readers]) for c in chains] == \
         [("CONV_2D", "HARD_SWISH", 2 if affine else 0, ["DEPTHWISE_CONV_2D", *(["CONV_2D"] if tap else [])])]
-    gated = gates.gate_hard_swishes(g, _data(6, 1))
+    gated = gates.gate_swishes(g, _data(6, 1))
     assert gated.metadata[gates.GATED] == 1
     assert not any(op.type == "HARD_SWISH" for op in gated.ops)
     (floor,) = gated.metadata[gates.RANGE_FLOORS].values()
@@ -88,6 +88,6 @@ def test_blocks_left_alone() -> None:
     # Channels already alike: nothing to lift, the block stays as it was.
     g = optimize(import_onnx(swish_block(quiet=1.0)))
     assert len(gates.gate_chains(g)) == 1
-    assert gates.gate_hard_swishes(g, _data(4, 5)).metadata[gates.GATED] == 0
+    assert gates.gate_swishes(g, _data(4, 5)).metadata[gates.GATED] == 0
     # The depthwise input is also read by an Add: a division in the weights cannot cover it.
     assert gates.gate_chains(optimize(import_onnx(swish_block(tap="Add")))) == []
