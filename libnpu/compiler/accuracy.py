@@ -39,6 +39,7 @@ from .float_ref import FloatInterpreter, evaluate, snap_to_grid, to_real
 from .folding import folded_input_scales, weight_fold
 from .ir import Graph, IRError
 from .step_reuse import once
+from .swish_gates import RANGE_FLOORS
 
 __all__ = ["LayerError", "layer_errors", "output_scores", "SMALL_OUTPUT", "SMALL_OUTPUT_SCALE", "float_names",
            "worst_layers", "format_layer_errors", "errors_to_json", "errors_from_json", "score",
@@ -148,6 +149,9 @@ def layer_errors(float_graph: Graph, quantized_graph: Graph, dataset: Iterable[F
     runs = 0
     for feed in dataset:
         ref = float_run.run(feed, keep=True)
+        for name, floor in float_graph.metadata.get(RANGE_FLOORS, {}).items():
+            if name in ref:   # values below the floor give what the floor gives downstream
+                ref[name] = np.maximum(ref[name], np.float32(floor))
         if not isinstance(feed, Mapping):
             feed = dict(zip(float_graph.inputs, feed, strict=True))
         for name in float_graph.inputs:

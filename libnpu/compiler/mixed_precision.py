@@ -56,7 +56,7 @@ from .folding import weight_fold
 from .ir import Graph, IRError, Op, QuantParams, Tensor
 from .optimize import optimize
 from .progress import Progress, stage
-from .quantizer import equalized, quantize_model, random_dataset
+from .quantizer import equalized, gated, quantize_model, random_dataset
 from .scales import MIN_MULTIPLIER, bias_scale, choose_int16_scale, quantize_weights16, symmetric
 from .step_reuse import once
 
@@ -603,7 +603,8 @@ def quantize_mixed(graph: Graph, dataset: Iterable[Feed] | None = None, *,
         data = random_dataset(opt, quantize_options.get("random_count", 8), seed=quantize_options.get("seed", 0))
     else:
         data = list(dataset)  # type: ignore[arg-type]
-    if quantize_options.get("equalize"):   # the float graph every measurement below compares with
+    opt = graph = gated(opt, data, progress)   # the float graph every measurement below compares with
+    if quantize_options.get("equalize"):
         opt = graph = equalized(opt, data, progress)
     # With int16 layers the per-layer report is measured on the mixed graph, below.
     report = quantize_options.pop("layer_report", False) if selection != "none" else False
