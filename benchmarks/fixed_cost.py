@@ -58,7 +58,8 @@ import libnpu
 from benchmarks import chip_replay
 from benchmarks.corpus import compile_cli, is_int8
 from benchmarks.corpus_bench import _device_inputs, _reference_step
-from benchmarks.corpus_inputs import model_inputs, prepare
+from benchmarks.corpus_feeds import prepare
+from benchmarks.corpus_inputs import model_inputs
 from benchmarks.corpus_manifest import BY_NAME, fetch
 from benchmarks.nop_scaling import process_usage
 from benchmarks.scratch_device import ScratchDevice

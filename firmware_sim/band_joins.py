@@ -9,13 +9,17 @@ cost 10% more CPU than its one-core loadable). So the one-thread form of the pla
 tasks adjacent in the run order as one when the descriptors say they are parts of one
 layer: the same operator with every field equal but the ones a band moves, the second
 starting where the first ends, in its output and in the input rows its first output row
-reads (no later than the first's input ends), with no top padding of its own and the first
-band not cut short at its last input row unless the join ends there too. Every output
-element then sums the same taps over the same input rows with the same zero-point padding,
-so the bytes are the same; and every range the joined descriptor names is the union of the
-bands' ranges, so it reads and writes nothing they would not (a client's descriptors are
-joined by the same rule, and the chip's own handler checks the join as any descriptor).
-The timing model, the profile and the two-thread form keep the bands.
+reads, with no top padding of its own and the first band not cut short at its last input
+row unless the join ends there too. Every output element then sums the same taps over the
+same input rows with the same zero-point padding, so the bytes are the same. The joined
+descriptor writes exactly what the bands write and reads what they read, plus the input
+rows between the bands that neither reads (a stride-2 1x1 convolution's bands skip one:
+ResNet-8's shortcuts), which the layer's own one-core task reads too: those join only if
+the context's page table lets the chip read them when the plan is made (``readable``;
+the plan is dropped at any unmapping in the context), so a join never faults where its
+bands would not (a client's descriptors are joined by the same rule, and the chip's own
+handler checks the join as any descriptor). The timing model, the profile and the
+two-thread form keep the bands.
 """
 from __future__ import annotations
 
@@ -23,9 +27,12 @@ from collections.abc import Callable
 
 import numpy as np
 
+from firmware_sim.dma import DmaEngine, IommuFault
 from npu_hw import ops
 
-__all__ = ["join", "join_steps"]
+__all__ = ["join", "join_steps", "readable"]
+
+Readable = Callable[[int, int], bool]     # (IOVA, bytes): whether the chip may read them
 
 _ROWS = (ops.OP_CONV_2D, ops.OP_DEPTHWISE_CONV_2D)
 _RUNS = (ops.OP_QUANTIZE, ops.OP_DEQUANTIZE)
@@ -33,10 +40,22 @@ _ROW_FIELDS = ("input", "output", "in_shape", "out_shape", "padding")   # what a
 _RUN_FIELDS = ("input", "output", "count")
 
 
-def join(opcode: int, first: np.void, second: np.void) -> np.void | None:
-    """The descriptor doing what ``first`` then ``second`` do as one task, or None."""
+def readable(dma: DmaEngine) -> Readable:
+    """Whether the context bound to ``dma`` lets the chip read a range, now."""
+    def check(iova: int, nbytes: int) -> bool:
+        try:
+            dma.translate(iova, nbytes, write=False)
+        except IommuFault:
+            return False
+        return True
+    return check
+
+
+def join(opcode: int, first: np.void, second: np.void, can_read: Readable | None = None) -> np.void | None:
+    """The descriptor doing what ``first`` then ``second`` do as one task, or None; rows
+    between two bands that neither reads join only where ``can_read`` says so."""
     if opcode in _ROWS:
-        return _join_rows(first, second)
+        return _join_rows(first, second, can_read)
     if opcode in _RUNS:
         return _join_runs(opcode, first, second)
     return None
@@ -44,10 +63,11 @@ def join(opcode: int, first: np.void, second: np.void) -> np.void | None:
 
 def join_steps(steps: list[tuple[int, Callable[[], None]]], descs: dict[int, tuple[int, np.void]],
                deps: list[list[int]], make_step: Callable[[int, np.void], Callable[[], None]],
-               ) -> list[tuple[int, Callable[[], None]]] | None:
+               can_read: Readable | None = None) -> list[tuple[int, Callable[[], None]]] | None:
     """``steps`` (in run order) with each run of joinable bands made one step by ``make_step``
     (opcode, joined descriptor); None when no two join. Tasks join only with the same
-    dependencies (the parts of one layer have its dependencies, and so none follows another)."""
+    dependencies (the parts of one layer have its dependencies, and so none follows another);
+    ``can_read``: as for :func:`join`."""
     out: list[tuple[int, Callable[[], None]]] = []
     joined: tuple[int, int, np.void] | None = None      # (first task index, opcode, descriptor so far)
     any_join = False
@@ -55,7 +75,7 @@ def join_steps(steps: list[tuple[int, Callable[[], None]]], descs: dict[int, tup
     for index, step in steps:
         opcode, desc = descs[index]
         if joined is not None and joined[1] == opcode and set(deps[joined[0]]) == set(deps[index]):
-            both = join(opcode, joined[2], desc)
+            both = join(opcode, joined[2], desc, can_read)
             if both is not None:
                 joined = (joined[0], opcode, both)
                 pending.append((index, step))
@@ -88,7 +108,7 @@ def _record(desc: np.void) -> np.ndarray:
     return np.array([desc], dtype=desc.dtype)
 
 
-def _join_rows(first: np.void, second: np.void) -> np.void | None:
+def _join_rows(first: np.void, second: np.void, can_read: Readable | None) -> np.void | None:
     flags = int(first["flags"])
     if flags & ops.OPF_INT16_INPUT or not _same_but(first, second, _ROW_FIELDS):
         return None
@@ -105,8 +125,11 @@ def _join_rows(first: np.void, second: np.void) -> np.void | None:
     moved = int(second["input"]) - int(first["input"])
     pad = int(first["padding"][0])
     stride, dilation, kh = int(first["stride"][0]), int(first["dilation"][0]), int(first["filter_hw"][0])
-    if moved < 0 or moved % in_row or moved // in_row != o_a * stride - pad or moved > h_a * in_row:
-        return None                               # (the last: rows between the bands neither reads)
+    if moved < 0 or moved % in_row or moved // in_row != o_a * stride - pad:
+        return None
+    gap = moved - h_a * in_row                    # rows between the bands, which neither reads
+    if gap > 0 and (can_read is None or not can_read(int(first["input"]) + h_a * in_row, gap)):
+        return None
     rows = moved // in_row + h_b                  # the join's input rows
     last_read = (o_a - 1) * stride - pad + (kh - 1) * dilation
     if rows < h_a or (last_read >= h_a and rows != h_a):

@@ -146,7 +146,8 @@ def run_job(dma: DmaEngine, asid: int, cmd_iova: int, cmd_size: int, profile: Ha
             if replay:
                 deps = placement.parallel_deps
                 one_thread = None if deps is None else band_joins.join_steps(
-                    steps, descs, deps, lambda opcode, desc: job_plans.HandlerStep(HANDLERS[opcode], desc, dma))
+                    steps, descs, deps, lambda opcode, desc: job_plans.HandlerStep(HANDLERS[opcode], desc, dma),
+                    band_joins.readable(dma))
                 job_plans.store(dma, asid, cmd_iova, job_plans.JobPlan(
                     command_buffer.tobytes(), steps, index, result.cycles, timed_steps, deps=deps,
                     one_thread=one_thread))

@@ -22,7 +22,9 @@ as one C array (:class:`NativeSteps`) and an unprofiled replay is a single call 
 (``npu_steps_run``), which runs the same prepared structs as the per-step reruns and stops
 at the first failing step. A plan with a Python step replays its runs of C calls as one
 call each, the Python steps between them (:class:`MixedSteps`); a profiled replay goes
-step by step, timing every task.
+step by step, timing every task. A graph job on several cores replays on one or two threads
+(:class:`GraphSteps`); once it settles on one (``graph_threads``), the plan holds its steps,
+bands joined, as a :class:`NativeSteps` and replays exactly as a one-core job's.
 
 Measured (2026-11-24, 2-vCPU VM): a 256-NOP job's chip time per task 7.7 -> 0.1 us.
 One C call for the whole job: ResNet-8 / VWW / KWS chip CPU per job 5-9% less than per step.
@@ -88,14 +90,17 @@ class JobPlan:
         """The steps as one C call, when every one of them is a C kernel call (on two threads
         for a graph job on several cores); otherwise ``mixed`` holds them as runs of C calls
         and Python steps, if any step is a C call."""
-        if self.native is None and self.native_tries < NATIVE_TRIES:
+        native = self.native
+        if native is None and self.native_tries < NATIVE_TRIES:
             self.native_tries += 1
             graph = (GraphSteps.of(self.steps, self.deps, self.cycles, sum(s[2] for s in self.timed_steps),
                                    self.one_thread)
                      if self.deps is not None else None)
-            self.native = graph or NativeSteps.of(self.steps)
-            self.mixed = None if self.native is not None else MixedSteps.of(self.steps)
-        return self.native
+            self.native = native = graph or NativeSteps.of(self.steps)
+            self.mixed = None if native is not None else MixedSteps.of(self.steps)
+        elif type(native) is GraphSteps and native.settled is not None:
+            self.native = native = native.settled     # one thread for good: replayed as a one-core job
+        return native
 
 
 def _bound_calls(steps: list[tuple[int, Callable[[], None]]]) -> list[BoundCall] | None:
@@ -131,6 +136,10 @@ class NativeSteps:
             return None
         return cls(calls, [index for index, _ in steps])
 
+    def __len__(self) -> int:
+        """How many C calls a run makes."""
+        return self._count
+
     def run(self) -> tuple[int, int]:
         """Runs every step; returns (0, 0), or the first failing step's status and task index."""
         status = self._run(self._array, self._count, self._done)
@@ -151,9 +160,11 @@ class GraphSteps:
     thread and a helper thread, each taking a step whose dependencies are done
     (``graph_steps.c``), or on this thread in the run order, with a layer's bands joined back
     into one step where they can be (``band_joins``), as ``choice`` (``graph_threads``) says
-    for each replay. The arrays point into the steps' own prepared structs."""
+    for each replay. Once the choice is one thread for good, ``settled`` is the one-thread
+    steps as one C call, which the plan then replays as it would a one-core job's. The arrays
+    point into the steps' own prepared structs."""
 
-    __slots__ = ("_deps", "_done", "_failed", "_graph", "_indices", "_one", "_one_tries", "_run", "_run_serial",
+    __slots__ = ("_bands", "_deps", "_done", "_failed", "_graph", "_indices", "_one", "_one_tries", "_run",
                  "_starts", "_steps", "choice")
 
     def __init__(self, calls: list[BoundCall], indices: list[int], deps: list[list[int]],
@@ -175,11 +186,11 @@ class GraphSteps:
         self._failed = native.ffi.new("int32_t *")
         self._indices = indices
         self._run = native.library().npu_graph_run
-        self._run_serial = native.library().npu_steps_run
+        self._bands = NativeSteps(calls, indices)     # one thread, the bands themselves
         self.choice = choice
         # One thread: the joined steps, from Python until each has its C call, then as one C
-        # call (None: the bands themselves, as one C call).
-        self._one: NativeSteps | list[tuple[int, Callable[[], None]]] | None = one_thread
+        # call (or the bands', when a joined step gets none).
+        self._one: NativeSteps | list[tuple[int, Callable[[], None]]] = one_thread or self._bands
         self._one_tries = 0
 
     @classmethod
@@ -187,13 +198,15 @@ class GraphSteps:
            serial_cycles: int, one_thread: list[tuple[int, Callable[[], None]]] | None = None) -> GraphSteps | None:
         """``steps`` as one graph call, or None unless every task of the job is a C kernel call
         (a task without a step, a NOP, would hide the dependencies through it); its cycles on
-        the cores and in order weigh the choice of threads; ``one_thread``: the steps with
-        bands joined, for a replay on one thread."""
+        the cores and in order and its graph's levels weigh the choice of threads;
+        ``one_thread``: the steps with bands joined, for a replay on one thread."""
         calls = _bound_calls(steps) if len(steps) == len(deps) and native.library() is not None else None
         if calls is None:
             return None
-        return cls(calls, [index for index, _ in steps], deps,
-                   graph_threads.ThreadChoice(critical_cycles, serial_cycles), one_thread)
+        indices = [index for index, _ in steps]
+        levels = graph_threads.graph_levels(deps, indices)
+        return cls(calls, indices, deps, graph_threads.ThreadChoice(critical_cycles, serial_cycles, levels),
+                   one_thread)
 
     def run(self) -> tuple[int, int]:
         """Runs every step; returns (0, 0), or a failing step's status and task index."""
@@ -208,29 +221,18 @@ class GraphSteps:
         return result
 
     @property
-    def one_thread_array(self):
-        """A one-thread replay as one C array and its length (its joined bands, or the bands
-        themselves), or None while a joined step still runs from Python (``queue_service``)."""
+    def settled(self) -> NativeSteps | None:
+        """The one-thread steps as one C call, once the choice is one thread for good."""
         one = self._one
-        if one is None:
-            return self._steps, len(self._indices)
-        return one.array if isinstance(one, NativeSteps) else None
-
-    def task_index(self, step: int) -> int:
-        """The task index of the step at position ``step`` of the one-thread array."""
-        one = self._one
-        return one.task_index(step) if isinstance(one, NativeSteps) else self._indices[step]
+        return one if self.choice.settled and isinstance(one, NativeSteps) else None
 
     @property
     def one_thread_steps(self) -> int:
         """How many C calls a one-thread replay makes now (fewer than the tasks once bands are joined)."""
-        return self._one._count if isinstance(self._one, NativeSteps) else len(self._indices)
+        return len(self._one) if isinstance(self._one, NativeSteps) else len(self._indices)
 
     def _run_one(self) -> tuple[int, int]:
         one = self._one
-        if one is None:
-            status = self._run_serial(self._steps, len(self._indices), self._failed)
-            return (status, self._indices[self._failed[0]]) if status else (0, 0)
         if isinstance(one, NativeSteps):
             return one.run()
         for _, step in one:
@@ -240,7 +242,7 @@ class GraphSteps:
         if native_one is not None:
             self._one = native_one
         elif self._one_tries >= NATIVE_TRIES:
-            self._one = None            # a joined step without a C call: the bands' own from now on
+            self._one = self._bands     # a joined step without a C call: the bands' own from now on
         return 0, 0
 
 
@@ -331,18 +333,15 @@ def _clear() -> None:
 
 def replayable(dma, asid: int, cmd_iova: int, cmd_size: int):
     """(the plan stored for this command buffer, its steps as one C array and its length, what
-    gives a failing step's task index) when a replay of it is that one C call, or nothing (no
-    step: NOPs), a graph job's on one thread while its choice is settled on one; else None.
-    For the C service loop, which compares the bytes itself on every run."""
+    gives a failing step's task index) when a replay of it is that one C call (a graph job's
+    too, once its choice of threads settled on one thread) or nothing (no step: NOPs); else
+    None. For the C service loop, which compares the bytes itself on every run."""
     plan = _PLANS.get((dma, asid, cmd_iova, cmd_size))
     if plan is None:
         return None
     if not plan.steps:
         return plan, native.ffi.NULL, 0, None
     steps = plan.native
-    if isinstance(steps, GraphSteps) and steps.choice.settled_on_one():
-        array = steps.one_thread_array
-        return None if array is None else (plan, *array, steps)
     if isinstance(steps, NativeSteps):
         return (plan, *steps.array, steps)
     return None

@@ -8,9 +8,8 @@ flags, a queue not traced, no fault injection or pacing, and a command buffer wh
 (``job_plans``) the Python path made and this module handed over (:meth:`QueueService.remember`),
 its bytes unchanged. Everything else returns to Python before any of the job is done: the
 first run of a command buffer, a bad entry or tail, a profiled or traced job, fault injection,
-a plan with Python steps, a graph job whose choice of threads (``graph_threads``) is not
-settled on one thread (and one replay in GRAPH_RUNS of one that is, so the choice keeps its
-samples); a C step failing mid-job returns with the job still running, for Python to
+a plan with Python steps, a graph job whose choice of threads (``graph_threads``) has not
+settled on one thread for good; a C step failing mid-job returns with the job still running, for Python to
 complete (``executor.failed_step_result``). So a job's checks
 are the Python path's, or the C loop's same-or-stricter subset of them: the IOMMU
 translations a replay uses are the first run's, valid until an invalidation, which drops the
@@ -50,8 +49,6 @@ _LAYOUT = {
     "USER_JOB_BIT": queues.USER_JOB_BIT, "SEQ_MASK": queues.USER_JOB_SEQ_MASK,
 }
 
-# A graph job's replays in C before Python replays one (and its choice of threads takes a sample).
-GRAPH_RUNS = 64
 # Why ``serve`` returned (queue_service.h).
 IDLE, PYTHON, FAILED, BETWEEN, RING = 0, 1, 2, 3, 4
 _ffi = native.ffi
@@ -214,8 +211,6 @@ class QueueService:
         slot.generation, slot.cmd_iova, slot.cmd_size, slot.asid = generation, cmd_iova, cmd_size, q.asid
         slot.copy, slot.steps, slot.count = copy, steps, count
         slot.cycles, slot.device_ns = plan.cycles, self.profile.nanoseconds(plan.cycles) if plan.cycles else 0
-        # A graph job's choice of threads stands on its samples: Python replays one now and then.
-        slot.runs_left = -1 if plan.deps is None else GRAPH_RUNS
         # What the C pointers point into (not the plan: its per-task records are no concern of the C loop).
         self._plans[at] = (indexer, steps, plan.command, live, copy, live_ptr)
         slot.live = live_ptr

@@ -210,15 +210,19 @@ class RepeatedJob:
     the core, which hints the wait (``npu_uq_run_hinted``; docs/runtime.md, "How a
     synchronous inference waits"), and the queue it last ran on."""
 
-    __slots__ = ("cmd_iova", "cmd_size", "expected_ns", "unhinted", "record", "seq", "queue")
+    __slots__ = ("cmd_iova", "cmd_size", "hint", "record", "seq", "queue")
 
     def __init__(self, cmd_iova: int, cmd_size: int):
         self.cmd_iova, self.cmd_size = cmd_iova, cmd_size
         self.queue: UserQueue | None = None       # set by the caller once a job ran on it
-        self.expected_ns = queue_native.ffi.new("long long *")    # 0: not known yet
-        self.unhinted = queue_native.ffi.new("long long *")       # stays 0: SLEEP_AHEAD off
+        self.hint = queue_native.ffi.new("struct npu_uq_hint *")   # the recent exec times (zeroed)
         self.record = queue_native.ffi.new("unsigned long long[6]")
         self.seq = queue_native.ffi.new("unsigned long long *")
+
+    @property
+    def expected_ns(self) -> int:
+        """The job's expected time on the core, which the wait sleeps towards (0: not known yet)."""
+        return int(self.hint.expected_ns)
 
     def run(self) -> QueueFence | None:
         """Run to its end on ``queue`` (``UserQueue.run_repeated``); None when there is none or
@@ -392,7 +396,8 @@ class UserQueue:
         try:
             result = self._lib.npu_uq_run_hinted(self._native, job.cmd_iova, job.cmd_size, 0, flags,
                                                  int(_SPIN.seconds() * 1e9), -1, SLEEP_SLICE_MS,
-                                                 job.expected_ns if SLEEP_AHEAD else job.unhinted, job.record, job.seq)
+                                                 job.hint if SLEEP_AHEAD else queue_native.ffi.NULL, job.record,
+                                                 job.seq)
         finally:
             self._leave_c()
         seq = job.seq[0]

@@ -27,9 +27,11 @@ from .fixedpoint import (
     requantize_double,
     wrap_int32,
 )
+from .native import int16_calls
+from .native.calls import BoundCall
 from .output import broadcast_out_shape, check_act_range, check_int_param, emit
 
-__all__ = ["softmax_int16", "int16_lut", "lut_lookup_int16", "INT16_MIN", "INT16_MAX",
+__all__ = ["softmax_int16", "softmax_int16_bound", "int16_lut", "lut_lookup_int16", "INT16_MIN", "INT16_MAX",
            "ADD_LEFT_SHIFT_INT16", "check_int16_param", "check_zero_points", "store_int16",
            "multiply_by_quantized_multiplier_int64", "conv2d_16x8", "depthwise_conv2d_16x8",
            "fully_connected_16x8", "add_int16", "add_int16_per_channel", "channel_columns",
@@ -374,6 +376,15 @@ def softmax_int16(x: np.ndarray, *, input_multiplier: int, input_left_shift: int
     right = 31 - headroom
     result = (exps * recip.astype(np.int64) + (np.int64(1) << (right - 1))) >> right
     return emit(np.clip(result, 0, INT16_MAX).astype(np.int16), out)
+
+
+def softmax_int16_bound(x: np.ndarray, *, input_multiplier: int, input_left_shift: int,
+                        out: np.ndarray) -> BoundCall | None:
+    """``softmax_int16`` into ``out``, then a call that reruns it in C on the same arrays
+    with the same tables (``softmax16_kernels.c``); None when the C kernels cannot take it."""
+    softmax_int16(x, input_multiplier=input_multiplier, input_left_shift=input_left_shift, out=out)
+    return int16_calls.bind_softmax16(x, out, *_softmax_luts(), multiplier=input_multiplier,
+                                      left_shift=input_left_shift)
 
 
 def requantize(x: np.ndarray, out_dtype: type | np.dtype, *, input_zp: int, output_zp: int,

@@ -10,9 +10,11 @@ import numpy as np
 
 from ..errors import InvalidCommand
 from .fixedpoint import round_half_away
+from .native import calls as native_calls
+from .native import data_calls
 from .output import emit
 
-__all__ = ["resize_bilinear", "resize_nearest"]
+__all__ = ["resize_bilinear", "resize_nearest", "resize_bound"]
 
 
 def _check(x: np.ndarray, out_hw, align_corners: bool, half_pixel_centers: bool):
@@ -44,13 +46,17 @@ def _bilinear_axis(out: int, size: int, align_corners: bool, half_pixel: bool):
     return lo, hi, frac
 
 
+def _bilinear_axes(x: np.ndarray, out_hw: tuple[int, int], align_corners: bool, half_pixel: bool) -> tuple:
+    return (_bilinear_axis(out_hw[0], x.shape[1], align_corners, half_pixel),
+            _bilinear_axis(out_hw[1], x.shape[2], align_corners, half_pixel))
+
+
 def resize_bilinear(x: np.ndarray, out_hw: tuple[int, int], *, align_corners: bool = False,
                     half_pixel_centers: bool = False,
                     out: np.ndarray | None = None) -> np.ndarray:
     """int8 / int16 bilinear resize to ``out_hw`` (input and output share quantization)."""
     oh, ow = _check(x, out_hw, align_corners, half_pixel_centers)
-    y0, y1, fy = _bilinear_axis(oh, x.shape[1], align_corners, half_pixel_centers)
-    x0, x1, fx = _bilinear_axis(ow, x.shape[2], align_corners, half_pixel_centers)
+    (y0, y1, fy), (x0, x1, fx) = _bilinear_axes(x, (oh, ow), align_corners, half_pixel_centers)
     xi = x.astype(np.int64)
     wy1, wy0 = fy[None, :, None, None], ((1 << 10) - fy)[None, :, None, None]
     wx1, wx0 = fx[None, None, :, None], ((1 << 10) - fx)[None, None, :, None]
@@ -82,6 +88,21 @@ def resize_nearest(x: np.ndarray, out_hw: tuple[int, int], *, align_corners: boo
                    out: np.ndarray | None = None) -> np.ndarray:
     """int8 / int16 nearest-neighbour resize to ``out_hw``."""
     oh, ow = _check(x, out_hw, align_corners, half_pixel_centers)
-    ys = _nearest_axis(oh, x.shape[1], align_corners, half_pixel_centers)
-    xs = _nearest_axis(ow, x.shape[2], align_corners, half_pixel_centers)
+    (ys,), (xs,) = _nearest_axes(x, (oh, ow), align_corners, half_pixel_centers)
     return emit(x[:, ys][:, :, xs], out)
+
+
+def _nearest_axes(x: np.ndarray, out_hw: tuple[int, int], align_corners: bool, half_pixel: bool) -> tuple:
+    return ((_nearest_axis(out_hw[0], x.shape[1], align_corners, half_pixel),),
+            (_nearest_axis(out_hw[1], x.shape[2], align_corners, half_pixel),))
+
+
+def resize_bound(kind: str, x: np.ndarray, out_hw: tuple[int, int], *, align_corners: bool,
+                 half_pixel_centers: bool, out: np.ndarray) -> native_calls.BoundCall | None:
+    """RESIZE (``kind`` "bilinear" or "nearest") into ``out`` in numpy, then a call that
+    reruns it in C (``resize_kernels.c``) on the same arrays with this kernel's source
+    indices and fractions; None when the C kernels cannot take it."""
+    kernel, axes = (resize_bilinear, _bilinear_axes) if kind == "bilinear" else (resize_nearest, _nearest_axes)
+    kernel(x, out_hw, align_corners=align_corners, half_pixel_centers=half_pixel_centers, out=out)
+    rows, cols = axes(x, out.shape[1:3], align_corners, half_pixel_centers)
+    return data_calls.bind_resize(x, out, rows, cols)

@@ -9,9 +9,10 @@ import numpy as np
 
 from ..errors import InvalidCommand
 from .fixedpoint import multiply_by_quantized_multiplier, wrap_int32
+from .native import calls as native_calls
 from .output import check_int8_param, store_int8
 
-__all__ = ["transpose_conv2d"]
+__all__ = ["transpose_conv2d", "transpose_conv2d_bound"]
 
 
 def transpose_conv2d(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None, *, stride: tuple[int, int],
@@ -58,6 +59,18 @@ def transpose_conv2d(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None, *, s
         raise InvalidCommand(f"out must be int8 {(n, oh, ow, cout)}")
     return store_int8(raw, check_int8_param("output_zp", output_zp), check_int8_param("act_min", act_min),
                       check_int8_param("act_max", act_max), out)
+
+
+def transpose_conv2d_bound(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None, *, out: np.ndarray,
+                           **params) -> native_calls.BoundCall | None:
+    """``transpose_conv2d`` into ``out``, then a call that reruns it in C on the same arrays
+    (``transpose_conv_kernels.c``); None when the C kernels cannot take it."""
+    transpose_conv2d(x, w, bias, out=out, **params)
+    stride, padding = (tuple(int(v) for v in params[k]) for k in ("stride", "padding"))
+    return native_calls.bind_transpose_conv(
+        x, w, bias, stride=stride, padding=padding, input_zp=int(params["input_zp"]),
+        output_zp=int(params["output_zp"]), multiplier=params["multiplier"], shift=params["shift"],
+        act_min=int(params.get("act_min", -128)), act_max=int(params.get("act_max", 127)), out=out)
 
 
 def _landing(size: int, stride: int, offset: int, out_size: int) -> tuple[int, int, int] | None:

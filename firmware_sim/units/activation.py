@@ -54,10 +54,9 @@ def softmax(desc: np.void, dma) -> Rerun | None:
     shape = dims((desc["rows"], desc["depth"]), "rows/depth")
     if int(desc["flags"]) & ops.OPF_INT16:  # the multiplier / shift take the input to the exp table
         x16 = dma.read_array(int(desc["input"]), np.int16, shape)
-        int16x8.softmax_int16(x16, input_multiplier=int(desc["input_beta_multiplier"]),
-                              input_left_shift=int(desc["input_beta_left_shift"]),
-                              out=dma.write_array(int(desc["output"]), np.int16, shape))
-        return None    # int16 runs in numpy only: nothing to rerun
+        return int16x8.softmax_int16_bound(x16, input_multiplier=int(desc["input_beta_multiplier"]),
+                                           input_left_shift=int(desc["input_beta_left_shift"]),
+                                           out=dma.write_array(int(desc["output"]), np.int16, shape))
     x = dma.read_array(int(desc["input"]), np.int8, shape)
     return activations.softmax_bound(x, input_beta_multiplier=int(desc["input_beta_multiplier"]),
                                      input_beta_left_shift=int(desc["input_beta_left_shift"]),

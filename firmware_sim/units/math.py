@@ -8,7 +8,7 @@ import numpy as np
 from firmware_sim.kernels import binary, byte_tables, normalization, unary
 from firmware_sim.kernels.fixedpoint import INT32_MAX, INT32_MIN
 from firmware_sim.kernels.int16x8 import INT16_MAX, INT16_MIN
-from firmware_sim.kernels.native import int16_calls
+from firmware_sim.kernels.native import int16_calls, norm_calls
 from npu_hw import ops
 
 from .common import Rerun, act_dtype, count, dims, parse_binary, parse_binary_per_channel, plan, prod, unit
@@ -17,13 +17,17 @@ from .elementwise import flat_cost, int16_binary_cost
 
 def _binary(desc: np.void, dma, kind: str, params: tuple[str, ...], kernel, dtype: type = np.int8) -> Rerun | None:
     """Two operands of ``dtype`` broadcast to the output (shapes at the output's rank); int8
-    reruns as a two-byte table lookup in C (``byte_tables``)."""
+    reruns as a two-byte table lookup in C (``byte_tables``), int16 PRELU, MAXIMUM and MINIMUM
+    in C (``int16_calls.bind_binary16``)."""
     a_at, b_at, out_at, kwargs = plan(kind, desc, lambda d: parse_binary(d, params)).fields
     a, b = dma.read_array(a_at[0], dtype, a_at[1]), dma.read_array(b_at[0], dtype, b_at[1])
     out = dma.write_array(out_at[0], dtype, out_at[1])
     if dtype is np.int8:
         return byte_tables.binary_bound(kind, kernel, a, b, out, **kwargs)
     kernel(a, b, out=out, **kwargs)
+    if kind in ("maximum", "minimum"):
+        return int16_calls.bind_binary16(kind, a, b, out, np.zeros((1, 0), np.int32), act_min=INT16_MIN,
+                                         act_max=INT16_MAX)
     return None if kind != "prelu" else _prelu16_rerun(a, b, out, kwargs)
 
 
@@ -149,8 +153,13 @@ def _rows(desc: np.void, dma, kernel, params: tuple[str, ...]) -> None:
 
 
 @unit(ops.OP_L2_NORMALIZATION, _rows_cost)
-def l2_normalization(desc: np.void, dma) -> None:
-    _rows(desc, dma, normalization.l2_normalization, ("input_zp",))
+def l2_normalization(desc: np.void, dma) -> Rerun | None:
+    """Reruns in C (``norm_kernels.c``)."""
+    shape = dims((desc["rows"], desc["depth"]), "rows/depth")
+    x = dma.read_array(int(desc["input"]), np.int8, shape)
+    out = dma.write_array(int(desc["output"]), np.int8, shape)
+    normalization.l2_normalization(x, input_zp=int(desc["input_zp"]), out=out)
+    return norm_calls.bind_l2_normalization(x, out, input_zp=int(desc["input_zp"]))
 
 
 

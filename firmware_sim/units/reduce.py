@@ -1,6 +1,6 @@
 """The reduction unit: SUM, REDUCE_MAX, REDUCE_MIN, REDUCE_L2 over any axes, ARG_MAX and
-ARG_MIN along one (descriptors: ``npu_hw.ops``). SUM, REDUCE_MAX and REDUCE_MIN rerun in
-C (``native.data_calls.bind_mean``)."""
+ARG_MIN along one (descriptors: ``npu_hw.ops``). SUM, REDUCE_MAX, REDUCE_MIN and REDUCE_L2
+rerun in C (``native.data_calls.bind_mean``)."""
 from __future__ import annotations
 
 import numpy as np
@@ -63,11 +63,15 @@ def reduce_min(desc: np.void, dma) -> Rerun | None:
 
 
 @unit(ops.OP_REDUCE_L2, _cost)
-def reduce_l2(desc: np.void, dma) -> None:
-    """int8, or int16 with ``OPF_INT16`` (zero points 0)."""
+def reduce_l2(desc: np.void, dma) -> Rerun | None:
+    """int8, or int16 with ``OPF_INT16`` (zero points 0); numpy, then its rerun in C
+    (``npu_mean``'s sum of squares)."""
     x, axes, out = _operands(desc, dma, act_dtype(desc))
-    reduce.reduce_l2(x, axes, input_zp=int(desc["input_zp"]), output_zp=int(desc["output_zp"]),
-                     scale=_scale(desc), out=out)
+    zp, output_zp, scale = int(desc["input_zp"]), int(desc["output_zp"]), _scale(desc)
+    reduce.reduce_l2(x, axes, input_zp=zp, output_zp=output_zp, scale=scale, out=out)
+    info = np.iinfo(x.dtype)
+    return data_calls.bind_mean(x, axes, out, reduce="l2", input_zp=zp, output_zp=output_zp, scale=scale,
+                                act_min=int(info.min), act_max=int(info.max))
 
 
 def _arg_cost(desc: np.void) -> tuple[int, int]:

@@ -1,4 +1,5 @@
-"""The transposed-convolution unit: TRANSPOSE_CONV (descriptor: ``npu_hw.ops``)."""
+"""The transposed-convolution unit: TRANSPOSE_CONV (descriptor: ``npu_hw.ops``); numpy, then
+its rerun in C (``kernels.transpose_conv.transpose_conv2d_bound``)."""
 from __future__ import annotations
 
 import numpy as np
@@ -6,7 +7,7 @@ import numpy as np
 from firmware_sim.kernels import transpose_conv
 from npu_hw import ops
 
-from .common import OpDescriptorError, dims, unit
+from .common import OpDescriptorError, Rerun, dims, unit
 
 
 def _cost(desc: np.void) -> tuple[int, int]:
@@ -17,7 +18,7 @@ def _cost(desc: np.void) -> tuple[int, int]:
 
 
 @unit(ops.OP_TRANSPOSE_CONV, _cost)
-def transpose_conv_2d(desc: np.void, dma) -> None:
+def transpose_conv_2d(desc: np.void, dma) -> Rerun | None:
     n, h, w, cin = dims(desc["in_shape"], "in_shape")
     on, oh, ow, cout = dims(desc["out_shape"], "out_shape")
     kh, kw = dims(desc["filter_hw"], "filter_hw")
@@ -33,7 +34,7 @@ def transpose_conv_2d(desc: np.void, dma) -> None:
     else:
         mult, shift = np.array([desc["multiplier"]], np.int32), np.array([desc["shift"]], np.int32)
     out = dma.write_array(int(desc["output"]), np.int8, (n, oh, ow, cout))
-    transpose_conv.transpose_conv2d(
+    return transpose_conv.transpose_conv2d_bound(
         x, wt, bias, stride=tuple(int(v) for v in desc["stride"]), padding=tuple(int(v) for v in desc["padding"]),
         out_hw=(oh, ow), input_zp=int(desc["input_zp"]), output_zp=int(desc["output_zp"]),
         multiplier=mult, shift=shift, act_min=int(desc["act_min"]), act_max=int(desc["act_max"]), out=out)

@@ -38,19 +38,33 @@ int npu_uq_run(struct npu_uq_client *q, unsigned long long cmd_iova, unsigned in
                unsigned int timeout_ms, unsigned int flags, long long spin_ns, long long timeout_ns, int slice_ms,
                void *out, unsigned long long *seq_out);
 
+/* What a repeated job's recent runs took on the core (their completions' exec_ns): the state
+ * of its hinted wait, zeroed before the first run and kept by the caller between runs.
+ * `expected_ns` is the low quartile of the last `recent` runs (0: fewer than two seen, no
+ * hint yet), `spread_ns` the distance from it to the second slowest of eight (the top
+ * eighth left out). */
+struct npu_uq_hint {
+	long long expected_ns;
+	long long spread_ns;
+	unsigned long long runs;        /* exec times recorded so far */
+	long long recent[8];            /* the last of them, a ring */
+};
+
+/* Record one run's exec_ns (<= 0: ignored) and recompute the hint. */
+void npu_uq_hint_update(struct npu_uq_hint *hint, long long exec_ns);
+
 /* One synchronous job of a client that runs the same command buffer again and again (an
  * inference): npu_uq_run unless the queue has jobs in flight (-EBUSY, nothing written: the
- * caller takes a queue that is idle), its wait hinted by `*expected_ns` (the job's usual
- * time on the core; 0: none seen yet, < 0: one seen, not a hint yet).  A job expected to
- * take from NPU_UQ_SLEEP_AHEAD_MIN_NS to NPU_UQ_SLEEP_AHEAD_MAX_NS is slept through on a
- * timer, with no signal asked of the core, until NPU_UQ_WAKE_MARGIN_NS before its expected
- * end; then spun for (at least twice the margin), then waited for on the completion line,
- * as npu_uq_wait.  Any other is npu_uq_wait's.  `*expected_ns` follows the completions'
- * exec_ns: the lower of the first two, then down at once, up by an eighth of the
- * difference but at most an eighth of itself plus 1 us. */
+ * caller takes a queue that is idle), its wait hinted by `hint` (NULL: none).  A job expected
+ * to take from NPU_UQ_SLEEP_AHEAD_MIN_NS to NPU_UQ_SLEEP_AHEAD_MAX_NS, with `spin_ns` > 0 (a
+ * CPU to spare), is slept through on a timer, with no signal asked of the core, until NPU_UQ_WAKE_MARGIN_NS before its expected
+ * end; then spun for across the spread and the margin on each side (at least `spin_ns`, at
+ * most NPU_UQ_SPREAD_SPIN_MAX_NS unless `spin_ns` is longer), then waited for on the
+ * completion line, as npu_uq_wait.  Any other is npu_uq_wait's.  A successful job's exec_ns
+ * goes into the hint (npu_uq_hint_update). */
 int npu_uq_run_hinted(struct npu_uq_client *q, unsigned long long cmd_iova, unsigned int cmd_size,
                       unsigned int timeout_ms, unsigned int flags, long long spin_ns, long long timeout_ns,
-                      int slice_ms, long long *expected_ns, void *out, unsigned long long *seq_out);
+                      int slice_ms, struct npu_uq_hint *hint, void *out, unsigned long long *seq_out);
 
 /* Jobs the sleeping waiters found done when a safety-net timeout ended (a lost signal). */
 unsigned long long npu_uq_late_wakeups(struct npu_uq_client *q);

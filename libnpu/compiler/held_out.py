@@ -35,11 +35,12 @@ models, ``benchmarks/models_in_the_wild.py --plain``, scored on its two unseen p
 """
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from .accuracy import SMALL_OUTPUT, quantized_feed, score
+from .accuracy import SMALL_OUTPUT, SMALL_OUTPUT_SCALE, quantized_feed, score
 from .float_ref import FloatInterpreter
 from .ir import Graph
 from .step_reuse import once
@@ -117,7 +118,8 @@ def measure(float_graph: Graph, graph: Graph, samples: Sequence[Feed]) -> tuple[
     by the float graph's output names. ``scores``: each output's worst score over the
     samples (:func:`libnpu.compiler.accuracy.score` on each sample alone); an output of
     fewer than ``SMALL_OUTPUT`` values is scored on all the samples together: its largest
-    error relative to its largest value on any of them, as the acceptance bar judges it (an
+    error relative to its largest value on any of them, at most ``SMALL_OUTPUT_SCALE`` (a
+    raw logit in the tens: the bar's absolute error), as the acceptance bar judges it (an
     absolute error), not relative to each sample's own value: a speech probability of
     0.003 on a silent sample, 0.002 off, scored 0.33 alone and sent the escalation after an
     error of 0.002 (Silero VAD). ``logits``: for each output made by a final ``LOGISTIC`` /
@@ -152,8 +154,9 @@ def measure(float_graph: Graph, graph: Graph, samples: Sequence[Feed]) -> tuple[
     steps = {out: _grid_step(graph, pairs[out]) if out in under else 0.0 for out in pairs}
     scores = {out: _worst(refs[out], gots[out], float_graph.tensors[out].size < SMALL_OUTPUT, steps[out])
               for out in pairs}
+    # small logits relative to their magnitude alone: the bar judges the probability above them
     return scores, {out: _worst(refs[f"logits {out}"], gots[f"logits {out}"],
-                                float_graph.tensors[logits[out]].size < SMALL_OUTPUT, 0.0) for out in under}
+                                float_graph.tensors[logits[out]].size < SMALL_OUTPUT, 0.0, math.inf) for out in under}
 
 
 def _logits(values: np.ndarray, softmax: bool) -> np.ndarray:
@@ -166,13 +169,16 @@ def _logits(values: np.ndarray, softmax: bool) -> np.ndarray:
     return v.reshape(-1)
 
 
-def _worst(refs: list[np.ndarray], gots: list[np.ndarray], small: bool, step: float) -> float:
-    """The worst score over the samples (small outputs: all together); a sample within
+def _worst(refs: list[np.ndarray], gots: list[np.ndarray], small: bool, step: float,
+           largest_scale: float = SMALL_OUTPUT_SCALE) -> float:
+    """The worst score over the samples (small outputs: all together, their error scaled by
+    at most ``largest_scale``: :func:`libnpu.compiler.accuracy.score`); a sample within
     ``step`` of float everywhere scores 1 (``step`` 0: none is spared)."""
     spared = [step > 0 and float(np.abs(r - g).max(initial=0.0)) <= step for r, g in zip(refs, gots)]
     if small and len(refs) > 1:
-        return 1.0 if all(spared) else score(np.concatenate(refs), np.concatenate(gots), True)
-    return min((1.0 if s else score(r, g, small) for r, g, s in zip(refs, gots, spared)), default=1.0)
+        return 1.0 if all(spared) else score(np.concatenate(refs), np.concatenate(gots), True, largest_scale)
+    return min((1.0 if s else score(r, g, small, largest_scale) for r, g, s in zip(refs, gots, spared)),
+               default=1.0)
 
 
 def held_out_scores(float_graph: Graph, graph: Graph, samples: Sequence[Feed]) -> dict[str, float]:

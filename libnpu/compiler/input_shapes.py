@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from .ir import IRError
+from .tflite_checks import first_bad_index
 from .tflite_strings import flatbuffer_text
 
 __all__ = ["InputShapeError", "InputShapes", "ShapedModel", "parse_input_shape", "parse_input_shapes",
@@ -228,7 +229,10 @@ def _tflite_inputs(data: bytes) -> tuple[Any, dict[str, int], dict[str, Declared
     if len(data) < 8 or data[4:8] != b"TFL3":
         return None
     try:
-        return _read_tflite_inputs(tflite.Model.GetRootAsModel(data, 0))
+        model = tflite.Model.GetRootAsModel(data, 0)
+        if first_bad_index(model, len(data)):
+            return None         # the importer names the broken index
+        return _read_tflite_inputs(model)
     except (struct.error, IndexError, ValueError, TypeError, UnicodeDecodeError, OverflowError):
         return None     # flatbuffers reads lazily: damage shows up as low-level errors anywhere
 
@@ -279,12 +283,15 @@ def _resized_tflite(data: bytes, indices: Mapping[str, int], shapes: Mapping[str
         for label, index in indices.items():
             interp.resize_tensor_input(index, list(shapes[label]), strict=False)
         interp.allocate_tensors()
-        computed = {d["index"]: tuple(int(x) for x in d["shape"]) for d in interp.get_tensor_details()}
+        details = interp.get_tensor_details()
     except (RuntimeError, ValueError) as exc:
         raise InputShapeError(f"{name}: LiteRT cannot size the model for inputs {_shapes_text(shapes)}: "
                               f"{' '.join(str(exc).split())}") from exc
     buf = bytearray(data)
     sg = tflite.Model.GetRootAsModel(buf, 0).Subgraphs(0)
+    # the file's tensors only: LiteRT lists after them the temporaries its kernels add
+    # (MEAN's, BATCH_MATMUL's, an LSTM's), which have no table in the flatbuffer
+    computed = {d["index"]: tuple(int(x) for x in d["shape"]) for d in details if d["index"] < sg.TensorsLength()}
     for index, shape in computed.items():
         t = sg.Tensors(index)
         for length, vector in ((t.ShapeLength(), t.ShapeAsNumpy), (t.ShapeSignatureLength(), t.ShapeSignatureAsNumpy)):

@@ -20,8 +20,9 @@ straight to int16 and an int16 output is dequantized straight to float.
   own SQNR against float on the calibration data, ``accuracy.layer_errors``), then promote
   the worst 1, 2, 4, ... until every graph output's score against the float graph
   (:func:`accuracy.output_scores`: cosine, or for tiny outputs the largest error relative to the
-  output's magnitude) reaches ``int16_target`` (or ``max_layers`` are promoted). An
-  output that even all-int16 activations cannot bring to the target settles for most of
+  output's magnitude, at most the acceptance bar's absolute error) reaches ``int16_target``
+  (or ``max_layers`` are promoted). An output that even all-int16 activations cannot
+  bring to the target settles for most of
   what they would gain, and one they would not improve is left alone (its error is not
   the activations': int8 weights, say).
 
@@ -55,7 +56,7 @@ from .folding import weight_fold
 from .ir import Graph, IRError, Op, QuantParams, Tensor
 from .optimize import optimize
 from .progress import Progress, stage
-from .quantizer import equalized, quantize_model, random_dataset
+from .quantizer import equalized, gated, quantize_model, random_dataset
 from .scales import MIN_MULTIPLIER, bias_scale, choose_int16_scale, quantize_weights16, symmetric
 from .step_reuse import once
 
@@ -227,7 +228,9 @@ def _int64_bias(g: Graph, op: Op, in_scale: float, src: Graph | None, float_only
     w_scale = _quant(g, op.inputs[1]).scale.astype(np.float64)
     scale = bias_scale(in_scale, w_scale).astype(np.float32)
     scale = np.broadcast_to(scale, real.shape) if scale.size == 1 and real.size > 1 else scale
-    q = np.round(real / scale.astype(np.float64)).astype(np.int64)
+    # Saturate with the sign (a cast would wrap): 2**62 leaves the int64 accumulator room
+    # for any sum of int16 x int16 products the kernels add to it.
+    q = np.clip(np.round(real / scale.astype(np.float64)), -2 ** 62, 2 ** 62).astype(np.int64)
     g.tensors[name] = Tensor(name, t32.shape, "int64", symmetric(scale), q)
 
 
@@ -600,7 +603,8 @@ def quantize_mixed(graph: Graph, dataset: Iterable[Feed] | None = None, *,
         data = random_dataset(opt, quantize_options.get("random_count", 8), seed=quantize_options.get("seed", 0))
     else:
         data = list(dataset)  # type: ignore[arg-type]
-    if quantize_options.get("equalize"):   # the float graph every measurement below compares with
+    opt = graph = gated(opt, data, progress)   # the float graph every measurement below compares with
+    if quantize_options.get("equalize"):
         opt = graph = equalized(opt, data, progress)
     # With int16 layers the per-layer report is measured on the mixed graph, below.
     report = quantize_options.pop("layer_report", False) if selection != "none" else False

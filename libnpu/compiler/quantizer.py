@@ -40,6 +40,7 @@ from .progress import Progress, stage
 from .qdq_import import QDQ_PER_TENSOR, QDQ_RANGES
 from .scales import SHARED_GRIDS, bias_scale, choose_activation_scale, quantize_weights, symmetric
 from .step_reuse import once
+from .swish_gates import GATED, RANGE_FLOORS, gate_chains, gate_swishes
 from .weight_rounding import input_moments, round_layer
 
 __all__ = ["QuantizationError", "NonFiniteValuesError", "build_calibration_model", "Calibrator", "calibrate",
@@ -288,6 +289,10 @@ def quantize(graph: Graph, ranges: Mapping[str, Range], *, fc_per_channel: bool 
                                     "quantize expects a float graph")
     # a QDQ model's own grids (compiler.qdq_import) rather than the calibrated ranges
     ranges = {**ranges, **{n: r for n, r in src.metadata.get(QDQ_RANGES, {}).items() if n in src.tensors}}
+    # values below a floor all give the same results downstream (compiler.swish_gates)
+    for n, floor in src.metadata.get(RANGE_FLOORS, {}).items():
+        if n in ranges:
+            ranges[n] = (max(ranges[n][0], floor), max(ranges[n][1], floor))
     qdq_per_tensor = set(src.metadata.get(QDQ_PER_TENSOR, ()))
     src, ranges = requantize_joins(src, ranges)   # a fixed grid (LOGISTIC's) joined to wider tensors
     roles = _roles(src)
@@ -297,6 +302,7 @@ def quantize(graph: Graph, ranges: Mapping[str, Range], *, fc_per_channel: bool 
     g.metadata = dict(src.metadata, quantized="int8")
     g.metadata.pop(SHARED_GRIDS, None)   # the float graph's hint, spent
     g.metadata.pop(QDQ_RANGES, None)
+    g.metadata.pop(RANGE_FLOORS, None)
     g.metadata.pop(QDQ_PER_TENSOR, None)
     for name, t in src.tensors.items():
         if name in roles:
@@ -425,6 +431,15 @@ def _bias_correction_helps(float_graph: Graph, q: Graph, data: Sequence) -> bool
     return min(after.values(), default=1.0) > min(before.values(), default=1.0)
 
 
+def gated(graph: Graph, data: Sequence, progress: Progress | None = None) -> Graph:
+    """The optimized float ``graph`` with its hard-swish blocks equalized on ``data``
+    (:mod:`libnpu.compiler.swish_gates`; once: a graph already gated is returned as it is)."""
+    if GATED in graph.metadata or not gate_chains(graph):
+        return graph
+    with stage(progress, "equalize"):
+        return once("gate hard-swish", (graph, *data), None, lambda: gate_swishes(graph, data))
+
+
 def equalized(graph: Graph, data: Sequence, progress: Progress | None = None) -> Graph:
     """The optimized float ``graph`` channel-equalized on ``data`` (once: a graph already
     equalized is returned as it is)."""
@@ -466,6 +481,7 @@ def quantize_model(graph: Graph,
     with stage(progress, "optimize"):
         opt = once("optimize", (graph,), None, lambda: optimize(graph))
     data = list(dataset) if dataset is not None else random_dataset(opt, random_count, seed=seed)
+    opt = gated(opt, data, progress)
     if equalize:
         opt = equalized(opt, data, progress)
     try:
@@ -495,6 +511,7 @@ def quantize_model(graph: Graph,
                                  "bias_correction": bias_correction,
                                  **({"equalized_channels": opt.metadata["equalized_channels"]}
                                     if "equalized_channels" in opt.metadata else {}),
+                                 **({GATED: opt.metadata[GATED]} if opt.metadata.get(GATED) else {}),
                                  **({"weight_rounding": weight_rounding} if weight_rounding != "nearest" else {})}
     if layer_report:
         with stage(progress, "accuracy"):

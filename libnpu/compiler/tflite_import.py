@@ -21,6 +21,7 @@ from .host_groups import group_host_ops
 from .input_shapes import InputShapes, fix_tflite_inputs
 from .ir import Graph, IRError, Op, QuantParams, SourceOp, Tensor, require_data, same_pads
 from .source_index import record_sources
+from .tflite_checks import first_bad_index
 from .tflite_cut import cut_tflite, is_empty_constant
 from .tflite_sparsity import SparsityError, densify
 from .tflite_strings import flatbuffer_text
@@ -79,11 +80,14 @@ class _Importer:
         require_data(buf, name)
         if len(buf) < 8 or buf[4:8] != b"TFL3":
             raise TFLiteImportError(f"{name}: not a TFLite flatbuffer (no TFL3 identifier)")
-        buf = fix_tflite_inputs(buf, input_shapes, name).data   # -1 dims given or refused, never guessed
         try:
-            self.model = tflite.Model.GetRootAsModel(buf, 0)
+            problem = first_bad_index(tflite.Model.GetRootAsModel(buf, 0), len(buf))
         except (IndexError, ValueError) as exc:
             raise TFLiteImportError(f"{name}: unreadable flatbuffer: {exc}") from exc
+        if problem:     # checked before anything follows an index: flatbuffers read past vectors unchecked
+            raise TFLiteImportError(f"{name}: broken TFLite file: {problem}")
+        buf = fix_tflite_inputs(buf, input_shapes, name).data   # -1 dims given or refused, never guessed
+        self.model = tflite.Model.GetRootAsModel(buf, 0)
         self.buf = buf
         if self.model.SubgraphsLength() < 1:
             raise TFLiteImportError(f"{name}: the model has no subgraph")
@@ -114,7 +118,7 @@ class _Importer:
         t = self.sg.Tensors(idx)
         ttype = t.Type()
         if ttype not in _TYPES:
-            raise TFLiteImportError(f"tensor {idx} ({t.Name()!r}): unsupported type {ttype}")
+            raise TFLiteImportError(f"tensor {idx} ({flatbuffer_text(t.Name())!r}): unsupported type {ttype}")
         dtype = _TYPES[ttype]
         shape = tuple(int(d) for d in t.ShapeAsNumpy()) if t.ShapeLength() else ()
         quant = None
@@ -134,7 +138,8 @@ class _Importer:
             try:
                 data = densify(t.Sparsity(), shape, raw.view(dtype))
             except SparsityError as exc:
-                raise TFLiteImportError(f"tensor {idx} ({t.Name()!r}): bad sparsity parameters: {exc}") from None
+                raise TFLiteImportError(f"tensor {idx} ({flatbuffer_text(t.Name())!r}): bad sparsity parameters: "
+                                        f"{exc}") from None
         elif raw is not None:
             data = raw.view(dtype).reshape(shape).copy()
         elif is_empty_constant(shape, idx in self.written):

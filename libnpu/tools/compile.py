@@ -135,10 +135,13 @@ def quantization_report(metadata: dict[str, Any], worst: int | None = 10) -> str
     cal = metadata["calibration"]
     lifted = cal.get("equalized_channels") or 0
     plural = "" if lifted == 1 else "s"
+    gated = cal.get("gated_swishes") or 0
+    gplural = "" if gated == 1 else "s"
     head = (f"quantization: {cal.get('method', 'minmax')} calibration on {cal.get('runs')} "
             f"{'random inputs' if cal.get('random') else 'samples'}"
             f"{', GPTQ weight rounding' if cal.get('weight_rounding') == 'gptq' else ''}"
             f"{f', {lifted} channel{plural} equalized' if lifted else ''}"
+            f"{f', {gated} hard-swish block{gplural} equalized' if gated else ''}"
             f"{', bias correction' if cal.get('bias_correction') else ''}")
     rows = metadata.get("layer_errors")
     if not rows:

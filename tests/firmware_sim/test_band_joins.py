@@ -7,7 +7,9 @@ import pytest
 from firmware_sim import band_joins
 from libnpu.compiler.lower import compile_model
 from npu_hw import ops, tasks
-from tests.support.diamond import diamond_calibration, diamond_model
+from npu_hw.iommu import IOVA_BASE
+from tests.support.chip_memory import ASID, ChipMemory
+from tests.support.diamond import diamond_calibration, diamond_model, strided_model
 
 
 @pytest.fixture(scope="module")
@@ -52,3 +54,30 @@ def test_bands_that_do_not_meet_stay_apart(compiled):
     padded = np.array([second], dtype=second.dtype)
     padded["padding"][0, 0] = 1                  # a top padding of its own
     assert band_joins.join(ops.OP_CONV_2D, first, padded[0]) is None
+
+
+def test_bands_that_skip_a_row_join_only_where_the_chip_may_read_it(tmp_path):
+    """A stride-2 1x1 conv's bands read every other row: the row between them joins the read
+    (as the untiled layer's task reads it) only if the context lets the chip read it."""
+    model, calibration = strided_model()
+    bands = [desc for opcode, desc in _decoded(compile_model(model, calibration, recipe="fast", tiles=2))
+             if opcode == ops.OP_CONV_2D]
+    assert len(bands) == 2
+    first, second = bands
+    asked: list[tuple[int, int]] = []
+
+    def allowed(iova: int, nbytes: int) -> bool:
+        asked.append((iova, nbytes))
+        return True
+    assert band_joins.join(ops.OP_CONV_2D, first, second) is None
+    assert band_joins.join(ops.OP_CONV_2D, first, second, lambda iova, nbytes: False) is None
+    joined = band_joins.join(ops.OP_CONV_2D, first, second, allowed)
+    assert joined is not None
+    row = int(first["in_shape"][2]) * int(first["in_shape"][3])
+    assert asked == [(int(first["input"]) + int(first["in_shape"][1]) * row, int(second["input"]) - int(first["input"])
+                      - int(first["in_shape"][1]) * row)] and asked[0][1] == row
+    assert int(joined["out_shape"][1]) == 16 and int(joined["input"]) == int(first["input"])
+    mem = ChipMemory(tmp_path, size=1 << 16)
+    can_read = band_joins.readable(mem.dma)
+    mem.dma.bind(ASID)
+    assert can_read(mem.alloc(4096), 4096) and not can_read(IOVA_BASE + (1 << 16), 4096)

@@ -5,8 +5,11 @@ operands broadcast along the pixels or the channels, left shifts, the INT32_MIN 
 the lanes leave to the scalar loop), int16 x int8 depthwise (windows inside the image in
 pairs, windows across the border) and convolution (tiles of pixels, a 1x1 window read where
 it lies, runs copied in one piece, the k > 256 and grouped paths); and the chip's int16 PRELU
-units replayed as C calls (they ran in numpy on every inference)."""
+units replayed as C calls (they ran in numpy on every inference); and every C file with lanes
+compiled with them."""
 from __future__ import annotations
+
+import subprocess
 
 import numpy as np
 import pytest
@@ -34,6 +37,25 @@ def _pixels(rng: np.random.Generator) -> tuple[tuple[int, ...], tuple[int, ...],
     shape = (1, int(rng.integers(1, 7)), int(rng.integers(1, 7)), c)
     other = [shape, (1, 1, 1, c), shape[:3] + (1,), (1,)][int(rng.integers(0, 4))]
     return shape, other, c
+
+
+def _macros(cc: str, source, *flags: str) -> str:
+    """The macros defined at the end of ``source`` compiled with ``flags``."""
+    return subprocess.run([cc, "-E", "-dM", "-std=c11", *flags, str(source)], capture_output=True, text=True,
+                          check=True).stdout
+
+
+def test_every_c_file_with_int16_lanes_is_compiled_with_them() -> None:
+    # binary16_kernels.c tests INT16_LANES, which int16_kernels.c alone defined: split from it,
+    # its ADD / MUL / PRELU ran the scalar loop (EfficientNet swish MULs 7x slower).
+    cc = native._compiler()
+    assert cc is not None
+    if "#define __AVX512BW__" not in _macros(cc, "/dev/null", "-x", "c", "-march=native"):
+        pytest.skip("no AVX-512 in the C compiler's -march=native")
+    users = [s for s in native.SOURCES if "INT16_LANES" in s.read_text()]
+    assert len(users) >= 2
+    for source in users:
+        assert "#define INT16_LANES 1" in _macros(cc, source, "-march=native"), source.name
 
 
 def _binary_case(rng: np.random.Generator, kind: str, rows: int) -> tuple[np.ndarray, dict, dict]:

@@ -96,12 +96,40 @@ def test_depends_with_a_bad_count_or_nothing_after_it_is_refused(mem):
         assert result.status == -errno.EINVAL and not seen
 
 
+def _loaded(mem: ChipMemory, loadable, calibration) -> tuple[list[int], np.ndarray]:
+    """``loadable``'s regions in ``mem`` with the first calibration input: (bases, its output's bytes)."""
+    bases = [mem.alloc(max(region.size, 1)) for region in loadable.regions]
+    for i, region in enumerate(loadable.regions):
+        if region.content is not None:
+            mem.bytes[bases[i] - IOVA_BASE:bases[i] - IOVA_BASE + len(region.content)] = np.frombuffer(
+                loadable.region_image(i, bases), np.uint8)
+    (x,) = loadable.inputs()
+    (y,) = loadable.outputs()
+    mem.bytes[bases[x.region] + x.offset - IOVA_BASE:][:x.nbytes] = calibration[0][0].transpose(0, 2, 3, 1).reshape(
+        -1).view(np.uint8)
+    return bases, mem.bytes[bases[y.region] + y.offset - IOVA_BASE:][:y.nbytes]
+
+
+def _replays(mem: ChipMemory, command: bytes, out: np.ndarray, count: int) -> tuple[list[bytes], job_plans.JobPlan]:
+    """``count`` runs of ``command`` (a first run, then replays): each one's output, and the plan."""
+    at = mem.put(np.frombuffer(command, np.uint8))
+    outputs = []
+    for _ in range(count):
+        out[:] = 0
+        assert run_job(mem.dma, ASID, at, len(command), HardwareProfile(), cores=2).status == 0
+        outputs.append(out.tobytes())
+    plan = job_plans.lookup(mem.dma, ASID, at, np.frombuffer(command, np.uint8))
+    assert plan is not None
+    return outputs, plan
+
+
 @pytest.mark.parametrize("mode", ["0", "1", "auto"])
 def test_two_thread_replay_gives_the_same_bytes(tmp_path, monkeypatch, mode):
     """NPU_GRAPH_THREADS=1 (and auto, which tries both): a compiled diamond's graph job (row bands
     too) replays on two threads of the process (job_plans.GraphSteps, graph_steps.c) with the
     bytes of its in-order job, on every replay; so does a replay on one thread (0, and auto's
-    first), its bands joined back into one call (band_joins)."""
+    first), its bands joined back into one call (band_joins), for good with 0 (one C call,
+    as a one-core job's plan)."""
     from libnpu.compiler.lower import compile_model
     from tests.support.diamond import diamond_calibration, diamond_model
     if native.library() is None:
@@ -112,34 +140,49 @@ def test_two_thread_replay_gives_the_same_bytes(tmp_path, monkeypatch, mode):
     calibration = diamond_calibration()
     loadable = compile_model(diamond_model(), calibration, recipe="fast", tiles=2)
     mem = ChipMemory(tmp_path, size=4 << 20)
-    bases = [mem.alloc(max(region.size, 1)) for region in loadable.regions]
-    for i, region in enumerate(loadable.regions):
-        if region.content is not None:
-            mem.bytes[bases[i] - IOVA_BASE:bases[i] - IOVA_BASE + len(region.content)] = np.frombuffer(
-                loadable.region_image(i, bases), np.uint8)
-    (x,) = loadable.inputs()
-    (y,) = loadable.outputs()
-    mem.bytes[bases[x.region] + x.offset - IOVA_BASE:][:x.nbytes] = calibration[0][0].transpose(0, 2, 3, 1).reshape(
-        -1).view(np.uint8)
-    out = mem.bytes[bases[y.region] + y.offset - IOVA_BASE:][:y.nbytes]
+    bases, out = _loaded(mem, loadable, calibration)
     outputs: dict[int | None, list[bytes]] = {}
     for graph in (None, 0):
-        command = loadable.command_buffer(bases, cores=graph)
-        at = mem.put(np.frombuffer(command, np.uint8))
-        outputs[graph] = []
-        for _ in range(1 + job_plans.NATIVE_TRIES + 2 * graph_threads.SAMPLES + 2):   # decode, replays until
-            out[:] = 0                                                               # all-C, both kinds
-            result = run_job(mem.dma, ASID, at, len(command), HardwareProfile(), cores=2)
-            assert result.status == 0
-            outputs[graph].append(out.tobytes())
-        plan = job_plans.lookup(mem.dma, ASID, at, np.frombuffer(command, np.uint8))
-        assert plan is not None and isinstance(plan.native, job_plans.GraphSteps if graph == 0
-                                               else job_plans.NativeSteps)
+        # decode, replays until all-C, both kinds
+        outputs[graph], plan = _replays(mem, loadable.command_buffer(bases, cores=graph), out,
+                                        1 + job_plans.NATIVE_TRIES + 2 * graph_threads.SAMPLES + 2)
+        settled = graph is None or mode == "0"
+        assert isinstance(plan.native, job_plans.NativeSteps if settled else job_plans.GraphSteps)
         if graph == 0 and mode == "auto":
             assert all(len(walls) == graph_threads.SAMPLES for walls in plan.native.choice.walls)
         if graph == 0 and mode != "1":
-            assert plan.native.one_thread_steps < len(loadable.tasks)
+            calls = len(plan.native) if settled else plan.native.one_thread_steps
+            assert calls < len(loadable.tasks)
     assert set(outputs[None]) == set(outputs[0]) and len(set(outputs[0])) == 1
+
+
+def test_a_graph_job_too_small_for_two_threads_replays_as_the_one_core_job(tmp_path, monkeypatch):
+    """auto, with a CPU free: a strided 1x1 conv split in two bands (which skip the input row
+    between them) is too small for two threads to pay for their meeting; once its one-thread
+    replays are timed its plan runs as the untiled layer's would, in one C call of one kernel
+    call, with the untiled layer's bytes (before: a choice in Python on every replay, two
+    kernel calls)."""
+    from libnpu.compiler.lower import compile_model
+    from tests.support.diamond import strided_model
+    if native.library() is None:
+        pytest.skip("no C kernels")
+    monkeypatch.setattr(graph_threads, "MODE", "auto")
+    monkeypatch.setattr(graph_threads, "_cpu_free", lambda: True)
+    model, calibration = strided_model()
+    whole = compile_model(model, calibration, recipe="fast")
+    split = compile_model(model, calibration, recipe="fast", tiles=2)
+    assert len(split.tasks) > len(whole.tasks)
+    outputs = []
+    for loadable, cores in ((whole, None), (split, 0)):
+        bus = tmp_path / f"cores-{cores}"
+        bus.mkdir()
+        mem = ChipMemory(bus, size=4 << 20)
+        bases, out = _loaded(mem, loadable, calibration)
+        replays, plan = _replays(mem, loadable.command_buffer(bases, cores=cores), out,
+                                 1 + job_plans.NATIVE_TRIES + graph_threads.SAMPLES + 2)
+        assert isinstance(plan.native, job_plans.NativeSteps) and len(plan.native) == len(whole.tasks)
+        outputs += replays
+    assert len(set(outputs)) == 1
 
 
 def test_a_plan_counts_its_dependencies(mem):

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 import libnpu
+from libnpu import user_queue
 from libnpu.capi import queue_native
 from libnpu.user_queue import RepeatedJob
 from npu_hw import queues
@@ -20,6 +21,15 @@ pytestmark = pytest.mark.recovery     # queues (benchmarks/flake_hunt.py -m reco
 def native():
     if queue_native.library() is None:
         pytest.fail(f"the C queue client did not build: {queue_native.unavailable()}")
+
+
+@pytest.fixture
+def wait_mode(request):
+    """Waiters in ``request.param``'s mode whatever the load (``spin``: the sleep ahead is for a
+    machine with a CPU to spare; ``sleep``: one without)."""
+    user_queue.set_wait_mode(request.param)
+    yield request.param
+    user_queue.set_wait_mode("adaptive")
 
 
 def nop_job(device) -> RepeatedJob:
@@ -42,29 +52,76 @@ def test_a_busy_queue_is_refused_and_nothing_goes_in(device, native):
     assert fence is not None and fence.status == 0 and fence.id == tail + 1
 
 
-def test_the_expected_time_follows_the_jobs_down_at_once_and_up_by_an_eighth(device, native):
+def hint_after(exec_times: list[int]):
+    """A fresh hint fed ``exec_times`` through the C rule (npu_uq_hint_update)."""
+    hint = queue_native.ffi.new("struct npu_uq_hint *")
+    for took in exec_times:
+        queue_native.library().npu_uq_hint_update(hint, took)
+    return hint
+
+
+def test_the_hint_sleeps_to_the_low_quartile_and_spins_across_the_spread(native):
+    assert hint_after([]).expected_ns == 0
+    one = hint_after([900_000])
+    assert (one.expected_ns, one.runs) == (0, 1)                 # seen once (a first replay): no hint
+    two = hint_after([900_000, 200_000])
+    assert (two.expected_ns, two.spread_ns) == (200_000, 700_000)   # the lower of two: never slept through
+    eight = hint_after([200_000, 230_000, 210_000, 260_000, 205_000, 240_000, 220_000, 250_000])
+    assert (eight.expected_ns, eight.spread_ns) == (205_000, 250_000 - 205_000)   # p25; the 2nd slowest
+    preempted = hint_after([200_000, 230_000, 210_000, 260_000, 205_000, 240_000, 220_000, 9_000_000])
+    assert (preempted.expected_ns, preempted.spread_ns) == (205_000, 55_000)     # one preemption: no spin for it
+    ignored = hint_after([200_000, 230_000, 0, -5])
+    assert (ignored.runs, ignored.expected_ns, ignored.spread_ns) == (2, 200_000, 30_000)
+    grown = hint_after([200_000] * 8 + [400_000] * 7)           # the job really grew: the ring holds 8 runs
+    assert (grown.runs, grown.expected_ns, grown.spread_ns) == (15, 400_000, 0)
+    shrunk = hint_after([400_000] * 8 + [150_000] * 2)
+    assert (shrunk.expected_ns, shrunk.spread_ns) == (150_000, 250_000)
+
+
+def seed(job: RepeatedJob, exec_times: list[int]) -> None:
+    """The job's hint as if its last runs had taken ``exec_times``."""
+    job.hint.runs = 0
+    for took in exec_times:
+        queue_native.library().npu_uq_hint_update(job.hint, took)
+
+
+@pytest.mark.parametrize("wait_mode", ["spin", "sleep"], indirect=True)
+def test_a_job_whose_time_varies_still_completes_each_wait(device, native, wait_mode):
+    """Hints far from what the job takes (far shorter, far longer, a wide spread): every
+    wait ends with the job's completion, and the hint follows the NOPs' exec times; slept
+    ahead on the timer (a spinning waiter) or not (a waiter that may not spin)."""
     queue = device.create_queue()
     job = nop_job(device)
-    first = queue.run_repeated(job)
-    assert first is not None and job.expected_ns[0] == -first.exec_ns     # seen once: not a hint yet
-    second = queue.run_repeated(job)
-    assert second is not None and job.expected_ns[0] == min(first.exec_ns, second.exec_ns)
-    expected = job.expected_ns[0]
-    for _ in range(20):
-        fence = queue.run_repeated(job)
-        assert fence is not None and fence.exec_ns > 0
-        took = fence.exec_ns
-        expected = took if took < expected else expected + min((took - expected) // 8, expected // 8 + 1000)
-        assert job.expected_ns[0] == expected
-    job.expected_ns[0] = 8 * 10**6           # as if the jobs had taken 8 ms: one NOP brings it down at once
-    queue.run_repeated(job)
-    assert job.expected_ns[0] < 8 * 10**6
-    job.expected_ns[0] = 1                    # a slower job raises it by an eighth of itself + 1 us at most
-    queue.run_repeated(job)
-    assert 1 < job.expected_ns[0] <= 1 + 1000
+    for exec_times in ([150_000] * 8, [2_000_000] * 8, [150_000, 4_000_000] * 4, [300_000, 310_000]):
+        for _ in range(3):
+            seed(job, exec_times)
+            fence = queue.run_repeated(job)
+            assert fence is not None and fence.status == 0 and fence.exec_ns > 0
+            assert job.hint.recent[(job.hint.runs - 1) % 8] == fence.exec_ns
+    assert queue.late_wakeups == 0
 
 
-def test_a_job_expected_to_be_long_is_slept_through_then_caught(device, native):
+@pytest.mark.parametrize("wait_mode", ["sleep"], indirect=True)
+def test_a_waiter_that_may_not_spin_is_not_slept_ahead(device, native, wait_mode):
+    """With no CPU to spare (spin 0) a hinted wait goes straight to the completion line: a
+    client woken on its timer before the job's end would take the CPU from the core."""
+    queue = device.create_queue()
+    job = nop_job(device)
+    waited = 0
+    for _ in range(200):      # until three waits began before the job's end
+        before = queue.wait_counts()
+        seed(job, [4_000_000] * 8)
+        assert queue.run_repeated(job) is not None
+        after = queue.wait_counts()
+        assert after["spun"] == before["spun"]        # no timer, no spin after it
+        waited += after["slept"] - before["slept"]
+        if waited == 3:
+            break
+    assert waited == 3
+
+
+@pytest.mark.parametrize("wait_mode", ["spin"], indirect=True)
+def test_a_job_expected_to_be_long_is_slept_through_then_caught(device, native, wait_mode):
     """A hint of 4 ms on a NOP: the client sleeps on its timer (no signal asked of the
     core), then finds the job done; a hint far too long costs time, never a job."""
     queue = device.create_queue()
@@ -73,7 +130,7 @@ def test_a_job_expected_to_be_long_is_slept_through_then_caught(device, native):
     slept_through = 0
     for _ in range(200):      # a loaded machine may preempt the client between submit and wait
         at_once = queue.wait_counts()["at_once"]
-        job.expected_ns[0] = 4_000_000
+        seed(job, [4_000_000] * 8)     # as if each run had taken 4 ms
         started = time.monotonic()
         fence = queue.run_repeated(job)
         took = time.monotonic() - started
@@ -99,7 +156,7 @@ def test_inferences_run_on_the_requests_queue_with_the_same_bytes(session, resne
         queue = request._job.queue
         assert queue is not None and queue.native          # taken once, then run on directly
         again = [request.infer(xi)[0].copy() for xi in x]
-        assert request._job.queue is queue and request._job.expected_ns[0] > 0
+        assert request._job.queue is queue and request._job.expected_ns > 0
         device.use_queues = False                           # turned off: not even the request's own queue
         submitted = [request.infer(xi)[0].copy() for xi in x]
         assert request.timing.chip_ns == 0

@@ -1,5 +1,6 @@
-"""A small ONNX model whose chip tasks form a diamond, for the multi-core tests: x -> A (a 3x3
-conv large enough for the compiler to split) -> B and C (small strided convs, never split) -> B + C."""
+"""Small ONNX models for the multi-core tests: a diamond, x -> A (a 3x3 conv large enough for
+the compiler to split) -> B and C (small strided convs, never split) -> B + C; and a strided
+1x1 conv, whose bands skip an input row between them (ResNet-8's shortcuts)."""
 from __future__ import annotations
 
 import numpy as np
@@ -28,3 +29,18 @@ def diamond_model() -> bytes:
 def diamond_calibration() -> list[list[np.ndarray]]:
     rng = np.random.default_rng(7)
     return [[rng.uniform(-1, 1, (1, 8, 16, 16)).astype(np.float32)] for _ in range(4)]
+
+
+def strided_model() -> tuple[bytes, list[list[np.ndarray]]]:
+    """x (1x16x32x32) -> a 1x1 conv of stride 2 to 32 channels, large enough to split into row
+    bands, each reading every other input row: the row between two bands neither reads. With
+    its calibration."""
+    rng = np.random.default_rng(11)
+    w = numpy_helper.from_array(rng.uniform(-0.5, 0.5, (32, 16, 1, 1)).astype(np.float32), "w")
+    b = numpy_helper.from_array(rng.uniform(-0.1, 0.1, 32).astype(np.float32), "b")
+    node = helper.make_node("Conv", ["x", "w", "b"], ["y"], strides=[2, 2], kernel_shape=[1, 1])
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16, 32, 32])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 32, 16, 16])
+    graph = helper.make_graph([node], "strided", [x], [y], initializer=[w, b])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]).SerializeToString()
+    return model, [[rng.uniform(-1, 1, (1, 16, 32, 32)).astype(np.float32)] for _ in range(4)]

@@ -1,5 +1,6 @@
 """The C inner loops of the chip's kernels (``int8_kernels.c``, ``data_kernels.c``,
-``int16_kernels.c``, ``binary16_kernels.c``, ``gemm_kernels.c``, ``int16x16_kernels.c``),
+``int16_kernels.c``, ``binary16_kernels.c``, ``gemm_kernels.c``, ``int16x16_kernels.c``,
+``resize_kernels.c``, ``softmax16_kernels.c``, ``transpose_conv_kernels.c``, ``norm_kernels.c``),
 built on first use.
 
 numpy cannot get under LiteRT's C++ reference for small depthwise layers and batch-1
@@ -51,17 +52,22 @@ GRAPH_HEADER = SOURCE.with_name("graph_steps.h")
 # A core's user-queue service loop (firmware_sim.queue_service), declared apart: not a kernel either.
 QUEUE_HEADER = SOURCE.with_name("queue_service.h")
 # Every C file of the library (one header for the kernels): the int8 kernels, data movement
-# and tables, the int16 x int8 kernels, int16 ADD/MUL/PRELU, the VNNI GEMM of small convolutions, the int16 x int16
-# kernels and int16 pooling, the graph runner and the user-queue service loop.
+# and tables, the int16 x int8 kernels, int16 ADD/MUL/PRELU/MAXIMUM/MINIMUM, the VNNI GEMM of small convolutions,
+# the int16 x int16 kernels and int16 pooling, the graph runner, RESIZE, int16 SOFTMAX, TRANSPOSE_CONV and
+# int8 L2_NORMALIZATION, and the user-queue service loop.
 SOURCES = (SOURCE, SOURCE.with_name("data_kernels.c"), SOURCE.with_name("int16_kernels.c"),
            SOURCE.with_name("binary16_kernels.c"), SOURCE.with_name("gemm_kernels.c"),
            SOURCE.with_name("int16x16_kernels.c"), SOURCE.with_name("graph_steps.c"),
+           SOURCE.with_name("resize_kernels.c"), SOURCE.with_name("softmax16_kernels.c"),
+           SOURCE.with_name("transpose_conv_kernels.c"), SOURCE.with_name("norm_kernels.c"),
            SOURCE.with_name("queue_service.c"))
 # -fno-trapping-math: nothing reads the floating-point exception flags, and without it GCC
 # will not vectorize a float -> int conversion under a condition (QUANTIZE's loop). Results
-# stay IEEE-exact (no -ffast-math).
+# stay IEEE-exact (no -ffast-math). -Wundef: a feature switch tested by `#if` in a file that
+# does not see its definition (int16_common.h's INT16_LANES) fails the build instead of
+# compiling the scalar loop alone.
 _FLAGS = ("-O3", "-fwrapv", "-fno-trapping-math", "-march=native", "-shared", "-fPIC", "-std=c11",
-          "-Wall", "-Werror")
+          "-Wall", "-Wundef", "-Werror")
 
 ffi = cffi.FFI()
 ffi.cdef(HEADER.read_text())

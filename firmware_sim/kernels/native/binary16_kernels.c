@@ -1,5 +1,5 @@
 /*
- * int16 elementwise ADD, MUL and PRELU (TFLite's int16 reference kernels: zero point 0,
+ * int16 elementwise ADD, MUL, PRELU, MAXIMUM and MINIMUM (TFLite's int16 reference kernels: zero point 0,
  * gemmlowp's MultiplyByQuantizedMultiplier per operand), the arithmetic of
  * kernels/int16x8.py's binary operators, with a broadcast along one axis and per-channel
  * parameters. Every array is C-contiguous; the Python side checks shapes and parameters
@@ -16,24 +16,11 @@
 #include <immintrin.h>
 #endif
 
-/* gemmlowp's MultiplyByQuantizedMultiplier on an int32 value x (kernels/fixedpoint.py). */
-static inline int64_t mbqm(int64_t x, int64_t m, int32_t s)
-{
-    if (s > 0)
-        x = (int32_t)(uint32_t)((uint64_t)x << s);
-    int64_t v = (x == INT32_MIN && m == INT32_MIN) ? INT32_MAX : (x * m + (INT64_C(1) << 30)) >> 31;
-    const int e = s > 0 ? 0 : -s;
-    int64_t r = v + ((INT64_C(1) << e) >> 1);
-    if (e > 0)
-        r -= v < 0;
-    return r >> e;
-}
-
 /* The requantization columns of a kind's parameter row: ADD m1, s1, m2, s2, mo, so; MUL m, s;
    PRELU m1, s1 (x >= 0), m2, s2 (x * alpha). */
 static inline int binary16_columns(int32_t kind)
 {
-    return kind == NPU_BINARY16_ADD ? 6 : kind == NPU_BINARY16_MUL ? 2 : 4;
+    return kind == NPU_BINARY16_ADD ? 6 : kind == NPU_BINARY16_MUL ? 2 : kind == NPU_BINARY16_PRELU ? 4 : 0;
 }
 
 /* One output element of x and y with parameter row p, before the int32 wrap and the clamp. */
@@ -49,7 +36,7 @@ static inline int64_t binary16_one(int32_t kind, int64_t x, int64_t y, const int
     return x >= 0 ? mbqm(x, p[0], p[1]) : mbqm(x * y, p[2], p[3]);
 }
 
-#ifdef INT16_LANES
+#if INT16_LANES
 /* mbqm's arithmetic per requantization (m, s) prepared for lanes, each field an int64 array
    over the channels: x' = (int32_t)(x << ls) (ls = s > 0 ? s : 0), then the two roundings
    folded into one shift (floor(floor(a / 2**31) / 2**e) = floor(a / 2**(31 + e)), e = -s > 0):
@@ -172,13 +159,42 @@ static void binary16_pixels(const struct npu_binary16_call *c, const int16_t *a,
 }
 #endif
 
+/* MAXIMUM / MINIMUM of two values (one shared grid: compared as they are). */
+#define PICK(x, y) (max ? ((x) > (y) ? (x) : (y)) : ((x) < (y) ? (x) : (y)))
+
+/* n elements of MAXIMUM (max) or MINIMUM of a and b (strides as, bs): contiguous operands and
+   one broadcast value get loops of their own, which the compiler vectorizes. */
+static void extreme16(const int16_t *a, int64_t as, const int16_t *b, int64_t bs,
+                      int16_t *o, int64_t n, int max)
+{
+    if (as == 1 && bs == 1) {
+        for (int64_t i = 0; i < n; i++)
+            o[i] = PICK(a[i], b[i]);
+    } else if (as == 1 && bs == 0) {
+        const int16_t v = b[0];
+        for (int64_t i = 0; i < n; i++)
+            o[i] = PICK(a[i], v);
+    } else if (as == 0 && bs == 1) {
+        const int16_t v = a[0];
+        for (int64_t i = 0; i < n; i++)
+            o[i] = PICK(v, b[i]);
+    } else {
+        for (int64_t i = 0; i < n; i++)
+            o[i] = PICK(a[i * as], b[i * bs]);
+    }
+}
+
 /* The last axis: n elements, the first of output channel ch; terms: binary16_prepare's, or
    NULL for the scalar loop. */
 static void binary16_run(const int16_t *a, int64_t as, const int16_t *b, int64_t bs, int16_t *o, int64_t n,
                          int64_t ch, const struct npu_binary16_call *c, const int64_t *terms, int left)
 {
     const int64_t channels = c->channels;
-#ifdef INT16_LANES
+    if (c->kind == NPU_BINARY16_MAXIMUM || c->kind == NPU_BINARY16_MINIMUM) {
+        extreme16(a, as, b, bs, o, n, c->kind == NPU_BINARY16_MAXIMUM);
+        return;
+    }
+#if INT16_LANES
     if (terms && (as == 0 || as == 1) && (bs == 0 || bs == 1)) {
         if (channels == 1) {
             binary16_lanes(c, a, as, b, bs, o, n, terms, left);
@@ -211,7 +227,7 @@ static void binary16_axis(const int16_t *a, const int16_t *b, int16_t *o, const 
         binary16_run(a, as, b, bs, o, n, (o - c->out) % c->channels, c, terms, left);
         return;
     }
-#ifdef INT16_LANES
+#if INT16_LANES
     /* pixels over the channels, one operand broadcast along one of the two axes (PRELU's slopes) */
     const int64_t last = c->shape[d + 1], as1 = c->a_stride[d + 1], bs1 = c->b_stride[d + 1];
     if (terms && d == c->rank - 2 && c->channels > 1 && last == c->channels && (as1 == 0 || as1 == 1)
@@ -226,11 +242,12 @@ static void binary16_axis(const int16_t *a, const int16_t *b, int16_t *o, const 
 
 /* int16 ADD, MUL or PRELU (zero points 0) over broadcast operands, requantized per output
    channel (params row channel % channels: binary16_columns), as kernels/int16x8.py's add_int16
-   and mul_int16 and kernels/binary.py's int16 prelu. */
+   and mul_int16 and kernels/binary.py's int16 prelu; MAXIMUM and MINIMUM (no parameters) as
+   kernels/binary.py's. */
 int npu_binary16(const struct npu_binary16_call *c)
 {
     if (c->rank < 1 || c->rank > NPU_MOVE_MAX_RANK || c->channels < 1
-            || c->kind < NPU_BINARY16_ADD || c->kind > NPU_BINARY16_PRELU)
+            || c->kind < NPU_BINARY16_ADD || c->kind > NPU_BINARY16_MINIMUM)
         return NPU_KERNEL_BAD_STEP;
     const int add = c->kind == NPU_BINARY16_ADD, cols = binary16_columns(c->kind);
     if (add && (c->left_shift < 0 || c->left_shift > 16))
@@ -249,8 +266,8 @@ int npu_binary16(const struct npu_binary16_call *c)
         size *= c->shape[d];
     }
     int left = 0;
-#ifdef INT16_LANES
-    int64_t *terms = binary16_prepare(c, &left);
+#if INT16_LANES
+    int64_t *terms = cols ? binary16_prepare(c, &left) : NULL;
 #else
     int64_t *terms = NULL;
 #endif

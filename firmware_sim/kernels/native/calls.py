@@ -8,7 +8,8 @@ from ..fixedpoint import INT32_MAX, INT32_MIN
 from . import ffi, library
 
 __all__ = ["BoundCall", "check_status", "bind_table2", "bind_pool", "bind_convert", "bind_softmax", "bind_depthwise",
-           "bind_fully_connected", "bind_lstm", "conv_s8", "depthwise_s8", "fully_connected_s8", "quant_arrays"]
+           "bind_fully_connected", "bind_lstm", "bind_transpose_conv", "conv_s8", "depthwise_s8", "fully_connected_s8",
+           "quant_arrays"]
 
 # C array types resolved once (parsing the type string costs a microsecond per pointer).
 _CTYPES = {np.dtype(np.int8): ffi.typeof("int8_t[]"), np.dtype(np.int32): ffi.typeof("int32_t[]"),
@@ -55,6 +56,8 @@ def check_status(status: int) -> None:
         raise InvalidCommand("a pooling window lies entirely outside the input")
     if status == library().NPU_KERNEL_BAD_EXPONENT:
         raise InvalidCommand("softmax reciprocal exponent out of range")
+    if status == library().NPU_KERNEL_SOFTMAX_ZERO_SUM:
+        raise InvalidCommand("softmax: the exponentials sum to zero (bad input multiplier)")
     if status == library().NPU_KERNEL_DNNL_FAILED:
         raise RuntimeError("oneDNN's int8 GEMM failed")
     if status in (library().NPU_KERNEL_NO_DNNL, library().NPU_KERNEL_BAD_STEP):
@@ -306,3 +309,28 @@ def bind_lstm(x: np.ndarray, w: np.ndarray, r: np.ndarray, biases: np.ndarray, t
         "hidden_mult": hidden_multiplier, "hidden_shift": hidden_shift, "hidden_zp": hidden_zp,
         "h_in": buffers[9], "c_in": buffers[10], "h_out": buffers[11], "c_out": buffers[12], "out": buffers[13]})
     return BoundCall(library().NPU_STEP_LSTM, call, operands, (buffers, mult, sh, tables))
+
+
+def bind_transpose_conv(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None, *, stride: tuple[int, int],
+                        padding: tuple[int, int], input_zp: int, output_zp: int, multiplier: np.ndarray,
+                        shift: np.ndarray, act_min: int, act_max: int, out: np.ndarray) -> BoundCall | None:
+    """int8 TRANSPOSE_CONV of NHWC ``x`` with ``w`` (cout, kh, kw, cin) into ``out``
+    (``transpose_conv_kernels.c``), operands the numpy kernel checked, as a call; None unless
+    every array is C-contiguous of the kernel's dtype."""
+    mult, sft = quant_arrays(np.asarray(multiplier).reshape(-1), np.asarray(shift).reshape(-1))
+    if (library() is None or x.dtype != np.int8 or w.dtype != np.int8 or out.dtype != np.int8
+            or not all(0 <= v <= INT32_MAX for v in (*stride, *padding))     # u32 fields: numpy takes the rest
+            or (bias is not None and (bias.dtype != np.int32 or not bias.flags.c_contiguous))
+            or not (x.flags.c_contiguous and w.flags.c_contiguous and out.flags.c_contiguous)):
+        return None
+    n, h, wd, cin = x.shape
+    cout, kh, kw, _ = w.shape
+    buffers = (_ptr(x), _ptr(w), _opt_ptr(bias), _ptr(mult), _ptr(sft), _out_ptr(out))
+    call = ffi.new("struct npu_transpose_conv_call *", {
+        "x": buffers[0], "n": n, "h": h, "w": wd, "cin": cin, "filter": buffers[1], "cout": cout, "kh": kh,
+        "kw": kw, "sh": stride[0], "sw": stride[1], "pt": padding[0], "pl": padding[1], "oh": out.shape[1],
+        "ow": out.shape[2], "bias": buffers[2], "mult": buffers[3], "shift": buffers[4],
+        "per_channel": int(mult.size > 1), "input_zp": input_zp, "output_zp": output_zp, "act_min": act_min,
+        "act_max": act_max, "out": buffers[5]})
+    return BoundCall(library().NPU_STEP_TRANSPOSE_CONV, call, (x, w, bias, multiplier, shift, out),
+                     (buffers, mult, sft))

@@ -1,5 +1,6 @@
-"""Bound calls of the C data-movement and table kernels (``data_kernels.c``): copies between
-strided views, PAD, table lookups, broadcasting two-input lookups, MEAN and step sequences.
+"""Bound calls of the C data-movement and table kernels (``data_kernels.c``, ``resize_kernels.c``):
+copies between strided views, PAD, table lookups, broadcasting two-input lookups, MEAN, step
+sequences and RESIZE.
 
 Each ``bind_*`` takes the arrays a handler has already checked and computed with numpy (the
 reference) and returns a :class:`~.calls.BoundCall` that redoes the same work in C on the
@@ -18,7 +19,7 @@ from . import ffi, library
 from .calls import BoundCall
 
 __all__ = ["bind_copy", "bind_sequence", "bind_gather", "bind_pad", "bind_lut", "bind_table2_broadcast", "bind_mean",
-           "merge_axes", "padded", "in_place_or_apart", "MAX_RANK"]
+           "bind_resize", "merge_axes", "padded", "in_place_or_apart", "MAX_RANK"]
 
 MAX_RANK = 6        # NPU_MOVE_MAX_RANK
 
@@ -169,12 +170,13 @@ def bind_table2_broadcast(a: np.ndarray, b: np.ndarray, table: np.ndarray, out: 
 
 def bind_mean(x: np.ndarray, axes: tuple[int, ...], out: np.ndarray, *, zp_total: int = 0, multiplier: int = 0,
               shift: int = 0, output_zp: int = 0, act_min: int = 0, act_max: int = 0,
-              reduce: str = "sum") -> BoundCall | None:
+              reduce: str = "sum", input_zp: int = 0, scale: float = 0.0) -> BoundCall | None:
     """MEAN or SUM (``reduce`` "sum") of contiguous ``x`` over ``axes`` into contiguous
     ``out`` (kept dims), with the requantization :func:`~firmware_sim.kernels.pooling.mean`
     or ``reduce.reduce_sum`` derived (``multiplier`` an int32, ``shift`` in [-31, 30], for
     MEAN folding in 1/count); ``reduce`` "max" / "min": the largest / smallest value (the max
-    and min reductions: no requantization)."""
+    and min reductions: no requantization); "l2": ``reduce.reduce_l2``'s norm of ``x -
+    input_zp`` times ``scale``, plus ``output_zp``, clamped to [act_min, act_max]."""
     if (library() is None or x.dtype not in (np.int8, np.int16) or out.dtype != x.dtype
             or not (x.flags.c_contiguous and out.flags.c_contiguous) or not _writable(out)
             or not -31 <= shift <= 30 or not -(1 << 31) <= multiplier < 1 << 31):
@@ -191,9 +193,9 @@ def bind_mean(x: np.ndarray, axes: tuple[int, ...], out: np.ndarray, *, zp_total
         "x": buffers[0], "sums": buffers[1], "out": buffers[2], "rank": len(shape), "elem": x.itemsize,
         "shape": padded(shape), "x_stride": padded(x_stride), "sum_stride": padded(sum_stride),
         "outputs": out.size, "zp_total": zp_total, "multiplier": multiplier, "shift": shift,
-        "output_zp": output_zp, "act_min": act_min, "act_max": act_max,
+        "output_zp": output_zp, "act_min": act_min, "act_max": act_max, "input_zp": input_zp, "scale": scale,
         "reduce": {"sum": library().NPU_SUMS_ADD, "max": library().NPU_SUMS_LARGEST,
-                   "min": library().NPU_SUMS_SMALLEST}[reduce]})
+                   "min": library().NPU_SUMS_SMALLEST, "l2": library().NPU_SUMS_SQUARES}[reduce]})
     return BoundCall(library().NPU_STEP_MEAN, call, (x, out), (buffers, sums))
 
 
@@ -217,3 +219,26 @@ def bind_gather(x: np.ndarray, indices: np.ndarray, out: np.ndarray) -> BoundCal
                                                  "outer": outer, "axis": axis, "inner": inner,
                                                  "count": indices.size})
     return BoundCall(library().NPU_STEP_GATHER, call, (x, indices, out), buffers)
+
+
+def bind_resize(x: np.ndarray, out: np.ndarray, rows: Sequence[np.ndarray], cols: Sequence[np.ndarray]) -> \
+        BoundCall | None:
+    """RESIZE of contiguous int8 / int16 NHWC ``x`` into ``out``: ``rows`` and ``cols`` the
+    source indices of each output row and column (nearest: one array each), or for bilinear
+    the low index, the high index and the fraction (1024ths) each, as ``kernels.resize``
+    computed them."""
+    if (library() is None or x.dtype not in (np.int8, np.int16) or out.dtype != x.dtype or x.ndim != 4
+            or out.ndim != 4 or len(rows) != len(cols) or len(rows) not in (1, 3)
+            or not (x.flags.c_contiguous and out.flags.c_contiguous) or not _writable(out) or _overlap(x, out)):
+        return None
+    bilinear = len(rows) == 3
+    tables = [np.ascontiguousarray(v, dtype=np.int32) for v in (*rows, *cols)]
+    pointers = [ffi.from_buffer("int32_t[]", t) for t in tables]
+    y0, y1, fy, x0, x1, fx = pointers if bilinear else (pointers[0], ffi.NULL, ffi.NULL, pointers[1], ffi.NULL,
+                                                        ffi.NULL)
+    buffers = (ffi.from_buffer("char[]", x), ffi.from_buffer("char[]", out, require_writable=True))
+    n, h, w, c = x.shape
+    call = ffi.new("struct npu_resize_call *", {
+        "x": buffers[0], "out": buffers[1], "elem": x.itemsize, "bilinear": int(bilinear), "n": n, "h": h, "w": w,
+        "c": c, "oh": out.shape[1], "ow": out.shape[2], "y0": y0, "y1": y1, "fy": fy, "x0": x0, "x1": x1, "fx": fx})
+    return BoundCall(library().NPU_STEP_RESIZE, call, (x, out), (buffers, tables, pointers))

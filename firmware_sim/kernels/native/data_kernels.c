@@ -9,11 +9,16 @@
  * bytes. Shapes arrive already merged by the Python side (native/data_calls.py): adjacent
  * axes that are contiguous in every operand are one axis, size-1 axes are gone.
  */
+#include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "int8_kernels.h"
+
+#if defined(__AVX512VBMI__) && defined(__AVX512BW__)
+#include <immintrin.h>
+#endif
 
 static void copy_inner(const char *restrict x, char *restrict o, int64_t n, int64_t xs, int64_t os,
                        int32_t elem)
@@ -111,11 +116,32 @@ int npu_pad(const struct npu_pad_call *c)
             o[i] = t[x[i]];                                  \
     } while (0)
 
+#if defined(__AVX512VBMI__) && defined(__AVX512BW__)
+/* A 256-entry byte table held in four registers, 64 lookups at a time: two two-register byte
+   permutes (index bits 0-6) and a blend on bit 7. Each 64-byte block is loaded before it is
+   stored, so in place works as the scalar loop does. */
+static void lut_bytes(const uint8_t *x, const int8_t *t, int8_t *o, int64_t n)
+{
+    const __m512i t0 = _mm512_loadu_si512(t), t1 = _mm512_loadu_si512(t + 64);
+    const __m512i t2 = _mm512_loadu_si512(t + 128), t3 = _mm512_loadu_si512(t + 192);
+    for (int64_t i = 0; i < n; i += 64) {
+        const __mmask64 k = n - i >= 64 ? ~(__mmask64)0 : (((__mmask64)1 << (n - i)) - 1);
+        const __m512i v = _mm512_maskz_loadu_epi8(k, x + i);
+        const __m512i low = _mm512_permutex2var_epi8(t0, v, t1), high = _mm512_permutex2var_epi8(t2, v, t3);
+        _mm512_mask_storeu_epi8(o + i, k, _mm512_mask_blend_epi8(_mm512_movepi8_mask(v), low, high));
+    }
+}
+#endif
+
 int npu_lut(const struct npu_lut_call *c)
 {
     switch (c->in_bytes * 4 + c->out_bytes) {
     case 5:
+#if defined(__AVX512VBMI__) && defined(__AVX512BW__)
+        lut_bytes(c->x, c->table, c->out, c->n);
+#else
         LUT_LOOP(uint8_t, int8_t);
+#endif
         return 0;
     case 6:
         LUT_LOOP(uint8_t, int16_t);
@@ -193,6 +219,11 @@ static inline int64_t divide_by_pot(int64_t x, int e)
         } else if (c->reduce == NPU_SUMS_SMALLEST) {                                         \
             for (int64_t i = 0; i < n; i++)                                               \
                 sums[i * ss] = v[i * xs] < sums[i * ss] ? v[i * xs] : sums[i * ss];       \
+        } else if (c->reduce == NPU_SUMS_SQUARES) {                                          \
+            for (int64_t i = 0; i < n; i++) {                                             \
+                const int64_t d = (int64_t)v[i * xs] - c->input_zp;                       \
+                sums[i * ss] += d * d;                                                    \
+            }                                                                             \
         } else {                                                                          \
             for (int64_t i = 0; i < n; i++)                                               \
                 sums[i * ss] += v[i * xs];                                                \
@@ -216,7 +247,7 @@ static void mean_axis(const char *x, int64_t *sums, const struct npu_mean_call *
 int npu_mean(const struct npu_mean_call *c)
 {
     if (c->rank < 1 || c->rank > NPU_MOVE_MAX_RANK || (c->elem != 1 && c->elem != 2) || c->reduce < 0 ||
-        c->reduce > NPU_SUMS_SMALLEST)
+        c->reduce > NPU_SUMS_SQUARES)
         return NPU_KERNEL_BAD_STEP;
     if (c->shift < -31 || c->shift > 30)
         return NPU_KERNEL_BAD_SHIFT;
@@ -230,6 +261,17 @@ int npu_mean(const struct npu_mean_call *c)
                 ((int8_t *)c->out)[i] = (int8_t)c->sums[i];
             else
                 ((int16_t *)c->out)[i] = (int16_t)c->sums[i];
+        }
+        return 0;
+    }
+    if (c->reduce == NPU_SUMS_SQUARES) {     /* the L2 norm: kernels/reduce.py's float64 formula */
+        for (int64_t i = 0; i < c->outputs; i++) {
+            double q = round(sqrt((double)c->sums[i]) * c->scale) + c->output_zp;
+            q = q < c->act_min ? c->act_min : q > c->act_max ? c->act_max : q;
+            if (c->elem == 1)
+                ((int8_t *)c->out)[i] = (int8_t)q;
+            else
+                ((int16_t *)c->out)[i] = (int16_t)q;
         }
         return 0;
     }

@@ -1,6 +1,7 @@
-"""Bound calls of the C int16 kernels (``int16_kernels.c``, ``binary16_kernels.c``, ``int16x16_kernels.c``):
-convolution, depthwise convolution and fully connected with int16 activations and int8 or
-int16 weights, ADD, MUL and PRELU, average and max pooling: the reruns of ``kernels.int16x8``'s,
+"""Bound calls of the C int16 kernels (``int16_kernels.c``, ``binary16_kernels.c``, ``int16x16_kernels.c``,
+``softmax16_kernels.c``): convolution, depthwise convolution and fully connected with int16
+activations and int8 or int16 weights, ADD, MUL, PRELU, MAXIMUM and MINIMUM, average and max
+pooling, SOFTMAX: the reruns of ``kernels.int16x8``'s,
 ``kernels.int16x16``'s, ``kernels.binary``'s (int16 PRELU) and ``kernels.pooling``'s numpy
 kernels (which run first and stay the reference)."""
 from __future__ import annotations
@@ -10,7 +11,7 @@ import numpy as np
 from . import data_calls, ffi, library
 from .calls import BoundCall
 
-__all__ = ["bind_conv16", "bind_fully_connected16", "bind_binary16", "bind_pool16"]
+__all__ = ["bind_conv16", "bind_fully_connected16", "bind_binary16", "bind_pool16", "bind_softmax16"]
 
 
 def _contiguous(*arrays: np.ndarray | None) -> bool:
@@ -80,15 +81,17 @@ def bind_fully_connected16(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None
     return BoundCall(kind, call, (x, w, bias, scale, out), (buffers, scales))
 
 
-# The parameter row of each kind (npu_binary16): ADD m1, s1, m2, s2, mo, so; MUL m, s; PRELU m1, s1, m2, s2.
-_COLUMNS = {"add": 6, "mul": 2, "prelu": 4}
+# The parameter row of each kind (npu_binary16): ADD m1, s1, m2, s2, mo, so; MUL m, s; PRELU m1, s1, m2, s2;
+# MAXIMUM and MINIMUM none.
+_COLUMNS = {"add": 6, "mul": 2, "prelu": 4, "maximum": 0, "minimum": 0}
 
 
 def bind_binary16(kind: str, a: np.ndarray, b: np.ndarray, out: np.ndarray, params: np.ndarray, *,
                   left_shift: int = 0, act_min: int, act_max: int) -> BoundCall | None:
-    """int16 ADD, MUL or PRELU (``kind`` "add" / "mul" / "prelu", ``b`` the slopes) of ``a``
-    and ``b`` broadcast to ``out``'s shape, requantized with ``params`` (int32, one row per
-    output channel or a single row: ``_COLUMNS``), as a call; None unless C-contiguous int16."""
+    """int16 ADD, MUL, PRELU, MAXIMUM or MINIMUM (``kind`` "add" / "mul" / "prelu" / "maximum" /
+    "minimum", ``b`` PRELU's slopes) of ``a`` and ``b`` broadcast to ``out``'s shape,
+    requantized with ``params`` (int32, one row per output channel or a single row:
+    ``_COLUMNS``; (1, 0) for MAXIMUM and MINIMUM), as a call; None unless C-contiguous int16."""
     if (library() is None or any(v.dtype != np.int16 or not v.flags.c_contiguous for v in (a, b, out))
             or not out.flags.writeable or params.dtype != np.int32 or not params.flags.c_contiguous
             or params.ndim != 2 or params.shape[1] != _COLUMNS[kind]
@@ -113,7 +116,8 @@ def bind_binary16(kind: str, a: np.ndarray, b: np.ndarray, out: np.ndarray, para
         "a": buffers[0], "b": buffers[1], "out": buffers[2], "rank": len(shape), "shape": pad(shape),
         "a_stride": pad(a_stride), "b_stride": pad(b_stride),
         "kind": {"add": library().NPU_BINARY16_ADD, "mul": library().NPU_BINARY16_MUL,
-                 "prelu": library().NPU_BINARY16_PRELU}[kind],
+                 "prelu": library().NPU_BINARY16_PRELU, "maximum": library().NPU_BINARY16_MAXIMUM,
+                 "minimum": library().NPU_BINARY16_MINIMUM}[kind],
         "left_shift": left_shift, "channels": channels, "params": buffers[3], "act_min": act_min,
         "act_max": act_max})
     return BoundCall(library().NPU_STEP_BINARY16, call, (a, b, out, params), buffers)
@@ -135,3 +139,22 @@ def bind_pool16(kind: str, x: np.ndarray, out: np.ndarray, filter_hw: tuple[int,
         "act_min": act_min, "act_max": act_max, "out": buffers[1]})
     step_kind = library().NPU_STEP_AVG_POOL16 if kind == "avg" else library().NPU_STEP_MAX_POOL16
     return BoundCall(step_kind, call, (x, out), buffers)
+
+
+def bind_softmax16(x: np.ndarray, out: np.ndarray, exp_lut: np.ndarray, recip_lut: np.ndarray, *,
+                   multiplier: int, left_shift: int) -> BoundCall | None:
+    """int16 SOFTMAX over the last axis of ``x`` (rows, depth) into ``out`` with the numpy
+    kernel's exp and reciprocal tables (513 int16 entries each), as a call; None unless every
+    array is C-contiguous int16 and the multiplier an int32."""
+    arrays = (x, out, exp_lut, recip_lut)
+    if (library() is None or any(a.dtype != np.int16 or not a.flags.c_contiguous for a in arrays)
+            or x.ndim != 2 or x.shape != out.shape or not out.flags.writeable or exp_lut.size != 513
+            or recip_lut.size != 513 or not -(1 << 31) <= multiplier < 1 << 31 or not -31 <= left_shift <= 30
+            or not data_calls.in_place_or_apart(x, out)):
+        return None
+    buffers = (ffi.from_buffer("int16_t[]", x), ffi.from_buffer("int16_t[]", out, require_writable=True),
+               ffi.from_buffer("int16_t[]", exp_lut), ffi.from_buffer("int16_t[]", recip_lut))
+    call = ffi.new("struct npu_softmax16_call *", {
+        "x": buffers[0], "rows": x.shape[0], "depth": x.shape[1], "multiplier": multiplier,
+        "left_shift": left_shift, "exp_lut": buffers[2], "recip_lut": buffers[3], "out": buffers[1]})
+    return BoundCall(library().NPU_STEP_SOFTMAX16, call, arrays, buffers)

@@ -7,6 +7,14 @@
 
 /* Include int8_kernels.h first (NPU_KERNEL_BAD_SHIFT): it has no include guard (cffi reads it). */
 
+/* 1 where the int16 kernels' AVX-512 lanes build (else their scalar loops run): tested with
+   `#if`, never `#ifdef`, so a file that uses it without this header fails to build (-Wundef). */
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512DQ__) && defined(__AVX512VL__)
+#define INT16_LANES 1
+#else
+#define INT16_LANES 0
+#endif
+
 /* TFLite's MultiplyByQuantizedMultiplier(int64_t, ...) (multiply_by_quantized_multiplier_int64),
    the store's int32 wrap and clamp. */
 static inline int16_t requant16(int64_t acc, int32_t m, int32_t s, int32_t lo, int32_t hi)
@@ -17,6 +25,33 @@ static inline int16_t requant16(int64_t acc, int32_t m, int32_t s, int32_t lo, i
     int32_t r = (int32_t)(uint32_t)(uint64_t)v;
     r = r < lo ? lo : r > hi ? hi : r;
     return (int16_t)r;
+}
+
+#if INT16_LANES
+#include <immintrin.h>
+/* acc + the pairwise products of a and b (vpmaddwd's pairs), wrapping in int32 lanes: one
+   vpdpwssd where the CPU has VNNI, else vpmaddwd then vpaddd (the same bits: both wrap mod 2**32). */
+static inline __m512i madd_acc16(__m512i acc, __m512i a, __m512i b)
+{
+#if defined(__AVX512VNNI__)
+    return _mm512_dpwssd_epi32(acc, a, b);
+#else
+    return _mm512_add_epi32(acc, _mm512_madd_epi16(a, b));
+#endif
+}
+#endif
+
+/* gemmlowp's MultiplyByQuantizedMultiplier on an int32 value x (kernels/fixedpoint.py). */
+static inline int64_t mbqm(int64_t x, int64_t m, int32_t s)
+{
+    if (s > 0)
+        x = (int32_t)(uint32_t)((uint64_t)x << s);
+    int64_t v = (x == INT32_MIN && m == INT32_MIN) ? INT32_MAX : (x * m + (INT64_C(1) << 30)) >> 31;
+    const int e = s > 0 ? 0 : -s;
+    int64_t r = v + ((INT64_C(1) << e) >> 1);
+    if (e > 0)
+        r -= v < 0;
+    return r >> e;
 }
 
 static inline int check_requant16(const int32_t *mult, const int32_t *shift, int32_t count)

@@ -33,8 +33,7 @@ static int64_t dot16x8(const int16_t *restrict a, const int8_t *restrict b, int6
     return total;
 }
 
-#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512DQ__) && defined(__AVX512VL__)
-#define INT16_LANES 1
+#if INT16_LANES
 /* requant16's per-channel terms (requant_terms), each over the channels rounded up to a
    multiple of 16: the multiplier rounded to 16 bits, the bias times it plus the rounding
    half (mod 2**64: (acc + bias) * reduced + half wraps to the same bits as requant16's), the
@@ -80,7 +79,7 @@ static inline void store16x8(__m512i acc, const struct requant_lanes *q, int64_t
 /* dst[0..n) = src[0..n): a short run (a window row of a few channels) without a call. */
 static inline void copy16(int16_t *dst, const int16_t *src, int64_t n)
 {
-#ifdef INT16_LANES
+#if INT16_LANES
     if (n <= 32) {
         const __mmask32 k = n == 32 ? ~(__mmask32)0 : ((__mmask32)1 << n) - 1;
         _mm512_mask_storeu_epi16(dst, k, _mm512_maskz_loadu_epi16(k, src));
@@ -120,7 +119,7 @@ static const int16_t *gather_window16(const struct npu_conv16_call *c, int32_t b
     return row;
 }
 
-#ifdef INT16_LANES
+#if INT16_LANES
 /* Output pixels a convolution tile computes together (each filter vector loaded once for all). */
 #define TILE 8
 /* Pairs of products whose int32 sum is exact (each pair at most 2**23 with int8 weights). */
@@ -172,7 +171,7 @@ static int conv16x8_tiles(const struct npu_conv16_call *c, int64_t k, const int1
                     for (int t = 0; t < TILE; t++) {
                         int32_t pair;       /* win[t][2kk] and win[t][2kk + 1], as vpmaddwd pairs them */
                         memcpy(&pair, win[t] + 2 * kk, sizeof(pair));
-                        acc[t] = _mm512_add_epi32(acc[t], _mm512_madd_epi16(_mm512_set1_epi32(pair), fv));
+                        acc[t] = madd_acc16(acc[t], _mm512_set1_epi32(pair), fv);
                     }
                 }
                 for (int t = 0; t < TILE; t++) {
@@ -205,8 +204,8 @@ static int64_t dot16x8_lanes(const int16_t *a, const int8_t *b, int64_t n)
         __m512i acc = _mm512_setzero_si512();
         for (int64_t i = i0; i < i1; i += 32) {
             const __mmask32 k = i1 - i >= 32 ? ~(__mmask32)0 : ((__mmask32)1 << (i1 - i)) - 1;
-            acc = _mm512_add_epi32(acc, _mm512_madd_epi16(_mm512_maskz_loadu_epi16(k, a + i),
-                                                          _mm512_cvtepi8_epi16(_mm256_maskz_loadu_epi8(k, b + i))));
+            acc = madd_acc16(acc, _mm512_maskz_loadu_epi16(k, a + i),
+                             _mm512_cvtepi8_epi16(_mm256_maskz_loadu_epi8(k, b + i)));
         }
         total = _mm512_add_epi64(total, _mm512_cvtepi32_epi64(_mm512_castsi512_si256(acc)));
         total = _mm512_add_epi64(total, _mm512_cvtepi32_epi64(_mm512_extracti64x4_epi64(acc, 1)));
@@ -214,9 +213,13 @@ static int64_t dot16x8_lanes(const int16_t *a, const int8_t *b, int64_t n)
     return _mm512_reduce_add_epi64(total);
 }
 
-/* Output channels a convolution computes one dot product each for (instead of 16 lanes of
-   the packed filter of which most would be padding). */
+/* Output channels a convolution of fewer than DOT_MAX_PIXELS pixels computes one dot product
+   each for (instead of 16 lanes of the packed filter of which most would be padding). A dot
+   product's horizontal sum and a pixel's requantization cost more than the padding lanes once
+   the packing is paid: face_detection_full_range_sparse's 96 x 96 x 32 -> 8 1x1 layer took
+   388 us as dot products, 118 us in tiles (chip CPU). */
 #define DOT_CHANNELS 8
+#define DOT_MAX_PIXELS 16
 
 /* A convolution of one group and at most DOT_CHANNELS output channels: each pixel's window
    (where it lies when it can) times each channel's filter row. */
@@ -250,8 +253,8 @@ int npu_conv16x8(const struct npu_conv16_call *c)
     int64_t *sums = malloc(sizeof(int64_t) * (size_t)(cout_g > 0 ? cout_g : 1));
     /* Packing costs about one pixel's multiply-adds: a layer of a few pixels (a classifier's
        1x1 head) takes one dot product per output channel instead. */
-#ifdef INT16_LANES
-    const int dots = groups == 1 && cout <= DOT_CHANNELS;
+#if INT16_LANES
+    const int dots = groups == 1 && cout <= DOT_CHANNELS && (int64_t)c->n * c->out_h * c->out_w < DOT_MAX_PIXELS;
 #else
     const int dots = 0;
 #endif
@@ -263,7 +266,7 @@ int npu_conv16x8(const struct npu_conv16_call *c)
         free(sums);
         return NPU_KERNEL_NO_MEMORY;
     }
-#ifdef INT16_LANES
+#if INT16_LANES
     if (dots) {
         status = conv16x8_dots(c, k, row, sums);
         free(row);
@@ -306,7 +309,7 @@ int npu_conv16x8(const struct npu_conv16_call *c)
     return 0;
 }
 
-#ifdef INT16_LANES
+#if INT16_LANES
 /* 16 channels' int32 sums (masked by k) as requantized int16 at o. */
 static inline void store16x16(__m512i acc, const struct requant_lanes *q, int32_t c0, int32_t cout, __m256i lo,
                               __m256i hi, __mmask16 k, int16_t *o)
@@ -399,7 +402,7 @@ int npu_depthwise16x8(const struct npu_conv16_call *c)
     int status = check_requant16(c->mult, c->shift, c->per_channel ? cout : 1);
     if (status)
         return status;
-#ifdef INT16_LANES
+#if INT16_LANES
     if (dm == 1 && (int64_t)c->kh * c->kw <= CHUNK)
         return depthwise16_lanes(c);
 #endif

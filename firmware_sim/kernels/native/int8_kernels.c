@@ -1247,6 +1247,8 @@ int npu_step_run(const struct npu_step *step)
         return npu_sequence(p);
     case NPU_STEP_GATHER:
         return npu_gather(p);
+    case NPU_STEP_L2NORM:
+        return npu_l2norm(p);
     case NPU_STEP_CONV16:
         return npu_conv16x8(p);
     case NPU_STEP_DEPTHWISE16:
@@ -1276,6 +1278,12 @@ int npu_step_run(const struct npu_step *step)
         return npu_pool16(p, step->kind == NPU_STEP_MAX_POOL16);
     case NPU_STEP_LSTM:
         return npu_lstm_s8(p);
+    case NPU_STEP_RESIZE:
+        return npu_resize(p);
+    case NPU_STEP_SOFTMAX16:
+        return npu_softmax16(p);
+    case NPU_STEP_TRANSPOSE_CONV:
+        return npu_transpose_conv_s8(p);
     default:
         return NPU_KERNEL_BAD_STEP;
     }

@@ -217,10 +217,13 @@ struct npu_table2b_call {
    x over `shape` with element strides, summed in int64 into `sums` (`outputs` entries,
    `sum_stride` 0 along a reduced axis), less zp_total (input zero point x count),
    requantized by multiplier/shift, plus output_zp, clamped; the max and min reductions
-   (NPU_SUMS_LARGEST / _SMALLEST): the largest / smallest value, as it is. */
+   (NPU_SUMS_LARGEST / _SMALLEST): the largest / smallest value, as it is; the L2 norm
+   (NPU_SUMS_SQUARES, reduce.reduce_l2's formula): the sum of (x - input_zp)**2, its sqrt
+   times scale in double, rounded half away from zero, plus output_zp, clamped. */
 #define NPU_SUMS_ADD 0
 #define NPU_SUMS_LARGEST 1
 #define NPU_SUMS_SMALLEST 2
+#define NPU_SUMS_SQUARES 3
 struct npu_mean_call {
     const void *x;
     int64_t *sums;
@@ -228,7 +231,8 @@ struct npu_mean_call {
     int32_t rank, elem;
     int64_t shape[6], x_stride[6], sum_stride[6];
     int64_t outputs, zp_total;
-    int32_t multiplier, shift, output_zp, act_min, act_max, reduce;
+    int32_t multiplier, shift, output_zp, act_min, act_max, reduce, input_zp;
+    double scale;
 };
 
 /* GATHER of int8 rows (inner bytes each) along the middle axis by int32 indices. */
@@ -262,6 +266,17 @@ int npu_gather(const struct npu_gather_call *c);
 #define NPU_STEP_SEQUENCE 15
 #define NPU_STEP_GATHER 20
 
+/* int8 L2_NORMALIZATION over the last axis (norm_kernels.c): rows x depth values, output
+   scale 1/128, zero point 0. */
+struct npu_l2norm_call {
+    const int8_t *x;
+    int64_t rows, depth;
+    int32_t input_zp;
+    int8_t *out;
+};
+int npu_l2norm(const struct npu_l2norm_call *c);
+#define NPU_STEP_L2NORM 60
+
 /* int16 x int8 kernels (int16_kernels.c): int16 activations (zero point 0), int8 weights,
    int64 biases; requantized as TFLite's 16x8 reference kernels do. `depth_multiplier` is
    the depthwise kernel's (cout = cin * depth_multiplier), `groups` the convolution's. */
@@ -291,10 +306,12 @@ struct npu_fc16_call {
 /* int16 ADD, MUL or PRELU (zero points 0) of a and b read with element strides (0 along a
    broadcast axis) into contiguous out; `params` holds one row per output channel (the last
    axis; `channels` rows, 1 for per-tensor): ADD m1, s1, m2, s2, mo, so, MUL m, s, PRELU
-   m1, s1, m2, s2 (b: the slopes alpha). */
+   m1, s1, m2, s2 (b: the slopes alpha), MAXIMUM and MINIMUM none (act_min / act_max unused). */
 #define NPU_BINARY16_ADD 0
 #define NPU_BINARY16_MUL 1
 #define NPU_BINARY16_PRELU 2
+#define NPU_BINARY16_MAXIMUM 3
+#define NPU_BINARY16_MINIMUM 4
 struct npu_binary16_call {
     const int16_t *a, *b;
     int16_t *out;
@@ -367,6 +384,53 @@ int npu_pool16(const struct npu_pool16_call *c, int32_t max);
 #define NPU_STEP_DEQUANTIZE16 36
 void npu_quantize_f32_s16(const float *x, int64_t n, float scale, int32_t zero_point, int16_t *out);
 void npu_dequantize_s16_f32(const int16_t *x, int64_t n, float scale, int32_t zero_point, float *out);
+
+/* RESIZE_BILINEAR / RESIZE_NEAREST_NEIGHBOR of int8 or int16 (`elem` bytes) NHWC x (n, h, w, c)
+   into out (n, oh, ow, c) (resize_kernels.c): output row oy reads source rows y0[oy] (and
+   y1[oy], weight fy[oy] / 1024 for bilinear), column ox columns x0[ox] (x1[ox], fx[ox]); the
+   indices and fractions are kernels/resize.py's. An index outside the image: NPU_KERNEL_BAD_STEP. */
+struct npu_resize_call {
+    const void *x;
+    void *out;
+    int32_t elem, bilinear, n, h, w, c, oh, ow;
+    const int32_t *y0, *y1, *fy, *x0, *x1, *fx;
+};
+
+int npu_resize(const struct npu_resize_call *c);
+
+#define NPU_STEP_RESIZE 50
+
+/* int16 SOFTMAX over `rows` rows of `depth` (softmax16_kernels.c, kernels/int16x8.py's
+   arithmetic) with its exp and reciprocal tables (513 entries each); a row whose exps sum to
+   zero or less: NPU_KERNEL_SOFTMAX_ZERO_SUM, nothing written. */
+#define NPU_KERNEL_SOFTMAX_ZERO_SUM -21
+struct npu_softmax16_call {
+    const int16_t *x;
+    int32_t rows, depth, multiplier, left_shift;
+    const int16_t *exp_lut, *recip_lut;
+    int16_t *out;
+};
+
+int npu_softmax16(const struct npu_softmax16_call *c);
+
+#define NPU_STEP_SOFTMAX16 51
+
+/* int8 TRANSPOSE_CONV of NHWC x (n, h, w, cin) with filter (cout, kh, kw, cin) into out (n, oh,
+   ow, cout) (transpose_conv_kernels.c, kernels/transpose_conv.py's arithmetic): stride sh, sw,
+   padding pt, pl; bias int32 (cout) or NULL; mult / shift per channel or one. */
+struct npu_transpose_conv_call {
+    const int8_t *x;
+    int32_t n, h, w, cin;
+    const int8_t *filter;
+    int32_t cout, kh, kw, sh, sw, pt, pl, oh, ow;
+    const int32_t *bias, *mult, *shift;
+    int32_t per_channel, input_zp, output_zp, act_min, act_max;
+    int8_t *out;
+};
+
+int npu_transpose_conv_s8(const struct npu_transpose_conv_call *c);
+
+#define NPU_STEP_TRANSPOSE_CONV 52
 
 /* One prepared kernel call: `call` points to the struct of `kind` (npu_conv_call for CONV and
    DEPTHWISE, npu_pool_call for both pools, npu_convert_call for both conversions). */

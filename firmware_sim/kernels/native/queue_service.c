@@ -44,7 +44,7 @@ static struct npu_uq_plan *find_plan(struct npu_uq_core *c, uint32_t asid, uint6
         struct npu_uq_plan *p = &c->plans[i];
         if (p->live != NULL && p->generation == generation && p->cmd_iova == iova && p->cmd_size == size
             && p->asid == asid)
-            return p->runs_left != 0 ? p : NULL;
+            return p;
     }
     return NULL;
 }
@@ -160,8 +160,6 @@ static int run_job(struct npu_uq_core *c, struct npu_uq *q, uint64_t seq)
         }
         cycles = plan->cycles;
         device_ns = plan->device_ns;
-        if (plan->runs_left > 0)
-            plan->runs_left--;
     }
     uint64_t exec_ns = (uint64_t)(now_ns() - started);
     post(c, q, seq, cycles, device_ns, exec_ns);

@@ -61,8 +61,7 @@ struct npu_uq {
     int32_t completion_fd;
 };
 
-/* A job plan the loop may replay (firmware_sim.job_plans.replayable: no step, a NativeSteps, or a
-   graph job's steps on one thread). */
+/* A job plan the loop may replay (firmware_sim.job_plans.replayable: no step, or one C call). */
 struct npu_uq_plan {
     uint64_t generation;          /* job_plans' generation when remembered: any other means gone */
     uint64_t cmd_iova;
@@ -72,8 +71,6 @@ struct npu_uq_plan {
     const struct npu_step *steps;
     int32_t count;
     uint64_t cycles, device_ns;
-    int64_t runs_left;            /* runs before one is left to Python again (a graph job's choice
-                                     of threads takes a new sample then); -1: no limit */
 };
 
 struct npu_uq_core {

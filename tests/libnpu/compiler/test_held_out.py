@@ -6,10 +6,12 @@ from __future__ import annotations
 import warnings
 
 import numpy as np
+import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from libnpu.compiler.accuracy import output_scores
+from libnpu.compiler.accuracy import SMALL_OUTPUT_SCALE, output_scores, quantized_feed, score
 from libnpu.compiler.escalation import format_fidelity
+from libnpu.compiler.float_ref import FloatInterpreter
 from libnpu.compiler.frontend import to_int8_graph
 from libnpu.compiler.held_out import logit_tensors, measure, required_score
 from libnpu.compiler.onnx_import import import_onnx
@@ -96,3 +98,51 @@ def test_softmax_logits_are_scored_without_their_mean() -> None:
     assert scores["y"] > 0.9999 and logits["y"] > 0.9999
     scores, logits = measure(exact, optimize(classifier(np.array([0, 0, 0, 3.0]))), data)
     assert logits["y"] < 0.99
+
+
+def _landmarks(logit_bias: float):
+    """A conv trunk with two outputs, as a landmark model has: a mesh (1536 values) and one
+    raw presence logit (GlobalAveragePool -> Gemm, around ``logit_bias``)."""
+    rng = np.random.default_rng(0)
+    weights = {"w1": rng.standard_normal((8, 3, 3, 3)) * 0.3, "w2": rng.standard_normal((8, 8, 3, 3)) * 0.2,
+               "wm": rng.standard_normal((6, 8, 1, 1)) * 0.5, "wl": rng.standard_normal((1, 8)) * 3.0,
+               "bl": np.array([logit_bias])}
+    nodes = [helper.make_node("Conv", ["x", "w1"], ["c1"], pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c1"], ["r1"]),
+             helper.make_node("Conv", ["r1", "w2"], ["c2"], pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c2"], ["r2"]),
+             helper.make_node("Conv", ["r2", "wm"], ["mesh"]), helper.make_node("GlobalAveragePool", ["r2"], ["g"]),
+             helper.make_node("Flatten", ["g"], ["f"]),
+             helper.make_node("Gemm", ["f", "wl", "bl"], ["logit"], transB=1)]
+    return import_onnx(helper.make_model(helper.make_graph(
+        nodes, "landmarks", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 16, 16])],
+        [helper.make_tensor_value_info("mesh", TensorProto.FLOAT, [1, 6, 16, 16]),
+         helper.make_tensor_value_info("logit", TensorProto.FLOAT, [1, 1])],
+        [numpy_helper.from_array(v.astype(np.float32), k) for k, v in weights.items()]),
+        opset_imports=[helper.make_opsetid("", 17)]))
+
+
+def _pictures(count: int, seed: int) -> list[list[np.ndarray]]:
+    rng = np.random.default_rng(seed)
+    return [[(rng.standard_normal((1, 3, 16, 16)) * rng.uniform(0.3, 2.0)).astype(np.float32)] for _ in range(count)]
+
+
+def test_a_raw_logit_in_the_tens_is_held_to_the_bars_absolute_error() -> None:
+    """A presence logit around 60 came out 0.08 off at int8 on the held-out samples: 0.9987
+    relative to its magnitude, so int8 was kept, and inputs calibration never saw were up
+    to 0.35 off, seven times the bar's 0.05. Scored against the bar's absolute error
+    (``SMALL_OUTPUT_SCALE``), int8 misses the target and the int16 step holds the logit."""
+    assert score(np.array([60.0]), np.array([60.08]), True) == pytest.approx(1 - 0.08 / SMALL_OUTPUT_SCALE)
+    assert score(np.array([0.5]), np.array([0.505]), True) == pytest.approx(0.99)   # a probability: as before
+    graph = _landmarks(60.0)
+    q = to_int8_graph(graph, _pictures(10, 1))
+    fidelity = q.metadata["fidelity"]
+    assert fidelity["steps"][0]["scores"]["logit"] < fidelity["required"]
+    assert fidelity["chosen"] != "int8" and fidelity["missed"] == []
+    float_graph = optimize(graph)
+    want, got = FloatInterpreter(float_graph), FloatInterpreter(q)
+    name = q.outputs[1]
+    for feed in _pictures(16, 99):
+        value = got.run(quantized_feed(q, float_graph, feed))[name]
+        value = q.tensors[name].quant.dequantize(value) if q.tensors[name].dtype != "float32" else value
+        assert abs(float(np.ravel(value)[0]) - float(want.run(feed)["logit"].ravel()[0])) <= 0.05

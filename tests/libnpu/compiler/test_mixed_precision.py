@@ -3,6 +3,8 @@ compiled, run on the device and byte-identical to LiteRT BUILTIN_REF on the expo
 .tflite (TFLite's 16x8 kernels)."""
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
 from onnx import TensorProto, helper, numpy_helper
@@ -403,3 +405,21 @@ def test_leaky_relu_maximum_and_minimum_in_int16_on_the_device_equal_litert(npu,
             assert np.abs(real - want).max() <= 0.02      # the int8 output's step: 0.003-0.02
     finally:
         model.close()
+
+
+def test_an_int64_bias_beyond_its_range_saturates(small_cnn) -> None:
+    """A float bias too large for int64 at the layer's bias scale saturates with its sign;
+    numpy's cast would wrap it to the most negative value (and warn)."""
+    src = optimize(small_cnn)
+    c1 = next(op for op in src.ops if op.name == "c1")
+    bias = src.tensors[c1.inputs[2]]
+    data = np.array(bias.data, np.float32)
+    data.reshape(-1)[:2] = [3e30, -3e30]
+    bias.data = data
+    q8 = quantize_mixed(small_cnn, _data(CNN_SHAPE, 4, 0), int16="none")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        q = promote(q8, ["c1"], src)
+    got = np.asarray(q.tensors[c1.inputs[2]].data).reshape(-1)
+    assert got.dtype == np.int64
+    assert got[0] > 2 ** 61 and got[1] < -2 ** 61

@@ -4,10 +4,15 @@ from __future__ import annotations
 import re
 
 import numpy as np
+import pytest
 
 from benchmarks import corpus
-from benchmarks.corpus_inputs import FEEDS, magika_v1_bytes
-from benchmarks.corpus_manifest import MODELS, ROUND2, ROUND3, half_of, in_half
+from benchmarks.corpus_feeds import FEEDS
+from benchmarks.corpus_inputs import magika_v1_bytes
+from benchmarks.corpus_inputs_audio import logfbank
+from benchmarks.corpus_inputs_vision import table_picture
+from benchmarks.corpus_manifest import MODELS, ROUND2, ROUND3, ROUND4, half_of, in_half
+from libnpu import model_zoo
 
 
 def test_the_rule_is_the_sha256_parity_of_package_slash_path():
@@ -54,13 +59,33 @@ def test_no_two_models_share_a_file_or_an_extraction_path():
         assert len(set(values)) == len(values), attribute
 
 
-def test_list_shows_each_models_round_and_half_and_round_filters(capsys):
-    assert corpus.main(["--list", "--round", "3"]) == 0
+def test_round_4_has_its_own_rule_and_only_new_models():
+    # Pinned: the round-4 rule hashes "round4:" + id; the same id can fall either way.
+    assert half_of("faster-whisper/faster_whisper/assets/silero_encoder_v5.onnx", 3) == "work"
+    assert half_of("faster-whisper/faster_whisper/assets/silero_encoder_v5.onnx", 4) == "held-out"
+    assert half_of("nudenet/nudenet/best.onnx", 2) == "held-out"
+    assert half_of("nudenet/nudenet/best.onnx", 4) == "work"
+    assert len(ROUND4) >= 14 and all(m.round == 4 for m in ROUND4)
+    assert in_half("all", 4) == list(ROUND4) and {m.half for m in ROUND4} == {"work", "held-out"}
+    earlier = ROUND2 + ROUND3
+    assert {m.id for m in ROUND4}.isdisjoint(m.id for m in earlier)
+    assert {m.requirement for m in ROUND4}.isdisjoint(m.requirement for m in earlier)   # wheels not used before
+    # none of the 13 mediapipe models of benchmarks/models_in_the_wild.py, in any round
+    mediapipe = {digest for _, digest in model_zoo.MEDIAPIPE_MODELS.values()}
+    assert mediapipe.isdisjoint(m.sha256 for m in MODELS)
+
+
+@pytest.mark.parametrize("round_", [3, 4])
+def test_list_shows_each_models_round_and_half_and_round_filters(capsys, round_):
+    models = in_half("all", round_)
+    assert corpus.main(["--list", "--round", str(round_)]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert len(lines) == len(ROUND3) + 1 and all(line.startswith("round3 ") for line in lines[:-1])
-    held = [m for m in ROUND3 if m.half == "held-out"][0]
-    assert any(line.split()[:3] == ["round3", "held-out", held.name] for line in lines)
-    assert lines[-1] == f"round3 work: {len(in_half('work', 3))}, round3 held-out: {len(in_half('held-out', 3))}"
+    tag = f"round{round_}"
+    assert len(lines) == len(models) + 1 and all(line.startswith(tag + " ") for line in lines[:-1])
+    held = [m for m in models if m.half == "held-out"][0]
+    assert any(line.split()[:3] == [tag, "held-out", held.name] for line in lines)
+    work, held_out = len(in_half("work", round_)), len(in_half("held-out", round_))
+    assert lines[-1] == f"{tag} work: {work}, {tag} held-out: {held_out}"
 
 
 def test_magika_v1_features_follow_the_package():
@@ -74,3 +99,21 @@ def test_magika_v1_features_follow_the_package():
     # first block lstripped: bytes 0..4; last block rstripped: ..37..39; the middle 4 of
     # what is left: trimmed 3 and 5, start 3 + (48 - 3 - 5 - 4) // 2 = 21 -> raw[21:25]
     assert big.tolist() == [0, 1, 18, 19, 20, 21, 38, 39]
+
+
+def test_ewn_logfbank_follows_python_speech_features():
+    # 1.5 s gives the ResNet-50's 149 frames of 64 filters; a 1 kHz tone peaks in the
+    # filter whose triangle peaks there (filter 22: FFT bin 32 of 512 at 16 kHz).
+    t = np.arange(24000) / 16000
+    features = logfbank(np.sin(2 * np.pi * 1000 * t) * 1000)
+    assert features.shape == (149, 64)
+    assert set(np.argmax(features, axis=1)) == {22}
+    assert np.isfinite(logfbank(np.zeros(24000))).all()   # silence: eps, not -inf
+
+
+def test_table_picture_pads_after_normalizing():
+    # rapid-table: long side to 488, normalized, then zeros (not the normalized black) below.
+    x = table_picture(np.full((100, 200, 3), 255, np.uint8))
+    assert x.shape == (1, 3, 488, 488)
+    assert np.allclose(x[0, :, :244, :], ((1 - np.array([0.485, 0.456, 0.406])) / [0.229, 0.224, 0.225])[:, None, None])
+    assert not x[0, :, 244:, :].any()
