@@ -16,9 +16,9 @@ import select
 import time
 from pathlib import Path
 
-from firmware_sim import caches
+from firmware_sim import caches, queue_service
 from firmware_sim.dma import DmaEngine
-from firmware_sim.executor import JobResult, TaskHook, run_job
+from firmware_sim.executor import JobResult, TaskHook, failed_step_result, run_job
 from firmware_sim.idle_poll import IdlePoll
 from firmware_sim.kernels.warm_up import warm_up
 from firmware_sim.recycling import RETIRED, Recycling, Succession
@@ -31,6 +31,8 @@ from npu_hw.memory import map_file
 # While the core serves user queues it sleeps at most this long. Only a safety net: the
 # polling flag's protocol loses no wake-up (spec.queues), so nothing should ever wait on it.
 QUEUE_SLEEP_MS = 1000
+# NPU_NATIVE_QUEUES=0: the Python service loop alone (the reference the C loop is tested against).
+NATIVE_SERVICE = os.environ.get("NPU_NATIVE_QUEUES", "1") != "0"
 
 
 class Core:
@@ -51,6 +53,9 @@ class Core:
         self.bus = bus
         self.pq: mmap.mmap | bytes | None = None     # the profile queue, mapped at the first profiled job
         self.queues = UserQueues(bus, core, self.regs, self.dma)
+        # The queues' jobs in C where it can run them (None: the Python loop alone).
+        self.service = queue_service.QueueService.start(self) if NATIVE_SERVICE else None
+        self.queues_idle = False    # serve_queues' last round (the C loop's) found no job
         self._poller, self._watched = select.poll(), ()     # what sleep() waits on, kept between sleeps
         warm_up()   # each C kernel once (done by the chip before it forked us: then nothing to do)
         self.recycling = Recycling(recycle_kb, core, succession)
@@ -80,7 +85,9 @@ class Core:
                 idle_since = clock()
                 polled = poll.window()
                 deadline, arrived = idle_since + polled, False
-                while clock() < deadline:
+                if self.service is not None:
+                    arrived = self.service.poll(self.queues, deadline)
+                while not arrived and clock() < deadline:
                     if read32(tail_reg) != read32(head_reg) or self.queues.has_work():
                         arrived = True
                         break
@@ -144,14 +151,48 @@ class Core:
             ran = self.drain_ring(JOBS_PER_TURN)
             self.queues.refresh()
             ran += self.serve_queues()
-            if not ran and self.reg(regs.RING_HEAD) == self.reg(regs.RING_TAIL):
+            # The C loop's last round found nothing: another one here would find nothing either.
+            if (not ran or self.queues_idle) and self.reg(regs.RING_HEAD) == self.reg(regs.RING_TAIL):
                 return
 
     def serve_queues(self) -> int:
-        """One round over the served queues, by priority, at most JOBS_PER_TURN jobs each;
-        ring-control entries (invalidations) are carried out between any two jobs."""
+        """Rounds over the served queues, by priority, at most JOBS_PER_TURN jobs each;
+        ring-control entries (invalidations) are carried out between any two jobs. The C
+        loop (``queue_service``) runs the jobs it can, this one the others; without it, one
+        round in Python."""
+        service = self.service
+        self.queues_idle = False
+        if service is None:
+            return self.serve_round()
         ran = 0
-        for q in self.queues.served:
+        while True:
+            why = service.serve(self.queues)
+            ran += service.ran
+            if why in (queue_service.IDLE, queue_service.RING):
+                self.queues_idle = why == queue_service.IDLE
+                return ran
+            if why != queue_service.BETWEEN:
+                q = service.current(self.queues)
+                if why == queue_service.FAILED:
+                    self.finish_failed_native_job(q, *service.failed_job())
+                else:
+                    entry = self.queues.next_entry(q)
+                    if entry is None:          # stopped (a garbled tail) or emptied since
+                        service.next_queue()
+                        continue
+                    self.run_user_job(q, *entry)
+                    service.remember(q, entry[1], entry[2])
+                service.next_turn()
+                ran += 1
+            self.drain_ring(0)
+            if self.queues.refresh():     # the table changed: start a new round
+                return ran
+
+    def serve_round(self) -> int:
+        """One round over the served queues in Python, by priority, at most JOBS_PER_TURN
+        jobs each; ring-control entries (invalidations) are carried out between any two jobs."""
+        ran = 0
+        for q in list(self.queues.served):
             for _ in range(JOBS_PER_TURN):
                 entry = self.queues.next_entry(q)
                 if entry is None:
@@ -161,6 +202,8 @@ class Core:
                 self.drain_ring(0)
                 if self.queues.refresh():     # the table changed: start a new round
                     return ran
+        if ran:
+            self.queues.turn()
         return ran
 
     def run_user_job(self, q: ServedQueue, seq: int, cmd_iova: int, cmd_size: int, timeout_ms: int,
@@ -188,12 +231,24 @@ class Core:
         else:
             result = self.execute(q.asid, cmd_iova, cmd_size,
                                   (lambda *task: tasks.append(task)) if tasks is not None else None)
+        self.end_user_job(q, seq, result, started, timeout_ms, tasks, wanted)
+
+    def finish_failed_native_job(self, q: ServedQueue, seq: int, started: int, timeout_ms: int, status: int,
+                                 index: int) -> None:
+        """Complete the job the C loop left running when its C step ``index`` failed with ``status``."""
+        self.end_user_job(q, seq, failed_step_result(status, index, q.asid), started, timeout_ms)
+
+    def end_user_job(self, q: ServedQueue, seq: int, result: JobResult, started: int, timeout_ms: int,
+                     tasks: list[tuple[int, int, int, int, int, int]] | None = None, wanted: bool = False) -> None:
+        """The end of a user-queue job: pacing, its profile, its completion, the registers."""
+        u32, u64 = self.regs.words()
+        bank = self.bank
         executed = time.monotonic_ns()
         if u32[regs.PACING >> 2] & regs.PACING_ON:
             self.pace(result, started, timeout_ms)
         result.exec_ns = exec_ns = time.monotonic_ns() - started
         if tasks is not None:
-            self.record_profile(job_id, tasks, started, executed, result,
+            self.record_profile(queues.user_job_id(q.slot, seq), tasks, started, executed, result,
                                 ring.PROFILE_QUEUE_JOB if wanted else ring.PROFILE_JOB)
         cycles = result.cycles
         self.queues.post(q, seq, result.status, cycles, self.profile.nanoseconds(cycles) if cycles else 0,
@@ -236,6 +291,8 @@ class Core:
             else:
                 if opcode == ring.OP_INVALIDATE:
                     caches.invalidate(self.dma, asid, bo_id)
+                    if self.service is not None:
+                        self.service.release_stale()     # the plans it took may be gone: their views too
                     if not bo_id:
                         self.recycling.context_closed()
                 self.set_reg(regs.RING_HEAD, following)

@@ -160,10 +160,26 @@ def run_job(dma: DmaEngine, asid: int, cmd_iova: int, cmd_size: int, profile: Ha
         result.status, result.task_index = -errno.EINVAL, index
     except Exception:
         result.status, result.task_index = -errno.EIO, index
-        print(f"chip: internal error in task {index} of a job of ASID {asid} (the job fails with EIO):",
-              file=sys.stderr)
-        traceback.print_exc()
-        sys.stderr.flush()
+        _report_internal_error(index, asid)
     finally:
         dma.discard()
     return result
+
+
+def failed_step_result(status: int, index: int, asid: int) -> JobResult:
+    """The result of a job whose C step ``index`` failed with ``status`` in a replay outside
+    ``run_job`` (the C service loop, ``queue_service``): what ``run_job`` makes of it."""
+    try:
+        native_calls.check_status(status)
+    except JobFailure as failure:
+        return JobResult(status=-failure.errno, task_index=index)
+    except Exception:
+        _report_internal_error(index, asid)
+    return JobResult(status=-errno.EIO, task_index=index)
+
+
+def _report_internal_error(index: int, asid: int) -> None:
+    print(f"chip: internal error in task {index} of a job of ASID {asid} (the job fails with EIO):",
+          file=sys.stderr)
+    traceback.print_exc()
+    sys.stderr.flush()

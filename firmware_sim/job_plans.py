@@ -42,7 +42,7 @@ from firmware_sim.kernels import native
 from firmware_sim.kernels.native.calls import BoundCall
 
 __all__ = ["JobPlan", "TimedStep", "HandlerStep", "NativeSteps", "GraphSteps", "MixedSteps", "lookup", "store",
-           "held_bytes", "PLAN_JOBS", "PLAN_BYTES"]
+           "held_bytes", "replayable", "GENERATION", "PLAN_JOBS", "PLAN_BYTES"]
 
 PLAN_JOBS = 256          # plans kept per core; a full table is simply emptied
 # What a core's plans may hold, estimated (``JobPlan.cost``): a client's huge command buffers
@@ -144,6 +144,15 @@ class NativeSteps:
         """Runs every step; returns (0, 0), or the first failing step's status and task index."""
         status = self._run(self._array, self._count, self._done)
         return (status, self._indices[self._done[0]]) if status else (0, 0)
+
+    @property
+    def array(self):
+        """The ``struct npu_step[]`` and its length (for the C service loop, ``queue_service``)."""
+        return self._array, self._count
+
+    def task_index(self, step: int) -> int:
+        """The task index of the step at position ``step``."""
+        return self._indices[step]
 
 
 class GraphSteps:
@@ -273,6 +282,9 @@ class MixedSteps:
 # Keyed by the DMA engine too: a core has one, but a process may run several chips (tests).
 _PLANS: dict[tuple[object, int, int, int], JobPlan] = {}   # oldest first
 _held = 0                                                   # their JobPlan.cost, summed
+# Moves whenever a plan is dropped, read by the C service loop (``queue_service``), which
+# replays only plans it took while this held the same value.
+GENERATION = native.ffi.new("uint64_t *")
 
 
 def lookup(dma, asid: int, cmd_iova: int, command: np.ndarray) -> JobPlan | None:
@@ -309,12 +321,30 @@ def _forget(key) -> None:
     plan = _PLANS.pop(key, None)
     if plan is not None:
         _held -= plan.cost
+        GENERATION[0] += 1
 
 
 def _clear() -> None:
     global _held
     _PLANS.clear()
     _held = 0
+    GENERATION[0] += 1
+
+
+def replayable(dma, asid: int, cmd_iova: int, cmd_size: int):
+    """(the plan stored for this command buffer, its steps as one C array and its length, what
+    gives a failing step's task index) when a replay of it is that one C call (a graph job's
+    too, once its choice of threads settled on one thread) or nothing (no step: NOPs); else
+    None. For the C service loop, which compares the bytes itself on every run."""
+    plan = _PLANS.get((dma, asid, cmd_iova, cmd_size))
+    if plan is None:
+        return None
+    if not plan.steps:
+        return plan, native.ffi.NULL, 0, None
+    steps = plan.native
+    if isinstance(steps, NativeSteps):
+        return (plan, *steps.array, steps)
+    return None
 
 
 class HandlerStep:

@@ -8,8 +8,9 @@ the queue (EINVAL in its header and in Q_ERROR), an entry whose seq is not the n
 or with unknown flags completes with EINVAL, a bad command address faults in the queue's
 own ASID (EFAULT). Only that queue's client sees any of it.
 
-Arbitration (``UserQueues.serve_round``): queues are visited by priority, highest
-first, each giving at most JOBS_PER_TURN jobs a round, and the kernel ring is drained
+Arbitration (``Core.serve_round``, and the C loop ``queue_service``): queues are visited by
+priority, highest first, each giving at most JOBS_PER_TURN jobs a round, equals taking
+turns at going first (``UserQueues.turn``), and the kernel ring is drained
 before every user-queue job, so neither a busy queue nor the driver's ring starves the
 other. Between jobs the core takes in table changes (``refresh``).
 """
@@ -17,11 +18,11 @@ from __future__ import annotations
 
 import errno
 import os
-from dataclasses import dataclass
 
 import numpy as np
 
 from firmware_sim.dma import DmaEngine, IommuFault
+from firmware_sim.kernels import native
 from npu_hw import memory, queues, regs
 from npu_hw.memory import map_file
 
@@ -31,22 +32,37 @@ def _signed(value: int) -> int:
     return value - (1 << 32) if value & 0x80000000 else value
 
 
-@dataclass(eq=False)
 class ServedQueue:
-    """One enabled slot, as the serving core holds it."""
+    """One enabled slot, as the serving core holds it. ``done`` and ``stopped`` live in a C
+    struct (``state``), which the C service loop (``firmware_sim.queue_service``) shares."""
 
-    slot: int
-    generation: int
-    asid: int
-    entries: int
-    priority: int
-    timeout_cap_ms: int
-    mem: np.ndarray          # the queue memory, through the IOMMU (writable)
-    header: queues.Header    # its index fields
-    done: int                # seq of the last job completed (mirrors Q_DONE)
-    doorbell_fd: int
-    completion_fd: int
-    stopped: bool = False
+    def __init__(self, slot: int, generation: int, asid: int, entries: int, priority: int, timeout_cap_ms: int,
+                 mem: np.ndarray, header: queues.Header, done: int, doorbell_fd: int, completion_fd: int,
+                 stopped: bool = False):
+        self.slot, self.generation, self.asid, self.entries = slot, generation, asid, entries
+        self.priority, self.timeout_cap_ms = priority, timeout_cap_ms
+        self.mem = mem                  # the queue memory, through the IOMMU (writable)
+        self.header = header            # its index fields
+        self.doorbell_fd, self.completion_fd = doorbell_fd, completion_fd
+        self.state = native.ffi.new("struct npu_uq *")
+        self.done = done                # seq of the last job completed (mirrors Q_DONE)
+        self.stopped = stopped
+
+    @property
+    def done(self) -> int:
+        return self.state.done
+
+    @done.setter
+    def done(self, seq: int) -> None:
+        self.state.done = seq
+
+    @property
+    def stopped(self) -> bool:
+        return bool(self.state.stopped)
+
+    @stopped.setter
+    def stopped(self, value: bool) -> None:
+        self.state.stopped = int(value)
 
 
 class UserQueues:
@@ -60,6 +76,7 @@ class UserQueues:
         except OSError:
             self.table = None          # a chip started without a queue table serves none
         self.served: list[ServedQueue] = []
+        self.changes = 0               # how many times ``served`` was replaced (the C loop follows it)
         self.table_gen = -1
 
     # ---- the table ----
@@ -93,6 +110,7 @@ class UserQueues:
             if q not in served:
                 _close_lines(q)
         self.served = served
+        self.changes += 1
         # Acknowledged only now: the old views are no longer served and their lines are
         # closed, so a queue the driver gives back holds nothing in this core any more.
         for base, slot_gen in acks:
@@ -210,6 +228,17 @@ class UserQueues:
         if header.read32(queues.HDR_WAITING):
             _signal(q)
 
+    def turn(self) -> None:
+        """After a round that ran a job: the queues of each priority turn by one (the first
+        becomes the last), so equals take turns at going first (queue_service.c does the same)."""
+        served, start = self.served, 0
+        while start < len(served):
+            end = start + 1
+            while end < len(served) and served[end].priority == served[start].priority:
+                end += 1
+            served[start:end] = served[start + 1:end] + served[start:start + 1]
+            start = end
+
     def find(self, slot: int) -> ServedQueue | None:
         return next((q for q in self.served if q.slot == slot), None)
 
@@ -217,6 +246,7 @@ class UserQueues:
         for q in self.served:
             _close_lines(q)
         self.served = []
+        self.changes += 1
         self.table_gen = -1
 
 

@@ -37,6 +37,11 @@ class WatchdogArm:
         self._armed = mmap.mmap(-1, 1)
         self._armed[0] = 1
 
+    @property
+    def flag(self) -> mmap.mmap:
+        """The armed flag (one shared byte), for a core's C service loop (``queue_service``)."""
+        return self._armed
+
     # ---- a core ----
     def job_started(self) -> None:
         """Called by a core after it wrote CURRENT_JOB: wake the watchdog if it sleeps."""

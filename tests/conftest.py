@@ -12,6 +12,7 @@ import pytest
 from tests.support.chip_memory import ChipMemory
 from tests.support.device import MountedNpu, fetch_model, remove_device_homes, start_npu, stop_npu
 from tests.support.litert import litert_run
+from tests.support.queue_rig import Rig
 from tests.support.shell import Holder
 
 
@@ -143,6 +144,15 @@ def mem(tmp_path) -> ChipMemory:
     """16 MiB of device memory behind a real DMA engine and IOMMU, for running descriptors
     on the chip's job executor in-process."""
     return ChipMemory(tmp_path)
+
+
+@pytest.fixture(params=["native", "python"])
+def queue_rig(tmp_path, request) -> Rig:
+    """One core in this process with a queue table (tests.support.queue_rig), its queues
+    served by the C loop, then by the Python one: each test runs on both."""
+    made = Rig(tmp_path, native=request.param == "native")
+    yield made
+    made.close()
 
 
 @pytest.fixture(params=["native", "numpy"])

@@ -15,106 +15,16 @@ from firmware_sim import chip as chip_top
 from firmware_sim import core as core_unit
 from firmware_sim.timing import HardwareProfile
 from npu_hw import iommu, memory, queues, regs, ring, tasks
-from tests.support.chip_memory import ASID, ChipMemory
+from tests.support.chip_memory import ASID
+from tests.support.queue_rig import BANK, ENTRIES, QUEUE_ENTRIES, Rig
 
 pytestmark = pytest.mark.recovery     # reset, queues, recovery (benchmarks/flake_hunt.py -m recovery)
 
-ENTRIES = 8          # of the kernel ring
-QUEUE_ENTRIES = 8
-BANK = regs.core_bank(0)
-
-
-class Rig:
-    """One core (in this process) with its kernel ring, a queue table and chip memory."""
-
-    def __init__(self, bus):
-        for path, size in ((memory.regs_path(bus), regs.REGS_SIZE),
-                           (memory.queue_table_path(bus), queues.QTAB_SIZE),
-                           (memory.ring_path(bus, 0), ENTRIES * ring.RING_ENTRY.itemsize),
-                           (memory.cq_path(bus, 0), ENTRIES * ring.COMPLETION.itemsize)):
-            path.write_bytes(bytes(size))
-        self.bus = bus
-        self.chip = ChipMemory(bus)
-        self.lines: dict[int, list[int]] = {}       # slot -> the client's completion end and doorbell end
-        self.irq = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
-        self.kernel_doorbell = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
-        self.regs_map = memory.map_file(memory.regs_path(bus))
-        self.regs = regs.RegisterView(self.regs_map)
-        self.regs.write32(regs.RING_ENTRIES, ENTRIES)
-        self.table_map = memory.map_file(memory.queue_table_path(bus))
-        self.table = regs.RegisterView(self.table_map)
-        self.core = self.new_core()
-        self.mems: dict[int, np.ndarray] = {}       # id(header) -> its queue memory
-        self.nop = self.chip.put(np.frombuffer(tasks.encode_task("NOP"), np.uint8))
-        self.nop_size = len(tasks.encode_task("NOP"))
-
-    def new_core(self) -> core_unit.Core:
-        return core_unit.Core(self.bus, 0, self.kernel_doorbell, self.irq, HardwareProfile())
-
-    def add_queue(self, slot: int, priority: int = 1) -> queues.Header:
-        iova = self.chip.alloc(queues.memory_size(QUEUE_ENTRIES) + iommu.PAGE_SIZE)
-        iova = -(-iova // iommu.PAGE_SIZE) * iommu.PAGE_SIZE
-        base = queues.slot_offset(slot)
-        t = self.table
-        t.write32(base + queues.Q_ASID, ASID)
-        t.write64(base + queues.Q_IOVA, iova)
-        t.write32(base + queues.Q_ENTRIES, QUEUE_ENTRIES)
-        t.write32(base + queues.Q_PRIORITY, priority)
-        t.write32(base + queues.Q_TIMEOUT_CAP_MS, 1000)
-        t.write32(base + queues.Q_CORE, 0)
-        name = slot + 1                              # the driver's lines (kmd_fuse.user_queues.QueueLines)
-        t.write64(base + queues.Q_LINES, name)
-        if slot not in self.lines:
-            doorbell, completion = (memory.queue_line_path(self.bus, slot, name, line) for line in ("db", "cq"))
-            os.mkfifo(doorbell, 0o600)
-            os.mkfifo(completion, 0o600)
-            flags = os.O_NONBLOCK | os.O_CLOEXEC
-            self.lines[slot] = [os.open(completion, os.O_RDONLY | flags), os.open(doorbell, os.O_RDONLY | flags)]
-            self.lines[slot].append(os.open(doorbell, os.O_WRONLY | flags))
-        t.write32(base + queues.Q_GENERATION, t.read32(base + queues.Q_GENERATION) + 1)
-        t.write32(base + queues.Q_CONTROL, queues.Q_ENABLED)
-        self.table_changed()
-        offset = iova - iommu.IOVA_BASE
-        mem = self.chip.bytes[offset:offset + queues.memory_size(QUEUE_ENTRIES)]
-        header = queues.Header(mem)
-        self.mems[id(header)] = mem
-        return header
-
-    def table_changed(self) -> None:
-        self.regs.write32(regs.QUEUE_TABLE_GEN, self.regs.read32(regs.QUEUE_TABLE_GEN) + 1)
-
-    def submit(self, header: queues.Header, seq: int, cmd_iova: int | None = None, cmd_size: int | None = None,
-               flags: int = 0, written_seq: int | None = None, timeout_ms: int = 0) -> None:
-        mem = self.mems[id(header)]
-        at = queues.entries_offset() + (seq % QUEUE_ENTRIES) * queues.ENTRY_STRUCT.size
-        queues.ENTRY_STRUCT.pack_into(mem, at, seq if written_seq is None else written_seq,
-                                      self.nop if cmd_iova is None else cmd_iova,
-                                      self.nop_size if cmd_size is None else cmd_size, timeout_ms, flags, 0)
-        header.write64(queues.HDR_TAIL, seq)
-
-    def completion(self, header: queues.Header, seq: int) -> tuple:
-        at = queues.completions_offset(QUEUE_ENTRIES) + (seq % QUEUE_ENTRIES) * queues.COMPLETION_STRUCT.size
-        return queues.COMPLETION_STRUCT.unpack_from(self.mems[id(header)], at)
-
-    def kernel_jobs(self, job_ids: list[int]) -> None:
-        tail = self.regs.read32(BANK + regs.RING_TAIL)
-        for job_id in job_ids:
-            ring.RING_ENTRY_STRUCT.pack_into(self.core.ring, tail * ring.RING_ENTRY.itemsize, ring.OP_JOB, ASID,
-                                             job_id, self.nop, self.nop_size, 0, 0, 0)
-            tail = ring.ring_next(tail, ENTRIES)
-        self.regs.write32(BANK + regs.RING_TAIL, tail)
-
-    def close(self) -> None:
-        for fd in (*[fd for fds in self.lines.values() for fd in fds], self.irq,
-                   self.kernel_doorbell):
-            os.close(fd)
-
 
 @pytest.fixture
-def rig(tmp_path):
-    made = Rig(tmp_path)
-    yield made
-    made.close()
+def rig(queue_rig: Rig) -> Rig:
+    """Every test here runs on both service loops: the C one must do what the Python one does."""
+    return queue_rig
 
 
 def test_entries_run_in_order_and_complete_in_their_queue(rig):
@@ -154,18 +64,60 @@ def test_bad_entries_fail_alone_and_a_bad_tail_stops_the_queue(rig):
 
 
 def test_rounds_share_the_core_between_the_kernel_ring_and_the_queues(rig, monkeypatch):
+    """Counted at each kernel job: the ring runs JOBS_PER_TURN jobs, then each queue as many,
+    then the ring again (the jobs after a queue's first run in C in the native loop)."""
     low, high = rig.add_queue(0, priority=0), rig.add_queue(1, priority=2)
-    order: list[str] = []
-    run_user, run_kernel = rig.core.run_user_job, rig.core.run_job_entry
-    monkeypatch.setattr(rig.core, "run_user_job", lambda q, *a: (order.append(f"q{q.slot}"), run_user(q, *a)))
-    monkeypatch.setattr(rig.core, "run_job_entry", lambda *a: (order.append("k"), run_kernel(*a)))
+    seen: list[tuple[int, int]] = []            # (low's done, high's done) as each kernel job starts
+    run_kernel = rig.core.run_job_entry
+    monkeypatch.setattr(rig.core, "run_job_entry", lambda *a: (
+        seen.append((low.read64(queues.HDR_DONE), high.read64(queues.HDR_DONE))), run_kernel(*a)))
     for seq in range(1, 7):
         rig.submit(low, seq)
         rig.submit(high, seq)
     rig.kernel_jobs(list(range(1, 7)))
     rig.core.drain_all()
     turn = core_unit.JOBS_PER_TURN
-    assert order == ["k"] * turn + ["q1"] * turn + ["q0"] * turn + ["k"] * 2 + ["q1"] * 2 + ["q0"] * 2
+    assert seen == [(0, 0)] * turn + [(turn, turn)] * 2
+    assert low.read64(queues.HDR_DONE) == high.read64(queues.HDR_DONE) == 6
+
+
+def test_the_higher_priority_queue_goes_first_in_a_round(rig):
+    low, high = rig.add_queue(0, priority=0), rig.add_queue(1, priority=2)
+    for seq in range(1, 3):                      # the command buffer's first run, in Python
+        rig.submit(low, seq)
+        rig.submit(high, seq)
+    rig.core.drain_all()
+    # A high-priority job that waits while the low queue has one: a table change after the
+    # first job of the round ends the round; the job that ran is the high queue's.
+    rig.submit(low, 3)
+    rig.submit(high, 3)
+    rig.core.queues.refresh()
+    rig.table_changed()                          # seen between two jobs: the round ends after one
+    rig.core.serve_queues()
+    assert (low.read64(queues.HDR_DONE), high.read64(queues.HDR_DONE)) == (2, 3)
+
+
+def test_four_clients_share_a_core_by_count(rig, monkeypatch):
+    """Fairness counted, not timed: four queues full of jobs, and at every turn of the kernel
+    ring (one between rounds) no queue that still had jobs is more than JOBS_PER_TURN jobs
+    behind another."""
+    headers = [rig.add_queue(slot) for slot in range(4)]
+    jobs = QUEUE_ENTRIES - 1
+    for header in headers:
+        for seq in range(1, jobs + 1):
+            rig.submit(header, seq)
+    seen: list[list[int]] = []
+    run_kernel = rig.core.run_job_entry
+    monkeypatch.setattr(rig.core, "run_job_entry", lambda *a: (
+        seen.append([h.read64(queues.HDR_DONE) for h in headers]), run_kernel(*a)))
+    rig.kernel_jobs(list(range(1, ENTRIES)))     # a kernel job at each round's end
+    rig.core.drain_all()
+    assert all(h.read64(queues.HDR_DONE) == jobs for h in headers)
+    turn = core_unit.JOBS_PER_TURN
+    rounds = [done for done in seen if 0 < min(done) < jobs]
+    assert rounds, seen
+    for done in seen:
+        assert max(done) - min(done) <= turn, seen
 
 
 def test_a_disabled_queue_is_acknowledged_and_never_run_again(rig):
@@ -266,3 +218,18 @@ def test_queue_jobs_leave_half_the_profile_queue_to_the_kernel_ring(rig):
     rig.core.drain_all()
     assert rig.regs.read32(BANK + regs.PQ_DROPPED) == dropped     # all 21 records of the SUBMIT job went in
     assert rig.regs.read32(BANK + regs.PQ_TAIL) - rig.regs.read32(BANK + regs.PQ_HEAD) == held + 21
+
+
+def test_queues_of_one_priority_take_turns_at_going_first(rig, monkeypatch):
+    """Two clients with a job each, again and again: the one served first alternates (before,
+    the lower slot always went first, so its client always had its answer first). Profiled
+    entries run in Python in both loops, which shows the order the loop chose."""
+    first, second = rig.add_queue(0), rig.add_queue(1)
+    order: list[int] = []
+    run_user = rig.core.run_user_job
+    monkeypatch.setattr(rig.core, "run_user_job", lambda q, *a: (order.append(q.slot), run_user(q, *a)))
+    for seq in range(1, 5):
+        rig.submit(first, seq, flags=queues.ENTRY_PROFILE)
+        rig.submit(second, seq, flags=queues.ENTRY_PROFILE)
+        rig.core.drain_all()
+    assert order == [0, 1, 1, 0, 0, 1, 1, 0]

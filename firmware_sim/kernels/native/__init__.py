@@ -49,15 +49,18 @@ HEADER = SOURCE.with_suffix(".h")
 PRIVATE_HEADERS = (SOURCE.with_name("gemm_kernels.h"), SOURCE.with_name("int16_common.h"))
 # A graph job's steps on two threads (firmware_sim.task_graph), declared apart: it is not a kernel.
 GRAPH_HEADER = SOURCE.with_name("graph_steps.h")
+# A core's user-queue service loop (firmware_sim.queue_service), declared apart: not a kernel either.
+QUEUE_HEADER = SOURCE.with_name("queue_service.h")
 # Every C file of the library (one header for the kernels): the int8 kernels, data movement
 # and tables, the int16 x int8 kernels, int16 ADD/MUL/PRELU/MAXIMUM/MINIMUM, the VNNI GEMM of small convolutions,
 # the int16 x int16 kernels and int16 pooling, the graph runner, RESIZE, int16 SOFTMAX, TRANSPOSE_CONV and
-# int8 L2_NORMALIZATION.
+# int8 L2_NORMALIZATION, and the user-queue service loop.
 SOURCES = (SOURCE, SOURCE.with_name("data_kernels.c"), SOURCE.with_name("int16_kernels.c"),
            SOURCE.with_name("binary16_kernels.c"), SOURCE.with_name("gemm_kernels.c"),
            SOURCE.with_name("int16x16_kernels.c"), SOURCE.with_name("graph_steps.c"),
            SOURCE.with_name("resize_kernels.c"), SOURCE.with_name("softmax16_kernels.c"),
-           SOURCE.with_name("transpose_conv_kernels.c"), SOURCE.with_name("norm_kernels.c"))
+           SOURCE.with_name("transpose_conv_kernels.c"), SOURCE.with_name("norm_kernels.c"),
+           SOURCE.with_name("queue_service.c"))
 # -fno-trapping-math: nothing reads the floating-point exception flags, and without it GCC
 # will not vectorize a float -> int conversion under a condition (QUANTIZE's loop). Results
 # stay IEEE-exact (no -ffast-math). -Wundef: a feature switch tested by `#if` in a file that
@@ -69,6 +72,7 @@ _FLAGS = ("-O3", "-fwrapv", "-fno-trapping-math", "-march=native", "-shared", "-
 ffi = cffi.FFI()
 ffi.cdef(HEADER.read_text())
 ffi.cdef(GRAPH_HEADER.read_text())
+ffi.cdef(QUEUE_HEADER.read_text())
 
 
 class NativeBuildError(RuntimeError):
@@ -120,7 +124,7 @@ def _variant(cc: str) -> tuple[str, ...]:
 def _target(cc: str, variant: tuple[str, ...]) -> Path:
     version = subprocess.run([cc, "--version"], capture_output=True, text=True).stdout
     h = blake2b(digest_size=16)
-    sources = (path.read_bytes() for path in (*SOURCES, *PRIVATE_HEADERS, GRAPH_HEADER))
+    sources = (path.read_bytes() for path in (*SOURCES, *PRIVATE_HEADERS, GRAPH_HEADER, QUEUE_HEADER))
     for part in (*sources, HEADER.read_bytes(), " ".join(_FLAGS + variant).encode(),
                  version.encode(),
                  _cpu_signature().encode(), platform.machine().encode()):

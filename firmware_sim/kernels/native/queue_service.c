@@ -1,0 +1,248 @@
+/* A core's user-queue service loop: the steps of firmware_sim.core.Core.run_user_job and
+   firmware_sim.user_queues (next_entry, post) for the jobs they cost most on, without Python.
+
+A job runs here only when nothing about it needs more than these steps: the entry is this seq's
+and carries no flag, the queue is not traced, no fault is injected, no pacing, WATCHDOG_MS is the
+one the queue's timeouts were worked out for, and its command buffer is one whose job plan the
+Python path made and handed over (firmware_sim.queue_service: a plan with no step, or whose every
+step is a C kernel call), with the same bytes now. Anything else returns to Python before any of
+the job is done (NPU_UQ_PYTHON), which then runs it the one way it always has: its checks are the
+checks. A plan is remembered with job_plans' generation, which every drop of a plan (an
+invalidation, an eviction) moves: a plan whose generation is not the current one is never used.
+Every value read from the client's queue memory is read once (a hostile client may rewrite it
+while the core reads). Stores other processes read are atomic, and the two store-then-load pairs of
+the wake-up protocol (HDR_DONE then HDR_WAITING; CURRENT_JOB then the watchdog's flag) have a full
+fence between them, as the Python path's getppid() gives. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <sched.h>
+#include <stdint.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "int8_kernels.h"
+#include "queue_service.h"
+
+#define U32(base, off) ((uint32_t *)((base) + (off)))
+#define U64(base, off) ((uint64_t *)((base) + (off)))
+#define LOAD(p) __atomic_load_n((p), __ATOMIC_ACQUIRE)
+#define STORE(p, v) __atomic_store_n((p), (v), __ATOMIC_RELEASE)
+#define ADD64(p, v) STORE((p), LOAD(p) + (uint64_t)(v))
+
+static int64_t now_ns(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (int64_t)t.tv_sec * 1000000000LL + t.tv_nsec;
+}
+
+static struct npu_uq_plan *find_plan(struct npu_uq_core *c, uint32_t asid, uint64_t iova, uint32_t size)
+{
+    uint64_t generation = LOAD(c->generation);
+    for (int i = 0; i < NPU_UQ_PLANS; i++) {
+        struct npu_uq_plan *p = &c->plans[i];
+        if (p->live != NULL && p->generation == generation && p->cmd_iova == iova && p->cmd_size == size
+            && p->asid == asid)
+            return p;
+    }
+    return NULL;
+}
+
+/* Whether the kernel ring's next entry is a control entry (Python carries those out between
+   any two jobs; ring jobs wait for the round's end). */
+static int ring_control_waits(const struct npu_uq_core *c)
+{
+    uint8_t *bank = c->regs + c->bank;
+    uint32_t head = LOAD(U32(bank, NPU_UQ_BANK_RING_HEAD));
+    if (head == LOAD(U32(bank, NPU_UQ_BANK_RING_TAIL)))
+        return 0;
+    if (head >= c->ring_entries)
+        return 1;                 /* Python's drain_ring deals with whatever this is */
+    return LOAD(U32(c->ring, (size_t)head * NPU_UQ_RING_ENTRY_SIZE)) != NPU_UQ_RING_OP_JOB;
+}
+
+static int ring_waits(const struct npu_uq_core *c)
+{
+    uint8_t *bank = c->regs + c->bank;
+    return LOAD(U32(bank, NPU_UQ_BANK_RING_HEAD)) != LOAD(U32(bank, NPU_UQ_BANK_RING_TAIL));
+}
+
+static void signal_waiter(const struct npu_uq *q)
+{
+    if (q->completion_fd < 0)
+        return;
+    const char one = 1;
+    /* EAGAIN: the line is full, a wake-up is pending anyway; EPIPE: nobody reads it any more. */
+    (void)!write(q->completion_fd, &one, 1);
+}
+
+/* The Python path's post(): the completion, HDR_DONE, the slot's counters, then (after a full
+   fence) the waiter's signal if it sleeps. */
+static void post(const struct npu_uq_core *c, struct npu_uq *q, uint64_t seq, uint64_t cycles,
+                 uint64_t device_ns, uint64_t exec_ns)
+{
+    uint8_t *at = q->mem + NPU_UQ_HEADER_SIZE + (size_t)q->entries * NPU_UQ_ENTRY_SIZE
+                  + (size_t)(seq & (q->entries - 1)) * NPU_UQ_COMPLETION_SIZE;
+    /* seq, status, core, cycles, device_ns, fault_iova, exec_ns (queues.COMPLETION_STRUCT) */
+    uint64_t record[6] = {seq, (uint64_t)c->core << 32, cycles, device_ns, 0, exec_ns};
+    memcpy(at, record, sizeof(record));
+    STORE(U64(q->mem, NPU_UQ_HDR_DONE), seq);
+    q->done = seq;
+    uint8_t *slot = q->slot;
+    STORE(U64(slot, NPU_UQ_Q_DONE), seq);
+    ADD64(U64(slot, NPU_UQ_Q_BUSY_NS), exec_ns);
+    if (cycles) {
+        ADD64(U64(slot, NPU_UQ_Q_DEVICE_NS), device_ns);
+        ADD64(U64(slot, NPU_UQ_Q_CYCLES), cycles);
+    }
+    __atomic_thread_fence(__ATOMIC_SEQ_CST);   /* HDR_DONE visible before HDR_WAITING is read */
+    if (LOAD(U32(q->mem, NPU_UQ_HDR_WAITING)))
+        signal_waiter(q);
+}
+
+/* One job of `q` if the loop can run it: 1 ran, 0 left to Python (nothing done), -1 failed in a
+   C step (the failure recorded in `c`, the job still running for the watchdog). */
+static int run_job(struct npu_uq_core *c, struct npu_uq *q, uint64_t seq)
+{
+    const uint8_t *entry = q->mem + NPU_UQ_HEADER_SIZE + (size_t)(seq & (q->entries - 1)) * NPU_UQ_ENTRY_SIZE;
+    /* seq, cmd_iova (u64), cmd_size, timeout_ms, flags, reserved (u32): read once each */
+    uint64_t written = LOAD((const uint64_t *)entry);
+    uint64_t cmd_iova = LOAD((const uint64_t *)(entry + 8));
+    uint32_t cmd_size = LOAD((const uint32_t *)(entry + 16));
+    uint32_t timeout_ms = LOAD((const uint32_t *)(entry + 20));
+    uint32_t flags = LOAD((const uint32_t *)(entry + 24));
+    if (written != seq || flags != 0)
+        return 0;
+    uint8_t *regs = c->regs, *bank = c->regs + c->bank;
+    if (LOAD(U32(regs, NPU_UQ_REG_FAULT_INJECT)) || LOAD(U32(regs, NPU_UQ_REG_PACING)) & NPU_UQ_PACING_ON
+        || LOAD(U32(regs, NPU_UQ_REG_WATCHDOG_MS)) != q->watchdog_ms
+        || LOAD(U32(q->slot, NPU_UQ_Q_CONTROL)) & NPU_UQ_Q_TRACE)
+        return 0;
+    struct npu_uq_plan *plan = NULL;
+    if (cmd_size != 0) {
+        plan = find_plan(c, q->asid, cmd_iova, cmd_size);
+        if (plan == NULL || memcmp(plan->live, plan->copy, cmd_size) != 0)
+            return 0;
+    }
+    if (timeout_ms == 0)
+        timeout_ms = q->timeout_default_ms;
+    else if (timeout_ms > q->timeout_cap_ms)
+        timeout_ms = q->timeout_cap_ms;
+    uint64_t job_id = NPU_UQ_USER_JOB_BIT | ((uint64_t)q->slot_index << 48) | (seq & NPU_UQ_SEQ_MASK);
+    int64_t started = now_ns();
+    STORE(U64(bank, NPU_UQ_BANK_JOB_START_NS), (uint64_t)started);
+    STORE(U32(bank, NPU_UQ_BANK_JOB_TIMEOUT_MS), timeout_ms);
+    STORE(U32(bank, NPU_UQ_BANK_UQ_SLOT), q->slot_index + 1);
+    STORE(U64(bank, NPU_UQ_BANK_UQ_SEQ), seq);
+    STORE(U64(bank, NPU_UQ_BANK_CURRENT_JOB), job_id);
+    STORE(U32(bank, NPU_UQ_BANK_CORE_STATE), NPU_UQ_CORE_BUSY);
+    if (c->armed != NULL) {
+        __atomic_thread_fence(__ATOMIC_SEQ_CST);   /* CURRENT_JOB visible before the flag is read */
+        if (!LOAD(c->armed)) {
+            STORE(c->armed, 1);
+            uint64_t one = 1;
+            (void)!write(c->watchdog_fd, &one, sizeof(one));
+        }
+    }
+    uint64_t cycles = 0, device_ns = 0;
+    if (plan != NULL) {
+        int32_t done = 0;
+        int status = npu_steps_run(plan->steps, plan->count, &done);
+        if (status != 0) {
+            c->failed_seq = seq;
+            c->failed_started_ns = (uint64_t)started;
+            c->failed_timeout_ms = timeout_ms;
+            c->failed_status = status;
+            c->failed_plan = (int32_t)(plan - c->plans);
+            c->failed_step = done;
+            return -1;
+        }
+        cycles = plan->cycles;
+        device_ns = plan->device_ns;
+    }
+    uint64_t exec_ns = (uint64_t)(now_ns() - started);
+    post(c, q, seq, cycles, device_ns, exec_ns);
+    STORE(U64(bank, NPU_UQ_BANK_CURRENT_JOB), 0);
+    STORE(U32(bank, NPU_UQ_BANK_UQ_SLOT), 0);
+    ADD64(U64(bank, NPU_UQ_BANK_BUSY_NS), exec_ns);
+    ADD64(U64(bank, NPU_UQ_BANK_BUSY_CYCLES), cycles);
+    STORE(U32(bank, NPU_UQ_BANK_CORE_STATE), NPU_UQ_CORE_IDLE);
+    return 1;
+}
+
+/* Round-robin among equals: each priority's queues turn by one (UserQueues.turn does the same). */
+static void turn_queues(struct npu_uq_core *c)
+{
+    for (int32_t start = 0; start < c->count;) {
+        int32_t end = start + 1;
+        while (end < c->count && c->queues[end]->priority == c->queues[start]->priority)
+            end++;
+        if (end - start > 1) {
+            struct npu_uq *first = c->queues[start];
+            memmove(&c->queues[start], &c->queues[start + 1], sizeof(c->queues[0]) * (size_t)(end - start - 1));
+            c->queues[end - 1] = first;
+        }
+        start = end;
+    }
+}
+
+int npu_uq_serve(struct npu_uq_core *c)
+{
+    c->ran = 0;
+    for (;;) {
+        for (; c->at < c->count; c->at++, c->turn = 0) {
+            struct npu_uq *q = c->queues[c->at];
+            for (; c->turn < NPU_UQ_JOBS_PER_TURN; c->turn++) {
+                if (q->stopped)
+                    break;
+                uint64_t tail = LOAD(U64(q->mem, NPU_UQ_HDR_TAIL));
+                if (tail == q->done)
+                    break;
+                if (tail < q->done || tail - q->done > q->entries)
+                    return NPU_UQ_PYTHON;      /* a garbled tail: Python stops the queue */
+                int ran = run_job(c, q, q->done + 1);
+                if (ran == 0)
+                    return NPU_UQ_PYTHON;
+                if (ran < 0)
+                    return NPU_UQ_FAILED;
+                c->ran++;
+                c->round_ran++;
+                if (ring_control_waits(c) || LOAD(U32(c->regs, NPU_UQ_REG_QUEUE_TABLE_GEN)) != c->table_gen) {
+                    c->turn++;
+                    return NPU_UQ_BETWEEN;
+                }
+            }
+        }
+        int round_ran = c->round_ran;
+        c->at = c->turn = c->round_ran = 0;
+        if (!round_ran)
+            return NPU_UQ_IDLE;
+        turn_queues(c);
+        /* The end of a round: the kernel ring's turn (Python's), or another round. */
+        if (ring_waits(c) || LOAD(U32(c->regs, NPU_UQ_REG_QUEUE_TABLE_GEN)) != c->table_gen)
+            return NPU_UQ_RING;
+    }
+}
+
+int npu_uq_has_work(const struct npu_uq_core *c)
+{
+    if (ring_waits(c))
+        return 1;
+    for (int32_t i = 0; i < c->count; i++) {
+        const struct npu_uq *q = c->queues[i];
+        if (!q->stopped && LOAD(U64(q->mem, NPU_UQ_HDR_TAIL)) != q->done)
+            return 1;
+    }
+    return 0;
+}
+
+int npu_uq_poll(const struct npu_uq_core *c, int64_t deadline_ns)
+{
+    while (now_ns() < deadline_ns) {
+        if (npu_uq_has_work(c))
+            return 1;
+        sched_yield();            /* any runnable host process (the KMD, a client) goes first */
+    }
+    return 0;
+}

@@ -1,0 +1,110 @@
+/* A core's user-queue service loop in C (queue_service.c; the Python side: firmware_sim.queue_service). */
+
+/* The hardware interface's offsets the loop uses (npu_hw.regs, npu_hw.queues, npu_hw.ring):
+   firmware_sim.queue_service checks each against its npu_hw name when it is imported. */
+#define NPU_UQ_REG_FAULT_INJECT 0x24
+#define NPU_UQ_REG_WATCHDOG_MS 0x28
+#define NPU_UQ_REG_PACING 0x40
+#define NPU_UQ_REG_QUEUE_TABLE_GEN 0x44
+#define NPU_UQ_BANK_RING_HEAD 0x00
+#define NPU_UQ_BANK_RING_TAIL 0x04
+#define NPU_UQ_BANK_CORE_STATE 0x18
+#define NPU_UQ_BANK_BUSY_CYCLES 0x28
+#define NPU_UQ_BANK_CURRENT_JOB 0x30
+#define NPU_UQ_BANK_JOB_START_NS 0x38
+#define NPU_UQ_BANK_BUSY_NS 0x40
+#define NPU_UQ_BANK_JOB_TIMEOUT_MS 0x48
+#define NPU_UQ_BANK_UQ_SLOT 0x5C
+#define NPU_UQ_BANK_UQ_SEQ 0x60
+#define NPU_UQ_CORE_IDLE 0
+#define NPU_UQ_CORE_BUSY 1
+#define NPU_UQ_PACING_ON 0x1
+#define NPU_UQ_RING_ENTRY_SIZE 64
+#define NPU_UQ_RING_OP_JOB 1
+#define NPU_UQ_Q_CONTROL 0x00
+#define NPU_UQ_Q_TRACE 0x2
+#define NPU_UQ_Q_DONE 0x30
+#define NPU_UQ_Q_BUSY_NS 0x40
+#define NPU_UQ_Q_DEVICE_NS 0x48
+#define NPU_UQ_Q_CYCLES 0x50
+#define NPU_UQ_HDR_TAIL 0x08
+#define NPU_UQ_HDR_DONE 0x10
+#define NPU_UQ_HDR_WAITING 0x18
+#define NPU_UQ_HEADER_SIZE 256
+#define NPU_UQ_ENTRY_SIZE 32
+#define NPU_UQ_COMPLETION_SIZE 48
+#define NPU_UQ_JOBS_PER_TURN 4
+#define NPU_UQ_USER_JOB_BIT 0x8000000000000000
+#define NPU_UQ_SEQ_MASK 0xFFFFFFFFFFFF
+
+/* Why npu_uq_serve returned. */
+#define NPU_UQ_IDLE 0        /* a whole round found no job: nothing left to run */
+#define NPU_UQ_PYTHON 1      /* the next job of queue `at` needs the Python path (nothing of it done) */
+#define NPU_UQ_FAILED 2      /* the job `failed_seq` of queue `at` failed in a C step: Python completes it */
+#define NPU_UQ_BETWEEN 3     /* between two jobs: a ring-control entry or a table change for Python */
+#define NPU_UQ_RING 4        /* the kernel ring holds jobs: Python's turn for it (a round ended) */
+#define NPU_UQ_PLANS 16      /* job plans the loop remembers */
+
+/* One served queue (firmware_sim.user_queues.ServedQueue keeps `done` and `stopped` here). */
+struct npu_uq {
+    uint8_t *mem;                 /* the queue memory, through the IOMMU: header, entries, completions */
+    uint8_t *slot;                /* its slot of the queue table */
+    uint64_t done;                /* seq of the last job completed (mirrors Q_DONE) */
+    uint32_t entries;             /* a power of two (checked when the slot was taken in) */
+    uint32_t slot_index;
+    uint32_t asid;
+    uint32_t timeout_default_ms;  /* regs.job_timeout_ms of a job asking none, at `watchdog_ms` */
+    uint32_t timeout_cap_ms;      /* ... and the clamp of one asking a timeout */
+    uint32_t watchdog_ms;         /* the WATCHDOG_MS those two were worked out for */
+    uint32_t priority;            /* Q_PRIORITY */
+    int32_t stopped;
+    int32_t completion_fd;
+};
+
+/* A job plan the loop may replay (firmware_sim.job_plans.replayable: no step, or one C call). */
+struct npu_uq_plan {
+    uint64_t generation;          /* job_plans' generation when remembered: any other means gone */
+    uint64_t cmd_iova;
+    uint32_t cmd_size, asid;
+    const uint8_t *live;          /* the command buffer, as the first run's IOMMU translation */
+    const uint8_t *copy;          /* the plan's copy of its bytes */
+    const struct npu_step *steps;
+    int32_t count;
+    uint64_t cycles, device_ns;
+};
+
+struct npu_uq_core {
+    uint8_t *regs;                /* the register file */
+    uint32_t bank;                /* this core's bank in it */
+    uint8_t *ring;                /* the kernel ring */
+    uint32_t ring_entries;
+    uint8_t *table;               /* the queue table */
+    uint32_t table_gen;           /* the QUEUE_TABLE_GEN the served queues reflect */
+    uint32_t core;
+    struct npu_uq **queues;       /* by priority, highest first; each priority's turned round after a round */
+    int32_t count;
+    int32_t at, turn;             /* the round's position: the queue, the jobs it ran this turn */
+    int32_t round_ran;            /* jobs run in this round so far (by Python too) */
+    uint8_t *armed;               /* the watchdog's flag (wakeups.WatchdogArm), or NULL */
+    int32_t watchdog_fd;
+    const uint64_t *generation;   /* job_plans' generation now */
+    struct npu_uq_plan plans[NPU_UQ_PLANS];
+    int32_t ran;                  /* out: jobs the last call ran */
+    uint64_t failed_seq, failed_started_ns;   /* out, NPU_UQ_FAILED: the job, when it started */
+    uint32_t failed_timeout_ms;
+    int32_t failed_status, failed_plan, failed_step;   /* out, NPU_UQ_FAILED: the C status, the plan, its step */
+};
+
+/* Runs user-queue jobs round after round (each queue, by priority, at most JOBS_PER_TURN jobs a
+   round, resuming at `at`/`turn`; after a round that ran a job, the queues of each priority
+   turn by one, so the first of them becomes the last) while every job is one the loop can run: checked entry, no
+   flags, no trace, no fault injection or pacing, a remembered plan whose bytes are unchanged.
+   Posts each completion as firmware_sim.user_queues.UserQueues.post does. Returns NPU_UQ_*. */
+int npu_uq_serve(struct npu_uq_core *c);
+
+/* Polls the kernel ring and the queues' tails until work comes or CLOCK_MONOTONIC passes
+   `deadline_ns`, yielding the CPU between looks; returns 1 if work came. */
+int npu_uq_poll(const struct npu_uq_core *c, int64_t deadline_ns);
+
+/* Whether a queue not stopped has a job or the kernel ring an entry. */
+int npu_uq_has_work(const struct npu_uq_core *c);
