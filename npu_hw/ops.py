@@ -67,8 +67,9 @@ OPF_HALF_PIXEL_CENTERS = 0x4  # resize
 OPF_KEEP_DIMS = 0x8           # mean (informational: the output bytes are the same)
 # int16 activations (TFLite's 16x8 scheme: symmetric int16, zero point 0, int8 weights):
 # CONV_2D / DEPTHWISE_CONV_2D / FULLY_CONNECTED (bias int64, FC with FC_DOUBLE_SCALE), ADD,
-# MUL, BATCH_MATMUL (both operands int16, int64 sums), MAX/AVERAGE_POOL_2D, MEAN, RELU, SOFTMAX (input_beta_* from fixedpoint.softmax_int16_params,
-# output scale 2**-15), RESIZE_*, TRANSPOSE, PAD, STRIDED_SLICE (2-byte elements),
+# MUL, BATCH_MATMUL (both operands int16, int64 sums), MAX/AVERAGE_POOL_2D, MEAN, RELU,
+# SOFTMAX (input_beta_* from fixedpoint.softmax_int16_params, output scale 2**-15), RESIZE_*,
+# TRANSPOSE, PAD, STRIDED_SLICE (2-byte elements),
 # QUANTIZE (float32 -> int16), DEQUANTIZE (int16 -> float32), REQUANTIZE (its output), and
 # with our formulas (docs/hardware.md) PRELU (x, alpha and output int16) and HARD_SWISH (Q31 multipliers),
 # and LUT (an int16[65536] table indexed by uint16(x): int16 LOGISTIC / TANH, spec.sigmoid16).
