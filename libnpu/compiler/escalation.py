@@ -21,7 +21,8 @@ The default compile of a float model (no ``recipe``, or ``recipe="default"``) ru
    (:func:`libnpu.compiler.held_out.required_score`: 0.99667 on two samples for 0.99).
 3. **Escalate** one step at a time while an output misses ``target`` (0.99 by default):
    int16 activations where int8 loses most (with GPTQ weights, channel equalization and
-   per-channel int16 grids), then int16 weights on those layers, then bias correction.
+   per-channel int16 grids), then int16 weights on those layers (or int16 activations
+   everywhere and int16 weights where they help, when those miss), then bias correction.
    Each step is measured the same way; the first that meets the target on every output
    is kept, else the best measured (most outputs meeting the target, then the highest
    worst score), so a step that makes the model worse is never taken.
@@ -134,14 +135,16 @@ _INT16 = {"int16": "auto", "int16_target": 0.999, "int16_grid": "per_channel", "
 #: the calibration data, five times the runs on BlazeFace), with GPTQ, equalization and
 #: per-channel int16 grids (``recipe="accurate"`` without int16 weights);
 #: the next adds int16 weights on its layers (it keeps the int16 step's layers and only
-#: chooses the weights: that is ``recipe="accurate"``); bias correction comes last, as the
+#: chooses the weights: that is ``recipe="accurate"``), or, when those miss the target,
+#: int16 activations on every layer and int16 weights where they help most
+#: (:func:`libnpu.compiler.mixed_precision.widened_weights16`); bias correction comes last, as the
 #: held-out samples decide for it (on mediapipe's models it rescued selfie_segmentation but
 #: ruined pose_landmark_full's presence score, which textures do not show).
 LADDER: tuple[Step, ...] = (
     Step("int8", {}),
     Step("int16 activations", _INT16),
-    Step("int16 weights", {**_INT16, "int16_weights": "auto"}),
-    Step("bias correction", {**_INT16, "int16_weights": "auto", "bias_correction": True}),
+    Step("int16 weights", {**_INT16, "int16_weights": "auto", "int16_weights_widen": True}),
+    Step("bias correction", {**_INT16, "int16_weights": "auto", "int16_weights_widen": True, "bias_correction": True}),
 )
 
 
