@@ -269,6 +269,8 @@ def _escalate(graph: Graph, dataset: Iterable[Feed] | None, target: float, budge
         if progress is not None:     # a timer hears each step's seconds (the metadata keeps no time)
             progress(f"step {step.name}", 0, 1)
         asked = _reusing(merged, chosen_before, options)
+        if "int16" in options:     # the caller's int16 layers hold: no widening past them
+            asked.pop("int16_weights_widen", None)
         try:   # the ladder's own int16 search runs on the held-out samples, the caller's as asked
             q = _quantize(graph, calibration, asked, None if "int16" in options else held, progress)
             if front:      # the quantizer gives host ops their float inputs as given
