@@ -67,8 +67,9 @@ OPF_HALF_PIXEL_CENTERS = 0x4  # resize
 OPF_KEEP_DIMS = 0x8           # mean (informational: the output bytes are the same)
 # int16 activations (TFLite's 16x8 scheme: symmetric int16, zero point 0, int8 weights):
 # CONV_2D / DEPTHWISE_CONV_2D / FULLY_CONNECTED (bias int64, FC with FC_DOUBLE_SCALE), ADD,
-# MUL, MAX/AVERAGE_POOL_2D, MEAN, RELU, SOFTMAX (input_beta_* from fixedpoint.softmax_int16_params,
-# output scale 2**-15), RESIZE_*, TRANSPOSE, PAD, STRIDED_SLICE (2-byte elements),
+# MUL, BATCH_MATMUL (both operands int16, int64 sums), MAX/AVERAGE_POOL_2D, MEAN, RELU,
+# SOFTMAX (input_beta_* from fixedpoint.softmax_int16_params, output scale 2**-15), RESIZE_*,
+# TRANSPOSE, PAD, STRIDED_SLICE (2-byte elements),
 # QUANTIZE (float32 -> int16), DEQUANTIZE (int16 -> float32), REQUANTIZE (its output), and
 # with our formulas (docs/hardware.md) PRELU (x, alpha and output int16) and HARD_SWISH (Q31 multipliers),
 # and LUT (an int16[65536] table indexed by uint16(x): int16 LOGISTIC / TANH, spec.sigmoid16).
@@ -332,7 +333,9 @@ OPF_ADJ_Y = 0x40   # batch_matmul: rhs is stored [..., cols, depth]
 
 # out[..., i, j] = clamp(MultiplyByQuantizedMultiplier(sum_k (lhs[..., i, k] - lhs_zp) *
 #   (rhs[..., k, j] - rhs_zp), multiplier, shift) + output_zp, act_min, act_max); the batch
-#   axes broadcast like numpy (shapes given at one rank, leading 1s added).
+#   axes broadcast like numpy (shapes given at one rank, leading 1s added). With OPF_INT16
+#   (LiteRT's int16 kernel) every operand is int16, the zero points 0, the sums int64 and the
+#   requantization the int64 MultiplyByQuantizedMultiplier (shift in [-31, 14]).
 BATCH_MATMUL = register_task(OP_BATCH_MATMUL, "BATCH_MATMUL", [
     ("lhs", "<u8"), ("rhs", "<u8"), ("output", "<u8"),
     ("rank", "<u4"),                   # >= 2: batch axes, then the two matrix axes

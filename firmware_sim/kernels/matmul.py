@@ -1,17 +1,26 @@
-"""int8 matrix products of two activations, batched, as LiteRT's reference kernel:
-int32 sums of ``(lhs - lhs_zp) * (rhs - rhs_zp)``, requantized with
+"""Matrix products of two activations, batched, as LiteRT's reference kernels.
+
+int8: int32 sums of ``(lhs - lhs_zp) * (rhs - rhs_zp)``, requantized with
 MultiplyByQuantizedMultiplier (gemmlowp double rounding), plus the output zero point,
-clamped. The batch axes broadcast like numpy. The sums are exact: float64 products of
-values below 2^8 summed over fewer than 2^36 terms stay integers below 2^53."""
+clamped. int16 (LiteRT's ``BatchMatMul<int16_t, int64_t>``): zero points 0, int64 sums of
+``lhs * rhs``, requantized with the int64 MultiplyByQuantizedMultiplier (the multiplier
+reduced to Q15, one rounding: :func:`int16x8.multiply_by_quantized_multiplier_int64`),
+clamped to int16. The batch axes broadcast like numpy. The sums are exact: float64
+products below 2^16 (int8) or 2^30 (int16) summed over fewer than 2^36 or 2^22 terms stay
+integers below 2^53; a deeper int16 product sums in int64."""
 from __future__ import annotations
 
 import numpy as np
 
 from ..errors import InvalidCommand
 from .fixedpoint import multiply_by_quantized_multiplier, wrap_int32
-from .output import check_int8_param, store_int8
+from .int16x8 import INT16_MAX, INT16_MIN, check_zero_points, multiply_by_quantized_multiplier_int64, store_int16
+from .output import check_act_range, check_int8_param, store_int8
 
-__all__ = ["matmul_int8", "matmul_shape"]
+__all__ = ["matmul_int8", "matmul_int16", "matmul_shape"]
+
+#: Below this depth float64 sums of int16 products (< 2^30 each) stay exact integers.
+_EXACT_INT16_DEPTH = 1 << 22
 
 
 def matmul_shape(lhs_shape, rhs_shape, adj_x: bool = False, adj_y: bool = False) -> tuple[int, ...]:
@@ -40,11 +49,7 @@ def matmul_int8(lhs: np.ndarray, rhs: np.ndarray, *, lhs_zp: int, rhs_zp: int, o
     shape = matmul_shape(lhs.shape, rhs.shape, adj_x, adj_y)
     a = lhs.astype(np.float64) - check_int8_param("lhs_zp", lhs_zp)
     b = rhs.astype(np.float64) - check_int8_param("rhs_zp", rhs_zp)
-    if adj_x:
-        a = np.swapaxes(a, -1, -2)
-    if adj_y:
-        b = np.swapaxes(b, -1, -2)
-    acc = wrap_int32(np.matmul(a, b).astype(np.int64))
+    acc = wrap_int32(_product(a, b, adj_x, adj_y).astype(np.int64))
     if not -31 <= int(shift) <= 30:
         raise InvalidCommand("shift must be in [-31, 30]")
     raw = multiply_by_quantized_multiplier(acc, int(multiplier), int(shift))
@@ -52,3 +57,31 @@ def matmul_int8(lhs: np.ndarray, rhs: np.ndarray, *, lhs_zp: int, rhs_zp: int, o
         raise InvalidCommand(f"out must be int8 {shape}")
     return store_int8(raw, check_int8_param("output_zp", output_zp), check_int8_param("act_min", act_min),
                       check_int8_param("act_max", act_max), out)
+
+
+def matmul_int16(lhs: np.ndarray, rhs: np.ndarray, *, multiplier: int, shift: int,
+                 act_min: int = INT16_MIN, act_max: int = INT16_MAX, adj_x: bool = False, adj_y: bool = False,
+                 lhs_zp: int = 0, rhs_zp: int = 0, output_zp: int = 0,
+                 out: np.ndarray | None = None) -> np.ndarray:
+    """int16 ``lhs @ rhs`` (LiteRT's int16 BATCH_MATMUL: every zero point 0, int64 sums)."""
+    if lhs.dtype != np.int16 or rhs.dtype != np.int16:
+        raise InvalidCommand("int16 matmul operands must be int16")
+    check_zero_points(lhs_zp=lhs_zp, rhs_zp=rhs_zp, output_zp=output_zp)
+    lo, hi = check_act_range(act_min, act_max, INT16_MIN, INT16_MAX)
+    shape = matmul_shape(lhs.shape, rhs.shape, adj_x, adj_y)
+    depth = lhs.shape[-2] if adj_x else lhs.shape[-1]
+    kind = np.float64 if depth < _EXACT_INT16_DEPTH else np.int64
+    acc = _product(lhs.astype(kind), rhs.astype(kind), adj_x, adj_y).astype(np.int64)
+    raw = multiply_by_quantized_multiplier_int64(acc, np.int64(multiplier), np.int64(shift))
+    if out is not None and (out.dtype != np.int16 or out.shape != shape):
+        raise InvalidCommand(f"out must be int16 {shape}")
+    return store_int16(raw, 0, lo, hi, out)
+
+
+def _product(a: np.ndarray, b: np.ndarray, adj_x: bool, adj_y: bool) -> np.ndarray:
+    """``a @ b`` with each operand transposed first when its adjoint flag says so."""
+    if adj_x:
+        a = np.swapaxes(a, -1, -2)
+    if adj_y:
+        b = np.swapaxes(b, -1, -2)
+    return np.matmul(a, b)

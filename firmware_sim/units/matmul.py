@@ -1,4 +1,5 @@
-"""The matrix unit for two activations: BATCH_MATMUL (descriptor: ``npu_hw.ops``)."""
+"""The matrix unit for two activations: BATCH_MATMUL (descriptor: ``npu_hw.ops``), int8 or,
+with ``OPF_INT16``, int16 (LiteRT's int16 kernel: zero points 0, int64 sums)."""
 from __future__ import annotations
 
 import numpy as np
@@ -6,7 +7,7 @@ import numpy as np
 from firmware_sim.kernels import matmul
 from npu_hw import ops
 
-from .common import OpDescriptorError, prod, ranked, unit
+from .common import OpDescriptorError, act_dtype, int16_zero_points, prod, ranked, unit
 
 
 def _shapes(desc: np.void) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...], bool, bool]:
@@ -28,16 +29,20 @@ def _cost(desc: np.void) -> tuple[int, int]:
     except ValueError:
         return 0, 0
     depth = lhs[-2] if adj_x else lhs[-1]
-    return prod(out) * depth, prod(lhs) + prod(rhs) + prod(out)
+    act = 2 if int(desc["flags"]) & ops.OPF_INT16 else 1
+    return prod(out) * depth, (prod(lhs) + prod(rhs) + prod(out)) * act
 
 
 @unit(ops.OP_BATCH_MATMUL, _cost)
 def batch_matmul(desc: np.void, dma) -> None:
     lhs_shape, rhs_shape, out_shape, adj_x, adj_y = _shapes(desc)
-    lhs = dma.read_array(int(desc["lhs"]), np.int8, lhs_shape)
-    rhs = dma.read_array(int(desc["rhs"]), np.int8, rhs_shape)
-    out = dma.write_array(int(desc["output"]), np.int8, out_shape)
-    matmul.matmul_int8(lhs, rhs, lhs_zp=int(desc["lhs_zp"]), rhs_zp=int(desc["rhs_zp"]),
-                        output_zp=int(desc["output_zp"]), multiplier=int(desc["multiplier"]),
-                        shift=int(desc["shift"]), act_min=int(desc["act_min"]), act_max=int(desc["act_max"]),
-                        adj_x=adj_x, adj_y=adj_y, out=out)
+    dtype = act_dtype(desc)
+    if dtype == np.int16:
+        int16_zero_points(desc, "lhs_zp", "rhs_zp", "output_zp")
+    lhs = dma.read_array(int(desc["lhs"]), dtype, lhs_shape)
+    rhs = dma.read_array(int(desc["rhs"]), dtype, rhs_shape)
+    out = dma.write_array(int(desc["output"]), dtype, out_shape)
+    kernel = matmul.matmul_int16 if dtype == np.int16 else matmul.matmul_int8
+    kernel(lhs, rhs, lhs_zp=int(desc["lhs_zp"]), rhs_zp=int(desc["rhs_zp"]), output_zp=int(desc["output_zp"]),
+           multiplier=int(desc["multiplier"]), shift=int(desc["shift"]), act_min=int(desc["act_min"]),
+           act_max=int(desc["act_max"]), adj_x=adj_x, adj_y=adj_y, out=out)

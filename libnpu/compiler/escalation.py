@@ -22,7 +22,8 @@ The default compile of a float model (no ``recipe``, or ``recipe="default"``) ru
    (:func:`libnpu.compiler.held_out.required_score`: 0.99667 on two samples for 0.99).
 3. **Escalate** one step at a time while an output misses ``target`` (0.99 by default):
    int16 activations where int8 loses most (with GPTQ weights, channel equalization and
-   per-channel int16 grids), then int16 weights on those layers, then bias correction.
+   per-channel int16 grids), then int16 weights on those layers (or int16 activations
+   everywhere and int16 weights where they help, when those miss), then bias correction.
    Each step is measured the same way; the first that meets the target on every output
    is kept, else the best measured (most outputs meeting the target, then the highest
    worst score), so a step that makes the model worse is never taken.
@@ -135,14 +136,16 @@ _INT16 = {"int16": "auto", "int16_target": 0.999, "int16_grid": "per_channel", "
 #: the calibration data, five times the runs on BlazeFace), with GPTQ, equalization and
 #: per-channel int16 grids (``recipe="accurate"`` without int16 weights);
 #: the next adds int16 weights on its layers (it keeps the int16 step's layers and only
-#: chooses the weights: that is ``recipe="accurate"``); bias correction comes last, as the
+#: chooses the weights: that is ``recipe="accurate"``), or, when those miss the target,
+#: int16 activations on every layer and int16 weights where they help most
+#: (:func:`libnpu.compiler.mixed_precision.widened_weights16`); bias correction comes last, as the
 #: held-out samples decide for it (on mediapipe's models it rescued selfie_segmentation but
 #: ruined pose_landmark_full's presence score, which textures do not show).
 LADDER: tuple[Step, ...] = (
     Step("int8", {}),
     Step("int16 activations", _INT16),
-    Step("int16 weights", {**_INT16, "int16_weights": "auto"}),
-    Step("bias correction", {**_INT16, "int16_weights": "auto", "bias_correction": True}),
+    Step("int16 weights", {**_INT16, "int16_weights": "auto", "int16_weights_widen": True}),
+    Step("bias correction", {**_INT16, "int16_weights": "auto", "int16_weights_widen": True, "bias_correction": True}),
 )
 
 
@@ -267,6 +270,8 @@ def _escalate(graph: Graph, dataset: Iterable[Feed] | None, target: float, budge
         if progress is not None:     # a timer hears each step's seconds (the metadata keeps no time)
             progress(f"step {step.name}", 0, 1)
         asked = _reusing(merged, chosen_before, options)
+        if "int16" in options:     # the caller's int16 layers hold: no widening past them
+            asked.pop("int16_weights_widen", None)
         try:   # the ladder's own int16 search runs on the held-out samples, the caller's as asked
             q = _quantize(graph, calibration, asked, None if "int16" in options else held, progress)
             if front:      # the quantizer gives host ops their float inputs as given

@@ -60,7 +60,7 @@ from .quantizer import equalized, gated, quantize_model, random_dataset
 from .scales import MIN_MULTIPLIER, bias_scale, choose_int16_scale, quantize_weights16, symmetric
 from .step_reuse import once
 
-__all__ = ["MixedPrecisionError", "int16_quant", "promotable", "promote",
+__all__ = ["MixedPrecisionError", "int16_quant", "promotable", "promote", "widened_weights16",
            "choose_auto", "choose_weights16", "quantize_mixed", "parse_selection", "DEFAULT_TARGET",
            "WEIGHTS16_TARGET", "INT16_HEADROOM", "HELD_OUT_MARGIN", "held_out_headroom", "CHANNEL_PEAKS"]
 
@@ -556,6 +556,25 @@ def choose_weights16(float_graph: Graph, graph: Graph, names: Sequence[str], dat
                    lambda chosen: output_scores(float_graph, promote(graph, names, float_graph, chosen), dataset))
 
 
+def widened_weights16(float_graph: Graph, graph: Graph, names: Sequence[str], weights16: Sequence[str],
+                      scores: Mapping[str, float], dataset: Sequence[Feed], target: float = WEIGHTS16_TARGET,
+                      ) -> tuple[list[str], list[str], dict[str, float]]:
+    """``(int16 layers, int16 weights, output scores)``: ``names`` with ``weights16`` as
+    chosen, or, when they leave an output under ``target``, int16 activations on every
+    layer the chip runs in int16 and int16 weights on the fewest that reach it
+    (:func:`choose_weights16` among them all), if that scores higher.
+
+    The layers int16 activations help most need not be those whose int8 weights lose most
+    (PP-OCRv5's recognizer: docs/models.md)."""
+    every = [op.outputs[0] for op in graph.ops if promotable(op)]
+    if min(scores.values(), default=1.0) >= target or set(every) <= set(names):
+        return list(names), list(weights16), dict(scores)
+    wide, wide_scores = choose_weights16(float_graph, graph, every, dataset, target=target)
+    if min(wide_scores.values(), default=1.0) > min(scores.values(), default=1.0):
+        return every, wide, wide_scores
+    return list(names), list(weights16), dict(scores)
+
+
 def _headrooms(choice: float | str, q: Graph, float_graph: Graph, data: Sequence[Feed]) -> dict[str, float]:
     """The per-tensor int16 headroom ``choice`` asks for (see :func:`quantize_mixed`)."""
     if choice == "held-out":
@@ -569,7 +588,8 @@ def quantize_mixed(graph: Graph, dataset: Iterable[Feed] | None = None, *,
                    int16_weights_target: float = WEIGHTS16_TARGET, int16_headroom: float | str = INT16_HEADROOM,
                    int16_grid: str = "per_tensor", int16_channel_spread: float = CHANNEL_SPREAD,
                    int16_channel_margin: float = CHANNEL_MARGIN, progress: Progress | None = None,
-                   int16_search_data: Sequence[Feed] | None = None, **quantize_options: Any) -> Graph:
+                   int16_search_data: Sequence[Feed] | None = None, int16_weights_widen: bool = False,
+                   **quantize_options: Any) -> Graph:
     """:func:`quantizer.quantize_model`, then int16 activations for the ops ``int16``
     selects (``"none"``, ``"auto"``, or op / tensor names: see the module docstring), and
     int16 weights for those of them ``int16_weights`` selects (``"none"``, ``"auto"``:
@@ -590,6 +610,10 @@ def quantize_mixed(graph: Graph, dataset: Iterable[Feed] | None = None, *,
     times finer than its tensor's widest channel a channel's grid may be
     (:data:`~libnpu.compiler.channel_grids.CHANNEL_SPREAD`). The metadata then has
     ``int16_grid`` and ``int16_per_channel_tensors`` (how many).
+
+    ``int16_weights_widen``: with ``int16_weights="auto"``, search every layer the chip runs
+    in int16 too when the selected ones miss ``int16_weights_target``
+    (:func:`widened_weights16`: the default recipe's int16 weights step).
 
     ``int16_search_data``: the samples ``"auto"`` ranks layers and scores outputs on
     (default: the calibration data). The default recipe (:mod:`libnpu.compiler.escalation`)
@@ -635,8 +659,11 @@ def quantize_mixed(graph: Graph, dataset: Iterable[Feed] | None = None, *,
         else:
             names = [op.outputs[0] for op in q.ops if id(op) in _select(q, selection)]
         weights16: list[str] = []
-        if wide == "auto" and names:
+        if wide == "auto" and (names or int16_weights_widen):
             weights16, w_scores = choose_weights16(opt, q, names, search, target=int16_weights_target)
+            if int16_weights_widen:
+                names, weights16, w_scores = widened_weights16(opt, q, names, weights16, w_scores, search,
+                                                               int16_weights_target)
             scores = w_scores if weights16 else scores
         elif wide not in ("none", "auto"):
             weights16 = list(wide)

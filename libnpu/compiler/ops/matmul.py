@@ -1,6 +1,8 @@
 """BATCH_MATMUL: the product of two activations (ONNX MatMul and Gemm whose second
 operand is not a constant; a constant one is a FULLY_CONNECTED). The IR keeps TFLite's
-``adj_x`` / ``adj_y``; batch axes broadcast like numpy."""
+``adj_x`` / ``adj_y``; batch axes broadcast like numpy. int8, or int16 activations
+(LiteRT's int16 kernel: both operands and the output int16, zero points 0), which mixed
+precision may choose for an attention's logits (Q.K^T before a SOFTMAX)."""
 from __future__ import annotations
 
 import numpy as np
@@ -34,7 +36,7 @@ def _float(op, ins, out):
 def _params(g, op) -> dict:
     (sa, za), (sb, zb), (so, zo) = (qparams.qp(g, n) for n in (*op.inputs[:2], op.outputs[0]))
     mult, shift = fp.quantize_multiplier(float(fp.effective_scale(sa, sb, so)[0]))
-    return dict(lhs_zp=za, rhs_zp=zb, output_zp=zo, multiplier=mult, shift=shift, act_min=-128, act_max=127,
+    return dict(lhs_zp=za, rhs_zp=zb, output_zp=zo, multiplier=mult, shift=shift, **qparams.act_range(g, op),
                 adj_x=bool(op.attrs["adj_x"]), adj_y=bool(op.attrs["adj_y"]))
 
 
@@ -59,7 +61,7 @@ def _macs(g, op) -> int:
 
 register(Operator(
     "BATCH_MATMUL", ("adj_x", "adj_y"), tflite=_tflite, float_ref=_float, params=_params, lower=_lower,
-    export=_export, tflite_version=2, macs=_macs))
+    export=_export, tflite_version=2, macs=_macs, int16=True))
 
 
 def onnx_matmul(im, node, where, trans_a: bool = False, trans_b: bool = False, scale: float = 1.0,
