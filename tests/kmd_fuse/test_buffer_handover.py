@@ -310,7 +310,9 @@ def test_a_peer_that_never_reads_its_replies_stalls_only_itself(npu, device):
                 sent += 1
         except BlockingIOError:
             pass                                     # both directions are full now
-        assert sent < 100_000
+        except (BrokenPipeError, ConnectionResetError):
+            pass                                     # a loaded machine: the flooder lost the CPU
+        assert sent < 100_000                        # for SEND_TIMEOUT_S and is dropped already
         assert device.info()["memory_used"] >= 4096  # the node is served
         result, _, fd = redeem(path, token)          # and so is everyone else's hand-over
         assert result == 0
