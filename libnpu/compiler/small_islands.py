@@ -15,7 +15,8 @@ its modeled work is under ``limit`` (default ``MIN_NPU_PARTITION``; 0 turns the 
 Only a partition with host calls on both sides moves (every input from a host call,
 every output read by host calls only, none a model output or a state), so a model with
 no CPU operator (an int8 model as shipped) never changes and a model is never moved to
-the CPU whole by this rule.
+the CPU whole by this rule (when every chip op is in such islands, the largest stays:
+a model allow-listed to one small chip layer keeps it).
 """
 from __future__ import annotations
 
@@ -87,6 +88,9 @@ def small_islands(graph: Graph, limit: int = MIN_NPU_PARTITION) -> list[tuple[li
         work = island_work(graph, ops)
         if work < limit:
             found.append((ops, work))
+    moved = {id(op) for ops, _ in found for op in ops}
+    if found and all(id(op) in moved for op in chip):     # never the whole model: the largest stays
+        found.remove(max(found, key=lambda f: f[1]))
     return found
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import onnx
 import onnxruntime
 import pytest
 from onnx import TensorProto, helper, numpy_helper
@@ -101,3 +102,12 @@ def test_npu_compile_says_why_and_takes_the_threshold(tmp_path, capsys):
     capsys.readouterr()
     assert main([*common, "-o", str(tmp_path / "bad.nlb"), "--min-npu-partition", "-1"]) == 2
     assert "--min-npu-partition is a number of multiply-adds >= 0" in capsys.readouterr().err
+
+
+def test_the_last_chip_partition_stays():
+    # CumSum -> Mul -> CumSum and nothing else: the Mul is the model's only chip work.
+    model = onnx.load_from_string(_sandwich(0))
+    del model.graph.node[3:]
+    model.graph.output[0].CopyFrom(helper.make_tensor_value_info("c", TensorProto.FLOAT, [1, 8]))
+    loadable = compile_model(model.SerializeToString(), _calibration(8), recipe="fast")
+    assert [s.op for s in loadable.host_steps] == ["CumSum", "CumSum"] and SMALL_ISLANDS not in loadable.metadata
