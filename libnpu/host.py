@@ -114,6 +114,7 @@ class HostKernel:
 
     inputs: list[Boundary]
     outputs: list[Boundary]
+    reference_kernels = False      # LiteRT's reference kernels (an int8 call, byte for byte)
 
     def __init__(self, call: HostCall) -> None:
         self.call = call
@@ -141,6 +142,12 @@ def _tflite_boundary(detail: dict) -> Boundary:
     return Boundary(dtype, float(scale), int(zero_point)) if scale else Boundary(dtype)
 
 
+def _all_float(interpreter: Any) -> bool:
+    """Whether a LiteRT model has no quantized tensor (a float host call: escalation's CPU
+    front end, a float model's fallback ops)."""
+    return not any(d["quantization"][0] for d in interpreter.get_tensor_details())
+
+
 class _LiteRTKernel(HostKernel):
     def __init__(self, call: HostCall) -> None:
         super().__init__(call)
@@ -158,6 +165,13 @@ class _LiteRTKernel(HostKernel):
         else:
             raise HostOpError(f"{call.op} (operator {call.source}): LiteRT cannot run it on the CPU: "
                               f"{str(failure).strip().splitlines()[0]}") from failure
+        self.reference_kernels = resolver == OpResolverType.BUILTIN_REF and not _all_float(self.interpreter)
+        if resolver == OpResolverType.BUILTIN_REF and not self.reference_kernels:
+            # No grid to match byte for byte: LiteRT's default kernels (XNNPACK), one thread
+            # as the chip's own host work. The reference ones took 8.4 ms for openwakeword's
+            # mel front end kept in float (2.2M MACs), the default ones 0.24 ms.
+            self.interpreter = Interpreter(model_content=call.model, num_threads=1)
+            self.interpreter.allocate_tensors()
         self._in = self.interpreter.get_input_details()
         self._out = self.interpreter.get_output_details()
         self.inputs = [_tflite_boundary(d) for d in self._in]

@@ -48,7 +48,7 @@ from .ir import Graph, IRError, Op
 from .tflite_export import export_tflite
 
 __all__ = ["MAX_CPU_LAYERS", "MAX_CPU_TRIALS", "AMPLIFIED_DB", "MAX_FRONT_END_MACS", "MAX_FRONT_END_SHARE",
-           "KEPT_IN_FLOAT", "Blame", "upstream", "leaves_chip_work", "amplified_layers", "front_end_fits",
+           "KEPT_IN_FLOAT", "Blame", "movable", "upstream", "leaves_chip_work", "amplified_layers", "front_end_fits",
            "blamed_layers", "front_end_blamed", "front_end_in_float", "float_on_cpu", "cpu_reason"]
 
 #: At most this many layers move to the CPU for one blamed layer (it and its upstream).
@@ -84,7 +84,7 @@ def upstream(graph: Graph, tensor: str) -> list[str]:
     return [op.outputs[0] for op in graph.ops if op.outputs[0] in found]
 
 
-def _movable(graph: Graph, op: Op) -> bool:
+def movable(graph: Graph, op: Op) -> bool:
     """Whether ``op`` can run as a float host call: a chip op of one output, no state,
     that a .tflite sub-model can express."""
     if op.type in ("HOST", "QUANTIZE", "DEQUANTIZE") or len(op.outputs) != 1:
@@ -163,7 +163,7 @@ def blamed_layers(float_graph: Graph, quantized: Graph, samples: Sequence) -> li
         [e.tensor for e in sorted(errors.values(), key=lambda e: e.local_sqnr_db) if e.tensor not in amplified]
     result = []
     for tensor in ranked:
-        if tensor not in ops or not _movable(float_graph, ops[tensor]):
+        if tensor not in ops or not movable(float_graph, ops[tensor]):
             continue
         front_end = tensor in amplified
         # a magnifying layer's output is what a grid holds well (the log domain): its readers stay
@@ -172,7 +172,7 @@ def blamed_layers(float_graph: Graph, quantized: Graph, samples: Sequence) -> li
             readers = []
         chain = list(dict.fromkeys([t for r in [tensor, *readers] for t in upstream(float_graph, r)]))
         chain = [op.outputs[0] for op in float_graph.ops if op.outputs[0] in chain]
-        if not all(_movable(float_graph, ops[t]) for t in chain):
+        if not all(movable(float_graph, ops[t]) for t in chain):
             continue
         if front_end and front_end_fits(float_graph, chain) or \
                 not front_end and len(chain) <= MAX_CPU_LAYERS and leaves_chip_work(float_graph, chain):

@@ -83,6 +83,7 @@ from .mixed_precision import quantize_mixed
 from .optimize import optimize
 from .progress import Progress, stage
 from .quantizer import random_dataset
+from .small_islands import MIN_NPU_PARTITION, keep_small_islands_on_cpu
 from .step_reuse import once, reusing_work
 from .work_count import counting_work, work_done
 
@@ -235,6 +236,7 @@ def quantize_to_target(graph: Graph, dataset: Iterable[Feed] | None = None, *, t
 def _escalate(graph: Graph, dataset: Iterable[Feed] | None, target: float, budget: float,
               progress: Progress | None, options: dict[str, Any]) -> Graph:
     cpu_float = bool(options.pop("cpu_float", True))
+    min_partition = options.pop("min_npu_partition", MIN_NPU_PARTITION)      # small_islands
     opt = once("optimize", (graph,), None, lambda: optimize(graph))
     if dataset is None:
         calibration = None
@@ -307,6 +309,7 @@ def _escalate(graph: Graph, dataset: Iterable[Feed] | None, target: float, budge
                 cpu_float = False          # tried here, not again after the integer steps
                 try:
                     graph, front = front_end_in_float(opt, blamed[0][2], cpu_reason(rank[1], target, "int8"))
+                    graph, _ = keep_small_islands_on_cpu(graph, min_partition)   # now between host calls
                 except IRError as exc:     # a layer the host cannot run in float: the ladder goes on
                     tried.append({"step": "CPU front end", "refused": str(exc).splitlines()[0][:200], "work": 0})
                 else:

@@ -29,6 +29,7 @@ from .qdq_import import QDQ_RANGES, range_feeds
 from .qparams import lowerable
 from .quantizer import quantize_model
 from .recipes import RecipeError, apply_recipe, escalates
+from .small_islands import MIN_NPU_PARTITION
 from .tflite_import import import_tflite
 
 __all__ = ["NotInt8Error", "check_int8", "is_int8", "load_model", "to_int8_graph"]
@@ -176,10 +177,11 @@ def to_int8_graph(model: str | os.PathLike | bytes | Graph,
         quantize_options["int16"] = "none"
         if dataset is None and all(graph.tensors[n].dtype == "float32" for n in graph.inputs):
             dataset = range_feeds({n: (graph.tensors[n].shape, np.float32) for n in graph.inputs}, qdq)
+    limit = quantize_options.pop("min_npu_partition", MIN_NPU_PARTITION)    # for the CPU front end's islands
     if escalate:
         q = quantize_to_target(graph, dataset, target=DEFAULT_TARGET if target is None else target,
                                budget=ESCALATION_BUDGET if budget is None else budget, progress=progress,
-                               **quantize_options)
+                               min_npu_partition=limit, **quantize_options)
     elif quantize_options.get("int16", "none") not in (None, "none"):
         q = quantize_mixed(graph, dataset, progress=progress, **quantize_options)
     else:

@@ -31,6 +31,7 @@ from .layer_faults import MAX_LAYER_FAULTS, LayerFault, fault_sources
 from .memplan import MemoryPlan, plan_memory
 from .placement import CPU, import_with_fallback, plan_placement
 from .progress import Progress, stage
+from .small_islands import MIN_NPU_PARTITION, SMALL_ISLANDS, small_island_sources
 from .source_index import SOURCE_OPS, op_sources, task_source_meta
 from .tiling import split_layers
 
@@ -197,6 +198,8 @@ def compile_model(model: str | os.PathLike | bytes | Graph,
         raise IRError("input_shapes: the graph is imported already; give them to its import")
     meta = {"notes": notes} if notes else None
     faults: dict[int, str] = {}        # source op -> why quantizing it failed (layer_faults)
+    min_partition = _min_partition(quantize_options.get("min_npu_partition", MIN_NPU_PARTITION))
+    quantize_options["min_npu_partition"] = min_partition     # and the CPU front end's (escalation)
     if isinstance(model, Graph):
         graph = model
     elif ops is None:
@@ -206,10 +209,10 @@ def compile_model(model: str | os.PathLike | bytes | Graph,
                 return lower(graph, metadata=meta, tiles=tiles)
         except IRError as refused:
             with stage(progress, "import"):
-                graph = _placed_graph(model, kind, ops, strict, refused, dataset, faults)
+                graph = _placed_graph(model, kind, ops, strict, refused, dataset, faults, min_partition)
     else:
         with stage(progress, "import"):
-            graph = _placed_graph(model, kind, ops, strict, None, dataset, faults)
+            graph = _placed_graph(model, kind, ops, strict, None, dataset, faults, min_partition)
     while True:
         try:
             graph = to_int8_graph(graph, dataset, progress=progress, **quantize_options)
@@ -218,7 +221,7 @@ def compile_model(model: str | os.PathLike | bytes | Graph,
             if isinstance(model, Graph):
                 raise
             with stage(progress, "import"):
-                graph = _placed_graph(model, kind, ops, strict, fault, dataset, faults)
+                graph = _placed_graph(model, kind, ops, strict, fault, dataset, faults, min_partition)
     if faults:      # said by npu compile: a layer the user may have expected on the chip
         meta = dict(meta or {}, layer_faults=[f"{op} (op {i}) runs on the CPU: {reason}"
                                               for i, op, _, reason in graph.metadata["placement"] if i in faults])
@@ -226,15 +229,24 @@ def compile_model(model: str | os.PathLike | bytes | Graph,
         return lower(graph, metadata=meta, tiles=tiles)
 
 
+def _min_partition(value: Any) -> int:
+    """The ``min_npu_partition`` option, checked: a whole number of multiply-adds, >= 0."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0:
+        raise IRError(f"min_npu_partition must be a whole number of multiply-adds >= 0 (0: off), not {value!r}")
+    return int(value)
+
+
 def _placed_graph(model: str | os.PathLike | bytes, kind: str | None, ops: Collection[str] | None,
                   strict: bool, refused: IRError | None, dataset: list | None = None,
-                  faults: dict[int, str] | None = None) -> Graph:
+                  faults: dict[int, str] | None = None, min_partition: int = MIN_NPU_PARTITION) -> Graph:
     """The model imported with the operators placed on the CPU as HOST ops. ``refused``:
     why the whole model did not compile for the chip, raised again when no operator
     needs the CPU (the cause is elsewhere). ``dataset``: the calibration data, which the
     placement judges a float model's ops on. ``faults`` (source op -> reason), kept
     across calls: the operators whose quantization failed (a ``refused`` that is a
-    :class:`~libnpu.compiler.layer_faults.LayerFault` adds its own), on the CPU too."""
+    :class:`~libnpu.compiler.layer_faults.LayerFault` adds its own), on the CPU too.
+    ``min_partition``: chip partitions between host calls doing less work join them
+    (:mod:`libnpu.compiler.small_islands`; 0: none)."""
     plan = plan_placement(model, ops=ops, kind=kind, dataset=dataset)
     if strict:
         plan.refuse_fallback()
@@ -250,7 +262,13 @@ def _placed_graph(model: str | os.PathLike | bytes, kind: str | None, ops: Colle
         if refused is not None:
             raise refused
         return load_model(plan.data, kind=plan.kind, name=plan.name)
-    graph, _ = import_with_fallback(plan.data, plan.kind, plan.name, force_host=cpu)
+    graph, sources = import_with_fallback(plan.data, plan.kind, plan.name, force_host=cpu)
+    islands = small_island_sources(graph, sources, min_partition)
+    if islands:     # tiny chip partitions between host calls join them (small_islands)
+        cpu = {**cpu, **islands}
+        graph, _ = import_with_fallback(plan.data, plan.kind, plan.name, force_host=cpu)
+        graph.metadata[SMALL_ISLANDS] = [f"{p.op} (op {p.index}) runs on the CPU: {islands[p.index]}"
+                                         for p in plan.placements if p.index in islands]
     graph.metadata["placement"] = [[p.index, p.op, CPU if p.index in cpu else p.device, cpu.get(p.index, p.reason)]
                                    for p in plan.placements]
     return graph

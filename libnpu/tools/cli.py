@@ -172,6 +172,9 @@ def _compile_args(p: argparse.ArgumentParser) -> None:
                         "so what it drives folds away, e.g. sr=16000 (OpenVINO's --input \"sr[]->16000\"); "
                         "repeatable")
     _placement_args(p)
+    p.add_argument("--min-npu-partition", type=int, metavar="MACS",
+                   help="a chip partition between two host calls doing fewer multiply-adds than this runs on the "
+                        "CPU with them, saving a device trip (default 100000; 0: off; docs/models.md)")
     p.add_argument("--tiles", type=int, metavar="N",
                    help="plan one inference for N cores: large layers split into row bands the chip runs side by "
                         "side by their dependencies (libnpu.load's NPU_TILES; default 1)")

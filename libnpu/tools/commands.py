@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import atexit
+import dataclasses
 import json
 import os
 import shutil
@@ -386,6 +387,12 @@ def compile_(args: argparse.Namespace) -> int:
         from libnpu.compiler.placement import plan_placement
         plan_placement(path, ops=placement.get("ops")).refuse_fallback()
     options = _quantizer_options(args)
+    if args.min_npu_partition is not None:      # compiler.small_islands
+        _require(args.min_npu_partition >= 0, "--min-npu-partition is a number of multiply-adds >= 0 (0: off)")
+        if out.suffix == ".tflite":
+            raise UsageError("--min-npu-partition places operators for a loadable (.nlb); a .tflite output keeps "
+                             "them all")
+        options["min_npu_partition"] = args.min_npu_partition
     shapes = _input_shapes(args)
     notes = _checked_shapes(path, shapes)
     if shapes:
@@ -432,6 +439,7 @@ def compile_(args: argparse.Namespace) -> int:
                           "int16_output_score": result.loadable.metadata.get("int16_output_score"),
                           "fidelity": result.loadable.metadata.get("fidelity"),
                           "layer_faults": result.loadable.metadata.get("layer_faults", []),
+                          "small_islands": result.loadable.metadata.get("small_islands", []),
                           **({"report": report, "layer_errors": result.loadable.metadata.get("layer_errors")}
                              if args.report else {})}, indent=2))
         _fidelity_lines(result.loadable.metadata, show=False)
@@ -439,6 +447,8 @@ def compile_(args: argparse.Namespace) -> int:
     _print_notes(notes, "compile")
     for fault in result.loadable.metadata.get("layer_faults", []):    # compiler.layer_faults
         print(f"npu compile: warning: {fault}", file=sys.stderr)
+    for line in result.loadable.metadata.get("small_islands", []):    # compiler.small_islands
+        print(f"npu compile: {line}")
     how = "from the compile cache" if result.cache_hit else \
         "(" + ", ".join(f"{k} {v:.2f} s" for k, v in result.stages.items()) + ")"
     print(f"compiled {path.name} -> {out} in {result.seconds:.2f} s {how}")
@@ -482,10 +492,16 @@ def _check_writable(out: Path) -> None:
 
 def _report(path: Path, ops: list[str] | None, loadable: Any = None,
             shapes: dict[str | None, tuple[int, ...]] | None = None) -> tuple[str, dict[str, Any]]:
-    from libnpu.compiler.placement import place_model
+    from libnpu.compiler.placement import CPU, place_model
+    from libnpu.compiler.small_islands import TOO_SMALL
 
     from .report import ReportContext, build_report
-    return build_report(ReportContext(path, place_model(path, ops=ops, input_shapes=shapes), loadable))
+    placements = place_model(path, ops=ops, input_shapes=shapes)
+    if loadable is not None:     # what the compile moved beside them: small chip partitions between host calls
+        moved = {row[0]: row[3] for row in loadable.metadata.get("placement", []) if row[3].startswith(TOO_SMALL)}
+        placements = [dataclasses.replace(p, device=CPU, reason=moved[p.index]) if p.index in moved else p
+                      for p in placements]
+    return build_report(ReportContext(path, placements, loadable))
 
 
 def _allow_list(text: str | None) -> list[str] | None:

@@ -13,6 +13,7 @@ from libnpu.compiler.layer_faults import LayerFault
 from libnpu.compiler.lower import compile_model
 from libnpu.compiler.quantizer import NonFiniteValuesError
 from libnpu.compiler.scales import choose_int16_scale, quantize_weights
+from libnpu.compiler.small_islands import TOO_SMALL
 from libnpu.compiler.tflite_import import import_tflite
 from tests.support.model_builders import _Builder
 from tests.support.tflite_builder import OpSpec, TensorSpec, build_model
@@ -153,7 +154,8 @@ def test_a_layer_no_grid_holds_runs_on_the_cpu():
     model = _bn_after_dead_input(np.ones(3), 3e37)
     loadable = compile_model(model, _FEEDS, kind="onnx", recipe="fast")
     cpu = {p[1]: p[3] for p in loadable.metadata["placement"] if p[2] == "CPU"}
-    assert set(cpu) == {"Conv", "Relu"} and "no int8 weight step holds it" in cpu["Conv"]
+    assert set(cpu) == {"Conv", "BatchNormalization", "Relu"} and "no int8 weight step holds it" in cpu["Conv"]
+    assert cpu["BatchNormalization"].startswith(TOO_SMALL)     # between the two: small_islands
     assert len(loadable.metadata["layer_faults"]) == 2
     assert loadable.metadata["layer_faults"][0].startswith("Conv (op 2) runs on the CPU: quantizing it")
     with pytest.raises(LayerFault, match="quantizing CONV_2D node 'c2' failed: .*no int8 weight step"):
