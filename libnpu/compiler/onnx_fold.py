@@ -83,6 +83,7 @@ def fold_onnx(model: onnx.ModelProto, name: str = "model") -> tuple[onnx.ModelPr
         changed = _inline_constant_ifs(graph, consts, origin) or changed
     _remove_dead(graph)
     _use_inferred_shapes(model, name)
+    _free_body_shapes(model, name)
     return model, origin
 
 
@@ -360,6 +361,44 @@ def _use_inferred_shapes(model: onnx.ModelProto, name: str) -> None:
                           f"{_text(seen)}; using the inferred shape (as onnxruntime does)", ONNXShapeWarning,
                           stacklevel=2)
         vi.type.tensor_type.shape.CopyFrom(found[value].type.tensor_type.shape)
+
+
+def _bodies(graph: onnx.GraphProto):
+    """(node, body) for every Loop / If / Scan body under ``graph``, nested ones too."""
+    for node in graph.node:
+        for attr in node.attribute:
+            subs = [attr.g] if attr.type == onnx.AttributeProto.GRAPH else \
+                list(attr.graphs) if attr.type == onnx.AttributeProto.GRAPHS else []
+            for sub in subs:
+                yield node, sub
+                yield from _bodies(sub)
+
+
+def _free_body_shapes(model: onnx.ModelProto, name: str) -> None:
+    """A body's declared output or value_info shape that inference contradicts fails ONNX's
+    strict inference for the whole model, where onnxruntime merges leniently (a warning) and
+    runs it: when strict inference fails and the model has bodies, their declared shapes
+    (not their types, not their inputs) are set aside with one warning, and inference says
+    what they are. A model still failing then fails in the importer with ONNX's message."""
+    bodies = list(_bodies(model.graph))
+    if not bodies:
+        return
+    try:
+        inferred_shapes(model, strict_mode=True)
+        return
+    except Exception as exc:  # noqa: BLE001 - onnx raises its own error types
+        cause = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    freed = []
+    for node, body in bodies:
+        for vi in [*body.output, *body.value_info]:
+            if vi.type.HasField("tensor_type") and vi.type.tensor_type.HasField("shape"):
+                vi.type.tensor_type.ClearField("shape")
+                freed.append(f"{node.op_type} {node.name or node.output[0]!r}: {vi.name!r}")
+    if freed:
+        shown = ", ".join(freed[:4]) + (f" and {len(freed) - 4} more" if len(freed) > 4 else "")
+        warnings.warn(f"{name}: ONNX shape inference fails inside a subgraph ({cause}); the declared "
+                      f"shapes of {shown} are set aside and inferred (as onnxruntime merges them)",
+                      ONNXShapeWarning, stacklevel=2)
 
 
 def _text(dims: tuple[int | None, ...]) -> str:

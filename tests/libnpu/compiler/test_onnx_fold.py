@@ -129,6 +129,35 @@ def test_declared_output_shape_that_inference_contradicts_warns() -> None:
     _float_matches_ort(model, np.random.default_rng(6).standard_normal((1, 4)).astype(np.float32), graph)
 
 
+def _loop_with_a_stale_body_shape() -> onnx.ModelProto:
+    """A Loop whose body declares its carried value [1, 5] while its inputs make it [1, 4]."""
+    body = h.make_graph(
+        [h.make_node("Identity", ["cond_in"], ["cond_out"]), h.make_node("Add", ["acc_in", "r"], ["acc_out"])],
+        "body",
+        [h.make_tensor_value_info("i", TensorProto.INT64, []),
+         h.make_tensor_value_info("cond_in", TensorProto.BOOL, []),
+         h.make_tensor_value_info("acc_in", TensorProto.FLOAT, [1, 4])],
+        [h.make_tensor_value_info("cond_out", TensorProto.BOOL, []),
+         h.make_tensor_value_info("acc_out", TensorProto.FLOAT, [1, 5])])
+    graph = h.make_graph(
+        [h.make_node("Relu", ["x"], ["r"]), h.make_node("Loop", ["n", "", "r"], ["acc"], body=body),
+         h.make_node("Mul", ["acc", "two"], ["y"])],
+        "g", [h.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
+        [h.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])],
+        [h.make_tensor("n", TensorProto.INT64, [], [3]), h.make_tensor("two", TensorProto.FLOAT, [], [2.0])])
+    return h.make_model(graph, opset_imports=[h.make_opsetid("", 17)])
+
+
+def test_a_subgraph_shape_that_inference_contradicts_warns() -> None:
+    """onnxruntime merges a Loop body's stale declared shape leniently and runs the model;
+    the import refused it ("ONNX shape inference failed: ... (4) vs (5)") before."""
+    model = _loop_with_a_stale_body_shape()
+    with pytest.warns(ONNXShapeWarning, match="inside a subgraph.*'acc_out'"):
+        graph = import_onnx_sources(model, fallback=True)[0]      # the Loop runs on the CPU
+    assert graph.tensors[graph.outputs[0]].shape == (1, 4)
+    _float_matches_ort(model, np.random.default_rng(7).standard_normal((1, 4)).astype(np.float32), graph)
+
+
 def test_where_on_a_constant_condition_is_its_operand() -> None:
     """``Where(Size(x) > 0, x, 0)``: the condition folds to true, the Where to its first
     operand (it had no NPU operator)."""
