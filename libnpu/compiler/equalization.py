@@ -83,7 +83,7 @@ def _float_constant(graph: Graph, name: str) -> bool:
     return t.is_constant and t.quant is None and t.dtype in ("float32", "float16")
 
 
-def _channel_maxima(graph: Graph, names: Sequence[str], dataset: Iterable[Feed]) -> dict[str, np.ndarray]:
+def channel_maxima(graph: Graph, names: Sequence[str], dataset: Iterable[Feed]) -> dict[str, np.ndarray]:
     """Largest magnitude of each channel (last axis) of the tensors ``names`` over ``dataset``."""
     run = FloatInterpreter(graph)
     maxima: dict[str, np.ndarray] = {}
@@ -91,7 +91,7 @@ def _channel_maxima(graph: Graph, names: Sequence[str], dataset: Iterable[Feed])
         values = run.run(feed, keep=list(names))
         for n in names:
             v = np.abs(np.asarray(values[n], np.float64))
-            m = v.reshape(-1, v.shape[-1]).max(axis=0)
+            m = v.reshape(-1, v.shape[-1]).max(axis=0, initial=0.0)
             maxima[n] = np.maximum(maxima[n], m) if n in maxima else m
     return maxima
 
@@ -122,7 +122,7 @@ def equalize(graph: Graph, dataset: Iterable[Feed]) -> Graph:
     on ``dataset``. The copy's metadata counts the channels lifted (``"equalized_channels"``)."""
     g = graph.copy()
     pairs = equalization_pairs(g)
-    maxima = _channel_maxima(g, [a.outputs[0] for a, _ in pairs], list(dataset)) if pairs else {}
+    maxima = channel_maxima(g, [a.outputs[0] for a, _ in pairs], list(dataset)) if pairs else {}
     lifted = 0
     for a, b in pairs:
         s = channel_scales(maxima[a.outputs[0]])

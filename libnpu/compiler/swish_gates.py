@@ -47,8 +47,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import registry
-from .equalization import channel_scales
-from .float_ref import FloatInterpreter
+from .equalization import channel_maxima, channel_scales
 from .ir import Graph, Op, Tensor
 
 __all__ = ["RANGE_FLOORS", "GATED", "Chain", "computes_swish", "gate_chains", "gate_swishes"]
@@ -191,18 +190,6 @@ def gate_chains(graph: Graph) -> list[Chain]:
     return chains
 
 
-def _channel_peaks(graph: Graph, names: Sequence[str], dataset: Iterable[Feed]) -> dict[str, np.ndarray]:
-    run = FloatInterpreter(graph)
-    peaks: dict[str, np.ndarray] = {}
-    for feed in dataset:
-        values = run.run(feed, keep=list(names))
-        for n in names:
-            v = np.abs(np.asarray(values[n], np.float64))
-            m = v.reshape(-1, v.shape[-1]).max(axis=0, initial=0.0)
-            peaks[n] = np.maximum(peaks[n], m) if n in peaks else m
-    return peaks
-
-
 def _scaled(graph: Graph, name: str, scale: np.ndarray, axis: int) -> None:
     t = graph.tensors[name]
     shape = [1] * len(t.shape)
@@ -258,7 +245,7 @@ def gate_swishes(graph: Graph, dataset: Iterable[Feed]) -> Graph:
     chains = gate_chains(g)
     data = list(dataset)
     names = [n for c in chains for n in (c.readers[0].inputs[0], c.swish.outputs[0])]
-    peaks = _channel_peaks(g, names, data) if chains and data else {}
+    peaks = channel_maxima(g, names, data) if chains and data else {}
     floors = dict(g.metadata.get(RANGE_FLOORS, {}))
     gated = 0
     for chain in chains:
