@@ -224,8 +224,12 @@ class LiteRT:
             from libnpu.delegate import library_path
             options["experimental_delegates"] = [litert.load_delegate(str(library_path()), delegate_options or {})]
         self.interpreter = litert.Interpreter(model_path=str(model), num_threads=threads, **options)
-        self.interpreter.allocate_tensors()
         self.input_details = self.interpreter.get_input_details()
+        # A free input dimension is sized by the first inputs run() is given: its declared
+        # size may be one the kernels cannot prepare (a mel front end declared [1, 1]).
+        self._sized = not any(-1 in d.get("shape_signature", ()) for d in self.input_details)
+        if self._sized:
+            self.interpreter.allocate_tensors()
         self.output_details = self.interpreter.get_output_details()
 
     def run(self, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
@@ -237,8 +241,9 @@ class LiteRT:
             if np.size(value) != int(np.prod(detail["shape"])):   # a free dimension (-1) given a size
                 self.interpreter.resize_tensor_input(detail["index"], list(np.shape(value)))
                 resized = True
-        if resized:
+        if resized or not self._sized:
             self.interpreter.allocate_tensors()
+            self._sized = True
             self.input_details = self.interpreter.get_input_details()
             self.output_details = self.interpreter.get_output_details()
         for detail, value in zip(self.input_details, inputs):
