@@ -327,15 +327,9 @@ static int depthwise_pairs_avx512(const int8_t *x, int32_t n, int32_t h, int32_t
     int32_t *bias_row = scratch_take(sizeof(int32_t) * (size_t)(period * 32));
     int16_t *fa = scratch_take(sizeof(int16_t) * (size_t)(period * 32 * (pairs * 2)));
     const int8_t **src = scratch_take(sizeof(*src) * (size_t)(pairs * 2));
-    if (!phases || !fpairs || !acc_row || !bias_row || !fa || !src) {
-        scratch_give(phases);
-        scratch_give(fpairs);
-        scratch_give(acc_row);
-        scratch_give(bias_row);
-        scratch_give(fa);
-        scratch_give((void *)src);
-        return NPU_KERNEL_NO_MEMORY;
-    }
+    int result = NPU_KERNEL_NO_MEMORY;
+    if (!phases || !fpairs || !acc_row || !bias_row || !fa || !src)
+        goto release;                               /* what was taken goes back, as after the work */
     memset(phases + plane * stride_w, 0, 64);
     /* Each tap's filter and the bias over `period` chunks (the missing tap of an odd pair is
        zeros), then the filter pairs interleaved as the input will be: (tap 2p, tap 2p + 1). */
@@ -419,13 +413,15 @@ static int depthwise_pairs_avx512(const int8_t *x, int32_t n, int32_t h, int32_t
                           out + ((int64_t)b * out_h + oy) * row);
         }
     }
+    result = 0;
+release:
     scratch_give(phases);
     scratch_give(fpairs);
     scratch_give(acc_row);
     scratch_give(bias_row);
     scratch_give(fa);
     scratch_give((void *)src);
-    return 0;
+    return result;
 }
 #endif
 
