@@ -83,7 +83,6 @@ def fold_onnx(model: onnx.ModelProto, name: str = "model") -> tuple[onnx.ModelPr
         changed = _inline_constant_ifs(graph, consts, origin) or changed
     _remove_dead(graph)
     _use_inferred_shapes(model, name)
-    _free_body_shapes(model, name)
     return model, origin
 
 
@@ -374,31 +373,26 @@ def _bodies(graph: onnx.GraphProto):
                 yield from _bodies(sub)
 
 
-def _free_body_shapes(model: onnx.ModelProto, name: str) -> None:
-    """A body's declared output or value_info shape that inference contradicts fails ONNX's
-    strict inference for the whole model, where onnxruntime merges leniently (a warning) and
-    runs it: when strict inference fails and the model has bodies, their declared shapes
-    (not their types, not their inputs) are set aside with one warning, and inference says
-    what they are. A model still failing then fails in the importer with ONNX's message."""
-    bodies = list(_bodies(model.graph))
-    if not bodies:
-        return
-    try:
-        inferred_shapes(model, strict_mode=True)
-        return
-    except Exception as exc:  # noqa: BLE001 - onnx raises its own error types
-        cause = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+def free_body_shapes(model: onnx.ModelProto, name: str, cause: str) -> bool:
+    """After ONNX's strict inference failed with ``cause``: a body's declared output or
+    value_info shape that inference contradicts fails it for the whole model, where
+    onnxruntime merges leniently (a warning) and runs it. The declared shapes of every
+    Loop / If / Scan body (not their types, not their inputs) are set aside in ``model``
+    with one warning, for inference to say what they are; False when there were none (the
+    caller then reports ``cause``)."""
     freed = []
-    for node, body in bodies:
+    for node, body in _bodies(model.graph):
         for vi in [*body.output, *body.value_info]:
             if vi.type.HasField("tensor_type") and vi.type.tensor_type.HasField("shape"):
                 vi.type.tensor_type.ClearField("shape")
                 freed.append(f"{node.op_type} {node.name or node.output[0]!r}: {vi.name!r}")
     if freed:
         shown = ", ".join(freed[:4]) + (f" and {len(freed) - 4} more" if len(freed) > 4 else "")
-        warnings.warn(f"{name}: ONNX shape inference fails inside a subgraph ({cause}); the declared "
+        first = cause.splitlines()[0] if cause else "failed"
+        warnings.warn(f"{name}: ONNX shape inference fails inside a subgraph ({first}); the declared "
                       f"shapes of {shown} are set aside and inferred (as onnxruntime merges them)",
-                      ONNXShapeWarning, stacklevel=2)
+                      ONNXShapeWarning, stacklevel=3)
+    return bool(freed)
 
 
 def _text(dims: tuple[int | None, ...]) -> str:

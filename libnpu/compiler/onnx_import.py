@@ -30,7 +30,7 @@ from .host_groups import group_host_ops
 from .input_shapes import InputShapes, fix_onnx_inputs
 from .integer_inputs import INTEGER_INPUTS, refuse_integer_operands
 from .ir import Graph, IRError, Op, SourceOp, Tensor, require_data, same_pads
-from .onnx_fold import fold_onnx
+from .onnx_fold import fold_onnx, free_body_shapes
 from .onnx_host import TensorType, group_model, probe_shapes, reads
 from .onnx_shapes import infer_shapes
 from .qdq_import import QDQ_PER_TENSOR, QDQ_RANGES, float_twin, is_qdq
@@ -74,7 +74,12 @@ class _Importer:
         try:
             self.model = infer_shapes(model, strict_mode=True)
         except Exception as exc:  # onnx raises its own InferenceError types
-            raise ONNXImportError(f"{name}: ONNX shape inference failed: {exc}") from exc
+            if not free_body_shapes(model, name, str(exc)):
+                raise ONNXImportError(f"{name}: ONNX shape inference failed: {exc}") from exc
+            try:
+                self.model = infer_shapes(model, strict_mode=True)
+            except Exception as again:  # noqa: BLE001 - as above
+                raise ONNXImportError(f"{name}: ONNX shape inference failed: {again}") from again
         self.g = Graph(name)
         self.nhwc_io = nhwc_io
         self.consts: dict[str, np.ndarray] = {
