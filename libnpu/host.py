@@ -142,12 +142,17 @@ def _tflite_boundary(detail: dict) -> Boundary:
     return Boundary(dtype, float(scale), int(zero_point)) if scale else Boundary(dtype)
 
 
+def _tflite_model(model: bytes) -> Any:
+    """The flatbuffer's root table (``tflite`` imported here: see the note on imports above)."""
+    import tflite  # type: ignore[import-untyped]
+    return tflite.Model.GetRootAsModel(model, 0)
+
+
 def _all_float(model: bytes) -> bool:
     """Whether a LiteRT model has no quantized tensor in any subgraph (a float host call:
     escalation's CPU front end, a float model's fallback ops), read from the flatbuffer
     before any interpreter is built."""
-    import tflite  # type: ignore[import-untyped]  # as _tflite_kernel: only LiteRT calls need it
-    m = tflite.Model.GetRootAsModel(model, 0)
+    m = _tflite_model(model)
     for g in range(m.SubgraphsLength()):
         sg = m.Subgraphs(g)
         for t in range(sg.TensorsLength()):
@@ -340,8 +345,7 @@ def _tflite_kernel(call: HostCall) -> HostKernel:
             raise HostOpError(f"custom op {call.custom_name!r} (operator {call.source}) runs on the CPU, but no "
                               f"host implementation is registered: libnpu.register_host_op({call.custom_name!r}, "
                               "fn)") from None
-    import tflite  # type: ignore[import-untyped]
-    m = tflite.Model.GetRootAsModel(call.model, 0)
+    m = _tflite_model(call.model)
     sg = m.Subgraphs(0)
     op = sg.Operators(0)
     attrs: dict[str, Any] = {}
