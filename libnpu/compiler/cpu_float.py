@@ -21,10 +21,11 @@ where they run in float:
   error (the log of a power spectrum: :func:`amplified_layers`) is blamed first and moves
   with everything upstream of it, whatever the count and even every layer with weights,
   when the CPU's cost is small (:func:`front_end_fits`: multiply-adds per inference, in
-  absolute terms or as a share of the model's). Its readers stay: its output (the log
-  domain) is what a grid holds. The escalation moves such a front end right after its
-  int8 step (:func:`front_end_blamed`, :func:`front_end_in_float`) and quantizes the rest
-  through its ladder; the int16 steps cannot fix a front end.
+  absolute terms or as a share of the model's), or whatever it costs when it is the
+  model (:func:`is_whole_model`: a log-mel spectrogram and nothing else). Its readers
+  stay: its output (the log domain) is what a grid holds. The escalation moves such a
+  front end right after its int8 step (:func:`front_end_blamed`, :func:`front_end_in_float`)
+  and quantizes the rest through its ladder; the int16 steps cannot fix a front end.
 * **As few as reach the target**: the blamed layers are tried one at a time, worst first,
   each adding its layers to those moved before, at most ``MAX_CPU_TRIALS`` quantizations
   (the compile-time budget); the first set meeting the target is kept, else none.

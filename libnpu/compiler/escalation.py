@@ -32,7 +32,10 @@ The default compile of a float model (no ``recipe``, or ``recipe="default"``) ru
    reach the target, at most ``MAX_CPU_TRIALS`` more quantizations within the budget;
    kept only if every output then meets the target. A front end no grid holds (the log
    of a power spectrum: :func:`libnpu.compiler.cpu_float.front_end_blamed`) goes to the
-   CPU right after the int8 step instead, and the ladder starts again from int8 on the rest.
+   CPU right after the int8 step instead, and the ladder starts again from int8 on the rest;
+   a front end that is the whole model (a log-mel spectrogram, maybe a small head after
+   it: :func:`libnpu.compiler.cpu_float.is_whole_model`) goes so whatever it costs, and
+   the model may then run as one float host call, as its reason says.
 
 The steps share what they compute alike (:mod:`libnpu.compiler.step_reuse`: the equalized
 graph, calibration ranges, GPTQ's moments, the quantized graph before bias correction,
