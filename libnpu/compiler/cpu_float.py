@@ -46,12 +46,13 @@ from . import registry
 from .accuracy import LayerError, float_names, layer_errors
 from .host_groups import group_host_ops
 from .ir import Graph, IRError, Op
+from .source_index import op_sources
 from .tflite_export import export_tflite
 
 __all__ = ["MAX_CPU_LAYERS", "MAX_CPU_TRIALS", "AMPLIFIED_DB", "MAX_FRONT_END_MACS", "MAX_FRONT_END_SHARE",
            "WHOLE_MODEL_SHARE", "KEPT_IN_FLOAT", "Blame", "movable", "upstream", "leaves_chip_work", "amplified_layers",
            "front_end_fits", "is_whole_model", "errors_by_float_name", "blamed_layers", "front_end_blamed",
-           "front_end_in_float", "float_on_cpu", "cpu_reason"]
+           "front_end_in_float", "kept_in_float", "float_on_cpu", "cpu_reason"]
 
 #: At most this many layers move to the CPU for one blamed layer (it and its upstream).
 MAX_CPU_LAYERS = 16
@@ -228,11 +229,20 @@ def front_end_in_float(graph: Graph, chain: Sequence[str], reason: str) -> tuple
     saying so; the escalation's ladder then quantizes the rest, int16 steps and all
     (basic-pitch: the CQT front end in float and int16 on the rest reached 0.990, one step
     short of what the int16 weights step then adds)."""
-    types = {op.outputs[0]: op.type for op in graph.ops}
     if is_whole_model(graph, chain):    # said, so nobody takes the chip for doing the work
         reason += f"; the front end is the model ({_share(graph, chain):.1%} of its multiply-adds)"
-    moved = float_on_cpu(graph, chain, reason)
-    return moved, {"layers": [f"{types[t]} {t}" for t in chain], "reason": reason}
+    return float_on_cpu(graph, chain, reason), kept_in_float(graph, chain, reason)
+
+
+def kept_in_float(graph: Graph, tensors: Collection[str], reason: str) -> dict[str, Any]:
+    """The ``cpu_float`` metadata of the ops making ``tensors`` kept in float on the CPU:
+    their ``layers`` ("LOG ln"), the ``reason``, and the source model's operators they
+    came from (``sources``: :mod:`libnpu.compiler.source_index`), which ``npu compile
+    --report`` places on the CPU (its placement is the model's before any was moved)."""
+    made = [op for op in graph.ops if op.outputs[0] in tensors]
+    index = op_sources(graph.metadata)
+    return {"layers": [f"{op.type} {op.outputs[0]}" for op in made], "reason": reason,
+            "sources": sorted({index[op.name] for op in made if op.name in index})}
 
 
 #: How the reason of a host call kept in float begins (:func:`cpu_reason`).

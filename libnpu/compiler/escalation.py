@@ -69,6 +69,7 @@ from .cpu_float import (
     float_on_cpu,
     front_end_blamed,
     front_end_in_float,
+    kept_in_float,
     leaves_chip_work,
 )
 from .held_out import (
@@ -386,8 +387,7 @@ def _keep_in_float(opt: Graph, best: _Best, options: dict[str, Any], given: Mapp
             break
         with stage(progress, "measure"):
             trial_scores, trial_logits = measure(opt, trial, held)
-        types = {op.outputs[0]: op.type for op in opt.ops}
-        trial.metadata["cpu_float"] = {"layers": [f"{types[t]} {t}" for t in moved], "reason": reason}
+        trial.metadata["cpu_float"] = kept_in_float(opt, moved, reason)
         name = f"CPU float {trials}"
         tried.append({"step": name, "chose": f"{len(moved)} layers kept in float on the CPU",
                       **_rounded(trial_scores, trial_logits), "work": work_done() - before})

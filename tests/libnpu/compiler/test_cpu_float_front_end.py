@@ -11,6 +11,7 @@ from libnpu.compiler.accuracy import layer_errors, output_scores
 from libnpu.compiler.cpu_float import MAX_FRONT_END_MACS, amplified_layers
 from libnpu.compiler.frontend import load_model, to_int8_graph
 from libnpu.compiler.optimize import optimize
+from libnpu.tools.cli import main
 from tests.support.log_mel_models import audio, log_mel_onnx, log_mel_tflite
 
 BINS, MELS = 34, 8
@@ -108,3 +109,19 @@ def test_a_log_that_is_the_models_output_is_seen_magnifying_its_input_grid() -> 
     fidelity = q.metadata["fidelity"]
     assert fidelity["chosen"] == "int8 + CPU front end" and not fidelity["missed"], fidelity
     assert fidelity["cpu_float"]["layers"][-1] == "LOG log_mel"
+
+
+def test_npu_compile_report_places_the_front_end_kept_in_float_on_the_cpu(tmp_path, capsys) -> None:
+    # --report placed the source model's operators before the escalation moved any: the
+    # whole model on the CPU read "7 ops on the NPU in 1 partition(s), 0 on the CPU".
+    model, calibration = tmp_path / "log_mel.tflite", tmp_path / "audio.npy"
+    model.write_bytes(log_mel_tflite(decibels=False))
+    np.save(calibration, np.concatenate([clip for (clip,) in audio(12, 24 * 64, 1)]))
+    assert main(["compile", str(model), "--calibration", str(calibration), "-o", str(tmp_path / "m.nlb"),
+                 "--report", "--cache-dir", str(tmp_path / "cache"), "--no-progress"]) == 0
+    out = capsys.readouterr().out
+    rows = [line.split(None, 3) for line in out[out.index("placement of"):out.index("summary:")].splitlines()[2:]]
+    assert [row[1:3] for row in rows] == [["RESHAPE", "CPU"], ["CONV_2D", "CPU"], ["SQUARE", "CPU"], ["RESHAPE", "CPU"],
+                                         ["FULLY_CONNECTED", "CPU"], ["MAXIMUM", "CPU"], ["LOG", "CPU"]]
+    assert all("kept in float on the CPU" in row[3] and "the front end is the model" in row[3] for row in rows)
+    assert "summary: 0 ops on the NPU in 0 partition(s), 7 on the CPU" in out
