@@ -208,8 +208,10 @@ def output_scores(float_graph: Graph, graph: Graph, dataset: Sequence[Feed]) -> 
     """How closely each output of the quantized ``graph`` (simulated by the float
     reference) follows ``float_graph``'s over ``dataset``, 1.0 being exact: the cosine
     similarity of all values, or for an output of fewer than ``SMALL_OUTPUT`` values
-    (a score, a probability, a logit) its largest error (:func:`score`)."""
+    (a score, a probability, a logit) its largest error (:func:`score`); 0 for an output
+    whose shape, decided per run (:mod:`.dynamic_shapes`), differs from float's on a sample."""
     ref_run, q_run = FloatInterpreter(float_graph), FloatInterpreter(graph)
+    reshaped: set[str] = set()
     refs: dict[str, list[np.ndarray]] = {n: [] for n in graph.outputs}
     gots: dict[str, list[np.ndarray]] = {n: [] for n in graph.outputs}
     for feed in dataset:
@@ -220,9 +222,12 @@ def output_scores(float_graph: Graph, graph: Graph, dataset: Sequence[Feed]) -> 
             t = graph.tensors[qname]
             v = np.asarray(got[qname])
             v = t.quant.dequantize(v) if t.quant is not None and t.dtype != "float32" else v
+            if v.shape != np.shape(ref[fname]):
+                reshaped.add(qname)
             refs[qname].append(np.asarray(ref[fname], np.float64).reshape(-1))
             gots[qname].append(np.asarray(v, np.float64).reshape(-1))
-    return {n: score(np.concatenate(refs[n]), np.concatenate(gots[n]), graph.tensors[n].size < SMALL_OUTPUT)
+    return {n: 0.0 if n in reshaped else
+            score(np.concatenate(refs[n]), np.concatenate(gots[n]), graph.tensors[n].size < SMALL_OUTPUT)
             for n in graph.outputs}
 
 

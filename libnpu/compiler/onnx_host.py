@@ -58,7 +58,8 @@ def group_model(nodes: Sequence[onnx.NodeProto], inputs: Mapping[str, TensorType
     (name -> shape and dtype) are its graph inputs and outputs, ``constants`` the
     initializers it carries; opsets and IR version as ``source``'s."""
     def info(n: str, t: TensorType) -> onnx.ValueInfoProto:
-        return helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(np.dtype(t[1])), list(t[0]))
+        dims = [d if d >= 0 else None for d in t[0]]    # -1: decided per run (compiler.dynamic_shapes)
+        return helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(np.dtype(t[1])), dims)
     inits = [numpy_helper.from_array(np.asarray(v), n) for n, v in constants.items()]
     graph = helper.make_graph(list(nodes), name, [info(n, t) for n, t in inputs.items()],
                               [info(n, t) for n, t in outputs.items()], inits)
