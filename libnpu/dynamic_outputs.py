@@ -70,8 +70,8 @@ def decode_dynamic_outputs(entries: Any, tensors: Iterable[_Desc]) -> None:
         t = by_name[name]
         if len(signature) != len(t.shape) or any(d < -1 for d in signature) or \
                 (bound is not None and (len(bound) != len(signature) or any(b < 0 for b in bound))):
-            raise FormatError(f"{what}: signature {list(signature)} or bound {bound} does not fit shape "
-                              f"{list(t.shape)}")
+            raise FormatError(f"{what}: signature {list(signature)} or bound {bound and list(bound)} does not "
+                              f"fit shape {list(t.shape)}")
         t.shape_signature, t.max_shape = signature, bound
 
 
