@@ -53,15 +53,16 @@ def encode_dynamic_outputs(tensors: Iterable[_Desc]) -> dict[str, dict[str, Any]
 
 
 def decode_dynamic_outputs(entries: Any, tensors: Iterable[_Desc]) -> None:
-    """Set the signature and bound of each tensor ``entries`` (the META entry) names;
-    :class:`~libnpu.loadable_layout.FormatError` for a malformed entry."""
+    """Set the signature and bound of each of ``tensors`` (a model's outputs) that ``entries``
+    (the META entry) names; :class:`~libnpu.loadable_layout.FormatError` for a malformed
+    entry or one naming no output."""
     if not isinstance(entries, dict):
         raise FormatError(f"META {DYNAMIC_OUTPUTS}: not a mapping")
     by_name = {t.name: t for t in tensors}
     for name, entry in entries.items():
         what = f"META {DYNAMIC_OUTPUTS} {name!r}"
         if name not in by_name:
-            raise FormatError(f"{what}: no such tensor")
+            raise FormatError(f"{what}: no such output")
         try:
             signature = tuple(int(d) for d in entry["signature"])
             bound = None if entry["bound"] is None else tuple(int(d) for d in entry["bound"])

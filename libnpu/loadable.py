@@ -644,7 +644,7 @@ class Loadable:
         host_steps = _decode_host(secs)
         name = meta.pop("name", "model") if isinstance(meta, dict) else "model"
         if isinstance(meta, dict) and DYNAMIC_OUTPUTS in meta:
-            decode_dynamic_outputs(meta.pop(DYNAMIC_OUTPUTS), tensors)
+            decode_dynamic_outputs(meta.pop(DYNAMIC_OUTPUTS), [t for t in tensors if t.flags & TensorFlags.OUTPUT])
         result = cls(name, tensors, regions, tasks, meta if isinstance(meta, dict) else {}, data_relocs,
                      host_steps)
         result.validate()
