@@ -70,7 +70,7 @@ def _own_dynamic(node: onnx.NodeProto, shapes: Shapes, consts: Mapping[str, np.n
         return {node.output[0]: (len(dims), int(np.prod(dims)))}
     if node.op_type == "NonMaxSuppression":
         keep = consts.get(ins[2]) if len(ins) > 2 and ins[2] else np.zeros(1, np.int64)
-        if keep is not None and _static(shapes, ins[1]):
+        if keep is not None and _static(shapes, ins[1]) and len(shapes[ins[1]][0]) == 3:
             batches, classes, _ = shapes[ins[1]][0]
             return {node.output[0]: (batches * classes * int(np.asarray(keep).reshape(-1)[0]), 3)}
         return {node.output[0]: None}
@@ -99,11 +99,10 @@ def _loop_scans(node: onnx.NodeProto, shapes: Shapes, consts: Mapping[str, np.nd
     if trips is not None and passed_on and start is not None and bool(np.asarray(start).reshape(-1)[0]):
         return {}
     bounds: dict[str, Bound] = {}
-    for o in scans:
-        rest = shapes.get(o, ((), ""))[0][1:]
-        static_rest = bool(rest) or o in shapes
-        bounds[o] = (int(np.asarray(trips).reshape(-1)[0]), *rest) if trips is not None and static_rest \
-            and all(d >= 0 for d in rest) else None
+    for o in scans:       # a row per iteration: at most the trip count, when it is a constant
+        rest = shapes[o][0][1:] if o in shapes else None
+        known = trips is not None and rest is not None and all(d >= 0 for d in rest)
+        bounds[o] = (int(np.asarray(trips).reshape(-1)[0]), *rest) if known and rest is not None else None
     return bounds
 
 
