@@ -8,8 +8,10 @@ import warnings
 
 import numpy as np
 import pytest
+from onnx import TensorProto, helper
 
 from benchmarks.corpus import judge
+from libnpu.compiler.dynamic_shapes import data_dependent
 from libnpu.compiler.escalation import FidelityWarning
 from libnpu.compiler.lower import compile_model
 from libnpu.dynamic_outputs import DynamicOutputError, check_dynamic_output
@@ -71,3 +73,22 @@ def test_the_corpus_judge_compares_shapes_first():
     assert judge("seq", [np.ones((6, 1, 4)), np.ones((3, 4))], want, None).passed       # same values, laid out
     check = judge("seq", [np.ones((5, 1, 4)), np.ones((3, 1, 4))], want, None)
     assert not check.passed and check.text() == "shape [5, 1, 4] where the reference has [6, 1, 4] (input 0)"
+
+
+def test_which_operators_make_a_shape_the_data_decides():
+    # A TopK whose k is computed and what reads it; a Loop with a fixed trip count is static.
+    body = helper.make_graph([helper.make_node("Identity", ["c"], ["c_out"]), helper.make_node("Neg", ["v"], ["s"])],
+                             "body", [helper.make_tensor_value_info("i", TensorProto.INT64, []),
+                                      helper.make_tensor_value_info("c", TensorProto.BOOL, [])],
+                             [helper.make_tensor_value_info("c_out", TensorProto.BOOL, []),
+                              helper.make_tensor_value_info("s", TensorProto.FLOAT, [4])])
+    graph = helper.make_graph([helper.make_node("ArgMax", ["x"], ["k"], keepdims=1),
+                               helper.make_node("TopK", ["x", "k"], ["v", "i"]), helper.make_node("Relu", ["v"], ["r"]),
+                               helper.make_node("Loop", ["three", "yes"], ["rows"], body=body)],
+                              "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])], [])
+    shapes = {"x": ((4,), "float32"), "k": ((1,), "int64"), "v": ((-1,), "float32"), "i": ((-1,), "int64"),
+              "r": ((-1,), "float32"), "rows": ((-1, 4), "float32")}
+    consts = {"three": np.array(3), "yes": np.array(True)}
+    assert data_dependent(graph, shapes, consts) == {"v": None, "i": None, "r": None}
+    del consts["yes"]           # a Loop whose condition the data gives: as many rows as it runs, at most 3
+    assert data_dependent(graph, shapes, consts)["rows"] == (3, 4)
