@@ -24,7 +24,8 @@ where they run in float:
   absolute terms or as a share of the model's). Its readers stay: its output (the log
   domain) is what a grid holds. The escalation moves such a front end right after its
   int8 step (:func:`front_end_blamed`, :func:`front_end_in_float`) and quantizes the rest
-  through its ladder; the int16 steps cannot fix a front end.
+  through its ladder; the int16 steps cannot fix a front end (unless the chip runs the
+  magnifying layer in int16 too, as a LayerNorm's RSQRT: then the int16 steps go first).
 * **As few as reach the target**: the blamed layers are tried one at a time, worst first,
   each adding its layers to those moved before, at most ``MAX_CPU_TRIALS`` quantizations
   (the compile-time budget); the first set meeting the target is kept, else none.
