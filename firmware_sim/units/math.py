@@ -1,5 +1,5 @@
-"""The math unit: PRELU (also PRELU16_PER_CHANNEL), SQUARED_DIFFERENCE, SUB (also int16), MAXIMUM, MINIMUM,
-DIV (broadcasting binary ops), HARD_SWISH, LEAKY_RELU, RSQRT, ABS (unary integer formulas) and the row ops
+"""The math unit: PRELU (also PRELU16_PER_CHANNEL), SQUARED_DIFFERENCE, SUB, MAXIMUM, MINIMUM, DIV (broadcasting
+binary ops), HARD_SWISH, LEAKY_RELU, RSQRT, ABS (unary integer formulas) and the row ops
 L2_NORMALIZATION and LOG_SOFTMAX (descriptors: ``npu_hw.ops``)."""
 from __future__ import annotations
 
