@@ -354,7 +354,7 @@ def channel_trunk(seed: int = 9) -> onnx.ModelProto:
 
 
 def attention_decoder(seed: int = 12, heads: int = 1, keys: int = 256, width: int = 32, queries: int = 8,
-                      sink: float = 10.0) -> onnx.ModelProto:
+                      sink: float = 10.0, spelled: bool = False) -> onnx.ModelProto:
     """A transformer decoder's cross-attention as PyTorch exports it: LayerNorm of the
     queries ``x``, Q / K / V projections (MatMul), a learned key every query attends to
     with value 0 (``nn.MultiheadAttention(add_bias_kv=True)``: Concat before the memory's
@@ -363,7 +363,8 @@ def attention_decoder(seed: int = 12, heads: int = 1, keys: int = 256, width: in
     learned key's logit (~``sink``): it takes 60-80% of each query's weight, the rest is
     spread thin, so the output is carried by weights mostly under int8's 1/256 and its
     tokens differ ~40x in scale before the LayerNorm. Inputs x [1, queries, width],
-    mem [1, keys, width]; output y [1, queries, width]."""
+    mem [1, keys, width]; output y [1, queries, width]. ``spelled``: the LayerNorms written
+    out as PaddlePaddle exports them (ReduceMean, Sub, Pow, ReduceMean, Add, Sqrt, Div, Mul, Add)."""
     b = _Builder(seed)
     n, r = b.node, b.rng
     dh = width // heads
@@ -372,8 +373,16 @@ def attention_decoder(seed: int = 12, heads: int = 1, keys: int = 256, width: in
     reach = np.float32(np.sqrt(sink * np.sqrt(dh) * heads))     # each head's q . k_sink / sqrt(dh) ~ sink
 
     def norm(x: str, out: str) -> str:
-        return n("LayerNormalization", [x, b.const(f"{out}_g", r.uniform(.5, 1.5, width).astype(np.float32)),
-                                        b.const(f"{out}_b", r.normal(0, .1, width).astype(np.float32))], out, axis=-1)
+        gain, shift = (b.const(f"{out}_g", r.uniform(.5, 1.5, width).astype(np.float32)),
+                       b.const(f"{out}_b", r.normal(0, .1, width).astype(np.float32)))
+        if not spelled:
+            return n("LayerNormalization", [x, gain, shift], out, axis=-1)
+        centred = n("Sub", [x, n("ReduceMean", [x], f"{out}_mean", axes=[-1])], f"{out}_centred")
+        squared = n("Pow", [centred, b.const(f"{out}_two", np.float32(2))], f"{out}_squared")
+        spread = n("Add", [n("ReduceMean", [squared], f"{out}_variance", axes=[-1]),
+                           b.const(f"{out}_eps", np.float32(1e-5))], f"{out}_shifted")
+        normalized = n("Div", [centred, n("Sqrt", [spread], f"{out}_std")], f"{out}_normalized")
+        return n("Add", [n("Mul", [normalized, gain], f"{out}_scaled"), shift], out)
 
     def split(t: str, rows: int, perm: list[int]) -> str:
         shaped = n("Reshape", [t, b.const(f"{t}_shape", np.array([1, rows, heads, dh], np.int64))], f"{t}_heads")

@@ -162,6 +162,34 @@ def neg_to_mul(g: Graph) -> int:
     return changed
 
 
+
+def divide_by_square_root(g: Graph) -> int:
+    """``a / sqrt(v)`` -> ``a * rsqrt(v)`` where the SQRT has no other reader: a LayerNorm
+    spelled out (PaddlePaddle's SVTR exports: Sub, Pow, ReduceMean, Add, Sqrt, Div) then
+    runs as ONNX LayerNormalization imports, and all of it has int16 kernels (DIV and
+    SQRT have none); int8 rounds one step fewer (RSQRT's formula, where SQRT's table is
+    then divided by)."""
+    readers: dict[str, list[Op]] = {}
+    for op in g.ops:
+        for i in op.inputs:
+            readers.setdefault(i, []).append(op)
+    made = {op.outputs[0]: op for op in g.ops}
+    changed = 0
+    for op in g.ops:
+        root = made.get(op.inputs[1]) if op.type == "DIV" and len(op.inputs) == 2 else None
+        if root is None or root.type != "SQRT" or op.inputs[0] == op.inputs[1] \
+                or len(readers[op.inputs[1]]) != 1 or op.inputs[1] in g.outputs:
+            continue
+        old = g.tensors[root.outputs[0]]
+        if old.quant is not None:      # an imported integer graph keeps its ops
+            continue
+        inverse = g.add_tensor(Tensor(g.unique_name(f"{old.name}__rsqrt"), old.shape, old.dtype))
+        del g.tensors[old.name]
+        root.type, root.outputs = "RSQRT", [inverse.name]
+        op.type, op.inputs = "MUL", [op.inputs[0], inverse.name]
+        changed += 1
+    return changed
+
 # Integer formulas on the math unit -----------------------------------------------------------
 
 
@@ -228,8 +256,8 @@ def _rsqrt(op, ins, out):
         return (1 / np.sqrt(ins[0])).astype(np.float32)
 
 
-register(Operator("RSQRT", tflite=tflite_import.simple, float_ref=_rsqrt, params=_rsqrt_params,
-                  lower=_lower_rsqrt, export=_export_plain, tflite_version=2,
+register(Operator("RSQRT", rewrite=divide_by_square_root, tflite=tflite_import.simple, float_ref=_rsqrt,
+                  params=_rsqrt_params, lower=_lower_rsqrt, export=_export_plain, tflite_version=2,
                   int16=True))  # int16: our table (rsqrt_lut_int16); LiteRT has no int16 RSQRT
 
 

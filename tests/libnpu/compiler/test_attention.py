@@ -23,8 +23,8 @@ def _data(count: int, seed: int) -> list[list[np.ndarray]]:
              rng.standard_normal((1, KEYS, WIDTH)).astype(np.float32)] for _ in range(count)]
 
 
-@pytest.mark.parametrize("heads,sink", [(1, 10.0), (2, 12.0)])
-def test_an_attention_decoder_meets_the_bar_on_the_chip_by_default(heads: int, sink: float) -> None:
+@pytest.mark.parametrize("heads,sink,spelled", [(1, 10.0, False), (2, 12.0, False), (1, 10.0, True)])
+def test_an_attention_decoder_meets_the_bar_on_the_chip_by_default(heads: int, sink: float, spelled: bool) -> None:
     """Most of each query's weight on a learned key of value 0, the rest spread thin over
     256 keys: int8 loses the thin weights (a 1/256 softmax grid) and the LayerNorm after the
     attention magnifies what its int8 SUB and RSQRT round off (tokens 40x apart in scale):
@@ -32,7 +32,7 @@ def test_an_attention_decoder_meets_the_bar_on_the_chip_by_default(heads: int, s
     LayerNorms included, and stays on the chip: before int16 SUB and RSQRT the best
     integer step reached 0.95 and the escalation moved the whole decoder to the CPU as a
     "front end" (the RSQRT magnifies its input's error)."""
-    graph = import_onnx(builders.attention_decoder(heads=heads, sink=sink))
+    graph = import_onnx(builders.attention_decoder(heads=heads, sink=sink, spelled=spelled))
     opt, unseen = optimize(graph), _data(4, 99)
     fast = to_int8_graph(graph, _data(10, 1), recipe="fast")
     assert output_scores(opt, fast, unseen)["y"] < 0.98        # the cause, reproduced
