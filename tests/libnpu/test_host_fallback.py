@@ -14,7 +14,7 @@ from onnx import TensorProto, helper, numpy_helper
 import libnpu
 from libnpu.compiler.ir import IRError
 from libnpu.compiler.lower import compile_model
-from tests.support import host_models
+from tests.support import host_models, log_mel_models
 from tests.support.litert import litert_run
 from tests.support.tflite_builder import OpSpec, SubgraphSpec, TensorSpec, build_model, named_options
 
@@ -287,6 +287,23 @@ def test_a_layer_no_integer_grid_holds_runs_in_float_on_the_cpu(npu):
             assert _cosine(got, session.run(None, {"x": x})[0]) >= 0.99
     fast = compile_model(model, calibration, recipe="fast")
     assert not fast.host_steps and "fidelity" not in fast.metadata
+
+
+def test_a_model_that_is_all_front_end_runs_in_float_on_the_cpu(npu):
+    # A log-mel spectrogram whose log is its output: the whole model is the front end no
+    # grid holds (0.24 at int8); it runs as one float host call and matches float LiteRT.
+    model = log_mel_models.log_mel_tflite(decibels=False)
+    loadable = compile_model(model, log_mel_models.audio(12, 24 * 64, 1))
+    fidelity = loadable.metadata["fidelity"]
+    assert fidelity["chosen"] == "int8 + CPU front end" and not fidelity["missed"], fidelity
+    (step,) = loadable.host_steps
+    assert step.reason.startswith("kept in float on the CPU: int8 error")
+    assert "the front end is the model" in step.reason
+    with libnpu.load(loadable, devroot=npu.devroot) as compiled:
+        for (x,) in log_mel_models.audio(3, 24 * 64, 99):          # audio calibration never saw
+            (got,) = compiled.infer([x], dequantized=True)
+            (want,) = litert_run(model, [x], reference=False)
+            assert _cosine(got, want) >= 0.99
 
 
 # Host fallback order and raw inputs
