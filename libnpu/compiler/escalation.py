@@ -31,7 +31,8 @@ The default compile of a float model (no ``recipe``, or ``recipe="default"``) ru
    misses the target (:mod:`libnpu.compiler.cpu_float`): the blamed layers, as few as
    reach the target, at most ``MAX_CPU_TRIALS`` more quantizations within the budget;
    kept only if every output then meets the target. A front end no grid holds (the log
-   of a power spectrum: :func:`libnpu.compiler.cpu_float.front_end_blamed`) goes to the
+   of a power spectrum, a layer with no int16 kernel:
+   :func:`libnpu.compiler.cpu_float.front_end_blamed`) goes to the
    CPU right after the int8 step instead, and the ladder starts again from int8 on the rest;
    a front end that is the whole model (a log-mel spectrogram, maybe a small head after
    it: :func:`libnpu.compiler.cpu_float.is_whole_model`) goes so whatever it costs, and
