@@ -1,7 +1,9 @@
 """Import a float ONNX model into the graph IR (NHWC, TFLite-style ops).
 
 A QDQ model (QuantizeLinear/DequantizeLinear pairs) is imported as its float twin, the
-pairs' grids kept for the quantizer (:mod:`libnpu.compiler.qdq_import`).
+pairs' grids kept for the quantizer (:mod:`libnpu.compiler.qdq_import`); a dynamically
+quantized one (onnxruntime's ``quantize_dynamic``) as the float model it stands for
+(:mod:`libnpu.compiler.dynamic_quant`).
 
 ONNX image tensors are NCHW; the IR is NHWC. Every 4-D activation is kept in NHWC
 inside the graph; a TRANSPOSE is inserted only where an op needs the ONNX layout
@@ -26,6 +28,7 @@ from onnx import numpy_helper
 
 from ..loadable import HostCall
 from . import registry
+from .dynamic_quant import dequantize_dynamic, is_dynamic
 from .host_groups import group_host_ops
 from .input_shapes import InputShapes, fix_onnx_inputs
 from .integer_inputs import INTEGER_INPUTS, refuse_integer_operands
@@ -56,10 +59,14 @@ class _Importer:
     def __init__(self, model: onnx.ModelProto, name: str, nhwc_io: bool, input_shapes: InputShapes, *,
                  fallback: bool = False, force_host: Mapping[int, str] | None = None) -> None:
         model = onnx.ModelProto.FromString(model.SerializeToString())
+        qdq_types = [n.op_type for n in model.graph.node]     # the file's nodes, as the user reads them
+        # a dynamically quantized model: the float model it stands for (compiler.dynamic_quant)
+        dynamic = dequantize_dynamic(model) if is_dynamic(model) else None
+        model, file_index = (dynamic.model, dynamic.origins) if dynamic else (model, list(range(len(qdq_types))))
         # a QDQ model: its float twin, each Q -> DQ pair's grid kept as its value's range
-        qdq_types = [n.op_type for n in model.graph.node]
         twin = float_twin(model) if is_qdq(model) else None
-        model, qdq_origins = (twin.model, twin.origins) if twin else (model, [])
+        model, qdq_origins = (twin.model, [file_index[i] if i >= 0 else -1 for i in twin.origins]) if twin \
+            else (model, file_index if dynamic else [])
         self.qdq_ranges = twin.ranges if twin else {}
         self.qdq_per_tensor, self.per_tensor_ops = twin.per_tensor if twin else set(), set()
         self.fallback, self.force_host = fallback, dict(force_host or {})
