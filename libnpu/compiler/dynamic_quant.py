@@ -29,8 +29,10 @@ The nodes left without a reader (the ``DynamicQuantizeLinear``, the scale produc
 dropped. The quantizer then treats the model as any float one (calibration, escalation to
 the fidelity target). The float model differs from onnxruntime's run of the quantized file
 by onnxruntime's own rounding of the activations to uint8 on each run (the compiler's
-reference is the float model). A pattern not recognized (a weight that is not a constant,
-another glue) is left as it is and runs on the CPU.
+reference is the float model). A pattern not recognized (a product of two activations,
+as attention's scores are written, or another glue) is left as it is and runs on the CPU,
+with the values on a grid chosen on each run (:func:`per_run_values`): the chip, whose
+grids calibration fixes, would clip a per-run scale or an int32 sum to the largest it saw.
 """
 from __future__ import annotations
 
@@ -41,7 +43,7 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-__all__ = ["DYNAMIC_OPS", "Rewritten", "dequantize_dynamic", "is_dynamic"]
+__all__ = ["DYNAMIC_OPS", "Rewritten", "dequantize_dynamic", "is_dynamic", "per_run_values"]
 
 #: The operators ``quantize_dynamic`` writes (their presence marks a dynamically quantized model).
 DYNAMIC_OPS = frozenset({"DynamicQuantizeLinear", "MatMulInteger", "ConvInteger", "DynamicQuantizeLSTM"})
@@ -292,3 +294,22 @@ def dequantize_dynamic(model: onnx.ModelProto) -> Rewritten:
     rewriter = _Rewriter(model)
     rewriter.run()
     return rewriter.result()
+
+
+def per_run_values(graph: onnx.GraphProto) -> set[str]:
+    """The values of ``graph`` (nodes in order) on a grid a DynamicQuantizeLinear chooses
+    on each run: its codes, scale and zero point and what is computed from them (integer
+    products, their Casts, products of scales), up to the ``Mul`` giving a Cast integer
+    product its scale or a ``DequantizeLinear``, whose outputs are real numbers again."""
+    per_run: set[str] = set()
+    sums: set[str] = set()        # Casts of integer products
+    made_by = {o: n.op_type for n in graph.node for o in n.output}
+    for node in graph.node:
+        if node.op_type == "DynamicQuantizeLinear":
+            per_run.update(node.output)
+        elif any(v in per_run for v in node.input) and node.op_type != "DequantizeLinear" \
+                and not (node.op_type == "Mul" and any(v in sums for v in node.input)):
+            per_run.update(o for o in node.output if o)
+            if node.op_type == "Cast" and made_by.get(node.input[0]) in _INTEGER_FLOAT:
+                sums.add(node.output[0])
+    return per_run

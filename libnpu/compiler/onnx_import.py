@@ -28,7 +28,7 @@ from onnx import numpy_helper
 
 from ..loadable import HostCall
 from . import registry
-from .dynamic_quant import dequantize_dynamic, is_dynamic
+from .dynamic_quant import dequantize_dynamic, is_dynamic, per_run_values
 from .host_groups import group_host_ops
 from .input_shapes import InputShapes, fix_onnx_inputs
 from .integer_inputs import INTEGER_INPUTS, refuse_integer_operands
@@ -98,6 +98,7 @@ class _Importer:
                 dims = tuple(d.dim_value if d.HasField("dim_value") else -1 for d in tt.shape.dim)
                 self.shapes[vi.name] = (dims, _onnx_dtype(tt.elem_type))
         self.dynamic: set[str] = set()     # tensors whose shape depends on the data (compiler.onnx_host)
+        self.per_run = per_run_values(self.model.graph)    # on a DynamicQuantizeLinear's grid (compiler.dynamic_quant)
         self.integral: set[str] = set()    # what host calls give that is not a real number (indices, bools)
         # ONNX name -> (IR name, whether the IR tensor is the NHWC permutation of it)
         self.env: dict[str, tuple[str, bool]] = {}
@@ -244,6 +245,10 @@ class _Importer:
         dynamic = [n for n in reads(node) if n in self.dynamic]
         if dynamic:
             raise ONNXImportError(f"{where}: the shape of input {dynamic[0]!r} depends on the data")
+        per_run = [n for n in reads(node) if n in self.per_run]
+        if per_run:
+            raise ONNXImportError(f"{where}: input {per_run[0]!r} is on a grid DynamicQuantizeLinear chooses on each "
+                                  "run; the chip's grids are fixed at calibration")
         integral = [n for n in reads(node) if n in self.integral]
         if integral:
             dtype = self.g.tensors[self.env[integral[0]][0]].dtype

@@ -14,7 +14,7 @@ from onnx import TensorProto, helper, numpy_helper
 import libnpu
 from libnpu.compiler.ir import IRError
 from libnpu.compiler.lower import compile_model
-from tests.support import host_models
+from tests.support import dynamic_models, host_models
 from tests.support.litert import litert_run
 from tests.support.tflite_builder import OpSpec, SubgraphSpec, TensorSpec, build_model, named_options
 
@@ -88,14 +88,17 @@ def test_integer_arithmetic_on_host_results_stays_on_the_host(npu):
 
 
 def test_onnxruntime_dynamic_quantization_ops_make_one_host_call(npu):
-    # uint8 codes, an int32 accumulator: types the chip never sees, inside one host call
-    loadable = _check_onnx(npu, host_models.dynamic_quantized_matmul(), _feeds((4, 8), 8, seed=3))
-    assert _host_ops(loadable) == ["DynamicQuantizeLinear+MatMulInteger+Cast"]
+    # uint8 codes, an int32 accumulator: types the chip never sees, inside one host call, with
+    # the Muls by the run's scales (on the chip, a scale past calibration's largest was clipped:
+    # cosine 0.95). A product of two activations: a weight's patterns import as float
+    # (compiler.dynamic_quant).
+    loadable = _check_onnx(npu, dynamic_models.integer_product_of_activations(), _feeds((4, 8), 8, seed=3))
+    assert _host_ops(loadable) == ["DynamicQuantizeLinear+DynamicQuantizeLinear+MatMulInteger+Cast+Mul+Mul"]
 
 
 def test_a_com_microsoft_op_whose_shapes_onnx_cannot_infer(npu):
-    loadable = _check_onnx(npu, host_models.dynamic_quantized_lstm(), _feeds((5, 1, 8), 8, seed=4))
-    assert _host_ops(loadable) == ["DynamicQuantizeLSTM"]
+    loadable = _check_onnx(npu, host_models.com_microsoft_fused_matmul(), _feeds((4, 8), 8, seed=4))
+    assert _host_ops(loadable) == ["FusedMatMul"]
 
 
 @pytest.mark.parametrize("build, ops", [(host_models.if_on_data, ["Greater+If"]),
