@@ -27,9 +27,9 @@ def crnn(seed: int = 0, hidden: int = 8) -> onnx.ModelProto:
     n("Transpose", ["p1"], "t", perm=[3, 0, 1, 2])                                # [8, 1, 8, 4]
     n("Reshape", ["t", b.const("seq_shape", np.array([8, 1, 32], np.int64))], "seq")
     n("MatMul", ["seq", b.weight("pw", 32, 16)], "proj")
-    b.nodes.append(h.make_node("LSTM", ["proj", b.weight("lw", 2, 4 * hidden, 16), b.weight("lr", 2, 4 * hidden, hidden),
-                                        b.weight("lb", 2, 8 * hidden, scale=.1)], ["ys"], hidden_size=hidden,
-                               direction="bidirectional"))                       # [8, 2, 1, hidden]
+    lstm = ["proj", b.weight("lw", 2, 4 * hidden, 16), b.weight("lr", 2, 4 * hidden, hidden),
+            b.weight("lb", 2, 8 * hidden, scale=.1)]
+    b.nodes.append(h.make_node("LSTM", lstm, ["ys"], hidden_size=hidden, direction="bidirectional"))  # [8, 2, 1, h]
     n("Transpose", ["ys"], "yt", perm=[0, 2, 1, 3])
     n("Reshape", ["yt", b.const("out_shape", np.array([8, 2 * hidden], np.int64))], "yf")
     n("MatMul", ["yf", b.weight("hw", 2 * hidden, 10)], "hm")
