@@ -89,8 +89,8 @@ def test_integer_arithmetic_on_host_results_stays_on_the_host(npu):
 
 def test_onnxruntime_dynamic_quantization_ops_make_one_host_call(npu):
     # uint8 codes, an int32 accumulator: types the chip never sees, inside one host call, with
-    # the Muls by the run's scales (on the chip, a scale past calibration's largest was clipped:
-    # cosine 0.95). A product of two activations: a weight's patterns import as float
+    # the Muls by the run's scales (on the chip, values past calibration's largest were clipped:
+    # 10.1 for 15.1). A product of two activations: a weight's patterns import as float
     # (compiler.dynamic_quant).
     loadable = _check_onnx(npu, dynamic_models.integer_product_of_activations(), _feeds((4, 8), 8, seed=3))
     assert _host_ops(loadable) == ["DynamicQuantizeLinear+DynamicQuantizeLinear+MatMulInteger+Cast+Mul+Mul"]
