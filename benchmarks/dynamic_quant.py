@@ -82,7 +82,7 @@ def measure(name: str, model: onnx.ModelProto, devroot: str, folder: Path) -> No
         with libnpu.load(loadable, devroot=devroot) as compiled:
             device = min(_cosine(compiled.infer([x], dequantized=True)[0], w) for x, w in zip(unseen, want))
         print(f"{name:<10} {weight_type:<6} {'per channel' if per_channel else 'per tensor ':<11}  rounding "
-              f"{rounding:.4f}  device {device:.4f}  cpu steps {len(loadable.host_steps)}  compile {seconds:.1f} s",
+              f"{rounding:.5f}  device {device:.4f}  cpu steps {len(loadable.host_steps)}  compile {seconds:.1f} s",
               flush=True)
 
 
@@ -103,10 +103,24 @@ def measure_work(devroot: str, folder: Path) -> None:
                              per_channel=per_channel)
             corpus.fetch = lambda _model, path=path: path      # the corpus's evaluation, on this file
             result = corpus.evaluate(model, devroot, None, corpus.TIMEOUT)
-            print(f"ddddocr-rec {weight_type} {'per channel' if per_channel else 'per tensor'}: "
-                  + corpus.format_row(result), flush=True)
+            print(f"ddddocr-rec {weight_type} {'per channel' if per_channel else 'per tensor'}: rounding "
+                  f"{_work_rounding(model, path):.5f}\n  " + corpus.format_row(result), flush=True)
     finally:
         corpus.fetch = fetch
+
+
+def _work_rounding(model, path: Path) -> float:
+    """The worst cosine between onnxruntime's runs of the float import and of ``path`` on
+    the corpus's evaluation inputs of ``model``."""
+    import onnxruntime
+
+    from benchmarks.corpus_feeds import prepare
+    floats = dequantize_dynamic(onnx.load(str(path))).model.SerializeToString()
+    options = onnxruntime.SessionOptions()
+    options.log_severity_level = 3          # the file's declared output shape, which it does not keep
+    sessions = [onnxruntime.InferenceSession(m, options, providers=["CPUExecutionProvider"])
+                for m in (str(path), floats)]
+    return min(_cosine(*(s.run(None, feed)[0] for s in sessions)) for feed in prepare(model, path).evaluation)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
