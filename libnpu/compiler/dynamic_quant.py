@@ -20,6 +20,8 @@ and zero points (the values onnxruntime multiplies by):
   kept); the bias ``Add`` after it stays (the optimizer folds it into the convolution);
 * ``DynamicQuantizeLSTM`` becomes ``LSTM`` (its weights stored transposed, ``[dirs, input,
   4 * hidden]``, are transposed back);
+* codes a ``Gather`` takes from an int8 table (an embedding) feeding a ``MatMulInteger``:
+  a float ``Gather`` from ``table - zero_point``, the table's scale going into the weights;
 * a ``DequantizeLinear`` of a ``DynamicQuantizeLinear`` output (directly or through a
   ``Transpose`` / ``Reshape`` of the codes, onnxruntime's 8-bit data movement) becomes the
   float value itself, and one of a ``Gather`` from an int8 table a ``Gather`` from the
@@ -157,7 +159,7 @@ class _Rewriter:
 
     def integer_op(self, i: int, node: onnx.NodeProto) -> None:
         inputs = list(node.input) + [""] * (4 - len(node.input))
-        codes, weight_zero = self.codes.get(inputs[0]), inputs[3]
+        codes, weight_zero = self.codes.get(inputs[0]) or self.table_codes(inputs[0], inputs[2]), inputs[3]
         weights = self.const(inputs[1])
         if codes is None or weights is None or inputs[2] != codes.zero or (weight_zero and self.const(weight_zero)
                                                                            is None):
@@ -180,9 +182,37 @@ class _Rewriter:
         self.replaced[i] = [float_op]
         self.replaced[cast[0]] = []
         self.replaced[mul[0]] = []
+        scales = next((k for k, n in enumerate(self.graph.node) if product in n.output), None)
+        if scales is not None and self.readers.get(product) == [mul[0]] and product not in self.finals:
+            self.replaced[scales] = []      # the product of the scales, read by that Mul alone
+
+    def table_codes(self, value: str, zero: str) -> _Codes | None:
+        """Codes ``Gather`` takes from a constant int8 table (an embedding ``quantize_dynamic``
+        quantized as a weight): a float ``Gather`` beside it, from ``table - zero``; its scale
+        is in the product of scales its readers multiply by (``scale`` "")."""
+        k = next((k for k, n in enumerate(self.graph.node) if value in n.output), None)
+        gather = self.graph.node[k] if k is not None else None
+        table = self.const(gather.input[0]) if gather is not None and gather.op_type == "Gather" else None
+        if gather is None or table is None or table.dtype.kind not in "iu" or (zero and self.const(zero) is None):
+            return None
+        twin = onnx.NodeProto()
+        twin.CopyFrom(gather)
+        twin.name = f"{gather.name or value}__float"
+        twin.input[0] = self.add_const(gather.input[0], _weights(table, self.const(zero), np.float32(1), 0))
+        twin.output[0] = f"{value}__float"
+        self.replaced[k] = [gather, twin]      # type: ignore[index]   # k is not None here
+        self.codes[value] = _Codes(twin.output[0], "", zero)
+        return self.codes[value]
 
     def scale_product(self, product: str, scale: str) -> np.ndarray | None:
-        """The weight scale of ``product`` = ``Mul(scale, weight scale)`` (either order), or None."""
+        """The weight scale of ``product`` = ``Mul(scale, weight scale)`` (either order), or None;
+        without ``scale`` (codes of a table) the whole product, a constant."""
+        if not scale:
+            made = next((n for n in self.graph.node if product in n.output), None)
+            if self.const(product) is not None or made is None or made.op_type != "Mul":
+                return self.const(product)
+            factors = [self.const(v) for v in made.input]
+            return None if any(f is None for f in factors) else np.multiply(*factors).astype(np.float32)
         k = next((k for k in self.readers.get(scale, []) if product in self.graph.node[k].output), None)
         if k is None or self.graph.node[k].op_type != "Mul":
             return None
@@ -277,7 +307,7 @@ def _without_unread(nodes: list[onnx.NodeProto], origins: list[int], finals: set
         read = {v for n in nodes for v in n.input} | finals
         keep = []
         for k, n in enumerate(nodes):
-            ours = n.op_type == "DynamicQuantizeLinear" or any(v in quantized for v in n.input)
+            ours = n.op_type == "DynamicQuantizeLinear" or any(v in quantized for v in [*n.input, *n.output])
             if ours and not any(o in read for o in n.output if o):
                 changed = True
                 continue

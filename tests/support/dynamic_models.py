@@ -66,3 +66,24 @@ def integer_product_of_activations(seed: int = 6) -> onnx.ModelProto:
     n("Mul", ["a_s", "at_s"], "scale")
     n("Mul", ["acc_f", "scale"], "y")
     return b.model("integer_product_of_activations", {"x": [4, 8]}, {"y": [4, 4]}, opset=17)
+
+
+def embedding_and_moved_codes(seed: int = 8) -> onnx.ModelProto:
+    """An embedding (Gather from a table by int64 ids) -> MatMul -> a value read by a MatMul
+    and by a Transpose, whose result a MatMul and a Relu read: ``quantize_dynamic`` gathers
+    from the int8 table, transposes the codes (its 8-bit data movement) and dequantizes them
+    for the Relu. Input ids [4]; outputs [4, 6], [8, 5], [8, 4]."""
+    b = _Builder(seed)
+    n = b.node
+    n("Gather", [b.weight("emb", 20, 8, scale=1.0), "ids"], "e")
+    n("MatMul", ["e", b.weight("w1", 8, 8)], "a")
+    n("MatMul", ["a", b.weight("w2", 8, 6)], "y1")
+    n("Transpose", ["a"], "at", perm=[1, 0])
+    n("MatMul", ["at", b.weight("w3", 4, 5)], "y2")
+    n("Relu", ["at"], "y3")
+    g = h.make_graph(b.nodes, "embedding_and_moved_codes", [h.make_tensor_value_info("ids", TensorProto.INT64, [4])],
+                     [h.make_tensor_value_info(k, TensorProto.FLOAT, v)
+                      for k, v in (("y1", [4, 6]), ("y2", [8, 5]), ("y3", [8, 4]))], b.inits)
+    model = h.make_model(g, opset_imports=[h.make_opsetid("", 17)])
+    onnx.checker.check_model(model)
+    return model

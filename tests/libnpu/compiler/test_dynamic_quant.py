@@ -12,7 +12,8 @@ from onnx import numpy_helper
 from libnpu.compiler.dynamic_quant import DYNAMIC_OPS, dequantize_dynamic
 from libnpu.compiler.lower import compile_model
 from tests.support.chip_memory import ChipMemory, run_loadable
-from tests.support.dynamic_models import CRNN_INPUT, crnn, integer_product_of_activations, quantize_dynamic_model
+from tests.support.dynamic_models import (CRNN_INPUT, crnn, embedding_and_moved_codes, integer_product_of_activations,
+                                          quantize_dynamic_model)
 
 ort = pytest.importorskip("onnxruntime")
 pytest.importorskip("onnxruntime.quantization")
@@ -54,6 +55,20 @@ def test_the_weights_are_the_files_codes_times_their_scales(tmp_path):
     codes, zero, scale = consts["hw_quantized"], consts["hw_zero_point"], consts["hw_scale"]
     assert zero.shape == scale.shape == (codes.shape[1],)
     np.testing.assert_array_equal(got, (codes.astype(np.float32) - zero.astype(np.float32)) * scale)
+
+
+def test_an_embedding_and_codes_moved_as_codes(tmp_path):
+    # Gather from the int8 table into a MatMulInteger, a Transpose of the codes into another
+    # and into a DequantizeLinear: all float, as onnxruntime's integer arithmetic up to rounding
+    quantized = quantize_dynamic_model(embedding_and_moved_codes(), tmp_path)
+    assert {"Gather", "Transpose", "DequantizeLinear"} <= {n.op_type for n in onnx.load_from_string(quantized).graph.node}
+    floats = dequantize_dynamic(onnx.load_from_string(quantized)).model
+    assert not {n.op_type for n in floats.graph.node} & (DYNAMIC_OPS | {"DequantizeLinear", "Cast", "Mul"})
+    ids = {"ids": np.array([1, 5, 7, 19], np.int64)}
+    sessions = [ort.InferenceSession(m, providers=["CPUExecutionProvider"])
+                for m in (quantized, floats.SerializeToString())]
+    for want, got in zip(*(s.run(None, ids) for s in sessions)):
+        assert np.abs(got - want).max() <= 0.01 * np.abs(want).max()
 
 
 def test_a_product_of_two_activations_stays_as_it_is():
