@@ -12,8 +12,13 @@ from onnx import numpy_helper
 from libnpu.compiler.dynamic_quant import DYNAMIC_OPS, dequantize_dynamic
 from libnpu.compiler.lower import compile_model
 from tests.support.chip_memory import ChipMemory, run_loadable
-from tests.support.dynamic_models import (CRNN_INPUT, crnn, embedding_and_moved_codes, integer_product_of_activations,
-                                          quantize_dynamic_model)
+from tests.support.dynamic_models import (
+    CRNN_INPUT,
+    crnn,
+    embedding_and_moved_codes,
+    integer_product_of_activations,
+    quantize_dynamic_model,
+)
 
 ort = pytest.importorskip("onnxruntime")
 pytest.importorskip("onnxruntime.quantization")
@@ -61,8 +66,9 @@ def test_an_embedding_and_codes_moved_as_codes(tmp_path):
     # Gather from the int8 table into a MatMulInteger, a Transpose of the codes into another
     # and into a DequantizeLinear: all float, as onnxruntime's integer arithmetic up to rounding
     quantized = quantize_dynamic_model(embedding_and_moved_codes(), tmp_path)
-    assert {"Gather", "Transpose", "DequantizeLinear"} <= {n.op_type for n in onnx.load_from_string(quantized).graph.node}
-    floats = dequantize_dynamic(onnx.load_from_string(quantized)).model
+    model = onnx.load_from_string(quantized)
+    assert {"Gather", "Transpose", "DequantizeLinear"} <= {n.op_type for n in model.graph.node}
+    floats = dequantize_dynamic(model).model
     assert not {n.op_type for n in floats.graph.node} & (DYNAMIC_OPS | {"DequantizeLinear", "Cast", "Mul"})
     ids = {"ids": np.array([1, 5, 7, 19], np.int64)}
     sessions = [ort.InferenceSession(m, providers=["CPUExecutionProvider"])
