@@ -65,8 +65,9 @@ class Rewritten:
 
 @dataclass
 class _Codes:
-    """A value holding a DynamicQuantizeLinear's codes: the float value it stands for, and
-    the names of that DynamicQuantizeLinear's scale and zero point."""
+    """A value holding codes: the float value it stands for, and the names of its scale and
+    zero point (a DynamicQuantizeLinear's; a table's codes: scale "", the table's scale is in
+    the product of scales its readers multiply by)."""
     value: str
     scale: str
     zero: str
@@ -105,14 +106,15 @@ class _Rewriter:
         self.graph = model.graph
         self.consts = _constants(self.graph)
         self.readers: dict[str, list[int]] = {}
+        self.producer: dict[str, int] = {}
         for i, n in enumerate(self.graph.node):
             for v in n.input:
                 if v:
                     self.readers.setdefault(v, []).append(i)
+            self.producer.update((o, i) for o in n.output if o)
         self.finals = {o.name for o in self.graph.output}
         self.codes: dict[str, _Codes] = {}
         self.new_consts: dict[str, np.ndarray] = {}
-        self.dropped: set[int] = set()
         # node index -> the nodes replacing it (an empty list: dropped)
         self.replaced: dict[int, list[onnx.NodeProto]] = {}
 
@@ -182,7 +184,7 @@ class _Rewriter:
         self.replaced[i] = [float_op]
         self.replaced[cast[0]] = []
         self.replaced[mul[0]] = []
-        scales = next((k for k, n in enumerate(self.graph.node) if product in n.output), None)
+        scales = self.producer.get(product)
         if scales is not None and self.readers.get(product) == [mul[0]] and product not in self.finals:
             self.replaced[scales] = []      # the product of the scales, read by that Mul alone
 
@@ -190,17 +192,18 @@ class _Rewriter:
         """Codes ``Gather`` takes from a constant int8 table (an embedding ``quantize_dynamic``
         quantized as a weight): a float ``Gather`` beside it, from ``table - zero``; its scale
         is in the product of scales its readers multiply by (``scale`` "")."""
-        k = next((k for k, n in enumerate(self.graph.node) if value in n.output), None)
+        k = self.producer.get(value)
         gather = self.graph.node[k] if k is not None else None
         table = self.const(gather.input[0]) if gather is not None and gather.op_type == "Gather" else None
-        if gather is None or table is None or table.dtype.kind not in "iu" or (zero and self.const(zero) is None):
+        if k is None or gather is None or table is None or table.dtype.kind not in "iu" \
+                or (zero and self.const(zero) is None):
             return None
         twin = onnx.NodeProto()
         twin.CopyFrom(gather)
         twin.name = f"{gather.name or value}__float"
         twin.input[0] = self.add_const(gather.input[0], _weights(table, self.const(zero), np.float32(1), 0))
         twin.output[0] = f"{value}__float"
-        self.replaced[k] = [gather, twin]      # type: ignore[index]   # k is not None here
+        self.replaced[k] = [gather, twin]
         self.codes[value] = _Codes(twin.output[0], "", zero)
         return self.codes[value]
 
@@ -208,7 +211,7 @@ class _Rewriter:
         """The weight scale of ``product`` = ``Mul(scale, weight scale)`` (either order), or None;
         without ``scale`` (codes of a table) the whole product, a constant."""
         if not scale:
-            made = next((n for n in self.graph.node if product in n.output), None)
+            made = self.graph.node[self.producer[product]] if product in self.producer else None
             if self.const(product) is not None or made is None or made.op_type != "Mul":
                 return self.const(product)
             factors = [self.const(v) for v in made.input]
@@ -248,8 +251,7 @@ class _Rewriter:
             self.replaced[i] = [helper.make_node("Identity", [codes.value], list(node.output),
                                                  name=node.name or node.output[0])]
             return
-        gather = next((self.graph.node[k] for k in range(len(self.graph.node))
-                       if inputs[0] in self.graph.node[k].output), None)
+        gather = self.graph.node[self.producer[inputs[0]]] if inputs[0] in self.producer else None
         table, scale = (self.const(gather.input[0]) if gather is not None and gather.op_type == "Gather" else None,
                         self.const(inputs[1]))
         if table is None or scale is None or scale.size != 1 or (inputs[2] and self.const(inputs[2]) is None):
