@@ -115,6 +115,7 @@ class _Rewriter:
         self.finals = {o.name for o in self.graph.output}
         self.codes: dict[str, _Codes] = {}
         self.new_consts: dict[str, np.ndarray] = {}
+        self.made: set[str] = set()       # the float values of codes made beside them (dropped if unread)
         # node index -> the nodes replacing it (an empty list: dropped)
         self.replaced: dict[int, list[onnx.NodeProto]] = {}
 
@@ -156,6 +157,7 @@ class _Rewriter:
         twin.name = f"{node.name or node.output[0]}__float"
         twin.input[0] = source.value
         twin.output[0] = f"{node.output[0]}__float"
+        self.made.add(twin.output[0])
         self.replaced[i] = [node, twin]
         self.codes[node.output[0]] = _Codes(twin.output[0], source.scale, source.zero)
 
@@ -203,6 +205,7 @@ class _Rewriter:
         twin.name = f"{gather.name or value}__float"
         twin.input[0] = self.add_const(gather.input[0], _weights(table, self.const(zero), np.float32(1), 0))
         twin.output[0] = f"{value}__float"
+        self.made.add(twin.output[0])
         self.replaced[k] = [gather, twin]
         self.codes[value] = _Codes(twin.output[0], "", zero)
         return self.codes[value]
@@ -272,7 +275,7 @@ class _Rewriter:
             made = self.replaced.get(i, [node])
             nodes += made
             origins += [i] * len(made)
-        nodes, origins = _without_unread(nodes, origins, self.finals, self.codes)
+        nodes, origins = _without_unread(nodes, origins, self.finals, self.codes, self.made)
         read = {v for n in nodes for v in n.input} | {v for n in nodes for a in n.attribute if a.type == a.GRAPH
                                                       for v in _graph_reads(a.g)}
         out = onnx.ModelProto()
@@ -299,10 +302,10 @@ def _graph_reads(graph: onnx.GraphProto) -> set[str]:
 
 
 def _without_unread(nodes: list[onnx.NodeProto], origins: list[int], finals: set[str],
-                    codes: Mapping[str, _Codes]) -> tuple[list[onnx.NodeProto], list[int]]:
+                    codes: Mapping[str, _Codes], made: set[str]) -> tuple[list[onnx.NodeProto], list[int]]:
     """``nodes`` less those of the quantized world (reading or making codes and their
-    scales) that nothing reads any more, repeatedly."""
-    quantized = set(codes) | {c.scale for c in codes.values()} | {c.zero for c in codes.values()}
+    scales) and those making the ``made`` float values that nothing reads any more, repeatedly."""
+    quantized = set(codes) | {c.scale for c in codes.values()} | {c.zero for c in codes.values()} | made
     changed = True
     while changed:
         changed = False
