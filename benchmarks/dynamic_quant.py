@@ -104,7 +104,8 @@ def measure_work(devroot: str, folder: Path) -> None:
             corpus.fetch = lambda _model, path=path: path      # the corpus's evaluation, on this file
             result = corpus.evaluate(model, devroot, None, corpus.TIMEOUT)
             print(f"ddddocr-rec {weight_type} {'per channel' if per_channel else 'per tensor'}: rounding "
-                  f"{_work_rounding(model, path):.5f}\n  " + corpus.format_row(result), flush=True)
+                  f"{_work_rounding(model, path):.5f}, compile {result.compile_seconds} s\n  "
+                  + corpus.format_row(result), flush=True)
     finally:
         corpus.fetch = fetch
 
