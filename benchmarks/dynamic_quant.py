@@ -37,7 +37,7 @@ import libnpu
 from benchmarks.scratch_device import ScratchDevice
 from libnpu.compiler.dynamic_quant import dequantize_dynamic
 from libnpu.compiler.lower import compile_model
-from tests.support.dynamic_models import CRNN_INPUT, crnn, quantize_dynamic_model
+from tests.support.dynamic_quant_models import CRNN_INPUT, crnn, quantize_dynamic_model
 
 VARIANTS = (("QInt8", False), ("QInt8", True), ("QUInt8", False), ("QUInt8", True))
 

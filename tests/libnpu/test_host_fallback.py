@@ -14,7 +14,7 @@ from onnx import TensorProto, helper, numpy_helper
 import libnpu
 from libnpu.compiler.ir import IRError
 from libnpu.compiler.lower import compile_model
-from tests.support import dynamic_models, host_models
+from tests.support import dynamic_quant_models, host_models
 from tests.support.litert import litert_run
 from tests.support.tflite_builder import OpSpec, SubgraphSpec, TensorSpec, build_model, named_options
 
@@ -92,7 +92,7 @@ def test_onnxruntime_dynamic_quantization_ops_make_one_host_call(npu):
     # the Muls by the run's scales (on the chip, values past calibration's largest were clipped:
     # 10.1 for 15.1). A product of two activations: a weight's patterns import as float
     # (compiler.dynamic_quant).
-    loadable = _check_onnx(npu, dynamic_models.integer_product_of_activations(), _feeds((4, 8), 8, seed=3))
+    loadable = _check_onnx(npu, dynamic_quant_models.integer_product_of_activations(), _feeds((4, 8), 8, seed=3))
     assert _host_ops(loadable) == ["DynamicQuantizeLinear+DynamicQuantizeLinear+MatMulInteger+Cast+Mul+Mul"]
 
 

@@ -12,7 +12,7 @@ from onnx import numpy_helper
 from libnpu.compiler.dynamic_quant import DYNAMIC_OPS, dequantize_dynamic
 from libnpu.compiler.lower import compile_model
 from tests.support.chip_memory import ChipMemory, run_loadable
-from tests.support.dynamic_models import (
+from tests.support.dynamic_quant_models import (
     CRNN_INPUT,
     crnn,
     embedding_and_moved_codes,
