@@ -1,7 +1,9 @@
 """Import a float ONNX model into the graph IR (NHWC, TFLite-style ops).
 
 A QDQ model (QuantizeLinear/DequantizeLinear pairs) is imported as its float twin, the
-pairs' grids kept for the quantizer (:mod:`libnpu.compiler.qdq_import`).
+pairs' grids kept for the quantizer (:mod:`libnpu.compiler.qdq_import`); a dynamically
+quantized one (onnxruntime's ``quantize_dynamic``) as the float model it stands for
+(:mod:`libnpu.compiler.dynamic_quant`).
 
 ONNX image tensors are NCHW; the IR is NHWC. Every 4-D activation is kept in NHWC
 inside the graph; a TRANSPOSE is inserted only where an op needs the ONNX layout
@@ -26,6 +28,7 @@ from onnx import numpy_helper
 
 from ..loadable import HostCall
 from . import registry
+from .dynamic_quant import dequantize_dynamic, is_dynamic, per_run_values
 from .dynamic_shapes import DYNAMIC_OUTPUTS, data_dependent, dynamic_output_entry
 from .host_groups import group_host_ops
 from .input_shapes import InputShapes, fix_onnx_inputs
@@ -57,10 +60,14 @@ class _Importer:
     def __init__(self, model: onnx.ModelProto, name: str, nhwc_io: bool, input_shapes: InputShapes, *,
                  fallback: bool = False, force_host: Mapping[int, str] | None = None) -> None:
         model = onnx.ModelProto.FromString(model.SerializeToString())
+        qdq_types = [n.op_type for n in model.graph.node]     # the file's nodes, as the user reads them
+        # a dynamically quantized model: the float model it stands for (compiler.dynamic_quant)
+        dynamic = dequantize_dynamic(model) if is_dynamic(model) else None
+        model, file_index = (dynamic.model, dynamic.origins) if dynamic else (model, list(range(len(qdq_types))))
         # a QDQ model: its float twin, each Q -> DQ pair's grid kept as its value's range
-        qdq_types = [n.op_type for n in model.graph.node]
         twin = float_twin(model) if is_qdq(model) else None
-        model, qdq_origins = (twin.model, twin.origins) if twin else (model, [])
+        model, qdq_origins = (twin.model, [file_index[i] if i >= 0 else -1 for i in twin.origins]) if twin \
+            else (model, file_index if dynamic else [])
         self.qdq_ranges = twin.ranges if twin else {}
         self.qdq_per_tensor, self.per_tensor_ops = twin.per_tensor if twin else set(), set()
         self.fallback, self.force_host = fallback, dict(force_host or {})
@@ -92,6 +99,7 @@ class _Importer:
                 dims = tuple(d.dim_value if d.HasField("dim_value") else -1 for d in tt.shape.dim)
                 self.shapes[vi.name] = (dims, _onnx_dtype(tt.elem_type))
         self.dynamic: set[str] = set()     # tensors whose shape depends on the data (compiler.onnx_host)
+        self.per_run = per_run_values(self.model.graph)    # on a DynamicQuantizeLinear's grid (compiler.dynamic_quant)
         self.data_dependent = data_dependent(self.model.graph, self.shapes, self.consts)   # by rule (dynamic_shapes)
         self.dynamic_outputs: dict[str, dict[str, Any]] = {}    # model outputs a host call makes per run
         self.integral: set[str] = set()    # what host calls give that is not a real number (indices, bools)
@@ -242,6 +250,10 @@ class _Importer:
         dynamic = [n for n in reads(node) if n in self.dynamic]
         if dynamic:
             raise ONNXImportError(f"{where}: the shape of input {dynamic[0]!r} depends on the data")
+        per_run = [n for n in reads(node) if n in self.per_run]
+        if per_run:
+            raise ONNXImportError(f"{where}: input {per_run[0]!r} is on a grid DynamicQuantizeLinear chooses on each "
+                                  "run; the chip's grids are fixed at calibration")
         integral = [n for n in reads(node) if n in self.integral]
         if integral:
             dtype = self.g.tensors[self.env[integral[0]][0]].dtype

@@ -15,7 +15,7 @@ import libnpu
 from libnpu.compiler.lower import compile_model
 from libnpu.loadable import Loadable
 from libnpu.portability import MEM_RW
-from tests.support import dynamic_models, host_models, log_mel_models
+from tests.support import dynamic_models, dynamic_quant_models, host_models, log_mel_models
 from tests.support.litert import litert_run
 from tests.support.tflite_builder import OpSpec, SubgraphSpec, TensorSpec, build_model, named_options
 
@@ -89,14 +89,17 @@ def test_integer_arithmetic_on_host_results_stays_on_the_host(npu):
 
 
 def test_onnxruntime_dynamic_quantization_ops_make_one_host_call(npu):
-    # uint8 codes, an int32 accumulator: types the chip never sees, inside one host call
-    loadable = _check_onnx(npu, host_models.dynamic_quantized_matmul(), _feeds((4, 8), 8, seed=3))
-    assert _host_ops(loadable) == ["DynamicQuantizeLinear+MatMulInteger+Cast"]
+    # uint8 codes, an int32 accumulator: types the chip never sees, inside one host call, with
+    # the Muls by the run's scales (on the chip, values past calibration's largest were clipped:
+    # 10.1 for 15.1). A product of two activations: a weight's patterns import as float
+    # (compiler.dynamic_quant).
+    loadable = _check_onnx(npu, dynamic_quant_models.integer_product_of_activations(), _feeds((4, 8), 8, seed=3))
+    assert _host_ops(loadable) == ["DynamicQuantizeLinear+DynamicQuantizeLinear+MatMulInteger+Cast+Mul+Mul"]
 
 
 def test_a_com_microsoft_op_whose_shapes_onnx_cannot_infer(npu):
-    loadable = _check_onnx(npu, host_models.dynamic_quantized_lstm(), _feeds((5, 1, 8), 8, seed=4))
-    assert _host_ops(loadable) == ["DynamicQuantizeLSTM"]
+    loadable = _check_onnx(npu, host_models.com_microsoft_fused_matmul(), _feeds((4, 8), 8, seed=4))
+    assert _host_ops(loadable) == ["FusedMatMul"]
 
 
 @pytest.mark.parametrize("build, ops", [(host_models.if_on_data, ["Greater+If"]),
