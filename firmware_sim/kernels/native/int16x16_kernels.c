@@ -60,6 +60,21 @@ void npu_pack_pairs(const void *filter, int wide, int32_t cout, int64_t k, int16
                 wide ? ((const int16_t *)filter)[(int64_t)o * k + i] : ((const int8_t *)filter)[(int64_t)o * k + i];
 }
 
+void npu_pack_split(const int16_t *filter, int32_t cout, int64_t k, int16_t *hi, int16_t *lo)
+{
+    const int64_t cout16 = ((int64_t)cout + 15) / 16 * 16, size = npu_packed_pairs_size(cout, k);
+    memset(hi, 0, sizeof(int16_t) * (size_t)size);
+    memset(lo, 0, sizeof(int16_t) * (size_t)size);
+    for (int32_t o = 0; o < cout; o++) {
+        const int16_t *row = filter + (int64_t)o * k;
+        for (int64_t i = 0; i < k; i++) {
+            const int64_t at = (i / 2 * cout16 + o) * 2 + (i & 1);
+            hi[at] = (int16_t)(row[i] >> 8);    /* arithmetic shift: floor(w / 256) */
+            lo[at] = (int16_t)(row[i] & 0xFF);
+        }
+    }
+}
+
 int16_t *npu_pack_groups(const void *filter, int wide, int32_t groups, int32_t cout_g, int64_t k)
 {
     const int64_t size = npu_packed_pairs_size(cout_g, k), elem = wide ? 2 : 1;
@@ -180,11 +195,39 @@ void npu_finish16(const int64_t *sums, int32_t n, int32_t c0, const int64_t *bia
 
 static int check_weights(const int16_t *w, int64_t n)
 {
+    int bad = 0;                        /* no early exit: the loop vectorizes */
     for (int64_t i = 0; i < n; i++)
-        if (w[i] == INT16_MIN)
-            return NPU_KERNEL_BAD_WEIGHT;
-    return 0;
+        bad |= w[i] == INT16_MIN;
+    return bad ? NPU_KERNEL_BAD_WEIGHT : 0;
 }
+
+#if INT16_LANES
+/* The call's geometry as the 16x8 kernels' call (int16_kernels.c), whose lanes run the 16x16
+   arithmetic from a split filter they are handed: no filter of its own. */
+static struct npu_conv16_call as_conv16(const struct npu_conv16x16_call *c)
+{
+    return (struct npu_conv16_call){
+        .x = c->x, .n = c->n, .h = c->h, .w = c->w, .cin = c->cin, .filter = NULL, .cout = c->cout, .kh = c->kh,
+        .kw = c->kw, .groups = c->groups, .depth_multiplier = c->depth_multiplier, .bias = c->bias,
+        .stride_h = c->stride_h, .stride_w = c->stride_w, .dil_h = c->dil_h, .dil_w = c->dil_w,
+        .pad_top = c->pad_top, .pad_left = c->pad_left, .out_h = c->out_h, .out_w = c->out_w, .mult = c->mult,
+        .shift = c->shift, .per_channel = c->per_channel, .act_min = c->act_min, .act_max = c->act_max, .out = c->out};
+}
+
+/* One group's convolution of at least PACK_MIN_PIXELS pixels in npu_conv16x16_tiles's lanes. */
+static int conv16x16_split(const struct npu_conv16x16_call *c, int64_t k)
+{
+    const int64_t size = npu_packed_pairs_size(c->cout, k);
+    int16_t *hi = aligned_alloc(64, sizeof(int16_t) * (size_t)(2 * size));
+    if (!hi)
+        return NPU_KERNEL_NO_MEMORY;
+    npu_pack_split(c->filter, c->cout, k, hi, hi + size);
+    const struct npu_conv16_call view = as_conv16(c);
+    const int status = npu_conv16x16_tiles(&view, k, hi, hi + size);
+    free(hi);
+    return status;
+}
+#endif
 
 /* Convolution (grouped), NHWC: x (n, h, w, cin); filter (cout, kh, kw, cin / groups). */
 int npu_conv16x16(const struct npu_conv16x16_call *c)
@@ -196,11 +239,15 @@ int npu_conv16x16(const struct npu_conv16x16_call *c)
         status = check_weights(c->filter, (int64_t)cout * k);
     if (status)
         return status;
-    int16_t *row = malloc(sizeof(int16_t) * (size_t)(k + 1));
-    int64_t *sums = malloc(sizeof(int64_t) * (size_t)(cout_g > 0 ? cout_g : 1));
     /* Packing costs about one pixel's multiply-adds: a layer of a few pixels (a classifier's
        1x1 head) takes one dot product per output channel instead. */
     const int packing = (int64_t)c->n * c->out_h * c->out_w >= PACK_MIN_PIXELS;
+#if INT16_LANES
+    if (packing && groups == 1)
+        return conv16x16_split(c, k);
+#endif
+    int16_t *row = malloc(sizeof(int16_t) * (size_t)(k + 1));
+    int64_t *sums = malloc(sizeof(int64_t) * (size_t)(cout_g > 0 ? cout_g : 1));
     int16_t *packed = row && sums && packing ? npu_pack_groups(c->filter, 1, groups, cout_g, k) : NULL;
     const int64_t packed_size = npu_packed_pairs_size(cout_g, k);
     if (!row || !sums || (packing && !packed)) {
@@ -241,47 +288,6 @@ int npu_conv16x16(const struct npu_conv16x16_call *c)
     return 0;
 }
 
-#if INT16_LANES
-/* Depthwise convolution of depth multiplier 1, 16 channels at a time: each tap's 16 products
-   (below 2**30: no weight is -32768) in int32 lanes, added into two int64 halves, then
-   npu_finish16. face_landmark's 96 x 96 x 16 3x3 layers: 500 us of chip CPU each with the
-   scalar per-channel loop (see the commit for the lanes' figure). */
-static void depthwise16x16_lanes(const struct npu_conv16x16_call *c)
-{
-    const int32_t cout = c->cout;
-    int64_t sums[16];
-    for (int32_t b = 0; b < c->n; b++)
-        for (int32_t oy = 0; oy < c->out_h; oy++)
-            for (int32_t ox = 0; ox < c->out_w; ox++) {
-                int16_t *o = c->out + (((int64_t)b * c->out_h + oy) * c->out_w + ox) * cout;
-                for (int32_t c0 = 0; c0 < cout; c0 += 16) {
-                    const __mmask16 k = cout - c0 >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (cout - c0)) - 1);
-                    __m512i lo = _mm512_setzero_si512(), hi = _mm512_setzero_si512();
-                    for (int32_t fy = 0; fy < c->kh; fy++) {
-                        const int32_t iy = oy * c->stride_h - c->pad_top + fy * c->dil_h;
-                        if (iy < 0 || iy >= c->h)
-                            continue;
-                        for (int32_t fx = 0; fx < c->kw; fx++) {
-                            const int32_t ix = ox * c->stride_w - c->pad_left + fx * c->dil_w;
-                            if (ix < 0 || ix >= c->w)
-                                continue;
-                            const int16_t *xp = c->x + (((int64_t)b * c->h + iy) * c->w + ix) * c->cin + c0;
-                            const int16_t *fp = c->filter + ((int64_t)fy * c->kw + fx) * cout + c0;
-                            const __m512i p = _mm512_mullo_epi32(_mm512_cvtepi16_epi32(_mm256_maskz_loadu_epi16(k, xp)),
-                                                                 _mm512_cvtepi16_epi32(_mm256_maskz_loadu_epi16(k, fp)));
-                            lo = _mm512_add_epi64(lo, _mm512_cvtepi32_epi64(_mm512_castsi512_si256(p)));
-                            hi = _mm512_add_epi64(hi, _mm512_cvtepi32_epi64(_mm512_extracti64x4_epi64(p, 1)));
-                        }
-                    }
-                    _mm512_storeu_si512(sums, lo);
-                    _mm512_storeu_si512(sums + 8, hi);
-                    npu_finish16(sums, cout - c0 < 16 ? cout - c0 : 16, c0, c->bias, 1, c->mult, c->shift,
-                                 c->per_channel, c->act_min, c->act_max, o + c0);
-                }
-            }
-}
-#endif
-
 /* Depthwise convolution, NHWC: filter (kh, kw, cout), output channel oc reading input
    channel oc / depth_multiplier; taps outside the image skipped (zero point 0). */
 int npu_depthwise16x16(const struct npu_conv16x16_call *c)
@@ -293,9 +299,9 @@ int npu_depthwise16x16(const struct npu_conv16x16_call *c)
     if (status)
         return status;
 #if INT16_LANES
-    if (dm == 1) {
-        depthwise16x16_lanes(c);
-        return 0;
+    if (dm == 1 && (int64_t)c->kh * c->kw <= 256) {
+        const struct npu_conv16_call view = as_conv16(c);
+        return npu_depthwise16x16_lanes(&view, c->filter);
     }
 #endif
     int64_t *acc = malloc(sizeof(int64_t) * (size_t)(cout > 0 ? cout : 1));
