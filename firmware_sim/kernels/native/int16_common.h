@@ -105,7 +105,7 @@ int npu_depthwise16x16_lanes(const struct npu_conv16_call *c, const int16_t *fil
 
 /* An int16 filter (cout x k, row-major) as npu_pack_pairs packs it, in two parts: hi[] of
    w >> 8 (in [-128, 127]) and lo[] of w & 0xFF (in [0, 255]), w = 256 * hi + lo; each
-   npu_packed_pairs_size elements. */
+   npu_packed_pairs_size elements, 64-byte aligned. */
 void npu_pack_split(const int16_t *filter, int32_t cout, int64_t k, int16_t *hi, int16_t *lo);
 
 #endif

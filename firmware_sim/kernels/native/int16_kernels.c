@@ -153,7 +153,11 @@ static int gather_tile(const struct npu_conv16_call *c, int64_t pixels, int64_t 
                        int16_t *rows, const int16_t **win, int32_t *b, int32_t *oy, int32_t *ox)
 {
     const int count = pixels - p0 < TILE ? (int)(pixels - p0) : TILE;
-    for (int t = 0; t < count; t++) {
+    const int pointwise = direct && c->kw == 1 && c->stride_h == 1 && c->stride_w == 1 && c->pad_top == 0 && c->pad_left == 0
+                          && c->out_h == c->h && c->out_w == c->w;
+    for (int t = 0; t < count && pointwise; t++)    /* output pixel p reads input pixel p */
+        win[t] = c->x + (p0 + t) * c->cin;
+    for (int t = 0; t < count && !pointwise; t++) {
         win[t] = gather_window16(c, *b, *oy, *ox, 0, rows + t * (k + 1), direct);
         if (++*ox == c->out_w) {
             *ox = 0;

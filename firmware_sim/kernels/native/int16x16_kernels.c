@@ -60,9 +60,61 @@ void npu_pack_pairs(const void *filter, int wide, int32_t cout, int64_t k, int16
                 wide ? ((const int16_t *)filter)[(int64_t)o * k + i] : ((const int8_t *)filter)[(int64_t)o * k + i];
 }
 
+#if INT16_LANES
+/* t[j] = column j of the 16 x 16 matrix of int32 whose rows are r[0..15]. */
+static void transpose16x16_epi32(const __m512i *r, __m512i *t)
+{
+    __m512i a[16], b[16];
+    for (int i = 0; i < 8; i++) {
+        a[2 * i] = _mm512_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
+        a[2 * i + 1] = _mm512_unpackhi_epi32(r[2 * i], r[2 * i + 1]);
+    }
+    for (int i = 0; i < 4; i++) {   /* b[4i + j], 128-bit lane L: rows 4i.. 4i + 3 of column 4L + j */
+        b[4 * i] = _mm512_unpacklo_epi64(a[4 * i], a[4 * i + 2]);
+        b[4 * i + 1] = _mm512_unpackhi_epi64(a[4 * i], a[4 * i + 2]);
+        b[4 * i + 2] = _mm512_unpacklo_epi64(a[4 * i + 1], a[4 * i + 3]);
+        b[4 * i + 3] = _mm512_unpackhi_epi64(a[4 * i + 1], a[4 * i + 3]);
+    }
+    for (int j = 0; j < 4; j++) {
+        const __m512i u = _mm512_shuffle_i32x4(b[j], b[4 + j], 0x88), v = _mm512_shuffle_i32x4(b[j], b[4 + j], 0xDD);
+        const __m512i w = _mm512_shuffle_i32x4(b[8 + j], b[12 + j], 0x88), x = _mm512_shuffle_i32x4(b[8 + j], b[12 + j], 0xDD);
+        t[j] = _mm512_shuffle_i32x4(u, w, 0x88);
+        t[8 + j] = _mm512_shuffle_i32x4(u, w, 0xDD);
+        t[4 + j] = _mm512_shuffle_i32x4(v, x, 0x88);
+        t[12 + j] = _mm512_shuffle_i32x4(v, x, 0xDD);
+    }
+}
+#endif
+
 void npu_pack_split(const int16_t *filter, int32_t cout, int64_t k, int16_t *hi, int16_t *lo)
 {
-    const int64_t cout16 = ((int64_t)cout + 15) / 16 * 16, size = npu_packed_pairs_size(cout, k);
+    const int64_t cout16 = ((int64_t)cout + 15) / 16 * 16;
+#if INT16_LANES
+    /* 16 output channels x 16 pairs at a time: the rows' pairs split, then transposed as int32
+       (a pair stays whole), every packed element written (zeros past k and cout) */
+    const int64_t k2 = (k + 1) / 2;
+    const __m512i low_byte = _mm512_set1_epi16(0xFF);
+    for (int64_t o0 = 0; o0 < cout16; o0 += 16)
+        for (int64_t kk0 = 0; kk0 < k2; kk0 += 16) {
+            const int64_t left = k - 2 * kk0;
+            const __mmask32 m = left >= 32 ? ~(__mmask32)0 : ((__mmask32)1 << left) - 1;
+            __m512i rh[16], rl[16], t[16];
+            for (int r = 0; r < 16; r++) {
+                const __m512i v = o0 + r < cout ? _mm512_maskz_loadu_epi16(m, filter + (o0 + r) * k + 2 * kk0)
+                                                : _mm512_setzero_si512();
+                rh[r] = _mm512_srai_epi16(v, 8);
+                rl[r] = _mm512_and_si512(v, low_byte);
+            }
+            const int64_t pairs = k2 - kk0 < 16 ? k2 - kk0 : 16;
+            transpose16x16_epi32(rh, t);
+            for (int64_t j = 0; j < pairs; j++)
+                _mm512_store_si512(hi + ((kk0 + j) * cout16 + o0) * 2, t[j]);
+            transpose16x16_epi32(rl, t);
+            for (int64_t j = 0; j < pairs; j++)
+                _mm512_store_si512(lo + ((kk0 + j) * cout16 + o0) * 2, t[j]);
+        }
+#else
+    const int64_t size = npu_packed_pairs_size(cout, k);
     memset(hi, 0, sizeof(int16_t) * (size_t)size);
     memset(lo, 0, sizeof(int16_t) * (size_t)size);
     for (int32_t o = 0; o < cout; o++) {
@@ -73,6 +125,7 @@ void npu_pack_split(const int16_t *filter, int32_t cout, int64_t k, int16_t *hi,
             lo[at] = (int16_t)(row[i] & 0xFF);
         }
     }
+#endif
 }
 
 int16_t *npu_pack_groups(const void *filter, int wide, int32_t groups, int32_t cout_g, int64_t k)
