@@ -12,6 +12,7 @@
 
 #include "int8_kernels.h"
 #include "int16_common.h"
+#include "gemm_kernels.h"
 
 #if defined(__AVX512F__)
 #include <immintrin.h>
@@ -576,19 +577,96 @@ int npu_depthwise16x8(const struct npu_conv16_call *c)
     return 0;
 }
 
+/* The output of one sum: (int32)round(acc * scale) in double (out of int32's range or NaN:
+   INT32_MIN), clamped. */
+static inline int16_t fc16_output(int64_t acc, double scale, int32_t lo, int32_t hi)
+{
+    const double v = round((double)acc * scale);
+    int32_t q = !(v >= -2147483648.0 && v <= 2147483647.0) ? INT32_MIN : (int32_t)v;
+    q = q < lo ? lo : q > hi ? hi : q;
+    return (int16_t)q;
+}
+
+#if INT16_LANES
+/* fc16_output of 8 sums (channels o.. o + 7, masked by k) into out: round() is half away from
+   zero, which AVX-512 has no mode for: the truncated value plus one where the exact
+   remainder reaches a half (v - trunc(v) is exact in double). */
+static inline void fc16_output8(__m512i acc, const double *scale, int per_channel, int32_t o, __mmask8 k,
+                                int32_t lo, int32_t hi, int16_t *out)
+{
+    const __m512d s = per_channel ? _mm512_maskz_loadu_pd(k, scale + o) : _mm512_set1_pd(scale[0]);
+    const __m512d v = _mm512_mul_pd(_mm512_cvtepi64_pd(acc), s);
+    const __m512d t = _mm512_roundscale_pd(v, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC), d = _mm512_sub_pd(v, t);
+    __m512d r = _mm512_mask_add_pd(t, _mm512_cmp_pd_mask(d, _mm512_set1_pd(0.5), _CMP_GE_OQ), t, _mm512_set1_pd(1.0));
+    r = _mm512_mask_sub_pd(r, _mm512_cmp_pd_mask(d, _mm512_set1_pd(-0.5), _CMP_LE_OQ), r, _mm512_set1_pd(1.0));
+    const __mmask8 in = _mm512_cmp_pd_mask(r, _mm512_set1_pd(-2147483648.0), _CMP_GE_OQ)
+                        & _mm512_cmp_pd_mask(r, _mm512_set1_pd(2147483647.0), _CMP_LE_OQ);
+    __m256i q = _mm256_mask_mov_epi32(_mm256_set1_epi32(INT32_MIN), in, _mm512_cvttpd_epi32(r));
+    q = _mm256_min_epi32(_mm256_max_epi32(q, _mm256_set1_epi32(lo)), _mm256_set1_epi32(hi));
+    _mm_mask_storeu_epi16(out, k, _mm256_cvtepi32_epi16(q));
+}
+
+/* Fully connected through npu_gemm_vnni (int8 x int8 in AVX-512 VNNI, the filter packed once
+   and kept): x = 256 * hi + lo with hi = x >> 8 (int8) and lo = x & 0xFF (in [0, 255], which
+   vpdpbusd takes as its unsigned operand), two exact int32 GEMMs against the int8 weights
+   (|sums| < 2**31 for k < 2**16), combined in int64. 0, or 1 when it does not apply (no
+   VNNI, a filter too large to keep, no memory): the caller's loop runs instead. */
+static int fc16x8_vnni(const struct npu_fc16_call *c)
+{
+    const int64_t rows = c->rows, k = c->k, n = c->n, n16 = (n + 15) / 16 * 16;
+    struct vnni_packed prepared;
+    if (!npu_gemm_vnni_available() || k >= (1 << 16) || rows < 1
+            || !npu_gemm_vnni_prepare(c->w, c->n, 1, k, NULL, 0, &prepared))
+        return 1;
+    int8_t *split = malloc((size_t)(2 * rows * k));
+    int32_t *sums = malloc(sizeof(int32_t) * (size_t)(2 * rows * n + n16));
+    if (!split || !sums) {
+        free(split);
+        free(sums);
+        return 1;
+    }
+    int32_t *zeros = sums + 2 * rows * n;
+    memset(zeros, 0, sizeof(int32_t) * (size_t)n16);
+    for (int64_t i = 0; i < rows * k; i++) {
+        split[i] = (int8_t)(c->x[i] >> 8);
+        split[rows * k + i] = (int8_t)((c->x[i] & 0xFF) ^ 0x80);    /* vpdpbusd's operand, lifted back by 0x80 */
+    }
+    /* hi: init (-128 times each filter row's sum) undoes the lift of a signed operand;
+       lo: lifted back to [0, 255] already, so the sums start at 0 */
+    npu_gemm_vnni(split, rows, k, k, prepared.packed, c->n, prepared.init, sums, n);
+    npu_gemm_vnni(split + rows * k, rows, k, k, prepared.packed, c->n, zeros, sums + rows * n, n);
+    for (int64_t r = 0; r < rows; r++) {
+        const int32_t *hi = sums + r * n, *lo = sums + (rows + r) * n;
+        for (int32_t o = 0; o < c->n; o += 8) {
+            const __mmask8 m = n - o >= 8 ? (__mmask8)0xFF : (__mmask8)((1u << (n - o)) - 1);
+            __m512i acc = _mm512_add_epi64(_mm512_slli_epi64(_mm512_cvtepi32_epi64(_mm256_maskz_loadu_epi32(m, hi + o)), 8),
+                                           _mm512_cvtepi32_epi64(_mm256_maskz_loadu_epi32(m, lo + o)));
+            if (c->bias)                                /* wrapping, as the scalar loop */
+                acc = _mm512_add_epi64(acc, _mm512_maskz_loadu_epi64(m, c->bias + o));
+            fc16_output8(acc, c->scale, c->per_channel, o, m, c->act_min, c->act_max, c->out + r * n + o);
+        }
+    }
+    free(split);
+    free(sums);
+    return 0;
+}
+#endif
+
 /* Fully connected: x (rows, k) int16, w (n, k) int8, bias (n) int64 or NULL; LiteRT's
    reference requantizes (int32)round(acc * scale) in double (scale per output or one). */
 int npu_fully_connected16x8(const struct npu_fc16_call *c)
 {
+#if INT16_LANES
+    if (!fc16x8_vnni(c))
+        return 0;
+#endif
     for (int32_t r = 0; r < c->rows; r++)
         for (int32_t o = 0; o < c->n; o++) {
             int64_t acc = dot16x8(c->x + (int64_t)r * c->k, c->w + (int64_t)o * c->k, c->k);
             if (c->bias)
                 acc = (int64_t)((uint64_t)acc + (uint64_t)c->bias[o]);
-            const double v = round((double)acc * c->scale[c->per_channel ? o : 0]);
-            int32_t q = !(v >= -2147483648.0 && v <= 2147483647.0) ? INT32_MIN : (int32_t)v;
-            q = q < c->act_min ? c->act_min : q > c->act_max ? c->act_max : q;
-            c->out[(int64_t)r * c->n + o] = (int16_t)q;
+            c->out[(int64_t)r * c->n + o] = fc16_output(acc, c->scale[c->per_channel ? o : 0], c->act_min,
+                                                        c->act_max);
         }
     return 0;
 }
