@@ -206,14 +206,16 @@ def _split_extremes(w: np.ndarray) -> np.ndarray:
 def test_conv16x16_lanes_compute_what_numpy_computes(depthwise: bool) -> None:
     """The AVX-512 paths (the filter split in high and low bytes, summed in int32 lanes):
     more than 16 output channels, depths past the int32 flush (> 256 products) and odd, 1x1
-    stride-1 layers read in place, windows across the border, sums and biases that reach the
-    2**47 clip (the saturating requantization) or stay far from it (the folded one)."""
+    stride-1 layers read in place, windows across the border or four in a row inside it, sums
+    and biases that reach the 2**47 clip (the saturating requantization) or stay far from it
+    (the folded one)."""
     rng = np.random.default_rng(68 + depthwise)
     done = 0
     while done < 24:
-        h, w = int(rng.integers(1, 9)), int(rng.integers(1, 9))
         kh = kw = int(rng.choice([1, 1, 3, 5]))
-        stride = (1, 1) if kh == 1 and rng.random() < 0.5 else (int(rng.integers(1, 3)),) * 2
+        wide = depthwise and kh == 5 and done % 2 == 0     # rows of 4 windows inside the image
+        h, w = (int(rng.integers(5, 9)), int(rng.integers(9, 14))) if wide else (int(rng.integers(1, 9)), int(rng.integers(1, 9)))
+        stride = (1, 1) if (kh == 1 and rng.random() < 0.5) or wide else (int(rng.integers(1, 3)),) * 2
         dilation = (int(rng.choice([1, 1, 2])),) * 2
         mode = PADDING_SAME if rng.random() < 0.7 else PADDING_VALID
         oh, pt = conv_geometry(h, kh, stride[0], dilation[0], mode)
