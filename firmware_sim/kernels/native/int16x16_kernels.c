@@ -412,6 +412,39 @@ int npu_fully_connected16x16(const struct npu_fc16x16_call *c)
 /* Average (rounded half away from zero over the in-image part of the window, as
    npu_avg_pool_s8) or max pooling of int16 NHWC, clamped to [act_min, act_max]. Returns
    NPU_KERNEL_EMPTY_WINDOW if a window misses the image. */
+#if INT16_LANES
+/* One output pixel's channels of npu_pool16 over the in-image window rows y0.. y1, columns
+   x0.. x1, 16 channels at a time in int32 lanes (a window of fewer than 2**16 taps: its int16
+   sum fits). The average's rounded division in double: num / count truncated is exact for
+   |num| < 2**31 (a quotient short of an integer by at least 1 / count stays short of it). */
+static void pool16_pixel(const struct npu_pool16_call *c, int32_t max, const int16_t *x, int32_t y0, int32_t y1,
+                         int32_t x0, int32_t x1, int16_t *op)
+{
+    const int32_t ch = c->c, count = (y1 - y0) * (x1 - x0);
+    const __m512i half = _mm512_set1_epi32(count / 2);
+    const __m512d divisor = _mm512_set1_pd((double)count);
+    for (int32_t c0 = 0; c0 < ch; c0 += 16) {
+        const __mmask16 k = ch - c0 >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (ch - c0)) - 1);
+        __m512i acc = max ? _mm512_set1_epi32(INT16_MIN) : _mm512_setzero_si512();
+        for (int32_t iy = y0; iy < y1; iy++)
+            for (int32_t ix = x0; ix < x1; ix++) {
+                const __m512i v = _mm512_cvtepi16_epi32(_mm256_maskz_loadu_epi16(k, x + ((int64_t)iy * c->w + ix) * ch + c0));
+                acc = max ? _mm512_max_epi32(acc, v) : _mm512_add_epi32(acc, v);
+            }
+        if (!max) {             /* num = v > 0 ? v + count / 2 : v - count / 2, then num / count */
+            const __m512i num = _mm512_mask_sub_epi32(_mm512_add_epi32(acc, half),
+                                                      _mm512_cmple_epi32_mask(acc, _mm512_setzero_si512()),
+                                                      acc, half);
+            const __m512d q0 = _mm512_div_pd(_mm512_cvtepi32_pd(_mm512_castsi512_si256(num)), divisor);
+            const __m512d q1 = _mm512_div_pd(_mm512_cvtepi32_pd(_mm512_extracti64x4_epi64(num, 1)), divisor);
+            acc = _mm512_inserti64x4(_mm512_castsi256_si512(_mm512_cvttpd_epi32(q0)), _mm512_cvttpd_epi32(q1), 1);
+        }
+        acc = _mm512_min_epi32(_mm512_max_epi32(acc, _mm512_set1_epi32(c->act_min)), _mm512_set1_epi32(c->act_max));
+        _mm256_mask_storeu_epi16(op + c0, k, _mm512_cvtepi32_epi16(acc));
+    }
+}
+#endif
+
 int npu_pool16(const struct npu_pool16_call *c, int32_t max)
 {
     const int32_t ch = c->c;
@@ -431,6 +464,13 @@ int npu_pool16(const struct npu_pool16_call *c, int32_t max)
                     free(acc);
                     return NPU_KERNEL_EMPTY_WINDOW;
                 }
+#if INT16_LANES
+                if ((int64_t)c->fh * c->fw < (1 << 16)) {
+                    pool16_pixel(c, max, c->x + (int64_t)b * c->h * c->w * ch, y0, y1, x0, x1,
+                                 c->out + (((int64_t)b * c->oh + oy) * c->ow + ox) * ch);
+                    continue;
+                }
+#endif
                 for (int32_t k = 0; k < ch; k++)
                     acc[k] = max ? INT16_MIN : 0;
                 for (int32_t iy = y0; iy < y1; iy++)
