@@ -246,3 +246,29 @@ def test_conv16x16_lanes_compute_what_numpy_computes(depthwise: bool) -> None:
         rerun()
         np.testing.assert_array_equal(out, want, err_msg=f"{x.shape} {wt.shape} {stride} {dilation}")
         done += 1
+
+
+def test_int16_batch_matmul_reruns_in_c_as_numpy_computes() -> None:
+    """Either operand stored transposed, batch axes broadcast from either side, products of
+    -32768 squared summed past 2**31, per-tensor requantization at its extremes, clamps."""
+    from firmware_sim.kernels import matmul
+    rng = np.random.default_rng(69)
+    for case in range(30):
+        rows, depth, cols = (int(v) for v in rng.integers(1, 12, size=3))
+        batch = [int(v) for v in rng.integers(1, 4, size=int(rng.integers(0, 3)))]
+        lhs_batch = [d if rng.random() < 0.6 else 1 for d in batch]
+        rhs_batch = [d if rng.random() < 0.6 else 1 for d in batch]
+        adj_x, adj_y = bool(case & 1), bool(case & 2)
+        lhs = _input(rng, (*lhs_batch, *((depth, rows) if adj_x else (rows, depth))))
+        rhs = _input(rng, (*rhs_batch, *((cols, depth) if adj_y else (depth, cols))))
+        if case % 5 == 0:
+            lhs[...], rhs[...] = -32768, -32768
+        multiplier = int(rng.choice([0, 1 << 30, 0x7FFF0000, (1 << 31) - 1]))
+        kw_args = dict(multiplier=multiplier, shift=int(rng.integers(-31, 15)), adj_x=adj_x, adj_y=adj_y,
+                       act_min=int(rng.choice([-32768, -700])), act_max=int(rng.choice([32767, 900])))
+        want = matmul.matmul_int16(lhs, rhs, **kw_args)
+        out = np.empty_like(want)
+        rerun = int16_calls.bind_matmul16(lhs, rhs, out, **kw_args)
+        assert rerun is not None
+        rerun()
+        np.testing.assert_array_equal(out, want, err_msg=f"{lhs.shape} {rhs.shape} adj {adj_x} {adj_y}")

@@ -2,7 +2,7 @@
  * int16 x int16 convolution, depthwise convolution and fully connected (our formula,
  * kernels/int16x16.py: int16 activations and weights, zero points 0, int64 biases), and
  * int16 average and max pooling (kernels/pooling.py), int16 QUANTIZE and DEQUANTIZE
- * (kernels/int16x8.py), which ran in numpy alone.
+ * (kernels/int16x8.py) and int16 BATCH_MATMUL (kernels/matmul.py), which ran in numpy alone.
  *
  * Sums are exact: a product is below 2**30 in magnitude, a pair of them (vpmaddwd) below
  * 2**31, and they add up in int64. The bias, clipped to +-2**62, is added and the sum
@@ -523,4 +523,51 @@ void npu_dequantize_s16_f32(const int16_t *restrict x, int64_t n, float scale, i
 {
     for (int64_t i = 0; i < n; i++)
         out[i] = (float)((double)scale * ((double)x[i] - (double)zero_point));
+}
+
+/* One output row's exact sums acc[0.. cols) of lhs row l (d at l[d * ld]) times rhs (d, c) at
+   r[d * rd + c * rc]: along the contiguous rhs row when there is one (a loop the compiler
+   vectorizes), else one dot product per column. A product is at most 2**30 (-32768 squared). */
+static void matmul16_row(const int16_t *l, int64_t ld, const int16_t *r, int64_t rd, int64_t rc, int64_t depth,
+                         int64_t cols, int64_t *acc)
+{
+    if (rc == 1) {
+        memset(acc, 0, sizeof(int64_t) * (size_t)cols);
+        for (int64_t d = 0; d < depth; d++) {
+            const int32_t a = l[d * ld];
+            const int16_t *row = r + d * rd;
+            for (int64_t col = 0; col < cols; col++)
+                acc[col] += a * (int32_t)row[col];
+        }
+        return;
+    }
+    for (int64_t col = 0; col < cols; col++) {   /* not dot16x16: both operands may hold -32768 */
+        const int16_t *column = r + col * rc;
+        int64_t total = 0;
+        for (int64_t d = 0; d < depth; d++)
+            total += (int32_t)l[d * ld] * (int32_t)column[d * rd];
+        acc[col] = total;
+    }
+}
+
+int npu_matmul16(const struct npu_matmul16_call *c)
+{
+    if (c->batches < 0 || c->rows < 0 || c->depth < 0 || c->cols < 0)
+        return NPU_KERNEL_BAD_STEP;
+    int status = check_requant16(&c->multiplier, &c->shift, 1);
+    if (status)
+        return status;
+    int64_t *acc = malloc(sizeof(int64_t) * (size_t)(c->cols > 0 ? c->cols : 1));
+    if (!acc)
+        return NPU_KERNEL_NO_MEMORY;
+    for (int64_t b = 0; b < c->batches; b++)
+        for (int64_t row = 0; row < c->rows; row++) {
+            matmul16_row(c->lhs + c->lhs_at[b] + row * c->lhs_row, c->lhs_depth, c->rhs + c->rhs_at[b], c->rhs_depth,
+                         c->rhs_col, c->depth, c->cols, acc);
+            int16_t *o = c->out + (b * c->rows + row) * c->cols;
+            for (int64_t col = 0; col < c->cols; col++)
+                o[col] = requant16(acc[col], c->multiplier, c->shift, c->act_min, c->act_max);
+        }
+    free(acc);
+    return 0;
 }
