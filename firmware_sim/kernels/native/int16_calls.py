@@ -170,7 +170,7 @@ def bind_matmul16(lhs: np.ndarray, rhs: np.ndarray, out: np.ndarray, *, adj_x: b
     if (library() is None or any(a.dtype != np.int16 or not a.flags.c_contiguous for a in arrays)
             or lhs.ndim < 2 or lhs.ndim != rhs.ndim or out.ndim != lhs.ndim or not out.flags.writeable
             or not -(1 << 31) <= multiplier < 1 << 31
-            or np.may_share_memory(lhs, out) or np.may_share_memory(rhs, out)):   # rows are read after others are written
+            or np.may_share_memory(lhs, out) or np.may_share_memory(rhs, out)):   # C writes rows before reading all
         return None
     rows, cols = out.shape[-2:]
     depth = lhs.shape[-2] if adj_x else lhs.shape[-1]
