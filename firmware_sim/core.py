@@ -86,8 +86,16 @@ class Core:
                 polled = poll.window()
                 deadline, arrived = idle_since + polled, False
                 if self.service is not None:
-                    arrived = self.service.poll(self.queues, deadline)
-                while not arrived and clock() < deadline:
+                    # The same steps in C, sleep included while nothing needs Python at the sleep
+                    # point: a wake-up then costs no Python but this loop's (docs/hardware.md).
+                    why = self.service.rest(self.queues, deadline, self.doorbell_fd,
+                                            self.recycling.may_sleep_unasked(), QUEUE_SLEEP_MS)
+                    if why == queue_service.WOKE:
+                        poll.record(clock() - idle_since, polled)
+                    if why != queue_service.ASK:
+                        self.drain_all()
+                        continue
+                while self.service is None and clock() < deadline:
                     if read32(tail_reg) != read32(head_reg) or self.queues.has_work():
                         arrived = True
                         break
@@ -96,12 +104,14 @@ class Core:
                     # Clients ring the doorbell from now on; work that came just before is taken first.
                     # The fence: the cleared flags are visible before the tails are read, so a
                     # client that saw a flag still set wrote its tail where this look finds it.
-                    self.queues.set_polling(False)
-                    queues.store_load_fence()
-                    if read32(tail_reg) != read32(head_reg) or self.queues.has_work():
-                        self.queues.set_polling(True)
-                        self.drain_all()
-                        continue
+                    # (npu_uq_rest did this already when it asks.)
+                    if self.service is None:
+                        self.queues.set_polling(False)
+                        queues.store_load_fence()
+                        if read32(tail_reg) != read32(head_reg) or self.queues.has_work():
+                            self.queues.set_polling(True)
+                            self.drain_all()
+                            continue
                     if self.recycling.at_sleep(self.holds_anything):
                         # Where it would sleep: what comes next rings a doorbell its successor
                         # answers (firmware_sim.recycling).

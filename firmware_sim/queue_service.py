@@ -31,7 +31,7 @@ from firmware_sim.user_queues import JOBS_PER_TURN, ServedQueue, UserQueues
 from firmware_sim.wakeups import WatchdogArm
 from npu_hw import queues, regs, ring
 
-__all__ = ["QueueService", "IDLE", "PYTHON", "FAILED", "BETWEEN", "RING"]
+__all__ = ["QueueService", "IDLE", "PYTHON", "FAILED", "BETWEEN", "RING", "WORK", "WOKE", "ASK"]
 
 # The offsets the C loop was written for, each checked against its npu_hw name.
 _LAYOUT = {
@@ -44,6 +44,7 @@ _LAYOUT = {
     "RING_OP_JOB": ring.OP_JOB, "Q_CONTROL": queues.Q_CONTROL, "Q_TRACE": queues.Q_TRACE, "Q_DONE": queues.Q_DONE,
     "Q_BUSY_NS": queues.Q_BUSY_NS, "Q_DEVICE_NS": queues.Q_DEVICE_NS, "Q_CYCLES": queues.Q_CYCLES,
     "HDR_TAIL": queues.HDR_TAIL, "HDR_DONE": queues.HDR_DONE, "HDR_WAITING": queues.HDR_WAITING,
+    "HDR_POLLING": queues.HDR_POLLING,
     "HEADER_SIZE": queues.HEADER_SIZE, "ENTRY_SIZE": queues.ENTRY_STRUCT.size,
     "COMPLETION_SIZE": queues.COMPLETION_STRUCT.size, "JOBS_PER_TURN": JOBS_PER_TURN,
     "USER_JOB_BIT": queues.USER_JOB_BIT, "SEQ_MASK": queues.USER_JOB_SEQ_MASK,
@@ -51,13 +52,16 @@ _LAYOUT = {
 
 # Why ``serve`` returned (queue_service.h).
 IDLE, PYTHON, FAILED, BETWEEN, RING = 0, 1, 2, 3, 4
+# Why ``rest`` returned (queue_service.h).
+WORK, WOKE, ASK = 0, 1, 2
 _ffi = native.ffi
 
 
 def _check_layout(lib) -> None:
     wrong = [name for name, value in _LAYOUT.items() if getattr(lib, f"NPU_UQ_{name}") != value]
     wrong += [name for name, value in (("IDLE", IDLE), ("PYTHON", PYTHON), ("FAILED", FAILED), ("BETWEEN", BETWEEN),
-                                       ("RING", RING)) if getattr(lib, f"NPU_UQ_{name}") != value]
+                                       ("RING", RING), ("WORK", WORK), ("WOKE", WOKE), ("ASK", ASK))
+              if getattr(lib, f"NPU_UQ_{name}") != value]
     # The C loop reads an entry's and writes a completion's fields at these formats' offsets.
     if queues.ENTRY_STRUCT.format != "<QQIIII" or queues.COMPLETION_STRUCT.format != "<QiIQQQQ":
         wrong.append("the entry or completion format")
@@ -93,6 +97,7 @@ class QueueService:
         self._plans: list[tuple | None] = [None] * lib.NPU_UQ_PLANS   # what each remembered plan points into
         self._next_plan = 0
         self._serve, self._has_work, self._poll = lib.npu_uq_serve, lib.npu_uq_has_work, lib.npu_uq_poll
+        self._rest = lib.npu_uq_rest
 
     @classmethod
     def start(cls, core) -> QueueService | None:
@@ -119,7 +124,7 @@ class QueueService:
                 state.mem = _ffi.from_buffer("uint8_t[]", q.mem, require_writable=True)   # q.mem keeps it mapped
                 state.slot = c.table + queues.slot_offset(q.slot)
                 state.entries, state.slot_index, state.asid = q.entries, q.slot, q.asid
-                state.priority, state.completion_fd = q.priority, q.completion_fd
+                state.priority, state.completion_fd, state.doorbell_fd = q.priority, q.completion_fd, q.doorbell_fd
                 self._timeouts(q)
                 self._queue_array[i] = state
             c.queues, c.count = self._queue_array, len(served)
@@ -169,6 +174,15 @@ class QueueService:
         """Watch the kernel ring and the queues until work comes or ``deadline_ns``."""
         self.take_in(user_queues)
         return bool(self._poll(self.c, deadline_ns))
+
+    def rest(self, user_queues: UserQueues, deadline_ns: int, kernel_doorbell: int, may_sleep: bool,
+             sleep_ms: int) -> int:
+        """Where the core goes idle, in C (``npu_uq_rest``): poll until ``deadline_ns``, then
+        clear the queues' polling flags and look again, then (``may_sleep``) sleep on the
+        doorbells at most ``sleep_ms`` and set the flags again: WORK, WOKE, or ASK (the flags
+        cleared: the caller sleeps its own way)."""
+        self.take_in(user_queues)
+        return int(self._rest(self.c, deadline_ns, kernel_doorbell, may_sleep, sleep_ms))
 
     def failed_job(self) -> tuple[int, int, int, int, int]:
         """(seq, started ns, timeout ms, C status, task index) of the job NPU_UQ_FAILED left running."""

@@ -15,6 +15,7 @@ the wake-up protocol (HDR_DONE then HDR_WAITING; CURRENT_JOB then the watchdog's
 fence between them, as the Python path's getppid() gives. */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <poll.h>
 #include <sched.h>
 #include <stdint.h>
 #include <string.h>
@@ -245,4 +246,50 @@ int npu_uq_poll(const struct npu_uq_core *c, int64_t deadline_ns)
         sched_yield();            /* any runnable host process (the KMD, a client) goes first */
     }
     return 0;
+}
+
+static void set_polling(const struct npu_uq_core *c, uint32_t polling)
+{
+    for (int32_t i = 0; i < c->count; i++)
+        STORE(U32(c->queues[i]->mem, NPU_UQ_HDR_POLLING), polling);
+}
+
+/* Empty a doorbell: the kernel's eventfd (8 bytes) or a queue's pipe (the chip's non-blocking end). */
+static void consume(int fd, int kernel)
+{
+    if (kernel) {
+        uint64_t count;
+        (void)!read(fd, &count, sizeof(count));
+        return;
+    }
+    char sink[4096];
+    while (read(fd, sink, sizeof(sink)) == (ssize_t)sizeof(sink))
+        ;
+}
+
+int npu_uq_rest(struct npu_uq_core *c, int64_t deadline_ns, int32_t kernel_fd, int32_t may_sleep, int32_t sleep_ms)
+{
+    if (npu_uq_poll(c, deadline_ns))
+        return NPU_UQ_WORK;
+    set_polling(c, 0);
+    __atomic_thread_fence(__ATOMIC_SEQ_CST);   /* the cleared flags visible before the tails are read */
+    if (npu_uq_has_work(c)) {
+        set_polling(c, 1);
+        return NPU_UQ_WORK;
+    }
+    if (!may_sleep || c->count == 0 || c->count > NPU_UQ_MAX_SERVED
+        || LOAD(U32(c->regs, NPU_UQ_REG_QUEUE_TABLE_GEN)) != c->table_gen)
+        return NPU_UQ_ASK;
+    struct pollfd fds[1 + NPU_UQ_MAX_SERVED];
+    int n = 0;
+    fds[n++] = (struct pollfd){.fd = kernel_fd, .events = POLLIN};
+    for (int32_t i = 0; i < c->count; i++)
+        if (c->queues[i]->doorbell_fd >= 0)
+            fds[n++] = (struct pollfd){.fd = c->queues[i]->doorbell_fd, .events = POLLIN};
+    if (poll(fds, (nfds_t)n, sleep_ms) > 0)
+        for (int i = 0; i < n; i++)
+            if (fds[i].revents & POLLIN)
+                consume(fds[i].fd, i == 0);
+    set_polling(c, 1);
+    return NPU_UQ_WOKE;
 }

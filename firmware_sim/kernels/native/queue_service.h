@@ -30,6 +30,7 @@
 #define NPU_UQ_HDR_TAIL 0x08
 #define NPU_UQ_HDR_DONE 0x10
 #define NPU_UQ_HDR_WAITING 0x18
+#define NPU_UQ_HDR_POLLING 0x1C
 #define NPU_UQ_HEADER_SIZE 256
 #define NPU_UQ_ENTRY_SIZE 32
 #define NPU_UQ_COMPLETION_SIZE 48
@@ -44,6 +45,12 @@
 #define NPU_UQ_BETWEEN 3     /* between two jobs: a ring-control entry or a table change for Python */
 #define NPU_UQ_RING 4        /* the kernel ring holds jobs: Python's turn for it (a round ended) */
 #define NPU_UQ_PLANS 16      /* job plans the loop remembers */
+#define NPU_UQ_MAX_SERVED 64 /* queues one core serves at most (npu_hw.queues.QUEUE_SLOTS is 16) */
+
+/* Why npu_uq_rest returned. */
+#define NPU_UQ_WORK 0        /* work came: within the poll window, or before the core could sleep */
+#define NPU_UQ_WOKE 1        /* it slept and a doorbell (or the safety-net timeout) woke it */
+#define NPU_UQ_ASK 2         /* it would sleep, but Python sleeps it (a table change, no queue, recycling) */
 
 /* One served queue (firmware_sim.user_queues.ServedQueue keeps `done` and `stopped` here). */
 struct npu_uq {
@@ -59,6 +66,7 @@ struct npu_uq {
     uint32_t priority;            /* Q_PRIORITY */
     int32_t stopped;
     int32_t completion_fd;
+    int32_t doorbell_fd;          /* the chip's read end of the queue's doorbell (non-blocking) */
 };
 
 /* A job plan the loop may replay (firmware_sim.job_plans.replayable: no step, or one C call). */
@@ -108,3 +116,11 @@ int npu_uq_poll(const struct npu_uq_core *c, int64_t deadline_ns);
 
 /* Whether a queue not stopped has a job or the kernel ring an entry. */
 int npu_uq_has_work(const struct npu_uq_core *c);
+
+/* Where the core goes idle, without Python: polls as npu_uq_poll until `deadline_ns`; then clears
+   every served queue's HDR_POLLING (clients ring from now on), a full fence, and looks once more
+   (NPU_UQ_WORK, polling set again, if work came in between). With `may_sleep`, queues served and
+   the table unchanged, it then sleeps on the kernel doorbell `kernel_fd` (an eventfd) and the
+   queues' doorbells at most `sleep_ms`, consumes what woke it, sets HDR_POLLING again and returns
+   NPU_UQ_WOKE; else NPU_UQ_ASK with HDR_POLLING cleared (core.Core.sleep's way). */
+int npu_uq_rest(struct npu_uq_core *c, int64_t deadline_ns, int32_t kernel_fd, int32_t may_sleep, int32_t sleep_ms);
