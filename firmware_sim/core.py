@@ -82,19 +82,20 @@ class Core:
             # Hybrid polling: watch the ring's tail and the queues' tails for a while
             # (adaptive, see idle_poll) before sleeping again, so back-to-back jobs skip the wake-up.
             while True:
+                if self.service is not None:
+                    # The queues' jobs, the idle poll and the sleep on the doorbells in C until
+                    # something needs Python (a job it cannot run, the kernel ring, a table
+                    # change, recycling): no Python per job or per wake-up (docs/hardware.md).
+                    why = self.service.run(self.queues, self.doorbell_fd, self.recycling.may_sleep_unasked(),
+                                           QUEUE_SLEEP_MS)
+                    if why != queue_service.ASKS:
+                        if why != queue_service.RING:   # a job for Python, where the C loop stopped
+                            self.serve_queues(why)
+                        self.drain_all()
+                        continue
                 idle_since = clock()
                 polled = poll.window()
                 deadline, arrived = idle_since + polled, False
-                if self.service is not None:
-                    # The same steps in C, sleep included while nothing needs Python at the sleep
-                    # point: a wake-up then costs no Python but this loop's (docs/hardware.md).
-                    why = self.service.rest(self.queues, deadline, self.doorbell_fd,
-                                            self.recycling.may_sleep_unasked(), QUEUE_SLEEP_MS)
-                    if why == queue_service.WOKE:
-                        poll.record(clock() - idle_since, polled)
-                    if why != queue_service.ASK:
-                        self.drain_all()
-                        continue
                 while self.service is None and clock() < deadline:
                     if read32(tail_reg) != read32(head_reg) or self.queues.has_work():
                         arrived = True
@@ -165,25 +166,27 @@ class Core:
             if (not ran or self.queues_idle) and self.reg(regs.RING_HEAD) == self.reg(regs.RING_TAIL):
                 return
 
-    def serve_queues(self) -> int:
+    def serve_queues(self, why: int | None = None) -> int:
         """Rounds over the served queues, by priority, at most JOBS_PER_TURN jobs each;
         ring-control entries (invalidations) are carried out between any two jobs. The C
         loop (``queue_service``) runs the jobs it can, this one the others; without it, one
-        round in Python."""
+        round in Python. ``why``: the C loop stopped already (``QueueService.run``), for this."""
         service = self.service
         self.queues_idle = False
         if service is None:
             return self.serve_round()
         ran = 0
         while True:
-            why = service.serve(self.queues)
-            ran += service.ran
-            if why in (queue_service.IDLE, queue_service.RING):
-                self.queues_idle = why == queue_service.IDLE
+            if why is None:
+                why = service.serve(self.queues)
+                ran += service.ran
+            stopped, why = why, None
+            if stopped in (queue_service.IDLE, queue_service.RING):
+                self.queues_idle = stopped == queue_service.IDLE
                 return ran
-            if why != queue_service.BETWEEN:
+            if stopped != queue_service.BETWEEN:
                 q = service.current(self.queues)
-                if why == queue_service.FAILED:
+                if stopped == queue_service.FAILED:
                     self.finish_failed_native_job(q, *service.failed_job())
                 else:
                     entry = self.queues.next_entry(q)

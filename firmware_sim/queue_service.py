@@ -21,9 +21,11 @@ between any two jobs, the kernel ring's turn between rounds.
 """
 from __future__ import annotations
 
+import os
+
 import numpy as np
 
-from firmware_sim import job_plans
+from firmware_sim import idle_poll, job_plans
 from firmware_sim.dma import DmaEngine, IommuFault
 from firmware_sim.kernels import native
 from firmware_sim.timing import HardwareProfile
@@ -48,19 +50,23 @@ _LAYOUT = {
     "HEADER_SIZE": queues.HEADER_SIZE, "ENTRY_SIZE": queues.ENTRY_STRUCT.size,
     "COMPLETION_SIZE": queues.COMPLETION_STRUCT.size, "JOBS_PER_TURN": JOBS_PER_TURN,
     "USER_JOB_BIT": queues.USER_JOB_BIT, "SEQ_MASK": queues.USER_JOB_SEQ_MASK,
+    "GROW_START_NS": idle_poll.GROW_START_NS, "CONTENDED_NS": idle_poll.CONTENDED_NS,
+    "LOAD_CHECK_NS": idle_poll.LOAD_CHECK_NS,
 }
 
 # Why ``serve`` returned (queue_service.h).
 IDLE, PYTHON, FAILED, BETWEEN, RING = 0, 1, 2, 3, 4
-# Why ``rest`` returned (queue_service.h).
+# Why npu_uq_rest returned (queue_service.h); ``run`` returns ASKS when it asks.
 WORK, WOKE, ASK = 0, 1, 2
+ASKS = ASK + 16
 _ffi = native.ffi
 
 
 def _check_layout(lib) -> None:
     wrong = [name for name, value in _LAYOUT.items() if getattr(lib, f"NPU_UQ_{name}") != value]
     wrong += [name for name, value in (("IDLE", IDLE), ("PYTHON", PYTHON), ("FAILED", FAILED), ("BETWEEN", BETWEEN),
-                                       ("RING", RING), ("WORK", WORK), ("WOKE", WOKE), ("ASK", ASK))
+                                       ("RING", RING), ("WORK", WORK), ("WOKE", WOKE), ("ASK", ASK),
+                                       ("ASKS", ASKS))
               if getattr(lib, f"NPU_UQ_{name}") != value]
     # The C loop reads an entry's and writes a completion's fields at these formats' offsets.
     if queues.ENTRY_STRUCT.format != "<QQIIII" or queues.COMPLETION_STRUCT.format != "<QiIQQQQ":
@@ -97,7 +103,15 @@ class QueueService:
         self._plans: list[tuple | None] = [None] * lib.NPU_UQ_PLANS   # what each remembered plan points into
         self._next_plan = 0
         self._serve, self._has_work, self._poll = lib.npu_uq_serve, lib.npu_uq_has_work, lib.npu_uq_poll
-        self._rest = lib.npu_uq_rest
+        self._run = lib.npu_uq_run
+        # The idle poll of ``run`` (IdlePoll's rule in C), its /proc/loadavg kept open by a probe.
+        self._probe = idle_poll.RunQueueProbe()
+        idle = c.idle
+        idle.max_ns = max(0, int(profile.idle_poll_ns))
+        idle.window_ns = min(idle.max_ns, idle_poll.GROW_START_NS)
+        idle.checked_ns = -idle_poll.LOAD_CHECK_NS
+        idle.preempted_at = idle_poll.preemptions()
+        idle.cpus, idle.loadavg_fd = os.cpu_count() or 1, self._probe.fd
 
     @classmethod
     def start(cls, core) -> QueueService | None:
@@ -175,14 +189,18 @@ class QueueService:
         self.take_in(user_queues)
         return bool(self._poll(self.c, deadline_ns))
 
-    def rest(self, user_queues: UserQueues, deadline_ns: int, kernel_doorbell: int, may_sleep: bool,
-             sleep_ms: int) -> int:
-        """Where the core goes idle, in C (``npu_uq_rest``): poll until ``deadline_ns``, then
-        clear the queues' polling flags and look again, then (``may_sleep``) sleep on the
-        doorbells at most ``sleep_ms`` and set the flags again: WORK, WOKE, or ASK (the flags
-        cleared: the caller sleeps its own way)."""
+    def run(self, user_queues: UserQueues, kernel_doorbell: int, may_sleep: bool, sleep_ms: int) -> int:
+        """The core's loop while nothing needs Python (``npu_uq_run``): serve; when idle, poll
+        (IdlePoll's window), clear the polling flags, fence, look again, sleep on the doorbells;
+        serve again. Returns PYTHON, FAILED or BETWEEN as ``serve`` does; RING when the kernel
+        ring holds an entry, the table changed or the kernel doorbell rang; ASKS when the core
+        would sleep but Python must put it to sleep (recycling, no queue, a table change: its
+        polling flags cleared, nothing found after the fence)."""
         self.take_in(user_queues)
-        return int(self._rest(self.c, deadline_ns, kernel_doorbell, may_sleep, sleep_ms))
+        return int(self._run(self.c, kernel_doorbell, may_sleep, sleep_ms))
+
+    def close(self) -> None:
+        self._probe.close()
 
     def failed_job(self) -> tuple[int, int, int, int, int]:
         """(seq, started ns, timeout ms, C status, task index) of the job NPU_UQ_FAILED left running."""

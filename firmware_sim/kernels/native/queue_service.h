@@ -47,7 +47,12 @@
 #define NPU_UQ_PLANS 16      /* job plans the loop remembers */
 #define NPU_UQ_MAX_SERVED 64 /* queues one core serves at most (npu_hw.queues.QUEUE_SLOTS is 16) */
 
-/* Why npu_uq_rest returned. */
+/* firmware_sim.idle_poll's constants (checked against it on import). */
+#define NPU_UQ_GROW_START_NS 10000
+#define NPU_UQ_CONTENDED_NS 20000
+#define NPU_UQ_LOAD_CHECK_NS 2000000
+
+/* Why npu_uq_rest (queue_service.c) returned. */
 #define NPU_UQ_WORK 0        /* work came: within the poll window, or before the core could sleep */
 #define NPU_UQ_WOKE 1        /* it slept and a doorbell (or the safety-net timeout) woke it */
 #define NPU_UQ_ASK 2         /* it would sleep, but Python sleeps it (a table change, no queue, recycling) */
@@ -81,6 +86,15 @@ struct npu_uq_plan {
     uint64_t cycles, device_ns;
 };
 
+/* The adaptive idle poll of firmware_sim.idle_poll.IdlePoll, for npu_uq_run (the same rule). */
+struct npu_uq_idle {
+    int64_t window_ns, max_ns;
+    int64_t checked_ns;           /* when the load was last looked at */
+    int64_t preempted_at;         /* this process's involuntary context switches then */
+    int32_t contended, cpus;
+    int32_t loadavg_fd;           /* /proc/loadavg kept open, or -1 */
+};
+
 struct npu_uq_core {
     uint8_t *regs;                /* the register file */
     uint32_t bank;                /* this core's bank in it */
@@ -97,6 +111,8 @@ struct npu_uq_core {
     int32_t watchdog_fd;
     const uint64_t *generation;   /* job_plans' generation now */
     struct npu_uq_plan plans[NPU_UQ_PLANS];
+    struct npu_uq_idle idle;      /* npu_uq_run's idle poll */
+    int32_t woken_by_kernel;      /* out, npu_uq_rest: the kernel doorbell was among what woke it */
     int32_t ran;                  /* out: jobs the last call ran */
     uint64_t failed_seq, failed_started_ns;   /* out, NPU_UQ_FAILED: the job, when it started */
     uint32_t failed_timeout_ms;
@@ -117,10 +133,15 @@ int npu_uq_poll(const struct npu_uq_core *c, int64_t deadline_ns);
 /* Whether a queue not stopped has a job or the kernel ring an entry. */
 int npu_uq_has_work(const struct npu_uq_core *c);
 
-/* Where the core goes idle, without Python: polls as npu_uq_poll until `deadline_ns`; then clears
-   every served queue's HDR_POLLING (clients ring from now on), a full fence, and looks once more
-   (NPU_UQ_WORK, polling set again, if work came in between). With `may_sleep`, queues served and
-   the table unchanged, it then sleeps on the kernel doorbell `kernel_fd` (an eventfd) and the
-   queues' doorbells at most `sleep_ms`, consumes what woke it, sets HDR_POLLING again and returns
-   NPU_UQ_WOKE; else NPU_UQ_ASK with HDR_POLLING cleared (core.Core.sleep's way). */
-int npu_uq_rest(struct npu_uq_core *c, int64_t deadline_ns, int32_t kernel_fd, int32_t may_sleep, int32_t sleep_ms);
+
+/* IdlePoll.record and IdlePoll.window on `idle` (firmware_sim.idle_poll). */
+void npu_uq_idle_record(struct npu_uq_idle *idle, int64_t idle_ns, int64_t polled_ns);
+int64_t npu_uq_idle_window(struct npu_uq_idle *idle);
+
+/* The core's loop over its user queues while nothing needs Python: npu_uq_serve; when it finds
+   nothing, the idle poll (the window of `c->idle`, adapted as IdlePoll adapts) and npu_uq_rest,
+   then npu_uq_serve again. Returns what npu_uq_serve returns for Python (PYTHON, FAILED, BETWEEN),
+   NPU_UQ_RING when the kernel ring holds an entry, the table changed or the kernel doorbell rang
+   (Python's turn: drain_all), or NPU_UQ_ASK + 16 when npu_uq_rest asks (the core's way to sleep). */
+int npu_uq_run(struct npu_uq_core *c, int32_t kernel_fd, int32_t may_sleep, int32_t sleep_ms);
+#define NPU_UQ_ASKS 18       /* npu_uq_run: NPU_UQ_ASK + 16 */
