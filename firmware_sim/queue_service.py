@@ -18,6 +18,11 @@ plan (``job_plans.GENERATION`` moves: the C loop uses only plans taken at the cu
 Rounds and their order are the Python loop's: queues by priority, at most JOBS_PER_TURN jobs
 each, equals taking turns at going first, ring-control entries and table changes taken in
 between any two jobs, the kernel ring's turn between rounds.
+
+Where it finds nothing to run, :meth:`QueueService.run` stays in C too: the idle poll
+(``IdlePoll``'s rule), the polling flags, the fence, the sleep on the doorbells and the next
+round, back in Python only for what needs it (``core.Core.run_forever``): a woken core spent
+about 45 us of Python per wake-up.
 """
 from __future__ import annotations
 
