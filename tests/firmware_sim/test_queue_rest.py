@@ -4,6 +4,7 @@ hands Python what it cannot run where it stopped, asks before a sleep it may not
 adapts its poll window by ``IdlePoll``'s rule."""
 from __future__ import annotations
 
+import errno
 import os
 import threading
 
@@ -12,6 +13,7 @@ import pytest
 from firmware_sim import idle_poll, queue_service
 from firmware_sim.kernels import native
 from npu_hw import queues
+from tests.firmware_sim.test_queue_service import FcJob  # a job with a C step (its warm-up below)
 from tests.support.device import WAIT_S, wait_for
 from tests.support.queue_rig import Rig
 
@@ -93,6 +95,25 @@ def test_what_the_c_loop_cannot_run_goes_to_python_where_it_stopped_and_a_sleep_
     assert header.read64(queues.HDR_DONE) == 3 and header.read32(queues.HDR_POLLING) == 0
     rig.kernel_jobs([7])
     assert service.run(rig.core.queues, rig.kernel_doorbell, False, NO_SAFETY_NET_MS) == queue_service.RING
+
+
+def test_a_c_step_failing_in_the_c_loop_is_completed_by_python_once_and_the_loop_goes_on(rig):
+    header = rig.add_queue(0)
+    job = FcJob(rig)
+    for seq in range(1, 5):                            # the plan made, then its C call taken
+        job.submit(rig, header, seq)
+    rig.core.drain_all()
+    job.set_shift(40)                                  # out of range: the kernel's own check fails it
+    job.submit(rig, header, 5)
+    why = rig.core.service.run(rig.core.queues, rig.kernel_doorbell, False, NO_SAFETY_NET_MS)
+    assert why == queue_service.FAILED and header.read64(queues.HDR_DONE) == 4
+    rig.core.serve_queues(why)
+    job.set_shift(-3)
+    job.submit(rig, header, 6)
+    assert rig.core.service.run(rig.core.queues, rig.kernel_doorbell, False, NO_SAFETY_NET_MS) == queue_service.ASKS
+    assert [rig.completion(header, seq)[1] for seq in (5, 6)] == [-errno.EINVAL, 0]
+    base = queues.slot_offset(0)
+    assert rig.table.read64(base + queues.Q_FAILED) == 1 and rig.table.read64(base + queues.Q_DONE) == 6
 
 
 def test_the_c_idle_window_follows_idle_polls_rule(rig):
