@@ -11,11 +11,7 @@ KVM's halt-polling does (``halt_poll_ns`` grow/shrink), from what the core measu
 - it came after ``max_ns`` (or never): polling was wasted: shrink (halve, to zero);
 - and a short poll only (``CONTENDED_NS`` at most) while other processes want the CPU:
   more runnable tasks than CPUs in /proc/loadavg, or this core was preempted during its
-  last poll (its involuntary context switches grew), since then a long poll delays them;
-  a job later than that short poll then counts as one no poll could catch (shrink): on a
-  loaded machine a client's next job comes later than CONTENDED_NS and the core polled
-  20 us in vain before each sleep (one process: 24-27 us of core CPU per job, of which
-  14-18 us is the wake-up).
+  last poll (its involuntary context switches grew), since then a long poll delays them.
   (Not none: with four clients on two vCPUs the CPUs are always contended, and an A/B
   run without any poll was no better: 4-process NOP p50 1200-1240 us against 880-1270 us
   with the fixed 300 us poll, load average 2-5, within the noise.)
@@ -108,9 +104,7 @@ class IdlePoll:
         """A job arrived ``idle_ns`` after the core went idle, having polled ``polled_ns``."""
         if idle_ns <= polled_ns:
             return                                       # caught by the poll
-        # While contended no poll may be longer than CONTENDED_NS: a job later than that
-        # would not have been caught by any, the poll was wasted.
-        if idle_ns <= (min(self.max_ns, CONTENDED_NS) if self.contended else self.max_ns):
+        if idle_ns <= self.max_ns:
             self.window_ns = min(self.max_ns, max(GROW_START_NS, self.window_ns * 2))
         else:
             self.window_ns //= 2

@@ -58,19 +58,3 @@ def test_run_queue_probe_reads_the_live_file_each_time() -> None:
     finally:
         probe.close()
     assert probe.others() == 0          # closed: no load seen, never an error
-
-
-def test_while_contended_a_job_later_than_the_short_poll_shrinks_it() -> None:
-    """No poll longer than CONTENDED_NS is allowed then: a job after it could not have been
-    caught by any, and polling before each sleep was CPU the clients wanted."""
-    poll = IdlePoll(300_000)
-    poll.contended = True
-    poll.window_ns = 40_000
-    for expected in (20_000, 10_000, 0):
-        poll.record(idle_ns=CONTENDED_NS + 5_000, polled_ns=min(poll.window_ns, CONTENDED_NS))
-        assert poll.window_ns == expected
-    poll.record(idle_ns=CONTENDED_NS // 2, polled_ns=0)    # one a short poll would have caught
-    assert poll.window_ns == GROW_START_NS
-    poll.contended = False
-    poll.record(idle_ns=100_000, polled_ns=GROW_START_NS)   # uncontended, 300 us is in reach again
-    assert poll.window_ns == 2 * GROW_START_NS

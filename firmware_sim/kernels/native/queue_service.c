@@ -310,8 +310,7 @@ void npu_uq_idle_record(struct npu_uq_idle *idle, int64_t idle_ns, int64_t polle
 {
     if (idle_ns <= polled_ns)
         return;                                   /* caught by the poll */
-    int64_t reach = idle->contended && idle->max_ns > NPU_UQ_CONTENDED_NS ? NPU_UQ_CONTENDED_NS : idle->max_ns;
-    if (idle_ns <= reach) {                       /* a poll allowed now would have caught it */
+    if (idle_ns <= idle->max_ns) {
         int64_t grown = idle->window_ns * 2 > NPU_UQ_GROW_START_NS ? idle->window_ns * 2 : NPU_UQ_GROW_START_NS;
         idle->window_ns = grown < idle->max_ns ? grown : idle->max_ns;
     } else {
