@@ -47,7 +47,7 @@ from typing import Any, NamedTuple
 from ..loadable import HostCall
 from . import registry
 from .accuracy import LayerError, float_names, layer_errors
-from .front_end_check import int16_front_end_scores, needs_float
+from .front_end_check import Int16FrontEnd, measure_int16_front_end, needs_float
 from .host_groups import group_host_ops
 from .ir import Graph, IRError, Op
 from .source_index import op_sources
@@ -227,24 +227,25 @@ def blamed_layers(float_graph: Graph, quantized: Graph, samples: Sequence, *, ca
         if front_end and front_end_fits(float_graph, chain):
             result.append(Blame(tensor, errors[tensor].local_sqnr_db, chain, True))
         elif front_end:
-            scores = _int16_scores(float_graph, chain, tensor, calibration, samples)
-            if scores is not None and needs_float(scores, tensor, need):
-                result.append(Blame(tensor, errors[tensor].local_sqnr_db, chain, True, scores.get(tensor)))
+            measured = _measured(float_graph, chain, tensor, calibration, samples)
+            if measured is not False and needs_float(measured, need, AMPLIFIED_DB):
+                score = None if measured is None else measured.score
+                result.append(Blame(tensor, errors[tensor].local_sqnr_db, chain, True, score))
         elif len(chain) <= MAX_CPU_LAYERS and leaves_chip_work(float_graph, chain):
             result.append(Blame(tensor, errors[tensor].local_sqnr_db, chain, False))
     return result
 
 
-def _int16_scores(graph: Graph, chain: list[str], tensor: str, calibration: Sequence | None,
-                  samples: Sequence) -> dict[str, float] | None:
-    """:func:`int16_front_end_scores`, measured once per compile (the blame runs after the
-    int8 step and again after the integer steps); None when the front end cannot be
-    quantized alone (it then stays on the chip, as a later ladder step that fails)."""
-    def compute() -> dict[str, float] | None:
+def _measured(graph: Graph, chain: list[str], tensor: str, calibration: Sequence | None,
+              samples: Sequence) -> Int16FrontEnd | None | bool:
+    """:func:`measure_int16_front_end`, once per compile (the blame runs after the int8 step
+    and again after the integer steps); False when the front end cannot be quantized alone
+    (it then stays on the chip, as a later ladder step that fails leaves the model)."""
+    def compute() -> Int16FrontEnd | None | bool:
         try:
-            return int16_front_end_scores(graph, chain, tensor, calibration, samples)
+            return measure_int16_front_end(graph, chain, tensor, calibration, samples)
         except Exception:  # noqa: BLE001 - optional, as a later ladder step: the model stays as it is
-            return None
+            return False
     return once("front end int16", (graph, *(calibration or ()), *samples), (tensor, tuple(chain)), compute)
 
 
