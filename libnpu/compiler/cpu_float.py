@@ -21,9 +21,12 @@ where they run in float:
   error (the log of a power spectrum: :func:`amplified_layers`) is blamed first and moves
   with everything upstream of it, whatever the count and even every layer with weights,
   when the CPU's cost is small (:func:`front_end_fits`: multiply-adds per inference, in
-  absolute terms or as a share of the model's), or whatever it costs when it is the
-  model (:func:`is_whole_model`: a log-mel spectrogram and nothing else). Its readers
-  stay: its output (the log domain) is what a grid holds. The escalation moves such a
+  absolute terms or as a share of the model's), or whatever it costs when int16 on the
+  front end alone does not hold what the layer makes of it
+  (:mod:`libnpu.compiler.front_end_check`: a log-mel spectrogram that is most of an audio
+  classifier, or all of the model); the reason says what int16 scored and what the CPU
+  then does (:func:`front_end_reason`). Its readers stay: its output (the log domain) is
+  what a grid holds. The escalation moves such a
   front end right after its int8 step (:func:`front_end_blamed`, :func:`front_end_in_float`)
   and quantizes the rest through its ladder; the int16 steps cannot fix a front end
   (unless the chip runs the magnifying layer in int16 too, as a LayerNorm's
@@ -41,20 +44,23 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Collection, Mapping, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 from ..loadable import HostCall
 from . import registry
 from .accuracy import LayerError, float_names, layer_errors
+from .front_end_check import Int16FrontEnd, measure_int16_front_end, needs_float
 from .host_groups import group_host_ops
 from .ir import Graph, IRError, Op
 from .source_index import op_sources
+from .step_reuse import once
 from .tflite_export import export_tflite
 
 __all__ = ["MAX_CPU_LAYERS", "MAX_CPU_TRIALS", "AMPLIFIED_DB", "MAX_FRONT_END_MACS", "MAX_FRONT_END_SHARE",
-           "WHOLE_MODEL_SHARE", "KEPT_IN_FLOAT", "Blame", "movable", "upstream", "leaves_chip_work", "amplified_layers",
-           "front_end_fits", "is_whole_model", "errors_by_float_name", "blamed_layers", "front_end_blamed",
-           "front_end_in_float", "kept_in_float", "float_on_cpu", "cpu_reason"]
+           "WHOLE_MODEL_SHARE", "KEPT_IN_FLOAT", "Blame", "movable", "upstream", "leaves_chip_work",
+           "amplified_layers", "front_end_fits", "is_whole_model", "front_end_cost", "front_end_reason",
+           "errors_by_float_name", "blamed_layers", "front_end_blamed", "front_end_in_float", "kept_in_float",
+           "float_on_cpu", "cpu_reason"]
 
 #: At most this many layers move to the CPU for one blamed layer (it and its upstream).
 MAX_CPU_LAYERS = 16
@@ -63,17 +69,24 @@ MAX_CPU_TRIALS = 3
 #: A layer whose cumulative SQNR falls this many dB under its inputs' (and under its own
 #: rounding's) magnifies its input grid's error (:func:`amplified_layers`).
 AMPLIFIED_DB = 10.0
-#: A front end kept in float does at most this many multiply-adds per inference
-#: (:func:`front_end_fits`).
+#: A front end doing at most this many multiply-adds per inference moves unmeasured: its
+#: float costs the CPU little (:func:`front_end_fits`); a larger one moves when only float
+#: holds it (:mod:`libnpu.compiler.front_end_check`).
 MAX_FRONT_END_MACS = 8_000_000
 #: ... or at most this share of the model's multiply-adds.
 MAX_FRONT_END_SHARE = 0.25
-#: ... or at least this share: the front end is the model (a log-mel spectrogram, maybe a
-#: tiny head after it: :func:`is_whole_model`).
+#: A front end doing at least this share of the model's multiply-adds is the model (a
+#: log-mel spectrogram, maybe a tiny head after it: :func:`is_whole_model`).
 WHOLE_MODEL_SHARE = 0.99
 
-#: A blamed layer: its tensor, local SQNR (dB), the tensors moved with it, whether it is a front end.
-Blame = tuple[str, float, list[str], bool]
+
+class Blame(NamedTuple):
+    """A blamed layer (:func:`blamed_layers`)."""
+    tensor: str
+    local_sqnr_db: float
+    chain: list[str]                   # the tensors moved with it (their ops), it included
+    front_end: bool                    # a magnifying layer, moved with everything upstream of it
+    int16_score: float | None = None   # a front end's output with int16 on it alone (front_end_check)
 
 
 def upstream(graph: Graph, tensor: str) -> list[str]:
@@ -130,23 +143,36 @@ def amplified_layers(errors: Mapping[str, LayerError], graph: Graph) -> dict[str
 
 
 def front_end_fits(graph: Graph, chain: Collection[str]) -> bool:
-    """Whether the ops making ``chain`` (a magnifying layer and its front end) may run in
-    float on the CPU, by their cost: at most ``MAX_FRONT_END_MACS`` multiply-adds per
-    inference (a few milliseconds of float on one core: openwakeword's whole mel model,
-    2.2M), or at most ``MAX_FRONT_END_SHARE`` of the model's (the chip keeps the rest:
-    basic-pitch's CQT front end, 40M of 524M), or whatever they cost when they are the
-    model (:func:`is_whole_model`): the chip would keep next to nothing, and no grid holds
-    what it would run."""
+    """Whether the ops making ``chain`` (a magnifying layer and its front end) are cheap
+    enough to run in float on the CPU unmeasured: at most ``MAX_FRONT_END_MACS``
+    multiply-adds per inference (a few milliseconds of float on one core: openwakeword's
+    whole mel model, 2.2M), or at most ``MAX_FRONT_END_SHARE`` of the model's (the chip
+    keeps the rest: basic-pitch's CQT front end, 40M of 524M). A larger one moves only when
+    the measurement says no integer grid holds it (:func:`blamed_layers`): the cap once
+    kept an audio classifier's own 13M log-mel (78% of it) on the chip at 0.61."""
     macs = sum(graph.op_macs(op) for op in graph.ops if op.outputs[0] in chain)
-    return macs <= MAX_FRONT_END_MACS or macs <= MAX_FRONT_END_SHARE * graph.macs() or is_whole_model(graph, chain)
+    return macs <= MAX_FRONT_END_MACS or macs <= MAX_FRONT_END_SHARE * graph.macs()
 
 
 def is_whole_model(graph: Graph, chain: Collection[str]) -> bool:
     """Whether the ops making ``chain`` do at least ``WHOLE_MODEL_SHARE`` of ``graph``'s
     multiply-adds: a model that is all front end (a log-mel spectrogram of 18M multiply-adds,
-    maybe a dense head of 41K after its log), whose only accurate form is float on the
-    CPU (it scored 0.23 at int8 and 0.32 after every int16 step)."""
+    maybe a dense head of 41K after its log), which then runs as float host calls: the
+    reason says so, lest the chip be taken for doing the work."""
     return graph.macs() > 0 and _share(graph, chain) >= WHOLE_MODEL_SHARE
+
+
+def front_end_cost(graph: Graph, chain: Collection[str]) -> str:
+    """What keeping the ops making ``chain`` in float on the CPU costs, as the reason says it:
+    their multiply-adds per inference and their share of the model's."""
+    macs = sum(graph.op_macs(op) for op in graph.ops if op.outputs[0] in chain)
+    whole = "; the front end is the model" if is_whole_model(graph, chain) else ""
+    share = _share(graph, chain)
+    return f"{_millions(macs)} multiply-adds per inference on the CPU ({share:.1%} of the model's){whole}"
+
+
+def _millions(macs: int) -> str:
+    return f"{macs / 1e6:.1f}M" if macs >= 100_000 else f"{macs:,}"
 
 
 def _share(graph: Graph, chain: Collection[str]) -> float:
@@ -168,17 +194,20 @@ def _elementwise_unary(graph: Graph, op: Op) -> bool:
         and graph.tensors[data[0]].shape == graph.tensors[op.outputs[0]].shape
 
 
-def blamed_layers(float_graph: Graph, quantized: Graph, samples: Sequence) -> list[Blame]:
-    """``(tensor, local SQNR in dB, tensors moved with it, front end)`` for the layers of
-    ``quantized`` the error is blamed on, worst first: the layers that magnify their
-    input grid's error (:func:`amplified_layers`), most first, then every layer by the
-    error it adds alone; with the layers to move for each: the layer, the layers reading
-    its output (the grid of that output is what it could not bear: ``1 + 2^20 |x|``
-    before its log; not for a magnifying layer, whose output a grid holds), and everything
-    upstream of them (:func:`upstream` in
+def blamed_layers(float_graph: Graph, quantized: Graph, samples: Sequence, *, calibration: Sequence | None,
+                  need: float) -> list[Blame]:
+    """The layers of ``quantized`` the error is blamed on (:class:`Blame`), worst first: the
+    layers that magnify their input grid's error (:func:`amplified_layers`), most first,
+    then every layer by the error it adds alone (on ``samples``); with the layers to move
+    for each: the layer, the layers reading its output (the grid of that output is what it
+    could not bear: ``1 + 2^20 |x|`` before its log; not for a magnifying layer, whose
+    output a grid holds), and everything upstream of them (:func:`upstream` in
     ``float_graph``), all movable. A layer blamed by its own error moves with at most
     ``MAX_CPU_LAYERS`` layers, leaving an op with weights on the chip; a magnifying layer
-    moves with its whole front end (``front end`` True: :func:`front_end_fits`)."""
+    moves with its whole front end, whatever that costs, when only float holds it: int16
+    on the front end alone (calibrated on ``calibration``, None: random data) holds the
+    values the layer reads but not what it makes of them on ``samples`` (under ``need``:
+    :mod:`libnpu.compiler.front_end_check`)."""
     errors = errors_by_float_name(float_graph, quantized, samples)
     ops = {op.outputs[0]: op for op in float_graph.ops}
     amplified = amplified_layers(errors, float_graph)
@@ -197,10 +226,29 @@ def blamed_layers(float_graph: Graph, quantized: Graph, samples: Sequence) -> li
         chain = [op.outputs[0] for op in float_graph.ops if op.outputs[0] in chain]
         if not all(movable(float_graph, ops[t]) for t in chain):
             continue
-        if front_end and front_end_fits(float_graph, chain) or \
-                not front_end and len(chain) <= MAX_CPU_LAYERS and leaves_chip_work(float_graph, chain):
-            result.append((tensor, errors[tensor].local_sqnr_db, chain, front_end))
+        if front_end and front_end_fits(float_graph, chain):
+            result.append(Blame(tensor, errors[tensor].local_sqnr_db, chain, True))
+        elif front_end:
+            measured = _measured(float_graph, chain, tensor, calibration, samples)
+            if measured is not False and needs_float(measured, need, AMPLIFIED_DB):
+                score = None if measured is None else measured.score
+                result.append(Blame(tensor, errors[tensor].local_sqnr_db, chain, True, score))
+        elif len(chain) <= MAX_CPU_LAYERS and leaves_chip_work(float_graph, chain):
+            result.append(Blame(tensor, errors[tensor].local_sqnr_db, chain, False))
     return result
+
+
+def _measured(graph: Graph, chain: list[str], tensor: str, calibration: Sequence | None,
+              samples: Sequence) -> Int16FrontEnd | None | bool:
+    """:func:`measure_int16_front_end`, once per compile (the blame runs after the int8 step
+    and again after the integer steps); False when the front end cannot be quantized alone
+    (it then stays on the chip, as a later ladder step that fails leaves the model)."""
+    def compute() -> Int16FrontEnd | None | bool:
+        try:
+            return measure_int16_front_end(graph, chain, tensor, calibration, samples)
+        except Exception:  # noqa: BLE001 - optional, as a later ladder step: the model stays as it is
+            return False
+    return once("front end int16", (graph, *(calibration or ()), *samples), (tensor, tuple(chain)), compute)
 
 
 def errors_by_float_name(float_graph: Graph, quantized: Graph, samples: Sequence) -> dict[str, LayerError]:
@@ -215,14 +263,15 @@ def errors_by_float_name(float_graph: Graph, quantized: Graph, samples: Sequence
     return errors
 
 
-def front_end_blamed(float_graph: Graph, quantized: Graph, samples: Sequence) -> list[Blame]:
+def front_end_blamed(float_graph: Graph, quantized: Graph, samples: Sequence, *, calibration: Sequence | None,
+                     need: float) -> list[Blame]:
     """:func:`blamed_layers` when the worst is a front end no grid holds (a magnifying
     layer), else []: the escalation then keeps it in float right after its int8 step,
     not after the int16 steps, which cannot fix it (basic-pitch's log spectrum: int16
     activations on 179 layers moved its worst output from 0.855 to 0.857 at 3.4 + 2.1 +
     9.8 times the int8 step's work, and reached the budget's cap before the CPU step)."""
-    blamed = blamed_layers(float_graph, quantized, samples)
-    if not blamed or not blamed[0][3]:
+    blamed = blamed_layers(float_graph, quantized, samples, calibration=calibration, need=need)
+    if not blamed or not blamed[0].front_end:
         return []
     # A magnifying layer the chip also runs in int16 is the int16 steps' to try first: its
     # input grid 256 times finer may hold it (a LayerNorm's 1 / sqrt after an attention whose
@@ -231,15 +280,22 @@ def front_end_blamed(float_graph: Graph, quantized: Graph, samples: Sequence) ->
     return [] if registry.get(ops[blamed[0][0]].type, "int16") else blamed
 
 
-def front_end_in_float(graph: Graph, chain: Sequence[str], reason: str) -> tuple[Graph, dict[str, Any]]:
-    """The float ``graph`` with the ops making ``chain`` (a front end :func:`front_end_blamed`
-    names) on the CPU in float (:func:`float_on_cpu`), and the ``cpu_float`` metadata
-    saying so; the escalation's ladder then quantizes the rest, int16 steps and all
-    (basic-pitch: the CQT front end in float and int16 on the rest reached 0.990, one step
-    short of what the int16 weights step then adds)."""
-    if is_whole_model(graph, chain):    # said, so nobody takes the chip for doing the work
-        reason += f"; the front end is the model ({_share(graph, chain):.1%} of its multiply-adds)"
-    return float_on_cpu(graph, chain, reason), kept_in_float(graph, chain, reason)
+def front_end_reason(graph: Graph, blame: Blame) -> str:
+    """What the reason of a front end kept in float adds: what int16 on it alone scored, and
+    what it costs (:func:`front_end_cost`)."""
+    score = "" if blame.int16_score is None else f"int16 on the front end alone scored {blame.int16_score:.4f}, "
+    return f"; {score}{front_end_cost(graph, blame.chain)}"
+
+
+def front_end_in_float(graph: Graph, blame: Blame, reason: str) -> tuple[Graph, dict[str, Any]]:
+    """The float ``graph`` with the front end ``blame`` names (:func:`front_end_blamed`) on
+    the CPU in float (:func:`float_on_cpu`), and the ``cpu_float`` metadata saying so, its
+    reason with what int16 scored on it and what it costs (:func:`front_end_reason`); the
+    escalation's ladder then quantizes the rest, int16 steps and all (basic-pitch: the CQT
+    front end in float and int16 on the rest reached 0.990, one step short of what the
+    int16 weights step then adds)."""
+    reason += front_end_reason(graph, blame)
+    return float_on_cpu(graph, blame.chain, reason), kept_in_float(graph, blame.chain, reason)
 
 
 def kept_in_float(graph: Graph, tensors: Collection[str], reason: str) -> dict[str, Any]:

@@ -34,9 +34,11 @@ The default compile of a float model (no ``recipe``, or ``recipe="default"``) ru
    of a power spectrum, a layer with no int16 kernel:
    :func:`libnpu.compiler.cpu_float.front_end_blamed`) goes to the
    CPU right after the int8 step instead, and the ladder starts again from int8 on the rest;
-   a front end that is the whole model (a log-mel spectrogram, maybe a small head after
-   it: :func:`libnpu.compiler.cpu_float.is_whole_model`) goes so whatever it costs, and
-   the model may then run as one float host call, as its reason says.
+   a front end over the cost cap (:func:`libnpu.compiler.cpu_float.front_end_fits`) goes
+   so whatever it costs when int16 on it alone does not hold it either
+   (:mod:`libnpu.compiler.front_end_check`: a log-mel that is 78% of an audio classifier,
+   or the whole model, which may then run as one float host call), and its reason says
+   what int16 scored and the multiply-adds the CPU does.
 
 The steps share what they compute alike (:mod:`libnpu.compiler.step_reuse`: the equalized
 graph, calibration ranges, GPTQ's moments, the quantized graph before bias correction,
@@ -70,6 +72,7 @@ from .cpu_float import (
     float_on_cpu,
     front_end_blamed,
     front_end_in_float,
+    front_end_reason,
     kept_in_float,
     leaves_chip_work,
 )
@@ -309,11 +312,11 @@ def _escalate(graph: Graph, dataset: Iterable[Feed] | None, target: float, budge
             break
         if len(tried) == 1 and cpu_float and not capped:   # a front end no grid holds: int16 will not fix it
             with stage(progress, "measure"):
-                blamed = front_end_blamed(opt, q, held)
+                blamed = front_end_blamed(opt, q, held, calibration=calibration, need=need)
             if blamed:     # the ladder again from int8, on the rest of the model
                 cpu_float = False          # tried here, not again after the integer steps
                 try:
-                    graph, front = front_end_in_float(opt, blamed[0][2], cpu_reason(rank[1], target, "int8"))
+                    graph, front = front_end_in_float(opt, blamed[0], cpu_reason(rank[1], target, "int8"))
                     graph, _ = keep_small_islands_on_cpu(graph, min_partition)   # now between host calls
                 except IRError as exc:     # a layer the host cannot run in float: the ladder goes on
                     tried.append({"step": "CPU front end", "refused": str(exc).splitlines()[0][:200], "work": 0})
@@ -356,18 +359,21 @@ def _keep_in_float(opt: Graph, best: _Best, options: dict[str, Any], given: Mapp
     around the CPU ones now see other values; ``given``: the caller's options)."""
     rank, q, *_ = best
     with stage(progress, "measure"):
-        blamed = blamed_layers(opt, q, held)
+        blamed = blamed_layers(opt, q, held, calibration=calibration, need=need)
     moved: list[str] = []
     trials = 0
     reason = cpu_reason(rank[1], target)
     refused: list[str] = []
-    for layer, _, chain, front_end in blamed:     # a front end may take every layer with weights
+    fronts = ""     # what each front end moved scored at int16 and costs (cpu_float.front_end_reason)
+    for blame in blamed:     # a front end may take every layer with weights
+        layer, chain, front_end = blame.tensor, blame.chain, blame.front_end
         if layer in moved or not (front_end or leaves_chip_work(opt, {*moved, *chain})):
             continue
         if trials == MAX_CPU_TRIALS:
             break
+        said = reason + fronts + (front_end_reason(opt, blame) if front_end else "")
         try:
-            cpu = float_on_cpu(opt, list(dict.fromkeys([*moved, *chain])), reason)
+            cpu = float_on_cpu(opt, list(dict.fromkeys([*moved, *chain])), said)
         except IRError as exc:     # a layer the host cannot run in float stays on the chip
             refused.append(str(exc).splitlines()[0][:200])
             continue
@@ -376,7 +382,7 @@ def _keep_in_float(opt: Graph, best: _Best, options: dict[str, Any], given: Mapp
             return best, capped
         before = work_done()
         trials += 1
-        moved = list(dict.fromkeys([*moved, *chain]))
+        moved, fronts = list(dict.fromkeys([*moved, *chain])), said[len(reason):]
         keep = {k: _still_made(cpu, v) for k, v in options.items() if k in ("int16", "int16_weights")}
         try:
             trial = _quantize(cpu, calibration, {**options, **keep},
@@ -388,7 +394,7 @@ def _keep_in_float(opt: Graph, best: _Best, options: dict[str, Any], given: Mapp
             break
         with stage(progress, "measure"):
             trial_scores, trial_logits = measure(opt, trial, held)
-        trial.metadata["cpu_float"] = kept_in_float(opt, moved, reason)
+        trial.metadata["cpu_float"] = kept_in_float(opt, moved, said)
         name = f"CPU float {trials}"
         tried.append({"step": name, "chose": f"{len(moved)} layers kept in float on the CPU",
                       **_rounded(trial_scores, trial_logits), "work": work_done() - before})

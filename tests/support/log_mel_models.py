@@ -34,13 +34,18 @@ def mel_weights(bins: int, mels: int) -> np.ndarray:
 
 
 def log_mel_tflite(*, frames: int = 24, window: int = 64, bins: int = 33, mels: int = 16,
-                   framing: str = "conv", decibels: bool = True, head: int = 0, seed: int = 0) -> bytes:
+                   framing: str = "conv", decibels: bool = True, head: int = 0, conv_head: int = 0,
+                   seed: int = 0) -> bytes:
     """A float TFLite log-mel spectrogram, input [1, frames * window] audio:
     ``framing="conv"``: RESHAPE [1, 1, L, 1], CONV_2D with the DFT as its filters (stride
     ``window``); ``"matmul"``: RESHAPE [frames, window], FULLY_CONNECTED by the DFT. Then
     SQUARE, RESHAPE [frames, 2 * bins], FULLY_CONNECTED by the mel bank, MAXIMUM(1e-10),
     LOG, and ``decibels``: MUL by 10 / ln 10 (the model's last op). ``head``: a dense layer
-    of that many units on the flattened log-mel (RESHAPE [1, frames * mels], FULLY_CONNECTED)."""
+    of that many units on the flattened log-mel (RESHAPE [1, frames * mels], FULLY_CONNECTED).
+    ``conv_head``: a small CNN of that many channels on the log-mel image instead (an audio
+    classifier shipping its log-mel inside: RESHAPE [1, frames, mels, 1], two 3x3 CONV_2D
+    with RELU, MEAN over the mels, FULLY_CONNECTED from every frame to 8 classes; about
+    9 * frames * mels * (c + c^2) multiply-adds)."""
     samples, spec = frames * window, 2 * bins
     rng = np.random.default_rng(seed)
     tensors: list[TensorSpec] = []
@@ -83,7 +88,22 @@ def log_mel_tflite(*, frames: int = 24, window: int = 64, bins: int = 33, mels: 
     if decibels:
         out = op(OP.MUL, [out, tensor((1,), np.array([10 / np.log(10)], F), "db")], (frames, mels), "decibels",
                  named_options("MulOptions"))
-    if head:
+    if conv_head:
+        image = op(OP.RESHAPE, [out, shape_of([1, frames, mels, 1])], (1, frames, mels, 1), "image")
+        for k, (cin, name) in enumerate([(1, "conv1"), (conv_head, "conv2")]):
+            w = (rng.standard_normal((conv_head, 3, 3, cin)) / np.sqrt(9 * cin) / (40 if k == 0 else 1)).astype(F)
+            bias = tensor((conv_head,), (rng.standard_normal(conv_head) * 0.1).astype(F), f"{name}_b")
+            image = op(OP.CONV_2D, [image, tensor(w.shape, w, f"{name}_w"), bias], (1, frames, mels, conv_head),
+                       name, named_options("Conv2DOptions", Padding=tflite.Padding.SAME, StrideH=1, StrideW=1,
+                                           FusedActivationFunction=tflite.ActivationFunctionType.RELU))
+        pooled = op(OP.MEAN, [image, shape_of([2])], (1, frames, conv_head), "pooled",
+                    named_options("ReducerOptions", KeepDims=False))
+        pooled = op(OP.RESHAPE, [pooled, shape_of([1, frames * conv_head])], (1, frames * conv_head), "per_frame")
+        w = (rng.standard_normal((8, frames * conv_head)) / np.sqrt(frames * conv_head)).astype(F)
+        bias = tensor((8,), np.zeros(8, F), "classes_b")
+        out = op(OP.FULLY_CONNECTED, [pooled, tensor(w.shape, w, "classes_w"), bias], (1, 8), "classes",
+                 named_options("FullyConnectedOptions"))
+    elif head:
         feats = op(OP.RESHAPE, [out, shape_of([1, frames * mels])], (1, frames * mels), "features")
         w = (rng.standard_normal((head, frames * mels)) / np.sqrt(frames * mels) * 0.1).astype(F)
         bias = tensor((head,), np.zeros(head, F), "head_b")
