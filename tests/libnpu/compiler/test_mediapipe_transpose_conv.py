@@ -1,7 +1,8 @@
 """mediapipe's Convolution2DTransposeBias custom op (the selfie segmenters' last layer) is
 TFLite's TRANSPOSE_CONV with a bias: it imports as that operator, its float reference matches
-LiteRT's own kernel of the custom op, and quantized it runs on the chip byte for byte as
-LiteRT's reference TRANSPOSE_CONV does on the exported int8 model."""
+LiteRT's own kernel of the custom op, and quantized (int8, or int16 activations as the default
+recipe gives the segmenters) it runs on the chip byte for byte as LiteRT's reference
+TRANSPOSE_CONV does on the exported model."""
 from __future__ import annotations
 
 import struct
@@ -13,12 +14,14 @@ from ai_edge_litert.interpreter import Interpreter
 
 from libnpu.compiler.float_ref import run_float
 from libnpu.compiler.lower import lower
+from libnpu.compiler.mixed_precision import MixedPrecisionError, promote
+from libnpu.compiler.optimize import optimize
 from libnpu.compiler.placement import CPU, NPU, place_model
 from libnpu.compiler.quantizer import quantize_model
 from libnpu.compiler.tflite_export import export_tflite
 from libnpu.compiler.tflite_import import import_tflite
 from tests.support.chip_memory import ChipMemory, run_loadable
-from tests.support.tflite_builder import OpSpec, TensorSpec, build_model, run_reference
+from tests.support.tflite_builder import OpSpec, TensorSpec, build_model, named_options, run_reference
 
 F = np.float32
 SAME, VALID = 1, 2     # TfLitePadding
@@ -63,16 +66,39 @@ def test_custom_op_is_transpose_conv_with_bias(name) -> None:
     np.testing.assert_allclose(ours, _litert_custom(model, x), rtol=1e-5, atol=1e-5)
 
 
-def test_custom_op_on_the_chip_byte_exact(tmp_path) -> None:
-    g = import_tflite(CASES["same-2x2-s2"])
-    q = quantize_model(g, random_count=16)
+def _builtin_relu() -> bytes:
+    """TFLite's own TRANSPOSE_CONV (output shape first, then w, x, bias) with a fused RELU."""
+    w = (np.random.default_rng(7).standard_normal((3, 3, 3, 4)) * 0.4).astype(F)
+    b = np.array([0.3, -0.2, 0.1], F)
+    tensors = [TensorSpec((4,), np.int32, data=np.array([1, 9, 11, 3], np.int32)), TensorSpec(w.shape, F, data=w),
+               TensorSpec((1, 4, 5, 4), F), TensorSpec((3,), F, data=b), TensorSpec((1, 9, 11, 3), F)]
+    op = OpSpec(tflite.BuiltinOperator.TRANSPOSE_CONV, [0, 1, 2, 3], [4], *named_options(
+        "TransposeConvOptions", Padding=1, StrideH=2, StrideW=2, FusedActivationFunction=1))
+    return build_model(tensors, [op], [2], [4])
+
+
+@pytest.mark.parametrize("int16", [False, True], ids=["int8", "int16"])
+def test_on_the_chip_byte_exact(tmp_path, int16) -> None:
     mem = ChipMemory(tmp_path, size=1 << 20)
-    ld = lower(q)
     rng = np.random.default_rng(2)
-    for _ in range(2):
-        x = rng.uniform(-1, 1, g.tensors[g.inputs[0]].shape).astype(F)
-        (ours,), (ref,) = run_loadable(mem, ld, [x]), run_reference(export_tflite(q), x)
-        np.testing.assert_array_equal(ours, ref)
+    for model in (CASES["same-2x2-s2"], CASES["same-3x3-s2"], _builtin_relu()):
+        g = import_tflite(model)
+        q = quantize_model(g, random_count=16)
+        if int16:
+            q = promote(q, [op.outputs[0] for op in q.ops if op.type == "TRANSPOSE_CONV"], optimize(g))
+            (tc,) = [op for op in q.ops if op.type == "TRANSPOSE_CONV"]
+            assert q.tensors[tc.inputs[0]].dtype == q.tensors[tc.outputs[0]].dtype == "int16"
+        ld = lower(q)
+        for _ in range(2):
+            x = rng.uniform(-1, 1, g.tensors[g.inputs[0]].shape).astype(F)
+            (ours,), (ref,) = run_loadable(mem, ld, [x]), run_reference(export_tflite(q), x)
+            np.testing.assert_array_equal(ours, ref)
+
+
+def test_no_int16_weights() -> None:
+    g = import_tflite(CASES["same-2x2-s2"])
+    with pytest.raises(MixedPrecisionError, match="not a promoted op with weights"):
+        promote(quantize_model(g, random_count=4), [g.outputs[0]], optimize(g), [g.outputs[0]])
 
 
 def test_placement_on_the_npu_and_bad_options_on_the_cpu() -> None:
