@@ -27,6 +27,8 @@ def transpose_conv_2d(desc: np.void, dma) -> Rerun | None:
     if on != n or tuple(int(v) for v in desc["dilation"]) not in ((1, 1), (0, 0)) \
             or int(desc["cin_per_group"]) not in (0, cin):
         raise OpDescriptorError("transpose_conv: batch, dilation or cin_per_group do not fit")
+    if int(desc["flags"]) & ops.OPF_WEIGHTS16:
+        raise OpDescriptorError("transpose_conv: no int16 weights (OPF_WEIGHTS16)")
     act = act_dtype(desc)
     if act == np.int16:
         int16_zero_points(desc, "input_zp", "output_zp")

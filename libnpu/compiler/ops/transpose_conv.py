@@ -90,9 +90,12 @@ def _export(wr, op, outs) -> None:
     a = op.attrs
     out = wr.src.tensors[op.outputs[0]].shape
     w = wr.src.tensors[op.inputs[1]].shape
+    x = wr.src.tensors[op.inputs[0]].shape
+    # the padding whose forward convolution of the output gives both the crop and the input's
+    # size (both crop 0 when the SAME and VALID sizes differ: LiteRT checks the size)
     fits = [enum for code, enum in ((spec_ops.PADDING_SAME, 0), (spec_ops.PADDING_VALID, 1))
-            if all(spec_ops.conv_geometry(size, k, s, 1, code)[1] == pad
-                   for size, k, s, pad in zip(out[1:3], w[1:3], a["stride"], a["padding"]))]
+            if all(spec_ops.conv_geometry(size, k, s, 1, code) == (n, pad)
+                   for size, k, s, pad, n in zip(out[1:3], w[1:3], a["stride"], a["padding"], x[1:3]))]
     if not fits:
         raise tflite_export.TFLiteExportError(f"{op.describe()}: padding {a['padding']} is neither SAME nor VALID")
     ins = [wr.const_i32(op.outputs[0], out), wr.name(op.inputs[1]), wr.name(op.inputs[0]), wr.bias(op, w[0])]
