@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 
 from benchmarks import fuzz_descriptors
-from npu_hw import ops
 from firmware_sim.kernels.fixedpoint import multiply_by_quantized_multiplier, wrap_int32
 from firmware_sim.kernels.transpose_conv import transpose_conv2d
+from npu_hw import ops
 from tests.support.chip_memory import ChipMemory, encode
 
 MIB = 1 << 20

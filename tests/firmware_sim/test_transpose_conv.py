@@ -56,5 +56,6 @@ def test_transpose_conv_matches_litert(mem, int16) -> None:
                                 options, version=4 if act else 3)
         x = rng.integers(-32768, 32768, (n, h, w, cin)).astype(np.int16) if int16 else random_int8(rng, (n, h, w, cin))
         check_on_chip(mem, model, [x],
-                      f"{act_type.__name__} case {case}: in {(h, w, cin)} k {(kh, kw)} s {(sh, sw)} same {same} act {act} bias {with_bias}",
+                      f"{act_type.__name__} case {case}: in {(h, w, cin)} k {(kh, kw)} s {(sh, sw)} same {same} "
+                      f"act {act} bias {with_bias}",
                       export=case < 5)

@@ -15,7 +15,6 @@ from .. import float_ref, onnx_import, qparams, tflite_export, tflite_import
 from ..registry import Operator, onnx, register, tflite_options
 from .conv import onnx_bias, onnx_emit_2d, onnx_weights_2d
 
-
 # mediapipe's TRANSPOSE_CONV with a bias, from before the builtin took one: inputs (x, w, bias),
 # custom options a raw TfLiteTransposeConvParams (int32 padding, stride_width, stride_height).
 MEDIAPIPE_TRANSPOSE_CONV = "CUSTOM:Convolution2DTransposeBias"
