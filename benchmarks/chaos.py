@@ -9,8 +9,8 @@ process.  It checks what issue 11 asks:
 
 - the daemon never exits;
 - every operation ends - with success or an errno - before its deadline (the job
-  timeout plus ``margin_s``); one that does not is *hung*: reported with what was
-  killed shortly before, and its client replaced so the run goes on;
+  timeout plus ``margin_s``, stretched by the load: chaos_client.loaded_margin); one that
+  does not is *hung*: reported with what was killed shortly before, and its client replaced so the run goes on;
 - no successful job returns wrong data, no client fails in an unexpected way;
 - once the clients are gone, nothing leaks: device memory and contexts, the daemon's
   fds and RSS, the files of the device's /dev/shm directory, and processes (every
@@ -27,7 +27,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from multiprocessing.connection import wait as wait_any
 
-from .chaos_client import client_main
+from .chaos_client import client_main, loaded_margin
 from .scratch_device import Resources, ScratchDevice, process_state, wait_until
 
 KILL_KINDS = ("client", "core", "chip")
@@ -40,7 +40,7 @@ class ChaosConfig:
     kills: tuple[str, ...] = KILL_KINDS
     kill_every: tuple[float, float] = (0.5, 2.0)   # seconds between kills, uniform
     job_timeout_ms: int = 2000                     # each job's, and the device's watchdog
-    margin_s: float = 15.0                         # an operation is hung past its timeout + this
+    margin_s: float = 15.0                         # an operation is hung past its timeout + this (x load)
     rss_slack: int = 64 << 20                      # the daemon's RSS may grow this much
     settle_s: float = 30.0                         # time for the driver to reclaim killed clients
     seed: int = 0
@@ -245,7 +245,7 @@ class _Controller:
                 client.conn.send("stop")
             except OSError:
                 pass
-        bound = time.monotonic() + self.config.job_timeout_ms / 1000 + self.config.margin_s + 5
+        bound = time.monotonic() + self.config.job_timeout_ms / 1000 + loaded_margin(self.config.margin_s) + 5
         while self.clients and time.monotonic() < bound:
             self.pump(0.1)
             for client in [c for c in self.clients if c.stopped]:

@@ -82,12 +82,21 @@ class Core:
             # Hybrid polling: watch the ring's tail and the queues' tails for a while
             # (adaptive, see idle_poll) before sleeping again, so back-to-back jobs skip the wake-up.
             while True:
+                if self.service is not None:
+                    # The queues' jobs, the idle poll and the sleep on the doorbells in C until
+                    # something needs Python (a job it cannot run, the kernel ring, a table
+                    # change, recycling): no Python per job or per wake-up (docs/hardware.md).
+                    why = self.service.run(self.queues, self.doorbell_fd, self.recycling.may_sleep_unasked(),
+                                           QUEUE_SLEEP_MS)
+                    if why != queue_service.ASKS:
+                        if why != queue_service.RING:   # a job for Python, where the C loop stopped
+                            self.serve_queues(why)
+                        self.drain_all()
+                        continue
                 idle_since = clock()
                 polled = poll.window()
                 deadline, arrived = idle_since + polled, False
-                if self.service is not None:
-                    arrived = self.service.poll(self.queues, deadline)
-                while not arrived and clock() < deadline:
+                while self.service is None and clock() < deadline:
                     if read32(tail_reg) != read32(head_reg) or self.queues.has_work():
                         arrived = True
                         break
@@ -96,12 +105,14 @@ class Core:
                     # Clients ring the doorbell from now on; work that came just before is taken first.
                     # The fence: the cleared flags are visible before the tails are read, so a
                     # client that saw a flag still set wrote its tail where this look finds it.
-                    self.queues.set_polling(False)
-                    queues.store_load_fence()
-                    if read32(tail_reg) != read32(head_reg) or self.queues.has_work():
-                        self.queues.set_polling(True)
-                        self.drain_all()
-                        continue
+                    # (npu_uq_rest did this already when it asks.)
+                    if self.service is None:
+                        self.queues.set_polling(False)
+                        queues.store_load_fence()
+                        if read32(tail_reg) != read32(head_reg) or self.queues.has_work():
+                            self.queues.set_polling(True)
+                            self.drain_all()
+                            continue
                     if self.recycling.at_sleep(self.holds_anything):
                         # Where it would sleep: what comes next rings a doorbell its successor
                         # answers (firmware_sim.recycling).
@@ -155,25 +166,27 @@ class Core:
             if (not ran or self.queues_idle) and self.reg(regs.RING_HEAD) == self.reg(regs.RING_TAIL):
                 return
 
-    def serve_queues(self) -> int:
+    def serve_queues(self, why: int | None = None) -> int:
         """Rounds over the served queues, by priority, at most JOBS_PER_TURN jobs each;
         ring-control entries (invalidations) are carried out between any two jobs. The C
         loop (``queue_service``) runs the jobs it can, this one the others; without it, one
-        round in Python."""
+        round in Python. ``why``: the C loop stopped already (``QueueService.run``), for this."""
         service = self.service
         self.queues_idle = False
         if service is None:
             return self.serve_round()
         ran = 0
         while True:
-            why = service.serve(self.queues)
-            ran += service.ran
-            if why in (queue_service.IDLE, queue_service.RING):
-                self.queues_idle = why == queue_service.IDLE
+            if why is None:
+                why = service.serve(self.queues)
+                ran += service.ran
+            stopped, why = why, None
+            if stopped in (queue_service.IDLE, queue_service.RING):
+                self.queues_idle = stopped == queue_service.IDLE
                 return ran
-            if why != queue_service.BETWEEN:
+            if stopped != queue_service.BETWEEN:
                 q = service.current(self.queues)
-                if why == queue_service.FAILED:
+                if stopped == queue_service.FAILED:
                     self.finish_failed_native_job(q, *service.failed_job())
                 else:
                     entry = self.queues.next_entry(q)

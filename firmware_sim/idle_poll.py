@@ -28,7 +28,7 @@ import os
 import resource
 import time
 
-__all__ = ["IdlePoll", "GROW_START_NS", "CONTENDED_NS", "LOAD_CHECK_NS"]
+__all__ = ["IdlePoll", "RunQueueProbe", "preemptions", "GROW_START_NS", "CONTENDED_NS", "LOAD_CHECK_NS"]
 
 GROW_START_NS = 10_000
 CONTENDED_NS = 20_000
@@ -45,6 +45,11 @@ class RunQueueProbe:
         except OSError:
             self._fd = -1
 
+    @property
+    def fd(self) -> int:
+        """The descriptor kept open (-1 without /proc/loadavg), for the C loop's idle poll."""
+        return self._fd
+
     def others(self) -> int:
         if self._fd < 0:
             return 0
@@ -59,7 +64,8 @@ class RunQueueProbe:
             self._fd = -1
 
 
-def _preemptions() -> int:
+def preemptions() -> int:
+    """This process's involuntary context switches so far."""
     return resource.getrusage(resource.RUSAGE_SELF).ru_nivcsw
 
 
@@ -70,7 +76,7 @@ class IdlePoll:
         self.max_ns = max(0, int(max_ns))
         self.window_ns = min(self.max_ns, GROW_START_NS)
         self.cpus = cpus or os.cpu_count() or 1
-        self._preempted_at = _preemptions()
+        self._preempted_at = preemptions()
         self._run_queue = RunQueueProbe()
         self._checked_ns = -LOAD_CHECK_NS
         self.contended = False
@@ -86,7 +92,7 @@ class IdlePoll:
         if now - self._checked_ns >= LOAD_CHECK_NS:
             self._checked_ns = now
             self.load_checks += 1
-            preempted = _preemptions()
+            preempted = preemptions()
             self.contended = preempted != self._preempted_at or self._run_queue.others() >= self.cpus
             self._preempted_at = preempted
         return min(self.window_ns, CONTENDED_NS) if self.contended else self.window_ns

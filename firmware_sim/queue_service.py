@@ -18,12 +18,19 @@ plan (``job_plans.GENERATION`` moves: the C loop uses only plans taken at the cu
 Rounds and their order are the Python loop's: queues by priority, at most JOBS_PER_TURN jobs
 each, equals taking turns at going first, ring-control entries and table changes taken in
 between any two jobs, the kernel ring's turn between rounds.
+
+Where it finds nothing to run, :meth:`QueueService.run` stays in C too: the idle poll
+(``IdlePoll``'s rule), the polling flags, the fence, the sleep on the doorbells and the next
+round, back in Python only for what needs it (``core.Core.run_forever``): a woken core spent
+about 45 us of Python per wake-up.
 """
 from __future__ import annotations
 
+import os
+
 import numpy as np
 
-from firmware_sim import job_plans
+from firmware_sim import idle_poll, job_plans
 from firmware_sim.dma import DmaEngine, IommuFault
 from firmware_sim.kernels import native
 from firmware_sim.timing import HardwareProfile
@@ -31,7 +38,7 @@ from firmware_sim.user_queues import JOBS_PER_TURN, ServedQueue, UserQueues
 from firmware_sim.wakeups import WatchdogArm
 from npu_hw import queues, regs, ring
 
-__all__ = ["QueueService", "IDLE", "PYTHON", "FAILED", "BETWEEN", "RING"]
+__all__ = ["QueueService", "IDLE", "PYTHON", "FAILED", "BETWEEN", "RING", "WORK", "WOKE", "ASK"]
 
 # The offsets the C loop was written for, each checked against its npu_hw name.
 _LAYOUT = {
@@ -44,20 +51,28 @@ _LAYOUT = {
     "RING_OP_JOB": ring.OP_JOB, "Q_CONTROL": queues.Q_CONTROL, "Q_TRACE": queues.Q_TRACE, "Q_DONE": queues.Q_DONE,
     "Q_BUSY_NS": queues.Q_BUSY_NS, "Q_DEVICE_NS": queues.Q_DEVICE_NS, "Q_CYCLES": queues.Q_CYCLES,
     "HDR_TAIL": queues.HDR_TAIL, "HDR_DONE": queues.HDR_DONE, "HDR_WAITING": queues.HDR_WAITING,
+    "HDR_POLLING": queues.HDR_POLLING,
     "HEADER_SIZE": queues.HEADER_SIZE, "ENTRY_SIZE": queues.ENTRY_STRUCT.size,
     "COMPLETION_SIZE": queues.COMPLETION_STRUCT.size, "JOBS_PER_TURN": JOBS_PER_TURN,
     "USER_JOB_BIT": queues.USER_JOB_BIT, "SEQ_MASK": queues.USER_JOB_SEQ_MASK,
+    "GROW_START_NS": idle_poll.GROW_START_NS, "CONTENDED_NS": idle_poll.CONTENDED_NS,
+    "LOAD_CHECK_NS": idle_poll.LOAD_CHECK_NS,
 }
 
 # Why ``serve`` returned (queue_service.h).
 IDLE, PYTHON, FAILED, BETWEEN, RING = 0, 1, 2, 3, 4
+# Why npu_uq_rest returned (queue_service.h); ``run`` returns ASKS when it asks.
+WORK, WOKE, ASK = 0, 1, 2
+ASKS = ASK + 16
 _ffi = native.ffi
 
 
 def _check_layout(lib) -> None:
     wrong = [name for name, value in _LAYOUT.items() if getattr(lib, f"NPU_UQ_{name}") != value]
     wrong += [name for name, value in (("IDLE", IDLE), ("PYTHON", PYTHON), ("FAILED", FAILED), ("BETWEEN", BETWEEN),
-                                       ("RING", RING)) if getattr(lib, f"NPU_UQ_{name}") != value]
+                                       ("RING", RING), ("WORK", WORK), ("WOKE", WOKE), ("ASK", ASK),
+                                       ("ASKS", ASKS))
+              if getattr(lib, f"NPU_UQ_{name}") != value]
     # The C loop reads an entry's and writes a completion's fields at these formats' offsets.
     if queues.ENTRY_STRUCT.format != "<QQIIII" or queues.COMPLETION_STRUCT.format != "<QiIQQQQ":
         wrong.append("the entry or completion format")
@@ -93,6 +108,15 @@ class QueueService:
         self._plans: list[tuple | None] = [None] * lib.NPU_UQ_PLANS   # what each remembered plan points into
         self._next_plan = 0
         self._serve, self._has_work, self._poll = lib.npu_uq_serve, lib.npu_uq_has_work, lib.npu_uq_poll
+        self._run = lib.npu_uq_run
+        # The idle poll of ``run`` (IdlePoll's rule in C), its /proc/loadavg kept open by a probe.
+        self._probe = idle_poll.RunQueueProbe()
+        idle = c.idle
+        idle.max_ns = max(0, int(profile.idle_poll_ns))
+        idle.window_ns = min(idle.max_ns, idle_poll.GROW_START_NS)
+        idle.checked_ns = -idle_poll.LOAD_CHECK_NS
+        idle.preempted_at = idle_poll.preemptions()
+        idle.cpus, idle.loadavg_fd = os.cpu_count() or 1, self._probe.fd
 
     @classmethod
     def start(cls, core) -> QueueService | None:
@@ -119,7 +143,7 @@ class QueueService:
                 state.mem = _ffi.from_buffer("uint8_t[]", q.mem, require_writable=True)   # q.mem keeps it mapped
                 state.slot = c.table + queues.slot_offset(q.slot)
                 state.entries, state.slot_index, state.asid = q.entries, q.slot, q.asid
-                state.priority, state.completion_fd = q.priority, q.completion_fd
+                state.priority, state.completion_fd, state.doorbell_fd = q.priority, q.completion_fd, q.doorbell_fd
                 self._timeouts(q)
                 self._queue_array[i] = state
             c.queues, c.count = self._queue_array, len(served)
@@ -169,6 +193,19 @@ class QueueService:
         """Watch the kernel ring and the queues until work comes or ``deadline_ns``."""
         self.take_in(user_queues)
         return bool(self._poll(self.c, deadline_ns))
+
+    def run(self, user_queues: UserQueues, kernel_doorbell: int, may_sleep: bool, sleep_ms: int) -> int:
+        """The core's loop while nothing needs Python (``npu_uq_run``): serve; when idle, poll
+        (IdlePoll's window), clear the polling flags, fence, look again, sleep on the doorbells;
+        serve again. Returns PYTHON, FAILED or BETWEEN as ``serve`` does; RING when the kernel
+        ring holds an entry, the table changed or the kernel doorbell rang; ASKS when the core
+        would sleep but Python must put it to sleep (recycling, no queue, a table change: its
+        polling flags cleared, nothing found after the fence)."""
+        self.take_in(user_queues)
+        return int(self._run(self.c, kernel_doorbell, may_sleep, sleep_ms))
+
+    def close(self) -> None:
+        self._probe.close()
 
     def failed_job(self) -> tuple[int, int, int, int, int]:
         """(seq, started ns, timeout ms, C status, task index) of the job NPU_UQ_FAILED left running."""

@@ -86,6 +86,12 @@ class Recycling:
         """A whole ASID was invalidated: the core may hold nothing any more."""
         self._closed = self.enabled
 
+    def may_sleep_unasked(self) -> bool:
+        """Whether the core may sleep without calling :meth:`at_sleep` first (its C idle path):
+        nothing is pending here, no close to measure, no successor asked for or ready."""
+        return self.succession is None or not (self._closed or self._requested
+                                               or self.succession.successor_ready(self.core))
+
     def at_sleep(self, holds_anything: Callable[[], bool]) -> bool:
         """Asked where the core would sleep: True if it must exit now (:data:`RETIRED`: its
         successor is ready); else asks for a successor if one is due."""

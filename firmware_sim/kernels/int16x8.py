@@ -9,7 +9,7 @@ Requantization of the int64 accumulators is the int64 ``MultiplyByQuantizedMulti
 of the default (``TFLITE_SINGLE_ROUNDING=0``) build: the Q31 multiplier is first reduced
 to Q15 (``(m + 2**15) >> 16``, saturated at ``0x7FFF``), then one rounding
 ``(x * m15 + 2**(14 - shift)) >> (15 - shift)`` (ties toward +inf), truncated to int32.
-ADD and MUL keep the int8 arithmetic (``elementwise``) with ADD's left shift 15 instead of
+ADD, SUB and MUL keep the int8 arithmetic (``elementwise``) with ADD's left shift 15 instead of
 20 (the ``pot_scale_int16 = false`` general path), and int16 clamping.
 """
 from __future__ import annotations
@@ -34,7 +34,7 @@ from .output import broadcast_out_shape, check_act_range, check_int_param, emit
 __all__ = ["softmax_int16", "softmax_int16_bound", "int16_lut", "lut_lookup_int16", "INT16_MIN", "INT16_MAX",
            "ADD_LEFT_SHIFT_INT16", "check_int16_param", "check_zero_points", "store_int16",
            "multiply_by_quantized_multiplier_int64", "conv2d_16x8", "depthwise_conv2d_16x8",
-           "fully_connected_16x8", "add_int16", "add_int16_per_channel", "channel_columns",
+           "fully_connected_16x8", "add_int16", "add_int16_per_channel", "sub_int16", "channel_columns",
            "mul_int16", "requantize", "quantize_int16",
            "dequantize_int16"]
 
@@ -239,10 +239,10 @@ def _broadcast(a: np.ndarray, b: np.ndarray, out: np.ndarray | None) -> None:
 def add_int16(a: np.ndarray, b: np.ndarray, *, left_shift: int, input1_multiplier: int,
               input1_shift: int, input2_multiplier: int, input2_shift: int,
               output_multiplier: int, output_shift: int, act_min: int = INT16_MIN,
-              act_max: int = INT16_MAX, out: np.ndarray | None = None) -> np.ndarray:
+              act_max: int = INT16_MAX, out: np.ndarray | None = None, subtract: bool = False) -> np.ndarray:
     """int16 ADD (zero points 0); parameters from ``spec.fixedpoint.add_params`` with
     ``left_shift=15``. The multipliers and shifts may also be arrays along the output's
-    last axis (:func:`add_int16_per_channel`)."""
+    last axis (:func:`add_int16_per_channel`). ``subtract``: ``a - b`` (:func:`sub_int16`)."""
     _broadcast(a, b, out)
     act_min, act_max = _check_act(act_min, act_max)
     if not 0 <= left_shift <= 16:
@@ -254,8 +254,20 @@ def add_int16(a: np.ndarray, b: np.ndarray, *, left_shift: int, input1_multiplie
         raise InvalidCommand("ADD multipliers must be non-negative")
     s1 = multiply_by_quantized_multiplier(a.astype(np.int64) << left_shift, input1_multiplier, shifts[0])
     s2 = multiply_by_quantized_multiplier(b.astype(np.int64) << left_shift, input2_multiplier, shifts[1])
-    raw = multiply_by_quantized_multiplier(wrap_int32(s1 + s2), output_multiplier, shifts[2])
+    raw = multiply_by_quantized_multiplier(wrap_int32(s1 - s2 if subtract else s1 + s2), output_multiplier, shifts[2])
     return store_int16(raw, 0, act_min, act_max, out)
+
+
+def sub_int16(a: np.ndarray, b: np.ndarray, *, left_shift: int, input1_multiplier: int,
+              input1_shift: int, input2_multiplier: int, input2_shift: int,
+              output_multiplier: int, output_shift: int, act_min: int = INT16_MIN,
+              act_max: int = INT16_MAX, out: np.ndarray | None = None) -> np.ndarray:
+    """int16 SUB ``a - b`` (zero points 0): LiteRT's general int16 SUB (``pot_scale_int16 =
+    false``), :func:`add_int16`'s arithmetic and parameters with the scaled inputs subtracted."""
+    return add_int16(a, b, left_shift=left_shift, input1_multiplier=input1_multiplier, input1_shift=input1_shift,
+                     input2_multiplier=input2_multiplier, input2_shift=input2_shift,
+                     output_multiplier=output_multiplier, output_shift=output_shift, act_min=act_min,
+                     act_max=act_max, out=out, subtract=True)
 
 
 def channel_columns(params: np.ndarray, channels: int, columns: int) -> list[np.ndarray]:

@@ -5,13 +5,24 @@ from __future__ import annotations
 
 import numpy as np
 
-from firmware_sim.kernels import binary, byte_tables, normalization, unary
+from firmware_sim.kernels import binary, byte_tables, int16x8, normalization, unary
 from firmware_sim.kernels.fixedpoint import INT32_MAX, INT32_MIN
 from firmware_sim.kernels.int16x8 import INT16_MAX, INT16_MIN
 from firmware_sim.kernels.native import int16_calls, norm_calls
 from npu_hw import ops
 
-from .common import Rerun, act_dtype, count, dims, parse_binary, parse_binary_per_channel, plan, prod, unit
+from .common import (
+    Rerun,
+    act_dtype,
+    count,
+    dims,
+    int16_zero_points,
+    parse_binary,
+    parse_binary_per_channel,
+    plan,
+    prod,
+    unit,
+)
 from .elementwise import flat_cost, int16_binary_cost
 
 
@@ -81,6 +92,11 @@ def squared_difference(desc: np.void, dma) -> Rerun | None:
 
 @unit(ops.OP_SUB, _binary_cost)
 def sub(desc: np.void, dma) -> Rerun | None:
+    """int8, or int16 with ``OPF_INT16`` (LiteRT's general int16 SUB, zero points 0; numpy, no C rerun)."""
+    if act_dtype(desc) is np.int16:
+        int16_zero_points(desc, *_ZPS)
+        return _binary(desc, dma, "sub16", _ADD_LIKE[len(_ZPS):] + ("act_min", "act_max"), int16x8.sub_int16,
+                       np.int16)
     return _binary(desc, dma, "sub", _ADD_LIKE + ("act_min", "act_max"), binary.sub)
 
 

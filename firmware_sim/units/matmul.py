@@ -1,13 +1,15 @@
 """The matrix unit for two activations: BATCH_MATMUL (descriptor: ``npu_hw.ops``), int8 or,
-with ``OPF_INT16``, int16 (LiteRT's int16 kernel: zero points 0, int64 sums)."""
+with ``OPF_INT16``, int16 (LiteRT's int16 kernel: zero points 0, int64 sums; its numpy kernel
+reruns in C: ``int16_calls.bind_matmul16``)."""
 from __future__ import annotations
 
 import numpy as np
 
 from firmware_sim.kernels import matmul
+from firmware_sim.kernels.native import int16_calls
 from npu_hw import ops
 
-from .common import OpDescriptorError, act_dtype, int16_zero_points, prod, ranked, unit
+from .common import OpDescriptorError, Rerun, act_dtype, int16_zero_points, prod, ranked, unit
 
 
 def _shapes(desc: np.void) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...], bool, bool]:
@@ -34,7 +36,7 @@ def _cost(desc: np.void) -> tuple[int, int]:
 
 
 @unit(ops.OP_BATCH_MATMUL, _cost)
-def batch_matmul(desc: np.void, dma) -> None:
+def batch_matmul(desc: np.void, dma) -> Rerun | None:
     lhs_shape, rhs_shape, out_shape, adj_x, adj_y = _shapes(desc)
     dtype = act_dtype(desc)
     if dtype == np.int16:
@@ -43,6 +45,10 @@ def batch_matmul(desc: np.void, dma) -> None:
     rhs = dma.read_array(int(desc["rhs"]), dtype, rhs_shape)
     out = dma.write_array(int(desc["output"]), dtype, out_shape)
     kernel = matmul.matmul_int16 if dtype == np.int16 else matmul.matmul_int8
+    quant = dict(multiplier=int(desc["multiplier"]), shift=int(desc["shift"]), act_min=int(desc["act_min"]),
+                 act_max=int(desc["act_max"]))
     kernel(lhs, rhs, lhs_zp=int(desc["lhs_zp"]), rhs_zp=int(desc["rhs_zp"]), output_zp=int(desc["output_zp"]),
-           multiplier=int(desc["multiplier"]), shift=int(desc["shift"]), act_min=int(desc["act_min"]),
-           act_max=int(desc["act_max"]), adj_x=adj_x, adj_y=adj_y, out=out)
+           adj_x=adj_x, adj_y=adj_y, out=out, **quant)
+    if dtype != np.int16:
+        return None
+    return int16_calls.bind_matmul16(lhs, rhs, out, adj_x=adj_x, adj_y=adj_y, **quant)

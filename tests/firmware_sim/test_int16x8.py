@@ -170,14 +170,14 @@ def broadcast_shapes(rng: np.random.Generator) -> tuple[tuple[int, ...], tuple[i
     return [(full, full), (full, other), (other, full)][int(rng.integers(3))]
 
 
-@pytest.mark.parametrize("op", [OP.ADD, OP.MUL], ids=["add", "mul"])
+@pytest.mark.parametrize("op", [OP.ADD, OP.SUB, OP.MUL], ids=["add", "sub", "mul"])
 @pytest.mark.parametrize("seed", SEEDS)
 def test_binary_int16_matches_reference(seed: int, op: int) -> None:
     rng = np.random.default_rng(16300 + seed + op)
     for case_no in range(CASES_PER_SEED):
         sa, sb = broadcast_shapes(rng)
         s1, s2 = (float(f32(log_uniform(rng, 1e-5, 1e-2))) for _ in range(2))
-        if op == OP.ADD:
+        if op in (OP.ADD, OP.SUB):
             so = float(f32(max(s1, s2) * rng.uniform(0.5, 3.0)))
         else:
             so = float(f32(s1 * s2 * 32768 * rng.uniform(0.1, 2.0)))
@@ -189,6 +189,11 @@ def test_binary_int16_matches_reference(seed: int, op: int) -> None:
                    TensorSpec(out_shape, np.int16, [so], [0], name="y")]
 
         def options(fb, act=act):
+            if op == OP.SUB:     # LiteRT's general int16 SUB, as the chip's
+                tflite.SubOptionsStart(fb)
+                tflite.SubOptionsAddFusedActivationFunction(fb, act)
+                tflite.SubOptionsAddPotScaleInt16(fb, False)
+                return tflite.SubOptionsEnd(fb)
             if op == OP.ADD:
                 tflite.AddOptionsStart(fb)
                 tflite.AddOptionsAddFusedActivationFunction(fb, act)
@@ -198,13 +203,14 @@ def test_binary_int16_matches_reference(seed: int, op: int) -> None:
             tflite.MulOptionsAddFusedActivationFunction(fb, act)
             return tflite.MulOptionsEnd(fb)
 
-        opt_type = OPTIONS.AddOptions if op == OP.ADD else OPTIONS.MulOptions
+        opt_type = {OP.ADD: OPTIONS.AddOptions, OP.SUB: OPTIONS.SubOptions}.get(op, OPTIONS.MulOptions)
         model = single_op_model(op, tensors, [0, 1], [2], opt_type, options,
-                                version=3 if op == OP.ADD else 4)
+                                version={OP.ADD: 3, OP.SUB: 5}.get(op, 4))
         (expected,) = run_reference(model, a, b)
-        if op == OP.ADD:
+        if op in (OP.ADD, OP.SUB):
             params = add_params(s1, s2, so, left_shift=int16x8.ADD_LEFT_SHIFT_INT16)
-            got = int16x8.add_int16(a, b, **params, act_min=lo, act_max=hi)
+            kernel = int16x8.add_int16 if op == OP.ADD else int16x8.sub_int16
+            got = kernel(a, b, **params, act_min=lo, act_max=hi)
         else:
             mult, shift = mul_multiplier(s1, s2, so)
             got = int16x8.mul_int16(a, b, multiplier=mult, shift=shift, act_min=lo, act_max=hi)

@@ -90,6 +90,32 @@ def test_fully_connected16x8_reruns_in_c_as_numpy_computes() -> None:
         np.testing.assert_array_equal(out, int16x8.fully_connected_16x8(x, w, bias, **kw_args))
 
 
+def test_fully_connected16x8_rounds_ties_and_refits_new_weights() -> None:
+    """The VNNI path (x split in its high and low bytes, the packed filter kept between
+    calls): products at half-way (ties round away from zero), values past int32 (INT32_MIN,
+    then the clamp), rows past a tile of 4, more than 16 outputs, and weights rewritten after
+    binding (packed afresh, not read from the kept copy)."""
+    rng = np.random.default_rng(43)
+    for case in range(12):
+        m, k, n = int(rng.integers(1, 10)), int(rng.integers(1, 300)), int(rng.integers(1, 70))
+        x, w = random_int16(rng, (m, k)), random_int8(rng, (n, k))
+        x.reshape(-1)[:2] = [-32768, 32767][: x.size]
+        bias = _bias(rng, n)
+        if case % 4 < 2:            # small sums whose scaled values fall on halves
+            x[...] = rng.integers(-3, 4, size=x.shape)
+            bias = rng.integers(-9, 10, size=n, dtype=np.int64)
+        scale = [np.full(1, 0.5), np.full(n, 2.0 ** -3), rng.uniform(1e-7, 1e-5, n), np.full(1, 1e3)][case % 4]
+        kw_args = dict(scale=scale, act_min=-32768, act_max=int(rng.choice([32767, 100])))
+        out = np.empty((m, n), np.int16)
+        int16x8.fully_connected_16x8(x, w, bias, out=out, **kw_args)
+        rerun = int16_calls.bind_fully_connected16(x, w, bias, out=out, **kw_args)
+        assert rerun is not None
+        for _ in range(2):
+            w[...] = random_int8(rng, w.shape)
+            rerun()
+            np.testing.assert_array_equal(out, int16x8.fully_connected_16x8(x, w, bias, **kw_args))
+
+
 def test_a_shift_out_of_range_fails_the_rerun() -> None:
     """A per-channel shift rewritten past 14 after binding: the C kernel refuses it (EINVAL
     for the job), as the numpy kernel does."""

@@ -191,3 +191,84 @@ def test_int16_mul_lanes_rerun_as_numpy_computes() -> None:
         rerun()
         np.testing.assert_array_equal(out, int16x8.mul_int16(a, b, multiplier=mult, shift=shift, **clamp),
                                       err_msg=f"m {mult} s {shift}")
+
+
+def _split_extremes(w: np.ndarray) -> np.ndarray:
+    """Weights whose high and low bytes reach their ends (w = 256 * hi + lo: hi -128 and 127,
+    lo 0 and 255) beside random ones."""
+    flat = w.reshape(-1)
+    ends = np.array([-32767, 32767, -1, 255, 256, -256, -32513, 32512, 0], np.int16)
+    flat[: min(flat.size, ends.size)] = ends[: flat.size]
+    return w
+
+
+@pytest.mark.parametrize("depthwise", [False, True], ids=["conv", "depthwise"])
+def test_conv16x16_lanes_compute_what_numpy_computes(depthwise: bool) -> None:
+    """The AVX-512 paths (the filter split in high and low bytes, summed in int32 lanes):
+    more than 16 output channels, depths past the int32 flush (> 256 products) and odd, 1x1
+    stride-1 layers read in place, windows across the border or four in a row inside it, sums
+    and biases that reach the 2**47 clip (the saturating requantization) or stay far from it
+    (the folded one)."""
+    rng = np.random.default_rng(68 + depthwise)
+    done = 0
+    while done < 24:
+        kh = kw = int(rng.choice([1, 1, 3, 5]))
+        wide = depthwise and kh == 5 and done % 2 == 0     # rows of 4 windows inside the image
+        h, w = (int(rng.integers(5, 9)), int(rng.integers(9, 14))) if wide else rng.integers(1, 9, 2).tolist()
+        stride = (1, 1) if (kh == 1 and rng.random() < 0.5) or wide else (int(rng.integers(1, 3)),) * 2
+        dilation = (int(rng.choice([1, 1, 2])),) * 2
+        mode = PADDING_SAME if rng.random() < 0.7 else PADDING_VALID
+        oh, pt = conv_geometry(h, kh, stride[0], dilation[0], mode)
+        ow, pl = conv_geometry(w, kw, stride[1], dilation[1], mode)
+        if oh < 1 or ow < 1 or oh * ow < 4:         # fewer pixels take per-channel dot products
+            continue
+        if depthwise:
+            cout = cin = int(rng.choice([16, 17, 40, 70]))
+            wt = _split_extremes(_weights(rng, (1, kh, kw, cout)))
+            fn = int16x16.depthwise_conv2d_16x16
+        else:
+            cin = int(rng.choice([3, 16, 33, 300]) if kh == 1 else rng.choice([3, 7, 16]))
+            cout = int(rng.choice([1, 16, 17, 40]))
+            wt = _split_extremes(_weights(rng, (cout, kh, kw, cin)))
+            fn = int16x16.conv2d_16x16
+        x = _input(rng, (1, h, w, cin))
+        if rng.random() < 0.3:                      # long runs of extreme products
+            x[...], wt[...] = -32768, -32767
+        reach = int(rng.choice([1 << 20, (1 << 47) - (1 << 38), 1 << 62]))
+        bias = None if rng.random() < 0.2 else rng.integers(-reach, reach, size=cout, dtype=np.int64)
+        mult, shift = _requant(rng, cout)
+        kw_args = dict(stride=stride, dilation=dilation, padding=(pt, pl), out_hw=(oh, ow), multiplier=mult,
+                       shift=shift, act_min=int(rng.choice([-32768, -1000])), act_max=int(rng.choice([32767, 500])))
+        want = fn(x, wt, bias, **kw_args)
+        out = np.empty_like(want)
+        rerun = int16_calls.bind_conv16(x, wt, bias, depthwise=depthwise, out=out, **kw_args)
+        assert rerun is not None
+        rerun()
+        np.testing.assert_array_equal(out, want, err_msg=f"{x.shape} {wt.shape} {stride} {dilation}")
+        done += 1
+
+
+def test_int16_batch_matmul_reruns_in_c_as_numpy_computes() -> None:
+    """Either operand stored transposed, batch axes broadcast from either side, products of
+    -32768 squared summed past 2**31, per-tensor requantization at its extremes, clamps."""
+    from firmware_sim.kernels import matmul
+    rng = np.random.default_rng(69)
+    for case in range(30):
+        rows, depth, cols = (int(v) for v in rng.integers(1, 12, size=3))
+        batch = [int(v) for v in rng.integers(1, 4, size=int(rng.integers(0, 3)))]
+        lhs_batch = [d if rng.random() < 0.6 else 1 for d in batch]
+        rhs_batch = [d if rng.random() < 0.6 else 1 for d in batch]
+        adj_x, adj_y = bool(case & 1), bool(case & 2)
+        lhs = _input(rng, (*lhs_batch, *((depth, rows) if adj_x else (rows, depth))))
+        rhs = _input(rng, (*rhs_batch, *((cols, depth) if adj_y else (depth, cols))))
+        if case % 5 == 0:
+            lhs[...], rhs[...] = -32768, -32768
+        multiplier = int(rng.choice([0, 1 << 30, 0x7FFF0000, (1 << 31) - 1]))
+        kw_args = dict(multiplier=multiplier, shift=int(rng.integers(-31, 15)), adj_x=adj_x, adj_y=adj_y,
+                       act_min=int(rng.choice([-32768, -700])), act_max=int(rng.choice([32767, 900])))
+        want = matmul.matmul_int16(lhs, rhs, **kw_args)
+        out = np.empty_like(want)
+        rerun = int16_calls.bind_matmul16(lhs, rhs, out, **kw_args)
+        assert rerun is not None
+        rerun()
+        np.testing.assert_array_equal(out, want, err_msg=f"{lhs.shape} {rhs.shape} adj {adj_x} {adj_y}")

@@ -136,24 +136,25 @@ def test_a_job_expected_to_be_long_is_slept_through_then_caught(device, native, 
     core), then finds the job done; a hint far too long costs time, never a job."""
     queue = device.create_queue()
     job, _buffers = copy_job(device)
-    before = queue.wait_counts()
     slept_through = 0
     for _ in range(200):      # a loaded machine may preempt the client between submit and wait
-        at_once = queue.wait_counts()["at_once"]
+        before = queue.wait_counts()
         seed(job, [4_000_000] * 8)     # as if each run had taken 4 ms
         started = time.monotonic()
         fence = queue.run_repeated(job)
         took = time.monotonic() - started
         assert fence is not None and fence.status == 0
-        if queue.wait_counts()["at_once"] > at_once:
+        after = queue.wait_counts()
+        if after["at_once"] > before["at_once"]:
             continue          # done before the wait began: there was nothing to sleep through
+        if after["slept"] > before["slept"]:
+            continue          # a core preempted past the hint and its spread (load): on the line, as it must
+        assert after["spun"] == before["spun"] + 1     # woken by its timer, found it done: no signal asked
         assert took >= 0.0039          # asleep on its timer to 40 us before 4 ms
         slept_through += 1
         if slept_through == 3:
             break
     assert slept_through == 3
-    after = queue.wait_counts()
-    assert after["slept"] == before["slept"]          # never on the completion line
     assert queue.late_wakeups == 0
 
 

@@ -106,39 +106,16 @@ def topk_values(seed: int = 2) -> onnx.ModelProto:
                  {"x": [4, 8]}, {"y": [4, 3]})
 
 
-def dynamic_quantized_matmul(seed: int = 3) -> onnx.ModelProto:
-    """MatMul -> a MatMul as ``onnxruntime.quantization.quantize_dynamic`` writes it
-    (DynamicQuantizeLinear, MatMulInteger, Cast, Mul by the scales) -> Relu. Input [4, 8]."""
+def com_microsoft_fused_matmul(seed: int = 4) -> onnx.ModelProto:
+    """MatMul -> onnxruntime's FusedMatMul (domain com.microsoft: ONNX cannot infer its
+    shapes; alpha 0.5, B transposed) -> Relu. Input [4, 8]."""
     from onnx import helper as h
     rng = np.random.default_rng(seed)
     nodes = [h.make_node("MatMul", ["x", "w0"], ["a"]),
-             h.make_node("DynamicQuantizeLinear", ["a"], ["a_q", "a_scale", "a_zero"]),
-             h.make_node("MatMulInteger", ["a_q", "w_q", "a_zero", "w_zero"], ["acc"]),
-             h.make_node("Cast", ["acc"], ["acc_f"], to=onnx.TensorProto.FLOAT),
-             h.make_node("Mul", ["a_scale", "w_scale"], ["scale"]),
-             h.make_node("Mul", ["acc_f", "scale"], ["b"]),
+             h.make_node("FusedMatMul", ["a", "w1"], ["b"], domain="com.microsoft", alpha=.5, transB=1),
              h.make_node("Relu", ["b"], ["y"])]
-    inits = [_weights(rng, "w0", 8, 8), _weights(rng, "w_q", 8, 6, dtype=np.int8), _scalar("w_zero", 0, np.int8),
-             _scalar("w_scale", 0.01, np.float32)]
-    return _onnx(nodes, inits, "dynamic_quantized_matmul", {"x": [4, 8]}, {"y": [4, 6]})
-
-
-def dynamic_quantized_lstm(seed: int = 4, steps: int = 5, hidden: int = 6) -> onnx.ModelProto:
-    """MatMul -> onnxruntime's DynamicQuantizeLSTM (domain com.microsoft: ONNX cannot infer
-    its shapes) -> Relu. Input [steps, 1, 8]."""
-    from onnx import helper as h
-    rng = np.random.default_rng(seed)
-    nodes = [h.make_node("MatMul", ["x", "w0"], ["a"]),
-             h.make_node("DynamicQuantizeLSTM", ["a", "w", "r", "", "", "", "", "", "w_scale", "w_zero", "r_scale",
-                                                 "r_zero"], ["seq", "y_h", "y_c"], domain="com.microsoft",
-                         hidden_size=hidden),
-             h.make_node("Relu", ["seq"], ["y"])]
-    inits = [_weights(rng, "w0", 8, 8), _weights(rng, "w", 1, 8, 4 * hidden, dtype=np.int8),
-             _weights(rng, "r", 1, hidden, 4 * hidden, dtype=np.int8),
-             _scalar("w_scale", [0.01], np.float32), _scalar("w_zero", [0], np.int8),
-             _scalar("r_scale", [0.01], np.float32), _scalar("r_zero", [0], np.int8)]
-    return _onnx(nodes, inits, "dynamic_quantized_lstm", {"x": [steps, 1, 8]}, {"y": [steps, 1, 1, hidden]},
-                 opsets=(("", 17), ("com.microsoft", 1)))
+    return _onnx(nodes, [_weights(rng, "w0", 8, 8), _weights(rng, "w1", 6, 8)], "com_microsoft_fused_matmul",
+                 {"x": [4, 8]}, {"y": [4, 6]}, opsets=(("", 17), ("com.microsoft", 1)))
 
 
 def if_on_data(seed: int = 5) -> onnx.ModelProto:

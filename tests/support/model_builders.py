@@ -235,6 +235,20 @@ def hard_swish_between_convs(seed: int = 7) -> onnx.ModelProto:
     return b.model("hard_swish_between_convs", {"x": [1, 3, 8, 8]}, {"y": [1, 2, 8, 8]}, opset=14)
 
 
+def layer_norm_between_convs(seed: int = 13) -> onnx.ModelProto:
+    """Conv, LayerNormalization over the last axis (W: its rows ``ln__centred`` SUB and
+    ``ln__inverse`` RSQRT), conv. The first conv's channels differ 5x in gain, so the
+    rows' variances spread. Input [1, 3, 8, 8]."""
+    b = _Builder(seed)
+    gains = np.array([1, .5, .3, .2], np.float32)[:, None, None, None]
+    w1 = b.rng.standard_normal((4, 3, 3, 3)).astype(np.float32) * gains
+    b.node("Conv", ["x", b.const("w1", w1), b.weight("b1", 4, scale=.01)], "c1", pads=[1, 1, 1, 1])
+    b.node("LayerNormalization", ["c1", b.const("g", b.rng.uniform(.5, 1.5, 8).astype(np.float32)),
+                                  b.const("beta", b.rng.normal(0, .1, 8).astype(np.float32))], "ln", axis=-1)
+    b.node("Conv", ["ln", b.weight("w2", 2, 4, 1, 1), b.weight("b2", 2, scale=.1)], "y")
+    return b.model("layer_norm_between_convs", {"x": [1, 3, 8, 8]}, {"y": [1, 2, 8, 8]}, opset=17)
+
+
 def sigmoid_tanh_between_convs(seed: int = 8) -> onnx.ModelProto:
     """Conv, then Sigmoid and Tanh of it, each into a 1x1 conv, added (neither activation's
     output is a graph output). Input [1, 3, 8, 8]."""
@@ -337,3 +351,59 @@ def channel_trunk(seed: int = 9) -> onnx.ModelProto:
     b.node("Add", ["q1", "c3"], "a2")
     b.node("Conv", ["a2", b.weight("w4", 4, 12, 1, 1), b.weight("b4", 4, scale=.1)], "y")
     return b.model("channel_trunk", {"x": [1, 3, 8, 8]}, {"y": [1, 4, 4, 4]})
+
+
+def attention_decoder(seed: int = 12, heads: int = 1, keys: int = 256, width: int = 32, queries: int = 8,
+                      sink: float = 10.0, spelled: bool = False) -> onnx.ModelProto:
+    """A transformer decoder's cross-attention as PyTorch exports it: LayerNorm of the
+    queries ``x``, Q / K / V projections (MatMul), a learned key every query attends to
+    with value 0 (``nn.MultiheadAttention(add_bias_kv=True)``: Concat before the memory's
+    ``keys``), ``heads`` heads (Reshape + Transpose), MatMul(Q, K^T) * scale, Softmax over
+    ``keys + 1``, MatMul with V, the output projection and a LayerNorm. ``sink`` sets the
+    learned key's logit (~``sink``): it takes 60-80% of each query's weight, the rest is
+    spread thin, so the output is carried by weights mostly under int8's 1/256 and its
+    tokens differ ~40x in scale before the LayerNorm. Inputs x [1, queries, width],
+    mem [1, keys, width]; output y [1, queries, width]. ``spelled``: the LayerNorms written
+    out as PaddlePaddle exports them (ReduceMean, Sub, Pow, ReduceMean, Add, Sqrt, Div, Mul, Add)."""
+    b = _Builder(seed)
+    n, r = b.node, b.rng
+    dh = width // heads
+    u = r.standard_normal((heads, dh))      # the learned key's direction: a unit vector, equal in every head
+    u = (u / np.linalg.norm(u, axis=1, keepdims=True) / np.sqrt(heads)).reshape(-1).astype(np.float32)
+    reach = np.float32(np.sqrt(sink * np.sqrt(dh) * heads))     # each head's q . k_sink / sqrt(dh) ~ sink
+
+    def norm(x: str, out: str) -> str:
+        gain, shift = (b.const(f"{out}_g", r.uniform(.5, 1.5, width).astype(np.float32)),
+                       b.const(f"{out}_b", r.normal(0, .1, width).astype(np.float32)))
+        if not spelled:
+            return n("LayerNormalization", [x, gain, shift], out, axis=-1)
+        centred = n("Sub", [x, n("ReduceMean", [x], f"{out}_mean", axes=[-1])], f"{out}_centred")
+        squared = n("Pow", [centred, b.const(f"{out}_two", np.float32(2))], f"{out}_squared")
+        spread = n("Add", [n("ReduceMean", [squared], f"{out}_variance", axes=[-1]),
+                           b.const(f"{out}_eps", np.float32(1e-5))], f"{out}_shifted")
+        normalized = n("Div", [centred, n("Sqrt", [spread], f"{out}_std")], f"{out}_normalized")
+        return n("Add", [n("Mul", [normalized, gain], f"{out}_scaled"), shift], out)
+
+    def split(t: str, rows: int, perm: list[int]) -> str:
+        shaped = n("Reshape", [t, b.const(f"{t}_shape", np.array([1, rows, heads, dh], np.int64))], f"{t}_heads")
+        return n("Transpose", [shaped], f"{t}_t", perm=perm)
+
+    q = n("Add", [n("MatMul", [norm("x", "ln1"), b.weight("wq", width, width, scale=width ** -.5)], "q0"),
+                  b.const("bq", u * reach * np.float32(dh ** .25))], "q")
+    k = n("Concat", [b.const("k_sink", (u * reach / np.float32(dh ** .25))[None, None]),
+                     n("MatMul", ["mem", b.weight("wk", width, width, scale=width ** -.5)], "k0")], "k", axis=1)
+    v = n("Concat", [b.const("v_sink", np.zeros((1, 1, width), np.float32)),
+                     n("MatMul", ["mem", b.weight("wv", width, width, scale=width ** -.5)], "v0")], "v", axis=1)
+    if heads > 1:
+        q, v = split(q, queries, [0, 2, 1, 3]), split(v, keys + 1, [0, 2, 1, 3])
+        kt = split(k, keys + 1, [0, 2, 3, 1])
+    else:
+        kt = n("Transpose", [k], "kt", perm=[0, 2, 1])
+    logits = n("Mul", [n("MatMul", [q, kt], "qk"), b.const("scale", np.float32(dh ** -.5))], "logits")
+    ctx = n("MatMul", [n("Softmax", [logits], "attn", axis=-1), v], "ctx")
+    if heads > 1:
+        ctx = n("Reshape", [n("Transpose", [ctx], "ctx_t", perm=[0, 2, 1, 3]),
+                            b.const("ctx_shape", np.array([1, queries, width], np.int64))], "ctx_merged")
+    norm(n("MatMul", [ctx, b.weight("wo", width, width, scale=width ** -.5)], "o"), "y")
+    return b.model("attention_decoder", {"x": [1, queries, width], "mem": [1, keys, width]},
+                   {"y": [1, queries, width]}, opset=17)

@@ -1,9 +1,9 @@
 """Bound calls of the C int16 kernels (``int16_kernels.c``, ``binary16_kernels.c``, ``int16x16_kernels.c``,
 ``softmax16_kernels.c``): convolution, depthwise convolution and fully connected with int16
 activations and int8 or int16 weights, ADD, MUL, PRELU, MAXIMUM and MINIMUM, average and max
-pooling, SOFTMAX: the reruns of ``kernels.int16x8``'s,
-``kernels.int16x16``'s, ``kernels.binary``'s (int16 PRELU) and ``kernels.pooling``'s numpy
-kernels (which run first and stay the reference)."""
+pooling, SOFTMAX, BATCH_MATMUL: the reruns of ``kernels.int16x8``'s,
+``kernels.int16x16``'s, ``kernels.binary``'s (int16 PRELU), ``kernels.pooling``'s and
+``kernels.matmul``'s numpy kernels (which run first and stay the reference)."""
 from __future__ import annotations
 
 import numpy as np
@@ -11,7 +11,8 @@ import numpy as np
 from . import data_calls, ffi, library
 from .calls import BoundCall
 
-__all__ = ["bind_conv16", "bind_fully_connected16", "bind_binary16", "bind_pool16", "bind_softmax16"]
+__all__ = ["bind_conv16", "bind_fully_connected16", "bind_binary16", "bind_pool16", "bind_softmax16",
+           "bind_matmul16"]
 
 
 def _contiguous(*arrays: np.ndarray | None) -> bool:
@@ -158,3 +159,36 @@ def bind_softmax16(x: np.ndarray, out: np.ndarray, exp_lut: np.ndarray, recip_lu
         "x": buffers[0], "rows": x.shape[0], "depth": x.shape[1], "multiplier": multiplier,
         "left_shift": left_shift, "exp_lut": buffers[2], "recip_lut": buffers[3], "out": buffers[1]})
     return BoundCall(library().NPU_STEP_SOFTMAX16, call, arrays, buffers)
+
+
+def bind_matmul16(lhs: np.ndarray, rhs: np.ndarray, out: np.ndarray, *, adj_x: bool, adj_y: bool, multiplier: int,
+                  shift: int, act_min: int, act_max: int) -> BoundCall | None:
+    """int16 ``lhs @ rhs`` (``adj_x`` / ``adj_y``: that operand stored transposed; batch axes
+    broadcast) into ``out`` as a call, with the numpy kernel's checked shapes; None unless every
+    array is C-contiguous int16 and the multiplier an int32."""
+    arrays = (lhs, rhs, out)
+    if (library() is None or any(a.dtype != np.int16 or not a.flags.c_contiguous for a in arrays)
+            or lhs.ndim < 2 or lhs.ndim != rhs.ndim or out.ndim != lhs.ndim or not out.flags.writeable
+            or not -(1 << 31) <= multiplier < 1 << 31
+            or np.may_share_memory(lhs, out) or np.may_share_memory(rhs, out)):   # C writes rows before reading all
+        return None
+    rows, cols = out.shape[-2:]
+    depth = lhs.shape[-2] if adj_x else lhs.shape[-1]
+    batch = out.shape[:-2]
+
+    def starts(a: np.ndarray) -> np.ndarray:
+        # each output batch's first element in a: a's own batch index, broadcast, times its matrix size
+        own = np.arange(int(np.prod(a.shape[:-2], dtype=np.int64)), dtype=np.int64).reshape(a.shape[:-2])
+        return np.ascontiguousarray(np.broadcast_to(own * (a.shape[-2] * a.shape[-1]), batch).reshape(-1))
+
+    lhs_at, rhs_at = starts(lhs), starts(rhs)
+    buffers = (ffi.from_buffer("int16_t[]", lhs), ffi.from_buffer("int16_t[]", rhs),
+               ffi.from_buffer("int16_t[]", out, require_writable=True),
+               ffi.from_buffer("int64_t[]", lhs_at), ffi.from_buffer("int64_t[]", rhs_at))
+    call = ffi.new("struct npu_matmul16_call *", {
+        "lhs": buffers[0], "rhs": buffers[1], "out": buffers[2], "batches": lhs_at.size, "lhs_at": buffers[3],
+        "rhs_at": buffers[4], "rows": rows, "depth": depth, "cols": cols,
+        "lhs_row": 1 if adj_x else depth, "lhs_depth": rows if adj_x else 1,
+        "rhs_depth": 1 if adj_y else cols, "rhs_col": depth if adj_y else 1,
+        "multiplier": multiplier, "shift": shift, "act_min": act_min, "act_max": act_max})
+    return BoundCall(library().NPU_STEP_MATMUL16, call, arrays, (buffers, lhs_at, rhs_at))

@@ -91,4 +91,21 @@ void npu_finish16(const int64_t *sums, int32_t n, int32_t c0, const int64_t *bia
                   const int32_t *mult, const int32_t *shift, int32_t per_channel, int32_t lo, int32_t hi,
                   int16_t *out);
 
+#if INT16_LANES
+/* The int16 x int16 convolution of one group (c->groups 1; c->filter unused) from its filter
+   split as w = 256 * hi + lo and packed by npu_pack_split, TILE pixels at a time in int32
+   lanes (int16_kernels.c). 0, or NPU_KERNEL_NO_MEMORY. */
+int npu_conv16x16_tiles(const struct npu_conv16_call *c, int64_t k, const int16_t *packed_hi,
+                        const int16_t *packed_lo);
+
+/* The int16 x int16 depthwise convolution (depth multiplier 1, at most 256 taps; c->filter
+   unused) of the int16 filter (kh, kw, cout), split as npu_conv16x16_tiles's (int16_kernels.c). */
+int npu_depthwise16x16_lanes(const struct npu_conv16_call *c, const int16_t *filter);
+#endif
+
+/* An int16 filter (cout x k, row-major) as npu_pack_pairs packs it, in two parts: hi[] of
+   w >> 8 (in [-128, 127]) and lo[] of w & 0xFF (in [0, 255]), w = 256 * hi + lo; each
+   npu_packed_pairs_size elements, 64-byte aligned. */
+void npu_pack_split(const int16_t *filter, int32_t cout, int64_t k, int16_t *hi, int16_t *lo);
+
 #endif

@@ -1278,6 +1278,8 @@ int npu_step_run(const struct npu_step *step)
         return npu_resize(p);
     case NPU_STEP_SOFTMAX16:
         return npu_softmax16(p);
+    case NPU_STEP_MATMUL16:
+        return npu_matmul16(p);
     case NPU_STEP_TRANSPOSE_CONV:
         return npu_transpose_conv(p);
     default:

@@ -385,6 +385,24 @@ int npu_pool16(const struct npu_pool16_call *c, int32_t max);
 void npu_quantize_f32_s16(const float *x, int64_t n, float scale, int32_t zero_point, int16_t *out);
 void npu_dequantize_s16_f32(const int16_t *x, int64_t n, float scale, int32_t zero_point, float *out);
 
+/* int16 BATCH_MATMUL (int16x16_kernels.c, kernels/matmul.py's matmul_int16: zero points 0,
+   exact int64 sums, requantized as the 16x8 kernels): output batch b (rows x cols, row-major
+   at out + b * rows * cols) of the lhs batch starting at lhs + lhs_at[b], element (r, d) at
+   r * lhs_row + d * lhs_depth, and the rhs batch at rhs + rhs_at[b], element (d, c) at
+   d * rhs_depth + c * rhs_col (the strides say whether an operand is stored transposed). */
+struct npu_matmul16_call {
+    const int16_t *lhs, *rhs;
+    int16_t *out;
+    int64_t batches;
+    const int64_t *lhs_at, *rhs_at;
+    int64_t rows, depth, cols, lhs_row, lhs_depth, rhs_depth, rhs_col;
+    int32_t multiplier, shift, act_min, act_max;
+};
+
+int npu_matmul16(const struct npu_matmul16_call *c);
+
+#define NPU_STEP_MATMUL16 37
+
 /* RESIZE_BILINEAR / RESIZE_NEAREST_NEIGHBOR of int8 or int16 (`elem` bytes) NHWC x (n, h, w, c)
    into out (n, oh, ow, c) (resize_kernels.c): output row oy reads source rows y0[oy] (and
    y1[oy], weight fy[oy] / 1024 for bilinear), column ox columns x0[ox] (x1[ox], fx[ox]); the

@@ -15,7 +15,11 @@ the wake-up protocol (HDR_DONE then HDR_WAITING; CURRENT_JOB then the watchdog's
 fence between them, as the Python path's getppid() gives. */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <poll.h>
 #include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/resource.h>
 #include <stdint.h>
 #include <string.h>
 #include <time.h>
@@ -245,4 +249,133 @@ int npu_uq_poll(const struct npu_uq_core *c, int64_t deadline_ns)
         sched_yield();            /* any runnable host process (the KMD, a client) goes first */
     }
     return 0;
+}
+
+static void set_polling(const struct npu_uq_core *c, uint32_t polling)
+{
+    for (int32_t i = 0; i < c->count; i++)
+        STORE(U32(c->queues[i]->mem, NPU_UQ_HDR_POLLING), polling);
+}
+
+/* Empty a doorbell: the kernel's eventfd (8 bytes) or a queue's pipe (the chip's non-blocking end). */
+static void consume(int fd, int kernel)
+{
+    if (kernel) {
+        uint64_t count;
+        (void)!read(fd, &count, sizeof(count));
+        return;
+    }
+    char sink[4096];
+    while (read(fd, sink, sizeof(sink)) == (ssize_t)sizeof(sink))
+        ;
+}
+
+/* Where the core goes idle, without Python: polls as npu_uq_poll until `deadline_ns`; then clears
+   every served queue's HDR_POLLING (clients ring from now on), a full fence, and looks once more
+   (NPU_UQ_WORK, polling set again, if work came in between). With `may_sleep`, queues served and
+   the table unchanged, it then sleeps on the kernel doorbell `kernel_fd` (an eventfd) and the
+   queues' doorbells at most `sleep_ms`, consumes what woke it, sets HDR_POLLING again and returns
+   NPU_UQ_WOKE; else NPU_UQ_ASK with HDR_POLLING cleared (core.Core.sleep's way). */
+static int npu_uq_rest(struct npu_uq_core *c, int64_t deadline_ns, int32_t kernel_fd, int32_t may_sleep, int32_t sleep_ms)
+{
+    if (npu_uq_poll(c, deadline_ns))
+        return NPU_UQ_WORK;
+    set_polling(c, 0);
+    __atomic_thread_fence(__ATOMIC_SEQ_CST);   /* the cleared flags visible before the tails are read */
+    if (npu_uq_has_work(c)) {
+        set_polling(c, 1);
+        return NPU_UQ_WORK;
+    }
+    if (!may_sleep || c->count == 0 || c->count > NPU_UQ_MAX_SERVED
+        || LOAD(U32(c->regs, NPU_UQ_REG_QUEUE_TABLE_GEN)) != c->table_gen)
+        return NPU_UQ_ASK;
+    struct pollfd fds[1 + NPU_UQ_MAX_SERVED];
+    int n = 0;
+    fds[n++] = (struct pollfd){.fd = kernel_fd, .events = POLLIN};
+    for (int32_t i = 0; i < c->count; i++)
+        if (c->queues[i]->doorbell_fd >= 0)
+            fds[n++] = (struct pollfd){.fd = c->queues[i]->doorbell_fd, .events = POLLIN};
+    c->woken_by_kernel = 0;
+    if (poll(fds, (nfds_t)n, sleep_ms) > 0)
+        for (int i = 0; i < n; i++)
+            if (fds[i].revents & POLLIN) {
+                consume(fds[i].fd, i == 0);
+                c->woken_by_kernel |= i == 0;
+            }
+    set_polling(c, 1);
+    return NPU_UQ_WOKE;
+}
+
+void npu_uq_idle_record(struct npu_uq_idle *idle, int64_t idle_ns, int64_t polled_ns)
+{
+    if (idle_ns <= polled_ns)
+        return;                                   /* caught by the poll */
+    if (idle_ns <= idle->max_ns) {
+        int64_t grown = idle->window_ns * 2 > NPU_UQ_GROW_START_NS ? idle->window_ns * 2 : NPU_UQ_GROW_START_NS;
+        idle->window_ns = grown < idle->max_ns ? grown : idle->max_ns;
+    } else {
+        idle->window_ns /= 2;
+        if (idle->window_ns < NPU_UQ_GROW_START_NS)
+            idle->window_ns = 0;
+    }
+}
+
+/* Runnable tasks on the machine besides this one (/proc/loadavg's 4th field), as RunQueueProbe. */
+static int runnable_others(int fd)
+{
+    char text[128];
+    ssize_t n = fd < 0 ? -1 : pread(fd, text, sizeof(text) - 1, 0);
+    if (n <= 0)
+        return 0;
+    text[n] = 0;
+    const char *at = text;
+    for (int field = 0; field < 3 && at != NULL; field++) {
+        at = strchr(at, ' ');
+        if (at != NULL)
+            at++;
+    }
+    return at == NULL ? 0 : atoi(at) - 1;
+}
+
+int64_t npu_uq_idle_window(struct npu_uq_idle *idle)
+{
+    if (idle->window_ns == 0)
+        return 0;
+    int64_t now = now_ns();
+    if (now - idle->checked_ns >= NPU_UQ_LOAD_CHECK_NS) {
+        idle->checked_ns = now;
+        struct rusage usage;
+        int64_t preempted = getrusage(RUSAGE_SELF, &usage) == 0 ? (int64_t)usage.ru_nivcsw : idle->preempted_at;
+        idle->contended = preempted != idle->preempted_at || runnable_others(idle->loadavg_fd) >= idle->cpus;
+        idle->preempted_at = preempted;
+    }
+    if (idle->contended && idle->window_ns > NPU_UQ_CONTENDED_NS)
+        return NPU_UQ_CONTENDED_NS;
+    return idle->window_ns;
+}
+
+int npu_uq_run(struct npu_uq_core *c, int32_t kernel_fd, int32_t may_sleep, int32_t sleep_ms)
+{
+    int32_t ran = 0;
+    for (;;) {
+        int why = npu_uq_serve(c);
+        ran += c->ran;
+        if (why != NPU_UQ_IDLE || ring_waits(c) || LOAD(U32(c->regs, NPU_UQ_REG_QUEUE_TABLE_GEN)) != c->table_gen) {
+            c->ran = ran;
+            return why == NPU_UQ_IDLE ? NPU_UQ_RING : why;
+        }
+        int64_t since = now_ns(), window = npu_uq_idle_window(&c->idle);
+        int rest = npu_uq_rest(c, since + window, kernel_fd, may_sleep, sleep_ms);
+        if (rest == NPU_UQ_ASK) {
+            c->ran = ran;
+            return NPU_UQ_ASKS;
+        }
+        if (rest == NPU_UQ_WOKE) {
+            npu_uq_idle_record(&c->idle, now_ns() - since, window);
+            if (c->woken_by_kernel) {              /* the ring, a control entry, a successor: Python's */
+                c->ran = ran;
+                return NPU_UQ_RING;
+            }
+        }
+    }
 }

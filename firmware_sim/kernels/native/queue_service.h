@@ -30,6 +30,7 @@
 #define NPU_UQ_HDR_TAIL 0x08
 #define NPU_UQ_HDR_DONE 0x10
 #define NPU_UQ_HDR_WAITING 0x18
+#define NPU_UQ_HDR_POLLING 0x1C
 #define NPU_UQ_HEADER_SIZE 256
 #define NPU_UQ_ENTRY_SIZE 32
 #define NPU_UQ_COMPLETION_SIZE 48
@@ -44,6 +45,17 @@
 #define NPU_UQ_BETWEEN 3     /* between two jobs: a ring-control entry or a table change for Python */
 #define NPU_UQ_RING 4        /* the kernel ring holds jobs: Python's turn for it (a round ended) */
 #define NPU_UQ_PLANS 16      /* job plans the loop remembers */
+#define NPU_UQ_MAX_SERVED 64 /* queues one core serves at most (npu_hw.queues.QUEUE_SLOTS is 16) */
+
+/* firmware_sim.idle_poll's constants (checked against it on import). */
+#define NPU_UQ_GROW_START_NS 10000
+#define NPU_UQ_CONTENDED_NS 20000
+#define NPU_UQ_LOAD_CHECK_NS 2000000
+
+/* Why npu_uq_rest (queue_service.c) returned. */
+#define NPU_UQ_WORK 0        /* work came: within the poll window, or before the core could sleep */
+#define NPU_UQ_WOKE 1        /* it slept and a doorbell (or the safety-net timeout) woke it */
+#define NPU_UQ_ASK 2         /* it would sleep, but Python sleeps it (a table change, no queue, recycling) */
 
 /* One served queue (firmware_sim.user_queues.ServedQueue keeps `done` and `stopped` here). */
 struct npu_uq {
@@ -59,6 +71,7 @@ struct npu_uq {
     uint32_t priority;            /* Q_PRIORITY */
     int32_t stopped;
     int32_t completion_fd;
+    int32_t doorbell_fd;          /* the chip's read end of the queue's doorbell (non-blocking) */
 };
 
 /* A job plan the loop may replay (firmware_sim.job_plans.replayable: no step, or one C call). */
@@ -71,6 +84,15 @@ struct npu_uq_plan {
     const struct npu_step *steps;
     int32_t count;
     uint64_t cycles, device_ns;
+};
+
+/* The adaptive idle poll of firmware_sim.idle_poll.IdlePoll, for npu_uq_run (the same rule). */
+struct npu_uq_idle {
+    int64_t window_ns, max_ns;
+    int64_t checked_ns;           /* when the load was last looked at */
+    int64_t preempted_at;         /* this process's involuntary context switches then */
+    int32_t contended, cpus;
+    int32_t loadavg_fd;           /* /proc/loadavg kept open, or -1 */
 };
 
 struct npu_uq_core {
@@ -89,6 +111,8 @@ struct npu_uq_core {
     int32_t watchdog_fd;
     const uint64_t *generation;   /* job_plans' generation now */
     struct npu_uq_plan plans[NPU_UQ_PLANS];
+    struct npu_uq_idle idle;      /* npu_uq_run's idle poll */
+    int32_t woken_by_kernel;      /* out, npu_uq_rest: the kernel doorbell was among what woke it */
     int32_t ran;                  /* out: jobs the last call ran */
     uint64_t failed_seq, failed_started_ns;   /* out, NPU_UQ_FAILED: the job, when it started */
     uint32_t failed_timeout_ms;
@@ -108,3 +132,16 @@ int npu_uq_poll(const struct npu_uq_core *c, int64_t deadline_ns);
 
 /* Whether a queue not stopped has a job or the kernel ring an entry. */
 int npu_uq_has_work(const struct npu_uq_core *c);
+
+
+/* IdlePoll.record and IdlePoll.window on `idle` (firmware_sim.idle_poll). */
+void npu_uq_idle_record(struct npu_uq_idle *idle, int64_t idle_ns, int64_t polled_ns);
+int64_t npu_uq_idle_window(struct npu_uq_idle *idle);
+
+/* The core's loop over its user queues while nothing needs Python: npu_uq_serve; when it finds
+   nothing, the idle poll (the window of `c->idle`, adapted as IdlePoll adapts) and npu_uq_rest,
+   then npu_uq_serve again. Returns what npu_uq_serve returns for Python (PYTHON, FAILED, BETWEEN),
+   NPU_UQ_RING when the kernel ring holds an entry, the table changed or the kernel doorbell rang
+   (Python's turn: drain_all), or NPU_UQ_ASK + 16 when npu_uq_rest asks (the core's way to sleep). */
+int npu_uq_run(struct npu_uq_core *c, int32_t kernel_fd, int32_t may_sleep, int32_t sleep_ms);
+#define NPU_UQ_ASKS 18       /* npu_uq_run: NPU_UQ_ASK + 16 */

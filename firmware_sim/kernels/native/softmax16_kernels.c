@@ -43,11 +43,14 @@ static inline int32_t exp16(const struct npu_softmax16_call *c, int32_t x, int32
     return lut16((int32_t)scaled, c->exp_lut);
 }
 
-static int32_t exp_sum(const struct npu_softmax16_call *c, const int16_t *x, int32_t max)
+/* The row's exps (the table's values, int16) into e and their sum (int32, wrapping). */
+static int32_t exps(const struct npu_softmax16_call *c, const int16_t *x, int32_t max, int16_t *e)
 {
     int64_t total = 0;
-    for (int32_t i = 0; i < c->depth; i++)
-        total += exp16(c, x[i], max);
+    for (int32_t i = 0; i < c->depth; i++) {
+        e[i] = (int16_t)exp16(c, x[i], max);
+        total += e[i];
+    }
     return (int32_t)(uint32_t)(uint64_t)total;
 }
 
@@ -57,15 +60,28 @@ int npu_softmax16(const struct npu_softmax16_call *c)
         return NPU_KERNEL_BAD_STEP;
     if (c->left_shift < -31 || c->left_shift > 30)
         return NPU_KERNEL_BAD_SHIFT;
-    for (int32_t r = 0; r < c->rows; r++) {       /* every row's sum checked before any is written */
-        const int16_t *x = c->x + (int64_t)r * c->depth;
-        if (exp_sum(c, x, row_max(x, c->depth)) <= 0)
-            return NPU_KERNEL_SOFTMAX_ZERO_SUM;
+    /* every row's exps and sum first (each checked before any output is written: x and out
+       may be one buffer), then the outputs from them: one table lookup per element, not three */
+    int16_t *e = malloc(sizeof(int16_t) * (size_t)c->rows * (size_t)c->depth + 1);
+    int32_t *totals = malloc(sizeof(int32_t) * (size_t)c->rows + 1);
+    if (!e || !totals) {
+        free(e);
+        free(totals);
+        return NPU_KERNEL_NO_MEMORY;
     }
     for (int32_t r = 0; r < c->rows; r++) {
         const int16_t *x = c->x + (int64_t)r * c->depth;
+        totals[r] = exps(c, x, row_max(x, c->depth), e + (int64_t)r * c->depth);
+        if (totals[r] <= 0) {
+            free(e);
+            free(totals);
+            return NPU_KERNEL_SOFTMAX_ZERO_SUM;
+        }
+    }
+    for (int32_t r = 0; r < c->rows; r++) {
+        const int16_t *er = e + (int64_t)r * c->depth;
         int16_t *o = c->out + (int64_t)r * c->depth;
-        const int32_t max = row_max(x, c->depth), total = exp_sum(c, x, max);
+        const int32_t total = totals[r];
         const int headroom = __builtin_clz((uint32_t)total);            /* >= 1: total > 0 */
         const int64_t shifted = (((int64_t)total << (headroom - 1)) + (1 << 13)) >> 14;
         int64_t index = shifted - (1 << 15) - (1 << 16);
@@ -74,9 +90,11 @@ int npu_softmax16(const struct npu_softmax16_call *c)
         const int right = 31 - headroom;
         const int64_t half = right > 0 ? INT64_C(1) << (right - 1) : 0;
         for (int32_t i = 0; i < c->depth; i++) {
-            const int64_t v = (exp16(c, x[i], max) * recip + half) >> right;
+            const int64_t v = (er[i] * recip + half) >> right;
             o[i] = (int16_t)(v < 0 ? 0 : v > INT16_MAX ? INT16_MAX : v);
         }
     }
+    free(e);
+    free(totals);
     return 0;
 }

@@ -91,7 +91,7 @@ _lower = lower_binary
 def _export(options: str):
     def export(wr, op, outs) -> None:
         fields = dict(FusedActivationFunction=tflite_export.ACT[op.attrs["activation"]])
-        if options == "AddOptions" and wr.src.tensors[op.outputs[0]].dtype == "int16":
+        if options in ("AddOptions", "SubOptions") and wr.src.tensors[op.outputs[0]].dtype == "int16":
             fields["PotScaleInt16"] = False  # the general-scale int16 kernel, as the chip's
         wr.add(op.type, [wr.name(i) for i in op.inputs], outs, {options: fields})
     return export
@@ -104,7 +104,7 @@ register(Operator("ADD", ("activation",), tflite=_tflite(tflite.AddOptions), flo
 # activations runs on the chip's SUB.
 register(Operator("SUB", ("activation",), tflite=_tflite(tflite.SubOptions), float_ref=_float(np.subtract),
                   fused_activation=True, params=_add_params, lower=_lower, export=_export("SubOptions"),
-                  tflite_version=2))
+                  tflite_version=2, int16=True))   # int16: LiteRT's general int16 SUB (a LayerNorm's x - mean)
 register(Operator("MUL", ("activation",), tflite=_tflite(tflite.MulOptions), float_ref=_float(np.multiply),
                   fused_activation=True, params=_mul_params, lower=_lower, export=_export("MulOptions"),
                   tflite_version=2, int16=True))

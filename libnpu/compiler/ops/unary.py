@@ -20,6 +20,7 @@ import tflite
 
 from npu_hw import fixedpoint as fp
 from npu_hw import tables
+from npu_hw.sigmoid16 import INT16_LUT_SIZE
 
 from .. import onnx_import, qparams, tflite_import
 from ..gelu_fusion import fuse_gelu
@@ -161,6 +162,34 @@ def neg_to_mul(g: Graph) -> int:
     return changed
 
 
+
+def divide_by_square_root(g: Graph) -> int:
+    """``a / sqrt(v)`` -> ``a * rsqrt(v)`` where the SQRT has no other reader: a LayerNorm
+    spelled out (PaddlePaddle's SVTR exports: Sub, Pow, ReduceMean, Add, Sqrt, Div) then
+    runs as ONNX LayerNormalization imports, and all of it has int16 kernels (DIV and
+    SQRT have none); int8 rounds one step fewer (RSQRT's formula, where SQRT's table is
+    then divided by)."""
+    readers: dict[str, list[Op]] = {}
+    for op in g.ops:
+        for i in op.inputs:
+            readers.setdefault(i, []).append(op)
+    made = {op.outputs[0]: op for op in g.ops}
+    changed = 0
+    for op in g.ops:
+        root = made.get(op.inputs[1]) if op.type == "DIV" and len(op.inputs) == 2 else None
+        if root is None or root.type != "SQRT" or op.inputs[0] == op.inputs[1] \
+                or len(readers[op.inputs[1]]) != 1 or op.inputs[1] in g.outputs:
+            continue
+        old = g.tensors[root.outputs[0]]
+        if old.quant is not None:      # an imported integer graph keeps its ops
+            continue
+        inverse = g.add_tensor(Tensor(g.unique_name(f"{old.name}__rsqrt"), old.shape, old.dtype))
+        del g.tensors[old.name]
+        root.type, root.outputs = "RSQRT", [inverse.name]
+        op.type, op.inputs = "MUL", [op.inputs[0], inverse.name]
+        changed += 1
+    return changed
+
 # Integer formulas on the math unit -----------------------------------------------------------
 
 
@@ -197,9 +226,29 @@ register(Operator("LEAKY_RELU", ("alpha",), tflite=_tflite_leaky,
                   int16=True))
 
 
+def rsqrt_lut_int16(input_scale: float, output_scale: float) -> np.ndarray:
+    """int16 RSQRT's table (ours: LiteRT's RSQRT has int8 only; docs/hardware.md): the
+    ``LUT`` descriptor's int16[65536], entry ``uint16(x)`` the correctly rounded
+    ``1 / sqrt(x * in_scale) / out_scale`` in float64, saturated to int16; ``x <= 0``
+    gives 32767, as the int8 kernel gives 127 at its zero point (both grids symmetric).
+    A LayerNorm's ``1 / sqrt(variance)`` spans its tokens' scales (40x on an attention
+    output whose queries attend mostly to a key of value 0): int8's 256 steps over it
+    left the common tokens a 7% step."""
+    x = np.arange(INT16_LUT_SIZE, dtype=np.uint16).view(np.int16).astype(np.float64)
+    with np.errstate(divide="ignore"):
+        real = np.where(x > 0, 1 / np.sqrt(np.maximum(x, 1) * float(_f32(input_scale))), np.inf)
+    return np.clip(np.round(real / float(_f32(output_scale))), -32768, 32767).astype(np.int16)
+
+
 def _rsqrt_params(g, op) -> dict:
     (si, zi), (so, zo) = _zps(g, op)
+    if g.tensors[op.inputs[0]].dtype == "int16":
+        return dict(lut=rsqrt_lut_int16(si, so))
     return dict(input_zp=zi, output_zp=zo, **rsqrt_params(si, so))
+
+
+def _lower_rsqrt(low, op, p):
+    return _lower_lut(low, op, p) if "lut" in p else low.flat("RSQRT", op, p)   # int16: a table
 
 
 def _rsqrt(op, ins, out):
@@ -207,8 +256,9 @@ def _rsqrt(op, ins, out):
         return (1 / np.sqrt(ins[0])).astype(np.float32)
 
 
-register(Operator("RSQRT", tflite=tflite_import.simple, float_ref=_rsqrt, params=_rsqrt_params,
-                  lower=_flat("RSQRT"), export=_export_plain, tflite_version=2))
+register(Operator("RSQRT", rewrite=divide_by_square_root, tflite=tflite_import.simple, float_ref=_rsqrt,
+                  params=_rsqrt_params, lower=_lower_rsqrt, export=_export_plain, tflite_version=2,
+                  int16=True))  # int16: our table (rsqrt_lut_int16); LiteRT has no int16 RSQRT
 
 
 def _abs_params(g, op) -> dict:
