@@ -50,28 +50,35 @@ def replay(spec: str, jobs: int, rounds: int, cache: CompileCache | None = None)
     return replay_loadable(loadable, jobs, rounds, spec)
 
 
+def loaded_job(memory: ChipMemory, loadable: Loadable, name: str = "the model") -> tuple[list[int], int, bytes]:
+    """``loadable`` placed in ``memory`` (its regions, random inputs) and its job run once
+    (the run that decodes it): the regions' addresses, the command buffer's, its bytes."""
+    bases = [memory.alloc(max(region.size, 1)) for region in loadable.regions]
+    for index, region in enumerate(loadable.regions):
+        if region.content is not None:
+            _write(memory, bases[index], np.frombuffer(loadable.region_image(index, bases), np.uint8))
+    rng = np.random.default_rng(1)
+    for desc in loadable.inputs():     # floats in [-1, 1) (random bytes would be NaNs and denormals)
+        dtype = np.dtype(desc.dtype)
+        values = (rng.uniform(-1, 1, desc.nbytes // dtype.itemsize).astype(dtype) if dtype.kind == "f"
+                  else rng.integers(0, 256, desc.nbytes, dtype=np.uint8))
+        _write(memory, bases[desc.region] + desc.offset, values.view(np.uint8))
+    command = loadable.command_buffer(bases)
+    at = memory.put(np.frombuffer(command, np.uint8))
+    first = run_job(memory.dma, ASID, at, len(command), HardwareProfile())
+    if first.status:
+        raise RuntimeError(f"{name}: the job failed with status {first.status}")
+    return bases, at, command
+
+
 def replay_loadable(loadable: Loadable, jobs: int, rounds: int, name: str = "the model") -> dict[str, Any]:
     """``replay`` of a compiled model; also says the job plan's kind (``native``: one C call
     for the whole job; ``mixed``: runs of C calls with ``python_steps`` tasks from Python
     between them; ``python``: every task from Python)."""
     with tempfile.TemporaryDirectory() as bus:
         memory = ChipMemory(Path(bus), size=64 << 20)
-        bases = [memory.alloc(max(region.size, 1)) for region in loadable.regions]
-        for index, region in enumerate(loadable.regions):
-            if region.content is not None:
-                _write(memory, bases[index], np.frombuffer(loadable.region_image(index, bases), np.uint8))
-        rng = np.random.default_rng(1)
-        for desc in loadable.inputs():     # floats in [-1, 1) (random bytes would be NaNs and denormals)
-            dtype = np.dtype(desc.dtype)
-            values = (rng.uniform(-1, 1, desc.nbytes // dtype.itemsize).astype(dtype) if dtype.kind == "f"
-                      else rng.integers(0, 256, desc.nbytes, dtype=np.uint8))
-            _write(memory, bases[desc.region] + desc.offset, values.view(np.uint8))
-        command = loadable.command_buffer(bases)
-        at = memory.put(np.frombuffer(command, np.uint8))
+        bases, at, command = loaded_job(memory, loadable, name)
         profile = HardwareProfile()
-        first = run_job(memory.dma, ASID, at, len(command), profile)
-        if first.status:
-            raise RuntimeError(f"{name}: the job failed with status {first.status}")
         outputs = [(bases[d.region] + d.offset, d.nbytes) for d in loadable.outputs()]
         decoded = [memory.get(iova, np.uint8, (size,)) for iova, size in outputs]
         for iova, size in outputs:

@@ -60,7 +60,7 @@ from .quantizer import equalized, gated, quantize_model, random_dataset
 from .scales import MIN_MULTIPLIER, bias_scale, choose_int16_scale, quantize_weights16, symmetric
 from .step_reuse import once
 
-__all__ = ["MixedPrecisionError", "int16_quant", "promotable", "promote", "widened_weights16",
+__all__ = ["MixedPrecisionError", "int16_quant", "promotable", "takes_int16_weights", "promote", "widened_weights16",
            "choose_auto", "choose_weights16", "quantize_mixed", "parse_selection", "DEFAULT_TARGET",
            "WEIGHTS16_TARGET", "INT16_HEADROOM", "HELD_OUT_MARGIN", "held_out_headroom", "CHANNEL_PEAKS"]
 
@@ -154,6 +154,12 @@ def promotable(op: Op, graph: Graph | None = None) -> bool:
     if op.type == "HOST":
         return len(op.outputs) == 1 and (graph is None or graph.tensors[op.outputs[0]].quant is not None)
     return bool(registry.get(op.type, "int16")) and op.type not in ("QUANTIZE", "DEQUANTIZE")
+
+
+def takes_int16_weights(op: Op) -> bool:
+    """Whether ``op`` may get int16 weights too (a16w16): an op with weights whose chip
+    kernel takes them."""
+    return registry.get(op.type, "weight_axis") is not None and not registry.get(op.type, "int8_weights_only")
 
 
 def parse_selection(selection: str | Iterable[str] | None) -> str | list[str]:
@@ -316,7 +322,7 @@ def promote(graph: Graph, names: Iterable[str], src: Graph | None = None,
     for op in g.ops:
         if id(op) not in wide:
             continue
-        if id(op) not in chosen or registry.get(op.type, "weight_axis") is None:
+        if id(op) not in chosen or not takes_int16_weights(op):
             raise MixedPrecisionError(f"int16 weights: {op.describe()} is not a promoted op with weights")
         if src is None:
             raise MixedPrecisionError("int16 weights need the float graph (src)")
@@ -545,7 +551,7 @@ def choose_weights16(float_graph: Graph, graph: Graph, names: Sequence[str], dat
     promoted = promote(graph, names, float_graph)
     base = output_scores(float_graph, promoted, dataset)
     by_output = {op.outputs[0]: op for op in graph.ops}
-    candidates = [n for n in names if n in by_output and registry.get(by_output[n].type, "weight_axis") is not None]
+    candidates = [n for n in names if n in by_output and takes_int16_weights(by_output[n])]
     if not candidates or min(base.values(), default=1.0) >= target:
         return [], base
     ceiling = output_scores(float_graph, promote(graph, names, float_graph, candidates), dataset)

@@ -56,6 +56,8 @@ class Operator:
       reference or export.
     - ``int16``: the chip also runs it with int16 activations (TFLite's 16x8 scheme:
       symmetric int16, int8 weights, int64 bias), so mixed precision may promote it.
+    - ``int8_weights_only``: with int16 activations its weights stay int8 (the chip has no
+      a16w16 kernel of it), so mixed precision never gives it int16 weights.
     - ``channel_grid``: how the operator takes part in per-channel int16 grids
       (:mod:`libnpu.compiler.channel_grids`): ``"rescale"``, its output may get a grid of its
       own and it reads per-channel inputs as ``channel_reader`` says; ``"move"``, its output
@@ -83,6 +85,7 @@ class Operator:
     macs: Callable | None = None
     graph_op: bool = True
     int16: bool = False
+    int8_weights_only: bool = False
     channel_grid: str | None = None
     channel_reader: Callable | None = None
 

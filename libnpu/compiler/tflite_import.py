@@ -193,7 +193,10 @@ class _Importer:
             self.host_op(pending)
             before = len(g.ops)
             try:
-                self.import_op(opname, ins, outs, op.BuiltinOptions(), where, out_name)
+                # a custom op the registry knows (an alias) reads its raw custom options
+                table = (op.CustomOptionsAsNumpy().tobytes() if op.CustomOptionsLength() else b"") \
+                    if opname.startswith("CUSTOM:") else op.BuiltinOptions()
+                self.import_op(opname, ins, outs, table, where, out_name)
             except UnsupportedOpError as exc:
                 if not self.fallback:
                     raise
@@ -247,9 +250,9 @@ class _Importer:
                   out_name: str) -> None:
         if self.fold(opname, ins, outs, options, where):
             return
-        if opname.startswith("CUSTOM:"):
-            raise UnsupportedOpError(f"custom op {opname[7:]!r}: the chip has no custom operators")
         operator = registry.tflite_operator(opname)
+        if operator is None and opname.startswith("CUSTOM:"):
+            raise UnsupportedOpError(f"custom op {opname[7:]!r}: the chip has no custom operators")
         if operator is None:
             raise UnsupportedOpError(f"unsupported op {where}")
         imported = operator.tflite(self, ins, outs, options, where)

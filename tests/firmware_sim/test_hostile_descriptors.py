@@ -4,6 +4,7 @@ operands (docs/security.md, "Descriptors"). The acceptance run is
 ``benchmarks.fuzz_descriptors``; here a short representative run of it."""
 from __future__ import annotations
 
+import errno
 import tracemalloc
 
 import numpy as np
@@ -12,6 +13,7 @@ import pytest
 from benchmarks import fuzz_descriptors
 from firmware_sim.kernels.fixedpoint import multiply_by_quantized_multiplier, wrap_int32
 from firmware_sim.kernels.transpose_conv import transpose_conv2d
+from npu_hw import ops
 from tests.support.chip_memory import ChipMemory, encode
 
 MIB = 1 << 20
@@ -65,6 +67,18 @@ def test_transpose_conv_huge_stride_or_padding_allocates_nothing_huge(mem) -> No
         result, peak = _peak_of(lambda: mem.run(desc))
         assert result.status == 0, (stride, padding, result)
         assert peak < 4 * MIB, (stride, padding, peak)
+
+
+def test_int16_transpose_conv_refuses_zero_points_and_int16_weights(mem) -> None:
+    x = mem.put(np.arange(2 * 2 * 3, dtype=np.int16).reshape(1, 2, 2, 3))
+    w = mem.put(np.ones((2, 2, 2, 3), np.int8))
+    fields = dict(input=x, weights=w, output=mem.alloc(4 * 4 * 2 * 2), in_shape=(1, 2, 2, 3),
+                  out_shape=(1, 4, 4, 2), filter_hw=(2, 2), stride=(2, 2), dilation=(1, 1), padding=(0, 0),
+                  cin_per_group=3, multiplier=1 << 30, act_min=-32768, act_max=32767)
+    assert mem.run(encode("TRANSPOSE_CONV", ops.OPF_INT16, **fields)).status == 0
+    assert mem.run(encode("TRANSPOSE_CONV", ops.OPF_INT16, **fields, input_zp=3)).status == -errno.EINVAL
+    assert mem.run(encode("TRANSPOSE_CONV", ops.OPF_INT16, **fields, output_zp=-1)).status == -errno.EINVAL
+    assert mem.run(encode("TRANSPOSE_CONV", ops.OPF_INT16 | ops.OPF_WEIGHTS16, **fields)).status == -errno.EINVAL
 
 
 def test_transpose_conv_crop_matches_the_full_scatter() -> None:

@@ -123,31 +123,36 @@ def test_reduce_l2_reruns_in_c_as_numpy_computes() -> None:
                                       err_msg=f"{dtype} {shape} {axes} scale {scale}")
 
 
-def test_transpose_conv_reruns_in_c_as_numpy_computes() -> None:
-    """Both of the C kernel's loop orders (a dot product per output channel under 16 of them,
-    else rows of output channels), strides past the filter, padding, outputs larger and
-    smaller than the scatter reaches, int32 biases that wrap."""
-    rng = np.random.default_rng(87)
+@pytest.mark.parametrize("dtype", [np.int8, np.int16])
+def test_transpose_conv_reruns_in_c_as_numpy_computes(dtype) -> None:
+    """Both of the C kernel's loop orders (input rows under 16 output channels, else rows of
+    output channels), strides past the filter, padding, outputs larger and smaller than the
+    scatter reaches, int32 biases that wrap; int16 (int64 biases) with the deep input rows
+    (512 channels and more: int64 row sums) too."""
+    rng = np.random.default_rng(87 if dtype == np.int8 else 88)
+    wide = dtype == np.int16
     for case in range(40):
         n, h, w = int(rng.integers(1, 3)), int(rng.integers(1, 7)), int(rng.integers(1, 7))
-        cin = int(rng.integers(1, 20))
+        cin = 600 if wide and case % 10 == 3 else int(rng.integers(1, 20))
         cout, kh, kw = int(rng.choice([1, 5, 16, 24, 37])), int(rng.integers(1, 5)), int(rng.integers(1, 5))
         sh, sw = int(rng.integers(1, 4)), int(rng.integers(1, 4))
         pt, pl = int(rng.integers(0, kh)), int(rng.integers(0, kw))
         out_hw = (max(1, (h - 1) * sh + kh - 2 * pt + int(rng.integers(-1, 2))),
                   max(1, (w - 1) * sw + kw - 2 * pl + int(rng.integers(-1, 2))))
-        x, wt = _random(rng, np.int8, (n, h, w, cin)), _random(rng, np.int8, (cout, kh, kw, cin))
-        bias = None if case % 4 == 0 else rng.integers(-(1 << 31), 1 << 31, size=cout).astype(np.int32)
+        x, wt = _random(rng, dtype, (n, h, w, cin)), _random(rng, np.int8, (cout, kh, kw, cin))
+        bias = None if case % 4 == 0 else (rng.integers(-(1 << 40), 1 << 40, size=cout) if wide else
+                                           rng.integers(-(1 << 31), 1 << 31, size=cout).astype(np.int32))
         size = cout if case % 2 else 1
-        params = dict(stride=(sh, sw), padding=(pt, pl), out_hw=out_hw, input_zp=int(rng.integers(-128, 128)),
-                      output_zp=int(rng.integers(-128, 128)),
+        zps = (0, 0) if wide else (int(rng.integers(-128, 128)), int(rng.integers(-128, 128)))
+        top = np.iinfo(dtype).max
+        params = dict(stride=(sh, sw), padding=(pt, pl), out_hw=out_hw, input_zp=zps[0], output_zp=zps[1],
                       multiplier=rng.integers(1 << 29, 1 << 31, size=size).astype(np.int32),
-                      shift=rng.integers(-20, 2, size=size).astype(np.int32), act_min=-128,
-                      act_max=int(rng.choice([127, 50])))
-        out = np.empty((n, *out_hw, cout), np.int8)
+                      shift=rng.integers(-30 if wide else -20, 2, size=size).astype(np.int32),
+                      act_min=-top - 1, act_max=int(rng.choice([top, 50])))
+        out = np.empty((n, *out_hw, cout), dtype)
         rerun = transpose_conv.transpose_conv2d_bound(x, wt, bias, out=out, **params)
         assert rerun is not None
-        x[...], wt[...] = _random(rng, np.int8, x.shape), _random(rng, np.int8, wt.shape)
+        x[...], wt[...] = _random(rng, dtype, x.shape), _random(rng, np.int8, wt.shape)
         rerun()
         np.testing.assert_array_equal(out, transpose_conv.transpose_conv2d(x, wt, bias, **params),
                                       err_msg=f"{x.shape} {wt.shape} {params['stride']} {params['padding']}")

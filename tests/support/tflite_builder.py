@@ -55,6 +55,7 @@ class OpSpec:
     options: Callable[[flatbuffers.Builder], int] | None = None
     version: int = 1
     custom_code: str = ""            # for opcode CUSTOM: the custom op's name
+    custom_options: bytes = b""      # for opcode CUSTOM: its raw options
     intermediates: Sequence[int] = ()   # tensors the kernel's Prepare reads (integer LSTM's scales)
 
 
@@ -179,12 +180,15 @@ def _subgraph(b: flatbuffers.Builder, graph: SubgraphSpec, buffers: list[int],
         outs = b.CreateNumpyVector(np.asarray(op.outputs, dtype=np.int32))
         opts = op.options(b) if op.options is not None else None
         inter = b.CreateNumpyVector(np.asarray(op.intermediates, dtype=np.int32)) if op.intermediates else None
+        custom = b.CreateNumpyVector(np.frombuffer(op.custom_options, np.uint8)) if op.custom_options else None
         tflite.OperatorStart(b)
         tflite.OperatorAddOpcodeIndex(b, codes.index((op.opcode, op.version, op.custom_code)))
         tflite.OperatorAddInputs(b, ins)
         tflite.OperatorAddOutputs(b, outs)
         if inter is not None:
             tflite.OperatorAddIntermediates(b, inter)
+        if custom is not None:
+            tflite.OperatorAddCustomOptions(b, custom)
         if opts is not None:
             tflite.OperatorAddBuiltinOptionsType(b, op.options_type)
             tflite.OperatorAddBuiltinOptions(b, opts)

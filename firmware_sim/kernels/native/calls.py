@@ -13,7 +13,7 @@ __all__ = ["BoundCall", "check_status", "bind_table2", "bind_pool", "bind_conver
 
 # C array types resolved once (parsing the type string costs a microsecond per pointer).
 _CTYPES = {np.dtype(np.int8): ffi.typeof("int8_t[]"), np.dtype(np.int32): ffi.typeof("int32_t[]"),
-           np.dtype(np.int16): ffi.typeof("int16_t[]"),
+           np.dtype(np.int16): ffi.typeof("int16_t[]"), np.dtype(np.int64): ffi.typeof("int64_t[]"),
            np.dtype(np.float64): ffi.typeof("double[]"), np.dtype(np.float32): ffi.typeof("float[]")}
 
 
@@ -314,13 +314,15 @@ def bind_lstm(x: np.ndarray, w: np.ndarray, r: np.ndarray, biases: np.ndarray, t
 def bind_transpose_conv(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None, *, stride: tuple[int, int],
                         padding: tuple[int, int], input_zp: int, output_zp: int, multiplier: np.ndarray,
                         shift: np.ndarray, act_min: int, act_max: int, out: np.ndarray) -> BoundCall | None:
-    """int8 TRANSPOSE_CONV of NHWC ``x`` with ``w`` (cout, kh, kw, cin) into ``out``
-    (``transpose_conv_kernels.c``), operands the numpy kernel checked, as a call; None unless
-    every array is C-contiguous of the kernel's dtype."""
+    """TRANSPOSE_CONV of NHWC ``x`` (int8, or int16 with an int64 bias) with int8 ``w`` (cout, kh,
+    kw, cin) into ``out`` (``transpose_conv_kernels.c``), operands the numpy kernel checked, as
+    a call; None unless every array is C-contiguous of the kernel's dtype."""
     mult, sft = quant_arrays(np.asarray(multiplier).reshape(-1), np.asarray(shift).reshape(-1))
-    if (library() is None or x.dtype != np.int8 or w.dtype != np.int8 or out.dtype != np.int8
+    wide = x.dtype == np.int16
+    if (library() is None or x.dtype not in (np.int8, np.int16) or w.dtype != np.int8 or out.dtype != x.dtype
             or not all(0 <= v <= INT32_MAX for v in (*stride, *padding))     # u32 fields: numpy takes the rest
-            or (bias is not None and (bias.dtype != np.int32 or not bias.flags.c_contiguous))
+            or (bias is not None and (bias.dtype != (np.int64 if wide else np.int32)
+                                      or not bias.flags.c_contiguous))
             or not (x.flags.c_contiguous and w.flags.c_contiguous and out.flags.c_contiguous)):
         return None
     n, h, wd, cin = x.shape
@@ -331,6 +333,6 @@ def bind_transpose_conv(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None, *
         "kw": kw, "sh": stride[0], "sw": stride[1], "pt": padding[0], "pl": padding[1], "oh": out.shape[1],
         "ow": out.shape[2], "bias": buffers[2], "mult": buffers[3], "shift": buffers[4],
         "per_channel": int(mult.size > 1), "input_zp": input_zp, "output_zp": output_zp, "act_min": act_min,
-        "act_max": act_max, "out": buffers[5]})
+        "act_max": act_max, "wide": int(wide), "out": buffers[5]})
     return BoundCall(library().NPU_STEP_TRANSPOSE_CONV, call, (x, w, bias, multiplier, shift, out),
                      (buffers, mult, sft))

@@ -1281,7 +1281,7 @@ int npu_step_run(const struct npu_step *step)
     case NPU_STEP_MATMUL16:
         return npu_matmul16(p);
     case NPU_STEP_TRANSPOSE_CONV:
-        return npu_transpose_conv_s8(p);
+        return npu_transpose_conv(p);
     default:
         return NPU_KERNEL_BAD_STEP;
     }

@@ -433,20 +433,22 @@ int npu_softmax16(const struct npu_softmax16_call *c);
 
 #define NPU_STEP_SOFTMAX16 51
 
-/* int8 TRANSPOSE_CONV of NHWC x (n, h, w, cin) with filter (cout, kh, kw, cin) into out (n, oh,
+/* TRANSPOSE_CONV of NHWC x (n, h, w, cin) with int8 filter (cout, kh, kw, cin) into out (n, oh,
    ow, cout) (transpose_conv_kernels.c, kernels/transpose_conv.py's arithmetic): stride sh, sw,
-   padding pt, pl; bias int32 (cout) or NULL; mult / shift per channel or one. */
+   padding pt, pl; mult / shift per channel or one. x and out int8, bias int32 (cout) or NULL;
+   with wide, x and out int16 and bias int64 (TFLite's 16x8 scheme: zero points 0). */
 struct npu_transpose_conv_call {
-    const int8_t *x;
+    const void *x;
     int32_t n, h, w, cin;
     const int8_t *filter;
     int32_t cout, kh, kw, sh, sw, pt, pl, oh, ow;
-    const int32_t *bias, *mult, *shift;
-    int32_t per_channel, input_zp, output_zp, act_min, act_max;
-    int8_t *out;
+    const void *bias;
+    const int32_t *mult, *shift;
+    int32_t per_channel, input_zp, output_zp, act_min, act_max, wide;
+    void *out;
 };
 
-int npu_transpose_conv_s8(const struct npu_transpose_conv_call *c);
+int npu_transpose_conv(const struct npu_transpose_conv_call *c);
 
 #define NPU_STEP_TRANSPOSE_CONV 52
 

@@ -1,8 +1,10 @@
-"""TRANSPOSE_CONV (ONNX ConvTranspose, 2-D and 1-D). The IR's inputs are ``x, w [Cout, KH, KW, Cin],
-bias|""`` like a convolution's (TFLite's operand order, output shape first, is restored
-on export); ``padding`` is the (top, left) cropped from the full result, the output size
-is the output tensor's."""
+"""TRANSPOSE_CONV (ONNX ConvTranspose, 2-D and 1-D; mediapipe's Convolution2DTransposeBias custom op).
+The IR's inputs are ``x, w [Cout, KH, KW, Cin], bias|""`` like a convolution's (TFLite's operand
+order, output shape first, is restored on export); ``padding`` is the (top, left) cropped from
+the full result, the output size is the output tensor's."""
 from __future__ import annotations
+
+import struct
 
 import numpy as np
 import tflite
@@ -13,17 +15,44 @@ from .. import float_ref, onnx_import, qparams, tflite_export, tflite_import
 from ..registry import Operator, onnx, register, tflite_options
 from .conv import onnx_bias, onnx_emit_2d, onnx_weights_2d
 
+# mediapipe's TRANSPOSE_CONV with a bias, from before the builtin took one: inputs (x, w, bias),
+# custom options a raw TfLiteTransposeConvParams (int32 padding, stride_width, stride_height).
+MEDIAPIPE_TRANSPOSE_CONV = "CUSTOM:Convolution2DTransposeBias"
+
+
+def _crops(im, w: int, out: int, stride: tuple[int, int], code: int) -> tuple[int, ...]:
+    """(top, left) cropped from the full result: TFLite's padding of the forward convolution
+    from the output back to the input (``code``: the spec's PADDING_SAME / PADDING_VALID)."""
+    _, oh, ow, _ = im.shape(out)
+    _, kh, kw, _ = im.shape(w)
+    return tuple(spec_ops.conv_geometry(size, k, s, 1, code)[1] for size, k, s in ((oh, kh, stride[0]),
+                                                                                  (ow, kw, stride[1])))
+
 
 def _tflite(im, ins, outs, table, where):
+    if isinstance(table, bytes):        # the custom op: its options are its raw parameters
+        return _tflite_mediapipe(im, ins, outs, table, where)
     o = tflite_import.options(table, tflite.TransposeConvOptions)
-    _, oh, ow, _ = im.shape(outs[0])
-    _, kh, kw, _ = im.shape(ins[1])
     stride = (int(o.StrideH()), int(o.StrideW()))
-    padding = tuple(spec_ops.conv_geometry(size, k, s, 1, o.Padding() + 1)[1]  # tflite SAME=0, VALID=1
-                    for size, k, s in ((oh, kh, stride[0]), (ow, kw, stride[1])))
+    padding = _crops(im, ins[1], outs[0], stride, o.Padding() + 1)   # tflite SAME=0, VALID=1
     act = tflite_import.activation(o.FusedActivationFunction(), where)
     bias = ins[3] if len(ins) > 3 else -1
     return dict(stride=stride, padding=padding, activation=act), [ins[2], ins[1], bias]
+
+
+def _tflite_mediapipe(im, ins, outs, custom: bytes, where):
+    """Convolution2DTransposeBias: mediapipe's kernel is TFLite's float TRANSPOSE_CONV (padding
+    computed the same way, no activation) plus the bias, which is this operator exactly."""
+    if len(custom) < 12 or len(ins) != 3 or min(ins) < 0 or len(outs) != 1:
+        raise tflite_import.UnsupportedOpError(f"{where}: expected inputs (x, w, bias) and 12 bytes of options, "
+                                               f"got {len(ins)} inputs and {len(custom)} bytes")
+    padding_code, stride_w, stride_h = struct.unpack_from("<3i", custom)   # TfLitePadding: SAME 1, VALID 2
+    if padding_code not in (spec_ops.PADDING_SAME, spec_ops.PADDING_VALID) or min(stride_w, stride_h) < 1:
+        raise tflite_import.UnsupportedOpError(f"{where}: padding {padding_code} / stride "
+                                               f"{stride_h}x{stride_w} not supported")
+    stride = (stride_h, stride_w)
+    padding = _crops(im, ins[1], outs[0], stride, padding_code)
+    return dict(stride=stride, padding=padding, activation="NONE"), [ins[0], ins[1], ins[2]]
 
 
 def transpose_conv2d(x, w, b, *, stride, padding, activation, out_hw) -> np.ndarray:
@@ -60,9 +89,12 @@ def _export(wr, op, outs) -> None:
     a = op.attrs
     out = wr.src.tensors[op.outputs[0]].shape
     w = wr.src.tensors[op.inputs[1]].shape
+    x = wr.src.tensors[op.inputs[0]].shape
+    # the padding whose forward convolution of the output gives both the crop and the input's
+    # size (both crop 0 when the SAME and VALID sizes differ: LiteRT checks the size)
     fits = [enum for code, enum in ((spec_ops.PADDING_SAME, 0), (spec_ops.PADDING_VALID, 1))
-            if all(spec_ops.conv_geometry(size, k, s, 1, code)[1] == pad
-                   for size, k, s, pad in zip(out[1:3], w[1:3], a["stride"], a["padding"]))]
+            if all(spec_ops.conv_geometry(size, k, s, 1, code) == (n, pad)
+                   for size, k, s, pad, n in zip(out[1:3], w[1:3], a["stride"], a["padding"], x[1:3]))]
     if not fits:
         raise tflite_export.TFLiteExportError(f"{op.describe()}: padding {a['padding']} is neither SAME nor VALID")
     ins = [wr.const_i32(op.outputs[0], out), wr.name(op.inputs[1]), wr.name(op.inputs[0]), wr.bias(op, w[0])]
@@ -72,9 +104,10 @@ def _export(wr, op, outs) -> None:
 
 
 register(Operator(
-    "TRANSPOSE_CONV", ("stride", "padding", "activation"), tflite=_tflite,
+    "TRANSPOSE_CONV", ("stride", "padding", "activation"), tflite=_tflite, tflite_aliases=(MEDIAPIPE_TRANSPOSE_CONV,),
     float_ref=lambda op, ins, out: transpose_conv2d(ins[0], ins[1], ins[2], out_hw=out.shape[1:3], **op.attrs),
     weight_axis=0, fused_activation=True, params=_params, lower=_lower, export=_export, tflite_version=3,
+    int16=True, int8_weights_only=True,
     macs=lambda g, op: g.tensors[op.inputs[0]].size * int(np.prod(g.tensors[op.inputs[1]].shape[:3]))))
 
 
