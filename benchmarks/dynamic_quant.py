@@ -37,7 +37,7 @@ import libnpu
 from benchmarks.scratch_device import ScratchDevice
 from libnpu.compiler.dynamic_quant import dequantize_dynamic
 from libnpu.compiler.lower import compile_model
-from tests.support.dynamic_quant_models import CRNN_INPUT, crnn, quantize_dynamic_model
+from tests.support.dynamic_quant_models import cosine, crnn, crnn_inputs, quantize_dynamic_model
 
 VARIANTS = (("QInt8", False), ("QInt8", True), ("QUInt8", False), ("QUInt8", True))
 
@@ -57,30 +57,20 @@ def crnn_wide(classes: int = 512, spread: float = 12.0, seed: int = 7) -> onnx.M
     return model
 
 
-def _cosine(a: np.ndarray, b: np.ndarray) -> float:
-    a, b = a.astype(np.float64).ravel(), b.astype(np.float64).ravel()
-    return float(a @ b / (np.linalg.norm(a) * np.linalg.norm(b) + 1e-12))
-
-
-def _inputs(count: int, seed: int) -> list[np.ndarray]:
-    rng = np.random.default_rng(seed)
-    return [rng.uniform(-1, 1, CRNN_INPUT).astype(np.float32) for _ in range(count)]
-
-
 def measure(name: str, model: onnx.ModelProto, devroot: str, folder: Path) -> None:
     import onnxruntime  # type: ignore[import-untyped]   # a test dependency, as in the corpus scripts
     for weight_type, per_channel in VARIANTS:
         quantized = quantize_dynamic_model(model, folder, weight_type, per_channel)
         floats = dequantize_dynamic(onnx.load_from_string(quantized)).model.SerializeToString()
         sessions = [onnxruntime.InferenceSession(m, providers=["CPUExecutionProvider"]) for m in (quantized, floats)]
-        unseen = _inputs(6, seed=99)
+        unseen = crnn_inputs(6, seed=99)
         want = [sessions[0].run(None, {"x": x})[0] for x in unseen]
-        rounding = min(_cosine(sessions[1].run(None, {"x": x})[0], w) for x, w in zip(unseen, want))
+        rounding = min(cosine(sessions[1].run(None, {"x": x})[0], w) for x, w in zip(unseen, want))
         started = time.perf_counter()
-        loadable = compile_model(quantized, [[x] for x in _inputs(16, seed=1)])
+        loadable = compile_model(quantized, [[x] for x in crnn_inputs(16, seed=1)])
         seconds = time.perf_counter() - started
         with libnpu.load(loadable, devroot=devroot) as compiled:
-            device = min(_cosine(compiled.infer([x], dequantized=True)[0], w) for x, w in zip(unseen, want))
+            device = min(cosine(compiled.infer([x], dequantized=True)[0], w) for x, w in zip(unseen, want))
         print(f"{name:<10} {weight_type:<6} {'per channel' if per_channel else 'per tensor ':<11}  rounding "
               f"{rounding:.5f}  device {device:.4f}  cpu steps {len(loadable.host_steps)}  compile {seconds:.1f} s",
               flush=True)
@@ -121,7 +111,7 @@ def _work_rounding(model, path: Path) -> float:
     options.log_severity_level = 3          # the file's declared output shape, which it does not keep
     sessions = [onnxruntime.InferenceSession(m, options, providers=["CPUExecutionProvider"])
                 for m in (str(path), floats)]
-    return min(_cosine(*(s.run(None, feed)[0] for s in sessions)) for feed in prepare(model, path).evaluation)
+    return min(cosine(*(s.run(None, feed)[0] for s in sessions)) for feed in prepare(model, path).evaluation)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

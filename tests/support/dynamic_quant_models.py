@@ -15,6 +15,18 @@ CRNN_INPUT = (1, 1, 8, 16)
 CRNN_OUTPUT = (8, 10)
 
 
+def crnn_inputs(count: int, seed: int) -> list[np.ndarray]:
+    """``count`` inputs of :func:`crnn`, uniform in [-1, 1]."""
+    rng = np.random.default_rng(seed)
+    return [rng.uniform(-1, 1, CRNN_INPUT).astype(np.float32) for _ in range(count)]
+
+
+def cosine(a: np.ndarray, b: np.ndarray) -> float:
+    """Cosine of two arrays flattened, in float64."""
+    a, b = a.astype(np.float64).ravel(), b.astype(np.float64).ravel()
+    return float(a @ b / (np.linalg.norm(a) * np.linalg.norm(b) + 1e-12))
+
+
 def crnn(seed: int = 0, hidden: int = 8) -> onnx.ModelProto:
     """Conv + BN + Relu -> MaxPool -> columns as a sequence -> MatMul -> bidirectional LSTM
     -> MatMul (classes): a text-line recognizer in small. Input [1, 1, 8, 16], output [8, 10]."""

@@ -13,8 +13,9 @@ from libnpu.compiler.dynamic_quant import DYNAMIC_OPS, dequantize_dynamic
 from libnpu.compiler.lower import compile_model
 from tests.support.chip_memory import ChipMemory, run_loadable
 from tests.support.dynamic_quant_models import (
-    CRNN_INPUT,
+    cosine,
     crnn,
+    crnn_inputs,
     embedding_and_moved_codes,
     integer_product_of_activations,
     quantize_dynamic_model,
@@ -22,16 +23,6 @@ from tests.support.dynamic_quant_models import (
 
 ort = pytest.importorskip("onnxruntime")
 pytest.importorskip("onnxruntime.quantization")
-
-
-def _cosine(a: np.ndarray, b: np.ndarray) -> float:
-    a, b = a.astype(np.float64).ravel(), b.astype(np.float64).ravel()
-    return float(a @ b / (np.linalg.norm(a) * np.linalg.norm(b) + 1e-12))
-
-
-def _inputs(count: int, seed: int) -> list[np.ndarray]:
-    rng = np.random.default_rng(seed)
-    return [rng.uniform(-1, 1, CRNN_INPUT).astype(np.float32) for _ in range(count)]
 
 
 def _run(model: bytes | onnx.ModelProto, x: np.ndarray) -> np.ndarray:
@@ -46,8 +37,8 @@ def test_the_float_model_is_onnxruntimes_up_to_its_activation_rounding(tmp_path,
     assert {n.op_type for n in model.graph.node} >= {"ConvInteger", "MatMulInteger", "DynamicQuantizeLSTM"}
     floats = dequantize_dynamic(model).model
     assert not {n.op_type for n in floats.graph.node} & (DYNAMIC_OPS | {"DequantizeLinear", "Cast"})
-    for x in _inputs(2, seed=3):
-        assert _cosine(_run(floats, x), _run(quantized, x)) >= 0.999
+    for x in crnn_inputs(2, seed=3):
+        assert cosine(_run(floats, x), _run(quantized, x)) >= 0.999
 
 
 def test_the_weights_are_the_files_codes_times_their_scales(tmp_path):
@@ -86,8 +77,8 @@ def test_a_product_of_two_activations_stays_as_it_is():
 def test_a_dynamically_quantized_model_compiles_whole_onto_the_chip(tmp_path):
     # It ran as host calls joined to the chip at int8 grids on int32 sums and per-run scales.
     quantized = quantize_dynamic_model(crnn(), tmp_path, "QInt8", per_channel=False)
-    loadable = compile_model(quantized, [[x] for x in _inputs(8, seed=1)], recipe="fast")
+    loadable = compile_model(quantized, [[x] for x in crnn_inputs(8, seed=1)], recipe="fast")
     assert loadable.host_steps == []
     mem = ChipMemory(tmp_path, size=8 << 20)
-    for x in _inputs(3, seed=2):
-        assert _cosine(run_loadable(mem, loadable, [x])[0], _run(quantized, x)) >= 0.98
+    for x in crnn_inputs(3, seed=2):
+        assert cosine(run_loadable(mem, loadable, [x])[0], _run(quantized, x)) >= 0.98
