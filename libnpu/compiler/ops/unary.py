@@ -1,7 +1,7 @@
 """Unary activations and math: HARD_SWISH, LEAKY_RELU, RSQRT, ABS (integer formulas on the
 chip's math unit), ELU, GELU, EXP, LOG, SQRT, NEG (256-entry tables on LUT, built as
 LiteRT builds them), and the ONNX-only HARD_SIGMOID, SOFTPLUS, ERF (tables of their float
-functions) and CLIP (any bounds, on the RELU descriptor).
+functions; HARD_SIGMOID also on int16, our table) and CLIP (any bounds, on the RELU descriptor).
 
 ONNX: HardSwish, LeakyRelu, Elu (any alpha; TFLite export only with 1), Gelu, Exp, Log, Sqrt, Abs, Neg (as MUL by -1),
 HardSigmoid, Softplus, Erf, Clip, Reciprocal (as DIV), Pow by 2 and 3 (as MULs of itself), 0.5
@@ -237,13 +237,21 @@ def _erf(x: np.ndarray) -> np.ndarray:
 
 def _table_op(name: str, fn: Callable[[dict], Callable[[np.float32], np.float32]], float_ref: Callable,
               attrs: tuple[str, ...] = (), tflite: Callable | None = tflite_import.simple,
-              export: Callable | None = _export_plain, version: int = 1, rewrite: Callable | None = None) -> None:
-    """An operator whose int8 kernel is the table of ``fn(attrs)`` (``spec.tables.float_lut``)."""
+              export: Callable | None = _export_plain, version: int = 1, rewrite: Callable | None = None,
+              int16: Callable[[dict, float, float], np.ndarray] | None = None) -> None:
+    """An operator whose int8 kernel is the table of ``fn(attrs)`` (``spec.tables.float_lut``);
+    ``int16(attrs, in_scale, out_scale)``: its int16[65536] table on symmetric int16 grids
+    (the ``LUT`` descriptor's int16 mode), when it has one."""
     def params(g, op) -> dict:
         (si, zi), (so, zo) = _zps(g, op)
+        if g.tensors[op.inputs[0]].dtype == "int16":
+            if int16 is None or zi or zo:
+                raise IRError(f"{op.describe()}: no int16 table for zero points {zi} / {zo}" if int16
+                              else f"{op.describe()}: no int16 kernel")
+            return dict(lut=int16(op.attrs, si, so))
         return dict(lut=tables.float_lut(fn(dict(op.attrs, output_scale=so, output_zp=zo)), si, zi, so, zo))
     register(Operator(name, attrs, rewrite=rewrite, tflite=tflite, float_ref=float_ref, params=params,
-                      lower=_lower_lut, export=export, tflite_version=version))
+                      lower=_lower_lut, export=export, tflite_version=version, int16=int16 is not None))
 
 
 def elu_transform(a: dict) -> Callable[[np.float32], np.float32]:
@@ -322,9 +330,22 @@ def _hard_sigmoid(a: dict) -> Callable[[np.float32], np.float32]:
     return lambda v: _f32(min(max(_f32(alpha * v + beta), _f32(0)), _f32(1)))
 
 
+def hard_sigmoid_lut_int16(alpha: float, beta: float, input_scale: float, output_scale: float) -> np.ndarray:
+    """HARD_SIGMOID int16 (ours: TFLite has no HARD_SIGMOID; docs/hardware.md): the ``LUT``
+    descriptor's int16[65536] table, entry ``uint16(q)`` holding
+    ``clamp(floor((alpha * in_scale * q + beta) / out_scale + 1/2), 0, min(32767, floor(1 / out_scale + 1/2)))``
+    in float64 from the float32 ``alpha``, ``beta`` and scales (zero points 0): the exact
+    function rounded to the output grid, half away from zero (every entry is >= 0)."""
+    a, b, si, so = (float(_f32(v)) for v in (alpha, beta, input_scale, output_scale))
+    q = np.arange(1 << 16, dtype=np.uint16).view(np.int16).astype(np.float64)
+    top = min(32767, math.floor(1.0 / so + 0.5))
+    return np.clip(np.floor((a * si * q + b) / so + 0.5), 0, top).astype(np.int16)
+
+
 _table_op("HARD_SIGMOID", _hard_sigmoid,
           lambda op, ins, out: np.clip(ins[0] * _f32(op.attrs["alpha"]) + _f32(op.attrs["beta"]), 0, 1)
-          .astype(np.float32), ("alpha", "beta"), tflite=None, export=None)
+          .astype(np.float32), ("alpha", "beta"), tflite=None, export=None,
+          int16=lambda a, si, so: hard_sigmoid_lut_int16(a["alpha"], a["beta"], si, so))
 
 
 def _softplus(v: np.float32) -> np.float32:
