@@ -1,7 +1,7 @@
 """Unary activations and math: HARD_SWISH, LEAKY_RELU, RSQRT, ABS (integer formulas on the
 chip's math unit), ELU, GELU, EXP, LOG, SQRT, NEG (256-entry tables on LUT, built as
 LiteRT builds them), and the ONNX-only HARD_SIGMOID, SOFTPLUS, ERF (tables of their float
-functions; HARD_SIGMOID also on int16, our table) and CLIP (any bounds, on the RELU descriptor).
+functions; HARD_SIGMOID and GELU also on int16, our tables) and CLIP (any bounds, on the RELU descriptor).
 
 ONNX: HardSwish, LeakyRelu, Elu (any alpha; TFLite export only with 1), Gelu, Exp, Log, Sqrt, Abs, Neg (as MUL by -1),
 HardSigmoid, Softplus, Erf, Clip, Reciprocal (as DIV), Pow by 2 and 3 (as MULs of itself), 0.5
@@ -235,6 +235,16 @@ def _erf(x: np.ndarray) -> np.ndarray:
     return np.sign(x) * (1 - poly * np.exp(-x * x))
 
 
+def float_lut_int16(fn: Callable[[np.ndarray], np.ndarray], input_scale: float, output_scale: float) -> np.ndarray:
+    """The ``LUT`` descriptor's int16[65536] table (entry ``uint16(q)``) of the float function
+    ``fn`` on symmetric int16 grids (zero points 0), ours (docs/hardware.md: LiteRT has no
+    int16 kernel for these ops): ``clamp(floor(fn(in_scale * q) / out_scale + 1/2), -32768, 32767)``,
+    ``fn`` evaluated in float64 on the float32 scales: the function rounded to the output grid."""
+    si, so = float(_f32(input_scale)), float(_f32(output_scale))
+    q = np.arange(1 << 16, dtype=np.uint16).view(np.int16).astype(np.float64)
+    return np.clip(np.floor(np.asarray(fn(si * q), np.float64) / so + 0.5), -32768, 32767).astype(np.int16)
+
+
 def _table_op(name: str, fn: Callable[[dict], Callable[[np.float32], np.float32]], float_ref: Callable,
               attrs: tuple[str, ...] = (), tflite: Callable | None = tflite_import.simple,
               export: Callable | None = _export_plain, version: int = 1, rewrite: Callable | None = None,
@@ -287,17 +297,20 @@ def _export_gelu(wr, op, outs) -> None:
     wr.add(op.type, [wr.name(op.inputs[0])], outs, {"GeluOptions": dict(Approximate=bool(op.attrs["approximate"]))})
 
 
+def _gelu64(x: np.ndarray, approximate: bool) -> np.ndarray:
+    x = np.asarray(x, np.float64)
+    if approximate:
+        return 0.5 * x * (1 + np.tanh(np.sqrt(2 / np.pi) * (x + 0.044715 * x ** 3)))
+    return 0.5 * x * (1 + _erf(x / np.sqrt(2)))
+
+
 def _float_gelu(op, ins, out):
-    x = ins[0].astype(np.float64)
-    if op.attrs["approximate"]:
-        y = 0.5 * x * (1 + np.tanh(np.sqrt(2 / np.pi) * (x + 0.044715 * x ** 3)))
-    else:
-        y = 0.5 * x * (1 + _erf(x / np.sqrt(2)))
-    return y.astype(np.float32)
+    return _gelu64(ins[0], bool(op.attrs["approximate"])).astype(np.float32)
 
 
 _table_op("GELU", lambda a: gelu_transform(bool(a["approximate"])), _float_gelu, ("approximate",),
-          tflite=_tflite_gelu, export=_export_gelu, rewrite=fuse_gelu)
+          tflite=_tflite_gelu, export=_export_gelu, rewrite=fuse_gelu,
+          int16=lambda a, si, so: float_lut_int16(lambda x: _gelu64(x, bool(a["approximate"])), si, so))
 
 
 def _sqrt_params(g, op) -> dict:
@@ -331,15 +344,11 @@ def _hard_sigmoid(a: dict) -> Callable[[np.float32], np.float32]:
 
 
 def hard_sigmoid_lut_int16(alpha: float, beta: float, input_scale: float, output_scale: float) -> np.ndarray:
-    """HARD_SIGMOID int16 (ours: TFLite has no HARD_SIGMOID; docs/hardware.md): the ``LUT``
-    descriptor's int16[65536] table, entry ``uint16(q)`` holding
-    ``clamp(floor((alpha * in_scale * q + beta) / out_scale + 1/2), 0, min(32767, floor(1 / out_scale + 1/2)))``
-    in float64 from the float32 ``alpha``, ``beta`` and scales (zero points 0): the exact
-    function rounded to the output grid, half away from zero (every entry is >= 0)."""
-    a, b, si, so = (float(_f32(v)) for v in (alpha, beta, input_scale, output_scale))
-    q = np.arange(1 << 16, dtype=np.uint16).view(np.int16).astype(np.float64)
-    top = min(32767, math.floor(1.0 / so + 0.5))
-    return np.clip(np.floor((a * si * q + b) / so + 0.5), 0, top).astype(np.int16)
+    """HARD_SIGMOID int16 (ours: TFLite has no HARD_SIGMOID; docs/hardware.md): the table of
+    :func:`float_lut_int16` for ``clamp(alpha * x + beta, 0, 1)`` (``alpha``, ``beta`` float32),
+    that is ``clamp(floor((alpha * in_scale * q + beta) / out_scale + 1/2), 0, min(32767, floor(1 / out_scale + 1/2)))``."""
+    a, b = float(_f32(alpha)), float(_f32(beta))
+    return float_lut_int16(lambda x: np.clip(a * x + b, 0.0, 1.0), input_scale, output_scale)
 
 
 _table_op("HARD_SIGMOID", _hard_sigmoid,
