@@ -346,7 +346,8 @@ def _hard_sigmoid(a: dict) -> Callable[[np.float32], np.float32]:
 def hard_sigmoid_lut_int16(alpha: float, beta: float, input_scale: float, output_scale: float) -> np.ndarray:
     """HARD_SIGMOID int16 (ours: TFLite has no HARD_SIGMOID; docs/hardware.md): the table of
     :func:`float_lut_int16` for ``clamp(alpha * x + beta, 0, 1)`` (``alpha``, ``beta`` float32),
-    that is ``clamp(floor((alpha * in_scale * q + beta) / out_scale + 1/2), 0, min(32767, floor(1 / out_scale + 1/2)))``."""
+    that is ``clamp(floor((alpha * in_scale * q + beta) / out_scale + 1/2), 0, min(32767,
+    floor(1 / out_scale + 1/2)))``."""
     a, b = float(_f32(alpha)), float(_f32(beta))
     return float_lut_int16(lambda x: np.clip(a * x + b, 0.0, 1.0), input_scale, output_scale)
 
