@@ -116,7 +116,9 @@ def test_a_step_past_int8_is_calibrated_again_on_every_sample() -> None:
     _, held = split_held_out(list(range(10)))
     for k in held:                        # the held-out samples reach 3x the others' range
         data[k] = [data[k][0] * 3]
-    q = to_int8_graph(graph, data)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FidelityWarning)     # the outlier channel misses 0.99: no matter here
+        q = to_int8_graph(graph, data)
     fidelity = q.metadata["fidelity"]
     assert fidelity["chosen"] == "int16 activations" and fidelity["recalibrated_on"] == 10
     assert q.metadata["calibration"]["runs"] == 10
