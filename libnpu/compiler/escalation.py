@@ -342,6 +342,7 @@ def _escalate(graph: Graph, dataset: Iterable[Feed] | None, target: float, budge
     refit = measured_on == "held-out" and name in made and name != LADDER[0].name
     if refit:      # past int8: the held-out samples chose the step; their ranges belong in the model too
         source, chosen_options, kept = made[name]
+        before = work_done()
         with stage(progress, "recalibrate"):
             chosen = _quantize(source, [*(calibration or []), *held], chosen_options, None, progress)
         if kept:
@@ -350,7 +351,7 @@ def _escalate(graph: Graph, dataset: Iterable[Feed] | None, target: float, budge
     chosen.metadata["fidelity"] = {
         "target": target, "required": round(need, 5), "measured_on": measured_on, "samples": len(held),
         "calibration_samples": count, "chosen": name, **_rounded(scores, logits), "missed": missed,
-        **({"recalibrated_on": count + len(held)} if refit else {}),
+        **({"recalibrated_on": count + len(held), "recalibration_work": work_done() - before} if refit else {}),
         "steps": tried, "max_steps": len(ladder) + (MAX_CPU_TRIALS if cpu_float else 0), "budget": budget,
         **({"capped": capped} if capped else {}),
         **({"cpu_float": chosen.metadata["cpu_float"]} if "cpu_float" in chosen.metadata else {})}
@@ -544,8 +545,10 @@ def format_fidelity(fidelity: Mapping[str, Any]) -> str:
         lines.append(f"  note: fewer than {MIN_SAMPLES} calibration samples, none held out: "
                      "the figures below flatter the model")
     if fidelity.get("recalibrated_on"):
+        base, spent = fidelity["steps"][0].get("work"), fidelity.get("recalibration_work")
+        took = f" (work x{spent / base:.1f})" if base and spent is not None else ""
         lines.append(f"  the chosen step calibrated again on all {fidelity['recalibrated_on']} samples "
-                     "(the held-out ones too) for the model it makes")
+                     f"(the held-out ones too) for the model it makes{took}")
     lines.append("  per output: " + ", ".join(
         f"{name} {_score_text(fidelity, name)}{' (under the target)' if name in fidelity['missed'] else ''}"
         for name in fidelity["scores"]))
