@@ -339,7 +339,7 @@ def _escalate(graph: Graph, dataset: Iterable[Feed] | None, target: float, budge
         best, capped = _keep_in_float(opt, best, _effective({**LADDER[1].options, **options}), options,
                                       calibration, held, target, need, tried, progress, budget)
     _, chosen, scores, logits, name = best
-    refit = measured_on == "held-out" and name in made and name != LADDER[0].name
+    refit = measured_on == "held-out" and name in made and name.split(" + ")[0] != LADDER[0].name
     if refit:      # past int8: the held-out samples chose the step; their ranges belong in the model too
         source, chosen_options, kept = made[name]
         before = work_done()
