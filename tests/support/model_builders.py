@@ -235,16 +235,6 @@ def hard_swish_between_convs(seed: int = 7) -> onnx.ModelProto:
     return b.model("hard_swish_between_convs", {"x": [1, 3, 8, 8]}, {"y": [1, 2, 8, 8]}, opset=14)
 
 
-def hard_sigmoid_between_convs(seed: int = 7) -> onnx.ModelProto:
-    """Conv, HardSigmoid (ONNX's default alpha 0.2, beta 0.5), conv: the gate of an SE block
-    without its product. Input [1, 3, 8, 8]."""
-    b = _Builder(seed)
-    b.node("Conv", ["x", b.weight("w1", 4, 3, 3, 3, scale=1.5), b.weight("b1", 4)], "c1", pads=[1, 1, 1, 1])
-    b.node("HardSigmoid", ["c1"], "h")
-    b.node("Conv", ["h", b.weight("w2", 2, 4, 1, 1), b.weight("b2", 2, scale=.1)], "y")
-    return b.model("hard_sigmoid_between_convs", {"x": [1, 3, 8, 8]}, {"y": [1, 2, 8, 8]})
-
-
 def gelu_between_convs(seed: int = 7) -> onnx.ModelProto:
     """Conv, Gelu (erf form, opset 20), conv. Input [1, 3, 8, 8]."""
     b = _Builder(seed)
