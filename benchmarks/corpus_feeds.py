@@ -1,21 +1,22 @@
 """Every corpus model's feeds by key: the one lookup from a manifest entry to its inputs.
 
 ``prepare(model, path)`` returns the ``Feeds`` (benchmarks/corpus_inputs.py) of ``model``:
-the preparations of rounds 2-3 live in ``corpus_inputs``, round 4's picture models in
-``corpus_inputs_vision`` and its audio models in ``corpus_inputs_audio``; a manifest
-entry's ``feed`` is a key of ``FEEDS``.
+the preparations of rounds 2-3 live in ``corpus_inputs``, the picture models of rounds 4-5
+in ``corpus_inputs_vision``, their audio models in ``corpus_inputs_audio`` and round 5's
+name transliteration models in ``corpus_inputs_text``; a manifest entry's ``feed`` is a
+key of ``FEEDS``.
 """
 from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
 
-from benchmarks import corpus_inputs, corpus_inputs_audio, corpus_inputs_vision
+from benchmarks import corpus_inputs, corpus_inputs_audio, corpus_inputs_text, corpus_inputs_vision
 from benchmarks.corpus_inputs import Feeds
 from benchmarks.corpus_manifest import CorpusModel
 
 FEEDS: dict[str, Callable[[CorpusModel, Path], Feeds]] = {
-    **corpus_inputs.FEEDS, **corpus_inputs_vision.FEEDS, **corpus_inputs_audio.FEEDS}
+    **corpus_inputs.FEEDS, **corpus_inputs_vision.FEEDS, **corpus_inputs_audio.FEEDS, **corpus_inputs_text.FEEDS}
 
 
 def prepare(model: CorpusModel, path: Path) -> Feeds:

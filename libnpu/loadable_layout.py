@@ -10,7 +10,7 @@ import struct
 import numpy as np
 
 MAGIC = b"NPULOAD\0"
-VERSION = (1, 2)
+VERSION = (1, 3)
 PAGE = 4096
 MAX_RANK = 8
 

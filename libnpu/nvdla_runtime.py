@@ -13,6 +13,7 @@ from collections.abc import Mapping
 import numpy as np
 
 from libnpu import properties
+from libnpu.dynamic_outputs import signature_text
 from libnpu.errors import ClosedError
 from libnpu.loadable import Loadable, RegionKind, TensorDesc
 from libnpu.partitions import PartitionRunner, host_kernels
@@ -170,8 +171,14 @@ class Runtime:
         self._bind(self.input_tensor_desc(index), memory, offset)
 
     def bind_output_tensor(self, index: int, memory: Memory, offset: int = 0) -> None:
-        """The model writes output ``index`` straight into ``memory`` (no copy)."""
-        self._bind(self.output_tensor_desc(index), memory, offset)
+        """The model writes output ``index`` straight into ``memory`` (no copy); not one
+        whose shape each run decides (``desc.dynamic``: the host returns it as a new array)."""
+        desc = self.output_tensor_desc(index)
+        if desc.dynamic:
+            raise ValueError(f"output {index} ({desc.name}) has its shape decided per run "
+                             f"{signature_text(desc)}: no memory can be bound for it; read it from "
+                             "libnpu.load(...).infer()")
+        self._bind(desc, memory, offset)
 
     def _layout(self) -> dict[int, int]:
         """Addresses of the non-weight regions for this runtime's submits."""

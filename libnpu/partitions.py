@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from libnpu.dynamic_outputs import check_dynamic_output
 from libnpu.host import Boundary, HostKernel, kernel_for
 from libnpu.loadable import HostCall, HostStep, Loadable, TensorDesc, TensorFlags
 from libnpu.portability import PRIO_NORMAL, Device, Fence, Memory, PreparedSubmit
@@ -43,11 +44,12 @@ def host_kernels(loadable: Loadable) -> list[HostKernel]:
 
 
 class _HostStepRun:
-    """One host step bound to one request's memory: reads its inputs, runs, writes its outputs."""
+    """One host step bound to one request's memory: reads its inputs, runs, writes its outputs
+    (those shaped per run into ``dynamic``, by name: :mod:`libnpu.dynamic_outputs`)."""
 
     def __init__(self, step: HostStep, kernel: HostKernel, loadable: Loadable,
-                 view: Callable[[TensorDesc], np.ndarray]) -> None:
-        self.step, self.kernel = step, kernel
+                 view: Callable[[TensorDesc], np.ndarray], dynamic: dict[str, np.ndarray]) -> None:
+        self.step, self.kernel, self.dynamic = step, kernel, dynamic
         self.ins = [loadable.tensors[i] for i in step.inputs]
         self.outs = [loadable.tensors[i] for i in step.outputs]
         self.in_views = [_constant(loadable, d) if d.flags & TensorFlags.CONSTANT else view(d) for d in self.ins]
@@ -58,6 +60,9 @@ class _HostStepRun:
     def __call__(self) -> None:
         results = self.kernel.run([v.copy() for v in self.in_views], self.sources, self.targets)
         for view, value, desc in zip(self.out_views, results, self.outs):
+            if desc.dynamic:
+                self.dynamic[desc.name] = check_dynamic_output(desc, value, self.step.op)
+                continue
             if value.size != view.size:
                 raise ValueError(f"host step {self.step.op}: output {desc.name} has {value.size} values, "
                                  f"expected {view.size} {desc.shape}")
@@ -93,7 +98,8 @@ class PartitionRunner:
                  queue_job: QueueJob | None = None) -> None:
         self.device, self.loadable, self.command, self.buffers = device, loadable, command, buffers
         self._queue_job = queue_job
-        self._host = {id(step): _HostStepRun(step, kernel, loadable, view)
+        self.dynamic: dict[str, np.ndarray] = {}    # the last run's outputs shaped per run, by name
+        self._host = {id(step): _HostStepRun(step, kernel, loadable, view, self.dynamic)
                       for step, kernel in zip(loadable.host_steps, kernels)}
         self._segments: list[_Segment] = []
         self.profiled = False

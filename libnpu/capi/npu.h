@@ -127,8 +127,11 @@ typedef struct npu_tensor_info {
     char name[NPU_MAX_NAME];      /* the model's name for the tensor, NUL-terminated (cut if longer) */
     npu_dtype_t dtype;            /* the element type of the bytes infer reads or writes */
     uint32_t rank;                /* number of dimensions (<= NPU_MAX_DIMS) */
-    int64_t dims[NPU_MAX_DIMS];   /* the shape, outermost first; dims[rank..] are 0 */
-    size_t bytes;                 /* the dense size: what npu_runtime_input_bytes/output_bytes say */
+    int64_t dims[NPU_MAX_DIMS];   /* the shape, outermost first; dims[rank..] are 0; -1: each run
+                                   * decides (an output made on the CPU, docs/compiler.md) */
+    size_t bytes;                 /* the dense size: what npu_runtime_input_bytes/output_bytes say;
+                                   * 0 for an output with a -1 dim, which npu_runtime_infer refuses
+                                   * (NPU_STATUS_UNSUPPORTED_MODEL): use the Python API for it */
     int quantized;                /* 1: real value = scale * (q - zero_point); 0: values are real */
     float scale;                  /* 0 when not quantized; a per-channel tensor gives its first channel's */
     int32_t zero_point;

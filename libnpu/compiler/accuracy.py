@@ -35,6 +35,7 @@ from typing import Any
 
 import numpy as np
 
+from ..dynamic_outputs import DYNAMIC_OUTPUTS
 from .float_ref import FloatInterpreter, evaluate, snap_to_grid, to_real
 from .folding import folded_input_scales, weight_fold
 from .ir import Graph, IRError
@@ -145,7 +146,8 @@ def layer_errors(float_graph: Graph, quantized_graph: Graph, dataset: Iterable[F
     producer = {o: op for op in quantized_graph.ops for o in op.outputs}
     measured = [op for op in quantized_graph.ops if op.type not in ("QUANTIZE", "DEQUANTIZE")
                 and any(o in names for o in op.outputs)]
-    sums = {o: _Sums() for op in measured for o in op.outputs if o in names}
+    dynamic = quantized_graph.metadata.get(DYNAMIC_OUTPUTS, {})     # shapes per run: output_scores judges them
+    sums = {o: _Sums() for op in measured for o in op.outputs if o in names and o not in dynamic}
     runs = 0
     for feed in dataset:
         ref = float_run.run(feed, keep=True)
@@ -231,7 +233,10 @@ def score(ref: np.ndarray, got: np.ndarray, small: bool, largest_scale: float = 
     cosine similarity, or when ``small`` (an output of fewer than ``SMALL_OUTPUT`` values
     per sample) ``1 - max |error| / min(max |ref|, largest_scale)``: relative to the
     output's magnitude, but never more lenient than the acceptance bar's absolute error
-    (``SMALL_OUTPUT_SCALE``; ``math.inf``: relative alone)."""
+    (``SMALL_OUTPUT_SCALE``; ``math.inf``: relative alone). Arrays of different sizes (an
+    output whose shape each run decides, :mod:`.dynamic_shapes`, that differs) score 0."""
+    if ref.size != got.size:
+        return 0.0
     if small:
         scale = min(float(np.abs(ref).max(initial=0.0)), largest_scale)
         err = float(np.abs(ref - got).max(initial=0.0))

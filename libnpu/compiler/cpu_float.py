@@ -21,10 +21,11 @@ where they run in float:
   error (the log of a power spectrum: :func:`amplified_layers`) is blamed first and moves
   with everything upstream of it, whatever the count and even every layer with weights,
   when the CPU's cost is small (:func:`front_end_fits`: multiply-adds per inference, in
-  absolute terms or as a share of the model's). Its readers stay: its output (the log
-  domain) is what a grid holds. The escalation moves such a front end right after its
-  int8 step (:func:`front_end_blamed`, :func:`front_end_in_float`) and quantizes the rest
-  through its ladder; the int16 steps cannot fix a front end.
+  absolute terms or as a share of the model's), or whatever it costs when it is the
+  model (:func:`is_whole_model`: a log-mel spectrogram and nothing else). Its readers
+  stay: its output (the log domain) is what a grid holds. The escalation moves such a
+  front end right after its int8 step (:func:`front_end_blamed`, :func:`front_end_in_float`)
+  and quantizes the rest through its ladder; the int16 steps cannot fix a front end.
 * **As few as reach the target**: the blamed layers are tried one at a time, worst first,
   each adding its layers to those moved before, at most ``MAX_CPU_TRIALS`` quantizations
   (the compile-time budget); the first set meeting the target is kept, else none.
@@ -42,14 +43,16 @@ from typing import Any
 
 from ..loadable import HostCall
 from . import registry
-from .accuracy import LayerError, layer_errors
+from .accuracy import LayerError, float_names, layer_errors
 from .host_groups import group_host_ops
 from .ir import Graph, IRError, Op
+from .source_index import op_sources
 from .tflite_export import export_tflite
 
 __all__ = ["MAX_CPU_LAYERS", "MAX_CPU_TRIALS", "AMPLIFIED_DB", "MAX_FRONT_END_MACS", "MAX_FRONT_END_SHARE",
-           "KEPT_IN_FLOAT", "Blame", "movable", "upstream", "leaves_chip_work", "amplified_layers", "front_end_fits",
-           "blamed_layers", "front_end_blamed", "front_end_in_float", "float_on_cpu", "cpu_reason"]
+           "WHOLE_MODEL_SHARE", "KEPT_IN_FLOAT", "Blame", "movable", "upstream", "leaves_chip_work", "amplified_layers",
+           "front_end_fits", "is_whole_model", "errors_by_float_name", "blamed_layers", "front_end_blamed",
+           "front_end_in_float", "kept_in_float", "float_on_cpu", "cpu_reason"]
 
 #: At most this many layers move to the CPU for one blamed layer (it and its upstream).
 MAX_CPU_LAYERS = 16
@@ -63,6 +66,9 @@ AMPLIFIED_DB = 10.0
 MAX_FRONT_END_MACS = 8_000_000
 #: ... or at most this share of the model's multiply-adds.
 MAX_FRONT_END_SHARE = 0.25
+#: ... or at least this share: the front end is the model (a log-mel spectrogram, maybe a
+#: tiny head after it: :func:`is_whole_model`).
+WHOLE_MODEL_SHARE = 0.99
 
 #: A blamed layer: its tensor, local SQNR (dB), the tensors moved with it, whether it is a front end.
 Blame = tuple[str, float, list[str], bool]
@@ -126,9 +132,24 @@ def front_end_fits(graph: Graph, chain: Collection[str]) -> bool:
     float on the CPU, by their cost: at most ``MAX_FRONT_END_MACS`` multiply-adds per
     inference (a few milliseconds of float on one core: openwakeword's whole mel model,
     2.2M), or at most ``MAX_FRONT_END_SHARE`` of the model's (the chip keeps the rest:
-    basic-pitch's CQT front end, 40M of 524M)."""
+    basic-pitch's CQT front end, 40M of 524M), or whatever they cost when they are the
+    model (:func:`is_whole_model`): the chip would keep next to nothing, and no grid holds
+    what it would run."""
     macs = sum(graph.op_macs(op) for op in graph.ops if op.outputs[0] in chain)
-    return macs <= MAX_FRONT_END_MACS or macs <= MAX_FRONT_END_SHARE * graph.macs()
+    return macs <= MAX_FRONT_END_MACS or macs <= MAX_FRONT_END_SHARE * graph.macs() or is_whole_model(graph, chain)
+
+
+def is_whole_model(graph: Graph, chain: Collection[str]) -> bool:
+    """Whether the ops making ``chain`` do at least ``WHOLE_MODEL_SHARE`` of ``graph``'s
+    multiply-adds: a model that is all front end (a log-mel spectrogram of 18M multiply-adds,
+    maybe a dense head of 41K after its log), whose only accurate form is float on the
+    CPU (it scored 0.23 at int8 and 0.32 after every int16 step)."""
+    return graph.macs() > 0 and _share(graph, chain) >= WHOLE_MODEL_SHARE
+
+
+def _share(graph: Graph, chain: Collection[str]) -> float:
+    """The share of ``graph``'s multiply-adds the ops making ``chain`` do."""
+    return sum(graph.op_macs(op) for op in graph.ops if op.outputs[0] in chain) / max(graph.macs(), 1)
 
 
 def _elementwise_unary(graph: Graph, op: Op) -> bool:
@@ -156,11 +177,11 @@ def blamed_layers(float_graph: Graph, quantized: Graph, samples: Sequence) -> li
     ``float_graph``), all movable. A layer blamed by its own error moves with at most
     ``MAX_CPU_LAYERS`` layers, leaving an op with weights on the chip; a magnifying layer
     moves with its whole front end (``front end`` True: :func:`front_end_fits`)."""
-    errors = layer_errors(float_graph, quantized, samples)
+    errors = errors_by_float_name(float_graph, quantized, samples)
     ops = {op.outputs[0]: op for op in float_graph.ops}
     amplified = amplified_layers(errors, float_graph)
     ranked = sorted(amplified, key=lambda t: -amplified[t]) + \
-        [e.tensor for e in sorted(errors.values(), key=lambda e: e.local_sqnr_db) if e.tensor not in amplified]
+        [t for t in sorted(errors, key=lambda t: errors[t].local_sqnr_db) if t not in amplified]
     result = []
     for tensor in ranked:
         if tensor not in ops or not movable(float_graph, ops[tensor]):
@@ -180,6 +201,18 @@ def blamed_layers(float_graph: Graph, quantized: Graph, samples: Sequence) -> li
     return result
 
 
+def errors_by_float_name(float_graph: Graph, quantized: Graph, samples: Sequence) -> dict[str, LayerError]:
+    """:func:`libnpu.compiler.accuracy.layer_errors` keyed by the float graph's tensors,
+    which the blame and the move name: the quantized graph renames a model output's maker
+    (``y_int8`` before the DEQUANTIZE making ``y``), so a log that is the model's last op
+    went unseen and its front end stayed on the chip."""
+    names = float_names(quantized, float_graph)
+    errors: dict[str, LayerError] = {}
+    for tensor, error in layer_errors(float_graph, quantized, samples).items():
+        errors.setdefault(names.get(tensor, tensor), error)
+    return errors
+
+
 def front_end_blamed(float_graph: Graph, quantized: Graph, samples: Sequence) -> list[Blame]:
     """:func:`blamed_layers` when the worst is a front end no grid holds (a magnifying
     layer), else []: the escalation then keeps it in float right after its int8 step,
@@ -196,9 +229,20 @@ def front_end_in_float(graph: Graph, chain: Sequence[str], reason: str) -> tuple
     saying so; the escalation's ladder then quantizes the rest, int16 steps and all
     (basic-pitch: the CQT front end in float and int16 on the rest reached 0.990, one step
     short of what the int16 weights step then adds)."""
-    types = {op.outputs[0]: op.type for op in graph.ops}
-    moved = float_on_cpu(graph, chain, reason)
-    return moved, {"layers": [f"{types[t]} {t}" for t in chain], "reason": reason}
+    if is_whole_model(graph, chain):    # said, so nobody takes the chip for doing the work
+        reason += f"; the front end is the model ({_share(graph, chain):.1%} of its multiply-adds)"
+    return float_on_cpu(graph, chain, reason), kept_in_float(graph, chain, reason)
+
+
+def kept_in_float(graph: Graph, tensors: Collection[str], reason: str) -> dict[str, Any]:
+    """The ``cpu_float`` metadata of the ops making ``tensors`` kept in float on the CPU:
+    their ``layers`` ("LOG ln"), the ``reason``, and the source model's operators they
+    came from (``sources``: :mod:`libnpu.compiler.source_index`), which ``npu compile
+    --report`` places on the CPU (its placement is the model's before any was moved)."""
+    made = [op for op in graph.ops if op.outputs[0] in tensors]
+    index = op_sources(graph.metadata)
+    return {"layers": [f"{op.type} {op.outputs[0]}" for op in made], "reason": reason,
+            "sources": sorted({index[op.name] for op in made if op.name in index})}
 
 
 #: How the reason of a host call kept in float begins (:func:`cpu_reason`).

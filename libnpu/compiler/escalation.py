@@ -32,7 +32,10 @@ The default compile of a float model (no ``recipe``, or ``recipe="default"``) ru
    reach the target, at most ``MAX_CPU_TRIALS`` more quantizations within the budget;
    kept only if every output then meets the target. A front end no grid holds (the log
    of a power spectrum: :func:`libnpu.compiler.cpu_float.front_end_blamed`) goes to the
-   CPU right after the int8 step instead, and the ladder starts again from int8 on the rest.
+   CPU right after the int8 step instead, and the ladder starts again from int8 on the rest;
+   a front end that is the whole model (a log-mel spectrogram, maybe a small head after
+   it: :func:`libnpu.compiler.cpu_float.is_whole_model`) goes so whatever it costs, and
+   the model may then run as one float host call, as its reason says.
 
 5. **Calibrate again on every sample** when the step chosen is past int8: the held-out
    samples chose it, and their ranges belong in the model it makes (the chosen int16
@@ -75,6 +78,7 @@ from .cpu_float import (
     float_on_cpu,
     front_end_blamed,
     front_end_in_float,
+    kept_in_float,
     leaves_chip_work,
 )
 from .held_out import (
@@ -403,8 +407,7 @@ def _keep_in_float(opt: Graph, best: _Best, options: dict[str, Any], given: Mapp
             break
         with stage(progress, "measure"):
             trial_scores, trial_logits = measure(opt, trial, held)
-        types = {op.outputs[0]: op.type for op in opt.ops}
-        trial.metadata["cpu_float"] = {"layers": [f"{types[t]} {t}" for t in moved], "reason": reason}
+        trial.metadata["cpu_float"] = kept_in_float(opt, moved, reason)
         name = f"CPU float {trials}"
         tried.append({"step": name, "chose": f"{len(moved)} layers kept in float on the CPU",
                       **_rounded(trial_scores, trial_logits), "work": work_done() - before})

@@ -19,6 +19,7 @@ import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
 from . import registry
+from .dynamic_shapes import DYNAMIC_OUTPUTS
 from .folding import folded_input_scales, weight_fold
 from .ir import Graph, IRError, Op, Tensor
 from .work_count import count_op
@@ -97,6 +98,7 @@ class FloatInterpreter:
             if not has_reference(op.type):
                 raise IRError(f"float reference: unsupported op {op.describe()}")
         self.graph = graph
+        self._dynamic = set(graph.metadata.get(DYNAMIC_OUTPUTS, ()))    # shapes decided per run
         self._consts = {t.name: to_real(t, t.data) for t in graph.constants()}
         # Weights that carry their per-channel input's scales (libnpu.compiler.folding):
         # the real weights are the stored ones divided by those scales.
@@ -141,7 +143,7 @@ class FloatInterpreter:
             values = list(y) if isinstance(y, (list, tuple)) else [y]   # ops with several outputs give a list
             for name, value in zip(op.outputs, values):
                 t = g.tensors[name]
-                if value.shape != t.shape:
+                if value.shape != t.shape and name not in self._dynamic:
                     raise IRError(f"float reference: {op.describe()} produced shape {value.shape} for {name!r}, "
                                   f"expected {t.shape}")
                 env[name] = snap_to_grid(t, np.asarray(value, np.float32))

@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from ..dynamic_outputs import DYNAMIC_OUTPUTS
 from . import registry
 
 __all__ = ["IRError", "EmptyModelError", "require_data", "QuantParams", "Tensor", "Op", "SourceOp", "State", "Graph",
@@ -422,9 +423,10 @@ class Graph:
         for op in self.ops:
             outs = ", ".join(f"{o}{list(self.tensors[o].shape)}" for o in op.outputs)
             lines.append(f"  {op.type:<20} -> {outs}")
+        dynamic = self.metadata.get(DYNAMIC_OUTPUTS, {})      # -1: each run decides (compiler.dynamic_shapes)
         for n in self.outputs:
             t = self.tensors[n]
-            lines.append(f"  output {n} {list(t.shape)} {t.dtype}")
+            lines.append(f"  output {n} {dynamic[n]['signature'] if n in dynamic else list(t.shape)} {t.dtype}")
         for s in self.states:
             t = self.tensors[s.input]
             lines.append(f"  state  {s.name} {list(t.shape)} {t.dtype}: {s.input} -> {s.output}")

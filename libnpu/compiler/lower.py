@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from ..dynamic_outputs import DYNAMIC_OUTPUTS, decode_dynamic_outputs
 from ..loadable import HostStep, Loadable, Task
 from .blas_threads import one_blas_thread
 from .descriptors import Lowering, LoweringError, lower_op
@@ -120,8 +121,10 @@ def lower(graph: Graph, *, metadata: dict[str, Any] | None = None, tiles: int = 
     meta = dict(graph.metadata, **(metadata or {}))
     meta.pop(SOURCE_OPS, None)          # each task names its own source operator (task.meta)
     meta.update(arena_bytes=plan.arena_size, weights_bytes=plan.weights_size, macs=graph.macs())
-    return split_layers(plan.to_loadable(graph, tasks, {k: v for k, v in meta.items() if _jsonable(v)}, host_steps),
-                        tiles)
+    dynamic = meta.pop(DYNAMIC_OUTPUTS, {})    # carried by the output descriptors (libnpu.dynamic_outputs)
+    loadable = plan.to_loadable(graph, tasks, {k: v for k, v in meta.items() if _jsonable(v)}, host_steps)
+    decode_dynamic_outputs(dynamic, loadable.outputs())
+    return split_layers(loadable, tiles)
 
 
 def _host_step(op: Op, after_task: int, index: Mapping[str, int]) -> HostStep:

@@ -146,13 +146,15 @@ def _quant(g: Graph, name: str) -> QuantParams:
     return quant
 
 
-def promotable(op: Op) -> bool:
-    """Whether ``op`` may run with int16 activations (conversions themselves stay as they are).
+def promotable(op: Op, graph: Graph | None = None) -> bool:
+    """Whether ``op`` (of ``graph``) may run with int16 activations (conversions themselves
+    stay as they are).
 
     A host step (one output) may too: the CPU dequantizes what the chip stores, so int16
-    boundaries only cost the conversion, and spare an int8 step between int16 layers."""
+    boundaries only cost the conversion, and spare an int8 step between int16 layers; not
+    one whose output is on no grid (an index, an output shaped per run: compiler.dynamic_shapes)."""
     if op.type == "HOST":
-        return len(op.outputs) == 1
+        return len(op.outputs) == 1 and (graph is None or graph.tensors[op.outputs[0]].quant is not None)
     return bool(registry.get(op.type, "int16")) and op.type not in ("QUANTIZE", "DEQUANTIZE")
 
 
@@ -177,7 +179,7 @@ def _select(g: Graph, names: Iterable[str]) -> set[int]:
         by_name = [op for op in g.ops if op.name == name]
         if not by_tensor and not by_name:
             raise MixedPrecisionError(f"int16: no op or tensor named {name!r}")
-        ops = [op for op in by_tensor if promotable(op)] or [op for op in by_name if promotable(op)]
+        ops = [op for op in by_tensor if promotable(op, g)] or [op for op in by_name if promotable(op, g)]
         if not ops:
             found = by_tensor or by_name
             raise MixedPrecisionError(f"int16: {found[0].describe()} has no int16 kernel on the chip")
@@ -521,7 +523,7 @@ def choose_auto(float_graph: Graph, graph: Graph, dataset: Sequence[Feed], *,
     errors = layer_errors(float_graph, graph, dataset)
     by_output = {op.outputs[0]: op for op in graph.ops}
     ranked = [e.tensor for e in sorted(errors.values(), key=lambda e: e.local_sqnr_db)
-              if e.tensor in by_output and promotable(by_output[e.tensor])]
+              if e.tensor in by_output and promotable(by_output[e.tensor], graph)]
     limit = len(ranked) if max_layers is None else min(max_layers, len(ranked))
     if not limit:
         return [], base
@@ -568,7 +570,7 @@ def widened_weights16(float_graph: Graph, graph: Graph, names: Sequence[str], we
 
     The layers int16 activations help most need not be those whose int8 weights lose most
     (PP-OCRv5's recognizer: docs/models.md)."""
-    every = [op.outputs[0] for op in graph.ops if promotable(op)]
+    every = [op.outputs[0] for op in graph.ops if promotable(op, graph)]
     if min(scores.values(), default=1.0) >= target or set(every) <= set(names):
         return list(names), list(weights16), dict(scores)
     wide, wide_scores = choose_weights16(float_graph, graph, every, dataset, target=target)

@@ -12,10 +12,12 @@ Tensors the chip partitions exchange with a host call need static shapes (the me
 plan). Where ONNX shape inference cannot give one (operators of another domain, such as
 onnxruntime's ``com.microsoft`` DynamicQuantizeLSTM, or a Loop's outputs),
 :func:`probe_shapes` runs the model with onnxruntime on two different random inputs and
-tells the shapes that change with the data (NonZero, NonMaxSuppression). Such a tensor
-cannot cross between the chip and the host: the nodes reading it go to the CPU too, into
-the same host call, and a model where it still crosses (a graph output, or a chip
-operator needing it) is refused with a message saying so.
+tells the shapes that change with the data (NonZero; :mod:`~libnpu.compiler.dynamic_shapes`
+adds those its rule knows). Such a tensor cannot cross between the chip and the host: the
+nodes reading it go to the CPU too, into the same host call; it leaves the host only as a
+model output made per run (its dims -1 in the host model's output), and a model where it
+still crosses (a chip operator or another host call needing it) is refused with a message
+saying so.
 """
 from __future__ import annotations
 
@@ -58,7 +60,8 @@ def group_model(nodes: Sequence[onnx.NodeProto], inputs: Mapping[str, TensorType
     (name -> shape and dtype) are its graph inputs and outputs, ``constants`` the
     initializers it carries; opsets and IR version as ``source``'s."""
     def info(n: str, t: TensorType) -> onnx.ValueInfoProto:
-        return helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(np.dtype(t[1])), list(t[0]))
+        dims = [d if d >= 0 else None for d in t[0]]    # -1: decided per run (compiler.dynamic_shapes)
+        return helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(np.dtype(t[1])), dims)
     inits = [numpy_helper.from_array(np.asarray(v), n) for n, v in constants.items()]
     graph = helper.make_graph(list(nodes), name, [info(n, t) for n, t in inputs.items()],
                               [info(n, t) for n, t in outputs.items()], inits)

@@ -26,6 +26,7 @@ from onnx import numpy_helper
 
 from ..loadable import HostCall
 from . import registry
+from .dynamic_shapes import DYNAMIC_OUTPUTS, data_dependent, dynamic_output_entry
 from .host_groups import group_host_ops
 from .input_shapes import InputShapes, fix_onnx_inputs
 from .integer_inputs import INTEGER_INPUTS, refuse_integer_operands
@@ -91,6 +92,8 @@ class _Importer:
                 dims = tuple(d.dim_value if d.HasField("dim_value") else -1 for d in tt.shape.dim)
                 self.shapes[vi.name] = (dims, _onnx_dtype(tt.elem_type))
         self.dynamic: set[str] = set()     # tensors whose shape depends on the data (compiler.onnx_host)
+        self.data_dependent = data_dependent(self.model.graph, self.shapes, self.consts)   # by rule (dynamic_shapes)
+        self.dynamic_outputs: dict[str, dict[str, Any]] = {}    # model outputs a host call makes per run
         self.integral: set[str] = set()    # what host calls give that is not a real number (indices, bools)
         # ONNX name -> (IR name, whether the IR tensor is the NHWC permutation of it)
         self.env: dict[str, tuple[str, bool]] = {}
@@ -222,6 +225,8 @@ class _Importer:
                 raise ONNXImportError(f"graph output {vi.name!r} is not computed by any node")
             name = self.value(vi.name, None if self.nhwc_io else False, "output")
             self.g.outputs.append(name)
+        if self.dynamic_outputs:        # their shape decided per run (compiler.dynamic_shapes)
+            self.g.metadata[DYNAMIC_OUTPUTS] = {self.env[n][0]: e for n, e in self.dynamic_outputs.items()}
         self.g.metadata["source"] = "onnx"
         self.g.metadata["layout"] = "NHWC" if self.nhwc_io else "as ONNX (NCHW)"
         if self.qdq_ranges:         # the grids the quantizer keeps (compiler.qdq_import)
@@ -271,9 +276,12 @@ class _Importer:
         in_types = {n: (self.g.tensors[i].shape, self.g.tensors[i].dtype)
                     for n, i in zip([n for n in read if n not in self.consts], ins)}
         out_types = self.tensor_types(outs, where)
+        self.leave_dynamic([o for o in outs if o in self.dynamic], finals, members, out_types, where)
         ir_outs = [self.new_tensor(o, False, where, *out_types[o]) for o in outs]
         self.integral.update(o for o in outs if out_types[o][1] not in ("float32", "float16"))
-        model = group_model(nodes, in_types, out_types, {n: self.consts[n] for n in read if n in self.consts},
+        signatures = {o: (tuple(self.dynamic_outputs[o]["signature"]), t[1]) if o in self.dynamic_outputs else t
+                      for o, t in out_types.items()}
+        model = group_model(nodes, in_types, signatures, {n: self.consts[n] for n in read if n in self.consts},
                             self.model, f"host_{sources[0].index}")
         call = HostCall("onnx", model, ops, sources[0].index,
                         "; ".join(dict.fromkeys(s.reason for s in sources)))
@@ -290,13 +298,22 @@ class _Importer:
         if missing:
             probed, dynamic = probe_shapes(self.model, missing, where)
             known.update(probed)
-            if dynamic and self.force_host:     # placed already: its readers are in this host call or none is
-                n = sorted(dynamic)[0]
-                raise ONNXImportError(f"{where}: the shape of {n!r} depends on the input data, and the host call "
-                                      "must hand it to the chip or return it as an output, which need static "
-                                      "shapes: cut the model before this node and run the rest yourself")
-            self.dynamic |= dynamic
+            self.dynamic |= dynamic | {n for n in missing if n in self.data_dependent}
         return {n: known[n] for n in names}
+
+    def leave_dynamic(self, names: list[str], finals: set[str], members: set[int],
+                      types: dict[str, TensorType], where: str) -> None:
+        """Tensors of data-dependent shape leaving a host call: model outputs made per run
+        (:mod:`compiler.dynamic_shapes`); once placed, any other reader is refused."""
+        for n in names:
+            if n not in finals or (self.readers.get(n, set()) - members and self.force_host):
+                if self.force_host:     # placed already: its readers are in this host call or none is
+                    raise ONNXImportError(f"{where}: the shape of {n!r} depends on the input data, and another "
+                                          "host call reads it; only a model output may leave a host call with "
+                                          "a shape decided per run: cut the model after this node")
+                continue
+            inferred = self.shapes[n][0] if n in self.shapes else None
+            self.dynamic_outputs[n] = dynamic_output_entry(inferred, types[n][0], self.data_dependent.get(n))
 
 
 def _reason(exc: Exception, where: str) -> str:

@@ -29,6 +29,7 @@ from . import registry
 from .accuracy import errors_to_json, layer_errors, output_scores
 from .bias_correction import correct_biases
 from .calibration import METHODS, Histogram, choose_range
+from .dynamic_shapes import DYNAMIC_OUTPUTS
 from .equalization import equalize as equalize_channels
 from .float_ref import FloatInterpreter
 from .grid_joins import fixed_grids, requantize_joins, shared_grid_groups
@@ -283,6 +284,7 @@ def quantize(graph: Graph, ranges: Mapping[str, Range], *, fc_per_channel: bool 
                for o in op.outputs if op.type != "HOST" or src.tensors[o].dtype not in ("float32", "float16")}
     indices |= {n for n in src.inputs if src.tensors[n].dtype not in ("float32", "float16")}
     indices |= integer_activations(src)      # integers anywhere (ids into the chip's GATHER): as they are
+    indices |= set(src.metadata.get(DYNAMIC_OUTPUTS, ()))   # a host call's, shaped per run: as it gives them
     for t in src.tensors.values():
         if t.quant is not None or t.dtype not in ("float32", "float16", *INTEGER_INPUTS) and t.name not in indices:
             raise QuantizationError(f"tensor {t.name!r} is {t.dtype}{' (quantized)' if t.quant else ''}: "
@@ -388,8 +390,9 @@ def _float_edges(g: Graph, src: Graph) -> None:
             del g.tensors[q_name]
     new_outputs = []
     for name in g.outputs:
-        if g.tensors[name].quant is None and g.tensors[name].dtype in INTEGER_INPUTS:
-            new_outputs.append(name)  # positions (an arg max) leave the chip as they are
+        if g.tensors[name].quant is None and (g.tensors[name].dtype in INTEGER_INPUTS
+                                              or name in g.metadata.get(DYNAMIC_OUTPUTS, ())):
+            new_outputs.append(name)  # positions (an arg max), values shaped per run: as they are
             continue
         if any(op.type == "QUANTIZE" and op.inputs == [name] for op in prologue):
             raise QuantizationError(f"graph input {name!r} is also an output")

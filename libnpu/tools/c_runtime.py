@@ -37,6 +37,7 @@ from libnpu.capi.embedding import build_embedded
 from libnpu.compiler.cache import compile_cached
 from libnpu.compiler.input_shapes import InputShapeError, parse_input_shapes
 from libnpu.compiler.ir import IRError
+from libnpu.dynamic_outputs import signature_text
 from libnpu.loadable import Loadable, LoadableError, TensorDesc
 from libnpu.model_zoo import ModelZooError
 from libnpu.portability import default_devroot
@@ -313,6 +314,10 @@ def _tensors(loaded: _Loaded, outputs: int) -> list[TensorDesc]:
 
 
 def _dense_bytes(desc: TensorDesc) -> int:
+    if desc.dynamic:      # the caller's buffers have a size fixed in advance; the host's array has not
+        raise CApiError(Status.UNSUPPORTED_MODEL, f"output {desc.name}: its shape is decided per run "
+                                                  f"{signature_text(desc)}; the C API fills buffers of a fixed "
+                                                  "size: run this model with libnpu.load (Python)")
     return int(np.prod(desc.shape)) * np.dtype(desc.dtype).itemsize
 
 
@@ -337,8 +342,8 @@ def _describe(ffi: Any, desc: TensorDesc, info: Any) -> None:
                                                   f"npu_tensor_info_t (dtypes: {', '.join(DTYPES)}; rank <= 8)")
     name = desc.name.encode(errors="replace")[:MAX_NAME - 1]
     ffi.memmove(info.name, name + b"\0", len(name) + 1)
-    info.dtype, info.rank, info.bytes = DTYPES[dtype], len(desc.shape), _dense_bytes(desc)
-    for axis, size in enumerate(desc.shape):
+    info.dtype, info.rank, info.bytes = DTYPES[dtype], len(desc.shape), 0 if desc.dynamic else _dense_bytes(desc)
+    for axis, size in enumerate(desc.shape_signature or desc.shape):     # -1: decided per run
         info.dims[axis] = size
     if desc.scale is not None and np.size(desc.scale):
         info.quantized = 1
@@ -354,7 +359,8 @@ def _run_generic(ffi: Any, loaded: _Loaded, inputs: Any, outputs: Any) -> None:
         data = ffi.buffer(inputs[i], _dense_bytes(desc))
         arrays.append(np.frombuffer(data, desc.dtype).reshape(desc.shape))
     targets = []
-    for i in range(len(loaded.model.outputs)):
+    for i, desc in enumerate(loaded.model.outputs):
+        _dense_bytes(desc)        # refuses an output shaped per run before anything runs
         if outputs[i] == ffi.NULL:
             raise CApiError(Status.INVALID_ARGUMENT, f"outputs[{i}] is NULL")
         targets.append(outputs[i])

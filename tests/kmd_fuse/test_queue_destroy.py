@@ -305,21 +305,26 @@ def test_a_destroyed_queue_frees_its_slot_in_a_full_table(fresh_npu):
         assert devices[-1].queue_submit(queue, None).wait(10).status == 0
 
 
-def _files_held(pids: list[int]) -> int:
-    """Descriptors the driver and the chip hold, hand-over connections aside (the driver
-    closes an idle one after 10 s: not the queues' business)."""
-    count = 0
-    for pid in pids:
+def _files_held(pids: list[int]) -> list[str]:
+    """What the driver and the chip hold open, as sorted "role: target" lines, hand-over
+    connections aside (the driver closes an idle one after 10 s: not the queues' business).
+    The targets, not a count: a failure then names what was left open."""
+    held = []
+    for role, pid in enumerate(pids):
         try:
             fds = os.listdir(f"/proc/{pid}/fd")
         except FileNotFoundError:        # gone since it was listed: it holds nothing
             continue
         for fd in fds:
             try:
-                count += not os.readlink(f"/proc/{pid}/fd/{fd}").startswith("socket:")
+                target = os.readlink(f"/proc/{pid}/fd/{fd}")
             except OSError:
-                pass
-    return count
+                continue
+            if not target.startswith("socket:"):
+                # the role (0 = driver, then the chip's processes in /proc order), not the
+                # pid: a core the watchdog restarted is another pid in the same role
+                held.append(f"{role}: {target}")
+    return sorted(held)
 
 
 def test_queues_destroyed_in_a_loop_leave_no_descriptor_line_or_memory_behind(steady_npu):
@@ -335,11 +340,11 @@ def test_queues_destroyed_in_a_loop_leave_no_descriptor_line_or_memory_behind(st
         def settled() -> tuple:
             # the processes asked for each time: a core the chip's watchdog restarted under
             # load is another process (seen once in a full run beside a CPU hog)
-            return _files_held(_driver_and_chip(steady_npu.devroot, bus)), sorted(os.listdir(bus)), \
+            return len(_files_held(_driver_and_chip(steady_npu.devroot, bus))), sorted(os.listdir(bus)), \
                 device.info()["memory_used"], \
                 sum(slot_enabled(steady_npu.devroot, slot) for slot in range(queues.QUEUE_SLOTS))
 
-        baseline = settled()
+        baseline, held_before = settled(), _files_held(_driver_and_chip(steady_npu.devroot, bus))
         for round_ in range(40):
             with device.create_queue() as queue:
                 fence = device.queue_submit(queue, commands, profile=bool(round_ % 2))
@@ -347,4 +352,6 @@ def test_queues_destroyed_in_a_loop_leave_no_descriptor_line_or_memory_behind(st
                 if round_ % 2:
                     assert len(device.get_profile(fence).tasks) == 1
         assert not device.queues
-        assert wait_until(lambda: settled() == baseline), (settled(), baseline)
+        assert wait_until(lambda: settled() == baseline), (
+            settled(), baseline, "opened since:",
+            sorted(set(_files_held(_driver_and_chip(steady_npu.devroot, bus))) - set(held_before)))

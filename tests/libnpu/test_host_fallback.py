@@ -12,9 +12,10 @@ import tflite
 from onnx import TensorProto, helper, numpy_helper
 
 import libnpu
-from libnpu.compiler.ir import IRError
 from libnpu.compiler.lower import compile_model
-from tests.support import host_models
+from libnpu.loadable import Loadable
+from libnpu.portability import MEM_RW
+from tests.support import dynamic_models, host_models, log_mel_models
 from tests.support.litert import litert_run
 from tests.support.tflite_builder import OpSpec, SubgraphSpec, TensorSpec, build_model, named_options
 
@@ -125,13 +126,66 @@ def test_a_shape_that_depends_on_the_data_stays_inside_one_host_call(npu):
     assert _host_ops(loadable) == ["NonZero+Cast+ReduceSum"]
 
 
-def test_a_shape_that_depends_on_the_data_cannot_leave_the_host():
+def test_a_shape_that_depends_on_the_data_leaves_the_host_as_a_model_output():
+    # "the shape of 'nz' depends on the input data, and the host call must ... return it as
+    # an output, which need static shapes" before
     model = host_models.nonzero_count()
     del model.graph.node[3:]                              # the NonZero's output is the model's output
     del model.graph.output[:]
     model.graph.output.append(onnx.helper.make_tensor_value_info("nz", onnx.TensorProto.INT64, None))
-    with pytest.raises(IRError, match="the shape of 'nz' depends on the input data"):
-        compile_model(model.SerializeToString())
+    (nz,) = compile_model(model.SerializeToString(), recipe="fast").outputs()
+    assert (nz.shape_signature, nz.max_shape) == ((2, -1), (2, 32))
+
+
+def _images(count: int, seed: int, scale: float = 1.0) -> list[np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return [(rng.uniform(-1, 1, (1, 3, 8, 8)) * scale).astype(np.float32) for _ in range(count)]
+
+
+def _loop_alone(model: onnx.ModelProto) -> onnxruntime.InferenceSession:
+    """onnxruntime on the decoder's Loop alone, fed the encoder's features."""
+    part = onnx.utils.Extractor(model).extract_model(["feat"], ["seq"])
+    return onnxruntime.InferenceSession(part.SerializeToString(), providers=["CPUExecutionProvider"])
+
+
+def test_a_loop_decoder_whose_trip_count_the_data_decides(npu):
+    # "the shape of 'seq' depends on the input data, and the host call must ... return it as
+    # an output, which need static shapes" before: the whole model refused.
+    model = dynamic_models.conv_loop_decoder()
+    loadable = Loadable.from_bytes(compile_model(model.SerializeToString(), [[x] for x in _images(8, 1)],
+                                                recipe="fast").to_bytes())
+    feat, seq = loadable.outputs()
+    assert not feat.dynamic and seq.shape_signature == (-1, 1, 4) and seq.max_shape == (16, 1, 4)
+    assert [s.op for s in loadable.host_steps] == ["Loop"] and loadable.tasks        # the encoder on the chip
+    whole = onnxruntime.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    loop = _loop_alone(model)
+    steps = set()
+    with libnpu.load(loadable, devroot=npu.devroot) as compiled:
+        for x in [*_images(2, 7, .3), *_images(2, 8)]:
+            got_feat, got_seq = compiled.infer([x])
+            want_feat, want_seq = whole.run(None, {"x": x})
+            _close(got_feat, want_feat)                         # the chip's part: the usual bar
+            _close(got_seq, want_seq)                           # the same number of steps, first
+            (exact,) = loop.run(None, {"feat": got_feat})       # the CPU's part: exactly
+            assert np.array_equal(got_seq, exact)
+            steps.add(got_seq.shape[0])
+        assert len(steps) > 1                   # the trip count did change with the data
+        with pytest.raises(ValueError, match=r"decided per run \[-1, 1, 4\] \(at most \[16, 1, 4\]\)"):
+            compiled.runtime.bind_output_tensor(1, compiled.device.alloc_mem(4096, MEM_RW))
+
+
+def test_nonzero_indices_of_the_chip_features(npu):
+    model = dynamic_models.conv_nonzero()
+    loadable = compile_model(model.SerializeToString(), [[x] for x in _images(8, 2)], recipe="fast")
+    assert [(d.shape_signature, d.max_shape) for d in loadable.outputs()] == [(None, None), ((4, -1), (4, 256))]
+    assert "idx [4, -1] (at most [4, 256]) int64" in loadable.summary()
+    counts = set()
+    with libnpu.load(loadable, devroot=npu.devroot) as compiled:
+        for x in _images(3, 9):
+            features, idx = compiled.infer([x])
+            assert idx.dtype == np.int64 and np.array_equal(idx, np.array(np.nonzero(features > .5)))
+            counts.add(idx.shape[1])
+    assert len(counts) > 1
 
 
 def test_cpu_nodes_group_across_branches_into_one_host_call(npu):
@@ -287,6 +341,23 @@ def test_a_layer_no_integer_grid_holds_runs_in_float_on_the_cpu(npu):
             assert _cosine(got, session.run(None, {"x": x})[0]) >= 0.99
     fast = compile_model(model, calibration, recipe="fast")
     assert not fast.host_steps and "fidelity" not in fast.metadata
+
+
+def test_a_model_that_is_all_front_end_runs_in_float_on_the_cpu(npu):
+    # A log-mel spectrogram whose log is its output: the whole model is the front end no
+    # grid holds (0.24 at int8); it runs as one float host call and matches float LiteRT.
+    model = log_mel_models.log_mel_tflite(decibels=False)
+    loadable = compile_model(model, log_mel_models.audio(12, 24 * 64, 1))
+    fidelity = loadable.metadata["fidelity"]
+    assert fidelity["chosen"] == "int8 + CPU front end" and not fidelity["missed"], fidelity
+    (step,) = loadable.host_steps
+    assert step.reason.startswith("kept in float on the CPU: int8 error")
+    assert "the front end is the model" in step.reason
+    with libnpu.load(loadable, devroot=npu.devroot) as compiled:
+        for (x,) in log_mel_models.audio(3, 24 * 64, 99):          # audio calibration never saw
+            (got,) = compiled.infer([x], dequantized=True)
+            (want,) = litert_run(model, [x], reference=False)
+            assert _cosine(got, want) >= 0.99
 
 
 # Host fallback order and raw inputs

