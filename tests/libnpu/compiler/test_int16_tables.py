@@ -25,7 +25,7 @@ def test_an_int16_table_exact_cases_and_clamps() -> None:
 def test_gelus_int16_table_within_half_a_step_of_float64(approximate: bool) -> None:
     rng = np.random.default_rng(4200)
     q = np.arange(-32768, 32768)
-    for _ in range(10):
+    for _ in range(5):
         si = float(np.float32(10 ** rng.uniform(-0.5, 1.5) / 32767))      # inputs up to 0.3-30
         so = float(np.float32(si * rng.uniform(1.0, 2.5)))                 # GELU(x) <= x: within reach
         lut = float_lut_int16(lambda x: _gelu64(x, approximate), si, so)
