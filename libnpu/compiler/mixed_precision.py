@@ -661,7 +661,8 @@ def quantize_mixed(graph: Graph, dataset: Iterable[Feed] | None = None, *,
         if selection == "auto":
             names, scores = choose_auto(opt, q, search, int16_target=int16_target, max_layers=max_int16_layers)
         else:
-            names = [op.outputs[0] for op in q.ops if id(op) in _select(q, selection)]
+            picked = _select(q, selection)      # once: per op it cost ops x names x ops (1388 named layers: minutes)
+            names = [op.outputs[0] for op in q.ops if id(op) in picked]
         weights16: list[str] = []
         if wide == "auto" and (names or int16_weights_widen):
             weights16, w_scores = choose_weights16(opt, q, names, search, target=int16_weights_target)
