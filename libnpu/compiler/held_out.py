@@ -16,7 +16,9 @@ models, ``benchmarks/models_in_the_wild.py --plain``, scored on its two unseen p
   flatten): a step passes such an output only when its logits meet the target too, and
   on a sample where the output is within one step of its own grid of float (the grid
   cannot hold it better) the output counts as exact there: its logits carry the error.
-  The score users see stays the output's.
+  The score users see stays the output's. The int16 search aims at the same score
+  (:func:`search_scores`), else it finds nothing to promote where the ladder still
+  sees the logits miss.
 * **Two samples flatter.** The worst of two samples is a thin bound on the next input's
   score: a step passes only when each output's worst error ``1 - score`` is under the
   target's error times ``n / (n + MARGIN_SAMPLES)`` for ``n`` samples (a third of it for
@@ -46,7 +48,7 @@ from .ir import Graph
 from .step_reuse import once
 
 __all__ = ["HELD_OUT_SHARE", "MIN_HELD_OUT", "MAX_HELD_OUT", "MIN_SAMPLES", "MARGIN_SAMPLES", "SATURATING",
-           "split_held_out", "held_out_scores", "measure", "logit_tensors", "required_score"]
+           "split_held_out", "held_out_scores", "measure", "search_scores", "logit_tensors", "required_score"]
 
 Feed = Mapping[str, np.ndarray] | Sequence[np.ndarray]
 
@@ -126,6 +128,43 @@ def measure(float_graph: Graph, graph: Graph, samples: Sequence[Feed]) -> tuple[
     ``SOFTMAX`` whose input the quantized graph keeps, that input scored the same way; such
     an output within one step of its grid of float on a sample scores 1 there (module
     docstring)."""
+    pairs, refs, gots, logits = _outputs_and_logits(float_graph, graph, samples)
+    steps = {out: _grid_step(graph, pairs[out]) if out in logits else 0.0 for out in pairs}
+    scores = {out: _worst(refs[out], gots[out], float_graph.tensors[out].size < SMALL_OUTPUT, steps[out])
+              for out in pairs}
+    # small logits relative to their magnitude alone: the bar judges the probability above them
+    return scores, {out: _worst(refs[f"logits {out}"], gots[f"logits {out}"],
+                                float_graph.tensors[name].size < SMALL_OUTPUT, 0.0, math.inf)
+                    for out, name in logits.items()}
+
+
+def search_scores(float_graph: Graph, graph: Graph, samples: Sequence[Feed]) -> dict[str, float]:
+    """What the int16 search (:mod:`libnpu.compiler.mixed_precision`) aims at, by ``graph``'s
+    output names: each output's score over all ``samples`` together
+    (:func:`libnpu.compiler.accuracy.output_scores`), and for an output made by a final
+    ``LOGISTIC`` / ``SOFTMAX`` the lower of it and its logits' score (scored as
+    :func:`measure` scores them): the score the escalation judges a step by. Aimed at the
+    outputs alone, the search found nothing to promote where a saturated probability hid
+    its logits' error (magika-v1's file type: output 1.0, logits 0.58 at int8, every int16
+    step chose int8 again; with its logits, int16 weights on its dense layers)."""
+    pairs, refs, gots, logits = _outputs_and_logits(float_graph, graph, samples)
+    result = {}
+    for out, qname in pairs.items():
+        value = score(np.concatenate(refs[out]), np.concatenate(gots[out]), graph.tensors[qname].size < SMALL_OUTPUT)
+        if out in logits:
+            value = min(value, score(np.concatenate(refs[f"logits {out}"]), np.concatenate(gots[f"logits {out}"]),
+                                     float_graph.tensors[logits[out]].size < SMALL_OUTPUT, math.inf))
+        result[qname] = value
+    return result
+
+
+def _outputs_and_logits(float_graph: Graph, graph: Graph, samples: Sequence[Feed]
+                        ) -> tuple[dict[str, str], dict[str, list[np.ndarray]], dict[str, list[np.ndarray]],
+                                   dict[str, str]]:
+    """``(pairs, refs, gots, logits)``: the float graph's output names -> the quantized
+    graph's; per output (and ``"logits <output>"``) the float and the quantized graph's
+    values on each sample, flat float64; the outputs whose logits the quantized graph keeps
+    -> their float logits tensor (:func:`logit_tensors`)."""
     logits = once("logit tensors", (float_graph,), None, lambda: logit_tensors(float_graph))
     pairs = dict(zip(float_graph.outputs, graph.outputs))
     under = {out: name for out, name in logits.items() if name in graph.tensors and name not in graph.inputs}
@@ -151,12 +190,7 @@ def measure(float_graph: Graph, graph: Graph, samples: Sequence[Feed]) -> tuple[
             shift = out in centred
             refs.setdefault(f"logits {out}", []).append(_logits(ref[logits[out]], shift))
             gots.setdefault(f"logits {out}", []).append(_logits(got[name], shift))
-    steps = {out: _grid_step(graph, pairs[out]) if out in under else 0.0 for out in pairs}
-    scores = {out: _worst(refs[out], gots[out], float_graph.tensors[out].size < SMALL_OUTPUT, steps[out])
-              for out in pairs}
-    # small logits relative to their magnitude alone: the bar judges the probability above them
-    return scores, {out: _worst(refs[f"logits {out}"], gots[f"logits {out}"],
-                                float_graph.tensors[logits[out]].size < SMALL_OUTPUT, 0.0, math.inf) for out in under}
+    return pairs, refs, gots, {out: logits[out] for out in under}
 
 
 def _logits(values: np.ndarray, softmax: bool) -> np.ndarray:

@@ -19,8 +19,9 @@ straight to int16 and an int16 output is dequantized straight to float.
 * ``"auto"``: rank the ops the chip can run in int16 by the error each adds in int8 (its
   own SQNR against float on the calibration data, ``accuracy.layer_errors``), then promote
   the worst 1, 2, 4, ... until every graph output's score against the float graph
-  (:func:`accuracy.output_scores`: cosine, or for tiny outputs the largest error relative to the
-  output's magnitude, at most the acceptance bar's absolute error) reaches ``int16_target``
+  (:func:`held_out.search_scores`: cosine, or for tiny outputs the largest error relative to the
+  output's magnitude, at most the acceptance bar's absolute error; an output after a final
+  sigmoid or softmax also on its logits) reaches ``int16_target``
   (or ``max_layers`` are promoted). An output that even all-int16 activations cannot
   bring to the target settles for most of
   what they would gain, and one they would not improve is left alone (its error is not
@@ -39,7 +40,7 @@ from typing import Any
 import numpy as np
 
 from . import registry
-from .accuracy import errors_to_json, layer_errors, output_scores
+from .accuracy import errors_to_json, layer_errors
 from .channel_grids import (
     CHANNEL_MARGIN,
     CHANNEL_SPREAD,
@@ -53,6 +54,7 @@ from .channel_grids import (
 )
 from .float_ref import FloatInterpreter
 from .folding import weight_fold
+from .held_out import search_scores
 from .ir import Graph, IRError, Op, QuantParams, Tensor
 from .optimize import optimize
 from .progress import Progress, stage
@@ -521,7 +523,7 @@ def choose_auto(float_graph: Graph, graph: Graph, dataset: Sequence[Feed], *,
     cannot reach it, ``GAIN_SHARE`` of what they would gain (nothing when that is below
     ``MIN_GAIN``: then its error comes from elsewhere, and promoting layers would only cost).
     Returns ``(output tensor names of the chosen ops, output scores of the chosen graph)``."""
-    base = output_scores(float_graph, graph, dataset)
+    base = search_scores(float_graph, graph, dataset)
     if min(base.values(), default=1.0) >= int16_target:
         return [], base
     errors = layer_errors(float_graph, graph, dataset)
@@ -531,12 +533,12 @@ def choose_auto(float_graph: Graph, graph: Graph, dataset: Sequence[Feed], *,
     limit = len(ranked) if max_layers is None else min(max_layers, len(ranked))
     if not limit:
         return [], base
-    ceiling = output_scores(float_graph, promote(graph, ranked, float_graph), dataset)
+    ceiling = search_scores(float_graph, promote(graph, ranked, float_graph), dataset)
     goal = _goals(base, ceiling, int16_target)
     if all(goal[n] <= base[n] for n in base):
         return [], base
     return _fewest(ranked, limit, goal, ceiling,
-                   lambda chosen: output_scores(float_graph, promote(graph, chosen, float_graph), dataset))
+                   lambda chosen: search_scores(float_graph, promote(graph, chosen, float_graph), dataset))
 
 
 def choose_weights16(float_graph: Graph, graph: Graph, names: Sequence[str], dataset: Sequence[Feed], *,
@@ -549,19 +551,19 @@ def choose_weights16(float_graph: Graph, graph: Graph, names: Sequence[str], dat
 
     Returns ``(output tensor names of the chosen ops, output scores of the chosen graph)``."""
     promoted = promote(graph, names, float_graph)
-    base = output_scores(float_graph, promoted, dataset)
+    base = search_scores(float_graph, promoted, dataset)
     by_output = {op.outputs[0]: op for op in graph.ops}
     candidates = [n for n in names if n in by_output and takes_int16_weights(by_output[n])]
     if not candidates or min(base.values(), default=1.0) >= target:
         return [], base
-    ceiling = output_scores(float_graph, promote(graph, names, float_graph, candidates), dataset)
+    ceiling = search_scores(float_graph, promote(graph, names, float_graph, candidates), dataset)
     goal = _goals(base, ceiling, target)
     if all(goal[n] <= base[n] for n in base):
         return [], base
     errors = layer_errors(float_graph, promoted, dataset)
     ranked = sorted(candidates, key=lambda n: errors[n].local_sqnr_db if n in errors else math.inf)
     return _fewest(ranked, len(ranked), goal, ceiling,
-                   lambda chosen: output_scores(float_graph, promote(graph, names, float_graph, chosen), dataset))
+                   lambda chosen: search_scores(float_graph, promote(graph, names, float_graph, chosen), dataset))
 
 
 def widened_weights16(float_graph: Graph, graph: Graph, names: Sequence[str], weights16: Sequence[str],
@@ -605,7 +607,7 @@ def quantize_mixed(graph: Graph, dataset: Iterable[Feed] | None = None, *,
 
     The chosen op names are in the result's ``metadata["int16_layers"]`` and
     ``metadata["int16_weights"]`` (with "auto", also the output scores reached,
-    ``metadata["int16_output_score"]``: see :func:`accuracy.output_scores`).
+    ``metadata["int16_output_score"]``: see :func:`held_out.search_scores`).
 
     ``int16_headroom``: how far an int16 grid reaches beyond its tensor's calibrated range,
     a factor for every tensor or ``"held-out"``: each tensor's own, from its calibration
@@ -665,7 +667,8 @@ def quantize_mixed(graph: Graph, dataset: Iterable[Feed] | None = None, *,
         if selection == "auto":
             names, scores = choose_auto(opt, q, search, int16_target=int16_target, max_layers=max_int16_layers)
         else:
-            names = [op.outputs[0] for op in q.ops if id(op) in _select(q, selection)]
+            picked = _select(q, selection)      # once: per op it cost ops x names x ops (1388 named layers: minutes)
+            names = [op.outputs[0] for op in q.ops if id(op) in picked]
         weights16: list[str] = []
         if wide == "auto" and (names or int16_weights_widen):
             weights16, w_scores = choose_weights16(opt, q, names, search, target=int16_weights_target)

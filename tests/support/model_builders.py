@@ -249,6 +249,15 @@ def layer_norm_between_convs(seed: int = 13) -> onnx.ModelProto:
     return b.model("layer_norm_between_convs", {"x": [1, 3, 8, 8]}, {"y": [1, 2, 8, 8]}, opset=17)
 
 
+def gelu_between_convs(seed: int = 7) -> onnx.ModelProto:
+    """Conv, Gelu (erf form, opset 20), conv. Input [1, 3, 8, 8]."""
+    b = _Builder(seed)
+    b.node("Conv", ["x", b.weight("w1", 4, 3, 3, 3, scale=1.5), b.weight("b1", 4)], "c1", pads=[1, 1, 1, 1])
+    b.node("Gelu", ["c1"], "g")
+    b.node("Conv", ["g", b.weight("w2", 2, 4, 1, 1), b.weight("b2", 2, scale=.1)], "y")
+    return b.model("gelu_between_convs", {"x": [1, 3, 8, 8]}, {"y": [1, 2, 8, 8]}, opset=20)
+
+
 def sigmoid_tanh_between_convs(seed: int = 8) -> onnx.ModelProto:
     """Conv, then Sigmoid and Tanh of it, each into a 1x1 conv, added (neither activation's
     output is a graph output). Input [1, 3, 8, 8]."""

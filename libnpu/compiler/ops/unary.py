@@ -1,7 +1,7 @@
 """Unary activations and math: HARD_SWISH, LEAKY_RELU, RSQRT, ABS (integer formulas on the
 chip's math unit), ELU, GELU, EXP, LOG, SQRT, NEG (256-entry tables on LUT, built as
 LiteRT builds them), and the ONNX-only HARD_SIGMOID, SOFTPLUS, ERF (tables of their float
-functions) and CLIP (any bounds, on the RELU descriptor).
+functions; GELU also on int16, our table) and CLIP (any bounds, on the RELU descriptor).
 
 ONNX: HardSwish, LeakyRelu, Elu (any alpha; TFLite export only with 1), Gelu, Exp, Log, Sqrt, Abs, Neg (as MUL by -1),
 HardSigmoid, Softplus, Erf, Clip, Reciprocal (as DIV), Pow by 2 and 3 (as MULs of itself), 0.5
@@ -285,15 +285,33 @@ def _erf(x: np.ndarray) -> np.ndarray:
     return np.sign(x) * (1 - poly * np.exp(-x * x))
 
 
+def float_lut_int16(fn: Callable[[np.ndarray], np.ndarray], input_scale: float, output_scale: float) -> np.ndarray:
+    """The ``LUT`` descriptor's int16[65536] table (entry ``uint16(q)``) of the float function
+    ``fn`` on symmetric int16 grids (zero points 0), ours (docs/hardware.md: LiteRT has no
+    int16 kernel for these ops): ``clamp(floor(fn(in_scale * q) / out_scale + 1/2), -32768, 32767)``,
+    ``fn`` evaluated in float64 on the float32 scales: the function rounded to the output grid."""
+    si, so = float(_f32(input_scale)), float(_f32(output_scale))
+    q = np.arange(1 << 16, dtype=np.uint16).view(np.int16).astype(np.float64)
+    return np.clip(np.floor(np.asarray(fn(si * q), np.float64) / so + 0.5), -32768, 32767).astype(np.int16)
+
+
 def _table_op(name: str, fn: Callable[[dict], Callable[[np.float32], np.float32]], float_ref: Callable,
               attrs: tuple[str, ...] = (), tflite: Callable | None = tflite_import.simple,
-              export: Callable | None = _export_plain, version: int = 1, rewrite: Callable | None = None) -> None:
-    """An operator whose int8 kernel is the table of ``fn(attrs)`` (``spec.tables.float_lut``)."""
+              export: Callable | None = _export_plain, version: int = 1, rewrite: Callable | None = None,
+              int16: Callable[[dict, float, float], np.ndarray] | None = None) -> None:
+    """An operator whose int8 kernel is the table of ``fn(attrs)`` (``spec.tables.float_lut``);
+    ``int16(attrs, in_scale, out_scale)``: its int16[65536] table on symmetric int16 grids
+    (the ``LUT`` descriptor's int16 mode), when it has one."""
     def params(g, op) -> dict:
         (si, zi), (so, zo) = _zps(g, op)
+        if g.tensors[op.inputs[0]].dtype == "int16":
+            if int16 is None or zi or zo:
+                raise IRError(f"{op.describe()}: no int16 table for zero points {zi} / {zo}" if int16
+                              else f"{op.describe()}: no int16 kernel")
+            return dict(lut=int16(op.attrs, si, so))
         return dict(lut=tables.float_lut(fn(dict(op.attrs, output_scale=so, output_zp=zo)), si, zi, so, zo))
     register(Operator(name, attrs, rewrite=rewrite, tflite=tflite, float_ref=float_ref, params=params,
-                      lower=_lower_lut, export=export, tflite_version=version))
+                      lower=_lower_lut, export=export, tflite_version=version, int16=int16 is not None))
 
 
 def elu_transform(a: dict) -> Callable[[np.float32], np.float32]:
@@ -329,17 +347,20 @@ def _export_gelu(wr, op, outs) -> None:
     wr.add(op.type, [wr.name(op.inputs[0])], outs, {"GeluOptions": dict(Approximate=bool(op.attrs["approximate"]))})
 
 
+def _gelu64(x: np.ndarray, approximate: bool) -> np.ndarray:
+    x = np.asarray(x, np.float64)
+    if approximate:
+        return 0.5 * x * (1 + np.tanh(np.sqrt(2 / np.pi) * (x + 0.044715 * x ** 3)))
+    return 0.5 * x * (1 + _erf(x / np.sqrt(2)))
+
+
 def _float_gelu(op, ins, out):
-    x = ins[0].astype(np.float64)
-    if op.attrs["approximate"]:
-        y = 0.5 * x * (1 + np.tanh(np.sqrt(2 / np.pi) * (x + 0.044715 * x ** 3)))
-    else:
-        y = 0.5 * x * (1 + _erf(x / np.sqrt(2)))
-    return y.astype(np.float32)
+    return _gelu64(ins[0], bool(op.attrs["approximate"])).astype(np.float32)
 
 
 _table_op("GELU", lambda a: gelu_transform(bool(a["approximate"])), _float_gelu, ("approximate",),
-          tflite=_tflite_gelu, export=_export_gelu, rewrite=fuse_gelu)
+          tflite=_tflite_gelu, export=_export_gelu, rewrite=fuse_gelu,
+          int16=lambda a, si, so: float_lut_int16(lambda x: _gelu64(x, bool(a["approximate"])), si, so))
 
 
 def _sqrt_params(g, op) -> dict:
@@ -375,6 +396,8 @@ def _hard_sigmoid(a: dict) -> Callable[[np.float32], np.float32]:
 _table_op("HARD_SIGMOID", _hard_sigmoid,
           lambda op, ins, out: np.clip(ins[0] * _f32(op.attrs["alpha"]) + _f32(op.attrs["beta"]), 0, 1)
           .astype(np.float32), ("alpha", "beta"), tflite=None, export=None)
+# No int16 HARD_SIGMOID: its table (float_lut_int16 of the clamp) was exact, but with it promoted
+# rapidocr-cls's held-out samples chose bias correction, which failed its unseen crops (0.16 off)
 
 
 def _softplus(v: np.float32) -> np.float32:

@@ -105,3 +105,28 @@ def test_npu_compile_prints_the_choice_and_warns_last(tmp_path, capsys) -> None:
     assert main(["compile", str(path), "-o", str(tmp_path / "c.nlb"), "--recipe", "fast", "--target", "0.9",
                  *common]) == 2
     assert "--target goes with the default recipe" in capsys.readouterr().err
+
+
+def test_a_step_past_int8_is_calibrated_again_on_every_sample() -> None:
+    """The held-out samples choose the step; the model it makes is calibrated on them too
+    (an input only they showed was never calibrated before: magika-v1's pictures). A step
+    that stays int8 keeps its one quantization, on the calibration part."""
+    graph = import_onnx(builders.outlier_channel())
+    data = _data(10, 4)
+    _, held = split_held_out(list(range(10)))
+    for k in held:                        # the held-out samples reach 3x the others' range
+        data[k] = [data[k][0] * 3]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FidelityWarning)     # the outlier channel misses 0.99: no matter here
+        q = to_int8_graph(graph, data)
+    fidelity = q.metadata["fidelity"]
+    assert fidelity["chosen"] == "int16 activations" and fidelity["recalibrated_on"] == 10
+    assert q.metadata["calibration"]["runs"] == 10
+    (edge,) = [op for op in q.ops if op.inputs[0] == q.inputs[0]]
+    reach = float(np.max(q.tensors[edge.outputs[0]].quant.scale)) * 32767
+    assert reach >= max(float(np.abs(data[k][0]).max()) for k in held)
+    rng = np.random.default_rng(5)
+    plain = to_int8_graph(import_onnx(builders.small_cnn()), target=0.9,    # int8 meets so low a target
+                          dataset=[[rng.standard_normal((1, 3, 16, 16)).astype(np.float32)] for _ in range(10)])
+    assert plain.metadata["fidelity"]["chosen"] == "int8" and "recalibrated_on" not in plain.metadata["fidelity"]
+    assert plain.metadata["calibration"]["runs"] == 8

@@ -146,3 +146,38 @@ def test_a_raw_logit_in_the_tens_is_held_to_the_bars_absolute_error() -> None:
         value = got.run(quantized_feed(q, float_graph, feed))[name]
         value = q.tensors[name].quant.dequantize(value) if q.tensors[name].dtype != "float32" else value
         assert abs(float(np.ravel(value)[0]) - float(want.run(feed)["logit"].ravel()[0])) <= 0.05
+
+
+def _saturated_softmax_head() -> tuple:
+    """x @ w1 @ w2 -> Softmax: logits spread so far that the probabilities saturate, and an
+    outlier input feature (no weight reads it) that sets a coarse int8 input step."""
+    rng = np.random.default_rng(3)
+    w1 = rng.normal(size=(32, 32)).astype(np.float32)
+    w1[0] = 0
+    w2 = (rng.normal(size=(32, 10)) * 3).astype(np.float32)
+    nodes = [helper.make_node("MatMul", ["x", "w1"], ["h"]), helper.make_node("MatMul", ["h", "w2"], ["l"]),
+             helper.make_node("Softmax", ["l"], ["y"], axis=-1)]
+    g = helper.make_graph(nodes, "saturated_head", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 32])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 10])],
+                          [numpy_helper.from_array(w1, "w1"), numpy_helper.from_array(w2, "w2")])
+    data = []
+    for _ in range(10):
+        x = rng.normal(size=(1, 32)).astype(np.float32)
+        x[0, 0] = 60.0
+        data.append([x])
+    return import_onnx(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])), data[:8], data[8:]
+
+
+def test_the_int16_search_aims_at_the_logits_the_escalation_judges() -> None:
+    """The int16 search scores an output after a final softmax on its logits too
+    (``held_out.search_scores``), as the escalation judges a step: aimed at the saturated
+    probabilities alone (scored 1.0) it promoted nothing while the logits stayed at 0.998."""
+    from libnpu.compiler.mixed_precision import quantize_mixed
+    graph, data, held = _saturated_softmax_head()
+    q8 = quantize_mixed(graph, data, int16="none")
+    scores, logits = measure(optimize(graph), q8, held)
+    assert scores["y"] == 1.0 and logits["y"] < 0.999
+    q = quantize_mixed(graph, data, int16="auto", int16_target=0.999, int16_search_data=held)
+    assert q.metadata["int16_layers"]
+    scores, logits = measure(optimize(graph), q, held)
+    assert logits["y"] >= 0.999 and q.metadata["int16_output_score"]["y"] >= 0.999

@@ -200,9 +200,10 @@ def test_auto_promotes_the_layers_int8_ruins(npu, litert) -> None:
 @pytest.mark.parametrize("builder,kind,name", [
     (builders.prelu_between_convs, "PRELU", "p"),
     (builders.hard_swish_between_convs, "HARD_SWISH", "h"),
+    (builders.gelu_between_convs, "GELU", "g"),
 ])
 def test_our_int16_formulas_on_the_device(npu, builder, kind: str, name: str) -> None:
-    """LiteRT has no int16 PRELU or HARD_SWISH: the device follows the float simulation of
+    """LiteRT has no int16 PRELU, HARD_SWISH or GELU: the device follows the float simulation of
     the quantized graph within an output step, and does not lose to the all-int8 graph
     against float."""
     from libnpu.compiler.float_ref import FloatInterpreter
@@ -454,3 +455,18 @@ def test_an_int64_bias_beyond_its_range_saturates(small_cnn) -> None:
     got = np.asarray(q.tensors[c1.inputs[2]].data).reshape(-1)
     assert got.dtype == np.int64
     assert got[0] > 2 ** 61 and got[1] < -2 ** 61
+
+
+def test_named_int16_layers_are_looked_up_once(monkeypatch, small_cnn) -> None:
+    """``int16`` given as names (the escalation names its chosen layers when it calibrates a
+    step again) resolves them once, not once per op: per op it cost ops x names x ops, and
+    minutes for ddddocr-rec's 1388 int16 layers."""
+    from libnpu.compiler import mixed_precision
+    data = _data(CNN_SHAPE, 2, 3)
+    every = [op.outputs[0] for op in quantize_mixed(small_cnn, data, int16="none").ops
+             if mixed_precision.promotable(op)]
+    calls = []
+    real = mixed_precision._select
+    monkeypatch.setattr(mixed_precision, "_select", lambda g, names: calls.append(1) or real(g, names))
+    q = quantize_mixed(small_cnn, data, int16=",".join(every))
+    assert len(q.metadata["int16_layers"]) == len(every) and len(calls) <= 3, len(calls)
