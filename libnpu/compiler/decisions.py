@@ -12,9 +12,11 @@ decoder can score 0.9999 on the three held-out samples the escalation measures
 tests/support/dynamic_models.py: 3 unseen inputs of 8 took another token at int8, 1 with
 int16 activations on the encoder, none with int16 weights too). No sample count tells
 how rare such a flip is, so the rule is structural: the layers on the chip path into a
-deciding host call run on the chip's finest grids (:func:`decision_path`), the rest of
-the model escalates as any other (:mod:`libnpu.compiler.escalation`). The host call
-reads those int16 values as they are (:func:`libnpu.compiler.mixed_precision.promote`).
+deciding host call run on the chip's finest grids (:func:`decision_path`), named at every
+step of the escalation as ``int16`` / ``int16_weights`` options name layers
+(:mod:`libnpu.compiler.escalation`: the later steps add GPTQ, equalization and bias
+correction, no int16 search). The host call reads those int16 values as they are
+(:func:`libnpu.compiler.mixed_precision.promote`).
 """
 from __future__ import annotations
 
