@@ -85,6 +85,7 @@ from .cpu_float import (
     kept_in_float,
     leaves_chip_work,
 )
+from .decisions import decision_path
 from .held_out import (
     HELD_OUT_SHARE,
     MAX_HELD_OUT,
@@ -255,6 +256,12 @@ def _escalate(graph: Graph, dataset: Iterable[Feed] | None, target: float, budge
     cpu_float = bool(options.pop("cpu_float", True))
     min_partition = options.pop("min_npu_partition", MIN_NPU_PARTITION)      # small_islands
     opt = once("optimize", (graph,), None, lambda: optimize(graph))
+    decided, decided_wide = decision_path(opt)
+    if decided and "int16" not in options and "int16_weights" not in options:
+        # a decoder's fed-back choice flips on a rare input no held-out sample shows (decisions.py)
+        options = {**options, "int16": ",".join(decided), "int16_weights": ",".join(decided_wide) or "none"}
+    else:
+        decided = []
     if dataset is None:
         calibration = None
         count = int(options.get("random_count", 8))
@@ -362,6 +369,7 @@ def _escalate(graph: Graph, dataset: Iterable[Feed] | None, target: float, budge
         **({"recalibrated_on": count + len(held), "recalibration_work": work_done() - before} if refit else {}),
         "steps": tried, "max_steps": len(ladder) + (MAX_CPU_TRIALS if cpu_float else 0), "budget": budget,
         **({"capped": capped} if capped else {}),
+        **({"decision_path": {"int16": len(decided), "int16_weights": len(decided_wide)}} if decided else {}),
         **({"cpu_float": chosen.metadata["cpu_float"]} if "cpu_float" in chosen.metadata else {})}
     warn_if_missed(chosen.metadata)
     return chosen
@@ -545,6 +553,10 @@ def format_fidelity(fidelity: Mapping[str, Any]) -> str:
         logits = f" (logits {min(s['logits'].values()):.4f})" if s.get("logits") else ""
         lines.append(f"  {s['step']:<18} worst {min(s['scores'].values(), default=1.0):.4f}{logits}: "
                      f"{s['chose']}{took}{mark}")
+    decided = fidelity.get("decision_path")
+    if decided:
+        lines.append(f"  every step: int16 activations on the {decided['int16']} layers feeding a decoder loop "
+                     f"(int16 weights on {decided['int16_weights']}): a token it feeds back flips on rounding")
     moved = fidelity.get("cpu_float")
     if moved:
         lines.append(f"  {len(moved['layers'])} layers {moved['reason']}: {', '.join(moved['layers'])}")
