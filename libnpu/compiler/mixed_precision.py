@@ -393,8 +393,7 @@ def promote(graph: Graph, names: Iterable[str], src: Graph | None = None,
                 _keep_multipliers(g, op, in_scale, quant.scale.astype(np.float64))
             _int64_bias(g, op, in_scale, src, float_only=id(op) in wide)
         after: list[Op] = []
-        # a host call reads any grid (the CPU dequantizes what the chip stores): an int8 copy
-        # for it would undo the promotion where a decision (an ArgMax a Loop feeds back) reads it
+        # a host call reads any grid: an int8 copy would undo the promotion for a Loop's ArgMax
         int8_users = [c for c in consumers.get(out, []) if id(c) not in chosen and c.type not in ("DEQUANTIZE", "HOST")]
         if out in g.outputs:  # an int8 graph output stays int8
             out16 = g.unique_name(f"{out}__int16")
