@@ -393,8 +393,8 @@ def promote(graph: Graph, names: Iterable[str], src: Graph | None = None,
                 _keep_multipliers(g, op, in_scale, quant.scale.astype(np.float64))
             _int64_bias(g, op, in_scale, src, float_only=id(op) in wide)
         after: list[Op] = []
-        # a host call reads any grid: an int8 copy would undo the promotion for a Loop's ArgMax
-        int8_users = [c for c in consumers.get(out, []) if id(c) not in chosen and c.type not in ("DEQUANTIZE", "HOST")]
+        int8_users = [c for c in consumers.get(out, []) if id(c) not in chosen  # a host call reads any grid:
+                      and c.type not in ("DEQUANTIZE", "HOST")]         # int8 for it undid a Loop's promotion
         if out in g.outputs:  # an int8 graph output stays int8
             out16 = g.unique_name(f"{out}__int16")
             g.add_tensor(Tensor(out16, t8.shape, "int16", quant))
@@ -418,8 +418,7 @@ def promote(graph: Graph, names: Iterable[str], src: Graph | None = None,
         tensors["int16_tensors"].append(out)
     g.ops = new_ops
     _drop_dead_conversions(g)
-    # the op names are for people; the output tensors name the same ops again unambiguously
-    # (an ONNX 1-D conv's op is named as the TRANSPOSE's output after it)
+    # op names are for people; output tensors name ops unambiguously (ONNX 1-D conv: TRANSPOSE's name)
     g.metadata = dict(g.metadata, int16_layers=promoted,
                       **({"int16_weights": widened} if widened else {}), **tensors)
     g.validate()
