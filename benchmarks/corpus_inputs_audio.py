@@ -319,6 +319,27 @@ def vfl_mask(model: CorpusModel, path: Path) -> Feeds:
                                     "c0": (3, 1, 512)})
 
 
+# round 6 ------------------------------------------------------------------------------------
+
+TEACHABLE_RATE = 44100   # the model's metadata (AudioProperties.sample_rate)
+TEACHABLE_OVERLAP = 0.1   # audio.classify_audio's inference_overlap_ratio
+MICROPHONE_NOISE = 1e-4   # RMS of a microphone's noise floor: the model's log spectrum of digital silence is -inf
+
+
+def teachable_audio(model: CorpusModel, path: Path) -> Feeds:
+    # classify_audio: float32 microphone samples at the metadata's rate, the input's
+    # length a window, the next window after (1 - overlap) of it.
+    info = _only(model_inputs(path))
+    size = int(info.shape[-1] or 0)
+    hop = int((1.0 - TEACHABLE_OVERLAP) * size)
+
+    def make(which):
+        noise = np.random.default_rng(len(which))
+        return [{info.name: (w + noise.normal(0.0, MICROPHONE_NOISE, size))[None].astype(np.float32)}
+                for clip in data.phrases(which, TEACHABLE_RATE) for w in data.frames(clip, size, hop)]
+    return Feeds(make("cal"), make("eval"))
+
+
 FEEDS: dict[str, Callable[[CorpusModel, Path], Feeds]] = {
     f.__name__: f for f in (silero_encoder, silero_decoder, ewn_logmel, ewn_siamese, ewn_resnet, birdnet_meta,
-                            fsmn_vad, vfl_dvector, vfl_mask)}
+                            fsmn_vad, vfl_dvector, vfl_mask, teachable_audio)}
