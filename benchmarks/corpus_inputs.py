@@ -316,17 +316,26 @@ def blazeface(model: CorpusModel, path: Path) -> Feeds:
     return _pictures_feeds([info], lambda p: (data.letterbox(p, h, w, center=True) / 127.5 - 1.0)[None])
 
 
+# Face regions as a face detector would crop them (top, bottom, left, right): astronaut's and
+# the man behind the camera's faces, chelsea's; other pictures' centers for calibration.
+FACE_REGIONS = {"astronaut": (20, 240, 130, 350), "camera": (40, 200, 190, 350), "chelsea": (40, 260, 100, 320)}
+
+
+def face_crop(name: str) -> np.ndarray:
+    """The square face crop (uint8 RGB) of picture ``name`` a face model is given."""
+    p = data.picture(name)
+    top, bottom, left, right = FACE_REGIONS.get(name, (0, p.shape[0], 0, p.shape[1]))
+    return data.center_square(p[top:bottom, left:right])
+
+
 def face_landmark(model: CorpusModel, path: Path) -> Feeds:
-    # Face regions as the detector would crop them (astronaut's and the man behind the
-    # camera's faces; other pictures' centers for calibration).
-    regions = {"astronaut": (20, 240, 130, 350), "camera": (40, 200, 190, 350), "chelsea": (40, 260, 100, 320)}
+    # The face crop resized to the model's input (192 or 256 square), [0, 1].
+    info = _only(model_inputs(path))
+    _, h, w, _ = (int(d or 0) for d in info.shape)
 
     def make(name):
-        p = data.picture(name)
-        top, bottom, left, right = regions.get(name, (0, p.shape[0], 0, p.shape[1]))
-        return (data.resize(data.center_square(p[top:bottom, left:right]), 192, 192) / 255.0)[None]
-    name = _only(model_inputs(path)).name
-    return Feeds([{name: make(p)} for p in data.CAL_PICTURES], [{name: make(p)} for p in data.EVAL_PICTURES])
+        return (data.resize(face_crop(name), h, w) / 255.0)[None]
+    return Feeds([{info.name: make(p)} for p in data.CAL_PICTURES], [{info.name: make(p)} for p in data.EVAL_PICTURES])
 
 
 # voice activity ----------------------------------------------------------------------------

