@@ -285,6 +285,7 @@ def quantize(graph: Graph, ranges: Mapping[str, Range], *, fc_per_channel: bool 
     indices |= {n for n in src.inputs if src.tensors[n].dtype not in ("float32", "float16")}
     indices |= integer_activations(src)      # integers anywhere (ids into the chip's GATHER): as they are
     indices |= set(src.metadata.get(DYNAMIC_OUTPUTS, ()))   # a host call's, shaped per run: as it gives them
+    indices |= cpu_made_outputs(src)       # made on the CPU in float for the caller: no grid between
     for t in src.tensors.values():
         if t.quant is not None or t.dtype not in ("float32", "float16", *INTEGER_INPUTS) and t.name not in indices:
             raise QuantizationError(f"tensor {t.name!r} is {t.dtype}{' (quantized)' if t.quant else ''}: "
@@ -365,6 +366,18 @@ def _quantized_op(g: Graph, src: Graph, op: Op, params: Mapping[str, QuantParams
     return new
 
 
+def cpu_made_outputs(graph: Graph) -> set[str]:
+    """The float graph outputs a host op makes and no chip op (nor a state) reads: they leave
+    the CPU for the caller as it computed them, on no grid. A grid there only loses: the
+    rows a selection gathers (:mod:`libnpu.compiler.selection_keys`: boxes in pixels, a
+    score, a class id in one [300, 6] output) shared one int8 step of 1.6 pixels, every
+    score under it read 0."""
+    chip_reads = {i for op in graph.ops if op.type != "HOST" for i in op.inputs}
+    states = {n for s in graph.states for n in (s.input, s.output)}
+    return {o for op in graph.ops if op.type == "HOST" for o in op.outputs
+            if o in graph.outputs and o not in chip_reads | states and graph.tensors[o].dtype == "float32"}
+
+
 def _float_edges(g: Graph, src: Graph) -> None:
     """Keep float I/O: input -> QUANTIZE -> int8 graph -> DEQUANTIZE -> output.
 
@@ -390,9 +403,8 @@ def _float_edges(g: Graph, src: Graph) -> None:
             del g.tensors[q_name]
     new_outputs = []
     for name in g.outputs:
-        if g.tensors[name].quant is None and (g.tensors[name].dtype in INTEGER_INPUTS
-                                              or name in g.metadata.get(DYNAMIC_OUTPUTS, ())):
-            new_outputs.append(name)  # positions (an arg max), values shaped per run: as they are
+        if g.tensors[name].quant is None:     # on no grid (quantize's ``indices``)
+            new_outputs.append(name)  # positions (an arg max), values shaped per run, CPU results: as they are
             continue
         if any(op.type == "QUANTIZE" and op.inputs == [name] for op in prologue):
             raise QuantizationError(f"graph input {name!r} is also an output")

@@ -1,0 +1,94 @@
+"""Data-dependent selections decided in float: a TopK, NonMaxSuppression or ArgMax, the
+tensors that key it and the rows it picks, placed on the CPU back to the chip's last
+layers with weights.
+
+A selection's output is decided by the order of its keys, not by their values: a YOLO
+detector exported end to end (ultralytics' ``end2end``: scores -> ReduceMax -> TopK 300
+anchors -> GatherElements of their boxes and scores -> TopK again -> a [1, 300, 6]
+output of x1, y1, x2, y2, score, class) has hundreds of low scores within 1e-4 of each
+other. On the chip the scores were a sigmoid's output on its [0, 1) grid: int8's step is
+1/256, so every score under 0.002 was the same 0 and TopK took the lowest anchor indices
+(rows scored cosine 0.59 against onnxruntime at every integer step the escalation tried,
+int16 on 260 layers too); the selected boxes then met the scores and class ids in one
+CONCATENATION whose grid spans 0-320 pixels, so every score read 0 or 1.25.
+
+The rule (:func:`selection_placements`, applied by :mod:`libnpu.compiler.placement` to
+float models): the selection, every op its keys come from back to the last layer the
+chip must run (an op with weights, or an activation x activation product), and every op
+reading what it selects (the gathers, the concatenation of the rows) with the tensors
+they gather run on the CPU in float, one host call where they are consecutive. What the
+chip hands them is its last layers' outputs, which the escalation raises to int16 where
+its measurement of the outputs (:mod:`libnpu.compiler.held_out`) says so. Real NPU
+stacks do the same (Hailo, RKNN and TIDL run such post-processing on the CPU in float).
+
+What float cannot fix: keys nearer each other than the chip's error. On YOLOv8 (nudenet
+3.0's detector, ``benchmarks/e2e_head.py``) ~250 of the 300 rows are anchors scored
+under 0.001 with neighbours within 1e-4: noise of 1e-4 of each channel's range on the
+raw head output (far under int8's step) already reorders them (cosine 0.94-0.96 over the
+[300, 6] rows, 1.0000 over the rows scored above 0.05). Only the rows above a score
+threshold are stable; the whole [K, 6] output is not, at any precision short of float.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from . import registry
+from .ir import Graph, Op, SourceOp
+
+__all__ = ["SELECTIONS", "STAYS_ON_CHIP", "selection_ops", "selection_placements"]
+
+#: Source operators (ONNX op types, TFLite builtin names) whose output is an order or a
+#: choice of indices decided by their input's values.
+SELECTIONS = frozenset({"TopK", "NonMaxSuppression", "ArgMax", "ArgMin",
+                        "TOPK_V2", "NON_MAX_SUPPRESSION_V4", "NON_MAX_SUPPRESSION_V5", "ARG_MAX", "ARG_MIN"})
+#: IR ops without weights that still stay on the chip: products of two activations.
+STAYS_ON_CHIP = frozenset({"BATCH_MATMUL"})
+
+
+def _stays_on_chip(op: Op) -> bool:
+    """An op the keys' walk stops at: a layer with weights (or a product of activations)."""
+    return op.type in STAYS_ON_CHIP or (op.type != "HOST" and registry.get(op.type, "weight_axis") is not None)
+
+
+def selection_ops(graph: Graph, sources: Sequence[SourceOp]) -> list[Op]:
+    """The IR ops of ``graph`` that make a data-dependent selection, read what it selects
+    (transitively), or make their inputs, back to (not including) the layers that stay on
+    the chip; in graph order."""
+    live = {id(op) for op in graph.ops}
+    pending = [op for src in sources if src.op in SELECTIONS for op in src.ir_ops if id(op) in live]
+    if not pending:
+        return []
+    producer, readers = graph.producers(), graph.consumers()
+    chosen: dict[int, Op] = {}
+    while pending:           # the selections and what reads their results
+        op = pending.pop()
+        if id(op) not in chosen and not _stays_on_chip(op):
+            chosen[id(op)] = op
+            pending += [r for out in op.outputs for r in readers.get(out, [])]
+    pending = list(chosen.values())
+    while pending:           # what their inputs are made of: the keys, the rows gathered
+        op = pending.pop()
+        for p in (producer[i] for i in op.inputs if i in producer):
+            if id(p) not in chosen and not _stays_on_chip(p):
+                chosen[id(p)] = p
+                pending.append(p)
+    return [op for op in graph.ops if id(op) in chosen]
+
+
+def selection_placements(graph: Graph, sources: Sequence[SourceOp]) -> dict[int, str]:
+    """Source op index -> reason, for the source ops :func:`selection_ops` puts on the CPU
+    (a source op goes when all of its IR ops do: a Conv whose layout TRANSPOSE the walk
+    reached stays on the chip)."""
+    moved = {id(op) for op in selection_ops(graph, sources)}
+    if not moved:
+        return {}
+    live = {id(op) for op in graph.ops}
+    kinds = sorted({src.op for src in sources if src.op in SELECTIONS})
+    reason = (f"decides or carries a data-dependent selection ({', '.join(kinds)}): kept in float on the CPU, "
+              "which near-tied keys on an integer grid would reorder")
+    result = {}
+    for src in sources:
+        ops = [op for op in src.ir_ops if id(op) in live]
+        if ops and all(id(op) in moved for op in ops) and not src.reason:
+            result[src.index] = reason
+    return result
