@@ -21,7 +21,7 @@ float raw output plus uniform noise of a share of each channel's range.
 Run from the repository root (one compile at a time; the 2-core VM is shared)::
 
     python -m benchmarks.e2e_head                                   # default options
-    python -m benchmarks.e2e_head --variant fast=--recipe,fast --noise
+    python -m benchmarks.e2e_head --variant "fast=--recipe fast" --noise
     python -m benchmarks.e2e_head --npu /work/main/.venv/bin/npu    # another tree's compiler
 
 Measured 2026-11-29 (branch e2ehead, main at cf025e6; load ~8 on the 2-core VM): see
@@ -30,6 +30,7 @@ docs/models.md, "YOLO heads exported end to end".
 from __future__ import annotations
 
 import argparse
+import os
 import subprocess
 import sys
 import tempfile
@@ -116,10 +117,13 @@ def noise_floor(base: onnx.ModelProto, model: onnx.ModelProto, inputs: Sequence[
 
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m benchmarks.e2e_head", description=__doc__.split("\n")[0])
-    p.add_argument("--variant", action="append", default=[], metavar="NAME=OPT,OPT",
-                   help="a variant: its name and npu compile options, comma-separated (repeatable; "
+    p.add_argument("--variant", action="append", default=[], metavar="NAME=OPTIONS",
+                   help="a variant: its name and npu compile options, as one argument (repeatable; "
                         "default: one, 'default', with no options)")
-    p.add_argument("--npu", default=None, help="the npu command to compile with (default: this tree's)")
+    p.add_argument("--npu", default=None, help="the npu command to compile with (default: this tree's; "
+                   "another tree's runs from / without PYTHONPATH, so it imports its own code)")
+    p.add_argument("--judge", action="append", default=[], metavar="NAME=FILE.nlb",
+                   help="also judge this loadable, compiled before from the same model (repeatable)")
     p.add_argument("--noise", action="store_true", help="also the float head under noise (the floor)")
     p.add_argument("--keep", metavar="DIR", help="keep the model, calibration and loadables in DIR")
     args = p.parse_args(argv)
@@ -131,8 +135,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     unseen = [f["images"] for f in feeds.evaluation]
     ref = ort.InferenceSession(model.SerializeToString())
     wants = [ref.run(None, {"images": x})[0] for x in unseen]
-    variants = [v.split("=", 1) for v in args.variant] or [["default", ""]]
+    variants = [v.split("=", 1) for v in args.variant] or ([] if args.judge else [["default", ""]])
     npu = [args.npu] if args.npu else [sys.executable, "-m", "libnpu.tools"]
+    env = {k: v for k, v in os.environ.items() if not (args.npu and k == "PYTHONPATH")}
     with tempfile.TemporaryDirectory(prefix="npu-e2e-") as tmp:
         folder = Path(args.keep or tmp)
         folder.mkdir(parents=True, exist_ok=True)
@@ -145,9 +150,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                 out = folder / f"{name}.nlb"
                 cmd = [*npu, "compile", str(folder / "e2e.onnx"), "-o", str(out), "--no-progress",
                        "--cache-dir", str(folder / "cache"), "--calibration", str(calibration),
-                       *[o for o in options.split(",") if o]]
+                       *options.split()]
                 started = time.perf_counter()
-                proc = subprocess.run(cmd, capture_output=True, text=True)
+                proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd="/" if args.npu else None)
                 took = time.perf_counter() - started
                 if proc.returncode:
                     print(f"{name:<22} compile failed: {(proc.stderr or proc.stdout).strip().splitlines()[-1]}")
@@ -157,6 +162,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                 print(_line(name, [row_figures(f[0], w) for f, w in zip(floats, wants)],
                             f"  compile {took:.0f} s, {len(cpu_ops(Loadable.load(out)))} ops on the CPU"
                             + (f"; {' | '.join(chosen)}" if chosen else "")), flush=True)
+            for name, nlb in (j.split("=", 1) for j in args.judge):
+                _, floats, _ = run_device(Path(nlb), str(device.devroot), [{"images": x} for x in unseen], ["images"])
+                print(_line(name, [row_figures(f[0], w) for f, w in zip(floats, wants)],
+                            f"  {len(cpu_ops(Loadable.load(nlb)))} ops on the CPU"), flush=True)
     return 0
 
 
