@@ -260,8 +260,8 @@ def plan_placement(model: bytes | str | os.PathLike, *, ops: Collection[str] | N
                     accepted.add(signature)
         plan.placements.append(Placement(src.index, src.op, CPU if reason else NPU, reason))
     if not quantized:      # a float model's selections decided in float (selection_keys)
-        moved = selection_placements(graph, [SourceOp(s.index, s.op, [same[id(op)] for op in s.ir_ops if id(op) in same],
-                                                       s.reason) for s in sources])
+        moved = selection_placements(graph, [SourceOp(s.index, s.op, [same[id(o)] for o in s.ir_ops if id(o) in same],
+                                                      s.reason) for s in sources])
         plan.placements = [Placement(p.index, p.op, CPU, moved[p.index]) if p.device == NPU and p.index in moved
                            else p for p in plan.placements]
     return plan

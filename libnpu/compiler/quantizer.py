@@ -40,6 +40,7 @@ from .optimize import optimize
 from .progress import Progress, stage
 from .qdq_import import QDQ_PER_TENSOR, QDQ_RANGES
 from .scales import SHARED_GRIDS, bias_scale, choose_activation_scale, quantize_weights, symmetric
+from .selection_keys import selected_rows
 from .step_reuse import once
 from .swish_gates import GATED, RANGE_FLOORS, gate_chains, gate_swishes
 from .weight_rounding import input_moments, round_layer
@@ -285,7 +286,7 @@ def quantize(graph: Graph, ranges: Mapping[str, Range], *, fc_per_channel: bool 
     indices |= {n for n in src.inputs if src.tensors[n].dtype not in ("float32", "float16")}
     indices |= integer_activations(src)      # integers anywhere (ids into the chip's GATHER): as they are
     indices |= set(src.metadata.get(DYNAMIC_OUTPUTS, ()))   # a host call's, shaped per run: as it gives them
-    indices |= cpu_made_outputs(src)       # made on the CPU in float for the caller: no grid between
+    indices |= selected_rows(src)          # a selection's rows, made on the CPU: as it gives them
     for t in src.tensors.values():
         if t.quant is not None or t.dtype not in ("float32", "float16", *INTEGER_INPUTS) and t.name not in indices:
             raise QuantizationError(f"tensor {t.name!r} is {t.dtype}{' (quantized)' if t.quant else ''}: "
@@ -364,18 +365,6 @@ def _quantized_op(g: Graph, src: Graph, op: Op, params: Mapping[str, QuantParams
     if len(new.inputs) < 3:
         new.inputs.append("")
     return new
-
-
-def cpu_made_outputs(graph: Graph) -> set[str]:
-    """The float graph outputs a host op makes and no chip op (nor a state) reads: they leave
-    the CPU for the caller as it computed them, on no grid. A grid there only loses: the
-    rows a selection gathers (:mod:`libnpu.compiler.selection_keys`: boxes in pixels, a
-    score, a class id in one [300, 6] output) shared one int8 step of 1.6 pixels, every
-    score under it read 0."""
-    chip_reads = {i for op in graph.ops if op.type != "HOST" for i in op.inputs}
-    states = {n for s in graph.states for n in (s.input, s.output)}
-    return {o for op in graph.ops if op.type == "HOST" for o in op.outputs
-            if o in graph.outputs and o not in chip_reads | states and graph.tensors[o].dtype == "float32"}
 
 
 def _float_edges(g: Graph, src: Graph) -> None:

@@ -14,9 +14,10 @@ CONCATENATION whose grid spans 0-320 pixels, so every score read 0 or 1.25.
 
 The rule (:func:`selection_placements`, applied by :mod:`libnpu.compiler.placement` to
 float models): the selection, every op its keys come from back to the last layer the
-chip must run (an op with weights, or an activation x activation product), and every op
-reading what it selects (the gathers, the concatenation of the rows) with the tensors
-they gather run on the CPU in float, one host call where they are consecutive. What the
+chip must run (an op with weights), and every op reading what it selects (the gathers,
+the concatenation of the rows) with the tensors they gather run on the CPU in float,
+one host call where they are consecutive; the rows it makes for the caller leave on no
+grid (:func:`selected_rows`, the quantizer's rule). What the
 chip hands them is its last layers' outputs, which the escalation raises to int16 where
 its measurement of the outputs (:mod:`libnpu.compiler.held_out`) says so. Real NPU
 stacks do the same (Hailo, RKNN and TIDL run such post-processing on the CPU in float).
@@ -35,19 +36,17 @@ from collections.abc import Sequence
 from . import registry
 from .ir import Graph, Op, SourceOp
 
-__all__ = ["SELECTIONS", "STAYS_ON_CHIP", "selection_ops", "selection_placements"]
+__all__ = ["SELECTIONS", "selection_ops", "selection_placements", "selected_rows"]
 
 #: Source operators (ONNX op types, TFLite builtin names) whose output is an order or a
 #: choice of indices decided by their input's values.
 SELECTIONS = frozenset({"TopK", "NonMaxSuppression", "ArgMax", "ArgMin",
                         "TOPK_V2", "NON_MAX_SUPPRESSION_V4", "NON_MAX_SUPPRESSION_V5", "ARG_MAX", "ARG_MIN"})
-#: IR ops without weights that still stay on the chip: products of two activations.
-STAYS_ON_CHIP = frozenset({"BATCH_MATMUL"})
 
 
 def _stays_on_chip(op: Op) -> bool:
-    """An op the keys' walk stops at: a layer with weights (or a product of activations)."""
-    return op.type in STAYS_ON_CHIP or (op.type != "HOST" and registry.get(op.type, "weight_axis") is not None)
+    """An op the keys' walk stops at: a layer with weights."""
+    return op.type != "HOST" and registry.get(op.type, "weight_axis") is not None
 
 
 def selection_ops(graph: Graph, sources: Sequence[SourceOp]) -> list[Op]:
@@ -92,3 +91,15 @@ def selection_placements(graph: Graph, sources: Sequence[SourceOp]) -> dict[int,
         if ops and all(id(op) in moved for op in ops) and not src.reason:
             result[src.index] = reason
     return result
+
+
+def selected_rows(graph: Graph) -> set[str]:
+    """The float outputs of ``graph`` a host call running a selection makes, which no chip
+    op (nor a state) reads: the quantizer leaves them on no grid, as the CPU computed them.
+    On a grid they lost what the selection kept: the rows of boxes in pixels, a score and a
+    class id shared one int8 step of 1.6 pixels, and every score read 0."""
+    chip_reads = {i for op in graph.ops if op.type != "HOST" for i in op.inputs}
+    states = {n for s in graph.states for n in (s.input, s.output)}
+    return {o for op in graph.ops if op.type == "HOST" and SELECTIONS & set(op.attrs["host"].op.split("+"))
+            for o in op.outputs
+            if o in graph.outputs and o not in chip_reads | states and graph.tensors[o].dtype == "float32"}
