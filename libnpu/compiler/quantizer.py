@@ -40,7 +40,7 @@ from .optimize import optimize
 from .progress import Progress, stage
 from .qdq_import import QDQ_PER_TENSOR, QDQ_RANGES
 from .scales import SHARED_GRIDS, bias_scale, choose_activation_scale, quantize_weights, symmetric
-from .selection_keys import selected_rows
+from .selection_keys import selected_rows, widen_key_ranges
 from .step_reuse import once
 from .swish_gates import GATED, RANGE_FLOORS, gate_chains, gate_swishes
 from .weight_rounding import input_moments, round_layer
@@ -297,6 +297,7 @@ def quantize(graph: Graph, ranges: Mapping[str, Range], *, fc_per_channel: bool 
     for n, floor in src.metadata.get(RANGE_FLOORS, {}).items():
         if n in ranges:
             ranges[n] = (max(ranges[n][0], floor), max(ranges[n][1], floor))
+    ranges = widen_key_ranges(src, ranges)   # a selection's keys from the chip: room past calibration's
     qdq_per_tensor = set(src.metadata.get(QDQ_PER_TENSOR, ()))
     src, ranges = requantize_joins(src, ranges)   # a fixed grid (LOGISTIC's) joined to wider tensors
     roles = _roles(src)

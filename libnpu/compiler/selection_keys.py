@@ -31,17 +31,25 @@ threshold are stable; the whole [K, 6] output is not, at any precision short of 
 """
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from . import registry
 from .ir import Graph, Op, SourceOp
 
-__all__ = ["SELECTIONS", "selection_ops", "selection_placements", "selected_rows"]
+__all__ = ["SELECTIONS", "REASON", "KEY_HEADROOM", "selection_ops", "selection_placements", "is_selection_call",
+           "key_inputs", "widen_key_ranges", "selected_rows"]
 
 #: Source operators (ONNX op types, TFLite builtin names) whose output is an order or a
 #: choice of indices decided by their input's values.
 SELECTIONS = frozenset({"TopK", "NonMaxSuppression", "ArgMax", "ArgMin",
                         "TOPK_V2", "NON_MAX_SUPPRESSION_V4", "NON_MAX_SUPPRESSION_V5", "ARG_MAX", "ARG_MIN"})
+#: The placement's reason for the ops the rule moves (the host call keeps it).
+REASON = "decides or carries a data-dependent selection"
+#: The chip's tensors a selection's host call reads get this share of their calibrated span
+#: more range on each side: calibration's largest score is no bound on the next input's
+#: (nudenet's 8 calibration pictures peaked at a class logit of 0.54, score 0.63; an unseen
+#: one had 10 detections at 0.85-0.88, which all read 0.63 and tied).
+KEY_HEADROOM = 0.25
 
 
 def _stays_on_chip(op: Op) -> bool:
@@ -85,7 +93,7 @@ def selection_placements(graph: Graph, sources: Sequence[SourceOp]) -> dict[int,
         return {}
     live = {id(op) for op in graph.ops}
     kinds = sorted({src.op for src in sources if src.op in SELECTIONS})
-    reason = (f"decides or carries a data-dependent selection ({', '.join(kinds)}): kept in float on the CPU, "
+    reason = (f"{REASON} ({', '.join(kinds)}): kept in float on the CPU, "
               "which near-tied keys on an integer grid would reorder")
     result = {}
     for src in sources:
@@ -95,13 +103,40 @@ def selection_placements(graph: Graph, sources: Sequence[SourceOp]) -> dict[int,
     return result
 
 
+def is_selection_call(op: Op) -> bool:
+    """Whether ``op`` is a host call running a selection or ops the rule moved for one."""
+    if op.type != "HOST":
+        return False
+    call = op.attrs["host"]
+    return bool(SELECTIONS & set(call.op.split("+"))) or REASON in call.reason
+
+
+def key_inputs(graph: Graph) -> set[str]:
+    """The tensors chip ops of ``graph`` make for a selection's host calls."""
+    producer = graph.producers()
+    return {i for op in graph.ops if is_selection_call(op) for i in op.inputs
+            if i in producer and producer[i].type != "HOST"}
+
+
+def widen_key_ranges(graph: Graph, ranges: Mapping[str, tuple[float, float]]) -> dict[str, tuple[float, float]]:
+    """``ranges`` with each of :func:`key_inputs` wider by ``KEY_HEADROOM`` of its span on each side."""
+    result = dict(ranges)
+    for name in key_inputs(graph) & set(ranges):
+        lo, hi = ranges[name]
+        pad = (hi - lo) * KEY_HEADROOM
+        result[name] = (lo - pad, hi + pad)
+    return result
+
+
 def selected_rows(graph: Graph) -> set[str]:
-    """The float outputs of ``graph`` a host call running a selection makes, which no chip
-    op (nor a state) reads: the quantizer leaves them on no grid, as the CPU computed them.
-    On a grid they lost what the selection kept: the rows of boxes in pixels, a score and a
-    class id shared one int8 step of 1.6 pixels, and every score read 0."""
+    """The float tensors a selection's host call makes that no chip op (nor a state)
+    reads: the model's outputs and what another host call reads. The quantizer leaves
+    them on no grid, as the CPU computed them. On a grid they lost what the selection
+    kept: nudenet's scores crossed between two host calls (a chip partition, the box
+    bins' DFL, between them) on their calibrated [0, 0.63], so an unseen picture's ten
+    detections at 0.85-0.88 all read 0.63 and tied; the rows of boxes in pixels, a score
+    and a class id shared one int8 step of 1.6 pixels, and every score read 0."""
     chip_reads = {i for op in graph.ops if op.type != "HOST" for i in op.inputs}
     states = {n for s in graph.states for n in (s.input, s.output)}
-    return {o for op in graph.ops if op.type == "HOST" and SELECTIONS & set(op.attrs["host"].op.split("+"))
-            for o in op.outputs
-            if o in graph.outputs and o not in chip_reads | states and graph.tensors[o].dtype == "float32"}
+    return {o for op in graph.ops if is_selection_call(op) for o in op.outputs
+            if o not in chip_reads | states and graph.tensors[o].dtype == "float32"}

@@ -429,7 +429,8 @@ def test_a_float_input_only_host_ops_read_reaches_them_as_given(npu):
 
 def test_a_top_k_head_decides_in_float_and_its_rows_leave_on_no_grid(npu):
     # Before: the scores' int8 sigmoid grid tied the best anchors (TopK took the lowest
-    # indices) and the [4, 6] rows left through one grid of 1.6 pixels: cosine 0.33-0.73.
+    # indices) and the [4, 6] rows left on one int8 grid of the pixels: scores 0.99 read
+    # 0.0 or 1.5, class 1 read 1.5; cosine 0.18-0.73.
     model = model_builders.end_to_end_head(model_builders.yolo_head(score_gain=1.0), 3, 4).SerializeToString()
     loadable = compile_model(model, [[x] for x in _feeds((1, 3, 8, 8), 10, seed=4)], recipe="fast")
     (step,) = loadable.host_steps      # one host call, from the convs' outputs to the rows
@@ -440,4 +441,9 @@ def test_a_top_k_head_decides_in_float_and_its_rows_leave_on_no_grid(npu):
     with libnpu.load(loadable, devroot=npu.devroot) as compiled:
         for x in _feeds((1, 3, 8, 8), 4, seed=99):
             (got,) = compiled.infer([x], dequantized=True)
-            _close(got, session.run(None, {"x": x})[0], 0.98)
+            (want,) = session.run(None, {"x": x})
+            # near-tied anchors may swap (the chip's grid is coarser than their gap), but
+            # the scores taken are the reference's, the classes whole, the best box its
+            np.testing.assert_allclose(got[0, :, 4], want[0, :, 4], atol=0.02)
+            assert np.array_equal(got[0, :, 5], np.round(got[0, :, 5]))
+            np.testing.assert_allclose(got[0, 0, :4], want[0, 0, :4], atol=0.02 * np.ptp(want[0, :, :4]))
