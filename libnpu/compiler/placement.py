@@ -39,6 +39,7 @@ from .onnx_import import import_onnx_sources
 from .optimize import fold_constants
 from .qparams import lowerable
 from .quantizer import NonFiniteValuesError, quantize_model, random_dataset
+from .selection_keys import selection_placements
 from .tflite_import import import_tflite_sources
 
 __all__ = ["Placement", "PlacementPlan", "FallbackRefusedError", "NPU", "CPU", "place_model", "plan_placement",
@@ -258,6 +259,11 @@ def plan_placement(model: bytes | str | os.PathLike, *, ops: Collection[str] | N
                         break
                     accepted.add(signature)
         plan.placements.append(Placement(src.index, src.op, CPU if reason else NPU, reason))
+    if not quantized:      # a float model's selections decided in float (selection_keys)
+        moved = selection_placements(graph, [SourceOp(s.index, s.op, [same[id(o)] for o in s.ir_ops if id(o) in same],
+                                                      s.reason) for s in sources])
+        plan.placements = [Placement(p.index, p.op, CPU, moved[p.index]) if p.device == NPU and p.index in moved
+                           else p for p in plan.placements]
     return plan
 
 

@@ -40,6 +40,7 @@ from .optimize import optimize
 from .progress import Progress, stage
 from .qdq_import import QDQ_PER_TENSOR, QDQ_RANGES
 from .scales import SHARED_GRIDS, bias_scale, choose_activation_scale, quantize_weights, symmetric
+from .selection_keys import selected_rows, widen_key_ranges
 from .step_reuse import once
 from .swish_gates import GATED, RANGE_FLOORS, gate_chains, gate_swishes
 from .weight_rounding import input_moments, round_layer
@@ -285,6 +286,7 @@ def quantize(graph: Graph, ranges: Mapping[str, Range], *, fc_per_channel: bool 
     indices |= {n for n in src.inputs if src.tensors[n].dtype not in ("float32", "float16")}
     indices |= integer_activations(src)      # integers anywhere (ids into the chip's GATHER): as they are
     indices |= set(src.metadata.get(DYNAMIC_OUTPUTS, ()))   # a host call's, shaped per run: as it gives them
+    indices |= selected_rows(src)          # a selection's rows, made on the CPU: as it gives them
     for t in src.tensors.values():
         if t.quant is not None or t.dtype not in ("float32", "float16", *INTEGER_INPUTS) and t.name not in indices:
             raise QuantizationError(f"tensor {t.name!r} is {t.dtype}{' (quantized)' if t.quant else ''}: "
@@ -295,6 +297,7 @@ def quantize(graph: Graph, ranges: Mapping[str, Range], *, fc_per_channel: bool 
     for n, floor in src.metadata.get(RANGE_FLOORS, {}).items():
         if n in ranges:
             ranges[n] = (max(ranges[n][0], floor), max(ranges[n][1], floor))
+    ranges = widen_key_ranges(src, ranges)   # a selection's keys from the chip: room past calibration's
     qdq_per_tensor = set(src.metadata.get(QDQ_PER_TENSOR, ()))
     src, ranges = requantize_joins(src, ranges)   # a fixed grid (LOGISTIC's) joined to wider tensors
     roles = _roles(src)
@@ -390,9 +393,8 @@ def _float_edges(g: Graph, src: Graph) -> None:
             del g.tensors[q_name]
     new_outputs = []
     for name in g.outputs:
-        if g.tensors[name].quant is None and (g.tensors[name].dtype in INTEGER_INPUTS
-                                              or name in g.metadata.get(DYNAMIC_OUTPUTS, ())):
-            new_outputs.append(name)  # positions (an arg max), values shaped per run: as they are
+        if g.tensors[name].quant is None:     # on no grid (quantize's ``indices``)
+            new_outputs.append(name)  # positions (an arg max), values shaped per run, CPU results: as they are
             continue
         if any(op.type == "QUANTIZE" and op.inputs == [name] for op in prologue):
             raise QuantizationError(f"graph input {name!r} is also an output")

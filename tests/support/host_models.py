@@ -183,20 +183,23 @@ def cpu_runs(seed: int = 8) -> onnx.ModelProto:
 
 
 def topk_indices_across_the_chip(seed: int = 9) -> onnx.ModelProto:
-    """MatMul -> TopK; its values through Relu and Concat on the chip, its int64 indices
-    straight to a GatherElements on the host (a second host call) -> Add. Input [4, 8]."""
+    """MatMul -> TopK; its values through a MatMul on the chip, then Concat, its int64
+    indices straight to a GatherElements on the host (a second host call: a selection's
+    readers go to the CPU, :mod:`libnpu.compiler.selection_keys`, up to a layer with
+    weights) -> Add. Input [4, 8]."""
     from onnx import helper as h
     rng = np.random.default_rng(seed)
     nodes = [h.make_node("MatMul", ["x", "w0"], ["a"]), h.make_node("TopK", ["a", "k"], ["v", "i"], axis=-1),
-             h.make_node("Relu", ["v"], ["r"]), h.make_node("Concat", ["r", "r", "r"], ["c"], axis=1),
+             h.make_node("MatMul", ["v", "w1"], ["r"]), h.make_node("Concat", ["r", "r", "r"], ["c"], axis=1),
              h.make_node("GatherElements", ["c", "i"], ["g"], axis=1), h.make_node("Add", ["g", "r"], ["y"])]
-    return _onnx(nodes, [_weights(rng, "w0", 8, 8, scale=1.0), _scalar("k", [3], np.int64)],
+    return _onnx(nodes, [_weights(rng, "w0", 8, 8, scale=1.0), _weights(rng, "w1", 3, 3, scale=1.0),
+                         _scalar("k", [3], np.int64)],
                  "topk_indices_across_the_chip", {"x": [4, 8]}, {"y": [4, 3]})
 
 
 def topk_indices_arithmetic() -> onnx.ModelProto:
     """TopK of the input; indices + 1 (an int64 Add) -> Cast -> Add to the values (on the
-    chip). Input [4, 8]."""
+    host with them: :mod:`libnpu.compiler.selection_keys`). Input [4, 8]."""
     from onnx import helper as h
     nodes = [h.make_node("TopK", ["x", "k"], ["v", "i"], axis=-1),
              h.make_node("Add", ["i", "one"], ["i1"]), h.make_node("Cast", ["i1"], ["f"], to=onnx.TensorProto.FLOAT),

@@ -292,16 +292,17 @@ def unary(op: str) -> onnx.ModelProto:
     return b.model(f"unary_{op}", {"x": [1, 8]}, {"y": [1, 8]})
 
 
-def yolo_head(seed: int = 11) -> onnx.ModelProto:
+def yolo_head(seed: int = 11, score_gain: float = 2.0) -> onnx.ModelProto:
     """A YOLO-style detection head: a trunk conv, box regression in pixels (a conv scaled to
     hundreds) and class scores (conv, Sigmoid) concatenated on the channels, flattened to
-    [1, 4 + classes, anchors]. Input [1, 3, 8, 8]."""
+    [1, 4 + classes, anchors]. Input [1, 3, 8, 8]. ``score_gain``: the class logits' weights'
+    scale (larger: more scores saturate near 0 and 1)."""
     b = _Builder(seed)
     n = b.node
     n("Conv", ["x", b.weight("w1", 8, 3, 3, 3), b.weight("b1", 8, scale=.1)], "c1", pads=[1, 1, 1, 1])
     n("Relu", ["c1"], "r1")
     n("Conv", ["r1", b.weight("wb", 4, 8, 1, 1, scale=60.0), b.const("bb", np.full(4, 160, np.float32))], "box")
-    n("Conv", ["r1", b.weight("wc", 3, 8, 1, 1, scale=2.0), b.weight("bc", 3)], "logits")
+    n("Conv", ["r1", b.weight("wc", 3, 8, 1, 1, scale=score_gain), b.weight("bc", 3)], "logits")
     n("Sigmoid", ["logits"], "scores")
     n("Concat", ["box", "scores"], "cat", axis=1)
     n("Reshape", ["cat", b.const("shape", np.array([1, 7, 64], np.int64))], "y")
@@ -416,3 +417,52 @@ def attention_decoder(seed: int = 12, heads: int = 1, keys: int = 256, width: in
     norm(n("MatMul", [ctx, b.weight("wo", width, width, scale=width ** -.5)], "o"), "y")
     return b.model("attention_decoder", {"x": [1, queries, width], "mem": [1, keys, width]},
                    {"y": [1, queries, width]}, opset=17)
+
+
+def end_to_end_head(model: onnx.ModelProto, classes: int, k: int = 300, xywh: bool = True) -> onnx.ModelProto:
+    """``model`` (one output [1, 4 + classes, anchors]: boxes in pixels, then class scores)
+    with ultralytics' end-to-end post-processing appended as its ONNX export writes it
+    (``v10postprocess``): Transpose to [1, anchors, 4 + classes], Split boxes / scores, the
+    best class score per anchor (ReduceMax), TopK ``k`` anchors, GatherElements of their
+    boxes and scores, TopK ``k`` of those scores flattened, class = index % classes, row =
+    index // classes, GatherElements of the rows' boxes, Concat to one output ``dets``
+    [1, k, 6] (x1, y1, x2, y2, score, class). ``xywh``: the boxes are centre and size
+    (YOLOv8), turned into corners first."""
+    raw = model.graph.output[0].name
+    b = _Builder(0)
+    n = b.node
+    rows = n("Transpose", [raw], "e2e_rows", perm=[0, 2, 1])
+    b.nodes.append(h.make_node("Split", [rows, b.const("e2e_split", np.array([4, classes], np.int64))],
+                               ["e2e_boxes", "e2e_scores"], name="Split_e2e", axis=2))
+    boxes = "e2e_boxes"
+    if xywh:
+        b.nodes.append(h.make_node("Split", [boxes, b.const("e2e_halves", np.array([2, 2], np.int64))],
+                                   ["e2e_xy", "e2e_wh"], name="Split_e2e_xywh", axis=2))
+        half = n("Mul", ["e2e_wh", b.const("e2e_half", np.float32(0.5))], "e2e_half_wh")
+        boxes = n("Concat", [n("Sub", ["e2e_xy", half], "e2e_x1y1"), n("Add", ["e2e_xy", half], "e2e_x2y2")],
+                  "e2e_xyxy", axis=2)
+    best = n("ReduceMax", ["e2e_scores"], "e2e_best", axes=[2], keepdims=0)
+    kk = b.const("e2e_k", np.array([k], np.int64))
+    b.nodes.append(h.make_node("TopK", [best, kk], ["e2e_top", "e2e_anchor"], name="TopK_e2e_anchors", axis=1))
+    anchor = n("Unsqueeze", ["e2e_anchor", b.const("e2e_axis2", np.array([2], np.int64))], "e2e_anchor3")
+    box_idx = n("Tile", [anchor, b.const("e2e_tile4", np.array([1, 1, 4], np.int64))], "e2e_anchor_boxes")
+    score_idx = n("Tile", [anchor, b.const("e2e_tilec", np.array([1, 1, classes], np.int64))], "e2e_anchor_scores")
+    top_boxes = n("GatherElements", [boxes, box_idx], "e2e_top_boxes", axis=1)
+    top_scores = n("GatherElements", ["e2e_scores", score_idx], "e2e_top_scores", axis=1)
+    flat = n("Reshape", [top_scores, b.const("e2e_flat", np.array([1, -1], np.int64))], "e2e_flat_scores")
+    b.nodes.append(h.make_node("TopK", [flat, kk], ["e2e_score", "e2e_index"], name="TopK_e2e_scores", axis=1))
+    nc = b.const("e2e_classes", np.array(classes, np.int64))
+    label = n("Cast", [n("Mod", ["e2e_index", nc], "e2e_label_i")], "e2e_label", to=TensorProto.FLOAT)
+    row = n("Div", ["e2e_index", nc], "e2e_row")
+    row_idx = n("Tile", [n("Unsqueeze", [row, "e2e_axis2"], "e2e_row3"), "e2e_tile4"], "e2e_row_boxes")
+    det_boxes = n("GatherElements", [top_boxes, row_idx], "e2e_det_boxes", axis=1)
+    n("Concat", [det_boxes, n("Unsqueeze", ["e2e_score", "e2e_axis2"], "e2e_score3"),
+                 n("Unsqueeze", [label, "e2e_axis2"], "e2e_label3")], "dets", axis=2)
+    m = onnx.ModelProto()
+    m.CopyFrom(model)
+    m.graph.node.extend(b.nodes)
+    m.graph.initializer.extend(b.inits)
+    del m.graph.output[:]
+    m.graph.output.append(h.make_tensor_value_info("dets", TensorProto.FLOAT, [1, k, 6]))
+    onnx.checker.check_model(m)
+    return m

@@ -76,3 +76,15 @@ def test_onnx_custom_domain_op_is_named_custom():
     placements = place_model(model.SerializeToString())
     assert [p.device for p in placements] == [NPU, CPU, NPU]
     assert placements[1].reason == "custom op 'MyOp' (domain my.ops): the chip has no custom operators"
+
+
+def test_a_selection_its_keys_and_the_rows_it_gathers_go_to_the_cpu():
+    # ultralytics' end-to-end head: on the chip its scores were a sigmoid's int8 grid (near
+    # ties all equal, TopK took the lowest indices) and its rows one concatenation's grid
+    placements = plan_placement(model_builders.end_to_end_head(model_builders.yolo_head(), 3, 4)
+                                .SerializeToString()).placements
+    assert [(p.op, p.device) for p in placements[:5]] == [("Conv", NPU), ("Relu", NPU), ("Conv", NPU), ("Conv", NPU),
+                                                         ("Sigmoid", CPU)]
+    assert all(p.device == CPU for p in placements[4:])
+    moved = {p.op for p in placements if p.reason.startswith("decides or carries a data-dependent selection (TopK)")}
+    assert moved >= {"Sigmoid", "Concat", "ReduceMax", "Reshape", "Transpose", "Split"}
