@@ -11,6 +11,12 @@ struct npu_uq_client *npu_uq_open(void *mem, unsigned int entries, int doorbell_
                                   unsigned long long tail);
 void npu_uq_close(struct npu_uq_client *q);
 
+/* How a waiter asks to be woken from now on (ABI 2.8): non-zero `futex`, FUTEX_WAKE on the header's
+ * `done` (NPU_QUEUE_WAIT_FUTEX: one system call a sleep, where the line takes poll and read);
+ * 0, the completion line (NPU_QUEUE_WAIT_LINE, the default; a chip before 2.8 knows no other).
+ * 0, or -EBUSY (nothing changed) while a waiter sleeps. */
+int npu_uq_wake_by_futex(struct npu_uq_client *q, int futex);
+
 /* The seq of the last entry this client wrote (submitters take turns on a lock inside). */
 unsigned long long npu_uq_tail(struct npu_uq_client *q);
 /* A tail set by hand (an entry written some other way). */
