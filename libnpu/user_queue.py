@@ -269,7 +269,7 @@ class UserQueue:
         self._wake_ups = 0        # the watcher's wake-ups so far
         self._followers = 0
         self._woken = threading.Condition(self._waiting_lock)   # notified after each of them
-        self._late_wakeups = 0    # waits the safety-net timeout ended with the job done (a lost signal)
+        self._late_wakeups = 0    # waits the safety-net timeout ended with the job done or the queue stopped
         self._waits = [0, 0, 0]   # the Python path's waits: at once, ended in the spin, slept
         self.closed = False
         self.destroyer: Callable[[UserQueue, bool], None] | None = None   # QUEUE_DESTROY (set by Device)
@@ -312,7 +312,7 @@ class UserQueue:
 
     @property
     def late_wakeups(self) -> int:
-        """Waits the safety-net timeout ended with the job done (a lost signal: should stay 0)."""
+        """Waits the safety-net timeout ended with the job done or the queue stopped (a lost signal: should stay 0)."""
         if self._native is not None and not self._released:
             return self._late_wakeups + self._lib.npu_uq_late_wakeups(self._native)
         return self._late_wakeups
@@ -587,7 +587,7 @@ class UserQueue:
                         if self._followers:
                             self._woken.notify_all()
                 if not events:
-                    if self.done() >= seq:       # the safety net caught what a signal should have
+                    if self.done() >= seq or self.error():   # the safety net caught what a signal should have
                         self._late_wakeups += 1
                     continue
                 if any(event & select.POLLHUP for _, event in events) and self.done() < seq:
@@ -611,7 +611,7 @@ class UserQueue:
             woken = self._woken.wait_for(lambda: not self._watched or self._wake_ups != seen, wait_ms / 1000)
         finally:
             self._followers -= 1
-        if not woken and self.done() >= seq:     # the safety net caught what a signal should have
+        if not woken and (self.done() >= seq or self.error()):   # the safety net caught what a signal should have
             self._late_wakeups += 1
 
     def _set_waiting(self, change: int) -> None:

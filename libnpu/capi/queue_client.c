@@ -273,7 +273,7 @@ static void follow(struct npu_uq_client *q, unsigned long long seq, int wait_ms)
 		timed_out = pthread_cond_timedwait(&q->woken, &q->waiting_lock, &until) == ETIMEDOUT;
 	q->followers--;
 	pthread_mutex_unlock(&q->waiting_lock);
-	if (timed_out && LOAD64(q->header->done) >= seq)
+	if (timed_out && (LOAD64(q->header->done) >= seq || stopped(q, seq)))
 		__atomic_add_fetch(&q->late_wakeups, 1, __ATOMIC_RELAXED);   /* the safety net caught it */
 }
 
@@ -319,18 +319,20 @@ static int sleep_until_done(struct npu_uq_client *q, unsigned long long seq, lon
 		q->watched = 1;
 		const int by_futex = q->wake_by == NPU_QUEUE_WAIT_FUTEX;
 		pthread_mutex_unlock(&q->waiting_lock);
-		int ready, poll_errno;
+		int ready, poll_errno, timed_out;
 		if (by_futex) {
 			line.revents = 0;
 			ready = sleep_on_done(q, seq, wait_ms);
 			poll_errno = -ready;
-			if (ready == 0)          /* the safety net: is anyone left to wake it (a writer on the line)? */
+			timed_out = ready == 0;
+			if (timed_out)          /* the safety net: is anyone left to wake it (a writer on the line)? */
 				ready = poll(&line, 1, 0) > 0 && (line.revents & POLLHUP) ? 1 : 0;
 			else if (ready < 0)
 				ready = -1;
 		} else {
 			ready = poll(&line, 1, wait_ms);
 			poll_errno = errno;
+			timed_out = ready == 0;
 			if (ready > 0)
 				drain(q->completion_fd);
 		}
@@ -340,16 +342,15 @@ static int sleep_until_done(struct npu_uq_client *q, unsigned long long seq, lon
 		if (q->followers)
 			pthread_cond_broadcast(&q->woken);
 		pthread_mutex_unlock(&q->waiting_lock);
-		if (ready < 0) {
+		if (timed_out && (LOAD64(q->header->done) >= seq || stopped(q, seq)))
+			__atomic_add_fetch(&q->late_wakeups, 1, __ATOMIC_RELAXED);   /* the safety net caught what */
+		if (ready < 0) {                                               /* no one signalled */
 			if (poll_errno == EINTR)
 				continue;
 			return -poll_errno;
 		}
-		if (ready == 0) {
-			if (LOAD64(q->header->done) >= seq)
-				__atomic_add_fetch(&q->late_wakeups, 1, __ATOMIC_RELAXED);   /* the safety net caught it */
+		if (ready == 0)
 			continue;
-		}
 		if ((line.revents & POLLHUP) && LOAD64(q->header->done) < seq) {
 			error = stopped(q, seq);   /* the driver let the queue go (reset, close) ... */
 			return error ? error : -EPIPE;   /* ... or the driver and the chip are gone */

@@ -72,7 +72,7 @@ int npu_uq_run_hinted(struct npu_uq_client *q, unsigned long long cmd_iova, unsi
                       unsigned int timeout_ms, unsigned int flags, long long spin_ns, long long timeout_ns,
                       int slice_ms, struct npu_uq_hint *hint, void *out, unsigned long long *seq_out);
 
-/* Jobs the sleeping waiters found done when a safety-net timeout ended (a lost signal). */
+/* Waits a safety-net timeout ended with the job done or the queue stopped (a lost signal). */
 unsigned long long npu_uq_late_wakeups(struct npu_uq_client *q);
 
 /* The counts of the wait path: [0] waits that returned at once (done before any wait),
