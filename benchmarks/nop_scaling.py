@@ -38,6 +38,7 @@ from dataclasses import dataclass
 
 from benchmarks.scratch_device import ScratchDevice
 from libnpu import user_queue
+from libnpu.capi import queue_native
 from libnpu.portability import Session
 from libnpu.tools import bench
 
@@ -136,7 +137,7 @@ def _client(devroot: str, seconds: float, barrier, results, mode: str = "adaptiv
     """NOP jobs back to back through a user queue, waiting in ``mode``, asleep on a futex (where
     the device offers it) or on the completion line; QueueClientMeter's outcome."""
     user_queue.set_wait_mode(mode)
-    user_queue.set_futex_wakeups(futex)
+    queue_native.FUTEX_WAKEUPS = futex          # (NPU_QUEUE_FUTEX) for the queue made below
     with Session(devroot) as session:
         device = session.open(0)
         run_one, _, path = bench.nop_job(device, "queue")
@@ -170,8 +171,9 @@ def summarize(outcomes: list[dict], elapsed: float, device: DeviceMeter, mode: s
     return {"processes": len(outcomes), "wait_mode": mode, "path": outcomes[0]["path"],
             "jobs_per_s": round(jobs / elapsed, 1),
             "fairness": bench.jain_fairness([o["jobs"] for o in outcomes]),
-            # each client's jobs, by the core that served its queue (fairness: which one got less)
-            "per_client": sorted((o.get("core", -1), o["jobs"]) for o in outcomes),
+            # each client's core (the one serving its queue), jobs and CPU ms: which one got less, and
+            # whether it had less CPU (the host's scheduler) or as much CPU for fewer jobs (the chip's order)
+            "per_client": sorted((o.get("core", -1), o["jobs"], round(o["usage"].cpu_s * 1e3)) for o in outcomes),
             "client": client, "cores": core,
             # the daemon and the chip's main process over the whole run (a little longer than the timed loops)
             "daemon_chip": _per_job(device.others_used, jobs),
@@ -255,10 +257,11 @@ def main(argv: list[str] | None = None) -> int:
         against = (f"; against 1 spinning {row['ratio_vs_spinning']:.2f}, 1 sleeping {row['ratio_vs_sleeping']:.2f}"
                    if "one_spinning" in row else "")
         print(f"   ratio {row['ratio']:.2f}{against}; fairness {row['many']['fairness']:.2f} "
-              f"(jobs per client by core {row['many']['per_client']}), load {row['load']:.2f}")
+              f"(per client: core, jobs, CPU ms {row['many']['per_client']}), load {row['load']:.2f}")
         if "many_line" in row:
             print(f"{args.processes} (line):     {describe(row['many_line'])}")
-            print(f"   ratio {row['ratio_line']:.2f}; fairness {row['many_line']['fairness']:.2f}")
+            print(f"   ratio {row['ratio_line']:.2f}; fairness {row['many_line']['fairness']:.2f} "
+                  f"(per client: core, jobs, CPU ms {row['many_line']['per_client']})")
     print(f"load {os.getloadavg()[0]:.2f}; median ratio {statistics.median(r['ratio'] for r in rows):.2f} "
           f"(issue 27's bar: >= 0.9), median fairness "
           f"{statistics.median(r['many']['fairness'] for r in rows):.3f} (>= 0.98), the whole stack's CPU per job "

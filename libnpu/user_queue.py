@@ -51,8 +51,6 @@ SLEEP_SLICE_MS = 1000   # a sleeping waiter re-checks this often: a safety net o
 LOAD_CHECK_S = 0.005    # how often the spin looks at the machine's run queue
 # RepeatedJob's hinted wait (a job expected to be long slept through on a timer): on unless 0.
 SLEEP_AHEAD = os.environ.get("NPU_QUEUE_SLEEP_AHEAD", "1") != "0"
-# The C waiter sleeps on HDR_DONE with a futex where the chip offers it (ABI 2.8), unless 0: the line then.
-FUTEX_WAKEUPS = os.environ.get("NPU_QUEUE_FUTEX", "1") != "0"
 
 
 class SpinWindow:
@@ -108,14 +106,6 @@ def set_wait_mode(mode: str) -> None:
     if mode not in spins:
         raise ValueError(f"wait mode {mode!r}: one of {', '.join(spins)}")
     _SPIN.forced = spins[mode]
-
-
-def set_futex_wakeups(on: bool) -> None:
-    """Whether queues made from now on in this process sleep on a futex where the device
-    offers it (``NPU_QUEUE_FUTEX``, default on) or on the completion line; for benchmarks
-    that compare the two."""
-    global FUTEX_WAKEUPS
-    FUTEX_WAKEUPS = on
 
 
 def set_sleep_ahead(on: bool) -> None:
@@ -249,8 +239,6 @@ class UserQueue:
 
     def __init__(self, memory_fd: int, size: int, doorbell_fd: int, completion_fd: int, *, queue_id: int,
                  entries: int, iova: int, core: int, timeout_cap_ms: int, futex: bool = False):
-        """``futex``: the chip wakes a waiter asleep on HDR_DONE (NPU_PARAM_QUEUE_WAKEUPS has
-        NPU_QUEUE_WAIT_FUTEX): the C waiter sleeps there if FUTEX_WAKEUPS (the Python one keeps the line)."""
         self.id, self.entries, self.address, self.core = queue_id, entries, iova, core
         self.timeout_cap_ms = timeout_cap_ms
         self.mem = mmap.mmap(memory_fd, size)
@@ -279,15 +267,15 @@ class UserQueue:
         self._in_c_lock = threading.Lock()
         self._lib = queue_native.library()
         self._native = None
+        futex = futex and queue_native.FUTEX_WAKEUPS   # the C waiter sleeps on HDR_DONE (ABI 2.8), not the line
         if self._lib is not None:
             self._mem_pointer = queue_native.ffi.from_buffer(self.mem)
-            self._native = self._lib.npu_uq_open(self._mem_pointer, entries, doorbell_fd, completion_fd, self._tail)
+            self._native = self._lib.npu_uq_open(self._mem_pointer, entries, doorbell_fd, completion_fd, self._tail,
+                                                 queues.WAIT_FUTEX if futex else queues.WAIT_LINE)
             if self._native == queue_native.ffi.NULL:
                 queue_native.ffi.release(self._mem_pointer)
                 self._native = None
-            elif futex and FUTEX_WAKEUPS:
-                self._lib.npu_uq_wake_by_futex(self._native, 1)
-        self.wakeup = "futex" if self._native is not None and futex and FUTEX_WAKEUPS else "line"
+        self.wakeup = "futex" if self._native is not None and futex else "line"   # how its waiter sleeps
         self.pid = os.getpid()
         _LIVE.add(self)
 

@@ -74,7 +74,7 @@ struct npu_uq_client {
 #define LOAD32(field) __atomic_load_n(&(field), __ATOMIC_ACQUIRE)
 
 struct npu_uq_client *npu_uq_open(void *mem, unsigned int entries, int doorbell_fd, int completion_fd,
-                                  unsigned long long tail)
+                                  unsigned long long tail, unsigned int wake_by)
 {
 	struct npu_uq_client *q = calloc(1, sizeof(*q));
 	if (q == NULL)
@@ -88,7 +88,7 @@ struct npu_uq_client *npu_uq_open(void *mem, unsigned int entries, int doorbell_
 	q->doorbell_fd = doorbell_fd;
 	q->completion_fd = completion_fd;
 	q->tail = tail;
-	q->wake_by = NPU_QUEUE_WAIT_LINE;
+	q->wake_by = wake_by == NPU_QUEUE_WAIT_FUTEX ? NPU_QUEUE_WAIT_FUTEX : NPU_QUEUE_WAIT_LINE;
 	pthread_mutex_init(&q->submit_lock, NULL);
 	pthread_mutex_init(&q->waiting_lock, NULL);
 	pthread_condattr_t attr;
@@ -107,16 +107,6 @@ void npu_uq_close(struct npu_uq_client *q)
 	pthread_mutex_destroy(&q->waiting_lock);
 	pthread_cond_destroy(&q->woken);
 	free(q);
-}
-
-int npu_uq_wake_by_futex(struct npu_uq_client *q, int futex)
-{
-	pthread_mutex_lock(&q->waiting_lock);
-	const int changed = q->waiters == 0;      /* not while a waiter sleeps the other way */
-	if (changed)
-		q->wake_by = futex ? NPU_QUEUE_WAIT_FUTEX : NPU_QUEUE_WAIT_LINE;
-	pthread_mutex_unlock(&q->waiting_lock);
-	return changed ? 0 : -EBUSY;
 }
 
 unsigned long long npu_uq_tail(struct npu_uq_client *q)

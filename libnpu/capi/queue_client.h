@@ -4,18 +4,14 @@
 
 struct npu_uq_client;
 
-/* A client of the queue memory mapped at `mem` (`entries` entries), ringing `doorbell_fd`
- * and sleeping on `completion_fd`, whose last entry written is `tail`; NULL when out of
- * memory.  The descriptors and the mapping stay the caller's. */
+/* A client of the queue memory mapped at `mem` (`entries` entries), ringing `doorbell_fd`,
+ * whose last entry written is `tail`, its waiter asleep as `wake_by` says: NPU_QUEUE_WAIT_FUTEX
+ * on the header's `done` (ABI 2.8, where the device's NPU_PARAM_QUEUE_WAKEUPS has it: one system
+ * call a sleep, where the line takes poll and read), else NPU_QUEUE_WAIT_LINE on
+ * `completion_fd`; NULL when out of memory.  The descriptors and the mapping stay the caller's. */
 struct npu_uq_client *npu_uq_open(void *mem, unsigned int entries, int doorbell_fd, int completion_fd,
-                                  unsigned long long tail);
+                                  unsigned long long tail, unsigned int wake_by);
 void npu_uq_close(struct npu_uq_client *q);
-
-/* How a waiter asks to be woken from now on (ABI 2.8): non-zero `futex`, FUTEX_WAKE on the header's
- * `done` (NPU_QUEUE_WAIT_FUTEX: one system call a sleep, where the line takes poll and read);
- * 0, the completion line (NPU_QUEUE_WAIT_LINE, the default; a chip before 2.8 knows no other).
- * 0, or -EBUSY (nothing changed) while a waiter sleeps. */
-int npu_uq_wake_by_futex(struct npu_uq_client *q, int futex);
 
 /* The seq of the last entry this client wrote (submitters take turns on a lock inside). */
 unsigned long long npu_uq_tail(struct npu_uq_client *q);

@@ -15,6 +15,7 @@ import pytest
 import libnpu
 from kmd_fuse import uapi
 from libnpu import user_queue
+from libnpu.capi import queue_native
 from npu_hw import queues
 from tests.support.device import WAIT_S, wait_for
 
@@ -58,7 +59,7 @@ def test_the_device_offers_futex_wake_ups_and_the_c_client_takes_them(device):
 @pytest.mark.parametrize("futex", [True, False], ids=["futex", "line"])
 def test_waiters_asleep_either_way_are_woken_at_each_completion(device, monkeypatch, futex):
     """Every wait goes to sleep (no spin): the core wakes it, never the safety net."""
-    monkeypatch.setattr(user_queue, "FUTEX_WAKEUPS", futex)
+    monkeypatch.setattr(queue_native, "FUTEX_WAKEUPS", futex)
     user_queue.set_wait_mode("sleep")
     try:
         queue = device.create_queue()
