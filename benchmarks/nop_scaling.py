@@ -9,7 +9,9 @@ Issue 27's line "4 processes submitting NOPs: aggregate >= 0.9x one process alon
 load average. The ratio the bar means is against one process left to its default
 (adaptive) wait; each round also runs one process made to spin and one made to sleep
 (``libnpu.user_queue.set_wait_mode``) and prints the ratio against each, since a single
-process's rate depends mostly on which of the two it fell into.
+process's rate depends mostly on which of the two it fell into. With ``--wakeups`` each round
+also runs the ``--processes`` clients sleeping on the completion line (a pipe: poll and read)
+beside the default futex on the queue's ``done`` (ABI 2.8), to compare the two wake-ups.
 
 Per run it prints what a job cost in CPU (``/proc/<pid>/schedstat``, the scheduler's own
 nanoseconds, not clock ticks): the clients' own in their timed loop, the cores', the
@@ -21,7 +23,7 @@ sleeps about once per job is woken by a doorbell for each; one that polls takes 
 without). On 2 vCPUs four clients can only go faster than one by spending less CPU per
 job, and that figure moves less with the machine's load than the rates do.
 
-Run: ``python -m benchmarks.nop_scaling [--pairs 3] [--seconds 2] [--processes 4] [--json]``.
+Run: ``python -m benchmarks.nop_scaling [--pairs 3] [--seconds 2] [--processes 4] [--wakeups] [--json]``.
 """
 from __future__ import annotations
 
@@ -36,6 +38,7 @@ from dataclasses import dataclass
 
 from benchmarks.scratch_device import ScratchDevice
 from libnpu import user_queue
+from libnpu.capi import queue_native
 from libnpu.portability import Session
 from libnpu.tools import bench
 
@@ -103,8 +106,10 @@ class QueueClientMeter:
         self.waits = {way: after[way] - self._waits[way] for way in WAYS} if self.queue else {}
 
     def outcome(self, jobs: int, path: str) -> dict:
+        native = self.queue is not None and self.queue.native
         return {"jobs": jobs, "usage": self.usage, "waits": self.waits,
-                "path": "queue (C)" if self.queue is not None and self.queue.native else path}
+                "path": f"queue (C, {self.queue.wakeup})" if native else path,
+                "core": self.queue.core if self.queue is not None else -1}
 
 
 class DeviceMeter:
@@ -128,9 +133,11 @@ class DeviceMeter:
         self.others_used = self.used["daemon"] + self.used["chip_main"]
 
 
-def _client(devroot: str, seconds: float, barrier, results, mode: str = "adaptive") -> None:
-    """NOP jobs back to back through a user queue, waiting in ``mode``; QueueClientMeter's outcome."""
+def _client(devroot: str, seconds: float, barrier, results, mode: str = "adaptive", futex: bool = True) -> None:
+    """NOP jobs back to back through a user queue, waiting in ``mode``, asleep on a futex (where
+    the device offers it) or on the completion line; QueueClientMeter's outcome."""
     user_queue.set_wait_mode(mode)
+    queue_native.FUTEX_WAKEUPS = futex          # (NPU_QUEUE_FUTEX) for the queue made below
     with Session(devroot) as session:
         device = session.open(0)
         run_one, _, path = bench.nop_job(device, "queue")
@@ -164,6 +171,9 @@ def summarize(outcomes: list[dict], elapsed: float, device: DeviceMeter, mode: s
     return {"processes": len(outcomes), "wait_mode": mode, "path": outcomes[0]["path"],
             "jobs_per_s": round(jobs / elapsed, 1),
             "fairness": bench.jain_fairness([o["jobs"] for o in outcomes]),
+            # each client's core (the one serving its queue), jobs and CPU ms: which one got less, and
+            # whether it had less CPU (the host's scheduler) or as much CPU for fewer jobs (the chip's order)
+            "per_client": sorted((o.get("core", -1), o["jobs"], round(o["usage"].cpu_s * 1e3)) for o in outcomes),
             "client": client, "cores": core,
             # the daemon and the chip's main process over the whole run (a little longer than the timed loops)
             "daemon_chip": _per_job(device.others_used, jobs),
@@ -175,17 +185,19 @@ def summarize(outcomes: list[dict], elapsed: float, device: DeviceMeter, mode: s
                                        + device.others_used.switches) / jobs, 2)}
 
 
-def measure(dev: ScratchDevice, processes: int, seconds: float, mode: str = "adaptive") -> dict:
-    """One timed run of ``processes`` clients waiting in ``mode`` (``summarize``)."""
+def measure(dev: ScratchDevice, processes: int, seconds: float, mode: str = "adaptive", futex: bool = True) -> dict:
+    """One timed run of ``processes`` clients waiting in ``mode``, on a futex or the line (``summarize``)."""
     with DeviceMeter(dev) as device:
-        outcomes, elapsed = bench.run_clients(functools.partial(_client, mode=mode), dev.devroot, processes,
-                                              seconds)
+        outcomes, elapsed = bench.run_clients(functools.partial(_client, mode=mode, futex=futex), dev.devroot,
+                                              processes, seconds)
     return summarize(outcomes, elapsed, device, mode)
 
 
-def measure_pairs(pairs: int, seconds: float, processes: int, modes: bool = True) -> list[dict]:
+def measure_pairs(pairs: int, seconds: float, processes: int, modes: bool = True,
+                  wakeups: bool = False) -> list[dict]:
     """``pairs`` rounds on one scratch device: 1 process (adaptive; then made to spin and
-    made to sleep, unless ``modes`` is false), then ``processes`` processes (adaptive)."""
+    made to sleep, unless ``modes`` is false), then ``processes`` processes (adaptive; and with
+    ``wakeups`` again asleep on the completion line instead of the futex)."""
     rows = []
     with ScratchDevice() as dev:
         measure(dev, 1, 0.3)                                          # warm-up: cores, caches
@@ -196,6 +208,9 @@ def measure_pairs(pairs: int, seconds: float, processes: int, modes: bool = True
                 row["one_sleeping"] = measure(dev, 1, seconds, "sleep")
             row["many"] = many = measure(dev, processes, seconds)
             row["ratio"] = round(many["jobs_per_s"] / row["one"]["jobs_per_s"], 3)
+            if wakeups:
+                row["many_line"] = line = measure(dev, processes, seconds, futex=False)
+                row["ratio_line"] = round(line["jobs_per_s"] / row["one"]["jobs_per_s"], 3)
             if modes:
                 row["ratio_vs_spinning"] = round(many["jobs_per_s"] / row["one_spinning"]["jobs_per_s"], 3)
                 row["ratio_vs_sleeping"] = round(many["jobs_per_s"] / row["one_sleeping"]["jobs_per_s"], 3)
@@ -224,9 +239,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--processes", type=int, default=4)
     ap.add_argument("--no-modes", action="store_true",
                     help="skip the single-process runs made to spin and made to sleep")
+    ap.add_argument("--wakeups", action="store_true",
+                    help="also run the processes asleep on the completion line instead of the futex")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
-    rows = measure_pairs(args.pairs, args.seconds, args.processes, modes=not args.no_modes)
+    rows = measure_pairs(args.pairs, args.seconds, args.processes, modes=not args.no_modes, wakeups=args.wakeups)
     if args.json:
         json.dump(rows, sys.stdout, indent=1)
         print()
@@ -239,13 +256,22 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{args.processes} (adaptive): {describe(row['many'])}")
         against = (f"; against 1 spinning {row['ratio_vs_spinning']:.2f}, 1 sleeping {row['ratio_vs_sleeping']:.2f}"
                    if "one_spinning" in row else "")
-        print(f"   ratio {row['ratio']:.2f}{against}; fairness {row['many']['fairness']:.2f}, load {row['load']:.2f}")
+        print(f"   ratio {row['ratio']:.2f}{against}; fairness {row['many']['fairness']:.2f} "
+              f"(per client: core, jobs, CPU ms {row['many']['per_client']}), load {row['load']:.2f}")
+        if "many_line" in row:
+            print(f"{args.processes} (line):     {describe(row['many_line'])}")
+            print(f"   ratio {row['ratio_line']:.2f}; fairness {row['many_line']['fairness']:.2f} "
+                  f"(per client: core, jobs, CPU ms {row['many_line']['per_client']})")
     print(f"load {os.getloadavg()[0]:.2f}; median ratio {statistics.median(r['ratio'] for r in rows):.2f} "
           f"(issue 27's bar: >= 0.9), median fairness "
           f"{statistics.median(r['many']['fairness'] for r in rows):.3f} (>= 0.98), the whole stack's CPU per job "
           f"median {statistics.median(r['one']['stack_cpu_us_per_job'] for r in rows):.1f} us with 1 process, "
           f"{statistics.median(r['many']['stack_cpu_us_per_job'] for r in rows):.1f} us with {args.processes}",
           end="")
+    if "many_line" in rows[0]:
+        print(f"; on the line: ratio {statistics.median(r['ratio_line'] for r in rows):.2f}, fairness "
+              f"{statistics.median(r['many_line']['fairness'] for r in rows):.3f}, the whole stack's CPU per job "
+              f"{statistics.median(r['many_line']['stack_cpu_us_per_job'] for r in rows):.1f} us", end="")
     if "ratio_vs_spinning" in rows[0]:
         print(f"; against 1 spinning {statistics.median(r['ratio_vs_spinning'] for r in rows):.2f}, "
               f"1 sleeping {statistics.median(r['ratio_vs_sleeping'] for r in rows):.2f}", end="")

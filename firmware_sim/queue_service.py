@@ -51,7 +51,7 @@ _LAYOUT = {
     "RING_OP_JOB": ring.OP_JOB, "Q_CONTROL": queues.Q_CONTROL, "Q_TRACE": queues.Q_TRACE, "Q_DONE": queues.Q_DONE,
     "Q_BUSY_NS": queues.Q_BUSY_NS, "Q_DEVICE_NS": queues.Q_DEVICE_NS, "Q_CYCLES": queues.Q_CYCLES,
     "HDR_TAIL": queues.HDR_TAIL, "HDR_DONE": queues.HDR_DONE, "HDR_WAITING": queues.HDR_WAITING,
-    "HDR_POLLING": queues.HDR_POLLING,
+    "HDR_POLLING": queues.HDR_POLLING, "WAIT_FUTEX": queues.WAIT_FUTEX,
     "HEADER_SIZE": queues.HEADER_SIZE, "ENTRY_SIZE": queues.ENTRY_STRUCT.size,
     "COMPLETION_SIZE": queues.COMPLETION_STRUCT.size, "JOBS_PER_TURN": JOBS_PER_TURN,
     "USER_JOB_BIT": queues.USER_JOB_BIT, "SEQ_MASK": queues.USER_JOB_SEQ_MASK,

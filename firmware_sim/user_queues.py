@@ -201,8 +201,7 @@ class UserQueues:
         assert self.table is not None
         self.table.write32(queues.slot_offset(q.slot) + queues.Q_ERROR, status)
         queues.store_load_fence()     # HDR_ERROR visible before HDR_WAITING is read
-        if q.header.read32(queues.HDR_WAITING):
-            _signal(q)
+        _signal(q, q.header.read32(queues.HDR_WAITING))
 
     def post(self, q: ServedQueue, seq: int, status: int, cycles: int, device_ns: int, fault_iova: int,
              exec_ns: int) -> None:
@@ -225,8 +224,7 @@ class UserQueues:
             u64[base + (queues.Q_DEVICE_NS >> 3)] += device_ns
             u64[base + (queues.Q_CYCLES >> 3)] += cycles
         queues.store_load_fence()     # HDR_DONE visible before HDR_WAITING is read: no lost wake-up
-        if header.read32(queues.HDR_WAITING):
-            _signal(q)
+        _signal(q, header.read32(queues.HDR_WAITING))
 
     def turn(self) -> None:
         """After a round that ran a job: the queues of each priority turn by one (the first
@@ -250,9 +248,12 @@ class UserQueues:
         self.table_gen = -1
 
 
-def _signal(q: ServedQueue) -> None:
-    """One byte on the queue's completion line: its sleeping client looks again."""
-    if q.completion_fd < 0:
+def _signal(q: ServedQueue, waiting: int) -> None:
+    """Wake the queue's sleeping client as its HDR_WAITING asks (0: nobody sleeps): FUTEX_WAKE
+    on HDR_DONE, one byte on its completion line, or both. Neither can block the core."""
+    if queues.wants_futex(waiting):
+        q.header.wake_futex()
+    if not queues.wants_line(waiting) or q.completion_fd < 0:
         return
     try:
         os.write(q.completion_fd, b"\x01")

@@ -112,6 +112,7 @@ PARAMS: dict[str, Callable[[Device, Context], int]] = {
     "UUID_HI": lambda device, ctx: _uuid_half(device, high=True),
     "MAX_QUEUES_PER_CONTEXT": lambda device, ctx: device.quotas.limits.max_queues_per_context,
     "QUEUE_SLOTS": lambda device, ctx: queues.QUEUE_SLOTS,
+    "QUEUE_WAKEUPS": lambda device, ctx: queues.WAKEUPS if queues.futex_supported() else queues.WAIT_LINE,
 }
 if set(PARAMS) != set(uapi.PARAMS.values()):
     raise ImportError(f"info.PARAMS and npu_uapi.h's NPU_PARAM_* differ: "

@@ -46,6 +46,7 @@ log = logging.getLogger("kmd_fuse.user_queues")
 
 RELEASE_POLL_S = 0.001     # how often disables and deferred frees are checked while some wait
 TRACE_PENDING_KEPT = 64    # user-queue jobs whose profile records are partly read
+_ALL_WAITERS = 0x7FFFFFFF  # a disable wakes every thread asleep on the queue (they all must see the error)
 
 
 
@@ -237,6 +238,7 @@ class UserQueues:
         queue.disabled = True
         queue.header.set_error(error)
         queue.lines.wake_waiters()
+        queue.header.wake_futex(_ALL_WAITERS)   # a client asleep on HDR_DONE (NPU_QUEUE_WAIT_FUTEX) too
         table = self.device.hw.qtab
         base = queues.slot_offset(queue.slot)
         table.write32(base + queues.Q_CONTROL, 0)

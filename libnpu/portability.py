@@ -216,6 +216,7 @@ class Device:
         self.settings = properties.defaults()    # the writable properties; models loaded here start with them
         self.queues: list[UserQueue] = []        # user queues created here (closed with the device)
         self._shared_queues: dict[int, list[UserQueue]] = {}   # priority -> the runtime's queues (shared_queue)
+        self._futex_wakeups: bool | None = None    # the chip wakes queue waiters by futex (_queue_futex)
         self._num_cores = 0
         self.use_queues = True                   # False: the runtime submits through the driver (SUBMIT)
         self._queue_retry_at: dict[int, float] = {}
@@ -510,7 +511,8 @@ class Device:
             for token in (reply.memory_token, reply.doorbell_token, reply.completion_token):
                 fds.append(self.buffer_socket.receive(path, token)[0])
             queue = UserQueue(fds[0], reply.size, fds[1], fds[2], queue_id=reply.queue_id, entries=reply.entries,
-                              iova=reply.iova, core=reply.core, timeout_cap_ms=reply.timeout_cap_ms)
+                              iova=reply.iova, core=reply.core, timeout_cap_ms=reply.timeout_cap_ms,
+                              futex=self._queue_futex())
             queue.destroyer, queue.node = self._destroy_queue, self.file.path
         except BaseException:
             for fd in fds[1:]:
@@ -522,6 +524,16 @@ class Device:
         with self._lock:
             self.queues.append(queue)
         return queue
+
+    def _queue_futex(self) -> bool:
+        """Whether the chip wakes a queue's waiter by futex (ABI 2.8; asked once per device)."""
+        if self._futex_wakeups is None:
+            try:
+                wakeups = self.param("QUEUE_WAKEUPS")
+            except NpuError:                      # a driver before 2.8: the completion line only
+                wakeups = uapi.NPU_QUEUE_WAIT_LINE
+            self._futex_wakeups = bool(wakeups & uapi.NPU_QUEUE_WAIT_FUTEX)
+        return self._futex_wakeups
 
     def _destroy_queue(self, queue: UserQueue, cancel: bool) -> None:
         """QUEUE_DESTROY (``UserQueue.close``); a queue a reset or the driver already

@@ -238,7 +238,7 @@ class UserQueue:
     """One user-mode submission queue of a device (thread-safe)."""
 
     def __init__(self, memory_fd: int, size: int, doorbell_fd: int, completion_fd: int, *, queue_id: int,
-                 entries: int, iova: int, core: int, timeout_cap_ms: int):
+                 entries: int, iova: int, core: int, timeout_cap_ms: int, futex: bool = False):
         self.id, self.entries, self.address, self.core = queue_id, entries, iova, core
         self.timeout_cap_ms = timeout_cap_ms
         self.mem = mmap.mmap(memory_fd, size)
@@ -257,7 +257,7 @@ class UserQueue:
         self._wake_ups = 0        # the watcher's wake-ups so far
         self._followers = 0
         self._woken = threading.Condition(self._waiting_lock)   # notified after each of them
-        self._late_wakeups = 0    # waits the safety-net timeout ended with the job done (a lost signal)
+        self._late_wakeups = 0    # waits the safety-net timeout ended with the job done or the queue stopped
         self._waits = [0, 0, 0]   # the Python path's waits: at once, ended in the spin, slept
         self.closed = False
         self.destroyer: Callable[[UserQueue, bool], None] | None = None   # QUEUE_DESTROY (set by Device)
@@ -267,12 +267,15 @@ class UserQueue:
         self._in_c_lock = threading.Lock()
         self._lib = queue_native.library()
         self._native = None
+        futex = futex and queue_native.FUTEX_WAKEUPS   # the C waiter sleeps on HDR_DONE (ABI 2.8), not the line
         if self._lib is not None:
             self._mem_pointer = queue_native.ffi.from_buffer(self.mem)
-            self._native = self._lib.npu_uq_open(self._mem_pointer, entries, doorbell_fd, completion_fd, self._tail)
+            self._native = self._lib.npu_uq_open(self._mem_pointer, entries, doorbell_fd, completion_fd, self._tail,
+                                                 queues.WAIT_FUTEX if futex else queues.WAIT_LINE)
             if self._native == queue_native.ffi.NULL:
                 queue_native.ffi.release(self._mem_pointer)
                 self._native = None
+        self.wakeup = "futex" if self._native is not None and futex else "line"   # how its waiter sleeps
         self.pid = os.getpid()
         _LIVE.add(self)
 
@@ -297,7 +300,7 @@ class UserQueue:
 
     @property
     def late_wakeups(self) -> int:
-        """Waits the safety-net timeout ended with the job done (a lost signal: should stay 0)."""
+        """Waits the safety-net timeout ended with the job done or the queue stopped (a lost signal: should stay 0)."""
         if self._native is not None and not self._released:
             return self._late_wakeups + self._lib.npu_uq_late_wakeups(self._native)
         return self._late_wakeups
@@ -572,7 +575,7 @@ class UserQueue:
                         if self._followers:
                             self._woken.notify_all()
                 if not events:
-                    if self.done() >= seq:       # the safety net caught what a signal should have
+                    if self.done() >= seq or self.error():   # the safety net caught what a signal should have
                         self._late_wakeups += 1
                     continue
                 if any(event & select.POLLHUP for _, event in events) and self.done() < seq:
@@ -596,7 +599,7 @@ class UserQueue:
             woken = self._woken.wait_for(lambda: not self._watched or self._wake_ups != seen, wait_ms / 1000)
         finally:
             self._followers -= 1
-        if not woken and self.done() >= seq:     # the safety net caught what a signal should have
+        if not woken and (self.done() >= seq or self.error()):   # the safety net caught what a signal should have
             self._late_wakeups += 1
 
     def _set_waiting(self, change: int) -> None:

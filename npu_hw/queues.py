@@ -13,9 +13,13 @@ memory barrier in between (``store_load_fence``; x86 lets a load pass an earlier
 another location).  The core clears HDR_POLLING, fences, then looks at HDR_TAIL before it
 sleeps; a client writes HDR_TAIL, fences, then rings unless HDR_POLLING is set.  A waiter
 sets HDR_WAITING, fences, then looks at HDR_DONE before it sleeps; the core writes
-HDR_DONE, fences, then signals the line if HDR_WAITING is set.  Each register has one writer, named below; a
-"core" register is written by the serving core, by the KMD only while the slot is
-disabled and acknowledged (registration starts its counters from zero).
+HDR_DONE, fences, then signals the waiter if HDR_WAITING is set: a byte on the completion
+line (WAIT_LINE, any bit but WAIT_FUTEX) and/or FUTEX_WAKE on HDR_DONE's low 32 bits
+(WAIT_FUTEX), which the waiter sleeps on with FUTEX_WAIT (the kernel compares the word under
+its own lock: a completion between the waiter's look and its sleep fails the FUTEX_WAIT).
+Each register has one writer, named below; a "core" register is written by the serving
+core, by the KMD only while the slot is disabled and acknowledged (registration starts its
+counters from zero).
 
 Disabling: the KMD clears Q_CONTROL and bumps Q_GENERATION and QUEUE_TABLE_GEN; the serving
 core, between two jobs, copies Q_GENERATION into Q_ACK.  From then on no entry of the
@@ -27,7 +31,9 @@ completion records.  Sequence numbers start at 1; entry ``seq`` lives at slot
 ``seq % entries`` of both arrays.  The client writes the entry, then HDR_TAIL = seq; the
 core runs entries in order and for each writes its completion, then HDR_DONE = seq.
 """
+import ctypes
 import os
+import platform
 import struct
 
 QUEUE_SLOTS = 16                  # queues the chip serves at once (the table's slots)
@@ -63,7 +69,7 @@ HDR_MAGIC = 0x00       # driver (u32): QUEUE_MAGIC
 HDR_ENTRIES = 0x04     # driver (u32): entries (the table's Q_ENTRIES is what the core trusts)
 HDR_TAIL = 0x08        # client (u64): seq of the last entry written
 HDR_DONE = 0x10        # core (u64): seq of the last completion written
-HDR_WAITING = 0x18     # client (u32): non-zero: write the completion line at the next completion
+HDR_WAITING = 0x18     # client (u32): 0, or WAIT_* bits: how to wake the client at the next completion
 HDR_POLLING = 0x1C     # core (u32): non-zero while the serving core watches HDR_TAIL (no doorbell needed)
 HDR_ERROR = 0x20       # core / driver (i32): 0, or -errno: the queue stopped (no more job runs)
 HEADER_SIZE = 256
@@ -74,6 +80,11 @@ assert ENTRY_STRUCT.size == 32 and COMPLETION_STRUCT.size == 48
 
 ENTRY_PROFILE = 0x1    # time the job's tasks (its profile records reach the driver, for GET_PROFILE)
 ENTRY_FLAGS = ENTRY_PROFILE   # the flags an entry may carry: any other bit fails the job with EINVAL
+
+# ---- HDR_WAITING's bits (ABI 2.8; before it, any non-zero value meant the line) ----
+WAIT_LINE = 0x1        # a byte on the completion line (so is any bit the chip does not know)
+WAIT_FUTEX = 0x2       # FUTEX_WAKE on HDR_DONE's low 32 bits (one waiter)
+WAKEUPS = WAIT_LINE | WAIT_FUTEX   # what the chip honours (NPU_PARAM_QUEUE_WAKEUPS), on a host with futex
 
 # A user-queue job's CURRENT_JOB in the core's bank: the top bit set (driver job ids never
 # reach it), the slot, the low 48 bits of its seq.
@@ -119,6 +130,36 @@ def store_load_fence() -> None:
     os.getppid()
 
 
+def wants_line(waiting: int) -> bool:
+    """Whether a HDR_WAITING value asks for the completion line: any bit but WAIT_FUTEX
+    (a pre-2.8 client writes 1)."""
+    return bool(waiting & ~WAIT_FUTEX)
+
+
+def wants_futex(waiting: int) -> bool:
+    """Whether a HDR_WAITING value asks for FUTEX_WAKE on HDR_DONE."""
+    return bool(waiting & WAIT_FUTEX)
+
+
+_SYS_FUTEX = {"x86_64": 202, "aarch64": 98}.get(platform.machine())   # no Python constant for it
+_FUTEX_WAKE = 1                   # shared (no FUTEX_PRIVATE_FLAG): the waiter is another process
+_libc = ctypes.CDLL(None, use_errno=True) if _SYS_FUTEX is not None else None
+
+
+def futex_supported() -> bool:
+    """Whether this host's futex is reachable from here (the chip then honours WAIT_FUTEX)."""
+    return _libc is not None
+
+
+def futex_wake(address: int, waiters: int = 1) -> None:
+    """FUTEX_WAKE of at most ``waiters`` processes asleep on the u32 at ``address`` (a shared
+    mapping: the key is the file's page, whichever process maps it). It never blocks and
+    reads nothing the waiter wrote: whatever a client does to the word, it wakes at most its
+    own sleepers."""
+    if _libc is not None:
+        _libc.syscall(_SYS_FUTEX, ctypes.c_void_p(address), _FUTEX_WAKE, waiters, None, None, 0)
+
+
 class Header:
     """The header's index fields, each read and written as one aligned native access
     (struct's '<Q' goes byte by byte: the other side could see a torn value)."""
@@ -130,6 +171,8 @@ class Header:
         view = memoryview(buffer).cast("B")[:HEADER_SIZE]
         self._views = (view, view.cast("Q"), view.cast("I"), view.cast("i"))
         _, self._u64, self._u32, self._i32 = self._views
+        # HDR_DONE's address here, for FUTEX_WAKE (the ctypes object, an export of the view, goes at once)
+        self._done_address = ctypes.addressof(ctypes.c_char.from_buffer(view)) + HDR_DONE if not view.readonly else 0
 
     def read64(self, offset: int) -> int:
         return self._u64[offset >> 3]
@@ -148,6 +191,11 @@ class Header:
 
     def set_error(self, value: int) -> None:
         self._i32[HDR_ERROR >> 2] = value
+
+    def wake_futex(self, waiters: int = 1) -> None:
+        """FUTEX_WAKE on HDR_DONE (``futex_wake``) through this mapping."""
+        if self._done_address:
+            futex_wake(self._done_address, waiters)
 
     def release(self) -> None:
         """Let go of the buffer (an mmap cannot close while views of it exist)."""

@@ -39,7 +39,7 @@
 
 #include <stdint.h>
 
-#define NPU_ABI_VERSION 0x00020007      /* major << 16 | minor: 2.0 = buffers handed over as sealed memfds,
+#define NPU_ABI_VERSION 0x00020008      /* major << 16 | minor: 2.0 = buffers handed over as sealed memfds,
                                            2.1 = reserved fields, sizes that grow, GET_PARAM,
                                            2.2 = SUBMIT_BATCH,
                                            2.3 = GET_PROFILE, NPU_SUBMIT_PROFILE, params 16..23,
@@ -47,7 +47,9 @@
                                            2.5 = replies read by seq (NPU_REPLY_BY_SEQ), a seq in flight
                                                  twice refused (EEXIST),
                                            2.6 = QUEUE_DESTROY, NPU_QUEUE_ENTRY_PROFILE, queue fences in GET_PROFILE,
-                                           2.7 = each task's core in GET_PROFILE (npu_task_profile.core) */
+                                           2.7 = each task's core in GET_PROFILE (npu_task_profile.core),
+                                           2.8 = a user queue's waiter woken by futex on `done`
+                                                 (NPU_QUEUE_WAIT_FUTEX), param 26 */
 #define NPU_FRAME_MAGIC 0x3155504e      /* "NPU1" little endian */
 #define NPU_IOC_TYPE 0x4e               /* 'N' */
 
@@ -310,6 +312,7 @@ struct npu_get_profile {
 #define NPU_PARAM_UUID_HI 23            /* the device's UUID, bytes 8..15 */
 #define NPU_PARAM_MAX_QUEUES_PER_CONTEXT 24 /* (2.4) user queues one context may create (0: none) */
 #define NPU_PARAM_QUEUE_SLOTS 25        /* (2.4) user queues the chip serves at once, all contexts */
+#define NPU_PARAM_QUEUE_WAKEUPS 26      /* (2.8) the NPU_QUEUE_WAIT_* bits the chip honours in `waiting` */
 
 /*
  * QUEUE_CREATE (ABI 2.4): a user-mode submission queue of this context (docs/abi.md,
@@ -378,7 +381,8 @@ struct npu_queue_header {
 	uint32_t entries;               /* driver */
 	uint64_t tail;                  /* client: seq of the last entry written */
 	uint64_t done;                  /* chip: seq of the last completion written */
-	uint32_t waiting;               /* client: non-zero: signal the completion line */
+	uint32_t waiting;               /* client: 0, or how to wake it after each completion: NPU_QUEUE_WAIT_FUTEX
+	                                   (2.8) and/or any other bit: the completion line (before 2.8: any non-zero) */
 	uint32_t polling;               /* chip: non-zero: the serving core watches tail (no doorbell needed) */
 	int32_t error;                  /* chip / driver: 0, or -errno: the queue stopped */
 	uint32_t pad;
@@ -393,6 +397,9 @@ struct npu_queue_entry {
 	uint32_t reserved;
 };
 #define NPU_QUEUE_ENTRY_PROFILE 0x1     /* (2.6) time the job's tasks: GET_PROFILE with the job's queue fence */
+#define NPU_QUEUE_WAIT_LINE 0x1         /* `waiting`: a byte on the completion line after each completion */
+#define NPU_QUEUE_WAIT_FUTEX 0x2        /* (2.8) `waiting`: FUTEX_WAKE (shared, one waiter) on the low 32 bits of
+                                           `done` after each completion: sleep with FUTEX_WAIT on them */
 
 struct npu_queue_completion {
 	uint64_t seq;

@@ -11,16 +11,24 @@
  * broadcasts after each wake-up.  Were they all to sleep on the line, a byte written for one
  * job could be taken by the waiter of another while the first was between its look at
  * `done` and its poll(): it would sleep until the safety net.  A lone waiter pays no
- * system call for this (uncontended mutex, no broadcast without followers). */
+ * system call for this (uncontended mutex, no broadcast without followers).
+ *
+ * The watcher sleeps on the completion line (NPU_QUEUE_WAIT_LINE: poll, then read to empty
+ * it) or, on a chip of ABI 2.8 that offers it, on the header's `done` itself
+ * (NPU_QUEUE_WAIT_FUTEX: one FUTEX_WAIT, which the core ends with one FUTEX_WAKE; about 1.2 us
+ * of CPU less per sleep and wake-up on the 2-vCPU VM, pinned ping-pong: 4.9 against 6.1 us). */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <linux/futex.h>
 #include <poll.h>
 #include <pthread.h>
 #include <sched.h>
 #include <signal.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -44,6 +52,7 @@ struct npu_uq_client {
 	pthread_cond_t woken;               /* broadcast after each of the watcher's wake-ups */
 	unsigned long long late_wakeups;
 	unsigned long long waits[3];        /* at once, in the spin, asleep */
+	unsigned int wake_by;               /* HDR_WAITING's value while a waiter sleeps: NPU_QUEUE_WAIT_* */
 };
 
 /* The hinted wait (npu_uq_run_hinted), for a caller that may spin: jobs expected to take at
@@ -65,7 +74,7 @@ struct npu_uq_client {
 #define LOAD32(field) __atomic_load_n(&(field), __ATOMIC_ACQUIRE)
 
 struct npu_uq_client *npu_uq_open(void *mem, unsigned int entries, int doorbell_fd, int completion_fd,
-                                  unsigned long long tail)
+                                  unsigned long long tail, unsigned int wake_by)
 {
 	struct npu_uq_client *q = calloc(1, sizeof(*q));
 	if (q == NULL)
@@ -79,6 +88,7 @@ struct npu_uq_client *npu_uq_open(void *mem, unsigned int entries, int doorbell_
 	q->doorbell_fd = doorbell_fd;
 	q->completion_fd = completion_fd;
 	q->tail = tail;
+	q->wake_by = wake_by == NPU_QUEUE_WAIT_FUTEX ? NPU_QUEUE_WAIT_FUTEX : NPU_QUEUE_WAIT_LINE;
 	pthread_mutex_init(&q->submit_lock, NULL);
 	pthread_mutex_init(&q->waiting_lock, NULL);
 	pthread_condattr_t attr;
@@ -210,7 +220,7 @@ static void set_waiting(struct npu_uq_client *q, int change)
 {
 	pthread_mutex_lock(&q->waiting_lock);
 	q->waiters += change;
-	__atomic_store_n(&q->header->waiting, q->waiters > 0 ? 1u : 0u, __ATOMIC_RELEASE);
+	__atomic_store_n(&q->header->waiting, q->waiters > 0 ? q->wake_by : 0u, __ATOMIC_RELEASE);
 	__atomic_thread_fence(__ATOMIC_SEQ_CST);    /* the flag visible before done is read again */
 	pthread_mutex_unlock(&q->waiting_lock);
 }
@@ -253,13 +263,31 @@ static void follow(struct npu_uq_client *q, unsigned long long seq, int wait_ms)
 		timed_out = pthread_cond_timedwait(&q->woken, &q->waiting_lock, &until) == ETIMEDOUT;
 	q->followers--;
 	pthread_mutex_unlock(&q->waiting_lock);
-	if (timed_out && LOAD64(q->header->done) >= seq)
+	if (timed_out && (LOAD64(q->header->done) >= seq || stopped(q, seq)))
 		__atomic_add_fetch(&q->late_wakeups, 1, __ATOMIC_RELAXED);   /* the safety net caught it */
+}
+
+/* The watcher's sleep on HDR_DONE's low 32 bits (NPU_QUEUE_WAIT_FUTEX): FUTEX_WAIT, which the
+ * kernel refuses (EAGAIN) if the word moved since it was read, so a completion between the
+ * look and the sleep is never slept through; the core's FUTEX_WAKE ends it.  1 woken (or the
+ * word had moved), 0 when `wait_ms` ran out, -errno on another failure. */
+static int sleep_on_done(struct npu_uq_client *q, unsigned long long seq, int wait_ms)
+{
+	uint32_t *word = (uint32_t *)&q->header->done;     /* little endian: the low half */
+	const uint32_t seen = __atomic_load_n(word, __ATOMIC_ACQUIRE);
+	if (LOAD64(q->header->done) >= seq)
+		return 1;
+	const struct timespec slice = {wait_ms / 1000, (long)(wait_ms % 1000) * 1000000L};
+	if (syscall(SYS_futex, word, FUTEX_WAIT, seen, &slice, NULL, 0) == 0)
+		return 1;
+	if (errno == EAGAIN || errno == EINTR)
+		return 1;                                   /* look again */
+	return errno == ETIMEDOUT ? 0 : -errno;
 }
 
 static int sleep_until_done(struct npu_uq_client *q, unsigned long long seq, long long deadline, int slice_ms)
 {
-	struct pollfd line = {.fd = q->completion_fd, .events = POLLIN};
+	struct pollfd line = {.fd = q->completion_fd, .events = POLLIN, .revents = 0};
 	while (LOAD64(q->header->done) < seq) {
 		int error = stopped(q, seq);
 		if (error)
@@ -279,27 +307,40 @@ static int sleep_until_done(struct npu_uq_client *q, unsigned long long seq, lon
 			continue;
 		}
 		q->watched = 1;
+		const int by_futex = q->wake_by == NPU_QUEUE_WAIT_FUTEX;
 		pthread_mutex_unlock(&q->waiting_lock);
-		int ready = poll(&line, 1, wait_ms);
-		int poll_errno = errno;
-		if (ready > 0)
-			drain(q->completion_fd);
+		int ready, poll_errno, timed_out;
+		if (by_futex) {
+			line.revents = 0;
+			ready = sleep_on_done(q, seq, wait_ms);
+			poll_errno = -ready;
+			timed_out = ready == 0;
+			if (timed_out)          /* the safety net: is anyone left to wake it (a writer on the line)? */
+				ready = poll(&line, 1, 0) > 0 && (line.revents & POLLHUP) ? 1 : 0;
+			else if (ready < 0)
+				ready = -1;
+		} else {
+			ready = poll(&line, 1, wait_ms);
+			poll_errno = errno;
+			timed_out = ready == 0;
+			if (ready > 0)
+				drain(q->completion_fd);
+		}
 		pthread_mutex_lock(&q->waiting_lock);   /* each wake-up passed on: the next look at `done` */
 		q->watched = 0;                         /* is the followers' own (one of them may watch next) */
 		q->wake_ups++;
 		if (q->followers)
 			pthread_cond_broadcast(&q->woken);
 		pthread_mutex_unlock(&q->waiting_lock);
-		if (ready < 0) {
+		if (timed_out && (LOAD64(q->header->done) >= seq || stopped(q, seq)))
+			__atomic_add_fetch(&q->late_wakeups, 1, __ATOMIC_RELAXED);   /* the safety net caught what */
+		if (ready < 0) {                                               /* no one signalled */
 			if (poll_errno == EINTR)
 				continue;
 			return -poll_errno;
 		}
-		if (ready == 0) {
-			if (LOAD64(q->header->done) >= seq)
-				__atomic_add_fetch(&q->late_wakeups, 1, __ATOMIC_RELAXED);   /* the safety net caught it */
+		if (ready == 0)
 			continue;
-		}
 		if ((line.revents & POLLHUP) && LOAD64(q->header->done) < seq) {
 			error = stopped(q, seq);   /* the driver let the queue go (reset, close) ... */
 			return error ? error : -EPIPE;   /* ... or the driver and the chip are gone */

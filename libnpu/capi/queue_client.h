@@ -4,11 +4,13 @@
 
 struct npu_uq_client;
 
-/* A client of the queue memory mapped at `mem` (`entries` entries), ringing `doorbell_fd`
- * and sleeping on `completion_fd`, whose last entry written is `tail`; NULL when out of
- * memory.  The descriptors and the mapping stay the caller's. */
+/* A client of the queue memory mapped at `mem` (`entries` entries), ringing `doorbell_fd`,
+ * whose last entry written is `tail`, its waiter asleep as `wake_by` says: NPU_QUEUE_WAIT_FUTEX
+ * on the header's `done` (ABI 2.8, where the device's NPU_PARAM_QUEUE_WAKEUPS has it: one system
+ * call a sleep, where the line takes poll and read), else NPU_QUEUE_WAIT_LINE on
+ * `completion_fd`; NULL when out of memory.  The descriptors and the mapping stay the caller's. */
 struct npu_uq_client *npu_uq_open(void *mem, unsigned int entries, int doorbell_fd, int completion_fd,
-                                  unsigned long long tail);
+                                  unsigned long long tail, unsigned int wake_by);
 void npu_uq_close(struct npu_uq_client *q);
 
 /* The seq of the last entry this client wrote (submitters take turns on a lock inside). */
@@ -66,7 +68,7 @@ int npu_uq_run_hinted(struct npu_uq_client *q, unsigned long long cmd_iova, unsi
                       unsigned int timeout_ms, unsigned int flags, long long spin_ns, long long timeout_ns,
                       int slice_ms, struct npu_uq_hint *hint, void *out, unsigned long long *seq_out);
 
-/* Jobs the sleeping waiters found done when a safety-net timeout ended (a lost signal). */
+/* Waits a safety-net timeout ended with the job done or the queue stopped (a lost signal). */
 unsigned long long npu_uq_late_wakeups(struct npu_uq_client *q);
 
 /* The counts of the wait path: [0] waits that returned at once (done before any wait),

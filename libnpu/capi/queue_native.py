@@ -9,6 +9,10 @@ directory renamed into place, as ``libnpu.capi.nvdla`` builds its library.
 ``library()`` returns the loaded library, or None when it is turned off
 (``NPU_QUEUE_NATIVE=0``) or cannot be built (no compiler): the queue then runs its Python
 path, which follows the same protocol; ``unavailable()`` says why.
+
+Its waiter sleeps on the queue header's ``done`` with a futex where the device offers it (ABI
+2.8, NPU_PARAM_QUEUE_WAKEUPS), on the completion line otherwise or with ``NPU_QUEUE_FUTEX=0``
+(``FUTEX_WAKEUPS``, read when a queue is made: benchmarks set it to compare the two).
 """
 from __future__ import annotations
 
@@ -23,12 +27,14 @@ from kmd_fuse.uapi import HEADER_PATH as UAPI_HEADER
 
 from . import SOURCE_DIR, CBuildError, build_cached
 
-__all__ = ["LIBRARY_NAME", "build", "library", "unavailable", "ffi"]
+__all__ = ["LIBRARY_NAME", "build", "library", "unavailable", "ffi", "FUTEX_WAKEUPS"]
 
 LIBRARY_NAME = "libnpu_queue"
 HEADER = SOURCE_DIR / "queue_client.h"
 SOURCE = SOURCE_DIR / "queue_client.c"
 _FLAGS = ("-O2", "-shared", "-fPIC", "-std=gnu11", "-Wall", "-Wextra", "-Werror", "-pthread")
+
+FUTEX_WAKEUPS = os.environ.get("NPU_QUEUE_FUTEX", "1") != "0"
 
 ffi = cffi.FFI()
 ffi.cdef(HEADER.read_text())

@@ -222,7 +222,7 @@ def test_nop_scaling_reports_each_sides_cpu_and_mode():
     from benchmarks.scratch_device import ScratchDevice
     with ScratchDevice() as dev:
         run = nop_scaling.measure(dev, 1, 0.3, "sleep")
-    assert run["path"] == "queue (C)" and run["wait_mode"] == "sleep" and run["jobs_per_s"] > 0
+    assert run["path"] == "queue (C, futex)" and run["wait_mode"] == "sleep" and run["jobs_per_s"] > 0
     assert run["client"]["mode"] == "sleeping" and run["client"]["waits"]["spun"] == 0
     assert run["client"]["cpu_us_per_job"] > 0 and run["cores"]["cpu_us_per_job"] > 0
     assert run["cores"]["mode"] in ("sleeping", "polling")

@@ -15,6 +15,7 @@ the wake-up protocol (HDR_DONE then HDR_WAITING; CURRENT_JOB then the watchdog's
 fence between them, as the Python path's getppid() gives. */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <linux/futex.h>
 #include <poll.h>
 #include <sched.h>
 #include <stdio.h>
@@ -22,6 +23,7 @@ fence between them, as the Python path's getppid() gives. */
 #include <sys/resource.h>
 #include <stdint.h>
 #include <string.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -72,6 +74,13 @@ static int ring_waits(const struct npu_uq_core *c)
     return LOAD(U32(bank, NPU_UQ_BANK_RING_HEAD)) != LOAD(U32(bank, NPU_UQ_BANK_RING_TAIL));
 }
 
+/* FUTEX_WAKE of one process asleep on HDR_DONE's low 32 bits (NPU_QUEUE_WAIT_FUTEX): shared (the waiter
+   maps the same page), never blocks, and reads nothing of the client's. */
+static void wake_futex(const struct npu_uq *q)
+{
+    (void)syscall(SYS_futex, (uint32_t *)(q->mem + NPU_UQ_HDR_DONE), FUTEX_WAKE, 1, NULL, NULL, 0);
+}
+
 static void signal_waiter(const struct npu_uq *q)
 {
     if (q->completion_fd < 0)
@@ -82,7 +91,7 @@ static void signal_waiter(const struct npu_uq *q)
 }
 
 /* The Python path's post(): the completion, HDR_DONE, the slot's counters, then (after a full
-   fence) the waiter's signal if it sleeps. */
+   fence) the waiter's signal if it sleeps, as HDR_WAITING asks (npu_hw.queues.wants_futex, wants_line). */
 static void post(const struct npu_uq_core *c, struct npu_uq *q, uint64_t seq, uint64_t cycles,
                  uint64_t device_ns, uint64_t exec_ns)
 {
@@ -101,7 +110,10 @@ static void post(const struct npu_uq_core *c, struct npu_uq *q, uint64_t seq, ui
         ADD64(U64(slot, NPU_UQ_Q_CYCLES), cycles);
     }
     __atomic_thread_fence(__ATOMIC_SEQ_CST);   /* HDR_DONE visible before HDR_WAITING is read */
-    if (LOAD(U32(q->mem, NPU_UQ_HDR_WAITING)))
+    uint32_t waiting = LOAD(U32(q->mem, NPU_UQ_HDR_WAITING));   /* read once: the client's to change */
+    if (waiting & NPU_UQ_WAIT_FUTEX)
+        wake_futex(q);
+    if (waiting & ~(uint32_t)NPU_UQ_WAIT_FUTEX)          /* any other bit (a pre-2.8 client's 1): the line */
         signal_waiter(q);
 }
 
