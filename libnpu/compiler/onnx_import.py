@@ -28,13 +28,13 @@ from onnx import numpy_helper
 
 from ..loadable import HostCall
 from . import registry
+from .attention_masks import ATTENTION_MASKS, finite_attention_masks
 from .dynamic_quant import dequantize_dynamic, is_dynamic, per_run_values
 from .dynamic_shapes import DYNAMIC_OUTPUTS, data_dependent, dynamic_output_entry
 from .host_groups import group_host_ops
 from .input_shapes import InputShapes, fix_onnx_inputs
 from .integer_inputs import INTEGER_INPUTS, refuse_integer_operands
 from .ir import Graph, IRError, Op, SourceOp, Tensor, require_data, same_pads
-from .attention_masks import ATTENTION_MASKS, finite_attention_masks
 from .onnx_fold import fold_onnx, free_body_shapes
 from .onnx_host import TensorType, group_model, probe_shapes, reads
 from .onnx_shapes import infer_shapes
