@@ -27,7 +27,7 @@ import onnx
 from onnx import numpy_helper
 
 from . import registry
-from .ir import Graph
+from .ir import Graph, Op
 
 __all__ = ["MASK_DEPTH", "ATTENTION_MASKS", "finite_attention_masks", "mask_operands", "widen_mask_ranges"]
 
@@ -92,9 +92,8 @@ def finite_attention_masks(model: onnx.ModelProto) -> list[str]:
     return rewritten
 
 
-def _float_inputs_upstream(graph: Graph, tensor: str) -> bool:
+def _float_inputs_upstream(graph: Graph, tensor: str, producer: Mapping[str, Op]) -> bool:
     """Whether ``tensor`` depends on a float input of ``graph`` (a state counts as one)."""
-    producer = {o: op for op in graph.ops for o in op.outputs}
     floats = {n for n in graph.inputs if graph.tensors[n].dtype in ("float32", "float16")}
     floats |= {s.input for s in graph.states}
     pending, seen = [tensor], set()
@@ -132,13 +131,15 @@ def mask_operands(graph: Graph) -> list[tuple[str, str, str]]:
         return bool(ops) and all(op.type == "SOFTMAX" or registry.get(op.type, "same_scale")
                                  and feeds_softmax(op.outputs[0]) for op in ops)
 
+    producer = {o: op for op in graph.ops for o in op.outputs}
     found = []
     for op in graph.ops:
-        if op.type != "ADD" or len(op.inputs) != 2 or any(graph.tensors[i].is_constant for i in op.inputs):
+        if op.type != "ADD" or len(op.inputs) != 2 or any(graph.tensors[i].is_constant for i in op.inputs) \
+                or not feeds_softmax(op.outputs[0]):
             continue
         masks = [i for i in op.inputs if graph.tensors[i].dtype == "float32"
-                 and (i in known or not _float_inputs_upstream(graph, i))]
-        if len(masks) == 1 and feeds_softmax(op.outputs[0]):
+                 and (i in known or not _float_inputs_upstream(graph, i, producer))]
+        if len(masks) == 1:
             scores = op.inputs[1] if op.inputs[0] == masks[0] else op.inputs[0]
             found.append((masks[0], scores, op.outputs[0]))
     return found
