@@ -28,6 +28,7 @@ from onnx import numpy_helper
 
 from ..loadable import HostCall
 from . import registry
+from .attention_masks import ATTENTION_MASKS, finite_attention_masks
 from .dynamic_quant import dequantize_dynamic, is_dynamic, per_run_values
 from .dynamic_shapes import DYNAMIC_OUTPUTS, data_dependent, dynamic_output_entry
 from .host_groups import group_host_ops
@@ -76,6 +77,7 @@ class _Importer:
         # after the dims are fixed: folding needs static shapes. origin: node index in the
         # file, found again by the node's outputs after folding
         model, self.origin = fold_onnx(model, name)
+        masks = finite_attention_masks(model)      # a masked key's -inf as a value grids hold
         if qdq_origins:      # numbered as the QDQ file's nodes, as the user reads them (compiler.source_index)
             self.origin = {outs: (qdq_origins[i], qdq_types[qdq_origins[i]]) if qdq_origins[i] >= 0 else (i, op)
                            for outs, (i, op) in self.origin.items()}
@@ -89,6 +91,8 @@ class _Importer:
             except Exception as again:  # noqa: BLE001 - as above
                 raise ONNXImportError(f"{name}: ONNX shape inference failed: {again}") from again
         self.g = Graph(name)
+        if masks:
+            self.g.metadata[ATTENTION_MASKS] = masks
         self.nhwc_io = nhwc_io
         self.consts: dict[str, np.ndarray] = {
             i.name: numpy_helper.to_array(i) for i in self.model.graph.initializer}

@@ -37,6 +37,7 @@ from .ir import Graph, IRError, Op, SourceOp
 from .memplan import plan_memory
 from .onnx_import import import_onnx_sources
 from .optimize import fold_constants
+from .periodic import PERIODIC, periodic_inputs_on_cpu, phase_reason
 from .qparams import lowerable
 from .quantizer import NonFiniteValuesError, quantize_model, random_dataset
 from .selection_keys import selection_placements
@@ -241,6 +242,10 @@ def plan_placement(model: bytes | str | os.PathLike, *, ops: Collection[str] | N
         graph = folded
     values = None if quantized else _model_values(graph, dataset)
     live = {id(op) for op in graph.ops}          # ops pruned or folded at compile time need no device
+    phase: dict[int, float] = {}                 # ops making a sine's input no grid holds (periodic)
+    if values is not None:
+        sines = [same[id(op)] for src in sources if src.op in PERIODIC for op in src.ir_ops if id(op) in same]
+        phase = periodic_inputs_on_cpu(graph, sines, values)
     allowed = None if ops is None else set(ops)
     plan = PlacementPlan(name, kind, data)
     accepted: set[tuple] = set()                 # signatures of ops the chip took (_signature)
@@ -248,6 +253,9 @@ def plan_placement(model: bytes | str | os.PathLike, *, ops: Collection[str] | N
         reason = src.reason
         if not reason and allowed is not None and src.op not in allowed:
             reason = "not in the allow-list"
+        steps = [phase[id(same[id(op)])] for op in src.ir_ops if id(op) in same and id(same[id(op)]) in phase]
+        if not reason and steps:
+            reason = phase_reason(max(steps))
         if not reason:
             for op in (same[id(op)] for op in src.ir_ops if id(op) in same):
                 if id(op) in live and op.type != "HOST":

@@ -27,6 +27,7 @@ import numpy as np
 
 from . import registry
 from .accuracy import errors_to_json, layer_errors, output_scores
+from .attention_masks import widen_mask_ranges
 from .bias_correction import correct_biases
 from .calibration import METHODS, Histogram, choose_range
 from .dynamic_shapes import DYNAMIC_OUTPUTS
@@ -298,6 +299,7 @@ def quantize(graph: Graph, ranges: Mapping[str, Range], *, fc_per_channel: bool 
         if n in ranges:
             ranges[n] = (max(ranges[n][0], floor), max(ranges[n][1], floor))
     ranges = widen_key_ranges(src, ranges)   # a selection's keys from the chip: room past calibration's
+    ranges = widen_mask_ranges(src, ranges)       # a masked key stays masked (attention_masks)
     qdq_per_tensor = set(src.metadata.get(QDQ_PER_TENSOR, ()))
     src, ranges = requantize_joins(src, ranges)   # a fixed grid (LOGISTIC's) joined to wider tensors
     roles = _roles(src)
