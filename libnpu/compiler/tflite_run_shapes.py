@@ -32,10 +32,12 @@ def placeholder_tensors(subgraph) -> list[int]:
 
 def dynamic_tensor_shapes(data: bytes, inputs: Mapping[int, tuple[int, ...]],
                           candidates: Collection[int]) -> dict[int, tuple[int, ...]]:
-    """Tensor index -> shape, for the tensors of ``candidates`` (:func:`placeholder_tensors`)
-    that LiteRT leaves unallocated (dynamic) with ``inputs`` (tensor index -> shape), as two
-    runs agree on it. Empty when there is none, or when LiteRT cannot run the model (a
-    custom operator it lacks: the importer and the host say what they make of it)."""
+    """Tensor index -> shape, for the tensors of ``candidates`` (:func:`placeholder_tensors`),
+    as two runs with ``inputs`` (tensor index -> shape) agree on it, when LiteRT leaves one of
+    them unallocated (dynamic) after ``allocate_tensors`` (a RESHAPE's output, in place, has
+    its input's data, not its shape: every candidate takes the runs' shape). Empty when none
+    is dynamic, or when LiteRT cannot run the model (a custom operator it lacks: the
+    importer and the host say what they make of it)."""
     # lazy: LiteRT takes ~0.5 s to import (see input_shapes)
     from ai_edge_litert.interpreter import Interpreter, OpResolverType  # type: ignore[import-untyped]
     try:
@@ -44,8 +46,7 @@ def dynamic_tensor_shapes(data: bytes, inputs: Mapping[int, tuple[int, ...]],
         for index, shape in inputs.items():
             interp.resize_tensor_input(index, list(shape), strict=False)
         interp.allocate_tensors()
-        dynamic = [j for j in candidates if _unallocated(interp, j)]
-        if not dynamic:
+        if not any(_unallocated(interp, j) for j in candidates):
             return {}
         runs = []
         for fill in (0, 1):
@@ -53,7 +54,7 @@ def dynamic_tensor_shapes(data: bytes, inputs: Mapping[int, tuple[int, ...]],
                 interp.set_tensor(d["index"], _input(d["shape"], np.dtype(d["dtype"]), fill))
             interp.invoke()
             shapes = {d["index"]: tuple(int(x) for x in d["shape"]) for d in interp.get_tensor_details()}
-            runs.append({j: shapes[j] for j in dynamic if j in shapes})
+            runs.append({j: shapes[j] for j in candidates if j in shapes})
     except (RuntimeError, ValueError):
         return {}
     return {j: shape for j, shape in runs[0].items() if runs[1].get(j) == shape}
