@@ -84,7 +84,9 @@ def test_a_front_end_holding_the_fft_call_moves_to_the_cpu_in_one_float_call():
     model = rfft_classifier(log=True)
     plan = plan_placement(model)
     graph, _ = import_with_fallback(plan.data, plan.kind, plan.name, force_host=plan.cpu)
-    moved = cpu_float.float_on_cpu(graph, cpu_float.upstream(graph, "log_power"), "test")
+    chain = cpu_float.upstream(graph, "log_power")
+    assert cpu_float.front_end_cost(graph, chain).endswith("and LiteRT's RFFT2D+SQUEEZE+COMPLEX_ABS")
+    moved = cpu_float.float_on_cpu(graph, chain, "test")
     (call,) = [op.attrs["host"] for op in moved.ops if op.type == "HOST"]
     assert call.op == "RESHAPE+MUL+RFFT2D+SQUEEZE+COMPLEX_ABS+ADD+LOG"
     x = tones(1, SAMPLES, seed=4)[0]
