@@ -118,3 +118,34 @@ def tones(count: int, samples: int, seed: int) -> list[np.ndarray]:
         clip = clip * rng.uniform(0.1, 1) + rng.standard_normal(samples) * 0.01
         clips.append(clip.astype(F)[None])
     return clips
+
+
+def onnx_spectrum_classifier(op: str, *, frames: int = 8, window: int = 32, seed: int = 0) -> bytes:
+    """ONNX (opset 20) with onnxruntime's FFT ops, whose complex values are a trailing axis of
+    2 floats (no complex type): input [1, frames * window] audio; ``op="DFT"``: Reshape
+    [1, frames, window, 1], DFT over the window (onesided); ``"STFT"``: Unsqueeze to
+    [1, samples, 1], STFT (frame step ``window``, a Hann window). Then Reshape [1, -1] and
+    Gemm -> [1, 3]."""
+    from onnx import TensorProto, helper, numpy_helper
+    rng = np.random.default_rng(seed)
+    bins = window // 2 + 1
+    consts = {"flat": np.array([1, frames * bins * 2], np.int64),
+              "w": (rng.standard_normal((3, frames * bins * 2)) * 0.1).astype(F)}
+    if op == "DFT":
+        consts |= {"frame_shape": np.array([1, frames, window, 1], np.int64), "axis": np.array(2, np.int64)}
+        nodes = [helper.make_node("Reshape", ["audio", "frame_shape"], ["framed"]),
+                 helper.make_node("DFT", ["framed", "", "axis"], ["spectrum"], onesided=1)]
+    else:
+        consts |= {"step": np.array(window, np.int64), "hann": np.hanning(window).astype(F),
+                   "last": np.array([2], np.int64)}
+        nodes = [helper.make_node("Unsqueeze", ["audio", "last"], ["signal"]),
+                 helper.make_node("STFT", ["signal", "step", "hann"], ["spectrum"], onesided=1)]
+    nodes += [helper.make_node("Reshape", ["spectrum", "flat"], ["features"]),
+              helper.make_node("Gemm", ["features", "w"], ["classes"], transB=1)]
+    graph = helper.make_graph(nodes, op.lower(), [helper.make_tensor_value_info("audio", TensorProto.FLOAT,
+                                                                                [1, frames * window])],
+                              [helper.make_tensor_value_info("classes", TensorProto.FLOAT, [1, 3])],
+                              [numpy_helper.from_array(v, k) for k, v in consts.items()])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20)])
+    model.ir_version = 9
+    return model.SerializeToString()

@@ -2,10 +2,12 @@
 it): the complex tensors stay inside one LiteRT host call, never quantized nor placed
 (libnpu.compiler.complex_tensors); the frame count TF's converter leaves to run time is
 sized by a LiteRT run and folded (tflite_run_shapes, tflite_shape_arith); a front end
-holding such a call moves to the CPU whole, joined into one float call (tflite_merge)."""
+holding such a call moves to the CPU whole, joined into one float call (tflite_merge).
+ONNX's DFT and STFT (complex values as a trailing axis of 2) fall back to onnxruntime."""
 from __future__ import annotations
 
 import numpy as np
+import onnxruntime
 import pytest
 
 import libnpu
@@ -14,7 +16,7 @@ from libnpu.compiler.complex_tensors import ComplexTensorError
 from libnpu.compiler.float_ref import FloatInterpreter
 from libnpu.compiler.lower import compile_model
 from libnpu.compiler.placement import CPU, import_with_fallback, plan_placement
-from tests.support.fft_models import rfft_classifier, tones
+from tests.support.fft_models import onnx_spectrum_classifier, rfft_classifier, tones
 from tests.support.litert import litert_run
 
 SAMPLES = 8 * 32
@@ -92,3 +94,18 @@ def test_a_front_end_holding_the_fft_call_moves_to_the_cpu_in_one_float_call():
     x = tones(1, SAMPLES, seed=4)[0]
     (got,) = FloatInterpreter(moved).run({moved.inputs[0]: x}).values()
     np.testing.assert_allclose(got, litert_run(model, [x])[0], rtol=1e-4, atol=1e-5)
+
+
+def test_onnx_fft_ops_run_on_onnxruntime(npu):
+    # ONNX has no complex type (a trailing axis of 2 floats): nothing to keep inside a call
+    for op in ("DFT", "STFT"):
+        assert [(p.op, p.reason) for p in plan_placement(onnx_spectrum_classifier(op)).placements if p.device == CPU] \
+            == [(op, "no NPU operator of this type")]
+    model = onnx_spectrum_classifier("STFT")
+    loadable = compile_model(model, [[x] for x in tones(16, SAMPLES, seed=5)])
+    assert [step.op for step in loadable.host_steps] == ["STFT"]
+    session = onnxruntime.InferenceSession(model, providers=["CPUExecutionProvider"])
+    with libnpu.load(loadable, devroot=npu.devroot) as compiled:
+        for x in tones(2, SAMPLES, seed=98):
+            (got,) = compiled.infer([x], dequantized=True)
+            assert _cosine(got, session.run(None, {"audio": x})[0]) >= 0.99
