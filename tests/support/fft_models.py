@@ -58,7 +58,8 @@ def rfft_classifier(*, frames: int = 8, window: int = 32, parts: str = "abs", cr
     shown = 1 if dynamic_frames else frames       # what the file stores for the frame count
     x = m.tensor((1, frames * window), name="audio", signature=[-1, frames * window] if dynamic_frames else None)
     if dynamic_frames:
-        shape = m.op(OP.SHAPE, [x], (2,), "shape", np.int32, named_options("ShapeOptions", OutType=tflite.TensorType.INT32))
+        shape = m.op(OP.SHAPE, [x], (2,), "shape", np.int32,
+                     named_options("ShapeOptions", OutType=tflite.TensorType.INT32))
         samples = m.op(OP.REDUCE_PROD, [shape, m.const([0])], (), "samples", np.int32,
                        named_options("ReducerOptions", KeepDims=False))
         count = m.op(OP.FLOOR_DIV, [samples, m.tensor((), np.int32, np.int32(window))], (), "count", np.int32)
