@@ -266,10 +266,20 @@ def fix_tflite_inputs(data: bytes, given: InputShapes, name: str = "model") -> S
     shapes, notes = resolve_input_shapes(declared, given, name)
     stored = {label: tuple(int(d) for d in sg.Tensors(i).ShapeAsNumpy()) if sg.Tensors(i).ShapeLength() else ()
               for label, i in indices.items()}
-    placeholders = placeholder_tensors(sg)     # sized only by a run (tflite_run_shapes)
-    if all(stored[label] == shapes[label] for label in indices) and not placeholders:
+    import tflite  # lazy: see fix_onnx_inputs
+    try:
+        placeholders = placeholder_tensors(tflite.Model.GetRootAsModel(data, 0))     # sized by a run (tflite_run_shapes)
+    except (struct.error, IndexError, ValueError, TypeError, UnicodeDecodeError, OverflowError):
+        placeholders = []       # a damaged file: the importer names what is wrong
+    same = all(stored[label] == shapes[label] for label in indices)
+    if same and not placeholders:
         return ShapedModel(data, shapes, notes, False)
-    resized = _resized_tflite(data, indices, shapes, name, placeholders)
+    try:
+        resized = _resized_tflite(data, indices, shapes, name, placeholders)
+    except InputShapeError:
+        if not same:
+            raise
+        return ShapedModel(data, shapes, notes, False)     # the inputs are as given: the importer says what is wrong
     return ShapedModel(resized, shapes, notes, resized != data)
 
 

@@ -22,9 +22,19 @@ import numpy as np
 __all__ = ["placeholder_tensors", "dynamic_tensor_shapes"]
 
 
-def placeholder_tensors(subgraph) -> list[int]:
-    """The tensors of ``subgraph`` (a ``tflite.SubGraph``) other than the model inputs with a
-    free dimension (``-1`` in their shape signature): their stored shapes may be placeholders."""
+def placeholder_tensors(model) -> list[int]:
+    """The tensors of subgraph 0 of ``model`` (a ``tflite.Model``) other than the model inputs
+    with a free dimension (``-1`` in their shape signature) when an operator computes a
+    shape at run time (a SHAPE: how a size reaches an operand), else none: the others'
+    shapes follow from the inputs' in every kernel's Prepare (a Keras model's ``-1`` batch
+    on every tensor costs no run)."""
+    import tflite  # type: ignore[import-untyped]   # lazy: input_shapes (which the CLI imports) imports this module
+    subgraph = model.Subgraphs(0)
+    codes = [max(int(model.OperatorCodes(k).BuiltinCode()), int(model.OperatorCodes(k).DeprecatedBuiltinCode()))
+             for k in range(model.OperatorCodesLength())]
+    if not any(codes[subgraph.Operators(i).OpcodeIndex()] == tflite.BuiltinOperator.SHAPE
+               for i in range(subgraph.OperatorsLength())):
+        return []
     inputs = {int(j) for j in (subgraph.InputsAsNumpy() if subgraph.InputsLength() else [])}
     return [j for j in range(subgraph.TensorsLength()) if j not in inputs and subgraph.Tensors(j).ShapeSignatureLength()
             and (subgraph.Tensors(j).ShapeSignatureAsNumpy() < 0).any()]
