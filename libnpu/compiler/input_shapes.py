@@ -268,7 +268,7 @@ def fix_tflite_inputs(data: bytes, given: InputShapes, name: str = "model") -> S
               for label, i in indices.items()}
     import tflite  # lazy: see fix_onnx_inputs
     try:
-        placeholders = placeholder_tensors(tflite.Model.GetRootAsModel(data, 0))     # sized by a run (tflite_run_shapes)
+        placeholders = placeholder_tensors(tflite.Model.GetRootAsModel(data, 0))   # sized by a run: tflite_run_shapes
     except (struct.error, IndexError, ValueError, TypeError, UnicodeDecodeError, OverflowError):
         placeholders = []       # a damaged file: the importer names what is wrong
     same = all(stored[label] == shapes[label] for label in indices)
