@@ -55,7 +55,7 @@ from .ir import Graph, IRError, Op
 from .source_index import op_sources
 from .step_reuse import once
 from .tflite_export import export_tflite
-from .tflite_merge import Part, merge_tflite
+from .tflite_merge import Part, joinable, merge_tflite
 
 __all__ = ["MAX_CPU_LAYERS", "MAX_CPU_TRIALS", "AMPLIFIED_DB", "MAX_FRONT_END_MACS", "MAX_FRONT_END_SHARE",
            "WHOLE_MODEL_SHARE", "KEPT_IN_FLOAT", "Blame", "movable", "upstream", "leaves_chip_work",
@@ -108,10 +108,11 @@ def upstream(graph: Graph, tensor: str) -> list[str]:
 
 def movable(graph: Graph, op: Op) -> bool:
     """Whether ``op`` can run as a float host call: a chip op of one output, no state,
-    that a .tflite sub-model can express, or a LiteRT host call of one output (an RFFT2D ->
-    COMPLEX_ABS a front end holds: :mod:`.tflite_merge` joins it to the ops around it)."""
+    that a .tflite sub-model can express, or a LiteRT host call of one output and no control
+    flow (an RFFT2D -> COMPLEX_ABS a front end holds: :mod:`.tflite_merge` joins it to the
+    ops around it)."""
     if op.type in ("QUANTIZE", "DEQUANTIZE") or len(op.outputs) != 1 or \
-            op.type == "HOST" and op.attrs["host"].kind != "tflite":
+            op.type == "HOST" and not (op.attrs["host"].kind == "tflite" and joinable(op.attrs["host"].model)):
         return False
     states = {n for s in graph.states for n in (s.input, s.output)}
     return not (set(op.inputs) | set(op.outputs)) & states

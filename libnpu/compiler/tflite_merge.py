@@ -16,11 +16,12 @@ from collections.abc import Sequence
 from typing import NamedTuple
 
 import flatbuffers
+import tflite
 from ai_edge_litert import schema_py_generated as schema
 
 from .ir import IRError
 
-__all__ = ["Part", "merge_tflite"]
+__all__ = ["Part", "joinable", "merge_tflite"]
 
 
 class Part(NamedTuple):
@@ -28,6 +29,11 @@ class Part(NamedTuple):
     model: bytes
     inputs: Sequence[str]
     outputs: Sequence[str]
+
+
+def joinable(model: bytes) -> bool:
+    """Whether :func:`merge_tflite` can join ``model``: one subgraph (no control flow)."""
+    return tflite.Model.GetRootAsModel(model, 0).SubgraphsLength() == 1
 
 
 def merge_tflite(parts: Sequence[Part], inputs: Sequence[str], outputs: Sequence[str]) -> bytes:
