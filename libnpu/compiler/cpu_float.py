@@ -55,6 +55,7 @@ from .ir import Graph, IRError, Op
 from .source_index import op_sources
 from .step_reuse import once
 from .tflite_export import export_tflite
+from .tflite_merge import Part, joinable, merge_tflite
 
 __all__ = ["MAX_CPU_LAYERS", "MAX_CPU_TRIALS", "AMPLIFIED_DB", "MAX_FRONT_END_MACS", "MAX_FRONT_END_SHARE",
            "WHOLE_MODEL_SHARE", "KEPT_IN_FLOAT", "Blame", "movable", "upstream", "leaves_chip_work",
@@ -107,8 +108,11 @@ def upstream(graph: Graph, tensor: str) -> list[str]:
 
 def movable(graph: Graph, op: Op) -> bool:
     """Whether ``op`` can run as a float host call: a chip op of one output, no state,
-    that a .tflite sub-model can express."""
-    if op.type in ("HOST", "QUANTIZE", "DEQUANTIZE") or len(op.outputs) != 1:
+    that a .tflite sub-model can express, or a LiteRT host call of one output and no control
+    flow (an RFFT2D -> COMPLEX_ABS a front end holds: :mod:`.tflite_merge` joins it to the
+    ops around it)."""
+    if op.type in ("QUANTIZE", "DEQUANTIZE") or len(op.outputs) != 1 or \
+            op.type == "HOST" and not (op.attrs["host"].kind == "tflite" and joinable(op.attrs["host"].model)):
         return False
     states = {n for s in graph.states for n in (s.input, s.output)}
     return not (set(op.inputs) | set(op.outputs)) & states
@@ -168,7 +172,10 @@ def front_end_cost(graph: Graph, chain: Collection[str]) -> str:
     macs = sum(graph.op_macs(op) for op in graph.ops if op.outputs[0] in chain)
     whole = "; the front end is the model" if is_whole_model(graph, chain) else ""
     share = _share(graph, chain)
-    return f"{_millions(macs)} multiply-adds per inference on the CPU ({share:.1%} of the model's){whole}"
+    # a LiteRT call it holds (an RFFT2D) counts no multiply-adds: named, lest 0 read as free
+    held = "".join(f" and LiteRT's {op.attrs['host'].op}" for op in graph.ops
+                   if op.type == "HOST" and op.outputs[0] in chain)
+    return f"{_millions(macs)} multiply-adds per inference on the CPU ({share:.1%} of the model's){held}{whole}"
 
 
 def _millions(macs: int) -> str:
@@ -372,18 +379,41 @@ def _needed(group: list[Op], tensor: str) -> list[Op]:
 
 
 def _host_op(g: Graph, group: list[Op], kept: set[str], reason: str) -> Op:
+    ins, outs = _io(g, group, kept)
+    if any(op.type == "HOST" for op in group):     # a LiteRT call among them: the parts joined
+        starts = [k for k, op in enumerate(group) if k == 0 or "HOST" in (op.type, group[k - 1].type)]
+        parts = []
+        for start, end in zip(starts, [*starts[1:], len(group)]):
+            run = group[start:end]
+            if run[0].type == "HOST":
+                parts.append(Part(run[0].attrs["host"].model, run[0].inputs, run[0].outputs))
+                continue
+            run_ins, run_outs = _io(g, run, {i for op in group[end:] for i in op.inputs} | kept)
+            parts.append(Part(_exported(g, run, run_ins, run_outs), run_ins, run_outs))
+        model = merge_tflite(parts, ins, outs)
+    else:
+        model = _exported(g, group, ins, outs)
+    label = "+".join(op.attrs["host"].op if op.type == "HOST" else op.type for op in group)
+    return Op("HOST", ins, outs, {"host": HostCall("tflite", model, label, -1, reason)}, name=outs[0])
+
+
+def _io(g: Graph, group: list[Op], kept: set[str]) -> tuple[list[str], list[str]]:
+    """The tensors ``group`` reads from outside it (constants aside), and those of ``kept`` it makes."""
     made = [o for op in group for o in op.outputs]
     ins = [i for i in dict.fromkeys(i for op in group for i in op.inputs)
            if i and i not in made and not g.tensors[i].is_constant]
-    outs = [o for o in made if o in kept]
+    return ins, [o for o in made if o in kept]
+
+
+def _exported(g: Graph, group: list[Op], ins: list[str], outs: list[str]) -> bytes:
+    """The chip ops ``group`` as a float .tflite of inputs ``ins`` and outputs ``outs``."""
+    made = [o for op in group for o in op.outputs]
     sub = Graph(f"{g.name}:cpu:{outs[0]}")
     for n in dict.fromkeys([*ins, *(i for op in group for i in op.inputs if i), *made]):
         sub.add_tensor(copy.copy(g.tensors[n]))
     sub.inputs, sub.outputs = ins, outs
     sub.ops = [Op(op.type, list(op.inputs), list(op.outputs), copy.deepcopy(op.attrs), op.name) for op in group]
     try:
-        model = export_tflite(sub)
+        return export_tflite(sub)
     except (IRError, KeyError, ValueError, NotImplementedError) as exc:
         raise IRError(f"CPU float: {group[0].describe()} cannot be written as a .tflite: {exc}") from exc
-    call = HostCall("tflite", model, "+".join(op.type for op in group), -1, reason)
-    return Op("HOST", ins, outs, {"host": call}, name=outs[0])

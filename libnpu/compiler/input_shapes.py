@@ -29,6 +29,7 @@ import numpy as np
 
 from .ir import IRError
 from .tflite_checks import first_bad_index
+from .tflite_run_shapes import dynamic_tensor_shapes, placeholder_tensors
 from .tflite_strings import flatbuffer_text
 
 __all__ = ["InputShapeError", "InputShapes", "ShapedModel", "parse_input_shape", "parse_input_shapes",
@@ -265,14 +266,28 @@ def fix_tflite_inputs(data: bytes, given: InputShapes, name: str = "model") -> S
     shapes, notes = resolve_input_shapes(declared, given, name)
     stored = {label: tuple(int(d) for d in sg.Tensors(i).ShapeAsNumpy()) if sg.Tensors(i).ShapeLength() else ()
               for label, i in indices.items()}
-    if all(stored[label] == shapes[label] for label in indices):
+    import tflite  # lazy: see fix_onnx_inputs
+    try:
+        placeholders = placeholder_tensors(tflite.Model.GetRootAsModel(data, 0))   # sized by a run: tflite_run_shapes
+    except (struct.error, IndexError, ValueError, TypeError, UnicodeDecodeError, OverflowError):
+        placeholders = []       # a damaged file: the importer names what is wrong
+    same = all(stored[label] == shapes[label] for label in indices)
+    if same and not placeholders:
         return ShapedModel(data, shapes, notes, False)
-    return ShapedModel(_resized_tflite(data, indices, shapes, name), shapes, notes, True)
+    try:
+        resized = _resized_tflite(data, indices, shapes, name, placeholders)
+    except InputShapeError:
+        if not same:
+            raise
+        return ShapedModel(data, shapes, notes, False)     # the inputs are as given: the importer says what is wrong
+    return ShapedModel(resized, shapes, notes, resized != data)
 
 
 def _resized_tflite(data: bytes, indices: Mapping[str, int], shapes: Mapping[str, tuple[int, ...]],
-                    name: str) -> bytes:
-    """``data`` with subgraph 0's tensor shapes as LiteRT computes them for the input ``shapes``."""
+                    name: str, placeholders: Sequence[int] = ()) -> bytes:
+    """``data`` with subgraph 0's tensor shapes as LiteRT computes them for the input
+    ``shapes``; the ``placeholders`` (free dimensions) a kernel sizes only when it runs, as a
+    run gives them (:mod:`~libnpu.compiler.tflite_run_shapes`)."""
     import tflite  # lazy: see fix_onnx_inputs
     from ai_edge_litert.interpreter import (  # type: ignore[import-untyped]   # lazy: LiteRT takes ~0.5 s to import
         Interpreter,
@@ -292,6 +307,8 @@ def _resized_tflite(data: bytes, indices: Mapping[str, int], shapes: Mapping[str
     # the file's tensors only: LiteRT lists after them the temporaries its kernels add
     # (MEAN's, BATCH_MATMUL's, an LSTM's), which have no table in the flatbuffer
     computed = {d["index"]: tuple(int(x) for x in d["shape"]) for d in details if d["index"] < sg.TensorsLength()}
+    if placeholders:
+        computed.update(dynamic_tensor_shapes(data, {indices[label]: shapes[label] for label in indices}, placeholders))
     for index, shape in computed.items():
         t = sg.Tensors(index)
         for length, vector in ((t.ShapeLength(), t.ShapeAsNumpy), (t.ShapeSignatureLength(), t.ShapeSignatureAsNumpy)):

@@ -17,12 +17,13 @@ import tflite
 
 from ..loadable import HostCall
 from . import registry
-from .host_groups import group_host_ops
+from .complex_tensors import ComplexTensorError, complex_operators, describe, group_keeping_complex_inside
 from .input_shapes import InputShapes, fix_tflite_inputs
 from .ir import Graph, IRError, Op, QuantParams, SourceOp, Tensor, require_data, same_pads
 from .source_index import record_sources
 from .tflite_checks import first_bad_index
 from .tflite_cut import cut_tflite, is_empty_constant
+from .tflite_shape_arith import ANY_DTYPE, FOLDS
 from .tflite_sparsity import SparsityError, densify
 from .tflite_strings import flatbuffer_text
 
@@ -46,6 +47,8 @@ _TYPES = {
     tflite.TensorType.INT16: "int16", tflite.TensorType.INT32: "int32",
     tflite.TensorType.INT64: "int64", tflite.TensorType.BOOL: "bool",
 }
+# Kept inside host calls, never IR tensors (compiler.complex_tensors).
+_COMPLEX = {tflite.TensorType.COMPLEX64: "complex64", tflite.TensorType.COMPLEX128: "complex128"}
 _ACT = {0: "NONE", 1: "RELU", 2: "RELU_N1_TO_1", 3: "RELU6"}
 
 
@@ -97,6 +100,8 @@ class _Importer:
             {int(t) for t in (self.sg.InputsAsNumpy() if self.sg.InputsLength() else [])}
         self.graph = Graph(name)
         self.names: dict[int, str] = {}
+        self.complex = {j: describe(j, _COMPLEX[t.Type()], flatbuffer_text(t.Name()))
+                        for j in range(self.sg.TensorsLength()) if (t := self.sg.Tensors(j)).Type() in _COMPLEX}
         self.extensions: dict[str, Any] = {}  # what an operator family keeps during one import
 
     # tensors ------------------------------------------------------------------------
@@ -117,6 +122,9 @@ class _Importer:
             return self.names[idx]
         t = self.sg.Tensors(idx)
         ttype = t.Type()
+        if idx in self.complex:
+            raise UnsupportedOpError(f"{self.complex[idx]}: the chip has no complex type (the operators "
+                                     "reading and writing it run on the CPU, in one host call)")
         if ttype not in _TYPES:
             raise TFLiteImportError(f"tensor {idx} ({flatbuffer_text(t.Name())!r}): unsupported type {ttype}")
         dtype = _TYPES[ttype]
@@ -170,17 +178,21 @@ class _Importer:
         count = self.sg.OperatorsLength()
         names = [self.op_name(i) for i in range(count)]
         io = [self.op_io(i) for i in range(count)]
+        self.check_complex_io()
+        if self.fallback:       # the operators on complex tensors: on the CPU whatever else asks
+            self.force_host = {**complex_operators(io, self.complex), **self.force_host}
         # a user's Python function (a custom op) is a call of its own
-        groups = group_host_ops(self.ordered(names, io),
-                                {i for i in range(count) if self.fallback and i in self.force_host},
-                                alone=lambda i: names[i].startswith("CUSTOM:"))
+        groups, joined = group_keeping_complex_inside(
+            self.ordered(names, io), {i for i in range(count) if self.fallback and i in self.force_host},
+            self.complex, alone=lambda i: names[i].startswith("CUSTOM:"))
+        self.force_host.update(joined)
         for i in groups.order:
             op = self.sg.Operators(i)
             opname = names[i]
             ins, outs = io[i]
             # a resource (VAR_HANDLE's output) is no IR tensor: the variables' handlers resolve it
-            out_name = (self.label(outs[0]) if self.is_resource(outs[0]) else self.tensor(outs[0])) if outs \
-                else f"op{i}"
+            out_name = (self.label(outs[0]) if self.is_resource(outs[0]) or outs[0] in self.complex
+                        else self.tensor(outs[0])) if outs else f"op{i}"
             where = f"{opname} node {i} (output {out_name!r})"
             source = SourceOp(i, opname)
             self.sources.append(source)
@@ -217,6 +229,16 @@ class _Importer:
         g.check_runnable()
         self.touch_buffers()
         return g
+
+    def check_complex_io(self) -> None:
+        """Refuse a complex model input or output: no host call can keep it inside."""
+        for what, length, indices in (("input", self.sg.InputsLength(), self.sg.InputsAsNumpy),
+                                      ("output", self.sg.OutputsLength(), self.sg.OutputsAsNumpy)):
+            for j in (indices() if length else []):
+                if int(j) in self.complex:
+                    raise ComplexTensorError(f"{self.complex[int(j)]} is a model {what}: the device's buffers have no "
+                                             "complex type (a host call keeps a complex tensor inside; give the model "
+                                             "real inputs and outputs, e.g. COMPLEX_ABS, REAL or IMAG of it)")
 
     def op_name(self, i: int) -> str:
         """Operator ``i``'s builtin name (``CUSTOM:<code>`` for a custom op)."""
@@ -298,11 +320,12 @@ class _Importer:
 
     def fold(self, opname: str, ins: list[int], outs: list[int], table: Any, where: str) -> bool:
         """Evaluate integer shape arithmetic (SHAPE -> STRIDED_SLICE -> PACK -> RESHAPE's
-        shape operand) at import time. True if the op's output became a constant."""
-        if opname not in _FOLDABLE or len(outs) != 1:
+        shape operand, and :mod:`.tflite_shape_arith`'s) at import time. True if the op's
+        output became a constant."""
+        if opname not in _FOLDABLE and opname not in FOLDS or len(outs) != 1:
             return False
         out = self.graph.tensors[self.tensor(outs[0])]
-        if out.dtype not in ("int32", "int64") or out.quant is not None:
+        if out.dtype not in ("int32", "int64") and opname not in ANY_DTYPE or out.quant is not None:
             return False
         if opname == "SHAPE":
             value = np.asarray(self.shape(ins[0]))
@@ -315,6 +338,10 @@ class _Importer:
             elif opname == "CONCATENATION":
                 value = np.concatenate([np.atleast_1d(v) for v in vals],
                                        axis=int(options(table, tflite.ConcatenationOptions).Axis()))
+            elif opname in FOLDS:       # the rest of the size arithmetic (tflite_shape_arith)
+                value = FOLDS[opname](vals, lambda cls: options(table, cls))
+                if value is None:
+                    return False
             elif opname == "STRIDED_SLICE":
                 attrs, _ = registry.find("STRIDED_SLICE").tflite(self, ins, outs, table, where)
                 value = vals[0][tuple(slice(b, None if (e < 0 and st < 0) else e, st) for b, e, st in

@@ -25,6 +25,7 @@ _TENSOR_TYPES = {
     np.dtype(np.int16): tflite.TensorType.INT16,
     np.dtype(np.int8): tflite.TensorType.INT8,
     np.dtype(np.bool_): tflite.TensorType.BOOL,
+    np.dtype(np.complex64): tflite.TensorType.COMPLEX64,
 }
 RESOURCE = "resource"
 """``TensorSpec.dtype`` of a resource handle (VAR_HANDLE's output)."""
