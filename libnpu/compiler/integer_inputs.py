@@ -18,8 +18,8 @@ import numpy as np
 
 from .ir import Graph, IRError, Tensor
 
-__all__ = ["INTEGER_INPUTS", "IntegerOperandError", "refuse_integer_operands", "integer_activations",
-           "random_integers"]
+__all__ = ["INTEGER_INPUTS", "IntegerOperandError", "refuse_integer_operands", "narrowed_index_inputs",
+           "integer_activations", "random_integers"]
 
 #: Non-float dtypes a float model's inputs (and host ops' results) may have.
 INTEGER_INPUTS = ("int32", "int64", "bool")
@@ -46,6 +46,24 @@ def refuse_integer_operands(op_type: str, operands: Sequence[Tensor | None], whe
         raise IntegerOperandError(
             f"{where}: input {t.name!r} is {t.dtype} computed at run time; the chip computes on int8-quantized "
             f"floats{' (it reads ' + reads + ')' if reads else ''}")
+
+
+def narrowed_index_inputs(nodes: Sequence, inputs: Sequence[str], outputs: Sequence[str]) -> set[str]:
+    """The model inputs (of ``inputs``, by name, int64 in the file) the chip takes as int32:
+    those that only index (ONNX Gather's input 1, a token id into an embedding, as PyTorch
+    exports every id in int64). The runtime narrows the caller's int64 ids to int32 and
+    refuses one that does not fit (:func:`libnpu.tensors.as_input`), and the chip's GATHER
+    refuses an id outside its table, so no id is silently wrapped; a negative id (ONNX's
+    from-the-end indexing) is refused too. Without this the lookup ran on the CPU: one host
+    call, and a chip job on each side of it, per step."""
+    read_as_index: set[str] = set()
+    read_otherwise: set[str] = set(outputs)
+    for node in nodes:
+        if any(a.g.node or a.graphs for a in node.attribute):     # an If's or Loop's body may read any of them
+            return set()
+        for position, name in enumerate(node.input):
+            (read_as_index if position == 1 and node.op_type == "Gather" else read_otherwise).add(name)
+    return {n for n in inputs if n in read_as_index and n not in read_otherwise}
 
 
 def integer_activations(graph: Graph) -> set[str]:

@@ -32,7 +32,7 @@ from .dynamic_quant import dequantize_dynamic, is_dynamic, per_run_values
 from .dynamic_shapes import DYNAMIC_OUTPUTS, data_dependent, dynamic_output_entry
 from .host_groups import group_host_ops
 from .input_shapes import InputShapes, fix_onnx_inputs
-from .integer_inputs import INTEGER_INPUTS, refuse_integer_operands
+from .integer_inputs import INTEGER_INPUTS, narrowed_index_inputs, refuse_integer_operands
 from .ir import Graph, IRError, Op, SourceOp, Tensor, require_data, same_pads
 from .onnx_fold import fold_onnx, free_body_shapes
 from .onnx_host import TensorType, group_model, probe_shapes, reads
@@ -169,12 +169,15 @@ class _Importer:
     def run(self) -> Graph:
         graph = self.model.graph
         init_names = set(self.consts)
+        narrowed = narrowed_index_inputs(graph.node, [vi.name for vi in graph.input], [vi.name for vi in graph.output])
         for vi in graph.input:
             if vi.name in init_names:
                 continue
             shape, dtype = self.shapes[vi.name]
             if dtype not in ("float32", *INTEGER_INPUTS):
                 raise ONNXImportError(f"input {vi.name!r}: inputs are float32, int32, int64 or bool, not {dtype}")
+            if dtype == "int64" and vi.name in narrowed:
+                dtype = "int32"
             if dtype != "float32":     # taken as it is, never quantized (libnpu.compiler.integer_inputs)
                 self.new_tensor(vi.name, False, "input", shape, dtype)
             elif len(shape) == 4 and self.nhwc_io:
