@@ -1245,6 +1245,8 @@ int npu_step_run(const struct npu_step *step)
         return npu_gather(p);
     case NPU_STEP_L2NORM:
         return npu_l2norm(p);
+    case NPU_STEP_LOG_SOFTMAX:
+        return npu_log_softmax(p);
     case NPU_STEP_CONV16:
         return npu_conv16x8(p);
     case NPU_STEP_DEPTHWISE16:

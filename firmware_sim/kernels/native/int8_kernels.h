@@ -277,6 +277,21 @@ struct npu_l2norm_call {
 int npu_l2norm(const struct npu_l2norm_call *c);
 #define NPU_STEP_L2NORM 60
 
+/* int8 LOG_SOFTMAX over the last axis (norm_kernels.c; kernels/normalization.py's
+   log_softmax, the reference): rows x depth values, output scale 16/256, zero point 127.
+   An element `below` its row's maximum (0..255) has the scaled difference diff_q5_t[below]
+   and the exponential term terms_t[below] (0 under diff_min): both a parameter set's
+   tables, 256 entries; the row's log of its sum is computed per row. */
+struct npu_log_softmax_call {
+    const int8_t *x;
+    int64_t rows, depth;
+    const int32_t *diff_q5_t, *terms_t;
+    int32_t reverse_scaling_divisor, reverse_scaling_right_shift, diff_min;
+    int8_t *out;
+};
+int npu_log_softmax(const struct npu_log_softmax_call *c);
+#define NPU_STEP_LOG_SOFTMAX 61
+
 /* int16 x int8 kernels (int16_kernels.c): int16 activations (zero point 0), int8 weights,
    int64 biases; requantized as TFLite's 16x8 reference kernels do. `depth_multiplier` is
    the depthwise kernel's (cout = cin * depth_multiplier), `groups` the convolution's. */
