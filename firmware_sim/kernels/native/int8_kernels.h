@@ -418,6 +418,22 @@ int npu_matmul16(const struct npu_matmul16_call *c);
 
 #define NPU_STEP_MATMUL16 37
 
+/* int8 BATCH_MATMUL (int8_kernels.c, kernels/matmul.py's matmul_int8): the operands laid out
+   as npu_matmul16_call's, int32 sums of (lhs - lhs_zp)(rhs - rhs_zp), requantized with
+   MultiplyByQuantizedMultiplier (double rounding), plus output_zp, clamped. */
+struct npu_matmul8_call {
+    const int8_t *lhs, *rhs;
+    int8_t *out;
+    int64_t batches;
+    const int64_t *lhs_at, *rhs_at;
+    int64_t rows, depth, cols, lhs_row, lhs_depth, rhs_depth, rhs_col;
+    int32_t lhs_zp, rhs_zp, output_zp, multiplier, shift, act_min, act_max;
+};
+
+int npu_matmul8(const struct npu_matmul8_call *c);
+
+#define NPU_STEP_MATMUL8 38
+
 /* RESIZE_BILINEAR / RESIZE_NEAREST_NEIGHBOR of int8 or int16 (`elem` bytes) NHWC x (n, h, w, c)
    into out (n, oh, ow, c) (resize_kernels.c): output row oy reads source rows y0[oy] (and
    y1[oy], weight fy[oy] / 1024 for bilinear), column ox columns x0[ox] (x1[ox], fx[ox]); the
