@@ -19,11 +19,16 @@ from onnx import numpy_helper as nh
 
 
 def gru_attention_step(*, hidden: int = 128, positions: int = 32, vocab: int = 64, seed: int = 0,
-                       spelled: bool = False, log_softmax: bool = True) -> onnx.ModelProto:
-    """Inputs ``token`` int64 [1, 1], ``hidden`` [1, 1, H], ``encoder`` [1, T, H]; outputs
-    ``logp`` [1, vocab] (log-probabilities, or probabilities when not ``log_softmax``) and
-    ``hidden_out`` [1, 1, H], the state the next step takes. ``spelled``: the GRU cell
-    written out as ``torch.nn.GRUCell``'s formulas (r, z, n gates) instead of a GRU node."""
+                       spelled: bool = False, log_softmax: bool = True, masked: bool = False,
+                       beam: int = 0) -> onnx.ModelProto:
+    """Inputs ``token`` int64 [1, 1], ``hidden`` [1, 1, H], ``encoder`` [1, T, H] (and with
+    ``masked`` ``mask`` bool [1, T], True at the encoder's padding); outputs ``logp`` [1, vocab]
+    (log-probabilities, or probabilities when not ``log_softmax``) and ``hidden_out``
+    [1, 1, H], the state the next step takes. ``spelled``: the GRU cell written out as
+    ``torch.nn.GRUCell``'s formulas (r, z, n gates) instead of a GRU node. ``masked``: the
+    scores of padded positions set to -1e10 before the softmax (``masked_fill``: Unsqueeze,
+    Where). ``beam``: a beam search's first step, ``TopK`` of ``logp`` (outputs ``top_v``
+    [1, beam] and ``top_i`` int64 [1, beam])."""
     rng = np.random.default_rng(seed)
     inits: list[onnx.TensorProto] = []
     nodes: list[onnx.NodeProto] = []
@@ -41,7 +46,8 @@ def gru_attention_step(*, hidden: int = 128, positions: int = 32, vocab: int = 6
         return out
 
     def linear(x: str, name: str, n_in: int, n_out: int) -> str:
-        return node("Add", [node("MatMul", [x, u(f"{name}_w", n_in, n_out)], f"{name}_mm"), u(f"{name}_b", n_out)], name)
+        product = node("MatMul", [x, u(f"{name}_w", n_in, n_out)], f"{name}_mm")
+        return node("Add", [product, u(f"{name}_b", n_out)], name)
 
     emb = node("Gather", [const("embedding", rng.standard_normal((vocab, hidden)).astype(np.float32)), "token"],
                "embedded", axis=0)                                               # [1, 1, H]
@@ -49,6 +55,9 @@ def gru_attention_step(*, hidden: int = 128, positions: int = 32, vocab: int = 6
     keys = linear("encoder", "ua", hidden, hidden)                              # [1, T, H]
     energy = node("Tanh", [node("Add", [query, keys], "qk")], "energy")
     scores = node("Transpose", [linear(energy, "va", hidden, 1)], "scores", perm=[0, 2, 1])   # [1, 1, T]
+    if masked:
+        padded = node("Unsqueeze", ["mask", const("mask_axes", np.array([1], np.int64))], "padded")
+        scores = node("Where", [padded, const("masked_score", np.array(-1e10, np.float32)), scores], "scores_masked")
     weights = node("Softmax", [scores], "attention", axis=-1)
     context = node("MatMul", [weights, "encoder"], "context")                    # [1, 1, H]
     x = node("Concat", [emb, context], "gru_in", axis=-1)                       # [1, 1, 2H]
@@ -73,13 +82,20 @@ def gru_attention_step(*, hidden: int = 128, positions: int = 32, vocab: int = 6
         out = node("Reshape", ["gru_y", const("flat", np.array([1, hidden], np.int64))], "gru_flat")
     logits = linear(out, "out", hidden, vocab)
     node("LogSoftmax" if log_softmax else "Softmax", [logits], "logp", axis=-1)
+    top = []
+    if beam:
+        nodes.append(h.make_node("TopK", ["logp", const("beam", np.array([beam], np.int64))], ["top_v", "top_i"],
+                                 name="top", axis=-1))
+        top = [h.make_tensor_value_info("top_v", TensorProto.FLOAT, [1, beam]),
+               h.make_tensor_value_info("top_i", TensorProto.INT64, [1, beam])]
     graph = h.make_graph(
         nodes, "gru_attention_step",
         [h.make_tensor_value_info("token", TensorProto.INT64, [1, 1]),
          h.make_tensor_value_info("hidden", TensorProto.FLOAT, [1, 1, hidden]),
-         h.make_tensor_value_info("encoder", TensorProto.FLOAT, [1, positions, hidden])],
+         h.make_tensor_value_info("encoder", TensorProto.FLOAT, [1, positions, hidden])]
+        + ([h.make_tensor_value_info("mask", TensorProto.BOOL, [1, positions])] if masked else []),
         [h.make_tensor_value_info("logp", TensorProto.FLOAT, [1, vocab]),
-         h.make_tensor_value_info("hidden_out", TensorProto.FLOAT, [1, 1, hidden])], inits)
+         h.make_tensor_value_info("hidden_out", TensorProto.FLOAT, [1, 1, hidden]), *top], inits)
     model = h.make_model(graph, opset_imports=[h.make_opsetid("", 14)])
     model.ir_version = 8
     onnx.checker.check_model(model, full_check=True)
@@ -88,7 +104,8 @@ def gru_attention_step(*, hidden: int = 128, positions: int = 32, vocab: int = 6
 
 def step_feeds(model: onnx.ModelProto, count: int, seed: int = 1) -> list[dict[str, np.ndarray]]:
     """``count`` feeds as a decoding loop gives them: tokens from the vocabulary, states of
-    a GRU (in -1..1, smooth), encoder outputs of a bidirectional GRU encoder (tanh-bounded)."""
+    a GRU (in -1..1, smooth), encoder outputs of a bidirectional GRU encoder (tanh-bounded),
+    the padding mask of a source of random length."""
     rng = np.random.default_rng(seed)
     shapes = {vi.name: tuple(d.dim_value for d in vi.type.tensor_type.shape.dim) for vi in model.graph.input}
     vocab = next(i for i in model.graph.initializer if i.name == "embedding").dims[0]
@@ -98,7 +115,10 @@ def step_feeds(model: onnx.ModelProto, count: int, seed: int = 1) -> list[dict[s
         freq = rng.uniform(1, 6, (1, shapes["encoder"][2]))
         enc = np.tanh(1.5 * np.sin(2 * np.pi * freq * t + rng.uniform(0, 6.3, freq.shape))
                       + rng.normal(0, .3, (len(t), freq.shape[1])))
-        feeds.append({"token": rng.integers(0, vocab, shapes["token"], dtype=np.int64),
-                      "hidden": np.tanh(rng.normal(0, .7, shapes["hidden"])).astype(np.float32),
-                      "encoder": enc[None].astype(np.float32)})
+        feed = {"token": rng.integers(0, vocab, shapes["token"], dtype=np.int64),
+                "hidden": np.tanh(rng.normal(0, .7, shapes["hidden"])).astype(np.float32),
+                "encoder": enc[None].astype(np.float32)}
+        if "mask" in shapes:                   # a name of some length, padded to T
+            feed["mask"] = (np.arange(shapes["mask"][1]) >= rng.integers(4, shapes["mask"][1] + 1))[None]
+        feeds.append(feed)
     return feeds
