@@ -10,9 +10,9 @@ import tflite
 from onnx import TensorProto, helper
 
 import libnpu
-from libnpu.errors import InputError
 from libnpu.compiler.frozen_inputs import FreezeInputError
 from libnpu.compiler.lower import compile_model
+from libnpu.errors import InputError
 from libnpu.loadable import Loadable
 from libnpu.tools.cli import main
 from tests.support.tflite_builder import OpSpec, TensorSpec, build_model, run_reference

@@ -1,9 +1,10 @@
 """Bound calls of the C int16 kernels (``int16_kernels.c``, ``binary16_kernels.c``, ``int16x16_kernels.c``,
 ``softmax16_kernels.c``): convolution, depthwise convolution and fully connected with int16
 activations and int8 or int16 weights, ADD, MUL, PRELU, MAXIMUM and MINIMUM, average and max
-pooling, SOFTMAX, BATCH_MATMUL (and int8 BATCH_MATMUL, whose operands it lays out alike): the reruns of ``kernels.int16x8``'s,
-``kernels.int16x16``'s, ``kernels.binary``'s (int16 PRELU), ``kernels.pooling``'s and
-``kernels.matmul``'s numpy kernels (which run first and stay the reference)."""
+pooling, SOFTMAX, BATCH_MATMUL (and int8 BATCH_MATMUL, whose operands it lays out alike): the
+reruns of ``kernels.int16x8``'s, ``kernels.int16x16``'s, ``kernels.binary``'s (int16 PRELU),
+``kernels.pooling``'s and ``kernels.matmul``'s numpy kernels (which run first and stay the
+reference)."""
 from __future__ import annotations
 
 import numpy as np
