@@ -121,7 +121,7 @@ def convert(value: np.ndarray, src: Boundary, dst: Boundary) -> np.ndarray:
     if not dst.quantized:
         return real.astype(dst.dtype)
     assert dst.scale is not None
-    scaled = np.divide(real, np.float32(dst.scale))
+    scaled = np.divide(real, np.float32(dst.scale), out=np.empty(np.shape(real), np.float32))   # an array at rank 0 too
     scaled += np.copysign(np.float32(0.5), scaled)
     np.trunc(scaled, out=scaled)
     scaled += np.float32(dst.zero_point)

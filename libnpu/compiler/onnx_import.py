@@ -99,6 +99,7 @@ class _Importer:
                 dims = tuple(d.dim_value if d.HasField("dim_value") else -1 for d in tt.shape.dim)
                 self.shapes[vi.name] = (dims, _onnx_dtype(tt.elem_type))
         self.dynamic: set[str] = set()     # tensors whose shape depends on the data (compiler.onnx_host)
+        self.narrowed: set[str] = set()    # int64 ids the chip takes as int32 (compiler.integer_inputs)
         self.per_run = per_run_values(self.model.graph)    # on a DynamicQuantizeLinear's grid (compiler.dynamic_quant)
         self.data_dependent = data_dependent(self.model.graph, self.shapes, self.consts)   # by rule (dynamic_shapes)
         self.dynamic_outputs: dict[str, dict[str, Any]] = {}    # model outputs a host call makes per run
@@ -169,7 +170,8 @@ class _Importer:
     def run(self) -> Graph:
         graph = self.model.graph
         init_names = set(self.consts)
-        narrowed = narrowed_index_inputs(graph.node, [vi.name for vi in graph.input], [vi.name for vi in graph.output])
+        narrowed = self.narrowed = narrowed_index_inputs(graph.node, [vi.name for vi in graph.input],
+                                                         [vi.name for vi in graph.output])
         for vi in graph.input:
             if vi.name in init_names:
                 continue

@@ -116,11 +116,17 @@ def test_int32_ids_feed_the_chips_gather_as_they_are(npu, tmp_path):
             _close(request.outputs()[0], _ort(model, {"bytes": ids})[0])
 
 
-def test_int64_ids_that_only_index_feed_the_chips_gather_as_int32(npu):
-    """PyTorch exports token ids in int64: an input read only as Gather's indices is taken
-    as int32 (the caller's int64 narrowed, one that does not fit refused), not looked up
-    on the CPU between two chip jobs."""
+@pytest.mark.parametrize("long", [False, True])
+def test_int64_ids_that_only_index_feed_the_chips_gather_as_int32(npu, long):
+    """PyTorch exports token ids in int64: an input read only as Gather's indices (``long``:
+    through ``.long()``'s Cast to int64 and an Identity) is taken as int32 (the caller's
+    int64 narrowed, one that does not fit refused), not looked up on the CPU between two
+    chip jobs."""
     model = _byte_embedding(TensorProto.INT64)
+    if long:
+        model.graph.node[0].input[1] = "ids"
+        model.graph.node.insert(0, helper.make_node("Identity", ["as_long"], ["ids"]))
+        model.graph.node.insert(0, helper.make_node("Cast", ["bytes"], ["as_long"], to=TensorProto.INT64))
     rng = np.random.default_rng(1)
     calibration = [[rng.integers(0, 257, (1, 32), dtype=np.int64)] for _ in range(64)]
     loadable = compile_model(model.SerializeToString(), calibration)
