@@ -18,6 +18,28 @@ Run from the checkout under test (B); ``--base`` is the other (A, with its own .
 
 The worker half (``--worker``) runs under either checkout's interpreter and imports only
 what both have (``libnpu``, ``benchmarks.corpus_inputs.Runner``, ``model_bench``'s loop).
+
+Measured 2026-11-29, branch rnnstep (B) against main at cf025e6 (A), the command above,
+load average 8.5 at the start, 9.2 at the end (2-vCPU VM shared with other sessions); us::
+
+    model                side jobs host   npu p50   ort p50  ratio   inputs      job outputs
+    gru-step-h128-t32    A       2    1    1049.7     131.6  8.25x     12.6   1011.3     7.1
+    gru-step-h128-t32    B       1    0     106.4      65.5  1.65x     18.8     84.0     1.7
+    gru-cell-h128-t32    A       2    1    1480.6     128.1 11.56x     11.7   1405.6     6.8
+    gru-cell-h128-t32    B       1    0     109.7      67.6  1.62x     18.2     86.1     1.8
+    gru-step-h256-t48    A       2    1    1942.7     305.8  7.37x     16.8   1893.5     8.5
+    gru-step-h256-t48    B       1    0     228.2     163.8  1.39x     25.0    191.4     2.8
+    gru-beam-h128-t32    A       2    2     807.7     106.8  7.37x     10.4    784.3     4.6
+    gru-beam-h128-t32    B       1    1     150.6      61.5  2.45x     19.6    126.2     2.0
+    gru-mask-h128-t32    A       2    1    1539.2     140.2 10.17x     16.3   1500.2     7.9
+    gru-mask-h128-t32    B       2    1     251.8      78.9  3.19x     24.8    212.6     2.1
+
+A's job holds its int64 token's lookup on the host between two jobs and LOG_SOFTMAX and
+BATCH_MATMUL in numpy (395 us of chip CPU per job, ``benchmarks.chip_replay``; 37 us in
+C). The masked step keeps two jobs on B: its ``Where`` (the -1e10 sentinel of
+``masked_fill``) runs on the host between them. The same run at load 14-17 gave A 17-37x,
+B 1.6-1.8x without host steps, 3.8x with the beam's TopK, 11.1x with the mask's Where:
+each host call and each extra job costs most under load.
 """
 from __future__ import annotations
 
