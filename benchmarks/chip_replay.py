@@ -32,6 +32,7 @@ from firmware_sim.timing import HardwareProfile
 from libnpu.compiler.cache import CompileCache, compile_cached
 from libnpu.loadable import Loadable
 from libnpu.tools.models import resolve
+from libnpu.tools.run import random_inputs
 from npu_hw import iommu
 from tests.support.chip_memory import ASID, ChipMemory
 
@@ -57,12 +58,9 @@ def loaded_job(memory: ChipMemory, loadable: Loadable, name: str = "the model") 
     for index, region in enumerate(loadable.regions):
         if region.content is not None:
             _write(memory, bases[index], np.frombuffer(loadable.region_image(index, bases), np.uint8))
-    rng = np.random.default_rng(1)
-    for desc in loadable.inputs():     # floats in [-1, 1) (random bytes would be NaNs and denormals)
-        dtype = np.dtype(desc.dtype)
-        values = (rng.uniform(-1, 1, desc.nbytes // dtype.itemsize).astype(dtype) if dtype.kind == "f"
-                  else rng.integers(0, 256, desc.nbytes, dtype=np.uint8))
-        _write(memory, bases[desc.region] + desc.offset, values.view(np.uint8))
+    # floats in [-1, 1) (random bytes would be NaNs and denormals), ids valid in any table
+    for desc, values in zip(loadable.inputs(), random_inputs(loadable.inputs(), seed=1)):
+        _write(memory, bases[desc.region] + desc.offset, np.ascontiguousarray(values).reshape(-1).view(np.uint8))
     command = loadable.command_buffer(bases)
     at = memory.put(np.frombuffer(command, np.uint8))
     first = run_job(memory.dma, ASID, at, len(command), HardwareProfile())

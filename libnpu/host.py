@@ -93,19 +93,41 @@ def host_op(name: str) -> Callable[..., Any] | None:
     return _HOST_OPS.get(name)
 
 
+_BOUNDS: dict[str, tuple[float, float]] = {}     # an integer dtype's range (np.iinfo costs a few us a call)
+
+
+def _bounds(dtype: str) -> tuple[float, float]:
+    if dtype not in _BOUNDS:
+        info = np.iinfo(dtype)
+        _BOUNDS[dtype] = (float(info.min), float(info.max))
+    return _BOUNDS[dtype]
+
+
 def convert(value: np.ndarray, src: Boundary, dst: Boundary) -> np.ndarray:
-    """``value`` stored as ``src``, stored as ``dst`` (dequantize / quantize as needed)."""
+    """``value`` stored as ``src``, stored as ``dst`` (dequantize / quantize as needed).
+
+    A host call's fixed cost on a step model's small tensors is these numpy calls, not
+    their arithmetic: one float32 temporary updated in place. TFLite rounds half away from
+    zero: ``trunc(t + copysign(0.5, t))`` is ``sign(t) * floor(|t| + 0.5)`` to the bit
+    (:func:`libnpu.tensors.quantize`)."""
     if src == dst:
         return value
-    real = (value.astype(np.float32) - np.float32(src.zero_point)) * np.float32(src.scale) if src.quantized \
-        else np.asarray(value, np.float32)
+    if src.quantized:
+        real = value.astype(np.float32)
+        real -= np.float32(src.zero_point)
+        real *= np.float32(src.scale)
+    else:
+        real = np.asarray(value, np.float32)
     if not dst.quantized:
         return real.astype(dst.dtype)
     assert dst.scale is not None
-    info = np.iinfo(dst.dtype)
-    scaled = real / np.float32(dst.scale)
-    q = np.sign(scaled) * np.floor(np.abs(scaled) + 0.5) + dst.zero_point   # TFLite rounds half away from 0
-    return np.clip(q, info.min, info.max).astype(dst.dtype)
+    scaled = np.divide(real, np.float32(dst.scale), out=np.empty(np.shape(real), np.float32))   # an array at rank 0 too
+    scaled += np.copysign(np.float32(0.5), scaled)
+    np.trunc(scaled, out=scaled)
+    scaled += np.float32(dst.zero_point)
+    low, high = _bounds(dst.dtype)
+    np.clip(scaled, low, high, out=scaled)
+    return scaled.astype(dst.dtype)
 
 
 class HostKernel:

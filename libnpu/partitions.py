@@ -22,7 +22,7 @@ from libnpu.loadable import HostCall, HostStep, Loadable, TensorDesc, TensorFlag
 from libnpu.portability import PRIO_NORMAL, Device, Fence, Memory, PreparedSubmit
 from libnpu.profiling import ChipPart, HostPart
 from libnpu.tensors import tensor_view
-from libnpu.user_queue import QueueFence
+from libnpu.user_queue import QueueFence, RepeatedJob
 
 # (wait, offset, size) -> that part of the command buffer as a job on a user queue (run to
 # its end with ``wait``), or None when there is no queue to take it: the runner uses SUBMIT.
@@ -85,6 +85,7 @@ class _Segment:
     steps: list[HostStep]
     offset: int = 0             # its tasks' bytes in the command buffer (for a user queue)
     size: int = 0
+    job: RepeatedJob | None = None     # again on the queue it last ran on, its wait hinted
 
 
 class PartitionRunner:
@@ -122,10 +123,24 @@ class PartitionRunner:
                 run, submit = (self.device.prepare_submit(self.command, self.buffers, size=end - start, offset=start,
                                                           wait=wait, priority=priority, profile=profile)
                                for wait in (True, False))
-            self._segments.append(_Segment(run, submit, tasks.start, steps, start, end - start))
+            job = RepeatedJob(self.command.address + start, end - start) if tasks else None
+            self._segments.append(_Segment(run, submit, tasks.start, steps, start, end - start, job))
 
     def _on_queue(self, wait: bool, segment: _Segment) -> QueueFence | None:
         return None if self._queue_job is None else self._queue_job(wait, segment.offset, segment.size)
+
+    def _run_on_queue(self, segment: _Segment) -> QueueFence | None:
+        """The partition's job run to its end on a user queue: again on the one it last ran on
+        (one C call, the wait hinted by the partition's own expected time, as a whole model's
+        job is: a wait that spins burns a CPU the chip's cores need), else on one the request
+        finds; None when there is none."""
+        job = None if self.profiled else segment.job
+        fence = job.run() if job is not None else None
+        if fence is None:
+            fence = self._on_queue(True, segment)
+            if fence is not None and job is not None and fence.queue.native:
+                job.queue = fence.queue
+        return fence
 
     def run(self) -> tuple[int, Parts]:
         """One inference, to its end: the jobs' device time (ns) and, when profiled, its parts."""
@@ -133,7 +148,7 @@ class PartitionRunner:
         parts: Parts = []
         for segment in self._segments:
             if segment.run is not None:
-                self.fence = self._on_queue(True, segment) or self.device.run_prepared(segment.run)
+                self.fence = self._run_on_queue(segment) or self.device.run_prepared(segment.run)
                 device_ns += self.fence.device_time_ns
                 self._chip_part(self.fence, segment, parts)
             for step in segment.steps:

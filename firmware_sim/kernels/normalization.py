@@ -17,7 +17,7 @@ from .gemmlowp import _one_over_one_plus_x_s, exp_on_negative_values_q5
 from .output import check_int8_param, emit
 from .unary import inv_sqrt_multiplier_exp
 
-__all__ = ["l2_normalization", "log_softmax"]
+__all__ = ["l2_normalization", "log_softmax", "log_softmax_tables"]
 
 _OUTPUT_SCALE_BITS = 7
 
@@ -103,6 +103,16 @@ def _log_q5(x_q12: int) -> int:
     recip_denom = _one_over_one_plus_x_s(denom_minus_one_0)
     num_scaled = _mul_by_pot(num, -accum_bits)
     return _mul_by_pot(_wrap(_mul(z_pow_2_adj, log_2) + _mul(num_scaled, recip_denom)), accum_bits - out_bits)
+
+
+def log_softmax_tables(input_multiplier: int, input_left_shift: int, diff_min: int) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`log_softmax`'s per-element values by an element's distance below its row's
+    maximum (0..255): the scaled difference (Q5.26) and its exponential term (Q12; 0 under
+    ``diff_min``), as int32 tables for the C kernel (``npu_log_softmax``)."""
+    diff = -np.arange(256, dtype=np.int64)
+    diff_q5 = multiply_by_quantized_multiplier(diff, input_multiplier, input_left_shift)
+    terms = rounding_divide_by_pot(exp_on_negative_values_q5(diff_q5), _ACCUM_INTEGER_BITS)
+    return diff_q5.astype(np.int32), np.where(diff >= diff_min, terms, 0).astype(np.int32)
 
 
 def log_softmax(x: np.ndarray, *, input_multiplier: int, input_left_shift: int, reverse_scaling_divisor: int,

@@ -3,6 +3,8 @@ binary ops), HARD_SWISH, LEAKY_RELU, RSQRT, ABS (unary integer formulas) and the
 L2_NORMALIZATION and LOG_SOFTMAX (descriptors: ``npu_hw.ops``)."""
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from firmware_sim.kernels import binary, byte_tables, int16x8, normalization, unary
@@ -162,12 +164,6 @@ def _rows_cost(desc: np.void) -> tuple[int, int]:
     return 2 * n, 2 * n
 
 
-def _rows(desc: np.void, dma, kernel, params: tuple[str, ...]) -> None:
-    shape = dims((desc["rows"], desc["depth"]), "rows/depth")
-    x = dma.read_array(int(desc["input"]), np.int8, shape)
-    kernel(x, out=dma.write_array(int(desc["output"]), np.int8, shape), **{p: int(desc[p]) for p in params})
-
-
 @unit(ops.OP_L2_NORMALIZATION, _rows_cost)
 def l2_normalization(desc: np.void, dma) -> Rerun | None:
     """Reruns in C (``norm_kernels.c``)."""
@@ -179,7 +175,21 @@ def l2_normalization(desc: np.void, dma) -> Rerun | None:
 
 
 
+@functools.lru_cache(maxsize=64)
+def _log_softmax_tables(input_multiplier: int, input_left_shift: int, diff_min: int) -> tuple[np.ndarray, np.ndarray]:
+    return normalization.log_softmax_tables(input_multiplier, input_left_shift, diff_min)
+
+
 @unit(ops.OP_LOG_SOFTMAX, _rows_cost)
-def log_softmax(desc: np.void, dma) -> None:
-    _rows(desc, dma, normalization.log_softmax, ("input_multiplier", "input_left_shift", "reverse_scaling_divisor",
-                                                 "reverse_scaling_right_shift", "diff_min"))
+def log_softmax(desc: np.void, dma) -> Rerun | None:
+    """Reruns in C (``norm_kernels.c``) with its parameters' tables."""
+    params = {p: int(desc[p]) for p in ("input_multiplier", "input_left_shift", "reverse_scaling_divisor",
+                                         "reverse_scaling_right_shift", "diff_min")}
+    shape = dims((desc["rows"], desc["depth"]), "rows/depth")
+    x = dma.read_array(int(desc["input"]), np.int8, shape)
+    out = dma.write_array(int(desc["output"]), np.int8, shape)
+    normalization.log_softmax(x, out=out, **params)
+    tables = _log_softmax_tables(params["input_multiplier"], params["input_left_shift"], params["diff_min"])
+    return norm_calls.bind_log_softmax(x, out, tables, reverse_scaling_divisor=params["reverse_scaling_divisor"],
+                                       reverse_scaling_right_shift=params["reverse_scaling_right_shift"],
+                                       diff_min=params["diff_min"])

@@ -1,6 +1,6 @@
 """The matrix unit for two activations: BATCH_MATMUL (descriptor: ``npu_hw.ops``), int8 or,
-with ``OPF_INT16``, int16 (LiteRT's int16 kernel: zero points 0, int64 sums; its numpy kernel
-reruns in C: ``int16_calls.bind_matmul16``)."""
+with ``OPF_INT16``, int16 (LiteRT's int16 kernel: zero points 0, int64 sums); its numpy kernels
+rerun in C (``int16_calls.bind_matmul8`` / ``bind_matmul16``)."""
 from __future__ import annotations
 
 import numpy as np
@@ -50,5 +50,6 @@ def batch_matmul(desc: np.void, dma) -> Rerun | None:
     kernel(lhs, rhs, lhs_zp=int(desc["lhs_zp"]), rhs_zp=int(desc["rhs_zp"]), output_zp=int(desc["output_zp"]),
            adj_x=adj_x, adj_y=adj_y, out=out, **quant)
     if dtype != np.int16:
-        return None
+        return int16_calls.bind_matmul8(lhs, rhs, out, adj_x=adj_x, adj_y=adj_y, lhs_zp=int(desc["lhs_zp"]),
+                                        rhs_zp=int(desc["rhs_zp"]), output_zp=int(desc["output_zp"]), **quant)
     return int16_calls.bind_matmul16(lhs, rhs, out, adj_x=adj_x, adj_y=adj_y, **quant)

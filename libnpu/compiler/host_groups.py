@@ -78,7 +78,13 @@ def _alone_group(g: int, group: dict[int, int], alone: Callable[[int], bool]) ->
 
 
 def _order(count: int, preds: list[list[int]], group: dict[int, int]) -> list[int]:
-    """A topological order of the operators with each group's members adjacent."""
+    """A topological order of the operators with each group's members adjacent, and as few
+    switches between chip operators and host calls as a greedy walk gives: it stays with
+    the kind it runs (ties by file position) while one is ready, and starts with the host
+    calls ready from the start. Each switch is a chip job ending or starting: a host call
+    reading only model inputs (a mask's Not / Cast, an id's lookup) runs before the first
+    job instead of splitting the chip's work in two, and the chip runs all it can before a
+    host call instead of coming back after it."""
     unit = [("g", group[k]) if k in group else ("op", k) for k in range(count)]
     members: dict[tuple[str, int], list[int]] = {}
     for k in range(count):
@@ -89,15 +95,22 @@ def _order(count: int, preds: list[list[int]], group: dict[int, int]) -> list[in
         for d in ds:
             users[d].append(u)
     pending = {u: len(ds) for u, ds in needs.items()}
-    ready = [(members[u][0], u) for u, n in pending.items() if n == 0]
-    heapq.heapify(ready)
+    ready: dict[str, list[tuple[int, tuple[str, int]]]] = {"g": [], "op": []}   # host calls, chip operators
+    for u, n in pending.items():
+        if n == 0:
+            ready[u[0]].append((members[u][0], u))
+    for heap in ready.values():
+        heapq.heapify(heap)
     order: list[int] = []
-    while ready:
-        _, u = heapq.heappop(ready)
+    kind = "g"
+    while ready["g"] or ready["op"]:
+        if not ready[kind]:
+            kind = "op" if kind == "g" else "g"
+        _, u = heapq.heappop(ready[kind])
         order += members[u]
         for v in users[u]:
             pending[v] -= 1
             if pending[v] == 0:
-                heapq.heappush(ready, (members[v][0], v))
+                heapq.heappush(ready[v[0]], (members[v][0], v))
     assert len(order) == count, "grouping made a cycle"     # excluded by construction (see the docstring)
     return order

@@ -18,14 +18,16 @@ import numpy as np
 
 from .ir import Graph, IRError, Tensor
 
-__all__ = ["INTEGER_INPUTS", "IntegerOperandError", "refuse_integer_operands", "integer_activations",
-           "random_integers"]
+__all__ = ["INTEGER_INPUTS", "IntegerOperandError", "refuse_integer_operands", "narrowed_index_inputs",
+           "integer_activations", "random_integers"]
 
 #: Non-float dtypes a float model's inputs (and host ops' results) may have.
 INTEGER_INPUTS = ("int32", "int64", "bool")
 
-#: ONNX op type -> {input position: dtypes the chip's operator reads there as they are}.
-_CHIP_READS = {"Gather": {1: ("int32",)}}
+#: ONNX op type -> {input position: dtypes the chip's operator reads there as they are}
+#: (the Cast and Identity of ids the chip takes narrowed: ``narrowed_index_inputs``; the
+#: Cast handler refuses any other of a computed tensor).
+_CHIP_READS = {"Gather": {1: ("int32",)}, "Cast": {0: ("int32",)}, "Identity": {0: ("int32",)}}
 
 
 class IntegerOperandError(IRError):
@@ -46,6 +48,47 @@ def refuse_integer_operands(op_type: str, operands: Sequence[Tensor | None], whe
         raise IntegerOperandError(
             f"{where}: input {t.name!r} is {t.dtype} computed at run time; the chip computes on int8-quantized "
             f"floats{' (it reads ' + reads + ')' if reads else ''}")
+
+
+def narrowed_index_inputs(nodes: Sequence, inputs: Sequence[str], outputs: Sequence[str]) -> set[str]:
+    """The model inputs (of ``inputs``, by name, int64 in the file) the chip takes as int32,
+    with the values they pass through unchanged: those that only index (ONNX Gather's input
+    1, a token id into an embedding, as PyTorch exports every id in int64), directly or
+    through ``Identity`` and ``Cast`` to int32 or int64 (PyTorch's ``.long()``). The
+    runtime narrows the caller's int64 ids to int32 and refuses one that does not fit
+    (:func:`libnpu.tensors.as_input`), and the chip's GATHER refuses an id outside its
+    table, so no id is silently wrapped; a negative id (ONNX's from-the-end indexing) is
+    refused too. Without this the lookup ran on the CPU: one host call, and a chip job on
+    each side of it, per step."""
+    readers: dict[str, list[tuple[object, int]]] = {}
+    for node in nodes:
+        if any(a.g.node or a.graphs for a in node.attribute):     # an If's or Loop's body may read any of them
+            return set()
+        for position, name in enumerate(node.input):
+            readers.setdefault(name, []).append((node, position))
+    narrowed: set[str] = set()
+    for name in inputs:
+        passed, pending, ok = {name}, [name], True
+        while pending and ok:
+            value = pending.pop()
+            ok = value not in outputs and value in readers
+            for node, position in readers.get(value, []):
+                if _passes_ids(node):
+                    passed.add(node.output[0])
+                    pending.append(node.output[0])
+                elif not (node.op_type == "Gather" and position == 1):
+                    ok = False
+        if ok:
+            narrowed |= passed
+    return narrowed
+
+
+def _passes_ids(node) -> bool:
+    """An ONNX node whose output is its input's integers unchanged (their dtype aside)."""
+    if node.op_type == "Identity":
+        return True
+    to = next((a.i for a in node.attribute if a.name == "to"), None)
+    return node.op_type == "Cast" and to in (6, 7)          # TensorProto.INT32, INT64
 
 
 def integer_activations(graph: Graph) -> set[str]:

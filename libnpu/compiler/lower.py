@@ -26,6 +26,7 @@ from .blas_threads import one_blas_thread
 from .descriptors import Lowering, LoweringError, lower_op
 from .frontend import check_int8, load_model, to_int8_graph
 from .frozen_inputs import FrozenInputs, freeze_model_inputs
+from .host_outputs import host_writes_float_outputs
 from .input_shapes import InputShapes, fix_input_shapes
 from .ir import Graph, IRError, Op, Tensor
 from .layer_faults import MAX_LAYER_FAULTS, LayerFault, fault_sources
@@ -82,7 +83,7 @@ def lower(graph: Graph, *, metadata: dict[str, Any] | None = None, tiles: int = 
     is refused: its loadable would run no task and report success."""
     graph.check_runnable()
     check_int8(graph)
-    graph = _copy_crossed_states(graph)
+    graph = _copy_crossed_states(host_writes_float_outputs(graph))
     sources = op_sources(graph.metadata)
     plan = plan_memory(graph)
     _, index = plan.descriptors(graph)

@@ -33,7 +33,7 @@ from .dynamic_quant import dequantize_dynamic, is_dynamic, per_run_values
 from .dynamic_shapes import DYNAMIC_OUTPUTS, data_dependent, dynamic_output_entry
 from .host_groups import group_host_ops
 from .input_shapes import InputShapes, fix_onnx_inputs
-from .integer_inputs import INTEGER_INPUTS, refuse_integer_operands
+from .integer_inputs import INTEGER_INPUTS, narrowed_index_inputs, refuse_integer_operands
 from .ir import Graph, IRError, Op, SourceOp, Tensor, require_data, same_pads
 from .onnx_fold import fold_onnx, free_body_shapes
 from .onnx_host import TensorType, group_model, probe_shapes, reads
@@ -103,6 +103,7 @@ class _Importer:
                 dims = tuple(d.dim_value if d.HasField("dim_value") else -1 for d in tt.shape.dim)
                 self.shapes[vi.name] = (dims, _onnx_dtype(tt.elem_type))
         self.dynamic: set[str] = set()     # tensors whose shape depends on the data (compiler.onnx_host)
+        self.narrowed: set[str] = set()    # int64 ids the chip takes as int32 (compiler.integer_inputs)
         self.per_run = per_run_values(self.model.graph)    # on a DynamicQuantizeLinear's grid (compiler.dynamic_quant)
         self.data_dependent = data_dependent(self.model.graph, self.shapes, self.consts)   # by rule (dynamic_shapes)
         self.dynamic_outputs: dict[str, dict[str, Any]] = {}    # model outputs a host call makes per run
@@ -173,12 +174,16 @@ class _Importer:
     def run(self) -> Graph:
         graph = self.model.graph
         init_names = set(self.consts)
+        narrowed = self.narrowed = narrowed_index_inputs(graph.node, [vi.name for vi in graph.input],
+                                                         [vi.name for vi in graph.output])
         for vi in graph.input:
             if vi.name in init_names:
                 continue
             shape, dtype = self.shapes[vi.name]
             if dtype not in ("float32", *INTEGER_INPUTS):
                 raise ONNXImportError(f"input {vi.name!r}: inputs are float32, int32, int64 or bool, not {dtype}")
+            if dtype == "int64" and vi.name in narrowed:
+                dtype = "int32"
             if dtype != "float32":     # taken as it is, never quantized (libnpu.compiler.integer_inputs)
                 self.new_tensor(vi.name, False, "input", shape, dtype)
             elif len(shape) == 4 and self.nhwc_io:

@@ -376,7 +376,7 @@ def _float_edges(g: Graph, src: Graph) -> None:
     A host op reads a float input as the caller gave it: no grid is imposed on what no
     chip op reads (a Cast to integer truncates a byte value the grid put a step below it);
     the QUANTIZE is there only when a chip op (or a state) reads the input."""
-    prologue, epilogue = [], []
+    prologue: list[Op] = []
     for name in list(g.inputs):
         if g.tensors[name].quant is None and g.tensors[name].dtype in INTEGER_INPUTS:
             continue      # integers enter the chip as they are
@@ -394,6 +394,7 @@ def _float_edges(g: Graph, src: Graph) -> None:
         else:
             del g.tensors[q_name]
     new_outputs = []
+    after: dict[str, list[Op]] = {}       # a DEQUANTIZE right after the op making its input
     for name in g.outputs:
         if g.tensors[name].quant is None:     # on no grid (quantize's ``indices``)
             new_outputs.append(name)  # positions (an arg max), values shaped per run, CPU results: as they are
@@ -408,9 +409,17 @@ def _float_edges(g: Graph, src: Graph) -> None:
             op.inputs = [q_name if i == name else i for i in op.inputs]
         _keep_states_int8(g, name, q_name)
         g.tensors[name] = Tensor(name, t.shape, "float32")
-        epilogue.append(Op("DEQUANTIZE", [q_name], [name], name=name))
+        after.setdefault(q_name, []).append(Op("DEQUANTIZE", [q_name], [name], name=name))
         new_outputs.append(name)
-    g.ops = prologue + g.ops + epilogue
+    # Each output's DEQUANTIZE follows the op making its input, not the whole graph: one
+    # after a host call would be a chip job of its own (a decoder step's outputs behind a
+    # TopK on the CPU: two jobs where one does).
+    ordered = []
+    for op in g.ops:
+        ordered.append(op)
+        for out in op.outputs:
+            ordered += after.pop(out, [])
+    g.ops = prologue + ordered + [op for ops in after.values() for op in ops]
     g.outputs = new_outputs
 
 

@@ -39,7 +39,7 @@ _NPY_MAGIC = b"\x93NUMPY"
 
 
 def load_npy(path: str | os.PathLike) -> np.ndarray:
-    """The numeric array a .npy file holds (``numpy.save``'s format), or ModelSpecError
+    """The numeric (or bool: a mask input) array a .npy file holds (``numpy.save``'s format), or ModelSpecError
     saying what the file is instead: missing, a directory, another kind of file (text,
     a picture, a pickle...), truncated, or an array of Python objects (never unpickled)."""
     try:
@@ -62,8 +62,9 @@ def load_npy(path: str | os.PathLike) -> np.ndarray:
         raise ModelSpecError(f"{path}: a damaged .npy file ({exc})") from None
     if array is None:
         raise ModelSpecError(f"{path}: not a .npy file (write arrays with numpy.save)")
-    if not isinstance(array, np.ndarray) or not np.issubdtype(array.dtype, np.number):
-        raise ModelSpecError(f"{path}: dtype {getattr(array, 'dtype', type(array).__name__)} is not numeric")
+    if not isinstance(array, np.ndarray) or not (np.issubdtype(array.dtype, np.number) or array.dtype == np.bool_):
+        raise ModelSpecError(f"{path}: dtype {getattr(array, 'dtype', type(array).__name__)} is not numeric "
+                             "(nor bool, as a mask input is)")
     return array
 
 

@@ -27,11 +27,15 @@ __all__ = ["random_inputs", "read_inputs", "load_timed", "run", "save_outputs"]
 
 
 def random_inputs(descs: Sequence[TensorDesc], seed: int = 0) -> list[np.ndarray]:
-    """One random array per input: uniform [-1, 1) for float inputs, the full range for integers."""
+    """One random array per input: uniform [-1, 1) for float inputs, the full range for
+    quantized integers, 0s and 1s for unquantized ones (ids, flags: valid indices of any
+    table, as the compiler's random calibration gives them)."""
     rng = np.random.default_rng(seed)
     out = []
     for d in descs:
-        if np.issubdtype(np.dtype(d.dtype), np.integer):
+        if np.issubdtype(np.dtype(d.dtype), np.integer) and d.scale is None:
+            out.append(rng.integers(0, 2, d.shape).astype(d.dtype))
+        elif np.issubdtype(np.dtype(d.dtype), np.integer):
             info = np.iinfo(d.dtype)
             out.append(rng.integers(info.min, info.max, d.shape, endpoint=True).astype(d.dtype))
         else:

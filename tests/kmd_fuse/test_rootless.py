@@ -244,7 +244,10 @@ def _run_as_user(user: pwd.struct_passwd, venv: Path, workdir: Path, script: str
     """Run a bash script (argument $1: ``workdir``) as ``user`` with ``venv`` first on PATH;
     its stdout, once it printed DONE without a traceback. ``open_fuse``: give the user a
     /dev/fuse they may open (see the module doc) when the machine's is root's alone."""
-    (workdir / "scenario.sh").write_text(script)
+    # The chip's C kernels built first, in the user's own cache: a chip building them while it
+    # powers on (a fresh cache after a C change: 22 s at load 10) misses the driver's 20 s
+    # deadline, is killed mid-build, and every later start fails the same way.
+    (workdir / "scenario.sh").write_text("python -m firmware_sim.kernels.native > /dev/null 2>&1 || true\n" + script)
     as_user = ["setpriv", f"--reuid={user.pw_uid}", f"--regid={user.pw_gid}", "--init-groups",
                "env", "-i", f"HOME={user.pw_dir}", f"PATH={venv}/bin:/usr/bin:/bin", "LC_ALL=C",
                "bash", str(workdir / "scenario.sh"), str(workdir)]

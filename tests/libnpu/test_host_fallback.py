@@ -17,6 +17,8 @@ from libnpu.loadable import Loadable
 from libnpu.portability import MEM_RW
 from tests.support import dynamic_models, dynamic_quant_models, host_models, log_mel_models, model_builders
 from tests.support.litert import litert_run
+from tests.support.rnn_models import cosine
+from tests.support.step_models import gru_attention_step, step_feeds
 from tests.support.tflite_builder import OpSpec, SubgraphSpec, TensorSpec, build_model, named_options
 
 B = tflite.BuiltinOperator
@@ -447,3 +449,32 @@ def test_a_top_k_head_decides_in_float_and_its_rows_leave_on_no_grid(npu):
             np.testing.assert_allclose(got[0, :, 4], want[0, :, 4], atol=0.02)
             assert np.array_equal(got[0, :, 5], np.round(got[0, :, 5]))
             np.testing.assert_allclose(got[0, 0, :4], want[0, 0, :4], atol=0.02 * np.ptp(want[0, :, :4]))
+
+
+# A per-token decoder step (tests/support/step_models.py): its fixed costs are what it pays, so
+# its chip work is one job: the int64 token's lookup on the chip, and a beam search's TopK on
+# the host after that job writing its float output itself (an output DEQUANTIZE after it was
+# a second job).
+def test_a_beam_step_is_one_chip_job_then_its_topk_on_the_host(npu):
+    model = gru_attention_step(hidden=32, positions=8, vocab=16, beam=3)
+    names = [i.name for i in model.graph.input]
+    feeds = step_feeds(model, 24)
+    loadable = compile_model(model.SerializeToString(), [[f[n] for n in names] for f in feeds], recipe="fast")
+    jobs = [tasks for tasks, _ in loadable.partitions() if len(tasks)]
+    assert len(jobs) == 1 and [s.op for s in loadable.host_steps] == ["TopK"]
+    assert loadable.host_steps[0].after_task == len(loadable.tasks)
+    assert [(t.name, t.dtype) for t in loadable.inputs()][0] == ("token", "int32")
+    session = onnxruntime.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    with libnpu.load(loadable, devroot=npu.devroot) as compiled:
+        for feed in step_feeds(model, 3, seed=7):
+            got = dict(zip([d.name for d in compiled.outputs], compiled.infer([feed[n] for n in names])))
+            want = dict(zip([o.name for o in model.graph.output], session.run(None, feed)))
+            for name in ("logp", "hidden_out", "top_v"):
+                assert got[name].dtype == np.float32 and cosine(got[name], want[name]) > 0.98, name
+            assert got["top_i"].dtype == np.int64
+        request = compiled.create_request()       # its job again on the queue it ran on, the wait hinted
+        for feed in step_feeds(model, 3, seed=8):
+            request.infer([feed[n] for n in names])
+        (job,) = [segment.job for segment in request._partitions._segments if segment.job is not None]
+        assert job.queue is not None and job.expected_ns > 0
+        request.release()

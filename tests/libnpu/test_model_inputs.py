@@ -12,6 +12,7 @@ from onnx import TensorProto, helper
 import libnpu
 from libnpu.compiler.frozen_inputs import FreezeInputError
 from libnpu.compiler.lower import compile_model
+from libnpu.errors import InputError
 from libnpu.loadable import Loadable
 from libnpu.tools.cli import main
 from tests.support.tflite_builder import OpSpec, TensorSpec, build_model, run_reference
@@ -115,20 +116,37 @@ def test_int32_ids_feed_the_chips_gather_as_they_are(npu, tmp_path):
             _close(request.outputs()[0], _ort(model, {"bytes": ids})[0])
 
 
-def test_int64_operands_the_chip_cannot_read_run_on_the_cpu_with_the_reason(npu, tmp_path):
+@pytest.mark.parametrize("long", [False, True])
+def test_int64_ids_that_only_index_feed_the_chips_gather_as_int32(npu, long):
+    """PyTorch exports token ids in int64: an input read only as Gather's indices (``long``:
+    through ``.long()``'s Cast to int64 and an Identity) is taken as int32 (the caller's
+    int64 narrowed, one that does not fit refused), not looked up on the CPU between two
+    chip jobs."""
     model = _byte_embedding(TensorProto.INT64)
-    loadable = compile_model(model.SerializeToString())
-    assert [(t.name, t.dtype) for t in loadable.inputs()] == [("bytes", "int64")]
-    (step,) = loadable.host_steps
-    assert step.op == "Gather" and "'bytes' is int64 computed at run time" in step.reason
+    if long:
+        model.graph.node[0].input[1] = "ids"
+        model.graph.node.insert(0, helper.make_node("Identity", ["as_long"], ["ids"]))
+        model.graph.node.insert(0, helper.make_node("Cast", ["bytes"], ["as_long"], to=TensorProto.INT64))
+    rng = np.random.default_rng(1)
+    calibration = [[rng.integers(0, 257, (1, 32), dtype=np.int64)] for _ in range(64)]
+    loadable = compile_model(model.SerializeToString(), calibration)
+    assert [(t.name, t.dtype) for t in loadable.inputs()] == [("bytes", "int32")]
+    assert not loadable.host_steps and "GATHER" in [t.op for t in loadable.tasks]
+    with libnpu.load(loadable, devroot=npu.devroot) as compiled:
+        ids = rng.integers(0, 257, (1, 32), dtype=np.int64)
+        _close(compiled.infer([ids])[0], _ort(model, {"bytes": ids})[0])
+        ids[0, 3] = 2 ** 40
+        with pytest.raises(InputError, match="do not fit int32"):
+            compiled.infer([ids])
+
+
+def test_int64_operands_the_chip_cannot_read_run_on_the_cpu_with_the_reason(npu, tmp_path):
     rate = _rate_scaled()           # not frozen: the int64 rate goes to Cast on the CPU, the rest to the chip
     loadable = compile_model(rate.SerializeToString())
     assert [(t.name, t.dtype) for t in loadable.inputs()] == [("x", "float32"), ("sr", "int64")]
-    assert [s.op for s in loadable.host_steps] == ["Cast"]
+    (step,) = loadable.host_steps
+    assert step.op == "Cast" and "'sr' is int64 computed at run time" in step.reason
     rng = np.random.default_rng(2)
-    with libnpu.load(compile_model(model.SerializeToString()), devroot=npu.devroot) as compiled:
-        ids = rng.integers(0, 257, (1, 32), dtype=np.int64)
-        _close(compiled.infer([ids])[0], _ort(model, {"bytes": ids})[0])
     x = rng.uniform(-1, 1, (1, 16)).astype(np.float32)
     with libnpu.load(loadable, devroot=npu.devroot) as compiled:
         sr = np.array(1, np.int64)       # in the random calibration's range (0, 1)

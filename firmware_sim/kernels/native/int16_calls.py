@@ -1,9 +1,10 @@
 """Bound calls of the C int16 kernels (``int16_kernels.c``, ``binary16_kernels.c``, ``int16x16_kernels.c``,
 ``softmax16_kernels.c``): convolution, depthwise convolution and fully connected with int16
 activations and int8 or int16 weights, ADD, MUL, PRELU, MAXIMUM and MINIMUM, average and max
-pooling, SOFTMAX, BATCH_MATMUL: the reruns of ``kernels.int16x8``'s,
-``kernels.int16x16``'s, ``kernels.binary``'s (int16 PRELU), ``kernels.pooling``'s and
-``kernels.matmul``'s numpy kernels (which run first and stay the reference)."""
+pooling, SOFTMAX, BATCH_MATMUL (and int8 BATCH_MATMUL, whose operands it lays out alike): the
+reruns of ``kernels.int16x8``'s, ``kernels.int16x16``'s, ``kernels.binary``'s (int16 PRELU),
+``kernels.pooling``'s and ``kernels.matmul``'s numpy kernels (which run first and stay the
+reference)."""
 from __future__ import annotations
 
 import numpy as np
@@ -12,7 +13,7 @@ from . import data_calls, ffi, library
 from .calls import BoundCall
 
 __all__ = ["bind_conv16", "bind_fully_connected16", "bind_binary16", "bind_pool16", "bind_softmax16",
-           "bind_matmul16"]
+           "bind_matmul16", "bind_matmul8"]
 
 
 def _contiguous(*arrays: np.ndarray | None) -> bool:
@@ -166,10 +167,27 @@ def bind_matmul16(lhs: np.ndarray, rhs: np.ndarray, out: np.ndarray, *, adj_x: b
     """int16 ``lhs @ rhs`` (``adj_x`` / ``adj_y``: that operand stored transposed; batch axes
     broadcast) into ``out`` as a call, with the numpy kernel's checked shapes; None unless every
     array is C-contiguous int16 and the multiplier an int32."""
+    return _bind_matmul(np.int16, lhs, rhs, out, adj_x, adj_y, dict(
+        multiplier=multiplier, shift=shift, act_min=act_min, act_max=act_max))
+
+
+def bind_matmul8(lhs: np.ndarray, rhs: np.ndarray, out: np.ndarray, *, adj_x: bool, adj_y: bool, lhs_zp: int,
+                 rhs_zp: int, output_zp: int, multiplier: int, shift: int, act_min: int,
+                 act_max: int) -> BoundCall | None:
+    """int8 ``lhs @ rhs`` (``kernels.matmul.matmul_int8``, which checked the parameters) as
+    :func:`bind_matmul16` lays the operands out; None unless every array is C-contiguous int8
+    and the multiplier an int32."""
+    return _bind_matmul(np.int8, lhs, rhs, out, adj_x, adj_y, dict(
+        lhs_zp=lhs_zp, rhs_zp=rhs_zp, output_zp=output_zp, multiplier=multiplier, shift=shift, act_min=act_min,
+        act_max=act_max))
+
+
+def _bind_matmul(dtype: type, lhs: np.ndarray, rhs: np.ndarray, out: np.ndarray, adj_x: bool, adj_y: bool,
+                 quant: dict[str, int]) -> BoundCall | None:
     arrays = (lhs, rhs, out)
-    if (library() is None or any(a.dtype != np.int16 or not a.flags.c_contiguous for a in arrays)
+    if (library() is None or any(a.dtype != dtype or not a.flags.c_contiguous for a in arrays)
             or lhs.ndim < 2 or lhs.ndim != rhs.ndim or out.ndim != lhs.ndim or not out.flags.writeable
-            or not -(1 << 31) <= multiplier < 1 << 31
+            or not -(1 << 31) <= quant["multiplier"] < 1 << 31
             or np.may_share_memory(lhs, out) or np.may_share_memory(rhs, out)):   # C writes rows before reading all
         return None
     rows, cols = out.shape[-2:]
@@ -182,13 +200,15 @@ def bind_matmul16(lhs: np.ndarray, rhs: np.ndarray, out: np.ndarray, *, adj_x: b
         return np.ascontiguousarray(np.broadcast_to(own * (a.shape[-2] * a.shape[-1]), batch).reshape(-1))
 
     lhs_at, rhs_at = starts(lhs), starts(rhs)
-    buffers = (ffi.from_buffer("int16_t[]", lhs), ffi.from_buffer("int16_t[]", rhs),
-               ffi.from_buffer("int16_t[]", out, require_writable=True),
+    ctype = "int16_t[]" if dtype == np.int16 else "int8_t[]"
+    buffers = (ffi.from_buffer(ctype, lhs), ffi.from_buffer(ctype, rhs),
+               ffi.from_buffer(ctype, out, require_writable=True),
                ffi.from_buffer("int64_t[]", lhs_at), ffi.from_buffer("int64_t[]", rhs_at))
-    call = ffi.new("struct npu_matmul16_call *", {
+    wide = dtype == np.int16
+    call = ffi.new("struct npu_matmul16_call *" if wide else "struct npu_matmul8_call *", {
         "lhs": buffers[0], "rhs": buffers[1], "out": buffers[2], "batches": lhs_at.size, "lhs_at": buffers[3],
         "rhs_at": buffers[4], "rows": rows, "depth": depth, "cols": cols,
         "lhs_row": 1 if adj_x else depth, "lhs_depth": rows if adj_x else 1,
-        "rhs_depth": 1 if adj_y else cols, "rhs_col": depth if adj_y else 1,
-        "multiplier": multiplier, "shift": shift, "act_min": act_min, "act_max": act_max})
-    return BoundCall(library().NPU_STEP_MATMUL16, call, arrays, (buffers, lhs_at, rhs_at))
+        "rhs_depth": 1 if adj_y else cols, "rhs_col": depth if adj_y else 1, **quant})
+    kind = library().NPU_STEP_MATMUL16 if wide else library().NPU_STEP_MATMUL8
+    return BoundCall(kind, call, arrays, (buffers, lhs_at, rhs_at))

@@ -1127,6 +1127,54 @@ static inline int32_t mbqm(int32_t x, int32_t m, int32_t shift)
     return (int32_t)rounding_divide_by_pot(srdhm((int32_t)((uint32_t)x << left), m), right);
 }
 
+/* One output row's int32 sums (wrapping, as TFLite's int32 accumulator) of lhs row l (d at
+   l[d * ld]) minus lzp times rhs (d, col) at r[d * rd + col * rc] minus rzp: along the
+   contiguous rhs row when there is one, else one dot product per column. */
+static void matmul8_row(const int8_t *l, int64_t ld, const int8_t *r, int64_t rd, int64_t rc, int64_t depth,
+                        int64_t cols, int32_t lzp, int32_t rzp, int64_t *acc)
+{
+    if (rc == 1) {
+        memset(acc, 0, sizeof(int64_t) * (size_t)cols);
+        for (int64_t d = 0; d < depth; d++) {
+            const int32_t a = (int32_t)l[d * ld] - lzp;
+            const int8_t *row = r + d * rd;
+            for (int64_t col = 0; col < cols; col++)
+                acc[col] += a * ((int32_t)row[col] - rzp);
+        }
+        return;
+    }
+    for (int64_t col = 0; col < cols; col++) {
+        const int8_t *column = r + col * rc;
+        int64_t total = 0;
+        for (int64_t d = 0; d < depth; d++)
+            total += ((int32_t)l[d * ld] - lzp) * ((int32_t)column[d * rd] - rzp);
+        acc[col] = total;
+    }
+}
+
+int npu_matmul8(const struct npu_matmul8_call *c)
+{
+    if (c->batches < 0 || c->rows < 0 || c->depth < 0 || c->cols < 0)
+        return NPU_KERNEL_BAD_STEP;
+    if (c->shift < -31 || c->shift > 30)
+        return NPU_KERNEL_BAD_SHIFT;
+    int64_t *acc = malloc(sizeof(int64_t) * (size_t)(c->cols > 0 ? c->cols : 1));
+    if (!acc)
+        return NPU_KERNEL_NO_MEMORY;
+    for (int64_t b = 0; b < c->batches; b++)
+        for (int64_t row = 0; row < c->rows; row++) {
+            matmul8_row(c->lhs + c->lhs_at[b] + row * c->lhs_row, c->lhs_depth, c->rhs + c->rhs_at[b], c->rhs_depth,
+                        c->rhs_col, c->depth, c->cols, c->lhs_zp, c->rhs_zp, acc);
+            int8_t *o = c->out + (b * c->rows + row) * c->cols;
+            for (int64_t col = 0; col < c->cols; col++) {
+                const int32_t scaled = mbqm((int32_t)(uint32_t)(uint64_t)acc[col], c->multiplier, c->shift);
+                o[col] = clamp_s8((int32_t)((uint32_t)scaled + (uint32_t)c->output_zp), c->act_min, c->act_max);
+            }
+        }
+    free(acc);
+    return 0;
+}
+
 static inline int32_t sat16(int32_t v)
 {
     return v < -32768 ? -32768 : v > 32767 ? 32767 : v;
@@ -1245,6 +1293,8 @@ int npu_step_run(const struct npu_step *step)
         return npu_gather(p);
     case NPU_STEP_L2NORM:
         return npu_l2norm(p);
+    case NPU_STEP_LOG_SOFTMAX:
+        return npu_log_softmax(p);
     case NPU_STEP_CONV16:
         return npu_conv16x8(p);
     case NPU_STEP_DEPTHWISE16:
@@ -1280,6 +1330,8 @@ int npu_step_run(const struct npu_step *step)
         return npu_softmax16(p);
     case NPU_STEP_MATMUL16:
         return npu_matmul16(p);
+    case NPU_STEP_MATMUL8:
+        return npu_matmul8(p);
     case NPU_STEP_TRANSPOSE_CONV:
         return npu_transpose_conv(p);
     default:

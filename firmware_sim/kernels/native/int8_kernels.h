@@ -277,6 +277,21 @@ struct npu_l2norm_call {
 int npu_l2norm(const struct npu_l2norm_call *c);
 #define NPU_STEP_L2NORM 60
 
+/* int8 LOG_SOFTMAX over the last axis (norm_kernels.c; kernels/normalization.py's
+   log_softmax, the reference): rows x depth values, output scale 16/256, zero point 127.
+   An element `below` its row's maximum (0..255) has the scaled difference diff_q5_t[below]
+   and the exponential term terms_t[below] (0 under diff_min): both a parameter set's
+   tables, 256 entries; the row's log of its sum is computed per row. */
+struct npu_log_softmax_call {
+    const int8_t *x;
+    int64_t rows, depth;
+    const int32_t *diff_q5_t, *terms_t;
+    int32_t reverse_scaling_divisor, reverse_scaling_right_shift, diff_min;
+    int8_t *out;
+};
+int npu_log_softmax(const struct npu_log_softmax_call *c);
+#define NPU_STEP_LOG_SOFTMAX 61
+
 /* int16 x int8 kernels (int16_kernels.c): int16 activations (zero point 0), int8 weights,
    int64 biases; requantized as TFLite's 16x8 reference kernels do. `depth_multiplier` is
    the depthwise kernel's (cout = cin * depth_multiplier), `groups` the convolution's. */
@@ -402,6 +417,22 @@ struct npu_matmul16_call {
 int npu_matmul16(const struct npu_matmul16_call *c);
 
 #define NPU_STEP_MATMUL16 37
+
+/* int8 BATCH_MATMUL (int8_kernels.c, kernels/matmul.py's matmul_int8): the operands laid out
+   as npu_matmul16_call's, int32 sums of (lhs - lhs_zp)(rhs - rhs_zp), requantized with
+   MultiplyByQuantizedMultiplier (double rounding), plus output_zp, clamped. */
+struct npu_matmul8_call {
+    const int8_t *lhs, *rhs;
+    int8_t *out;
+    int64_t batches;
+    const int64_t *lhs_at, *rhs_at;
+    int64_t rows, depth, cols, lhs_row, lhs_depth, rhs_depth, rhs_col;
+    int32_t lhs_zp, rhs_zp, output_zp, multiplier, shift, act_min, act_max;
+};
+
+int npu_matmul8(const struct npu_matmul8_call *c);
+
+#define NPU_STEP_MATMUL8 38
 
 /* RESIZE_BILINEAR / RESIZE_NEAREST_NEIGHBOR of int8 or int16 (`elem` bytes) NHWC x (n, h, w, c)
    into out (n, oh, ow, c) (resize_kernels.c): output row oy reads source rows y0[oy] (and

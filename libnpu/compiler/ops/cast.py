@@ -1,6 +1,7 @@
 """ONNX Cast to the type its input already has: no op (PyTorch's exports cast an STFT's
-float slices to float); a constant's Cast is folded; any other Cast of a computed tensor
-is refused here and runs on the CPU."""
+float slices to float), as is a Cast to an integer type of ids the chip takes as int32
+(``integer_inputs.narrowed_index_inputs``: PyTorch's ``.long()`` of a token); a constant's
+Cast is folded; any other Cast of a computed tensor is refused here and runs on the CPU."""
 from __future__ import annotations
 
 import numpy as np
@@ -18,6 +19,6 @@ def _onnx_cast(im, node, attrs, where):
         im.consts[node.output[0]] = np.asarray(im.consts[x]).astype(to)
         return
     have = np.dtype(im.g.tensors[im.env[x][0]].dtype)
-    if have != to:
+    if have != to and not (x in im.narrowed and to.kind == "i"):   # ids the chip takes as int32 stay them
         raise onnx_import.ONNXImportError(f"{where}: a Cast from {have} to {to} of a computed tensor")
     im.env[node.output[0]] = im.env[x]

@@ -31,6 +31,27 @@ def test_parallel_branches_share_a_call_and_the_chip_operators_move_around_it():
     assert groups.order == [0, 2, 1, 3, 4]      # c runs before the call, which then takes b and d
 
 
+def _jobs(groups, host) -> int:
+    """Chip jobs the order makes: runs of chip operators."""
+    kinds = [k in host for k in groups.order]
+    return sum(1 for i, cpu in enumerate(kinds) if not cpu and (i == 0 or kinds[i - 1]))
+
+
+def test_a_call_reading_only_model_inputs_runs_before_the_chip_instead_of_between_two_jobs():
+    # x -> a(npu);  mask -> c(cpu);  b(npu) reads a and c.  File order a c b: the chip's work
+    # was split around c (two jobs); c first leaves one.
+    ops = [(["x"], ["a"]), (["mask"], ["c"]), (["a", "c"], ["b"])]
+    groups = group_host_ops(ops, {1})
+    assert groups.order == [1, 0, 2] and _jobs(groups, {1}) == 1
+
+
+def test_the_chip_runs_what_it_can_before_a_call_instead_of_coming_back_after_it():
+    # x -> a(npu) -> h(cpu);  x -> b(npu), a model output.  File order a h b.
+    ops = [(["x"], ["a"]), (["a"], ["h"]), (["x"], ["b"])]
+    groups = group_host_ops(ops, {1})
+    assert groups.order == [0, 2, 1] and _jobs(groups, {1}) == 1
+
+
 def test_alone_operators_get_a_call_of_their_own():
     groups = group_host_ops(_chain("cpu", "custom", "cpu"), {0, 1, 2}, alone=lambda k: k == 1)
     assert groups.count() == 3
