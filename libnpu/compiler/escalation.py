@@ -93,6 +93,7 @@ from .held_out import (
     held_out_scores,
     measure,
     required_score,
+    search_samples,
     split_held_out,
 )
 from .ir import Graph, IRError
@@ -269,6 +270,7 @@ def _escalate(graph: Graph, dataset: Iterable[Feed] | None, target: float, budge
         if not held:
             held = calibration
     need = required_score(target, len(held))
+    search = search_samples(calibration if measured_on == "held-out" else None, held)
     tried: list[dict[str, Any]] = []
     seen: list[dict[str, Any]] = []
     best: _Best | None = None
@@ -293,7 +295,7 @@ def _escalate(graph: Graph, dataset: Iterable[Feed] | None, target: float, budge
         if "int16" in options:     # the caller's int16 layers hold: no widening past them
             asked.pop("int16_weights_widen", None)
         try:   # the ladder's own int16 search runs on the held-out samples, the caller's as asked
-            q = _quantize(graph, calibration, asked, None if "int16" in options else held, progress)
+            q = _quantize(graph, calibration, asked, None if "int16" in options else search, progress)
             if front:      # the quantizer gives host ops their float inputs as given
                 q.metadata["cpu_float"] = front
         except Exception as exc:  # noqa: BLE001 - a later step is optional: the steps before it stand
@@ -406,7 +408,7 @@ def _keep_in_float(opt: Graph, best: _Best, options: dict[str, Any], given: Mapp
         keep = {k: _still_made(cpu, v) for k, v in options.items() if k in ("int16", "int16_weights")}
         try:
             trial = _quantize(cpu, calibration, {**options, **keep},
-                              None if "int16" in given else held, progress)
+                              None if "int16" in given else search_samples(calibration, held), progress)
         except Exception as exc:  # noqa: BLE001 - optional, as a later ladder step: the best one stands
             text = str(exc).splitlines()[0][:200] if str(exc) else ""
             refused.append(text if isinstance(exc, IRError) else f"{type(exc).__name__}: {text}")

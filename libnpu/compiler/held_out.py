@@ -48,7 +48,7 @@ from .ir import Graph
 from .step_reuse import once
 
 __all__ = ["HELD_OUT_SHARE", "MIN_HELD_OUT", "MAX_HELD_OUT", "MIN_SAMPLES", "MARGIN_SAMPLES", "SATURATING",
-           "split_held_out", "held_out_scores", "measure", "search_scores", "logit_tensors", "required_score"]
+           "split_held_out", "search_samples", "held_out_scores", "measure", "search_scores", "logit_tensors", "required_score"]
 
 Feed = Mapping[str, np.ndarray] | Sequence[np.ndarray]
 
@@ -81,6 +81,16 @@ def split_held_out(data: Sequence[Feed], stateful: bool = False) -> tuple[list[F
     held = min(MAX_HELD_OUT, max(MIN_HELD_OUT, round(n * HELD_OUT_SHARE)))
     picked = set(range(n - held, n)) if stateful else {int((i + 0.5) * n / held) for i in range(held)}
     return [d for i, d in enumerate(data) if i not in picked], [d for i, d in enumerate(data) if i in picked]
+
+
+def search_samples(calibration: Sequence[Feed] | None, held: Sequence[Feed]) -> list[Feed]:
+    """The samples the int16 search ranks layers on: as many as ``held`` holds, spread over
+    the ``calibration`` part, so the held-out samples only confirm what the search chose
+    (``held`` itself when nothing was held out of a given ``calibration``)."""
+    if not calibration or len(calibration) <= len(held):
+        return list(calibration or held)
+    n = len(calibration)
+    return [calibration[int((i + 0.5) * n / len(held))] for i in range(len(held))]
 
 
 def required_score(target: float, samples: int) -> float:
