@@ -24,6 +24,9 @@ The default compile of a float model (no ``recipe``, or ``recipe="default"``) ru
    int16 activations where int8 loses most (with GPTQ weights, channel equalization and
    per-channel int16 grids), then int16 weights on those layers (or int16 activations
    everywhere and int16 weights where they help, when those miss), then bias correction.
+   The int16 search ranks layers on as many calibration samples as are held out
+   (:func:`libnpu.compiler.held_out.search_samples`), so the held-out samples only
+   confirm the layers it chose (searched on them, they measured a fit to themselves).
    Each step is measured the same way; the first that meets the target on every output
    is kept, else the best measured (most outputs meeting the target, then the highest
    worst score), so a step that makes the model worse is never taken.
@@ -150,8 +153,8 @@ _INT16 = {"int16": "auto", "int16_target": 0.999, "int16_grid": "per_channel", "
 
 #: The escalation, cheapest first. The int16 step aims ``int16="auto"`` at 0.999, ten times
 #: closer than the default target (unseen inputs fall short of what the samples show: see
-#: :mod:`libnpu.compiler.recipes`), ranking layers and scoring outputs on the held-out
-#: samples (``int16_search_data``: a few samples, where ``recipe="accurate"`` searches on all
+#: :mod:`libnpu.compiler.recipes`), ranking layers and scoring outputs on as many calibration
+#: samples as are held out (``int16_search_data``: a few samples, where ``recipe="accurate"`` searches on all
 #: the calibration data, five times the runs on BlazeFace), with GPTQ, equalization and
 #: per-channel int16 grids (``recipe="accurate"`` without int16 weights);
 #: the next adds int16 weights on its layers (it keeps the int16 step's layers and only
@@ -294,7 +297,7 @@ def _escalate(graph: Graph, dataset: Iterable[Feed] | None, target: float, budge
         asked = _reusing(merged, chosen_before, options)
         if "int16" in options:     # the caller's int16 layers hold: no widening past them
             asked.pop("int16_weights_widen", None)
-        try:   # the ladder's own int16 search runs on the held-out samples, the caller's as asked
+        try:   # the ladder's own int16 search runs on a few calibration samples, the caller's as asked
             q = _quantize(graph, calibration, asked, None if "int16" in options else search, progress)
             if front:      # the quantizer gives host ops their float inputs as given
                 q.metadata["cpu_float"] = front
@@ -481,8 +484,8 @@ def _effective(options: dict[str, Any]) -> dict[str, Any]:
 
 
 def _quantize(graph: Graph, calibration: list[Feed] | None, options: Mapping[str, Any],
-              held: list[Feed] | None, progress: Progress | None) -> Graph:
-    return quantize_mixed(graph, calibration, progress=progress, int16_search_data=held,
+              search: list[Feed] | None, progress: Progress | None) -> Graph:
+    return quantize_mixed(graph, calibration, progress=progress, int16_search_data=search,
                           **{"int16": "none", **options})
 
 

@@ -22,7 +22,7 @@ from .ir import Graph
 __all__ = ["LINEAR_OPS", "signed_small_outputs"]
 
 #: Ops whose output may take either sign whatever their inputs' (with no fused activation).
-LINEAR_OPS = ("FULLY_CONNECTED", "CONV_2D", "DEPTHWISE_CONV_2D", "TRANSPOSE_CONV", "BATCH_MATMUL",
+LINEAR_OPS = ("FULLY_CONNECTED", "CONV_2D", "DEPTHWISE_CONV_2D",
               "ADD", "SUB", "MUL", "MEAN", "SUM")
 #: Ops between such an op and the output that keep its values.
 _SAME_VALUES = ("RESHAPE", "SQUEEZE", "EXPAND_DIMS", "TRANSPOSE")
