@@ -53,7 +53,8 @@ class OutputGap:
     name: str
     values: int
     printed: float              # the compile's held-out score (held_out.measure's units)
-    unseen: float               # the same score on the unseen inputs
+    printed_logits: float       # its logits' (an output after a final sigmoid or softmax), else nan
+    unseen: float               # the output's own score on the unseen inputs (its logits are the measure's proxy)
     bar_metric: str             # "cosine" (worst) or "absdiff" (largest)
     bar_value: float
     passed: bool
@@ -125,8 +126,8 @@ def measure_gap(name: str, options: dict[str, Any]) -> Gap:
     gap.seconds, gap.wall = round(time.process_time() - started, 2), round(time.perf_counter() - wall, 2)
     fidelity = q.metadata.get("fidelity") or {}
     gap.chosen, gap.held_out = str(fidelity.get("chosen", "")), int(fidelity.get("samples", 0))
-    gap.steps = [f"{s['step']} {min(s['scores'].values(), default=1.0):.4f}" if "scores" in s else f"{s['step']} refused"
-                 for s in fidelity.get("steps", [])]
+    gap.steps = [f"{s['step']} {min(s['scores'].values(), default=1.0):.4f}" if "scores" in s
+                 else f"{s['step']} refused" for s in fidelity.get("steps", [])]
     opt = optimize(graph)
     feeds = _by_position(opt.inputs, unseen)
     gap.unseen_inputs = len(feeds)
@@ -142,25 +143,29 @@ def measure_gap(name: str, options: dict[str, Any]) -> Gap:
             v = t.quant.dequantize(v) if t.quant is not None and t.dtype != "float32" else v
             refs.setdefault(fname, []).append(np.asarray(ref[fname], np.float64).reshape(-1))
             gots.setdefault(fname, []).append(np.asarray(v, np.float64).reshape(-1))
-    printed = fidelity.get("scores", {})
+    printed, printed_logits = fidelity.get("scores", {}), fidelity.get("logits", {})
     for out in opt.outputs:
         metric, value, passed = judge(refs[out], gots[out])
         gap.outputs.append(OutputGap(out, int(refs[out][0].size), float(printed.get(out, float("nan"))),
-                                     round(min(scores[out], logits.get(out, 1.0)), 5), metric, round(value, 5),
+                                     float(printed_logits.get(out, float("nan"))),
+                                     round(scores[out], 5), metric, round(value, 5),
                                      passed))
     return gap
 
 
 def format_rows(gaps: Sequence[Gap]) -> str:
-    lines = [f"{'model':<22} {'output':<28} {'n':>6} {'printed':>8} {'unseen':>8} {'bar':>16}  chosen (CPU s)"]
+    lines = [f"{'model':<22} {'output':<28} {'n':>6} {'printed':>8} {'logits':>7} {'unseen':>8} {'bar':>16}  "
+             "chosen (seconds; samples)"]
     for g in gaps:
         if g.error:
             lines.append(f"{g.model:<22} {g.error}")
             continue
         for k, o in enumerate(g.outputs):
-            tail = f"  {g.chosen} ({g.seconds:.1f} CPU s, {g.wall:.1f} s; {g.held_out} held out, {g.unseen_inputs} unseen)" if not k else ""
+            tail = (f"  {g.chosen} ({g.seconds:.1f} CPU s, {g.wall:.1f} s; {g.held_out} held out, "
+                    f"{g.unseen_inputs} unseen)") if not k else ""
             lines.append(f"{g.model if not k else '':<22} {o.name[-28:]:<28} {o.values:>6} {o.printed:>8.4f} "
-                         f"{o.unseen:>8.4f} {o.bar_metric:>7} {o.bar_value:>7.4f} {'ok' if o.passed else 'FAIL':<4}{tail}")
+                         f"{o.printed_logits:>7.4f} {o.unseen:>8.4f} {o.bar_metric:>7} {o.bar_value:>7.4f} "
+                         f"{'ok' if o.passed else 'FAIL':<4}{tail}")
     return "\n".join(lines)
 
 

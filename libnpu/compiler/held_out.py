@@ -52,6 +52,7 @@ models, ``benchmarks/models_in_the_wild.py --plain``, scored on its two unseen p
 """
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 
 import numpy as np
@@ -234,7 +235,8 @@ def _logit_score(float_graph: Graph, name: str, refs: list[np.ndarray], gots: li
     values the probability error they can cause where it is not saturated, as the bar
     judges the probability (absolute, ``SMALL_OUTPUT_SCALE``): a sigmoid moves at most a
     quarter of its logit's error, a softmax a quarter of the spread of its logits' errors
-    (``p_i (1 - p_i)`` times it). Scored relative to their own magnitude, logits around 40
+    (``p_i (1 - p_i)`` times it), and neither more than ``tanh`` of that (two sigmoids of
+    logits ``d`` apart part by at most ``tanh(d / 4)``). Scored relative to their own magnitude, logits around 40
     could be 0.25 off and pass (0.9937), yet on an input where the two classes are close
     that is 0.06 of probability, over the bar."""
     if float_graph.tensors[name].size >= SMALL_OUTPUT:
@@ -242,7 +244,7 @@ def _logit_score(float_graph: Graph, name: str, refs: list[np.ndarray], gots: li
     softmax = any(op.type == "SOFTMAX" for op in float_graph.consumers()[name])
     moved = max((float(np.ptp(g - r)) if softmax else float(np.abs(g - r).max(initial=0.0))
                  for r, g in zip(refs, gots) if r.size), default=0.0)
-    return 1.0 - SLOPE * moved / SMALL_OUTPUT_SCALE
+    return 1.0 - math.tanh(SLOPE * moved) / SMALL_OUTPUT_SCALE   # the most two logits that far apart part
 
 
 def _worst(refs: list[np.ndarray], gots: list[np.ndarray], small: bool, step: float,
