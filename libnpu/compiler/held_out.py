@@ -29,14 +29,6 @@ models, ``benchmarks/models_in_the_wild.py --plain``, scored on its two unseen p
   samples did flatter (a synthetic conv whose int8 scored 0.992 on them and 0.985 on the
   worst of 16 unseen inputs, ``tests/libnpu/compiler/test_held_out.py``) the margin sends
   it on to int16 as well.
-* **The samples that judged a step had chosen it.** The int16 search ranked layers and
-  aimed at 0.999 on the held-out samples, which then judged the step: a fit to two
-  samples measured on the same two. It now ranks on as many calibration samples, spread
-  (:func:`search_samples`), and the held-out ones only confirm: mediapipe's
-  face_detection_short_range kept int16 activations at 0.9978 on its two held-out
-  pictures and scored 0.978 on the worst of 20 unseen ones (``benchmarks/fidelity_gap.py``);
-  confirmed on pictures the search never saw, int16 activations missed (0.9961) and int16
-  weights were taken: 0.9986 held out, 0.981 unseen.
 * **Small logits judged relative to their magnitude.** The logits under a final sigmoid
   or softmax of fewer than 8 values were scored ``1 - max|error| / max|logit|``: logits
   around 30, 0.4 off at int8, passed (0.987 for a target of 0.97 on eight samples) while
@@ -63,7 +55,7 @@ from .ir import Graph
 from .step_reuse import once
 
 __all__ = ["HELD_OUT_SHARE", "MIN_HELD_OUT", "MAX_HELD_OUT", "MIN_SAMPLES", "MARGIN_SAMPLES", "SATURATING", "SLOPE",
-           "split_held_out", "search_samples", "held_out_scores", "measure", "search_scores", "logit_tensors",
+           "split_held_out", "held_out_scores", "measure", "search_scores", "logit_tensors",
            "required_score"]
 
 Feed = Mapping[str, np.ndarray] | Sequence[np.ndarray]
@@ -99,16 +91,6 @@ def split_held_out(data: Sequence[Feed], stateful: bool = False) -> tuple[list[F
     held = min(MAX_HELD_OUT, max(MIN_HELD_OUT, round(n * HELD_OUT_SHARE)))
     picked = set(range(n - held, n)) if stateful else {int((i + 0.5) * n / held) for i in range(held)}
     return [d for i, d in enumerate(data) if i not in picked], [d for i, d in enumerate(data) if i in picked]
-
-
-def search_samples(calibration: Sequence[Feed] | None, held: Sequence[Feed]) -> list[Feed]:
-    """The samples the int16 search ranks layers on: as many as ``held`` holds, spread over
-    the ``calibration`` part, so the held-out samples only confirm what the search chose
-    (``held`` itself when nothing was held out of a given ``calibration``)."""
-    if not calibration or len(calibration) <= len(held):
-        return list(calibration or held)
-    n = len(calibration)
-    return [calibration[int((i + 0.5) * n / len(held))] for i in range(len(held))]
 
 
 def required_score(target: float, samples: int) -> float:
