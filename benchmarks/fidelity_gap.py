@@ -20,8 +20,9 @@ figures. Per output it prints the printed score, the same score on the unseen in
 Measured on main and branch overfit side by side (docs/models.md, "How far the printed
 fidelity holds on unseen inputs"): where the printed figure flatters, it is a tail of
 unseen pictures unlike the calibration ones (face_landmark's presence logit 0.9990 printed,
-0.083 off on one of 20; face_detection_short_range's classificators 0.9978, 0.978), which
-per-channel int16 grids left by a channel calibration kept quiet.
+0.083 off on one of 20; face_detection_short_range's classificators 0.9978, 0.978): an
+unseen crop leaves the per-channel int16 grid of a channel every calibration picture kept
+quiet.
 """
 from __future__ import annotations
 
