@@ -15,7 +15,9 @@ The default compile of a float model (no ``recipe``, or ``recipe="default"``) ru
    on every held-out sample (:func:`libnpu.compiler.held_out.measure`: cosine or, for
    outputs of fewer than 8 values, ``1 - max|error| / min(max|value|, 2.5)``, never more
    lenient than the bar's absolute error; the worst sample counts; an output made by a
-   final sigmoid or softmax also on its logits). The graph is simulated by the float
+   final sigmoid or softmax also on its logits; a model whose every input has fewer than
+   8 values also on each held-out sample pushed further from the calibration samples'
+   mean: :func:`libnpu.compiler.held_out.extrapolated`). The graph is simulated by the float
    reference, not run on the chip: two held-out samples cost two
    float and two quantized runs, a few percent of a compile. An output meets the target
    when its worst score (and its logits') beats it by a margin for the few samples
