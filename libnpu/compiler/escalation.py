@@ -15,7 +15,9 @@ The default compile of a float model (no ``recipe``, or ``recipe="default"``) ru
    on every held-out sample (:func:`libnpu.compiler.held_out.measure`: cosine or, for
    outputs of fewer than 8 values, ``1 - max|error| / min(max|value|, 2.5)``, never more
    lenient than the bar's absolute error; the worst sample counts; an output made by a
-   final sigmoid or softmax also on its logits). The graph is simulated by the float
+   final sigmoid or softmax also on its logits; a model whose every input has fewer than
+   8 values also on each held-out sample pushed further from the calibration samples'
+   mean: :func:`libnpu.compiler.held_out.extrapolated`). The graph is simulated by the float
    reference, not run on the chip: two held-out samples cost two
    float and two quantized runs, a few percent of a compile. An output meets the target
    when its worst score (and its logits') beats it by a margin for the few samples
@@ -91,6 +93,7 @@ from .held_out import (
     MAX_HELD_OUT,
     MIN_HELD_OUT,
     MIN_SAMPLES,
+    extrapolated,
     held_out_scores,
     measure,
     required_score,
@@ -276,6 +279,8 @@ def _escalate(graph: Graph, dataset: Iterable[Feed] | None, target: float, budge
         if not held:
             held = calibration
     need = required_score(target, len(held))
+    # a small input space: judged past the held-out points too (never calibrated on, not counted)
+    judged = [*held, *extrapolated(opt, calibration if measured_on == "held-out" else None, held)]
     tried: list[dict[str, Any]] = []
     seen: list[dict[str, Any]] = []
     best: _Best | None = None
@@ -300,7 +305,7 @@ def _escalate(graph: Graph, dataset: Iterable[Feed] | None, target: float, budge
         if "int16" in options:     # the caller's int16 layers hold: no widening past them
             asked.pop("int16_weights_widen", None)
         try:   # the ladder's own int16 search runs on the held-out samples, the caller's as asked
-            q = _quantize(graph, calibration, asked, None if "int16" in options else held, progress)
+            q = _quantize(graph, calibration, asked, None if "int16" in options else judged, progress)
             if front:      # the quantizer gives host ops their float inputs as given
                 q.metadata["cpu_float"] = front
         except Exception as exc:  # noqa: BLE001 - a later step is optional: the steps before it stand
@@ -317,7 +322,7 @@ def _escalate(graph: Graph, dataset: Iterable[Feed] | None, target: float, budge
         chosen_before = {k: q.metadata[k] for k in ("int16_tensors", "int16_weight_tensors") if q.metadata.get(k)}
         made[name] = (graph, _as_chosen(asked, q.metadata), front)
         with stage(progress, "measure"):
-            scores, logits = measure(opt, q, held)
+            scores, logits = measure(opt, q, judged)
         moved = f", {len(front['layers'])} layers kept in float on the CPU" if front else ""
         tried.append({"step": name, "chose": describe_quantization(q.metadata) + moved, **_rounded(scores, logits),
                       "work": work_done() - before})
@@ -352,7 +357,7 @@ def _escalate(graph: Graph, dataset: Iterable[Feed] | None, target: float, budge
             and any(s != 0.0 for s in worst if s < need) \
             and best[0][1] < 1 - NEAR_TARGET * (1 - target):
         best, capped = _keep_in_float(opt, best, _effective({**LADDER[1].options, **options}), options,
-                                      calibration, held, target, need, tried, progress, budget)
+                                      calibration, judged, target, need, tried, progress, budget)
     _, chosen, scores, logits, name = best
     refit = measured_on == "held-out" and name in made and name.split(" + ")[0] != LADDER[0].name
     if refit:      # past int8: the held-out samples chose the step; their ranges belong in the model too
@@ -365,7 +370,8 @@ def _escalate(graph: Graph, dataset: Iterable[Feed] | None, target: float, budge
     missed = sorted(n for n, s in scores.items() if min(s, logits.get(n, 1.0)) < need)
     chosen.metadata["fidelity"] = {
         "target": target, "required": round(need, 5), "measured_on": measured_on, "samples": len(held),
-        "calibration_samples": count, "chosen": name, **_rounded(scores, logits), "missed": missed,
+        "calibration_samples": count, **({"extrapolated": len(judged) - len(held)} if len(judged) > len(held) else {}),
+        "chosen": name, **_rounded(scores, logits), "missed": missed,
         **({"recalibrated_on": count + len(held), "recalibration_work": work_done() - before} if refit else {}),
         "steps": tried, "max_steps": len(ladder) + (MAX_CPU_TRIALS if cpu_float else 0), "budget": budget,
         **({"capped": capped} if capped else {}),
@@ -566,6 +572,9 @@ def format_fidelity(fidelity: Mapping[str, Any]) -> str:
     if fidelity["measured_on"] == "calibration":
         lines.append(f"  note: fewer than {MIN_SAMPLES} calibration samples, none held out: "
                      "the figures below flatter the model")
+    if fidelity.get("extrapolated"):
+        lines.append(f"  also judged on {fidelity['extrapolated']} samples extrapolated past the held-out ones "
+                     "(every input has fewer than 8 values: a sparse cover of its space)")
     if fidelity.get("recalibrated_on"):
         base, spent = fidelity["steps"][0].get("work"), fidelity.get("recalibration_work")
         took = f" (work x{spent / base:.1f})" if base and spent is not None else ""

@@ -38,6 +38,7 @@ from .integer_inputs import INTEGER_INPUTS, integer_activations, random_integers
 from .ir import Graph, IRError, Op, QuantParams, State, Tensor
 from .layer_faults import LAYER_FAULTS, LayerFault
 from .optimize import optimize
+from .output_grids import signed_small_outputs
 from .progress import Progress, stage
 from .qdq_import import QDQ_PER_TENSOR, QDQ_RANGES
 from .scales import SHARED_GRIDS, bias_scale, choose_activation_scale, quantize_weights, symmetric
@@ -292,6 +293,7 @@ def quantize(graph: Graph, ranges: Mapping[str, Range], *, fc_per_channel: bool 
         if t.quant is not None or t.dtype not in ("float32", "float16", *INTEGER_INPUTS) and t.name not in indices:
             raise QuantizationError(f"tensor {t.name!r} is {t.dtype}{' (quantized)' if t.quant else ''}: "
                                     "quantize expects a float graph")
+    ranges = signed_small_outputs(src, ranges)     # a raw logit's sign is not calibration's to fix
     # a QDQ model's own grids (compiler.qdq_import) rather than the calibrated ranges
     ranges = {**ranges, **{n: r for n, r in src.metadata.get(QDQ_RANGES, {}).items() if n in src.tensors}}
     # values below a floor all give the same results downstream (compiler.swish_gates)
