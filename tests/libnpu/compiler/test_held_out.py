@@ -228,3 +228,17 @@ def test_a_step_the_held_out_samples_pass_is_checked_on_the_calibration_samples(
     rng = np.random.default_rng(99)
     float_graph = optimize(graph)
     assert min(output_scores(float_graph, q, [_path_sample(rng, True)])["y"] for _ in range(8)) >= 0.99
+
+
+def test_a_calibration_sample_no_search_holds_leaves_the_step_as_it_was() -> None:
+    """A calibration sample no grid holds (an input 10^4 times smaller than the others):
+    the step searched again with it misses it too, and the step the held-out samples chose
+    stands, as before the check (not a later step judged on that sample)."""
+    graph, rng = _two_paths(), np.random.default_rng(1)
+    data = [_path_sample(rng, False) for _ in range(16)]
+    data[3] = [data[3][0] * np.float32(1e-4)]
+    q = to_int8_graph(graph, data)
+    fidelity = q.metadata["fidelity"]
+    assert fidelity["seen_kept"] and fidelity["chosen"] == "int16 activations" and not fidelity["missed"]
+    assert [s["step"] for s in fidelity["steps"]] == ["int8", "int16 activations", "int16 activations, 4 samples"]
+    assert "stands" in format_fidelity(fidelity)
