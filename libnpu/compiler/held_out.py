@@ -56,7 +56,7 @@ from .step_reuse import once
 
 __all__ = ["HELD_OUT_SHARE", "MIN_HELD_OUT", "MAX_HELD_OUT", "MIN_SAMPLES", "MARGIN_SAMPLES", "SATURATING", "SLOPE",
            "EXTRAPOLATE", "split_held_out", "extrapolated", "held_out_scores", "measure", "search_scores",
-           "logit_tensors", "required_score"]
+           "logit_tensors", "required_score", "missed_samples"]
 
 Feed = Mapping[str, np.ndarray] | Sequence[np.ndarray]
 
@@ -262,6 +262,19 @@ def _worst(refs: list[np.ndarray], gots: list[np.ndarray], small: bool, step: fl
         return 1.0 if all(spared) else score(np.concatenate(refs), np.concatenate(gots), True, largest_scale)
     return min((1.0 if s else score(r, g, small, largest_scale) for r, g, s in zip(refs, gots, spared)),
                default=1.0)
+
+
+def missed_samples(float_graph: Graph, graph: Graph, samples: Sequence[Feed], target: float) -> list[Feed]:
+    """The ``samples`` on which an output of the quantized ``graph`` (or its logits) scores
+    under ``target``, each measured alone as :func:`measure` measures: the check of a
+    choice fitted to other samples (:mod:`libnpu.compiler.escalation`: the int16 search's,
+    on the held-out ones) on the calibration samples it was never fitted to."""
+    missed = []
+    for sample in samples:
+        scores, logits = measure(float_graph, graph, [sample])
+        if any(min(s, logits.get(k, 1.0)) < target for k, s in scores.items()):
+            missed.append(sample)
+    return missed
 
 
 def held_out_scores(float_graph: Graph, graph: Graph, samples: Sequence[Feed]) -> dict[str, float]:
