@@ -285,7 +285,8 @@ def _escalate(graph: Graph, dataset: Iterable[Feed] | None, target: float, budge
     decided, decided_wide = decision_path(opt)
     if decided and "int16" not in options and "int16_weights" not in options:
         # a decoder's fed-back choice flips on a rare input no held-out sample shows (decisions.py)
-        options = {**options, "int16": ",".join(decided), "int16_weights": ",".join(decided_wide) or "none"}
+        options = {**options, "int16": ",".join(decided), "int16_weights": ",".join(decided_wide) or "none",
+                   "int16_optional": (*decided, *decided_wide)}      # float-graph names: quantizing may rename them
     else:
         decided = []
     if dataset is None:

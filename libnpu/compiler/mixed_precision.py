@@ -34,7 +34,7 @@ ranked by their own error with int16 activations, toward ``int16_weights_target`
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -67,12 +67,9 @@ __all__ = ["MixedPrecisionError", "int16_quant", "promotable", "takes_int16_weig
            "WEIGHTS16_TARGET", "INT16_HEADROOM", "HELD_OUT_MARGIN", "held_out_headroom", "CHANNEL_PEAKS"]
 
 DEFAULT_TARGET = 0.99
-#: An int16 tensor's grid reaches this many times the range its int8 grid covered (the
-#: calibration range). int16 has 256 times the steps int8 has, so spending one bit of them
-#: on headroom costs little, and unseen inputs (people, where the calibration pictures are
-#: textures) overflow the calibration range: on mediapipe's face_landmark and hand_recrop,
-#: all-int16 activations with float weights were 0.059 and 1.56 off on the evaluation
-#: pictures with the bare range, 0.004 and 0.23 with twice it (float simulation).
+#: An int16 tensor's grid reaches this many times its calibration range: one bit of
+#: int16's steps costs little, and unseen inputs overflow the calibration range (face_landmark,
+#: hand_recrop all-int16 with float weights: 0.059 / 1.56 off bare, 0.004 / 0.23 with 2x).
 INT16_HEADROOM = 2.0
 #: The graph metadata key under which quantize_mixed keeps each tensor's calibrated
 #: channel peaks while it chooses (``int16_grid="per_channel"``): promote reads them.
@@ -176,16 +173,21 @@ def parse_selection(selection: str | Iterable[str] | None) -> str | list[str]:
     return names or "none"
 
 
-def _select(g: Graph, names: Iterable[str]) -> set[int]:
+def _select(g: Graph, names: Iterable[str], optional: Collection[str] = ()) -> set[int]:
     chosen: set[int] = set()
     for name in names:
         # The op producing a tensor of that name (unique), else the ops of that name (the
-        # quantizer's edge ops share names with the ops they follow).
-        by_tensor = [op for op in g.ops if name in op.outputs]
+        # quantizer's edge ops share names with the ops they follow). An ``optional`` name
+        # (a rule's, on the float graph) may be gone: rewrites name theirs "<name>/..."
+        # (a hard-swish's gate), or the op went to the CPU.
+        by_tensor = [op for op in g.ops if name in op.outputs] or [
+            op for op in g.ops if name in optional and any(o.startswith(f"{name}/") for o in op.outputs)]
         by_name = [op for op in g.ops if op.name == name]
+        ops = [op for op in by_tensor if promotable(op, g)] or [op for op in by_name if promotable(op, g)]
+        if not ops and name in optional:
+            continue
         if not by_tensor and not by_name:
             raise MixedPrecisionError(f"int16: no op or tensor named {name!r}")
-        ops = [op for op in by_tensor if promotable(op, g)] or [op for op in by_name if promotable(op, g)]
         if not ops:
             found = by_tensor or by_name
             raise MixedPrecisionError(f"int16: {found[0].describe()} has no int16 kernel on the chip")
@@ -475,15 +477,11 @@ def _drop_dead_conversions(g: Graph) -> None:
 #: alone by "auto": its error is not the activations' (e.g. int8 weights).
 MIN_GAIN = 0.002
 #: The share of the reachable gain "auto" settles for when the target is out of reach: all
-#: of it (accurate by default: as close as int16 activations get). 0.9 stopped rapidocr-cls
-#: (work half of the corpus) at 16 int16 layers, 0.963 on the held-out samples and 0.400 off
-#: on unseen crops, where its ceiling (every layer) passes (0.032 off).
+#: of it (0.9 stopped rapidocr-cls at 16 int16 layers, 0.400 off unseen; every layer: 0.032).
 GAIN_SHARE = 1.0
-#: The output score int16 weights aim for (``int16_weights="auto"``): they come after int16
-#: activations, for outputs that need more than int16 activations give. On mediapipe's
-#: models the calibration pictures scored face_landmark's face logit 0.9939 and hand_recrop's
-#: crop box 0.9976 with every activation int16 (both miss issue 13's bar on unseen pictures),
-#: 0.9994 and 0.9995 with int16 weights too.
+#: The output score int16 weights aim for (``int16_weights="auto"``), after int16 activations:
+#: face_landmark's face logit and hand_recrop's box scored 0.9939 / 0.9976 with every
+#: activation int16 (both missed on unseen pictures), 0.9994 / 0.9995 with int16 weights.
 WEIGHTS16_TARGET = 0.999
 
 
@@ -599,7 +597,7 @@ def quantize_mixed(graph: Graph, dataset: Iterable[Feed] | None = None, *,
                    int16_grid: str = "per_tensor", int16_channel_spread: float = CHANNEL_SPREAD,
                    int16_channel_margin: float = CHANNEL_MARGIN, progress: Progress | None = None,
                    int16_search_data: Sequence[Feed] | None = None, int16_weights_widen: bool = False,
-                   **quantize_options: Any) -> Graph:
+                   int16_optional: Collection[str] = (), **quantize_options: Any) -> Graph:
     """:func:`quantizer.quantize_model`, then int16 activations for the ops ``int16``
     selects (``"none"``, ``"auto"``, or op / tensor names: see the module docstring), and
     int16 weights for those of them ``int16_weights`` selects (``"none"``, ``"auto"``:
@@ -613,6 +611,7 @@ def quantize_mixed(graph: Graph, dataset: Iterable[Feed] | None = None, *,
     a factor for every tensor or ``"held-out"``: each tensor's own, from its calibration
     samples (:func:`held_out_headroom`; ``INT16_HEADROOM`` without calibration data).
 
+    ``int16_optional``: names of ``int16`` / ``int16_weights`` from a rule on the float graph (gone: skipped).
     ``int16_grid``: ``"per_tensor"`` (one scale per int16 tensor) or ``"per_channel"``: one
     scale per channel of the last axis where every op around the tensor can take it
     (:mod:`libnpu.compiler.channel_grids`), from each channel's calibrated peak; the
@@ -667,7 +666,7 @@ def quantize_mixed(graph: Graph, dataset: Iterable[Feed] | None = None, *,
         if selection == "auto":
             names, scores = choose_auto(opt, q, search, int16_target=int16_target, max_layers=max_int16_layers)
         else:
-            picked = _select(q, selection)      # once: per op it cost ops x names x ops (1388 named layers: minutes)
+            picked = _select(q, selection, set(int16_optional))   # once: per op it cost ops x names x ops (minutes)
             names = [op.outputs[0] for op in q.ops if id(op) in picked]
         weights16: list[str] = []
         if wide == "auto" and (names or int16_weights_widen):
@@ -677,7 +676,8 @@ def quantize_mixed(graph: Graph, dataset: Iterable[Feed] | None = None, *,
                                                                int16_weights_target)
             scores = w_scores if weights16 else scores
         elif wide not in ("none", "auto"):
-            weights16 = list(wide)
+            wide_ops = _select(q, wide, set(int16_optional))      # a rule's names as q names them
+            weights16 = [op.outputs[0] for op in q.ops if id(op) in wide_ops]
         result = promote(q, names, opt, weights16)
         if scores is not None:
             result.metadata["int16_output_score"] = {k: round(v, 6) for k, v in scores.items()}

@@ -11,10 +11,11 @@ from libnpu.compiler.decisions import decision_path
 from libnpu.compiler.float_ref import FloatInterpreter
 from libnpu.compiler.frontend import to_int8_graph
 from libnpu.compiler.ir import Graph
-from libnpu.compiler.mixed_precision import promote
+from libnpu.compiler.mixed_precision import MixedPrecisionError, promote, quantize_mixed
+from libnpu.compiler.onnx_import import import_onnx
 from libnpu.compiler.optimize import optimize
 from libnpu.compiler.placement import import_with_fallback, plan_placement
-from tests.support import dynamic_models
+from tests.support import dynamic_models, model_builders
 
 ENCODER = ["r1", "r2", "r3"]       # the three Convs (their Relus fused), the layers with weights
 
@@ -67,3 +68,16 @@ def test_unseen_pictures_decode_the_tokens_float_decodes(decoder):
             assert cosine >= .98
         lengths.add(ref.shape[0])
     assert len(lengths) > 1          # the data did decide the number of steps
+
+
+def test_a_rule_named_layer_the_quantized_graph_lost_is_skipped_and_a_users_is_not():
+    """The decision path names float-graph tensors; the quantizer may rename one (a
+    hard-swish's gate: "<name>/gated") or the op may leave for the CPU. Such a rule name is
+    skipped (before: "int16: no op or tensor named ..." ended the whole compile, a table
+    recognizer's among them); a name the user gave stays an error."""
+    graph = import_onnx(model_builders.hard_swish_between_convs())
+    data = [[np.random.default_rng(i).standard_normal((1, 3, 8, 8)).astype(np.float32)] for i in range(4)]
+    q = quantize_mixed(graph, data, int16="gone,c1", int16_weights="gone,c1", int16_optional=("gone",))
+    assert q.metadata["int16_layers"] and q.metadata["int16_weights"]
+    with pytest.raises(MixedPrecisionError, match="no op or tensor named 'gone'"):
+        quantize_mixed(graph, data, int16="gone,c1", int16_weights="none")
