@@ -467,6 +467,7 @@ def test_named_int16_layers_are_looked_up_once(monkeypatch, small_cnn) -> None:
              if mixed_precision.promotable(op)]
     calls = []
     real = mixed_precision._select
-    monkeypatch.setattr(mixed_precision, "_select", lambda g, names: calls.append(1) or real(g, names))
+    monkeypatch.setattr(mixed_precision, "_select",
+                        lambda g, names, *optional: calls.append(1) or real(g, names, *optional))
     q = quantize_mixed(small_cnn, data, int16=",".join(every))
     assert len(q.metadata["int16_layers"]) == len(every) and len(calls) <= 3, len(calls)
