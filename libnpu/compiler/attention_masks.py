@@ -36,6 +36,10 @@ __all__ = ["MASK_DEPTH", "ATTENTION_MASKS", "finite_attention_masks", "mask_oper
 #: encoding), so the data flow alone does not tell it from the scores.
 ATTENTION_MASKS = "attention_masks"
 
+#: A constant at or under this is a masking sentinel (-inf, -1e9, ``finfo(float32).min``,
+#: BERT's -1e4), never a value a grid should hold.
+MASK_SENTINEL = -1e4
+
 #: How far under the scores a masked key sits (exp(-32) = 1.3e-14 of its unmasked weight).
 MASK_DEPTH = 32.0
 
@@ -70,25 +74,120 @@ def _feeds_softmax_only(graph: onnx.GraphProto, tensor: str) -> bool:
     return softmax
 
 
-def finite_attention_masks(model: onnx.ModelProto) -> list[str]:
-    """Rewrite ``model`` in place: a constant -inf a ``Where`` selects becomes ``-MASK_DEPTH``
-    when the ``Where`` feeds softmax inputs only (:func:`_feeds_softmax_only`); the outputs
-    of the ``Where`` nodes rewritten."""
+def _is_sentinel(value: np.ndarray) -> bool:
+    """Whether every value of a constant is a masking sentinel (-inf, -1e9, finfo.min...)."""
+    return value.size > 0 and value.dtype.kind == "f" and bool(np.all(value <= MASK_SENTINEL))
+
+
+def _reads_float_inputs(graph: onnx.GraphProto, tensor: str) -> bool:
+    """Whether ``tensor`` is computed from a float input of ``graph`` (a mask is computed
+    from integer or bool inputs and constants only)."""
+    producer = {o: n for n in graph.node for o in n.output}
+    floats = {i.name for i in graph.input
+              if i.type.tensor_type.elem_type in (onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16)}
+    pending, seen = [tensor], set()
+    while pending:
+        name = pending.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        if name in floats:
+            return True
+        if name in producer:
+            pending += list(producer[name].input)
+    return False
+
+
+#: What a rewrite puts in a node's place, and the mask it computes (None: a constant one).
+_Made = tuple[list[onnx.NodeProto], str | None] | None
+
+
+class _Rewriter:
+    """The sentinels of one ONNX graph made ``-MASK_DEPTH`` (:func:`finite_attention_masks`)."""
+
+    def __init__(self, model: onnx.ModelProto, origin: dict[tuple[str, ...], tuple[int, str]] | None) -> None:
+        self.graph, self.origin = model.graph, origin
+        self.consts = {i.name: numpy_helper.to_array(i) for i in self.graph.initializer}
+
+    def constant(self, name: str, value: np.ndarray) -> str:
+        """A new initializer (the sentinel's own may have other readers)."""
+        self.graph.initializer.append(numpy_helper.from_array(np.asarray(value, np.float32), name))
+        self.consts[name] = value
+        return name
+
+    def depth(self, name: str) -> str:
+        """``name``'s constant with its sentinels at ``-MASK_DEPTH``, as a new initializer."""
+        value = self.consts[name]
+        return self.constant(f"{name}_mask_depth", np.where(value <= MASK_SENTINEL, -MASK_DEPTH, value))
+
+    def where(self, node: onnx.NodeProto) -> _Made:
+        """``Where(c, K, s)`` (or ``Where(c, s, K)``): a constant ``Where(c, K, other)`` keeps its
+        form with ``K`` at -32; one choosing a computed ``s`` becomes ``Add(s, Where(c, -32, 0))``,
+        its mask folded when ``c`` is constant (a causal mask), so the chip adds it."""
+        cond, *branches = node.input
+        sentinel = [i for i, b in enumerate(branches) if b in self.consts and _is_sentinel(self.consts[b])]
+        if len(sentinel) != 1:
+            return None
+        k = sentinel[0]
+        other = branches[1 - k]
+        out = node.output[0]
+        if other in self.consts:
+            branches[k] = self.depth(branches[k])
+            return [onnx.helper.make_node("Where", [cond, *branches], [out], name=node.name)], out
+        # the sentinel's own shape kept: the mask broadcasts to the Where's output as it did
+        values = [np.full(self.consts[branches[k]].shape, -MASK_DEPTH, np.float32), np.zeros((), np.float32)]
+        picks = values if k == 0 else values[::-1]
+        if cond in self.consts:
+            mask = self.constant(f"{out}_mask", np.where(self.consts[cond], *picks).astype(np.float32))
+            return [onnx.helper.make_node("Add", [other, mask], [out], name=node.name)], None
+        mask = f"{out}_mask"
+        names = [self.constant(f"{mask}_{n}", v) for n, v in zip(("then", "else"), picks)]
+        if self.origin:     # the file's Where makes the mask; the addition is the compiler's own
+            self.origin[(mask,)] = self.origin.get((out,), (len(self.graph.node), "Where"))
+            self.origin[(out,)] = (max(i for i, _ in self.origin.values()) + 1, "Add")
+        return [onnx.helper.make_node("Where", [cond, *names], [mask], name=f"{node.name}_mask"),
+                onnx.helper.make_node("Add", [other, mask], [out], name=node.name)], mask
+
+    def scaled(self, node: onnx.NodeProto) -> _Made:
+        """``Mul(m, K)`` of a mask ``m`` computed from integer or bool inputs (HF's
+        ``(1.0 - mask) * finfo.min``), or ``Add(s, K)`` of a constant mask (a causal one
+        holding -inf or finfo.min): ``K``'s sentinels at -32."""
+        ins = list(node.input)
+        for i, name in enumerate(ins):
+            value = self.consts.get(name)
+            if value is None or value.dtype.kind != "f" or not np.any(value <= MASK_SENTINEL):
+                continue
+            if node.op_type == "Mul" and not (_is_sentinel(value) and not _reads_float_inputs(self.graph, ins[1 - i])):
+                return None
+            ins[i] = self.depth(name)
+            made = onnx.helper.make_node(node.op_type, ins, list(node.output), name=node.name)
+            return [made], node.output[0] if node.op_type == "Mul" else None
+        return None
+
+
+def finite_attention_masks(model: onnx.ModelProto,
+                           origin: dict[tuple[str, ...], tuple[int, str]] | None = None) -> list[str]:
+    """Rewrite ``model`` in place: each masking sentinel (a constant <= ``MASK_SENTINEL``:
+    -inf, -1e9, ``finfo.min``) a ``Where`` selects, a ``Mul`` scales a mask by, or an ``Add``
+    adds as a constant mask becomes ``-MASK_DEPTH`` when the node's output feeds softmax
+    inputs only (:func:`_feeds_softmax_only`). ``origin`` (the importer's source index)
+    learns the nodes it adds. Returns the masks the rewrite made (tensor names)."""
     graph = model.graph
-    initializers = {i.name: i for i in graph.initializer}
-    rewritten = []
-    for node in graph.node:
-        if node.op_type != "Where" or len(node.input) != 3:
+    rewriter = _Rewriter(model, origin)
+    rewritten, nodes = [], []
+    for node in list(graph.node):
+        made = None
+        if node.op_type in ("Where", "Mul", "Add") and len(node.input) == (3 if node.op_type == "Where" else 2) \
+                and _feeds_softmax_only(graph, node.output[0]):
+            made = rewriter.where(node) if node.op_type == "Where" else rewriter.scaled(node)
+        if made is None:
+            nodes.append(node)
             continue
-        branches = [initializers[i] for i in node.input[1:] if i in initializers]
-        masked = [b for b in branches if np.any(np.isneginf(numpy_helper.to_array(b)))]
-        if not masked or not _feeds_softmax_only(graph, node.output[0]):
-            continue
-        for init in masked:
-            value = numpy_helper.to_array(init).copy()
-            value[np.isneginf(value)] = -MASK_DEPTH
-            init.CopyFrom(numpy_helper.from_array(value, init.name))
-        rewritten.append(node.output[0])
+        nodes += made[0]
+        if made[1] is not None:
+            rewritten.append(made[1])
+    del graph.node[:]
+    graph.node.extend(nodes)
     return rewritten
 
 
@@ -145,11 +244,47 @@ def mask_operands(graph: Graph) -> list[tuple[str, str, str]]:
     return found
 
 
+def _interval(op_type: str, a: Range, b: Range) -> Range:
+    """The range of ``a op b`` over the ranges of its operands."""
+    if op_type == "MUL":
+        ends = [x * y for x in a for y in b]
+        return min(ends), max(ends)
+    return (a[0] + b[0], a[1] + b[1]) if op_type == "ADD" else (a[0] - b[1], a[1] - b[0])
+
+
+def _mask_chain_ranges(graph: Graph, mask: str, ranges: dict[str, Range]) -> None:
+    """Widen in ``ranges`` the tensors the chip computes ``mask`` from (HF's ``Cast``, ``1 - m``,
+    ``* -32``): what a bool mask gives (a value made on the CPU or read from an input: 0 and 1
+    whatever the calibration saw) carried through ADD, SUB, MUL and data movement. A
+    calibration with every key valid saw ``1 - m`` at 0 only, and gave it a grid without 1."""
+    producer = {o: op for op in graph.ops for o in op.outputs}
+
+    def range_of(name: str, operand: bool) -> Range:
+        tensor = graph.tensors[name]
+        if tensor.is_constant:
+            return float(np.min(tensor.data)), float(np.max(tensor.data))
+        op = producer.get(name)
+        seen = ranges.get(name, (0.0, 0.0))
+        if op is not None and op.type in ("ADD", "SUB", "MUL") and len(op.inputs) == 2:
+            got = _interval(op.type, range_of(op.inputs[0], True), range_of(op.inputs[1], True))
+        elif op is not None and registry.get(op.type, "same_scale"):
+            got = range_of(op.inputs[0], operand)
+        else:      # the mask itself made on the CPU (a Where of -32 and 0) keeps its own range
+            got = (0.0, 1.0) if operand else seen
+        got = (min(got[0], seen[0]), max(got[1], seen[1]))
+        if name in ranges:
+            ranges[name] = got
+        return got
+
+    range_of(mask, False)
+
+
 def widen_mask_ranges(graph: Graph, ranges: Mapping[str, Range]) -> dict[str, Range]:
     """``ranges`` with each additive mask's (:func:`mask_operands`) reaching ``-MASK_DEPTH``
     and 0, and its sum's reaching ``MASK_DEPTH`` under the scores' lowest value."""
     ranges = dict(ranges)
     for mask, scores, total in mask_operands(graph):
+        _mask_chain_ranges(graph, mask, ranges)
         if mask in ranges:
             ranges[mask] = (min(ranges[mask][0], -MASK_DEPTH), max(ranges[mask][1], 0.0))
         if total in ranges and scores in ranges:
