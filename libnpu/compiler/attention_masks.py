@@ -8,15 +8,23 @@ the grid of its zeros, so at run time a masked key read as 0 and took part in th
 (trueocr's reading-order model with 4 of 16 boxes padded: its outputs 0.93-0.99 against
 onnxruntime). Two rules keep the mask:
 
-* :func:`finite_attention_masks` (ONNX, at import): the -inf a ``Where`` selects, when its
-  output reaches only ``Softmax`` inputs through additions and data movement, becomes
-  ``-MASK_DEPTH``: a masked key then weighs ``exp(-32)`` (1e-14) of what it would unmasked,
-  nothing at float32's or any grid's resolution.
+* :func:`finite_attention_masks` (ONNX, at import): a masking sentinel (any constant <=
+  ``MASK_SENTINEL``: -inf, -1e9, ``finfo(float32).min``) that a ``Where`` selects, a ``Mul``
+  scales a mask by (HF's ``(1.0 - mask) * finfo.min``) or an ``Add`` adds as a constant
+  mask (a causal one), when its output reaches only ``Softmax`` inputs through additions
+  and data movement, becomes ``-MASK_DEPTH``: a masked key then weighs ``exp(-32)`` (1e-14)
+  of what it would unmasked, nothing at float32's or any grid's resolution. A finite
+  sentinel seen in calibration gave the mask a grid of scale ~4e6 or more (the scores
+  collapsed, attention became uniform). ``masked_fill`` on the scores,
+  ``Where(c, sentinel, scores)``, becomes ``Add(scores, Where(c, -32, 0))``: the mask is
+  made from the bool input alone (on the CPU, before the chip's job, or folded when ``c``
+  is constant) and the rule below applies to it.
 * :func:`widen_mask_ranges` (quantization, on the calibrated ranges): an operand of an ADD
   feeding a SOFTMAX that the model computes from its integer or bool inputs only (the mask)
   gets a grid reaching ``-MASK_DEPTH`` and 0 whatever the calibration saw, and the sum's
   grid reaches ``MASK_DEPTH`` under the other operand's lowest value, so a masked score
-  keeps its distance to every row's maximum.
+  keeps its distance to every row's maximum. The tensors the chip computes the mask from
+  get the ranges a 0/1 mask gives them (:func:`_mask_chain_ranges`).
 """
 from __future__ import annotations
 
@@ -29,7 +37,7 @@ from onnx import numpy_helper
 from . import registry
 from .ir import Graph, Op
 
-__all__ = ["MASK_DEPTH", "ATTENTION_MASKS", "finite_attention_masks", "mask_operands", "widen_mask_ranges"]
+__all__ = ["MASK_DEPTH", "MASK_SENTINEL", "ATTENTION_MASKS", "finite_attention_masks", "mask_operands", "widen_mask_ranges"]
 
 #: The graph metadata key naming the masks :func:`finite_attention_masks` rewrote (the
 #: importer sets it): a host call may compute one beside float values (a position
