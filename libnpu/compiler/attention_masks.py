@@ -37,7 +37,8 @@ from onnx import numpy_helper
 from . import registry
 from .ir import Graph, Op
 
-__all__ = ["MASK_DEPTH", "MASK_SENTINEL", "ATTENTION_MASKS", "finite_attention_masks", "mask_operands", "widen_mask_ranges"]
+__all__ = ["MASK_DEPTH", "MASK_SENTINEL", "ATTENTION_MASKS", "finite_attention_masks", "mask_operands",
+           "widen_mask_ranges"]
 
 #: The graph metadata key naming the masks :func:`finite_attention_masks` rewrote (the
 #: importer sets it): a host call may compute one beside float values (a position
