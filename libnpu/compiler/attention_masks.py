@@ -218,15 +218,50 @@ def _float_inputs_upstream(graph: Graph, tensor: str, producer: Mapping[str, Op]
     return False
 
 
+def _readers(graph: Graph) -> dict[str, list[Op]]:
+    """The ops reading each tensor of ``graph``."""
+    readers: dict[str, list[Op]] = {}
+    for op in graph.ops:
+        for i in op.inputs:
+            readers.setdefault(i, []).append(op)
+    return readers
+
+
+def _feeds_softmax(readers: Mapping[str, list[Op]], tensor: str) -> bool:
+    """Whether every reader of ``tensor`` is a SOFTMAX or data movement leading to them."""
+    ops = readers.get(tensor, [])
+    return bool(ops) and all(op.type == "SOFTMAX" or registry.get(op.type, "same_scale")
+                             and _feeds_softmax(readers, op.outputs[0]) for op in ops)
+
+
+def _drop_sentinels(graph: Graph, ranges: dict[str, Range]) -> None:
+    """A calibrated range reaching a masking sentinel (a ``SELECT_V2`` of -1e9 that the CPU
+    runs, from a TFLite model the import does not rewrite) on its way to softmax inputs only
+    ends ``MASK_DEPTH`` under the lowest value its op reads: the sum of an ADD's lows, a
+    data movement's own, a host call's lowest float input (the scores it selects from) or
+    0 (a mask made from bool inputs alone). A grid reaching -1e9 has a step of ~4e6: the
+    scores collapsed and attention became uniform."""
+    readers = _readers(graph)
+    for op in graph.ops:
+        for out in op.outputs:
+            if out not in ranges or ranges[out][0] > MASK_SENTINEL or not _feeds_softmax(readers, out):
+                continue
+            lows = [ranges[i][0] for i in op.inputs if i in ranges and ranges[i][0] > MASK_SENTINEL]
+            if op.type == "ADD":
+                low = sum(lows)
+            elif registry.get(op.type, "same_scale"):
+                low = min(lows, default=-MASK_DEPTH)
+            else:
+                low = min(lows, default=0.0) - MASK_DEPTH
+            ranges[out] = (low, max(ranges[out][1], low))
+
+
 def mask_operands(graph: Graph) -> list[tuple[str, str, str]]:
     """The additive masks of ``graph``: ``(mask, scores, sum)`` for each ADD whose output
     reaches a SOFTMAX through data movement only and one of whose operands is a mask: one
     the import rewrote (:data:`ATTENTION_MASKS`, and its data movement), or one the model
     computes from its integer or bool inputs only."""
-    readers: dict[str, list] = {}
-    for op in graph.ops:
-        for i in op.inputs:
-            readers.setdefault(i, []).append(op)
+    readers = _readers(graph)
     known, pending = set(), [n for n in graph.metadata.get(ATTENTION_MASKS, ()) if n in graph.tensors]
     while pending:
         name = pending.pop()
@@ -235,9 +270,7 @@ def mask_operands(graph: Graph) -> list[tuple[str, str, str]]:
             pending += [op.outputs[0] for op in readers.get(name, []) if registry.get(op.type, "same_scale")]
 
     def feeds_softmax(tensor: str) -> bool:
-        ops = readers.get(tensor, [])
-        return bool(ops) and all(op.type == "SOFTMAX" or registry.get(op.type, "same_scale")
-                                 and feeds_softmax(op.outputs[0]) for op in ops)
+        return _feeds_softmax(readers, tensor)
 
     producer = {o: op for op in graph.ops for o in op.outputs}
     found = []
@@ -290,8 +323,10 @@ def _mask_chain_ranges(graph: Graph, mask: str, ranges: dict[str, Range]) -> Non
 
 def widen_mask_ranges(graph: Graph, ranges: Mapping[str, Range]) -> dict[str, Range]:
     """``ranges`` with each additive mask's (:func:`mask_operands`) reaching ``-MASK_DEPTH``
-    and 0, and its sum's reaching ``MASK_DEPTH`` under the scores' lowest value."""
+    and 0, and its sum's reaching ``MASK_DEPTH`` under the scores' lowest value; a
+    sentinel calibration saw on the way to a softmax dropped first (:func:`_drop_sentinels`)."""
     ranges = dict(ranges)
+    _drop_sentinels(graph, ranges)
     for mask, scores, total in mask_operands(graph):
         _mask_chain_ranges(graph, mask, ranges)
         if mask in ranges:

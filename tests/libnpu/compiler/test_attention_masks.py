@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import tflite
 from onnx import TensorProto, helper, numpy_helper
 
 from libnpu.compiler.accuracy import output_scores
 from libnpu.compiler.frontend import to_int8_graph
 from libnpu.compiler.placement import import_with_fallback, plan_placement
+from tests.support.tflite_builder import OpSpec, TensorSpec, build_model
 
 F = np.float32
 KEYS, DIM = 8, 8
@@ -126,3 +128,34 @@ def test_a_mask_by_a_large_finite_or_constant_sentinel_keeps_masking(form: str, 
     # the CPU computes the mask from the bool input only: no host call between chip ops
     first_chip = next(i for i, op in enumerate(q.ops) if op.type not in ("QUANTIZE", "HOST"))
     assert all(op.type != "HOST" for op in q.ops[first_chip:])
+
+
+def _selected_tflite(additive: bool) -> bytes:
+    """Scores ``4 x`` over 8 keys masked by TFLite's ``SELECT_V2(mask, ., -1e9)`` before a
+    SOFTMAX: of 0 then added (``additive``), or of the scores themselves."""
+    op = tflite.BuiltinOperator
+    tensors = [TensorSpec([1, KEYS], F, name="x"), TensorSpec([1, KEYS], np.bool_, name="mask"),
+               TensorSpec([], F, data=np.array(4, F), name="four"),
+               TensorSpec([], F, data=np.array(-1e9, F), name="sentinel"),
+               TensorSpec([], F, data=np.array(0, F), name="zero"), TensorSpec([1, KEYS], F, name="scores"),
+               TensorSpec([1, KEYS], F, name="bias"), TensorSpec([1, KEYS], F, name="logits"),
+               TensorSpec([1, KEYS], F, name="y")]
+    ops = [OpSpec(op.MUL, [0, 2], [5])]
+    ops += [OpSpec(op.SELECT_V2, [1, 4, 3], [6]), OpSpec(op.ADD, [5, 6], [7])] if additive \
+        else [OpSpec(op.SELECT_V2, [1, 5, 3], [7])]
+    softmax = (lambda b: (tflite.SoftmaxOptionsStart(b), tflite.SoftmaxOptionsAddBeta(b, 1.0),
+                          tflite.SoftmaxOptionsEnd(b))[-1])
+    ops.append(OpSpec(op.SOFTMAX, [7], [8], tflite.BuiltinOptions.SoftmaxOptions, softmax))
+    return build_model(tensors, ops, [0, 1], [8])
+
+
+def _tflite_feeds(count: int, seed: int) -> list[dict[str, np.ndarray]]:
+    return [{"x": f["x"][:, 0], "mask": f["mask"]} for f in _feeds(count, seed, padded=True)]
+
+
+@pytest.mark.parametrize("additive", [True, False], ids=["additive", "masked_fill"])
+def test_a_tflite_select_of_a_finite_sentinel_seen_in_calibration_keeps_the_scores(additive: bool) -> None:
+    # The host's SELECT_V2 output (and the sum) reached -1e9: a grid step of ~4e6, every
+    # key one value, attention uniform (0.61).
+    graph, q = _quantized(_selected_tflite(additive), _tflite_feeds(8, 1))
+    assert output_scores(graph, q, _tflite_feeds(4, 2))["y"] >= 0.99
