@@ -11,7 +11,7 @@ from onnx import TensorProto, helper, numpy_helper
 from libnpu.compiler.accuracy import output_scores
 from libnpu.compiler.frontend import to_int8_graph
 from libnpu.compiler.placement import import_with_fallback, plan_placement
-from tests.support.tflite_builder import OpSpec, TensorSpec, build_model
+from tests.support.tflite_builder import OpSpec, TensorSpec, build_model, named_options
 
 F = np.float32
 KEYS, DIM = 8, 8
@@ -143,9 +143,7 @@ def _selected_tflite(additive: bool) -> bytes:
     ops = [OpSpec(op.MUL, [0, 2], [5])]
     ops += [OpSpec(op.SELECT_V2, [1, 4, 3], [6]), OpSpec(op.ADD, [5, 6], [7])] if additive \
         else [OpSpec(op.SELECT_V2, [1, 5, 3], [7])]
-    softmax = (lambda b: (tflite.SoftmaxOptionsStart(b), tflite.SoftmaxOptionsAddBeta(b, 1.0),
-                          tflite.SoftmaxOptionsEnd(b))[-1])
-    ops.append(OpSpec(op.SOFTMAX, [7], [8], tflite.BuiltinOptions.SoftmaxOptions, softmax))
+    ops.append(OpSpec(op.SOFTMAX, [7], [8], *named_options("SoftmaxOptions", Beta=1.0)))
     return build_model(tensors, ops, [0, 1], [8])
 
 
