@@ -181,3 +181,64 @@ def test_the_int16_search_aims_at_the_logits_the_escalation_judges() -> None:
     assert q.metadata["int16_layers"]
     scores, logits = measure(optimize(graph), q, held)
     assert logits["y"] >= 0.999 and q.metadata["int16_output_score"]["y"] >= 0.999
+
+
+def _two_paths(width: int = 32):
+    """``y = A(x[:w]) + B(x[w:])``: each path a dense layer whose output has a constant
+    channel of 300 (a wide grid: int8 loses the other channels, int16 holds them), then
+    a dense layer that ignores that channel. Typical inputs live in the first half, rare
+    ones in the second: only they need path B in int16."""
+    rng = np.random.default_rng(0)
+    inits, nodes = [], []
+    for path, rows in (("a", slice(0, width)), ("b", slice(width, 2 * width))):
+        w1 = np.zeros((2 * width, width), np.float32)
+        w1[rows, 1:] = rng.normal(0, width ** -0.5, (width, width - 1))
+        b1 = np.zeros(width, np.float32)
+        b1[0] = 300.0
+        w2 = rng.normal(0, width ** -0.5, (width, 8)).astype(np.float32)
+        w2[0] = 0.0
+        inits += [numpy_helper.from_array(v, f"{path}_{n}") for n, v in (("w1", w1), ("b1", b1), ("w2", w2))]
+        nodes += [helper.make_node("Gemm", ["x", f"{path}_w1", f"{path}_b1"], [f"{path}_h"]),
+                  helper.make_node("MatMul", [f"{path}_h", f"{path}_w2"], [f"{path}_y"])]
+    nodes.append(helper.make_node("Add", ["a_y", "b_y"], ["y"]))
+    g = helper.make_graph(nodes, "two_paths", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2 * width])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8])], inits)
+    return import_onnx(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]))
+
+
+def _path_sample(rng: np.random.Generator, rare: bool, width: int = 32) -> list[np.ndarray]:
+    x = rng.normal(0, 0.01, (1, 2 * width)).astype(np.float32)
+    x[0, slice(width, 2 * width) if rare else slice(0, width)] = rng.normal(0, 1, width)
+    return [x]
+
+
+def test_a_step_the_held_out_samples_pass_is_checked_on_the_calibration_samples() -> None:
+    """The int16 search picks the fewest layers that hold the held-out samples: a choice
+    fitted to them. Three of 16 calibration samples take the rare path, none held out:
+    the search left path B int8 (held-out 0.9998; rare unseen inputs 0.91). Checked on
+    the calibration samples, the step misses on those three and runs again searched on
+    them too: path B int16, rare unseen inputs above the target."""
+    graph, rng = _two_paths(), np.random.default_rng(1)
+    data = [_path_sample(rng, k in (0, 5, 11)) for k in range(16)]
+    q = to_int8_graph(graph, data)
+    fidelity = q.metadata["fidelity"]
+    assert fidelity["seen_missed"] == 3 and fidelity["samples"] == 6 and not fidelity["missed"]
+    assert "3 calibration samples a step missed" in format_fidelity(fidelity)
+    assert "b_h" in q.metadata["int16_tensors"]
+    rng = np.random.default_rng(99)
+    float_graph = optimize(graph)
+    assert min(output_scores(float_graph, q, [_path_sample(rng, True)])["y"] for _ in range(8)) >= 0.99
+
+
+def test_a_calibration_sample_no_search_holds_leaves_the_step_as_it_was() -> None:
+    """A calibration sample no grid holds (an input 10^4 times smaller than the others):
+    the step searched again with it misses it too, and the step the held-out samples chose
+    stands, as before the check (not a later step judged on that sample)."""
+    graph, rng = _two_paths(), np.random.default_rng(1)
+    data = [_path_sample(rng, False) for _ in range(16)]
+    data[3] = [data[3][0] * np.float32(1e-4)]
+    q = to_int8_graph(graph, data)
+    fidelity = q.metadata["fidelity"]
+    assert fidelity["seen_kept"] and fidelity["chosen"] == "int16 activations" and not fidelity["missed"]
+    assert [s["step"] for s in fidelity["steps"]] == ["int8", "int16 activations", "int16 activations, 4 samples"]
+    assert "stands" in format_fidelity(fidelity)
