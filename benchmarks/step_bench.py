@@ -40,6 +40,15 @@ C). The masked step keeps two jobs on B: its ``Where`` (the -1e10 sentinel of
 ``masked_fill``) runs on the host between them. The same run at load 14-17 gave A 17-37x,
 B 1.6-1.8x without host steps, 3.8x with the beam's TopK, 11.1x with the mask's Where:
 each host call and each extra job costs most under load.
+
+Branch masks2 (B) against main at 01a000c (A), ``--rounds 2 --seconds 0.5``, load 6.8 at
+the start, 5.8 at the end: the masked step's sentinel becomes an added mask the CPU makes
+from the bool input before the chip's one job (``compiler.attention_masks``)::
+
+    gru-mask-h128-t32    A       2    1     209.3      71.9  2.91x     22.9    181.2     1.8
+    gru-mask-h128-t32    B       1    1     156.5      85.8  1.87x     23.9    127.4     1.9
+
+(The other rows of that run differed only by main's newer escalation, since merged.)
 """
 from __future__ import annotations
 

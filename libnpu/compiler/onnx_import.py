@@ -77,10 +77,10 @@ class _Importer:
         # after the dims are fixed: folding needs static shapes. origin: node index in the
         # file, found again by the node's outputs after folding
         model, self.origin = fold_onnx(model, name)
-        masks = finite_attention_masks(model)      # a masked key's -inf as a value grids hold
         if qdq_origins:      # numbered as the QDQ file's nodes, as the user reads them (compiler.source_index)
             self.origin = {outs: (qdq_origins[i], qdq_types[qdq_origins[i]]) if qdq_origins[i] >= 0 else (i, op)
                            for outs, (i, op) in self.origin.items()}
+        masks = finite_attention_masks(model, self.origin)      # a masked key's sentinel as a value grids hold
         try:
             self.model = infer_shapes(model, strict_mode=True)
         except Exception as exc:  # onnx raises its own InferenceError types

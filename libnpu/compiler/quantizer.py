@@ -421,7 +421,11 @@ def _float_edges(g: Graph, src: Graph) -> None:
         ordered.append(op)
         for out in op.outputs:
             ordered += after.pop(out, [])
-    g.ops = prologue + ordered + [op for ops in after.values() for op in ops]
+    # Host calls ahead of every chip op read only the inputs as given (a mask made from a
+    # bool input): they run before the inputs' QUANTIZEs, which would be a chip job of
+    # their own ahead of them.
+    lead = next((i for i, op in enumerate(ordered) if op.type != "HOST"), len(ordered))
+    g.ops = ordered[:lead] + prologue + ordered[lead:] + [op for ops in after.values() for op in ops]
     g.outputs = new_outputs
 
 
