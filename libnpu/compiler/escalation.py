@@ -285,7 +285,7 @@ def _escalate(graph: Graph, dataset: Iterable[Feed] | None, target: float, budge
     decided, decided_wide = decision_path(opt)
     if decided and "int16" not in options and "int16_weights" not in options:
         # a decoder's fed-back choice flips on a rare input no held-out sample shows (decisions.py)
-        options = {**options, "int16": ",".join(decided), "int16_weights": ",".join(decided_wide) or "none",
+        options = {**options, "int16": tuple(decided), "int16_weights": tuple(decided_wide) or "none",
                    "int16_optional": (*decided, *decided_wide)}      # float-graph names: quantizing may rename them
     else:
         decided = []
@@ -517,11 +517,11 @@ def _keep_in_float(opt: Graph, best: _Best, options: dict[str, Any], given: Mapp
 
 def _still_made(graph: Graph, selection: Any) -> Any:
     """An int16 selection by tensor names without the tensors no chip op makes any more."""
-    if not isinstance(selection, str) or selection in ("none", "auto"):
+    if selection is None or selection in ("none", "auto"):
         return selection
     chip = {o for op in graph.ops if op.type != "HOST" for o in op.outputs}
-    kept = [n for n in selection.split(",") if n in chip]
-    return ",".join(kept) if kept else "none"
+    kept = tuple(n for n in (selection.split(",") if isinstance(selection, str) else selection) if n in chip)
+    return kept or "none"
 
 
 def warn_if_missed(metadata: Mapping[str, Any]) -> None:
@@ -543,7 +543,7 @@ def _reusing(options: Mapping[str, Any], before: Mapping[str, list[str]], given:
     for key in ("int16", "int16_weights"):
         mine = "int16_tensors" if key == "int16" else "int16_weight_tensors"
         if result.get(key) == "auto" and key not in given and before.get(mine):
-            result[key] = ",".join(before[mine])
+            result[key] = tuple(before[mine])     # names, never joined: a tensor name may hold a comma
     return result
 
 
@@ -553,8 +553,8 @@ def _as_chosen(options: Mapping[str, Any], metadata: Mapping[str, Any]) -> dict[
     recalibration on every sample)."""
     result = {k: v for k, v in options.items() if k != "int16_weights_widen"}
     if result.get("int16", "none") not in (None, "none"):
-        result["int16"] = ",".join(metadata.get("int16_tensors") or []) or "none"
-        result["int16_weights"] = ",".join(metadata.get("int16_weight_tensors") or []) or "none"
+        result["int16"] = tuple(metadata.get("int16_tensors") or ()) or "none"    # names: some hold commas
+        result["int16_weights"] = tuple(metadata.get("int16_weight_tensors") or ()) or "none"
     return result
 
 

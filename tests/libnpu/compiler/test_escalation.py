@@ -11,8 +11,9 @@ import pytest
 
 from libnpu.compiler.accuracy import output_scores
 from libnpu.compiler.cpu_float import MAX_CPU_TRIALS
-from libnpu.compiler.escalation import LADDER, FidelityWarning, TargetError, split_held_out
+from libnpu.compiler.escalation import LADDER, FidelityWarning, TargetError, _as_chosen, split_held_out
 from libnpu.compiler.frontend import to_int8_graph
+from libnpu.compiler.mixed_precision import quantize_mixed
 from libnpu.compiler.onnx_import import import_onnx
 from libnpu.compiler.optimize import optimize
 from libnpu.compiler.recipes import RecipeError
@@ -130,3 +131,20 @@ def test_a_step_past_int8_is_calibrated_again_on_every_sample() -> None:
                           dataset=[[rng.standard_normal((1, 3, 16, 16)).astype(np.float32)] for _ in range(10)])
     assert plain.metadata["fidelity"]["chosen"] == "int8" and "recalibrated_on" not in plain.metadata["fidelity"]
     assert plain.metadata["calibration"]["runs"] == 8
+
+
+def test_layers_a_step_chose_are_named_again_whatever_their_names_hold():
+    """A step's chosen int16 layers are named again when it is calibrated again (and by the
+    next step); they went as one comma-joined string, so a tensor named with a comma (an
+    ONNX output named '{"0": "1_minute_timer", "2": "5_minute_timer"}') was split and the
+    compile stopped: "int16: no op or tensor named '"2": "5_minute_timer"'"."""
+    model = builders.hard_swish_between_convs()
+    odd = '{"0": "c1", "2": "c1"}'
+    for node in model.graph.node:
+        node.output[:] = [odd if o == "c1" else o for o in node.output]
+        node.input[:] = [odd if i == "c1" else i for i in node.input]
+    graph = import_onnx(model)
+    data = [[np.random.default_rng(i).standard_normal((1, 3, 8, 8)).astype(np.float32)] for i in range(4)]
+    again = _as_chosen({"int16": "auto"}, {"int16_tensors": [odd, "y"], "int16_weight_tensors": [odd]})
+    q = quantize_mixed(graph, data, **again)
+    assert odd in q.metadata["int16_tensors"] and odd in q.metadata["int16_weight_tensors"]
