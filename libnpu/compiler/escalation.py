@@ -17,10 +17,8 @@ The default compile of a float model (no ``recipe``, or ``recipe="default"``) ru
    lenient than the bar's absolute error; the worst sample counts; an output made by a
    final sigmoid or softmax also on its logits; a model whose every input has fewer than
    8 values also on each held-out sample pushed further from the calibration samples'
-   mean: :func:`libnpu.compiler.held_out.extrapolated`; an integer or bool output, indices
-   or ids, by the share of its values equal to float's, and escalated for only while a
-   step raises that share: :func:`libnpu.compiler.held_out.only_ties_missed`). The graph
-   is simulated by the float reference, not run on the chip: two held-out samples cost two
+   mean: :func:`libnpu.compiler.held_out.extrapolated`). The graph is simulated by the float
+   reference, not run on the chip: two held-out samples cost two
    float and two quantized runs, a few percent of a compile. An output meets the target
    when its worst score (and its logits') beats it by a margin for the few samples
    (:func:`libnpu.compiler.held_out.required_score`: 0.99667 on two samples for 0.99).
@@ -110,12 +108,10 @@ from .held_out import (
     MAX_HELD_OUT,
     MIN_HELD_OUT,
     MIN_SAMPLES,
-    exact_outputs,
     extrapolated,
     held_out_scores,
     measure,
     missed_samples,
-    only_ties_missed,
     required_score,
     split_held_out,
 )
@@ -310,8 +306,6 @@ def _escalate(graph: Graph, dataset: Iterable[Feed] | None, target: float, budge
     tried: list[dict[str, Any]] = []
     seen: list[dict[str, Any]] = []
     best: _Best | None = None
-    exact = exact_outputs(opt)
-    last_scores: dict[str, float] | None = None     # the previous step's (only_ties_missed)
     chosen_before: dict[str, list[str]] = {}
     capped = ""
     ladder = list(LADDER)
@@ -384,9 +378,6 @@ def _escalate(graph: Graph, dataset: Iterable[Feed] | None, target: float, budge
             chosen_before = started_with
             ladder.insert(position + 1, Step(f"{step.name}, {len(judged)} samples", step.options))
             continue
-        if only_ties_missed(scores, logits, need, exact, last_scores):
-            break
-        last_scores = scores
         if len(tried) == 1 and cpu_float and not capped:   # a front end no grid holds: int16 will not fix it
             with stage(progress, "measure"):
                 blamed = front_end_blamed(opt, q, held, calibration=calibration, need=need)
@@ -408,11 +399,10 @@ def _escalate(graph: Graph, dataset: Iterable[Feed] | None, target: float, budge
     # An output scored exactly 0 is all zeros quantized (a score under one step of its own
     # grid, where no logits under it were measured: held_out.measure): no layer on the CPU
     # changes that.
-    # An integer output's mismatches are near-ties of keys float layers do not break either.
-    worst = [min(s, best[3].get(k, 1.0)) for k, s in best[2].items() if k not in exact]
+    worst = [min(s, best[3].get(k, 1.0)) for k, s in best[2].items()]
     if best[0][0] < len(best[2]) and cpu_float and not capped \
             and any(s != 0.0 for s in worst if s < need) \
-            and min(worst) < 1 - NEAR_TARGET * (1 - target):
+            and best[0][1] < 1 - NEAR_TARGET * (1 - target):
         best, capped = _keep_in_float(opt, best, _effective({**LADDER[1].options, **options}), options,
                                       calibration, judged, target, need, tried, progress, budget)
     _, chosen, scores, logits, name = best
@@ -429,7 +419,7 @@ def _escalate(graph: Graph, dataset: Iterable[Feed] | None, target: float, budge
         "target": target, "required": round(need, 5), "measured_on": measured_on,
         "samples": len(judged) - len(outside), "calibration_samples": count,
         **({"extrapolated": len(outside)} if outside else {}),
-        "chosen": name, **_rounded(scores, logits), "missed": missed, **({"exact": exact} if exact else {}),
+        "chosen": name, **_rounded(scores, logits), "missed": missed,
         **({"seen_missed": len(judged) - len(held) - len(outside)} if len(judged) > len(held) + len(outside) else {}),
         **({"seen_kept": True} if again is not None and len(judged) == len(held) + len(outside) else {}),
         **({"recalibrated_on": count + len(held), "recalibration_work": work_done() - before} if refit else {}),
@@ -601,24 +591,7 @@ def missed_text(fidelity: Mapping[str, Any]) -> str:
 def _score_text(fidelity: Mapping[str, Any], name: str) -> str:
     """An output's score, and its logits' when they were measured (``0.9987, logits 0.9712``)."""
     logits = (fidelity.get("logits") or {}).get(name)
-    if name in fidelity.get("exact", ()):
-        return _match_text(fidelity["scores"][name])
     return f"{fidelity['scores'][name]:.4f}" + ("" if logits is None else f", logits {logits:.4f}")
-
-
-def _match_text(share: float) -> str:
-    """An integer output's score as what it is: the share of values equal to float's."""
-    return f"matches {100 * share:.3g}% of index values"
-
-
-def _worst_text(fidelity: Mapping[str, Any], scores: Mapping[str, float]) -> str:
-    """A step's worst score over its float outputs, and its integer outputs' lowest match."""
-    exact = fidelity.get("exact", ())
-    floats = [s for k, s in scores.items() if k not in exact]
-    indices = [s for k, s in scores.items() if k in exact]
-    parts = [*([f"worst {min(floats, default=1.0):.4f}"] if floats or not indices else []),
-             *([_match_text(min(indices))] if indices else [])]
-    return ", ".join(parts)
 
 
 def _target_text(fidelity: Mapping[str, Any]) -> str:
@@ -654,7 +627,7 @@ def format_fidelity(fidelity: Mapping[str, Any]) -> str:
         work = fidelity["steps"][0].get("work")
         took = f" (work x{s['work'] / work:.1f})" if work and "work" in s and s is not fidelity["steps"][0] else ""
         logits = f" (logits {min(s['logits'].values()):.4f})" if s.get("logits") else ""
-        lines.append(f"  {s['step']:<18} {_worst_text(fidelity, s['scores'])}{logits}: "
+        lines.append(f"  {s['step']:<18} worst {min(s['scores'].values(), default=1.0):.4f}{logits}: "
                      f"{s['chose']}{took}{mark}")
     decided = fidelity.get("decision_path")
     if decided:

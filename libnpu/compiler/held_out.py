@@ -36,18 +36,6 @@ models, ``benchmarks/models_in_the_wild.py --plain``, scored on its two unseen p
   close came out 0.061 off (bar 0.05). They are now scored by the probability error they
   can cause where it is not saturated, on the bar's absolute scale (``SLOPE`` times their
   error, or the spread of a softmax's errors, over ``SMALL_OUTPUT_SCALE``).
-* **Integer and bool outputs scored by agreement.** An output of indices (TopK's or
-  ArgMax's, class or token ids, a decode in the graph) or a mask was scored as a float
-  output: TopK's 3 indices, one off by 40 places, scored -18.2 (``1 - 40 / 2.5``), and the
-  escalation ran every step for a figure that meant nothing. Such an output
-  (:func:`exact_outputs`: an integer or bool output of the float graph, not a quantized
-  one) is scored by the share of its values equal to float's over all the samples
-  (:func:`match_share`; 0 when a data-dependent shape differs on a sample, as the
-  corpus's judge fails it) and printed so ("matches 97% of index values"). It meets the
-  target as another output does (its mismatch rate under the target's error, with the
-  margin), but a mismatch is usually a near-tie of its keys that any rounding flips:
-  escalating for such outputs alone goes on only while the last step raised their
-  share (:func:`only_ties_missed`: one step after int8 is tried, the next only if it helped).
 * **Samples derived from the held-out ones** (a flip, a shift of 8 pixels, noise at 2% of
   the input's range, the mean of two) were measured and are not used: on hand_recrop they
   scored at most 0.0002 under the held-out samples at every step (up to 0.014 over them),
@@ -68,8 +56,7 @@ from .step_reuse import once
 
 __all__ = ["HELD_OUT_SHARE", "MIN_HELD_OUT", "MAX_HELD_OUT", "MIN_SAMPLES", "MARGIN_SAMPLES", "SATURATING", "SLOPE",
            "EXTRAPOLATE", "split_held_out", "extrapolated", "held_out_scores", "measure", "search_scores",
-           "logit_tensors", "required_score", "missed_samples",
-           "EXACT_DTYPES", "exact_outputs", "match_share", "only_ties_missed"]
+           "logit_tensors", "required_score", "missed_samples"]
 
 Feed = Mapping[str, np.ndarray] | Sequence[np.ndarray]
 
@@ -94,8 +81,6 @@ EXTRAPOLATE = 0.5
 SATURATING = ("LOGISTIC", "SOFTMAX")
 #: The largest slope of a sigmoid (and of a softmax's probability against the spread of its logits).
 SLOPE = 0.25
-#: Output dtypes scored by the share of values equal to float's (indices, ids, masks).
-EXACT_DTYPES = ("int8", "uint8", "int16", "int32", "int64", "bool")
 #: Ops between such an op and the output that keep its values (in another order, maybe).
 _SAME_VALUES = ("RESHAPE", "TRANSPOSE", "SQUEEZE", "EXPAND_DIMS", "DEQUANTIZE")
 
@@ -152,33 +137,6 @@ def logit_tensors(graph: Graph) -> dict[str, str]:
     return result
 
 
-def exact_outputs(graph: Graph) -> list[str]:
-    """The outputs of the float ``graph`` scored by agreement (:func:`match_share`): integer
-    or bool ones without a quantization grid (indices, class or token ids, masks)."""
-    return [n for n in graph.outputs if graph.tensors[n].dtype in EXACT_DTYPES and graph.tensors[n].quant is None]
-
-
-def match_share(refs: Sequence[np.ndarray], gots: Sequence[np.ndarray]) -> float:
-    """The share of values equal in ``gots`` and ``refs`` (one flat array per sample), over
-    all the samples together; 0.0 when a sample's sizes differ (a data-dependent shape:
-    the acceptance judge fails it there too), 1.0 for no values."""
-    if any(r.size != g.size for r, g in zip(refs, gots)):
-        return 0.0
-    total = sum(r.size for r in refs)
-    return 1.0 if not total else sum(int(np.count_nonzero(r == g)) for r, g in zip(refs, gots)) / total
-
-
-def only_ties_missed(scores: Mapping[str, float], logits: Mapping[str, float], need: float,
-                     exact: Sequence[str], before: Mapping[str, float] | None) -> bool:
-    """Whether a step's every output under ``need`` is one of the ``exact`` outputs whose
-    share of values equal to float's is no higher than ``before`` (the previous step's
-    scores; ``None`` after the first step: one escalation is tried): the escalation stops,
-    as what differs is near-ties no finer grid breaks (module docstring)."""
-    missed = [k for k, s in scores.items() if min(s, logits.get(k, 1.0)) < need]
-    return before is not None and bool(missed) and all(k in exact and scores[k] <= before.get(k, 0.0)
-                                                        for k in missed)
-
-
 def _grid_step(graph: Graph, name: str) -> float:
     """One step of the integer grid ``name`` (a quantized graph's output) is on, 0.0 for float."""
     t = graph.tensors[name]
@@ -199,17 +157,14 @@ def measure(float_graph: Graph, graph: Graph, samples: Sequence[Feed]) -> tuple[
     raw logit in the tens: the bar's absolute error), as the acceptance bar judges it (an
     absolute error), not relative to each sample's own value: a speech probability of
     0.003 on a silent sample, 0.002 off, scored 0.33 alone and sent the escalation after an
-    error of 0.002 (Silero VAD); an integer or bool output by the share of its values
-    equal to float's (:func:`match_share`). ``logits``: for each output made by a final ``LOGISTIC`` /
+    error of 0.002 (Silero VAD). ``logits``: for each output made by a final ``LOGISTIC`` /
     ``SOFTMAX`` whose input the quantized graph keeps, that input scored by cosine, or for
     fewer than 8 values by the probability error it can cause (:func:`_logit_score`); such
     an output within one step of its grid of float on a sample scores 1 there (module
     docstring)."""
     pairs, refs, gots, logits = _outputs_and_logits(float_graph, graph, samples)
     steps = {out: _grid_step(graph, pairs[out]) if out in logits else 0.0 for out in pairs}
-    exact = exact_outputs(float_graph)
-    scores = {out: match_share(refs[out], gots[out]) if out in exact else
-              _worst(refs[out], gots[out], float_graph.tensors[out].size < SMALL_OUTPUT, steps[out])
+    scores = {out: _worst(refs[out], gots[out], float_graph.tensors[out].size < SMALL_OUTPUT, steps[out])
               for out in pairs}
     return scores, {out: _logit_score(float_graph, name, refs[f"logits {out}"], gots[f"logits {out}"])
                     for out, name in logits.items()}
@@ -225,12 +180,8 @@ def search_scores(float_graph: Graph, graph: Graph, samples: Sequence[Feed]) -> 
     its logits' error (magika-v1's file type: output 1.0, logits 0.58 at int8, every int16
     step chose int8 again; with its logits, int16 weights on its dense layers)."""
     pairs, refs, gots, logits = _outputs_and_logits(float_graph, graph, samples)
-    exact = exact_outputs(float_graph)
     result = {}
     for out, qname in pairs.items():
-        if out in exact:
-            result[qname] = match_share(refs[out], gots[out])
-            continue
         value = score(np.concatenate(refs[out]), np.concatenate(gots[out]), graph.tensors[qname].size < SMALL_OUTPUT)
         if out in logits:
             value = min(value, _logit_score(float_graph, logits[out], refs[f"logits {out}"], gots[f"logits {out}"]))
@@ -317,14 +268,11 @@ def missed_samples(float_graph: Graph, graph: Graph, samples: Sequence[Feed], ta
     """The ``samples`` on which an output of the quantized ``graph`` (or its logits) scores
     under ``target``, each measured alone as :func:`measure` measures: the check of a
     choice fitted to other samples (:mod:`libnpu.compiler.escalation`: the int16 search's,
-    on the held-out ones) on the calibration samples it was never fitted to. An integer
-    output is left out: one of its values off on a sample is a near-tie flipped, which a
-    search fitted to more samples does not break (:func:`only_ties_missed`)."""
+    on the held-out ones) on the calibration samples it was never fitted to."""
     missed = []
-    exact = exact_outputs(float_graph)
     for sample in samples:
         scores, logits = measure(float_graph, graph, [sample])
-        if any(min(s, logits.get(k, 1.0)) < target for k, s in scores.items() if k not in exact):
+        if any(min(s, logits.get(k, 1.0)) < target for k, s in scores.items()):
             missed.append(sample)
     return missed
 
