@@ -172,7 +172,7 @@ from benchmarks.corpus_manifest import BY_NAME, HALVES, ROUND_SALTS, CorpusModel
 from benchmarks.models_in_the_wild import cpu_ops
 from benchmarks.scratch_device import ScratchDevice
 from libnpu.loadable import Loadable
-from libnpu.tools.model_bench import _interleaved, _StagedInference  # npu bench model's own loop, not a copy
+from libnpu.tools.model_bench import _StagedInference, time_side_by_side  # npu bench model's own loop
 from libnpu.tools.models import LiteRT
 from npu_hw.regs import DEFAULT_JOB_TIMEOUT_MS
 
@@ -263,12 +263,7 @@ def measure(corpus_model: CorpusModel, devroot: str, seconds: float, workdir: Pa
             request = model.create_request()
             try:
                 npu = _StagedInference(request, _device_inputs(model, feed, order))
-                steps: dict[str, Callable[[], Any]] = {"npu": npu, "reference": _reference_step(path, feed)}
-                for step in steps.values():          # warm up
-                    for _ in range(3):
-                        step()
-                npu.clear()
-                samples = _interleaved(steps, seconds)
+                samples = time_side_by_side(npu, _reference_step(path, feed), seconds)
             finally:
                 request.release()
             result.rounds = len(samples["npu"])

@@ -41,6 +41,17 @@ def percentiles_ms(samples: list[float]) -> dict[str, float]:
             "min_ms": round(float(a.min()), 4), "max_ms": round(float(a.max()), 4), "count": len(samples)}
 
 
+def time_side_by_side(npu: _StagedInference, reference: Callable[[], Any], seconds: float) -> dict[str, list[float]]:
+    """``npu`` and ``reference`` warmed up (3 calls each, ``npu``'s stages cleared after),
+    then timed in turn (:func:`_interleaved`): seconds per call under ``"npu"`` and ``"reference"``."""
+    steps: dict[str, Callable[[], Any]] = {"npu": npu, "reference": reference}
+    for step in steps.values():
+        for _ in range(3):
+            step()
+    npu.clear()
+    return _interleaved(steps, seconds)
+
+
 def _interleaved(steps: dict[str, Callable[[], Any]], seconds: float, min_count: int = 20,
                  cpu: dict[str, float] | None = None) -> dict[str, list[float]]:
     """Time each step in turn, round after round, so every contender sees the same
