@@ -75,7 +75,7 @@ def test_a_start_ended_by_sigterm_leaves_nothing(tmp_path):
                              str(devroot)], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, cwd=REPO, env=env)
     try:
-        assert wait_until(lambda: proc.poll() is not None or paths.ready_file(devroot, 0).exists(), 240)
+        assert wait_until(lambda: proc.poll() is not None or paths.ready_file(devroot, 0).exists(), 120)
         assert proc.poll() is None, proc.communicate()
         state = paths.state_dir(devroot)
         os.kill(proc.pid, signal.SIGTERM)
