@@ -43,7 +43,7 @@ class ChaosConfig:
     margin_s: float = 15.0                         # an operation is hung past its timeout + this (x load)
     rss_slack: int = 64 << 20                      # the daemon's RSS may grow this much
     settle_s: float = 120.0                        # time to reclaim killed clients and restart a killed chip
-    # (> the chip's 60 s power-on: test_chaos[chip] saw 3 files of a restart still there after 30 s at load 15)
+    # (test_chaos[chip] saw 3 files of a chip restart still there after 30 s at load 15; the wait ends when back)
     seed: int = 0
     # Past ``seconds``, the run goes on until it did this many operations and kills (a loaded
     # machine does fewer a second), for at most ``overtime_s`` more.
