@@ -51,30 +51,60 @@ def _layer_norm(b: _Builder, x: str, name: str, width: int, outliers: tuple[int,
 
 
 def _linear(b: _Builder, x: str, name: str, fan_in: int, fan_out: int, outliers: tuple[int, ...] = (),
-            gain: float = 1.0, reads: float = 1.0) -> str:
+            gain: float = 1.0, reads: float = 1.0, last_row: np.ndarray | None = None) -> str:
     """``x @ w + bias``; the columns of ``outliers`` times ``gain`` (the projection writes
     into them), their rows times ``reads`` (a trained layer reads them damped: its
-    attention scores stay of the usual size)."""
+    attention scores stay of the usual size); ``last_row`` the weights' last row."""
     w = (b.rng.standard_normal((fan_in, fan_out)) / np.sqrt(fan_in)).astype(np.float32)
     for d in outliers:
         if d < fan_out:
             w[:, d] *= gain
         if d < fan_in:
             w[d, :] *= reads
+    if last_row is not None:
+        w[-1] = last_row
     bias = b.rng.normal(0, .02, fan_out).astype(np.float32)
     m = b.node("MatMul", [x, b.const(f"{name}_w", w)], f"{name}_mm")
     return b.node("Add", [m, b.const(f"{name}_bias", bias)], f"{name}_y")
 
 
+def _massive(b: _Builder, x: str, up: str, name: str, hidden: int, marker: int, dims: tuple[int, ...]) -> str:
+    """``up`` with one more column: the ``marker`` dimension of ``x`` and the massive ones
+    of the layer before (``dims``, their signs) through a threshold (GELU then opens it for
+    the delimiter tokens alone)."""
+    w = np.zeros((hidden, 1), np.float32)
+    w[marker, 0] = 1.0
+    w[list(dims), 0] = _spike(hidden, dims, .25)[list(dims)]
+    column = b.node("Add", [b.node("MatMul", [x, b.const(f"{name}_gate_w", w)], f"{name}_gate_mm"),
+                            b.const(f"{name}_gate_b", np.float32(-1.0))], f"{name}_gate")
+    return b.node("Concat", [up, column], f"{name}_all", axis=-1)
+
+
+def _spike(hidden: int, dims: tuple[int, ...], size: float) -> np.ndarray:
+    row = np.zeros(hidden, np.float32)
+    for k, dim in enumerate(dims):
+        row[dim] = size * (1 if k % 2 else -1)
+    return row
+
+
 def encoder(seed: int = 0, seq: int = 16, hidden: int = 64, heads: int = 4, layers: int = 2,
-            outliers: tuple[int, ...] = (), big: float = 20.0, writes: float = 4.0) -> onnx.ModelProto:
+            outliers: tuple[int, ...] = (), big: float = 20.0, writes: float = 4.0,
+            massive: float = 0.0) -> onnx.ModelProto:
     """The encoder (module docstring), ``hidden`` wide, ``outliers`` the dimensions whose
     LayerNorm gains are ``big`` (and more) and whose columns the output projections
-    multiply by ``writes``."""
+    multiply by ``writes``. ``massive``: each feed-forward network adds about that much
+    to the ``outliers`` dimensions (dimensions 1 and 2 without them) of the delimiter
+    tokens ([CLS], [SEP]) alone, before the LayerNorm (the "massive activations" of
+    trained encoders); the last hidden dimension marks those tokens in the embeddings."""
     b = _Builder(seed)
     n = b.node
     d = hidden // heads
-    words = n("Gather", [b.weight("word_embeddings", VOCAB, hidden, scale=.05), "input_ids"], "words", axis=0)
+    table = (b.rng.standard_normal((VOCAB, hidden)) * .05).astype(np.float32)
+    marker = hidden - 1
+    if massive:
+        table[:, marker] = 0.0
+        table[[CLS, SEP], marker] = 1.0
+    words = n("Gather", [b.const("word_embeddings", table), "input_ids"], "words", axis=0)
     positions = b.const("position_ids", np.arange(seq, dtype=np.int64)[None])
     pos = n("Gather", [b.weight("position_embeddings", 64, hidden, scale=.05), positions], "pos", axis=0)
     types = n("Gather", [b.weight("token_type_embeddings", 2, hidden, scale=.05), "token_type_ids"], "types", axis=0)
@@ -101,10 +131,13 @@ def encoder(seed: int = 0, seq: int = 16, hidden: int = 64, heads: int = 4, laye
         attn = _linear(b, ctx, f"{p}_o", hidden, hidden, outliers, gain=writes)
         x = _layer_norm(b, n("Add", [attn, x], f"{p}_res1"), f"{p}_ln1", hidden, outliers, big)
         up = _linear(b, x, f"{p}_up", hidden, 4 * hidden, outliers, reads=1 / big)
+        if massive:
+            up = _massive(b, x, up, f"{p}_up", hidden, marker, outliers or (1, 2))
         erf = n("Erf", [n("Div", [up, b.const(f"{p}_rt2", np.float32(np.sqrt(2)))], f"{p}_ud")], f"{p}_erf")
         gelu = n("Mul", [n("Mul", [up, n("Add", [erf, b.const(f"{p}_one", np.float32(1))], f"{p}_e1")], f"{p}_g0"),
                          b.const(f"{p}_half", np.float32(.5))], f"{p}_gelu")
-        down = _linear(b, gelu, f"{p}_down", 4 * hidden, hidden, outliers, gain=writes)
+        down = _linear(b, gelu, f"{p}_down", 4 * hidden + bool(massive), hidden, outliers, gain=writes,
+                       last_row=_spike(hidden, outliers or (1, 2), massive) if massive else None)
         x = _layer_norm(b, n("Add", [down, x], f"{p}_res2"), f"{p}_ln2", hidden, outliers, big)
     n("Identity", [x], "last_hidden_state")
     graph = h.make_graph(b.nodes, "encoder",
