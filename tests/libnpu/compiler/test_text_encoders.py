@@ -10,13 +10,16 @@ from libnpu.compiler.frontend import to_int8_graph
 from libnpu.compiler.mixed_precision import quantize_mixed
 from libnpu.compiler.optimize import optimize
 from libnpu.compiler.placement import import_with_fallback, plan_placement
-from tests.support.encoder_models import encoder, sentences
+from tests.support.encoder_models import encoder, quantize_dynamic_encoder, sentences
 
 SEQ = 8
 
 
-def _imported(massive: float = 0.0):
+def _imported(massive: float = 0.0, folder=None):
     model = encoder(seq=SEQ, hidden=32, heads=2, layers=1, massive=massive).SerializeToString()
+    if folder is not None:   # onnxruntime's dynamic quantization, attention's products of activations too
+        model = quantize_dynamic_encoder(encoder(seq=SEQ, hidden=32, heads=2, layers=1), folder,
+                                         extra_options={"MatMulConstBOnly": False})
     plan = plan_placement(model, dataset=sentences(4, SEQ, 1))
     return import_with_fallback(plan.data, plan.kind, plan.name, force_host=plan.cpu)[0]
 
@@ -53,3 +56,14 @@ def test_the_default_compile_holds_an_encoder_with_massive_activations() -> None
     assert not [s["refused"] for s in fidelity["steps"] if "refused" in s]
     assert fidelity["chosen"] != "int8" and not fidelity["missed"]
     assert output_scores(optimize(graph), q, unseen).popitem()[1] >= 0.98
+
+
+def test_a_per_run_scale_goes_from_one_host_call_to_the_next_in_float(tmp_path) -> None:
+    # quantize_dynamic's attention runs on the CPU in two calls around the chip's softmax;
+    # the run-time scale of V's codes went from one to the other on an int8 grid, and
+    # clipped at the largest calibration saw (cosine 0.972 on the device).
+    graph = _imported(folder=tmp_path)
+    q = to_int8_graph(graph, sentences(8, SEQ, 1, min_len=SEQ), recipe="fast")
+    passed = [i for op in q.ops if op.type == "HOST" for i in op.inputs if i.endswith("_scale")]
+    assert passed and all(q.tensors[i].dtype == "float32" and q.tensors[i].quant is None for i in passed)
+    assert output_scores(optimize(graph), q, sentences(4, SEQ, 2, min_len=3)).popitem()[1] >= 0.99
