@@ -22,9 +22,8 @@ from pathlib import Path
 
 import numpy as np
 import onnx
-from onnx import TensorProto
+from onnx import TensorProto, numpy_helper
 from onnx import helper as h
-from onnx import numpy_helper
 
 from .model_builders import _Builder
 

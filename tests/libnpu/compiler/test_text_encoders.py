@@ -3,8 +3,6 @@ default compile: int16 for a model whose inputs are token ids, its attention mas
 calibration never padded, and its massive activations."""
 from __future__ import annotations
 
-import numpy as np
-
 from libnpu.compiler.accuracy import output_scores
 from libnpu.compiler.frontend import to_int8_graph
 from libnpu.compiler.mixed_precision import quantize_mixed
