@@ -32,19 +32,23 @@ PAD, CLS, SEP = 0, 101 % VOCAB, 102 % VOCAB
 INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 
 
-def _layer_norm(b: _Builder, x: str, name: str, width: int, outliers: tuple[int, ...], big: float) -> str:
+def _layer_norm(b: _Builder, x: str, name: str, width: int, outliers: tuple[int, ...], big: float,
+                fused: bool = False) -> str:
     n = b.node
+    gain = b.rng.uniform(.6, 1.2, width).astype(np.float32)
+    shift = b.rng.normal(0, .05, width).astype(np.float32)
+    for k, d in enumerate(outliers):        # the outlier dimensions: large gain and shift
+        gain[d] = big * (1 + .2 * k)
+        shift[d] = -big * (.5 + .3 * k)
+    if fused:
+        return n("LayerNormalization", [x, b.const(f"{name}_g", gain), b.const(f"{name}_b", shift)], f"{name}_out",
+                 axis=-1, epsilon=1e-12)
     mean = n("ReduceMean", [x], f"{name}_mean", axes=[-1], keepdims=1)
     centred = n("Sub", [x, mean], f"{name}_c")
     sq = n("Pow", [centred, b.const(f"{name}_two", np.float32(2))], f"{name}_sq")
     var = n("ReduceMean", [sq], f"{name}_var", axes=[-1], keepdims=1)
     std = n("Sqrt", [n("Add", [var, b.const(f"{name}_eps", np.float32(1e-12))], f"{name}_ve")], f"{name}_std")
     normed = n("Div", [centred, std], f"{name}_n")
-    gain = b.rng.uniform(.6, 1.2, width).astype(np.float32)
-    shift = b.rng.normal(0, .05, width).astype(np.float32)
-    for k, d in enumerate(outliers):        # the outlier dimensions: large gain and shift
-        gain[d] = big * (1 + .2 * k)
-        shift[d] = -big * (.5 + .3 * k)
     scaled = n("Mul", [normed, b.const(f"{name}_g", gain)], f"{name}_s")
     return n("Add", [scaled, b.const(f"{name}_b", shift)], f"{name}_out")
 
@@ -88,13 +92,16 @@ def _spike(hidden: int, dims: tuple[int, ...], size: float) -> np.ndarray:
 
 def encoder(seed: int = 0, seq: int = 16, hidden: int = 64, heads: int = 4, layers: int = 2,
             outliers: tuple[int, ...] = (), big: float = 20.0, writes: float = 4.0,
-            massive: float = 0.0) -> onnx.ModelProto:
+            massive: float = 0.0, fused: bool = False, pooled: bool = False) -> onnx.ModelProto:
     """The encoder (module docstring), ``hidden`` wide, ``outliers`` the dimensions whose
     LayerNorm gains are ``big`` (and more) and whose columns the output projections
     multiply by ``writes``. ``massive``: each feed-forward network adds about that much
     to the ``outliers`` dimensions (dimensions 1 and 2 without them) of the delimiter
     tokens ([CLS], [SEP]) alone, before the LayerNorm (the "massive activations" of
-    trained encoders); the last hidden dimension marks those tokens in the embeddings."""
+    trained encoders); the last hidden dimension marks those tokens in the embeddings.
+    ``fused``: LayerNormalization ops (opset 17) instead of spelled ones; ``pooled``: a second
+    output, ``sentence_embedding`` [1, hidden], the mean of the unmasked tokens L2-normalized
+    (sentence-transformers' pooling and Normalize)."""
     b = _Builder(seed)
     n = b.node
     d = hidden // heads
@@ -107,7 +114,7 @@ def encoder(seed: int = 0, seq: int = 16, hidden: int = 64, heads: int = 4, laye
     positions = b.const("position_ids", np.arange(seq, dtype=np.int64)[None])
     pos = n("Gather", [b.weight("position_embeddings", 64, hidden, scale=.05), positions], "pos", axis=0)
     types = n("Gather", [b.weight("token_type_embeddings", 2, hidden, scale=.05), "token_type_ids"], "types", axis=0)
-    x = _layer_norm(b, n("Add", [n("Add", [words, types], "wt"), pos], "emb"), "ln_emb", hidden, outliers, big)
+    x = _layer_norm(b, n("Add", [n("Add", [words, types], "wt"), pos], "emb"), "ln_emb", hidden, outliers, big, fused)
     # HF's extended mask: (1.0 - mask[:, None, None, :]) * finfo(float32).min
     m = n("Cast", [n("Unsqueeze", ["attention_mask", b.const("mask_axes", np.array([1, 2], np.int64))], "m4")],
           "mf", to=TensorProto.FLOAT)
@@ -128,7 +135,7 @@ def encoder(seed: int = 0, seq: int = 16, hidden: int = 64, heads: int = 4, laye
         ctx = n("Reshape", [n("Transpose", [n("MatMul", [probs, v], f"{p}_ctx")], f"{p}_ct", perm=[0, 2, 1, 3]),
                             merge], f"{p}_cm")
         attn = _linear(b, ctx, f"{p}_o", hidden, hidden, outliers, gain=writes)
-        x = _layer_norm(b, n("Add", [attn, x], f"{p}_res1"), f"{p}_ln1", hidden, outliers, big)
+        x = _layer_norm(b, n("Add", [attn, x], f"{p}_res1"), f"{p}_ln1", hidden, outliers, big, fused)
         up = _linear(b, x, f"{p}_up", hidden, 4 * hidden, outliers, reads=1 / big)
         if massive:
             up = _massive(b, x, up, f"{p}_up", hidden, marker, outliers or (1, 2))
@@ -137,13 +144,26 @@ def encoder(seed: int = 0, seq: int = 16, hidden: int = 64, heads: int = 4, laye
                          b.const(f"{p}_half", np.float32(.5))], f"{p}_gelu")
         down = _linear(b, gelu, f"{p}_down", 4 * hidden + bool(massive), hidden, outliers, gain=writes,
                        last_row=_spike(hidden, outliers or (1, 2), massive) if massive else None)
-        x = _layer_norm(b, n("Add", [down, x], f"{p}_res2"), f"{p}_ln2", hidden, outliers, big)
+        x = _layer_norm(b, n("Add", [down, x], f"{p}_res2"), f"{p}_ln2", hidden, outliers, big, fused)
     n("Identity", [x], "last_hidden_state")
+    outputs = [h.make_tensor_value_info("last_hidden_state", TensorProto.FLOAT, [1, seq, hidden])]
+    if pooled:
+        weights = n("Cast", [n("Unsqueeze", ["attention_mask", b.const("pool_axis", np.array([-1], np.int64))],
+                               "pool_m")], "pool_w", to=TensorProto.FLOAT)
+        total = n("ReduceSum", [n("Mul", [x, weights], "pool_x"), b.const("seq_axis", np.array([1], np.int64))],
+                  "pool_sum", keepdims=0)
+        count = n("Clip", [n("ReduceSum", [weights, b.const("seq_axis2", np.array([1], np.int64))], "pool_n",
+                             keepdims=0), b.const("pool_min", np.float32(1e-9))], "pool_nc")
+        mean = n("Div", [total, count], "pool_mean")
+        norm = n("Clip", [n("ReduceL2", [mean], "pool_l2", axes=[-1], keepdims=1), b.const("norm_min",
+                                                                                          np.float32(1e-12))],
+                 "pool_l2c")
+        n("Div", [mean, norm], "sentence_embedding")
+        outputs.append(h.make_tensor_value_info("sentence_embedding", TensorProto.FLOAT, [1, hidden]))
     graph = h.make_graph(b.nodes, "encoder",
                          [h.make_tensor_value_info(name, TensorProto.INT64, [1, seq]) for name in INPUTS],
-                         [h.make_tensor_value_info("last_hidden_state", TensorProto.FLOAT, [1, seq, hidden])],
-                         b.inits)
-    model = h.make_model(graph, opset_imports=[h.make_opsetid("", 14)])
+                         outputs, b.inits)
+    model = h.make_model(graph, opset_imports=[h.make_opsetid("", 17 if fused else 14)])
     model.ir_version = 8
     onnx.checker.check_model(model)
     return model
