@@ -14,7 +14,7 @@ from npu_hw import ops as spec_ops
 
 from .. import channel_grids, float_ref, onnx_import, qparams, tflite_export, tflite_import
 from ..descriptors import Emitted, pad_rank
-from ..ir import Op, Tensor
+from ..ir import Op
 from ..registry import Operator, onnx, register, tflite_options
 
 
@@ -138,9 +138,6 @@ def _onnx_div(im, node, attrs, where):
 
 @onnx("BatchNormalization")
 def _onnx_batchnorm(im, node, attrs, where):
-    if any(n not in im.consts for n in node.input[1:5]):
-        _batchnorm_of_computed_statistics(im, node, attrs, where)
-        return
     scale, bias, mean, var = (im.const(n, where).astype(np.float64) for n in node.input[1:5])
     a = scale / np.sqrt(var + float(attrs.get("epsilon", 1e-5)))
     b = bias - mean * a
@@ -158,50 +155,6 @@ def _onnx_batchnorm(im, node, attrs, where):
     cb = im.g.add_const(f"{node.output[0]}__bn_shift", b.astype(np.float32)).name
     im.g.add_op(Op("MUL", [xin, ca], [mid], {"activation": "NONE"}))
     im.emit("ADD", [mid, cb], node.output[0], nhwc, where, dict(activation="NONE"))
-
-
-def _batchnorm_of_computed_statistics(im, node, attrs, where) -> None:
-    """BatchNormalization whose mean, variance (or scale, bias) the model computes: tf2onnx
-    writes a Keras LayerNormalization (TF's fused batch norm in training form) as
-    ReduceMean / ReduceSumSquare / Div feeding one. ``(x - mean) * rsqrt(var + epsilon) *
-    scale + bias`` along axis 1, as ONNX LayerNormalization imports (SUB, ADD, RSQRT, MUL; a
-    computed [C] operand reshaped to broadcast over the axes after the channel); the MUL by
-    scale and the ADD of bias are left out when they are constant ones and zeros."""
-    shape = tuple(im.onnx_shape(node.input[0], where))
-    if len(shape) < 2:
-        raise onnx_import.ONNXImportError(f"{where}: batch normalization of a rank-{len(shape)} tensor")
-    per_channel = (shape[1],) + (1,) * (len(shape) - 2)
-    out = node.output[0]
-
-    def operand(name: str) -> str:
-        if name in im.consts:
-            return im.g.add_const(f"{out}__{name}", im.consts[name].astype(np.float32).reshape(per_channel)).name
-        value = im.value(name, False, where)
-        if im.g.tensors[value].shape == per_channel:
-            return value
-        view = im.g.add_tensor(Tensor(im.g.unique_name(f"{out}__{name}_bc"), per_channel, "float32")).name
-        im.g.add_op(Op("RESHAPE", [value], [view], dict(new_shape=per_channel)))
-        return view
-
-    eps = im.g.add_const(f"{out}__epsilon", np.array([attrs.get("epsilon", 1e-5)], np.float32)).name
-    steps = [("centred", "SUB", [im.value(node.input[0], False, where), operand(node.input[3])], shape),
-             ("shifted", "ADD", [operand(node.input[4]), eps], per_channel),
-             ("inverse", "RSQRT", ["shifted"], per_channel),
-             ("normalized", "MUL", ["centred", "inverse"], shape)]
-    scale, bias = node.input[1], node.input[2]
-    if not (scale in im.consts and np.all(im.consts[scale] == 1)):
-        steps.append(("scaled", "MUL", ["normalized", operand(scale)], shape))
-    if not (bias in im.consts and np.all(im.consts[bias] == 0)):
-        steps.append(("biased", "ADD", [steps[-1][0], operand(bias)], shape))
-    names: dict[str, str] = {}
-    for k, (step, op_type, inputs, step_shape) in enumerate(steps):
-        ins = [names.get(i, i) for i in inputs]
-        op_attrs = {} if op_type == "RSQRT" else dict(activation="NONE")
-        if k == len(steps) - 1:
-            im.emit(op_type, ins, out, False, where, op_attrs)
-            return
-        names[step] = im.g.add_tensor(Tensor(im.g.unique_name(f"{out}__{step}"), step_shape, "float32")).name
-        im.g.add_op(Op(op_type, ins, [names[step]], op_attrs))
 
 
 # The options table each builtin's TFLite form carries (None: none), for the LiteRT delegate.

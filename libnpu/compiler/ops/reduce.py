@@ -1,6 +1,6 @@
 """Reductions over any axes: SUM, REDUCE_MAX, REDUCE_MIN (TFLite) and REDUCE_L2 (ONNX
 ReduceL2: no TFLite builtin, the chip's formula is in docs/hardware.md); ONNX ReduceSum,
-ReduceMax, ReduceMin, ReduceL2, ReduceSumSquare (MUL, then SUM). ARG_MAX / ARG_MIN (ONNX ArgMax, ArgMin) along one axis,
+ReduceMax, ReduceMin, ReduceL2. ARG_MAX / ARG_MIN (ONNX ArgMax, ArgMin) along one axis,
 whose int32/int64 output is never quantized. MEAN is in ``pool``. The IR keeps TFLite's ``axes`` and
 ``keep_dims``; the chip reduces with the axes kept, a dropped axis is the same bytes."""
 from __future__ import annotations
@@ -162,17 +162,6 @@ def _onnx_reduce(im, node, attrs, where):
             "ReduceL2": "REDUCE_L2"}[node.op_type]
     x = im.value(node.input[0], True if nhwc else False, where)
     im.emit(kind, [x], node.output[0], nhwc, where, dict(axes=ir_axes, keep_dims=keep))
-
-
-@onnx("ReduceSumSquare")
-def _onnx_reduce_sum_square(im, node, attrs, where):
-    """ONNX ReduceSumSquare (tf2onnx's variance of a Keras LayerNormalization): the input
-    times itself (MUL, as Pow by 2 imports), then ReduceSum's SUM."""
-    squared = f"{node.output[0]}__squared"
-    im.shapes[squared] = (tuple(im.onnx_shape(node.input[0], where)), "float32")
-    onnx_import.binary("MUL")(im, onnx_proto.helper.make_node("Mul", [node.input[0]] * 2, [squared]), {}, where)
-    _onnx_reduce(im, onnx_proto.helper.make_node("ReduceSum", [squared, *node.input[1:]], list(node.output)),
-                 attrs, where)
 
 
 # ARG_MAX / ARG_MIN ---------------------------------------------------------------------------

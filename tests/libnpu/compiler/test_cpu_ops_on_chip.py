@@ -1,10 +1,8 @@
 """Operators the corpus's models sent to the CPU that the chip runs exactly: ONNX MaxPool and
 AveragePool with ``ceil_mode`` (the chip's window clipped to the input, trailing padding
-grown), Clip whose bounds the model computes (MAXIMUM / MINIMUM), and tf2onnx's Keras
-LayerNormalization: a BatchNormalization of computed statistics, its variance a
-ReduceSumSquare (SUB, RSQRT, MUL; MUL and SUM). Each is placed on the NPU, its float
-reference is onnxruntime's, and each chain runs on a real device as one job with no host
-step."""
+grown) and Clip whose bounds the model computes (MAXIMUM / MINIMUM). Each is placed on
+the NPU, its float reference is onnxruntime's, and one chain of them runs on a real device
+as one job with no host step."""
 from __future__ import annotations
 
 import numpy as np
@@ -96,40 +94,7 @@ def test_clip_by_computed_bounds_runs_on_the_npu() -> None:
     assert [op.type for op in import_onnx(both).ops][-2:] == ["MAXIMUM", "MINIMUM"]
 
 
-def keras_layer_norm(channels: int = 6, rows: int = 5) -> onnx.ModelProto:
-    """A Keras LayerNormalization as tf2onnx writes it (magika v1's head): the statistics of
-    each of ``channels`` rows by ReduceMean and ReduceSumSquare / N over axes 0, 2, 3, fed to
-    a BatchNormalization of scale 1 and bias 0, then Keras's own gamma and beta."""
-    nodes = [h.make_node("ReduceMean", ["x"], ["mean"], axes=[0, 2, 3], keepdims=1),
-             h.make_node("Sub", ["x", "mean"], ["d"]),
-             h.make_node("ReduceSumSquare", ["d"], ["ss"], axes=[0, 2, 3], keepdims=0),
-             h.make_node("Div", ["ss", "n"], ["var"]),
-             h.make_node("Squeeze", ["mean", "axes"], ["m"]),
-             h.make_node("BatchNormalization", ["x", "ones", "zeros", "m", "var"], ["bn"], epsilon=1e-3),
-             h.make_node("Mul", ["bn", "gamma"], ["g"]), h.make_node("Add", ["g", "beta"], ["y"])]
-    line = np.linspace(0.5, 1.5, rows).reshape(1, 1, rows, 1)
-    graph = h.make_graph(
-        nodes, "ln", [h.make_tensor_value_info("x", TensorProto.FLOAT, [1, channels, rows, 1])],
-        [h.make_tensor_value_info("y", TensorProto.FLOAT, None)],
-        [nh.from_array(np.float32(rows), "n"), nh.from_array(np.array([0, 2, 3], np.int64), "axes"),
-         nh.from_array(np.ones(channels, np.float32), "ones"), nh.from_array(np.zeros(channels, np.float32), "zeros"),
-         nh.from_array(line.astype(np.float32), "gamma"), nh.from_array((line - 1).astype(np.float32), "beta")])
-    m = h.make_model(graph, opset_imports=[h.make_opsetid("", 13)])
-    m.ir_version = 8
-    return onnx.shape_inference.infer_shapes(m, strict_mode=True)
-
-
-def test_a_batch_norm_of_computed_statistics_runs_on_the_npu() -> None:
-    """BatchNormalization took constants only ("input 'Squeeze__87:0' must be a constant")
-    and ReduceSumSquare had no NPU operator: magika v1's LayerNorm was a host call between
-    two jobs."""
-    m = keras_layer_norm()
-    check_float(m, atol=1e-5)
-    ops = [op.type for op in import_onnx(m).ops]
-    assert ops.count("RSQRT") == 1 and "SUM" in ops and "HOST" not in ops
-
-
-def test_the_chains_are_one_job_on_the_device(npu, tmp_path) -> None:
+def test_the_chain_is_one_job_on_the_device(npu, tmp_path) -> None:
     """MaxPool with ceil_mode, then the floor at its peak: one job, no host step, and the
     device's output within one output step of onnxruntime's (a max of the input's grid)."""
     m = model([h.make_node("MaxPool", ["x"], ["p"], ceil_mode=1, kernel_shape=[3, 3], strides=[2, 2]),
@@ -149,18 +114,5 @@ def test_the_chains_are_one_job_on_the_device(npu, tmp_path) -> None:
             want = onnxruntime(m, x)
             assert got.shape == want.shape == (1, 4, 5, 4)
             assert float(np.abs(got - want).max()) <= scale * 1.01
-    finally:
-        compiled.close()
-    m = keras_layer_norm()
-    calibration = [[rng.standard_normal((1, 6, 5, 1)).astype(np.float32) * 3] for _ in range(32)]
-    compiled = libnpu.load(m.SerializeToString(), devroot=npu.devroot, calibration=calibration,
-                           cache_dir=tmp_path / "cache", recipe="fast")
-    try:
-        assert not compiled.loadable.host_steps and len(compiled.loadable.partitions()) == 1
-        for _ in range(3):
-            x = rng.standard_normal((1, 6, 5, 1)).astype(np.float32) * 3
-            ((got,), want) = compiled.infer([x], dequantized=True), onnxruntime(m, x)
-            cosine = float((got * want).sum() / (np.linalg.norm(got) * np.linalg.norm(want)))
-            assert cosine >= 0.98
     finally:
         compiled.close()
