@@ -23,11 +23,21 @@ sleeps about once per job is woken by a doorbell for each; one that polls takes 
 without). On 2 vCPUs four clients can only go faster than one by spending less CPU per
 job, and that figure moves less with the machine's load than the rates do.
 
-Run: ``python -m benchmarks.nop_scaling [--pairs 3] [--seconds 2] [--processes 4] [--wakeups] [--json]``.
+With ``--variants`` each round also runs the ``--processes`` clients in each variant named,
+side by side with the default: a ``+``-joined set of ``one-core`` (a second scratch device
+with one core: a single core polls for every queue), ``nice`` (the chip's core processes
+made ``--core-nice`` for the run, ``os.setpriority``: needs root or RLIMIT_NICE) and
+``spin`` (the clients made to spin, ``set_wait_mode("spin")``), e.g.
+``--variants one-core,nice,spin,one-core+nice+spin``: what each piece of issue 27's
+hypothesis (one polling core, not preempted, clients spinning) gives.
+
+Run: ``python -m benchmarks.nop_scaling [--pairs 3] [--seconds 2] [--processes 4] [--wakeups]
+[--variants V,...] [--core-nice N] [--json]``.
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
 import json
 import os
@@ -193,14 +203,57 @@ def measure(dev: ScratchDevice, processes: int, seconds: float, mode: str = "ada
     return summarize(outcomes, elapsed, device, mode)
 
 
+PIECES = ("one-core", "nice", "spin")
+
+
+def parse_variants(text: str) -> list[str]:
+    """``--variants``: names of ``+``-joined PIECES, each checked."""
+    variants = [v for v in text.split(",") if v]
+    for variant in variants:
+        unknown = set(variant.split("+")) - set(PIECES)
+        if unknown:
+            raise ValueError(f"variant {variant!r}: no piece {', '.join(sorted(unknown))} (pieces: {', '.join(PIECES)})")
+    return variants
+
+
+@contextlib.contextmanager
+def cores_at(dev: ScratchDevice, nice: int):
+    """The device's core processes at ``nice`` for the block (restored after); PermissionError
+    where this user may not raise them."""
+    pids = dev.chip_cores()
+    before = {pid: os.getpriority(os.PRIO_PROCESS, pid) for pid in pids}
+    try:
+        for pid in pids:
+            os.setpriority(os.PRIO_PROCESS, pid, nice)
+        yield
+    finally:
+        for pid, value in before.items():
+            with contextlib.suppress(OSError):
+                os.setpriority(os.PRIO_PROCESS, pid, value)
+
+
+def measure_variant(variant: str, dev: ScratchDevice, one_core: ScratchDevice | None, processes: int,
+                    seconds: float, core_nice: int) -> dict:
+    """``processes`` clients in ``variant`` (parse_variants)."""
+    pieces = set(variant.split("+"))
+    device = one_core if "one-core" in pieces and one_core is not None else dev
+    mode = "spin" if "spin" in pieces else "adaptive"
+    with cores_at(device, core_nice) if "nice" in pieces else contextlib.nullcontext():
+        return measure(device, processes, seconds, mode)
+
+
 def measure_pairs(pairs: int, seconds: float, processes: int, modes: bool = True,
-                  wakeups: bool = False) -> list[dict]:
+                  wakeups: bool = False, variants: tuple[str, ...] = (), core_nice: int = -10) -> list[dict]:
     """``pairs`` rounds on one scratch device: 1 process (adaptive; then made to spin and
-    made to sleep, unless ``modes`` is false), then ``processes`` processes (adaptive; and with
-    ``wakeups`` again asleep on the completion line instead of the futex)."""
+    made to sleep, unless ``modes`` is false), then ``processes`` processes (adaptive; with
+    ``wakeups`` again asleep on the completion line instead of the futex; then in each of
+    ``variants``, a one-core variant on a second scratch device of one core)."""
     rows = []
-    with ScratchDevice() as dev:
+    with ScratchDevice() as dev, \
+            (ScratchDevice(cores=1) if any("one-core" in v for v in variants) else contextlib.nullcontext()) as one:
         measure(dev, 1, 0.3)                                          # warm-up: cores, caches
+        if one is not None:
+            measure(one, 1, 0.3)
         for _ in range(pairs):
             row: dict = {"one": measure(dev, 1, seconds)}
             if modes:
@@ -211,6 +264,10 @@ def measure_pairs(pairs: int, seconds: float, processes: int, modes: bool = True
             if wakeups:
                 row["many_line"] = line = measure(dev, processes, seconds, futex=False)
                 row["ratio_line"] = round(line["jobs_per_s"] / row["one"]["jobs_per_s"], 3)
+            for variant in variants:
+                run = measure_variant(variant, dev, one, processes, seconds, core_nice)
+                row.setdefault("variants", {})[variant] = run | {
+                    "ratio": round(run["jobs_per_s"] / row["one"]["jobs_per_s"], 3)}
             if modes:
                 row["ratio_vs_spinning"] = round(many["jobs_per_s"] / row["one_spinning"]["jobs_per_s"], 3)
                 row["ratio_vs_sleeping"] = round(many["jobs_per_s"] / row["one_sleeping"]["jobs_per_s"], 3)
@@ -241,9 +298,17 @@ def main(argv: list[str] | None = None) -> int:
                     help="skip the single-process runs made to spin and made to sleep")
     ap.add_argument("--wakeups", action="store_true",
                     help="also run the processes asleep on the completion line instead of the futex")
+    ap.add_argument("--variants", default="",
+                    help=f"comma-separated variants of the processes' run, each a +-joined set of {', '.join(PIECES)}")
+    ap.add_argument("--core-nice", type=int, default=-10, help="the nice value of the 'nice' variants' cores")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
-    rows = measure_pairs(args.pairs, args.seconds, args.processes, modes=not args.no_modes, wakeups=args.wakeups)
+    try:
+        variants = parse_variants(args.variants)
+    except ValueError as exc:
+        ap.error(str(exc))
+    rows = measure_pairs(args.pairs, args.seconds, args.processes, modes=not args.no_modes, wakeups=args.wakeups,
+                         variants=tuple(variants), core_nice=args.core_nice)
     if args.json:
         json.dump(rows, sys.stdout, indent=1)
         print()
@@ -262,6 +327,10 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{args.processes} (line):     {describe(row['many_line'])}")
             print(f"   ratio {row['ratio_line']:.2f}; fairness {row['many_line']['fairness']:.2f} "
                   f"(per client: core, jobs, CPU ms {row['many_line']['per_client']})")
+        for variant, run in row.get("variants", {}).items():
+            print(f"{args.processes} ({variant}): {describe(run)}")
+            print(f"   ratio {run['ratio']:.2f}; fairness {run['fairness']:.2f} "
+                  f"(per client: core, jobs, CPU ms {run['per_client']})")
     print(f"load {os.getloadavg()[0]:.2f}; median ratio {statistics.median(r['ratio'] for r in rows):.2f} "
           f"(issue 27's bar: >= 0.9), median fairness "
           f"{statistics.median(r['many']['fairness'] for r in rows):.3f} (>= 0.98), the whole stack's CPU per job "
@@ -276,6 +345,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"; against 1 spinning {statistics.median(r['ratio_vs_spinning'] for r in rows):.2f}, "
               f"1 sleeping {statistics.median(r['ratio_vs_sleeping'] for r in rows):.2f}", end="")
     print()
+    for variant in variants:
+        runs = [r["variants"][variant] for r in rows]
+        print(f"  {variant}: ratio {statistics.median(r['ratio'] for r in runs):.2f}, fairness "
+              f"{statistics.median(r['fairness'] for r in runs):.3f}, the whole stack's CPU per job "
+              f"{statistics.median(r['stack_cpu_us_per_job'] for r in runs):.1f} us (medians)")
     return 0
 
 
