@@ -26,7 +26,9 @@ job, and that figure moves less with the machine's load than the rates do.
 With ``--variants`` each round also runs the ``--processes`` clients in each variant named,
 side by side with the default: a ``+``-joined set of ``one-core`` (a second scratch device
 with one core: a single core polls for every queue), ``nice`` (the chip's core processes
-made ``--core-nice`` for the run, ``os.setpriority``: needs root or RLIMIT_NICE) and
+made ``--core-nice`` for the run, ``os.setpriority``: needs root or RLIMIT_NICE to raise them;
+``--core-nice 0`` measures cores at the clients' priority against the chip's default,
+``firmware_sim.priority``) and
 ``spin`` (the clients made to spin, ``set_wait_mode("spin")``), e.g.
 ``--variants one-core,nice,spin,one-core+nice+spin``: what each piece of issue 27's
 hypothesis (one polling core, not preempted, clients spinning) gives.
@@ -216,20 +218,42 @@ def parse_variants(text: str) -> list[str]:
     return variants
 
 
+def _autogroup_nice(pid: int) -> int | None:
+    """The nice of ``pid``'s autogroup (/proc/<pid>/autogroup: "/autogroup-N nice V"), None without one."""
+    try:
+        with open(f"/proc/{pid}/autogroup") as f:
+            return int(f.read().split()[-1])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _set_autogroup_nice(pid: int, nice: int) -> None:
+    with open(f"/proc/{pid}/autogroup", "w") as f:
+        f.write(str(nice))
+
+
 @contextlib.contextmanager
 def cores_at(dev: ScratchDevice, nice: int):
-    """The device's core processes at ``nice`` for the block (restored after); PermissionError
+    """The device's core processes at ``nice`` for the block (restored after), and their
+    autogroup too where the kernel has them (sched_autogroup: a process's nice weighs only
+    against its own session's, and the driver's session is not the clients'); PermissionError
     where this user may not raise them."""
     pids = dev.chip_cores()
     before = {pid: os.getpriority(os.PRIO_PROCESS, pid) for pid in pids}
+    groups = {pid: _autogroup_nice(pid) for pid in pids}
     try:
         for pid in pids:
             os.setpriority(os.PRIO_PROCESS, pid, nice)
+            if groups[pid] is not None:
+                _set_autogroup_nice(pid, nice)
         yield
     finally:
         for pid, value in before.items():
             with contextlib.suppress(OSError):
                 os.setpriority(os.PRIO_PROCESS, pid, value)
+            if groups[pid] is not None:
+                with contextlib.suppress(OSError):
+                    _set_autogroup_nice(pid, groups[pid])
 
 
 def measure_variant(variant: str, dev: ScratchDevice, one_core: ScratchDevice | None, processes: int,
@@ -272,6 +296,7 @@ def measure_pairs(pairs: int, seconds: float, processes: int, modes: bool = True
                 row["ratio_vs_spinning"] = round(many["jobs_per_s"] / row["one_spinning"]["jobs_per_s"], 3)
                 row["ratio_vs_sleeping"] = round(many["jobs_per_s"] / row["one_sleeping"]["jobs_per_s"], 3)
             row["load"] = os.getloadavg()[0]
+            row["cores_nice"] = [os.getpriority(os.PRIO_PROCESS, pid) for pid in dev.chip_cores()]
             rows.append(row)
     return rows
 
@@ -328,7 +353,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"   ratio {row['ratio_line']:.2f}; fairness {row['many_line']['fairness']:.2f} "
                   f"(per client: core, jobs, CPU ms {row['many_line']['per_client']})")
         for variant, run in row.get("variants", {}).items():
-            print(f"{args.processes} ({variant}): {describe(run)}")
+            print(f"{args.processes} ({variant.replace('nice', f'nice {args.core_nice}')}): {describe(run)}")
             print(f"   ratio {run['ratio']:.2f}; fairness {run['fairness']:.2f} "
                   f"(per client: core, jobs, CPU ms {run['per_client']})")
     print(f"load {os.getloadavg()[0]:.2f}; median ratio {statistics.median(r['ratio'] for r in rows):.2f} "
@@ -345,9 +370,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"; against 1 spinning {statistics.median(r['ratio_vs_spinning'] for r in rows):.2f}, "
               f"1 sleeping {statistics.median(r['ratio_vs_sleeping'] for r in rows):.2f}", end="")
     print()
+    print(f"  the cores' nice by default: {rows[-1]['cores_nice']}")
     for variant in variants:
         runs = [r["variants"][variant] for r in rows]
-        print(f"  {variant}: ratio {statistics.median(r['ratio'] for r in runs):.2f}, fairness "
+        print(f"  {variant.replace('nice', f'nice {args.core_nice}')}: ratio {statistics.median(r['ratio'] for r in runs):.2f}, fairness "
               f"{statistics.median(r['fairness'] for r in runs):.3f}, the whole stack's CPU per job "
               f"{statistics.median(r['stack_cpu_us_per_job'] for r in runs):.1f} us (medians)")
     return 0

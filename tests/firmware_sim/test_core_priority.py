@@ -4,6 +4,7 @@ chip's core priority*). Each case runs in a forked child, so the suite's own pro
 its priority; the cores of a running device are checked in test_core_restart."""
 from __future__ import annotations
 
+import json
 import os
 import resource
 
@@ -14,15 +15,15 @@ from firmware_sim import priority
 NOBODY = 65534
 
 
-def _in_child(step) -> int:
-    """``step()``'s integer, computed in a forked child (reaped before this returns)."""
+def _in_child(step):
+    """``step()``'s value (JSON: a tuple comes back a list), computed in a forked child (reaped before this returns)."""
     r, w = os.pipe()
     pid = os.fork()
     if pid == 0:
         status = 1
         try:
             os.close(r)
-            os.write(w, str(step()).encode())
+            os.write(w, json.dumps(step()).encode())
             status = 0
         finally:
             os._exit(status)
@@ -33,7 +34,7 @@ def _in_child(step) -> int:
     finally:
         _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0 and out, "the child failed"
-    return int(out)
+    return json.loads(out)
 
 
 def _unprivileged(rlimit_nice: int, nice: int) -> int:
@@ -48,10 +49,21 @@ def _unprivileged(rlimit_nice: int, nice: int) -> int:
 root_only = pytest.mark.skipif(os.geteuid() != 0, reason="changing user and raising a nice needs root")
 
 
+def _raised_where() -> tuple[int, bool, int | None]:
+    """raise_core(CORE_NICE) here: the nice, whether this process leads a session of its own, its autogroup's nice."""
+    nice = priority.raise_core(priority.CORE_NICE)
+    return nice, os.getsid(0) == os.getpid(), priority.autogroup_nice(os.getpid())
+
+
 @root_only
-def test_a_privileged_core_takes_the_nice_it_asks():
+def test_a_privileged_core_takes_the_nice_it_asks_in_a_group_of_its_own():
     own = os.getpriority(os.PRIO_PROCESS, 0)
-    assert _in_child(lambda: priority.raise_core(priority.CORE_NICE)) == min(own, priority.CORE_NICE)
+    assert own > priority.CORE_NICE, "the suite runs at a nice the cores raise"
+    nice, session_leader, group_nice = _in_child(_raised_where)
+    assert nice == priority.CORE_NICE
+    if priority.autogroup_nice(os.getpid()) is not None and priority.AUTOGROUP_ENABLED.read_text().strip() == "1":
+        # sched_autogroup: a nice weighs only within the session, so the core has a session and group of its own
+        assert session_leader and group_nice == priority.CORE_NICE
 
 
 def test_a_core_never_lowers_its_priority():
@@ -62,9 +74,9 @@ def test_a_core_never_lowers_its_priority():
 
 
 @root_only
-def test_an_unprivileged_core_keeps_its_nice():
+def test_an_unprivileged_core_keeps_its_nice_and_its_session():
     own = os.getpriority(os.PRIO_PROCESS, 0)
-    assert _in_child(lambda: _unprivileged(0, priority.CORE_NICE)) == own
+    assert _in_child(lambda: (_unprivileged(0, priority.CORE_NICE), os.getsid(0) == os.getpid())) == [own, False]
 
 
 @root_only

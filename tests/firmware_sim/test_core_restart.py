@@ -221,18 +221,21 @@ def test_an_idle_core_that_dies_is_restarted_counted_and_announced(fresh_npu):
     assert [e.extra.get("RESET_COUNT") for e in events] == [str(count + 1)]
 
 
-def _nices(npu) -> tuple[int, list[int]]:
-    """The chip's top-level process's nice and its cores'."""
-    return (os.getpriority(os.PRIO_PROCESS, chip_pid(npu.devroot)),
-            [os.getpriority(os.PRIO_PROCESS, pid) for pid in core_pids(npu.devroot)])
+def _nices(npu) -> tuple[int, list[int], list[bool]]:
+    """The chip's top-level process's nice, its cores', and whether each core's autogroup
+    (if the kernel has them) has the core's nice."""
+    cores = core_pids(npu.devroot)
+    nices = [os.getpriority(os.PRIO_PROCESS, pid) for pid in cores]
+    groups = [priority.autogroup_nice(pid) in (None, nice) for pid, nice in zip(cores, nices)]
+    return os.getpriority(os.PRIO_PROCESS, chip_pid(npu.devroot)), nices, groups
 
 
-def _core_nice_expected() -> tuple[int, list[int]]:
+def _core_nice_expected() -> tuple[int, list[int], list[bool]]:
     """The top level at this process's nice; each core raised to CORE_NICE where permitted
-    (root here; the rootless scenario, test_rootless, checks the other case)."""
+    (root here; the rootless scenario, test_rootless, checks the other case), its group too."""
     own = os.getpriority(os.PRIO_PROCESS, 0)
     core = min(own, priority.default_core_nice()) if os.geteuid() == 0 else own
-    return own, [core, core]
+    return own, [core, core], [True, True]
 
 
 @pytest.fixture
