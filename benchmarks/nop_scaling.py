@@ -29,8 +29,9 @@ with one core: a single core polls for every queue), ``nice`` (the chip's core p
 made ``--core-nice`` for the run, ``os.setpriority``: needs root or RLIMIT_NICE to raise them;
 ``--core-nice 0`` measures cores at the clients' priority against the chip's default,
 ``firmware_sim.priority``) and
-``spin`` (the clients made to spin, ``set_wait_mode("spin")``), e.g.
-``--variants one-core,nice,spin,one-core+nice+spin``: what each piece of issue 27's
+``spin`` (the clients made to spin, ``set_wait_mode("spin")``) and ``unraised`` (a scratch
+device started with ``NPU_CORE_NICE=0``: the chip as it was before ``firmware_sim.priority``),
+e.g. ``--variants unraised,one-core,one-core+unraised,spin``: what each piece of issue 27's
 hypothesis (one polling core, not preempted, clients spinning) gives.
 
 Run: ``python -m benchmarks.nop_scaling [--pairs 3] [--seconds 2] [--processes 4] [--wakeups]
@@ -49,6 +50,7 @@ import time
 from dataclasses import dataclass
 
 from benchmarks.scratch_device import ScratchDevice
+from firmware_sim import priority
 from libnpu import user_queue
 from libnpu.capi import queue_native
 from libnpu.portability import Session
@@ -205,7 +207,7 @@ def measure(dev: ScratchDevice, processes: int, seconds: float, mode: str = "ada
     return summarize(outcomes, elapsed, device, mode)
 
 
-PIECES = ("one-core", "nice", "spin")
+PIECES = ("one-core", "nice", "spin", "unraised")
 
 
 def parse_variants(text: str) -> list[str]:
@@ -214,7 +216,8 @@ def parse_variants(text: str) -> list[str]:
     for variant in variants:
         unknown = set(variant.split("+")) - set(PIECES)
         if unknown:
-            raise ValueError(f"variant {variant!r}: no piece {', '.join(sorted(unknown))} (pieces: {', '.join(PIECES)})")
+            raise ValueError(f"variant {variant!r}: no piece {', '.join(sorted(unknown))} "
+                             f"(pieces: {', '.join(PIECES)})")
     return variants
 
 
@@ -256,14 +259,38 @@ def cores_at(dev: ScratchDevice, nice: int):
                     _set_autogroup_nice(pid, groups[pid])
 
 
-def measure_variant(variant: str, dev: ScratchDevice, one_core: ScratchDevice | None, processes: int,
-                    seconds: float, core_nice: int) -> dict:
-    """``processes`` clients in ``variant`` (parse_variants)."""
+def _device_key(variant: str | None) -> tuple[int, bool]:
+    """The scratch device a run takes: its cores, and whether the chip raises them (the default)."""
+    pieces = set(variant.split("+")) if variant else set()
+    return (1 if "one-core" in pieces else 2), "unraised" not in pieces
+
+
+@contextlib.contextmanager
+def scratch_device(cores: int, raised: bool):
+    """A scratch device of ``cores`` cores; not ``raised``: started with NPU_CORE_NICE=0 (the
+    chip before firmware_sim.priority: its cores at the clients' nice, in the driver's session)."""
+    saved = os.environ.get(priority.ENVIRONMENT)
+    if not raised:
+        os.environ[priority.ENVIRONMENT] = "0"
+    try:
+        dev = ScratchDevice(cores=cores).start()
+    finally:
+        if saved is None:
+            os.environ.pop(priority.ENVIRONMENT, None)
+        else:
+            os.environ[priority.ENVIRONMENT] = saved
+    try:
+        yield dev
+    finally:
+        dev.stop()
+
+
+def measure_variant(variant: str, dev: ScratchDevice, processes: int, seconds: float, core_nice: int) -> dict:
+    """``processes`` clients in ``variant`` (parse_variants) on ``dev`` (its ``_device_key``)."""
     pieces = set(variant.split("+"))
-    device = one_core if "one-core" in pieces and one_core is not None else dev
     mode = "spin" if "spin" in pieces else "adaptive"
-    with cores_at(device, core_nice) if "nice" in pieces else contextlib.nullcontext():
-        return measure(device, processes, seconds, mode)
+    with cores_at(dev, core_nice) if "nice" in pieces else contextlib.nullcontext():
+        return measure(dev, processes, seconds, mode)
 
 
 def measure_pairs(pairs: int, seconds: float, processes: int, modes: bool = True,
@@ -271,13 +298,15 @@ def measure_pairs(pairs: int, seconds: float, processes: int, modes: bool = True
     """``pairs`` rounds on one scratch device: 1 process (adaptive; then made to spin and
     made to sleep, unless ``modes`` is false), then ``processes`` processes (adaptive; with
     ``wakeups`` again asleep on the completion line instead of the futex; then in each of
-    ``variants``, a one-core variant on a second scratch device of one core)."""
+    ``variants``, on a scratch device of one core for ``one-core``, one whose chip does not
+    raise its cores for ``unraised``)."""
     rows = []
-    with ScratchDevice() as dev, \
-            (ScratchDevice(cores=1) if any("one-core" in v for v in variants) else contextlib.nullcontext()) as one:
-        measure(dev, 1, 0.3)                                          # warm-up: cores, caches
-        if one is not None:
-            measure(one, 1, 0.3)
+    with contextlib.ExitStack() as stack:
+        devices = {key: stack.enter_context(scratch_device(*key))
+                   for key in dict.fromkeys([_device_key(None), *map(_device_key, variants)])}
+        dev = devices[_device_key(None)]
+        for warming in devices.values():
+            measure(warming, 1, 0.3)                                  # warm-up: cores, caches
         for _ in range(pairs):
             row: dict = {"one": measure(dev, 1, seconds)}
             if modes:
@@ -289,7 +318,7 @@ def measure_pairs(pairs: int, seconds: float, processes: int, modes: bool = True
                 row["many_line"] = line = measure(dev, processes, seconds, futex=False)
                 row["ratio_line"] = round(line["jobs_per_s"] / row["one"]["jobs_per_s"], 3)
             for variant in variants:
-                run = measure_variant(variant, dev, one, processes, seconds, core_nice)
+                run = measure_variant(variant, devices[_device_key(variant)], processes, seconds, core_nice)
                 row.setdefault("variants", {})[variant] = run | {
                     "ratio": round(run["jobs_per_s"] / row["one"]["jobs_per_s"], 3)}
             if modes:
@@ -373,7 +402,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"  the cores' nice by default: {rows[-1]['cores_nice']}")
     for variant in variants:
         runs = [r["variants"][variant] for r in rows]
-        print(f"  {variant.replace('nice', f'nice {args.core_nice}')}: ratio {statistics.median(r['ratio'] for r in runs):.2f}, fairness "
+        label = variant.replace('nice', f'nice {args.core_nice}')
+        print(f"  {label}: ratio {statistics.median(r['ratio'] for r in runs):.2f}, fairness "
               f"{statistics.median(r['fairness'] for r in runs):.3f}, the whole stack's CPU per job "
               f"{statistics.median(r['stack_cpu_us_per_job'] for r in runs):.1f} us (medians)")
     return 0
