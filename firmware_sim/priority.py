@@ -5,10 +5,12 @@ what every client waits on, and on a host with fewer CPUs than clients + cores a
 preempts the core delays everyone's next job (issue 27: four NOP clients on 2 vCPUs).
 So each core process asks for ``CORE_NICE`` when it starts (``raise_core``): an ordinary
 time-sharing priority (SCHED_OTHER), never a real-time class, so the host's scheduler still
-gives every other task its weighted share (a nice -5 task weighs about 3x a nice-0 one: it
-gets at most 3/4 of a CPU it shares with one of them) and a core that has nothing to do
+gives every other task its weighted share (a nice -2 task weighs about 1.5x a nice-0 one:
+it gets at most 3/5 of a CPU it shares with one of them) and a core that has nothing to do
 sleeps (its idle poll is bounded: ``idle_poll``). docs/security.md, *The chip's core
-priority*, says why that is bounded.
+priority*, says why that is bounded. Measured against -5 and 0 (``benchmarks.nop_scaling
+--variants unraised,nice --core-nice ...``, docs/hardware.md, *The cores' priority*): -2 kept
+most of -5's rate and CPU per job for four NOP clients and less of its unfairness.
 
 Where the kernel groups tasks by session (``sched_autogroup``, on by default on most
 desktop kernels and on this VM), a process's nice weighs only against its own session's
@@ -31,7 +33,7 @@ from pathlib import Path
 
 __all__ = ["CORE_NICE", "ENVIRONMENT", "default_core_nice", "raise_core", "autogroup_nice"]
 
-CORE_NICE = -5
+CORE_NICE = -2
 ENVIRONMENT = "NPU_CORE_NICE"
 AUTOGROUP_ENABLED = Path("/proc/sys/kernel/sched_autogroup_enabled")
 
