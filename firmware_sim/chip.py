@@ -39,6 +39,7 @@ import numpy as np
 from firmware_sim.core import Core, completion_cause, raise_irq, write_completion
 from firmware_sim.executor import JobResult
 from firmware_sim.kernels.warm_up import warm_up
+from firmware_sim.priority import default_core_nice, raise_core
 from firmware_sim.recycling import RETIRED, Succession, default_growth_kb
 from firmware_sim.timing import HardwareProfile
 from firmware_sim.wakeups import Wakeups, WatchdogArm
@@ -74,8 +75,10 @@ def core_address_space(device_memory: int) -> int:
 
 class Chip:
     def __init__(self, bus: Path, doorbell_fds: list[int], irq_fd: int, profile: HardwareProfile,
-                 ring_entries: int, device_memory: int = 0, recycle_kb: int = -1, control_fd: int = -1):
+                 ring_entries: int, device_memory: int = 0, recycle_kb: int = -1, control_fd: int = -1,
+                 core_nice: int = 0):
         self.bus, self.doorbell_fds, self.irq_fd, self.profile = bus, doorbell_fds, irq_fd, profile
+        self.core_nice = core_nice        # each core process's nice, where permitted (firmware_sim.priority)
         self.control_fd = control_fd      # the driver writes it after RESET_REQ (-1: none, poll the register)
         self.watch = WatchdogArm()        # before any core is forked: they all share it
         self._busy_seen = -1              # the cores' BUSY_NS at the last tick (next_tick)
@@ -192,6 +195,7 @@ class Chip:
                 die_with_parent(parent)
                 signal.signal(signal.SIGTERM, signal.SIG_DFL)
                 resource.setrlimit(resource.RLIMIT_CORE, (0, 0))   # a dying core is recovered, not dumped
+                raise_core(self.core_nice)
                 if self.address_space:
                     resource.setrlimit(resource.RLIMIT_AS, (self.address_space, self.address_space))
                 profile_path = os.environ.get("NPU_PROFILE_CHIP")  # developer aid: cProfile each core
@@ -512,13 +516,16 @@ def main(argv: list[str] | None = None) -> int:
                              "firmware_sim.recycling.DEFAULT_GROWTH_KB)")
     parser.add_argument("--idle-poll-us", type=int, default=HardwareProfile.idle_poll_ns // 1000,
                         help="the longest an idle core polls its ring before sleeping (adapted; 0: never)")
+    parser.add_argument("--core-nice", type=int, default=default_core_nice(),
+                        help="the core processes' nice value where the host permits it (default: $NPU_CORE_NICE or "
+                             "firmware_sim.priority.CORE_NICE; 0: the clients' priority)")
     args = parser.parse_args(argv)
     die_with_parent(args.parent)
     profile = HardwareProfile.named(args.profile, idle_poll_ns=args.idle_poll_us * 1000)
     doorbells = [int(fd) for fd in args.doorbell_fds.split(",")]
     recycle_kb = default_growth_kb() if args.core_recycle_kb is None else args.core_recycle_kb
     Chip(args.bus, doorbells, args.irq_fd, profile, args.ring_entries, args.memory, recycle_kb,
-         args.control_fd).run()
+         args.control_fd, args.core_nice).run()
     return 0
 
 
