@@ -23,7 +23,6 @@ instead of each faulting and dirtying its own (a core's private memory 8 MiB -> 
 from __future__ import annotations
 
 import argparse
-import ctypes
 import errno
 import gc
 import os
@@ -40,6 +39,7 @@ from firmware_sim.core import Core, completion_cause, raise_irq, write_completio
 from firmware_sim.executor import JobResult
 from firmware_sim.kernels.warm_up import warm_up
 from firmware_sim.recycling import RETIRED, Succession, default_growth_kb
+from firmware_sim.startup import die_with_parent
 from firmware_sim.timing import HardwareProfile
 from firmware_sim.wakeups import Wakeups, WatchdogArm
 from npu_hw import memory, profiles, queues, regs, ring
@@ -47,15 +47,6 @@ from npu_hw.memory import map_file
 
 WATCHDOG_PERIOD_S = 0.02     # how often a running job is timed (never while no job runs)
 CPUCLOCK_SCHED = 2           # a process's CPU clock id is (~pid << 3) | CPUCLOCK_SCHED (Linux)
-
-
-def die_with_parent(parent: int | None = None) -> None:
-    """Ask the kernel to SIGKILL us when our parent exits (PR_SET_PDEATHSIG). With the
-    ``parent`` we were forked from: exit now if it already died before we asked."""
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl(1, signal.SIGKILL, 0, 0, 0)
-    if parent is not None and os.getppid() != parent:
-        os._exit(1)
 
 
 CORE_CODE_BYTES = 1 << 30      # a core's interpreter, numpy, the C kernels and their libraries

@@ -14,27 +14,7 @@ import pytest
 from kmd_fuse import paths
 from kmd_fuse.hw import ChipConfig, Hardware
 from tests.support.device import REPO, MountedNpu, stop_npu, wait_until
-
-
-def processes_of(devroot: Path) -> dict[int, str]:
-    """The command lines of the processes serving ``devroot``, by pid: its daemons (their
-    ``--devroot``) and their chips and cores (their ``--bus`` in its state directory), whoever
-    their parent is now."""
-    marks = (f"--devroot {devroot} ", f"{paths.state_dir(devroot)}/")
-    found = {}
-    for entry in Path("/proc").iterdir():
-        try:
-            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
-            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
-        except (OSError, IndexError):
-            continue
-        if entry.name.isdigit() and state != "Z" and any(mark in cmdline for mark in marks):
-            found[int(entry.name)] = cmdline
-    return found
-
-
-def mounted(devroot: Path) -> list[str]:
-    return [line for line in Path("/proc/self/mounts").read_text().splitlines() if str(devroot) in line]
+from tests.support.fleet import mounted, processes_of
 
 
 def test_a_start_that_fails_leaves_nothing_of_its_own(tmp_path):
