@@ -491,7 +491,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--control-fd", type=int, default=-1,
                         help="eventfd the driver writes after a reset request (without it: polled)")
     parser.add_argument("--parent", type=int, default=None,
-                        help="the driver's pid: exit at once if it is already gone")
+                        help="the driver's pid: exit at once if it is already gone (firmware_sim.startup)")
     parser.add_argument("--ring-entries", type=int, default=ring.DEFAULT_RING_ENTRIES)
     parser.add_argument("--memory", type=int, default=0,
                         help="device memory in bytes: bounds each core's address space (0: no bound)")
@@ -503,8 +503,7 @@ def main(argv: list[str] | None = None) -> int:
                              "firmware_sim.recycling.DEFAULT_GROWTH_KB)")
     parser.add_argument("--idle-poll-us", type=int, default=HardwareProfile.idle_poll_ns // 1000,
                         help="the longest an idle core polls its ring before sleeping (adapted; 0: never)")
-    args = parser.parse_args(argv)
-    die_with_parent(args.parent)
+    args = parser.parse_args(argv)     # --parent: acted on before the imports (firmware_sim.__main__)
     profile = HardwareProfile.named(args.profile, idle_poll_ns=args.idle_poll_us * 1000)
     doorbells = [int(fd) for fd in args.doorbell_fds.split(",")]
     recycle_kb = default_growth_kb() if args.core_recycle_kb is None else args.core_recycle_kb
