@@ -106,25 +106,46 @@ def start(args) -> int:
         print(f"npu-kmd start: {exc}", file=sys.stderr)
         return 1
     paths.record_in_devroot(root, paths.SYSROOT_MARKER, f"{sys_root}\n")   # where tools (npu smi) find the tree
+    # One start of a devroot at a time: two at once each spawned npu0's daemon, and the one
+    # whose daemon lost the pid file stopped the other's in its undo (nothing was served).
+    lock = pidfile.acquire(paths.start_pid_file(root), wait=lambda pid: print(
+        f"npu-kmd start: waiting for the other start of {root} (pid {pid})", file=sys.stderr, flush=True))
+    try:
+        return _start_locked(args, root, sys_root)
+    finally:
+        os.close(lock)
+
+
+def _start_locked(args, root: Path, sys_root: Path) -> int:
     started: list[tuple[int, Path, ForkedDaemon]] = []
     servers: list[ForkServer] = []        # the daemons' fork server, started with the first one
     # SIGTERM ends a start as Ctrl-C does: the daemons it spawned (in sessions of their own,
-    # which no signal to this one reaches) are stopped, not left running half set up.
-    signal.signal(signal.SIGTERM, signal.default_int_handler)
+    # which no signal to this one reaches) are stopped, not left running half set up. That
+    # holds until the start has ended, its fork server too: one that says "interrupted"
+    # (exit 130) has left nothing running (a SIGTERM while the server exited left all up).
+    before = signal.signal(signal.SIGTERM, signal.default_int_handler)
     try:
-        try:
-            code = _start_devices(args, root, sys_root, started, servers)
-        except KeyboardInterrupt:
-            with _interrupts_deferred():         # a second Ctrl-C does not cut the clean-up short
-                _undo_start(root, sys_root, started, remove_state=True)
-            raise
+        code = _start_devices(args, root, sys_root, started, servers)
         if code:
             _undo_start(root, sys_root, started, remove_state=False)     # the logs stay, for the reason
-        return code
-    finally:
+        with _interrupts_deferred():         # a stop meanwhile undoes the start all the same (below)
+            _close_servers(servers)
+        signal.signal(signal.SIGTERM, before)    # done: a SIGTERM now ends this process, not the devices
+    except KeyboardInterrupt:
+        with _interrupts_deferred():         # a second Ctrl-C does not cut the clean-up short
+            _undo_start(root, sys_root, started, remove_state=True)
+            _close_servers(servers)
+        raise
+    except BaseException:
         with _interrupts_deferred():
-            for server in servers:
-                server.close()
+            _close_servers(servers)
+        raise
+    return code
+
+
+def _close_servers(servers: list[ForkServer]) -> None:
+    for server in servers:
+        server.close()
 
 
 def _start_devices(args, root: Path, sys_root: Path, started: list[tuple[int, Path, ForkedDaemon]],
@@ -238,8 +259,10 @@ def _undo_start(root: Path, sys_root: Path, started: list[tuple[int, Path, Forke
             proc.wait()
     # A daemon killed before its clean-up leaves its bus (the chip's memories, its
     # self-test's files): its chip died with it (PR_SET_PDEATHSIG, SIGKILL at its exit).
-    _stop_devices(root, sys_root, [index for index, _, _ in started])
-    for index, _, _ in started:
+    # A device another daemon serves now (not one of ours: they are all gone) stays as it is.
+    ours = [index for index, _, _ in started if _daemon_pid(root, index) is None]
+    _stop_devices(root, sys_root, ours)
+    for index in ours:
         shutil.rmtree(paths.bus_dir(root, index), ignore_errors=True)
     if remove_state and not any(_daemon_pid(root, index) for index in _indices(root)):
         _remove_state(root)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 
@@ -16,15 +17,23 @@ class AlreadyRunning(OSError):
     """Another live daemon holds the pid file."""
 
 
-def acquire(path: Path) -> int:
+def acquire(path: Path, wait: Callable[[int | None], None] | None = None) -> int:
     """Lock ``path`` for this process and write our pid into it; returns the fd to keep open
-    for the daemon's lifetime (closing it releases the lock)."""
+    for the daemon's lifetime (closing it releases the lock). Held by another live process:
+    AlreadyRunning, or with ``wait``, ``wait(its pid)`` and then wait until it lets go (a
+    signal whose handler raises ends the wait)."""
     fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            if wait is None:
+                raise AlreadyRunning(f"{path}: held by a running daemon (pid {running_pid(path)})") from None
+            wait(running_pid(path))
+            fcntl.flock(fd, fcntl.LOCK_EX)
+    except BaseException:
         os.close(fd)
-        raise AlreadyRunning(f"{path}: held by a running daemon (pid {running_pid(path)})") from None
+        raise
     os.ftruncate(fd, 0)
     os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
     return fd
