@@ -34,7 +34,7 @@ from kmd_fuse.udev.uevent import Uevent, UeventError, UeventLog
 from npu_console import run_main
 from npu_hw import profiles, regs
 
-START_TIMEOUT_S = 60.0     # per device, from its daemon's spawn until its node answers
+START_TIMEOUT_S = 120.0    # per device, from its daemon's spawn until its node answers (> the chip's 60 s power-on)
 # Daemons coming up at once: enough to keep the CPUs busy while some wait, few enough that
 # none starves (128 spawned at once on 2 CPUs: their chips missed their 20 s power-on).
 STARTING_AT_ONCE = max(4, 2 * (os.cpu_count() or 1))

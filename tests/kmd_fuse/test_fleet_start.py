@@ -55,7 +55,7 @@ def test_a_start_ended_by_sigterm_leaves_nothing(tmp_path):
     devroot.mkdir()
     proc = popen_kmd("start", "--devices", "2", "--devroot", str(devroot), env=kmd_env(**{HOLD_POWER_ON_ENV: "npu1=300"}))
     try:
-        assert wait_until(lambda: proc.poll() is not None or paths.ready_file(devroot, 0).exists(), 120)
+        assert wait_until(lambda: proc.poll() is not None or paths.ready_file(devroot, 0).exists(), 240)
         assert proc.poll() is None, proc.communicate()
         state = paths.state_dir(devroot)
         os.kill(proc.pid, signal.SIGTERM)
