@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -15,7 +13,7 @@ from firmware_sim.startup import HOLD_POWER_ON_ENV
 from kmd_fuse import paths
 from kmd_fuse.cli import probe
 from kmd_fuse.hw import ChipConfig, Hardware
-from tests.support.device import REPO, MountedNpu, stop_npu, wait_until
+from tests.support.device import MountedNpu, stop_npu, wait_until
 from tests.support.fleet import end_everything_of, kmd_env, mounted, popen_kmd, processes_of
 
 
@@ -53,7 +51,8 @@ def test_a_start_ended_by_sigterm_leaves_nothing(tmp_path):
         pytest.skip("mounting the FUSE device needs root")
     devroot = tmp_path / "dev"
     devroot.mkdir()
-    proc = popen_kmd("start", "--devices", "2", "--devroot", str(devroot), env=kmd_env(**{HOLD_POWER_ON_ENV: "npu1=300"}))
+    proc = popen_kmd("start", "--devices", "2", "--devroot", str(devroot),
+                     env=kmd_env(**{HOLD_POWER_ON_ENV: "npu1=300"}))
     try:
         assert wait_until(lambda: proc.poll() is not None or paths.ready_file(devroot, 0).exists(), 240)
         assert proc.poll() is None, proc.communicate()
@@ -86,8 +85,10 @@ def test_a_start_sigtermed_while_it_lets_its_fork_server_go_ends_all_or_nothing(
         assert server is not None, start.communicate()
         # npu0's daemon forked and the server back in its wait: the start has its pid (the reply
         # came before the wait), the start's close is all it will still ask of the server
-        assert wait_until(lambda: start.poll() is not None or (
-            any(_parent(pid) == server for pid in processes_of(devroot)) and _waiting_in(server) == "do_epoll_wait"), 120)
+        def reply_sent() -> bool:
+            return (any(_parent(pid) == server for pid in processes_of(devroot))
+                    and _waiting_in(server) == "do_epoll_wait")
+        assert wait_until(lambda: start.poll() is not None or reply_sent(), 120)
         os.kill(server, signal.SIGSTOP)
         requests = os.readlink(f"/proc/{server}/fd/0")       # the pipe the start writes requests to
         assert start.stdout is not None
