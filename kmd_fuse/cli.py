@@ -186,7 +186,10 @@ def _start_devices(args, root: Path, sys_root: Path, started: list[tuple[int, Pa
             if proc.poll() is not None:
                 print(f"{node}: daemon exited with status {proc.returncode}; log "
                       f"{paths.log_file(root, index)}:", file=sys.stderr)
-                print(paths.log_file(root, index).read_text()[-3000:], file=sys.stderr)
+                try:
+                    print(paths.log_file(root, index).read_text()[-3000:], file=sys.stderr)
+                except OSError as exc:      # `npu-kmd stop` meanwhile removed the state, logs too
+                    print(f"  ({exc.strerror})", file=sys.stderr)
                 return 1
             info = None
             if paths.ready_file(root, index).exists():

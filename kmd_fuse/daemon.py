@@ -67,7 +67,15 @@ class StopRequested(Exception):
 
 
 def _raise_stop(signum: int, frame: object) -> None:
+    _ignore_stops()
     raise StopRequested(f"signal {signum} before the device was served: stopping")
+
+
+def _ignore_stops() -> None:
+    """The undo of a bring-up runs to its end: a second SIGTERM (``npu-kmd stop`` after the
+    start's) must not cut it short. (Only until the process exits: no chip is started after.)"""
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, signal.SIG_IGN)
 
 
 async def serve(device: Device, presence: Presence, ready_file: Path, handover: HandoverServer,
@@ -156,17 +164,18 @@ def main(argv: list[str] | None = None) -> int:
     try:
         device.power_on()
     except (OSError, StopRequested) as exc:     # nothing of the chip stays (its bus, its process)
-        log.error("%s", exc)
+        _ignore_stops()
+        (log.info if isinstance(exc, StopRequested) else log.error)("%s", exc)
         device.power_off()
         paths.pid_file(root, args.index).unlink(missing_ok=True)
         return 0 if isinstance(exc, StopRequested) else 1
-    presence = Presence(root, sys_root, args.index)
-    # Rootless: the node and the tree are the user's own (root's uid 0 otherwise), so the
-    # kernel's permission checks let the owner apply the rules and write `reset`.
-    uid, gid = (os.geteuid(), os.getegid()) if owner.rootless() else (0, 0)
-    tree = AttributeTree(device, on_uevent_write=_synthetic_uevent(presence), uid=uid, gid=gid)
-    source = paths.mount_source(root, args.index)
     try:
+        presence = Presence(root, sys_root, args.index)
+        # Rootless: the node and the tree are the user's own (root's uid 0 otherwise), so the
+        # kernel's permission checks let the owner apply the rules and write `reset`.
+        uid, gid = (os.geteuid(), os.getegid()) if owner.rootless() else (0, 0)
+        tree = AttributeTree(device, on_uevent_write=_synthetic_uevent(presence), uid=uid, gid=gid)
+        source = paths.mount_source(root, args.index)
         with paths.opened_dir(state) as state_fd:      # checked private by private_state_dir
             os.close(mounts.make_tree_dir(state_fd, mountpoint.name, mountpoint, 0o700))
             options = mount_options(root, args.index)
@@ -180,6 +189,7 @@ def main(argv: list[str] | None = None) -> int:
             for signum in (signal.SIGTERM, signal.SIGINT):
                 signal.signal(signum, lambda signum, frame: stops.append(signum))
     except Exception as exc:
+        _ignore_stops()
         record.unmount()
         device.power_off()
         paths.pid_file(root, args.index).unlink(missing_ok=True)
