@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import fcntl
 import os
 import select
 import shutil
@@ -99,21 +100,34 @@ def start(args) -> int:
     try:
         # every directory the daemons create or mount on, checked (no link followed, none
         # another user may change) before any is used: a clear refusal, not a daemon's log
-        os.close(paths.open_devroot(root, create=True))
-        paths.private_state_dir(root, note=lambda text: print(f"npu-kmd start: {text}", file=sys.stderr))
-        os.close(paths.open_dir(Path(paths.class_dir(sys_root)), 0o755, hint="give another --sysroot"))
+        devroot_fd = paths.open_devroot(root, create=True)
     except paths.UnsafePathError as exc:
         print(f"npu-kmd start: {exc}", file=sys.stderr)
         return 1
-    paths.record_in_devroot(root, paths.SYSROOT_MARKER, f"{sys_root}\n")   # where tools (npu smi) find the tree
-    # One start of a devroot at a time: two at once each spawned npu0's daemon, and the one
-    # whose daemon lost the pid file stopped the other's in its undo (nothing was served).
-    lock = pidfile.acquire(paths.start_pid_file(root), wait=lambda pid: print(
-        f"npu-kmd start: waiting for the other start of {root} (pid {pid})", file=sys.stderr, flush=True))
     try:
+        _wait_for_other_starts(devroot_fd, root)
+        try:
+            paths.private_state_dir(root, note=lambda text: print(f"npu-kmd start: {text}", file=sys.stderr))
+            os.close(paths.open_dir(Path(paths.class_dir(sys_root)), 0o755, hint="give another --sysroot"))
+        except paths.UnsafePathError as exc:
+            print(f"npu-kmd start: {exc}", file=sys.stderr)
+            return 1
+        paths.record_in_devroot(root, paths.SYSROOT_MARKER, f"{sys_root}\n")   # where tools (npu smi) find the tree
         return _start_locked(args, root, sys_root)
     finally:
-        os.close(lock)
+        os.close(devroot_fd)         # lets the next start of this devroot go
+
+
+def _wait_for_other_starts(devroot_fd: int, root: Path) -> None:
+    """One start of a devroot at a time: an exclusive flock on the devroot itself (its
+    state directory may be removed by the start before), held until this one ends. Two
+    at once each spawned npu0's daemon, and the one whose daemon lost the pid file stopped
+    the other's in its undo: nothing was served."""
+    try:
+        fcntl.flock(devroot_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        print(f"npu-kmd start: waiting for another start of {root} to end", file=sys.stderr, flush=True)
+        fcntl.flock(devroot_fd, fcntl.LOCK_EX)      # Ctrl-C ends the wait (KeyboardInterrupt)
 
 
 def _start_locked(args, root: Path, sys_root: Path) -> int:

@@ -91,11 +91,6 @@ def pid_file(root: Path, index: int) -> Path:
     return state_dir(root) / f"npu{index}.pid"
 
 
-def start_pid_file(root: Path) -> Path:
-    """``npu-kmd start``'s pid file: one start of a devroot at a time (kmd_fuse.pidfile)."""
-    return state_dir(root) / "start.pid"
-
-
 def handover_socket(root: Path, index: int) -> Path:
     """The device's buffer hand-over socket (MEM_MAP tokens traded for memfds)."""
     return state_dir(root) / f"npu{index}.sock"

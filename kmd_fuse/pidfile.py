@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import fcntl
 import os
-from collections.abc import Callable
 from pathlib import Path
 
 
@@ -17,23 +16,15 @@ class AlreadyRunning(OSError):
     """Another live daemon holds the pid file."""
 
 
-def acquire(path: Path, wait: Callable[[int | None], None] | None = None) -> int:
+def acquire(path: Path) -> int:
     """Lock ``path`` for this process and write our pid into it; returns the fd to keep open
-    for the daemon's lifetime (closing it releases the lock). Held by another live process:
-    AlreadyRunning, or with ``wait``, ``wait(its pid)`` and then wait until it lets go (a
-    signal whose handler raises ends the wait)."""
+    for the daemon's lifetime (closing it releases the lock)."""
     fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
     try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            if wait is None:
-                raise AlreadyRunning(f"{path}: held by a running daemon (pid {running_pid(path)})") from None
-            wait(running_pid(path))
-            fcntl.flock(fd, fcntl.LOCK_EX)
-    except BaseException:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
         os.close(fd)
-        raise
+        raise AlreadyRunning(f"{path}: held by a running daemon (pid {running_pid(path)})") from None
     os.ftruncate(fd, 0)
     os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
     return fd

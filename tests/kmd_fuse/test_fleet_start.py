@@ -68,61 +68,54 @@ def test_a_start_ended_by_sigterm_leaves_nothing(tmp_path):
         assert not mounted(devroot)
 
 
-def test_a_start_sigtermed_while_it_lets_its_fork_server_go_ends_all_or_nothing(tmp_path):
-    """SIGTERM once the start reported its device up and is letting its fork server go (held
-    stopped here until then, so the signal lands there): the start is undone, exit 130,
-    nothing left. Before, it said "interrupted" with every daemon left running: the final
-    CI's failure of the test above (its SIGTERM came after npu1 was up and npu0's probe)."""
-    if os.geteuid() != 0:
-        pytest.skip("mounting the FUSE device needs root")
-    devroot = tmp_path / "dev"
-    devroot.mkdir()
-    start = popen_kmd("start", "--devroot", str(devroot))
-    server = None
-    try:
-        assert wait_until(lambda: start.poll() is not None or _fork_server(start.pid, devroot) is not None, 120)
-        server = _fork_server(start.pid, devroot)
-        assert server is not None, start.communicate()
-        # npu0's daemon forked and the server back in its wait: the start has its pid (the reply
-        # came before the wait), the start's close is all it will still ask of the server
-        def reply_sent() -> bool:
-            return (any(_parent(pid) == server for pid in processes_of(devroot))
-                    and _waiting_in(server) == "do_epoll_wait")
-        assert wait_until(lambda: start.poll() is not None or reply_sent(), 120)
-        os.kill(server, signal.SIGSTOP)
-        requests = os.readlink(f"/proc/{server}/fd/0")       # the pipe the start writes requests to
-        assert start.stdout is not None
-        line = start.stdout.readline()
-        assert line.startswith(f"{devroot}/npu0: up "), (line, start.communicate())
-        assert wait_until(lambda: requests not in _descriptors(start.pid), 60)   # closed: letting it go
-        start.send_signal(signal.SIGTERM)
-        os.kill(server, signal.SIGCONT)
-        out, err = start.communicate(timeout=120)
-        assert (start.returncode, err) == (130, "npu-kmd: interrupted\n"), (out, err)
-        assert wait_until(lambda: not processes_of(devroot), 60), processes_of(devroot)
-        assert not mounted(devroot)
-    finally:
-        if server is not None and _alive(server):
-            os.kill(server, signal.SIGCONT)
-        end_everything_of(devroot, start)
-
-
-def test_two_starts_at_once_serve_the_device_once(tmp_path):
-    """Two ``npu-kmd start`` of one devroot at once: the second waits for the first and
-    finds the device served; it stays served. Before, both spawned npu0's daemon, one lost
-    the pid file, and its start's undo stopped the other's daemon: both failed."""
+def test_two_starts_at_once_and_one_sigtermed_as_it_lets_its_fork_server_go(tmp_path):
+    """Two ``npu-kmd start`` of one devroot at once: one brings npu0 up, the other waits
+    for it to end. SIGTERM to the first once it reported npu0 up and is letting its fork
+    server go (held stopped until then, so the signal lands there) undoes it: exit 130,
+    its daemon gone. The second then brings npu0 up itself. Before, the first said
+    "interrupted" with its daemon left running (the final CI's failure of the test above:
+    its SIGTERM came after npu1 was up and npu0's probe), and two starts at once both
+    failed (one's daemon lost the pid file, and its start's undo stopped the other's)."""
     if os.geteuid() != 0:
         pytest.skip("mounting the FUSE device needs root")
     devroot = tmp_path / "dev"
     devroot.mkdir()
     starts = [popen_kmd("start", "--devroot", str(devroot)) for _ in range(2)]
+    servers: list[int] = []
     try:
-        results = [start.communicate(timeout=240) for start in starts]
-        assert [start.returncode for start in starts] == [0, 0], results
-        said = sorted(out.split(": ", 1)[1].split(" ")[0].strip() for out, _ in results)
-        assert said == ["already", "up"], results
+        def first_server() -> int | None:
+            return next((server for start in starts if (server := _fork_server(start.pid, devroot))), None)
+        assert wait_until(lambda: any(start.poll() is not None for start in starts) or first_server(), 120)
+        server = first_server()
+        assert server is not None, [start.communicate() for start in starts]
+        servers.append(server)
+        first, second = sorted(starts, key=lambda start: _parent(server) != start.pid)
+        # npu0's daemon forked and the server back in its wait: the start has its pid (the reply
+        # came before the wait), the start's close is all it will still ask of the server
+        def reply_sent() -> bool:
+            return (any(_parent(pid) == server for pid in processes_of(devroot))
+                    and _waiting_in(server) == "do_epoll_wait")
+        assert wait_until(lambda: first.poll() is not None or reply_sent(), 120)
+        os.kill(server, signal.SIGSTOP)
+        requests = os.readlink(f"/proc/{server}/fd/0")       # the pipe the start writes requests to
+        assert first.stdout is not None
+        line = first.stdout.readline()
+        assert line.startswith(f"{devroot}/npu0: up "), (line, first.communicate())
+        assert wait_until(lambda: requests not in _descriptors(first.pid), 60)   # closed: letting it go
+        first.send_signal(signal.SIGTERM)
+        os.kill(server, signal.SIGCONT)
+        out, err = first.communicate(timeout=120)
+        assert (first.returncode, err) == (130, "npu-kmd: interrupted\n"), (out, err)
+        out, err = second.communicate(timeout=240)
+        assert second.returncode == 0, (out, err)
+        assert out.startswith(f"{devroot}/npu0: up "), (out, err)
+        assert err == f"npu-kmd start: waiting for another start of {devroot} to end\n", err
         assert probe(paths.node_path(devroot, 0))["cores"] == 2
+        assert len(processes_of(devroot)) == 1 + 1 + 2      # one daemon: the second's (its chip, 2 cores)
     finally:
+        for server in servers:
+            if _alive(server):
+                os.kill(server, signal.SIGCONT)
         end_everything_of(devroot, *starts)
 
 
