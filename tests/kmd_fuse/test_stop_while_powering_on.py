@@ -2,9 +2,8 @@
 
 The chip's power-on is held (``firmware_sim.startup``'s test-only hold, before the chip's
 imports: where a first start builds the C kernels) far longer than the tests wait, so
-what the tests find gone was ended by the stop, not by a deadline: a start SIGTERMed
-while its daemon waited for such a chip left the chip running as long as its imports
-took (the lead's 60 s power-on made the final CI find one alive)."""
+what the tests find gone was ended by the stop, not by a deadline: a driver stopped while
+its chip was in its imports left the chip running as long as they took."""
 from __future__ import annotations
 
 import os
