@@ -57,6 +57,9 @@ _ONNX_PATH = frozenset({"Unsqueeze", "Reshape", "Expand", "Squeeze", "Transpose"
 
 Range = tuple[float, float]
 
+#: Ops taking rows of their first operand by index (an embedding table's).
+_EMBEDDINGS = frozenset({"GATHER"})
+
 
 def _feeds_softmax_only(graph: onnx.GraphProto, tensor: str) -> bool:
     """Whether every path from ``tensor`` ends at a Softmax input through ``_ONNX_PATH`` nodes."""
@@ -201,7 +204,8 @@ def finite_attention_masks(model: onnx.ModelProto,
 
 
 def _float_inputs_upstream(graph: Graph, tensor: str, producer: Mapping[str, Op]) -> bool:
-    """Whether ``tensor`` depends on a float input of ``graph`` (a state counts as one)."""
+    """Whether ``tensor`` depends on a float input of ``graph`` (a state counts as one) or on
+    rows an integer input picks from a float table (a text encoder's token embeddings)."""
     floats = {n for n in graph.inputs if graph.tensors[n].dtype in ("float32", "float16")}
     floats |= {s.input for s in graph.states}
     pending, seen = [tensor], set()
@@ -213,6 +217,9 @@ def _float_inputs_upstream(graph: Graph, tensor: str, producer: Mapping[str, Op]
         if name in floats:
             return True
         op = producer.get(name)
+        if op is not None and op.type in _EMBEDDINGS and graph.tensors[op.inputs[0]].is_constant \
+                and graph.tensors[op.inputs[0]].dtype in ("float32", "float16"):
+            return True
         if op is not None:
             pending += list(op.inputs)
     return False
@@ -278,8 +285,12 @@ def mask_operands(graph: Graph) -> list[tuple[str, str, str]]:
         if op.type != "ADD" or len(op.inputs) != 2 or any(graph.tensors[i].is_constant for i in op.inputs) \
                 or not feeds_softmax(op.outputs[0]):
             continue
-        masks = [i for i in op.inputs if graph.tensors[i].dtype == "float32"
-                 and (i in known or not _float_inputs_upstream(graph, i, producer))]
+        # a mask the import rewrote is the mask, whatever else the other operand is computed from
+        # (a text encoder's scores come from integer token ids through its embedding tables too)
+        masks = [i for i in op.inputs if i in known]
+        if len(masks) != 1:
+            masks = [i for i in op.inputs if graph.tensors[i].dtype == "float32"
+                     and not _float_inputs_upstream(graph, i, producer)]
         if len(masks) == 1:
             scores = op.inputs[1] if op.inputs[0] == masks[0] else op.inputs[0]
             found.append((masks[0], scores, op.outputs[0]))

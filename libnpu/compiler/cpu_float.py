@@ -221,16 +221,24 @@ def blamed_layers(float_graph: Graph, quantized: Graph, samples: Sequence, *, ca
     ranked = sorted(amplified, key=lambda t: -amplified[t]) + \
         [t for t in sorted(errors, key=lambda t: errors[t].local_sqnr_db) if t not in amplified]
     result = []
+    readers_of: dict[str, list[str]] = {}
+    producer = {o: op for op in float_graph.ops for o in op.outputs}
+    order = {op.outputs[0]: k for k, op in enumerate(float_graph.ops)}      # chains in graph order
+    for op in float_graph.ops:
+        for i in dict.fromkeys(op.inputs):
+            readers_of.setdefault(i, []).append(op.outputs[0])
     for tensor in ranked:
         if tensor not in ops or not movable(float_graph, ops[tensor]):
             continue
         front_end = tensor in amplified
         # a magnifying layer's output is what a grid holds well (the log domain): its readers stay
-        readers = [op.outputs[0] for op in float_graph.ops if tensor in op.inputs]
-        if tensor in float_graph.outputs or front_end:
-            readers = []
-        chain = list(dict.fromkeys([t for r in [tensor, *readers] for t in upstream(float_graph, r)]))
-        chain = [op.outputs[0] for op in float_graph.ops if op.outputs[0] in chain]
+        readers = [] if tensor in float_graph.outputs or front_end else readers_of.get(tensor, [])
+        # one walk, stopped past what a layer blamed by its own error may move: a chain for every
+        # layer of a 5,000-op unrolled LSTM took the compile past 15 minutes (vfl-embedder)
+        wanted = _upstream_within(float_graph, producer, [tensor, *readers], None if front_end else MAX_CPU_LAYERS)
+        if wanted is None:
+            continue
+        chain = sorted(wanted, key=order.__getitem__)
         if not all(movable(float_graph, ops[t]) for t in chain):
             continue
         if front_end and front_end_fits(float_graph, chain):
@@ -243,6 +251,23 @@ def blamed_layers(float_graph: Graph, quantized: Graph, samples: Sequence, *, ca
         elif len(chain) <= MAX_CPU_LAYERS and leaves_chip_work(float_graph, chain):
             result.append(Blame(tensor, errors[tensor].local_sqnr_db, chain, False))
     return result
+
+
+def _upstream_within(graph: Graph, producer: Mapping[str, Op], tensors: list[str], limit: int | None
+                     ) -> set[str] | None:
+    """:func:`upstream` of every tensor of ``tensors`` (``producer``: the op making each
+    tensor of ``graph``) as a set, or None once it holds more than ``limit``."""
+    found: set[str] = set()
+    pending = list(tensors)
+    while pending:
+        op = producer.get(pending.pop())
+        if op is None or op.outputs[0] in found:
+            continue
+        found.add(op.outputs[0])
+        if limit is not None and len(found) > limit:
+            return None
+        pending += [i for i in op.inputs if i and not graph.tensors[i].is_constant]
+    return found
 
 
 def _measured(graph: Graph, chain: list[str], tensor: str, calibration: Sequence | None,

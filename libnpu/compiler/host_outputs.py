@@ -12,7 +12,23 @@ from __future__ import annotations
 
 from .ir import Graph
 
-__all__ = ["host_writes_float_outputs"]
+__all__ = ["host_only_values", "host_writes_float_outputs"]
+
+
+def host_only_values(graph: Graph) -> set[str]:
+    """The float values of ``graph`` a HOST op makes and only HOST ops read (not an output,
+    not a state): they go from one host call to another in float, on no grid. On an int8
+    grid calibration fixed, a per-run scale one call passes to the next (onnxruntime's
+    dynamic quantization of an attention's ``P @ V``) clipped to the largest it saw, and an
+    attention mask calibration saw at 0 only became 0 everywhere."""
+    readers: dict[str, list[str]] = {}
+    for op in graph.ops:
+        for name in op.inputs:
+            readers.setdefault(name, []).append(op.type)
+    kept = {s.input for s in graph.states} | {s.output for s in graph.states} | set(graph.outputs)
+    return {out for op in graph.ops if op.type == "HOST" for out in op.outputs
+            if out not in kept and graph.tensors[out].dtype in ("float32", "float16")
+            and readers.get(out) and all(t == "HOST" for t in readers[out])}
 
 
 def host_writes_float_outputs(graph: Graph) -> Graph:

@@ -364,7 +364,7 @@ def promote(graph: Graph, names: Iterable[str], src: Graph | None = None,
                 ins[k] = int16_of[i]
         out = op.outputs[0]
         t8 = g.tensors[out]
-        data = [i for i in ins if i and not g.tensors[i].is_constant]
+        data = [i for i in ins if i and not g.tensors[i].is_constant and g.tensors[i].quant is not None]
         if registry.get(op.type, "same_scale") and data:   # max(x, -0.4): the constant on x's grid
             ins = [_int16_constant(g, o, src, _quant(g, data[0])) if o and g.tensors[o].is_constant else i
                    for o, i in zip(op.inputs, ins)]
@@ -433,7 +433,7 @@ def _same_grid(g: Graph, op: Op, ins: list[str], ops: list[Op]) -> QuantParams |
     its inputs' per-tensor grids, the others requantized onto it by a QUANTIZE appended to
     ``ops`` (``ins`` updated). None when there is nothing to join. Without it a TANH's int16
     output (2**-15) and another op's (twice its int8 reach) were concatenated as raw bytes."""
-    data = [k for k, i in enumerate(ins) if i and not g.tensors[i].is_constant]
+    data = [k for k, i in enumerate(ins) if i and not g.tensors[i].is_constant and g.tensors[i].quant is not None]
     quants = [_quant(g, ins[k]) for k in data]
     if len(data) < 2 or any(q.per_channel for q in quants):
         return None

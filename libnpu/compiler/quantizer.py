@@ -34,6 +34,7 @@ from .dynamic_shapes import DYNAMIC_OUTPUTS
 from .equalization import equalize as equalize_channels
 from .float_ref import FloatInterpreter
 from .grid_joins import fixed_grids, requantize_joins, shared_grid_groups
+from .host_outputs import host_only_values
 from .integer_inputs import INTEGER_INPUTS, integer_activations, random_integers
 from .ir import Graph, IRError, Op, QuantParams, State, Tensor
 from .layer_faults import LAYER_FAULTS, LayerFault
@@ -289,6 +290,7 @@ def quantize(graph: Graph, ranges: Mapping[str, Range], *, fc_per_channel: bool 
     indices |= integer_activations(src)      # integers anywhere (ids into the chip's GATHER): as they are
     indices |= set(src.metadata.get(DYNAMIC_OUTPUTS, ()))   # a host call's, shaped per run: as it gives them
     indices |= selected_rows(src)          # a selection's rows, made on the CPU: as it gives them
+    indices |= host_only_values(src)       # from a host call to others alone: in float (host_outputs)
     for t in src.tensors.values():
         if t.quant is not None or t.dtype not in ("float32", "float16", *INTEGER_INPUTS) and t.name not in indices:
             raise QuantizationError(f"tensor {t.name!r} is {t.dtype}{' (quantized)' if t.quant else ''}: "
