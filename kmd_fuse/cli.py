@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import fcntl
 import os
 import select
 import shutil
@@ -34,7 +35,7 @@ from kmd_fuse.udev.uevent import Uevent, UeventError, UeventLog
 from npu_console import run_main
 from npu_hw import profiles, regs
 
-START_TIMEOUT_S = 60.0     # per device, from its daemon's spawn until its node answers
+START_TIMEOUT_S = 120.0    # per device, from its daemon's spawn until its node answers (> the chip's 60 s power-on)
 # Daemons coming up at once: enough to keep the CPUs busy while some wait, few enough that
 # none starves (128 spawned at once on 2 CPUs: their chips missed their 20 s power-on).
 STARTING_AT_ONCE = max(4, 2 * (os.cpu_count() or 1))
@@ -99,32 +100,66 @@ def start(args) -> int:
     try:
         # every directory the daemons create or mount on, checked (no link followed, none
         # another user may change) before any is used: a clear refusal, not a daemon's log
-        os.close(paths.open_devroot(root, create=True))
-        paths.private_state_dir(root, note=lambda text: print(f"npu-kmd start: {text}", file=sys.stderr))
-        os.close(paths.open_dir(Path(paths.class_dir(sys_root)), 0o755, hint="give another --sysroot"))
+        devroot_fd = paths.open_devroot(root, create=True)
     except paths.UnsafePathError as exc:
         print(f"npu-kmd start: {exc}", file=sys.stderr)
         return 1
-    paths.record_in_devroot(root, paths.SYSROOT_MARKER, f"{sys_root}\n")   # where tools (npu smi) find the tree
+    try:
+        _wait_for_other_starts(devroot_fd, root)
+        try:
+            paths.private_state_dir(root, note=lambda text: print(f"npu-kmd start: {text}", file=sys.stderr))
+            os.close(paths.open_dir(Path(paths.class_dir(sys_root)), 0o755, hint="give another --sysroot"))
+        except paths.UnsafePathError as exc:
+            print(f"npu-kmd start: {exc}", file=sys.stderr)
+            return 1
+        paths.record_in_devroot(root, paths.SYSROOT_MARKER, f"{sys_root}\n")   # where tools (npu smi) find the tree
+        return _start_locked(args, root, sys_root)
+    finally:
+        os.close(devroot_fd)         # lets the next start of this devroot go
+
+
+def _wait_for_other_starts(devroot_fd: int, root: Path) -> None:
+    """One start of a devroot at a time: an exclusive flock on the devroot itself (its
+    state directory may be removed by the start before), held until this one ends. Two
+    at once each spawned npu0's daemon, and the one whose daemon lost the pid file stopped
+    the other's in its undo: nothing was served."""
+    try:
+        fcntl.flock(devroot_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        print(f"npu-kmd start: waiting for another start of {root} to end", file=sys.stderr, flush=True)
+        fcntl.flock(devroot_fd, fcntl.LOCK_EX)      # Ctrl-C ends the wait (KeyboardInterrupt)
+
+
+def _start_locked(args, root: Path, sys_root: Path) -> int:
     started: list[tuple[int, Path, ForkedDaemon]] = []
     servers: list[ForkServer] = []        # the daemons' fork server, started with the first one
     # SIGTERM ends a start as Ctrl-C does: the daemons it spawned (in sessions of their own,
-    # which no signal to this one reaches) are stopped, not left running half set up.
-    signal.signal(signal.SIGTERM, signal.default_int_handler)
+    # which no signal to this one reaches) are stopped, not left running half set up. That
+    # holds until the start has ended, its fork server too: one that says "interrupted"
+    # (exit 130) has left nothing running (a SIGTERM while the server exited left all up).
+    before = signal.signal(signal.SIGTERM, signal.default_int_handler)
     try:
-        try:
-            code = _start_devices(args, root, sys_root, started, servers)
-        except KeyboardInterrupt:
-            with _interrupts_deferred():         # a second Ctrl-C does not cut the clean-up short
-                _undo_start(root, sys_root, started, remove_state=True)
-            raise
+        code = _start_devices(args, root, sys_root, started, servers)
         if code:
             _undo_start(root, sys_root, started, remove_state=False)     # the logs stay, for the reason
-        return code
-    finally:
+        with _interrupts_deferred():         # a stop meanwhile undoes the start all the same (below)
+            _close_servers(servers)
+        signal.signal(signal.SIGTERM, before)    # done: a SIGTERM now ends this process, not the devices
+    except KeyboardInterrupt:
+        with _interrupts_deferred():         # a second Ctrl-C does not cut the clean-up short
+            _undo_start(root, sys_root, started, remove_state=True)
+            _close_servers(servers)
+        raise
+    except BaseException:
         with _interrupts_deferred():
-            for server in servers:
-                server.close()
+            _close_servers(servers)
+        raise
+    return code
+
+
+def _close_servers(servers: list[ForkServer]) -> None:
+    for server in servers:
+        server.close()
 
 
 def _start_devices(args, root: Path, sys_root: Path, started: list[tuple[int, Path, ForkedDaemon]],
@@ -165,7 +200,10 @@ def _start_devices(args, root: Path, sys_root: Path, started: list[tuple[int, Pa
             if proc.poll() is not None:
                 print(f"{node}: daemon exited with status {proc.returncode}; log "
                       f"{paths.log_file(root, index)}:", file=sys.stderr)
-                print(paths.log_file(root, index).read_text()[-3000:], file=sys.stderr)
+                try:
+                    print(paths.log_file(root, index).read_text()[-3000:], file=sys.stderr)
+                except OSError as exc:      # `npu-kmd stop` meanwhile removed the state, logs too
+                    print(f"  ({exc.strerror})", file=sys.stderr)
                 return 1
             info = None
             if paths.ready_file(root, index).exists():
@@ -238,8 +276,10 @@ def _undo_start(root: Path, sys_root: Path, started: list[tuple[int, Path, Forke
             proc.wait()
     # A daemon killed before its clean-up leaves its bus (the chip's memories, its
     # self-test's files): its chip died with it (PR_SET_PDEATHSIG, SIGKILL at its exit).
-    _stop_devices(root, sys_root, [index for index, _, _ in started])
-    for index, _, _ in started:
+    # A device another daemon serves now (not one of ours: they are all gone) stays as it is.
+    ours = [index for index, _, _ in started if _daemon_pid(root, index) is None]
+    _stop_devices(root, sys_root, ours)
+    for index in ours:
         shutil.rmtree(paths.bus_dir(root, index), ignore_errors=True)
     if remove_state and not any(_daemon_pid(root, index) for index in _indices(root)):
         _remove_state(root)

@@ -5,7 +5,10 @@ serves it.
 
 Run by ``npu-kmd start``, forked from its fork server (``python -m kmd_fuse.daemon
 --fork-server``, ``kmd_fuse.fork_server``), or by hand as ``python -m kmd_fuse.daemon``;
-SIGTERM/SIGINT send "remove", unmount everything and power the chip off.
+SIGTERM/SIGINT send "remove", unmount everything and power the chip off. One that comes
+while the device is still being brought up (the chip powering on: up to its deadline,
+mostly the chip's imports) stops it there: the chip killed and reaped, what was mounted
+unmounted, the bus directory and the pid file removed, at once.
 """
 from __future__ import annotations
 
@@ -59,8 +62,29 @@ def raise_fd_limit() -> int:
     return soft
 
 
-async def serve(device: Device, presence: Presence, ready_file: Path, handover: HandoverServer) -> None:
+class StopRequested(Exception):
+    """SIGTERM or SIGINT while the daemon brings its device up: it undoes what it made and exits."""
+
+
+def _raise_stop(signum: int, frame: object) -> None:
+    _ignore_stops()
+    raise StopRequested(f"signal {signum} before the device was served: stopping")
+
+
+def _ignore_stops() -> None:
+    """The undo of a bring-up runs to its end: a second SIGTERM (``npu-kmd stop`` after the
+    start's) must not cut it short. (Only until the process exits: no chip is started after.)"""
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, signal.SIG_IGN)
+
+
+async def serve(device: Device, presence: Presence, ready_file: Path, handover: HandoverServer,
+                stops: list[int]) -> None:
+    """Serve until SIGTERM or SIGINT (or at once if one came before: ``stops``)."""
     with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+        if stops:        # between the bring-up and this receiver (main's last handler noted it)
+            log.info("signal %d before serving: shutting down", stops[0])
+            return
         async with trio.open_nursery() as nursery:
             await nursery.start(device.tasks.run)
             await nursery.start(irq.run, device)
@@ -133,20 +157,25 @@ def main(argv: list[str] | None = None) -> int:
                            max_queues_per_context=args.max_queues_per_context,
                            max_queues_per_user=args.max_queues_per_user),
                     tasks=BackgroundTasks())
+    # A stop while the chip powers on (its imports may build the C kernels) or while the
+    # device is mounted ends the bring-up where it is, undone below, not at its deadline.
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, _raise_stop)
     try:
         device.power_on()
-    except OSError as exc:       # the chip did not come up: nothing of it stays (its bus, its process)
-        log.error("%s", exc)
+    except (OSError, StopRequested) as exc:     # nothing of the chip stays (its bus, its process)
+        _ignore_stops()
+        (log.info if isinstance(exc, StopRequested) else log.error)("%s", exc)
         device.power_off()
         paths.pid_file(root, args.index).unlink(missing_ok=True)
-        return 1
-    presence = Presence(root, sys_root, args.index)
-    # Rootless: the node and the tree are the user's own (root's uid 0 otherwise), so the
-    # kernel's permission checks let the owner apply the rules and write `reset`.
-    uid, gid = (os.geteuid(), os.getegid()) if owner.rootless() else (0, 0)
-    tree = AttributeTree(device, on_uevent_write=_synthetic_uevent(presence), uid=uid, gid=gid)
-    source = paths.mount_source(root, args.index)
+        return 0 if isinstance(exc, StopRequested) else 1
     try:
+        presence = Presence(root, sys_root, args.index)
+        # Rootless: the node and the tree are the user's own (root's uid 0 otherwise), so the
+        # kernel's permission checks let the owner apply the rules and write `reset`.
+        uid, gid = (os.geteuid(), os.getegid()) if owner.rootless() else (0, 0)
+        tree = AttributeTree(device, on_uevent_write=_synthetic_uevent(presence), uid=uid, gid=gid)
+        source = paths.mount_source(root, args.index)
         with paths.opened_dir(state) as state_fd:      # checked private by private_state_dir
             os.close(mounts.make_tree_dir(state_fd, mountpoint.name, mountpoint, 0o700))
             options = mount_options(root, args.index)
@@ -156,10 +185,17 @@ def main(argv: list[str] | None = None) -> int:
             fs = DeviceFs(device, mode=args.mode, uid=uid, gid=gid, tree=tree)
             pyfuse3.init(fs, served, options)
             mounts.check(state_fd, mountpoint.name, mountpoint, source, record)
+            stops: list[int] = []     # from here on a stop is noted, and serve() stops at once
+            for signum in (signal.SIGTERM, signal.SIGINT):
+                signal.signal(signum, lambda signum, frame: stops.append(signum))
     except Exception as exc:
+        _ignore_stops()
         record.unmount()
         device.power_off()
         paths.pid_file(root, args.index).unlink(missing_ok=True)
+        if isinstance(exc, StopRequested):
+            log.info("%s", exc)
+            return 0
         if isinstance(exc, (fusermount.FusermountError, mounts.MountError)):
             log.error("%s", exc)      # says what to do; no traceback
             return 1
@@ -174,10 +210,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if profile_path:
             import cProfile
-            cProfile.runctx("trio.run(serve, device, presence, ready_file, handover)", globals(), locals(),
-                            f"{profile_path}.{args.index}")
+            cProfile.runctx("trio.run(serve, device, presence, ready_file, handover, stops)", globals(),
+                            locals(), f"{profile_path}.{args.index}")
         else:
-            trio.run(serve, device, presence, ready_file, handover)
+            trio.run(serve, device, presence, ready_file, handover, stops)
     finally:
         presence.unmount()           # a no-op after a clean remove
         pyfuse3.close(unmount=True)   # rootless: libfuse did not mount it, so it does not unmount it

@@ -135,6 +135,8 @@ class ForkServer:
     def _lines(self) -> list[list[str]]:
         """The lines the server wrote since the last look; ``exit`` lines are recorded."""
         assert self.process.stdout is not None
+        if self.process.stdout.closed:       # closed: the daemons' fate is read from /proc (poll)
+            return []
         try:
             self._buffer += self.process.stdout.read() or b""
         except BlockingIOError:

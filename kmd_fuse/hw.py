@@ -81,8 +81,14 @@ class Hardware:
         self._busy_reported = 0
 
     # ---- bring-up ----
-    def power_on(self, timeout: float = 20.0) -> None:
-        """Create the chip's memories, start it, wait until it reports ready."""
+    def power_on(self, timeout: float = 60.0) -> None:
+        """Create the chip's memories, start it, wait until it reports ready.
+
+        The chip's start is Python imports and its cores' self-test: ~1 s alone, but 20 s
+        was missed on a 2-CPU host at load 25, and a first start builds the C kernels (22 s
+        at load 10), so the deadline is generous; a chip that dies while starting is seen
+        at once (``poll``), and a stop meanwhile ends the wait at once (the daemon's
+        SIGTERM handler raises out of it; ``firmware_sim.startup``: the chip dies with us)."""
         self.bus.mkdir(parents=True, exist_ok=True)
         os.chmod(self.bus, 0o711)  # clients open their own buffer files by path
         _create_file(memory.regs_path(self.bus), regs.REGS_SIZE)

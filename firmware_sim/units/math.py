@@ -30,14 +30,20 @@ from .elementwise import flat_cost, int16_binary_cost
 
 def _binary(desc: np.void, dma, kind: str, params: tuple[str, ...], kernel, dtype: type = np.int8) -> Rerun | None:
     """Two operands of ``dtype`` broadcast to the output (shapes at the output's rank); int8
-    reruns as a two-byte table lookup in C (``byte_tables``), int16 PRELU, MAXIMUM and MINIMUM
-    in C (``int16_calls.bind_binary16``)."""
+    reruns as a two-byte table lookup in C (``byte_tables``), int16 PRELU, SUB, MAXIMUM and
+    MINIMUM in C (``int16_calls.bind_binary16``)."""
     a_at, b_at, out_at, kwargs = plan(kind, desc, lambda d: parse_binary(d, params)).fields
     a, b = dma.read_array(a_at[0], dtype, a_at[1]), dma.read_array(b_at[0], dtype, b_at[1])
     out = dma.write_array(out_at[0], dtype, out_at[1])
     if dtype is np.int8:
         return byte_tables.binary_bound(kind, kernel, a, b, out, **kwargs)
     kernel(a, b, out=out, **kwargs)
+    if kind == "sub16":
+        row = [kwargs[f] for f in _ADD_LIKE[len(_ZPS) + 1:]]      # ADD's row: the multipliers and shifts
+        if not all(INT32_MIN <= v <= INT32_MAX for v in row):
+            return None
+        return int16_calls.bind_binary16("sub", a, b, out, np.array([row], np.int32), left_shift=kwargs["left_shift"],
+                                         act_min=kwargs["act_min"], act_max=kwargs["act_max"])
     if kind in ("maximum", "minimum"):
         return int16_calls.bind_binary16(kind, a, b, out, np.zeros((1, 0), np.int32), act_min=INT16_MIN,
                                          act_max=INT16_MAX)
@@ -94,7 +100,9 @@ def squared_difference(desc: np.void, dma) -> Rerun | None:
 
 @unit(ops.OP_SUB, _binary_cost)
 def sub(desc: np.void, dma) -> Rerun | None:
-    """int8, or int16 with ``OPF_INT16`` (LiteRT's general int16 SUB, zero points 0; numpy, no C rerun)."""
+    """int8, or int16 with ``OPF_INT16`` (LiteRT's general int16 SUB, zero points 0; numpy,
+    then its rerun in C: ``int16_calls.bind_binary16``, ADD's kernel with the scaled inputs
+    subtracted: the LayerNorms escalation promotes center ``x - mean`` with it)."""
     if act_dtype(desc) is np.int16:
         int16_zero_points(desc, *_ZPS)
         return _binary(desc, dma, "sub16", _ADD_LIKE[len(_ZPS):] + ("act_min", "act_max"), int16x8.sub_int16,

@@ -17,6 +17,7 @@ import pytest
 import libnpu
 from firmware_sim import chip as chip_top
 from firmware_sim import core as core_unit
+from firmware_sim import priority
 from firmware_sim.timing import HardwareProfile
 from kmd_fuse import paths
 from kmd_fuse.udev.uevent import Uevent
@@ -204,11 +205,13 @@ def test_an_idle_core_that_dies_is_restarted_counted_and_announced(fresh_npu):
         dev = session.open(0)
         count = dev.info()["reset_count"]
         assert wait_until(lambda: len(core_pids(npu.devroot)) == 2)
+        assert _nices(npu) == _core_nice_expected()
         victim = core_pids(npu.devroot)[1]
         os.kill(victim, signal.SIGKILL)
         assert wait_until(lambda: dev.info()["reset_count"] == count + 1)
         assert wait_until(lambda: len(core_pids(npu.devroot)) == 2)
         assert victim not in core_pids(npu.devroot)
+        assert _nices(npu) == _core_nice_expected()          # the new core asked again
         assert dev.info()["num_cores"] == 2
         fences = [dev.submit(None) for _ in range(40)]         # spread over both cores
         dev.wait(fences, timeout=60)
@@ -216,6 +219,23 @@ def test_an_idle_core_that_dies_is_restarted_counted_and_announced(fresh_npu):
         assert dev.info()["reset_count"] == count + 1
     events = _change_events(npu)
     assert [e.extra.get("RESET_COUNT") for e in events] == [str(count + 1)]
+
+
+def _nices(npu) -> tuple[int, list[int], list[bool]]:
+    """The chip's top-level process's nice, its cores', and whether each core's autogroup
+    (if the kernel has them) has the core's nice."""
+    cores = core_pids(npu.devroot)
+    nices = [os.getpriority(os.PRIO_PROCESS, pid) for pid in cores]
+    groups = [priority.autogroup_nice(pid) in (None, nice) for pid, nice in zip(cores, nices)]
+    return os.getpriority(os.PRIO_PROCESS, chip_pid(npu.devroot)), nices, groups
+
+
+def _core_nice_expected() -> tuple[int, list[int], list[bool]]:
+    """The top level at this process's nice; each core raised to CORE_NICE where permitted
+    (root here; the rootless scenario, test_rootless, checks the other case), its group too."""
+    own = os.getpriority(os.PRIO_PROCESS, 0)
+    core = min(own, priority.default_core_nice()) if os.geteuid() == 0 else own
+    return own, [core, core], [True, True]
 
 
 @pytest.fixture

@@ -15,7 +15,7 @@ from firmware_sim.kernels import binary, int16x8, native, reduce, resize, transp
 from firmware_sim.kernels.native import data_calls, int16_calls
 from firmware_sim.timing import HardwareProfile
 from npu_hw import iommu, ops
-from npu_hw.fixedpoint import softmax_int16_params
+from npu_hw.fixedpoint import add_params, softmax_int16_params
 from tests.support.chip_memory import ASID, ChipMemory, encode, ranked
 from tests.support.quant_utils import random_int16
 
@@ -159,15 +159,18 @@ def test_transpose_conv_reruns_in_c_as_numpy_computes(dtype) -> None:
 
 
 def test_the_units_replay_as_one_c_call(mem: ChipMemory) -> None:
-    """int16 RESIZE_BILINEAR, RESIZE_NEAREST_NEIGHBOR, SOFTMAX, MAXIMUM and REDUCE_L2 in one job:
-    after its first runs the plan is one C call, which computes the numpy kernels' bytes on
-    the input's new contents."""
+    """int16 RESIZE_BILINEAR, RESIZE_NEAREST_NEIGHBOR, SOFTMAX, MAXIMUM, REDUCE_L2 and SUB (a
+    LayerNorm's ``x - mean`` once escalation promotes it: 2 of oww-hey-marvin's 24 tasks were
+    most of its chip time, in numpy) in one job: after its first runs the plan is one C call,
+    which computes the numpy kernels' bytes on the input's new contents."""
     rng = np.random.default_rng(86)
     x = random_int16(rng, (1, 5, 4, 6))
     i16 = ops.OPF_INT16
     mult, shift = softmax_int16_params(1.0, 3e-4)
     x_at = mem.put(x)
-    outs = [mem.alloc(2 * n) for n in (9 * 7 * 6, 3 * 8 * 6, x.size, x.size, 5 * 4)]
+    outs = [mem.alloc(2 * n) for n in (9 * 7 * 6, 3 * 8 * 6, x.size, x.size, 5 * 4, x.size)]
+    mean = random_int16(rng, (1, 5, 4, 1))
+    sub_p = add_params(3e-4, 2e-4, 5e-4, left_shift=int16x8.ADD_LEFT_SHIFT_INT16)
     command = (encode("RESIZE_BILINEAR", i16 | ops.OPF_HALF_PIXEL_CENTERS, input=x_at, output=outs[0],
                       in_shape=x.shape, out_hw=(9, 7))
                + encode("RESIZE_NEAREST_NEIGHBOR", i16, input=x_at, output=outs[1], in_shape=x.shape, out_hw=(3, 8))
@@ -177,7 +180,10 @@ def test_the_units_replay_as_one_c_call(mem: ChipMemory) -> None:
                         rank=4, in1_shape=ranked(x.shape), in2_shape=ranked((1, 1, 1, 1)),
                         out_shape=ranked(x.shape), input1_zp=0, input2_zp=0, output_zp=0)
                + encode("REDUCE_L2", i16, input=x_at, output=outs[4], rank=4, in_shape=ranked(x.shape), axes_mask=8,
-                        input_zp=0, output_zp=0, scale=0.01))
+                        input_zp=0, output_zp=0, scale=0.01)
+               + encode("SUB", i16, input1=x_at, input2=mem.put(mean), output=outs[5], rank=4,
+                        in1_shape=ranked(x.shape), in2_shape=ranked(mean.shape), out_shape=ranked(x.shape),
+                        input1_zp=0, input2_zp=0, output_zp=0, **sub_p, act_min=-32768, act_max=32767))
     at = mem.put(np.frombuffer(command, np.uint8))
     for _ in range(job_plans.NATIVE_TRIES + 1):
         assert run_job(mem.dma, ASID, at, len(command), HardwareProfile()).status == 0
@@ -189,6 +195,7 @@ def test_the_units_replay_as_one_c_call(mem: ChipMemory) -> None:
     wants = (resize.resize_bilinear(x, (9, 7), half_pixel_centers=True), resize.resize_nearest(x, (3, 8)),
              int16x8.softmax_int16(x.reshape(20, 6), input_multiplier=mult, input_left_shift=shift),
              binary.maximum(x, np.array([[[[-7]]]], np.int16)),
-             reduce.reduce_l2(x, (3,), input_zp=0, output_zp=0, scale=0.01))
+             reduce.reduce_l2(x, (3,), input_zp=0, output_zp=0, scale=0.01),
+             int16x8.sub_int16(x, mean, **sub_p))
     for out, want in zip(outs, wants):
         np.testing.assert_array_equal(mem.get(out, np.int16, want.shape), want)

@@ -142,10 +142,11 @@ def _broadcast_shapes(rng: np.random.Generator) -> tuple[tuple[int, ...], tuple[
     return a, b
 
 
-@pytest.mark.parametrize("kind", ["add", "mul", "add per channel"])
+@pytest.mark.parametrize("kind", ["add", "sub", "mul", "add per channel"])
 def test_int16_add_and_mul_rerun_in_c_as_numpy_computes(kind: str) -> None:
-    """Broadcast shapes up to rank 6, int16 extremes, every right shift (ADD) and left and
-    right shifts (MUL), one requantization per output channel (ADD16_PER_CHANNEL)."""
+    """Broadcast shapes up to rank 6, int16 extremes, every right shift (ADD, SUB) and left and
+    right shifts (MUL), one requantization per output channel (ADD16_PER_CHANNEL). SUB's numpy
+    kernel is LiteRT's (tests/firmware_sim/test_int16x8.py); it ran in numpy alone before."""
     rng = np.random.default_rng(43 + len(kind))
     for _ in range(40):
         sa, sb = _broadcast_shapes(rng)
@@ -164,18 +165,18 @@ def test_int16_add_and_mul_rerun_in_c_as_numpy_computes(kind: str) -> None:
             params = np.array([[kw["multiplier"], kw["shift"]]], np.int32)
             fn = int16x8.mul_int16
             rerun_args: dict = dict(clamp)
-        elif kind == "add":
+        elif kind in ("add", "sub"):
             kw = dict(left_shift=15, input1_multiplier=int(params[0, 0]), input1_shift=int(params[0, 1]),
                       input2_multiplier=int(params[0, 2]), input2_shift=int(params[0, 3]),
                       output_multiplier=int(params[0, 4]), output_shift=int(params[0, 5]), **clamp)
-            fn = int16x8.add_int16
+            fn = int16x8.add_int16 if kind == "add" else int16x8.sub_int16
             rerun_args = dict(left_shift=15, **clamp)
         else:
             kw = dict(left_shift=int(rng.integers(0, 17)), params=params, **clamp)
             fn = int16x8.add_int16_per_channel
             rerun_args = dict(left_shift=kw["left_shift"], **clamp)
         fn(a, b, out=out, **kw)
-        rerun = int16_calls.bind_binary16("mul" if kind == "mul" else "add", a, b, out, params, **rerun_args)
+        rerun = int16_calls.bind_binary16(kind.split()[0], a, b, out, params, **rerun_args)
         assert rerun is not None
         a[...] = random_int16(rng, sa)
         b[...] = _extremes(random_int16(rng, sb), [32767])

@@ -5,36 +5,16 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from firmware_sim.startup import HOLD_POWER_ON_ENV
 from kmd_fuse import paths
+from kmd_fuse.cli import probe
 from kmd_fuse.hw import ChipConfig, Hardware
-from tests.support.device import REPO, MountedNpu, stop_npu, wait_until
-
-
-def processes_of(devroot: Path) -> dict[int, str]:
-    """The command lines of the processes serving ``devroot``, by pid: its daemons (their
-    ``--devroot``) and their chips and cores (their ``--bus`` in its state directory), whoever
-    their parent is now."""
-    marks = (f"--devroot {devroot} ", f"{paths.state_dir(devroot)}/")
-    found = {}
-    for entry in Path("/proc").iterdir():
-        try:
-            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
-            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
-        except (OSError, IndexError):
-            continue
-        if entry.name.isdigit() and state != "Z" and any(mark in cmdline for mark in marks):
-            found[int(entry.name)] = cmdline
-    return found
-
-
-def mounted(devroot: Path) -> list[str]:
-    return [line for line in Path("/proc/self/mounts").read_text().splitlines() if str(devroot) in line]
+from tests.support.device import MountedNpu, stop_npu, wait_until
+from tests.support.fleet import end_everything_of, kmd_env, mounted, popen_kmd, processes_of
 
 
 def test_a_start_that_fails_leaves_nothing_of_its_own(tmp_path):
@@ -63,19 +43,18 @@ def test_a_start_that_fails_leaves_nothing_of_its_own(tmp_path):
 
 
 def test_a_start_ended_by_sigterm_leaves_nothing(tmp_path):
-    """SIGTERM (a service manager stopping it) while 2 devices come up ends the start as
-    Ctrl-C does: exit 130, every daemon, chip and core it started gone, nothing mounted,
-    no state directory."""
+    """SIGTERM (a service manager stopping it) while 2 devices come up, npu0 up and npu1's
+    chip still powering on (held: firmware_sim.startup), ends the start as Ctrl-C does:
+    exit 130, every daemon, chip and core it started gone, nothing mounted, no state
+    directory. (npu1's chip, still importing, outlived its daemon before.)"""
     if os.geteuid() != 0:
         pytest.skip("mounting the FUSE device needs root")
     devroot = tmp_path / "dev"
     devroot.mkdir()
-    env = {k: v for k, v in os.environ.items() if k not in ("NPU_DEVROOT", "NPU_SYSROOT", "NPU_DEBUG")}
-    proc = subprocess.Popen([sys.executable, "-m", "kmd_fuse.cli", "start", "--devices", "2", "--devroot",
-                             str(devroot)], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, cwd=REPO, env=env)
+    proc = popen_kmd("start", "--devices", "2", "--devroot", str(devroot),
+                     env=kmd_env(**{HOLD_POWER_ON_ENV: "npu1=300"}))
     try:
-        assert wait_until(lambda: proc.poll() is not None or paths.ready_file(devroot, 0).exists(), 120)
+        assert wait_until(lambda: proc.poll() is not None or paths.ready_file(devroot, 0).exists(), 240)
         assert proc.poll() is None, proc.communicate()
         state = paths.state_dir(devroot)
         os.kill(proc.pid, signal.SIGTERM)
@@ -85,12 +64,93 @@ def test_a_start_ended_by_sigterm_leaves_nothing(tmp_path):
         assert not mounted(devroot)
         assert not state.exists()
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
-        subprocess.run([sys.executable, "-m", "kmd_fuse.cli", "stop", "--devroot", str(devroot)],
-                       capture_output=True, timeout=120)
+        end_everything_of(devroot, proc)
         assert not mounted(devroot)
+
+
+def test_two_starts_at_once_and_one_sigtermed_as_it_lets_its_fork_server_go(tmp_path):
+    """Two ``npu-kmd start`` of one devroot at once: one brings npu0 up, the other waits
+    for it to end. SIGTERM to the first once it reported npu0 up and is letting its fork
+    server go (held stopped until then, so the signal lands there) undoes it: exit 130,
+    its daemon gone. The second then brings npu0 up itself. Before, the first said
+    "interrupted" with its daemon left running (the final CI's failure of the test above:
+    its SIGTERM came after npu1 was up and npu0's probe), and two starts at once both
+    failed (one's daemon lost the pid file, and its start's undo stopped the other's)."""
+    if os.geteuid() != 0:
+        pytest.skip("mounting the FUSE device needs root")
+    devroot = tmp_path / "dev"
+    devroot.mkdir()
+    starts = [popen_kmd("start", "--devroot", str(devroot)) for _ in range(2)]
+    servers: list[int] = []
+    try:
+        def first_server() -> int | None:
+            return next((server for start in starts if (server := _fork_server(start.pid, devroot))), None)
+        assert wait_until(lambda: any(start.poll() is not None for start in starts) or first_server(), 120)
+        server = first_server()
+        assert server is not None, [start.communicate() for start in starts]
+        servers.append(server)
+        first, second = sorted(starts, key=lambda start: _parent(server) != start.pid)
+        # npu0's daemon forked and the server back in its wait: the start has its pid (the reply
+        # came before the wait), the start's close is all it will still ask of the server
+        def reply_sent() -> bool:
+            return (any(_parent(pid) == server for pid in processes_of(devroot))
+                    and _waiting_in(server) == "do_epoll_wait")
+        assert wait_until(lambda: first.poll() is not None or reply_sent(), 120)
+        os.kill(server, signal.SIGSTOP)
+        requests = os.readlink(f"/proc/{server}/fd/0")       # the pipe the start writes requests to
+        assert first.stdout is not None
+        line = first.stdout.readline()
+        assert line.startswith(f"{devroot}/npu0: up "), (line, first.communicate())
+        assert wait_until(lambda: requests not in _descriptors(first.pid), 60)   # closed: letting it go
+        first.send_signal(signal.SIGTERM)
+        os.kill(server, signal.SIGCONT)
+        out, err = first.communicate(timeout=120)
+        assert (first.returncode, err) == (130, "npu-kmd: interrupted\n"), (out, err)
+        out, err = second.communicate(timeout=240)
+        assert second.returncode == 0, (out, err)
+        assert out.startswith(f"{devroot}/npu0: up "), (out, err)
+        assert err == f"npu-kmd start: waiting for another start of {devroot} to end\n", err
+        assert probe(paths.node_path(devroot, 0))["cores"] == 2
+        assert len(processes_of(devroot)) == 1 + 1 + 2      # one daemon: the second's (its chip, 2 cores)
+    finally:
+        for server in servers:
+            if _alive(server):
+                os.kill(server, signal.SIGCONT)
+        end_everything_of(devroot, *starts)
+
+
+def _fork_server(start: int, devroot) -> int | None:
+    """The pid of ``start``'s fork server (its child serving ``devroot``), once it runs."""
+    for pid, cmdline in processes_of(devroot).items():
+        if "--fork-server" in cmdline and _parent(pid) == start:
+            return pid
+    return None
+
+
+def _parent(pid: int) -> int:
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    except (OSError, IndexError, ValueError):
+        return 0
+
+
+def _waiting_in(pid: int) -> str:
+    """The kernel function process ``pid`` sleeps in (its wchan), "" if it is gone."""
+    try:
+        return Path(f"/proc/{pid}/wchan").read_text()
+    except OSError:
+        return ""
+
+
+def _descriptors(pid: int) -> set[str]:
+    """What process ``pid``'s descriptors point to (``pipe:[N]``, paths)."""
+    found = set()
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        try:
+            found.add(os.readlink(fd))
+        except OSError:
+            continue
+    return found
 
 
 def _alive(pid: int) -> bool:

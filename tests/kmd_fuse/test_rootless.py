@@ -280,6 +280,7 @@ echo "TREE $(readlink "$D/sys/class/npu/npu0")"
 echo "ACCEL $(readlink "$D/dev/accel/accel0")"
 echo "NODEMODE $(stat -L -c '%a %u %g' "$D/dev/npu0")"
 echo "STATUS $(npu-kmd status --devroot "$D/dev")"
+echo "NICES $(ps -o ni= -u "$(id -u)" | sort -un | tr -s ' \n' ' ')"
 # this user's mounts only: a new mount namespace shows other tests' mounts too
 mounts() { grep ' npu-emu:' /proc/self/mountinfo | grep "user_id=$(id -u)," || true; }
 mounts | sed 's/^/MOUNT /'
@@ -321,6 +322,8 @@ def test_a_normal_user_runs_the_whole_stack_and_leaves_nothing(rootless_user, ro
     mode, node_uid, node_gid = _lines(out, "NODEMODE")[0].split()
     assert (mode, int(node_uid), int(node_gid)) == ("660", uid, gid)     # the rules' mode; render is not theirs
     assert "mounted, attributes" in _lines(out, "STATUS")[0]
+    # the chip's cores ask for a raised priority (firmware_sim.priority): not the user's to take
+    assert all(int(nice) >= 0 for nice in _lines(out, "NICES")[0].split())
     mount = _lines(out, "MOUNT")
     assert len(mount) == 1 and f"user_id={uid}" in mount[0]
     assert ("allow_other" in mount[0]) == owner.user_allow_other()

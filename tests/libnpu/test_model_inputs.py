@@ -156,7 +156,7 @@ def test_int64_operands_the_chip_cannot_read_run_on_the_cpu_with_the_reason(npu,
 def _floor_below_peak(clamp: str = "Max") -> onnx.ModelProto:
     """A log-mel front end's dynamic range clamp: max(x, ReduceMax(x) - 80), ReduceMax with
     keepdims=0 over every axis: a rank-0 tensor between two chip ops (``clamp="Clip"``: into
-    a Clip with a run-time bound, which runs on the CPU, as openWakeWord's melspectrogram has it)."""
+    a Clip with a run-time bound, as openWakeWord's melspectrogram has it: MAXIMUM on the chip too)."""
     nodes = [helper.make_node("ReduceMax", ["x"], ["peak"], keepdims=0),
              helper.make_node("Sub", ["peak", "range"], ["floor"]),
              helper.make_node(clamp, ["x", "floor"], ["y"])]
@@ -173,7 +173,7 @@ def test_a_rank_0_tensor_runs_on_the_chip_as_a_1_vector(npu, clamp):
     rng = np.random.default_rng(3)
     calibration = [[rng.uniform(-120, 20, (1, 4, 8)).astype(np.float32)] for _ in range(16)]
     loadable = compile_model(model.SerializeToString(), calibration)
-    assert [s.op for s in loadable.host_steps] == ([] if clamp == "Max" else ["Clip"])
+    assert not loadable.host_steps
     with libnpu.load(loadable, devroot=npu.devroot) as compiled:
         for x in (rng.uniform(-120, 20, (1, 4, 8)).astype(np.float32) for _ in range(3)):
             want = _ort(model, {"x": x})[0]

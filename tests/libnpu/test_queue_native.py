@@ -229,6 +229,14 @@ def test_nop_scaling_reports_each_sides_cpu_and_mode():
     assert "sleeping" in nop_scaling.describe(run)
 
 
+def test_nop_scaling_variants_are_sets_of_known_pieces():
+    from benchmarks import nop_scaling
+    assert nop_scaling.parse_variants("unraised,one-core+spin,") == ["unraised", "one-core+spin"]
+    assert nop_scaling._device_key("one-core+unraised") == (1, False) and nop_scaling._device_key(None) == (2, True)
+    with pytest.raises(ValueError, match="no piece fast"):
+        nop_scaling.parse_variants("one-core+fast")
+
+
 def test_several_waiters_on_one_queue_each_wake_promptly(device, path, monkeypatch):
     """Four threads of one process wait on one queue, each for its own jobs, all asleep on
     the one completion line (no spin). A byte the chip writes for one job must not be taken

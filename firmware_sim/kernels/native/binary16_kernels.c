@@ -1,5 +1,5 @@
 /*
- * int16 elementwise ADD, MUL, PRELU, MAXIMUM and MINIMUM (TFLite's int16 reference kernels: zero point 0,
+ * int16 elementwise ADD, SUB, MUL, PRELU, MAXIMUM and MINIMUM (TFLite's int16 reference kernels: zero point 0,
  * gemmlowp's MultiplyByQuantizedMultiplier per operand), the arithmetic of
  * kernels/int16x8.py's binary operators, with a broadcast along one axis and per-channel
  * parameters. Every array is C-contiguous; the Python side checks shapes and parameters
@@ -16,20 +16,26 @@
 #include <immintrin.h>
 #endif
 
-/* The requantization columns of a kind's parameter row: ADD m1, s1, m2, s2, mo, so; MUL m, s;
+/* ADD or SUB: LiteRT's general int16 SUB is ADD's arithmetic with the scaled inputs subtracted. */
+static inline int binary16_add_like(int32_t kind)
+{
+    return kind == NPU_BINARY16_ADD || kind == NPU_BINARY16_SUB;
+}
+
+/* The requantization columns of a kind's parameter row: ADD and SUB m1, s1, m2, s2, mo, so; MUL m, s;
    PRELU m1, s1 (x >= 0), m2, s2 (x * alpha). */
 static inline int binary16_columns(int32_t kind)
 {
-    return kind == NPU_BINARY16_ADD ? 6 : kind == NPU_BINARY16_MUL ? 2 : kind == NPU_BINARY16_PRELU ? 4 : 0;
+    return binary16_add_like(kind) ? 6 : kind == NPU_BINARY16_MUL ? 2 : kind == NPU_BINARY16_PRELU ? 4 : 0;
 }
 
 /* One output element of x and y with parameter row p, before the int32 wrap and the clamp. */
 static inline int64_t binary16_one(int32_t kind, int64_t x, int64_t y, const int32_t *p, int32_t left_shift)
 {
-    if (kind == NPU_BINARY16_ADD) {
+    if (binary16_add_like(kind)) {
         const int64_t s1 = mbqm(x << left_shift, p[0], p[1]);
         const int64_t s2 = mbqm(y << left_shift, p[2], p[3]);
-        return mbqm((int32_t)(uint32_t)(uint64_t)(s1 + s2), p[4], p[5]);
+        return mbqm((int32_t)(uint32_t)(uint64_t)(kind == NPU_BINARY16_SUB ? s1 - s2 : s1 + s2), p[4], p[5]);
     }
     if (kind == NPU_BINARY16_MUL)
         return mbqm(x * y, p[0], p[1]);
@@ -112,11 +118,12 @@ static inline void binary16_store8(const struct npu_binary16_call *c, __m512i x,
                                    int left, __mmask8 k, int16_t *o)
 {
     __m512i raw;
-    if (c->kind == NPU_BINARY16_ADD) {
+    if (binary16_add_like(c->kind)) {
         const __m128i shift_in = _mm_cvtsi32_si128(c->left_shift);
         const __m512i s1 = mbqm8(_mm512_sll_epi64(x, shift_in), t[0], left);
         const __m512i s2 = mbqm8(_mm512_sll_epi64(y, shift_in), t[1], left);
-        raw = mbqm8(_mm512_srai_epi64(_mm512_slli_epi64(_mm512_add_epi64(s1, s2), 32), 32), t[2], left);
+        const __m512i sum = c->kind == NPU_BINARY16_SUB ? _mm512_sub_epi64(s1, s2) : _mm512_add_epi64(s1, s2);
+        raw = mbqm8(_mm512_srai_epi64(_mm512_slli_epi64(sum, 32), 32), t[2], left);
     } else if (c->kind == NPU_BINARY16_MUL) {
         raw = mbqm8(_mm512_mul_epi32(x, y), t[0], left);
     } else {
@@ -240,16 +247,16 @@ static void binary16_axis(const int16_t *a, const int16_t *b, int16_t *o, const 
         binary16_axis(a + i * as, b + i * bs, o + i * out_block[d], c, out_block, d + 1, terms, left);
 }
 
-/* int16 ADD, MUL or PRELU (zero points 0) over broadcast operands, requantized per output
-   channel (params row channel % channels: binary16_columns), as kernels/int16x8.py's add_int16
-   and mul_int16 and kernels/binary.py's int16 prelu; MAXIMUM and MINIMUM (no parameters) as
-   kernels/binary.py's. */
+/* int16 ADD, SUB, MUL or PRELU (zero points 0) over broadcast operands, requantized per output
+   channel (params row channel % channels: binary16_columns), as kernels/int16x8.py's add_int16,
+   sub_int16 and mul_int16 and kernels/binary.py's int16 prelu; MAXIMUM and MINIMUM (no
+   parameters) as kernels/binary.py's. */
 int npu_binary16(const struct npu_binary16_call *c)
 {
     if (c->rank < 1 || c->rank > NPU_MOVE_MAX_RANK || c->channels < 1
-            || c->kind < NPU_BINARY16_ADD || c->kind > NPU_BINARY16_MINIMUM)
+            || c->kind < NPU_BINARY16_ADD || c->kind > NPU_BINARY16_SUB)
         return NPU_KERNEL_BAD_STEP;
-    const int add = c->kind == NPU_BINARY16_ADD, cols = binary16_columns(c->kind);
+    const int add = binary16_add_like(c->kind), cols = binary16_columns(c->kind);
     if (add && (c->left_shift < 0 || c->left_shift > 16))
         return NPU_KERNEL_BAD_SHIFT;
     for (int64_t ch = 0; ch < c->channels; ch++) {

@@ -85,13 +85,13 @@ def bind_fully_connected16(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None
 
 # The parameter row of each kind (npu_binary16): ADD m1, s1, m2, s2, mo, so; MUL m, s; PRELU m1, s1, m2, s2;
 # MAXIMUM and MINIMUM none.
-_COLUMNS = {"add": 6, "mul": 2, "prelu": 4, "maximum": 0, "minimum": 0}
+_COLUMNS = {"add": 6, "sub": 6, "mul": 2, "prelu": 4, "maximum": 0, "minimum": 0}
 
 
 def bind_binary16(kind: str, a: np.ndarray, b: np.ndarray, out: np.ndarray, params: np.ndarray, *,
                   left_shift: int = 0, act_min: int, act_max: int) -> BoundCall | None:
-    """int16 ADD, MUL, PRELU, MAXIMUM or MINIMUM (``kind`` "add" / "mul" / "prelu" / "maximum" /
-    "minimum", ``b`` PRELU's slopes) of ``a`` and ``b`` broadcast to ``out``'s shape,
+    """int16 ADD, SUB, MUL, PRELU, MAXIMUM or MINIMUM (``kind`` "add" / "sub" / "mul" / "prelu" /
+    "maximum" / "minimum", ``b`` PRELU's slopes) of ``a`` and ``b`` broadcast to ``out``'s shape,
     requantized with ``params`` (int32, one row per output channel or a single row:
     ``_COLUMNS``; (1, 0) for MAXIMUM and MINIMUM), as a call; None unless C-contiguous int16."""
     if (library() is None or any(v.dtype != np.int16 or not v.flags.c_contiguous for v in (a, b, out))
@@ -117,7 +117,8 @@ def bind_binary16(kind: str, a: np.ndarray, b: np.ndarray, out: np.ndarray, para
     call = ffi.new("struct npu_binary16_call *", {
         "a": buffers[0], "b": buffers[1], "out": buffers[2], "rank": len(shape), "shape": pad(shape),
         "a_stride": pad(a_stride), "b_stride": pad(b_stride),
-        "kind": {"add": library().NPU_BINARY16_ADD, "mul": library().NPU_BINARY16_MUL,
+        "kind": {"add": library().NPU_BINARY16_ADD, "sub": library().NPU_BINARY16_SUB,
+                 "mul": library().NPU_BINARY16_MUL,
                  "prelu": library().NPU_BINARY16_PRELU, "maximum": library().NPU_BINARY16_MAXIMUM,
                  "minimum": library().NPU_BINARY16_MINIMUM}[kind],
         "left_shift": left_shift, "channels": channels, "params": buffers[3], "act_min": act_min,

@@ -318,15 +318,16 @@ struct npu_fc16_call {
     int16_t *out;
 };
 
-/* int16 ADD, MUL or PRELU (zero points 0) of a and b read with element strides (0 along a
+/* int16 ADD, SUB, MUL or PRELU (zero points 0) of a and b read with element strides (0 along a
    broadcast axis) into contiguous out; `params` holds one row per output channel (the last
-   axis; `channels` rows, 1 for per-tensor): ADD m1, s1, m2, s2, mo, so, MUL m, s, PRELU
+   axis; `channels` rows, 1 for per-tensor): ADD and SUB m1, s1, m2, s2, mo, so, MUL m, s, PRELU
    m1, s1, m2, s2 (b: the slopes alpha), MAXIMUM and MINIMUM none (act_min / act_max unused). */
 #define NPU_BINARY16_ADD 0
 #define NPU_BINARY16_MUL 1
 #define NPU_BINARY16_PRELU 2
 #define NPU_BINARY16_MAXIMUM 3
 #define NPU_BINARY16_MINIMUM 4
+#define NPU_BINARY16_SUB 5
 struct npu_binary16_call {
     const int16_t *a, *b;
     int16_t *out;

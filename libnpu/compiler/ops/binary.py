@@ -146,6 +146,24 @@ class _Node:
         self.input, self.output = inputs, outputs
 
 
+def clip_by_tensors(im, node, where) -> None:
+    """ONNX Clip whose bounds are computed at run time (a spectrogram floored at its peak
+    less 80 dB: ``Clip(x, ReduceMax(x) - 80)``): MAXIMUM with the lower bound, then MINIMUM
+    with the upper one (an absent bound is skipped), both LiteRT's int8 kernels, so the
+    chip runs it instead of a host call between two jobs."""
+    x = node.input[0]
+    steps = [(op_type, node.input[k]) for op_type, k in (("MAXIMUM", 1), ("MINIMUM", 2))
+             if len(node.input) > k and node.input[k]]
+    for n, (op_type, bound) in enumerate(steps):
+        out = node.output[0]
+        if n < len(steps) - 1:
+            out = f"{node.output[0]}__{op_type.lower()}"
+            im.shapes[out] = (tuple(np.broadcast_shapes(im.onnx_shape(x, where), im.onnx_shape(bound, where))),
+                              "float32")
+        onnx_import.binary(op_type)(im, _Node([x, bound], [out]), {}, where)
+        x = out
+
+
 onnx("PRelu")(onnx_import.binary("PRELU"))
 onnx("Max")(_variadic("MAXIMUM"))
 onnx("Min")(_variadic("MINIMUM"))

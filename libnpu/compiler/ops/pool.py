@@ -109,10 +109,31 @@ register(Operator(
 # ONNX ----------------------------------------------------------------------------------
 
 
+def ceil_mode_pads(in_hw, out_hw, kernel, strides, pads, where) -> tuple[int, int, int, int]:
+    """A ``ceil_mode`` pool's pads ``(top, bottom, left, right)`` with the trailing ones grown
+    so that the floor rule gives the ceiling rule's output size: the chip's window (and
+    LiteRT's) is clipped to the input, so the added rows and columns are never read, and
+    the max (or the mean of the valid elements) is the one onnxruntime computes.
+
+    onnxruntime's size: ``ceil((in + pads - k) / s) + 1``, one less when that last window
+    would start in the trailing padding (PyTorch's rule); ONNX shape inference (opset 13)
+    keeps that window, so a declared size that disagrees is refused (the CPU runs it)."""
+    top, left = pads[0], pads[2]
+    grown = []
+    for size, out, k, s, begin, end in zip(in_hw, out_hw, kernel, strides, (top, left), (pads[1], pads[3])):
+        want = -(-(size + begin + end - k) // s) + 1
+        if (want - 1) * s >= size + begin:
+            want -= 1
+        if out != want:
+            raise onnx_import.ONNXImportError(
+                f"{where}: ceil_mode: the output's declared size {out} is not onnxruntime's {want} "
+                "(its last window would start in the padding)")
+        grown.append(max(end, (out - 1) * s + k - size - begin))
+    return (top, grown[0], left, grown[1])
+
+
 @onnx("MaxPool", "AveragePool")
 def _onnx_pool(im, node, attrs, where):
-    if attrs.get("ceil_mode", 0):
-        raise onnx_import.ONNXImportError(f"{where}: ceil_mode is not supported")
     if any(d != 1 for d in attrs.get("dilations", (1, 1))):
         raise onnx_import.ONNXImportError(f"{where}: dilated pooling is not supported")
     if len(attrs["kernel_shape"]) == 1:   # over [N, C, L]: the 2-D pool of height 1
@@ -122,6 +143,9 @@ def _onnx_pool(im, node, attrs, where):
         raise onnx_import.ONNXImportError(f"{where}: only 1-D and 2-D pooling is supported")
     strides = tuple(attrs.get("strides", (1, 1)))
     pads = onnx_import.pads_2d(im, node, attrs, kernel, strides, (1, 1), where)
+    if attrs.get("ceil_mode", 0):
+        in_hw, out_hw = ((1, *im.onnx_shape(name, where)[2:])[-2:] for name in (node.input[0], node.output[0]))
+        pads = ceil_mode_pads(in_hw, out_hw, kernel, strides, pads, where)
     average = node.op_type == "AveragePool"
     if average and attrs.get("count_include_pad", 0) and any(pads):
         raise onnx_import.ONNXImportError(f"{where}: count_include_pad with padding is not supported")

@@ -4,7 +4,8 @@ LiteRT builds them), and the ONNX-only HARD_SIGMOID, SOFTPLUS, ERF (tables of th
 functions; GELU also on int16, our table) and CLIP (any bounds, on the RELU descriptor).
 
 ONNX: HardSwish, LeakyRelu, Elu (any alpha; TFLite export only with 1), Gelu, Exp, Log, Sqrt, Abs, Neg (as MUL by -1),
-HardSigmoid, Softplus, Erf, Clip, Reciprocal (as DIV), Pow by 2 and 3 (as MULs of itself), 0.5
+HardSigmoid, Softplus, Erf, Clip (bounds computed at run time: MAXIMUM / MINIMUM), Reciprocal (as DIV),
+Pow by 2 and 3 (as MULs of itself), 0.5
 (SQRT) and 1. GELU written out as elementwise ops (erf or tanh form) becomes one GELU
 (:mod:`libnpu.compiler.gelu_fusion`); hard-swish and hard-sigmoid (``x * HardSigmoid(x)``,
 ``x * clip(x + 3, 0, 6) / 6``, ...) one HARD_SWISH / HARD_SIGMOID
@@ -28,6 +29,7 @@ from ..hard_swish_fusion import fuse_hard_swish_spellings
 from ..ir import Graph, IRError, Op, Tensor
 from ..registry import Operator, onnx, register, tflite_options
 from ..tflite_export import TFLiteExportError
+from .binary import clip_by_tensors
 
 _f32 = np.float32
 
@@ -499,6 +501,9 @@ _RELU_BOUNDS = {(0.0, np.inf): "RELU", (0.0, 6.0): "RELU6", (-1.0, 1.0): "RELU_N
 
 @onnx("Clip")
 def _onnx_clip(im, node, attrs, where):
+    if any(name and name not in im.consts for name in node.input[1:3]):
+        clip_by_tensors(im, node, where)     # a bound computed at run time
+        return
     lo = float(attrs.get("min", -np.inf))
     hi = float(attrs.get("max", np.inf))
     if len(node.input) > 1 and node.input[1]:

