@@ -6,7 +6,9 @@ to its int grid (quantize then dequantize) when written. On a float graph this i
 plain float interpreter; on an int8 graph it approximates the int8 kernels to within
 the rounding of the fixed-point requantization (a few LSBs), which is what a quick
 sanity check of an imported int8 model needs. Bit-exact int8 results come from the
-chip's kernels, not from here.
+chip's kernels, not from here. What the chip's arithmetic does to every output of a
+channel alike (the int16 convolutions' Q15 multipliers, :mod:`.requant_gains`) is applied,
+since such an error adds up over layers instead of averaging out.
 
 Each operator's float reference is declared with the operator (``compiler.ops``); the
 helpers here (fused activations, padded windows) are what those references share.
@@ -22,6 +24,7 @@ from . import registry
 from .dynamic_shapes import DYNAMIC_OUTPUTS
 from .folding import folded_input_scales, weight_fold
 from .ir import Graph, IRError, Op, Tensor
+from .requant_gains import requant_gain
 from .work_count import count_op
 
 __all__ = ["FloatInterpreter", "run_float", "evaluate", "has_reference", "activation", "pad_nhwc",
@@ -108,6 +111,8 @@ class FloatInterpreter:
             if scales is not None:
                 w = self._consts[op.inputs[1]]
                 self._unfolded[k] = (w / weight_fold(w.shape, scales)).astype(np.float32)
+        # The chip's requantization factor of an op, where it is not 1 (requant_gains).
+        self._gains = {k: gain for k, op in enumerate(graph.ops) if (gain := requant_gain(graph, op)) is not None}
 
     def run(self, feeds: Mapping[str, np.ndarray] | Iterable[np.ndarray], *,
             keep: bool | Iterable[str] = False) -> dict[str, np.ndarray]:
@@ -140,6 +145,8 @@ class FloatInterpreter:
                 y = evaluate(op, ins, out_t)
             except (ValueError, IndexError, TypeError) as exc:
                 raise IRError(f"float reference: {op.describe()} failed: {exc}") from exc
+            if k in self._gains:
+                y = np.asarray(y, np.float32) * self._gains[k]
             values = list(y) if isinstance(y, (list, tuple)) else [y]   # ops with several outputs give a list
             for name, value in zip(op.outputs, values):
                 t = g.tensors[name]

@@ -58,6 +58,9 @@ class Operator:
       symmetric int16, int8 weights, int64 bias), so mixed precision may promote it.
     - ``int8_weights_only``: with int16 activations its weights stay int8 (the chip has no
       a16w16 kernel of it), so mixed precision never gives it int16 weights.
+    - ``q15_requant``: with int16 activations the chip requantizes its int64 sums through a
+      Q15 multiplier (TFLite's int64 ``MultiplyByQuantizedMultiplier``), whose factor the
+      float simulation applies (:mod:`libnpu.compiler.requant_gains`).
     - ``channel_grid``: how the operator takes part in per-channel int16 grids
       (:mod:`libnpu.compiler.channel_grids`): ``"rescale"``, its output may get a grid of its
       own and it reads per-channel inputs as ``channel_reader`` says; ``"move"``, its output
@@ -86,6 +89,7 @@ class Operator:
     graph_op: bool = True
     int16: bool = False
     int8_weights_only: bool = False
+    q15_requant: bool = False
     channel_grid: str | None = None
     channel_reader: Callable | None = None
 

@@ -9,7 +9,8 @@ quantization parameters (:class:`~libnpu.compiler.ir.QuantParams`), written once
   (:func:`libnpu.compiler.mixed_precision.int16_quant`, per channel
   :func:`libnpu.compiler.channel_grids.channel_quant`);
 * int16 weights (:func:`quantize_weights16`): symmetric, per channel, ``max |w| / 32767``
-  steps, never so fine that the chip's arithmetic loses the channel;
+  steps, never so fine that the chip's arithmetic loses the channel, each a hair coarser
+  so that the channel's requantization multiplier is one the chip applies exactly;
 * biases (:func:`bias_scale`): input scale x weight scale, per channel.
 
 :func:`symmetric` makes zero-point-0 parameters from scales chosen elsewhere (a grid moved
@@ -24,6 +25,8 @@ from __future__ import annotations
 import math
 
 import numpy as np
+
+from npu_hw import fixedpoint as fp
 
 from .ir import QuantParams
 
@@ -127,6 +130,10 @@ def quantize_weights16(w: np.ndarray, axis: int | None, bias: np.ndarray | None,
     bias) above 2**``BIAS16_BITS`` (the sums saturate at 2**47): hand_landmark_full's dead
     channels (weights ~1e-9, biases ~1) did both, and its handedness went 0.15 off on the
     device. Those channels' weights round to a few steps or none, as they would in int8.
+    Each step is then widened (by at most 2**-14) until the multiplier is one the chip's
+    int64 requantization applies without rounding it to Q15 (:func:`npu_hw.fixedpoint.q15_ceil`):
+    that rounding scaled a channel's every output alike, and 106 such layers put a face
+    mesh's presence logit 0.11 off float (the float simulation saw 0.01).
     ``out_scale``: one per output channel or one."""
     w = np.asarray(w, np.float64)
     if axis is not None:
@@ -140,7 +147,20 @@ def quantize_weights16(w: np.ndarray, axis: int | None, bias: np.ndarray | None,
         floor = np.maximum(floor, magnitude / (in_scale * 2.0 ** BIAS16_BITS))
     scale = np.maximum(maxabs / INT16_MAX, floor * 1.01)
     scale = np.where(scale > 0, scale, 1.0 / INT16_MAX).astype(np.float32)
+    scale = _q15_exact_steps(scale, in_scale, out_scale)
     qp = symmetric(scale, axis if axis is not None else 0)
     shape = qp.broadcast_shape(w.ndim)
     data = np.clip(np.round(w / scale.astype(np.float64).reshape(shape)), -INT16_MAX, INT16_MAX)
     return data.astype(np.int16), qp
+
+
+def _q15_exact_steps(step: np.ndarray, in_scale: float, out_scale: float | np.ndarray) -> np.ndarray:
+    """Weight steps at or just above ``step`` (float32) whose multipliers ``in x step / out``
+    the int64 requantization keeps exactly (a per-tensor step with several output scales: the
+    step is left as it is, no one step serves them all)."""
+    out = np.asarray(np.asarray(out_scale, np.float32), np.float64)
+    if step.size != out.size and out.size > 1:
+        return step
+    in_s = np.float64(np.float32(in_scale))
+    exact = fp.q15_ceil(in_s * step.astype(np.float64) / out) * out / in_s
+    return np.where(exact >= step, exact, step).astype(np.float32)

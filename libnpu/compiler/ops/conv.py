@@ -126,14 +126,14 @@ register(Operator(
     float_ref=lambda op, ins, out: conv2d(ins[0], ins[1], ins[2], **op.attrs),
     weight_axis=0, fused_activation=True, params=_params, lower=_lower("CONV_2D", False),
     export=_export("Conv2DOptions", 0), tflite_version=3, macs=_macs((1, 2, 3)), int16=True,
-    channel_grid="rescale", channel_reader=channel_grids.reads_folded))
+    q15_requant=True, channel_grid="rescale", channel_reader=channel_grids.reads_folded))
 register(Operator(
     "DEPTHWISE_CONV_2D", (*_WINDOW, "depth_multiplier", "activation"),  # w [1, KH, KW, C*M]
     tflite=_tflite_depthwise,
     float_ref=lambda op, ins, out: depthwise_conv2d(ins[0], ins[1], ins[2], **op.attrs),
     weight_axis=3, fused_activation=True, params=_params, lower=_lower("DEPTHWISE_CONV_2D", True),
     export=_export("DepthwiseConv2DOptions", 3), tflite_version=3, macs=_macs((1, 2)), int16=True,
-    channel_grid="rescale", channel_reader=channel_grids.reads_activation))
+    q15_requant=True, channel_grid="rescale", channel_reader=channel_grids.reads_activation))
 
 
 # ONNX ----------------------------------------------------------------------------------

@@ -61,7 +61,7 @@ def _macs(g, op) -> int:
 
 register(Operator(
     "BATCH_MATMUL", ("adj_x", "adj_y"), tflite=_tflite, float_ref=_float, params=_params, lower=_lower,
-    export=_export, tflite_version=2, macs=_macs, int16=True))
+    export=_export, tflite_version=2, macs=_macs, int16=True, q15_requant=True))
 
 
 def onnx_matmul(im, node, where, trans_a: bool = False, trans_b: bool = False, scale: float = 1.0,

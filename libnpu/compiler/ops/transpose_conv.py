@@ -107,7 +107,7 @@ register(Operator(
     "TRANSPOSE_CONV", ("stride", "padding", "activation"), tflite=_tflite, tflite_aliases=(MEDIAPIPE_TRANSPOSE_CONV,),
     float_ref=lambda op, ins, out: transpose_conv2d(ins[0], ins[1], ins[2], out_hw=out.shape[1:3], **op.attrs),
     weight_axis=0, fused_activation=True, params=_params, lower=_lower, export=_export, tflite_version=3,
-    int16=True, int8_weights_only=True,
+    int16=True, int8_weights_only=True, q15_requant=True,
     macs=lambda g, op: g.tensors[op.inputs[0]].size * int(np.prod(g.tensors[op.inputs[1]].shape[:3]))))
 
 
