@@ -106,7 +106,9 @@ def input_moments(graph: Graph, dataset: Iterable[Feed], seed: int = 0) -> dict[
             if _has_bias(op):       # the constant input the bias multiplies
                 r = np.concatenate([r, np.ones((*r.shape[:-1], 1))], axis=-1)
             name = op.inputs[1]
-            moment = np.einsum("...ri,...rj->...ij", r, r)   # [K, K], or [C, K, K] per channel
+            # [K, K], or [C, K, K] per channel. A BLAS product, not einsum, whose loop for this
+            # contraction took 148 of a 257 s YOLO compile (benchmarks/escalation_cost.py)
+            moment = np.swapaxes(r, -1, -2) @ r
             sums[name] = sums.get(name, 0.0) + moment
             counts[name] = counts.get(name, 0) + r.shape[-2]
     return {n: s / counts[n] for n, s in sums.items()}
