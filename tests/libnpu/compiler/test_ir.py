@@ -102,3 +102,18 @@ def test_prune_keeps_every_output_of_an_op_it_keeps():
     g.prune()
     assert "unread" in g.tensors
     g.validate()
+
+
+@pytest.mark.parametrize("dtype, zero_point", [("int8", -3), ("uint8", 128), ("int16", 0)])
+def test_quantize_in_float32_gives_the_float64_formulas_integers(dtype: str, zero_point: int) -> None:
+    """QuantParams.quantize adds the zero point in float32 (every simulated op output goes
+    through it): the same integers as in float64, at the grid's edges, halves and far past it."""
+    qp = QuantParams([0.0137], [zero_point])
+    rng = np.random.default_rng(3)
+    x = (rng.standard_normal(4096) * 200 * 0.0137).astype(np.float32)
+    edges = np.array([1e30, -1e30, 2.0 ** 24, -2.0 ** 24, 2.0 ** 24 - 255, 0.5 * 0.0137, -0.5 * 0.0137,
+                      127.5 * 0.0137, -128.5 * 0.0137, 32767.5 * 0.0137, 0.0], np.float32)
+    x = np.concatenate([x, edges, edges * np.float32(0.0137)])
+    info = np.iinfo(dtype)
+    want = np.clip(np.round(x / qp.scale).astype(np.float64) + zero_point, info.min, info.max).astype(dtype)
+    np.testing.assert_array_equal(qp.quantize(x, dtype), want)
