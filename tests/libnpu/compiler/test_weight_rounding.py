@@ -5,10 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from libnpu.compiler.float_ref import FloatInterpreter
 from libnpu.compiler.onnx_import import import_onnx
 from libnpu.compiler.optimize import optimize
 from libnpu.compiler.quantizer import quantize_model
-from libnpu.compiler.float_ref import FloatInterpreter
 from libnpu.compiler.weight_rounding import _rows, input_moments, round_layer
 from tests.support import model_builders as builders
 
