@@ -3,6 +3,7 @@ import pytest
 
 from libnpu.compiler.float_ref import FloatInterpreter, pad_nhwc
 from libnpu.compiler.ir import Graph, IRError, Op, Tensor
+from libnpu.compiler.ops.activation import sigmoid
 from libnpu.compiler.ops.conv import depthwise_conv2d
 from libnpu.compiler.ops.pool import pool
 from libnpu.compiler.ops.resize import resize_bilinear, resize_nearest
@@ -152,5 +153,19 @@ def test_depthwise_taps_in_one_buffer_give_the_same_sums(stride, dilation, multi
     for i in range(3):
         for j in range(3):
             want += xp[:, i * dh:i * dh + (oh - 1) * sh + 1:sh, j * dw:j * dw + (ow - 1) * sw + 1:sw] * w[0, i, j]
+    assert got.dtype == np.float32
+    np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
+
+
+def test_sigmoid_computes_one_quotient_with_both_quotients_values() -> None:
+    """The LOGISTIC reference divides once, its numerator chosen by the sign: the same float32
+    bits as computing 1 / (1 + e) and e / (1 + e) and choosing one, infinities and NaN included."""
+    rng = np.random.default_rng(4)
+    x = (rng.standard_normal(4096) * 30).astype(np.float32)
+    x[:8] = [0.0, -0.0, np.inf, -np.inf, np.nan, 100.0, -100.0, -88.8]
+    e = np.exp(-np.abs(x))
+    with np.errstate(invalid="ignore"):
+        want = np.where(x >= 0, 1 / (1 + e), e / (1 + e)).astype(np.float32)
+        got = sigmoid(x)
     assert got.dtype == np.float32
     np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
