@@ -65,9 +65,10 @@ under the target (0.91, 0.977) where the probabilities pass.
 
 Since branch compiletime (2026-11-30: GPTQ's moments by a BLAS product, the float
 simulation's exact speed-ups; the same loadables), main at 01613f1 and the branch one
-after the other per model, load 9-16: nudenet-best with the end-to-end head
-(``benchmarks/e2e_head.py``) 543 s -> 162 s, paddleocr-en-v4-rec 475 s -> 323 s,
-rapidocr-cls 64 s -> 32 s, magika-v1 26 s -> 22 s; every figure, and 7aafd1b's, in
+after the other per model, load 8-16: nudenet-best with the end-to-end head
+(``benchmarks/e2e_head.py``) 543 s -> 162 s and 443 s -> 203 s (two runs, wall),
+paddleocr-en-v4-rec 475 s -> 323 s; CPU seconds (steadier under load than wall):
+rapidocr-cls 13.3 -> 9.7, magika-v1 5.7 -> 5.0; every figure, and 7aafd1b's, in
 docs/models.md, "Compile time of the default recipe".
 """
 from __future__ import annotations
