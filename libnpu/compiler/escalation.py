@@ -76,7 +76,10 @@ after int8 have done ``budget`` (``ESCALATION_BUDGET``) times the int8 step's wo
 in op evaluations (:mod:`libnpu.compiler.work_count`: the same on any machine, so a
 compile never depends on the load); ``fidelity["capped"]`` then says which step was not
 tried, and the printed lines and the warning say how to lift it. A model that meets the
-target at int8 costs one quantization and the measurement. Options the caller gave
+target at int8 costs one quantization and the measurement. The cap does not count GPTQ's
+K x K inversions (they run no ops) nor the chosen step's calibration on every sample (5:
+one quantization more, after the choice); what it comes to in seconds on the 2-CPU
+development machine: docs/models.md, "Compile time of the default recipe". Options the caller gave
 explicitly hold on every step (``int16="none"`` rules out the int16 steps).
 
 What was tried and chosen is in the result's ``metadata["fidelity"]``

@@ -88,7 +88,7 @@ def snap_to_grid(t: Tensor, value: np.ndarray) -> np.ndarray:
     dequantize); a float tensor's value as it is. How the float simulation of a quantized
     graph rounds every op's output."""
     if t.quant is not None and t.dtype in ("int8", "uint8", "int16"):
-        return t.quant.dequantize(t.quant.quantize(value, t.dtype))
+        return t.quant.snap(np.asarray(value), t.dtype)
     return value
 
 

@@ -88,6 +88,7 @@ def input_moments(graph: Graph, dataset: Iterable[Feed], seed: int = 0) -> dict[
     run = FloatInterpreter(graph)
     rng = np.random.default_rng(seed)
     sums: dict[str, np.ndarray] = {}
+    spare: dict[str, np.ndarray] = {}       # each layer's buffer for the next sample's moment
     counts: dict[str, int] = {}
     keep = sorted({op.inputs[0] for op in ops})
     for feed in dataset:
@@ -106,8 +107,16 @@ def input_moments(graph: Graph, dataset: Iterable[Feed], seed: int = 0) -> dict[
             if _has_bias(op):       # the constant input the bias multiplies
                 r = np.concatenate([r, np.ones((*r.shape[:-1], 1))], axis=-1)
             name = op.inputs[1]
-            moment = np.einsum("...ri,...rj->...ij", r, r)   # [K, K], or [C, K, K] per channel
-            sums[name] = sums.get(name, 0.0) + moment
+            # [K, K], or [C, K, K] per channel. A BLAS product, not einsum, whose loop for this
+            # contraction took 148 of a 257 s YOLO compile (benchmarks/escalation_cost.py); summed
+            # in place, into the last sample's buffer: a wake-word head's [2113, 2113] moments
+            # took 2 s a compile in fresh arrays
+            moment = np.matmul(np.swapaxes(r, -1, -2), r, out=spare.get(name))
+            if name in sums:
+                sums[name] += moment
+                spare[name] = moment
+            else:
+                sums[name] = moment + 0.0
             counts[name] = counts.get(name, 0) + r.shape[-2]
     return {n: s / counts[n] for n, s in sums.items()}
 

@@ -63,7 +63,10 @@ def sigmoid(x: np.ndarray) -> np.ndarray:
     whose logits reach that far, though the result, 0, was right)."""
     x = np.asarray(x, np.float32)
     e = np.exp(-np.abs(x))
-    return np.where(x >= 0, 1 / (1 + e), e / (1 + e)).astype(np.float32)
+    denominator = np.asarray(1 + e)
+    # one quotient, its numerator chosen (1 or e): the same float32 values as both quotients
+    # computed and one chosen, at half the work (a YOLO's SiLUs: 9,420 calls a compile)
+    return np.divide(np.where(x >= 0, np.float32(1), e), denominator, out=denominator)
 
 
 register(Operator("LOGISTIC", tflite=tflite_import.simple, float_ref=lambda op, ins, out: sigmoid(ins[0]),

@@ -69,9 +69,16 @@ def depthwise_conv2d(x, w, b, *, stride, dilation, pads, depth_multiplier, activ
     oh = (hp - (kh - 1) * dh - 1) // sh + 1
     ow = (wp - (kw - 1) * dw - 1) // sw + 1
     y = np.zeros((n, oh, ow, cout), np.float32)
+    # float32 taps multiplied into one buffer, not a new array per tap: the same sums, and the
+    # escalation simulates a depthwise network a few hundred times (benchmarks/escalation_cost.py)
+    tap = np.empty_like(y) if xp.dtype == np.float32 and w.dtype == np.float32 else None
     for i in range(kh):
         for j in range(kw):
-            y += xp[:, i * dh:i * dh + (oh - 1) * sh + 1:sh, j * dw:j * dw + (ow - 1) * sw + 1:sw] * w[0, i, j]
+            window = xp[:, i * dh:i * dh + (oh - 1) * sh + 1:sh, j * dw:j * dw + (ow - 1) * sw + 1:sw]
+            if tap is None:
+                y += window * w[0, i, j]
+            else:
+                y += np.multiply(window, w[0, i, j], out=tap)
     if b is not None:
         y = y + b
     return float_ref.activation(y, activation)

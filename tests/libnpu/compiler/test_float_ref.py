@@ -1,8 +1,10 @@
 import numpy as np
 import pytest
 
-from libnpu.compiler.float_ref import FloatInterpreter
+from libnpu.compiler.float_ref import FloatInterpreter, pad_nhwc
 from libnpu.compiler.ir import Graph, IRError, Op, Tensor
+from libnpu.compiler.ops.activation import sigmoid
+from libnpu.compiler.ops.conv import depthwise_conv2d
 from libnpu.compiler.ops.pool import pool
 from libnpu.compiler.ops.resize import resize_bilinear, resize_nearest
 from libnpu.compiler.tflite_import import load_tflite
@@ -130,3 +132,40 @@ def test_binary_broadcast_matches_litert_float(op_type, litert):
     a, b = rng.standard_normal((1, 4, 5, 3)).astype(np.float32), rng.standard_normal((1, 1, 1, 3)).astype(np.float32)
     ref = litert(export_tflite(g), [a, b], reference=False)[0]
     np.testing.assert_allclose(FloatInterpreter(g).run([a, b])["y"], ref, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("stride, dilation, multiplier, dtype", [((1, 1), (1, 1), 1, np.float32),
+                                                                 ((2, 2), (1, 1), 2, np.float32),
+                                                                 ((1, 2), (2, 1), 1, np.float64)])
+def test_depthwise_taps_in_one_buffer_give_the_same_sums(stride, dilation, multiplier, dtype) -> None:
+    """The depthwise reference multiplies each tap into one reused buffer: the same float32
+    sums, tap by tap in the same order, as a new product per tap (bit for bit)."""
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal((1, 9, 11, 3)).astype(dtype)
+    w = rng.standard_normal((1, 3, 3, 3 * multiplier)).astype(np.float32)
+    pads = (1, 2, 2, 1)
+    got = depthwise_conv2d(x, w, None, stride=stride, dilation=dilation, pads=pads,
+                           depth_multiplier=multiplier, activation="NONE")
+    xp = pad_nhwc(np.repeat(x, multiplier, axis=3), pads)
+    (sh, sw), (dh, dw) = stride, dilation
+    oh, ow = (xp.shape[1] - 2 * dh - 1) // sh + 1, (xp.shape[2] - 2 * dw - 1) // sw + 1
+    want = np.zeros((1, oh, ow, 3 * multiplier), np.float32)
+    for i in range(3):
+        for j in range(3):
+            want += xp[:, i * dh:i * dh + (oh - 1) * sh + 1:sh, j * dw:j * dw + (ow - 1) * sw + 1:sw] * w[0, i, j]
+    assert got.dtype == np.float32
+    np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
+
+
+def test_sigmoid_computes_one_quotient_with_both_quotients_values() -> None:
+    """The LOGISTIC reference divides once, its numerator chosen by the sign: the same float32
+    bits as computing 1 / (1 + e) and e / (1 + e) and choosing one, infinities and NaN included."""
+    rng = np.random.default_rng(4)
+    x = (rng.standard_normal(4096) * 30).astype(np.float32)
+    x[:8] = [0.0, -0.0, np.inf, -np.inf, np.nan, 100.0, -100.0, -88.8]
+    e = np.exp(-np.abs(x))
+    with np.errstate(invalid="ignore"):
+        want = np.where(x >= 0, 1 / (1 + e), e / (1 + e)).astype(np.float32)
+        got = sigmoid(x)
+    assert got.dtype == np.float32
+    np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))

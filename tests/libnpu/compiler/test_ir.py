@@ -102,3 +102,36 @@ def test_prune_keeps_every_output_of_an_op_it_keeps():
     g.prune()
     assert "unread" in g.tensors
     g.validate()
+
+
+@pytest.mark.parametrize("dtype, zero_point", [("int8", -3), ("uint8", 128), ("int16", 0)])
+def test_quantize_in_float32_gives_the_float64_formulas_integers(dtype: str, zero_point: int) -> None:
+    """QuantParams.quantize adds the zero point in float32 (every simulated op output goes
+    through it): the same integers as in float64, at the grid's edges, halves and far past it."""
+    qp = QuantParams([0.0137], [zero_point])
+    rng = np.random.default_rng(3)
+    x = (rng.standard_normal(4096) * 200 * 0.0137).astype(np.float32)
+    edges = np.array([1e30, -1e30, 2.0 ** 24, -2.0 ** 24, 2.0 ** 24 - 255, 0.5 * 0.0137, -0.5 * 0.0137,
+                      127.5 * 0.0137, -128.5 * 0.0137, 32767.5 * 0.0137, 0.0], np.float32)
+    x = np.concatenate([x, edges, edges * np.float32(0.0137)])
+    info = np.iinfo(dtype)
+    want = np.clip(np.round(x / qp.scale).astype(np.float64) + zero_point, info.min, info.max).astype(dtype)
+    np.testing.assert_array_equal(qp.quantize(x, dtype), want)
+
+
+def test_snap_gives_dequantize_of_quantize_bit_for_bit() -> None:
+    """QuantParams.snap (the float simulation's rounding of every op output) stays in float32:
+    the same bits as dequantize(quantize(x)), signed zeros, infinities and NaN included."""
+    rng = np.random.default_rng(5)
+    for dtype, zero_point, scale in (("int8", -3, [0.0137]), ("uint8", 128, [0.02]), ("int16", 0, [1e-4]),
+                                     ("int8", 0, [0.01, 0.02, 0.5])):
+        qp = QuantParams(scale, [zero_point] * len(scale), axis=3)
+        x = (rng.standard_normal((2, 8, 8, len(scale))) * 3).astype(np.float32)
+        x.flat[:8] = [1e30, -1e30, np.inf, -np.inf, 0.0, -0.0, -1e-9, 2.0 ** 24]
+        with_nan = x.copy()
+        with_nan.flat[8] = np.nan
+        for values in (x, with_nan):
+            with np.errstate(invalid="ignore"):
+                want, got = qp.dequantize(qp.quantize(values, dtype)), qp.snap(values, dtype)
+            assert got.dtype == want.dtype == np.float32
+            np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))

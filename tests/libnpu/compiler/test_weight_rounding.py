@@ -5,10 +5,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from libnpu.compiler.float_ref import FloatInterpreter
 from libnpu.compiler.onnx_import import import_onnx
 from libnpu.compiler.optimize import optimize
 from libnpu.compiler.quantizer import quantize_model
-from libnpu.compiler.weight_rounding import input_moments, round_layer
+from libnpu.compiler.weight_rounding import _rows, input_moments, round_layer
 from tests.support import model_builders as builders
 
 
@@ -79,6 +80,14 @@ def test_input_moments_carry_the_bias_column_for_layers_with_a_bias() -> None:
             assert moments[op.inputs[1]].shape[-1] == columns + has_bias
             if has_bias:   # the constant input's own moment is 1
                 assert moments[op.inputs[1]][..., -1, -1] == pytest.approx(1.0)
+
+    for op in g.ops:      # the BLAS product computes the second moment as written (einsum)
+        if op.inputs[1:2] and op.inputs[1] in moments:
+            x = np.concatenate([FloatInterpreter(g).run(d, keep=[op.inputs[0]])[op.inputs[0]] for d in data])
+            rows = _rows(op, g, np.asarray(x, np.float32))
+            assert rows is not None
+            rows = _with_ones(rows.astype(np.float64)) if len(op.inputs) > 2 and op.inputs[2] else rows
+            np.testing.assert_allclose(moments[op.inputs[1]], _moment(rows), rtol=1e-9, atol=1e-9)
 
 
 def test_gptq_changes_the_biases_and_keeps_every_grid() -> None:
