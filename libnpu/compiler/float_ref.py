@@ -23,6 +23,7 @@ from numpy.lib.stride_tricks import sliding_window_view
 from . import registry
 from .dynamic_shapes import DYNAMIC_OUTPUTS
 from .folding import folded_input_scales, weight_fold
+from .integer_inputs import INTEGER_INPUTS
 from .ir import Graph, IRError, Op, Tensor
 from .requant_gains import requant_gain
 from .work_count import count_op
@@ -78,8 +79,8 @@ def to_real(t: Tensor, value: np.ndarray) -> np.ndarray:
     """The real value of ``value`` stored as tensor ``t`` (dequantized if ``t`` is quantized)."""
     if t.quant is not None and t.dtype in ("int8", "uint8", "int16", "int32", "int64"):
         return t.quant.dequantize(np.asarray(value))
-    if t.dtype in ("int32", "int64", "bool") and not t.is_constant:
-        return np.asarray(value, t.dtype)     # integers computed at run time (ids, a rate) as they are
+    if t.dtype in INTEGER_INPUTS and not t.is_constant:
+        return np.asarray(value, t.dtype)     # integers computed at run time (ids, a rate, PCM) as they are
     return np.asarray(value, np.float32)
 
 

@@ -1,7 +1,7 @@
 """Integer tensors in a float model: taken as they are, never quantized, run where they can be.
 
 A float model may take integers: token or byte ids into an embedding (magika's int32
-bytes), a sample rate (Silero VAD's int64 ``sr``), a mask. They keep their own dtype from
+bytes), a sample rate (Silero VAD's int64 ``sr``), a mask, 16-bit PCM samples. They keep their own dtype from
 the model's input to the ops that consume them: the quantizer leaves every integer or bool
 activation as it is (only float activations get an int8 grid), the runtime takes them in
 their dtype, and an op consuming one runs on the chip only where the chip reads integers
@@ -21,8 +21,9 @@ from .ir import Graph, IRError, Tensor
 __all__ = ["INTEGER_INPUTS", "IntegerOperandError", "refuse_integer_operands", "narrowed_index_inputs",
            "integer_activations", "random_integers"]
 
-#: Non-float dtypes a float model's inputs (and host ops' results) may have.
-INTEGER_INPUTS = ("int32", "int64", "bool")
+#: Non-float dtypes a float model's inputs (and host ops' results) may have (int16: PCM
+#: samples, as audio exports take them; unquantized, so no int16 activation of the chip's).
+INTEGER_INPUTS = ("int16", "int32", "int64", "bool")
 
 #: ONNX op type -> {input position: dtypes the chip's operator reads there as they are}
 #: (the Cast and Identity of ids the chip takes narrowed: ``narrowed_index_inputs``; the
@@ -40,8 +41,8 @@ def refuse_integer_operands(op_type: str, operands: Sequence[Tensor | None], whe
     where the chip's operator does not read that dtype."""
     allowed = _CHIP_READS.get(op_type, {})
     for position, t in enumerate(operands):
-        if t is None or t.is_constant or t.dtype not in INTEGER_INPUTS:
-            continue
+        if t is None or t.is_constant or t.quant is not None or t.dtype not in INTEGER_INPUTS:
+            continue        # an int16 with a grid is a quantized activation, not PCM samples
         if t.dtype in allowed.get(position, ()):
             continue
         reads = "; ".join(f"input {p} in {'/'.join(d)}" for p, d in allowed.items())

@@ -181,7 +181,8 @@ class _Importer:
                 continue
             shape, dtype = self.shapes[vi.name]
             if dtype not in ("float32", *INTEGER_INPUTS):
-                raise ONNXImportError(f"input {vi.name!r}: inputs are float32, int32, int64 or bool, not {dtype}")
+                raise ONNXImportError(f"input {vi.name!r}: inputs are float32 or {', '.join(INTEGER_INPUTS)}, "
+                                     f"not {dtype}")
             if dtype == "int64" and vi.name in narrowed:
                 dtype = "int32"
             if dtype != "float32":     # taken as it is, never quantized (libnpu.compiler.integer_inputs)

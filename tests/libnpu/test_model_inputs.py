@@ -236,3 +236,38 @@ def test_a_frozen_rate_folds_the_if_it_drives(npu):
         with libnpu.load(loadable, devroot=npu.devroot) as compiled:
             want = _ort(model, {"x": x, "sr": np.array(rate, np.int64)})[0]
             np.testing.assert_allclose(compiled.infer([x])[0], want, atol=2 * np.abs(want).max() / 127)
+
+
+def _pcm_scaled() -> onnx.ModelProto:
+    """An audio model taking 16-bit PCM as it is: Cast to float, scaled by 1/32768, into a
+    MatMul (how VAD and denoiser exports take ``int16`` samples)."""
+    rng = np.random.default_rng(4)
+    nodes = [helper.make_node("Cast", ["audio"], ["f"], to=TensorProto.FLOAT),
+             helper.make_node("Mul", ["f", "s"], ["x"]),
+             helper.make_node("MatMul", ["x", "w"], ["y"]),
+             helper.make_node("Relu", ["y"], ["out"])]
+    graph = helper.make_graph(
+        nodes, "pcm", [helper.make_tensor_value_info("audio", TensorProto.INT16, [1, 64])],
+        [helper.make_tensor_value_info("out", TensorProto.FLOAT, [1, 8])],
+        [onnx.numpy_helper.from_array(rng.normal(0, 0.1, (64, 8)).astype(np.float32), "w"),
+         onnx.numpy_helper.from_array(np.array(1 / 32768, np.float32), "s")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model
+
+
+def test_int16_pcm_samples_are_taken_as_they_are_and_cast_on_the_cpu(npu):
+    """A float model with an int16 input (PCM samples) compiles: the input keeps its dtype,
+    its Cast runs on the CPU with the reason, the rest on the chip (before, the import
+    refused it: "inputs are float32, int32, int64 or bool, not int16")."""
+    model = _pcm_scaled()
+    rng = np.random.default_rng(5)
+    calibration = [[rng.integers(-8000, 8000, (1, 64)).astype(np.int16)] for _ in range(32)]
+    loadable = compile_model(model.SerializeToString(), calibration, recipe="fast")
+    assert [(t.name, t.dtype) for t in loadable.inputs()] == [("audio", "int16")]
+    (step,) = loadable.host_steps
+    assert step.op == "Cast" and "'audio' is int16 computed at run time" in step.reason
+    with libnpu.load(loadable, devroot=npu.devroot) as compiled:
+        for _ in range(2):
+            pcm = rng.integers(-8000, 8000, (1, 64)).astype(np.int16)
+            _close(compiled.infer([pcm])[0], _ort(model, {"audio": pcm})[0])
