@@ -104,5 +104,6 @@ def _random_input(rng: np.random.Generator, arg) -> np.ndarray:
 
 
 _ORT_TYPES = {"tensor(float)": "FLOAT", "tensor(double)": "DOUBLE", "tensor(float16)": "FLOAT16",
-              "tensor(int64)": "INT64", "tensor(int32)": "INT32", "tensor(int8)": "INT8", "tensor(uint8)": "UINT8",
+              "tensor(int64)": "INT64", "tensor(int32)": "INT32", "tensor(int16)": "INT16", "tensor(uint16)": "UINT16",
+              "tensor(int8)": "INT8", "tensor(uint8)": "UINT8",
               "tensor(bool)": "BOOL"}

@@ -12,6 +12,7 @@ from onnx import TensorProto, helper
 import libnpu
 from libnpu.compiler.frozen_inputs import FreezeInputError
 from libnpu.compiler.lower import compile_model
+from libnpu.compiler.onnx_host import probe_shapes
 from libnpu.errors import InputError
 from libnpu.loadable import Loadable
 from libnpu.tools.cli import main
@@ -271,3 +272,11 @@ def test_int16_pcm_samples_are_taken_as_they_are_and_cast_on_the_cpu(npu):
         for _ in range(2):
             pcm = rng.integers(-8000, 8000, (1, 64)).astype(np.int16)
             _close(compiled.infer([pcm])[0], _ort(model, {"audio": pcm})[0])
+
+
+def test_shapes_onnx_cannot_infer_are_probed_with_int16_inputs_in_their_dtype():
+    """The shape probe feeds onnxruntime each input in its own dtype: an int16 input was fed
+    as float32, and onnxruntime refused the run ("run to find the shape ... failed")."""
+    model = _pcm_scaled()
+    found, varying = probe_shapes(model, ["x"], "test")
+    assert found == {"x": ((1, 64), "float32")} and not varying
