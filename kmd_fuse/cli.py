@@ -104,8 +104,9 @@ def start(args) -> int:
     except paths.UnsafePathError as exc:
         print(f"npu-kmd start: {exc}", file=sys.stderr)
         return 1
+    lock_fd = -1
     try:
-        _wait_for_other_starts(devroot_fd, root)
+        lock_fd = _wait_for_other_starts(devroot_fd, root)
         try:
             paths.private_state_dir(root, note=lambda text: print(f"npu-kmd start: {text}", file=sys.stderr))
             os.close(paths.open_dir(Path(paths.class_dir(sys_root)), 0o755, hint="give another --sysroot"))
@@ -115,19 +116,57 @@ def start(args) -> int:
         paths.record_in_devroot(root, paths.SYSROOT_MARKER, f"{sys_root}\n")   # where tools (npu smi) find the tree
         return _start_locked(args, root, sys_root)
     finally:
-        os.close(devroot_fd)         # lets the next start of this devroot go
+        if lock_fd >= 0:
+            _release_start_lock(devroot_fd, lock_fd)     # lets the next start of this devroot go
+        os.close(devroot_fd)
 
 
-def _wait_for_other_starts(devroot_fd: int, root: Path) -> None:
-    """One start of a devroot at a time: an exclusive flock on the devroot itself (its
-    state directory may be removed by the start before), held until this one ends. Two
-    at once each spawned npu0's daemon, and the one whose daemon lost the pid file stopped
-    the other's in its undo: nothing was served."""
+#: The file a running `npu-kmd start` holds an flock on, in the devroot: made by the driver's
+#: user with mode 0600, so no other user can open it and hold the lock (an flock on the
+#: devroot itself could be taken by anyone who can read it: /dev, every user), and removed by
+#: the start that holds it as it ends (the devroot is left as it was).
+START_LOCK = ".npu-start.lock"
+
+
+def _wait_for_other_starts(devroot_fd: int, root: Path) -> int:
+    """One start of a devroot at a time: an exclusive flock on the devroot's START_LOCK,
+    held until this start ends (the descriptor returned; ``_release_start_lock``). Two at
+    once each spawned npu0's daemon, and the one whose daemon lost the pid file stopped the
+    other's in its undo: nothing was served. The holder removes the file before it lets go,
+    so a waiter that then gets the lock checks it still holds the file the name leads to,
+    and opens it again if not."""
+    told = False
+    while True:
+        lock_fd = os.open(START_LOCK, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600,
+                          dir_fd=devroot_fd)
+        try:
+            try:
+                fcntl.flock(lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                if not told:
+                    print(f"npu-kmd start: waiting for another start of {root} to end", file=sys.stderr, flush=True)
+                    told = True
+                fcntl.flock(lock_fd, fcntl.LOCK_EX)      # Ctrl-C ends the wait (KeyboardInterrupt)
+            held = os.fstat(lock_fd)
+            try:
+                named = os.stat(START_LOCK, dir_fd=devroot_fd, follow_symlinks=False)
+            except FileNotFoundError:
+                named = None
+        except BaseException:
+            os.close(lock_fd)
+            raise
+        if named is not None and (named.st_dev, named.st_ino) == (held.st_dev, held.st_ino):
+            return lock_fd
+        os.close(lock_fd)          # its holder removed it as it ended: the lock is the next file's
+
+
+def _release_start_lock(devroot_fd: int, lock_fd: int) -> None:
+    """Remove START_LOCK (while holding it: a waiter then opens a new one) and let it go."""
     try:
-        fcntl.flock(devroot_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        print(f"npu-kmd start: waiting for another start of {root} to end", file=sys.stderr, flush=True)
-        fcntl.flock(devroot_fd, fcntl.LOCK_EX)      # Ctrl-C ends the wait (KeyboardInterrupt)
+        os.unlink(START_LOCK, dir_fd=devroot_fd)
+    except FileNotFoundError:
+        pass
+    os.close(lock_fd)
 
 
 def _start_locked(args, root: Path, sys_root: Path) -> int:

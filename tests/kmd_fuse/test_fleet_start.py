@@ -4,7 +4,10 @@ lived on as orphans and the cores' self-test directories stayed in /dev/shm)."""
 from __future__ import annotations
 
 import os
+import shutil
 import signal
+import subprocess
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -13,7 +16,7 @@ from firmware_sim.startup import HOLD_POWER_ON_ENV
 from kmd_fuse import paths
 from kmd_fuse.cli import probe
 from kmd_fuse.hw import ChipConfig, Hardware
-from tests.support.device import MountedNpu, stop_npu, wait_until
+from tests.support.device import MountedNpu, open_to_others, stop_npu, wait_until
 from tests.support.fleet import end_everything_of, kmd_env, mounted, popen_kmd, processes_of
 
 
@@ -187,3 +190,29 @@ def test_a_chip_whose_driver_died_while_it_started_does_not_live_on(tmp_path):
     finally:
         if _alive(chip):
             os.kill(chip, signal.SIGKILL)
+
+
+def test_another_user_holding_an_flock_on_the_devroot_does_not_hold_up_a_start():
+    """The one-start-at-a-time lock is a file of the driver's user (mode 0600) that no other
+    user can open, so none can hold it. Before, the start locked the devroot itself, which
+    anyone who can read it (/dev: every user) could flock and so stall every start."""
+    if os.geteuid() != 0:
+        pytest.skip("mounting the FUSE device needs root")
+    home = Path(tempfile.mkdtemp(prefix="npu-flock-"))
+    npu = MountedNpu(home / "dev", 1, home)
+    npu.devroot.mkdir(mode=0o755)
+    open_to_others(npu.devroot)
+    os.chmod(npu.devroot, 0o755)
+    holder = subprocess.Popen(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
+                               "flock", "--exclusive", str(npu.devroot), "-c", "echo held; exec cat"],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == "held\n"
+        result = npu.kmd("start", check=False)
+        assert result.returncode == 0 and "waiting" not in result.stderr, result
+        assert not (npu.devroot / ".npu-start.lock").exists()      # the ended start removed its lock
+    finally:
+        holder.communicate("")
+        end_everything_of(npu.devroot)
+        stop_npu(npu)
+        shutil.rmtree(home, ignore_errors=True)      # nothing mounted in it now (stop_npu checked)
