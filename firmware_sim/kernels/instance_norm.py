@@ -1,6 +1,6 @@
 """Integer instance normalization with a per-channel scale and shift (INSTANCE_NORM).
 
-LiteRT has no such kernel (TFLite graphs spell it as MEAN, SQUARED_DIFFERENCE, RSQRT...),
+LiteRT has no such kernel (TFLite graphs spell it as means, squared differences, inverse square roots),
 so the chip runs our formula (npu_hw.ops ``INSTANCE_NORM``, docs/hardware.md): each
 (batch, channel) plane's mean and variance come from exact integer sums of its codes,
 and everything after them is float64, one IEEE operation at a time in a fixed order, so
