@@ -10,7 +10,7 @@ import tflite
 
 from npu_hw import fixedpoint as fp
 
-from .. import onnx_import, qparams, tflite_import
+from .. import onnx_import, qparams, tflite_export, tflite_import
 from ..descriptors import Emitted, LoweringError
 from ..float_ref import activation
 from ..ir import Graph, Op, Tensor
@@ -417,8 +417,35 @@ def _lower(low, op, p):
                                                      output=op.outputs[0]))
 
 
+def _export(w, op, outs) -> None:
+    """Float only (a layer kept in float on the CPU, :mod:`libnpu.compiler.cpu_float`): TFLite
+    has no instance norm, so the centred spelling, gamma and beta as they are."""
+    x, out = w.src.tensors[op.inputs[0]], w.src.tensors[op.outputs[0]]
+    if x.quant is not None:
+        raise tflite_export.TFLiteExportError(f"cannot export the quantized {op.describe()} to TFLite")
+    kept = tuple(1 if i in SPATIAL_AXES else d for i, d in enumerate(x.shape))
+    step = {}
+
+    def add(what: str, type_: str, ins: list[int], shape: tuple[int, ...], opts: dict) -> int:
+        step[what] = w.tidx(Tensor(f"{out.name}__{what}", shape, "float32"))
+        w.add(type_, ins, [step[what]], opts)
+        return step[what]
+    none, axes = {"FusedActivationFunction": 0}, w.const_i32(out.name, SPATIAL_AXES)
+    mean = add("mean", "MEAN", [w.name(x.name), axes], kept, {"ReducerOptions": dict(KeepDims=True)})
+    centred = add("centred", "SUB", [w.name(x.name), mean], x.shape, {"SubOptions": none})
+    squares = add("squares", "MUL", [centred, centred], x.shape, {"MulOptions": none})
+    var = add("variance", "MEAN", [squares, axes], kept, {"ReducerOptions": dict(KeepDims=True)})
+    eps = w.tidx(Tensor(f"{out.name}__epsilon", (1,), "float32", None,
+                        np.array([op.attrs["epsilon"]], np.float32)))
+    inverse = add("inverse", "RSQRT", [add("shifted", "ADD", [var, eps], kept, {"AddOptions": none})], kept, {})
+    normed = add("normalized", "MUL", [centred, inverse], x.shape, {"MulOptions": none})
+    scaled = add("scaled", "MUL", [normed, w.name(op.inputs[1])], x.shape, {"MulOptions": none})
+    w.add("ADD", [scaled, w.name(op.inputs[2])], outs,
+          {"AddOptions": dict(FusedActivationFunction=tflite_export.ACT[op.attrs["activation"]])})
+
+
 register(Operator("INSTANCE_NORM", ("epsilon", "activation"), rewrite=_rewrite, float_ref=_float,
-                  fused_activation=True, params=_params, lower=_lower, int16=True,
+                  fused_activation=True, params=_params, lower=_lower, int16=True, export=_export,
                   macs=lambda g, op: 3 * g.tensors[op.inputs[0]].size))
 
 

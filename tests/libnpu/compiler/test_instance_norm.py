@@ -15,6 +15,7 @@ from libnpu.compiler.mixed_precision import promotable, quantize_mixed
 from libnpu.compiler.onnx_import import import_onnx
 from libnpu.compiler.optimize import optimize
 from libnpu.compiler.placement import plan_placement
+from libnpu.compiler.tflite_export import export_tflite
 from tests.support.chip_memory import ChipMemory, run_loadable
 from tests.support.style_models import feeds, style_transfer
 
@@ -60,3 +61,18 @@ def test_narrow_channels_are_normalized_as_well_as_wide_ones(mem: ChipMemory) ->
         (got,) = run_loadable(mem, loadable, [feed["content"], feed["style"]])
         (want,) = session.run(None, feed)
         assert _cosine(got.reshape(want.shape), want) >= 0.999
+
+
+def test_the_float_export_computes_what_onnxruntime_does() -> None:
+    # what a layer kept in float on the CPU runs (cpu_float): TFLite has no instance norm
+    from ai_edge_litert import interpreter as litert  # 0.5 s to import: only this test needs it
+    model = style_transfer(size=SIZE, nhwc=True, spread=100, eps=1e-5)
+    interpreter = litert.Interpreter(model_content=export_tflite(optimize(import_onnx(model))))
+    interpreter.allocate_tensors()
+    feed = feeds(1, SIZE, seed=3, nhwc=True)[0]
+    for detail in interpreter.get_input_details():
+        interpreter.set_tensor(detail["index"], feed[detail["name"]])
+    interpreter.invoke()
+    got = interpreter.get_tensor(interpreter.get_output_details()[0]["index"])
+    (want,) = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feed)
+    assert np.abs(got.reshape(want.shape) - want).max() < 1e-4
