@@ -350,7 +350,7 @@ def fuse_instance_norms(g: Graph) -> int:
     (module docstring); returns how many."""
     made = 0
     for mean_op in [op for op in g.ops if op.type == "MEAN"]:
-        if mean_op not in g.ops:
+        if mean_op not in g.ops or len(g.tensors[mean_op.inputs[0]].shape) != 4 or not _same_mean(mean_op, 4):
             continue
         w = _Walk(g)
         found = _match(g, w, mean_op)
