@@ -234,6 +234,9 @@ class _Importer:
             if len(node.input) > 1 and node.input[1] in self.qdq_per_tensor:
                 self.per_tensor_ops.update(op.name for op in self.g.ops[before:])
         self.host_nodes(pending)
+        for vi in graph.output:
+            if vi.name not in self.env and vi.name in self.consts:
+                self.host_constant_output(vi.name, seen)
         # nodes folded into constants at import time run nowhere
         self.sources += [SourceOp(i, op) for i, op in dict(self.origin.values()).items() if i not in seen]
         self.sources.sort(key=lambda src: src.index)
@@ -311,6 +314,20 @@ class _Importer:
         for source in sources:
             source.ir_ops = [host]
         group.clear()
+
+    def host_constant_output(self, name: str, seen: dict[int, SourceOp]) -> None:
+        """A model output folded to a constant at import (a length from shape arithmetic,
+        as NeMo's ``signal_len``): an Identity on the host gives it, in its dtype, every run."""
+        folded = self.g.unique_name(f"{name}__folded")
+        self.consts[folded] = self.consts.pop(name)
+        fresh = len(self.origin) + len(self.model.graph.node)       # an initializer given as an output
+        idx, op = next((v for outs, v in self.origin.items() if name in outs), (fresh, "Constant"))
+        if idx not in seen:
+            seen[idx] = SourceOp(idx, op)
+            self.sources.append(seen[idx])
+        seen[idx].reason = "a model output folded to a constant: given by the host"
+        node = onnx.helper.make_node("Identity", [folded], [name], name=f"{name}__constant")
+        self.host_nodes([(-1, node, seen[idx])])
 
     def tensor_types(self, names: list[str], where: str) -> dict[str, TensorType]:
         """Shape and dtype of each of ``names`` (ONNX layout): by shape inference, else by
