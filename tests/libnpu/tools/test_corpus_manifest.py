@@ -27,6 +27,7 @@ from benchmarks.corpus_inputs_audio import (
     slaney_mel,
     vfl_mask_frames,
 )
+from benchmarks.corpus_inputs_eeg import EEG_BINS, EEG_RATE, eeg_spectrogram, synthetic_eeg, tukey
 from benchmarks.corpus_inputs_landmarks import BLENDSHAPE_LANDMARKS, gesture_matrix, synthetic_hand
 from benchmarks.corpus_inputs_text import (
     ANR_BATCH,
@@ -251,6 +252,21 @@ def test_round_8_text_inputs_follow_the_packages():
     config = {"max_encoder_seq_length": 4, "num_encoder_tokens": 3, "pad_token": " "}
     x = g2p_one_hot({"a": 0, "b": 1, " ": 2}, config, "ab")
     assert x.shape == (1, 4, 3) and x[0].argmax(axis=1).tolist() == [0, 1, 2, 2] and x.sum() == 4
+
+
+def test_round_8_eeg_spectrogram_follows_the_package():
+    # scipy's periodic Tukey window (0.25): flat middle, tapered ends, w[n] == w[size - n].
+    w = tukey(8, 0.5)
+    assert w[0] == 0.0 and np.allclose(w[1:], w[1:][::-1]) and w[4] == 1.0
+    # 1 s segments every 0.5 s, the first 100 bins, each bin z-scored over the window.
+    sxx = eeg_spectrogram(synthetic_eeg(np.random.default_rng(0), seizure=True, seconds=20), EEG_RATE)
+    assert sxx.shape == (EEG_BINS, 39) and sxx.dtype == np.float32
+    assert np.allclose(sxx.mean(axis=1), 0.0, atol=1e-5) and np.allclose(sxx.std(axis=1), 1.0, atol=1e-4)
+    # a 10 Hz rhythm in the second half only: bin 10 (1 Hz bins) rises in the columns after 10 s
+    t = np.arange(20 * EEG_RATE) / EEG_RATE
+    rhythm = 50 * np.sin(2 * np.pi * 10 * t) * (t >= 10)
+    raw = eeg_spectrogram(rhythm + np.random.default_rng(1).normal(size=t.size), EEG_RATE)
+    assert raw[10, :18].max() < 0 < raw[10, 21:].min() and raw[30, 21:].mean() < 1
 
 
 @pytest.mark.parametrize("round_", [3, 4, 5, 6, 7, 8])
