@@ -1,4 +1,4 @@
-"""Inputs of round 8's EEG model (brainmaze-eeg-models' seizure detector), prepared as its package prepares them.
+"""Inputs of round 8's EEG models (brainmaze-eeg-models), prepared as their package prepares them.
 
 ``seizure._seizure_detect.preprocess_input`` (brainmaze-eeg-models 0.1.0; versions of
 ``benchmarks/corpus_manifest_round8.py``): each window of raw signal is z-scored, its
@@ -13,6 +13,15 @@ rhythms and a few interictal spikes, and in some windows a seizure (a 3-8 Hz spi
 rhythm of growing amplitude and falling frequency over 8-20 s); calibration and evaluation
 from different seeds. The spectrogram is computed here with numpy (scipy is not a
 dependency of this project); ``eeg_spectrogram`` follows scipy's definitions.
+
+The sleep-spindle detector (``spindles._detector.SpindleDetector.predict_windows``, the
+"eeg" model) takes 30 s windows at 250 Hz (7500 samples): ``raw_signal`` the window z-scored,
+``spectrogram`` its scalogram (demeaned first: the "eeg" model's default), each of its 15 rows
+z-scored. The scalogram is ``abs(pywt.cwt(x, geomspace(135, 270, 15), 'shan6-13'))`` at
+pywt's precision 10, as ``spindles._cwt`` documents it (``spindle_scalogram``: the running
+integral of the conjugated wavelet, resampled per scale, convolved, differenced, times
+-sqrt(scale), trimmed to the window). The windows are synthesized sleep EEG: 1/f background,
+delta and theta rhythms and 0-4 spindles (11-16 Hz, 0.5-2 s, waxing and waning) a window.
 """
 from __future__ import annotations
 
@@ -89,6 +98,65 @@ def eeg_windows(which: str) -> list[np.ndarray]:
     return [eeg_spectrogram(synthetic_eeg(rng, seizure=i % 3 == 2), EEG_RATE) for i in range(EEG_WINDOWS[which])]
 
 
+SPINDLE_RATE, SPINDLE_SAMPLES = 250, 7500
+SPINDLE_SCALES = np.geomspace(135, 270, num=15)
+SPINDLE_WINDOWS = {"cal": 12, "eval": 4}
+
+
+def spindle_scalogram(x: np.ndarray, scales: np.ndarray = SPINDLE_SCALES, precision: int = 10) -> np.ndarray:
+    """``abs(pywt.cwt(x, scales, 'shan6-13', method='conv', precision=10))``: (len(scales), len(x))."""
+    grid = np.linspace(-20.0, 20.0, 2 ** precision)
+    step = grid[1] - grid[0]
+    psi = np.sqrt(6.0) * np.sinc(6.0 * grid) * np.exp(2j * np.pi * 13.0 * grid)
+    integral = np.conj(np.cumsum(psi) * step)
+    out = np.empty((len(scales), len(x)))
+    for i, scale in enumerate(scales):
+        j = (np.arange(scale * (grid[-1] - grid[0]) + 1) / (scale * step)).astype(int)
+        kernel = integral[j[j < integral.size]][::-1]
+        size = len(x) + kernel.size - 1
+        full = np.fft.ifft(np.fft.fft(x, size) * np.fft.fft(kernel, size))   # np.convolve(x, kernel)
+        coef = -np.sqrt(scale) * np.diff(full)
+        d = (kernel.size - 2) / 2.0
+        out[i] = np.abs(coef[int(np.floor(d)):coef.size - int(np.ceil(d))])
+    return out
+
+
+def _zscore_rows(a: np.ndarray) -> np.ndarray:
+    std = a.std(axis=-1, keepdims=True)
+    return ((a - a.mean(axis=-1, keepdims=True)) / np.where(std > 0, std, 1.0)).astype(np.float32)
+
+
+def synthetic_sleep_eeg(rng: np.random.Generator, rate: int = SPINDLE_RATE, samples: int = SPINDLE_SAMPLES
+                        ) -> np.ndarray:
+    """A 30 s window of synthesized sleep EEG (microvolts) with 0-4 spindles."""
+    t = np.arange(samples) / rate
+    spectrum = np.fft.rfft(rng.normal(size=samples))
+    spectrum[1:] /= np.fft.rfftfreq(samples, 1 / rate)[1:] ** 0.6
+    x = np.fft.irfft(spectrum, samples)
+    x *= 25 / x.std()
+    for low, high, amplitude in ((0.5, 2, 40), (4, 7, 10)):
+        x += amplitude * rng.uniform(0.3, 1) * np.sin(2 * np.pi * rng.uniform(low, high) * t + rng.uniform(0, 6))
+    for _ in range(rng.integers(0, 5)):
+        at, length, frequency = rng.uniform(1, 28), rng.uniform(0.5, 2), rng.uniform(11, 16)
+        envelope = np.exp(-0.5 * ((t - at) / (length / 4)) ** 2)
+        x += rng.uniform(15, 40) * envelope * np.sin(2 * np.pi * frequency * t)
+    return x
+
+
+def spindles(model: CorpusModel, path: Path) -> Feeds:
+    rng = {w: np.random.default_rng(EEG_SEEDS[w] + 10) for w in ("cal", "eval")}
+
+    def feeds(which: str) -> list[Feed]:
+        out = []
+        for _ in range(SPINDLE_WINDOWS[which]):
+            x = synthetic_sleep_eeg(rng[which])
+            out.append({"raw_signal": _zscore_rows(x)[None, None],
+                        "spectrogram": _zscore_rows(spindle_scalogram(x - x.mean()))[None]})
+        return out
+    return Feeds(feeds("cal"), feeds("eval"), {"raw_signal": (1, 1, SPINDLE_SAMPLES),
+                                               "spectrogram": (1, len(SPINDLE_SCALES), SPINDLE_SAMPLES)})
+
+
 def seizure(model: CorpusModel, path: Path) -> Feeds:
     name = model_inputs(path)[0].name
 
@@ -98,4 +166,4 @@ def seizure(model: CorpusModel, path: Path) -> Feeds:
     return Feeds(feeds("cal"), feeds("eval"), {name: (1, EEG_BINS, columns)})
 
 
-FEEDS: dict[str, Callable[[CorpusModel, Path], Feeds]] = {f.__name__: f for f in (seizure,)}
+FEEDS: dict[str, Callable[[CorpusModel, Path], Feeds]] = {f.__name__: f for f in (seizure, spindles)}

