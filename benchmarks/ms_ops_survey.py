@@ -1,0 +1,96 @@
+"""ONNX as users ship it: small float models saved after onnxruntime's graph optimizations,
+or quantized in the QOperator format, compiled with the defaults and with ``--recipe fast``.
+
+Each model of ``tests.support.ms_ops_models`` (a CNN, a 1-D audio front end, two transformer
+blocks, an MLP, a model of every QLinear operator) is written as users ship it:
+
+* ``ext`` / ``all``: onnxruntime's own optimizer at ``ORT_ENABLE_EXTENDED`` / ``ORT_ENABLE_ALL``
+  (``SessionOptions.optimized_model_filepath``): FusedConv, FusedGemm, FusedMatMul,
+  QuickGelu, Gelu, FastGelu, SkipLayerNormalization; ``all`` also writes the
+  ``com.microsoft.nchwc`` blocked-layout ops of this machine;
+* ``qop``: ``quantize_static`` in the QOperator format (QLinearConv, QLinearAdd, QGemm...);
+  ``qop-ext``: that model optimized at ``ORT_ENABLE_EXTENDED``.
+
+For each, a row per recipe: the file's non-ONNX operators, whether it compiles, the
+operators left on the CPU, and the worst cosine of the device's outputs against
+onnxruntime's run of the file itself on inputs calibration never saw. Run from the
+repository root::
+
+    python -m benchmarks.ms_ops_survey [--models cnn mlp ...]
+"""
+from __future__ import annotations
+
+import argparse
+import collections
+import logging
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import onnx
+
+import libnpu
+from benchmarks.scratch_device import ScratchDevice
+from libnpu.compiler.lower import compile_model
+from tests.support.ms_ops_models import FLOAT_MODELS, feeds, optimized, quantized_qoperator
+
+RECIPES = (("default", {}), ("fast", {"recipe": "fast"}))
+
+
+def variants(name: str, folder: Path) -> dict[str, onnx.ModelProto]:
+    """The files a user ships of model ``name``."""
+    model = FLOAT_MODELS[name]()
+    made = {"ext": optimized(model, folder, "extended"), "all": optimized(model, folder, "all")}
+    if name in ("cnn", "qops"):
+        qop = quantized_qoperator(model, folder)
+        made |= {"qop": qop, "qop-ext": optimized(qop, folder, "extended")}
+    return made
+
+
+def _cosine(a: np.ndarray, b: np.ndarray) -> float:
+    a, b = a.astype(np.float64).ravel(), b.astype(np.float64).ravel()
+    return float(a @ b / (np.linalg.norm(a) * np.linalg.norm(b) + 1e-12))
+
+
+def foreign_ops(model: onnx.ModelProto) -> str:
+    """The file's operators of a domain other than ONNX's, counted."""
+    counts = collections.Counter(f"{n.op_type}" for n in model.graph.node if n.domain not in ("", "ai.onnx"))
+    return ",".join(f"{op}x{k}" if k > 1 else op for op, k in sorted(counts.items())) or "-"
+
+
+def measure(name: str, tag: str, model: onnx.ModelProto, devroot: str) -> None:
+    import onnxruntime  # type: ignore[import-untyped]   # a test dependency, as in the corpus scripts
+    data = model.SerializeToString()
+    session = onnxruntime.InferenceSession(data, providers=["CPUExecutionProvider"])
+    names = [i.name for i in session.get_inputs()]
+    unseen = feeds(model, 4, seed=99)
+    want = [session.run(None, dict(zip(names, f))) for f in unseen]
+    for recipe, options in RECIPES:
+        head = f"{name + '-' + tag:<18} {recipe:<8} {foreign_ops(model)[:60]:<60}"
+        try:
+            loadable = compile_model(data, feeds(model, 16, seed=1), **options)
+        except Exception as exc:  # noqa: BLE001 - the survey reports every failure as a row
+            print(f"{head} FAIL {type(exc).__name__}: {str(exc).splitlines()[0][:150]}", flush=True)
+            continue
+        cpu = "+".join(step.op for step in loadable.host_steps) or "-"
+        with libnpu.load(loadable, devroot=devroot) as compiled:
+            worst = min(_cosine(g, w) for f, ws in zip(unseen, want)
+                        for g, w in zip(compiled.infer(f, dequantized=True), ws))
+        print(f"{head} ok   cos {worst:.4f}  cpu {cpu[:90]}", flush=True)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m benchmarks.ms_ops_survey", description=__doc__.split("\n")[0])
+    p.add_argument("--models", nargs="*", default=list(FLOAT_MODELS), choices=list(FLOAT_MODELS))
+    args = p.parse_args(argv)
+    logging.getLogger("libnpu").setLevel(logging.ERROR)
+    with tempfile.TemporaryDirectory(prefix="npu-msops-") as tmp, ScratchDevice(cores=2, memory="1G") as device:
+        for name in args.models:
+            for tag, model in variants(name, Path(tmp)).items():
+                measure(name, tag, model, device.devroot)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
