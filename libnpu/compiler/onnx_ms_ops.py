@@ -11,7 +11,8 @@ rewrites each as those ONNX operators, which the importer then takes as it takes
 * ``FusedConv`` (X, W, B, Z): ``act(Conv(X, W, B) + Z)``; ``FusedGemm``: ``act(Gemm)``, the
   activation one of Relu, Tanh, Sigmoid, LeakyRelu, Clip, HardSigmoid with its
   ``activation_params`` / ``activation_alpha`` / ``activation_beta``;
-* ``NhwcConv``: ``Conv`` between two transposes; ``FusedMatMul``: ``alpha * A' @ B'``
+* ``NhwcConv`` / ``NhwcFusedConv`` (X, Y NHWC, W ``[M, kH, kW, C / group]``): ``Conv``
+  (and its activation) between two transposes; ``FusedMatMul``: ``alpha * A' @ B'``
   (``transA`` / ``transB`` swap the last two axes; ``transBatch*`` stays with onnxruntime);
 * ``QuickGelu``: ``x * sigmoid(alpha x)``; ``Gelu`` / ``BiasGelu`` (``Gelu(A + B)``): the erf
   form ``x * 0.5 * (1 + erf(x / sqrt 2))``; ``FastGelu`` (X, bias): the tanh form;
@@ -150,9 +151,7 @@ def _fused_conv(rw: _Rewrite, node, attrs) -> bool:
     y = rw.add("Conv", [i for i in node.input[:3]], out if not (kind or z) else None, base=f"{out}_conv", **conv)
     if z:
         y = rw.add("Add", [y, z], out if not kind else None, base=f"{out}_sum")
-    if kind:
-        _activation(rw, y, kind, list(attrs.get("activation_params", [])), out)
-    return True
+    return not kind or _activation(rw, y, kind, list(attrs.get("activation_params", [])), out) is not None
 
 
 def _fused_gemm(rw: _Rewrite, node, attrs) -> bool:
@@ -166,18 +165,25 @@ def _fused_gemm(rw: _Rewrite, node, attrs) -> bool:
         params = [attrs[k] for k in ("activation_alpha", "activation_beta") if k in attrs]
         if kind == "Clip":
             params = [attrs.get("activation_alpha", -np.inf), attrs.get("activation_beta", np.inf)]
-        _activation(rw, y, kind, [float(p) for p in params], out)
+        return _activation(rw, y, kind, [float(p) for p in params], out) is not None
     return True
 
 
 def _nhwc_conv(rw: _Rewrite, node, attrs) -> bool:
-    rank = rw.rank(node.input[0])
-    if rank != 4:
+    """NhwcConv / NhwcFusedConv: X and Y NHWC, W [M, kH, kW, C / group]."""
+    kind = _text(attrs.get("activation"), "")
+    w = node.input[1]
+    if rw.rank(node.input[0]) != 4 or rw.rank(w) != 4 or (kind and kind not in _ACTIVATIONS):
         return False
     out = node.output[0]
     x = rw.add("Transpose", [node.input[0]], base=f"{out}_nchw", perm=[0, 3, 1, 2])
-    y = rw.add("Conv", [x, *node.input[1:3]], base=f"{out}_conv", **{k: v for k, v in attrs.items()
-                                                                    if k in _CONV_ATTRS})
+    w = rw.const(f"{w}_oihw", np.ascontiguousarray(rw.consts[w].transpose(0, 3, 1, 2))) if w in rw.consts \
+        else rw.add("Transpose", [w], base=f"{w}_oihw", perm=[0, 3, 1, 2])
+    y = rw.add("Conv", [x, w, *node.input[2:3]], base=f"{out}_conv",
+               **{k: v for k, v in attrs.items() if k in _CONV_ATTRS})
+    if kind and (y := _activation(rw, y, kind, list(attrs.get("activation_params", [])),
+                                  rw.fresh(f"{out}_act"))) is None:
+        return False
     rw.add("Transpose", [y], out, perm=[0, 2, 3, 1])
     return True
 
@@ -300,6 +306,8 @@ def _skip_layer_norm(rw: _Rewrite, node, attrs) -> bool:
         s = rw.add("Add", [s, bias], base=f"{out}_sum_bias")
     if total:
         rw.add("Identity", [s], total)
+    if (rank := rw.rank(node.input[0])) is not None:
+        rw.ranks[s] = rank
     eps = float(attrs.get("epsilon", 1e-12))
     beta = "" if simplified else _input(node, 3)
     if not simplified and rw.opset >= 17 and not any(outs[1:]):
@@ -434,7 +442,8 @@ _Handler = Callable[[_Rewrite, onnx.NodeProto, dict], bool]
 #: (domain, op type) -> its rewrite; the domain "" for onnxruntime's operators registered in ONNX's.
 LOWERED: dict[tuple[str, str], _Handler] = {
     (MS_DOMAIN, "FusedConv"): _fused_conv, (MS_DOMAIN, "FusedGemm"): _fused_gemm,
-    (MS_DOMAIN, "NhwcConv"): _nhwc_conv, (MS_DOMAIN, "FusedMatMul"): _fused_matmul,
+    (MS_DOMAIN, "NhwcConv"): _nhwc_conv, (MS_DOMAIN, "NhwcFusedConv"): _nhwc_conv,
+    (MS_DOMAIN, "FusedMatMul"): _fused_matmul,
     (MS_DOMAIN, "QuickGelu"): _quick_gelu, (MS_DOMAIN, "Gelu"): _gelu, (MS_DOMAIN, "BiasGelu"): _gelu,
     (MS_DOMAIN, "FastGelu"): _fast_gelu, (MS_DOMAIN, "SkipLayerNormalization"): _skip_layer_norm,
     (MS_DOMAIN, "SkipSimplifiedLayerNormalization"): _skip_layer_norm, (MS_DOMAIN, "BiasAdd"): _bias_add,

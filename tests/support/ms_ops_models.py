@@ -184,12 +184,14 @@ def quantized_qoperator(model: onnx.ModelProto, folder: Path, count: int = 8, se
 
 
 def ms_model(op: str, inputs: dict[str, list[int]], outputs: dict[str, list[int]], weights: dict[str, np.ndarray],
-             domain: str = MS, opset: int = 17, **attrs) -> onnx.ModelProto:
-    """One ``op`` node (domain ``domain``) reading ``inputs`` then ``weights`` (an empty name:
-    an absent optional input), its outputs ``outputs``."""
+             domain: str = MS, opset: int = 17, order: list[str] | None = None,
+             node_outputs: list[str] | None = None, **attrs) -> onnx.ModelProto:
+    """One ``op`` node (domain ``domain``) reading ``order`` (default: ``inputs`` then
+    ``weights``; "" an absent optional input), writing ``node_outputs`` (default:
+    ``outputs``, the model's outputs)."""
     w = _Weights(0)
     for name, data in weights.items():
-        if name:
-            w.const(name, data, data.dtype)
-    node = h.make_node(op, list(inputs) + list(weights), list(outputs), domain=domain, **attrs)
+        w.const(name, data, data.dtype)
+    node = h.make_node(op, order if order is not None else list(inputs) + list(weights),
+                       node_outputs if node_outputs is not None else list(outputs), domain=domain, **attrs)
     return _model([node], w, inputs, outputs, op, (("", opset), (MS, 1)))
