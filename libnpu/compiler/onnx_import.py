@@ -68,7 +68,8 @@ class _Importer:
         model, file_index = (lowered.model, lowered.origins) if lowered else (model, list(range(len(qdq_types))))
         # a dynamically quantized model: the float model it stands for (compiler.dynamic_quant)
         dynamic = dequantize_dynamic(model) if is_dynamic(model) else None
-        model, file_index = (dynamic.model, [file_index[i] for i in dynamic.origins]) if dynamic else (model, file_index)
+        if dynamic:
+            model, file_index = dynamic.model, [file_index[i] for i in dynamic.origins]
         # a QDQ model: its float twin, each Q -> DQ pair's grid kept as its value's range
         twin = float_twin(model) if is_qdq(model) else None
         model, qdq_origins = (twin.model, [file_index[i] if i >= 0 else -1 for i in twin.origins]) if twin \

@@ -383,7 +383,8 @@ def _qgemm(rw: _Rewrite, node, attrs) -> bool:
     if c and not fc:
         return False
     gemm = dict(alpha=alpha, transA=int(attrs.get("transA", 0)), transB=trans_b)
-    inputs = [_dq(rw, a, a_s, az, f"{out}_a"), _dq(rw, b, bs, bz, f"{out}_b", _weight_axis(rw, bs, 0 if trans_b else 1))]
+    inputs = [_dq(rw, a, a_s, az, f"{out}_a"),
+              _dq(rw, b, bs, bz, f"{out}_b", _weight_axis(rw, bs, 0 if trans_b else 1))]
     y = rw.add("Gemm", inputs + ([fc] if fc else []), None if ys else out, base=f"{out}_gemm", **gemm)
     if ys:
         _q(rw, y, ys, yz, out)

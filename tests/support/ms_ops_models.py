@@ -94,13 +94,15 @@ def encoder(tanh: bool = False) -> onnx.ModelProto:
           h.make_node("Div", ["sc", w.const("root", np.sqrt(d / heads))], ["sd"]),
           h.make_node("Softmax", ["sd"], ["pr"], axis=-1), h.make_node("MatMul", ["pr", "vt"], ["ctx"]),
           h.make_node("Transpose", ["ctx"], ["ct"], perm=[0, 2, 1, 3]), h.make_node("Reshape", ["ct", joined], ["cr"]),
-          h.make_node("MatMul", ["cr", w("wo", d, d)], ["om"]), h.make_node("Add", ["om", w("bo", d, scale=.1)], ["oa"]),
+          h.make_node("MatMul", ["cr", w("wo", d, d)], ["om"]),
+          h.make_node("Add", ["om", w("bo", d, scale=.1)], ["oa"]),
           h.make_node("Add", ["x", "oa"], ["res1"]), norm("res1", "n2", "l2"),
           h.make_node("MatMul", ["n2", w("wf1", d, 4 * d)], ["f1"]),
           h.make_node("Add", ["f1", w("bf1", 4 * d, scale=.1)], ["f1b"])]
     if tanh:
         n += [h.make_node("Pow", ["f1b", w.const("three", 3.0)], ["p3"]),
-              h.make_node("Mul", ["p3", w.const("c044", 0.044715)], ["p3c"]), h.make_node("Add", ["f1b", "p3c"], ["in"]),
+              h.make_node("Mul", ["p3", w.const("c044", 0.044715)], ["p3c"]),
+              h.make_node("Add", ["f1b", "p3c"], ["in"]),
               h.make_node("Mul", ["in", w.const("s2pi", np.sqrt(2 / np.pi))], ["ins"]),
               h.make_node("Tanh", ["ins"], ["th"]), h.make_node("Add", ["th", w.const("one", 1.0)], ["th1"]),
               h.make_node("Mul", ["f1b", w.const("half", 0.5)], ["xh"]), h.make_node("Mul", ["xh", "th1"], ["ge"])]
@@ -118,8 +120,9 @@ def mlp() -> onnx.ModelProto:
     """MatMul of a transposed input scaled by 0.5, bias, Relu, MatMul, Sigmoid: FusedMatMul
     with transA and alpha once optimized."""
     w = _Weights(5)
-    n = [h.make_node("Transpose", ["x"], ["xt"], perm=[0, 2, 1]), h.make_node("MatMul", ["xt", w("w1", 6, 10)], ["m1"]),
-         h.make_node("Mul", ["m1", w.const("a", 0.5)], ["m1a"]), h.make_node("Add", ["m1a", w("b1", 10, scale=.1)], ["ab"]),
+    n = [h.make_node("Transpose", ["x"], ["xt"], perm=[0, 2, 1]),
+         h.make_node("MatMul", ["xt", w("w1", 6, 10)], ["m1"]), h.make_node("Mul", ["m1", w.const("a", 0.5)], ["m1a"]),
+         h.make_node("Add", ["m1a", w("b1", 10, scale=.1)], ["ab"]),
          h.make_node("Relu", ["ab"], ["r"]), h.make_node("MatMul", ["r", w("w2", 10, 3)], ["m2"]),
          h.make_node("Sigmoid", ["m2"], ["y"])]
     return _model(n, w, {"x": [1, 6, 12]}, {"y": [1, 12, 3]}, "mlp")
