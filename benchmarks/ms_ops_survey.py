@@ -13,10 +13,14 @@ blocks, an MLP, a model of every QLinear operator) is written as users ship it:
 
 For each, a row per recipe: the file's non-ONNX operators, whether it compiles, the
 operators left on the CPU, and the worst cosine of the device's outputs against
-onnxruntime's run of the file itself on inputs calibration never saw. Run from the
-repository root::
+onnxruntime's run of the file itself on inputs calibration never saw.
 
-    python -m benchmarks.ms_ops_survey [--models cnn mlp ...]
+``--work NAME ...`` also takes corpus models of the work half (never a held-out one), each as
+shipped and optimized by onnxruntime at ``ORT_ENABLE_EXTENDED``, judged as
+``benchmarks.corpus`` judges a model (``npu compile`` with the defaults, the package's own
+calibration and evaluation inputs). Run from the repository root::
+
+    python -m benchmarks.ms_ops_survey [--models cnn mlp ...] [--work rapidocr-cls ...]
 """
 from __future__ import annotations
 
@@ -80,15 +84,42 @@ def measure(name: str, tag: str, model: onnx.ModelProto, devroot: str) -> None:
         print(f"{head} ok   cos {worst:.4f}  cpu {cpu[:90]}", flush=True)
 
 
+def measure_work(name: str, devroot: str, folder: Path) -> None:
+    """Work-half corpus model ``name`` as shipped and as onnxruntime's optimizer saves it,
+    judged by the corpus's own evaluation."""
+    import benchmarks.corpus as corpus
+    from benchmarks.corpus_manifest import BY_NAME
+    model = BY_NAME[name]
+    if model.half != "work":
+        raise SystemExit(f"{name} is held out: never compiled or judged here")
+    source = corpus.fetch(model)
+    shipped = onnx.load(str(source))
+    shipped.graph.name = name
+    path = folder / f"{name}-ext.onnx"
+    onnx.save(optimized(shipped, folder, "extended"), str(path))
+    fetch = corpus.fetch
+    try:
+        for tag, file in (("as shipped", source), ("ext", path)):
+            corpus.fetch = lambda _model, file=file: file      # the corpus's evaluation, on this file
+            result = corpus.evaluate(model, devroot, None, corpus.TIMEOUT)
+            print(f"{name} {tag} ({foreign_ops(onnx.load(str(file)))}): compile {result.compile_seconds} s\n  "
+                  + corpus.format_row(result), flush=True)
+    finally:
+        corpus.fetch = fetch
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m benchmarks.ms_ops_survey", description=__doc__.split("\n")[0])
     p.add_argument("--models", nargs="*", default=list(FLOAT_MODELS), choices=list(FLOAT_MODELS))
+    p.add_argument("--work", nargs="*", default=[], help="work-half corpus models, also optimized by onnxruntime")
     args = p.parse_args(argv)
     logging.getLogger("libnpu").setLevel(logging.ERROR)
     with tempfile.TemporaryDirectory(prefix="npu-msops-") as tmp, ScratchDevice(cores=2, memory="1G") as device:
         for name in args.models:
             for tag, model in variants(name, Path(tmp)).items():
                 measure(name, tag, model, device.devroot)
+        for name in args.work:
+            measure_work(name, device.devroot, Path(tmp))
     return 0
 
 
