@@ -13,7 +13,8 @@ rewrites each as those ONNX operators, which the importer then takes as it takes
   ``activation_params`` / ``activation_alpha`` / ``activation_beta``;
 * ``NhwcConv`` / ``NhwcFusedConv`` (X, Y NHWC, W ``[M, kH, kW, C / group]``): ``Conv``
   (and its activation) between two transposes; ``FusedMatMul``: ``alpha * A' @ B'``
-  (``transA`` / ``transB`` swap the last two axes; ``transBatch*`` stays with onnxruntime);
+  (``transA`` / ``transB`` swap the last two axes; ``transBatch*`` stays with onnxruntime;
+  ``alpha`` goes into a constant ``B``);
 * ``QuickGelu``: ``x * sigmoid(alpha x)``; ``Gelu`` / ``BiasGelu`` (``Gelu(A + B)``): the erf
   form ``x * 0.5 * (1 + erf(x / sqrt 2))``; ``FastGelu`` (X, bias): the tanh form;
 * ``SkipLayerNormalization`` (input, skip, gamma, beta, bias): ``LayerNorm(input + skip +
@@ -209,6 +210,8 @@ def _fused_matmul(rw: _Rewrite, node, attrs) -> bool:
     if attrs.get("transB", 0) and (b := _swap_last(rw, b, f"{out}_bt")) is None:
         return False
     alpha = float(attrs.get("alpha", 1.0))
+    if alpha != 1.0 and b in rw.consts:     # into the weights: no product of its own to quantize
+        b, alpha = rw.const(f"{out}_b_alpha", (rw.consts[b] * np.float32(alpha)).astype(rw.consts[b].dtype)), 1.0
     y = rw.add("MatMul", [a, b], out if alpha == 1.0 else None, base=f"{out}_matmul")
     if alpha != 1.0:
         rw.add("Mul", [y, rw.const(f"{out}_alpha", np.float32(alpha))], out)
