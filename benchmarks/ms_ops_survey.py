@@ -12,8 +12,9 @@ blocks, an MLP, a model of every QLinear operator) is written as users ship it:
   ``qop-ext``: that model optimized at ``ORT_ENABLE_EXTENDED``.
 
 For each, a row per recipe: the file's non-ONNX operators, whether it compiles, the
-operators left on the CPU, and the worst cosine of the device's outputs against
-onnxruntime's run of the file itself on inputs calibration never saw.
+worst cosine of the device's outputs against
+onnxruntime's run of the file itself on inputs calibration never saw, and the file's
+operators left on the CPU (of all its nodes).
 
 ``--work NAME ...`` also takes corpus models of the work half (never a held-out one), each as
 shipped and optimized by onnxruntime at ``ORT_ENABLE_EXTENDED``, judged as
@@ -35,6 +36,7 @@ import numpy as np
 import onnx
 
 import libnpu
+from benchmarks.models_in_the_wild import cpu_ops
 from benchmarks.scratch_device import ScratchDevice
 from libnpu.compiler.lower import compile_model
 from tests.support.ms_ops_models import FLOAT_MODELS, feeds, optimized, quantized_qoperator
@@ -77,11 +79,12 @@ def measure(name: str, tag: str, model: onnx.ModelProto, devroot: str) -> None:
         except Exception as exc:  # noqa: BLE001 - the survey reports every failure as a row
             print(f"{head} FAIL {type(exc).__name__}: {str(exc).splitlines()[0][:150]}", flush=True)
             continue
-        cpu = "+".join(step.op for step in loadable.host_steps) or "-"
+        cpu = cpu_ops(loadable)         # the file's operators, as placement names them
         with libnpu.load(loadable, devroot=devroot) as compiled:
             worst = min(_cosine(g, w) for f, ws in zip(unseen, want)
                         for g, w in zip(compiled.infer(f, dequantized=True), ws))
-        print(f"{head} ok   cos {worst:.4f}  cpu {cpu[:90]}", flush=True)
+        print(f"{head} ok   cos {worst:.4f}  cpu {len(cpu):>2} of {len(model.graph.node):>2} ops "
+              f"{'+'.join(cpu)[:70]}", flush=True)
 
 
 def measure_work(name: str, devroot: str, folder: Path) -> None:
