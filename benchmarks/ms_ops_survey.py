@@ -9,7 +9,11 @@ blocks, an MLP, a model of every QLinear operator) is written as users ship it:
   QuickGelu, Gelu, FastGelu, SkipLayerNormalization; ``all`` also writes the
   ``com.microsoft.nchwc`` blocked-layout ops of this machine;
 * ``qop``: ``quantize_static`` in the QOperator format (QLinearConv, QLinearAdd, QGemm...);
-  ``qop-ext``: that model optimized at ``ORT_ENABLE_EXTENDED``.
+  ``qop-ext``: that model optimized at ``ORT_ENABLE_EXTENDED``;
+* ``dyn-ext``: ``quantize_dynamic`` (int8 weights) then ``ORT_ENABLE_EXTENDED``
+  (DynamicQuantizeMatMul, MatMulIntegerToFloat), judged against onnxruntime's run of that
+  file, which rounds each activation to uint8 on each run (the compiler's reference is the
+  float model it stands for).
 
 For each, a row per recipe: the file's non-ONNX operators, whether it compiles, the
 worst cosine of the device's outputs against
@@ -39,6 +43,7 @@ import libnpu
 from benchmarks.models_in_the_wild import cpu_ops
 from benchmarks.scratch_device import ScratchDevice
 from libnpu.compiler.lower import compile_model
+from tests.support.dynamic_quant_models import quantize_dynamic_model
 from tests.support.ms_ops_models import FLOAT_MODELS, feeds, optimized, quantized_qoperator
 
 RECIPES = (("default", {}), ("fast", {"recipe": "fast"}))
@@ -48,9 +53,13 @@ def variants(name: str, folder: Path) -> dict[str, onnx.ModelProto]:
     """The files a user ships of model ``name``."""
     model = FLOAT_MODELS[name]()
     made = {"ext": optimized(model, folder, "extended"), "all": optimized(model, folder, "all")}
-    if name in ("cnn", "qops"):
+    if name in ("cnn", "qops", "encoder"):
         qop = quantized_qoperator(model, folder)
         made |= {"qop": qop, "qop-ext": optimized(qop, folder, "extended")}
+    if name in ("encoder", "mlp"):
+        dynamic = onnx.load_from_string(quantize_dynamic_model(model, folder))
+        dynamic.graph.name = f"{name}-dynamic"
+        made |= {"dyn-ext": optimized(dynamic, folder, "extended")}
     return made
 
 

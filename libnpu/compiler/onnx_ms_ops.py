@@ -25,11 +25,17 @@ rewrites each as those ONNX operators, which the importer then takes as it takes
   ``BiasAdd``: ``X + bias + skip``;
 * the QOperator ops (``QLinearConv``, ``QLinearMatMul`` of ONNX; ``QLinearAdd``,
   ``QLinearMul``, ``QLinearSigmoid``, ``QLinearLeakyRelu``, ``QLinearConcat``,
-  ``QLinearAveragePool``, ``QLinearGlobalAveragePool``, ``QGemm`` of ``com.microsoft``):
+  ``QLinearAveragePool``, ``QLinearGlobalAveragePool``, ``QLinearSoftmax``, ``QGemm`` of
+  ``com.microsoft``):
   ``DequantizeLinear`` of each quantized input, the float operator, ``QuantizeLinear`` on the
   output's grid (an int32 bias dequantized with ``x_scale * w_scale``); the 8-bit data
   movement onnxruntime leaves between them (Flatten, Reshape, Transpose, MaxPool...) the same
-  way on the grid it keeps. The QDQ import then keeps every grid the file chose.
+  way on the grid it keeps. The QDQ import then keeps every grid the file chose;
+* what onnxruntime makes of a ``quantize_dynamic`` model: ``DynamicQuantizeMatMul`` (A, int8
+  B, its scale and zero point, bias) and ``MatMulIntegerToFloat`` of a
+  ``DynamicQuantizeLinear``'s codes by int8 B become the float ``MatMul`` (+ bias) on the
+  dequantized weights, the float model the file stands for, as
+  :mod:`~libnpu.compiler.dynamic_quant` makes of the unfused pattern.
 
 A node this module cannot rewrite exactly (another operator, an activation or attribute it
 does not know) is left as it is: it runs with onnxruntime on the host, its reason saying so
@@ -79,6 +85,8 @@ class _Rewrite:
         self.new_consts: list[onnx.TensorProto] = []
         # a quantized value -> the names of its scale and zero point (QOperator files)
         self.grids: dict[str, tuple[str, str]] = {}
+        # a DynamicQuantizeLinear's codes -> the float value, its run's scale and zero point
+        self.codes: dict[str, tuple[str, str, str]] = {}
         self.nodes: list[onnx.NodeProto] = []
 
     def fresh(self, base: str) -> str:
@@ -425,6 +433,58 @@ def _qlinear_concat(rw: _Rewrite, node, attrs) -> bool:
     return True
 
 
+def _qlinear_softmax(rw: _Rewrite, node, attrs) -> bool:
+    x, xs, xz, ys, yz = (_input(node, k) for k in range(5))
+    axis, rank = int(attrs.get("axis", -1)), rw.rank(x)
+    if int(attrs.get("opset", 13)) < 13 and (rank is None or axis % rank != rank - 1):
+        return False        # before opset 13 Softmax flattens the axes from ``axis`` on
+    out = node.output[0]
+    _q(rw, rw.add("Softmax", [_dq(rw, x, xs, xz, f"{out}_x")], base=f"{out}_softmax", axis=axis), ys, yz, out)
+    return True
+
+
+def _float_weights(rw: _Rewrite, b: str, scale: str, zero: str, base: str) -> str:
+    """A constant int8 / uint8 matrix ``b`` dequantized with its scale and zero point (one
+    per tensor or per column), as a float constant; "" when any is not a constant."""
+    if b not in rw.consts or scale not in rw.consts or (zero and zero not in rw.consts):
+        return ""
+    codes = rw.consts[b].astype(np.float32)
+    zeros = rw.consts[zero].astype(np.float32) if zero else np.float32(0)
+    return rw.const(f"{base}_float", ((codes - zeros) * rw.consts[scale].astype(np.float32)).astype(np.float32))
+
+
+def _biased_matmul(rw: _Rewrite, a: str, w: str, bias: str, out: str) -> None:
+    y = rw.add("MatMul", [a, w], None if bias else out, base=f"{out}_matmul")
+    if bias:
+        rw.add("Add", [y, bias], out)
+
+
+def _dynamic_quantize_matmul(rw: _Rewrite, node, attrs) -> bool:
+    """DynamicQuantizeMatMul (A float, B int8, b_scale, b_zero_point, bias): the float
+    MatMul it stands for (the chip's grids are fixed at calibration, as
+    :mod:`~libnpu.compiler.dynamic_quant` says)."""
+    a, b, bs, bz, bias = (_input(node, k) for k in range(5))
+    w = _float_weights(rw, b, bs, bz, node.output[0])
+    if not w:
+        return False
+    _biased_matmul(rw, a, w, bias, node.output[0])
+    return True
+
+
+def _matmul_integer_to_float(rw: _Rewrite, node, attrs) -> bool:
+    """MatMulIntegerToFloat of a DynamicQuantizeLinear's codes (A, its scale and zero point)
+    by constant int8 B: the float MatMul of the value quantized, as above."""
+    a, b, a_s, bs, az, bz, bias = (_input(node, k) for k in range(7))
+    source = rw.codes.get(a)
+    if source is None or a_s != source[1] or (az and az != source[2]):
+        return False
+    w = _float_weights(rw, b, bs, bz, node.output[0])
+    if not w:
+        return False
+    _biased_matmul(rw, source[0], w, bias, node.output[0])
+    return True
+
+
 def _q8_move(rw: _Rewrite, node, attrs) -> bool:
     """onnxruntime's 8-bit data movement between QOperator ops: the same op on the
     dequantized value, each output on the input's grid."""
@@ -457,7 +517,9 @@ LOWERED: dict[tuple[str, str], _Handler] = {
     (MS_DOMAIN, "QLinearAdd"): _qlinear_binary, (MS_DOMAIN, "QLinearMul"): _qlinear_binary,
     (MS_DOMAIN, "QLinearSigmoid"): _qlinear_unary, (MS_DOMAIN, "QLinearLeakyRelu"): _qlinear_unary,
     (MS_DOMAIN, "QLinearAveragePool"): _qlinear_unary, (MS_DOMAIN, "QLinearGlobalAveragePool"): _qlinear_unary,
-    (MS_DOMAIN, "QLinearConcat"): _qlinear_concat,
+    (MS_DOMAIN, "QLinearConcat"): _qlinear_concat, (MS_DOMAIN, "QLinearSoftmax"): _qlinear_softmax,
+    (MS_DOMAIN, "DynamicQuantizeMatMul"): _dynamic_quantize_matmul,
+    (MS_DOMAIN, "MatMulIntegerToFloat"): _matmul_integer_to_float,
 }
 
 
@@ -494,6 +556,8 @@ def lower_ms_ops(model: onnx.ModelProto) -> Lowered | None:
                 rw.nodes.append(node)
                 if node.op_type == "QuantizeLinear" and len(node.input) > 1:
                     rw.grids[node.output[0]] = (node.input[1], _input(node, 2))
+                if node.op_type == "DynamicQuantizeLinear" and len(node.output) == 3:
+                    rw.codes[node.output[0]] = (node.input[0], node.output[1], node.output[2])
             made += [origins[k]] * (len(rw.nodes) - before)
         if not changed:
             break

@@ -13,7 +13,7 @@ from onnx import TensorProto
 from onnx import helper as h
 from onnx import numpy_helper as nh
 
-__all__ = ["FLOAT_MODELS", "optimized", "quantized_qoperator", "ms_model", "feeds"]
+__all__ = ["FLOAT_MODELS", "optimized", "quantized_qoperator", "ms_model", "ms_graph", "feeds"]
 
 MS = "com.microsoft"
 
@@ -198,3 +198,13 @@ def ms_model(op: str, inputs: dict[str, list[int]], outputs: dict[str, list[int]
     node = h.make_node(op, order if order is not None else list(inputs) + list(weights),
                        node_outputs if node_outputs is not None else list(outputs), domain=domain, **attrs)
     return _model([node], w, inputs, outputs, op, (("", opset), (MS, 1)))
+
+
+def ms_graph(nodes: list[onnx.NodeProto], inputs: dict[str, list[int]], outputs: dict[str, list[int]],
+             weights: dict[str, np.ndarray], opset: int = 17) -> onnx.ModelProto:
+    """``nodes`` (any domains) as a model with float ``inputs`` and ``outputs``, ``weights``
+    its initializers (in their dtypes)."""
+    w = _Weights(0)
+    for name, data in weights.items():
+        w.const(name, data, data.dtype)
+    return _model(nodes, w, inputs, outputs, nodes[0].op_type, (("", opset), (MS, 1)))

@@ -15,7 +15,7 @@ from onnx import helper as h
 
 from libnpu.compiler.lower import compile_model
 from tests.support.chip_memory import ChipMemory, run_loadable
-from tests.support.ms_ops_models import FLOAT_MODELS, MS, feeds, ms_model, quantized_qoperator
+from tests.support.ms_ops_models import FLOAT_MODELS, MS, feeds, ms_graph, ms_model, quantized_qoperator
 
 ort = pytest.importorskip("onnxruntime")
 pytest.importorskip("onnxruntime.quantization")
@@ -88,6 +88,35 @@ CASES: dict[str, tuple[Callable[[], onnx.ModelProto], Callable[[], Reference] | 
     "BiasAdd": (lambda: ms_model("BiasAdd", PAIR, {"y": [1, 4, 16]}, {"bias": BIAS}, order=["x", "bias", "skip"]),
                 lambda: lambda xs: [xs[0] + BIAS + xs[1]]),     # onnxruntime runs it on CUDA only
 }
+
+
+INT8_W = {"w": _RNG.integers(-127, 128, (16, 8)).astype(np.int8), "ws": np.array(0.02, F),
+          "wz": np.array(0, np.int8), "bias": _w(8)}
+
+
+def _qlinear_softmax() -> onnx.ModelProto:
+    """QuantizeLinear -> QLinearSoftmax -> DequantizeLinear (uint8 codes), as QOperator writes it."""
+    q = {"xs": np.array(0.02, F), "xz": np.array(128, np.uint8), "ys": np.array(1 / 256, F),
+         "yz": np.array(0, np.uint8)}
+    return ms_graph([h.make_node("QuantizeLinear", ["x", "xs", "xz"], ["xq"]),
+                     h.make_node("QLinearSoftmax", ["xq", "xs", "xz", "ys", "yz"], ["yq"], domain=MS, axis=-1,
+                                 opset=13),
+                     h.make_node("DequantizeLinear", ["yq", "ys", "yz"], ["y"])], SEQ, {"y": SEQ["x"]}, q)
+
+
+def _matmul_integer_to_float() -> onnx.ModelProto:
+    """DynamicQuantizeLinear -> MatMulIntegerToFloat by int8 weights, as onnxruntime fuses
+    ``quantize_dynamic``'s MatMulInteger -> Cast -> Mul."""
+    return ms_graph([h.make_node("DynamicQuantizeLinear", ["x"], ["xq", "xs", "xz"]),
+                     h.make_node("MatMulIntegerToFloat", ["xq", "w", "xs", "ws", "xz", "wz", "bias"], ["y"],
+                                 domain=MS)], SEQ, {"y": [1, 4, 8]}, INT8_W)
+
+
+CASES.update({
+    "QLinearSoftmax": (_qlinear_softmax, None),
+    "DynamicQuantizeMatMul": (lambda: ms_model("DynamicQuantizeMatMul", SEQ, {"y": [1, 4, 8]}, INT8_W), None),
+    "MatMulIntegerToFloat": (_matmul_integer_to_float, None),
+})
 
 
 @pytest.fixture(scope="module")
