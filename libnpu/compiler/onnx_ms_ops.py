@@ -76,10 +76,14 @@ class _Rewrite:
         self.opset = next((o.version for o in model.opset_import if o.domain in _ONNX), 13)
         self.consts = {i.name: numpy_helper.to_array(i) for i in model.graph.initializer}
         self.ranks: dict[str, int] = {n: a.ndim for n, a in self.consts.items()}
+        self.widths: dict[str, int] = {}       # a value's last dimension, where known
         inferred = onnx.shape_inference.infer_shapes(model, strict_mode=False)
         for vi in [*inferred.graph.input, *inferred.graph.value_info, *inferred.graph.output]:
             if vi.type.tensor_type.HasField("shape"):
-                self.ranks[vi.name] = len(vi.type.tensor_type.shape.dim)
+                dims = vi.type.tensor_type.shape.dim
+                self.ranks[vi.name] = len(dims)
+                if dims and dims[-1].HasField("dim_value"):
+                    self.widths[vi.name] = dims[-1].dim_value
         self.names = {v for n in model.graph.node for v in [*n.input, *n.output]} | set(self.consts) \
             | {i.name for i in model.graph.input}
         self.new_consts: list[onnx.TensorProto] = []
@@ -113,6 +117,9 @@ class _Rewrite:
 
     def rank(self, name: str) -> int | None:
         return self.ranks.get(name)
+
+    def width(self, name: str) -> int | None:
+        return self.consts[name].shape[-1] if name in self.consts else self.widths.get(name)
 
     def reduce_mean(self, x: str, axes: list[int], base: str) -> str:
         if self.opset >= 18:
@@ -433,6 +440,76 @@ def _qlinear_concat(rw: _Rewrite, node, attrs) -> bool:
     return True
 
 
+def _heads(rw: _Rewrite, x: str, heads: int, perm: list[int], base: str) -> str:
+    """[B, S, heads * h] as [B, heads, S, h] (``perm`` [0, 2, 1, 3]) or [B, heads, h, S]."""
+    split = rw.add("Reshape", [x, rw.const(f"{base}_shape", np.array([0, 0, heads, -1], np.int64))],
+                   base=f"{base}_split")
+    return rw.add("Transpose", [split], base=f"{base}_heads", perm=perm)
+
+
+def _scaled_attention(rw: _Rewrite, q: str, k: str, v: str, heads: int, scale: float, out: str) -> None:
+    """``softmax(q k^T * scale) v`` per head, the heads joined again: [B, S, heads * h_v]."""
+    scores = rw.add("MatMul", [_heads(rw, q, heads, [0, 2, 1, 3], f"{out}_q"),
+                               _heads(rw, k, heads, [0, 2, 3, 1], f"{out}_k")], base=f"{out}_scores")
+    if scale != 1.0:
+        scores = rw.add("Mul", [scores, rw.const(f"{out}_scale", np.float32(scale))], base=f"{out}_scaled")
+    weights = rw.add("Softmax", [scores], base=f"{out}_weights", axis=-1)
+    context = rw.add("MatMul", [weights, _heads(rw, v, heads, [0, 2, 1, 3], f"{out}_v")], base=f"{out}_context")
+    joined = rw.add("Transpose", [context], base=f"{out}_joined", perm=[0, 2, 1, 3])
+    rw.add("Reshape", [joined, rw.const(f"{out}_shape", np.array([0, 0, -1], np.int64))], out)
+
+
+def _attention(rw: _Rewrite, node, attrs) -> bool:
+    """Attention (input, weights [D, 3 H] packed Q K V, bias): no mask, past, relative bias,
+    causal flag or unequal ``qkv_hidden_sizes`` (those stay with onnxruntime)."""
+    x, w, bias = (_input(node, k) for k in range(3))
+    heads = int(attrs.get("num_heads", 0))
+    if any(node.input[3:]) or any(node.output[1:]) or attrs.get("unidirectional", 0) or heads <= 0 \
+            or attrs.get("qkv_hidden_sizes") or rw.rank(x) != 3 or w not in rw.consts \
+            or (bias and bias not in rw.consts) or rw.consts[w].shape[1] % (3 * heads):
+        return False
+    out = node.output[0]
+    hidden = rw.consts[w].shape[1] // 3
+    scale = float(attrs.get("scale", 0.0)) or 1.0 / math.sqrt(hidden // heads)
+    parts = []
+    for k, name in enumerate("qkv"):
+        factor = np.float32(scale if name == "q" else 1.0)    # the scale into Q's weights
+        weight = rw.const(f"{out}_w{name}", rw.consts[w][:, k * hidden:(k + 1) * hidden] * factor)
+        y = rw.add("MatMul", [x, weight], base=f"{out}_{name}")
+        if bias:
+            y = rw.add("Add", [y, rw.const(f"{out}_b{name}", rw.consts[bias][k * hidden:(k + 1) * hidden] * factor)],
+                       base=f"{out}_{name}_biased")
+        parts.append(y)
+    _scaled_attention(rw, *parts, heads, 1.0, out)
+    return True
+
+
+def _multi_head_attention(rw: _Rewrite, node, attrs) -> bool:
+    """MultiHeadAttention of 3-D query, key and value (bias allowed): no mask, past,
+    relative bias or causal flag (those stay with onnxruntime)."""
+    q, k, v = (_input(node, i) for i in range(3))
+    heads = int(attrs.get("num_heads", 0))
+    if any(node.input[4:]) or any(node.output[1:]) or attrs.get("unidirectional", 0) or heads <= 0 \
+            or not (k and v) or any(rw.rank(n) != 3 for n in (q, k, v)):
+        return False
+    out = node.output[0]
+    bias = _input(node, 3)
+    if bias:
+        if bias not in rw.consts:
+            return False
+        third = rw.consts[bias].shape[0] // 3
+        q, k, v = (rw.add("Add", [n, rw.const(f"{out}_b{i}", rw.consts[bias][i * third:(i + 1) * third])],
+                          base=f"{out}_in{i}") for i, n in enumerate((q, k, v)))
+    scale = float(attrs.get("scale", 0.0))
+    if not scale:
+        width = rw.width(node.input[0])
+        if width is None:
+            return False
+        scale = 1.0 / math.sqrt(width // heads)
+    _scaled_attention(rw, q, k, v, heads, scale, out)
+    return True
+
+
 def _qlinear_softmax(rw: _Rewrite, node, attrs) -> bool:
     x, xs, xz, ys, yz = (_input(node, k) for k in range(5))
     axis, rank = int(attrs.get("axis", -1)), rw.rank(x)
@@ -518,6 +595,7 @@ LOWERED: dict[tuple[str, str], _Handler] = {
     (MS_DOMAIN, "QLinearSigmoid"): _qlinear_unary, (MS_DOMAIN, "QLinearLeakyRelu"): _qlinear_unary,
     (MS_DOMAIN, "QLinearAveragePool"): _qlinear_unary, (MS_DOMAIN, "QLinearGlobalAveragePool"): _qlinear_unary,
     (MS_DOMAIN, "QLinearConcat"): _qlinear_concat, (MS_DOMAIN, "QLinearSoftmax"): _qlinear_softmax,
+    (MS_DOMAIN, "Attention"): _attention, (MS_DOMAIN, "MultiHeadAttention"): _multi_head_attention,
     (MS_DOMAIN, "DynamicQuantizeMatMul"): _dynamic_quantize_matmul,
     (MS_DOMAIN, "MatMulIntegerToFloat"): _matmul_integer_to_float,
 }

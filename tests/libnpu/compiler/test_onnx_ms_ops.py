@@ -113,6 +113,10 @@ def _matmul_integer_to_float() -> onnx.ModelProto:
 
 
 CASES.update({
+    "Attention": (lambda: ms_model("Attention", SEQ, {"y": SEQ["x"]}, {"wqkv": _w(16, 48), "bqkv": _w(48, scale=.1)},
+                                   num_heads=2), None),
+    "MultiHeadAttention": (lambda: ms_model("MultiHeadAttention", {"q": [1, 4, 16], "k": [1, 6, 16], "v": [1, 6, 8]},
+                                            {"y": [1, 4, 8]}, {}, num_heads=2), None),
     "QLinearSoftmax": (_qlinear_softmax, None),
     "DynamicQuantizeMatMul": (lambda: ms_model("DynamicQuantizeMatMul", SEQ, {"y": [1, 4, 8]}, INT8_W), None),
     "MatMulIntegerToFloat": (_matmul_integer_to_float, None),
@@ -151,18 +155,16 @@ def test_qoperator_ops_run_on_the_chip(mem, tmp_path: Path):
 
 
 def test_an_op_not_lowered_runs_with_onnxruntime_on_the_host():
-    # MultiHeadAttention between two FusedMatMuls: the attention on the host (its model with
-    # com.microsoft's opset), the FusedMatMuls on the chip
-    w = {"wq": _w(8, 8), "wo": _w(8, 8)}
-    nodes = [h.make_node("FusedMatMul", ["x", "wq"], ["q"], domain=MS, alpha=0.5),
-             h.make_node("MultiHeadAttention", ["q", "x", "x"], ["a"], domain=MS, num_heads=2),
-             h.make_node("FusedMatMul", ["a", "wo"], ["y"], domain=MS, transB=1)]
-    model = ms_model("FusedMatMul", {"x": [1, 4, 8]}, {"y": [1, 4, 8]}, w)
-    del model.graph.node[:]
-    model.graph.node.extend(nodes)
+    # MultiHeadAttention with a key padding mask between two FusedMatMuls: the attention on
+    # the host (its model with com.microsoft's opset), the FusedMatMuls on the chip
+    w = {"wq": _w(8, 8), "wo": _w(8, 8), "mask": np.array([[1, 1, 1, 0]], np.int32)}
+    model = ms_graph([h.make_node("FusedMatMul", ["x", "wq"], ["q"], domain=MS, alpha=0.5),
+                      h.make_node("MultiHeadAttention", ["q", "x", "x", "", "mask"], ["a"], domain=MS, num_heads=2),
+                      h.make_node("FusedMatMul", ["a", "wo"], ["y"], domain=MS, transB=1)],
+                     {"x": [1, 4, 8]}, {"y": [1, 4, 8]}, w)
     loadable = compile_model(model.SerializeToString(), feeds(model, 8, seed=1), recipe="fast", min_npu_partition=0)
     (step,) = loadable.host_steps
     assert step.op == "MultiHeadAttention"
-    assert "MultiHeadAttention (com.microsoft) is not lowered" in step.reason
+    assert "onnxruntime's MultiHeadAttention (com.microsoft) with these attributes or input ranks" in step.reason
     host = onnx.load_model_from_string(step.model)
     assert {(o.domain, o.version) for o in host.opset_import} >= {(MS, 1)}
