@@ -606,7 +606,9 @@ def _key(node: onnx.NodeProto) -> tuple[str, str]:
 
 
 def _wanted(model: onnx.ModelProto) -> bool:
-    return any(_key(n) in LOWERED for n in model.graph.node)
+    opset = next((o.version for o in model.opset_import if o.domain in _ONNX), 13)
+    return any(_key(n) in LOWERED and not (n.op_type == "LayerNormalization" and opset >= 17 and not any(n.output[1:]))
+               for n in model.graph.node)      # ONNX's own LayerNormalization: nothing to do
 
 
 def lower_ms_ops(model: onnx.ModelProto) -> Lowered | None:
