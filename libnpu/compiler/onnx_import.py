@@ -37,6 +37,7 @@ from .integer_inputs import INTEGER_INPUTS, narrowed_index_inputs, refuse_intege
 from .ir import Graph, IRError, Op, SourceOp, Tensor, require_data, same_pads
 from .onnx_fold import fold_onnx, free_body_shapes
 from .onnx_host import TensorType, group_model, probe_shapes, reads
+from .onnx_ms_ops import lower_ms_ops, not_lowered_reason
 from .onnx_shapes import infer_shapes
 from .qdq_import import QDQ_PER_TENSOR, QDQ_RANGES, float_twin, is_qdq
 from .source_index import record_sources
@@ -62,13 +63,17 @@ class _Importer:
                  fallback: bool = False, force_host: Mapping[int, str] | None = None) -> None:
         model = onnx.ModelProto.FromString(model.SerializeToString())
         qdq_types = [n.op_type for n in model.graph.node]     # the file's nodes, as the user reads them
+        # onnxruntime's own operators as the ONNX ones they compute (compiler.onnx_ms_ops)
+        lowered = lower_ms_ops(model)
+        model, file_index = (lowered.model, lowered.origins) if lowered else (model, list(range(len(qdq_types))))
         # a dynamically quantized model: the float model it stands for (compiler.dynamic_quant)
         dynamic = dequantize_dynamic(model) if is_dynamic(model) else None
-        model, file_index = (dynamic.model, dynamic.origins) if dynamic else (model, list(range(len(qdq_types))))
+        if dynamic:
+            model, file_index = dynamic.model, [file_index[i] for i in dynamic.origins]
         # a QDQ model: its float twin, each Q -> DQ pair's grid kept as its value's range
         twin = float_twin(model) if is_qdq(model) else None
         model, qdq_origins = (twin.model, [file_index[i] if i >= 0 else -1 for i in twin.origins]) if twin \
-            else (model, file_index if dynamic else [])
+            else (model, file_index if dynamic or lowered else [])
         self.qdq_ranges = twin.ranges if twin else {}
         self.qdq_per_tensor, self.per_tensor_ops = twin.per_tensor if twin else set(), set()
         self.fallback, self.force_host = fallback, dict(force_host or {})
@@ -273,10 +278,9 @@ class _Importer:
             raise ONNXImportError(f"{where}: input {integral[0]!r} is {dtype}, made on the CPU; the chip takes "
                                   "real numbers")
         attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+        if node.domain not in ("", "ai.onnx"):     # never ONNX's handler for another domain's namesake
+            raise ONNXImportError(not_lowered_reason(node))
         handler = _GLUE.get(node.op_type) or registry.onnx_handler(node.op_type)
-        if handler is None and node.domain not in ("", "ai.onnx"):
-            raise ONNXImportError(f"custom op {node.op_type!r} (domain {node.domain}): the chip has no custom "
-                                  "operators")
         if handler is None:
             raise ONNXImportError(f"unsupported op {where}")
         refuse_integer_operands(node.op_type, [self.g.tensors[self.env[n][0]] if n in self.env else None
