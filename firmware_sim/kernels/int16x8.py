@@ -33,7 +33,8 @@ from .output import broadcast_out_shape, check_act_range, check_int_param, emit
 
 __all__ = ["softmax_int16", "softmax_int16_bound", "int16_lut", "lut_lookup_int16", "INT16_MIN", "INT16_MAX",
            "ADD_LEFT_SHIFT_INT16", "check_int16_param", "check_zero_points", "store_int16",
-           "multiply_by_quantized_multiplier_int64", "conv2d_16x8", "depthwise_conv2d_16x8",
+           "multiply_by_quantized_multiplier_int64", "check_requantization", "check_window_geometry",
+           "check_conv_16x8", "conv2d_16x8", "depthwise_conv2d_16x8",
            "fully_connected_16x8", "add_int16", "add_int16_per_channel", "sub_int16", "channel_columns",
            "mul_int16", "requantize", "quantize_int16",
            "dequantize_int16"]
@@ -83,17 +84,24 @@ def multiply_by_quantized_multiplier_int64(x: np.ndarray, multiplier: np.ndarray
     accumulators (TFLite assumes |x| < 2**47). Returns int32 values as int64.
     """
     x = np.asarray(x, dtype=np.int64)
+    m, s = check_requantization(multiplier, shift)
+    reduced = np.where(m < 0x7FFF0000, (m + (1 << 15)) >> 16, 0x7FFF)
+    total = 15 - s
+    with np.errstate(over="ignore"):
+        v = x * reduced + (np.int64(1) << (total - 1))
+    return wrap_int32(v >> total)
+
+
+def check_requantization(multiplier, shift) -> tuple[np.ndarray, np.ndarray]:
+    """The int64 requantization's multipliers (Q31, >= 0) and shifts ([-31, 14]) as int64,
+    checked (InvalidCommand)."""
     m = np.asarray(multiplier, dtype=np.int64)
     s = np.asarray(shift, dtype=np.int64)
     if np.any(m < 0):
         raise InvalidCommand("int16 requantization multipliers must be non-negative")
     if np.any((s < -31) | (s > 14)):
         raise InvalidCommand("int16 requantization shift must be in [-31, 14]")
-    reduced = np.where(m < 0x7FFF0000, (m + (1 << 15)) >> 16, 0x7FFF)
-    total = 15 - s
-    with np.errstate(over="ignore"):
-        v = x * reduced + (np.int64(1) << (total - 1))
-    return wrap_int32(v >> total)
+    return m, s
 
 
 def _check_quant(n_out: int, bias: np.ndarray | None, multiplier, shift
@@ -123,21 +131,33 @@ def _check_conv_operands(x: np.ndarray, w: np.ndarray) -> None:
         raise InvalidCommand(f"input and filter must be 4-D, got {x.shape} and {w.shape}")
 
 
-def _padded_windows(x: np.ndarray, kh: int, kw: int, stride, dilation, padding,
-                    out_hw) -> np.ndarray:
-    """(N, OH, OW, C, KH, KW) float64 windows of the zero-padded input (zero padding equals
-    TFLite's skipping of outside taps: the zero point is 0)."""
+def check_window_geometry(shape: tuple[int, ...], kh: int, kw: int, stride, dilation, padding,
+                          out_hw) -> tuple[tuple[int, ...], int, int]:
+    """A convolution's geometry over an NHWC input of ``shape``, checked (InvalidCommand):
+    (stride, dilation, padding, output size as one 8-tuple of ints, the padded input's
+    rows and columns the output reads)."""
     (sh, sw), (dh, dw), (pt, pl), (oh, ow) = (tuple(int(v) for v in p)
                                               for p in (stride, dilation, padding, out_hw))
     if min(sh, sw, dh, dw) < 1 or min(pt, pl, oh, ow) < 0:
         raise InvalidCommand("stride/dilation must be >= 1, padding/output size >= 0")
-    n, h, w, c = x.shape
+    h, w = shape[1], shape[2]
     eff_h, eff_w = (kh - 1) * dh + 1, (kw - 1) * dw + 1
     need_h, need_w = (oh - 1) * sh + eff_h, (ow - 1) * sw + eff_w
     if max(eff_h, eff_w) > 4096 or pt >= eff_h or pl >= eff_w:
         raise InvalidCommand("padding must be smaller than the dilated filter (<= 4096)")
     if need_h - pt - h >= eff_h or need_w - pl - w >= eff_w:
         raise InvalidCommand("padding after the image must be smaller than the dilated filter")
+    return (sh, sw, dh, dw, pt, pl, oh, ow), need_h, need_w
+
+
+def _padded_windows(x: np.ndarray, kh: int, kw: int, stride, dilation, padding,
+                    out_hw) -> np.ndarray:
+    """(N, OH, OW, C, KH, KW) float64 windows of the zero-padded input (zero padding equals
+    TFLite's skipping of outside taps: the zero point is 0)."""
+    (sh, sw, dh, dw, pt, pl, oh, ow), need_h, need_w = check_window_geometry(
+        x.shape, kh, kw, stride, dilation, padding, out_hw)
+    n, h, w, c = x.shape
+    eff_h, eff_w = (kh - 1) * dh + 1, (kw - 1) * dw + 1
     xp = np.zeros((n, max(need_h, pt + h), max(need_w, pl + w), c), np.float64)
     xp[:, pt:pt + h, pl:pl + w] = x
     win = sliding_window_view(xp[:, :need_h, :need_w], (eff_h, eff_w), axis=(1, 2))
@@ -154,14 +174,36 @@ def conv2d_16x8(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None, *,
     x: int16 (N, H, W, Cin), zero point 0; w: int8 (Cout, KH, KW, Cin / groups);
     bias: int64 (Cout,) or None; multiplier/shift: (Cout,) or (1,). Returns int16.
     """
+    act_min, act_max, multiplier, shift = check_conv_16x8(
+        x, w, bias, depthwise=False, stride=stride, dilation=dilation, padding=padding, out_hw=out_hw,
+        multiplier=multiplier, shift=shift, act_min=act_min, act_max=act_max)
+    cout, kh, kw = w.shape[:3]
+    win = _padded_windows(x, kh, kw, stride, dilation, padding, out_hw)
+    return _finish(grouped_conv_sums(win, w, conv_groups(x.shape[3], w.shape)), bias, multiplier, shift,
+                   act_min, act_max, out)
+
+
+def check_conv_16x8(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None, *, depthwise: bool,
+                    stride, dilation, padding, out_hw, multiplier, shift, act_min: int,
+                    act_max: int) -> tuple[int, int, np.ndarray, np.ndarray]:
+    """Every check :func:`conv2d_16x8` (:func:`depthwise_conv2d_16x8` with ``depthwise``)
+    makes of its operands, in its order, without the sums: what the chip runs before a
+    first run in C (``units.conv``). Returns the clamp bounds and the requantization's
+    multipliers and shifts as int64."""
     _check_conv_operands(x, w)
     act_min, act_max = _check_act(act_min, act_max)
     cin = x.shape[3]
-    cout, kh, kw = w.shape[:3]
-    groups = conv_groups(cin, w.shape)
+    if depthwise:
+        one, kh, kw, cout = w.shape
+        if one != 1 or cin == 0 or cout % cin:
+            raise InvalidCommand(f"depthwise filter {w.shape} does not fit input depth {cin}")
+    else:
+        cout, kh, kw = w.shape[:3]
+        conv_groups(cin, w.shape)
     multiplier, shift = _check_quant(cout, bias, multiplier, shift)
-    win = _padded_windows(x, kh, kw, stride, dilation, padding, out_hw)
-    return _finish(grouped_conv_sums(win, w, groups), bias, multiplier, shift, act_min, act_max, out)
+    check_window_geometry(x.shape, kh, kw, stride, dilation, padding, out_hw)
+    check_requantization(multiplier, shift)
+    return act_min, act_max, multiplier, shift
 
 
 def grouped_conv_sums(win: np.ndarray, w: np.ndarray, groups: int) -> np.ndarray:
@@ -186,13 +228,11 @@ def depthwise_conv2d_16x8(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None,
                           out: np.ndarray | None = None) -> np.ndarray:
     """int16 x int8 NHWC depthwise convolution; w: int8 (1, KH, KW, Cout) with output
     channel ``c * (Cout / Cin) + m`` reading input channel ``c``."""
-    _check_conv_operands(x, w)
-    act_min, act_max = _check_act(act_min, act_max)
+    act_min, act_max, multiplier, shift = check_conv_16x8(
+        x, w, bias, depthwise=True, stride=stride, dilation=dilation, padding=padding, out_hw=out_hw,
+        multiplier=multiplier, shift=shift, act_min=act_min, act_max=act_max)
     cin = x.shape[3]
     one, kh, kw, cout = w.shape
-    if one != 1 or cin == 0 or cout % cin:
-        raise InvalidCommand(f"depthwise filter {w.shape} does not fit input depth {cin}")
-    multiplier, shift = _check_quant(cout, bias, multiplier, shift)
     dm = cout // cin
     xr = np.repeat(x, dm, axis=3) if dm > 1 else x  # output channel c * dm + m reads channel c
     win = _padded_windows(xr, kh, kw, stride, dilation, padding, out_hw)  # (N, OH, OW, Cout, KH, KW)
