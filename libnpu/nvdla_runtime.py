@@ -12,7 +12,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from libnpu import properties
+from libnpu import job_timeouts, properties
 from libnpu.dynamic_outputs import signature_text
 from libnpu.errors import ClosedError
 from libnpu.loadable import Loadable, RegionKind, TensorDesc
@@ -209,13 +209,15 @@ class Runtime:
             self.command = self.device.alloc_mem(max(len(commands), 8), MEM_READ)
         self.command.view[:len(commands)] = np.frombuffer(commands, np.uint8)
         buffers = [*self.weights.values(), *self.memory.values(), *(m for m, _ in self.bound.values())]
+        limits = job_timeouts.device_limits(self.device)     # the timeouts its jobs ask for
         if not loadable.host_steps:
-            return self.device.submit(self.command, buffers, size=len(commands), wait=wait)
+            return self.device.submit(self.command, buffers, size=len(commands), wait=wait,
+                                      timeout_ms=job_timeouts.job_timeout_ms(loadable, None, limits))
         if not wait:
             raise ValueError(f"model {loadable.name!r} has host steps between its chip partitions: "
                              "submit it with wait=True (or use libnpu.load(...).create_request())")
         partitions = PartitionRunner(self.device, loadable, host_kernels(loadable), self.command, buffers,
-                                     self._host_view)
+                                     self._host_view, limits=limits)
         partitions.prepare()
         partitions.run()
         fence = partitions.fence

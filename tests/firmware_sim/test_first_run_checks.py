@@ -1,0 +1,92 @@
+"""A job's first run calls the C kernels of int16 convolutions, pools and table lookups
+directly (the numpy kernels stay the reference): it gives the numpy kernels' bytes and still
+refuses what they refuse (EINVAL), now that only their checks run before the C call
+(``int16x8.check_conv_16x8``, ``int16x16.check_conv_16x16``, ``pooling.check_pool2d``)."""
+from __future__ import annotations
+
+import errno
+
+import numpy as np
+import pytest
+
+from firmware_sim.kernels import int16x8, int16x16, pooling
+from npu_hw import ops
+from npu_hw.fixedpoint import quantize_multiplier_array
+from tests.support.chip_memory import ChipMemory, encode, run_ok
+from tests.support.quant_utils import random_int8, random_int16
+
+I16 = ops.OPF_INT16
+
+
+def _conv(mem: ChipMemory, depthwise: bool, weights16: bool, **changes):
+    """An int16 convolution's descriptor (``changes`` to its fields), its expected output by
+    the numpy kernel (None when ``changes`` are given) and the output's address."""
+    rng = np.random.default_rng(7)
+    x = random_int16(rng, (1, 12, 10, 4))
+    cout = 8
+    shape = (1, 3, 3, cout) if depthwise else (cout, 3, 3, 4)
+    w = (rng.integers(-32767, 32768, shape).astype(np.int16) if weights16 else random_int8(rng, shape))
+    bias = rng.integers(-10 ** 6, 10 ** 6, cout).astype(np.int64)
+    mult, shift = quantize_multiplier_array(rng.uniform(1e-5, 1e-4, cout) / (300 if weights16 else 1))
+    geo = dict(stride=(1, 2), dilation=(1, 1), padding=(1, 1), out_hw=(12, 5))
+    kernels = {(False, False): int16x8.conv2d_16x8, (True, False): int16x8.depthwise_conv2d_16x8,
+               (False, True): int16x16.conv2d_16x16, (True, True): int16x16.depthwise_conv2d_16x16}
+    expected = kernels[depthwise, weights16](x, w, bias, multiplier=mult, shift=shift, act_min=-32000,
+                                             act_max=32000, **geo)
+    out = mem.alloc(expected.nbytes)
+    fields = dict(input=mem.put(x), weights=mem.put(w), bias=mem.put(bias), output=out,
+                  mult_iova=mem.put(mult), shift_iova=mem.put(shift), in_shape=x.shape,
+                  out_shape=expected.shape, filter_hw=(3, 3), cin_per_group=1 if depthwise else 4,
+                  act_min=-32000, act_max=32000, stride=geo["stride"], dilation=geo["dilation"],
+                  padding=geo["padding"])
+    flags = ops.OPF_PER_CHANNEL | I16 | (ops.OPF_WEIGHTS16 if weights16 else 0)
+    name = "DEPTHWISE_CONV_2D" if depthwise else "CONV_2D"
+    return encode(name, flags, **{**fields, **changes}), expected, out
+
+
+@pytest.mark.parametrize("depthwise", [False, True])
+@pytest.mark.parametrize("weights16", [False, True])
+def test_an_int16_convolutions_first_run_is_the_numpy_kernels_bytes(mem: ChipMemory, depthwise: bool,
+                                                                    weights16: bool) -> None:
+    desc, expected, out = _conv(mem, depthwise, weights16)
+    run_ok(mem, desc)
+    np.testing.assert_array_equal(mem.get(out, np.int16, expected.shape), expected)
+
+
+@pytest.mark.parametrize("weights16", [False, True])
+@pytest.mark.parametrize("bad", [
+    dict(padding=(3, 1)),                       # padding as large as the filter
+    dict(stride=(0, 1)),
+    dict(out_shape=(1, 20, 5, 8)),              # more rows than the padded input has
+    dict(act_min=100, act_max=-100),
+])
+def test_an_int16_convolution_the_numpy_kernel_refuses_fails_on_its_first_run(mem: ChipMemory, weights16: bool,
+                                                                             bad: dict) -> None:
+    desc, _, _ = _conv(mem, False, weights16, **bad)
+    assert mem.run(desc).status == -errno.EINVAL
+
+
+def test_a_negative_requantization_multiplier_fails_on_the_first_run(mem: ChipMemory) -> None:
+    desc, _, _ = _conv(mem, False, False)
+    bad = mem.put(np.full(8, -5, np.int32))
+    assert mem.run(_conv(mem, False, False, mult_iova=bad)[0]).status == -errno.EINVAL
+    assert mem.run(_conv(mem, False, False, shift_iova=mem.put(np.full(8, 20, np.int32)))[0]).status \
+        == -errno.EINVAL
+    run_ok(mem, desc)
+
+
+@pytest.mark.parametrize("name", ["MAX_POOL_2D", "AVERAGE_POOL_2D"])
+@pytest.mark.parametrize("flags, dtype", [(I16, np.int16), (0, np.int8)])
+def test_a_pool_window_wholly_outside_the_input_fails_on_the_first_run(mem: ChipMemory, name: str, flags: int,
+                                                                       dtype) -> None:
+    x = np.arange(2 * 3 * 2, dtype=dtype).reshape(1, 2, 3, 2)
+    fn = pooling.max_pool2d if name == "MAX_POOL_2D" else pooling.avg_pool2d
+    lo, hi = (-32768, 32767) if dtype is np.int16 else (-128, 127)
+    good = dict(filter_hw=(2, 2), stride=(1, 1), padding=(1, 1), out_hw=(3, 4))
+    want = fn(x, **good, act_min=lo, act_max=hi)
+    fields = dict(input=mem.put(x), output=mem.alloc(want.nbytes), in_shape=x.shape, out_shape=want.shape,
+                  filter_hw=(2, 2), padding=(1, 1), act_min=lo, act_max=hi)
+    run_ok(mem, encode(name, flags, stride=(1, 1), **fields))
+    np.testing.assert_array_equal(mem.get(fields["output"], dtype, want.shape), want)
+    # Stride 3 from padding 1: the third row of windows starts past the input's two rows.
+    assert mem.run(encode(name, flags, stride=(3, 1), **fields)).status == -errno.EINVAL
