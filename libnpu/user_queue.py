@@ -205,11 +205,9 @@ class QueueFence:
 
 
 class RepeatedJob:
-    """A command buffer run again and again, one job at a time (a request's inference), for
-    ``UserQueue.run_repeated``: the C call's buffers, made once, the job's expected time on
-    the core, which hints the wait (``npu_uq_run_hinted``; docs/runtime.md, "How a
-    synchronous inference waits"), the queue it last ran on and the timeout it asks for
-    (``timeout_ms``, 0: the device's default; :mod:`libnpu.job_timeouts`)."""
+    """A request's command buffer run again and again, one job at a time (``UserQueue.run_repeated``):
+    the C call's buffers, made once, the job's expected time on the core, which hints the wait
+    (``npu_uq_run_hinted``), the queue it last ran on and its ``timeout_ms`` (0: the default)."""
 
     __slots__ = ("cmd_iova", "cmd_size", "timeout_ms", "hint", "record", "seq", "queue")
 
