@@ -33,7 +33,8 @@ from .int16x8 import (
 )
 from .output import check_act_range
 
-__all__ = ["check_conv_16x16", "conv2d_16x16", "depthwise_conv2d_16x16", "fully_connected_16x16", "ACC_MIN", "ACC_MAX",
+__all__ = ["check_conv_16x16", "conv2d_16x16", "depthwise_conv2d_16x16", "check_fully_connected_16x16",
+           "fully_connected_16x16", "ACC_MIN", "ACC_MAX",
            "MAX_DEPTH", "saturate_accumulator"]
 
 ACC_MIN, ACC_MAX = -(1 << 47), (1 << 47) - 1
@@ -161,11 +162,10 @@ def depthwise_conv2d_16x16(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None
     return _finish(acc, bias, multiplier, shift, act_min, act_max, out)
 
 
-def fully_connected_16x16(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None, *,
-                          scale: np.ndarray, act_min: int = INT16_MIN, act_max: int = INT16_MAX,
-                          out: np.ndarray | None = None) -> np.ndarray:
-    """int16 x int16 fully connected: x (M, K), w (N, K), bias int64 (N,); requantized
-    by ``round(acc * scale)`` in float64, ``scale`` (N,) or (1,)."""
+def check_fully_connected_16x16(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None, *, scale, act_min: int,
+                                act_max: int) -> tuple[int, int, np.ndarray]:
+    """Every check :func:`fully_connected_16x16` makes of its operands, without the sums
+    (what a first run in C needs first); the clamp bounds and ``scale`` as float64."""
     if x.ndim != 2 or w.ndim != 2 or x.shape[1] != w.shape[1]:
         raise InvalidCommand(f"x must be (M, K) and w (N, K), got {x.shape} and {w.shape}")
     _check_operands(x, w, x.shape[1])
@@ -175,5 +175,15 @@ def fully_connected_16x16(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None,
     if scale.shape not in ((n_out,), (1,)) or not np.all(np.isfinite(scale)):
         raise InvalidCommand(f"scale must be finite ({n_out},) or (1,), got {scale.shape}")
     _check_bias(n_out, bias)
+    return act_min, act_max, scale
+
+
+def fully_connected_16x16(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None, *,
+                          scale: np.ndarray, act_min: int = INT16_MIN, act_max: int = INT16_MAX,
+                          out: np.ndarray | None = None) -> np.ndarray:
+    """int16 x int16 fully connected: x (M, K), w (N, K), bias int64 (N,); requantized
+    by ``round(acc * scale)`` in float64, ``scale`` (N,) or (1,)."""
+    act_min, act_max, scale = check_fully_connected_16x16(x, w, bias, scale=scale, act_min=act_min,
+                                                          act_max=act_max)
     acc = saturate_accumulator(x.astype(np.float64) @ w.astype(np.float64).T, bias)
     return store_int16(requantize_double(acc, scale), 0, act_min, act_max, out)

@@ -34,7 +34,7 @@ from .output import broadcast_out_shape, check_act_range, check_int_param, emit
 __all__ = ["softmax_int16", "softmax_int16_bound", "int16_lut", "lut_lookup_int16", "INT16_MIN", "INT16_MAX",
            "ADD_LEFT_SHIFT_INT16", "check_int16_param", "check_zero_points", "store_int16",
            "multiply_by_quantized_multiplier_int64", "check_requantization", "check_window_geometry",
-           "check_conv_16x8", "conv2d_16x8", "depthwise_conv2d_16x8",
+           "check_conv_16x8", "conv2d_16x8", "depthwise_conv2d_16x8", "check_fully_connected_16x8",
            "fully_connected_16x8", "add_int16", "add_int16_per_channel", "sub_int16", "channel_columns",
            "mul_int16", "requantize", "quantize_int16",
            "dequantize_int16"]
@@ -252,6 +252,17 @@ def fully_connected_16x8(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None, 
     LiteRT's reference kernel requantizes in double here too, like its int8 one:
     ``round(acc * scale)`` with ``scale`` float64 ``effective_scale(...)``, (N,) or (1,).
     """
+    act_min, act_max, scale = check_fully_connected_16x8(x, w, bias, scale=scale, act_min=act_min, act_max=act_max)
+    acc = (x.astype(np.float64) @ w.astype(np.float64).T).astype(np.int64)
+    if bias is not None:
+        acc += bias
+    return store_int16(requantize_double(acc, scale), 0, act_min, act_max, out)
+
+
+def check_fully_connected_16x8(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None, *, scale, act_min: int,
+                               act_max: int) -> tuple[int, int, np.ndarray]:
+    """Every check :func:`fully_connected_16x8` makes of its operands, without the sums (what
+    a first run in C needs first); the clamp bounds and ``scale`` as float64."""
     if x.dtype != np.int16 or w.dtype != np.int8:
         raise TypeError(f"x must be int16 and w int8, got {x.dtype} and {w.dtype}")
     if x.ndim != 2 or w.ndim != 2 or x.shape[1] != w.shape[1]:
@@ -263,10 +274,7 @@ def fully_connected_16x8(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None, 
         raise InvalidCommand(f"scale must be finite ({n_out},) or (1,), got {scale.shape}")
     if bias is not None and (bias.dtype != np.int64 or bias.shape != (n_out,)):
         raise InvalidCommand(f"bias must be int64 ({n_out},), got {bias.dtype} {bias.shape}")
-    acc = (x.astype(np.float64) @ w.astype(np.float64).T).astype(np.int64)
-    if bias is not None:
-        acc += bias
-    return store_int16(requantize_double(acc, scale), 0, act_min, act_max, out)
+    return act_min, act_max, scale
 
 
 def _broadcast(a: np.ndarray, b: np.ndarray, out: np.ndarray | None) -> None:

@@ -1,7 +1,8 @@
 """A job's first run calls the C kernels of int16 convolutions, pools and table lookups
 directly (the numpy kernels stay the reference): it gives the numpy kernels' bytes and still
 refuses what they refuse (EINVAL), now that only their checks run before the C call
-(``int16x8.check_conv_16x8``, ``int16x16.check_conv_16x16``, ``pooling.check_pool2d``)."""
+(``int16x8.check_conv_16x8``, ``int16x16.check_conv_16x16``, ``pooling.check_pool2d``, the fully
+connected ones)."""
 from __future__ import annotations
 
 import errno
@@ -10,7 +11,7 @@ import numpy as np
 import pytest
 
 from firmware_sim.kernels import int16x8, int16x16, pooling
-from npu_hw import ops
+from npu_hw import ops, tasks
 from npu_hw.fixedpoint import quantize_multiplier_array
 from tests.support.chip_memory import ChipMemory, encode, run_ok
 from tests.support.quant_utils import random_int8, random_int16
@@ -90,3 +91,24 @@ def test_a_pool_window_wholly_outside_the_input_fails_on_the_first_run(mem: Chip
     np.testing.assert_array_equal(mem.get(fields["output"], dtype, want.shape), want)
     # Stride 3 from padding 1: the third row of windows starts past the input's two rows.
     assert mem.run(encode(name, flags, stride=(3, 1), **fields)).status == -errno.EINVAL
+
+
+@pytest.mark.parametrize("weights16", [False, True])
+def test_an_int16_fully_connected_first_run_is_the_numpy_kernels_bytes(mem: ChipMemory, weights16: bool) -> None:
+    rng = np.random.default_rng(8)
+    rows, k, n = 3, 40, 12
+    x = random_int16(rng, (rows, k))
+    w = rng.integers(-32767, 32768, (n, k)).astype(np.int16) if weights16 else random_int8(rng, (n, k))
+    bias = rng.integers(-10 ** 8, 10 ** 8, n).astype(np.int64)
+    scale = rng.uniform(1e-5, 1e-4, n) / (300 if weights16 else 1)
+    kernel = int16x16.fully_connected_16x16 if weights16 else int16x8.fully_connected_16x8
+    expected = kernel(x, w, bias, scale=scale, act_min=-32000, act_max=30000)
+    out = mem.alloc(expected.nbytes)
+    flags = (tasks.FC_DOUBLE_SCALE | tasks.FC_PER_CHANNEL | I16 | (ops.OPF_WEIGHTS16 if weights16 else 0))
+    fields = dict(input=mem.put(x), weights=mem.put(w), bias=mem.put(bias), output=out, rows=rows, in_features=k,
+                  out_features=n, act_min=-32000, act_max=30000, mult_iova=mem.put(np.zeros(n, np.int32)),
+                  shift_iova=mem.put(np.zeros(n, np.int32)))
+    run_ok(mem, encode("FULLY_CONNECTED", flags, scale_iova=mem.put(scale), **fields))
+    np.testing.assert_array_equal(mem.get(out, np.int16, expected.shape), expected)
+    infinite = mem.put(np.full(n, np.inf))
+    assert mem.run(encode("FULLY_CONNECTED", flags, scale_iova=infinite, **fields)).status == -errno.EINVAL
