@@ -399,10 +399,10 @@ class CompiledModel:
         properties.apply_log_level(self.settings)
         self.job_cores = properties.job_cores(self.settings, device.info()["num_cores"], partitioned=bool(
             loadable.host_steps))
-        # The timeout its jobs ask for, from their predicted work (0: the device's default).
-        self.timeout_limits = job_timeouts.device_limits(device)
-        self.job_timeout_ms = job_timeouts.job_timeout_ms(loadable, None, self.timeout_limits)
         self.runtime = Runtime(device)
+        # The timeout its jobs ask for, from their predicted work (0: the device's default).
+        self.timeout_limits = self.runtime.timeout_limits
+        self.job_timeout_ms = job_timeouts.job_timeout_ms(loadable, None, self.timeout_limits)
         if not self.settings["NPU_DEFER_WEIGHTS_LOAD"]:
             self.runtime.load(loadable)
         self._idle: list[InferRequest] = []
