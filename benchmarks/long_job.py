@@ -14,7 +14,7 @@ Run from the repository root::
 
 Measured 2026-11-30 (2-vCPU VM, load 6-12; docs/runtime.md, "How a model job's timeout is
 chosen"): at main 894a746 the first run of --frames 6000 failed with ETIMEDOUT past 5 s (the
-numpy int16 convolutions: 2.3-7.8 s for the 3.5 GMAC layer); with the first run in C it takes
+numpy int16 convolutions: 7.8 s for the 7.1 GMAC layer); with the first run in C it takes
 0.64-0.78 s against 0.29-0.53 s a replay, and the job asks 10 000 ms (its predicted work
 capped by MAX_JOB_TIMEOUT_MS).
 """
