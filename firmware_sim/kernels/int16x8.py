@@ -35,6 +35,7 @@ __all__ = ["softmax_int16", "softmax_int16_bound", "int16_lut", "lut_lookup_int1
            "ADD_LEFT_SHIFT_INT16", "check_int16_param", "check_zero_points", "store_int16",
            "multiply_by_quantized_multiplier_int64", "check_requantization", "check_window_geometry",
            "check_conv_16x8", "conv2d_16x8", "depthwise_conv2d_16x8", "check_fully_connected_16x8",
+           "check_add_int16", "check_mul_int16",
            "fully_connected_16x8", "add_int16", "add_int16_per_channel", "sub_int16", "channel_columns",
            "mul_int16", "requantize", "quantize_int16",
            "dequantize_int16"]
@@ -291,19 +292,43 @@ def add_int16(a: np.ndarray, b: np.ndarray, *, left_shift: int, input1_multiplie
     """int16 ADD (zero points 0); parameters from ``spec.fixedpoint.add_params`` with
     ``left_shift=15``. The multipliers and shifts may also be arrays along the output's
     last axis (:func:`add_int16_per_channel`). ``subtract``: ``a - b`` (:func:`sub_int16`)."""
-    _broadcast(a, b, out)
-    act_min, act_max = _check_act(act_min, act_max)
-    if not 0 <= left_shift <= 16:
-        raise InvalidCommand("int16 ADD left_shift must be in [0, 16]")
+    act_min, act_max = check_add_int16(a, b, out, left_shift=left_shift, shifts=(input1_shift, input2_shift,
+                                       output_shift), multipliers=(input1_multiplier, input2_multiplier,
+                                       output_multiplier), act_min=act_min, act_max=act_max)
     shifts = [np.asarray(v, np.int64) for v in (input1_shift, input2_shift, output_shift)]
-    if any(np.any(v > 0) for v in shifts):
-        raise InvalidCommand("ADD shifts must be <= 0 (multipliers below one)")
-    if any(np.any(np.asarray(m, np.int64) < 0) for m in (input1_multiplier, input2_multiplier, output_multiplier)):
-        raise InvalidCommand("ADD multipliers must be non-negative")
     s1 = multiply_by_quantized_multiplier(a.astype(np.int64) << left_shift, input1_multiplier, shifts[0])
     s2 = multiply_by_quantized_multiplier(b.astype(np.int64) << left_shift, input2_multiplier, shifts[1])
     raw = multiply_by_quantized_multiplier(wrap_int32(s1 - s2 if subtract else s1 + s2), output_multiplier, shifts[2])
     return store_int16(raw, 0, act_min, act_max, out)
+
+
+def check_add_int16(a: np.ndarray, b: np.ndarray, out: np.ndarray | None, *, left_shift: int, shifts,
+                    multipliers, act_min: int, act_max: int) -> tuple[int, int]:
+    """Every check :func:`add_int16` makes of its operands and parameters, without adding
+    (what a first run in C needs first); the clamp bounds."""
+    _broadcast(a, b, out)
+    act_min, act_max = _check_act(act_min, act_max)
+    if not 0 <= left_shift <= 16:
+        raise InvalidCommand("int16 ADD left_shift must be in [0, 16]")
+    shifts = [np.asarray(v, np.int64) for v in shifts]
+    if any(np.any(v > 0) for v in shifts):
+        raise InvalidCommand("ADD shifts must be <= 0 (multipliers below one)")
+    if any(np.any(np.asarray(m, np.int64) < 0) for m in multipliers):
+        raise InvalidCommand("ADD multipliers must be non-negative")
+    for shift in shifts:
+        if np.any((shift < -31) | (shift > 30)):
+            raise InvalidCommand("requantization shift must be in [-31, 30]")
+    return act_min, act_max
+
+
+def check_mul_int16(a: np.ndarray, b: np.ndarray, out: np.ndarray | None, *, shift: int, act_min: int,
+                    act_max: int) -> tuple[int, int]:
+    """Every check :func:`mul_int16` makes, without multiplying; the clamp bounds."""
+    _broadcast(a, b, out)
+    act_min, act_max = _check_act(act_min, act_max)
+    if not -31 <= int(shift) <= 30:
+        raise InvalidCommand("requantization shift must be in [-31, 30]")
+    return act_min, act_max
 
 
 def sub_int16(a: np.ndarray, b: np.ndarray, *, left_shift: int, input1_multiplier: int,
@@ -345,10 +370,7 @@ def mul_int16(a: np.ndarray, b: np.ndarray, *, multiplier: int, shift: int,
               act_min: int = INT16_MIN, act_max: int = INT16_MAX,
               out: np.ndarray | None = None) -> np.ndarray:
     """int16 MUL (zero points 0): ``requant(a * b)``; multiplier from ``mul_multiplier``."""
-    _broadcast(a, b, out)
-    act_min, act_max = _check_act(act_min, act_max)
-    if not -31 <= int(shift) <= 30:
-        raise InvalidCommand("requantization shift must be in [-31, 30]")
+    act_min, act_max = check_mul_int16(a, b, out, shift=shift, act_min=act_min, act_max=act_max)
     raw = multiply_by_quantized_multiplier(a.astype(np.int64) * b.astype(np.int64),
                                            multiplier, shift)
     return store_int16(raw, 0, act_min, act_max, out)

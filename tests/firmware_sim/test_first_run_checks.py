@@ -1,8 +1,8 @@
-"""A job's first run calls the C kernels of int16 convolutions, pools and table lookups
-directly (the numpy kernels stay the reference): it gives the numpy kernels' bytes and still
-refuses what they refuse (EINVAL), now that only their checks run before the C call
-(``int16x8.check_conv_16x8``, ``int16x16.check_conv_16x16``, ``pooling.check_pool2d``, the fully
-connected ones)."""
+"""A job's first run calls the C kernels of int16 convolutions, fully connected layers, ADD
+and MUL, pools and table lookups directly (the numpy kernels stay the reference): it gives
+the numpy kernels' bytes and still refuses what they refuse (EINVAL), now that only their
+checks run before the C call (``int16x8.check_conv_16x8``, ``int16x16.check_conv_16x16``,
+``pooling.check_pool2d``, the fully connected, ADD and MUL ones)."""
 from __future__ import annotations
 
 import errno
@@ -12,8 +12,8 @@ import pytest
 
 from firmware_sim.kernels import int16x8, int16x16, pooling
 from npu_hw import ops, tasks
-from npu_hw.fixedpoint import quantize_multiplier_array
-from tests.support.chip_memory import ChipMemory, encode, run_ok
+from npu_hw.fixedpoint import ADD_LEFT_SHIFT_INT16, add_params, mul_multiplier, quantize_multiplier_array
+from tests.support.chip_memory import ChipMemory, encode, ranked, run_ok
 from tests.support.quant_utils import random_int8, random_int16
 
 I16 = ops.OPF_INT16
@@ -112,3 +112,19 @@ def test_an_int16_fully_connected_first_run_is_the_numpy_kernels_bytes(mem: Chip
     np.testing.assert_array_equal(mem.get(out, np.int16, expected.shape), expected)
     infinite = mem.put(np.full(n, np.inf))
     assert mem.run(encode("FULLY_CONNECTED", flags, scale_iova=infinite, **fields)).status == -errno.EINVAL
+
+
+def test_an_int16_add_or_mul_the_numpy_kernel_refuses_fails_on_its_first_run(mem: ChipMemory) -> None:
+    """(Their bytes on a first run: test_int16_units.py::test_add_mul_int16.)"""
+    rng = np.random.default_rng(9)
+    a, b = random_int16(rng, (2, 5, 6)), random_int16(rng, (5, 1))
+    shapes = dict(rank=3, in1_shape=ranked(a.shape), in2_shape=ranked((1,) + b.shape), out_shape=ranked(a.shape),
+                  input1=mem.put(a), input2=mem.put(b), output=mem.alloc(a.nbytes), act_min=-32768, act_max=32767)
+    add_p = add_params(0.001, 0.002, 0.003, left_shift=ADD_LEFT_SHIFT_INT16)
+    mult, shift = mul_multiplier(0.001, 0.002, 0.05)
+    run_ok(mem, encode("ADD", I16, **shapes, **add_p), encode("MUL", I16, **shapes, multiplier=mult, shift=shift))
+    for bad in (dict(left_shift=17), dict(output_shift=3), dict(input1_multiplier=-5), dict(input2_shift=-40)):
+        assert mem.run(encode("ADD", I16, **shapes, **{**add_p, **bad})).status == -errno.EINVAL, bad
+    assert mem.run(encode("MUL", I16, **shapes, multiplier=mult, shift=31)).status == -errno.EINVAL
+    wrong = {**shapes, "out_shape": ranked((2, 5, 5))}          # not the shape the inputs broadcast to
+    assert mem.run(encode("ADD", I16, **wrong, **add_p)).status == -errno.EINVAL
