@@ -71,7 +71,8 @@ def _gru_block(rng, x: str, hidden_in: str, channels: int, hidden: int, prefix: 
 
     def u(*shape):
         return rng.uniform(-k, k, shape).astype(np.float32)
-    inits = [nh.from_array(u(1, 3 * hidden, channels), f"{prefix}_W"), nh.from_array(u(1, 3 * hidden, hidden), f"{prefix}_R"),
+    inits = [nh.from_array(u(1, 3 * hidden, channels), f"{prefix}_W"),
+             nh.from_array(u(1, 3 * hidden, hidden), f"{prefix}_R"),
              nh.from_array(u(1, 6 * hidden), f"{prefix}_B"),
              nh.from_array(u(hidden, channels) * 2, f"{prefix}_fc"), nh.from_array(u(channels), f"{prefix}_fc_b"),
              nh.from_array(np.array([1, channels, 1, 1], np.int64), f"{prefix}_gate_shape"),
@@ -123,7 +124,8 @@ def spectral_mask_model(freqs: int = FREQS, channels: int = 8, hidden: int = 16,
 
     def const(name, value, dtype=np.int64):
         return nh.from_array(np.asarray(value, dtype), name)
-    inits = [const("zero", [0]), const("one", [1]), const("zero_s", 0), const("one_s", 1), const("eps", 1e-12, np.float32),
+    inits = [const("zero", [0]), const("one", [1]), const("zero_s", 0), const("one_s", 1),
+             const("eps", 1e-12, np.float32),
              nh.from_array(_conv_weights(rng, channels, 3, 1, 3), "w_in"),
              nh.from_array(rng.normal(0, 0.1, channels).astype(np.float32), "b_in"),
              nh.from_array(np.full((channels, 1, 1), 0.25, np.float32), "slope_in"),
@@ -216,7 +218,7 @@ def stream_feeds(model: onnx.ModelProto, frames: Sequence[np.ndarray],
     """Feeds of ``model`` over ``frames`` (its first input), each call given the caches
     (``caches``: input -> output) onnxruntime's float run of the call before left; the first
     call zeros."""
-    import onnxruntime as ort   # 0.5 s to import: only the tests that stream pay for it
+    import onnxruntime as ort  # 0.5 s to import: only the tests that stream pay for it
     session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
     inputs = {i.name: i.shape for i in session.get_inputs()}
     names = [o.name for o in session.get_outputs()]
