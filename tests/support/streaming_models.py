@@ -173,15 +173,15 @@ def spectral_mask_model(freqs: int = FREQS, channels: int = 8, hidden: int = 16,
 
 def magnitude_model(freqs: int = FREQS) -> onnx.ModelProto:
     """The magnitude of a complex STFT frame as GTCRN's export spells it: ``spec`` (1, F, 1,
-    2) -> ``sqrt(re^2 + im^2 + 1e-12)`` (1, 1, 1, F) (``Gather``, ``Transpose``, ``Mul``, ``Add``,
+    2) -> ``sqrt(re**2 + im**2 + 1e-12)`` (1, 1, 1, F) (``Gather``, ``Transpose``, ``Pow``, ``Add``,
     ``Sqrt``)."""
     inits = [nh.from_array(np.array([0], np.int64), "zero"), nh.from_array(np.array([1], np.int64), "one"),
-             nh.from_array(np.array(1e-12, np.float32), "eps")]
+             nh.from_array(np.array(1e-12, np.float32), "eps"), nh.from_array(np.array(2.0, np.float32), "two")]
     nodes = [h.make_node("Gather", ["spec", "zero"], ["re_g"], axis=3),
              h.make_node("Gather", ["spec", "one"], ["im_g"], axis=3),
              h.make_node("Transpose", ["re_g"], ["re"], perm=[0, 3, 2, 1]),
              h.make_node("Transpose", ["im_g"], ["im"], perm=[0, 3, 2, 1]),
-             h.make_node("Mul", ["re", "re"], ["re2"]), h.make_node("Mul", ["im", "im"], ["im2"]),
+             h.make_node("Pow", ["re", "two"], ["re2"]), h.make_node("Pow", ["im", "two"], ["im2"]),
              h.make_node("Add", ["re2", "im2"], ["power"]), h.make_node("Add", ["power", "eps"], ["power_eps"]),
              h.make_node("Sqrt", ["power_eps"], ["mag"])]
     return _model(nodes, [("spec", (1, freqs, 1, 2))], [("mag", (1, 1, 1, freqs))], inits, "magnitude")
