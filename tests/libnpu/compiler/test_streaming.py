@@ -8,13 +8,15 @@ import numpy as np
 import pytest
 
 from libnpu.compiler.float_ref import FloatInterpreter
+from libnpu.compiler.frontend import to_int8_graph
 from libnpu.compiler.lower import lower
 from libnpu.compiler.mixed_precision import promotable, quantize_mixed
 from libnpu.compiler.onnx_import import import_onnx
 from libnpu.compiler.optimize import optimize
 from tests.support.chip_memory import ChipMemory, run_loadable
 from tests.support.rnn_models import cosine
-from tests.support.streaming_models import magnitude_model, spectral_mask_model, speech_frames, stream_feeds
+from tests.support.streaming_models import (conv_cache_model, magnitude_model, spectral_mask_model, speech_frames,
+                                            stream_feeds)
 
 ort = pytest.importorskip("onnxruntime")
 
@@ -71,3 +73,14 @@ def test_spectral_mask_stream_all_int16_follows_float():
             assert cosine(got[n], want[n]) >= 0.99, (n, float(np.abs(frame).max()), cosine(got[n], want[n]))
         state = {i: got[o] for i, o in CACHES.items()}
         want_state = {i: want[o] for i, o in CACHES.items()}
+
+
+def test_state_names_the_models_own_output():
+    """``--state cache=cache_out`` takes the ONNX model's output names whatever the graph
+    calls them (an output made by an Identity, transposed back to NCHW: ``b_y__nchw``): it
+    was refused ("'cache_out' is not a graph output")."""
+    model = conv_cache_model()
+    frames = np.random.default_rng(0).normal(0, 1, (8, 1, 8, 1, 16)).astype(np.float32)
+    q = to_int8_graph(model.SerializeToString(), [{"x": f} for f in frames], states={"cache": "cache_out"},
+                      recipe="fast")
+    assert [s.input for s in q.states] == ["cache"] and len(q.outputs) == 1
