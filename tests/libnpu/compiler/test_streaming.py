@@ -15,8 +15,13 @@ from libnpu.compiler.onnx_import import import_onnx
 from libnpu.compiler.optimize import optimize
 from tests.support.chip_memory import ChipMemory, run_loadable
 from tests.support.rnn_models import cosine
-from tests.support.streaming_models import (conv_cache_model, magnitude_model, spectral_mask_model, speech_frames,
-                                            stream_feeds)
+from tests.support.streaming_models import (
+    conv_cache_model,
+    magnitude_model,
+    spectral_mask_model,
+    speech_frames,
+    stream_feeds,
+)
 
 ort = pytest.importorskip("onnxruntime")
 
