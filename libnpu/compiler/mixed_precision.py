@@ -55,6 +55,7 @@ from .channel_grids import (
 from .float_ref import FloatInterpreter
 from .folding import weight_fold
 from .held_out import search_scores
+from .int16_states import tie_widened_states, widen_states
 from .ir import Graph, IRError, Op, QuantParams, Tensor
 from .optimize import optimize
 from .progress import Progress, stage
@@ -345,6 +346,11 @@ def promote(graph: Graph, names: Iterable[str], src: Graph | None = None,
     promoted: list[str] = []
     widened: list[str] = []
     tensors: dict[str, list[str]] = {"int16_tensors": [], "int16_weight_tensors": []}
+    # a state whose new value turns int16 turns int16 too (int16_states)
+    first, states16 = widen_states(g, {op.outputs[0] for op in g.ops if id(op) in chosen}, chosen,
+                                   lambda name: _int16_of(g, name))
+    new_ops.extend(first)
+    int16_of.update(states16)
     for op in g.ops:
         if id(op) not in chosen:
             new_ops.append(op)
@@ -418,7 +424,7 @@ def promote(graph: Graph, names: Iterable[str], src: Graph | None = None,
         new_ops.extend(after)
         promoted.append(op.name)
         tensors["int16_tensors"].append(out)
-    g.ops = new_ops
+    g.ops = new_ops + tie_widened_states(g, states16)
     _drop_dead_conversions(g)
     # op names are for people; output tensors name ops unambiguously (ONNX 1-D conv: TRANSPOSE's name)
     g.metadata = dict(g.metadata, int16_layers=promoted,
@@ -462,7 +468,7 @@ def _convert_to_int16(g: Graph, name: str, producer: Mapping[str, Op], ops: list
 def _drop_dead_conversions(g: Graph) -> None:
     """Remove QUANTIZE ops (and their tensors) that nothing reads any more."""
     while True:
-        used = {i for op in g.ops for i in op.inputs if i} | set(g.outputs)
+        used = {i for op in g.ops for i in op.inputs if i} | set(g.outputs) | {s.output for s in g.states}
         dead = [op for op in g.ops if op.type == "QUANTIZE" and op.outputs[0] not in used]
         if not dead:
             return

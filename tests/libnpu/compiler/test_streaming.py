@@ -57,20 +57,20 @@ CACHES = {"conv_cache": "conv_cache_out", "gru_cache": "gru_cache_out"}
 
 def test_spectral_mask_stream_all_int16_follows_float():
     """GTCRN in small (a dilated conv cache, a GRU cache, a complex mask times the input
-    spectrum), all int16, run over 60 frames calibration never saw with its own caches fed
+    spectrum), all int16, run over 40 frames calibration never saw with its own caches fed
     back: every frame's enhanced spectrum and caches at cosine >= 0.99 with onnxruntime's float
-    run of the same stream, the quiet frames too (0.965 on the enhanced spectrum before: the
+    run of the same stream, the quiet frames too (0.968 on the enhanced spectrum before: the
     magnitude's int8 SQRT)."""
     model = spectral_mask_model()
     graph = import_onnx(model.SerializeToString())
     promote = [op.outputs[0] for op in optimize(graph).ops if promotable(op)]
-    q = quantize_mixed(graph, stream_feeds(model, speech_frames(120, seed=0), CACHES), int16=promote)
+    q = quantize_mixed(graph, stream_feeds(model, speech_frames(48, seed=0), CACHES), int16=promote)
     session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
     names = [o.name for o in session.get_outputs()]
     run = FloatInterpreter(q)
     state = {name: np.zeros(graph.tensors[name].shape, np.float32) for name in CACHES}
     want_state = dict(state)
-    for frame in speech_frames(60, seed=9):
+    for frame in speech_frames(40, seed=9):
         want = dict(zip(names, session.run(None, {"spec": frame[None], **want_state})))
         out = run.run({"spec": frame[None], **state})
         got = {n: np.asarray(out[q.outputs[k]], np.float32) for k, n in enumerate(names)}
@@ -89,3 +89,27 @@ def test_state_names_the_models_own_output():
     q = to_int8_graph(model.SerializeToString(), [{"x": f} for f in frames], states={"cache": "cache_out"},
                       recipe="fast")
     assert [s.input for s in q.states] == ["cache"] and len(q.outputs) == 1
+
+
+def test_stateful_stream_escalates_past_int8():
+    """The default compile of GTCRN in small with its caches marked ``--state`` goes past int8
+    where the held-out frames need it (int16 states, int16_states) and then follows onnxruntime
+    frame by frame over 30 frames it never saw, carrying its own caches. Before, every step past
+    int8 was refused (the caches' new values int16, the states int8) and it stayed int8 at
+    cosine 0.23 with a FidelityWarning."""
+    model = spectral_mask_model(channels=4, hidden=8)
+    q = to_int8_graph(model.SerializeToString(), [{"spec": f[None]} for f in speech_frames(24, seed=0)],
+                      states=CACHES)
+    fidelity = q.metadata["fidelity"]
+    assert fidelity["chosen"] != "int8" and min(fidelity["scores"].values()) >= fidelity["required"], fidelity
+    step = q.stateless()
+    run = FloatInterpreter(step)
+    state = {s.input: s.initial for s in q.states}
+    want_state = {name: np.zeros(q.tensors[name].shape, np.float32) for name in CACHES}
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    for frame in speech_frames(30, seed=4):
+        (want, *caches) = session.run(["enhanced", *CACHES.values()], {"spec": frame[None], **want_state})
+        out = run.run({"spec": frame[None], **state})
+        assert cosine(np.asarray(out[q.outputs[0]], np.float32), want) >= 0.98
+        state = {s.input: out[s.output] for s in q.states}
+        want_state = dict(zip(CACHES, caches))
