@@ -125,6 +125,7 @@ from .progress import Progress, stage
 from .quantizer import random_dataset
 from .small_islands import MIN_NPU_PARTITION, keep_small_islands_on_cpu
 from .step_reuse import once, reusing_work
+from .stream_states import with_stream_states
 from .work_count import counting_work, work_done
 
 __all__ = ["DEFAULT_TARGET", "HELD_OUT_SHARE", "MIN_HELD_OUT", "MAX_HELD_OUT", "MIN_SAMPLES", "LADDER", "Step",
@@ -295,7 +296,7 @@ def _escalate(graph: Graph, dataset: Iterable[Feed] | None, target: float, budge
         held = random_dataset(opt, MIN_HELD_OUT, seed=seed + 1)  # not the calibration's seed
         measured_on = "random"
     else:
-        data = list(dataset)
+        data = with_stream_states(opt, list(dataset))     # held-out calls start from the stream's state
         calibration, held = split_held_out(data, stateful=bool(opt.states))
         count = len(calibration)
         measured_on = "held-out" if held else "calibration"

@@ -23,14 +23,14 @@ from .ir import Graph, Op, QuantParams, Tensor
 __all__ = ["widen_states", "tie_widened_states"]
 
 
-def widen_states(g: Graph, promoted: Collection[str], chosen_ops: Collection[int],
-                 int16_grid: Callable[[str], QuantParams]) -> tuple[list[Op], dict[str, str]]:
-    """Make int16 (on ``int16_grid(input)``) every int8 state of ``g`` whose new value is
-    one of the ``promoted`` tensors (a graph output promoted stays int8: the state's value
-    is not). Returns the ops to run first (a QUANTIZE to an int8 copy for each widened state
-    that ops outside ``chosen_ops`` (ids) read, those ops now reading the copy) and the
-    widened state inputs -> themselves (their int16 tensor, for the promoted readers)."""
-    first: list[Op] = []
+def widen_states(g: Graph, chosen_ops: Collection[int], int16_grid: Callable[[str], QuantParams],
+                 first: list[Op]) -> dict[str, str]:
+    """Make int16 (on ``int16_grid(input)``) every int8 state of ``g`` whose new value an op
+    of ``chosen_ops`` (ids: the ops promoted) makes (a graph output promoted stays int8: the
+    state's value is not). Appends to ``first`` the ops to run first: a QUANTIZE to an int8
+    copy of each widened state that other ops read, those ops now reading the copy. Returns
+    the widened state inputs -> themselves (their int16 tensor, for the promoted readers)."""
+    promoted = {op.outputs[0] for op in g.ops if id(op) in chosen_ops}
     widened: dict[str, str] = {}
     for state in g.states:
         t8 = g.tensors[state.input]
@@ -46,18 +46,18 @@ def widen_states(g: Graph, promoted: Collection[str], chosen_ops: Collection[int
             for op in readers:
                 op.inputs = [copy if i == state.input else i for i in op.inputs]
         widened[state.input] = state.input
-    return first, widened
+    return widened
 
 
-def tie_widened_states(g: Graph, widened: Collection[str]) -> list[Op]:
-    """The ops that put each widened state's new value on the state's own grid, where the
-    op making it chose another (a same-scale op joined to other inputs, a per-channel grid):
-    a REQUANTIZE to a tensor the state then takes as its new value."""
+def tie_widened_states(g: Graph) -> list[Op]:
+    """The ops that put each int16 state's new value on the state's own grid, where the op
+    making it chose another (a same-scale op joined to other inputs, a fixed output grid, a
+    per-channel grid): a REQUANTIZE to a tensor the state then takes as its new value."""
     tail = []
     for state in g.states:
-        if state.input not in widened:
-            continue
         have, want = g.tensors[state.output], g.tensors[state.input]
+        if want.dtype != "int16":
+            continue
         if have.dtype == want.dtype and _same(have.quant, want.quant):
             continue
         tied = g.unique_name(f"{state.output}__state")

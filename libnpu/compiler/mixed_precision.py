@@ -39,7 +39,7 @@ from typing import Any
 
 import numpy as np
 
-from . import registry
+from . import int16_states, registry
 from .accuracy import errors_to_json, layer_errors
 from .channel_grids import (
     CHANNEL_MARGIN,
@@ -55,7 +55,6 @@ from .channel_grids import (
 from .float_ref import FloatInterpreter
 from .folding import weight_fold
 from .held_out import search_scores
-from .int16_states import tie_widened_states, widen_states
 from .ir import Graph, IRError, Op, QuantParams, Tensor
 from .optimize import optimize
 from .progress import Progress, stage
@@ -341,16 +340,11 @@ def promote(graph: Graph, names: Iterable[str], src: Graph | None = None,
         for i in op.inputs:
             if i:
                 consumers.setdefault(i, []).append(op)
-    int16_of: dict[str, str] = {}
-    new_ops: list[Op] = []
+    new_ops: list[Op] = []    # a state whose new value turns int16 turns int16 too (and is read as such):
+    int16_of: dict[str, str] = int16_states.widen_states(g, chosen, lambda name: _int16_of(g, name), new_ops)
     promoted: list[str] = []
     widened: list[str] = []
     tensors: dict[str, list[str]] = {"int16_tensors": [], "int16_weight_tensors": []}
-    # a state whose new value turns int16 turns int16 too (int16_states)
-    first, states16 = widen_states(g, {op.outputs[0] for op in g.ops if id(op) in chosen}, chosen,
-                                   lambda name: _int16_of(g, name))
-    new_ops.extend(first)
-    int16_of.update(states16)
     for op in g.ops:
         if id(op) not in chosen:
             new_ops.append(op)
@@ -424,7 +418,7 @@ def promote(graph: Graph, names: Iterable[str], src: Graph | None = None,
         new_ops.extend(after)
         promoted.append(op.name)
         tensors["int16_tensors"].append(out)
-    g.ops = new_ops + tie_widened_states(g, states16)
+    g.ops = new_ops + int16_states.tie_widened_states(g)
     _drop_dead_conversions(g)
     # op names are for people; output tensors name ops unambiguously (ONNX 1-D conv: TRANSPOSE's name)
     g.metadata = dict(g.metadata, int16_layers=promoted,
