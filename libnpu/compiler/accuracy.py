@@ -125,7 +125,7 @@ def quantized_feed(quantized: Graph, float_graph: Graph, feed: Feed) -> dict[str
     if not isinstance(feed, Mapping):
         feed = dict(zip(float_graph.inputs, feed, strict=True))
     out = {}
-    # a stateful graph's states where the feed gives them (compiler.stream_states), on their grids
+    # a stateful graph's states where the feed gives them (the escalation's held-out calls), on their grids
     given = [s.input for s in quantized.states if s.input in feed]
     for name in [*quantized.inputs, *given]:
         t = quantized.tensors[name]

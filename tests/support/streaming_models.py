@@ -6,6 +6,7 @@ built with onnx.helper, and the frame streams to feed them.
   less its oldest frame (``Slice``).
 * :func:`gru_cache_model`: a GRU step (PyTorch's ``linear_before_reset``) with its hidden state
   in and out, a dense layer and a sigmoid gate on the frame (GTCRN's temporal attention).
+* :func:`delay_model`: a delay line, its output only ever what its cache held.
 * :func:`magnitude_model`: the magnitude ``sqrt(re^2 + im^2)`` of a complex STFT frame.
 * :func:`spectral_mask_model`: GTCRN's shape in small: one STFT frame ``(1, F, 1, 2)`` (real
   and imaginary parts), features (magnitude, real, imaginary) through a convolution, the conv
@@ -169,6 +170,19 @@ def spectral_mask_model(freqs: int = FREQS, channels: int = 8, hidden: int = 16,
                           ("gru_cache", (1, 1, hidden))],
                   [("enhanced", (1, freqs, 1, 2)), ("conv_cache_out", (1, channels, depth, freqs)),
                    ("gru_cache_out", (1, 1, hidden))], inits, "spectral_mask")
+
+
+def delay_model(width: int = 16, depth: int = 3) -> onnx.ModelProto:
+    """A delay line as a cache spells it: ``cat = Concat(cache, x)`` on time, ``y`` its oldest
+    frame, ``cache_out`` the rest: inputs ``x`` (1, 1, W), ``cache`` (1, D, W); outputs
+    ``y`` (1, 1, W), ``cache_out``. Its output is only ever the cache: from a zero cache, all
+    zeros."""
+    inits = [nh.from_array(np.array([v], np.int64), n) for n, v in (("zero", 0), ("one", 1), ("end", 1 << 30))]
+    nodes = [h.make_node("Concat", ["cache", "x"], ["cat"], axis=1),
+             h.make_node("Slice", ["cat", "zero", "one", "one"], ["y"]),
+             h.make_node("Slice", ["cat", "one", "end", "one"], ["cache_out"])]
+    return _model(nodes, [("x", (1, 1, width)), ("cache", (1, depth, width))],
+                  [("y", (1, 1, width)), ("cache_out", (1, depth, width))], inits, "delay")
 
 
 def magnitude_model(freqs: int = FREQS) -> onnx.ModelProto:

@@ -17,6 +17,7 @@ from tests.support.chip_memory import ChipMemory, run_loadable
 from tests.support.rnn_models import cosine
 from tests.support.streaming_models import (
     conv_cache_model,
+    delay_model,
     magnitude_model,
     spectral_mask_model,
     speech_frames,
@@ -113,3 +114,29 @@ def test_stateful_stream_escalates_past_int8():
         assert cosine(np.asarray(out[q.outputs[0]], np.float32), want) >= 0.98
         state = {s.input: out[s.output] for s in q.states}
         want_state = dict(zip(CACHES, caches))
+
+
+def test_stateful_held_out_calls_start_from_the_streams_state():
+    """A delay line marked ``--state`` (its output is what its cache held) over frames 40 dB
+    apart: the escalation measures its held-out calls from the state the float stream
+    carries into them, so the quiet frames' int8 error shows and it goes int16 (its cache
+    too), and a stream it never saw comes out within int16's error. Measured from zeros, the
+    held-out outputs were all zeros, exact at int8: int8 was kept (held-out score 1.0) and
+    the unseen stream's quiet frames came out at cosine 0.62."""
+    model = delay_model()
+    rng = np.random.default_rng(5)
+
+    def frames(count):
+        loudness = np.repeat(np.where(rng.random(count // 4 + 1) < 0.5, 1.0, 0.01), 4)[:count]
+        return (rng.normal(0, 1, (count, 1, 1, 16)) * loudness[:, None, None, None]).astype(np.float32)
+    q = to_int8_graph(model.SerializeToString(), [{"x": f} for f in frames(40)], states={"cache": "cache_out"})
+    assert q.metadata["fidelity"]["chosen"] != "int8", q.metadata["fidelity"]
+    run = FloatInterpreter(q.stateless())
+    (state,) = q.states
+    cache, carried = np.zeros((1, 3, 16), np.float32), state.initial
+    for frame in frames(24):
+        out = run.run({"x": frame, state.input: carried})
+        want, cache = cache[:, :1], np.concatenate([cache[:, 1:], frame], axis=1)
+        if np.abs(want).max() > 0:
+            assert cosine(np.asarray(out[q.outputs[0]], np.float32), want) >= 0.99
+        carried = out[state.output]
