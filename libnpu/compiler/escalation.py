@@ -6,7 +6,8 @@ The default compile of a float model (no ``recipe``, or ``recipe="default"``) ru
 
 1. **Hold out** part of the calibration data (:func:`split_held_out`): ``HELD_OUT_SHARE``
    of it, at least ``MIN_HELD_OUT`` samples and at most ``MAX_HELD_OUT``, spread over the
-   data (the tail for a stateful model, whose samples are one stream). With fewer than ``MIN_SAMPLES`` samples nothing
+   data (the tail for a stateful model, whose samples are one stream: each held-out call starts from
+   the state the float stream carries into it). With fewer than ``MIN_SAMPLES`` samples nothing
    is held out and the fidelity is measured on the calibration data itself (which
    flatters: the metadata and ``npu compile`` say so). With random calibration
    (no data given) the held-out samples are ``MIN_HELD_OUT`` more random ones, so the
