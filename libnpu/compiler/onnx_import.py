@@ -34,7 +34,7 @@ from .dynamic_shapes import DYNAMIC_OUTPUTS, data_dependent, dynamic_output_entr
 from .host_groups import group_host_ops
 from .input_shapes import InputShapes, fix_onnx_inputs
 from .integer_inputs import INTEGER_INPUTS, narrowed_index_inputs, refuse_integer_operands
-from .ir import Graph, IRError, Op, SourceOp, Tensor, require_data, same_pads
+from .ir import SOURCE_OUTPUT_NAMES, Graph, IRError, Op, SourceOp, Tensor, require_data, same_pads
 from .onnx_fold import fold_onnx, free_body_shapes
 from .onnx_host import TensorType, group_model, probe_shapes, reads
 from .onnx_ms_ops import lower_ms_ops, not_lowered_reason
@@ -251,6 +251,8 @@ class _Importer:
                 raise ONNXImportError(f"graph output {vi.name!r} is not computed by any node")
             name = self.value(vi.name, None if self.nhwc_io else False, "output")
             self.g.outputs.append(name)
+            if name != vi.name:     # --state names the model's outputs (Graph.make_stateful)
+                self.g.metadata.setdefault(SOURCE_OUTPUT_NAMES, {})[vi.name] = name
         if self.dynamic_outputs:        # their shape decided per run (compiler.dynamic_shapes)
             self.g.metadata[DYNAMIC_OUTPUTS] = {self.env[n][0]: e for n, e in self.dynamic_outputs.items()}
         self.g.metadata["source"] = "onnx"
