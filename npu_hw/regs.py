@@ -53,6 +53,27 @@ def job_timeout_ms(requested_ms: int, default_ms: int, cap_ms: int | None = None
     timeout = requested_ms or default
     return timeout if cap_ms is None else min(timeout, cap_ms or default)
 
+
+# The slowest an emulated core does a job's predicted work (its tasks' MACs and bytes, as the
+# compiler counts them), per ms of its CPU: the floor ``work_timeout_ms`` predicts with.
+# Measured 2026-11-30 on the 2-vCPU VM: first runs (no plan yet) of int16 convolutions over a
+# 6000x128 spectrogram 28 GMAC/s, replays 33; a numpy kernel's first run (int16 convolution
+# before it ran in C) 0.1-1.5 GMAC/s, 20-55 MB/s of output. 1 GMAC/s and 50 MB/s bound them.
+WORK_MACS_PER_MS = 1_000_000
+WORK_BYTES_PER_MS = 50_000
+
+
+def work_timeout_ms(macs: int, bytes_moved: int, default_ms: int, cap_ms: int) -> int:
+    """The timeout a job of known work asks for (a model's job: the runtime, docs/runtime.md):
+    its predicted time at the slowest rates above (``macs`` at WORK_MACS_PER_MS plus
+    ``bytes_moved`` at WORK_BYTES_PER_MS), at most ``cap_ms`` (the device's
+    MAX_JOB_TIMEOUT_MS: a job really stuck still times out); 0, the device's default, when
+    ``default_ms`` (its DEFAULT_JOB_TIMEOUT_MS) covers it."""
+    predicted = -(-int(macs) // WORK_MACS_PER_MS) + -(-int(bytes_moved) // WORK_BYTES_PER_MS)
+    if predicted <= default_ms or cap_ms <= default_ms:
+        return 0
+    return min(predicted, cap_ms)
+
 PACING_ON = 0x1
 
 FAULT_HANG = 0x1         # the core stops responding mid-job (watchdog must recover)

@@ -22,10 +22,19 @@ import numpy as np
 from ..errors import InvalidCommand
 from .conv import conv_groups
 from .fixedpoint import requantize_double
-from .int16x8 import INT16_MAX, INT16_MIN, grouped_conv_sums, multiply_by_quantized_multiplier_int64, store_int16
+from .int16x8 import (
+    INT16_MAX,
+    INT16_MIN,
+    check_requantization,
+    check_window_geometry,
+    grouped_conv_sums,
+    multiply_by_quantized_multiplier_int64,
+    store_int16,
+)
 from .output import check_act_range
 
-__all__ = ["conv2d_16x16", "depthwise_conv2d_16x16", "fully_connected_16x16", "ACC_MIN", "ACC_MAX",
+__all__ = ["check_conv_16x16", "conv2d_16x16", "depthwise_conv2d_16x16", "check_fully_connected_16x16",
+           "fully_connected_16x16", "ACC_MIN", "ACC_MAX",
            "MAX_DEPTH", "saturate_accumulator"]
 
 ACC_MIN, ACC_MAX = -(1 << 47), (1 << 47) - 1
@@ -74,17 +83,10 @@ def _finish(acc_f: np.ndarray, bias: np.ndarray | None, multiplier: np.ndarray, 
 def _windows(x: np.ndarray, kh: int, kw: int, stride, dilation, padding, out_hw) -> np.ndarray:
     """(N, OH, OW, C, KH, KW) float64 windows of the zero-padded input (the zero point is 0,
     so padding with zeros equals skipping the outside taps)."""
-    (sh, sw), (dh, dw), (pt, pl), (oh, ow) = (tuple(int(v) for v in p)
-                                              for p in (stride, dilation, padding, out_hw))
-    if min(sh, sw, dh, dw) < 1 or min(pt, pl, oh, ow) < 0:
-        raise InvalidCommand("stride/dilation must be >= 1, padding/output size >= 0")
+    (sh, sw, dh, dw, pt, pl, oh, ow), need_h, need_w = check_window_geometry(
+        x.shape, kh, kw, stride, dilation, padding, out_hw)
     n, h, w, c = x.shape
     eff_h, eff_w = (kh - 1) * dh + 1, (kw - 1) * dw + 1
-    if max(eff_h, eff_w) > 4096 or pt >= eff_h or pl >= eff_w:
-        raise InvalidCommand("padding must be smaller than the dilated filter (<= 4096)")
-    need_h, need_w = (oh - 1) * sh + eff_h, (ow - 1) * sw + eff_w
-    if need_h - pt - h >= eff_h or need_w - pl - w >= eff_w:
-        raise InvalidCommand("padding after the image must be smaller than the dilated filter")
     xp = np.zeros((n, max(need_h, pt + h), max(need_w, pl + w), c), np.float64)
     xp[:, pt:pt + h, pl:pl + w] = x
     win = np.lib.stride_tricks.sliding_window_view(xp[:, :need_h, :need_w], (eff_h, eff_w), axis=(1, 2))
@@ -100,16 +102,40 @@ def conv2d_16x16(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None, *,
 
     x: int16 (N, H, W, Cin); w: int16 (Cout, KH, KW, Cin / groups); bias: int64 (Cout,)
     or None; multiplier/shift: (Cout,) or (1,). Returns int16."""
+    act_min, act_max, multiplier, shift = check_conv_16x16(
+        x, w, bias, depthwise=False, stride=stride, dilation=dilation, padding=padding, out_hw=out_hw,
+        multiplier=multiplier, shift=shift, act_min=act_min, act_max=act_max)
+    cout, kh, kw, cin_g = w.shape
+    win = _windows(x, kh, kw, stride, dilation, padding, out_hw)
+    return _finish(grouped_conv_sums(win, w, conv_groups(x.shape[3], w.shape)), bias, multiplier, shift,
+                   act_min, act_max, out)
+
+
+def check_conv_16x16(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None, *, depthwise: bool,
+                     stride, dilation, padding, out_hw, multiplier, shift, act_min: int,
+                     act_max: int) -> tuple[int, int, np.ndarray, np.ndarray]:
+    """Every check :func:`conv2d_16x16` (:func:`depthwise_conv2d_16x16` with ``depthwise``)
+    makes of its operands, in its order, without the sums: what the chip runs before a
+    first run in C (``units.conv``). Returns the clamp bounds and the requantization's
+    multipliers and shifts as int64."""
     if x.ndim != 4 or w.ndim != 4:
         raise InvalidCommand(f"input and filter must be 4-D, got {x.shape} and {w.shape}")
-    cout, kh, kw, cin_g = w.shape
-    _check_operands(x, w, kh * kw * cin_g)
+    if depthwise:
+        one, kh, kw, cout = w.shape
+        _check_operands(x, w, kh * kw)
+    else:
+        cout, kh, kw, cin_g = w.shape
+        _check_operands(x, w, kh * kw * cin_g)
     act_min, act_max = check_act_range(act_min, act_max, INT16_MIN, INT16_MAX)
     cin = x.shape[3]
-    groups = conv_groups(cin, w.shape)
+    if not depthwise:
+        conv_groups(cin, w.shape)
+    elif one != 1 or cin == 0 or cout % cin:
+        raise InvalidCommand(f"depthwise filter {w.shape} does not fit input depth {cin}")
     multiplier, shift = _check_quant(cout, bias, multiplier, shift)
-    win = _windows(x, kh, kw, stride, dilation, padding, out_hw)
-    return _finish(grouped_conv_sums(win, w, groups), bias, multiplier, shift, act_min, act_max, out)
+    check_window_geometry(x.shape, kh, kw, stride, dilation, padding, out_hw)
+    check_requantization(multiplier, shift)
+    return act_min, act_max, multiplier, shift
 
 
 def depthwise_conv2d_16x16(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None, *,
@@ -120,15 +146,11 @@ def depthwise_conv2d_16x16(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None
                            out: np.ndarray | None = None) -> np.ndarray:
     """int16 x int16 NHWC depthwise convolution; w: int16 (1, KH, KW, Cout), output
     channel ``c * (Cout / Cin) + m`` reading input channel ``c``."""
-    if x.ndim != 4 or w.ndim != 4:
-        raise InvalidCommand(f"input and filter must be 4-D, got {x.shape} and {w.shape}")
-    one, kh, kw, cout = w.shape
-    _check_operands(x, w, kh * kw)
-    act_min, act_max = check_act_range(act_min, act_max, INT16_MIN, INT16_MAX)
+    act_min, act_max, multiplier, shift = check_conv_16x16(
+        x, w, bias, depthwise=True, stride=stride, dilation=dilation, padding=padding, out_hw=out_hw,
+        multiplier=multiplier, shift=shift, act_min=act_min, act_max=act_max)
     cin = x.shape[3]
-    if one != 1 or cin == 0 or cout % cin:
-        raise InvalidCommand(f"depthwise filter {w.shape} does not fit input depth {cin}")
-    multiplier, shift = _check_quant(cout, bias, multiplier, shift)
+    one, kh, kw, cout = w.shape
     dm = cout // cin
     xr = np.repeat(x, dm, axis=3) if dm > 1 else x
     win = _windows(xr, kh, kw, stride, dilation, padding, out_hw)
@@ -140,11 +162,10 @@ def depthwise_conv2d_16x16(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None
     return _finish(acc, bias, multiplier, shift, act_min, act_max, out)
 
 
-def fully_connected_16x16(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None, *,
-                          scale: np.ndarray, act_min: int = INT16_MIN, act_max: int = INT16_MAX,
-                          out: np.ndarray | None = None) -> np.ndarray:
-    """int16 x int16 fully connected: x (M, K), w (N, K), bias int64 (N,); requantized
-    by ``round(acc * scale)`` in float64, ``scale`` (N,) or (1,)."""
+def check_fully_connected_16x16(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None, *, scale, act_min: int,
+                                act_max: int) -> tuple[int, int, np.ndarray]:
+    """Every check :func:`fully_connected_16x16` makes of its operands, without the sums
+    (what a first run in C needs first); the clamp bounds and ``scale`` as float64."""
     if x.ndim != 2 or w.ndim != 2 or x.shape[1] != w.shape[1]:
         raise InvalidCommand(f"x must be (M, K) and w (N, K), got {x.shape} and {w.shape}")
     _check_operands(x, w, x.shape[1])
@@ -154,5 +175,15 @@ def fully_connected_16x16(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None,
     if scale.shape not in ((n_out,), (1,)) or not np.all(np.isfinite(scale)):
         raise InvalidCommand(f"scale must be finite ({n_out},) or (1,), got {scale.shape}")
     _check_bias(n_out, bias)
+    return act_min, act_max, scale
+
+
+def fully_connected_16x16(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None, *,
+                          scale: np.ndarray, act_min: int = INT16_MIN, act_max: int = INT16_MAX,
+                          out: np.ndarray | None = None) -> np.ndarray:
+    """int16 x int16 fully connected: x (M, K), w (N, K), bias int64 (N,); requantized
+    by ``round(acc * scale)`` in float64, ``scale`` (N,) or (1,)."""
+    act_min, act_max, scale = check_fully_connected_16x16(x, w, bias, scale=scale, act_min=act_min,
+                                                          act_max=act_max)
     acc = saturate_accumulator(x.astype(np.float64) @ w.astype(np.float64).T, bias)
     return store_int16(requantize_double(acc, scale), 0, act_min, act_max, out)

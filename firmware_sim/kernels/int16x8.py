@@ -33,7 +33,9 @@ from .output import broadcast_out_shape, check_act_range, check_int_param, emit
 
 __all__ = ["softmax_int16", "softmax_int16_bound", "int16_lut", "lut_lookup_int16", "INT16_MIN", "INT16_MAX",
            "ADD_LEFT_SHIFT_INT16", "check_int16_param", "check_zero_points", "store_int16",
-           "multiply_by_quantized_multiplier_int64", "conv2d_16x8", "depthwise_conv2d_16x8",
+           "multiply_by_quantized_multiplier_int64", "check_requantization", "check_window_geometry",
+           "check_conv_16x8", "conv2d_16x8", "depthwise_conv2d_16x8", "check_fully_connected_16x8",
+           "check_add_int16", "check_mul_int16",
            "fully_connected_16x8", "add_int16", "add_int16_per_channel", "sub_int16", "channel_columns",
            "mul_int16", "requantize", "quantize_int16",
            "dequantize_int16"]
@@ -83,17 +85,24 @@ def multiply_by_quantized_multiplier_int64(x: np.ndarray, multiplier: np.ndarray
     accumulators (TFLite assumes |x| < 2**47). Returns int32 values as int64.
     """
     x = np.asarray(x, dtype=np.int64)
+    m, s = check_requantization(multiplier, shift)
+    reduced = np.where(m < 0x7FFF0000, (m + (1 << 15)) >> 16, 0x7FFF)
+    total = 15 - s
+    with np.errstate(over="ignore"):
+        v = x * reduced + (np.int64(1) << (total - 1))
+    return wrap_int32(v >> total)
+
+
+def check_requantization(multiplier, shift) -> tuple[np.ndarray, np.ndarray]:
+    """The int64 requantization's multipliers (Q31, >= 0) and shifts ([-31, 14]) as int64,
+    checked (InvalidCommand)."""
     m = np.asarray(multiplier, dtype=np.int64)
     s = np.asarray(shift, dtype=np.int64)
     if np.any(m < 0):
         raise InvalidCommand("int16 requantization multipliers must be non-negative")
     if np.any((s < -31) | (s > 14)):
         raise InvalidCommand("int16 requantization shift must be in [-31, 14]")
-    reduced = np.where(m < 0x7FFF0000, (m + (1 << 15)) >> 16, 0x7FFF)
-    total = 15 - s
-    with np.errstate(over="ignore"):
-        v = x * reduced + (np.int64(1) << (total - 1))
-    return wrap_int32(v >> total)
+    return m, s
 
 
 def _check_quant(n_out: int, bias: np.ndarray | None, multiplier, shift
@@ -123,21 +132,33 @@ def _check_conv_operands(x: np.ndarray, w: np.ndarray) -> None:
         raise InvalidCommand(f"input and filter must be 4-D, got {x.shape} and {w.shape}")
 
 
-def _padded_windows(x: np.ndarray, kh: int, kw: int, stride, dilation, padding,
-                    out_hw) -> np.ndarray:
-    """(N, OH, OW, C, KH, KW) float64 windows of the zero-padded input (zero padding equals
-    TFLite's skipping of outside taps: the zero point is 0)."""
+def check_window_geometry(shape: tuple[int, ...], kh: int, kw: int, stride, dilation, padding,
+                          out_hw) -> tuple[tuple[int, ...], int, int]:
+    """A convolution's geometry over an NHWC input of ``shape``, checked (InvalidCommand):
+    (stride, dilation, padding, output size as one 8-tuple of ints, the padded input's
+    rows and columns the output reads)."""
     (sh, sw), (dh, dw), (pt, pl), (oh, ow) = (tuple(int(v) for v in p)
                                               for p in (stride, dilation, padding, out_hw))
     if min(sh, sw, dh, dw) < 1 or min(pt, pl, oh, ow) < 0:
         raise InvalidCommand("stride/dilation must be >= 1, padding/output size >= 0")
-    n, h, w, c = x.shape
+    h, w = shape[1], shape[2]
     eff_h, eff_w = (kh - 1) * dh + 1, (kw - 1) * dw + 1
     need_h, need_w = (oh - 1) * sh + eff_h, (ow - 1) * sw + eff_w
     if max(eff_h, eff_w) > 4096 or pt >= eff_h or pl >= eff_w:
         raise InvalidCommand("padding must be smaller than the dilated filter (<= 4096)")
     if need_h - pt - h >= eff_h or need_w - pl - w >= eff_w:
         raise InvalidCommand("padding after the image must be smaller than the dilated filter")
+    return (sh, sw, dh, dw, pt, pl, oh, ow), need_h, need_w
+
+
+def _padded_windows(x: np.ndarray, kh: int, kw: int, stride, dilation, padding,
+                    out_hw) -> np.ndarray:
+    """(N, OH, OW, C, KH, KW) float64 windows of the zero-padded input (zero padding equals
+    TFLite's skipping of outside taps: the zero point is 0)."""
+    (sh, sw, dh, dw, pt, pl, oh, ow), need_h, need_w = check_window_geometry(
+        x.shape, kh, kw, stride, dilation, padding, out_hw)
+    n, h, w, c = x.shape
+    eff_h, eff_w = (kh - 1) * dh + 1, (kw - 1) * dw + 1
     xp = np.zeros((n, max(need_h, pt + h), max(need_w, pl + w), c), np.float64)
     xp[:, pt:pt + h, pl:pl + w] = x
     win = sliding_window_view(xp[:, :need_h, :need_w], (eff_h, eff_w), axis=(1, 2))
@@ -154,14 +175,36 @@ def conv2d_16x8(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None, *,
     x: int16 (N, H, W, Cin), zero point 0; w: int8 (Cout, KH, KW, Cin / groups);
     bias: int64 (Cout,) or None; multiplier/shift: (Cout,) or (1,). Returns int16.
     """
+    act_min, act_max, multiplier, shift = check_conv_16x8(
+        x, w, bias, depthwise=False, stride=stride, dilation=dilation, padding=padding, out_hw=out_hw,
+        multiplier=multiplier, shift=shift, act_min=act_min, act_max=act_max)
+    cout, kh, kw = w.shape[:3]
+    win = _padded_windows(x, kh, kw, stride, dilation, padding, out_hw)
+    return _finish(grouped_conv_sums(win, w, conv_groups(x.shape[3], w.shape)), bias, multiplier, shift,
+                   act_min, act_max, out)
+
+
+def check_conv_16x8(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None, *, depthwise: bool,
+                    stride, dilation, padding, out_hw, multiplier, shift, act_min: int,
+                    act_max: int) -> tuple[int, int, np.ndarray, np.ndarray]:
+    """Every check :func:`conv2d_16x8` (:func:`depthwise_conv2d_16x8` with ``depthwise``)
+    makes of its operands, in its order, without the sums: what the chip runs before a
+    first run in C (``units.conv``). Returns the clamp bounds and the requantization's
+    multipliers and shifts as int64."""
     _check_conv_operands(x, w)
     act_min, act_max = _check_act(act_min, act_max)
     cin = x.shape[3]
-    cout, kh, kw = w.shape[:3]
-    groups = conv_groups(cin, w.shape)
+    if depthwise:
+        one, kh, kw, cout = w.shape
+        if one != 1 or cin == 0 or cout % cin:
+            raise InvalidCommand(f"depthwise filter {w.shape} does not fit input depth {cin}")
+    else:
+        cout, kh, kw = w.shape[:3]
+        conv_groups(cin, w.shape)
     multiplier, shift = _check_quant(cout, bias, multiplier, shift)
-    win = _padded_windows(x, kh, kw, stride, dilation, padding, out_hw)
-    return _finish(grouped_conv_sums(win, w, groups), bias, multiplier, shift, act_min, act_max, out)
+    check_window_geometry(x.shape, kh, kw, stride, dilation, padding, out_hw)
+    check_requantization(multiplier, shift)
+    return act_min, act_max, multiplier, shift
 
 
 def grouped_conv_sums(win: np.ndarray, w: np.ndarray, groups: int) -> np.ndarray:
@@ -186,13 +229,11 @@ def depthwise_conv2d_16x8(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None,
                           out: np.ndarray | None = None) -> np.ndarray:
     """int16 x int8 NHWC depthwise convolution; w: int8 (1, KH, KW, Cout) with output
     channel ``c * (Cout / Cin) + m`` reading input channel ``c``."""
-    _check_conv_operands(x, w)
-    act_min, act_max = _check_act(act_min, act_max)
+    act_min, act_max, multiplier, shift = check_conv_16x8(
+        x, w, bias, depthwise=True, stride=stride, dilation=dilation, padding=padding, out_hw=out_hw,
+        multiplier=multiplier, shift=shift, act_min=act_min, act_max=act_max)
     cin = x.shape[3]
     one, kh, kw, cout = w.shape
-    if one != 1 or cin == 0 or cout % cin:
-        raise InvalidCommand(f"depthwise filter {w.shape} does not fit input depth {cin}")
-    multiplier, shift = _check_quant(cout, bias, multiplier, shift)
     dm = cout // cin
     xr = np.repeat(x, dm, axis=3) if dm > 1 else x  # output channel c * dm + m reads channel c
     win = _padded_windows(xr, kh, kw, stride, dilation, padding, out_hw)  # (N, OH, OW, Cout, KH, KW)
@@ -212,6 +253,17 @@ def fully_connected_16x8(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None, 
     LiteRT's reference kernel requantizes in double here too, like its int8 one:
     ``round(acc * scale)`` with ``scale`` float64 ``effective_scale(...)``, (N,) or (1,).
     """
+    act_min, act_max, scale = check_fully_connected_16x8(x, w, bias, scale=scale, act_min=act_min, act_max=act_max)
+    acc = (x.astype(np.float64) @ w.astype(np.float64).T).astype(np.int64)
+    if bias is not None:
+        acc += bias
+    return store_int16(requantize_double(acc, scale), 0, act_min, act_max, out)
+
+
+def check_fully_connected_16x8(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None, *, scale, act_min: int,
+                               act_max: int) -> tuple[int, int, np.ndarray]:
+    """Every check :func:`fully_connected_16x8` makes of its operands, without the sums (what
+    a first run in C needs first); the clamp bounds and ``scale`` as float64."""
     if x.dtype != np.int16 or w.dtype != np.int8:
         raise TypeError(f"x must be int16 and w int8, got {x.dtype} and {w.dtype}")
     if x.ndim != 2 or w.ndim != 2 or x.shape[1] != w.shape[1]:
@@ -223,10 +275,7 @@ def fully_connected_16x8(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None, 
         raise InvalidCommand(f"scale must be finite ({n_out},) or (1,), got {scale.shape}")
     if bias is not None and (bias.dtype != np.int64 or bias.shape != (n_out,)):
         raise InvalidCommand(f"bias must be int64 ({n_out},), got {bias.dtype} {bias.shape}")
-    acc = (x.astype(np.float64) @ w.astype(np.float64).T).astype(np.int64)
-    if bias is not None:
-        acc += bias
-    return store_int16(requantize_double(acc, scale), 0, act_min, act_max, out)
+    return act_min, act_max, scale
 
 
 def _broadcast(a: np.ndarray, b: np.ndarray, out: np.ndarray | None) -> None:
@@ -243,19 +292,43 @@ def add_int16(a: np.ndarray, b: np.ndarray, *, left_shift: int, input1_multiplie
     """int16 ADD (zero points 0); parameters from ``spec.fixedpoint.add_params`` with
     ``left_shift=15``. The multipliers and shifts may also be arrays along the output's
     last axis (:func:`add_int16_per_channel`). ``subtract``: ``a - b`` (:func:`sub_int16`)."""
-    _broadcast(a, b, out)
-    act_min, act_max = _check_act(act_min, act_max)
-    if not 0 <= left_shift <= 16:
-        raise InvalidCommand("int16 ADD left_shift must be in [0, 16]")
+    act_min, act_max = check_add_int16(a, b, out, left_shift=left_shift, shifts=(input1_shift, input2_shift,
+                                       output_shift), multipliers=(input1_multiplier, input2_multiplier,
+                                       output_multiplier), act_min=act_min, act_max=act_max)
     shifts = [np.asarray(v, np.int64) for v in (input1_shift, input2_shift, output_shift)]
-    if any(np.any(v > 0) for v in shifts):
-        raise InvalidCommand("ADD shifts must be <= 0 (multipliers below one)")
-    if any(np.any(np.asarray(m, np.int64) < 0) for m in (input1_multiplier, input2_multiplier, output_multiplier)):
-        raise InvalidCommand("ADD multipliers must be non-negative")
     s1 = multiply_by_quantized_multiplier(a.astype(np.int64) << left_shift, input1_multiplier, shifts[0])
     s2 = multiply_by_quantized_multiplier(b.astype(np.int64) << left_shift, input2_multiplier, shifts[1])
     raw = multiply_by_quantized_multiplier(wrap_int32(s1 - s2 if subtract else s1 + s2), output_multiplier, shifts[2])
     return store_int16(raw, 0, act_min, act_max, out)
+
+
+def check_add_int16(a: np.ndarray, b: np.ndarray, out: np.ndarray | None, *, left_shift: int, shifts,
+                    multipliers, act_min: int, act_max: int) -> tuple[int, int]:
+    """Every check :func:`add_int16` makes of its operands and parameters, without adding
+    (what a first run in C needs first); the clamp bounds."""
+    _broadcast(a, b, out)
+    act_min, act_max = _check_act(act_min, act_max)
+    if not 0 <= left_shift <= 16:
+        raise InvalidCommand("int16 ADD left_shift must be in [0, 16]")
+    shifts = [np.asarray(v, np.int64) for v in shifts]
+    if any(np.any(v > 0) for v in shifts):
+        raise InvalidCommand("ADD shifts must be <= 0 (multipliers below one)")
+    if any(np.any(np.asarray(m, np.int64) < 0) for m in multipliers):
+        raise InvalidCommand("ADD multipliers must be non-negative")
+    for shift in shifts:
+        if np.any((shift < -31) | (shift > 30)):
+            raise InvalidCommand("requantization shift must be in [-31, 30]")
+    return act_min, act_max
+
+
+def check_mul_int16(a: np.ndarray, b: np.ndarray, out: np.ndarray | None, *, shift: int, act_min: int,
+                    act_max: int) -> tuple[int, int]:
+    """Every check :func:`mul_int16` makes, without multiplying; the clamp bounds."""
+    _broadcast(a, b, out)
+    act_min, act_max = _check_act(act_min, act_max)
+    if not -31 <= int(shift) <= 30:
+        raise InvalidCommand("requantization shift must be in [-31, 30]")
+    return act_min, act_max
 
 
 def sub_int16(a: np.ndarray, b: np.ndarray, *, left_shift: int, input1_multiplier: int,
@@ -297,10 +370,7 @@ def mul_int16(a: np.ndarray, b: np.ndarray, *, multiplier: int, shift: int,
               act_min: int = INT16_MIN, act_max: int = INT16_MAX,
               out: np.ndarray | None = None) -> np.ndarray:
     """int16 MUL (zero points 0): ``requant(a * b)``; multiplier from ``mul_multiplier``."""
-    _broadcast(a, b, out)
-    act_min, act_max = _check_act(act_min, act_max)
-    if not -31 <= int(shift) <= 30:
-        raise InvalidCommand("requantization shift must be in [-31, 30]")
+    act_min, act_max = check_mul_int16(a, b, out, shift=shift, act_min=act_min, act_max=act_max)
     raw = multiply_by_quantized_multiplier(a.astype(np.int64) * b.astype(np.int64),
                                            multiplier, shift)
     return store_int16(raw, 0, act_min, act_max, out)

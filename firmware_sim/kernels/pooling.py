@@ -18,7 +18,7 @@ from .native import calls as native_calls
 from .native import data_calls
 from .output import check_int8_param, store_int8
 
-__all__ = ["max_pool2d", "max_pool2d_bound", "avg_pool2d", "avg_pool2d_bound", "mean", "mean_bound"]
+__all__ = ["check_pool2d", "max_pool2d", "max_pool2d_bound", "avg_pool2d", "avg_pool2d_bound", "mean", "mean_bound"]
 
 
 def _pool_geometry(x: np.ndarray, filter_hw, stride, padding, out_hw) -> tuple[int, ...]:
@@ -110,14 +110,39 @@ def avg_pool2d(x: np.ndarray, *, filter_hw: tuple[int, int], stride: tuple[int, 
     return _store(avg, x.dtype, act_min, act_max, out)
 
 
+def check_pool2d(kind: str, x: np.ndarray, *, filter_hw: tuple[int, int], stride: tuple[int, int],
+                 padding: tuple[int, int], out_hw: tuple[int, int], act_min: int, act_max: int,
+                 out: np.ndarray) -> None:
+    """Every check :func:`max_pool2d` (``kind`` "max") or :func:`avg_pool2d` ("avg") makes
+    of its operands, without pooling: what a first run in C needs before its call (the
+    geometry, no window wholly outside the input, the clamp bounds, ``out``'s shape)."""
+    fh, fw, sh, sw, pt, pl, oh, ow, h, w, _, _ = _pool_geometry(x, filter_hw, stride, padding, out_hw)
+    outside = np.any(_count(oh, fh, sh, pt, h) <= 0) or np.any(_count(ow, fw, sw, pl, w) <= 0)
+    if outside and (kind == "avg" or x.shape[0] * x.shape[3]):     # max: only a window that exists
+        raise InvalidCommand("a pooling window lies entirely outside the input")
+    param = check_int16_param if x.dtype == np.int16 else check_int8_param
+    param("act_min", act_min)
+    param("act_max", act_max)
+    if out.shape != (x.shape[0], oh, ow, x.shape[3]):
+        raise InvalidCommand(f"pool output {out.shape}, expected {(x.shape[0], oh, ow, x.shape[3])}")
+
+
 def _pool_bound(kind: str, pool, x: np.ndarray, filter_hw: tuple[int, int], stride: tuple[int, int],
                 padding: tuple[int, int], out_hw: tuple[int, int], act_min: int, act_max: int,
                 out: np.ndarray) -> native_calls.BoundCall | None:
-    pool(x, filter_hw=filter_hw, stride=stride, padding=padding, out_hw=out_hw, act_min=act_min,
-         act_max=act_max, out=out)
-    if native.library() is None:
-        return None
-    return native_calls.bind_pool(kind, x, out, filter_hw, stride, padding, int(act_min), int(act_max))
+    """Pooling in C from the first run (after :func:`check_pool2d`), the call returned for
+    its reruns; ``pool`` in numpy when there is no C call (None)."""
+    bound = None
+    if native.library() is not None:
+        check_pool2d(kind, x, filter_hw=filter_hw, stride=stride, padding=padding, out_hw=out_hw,
+                     act_min=act_min, act_max=act_max, out=out)
+        bound = native_calls.bind_pool(kind, x, out, filter_hw, stride, padding, int(act_min), int(act_max))
+    if bound is None:
+        pool(x, filter_hw=filter_hw, stride=stride, padding=padding, out_hw=out_hw, act_min=act_min,
+             act_max=act_max, out=out)
+    else:
+        bound()
+    return bound
 
 
 def avg_pool2d_bound(x: np.ndarray, *, filter_hw: tuple[int, int], stride: tuple[int, int],

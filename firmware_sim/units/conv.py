@@ -61,19 +61,35 @@ def _run(desc: np.void, dma, depthwise: bool) -> Rerun | None:
     else:
         mult, shift = quant
     out = dma.write_array(out_at[0], act, out_at[1])
-    if int16:      # numpy, then its rerun in C (int16_kernels.c; int16x16_kernels.c for int16 weights)
-        if weights16:
-            fn = int16x16.depthwise_conv2d_16x16 if depthwise else int16x16.conv2d_16x16
-        else:
-            fn = int16x8.depthwise_conv2d_16x8 if depthwise else int16x8.conv2d_16x8
-        fn(x, wt, bias, multiplier=mult, shift=shift, out=out, **kwargs)
-        return int16_calls.bind_conv16(x, wt, bias, depthwise=depthwise, multiplier=mult, shift=shift, out=out,
-                                       **kwargs)
+    if int16:
+        return _run16(x, wt, bias, mult, shift, out, kwargs, depthwise, weights16)
     if depthwise:
         return p.run((x, wt, bias, mult, shift, out), lambda: conv.depthwise_conv2d_bound(
             x, wt, bias, multiplier=mult, shift=shift, out=out, **kwargs))
     return p.run((x, wt, bias, mult, shift, out), lambda: conv.conv2d_bound(
         x, wt, bias, multiplier=mult, shift=shift, out=out, **kwargs))
+
+
+def _run16(x, wt, bias, mult, shift, out, kwargs: dict, depthwise: bool, weights16: bool) -> Rerun | None:
+    """An int16 convolution's first run: the numpy kernel's checks, then its C kernel
+    (int16_kernels.c; int16x16_kernels.c for int16 weights), the call every replay makes;
+    the numpy kernel only for operands the C kernel cannot take. The first run of a model's
+    job was in numpy, 15-50x the C call: a float model's int16 layers over a long
+    spectrogram took a first job past the 5 s default timeout (docs/hardware.md)."""
+    if weights16:
+        check = int16x16.check_conv_16x16
+        fn = int16x16.depthwise_conv2d_16x16 if depthwise else int16x16.conv2d_16x16
+    else:
+        check = int16x8.check_conv_16x8
+        fn = int16x8.depthwise_conv2d_16x8 if depthwise else int16x8.conv2d_16x8
+    check(x, wt, bias, depthwise=depthwise, multiplier=mult, shift=shift, **kwargs)
+    bound = int16_calls.bind_conv16(x, wt, bias, depthwise=depthwise, multiplier=mult, shift=shift, out=out,
+                                    **kwargs)
+    if bound is None:
+        fn(x, wt, bias, multiplier=mult, shift=shift, out=out, **kwargs)
+    else:
+        bound()
+    return bound
 
 
 def _cost(desc: np.void) -> tuple[int, int]:

@@ -45,19 +45,30 @@ def _parse_int16(desc: np.void, params: tuple[str, ...]) -> tuple:
 
 
 def _binary(desc: np.void, dma, kind: str, params: tuple[str, ...], fn16) -> Rerun | None:
-    """ADD or MUL (``kind``): int16 with ``fn16`` in numpy, then its rerun in C
-    (``int16_calls.bind_binary16``); int8 through ``elementwise.binary_bound`` (its rerun, if any)."""
+    """ADD or MUL (``kind``): int16 in C from the first run (``int16_calls.bind_binary16``,
+    after ``fn16``'s checks; ``fn16`` in numpy when there is no C call); int8 through
+    ``elementwise.binary_bound`` (its rerun, if any)."""
     if int(desc["flags"]) & ops.OPF_INT16:
         a_at, b_at, out_at, kwargs = plan(kind + "16", desc, lambda d: _parse_int16(d, params)).fields
         a, b = dma.read_array(a_at[0], np.int16, a_at[1]), dma.read_array(b_at[0], np.int16, b_at[1])
         out = dma.write_array(out_at[0], np.int16, out_at[1])
-        fn16(a, b, out=out, **kwargs)
         row = [kwargs[f] for f in _REQUANT16[kind]]
-        if not all(INT32_MIN <= v <= INT32_MAX for v in row):
-            return None
-        return int16_calls.bind_binary16(kind, a, b, out, np.array([row], np.int32),
-                                         left_shift=kwargs.get("left_shift", 0), act_min=kwargs["act_min"],
-                                         act_max=kwargs["act_max"])
+        if kind == "add":
+            int16x8.check_add_int16(a, b, out, left_shift=kwargs["left_shift"], shifts=row[1::2], multipliers=row[::2],
+                                    act_min=kwargs["act_min"], act_max=kwargs["act_max"])
+        else:
+            int16x8.check_mul_int16(a, b, out, shift=kwargs["shift"], act_min=kwargs["act_min"],
+                                    act_max=kwargs["act_max"])
+        bound = None
+        if all(INT32_MIN <= v <= INT32_MAX for v in row):
+            bound = int16_calls.bind_binary16(kind, a, b, out, np.array([row], np.int32),
+                                              left_shift=kwargs.get("left_shift", 0), act_min=kwargs["act_min"],
+                                              act_max=kwargs["act_max"])
+        if bound is None:
+            fn16(a, b, out=out, **kwargs)
+        else:
+            bound()
+        return bound
     a_at, b_at, out_at, kwargs = plan(kind, desc, lambda d: parse_binary(d, params)).fields
     return elementwise.binary_bound(
         kind, dma.read_array(a_at[0], np.int8, a_at[1]), dma.read_array(b_at[0], np.int8, b_at[1]),

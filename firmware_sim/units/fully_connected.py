@@ -69,9 +69,15 @@ def fully_connected(desc: np.void, dma) -> Rerun | None:
         x16 = dma.read_array(x_at[0], np.int16, x_at[1])
         w = dma.read_array(w_at[0], np.int16 if weights16 else np.int8, w_at[1])
         kernel = int16x16.fully_connected_16x16 if weights16 else int16x8.fully_connected_16x8
+        check = int16x16.check_fully_connected_16x16 if weights16 else int16x8.check_fully_connected_16x8
         out16 = dma.write_array(out_at[0], np.int16, out_at[1])
-        kernel(x16, w, bias, scale=scale, out=out16, **kwargs)
-        return int16_calls.bind_fully_connected16(x16, w, bias, scale=scale, out=out16, **kwargs)
+        check(x16, w, bias, scale=scale, **kwargs)      # then C from the first run (units.conv._run16)
+        bound = int16_calls.bind_fully_connected16(x16, w, bias, scale=scale, out=out16, **kwargs)
+        if bound is None:
+            kernel(x16, w, bias, scale=scale, out=out16, **kwargs)
+        else:
+            bound()
+        return bound
     x = dma.read_array(x_at[0], np.int8, x_at[1])
     w = dma.read_array(w_at[0], np.int8, w_at[1])
     out = dma.write_array(out_at[0], np.int8, out_at[1])

@@ -24,16 +24,22 @@ def _parse(desc: np.void) -> tuple:
 
 def _pool(desc: np.void, dma, fn, bound, kind: str) -> Rerun | None:
     """Pool with ``fn`` (``kind`` "avg" / "max"): int8 through its ``bound`` variant, int16
-    in numpy then its rerun in C (``int16_calls.bind_pool16``)."""
+    in C from the first run (``int16_calls.bind_pool16``, after the numpy kernel's checks;
+    the numpy kernel when there is no C call)."""
     x_at, out_at, kwargs = plan("pool", desc, _parse).fields
     dtype = act_dtype(desc)
     x = dma.read_array(x_at[0], dtype, x_at[1])
     out = dma.write_array(out_at[0], dtype, out_at[1])
-    if dtype is np.int16:
+    if dtype is not np.int16:
+        return bound(x, out=out, **kwargs)
+    pooling.check_pool2d(kind, x, out=out, **kwargs)
+    call = int16_calls.bind_pool16(kind, x, out, kwargs["filter_hw"], kwargs["stride"], kwargs["padding"],
+                                   kwargs["act_min"], kwargs["act_max"])
+    if call is None:
         fn(x, out=out, **kwargs)
-        return int16_calls.bind_pool16(kind, x, out, kwargs["filter_hw"], kwargs["stride"], kwargs["padding"],
-                                       kwargs["act_min"], kwargs["act_max"])
-    return bound(x, out=out, **kwargs)
+    else:
+        call()
+    return call
 
 
 def _pool_cost(desc: np.void) -> tuple[int, int]:

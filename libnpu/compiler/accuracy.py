@@ -120,11 +120,14 @@ def float_names(quantized: Graph, float_graph: Graph) -> dict[str, str]:
 
 
 def quantized_feed(quantized: Graph, float_graph: Graph, feed: Feed) -> dict[str, np.ndarray]:
-    """``feed`` (float inputs, by name or in order) as the quantized graph's inputs take them."""
+    """``feed`` (float inputs, by name or in order) as the quantized graph's inputs take them,
+    and the states it gives (by state input name) as the quantized graph's states hold them."""
     if not isinstance(feed, Mapping):
         feed = dict(zip(float_graph.inputs, feed, strict=True))
     out = {}
-    for name in quantized.inputs:
+    # a stateful graph's states where the feed gives them (the escalation's held-out calls), on their grids
+    given = [s.input for s in quantized.states if s.input in feed]
+    for name in [*quantized.inputs, *given]:
         t = quantized.tensors[name]
         value = np.asarray(feed[name], np.float32)
         out[name] = t.quant.quantize(value, t.dtype) if t.quant is not None and t.dtype != "float32" else value

@@ -6,7 +6,8 @@ The default compile of a float model (no ``recipe``, or ``recipe="default"``) ru
 
 1. **Hold out** part of the calibration data (:func:`split_held_out`): ``HELD_OUT_SHARE``
    of it, at least ``MIN_HELD_OUT`` samples and at most ``MAX_HELD_OUT``, spread over the
-   data (the tail for a stateful model, whose samples are one stream). With fewer than ``MIN_SAMPLES`` samples nothing
+   data (the tail for a stateful model, whose samples are one stream: each held-out call starts from
+   the state the float stream carries into it). With fewer than ``MIN_SAMPLES`` samples nothing
    is held out and the fidelity is measured on the calibration data itself (which
    flatters: the metadata and ``npu compile`` say so). With random calibration
    (no data given) the held-out samples are ``MIN_HELD_OUT`` more random ones, so the
@@ -94,6 +95,7 @@ from typing import Any
 
 import numpy as np
 
+from .bias_correction import stream_states
 from .cpu_float import (
     MAX_CPU_TRIALS,
     blamed_layers,
@@ -296,6 +298,10 @@ def _escalate(graph: Graph, dataset: Iterable[Feed] | None, target: float, budge
         measured_on = "random"
     else:
         data = list(dataset)
+        if opt.states:    # each call with the state the float stream carries into it: the held-out
+            # ones measured from zeros, on which a cache's grid makes no error, judged cold starts only
+            named = [dict(f) if isinstance(f, Mapping) else dict(zip(opt.inputs, f, strict=True)) for f in data]
+            data = [{**f, **s} for f, s in zip(named, stream_states(opt, named))]
         calibration, held = split_held_out(data, stateful=bool(opt.states))
         count = len(calibration)
         measured_on = "held-out" if held else "calibration"

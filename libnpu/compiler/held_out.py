@@ -55,8 +55,8 @@ from .ir import Graph
 from .step_reuse import once
 
 __all__ = ["HELD_OUT_SHARE", "MIN_HELD_OUT", "MAX_HELD_OUT", "MIN_SAMPLES", "MARGIN_SAMPLES", "SATURATING", "SLOPE",
-           "EXTRAPOLATE", "split_held_out", "extrapolated", "held_out_scores", "measure", "search_scores",
-           "logit_tensors", "required_score", "missed_samples"]
+           "EXTRAPOLATE", "SCALE_SPREAD", "split_held_out", "extrapolated", "held_out_scores", "measure",
+           "search_scores", "logit_tensors", "required_score", "missed_samples"]
 
 Feed = Mapping[str, np.ndarray] | Sequence[np.ndarray]
 
@@ -77,6 +77,9 @@ MARGIN_SAMPLES = 4
 #: number, a few parameters) is also judged on each held-out sample pushed this share of
 #: its distance further from the calibration samples' mean (:func:`extrapolated`).
 EXTRAPOLATE = 0.5
+#: Samples whose outputs' norms differ this many times weigh alike in the int16 search's
+#: score (:func:`search_scores`): 20 dB, further apart than pictures' outputs are.
+SCALE_SPREAD = 10.0
 #: Ops whose output saturates (a probability): their input, the logits, is scored too.
 SATURATING = ("LOGISTIC", "SOFTMAX")
 #: The largest slope of a sigmoid (and of a softmax's probability against the spread of its logits).
@@ -182,11 +185,28 @@ def search_scores(float_graph: Graph, graph: Graph, samples: Sequence[Feed]) -> 
     pairs, refs, gots, logits = _outputs_and_logits(float_graph, graph, samples)
     result = {}
     for out, qname in pairs.items():
-        value = score(np.concatenate(refs[out]), np.concatenate(gots[out]), graph.tensors[qname].size < SMALL_OUTPUT)
+        small = graph.tensors[qname].size < SMALL_OUTPUT
+        ref, got = (refs[out], gots[out]) if small else _equal_weights(refs[out], gots[out])
+        value = score(np.concatenate(ref), np.concatenate(got), small)
         if out in logits:
             value = min(value, _logit_score(float_graph, logits[out], refs[f"logits {out}"], gots[f"logits {out}"]))
         result[qname] = value
     return result
+
+
+def _equal_weights(refs: list[np.ndarray], gots: list[np.ndarray]) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """Each sample's values (float and quantized) divided by the float ones' norm when the
+    samples' norms differ ``SCALE_SPREAD`` times or more (the calls of a stream: speech and
+    its pauses), so a quiet sample weighs in the search's score as a loud one; else as they
+    are. Together a quiet frame's error was lost under the loud frames': GTCRN in small with
+    ``--state``, its held-out frames 40 dB apart, scored 0.9994 together on the 32 layers the
+    search chose, the worst frame 0.56 (every layer int16: 0.9998)."""
+    norms = [float(np.linalg.norm(r)) for r in refs]
+    loud = [n for n in norms if n > 0]
+    if len(loud) < 2 or max(loud) < SCALE_SPREAD * min(loud):
+        return refs, gots
+    return ([r / n if n > 0 else r for r, n in zip(refs, norms)],
+            [g / n if n > 0 else g for g, n in zip(gots, norms)])
 
 
 def _outputs_and_logits(float_graph: Graph, graph: Graph, samples: Sequence[Feed]

@@ -29,8 +29,11 @@ from ..dynamic_outputs import DYNAMIC_OUTPUTS
 from . import registry
 
 __all__ = ["IRError", "EmptyModelError", "require_data", "QuantParams", "Tensor", "Op", "SourceOp", "State", "Graph",
-           "DTYPES", "ACTIVATIONS"]
+           "DTYPES", "ACTIVATIONS", "SOURCE_OUTPUT_NAMES"]
 
+#: Graph metadata: the source model's output names whose graph output is named otherwise
+#: (an ONNX output made by an Identity, or transposed back to NCHW) -> the graph's name.
+SOURCE_OUTPUT_NAMES = "source_output_names"
 DTYPES = ("float32", "float16", "int8", "uint8", "int16", "int32", "int64", "bool")
 ACTIVATIONS = ("NONE", "RELU", "RELU6", "RELU_N1_TO_1")
 
@@ -279,8 +282,11 @@ class Graph:
         """Turn input/output pairs into states (as OpenVINO's MakeStateful does): for each
         ``input -> output``, the input is no longer fed by the user but holds the output's
         value from the previous call, and the output is no longer returned. Each state
-        starts (and resets) at zero: the zero point of a quantized tensor."""
+        starts (and resets) at zero: the zero point of a quantized tensor. ``output`` may be
+        the source model's name of the output (:data:`SOURCE_OUTPUT_NAMES`)."""
+        aliases = self.metadata.get(SOURCE_OUTPUT_NAMES, {})
         for source, result in pairs.items():
+            result = result if result in self.outputs else aliases.get(result, result)
             if source not in self.inputs:
                 raise IRError(f"state {source!r}: not a graph input (inputs: {self.inputs})")
             if result not in self.outputs:

@@ -39,7 +39,7 @@ from typing import Any
 
 import numpy as np
 
-from . import registry
+from . import int16_states, registry
 from .accuracy import errors_to_json, layer_errors
 from .channel_grids import (
     CHANNEL_MARGIN,
@@ -340,8 +340,8 @@ def promote(graph: Graph, names: Iterable[str], src: Graph | None = None,
         for i in op.inputs:
             if i:
                 consumers.setdefault(i, []).append(op)
-    int16_of: dict[str, str] = {}
-    new_ops: list[Op] = []
+    new_ops: list[Op] = []    # a state whose new value turns int16 turns int16 too (and is read as such):
+    int16_of: dict[str, str] = int16_states.widen_states(g, chosen, lambda name: _int16_of(g, name), new_ops)
     promoted: list[str] = []
     widened: list[str] = []
     tensors: dict[str, list[str]] = {"int16_tensors": [], "int16_weight_tensors": []}
@@ -418,7 +418,7 @@ def promote(graph: Graph, names: Iterable[str], src: Graph | None = None,
         new_ops.extend(after)
         promoted.append(op.name)
         tensors["int16_tensors"].append(out)
-    g.ops = new_ops
+    g.ops = new_ops + int16_states.tie_widened_states(g)
     _drop_dead_conversions(g)
     # op names are for people; output tensors name ops unambiguously (ONNX 1-D conv: TRANSPOSE's name)
     g.metadata = dict(g.metadata, int16_layers=promoted,
@@ -462,7 +462,7 @@ def _convert_to_int16(g: Graph, name: str, producer: Mapping[str, Op], ops: list
 def _drop_dead_conversions(g: Graph) -> None:
     """Remove QUANTIZE ops (and their tensors) that nothing reads any more."""
     while True:
-        used = {i for op in g.ops for i in op.inputs if i} | set(g.outputs)
+        used = {i for op in g.ops for i in op.inputs if i} | set(g.outputs) | {s.output for s in g.states}
         dead = [op for op in g.ops if op.type == "QUANTIZE" and op.outputs[0] not in used]
         if not dead:
             return

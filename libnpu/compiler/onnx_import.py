@@ -34,9 +34,10 @@ from .dynamic_shapes import DYNAMIC_OUTPUTS, data_dependent, dynamic_output_entr
 from .host_groups import group_host_ops
 from .input_shapes import InputShapes, fix_onnx_inputs
 from .integer_inputs import INTEGER_INPUTS, narrowed_index_inputs, refuse_integer_operands
-from .ir import Graph, IRError, Op, SourceOp, Tensor, require_data, same_pads
+from .ir import SOURCE_OUTPUT_NAMES, Graph, IRError, Op, SourceOp, Tensor, require_data, same_pads
 from .onnx_fold import fold_onnx, free_body_shapes
 from .onnx_host import TensorType, group_model, probe_shapes, reads
+from .onnx_ms_ops import lower_ms_ops, not_lowered_reason
 from .onnx_shapes import infer_shapes
 from .qdq_import import QDQ_PER_TENSOR, QDQ_RANGES, float_twin, is_qdq
 from .source_index import record_sources
@@ -62,13 +63,17 @@ class _Importer:
                  fallback: bool = False, force_host: Mapping[int, str] | None = None) -> None:
         model = onnx.ModelProto.FromString(model.SerializeToString())
         qdq_types = [n.op_type for n in model.graph.node]     # the file's nodes, as the user reads them
+        # onnxruntime's own operators as the ONNX ones they compute (compiler.onnx_ms_ops)
+        lowered = lower_ms_ops(model)
+        model, file_index = (lowered.model, lowered.origins) if lowered else (model, list(range(len(qdq_types))))
         # a dynamically quantized model: the float model it stands for (compiler.dynamic_quant)
         dynamic = dequantize_dynamic(model) if is_dynamic(model) else None
-        model, file_index = (dynamic.model, dynamic.origins) if dynamic else (model, list(range(len(qdq_types))))
+        if dynamic:
+            model, file_index = dynamic.model, [file_index[i] for i in dynamic.origins]
         # a QDQ model: its float twin, each Q -> DQ pair's grid kept as its value's range
         twin = float_twin(model) if is_qdq(model) else None
         model, qdq_origins = (twin.model, [file_index[i] if i >= 0 else -1 for i in twin.origins]) if twin \
-            else (model, file_index if dynamic else [])
+            else (model, file_index if dynamic or lowered else [])
         self.qdq_ranges = twin.ranges if twin else {}
         self.qdq_per_tensor, self.per_tensor_ops = twin.per_tensor if twin else set(), set()
         self.fallback, self.force_host = fallback, dict(force_host or {})
@@ -234,6 +239,9 @@ class _Importer:
             if len(node.input) > 1 and node.input[1] in self.qdq_per_tensor:
                 self.per_tensor_ops.update(op.name for op in self.g.ops[before:])
         self.host_nodes(pending)
+        for vi in graph.output:
+            if vi.name not in self.env and vi.name in self.consts:
+                self.host_constant_output(vi.name, seen)
         # nodes folded into constants at import time run nowhere
         self.sources += [SourceOp(i, op) for i, op in dict(self.origin.values()).items() if i not in seen]
         self.sources.sort(key=lambda src: src.index)
@@ -243,6 +251,8 @@ class _Importer:
                 raise ONNXImportError(f"graph output {vi.name!r} is not computed by any node")
             name = self.value(vi.name, None if self.nhwc_io else False, "output")
             self.g.outputs.append(name)
+            if name != vi.name:     # --state names the model's outputs (Graph.make_stateful)
+                self.g.metadata.setdefault(SOURCE_OUTPUT_NAMES, {})[vi.name] = name
         if self.dynamic_outputs:        # their shape decided per run (compiler.dynamic_shapes)
             self.g.metadata[DYNAMIC_OUTPUTS] = {self.env[n][0]: e for n, e in self.dynamic_outputs.items()}
         self.g.metadata["source"] = "onnx"
@@ -270,10 +280,9 @@ class _Importer:
             raise ONNXImportError(f"{where}: input {integral[0]!r} is {dtype}, made on the CPU; the chip takes "
                                   "real numbers")
         attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+        if node.domain not in ("", "ai.onnx"):     # never ONNX's handler for another domain's namesake
+            raise ONNXImportError(not_lowered_reason(node))
         handler = _GLUE.get(node.op_type) or registry.onnx_handler(node.op_type)
-        if handler is None and node.domain not in ("", "ai.onnx"):
-            raise ONNXImportError(f"custom op {node.op_type!r} (domain {node.domain}): the chip has no custom "
-                                  "operators")
         if handler is None:
             raise ONNXImportError(f"unsupported op {where}")
         refuse_integer_operands(node.op_type, [self.g.tensors[self.env[n][0]] if n in self.env else None
@@ -311,6 +320,20 @@ class _Importer:
         for source in sources:
             source.ir_ops = [host]
         group.clear()
+
+    def host_constant_output(self, name: str, seen: dict[int, SourceOp]) -> None:
+        """A model output folded to a constant at import (a length from shape arithmetic,
+        as NeMo's ``signal_len``): an Identity on the host gives it, in its dtype, every run."""
+        folded = self.g.unique_name(f"{name}__folded")
+        self.consts[folded] = self.consts.pop(name)
+        fresh = len(self.origin) + len(self.model.graph.node)       # an initializer given as an output
+        idx, op = next((v for outs, v in self.origin.items() if name in outs), (fresh, "Constant"))
+        if idx not in seen:
+            seen[idx] = SourceOp(idx, op)
+            self.sources.append(seen[idx])
+        seen[idx].reason = "a model output folded to a constant: given by the host"
+        node = onnx.helper.make_node("Identity", [folded], [name], name=f"{name}__constant")
+        self.host_nodes([(-1, node, seen[idx])])
 
     def tensor_types(self, names: list[str], where: str) -> dict[str, TensorType]:
         """Shape and dtype of each of ``names`` (ONNX layout): by shape inference, else by

@@ -32,10 +32,13 @@ def fold_constants(g: Graph) -> int:
     """Evaluate ops whose inputs are all constants (e.g. DEQUANTIZE of fp16 weights)."""
     folded = 0
     kept = []
+    outputs = set(g.outputs)
     for op in g.ops:
         ins = [g.tensors[i] if i else None for i in op.inputs]
-        # (a HOST op without inputs computes constants too: e.g. sparse weights made dense)
-        if (op.inputs or op.type == "HOST") and all(t is None or t.is_constant for t in ins) \
+        # (a HOST op without inputs computes constants too: e.g. sparse weights made dense;
+        # one giving a model output stays: a step writes every output)
+        if (op.inputs or op.type == "HOST" and not outputs & set(op.outputs)) \
+                and all(t is None or t.is_constant for t in ins) \
                 and has_reference(op.type) and (len(op.outputs) == 1 or op.type == "HOST") \
                 and all(t is None or t.quant is None for t in ins):
             vals = [None if t is None else t.data.astype(np.float32) for t in ins]

@@ -10,12 +10,16 @@ all of them.  The same implementation runs for ten minutes as ``python -m benchm
 from __future__ import annotations
 
 import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
 from benchmarks import fuzz_frames
 from benchmarks.chaos import ChaosConfig, run_chaos
-from benchmarks.scratch_device import ScratchDevice
+from benchmarks.scratch_device import ScratchDevice, is_alive, wait_until
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="mounting the FUSE device needs root")
 
@@ -46,3 +50,33 @@ def test_random_frames_get_documented_errnos_and_leak_nothing():
     result = fuzz_frames.run(3000, 2, "nobody", reply_timeout=30.0, log=lambda *_: None)
     assert result["frames"] == 3000 and not result["daemon_exits"], result
     assert not result["problems"], result
+
+
+_STARTER = """
+import sys
+from benchmarks.scratch_device import ScratchDevice
+device = ScratchDevice(cores=1, memory="64M").start()
+print(device.tmp, device.daemon_pid, flush=True)
+sys.stdin.read()
+"""
+
+
+def test_scratch_device_stops_when_its_starter_is_killed(tmp_path):
+    """A benchmark killed by SIGKILL (or a ``timeout`` wrapper) cannot run ``stop()``: its
+    guard must stop the daemonized driver and remove the directory."""
+    starter = subprocess.Popen([sys.executable, "-c", _STARTER], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                               text=True, env={**os.environ, "TMPDIR": str(tmp_path)})
+    tmp = ""
+    try:
+        tmp, daemon = starter.stdout.readline().split()
+        starter.send_signal(signal.SIGKILL)
+        starter.wait()
+        assert wait_until(lambda: not is_alive(int(daemon)) and not Path(tmp).exists(), 120, 0.1), \
+            f"daemon {daemon} alive: {is_alive(int(daemon))}; {tmp} exists: {Path(tmp).exists()}"
+        assert tmp not in Path("/proc/self/mounts").read_text()
+    finally:
+        starter.kill()
+        starter.wait()
+        if tmp and Path(tmp, "dev").is_dir():      # the guard failed: do its work so nothing is left
+            subprocess.run([sys.executable, "-m", "kmd_fuse.cli", "stop", "--devroot", str(Path(tmp, "dev"))],
+                           capture_output=True, timeout=120)

@@ -11,6 +11,9 @@ import libnpu
 from libnpu.compiler.frontend import to_int8_graph
 from libnpu.compiler.ir import IRError
 from libnpu.compiler.lower import compile_model, lower
+from libnpu.compiler.mixed_precision import promotable, quantize_mixed
+from libnpu.compiler.onnx_import import import_onnx
+from libnpu.compiler.optimize import optimize
 from libnpu.compiler.tflite_export import export_tflite
 from libnpu.compiler.tflite_import import import_tflite
 from libnpu.loadable import Loadable
@@ -341,3 +344,27 @@ def test_a_bound_tensor_must_lie_inside_a_live_memory_of_the_device(npu, stream)
         finally:
             runtime.unload()
             device.free_mem(memory)
+
+
+def test_int16_state_is_carried_on_the_device(npu, elman):
+    """A state whose new value mixed precision makes int16 is int16 too (int16_states: it was
+    refused, "new value ... is int16, the state is int8", so every escalation step past int8
+    was), its TANH's own int16 grid requantized onto the state's: ten calls on the device,
+    the state in its STATE region, byte-identical to the stateless twin fed the int16 state
+    by hand."""
+    model, stream, _ = elman
+    graph = import_onnx(model)
+    graph.make_stateful(STATES)
+    promote = [op.outputs[0] for op in optimize(graph).ops if promotable(op)]
+    q = quantize_mixed(graph, stream, int16=promote)
+    (state,) = q.states
+    assert q.tensors[state.input].dtype == q.tensors[state.output].dtype == "int16"
+    h = state.initial
+    with libnpu.load(lower(q), devroot=npu.devroot) as stateful, \
+            libnpu.load(lower(q.stateless()), devroot=npu.devroot) as step:
+        request = stateful.create_request()
+        for i, feed in enumerate(stream[:CALLS]):
+            (got,) = request.infer([feed["x"]])
+            y, h = step.infer([feed["x"], h])
+            assert np.array_equal(got, y) and np.array_equal(request.query_state()[0].state, h), f"call {i}"
+        assert np.abs(h).max() > 0      # the state moved

@@ -223,3 +223,20 @@ def declared_output_mismatch() -> onnx.ModelProto:
     m = h.make_model(g, opset_imports=[h.make_opsetid("", 13)])
     m.ir_version = 8
     return m
+
+
+def length_output(seed: int = 25, length: int = 16) -> onnx.ModelProto:
+    """A speech model's second output, its sequence length ``x.shape[2]`` as int64 ``[1]``
+    (NeMo's ``signal_len``): Shape -> Gather -> Unsqueeze, folded to a constant once the
+    input's shape is fixed, beside a Conv over ``[1, 2, length, 1]``."""
+    b = _Builder(seed)
+    b.node("Conv", ["x", b.weight("w", 4, 2, 3, 1), b.weight("bias", 4, scale=.1)], "y", pads=[1, 0, 1, 0])
+    _unsqueeze0(b, _dim(b, "x", 2, "len0"))
+    b.node("Identity", ["len0_1d"], "x_len")
+    g = h.make_graph(b.nodes, "length_output", [h.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2, length, 1])],
+                     [h.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, length, 1]),
+                      h.make_tensor_value_info("x_len", TensorProto.INT64, [1])], b.inits)
+    m = h.make_model(g, opset_imports=[h.make_opsetid("", 13)])
+    m.ir_version = 8
+    onnx.checker.check_model(m)
+    return m

