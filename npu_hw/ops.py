@@ -432,3 +432,26 @@ UNIDIRECTIONAL_SEQUENCE_LSTM = register_task(OP_UNIDIRECTIONAL_SEQUENCE_LSTM, "U
     ("cell_shift", "<i4"), ("cell_clip", "<i4"),
     ("hidden_multiplier", "<i4"), ("hidden_shift", "<i4"), ("hidden_zp", "<i4"),
 ])
+
+# ---- instance normalization with a per-channel scale and shift (opcode 0x6A) ----
+# x and y [batch, pixels, channels] (NHWC, pixels = H * W), each (batch, channel) plane
+# normalized over its pixels with exact integer sums, then scaled and shifted per channel
+# (gamma, beta: ``gamma_size`` / ``beta_size`` values, 1 or channels). Our formula
+# (docs/hardware.md, firmware_sim.kernels.instance_norm), float64 from the exact sums:
+#   q = x - input_zp; S1 = sum q, S2 = sum q^2 (exact); mean = S1 / P;
+#   var = (P * S2 - S1^2) / P^2 (one correctly rounded division of exact integers);
+#   k = input_scale * gamma / sqrt(var * input_scale^2 + epsilon), gamma = (g - gamma_zp) * gamma_scale;
+#   y = clamp(rint(((q - mean) * k + beta) / output_scale) + output_zp, act_min, act_max).
+# x and y are int16 with OPF_INT16 (zero points 0), gamma and beta int16 when their flag says.
+OP_INSTANCE_NORM = 0x6A
+__all__ += ["OP_INSTANCE_NORM"]
+INSTANCE_NORM = register_task(OP_INSTANCE_NORM, "INSTANCE_NORM", [
+    ("input", "<u8"), ("gamma", "<u8"), ("beta", "<u8"), ("output", "<u8"),
+    ("batch", "<u4"), ("pixels", "<u4"), ("channels", "<u4"),
+    ("gamma_size", "<u4"), ("beta_size", "<u4"),
+    ("gamma_int16", "<u4"), ("beta_int16", "<u4"),
+    ("input_zp", "<i4"), ("gamma_zp", "<i4"), ("beta_zp", "<i4"), ("output_zp", "<i4"),
+    ("act_min", "<i4"), ("act_max", "<i4"),
+    ("input_scale", "<f8"), ("gamma_scale", "<f8"), ("beta_scale", "<f8"), ("output_scale", "<f8"),
+    ("epsilon", "<f8"),
+])

@@ -94,9 +94,14 @@ def _onnx_resize(im, node, attrs, where):
     mode, coord = text("mode", "nearest"), text("coordinate_transformation_mode", "half_pixel")
     nearest = text("nearest_mode", "round_prefer_floor")
     in_shape, out_shape = im.onnx_shape(node.input[0], where), im.onnx_shape(node.output[0], where)
-    if len(in_shape) != 4 or in_shape[:2] != out_shape[:2]:
+    # NCHW, or a channels-last tensor (scales 1, s, s, 1: tf2onnx's RESIZE_NEAREST_NEIGHBOR
+    # where its optimizer left the layout), taken as the IR's NHWC as it is
+    last = len(in_shape) == 4 and in_shape[:2] != out_shape[:2] and (in_shape[0], in_shape[3]) == (
+        out_shape[0], out_shape[3])
+    if len(in_shape) != 4 or (in_shape[:2] != out_shape[:2] and not last):
         raise onnx_import.ONNXImportError(f"{where}: only spatial (H, W) resizing of 4-D tensors is supported")
-    if coord == "pytorch_half_pixel" and min(out_shape[2:]) > 1:
+    spatial = (1, 2) if last else (2, 3)
+    if coord == "pytorch_half_pixel" and min(out_shape[a] for a in spatial) > 1:
         coord = "half_pixel"
     # The ONNX settings that mean exactly what TFLite's two resize ops compute.
     table = {("linear", "asymmetric"): ("RESIZE_BILINEAR", False, False),
@@ -107,15 +112,15 @@ def _onnx_resize(im, node, attrs, where):
              ("nearest", "tf_half_pixel_for_nn", "floor"): ("RESIZE_NEAREST_NEIGHBOR", False, True)}
     key = (mode, coord) if mode == "linear" else (mode, coord, nearest)
     if mode == "nearest" and key not in table and not attrs.get("antialias", 0):
-        _onnx_nearest_by_gather(im, node, coord, nearest, in_shape, out_shape, where)
+        _onnx_nearest_by_gather(im, node, coord, nearest, in_shape, out_shape, where, spatial)
         return
     if key not in table or attrs.get("antialias", 0) or attrs.get("exclude_outside", 0):
         raise onnx_import.ONNXImportError(
             f"{where}: Resize mode={mode} coordinate_transformation_mode={coord}"
             f"{'' if mode == 'linear' else ' nearest_mode=' + nearest} is not supported")
     op_type, align, half = table[key]
-    im.emit(op_type, [im.value(node.input[0], True, where)], node.output[0], True, where,
-            dict(size=tuple(out_shape[2:]), align_corners=align, half_pixel_centers=half))
+    im.emit(op_type, [im.value(node.input[0], not last, where)], node.output[0], not last, where,
+            dict(size=tuple(out_shape[a] for a in spatial), align_corners=align, half_pixel_centers=half))
 
 
 def nearest_indices(in_len: int, out_len: int, scale: float, coord: str, nearest: str) -> np.ndarray:
@@ -140,14 +145,17 @@ def nearest_indices(in_len: int, out_len: int, scale: float, coord: str, nearest
     return np.clip(rounding[nearest](src), 0, in_len - 1).astype(np.int64)
 
 
-def _onnx_nearest_by_gather(im, node, coord, nearest, in_shape, out_shape, where) -> None:
-    """Nearest resizing in any coordinate and rounding mode: one GATHER per resized axis."""
+def _onnx_nearest_by_gather(im, node, coord, nearest, in_shape, out_shape, where,
+                            spatial: tuple[int, int] = (2, 3)) -> None:
+    """Nearest resizing in any coordinate and rounding mode: one GATHER per resized axis
+    (``spatial``: the ONNX tensor's H, W axes; (1, 2) for a channels-last one)."""
     scales = None
     if len(node.input) > 2 and node.input[2] and node.input[2] in im.consts and im.consts[node.input[2]].size:
         scales = [float(v) for v in im.consts[node.input[2]].reshape(-1)]
-    x = im.value(node.input[0], True, where)
+    nhwc = spatial == (2, 3)
+    x = im.value(node.input[0], nhwc, where)
     steps = []
-    for onnx_axis, nhwc_axis in ((2, 1), (3, 2)):
+    for onnx_axis, nhwc_axis in zip(spatial, (1, 2)):
         scale = scales[onnx_axis] if scales else out_shape[onnx_axis] / in_shape[onnx_axis]
         try:
             idx = nearest_indices(in_shape[onnx_axis], out_shape[onnx_axis], scale, coord, nearest)
@@ -156,8 +164,8 @@ def _onnx_nearest_by_gather(im, node, coord, nearest, in_shape, out_shape, where
         if in_shape[onnx_axis] != out_shape[onnx_axis] or np.any(idx != np.arange(len(idx))):
             steps.append((nhwc_axis, idx))
     if not steps:
-        steps = [(1, np.arange(in_shape[2]))]
-    out = im.new_tensor(node.output[0], True, where)
+        steps = [(1, np.arange(in_shape[spatial[0]]))]
+    out = im.new_tensor(node.output[0], nhwc, where)
     for k, (axis, idx) in enumerate(steps):
         x = add_gather(im.g, x, axis, idx, out if k == len(steps) - 1 else None)
 
