@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from npu_hw.ops import MAX_FILTER_EXTENT
+
 from ..errors import InvalidCommand
 from .conv import conv_groups
 from .fixedpoint import requantize_double
@@ -80,8 +82,8 @@ def _windows(x: np.ndarray, kh: int, kw: int, stride, dilation, padding, out_hw)
         raise InvalidCommand("stride/dilation must be >= 1, padding/output size >= 0")
     n, h, w, c = x.shape
     eff_h, eff_w = (kh - 1) * dh + 1, (kw - 1) * dw + 1
-    if max(eff_h, eff_w) > 4096 or pt >= eff_h or pl >= eff_w:
-        raise InvalidCommand("padding must be smaller than the dilated filter (<= 4096)")
+    if max(eff_h, eff_w) > MAX_FILTER_EXTENT or pt >= eff_h or pl >= eff_w:
+        raise InvalidCommand(f"padding must be smaller than the dilated filter (<= {MAX_FILTER_EXTENT})")
     need_h, need_w = (oh - 1) * sh + eff_h, (ow - 1) * sw + eff_w
     if need_h - pt - h >= eff_h or need_w - pl - w >= eff_w:
         raise InvalidCommand("padding after the image must be smaller than the dilated filter")
