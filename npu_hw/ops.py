@@ -23,7 +23,7 @@ from npu_hw.tasks import register_task
 __all__ = [
     "PADDING_SAME", "PADDING_VALID", "conv_geometry", "MAX_RANK", "OPF_PER_CHANNEL",
     "OPF_ALIGN_CORNERS", "OPF_HALF_PIXEL_CENTERS", "OPF_KEEP_DIMS", "OPF_INT16", "OPF_INT16_INPUT", "OPF_WEIGHTS16",
-    "CONCAT_MAX_INPUTS",
+    "CONCAT_MAX_INPUTS", "MAX_FILTER_EXTENT",
     "OP_CONV_2D", "OP_DEPTHWISE_CONV_2D", "OP_ADD", "OP_MUL", "OP_MAX_POOL_2D", "OP_AVERAGE_POOL_2D",
     "OP_MEAN", "OP_RELU", "OP_LUT", "OP_SOFTMAX", "OP_CONCATENATION", "OP_RESHAPE", "OP_TRANSPOSE",
     "OP_PAD", "OP_STRIDED_SLICE", "OP_RESIZE_BILINEAR", "OP_RESIZE_NEAREST_NEIGHBOR", "OP_QUANTIZE",
@@ -59,6 +59,9 @@ def conv_geometry(in_size: int, filter_size: int, stride: int, dilation: int,
 
 MAX_RANK = 6
 CONCAT_MAX_INPUTS = 1 << 16
+# Convolutions: the longest dilated filter along an axis, ``(k - 1) * dilation + 1``; the
+# padding on either side must be shorter than it (so it bounds the padded buffers).
+MAX_FILTER_EXTENT = 4096
 
 # Header flag bits.
 OPF_PER_CHANNEL = 0x1         # conv/depthwise: multipliers/shifts are arrays (mult_iova/shift_iova)

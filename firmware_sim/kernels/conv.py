@@ -23,6 +23,7 @@ from collections import OrderedDict
 import numpy as np
 
 from firmware_sim import caches
+from npu_hw.ops import MAX_FILTER_EXTENT
 
 from ..errors import InvalidCommand
 from . import native, weight_cache
@@ -38,9 +39,6 @@ def _pair(name: str, v) -> tuple[int, int]:
     if len(v) != 2:
         raise InvalidCommand(f"{name} must be a pair (h, w), got {v!r}")
     return int(v[0]), int(v[1])
-
-
-MAX_FILTER_EXTENT = 4096  # dilated filter size; bounds the padded buffers
 
 
 def _check_extent(axis: str, size: int, k: int, stride: int, dilation: int, pad: int,

@@ -19,6 +19,8 @@ import math
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
+from npu_hw.ops import MAX_FILTER_EXTENT
+
 from ..errors import InvalidCommand
 from .conv import conv_groups
 from .fixedpoint import (
@@ -144,8 +146,8 @@ def check_window_geometry(shape: tuple[int, ...], kh: int, kw: int, stride, dila
     h, w = shape[1], shape[2]
     eff_h, eff_w = (kh - 1) * dh + 1, (kw - 1) * dw + 1
     need_h, need_w = (oh - 1) * sh + eff_h, (ow - 1) * sw + eff_w
-    if max(eff_h, eff_w) > 4096 or pt >= eff_h or pl >= eff_w:
-        raise InvalidCommand("padding must be smaller than the dilated filter (<= 4096)")
+    if max(eff_h, eff_w) > MAX_FILTER_EXTENT or pt >= eff_h or pl >= eff_w:
+        raise InvalidCommand(f"padding must be smaller than the dilated filter (<= {MAX_FILTER_EXTENT})")
     if need_h - pt - h >= eff_h or need_w - pl - w >= eff_w:
         raise InvalidCommand("padding after the image must be smaller than the dilated filter")
     return (sh, sw, dh, dw, pt, pl, oh, ow), need_h, need_w

@@ -25,7 +25,9 @@ and zero points (the values onnxruntime multiplies by):
 * a ``DequantizeLinear`` of a ``DynamicQuantizeLinear`` output (directly or through a
   ``Transpose`` / ``Reshape`` of the codes, onnxruntime's 8-bit data movement) becomes the
   float value itself, and one of a ``Gather`` from an int8 table a ``Gather`` from the
-  dequantized table.
+  dequantized table; codes of a table that every reader dequantizes alike, directly or
+  after moves (a BiLSTM's embedding, for its Shape and, transposed, for its LSTM), get the
+  float ``Gather`` once, and each move and dequantization follows it.
 
 The nodes left without a reader (the ``DynamicQuantizeLinear``, the scale products) are
 dropped. The quantizer then treats the model as any float one (calibration, escalation to
@@ -140,6 +142,8 @@ class _Rewriter:
         for i, node in enumerate(self.graph.node):
             if node.op_type == "DynamicQuantizeLinear" and len(node.output) == 3:
                 self.codes[node.output[0]] = _Codes(node.input[0], node.output[1], node.output[2])
+            elif node.op_type == "Gather":
+                self.dequantized_table(i, node)
             elif node.op_type in _MOVES and node.input and node.input[0] in self.codes:
                 self.move(i, node)
             elif node.op_type in _INTEGER_FLOAT:
@@ -148,6 +152,43 @@ class _Rewriter:
                 self.lstm(i, node)
             elif node.op_type == "DequantizeLinear":
                 self.dequantize(i, node)
+
+    def dequantized_table(self, i: int, node: onnx.NodeProto) -> None:
+        """Codes ``Gather`` takes from a constant int8 table that its readers dequantize, each
+        the same way, directly or through moves of the codes (a BiLSTM's embedding: one
+        ``DequantizeLinear`` for its Shape, another after a ``Transpose`` for its LSTM): a
+        float ``Gather`` beside it from the dequantized table, so every reader gets the float
+        value (rewriting only the direct reader left the moved codes typed as floats)."""
+        table = self.const(node.input[0])
+        if table is None or table.dtype.kind not in "iu" or len(node.input) < 2:
+            return
+        grids, pending = set(), [node.output[0]]
+        while pending:
+            value = pending.pop()
+            if value in self.finals:
+                return
+            for k in self.readers.get(value, []):
+                reader = self.graph.node[k]
+                if reader.op_type in _MOVES and reader.input[0] == value:
+                    pending.append(reader.output[0])
+                elif reader.op_type == "DequantizeLinear" and reader.input[0] == value:
+                    grids.add((reader.input[1], reader.input[2] if len(reader.input) > 2 else ""))
+                elif reader.op_type not in _INTEGER_FLOAT:
+                    return
+        if len(grids) != 1:
+            return
+        ((scale_name, zero_name),) = grids
+        scale, zero = self.const(scale_name), self.const(zero_name)
+        if scale is None or scale.size != 1 or (zero_name and zero is None):
+            return
+        twin = onnx.NodeProto()
+        twin.CopyFrom(node)
+        twin.name = f"{node.name or node.output[0]}__float"
+        twin.input[0] = self.add_const(node.input[0], _weights(table, zero, scale, 0))
+        twin.output[0] = f"{node.output[0]}__float"
+        self.made.add(twin.output[0])
+        self.replaced[i] = [node, twin]
+        self.codes[node.output[0]] = _Codes(twin.output[0], scale_name, zero_name)
 
     def move(self, i: int, node: onnx.NodeProto) -> None:
         """The same data movement on the float value, beside the codes' (dropped if unread)."""

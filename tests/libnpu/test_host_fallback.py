@@ -129,6 +129,22 @@ def test_an_integer_model_input_read_on_the_host(npu):
             _close(got, want)
 
 
+def test_float_ids_cast_to_integers_reach_their_lookup_as_integers(npu):
+    # DeepCut: float ids -> Cast(int32) -> Gather. The Cast was taken for a no-op (ids the
+    # chip narrows), so the Gathers' host call got the float input where onnxruntime wants
+    # int32 indices, and the compile failed ("Type 'tensor(float)' of input parameter").
+    model = host_models.float_ids_embeddings()
+    rng = np.random.default_rng(14)
+    ids = [[rng.integers(0, 12, (1, 6)).astype(np.float32) for _ in "ab"] for _ in range(6)]
+    loadable = compile_model(model.SerializeToString(), ids[:4], recipe="fast")
+    session = onnxruntime.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    with libnpu.load(loadable, devroot=npu.devroot) as compiled:
+        for a, b in ids[4:]:
+            (got,) = compiled.infer([a, b], dequantized=True)
+            (want,) = session.run(None, {"a": a, "b": b})
+            _close(got, want)
+
+
 def test_a_shape_that_depends_on_the_data_stays_inside_one_host_call(npu):
     loadable = _check_onnx(npu, host_models.nonzero_count(), _feeds((4, 8), 8, seed=6), recipe="fast")
     assert _host_ops(loadable) == ["NonZero+Cast+ReduceSum"]

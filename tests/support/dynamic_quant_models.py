@@ -99,3 +99,24 @@ def embedding_and_moved_codes(seed: int = 8) -> onnx.ModelProto:
     model = h.make_model(g, opset_imports=[h.make_opsetid("", 17)])
     onnx.checker.check_model(model)
     return model
+
+
+def embedding_read_and_moved(seed: int = 9) -> onnx.ModelProto:
+    """An embedding (Gather from a table by int64 ids) read as it is (a Relu) and through a
+    Transpose (into a MatMul and a Relu): ``quantize_dynamic`` dequantizes the int8 table's
+    codes for the first and transposes the codes (its 8-bit data movement) for the others,
+    as a BiLSTM diacritizer's embedding feeds its Shape and its LSTM.
+    Input ids [4]; outputs [4, 8], [8, 5], [8, 4]."""
+    b = _Builder(seed)
+    n = b.node
+    n("Gather", [b.weight("emb", 20, 8, scale=1.0), "ids"], "e")
+    n("Relu", ["e"], "y1")
+    n("Transpose", ["e"], "et", perm=[1, 0])
+    n("MatMul", ["et", b.weight("w", 4, 5)], "y2")
+    n("Relu", ["et"], "y3")
+    g = h.make_graph(b.nodes, "embedding_read_and_moved", [h.make_tensor_value_info("ids", TensorProto.INT64, [4])],
+                     [h.make_tensor_value_info(k, TensorProto.FLOAT, v)
+                      for k, v in (("y1", [4, 8]), ("y2", [8, 5]), ("y3", [8, 4]))], b.inits)
+    model = h.make_model(g, opset_imports=[h.make_opsetid("", 17)])
+    onnx.checker.check_model(model)
+    return model

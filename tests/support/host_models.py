@@ -227,3 +227,25 @@ def if_on_an_integer_input(seed: int = 11) -> onnx.ModelProto:
                   {"x": [4, 8]}, {"y": [4, 8]})
     model.graph.input.append(h.make_tensor_value_info("sr", onnx.TensorProto.INT64, []))
     return model
+
+
+def float_ids_embeddings(seed: int = 0) -> onnx.ModelProto:
+    """Ids given as floats (as a Keras export takes them), each Cast to int32 and looked up
+    in its own float table (Gather), the two embeddings added: DeepCut's front end.
+    Inputs ``a``, ``b`` [1, 6] in [0, 12)."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(seed)
+    tables = [numpy_helper.from_array(rng.standard_normal((n, 4)).astype(np.float32), f"t{k}")
+              for k, n in enumerate((12, 20))]
+    nodes = [helper.make_node("Cast", ["a"], ["ai"], to=TensorProto.INT32),
+             helper.make_node("Cast", ["b"], ["bi"], to=TensorProto.INT32),
+             helper.make_node("Gather", ["t0", "ai"], ["ea"]),
+             helper.make_node("Gather", ["t1", "bi"], ["eb"]),
+             helper.make_node("Add", ["ea", "eb"], ["y"])]
+    graph = helper.make_graph(nodes, "float_ids", [helper.make_tensor_value_info(n, TensorProto.FLOAT, [1, 6])
+                                                   for n in "ab"],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 6, 4])], tables)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    return model

@@ -19,6 +19,8 @@ def _onnx_cast(im, node, attrs, where):
         im.consts[node.output[0]] = np.asarray(im.consts[x]).astype(to)
         return
     have = np.dtype(im.g.tensors[im.env[x][0]].dtype)
-    if have != to and not (x in im.narrowed and to.kind == "i"):   # ids the chip takes as int32 stay them
+    # ids the chip takes as int32 stay them; a float tensor cast to integers is no id yet (deepcut's
+    # float ids: the Cast runs on the CPU, so its readers get integers)
+    if have != to and not (x in im.narrowed and to.kind == "i" and have.kind in "iu"):
         raise onnx_import.ONNXImportError(f"{where}: a Cast from {have} to {to} of a computed tensor")
     im.env[node.output[0]] = im.env[x]

@@ -6,6 +6,7 @@ import tflite
 
 from .. import channel_grids, float_ref, onnx_import, qparams, tflite_export, tflite_import
 from ..ir import Op, Tensor
+from ..long_dilations import check_filter_extent, fold_long_dilations
 from ..registry import Operator, onnx, register, tflite_options
 
 # TFLite -----------------------------------------------------------------------------
@@ -27,7 +28,7 @@ def _tflite_conv(im, ins, outs, table, where):
         raise tflite_import.UnsupportedOpError(
             f"{where}: input channels {cin} not a multiple of filter depth {cin_g}")
     attrs = dict(_window_attrs(im, ins, o, kh, kw, where), groups=cin // cin_g)
-    return attrs, (ins + [-1])[:3]
+    _add_folded(im, "CONV_2D", attrs, (ins + [-1])[:3], outs)
 
 
 def _tflite_depthwise(im, ins, outs, table, where):
@@ -35,7 +36,14 @@ def _tflite_depthwise(im, ins, outs, table, where):
     _, kh, kw, cout = im.shape(ins[1])
     cin = im.shape(ins[0])[3]
     attrs = dict(_window_attrs(im, ins, o, kh, kw, where), depth_multiplier=cout // cin)
-    return attrs, (ins + [-1])[:3]
+    _add_folded(im, "DEPTHWISE_CONV_2D", attrs, (ins + [-1])[:3], outs)
+
+
+def _add_folded(im, op_type: str, attrs: dict, ins: list[int], outs: list[int]) -> None:
+    """Add the convolution, a dilated filter longer than the chip takes folded
+    (:mod:`libnpu.compiler.long_dilations`)."""
+    op = im.graph.add_op(Op(op_type, [im.tensor(j) if j >= 0 else "" for j in ins], [im.tensor(outs[0])], attrs))
+    fold_long_dilations(im.graph, [op])
 
 
 # float reference ---------------------------------------------------------------------
@@ -97,6 +105,7 @@ def _lower(descriptor: str, depthwise: bool):
     def lower(low, op, p):
         x, w = low.shape(op.inputs[0]), low.shape(op.inputs[1])
         out = low.shape(op.outputs[0])
+        check_filter_extent(w[1:3], p["dilation"], op.attrs["pads"])
         fields = dict(in_shape=x, out_shape=out, filter_hw=w[1:3], stride=p["stride"],
                       dilation=p["dilation"], padding=p["padding"],
                       cin_per_group=1 if depthwise else w[3], input_zp=p["input_zp"],
@@ -226,6 +235,13 @@ def _onnx_conv(im, node, attrs, where):
     cin = im.onnx_shape(node.input[0], where)[1]
     bias = onnx_bias(im, node, where)
     common = dict(stride=strides, dilation=dil, pads=pads, activation="NONE")
+    before = len(im.g.ops)
+    _emit_onnx_conv(im, node, w, cin, bias, group, common, where)
+    fold_long_dilations(im.g, im.g.ops[before:])
+
+
+def _emit_onnx_conv(im, node, w, cin: int, bias: str, group: int, common: dict, where) -> None:
+    cout, cin_g = w.shape[:2]
     if group > 1 and group == cin and cin_g == 1:
         wt = im.g.add_const(node.input[1], w.transpose(1, 2, 3, 0)).name  # [1, KH, KW, Cout]
         onnx_emit_2d(im, node, "DEPTHWISE_CONV_2D", [wt, bias], dict(common, depth_multiplier=cout // cin), where)

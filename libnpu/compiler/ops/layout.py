@@ -81,10 +81,15 @@ def _float_concat(op, ins, out):
 def _lower_concat(low, op, p):
     out = low.shape(op.outputs[0])
     axis = p["axis"]
-    sizes = np.asarray([low.shape(i)[axis] for i in op.inputs], np.uint32)
-    table = low.plan.add_address_table(f"{op.name}/inputs", list(op.inputs))
+    # An empty input adds nothing, and the chip refuses one (eeg-spindles' head joins its
+    # output to a [1, 0, 1] constant, as torch.cat with an empty tensor exports)
+    inputs = [i for i in op.inputs if low.shape(i)[axis] > 0]
+    if not inputs:
+        return None         # an empty output: nothing to copy
+    sizes = np.asarray([low.shape(i)[axis] for i in inputs], np.uint32)
+    table = low.plan.add_address_table(f"{op.name}/inputs", inputs)
     item = np.dtype(low.g.tensors[op.outputs[0]].dtype).itemsize  # the chip copies bytes
-    fields = dict(num_inputs=len(op.inputs), outer=int(np.prod(out[:axis], dtype=np.int64)),
+    fields = dict(num_inputs=len(inputs), outer=int(np.prod(out[:axis], dtype=np.int64)),
                   inner=int(np.prod(out[axis + 1:], dtype=np.int64)) * item, axis_total=out[axis])
     extra = dict(inputs_iova=(table.region, table.offset), sizes_iova=low.const(op, "sizes", sizes))
     return Emitted("CONCATENATION", 0, fields, dict(output=op.outputs[0]), extra)

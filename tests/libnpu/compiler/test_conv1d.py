@@ -109,6 +109,10 @@ CASES = {
     "MaxPool ceil_mode": conv1d("MaxPool", X, kernel_shape=[3], strides=[2], ceil_mode=1),
     "AveragePool SAME_UPPER": conv1d("AveragePool", X, kernel_shape=[4], strides=[2], auto_pad="SAME_UPPER"),
     "GlobalAveragePool": conv1d("GlobalAveragePool", X),
+    # past the chip's dilated filter extent (4096): folded into rows (test_long_dilations.py)
+    "kernel 3 at dilation 2048": conv1d("Conv", (1, 2, 5000), (3, 2, 3), dilations=[2048]),
+    "depthwise, causal pads, dilation 4200": conv1d("Conv", (1, 4, 4500), (4, 1, 2), group=4, dilations=[4200],
+                                                    pads=[4200, 0]),
 }
 
 

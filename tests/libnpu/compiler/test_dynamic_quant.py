@@ -17,6 +17,7 @@ from tests.support.dynamic_quant_models import (
     crnn,
     crnn_inputs,
     embedding_and_moved_codes,
+    embedding_read_and_moved,
     integer_product_of_activations,
     quantize_dynamic_model,
 )
@@ -66,6 +67,25 @@ def test_an_embedding_and_codes_moved_as_codes(tmp_path):
                 for m in (quantized, floats.SerializeToString())]
     for want, got in zip(*(s.run(None, ids) for s in sessions)):
         assert np.abs(got - want).max() <= 0.01 * np.abs(want).max()
+
+
+def test_an_embedding_dequantized_directly_and_after_a_move(tmp_path):
+    # The table's codes dequantized for one reader and transposed as codes for the others
+    # (tashkeel's BiLSTM): only the direct reader got the float value, the moved codes
+    # reached the MatMulInteger typed float and onnxruntime refused the host graph.
+    quantized = quantize_dynamic_model(embedding_read_and_moved(), tmp_path)
+    floats = dequantize_dynamic(onnx.load_from_string(quantized)).model
+    assert not {n.op_type for n in floats.graph.node} & (DYNAMIC_OPS | {"DequantizeLinear", "Cast", "Mul"})
+    rng = np.random.default_rng(4)
+    ids = [rng.integers(0, 20, 4).astype(np.int64) for _ in range(11)]
+    loadable = compile_model(quantized, [[i] for i in ids[:8]], recipe="fast")
+    assert loadable.host_steps == []
+    session = ort.InferenceSession(quantized, providers=["CPUExecutionProvider"])
+    mem = ChipMemory(tmp_path, size=8 << 20)
+    for i in ids[8:]:
+        for got, want in zip(run_loadable(mem, loadable, [i.astype(np.int32)]), session.run(None, {"ids": i}),
+                             strict=True):
+            assert cosine(got, want) >= 0.98
 
 
 def test_a_product_of_two_activations_stays_as_it_is():
