@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import numpy as np
 
-
 from ..errors import InvalidCommand
 from .conv import conv_groups
 from .fixedpoint import requantize_double
