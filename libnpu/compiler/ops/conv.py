@@ -48,13 +48,29 @@ def conv2d(x, w, b, *, stride, dilation, pads, groups, activation) -> np.ndarray
     outs = []
     cout_g = cout // groups
     for g in range(groups):
-        patches = win[:, :, :, g * cin_g:(g + 1) * cin_g]
+        patches = _patch_matrix(win[:, :, :, g * cin_g:(g + 1) * cin_g])
         wg = w[g * cout_g:(g + 1) * cout_g].transpose(3, 1, 2, 0)  # (Cin_g, KH, KW, Cout_g)
         outs.append(np.tensordot(patches, wg, axes=([3, 4, 5], [0, 1, 2])))
     y = outs[0] if groups == 1 else np.concatenate(outs, axis=3)
     if b is not None:
         y = y + b
-    return float_ref.activation(y.astype(np.float32), activation)
+    return float_ref.activation(y.astype(np.float32, copy=False), activation)
+
+
+def _patch_matrix(win: np.ndarray) -> np.ndarray:
+    """The windows ``(N, OH, OW, C, KH, KW)`` as one C-ordered array, copied one tap at a time.
+
+    The same array (and so the same GEMM, the same bits) as numpy's own copy when
+    ``tensordot`` reshapes the strided view, but that copy walks the view in its order, KW
+    innermost: runs of KW values, a loop per three floats; a tap at a time copies runs of C.
+    On U2-Net-p at 320 x 320 the copy took twice the GEMM's time, 60% of a compile."""
+    if win.shape[-2:] == (1, 1):      # a 1 x 1 kernel: the view reshapes as it is (no copy, or a plain one)
+        return win
+    out = np.empty(win.shape, win.dtype)
+    for i in range(win.shape[-2]):
+        for j in range(win.shape[-1]):
+            out[..., i, j] = win[..., i, j]
+    return out
 
 
 def depthwise_conv2d(x, w, b, *, stride, dilation, pads, depth_multiplier, activation) -> np.ndarray:
