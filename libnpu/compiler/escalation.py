@@ -127,6 +127,7 @@ from .mixed_precision import quantize_mixed
 from .optimize import optimize
 from .progress import Progress, stage
 from .quantizer import random_dataset
+from .scratch import reusing_scratch
 from .small_islands import MIN_NPU_PARTITION, keep_small_islands_on_cpu
 from .step_reuse import once, reusing_work
 from .work_count import WorkCapReached, counting_work, limit_work, work_done
@@ -296,9 +297,9 @@ def quantize_to_target(graph: Graph, dataset: Iterable[Feed] | None = None, *, t
     nothing, as before 2026-11-29 (the same result, slower: what the tests compare with)."""
     target, budget = check_target(target), check_budget(budget)
     if not share_work:
-        with counting_work():
+        with counting_work(), reusing_scratch():
             return _escalate(graph, dataset, target, budget, progress, options)
-    with reusing_work() as counts, counting_work():
+    with reusing_work() as counts, counting_work(), reusing_scratch():
         q = _escalate(graph, dataset, target, budget, progress, options)
         q.metadata["fidelity"]["shared"] = {k: {"computed": v[0], "reused": v[1]} for k, v in sorted(counts.items())}
     return q

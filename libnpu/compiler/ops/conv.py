@@ -7,6 +7,7 @@ import tflite
 from .. import channel_grids, float_ref, onnx_import, qparams, tflite_export, tflite_import
 from ..ir import Op, Tensor
 from ..registry import Operator, onnx, register, tflite_options
+from ..scratch import scratch
 
 # TFLite -----------------------------------------------------------------------------
 
@@ -63,10 +64,12 @@ def _patch_matrix(win: np.ndarray) -> np.ndarray:
     The same array (and so the same GEMM, the same bits) as numpy's own copy when
     ``tensordot`` reshapes the strided view, but that copy walks the view in its order, KW
     innermost: runs of KW values, a loop per three floats; a tap at a time copies runs of C.
-    On U2-Net-p at 320 x 320 the copy took twice the GEMM's time, 60% of a compile."""
+    In U2-Net-p's default compile that copy took 44% of the time, twice the GEMM's. The array
+    is a scratch buffer (:mod:`libnpu.compiler.scratch`): ``tensordot`` reads it before the
+    next call."""
     if win.shape[-2:] == (1, 1):      # a 1 x 1 kernel: the view reshapes as it is (no copy, or a plain one)
         return win
-    out = np.empty(win.shape, win.dtype)
+    out = scratch(win.shape, win.dtype)
     for i in range(win.shape[-2]):
         for j in range(win.shape[-1]):
             out[..., i, j] = win[..., i, j]
