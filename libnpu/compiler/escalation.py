@@ -110,6 +110,7 @@ from .cpu_float import (
     leaves_chip_work,
 )
 from .decisions import decision_path
+from .escalation_cap import cap_reached, cap_text, limit_to_cap, stopped
 from .held_out import (
     HELD_OUT_SHARE,
     MAX_HELD_OUT,
@@ -225,43 +226,6 @@ def check_budget(budget: Any) -> float:
     return value
 
 
-def _cap_reached(tried: Sequence[Mapping[str, Any]], budget: float, next_step: str) -> str:
-    """Why ``next_step`` does not start (the note the metadata keeps), or "" when it may: the
-    steps after int8 have done more than ``budget`` times the int8 step's work. int8 always
-    runs and the first escalation starts (:func:`_limit_to_cap` stops a step at the cap)."""
-    if not budget or len(tried) < 2:
-        return ""
-    base = int(tried[0]["work"])
-    spent = sum(int(s["work"]) for s in tried[1:])
-    if spent <= budget * base:
-        return ""
-    return (f"{next_step} not tried: the steps after int8 did {spent / base:.1f} times the int8 step's work, "
-            f"over the cap of {budget:g}")
-
-
-def _limit_to_cap(tried: Sequence[Mapping[str, Any]], budget: float) -> None:
-    """The work of a step after int8 limited to what the cap leaves (:func:`_cap_reached`'s
-    rule on the running step: the op evaluation past it raises
-    :class:`~libnpu.compiler.work_count.WorkCapReached`); int8 itself is never limited."""
-    if budget and tried:
-        base = int(tried[0]["work"])
-        limit_work(int(budget * base) - sum(int(s["work"]) for s in tried[1:]))
-
-
-def _cap_text(budget: float, what: str) -> str:
-    """The note for ``what`` stopped by the cap (the metadata's ``capped``)."""
-    return f"{what} stopped at the cap: the steps after int8 reached {budget:g} times the int8 step's work"
-
-
-def _stopped(tried: list[dict[str, Any]], name: str, before: int, budget: float, progress: Progress | None,
-             step: str) -> str:
-    """A step the cap stopped, in ``tried`` (its work, not measured); the note for the metadata."""
-    tried.append({"step": name, "stopped": True, "work": work_done() - before})
-    if progress is not None:
-        progress(f"step {step}", 1, 1)
-    return _cap_text(budget, name)
-
-
 #: A measured step: its rank (:func:`_rank`), graph, scores, logits' scores and name.
 _Best = tuple[tuple[int, float], Graph, dict[str, float], dict[str, float], str]
 
@@ -349,11 +313,11 @@ def _escalate(graph: Graph, dataset: Iterable[Feed] | None, target: float, budge
         if merged in seen:     # the caller's own options make this step one already tried
             continue
         seen.append(merged)
-        capped = _cap_reached(tried, budget, step.name)
+        capped = cap_reached(tried, budget, step.name)
         if capped:
             break
         before = work_done()
-        _limit_to_cap(tried, budget)
+        limit_to_cap(tried, budget)
         if progress is not None:     # a timer hears each step's seconds (the metadata keeps no time)
             progress(f"step {step.name}", 0, 1)
         started_with = chosen_before
@@ -365,7 +329,7 @@ def _escalate(graph: Graph, dataset: Iterable[Feed] | None, target: float, budge
             if front:      # the quantizer gives host ops their float inputs as given
                 q.metadata["cpu_float"] = front
         except WorkCapReached:      # the steps before it stand
-            capped = _stopped(tried, name, before, budget, progress, step.name)
+            capped = stopped(tried, name, before, budget, progress, step.name)
             break
         except Exception as exc:  # noqa: BLE001 - a later step is optional: the steps before it stand
             if not tried:
@@ -385,7 +349,7 @@ def _escalate(graph: Graph, dataset: Iterable[Feed] | None, target: float, budge
             with stage(progress, "measure"):
                 scores, logits = measure(opt, q, judged)
         except WorkCapReached:
-            capped = _stopped(tried, name, before, budget, progress, step.name)
+            capped = stopped(tried, name, before, budget, progress, step.name)
             break
         made[name] = (graph, _as_chosen(asked, q.metadata), front)
         moved = f", {len(front['layers'])} layers kept in float on the CPU" if front else ""
@@ -405,7 +369,7 @@ def _escalate(graph: Graph, dataset: Iterable[Feed] | None, target: float, budge
                 extra = _seen_check(opt, q, calibration, target, progress) \
                     if measured_on == "held-out" and fresh and step.name != LADDER[0].name else []
             except WorkCapReached:      # the step stands as the held-out samples measured it
-                extra, capped = [], _cap_text(budget, f"the check of {name} on the calibration samples")
+                extra, capped = [], cap_text(budget, f"the check of {name} on the calibration samples")
             tried[-1]["work"] += work_done() - checked     # the cap counts the check as the step's
             if not extra:
                 break
@@ -418,7 +382,7 @@ def _escalate(graph: Graph, dataset: Iterable[Feed] | None, target: float, budge
                     scores, logits = measure(opt, q, judged)
             except WorkCapReached:      # the step stands as the held-out samples measured it
                 best, judged, need = again
-                again, capped = None, _cap_text(budget, f"the check of {name} on the calibration samples")
+                again, capped = None, cap_text(budget, f"the check of {name} on the calibration samples")
                 break
             tried[-1]["seen_missed"] = len(extra)
             best = (_rank(scores, logits, need), q, scores, logits, name)
@@ -504,12 +468,12 @@ def _keep_in_float(opt: Graph, best: _Best, options: dict[str, Any], given: Mapp
     quantized as the int16 step does (``options``: its search runs again, as the layers
     around the CPU ones now see other values; ``given``: the caller's options)."""
     rank, q, *_ = best
-    _limit_to_cap(tried, budget)      # the blame and the trials within what the cap leaves, as a step
+    limit_to_cap(tried, budget)      # the blame and the trials within what the cap leaves, as a step
     try:
         with stage(progress, "measure"):
             blamed = blamed_layers(opt, q, held, calibration=calibration, need=need)
     except WorkCapReached:
-        return best, _cap_text(budget, "the blame of the layers to keep in float")
+        return best, cap_text(budget, "the blame of the layers to keep in float")
     moved: list[str] = []
     trials = 0
     reason = cpu_reason(rank[1], target)
@@ -527,7 +491,7 @@ def _keep_in_float(opt: Graph, best: _Best, options: dict[str, Any], given: Mapp
         except IRError as exc:     # a layer the host cannot run in float stays on the chip
             refused.append(str(exc).splitlines()[0][:200])
             continue
-        capped = _cap_reached(tried, budget, f"CPU float {trials + 1}")
+        capped = cap_reached(tried, budget, f"CPU float {trials + 1}")
         if capped:
             return best, capped
         before = work_done()
@@ -539,7 +503,7 @@ def _keep_in_float(opt: Graph, best: _Best, options: dict[str, Any], given: Mapp
             trial = _quantize(cpu, calibration, {**options, **keep},
                               None if "int16" in given else held, progress)
         except WorkCapReached:
-            return best, _stopped(tried, name, before, budget, None, name)
+            return best, stopped(tried, name, before, budget, None, name)
         except Exception as exc:  # noqa: BLE001 - optional, as a later ladder step: the best one stands
             text = str(exc).splitlines()[0][:200] if str(exc) else ""
             refused.append(text if isinstance(exc, IRError) else f"{type(exc).__name__}: {text}")
@@ -549,7 +513,7 @@ def _keep_in_float(opt: Graph, best: _Best, options: dict[str, Any], given: Mapp
             with stage(progress, "measure"):
                 trial_scores, trial_logits = measure(opt, trial, held)
         except WorkCapReached:
-            return best, _stopped(tried, name, before, budget, None, name)
+            return best, stopped(tried, name, before, budget, None, name)
         trial.metadata["cpu_float"] = kept_in_float(opt, moved, said)
         tried.append({"step": name, "chose": f"{len(moved)} layers kept in float on the CPU",
                       **_rounded(trial_scores, trial_logits), "work": work_done() - before})
