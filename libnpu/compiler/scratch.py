@@ -5,9 +5,10 @@ A convolution's patch matrix at full resolution is large (U2-Net-p at 320 x 320:
 and a fresh one per call costs more in the kernel's page faults than the copy into it costs
 (0.16-0.22 s of system time against 0.13 s of user time per such call on the 2-CPU
 development machine), a quarter of a default compile's CPU time. Inside
-:func:`reusing_scratch` (what :func:`libnpu.compiler.escalation.quantize_to_target` opens
-for its steps) :func:`scratch` hands out views of one buffer per dtype, grown as needed and
-dropped when the scope ends; outside it, a fresh array, as before. The values computed are
+:func:`reusing_scratch` (what each :meth:`libnpu.compiler.float_ref.FloatInterpreter.run`
+opens, and :func:`libnpu.compiler.escalation.quantize_to_target` around all its steps)
+:func:`scratch` hands out views of one buffer per dtype, grown as needed and dropped when
+the outermost scope ends; outside it, a fresh array, as before. The values computed are
 the same either way: the buffer is only ever written in full before it is read.
 """
 from __future__ import annotations
