@@ -70,10 +70,18 @@ def _patch_matrix(win: np.ndarray) -> np.ndarray:
     if win.shape[-2:] == (1, 1):      # a 1 x 1 kernel: the view reshapes as it is (no copy, or a plain one)
         return win
     out = scratch(win.shape, win.dtype)
-    for i in range(win.shape[-2]):
-        for j in range(win.shape[-1]):
-            out[..., i, j] = win[..., i, j]
+    n, oh, ow, c, kh, kw = win.shape
+    rows = max(1, _COPY_BLOCK // max(1, ow * c * kh * kw * win.itemsize))    # output rows a block: in cache
+    for b in range(n):
+        for top in range(0, oh, rows):
+            for i in range(kh):
+                for j in range(kw):
+                    out[b, top:top + rows, :, :, i, j] = win[b, top:top + rows, :, :, i, j]
     return out
+
+
+#: Bytes of the patch matrix filled a block at a time: every tap writes into the block while it is in cache.
+_COPY_BLOCK = 1 << 19
 
 
 def depthwise_conv2d(x, w, b, *, stride, dilation, pads, depth_multiplier, activation) -> np.ndarray:
