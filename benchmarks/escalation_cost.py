@@ -204,7 +204,8 @@ def format_table(costs: Sequence[Cost]) -> str:
         base = c.steps[0].get("work") if c.steps else None
         steps = "; ".join(f"{s['step']} {s['seconds']:.1f} s"
                           + (f" work x{s['work'] / base:.1f}" if base and "work" in s else "") + " "
-                          + (f"{min(s['scores'].values(), default=1.0):.4f}" if "scores" in s else "refused")
+                          + (f"{min(s['scores'].values(), default=1.0):.4f}" if "scores" in s
+                             else "stopped at the cap" if s.get("stopped") else "refused")
                           for s in c.steps)
         lines.append(f"{c.model:<28} {c.fast_seconds:>8.1f} {c.default_seconds:>10.1f} {c.ratio:>5.1f}x  "
                      f"{c.chosen}: {steps}" + (f" [capped: {c.capped}]" if c.capped else ""))

@@ -56,6 +56,7 @@ from .source_index import op_sources
 from .step_reuse import once
 from .tflite_export import export_tflite
 from .tflite_merge import Part, joinable, merge_tflite
+from .work_count import WorkCapReached
 
 __all__ = ["MAX_CPU_LAYERS", "MAX_CPU_TRIALS", "AMPLIFIED_DB", "MAX_FRONT_END_MACS", "MAX_FRONT_END_SHARE",
            "WHOLE_MODEL_SHARE", "KEPT_IN_FLOAT", "Blame", "movable", "upstream", "leaves_chip_work",
@@ -278,6 +279,8 @@ def _measured(graph: Graph, chain: list[str], tensor: str, calibration: Sequence
     def compute() -> Int16FrontEnd | None | bool:
         try:
             return measure_int16_front_end(graph, chain, tensor, calibration, samples)
+        except WorkCapReached:      # the escalation's cap stops the work: not an answer to keep
+            raise
         except Exception:  # noqa: BLE001 - optional, as a later ladder step: the model stays as it is
             return False
     return once("front end int16", (graph, *(calibration or ()), *samples), (tensor, tuple(chain)), compute)

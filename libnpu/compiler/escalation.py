@@ -72,11 +72,15 @@ graph, calibration ranges, GPTQ's moments, the quantized graph before bias corre
 channel peaks, the float outputs of the held-out samples): the int16 weights step then
 costs its own search only, bias correction its own correction.
 
-The cap: at most ``len(LADDER)`` quantizations (four), and no step starts once the steps
-after int8 have done ``budget`` (``ESCALATION_BUDGET``) times the int8 step's work, counted
-in op evaluations (:mod:`libnpu.compiler.work_count`: the same on any machine, so a
-compile never depends on the load); ``fidelity["capped"]`` then says which step was not
-tried, and the printed lines and the warning say how to lift it. A model that meets the
+The cap: at most ``len(LADDER)`` quantizations (four), and the steps after int8 (their
+searches, measurements and checks, the CPU float trials) do at most ``budget``
+(``ESCALATION_BUDGET``) times the int8 step's work, counted in op evaluations
+(:mod:`libnpu.compiler.work_count`: the same on any machine, so a compile never depends on
+the load): the step running when they reach it stops there (its op evaluation past the cap
+raises :class:`~libnpu.compiler.work_count.WorkCapReached`), unmeasured, and the best step
+measured before it stands (a check on the calibration samples stopped so leaves its step as
+the held-out samples measured it); no step starts past it. ``fidelity["capped"]`` then says
+which step was stopped or not tried, and the printed lines and the warning say how to lift it. A model that meets the
 target at int8 costs one quantization and the measurement. The cap does not count GPTQ's
 K x K inversions (they run no ops) nor the chosen step's calibration on every sample (5:
 one quantization more, after the choice); what it comes to in seconds on the 2-CPU
@@ -108,6 +112,7 @@ from .cpu_float import (
     leaves_chip_work,
 )
 from .decisions import decision_path
+from .escalation_cap import cap_reached, cap_text, limit_to_cap, stopped
 from .held_out import (
     HELD_OUT_SHARE,
     MAX_HELD_OUT,
@@ -125,9 +130,10 @@ from .mixed_precision import quantize_mixed
 from .optimize import optimize
 from .progress import Progress, stage
 from .quantizer import random_dataset
+from .scratch import reusing_scratch
 from .small_islands import MIN_NPU_PARTITION, keep_small_islands_on_cpu
 from .step_reuse import once, reusing_work
-from .work_count import counting_work, work_done
+from .work_count import WorkCapReached, counting_work, limit_work, work_done
 
 __all__ = ["DEFAULT_TARGET", "HELD_OUT_SHARE", "MIN_HELD_OUT", "MAX_HELD_OUT", "MIN_SAMPLES", "LADDER", "Step",
            "ESCALATION_BUDGET", "FidelityWarning", "TargetError", "BudgetError",
@@ -136,10 +142,11 @@ __all__ = ["DEFAULT_TARGET", "HELD_OUT_SHARE", "MIN_HELD_OUT", "MAX_HELD_OUT", "
 
 #: The score every output must reach on the held-out samples (cosine against float).
 DEFAULT_TARGET = 0.99
-#: The cap on the steps after int8 (``budget``, ``npu compile --escalation-budget``): no
-#: further step starts once they have done this many times the int8 step's work (its
-#: calibration and measurement), counted in op evaluations (:mod:`libnpu.compiler.work_count`:
-#: the same on any machine, so the cap never makes a compile depend on the load). The
+#: The cap on the steps after int8 (``budget``, ``npu compile --escalation-budget``): together
+#: they do at most this many times the int8 step's work (its calibration and measurement),
+#: the step running at the cap stopped there, counted in op evaluations
+#: (:mod:`libnpu.compiler.work_count`: the same on any machine, so the cap never makes a
+#: compile depend on the load). The
 #: int16 activations step alone does 3-6 times the int8 step's work, int16 weights 1-3
 #: more, bias correction 2-4 more (``benchmarks/escalation_cost.py``, docs/models.md).
 ESCALATION_BUDGET = 12.0
@@ -221,20 +228,6 @@ def check_budget(budget: Any) -> float:
     return value
 
 
-def _cap_reached(tried: Sequence[Mapping[str, Any]], budget: float, next_step: str) -> str:
-    """Why ``next_step`` does not start (the note the metadata keeps), or "" when it may: the
-    steps after int8 have done more than ``budget`` times the int8 step's work. int8 and
-    the first escalation always run."""
-    if not budget or len(tried) < 2:
-        return ""
-    base = int(tried[0]["work"])
-    spent = sum(int(s["work"]) for s in tried[1:])
-    if spent <= budget * base:
-        return ""
-    return (f"{next_step} not tried: the steps after int8 did {spent / base:.1f} times the int8 step's work, "
-            f"over the cap of {budget:g}")
-
-
 #: A measured step: its rank (:func:`_rank`), graph, scores, logits' scores and name.
 _Best = tuple[tuple[int, float], Graph, dict[str, float], dict[str, float], str]
 
@@ -270,9 +263,9 @@ def quantize_to_target(graph: Graph, dataset: Iterable[Feed] | None = None, *, t
     nothing, as before 2026-11-29 (the same result, slower: what the tests compare with)."""
     target, budget = check_target(target), check_budget(budget)
     if not share_work:
-        with counting_work():
+        with counting_work(), reusing_scratch():
             return _escalate(graph, dataset, target, budget, progress, options)
-    with reusing_work() as counts, counting_work():
+    with reusing_work() as counts, counting_work(), reusing_scratch():
         q = _escalate(graph, dataset, target, budget, progress, options)
         q.metadata["fidelity"]["shared"] = {k: {"computed": v[0], "reused": v[1]} for k, v in sorted(counts.items())}
     return q
@@ -326,10 +319,11 @@ def _escalate(graph: Graph, dataset: Iterable[Feed] | None, target: float, budge
         if merged in seen:     # the caller's own options make this step one already tried
             continue
         seen.append(merged)
-        capped = _cap_reached(tried, budget, step.name)
+        capped = cap_reached(tried, budget, step.name)
         if capped:
             break
         before = work_done()
+        limit_to_cap(tried, budget)
         if progress is not None:     # a timer hears each step's seconds (the metadata keeps no time)
             progress(f"step {step.name}", 0, 1)
         started_with = chosen_before
@@ -340,6 +334,9 @@ def _escalate(graph: Graph, dataset: Iterable[Feed] | None, target: float, budge
             q = _quantize(graph, calibration, asked, None if "int16" in options else judged, progress)
             if front:      # the quantizer gives host ops their float inputs as given
                 q.metadata["cpu_float"] = front
+        except WorkCapReached:      # the steps before it stand
+            capped = stopped(tried, name, before, budget, progress, step.name)
+            break
         except Exception as exc:  # noqa: BLE001 - a later step is optional: the steps before it stand
             if not tried:
                 raise          # int8 itself is refused: the caller's error
@@ -354,9 +351,13 @@ def _escalate(graph: Graph, dataset: Iterable[Feed] | None, target: float, budge
                 break
             continue
         chosen_before = {k: q.metadata[k] for k in ("int16_tensors", "int16_weight_tensors") if q.metadata.get(k)}
+        try:
+            with stage(progress, "measure"):
+                scores, logits = measure(opt, q, judged)
+        except WorkCapReached:
+            capped = stopped(tried, name, before, budget, progress, step.name)
+            break
         made[name] = (graph, _as_chosen(asked, q.metadata), front)
-        with stage(progress, "measure"):
-            scores, logits = measure(opt, q, judged)
         moved = f", {len(front['layers'])} layers kept in float on the CPU" if front else ""
         tried.append({"step": name, "chose": describe_quantization(q.metadata) + moved, **_rounded(scores, logits),
                       "work": work_done() - before})
@@ -370,8 +371,11 @@ def _escalate(graph: Graph, dataset: Iterable[Feed] | None, target: float, budge
         if rank[0] == len(scores):
             checked = work_done()
             fresh = len(judged) == len(held) + len(outside)     # no calibration sample added yet
-            extra = _seen_check(opt, q, calibration, target, progress) \
-                if measured_on == "held-out" and fresh and step.name != LADDER[0].name else []
+            try:
+                extra = _seen_check(opt, q, calibration, target, progress) \
+                    if measured_on == "held-out" and fresh and step.name != LADDER[0].name else []
+            except WorkCapReached:      # the step stands as the held-out samples measured it
+                extra, capped = [], cap_text(budget, f"the check of {name} on the calibration samples")
             tried[-1]["work"] += work_done() - checked     # the cap counts the check as the step's
             if not extra:
                 break
@@ -379,8 +383,13 @@ def _escalate(graph: Graph, dataset: Iterable[Feed] | None, target: float, budge
             again = (best, list(judged), need)
             judged += extra
             need = required_score(target, len(judged) - len(outside))   # extrapolated ones not counted
-            with stage(progress, "measure"):
-                scores, logits = measure(opt, q, judged)
+            try:
+                with stage(progress, "measure"):
+                    scores, logits = measure(opt, q, judged)
+            except WorkCapReached:      # the step stands as the held-out samples measured it
+                best, judged, need = again
+                again, capped = None, cap_text(budget, f"the check of {name} on the calibration samples")
+                break
             tried[-1]["seen_missed"] = len(extra)
             best = (_rank(scores, logits, need), q, scores, logits, name)
             seen.remove(merged)
@@ -416,6 +425,7 @@ def _escalate(graph: Graph, dataset: Iterable[Feed] | None, target: float, budge
                                       calibration, judged, target, need, tried, progress, budget)
     _, chosen, scores, logits, name = best
     refit = measured_on == "held-out" and name in made and name.split(" + ")[0] != LADDER[0].name
+    limit_work(None)      # what follows makes the model the steps chose: outside the cap (module docstring)
     if refit:      # past int8: the held-out samples chose the step; their ranges belong in the model too
         source, chosen_options, kept = made[name]
         before = work_done()
@@ -464,8 +474,12 @@ def _keep_in_float(opt: Graph, best: _Best, options: dict[str, Any], given: Mapp
     quantized as the int16 step does (``options``: its search runs again, as the layers
     around the CPU ones now see other values; ``given``: the caller's options)."""
     rank, q, *_ = best
-    with stage(progress, "measure"):
-        blamed = blamed_layers(opt, q, held, calibration=calibration, need=need)
+    limit_to_cap(tried, budget)      # the blame and the trials within what the cap leaves, as a step
+    try:
+        with stage(progress, "measure"):
+            blamed = blamed_layers(opt, q, held, calibration=calibration, need=need)
+    except WorkCapReached:
+        return best, cap_text(budget, "the blame of the layers to keep in float")
     moved: list[str] = []
     trials = 0
     reason = cpu_reason(rank[1], target)
@@ -483,25 +497,30 @@ def _keep_in_float(opt: Graph, best: _Best, options: dict[str, Any], given: Mapp
         except IRError as exc:     # a layer the host cannot run in float stays on the chip
             refused.append(str(exc).splitlines()[0][:200])
             continue
-        capped = _cap_reached(tried, budget, f"CPU float {trials + 1}")
+        capped = cap_reached(tried, budget, f"CPU float {trials + 1}")
         if capped:
             return best, capped
         before = work_done()
         trials += 1
         moved, fronts = list(dict.fromkeys([*moved, *chain])), said[len(reason):]
         keep = {k: _still_made(cpu, v) for k, v in options.items() if k in ("int16", "int16_weights")}
+        name = f"CPU float {trials}"
         try:
             trial = _quantize(cpu, calibration, {**options, **keep},
                               None if "int16" in given else held, progress)
+        except WorkCapReached:
+            return best, stopped(tried, name, before, budget, None, name)
         except Exception as exc:  # noqa: BLE001 - optional, as a later ladder step: the best one stands
             text = str(exc).splitlines()[0][:200] if str(exc) else ""
             refused.append(text if isinstance(exc, IRError) else f"{type(exc).__name__}: {text}")
             trials -= 1
             break
-        with stage(progress, "measure"):
-            trial_scores, trial_logits = measure(opt, trial, held)
+        try:
+            with stage(progress, "measure"):
+                trial_scores, trial_logits = measure(opt, trial, held)
+        except WorkCapReached:
+            return best, stopped(tried, name, before, budget, None, name)
         trial.metadata["cpu_float"] = kept_in_float(opt, moved, said)
-        name = f"CPU float {trials}"
         tried.append({"step": name, "chose": f"{len(moved)} layers kept in float on the CPU",
                       **_rounded(trial_scores, trial_logits), "work": work_done() - before})
         trial_rank = _rank(trial_scores, trial_logits, need)
@@ -635,6 +654,9 @@ def format_fidelity(fidelity: Mapping[str, Any]) -> str:
         mark = "  <- chosen" if s["step"] == fidelity["chosen"] else ""
         work = fidelity["steps"][0].get("work")
         took = f" (work x{s['work'] / work:.1f})" if work and "work" in s and s is not fidelity["steps"][0] else ""
+        if s.get("stopped"):
+            lines.append(f"  {s['step']:<18} stopped at the cap{took}: not measured")
+            continue
         logits = f" (logits {min(s['logits'].values()):.4f})" if s.get("logits") else ""
         lines.append(f"  {s['step']:<18} worst {min(s['scores'].values(), default=1.0):.4f}{logits}: "
                      f"{s['chose']}{took}{mark}")

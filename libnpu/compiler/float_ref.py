@@ -26,6 +26,7 @@ from .folding import folded_input_scales, weight_fold
 from .integer_inputs import INTEGER_INPUTS
 from .ir import Graph, IRError, Op, Tensor
 from .requant_gains import requant_gain
+from .scratch import reusing_scratch
 from .work_count import count_op
 
 __all__ = ["FloatInterpreter", "run_float", "evaluate", "has_reference", "activation", "pad_nhwc",
@@ -122,6 +123,11 @@ class FloatInterpreter:
         their dtypes, plus (as float32 real values) every intermediate if ``keep`` is
         True or the named ones if ``keep`` is a collection of names.
         """
+        with reusing_scratch():     # one patch-matrix buffer for the run's convolutions (scratch)
+            return self._run(feeds, keep)
+
+    def _run(self, feeds: Mapping[str, np.ndarray] | Iterable[np.ndarray],
+             keep: bool | Iterable[str]) -> dict[str, np.ndarray]:
         g = self.graph
         if not isinstance(feeds, Mapping):
             feeds = dict(zip(g.inputs, feeds, strict=True))

@@ -66,6 +66,30 @@ def _rows(op: Op, graph: Graph, x: np.ndarray) -> np.ndarray | None:
     return None
 
 
+def _drawn_rows(op: Op, graph: Graph, x: np.ndarray, rng: np.random.Generator) -> np.ndarray | None:
+    """:func:`_rows`, at most ``ROWS_PER_SAMPLE`` of them drawn by ``rng`` (positions, the
+    same draw either way). A convolution's windows are gathered at the drawn positions only:
+    the same rows in the same layout as all of them copied then drawn from (U2-Net-p: 4096
+    of 102,400 positions, a 236 MB copy per layer and sample before)."""
+    if op.type not in ("CONV_2D", "DEPTHWISE_CONV_2D") or (op.type == "CONV_2D" and x.shape[-1] != graph.tensors[
+            op.inputs[1]].shape[3]):
+        rows = _rows(op, graph, x)
+        if rows is not None and rows.shape[-2] > ROWS_PER_SAMPLE:
+            rows = rows[..., rng.choice(rows.shape[-2], ROWS_PER_SAMPLE, replace=False), :]
+        return rows
+    _, kh, kw, _ = graph.tensors[op.inputs[1]].shape
+    win = windows(x, kh, kw, tuple(op.attrs["stride"]), tuple(op.attrs.get("dilation", (1, 1))),
+                  tuple(op.attrs["pads"]))            # (N, OH, OW, C, KH, KW)
+    count = int(np.prod(win.shape[:3]))
+    if count <= ROWS_PER_SAMPLE:
+        return _rows(op, graph, x)
+    drawn = win[np.unravel_index(rng.choice(count, ROWS_PER_SAMPLE, replace=False), win.shape[:3])]
+    drawn = np.ascontiguousarray(drawn)               # (rows, C, KH, KW)
+    if op.type == "DEPTHWISE_CONV_2D":                # (C, rows, KH * KW), laid out rows-first as drawn from _rows'
+        return drawn.reshape(ROWS_PER_SAMPLE, x.shape[-1], kh * kw).transpose(1, 0, 2)
+    return np.ascontiguousarray(drawn.transpose(0, 2, 3, 1)).reshape(ROWS_PER_SAMPLE, -1)
+
+
 def _eligible(op: Op, graph: Graph) -> bool:
     if op.type not in ("FULLY_CONNECTED", "CONV_2D", "DEPTHWISE_CONV_2D") or len(op.inputs) < 2:
         return False
@@ -97,12 +121,9 @@ def input_moments(graph: Graph, dataset: Iterable[Feed], seed: int = 0) -> dict[
             feed = dict(zip(graph.inputs, feed, strict=True))
         for op in ops:
             x = values[op.inputs[0]] if op.inputs[0] in values else np.asarray(feed[op.inputs[0]], np.float32)
-            rows = _rows(op, graph, np.asarray(x, np.float32))
+            rows = _drawn_rows(op, graph, np.asarray(x, np.float32), rng)
             if rows is None:
                 continue
-            count = rows.shape[-2]
-            if count > ROWS_PER_SAMPLE:
-                rows = rows[..., rng.choice(count, ROWS_PER_SAMPLE, replace=False), :]
             r = rows.astype(np.float64)
             if _has_bias(op):       # the constant input the bias multiplies
                 r = np.concatenate([r, np.ones((*r.shape[:-1], 1))], axis=-1)

@@ -10,6 +10,10 @@ compile's result never depends on how busy the machine was (the same model and o
 give the same bytes everywhere, docs/security.md). An op evaluation of a big convolution
 costs more than one of an ADD, but every step runs the same graph's ops, so the ratio of two
 steps' counts is the ratio of their work (GPTQ's own rounding, which runs no ops, aside).
+
+After :func:`limit_work`, the op evaluation past the limit raises :class:`WorkCapReached`:
+the escalation stops a step there (its cap holds on the running step too, not only between
+steps), at the same op on every machine.
 """
 from __future__ import annotations
 
@@ -17,9 +21,17 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 
-__all__ = ["counting_work", "count_op", "work_done"]
+__all__ = ["counting_work", "count_op", "work_done", "limit_work", "WorkCapReached"]
 
+#: The count of the innermost :func:`counting_work` scope and its limit (-1: none).
 _COUNT: ContextVar[list[int] | None] = ContextVar("npu_work_count", default=None)
+
+
+class WorkCapReached(Exception):
+    """The work of a :func:`counting_work` scope reached the limit :func:`limit_work` set
+    (raised by the op evaluation past it). Code that catches every exception to carry on
+    without an optional result re-raises this one: the cap stops the work, it never
+    changes what the work computes."""
 
 
 @contextmanager
@@ -28,7 +40,7 @@ def counting_work() -> Iterator[None]:
     if _COUNT.get() is not None:
         yield
         return
-    token = _COUNT.set([0])
+    token = _COUNT.set([0, -1])
     try:
         yield
     finally:
@@ -36,10 +48,22 @@ def counting_work() -> Iterator[None]:
 
 
 def count_op() -> None:
-    """One op evaluated (a no-op outside :func:`counting_work`)."""
+    """One op evaluated (a no-op outside :func:`counting_work`); the one past the limit
+    :func:`limit_work` set raises :class:`WorkCapReached`."""
     count = _COUNT.get()
     if count is not None:
         count[0] += 1
+        if 0 <= count[1] < count[0]:
+            raise WorkCapReached(f"the work cap: {count[1]} op evaluations")
+
+
+def limit_work(ops: int | None) -> None:
+    """Inside :func:`counting_work`: at most ``ops`` more op evaluations from here (the next
+    one raises :class:`WorkCapReached`), until the scope ends or the next call; None lifts
+    the limit. A no-op outside the scope."""
+    count = _COUNT.get()
+    if count is not None:
+        count[1] = -1 if ops is None else count[0] + max(0, int(ops))
 
 
 def work_done() -> int:

@@ -107,9 +107,9 @@ def _calibration_args(p: argparse.ArgumentParser) -> None:
                    help="with the default recipe: the score every output must reach on the held-out samples "
                         "(cosine vs float; outputs of < 8 values: 1 - max|error| / max|value|; default 0.99)")
     p.add_argument("--escalation-budget", type=float, metavar="FACTOR",
-                   help="with the default recipe: no escalation step starts once the steps after int8 have done "
-                        "FACTOR times the int8 step's work (op evaluations: the same under any load); 0: no cap "
-                        "(default 12)")
+                   help="with the default recipe: the escalation steps after int8 do at most FACTOR times the "
+                        "int8 step's work (op evaluations: the same under any load), the step running at the cap "
+                        "stopped there and the best one measured kept; 0: no cap (default 12)")
     p.add_argument("--weight-rounding", choices=("nearest", "gptq", "gptq-bias"),
                    help="gptq: round conv/depthwise/FC weights for the calibration data's inputs (GPTQ) instead of "
                         "to the nearest step; gptq-bias: the biases too take up the weights' mean error "

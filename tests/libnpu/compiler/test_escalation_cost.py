@@ -58,26 +58,37 @@ def test_steps_that_share_their_work_choose_the_same_graph() -> None:
     assert "shared" not in alone.metadata["fidelity"]
 
 
-def test_the_cap_stops_escalating_and_says_so() -> None:
-    """Past the cap (work counted in op evaluations: the same under any load) no further
-    step starts; the result is the best step measured, and the metadata, the printed lines
-    and the warning say the cap was hit and how to lift it."""
+def test_the_cap_stops_the_running_step_and_says_so() -> None:
+    """The steps after int8 do at most the cap's work (op evaluations: the same under any
+    load): the step running when they reach it stops there, unmeasured; the result is the
+    best step measured before it, and the metadata, the printed lines and the warning say
+    the cap was hit and how to lift it. Before, a step that started under the cap ran to its
+    end, however far past it."""
     graph = import_onnx(builders.outlier_channel())
-    with pytest.warns(FidelityWarning, match=r"hit its cap: --escalation-budget 0 lifts it"):
-        q = to_int8_graph(graph, _data(10, 4), target=1.0, escalation_budget=1)
-    fidelity = q.metadata["fidelity"]
-    assert [s["step"] for s in fidelity["steps"]] == ["int8", "int16 activations"]
-    steps = fidelity["steps"]
-    assert steps[1]["work"] > steps[0]["work"] > 0      # int16 activations: GPTQ, equalization, the search
-    assert fidelity["capped"] == (f"int16 weights not tried: the steps after int8 did "
-                                  f"{steps[1]['work'] / steps[0]['work']:.1f} times the int8 step's work, "
-                                  "over the cap of 1")
-    assert fidelity["chosen"] == "int16 activations" and fidelity["budget"] == 1.0
-    assert "capped: int16 weights not tried" in format_fidelity(fidelity)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", FidelityWarning)
         uncapped = to_int8_graph(graph, _data(10, 4), target=1.0, escalation_budget=0, cpu_float=False)
-    assert len(uncapped.metadata["fidelity"]["steps"]) == 4 and "capped" not in uncapped.metadata["fidelity"]
+    full = uncapped.metadata["fidelity"]["steps"]
+    assert [s["step"] for s in full] == ["int8", "int16 activations", "int16 weights", "bias correction"]
+    assert "capped" not in uncapped.metadata["fidelity"]
+    base, first = full[0]["work"], full[1]["work"]
+    budget = (first + full[2]["work"] / 2) / base      # the int16 weights step stops halfway
+    with pytest.warns(FidelityWarning, match=r"hit its cap: --escalation-budget 0 lifts it"):
+        q = to_int8_graph(graph, _data(10, 4), target=1.0, escalation_budget=budget, cpu_float=False)
+    fidelity = q.metadata["fidelity"]
+    steps = fidelity["steps"]
+    assert [s["step"] for s in steps] == ["int8", "int16 activations", "int16 weights"]
+    assert steps[0]["work"] == base and steps[1]["work"] == first and steps[2]["stopped"]
+    assert sum(s["work"] for s in steps[1:]) == int(budget * base) + 1     # the op evaluation past the cap
+    assert "scores" not in steps[2] and fidelity["chosen"] == "int16 activations"
+    assert fidelity["capped"] == (f"int16 weights stopped at the cap: the steps after int8 reached {budget:g} "
+                                  "times the int8 step's work")
+    printed = format_fidelity(fidelity)
+    assert "int16 weights      stopped at the cap (work x" in printed and "capped: int16 weights stopped" in printed
+    with pytest.warns(FidelityWarning, match=r"hit its cap"):     # the first escalation too
+        q = to_int8_graph(graph, _data(10, 4), target=1.0, escalation_budget=1, cpu_float=False)
+    assert [s.get("stopped", False) for s in q.metadata["fidelity"]["steps"]] == [False, True]
+    assert q.metadata["fidelity"]["chosen"] == "int8"
 
 
 def test_budget_errors(tmp_path, capsys) -> None:
