@@ -31,8 +31,12 @@ made ``--core-nice`` for the run, ``os.setpriority``: needs root or RLIMIT_NICE 
 ``firmware_sim.priority``) and
 ``spin`` (the clients made to spin, ``set_wait_mode("spin")``) and ``unraised`` (a scratch
 device started with ``NPU_CORE_NICE=0``: the chip as it was before ``firmware_sim.priority``),
+``raised`` (one started with ``NPU_CORE_NICE`` at ``firmware_sim.priority.RAISED_NICE``, the
+cores' nice of branch nop5) and ``unshared`` (one started with ``NPU_SHARED_QUEUES=0``: each queue
+served by its own core, the chip before shared service, ``firmware_sim.queue_service``),
 e.g. ``--variants unraised,one-core,one-core+unraised,spin``: what each piece of issue 27's
-hypothesis (one polling core, not preempted, clients spinning) gives.
+hypothesis (one polling core, not preempted, clients spinning) gives; ``unshared+raised`` is
+the chip of branch nop5.
 
 Run: ``python -m benchmarks.nop_scaling [--pairs 3] [--seconds 2] [--processes 4] [--wakeups]
 [--variants V,...] [--core-nice N] [--json]``.
@@ -207,7 +211,7 @@ def measure(dev: ScratchDevice, processes: int, seconds: float, mode: str = "ada
     return summarize(outcomes, elapsed, device, mode)
 
 
-PIECES = ("one-core", "nice", "spin", "unraised")
+PIECES = ("one-core", "nice", "spin", "unraised", "raised", "unshared")
 
 
 def parse_variants(text: str) -> list[str]:
@@ -259,26 +263,32 @@ def cores_at(dev: ScratchDevice, nice: int):
                     _set_autogroup_nice(pid, groups[pid])
 
 
-def _device_key(variant: str | None) -> tuple[int, bool]:
-    """The scratch device a run takes: its cores, and whether the chip raises them (the default)."""
+def _device_key(variant: str | None) -> tuple[int, tuple[tuple[str, str], ...]]:
+    """The scratch device a run takes: its cores, and the chip's environment (its cores' nice,
+    whether its queues are shared; the chip's defaults where the variant says nothing)."""
     pieces = set(variant.split("+")) if variant else set()
-    return (1 if "one-core" in pieces else 2), "unraised" not in pieces
+    env = []
+    if "unraised" in pieces or "raised" in pieces:
+        env.append((priority.ENVIRONMENT, "0" if "unraised" in pieces else str(priority.RAISED_NICE)))
+    if "unshared" in pieces:
+        env.append(("NPU_SHARED_QUEUES", "0"))
+    return (1 if "one-core" in pieces else 2), tuple(env)
 
 
 @contextlib.contextmanager
-def scratch_device(cores: int, raised: bool):
-    """A scratch device of ``cores`` cores; not ``raised``: started with NPU_CORE_NICE=0 (the
-    chip before firmware_sim.priority: its cores at the clients' nice, in the driver's session)."""
-    saved = os.environ.get(priority.ENVIRONMENT)
-    if not raised:
-        os.environ[priority.ENVIRONMENT] = "0"
+def scratch_device(cores: int, env: tuple[tuple[str, str], ...]):
+    """A scratch device of ``cores`` cores whose chip starts with ``env`` in its environment
+    (e.g. NPU_CORE_NICE=0: its cores at the clients' nice, in the driver's session)."""
+    saved = {name: os.environ.get(name) for name, _ in env}
+    os.environ.update(dict(env))
     try:
         dev = ScratchDevice(cores=cores).start()
     finally:
-        if saved is None:
-            os.environ.pop(priority.ENVIRONMENT, None)
-        else:
-            os.environ[priority.ENVIRONMENT] = saved
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
     try:
         yield dev
     finally:

@@ -34,6 +34,7 @@ from pathlib import Path
 __all__ = ["CORE_NICE", "ENVIRONMENT", "default_core_nice", "raise_core", "autogroup_nice"]
 
 CORE_NICE = -2
+RAISED_NICE = -2       # the raise measured against the cores at the clients' nice (benchmarks.nop_scaling)
 ENVIRONMENT = "NPU_CORE_NICE"
 AUTOGROUP_ENABLED = Path("/proc/sys/kernel/sched_autogroup_enabled")
 

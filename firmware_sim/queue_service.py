@@ -54,7 +54,7 @@ __all__ = ["QueueService", "IDLE", "PYTHON", "FAILED", "BETWEEN", "RING", "WORK"
 SHARED = os.environ.get("NPU_SHARED_QUEUES", "1") != "0"
 JOIN_NS = 20_000       # a job this long on the lead is a backlog for the queues waiting
 WAIT_NS = 200_000      # a queue's job waiting this long, its queue not moving, is one too
-TICK_MS = 1            # how often a helper looks while the lead is awake
+TICK_MS = 2            # how often a helper looks while the lead is awake
 
 # The offsets the C loop was written for, each checked against its npu_hw name.
 _LAYOUT = {

@@ -97,6 +97,16 @@ static void sync_queue(const struct npu_uq_core *c, struct npu_uq *q)
         q->stopped = 1;
 }
 
+static void call_helper(struct npu_uq_core *c, const struct npu_uq *busy, int need, int sleeping);
+
+/* The lead starts a long job of `q`: a helper comes at once for a queue waiting, and one asleep
+   for long ticks from now (a job submitted meanwhile finds it within a tick). */
+static void long_job(struct npu_uq_core *c, const struct npu_uq *q)
+{
+    call_helper(c, q, 1, 0);
+    call_helper(c, q, 0, 1);
+}
+
 static int claimed_by_other(const struct npu_uq_core *c, const struct npu_uq *q)
 {
     uint32_t owner = c->shared ? LOAD(U32(q->slot, NPU_UQ_Q_CLAIM)) : 0;
@@ -260,7 +270,7 @@ static int run_job(struct npu_uq_core *c, struct npu_uq *q, uint64_t seq)
             return 0;
     }
     if (plan != NULL && plan->last_ns >= NPU_UQ_JOIN_NS)
-        call_helper(c, q, 1, 0);      /* a long job: the queues waiting need not wait for it */
+        long_job(c, q);
     if (timeout_ms == 0)
         timeout_ms = q->timeout_default_ms;
     else if (timeout_ms > q->timeout_cap_ms)
@@ -350,7 +360,7 @@ int npu_uq_serve(struct npu_uq_core *c)
                     return NPU_UQ_PYTHON;      /* a garbled tail: Python stops the queue */
                 int ran = run_job(c, q, q->done + 1);
                 if (ran == 0) {
-                    call_helper(c, q, 1, 0);   /* a job for Python: a long one */
+                    long_job(c, q);            /* a job for Python: a long one */
                     return NPU_UQ_PYTHON;
                 }
                 if (ran < 0)

@@ -62,7 +62,7 @@
 /* firmware_sim.queue_service's policy of shared service (checked against it on import). */
 #define NPU_UQ_JOIN_NS 20000     /* a job this long on the lead is a backlog for the queues waiting */
 #define NPU_UQ_WAIT_NS 200000    /* a queue's job waiting this long (no progress) is one too */
-#define NPU_UQ_TICK_MS 1         /* a helper's look while the lead is awake */
+#define NPU_UQ_TICK_MS 2         /* a helper's look while the lead is awake */
 #define NPU_UQ_MAX_HELPERS 15
 
 /* Why npu_uq_rest (queue_service.c) returned. */
