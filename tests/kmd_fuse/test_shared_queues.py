@@ -8,21 +8,13 @@ import time
 import pytest
 
 from libnpu.user_queue import QueueFence
-from npu_hw import queues
 from tests.kmd_fuse.test_user_queues import MIB, nop, slow_job, write_entry
-from tests.support.device import WAIT_S
+from tests.support.device import WAIT_S, completion_core
 
 pytestmark = pytest.mark.recovery
 
 ROUND = 40          # NOP jobs a round
 DEADLINE_S = 60     # generous: on a loaded host a helper may join now and then (the lead preempted)
-
-
-def completion_core(queue, seq: int) -> int:
-    at = queues.completions_offset(queue.entries) + (seq & (queue.entries - 1)) * queues.COMPLETION_STRUCT.size
-    done_seq, _, core, *_ = queues.COMPLETION_STRUCT.unpack_from(queue.mem, at)
-    assert done_seq == seq
-    return core
 
 
 def queues_of_both_cores(device):
