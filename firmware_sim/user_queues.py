@@ -2,8 +2,9 @@
 
 A core serves the enabled queue-table slots whose Q_CORE names it, beside its kernel
 ring; with shared service (the C loop, ``queue_service``) every slot, one job of a queue at a
-time (Q_CLAIM), core 0 the lead that polls and the others helpers that join on a backlog. It reads each queue's memory through the IOMMU of the queue's ASID (one view,
-taken when it takes the slot in, dropped when it acknowledges a disable), and trusts
+time (Q_CLAIM), core 0 the lead that polls and the others helpers that join on a backlog.
+It reads each queue's memory through the IOMMU of the queue's ASID (one view, taken when
+it takes the slot in, dropped when it acknowledges a disable), and trusts
 nothing in it: a tail that runs backwards or more than the queue's entries ahead stops
 the queue (EINVAL in its header and in Q_ERROR), an entry whose seq is not the next one
 or with unknown flags completes with EINVAL, a bad command address faults in the queue's

@@ -12,7 +12,8 @@ What stays the driver's:
 - teardown: QUEUE_DESTROY, a context that closes, a reset, a chip that died disable its
   queues; the queue's memory (and the context's address space) is given back only once the
   cores have acknowledged the disable (each its own UQ_ACKS word: with the chip's shared
-  service any core may serve any queue), so no entry runs and no core view remains, and QUEUE_DESTROY is answered then (``destroy``);
+  service any core may serve any queue), so no entry runs and no core view remains, and
+  QUEUE_DESTROY is answered then (``destroy``);
 - memory: MEM_FREE in a context with a live queue unmaps the pages at once (later entries
   fault) but gives them back only once every core has carried out the IOTLB invalidation
   (INVAL_DONE): a user-queue job that started before the free has ended by then

@@ -21,8 +21,7 @@ from kmd_fuse import paths, uapi
 from libnpu.user_queue import QueueFence
 from npu_hw import queues, regs
 from tests.kmd_fuse.test_user_queues import NOBODY, nop, raw_queue_create, slow_job, write_entry
-from tests.support.device import REPO, WAIT_S, completion_core, core_registers, open_to_others, wait_for, \
-    wait_until
+from tests.support.device import REPO, WAIT_S, completion_core, core_registers, open_to_others, wait_for, wait_until
 from tests.support.other_user import python_for_others
 
 pytestmark = pytest.mark.recovery     # reset, queues, recovery (benchmarks/flake_hunt.py -m recovery)

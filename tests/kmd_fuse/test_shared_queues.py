@@ -65,3 +65,21 @@ def test_long_jobs_of_two_queues_run_on_both_cores_at_once(device):
         if cores == [0, 1]:
             break
     assert cores == [0, 1], f"two queues' long jobs ran on cores {cores} until the deadline"
+
+
+def test_a_queue_flooded_with_long_jobs_holds_one_core_and_starves_no_one(device):
+    """A client that fills its queue with long jobs and never waits keeps one core busy (one job
+    of a queue at a time, whatever core runs it): another queue's NOP is served while the
+    flood is still far from done."""
+    flooded, other = device.create_queue(), device.create_queue()
+    src, dst = device.alloc_mem(MIB), device.alloc_mem(MIB)
+    long_job = slow_job(device, src, dst, 4)
+    commands = nop(device)
+    write_entry(other, 1, commands.address, commands.used)    # waiting before the flood comes
+    for seq in range(1, flooded.entries + 1):
+        write_entry(flooded, seq, long_job.address, long_job.used)
+    other.ring()
+    flooded.ring()
+    QueueFence(other, 1).wait(WAIT_S)
+    assert flooded.done() < flooded.entries // 2, "the NOP waited for half the flood"
+    flooded.close(cancel=True, timeout=WAIT_S)
