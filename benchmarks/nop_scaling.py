@@ -130,23 +130,42 @@ class QueueClientMeter:
                 "core": self.queue.core if self.queue is not None else -1}
 
 
+def reaped_cpu_seconds(pid: int) -> float:
+    """CPU of ``pid``'s children it has reaped (/proc/<pid>/stat's cutime + cstime, clock ticks)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[13]) + int(fields[14])) / TICKS
+    except (OSError, IndexError, ValueError):
+        return 0.0
+
+
 class DeviceMeter:
-    """What the device's processes used over a run: the cores, the driver's daemon and the chip's main process."""
+    """What the device's processes used over a run: the cores, the driver's daemon and the chip's main process.
+    A core that retires during the run (``firmware_sim.recycling``: a grown core that holds nothing
+    once a client's context closed) is counted until it exits, through what the chip's main
+    process reaped, and its successor from its start."""
 
     def __init__(self, dev: ScratchDevice) -> None:
-        main = dev.chip_main()
-        self.pids = {"cores": dev.chip_cores(), "daemon": [dev.daemon_pid], "chip_main": [main] if main else []}
+        self.dev = dev
+        self.main = dev.chip_main()
+        self.pids = {"cores": dev.chip_cores(), "daemon": [dev.daemon_pid],
+                     "chip_main": [self.main] if self.main else []}
 
     def _usage(self) -> dict[str, Usage]:
         return {side: sum((process_usage(p) for p in pids), Usage()) for side, pids in self.pids.items()}
 
     def __enter__(self) -> DeviceMeter:
         self._before = self._usage()
+        self._reaped = reaped_cpu_seconds(self.main) if self.main else 0.0
         return self
 
     def __exit__(self, *exc) -> None:
         after = self._usage()
         self.used = {side: after[side] - self._before[side] for side in after}
+        started = [pid for pid in self.dev.chip_cores() if pid not in self.pids["cores"]]
+        retired = reaped_cpu_seconds(self.main) - self._reaped if self.main else 0.0
+        self.used["cores"] += sum((process_usage(p) for p in started), Usage(cpu_s=retired))
         self.cores_used = self.used["cores"]
         self.others_used = self.used["daemon"] + self.used["chip_main"]
 
