@@ -440,8 +440,9 @@ static int npu_uq_rest(struct npu_uq_core *c, int64_t deadline_ns, int32_t kerne
     if (npu_uq_poll(c, deadline_ns))
         return NPU_UQ_WORK;
     int helper = c->shared && !c->lead;
-    /* A helper looks again in a tick while the lead is awake (it may be preempted with work waiting). */
-    int ticking = helper && awake_of(c, c->lead_bank) == NPU_UQ_AWAKE;
+    /* A helper looks again in a tick while the lead is awake and serves several queues (it may be
+       preempted with one's work waiting; a single queue's client gains nothing from a second core). */
+    int ticking = helper && c->count > 1 && awake_of(c, c->lead_bank) == NPU_UQ_AWAKE;
     set_polling(c, ticking ? NPU_UQ_ASLEEP_TICKING : 0);
     __atomic_thread_fence(__ATOMIC_SEQ_CST);   /* the cleared flags visible before the tails are read */
     if (npu_uq_has_work(c)) {
