@@ -31,8 +31,12 @@ made ``--core-nice`` for the run, ``os.setpriority``: needs root or RLIMIT_NICE 
 ``firmware_sim.priority``) and
 ``spin`` (the clients made to spin, ``set_wait_mode("spin")``) and ``unraised`` (a scratch
 device started with ``NPU_CORE_NICE=0``: the chip as it was before ``firmware_sim.priority``),
+``raised`` (one started with ``NPU_CORE_NICE`` at ``firmware_sim.priority.RAISED_NICE``, the
+cores' nice of branch nop5) and ``unshared`` (one started with ``NPU_SHARED_QUEUES=0``: each queue
+served by its own core, the chip before shared service, ``firmware_sim.queue_service``),
 e.g. ``--variants unraised,one-core,one-core+unraised,spin``: what each piece of issue 27's
-hypothesis (one polling core, not preempted, clients spinning) gives.
+hypothesis (one polling core, not preempted, clients spinning) gives; ``unshared+raised`` is
+the chip of branch nop5.
 
 Run: ``python -m benchmarks.nop_scaling [--pairs 3] [--seconds 2] [--processes 4] [--wakeups]
 [--variants V,...] [--core-nice N] [--json]``.
@@ -126,23 +130,42 @@ class QueueClientMeter:
                 "core": self.queue.core if self.queue is not None else -1}
 
 
+def reaped_cpu_seconds(pid: int) -> float:
+    """CPU of ``pid``'s children it has reaped (/proc/<pid>/stat's cutime + cstime, clock ticks)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[13]) + int(fields[14])) / TICKS
+    except (OSError, IndexError, ValueError):
+        return 0.0
+
+
 class DeviceMeter:
-    """What the device's processes used over a run: the cores, the driver's daemon and the chip's main process."""
+    """What the device's processes used over a run: the cores, the driver's daemon and the chip's main process.
+    A core that retires during the run (``firmware_sim.recycling``: a grown core that holds nothing
+    once a client's context closed) is counted until it exits, through what the chip's main
+    process reaped, and its successor from its start."""
 
     def __init__(self, dev: ScratchDevice) -> None:
-        main = dev.chip_main()
-        self.pids = {"cores": dev.chip_cores(), "daemon": [dev.daemon_pid], "chip_main": [main] if main else []}
+        self.dev = dev
+        self.main = dev.chip_main()
+        self.pids = {"cores": dev.chip_cores(), "daemon": [dev.daemon_pid],
+                     "chip_main": [self.main] if self.main else []}
 
     def _usage(self) -> dict[str, Usage]:
         return {side: sum((process_usage(p) for p in pids), Usage()) for side, pids in self.pids.items()}
 
     def __enter__(self) -> DeviceMeter:
         self._before = self._usage()
+        self._reaped = reaped_cpu_seconds(self.main) if self.main else 0.0
         return self
 
     def __exit__(self, *exc) -> None:
         after = self._usage()
         self.used = {side: after[side] - self._before[side] for side in after}
+        started = [pid for pid in self.dev.chip_cores() if pid not in self.pids["cores"]]
+        retired = reaped_cpu_seconds(self.main) - self._reaped if self.main else 0.0
+        self.used["cores"] += sum((process_usage(p) for p in started), Usage(cpu_s=retired))
         self.cores_used = self.used["cores"]
         self.others_used = self.used["daemon"] + self.used["chip_main"]
 
@@ -207,7 +230,7 @@ def measure(dev: ScratchDevice, processes: int, seconds: float, mode: str = "ada
     return summarize(outcomes, elapsed, device, mode)
 
 
-PIECES = ("one-core", "nice", "spin", "unraised")
+PIECES = ("one-core", "nice", "spin", "unraised", "raised", "unshared")
 
 
 def parse_variants(text: str) -> list[str]:
@@ -259,26 +282,32 @@ def cores_at(dev: ScratchDevice, nice: int):
                     _set_autogroup_nice(pid, groups[pid])
 
 
-def _device_key(variant: str | None) -> tuple[int, bool]:
-    """The scratch device a run takes: its cores, and whether the chip raises them (the default)."""
+def _device_key(variant: str | None) -> tuple[int, tuple[tuple[str, str], ...]]:
+    """The scratch device a run takes: its cores, and the chip's environment (its cores' nice,
+    whether its queues are shared; the chip's defaults where the variant says nothing)."""
     pieces = set(variant.split("+")) if variant else set()
-    return (1 if "one-core" in pieces else 2), "unraised" not in pieces
+    env = []
+    if "unraised" in pieces or "raised" in pieces:
+        env.append((priority.ENVIRONMENT, "0" if "unraised" in pieces else str(priority.RAISED_NICE)))
+    if "unshared" in pieces:
+        env.append(("NPU_SHARED_QUEUES", "0"))
+    return (1 if "one-core" in pieces else 2), tuple(env)
 
 
 @contextlib.contextmanager
-def scratch_device(cores: int, raised: bool):
-    """A scratch device of ``cores`` cores; not ``raised``: started with NPU_CORE_NICE=0 (the
-    chip before firmware_sim.priority: its cores at the clients' nice, in the driver's session)."""
-    saved = os.environ.get(priority.ENVIRONMENT)
-    if not raised:
-        os.environ[priority.ENVIRONMENT] = "0"
+def scratch_device(cores: int, env: tuple[tuple[str, str], ...]):
+    """A scratch device of ``cores`` cores whose chip starts with ``env`` in its environment
+    (e.g. NPU_CORE_NICE=0: its cores at the clients' nice, in the driver's session)."""
+    saved = {name: os.environ.get(name) for name, _ in env}
+    os.environ.update(dict(env))
     try:
         dev = ScratchDevice(cores=cores).start()
     finally:
-        if saved is None:
-            os.environ.pop(priority.ENVIRONMENT, None)
-        else:
-            os.environ[priority.ENVIRONMENT] = saved
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
     try:
         yield dev
     finally:

@@ -191,7 +191,8 @@ class Chip:
                     resource.setrlimit(resource.RLIMIT_AS, (self.address_space, self.address_space))
                 profile_path = os.environ.get("NPU_PROFILE_CHIP")  # developer aid: cProfile each core
                 unit = Core(self.bus, core, self.doorbell_fds[core], self.irq_fd, self.profile,
-                            -1 if profile_path else self.recycle_kb, self.succession, self.watch)
+                            -1 if profile_path else self.recycle_kb, self.succession, self.watch,
+                            self.doorbell_fds)
                 if wait is not None:
                     assert self.succession is not None
                     self.succession.announce(core, self.doorbell_fds[core])

@@ -39,8 +39,10 @@ class Core:
     """The state of one core, as seen from inside it."""
 
     def __init__(self, bus: Path, core: int, doorbell_fd: int, irq_fd: int, profile: HardwareProfile,
-                 recycle_kb: int = -1, succession: Succession | None = None, watch: WatchdogArm | None = None):
+                 recycle_kb: int = -1, succession: Succession | None = None, watch: WatchdogArm | None = None,
+                 peers: list[int] | None = None):
         self.watch = watch      # the chip's watchdog, woken when a job starts while it sleeps
+        self.peers = peers      # every core's kernel doorbell (the lead calls helpers in), or None
         self.core, self.doorbell_fd, self.irq_fd, self.profile = core, doorbell_fd, irq_fd, profile
         self._regs_map = map_file(memory.regs_path(bus))
         self.regs = regs.RegisterView(self._regs_map)
@@ -55,6 +57,7 @@ class Core:
         self.queues = UserQueues(bus, core, self.regs, self.dma)
         # The queues' jobs in C where it can run them (None: the Python loop alone).
         self.service = queue_service.QueueService.start(self) if NATIVE_SERVICE else None
+        self.queues.shared = self.service is not None and self.service.shared
         self.queues_idle = False    # serve_queues' last round (the C loop's) found no job
         self._poller, self._watched = select.poll(), ()     # what sleep() waits on, kept between sleeps
         warm_up()   # each C kernel once (done by the chip before it forked us: then nothing to do)
@@ -128,6 +131,7 @@ class Core:
         from then on), then the queues are looked at, with the fence of ``run_forever``'s
         way to sleep between the two."""
         self.queues.refresh()
+        self.queues.release_claims()
         self.queues.set_polling(False)
         queues.store_load_fence()
         self.drain_all()
@@ -185,16 +189,19 @@ class Core:
                 self.queues_idle = stopped == queue_service.IDLE
                 return ran
             if stopped != queue_service.BETWEEN:
+                # The C loop left the job of the queue at its position to Python, the queue claimed.
                 q = service.current(self.queues)
                 if stopped == queue_service.FAILED:
                     self.finish_failed_native_job(q, *service.failed_job())
                 else:
                     entry = self.queues.next_entry(q)
                     if entry is None:          # stopped (a garbled tail) or emptied since
+                        service.release(q)
                         service.next_queue()
                         continue
                     self.run_user_job(q, *entry)
                     service.remember(q, entry[1], entry[2])
+                service.release(q)
                 service.next_turn()
                 ran += 1
             self.drain_ring(0)

@@ -10,7 +10,9 @@ it gets at most 3/5 of a CPU it shares with one of them) and a core that has not
 sleeps (its idle poll is bounded: ``idle_poll``). docs/security.md, *The chip's core
 priority*, says why that is bounded. Measured against -5 and 0 (``benchmarks.nop_scaling
 --variants unraised,nice --core-nice ...``, docs/hardware.md, *The cores' priority*): -2 kept
-most of -5's rate and CPU per job for four NOP clients and less of its unfairness.
+most of -5's rate and CPU per job for four NOP clients and less of its unfairness; with shared
+service (branch nop6: one core polls for every queue) -2 lost to 0 at load average 3-4 on rate
+and CPU per job, so ``CORE_NICE`` is 0 (nothing is raised) and ``NPU_CORE_NICE=-2`` asks for it.
 
 Where the kernel groups tasks by session (``sched_autogroup``, on by default on most
 desktop kernels and on this VM), a process's nice weighs only against its own session's
@@ -33,7 +35,8 @@ from pathlib import Path
 
 __all__ = ["CORE_NICE", "ENVIRONMENT", "default_core_nice", "raise_core", "autogroup_nice"]
 
-CORE_NICE = -2
+CORE_NICE = 0          # by default the clients' priority: with shared service the raise no longer paid (below)
+RAISED_NICE = -2       # branch nop5's default, what NPU_CORE_NICE=-2 asks (benchmarks.nop_scaling --variants raised)
 ENVIRONMENT = "NPU_CORE_NICE"
 AUTOGROUP_ENABLED = Path("/proc/sys/kernel/sched_autogroup_enabled")
 

@@ -19,6 +19,16 @@ Rounds and their order are the Python loop's: queues by priority, at most JOBS_P
 each, equals taking turns at going first, ring-control entries and table changes taken in
 between any two jobs, the kernel ring's turn between rounds.
 
+Shared service (``SHARED``, the default; ``NPU_SHARED_QUEUES=0`` leaves each queue to its Q_CORE
+as before): every core serves every queue, one job of a queue at a time (Q_CLAIM), so one
+polling core serves many clients' small jobs while the others sleep, and a second core
+joins only on a backlog (docs/hardware.md, *Shared service*). Core 0 is the lead: it polls,
+keeps the clients' HDR_POLLING and answers their doorbells. A helper sleeps on its kernel
+doorbell and takes a job only when the lead sleeps, has been in one job for ``JOIN_NS``, or the
+job has waited ``WAIT_NS`` with its queue not moving (the lead preempted: it looks every
+``TICK_MS`` while the lead is awake); the lead calls it in when it starts or ends a job of
+``JOIN_NS`` or more, or one for Python, while another queue waits.
+
 Where it finds nothing to run, :meth:`QueueService.run` stays in C too: the idle poll
 (``IdlePoll``'s rule), the polling flags, the fence, the sleep on the doorbells and the next
 round, back in Python only for what needs it (``core.Core.run_forever``): a woken core spent
@@ -38,7 +48,13 @@ from firmware_sim.user_queues import JOBS_PER_TURN, ServedQueue, UserQueues
 from firmware_sim.wakeups import WatchdogArm
 from npu_hw import queues, regs, ring
 
-__all__ = ["QueueService", "IDLE", "PYTHON", "FAILED", "BETWEEN", "RING", "WORK", "WOKE", "ASK"]
+__all__ = ["QueueService", "IDLE", "PYTHON", "FAILED", "BETWEEN", "RING", "WORK", "WOKE", "ASK", "SHARED"]
+
+# Shared service (above); NPU_SHARED_QUEUES=0: each queue served by its Q_CORE alone (the chip before).
+SHARED = os.environ.get("NPU_SHARED_QUEUES", "1") != "0"
+JOIN_NS = 20_000       # a job this long on the lead is a backlog for the queues waiting
+WAIT_NS = 200_000      # a queue's job waiting this long, its queue not moving, is one too
+TICK_MS = 2            # how often a helper looks while the lead is awake
 
 # The offsets the C loop was written for, each checked against its npu_hw name.
 _LAYOUT = {
@@ -47,6 +63,9 @@ _LAYOUT = {
     "BANK_CORE_STATE": regs.CORE_STATE, "BANK_BUSY_CYCLES": regs.BUSY_CYCLES, "BANK_CURRENT_JOB": regs.CURRENT_JOB,
     "BANK_JOB_START_NS": regs.JOB_START_NS, "BANK_BUSY_NS": regs.BUSY_NS, "BANK_JOB_TIMEOUT_MS": regs.JOB_TIMEOUT_MS,
     "BANK_UQ_SLOT": regs.UQ_SLOT, "BANK_UQ_SEQ": regs.UQ_SEQ, "CORE_IDLE": regs.CORE_IDLE,
+    "BANK_UQ_AWAKE": regs.UQ_AWAKE, "AWAKE": regs.UQ_AWAKE_ON, "ASLEEP_TICKING": regs.UQ_ASLEEP_TICKING,
+    "QTAB_SLOT_SIZE": queues.QTAB_SLOT_SIZE, "Q_CLAIM": queues.Q_CLAIM, "Q_ERROR": queues.Q_ERROR,
+    "JOIN_NS": JOIN_NS, "WAIT_NS": WAIT_NS, "TICK_MS": TICK_MS,
     "CORE_BUSY": regs.CORE_BUSY, "PACING_ON": regs.PACING_ON, "RING_ENTRY_SIZE": ring.RING_ENTRY_STRUCT.size,
     "RING_OP_JOB": ring.OP_JOB, "Q_CONTROL": queues.Q_CONTROL, "Q_TRACE": queues.Q_TRACE, "Q_DONE": queues.Q_DONE,
     "Q_BUSY_NS": queues.Q_BUSY_NS, "Q_DEVICE_NS": queues.Q_DEVICE_NS, "Q_CYCLES": queues.Q_CYCLES,
@@ -89,7 +108,8 @@ class QueueService:
     pointers point into, which it keeps alive: the queues' memory, the plans it remembers."""
 
     def __init__(self, lib, regs_map, bank: int, ring_map, ring_entries: int, table_map, core: int,
-                 dma: DmaEngine, profile: HardwareProfile, watch: WatchdogArm | None):
+                 dma: DmaEngine, profile: HardwareProfile, watch: WatchdogArm | None,
+                 peers: list[int] | None = None, shared: bool = SHARED):
         _check_layout(lib)
         self._lib, self.dma, self.profile = lib, dma, profile
         self._regs = regs.RegisterView(regs_map)
@@ -98,6 +118,7 @@ class QueueService:
         c.regs, c.ring, c.table = self._keep
         c.bank, c.ring_entries, c.core = bank, ring_entries, core
         c.generation = job_plans.GENERATION
+        self._share(shared, core, peers)
         if watch is not None:
             self._keep.append(armed := _address(watch.flag))
             c.armed, c.watchdog_fd = armed, watch.fd
@@ -118,6 +139,31 @@ class QueueService:
         idle.preempted_at = idle_poll.preemptions()
         idle.cpus, idle.loadavg_fd = os.cpu_count() or 1, self._probe.fd
 
+    def _share(self, shared: bool, core: int, peers: list[int] | None) -> None:
+        """Shared service's roles: core 0 the lead, which calls the others in through ``peers``
+        (every core's kernel doorbell, by core; None: a core alone in its process, no call-in)."""
+        c = self.c
+        c.shared, c.lead = int(shared), int(core == 0)
+        c.lead_bank, c.helper_count = regs.core_bank(0), 0
+        if peers is not None and shared and core == 0:
+            helpers = list(range(1, min(len(peers), self._lib.NPU_UQ_MAX_HELPERS + 1)))
+            for i, helper in enumerate(helpers):
+                c.helper_banks[i], c.helper_fds[i] = regs.core_bank(helper), peers[helper]
+            c.helper_count = len(helpers)
+
+    @property
+    def shared(self) -> bool:
+        return bool(self.c.shared)
+
+    @property
+    def joins(self) -> int:
+        """How often the lead called a helper in."""
+        return int(self.c.joins)
+
+    def release(self, q: ServedQueue) -> None:
+        """Let go of ``q`` after the Python path ended the job the C loop left it (shared service)."""
+        self._lib.npu_uq_release(self.c, q.state)
+
     @classmethod
     def start(cls, core) -> QueueService | None:
         """The service of ``core`` (a ``firmware_sim.core.Core``), or None without the C
@@ -126,7 +172,7 @@ class QueueService:
         if lib is None or core.queues.table is None:
             return None
         return cls(lib, core._regs_map, core.bank, core.ring, core.entries, core.queues._map, core.core,
-                   core.dma, core.profile, core.watch)
+                   core.dma, core.profile, core.watch, core.peers)
 
     # ---- the served queues ----
     def take_in(self, user_queues: UserQueues) -> None:
@@ -144,6 +190,7 @@ class QueueService:
                 state.slot = c.table + queues.slot_offset(q.slot)
                 state.entries, state.slot_index, state.asid = q.entries, q.slot, q.asid
                 state.priority, state.completion_fd, state.doorbell_fd = q.priority, q.completion_fd, q.doorbell_fd
+                state.seen_ns = 0
                 self._timeouts(q)
                 self._queue_array[i] = state
             c.queues, c.count = self._queue_array, len(served)

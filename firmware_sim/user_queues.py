@@ -1,8 +1,10 @@
 """A core's side of the user-mode submission queues (layout: npu_hw/queues.py).
 
 A core serves the enabled queue-table slots whose Q_CORE names it, beside its kernel
-ring. It reads each queue's memory through the IOMMU of the queue's ASID (one view,
-taken when it takes the slot in, dropped when it acknowledges a disable), and trusts
+ring; with shared service (the C loop, ``queue_service``) every slot, one job of a queue at a
+time (Q_CLAIM), core 0 the lead that polls and the others helpers that join on a backlog.
+It reads each queue's memory through the IOMMU of the queue's ASID (one view, taken when
+it takes the slot in, dropped when it acknowledges a disable), and trusts
 nothing in it: a tail that runs backwards or more than the queue's entries ahead stops
 the queue (EINVAL in its header and in Q_ERROR), an entry whose seq is not the next one
 or with unknown flags completes with EINVAL, a bad command address faults in the queue's
@@ -78,6 +80,13 @@ class UserQueues:
         self.served: list[ServedQueue] = []
         self.changes = 0               # how many times ``served`` was replaced (the C loop follows it)
         self.table_gen = -1
+        self.shared = False            # serves every slot, by claim (set once the C loop is there)
+        self._acked = [-1] * queues.QUEUE_SLOTS   # each slot's generation this core acknowledged
+
+    @property
+    def helper(self) -> bool:
+        """A core of shared service that is not the lead: it leaves HDR_POLLING and the doorbells to core 0."""
+        return self.shared and self.core != 0
 
     # ---- the table ----
     def refresh(self) -> bool:
@@ -93,9 +102,12 @@ class UserQueues:
         served, acks = [], []
         for slot in range(queues.QUEUE_SLOTS):
             base = queues.slot_offset(slot)
-            if table.read32(base + queues.Q_CORE) != self.core:
-                continue
             slot_gen = table.read32(base + queues.Q_GENERATION)
+            # Every core acknowledges every slot's change (the driver waits for all of them).
+            if slot_gen != self._acked[slot]:
+                acks.append((slot, slot_gen))
+            if not self.shared and table.read32(base + queues.Q_CORE) != self.core:
+                continue
             current = held.get(slot)
             if current is not None and current.generation == slot_gen:
                 served.append(current)
@@ -104,7 +116,6 @@ class UserQueues:
                 taken = self._take(slot, slot_gen)
                 if taken is not None:
                     served.append(taken)
-            acks.append((base, slot_gen))
         served.sort(key=lambda q: -q.priority)
         for q in self.served:
             if q not in served:
@@ -113,8 +124,9 @@ class UserQueues:
         self.changes += 1
         # Acknowledged only now: the old views are no longer served and their lines are
         # closed, so a queue the driver gives back holds nothing in this core any more.
-        for base, slot_gen in acks:
-            table.write32(base + queues.Q_ACK, slot_gen)
+        for slot, slot_gen in acks:
+            self.regs.write32(queues.ack_register(self.core, slot), slot_gen)
+            self._acked[slot] = slot_gen
         return True
 
     def _take(self, slot: int, generation: int) -> ServedQueue | None:
@@ -161,7 +173,18 @@ class UserQueues:
         return bool(self.table.read32(queues.slot_offset(q.slot) + queues.Q_CONTROL) & queues.Q_TRACE)
 
     def doorbells(self) -> list[int]:
-        return [q.doorbell_fd for q in self.served]
+        return [] if self.helper else [q.doorbell_fd for q in self.served]
+
+    def release_claims(self) -> None:
+        """Let go of the queues an earlier process of this core held (it died in or around a job;
+        its job's completion is posted first, ``Core.finish_aborted_user_job``). Only this core
+        ever sets its own number in Q_CLAIM, so the read and the store cannot race."""
+        if self.table is None:
+            return
+        for slot in range(queues.QUEUE_SLOTS):
+            at = queues.slot_offset(slot) + queues.Q_CLAIM
+            if self.table.read32(at) == self.core + 1:
+                self.table.write32(at, 0)
 
     # ---- work ----
     def has_work(self) -> bool:
@@ -171,9 +194,12 @@ class UserQueues:
         return False
 
     def set_polling(self, polling: bool) -> None:
-        """Tell the clients whether a doorbell is needed (0: the core may be asleep)."""
-        for q in self.served:
-            q.header.write32(queues.HDR_POLLING, int(polling))
+        """Tell the clients whether a doorbell is needed (0: the core may be asleep), and the
+        other cores whether this one is awake (UQ_AWAKE). A helper's clients ring the lead."""
+        if not self.helper:
+            for q in self.served:
+                q.header.write32(queues.HDR_POLLING, int(polling))
+        self.regs.write32(regs.core_bank(self.core) + regs.UQ_AWAKE, regs.UQ_AWAKE_ON if polling else 0)
 
     def next_entry(self, q: ServedQueue) -> tuple[int, int, int, int, int] | None:
         """(seq, cmd_iova, cmd_size, timeout_ms, flags) of the queue's next job, or None;

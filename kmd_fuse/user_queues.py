@@ -11,8 +11,9 @@ and back without the driver.
 What stays the driver's:
 - teardown: QUEUE_DESTROY, a context that closes, a reset, a chip that died disable its
   queues; the queue's memory (and the context's address space) is given back only once the
-  serving core has acknowledged the disable (Q_ACK), so no entry runs and no core view
-  remains, and QUEUE_DESTROY is answered then (``destroy``);
+  cores have acknowledged the disable (each its own UQ_ACKS word: with the chip's shared
+  service any core may serve any queue), so no entry runs and no core view remains, and
+  QUEUE_DESTROY is answered then (``destroy``);
 - memory: MEM_FREE in a context with a live queue unmaps the pages at once (later entries
   fault) but gives them back only once every core has carried out the IOTLB invalidation
   (INVAL_DONE): a user-queue job that started before the free has ended by then
@@ -194,6 +195,7 @@ class UserQueues:
         for offset in (queues.Q_DONE, queues.Q_FAILED, queues.Q_BUSY_NS, queues.Q_DEVICE_NS, queues.Q_CYCLES):
             table.write64(base + offset, 0)
         table.write32(base + queues.Q_ERROR, 0)
+        table.write32(base + queues.Q_CLAIM, 0)
         table.write32(base + queues.Q_ASID, ctx.space.asid)
         table.write64(base + queues.Q_IOVA, bo.iova)
         table.write32(base + queues.Q_ENTRIES, entries)
@@ -209,7 +211,7 @@ class UserQueues:
         self.slots[slot] = queue
         ctx.queues.append(queue)
         device.kick_housekeeping()        # a queue's records come without interrupts
-        self._table_changed(core)
+        self._table_changed()
         log.info("context %d: user queue in slot %d (%d entries, priority %d, core %d)", ctx.context_id, slot,
                  entries, priority, core)
         return queue
@@ -225,10 +227,12 @@ class UserQueues:
         grants = self.device.memory.grants
         return [grants.issue(queue.ctx.space, queue.ctx.uid, handed) for handed in queue.handed]
 
-    def _table_changed(self, core: int) -> None:
+    def _table_changed(self) -> None:
+        """Every core takes the change in and acknowledges it (any may serve the queue)."""
         hw = self.device.hw
         hw.regs.write32(regs.QUEUE_TABLE_GEN, hw.regs.read32(regs.QUEUE_TABLE_GEN) + 1)
-        hw.wake(core)
+        for core in range(hw.num_cores):
+            hw.wake(core)
 
     # ---- teardown ----
     def disable(self, queue: UserQueue, error: int) -> None:
@@ -248,7 +252,7 @@ class UserQueues:
         self.releasing.append(queue)
         for handed in queue.handed:
             self.device.memory.grants.forget_buffer(queue.ctx.space, handed)
-        self._table_changed(queue.core)
+        self._table_changed()
         self._start_polling()
 
     def disable_context(self, ctx: Context, error: int) -> None:
@@ -303,11 +307,10 @@ class UserQueues:
         self.device.scheduler.invalidate(ctx.space.asid, bo.bo_id)
         self.device.pump()
         hw, scheduler = self.device.hw, self.device.scheduler
-        # Only the cores serving the context's queues can run a job of it that the ring's
-        # order does not put after the invalidation: wait for theirs alone.
-        serving = {queue.core for queue in ctx.queues}
-        targets = [(hw.invalidations_pushed[core] + len(scheduler.control[core])) & 0xFFFFFFFF if core in serving
-                   else hw.reg(core, regs.INVAL_DONE) for core in range(hw.num_cores)]
+        # A user-queue job of the context may run on any core (shared service) outside the ring's
+        # order: wait for every core to carry out the invalidation.
+        targets = [(hw.invalidations_pushed[core] + len(scheduler.control[core])) & 0xFFFFFFFF
+                   for core in range(hw.num_cores)]
         deferred = DeferredFree(ctx, bo, targets)
         self.deferred.add(deferred, hw.invalidation_counts())
         self._start_polling()
@@ -334,7 +337,8 @@ class UserQueues:
         device, hw = self.device, self.device.hw
         released = [queue for queue in self.releasing
                     if cores_restarted
-                    or hw.qtab.read32(queues.slot_offset(queue.slot) + queues.Q_ACK) == queue.generation
+                    or all(hw.regs.read32(queues.ack_register(core, queue.slot)) == queue.generation
+                           for core in range(hw.num_cores))
                     or hw.process.poll() is not None]
         if released:
             # Their jobs' last profile records, before another queue takes the slot (a record

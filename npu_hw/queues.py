@@ -21,9 +21,17 @@ Each register has one writer, named below; a "core" register is written by the s
 core, by the KMD only while the slot is disabled and acknowledged (registration starts its
 counters from zero).
 
-Disabling: the KMD clears Q_CONTROL and bumps Q_GENERATION and QUEUE_TABLE_GEN; the serving
-core, between two jobs, copies Q_GENERATION into Q_ACK.  From then on no entry of the
-queue runs and the core holds no view of its memory, so the KMD may give it back.
+Disabling: the KMD clears Q_CONTROL and bumps Q_GENERATION and QUEUE_TABLE_GEN; every
+core, between two jobs, copies Q_GENERATION into its own UQ_ACKS word for the slot
+(``ack_register``).  Once all have, no entry of the queue runs and no core holds a view of
+its memory, so the KMD may give it back.
+
+Shared service (``firmware_sim.queue_service``): with the C service loop every core takes
+every queue in and any core may run its next job, one at a time: a core first sets Q_CLAIM
+(compare-and-swap 0 -> its number + 1) and clears it once the job is posted; Q_DONE and
+Q_ERROR are what every core goes by.  Core 0 polls and keeps HDR_POLLING; the others join
+only on a backlog.  Q_CORE is the core that serves the queue alone where the chip has no
+shared service (its Python loop).
 
 The queue memory (one buffer the driver allocates, mapped read-write in the client and in
 the context's IOMMU space) is a header, QUEUE_ENTRIES submission entries and as many
@@ -35,6 +43,8 @@ import ctypes
 import os
 import platform
 import struct
+
+from npu_hw import regs
 
 QUEUE_SLOTS = 16                  # queues the chip serves at once (the table's slots)
 QTAB_SIZE = 4096
@@ -48,9 +58,9 @@ Q_IOVA = 0x08          # KMD (u64): device address of the queue memory (in that 
 Q_ENTRIES = 0x10       # KMD (u32): entries of the queue (a power of two)
 Q_PRIORITY = 0x14      # KMD (u32): NPU_PRIO_* (higher is served first in each round)
 Q_TIMEOUT_CAP_MS = 0x18  # KMD (u32): a job's timeout is clamped to this
-Q_CORE = 0x1C          # KMD (u32): the core serving the queue
+Q_CORE = 0x1C          # KMD (u32): the core serving the queue (without shared service)
 Q_GENERATION = 0x20    # KMD (u32): bumped at every registration and every disable
-Q_ACK = 0x24           # core (u32): the generation the serving core has taken in
+Q_CLAIM = 0x24         # core (u32): 0, or 1 + the core running (or about to run) the queue's next job
 Q_ERROR = 0x28         # core (i32): 0, or -errno: the core stopped serving the queue (bad tail)
 Q_DONE = 0x30          # core (u64): seq of the last job completed (jobs done, ok or failed)
 Q_FAILED = 0x38        # core (u64): jobs that failed
@@ -108,6 +118,11 @@ def slot_offset(slot: int) -> int:
     if not 0 <= slot < QUEUE_SLOTS:
         raise ValueError(f"queue slot {slot} out of range 0..{QUEUE_SLOTS - 1}")
     return slot * QTAB_SLOT_SIZE
+
+
+def ack_register(core: int, slot: int) -> int:
+    """The register (of the register file) where ``core`` acknowledges ``slot``'s generation."""
+    return regs.core_bank(core) + regs.UQ_ACKS + 4 * slot_offset(slot) // QTAB_SLOT_SIZE
 
 
 def entries_offset() -> int:

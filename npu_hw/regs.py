@@ -110,6 +110,13 @@ UQ_SEQ = 0x60            # core (u64): that job's seq
 UQ_ABORT_STATUS = 0x68   # chip, then core (i32): -errno the watchdog failed the user-queue job with; the
                          #   restarted core posts that completion and clears it
 INVAL_DONE = 0x6C        # core (u32): OP_INVALIDATE entries the core has carried out (wraps)
+UQ_AWAKE = 0x70          # core (u32): UQ_AWAKE_ON while its user-queue service is awake (serving, polling),
+                         #   0 asleep, UQ_ASLEEP_TICKING a helper asleep for a tick (spec.queues, shared service)
+UQ_ACKS = 0x80           # core (u32 x spec.queues.QUEUE_SLOTS): the Q_GENERATION of each queue-table slot
+                         #   this core has taken in (spec.queues.ack_register)
+
+UQ_AWAKE_ON = 1
+UQ_ASLEEP_TICKING = 2
 
 IRQ_JOB_DONE = 0x1
 IRQ_JOB_ERROR = 0x2

@@ -50,20 +50,20 @@ root_only = pytest.mark.skipif(os.geteuid() != 0, reason="changing user and rais
 
 
 def _raised_where() -> tuple[int, bool, int | None]:
-    """raise_core(CORE_NICE) here: the nice, whether this process leads a session of its own, its autogroup's nice."""
-    nice = priority.raise_core(priority.CORE_NICE)
+    """raise_core(RAISED_NICE) here: the nice, whether this process leads a session of its own, its autogroup's nice."""
+    nice = priority.raise_core(priority.RAISED_NICE)
     return nice, os.getsid(0) == os.getpid(), priority.autogroup_nice(os.getpid())
 
 
 @root_only
 def test_a_privileged_core_takes_the_nice_it_asks_in_a_group_of_its_own():
     own = os.getpriority(os.PRIO_PROCESS, 0)
-    assert own > priority.CORE_NICE, "the suite runs at a nice the cores raise"
+    assert own > priority.RAISED_NICE, "the suite runs at a nice the cores raise"
     nice, session_leader, group_nice = _in_child(_raised_where)
-    assert nice == priority.CORE_NICE
+    assert nice == priority.RAISED_NICE
     if priority.autogroup_nice(os.getpid()) is not None and priority.AUTOGROUP_ENABLED.read_text().strip() == "1":
         # sched_autogroup: a nice weighs only within the session, so the core has a session and group of its own
-        assert session_leader and group_nice == priority.CORE_NICE
+        assert session_leader and group_nice == priority.RAISED_NICE
 
 
 def test_a_core_never_lowers_its_priority():
@@ -76,7 +76,7 @@ def test_a_core_never_lowers_its_priority():
 @root_only
 def test_an_unprivileged_core_keeps_its_nice_and_its_session():
     own = os.getpriority(os.PRIO_PROCESS, 0)
-    assert _in_child(lambda: (_unprivileged(0, priority.CORE_NICE), os.getsid(0) == os.getpid())) == [own, False]
+    assert _in_child(lambda: (_unprivileged(0, priority.RAISED_NICE), os.getsid(0) == os.getpid())) == [own, False]
 
 
 @root_only
@@ -89,10 +89,10 @@ def test_a_rootless_core_takes_what_rlimit_nice_allows():
 
 
 def test_the_environment_chooses_the_nice(monkeypatch):
-    monkeypatch.setenv("NPU_CORE_NICE", "0")
-    assert priority.default_core_nice() == 0
+    monkeypatch.setenv("NPU_CORE_NICE", "-2")
+    assert priority.default_core_nice() == -2
     monkeypatch.setenv("NPU_CORE_NICE", "high")
     with pytest.raises(SystemExit, match="NPU_CORE_NICE='high': an integer"):
         priority.default_core_nice()
     monkeypatch.delenv("NPU_CORE_NICE")
-    assert priority.default_core_nice() == priority.CORE_NICE
+    assert priority.default_core_nice() == priority.CORE_NICE == 0

@@ -11,15 +11,17 @@ import subprocess
 import sys
 import textwrap
 import threading
+import time
 
 import numpy as np
 import pytest
 
 import libnpu
 from kmd_fuse import paths, uapi
+from libnpu.user_queue import QueueFence
 from npu_hw import queues, regs
 from tests.kmd_fuse.test_user_queues import NOBODY, nop, raw_queue_create, slow_job, write_entry
-from tests.support.device import REPO, core_registers, open_to_others, wait_for, wait_until
+from tests.support.device import REPO, WAIT_S, completion_core, core_registers, open_to_others, wait_for, wait_until
 from tests.support.other_user import python_for_others
 
 pytestmark = pytest.mark.recovery     # reset, queues, recovery (benchmarks/flake_hunt.py -m recovery)
@@ -334,8 +336,18 @@ def test_queues_destroyed_in_a_loop_leave_no_descriptor_line_or_memory_behind(st
         commands = nop(device)
         bus = paths.bus_dir(steady_npu.devroot, 0)
         with device.create_queue() as one, device.create_queue() as two:
-            for warm in (one, two):                        # on each core what is made once is made
-                device.queue_submit(warm, commands, profile=True).wait(10)   # (its profile queue's mapping)
+            # On each core what is made once is made (the command buffer's and its profile
+            # queue's mappings): any core may run a queue's job (shared service), the second one
+            # when two queues' jobs wait at once.
+            ran_on: set[int] = set()
+            deadline = time.monotonic() + WAIT_S
+            while ran_on != set(range(device.info()["num_cores"])) and time.monotonic() < deadline:
+                for warm in (one, two):
+                    write_entry(warm, warm.tail + 1, commands.address, commands.used, flags=queues.ENTRY_PROFILE)
+                for warm in (one, two):
+                    warm.ring()
+                    QueueFence(warm, warm.tail).wait(10)
+                    ran_on.add(completion_core(warm, warm.tail))
 
         def settled() -> tuple:
             # the processes asked for each time: a core the chip's watchdog restarted under

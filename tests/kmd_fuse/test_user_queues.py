@@ -507,14 +507,17 @@ def test_queues_churned_leave_no_descriptor_slot_memory_or_line_behind(steady_np
         bus = paths.bus_dir(steady_npu.devroot, 0)
         with session.open(0) as warm:                    # first queue: whatever is made once is made
             warm.queue_submit(warm.create_queue(), nop(warm)).wait(10)
-        pids = _driver_and_chip(steady_npu.devroot, bus)
-        assert len(pids) >= 3
+        assert len(_driver_and_chip(steady_npu.devroot, bus)) >= 3
 
         def settled() -> tuple:
             table = np.fromfile(paths.bus_dir(steady_npu.devroot, 0) / "qtab", np.uint32)
             enabled = [table[(slot * queues.QTAB_SLOT_SIZE + queues.Q_CONTROL) // 4] for slot in
                        range(queues.QUEUE_SLOTS)]
-            return (_open_fds(pids), sorted(os.listdir(bus)), probe.info()["memory_used"], sum(enabled))
+            # the processes asked for each time, as test_queue_destroy's churn test does: a core the
+            # chip's watchdog restarted under load is another process (seen once in a full run at
+            # load 4-8: 22 descriptors fewer, a core's pid gone)
+            return (_open_fds(_driver_and_chip(steady_npu.devroot, bus)), sorted(os.listdir(bus)),
+                    probe.info()["memory_used"], sum(enabled))
 
         def idle() -> bool:    # the warm context's queue, lines and buffers given back (a close is asynchronous)
             state = settled()

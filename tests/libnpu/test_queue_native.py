@@ -232,7 +232,9 @@ def test_nop_scaling_reports_each_sides_cpu_and_mode():
 def test_nop_scaling_variants_are_sets_of_known_pieces():
     from benchmarks import nop_scaling
     assert nop_scaling.parse_variants("unraised,one-core+spin,") == ["unraised", "one-core+spin"]
-    assert nop_scaling._device_key("one-core+unraised") == (1, False) and nop_scaling._device_key(None) == (2, True)
+    assert nop_scaling._device_key("one-core+unraised") == (1, (("NPU_CORE_NICE", "0"),))
+    assert nop_scaling._device_key(None) == (2, ())
+    assert nop_scaling._device_key("unshared+raised") == (2, (("NPU_CORE_NICE", "-2"), ("NPU_SHARED_QUEUES", "0")))
     with pytest.raises(ValueError, match="no piece fast"):
         nop_scaling.parse_variants("one-core+fast")
 

@@ -212,3 +212,12 @@ def _parent(pid: int) -> int:
         return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
     except (OSError, IndexError, ValueError):
         return 0
+
+
+def completion_core(queue, seq: int) -> int:
+    """The core that ran job ``seq`` of a libnpu user queue (its completion record says so)."""
+    from npu_hw import queues
+    at = queues.completions_offset(queue.entries) + (seq & (queue.entries - 1)) * queues.COMPLETION_STRUCT.size
+    done_seq, _, core, *_ = queues.COMPLETION_STRUCT.unpack_from(queue.mem, at)
+    assert done_seq == seq, f"job {seq}'s completion holds job {done_seq}'s"
+    return core

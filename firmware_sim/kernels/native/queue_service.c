@@ -74,6 +74,134 @@ static int ring_waits(const struct npu_uq_core *c)
     return LOAD(U32(bank, NPU_UQ_BANK_RING_HEAD)) != LOAD(U32(bank, NPU_UQ_BANK_RING_TAIL));
 }
 
+/* ---- shared service: every core serves every queue, one job of a queue at a time ----
+   The lead (core 0) polls and keeps the clients' HDR_POLLING; a helper sleeps on its kernel
+   doorbell and takes a queue's job only on a backlog: the lead asleep (what is left is the
+   helper's), the lead in one job for NPU_UQ_JOIN_NS, or the job waiting NPU_UQ_WAIT_NS without
+   the queue moving (the lead preempted). The lead calls a helper in when it starts or ends a
+   long job while another queue waits. Q_CLAIM (the queue table: no client reaches it) keeps
+   one job of a queue at a time, and Q_DONE and Q_ERROR there are what every core goes by. */
+
+static uint32_t awake_of(const struct npu_uq_core *c, uint32_t bank)
+{
+    return LOAD(U32(c->regs + bank, NPU_UQ_BANK_UQ_AWAKE));
+}
+
+/* Q_DONE and Q_ERROR as the table has them (another core may have moved them). */
+static void sync_queue(const struct npu_uq_core *c, struct npu_uq *q)
+{
+    if (!c->shared)
+        return;
+    q->done = LOAD(U64(q->slot, NPU_UQ_Q_DONE));
+    if (LOAD(U32(q->slot, NPU_UQ_Q_ERROR)) != 0)
+        q->stopped = 1;
+}
+
+static void call_helper(struct npu_uq_core *c, const struct npu_uq *busy, int need, int sleeping);
+
+/* The lead starts a long job of `q`: a helper comes at once for a queue waiting, and one asleep
+   for long ticks from now (a job submitted meanwhile finds it within a tick). */
+static void long_job(struct npu_uq_core *c, const struct npu_uq *q)
+{
+    call_helper(c, q, 1, 0);
+    call_helper(c, q, 0, 1);
+}
+
+static int claimed_by_other(const struct npu_uq_core *c, const struct npu_uq *q)
+{
+    uint32_t owner = c->shared ? LOAD(U32(q->slot, NPU_UQ_Q_CLAIM)) : 0;
+    return owner != 0 && owner != c->core + 1;
+}
+
+int npu_uq_claim(struct npu_uq_core *c, struct npu_uq *q)
+{
+    if (!c->shared)
+        return 1;
+    uint32_t expected = 0;
+    if (!__atomic_compare_exchange_n(U32(q->slot, NPU_UQ_Q_CLAIM), &expected, c->core + 1, 0,
+                                     __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST))
+        return expected == c->core + 1;
+    sync_queue(c, q);
+    return 1;
+}
+
+void npu_uq_release(struct npu_uq_core *c, struct npu_uq *q)
+{
+    if (!c->shared)
+        return;
+    STORE(U32(q->slot, NPU_UQ_Q_CLAIM), 0);
+    /* The claim let go of before the lead's UQ_AWAKE is read (has_work): either the lead, going
+       to sleep, sees the queue free, or this core sees the lead asleep and takes the rest. */
+    __atomic_thread_fence(__ATOMIC_SEQ_CST);
+}
+
+void npu_uq_release_all(uint8_t *table, int32_t slots, uint32_t core)
+{
+    for (int32_t slot = 0; slot < slots; slot++) {
+        uint32_t mine = core + 1;
+        __atomic_compare_exchange_n(U32(table, (size_t)slot * NPU_UQ_QTAB_SLOT_SIZE + NPU_UQ_Q_CLAIM), &mine, 0, 0,
+                                    __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
+    }
+}
+
+static int pending(const struct npu_uq_core *c, struct npu_uq *q)
+{
+    sync_queue(c, q);
+    return !q->stopped && LOAD(U64(q->mem, NPU_UQ_HDR_TAIL)) != q->done;
+}
+
+/* Whether this core takes the next job of `q` now (see above). */
+static int wanted(struct npu_uq_core *c, struct npu_uq *q)
+{
+    if (!pending(c, q)) {
+        q->seen_ns = 0;
+        return 0;
+    }
+    if (claimed_by_other(c, q))
+        return 0;
+    if (!c->shared || c->lead)
+        return 1;
+    int64_t now = now_ns();
+    if (q->seen_ns == 0 || q->seen_done != q->done) {
+        q->seen_done = q->done;
+        q->seen_ns = now;
+    }
+    if (awake_of(c, c->lead_bank) != NPU_UQ_AWAKE)
+        return 1;
+    const uint8_t *lead = c->regs + c->lead_bank;
+    if (LOAD(U32(lead, NPU_UQ_BANK_CORE_STATE)) == NPU_UQ_CORE_BUSY
+        && now - (int64_t)LOAD(U64(lead, NPU_UQ_BANK_JOB_START_NS)) >= NPU_UQ_JOIN_NS)
+        return 1;
+    return now - q->seen_ns >= NPU_UQ_WAIT_NS;
+}
+
+/* The lead: call a helper in (its kernel doorbell) if none is awake (with `sleeping`: none
+   even ticking) and `need` queues other than `busy` have a job nobody took; once a tick at most. */
+static void call_helper(struct npu_uq_core *c, const struct npu_uq *busy, int need, int sleeping)
+{
+    if (!c->shared || !c->lead || c->helper_count == 0)
+        return;
+    int64_t now = now_ns();
+    if (now - c->called_ns < NPU_UQ_TICK_MS * 1000000LL)
+        return;
+    int waiting = 0;
+    for (int32_t i = 0; i < c->count && waiting < need; i++) {
+        struct npu_uq *q = c->queues[i];
+        waiting += q != busy && pending(c, q) && LOAD(U32(q->slot, NPU_UQ_Q_CLAIM)) == 0;
+    }
+    if (waiting < need)
+        return;
+    for (int32_t i = 0; i < c->helper_count; i++) {
+        uint32_t awake = awake_of(c, c->helper_banks[i]);
+        if (awake == NPU_UQ_AWAKE || (sleeping && awake == NPU_UQ_ASLEEP_TICKING))
+            return;
+    }
+    uint64_t one = 1;
+    (void)!write(c->helper_fds[0], &one, sizeof(one));
+    c->called_ns = now;
+    c->joins++;
+}
+
 /* FUTEX_WAKE of one process asleep on HDR_DONE's low 32 bits (NPU_QUEUE_WAIT_FUTEX): shared (the waiter
    maps the same page), never blocks, and reads nothing of the client's. */
 static void wake_futex(const struct npu_uq *q)
@@ -141,6 +269,8 @@ static int run_job(struct npu_uq_core *c, struct npu_uq *q, uint64_t seq)
         if (plan == NULL || memcmp(plan->live, plan->copy, cmd_size) != 0)
             return 0;
     }
+    if (plan != NULL && plan->last_ns >= NPU_UQ_JOIN_NS)
+        long_job(c, q);
     if (timeout_ms == 0)
         timeout_ms = q->timeout_default_ms;
     else if (timeout_ms > q->timeout_cap_ms)
@@ -178,12 +308,16 @@ static int run_job(struct npu_uq_core *c, struct npu_uq *q, uint64_t seq)
         device_ns = plan->device_ns;
     }
     uint64_t exec_ns = (uint64_t)(now_ns() - started);
+    if (plan != NULL)
+        plan->last_ns = exec_ns;
     post(c, q, seq, cycles, device_ns, exec_ns);
     STORE(U64(bank, NPU_UQ_BANK_CURRENT_JOB), 0);
     STORE(U32(bank, NPU_UQ_BANK_UQ_SLOT), 0);
     ADD64(U64(bank, NPU_UQ_BANK_BUSY_NS), exec_ns);
     ADD64(U64(bank, NPU_UQ_BANK_BUSY_CYCLES), cycles);
     STORE(U32(bank, NPU_UQ_BANK_CORE_STATE), NPU_UQ_CORE_IDLE);
+    if (exec_ns >= NPU_UQ_JOIN_NS)
+        call_helper(c, q, 1, 0);      /* jobs came in while it ran: a backlog */
     return 1;
 }
 
@@ -210,18 +344,28 @@ int npu_uq_serve(struct npu_uq_core *c)
         for (; c->at < c->count; c->at++, c->turn = 0) {
             struct npu_uq *q = c->queues[c->at];
             for (; c->turn < NPU_UQ_JOBS_PER_TURN; c->turn++) {
-                if (q->stopped)
+                if (c->shared && (!wanted(c, q) || !npu_uq_claim(c, q)))
+                    break;                     /* nothing for this core, or another core runs its job */
+                if (q->stopped) {
+                    npu_uq_release(c, q);
                     break;
+                }
                 uint64_t tail = LOAD(U64(q->mem, NPU_UQ_HDR_TAIL));
-                if (tail == q->done)
+                if (tail == q->done) {
+                    npu_uq_release(c, q);
                     break;
+                }
+                /* PYTHON and FAILED return with the queue claimed: Python ends the job and lets go. */
                 if (tail < q->done || tail - q->done > q->entries)
                     return NPU_UQ_PYTHON;      /* a garbled tail: Python stops the queue */
                 int ran = run_job(c, q, q->done + 1);
-                if (ran == 0)
+                if (ran == 0) {
+                    long_job(c, q);            /* a job for Python: a long one */
                     return NPU_UQ_PYTHON;
+                }
                 if (ran < 0)
                     return NPU_UQ_FAILED;
+                npu_uq_release(c, q);
                 c->ran++;
                 c->round_ran++;
                 if (ring_control_waits(c) || LOAD(U32(c->regs, NPU_UQ_REG_QUEUE_TABLE_GEN)) != c->table_gen) {
@@ -241,19 +385,17 @@ int npu_uq_serve(struct npu_uq_core *c)
     }
 }
 
-int npu_uq_has_work(const struct npu_uq_core *c)
+int npu_uq_has_work(struct npu_uq_core *c)
 {
     if (ring_waits(c))
         return 1;
-    for (int32_t i = 0; i < c->count; i++) {
-        const struct npu_uq *q = c->queues[i];
-        if (!q->stopped && LOAD(U64(q->mem, NPU_UQ_HDR_TAIL)) != q->done)
+    for (int32_t i = 0; i < c->count; i++)
+        if (wanted(c, c->queues[i]))
             return 1;
-    }
     return 0;
 }
 
-int npu_uq_poll(const struct npu_uq_core *c, int64_t deadline_ns)
+int npu_uq_poll(struct npu_uq_core *c, int64_t deadline_ns)
 {
     while (now_ns() < deadline_ns) {
         if (npu_uq_has_work(c))
@@ -263,10 +405,15 @@ int npu_uq_poll(const struct npu_uq_core *c, int64_t deadline_ns)
     return 0;
 }
 
+/* The lead's (or an unshared core's) HDR_POLLING of its queues, and its UQ_AWAKE: NPU_UQ_AWAKE
+   awake, 0 asleep (a helper: NPU_UQ_ASLEEP_TICKING when it sleeps a tick only). A helper keeps
+   its hands off HDR_POLLING: the clients' doorbells are the lead's to answer. */
 static void set_polling(const struct npu_uq_core *c, uint32_t polling)
 {
-    for (int32_t i = 0; i < c->count; i++)
-        STORE(U32(c->queues[i]->mem, NPU_UQ_HDR_POLLING), polling);
+    if (!c->shared || c->lead)
+        for (int32_t i = 0; i < c->count; i++)
+            STORE(U32(c->queues[i]->mem, NPU_UQ_HDR_POLLING), polling ? 1 : 0);
+    STORE(U32(c->regs + c->bank, NPU_UQ_BANK_UQ_AWAKE), polling);
 }
 
 /* Empty a doorbell: the kernel's eventfd (8 bytes) or a queue's pipe (the chip's non-blocking end). */
@@ -292,10 +439,14 @@ static int npu_uq_rest(struct npu_uq_core *c, int64_t deadline_ns, int32_t kerne
 {
     if (npu_uq_poll(c, deadline_ns))
         return NPU_UQ_WORK;
-    set_polling(c, 0);
+    int helper = c->shared && !c->lead;
+    /* A helper looks again in a tick while the lead is awake and serves several queues (it may be
+       preempted with one's work waiting; a single queue's client gains nothing from a second core). */
+    int ticking = helper && c->count > 1 && awake_of(c, c->lead_bank) == NPU_UQ_AWAKE;
+    set_polling(c, ticking ? NPU_UQ_ASLEEP_TICKING : 0);
     __atomic_thread_fence(__ATOMIC_SEQ_CST);   /* the cleared flags visible before the tails are read */
     if (npu_uq_has_work(c)) {
-        set_polling(c, 1);
+        set_polling(c, NPU_UQ_AWAKE);
         return NPU_UQ_WORK;
     }
     if (!may_sleep || c->count == 0 || c->count > NPU_UQ_MAX_SERVED
@@ -304,9 +455,11 @@ static int npu_uq_rest(struct npu_uq_core *c, int64_t deadline_ns, int32_t kerne
     struct pollfd fds[1 + NPU_UQ_MAX_SERVED];
     int n = 0;
     fds[n++] = (struct pollfd){.fd = kernel_fd, .events = POLLIN};
-    for (int32_t i = 0; i < c->count; i++)
+    for (int32_t i = 0; i < c->count && !helper; i++)
         if (c->queues[i]->doorbell_fd >= 0)
             fds[n++] = (struct pollfd){.fd = c->queues[i]->doorbell_fd, .events = POLLIN};
+    if (ticking)
+        sleep_ms = NPU_UQ_TICK_MS;
     c->woken_by_kernel = 0;
     if (poll(fds, (nfds_t)n, sleep_ms) > 0)
         for (int i = 0; i < n; i++)
@@ -314,7 +467,7 @@ static int npu_uq_rest(struct npu_uq_core *c, int64_t deadline_ns, int32_t kerne
                 consume(fds[i].fd, i == 0);
                 c->woken_by_kernel |= i == 0;
             }
-    set_polling(c, 1);
+    set_polling(c, NPU_UQ_AWAKE);
     return NPU_UQ_WOKE;
 }
 
@@ -368,26 +521,35 @@ int64_t npu_uq_idle_window(struct npu_uq_idle *idle)
 
 int npu_uq_run(struct npu_uq_core *c, int32_t kernel_fd, int32_t may_sleep, int32_t sleep_ms)
 {
-    int32_t ran = 0;
+    int32_t ran = 0, ran_awake = 1;
     for (;;) {
         int why = npu_uq_serve(c);
         ran += c->ran;
+        ran_awake |= c->ran > 0;
         if (why != NPU_UQ_IDLE || ring_waits(c) || LOAD(U32(c->regs, NPU_UQ_REG_QUEUE_TABLE_GEN)) != c->table_gen) {
             c->ran = ran;
             return why == NPU_UQ_IDLE ? NPU_UQ_RING : why;
         }
+        /* A helper that woke for a look and found nothing to take sleeps again without a poll. */
         int64_t since = now_ns(), window = npu_uq_idle_window(&c->idle);
+        if (c->shared && !c->lead && !ran_awake)
+            window = 0;
         int rest = npu_uq_rest(c, since + window, kernel_fd, may_sleep, sleep_ms);
+        ran_awake = rest == NPU_UQ_WORK;
         if (rest == NPU_UQ_ASK) {
             c->ran = ran;
             return NPU_UQ_ASKS;
         }
         if (rest == NPU_UQ_WOKE) {
-            npu_uq_idle_record(&c->idle, now_ns() - since, window);
-            if (c->woken_by_kernel) {              /* the ring, a control entry, a successor: Python's */
+            int helper = c->shared && !c->lead;
+            if (!helper)                           /* a helper's window is not adapted: it stays short */
+                npu_uq_idle_record(&c->idle, now_ns() - since, window);
+            if (c->woken_by_kernel) {              /* the ring, a control entry, a successor, a call-in: Python's */
                 c->ran = ran;
                 return NPU_UQ_RING;
             }
+            if (!helper)                           /* woken with two queues waiting: helpers tick from now */
+                call_helper(c, NULL, 2, 1);
         }
     }
 }

@@ -16,13 +16,19 @@
 #define NPU_UQ_BANK_JOB_TIMEOUT_MS 0x48
 #define NPU_UQ_BANK_UQ_SLOT 0x5C
 #define NPU_UQ_BANK_UQ_SEQ 0x60
+#define NPU_UQ_BANK_UQ_AWAKE 0x70
+#define NPU_UQ_AWAKE 1
+#define NPU_UQ_ASLEEP_TICKING 2
 #define NPU_UQ_CORE_IDLE 0
 #define NPU_UQ_CORE_BUSY 1
 #define NPU_UQ_PACING_ON 0x1
 #define NPU_UQ_RING_ENTRY_SIZE 64
 #define NPU_UQ_RING_OP_JOB 1
+#define NPU_UQ_QTAB_SLOT_SIZE 128
 #define NPU_UQ_Q_CONTROL 0x00
 #define NPU_UQ_Q_TRACE 0x2
+#define NPU_UQ_Q_CLAIM 0x24
+#define NPU_UQ_Q_ERROR 0x28
 #define NPU_UQ_Q_DONE 0x30
 #define NPU_UQ_Q_BUSY_NS 0x40
 #define NPU_UQ_Q_DEVICE_NS 0x48
@@ -53,6 +59,12 @@
 #define NPU_UQ_CONTENDED_NS 20000
 #define NPU_UQ_LOAD_CHECK_NS 2000000
 
+/* firmware_sim.queue_service's policy of shared service (checked against it on import). */
+#define NPU_UQ_JOIN_NS 20000     /* a job this long on the lead is a backlog for the queues waiting */
+#define NPU_UQ_WAIT_NS 200000    /* a queue's job waiting this long (no progress) is one too */
+#define NPU_UQ_TICK_MS 2         /* a helper's look while the lead is awake */
+#define NPU_UQ_MAX_HELPERS 15
+
 /* Why npu_uq_rest (queue_service.c) returned. */
 #define NPU_UQ_WORK 0        /* work came: within the poll window, or before the core could sleep */
 #define NPU_UQ_WOKE 1        /* it slept and a doorbell (or the safety-net timeout) woke it */
@@ -73,6 +85,8 @@ struct npu_uq {
     int32_t stopped;
     int32_t completion_fd;
     int32_t doorbell_fd;          /* the chip's read end of the queue's doorbell (non-blocking) */
+    uint64_t seen_done;           /* a helper's look: Q_DONE when it first saw the queue waiting, */
+    int64_t seen_ns;              /*   and when (0: not waiting then) */
 };
 
 /* A job plan the loop may replay (firmware_sim.job_plans.replayable: no step, or one C call). */
@@ -85,6 +99,7 @@ struct npu_uq_plan {
     const struct npu_step *steps;
     int32_t count;
     uint64_t cycles, device_ns;
+    uint64_t last_ns;             /* its last replay's wall time (a long one calls a helper in) */
 };
 
 /* The adaptive idle poll of firmware_sim.idle_poll.IdlePoll, for npu_uq_run (the same rule). */
@@ -104,6 +119,14 @@ struct npu_uq_core {
     uint8_t *table;               /* the queue table */
     uint32_t table_gen;           /* the QUEUE_TABLE_GEN the served queues reflect */
     uint32_t core;
+    int32_t shared;               /* every core serves every queue, one job of a queue at a time (Q_CLAIM) */
+    int32_t lead;                 /* shared: the core that polls and sets HDR_POLLING (core 0); helpers join */
+    uint32_t lead_bank;           /* shared: the lead's bank (its UQ_AWAKE, CORE_STATE, JOB_START_NS) */
+    int32_t helper_count;         /* the lead: the helpers it calls in on a backlog */
+    uint32_t helper_banks[NPU_UQ_MAX_HELPERS];
+    int32_t helper_fds[NPU_UQ_MAX_HELPERS];   /* ... through their kernel doorbells */
+    int64_t called_ns;            /* the lead: when it last called a helper in */
+    int32_t joins;                /* out: how often this core was called in or joined (a figure for tests) */
     struct npu_uq **queues;       /* by priority, highest first; each priority's turned round after a round */
     int32_t count;
     int32_t at, turn;             /* the round's position: the queue, the jobs it ran this turn */
@@ -129,10 +152,17 @@ int npu_uq_serve(struct npu_uq_core *c);
 
 /* Polls the kernel ring and the queues' tails until work comes or CLOCK_MONOTONIC passes
    `deadline_ns`, yielding the CPU between looks; returns 1 if work came. */
-int npu_uq_poll(const struct npu_uq_core *c, int64_t deadline_ns);
+int npu_uq_poll(struct npu_uq_core *c, int64_t deadline_ns);
 
-/* Whether a queue not stopped has a job or the kernel ring an entry. */
-int npu_uq_has_work(const struct npu_uq_core *c);
+/* Whether a queue not stopped has a job this core would take, or the kernel ring an entry. */
+int npu_uq_has_work(struct npu_uq_core *c);
+
+/* Shared service: take queue `q` (Q_CLAIM 0 -> this core + 1) and its Q_DONE and Q_ERROR; 1 if
+   taken. npu_uq_release lets it go; npu_uq_release_all lets go of every queue this core holds
+   (a new process of a core that died holding one). */
+int npu_uq_claim(struct npu_uq_core *c, struct npu_uq *q);
+void npu_uq_release(struct npu_uq_core *c, struct npu_uq *q);
+void npu_uq_release_all(uint8_t *table, int32_t slots, uint32_t core);
 
 
 /* IdlePoll.record and IdlePoll.window on `idle` (firmware_sim.idle_poll). */
