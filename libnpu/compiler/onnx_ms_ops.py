@@ -30,7 +30,8 @@ rewrites each as those ONNX operators, which the importer then takes as it takes
   ``DequantizeLinear`` of each quantized input, the float operator, ``QuantizeLinear`` on the
   output's grid (an int32 bias dequantized with ``x_scale * w_scale``); the 8-bit data
   movement onnxruntime leaves between them (Flatten, Reshape, Transpose, MaxPool...) the same
-  way on the grid it keeps. The QDQ import then keeps every grid the file chose;
+  way on the grid it keeps (and the int8 moves tf2onnx leaves between a QuantizeLinear and its
+  DequantizeLinear in a QDQ file). The QDQ import then keeps every grid the file chose;
 * what onnxruntime makes of a ``quantize_dynamic`` model: ``DynamicQuantizeMatMul`` (A, int8
   B, its scale and zero point, bias) and ``MatMulIntegerToFloat`` of a
   ``DynamicQuantizeLinear``'s codes by int8 B become the float ``MatMul`` (+ bias) on the
@@ -607,8 +608,17 @@ def _key(node: onnx.NodeProto) -> tuple[str, str]:
 
 def _wanted(model: onnx.ModelProto) -> bool:
     opset = next((o.version for o in model.opset_import if o.domain in _ONNX), 13)
+    quantized = {n.output[0] for n in model.graph.node if n.op_type == "QuantizeLinear" and n.domain in _ONNX}
     return any(_key(n) in LOWERED and not (n.op_type == "LayerNormalization" and opset >= 17 and not any(n.output[1:]))
+               or n.op_type in _MOVES and n.input and n.input[0] in quantized   # tf2onnx's int8 moves
                for n in model.graph.node)      # ONNX's own LayerNormalization: nothing to do
+
+
+def _per_tensor(rw: _Rewrite, name: str) -> bool:
+    """Whether quantized ``name``'s grid is one scale (a move keeps it; a per-axis grid
+    would follow its axis)."""
+    scale = rw.consts.get(rw.grids[name][0])
+    return scale is not None and scale.size == 1
 
 
 def lower_ms_ops(model: onnx.ModelProto) -> Lowered | None:
@@ -627,7 +637,7 @@ def lower_ms_ops(model: onnx.ModelProto) -> Lowered | None:
             before = len(rw.nodes)
             handler = LOWERED.get(_key(node))
             if handler is None and node.op_type in _MOVES and node.domain in _ONNX and node.input \
-                    and node.input[0] in rw.grids:
+                    and node.input[0] in rw.grids and _per_tensor(rw, node.input[0]):
                 handler = _q8_move
             if handler is not None and handler(rw, node, _attrs(node)):
                 changed = True

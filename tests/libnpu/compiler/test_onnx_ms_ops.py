@@ -168,3 +168,30 @@ def test_an_op_not_lowered_runs_with_onnxruntime_on_the_host():
     assert "onnxruntime's MultiHeadAttention (com.microsoft) with these attributes or input ranks" in step.reason
     host = onnx.load_model_from_string(step.model)
     assert {(o.domain, o.version) for o in host.opset_import} >= {(MS, 1)}
+
+
+def _q8_moves_model() -> onnx.ModelProto:
+    """A QDQ model as tf2onnx writes a quantized TF graph: int8 Reshape and Transpose
+    between a QuantizeLinear and its DequantizeLinear (a per-channel mean reshaped for a
+    broadcast, a layout change), no onnxruntime operator anywhere."""
+    s, z = np.array(0.02, F), np.array(0, np.int8)
+    nodes = [h.make_node("QuantizeLinear", ["x", "s", "z"], ["xq"]),
+             h.make_node("DequantizeLinear", ["xq", "s", "z"], ["xd"]),
+             h.make_node("GlobalAveragePool", ["xd"], ["m"]),
+             h.make_node("QuantizeLinear", ["m", "s", "z"], ["mq"]),
+             h.make_node("Reshape", ["mq", "shape"], ["mr"]),
+             h.make_node("DequantizeLinear", ["mr", "s", "z"], ["md"]),
+             h.make_node("Sub", ["xd", "md"], ["c"]),
+             h.make_node("QuantizeLinear", ["c", "s", "z"], ["cq"]),
+             h.make_node("Transpose", ["cq"], ["ct"], perm=[0, 2, 3, 1]),
+             h.make_node("DequantizeLinear", ["ct", "s", "z"], ["y"])]
+    return ms_graph(nodes, {"x": [1, 3, 8, 8]}, {"y": [1, 8, 8, 3]},
+                    {"s": s, "z": z, "shape": np.array([1, 3, 1, 1], np.int64)}, opset=13)
+
+
+def test_int8_moves_between_quantize_and_dequantize_run_on_the_chip(mem):
+    """tf2onnx's int8 Reshape / Transpose between QuantizeLinear and DequantizeLinear: each
+    QuantizeLinear was left on the CPU ("no NPU operator of this type") with its moves, a
+    host step per move; now moved on the grid it keeps, as onnxruntime's uint8 moves are."""
+    model = _q8_moves_model()
+    _check_on_chip(mem, model, _ort(model))
