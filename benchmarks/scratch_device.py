@@ -10,9 +10,10 @@ processes by looking at /proc rather than at the driver's private files: the dae
 memory in use, contexts, the daemon's file descriptors and resident memory, and the
 files in the device's shared-memory state directory.
 
-A guard process (``python -m benchmarks.scratch_device guard DIR``) stops the device and
-removes its directory when the process that started it dies without ``stop()`` (SIGKILL,
-a ``timeout`` wrapper's SIGTERM): the driver daemonizes, so nothing else would.
+``DeviceGuard`` is a process (``python -m benchmarks.scratch_device guard``) that stops the
+devices under the directories it is told about and removes them when the process that
+started them dies without stopping them (SIGKILL, a ``timeout`` wrapper's SIGTERM): the
+driver daemonizes, so nothing else would. The test suite's devices have one too.
 """
 from __future__ import annotations
 
@@ -138,15 +139,15 @@ class ScratchDevice:
         self.devroot.mkdir()
         self.args = ("--cores", str(cores), "--memory", memory, "--watchdog-ms", str(watchdog_ms), *extra)
         self.daemon_pid = 0
-        self._guard: subprocess.Popen | None = None
-        self._guard_pipe = -1
+        self._guard: DeviceGuard | None = None
 
     def _kmd(self, *args: str) -> subprocess.CompletedProcess:
         return subprocess.run([sys.executable, "-m", "kmd_fuse.cli", *args, "--devroot", str(self.devroot)],
                               capture_output=True, text=True, timeout=120)
 
     def start(self) -> ScratchDevice:
-        self._start_guard()
+        self._guard = DeviceGuard()
+        self._guard.watch(self.tmp)
         result = self._kmd("start", *self.args)
         if result.returncode:
             self.stop()
@@ -169,28 +170,10 @@ class ScratchDevice:
         if not wait_until(lambda: not self.find_daemons() and not self.chip_processes(), 10):
             problems.append(f"processes left behind: daemons {self.find_daemons()}, chip {self.chip_processes()}")
         shutil.rmtree(self.tmp, ignore_errors=True)
-        self._stop_guard()
-        return problems
-
-    def _start_guard(self) -> None:
-        """Start the process that stops this device if we die first: it holds the read end
-        of a pipe only we can write, and sees EOF when we close it or the kernel does."""
-        read_end, self._guard_pipe = os.pipe()
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, (str(_PROJECT), os.environ.get("PYTHONPATH"))))}
-        try:
-            # Own session: a ^C meant for the benchmark must not reach the guard first.
-            self._guard = subprocess.Popen([sys.executable, "-m", "benchmarks.scratch_device", "guard", str(self.tmp)],
-                                           stdin=read_end, env=env, start_new_session=True)
-        finally:
-            os.close(read_end)
-
-    def _stop_guard(self) -> None:
-        if self._guard_pipe >= 0:
-            os.close(self._guard_pipe)
-            self._guard_pipe = -1
         if self._guard is not None:
-            self._guard.wait()
+            self._guard.close()
             self._guard = None
+        return problems
 
     def __enter__(self) -> ScratchDevice:
         return self.start()
@@ -247,17 +230,46 @@ class ScratchDevice:
                              rss_bytes(self.daemon_pid), self.shm_files())
 
 
-def guard_device(tmp: Path) -> None:
-    """Wait for EOF on stdin (the starter closed it or died), then stop the device under
-    ``tmp`` if it is still there and remove ``tmp``."""
-    while sys.stdin.buffer.read(4096):
-        pass
-    devroot = tmp / "dev"
-    if devroot.is_dir():
-        subprocess.run([sys.executable, "-m", "kmd_fuse.cli", "stop", "--devroot", str(devroot)],
-                       capture_output=True, timeout=120)
-        shutil.rmtree(tmp, ignore_errors=True)
+class DeviceGuard:
+    """A process that, once its starter closes the pipe or dies, stops the device under each
+    directory ``watch`` named (``DIR/dev``) if it is still there, and removes DIR. It holds
+    the read end of a pipe only its starter writes, in a session of its own (a ^C meant
+    for the starter must not reach it first)."""
+
+    def __init__(self) -> None:
+        read_end, self._pipe = os.pipe()
+        paths = os.pathsep.join(filter(None, (str(_PROJECT), os.environ.get("PYTHONPATH"))))
+        try:
+            self._process: subprocess.Popen | None = subprocess.Popen(
+                [sys.executable, "-m", "benchmarks.scratch_device", "guard"], stdin=read_end,
+                env={**os.environ, "PYTHONPATH": paths}, start_new_session=True)
+        finally:
+            os.close(read_end)
+
+    def watch(self, directory: Path) -> None:
+        os.write(self._pipe, f"{directory}\n".encode())
+
+    def close(self) -> None:
+        """Let the guard do its work now (on what is left) and wait for it."""
+        if self._pipe >= 0:
+            os.close(self._pipe)
+            self._pipe = -1
+        if self._process is not None:
+            self._process.wait()
+            self._process = None
+
+
+def guard_devices() -> None:
+    """The guard's side: directories from stdin, one a line, until EOF; then each one's
+    device stopped if it is still there, and the directory removed."""
+    directories = [Path(line.decode().rstrip("\n")) for line in sys.stdin.buffer]
+    for directory in directories:
+        devroot = directory / "dev"
+        if devroot.is_dir():
+            subprocess.run([sys.executable, "-m", "kmd_fuse.cli", "stop", "--devroot", str(devroot)],
+                           capture_output=True, timeout=120)
+            shutil.rmtree(directory, ignore_errors=True)
 
 
 if __name__ == "__main__" and sys.argv[1:2] == ["guard"]:
-    guard_device(Path(sys.argv[2]))
+    guard_devices()

@@ -2,7 +2,8 @@
 start`, stopped with `npu-kmd stop`, and the small waits tests need around it.
 
 Every mount is unmounted and every daemon/chip process ended at teardown (the fixtures
-in tests/conftest.py call stop_npu also when a test fails)."""
+in tests/conftest.py call stop_npu also when a test fails), and, should pytest itself be
+killed before its teardown, by the session's device guard (benchmarks.scratch_device)."""
 from __future__ import annotations
 
 import mmap
@@ -17,6 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+
+from benchmarks.scratch_device import DeviceGuard
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -45,6 +48,10 @@ def start_npu(tmp: Path, devices: int = 1, extra: tuple[str, ...] = ()) -> Mount
         pytest.skip("mounting the FUSE device needs root")
     home = Path(tempfile.mkdtemp(prefix=f"npu-{tmp.name[:40]}-"))
     _HOMES.append(home)
+    global _GUARD
+    if _GUARD is None:
+        _GUARD = DeviceGuard()
+    _GUARD.watch(home)
     npu = MountedNpu(home / "dev", devices, home)
     npu.devroot.mkdir()
     result = npu.kmd("start", "--devices", str(devices), *extra, check=False)
@@ -63,6 +70,7 @@ def stop_npu(npu: MountedNpu) -> None:
 
 
 _HOMES: list[Path] = []    # the directories start_npu made in this session
+_GUARD: DeviceGuard | None = None     # stops what is left of them if pytest dies first
 
 
 def remove_device_homes() -> None:
@@ -72,6 +80,10 @@ def remove_device_homes() -> None:
         if str(home) not in mounts:
             shutil.rmtree(home, ignore_errors=True)     # never follows a link out of it
     _HOMES.clear()
+    global _GUARD
+    if _GUARD is not None:      # it stops and removes what is still mounted
+        _GUARD.close()
+        _GUARD = None
 
 
 def held(device) -> tuple[int, int]:
