@@ -56,6 +56,7 @@ class JobResult:
     cycles: int = 0
     fault_iova: int = 0
     task_index: int = 0      # failing task, or the number of tasks run
+    failed_task: int = -1    # the task the job failed in (a check, a fault), else -1 (a user queue's HDR_FAILED_TASK)
     exec_ns: int = 0         # wall-clock time spent
 
 
@@ -154,12 +155,15 @@ def run_job(dma: DmaEngine, asid: int, cmd_iova: int, cmd_size: int, profile: Ha
         result.task_index = index
     except IommuFault as fault:
         result.status, result.fault_iova, result.task_index = -fault.errno, fault.iova, index
+        result.failed_task = index
     except JobFailure as failure:
-        result.status, result.task_index = -failure.errno, index
-    except tasks.CommandBufferError:
-        result.status, result.task_index = -errno.EINVAL, index
+        result.status, result.task_index, result.failed_task = -failure.errno, index, index
+        _report_failure(index, asid, failure)
+    except tasks.CommandBufferError as error:
+        result.status, result.task_index, result.failed_task = -errno.EINVAL, index, index
+        _report_failure(index, asid, error)
     except Exception:
-        result.status, result.task_index = -errno.EIO, index
+        result.status, result.task_index, result.failed_task = -errno.EIO, index, index
         _report_internal_error(index, asid)
     finally:
         dma.discard()
@@ -172,10 +176,17 @@ def failed_step_result(status: int, index: int, asid: int) -> JobResult:
     try:
         native_calls.check_status(status)
     except JobFailure as failure:
-        return JobResult(status=-failure.errno, task_index=index)
+        _report_failure(index, asid, failure)
+        return JobResult(status=-failure.errno, task_index=index, failed_task=index)
     except Exception:
         _report_internal_error(index, asid)
-    return JobResult(status=-errno.EIO, task_index=index)
+    return JobResult(status=-errno.EIO, task_index=index, failed_task=index)
+
+
+def _report_failure(index: int, asid: int, failure: Exception) -> None:
+    """The reason a check refused a job, for the chip's log (the daemon's log file): the
+    completion carries only the errno and the task's index."""
+    print(f"chip: a job of ASID {asid} failed at task {index}: {failure}", file=sys.stderr, flush=True)
 
 
 def _report_internal_error(index: int, asid: int) -> None:

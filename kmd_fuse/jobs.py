@@ -128,9 +128,11 @@ def service_completions(device: Device) -> None:
         job.ctx.last_exec_ns = completion.exec_ns
         job.ctx.stats.device_time_ns += completion.device_time_ns
         if completion.status:
-            log.info("job %d (context %d fence %d) failed: %s at %#x", job.job_id, job.ctx.context_id,
-                     job.fence, errno.errorcode.get(-completion.status, completion.status),
-                     completion.fault_iova)
+            # Warning: the index (and the chip's log line before it, with the reason) is what
+            # tells a user which of a model's tasks the chip refused.
+            log.warning("job %d of context %d (fence %d) failed at task %d: %s (fault address %#x)",
+                        job.job_id, job.ctx.context_id, job.fence, completion.task_index,
+                        errno.errorcode.get(-completion.status, completion.status), completion.fault_iova)
         finish(device, job)
         touched.add(job.ctx)
     device.pump()
