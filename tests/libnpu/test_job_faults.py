@@ -6,6 +6,7 @@ from __future__ import annotations
 import errno
 import re
 import time
+
 import numpy as np
 import pytest
 
