@@ -12,6 +12,8 @@ import pytest
 
 import libnpu
 from kmd_fuse import paths
+from libnpu.errors import JobError
+from libnpu.job_faults import name_failed_task
 from libnpu.loadable import Loadable
 from npu_hw import tasks
 
@@ -60,8 +62,15 @@ def test_the_runtime_names_the_layer_of_the_refused_task(session, resnet8_nlb, t
             request.infer(inputs)
         assert caught.value.errno == errno.EINVAL and caught.value.task_index == bad
         assert f"job failed at task {bad} ({task.op} {task.name!r})" in str(caught.value)
+        request.start()                           # submitted, then waited for: the same
+        with pytest.raises(libnpu.JobError) as caught:
+            request.wait(30)
+        assert caught.value.task_index == bad and caught.value.task_name == f"{task.op} {task.name!r}"
     finally:
         model.close()
+    # A partition's job counts its tasks from its own first: the loadable's index adds it.
+    named = name_failed_task(JobError(errno.EINVAL, "job", "queue 0 job 1 failed", task_index=2), loadable, bad - 2)
+    assert (named.task_index, named.task_name) == (bad, f"{task.op} {task.name!r}")
 
 
 def test_a_submitted_jobs_refused_task_and_reason_are_in_the_log(npu, device):
