@@ -272,7 +272,7 @@ class Core:
                                 ring.PROFILE_QUEUE_JOB if wanted else ring.PROFILE_JOB)
         cycles = result.cycles
         self.queues.post(q, seq, result.status, cycles, self.profile.nanoseconds(cycles) if cycles else 0,
-                         result.fault_iova, exec_ns)
+                         result.fault_iova, exec_ns, result.failed_task)
         u64[(bank + regs.CURRENT_JOB) >> 3] = 0
         u32[(bank + regs.UQ_SLOT) >> 2] = 0
         u64[(bank + regs.BUSY_NS) >> 3] += exec_ns

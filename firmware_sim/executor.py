@@ -56,6 +56,7 @@ class JobResult:
     cycles: int = 0
     fault_iova: int = 0
     task_index: int = 0      # failing task, or the number of tasks run
+    failed_task: int = -1    # the task the job failed in (a check, a fault), else -1 (a user queue's HDR_FAILED_TASK)
     exec_ns: int = 0         # wall-clock time spent
 
 
@@ -77,6 +78,7 @@ def run_job(dma: DmaEngine, asid: int, cmd_iova: int, cmd_size: int, profile: Ha
     if cmd_size == 0 and not inject_internal_error:
         return result
     index = 0  # the task being run; after the loop, how many ran
+    located = True  # False while a graph job is checked whole: a failure then is no task's
     try:
         if inject_internal_error:
             raise RuntimeError("injected internal error (FAULT_INTERNAL)")
@@ -118,7 +120,9 @@ def run_job(dma: DmaEngine, asid: int, cmd_iova: int, cmd_size: int, profile: Ha
             command_buffer = commands.copy()      # the chip fetches the descriptors once
             steps: list[tuple[int, Callable[[], None]]] = []
             timed_steps: list[job_plans.TimedStep] = []
+            located = False
             order, placement = task_graph.schedule(command_buffer, cores)
+            located = True
             descs: dict[int, tuple[int, np.void]] = {}     # a graph job on several cores: for band_joins
             for index, task, desc in order:  # noqa: B020 (a graph job's own index; in order, the count)
                 moved_before, copies_before = dma.bytes_moved, dma.copies
@@ -156,13 +160,17 @@ def run_job(dma: DmaEngine, asid: int, cmd_iova: int, cmd_size: int, profile: Ha
         result.status, result.fault_iova, result.task_index = -fault.errno, fault.iova, index
     except JobFailure as failure:
         result.status, result.task_index = -failure.errno, index
-    except tasks.CommandBufferError:
+        _report_failure(index if located else -1, asid, failure)
+    except tasks.CommandBufferError as error:
         result.status, result.task_index = -errno.EINVAL, index
+        _report_failure(index if located else -1, asid, error)
     except Exception:
         result.status, result.task_index = -errno.EIO, index
         _report_internal_error(index, asid)
     finally:
         dma.discard()
+    if result.status and located:
+        result.failed_task = index
     return result
 
 
@@ -172,10 +180,19 @@ def failed_step_result(status: int, index: int, asid: int) -> JobResult:
     try:
         native_calls.check_status(status)
     except JobFailure as failure:
-        return JobResult(status=-failure.errno, task_index=index)
+        _report_failure(index, asid, failure)
+        return JobResult(status=-failure.errno, task_index=index, failed_task=index)
     except Exception:
         _report_internal_error(index, asid)
-    return JobResult(status=-errno.EIO, task_index=index)
+    return JobResult(status=-errno.EIO, task_index=index, failed_task=index)
+
+
+def _report_failure(index: int, asid: int, failure: Exception) -> None:
+    """The reason a check refused a job, for the chip's log (the daemon's log file): the
+    completion carries only the errno and the task's index (``index`` -1: a graph job
+    refused whole, before any task ran)."""
+    where = f"at task {index}" if index >= 0 else "before its first task"
+    print(f"chip: a job of ASID {asid} failed {where}: {failure}", file=sys.stderr, flush=True)
 
 
 def _report_internal_error(index: int, asid: int) -> None:

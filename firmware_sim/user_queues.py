@@ -230,12 +230,15 @@ class UserQueues:
         _signal(q, q.header.read32(queues.HDR_WAITING))
 
     def post(self, q: ServedQueue, seq: int, status: int, cycles: int, device_ns: int, fault_iova: int,
-             exec_ns: int) -> None:
-        """Write one completion, publish it (HDR_DONE), count it, and signal a sleeping client."""
+             exec_ns: int, failed_task: int = -1) -> None:
+        """Write one completion, publish it (HDR_DONE), count it, and signal a sleeping client;
+        ``failed_task`` (>= 0): the task the job failed in, for HDR_FAILED_TASK."""
         at = queues.completions_offset(q.entries) + (seq & (q.entries - 1)) * queues.COMPLETION_STRUCT.size
         queues.COMPLETION_STRUCT.pack_into(q.mem, at, seq, status, self.core, cycles, device_ns, fault_iova,
                                            exec_ns)
         header = q.header
+        if status and failed_task >= 0:
+            header.write64(queues.HDR_FAILED_TASK, queues.failed_task_word(seq, failed_task))
         header.write64(queues.HDR_DONE, seq)
         q.done = seq
         table = self.table

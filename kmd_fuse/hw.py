@@ -55,6 +55,7 @@ class Completion:
     device_time_ns: int
     exec_ns: int
     fault_iova: int
+    task_index: int = 0     # the task a failed job failed in (or the count of tasks run)
 
 
 def _create_file(path: Path, size: int, mode: int = 0o600) -> None:
@@ -246,9 +247,9 @@ class Hardware:
                 continue
             cq = self.cqs[core]
             while head != tail:
-                job_id, status, unit, cycles, device_ns, fault_iova, _, _, exec_ns = \
+                job_id, status, unit, cycles, device_ns, fault_iova, task_index, _, exec_ns = \
                     ring.COMPLETION_STRUCT.unpack_from(cq, head * ring.COMPLETION_STRUCT.size)
-                done.append(Completion(job_id, status, unit, cycles, device_ns, exec_ns, fault_iova))
+                done.append(Completion(job_id, status, unit, cycles, device_ns, exec_ns, fault_iova, task_index))
                 head = ring.ring_next(head, self.entries)
             self.regs.write32(bank + regs.CQ_HEAD, head)
         return done

@@ -108,6 +108,9 @@ def _queue(device: Device, ctx: Context, req, bos: list) -> Job:
     return job
 
 
+TASK_ERRNOS = (errno.EINVAL, errno.EFAULT, errno.EIO)   # a job's errnos that a task of it caused
+
+
 def service_completions(device: Device) -> None:
     """Retire every job the chip reports done and answer who waits for it."""
     done = device.hw.completions()
@@ -128,9 +131,14 @@ def service_completions(device: Device) -> None:
         job.ctx.last_exec_ns = completion.exec_ns
         job.ctx.stats.device_time_ns += completion.device_time_ns
         if completion.status:
-            log.info("job %d (context %d fence %d) failed: %s at %#x", job.job_id, job.ctx.context_id,
-                     job.fence, errno.errorcode.get(-completion.status, completion.status),
-                     completion.fault_iova)
+            # Warning: the index (and the chip's log line before it, with the reason) is what
+            # tells a user which of a model's tasks the chip refused.
+            # (A timeout's or an abort's task_index counts the tasks run: no task failed.)
+            where = (f"at task {completion.task_index}" if -completion.status in TASK_ERRNOS
+                     else f"after {completion.task_index} tasks")
+            log.warning("job %d of context %d (fence %d) failed %s: %s (fault address %#x)",
+                        job.job_id, job.ctx.context_id, job.fence, where,
+                        errno.errorcode.get(-completion.status, completion.status), completion.fault_iova)
         finish(device, job)
         touched.add(job.ctx)
     device.pump()

@@ -13,7 +13,18 @@ __all__ = ["JobError", "InputError", "ClosedError", "PropertyError"]
 
 
 class JobError(NpuError):
-    """A job the device ran and failed (IOMMU fault, bus error, timeout, bad descriptor)."""
+    """A job the device ran and failed (IOMMU fault, bus error, timeout, bad descriptor).
+
+    ``task_index``: the task (descriptor) of the job's command buffer it failed in, when the
+    device says (a user queue's job, ABI 2.9), else None; ``task_name``: that task's operator
+    and layer as the runtime running a model names them ("CONV_2D 'conv1d_7'"), else ""."""
+
+    def __init__(self, err: int, command: str, detail: str = "", *, task_index: int | None = None,
+                 task_name: str = ""):
+        if task_index is not None:
+            detail += f" at task {task_index}" + (f" ({task_name})" if task_name else "")
+        super().__init__(err, command, detail)
+        self.task_index, self.task_name = task_index, task_name
 
 
 class InputError(ValueError):

@@ -35,7 +35,8 @@ import numpy as np
 
 from kmd_fuse.uapi import NpuError
 from libnpu import job_timeouts, properties
-from libnpu.errors import ClosedError, InputError
+from libnpu.errors import ClosedError, InputError, JobError
+from libnpu.job_faults import name_failed_task
 from libnpu.loadable import MAGIC as LOADABLE_MAGIC
 from libnpu.loadable import Loadable, TensorDesc
 from libnpu.nvdla_runtime import Runtime
@@ -276,7 +277,10 @@ class InferRequest(OpenVinoRequestNames):
     def _finish_wait(self, timeout: float | None) -> None:
         fence = self.fence
         assert fence is not None, "waits follow start()"
-        fence.wait(timeout)
+        try:
+            fence.wait(timeout)
+        except JobError as error:
+            raise name_failed_task(error, self.model.loadable) from None
         self.timing = Timing(time.perf_counter() - self._started, fence.device_time_ns)
         self._collect_profile()
 
@@ -328,7 +332,10 @@ class InferRequest(OpenVinoRequestNames):
         self._follow_settings()
         # Again on the queue it last ran on (one C call, no look-up, the wait hinted), else take one.
         own = not self._profiled and self.model.device.use_queues
-        fence = (self._job.run() if own else None) or self._on_queue(True)
+        try:
+            fence = (self._job.run() if own else None) or self._on_queue(True)
+        except JobError as error:
+            raise name_failed_task(error, self.model.loadable) from None
         if fence is not None:
             self.fence, self.timing = fence, Timing(time.perf_counter() - started, fence.device_time_ns,
                                                     fence.exec_ns)

@@ -17,7 +17,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from libnpu.dynamic_outputs import check_dynamic_output
+from libnpu.errors import JobError
 from libnpu.host import Boundary, HostKernel, kernel_for
+from libnpu.job_faults import name_failed_task
 from libnpu.job_timeouts import TimeoutLimits, job_timeout_ms
 from libnpu.loadable import HostCall, HostStep, Loadable, TensorDesc, TensorFlags
 from libnpu.portability import PRIO_NORMAL, Device, Fence, Memory, PreparedSubmit
@@ -155,7 +157,10 @@ class PartitionRunner:
         parts: Parts = []
         for segment in self._segments:
             if segment.run is not None:
-                self.fence = self._run_on_queue(segment) or self.device.run_prepared(segment.run)
+                try:
+                    self.fence = self._run_on_queue(segment) or self.device.run_prepared(segment.run)
+                except JobError as error:
+                    raise name_failed_task(error, self.loadable, segment.first_task) from None
                 device_ns += self.fence.device_time_ns
                 self._chip_part(self.fence, segment, parts)
             for step in segment.steps:
@@ -170,7 +175,10 @@ class PartitionRunner:
         for segment in self._segments:
             if segment.submit is not None:
                 fence = self._on_queue(False, segment) or self.device.submit_prepared(segment.submit)
-                await fence.wait_async()
+                try:
+                    await fence.wait_async()
+                except JobError as error:
+                    raise name_failed_task(error, self.loadable, segment.first_task) from None
                 self.fence, device_ns = fence, device_ns + fence.device_time_ns
                 self._chip_part(fence, segment, parts)
             for step in segment.steps:

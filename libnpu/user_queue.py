@@ -41,7 +41,7 @@ from collections.abc import Callable
 
 from kmd_fuse.uapi import NpuError
 from libnpu.capi import queue_native
-from libnpu.errors import JobError
+from libnpu.job_faults import queue_job_error
 from npu_hw import queues
 
 LET_WAITERS_OUT_S = 5.0   # close(): how long other threads' waits may take to see their jobs done
@@ -187,7 +187,7 @@ class QueueFence:
                 self.status = -exc.errno      # it never runs: signalled, failed (the request is free again)
             raise
         if self.status:
-            raise JobError(-self.status, "job", f"queue {self.queue.id} job {self.id} failed")
+            raise queue_job_error(self.queue.header, self.queue.id, self.id, self.status)
         return self
 
     async def wait_async(self, timeout: float | None = None) -> QueueFence:
@@ -381,7 +381,7 @@ class UserQueue:
         fence = QueueFence(self, seq)
         _fill(fence, record)
         if fence.status:
-            raise JobError(-fence.status, "job", f"queue {self.id} job {seq} failed")
+            raise queue_job_error(self.header, self.id, seq, fence.status)
         return fence
 
     def run_repeated(self, job: RepeatedJob, flags: int = 0) -> QueueFence | None:
@@ -410,7 +410,7 @@ class UserQueue:
         fence = QueueFence(self, seq)
         _fill(fence, job.record)
         if fence.status:
-            raise JobError(-fence.status, "job", f"queue {self.id} job {seq} failed")
+            raise queue_job_error(self.header, self.id, seq, fence.status)
         return fence
 
     def try_submit(self, cmd_iova: int, cmd_size: int, *, wait: bool = False, flags: int = 0,

@@ -82,7 +82,23 @@ HDR_DONE = 0x10        # core (u64): seq of the last completion written
 HDR_WAITING = 0x18     # client (u32): 0, or WAIT_* bits: how to wake the client at the next completion
 HDR_POLLING = 0x1C     # core (u32): non-zero while the serving core watches HDR_TAIL (no doorbell needed)
 HDR_ERROR = 0x20       # core / driver (i32): 0, or -errno: the queue stopped (no more job runs)
+HDR_FAILED_TASK = 0x28  # core (u64; ABI 2.9): the last job that failed in a task: seq << 32 | the task's index
 HEADER_SIZE = 256
+
+
+
+def failed_task_word(seq: int, index: int) -> int:
+    """HDR_FAILED_TASK's value for job ``seq`` failing in task ``index`` (one aligned write:
+    the seq and the index are never seen from two different jobs)."""
+    return (seq & 0xFFFFFFFF) << 32 | (index & 0xFFFFFFFF)
+
+
+def failed_task_of(word: int, seq: int) -> int | None:
+    """The index of the task job ``seq`` failed in, from HDR_FAILED_TASK; None when the word
+    names another job (a later failure of the queue overwrote it, or the job failed outside
+    its tasks: a timeout, an abort)."""
+    return word & 0xFFFFFFFF if word and word >> 32 == seq & 0xFFFFFFFF else None
+
 
 ENTRY_STRUCT = struct.Struct("<QQIIII")     # seq, cmd_iova, cmd_size, timeout_ms, flags, reserved
 COMPLETION_STRUCT = struct.Struct("<QiIQQQQ")   # seq, status, core, cycles, device_time_ns, fault_iova, exec_ns

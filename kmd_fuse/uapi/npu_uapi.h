@@ -39,7 +39,7 @@
 
 #include <stdint.h>
 
-#define NPU_ABI_VERSION 0x00020008      /* major << 16 | minor: 2.0 = buffers handed over as sealed memfds,
+#define NPU_ABI_VERSION 0x00020009      /* major << 16 | minor: 2.0 = buffers handed over as sealed memfds,
                                            2.1 = reserved fields, sizes that grow, GET_PARAM,
                                            2.2 = SUBMIT_BATCH,
                                            2.3 = GET_PROFILE, NPU_SUBMIT_PROFILE, params 16..23,
@@ -49,7 +49,8 @@
                                            2.6 = QUEUE_DESTROY, NPU_QUEUE_ENTRY_PROFILE, queue fences in GET_PROFILE,
                                            2.7 = each task's core in GET_PROFILE (npu_task_profile.core),
                                            2.8 = a user queue's waiter woken by futex on `done`
-                                                 (NPU_QUEUE_WAIT_FUTEX), param 26 */
+                                                 (NPU_QUEUE_WAIT_FUTEX), param 26,
+                                           2.9 = the task a user queue's job failed in (header's failed_task) */
 #define NPU_FRAME_MAGIC 0x3155504e      /* "NPU1" little endian */
 #define NPU_IOC_TYPE 0x4e               /* 'N' */
 
@@ -386,6 +387,8 @@ struct npu_queue_header {
 	uint32_t polling;               /* chip: non-zero: the serving core watches tail (no doorbell needed) */
 	int32_t error;                  /* chip / driver: 0, or -errno: the queue stopped */
 	uint32_t pad;
+	uint64_t failed_task;           /* chip (2.9): the last job that failed in a task: (seq & 0xffffffff) << 32
+	                                   | that task's index in the command buffer; 0 = none yet */
 };
 
 struct npu_queue_entry {

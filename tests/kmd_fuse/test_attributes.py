@@ -46,7 +46,7 @@ def test_values_are_what_get_info_reports(npu):
     attrs = read_attrs(npu)
     info = kv(sh('"$PY" "$FRAME" "$N" info', N=str(npu.node)).stdout)
     assert attrs["model"] == info["MODEL"] == "npu-emu"
-    assert attrs["abi_version"] == "2.8" and int(info["ABI_VERSION"]) == 0x00020008
+    assert attrs["abi_version"] == "2.9" and int(info["ABI_VERSION"]) == 0x00020009
     for attr, field in [("cores", "NUM_CORES"), ("clock_mhz", "CLOCK_MHZ"), ("memory_total_bytes", "MEMORY_TOTAL"),
                         ("memory_used_bytes", "MEMORY_USED"), ("jobs_completed", "JOBS_COMPLETED"),
                         ("jobs_failed", "JOBS_FAILED"), ("reset_count", "RESET_COUNT")]:

@@ -15,7 +15,7 @@ def test_node_is_served_and_stat_shows_it(npu):
 
 def test_info_describes_the_device(device):
     info = device.info()
-    assert info["abi_version"] == 0x00020008
+    assert info["abi_version"] == 0x00020009
     assert info["num_cores"] == 2
     assert info["ring_entries"] == 256
     assert info["page_size"] == 4096

@@ -42,7 +42,7 @@ def test_npu_info_json_lists_every_property_with_the_drivers_facts(npu, capsys):
     uuid_attr = sh('cat "$D/uuid"', D=str(attr_dir(npu))).stdout.strip()
     assert props["device_uuid"] == uuid_attr.replace("-", "") and len(props["device_uuid"]) == 32
     assert props["device_type"] == "INTEGRATED"
-    assert props["driver_version"] == "2.8"
+    assert props["driver_version"] == "2.9"
     assert props["device_architecture"].endswith("-standard")
     assert props["performance_hint"] == "LATENCY" and props["optimal_number_of_infer_requests"] == 1
     assert props["range_for_async_infer_requests"] == [1, 64, 1]

@@ -12,7 +12,8 @@ def test_the_headers_queue_structs_match_the_chips_layout():
     assert queues.entries_offset() == queues.HEADER_SIZE >= ffi.sizeof("struct npu_queue_header")
     for field, offset in (("magic", queues.HDR_MAGIC), ("entries", queues.HDR_ENTRIES), ("tail", queues.HDR_TAIL),
                           ("done", queues.HDR_DONE), ("waiting", queues.HDR_WAITING),
-                          ("polling", queues.HDR_POLLING), ("error", queues.HDR_ERROR)):
+                          ("polling", queues.HDR_POLLING), ("error", queues.HDR_ERROR),
+                          ("failed_task", queues.HDR_FAILED_TASK)):
         assert ffi.offsetof("struct npu_queue_header", field) == offset, field
     assert ffi.sizeof("struct npu_queue_entry") == queues.ENTRY_STRUCT.size
     assert ffi.sizeof("struct npu_queue_completion") == queues.COMPLETION_STRUCT.size
