@@ -187,12 +187,42 @@ def failed_step_result(status: int, index: int, asid: int) -> JobResult:
     return JobResult(status=-errno.EIO, task_index=index, failed_task=index)
 
 
+class ReportLimit:
+    """At most ``per_second`` lines a second, then one line counting what was left out: any
+    local user can make the chip refuse jobs, and its lines reach the log (on tmpfs)
+    directly, not through the daemon's capped handler."""
+
+    def __init__(self, per_second: int = 10, clock: Callable[[], float] = time.monotonic) -> None:
+        self.per_second, self.clock = per_second, clock
+        self.window, self.count, self.dropped = -1.0, 0, 0
+
+    def admit(self) -> str | None:
+        """None: drop this line; else a prefix to print before it ("" or the dropped count)."""
+        now = self.clock()
+        prefix = ""
+        if now - self.window >= 1.0:
+            if self.dropped:
+                prefix = f"chip: {self.dropped} more failed jobs not logged\n"
+            self.window, self.count, self.dropped = now, 0, 0
+        if self.count >= self.per_second:
+            self.dropped += 1
+            return None
+        self.count += 1
+        return prefix
+
+
+_REPORTS = ReportLimit()
+
+
 def _report_failure(index: int, asid: int, failure: Exception) -> None:
     """The reason a check refused a job, for the chip's log (the daemon's log file): the
     completion carries only the errno and the task's index (``index`` -1: a graph job
-    refused whole, before any task ran)."""
+    refused whole, before any task ran). Rate-limited (``ReportLimit``)."""
+    prefix = _REPORTS.admit()
+    if prefix is None:
+        return
     where = f"at task {index}" if index >= 0 else "before its first task"
-    print(f"chip: a job of ASID {asid} failed {where}: {failure}", file=sys.stderr, flush=True)
+    print(f"{prefix}chip: a job of ASID {asid} failed {where}: {failure}", file=sys.stderr, flush=True)
 
 
 def _report_internal_error(index: int, asid: int) -> None:

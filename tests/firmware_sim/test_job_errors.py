@@ -61,3 +61,15 @@ def test_kernel_checks_raise_the_explicit_error():
         with pytest.raises(InvalidCommand):
             calls.check_status(library.NPU_KERNEL_BAD_SHIFT)
     assert issubclass(InvalidCommand, ValueError)
+
+
+def test_refused_jobs_log_at_most_ten_lines_a_second():
+    """Any local user can make the chip refuse jobs; its lines reach the tmpfs log without
+    the daemon's cap, so they are rate-limited, the dropped ones counted."""
+    now = [0.0]
+    limit = executor.ReportLimit(per_second=10, clock=lambda: now[0])
+    admitted = [limit.admit() for _ in range(1000)]
+    assert sum(a is not None for a in admitted) == 10
+    now[0] = 1.5
+    assert limit.admit() == "chip: 990 more failed jobs not logged\n"
+    assert limit.admit() == ""
