@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import errno
 import re
-import time
 
 import numpy as np
 import pytest
@@ -16,6 +15,7 @@ from libnpu.errors import JobError
 from libnpu.job_faults import name_failed_task
 from libnpu.loadable import Loadable
 from npu_hw import tasks
+from tests.support.device import wait_until
 
 pytestmark = pytest.mark.recovery     # queues (benchmarks/flake_hunt.py -m recovery)
 
@@ -79,8 +79,8 @@ def test_a_submitted_jobs_refused_task_and_reason_are_in_the_log(npu, device):
         device.run(_refused_at(device, 6, 3), [])
     assert caught.value.errno == errno.EINVAL
     log = paths.log_file(npu.devroot, 0)
-    deadline = time.monotonic() + 30
-    while not ((text := log.read_text()).count("failed at task 3") >= 2) and time.monotonic() < deadline:
-        time.sleep(0.05)       # polled: both lines are written before the reply, but the file is another process's
+    # both lines are written before the reply, but the file is other processes': wait on it
+    wait_until(lambda: log.read_text().count("failed at task 3") >= 2)
+    text = log.read_text()
     assert re.search(r"chip: a job of ASID \d+ failed at task 3: .*rows/depth", text), text[-2000:]
     assert re.search(r"WARNING job \d+ of context \d+ \(fence \d+\) failed at task 3: EINVAL", text), text[-2000:]
