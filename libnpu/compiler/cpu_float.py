@@ -61,7 +61,8 @@ from .work_count import WorkCapReached
 
 __all__ = ["MAX_CPU_LAYERS", "MAX_CPU_TRIALS", "AMPLIFIED_DB", "MAX_FRONT_END_MACS", "MAX_FRONT_END_SHARE",
            "WHOLE_MODEL_SHARE", "KEPT_IN_FLOAT", "Blame", "movable", "upstream", "leaves_chip_work",
-           "reads_only_inputs", "amplified_layers", "front_end_fits", "is_whole_model", "front_end_cost", "front_end_reason",
+           "reads_only_inputs", "amplified_layers", "front_end_fits", "is_whole_model", "front_end_cost",
+           "front_end_reason",
            "errors_by_float_name", "blamed_layers", "front_end_blamed", "front_end_in_float", "kept_in_float",
            "float_on_cpu", "cpu_reason"]
 
