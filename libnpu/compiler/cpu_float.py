@@ -12,7 +12,8 @@ where they run in float:
   grid, since the grid's rounding is what it could not bear (``log(1 + 2^20 |x|)`` of a
   small ``x`` on int16 loses the small values before the log sees them). So a blamed
   layer goes to the CPU with everything upstream of it, back to the model's float inputs
-  (:func:`upstream`), which the host call then reads as the caller gave them; and its
+  (:func:`upstream`), which the host call then reads as the caller gave them (or a host
+  call reading only those, already on the CPU: :func:`reads_only_inputs`); and its
   output stays in float too: the layers reading it come along (the grid of the output is
   the error: ``1 + 2^20 |x|`` before its log). A layer with more than ``MAX_CPU_LAYERS``
   such layers, or with every layer that has weights among them, is not moved (the model
@@ -60,7 +61,8 @@ from .work_count import WorkCapReached
 
 __all__ = ["MAX_CPU_LAYERS", "MAX_CPU_TRIALS", "AMPLIFIED_DB", "MAX_FRONT_END_MACS", "MAX_FRONT_END_SHARE",
            "WHOLE_MODEL_SHARE", "KEPT_IN_FLOAT", "Blame", "movable", "upstream", "leaves_chip_work",
-           "amplified_layers", "front_end_fits", "is_whole_model", "front_end_cost", "front_end_reason",
+           "reads_only_inputs", "amplified_layers", "front_end_fits", "is_whole_model", "front_end_cost",
+           "front_end_reason",
            "errors_by_float_name", "blamed_layers", "front_end_blamed", "front_end_in_float", "kept_in_float",
            "float_on_cpu", "cpu_reason"]
 
@@ -119,6 +121,36 @@ def movable(graph: Graph, op: Op) -> bool:
     return not (set(op.inputs) | set(op.outputs)) & states
 
 
+def reads_only_inputs(graph: Graph, op: Op) -> bool:
+    """Whether ``op`` is a host call the CPU runs already on the model's inputs alone (and
+    constants), making float values: the Cast of 16-bit PCM samples to float
+    (:mod:`libnpu.compiler.integer_inputs`). A chain moved to the CPU may begin after it: its
+    float outputs are as exact as the caller's values, and go from one host call to the next
+    on no grid (:func:`libnpu.compiler.host_outputs.host_only_values`). Unmovable itself (an
+    ONNX call, not a .tflite one), it stood upstream of MarbleNet's whole log-mel front end
+    and kept it on the chip, where its LOG reads an int8 grid (round 7's held-out
+    marblenet-vad: score_active 0.9587)."""
+    return op.type == "HOST" and not movable(graph, op) \
+        and all(graph.tensors[o].dtype in ("float32", "float16") for o in op.outputs) \
+        and all(i in graph.inputs or graph.tensors[i].is_constant for i in op.inputs if i)
+
+
+def _chain_movable(graph: Graph, chain: Collection[str], readers_of: Mapping[str, list[str]],
+                   ops: Mapping[str, Op]) -> bool:
+    """Whether the ops making ``chain`` can run in float on the CPU: each movable, or a host
+    call on the model's inputs (:func:`reads_only_inputs`) whose every output only ``chain``
+    reads (a chip op reading one would put it on a grid, the float call's input with it)."""
+    return all(movable(graph, ops[t]) or reads_only_inputs(graph, ops[t])
+               and all(o not in graph.outputs and set(readers_of.get(o, [])) <= set(chain) for o in ops[t].outputs)
+               for t in chain)
+
+
+def _on_cpu_already(graph: Graph, tensors: Collection[str]) -> set[str]:
+    """The tensors of ``tensors`` made by host calls on the model's inputs (:func:`reads_only_inputs`):
+    they stay the host calls they are, read by the float call after them."""
+    return {op.outputs[0] for op in graph.ops if op.outputs[0] in tensors and reads_only_inputs(graph, op)}
+
+
 def leaves_chip_work(graph: Graph, moved: Collection[str]) -> bool:
     """Whether some op with weights stays on the chip when the ops making ``moved`` go to
     the CPU: the CPU keeps what the chip cannot hold, not the model (openwakeword's
@@ -175,7 +207,7 @@ def front_end_cost(graph: Graph, chain: Collection[str]) -> str:
     share = _share(graph, chain)
     # a LiteRT call it holds (an RFFT2D) counts no multiply-adds: named, lest 0 read as free
     held = "".join(f" and LiteRT's {op.attrs['host'].op}" for op in graph.ops
-                   if op.type == "HOST" and op.outputs[0] in chain)
+                   if op.type == "HOST" and op.outputs[0] in set(chain) - _on_cpu_already(graph, chain))
     return f"{_millions(macs)} multiply-adds per inference on the CPU ({share:.1%} of the model's){held}{whole}"
 
 
@@ -240,7 +272,7 @@ def blamed_layers(float_graph: Graph, quantized: Graph, samples: Sequence, *, ca
         if wanted is None:
             continue
         chain = sorted(wanted, key=order.__getitem__)
-        if not all(movable(float_graph, ops[t]) for t in chain):
+        if not _chain_movable(float_graph, chain, readers_of, ops):
             continue
         if front_end and front_end_fits(float_graph, chain):
             result.append(Blame(tensor, errors[tensor].local_sqnr_db, chain, True))
@@ -338,6 +370,7 @@ def kept_in_float(graph: Graph, tensors: Collection[str], reason: str) -> dict[s
     their ``layers`` ("LOG ln"), the ``reason``, and the source model's operators they
     came from (``sources``: :mod:`libnpu.compiler.source_index`), which ``npu compile
     --report`` places on the CPU (its placement is the model's before any was moved)."""
+    tensors = set(tensors) - _on_cpu_already(graph, tensors)
     made = [op for op in graph.ops if op.outputs[0] in tensors]
     index = op_sources(graph.metadata)
     return {"layers": [f"{op.type} {op.outputs[0]}" for op in made], "reason": reason,
@@ -358,9 +391,10 @@ def cpu_reason(score: float, target: float, grid: str = "int16") -> str:
 def float_on_cpu(graph: Graph, tensors: Collection[str], reason: str) -> Graph:
     """A copy of the float ``graph`` where the ops making ``tensors`` run on the host in
     float: one HOST op per group :func:`group_host_ops` forms, each a float .tflite of
-    those ops (run by LiteRT), with ``reason``."""
+    those ops (run by LiteRT), with ``reason``; a host call on the model's inputs among them
+    stays the call it is (:func:`reads_only_inputs`)."""
     g = graph.copy()
-    wanted = set(tensors)
+    wanted = set(tensors) - _on_cpu_already(g, tensors)
     host = {k for k, op in enumerate(g.ops) if op.outputs[0] in wanted}
     missing = wanted - {g.ops[k].outputs[0] for k in host}
     if missing:

@@ -5,6 +5,7 @@ when int16 on the front end alone does not hold it (libnpu.compiler.front_end_ch
 from __future__ import annotations
 
 import numpy as np
+import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
@@ -13,7 +14,9 @@ from libnpu.compiler.accuracy import layer_errors, output_scores
 from libnpu.compiler.cpu_float import MAX_FRONT_END_MACS, amplified_layers, errors_by_float_name, front_end_blamed
 from libnpu.compiler.frontend import load_model, to_int8_graph
 from libnpu.compiler.held_out import required_score, split_held_out
+from libnpu.compiler.lower import lower
 from libnpu.compiler.optimize import optimize
+from libnpu.compiler.placement import import_with_fallback, plan_placement
 from libnpu.tools.cli import main
 from tests.support.log_mel_models import audio, log_mel_onnx, log_mel_tflite
 
@@ -64,6 +67,36 @@ def test_the_log_of_a_power_spectrum_keeps_its_whole_front_end_in_float_on_the_c
     assert moved.count("FULLY_CONNECTED") == 3 and "LOG" in moved     # every layer with weights
     unseen = _frames(6, 99)
     assert output_scores(optimize(load_model(model, kind="onnx")), q, unseen)["y"] >= 0.99
+
+
+def _pcm_log_mel() -> bytes:
+    """:func:`_log_mel` taking 16-bit PCM samples as audio exports do (MarbleNet's VAD):
+    Cast to float (a host call: the chip reads no int16 samples) and scaled by 1 / 32768."""
+    model = onnx.load_from_string(_log_mel())
+    graph = model.graph
+    graph.node.insert(0, helper.make_node("Cast", ["pcm"], ["samples"], to=TensorProto.FLOAT))
+    graph.node.insert(1, helper.make_node("Mul", ["samples", "full_scale"], ["x"]))
+    graph.initializer.append(numpy_helper.from_array(np.float32(1 / 32768), "full_scale"))
+    del graph.input[:]
+    graph.input.append(helper.make_tensor_value_info("pcm", TensorProto.INT16, [1, 64]))
+    return model.SerializeToString()
+
+
+def test_a_front_end_after_the_cast_of_int16_samples_goes_to_the_cpu_in_float() -> None:
+    # The Cast of the int16 input is a host call already, an ONNX one no float .tflite holds:
+    # the front end upstream of the log reached it and stayed on the chip (every integer step
+    # missed: 0.874 at best, int16 activations, and no CPU float trial could start). The
+    # Cast stays the call it is; its float values feed the front end's.
+    plan = plan_placement(_pcm_log_mel())
+    graph, _ = import_with_fallback(plan.data, plan.kind, plan.name, force_host=plan.cpu)
+    pcm = [[np.clip(np.round(frame * 32767), -32768, 32767).astype(np.int16)] for (frame,) in _frames(26, 1)]
+    q = to_int8_graph(graph, pcm[:20])
+    fidelity = q.metadata["fidelity"]
+    assert fidelity["chosen"] == "int8 + CPU front end" and not fidelity["missed"], fidelity
+    moved = [layer.split()[0] for layer in fidelity["cpu_float"]["layers"]]
+    assert "LOG" in moved and "HOST" not in moved and moved.count("FULLY_CONNECTED") == 3, moved
+    assert [step.op for step in lower(q).host_steps][0] == "Cast"
+    assert output_scores(optimize(graph), q, pcm[20:])["y"] >= 0.99
 
 
 def test_the_log_is_the_layer_that_magnifies_its_input_grid() -> None:
