@@ -240,6 +240,15 @@ class _Walk:
             return None
         return found[0]
 
+    def past_relus(self, name: str) -> str:
+        """``name`` past RELUs that are its one reader: on a value never negative they change
+        nothing (a QDQ model's pair on a grid starting at 0 imports as one, after an op that
+        cannot fuse it)."""
+        while len(found := self.readers.get(name, [])) == 1 and found[0].type == "RELU":
+            self.take(found[0])
+            name = found[0].outputs[0]
+        return name
+
     def moved(self, name: str) -> dict[str, list[Op]]:
         """``name`` and the tensors that are ``name`` again past RESHAPEs and TRANSPOSEs
         of a tensor with one axis longer than 1 (its values in the same order), in
@@ -344,15 +353,17 @@ def _match(g: Graph, w: _Walk, mean_op: Op) -> tuple[list[Op], str, str | None, 
         w.take(d)
     if square is None:
         return None
-    var = next((op for op in w.readers.get(square.outputs[0], []) if _same_mean(g, op, non_negative=True)), None)
-    if var is None or len(w.readers[square.outputs[0]]) != 1 or not w.take(square, var):
+    squares = w.past_relus(square.outputs[0])
+    var = next((op for op in w.readers.get(squares, []) if _same_mean(g, op, non_negative=True)), None)
+    if var is None or len(w.readers[squares]) != 1 or not w.take(square, var):
         return None
-    shifted = w.only_reader(var.outputs[0], "ADD", non_negative=True)
-    eps = scalar(g, w.other(shifted, var.outputs[0]) or "") if shifted is not None else None
-    rsqrt = w.only_reader(shifted.outputs[0], "RSQRT") if shifted is not None else None
+    variance = w.past_relus(var.outputs[0])
+    shifted = w.only_reader(variance, "ADD", non_negative=True)
+    eps = scalar(g, w.other(shifted, variance) or "") if shifted is not None else None
+    rsqrt = w.only_reader(w.past_relus(shifted.outputs[0]), "RSQRT") if shifted is not None else None
     if eps is None or eps < 0 or rsqrt is None or not w.take(shifted, rsqrt):
         return None
-    r = _times_one(w, rsqrt.outputs[0])
+    r = _times_one(w, w.past_relus(rsqrt.outputs[0]))
     readers = w.readers.get(r, [])
     gamma = beta = None
     if d is not None and len(readers) == 1 and readers[0].type == "MUL" and w.other(readers[0], r) == d.outputs[0]:
