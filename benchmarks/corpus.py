@@ -577,8 +577,8 @@ def summary(results: Sequence[ModelResult]) -> list[str]:
             lines.append(f"round{round_} {half}: {sum(r.passed for r in mine)} passed / {len(mine)} "
                          f"(compiled {sum(r.compiled for r in mine)}, no op on the CPU "
                          f"{sum(r.compiled and not r.cpu_ops for r in mine)}"
-                         + (f"; {unjudged} failing where the reference itself does, inputs 1 ulp off" if unjudged else "")
-                         + ")")
+                         + (f"; {unjudged} failing where the reference itself does, inputs 1 ulp off"
+                            if unjudged else "") + ")")
     return lines
 
 

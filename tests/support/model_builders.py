@@ -304,8 +304,8 @@ def yolo_head(seed: int = 11, score_gain: float = 2.0, score_bias: float | None 
     n("Relu", ["c1"], "r1")
     n("Conv", ["r1", b.weight("wb", 4, 8, 1, 1, scale=60.0), b.const("bb", np.full(4, 160, np.float32))], "box")
     wc = b.weight("wc", 3, 8, 1, 1, scale=score_gain)
-    n("Conv", ["r1", wc, b.weight("bc", 3) if score_bias is None else b.const("bc", np.full(3, score_bias, np.float32))],
-      "logits")
+    bc = b.weight("bc", 3) if score_bias is None else b.const("bc", np.full(3, score_bias, np.float32))
+    n("Conv", ["r1", wc, bc], "logits")
     n("Sigmoid", ["logits"], "scores")
     n("Concat", ["box", "scores"], "cat", axis=1)
     n("Reshape", ["cat", b.const("shape", np.array([1, 7, 64], np.int64))], "y")
