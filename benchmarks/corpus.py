@@ -358,10 +358,11 @@ def judge(name: str, got: list[np.ndarray], want: list[np.ndarray], identical: b
 
 
 def nudged(feed: Feed) -> Feed:
-    """``feed`` with every float input one float32 step (ULP) up: an input the compiled
+    """``feed`` with every float input one step (ULP) of its type up: an input the compiled
     model cannot tell from ``feed`` (its input grid is far coarser)."""
-    return {k: np.nextafter(v, np.array(np.inf, v.dtype)) if np.asarray(v).dtype.kind == "f" else v
-            for k, v in feed.items()}
+    values = {k: np.asarray(v) for k, v in feed.items()}
+    return {k: np.nextafter(v, np.array(np.inf, v.dtype)) if v.dtype.kind == "f" else feed[k]
+            for k, v in values.items()}
 
 
 def reference_floors(path: Path, feeds: Sequence[Feed], want: dict[str, list[np.ndarray]]) -> dict[str, OutputCheck]:
