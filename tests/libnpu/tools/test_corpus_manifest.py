@@ -98,6 +98,7 @@ from benchmarks.corpus_manifest import (
     in_half,
 )
 from libnpu import model_zoo
+from tests.support import model_builders
 
 
 def test_the_rule_is_the_sha256_parity_of_package_slash_path():
@@ -538,3 +539,28 @@ def test_round_7_text_inputs_follow_the_packages():
     assert _DataOnly(io.BytesIO(plain)).load() == [300, {"a": 0}]
     with pytest.raises(pickle.UnpicklingError, match="plain data only"):
         _DataOnly(io.BytesIO(pickle.dumps(np.float32(1.0)))).load()
+
+
+def test_an_output_float_rounding_decides_is_marked_by_the_reference_floor(tmp_path):
+    # A YOLO exported end to end on an input with nothing to detect: its 32 rows are background
+    # anchors (scores under 1e-4) in TopK's order, which inputs one float32 step off reorder
+    # (isbnx-det: cosine 0.83-0.92, 0.81 compiled). Before, the corpus printed only the
+    # compile's cosine, as if a compile could reach the bar.
+    path = tmp_path / "e2e.onnx"
+    path.write_bytes(model_builders.end_to_end_head(model_builders.yolo_head(score_gain=1.0, score_bias=-16.0), 3,
+                                                    32).SerializeToString())
+    feeds = [{"x": np.random.default_rng(seed).standard_normal((1, 3, 8, 8)).astype(np.float32)} for seed in range(4)]
+    ref = corpus.reference(path, False)
+    want = {"dets": [ref(f)["dets"].astype(np.float64) for f in feeds]}
+    (floor,) = corpus.reference_floors(path, feeds, want).values()
+    assert not floor.passed and floor.value < 0.95
+    check = corpus.OutputCheck("dets", 192, "cosine", 0.81, False, floor=floor.text())    # a compile's miss
+    assert check.unreachable
+    assert check.text() == f"cosine 0.8100 (the reference itself, inputs 1 ulp off: {floor.text()})"
+    row = corpus.ModelResult("e2e", "work", "e2e", "onnx", 5, outputs=[check])
+    assert corpus.summary([row]) == ["round5 work: 0 passed / 1 (compiled 0, no op on the CPU 0; "
+                                     "1 failing where the reference itself does, inputs 1 ulp off)"]
+    # A head with detections to take: its rows stay put one ulp off
+    path.write_bytes(model_builders.end_to_end_head(model_builders.yolo_head(score_gain=1.0), 3, 4).SerializeToString())
+    want = {"dets": [corpus.reference(path, False)(f)["dets"].astype(np.float64) for f in feeds]}
+    assert corpus.reference_floors(path, feeds, want)["dets"].value > 0.9999
