@@ -78,9 +78,12 @@ struct npu_uq_client {
 #define NPU_UQ_SHORT_WAKE_NS 30000LL
 /* ... at most this long: a core that lost its CPU meanwhile is waited for asleep. */
 #define NPU_UQ_SHORT_SPIN_MAX_NS 50000LL
-/* A spin for a woken core that missed (its wake-up took longer) is not tried again for this
- * many jobs: on a machine that slow the spin would only take CPU from it. */
+/* A spin for a woken core that missed (its wake-up took longer: a loaded machine, where the
+ * woken core often waits for the spinning client's own CPU) is not tried again for this many
+ * jobs, doubled for each miss in a row (at most 64 times: one spin in about a thousand jobs);
+ * one that catches its job starts over. */
 #define NPU_UQ_WOKEN_SPIN_BACKOFF 16ULL
+#define NPU_UQ_WOKEN_SPIN_DOUBLINGS 6U
 #define NPU_UQ_HINT_RUNS ((unsigned)(sizeof(((struct npu_uq_hint *)0)->recent) / sizeof(long long)))
 
 #if defined(__x86_64__) || defined(__i386__)
@@ -539,8 +542,16 @@ int npu_uq_run_hinted(struct npu_uq_client *q, unsigned long long cmd_iova, unsi
 	/* A short job: spun for, whatever the load (a woken core's, unless such a spin missed lately). */
 	const long long short_ns = hint ? npu_uq_short_spin_ns(hint, rang) : 0;
 	const int spun = spin_short(q, (unsigned long long)seq, short_ns);
-	if (short_ns > 0 && !spun && rang)
-		hint->woken_spin_from = hint->runs + NPU_UQ_WOKEN_SPIN_BACKOFF;
+	if (short_ns > 0 && rang) {
+		if (spun) {
+			hint->woken_spin_misses = 0;
+		} else {
+			const unsigned doublings = hint->woken_spin_misses < NPU_UQ_WOKEN_SPIN_DOUBLINGS
+			                           ? hint->woken_spin_misses : NPU_UQ_WOKEN_SPIN_DOUBLINGS;
+			hint->woken_spin_from = hint->runs + (NPU_UQ_WOKEN_SPIN_BACKOFF << doublings);
+			hint->woken_spin_misses++;
+		}
+	}
 	if (spun) {
 		__atomic_add_fetch(&q->waits[spun == 2 ? 0 : 1], 1, __ATOMIC_RELAXED);
 		collect(q, (unsigned long long)seq, out);

@@ -51,6 +51,7 @@ struct npu_uq_hint {
 	unsigned long long runs;        /* exec times recorded so far */
 	long long recent[8];            /* the last of them, a ring */
 	unsigned long long woken_spin_from;   /* runs from which a short job the core woke for is spun for again */
+	unsigned int woken_spin_misses;       /* such spins missed in a row */
 };
 
 /* Record one run's exec_ns (<= 0: ignored) and recompute the hint. */

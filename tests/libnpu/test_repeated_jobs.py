@@ -13,6 +13,7 @@ from libnpu import user_queue
 from libnpu.capi import queue_native
 from libnpu.user_queue import RepeatedJob
 from npu_hw import queues
+from tests.support.device import wait_for
 
 pytestmark = pytest.mark.recovery     # queues (benchmarks/flake_hunt.py -m recovery)
 
@@ -90,7 +91,7 @@ def test_the_hint_sleeps_to_the_low_quartile_and_spins_across_the_spread(native)
 
 def seed(job: RepeatedJob, exec_times: list[int]) -> None:
     """The job's hint as if its last runs had taken ``exec_times``."""
-    job.hint.runs = job.hint.woken_spin_from = 0
+    job.hint.runs = job.hint.woken_spin_from = job.hint.woken_spin_misses = 0
     for took in exec_times:
         queue_native.library().npu_uq_hint_update(job.hint, took)
 
@@ -161,6 +162,29 @@ def test_a_short_job_is_spun_for_by_a_waiter_that_may_not_spin(device, native, w
             break
     assert spun == 3
     assert queue.late_wakeups == 0
+
+
+@pytest.mark.parametrize("wait_mode", ["sleep"], indirect=True)
+def test_a_spin_for_a_woken_core_that_misses_backs_off_doubling(device, native, wait_mode):
+    """A job hinted at 1 us that takes hundreds (a copy the chip runs from Python), submitted
+    while the core sleeps (the doorbell rung): the spin for the core's wake-up misses, and is
+    not tried again for 16 jobs, then 32, 64 ... (a loaded machine's wake-ups outlast it)."""
+    queue = device.create_queue()
+    job, _buffers = copy_job(device)
+    misses = 0
+    for _ in range(200):
+        wait_for(lambda: queue.header.read32(queues.HDR_POLLING) == 0, "the core asleep")
+        seed(job, [1_000] * 8)
+        job.hint.woken_spin_misses = misses       # the misses so far, in a row
+        assert queue.run_repeated(job) is not None
+        if job.hint.woken_spin_misses == misses:
+            continue          # the core woke for something else before the submit: no doorbell
+        assert job.hint.woken_spin_misses == misses + 1
+        assert job.hint.woken_spin_from == 8 + (16 << min(misses, 6))
+        misses += 1
+        if misses == 8:
+            break
+    assert misses == 8
 
 
 @pytest.mark.parametrize("wait_mode", ["spin"], indirect=True)
