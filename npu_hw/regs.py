@@ -60,10 +60,10 @@ def job_timeout_ms(requested_ms: int, default_ms: int, cap_ms: int | None = None
 # yet) of int16 convolutions over a 6000x128 spectrogram 28 GMAC/s, replays 33; a numpy
 # kernel's first run (int16 convolution before it ran in C) 0.1-1.5 GMAC/s, 20-55 MB/s of
 # output. 1 GMAC/s and 50 MB/s bound them. A first run also decodes, translates and checks
-# every task and binds its C call (a table op builds its table): 0.14-0.4 ms of CPU a task
-# whatever its work (an unrolled GRU's 7,224 small tasks: 1.0 s int8, up to ~2x with int16
-# data, int16 weights and per-channel grids; more on a loaded host), which MACs and bytes
-# miss by 10-30x. 1 ms a task bounds it.
+# every task and binds its C call, whatever its work: 0.14-0.4 ms of CPU a task, which MACs
+# and bytes miss for small tasks (a 75-step GRU's 1,200: predicted 46 ms, first run 230 ms;
+# wakeforge-wake-up's 7,224, int16: predicted 2.1 s, first run 1.5 s on one core, 2.5-2.7 s
+# as a task graph on two). 1 ms a task bounds it.
 WORK_MACS_PER_MS = 1_000_000
 WORK_BYTES_PER_MS = 50_000
 WORK_TASK_US = 1_000
