@@ -82,7 +82,9 @@ class _Ancestors:
     7,224 tasks named 2.9 M (400 each), 16 MB of DEPENDS descriptors the chip decoded in
     Python on every first run of the job on a multi-core device (5-6 s of CPU, past the 5 s
     default timeout). The order Kahn's algorithm gives, the ready times and so the chip's
-    placement and cycles are those of the full list (a task's ancestors end before it)."""
+    placement and cycles are those of the full list (a task's ancestors end before it).
+    The bitsets grow as tasks squared over 16 bytes: 3.3 MB and 0.14 s for those 7,224 tasks
+    (a 50,000-task job would hold 156 MB while it is lowered)."""
 
     def __init__(self) -> None:
         self._bits: list[int] = []
