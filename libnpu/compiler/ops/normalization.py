@@ -2,7 +2,8 @@
 over the channel axis, or the last one) and LOG_SOFTMAX; ONNX LogSoftmax and Softmax over
 any axis (a pair of TRANSPOSEs around the op when the axis is not the last one in the IR); ONNX
 LayerNormalization as the ops it computes; INSTANCE_NORM (ONNX InstanceNormalization, and
-conditional instance norm spelled out op by op, fused)."""
+conditional instance norm spelled out op by op, fused; a LayerNorm's statistics too, over
+each row reshaped to a plane)."""
 from __future__ import annotations
 
 import numpy as np
