@@ -235,19 +235,20 @@ def test_our_int16_formulas_on_the_device(npu, builder, kind: str, name: str) ->
 
 
 def test_layer_norm_in_int16_on_the_device(npu) -> None:
-    """A LayerNorm all in int16: its SUB (LiteRT's int16 SUB: tests/firmware_sim/test_int16x8.py)
-    and its RSQRT (our correctly rounded table on the int16 LUT) on the chip follow the
-    float simulation within an output step, and beat int8 against float (whose RSQRT of a
-    small variance one step off differs by tens of steps)."""
+    """A LayerNorm all in int16: its statistics (INSTANCE_NORM over each row, exact integer
+    sums: ops/normalization.py ``fuse_layer_norms``) and its scale and shift on the chip
+    follow the float simulation within an output step, and are no further from float than
+    int8's (whose statistics are exact sums too: before, its RSQRT of a small variance one
+    step off differed by tens of steps and int16 halved the error)."""
     from libnpu.compiler.float_ref import FloatInterpreter
     graph = import_onnx(builders.layer_norm_between_convs())
     data = _data((1, 3, 8, 8), 8, 21)
     q8 = quantize_mixed(graph, data, int16="none")
     q = quantize_mixed(graph, data, int16=[op.outputs[0] for op in q8.ops if op.outputs[0].startswith("ln")])
     kinds = {op.type: op.outputs[0] for op in q.ops}
-    assert {q.tensors[n].dtype for n in (kinds["SUB"], kinds["RSQRT"])} == {"int16"}
+    assert q.tensors[kinds["INSTANCE_NORM"]].dtype == "int16"
     tasks = {t.name: t for t in lower(q).tasks}
-    for name in (kinds["SUB"], kinds["RSQRT"]):
+    for name in (kinds["INSTANCE_NORM"],):
         assert int.from_bytes(tasks[name].payload[4:8], "little") & spec_ops.OPF_INT16
     step = float(q.tensors["y"].quant.scale[0])
     reference, simulated = FloatInterpreter(graph), FloatInterpreter(q)
@@ -262,7 +263,7 @@ def test_layer_norm_in_int16_on_the_device(npu) -> None:
         if g is q:
             for v, x in zip(got, data):
                 np.testing.assert_allclose(v, simulated.run(x)[q.outputs[0]], rtol=0, atol=1.01 * step)
-    assert errors[1] < errors[0] / 2, (errors, step)
+    assert errors[1] <= errors[0] < 8 * step, (errors, step)
 
 
 W16_LAYERS = ["c1", "c2", "c3", "c4", "logits"]  # conv, depthwise, 1x1 conv, strided conv, fully connected
