@@ -470,11 +470,10 @@ def _drop_dead_conversions(g: Graph) -> None:
 
 # automatic selection ---------------------------------------------------------------------
 
-#: An output whose score all-int16 activations would raise by less than this is left
-#: alone by "auto": its error is not the activations' (e.g. int8 weights).
+#: An output whose score all-int16 activations would raise by less than this is left alone by "auto" (int8 weights').
 MIN_GAIN = 0.002
-#: The share of the reachable gain "auto" settles for when the target is out of reach: all
-#: of it (0.9 stopped rapidocr-cls at 16 int16 layers, 0.400 off unseen; every layer: 0.032).
+#: The share of the reachable gain "auto" settles for when the target is out of reach: all of it
+#: (0.9 stopped rapidocr-cls at 16 int16 layers, 0.400 off unseen; every layer: 0.032): every layer, untried.
 GAIN_SHARE = 1.0
 #: The output score int16 weights aim for (``int16_weights="auto"``), after int16 activations:
 #: face_landmark's face logit and hand_recrop's box scored 0.9939 / 0.9976 with every
@@ -498,8 +497,9 @@ def _goals(base: Mapping[str, float], ceiling: Mapping[str, float], target: floa
 
 def _fewest(ranked: Sequence[str], limit: int, goal: Mapping[str, float], ceiling: Mapping[str, float],
             scores_of) -> tuple[list[str], dict[str, float]]:
-    """The first 1, 2, 4, ... of ``ranked`` (at most ``limit``) whose scores reach ``goal``."""
-    k = 1
+    """The first 1, 2, 4, ... of ``ranked`` (at most ``limit``) whose scores reach ``goal``; all, untried,
+    when an output's goal is the ceiling's own score (only every layer is sure to: a try is a run per sample)."""
+    k = len(ranked) if limit == len(ranked) and any(goal[n] >= ceiling[n] - 1e-9 for n in goal) else 1
     while True:
         chosen = list(ranked[:k])
         scores = dict(ceiling) if k == len(ranked) else scores_of(chosen)

@@ -282,3 +282,31 @@ def test_a_step_that_chose_every_layer_is_not_searched_again_the_next_step_is() 
     rng = np.random.default_rng(99)
     unseen = [_null_space_sample(rng, basis, True) for _ in range(8)]
     assert min(output_scores(optimize(graph), q, [f])["y"] for f in unseen) >= 0.99
+
+
+def test_a_goal_only_every_layer_reaches_is_not_searched_layer_by_layer() -> None:
+    """When the int16 target is out of reach, an output's goal is the ceiling's own score (all
+    the reachable gain): only every layer is sure to reach it. The search takes them all at
+    once, its work the base, the per-layer errors and the ceiling; it used to score 1, 2, 4,
+    ... of them first (a run per sample each: on a 101-layer pose detector that search and
+    its check spent the escalation's cap before int16 weights were tried)."""
+    from libnpu.compiler.accuracy import layer_errors
+    from libnpu.compiler.held_out import search_scores
+    from libnpu.compiler.mixed_precision import choose_auto, promotable, promote, quantize_mixed
+    from libnpu.compiler.work_count import counting_work, work_done
+    graph, rng = _two_paths(), np.random.default_rng(1)
+    data = [_path_sample(rng, k % 2 == 0) for k in range(6)]
+    float_graph = optimize(graph)
+    q8 = quantize_mixed(graph, data, int16="none")
+    every = [op.outputs[0] for op in q8.ops if promotable(op, q8)]
+    assert len(every) >= 3
+    with counting_work():
+        search_scores(float_graph, q8, data)
+        layer_errors(float_graph, q8, data)
+        search_scores(float_graph, promote(q8, every, float_graph), data)
+        floor = work_done()
+    with counting_work():
+        chosen, scores = choose_auto(float_graph, q8, data, int16_target=1.0)
+        work = work_done()
+    assert sorted(chosen) == sorted(every) and min(scores.values()) < 1.0
+    assert work <= floor
