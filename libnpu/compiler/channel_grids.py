@@ -136,14 +136,11 @@ def channel_bounds(g: Graph, op: Op, lifted: Mapping[str, np.ndarray]) -> np.nda
 def lift_quiet_channels(g: Graph, peaks: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
     """Channel peaks with the channels calibration left quiet lifted: each output channel of
     an op with a bound (:func:`channel_bounds`, from the inputs' lifted peaks) reaches at
-    least the median, over its tensor's channels, of peak / bound times its own bound,
-    divided by ``CHANNEL_MARGIN`` (which :func:`spread_limited` applies to every peak after:
-    only channels more than that far below their neighbours move); a channel-moving op's
-    output takes its input's lifted peaks. A channel narrow by its weights keeps its fine
-    grid (its bound is small); one whose inputs or weights could drive it as far as its
-    neighbours but that no calibration sample did (a face feature on pictures without a
-    face) gets their share of its bound. Without the division, half the channels of
-    hand_recrop's trunk moved (up to 3x) and its crop box went 0.030 -> 0.050 pixels off."""
+    least the median, over its tensor's channels, of peak / bound times its own bound; a
+    channel-moving op's output takes its input's lifted peaks. A channel narrow by its
+    weights keeps its fine grid (its bound is small); one whose inputs or weights could drive
+    it as far as its neighbours but that no calibration sample did (a face feature on
+    pictures without a face) gets their share of its bound."""
     lifted = dict(peaks)
     for op in g.ops:
         out = op.outputs[0] if op.outputs else None
@@ -160,8 +157,7 @@ def lift_quiet_channels(g: Graph, peaks: Mapping[str, np.ndarray]) -> dict[str, 
         if bound is None or bound.shape != p.shape or not np.any(bound > 0):
             continue
         share = float(np.median(p[bound > 0] / bound[bound > 0]))
-        # the share is an estimate, not a calibrated peak: the channel margin is not applied to it again
-        lifted[out] = np.minimum(np.maximum(p, share * bound / CHANNEL_MARGIN), p.max())   # nor past the widest
+        lifted[out] = np.minimum(np.maximum(p, share * bound), p.max())    # never beyond the widest channel
     return lifted
 
 
