@@ -46,8 +46,7 @@ from .ir import Graph, Op, QuantParams, Tensor
 from .scales import choose_int16_scale, symmetric
 
 __all__ = ["INT16_GRIDS", "MIN_CHANNEL_RATIO", "CHANNEL_SPREAD", "CHANNEL_MARGIN", "rescales", "moves_channels",
-           "reads_activation", "reads_folded", "reads_broadcast", "channel_peaks", "channel_bounds",
-           "lift_quiet_channels", "spread_limited",
+           "reads_activation", "reads_folded", "reads_broadcast", "channel_peaks", "spread_limited",
            "per_channel_tensors", "channel_quant", "moved_quant", "channel_map"]
 
 INT16_GRIDS = ("per_tensor", "per_channel")
@@ -89,76 +88,6 @@ def spread_limited(peaks: Mapping[str, np.ndarray], spread: float, margin: float
         top = float(p.max(initial=0.0))
         result[n] = np.minimum(np.maximum(p * float(margin), top / float(spread)), top)
     return result
-
-
-def _input_peaks(g: Graph, name: str, lifted: Mapping[str, np.ndarray]) -> np.ndarray | None:
-    """A tensor's channel peaks: a constant's own, else as lifted so far (None: unknown)."""
-    t = g.tensors.get(name)
-    if t is not None and t.is_constant and t.data is not None:
-        v = np.abs(np.asarray(t.data, np.float64))
-        return v.reshape(-1, v.shape[-1]).max(axis=0) if v.ndim else v.reshape(1)
-    return lifted.get(name)
-
-
-def channel_bounds(g: Graph, op: Op, lifted: Mapping[str, np.ndarray]) -> np.ndarray | None:
-    """The largest magnitude each output channel of ``op`` can take while its inputs stay
-    within their channel peaks ``lifted``: the weights' absolute sums over the input peaks
-    plus the bias (convolutions, fully connected), the inputs' peaks summed (ADD) or times
-    the slope (PRELU); None for other ops or unknown inputs."""
-    ins = [_input_peaks(g, i, lifted) if i else None for i in op.inputs]
-    if not ins or ins[0] is None:
-        return None
-    x = ins[0]
-    if op.type in ("CONV_2D", "FULLY_CONNECTED", "DEPTHWISE_CONV_2D") and len(op.inputs) > 1:
-        w = g.tensors[op.inputs[1]]
-        if w.data is None:
-            return None
-        a = np.abs(np.asarray(w.data, np.float64))
-        if op.type == "DEPTHWISE_CONV_2D":
-            sums = a.reshape(-1, a.shape[-1]).sum(axis=0)
-            if sums.size % x.size:
-                return None
-            bound = sums * np.repeat(x, sums.size // x.size)
-        else:
-            a = a.reshape(a.shape[0], -1, a.shape[-1]).sum(axis=1)
-            if a.shape[1] != x.size:
-                return None
-            bound = a @ x
-        bias = ins[2] if len(ins) > 2 and ins[2] is not None else 0.0
-        return bound + bias
-    if op.type == "ADD" and len(ins) == 2 and ins[1] is not None:
-        return ins[0] + ins[1] if ins[0].size == ins[1].size or 1 in (ins[0].size, ins[1].size) else None
-    if op.type == "PRELU" and len(ins) == 2 and ins[1] is not None:
-        return x * np.maximum(1.0, ins[1]) if ins[1].size in (1, x.size) else None
-    return None
-
-
-def lift_quiet_channels(g: Graph, peaks: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """Channel peaks with the channels calibration left quiet lifted: each output channel of
-    an op with a bound (:func:`channel_bounds`, from the inputs' lifted peaks) reaches at
-    least the median, over its tensor's channels, of peak / bound times its own bound; a
-    channel-moving op's output takes its input's lifted peaks. A channel narrow by its
-    weights keeps its fine grid (its bound is small); one whose inputs or weights could drive
-    it as far as its neighbours but that no calibration sample did (a face feature on
-    pictures without a face) gets their share of its bound."""
-    lifted = dict(peaks)
-    for op in g.ops:
-        out = op.outputs[0] if op.outputs else None
-        p = peaks.get(out) if out else None
-        if p is None:
-            continue
-        if moves_channels(op.type) and op.inputs and op.inputs[0] in lifted:
-            where = channel_map(op, g.tensors[op.inputs[0]].shape, g.tensors[out])
-            if where is not None and where.size == p.size:
-                src = lifted[op.inputs[0]]
-                lifted[out] = np.maximum(p, np.where(where >= 0, src[np.maximum(where, 0)], 0.0))
-            continue
-        bound = channel_bounds(g, op, lifted)
-        if bound is None or bound.shape != p.shape or not np.any(bound > 0):
-            continue
-        share = float(np.median(p[bound > 0] / bound[bound > 0]))
-        lifted[out] = np.minimum(np.maximum(p, share * bound), p.max())    # never beyond the widest channel
-    return lifted
 
 
 def rescales(op_type: str) -> bool:

@@ -46,7 +46,6 @@ from .channel_grids import (
     INT16_GRIDS,
     channel_peaks,
     channel_quant,
-    lift_quiet_channels,
     moved_quant,
     moves_channels,
     per_channel_tensors,
@@ -67,13 +66,15 @@ __all__ = ["MixedPrecisionError", "int16_quant", "promotable", "takes_int16_weig
            "WEIGHTS16_TARGET", "INT16_HEADROOM", "HELD_OUT_MARGIN", "held_out_headroom", "CHANNEL_PEAKS"]
 
 DEFAULT_TARGET = 0.99
-#: An int16 grid reaches this many times its calibration range: one bit costs little, and unseen inputs
-#: leave it (face_landmark, hand_recrop all-int16 with float weights: 0.059 / 1.56 off bare, 0.004 / 0.23 with 2x).
+#: An int16 tensor's grid reaches this many times its calibration range: one bit of
+#: int16's steps costs little, and unseen inputs overflow the calibration range (face_landmark,
+#: hand_recrop all-int16 with float weights: 0.059 / 1.56 off bare, 0.004 / 0.23 with 2x).
 INT16_HEADROOM = 2.0
-#: Metadata: each tensor's channel peaks (quiet ones lifted) while quantize_mixed chooses (promote reads them).
+#: Metadata: each tensor's calibrated channel peaks while quantize_mixed chooses (promote reads them).
 CHANNEL_PEAKS = "int16_channel_peaks"
-#: With calibration data, each tensor's headroom may be its own (:func:`held_out_headroom`): ``HELD_OUT_MARGIN``
-#: times the most that one calibration picture exceeded the range of the others, at most ``INT16_HEADROOM``.
+#: With calibration data, each tensor's headroom is what its own calibration pictures show
+#: instead (:func:`held_out_headroom`): ``HELD_OUT_MARGIN`` times the most that one picture
+#: exceeded the range of the others, at most ``INT16_HEADROOM``.
 HELD_OUT_MARGIN = 1.25
 Feed = Mapping[str, np.ndarray] | Sequence[np.ndarray]
 
@@ -655,8 +656,7 @@ def quantize_mixed(graph: Graph, dataset: Iterable[Feed] | None = None, *,
     with stage(progress, "mixed precision"):
         q.metadata["int16_headroom"] = _headrooms(int16_headroom, q, opt, [] if random else data)
         if int16_grid == "per_channel":
-            peaks = once("channel peaks", (opt, *data), None,
-                         lambda: lift_quiet_channels(opt, channel_peaks(opt, data)))
+            peaks = once("channel peaks", (opt, *data), None, lambda: channel_peaks(opt, data))
             q.metadata[CHANNEL_PEAKS] = spread_limited(peaks, int16_channel_spread, int16_channel_margin)
         scores: dict[str, float] | None = None
         search = data if int16_search_data is None else list(int16_search_data)

@@ -363,21 +363,6 @@ def channel_trunk(seed: int = 9) -> onnx.ModelProto:
     return b.model("channel_trunk", {"x": [1, 3, 8, 8]}, {"y": [1, 4, 4, 4]})
 
 
-def quiet_channel(seed: int = 9) -> onnx.ModelProto:
-    """A 1x1 conv whose channels 0-2 copy the input's and channel 3 is ``x0 - x1``, then a
-    depthwise 3x3 conv. Calibrated on inputs where ``x1 == x0`` (nearly), channel 3 is quiet
-    though its weights could drive it as far as the others: as a face feature on pictures
-    without a face. Input [1, 4, 6, 6]."""
-    b = _Builder(seed)
-    w1 = np.zeros((4, 4, 1, 1), np.float32)
-    w1[[0, 1, 2], [0, 1, 2], 0, 0] = 1.0
-    w1[3, :2, 0, 0] = [1.0, -1.0]
-    dw = b.rng.uniform(0.5, 1.0, (4, 1, 3, 3)).astype(np.float32)
-    b.node("Conv", ["x", b.const("w1", w1), b.weight("b1", 4, scale=.01)], "c1")
-    b.node("Conv", ["c1", b.const("dw", dw), b.weight("bd", 4, scale=.01)], "y", pads=[1, 1, 1, 1], group=4)
-    return b.model("quiet_channel", {"x": [1, 4, 6, 6]}, {"y": [1, 4, 6, 6]})
-
-
 def attention_decoder(seed: int = 12, heads: int = 1, keys: int = 256, width: int = 32, queries: int = 8,
                       sink: float = 10.0, spelled: bool = False) -> onnx.ModelProto:
     """A transformer decoder's cross-attention as PyTorch exports it: LayerNorm of the
