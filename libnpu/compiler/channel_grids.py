@@ -10,9 +10,6 @@ the margin below the device's from 0.048 to 0.023 on 18 unseen pictures
 (``benchmarks/unseen_variants.py``). Each channel's grid reaches the tensor's headroom times
 ``CHANNEL_MARGIN`` times its own calibrated peak, within ``1 / CHANNEL_SPREAD`` of the
 widest channel's reach and never beyond it (:func:`spread_limited`, :func:`channel_quant`).
-A channel's calibrated peak is first lifted where calibration left it quiet though its
-weights and inputs could drive it as far as its neighbours (:func:`lift_quiet_channels`:
-a face mesh's features on crops without a face clipped 2.2x past their grids on a face).
 
 Which tensors get one (:func:`per_channel_tensors`): the output of a promoted op that
 rescales (``registry.Operator.channel_grid == "rescale"``: the convolutions, fully
