@@ -35,7 +35,7 @@ from onnx import helper, numpy_helper
 from .ir import IRError
 
 __all__ = ["QDQError", "Dequantized", "FloatTwin", "TwinNode", "dequantize", "twin_nodes", "float_twin", "is_qdq",
-           "range_feeds", "clamped_name", "QDQ_OPS", "QDQ_RANGES", "QDQ_PER_TENSOR"]
+           "range_feeds", "along_moves", "clamped_name", "QDQ_OPS", "QDQ_RANGES", "QDQ_PER_TENSOR"]
 
 Range = tuple[float, float]
 # graph metadata keys the quantizer honours: tensor name -> the range its QuantizeLinear
@@ -250,6 +250,34 @@ def float_twin(model: onnx.ModelProto) -> FloatTwin:
     out.graph.initializer.extend(initializers)
     out.graph.value_info.extend(vi for vi in graph.value_info if vi.name in made_values)
     return FloatTwin(out, ranges, origins, twin.per_tensor & used)
+
+
+#: IR ops that move an ONNX value's elements without changing them: the import's own
+#: layout steps (a 1-D convolution's [N, C, L] <-> [N, 1, L, C] views, NCHW <-> NHWC).
+_MOVES = ("RESHAPE", "TRANSPOSE")
+
+
+def along_moves(ops: list, ranges: Mapping[str, Range]) -> dict[str, Range]:
+    """``ranges`` (IR tensor -> its file's grid) extended to the tensors the import's layout
+    moves (``ops``: IR ops, ``type`` / ``inputs`` / ``outputs``) make of a value with a
+    grid, or make a value with a grid of: the same numbers, so the same grid.
+
+    Without it a 1-D convolution's own output (``X__2d``, viewed back as the file's ``X``)
+    had no grid of the file's: calibration chose one, joined to the file's by the moves'
+    shared grid, or alone once the optimizer dropped the moves between two convolutions
+    (a conv -> conv chain), where onnxruntime rounds to the file's grid."""
+    out = dict(ranges)
+    moves = [op for op in ops if op.type in _MOVES and op.inputs and op.outputs]
+    changed = True
+    while changed:
+        changed = False
+        for op in moves:
+            x, y = op.inputs[0], op.outputs[0]
+            if (x in out) != (y in out):
+                known = out[x] if x in out else out[y]
+                out[y if x in out else x] = known
+                changed = True
+    return out
 
 
 def range_feeds(inputs: Mapping[str, tuple[Any, Any]], ranges: Mapping[str, Range], count: int = 16,
