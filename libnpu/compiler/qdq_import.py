@@ -32,10 +32,11 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
+from . import registry
 from .ir import IRError
 
 __all__ = ["QDQError", "Dequantized", "FloatTwin", "TwinNode", "dequantize", "twin_nodes", "float_twin", "is_qdq",
-           "range_feeds", "along_moves", "clamped_name", "QDQ_OPS", "QDQ_RANGES", "QDQ_PER_TENSOR"]
+           "range_feeds", "along_moves", "float_front_end", "clamped_name", "QDQ_OPS", "QDQ_RANGES", "QDQ_PER_TENSOR"]
 
 Range = tuple[float, float]
 # graph metadata keys the quantizer honours: tensor name -> the range its QuantizeLinear
@@ -278,6 +279,29 @@ def along_moves(ops: list, ranges: Mapping[str, Range]) -> dict[str, Range]:
                 out[y if x in out else x] = known
                 changed = True
     return out
+
+
+def float_front_end(graph: Any, ranges: Mapping[str, Range]) -> list[str]:
+    """The outputs of the ops of the imported QDQ ``graph`` (an IR graph) that its file
+    computes in float: every op reading only the model's float inputs (those with no
+    QuantizeLinear of their own, ``ranges`` the file's grids) and what such ops make with
+    no QuantizeLinear on it, in order. The file leaves them in float (ops ``quantize_static``
+    does not quantize: an audio model's power spectrum, its ``Pow`` and ``Log``), and
+    onnxruntime runs them so; an op of them whose value the file does quantize (the
+    ``BatchNormalization`` after a log-mel) ends the chain there. Empty when they only move
+    data (a ``Transpose`` before the first pair) or when nothing with weights is left
+    outside them (a model whose pairs are on its weights alone)."""
+    floats = {n for n in graph.inputs if n not in ranges and graph.tensors[n].dtype == "float32"}
+    chain = []
+    for op in graph.ops:
+        data = [i for i in op.inputs if i and not graph.tensors[i].is_constant]
+        if data and all(i in floats for i in data):
+            chain.append(op)
+            floats.update(o for o in op.outputs if o not in ranges)
+    moved = {id(op) for op in chain}
+    computes = any(not registry.get(op.type, "same_scale") for op in chain)
+    chip_work = any(id(op) not in moved and registry.get(op.type, "weight_axis") is not None for op in graph.ops)
+    return [op.outputs[0] for op in chain] if computes and chip_work else []
 
 
 def range_feeds(inputs: Mapping[str, tuple[Any, Any]], ranges: Mapping[str, Range], count: int = 16,
