@@ -196,7 +196,9 @@ def test_what_the_file_leaves_in_float_runs_in_float(tmp_path):
     host = [op for op in int8.ops if op.type == "HOST"]
     assert len(host) == 1 and host[0].attrs["host"].reason == QDQ_FLOAT_REASON
     assert int8.metadata["cpu_float"]["reason"] == QDQ_FLOAT_REASON
-    lower(int8)         # the chip's part compiles; the host call runs the float front end
+    loadable = lower(int8)      # the chip's part compiles; the host call runs the float front end
+    kept = loadable.metadata["cpu_float"]       # what npu compile --report and the corpus count on the CPU
+    assert [layer.split()[0] for layer in kept["layers"]] == ["MUL", "LOG"] and kept["sources"] == [4, 5]
     session = ort.InferenceSession(data, providers=["CPUExecutionProvider"])
     step = next(float(nh.to_array(i)) for i in onnx.load_model_from_string(data).graph.initializer
                 if i.name == "y_scale")
