@@ -17,6 +17,7 @@ import numpy as np
 
 from . import registry
 from .blas_threads import one_blas_thread
+from .cpu_float import KEPT_IN_FLOAT, float_on_cpu, kept_in_float
 from .escalation import DEFAULT_TARGET, ESCALATION_BUDGET, quantize_to_target
 from .folding import takes_channel_grids
 from .input_shapes import InputShapes, fix_input_shapes
@@ -25,7 +26,6 @@ from .mixed_precision import quantize_mixed
 from .onnx_import import import_onnx
 from .optimize import fold_pad_into_conv
 from .progress import Progress, stage
-from .cpu_float import KEPT_IN_FLOAT, float_on_cpu, kept_in_float
 from .qdq_import import QDQ_RANGES, float_front_end, range_feeds
 from .qparams import lowerable
 from .quantizer import quantize_model
