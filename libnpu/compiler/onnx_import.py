@@ -39,7 +39,7 @@ from .onnx_fold import fold_onnx, free_body_shapes
 from .onnx_host import TensorType, group_model, probe_shapes, reads
 from .onnx_ms_ops import lower_ms_ops, not_lowered_reason
 from .onnx_shapes import infer_shapes
-from .qdq_import import QDQ_PER_TENSOR, QDQ_RANGES, float_twin, is_qdq
+from .qdq_import import QDQ_PER_TENSOR, QDQ_RANGES, along_moves, float_twin, is_qdq
 from .source_index import record_sources
 
 __all__ = ["ONNXImportError", "import_onnx", "import_onnx_sources", "load_onnx", "pads_2d", "binary", "unary",
@@ -258,7 +258,8 @@ class _Importer:
         self.g.metadata["source"] = "onnx"
         self.g.metadata["layout"] = "NHWC" if self.nhwc_io else "as ONNX (NCHW)"
         if self.qdq_ranges:         # the grids the quantizer keeps (compiler.qdq_import)
-            self.g.metadata[QDQ_RANGES] = {self.env[n][0]: r for n, r in self.qdq_ranges.items() if n in self.env}
+            self.g.metadata[QDQ_RANGES] = along_moves(
+                self.g.ops, {self.env[n][0]: r for n, r in self.qdq_ranges.items() if n in self.env})
             self.g.metadata[QDQ_PER_TENSOR] = sorted(self.per_tensor_ops)
         self.g.prune()
         self.g.validate()
