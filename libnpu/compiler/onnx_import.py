@@ -38,6 +38,7 @@ from .ir import SOURCE_OUTPUT_NAMES, Graph, IRError, Op, SourceOp, Tensor, requi
 from .onnx_fold import fold_onnx, free_body_shapes
 from .onnx_host import TensorType, group_model, probe_shapes, reads
 from .onnx_ms_ops import lower_ms_ops, not_lowered_reason
+from .onnx_order import sort_nodes
 from .onnx_shapes import infer_shapes
 from .qdq_import import QDQ_PER_TENSOR, QDQ_RANGES, float_twin, is_qdq
 from .source_index import record_sources
@@ -63,9 +64,14 @@ class _Importer:
                  fallback: bool = False, force_host: Mapping[int, str] | None = None) -> None:
         model = onnx.ModelProto.FromString(model.SerializeToString())
         qdq_types = [n.op_type for n in model.graph.node]     # the file's nodes, as the user reads them
+        # producers first, as onnxruntime sorts a file that lists them after their readers
+        # (compiler.onnx_order); nodes keep the file's numbers through file_index
+        moved = sort_nodes(model.graph, name)
+        file_index = moved or list(range(len(qdq_types)))
         # onnxruntime's own operators as the ONNX ones they compute (compiler.onnx_ms_ops)
         lowered = lower_ms_ops(model)
-        model, file_index = (lowered.model, lowered.origins) if lowered else (model, list(range(len(qdq_types))))
+        if lowered:
+            model, file_index = lowered.model, [file_index[i] for i in lowered.origins]
         # a dynamically quantized model: the float model it stands for (compiler.dynamic_quant)
         dynamic = dequantize_dynamic(model) if is_dynamic(model) else None
         if dynamic:
@@ -73,7 +79,7 @@ class _Importer:
         # a QDQ model: its float twin, each Q -> DQ pair's grid kept as its value's range
         twin = float_twin(model) if is_qdq(model) else None
         model, qdq_origins = (twin.model, [file_index[i] if i >= 0 else -1 for i in twin.origins]) if twin \
-            else (model, file_index if dynamic or lowered else [])
+            else (model, file_index if dynamic or lowered or moved else [])
         self.qdq_ranges = twin.ranges if twin else {}
         self.qdq_per_tensor, self.per_tensor_ops = twin.per_tensor if twin else set(), set()
         self.fallback, self.force_host = fallback, dict(force_host or {})
