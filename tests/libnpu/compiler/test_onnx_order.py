@@ -22,7 +22,8 @@ def _fp16_casts_last() -> onnx.ModelProto:
         helper.make_node("Cast", ["x"], ["x16"], name="in_cast", to=TensorProto.FLOAT16),
         helper.make_node("Cast", ["y16"], ["y"], name="out_cast", to=TensorProto.FLOAT),
     ]
-    graph = helper.make_graph(nodes, "casts_last", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
+    graph = helper.make_graph(nodes, "casts_last",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 1, 1])],
                               [numpy_helper.from_array(w, "w")])
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
