@@ -347,9 +347,16 @@ class _Importer:
         known = {n: self.shapes[n] for n in names if n in self.shapes and all(d >= 0 for d in self.shapes[n][0])}
         missing = [n for n in names if n not in known]
         if missing:
-            probed, dynamic = probe_shapes(self.model, missing, where)
-            known.update(probed)
-            self.dynamic |= dynamic | {n for n in missing if n in self.data_dependent}
+            # the same runs size what inference left unknown after them (a Loop's frames and the
+            # convolutions reading them): static if these are, so their nodes import for the chip
+            later = [n for n, (dims, _) in self.shapes.items() if any(d < 0 for d in dims)
+                     and n not in missing and n not in self.env and n not in self.data_dependent]
+            probed, dynamic = probe_shapes(self.model, missing + later, where)
+            known.update({n: probed[n] for n in missing})
+            self.dynamic |= {n for n in dynamic if n in missing} | {n for n in missing if n in self.data_dependent}
+            sized = [n for n in missing if n not in self.dynamic]
+            sized += [n for n in later if n not in dynamic] if len(sized) == len(missing) else []
+            self.shapes.update({n: probed[n] for n in sized})
         return {n: known[n] for n in names}
 
     def leave_dynamic(self, names: list[str], finals: set[str], members: set[int],
