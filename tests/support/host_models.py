@@ -261,7 +261,8 @@ def map_fn_frames(seed: int = 9) -> onnx.ModelProto:
     i64 = onnx.TensorProto.INT64
     body = h.make_graph(
         [h.make_node("Add", ["cnt_in", "one"], ["cnt_out"]), h.make_node("Less", ["cnt_out", "rows"], ["cond_out"]),
-         h.make_node("Gather", ["x", "cnt_in"], ["row"], axis=0), h.make_node("Reshape", ["row", "frame_shape"], ["fr"]),
+         h.make_node("Gather", ["x", "cnt_in"], ["row"], axis=0),
+         h.make_node("Reshape", ["row", "frame_shape"], ["fr"]),
          h.make_node("Mul", ["fr", "window"], ["frames"])], "body",
         [h.make_tensor_value_info("i", i64, []), h.make_tensor_value_info("cond_in", onnx.TensorProto.BOOL, []),
          h.make_tensor_value_info("cnt_in", i64, [])],
