@@ -2,7 +2,8 @@
 over the channel axis, or the last one) and LOG_SOFTMAX; ONNX LogSoftmax and Softmax over
 any axis (a pair of TRANSPOSEs around the op when the axis is not the last one in the IR); ONNX
 LayerNormalization as the ops it computes; INSTANCE_NORM (ONNX InstanceNormalization, and
-conditional instance norm spelled out op by op, fused)."""
+conditional instance norm spelled out op by op, fused; a LayerNorm's statistics too, over
+each row reshaped to a plane)."""
 from __future__ import annotations
 
 import numpy as np
@@ -287,16 +288,18 @@ def _unclamped(op: Op, non_negative: bool = False) -> bool:
     return op.attrs.get("activation", "NONE") in (("NONE", "RELU") if non_negative else ("NONE",))
 
 
-def _same_mean(g: Graph, op: Op | None, non_negative: bool = False) -> bool:
-    """``op`` is the mean over H, W of a 4-D NHWC tensor, keeping them: MEAN, or an
-    AVERAGE_POOL_2D whose one window is the whole picture (ONNX GlobalAveragePool)."""
+def _same_mean(g: Graph, op: Op | None, axes: tuple[int, ...] = SPATIAL_AXES, non_negative: bool = False) -> bool:
+    """``op`` is the mean over ``axes`` of its input, keeping them: MEAN, or (over H, W of a
+    4-D NHWC tensor) an AVERAGE_POOL_2D whose one window is the whole picture (ONNX
+    GlobalAveragePool)."""
     if op is None or not _unclamped(op, non_negative):
         return False
-    if op.type == "MEAN":
-        return bool(op.attrs.get("keep_dims")) and tuple(sorted(a % 4 for a in op.attrs["axes"])) == SPATIAL_AXES
     shape = g.tensors[op.inputs[0]].shape
-    return op.type == "AVERAGE_POOL_2D" and len(shape) == 4 and tuple(op.attrs["filter"]) == tuple(shape[1:3]) \
-        and not any(op.attrs["pads"]) and g.tensors[op.outputs[0]].shape == (shape[0], 1, 1, shape[3])
+    if op.type == "MEAN":
+        return bool(op.attrs.get("keep_dims")) and tuple(sorted(a % len(shape) for a in op.attrs["axes"])) == axes
+    return axes == SPATIAL_AXES and op.type == "AVERAGE_POOL_2D" and len(shape) == 4 \
+        and tuple(op.attrs["filter"]) == tuple(shape[1:3]) and not any(op.attrs["pads"]) \
+        and g.tensors[op.outputs[0]].shape == (shape[0], 1, 1, shape[3])
 
 
 def _per_channel(w: _Walk, name: str | None, channels: int, x: str) -> bool:
@@ -331,11 +334,15 @@ def _times_one(w: _Walk, r: str) -> str:
         r = readers[0].outputs[0]
 
 
-def _match(g: Graph, w: _Walk, mean_op: Op) -> tuple[list[Op], str, str | None, str | None, float, Op] | None:
-    """(ops, x, gamma, beta, epsilon, last op) of the instance norm whose first MEAN is ``mean_op``."""
+def _match(g: Graph, w: _Walk, mean_op: Op, rows: bool = False
+           ) -> tuple[list[Op], str, str | None, str | None, float, Op] | None:
+    """(ops, x, gamma, beta, epsilon, last op) of the instance norm whose first MEAN is ``mean_op``;
+    ``rows``: of the layer norm over the last axis instead, up to ``(x - mean) * r`` (no gamma, beta)."""
     x, mean = mean_op.inputs[0], mean_op.outputs[0]
     shape = g.tensors[x].shape
-    if len(shape) != 4 or g.tensors[x].is_constant or not _same_mean(g, mean_op):
+    rank = len(shape)
+    axes = (rank - 1,) if rows else SPATIAL_AXES
+    if (rank < 2 if rows else rank != 4) or g.tensors[x].is_constant or not _same_mean(g, mean_op, axes):
         return None
     channels = shape[-1]
     w.take(mean_op)
@@ -354,7 +361,7 @@ def _match(g: Graph, w: _Walk, mean_op: Op) -> tuple[list[Op], str, str | None, 
     if square is None:
         return None
     squares = w.past_relus(square.outputs[0])
-    var = next((op for op in w.readers.get(squares, []) if _same_mean(g, op, non_negative=True)), None)
+    var = next((op for op in w.readers.get(squares, []) if _same_mean(g, op, axes, non_negative=True)), None)
     if var is None or len(w.readers[squares]) != 1 or not w.take(square, var):
         return None
     variance = w.past_relus(var.outputs[0])
@@ -366,6 +373,12 @@ def _match(g: Graph, w: _Walk, mean_op: Op) -> tuple[list[Op], str, str | None, 
     r = _times_one(w, w.past_relus(rsqrt.outputs[0]))
     readers = w.readers.get(r, [])
     gamma = beta = None
+    if rows:
+        if d is None or len(readers) != 1 or readers[0].type != "MUL" or w.other(readers[0], r) != d.outputs[0] \
+                or readers[0].attrs.get("activation", "NONE") != "NONE":
+            return None
+        w.take(readers[0])
+        return w.taken, x, None, None, eps, readers[0]
     if d is not None and len(readers) == 1 and readers[0].type == "MUL" and w.other(readers[0], r) == d.outputs[0]:
         last = readers[0]                                   # centred: (x - mean) * r [* gamma] [+ beta]
         w.take(last)
@@ -406,6 +419,23 @@ def _match(g: Graph, w: _Walk, mean_op: Op) -> tuple[list[Op], str, str | None, 
     return w.taken, x, gamma, beta, eps, last
 
 
+def _replace(g: Graph, w: _Walk, ops: list[Op], last: Op, new: list[Op]) -> bool:
+    """``ops`` (``last`` the one whose output stays) replaced by ``new`` at ``last``'s place,
+    unless a value between them is read elsewhere or is a model output."""
+    out = last.outputs[0]
+    inner = {o for op in ops for o in op.outputs} - {out}
+    if inner & g.results() or any(r not in ops for t in inner for r in w.readers.get(t, [])):
+        return False
+    at = g.ops.index(last)
+    g.ops[at:at + 1] = new
+    for op in ops:
+        if op is not last:
+            g.ops.remove(op)
+    for t in inner:
+        g.tensors.pop(t, None)
+    return True
+
+
 def fuse_instance_norms(g: Graph) -> int:
     """Replace each instance norm spelled out in the float graph ``g`` by one INSTANCE_NORM
     (module docstring); returns how many."""
@@ -418,32 +448,63 @@ def fuse_instance_norms(g: Graph) -> int:
         if found is None:
             continue
         ops, x, gamma, beta, eps, last = found
-        out = last.outputs[0]
-        inner = {o for op in ops for o in op.outputs} - {out}
-        if inner & g.results() or any(r not in ops for t in inner for r in w.readers.get(t, [])):
-            continue
-        channels = g.tensors[x].shape[-1]
+        out, channels, made_here = last.outputs[0], g.tensors[x].shape[-1], []
         if gamma is None:
             gamma = g.add_const(g.unique_name(f"{out}__gamma"), np.ones((channels,), np.float32)).name
+            made_here.append(gamma)
         if beta is None:
             beta = g.add_const(g.unique_name(f"{out}__beta"), np.zeros((channels,), np.float32)).name
-        fused = Op("INSTANCE_NORM", [x, gamma, beta], [out],
-                   {"epsilon": float(eps), "activation": last.attrs.get("activation", "NONE")}, name=last.name)
-        at = g.ops.index(last)
-        g.ops[at] = fused
-        for op in ops:
-            if op is not last:
-                g.ops.remove(op)
-        for t in inner:
-            g.tensors.pop(t, None)
-        made += 1
+            made_here.append(beta)
+        if _replace(g, w, ops, last, [Op("INSTANCE_NORM", [x, gamma, beta], [out],
+                                         {"epsilon": float(eps), "activation": last.attrs.get("activation", "NONE")},
+                                         name=last.name)]):
+            made += 1
+        else:
+            for name in made_here:
+                g.tensors.pop(name)
+    return made
+
+
+def fuse_layer_norms(g: Graph) -> int:
+    """Replace each layer norm's statistics over the last axis, ``(x - E[x]) * rsqrt(E[(x -
+    E[x])^2] + eps)`` op by op, by one INSTANCE_NORM of ``x`` seen as one plane per row
+    (RESHAPEs to ``[rows, 1, width, 1]`` and back; gamma and beta stay the ops after it);
+    returns how many. Op by op, the squares of a row go onto the one grid of every row's:
+    a transformer's few "massive activations" (a delimiter token's residual values in the
+    hundreds, squares near 10^5) made it 1.5 wide at int16, where an ordinary token's
+    squares are under 1, and its variance came out of a few rounded squares (MiniLM:
+    cosine 0.93 with every layer int16). INSTANCE_NORM's statistics are exact integer sums."""
+    made = 0
+    for mean_op in [op for op in g.ops if op.type == "MEAN"]:
+        if mean_op not in g.ops:
+            continue
+        w = _Walk(g)
+        found = _match(g, w, mean_op, rows=True)
+        if found is None:
+            continue
+        ops, x, _, _, eps, last = found
+        out, shape = last.outputs[0], g.tensors[mean_op.inputs[0]].shape
+        planes = (int(np.prod(shape[:-1], dtype=np.int64)), 1, shape[-1], 1)
+        rows = g.add_tensor(Tensor(g.unique_name(f"{out}__rows"), planes, "float32")).name
+        normed = g.add_tensor(Tensor(g.unique_name(f"{out}__planes"), planes, "float32")).name
+        one = g.add_const(g.unique_name(f"{out}__gamma"), np.ones((1,), np.float32)).name
+        zero = g.add_const(g.unique_name(f"{out}__beta"), np.zeros((1,), np.float32)).name
+        new = [Op("RESHAPE", [x], [rows], {"new_shape": planes}, name=rows),
+               Op("INSTANCE_NORM", [rows, one, zero], [normed], {"epsilon": float(eps), "activation": "NONE"},
+                  name=normed),
+               Op("RESHAPE", [normed], [out], {"new_shape": tuple(shape)}, name=last.name)]
+        if _replace(g, w, ops, last, new):
+            made += 1
+        else:
+            for name in (rows, normed, one, zero):
+                g.tensors.pop(name, None)
     return made
 
 
 def _rewrite(g) -> int:
     # the spellings are matched in RSQRT form: SQRT + DIV made RSQRT first (RSQRT's own
     # rewrite may come later in the registry's order)
-    return divide_by_square_root(g) + fuse_instance_norms(g)
+    return divide_by_square_root(g) + fuse_instance_norms(g) + fuse_layer_norms(g)
 
 
 def _float(op, ins, out):
