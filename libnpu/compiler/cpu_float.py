@@ -271,8 +271,11 @@ def blamed_layers(float_graph: Graph, quantized: Graph, samples: Sequence, *, ca
         if tensor not in ops or not (movable(float_graph, ops[tensor]) or stays_on_host(float_graph, ops[tensor])):
             continue
         front_end = tensor in amplified
-        # a magnifying layer's output is what a grid holds well (the log domain): its readers stay
-        readers = [] if tensor in float_graph.outputs or front_end else readers_of.get(tensor, [])
+        # a magnifying layer's output is what a grid holds well (the log domain): its readers stay;
+        # but one that is a host call already moves nothing of its own, and its output met the
+        # grid (FastEnhancer's gain clip(|X|)^-0.7, an ONNX Pow): its readers come along then
+        readers = [] if tensor in float_graph.outputs or front_end and movable(float_graph, ops[tensor]) \
+            else readers_of.get(tensor, [])
         # one walk, stopped past what a layer blamed by its own error may move: a chain for every
         # layer of a 5,000-op unrolled LSTM took the compile past 15 minutes (vfl-embedder)
         wanted = _upstream_within(float_graph, producer, [tensor, *readers], None if front_end else MAX_CPU_LAYERS)
@@ -411,7 +414,11 @@ def float_on_cpu(graph: Graph, tensors: Collection[str], reason: str) -> Graph:
     for k in groups.order:
         if k in groups.group:
             members.setdefault(groups.group[k], []).append(g.ops[k])
-    readers = {i for k, op in enumerate(g.ops) if k not in host for i in op.inputs}
+    # what leaves a group: read by a chip op, or by another group (one after a host call kept
+    # between them: FastEnhancer's X, read by its Mul after the Pow, from the group before it)
+    maker = {o: k for k in host for o in g.ops[k].outputs}
+    readers = {i for k, op in enumerate(g.ops) for i in op.inputs
+               if k not in host or i in maker and groups.group[maker[i]] != groups.group[k]}
     kept = readers | set(g.outputs) | {n for s in g.states for n in (s.input, s.output)}
     ops: list[Op] = []
     done: set[int] = set()
