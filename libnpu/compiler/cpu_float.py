@@ -14,8 +14,9 @@ where they run in float:
   layer goes to the CPU with everything upstream of it, back to the model's float inputs
   (:func:`upstream`), which the host call then reads as the caller gave them (a host
   call among them that no .tflite holds, an ONNX DFT or Cast, stays the call it is, its
-  values passed on no grid: :func:`stays_on_host`); and its output stays in float too: the layers reading it come along (the grid of the output is
-  the error: ``1 + 2^20 |x|`` before its log). A layer with more than ``MAX_CPU_LAYERS``
+  values passed on no grid: :func:`stays_on_host`); and its output stays in float too:
+  the layers reading it come along (the grid of the output is the error: ``1 + 2^20 |x|``
+  before its log). A layer with more than ``MAX_CPU_LAYERS``
   such layers, or with every layer that has weights among them, is not moved (the model
   would become a CPU model: :func:`leaves_chip_work`).
 * **Front ends**: a layer whose own rounding is fine but which magnifies its input grid's
@@ -27,7 +28,8 @@ where they run in float:
   (:mod:`libnpu.compiler.front_end_check`: a log-mel spectrogram that is most of an audio
   classifier, or all of the model); the reason says what int16 scored and what the CPU
   then does (:func:`front_end_reason`). Its readers stay: its output (the log domain) is
-  what a grid holds. The escalation moves such a
+  what a grid holds; unless it is a host call already (a Pow by -0.7 making a gain from
+  ``|X|``), whose output then met the grid. The escalation moves such a
   front end right after its int8 step (:func:`front_end_blamed`, :func:`front_end_in_float`)
   and quantizes the rest through its ladder; the int16 steps cannot fix a front end
   (unless the chip runs the magnifying layer in int16 too, as a LayerNorm's

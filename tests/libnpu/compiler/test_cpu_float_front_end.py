@@ -114,7 +114,8 @@ def _compressed_spectrum() -> bytes:
              helper.make_node("Conv", ["chw", "w"], ["y"], pads=[0, 2, 0, 2])]
     consts = {"axis": np.int64(2), "norm": np.float32(2.0), "eps": np.float32(1e-5), "power": np.float32(-0.7),
               "w": w}
-    graph = helper.make_graph(nodes, "compressed", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 128, 1])],
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 128, 1])
+    graph = helper.make_graph(nodes, "compressed", [x],
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, 8, 65])],
                               [numpy_helper.from_array(np.asarray(v), k) for k, v in consts.items()])
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20)]).SerializeToString()
