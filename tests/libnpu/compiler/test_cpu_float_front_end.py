@@ -99,6 +99,61 @@ def test_a_front_end_after_the_cast_of_int16_samples_goes_to_the_cpu_in_float() 
     assert output_scores(optimize(graph), q, pcm[20:])["y"] >= 0.99
 
 
+def _compressed_spectrum() -> bytes:
+    """FastEnhancer's compressed spectrum in small: ``X * clip(|X|, 1e-5)^-0.7`` of an
+    ONNX DFT of 8 frames, then a Conv. The DFT and the Pow by -0.7 are host calls (ONNX
+    ones, which no float .tflite holds); the gain spans 0.02 to 3162 (silent frames). ``X``
+    is scaled on the way, so the float call making it feeds both the Abs and the Mul after
+    the Pow: two float calls around the Pow's."""
+    w = (np.random.default_rng(0).standard_normal((8, 2, 1, 5)) * 0.3).astype(np.float32)
+    nodes = [helper.make_node("DFT", ["x", "", "axis"], ["spec"], onesided=1),
+             helper.make_node("Mul", ["spec", "norm"], ["x_k"]),
+             helper.make_node("Abs", ["x_k"], ["mag"]), helper.make_node("Clip", ["mag", "eps"], ["floor"]),
+             helper.make_node("Pow", ["floor", "power"], ["gain"]), helper.make_node("Mul", ["x_k", "gain"], ["comp"]),
+             helper.make_node("Transpose", ["comp"], ["chw"], perm=[0, 3, 1, 2]),
+             helper.make_node("Conv", ["chw", "w"], ["y"], pads=[0, 2, 0, 2])]
+    consts = {"axis": np.int64(2), "norm": np.float32(2.0), "eps": np.float32(1e-5), "power": np.float32(-0.7),
+              "w": w}
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 128, 1])
+    graph = helper.make_graph(nodes, "compressed", [x],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, 8, 65])],
+                              [numpy_helper.from_array(np.asarray(v), k) for k, v in consts.items()])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20)]).SerializeToString()
+
+
+def _spectra(count: int, seed: int) -> list[list[np.ndarray]]:
+    """8 frames of a tone over noise each, 30% of them silent (every bin at the clamp)."""
+    rng = np.random.default_rng(seed)
+    t = np.arange(128)
+    x = np.zeros((count, 1, 8, 128, 1), np.float32)
+    for frame in x[:, 0, :, :, 0].reshape(-1, 128):
+        if rng.uniform() >= 0.3:
+            frame[:] = np.sin(2 * np.pi * rng.uniform(2, 30) * t / 128) * rng.uniform(0.05, 1) \
+                + rng.standard_normal(128) * 10.0 ** rng.uniform(-3, -1)
+    return [[sample] for sample in x]
+
+
+def test_a_front_end_holding_onnx_host_calls_stays_in_float_on_the_cpu() -> None:
+    # The DFT and the Pow are ONNX host calls: no float .tflite holds them, so no chain
+    # through them could move, the CPU float step never started and the gain stayed on an
+    # int16 grid its silent frames set (int16 activations chosen, target missed, 0.921 on
+    # unseen spectra). They stay the calls they are, between the float calls, on no grid (and the
+    # float call after the Pow reads X from the one before it: it found no call making it).
+    plan = plan_placement(_compressed_spectrum())
+    graph, _ = import_with_fallback(plan.data, plan.kind, plan.name, force_host=plan.cpu)
+    q = to_int8_graph(graph, _spectra(20, 1))
+    fidelity = q.metadata["fidelity"]
+    # the Pow magnifies its input grid's error (the gain of a quiet bin): a front end, moved after int8
+    assert fidelity["chosen"] == "int8 + CPU front end" and not fidelity["missed"], fidelity
+    moved = [layer.split()[0] for layer in fidelity["cpu_float"]["layers"]]
+    assert sorted(moved) == ["ABS", "CLIP", "MUL", "MUL"], moved
+    calls = {step.op for step in lower(q).host_steps}
+    assert {"DFT", "Pow"} <= calls, calls
+    assert all(q.tensors[n].quant is None for n in ("spec", "x_k", "gain"))      # host to host, in float
+    (out,) = graph.outputs
+    assert output_scores(optimize(graph), q, _spectra(8, 99))[out] >= 0.99
+
+
 def test_the_log_is_the_layer_that_magnifies_its_input_grid() -> None:
     graph = optimize(load_model(_log_mel(), kind="onnx"))
     q = to_int8_graph(graph, _frames(20, 1), recipe="fast")
