@@ -124,7 +124,8 @@ class Calibrator:
                 v = np.zeros(1, np.float32)
             lo, hi = float(v.min()), float(v.max())
             lo2, hi2 = self.second.get(name, (np.inf, -np.inf))
-            self.second[name] = (min(lo2, max(lo, self.lo.get(name, np.inf))), max(hi2, min(hi, self.hi.get(name, -np.inf))))
+            self.second[name] = (min(lo2, max(lo, self.lo.get(name, np.inf))),
+                                 max(hi2, min(hi, self.hi.get(name, -np.inf))))
             self.lo[name] = min(self.lo.get(name, np.inf), lo)
             self.hi[name] = max(self.hi.get(name, -np.inf), hi)
             if self.method != "minmax":

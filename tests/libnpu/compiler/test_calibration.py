@@ -250,7 +250,6 @@ def test_auto_bias_correction_keeps_it_only_where_held_out_data_agree():
 
 def _energy_model():
     """``x -> MatMul -> (h * h) -> MatMul``: a layer fed a power, as a GTCRN-like attention is."""
-    import onnx
     from onnx import TensorProto, helper, numpy_helper
     rng = np.random.default_rng(3)
     nodes = [helper.make_node("MatMul", ["x", "w1"], ["h"]), helper.make_node("Mul", ["h", "h"], ["p"]),
