@@ -286,6 +286,8 @@ def _onnx_scatter_nd(im, node, attrs, where):
     else:          # the flattened values: one axis
         axis, labels = 0, tuple(a.reshape(-1) for a in labels)
         table = scatter_gather_table(*labels, axis)
+        if table is None:          # an empty tensor: nothing for the chip to copy
+            raise onnx_import.ONNXImportError(f"{where}: empty data {shape}")
         data = _reshaped(g, data, labels[0].shape)
     rest = labels[0].size // max(labels[0].shape[axis], 1)
     upd_shape = labels[0].shape[:axis] + (labels[1].size // rest,) + labels[0].shape[axis + 1:]
