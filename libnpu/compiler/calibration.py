@@ -30,26 +30,22 @@ __all__ = ["Histogram", "METHODS", "choose_range", "lone_sample_clipped", "LONE_
 METHODS = ("minmax", "percentile", "mse", "entropy")
 LEVELS = 255  # steps of the int8 grid
 #: An end of a tensor's range that one calibration sample alone reaches, this many times
-#: beyond the furthest any other sample goes either way (of at least ``LONE_SAMPLE_MIN_RUNS``),
-#: is the others' end: that sample is clipped rather than every other sample's steps made
-#: this much coarser (GTCRN's stream starts with an all-zero frame, on which its float
-#: decoder, the rounding noise of a layer norm over zeros amplified, reached 38 times what
-#: any speech frame did, and its squared energies 2,700 times: int16 steps 5.3 for powers
-#: under 50). Measured against both ends: one end alone (a tensor barely negative but on
-#: one sample) cost a VAD's state cosine 0.9994 -> 0.9922.
+#: beyond the furthest any other sample goes (of at least ``LONE_SAMPLE_MIN_RUNS``), is the
+#: others' end: that sample is clipped rather than every other sample's steps made this much
+#: coarser (GTCRN's stream starts with an all-zero frame, on which its float decoder, the
+#: rounding noise of a layer norm over zeros amplified, reached 38 times what any speech
+#: frame did, and its squared energies 2,700 times: int16 steps 5.3 for powers under 50).
 LONE_SAMPLE_FACTOR = 16.0
 LONE_SAMPLE_MIN_RUNS = 4
 
 
-def lone_sample_clipped(first: np.ndarray | float, second: np.ndarray | float, reach: np.ndarray | float,
-                        runs: int) -> np.ndarray | float:
-    """A range end (or each channel's peak), as a magnitude: ``first`` the furthest sample's,
-    ``second`` the furthest of the others on that side; ``reach`` how far the others go on
-    either side. ``second`` where ``first`` is more than ``LONE_SAMPLE_FACTOR`` times ``reach``
-    (a lone sample), else ``first``."""
+def lone_sample_clipped(first: np.ndarray | float, second: np.ndarray | float, runs: int) -> np.ndarray | float:
+    """A range end (or each channel's peak) from the two furthest samples' values, ``first``
+    beyond ``second`` (same sign; magnitudes for a low end): ``second`` where ``first`` is more
+    than ``LONE_SAMPLE_FACTOR`` times it (a lone sample), else ``first``."""
+    lone = (np.asarray(second) > 0) & (np.asarray(first) > LONE_SAMPLE_FACTOR * np.asarray(second))
     if runs < LONE_SAMPLE_MIN_RUNS:
         return first
-    lone = (np.asarray(reach) > 0) & (np.asarray(first) > LONE_SAMPLE_FACTOR * np.asarray(reach))
     result = np.where(lone, second, first)
     return float(result) if result.ndim == 0 else result
 

@@ -82,7 +82,7 @@ def channel_peaks(float_graph: Graph, dataset: Sequence[Feed]) -> dict[str, np.n
                 peaks[n] = np.maximum(peaks[n], peak)
             else:
                 peaks[n], seconds[n] = peak, np.zeros_like(peak)
-    return {n: np.asarray(lone_sample_clipped(p, seconds[n], seconds[n], len(dataset))) for n, p in peaks.items()}
+    return {n: np.asarray(lone_sample_clipped(p, seconds[n], len(dataset))) for n, p in peaks.items()}
 
 
 def spread_limited(peaks: Mapping[str, np.ndarray], spread: float, margin: float = 1.0) -> dict[str, np.ndarray]:

@@ -136,9 +136,8 @@ class Calibrator:
         if not self.runs:
             raise QuantizationError("calibration: no data collected")
         if self.method == "minmax":     # but an end one run alone reaches (calibration.lone_sample_clipped)
-            reach = {n: max(-lo2, hi2, 0.0) for n, (lo2, hi2) in self.second.items()}
-            return {n: (-lone_sample_clipped(-self.lo[n], -self.second[n][0], reach[n], self.runs),
-                        lone_sample_clipped(self.hi[n], self.second[n][1], reach[n], self.runs)) for n in self.lo}
+            return {n: (-lone_sample_clipped(-self.lo[n], -self.second[n][0], self.runs),
+                        lone_sample_clipped(self.hi[n], self.second[n][1], self.runs)) for n in self.lo}
         return {n: choose_range(h, self.method, self.percentile) for n, h in self.histograms.items()}
 
 

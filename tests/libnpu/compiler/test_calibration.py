@@ -280,17 +280,3 @@ def test_a_lone_calibration_sample_does_not_set_the_range():
     twice = [data[0], {"x": data[1]["x"] * 40}, *data[2:]]
     assert calibrate(graph, twice)["p"][1] > 100 * hi
     assert calibrate(graph, data[:3])["p"][1] > 100 * hi
-
-
-
-def test_a_lone_sample_is_judged_against_both_ends():
-    """A low end the others keep at -0.01 while they reach +5: one sample at -5.01 is not
-    lone (clipping it cost a VAD's state cosine 0.9994 -> 0.9922); at -500 it is. A lone
-    sample among fewer than four is the range."""
-    cal = Calibrator(_energy_model())
-    cal.lo, cal.hi, cal.second, cal.runs = {"t": -5.01}, {"t": 5.0}, {"t": (-0.01, 4.9)}, 6
-    assert cal.ranges()["t"] == (-5.01, 5.0)
-    cal.lo["t"] = -500.0
-    assert cal.ranges()["t"] == (-0.01, 5.0)
-    cal.runs = 3
-    assert cal.ranges()["t"] == (-500.0, 5.0)
