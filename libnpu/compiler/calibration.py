@@ -6,9 +6,7 @@ new values fall outside). The methods (``METHODS``) then pick the range [lo, hi]
 255 steps of an asymmetric int8 grid will cover:
 
 * ``minmax``: the whole observed range; no value is clipped, the steps are as coarse as
-  the rarest outlier makes them, but for a **lone sample** (:func:`lone_sample_clipped`):
-  an end one calibration sample alone reaches, ``LONE_SAMPLE_FACTOR`` times beyond every
-  other sample's, is the others' end.
+  the rarest outlier makes them.
 * ``percentile``: cut at the ``percentile`` and ``100 - percentile`` quantiles.
 * ``mse``: the range whose quantization error, integrated over the histogram, is
   smallest: values inside cost ``step^2 / 12`` (uniform rounding error), values outside
@@ -25,29 +23,10 @@ import math
 
 import numpy as np
 
-__all__ = ["Histogram", "METHODS", "choose_range", "lone_sample_clipped", "LONE_SAMPLE_FACTOR"]
+__all__ = ["Histogram", "METHODS", "choose_range"]
 
 METHODS = ("minmax", "percentile", "mse", "entropy")
 LEVELS = 255  # steps of the int8 grid
-#: An end of a tensor's range that one calibration sample alone reaches, this many times
-#: beyond the furthest any other sample goes (of at least ``LONE_SAMPLE_MIN_RUNS``), is the
-#: others' end: that sample is clipped rather than every other sample's steps made this much
-#: coarser (GTCRN's stream starts with an all-zero frame, on which its float decoder, the
-#: rounding noise of a layer norm over zeros amplified, reached 38 times what any speech
-#: frame did, and its squared energies 2,700 times: int16 steps 5.3 for powers under 50).
-LONE_SAMPLE_FACTOR = 16.0
-LONE_SAMPLE_MIN_RUNS = 4
-
-
-def lone_sample_clipped(first: np.ndarray | float, second: np.ndarray | float, runs: int) -> np.ndarray | float:
-    """A range end (or each channel's peak) from the two furthest samples' values, ``first``
-    beyond ``second`` (same sign; magnitudes for a low end): ``second`` where ``first`` is more
-    than ``LONE_SAMPLE_FACTOR`` times it (a lone sample), else ``first``."""
-    lone = (np.asarray(second) > 0) & (np.asarray(first) > LONE_SAMPLE_FACTOR * np.asarray(second))
-    if runs < LONE_SAMPLE_MIN_RUNS:
-        return first
-    result = np.where(lone, second, first)
-    return float(result) if result.ndim == 0 else result
 
 
 class Histogram:

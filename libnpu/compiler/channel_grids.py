@@ -38,7 +38,6 @@ from collections.abc import Collection, Mapping, Sequence
 import numpy as np
 
 from . import registry
-from .calibration import lone_sample_clipped
 from .float_ref import FloatInterpreter, evaluate
 from .ir import Graph, Op, QuantParams, Tensor
 from .scales import choose_int16_scale, symmetric
@@ -65,24 +64,17 @@ Feed = Mapping[str, np.ndarray] | Sequence[np.ndarray]
 
 def channel_peaks(float_graph: Graph, dataset: Sequence[Feed]) -> dict[str, np.ndarray]:
     """The largest magnitude of each channel (last axis) of every op output of
-    ``float_graph`` over ``dataset``; a peak one sample alone reaches, far beyond the
-    others', is theirs (:func:`~libnpu.compiler.calibration.lone_sample_clipped`, as the
-    calibrated ranges)."""
+    ``float_graph`` over ``dataset``."""
     run = FloatInterpreter(float_graph)
     names = [o for op in float_graph.ops for o in op.outputs if float_graph.tensors[o].shape]
     peaks: dict[str, np.ndarray] = {}
-    seconds: dict[str, np.ndarray] = {}
     for feed in dataset:
         values = run.run(feed, keep=names)
         for n in names:
             v = np.abs(np.asarray(values[n], np.float64))
             peak = v.reshape(-1, v.shape[-1]).max(axis=0, initial=0.0)
-            if n in peaks:
-                seconds[n] = np.maximum(seconds[n], np.minimum(peaks[n], peak))
-                peaks[n] = np.maximum(peaks[n], peak)
-            else:
-                peaks[n], seconds[n] = peak, np.zeros_like(peak)
-    return {n: np.asarray(lone_sample_clipped(p, seconds[n], len(dataset))) for n, p in peaks.items()}
+            peaks[n] = np.maximum(peaks[n], peak) if n in peaks else peak
+    return peaks
 
 
 def spread_limited(peaks: Mapping[str, np.ndarray], spread: float, margin: float = 1.0) -> dict[str, np.ndarray]:

@@ -29,7 +29,7 @@ from . import registry
 from .accuracy import errors_to_json, layer_errors, output_scores
 from .attention_masks import widen_mask_ranges
 from .bias_correction import correct_biases
-from .calibration import METHODS, Histogram, choose_range, lone_sample_clipped
+from .calibration import METHODS, Histogram, choose_range
 from .dynamic_shapes import DYNAMIC_OUTPUTS
 from .equalization import equalize as equalize_channels
 from .float_ref import FloatInterpreter
@@ -106,7 +106,6 @@ class Calibrator:
         self.method, self.percentile = method, percentile
         self.lo: dict[str, float] = {}
         self.hi: dict[str, float] = {}
-        self.second: dict[str, tuple[float, float]] = {}  # the ends the other runs reach (lone samples)
         self.histograms: dict[str, Histogram] = {}
         self.runs = 0
         self.carried: dict[str, np.ndarray] = {}      # state -> its value after the last run
@@ -122,12 +121,8 @@ class Calibrator:
                 raise NonFiniteValuesError(f"calibration: tensor {name!r} has non-finite values")
             if v.size == 0:  # an empty tensor: any range will do
                 v = np.zeros(1, np.float32)
-            lo, hi = float(v.min()), float(v.max())
-            lo2, hi2 = self.second.get(name, (np.inf, -np.inf))
-            self.second[name] = (min(lo2, max(lo, self.lo.get(name, np.inf))),
-                                 max(hi2, min(hi, self.hi.get(name, -np.inf))))
-            self.lo[name] = min(self.lo.get(name, np.inf), lo)
-            self.hi[name] = max(self.hi.get(name, -np.inf), hi)
+            self.lo[name] = min(self.lo.get(name, np.inf), float(v.min()))
+            self.hi[name] = max(self.hi.get(name, -np.inf), float(v.max()))
             if self.method != "minmax":
                 self.histograms.setdefault(name, Histogram()).add(v)
         self.runs += 1
@@ -135,9 +130,8 @@ class Calibrator:
     def ranges(self) -> dict[str, Range]:
         if not self.runs:
             raise QuantizationError("calibration: no data collected")
-        if self.method == "minmax":     # but an end one run alone reaches (calibration.lone_sample_clipped)
-            return {n: (-lone_sample_clipped(-self.lo[n], -self.second[n][0], self.runs),
-                        lone_sample_clipped(self.hi[n], self.second[n][1], self.runs)) for n in self.lo}
+        if self.method == "minmax":
+            return {n: (self.lo[n], self.hi[n]) for n in self.lo}
         return {n: choose_range(h, self.method, self.percentile) for n, h in self.histograms.items()}
 
 
