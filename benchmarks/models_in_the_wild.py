@@ -287,9 +287,11 @@ def judge_onnx(name: str, got: np.ndarray, want: np.ndarray) -> OutputCheck:
 def cpu_ops(loadable: Loadable) -> list[str]:
     """Operators the compiler left to the host: the loadable's ``placement`` metadata, rows
     ``[index, operator, device, reason]`` (device "NPU" or "CPU"), and the layers the
-    escalation kept in float on the CPU (``fidelity.cpu_float``, by their IR op type)."""
+    escalation kept in float on the CPU (``fidelity.cpu_float``, by their IR op type), or a
+    QDQ file's float front end (``cpu_float``: no escalation, no fidelity)."""
     rows = loadable.metadata.get("placement") or []
-    kept = ((loadable.metadata.get("fidelity") or {}).get("cpu_float") or {}).get("layers") or []
+    kept = ((loadable.metadata.get("fidelity") or {}).get("cpu_float") or loadable.metadata.get("cpu_float")
+            or {}).get("layers") or []
     return [str(row[1]) for row in rows if isinstance(row, (list, tuple)) and len(row) > 2
             and str(row[2]).upper() == "CPU"] + [str(layer).split()[0] for layer in kept]
 

@@ -3,9 +3,10 @@
 A model's job went with timeout_ms 0, the device's default (DEFAULT_JOB_TIMEOUT_MS, 5 s of
 its core's CPU time): a large model whose job needed longer failed with ETIMEDOUT however
 well it ran. The compiler records each task's predicted work (``Loadable.tasks``: ``macs``
-and ``bytes_moved``); :func:`npu_hw.regs.work_timeout_ms` turns a job's sum into the
-timeout it asks for (0, the default, when that covers it), never above the device's
-MAX_JOB_TIMEOUT_MS, so a job really stuck still times out, at the cap at worst. The rule and
+and ``bytes_moved``); :func:`npu_hw.regs.work_timeout_ms` turns a job's sums and its number
+of tasks (each costs a first run its decoding, whatever its work) into the timeout it asks
+for (0, the default, when that covers it), never above the device's MAX_JOB_TIMEOUT_MS, so
+a job really stuck still times out, at the cap at worst. The rule and
 its figures: docs/runtime.md, "How a model job's timeout is chosen".
 """
 from __future__ import annotations
@@ -42,5 +43,5 @@ def job_timeout_ms(loadable: Loadable, tasks: range | None, limits: TimeoutLimit
     if limits is None:
         return 0
     chosen = loadable.tasks if tasks is None else loadable.tasks[tasks.start:tasks.stop]
-    return regs.work_timeout_ms(sum(t.macs for t in chosen), sum(t.bytes_moved for t in chosen),
+    return regs.work_timeout_ms(sum(t.macs for t in chosen), sum(t.bytes_moved for t in chosen), len(chosen),
                                 limits.default_ms, limits.cap_ms)

@@ -55,21 +55,28 @@ def job_timeout_ms(requested_ms: int, default_ms: int, cap_ms: int | None = None
 
 
 # The slowest an emulated core does a job's predicted work (its tasks' MACs and bytes, as the
-# compiler counts them), per ms of its CPU: the floor ``work_timeout_ms`` predicts with.
-# Measured 2026-11-30 on the 2-vCPU VM: first runs (no plan yet) of int16 convolutions over a
-# 6000x128 spectrogram 28 GMAC/s, replays 33; a numpy kernel's first run (int16 convolution
-# before it ran in C) 0.1-1.5 GMAC/s, 20-55 MB/s of output. 1 GMAC/s and 50 MB/s bound them.
+# compiler counts them, and the tasks themselves), per ms of its CPU: the floor
+# ``work_timeout_ms`` predicts with. Measured 2026-11-30 on the 2-vCPU VM: first runs (no plan
+# yet) of int16 convolutions over a 6000x128 spectrogram 28 GMAC/s, replays 33; a numpy
+# kernel's first run (int16 convolution before it ran in C) 0.1-1.5 GMAC/s, 20-55 MB/s of
+# output. 1 GMAC/s and 50 MB/s bound them. A first run also decodes, translates and checks
+# every task and binds its C call, whatever its work: 0.14-0.4 ms of CPU a task, which MACs
+# and bytes miss for small tasks (a 75-step GRU's 1,200: predicted 46 ms, first run 230 ms;
+# wakeforge-wake-up's 7,224, int16: predicted 2.1 s, first run 1.5 s on one core, 2.5-2.7 s
+# as a task graph on two). 1 ms a task bounds it.
 WORK_MACS_PER_MS = 1_000_000
 WORK_BYTES_PER_MS = 50_000
+WORK_TASK_US = 1_000
 
 
-def work_timeout_ms(macs: int, bytes_moved: int, default_ms: int, cap_ms: int) -> int:
+def work_timeout_ms(macs: int, bytes_moved: int, tasks: int, default_ms: int, cap_ms: int) -> int:
     """The timeout a job of known work asks for (a model's job: the runtime, docs/runtime.md):
-    its predicted time at the slowest rates above (``macs`` at WORK_MACS_PER_MS plus
-    ``bytes_moved`` at WORK_BYTES_PER_MS), at most ``cap_ms`` (the device's
-    MAX_JOB_TIMEOUT_MS: a job really stuck still times out); 0, the device's default, when
-    ``default_ms`` (its DEFAULT_JOB_TIMEOUT_MS) covers it."""
-    predicted = -(-int(macs) // WORK_MACS_PER_MS) + -(-int(bytes_moved) // WORK_BYTES_PER_MS)
+    its predicted time at the slowest rates above (``macs`` at WORK_MACS_PER_MS, plus
+    ``bytes_moved`` at WORK_BYTES_PER_MS, plus WORK_TASK_US for each of its ``tasks``), at
+    most ``cap_ms`` (the device's MAX_JOB_TIMEOUT_MS: a job really stuck still times out);
+    0, the device's default, when ``default_ms`` (its DEFAULT_JOB_TIMEOUT_MS) covers it."""
+    predicted = (-(-int(macs) // WORK_MACS_PER_MS) + -(-int(bytes_moved) // WORK_BYTES_PER_MS)
+                 + -(-int(tasks) * WORK_TASK_US // 1000))
     if predicted <= default_ms or cap_ms <= default_ms:
         return 0
     return min(predicted, cap_ms)

@@ -267,10 +267,22 @@ def rsqrt(x: np.ndarray, *, input_zp: int, output_zp: int, multiplier: int, shif
 
 def abs_(x: np.ndarray, *, input_zp: int, output_zp: int, rescale: int, multiplier: int, shift: int,
          out: np.ndarray | None = None) -> np.ndarray:
-    """int8 ABS: ``out_zp + |x - in_zp|``, through ``multiplier``/``shift`` when ``rescale``."""
+    """int8 ABS: ``out_zp + |x - in_zp|``, through ``multiplier``/``shift`` when ``rescale``;
+    int16 when ``x`` is int16 (zero points 0, LiteRT's ``AbsEvalQuantized`` on int16, computed:
+    ``|x|`` requantized likewise, saturated to int16)."""
+    shift = _shift("shift", shift)
+    if x.dtype == np.int16:
+        if input_zp or output_zp:
+            raise InvalidCommand("int16 ABS takes zero points 0")
+        d = np.abs(x.astype(np.int64))
+        scaled = multiply_by_quantized_multiplier(d, int(multiplier), shift) if rescale else d
+        result = np.clip(scaled, INT16_MIN, INT16_MAX).astype(np.int16)
+        if out is None:
+            return result
+        out[...] = result
+        return out
     _check(x)
     input_zp, output_zp = check_int8_param("input_zp", input_zp), check_int8_param("output_zp", output_zp)
-    shift = _shift("shift", shift)
 
     def formula(v: np.ndarray) -> np.ndarray:
         d = np.abs(v - input_zp)

@@ -162,9 +162,11 @@ def rsqrt(desc: np.void, dma) -> Rerun | None:
     return _flat(desc, dma, "rsqrt", unary.rsqrt, ("input_zp", "output_zp", "multiplier", "shift"))
 
 
-@unit(ops.OP_ABS, flat_cost(1, 1, 256))
+@unit(ops.OP_ABS, _lut_or_int16_cost)
 def abs_(desc: np.void, dma) -> Rerun | None:
-    return _flat(desc, dma, "abs_", unary.abs_, ("input_zp", "output_zp", "rescale", "multiplier", "shift"))
+    """int8, or int16 with ``OPF_INT16`` (LiteRT's int16 formula)."""
+    return _flat(desc, dma, "abs_", unary.abs_, ("input_zp", "output_zp", "rescale", "multiplier", "shift"),
+                 act_dtype(desc))
 
 
 def _rows_cost(desc: np.void) -> tuple[int, int]:

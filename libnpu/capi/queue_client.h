@@ -50,14 +50,27 @@ struct npu_uq_hint {
 	long long spread_ns;
 	unsigned long long runs;        /* exec times recorded so far */
 	long long recent[8];            /* the last of them, a ring */
+	unsigned long long woken_spin_from;   /* runs from which a short job the core woke for is spun for again */
+	unsigned int woken_spin_misses;       /* such spins missed in a row */
 };
 
 /* Record one run's exec_ns (<= 0: ignored) and recompute the hint. */
 void npu_uq_hint_update(struct npu_uq_hint *hint, long long exec_ns);
 
+/* How long a hinted wait polls for a short job whatever the load (0: the job is not short, or
+ * not known yet): its expected time and spread plus NPU_UQ_SHORT_MARGIN_NS when it is expected
+ * within NPU_UQ_SHORT_JOB_NS, plus NPU_UQ_SHORT_WAKE_NS when the submit `rang` the doorbell (the
+ * core slept: its wake-up comes first), at most NPU_UQ_SHORT_SPIN_MAX_NS; 0 for a woken core
+ * while `woken_spin_from` is ahead of `runs` (such a spin missed lately). */
+long long npu_uq_short_spin_ns(const struct npu_uq_hint *hint, int rang);
+
 /* One synchronous job of a client that runs the same command buffer again and again (an
  * inference): npu_uq_run unless the queue has jobs in flight (-EBUSY, nothing written: the
- * caller takes a queue that is idle), its wait hinted by `hint` (NULL: none).  A job expected
+ * caller takes a queue that is idle), its wait hinted by `hint` (NULL: none).  A short job
+ * (npu_uq_short_spin_ns) is first spun for without yielding, even by a caller that may not
+ * spin (`spin_ns` 0): its end comes sooner than a sleep's wake-up would, and a client back
+ * soon finds the core still polling (a sleeping client's wake-up outlasts a contended core's
+ * poll: then both sleep on every job).  A job expected
  * to take from NPU_UQ_SLEEP_AHEAD_MIN_NS to NPU_UQ_SLEEP_AHEAD_MAX_NS, with `spin_ns` > 0 (a
  * CPU to spare), is slept through on a timer, with no signal asked of the core, until NPU_UQ_WAKE_MARGIN_NS before its expected
  * end; then spun for across the spread and the margin on each side (at least `spin_ns`, at

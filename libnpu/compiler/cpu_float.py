@@ -12,9 +12,11 @@ where they run in float:
   grid, since the grid's rounding is what it could not bear (``log(1 + 2^20 |x|)`` of a
   small ``x`` on int16 loses the small values before the log sees them). So a blamed
   layer goes to the CPU with everything upstream of it, back to the model's float inputs
-  (:func:`upstream`), which the host call then reads as the caller gave them; and its
-  output stays in float too: the layers reading it come along (the grid of the output is
-  the error: ``1 + 2^20 |x|`` before its log). A layer with more than ``MAX_CPU_LAYERS``
+  (:func:`upstream`), which the host call then reads as the caller gave them (a host
+  call among them that no .tflite holds, an ONNX DFT or Cast, stays the call it is, its
+  values passed on no grid: :func:`stays_on_host`); and its output stays in float too:
+  the layers reading it come along (the grid of the output is the error: ``1 + 2^20 |x|``
+  before its log). A layer with more than ``MAX_CPU_LAYERS``
   such layers, or with every layer that has weights among them, is not moved (the model
   would become a CPU model: :func:`leaves_chip_work`).
 * **Front ends**: a layer whose own rounding is fine but which magnifies its input grid's
@@ -26,7 +28,8 @@ where they run in float:
   (:mod:`libnpu.compiler.front_end_check`: a log-mel spectrogram that is most of an audio
   classifier, or all of the model); the reason says what int16 scored and what the CPU
   then does (:func:`front_end_reason`). Its readers stay: its output (the log domain) is
-  what a grid holds. The escalation moves such a
+  what a grid holds; unless it is a host call already (a Pow by -0.7 making a gain from
+  ``|X|``), whose output then met the grid. The escalation moves such a
   front end right after its int8 step (:func:`front_end_blamed`, :func:`front_end_in_float`)
   and quantizes the rest through its ladder; the int16 steps cannot fix a front end
   (unless the chip runs the magnifying layer in int16 too, as a LayerNorm's
@@ -60,7 +63,8 @@ from .work_count import WorkCapReached
 
 __all__ = ["MAX_CPU_LAYERS", "MAX_CPU_TRIALS", "AMPLIFIED_DB", "MAX_FRONT_END_MACS", "MAX_FRONT_END_SHARE",
            "WHOLE_MODEL_SHARE", "KEPT_IN_FLOAT", "Blame", "movable", "upstream", "leaves_chip_work",
-           "amplified_layers", "front_end_fits", "is_whole_model", "front_end_cost", "front_end_reason",
+           "stays_on_host", "amplified_layers", "front_end_fits", "is_whole_model", "front_end_cost",
+           "front_end_reason",
            "errors_by_float_name", "blamed_layers", "front_end_blamed", "front_end_in_float", "kept_in_float",
            "float_on_cpu", "cpu_reason"]
 
@@ -119,6 +123,43 @@ def movable(graph: Graph, op: Op) -> bool:
     return not (set(op.inputs) | set(op.outputs)) & states
 
 
+def stays_on_host(graph: Graph, op: Op) -> bool:
+    """Whether ``op`` is a host call no float .tflite holds (an ONNX call: a DFT, a Pow by
+    -0.7, a Cast) that a chain moved to the CPU may hold as the call it is: float values
+    out, no state. Its inputs and outputs then pass between it and the float calls around
+    it on no grid (:func:`libnpu.compiler.host_outputs.host_only_values`), when nothing on
+    the chip reads them (:func:`_chain_movable`). FastEnhancer's compressed spectrum
+    ``X * clip(|X|)^-0.7`` has a DFT before its ABS and a Pow after its CLIP: the front end
+    stayed on the chip, its gain on a grid set by silent frames (wav_out 0.9243)."""
+    if op.type != "HOST" or movable(graph, op) or len(op.outputs) == 0:
+        return False
+    states = {n for s in graph.states for n in (s.input, s.output)}
+    return not (set(op.inputs) | set(op.outputs)) & states \
+        and all(graph.tensors[o].dtype in ("float32", "float16") for o in op.outputs)
+
+
+def _chain_movable(graph: Graph, chain: Collection[str], readers_of: Mapping[str, list[str]],
+                   ops: Mapping[str, Op]) -> bool:
+    """Whether the ops making ``chain`` can run in float on the CPU: each movable, or a host
+    call that stays the call it is (:func:`stays_on_host`) whose
+    every output only ``chain`` reads, and whose every input made in ``chain`` only ``chain``
+    reads (a chip op reading one would put it on a grid, the float call's input with it);
+    one op at least movable."""
+    made = {o: t for t in chain for o in ops[t].outputs}
+    kept = [t for t in chain if not movable(graph, ops[t])]
+    return len(kept) < len(chain) and all(
+        stays_on_host(graph, ops[t])
+        and all(o not in graph.outputs and set(readers_of.get(o, [])) <= set(chain) for o in ops[t].outputs)
+        and all(set(readers_of.get(i, [])) <= set(chain) for i in ops[t].inputs if i in made)
+        for t in kept)
+
+
+def _on_cpu_already(graph: Graph, tensors: Collection[str]) -> set[str]:
+    """The tensors of ``tensors`` made by host calls no float .tflite holds (:func:`stays_on_host`):
+    they stay the host calls they are, between the float calls around them."""
+    return {op.outputs[0] for op in graph.ops if op.outputs[0] in tensors and stays_on_host(graph, op)}
+
+
 def leaves_chip_work(graph: Graph, moved: Collection[str]) -> bool:
     """Whether some op with weights stays on the chip when the ops making ``moved`` go to
     the CPU: the CPU keeps what the chip cannot hold, not the model (openwakeword's
@@ -175,7 +216,7 @@ def front_end_cost(graph: Graph, chain: Collection[str]) -> str:
     share = _share(graph, chain)
     # a LiteRT call it holds (an RFFT2D) counts no multiply-adds: named, lest 0 read as free
     held = "".join(f" and LiteRT's {op.attrs['host'].op}" for op in graph.ops
-                   if op.type == "HOST" and op.outputs[0] in chain)
+                   if op.type == "HOST" and op.outputs[0] in set(chain) - _on_cpu_already(graph, chain))
     return f"{_millions(macs)} multiply-adds per inference on the CPU ({share:.1%} of the model's){held}{whole}"
 
 
@@ -229,18 +270,21 @@ def blamed_layers(float_graph: Graph, quantized: Graph, samples: Sequence, *, ca
         for i in dict.fromkeys(op.inputs):
             readers_of.setdefault(i, []).append(op.outputs[0])
     for tensor in ranked:
-        if tensor not in ops or not movable(float_graph, ops[tensor]):
+        if tensor not in ops or not (movable(float_graph, ops[tensor]) or stays_on_host(float_graph, ops[tensor])):
             continue
         front_end = tensor in amplified
-        # a magnifying layer's output is what a grid holds well (the log domain): its readers stay
-        readers = [] if tensor in float_graph.outputs or front_end else readers_of.get(tensor, [])
+        # a magnifying layer's output is what a grid holds well (the log domain): its readers stay;
+        # but one that is a host call already moves nothing of its own, and its output met the
+        # grid (FastEnhancer's gain clip(|X|)^-0.7, an ONNX Pow): its readers come along then
+        readers = [] if tensor in float_graph.outputs or front_end and movable(float_graph, ops[tensor]) \
+            else readers_of.get(tensor, [])
         # one walk, stopped past what a layer blamed by its own error may move: a chain for every
         # layer of a 5,000-op unrolled LSTM took the compile past 15 minutes (vfl-embedder)
         wanted = _upstream_within(float_graph, producer, [tensor, *readers], None if front_end else MAX_CPU_LAYERS)
         if wanted is None:
             continue
         chain = sorted(wanted, key=order.__getitem__)
-        if not all(movable(float_graph, ops[t]) for t in chain):
+        if not _chain_movable(float_graph, chain, readers_of, ops):
             continue
         if front_end and front_end_fits(float_graph, chain):
             result.append(Blame(tensor, errors[tensor].local_sqnr_db, chain, True))
@@ -338,6 +382,7 @@ def kept_in_float(graph: Graph, tensors: Collection[str], reason: str) -> dict[s
     their ``layers`` ("LOG ln"), the ``reason``, and the source model's operators they
     came from (``sources``: :mod:`libnpu.compiler.source_index`), which ``npu compile
     --report`` places on the CPU (its placement is the model's before any was moved)."""
+    tensors = set(tensors) - _on_cpu_already(graph, tensors)
     made = [op for op in graph.ops if op.outputs[0] in tensors]
     index = op_sources(graph.metadata)
     return {"layers": [f"{op.type} {op.outputs[0]}" for op in made], "reason": reason,
@@ -358,9 +403,10 @@ def cpu_reason(score: float, target: float, grid: str = "int16") -> str:
 def float_on_cpu(graph: Graph, tensors: Collection[str], reason: str) -> Graph:
     """A copy of the float ``graph`` where the ops making ``tensors`` run on the host in
     float: one HOST op per group :func:`group_host_ops` forms, each a float .tflite of
-    those ops (run by LiteRT), with ``reason``."""
+    those ops (run by LiteRT), with ``reason``; a host call no .tflite holds among them
+    stays the call it is (:func:`stays_on_host`)."""
     g = graph.copy()
-    wanted = set(tensors)
+    wanted = set(tensors) - _on_cpu_already(g, tensors)
     host = {k for k, op in enumerate(g.ops) if op.outputs[0] in wanted}
     missing = wanted - {g.ops[k].outputs[0] for k in host}
     if missing:
@@ -370,7 +416,11 @@ def float_on_cpu(graph: Graph, tensors: Collection[str], reason: str) -> Graph:
     for k in groups.order:
         if k in groups.group:
             members.setdefault(groups.group[k], []).append(g.ops[k])
-    readers = {i for k, op in enumerate(g.ops) if k not in host for i in op.inputs}
+    # what leaves a group: read by a chip op, or by another group (one after a host call kept
+    # between them: FastEnhancer's X, read by its Mul after the Pow, from the group before it)
+    maker = {o: k for k in host for o in g.ops[k].outputs}
+    readers = {i for k, op in enumerate(g.ops) for i in op.inputs
+               if k not in host or i in maker and groups.group[maker[i]] != groups.group[k]}
     kept = readers | set(g.outputs) | {n for s in g.states for n in (s.input, s.output)}
     ops: list[Op] = []
     done: set[int] = set()

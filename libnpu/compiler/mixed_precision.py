@@ -21,11 +21,10 @@ straight to int16 and an int16 output is dequantized straight to float.
   the worst 1, 2, 4, ... until every graph output's score against the float graph
   (:func:`held_out.search_scores`: cosine, or for tiny outputs the largest error relative to the
   output's magnitude, at most the acceptance bar's absolute error; an output after a final
-  sigmoid or softmax also on its logits) reaches ``int16_target``
-  (or ``max_layers`` are promoted). An output that even all-int16 activations cannot
-  bring to the target settles for most of
-  what they would gain, and one they would not improve is left alone (its error is not
-  the activations': int8 weights, say).
+  sigmoid or softmax also on its logits) reaches ``int16_target`` (or ``max_layers``). An
+  output that even all-int16 activations cannot bring to the target settles for most of
+  what they would gain, and one they would not improve is left alone (its error is not the
+  activations': int8 weights, say).
 
 ``int16_weights`` selections: ``"none"``, names (of promoted ops with weights), or
 ``"auto"`` (:func:`choose_weights16`): the same search among the promoted ops with weights,
@@ -71,8 +70,7 @@ DEFAULT_TARGET = 0.99
 #: int16's steps costs little, and unseen inputs overflow the calibration range (face_landmark,
 #: hand_recrop all-int16 with float weights: 0.059 / 1.56 off bare, 0.004 / 0.23 with 2x).
 INT16_HEADROOM = 2.0
-#: The graph metadata key under which quantize_mixed keeps each tensor's calibrated
-#: channel peaks while it chooses (``int16_grid="per_channel"``): promote reads them.
+#: Metadata: each tensor's calibrated channel peaks while quantize_mixed chooses (promote reads them).
 CHANNEL_PEAKS = "int16_channel_peaks"
 #: With calibration data, each tensor's headroom is what its own calibration pictures show
 #: instead (:func:`held_out_headroom`): ``HELD_OUT_MARGIN`` times the most that one picture
@@ -473,11 +471,10 @@ def _drop_dead_conversions(g: Graph) -> None:
 
 # automatic selection ---------------------------------------------------------------------
 
-#: An output whose score all-int16 activations would raise by less than this is left
-#: alone by "auto": its error is not the activations' (e.g. int8 weights).
+#: An output whose score all-int16 activations would raise by less than this is left alone by "auto" (int8 weights').
 MIN_GAIN = 0.002
-#: The share of the reachable gain "auto" settles for when the target is out of reach: all
-#: of it (0.9 stopped rapidocr-cls at 16 int16 layers, 0.400 off unseen; every layer: 0.032).
+#: The share of the reachable gain "auto" settles for when the target is out of reach: all of it
+#: (0.9 stopped rapidocr-cls at 16 int16 layers, 0.400 off unseen; every layer: 0.032): every layer, untried.
 GAIN_SHARE = 1.0
 #: The output score int16 weights aim for (``int16_weights="auto"``), after int16 activations:
 #: face_landmark's face logit and hand_recrop's box scored 0.9939 / 0.9976 with every
@@ -501,8 +498,9 @@ def _goals(base: Mapping[str, float], ceiling: Mapping[str, float], target: floa
 
 def _fewest(ranked: Sequence[str], limit: int, goal: Mapping[str, float], ceiling: Mapping[str, float],
             scores_of) -> tuple[list[str], dict[str, float]]:
-    """The first 1, 2, 4, ... of ``ranked`` (at most ``limit``) whose scores reach ``goal``."""
-    k = 1
+    """The first 1, 2, 4, ... of ``ranked`` (at most ``limit``) whose scores reach ``goal``; all, untried,
+    when an output's goal is the ceiling's own score (only every layer is sure to: a try is a run per sample)."""
+    k = len(ranked) if limit == len(ranked) and any(goal[n] >= ceiling[n] - 1e-9 for n in goal) else 1
     while True:
         chosen = list(ranked[:k])
         scores = dict(ceiling) if k == len(ranked) else scores_of(chosen)
@@ -625,9 +623,8 @@ def quantize_mixed(graph: Graph, dataset: Iterable[Feed] | None = None, *,
     (:func:`widened_weights16`: the default recipe's int16 weights step).
 
     ``int16_search_data``: the samples ``"auto"`` ranks layers and scores outputs on
-    (default: the calibration data). The default recipe (:mod:`libnpu.compiler.escalation`)
-    gives its few held-out samples: the search runs the graph some 20-40 times per
-    sample (on mediapipe's BlazeFace, 73 layers all needed, 248 runs on eight samples)."""
+    (default: the calibration data; the escalation gives its held-out samples).
+    ``metadata["int16_searched_all"]``: the searches chose every layer they could."""
     selection = parse_selection(int16)
     wide = parse_selection(int16_weights)
     opt = once("optimize", (graph,), None, lambda: optimize(graph))   # shared by an escalation's steps
@@ -681,6 +678,9 @@ def quantize_mixed(graph: Graph, dataset: Iterable[Feed] | None = None, *,
         result = promote(q, names, opt, weights16)
         if scores is not None:
             result.metadata["int16_output_score"] = {k: round(v, 6) for k, v in scores.items()}
+        every = [op for op in q.ops if promotable(op, q)]   # all "auto" could choose: more samples choose no more
+        result.metadata["int16_searched_all"] = "auto" in (selection, wide) and len(names) == len(every) \
+            and (wide != "auto" or len(weights16) == sum(map(takes_int16_weights, every)))
     result.metadata.setdefault("int16_layers", [])
     if result.metadata.pop(CHANNEL_PEAKS, None) is not None:
         result.metadata["int16_grid"] = int16_grid

@@ -38,8 +38,9 @@ from .ir import SOURCE_OUTPUT_NAMES, Graph, IRError, Op, SourceOp, Tensor, requi
 from .onnx_fold import fold_onnx, free_body_shapes
 from .onnx_host import TensorType, group_model, probe_shapes, reads
 from .onnx_ms_ops import lower_ms_ops, not_lowered_reason
+from .onnx_order import sort_nodes
 from .onnx_shapes import infer_shapes
-from .qdq_import import QDQ_PER_TENSOR, QDQ_RANGES, float_twin, is_qdq
+from .qdq_import import QDQ_PER_TENSOR, QDQ_RANGES, along_moves, float_twin, is_qdq
 from .source_index import record_sources
 
 __all__ = ["ONNXImportError", "import_onnx", "import_onnx_sources", "load_onnx", "pads_2d", "binary", "unary",
@@ -63,9 +64,14 @@ class _Importer:
                  fallback: bool = False, force_host: Mapping[int, str] | None = None) -> None:
         model = onnx.ModelProto.FromString(model.SerializeToString())
         qdq_types = [n.op_type for n in model.graph.node]     # the file's nodes, as the user reads them
+        # producers first, as onnxruntime sorts a file that lists them after their readers
+        # (compiler.onnx_order); nodes keep the file's numbers through file_index
+        moved = sort_nodes(model.graph, name)
+        file_index = moved or list(range(len(qdq_types)))
         # onnxruntime's own operators as the ONNX ones they compute (compiler.onnx_ms_ops)
         lowered = lower_ms_ops(model)
-        model, file_index = (lowered.model, lowered.origins) if lowered else (model, list(range(len(qdq_types))))
+        if lowered:
+            model, file_index = lowered.model, [file_index[i] for i in lowered.origins]
         # a dynamically quantized model: the float model it stands for (compiler.dynamic_quant)
         dynamic = dequantize_dynamic(model) if is_dynamic(model) else None
         if dynamic:
@@ -73,7 +79,7 @@ class _Importer:
         # a QDQ model: its float twin, each Q -> DQ pair's grid kept as its value's range
         twin = float_twin(model) if is_qdq(model) else None
         model, qdq_origins = (twin.model, [file_index[i] if i >= 0 else -1 for i in twin.origins]) if twin \
-            else (model, file_index if dynamic or lowered else [])
+            else (model, file_index if dynamic or lowered or moved else [])
         self.qdq_ranges = twin.ranges if twin else {}
         self.qdq_per_tensor, self.per_tensor_ops = twin.per_tensor if twin else set(), set()
         self.fallback, self.force_host = fallback, dict(force_host or {})
@@ -258,7 +264,8 @@ class _Importer:
         self.g.metadata["source"] = "onnx"
         self.g.metadata["layout"] = "NHWC" if self.nhwc_io else "as ONNX (NCHW)"
         if self.qdq_ranges:         # the grids the quantizer keeps (compiler.qdq_import)
-            self.g.metadata[QDQ_RANGES] = {self.env[n][0]: r for n, r in self.qdq_ranges.items() if n in self.env}
+            self.g.metadata[QDQ_RANGES] = along_moves(
+                self.g.ops, {self.env[n][0]: r for n, r in self.qdq_ranges.items() if n in self.env})
             self.g.metadata[QDQ_PER_TENSOR] = sorted(self.per_tensor_ops)
         self.g.prune()
         self.g.validate()
@@ -341,9 +348,16 @@ class _Importer:
         known = {n: self.shapes[n] for n in names if n in self.shapes and all(d >= 0 for d in self.shapes[n][0])}
         missing = [n for n in names if n not in known]
         if missing:
-            probed, dynamic = probe_shapes(self.model, missing, where)
-            known.update(probed)
-            self.dynamic |= dynamic | {n for n in missing if n in self.data_dependent}
+            # the same runs size what inference left unknown after them (a Loop's frames and the
+            # convolutions reading them): static if these are, so their nodes import for the chip
+            later = [n for n, (dims, _) in self.shapes.items() if any(d < 0 for d in dims)
+                     and n not in missing and n not in self.env and n not in self.data_dependent]
+            probed, dynamic = probe_shapes(self.model, missing + later, where)
+            known.update({n: probed[n] for n in missing})
+            self.dynamic |= {n for n in dynamic if n in missing} | {n for n in missing if n in self.data_dependent}
+            sized = [n for n in missing if n not in self.dynamic]
+            sized += [n for n in later if n not in dynamic] if len(sized) == len(missing) else []
+            self.shapes.update({n: probed[n] for n in sized})
         return {n: known[n] for n in names}
 
     def leave_dynamic(self, names: list[str], finals: set[str], members: set[int],

@@ -32,10 +32,11 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
+from . import registry
 from .ir import IRError
 
 __all__ = ["QDQError", "Dequantized", "FloatTwin", "TwinNode", "dequantize", "twin_nodes", "float_twin", "is_qdq",
-           "range_feeds", "clamped_name", "QDQ_OPS", "QDQ_RANGES", "QDQ_PER_TENSOR"]
+           "range_feeds", "along_moves", "float_front_end", "clamped_name", "QDQ_OPS", "QDQ_RANGES", "QDQ_PER_TENSOR"]
 
 Range = tuple[float, float]
 # graph metadata keys the quantizer honours: tensor name -> the range its QuantizeLinear
@@ -250,6 +251,57 @@ def float_twin(model: onnx.ModelProto) -> FloatTwin:
     out.graph.initializer.extend(initializers)
     out.graph.value_info.extend(vi for vi in graph.value_info if vi.name in made_values)
     return FloatTwin(out, ranges, origins, twin.per_tensor & used)
+
+
+#: IR ops that move an ONNX value's elements without changing them: the import's own
+#: layout steps (a 1-D convolution's [N, C, L] <-> [N, 1, L, C] views, NCHW <-> NHWC).
+_MOVES = ("RESHAPE", "TRANSPOSE")
+
+
+def along_moves(ops: list, ranges: Mapping[str, Range]) -> dict[str, Range]:
+    """``ranges`` (IR tensor -> its file's grid) extended to the tensors the import's layout
+    moves (``ops``: IR ops, ``type`` / ``inputs`` / ``outputs``) make of a value with a
+    grid, or make a value with a grid of: the same numbers, so the same grid.
+
+    Without it a 1-D convolution's own output (``X__2d``, viewed back as the file's ``X``)
+    had no grid of the file's: calibration chose one, joined to the file's by the moves'
+    shared grid, or alone once the optimizer dropped the moves between two convolutions
+    (a conv -> conv chain), where onnxruntime rounds to the file's grid."""
+    out = dict(ranges)
+    moves = [op for op in ops if op.type in _MOVES and op.inputs and op.outputs]
+    changed = True
+    while changed:
+        changed = False
+        for op in moves:
+            x, y = op.inputs[0], op.outputs[0]
+            if (x in out) != (y in out):
+                known = out[x] if x in out else out[y]
+                out[y if x in out else x] = known
+                changed = True
+    return out
+
+
+def float_front_end(graph: Any, ranges: Mapping[str, Range]) -> list[str]:
+    """The outputs of the ops of the imported QDQ ``graph`` (an IR graph) that its file
+    computes in float: every op reading only the model's float inputs (those with no
+    QuantizeLinear of their own, ``ranges`` the file's grids) and what such ops make with
+    no QuantizeLinear on it, in order. The file leaves them in float (ops ``quantize_static``
+    does not quantize: an audio model's power spectrum, its ``Pow`` and ``Log``), and
+    onnxruntime runs them so; an op of them whose value the file does quantize (the
+    ``BatchNormalization`` after a log-mel) ends the chain there. Empty when they only move
+    data (a ``Transpose`` before the first pair) or when nothing with weights is left
+    outside them (a model whose pairs are on its weights alone)."""
+    floats = {n for n in graph.inputs if n not in ranges and graph.tensors[n].dtype == "float32"}
+    chain = []
+    for op in graph.ops:
+        data = [i for i in op.inputs if i and not graph.tensors[i].is_constant]
+        if data and all(i in floats for i in data):
+            chain.append(op)
+            floats.update(o for o in op.outputs if o not in ranges)
+    moved = {id(op) for op in chain}
+    computes = any(not registry.get(op.type, "same_scale") for op in chain)
+    chip_work = any(id(op) not in moved and registry.get(op.type, "weight_axis") is not None for op in graph.ops)
+    return [op.outputs[0] for op in chain] if computes and chip_work else []
 
 
 def range_feeds(inputs: Mapping[str, tuple[Any, Any]], ranges: Mapping[str, Range], count: int = 16,

@@ -499,7 +499,8 @@ def _report(path: Path, ops: list[str] | None, loadable: Any = None,
     placements = place_model(path, ops=ops, input_shapes=shapes)
     if loadable is not None:     # what the compile moved beside them: small chip partitions between host calls
         moved = {row[0]: row[3] for row in loadable.metadata.get("placement", []) if row[3].startswith(TOO_SMALL)}
-        kept = (loadable.metadata.get("fidelity") or {}).get("cpu_float") or {}    # and the escalation's float layers
+        kept = ((loadable.metadata.get("fidelity") or {}).get("cpu_float")    # and the escalation's float layers
+                or loadable.metadata.get("cpu_float") or {})                 # (or a QDQ file's float front end)
         moved.update({i: kept["reason"] for i in kept.get("sources", [])})
         placements = [dataclasses.replace(p, device=CPU, reason=moved[p.index]) if p.index in moved else p
                       for p in placements]

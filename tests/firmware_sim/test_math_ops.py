@@ -326,3 +326,15 @@ def test_log_softmax(seed: int) -> None:
         (expected,) = run_reference(single_op_model(OP.LOG_SOFTMAX, tensors, [0], [1], version=2), x)
         got = normalization.log_softmax(x, **log_softmax_params(in_q[0]))
         assert np.array_equal(got, expected), f"seed {seed} case {case_no}: {shape} {in_q}"
+
+
+@pytest.mark.parametrize("scales", [(0.01, 0.01), (0.01, 0.023), (0.05, 0.004)])
+def test_abs_int16(scales) -> None:
+    """int16 ABS (zero points 0) on every int16 value, rescaled or not: LiteRT's int16 kernel."""
+    x = np.arange(-32768, 32768, dtype=np.int16)
+    tensors = [TensorSpec((x.size,), np.int16, [scales[0]], [0], name="x"),
+               TensorSpec((x.size,), np.int16, [scales[1]], [0], name="y")]
+    (expected,) = run_reference(single_op_model(OP.ABS, tensors, [0], [1], 0, None, 3), x)
+    got = unary.abs_(x, input_zp=0, output_zp=0, **unary_params.abs_params(*scales))
+    assert got.dtype == np.int16
+    np.testing.assert_array_equal(got, expected)

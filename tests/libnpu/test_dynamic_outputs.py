@@ -7,17 +7,21 @@ from __future__ import annotations
 import warnings
 
 import numpy as np
+import onnx
+import onnxruntime
 import pytest
 from onnx import TensorProto, helper
 
 from benchmarks.corpus import judge
 from libnpu.compiler.dynamic_shapes import data_dependent
 from libnpu.compiler.escalation import FidelityWarning
+from libnpu.compiler.float_ref import run_float
 from libnpu.compiler.lower import compile_model
+from libnpu.compiler.onnx_import import import_onnx_sources
 from libnpu.dynamic_outputs import DynamicOutputError, check_dynamic_output
 from libnpu.loadable import FormatError, Loadable, TensorDesc
 from libnpu.tools.c_runtime import CApiError, _dense_bytes
-from tests.support import dynamic_models
+from tests.support import dynamic_models, host_models
 
 
 def _inputs(count: int, seed: int) -> list[np.ndarray]:
@@ -92,3 +96,23 @@ def test_which_operators_make_a_shape_the_data_decides():
     assert data_dependent(graph, shapes, consts) == {"v": None, "i": None, "r": None}
     del consts["yes"]           # a Loop whose condition the data gives: as many rows as it runs, at most 3
     assert data_dependent(graph, shapes, consts)["rows"] == (3, 4)
+
+
+def test_a_map_fn_loop_runs_as_many_times_whatever_the_data():
+    # tf2onnx's map_fn: a counter against the batch from a static shape, not a condition the
+    # data gives. Its frames' shape was taken for data-dependent, so the Conv after it went
+    # to the CPU ("the shape of input 'framed' depends on the data").
+    model = host_models.map_fn_frames()
+    graph, sources = import_onnx_sources(model, fallback=True)
+    assert {s.op: s.reason for s in sources if s.reason} == {"Loop": "no NPU operator of this type"}
+    x = np.random.default_rng(2).standard_normal((2, 16)).astype(np.float32)
+    want = onnxruntime.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(
+        None, {"x": x})[0]
+    np.testing.assert_allclose(run_float(graph, [x])[graph.outputs[0]], want, rtol=1e-5, atol=1e-5)
+    # the same count against a length the data gives: as many rows as it runs
+    loop = next(n for n in model.graph.node if n.op_type == "Loop")
+    consts = {"trips": np.array(np.iinfo(np.int64).max), "go": np.array(True), "zero": np.array(0)}
+    shapes = {"framed": ((-1, 4, 4), "float32")}
+    assert list(data_dependent(onnx.helper.make_graph([loop], "g", [], []), shapes, consts)) == ["framed"]
+    consts["rows"] = np.array(2)
+    assert data_dependent(onnx.helper.make_graph([loop], "g", [], []), shapes, consts) == {}

@@ -13,6 +13,7 @@ from libnpu import user_queue
 from libnpu.capi import queue_native
 from libnpu.user_queue import RepeatedJob
 from npu_hw import queues
+from tests.support.device import wait_for
 
 pytestmark = pytest.mark.recovery     # queues (benchmarks/flake_hunt.py -m recovery)
 
@@ -90,7 +91,7 @@ def test_the_hint_sleeps_to_the_low_quartile_and_spins_across_the_spread(native)
 
 def seed(job: RepeatedJob, exec_times: list[int]) -> None:
     """The job's hint as if its last runs had taken ``exec_times``."""
-    job.hint.runs = 0
+    job.hint.runs = job.hint.woken_spin_from = job.hint.woken_spin_misses = 0
     for took in exec_times:
         queue_native.library().npu_uq_hint_update(job.hint, took)
 
@@ -128,6 +129,68 @@ def test_a_waiter_that_may_not_spin_is_not_slept_ahead(device, native, wait_mode
         if waited == 3:
             break
     assert waited == 3
+
+
+def test_a_short_job_is_spun_for_its_expected_time_and_a_margin(native):
+    lib = queue_native.library()
+    assert lib.npu_uq_short_spin_ns(hint_after([]), 0) == 0                       # not known yet
+    assert lib.npu_uq_short_spin_ns(hint_after([1_000] * 8), 0) == 1_000 + 10_000
+    assert lib.npu_uq_short_spin_ns(hint_after([1_000] * 8), 1) == 1_000 + 10_000 + 30_000   # the core's wake-up
+    assert lib.npu_uq_short_spin_ns(hint_after([1_000, 1_500] * 4), 0) == 1_000 + 500 + 10_000
+    assert lib.npu_uq_short_spin_ns(hint_after([18_000, 60_000] * 4), 0) == 50_000   # at most
+    assert lib.npu_uq_short_spin_ns(hint_after([25_000] * 8), 0) == 0             # not short: the rules of before
+    missed = hint_after([1_000] * 8)
+    missed.woken_spin_from = missed.runs + 16          # a spin for a woken core missed lately
+    assert lib.npu_uq_short_spin_ns(missed, 1) == 0 and lib.npu_uq_short_spin_ns(missed, 0) == 11_000
+
+
+@pytest.mark.parametrize("wait_mode", ["sleep"], indirect=True)
+def test_a_short_job_is_spun_for_by_a_waiter_that_may_not_spin(device, native, wait_mode):
+    """A job expected to take 1 us is spun for even with no CPU to spare (spin 0): a sleep's
+    wake-up would cost many times the job, and the client back late would find the core asleep
+    (issue 27's tiny models: 9 or 36 us a p50). Before, such a waiter always slept."""
+    queue = device.create_queue()
+    job = nop_job(device)
+    tried = 0
+    for _ in range(5000):
+        before = queue.wait_counts()
+        seed(job, [1_000] * 8)
+        fence = queue.run_repeated(job)
+        assert fence is not None and fence.status == 0
+        # a spin tried: it caught the job, or it waited for a woken core and missed (counted in
+        # the hint). Under load the core may be preempted past every spin (0 caught in 5,000
+        # at load 8-15), so what is asserted is the waiter's choice, not the job's timing.
+        tried += queue.wait_counts()["spun"] - before["spun"] + job.hint.woken_spin_misses
+        if tried >= 3:
+            break
+    assert tried >= 3
+    assert queue.late_wakeups == 0
+
+
+@pytest.mark.parametrize("wait_mode", ["sleep"], indirect=True)
+def test_a_spin_for_a_woken_core_that_misses_backs_off_doubling(device, native, wait_mode):
+    """A job hinted at 1 us that takes hundreds (a copy the chip runs from Python), submitted
+    while the core sleeps (the doorbell rung): the spin for the core's wake-up misses, and is
+    not tried again for 16 jobs, then 32, 64 ... (a loaded machine's wake-ups outlast it)."""
+    queue = device.create_queue()
+    job, _buffers = copy_job(device)
+    misses = 0
+    for _ in range(2000):
+        wait_for(lambda: queue.header.read32(queues.HDR_POLLING) == 0, "the core asleep")
+        seed(job, [1_000] * 8)
+        job.hint.woken_spin_misses = misses       # the misses so far, in a row
+        assert queue.run_repeated(job) is not None
+        if job.hint.woken_spin_misses == misses:
+            continue          # the core woke for something else before the submit: no doorbell
+        if job.hint.woken_spin_misses == 0:
+            misses = 0        # a hit: the client was preempted past the job's end (load); again
+            continue
+        assert job.hint.woken_spin_misses == misses + 1
+        assert job.hint.woken_spin_from == 8 + (16 << min(misses, 6))
+        misses += 1
+        if misses == 8:
+            break
+    assert misses == 8
 
 
 @pytest.mark.parametrize("wait_mode", ["spin"], indirect=True)

@@ -249,3 +249,32 @@ def float_ids_embeddings(seed: int = 0) -> onnx.ModelProto:
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
     model.ir_version = 8
     return model
+
+
+def map_fn_frames(seed: int = 9) -> onnx.ModelProto:
+    """TensorFlow's ``tf.map_fn`` as tf2onnx exports it, framing each row of the input:
+    a Loop (trip count INT64_MAX) whose body counts rows and stops when the count reaches
+    the batch (``Shape(x)[0]``), each iteration giving a row's 4 frames of 4 samples,
+    windowed -> Conv over the rows as channels -> Relu. Input [2, 16]."""
+    from onnx import helper as h
+    rng = np.random.default_rng(seed)
+    i64 = onnx.TensorProto.INT64
+    body = h.make_graph(
+        [h.make_node("Add", ["cnt_in", "one"], ["cnt_out"]), h.make_node("Less", ["cnt_out", "rows"], ["cond_out"]),
+         h.make_node("Gather", ["x", "cnt_in"], ["row"], axis=0),
+         h.make_node("Reshape", ["row", "frame_shape"], ["fr"]),
+         h.make_node("Mul", ["fr", "window"], ["frames"])], "body",
+        [h.make_tensor_value_info("i", i64, []), h.make_tensor_value_info("cond_in", onnx.TensorProto.BOOL, []),
+         h.make_tensor_value_info("cnt_in", i64, [])],
+        [h.make_tensor_value_info("cond_out", onnx.TensorProto.BOOL, []), h.make_tensor_value_info("cnt_out", i64, []),
+         h.make_tensor_value_info("frames", onnx.TensorProto.FLOAT, [4, 4])],
+        [_scalar("one", 1, np.int64), _scalar("frame_shape", [4, 4], np.int64),
+         _scalar("window", np.hanning(6)[1:5].astype(np.float32), np.float32)])
+    nodes = [h.make_node("Shape", ["x"], ["shape"]), h.make_node("Gather", ["shape", "zero"], ["rows"], axis=0),
+             h.make_node("Less", ["zero", "rows"], ["go"]),
+             h.make_node("Loop", ["trips", "go", "zero"], ["cnt_last", "framed"], body=body),
+             h.make_node("Unsqueeze", ["framed", "axes0"], ["f4"]),
+             h.make_node("Conv", ["f4", "w", "b"], ["c"], pads=[1, 1, 1, 1]), h.make_node("Relu", ["c"], ["y"])]
+    inits = [_scalar("zero", 0, np.int64), _scalar("trips", np.iinfo(np.int64).max, np.int64),
+             _scalar("axes0", [0], np.int64), _weights(rng, "w", 3, 2, 3, 3), _weights(rng, "b", 3, scale=.1)]
+    return _onnx(nodes, inits, "map_fn_frames", {"x": [2, 16]}, {"y": [1, 3, 4, 4]})

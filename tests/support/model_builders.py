@@ -292,17 +292,20 @@ def unary(op: str) -> onnx.ModelProto:
     return b.model(f"unary_{op}", {"x": [1, 8]}, {"y": [1, 8]})
 
 
-def yolo_head(seed: int = 11, score_gain: float = 2.0) -> onnx.ModelProto:
+def yolo_head(seed: int = 11, score_gain: float = 2.0, score_bias: float | None = None) -> onnx.ModelProto:
     """A YOLO-style detection head: a trunk conv, box regression in pixels (a conv scaled to
     hundreds) and class scores (conv, Sigmoid) concatenated on the channels, flattened to
     [1, 4 + classes, anchors]. Input [1, 3, 8, 8]. ``score_gain``: the class logits' weights'
-    scale (larger: more scores saturate near 0 and 1)."""
+    scale (larger: more scores saturate near 0 and 1); ``score_bias``: the logits' bias
+    (default random; -16: every score a background anchor's, under 1e-4)."""
     b = _Builder(seed)
     n = b.node
     n("Conv", ["x", b.weight("w1", 8, 3, 3, 3), b.weight("b1", 8, scale=.1)], "c1", pads=[1, 1, 1, 1])
     n("Relu", ["c1"], "r1")
     n("Conv", ["r1", b.weight("wb", 4, 8, 1, 1, scale=60.0), b.const("bb", np.full(4, 160, np.float32))], "box")
-    n("Conv", ["r1", b.weight("wc", 3, 8, 1, 1, scale=score_gain), b.weight("bc", 3)], "logits")
+    wc = b.weight("wc", 3, 8, 1, 1, scale=score_gain)
+    bc = b.weight("bc", 3) if score_bias is None else b.const("bc", np.full(3, score_bias, np.float32))
+    n("Conv", ["r1", wc, bc], "logits")
     n("Sigmoid", ["logits"], "scores")
     n("Concat", ["box", "scores"], "cat", axis=1)
     n("Reshape", ["cat", b.const("shape", np.array([1, 7, 64], np.int64))], "y")

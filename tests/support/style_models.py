@@ -133,3 +133,99 @@ def feeds(count: int, size: int = 32, seed: int = 0, style: bool = True,
         out.append(feed)
     return out
 
+
+
+def qdq_style_norm(size: int = 16, channels: int = 8, spread: float = 3.0, seed: int = 4,
+                   calibration: list[dict[str, np.ndarray]] | None = None) -> onnx.ModelProto:
+    """An int8 QDQ model as tf2onnx writes a quantized TensorFlow style network: ``content``
+    [1, 3, size, size] -> Conv -> conditional-instance-norm spelling -> Relu -> Conv ->
+    ``stylized``, a QuantizeLinear -> DequantizeLinear pair on each value the int8 model
+    holds (the grids from the float values over ``calibration``, default ``feeds(4, size)``).
+
+    The norm is TensorFlow's ``nn.moments`` + ``nn.batch_normalization`` with the means as
+    GlobalAveragePool; the per-channel mean goes int8 through ``Reshape`` to [1, C, 1, 1]
+    (tf2onnx's NHWC Transpose) before the Sub; ``(x - mean)^2`` and the variance on grids
+    starting at 0 (zero point -128), the variance's several times finer than the squares'.
+    The conv's output channels are 1 .. ``spread`` times apart in size, as a trained
+    network's are."""
+    b = _Builder(seed)
+    n = b.node
+    feeds_ = calibration if calibration is not None else [{"content": f["content"]} for f in feeds(4, size)]
+    c = channels
+    gains = spread ** -np.linspace(0, 1, c)
+    w1 = b.rng.standard_normal((c, 3, 3, 3)) * np.sqrt(2 / 27) * gains[:, None, None, None]
+    bias1 = b.rng.standard_normal(c) * .1 * gains
+    w2 = b.rng.standard_normal((3, c, 3, 3)) * np.sqrt(2 / (9 * c))
+    gamma, beta = b.rng.uniform(.6, 1.4, c) * np.where(np.arange(c) == 1, -1, 1), b.rng.normal(0, .2, c)
+
+    def float_values(model: onnx.ModelProto) -> dict[str, np.ndarray]:
+        import onnxruntime as ort  # 0.3 s to import: only the builder's calibration needs it
+        names = [vi.name for vi in model.graph.output]
+        session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+        runs = [session.run(names, f) for f in feeds_]
+        return {name: np.stack([r[k] for r in runs]) for k, name in enumerate(names)}
+
+    def build(grids: dict[str, np.ndarray] | None) -> onnx.ModelProto:
+        b.nodes, b.inits = [], []
+        made: list[str] = []
+
+        def grid(value: str, name: str, from_zero: bool) -> tuple[str, str]:
+            """The scale and zero point of ``value``'s calibrated range."""
+            lo, hi = min(float(grids[value].min()), 0.0), max(float(grids[value].max()), 0.0)
+            scale = max(hi - lo, 1e-8) / 255
+            zero = -128 if from_zero else int(np.clip(np.round(-128 - lo / scale), -128, 127))
+            return b.const(f"{name}_s", np.float32(scale)), b.const(f"{name}_z", np.int8(zero))
+
+        def pair(value: str, name: str, from_zero: bool = False) -> str:
+            """``value`` through a Q -> DQ pair on its calibrated grid (nothing while calibrating)."""
+            made.append(value)
+            if grids is None:
+                return value
+            s, z = grid(value, name, from_zero)
+            return n("DequantizeLinear", [n("QuantizeLinear", [value, s, z], f"{name}_q"), s, z], f"{name}_dq")
+
+        def weight(name: str, values: np.ndarray) -> str:
+            if grids is None:
+                return b.const(name, values.astype(np.float32))
+            scale = np.abs(values).reshape(values.shape[0], -1).max(axis=1) / 127
+            q = np.round(values / scale.reshape((-1,) + (1,) * (values.ndim - 1))).astype(np.int8)
+            return n("DequantizeLinear", [b.const(f"{name}_i8", q), b.const(f"{name}_ws", scale.astype(np.float32)),
+                                          b.const(f"{name}_wz", np.zeros(values.shape[0], np.int8))], name, axis=0)
+        x = pair("content", "in")
+        pads = [0, 0, 1, 1, 0, 0, 1, 1]
+        x = n("Pad", [x, b.const("pads1", np.array(pads, np.int64))], "pad1", mode="reflect")
+        conv = pair(n("Conv", [x, weight("w1", w1), b.const("b1", bias1.astype(np.float32))], "conv1"), "conv1")
+        mean = n("GlobalAveragePool", [conv], "mean")
+        made.append(mean)
+        shape = b.const("chan_shape", np.array([1, c, 1, 1], np.int64))
+        if grids is None:
+            mean_f, moved = mean, n("Reshape", [mean, shape], "mean_moved")
+        else:        # tf2onnx: the int8 mean's Reshape (its NHWC Transpose) before the pair's DQ
+            s, z = grid(mean, "mean", False)
+            q = n("QuantizeLinear", [mean, s, z], "mean_q")
+            mean_f = n("DequantizeLinear", [q, s, z], "mean_dq")
+            moved = n("DequantizeLinear", [n("Reshape", [q, shape], "mean_moved_q"), s, z], "mean_moved")
+        d = n("Sub", [conv, moved], "diff")
+        squares = pair(n("Mul", [d, d], "squares"), "squares", from_zero=True)
+        var = pair(n("GlobalAveragePool", [squares], "variance"), "variance", from_zero=True)
+        eps = b.const("eps", np.float32(1e-5))
+        shifted = pair(n("Add", [var, eps], "shifted"), "shifted", from_zero=True)
+        inverse = pair(n("Reciprocal", [n("Sqrt", [shifted], "std")], "inverse"), "inverse", from_zero=True)
+        g = b.const("gamma", gamma.reshape(1, c, 1, 1).astype(np.float32))
+        inv = pair(n("Mul", [inverse, g], "inv"), "inv")
+        mean_inv = pair(n("Mul", [mean_f, inv], "mean_inv"), "mean_inv")
+        shift = pair(n("Sub", [b.const("beta", beta.reshape(1, c, 1, 1).astype(np.float32)), mean_inv], "shift"),
+                     "shift")
+        scaled = pair(n("Mul", [conv, inv], "scaled"), "scaled")
+        r = pair(n("Relu", [n("Add", [scaled, shift], "normed")], "relu"), "relu", from_zero=True)
+        r = n("Pad", [r, b.const("pads2", np.array(pads, np.int64))], "pad2", mode="reflect")
+        n("Conv", [r, weight("w2", w2), b.const("b2", np.zeros(3, np.float32))], "stylized")
+        outputs = {"stylized": [1, 3, size, size]}
+        if grids is None:
+            outputs.update({v: [] for v in made})
+        m = b.model("qdq_style_norm", {"content": [1, 3, size, size]}, outputs)
+        if grids is None:          # the intermediate outputs' shapes: whatever they compute
+            for vi in m.graph.output[1:]:
+                vi.type.tensor_type.ClearField("shape")
+        return m
+    return build(float_values(build(None)))

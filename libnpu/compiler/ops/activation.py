@@ -11,6 +11,7 @@ from npu_hw import sigmoid16
 from .. import onnx_import, qparams, tflite_import
 from ..ir import IRError
 from ..registry import Operator, onnx, register, tflite_options
+from ..sigmoid_fusion import fuse_sigmoid_spellings
 
 
 def _export_plain(wr, op, outs) -> None:
@@ -70,6 +71,7 @@ def sigmoid(x: np.ndarray) -> np.ndarray:
 
 
 register(Operator("LOGISTIC", tflite=tflite_import.simple, float_ref=lambda op, ins, out: sigmoid(ins[0]),
+                  rewrite=fuse_sigmoid_spellings,       # 1 / (1 + exp(-x)) and its kin: one LOGISTIC
                   fixed_output=(1 / 256, -128), params=_lut_params(fp.LUT_LOGISTIC), lower=_lower_lut,
                   export=_export_plain, tflite_version=2, int16=True))  # int16: output scale 2**-15
 register(Operator("TANH", tflite=tflite_import.simple, float_ref=lambda op, ins, out: np.tanh(ins[0]),

@@ -2,7 +2,8 @@
 over the channel axis, or the last one) and LOG_SOFTMAX; ONNX LogSoftmax and Softmax over
 any axis (a pair of TRANSPOSEs around the op when the axis is not the last one in the IR); ONNX
 LayerNormalization as the ops it computes; INSTANCE_NORM (ONNX InstanceNormalization, and
-conditional instance norm spelled out op by op, fused)."""
+conditional instance norm spelled out op by op, fused; a LayerNorm's statistics too, over
+each row reshaped to a plane)."""
 from __future__ import annotations
 
 import numpy as np
@@ -188,13 +189,24 @@ def _onnx_layer_norm(im, node, attrs, where):
 # cosine 0.92 at int16). INSTANCE_NORM takes each plane's statistics from exact integer
 # sums (``firmware_sim.kernels.instance_norm``), whatever the channel's size.
 #
-# :func:`fuse_instance_norms` starts at each MEAN over the spatial axes (1, 2) of a 4-D
-# NHWC tensor ``x`` and follows the ops the spellings use after the optimizer's rewrites
+# An int8 QDQ model's norm (tf2onnx's export of a quantized TensorFlow network) is fused
+# too: its pairs fix the grids of the squares and of the variance, and the variance's
+# AVERAGE_POOL_2D, a data-moving op, gave its output the squares' grid (8x coarser than the
+# file's own in an arbitrary-style network: variances under a step, SQNR ~0 dB, cosine 0.97
+# against onnxruntime). The fused op keeps the file's grids for x, gamma, beta and output.
+#
+# :func:`fuse_instance_norms` starts at each mean over the spatial axes (1, 2) of a 4-D
+# NHWC tensor ``x`` (MEAN, or an AVERAGE_POOL_2D whose window is the whole picture: ONNX
+# GlobalAveragePool) and follows the ops the spellings use after the optimizer's rewrites
 # (SQRT + DIV and SQRT + 1 / v are RSQRT then, ``E[x^2] - E[x]^2`` is centred):
 #
 # - the variance: ``MEAN(MUL(d, d))``, ``d = x - mean`` (as tf2onnx writes TensorFlow's
 #   squared difference; a TFLite graph's own squared-difference op is not matched), then
-#   ``ADD(var, eps)`` (a constant scalar) and RSQRT (times constant ones, if any);
+#   ``ADD(var, eps)`` (a constant scalar) and RSQRT (times constant ones, if any); a RELU
+#   fused into these (a QDQ pair on a grid starting at 0 imports as one) changes nothing of
+#   values never negative and is allowed;
+# - a per-channel mean (or ``MUL(mean, inv)``) may reach its reader through RESHAPEs and
+#   TRANSPOSEs that leave it as it was (a QDQ model's int8 ``[1, C, 1, 1]`` Reshape);
 # - centred: ``MUL(d, r)``, then optionally ``MUL(., gamma)`` and ``ADD(., beta)``;
 # - TensorFlow's: ``inv = MUL(r, gamma)`` (or ``r``), ``ADD(MUL(x, inv), SUB(beta, MUL(mean, inv)))``.
 #
@@ -221,12 +233,41 @@ class _Walk:
                 self.producer[o] = op
         self.taken: list[Op] = []
 
-    def only_reader(self, name: str, op_type: str) -> Op | None:
-        """The one op reading ``name``, when it is of ``op_type`` with no fused activation."""
+    def only_reader(self, name: str, op_type: str, non_negative: bool = False) -> Op | None:
+        """The one op reading ``name``, when it is of ``op_type`` with no fused activation
+        (or, for a value that is never negative, a RELU, which changes nothing of it)."""
         found = self.readers.get(name, [])
-        if len(found) != 1 or found[0].type != op_type or found[0].attrs.get("activation", "NONE") != "NONE":
+        if len(found) != 1 or found[0].type != op_type or not _unclamped(found[0], non_negative):
             return None
         return found[0]
+
+    def past_relus(self, name: str) -> str:
+        """``name`` past RELUs that are its one reader: on a value never negative they change
+        nothing (a QDQ model's pair on a grid starting at 0 imports as one, after an op that
+        cannot fuse it)."""
+        while len(found := self.readers.get(name, [])) == 1 and found[0].type == "RELU":
+            self.take(found[0])
+            name = found[0].outputs[0]
+        return name
+
+    def moved(self, name: str) -> dict[str, list[Op]]:
+        """``name`` and the tensors that are ``name`` again past RESHAPEs and TRANSPOSEs
+        of a tensor with one axis longer than 1 (its values in the same order), in
+        ``name``'s shape: tf2onnx's ``[1, 1, 1, C] -> [1, C, 1, 1] -> [1, 1, 1, C]`` around a
+        QDQ model's per-channel statistics. Each with the moves on its way."""
+        shape = self.g.tensors[name].shape
+        found: dict[str, list[Op]] = {name: []}
+        todo: list[tuple[str, list[Op]]] = [(name, [])]
+        while todo:
+            at, path = todo.pop()
+            for op in self.readers.get(at, []):
+                out = op.outputs[0]
+                if op.type in ("RESHAPE", "TRANSPOSE") and op.inputs[0] == at and len(path) < 4 \
+                        and sum(d > 1 for d in self.g.tensors[out].shape) <= 1:
+                    if self.g.tensors[out].shape == shape:
+                        found[out] = path + [op]
+                    todo.append((out, path + [op]))
+        return found
 
     def other(self, op: Op, name: str) -> str | None:
         """The other input of a two-input ``op`` reading ``name``."""
@@ -241,9 +282,24 @@ class _Walk:
         return True
 
 
-def _same_mean(op: Op | None, x_rank: int) -> bool:
-    return (op is not None and op.type == "MEAN" and bool(op.attrs.get("keep_dims"))
-            and tuple(sorted(a % x_rank for a in op.attrs["axes"])) == SPATIAL_AXES)
+def _unclamped(op: Op, non_negative: bool = False) -> bool:
+    """``op`` has no fused activation, or a RELU on a value that is never negative (a QDQ
+    model's pair on a square or a variance, whose grid starts at 0, imports as one)."""
+    return op.attrs.get("activation", "NONE") in (("NONE", "RELU") if non_negative else ("NONE",))
+
+
+def _same_mean(g: Graph, op: Op | None, axes: tuple[int, ...] = SPATIAL_AXES, non_negative: bool = False) -> bool:
+    """``op`` is the mean over ``axes`` of its input, keeping them: MEAN, or (over H, W of a
+    4-D NHWC tensor) an AVERAGE_POOL_2D whose one window is the whole picture (ONNX
+    GlobalAveragePool)."""
+    if op is None or not _unclamped(op, non_negative):
+        return False
+    shape = g.tensors[op.inputs[0]].shape
+    if op.type == "MEAN":
+        return bool(op.attrs.get("keep_dims")) and tuple(sorted(a % len(shape) for a in op.attrs["axes"])) == axes
+    return axes == SPATIAL_AXES and op.type == "AVERAGE_POOL_2D" and len(shape) == 4 \
+        and tuple(op.attrs["filter"]) == tuple(shape[1:3]) and not any(op.attrs["pads"]) \
+        and g.tensors[op.outputs[0]].shape == (shape[0], 1, 1, shape[3])
 
 
 def _per_channel(w: _Walk, name: str | None, channels: int, x: str) -> bool:
@@ -269,7 +325,7 @@ def _times_one(w: _Walk, r: str) -> str:
     """``r`` past MULs by a constant 1 (the optimizer's ``1 / sqrt(v)``)."""
     while True:
         readers = w.readers.get(r, [])
-        if len(readers) != 1 or readers[0].type != "MUL" or readers[0].attrs.get("activation", "NONE") != "NONE":
+        if len(readers) != 1 or readers[0].type != "MUL" or not _unclamped(readers[0], non_negative=True):
             return r
         one = w.other(readers[0], r)
         if one is None or scalar(w.g, one) != 1.0:
@@ -278,36 +334,51 @@ def _times_one(w: _Walk, r: str) -> str:
         r = readers[0].outputs[0]
 
 
-def _match(g: Graph, w: _Walk, mean_op: Op) -> tuple[list[Op], str, str | None, str | None, float, Op] | None:
-    """(ops, x, gamma, beta, epsilon, last op) of the instance norm whose first MEAN is ``mean_op``."""
+def _match(g: Graph, w: _Walk, mean_op: Op, rows: bool = False
+           ) -> tuple[list[Op], str, str | None, str | None, float, Op] | None:
+    """(ops, x, gamma, beta, epsilon, last op) of the instance norm whose first MEAN is ``mean_op``;
+    ``rows``: of the layer norm over the last axis instead, up to ``(x - mean) * r`` (no gamma, beta)."""
     x, mean = mean_op.inputs[0], mean_op.outputs[0]
     shape = g.tensors[x].shape
-    if len(shape) != 4 or g.tensors[x].is_constant or not _same_mean(mean_op, 4):
+    rank = len(shape)
+    axes = (rank - 1,) if rows else SPATIAL_AXES
+    if (rank < 2 if rows else rank != 4) or g.tensors[x].is_constant or not _same_mean(g, mean_op, axes):
         return None
     channels = shape[-1]
     w.take(mean_op)
+    means = w.moved(mean)
     d = None
-    for op in w.readers.get(mean, []):
-        if op.type == "SUB" and op.inputs == [x, mean] and op.attrs.get("activation", "NONE") == "NONE":
-            d = op
+    for alias, moves in means.items():
+        for op in w.readers.get(alias, []):
+            if op.type == "SUB" and op.inputs == [x, alias] and _unclamped(op):
+                d = op
+                w.take(*moves)
     square = None
     if d is not None:
         square = next((op for op in w.readers.get(d.outputs[0], []) if op.type == "MUL"
-                       and op.inputs == [d.outputs[0]] * 2 and op.attrs.get("activation", "NONE") == "NONE"), None)
+                       and op.inputs == [d.outputs[0]] * 2 and _unclamped(op, non_negative=True)), None)
         w.take(d)
     if square is None:
         return None
-    var = w.only_reader(square.outputs[0], "MEAN")
-    if not _same_mean(var, 4) or not w.take(square, var):
+    squares = w.past_relus(square.outputs[0])
+    var = next((op for op in w.readers.get(squares, []) if _same_mean(g, op, axes, non_negative=True)), None)
+    if var is None or len(w.readers[squares]) != 1 or not w.take(square, var):
         return None
-    shifted = w.only_reader(var.outputs[0], "ADD")
-    eps = scalar(g, w.other(shifted, var.outputs[0]) or "") if shifted is not None else None
-    rsqrt = w.only_reader(shifted.outputs[0], "RSQRT") if shifted is not None else None
+    variance = w.past_relus(var.outputs[0])
+    shifted = w.only_reader(variance, "ADD", non_negative=True)
+    eps = scalar(g, w.other(shifted, variance) or "") if shifted is not None else None
+    rsqrt = w.only_reader(w.past_relus(shifted.outputs[0]), "RSQRT") if shifted is not None else None
     if eps is None or eps < 0 or rsqrt is None or not w.take(shifted, rsqrt):
         return None
-    r = _times_one(w, rsqrt.outputs[0])
+    r = _times_one(w, w.past_relus(rsqrt.outputs[0]))
     readers = w.readers.get(r, [])
     gamma = beta = None
+    if rows:
+        if d is None or len(readers) != 1 or readers[0].type != "MUL" or w.other(readers[0], r) != d.outputs[0] \
+                or readers[0].attrs.get("activation", "NONE") != "NONE":
+            return None
+        w.take(readers[0])
+        return w.taken, x, None, None, eps, readers[0]
     if d is not None and len(readers) == 1 and readers[0].type == "MUL" and w.other(readers[0], r) == d.outputs[0]:
         last = readers[0]                                   # centred: (x - mean) * r [* gamma] [+ beta]
         w.take(last)
@@ -329,14 +400,17 @@ def _match(g: Graph, w: _Walk, mean_op: Op) -> tuple[list[Op], str, str | None, 
         gamma, inv = w.other(readers[0], r), readers[0].outputs[0]
         w.take(readers[0])
     uses = w.readers.get(inv, [])
-    mi = next((op for op in uses if op.type == "MUL" and w.other(op, inv) == mean), None)
+    mi = next((op for op in uses if op.type == "MUL" and w.other(op, inv) in means), None)
     xs = next((op for op in uses if op.type == "MUL" and w.other(op, inv) == x), None)
-    if len(uses) != 2 or mi is None or xs is None or any(op.attrs.get("activation", "NONE") != "NONE"
-                                                         for op in (mi, xs)):
+    if len(uses) != 2 or mi is None or xs is None or not (_unclamped(mi) and _unclamped(xs)):
         return None
-    sub = w.only_reader(mi.outputs[0], "SUB")
-    if sub is None or sub.inputs[1] != mi.outputs[0] or not _per_channel(w, sub.inputs[0], channels, x):
+    w.take(*means[w.other(mi, inv) or ""])
+    shift = [(alias, moves, sub) for alias, moves in w.moved(mi.outputs[0]).items()
+             if (sub := w.only_reader(alias, "SUB")) is not None and sub.inputs[1] == alias]
+    if len(shift) != 1 or not _per_channel(w, shift[0][2].inputs[0], channels, x):
         return None
+    sub = shift[0][2]
+    w.take(*shift[0][1])
     beta = sub.inputs[0]
     last = next((op for op in w.readers.get(xs.outputs[0], []) if op.type == "ADD"
                  and set(op.inputs) == {xs.outputs[0], sub.outputs[0]}), None)
@@ -345,44 +419,92 @@ def _match(g: Graph, w: _Walk, mean_op: Op) -> tuple[list[Op], str, str | None, 
     return w.taken, x, gamma, beta, eps, last
 
 
+def _replace(g: Graph, w: _Walk, ops: list[Op], last: Op, new: list[Op]) -> bool:
+    """``ops`` (``last`` the one whose output stays) replaced by ``new`` at ``last``'s place,
+    unless a value between them is read elsewhere or is a model output."""
+    out = last.outputs[0]
+    inner = {o for op in ops for o in op.outputs} - {out}
+    if inner & g.results() or any(r not in ops for t in inner for r in w.readers.get(t, [])):
+        return False
+    at = g.ops.index(last)
+    g.ops[at:at + 1] = new
+    for op in ops:
+        if op is not last:
+            g.ops.remove(op)
+    for t in inner:
+        g.tensors.pop(t, None)
+    return True
+
+
 def fuse_instance_norms(g: Graph) -> int:
     """Replace each instance norm spelled out in the float graph ``g`` by one INSTANCE_NORM
     (module docstring); returns how many."""
     made = 0
-    for mean_op in [op for op in g.ops if op.type == "MEAN"]:
-        if mean_op not in g.ops or len(g.tensors[mean_op.inputs[0]].shape) != 4 or not _same_mean(mean_op, 4):
+    for mean_op in [op for op in g.ops if op.type in ("MEAN", "AVERAGE_POOL_2D")]:
+        if mean_op not in g.ops or len(g.tensors[mean_op.inputs[0]].shape) != 4 or not _same_mean(g, mean_op):
             continue
         w = _Walk(g)
         found = _match(g, w, mean_op)
         if found is None:
             continue
         ops, x, gamma, beta, eps, last = found
-        out = last.outputs[0]
-        inner = {o for op in ops for o in op.outputs} - {out}
-        if inner & g.results() or any(r not in ops for t in inner for r in w.readers.get(t, [])):
-            continue
-        channels = g.tensors[x].shape[-1]
+        out, channels, made_here = last.outputs[0], g.tensors[x].shape[-1], []
         if gamma is None:
             gamma = g.add_const(g.unique_name(f"{out}__gamma"), np.ones((channels,), np.float32)).name
+            made_here.append(gamma)
         if beta is None:
             beta = g.add_const(g.unique_name(f"{out}__beta"), np.zeros((channels,), np.float32)).name
-        fused = Op("INSTANCE_NORM", [x, gamma, beta], [out],
-                   {"epsilon": float(eps), "activation": last.attrs.get("activation", "NONE")}, name=last.name)
-        at = g.ops.index(last)
-        g.ops[at] = fused
-        for op in ops:
-            if op is not last:
-                g.ops.remove(op)
-        for t in inner:
-            g.tensors.pop(t, None)
-        made += 1
+            made_here.append(beta)
+        if _replace(g, w, ops, last, [Op("INSTANCE_NORM", [x, gamma, beta], [out],
+                                         {"epsilon": float(eps), "activation": last.attrs.get("activation", "NONE")},
+                                         name=last.name)]):
+            made += 1
+        else:
+            for name in made_here:
+                g.tensors.pop(name)
+    return made
+
+
+def fuse_layer_norms(g: Graph) -> int:
+    """Replace each layer norm's statistics over the last axis, ``(x - E[x]) * rsqrt(E[(x -
+    E[x])^2] + eps)`` op by op, by one INSTANCE_NORM of ``x`` seen as one plane per row
+    (RESHAPEs to ``[rows, 1, width, 1]`` and back; gamma and beta stay the ops after it);
+    returns how many. Op by op, the squares of a row go onto the one grid of every row's:
+    a transformer's few "massive activations" (a delimiter token's residual values in the
+    hundreds, squares near 10^5) made it 1.5 wide at int16, where an ordinary token's
+    squares are under 1, and its variance came out of a few rounded squares (MiniLM:
+    cosine 0.93 with every layer int16). INSTANCE_NORM's statistics are exact integer sums."""
+    made = 0
+    for mean_op in [op for op in g.ops if op.type == "MEAN"]:
+        if mean_op not in g.ops:
+            continue
+        w = _Walk(g)
+        found = _match(g, w, mean_op, rows=True)
+        if found is None:
+            continue
+        ops, x, _, _, eps, last = found
+        out, shape = last.outputs[0], g.tensors[mean_op.inputs[0]].shape
+        planes = (int(np.prod(shape[:-1], dtype=np.int64)), 1, shape[-1], 1)
+        rows = g.add_tensor(Tensor(g.unique_name(f"{out}__rows"), planes, "float32")).name
+        normed = g.add_tensor(Tensor(g.unique_name(f"{out}__planes"), planes, "float32")).name
+        one = g.add_const(g.unique_name(f"{out}__gamma"), np.ones((1,), np.float32)).name
+        zero = g.add_const(g.unique_name(f"{out}__beta"), np.zeros((1,), np.float32)).name
+        new = [Op("RESHAPE", [x], [rows], {"new_shape": planes}, name=rows),
+               Op("INSTANCE_NORM", [rows, one, zero], [normed], {"epsilon": float(eps), "activation": "NONE"},
+                  name=normed),
+               Op("RESHAPE", [normed], [out], {"new_shape": tuple(shape)}, name=last.name)]
+        if _replace(g, w, ops, last, new):
+            made += 1
+        else:
+            for name in (rows, normed, one, zero):
+                g.tensors.pop(name, None)
     return made
 
 
 def _rewrite(g) -> int:
     # the spellings are matched in RSQRT form: SQRT + DIV made RSQRT first (RSQRT's own
     # rewrite may come later in the registry's order)
-    return divide_by_square_root(g) + fuse_instance_norms(g)
+    return divide_by_square_root(g) + fuse_instance_norms(g) + fuse_layer_norms(g)
 
 
 def _float(op, ins, out):

@@ -160,6 +160,14 @@ def _onnx_global_average(im, node, attrs, where):
         im.emit("MEAN", [im.value(node.input[0], False, where)], node.output[0], False, where,
                 dict(axes=tuple(range(2, len(shape))), keep_dims=True))
         return
+    given = im.qdq_ranges.get(node.input[0]), im.qdq_ranges.get(node.output[0])
+    if None not in given and given[0] != given[1]:
+        # a QDQ model's pairs give the mean a grid of its own (onnxruntime's quantize_static
+        # does: a channel's mean is far narrower than its values): MEAN requantizes to it,
+        # where AVERAGE_POOL_2D (one grid in and out) would take the wider one for both
+        im.emit("MEAN", [im.value(node.input[0], True, where)], node.output[0], True, where,
+                dict(axes=(1, 2), keep_dims=True))
+        return
     _, _, h, w = shape
     im.emit("AVERAGE_POOL_2D", [im.value(node.input[0], True, where)], node.output[0], True, where,
             dict(filter=(h, w), stride=(1, 1), pads=(0, 0, 0, 0), activation="NONE"))

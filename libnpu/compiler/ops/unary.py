@@ -265,11 +265,14 @@ register(Operator("RSQRT", rewrite=divide_by_square_root, tflite=tflite_import.s
 
 def _abs_params(g, op) -> dict:
     (si, zi), (so, zo) = _zps(g, op)
+    if g.tensors[op.inputs[0]].dtype == "int16" and (zi or zo):
+        raise IRError(f"{op.describe()}: int16 ABS takes zero points 0, not {zi} / {zo}")
     return dict(input_zp=zi, output_zp=zo, **abs_params(si, so))
 
 
 register(Operator("ABS", tflite=tflite_import.simple, float_ref=lambda op, ins, out: np.abs(ins[0]),
-                  params=_abs_params, lower=_flat("ABS"), export=_export_plain, tflite_version=2))
+                  params=_abs_params, lower=_flat("ABS"), export=_export_plain, tflite_version=2,
+                  int16=True))  # LiteRT's int16 ABS: a spectrum's magnitude needs its input's int16 steps
 
 
 # Tables built from float (LiteRT's LUTPopulate) -------------------------------------------------
@@ -429,8 +432,10 @@ def _clip_params(g, op) -> dict:
         v = float(_f32(f) / _f32(so))
         return int(zo) + int(np.copysign(np.floor(abs(v) + 0.5), v))
     lo, hi = op.attrs["min"], op.attrs["max"]
-    act_min = -128 if lo == -np.inf else min(max(-128, q(lo)), 127)
-    act_max = 127 if hi == np.inf else max(min(127, q(hi)), act_min)
+    info = np.iinfo(g.tensors[op.outputs[0]].dtype)     # int16: RELU's int16 descriptor, bounds alike
+    low, high = int(info.min), int(info.max)
+    act_min = low if lo == -np.inf else min(max(low, q(lo)), high)
+    act_max = high if hi == np.inf else max(min(high, q(hi)), act_min)
     return dict(input_zp=zi, output_zp=zo, multiplier=m, shift=sh, act_min=act_min, act_max=act_max)
 
 
@@ -456,7 +461,8 @@ def _export_clip(wr, op, outs) -> None:
 
 register(Operator("CLIP", ("min", "max"),
                   float_ref=lambda op, ins, out: np.clip(ins[0], op.attrs["min"], op.attrs["max"]).astype(np.float32),
-                  params=_clip_params, lower=lambda low, op, p: low.flat("RELU", op, p), export=_export_clip))
+                  params=_clip_params, lower=lambda low, op, p: low.flat("RELU", op, p), export=_export_clip,
+                  int16=True))  # RELU's int16 kernel with the bounds on the int16 grid
 
 
 # ONNX -----------------------------------------------------------------------------------------

@@ -1,7 +1,7 @@
 """Attention by default: a decoder's cross-attention (Softmax over 257 keys, MatMul with V)
 between LayerNorms, compiled with default options, meets the bar on inputs calibration
-never saw, on the chip (``libnpu.compiler.escalation``; int16 SUB and RSQRT for the
-LayerNorm, ``libnpu.compiler.ops``)."""
+never saw, on the chip (``libnpu.compiler.escalation``; the LayerNorms' statistics one
+int16 INSTANCE_NORM over each row, ``libnpu.compiler.ops.normalization``)."""
 from __future__ import annotations
 
 import numpy as np
@@ -28,18 +28,19 @@ def test_an_attention_decoder_meets_the_bar_on_the_chip_by_default(heads: int, s
     """Most of each query's weight on a learned key of value 0, the rest spread thin over
     256 keys: int8 loses the thin weights (a 1/256 softmax grid) and the LayerNorm after the
     attention magnifies what its int8 SUB and RSQRT round off (tokens 40x apart in scale):
-    0.95-0.98 on unseen inputs. The default escalates to int16 on the whole chain, the
+    0.95-0.98 on unseen inputs (0.982-0.987 since its statistics are exact sums, still under
+    the default's target). The default escalates to int16 on the whole chain, the
     LayerNorms included, and stays on the chip: before int16 SUB and RSQRT the best
     integer step reached 0.95 and the escalation moved the whole decoder to the CPU as a
     "front end" (the RSQRT magnifies its input's error)."""
     graph = import_onnx(builders.attention_decoder(heads=heads, sink=sink, spelled=spelled))
     opt, unseen = optimize(graph), _data(4, 99)
     fast = to_int8_graph(graph, _data(10, 1), recipe="fast")
-    assert output_scores(opt, fast, unseen)["y"] < 0.98        # the cause, reproduced
+    assert output_scores(opt, fast, unseen)["y"] < 0.99        # the cause, reproduced
     q = to_int8_graph(graph, _data(10, 1))
     assert [op for op in q.ops if op.type == "HOST"] == []
     layers = {op.type for op in q.ops if op.outputs[0] in q.metadata["int16_tensors"]}
-    assert {"SOFTMAX", "BATCH_MATMUL", "SUB", "RSQRT"} <= layers
+    assert {"SOFTMAX", "BATCH_MATMUL", "INSTANCE_NORM"} <= layers
     assert q.metadata["fidelity"]["missed"] == []
     assert output_scores(opt, q, unseen)["y"] >= 0.99
 

@@ -5,6 +5,7 @@ when int16 on the front end alone does not hold it (libnpu.compiler.front_end_ch
 from __future__ import annotations
 
 import numpy as np
+import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
@@ -13,7 +14,9 @@ from libnpu.compiler.accuracy import layer_errors, output_scores
 from libnpu.compiler.cpu_float import MAX_FRONT_END_MACS, amplified_layers, errors_by_float_name, front_end_blamed
 from libnpu.compiler.frontend import load_model, to_int8_graph
 from libnpu.compiler.held_out import required_score, split_held_out
+from libnpu.compiler.lower import lower
 from libnpu.compiler.optimize import optimize
+from libnpu.compiler.placement import import_with_fallback, plan_placement
 from libnpu.tools.cli import main
 from tests.support.log_mel_models import audio, log_mel_onnx, log_mel_tflite
 
@@ -64,6 +67,91 @@ def test_the_log_of_a_power_spectrum_keeps_its_whole_front_end_in_float_on_the_c
     assert moved.count("FULLY_CONNECTED") == 3 and "LOG" in moved     # every layer with weights
     unseen = _frames(6, 99)
     assert output_scores(optimize(load_model(model, kind="onnx")), q, unseen)["y"] >= 0.99
+
+
+def _pcm_log_mel() -> bytes:
+    """:func:`_log_mel` taking 16-bit PCM samples as audio exports do (MarbleNet's VAD):
+    Cast to float (a host call: the chip reads no int16 samples) and scaled by 1 / 32768."""
+    model = onnx.load_from_string(_log_mel())
+    graph = model.graph
+    graph.node.insert(0, helper.make_node("Cast", ["pcm"], ["samples"], to=TensorProto.FLOAT))
+    graph.node.insert(1, helper.make_node("Mul", ["samples", "full_scale"], ["x"]))
+    graph.initializer.append(numpy_helper.from_array(np.float32(1 / 32768), "full_scale"))
+    del graph.input[:]
+    graph.input.append(helper.make_tensor_value_info("pcm", TensorProto.INT16, [1, 64]))
+    return model.SerializeToString()
+
+
+def test_a_front_end_after_the_cast_of_int16_samples_goes_to_the_cpu_in_float() -> None:
+    # The Cast of the int16 input is a host call already, an ONNX one no float .tflite holds:
+    # the front end upstream of the log reached it and stayed on the chip (every integer step
+    # missed: 0.874 at best, int16 activations, and no CPU float trial could start). The
+    # Cast stays the call it is; its float values feed the front end's.
+    plan = plan_placement(_pcm_log_mel())
+    graph, _ = import_with_fallback(plan.data, plan.kind, plan.name, force_host=plan.cpu)
+    pcm = [[np.clip(np.round(frame * 32767), -32768, 32767).astype(np.int16)] for (frame,) in _frames(26, 1)]
+    q = to_int8_graph(graph, pcm[:20])
+    fidelity = q.metadata["fidelity"]
+    assert fidelity["chosen"] == "int8 + CPU front end" and not fidelity["missed"], fidelity
+    moved = [layer.split()[0] for layer in fidelity["cpu_float"]["layers"]]
+    assert "LOG" in moved and "HOST" not in moved and moved.count("FULLY_CONNECTED") == 3, moved
+    assert [step.op for step in lower(q).host_steps][0] == "Cast"
+    assert output_scores(optimize(graph), q, pcm[20:])["y"] >= 0.99
+
+
+def _compressed_spectrum() -> bytes:
+    """FastEnhancer's compressed spectrum in small: ``X * clip(|X|, 1e-5)^-0.7`` of an
+    ONNX DFT of 8 frames, then a Conv. The DFT and the Pow by -0.7 are host calls (ONNX
+    ones, which no float .tflite holds); the gain spans 0.02 to 3162 (silent frames). ``X``
+    is scaled on the way, so the float call making it feeds both the Abs and the Mul after
+    the Pow: two float calls around the Pow's."""
+    w = (np.random.default_rng(0).standard_normal((8, 2, 1, 5)) * 0.3).astype(np.float32)
+    nodes = [helper.make_node("DFT", ["x", "", "axis"], ["spec"], onesided=1),
+             helper.make_node("Mul", ["spec", "norm"], ["x_k"]),
+             helper.make_node("Abs", ["x_k"], ["mag"]), helper.make_node("Clip", ["mag", "eps"], ["floor"]),
+             helper.make_node("Pow", ["floor", "power"], ["gain"]), helper.make_node("Mul", ["x_k", "gain"], ["comp"]),
+             helper.make_node("Transpose", ["comp"], ["chw"], perm=[0, 3, 1, 2]),
+             helper.make_node("Conv", ["chw", "w"], ["y"], pads=[0, 2, 0, 2])]
+    consts = {"axis": np.int64(2), "norm": np.float32(2.0), "eps": np.float32(1e-5), "power": np.float32(-0.7),
+              "w": w}
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 128, 1])
+    graph = helper.make_graph(nodes, "compressed", [x],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, 8, 65])],
+                              [numpy_helper.from_array(np.asarray(v), k) for k, v in consts.items()])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20)]).SerializeToString()
+
+
+def _spectra(count: int, seed: int) -> list[list[np.ndarray]]:
+    """8 frames of a tone over noise each, 30% of them silent (every bin at the clamp)."""
+    rng = np.random.default_rng(seed)
+    t = np.arange(128)
+    x = np.zeros((count, 1, 8, 128, 1), np.float32)
+    for frame in x[:, 0, :, :, 0].reshape(-1, 128):
+        if rng.uniform() >= 0.3:
+            frame[:] = np.sin(2 * np.pi * rng.uniform(2, 30) * t / 128) * rng.uniform(0.05, 1) \
+                + rng.standard_normal(128) * 10.0 ** rng.uniform(-3, -1)
+    return [[sample] for sample in x]
+
+
+def test_a_front_end_holding_onnx_host_calls_stays_in_float_on_the_cpu() -> None:
+    # The DFT and the Pow are ONNX host calls: no float .tflite holds them, so no chain
+    # through them could move, the CPU float step never started and the gain stayed on an
+    # int16 grid its silent frames set (int16 activations chosen, target missed, 0.921 on
+    # unseen spectra). They stay the calls they are, between the float calls, on no grid (and the
+    # float call after the Pow reads X from the one before it: it found no call making it).
+    plan = plan_placement(_compressed_spectrum())
+    graph, _ = import_with_fallback(plan.data, plan.kind, plan.name, force_host=plan.cpu)
+    q = to_int8_graph(graph, _spectra(20, 1))
+    fidelity = q.metadata["fidelity"]
+    # the Pow magnifies its input grid's error (the gain of a quiet bin): a front end, moved after int8
+    assert fidelity["chosen"] == "int8 + CPU front end" and not fidelity["missed"], fidelity
+    moved = [layer.split()[0] for layer in fidelity["cpu_float"]["layers"]]
+    assert sorted(moved) == ["ABS", "CLIP", "MUL", "MUL"], moved
+    calls = {step.op for step in lower(q).host_steps}
+    assert {"DFT", "Pow"} <= calls, calls
+    assert all(q.tensors[n].quant is None for n in ("spec", "x_k", "gain"))      # host to host, in float
+    (out,) = graph.outputs
+    assert output_scores(optimize(graph), q, _spectra(8, 99))[out] >= 0.99
 
 
 def test_the_log_is_the_layer_that_magnifies_its_input_grid() -> None:

@@ -1,7 +1,8 @@
 """Style-transfer networks (tests/support/style_models): conditional instance norm spelled
 as TensorFlow and PyTorch export it, with gamma and beta from a style vector at run time,
 ONNX InstanceNormalization, and a channels-last Resize; all of them on the chip, and
-channels far narrower than the widest normalized as well as it."""
+channels far narrower than the widest normalized as well as it; an int8 QDQ model's
+instance norm (tf2onnx's spelling, Q/DQ pairs between its steps) is one op too."""
 from __future__ import annotations
 
 import numpy as np
@@ -10,14 +11,14 @@ import pytest
 
 from libnpu.compiler.accuracy import output_scores
 from libnpu.compiler.frontend import to_int8_graph
-from libnpu.compiler.lower import lower
+from libnpu.compiler.lower import compile_model, lower
 from libnpu.compiler.mixed_precision import promotable, quantize_mixed
 from libnpu.compiler.onnx_import import import_onnx
 from libnpu.compiler.optimize import optimize
 from libnpu.compiler.placement import plan_placement
 from libnpu.compiler.tflite_export import export_tflite
 from tests.support.chip_memory import ChipMemory, run_loadable
-from tests.support.style_models import feeds, style_transfer
+from tests.support.style_models import feeds, qdq_style_norm, style_transfer
 
 SIZE = 16
 
@@ -61,6 +62,23 @@ def test_narrow_channels_are_normalized_as_well_as_wide_ones(mem: ChipMemory) ->
         (got,) = run_loadable(mem, loadable, [feed["content"], feed["style"]])
         (want,) = session.run(None, feed)
         assert _cosine(got.reshape(want.shape), want) >= 0.999
+
+
+def test_a_qdq_models_instance_norm_is_one_op_and_matches_onnxruntime(mem: ChipMemory) -> None:
+    # tf2onnx's QDQ spelling: GlobalAveragePool means (AVERAGE_POOL_2D), the int8 mean moved
+    # by a Reshape and a Transpose, RELUs from the pairs on the squares and the variance.
+    # Not matched before, the variance's pool shared the squares' grid (several times
+    # coarser than the variance's own pair): cosine 0.93-0.96 against onnxruntime.
+    model = qdq_style_norm()
+    types = [op.type for op in optimize(import_onnx(model)).ops]
+    assert types.count("INSTANCE_NORM") == 1 and "AVERAGE_POOL_2D" not in types
+    data = model.SerializeToString()
+    loadable = compile_model(data, kind="onnx")
+    session = ort.InferenceSession(data, providers=["CPUExecutionProvider"])
+    for feed in feeds(3, 16, seed=7, style=False):
+        (got,) = run_loadable(mem, loadable, [feed["content"]])
+        (want,) = session.run(None, feed)
+        assert _cosine(got.reshape(want.shape), want) >= 0.99
 
 
 def test_the_float_export_computes_what_onnxruntime_does() -> None:

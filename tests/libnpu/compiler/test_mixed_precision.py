@@ -12,7 +12,7 @@ from onnx import TensorProto, helper, numpy_helper
 import libnpu
 from libnpu.compiler.accuracy import output_scores
 from libnpu.compiler.float_ref import run_float
-from libnpu.compiler.lower import lower
+from libnpu.compiler.lower import compile_model, lower
 from libnpu.compiler.mixed_precision import (
     MixedPrecisionError,
     _goals,
@@ -23,10 +23,12 @@ from libnpu.compiler.mixed_precision import (
 )
 from libnpu.compiler.onnx_import import import_onnx
 from libnpu.compiler.optimize import optimize
+from libnpu.compiler.placement import import_with_fallback
 from libnpu.compiler.quantizer import quantize_model
 from libnpu.compiler.tflite_export import export_tflite
 from npu_hw import ops as spec_ops
 from tests.support import model_builders as builders
+from tests.support.rnn_models import cosine
 
 CNN_SHAPE = (1, 3, 16, 16)
 PROMOTED = ["c1", "c2", "c3", "a3", "p3", "c4", "logits", "prob"]  # conv, depthwise, add, max pool, FC, softmax
@@ -235,19 +237,20 @@ def test_our_int16_formulas_on_the_device(npu, builder, kind: str, name: str) ->
 
 
 def test_layer_norm_in_int16_on_the_device(npu) -> None:
-    """A LayerNorm all in int16: its SUB (LiteRT's int16 SUB: tests/firmware_sim/test_int16x8.py)
-    and its RSQRT (our correctly rounded table on the int16 LUT) on the chip follow the
-    float simulation within an output step, and beat int8 against float (whose RSQRT of a
-    small variance one step off differs by tens of steps)."""
+    """A LayerNorm all in int16: its statistics (INSTANCE_NORM over each row, exact integer
+    sums: ops/normalization.py ``fuse_layer_norms``) and its scale and shift on the chip
+    follow the float simulation within an output step, and are no further from float than
+    int8's (whose statistics are exact sums too: before, its RSQRT of a small variance one
+    step off differed by tens of steps and int16 halved the error)."""
     from libnpu.compiler.float_ref import FloatInterpreter
     graph = import_onnx(builders.layer_norm_between_convs())
     data = _data((1, 3, 8, 8), 8, 21)
     q8 = quantize_mixed(graph, data, int16="none")
     q = quantize_mixed(graph, data, int16=[op.outputs[0] for op in q8.ops if op.outputs[0].startswith("ln")])
     kinds = {op.type: op.outputs[0] for op in q.ops}
-    assert {q.tensors[n].dtype for n in (kinds["SUB"], kinds["RSQRT"])} == {"int16"}
+    assert q.tensors[kinds["INSTANCE_NORM"]].dtype == "int16"
     tasks = {t.name: t for t in lower(q).tasks}
-    for name in (kinds["SUB"], kinds["RSQRT"]):
+    for name in (kinds["INSTANCE_NORM"],):
         assert int.from_bytes(tasks[name].payload[4:8], "little") & spec_ops.OPF_INT16
     step = float(q.tensors["y"].quant.scale[0])
     reference, simulated = FloatInterpreter(graph), FloatInterpreter(q)
@@ -262,7 +265,7 @@ def test_layer_norm_in_int16_on_the_device(npu) -> None:
         if g is q:
             for v, x in zip(got, data):
                 np.testing.assert_allclose(v, simulated.run(x)[q.outputs[0]], rtol=0, atol=1.01 * step)
-    assert errors[1] < errors[0] / 2, (errors, step)
+    assert errors[1] <= errors[0] < 8 * step, (errors, step)
 
 
 W16_LAYERS = ["c1", "c2", "c3", "c4", "logits"]  # conv, depthwise, 1x1 conv, strided conv, fully connected
@@ -492,3 +495,85 @@ def test_names_resolve_in_one_walk_of_the_ops(small_cnn) -> None:
     assert mixed_precision._select(q, names) == expected
     assert Walked.walks == 1, Walked.walks
 
+
+# ABS and CLIP on int16: a spectrum's compressed magnitude ------------------------------------
+MAGNITUDE_SHAPE = (1, 64)
+
+
+def _compressed_magnitude() -> bytes:
+    """A speech enhancer's magnitude compression (FastEnhancer's ``x * clip(|x|, 1e-5)^-0.7``,
+    i.e. ``sign(x) |x|^0.3``): the power a host call (no chip Pow by -0.7), its input the
+    chip's ABS and CLIP. On an int8 grid every bin under half a step of the loudest reads 0,
+    whose power is 1e-5^-0.7 = 3162: the small bins come out 100x too large."""
+    nodes = [helper.make_node("Abs", ["x"], ["magnitude"]),
+             helper.make_node("Clip", ["magnitude", "eps"], ["clamped"]),
+             helper.make_node("Pow", ["clamped", "exponent"], ["gain"]),
+             helper.make_node("Mul", ["x", "gain"], ["y"])]
+    graph = helper.make_graph(nodes, "compressed_magnitude",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, MAGNITUDE_SHAPE)],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, MAGNITUDE_SHAPE)],
+                              [numpy_helper.from_array(np.array(1e-5, np.float32), "eps"),
+                               numpy_helper.from_array(np.array(-0.7, np.float32), "exponent")])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]).SerializeToString()
+
+
+def _spectra(count: int, seed: int) -> list[list[np.ndarray]]:
+    """Bins of either sign whose magnitudes span four decades (1e-3 to 10), as a spectrum's."""
+    rng = np.random.default_rng(seed)
+    return [[(rng.choice([-1, 1], MAGNITUDE_SHAPE) * 10.0 ** rng.uniform(-3, 1, MAGNITUDE_SHAPE)).astype(np.float32)]
+            for _ in range(count)]
+
+
+def test_a_compressed_magnitude_reaches_the_target_with_abs_and_clip_on_int16(npu) -> None:
+    """The default compile's int16 step takes ABS and CLIP too, so the small bins keep their
+    values on the device: with both int8-only, every step stayed far under (fastenhancer-t:
+    every output's cosine below 0)."""
+    model = _compressed_magnitude()
+    loadable = compile_model(model, _spectra(20, 1), kind="onnx")
+    assert {"magnitude", "clamped"} <= set(loadable.metadata.get("int16_layers", [])), loadable.metadata
+    float_graph = import_with_fallback(model, "onnx")[0]
+    loaded = libnpu.load(loadable, devroot=npu.devroot)
+    try:
+        for x in _spectra(4, 99):
+            (got,), (want,) = loaded.infer(x), run_float(float_graph, x).values()
+            assert cosine(got, want) >= 0.98
+    finally:
+        loaded.close()
+
+
+def _unary(node: str, *consts: tuple[str, float]) -> bytes:
+    extra = [name for name, _ in consts]
+    graph = helper.make_graph([helper.make_node(node, ["x", *extra], ["y"])], node.lower(),
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, MAGNITUDE_SHAPE)],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, MAGNITUDE_SHAPE)],
+                              [numpy_helper.from_array(np.array(v, np.float32), k) for k, v in consts])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]).SerializeToString()
+
+
+def _int16(model: bytes, data: list) -> tuple:
+    graph = import_onnx(model)
+    q8 = quantize_mixed(graph, data, int16="none")
+    return graph, promote(q8, [op.outputs[0] for op in q8.ops if promotable(op)], optimize(graph))
+
+
+def test_abs_and_clip_in_int16_on_the_device(npu, litert) -> None:
+    """int16 ABS is LiteRT's 16x8 kernel, byte for byte; int16 CLIP (RELU's int16
+    descriptor, its bounds on the int16 grid) is its float function within a step."""
+    data = _spectra(4, 3)
+    _, q_abs = _int16(_unary("Abs"), data)
+    graph, q_clip = _int16(_unary("Clip", ("low", 0.05), ("high", 4.0)), data)
+    for q, kind in ((q_abs, "ABS"), (q_clip, "CLIP")):
+        assert [op.type for op in q.ops if q.tensors[op.outputs[0]].dtype == "int16" and op.type != "QUANTIZE"] \
+            == [kind]
+    model, clip = libnpu.load(lower(q_abs), devroot=npu.devroot), libnpu.load(lower(q_clip), devroot=npu.devroot)
+    try:
+        for x in data[:2]:
+            (ours,), (ref,) = model.infer(x), litert(export_tflite(q_abs), x)
+            np.testing.assert_array_equal(ours, ref)
+            (real,) = clip.infer(x, dequantized=True)
+            (want,) = run_float(graph, x).values()
+            step = 2 * 10 / 32767       # the input's int16 step (|x| up to 10): one each side
+            assert np.abs(real - want).max() <= step and real.min() >= 0.05 - step
+    finally:
+        model.close()
+        clip.close()
