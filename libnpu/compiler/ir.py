@@ -265,6 +265,21 @@ class Graph:
     def producers(self) -> dict[str, Op]:
         return {o: op for op in self.ops for o in op.outputs}
 
+    def op_lookup(self) -> tuple[dict[str, list[Op]], dict[str, list[Op]], dict[str, list[Op]]]:
+        """The ops by each of their outputs, by each ``"<prefix>/"`` an output starts with,
+        and by name (lists in op order), in one walk: a search of the ops for each of many
+        names is quadratic (an unrolled RNN's thousands of layers)."""
+        outputs: dict[str, list[Op]] = defaultdict(list)
+        prefixes: dict[str, list[Op]] = defaultdict(list)
+        named: dict[str, list[Op]] = defaultdict(list)
+        for op in self.ops:
+            named[op.name].append(op)
+            for o in dict.fromkeys(op.outputs):
+                outputs[o].append(op)
+            for p in dict.fromkeys(o[:i] for o in op.outputs for i, c in enumerate(o) if c == "/"):
+                prefixes[p].append(op)
+        return dict(outputs), dict(prefixes), dict(named)
+
     def consumers(self) -> dict[str, list[Op]]:
         result: dict[str, list[Op]] = defaultdict(list)
         for op in self.ops:

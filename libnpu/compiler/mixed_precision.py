@@ -173,14 +173,14 @@ def parse_selection(selection: str | Iterable[str] | None) -> str | list[str]:
 
 def _select(g: Graph, names: Iterable[str], optional: Collection[str] = ()) -> set[int]:
     chosen: set[int] = set()
+    outputs, prefixes, named = g.op_lookup()     # once: a scan per name was names x ops
     for name in names:
         # The op producing a tensor of that name (unique), else the ops of that name (the
         # quantizer's edge ops share names with the ops they follow). An ``optional`` name
         # (a rule's, on the float graph) may be gone: rewrites name theirs "<name>/..."
         # (a hard-swish's gate), or the op went to the CPU.
-        by_tensor = [op for op in g.ops if name in op.outputs] or [
-            op for op in g.ops if name in optional and any(o.startswith(f"{name}/") for o in op.outputs)]
-        by_name = [op for op in g.ops if op.name == name]
+        by_tensor = outputs.get(name) or (prefixes.get(name, []) if name in optional else [])
+        by_name = named.get(name, [])
         ops = [op for op in by_tensor if promotable(op, g)] or [op for op in by_name if promotable(op, g)]
         if not ops and name in optional:
             continue

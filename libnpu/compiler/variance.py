@@ -72,8 +72,10 @@ def _same_reduction(a: Op, b: Op) -> bool:
 def center_variances(g: Graph) -> int:
     """Rewrite every ``E[x^2] - E[x]^2`` as ``E[(x - E[x])^2]`` (module docstring); returns how many."""
     done = 0
+    producers = None       # built again only after a rewrite: once per SUB was quadratic (unrolled RNNs)
     for sub in [op for op in g.ops if op.type == "SUB" and op.attrs.get("activation", "NONE") == "NONE"]:
-        producers = g.producers()
+        if producers is None:
+            producers = g.producers()
         squares = _mean(g, sub.inputs[0], producers)
         x = _square_of(producers.get(squares[0])) if squares else None
         mean_name = _square_of(producers.get(sub.inputs[1]))
@@ -112,6 +114,7 @@ def center_variances(g: Graph) -> int:
         shape = g.tensors[sub.outputs[0]].shape
         new.append(Op("RESHAPE", [result], list(sub.outputs), {"new_shape": shape}, sub.name))
         g.ops[at:at + 1] = new
+        producers = None
         done += 1
     if done:
         g.prune()

@@ -1,6 +1,8 @@
 """GATHER along one axis by constant indices, and the operators the chip runs as gathers,
 one axis at a time: MIRROR_PAD (REFLECT / SYMMETRIC), BROADCAST_TO (ONNX Expand), TILE
-(ONNX Tile) and ONNX Pad in reflect or edge mode. Pure data movement: one quantization, exact copies."""
+(ONNX Tile), ONNX Pad in reflect or edge mode and ONNX ScatterND by constant indices (a
+CONCATENATION of the data and the updates, then one GATHER). Pure data movement: one
+quantization, exact copies."""
 from __future__ import annotations
 
 import numpy as np
@@ -217,6 +219,96 @@ def _onnx_tile(im, node, attrs, where):
     if len(multiples) != len(shape) or min(multiples, default=1) < 1:
         raise onnx_import.ONNXImportError(f"{where}: repeats {multiples} for shape {shape}")
     _chain(im.g, x, _tile_tables(shape, multiples), im.new_tensor(node.output[0], False, where))
+
+
+# ScatterND ----------------------------------------------------------------------------------
+
+
+def scatter_labels(data_shape: tuple[int, ...], indices: np.ndarray, updates_shape: tuple[int, ...]
+                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Label every value ScatterND reads: the data's ``0..D-1`` and the updates' ``D..D+U-1``
+    (row-major), and the output's labels (which value each output element copies; of a
+    repeated index, the last update wins, as onnxruntime's loop does)."""
+    data = np.arange(int(np.prod(data_shape, dtype=np.int64)), dtype=np.int64).reshape(data_shape)
+    updates = data.size + np.arange(int(np.prod(updates_shape, dtype=np.int64)), dtype=np.int64).reshape(updates_shape)
+    out = data.copy()
+    out[tuple(np.moveaxis(indices, -1, 0))] = updates
+    return data, updates, out
+
+
+def scatter_gather_table(data: np.ndarray, updates: np.ndarray, out: np.ndarray, axis: int) -> np.ndarray | None:
+    """The GATHER indices along ``axis`` that make ``out`` from ``concat([data, updates],
+    axis)`` (the updates reshaped to the data's shape but for ``axis``), or None when no
+    such table exists (the scatter does not keep whole slices along ``axis``)."""
+    rest = data.size // max(data.shape[axis], 1)
+    if rest == 0 or updates.size % rest:
+        return None
+    shape = data.shape[:axis] + (updates.size // rest,) + data.shape[axis + 1:]
+    joined = np.moveaxis(np.concatenate([data, updates.reshape(shape)], axis=axis), axis, 0).reshape(-1, rest)
+    wanted = np.moveaxis(out, axis, 0).reshape(-1, rest)
+    first = {int(v): j for j, v in enumerate(joined[:, 0])}
+    table = np.asarray([first.get(int(v), -1) for v in wanted[:, 0]], np.int64)
+    if (table < 0).any() or not np.array_equal(joined[table], wanted):
+        return None
+    return table
+
+
+@onnx("ScatterND")
+def _onnx_scatter_nd(im, node, attrs, where):
+    """ScatterND by constant indices: where each output value comes from is known at import
+    time, so the chip copies it: CONCATENATION of the data and the updates along the one axis
+    the scatter replaces whole slices of (a cache's ``x[:, :, a:b] = y``), then a GATHER
+    picking the slices; any other pattern, the same over the flattened values."""
+    reduction = attrs.get("reduction", b"none")
+    if (reduction.decode() if isinstance(reduction, bytes) else reduction) != "none":
+        raise onnx_import.ONNXImportError(f"{where}: reduction {reduction!r} is not supported")
+    indices = np.asarray(im.const(node.input[1], where), np.int64)
+    shape = tuple(im.onnx_shape(node.input[0], where))
+    depth = indices.shape[-1] if indices.ndim else 0
+    if indices.ndim == 0 or depth > len(shape) or \
+            tuple(im.onnx_shape(node.input[2], where)) != indices.shape[:-1] + shape[depth:]:
+        raise onnx_import.ONNXImportError(f"{where}: indices {indices.shape} do not fit data {shape}")
+    bounds = np.asarray(shape[:depth], np.int64)
+    indices = np.where(indices < 0, indices + bounds, indices)
+    if indices.size and ((indices < 0) | (indices >= bounds)).any():
+        raise onnx_import.ONNXImportError(f"{where}: an index lies outside the data")
+    labels = scatter_labels(shape, indices, indices.shape[:-1] + shape[depth:])
+    nhwc = len(shape) == 4 and im.is_nhwc(node.input[0]) and labels[1].ndim == 4
+    if nhwc:       # the data's own layout: no transpose around the copy
+        labels = tuple(a.transpose(onnx_import.TO_NHWC) for a in labels)
+    data, updates = (im.value(n, nhwc, where) for n in (node.input[0], node.input[2]))
+    out = im.new_tensor(node.output[0], nhwc, where)
+    g = im.g
+    for axis in range(len(shape)):
+        table = scatter_gather_table(*labels, axis)
+        if table is not None:
+            break
+    else:          # the flattened values: one axis
+        axis, labels = 0, tuple(a.reshape(-1) for a in labels)
+        table = scatter_gather_table(*labels, axis)
+        if table is None:          # an empty tensor: nothing for the chip to copy
+            raise onnx_import.ONNXImportError(f"{where}: empty data {shape}")
+        data = _reshaped(g, data, labels[0].shape)
+    rest = labels[0].size // max(labels[0].shape[axis], 1)
+    upd_shape = labels[0].shape[:axis] + (labels[1].size // rest,) + labels[0].shape[axis + 1:]
+    updates = _reshaped(g, updates, upd_shape)
+    src = g.tensors[data]
+    joined = g.add_tensor(Tensor(g.unique_name(f"{out}__joined"), src.shape[:axis] + (
+        src.shape[axis] + upd_shape[axis],) + src.shape[axis + 1:], src.dtype)).name
+    g.add_op(Op("CONCATENATION", [data, updates], [joined], dict(axis=axis, activation="NONE"), name=joined))
+    if labels[0].shape == g.tensors[out].shape:
+        add_gather(g, joined, axis, table, out)
+    else:
+        g.add_op(Op("RESHAPE", [add_gather(g, joined, axis, table)], [out],
+                    dict(new_shape=g.tensors[out].shape), name=out))
+
+
+def _reshaped(g: Graph, x: str, shape: tuple[int, ...]) -> str:
+    if g.tensors[x].shape == tuple(shape):
+        return x
+    out = g.add_tensor(Tensor(g.unique_name(f"{x}__flat"), tuple(shape), g.tensors[x].dtype)).name
+    g.add_op(Op("RESHAPE", [x], [out], dict(new_shape=tuple(shape)), name=out))
+    return out
 
 
 # The options table each builtin's TFLite form carries (None: none), for the LiteRT delegate.

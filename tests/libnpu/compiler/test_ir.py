@@ -135,3 +135,15 @@ def test_snap_gives_dequantize_of_quantize_bit_for_bit() -> None:
                 want, got = qp.dequantize(qp.quantize(values, dtype)), qp.snap(values, dtype)
             assert got.dtype == want.dtype == np.float32
             np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
+
+
+def test_op_lookup_by_output_prefix_and_name() -> None:
+    g = Graph("lookup")
+    for n in ("x", "gru/t0/h", "gru/t1/h", "gru/t1/z", "y"):
+        g.add_tensor(Tensor(n, (1, 4), "float32"))
+    ops = [g.add_op(Op("TANH", ["x"], ["gru/t0/h"])), g.add_op(Op("TANH", ["gru/t0/h"], ["gru/t1/h"], name="cell")),
+           g.add_op(Op("LOGISTIC", ["gru/t1/h"], ["gru/t1/z"], name="cell")), g.add_op(Op("RELU", ["gru/t1/z"], ["y"]))]
+    outputs, prefixes, named = g.op_lookup()
+    assert outputs["gru/t1/h"] == [ops[1]] and "gru/t1" not in outputs
+    assert prefixes["gru"] == ops[:3] and prefixes["gru/t1"] == ops[1:3] and "y" not in prefixes
+    assert named["cell"] == ops[1:3] and named["y"] == [ops[3]]

@@ -60,6 +60,11 @@ def check_against_onnxruntime(mem: ChipMemory, model: onnx.ModelProto, seed: int
 X4 = (1, 8, 6, 6)
 
 
+def box_indices(*ranges) -> np.ndarray:
+    """ScatterND indices of a box, one range per leading axis (PyTorch's ``x[:, :, a:b] = y``)."""
+    return np.stack(np.meshgrid(*[np.arange(*r) for r in ranges], indexing="ij"), -1).astype(np.int64)
+
+
 @pytest.mark.parametrize("name,model", [
     ("Split", single_node("Split", {"x": X4}, {"a": (1, 3, 6, 6), "b": (1, 5, 6, 6)},
                           {"split": np.int64([3, 5])}, axis=1)),
@@ -126,6 +131,13 @@ def test_conv_transpose(mem, attrs, out) -> None:
                                 mode="reflect")),
     ("Pad edge", single_node("Pad", {"x": X4}, {"y": (1, 8, 10, 7)}, {"p": np.int64([0, 0, 3, 0, 0, 0, 1, 1])},
                              mode="edge")),
+    # a streaming cache's slice assignment, a batch row replaced, single values anywhere
+    ("ScatterND box", single_node("ScatterND", {"x": X4, "u": (1, 8, 2, 6)}, {"y": X4},
+                                  {"i": box_indices((1,), (8,), (2, 4))}, _order=["x", "i", "u"])),
+    ("ScatterND row", single_node("ScatterND", {"x": (2, 3, 4), "u": (1, 3, 4)}, {"y": (2, 3, 4)},
+                                  {"i": np.int64([[1]])}, _order=["x", "i", "u"])),
+    ("ScatterND points", single_node("ScatterND", {"x": (4, 5), "u": (3,)}, {"y": (4, 5)},
+                                     {"i": np.int64([[0, 4], [3, 1], [-1, 0]])}, _order=["x", "i", "u"])),
 ], ids=lambda v: v if isinstance(v, str) else "")
 def test_gathers(mem, name, model) -> None:
     check_against_onnxruntime(mem, model)
@@ -202,6 +214,8 @@ def after_conv(op: str, out: tuple[int, ...], consts: dict | None = None, extra_
     ("ConvTranspose", after_conv("ConvTranspose", (1, 4, 12, 12), {
         "wt": (np.random.default_rng(6).standard_normal((8, 4, 2, 2)) * 0.3).astype(np.float32)}, strides=[2, 2])),
     ("MatMul", after_conv("MatMul", (1, 8, 6, 6), inputs=["c", "c"])),
+    ("ScatterND", after_conv("ScatterND", X4, {"i": box_indices((1,), (8,), (6,), (4, 6)), "u": np.linspace(
+        -1, 1, 96, dtype=np.float32).reshape(1, 8, 6, 2)})),
 ], ids=lambda v: v if isinstance(v, str) else "")
 def test_after_a_convolution(mem, name, model) -> None:
     check_against_onnxruntime(mem, model)
@@ -249,6 +263,8 @@ def test_batch_normalization_after_conv_transpose_is_folded(mem) -> None:
     ("ConvTranspose", after_conv("ConvTranspose", (1, 4, 12, 12), {
         "wt": (np.random.default_rng(6).standard_normal((8, 4, 2, 2)) * 0.3).astype(np.float32)}, strides=[2, 2])),
     ("MatMul", after_conv("MatMul", (1, 8, 6, 6), inputs=["c", "c"])),
+    ("ScatterND", after_conv("ScatterND", X4, {"i": box_indices((1,), (8,), (6,), (4, 6)), "u": np.linspace(
+        -1, 1, 96, dtype=np.float32).reshape(1, 8, 6, 2)})),
     ("Split", after_conv("Split", (1, 3, 6, 6), {"s": np.int64([3, 5])}, {"z": (1, 5, 6, 6)}, axis=1)),
     ("DepthToSpace", after_conv("DepthToSpace", (1, 2, 12, 12), blocksize=2)),
     ("ReduceMax", after_conv("ReduceMax", (1, 8), {"a": np.int64([2, 3])}, opset=18, keepdims=0)),

@@ -99,3 +99,29 @@ def test_onnx_layer_normalization_matches_onnxruntime(axis, bias) -> None:
     np.testing.assert_allclose(FloatInterpreter(optimize(imported)).run(data[0])["out"], want, atol=1e-4)
     q = to_int8_graph(imported, data[:6], recipe="fast")
     assert output_scores(optimize(imported), q, data[6:])[q.outputs[0]] >= 0.99
+
+
+def test_graph_walked_once_per_rewrite(monkeypatch) -> None:
+    """The producers of a graph's tensors are built once for the pass and again only after a
+    rewrite, not once per SUB: an unrolled GRU (a SUB a step, thousands of ops) spent most
+    of its optimize there, every quantization of an escalating compile."""
+    n = helper.make_node
+    subs = [n("Sub", [f"x{k}" if k else "x", "c"], [f"x{k + 1}"]) for k in range(40)]
+    graph = helper.make_graph(subs, "subs",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, SHAPE)],
+                              [helper.make_tensor_value_info("x40", TensorProto.FLOAT, SHAPE)],
+                              [numpy_helper.from_array(np.float32(0.5), "c")])
+    chain = import_onnx(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]))
+    norm = import_onnx(flax_layer_norm("mean"))
+    walks = []
+    walk = type(chain).producers
+
+    def counted(g):
+        walks.append(g)
+        return walk(g)
+    monkeypatch.setattr(type(chain), "producers", counted)
+    assert center_variances(chain) == 0
+    assert len(walks) == 1          # 40 before
+    walks.clear()
+    assert center_variances(norm) == 1
+    assert len(walks) <= 2          # the pass's, and one after its rewrite
