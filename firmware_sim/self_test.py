@@ -141,14 +141,32 @@ def network(mem) -> list[bytes]:
     return descs
 
 
+PREFIX = "npu-self-test-"
+
+
+def remove_stale(scratch: Path) -> int:
+    """Remove the self-test directories left in the bus directory ``scratch`` by a chip killed
+    during its self-test; returns how many. The bus outlives a chip the driver restarts, and
+    only the chip's main process tests there, one at a time (its successor starts after it
+    died), so any found is dead: each chip killed mid-test left one (its memory files) until
+    the daemon stopped (the chaos test's leak of 3 files after 34 chip kills)."""
+    stale = [path for path in scratch.glob(PREFIX + "*") if path.is_dir()]
+    for path in stale:
+        shutil.rmtree(path, ignore_errors=True)
+    return len(stale)
+
+
 def self_test(profile: HardwareProfile | None = None, scratch: Path | None = None) -> list[JobResult]:
     """Run the self-test job twice (decoded, then replayed from its job plan) in a private
     address space, then drop everything it left in the chip's caches. The two results
     (their status is 0 unless the chip is broken). Its files go in a directory made in
     ``scratch`` (the chip's bus directory: whoever removes the bus removes them too, even
-    when this process is killed meanwhile), else in /dev/shm."""
+    when this process is killed meanwhile), else in /dev/shm. A ``scratch``'s leftovers of
+    a predecessor killed mid-test are removed first (:func:`remove_stale`)."""
     where = scratch if scratch is not None else Path("/dev/shm") if Path("/dev/shm").is_dir() else None
-    bus = Path(tempfile.mkdtemp(prefix="npu-self-test-", dir=where))
+    if scratch is not None:
+        remove_stale(scratch)
+    bus = Path(tempfile.mkdtemp(prefix=PREFIX, dir=where))
     try:
         mem = _Memory(bus)
         command = b"".join(network(mem))

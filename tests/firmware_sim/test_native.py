@@ -479,6 +479,19 @@ def test_warm_up_runs_every_c_kernel_and_leaves_no_cache_entry() -> None:
     assert not common._PLANS and not binary_table._tables and not job_plans._PLANS
 
 
+def test_a_self_test_killed_midway_leaves_nothing_for_its_successor(tmp_path) -> None:
+    """A chip killed during its self-test leaves its directory in the bus; the next chip's
+    self-test removes it (the chaos test's shm leak after chip kills), and leaves none itself."""
+    from firmware_sim.self_test import PREFIX, self_test
+    stale = tmp_path / f"{PREFIX}dead"
+    stale.mkdir()
+    (stale / "bo1").write_bytes(b"\0" * 4096)
+    other = tmp_path / "bo7"             # the bus's other files are not the self-test's
+    other.write_bytes(b"")
+    assert all(r.status == 0 for r in self_test(scratch=tmp_path))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bo7"]
+
+
 def test_the_self_test_job_runs_every_task_decoded_and_replayed() -> None:
     from firmware_sim.self_test import self_test
     first, replayed = self_test()
