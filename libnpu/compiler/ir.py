@@ -217,6 +217,29 @@ class State:
     initial: np.ndarray
 
 
+
+def stable_order(deps: list[set[int]]) -> tuple[list[int], list[int], list[list[int]]]:
+    """Kahn's order of items ``0..n-1``, each after the items in ``deps[i]``, the given order
+    kept where the dependencies allow (a heap of the ready ones, lowest index first): the
+    order, each item's count of dependencies never met (non-zero only on or behind a
+    cycle, which leaves the order short) and each item's readers."""
+    pending = [len(d) for d in deps]
+    readers: list[list[int]] = [[] for _ in deps]
+    for index, d in enumerate(deps):
+        for before in d:
+            readers[before].append(index)
+    ready = [i for i, n in enumerate(pending) if n == 0]
+    heapq.heapify(ready)
+    order: list[int] = []
+    while ready:
+        i = heapq.heappop(ready)
+        order.append(i)
+        for reader in readers[i]:
+            pending[reader] -= 1
+            if pending[reader] == 0:
+                heapq.heappush(ready, reader)
+    return order, pending, readers
+
 class Graph:
     """A dataflow graph: tensors by name, ops (kept in topological order), I/O names."""
 
@@ -353,21 +376,7 @@ class Graph:
                     raise IRError(f"tensor {o!r} produced by two ops")
                 producer[o] = idx
         deps = [{producer[i] for i in op.inputs if i in producer} for op in self.ops]
-        users: dict[int, list[int]] = defaultdict(list)
-        for idx, d in enumerate(deps):
-            for p in d:
-                users[p].append(idx)
-        pending = [len(d) for d in deps]
-        ready = [i for i, n in enumerate(pending) if n == 0]
-        heapq.heapify(ready)
-        order = []
-        while ready:
-            i = heapq.heappop(ready)
-            order.append(i)
-            for u in users[i]:
-                pending[u] -= 1
-                if pending[u] == 0:
-                    heapq.heappush(ready, u)
+        order, pending, _ = stable_order(deps)
         if len(order) != len(self.ops):
             stuck = [self.ops[i].describe() for i, n in enumerate(pending) if n > 0][:3]
             raise IRError(f"graph has a cycle through {stuck}")

@@ -11,11 +11,9 @@ A real cycle (a node that needs, through others, its own output) is refused.
 """
 from __future__ import annotations
 
-import heapq
-
 import onnx
 
-from .ir import IRError
+from .ir import IRError, stable_order
 from .onnx_host import reads
 
 __all__ = ["NodeCycleError", "sort_nodes"]
@@ -52,22 +50,8 @@ def _topological_order(graph: onnx.GraphProto, where: str) -> list[int]:
         for out in node.output:
             if out:
                 producer.setdefault(out, k)
-    waits = [0] * len(graph.node)
-    readers: list[list[int]] = [[] for _ in graph.node]
-    for k, node in enumerate(graph.node):
-        for made_by in {producer[n] for n in reads(node) if n in producer}:
-            waits[k] += 1
-            readers[made_by].append(k)
-    ready = [k for k, w in enumerate(waits) if w == 0]
-    heapq.heapify(ready)
-    order: list[int] = []
-    while ready:
-        k = heapq.heappop(ready)
-        order.append(k)
-        for reader in readers[k]:
-            waits[reader] -= 1
-            if waits[reader] == 0:
-                heapq.heappush(ready, reader)
+    order, waits, readers = stable_order([{producer[n] for n in reads(node) if n in producer}
+                                          for node in graph.node])
     if len(order) < len(graph.node):
         stuck = {k for k, w in enumerate(waits) if w}
         while True:     # less what merely waits behind a cycle: a stuck node no stuck node reads
