@@ -109,9 +109,9 @@ def test_transpose_conv_crop_matches_the_full_scatter() -> None:
 
 
 def test_a_short_descriptor_fuzz_run_holds_every_check() -> None:
-    summary = fuzz_descriptors.run(jobs=440, seed=3, work_limit_mib=64)
+    summary = fuzz_descriptors.run(jobs=220, seed=3, work_limit_mib=64)     # 10 per opcode
     assert summary["failures"] == []
     assert set(summary["statuses"]) == {fuzz_descriptors.tasks.TASK_TYPES[op].name
                                         for op in fuzz_descriptors.OPCODES}
-    assert all(counts.get("OK", 0) + counts.get("EINVAL", 0) + counts.get("EFAULT", 0) == 20
+    assert all(counts.get("OK", 0) + counts.get("EINVAL", 0) + counts.get("EFAULT", 0) == 10
                for counts in summary["statuses"].values())
